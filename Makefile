@@ -1,0 +1,16 @@
+# The two commands of the README. Both set everything up first (scripts/setup.sh).
+.PHONY: setup demo test test-fast bench
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@bash scripts/demo.sh
+
+# The whole suite, slow end-to-end tests included (CI runs exactly this).
+test: setup
+	@.venv/bin/python -m pytest -q
+
+# Everything but the tests marked slow.
+test-fast: setup
+	@.venv/bin/python -m pytest -q -m "not slow"

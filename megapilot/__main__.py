@@ -1,0 +1,3 @@
+from megapilot.cli.app import main
+
+main()

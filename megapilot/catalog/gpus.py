@@ -1,0 +1,125 @@
+"""GPU catalog: hardware.json (vendor peaks, with sources) plus the topology megapilot needs.
+
+Look-ups accept the catalog name (`H100-SXM5-80GB`) or a short alias (`h100`), case-insensitive.
+A user file (JSON list of GPUSpec fields, or hardware.json-style rows) overrides or extends it:
+`MEGAPILOT_GPU_FILE=/abs/gpus.json` or `load_gpus(extra_file=...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from megapilot.errors import MegapilotError
+from megapilot.spec.hardware import GPUSpec
+
+GPU_FILE_ENV = "MEGAPILOT_GPU_FILE"
+
+
+@dataclass(frozen=True)
+class _Topology:
+    alias: str
+    architecture: str
+    scaleup_domain_gpus: int
+    scaleout_bw_gbps: float  # per GPU per direction: one 400 Gb/s NIC per GPU = 50 GB/s
+    fill_in: dict[str, float]  # values hardware.json leaves null, with the reason in `note`
+    note: str = ""
+
+
+# Fields hardware.json does not carry. Scale-out is one NIC per GPU: 200 Gb/s HDR on A100 systems,
+# 400 Gb/s NDR/CX7 on Hopper and MI300-class, 800 Gb/s CX8 on Blackwell Ultra.
+GPU_TOPOLOGY: dict[str, _Topology] = {
+    "A100-SXM4-80GB": _Topology("a100", "ampere", 8, 25.0, {}),
+    "H100-SXM5-80GB": _Topology("h100", "hopper", 8, 50.0, {}),
+    "H200-SXM-141GB": _Topology("h200", "hopper", 8, 50.0, {}),
+    "H800-SXM5-80GB": _Topology(
+        "h800", "hopper", 8, 50.0,
+        {"bf16_dense_tflops": 989.4, "fp8_dense_tflops": 1978.9, "hbm_bw_tbps": 3.35,
+         "scaleup_bw_gbps_bidir_per_gpu": 400.0},
+        note="H800 peaks taken as H100 SXM (same GH100 die); NVLink export-limited to 400 GB/s bidirectional",
+    ),
+    "B200": _Topology("b200", "blackwell", 8, 50.0, {}),
+    "GB200": _Topology("gb200", "blackwell", 72, 50.0, {}),
+    "B300": _Topology("b300", "blackwell", 8, 100.0, {}),
+    "GB300": _Topology("gb300", "blackwell", 72, 100.0, {}),
+    "MI300X": _Topology(
+        "mi300x", "cdna3", 8, 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
+        note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
+    ),
+    "MI325X": _Topology(
+        "mi325x", "cdna3", 8, 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
+        note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
+    ),
+    "MI355X": _Topology(
+        "mi355x", "cdna4", 8, 50.0, {"bf16_dense_tflops": 2500.0, "scaleup_bw_gbps_bidir_per_gpu": 1075.0},
+        note="BF16 dense taken as FP8/2 (unverified); xGMI 7 x ~153 GB/s (secondary source)",
+    ),
+}
+
+
+def _row_to_spec(row: dict) -> GPUSpec:
+    topo = GPU_TOPOLOGY.get(row["name"])
+    if topo is None:  # a user row written directly in GPUSpec fields
+        return GPUSpec(**row)
+    value = {**row, **{k: v for k, v in topo.fill_in.items() if row.get(k) is None}}
+    source = "; ".join(s for s in (row.get("verification", ""), topo.note) if s)
+    return GPUSpec(
+        name=row["name"],
+        alias=topo.alias,
+        vendor=row["vendor"],
+        architecture=topo.architecture,  # type: ignore[arg-type]
+        bf16_dense_tflops=value["bf16_dense_tflops"],
+        fp8_dense_tflops=value.get("fp8_dense_tflops"),
+        fp4_dense_tflops=value.get("fp4_dense_tflops"),
+        hbm_gib=float(value["hbm_gb"]),  # HBM stacks are binary-sized: a "80 GB" part holds 80 GiB
+        hbm_bw_tbps=value["hbm_bw_tbps"],
+        scaleup_domain_gpus=topo.scaleup_domain_gpus,
+        scaleup_bw_gbps=value["scaleup_bw_gbps_bidir_per_gpu"] / 2,
+        scaleout_bw_gbps=topo.scaleout_bw_gbps,
+        source=source,
+    )
+
+
+def _read_rows(path: Path) -> list[dict]:
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise MegapilotError(f"no such file {path}", field="gpu_file", fix="pass an absolute path to a JSON file")
+    except json.JSONDecodeError as exc:
+        raise MegapilotError(f"{path} is not valid JSON ({exc})", field="gpu_file", fix="fix the JSON syntax")
+    if not isinstance(rows, list):
+        raise MegapilotError(f"{path} must hold a JSON list of GPUs", field="gpu_file", fix="wrap the rows in [...]")
+    return rows
+
+
+@lru_cache(maxsize=8)
+def load_gpus(extra_file: str | None = None) -> dict[str, GPUSpec]:
+    """All GPUs by catalog name; rows of `extra_file` (or $MEGAPILOT_GPU_FILE) override same-named ones."""
+    bundled = json.loads(resources.files("megapilot.catalog").joinpath("data/hardware.json").read_text())
+    gpus = {row["name"]: _row_to_spec(row) for row in bundled}
+    extra = extra_file or os.environ.get(GPU_FILE_ENV)
+    if extra:
+        from megapilot.errors import from_validation_error
+
+        for row in _read_rows(Path(extra)):
+            try:
+                spec = _row_to_spec(row)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise from_validation_error(exc, prefix="gpu_file") if hasattr(exc, "errors") else MegapilotError(
+                    f"bad GPU row {row!r}: {exc}", field="gpu_file", fix="give every GPUSpec field")
+            gpus[spec.name] = spec
+    return gpus
+
+
+def get_gpu(name: str, extra_file: str | None = None) -> GPUSpec:
+    """Find a GPU by catalog name or alias (case-insensitive)."""
+    key = name.strip().lower()
+    for spec in load_gpus(extra_file).values():
+        if key in (spec.name.lower(), spec.alias):
+            return spec
+    known = ", ".join(sorted(s.alias for s in load_gpus(extra_file).values()))
+    raise MegapilotError(f"unknown GPU {name!r}", field="gpu", fix=f"use one of: {known}")

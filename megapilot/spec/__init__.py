@@ -1,0 +1,14 @@
+"""Typed specs that cross every boundary. Validation lives here; logic does not."""
+
+from megapilot.spec.hardware import ARCH_PRECISIONS, ClusterSpec, GPUSpec, default_gpus_per_node
+from megapilot.spec.model import MLASpec, ModelSpec, MoESpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts, SavedPlan
+from megapilot.spec.training import PRECISIONS, Precision, TrainingSpec
+from megapilot.spec.validate import validate_layout
+
+__all__ = [
+    "ARCH_PRECISIONS", "ClusterSpec", "EstimateResult", "GPUSpec", "MLASpec", "MemoryGiB", "ModelSpec",
+    "MoESpec", "PRECISIONS", "ParallelConfig", "ParamCounts", "Precision", "SavedPlan", "TrainingSpec",
+    "default_gpus_per_node", "validate_layout",
+]

@@ -1,0 +1,156 @@
+"""ModelSpec: the architecture of a decoder-only transformer, in Megatron-Core's terms.
+
+Field names follow Megatron-LM's arguments (`num_layers`, `hidden_size`, `ffn_hidden_size`,
+`num_query_groups`, ...) so that a spec maps onto `pretrain_gpt.py` flags one to one.
+Dense, GQA, SwiGLU, MoE (routed + shared experts, dense-first layers), DeepSeek MLA and MTP are
+covered. Only validation lives here; counting and costing live in `megapilot.estimate`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MlpActivation = Literal["swiglu", "gelu", "squared_relu"]
+Normalization = Literal["RMSNorm", "LayerNorm"]
+PositionEmbedding = Literal["rope", "learned_absolute", "none"]
+LoadBalancing = Literal["aux_loss", "seq_aux_loss", "sinkhorn", "none"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MoESpec(_Spec):
+    """Mixture-of-experts block (Megatron `--num-experts`, `--moe-*`)."""
+
+    num_experts: int = Field(gt=1, description="Routed experts per MoE layer (--num-experts).")
+    router_topk: int = Field(ge=1, description="Experts each token is routed to (--moe-router-topk).")
+    moe_ffn_hidden_size: int = Field(gt=0, description="FFN width of one routed expert (--moe-ffn-hidden-size).")
+    shared_expert_ffn_hidden_size: int = Field(
+        default=0, ge=0,
+        description="Total FFN width of the shared experts, 0 for none (--moe-shared-expert-intermediate-size).",
+    )
+    first_k_dense_layers: int = Field(
+        default=0, ge=0, description="Leading layers that keep a dense MLP (DeepSeek `first_k_dense_replace`).",
+    )
+    moe_layer_freq: int = Field(
+        default=1, ge=1, description="After the dense-first layers, every k-th layer is MoE (--moe-layer-freq).",
+    )
+    load_balancing_type: LoadBalancing = Field(
+        default="aux_loss", description="Router load balancing (--moe-router-load-balancing-type).",
+    )
+    aux_loss_coeff: float = Field(default=1e-2, ge=0, description="Aux-loss coefficient (--moe-aux-loss-coeff).")
+
+    @model_validator(mode="after")
+    def _topk_within_experts(self) -> "MoESpec":
+        if self.router_topk > self.num_experts:
+            raise ValueError(
+                f"router_topk={self.router_topk} exceeds num_experts={self.num_experts}; "
+                "set router_topk <= num_experts"
+            )
+        return self
+
+
+class MLASpec(_Spec):
+    """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
+
+    q_lora_rank: int | None = Field(default=None, gt=0, description="Query LoRA rank; None = full-rank query (V2-Lite).")
+    kv_lora_rank: int = Field(gt=0, description="Compressed KV rank (--kv-lora-rank).")
+    qk_head_dim: int = Field(gt=0, description="Non-rotary query/key head dim (--qk-head-dim, HF qk_nope_head_dim).")
+    qk_pos_emb_head_dim: int = Field(gt=0, description="Rotary query/key head dim (--qk-pos-emb-head-dim).")
+    v_head_dim: int = Field(gt=0, description="Value head dim (--v-head-dim).")
+
+
+class ModelSpec(_Spec):
+    """A decoder-only transformer in Megatron-Core's vocabulary."""
+
+    name: str = Field(description="Preset name or the model's own name.")
+    num_layers: int = Field(gt=0, description="Transformer layers (--num-layers).")
+    hidden_size: int = Field(gt=0, description="Model width (--hidden-size).")
+    ffn_hidden_size: int = Field(gt=0, description="Dense MLP width (--ffn-hidden-size).")
+    num_attention_heads: int = Field(gt=0, description="Query heads (--num-attention-heads).")
+    num_query_groups: int | None = Field(
+        default=None, gt=0, description="KV heads for GQA (--num-query-groups); None = MHA.",
+    )
+    kv_channels: int | None = Field(
+        default=None, gt=0, description="Head dim (--kv-channels); None = hidden_size / num_attention_heads.",
+    )
+    vocab_size: int = Field(gt=0, description="Tokenizer vocabulary before padding.")
+    make_vocab_size_divisible_by: int = Field(
+        default=128, gt=0, description="Megatron pads the vocab to a multiple of this times TP.",
+    )
+    max_position_embeddings: int = Field(default=4096, gt=0, description="--max-position-embeddings.")
+    mlp_activation: MlpActivation = Field(default="swiglu", description="swiglu adds a third (gate) GEMM.")
+    normalization: Normalization = "RMSNorm"
+    norm_epsilon: float = Field(default=1e-5, gt=0)
+    position_embedding: PositionEmbedding = "rope"
+    rotary_base: int = Field(default=10000, gt=0, description="--rotary-base.")
+    tie_embeddings: bool = Field(default=False, description="Output layer shares the input embedding.")
+    add_bias_linear: bool = Field(default=False, description="Biases on linear layers (GPT-2 style).")
+    add_qkv_bias: bool = Field(default=False, description="Bias on QKV only (Qwen2 style).")
+    qk_layernorm: bool = Field(default=False, description="Norm on per-head q and k (Qwen3 style).")
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    mtp_num_layers: int = Field(default=0, ge=0, description="Multi-token-prediction depth (--mtp-num-layers).")
+    hf_architecture: str | None = Field(default=None, description="Source architecture when imported from HF.")
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> "ModelSpec":
+        if self.num_query_groups is not None and self.num_attention_heads % self.num_query_groups:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} is not divisible by "
+                f"num_query_groups={self.num_query_groups}; use a KV-head count that divides the head count"
+            )
+        if self.kv_channels is None and self.mla is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                f"{self.num_attention_heads}; set kv_channels explicitly"
+            )
+        if self.moe is not None and self.moe.first_k_dense_layers > self.num_layers:
+            raise ValueError("moe.first_k_dense_layers exceeds num_layers")
+        return self
+
+    # ---- derived values -------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        """Per-head dim of standard attention (kv_channels)."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads: num_query_groups under GQA, else one per query head."""
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def is_gqa(self) -> bool:
+        return self.num_query_groups is not None and self.num_query_groups < self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def gated_mlp(self) -> bool:
+        """SwiGLU has gate and up projections (3 GEMMs); GELU has 2."""
+        return self.mlp_activation == "swiglu"
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        """Whether 0-based `layer_index` holds an MoE block (Megatron's dense-first + frequency pattern)."""
+        if self.moe is None or layer_index < self.moe.first_k_dense_layers:
+            return False
+        return (layer_index - self.moe.first_k_dense_layers) % self.moe.moe_layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    def padded_vocab_size(self, tp: int = 1) -> int:
+        """Vocab after Megatron's padding to a multiple of make_vocab_size_divisible_by * TP."""
+        multiple = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // multiple) * multiple

@@ -1,0 +1,91 @@
+"""ParallelConfig: one parallel layout, in Megatron's terms.
+
+World = TP x PP x CP x DP. Expert parallelism is carved out of the same ranks: Megatron builds the
+expert groups so that ETP x EP x expert-DP = TP x CP x DP (= world / PP), hence EP x ETP must divide
+TP x CP x DP; EP is not an extra factor of the world size.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Recompute = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["uniform", "block"]
+
+
+class ParallelConfig(BaseModel):
+    """A complete parallel layout plus the memory-saving switches that go with it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: int = Field(default=1, ge=1, description="Tensor parallel size.")
+    pp: int = Field(default=1, ge=1, description="Pipeline parallel size.")
+    vpp: int = Field(default=1, ge=1, description="Virtual pipeline stages per PP rank (1 = no interleaving).")
+    cp: int = Field(default=1, ge=1, description="Context parallel size.")
+    ep: int = Field(default=1, ge=1, description="Expert parallel size.")
+    etp: int | None = Field(default=None, ge=1, description="Expert tensor parallel size; None = same as tp.")
+    dp: int = Field(default=1, ge=1, description="Data parallel size (derived: world / (tp*pp*cp)).")
+    mbs: int = Field(default=1, ge=1, description="Micro-batch size.")
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
+    recompute: Recompute = Field(default="selective", description="Activation recomputation granularity.")
+    recompute_method: RecomputeMethod = Field(default="uniform", description="With full recompute.")
+    recompute_num_layers: int | None = Field(
+        default=None, ge=1, description="With full recompute: layers per chunk (uniform) or per stage (block).",
+    )
+    distributed_optimizer: bool = Field(default=True, description="Shard optimizer states over DP (ZeRO-1).")
+    fsdp: bool = Field(default=False, description="Megatron-FSDP: shard weights, grads and optimizer over DP.")
+
+    @model_validator(mode="after")
+    def _local_consistency(self) -> "ParallelConfig":
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1; switch it off or raise tp")
+        if self.vpp > 1 and self.pp == 1:
+            raise ValueError("vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
+        if self.recompute_num_layers is not None and self.recompute != "full":
+            raise ValueError("recompute_num_layers applies only to recompute='full'")
+        return self
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Data-parallel size of the expert weights: (TP x CP x DP) / (EP x ETP)."""
+        return (self.tp * self.cp * self.dp) // (self.ep * self.expert_tp)
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        return global_batch_size // (self.mbs * self.dp)
+
+    def shell_block(self, global_batch_size: int) -> str:
+        """The seeds' shell variable block, e.g. `TP=4 PP=4 VPP=5 CP=2 EP=1 DP=2 MBS=1 GBS=1024`."""
+        return (
+            f"TP={self.tp} PP={self.pp} VPP={self.vpp} CP={self.cp} EP={self.ep} "
+            f"DP={self.dp} MBS={self.mbs} GBS={global_batch_size}"
+        )
+
+    @classmethod
+    def for_world(cls, world_size: int, **layout: object) -> "ParallelConfig":
+        """Build a layout, deriving DP from the world size (error if TP*PP*CP does not divide it)."""
+        from megapilot.errors import MegapilotError
+
+        tp, pp, cp = (int(layout.get(k) or 1) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
+        if world_size % (tp * pp * cp):
+            raise MegapilotError(
+                f"TP*PP*CP = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide {world_size} GPUs",
+                field="gpus",
+                fix="choose TP, PP and CP whose product divides the GPU count",
+            )
+        layout = {k: v for k, v in layout.items() if v is not None}
+        layout["dp"] = world_size // (tp * pp * cp)
+        return cls(**layout)  # type: ignore[arg-type]

@@ -1,0 +1,65 @@
+"""The estimate result and the saved plan (`megapilot plan --save plan.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import TrainingSpec
+
+PLAN_FILE_VERSION = 1
+
+
+class ParamCounts(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    total: int
+    active: int
+    embedding: int
+
+
+class MemoryGiB(BaseModel):
+    """Per-GPU memory of the most-loaded rank, GiB."""
+
+    model_config = ConfigDict(extra="allow")
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    overhead: float
+    total: float
+    capacity: float
+
+
+class EstimateResult(BaseModel):
+    """What `megapilot estimate --json` prints; the planner and reports read the same object."""
+
+    model_config = ConfigDict(extra="allow")
+
+    params: ParamCounts
+    flops_per_step: float
+    memory_gib: MemoryGiB
+    fits: bool
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    time_breakdown_s: dict[str, float] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class SavedPlan(BaseModel):
+    """A chosen layout with everything needed to write its launch script."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = PLAN_FILE_VERSION
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    estimate: EstimateResult | None = None
+    reasons: list[str] = Field(default_factory=list)

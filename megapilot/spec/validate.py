@@ -1,0 +1,165 @@
+"""Cross-field checks of a whole layout (model x cluster x training x parallel).
+
+Each failed rule raises `MegapilotError` naming the field and the fix, as Megatron-LM's own argument
+validation would refuse the run; softer issues come back as warnings.
+"""
+
+from __future__ import annotations
+
+from megapilot.errors import MegapilotError
+from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import TrainingSpec
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def validate_layout(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    *,
+    allow_tp_across_nodes: bool = False,
+) -> list[str]:
+    """Raise MegapilotError on the first rule the layout breaks; return warnings otherwise."""
+    _check_world(cluster, parallel)
+    _check_tensor_parallel(model, cluster, training, parallel, allow_tp_across_nodes)
+    _check_pipeline(model, parallel)
+    _check_context_parallel(training, parallel)
+    _check_experts(model, parallel)
+    _check_batch(training, parallel)
+    _check_precision(cluster, training)
+    return _warnings(model, training, parallel)
+
+
+def _check_world(cluster: ClusterSpec, p: ParallelConfig) -> None:
+    if p.world_size != cluster.world_size:
+        raise MegapilotError(
+            f"TP*PP*CP*DP = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {p.world_size} but the cluster has "
+            f"{cluster.world_size} GPUs ({cluster.num_nodes} nodes x {cluster.gpus_per_node})",
+            field="parallel",
+            fix="make the product of the parallel sizes equal the GPU count",
+        )
+
+
+def _check_tensor_parallel(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, allow_across: bool
+) -> None:
+    if model.num_attention_heads % p.tp:
+        raise MegapilotError(
+            f"tp={p.tp} does not divide num_attention_heads={model.num_attention_heads}",
+            field="tp",
+            fix=f"use a TP from: {_divisors(model.num_attention_heads)}",
+        )
+    if model.mla is None and model.kv_heads % p.tp:
+        raise MegapilotError(
+            f"tp={p.tp} does not divide the {model.kv_heads} KV heads (num_query_groups); Megatron "
+            "shards whole KV groups",
+            field="tp",
+            fix=f"use a TP from: {_divisors(model.kv_heads)}",
+        )
+    if p.tp > cluster.gpus_per_node and not allow_across:
+        raise MegapilotError(
+            f"tp={p.tp} exceeds {cluster.gpus_per_node} GPUs per node; TP all-reduces would cross nodes",
+            field="tp",
+            fix=f"use tp <= {cluster.gpus_per_node} (or force it if you really mean it)",
+        )
+    if p.sequence_parallel and (training.seq_length // p.cp) % p.tp:
+        raise MegapilotError(
+            f"sequence parallel splits seq_length/cp={training.seq_length // p.cp} over tp={p.tp}, "
+            "which does not divide it",
+            field="seq_length",
+            fix="use a sequence length divisible by tp*cp",
+        )
+
+
+def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
+    stages = p.pp * p.vpp
+    if model.num_layers % stages:
+        raise MegapilotError(
+            f"num_layers={model.num_layers} is not divisible by pp*vpp={p.pp}*{p.vpp}={stages}",
+            field="pp" if p.vpp == 1 else "vpp",
+            fix=f"use pp*vpp from: {_divisors(model.num_layers)}",
+        )
+    if p.recompute == "full" and p.recompute_num_layers:
+        layers_per_stage = model.num_layers // stages
+        if p.recompute_method == "block" and p.recompute_num_layers > layers_per_stage:
+            raise MegapilotError(
+                f"recompute_num_layers={p.recompute_num_layers} exceeds the {layers_per_stage} layers of a stage",
+                field="recompute_num_layers",
+                fix=f"use at most {layers_per_stage}",
+            )
+
+
+def _check_context_parallel(training: TrainingSpec, p: ParallelConfig) -> None:
+    if p.cp > 1 and training.seq_length % (2 * p.cp):
+        raise MegapilotError(
+            f"seq_length={training.seq_length} is not divisible by 2*cp={2 * p.cp} (CP splits each "
+            "sequence into 2*CP chunks for load balance)",
+            field="seq_length",
+            fix=f"use a sequence length that is a multiple of {2 * p.cp}, or a smaller cp",
+        )
+
+
+def _check_experts(model: ModelSpec, p: ParallelConfig) -> None:
+    if model.moe is None:
+        if p.ep > 1:
+            raise MegapilotError(
+                f"ep={p.ep} on a dense model", field="ep", fix="use ep=1 for models without experts"
+            )
+        return
+    if model.moe.num_experts % p.ep:
+        raise MegapilotError(
+            f"ep={p.ep} does not divide num_experts={model.moe.num_experts}",
+            field="ep",
+            fix=f"use an EP from: {_divisors(model.moe.num_experts)}",
+        )
+    ranks_per_stage = p.tp * p.cp * p.dp
+    if ranks_per_stage % (p.ep * p.expert_tp):
+        raise MegapilotError(
+            f"ep*etp = {p.ep}*{p.expert_tp} does not divide tp*cp*dp = {ranks_per_stage}, the ranks of "
+            "one pipeline stage that Megatron carves the expert groups from",
+            field="ep",
+            fix="choose ep and etp whose product divides tp*cp*dp",
+        )
+
+
+def _check_batch(training: TrainingSpec, p: ParallelConfig) -> None:
+    if training.global_batch_size % (p.mbs * p.dp):
+        raise MegapilotError(
+            f"global_batch_size={training.global_batch_size} is not divisible by mbs*dp={p.mbs}*{p.dp}",
+            field="global_batch_size",
+            fix=f"use a global batch that is a multiple of {p.mbs * p.dp}",
+        )
+
+
+def _check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
+    if not cluster.gpu.supports(training.precision):
+        supported = ", ".join(sorted(cluster.gpu.precisions))
+        raise MegapilotError(
+            f"{training.precision} is not supported on {cluster.gpu.name} ({cluster.gpu.architecture})",
+            field="precision",
+            fix=f"use one of: {supported}",
+        )
+
+
+def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[str]:
+    warnings: list[str] = []
+    microbatches = p.num_microbatches(training.global_batch_size)
+    if p.pp > 1 and microbatches < p.pp:
+        warnings.append(
+            f"only {microbatches} micro-batches for pp={p.pp}: the pipeline never fills "
+            "(raise the global batch or lower pp)"
+        )
+    if p.vpp > 1 and microbatches % p.pp:
+        warnings.append(
+            f"{microbatches} micro-batches is not a multiple of pp={p.pp}; older Megatron-LM releases "
+            "refuse this with the interleaved schedule"
+        )
+    if p.tp > 1 and not p.sequence_parallel:
+        warnings.append("tp > 1 without sequence parallel replicates LayerNorm/dropout activations")
+    return warnings

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets up everything megapilot and its tests need on a fresh Debian machine:
+#   - Debian packages listed in scripts/apt-packages.txt (when run as root and any is missing),
+#   - a virtual environment in .venv with megapilot installed editable, with the trainer
+#     (torch CPU wheel + megatron-core) and test extras.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+install_debian_packages() {
+  local wanted missing=()
+  wanted=$(grep -vE '^\s*(#|$)' scripts/apt-packages.txt || true)
+  for pkg in $wanted; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "setup: missing Debian packages (${missing[*]}); install them as root" >&2
+    return 0
+  fi
+  echo "setup: installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_python_env() {
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  local stamp=.venv/.megapilot-installed
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/pip install -q --upgrade pip >/dev/null
+    .venv/bin/pip install -q -e '.[train,test]'
+    touch "$stamp"
+  fi
+}
+
+install_debian_packages
+install_python_env
+echo "setup: ready (.venv/bin/megapilot)"

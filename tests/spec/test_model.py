@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from megapilot.spec import MLASpec, ModelSpec, MoESpec, ParallelConfig
+
+
+def _model(**kw) -> ModelSpec:
+    base = dict(name="m", num_layers=4, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=8, vocab_size=50257)
+    return ModelSpec(**(base | kw))
+
+
+def test_vocab_padding_follows_megatron_multiple_times_tp():
+    model = _model()
+    assert model.padded_vocab_size(1) == 50304
+    assert model.padded_vocab_size(8) == 51200
+
+
+def test_moe_layer_pattern_dense_first_then_frequency():
+    moe = MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=128, first_k_dense_layers=1, moe_layer_freq=2)
+    model = _model(moe=moe)
+    assert [model.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    assert model.num_moe_layers == 2 and model.num_dense_layers == 2
+
+
+def test_gqa_groups_must_divide_heads():
+    with pytest.raises(ValidationError, match="num_query_groups"):
+        _model(num_query_groups=3)
+
+
+def test_topk_above_experts_is_refused():
+    with pytest.raises(ValidationError, match="router_topk"):
+        MoESpec(num_experts=4, router_topk=5, moe_ffn_hidden_size=64)
+
+
+def test_mla_model_needs_no_divisible_hidden():
+    mla = MLASpec(kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128)
+    assert _model(hidden_size=250, mla=mla).mla is mla
+
+
+def test_parallel_config_local_rules():
+    with pytest.raises(ValidationError, match="sequence_parallel"):
+        ParallelConfig(tp=1, sequence_parallel=True)
+    with pytest.raises(ValidationError, match="vpp"):
+        ParallelConfig(pp=1, vpp=2)
+    assert ParallelConfig.for_world(64, tp=8, pp=4).dp == 2
+    assert ParallelConfig.for_world(64, tp=2, cp=2, ep=4).expert_dp == 8
