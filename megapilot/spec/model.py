@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MlpActivation = Literal["swiglu", "gelu", "squared_relu"]
+# geglu = gated GELU (Gemma): a gated unit like swiglu (3 matrices), Megatron --gated-linear-unit with gelu.
+MlpActivation = Literal["swiglu", "gelu", "squared_relu", "geglu"]
 Normalization = Literal["RMSNorm", "LayerNorm"]
 PositionEmbedding = Literal["rope", "learned_absolute", "none"]
 LoadBalancing = Literal["aux_loss", "seq_aux_loss", "sinkhorn", "none"]
@@ -37,6 +38,15 @@ class MoESpec(_Spec):
     )
     moe_layer_freq: int = Field(
         default=1, ge=1, description="After the dense-first layers, every k-th layer is MoE (--moe-layer-freq).",
+    )
+    shared_expert_gate: bool = Field(
+        default=False,
+        description="Sigmoid gate h->1 on the shared experts' output (Qwen2-MoE, --moe-shared-expert-gate).",
+    )
+    router_expert_bias: bool = Field(
+        default=False,
+        description="Per-expert routing bias for aux-loss-free balancing (DeepSeek-V3 `e_score_correction_bias`, "
+        "--moe-router-enable-expert-bias); Hugging Face checkpoints count it as E parameters per MoE layer.",
     )
     load_balancing_type: LoadBalancing = Field(
         default="aux_loss", description="Router load balancing (--moe-router-load-balancing-type).",
@@ -133,8 +143,8 @@ class ModelSpec(_Spec):
 
     @property
     def gated_mlp(self) -> bool:
-        """SwiGLU has gate and up projections (3 GEMMs); GELU has 2."""
-        return self.mlp_activation == "swiglu"
+        """SwiGLU and GeGLU have gate and up projections (3 GEMMs); GELU and squared ReLU have 2."""
+        return self.mlp_activation in ("swiglu", "geglu")
 
     def is_moe_layer(self, layer_index: int) -> bool:
         """Whether 0-based `layer_index` holds an MoE block (Megatron's dense-first + frequency pattern)."""

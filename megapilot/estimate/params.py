@@ -1,0 +1,273 @@
+"""Parameter counts of a `ModelSpec`, per layer, per model and per pipeline stage.
+
+Pure functions, no I/O. Counting follows the weights Megatron-Core (and the Hugging Face checkpoint of
+the same model) allocates:
+
+- attention: Q/K/V and output projections (+ biases); MLA: the q LoRA pair (or a full-rank q), the
+  joint KV down-projection with the shared rotary key, the KV up-projection and the output projection;
+- MLP: dense (2 matrices, 3 with a gated unit), routed experts, shared experts (+ their optional gate h→1),
+  router h→E (+ the optional per-expert routing bias);
+- norms: one weight (RMSNorm) or weight + bias (LayerNorm) per norm — the two per-layer norms, the
+  q/k norms of `qk_layernorm` and MLA's q/kv LoRA norms all land in `LayerParams.norms`;
+- embeddings: the word embedding (+ learned absolute positions), an output layer unless tied, a final norm;
+- MTP: each multi-token-prediction module is one transformer layer of the last layer's kind, its enorm,
+  hnorm and final norm, and the eh-projection 2h→h; it shares the embedding and output layer.
+
+Published counts use the tokenizer's vocab; Megatron allocates the padded one (`padded_vocab=True`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megapilot.errors import MegapilotError
+from megapilot.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one transformer layer, by block.
+
+    `mlp` is the dense MLP (0 on MoE layers); `routed_experts` holds all experts of the layer and
+    `active_routed_experts` the top-k a token is sent to.
+    """
+
+    attention: int
+    mlp: int
+    routed_experts: int
+    active_routed_experts: int
+    shared_experts: int
+    router: int
+    norms: int
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.routed_experts + self.shared_experts + self.router + self.norms
+
+    @property
+    def active(self) -> int:
+        """Weights one token touches in this layer: routed top-k instead of every expert."""
+        return (
+            self.attention + self.mlp + self.active_routed_experts + self.shared_experts + self.router + self.norms
+        )
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    """Whole-model parameters.
+
+    `total` = embedding + output_layer + layers + final_norm + mtp.
+    `active` = what one token touches in the main model: the input embedding (word + position), the
+    attention, dense MLPs, top-k routed and shared experts, routers and norms of every layer, the final
+    norm and the output layer. It INCLUDES the input embedding and EXCLUDES the MTP modules (they only
+    run in training); `active_without_input_embedding` gives the other publishers' convention.
+    """
+
+    embedding: int
+    output_layer: int
+    layers: int
+    final_norm: int
+    mtp: int
+    total: int
+    active: int
+    per_layer: tuple[LayerParams, ...]
+
+    @property
+    def main_model(self) -> int:
+        """Total without the MTP modules (what most model cards call the model size)."""
+        return self.total - self.mtp
+
+    @property
+    def active_without_input_embedding(self) -> int:
+        return self.active - self.embedding
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+
+
+def norm_params(model: ModelSpec, width: int) -> int:
+    """One norm over `width` features: RMSNorm has a scale, LayerNorm a scale and a bias."""
+    return width * (2 if model.normalization == "LayerNorm" else 1)
+
+
+def _linear(model: ModelSpec, in_features: int, out_features: int) -> int:
+    """A linear layer's weight plus its bias when the model uses biases (`add_bias_linear`)."""
+    return in_features * out_features + (out_features if model.add_bias_linear else 0)
+
+
+def _mlp_params(model: ModelSpec, ffn_hidden_size: int) -> int:
+    """Up (+ gate) projection and down projection of one MLP of width `ffn_hidden_size`."""
+    if ffn_hidden_size == 0:
+        return 0
+    up_outputs = ffn_hidden_size * (2 if model.gated_mlp else 1)
+    return _linear(model, model.hidden_size, up_outputs) + _linear(model, ffn_hidden_size, model.hidden_size)
+
+
+def _standard_attention_params(model: ModelSpec) -> tuple[int, int]:
+    """(projection weights and biases, q/k norms) of multi-head / grouped-query attention."""
+    h = model.hidden_size
+    q_width = model.num_attention_heads * model.head_dim
+    kv_width = model.kv_heads * model.head_dim
+    qkv_outputs = q_width + 2 * kv_width
+    qkv = h * qkv_outputs + (qkv_outputs if model.add_bias_linear or model.add_qkv_bias else 0)
+    output = _linear(model, q_width, h)
+    qk_norms = 2 * norm_params(model, model.head_dim) if model.qk_layernorm else 0
+    return qkv + output, qk_norms
+
+
+def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
+    """(projections, LoRA norms) of DeepSeek multi-head latent attention (biases are not used by MLA)."""
+    assert model.mla is not None
+    mla, h, heads = model.mla, model.hidden_size, model.num_attention_heads
+    q_head_dim = mla.qk_head_dim + mla.qk_pos_emb_head_dim
+    if mla.q_lora_rank is None:
+        query = h * heads * q_head_dim
+        lora_norms = 0
+    else:
+        query = h * mla.q_lora_rank + mla.q_lora_rank * heads * q_head_dim
+        lora_norms = norm_params(model, mla.q_lora_rank)
+    kv_down = h * (mla.kv_lora_rank + mla.qk_pos_emb_head_dim)  # latent KV + the shared rotary key
+    kv_up = mla.kv_lora_rank * heads * (mla.qk_head_dim + mla.v_head_dim)
+    output = heads * mla.v_head_dim * h
+    lora_norms += norm_params(model, mla.kv_lora_rank)
+    return query + kv_down + kv_up + output, lora_norms
+
+
+def _router_params(model: ModelSpec) -> int:
+    """Router h→E (no bias), plus DeepSeek-V3's per-expert routing bias when the model has one.
+
+    Megatron keeps that bias as a buffer updated by the balancing rule, not a trained weight; the
+    Hugging Face checkpoint (and DeepSeek's published 671B) counts it, so it is counted here.
+    """
+    assert model.moe is not None
+    bias = model.moe.num_experts if model.moe.router_expert_bias else 0
+    return model.hidden_size * model.moe.num_experts + bias
+
+
+def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
+    """Parameters of the 0-based `layer_index`-th transformer layer (dense or MoE, MHA/GQA or MLA)."""
+    if model.mla is not None:
+        attention, attention_norms = _mla_attention_params(model)
+    else:
+        attention, attention_norms = _standard_attention_params(model)
+    layer_norms = 2 * norm_params(model, model.hidden_size)  # input norm + pre-MLP norm
+    norms = layer_norms + attention_norms
+
+    if not model.is_moe_layer(layer_index):
+        return LayerParams(attention, _mlp_params(model, model.ffn_hidden_size), 0, 0, 0, 0, norms)
+
+    moe = model.moe
+    assert moe is not None
+    one_expert = _mlp_params(model, moe.moe_ffn_hidden_size)
+    return LayerParams(
+        attention=attention,
+        mlp=0,
+        routed_experts=moe.num_experts * one_expert,
+        active_routed_experts=moe.router_topk * one_expert,
+        shared_experts=_mlp_params(model, moe.shared_expert_ffn_hidden_size)
+        + (model.hidden_size if moe.shared_expert_gate else 0),
+        router=_router_params(model),
+        norms=norms,
+    )
+
+
+def embedding_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -> int:
+    """Word embedding, plus learned absolute position embeddings (GPT-2 style)."""
+    vocab = model.padded_vocab_size(tp) if padded_vocab else model.vocab_size
+    positions = model.max_position_embeddings if model.position_embedding == "learned_absolute" else 0
+    return (vocab + positions) * model.hidden_size
+
+
+def output_layer_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -> int:
+    """The logit projection h→vocab; 0 when tied to the word embedding."""
+    if model.tie_embeddings:
+        return 0
+    vocab = model.padded_vocab_size(tp) if padded_vocab else model.vocab_size
+    return vocab * model.hidden_size
+
+
+def mtp_module_params(model: ModelSpec) -> int:
+    """One MTP module: a transformer layer like the last decoder layer, enorm + hnorm + final norm, eh-proj 2h→h.
+
+    The embedding and output layer are shared with the main model, so they are not counted here.
+    """
+    h = model.hidden_size
+    transformer_layer = layer_params(model, model.num_layers - 1).total
+    return transformer_layer + 3 * norm_params(model, h) + 2 * h * h
+
+
+def count_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -> ParamBreakdown:
+    """Count every parameter of `model`; `padded_vocab=True` uses Megatron's vocab padded for `tp`."""
+    per_layer = tuple(layer_params(model, i) for i in range(model.num_layers))
+    embedding = embedding_params(model, padded_vocab=padded_vocab, tp=tp)
+    output_layer = output_layer_params(model, padded_vocab=padded_vocab, tp=tp)
+    layers = sum(layer.total for layer in per_layer)
+    final_norm = norm_params(model, model.hidden_size)
+    mtp = model.mtp_num_layers * mtp_module_params(model)
+    active = embedding + sum(layer.active for layer in per_layer) + final_norm + output_layer
+    return ParamBreakdown(
+        embedding=embedding,
+        output_layer=output_layer,
+        layers=layers,
+        final_norm=final_norm,
+        mtp=mtp,
+        total=embedding + output_layer + layers + final_norm + mtp,
+        active=active,
+        per_layer=per_layer,
+    )
+
+
+# ---- pipeline stages ---------------------------------------------------------------------------
+
+
+def stage_layer_indices(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0) -> list[int]:
+    """0-based layers held by pipeline rank `stage`.
+
+    Megatron splits the layers evenly into pp*vpp model chunks; chunk c goes to rank c % pp, so rank
+    `stage` holds chunks stage, stage+pp, ..., stage+(vpp-1)*pp.
+    """
+    _check_stage(model, pp, vpp, stage)
+    chunks = pp * vpp
+    layers_per_chunk = model.num_layers // chunks
+    return [
+        chunk * layers_per_chunk + offset
+        for chunk in range(stage, chunks, pp)
+        for offset in range(layers_per_chunk)
+    ]
+
+
+def stage_params(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1) -> int:
+    """Parameters held by pipeline rank `stage` (all TP shards together), with the padded vocab for `tp`.
+
+    The first rank holds the embedding; the last rank holds the final norm, the output layer and the
+    MTP modules. With tied embeddings and pp > 1 the last rank keeps its own copy of the word
+    embedding as the output layer (Megatron syncs the two copies' gradients).
+    """
+    held = sum(layer_params(model, i).total for i in stage_layer_indices(model, pp, vpp, stage))
+    if stage == 0:
+        held += embedding_params(model, padded_vocab=True, tp=tp)
+    if stage == pp - 1:
+        held += norm_params(model, model.hidden_size) + model.mtp_num_layers * mtp_module_params(model)
+        held += output_layer_params(model, padded_vocab=True, tp=tp)
+        if model.tie_embeddings and pp > 1:
+            held += model.padded_vocab_size(tp) * model.hidden_size
+    return held
+
+
+def most_loaded_stage(model: ModelSpec, pp: int, vpp: int = 1, tp: int = 1) -> int:
+    """The pipeline rank holding the most parameters (the lowest rank on a tie)."""
+    loads = [stage_params(model, pp, vpp, stage, tp=tp) for stage in range(pp)]
+    return loads.index(max(loads))
+
+
+def _check_stage(model: ModelSpec, pp: int, vpp: int, stage: int) -> None:
+    if pp < 1 or vpp < 1:
+        raise MegapilotError(f"pp={pp}, vpp={vpp} must be >= 1", field="pp", fix="use positive pipeline sizes")
+    if model.num_layers % (pp * vpp):
+        raise MegapilotError(
+            f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}={pp * vpp}",
+            field="pp" if vpp == 1 else "vpp",
+            fix="choose pp*vpp that divides the layer count",
+        )
+    if not 0 <= stage < pp:
+        raise MegapilotError(f"stage={stage} is outside 0..{pp - 1}", field="stage", fix=f"use 0 <= stage < {pp}")
