@@ -1,0 +1,105 @@
+"""Regenerate `megatron_args_<release>.json`: the flags Megatron-LM's `pretrain_gpt.py` accepts.
+
+Maintenance tool, not imported by megapilot. It builds Megatron-LM's own argument parser
+(`megatron.training.arguments.add_megatron_arguments`) from a source tree of the pinned release and
+records, for every option: its names, whether it takes a value (and how many), its choices, and
+its destination. Many options are generated from config dataclasses at parser-build time, so
+reading the parser object is the only faithful way to list them.
+
+    git --git-dir=<Megatron-LM mirror> archive core_v0.16.0 megatron | tar -x -C /tmp/mlm
+    PYTHONPATH=/tmp/mlm python megapilot/launch/data/extract_megatron_args.py \
+        --release core_v0.16.0 --commit <sha> -o megapilot/launch/data/megatron_args_core_v0.16.0.json
+
+Needs torch and Megatron-LM's import-time dependencies; modules listed in --stub (pure helpers
+such as `six`, only used by tokenizers) are replaced by empty modules so the parser can be built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+
+
+class _Anything:
+    """Stands in for any attribute of a stubbed module: callable, usable as a decorator."""
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]
+        return _Anything()
+
+    def __getattr__(self, name: str) -> "_Anything":
+        return _Anything()
+
+
+class _StubModule(types.ModuleType):
+    __path__: list[str] = []
+
+    def __getattr__(self, name: str) -> _Anything:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
+
+
+def _stub_modules(names: list[str]) -> None:
+    """Replace import-time-only dependencies (not used by the parser) with permissive stubs."""
+    for name in names:
+        try:
+            __import__(name)
+        except ImportError:
+            sys.modules[name] = _StubModule(name)
+
+
+def _describe(action: argparse.Action) -> dict:
+    takes_value = action.nargs != 0
+    nargs = action.nargs
+    kinds = {argparse._StoreTrueAction: "store_true", argparse._StoreFalseAction: "store_false"}
+    return {
+        "names": sorted(s for s in action.option_strings if s.startswith("--")),
+        "dest": action.dest,
+        "action": kinds.get(type(action), "store" if takes_value else type(action).__name__),
+        "takes_value": takes_value,
+        "nargs": nargs if isinstance(nargs, (int, type(None))) else str(nargs),
+        "choices": sorted(str(c) for c in action.choices) if action.choices else None,
+    }
+
+
+def extract(release: str, commit: str) -> dict:
+    from megatron.training.arguments import add_megatron_arguments
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add_megatron_arguments(parser)
+    flags: dict[str, dict] = {}
+    for action in parser._actions:  # the parser's public surface has no iterator over options
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        info = _describe(action)
+        for name in info["names"]:
+            flags[name] = {k: v for k, v in info.items() if k != "names"}
+    return {
+        "source": "NVIDIA/Megatron-LM megatron/training/arguments.py (add_megatron_arguments)",
+        "release": release,
+        "commit": commit,
+        "flags": dict(sorted(flags.items())),
+    }
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--release", required=True)
+    cli.add_argument("--commit", required=True)
+    cli.add_argument("--stub", nargs="*", default=["six", "regex", "megatron.core.transformer.custom_layers.batch_invariant_kernels"])
+    cli.add_argument("-o", "--output", required=True)
+    args = cli.parse_args()
+    _stub_modules(args.stub)
+    data = extract(args.release, args.commit)
+    with open(args.output, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=False)
+        fh.write("\n")
+    print(f"{len(data['flags'])} flags -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()
