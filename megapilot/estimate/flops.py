@@ -1,0 +1,177 @@
+"""Model FLOPs in Megatron-LM's `num_floating_point_operations` convention.
+
+Convention (Megatron-LM `megatron/training/training.py`, core >= v0.12):
+- only GEMMs count; norms, softmax, activations and the router are free;
+- every weight GEMM runs three times (forward, data-gradient, weight-gradient) and a multiply-add is
+  2 FLOPs, so a weight of `in x out` costs 6 * in * out FLOPs per token;
+- the attention core (QK^T and PV) is halved for the causal mask: 6 * q * s per layer per token;
+- recomputation is never counted (these are *model* FLOPs, the MFU numerator).
+
+`convention="megatron_full_attention"` counts the attention core over the full s x s matrix
+(12 * q * s), as Megatron-Core <= v0.11, NeMo 2.0 before Aug 2025 and the 2021-22 papers did, so that
+published TFLOP/s of that era can be compared. Nothing else changes between the two conventions here
+(core <= v0.11 also counted MoE as top-k x ffn_hidden_size in every layer; we keep the MoE layout).
+
+Units: FLOPs (not FLOP/s). All terms are per token unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from megapilot.spec.model import ModelSpec
+
+FlopConvention = Literal["megatron", "megatron_full_attention"]
+FLOP_CONVENTIONS: tuple[str, ...] = ("megatron", "megatron_full_attention")
+
+# Three GEMMs per weight (forward, dgrad, wgrad) x 2 FLOPs per multiply-add.
+GEMM_PASSES_FLOPS = 6
+
+
+def _mlp_matrices(model: ModelSpec) -> int:
+    """Weight matrices of one MLP: gate + up + down for SwiGLU/GeGLU, up + down otherwise."""
+    return 3 if model.gated_mlp else 2
+
+
+# ---- attention ---------------------------------------------------------------------------------
+
+
+def attention_linear_flops(model: ModelSpec) -> float:
+    """Token-linear attention GEMMs of one layer, per token.
+
+    Standard/GQA attention: 6 * [h * (q + 2 kv) + q * h], q = heads * kv_channels,
+    kv = query_groups * kv_channels (Megatron `num_floating_point_operations`).
+    MLA (DeepSeek-V2, arXiv 2405.04434 Sec. 2.1; Megatron's MLA branch):
+    6 * [q_term + kv_lora * (h + heads * (qk_head + v_head) + 1) + h * qk_rope + heads * v_head * h].
+    """
+    h = model.hidden_size
+    if model.mla is not None:
+        mla, heads = model.mla, model.num_attention_heads
+        q_head = mla.qk_head_dim + mla.qk_pos_emb_head_dim
+        if mla.q_lora_rank is None:
+            q_term = h * heads * q_head
+        else:
+            q_term = mla.q_lora_rank * (h + heads * q_head + 1)
+        kv_term = mla.kv_lora_rank * (h + heads * (mla.qk_head_dim + mla.v_head_dim) + 1)
+        rope_key = h * mla.qk_pos_emb_head_dim
+        output = heads * mla.v_head_dim * h
+        return GEMM_PASSES_FLOPS * (q_term + kv_term + rope_key + output)
+    q = model.num_attention_heads * model.head_dim
+    kv = model.kv_heads * model.head_dim
+    return GEMM_PASSES_FLOPS * (h * (q + 2 * kv) + q * h)
+
+
+def attention_core_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
+    """QK^T and PV of one layer, per token.
+
+    Full matrix: 3 passes x 2 GEMMs x 2 FLOPs x q x s = 12 q s; causal halves it to 6 q s
+    (Megatron core >= v0.12). MLA: q = heads * (qk_head + qk_rope) for QK^T and heads * v_head for PV.
+    """
+    if model.mla is not None:
+        mla, heads = model.mla, model.num_attention_heads
+        qk_width = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
+        pv_width = heads * mla.v_head_dim
+        full = GEMM_PASSES_FLOPS * (qk_width + pv_width) * seq_length
+    else:
+        full = 12 * model.num_attention_heads * model.head_dim * seq_length
+    return full if convention == "megatron_full_attention" else full / 2
+
+
+# ---- MLP ---------------------------------------------------------------------------------------
+
+
+def dense_mlp_flops(model: ModelSpec) -> float:
+    """Dense MLP of one layer, per token: 6 * h * ffn * (3 if gated else 2)."""
+    return GEMM_PASSES_FLOPS * model.hidden_size * model.ffn_hidden_size * _mlp_matrices(model)
+
+
+def moe_mlp_flops(model: ModelSpec) -> float:
+    """MoE block of one layer, per token: 6 * h * (moe_ffn * topk + shared_ffn) * (3 if gated else 2).
+
+    Only the top-k routed experts a token visits count; the router GEMM is not counted (Megatron).
+    """
+    assert model.moe is not None
+    moe = model.moe
+    width = moe.moe_ffn_hidden_size * moe.router_topk + moe.shared_expert_ffn_hidden_size
+    return GEMM_PASSES_FLOPS * model.hidden_size * width * _mlp_matrices(model)
+
+
+def mlp_flops(model: ModelSpec, layer_index: int) -> float:
+    """The MLP of layer `layer_index`: MoE or dense by Megatron's layer pattern."""
+    return moe_mlp_flops(model) if model.is_moe_layer(layer_index) else dense_mlp_flops(model)
+
+
+# ---- whole model -------------------------------------------------------------------------------
+
+
+def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron") -> float:
+    """One transformer layer, per token: attention (linear + core) + MLP."""
+    return (
+        attention_linear_flops(model)
+        + attention_core_flops(model, seq_length, convention)
+        + mlp_flops(model, layer_index)
+    )
+
+
+def logits_flops(model: ModelSpec, tp: int = 1) -> float:
+    """Output layer, per token: 6 * h * V_padded, counted once per MTP depth + 1 (Megatron)."""
+    return GEMM_PASSES_FLOPS * model.hidden_size * model.padded_vocab_size(tp) * (model.mtp_num_layers + 1)
+
+
+def mtp_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
+    """MTP modules, per token: k layers like the last layer + 6 k (3h + 2h^2) for norms and eh-projection.
+
+    (DeepSeek-V3, arXiv 2412.19437 Sec. 2.2; Megatron's MTP branch.) Their logits are in `logits_flops`.
+    """
+    k = model.mtp_num_layers
+    if k == 0:
+        return 0.0
+    h = model.hidden_size
+    last_layer = layer_flops(model, model.num_layers - 1, seq_length, convention)
+    return k * last_layer + GEMM_PASSES_FLOPS * k * (3 * h + 2 * h * h)
+
+
+@dataclass(frozen=True)
+class FlopsPerToken:
+    """Model FLOPs per token, split into the parts the step-time model prices differently."""
+
+    attention_linear: float
+    attention_core: float
+    mlp: float
+    mtp: float
+    logits: float
+
+    @property
+    def layers(self) -> float:
+        return self.attention_linear + self.attention_core + self.mlp
+
+    @property
+    def total(self) -> float:
+        return self.layers + self.mtp + self.logits
+
+
+def flops_per_token(
+    model: ModelSpec, seq_length: int, *, convention: FlopConvention = "megatron", tp: int = 1
+) -> FlopsPerToken:
+    """Model FLOPs per trained token, by part (padded vocab for `tp`)."""
+    mlp_total = sum(mlp_flops(model, i) for i in range(model.num_layers))
+    return FlopsPerToken(
+        attention_linear=model.num_layers * attention_linear_flops(model),
+        attention_core=model.num_layers * attention_core_flops(model, seq_length, convention),
+        mlp=mlp_total,
+        mtp=mtp_flops(model, seq_length, convention),
+        logits=logits_flops(model, tp),
+    )
+
+
+def flops_per_step(
+    model: ModelSpec,
+    seq_length: int,
+    global_batch_size: int,
+    *,
+    convention: FlopConvention = "megatron",
+    tp: int = 1,
+) -> float:
+    """Model FLOPs of one global batch (`num_floating_point_operations(args, batch_size)`)."""
+    return flops_per_token(model, seq_length, convention=convention, tp=tp).total * seq_length * global_batch_size

@@ -1,0 +1,95 @@
+"""FLOPs per token/step, checked against formulas worked by hand for four model families."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.estimate.flops import flops_per_step, flops_per_token
+from megapilot.spec import MLASpec, ModelSpec, MoESpec
+
+GPT_22B = ModelSpec(  # Korthikanti et al. 2022, Table 3 (GPT, MHA, 4h GELU MLP)
+    name="gpt-22b", num_layers=48, hidden_size=6144, ffn_hidden_size=4 * 6144, num_attention_heads=64,
+    vocab_size=51200, mlp_activation="gelu", normalization="LayerNorm",
+)
+LLAMA3_8B = ModelSpec(
+    name="llama3-8b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+    num_query_groups=8, vocab_size=128256,
+)
+MIXTRAL_8X7B = ModelSpec(
+    name="mixtral", num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+    num_query_groups=8, vocab_size=32000,
+    moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=14336),
+)
+DEEPSEEK_V2_LITE = ModelSpec(
+    name="dsv2-lite", num_layers=27, hidden_size=2048, ffn_hidden_size=10944, num_attention_heads=16,
+    vocab_size=102400,
+    moe=MoESpec(num_experts=64, router_topk=6, moe_ffn_hidden_size=1408, shared_expert_ffn_hidden_size=2816,
+                first_k_dense_layers=1),
+    mla=MLASpec(kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128),
+)
+
+
+def test_gpt_full_attention_count_equals_korthikanti_closed_form():
+    h, layers, s, vocab, batch = 6144, 48, 2048, 51200, 4
+    # Korthikanti 2022: model FLOPs = 72 B L s h^2 (1 + s/6h + V/12hL)
+    closed_form = 72 * batch * layers * s * h**2 * (1 + s / (6 * h) + vocab / (12 * h * layers))
+    ours = flops_per_step(GPT_22B, s, batch, convention="megatron_full_attention")
+    assert ours == pytest.approx(closed_form, rel=1e-12)
+
+
+def test_causal_convention_halves_only_the_attention_core():
+    h, layers, s = 6144, 48, 2048
+    full = flops_per_token(GPT_22B, s, convention="megatron_full_attention")
+    causal = flops_per_token(GPT_22B, s)
+    assert full.total - causal.total == pytest.approx(6 * h * s * layers)
+    assert causal.attention_core == pytest.approx(6 * h * s * layers)
+
+
+def test_llama3_8b_gqa_swiglu_by_hand():
+    h, kv, ffn, s, vocab = 4096, 8 * 128, 14336, 8192, 128256
+    attention_linear = 6 * (h * (h + 2 * kv) + h * h)  # 251,658,240
+    mlp = 6 * h * ffn * 3  # SwiGLU: gate, up, down
+    core = 6 * h * s
+    per_token = 32 * (attention_linear + mlp + core) + 6 * h * vocab
+    assert per_token == 51_470_401_536
+    assert flops_per_token(LLAMA3_8B, s).total == per_token
+    # the calibration file's own restatement for Llama3-8B @ 8K: 51.470e9 causal
+    assert flops_per_token(LLAMA3_8B, s).total == pytest.approx(51_470e6, rel=1e-4)
+
+
+def test_mixtral_moe_counts_topk_experts_only():
+    h, kv, moe_ffn, s, vocab = 4096, 1024, 14336, 4096, 32000
+    per_layer = 6 * (h * (h + 2 * kv) + h * h) + 6 * h * (2 * moe_ffn) * 3 + 6 * h * s
+    expected = 32 * per_layer + 6 * h * vocab
+    assert expected == 79_706_456_064
+    assert flops_per_token(MIXTRAL_8X7B, s).total == expected
+
+
+def test_deepseek_v2_lite_mla_with_dense_first_layer_by_hand():
+    h, heads, s, vocab = 2048, 16, 4096, 102400
+    q_term = h * heads * (128 + 64)  # no q LoRA: full-rank query
+    kv_term = 512 * (h + heads * (128 + 128) + 1)
+    mla_linear = 6 * (q_term + kv_term + h * 64 + heads * 128 * h)
+    mla_core = 6 * (heads * (128 + 64) / 2 + heads * 128 / 2) * s
+    dense_mlp = 6 * h * 10944 * 3
+    moe_mlp = 6 * h * (1408 * 6 + 2816) * 3
+    expected = 27 * (mla_linear + mla_core) + dense_mlp + 26 * moe_mlp + 6 * h * vocab
+    assert expected == 16_386_180_096
+    assert flops_per_token(DEEPSEEK_V2_LITE, s).total == pytest.approx(expected, rel=1e-12)
+
+
+def test_mtp_adds_a_layer_its_projection_and_another_logits_pass():
+    with_mtp = DEEPSEEK_V2_LITE.model_copy(update={"mtp_num_layers": 1})
+    h, s = 2048, 4096
+    base = flops_per_token(DEEPSEEK_V2_LITE, s)
+    extra = flops_per_token(with_mtp, s).total - base.total
+    last_layer = (base.attention_linear + base.attention_core) / 27 + 6 * h * (1408 * 6 + 2816) * 3
+    assert extra == pytest.approx(last_layer + 6 * (3 * h + 2 * h * h) + 6 * h * 102400)
+
+
+def test_logits_use_the_vocab_padded_for_tp():
+    # 51200 is a multiple of 128*8, 50257 is not: padded to 50304 (tp=1) and 51200 (tp=8)
+    gpt2ish = GPT_22B.model_copy(update={"vocab_size": 50257})
+    h = 6144
+    assert flops_per_token(gpt2ish, 2048, tp=1).logits == 6 * h * 50304
+    assert flops_per_token(gpt2ish, 2048, tp=8).logits == 6 * h * 51200
