@@ -1,0 +1,324 @@
+"""Hugging Face `config.json` → `ModelSpec`.
+
+Supported (by `architectures[0]`, else `model_type`):
+
+- Llama-style dense: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (QKV bias),
+  Qwen3ForCausalLM (q/k norm), GemmaForCausalLM and Gemma2ForCausalLM (gated GELU, tied head);
+- MoE: MixtralForCausalLM, Qwen2MoeForCausalLM (gated shared expert), Qwen3MoeForCausalLM;
+- DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM;
+- GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head).
+
+What a ModelSpec does not model is either refused with a `MegapilotError` naming the field (a
+Qwen sliding window on some layers only, MoE layer placements Megatron cannot express, attention-only
+biases) or stated here: a window over *every* layer (Mistral) and Gemma 2's local/global alternation
+and logit soft-capping are not modelled (attention is costed as global, exact while seq_length <=
+sliding_window), and Gemma 2's two extra sandwich norms per layer (2·h parameters) are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.spec.model import MLASpec, ModelSpec, MoESpec
+
+HFConfig = dict[str, Any]
+
+# architectures[0] → family; model_type → the same families, for configs without `architectures`.
+_ARCHITECTURE_FAMILY: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GPT2LMHeadModel": "gpt2",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+}
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
+_SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Read a Hugging Face `config.json` (or a directory holding one) into a ModelSpec named after it."""
+    config_path = Path(path).expanduser()
+    if config_path.is_dir():
+        config_path = config_path / "config.json"
+    if not config_path.is_file():
+        raise MegapilotError(
+            f"no Hugging Face config at {config_path}", field="model",
+            fix="pass a preset name (see `megapilot models`), a config.json, or a directory containing one",
+        )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MegapilotError(
+            f"cannot read {config_path} as JSON ({exc})", field="model",
+            fix="pass a valid Hugging Face config.json",
+        ) from exc
+    if not isinstance(config, dict):
+        raise MegapilotError(
+            f"{config_path} holds a JSON {type(config).__name__}, not an object", field="model",
+            fix="pass a Hugging Face config.json (a JSON object)",
+        )
+    name = config_path.parent.name if config_path.name == "config.json" else config_path.stem
+    return from_hf_config(config, name or "model")
+
+
+def from_hf_config(config: HFConfig, name: str) -> ModelSpec:
+    """Map a Hugging Face config dict onto a ModelSpec (Megatron-Core's vocabulary)."""
+    family = _family(config)
+    architecture = (config.get("architectures") or [None])[0] or config.get("model_type")
+    try:
+        fields = _FAMILY_MAPPERS[family](config)
+        return ModelSpec(name=name, hf_architecture=architecture, **fields)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="model") from exc
+
+
+def _family(config: HFConfig) -> str:
+    architectures = config.get("architectures") or []
+    if architectures:
+        family = _ARCHITECTURE_FAMILY.get(architectures[0])
+        if family is None:
+            raise MegapilotError(
+                f"architecture {architectures[0]!r} is not supported", field="architectures",
+                fix=_SUPPORTED_HINT,
+            )
+        return family
+    model_type = config.get("model_type")
+    if model_type in _ARCHITECTURE_FAMILY.values():
+        return str(model_type)
+    raise MegapilotError(
+        f"model_type {model_type!r} is not supported (and no `architectures` given)", field="model_type",
+        fix=_SUPPORTED_HINT,
+    )
+
+
+# ---- field access ------------------------------------------------------------------------------
+
+
+def _required(config: HFConfig, key: str) -> Any:
+    value = config.get(key)
+    if value is None:
+        raise MegapilotError(
+            f"the config has no {key!r}", field=key, fix=f"add {key!r} to the config.json (copy it from the model's hub page)",
+        )
+    return value
+
+
+def _required_int(config: HFConfig, key: str) -> int:
+    value = _required(config, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MegapilotError(f"{key}={value!r} is not an integer", field=key, fix=f"set {key!r} to an integer")
+    return value
+
+
+def _optional_int(config: HFConfig, key: str) -> int | None:
+    return None if config.get(key) is None else _required_int(config, key)
+
+
+def _refuse(key: str, why: str) -> MegapilotError:
+    return MegapilotError(why, field=key, fix=f"remove or change {key!r}; {_SUPPORTED_HINT} with their standard layouts")
+
+
+# ---- Llama-style decoders --------------------------------------------------------------------------
+
+
+def _gated_activation(config: HFConfig) -> str:
+    """silu → swiglu; gelu variants → geglu (Gemma). Llama-style MLPs are always gated."""
+    activation = str(config.get("hidden_activation") or config.get("hidden_act") or "silu")
+    if activation in ("silu", "swish"):
+        return "swiglu"
+    if activation.startswith("gelu"):
+        return "geglu"
+    raise _refuse("hidden_act", f"hidden_act={activation!r} is not modelled (silu or gelu gated MLPs are)")
+
+
+def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, Any]:
+    """The fields every Llama-style config shares (attention, MLP width, vocab, rope, norms)."""
+    hidden = _required_int(config, "hidden_size")
+    heads = _required_int(config, "num_attention_heads")
+    kv_heads = _optional_int(config, "num_key_value_heads") or heads
+    head_dim = _optional_int(config, "head_dim")
+    if config.get("attention_bias") and not config.get("mlp_bias"):
+        raise _refuse("attention_bias", "attention-only biases have no Megatron flag (add_bias_linear biases every linear)")
+    return {
+        "num_layers": _required_int(config, "num_hidden_layers"),
+        "hidden_size": hidden,
+        "ffn_hidden_size": _required_int(config, "intermediate_size"),
+        "num_attention_heads": heads,
+        "num_query_groups": kv_heads if kv_heads != heads else None,
+        "kv_channels": head_dim if head_dim and head_dim * heads != hidden else None,
+        "vocab_size": _required_int(config, "vocab_size"),
+        "max_position_embeddings": _optional_int(config, "max_position_embeddings") or 4096,
+        "mlp_activation": _gated_activation(config),
+        "normalization": "RMSNorm",
+        "norm_epsilon": float(config.get("rms_norm_eps") or 1e-6),
+        "position_embedding": "rope",
+        "rotary_base": int(config.get("rope_theta") or 10000),
+        "tie_embeddings": bool(config.get("tie_word_embeddings", tied_default)),
+        "add_bias_linear": bool(config.get("attention_bias") and config.get("mlp_bias")),
+    }
+
+
+def _refuse_partial_sliding_window(config: HFConfig) -> None:
+    """Qwen's window applies only to layers >= max_window_layers: an alternation a ModelSpec cannot hold."""
+    if config.get("use_sliding_window"):
+        raise _refuse(
+            "use_sliding_window",
+            "a sliding window on layers >= max_window_layers only (use_sliding_window=true) is not modelled",
+        )
+
+
+def _llama(config: HFConfig) -> dict[str, Any]:
+    return _llama_core(config)
+
+
+def _qwen2(config: HFConfig) -> dict[str, Any]:
+    _refuse_partial_sliding_window(config)
+    return _llama_core(config) | {"add_qkv_bias": True}
+
+
+def _qwen3(config: HFConfig) -> dict[str, Any]:
+    _refuse_partial_sliding_window(config)
+    return _llama_core(config) | {"qk_layernorm": True}
+
+
+def _gemma(config: HFConfig) -> dict[str, Any]:
+    return _llama_core(config, tied_default=True)
+
+
+# ---- mixtures of experts ---------------------------------------------------------------------------
+
+
+def _moe_placement(num_layers: int, is_moe: Callable[[int], bool], key: str) -> tuple[int, int]:
+    """Find Megatron's (first_k_dense_layers, moe_layer_freq) reproducing the HF placement of MoE layers."""
+    moe_layers = [i for i in range(num_layers) if is_moe(i)]
+    if not moe_layers:
+        raise _refuse(key, "no layer would hold experts")
+    first_k_dense = moe_layers[0]
+    freq = moe_layers[1] - moe_layers[0] if len(moe_layers) > 1 else num_layers
+    pattern = [i for i in range(num_layers) if i >= first_k_dense and (i - first_k_dense) % freq == 0]
+    if pattern == moe_layers:
+        return first_k_dense, freq
+    raise _refuse(key, "this placement of MoE layers is not dense-first-then-every-k-th, which Megatron needs")
+
+
+def _mixtral(config: HFConfig) -> dict[str, Any]:
+    fields = _llama_core(config)
+    fields["moe"] = MoESpec(
+        num_experts=_required_int(config, "num_local_experts"),
+        router_topk=_required_int(config, "num_experts_per_tok"),
+        moe_ffn_hidden_size=fields["ffn_hidden_size"],
+        aux_loss_coeff=float(config.get("router_aux_loss_coef") or 0.0),
+    )
+    return fields
+
+
+def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
+    """Qwen2-MoE / Qwen3-MoE: layer i is sparse if not in mlp_only_layers and (i+1) % decoder_sparse_step == 0."""
+    _refuse_partial_sliding_window(config)
+    fields = _llama_core(config) | ({"add_qkv_bias": True} if shared_expert else {"qk_layernorm": True})
+    step = _optional_int(config, "decoder_sparse_step") or 1
+    dense_only = set(config.get("mlp_only_layers") or [])
+    first_k_dense, freq = _moe_placement(
+        fields["num_layers"], lambda i: i not in dense_only and (i + 1) % step == 0,
+        "mlp_only_layers" if dense_only else "decoder_sparse_step",
+    )
+    fields["moe"] = MoESpec(
+        num_experts=_required_int(config, "num_experts"),
+        router_topk=_required_int(config, "num_experts_per_tok"),
+        moe_ffn_hidden_size=_required_int(config, "moe_intermediate_size"),
+        shared_expert_ffn_hidden_size=(_optional_int(config, "shared_expert_intermediate_size") or 0)
+        if shared_expert else 0,
+        shared_expert_gate=shared_expert,
+        first_k_dense_layers=first_k_dense,
+        moe_layer_freq=freq,
+        aux_loss_coeff=float(config.get("router_aux_loss_coef") or 0.0),
+    )
+    return fields
+
+
+def _deepseek(config: HFConfig) -> dict[str, Any]:
+    """DeepSeek V2/V3: MLA attention, dense-first MoE with shared experts, optional MTP modules."""
+    if config.get("attention_bias"):
+        raise _refuse("attention_bias", "MLA with attention biases is not modelled")
+    fields = _llama_core(config)
+    fields["num_query_groups"] = None  # MLA has no KV groups
+    fields["kv_channels"] = None
+    fields["mla"] = MLASpec(
+        q_lora_rank=_optional_int(config, "q_lora_rank"),
+        kv_lora_rank=_required_int(config, "kv_lora_rank"),
+        qk_head_dim=_required_int(config, "qk_nope_head_dim"),
+        qk_pos_emb_head_dim=_required_int(config, "qk_rope_head_dim"),
+        v_head_dim=_required_int(config, "v_head_dim"),
+    )
+    fields["mtp_num_layers"] = _optional_int(config, "num_nextn_predict_layers") or 0
+    experts = _optional_int(config, "n_routed_experts")
+    if experts:
+        first_dense = _optional_int(config, "first_k_dense_replace") or 0
+        every = _optional_int(config, "moe_layer_freq") or 1
+        first_k_dense, freq = _moe_placement(
+            fields["num_layers"], lambda i: i >= first_dense and i % every == 0, "moe_layer_freq",
+        )
+        moe_ffn = _required_int(config, "moe_intermediate_size")
+        fields["moe"] = MoESpec(
+            num_experts=experts,
+            router_topk=_required_int(config, "num_experts_per_tok"),
+            moe_ffn_hidden_size=moe_ffn,
+            shared_expert_ffn_hidden_size=(_optional_int(config, "n_shared_experts") or 0) * moe_ffn,
+            first_k_dense_layers=first_k_dense,
+            moe_layer_freq=freq,
+            # noaux_tc routing (V3) balances experts with a learned-free per-expert bias.
+            router_expert_bias=config.get("topk_method") == "noaux_tc",
+            load_balancing_type="seq_aux_loss" if config.get("seq_aux", True) else "aux_loss",
+            aux_loss_coeff=float(config.get("aux_loss_alpha") or 0.0),
+        )
+    return fields
+
+
+# ---- GPT-2 -------------------------------------------------------------------------------------------
+
+
+def _gpt2(config: HFConfig) -> dict[str, Any]:
+    hidden = _required_int(config, "n_embd")
+    return {
+        "num_layers": _required_int(config, "n_layer"),
+        "hidden_size": hidden,
+        "ffn_hidden_size": _optional_int(config, "n_inner") or 4 * hidden,
+        "num_attention_heads": _required_int(config, "n_head"),
+        "vocab_size": _required_int(config, "vocab_size"),
+        "max_position_embeddings": _optional_int(config, "n_positions") or 1024,
+        "mlp_activation": "gelu",
+        "normalization": "LayerNorm",
+        "norm_epsilon": float(config.get("layer_norm_epsilon") or 1e-5),
+        "position_embedding": "learned_absolute",
+        "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+        "add_bias_linear": True,
+    }
+
+
+_FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
+    "llama": _llama,
+    "mistral": _llama,
+    "gemma": _gemma,
+    "gemma2": _gemma,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "mixtral": _mixtral,
+    "qwen2_moe": lambda config: _qwen_moe(config, shared_expert=True),
+    "qwen3_moe": lambda config: _qwen_moe(config, shared_expert=False),
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "gpt2": _gpt2,
+}

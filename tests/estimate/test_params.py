@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog.hf import load_hf_config
+from megapilot.errors import MegapilotError
+from megapilot.estimate.params import (
+    LayerParams,
+    count_params,
+    layer_params,
+    most_loaded_stage,
+    stage_layer_indices,
+    stage_params,
+)
+from megapilot.spec import MLASpec, ModelSpec, MoESpec
+
+HF_CONFIGS = Path(__file__).parents[1] / "data" / "hf_configs"
+
+
+def _tiny(**overrides) -> ModelSpec:
+    """h=8, ffn=16, 2 heads of dim 4, one KV group, vocab 10, 2 layers."""
+    base = dict(name="hand", num_layers=2, hidden_size=8, ffn_hidden_size=16, num_attention_heads=2,
+                num_query_groups=1, vocab_size=10)
+    return ModelSpec(**(base | overrides))
+
+
+# ---- hand-worked numbers -----------------------------------------------------------------------
+
+
+def test_hand_worked_gqa_swiglu_rmsnorm_layer_and_model():
+    # q 8x8 + k 8x4 + v 8x4 + out 8x8 = 192; SwiGLU 3x8x16 = 384; two RMSNorms 2x8 = 16.
+    assert layer_params(_tiny(), 0) == LayerParams(192, 384, 0, 0, 0, 0, 16)
+    breakdown = count_params(_tiny())
+    assert (breakdown.embedding, breakdown.output_layer, breakdown.final_norm) == (80, 80, 8)
+    assert breakdown.layers == 2 * 592
+    assert breakdown.total == breakdown.active == 80 + 80 + 2 * 592 + 8
+
+
+def test_hand_worked_gpt_style_biases_layernorm_gelu_learned_positions_tied():
+    model = _tiny(num_query_groups=None, mlp_activation="gelu", normalization="LayerNorm", add_bias_linear=True,
+                  position_embedding="learned_absolute", max_position_embeddings=6, tie_embeddings=True)
+    # qkv 8x24 + 24, out 8x8 + 8 = 288; fc1 8x16 + 16, fc2 16x8 + 8 = 280; two LayerNorms 2x(8+8) = 32.
+    assert layer_params(model, 1) == LayerParams(288, 280, 0, 0, 0, 0, 32)
+    breakdown = count_params(model)
+    assert breakdown.embedding == (10 + 6) * 8 and breakdown.output_layer == 0 and breakdown.final_norm == 16
+    assert breakdown.total == 128 + 2 * 600 + 16
+
+
+def test_qkv_bias_and_qk_layernorm_add_their_own_terms():
+    plain = layer_params(_tiny(), 0)
+    assert layer_params(_tiny(add_qkv_bias=True), 0).attention == plain.attention + 8 + 4 + 4
+    assert layer_params(_tiny(qk_layernorm=True), 0).norms == plain.norms + 2 * 4
+
+
+def test_hand_worked_moe_layer_counts_all_and_topk_experts():
+    moe = MoESpec(num_experts=4, router_topk=2, moe_ffn_hidden_size=4, shared_expert_ffn_hidden_size=8,
+                  first_k_dense_layers=1)
+    model = _tiny(moe=moe)
+    assert layer_params(model, 0).mlp == 384 and layer_params(model, 0).routed_experts == 0
+    layer = layer_params(model, 1)
+    # each expert 3x8x4 = 96; shared 3x8x8 = 192; router 8x4 = 32.
+    assert (layer.mlp, layer.routed_experts, layer.active_routed_experts) == (0, 384, 192)
+    assert (layer.shared_experts, layer.router) == (192, 32)
+    assert layer.total - layer.active == 2 * 96
+
+
+def test_moe_gate_and_expert_bias_options():
+    moe = dict(num_experts=4, router_topk=2, moe_ffn_hidden_size=4, shared_expert_ffn_hidden_size=8)
+    base = layer_params(_tiny(moe=MoESpec(**moe)), 0)
+    gated = layer_params(_tiny(moe=MoESpec(**moe, shared_expert_gate=True, router_expert_bias=True)), 0)
+    assert gated.shared_experts == base.shared_experts + 8 and gated.router == base.router + 4
+
+
+def test_hand_worked_mla_with_and_without_q_lora():
+    mla = MLASpec(kv_lora_rank=6, qk_head_dim=4, qk_pos_emb_head_dim=2, v_head_dim=3)
+    full_rank = layer_params(_tiny(num_query_groups=None, mla=mla), 0)
+    # q 8x(2x6)=96; kv-down 8x(6+2)=64; kv-up 6x2x(4+3)=84; out 2x3x8=48; kv norm 6.
+    assert full_rank.attention == 96 + 64 + 84 + 48
+    assert full_rank.norms == 16 + 6
+    lora = layer_params(_tiny(num_query_groups=None, mla=mla.model_copy(update={"q_lora_rank": 5})), 0)
+    # q-down 8x5 + q-up 5x12 = 100 replaces the 96; one more norm of 5.
+    assert lora.attention == full_rank.attention - 96 + 100
+    assert lora.norms == full_rank.norms + 5
+
+
+def test_mtp_module_is_last_layer_plus_three_norms_and_eh_projection():
+    model = _tiny(mtp_num_layers=2)
+    breakdown = count_params(model)
+    assert breakdown.mtp == 2 * (592 + 3 * 8 + 2 * 8 * 8)
+    assert breakdown.main_model == count_params(_tiny()).total
+    assert breakdown.active == count_params(_tiny()).active  # MTP is training-only
+
+
+def test_padded_vocab_follows_megatron_padding_for_tp():
+    model = _tiny(vocab_size=1000)  # pads to 1024 at tp=1, 2048 at tp=16
+    assert count_params(model, padded_vocab=True).embedding == 1024 * 8
+    assert count_params(model, padded_vocab=True, tp=16).output_layer == 2048 * 8
+    assert count_params(model).embedding == 1000 * 8
+
+
+# ---- real configs against published counts ----------------------------------------------------
+
+# file: (total, active, active_without_input_embedding) from tests/data/hf_configs/README.md (exact counts).
+PUBLISHED = {
+    "Llama-3.1-8B": (8_030_261_248, None, None),
+    "Llama-3.1-70B": (70_553_706_496, None, None),
+    "Llama-3.1-405B": (405_853_388_800, None, None),
+    "Mixtral-8x7B-v0.1": (46_702_792_704, 12_879_925_248, None),
+    "DeepSeek-V2-Lite": (15_706_484_224, None, 2_451_435_008),
+    "DeepSeek-V3": (671_026_419_200, 37_552_297_472, None),
+    "Qwen3-30B-A3B": (30_532_122_624, 3_353_032_704, None),
+    "gpt2": (124_439_808, None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_hf_config_counts_match_published_exactly(name):
+    total, active, active_without_embedding = PUBLISHED[name]
+    breakdown = count_params(load_hf_config(HF_CONFIGS / f"{name}.json"))
+    assert breakdown.main_model == total
+    if active is not None:
+        assert breakdown.active == active
+    if active_without_embedding is not None:
+        assert breakdown.active_without_input_embedding == active_without_embedding
+    assert breakdown.total == (breakdown.embedding + breakdown.output_layer + breakdown.layers
+                               + breakdown.final_norm + breakdown.mtp)
+    assert breakdown.layers == sum(layer.total for layer in breakdown.per_layer)
+
+
+def test_llama3_8b_breakdown():
+    breakdown = count_params(load_hf_config(HF_CONFIGS / "Llama-3.1-8B.json"))
+    assert breakdown.embedding == breakdown.output_layer == 128_256 * 4096
+    assert breakdown.final_norm == 4096
+    layer = breakdown.per_layer[0]
+    assert layer.attention == 4096 * (4096 + 2 * 1024) + 4096 * 4096
+    assert layer.mlp == 3 * 4096 * 14_336 and layer.norms == 2 * 4096
+    assert breakdown.active == breakdown.total  # dense
+
+
+def test_gpt2_tied_head_and_learned_positions():
+    breakdown = count_params(load_hf_config(HF_CONFIGS / "gpt2.json"))
+    assert breakdown.output_layer == 0
+    assert breakdown.embedding == (50_257 + 1024) * 768
+
+
+def test_deepseek_v3_dense_first_layers_and_mtp_near_685b():
+    model = load_hf_config(HF_CONFIGS / "DeepSeek-V3.json")
+    breakdown = count_params(model)
+    assert [layer.routed_experts > 0 for layer in breakdown.per_layer[:4]] == [False, False, False, True]
+    assert breakdown.per_layer[3].router == 7168 * 256 + 256  # e_score_correction_bias counted
+    # 685B is the published size with the MTP module; the HF checkpoint also stores that module's own
+    # copies of the embedding and head (2 x 129280 x 7168), which Megatron shares instead.
+    assert breakdown.total == pytest.approx(685e9, rel=0.005)
+    with_copies = breakdown.total + 2 * breakdown.embedding
+    assert with_copies == pytest.approx(685e9, rel=0.001)
+
+
+# ---- pipeline stages ---------------------------------------------------------------------------
+
+
+def test_interleaved_stage_holds_every_pp_th_chunk():
+    model = _tiny(num_layers=8)
+    assert stage_layer_indices(model, pp=2, vpp=2, stage=0) == [0, 1, 4, 5]
+    assert stage_layer_indices(model, pp=2, vpp=2, stage=1) == [2, 3, 6, 7]
+
+
+def test_stages_sum_to_padded_total_and_ends_hold_embedding_and_head():
+    model = load_hf_config(HF_CONFIGS / "Llama-3.1-70B.json")
+    loads = [stage_params(model, 4, stage=s, tp=8) for s in range(4)]
+    assert sum(loads) == count_params(model, padded_vocab=True, tp=8).total
+    layer = count_params(model).per_layer[0].total
+    assert loads[1] == loads[2] == 20 * layer
+    assert loads[0] == 20 * layer + model.padded_vocab_size(8) * 8192
+    assert loads[3] == loads[0] + 8192  # + final norm
+    assert most_loaded_stage(model, 4, tp=8) == 3
+
+
+def test_tied_embedding_is_held_twice_across_a_pipeline():
+    model = _tiny(num_layers=4, tie_embeddings=True, vocab_size=1000)
+    loads = [stage_params(model, 2, stage=s) for s in range(2)]
+    assert sum(loads) == count_params(model, padded_vocab=True).total + 1024 * 8
+    assert stage_params(model, 1) == count_params(model, padded_vocab=True).total
+
+
+def test_mtp_sits_on_the_last_stage():
+    model = load_hf_config(HF_CONFIGS / "DeepSeek-V3.json")
+    without = model.model_copy(update={"mtp_num_layers": 0})
+    assert stage_params(model, 61, stage=60) - stage_params(without, 61, stage=60) == count_params(model).mtp
+    assert stage_params(model, 61, stage=0) == stage_params(without, 61, stage=0)
+
+
+def test_uneven_split_and_bad_stage_are_user_errors():
+    with pytest.raises(MegapilotError, match="num_layers=2") as excinfo:
+        stage_params(_tiny(), 3)
+    assert excinfo.value.field == "pp"
+    with pytest.raises(MegapilotError) as excinfo:
+        stage_params(_tiny(), 2, stage=2)
+    assert excinfo.value.field == "stage"
