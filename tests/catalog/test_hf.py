@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog.hf import SUPPORTED_ARCHITECTURES, from_hf_config, load_hf_config
+from megapilot.errors import MegapilotError
+from megapilot.estimate.params import count_params
+
+HF_CONFIGS = Path(__file__).parents[1] / "data" / "hf_configs"
+
+
+def _config(name: str) -> dict:
+    return json.loads((HF_CONFIGS / f"{name}.json").read_text())
+
+
+# ---- the vendored real configs -----------------------------------------------------------------
+
+
+def test_llama_maps_gqa_rope_and_untied_head():
+    model = load_hf_config(HF_CONFIGS / "Llama-3.1-70B.json")
+    assert model.name == "Llama-3.1-70B" and model.hf_architecture == "LlamaForCausalLM"
+    assert (model.num_layers, model.hidden_size, model.ffn_hidden_size) == (80, 8192, 28672)
+    assert (model.num_attention_heads, model.num_query_groups, model.kv_channels) == (64, 8, None)
+    assert model.rotary_base == 500_000 and model.mlp_activation == "swiglu" and not model.tie_embeddings
+    assert model.max_position_embeddings == 131_072 and model.norm_epsilon == 1e-5
+
+
+def test_mixtral_experts_use_the_intermediate_size():
+    moe = load_hf_config(HF_CONFIGS / "Mixtral-8x7B-v0.1.json").moe
+    assert moe is not None
+    assert (moe.num_experts, moe.router_topk, moe.moe_ffn_hidden_size) == (8, 2, 14336)
+    assert moe.shared_expert_ffn_hidden_size == 0 and moe.first_k_dense_layers == 0
+
+
+def test_qwen3_moe_has_explicit_head_dim_and_qk_norm():
+    model = load_hf_config(HF_CONFIGS / "Qwen3-30B-A3B.json")
+    assert model.kv_channels == 128 and model.qk_layernorm and model.num_query_groups == 4
+    assert model.moe is not None and (model.moe.num_experts, model.moe.router_topk) == (128, 8)
+    assert model.moe.moe_ffn_hidden_size == 768 and model.moe.moe_layer_freq == 1
+
+
+def test_deepseek_v3_maps_mla_moe_and_mtp():
+    model = load_hf_config(HF_CONFIGS / "DeepSeek-V3.json")
+    assert model.mla is not None and model.mla.q_lora_rank == 1536 and model.mla.kv_lora_rank == 512
+    assert (model.mla.qk_head_dim, model.mla.qk_pos_emb_head_dim, model.mla.v_head_dim) == (128, 64, 128)
+    assert model.num_query_groups is None and model.mtp_num_layers == 1
+    moe = model.moe
+    assert moe is not None and moe.first_k_dense_layers == 3 and moe.shared_expert_ffn_hidden_size == 2048
+    assert moe.router_expert_bias and moe.num_experts == 256 and moe.router_topk == 8
+
+
+def test_deepseek_v2_lite_has_full_rank_query_and_two_shared_experts():
+    model = load_hf_config(HF_CONFIGS / "DeepSeek-V2-Lite.json")  # tab-indented upstream
+    assert model.mla is not None and model.mla.q_lora_rank is None
+    assert model.moe is not None and model.moe.shared_expert_ffn_hidden_size == 2 * 1408
+    assert not model.moe.router_expert_bias and model.mtp_num_layers == 0
+
+
+def test_gpt2_maps_to_layernorm_gelu_learned_positions_biases_tied():
+    model = load_hf_config(HF_CONFIGS / "gpt2.json")
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads) == (12, 768, 12)
+    assert model.ffn_hidden_size == 3072 and model.max_position_embeddings == 1024
+    assert model.mlp_activation == "gelu" and model.normalization == "LayerNorm"
+    assert model.position_embedding == "learned_absolute" and model.add_bias_linear and model.tie_embeddings
+
+
+def test_directory_with_config_json_is_named_after_the_directory(tmp_path):
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text((HF_CONFIGS / "Llama-3.1-8B.json").read_text())
+    assert load_hf_config(folder).name == "my-llama"
+    assert load_hf_config(folder / "config.json").name == "my-llama"
+
+
+def test_model_type_alone_is_enough():
+    config = _config("Llama-3.1-8B")
+    del config["architectures"]
+    assert from_hf_config(config, "x").hf_architecture == "llama"
+
+
+# ---- other supported families (fields as in their public config.json files) -------------------
+
+# name: (config fields, published total params, published active params or None)
+OTHER_FAMILIES = {
+    "Mistral-7B-v0.1": (dict(architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+                             num_attention_heads=32, num_key_value_heads=8, num_hidden_layers=32, vocab_size=32000,
+                             sliding_window=4096, rope_theta=10000.0), 7.24e9, None),
+    "Qwen2-7B": (dict(architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+                      num_attention_heads=28, num_key_value_heads=4, num_hidden_layers=28, vocab_size=152064,
+                      tie_word_embeddings=False, use_sliding_window=False), 7.62e9, None),
+    "Qwen3-8B": (dict(architectures=["Qwen3ForCausalLM"], hidden_size=4096, intermediate_size=12288,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, num_hidden_layers=36,
+                      vocab_size=151936, tie_word_embeddings=False), 8.2e9, None),
+    "Qwen1.5-MoE-A2.7B": (dict(architectures=["Qwen2MoeForCausalLM"], hidden_size=2048, num_hidden_layers=24,
+                               num_attention_heads=16, num_key_value_heads=16, intermediate_size=5632,
+                               moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts=60,
+                               num_experts_per_tok=4, vocab_size=151936, tie_word_embeddings=False,
+                               decoder_sparse_step=1, mlp_only_layers=[]), 14.3e9, 2.7e9),
+    "gemma-7b": (dict(architectures=["GemmaForCausalLM"], hidden_size=3072, intermediate_size=24576,
+                      num_attention_heads=16, num_key_value_heads=16, head_dim=256, num_hidden_layers=28,
+                      vocab_size=256000, hidden_act="gelu"), 8.54e9, None),
+    "gemma-2-9b": (dict(architectures=["Gemma2ForCausalLM"], hidden_size=3584, intermediate_size=14336,
+                        num_attention_heads=16, num_key_value_heads=8, head_dim=256, num_hidden_layers=42,
+                        vocab_size=256000, hidden_activation="gelu_pytorch_tanh", sliding_window=4096), 9.24e9, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_FAMILIES))
+def test_other_families_count_to_their_published_size(name):
+    config, total, active = OTHER_FAMILIES[name]
+    breakdown = count_params(from_hf_config(config, name))
+    assert breakdown.total == pytest.approx(total, rel=0.005)
+    if active is not None:
+        assert breakdown.active == pytest.approx(active, rel=0.005)
+
+
+def test_qwen2_family_gets_qkv_bias_and_gemma_a_tied_gated_gelu():
+    qwen2 = from_hf_config(OTHER_FAMILIES["Qwen2-7B"][0], "q")
+    assert qwen2.add_qkv_bias and not qwen2.add_bias_linear
+    gemma = from_hf_config(OTHER_FAMILIES["gemma-7b"][0], "g")
+    assert gemma.tie_embeddings and gemma.mlp_activation == "geglu" and gemma.kv_channels == 256
+
+
+def test_qwen2_moe_shared_expert_is_gated():
+    moe = from_hf_config(OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0], "q").moe
+    assert moe is not None and moe.shared_expert_gate and moe.shared_expert_ffn_hidden_size == 5632
+
+
+def test_qwen_moe_sparse_step_and_dense_prefix_map_to_megatron_pattern():
+    base = OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0]
+    every_second = from_hf_config(base | {"decoder_sparse_step": 2}, "q")
+    assert [every_second.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    dense_prefix = from_hf_config(base | {"mlp_only_layers": [0, 1]}, "q")
+    assert dense_prefix.moe is not None and dense_prefix.moe.first_k_dense_layers == 2
+
+
+# ---- refusals ------------------------------------------------------------------------------------
+
+
+def _refusal(config: dict) -> MegapilotError:
+    with pytest.raises(MegapilotError) as excinfo:
+        from_hf_config(config, "x")
+    return excinfo.value
+
+
+def test_unsupported_architecture_is_named_with_the_supported_list():
+    error = _refusal(_config("Llama-3.1-8B") | {"architectures": ["FalconForCausalLM"]})
+    assert error.field == "architectures" and "FalconForCausalLM" in str(error)
+    assert all(arch in error.fix for arch in SUPPORTED_ARCHITECTURES)
+
+
+def test_missing_hidden_size_names_the_field():
+    config = _config("Llama-3.1-8B")
+    del config["hidden_size"]
+    error = _refusal(config)
+    assert error.field == "hidden_size"
+
+
+def test_partial_sliding_window_and_scattered_moe_layers_are_refused():
+    assert _refusal(OTHER_FAMILIES["Qwen3-8B"][0] | {"use_sliding_window": True}).field == "use_sliding_window"
+    scattered = OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0] | {"mlp_only_layers": [3, 7]}
+    assert _refusal(scattered).field == "mlp_only_layers"
+
+
+def test_inconsistent_shapes_become_a_user_error():
+    error = _refusal(_config("Llama-3.1-8B") | {"num_key_value_heads": 5})
+    assert error.field is not None and error.field.startswith("model")
+
+
+def test_bad_path_and_bad_json_name_the_model_field(tmp_path):
+    with pytest.raises(MegapilotError) as missing:
+        load_hf_config(tmp_path / "nope.json")
+    assert missing.value.field == "model"
+    broken = tmp_path / "config.json"
+    broken.write_text("{not json")
+    with pytest.raises(MegapilotError) as bad_json:
+        load_hf_config(broken)
+    assert bad_json.value.field == "model"
+    broken.write_text("[1, 2]")
+    with pytest.raises(MegapilotError, match="not an object"):
+        load_hf_config(tmp_path)
