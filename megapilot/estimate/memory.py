@@ -1,0 +1,385 @@
+"""Per-GPU memory of the most-loaded rank, GiB.
+
+Two modes:
+
+- `megatron_formula=True` reproduces Megatron-LM's `theoretical_memory_usage.py` (HEAD): weights +
+  optimizer at 18 B/param (6 + 12/DP with the distributed optimizer), activations by Korthikanti
+  Table 2 (path A: SP + selective; path B: everything else, x1.05), no overhead. Use it to compare
+  with the number Megatron prints at the first iteration.
+- The default mode is more complete. Differences from Megatron's formula, each a term here:
+  * every pipeline stage is costed and the largest is reported (stage 0 holds the embedding and the
+    most in-flight micro-batches, the last stage the output layer, fp32 logits and MTP);
+  * the stage's real layers are counted (MoE dense-first layers, MTP), experts sharded by EP x ETP and
+    their optimizer by expert-DP; norms/router replicated across TP;
+  * activations see GQA (smaller K/V), gated MLPs (gate + up outputs), MoE dispatch buffers
+    (top-k copies of each token), CP (sequence split), full recompute with `recompute_num_layers`;
+  * attention is assumed fused (flash/cuDNN): the s x s scores are never stored, so selective
+    core-attention recompute saves nothing more; fp32 softmax statistics are kept;
+  * an overhead allowance: CUDA context + workspaces, NCCL buffers per communicator, allocator
+    fragmentation.
+
+Bytes per parameter (bf16 params, fp32 main grads, fp32 master + Adam m, v): 2 + 4 + 12.
+FP8 adds a 1-byte FP8 copy of the weights (Transformer Engine keeps one per GEMM weight).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from megapilot.estimate.params import embedding_params, layer_params, mtp_module_params, norm_params
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import TrainingSpec
+
+GIB = 2**30
+MIB = 2**20
+
+PARAM_BYTES = 2  # bf16 model weights
+MAIN_GRAD_BYTES = 4  # fp32 gradient buffer (Megatron DDP accumulates in fp32)
+OPTIMIZER_BYTES = 12  # fp32 master weights + Adam exp_avg + exp_avg_sq
+FP8_WEIGHT_COPY_BYTES = 1
+
+# Overhead allowance (default mode). CUDA context + cuBLAS/cuDNN workspaces ~1 GiB on Hopper-class
+# GPUs; NCCL keeps ~0.25 GiB of buffers per communicator it uses; the caching allocator loses about
+# 10 % of the activation pool to fragmentation.
+CUDA_CONTEXT_GIB = 1.0
+NCCL_BUFFER_GIB_PER_GROUP = 0.25
+FRAGMENTATION_FRACTION = 0.10
+# Megatron's path-B activation estimate multiplies by 1.05 "for overhead".
+MEGATRON_PATH_B_OVERHEAD = 1.05
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Memory of one GPU (the most-loaded pipeline rank), GiB."""
+
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    overhead_gib: float
+    capacity_gib: float
+    stage: int  # the pipeline rank costed
+
+    @property
+    def total_gib(self) -> float:
+        return self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib + self.overhead_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.capacity_gib
+
+
+# ---- parameters held by one GPU ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardParams:
+    """Parameters one GPU of a pipeline stage holds, by how they are sharded."""
+
+    dense: float  # attention, dense MLP, shared experts, embeddings: split over TP
+    replicated: float  # norms, router: whole on every TP rank
+    expert: float  # routed experts: split over EP x ETP
+
+
+@lru_cache(maxsize=4096)
+def _layer_split(model: ModelSpec, layer_index: int) -> tuple[int, int, int]:
+    layer = layer_params(model, layer_index)
+    return (layer.attention + layer.mlp + layer.shared_experts, layer.norms + layer.router, layer.routed_experts)
+
+
+def stage_layers(model: ModelSpec, pp: int, vpp: int, stage: int) -> list[int]:
+    """0-based layers on pipeline rank `stage`: chunk c of pp*vpp goes to rank c % pp (Megatron)."""
+    per_chunk = model.num_layers // (pp * vpp)
+    return [c * per_chunk + i for c in range(stage, pp * vpp, pp) for i in range(per_chunk)]
+
+
+def shard_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> ShardParams:
+    """Parameters on one GPU of pipeline rank `stage` (before any DP sharding)."""
+    p = parallel
+    dense = replicated = expert = 0
+    for i in stage_layers(model, p.pp, p.vpp, stage):
+        d, r, e = _layer_split(model, i)
+        dense, replicated, expert = dense + d, replicated + r, expert + e
+    if stage == 0:
+        dense += embedding_params(model, padded_vocab=True, tp=p.tp)
+    if stage == p.pp - 1:
+        replicated += norm_params(model, model.hidden_size)
+        if not model.tie_embeddings or p.pp > 1:
+            dense += model.padded_vocab_size(p.tp) * model.hidden_size
+        if model.mtp_num_layers:
+            d, r, e = _layer_split(model, model.num_layers - 1)
+            mtp_extra = mtp_module_params(model) - (d + r + e)
+            dense += model.mtp_num_layers * (d + mtp_extra)
+            replicated += model.mtp_num_layers * r
+            expert += model.mtp_num_layers * e
+    return ShardParams(dense=dense / p.tp, replicated=replicated, expert=expert / (p.ep * p.expert_tp))
+
+
+# ---- weights, gradients, optimizer ---------------------------------------------------------------
+
+
+def weights_gib(shard: ShardParams, parallel: ParallelConfig, precision: str) -> float:
+    """bf16 weights (+ an FP8 copy under FP8 recipes); Megatron-FSDP shards them over DP (expert-DP)."""
+    per_param = PARAM_BYTES + (FP8_WEIGHT_COPY_BYTES if precision in ("fp8", "mxfp8", "nvfp4") else 0)
+    return _bytes_by_sharding(shard, parallel, per_param, sharded=parallel.fsdp) / GIB
+
+
+def gradients_gib(shard: ShardParams, parallel: ParallelConfig) -> float:
+    """fp32 main-gradient buffer: whole with DDP and the distributed optimizer, sharded under FSDP."""
+    return _bytes_by_sharding(shard, parallel, MAIN_GRAD_BYTES, sharded=parallel.fsdp) / GIB
+
+
+def optimizer_gib(shard: ShardParams, parallel: ParallelConfig) -> float:
+    """fp32 master + Adam moments: 12 B/param, divided by DP (expert-DP for experts) when sharded.
+
+    ZeRO-1 / distributed optimizer: Rajbhandari et al. 2020 (arXiv 1910.02054) stage 1.
+    """
+    sharded = parallel.distributed_optimizer or parallel.fsdp
+    return _bytes_by_sharding(shard, parallel, OPTIMIZER_BYTES, sharded=sharded) / GIB
+
+
+def _bytes_by_sharding(shard: ShardParams, parallel: ParallelConfig, per_param: float, *, sharded: bool) -> float:
+    if not sharded:
+        return (shard.dense + shard.replicated + shard.expert) * per_param
+    dense_dp = parallel.dp * parallel.cp  # Megatron shards over the DP x CP group
+    return ((shard.dense + shard.replicated) / dense_dp + shard.expert / parallel.expert_dp) * per_param
+
+
+# ---- activations (default mode) ------------------------------------------------------------------
+
+
+def _mlp_intermediate_bytes(model: ModelSpec, ffn: int) -> float:
+    """Bytes per token kept inside one MLP: gate + up outputs and the activation output (bf16)."""
+    return 2 * ffn * (3 if model.gated_mlp else 2)
+
+
+def layer_activation_bytes(
+    model: ModelSpec, layer_index: int, parallel: ParallelConfig, tokens: float
+) -> float:
+    """Activations one layer keeps for backward, for `tokens` tokens of a micro-batch (no recompute).
+
+    Korthikanti et al. 2022 (arXiv 2205.05198) Sec. 4.1, generalised: 10 h bytes/token that only
+    sequence parallelism splits over TP (two norm inputs 4h, QKV and MLP inputs 4h, two 1-byte
+    dropout masks 2h); Q, K, V (GQA-sized), the attention output and fp32 softmax statistics
+    (fused attention: no s x s scores); the MLP intermediates. On MoE layers every token is kept
+    top-k times (dispatched input, expert intermediates, combine output), shared experts like a
+    dense MLP, and fp32 router logits.
+    """
+    p, h = parallel, model.hidden_size
+    norm_and_inputs = 10 * h
+    if model.mla is not None:
+        mla, heads = model.mla, model.num_attention_heads
+        q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
+        kv_bytes = 2 * (q + heads * mla.v_head_dim) + 2 * mla.kv_lora_rank
+        out = heads * mla.v_head_dim
+    else:
+        q = model.num_attention_heads * model.head_dim
+        kv_bytes = 4 * model.kv_heads * model.head_dim
+        out = q
+    attention = 2 * q + kv_bytes + 2 * out + 4 * model.num_attention_heads
+    if model.is_moe_layer(layer_index):
+        moe = model.moe
+        assert moe is not None
+        # Each token is kept top-k times; an ETP group shares its tokens (4h: dispatched input + combine
+        # output) and splits the expert width.
+        routed = moe.router_topk * (4 * h * p.expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size))
+        mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size)
+        mlp += 4 * moe.num_experts
+    else:
+        mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size)
+    split = norm_and_inputs / p.tp if p.sequence_parallel else norm_and_inputs
+    return tokens * (split + (attention + mlp) / p.tp)
+
+
+def _layer_input_bytes(model: ModelSpec, parallel: ParallelConfig, tokens: float) -> float:
+    """What full recompute keeps per layer: its bf16 input (split over TP only with SP)."""
+    shard = parallel.tp if parallel.sequence_parallel else 1
+    return 2 * model.hidden_size * tokens / shard
+
+
+def in_flight_microbatches(parallel: ParallelConfig, num_microbatches: int, stage: int) -> float:
+    """Micro-batches whose activations rank `stage` holds at the 1F1B peak, in units of its whole stage.
+
+    1F1B (Narayanan et al. 2021, Sec. 2.2): rank r holds min(pp - r, m). Interleaved with v chunks:
+    rank r runs 2 (pp - r - 1) + (v - 1) pp warm-up chunk-forwards plus the current one before its
+    first backward; each chunk is 1/v of the stage, so stage 0 holds pp (1 + (pp - 1)/(pp v)) -
+    Megatron's factor.
+    """
+    p, v = parallel.pp, parallel.vpp
+    if v == 1:
+        return float(min(p - stage, num_microbatches))
+    chunk_forwards = 2 * (p - stage - 1) + (v - 1) * p + 1
+    return min(chunk_forwards, num_microbatches * v) / v
+
+
+def activations_gib(
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int
+) -> float:
+    """Peak activations of pipeline rank `stage`, default (complete) mode."""
+    p = parallel
+    tokens = p.mbs * training.seq_length / p.cp
+    layers = stage_layers(model, p.pp, p.vpp, stage)
+    full = [layer_activation_bytes(model, i, p, tokens) for i in layers]
+    per_microbatch, working_set = _recompute_policy(model, p, full, tokens)
+    if stage == 0:  # embedding output (+ dropout mask) and token ids
+        per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
+    in_flight = in_flight_microbatches(p, p.num_microbatches(training.global_batch_size), stage)
+    total = per_microbatch * in_flight + working_set
+    if stage == p.pp - 1:
+        total += _output_activation_bytes(model, p, tokens)
+    return total / GIB
+
+
+def _recompute_policy(
+    model: ModelSpec, p: ParallelConfig, full: list[float], tokens: float
+) -> tuple[float, float]:
+    """(bytes kept per in-flight micro-batch, transient bytes while one chunk is recomputed)."""
+    if p.recompute != "full":
+        return sum(full), 0.0
+    layer_input = _layer_input_bytes(model, p, tokens)
+    n = p.recompute_num_layers or 1
+    if p.recompute_method == "block":  # the first n layers of each chunk recomputed, the rest stored
+        chunk = len(full) // p.vpp
+        kept = 0.0
+        for start in range(0, len(full), max(chunk, 1)):
+            block = full[start:start + chunk]
+            kept += min(n, len(block)) * layer_input + sum(block[n:])
+        return kept, max(full[:n], default=0.0) * min(n, len(full))
+    groups = -(-len(full) // n)  # uniform: only the input of each n-layer group is kept
+    return groups * layer_input, sum(sorted(full, reverse=True)[:n])
+
+
+def _output_activation_bytes(model: ModelSpec, p: ParallelConfig, tokens: float) -> float:
+    """Last stage: final-norm input, bf16 logits and the fp32 copy the cross-entropy works on.
+
+    The last stage runs one micro-batch's forward and backward back to back, so this is held once.
+    MTP modules (also on the last stage) add their layers and one more logits pass each.
+    """
+    vocab = model.padded_vocab_size(p.tp)
+    logits = tokens * vocab / p.tp * (2 + 4)
+    norm_input = 2 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1)
+    mtp = 0.0
+    if model.mtp_num_layers:
+        mtp_layer = layer_activation_bytes(model, model.num_layers - 1, p, tokens)
+        mtp = model.mtp_num_layers * (mtp_layer + logits + 4 * model.hidden_size * tokens / p.tp)
+    return logits + norm_input + mtp
+
+
+def overhead_gib(parallel: ParallelConfig, activations: float) -> float:
+    """CUDA context + NCCL buffers per communicator in use + allocator fragmentation, GiB."""
+    p = parallel
+    groups = sum(size > 1 for size in (p.tp, p.pp, p.cp, p.dp, p.ep))
+    return CUDA_CONTEXT_GIB + NCCL_BUFFER_GIB_PER_GROUP * groups + FRAGMENTATION_FRACTION * activations
+
+
+# ---- Megatron's own formula ------------------------------------------------------------------------
+
+
+def megatron_weights_and_optimizer_bytes(model: ModelSpec, parallel: ParallelConfig) -> tuple[float, float]:
+    """(parameters on the most-loaded shard, bytes per parameter) as `theoretical_memory_usage.py` computes.
+
+    TP-sharded: (transformer block / PP + MTP + embedding) / TP; replicated norms/router: / PP;
+    experts: / (PP x ETP x EP); with untied embeddings and PP = 1 the output layer is added.
+    Bytes/param: 18, or 6 + 12/DP with the distributed optimizer (expert params use expert-DP).
+    """
+    p = parallel
+    dense = replicated = expert = 0
+    for i in range(model.num_layers):
+        d, r, e = _layer_split(model, i)
+        dense, replicated, expert = dense + d, replicated + r, expert + e
+    replicated += norm_params(model, model.hidden_size)
+    embedding = model.padded_vocab_size(p.tp) * model.hidden_size
+    mtp = model.mtp_num_layers * mtp_module_params(model)
+    tp_sharded = (dense / p.pp + mtp + embedding) / p.tp
+    if not model.tie_embeddings and p.pp == 1:
+        tp_sharded += embedding / p.tp
+    dense_params = tp_sharded + replicated / p.pp
+    expert_params = expert / (p.pp * p.expert_tp * p.ep)
+    if p.distributed_optimizer:
+        dense_bytes = 6 + 12 / (p.dp * p.cp)
+        expert_bytes = 6 + 12 / p.expert_dp
+    else:
+        dense_bytes = expert_bytes = 18
+    total_bytes = dense_params * dense_bytes + expert_params * expert_bytes
+    params = dense_params + expert_params
+    return params, total_bytes / params
+
+
+def megatron_activation_bytes(model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig) -> float:
+    """Megatron's activation estimate for stage 0 (Korthikanti Table 2; path A or B, see module doc)."""
+    p = parallel
+    s, b, h, layers = training.seq_length, p.mbs, model.hidden_size, model.num_layers
+    vocab = model.padded_vocab_size(p.tp)
+    path_a = p.sequence_parallel and p.recompute == "selective"
+    per_layer = s * b * h * (18 + 4 * model.ffn_hidden_size / h) if path_a else s * b * h * (10 + 24 / p.tp)
+    total = per_layer * layers + 8 * s * b * p.pp + s * b * h * p.pp
+    if p.vpp > 1:
+        total *= 1 + (p.pp - 1) / (p.pp * p.vpp)
+    elif p.pp > 1:
+        total *= min(1.0, p.num_microbatches(training.global_batch_size) / p.pp)
+    if path_a:
+        if p.pp == 1:
+            total += 4 * s * b * h * (1 + vocab / h)
+        return total / p.tp
+    if p.pp == 1:
+        total += 2 * (s * b * vocab / p.tp + s * b * h)
+    return total * MEGATRON_PATH_B_OVERHEAD
+
+
+# ---- the public entry ------------------------------------------------------------------------------
+
+
+def memory_per_gpu(
+    model: ModelSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    capacity_gib: float,
+    *,
+    megatron_formula: bool = False,
+) -> MemoryBreakdown:
+    """Memory of the most-loaded GPU (GiB), default mode or Megatron's formula (see module doc)."""
+    if megatron_formula:
+        return _megatron_memory(model, training, parallel, capacity_gib)
+    candidates = [_stage_memory(model, training, parallel, stage, capacity_gib) for stage in _stages_to_cost(model, parallel)]
+    return max(candidates, key=lambda m: m.total_gib)
+
+
+def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> list[int]:
+    """Stage 0 and the last stage always; every stage when the layer mix differs between stages (MoE)."""
+    if model.moe is not None and (model.moe.first_k_dense_layers or model.moe.moe_layer_freq > 1):
+        return list(range(parallel.pp))
+    return sorted({0, parallel.pp - 1})
+
+
+def _stage_memory(
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int, capacity_gib: float
+) -> MemoryBreakdown:
+    shard = shard_params(model, parallel, stage)
+    activations = activations_gib(model, training, parallel, stage)
+    return MemoryBreakdown(
+        weights_gib=weights_gib(shard, parallel, training.precision),
+        gradients_gib=gradients_gib(shard, parallel),
+        optimizer_gib=optimizer_gib(shard, parallel),
+        activations_gib=activations,
+        overhead_gib=overhead_gib(parallel, activations),
+        capacity_gib=capacity_gib,
+        stage=stage,
+    )
+
+
+def _megatron_memory(
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, capacity_gib: float
+) -> MemoryBreakdown:
+    params, bytes_per_param = megatron_weights_and_optimizer_bytes(model, parallel)
+    optimizer_bytes = bytes_per_param - PARAM_BYTES - MAIN_GRAD_BYTES
+    return MemoryBreakdown(
+        weights_gib=params * PARAM_BYTES / GIB,
+        gradients_gib=params * MAIN_GRAD_BYTES / GIB,
+        optimizer_gib=params * optimizer_bytes / GIB,
+        activations_gib=megatron_activation_bytes(model, training, parallel) / GIB,
+        overhead_gib=0.0,
+        capacity_gib=capacity_gib,
+        stage=0,
+    )

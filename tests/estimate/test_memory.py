@@ -1,0 +1,152 @@
+"""Per-GPU memory: Megatron's theoretical formula reproduced, and the default mode's terms."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.estimate.memory import (
+    GIB,
+    in_flight_microbatches,
+    layer_activation_bytes,
+    memory_per_gpu,
+    optimizer_gib,
+    shard_params,
+    weights_gib,
+)
+from megapilot.spec import ModelSpec, MoESpec, ParallelConfig, TrainingSpec
+
+LLAMA3_70B = ModelSpec(
+    name="llama3-70b", num_layers=80, hidden_size=8192, ffn_hidden_size=28672, num_attention_heads=64,
+    num_query_groups=8, vocab_size=128256,
+)
+GPT_22B = ModelSpec(
+    name="gpt-22b", num_layers=48, hidden_size=6144, ffn_hidden_size=4 * 6144, num_attention_heads=64,
+    vocab_size=51200, mlp_activation="gelu", normalization="LayerNorm",
+)
+MIXTRAL = ModelSpec(
+    name="mixtral", num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+    num_query_groups=8, vocab_size=32000, moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=14336),
+)
+SEQ_4K = TrainingSpec(seq_length=4096, global_batch_size=1024)
+LLAMA_TP8_PP4_DP2 = ParallelConfig(
+    tp=8, pp=4, dp=2, mbs=1, sequence_parallel=True, recompute="selective", distributed_optimizer=True
+)
+
+
+def test_megatron_formula_reproduces_35_40_gib_for_llama3_70b_on_64_h100():
+    memory = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2, 80.0, megatron_formula=True)
+    assert memory.total_gib == pytest.approx(35.40, rel=0.02)
+    assert memory.overhead_gib == 0.0
+    # weights + optimizer at 6 + 12/DP = 12 bytes per parameter of the stage-0 shard
+    assert memory.weights_gib + memory.gradients_gib + memory.optimizer_gib == pytest.approx(25.39, abs=0.01)
+    assert memory.activations_gib == pytest.approx(10.02, abs=0.01)
+
+
+def test_default_mode_adds_overhead_and_output_stage_terms_on_top_of_megatron():
+    megatron = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2, 80.0, megatron_formula=True)
+    ours = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2, 80.0)
+    assert ours.weights_gib + ours.gradients_gib + ours.optimizer_gib == pytest.approx(25.39, abs=0.05)
+    assert ours.overhead_gib > 1.0
+    assert megatron.total_gib < ours.total_gib < megatron.total_gib * 1.25
+    assert ours.fits and ours.capacity_gib == 80.0
+
+
+def test_sequence_parallel_layer_matches_korthikanti_34_sbh_over_t():
+    s, b, h, t = 2048, 1, 6144, 8
+    sp = ParallelConfig(tp=t, dp=1, sequence_parallel=True)
+    ours = layer_activation_bytes(GPT_22B, 0, sp, s * b)
+    assert ours == pytest.approx(34 * s * b * h / t, rel=0.01)  # + fp32 softmax stats only
+
+
+def test_without_sequence_parallel_norm_inputs_stay_replicated():
+    s, b, h, t = 2048, 1, 6144, 8
+    no_sp = ParallelConfig(tp=t, dp=1, sequence_parallel=False)
+    ours = layer_activation_bytes(GPT_22B, 0, no_sp, s * b)
+    assert ours == pytest.approx(s * b * h * (10 + 24 / t), rel=0.01)
+
+
+def test_gqa_keeps_smaller_k_and_v_than_mha():
+    mha = LLAMA3_70B.model_copy(update={"num_query_groups": None})
+    p = ParallelConfig(tp=8, dp=1, sequence_parallel=True)
+    saved = layer_activation_bytes(mha, 0, p, 4096) - layer_activation_bytes(LLAMA3_70B, 0, p, 4096)
+    assert saved == pytest.approx(4096 * 4 * (8192 - 1024) / 8)  # K and V, 2 bytes each
+
+
+def test_distributed_optimizer_divides_optimizer_state_by_dp():
+    shard = shard_params(LLAMA3_70B, LLAMA_TP8_PP4_DP2, 0)
+    plain = LLAMA_TP8_PP4_DP2.model_copy(update={"distributed_optimizer": False})
+    assert optimizer_gib(shard, plain) == pytest.approx(2 * optimizer_gib(shard, LLAMA_TP8_PP4_DP2))
+
+
+def test_fsdp_shards_weights_and_gradients_too():
+    p = ParallelConfig(tp=1, pp=1, dp=8, mbs=1)
+    fsdp = p.model_copy(update={"fsdp": True})
+    plain = memory_per_gpu(LLAMA3_70B, SEQ_4K, p, 80.0)
+    sharded = memory_per_gpu(LLAMA3_70B, SEQ_4K, fsdp, 80.0)
+    assert sharded.weights_gib == pytest.approx(plain.weights_gib / 8)
+    assert sharded.gradients_gib == pytest.approx(plain.gradients_gib / 8)
+
+
+def test_expert_parallel_shards_expert_weights_and_expert_dp_their_optimizer():
+    p1 = ParallelConfig(tp=1, dp=8, ep=1, mbs=1)
+    p8 = ParallelConfig(tp=1, dp=8, ep=8, mbs=1)
+    s1, s8 = shard_params(MIXTRAL, p1, 0), shard_params(MIXTRAL, p8, 0)
+    assert s8.expert == pytest.approx(s1.expert / 8)
+    assert s8.dense == s1.dense
+    # expert-DP is 1 at EP=8 over 8 ranks: expert optimizer state is not divided further
+    assert optimizer_gib(s8, p8) * GIB == pytest.approx((s8.dense + s8.replicated) / 8 * 12 + s8.expert * 12)
+
+
+def test_fp8_keeps_an_extra_one_byte_weight_copy():
+    shard = shard_params(LLAMA3_70B, LLAMA_TP8_PP4_DP2, 0)
+    assert weights_gib(shard, LLAMA_TP8_PP4_DP2, "fp8") == pytest.approx(1.5 * weights_gib(shard, LLAMA_TP8_PP4_DP2, "bf16"))
+
+
+def test_full_recompute_keeps_only_layer_inputs():
+    selective = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2, 80.0)
+    full = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2.model_copy(update={"recompute": "full"}), 80.0)
+    assert full.activations_gib < selective.activations_gib / 4
+
+
+def test_full_recompute_of_fewer_layers_per_group_keeps_more():
+    base = LLAMA_TP8_PP4_DP2.model_copy(update={"recompute": "full", "recompute_num_layers": 1})
+    grouped = base.model_copy(update={"recompute_num_layers": 5})
+    block = base.model_copy(update={"recompute_method": "block", "recompute_num_layers": 10})
+    one = memory_per_gpu(LLAMA3_70B, SEQ_4K, base, 80.0).activations_gib
+    five = memory_per_gpu(LLAMA3_70B, SEQ_4K, grouped, 80.0).activations_gib
+    half_block = memory_per_gpu(LLAMA3_70B, SEQ_4K, block, 80.0).activations_gib
+    selective = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2, 80.0).activations_gib
+    assert one < five < selective
+    assert one < half_block < selective
+
+
+def test_interleaving_multiplies_stage0_in_flight_by_megatrons_factor():
+    p, v = 4, 5
+    interleaved = ParallelConfig(tp=8, pp=p, vpp=v, dp=2, sequence_parallel=True)
+    assert in_flight_microbatches(interleaved, 64, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert in_flight_microbatches(LLAMA_TP8_PP4_DP2, 64, 0) == p
+    assert in_flight_microbatches(LLAMA_TP8_PP4_DP2, 64, p - 1) == 1
+    assert in_flight_microbatches(LLAMA_TP8_PP4_DP2, 2, 0) == 2  # fewer micro-batches than stages
+
+
+def test_context_parallel_splits_the_sequence():
+    p1 = ParallelConfig(tp=8, pp=1, dp=8, sequence_parallel=True)
+    p2 = ParallelConfig(tp=8, pp=1, cp=2, dp=4, sequence_parallel=True)
+    a1 = memory_per_gpu(LLAMA3_70B, SEQ_4K, p1, 80.0).activations_gib
+    a2 = memory_per_gpu(LLAMA3_70B, SEQ_4K, p2, 80.0).activations_gib
+    assert a2 == pytest.approx(a1 / 2, rel=0.01)
+
+
+def test_does_not_fit_when_total_exceeds_capacity():
+    tiny_gpu = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2, 24.0)
+    assert tiny_gpu.total_gib > 24.0 and not tiny_gpu.fits
+
+
+def test_last_stage_holds_logits_and_can_be_the_most_loaded():
+    small_vocab_heavy = ModelSpec(
+        name="wide-vocab", num_layers=8, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
+        vocab_size=256000,
+    )
+    p = ParallelConfig(tp=1, pp=4, dp=2, mbs=4)
+    memory = memory_per_gpu(small_vocab_heavy, TrainingSpec(seq_length=8192, global_batch_size=64), p, 80.0)
+    assert memory.stage == 3
