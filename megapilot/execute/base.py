@@ -1,0 +1,233 @@
+"""The executor protocol: one typed way to run a training job, wherever it runs.
+
+Every executor (local torchrun, SLURM, SSH to nodes) takes a `JobSpec`, returns a `JobHandle` from
+`submit`, answers `poll` with a `JobStatus`, lists the per-node logs, cancels, and `wait`s to a
+`JobResult`. A validation sweep drives many combos through the same five calls, so the objects
+here are plain serialisable pydantic models: a handle written to disk can be polled again later
+(by a SLURM executor in another process, say).
+
+States, and who decides them:
+
+    PENDING ──► RUNNING ──► COMPLETED   exit code 0 AND the final iteration reached
+                       ├──► FAILED      non-zero exit, a rank killed, or exit 0 short of train_iters
+                       ├──► HUNG        no new iteration line within the hang window (see HangPolicy)
+                       ├──► TIMEOUT     the job's wall-clock limit passed
+                       └──► CANCELLED   `cancel()` (or Ctrl-C / an error in the caller)
+
+The executor stops the job's whole process tree itself for HUNG, TIMEOUT and CANCELLED, so a
+caller never has to clean up after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# A combo name becomes a directory name: keep it to characters every filesystem and shell accepts.
+COMBO_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class JobState(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    HUNG = "HUNG"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+class HangPolicy(BaseModel):
+    """When a job that prints no new iteration line counts as hung.
+
+    Before the first iteration line the job has `startup_s` (imports, rendezvous, model build and
+    data loading are slow and vary). After it, the window is `factor` × the observed time between
+    iteration lines (which already spans one log interval), but never less than `min_window_s`;
+    `fixed_window_s`, when set, replaces that adaptive rule with a fixed number of seconds. A
+    checkpoint save announced in the log extends the window to at least `checkpoint_allowance_s`
+    because saves legitimately take many step times.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    startup_s: float = Field(default=900.0, gt=0, description="Allowance before the first iteration line.")
+    factor: float = Field(default=10.0, gt=1, description="k: hung after k x the observed step time.")
+    min_window_s: float = Field(default=120.0, gt=0, description="Lower bound of the adaptive window.")
+    fixed_window_s: float | None = Field(default=None, gt=0, description="A fixed window instead of k x step.")
+    checkpoint_allowance_s: float = Field(default=900.0, gt=0, description="Window after a checkpoint save.")
+
+
+class JobSpec(BaseModel):
+    """What to run: a script (or an argv), where its files go, how many processes, and its limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    combo: str = Field(description="Name of this run inside run_dir (one combo of a sweep).")
+    run_dir: Path = Field(description="Parent directory; the job's files go to run_dir/combo/.")
+    script: Path | None = Field(default=None, description="A bash launch script to run (copied to launch.sh).")
+    argv: list[str] | None = Field(default=None, description="Or a command; launch.sh runs it, shell-quoted.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment (values never logged).")
+    cwd: Path | None = Field(default=None, description="Working directory; default: the job directory.")
+    nodes: int = Field(default=1, ge=1)
+    gpus_per_node: int = Field(default=1, ge=1, description="Processes per node (ranks).")
+    train_iters: int | None = Field(default=None, gt=0, description="Expected final iteration; default: "
+                                    "the total printed in the iteration line.")
+    require_final_iteration: bool = Field(default=True, description="Exit 0 counts as COMPLETED only when "
+                                          "the final iteration was logged.")
+    hang: HangPolicy = Field(default_factory=HangPolicy)
+    timeout_s: float | None = Field(default=None, gt=0, description="Wall-clock limit for the whole job.")
+    stop_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL grace when stopping.")
+
+    @field_validator("combo")
+    @classmethod
+    def _combo_is_a_safe_directory_name(cls, combo: str) -> str:
+        if not COMBO_NAME_PATTERN.match(combo):
+            raise ValueError(f"{combo!r} is not a usable directory name; use letters, digits, '.', '_', '-'")
+        return combo
+
+    @model_validator(mode="after")
+    def _exactly_one_command(self) -> JobSpec:
+        if (self.script is None) == (self.argv is None):
+            raise ValueError("give exactly one of script and argv")
+        if self.argv is not None and not self.argv:
+            raise ValueError("argv is empty")
+        return self
+
+    @property
+    def job_dir(self) -> Path:
+        return self.run_dir / self.combo
+
+
+class JobHandle(BaseModel):
+    """What `submit` returns: enough to find the job again (a PID locally, a job id under SLURM)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    executor: str
+    combo: str
+    job_id: str
+    job_dir: Path
+    submitted_at: datetime
+
+
+class JobStatus(BaseModel):
+    """One `poll` answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: JobState
+    exit_code: int | None = None
+    reason: str | None = None
+    iteration: int | None = Field(default=None, description="Last iteration seen in the log.")
+    train_iters: int | None = Field(default=None, description="Final iteration expected.")
+    step_time_s: float | None = Field(default=None, description="Observed wall time per iteration.")
+    elapsed_s: float = 0.0
+
+
+class JobResult(BaseModel):
+    """How a job ended: what `wait` returns and `megapilot run --json` prints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    combo: str
+    executor: str
+    job_id: str
+    state: JobState
+    exit_code: int | None
+    reason: str | None
+    iterations_reached: int | None
+    train_iters: int | None
+    step_time_s: float | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    duration_s: float
+    job_dir: Path
+    logs: list[Path]
+
+    @property
+    def ok(self) -> bool:
+        return self.state is JobState.COMPLETED
+
+
+ProgressCallback = Callable[[JobStatus], None]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs jobs somewhere. Implementations: `LocalExecutor` (megapilot.execute.local)."""
+
+    name: str
+
+    def submit(self, job: JobSpec) -> JobHandle:
+        """Start the job (or queue it) and return at once."""
+        ...
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        """Current state; also where hang and wall-clock limits are enforced."""
+        ...
+
+    def logs(self, handle: JobHandle) -> list[Path]:
+        """The per-node training logs, node 0 first."""
+        ...
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Stop the job and every process it started; idempotent."""
+        ...
+
+    def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
+             poll_interval_s: float = 0.5) -> JobResult:
+        """Block until the job ends; cancels it if the caller is interrupted."""
+        ...
+
+
+def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[JobHandle], JobResult],
+                    on_progress: ProgressCallback | None, poll_interval_s: float) -> JobResult:
+    """The `wait` every polling executor shares.
+
+    Calls `on_progress` whenever the iteration or the state changes. Any exception on the way
+    (KeyboardInterrupt included, or one raised by the callback) cancels the job before it
+    propagates, so an interrupted caller never leaves a training job running.
+    """
+    import time
+
+    last_seen: tuple[JobState, int | None] | None = None
+    try:
+        while True:
+            status = executor.poll(handle)
+            if on_progress is not None and (status.state, status.iteration) != last_seen:
+                last_seen = (status.state, status.iteration)
+                on_progress(status)
+            if status.state.is_terminal:
+                return result_of(handle)
+            time.sleep(poll_interval_s)
+    except BaseException:
+        executor.cancel(handle)
+        raise
+
+
+def job_spec_or_error(**fields: object) -> JobSpec:
+    """Build a JobSpec from user input, turning validation errors into a MegapilotError."""
+    from pydantic import ValidationError
+
+    from megapilot.errors import from_validation_error
+
+    try:
+        return JobSpec(**fields)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="job") from None
+
+
+__all__ = [
+    "COMBO_NAME_PATTERN", "Executor", "HangPolicy", "JobHandle", "JobResult", "JobSpec", "JobState",
+    "JobStatus", "ProgressCallback", "job_spec_or_error", "wait_by_polling",
+]

@@ -1,0 +1,100 @@
+"""Why a job failed, in one line, from what its launcher printed.
+
+torchrun ends a failed run with a summary whose "Root Cause (first observed failure)" block names
+the rank, its exit code or signal and its PID; that is the most precise reason there is. Without
+it (a plain script, a launcher killed itself) the last Python exception line is the next best.
+`FailureClues` is fed every log line as the executor reads it, so nothing has to be re-read.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from megapilot.execute.progress import parse_iteration_line
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
+_FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<value>.*?)\s*$")
+_RANK = re.compile(r"(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
+_EXITCODE = re.compile(r"(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)")
+# "[default0]:[rank0]: RuntimeError: ..." or a bare "ValueError: ..." at the end of a traceback.
+_RANK_PREFIX = re.compile(r"^(?:\[[^\]]*\]:\s?)+")
+_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*))?$")
+_MAX_REASON_CHARS = 400
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_exit_code(exit_code: int) -> str:
+    """'exit code 3' or 'killed by SIGKILL' (a negative code is a signal, as Popen reports it)."""
+    if exit_code < 0:
+        return f"killed by {signal_name(-exit_code)}"
+    if exit_code > 128 and exit_code - 128 in {s.value for s in signal.Signals}:
+        return f"exit code {exit_code} ({signal_name(exit_code - 128)})"
+    return f"exit code {exit_code}"
+
+
+class FailureClues:
+    """Collects failure evidence from log lines: torchrun's root cause and the last exception."""
+
+    def __init__(self) -> None:
+        self._in_root_cause = False
+        self._root_cause: dict[str, str] = {}
+        self.last_exception: str | None = None
+        self.last_line: str | None = None
+
+    def feed(self, line: str) -> None:
+        text = line.rstrip("\n")
+        if _ROOT_CAUSE.search(text):
+            self._in_root_cause = True
+            self._root_cause = {}
+            return
+        if self._in_root_cause:
+            field = _FIELD.match(text)
+            if field:
+                self._root_cause[field["key"]] = field["value"]
+            elif text.startswith("="):
+                self._in_root_cause = False
+            return
+        bare = _RANK_PREFIX.sub("", text).strip()
+        if bare and parse_iteration_line(bare) is None:  # progress is not evidence of a failure
+            self.last_line = bare[:_MAX_REASON_CHARS]
+        exception = _EXCEPTION_LINE.match(bare)
+        if exception and "ChildFailedError" not in exception["type"]:
+            self.last_exception = bare[:_MAX_REASON_CHARS]
+
+    @property
+    def root_cause(self) -> str | None:
+        """'rank 1 (local rank 1, pid 8285) killed by SIGKILL' from torchrun's summary, if printed."""
+        if "exitcode" not in self._root_cause:
+            return None
+        rank = _RANK.search(self._root_cause.get("rank", ""))
+        code = _EXITCODE.search(self._root_cause["exitcode"])
+        who = f"rank {rank['rank']} (local rank {rank['local']}" if rank else "a worker ("
+        if code is None:
+            return f"{who}) failed: {self._root_cause['exitcode']}"
+        how = describe_exit_code(int(code["code"]))
+        text = f"{who}, pid {code['pid']}) {how}"
+        host = self._root_cause.get("host")
+        return f"{text} on {host}" if host else text
+
+    def reason(self, launcher_exit_code: int | None) -> str:
+        """The best one-line reason for a failed run."""
+        parts = []
+        if self.root_cause:
+            parts.append(self.root_cause)
+        # After a rank is killed the survivors' errors (connection reset...) are consequences, not
+        # the cause; after a rank raised, its exception is the cause.
+        killed = self.root_cause is not None and "killed by" in self.root_cause
+        if self.last_exception and not killed:
+            parts.append(self.last_exception)
+        if not parts and self.last_line:
+            parts.append(f"last output: {self.last_line}")
+        if launcher_exit_code is not None:
+            parts.append(f"launcher {describe_exit_code(launcher_exit_code)}")
+        return "; ".join(parts)[:_MAX_REASON_CHARS] if parts else "failed"

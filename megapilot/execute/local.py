@@ -1,0 +1,249 @@
+"""`LocalExecutor`: run a launch script (typically torchrun) on this machine.
+
+How a local job runs:
+1. `submit` writes `<run_dir>/<combo>/launch.sh` and starts `bash launch.sh` as the leader of a new
+   session, with `MASTER_ADDR`/`MASTER_PORT` set to a free loopback port (torchrun also reads them
+   as `PET_MASTER_ADDR`/`PET_MASTER_PORT`, so a script that does not pass `--master-port` still
+   avoids 29500) and stdout+stderr going to `out-node0/training.log`.
+2. `poll` reads the new log lines (progress, failure clues), records the process tree, and
+   enforces the hang window and the wall-clock limit by stopping the job.
+3. When the launcher exits, whatever it left running is stopped, and the state is decided:
+   COMPLETED needs exit code 0 AND the final iteration in the log; otherwise FAILED with the
+   reason (torchrun's root cause: which rank, which signal).
+
+Stopping is always the same: SIGTERM to the job's process group and every process seen in its
+tree, a grace period, then SIGKILL (see `megapilot.execute.process`). Jobs still running when the
+interpreter exits are stopped too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from megapilot.errors import MegapilotError
+from megapilot.execute.base import (
+    JobHandle, JobResult, JobSpec, JobState, JobStatus, ProgressCallback, wait_by_polling,
+)
+from megapilot.execute.failure import FailureClues
+from megapilot.execute.process import ProcessTreeWatch, free_port, start_process_group
+from megapilot.execute.progress import ProgressTracker
+from megapilot.execute.rundir import (
+    JobRecord, RecordedProcess, node_log_path, prepare_job_dir, read_job_record, write_job_record,
+    write_launch_script,
+)
+from megapilot.execute.tail import LogTail
+
+LOOPBACK = "127.0.0.1"
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class _LocalJob:
+    """Everything the executor tracks about one running job."""
+
+    spec: JobSpec
+    handle: JobHandle
+    record: JobRecord
+    process: subprocess.Popen
+    watch: ProcessTreeWatch
+    tail: LogTail
+    tracker: ProgressTracker
+    clues: FailureClues = field(default_factory=FailureClues)
+    started_at_s: float = field(default_factory=time.monotonic)
+    last_snapshot_s: float = 0.0
+    stop_cause: tuple[JobState, str] | None = None
+
+    @property
+    def status(self) -> JobStatus:
+        return self.record.status
+
+
+class LocalExecutor:
+    """Runs jobs as local process trees. One instance can run several jobs at once."""
+
+    name = "local"
+
+    def __init__(self, *, snapshot_interval_s: float = 1.0, master_addr: str = LOOPBACK):
+        self.snapshot_interval_s = snapshot_interval_s
+        self.master_addr = master_addr
+        self._jobs: dict[str, _LocalJob] = {}
+        atexit.register(self.close)
+
+    # -- the protocol -------------------------------------------------------------------------
+
+    def submit(self, job: JobSpec) -> JobHandle:
+        if job.nodes != 1:
+            raise MegapilotError(f"the local executor runs on one node, not {job.nodes}", field="nodes",
+                                 fix="use nodes=1 locally, or the slurm/ssh executor for several nodes")
+        directory = prepare_job_dir(job)
+        launch_script = write_launch_script(job, directory)
+        log_path = node_log_path(directory, 0)
+        master_port = int(job.env.get("MASTER_PORT") or free_port(self.master_addr))
+        env = self._environment(job, master_port)
+        argv = ["bash", str(launch_script.resolve())]
+        cwd = (job.cwd or Path.cwd()).resolve()
+        submitted_at = _utc_now()
+        try:
+            process = start_process_group(argv, cwd=cwd, env=env, log_path=log_path)
+        except OSError as exc:
+            raise MegapilotError(f"cannot start the job: {exc}", field="cwd", fix="check the working directory")
+        handle = JobHandle(executor=self.name, combo=job.combo, job_id=str(process.pid), job_dir=directory,
+                           submitted_at=submitted_at)
+        record = JobRecord(
+            combo=job.combo, executor=self.name, job_id=handle.job_id, command=argv,
+            source_script=str(job.script.resolve()) if job.script else None, cwd=str(cwd),
+            env_names=sorted(job.env), master_addr=self.master_addr, master_port=master_port,
+            nodes=job.nodes, gpus_per_node=job.gpus_per_node, root_pid=process.pid,
+            submitted_at=submitted_at, started_at=submitted_at,
+            status=JobStatus(state=JobState.RUNNING, train_iters=job.train_iters),
+        )
+        started_at_s = time.monotonic()
+        local_job = _LocalJob(
+            spec=job, handle=handle, record=record, process=process, watch=ProcessTreeWatch(process.pid),
+            tail=LogTail(log_path), tracker=ProgressTracker(job.hang, started_at_s, job.train_iters),
+            started_at_s=started_at_s,
+        )
+        self._jobs[handle.job_id] = local_job
+        self._save_record(local_job)
+        return handle
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        job = self._jobs.get(handle.job_id)
+        if job is None:  # started by another executor instance: its job.json is all there is
+            return read_job_record(handle.job_dir).status
+        if job.status.state.is_terminal:
+            return job.status
+        now_s = time.monotonic()
+        iteration_before = job.tracker.iteration
+        self._read_log(job, job.tail.read_new_lines(), now_s)
+        if now_s - job.last_snapshot_s >= self.snapshot_interval_s:
+            job.last_snapshot_s = now_s
+            if job.watch.snapshot():
+                self._record_processes(job)
+        exit_code = job.process.poll()
+        if exit_code is not None:
+            self._finish(job, exit_code)
+        elif (hang_reason := job.tracker.hang_reason(now_s)) is not None:
+            self._stop(job, JobState.HUNG, hang_reason)
+        elif job.spec.timeout_s is not None and now_s - job.started_at_s > job.spec.timeout_s:
+            self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached at "
+                                              f"iteration {job.tracker.iteration}/{job.tracker.train_iters}")
+        else:
+            self._update_status(job, JobState.RUNNING, now_s)
+            if job.tracker.iteration != iteration_before:
+                self._save_record(job)
+        return job.status
+
+    def logs(self, handle: JobHandle) -> list[Path]:
+        return [node_log_path(handle.job_dir, 0)]
+
+    def cancel(self, handle: JobHandle) -> None:
+        job = self._jobs.get(handle.job_id)
+        if job is not None and not job.status.state.is_terminal:
+            self._stop(job, JobState.CANCELLED, "cancelled")
+
+    def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
+             poll_interval_s: float = 0.5) -> JobResult:
+        return wait_by_polling(self, handle, self.result, on_progress, poll_interval_s)
+
+    # -- results and clean-up -----------------------------------------------------------------
+
+    def result(self, handle: JobHandle) -> JobResult:
+        """The JobResult of a job (its current status if it has not ended)."""
+        job = self._jobs.get(handle.job_id)
+        record = job.record if job is not None else read_job_record(handle.job_dir)
+        status = record.status
+        return JobResult(
+            combo=record.combo, executor=record.executor, job_id=handle.job_id, state=status.state,
+            exit_code=status.exit_code, reason=status.reason, iterations_reached=status.iteration,
+            train_iters=status.train_iters, step_time_s=status.step_time_s, started_at=record.started_at,
+            ended_at=record.ended_at, duration_s=round(status.elapsed_s, 3), job_dir=handle.job_dir,
+            logs=self.logs(handle),
+        )
+
+    def close(self) -> None:
+        """Stop every job of this executor that is still running (also run at interpreter exit)."""
+        for job in list(self._jobs.values()):
+            if not job.status.state.is_terminal:
+                self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _environment(self, job: JobSpec, master_port: int) -> dict[str, str]:
+        rendezvous = {
+            "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(master_port),
+            # torchrun reads any of its flags from PET_<FLAG>: a script without --master-port gets ours.
+            "PET_MASTER_ADDR": self.master_addr, "PET_MASTER_PORT": str(master_port),
+            "NNODES": str(job.nodes), "NODE_RANK": "0", "NPROC_PER_NODE": str(job.gpus_per_node),
+            "PYTHONUNBUFFERED": "1",  # lines reach the log as they are printed, not when a buffer fills
+            "MEGAPILOT_JOB_DIR": str(job.job_dir.resolve()), "MEGAPILOT_COMBO": job.combo,
+        }
+        return {**os.environ, **rendezvous, **job.env}
+
+    def _read_log(self, job: _LocalJob, lines: list[str], now_s: float) -> None:
+        for line in lines:
+            job.tracker.feed(line, now_s)
+            job.clues.feed(line)
+
+    def _update_status(self, job: _LocalJob, state: JobState, now_s: float, *, exit_code: int | None = None,
+                       reason: str | None = None) -> None:
+        job.record.status = JobStatus(
+            state=state, exit_code=exit_code, reason=reason, iteration=job.tracker.iteration,
+            train_iters=job.tracker.train_iters,
+            step_time_s=round(job.tracker.step_time_s, 4) if job.tracker.step_time_s is not None else None,
+            elapsed_s=round(now_s - job.started_at_s, 3),
+        )
+
+    def _stop(self, job: _LocalJob, state: JobState, reason: str) -> None:
+        """Stop the job's whole tree for `state` (HUNG, TIMEOUT, CANCELLED), then settle it."""
+        job.stop_cause = (state, reason)
+        job.watch.stop(job.spec.stop_grace_s)
+        try:
+            exit_code = job.process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep); _finish reports it
+            exit_code = job.process.returncode
+        self._finish(job, exit_code)
+
+    def _finish(self, job: _LocalJob, exit_code: int | None) -> None:
+        """The launcher has exited: stop what it left behind, read the last lines, decide the state."""
+        left_behind = [p for p in job.watch.alive() if p.pid != job.process.pid]
+        survivors = job.watch.stop(job.spec.stop_grace_s) if left_behind else []
+        now_s = time.monotonic()
+        self._read_log(job, job.tail.read_rest(), now_s)
+        state, reason = self._verdict(job, exit_code)
+        notes = [reason] if reason else []
+        if left_behind and job.stop_cause is None:
+            notes.append(f"stopped {len(left_behind)} process(es) the launcher left running")
+        if survivors:
+            notes.append("still alive after SIGKILL: " + ", ".join(f"pid {p.pid} ({p.name})" for p in survivors))
+        self._update_status(job, state, now_s, exit_code=exit_code, reason="; ".join(notes) or None)
+        job.record.ended_at = _utc_now()
+        self._record_processes(job)
+        self._save_record(job)
+
+    def _verdict(self, job: _LocalJob, exit_code: int | None) -> tuple[JobState, str | None]:
+        if job.stop_cause is not None:
+            return job.stop_cause
+        if exit_code is None or exit_code != 0:
+            return JobState.FAILED, job.clues.reason(exit_code)
+        if not job.spec.require_final_iteration or job.tracker.reached_final_iteration():
+            return JobState.COMPLETED, None
+        if job.tracker.iteration is None:
+            return JobState.FAILED, "exited with code 0 but printed no iteration line"
+        return JobState.FAILED, (f"exited with code 0 at iteration {job.tracker.iteration}/"
+                                 f"{job.tracker.train_iters}, before the final iteration")
+
+    def _record_processes(self, job: _LocalJob) -> None:
+        job.record.processes = [RecordedProcess(**vars(info)) for info in job.watch.history.values()]
+
+    def _save_record(self, job: _LocalJob) -> None:
+        write_job_record(job.handle.job_dir, job.record)

@@ -1,0 +1,142 @@
+"""Process helpers for local jobs: a free port, a process group of its own, and a tree that dies whole.
+
+A job is started with `start_new_session=True`, so its launcher leads a new session and process
+group (session id = process group id = the launcher's PID). Stopping it sends SIGTERM to that
+group, waits a grace period, then SIGKILLs whatever is left. Processes can leave the group
+(`setsid`, a daemonising helper), so `ProcessTreeWatch` also remembers every descendant it has
+seen and the stop reaches those too. A zombie counts as gone: it holds no resources but its
+exit status, and whether init reaps it is not ours to decide.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+# torchrun's default; never handed out, so two jobs (or a stray default run) cannot collide on it.
+TORCHRUN_DEFAULT_PORT = 29500
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it), never torchrun's default 29500."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+        if port != TORCHRUN_DEFAULT_PORT:
+            return port
+
+
+def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """Start argv as the leader of a new session, stdout and stderr appended to log_path."""
+    with open(log_path, "ab", buffering=0) as log:
+        return subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True,
+        )
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process seen in a job's tree (what job.json records)."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+
+
+def _is_alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _describe(proc: psutil.Process) -> ProcessInfo | None:
+    try:
+        with proc.oneshot():
+            cmdline = " ".join(proc.cmdline())
+            return ProcessInfo(pid=proc.pid, ppid=proc.ppid(), name=proc.name(), cmdline=cmdline[:300])
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def session_members(session_id: int) -> list[psutil.Process]:
+    """Live processes of a session (the job's launcher started it), wherever their parent is now."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == session_id and proc.pid != os.getpid() and _is_alive(proc):
+                members.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+class ProcessTreeWatch:
+    """Remembers every process a job's launcher has started, for the record and for the stop."""
+
+    def __init__(self, root_pid: int):
+        self.root_pid = root_pid
+        self._seen: dict[int, psutil.Process] = {}
+        self.history: dict[int, ProcessInfo] = {}
+        self.snapshot()
+
+    def snapshot(self) -> list[ProcessInfo]:
+        """Look at the tree now; returns the processes seen for the first time."""
+        try:
+            root = psutil.Process(self.root_pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        new = []
+        for proc in tree:
+            if proc.pid in self._seen and self._seen[proc.pid] == proc:  # same pid AND create time
+                continue
+            self._seen[proc.pid] = proc
+            info = _describe(proc)
+            if info is not None:
+                self.history[proc.pid] = info
+                new.append(info)
+        return new
+
+    def alive(self) -> list[psutil.Process]:
+        """Every process of the job still running: the session plus any descendant that left it."""
+        found = {p.pid: p for p in session_members(self.root_pid)}
+        for pid, proc in self._seen.items():
+            if pid not in found and _is_alive(proc):
+                found[pid] = proc
+        return list(found.values())
+
+    def stop(self, grace_s: float) -> list[ProcessInfo]:
+        """SIGTERM the whole job, wait up to grace_s, SIGKILL the rest; returns any survivors."""
+        self.snapshot()
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(0.05)
+        if self.alive():
+            self._signal_all(signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and self.alive():
+                time.sleep(0.05)
+        return [info for proc in self.alive() if (info := _describe(proc)) is not None]
+
+    def _signal_all(self, signum: int) -> None:
+        try:
+            os.killpg(self.root_pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for proc in self.alive():
+            try:
+                proc.send_signal(signum)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass

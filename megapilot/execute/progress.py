@@ -1,0 +1,168 @@
+"""Progress, completion and hang detection from a training log, one line at a time.
+
+The executors read each job's log as it grows and feed every line to a `ProgressTracker`. The
+tracker knows three things: how far training got (the last iteration line), whether that is the
+end (the final iteration), and when silence has lasted long enough to call the job hung.
+
+Iteration lines are recognised by `parse_iteration_line`, the one place that knows their format
+(Megatron-LM's ` [ts] iteration <it>/<train_iters> | ... elapsed time per iteration (ms): x |`,
+with or without a launcher's rank prefix such as torchrun's `[default1]:`). When the log parser of
+`megapilot.logs` is available it can take that function's place without touching anything else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+
+from megapilot.execute.base import HangPolicy
+
+_ITERATION = re.compile(r"\biteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|")
+_STEP_TIME_MS = re.compile(r"elapsed time per iteration \(ms\):\s*(?P<ms>[0-9]+(?:\.[0-9]*)?)")
+_CHECKPOINT_SAVE = re.compile(r"\bsaving checkpoint at iteration\s+\d+")
+
+# How many recent gaps between iteration lines the hang window looks back over.
+_RECENT_GAPS = 8
+
+
+@dataclass(frozen=True)
+class IterationMark:
+    """The progress facts of one iteration line."""
+
+    iteration: int
+    train_iters: int
+    step_time_ms: float | None
+
+
+def parse_iteration_line(line: str) -> IterationMark | None:
+    """The iteration and total of a Megatron-format iteration line, or None for any other line."""
+    match = _ITERATION.search(line)
+    if match is None:
+        return None
+    step = _STEP_TIME_MS.search(line, match.end())
+    return IterationMark(
+        iteration=int(match["it"]),
+        train_iters=int(match["total"]),
+        step_time_ms=float(step["ms"]) if step else None,
+    )
+
+
+def is_checkpoint_save_line(line: str) -> bool:
+    return _CHECKPOINT_SAVE.search(line) is not None
+
+
+class ProgressTracker:
+    """Follows one job's log: last iteration, observed step time, completion, hang deadline.
+
+    Times are seconds on one monotonic clock chosen by the caller (`time.monotonic()` in the
+    executors; plain numbers in tests).
+    """
+
+    def __init__(self, policy: HangPolicy, started_at_s: float, train_iters: int | None = None):
+        self.policy = policy
+        self.started_at_s = started_at_s
+        self.expected_train_iters = train_iters
+        self.iteration: int | None = None
+        self.printed_train_iters: int | None = None
+        self.reported_step_time_ms: float | None = None
+        self.log_interval: int | None = None
+        self.last_iteration_at_s: float | None = None
+        self._gaps_s: deque[float] = deque(maxlen=_RECENT_GAPS)
+        self._step_times_s: deque[float] = deque(maxlen=_RECENT_GAPS)
+        self._checkpoint_until_s: float | None = None
+
+    # -- feeding ------------------------------------------------------------------------------
+
+    def feed(self, line: str, now_s: float) -> IterationMark | None:
+        """Take one log line seen at `now_s`; return its iteration mark if it has one."""
+        if is_checkpoint_save_line(line):
+            self._checkpoint_until_s = now_s + self.policy.checkpoint_allowance_s
+            return None
+        mark = parse_iteration_line(line)
+        if mark is None:
+            return None
+        if self.iteration is not None and mark.iteration > self.iteration:
+            advanced = mark.iteration - self.iteration
+            gap_s = now_s - (self.last_iteration_at_s or now_s)
+            self.log_interval = advanced
+            self._gaps_s.append(gap_s)
+            self._step_times_s.append(gap_s / advanced)
+        if self.iteration is None or mark.iteration != self.iteration:
+            self.last_iteration_at_s = now_s
+            self._checkpoint_until_s = None
+        self.iteration = mark.iteration
+        self.printed_train_iters = mark.train_iters
+        self.reported_step_time_ms = mark.step_time_ms
+        return mark
+
+    # -- what it knows ------------------------------------------------------------------------
+
+    @property
+    def train_iters(self) -> int | None:
+        """The final iteration: the job spec's if given, else the one the log prints."""
+        return self.expected_train_iters or self.printed_train_iters
+
+    @property
+    def step_time_s(self) -> float | None:
+        """Observed wall seconds per iteration (latest interval), else the one the log reports."""
+        if self._step_times_s:
+            return self._step_times_s[-1]
+        if self.reported_step_time_ms is not None:
+            return self.reported_step_time_ms / 1000.0
+        return None
+
+    def reached_final_iteration(self) -> bool:
+        """True once the final iteration was logged.
+
+        Megatron logs only every `log_interval` iterations, so when train_iters is not a multiple
+        of it the last line falls short of train_iters; the run counts as finished when the next
+        line would have been past the end (interval inferred from the last two lines).
+        """
+        if self.iteration is None or self.train_iters is None:
+            return False
+        if self.iteration >= self.train_iters:
+            return True
+        return self.log_interval is not None and self.iteration + self.log_interval > self.train_iters
+
+    def hang_window_s(self) -> float:
+        """Seconds of silence allowed after the last iteration line (see HangPolicy)."""
+        if self.policy.fixed_window_s is not None:
+            return self.policy.fixed_window_s
+        interval_s = self._interval_estimate_s()
+        if interval_s is None:
+            return self.policy.startup_s
+        return max(self.policy.min_window_s, self.policy.factor * interval_s)
+
+    def hang_deadline_s(self) -> float:
+        """The clock time after which, without a new iteration line, the job is hung."""
+        if self.last_iteration_at_s is None:
+            deadline = self.started_at_s + self.policy.startup_s
+        else:
+            deadline = self.last_iteration_at_s + self.hang_window_s()
+        if self._checkpoint_until_s is not None:
+            deadline = max(deadline, self._checkpoint_until_s)
+        return deadline
+
+    def hang_reason(self, now_s: float) -> str | None:
+        """Why the job counts as hung at `now_s`, or None while it is within its window."""
+        if now_s < self.hang_deadline_s():
+            return None
+        if self.last_iteration_at_s is None:
+            return (f"no iteration line within the start-up allowance of {self.policy.startup_s:.0f} s "
+                    f"(raise it with the hang policy's startup_s / --startup-timeout-s)")
+        silent_s = now_s - self.last_iteration_at_s
+        rule = (f"fixed window {self.policy.fixed_window_s:.0f} s" if self.policy.fixed_window_s is not None
+                else f"{self.policy.factor:g} x the observed {self._interval_estimate_s() or 0:.2f} s "
+                     f"between iteration lines, at least {self.policy.min_window_s:.0f} s")
+        return (f"hung: no new iteration for {silent_s:.1f} s after iteration {self.iteration}/"
+                f"{self.train_iters} ({rule})")
+
+    def _interval_estimate_s(self) -> float | None:
+        """Seconds between iteration lines: the largest recent gap, or the reported step time."""
+        if self._gaps_s:
+            return max(self._gaps_s)
+        if self.reported_step_time_ms is not None and self.iteration is not None:
+            # One line only: assume the interval so far (first line at iteration = log interval).
+            return self.reported_step_time_ms / 1000.0 * max(1, self.iteration)
+        return None

@@ -1,0 +1,139 @@
+"""The run directory: where every executor puts a job's files, and what `job.json` holds.
+
+Layout (reports, the validation suite and `megapilot logs` read it; every executor writes it):
+
+    <run_dir>/
+      <combo>/                    one directory per job (a combo of a sweep, or a single run)
+        launch.sh                 the exact script that was run (a copy of the user's script, or a
+                                  script that runs the given argv, shell-quoted)
+        job.json                  a `JobRecord`: what was run, where, the PIDs seen, start/end time,
+                                  exit code, state and reason; rewritten as the job progresses
+        out-node0/training.log    stdout+stderr of node 0: the launcher and all of its ranks. Under
+        out-node1/training.log    torchrun with `--tee 3` each rank's line carries torchrun's prefix
+        ...                       (`[default<local_rank>]:`); launcher lines carry none.
+
+Environment values are never written here (they may hold tokens); job.json lists their names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from megapilot.errors import MegapilotError
+from megapilot.execute.base import JobSpec, JobStatus
+
+JOB_RECORD_VERSION = 1
+LAUNCH_SCRIPT_NAME = "launch.sh"
+JOB_RECORD_NAME = "job.json"
+TRAINING_LOG_NAME = "training.log"
+
+
+def job_dir(run_dir: Path, combo: str) -> Path:
+    return run_dir / combo
+
+
+def node_log_path(job_directory: Path, node: int) -> Path:
+    """`<job_dir>/out-node<N>/training.log`."""
+    return job_directory / f"out-node{node}" / TRAINING_LOG_NAME
+
+
+def launch_script_path(job_directory: Path) -> Path:
+    return job_directory / LAUNCH_SCRIPT_NAME
+
+
+def job_record_path(job_directory: Path) -> Path:
+    return job_directory / JOB_RECORD_NAME
+
+
+class RecordedProcess(BaseModel):
+    """A process seen in the job's tree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+
+
+class JobRecord(BaseModel):
+    """The contents of `job.json`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = JOB_RECORD_VERSION
+    combo: str
+    executor: str
+    job_id: str | None = None
+    command: list[str] = Field(description="The argv the executor started (runs launch.sh).")
+    launch_script: str = LAUNCH_SCRIPT_NAME
+    source_script: str | None = Field(default=None, description="The user's script launch.sh copies.")
+    cwd: str
+    env_names: list[str] = Field(default_factory=list, description="Names of the extra environment variables.")
+    master_addr: str | None = None
+    master_port: int | None = None
+    nodes: int
+    gpus_per_node: int
+    root_pid: int | None = None
+    processes: list[RecordedProcess] = Field(default_factory=list)
+    submitted_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    status: JobStatus
+
+
+def prepare_job_dir(job: JobSpec) -> Path:
+    """Create `<run_dir>/<combo>/` and its node log directories; refuse to reuse a finished job's."""
+    directory = job.job_dir
+    if job_record_path(directory).exists():
+        raise MegapilotError(
+            f"{directory} already holds a job (job.json exists)", field="combo",
+            fix="choose another combo name (--combo) or run directory (--run-dir), or remove that directory",
+        )
+    try:
+        for node in range(job.nodes):
+            node_log_path(directory, node).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MegapilotError(f"cannot create {directory}: {exc.strerror}", field="run_dir",
+                             fix="pick a writable directory") from None
+    return directory
+
+
+def write_launch_script(job: JobSpec, job_directory: Path) -> Path:
+    """Write launch.sh: a copy of the user's script, or a bash script that execs the argv."""
+    target = launch_script_path(job_directory)
+    if job.script is not None:
+        if not job.script.is_file():
+            raise MegapilotError(f"{job.script} does not exist or is not a file", field="script",
+                                 fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
+        shutil.copyfile(job.script, target)
+    else:
+        assert job.argv is not None
+        target.write_text("#!/usr/bin/env bash\nset -euo pipefail\nexec " + shlex.join(job.argv) + "\n")
+    target.chmod(0o755)
+    return target
+
+
+def write_job_record(job_directory: Path, record: JobRecord) -> None:
+    """Replace job.json atomically, so a reader never sees half a file."""
+    payload = record.model_dump_json(indent=2)
+    fd, tmp = tempfile.mkstemp(prefix=".job.", suffix=".json", dir=job_directory)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(payload + "\n")
+    os.replace(tmp, job_record_path(job_directory))
+
+
+def read_job_record(job_directory: Path) -> JobRecord:
+    path = job_record_path(job_directory)
+    try:
+        return JobRecord.model_validate(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise MegapilotError(f"{path} not found", field="job_dir", fix="point at a job directory") from None
