@@ -1,0 +1,320 @@
+"""Reading whole logs: files, stdin, growing files → one `ParsedLog`.
+
+`parse_logs(paths)` is the library entry point (`-` means stdin). With `summary_only=True` no
+per-record list is kept (records still stream through `on_record` if given), so memory stays flat
+whatever the log size; errors and checkpoint operations are kept but bounded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megapilot.errors import MegapilotError
+from megapilot.logs.lines import follow_lines, read_lines
+from megapilot.logs.parser import LineParser, ParseOptions
+from megapilot.logs.records import (
+    DIALECTS,
+    UNKNOWN_DIALECT,
+    CheckpointEvent,
+    CheckpointOp,
+    ErrorRecord,
+    Evidence,
+    IterationRecord,
+    MemoryRecord,
+    ProgressMarker,
+    Record,
+    TheoreticalMemoryRecord,
+    TimerRecord,
+)
+from megapilot.logs.summary import RunSummary, SummaryBuilder
+
+MAX_KEPT_ERRORS = 2000  # a crash on 1000 ranks prints the same line 1000 times; the first 2000 are evidence enough
+MAX_KEPT_CHECKPOINTS = 1000
+HANG_FACTOR = 10.0  # no progress for this many times the typical step time is a hang
+HANG_FLOOR_S = 120.0  # ... and never less than this (start-up, evaluation and saves are slow)
+
+
+@dataclass
+class ParsedLog:
+    """Everything parsed from one or more log files of one run."""
+
+    files: list[str]
+    dialect: str = UNKNOWN_DIALECT
+    dialect_counts: dict[str, int] = field(default_factory=dict)
+    iterations: list[IterationRecord] = field(default_factory=list)
+    memory: list[MemoryRecord] = field(default_factory=list)
+    theoretical_memory: list[TheoreticalMemoryRecord] = field(default_factory=list)
+    timers: list[TimerRecord] = field(default_factory=list)
+    checkpoints: list[CheckpointOp] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    markers: list[ProgressMarker] = field(default_factory=list)
+    summary: RunSummary | None = None
+    lines_read: int = 0
+    last_line: Evidence | None = None
+    last_time_s: float | None = None
+    errors_dropped: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable `--json` schema of `megapilot logs parse`."""
+        return {
+            "dialect": self.dialect,
+            "files": self.files,
+            "dialect_counts": self.dialect_counts,
+            "lines_read": self.lines_read,
+            "iterations": [r.to_dict() for r in self.iterations],
+            "memory": [r.to_dict() for r in self.memory],
+            "theoretical_memory": [r.to_dict() for r in self.theoretical_memory],
+            "timers": [r.to_dict() for r in self.timers],
+            "checkpoints": [r.to_dict() for r in self.checkpoints],
+            "errors": [r.to_dict() for r in self.errors],
+            "markers": [r.to_dict() for r in self.markers],
+            "summary": self.summary.to_dict() if self.summary else None,
+        }
+
+
+class LogCollector:
+    """Accumulates records from any number of sources into a `ParsedLog`."""
+
+    def __init__(self, *, summary_only: bool = False) -> None:
+        self.summary_only = summary_only
+        self.log = ParsedLog(files=[])
+        self._dialects: Counter[str] = Counter()
+        self._summary = SummaryBuilder()
+        self._open_ops: dict[str, dict[str, Any]] = {}
+        self.last_progress_time_s: float | None = None
+        self.last_progress_wall_s: float | None = None
+
+    def add(self, record: Record) -> None:
+        if isinstance(record, IterationRecord):
+            self._dialects[record.dialect] += 1
+            self._summary.add(record)
+            self.last_progress_time_s = record.time_s or self.last_progress_time_s
+            self.last_progress_wall_s = time.monotonic()
+            if not self.summary_only:
+                self.log.iterations.append(record)
+        elif isinstance(record, ErrorRecord):
+            self.add_error(record)
+        elif isinstance(record, CheckpointEvent):
+            self._checkpoint(record)
+        elif isinstance(record, TimerRecord):
+            self._timer(record)
+        elif self.summary_only:
+            return
+        elif isinstance(record, MemoryRecord):
+            self.log.memory.append(record)
+        elif isinstance(record, TheoreticalMemoryRecord):
+            self.log.theoretical_memory.append(record)
+        elif isinstance(record, ProgressMarker):
+            self.log.markers.append(record)
+
+    def add_error(self, record: ErrorRecord) -> None:
+        if len(self.log.errors) < MAX_KEPT_ERRORS:
+            self.log.errors.append(record)
+        else:
+            self.log.errors_dropped += 1
+
+    def _checkpoint(self, event: CheckpointEvent) -> None:
+        evidence = Evidence(event.file, event.line, event.text)
+        if event.phase == "not_found":
+            return  # a fresh start, not an operation
+        if event.phase == "start":
+            if event.kind == "save":
+                self._summary.checkpoint_save_started()
+            self._finish_open(event.kind)
+            self._open_ops[event.kind] = {"event": event, "evidence": [evidence]}
+            return
+        open_op = self._open_ops.pop(event.kind, None)
+        started = open_op["event"] if open_op else None
+        duration = None
+        if started is not None and started.time_s is not None and event.time_s is not None:
+            duration = max(0.0, event.time_s - started.time_s)
+        self._keep_op(CheckpointOp(
+            kind=event.kind, iteration=event.iteration if event.iteration is not None else getattr(started, "iteration", None),
+            path=event.path or getattr(started, "path", None), completed=True, duration_s=duration,
+            duration_source="timestamps" if duration is not None else None,
+            evidence=(open_op["evidence"] if open_op else []) + [evidence],
+        ))
+
+    def _timer(self, timer: TimerRecord) -> None:
+        if not self.summary_only:
+            self.log.timers.append(timer)
+        kind = {"save-checkpoint": "save", "load-checkpoint": "load"}.get(timer.name)
+        if kind is None or not self.log.checkpoints:
+            return
+        last = self.log.checkpoints[-1]
+        if last.kind == kind and last.duration_s is None:
+            self.log.checkpoints[-1] = CheckpointOp(
+                kind=last.kind, iteration=last.iteration, path=last.path, completed=last.completed,
+                duration_s=timer.max_ms / 1000.0, duration_source="timer",
+                evidence=last.evidence + [Evidence(timer.file, timer.line, timer.text)],
+            )
+
+    def _finish_open(self, kind: str) -> None:
+        open_op = self._open_ops.pop(kind, None)
+        if open_op:
+            started: CheckpointEvent = open_op["event"]
+            self._keep_op(CheckpointOp(kind=started.kind, iteration=started.iteration, path=started.path,
+                                       completed=False, duration_s=None, duration_source=None,
+                                       evidence=open_op["evidence"]))
+
+    def _keep_op(self, op: CheckpointOp) -> None:
+        if len(self.log.checkpoints) < MAX_KEPT_CHECKPOINTS:
+            self.log.checkpoints.append(op)
+
+    def finish(self) -> ParsedLog:
+        for kind in list(self._open_ops):
+            self._finish_open(kind)
+        self.log.summary = self._summary.result()
+        self.log.dialect_counts = dict(self._dialects)
+        self.log.dialect = _file_dialect(self._dialects)
+        return self.log
+
+
+def _file_dialect(counts: Counter[str]) -> str:
+    """The dialect of most iteration lines; a tie goes to the more specific dialect."""
+    if not counts:
+        return UNKNOWN_DIALECT
+    specificity = {name: len(DIALECTS) - i for i, name in enumerate(DIALECTS)}
+    return max(counts, key=lambda name: (counts[name], -specificity.get(name, 0)))
+
+
+def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int, str]],
+          on_record: Callable[[Record], None] | None) -> None:
+    add = collector.add
+    feed = parser.feed
+    last: tuple[int, str] | None = None
+    count = 0
+    for line_no, text in lines:
+        count = line_no
+        if text:
+            last = (line_no, text)
+        for record in feed(line_no, text):
+            add(record)
+            if on_record is not None:
+                on_record(record)
+    collector.log.lines_read += count
+    if last is not None:
+        collector.log.last_line = Evidence(parser.file, last[0], last[1])
+    if parser.last_time_s is not None:
+        collector.log.last_time_s = max(collector.log.last_time_s or parser.last_time_s, parser.last_time_s)
+
+
+def _open_source(path: str) -> Iterator[tuple[int, str]]:
+    if path == "-":
+        yield from read_lines(sys.stdin.buffer)
+        return
+    file = Path(path)
+    if not file.is_file():
+        raise MegapilotError(f"no such log file: {path}", field="FILE", fix="pass the path of a training log, or - for stdin")
+    with open(file, "rb") as stream:
+        yield from read_lines(stream)
+
+
+def parse_logs(
+    paths: Iterable[str | Path],
+    *,
+    options: ParseOptions | None = None,
+    summary_only: bool = False,
+    on_record: Callable[[Record], None] | None = None,
+) -> ParsedLog:
+    """Parse log files (or `-` for stdin) of one run into one `ParsedLog`."""
+    collector = LogCollector(summary_only=summary_only)
+    for path in paths:
+        name = str(path)
+        collector.log.files.append(name)
+        _feed(collector, LineParser(name if name != "-" else "<stdin>", options), _open_source(name), on_record)
+    return collector.finish()
+
+
+def parse_text(text: str, *, file: str = "<text>", options: ParseOptions | None = None) -> ParsedLog:
+    """Parse a log held in a string (tests, pasted excerpts)."""
+    collector = LogCollector()
+    collector.log.files.append(file)
+    lines = ((i + 1, line) for i, line in enumerate(text.split("\n")))
+    _feed(collector, LineParser(file, options), _split_cr(lines), None)
+    return collector.finish()
+
+
+def _split_cr(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    for line_no, line in lines:
+        if "\r" in line:
+            for segment in line.split("\r"):
+                if segment:
+                    yield line_no, segment
+        else:
+            yield line_no, line
+
+
+def follow_log(
+    path: str | Path,
+    *,
+    options: ParseOptions | None = None,
+    summary_only: bool = False,
+    poll_s: float = 0.2,
+    idle_timeout_s: float | None = None,
+    timeout_s: float | None = None,
+    stop_when_done: bool = True,
+    should_stop: Callable[[], bool] | None = None,
+    on_record: Callable[[Record], None] | None = None,
+    hang_factor: float = HANG_FACTOR,
+    hang_floor_s: float = HANG_FLOOR_S,
+) -> ParsedLog:
+    """Parse a growing log until training ends, a stop condition, or a timeout.
+
+    While waiting for new lines it watches the wall clock: when no iteration has been logged for
+    `hang_factor` x the median step time so far (at least `hang_floor_s`), it records one `hang`
+    error (signature `no_progress_wall_clock`) with the last iteration line as evidence and passes it
+    to `on_record`; following goes on until a stop condition.
+    """
+    name = str(path)
+    collector = LogCollector(summary_only=summary_only)
+    collector.log.files.append(name)
+    parser = LineParser(name, options)
+    state = {"done": False, "hang_reported": False, "last_iteration": None}
+
+    def observe(record: Record) -> None:
+        if isinstance(record, ProgressMarker) and record.marker == "training_done":
+            state["done"] = True
+        if isinstance(record, IterationRecord):
+            state["last_iteration"] = record
+            state["hang_reported"] = False
+        if on_record is not None:
+            on_record(record)
+
+    def stop() -> bool:
+        return (stop_when_done and bool(state["done"])) or (should_stop is not None and should_stop())
+
+    def on_idle(_idle_s: float) -> None:
+        hang = _wall_clock_hang(collector, state, hang_factor, hang_floor_s)
+        if hang is not None:
+            state["hang_reported"] = True
+            collector.add_error(hang)
+            if on_record is not None:
+                on_record(hang)
+
+    lines = follow_lines(Path(name), poll_s=poll_s, idle_timeout_s=idle_timeout_s, timeout_s=timeout_s,
+                         should_stop=stop, on_idle=on_idle)
+    _feed(collector, parser, lines, observe)
+    return collector.finish()
+
+
+def _wall_clock_hang(collector: LogCollector, state: dict[str, Any], factor: float, floor_s: float) -> ErrorRecord | None:
+    last: IterationRecord | None = state["last_iteration"]
+    if last is None or state["hang_reported"] or collector.last_progress_wall_s is None:
+        return None
+    typical_ms = collector._summary.result().step_time_p50_ms or last.elapsed_ms
+    limit_s = max(floor_s, factor * (typical_ms or 0.0) / 1000.0)
+    silent_s = time.monotonic() - collector.last_progress_wall_s
+    if silent_s < limit_s:
+        return None
+    return ErrorRecord(
+        file=last.file, line=last.line, text=last.text, category="hang", signature="no_progress_wall_clock",
+        rank=last.rank, details={"silent_s": f"{silent_s:.1f}", "limit_s": f"{limit_s:.1f}",
+                                 "last_iteration": str(last.iteration)},
+    )

@@ -1,0 +1,142 @@
+"""Turning bytes into numbered lines: files, stdin and growing files.
+
+Line numbers count `\\n`-terminated lines, as an editor does, so evidence can be found again. A
+`\\r` inside a line (progress bars, CRLF files) splits it into segments that share the line number;
+empty segments are dropped. Bytes that are not UTF-8 become U+FFFD. A truncated last line (no
+final newline) is still yielded. Memory is bounded by the chunk size plus the longest line, and a
+line longer than `MAX_LINE_BYTES` is cut (the rest of it is dropped, not kept in memory).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+CHUNK_BYTES = 1 << 20
+MAX_LINE_BYTES = 1 << 20
+
+
+def _split_text(text: str, first_line_no: int) -> Iterator[tuple[int, str]]:
+    line_no = first_line_no
+    for line in text.split("\n"):
+        if "\r" in line:
+            for segment in line.split("\r"):
+                if segment:
+                    yield line_no, segment
+        else:
+            yield line_no, line
+        line_no += 1
+
+
+class LineSplitter:
+    """Incremental bytes → (line_no, text) splitter; `feed` chunks, then `flush` at the end."""
+
+    def __init__(self) -> None:
+        self.lines_done = 0
+        self._tail = b""
+        self._dropping_overlong = False
+
+    def feed(self, chunk: bytes) -> Iterator[tuple[int, str]]:
+        buffer = self._tail + chunk if self._tail else chunk
+        cut = buffer.rfind(b"\n")
+        if cut < 0:
+            self._tail = self._bounded(buffer)
+            return
+        self._tail = self._bounded(buffer[cut + 1:])
+        complete = buffer[:cut]
+        count = complete.count(b"\n") + 1
+        yield from _split_text(complete.decode("utf-8", "replace"), self.lines_done + 1)
+        self.lines_done += count
+
+    def flush(self) -> Iterator[tuple[int, str]]:
+        """Yield the unterminated last line, if any."""
+        if self._tail:
+            tail, self._tail = self._tail, b""
+            yield from _split_text(tail.decode("utf-8", "replace"), self.lines_done + 1)
+            self.lines_done += 1
+
+    @staticmethod
+    def _bounded(tail: bytes) -> bytes:
+        return tail[:MAX_LINE_BYTES] if len(tail) > MAX_LINE_BYTES else tail
+
+
+def read_lines(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, str]]:
+    """All lines of a binary stream (a file or stdin's buffer), to its end."""
+    splitter = LineSplitter()
+    while chunk := stream.read(chunk_bytes):
+        yield from splitter.feed(chunk)
+    yield from splitter.flush()
+
+
+def follow_lines(
+    path: Path,
+    *,
+    poll_s: float = 0.2,
+    idle_timeout_s: float | None = None,
+    timeout_s: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_idle: Callable[[float], None] | None = None,
+) -> Iterator[tuple[int, str]]:
+    """Lines of a growing file (`tail -F` style), until a stop condition.
+
+    Stops when `should_stop()` turns true (checked after every batch of lines and every poll), when
+    no new byte has arrived for `idle_timeout_s`, or after `timeout_s` in all. The file may not exist
+    yet (it is waited for) and may be truncated or replaced (reading restarts from its beginning).
+    `on_idle(seconds_since_last_byte)` is called on each empty poll, so a caller can raise a hang
+    alert from wall-clock time. A line still unterminated when following stops is yielded last.
+    """
+    started = last_byte_at = time.monotonic()
+    splitter = LineSplitter()
+    stream: BinaryIO | None = None
+    identity: tuple[int, int] | None = None
+    try:
+        while True:
+            if stream is None and path.exists():
+                stream = open(path, "rb")  # noqa: SIM115 - closed in finally
+                identity = _identity(path)
+            chunk = stream.read(CHUNK_BYTES) if stream is not None else b""
+            now = time.monotonic()
+            if chunk:
+                last_byte_at = now
+                yield from splitter.feed(chunk)
+                if should_stop is not None and should_stop():
+                    break
+                continue
+            if should_stop is not None and should_stop():
+                break
+            if timeout_s is not None and now - started >= timeout_s:
+                break
+            if idle_timeout_s is not None and now - last_byte_at >= idle_timeout_s:
+                break
+            if on_idle is not None:
+                on_idle(now - last_byte_at)
+            if stream is not None and _replaced_or_truncated(path, stream, identity):
+                stream.close()
+                stream = None
+                splitter = LineSplitter()
+                continue
+            time.sleep(poll_s)
+        yield from splitter.flush()
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _replaced_or_truncated(path: Path, stream: BinaryIO, identity: tuple[int, int] | None) -> bool:
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    if (stat.st_dev, stat.st_ino) != identity:
+        return True
+    return stat.st_size < stream.tell()

@@ -1,0 +1,491 @@
+"""Line parser: one log line in, typed records out, dialect detected per line.
+
+`LineParser` is stateful per source file (it remembers a pending Megatron-Bridge `Step Time` line,
+the frames of a Python traceback being printed, and the latest timestamp seen) but holds only O(1)
+state. The hot path is the iteration line: a substring test, one compiled regex, then a split on
+`|`, so a plain INFO line costs a few substring tests.
+
+Tolerated noise: ANSI colour codes, logger prefixes (`[rank3]:`, `0: `, ISO/bracketed timestamps,
+`INFO:megatron...:`, Primus `[rank-7/8][INFO]`), interleaved ranks, mangled values (a field whose
+value does not parse is dropped, the rest of the line is kept).
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+from collections import deque
+from dataclasses import dataclass
+
+from megapilot.logs.records import (
+    CheckpointEvent,
+    ErrorRecord,
+    IterationRecord,
+    MemoryRecord,
+    ProgressMarker,
+    Record,
+    TheoreticalMemoryRecord,
+    TimerRecord,
+)
+from megapilot.logs.signatures import classify_exception, is_exception_line, match_line
+
+_NO_RECORDS: tuple[Record, ...] = ()
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b")
+# ` iteration      10/      50 |` (also Primus, 2019 Megatron, no leading space).
+ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
+# Primus torchtitan: `step:  1  loss: 12.2674  grad_norm: 3.9375  memory: 240.17GiB(95.31%)  tps: 531 ...`
+TITAN_STEP_RE = re.compile(r"\bstep:\s*(\d+)\s+(loss:.*)")
+TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
+BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([\d.]+)\s*s\b(?:.*?GPU utilization:\s*([\d.]+))?")
+MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)", re.I)
+TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |\s\[(\d+)\] [NR]CCL ")
+TIMER_RE = re.compile(r"([A-Za-z][\w\-/]*(?: [\w\-/]+)*) \.*: \(?\s*([\d.]+)(?:,\s*([\d.]+)\))?")
+SAVE_START_RE = re.compile(r"saving checkpoint at iteration\s+(\d+) to (\S+)", re.I)
+SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+) to (\S+)", re.I)
+LOAD_START_RE = re.compile(r"\bloading (?:release )?(?:distributed )?checkpoint from (\S+)(?: at iteration (\d+))?",
+                           re.I)
+LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (\S+)(?:.*?at iteration (\d+))?", re.I)
+NOT_FOUND_RE = re.compile(r"could not find the metadata file (\S+)", re.I)
+THEORY_PARAMS_RE = re.compile(r"((?:Total n|N)umber of [\w ]+?) in billions:\s*([\d.]+)")
+THEORY_FOOTPRINT_RE = re.compile(r"Theoretical memory footprints: (.*)")
+THEORY_PART_RE = re.compile(r"([\w ]+?)=\s*([\d.]+) MB")
+ACTIVATION_PER_LAYER_RE = re.compile(r"Activation memory footprint per transformer layer[^:]*:\s*([\d.]+) MB")
+PREFIX_RE = re.compile(
+    r"^(?:\s*(?:\[rank\d+\]:|\d+:(?=\s)|\[?\d{4}-?\d\d-?\d\d[ T][\d:.,]+Z?\]?|\[rank-\d+/\d+\]|"
+    r"\[(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s*\]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[\w.]+:))+\s?"
+)
+
+# Progress markers: start/end of training, and the start-up steps a silent hang is known to stop at.
+_MARKERS: tuple[tuple[str, str], ...] = (
+    ("[before the start of training step]", "training_started"),
+    ("[after training is done]", "training_done"),
+    ("torchrun finished successfully", "training_done"),
+    ("Emitting ninja build file", "stall_point:fused_kernel_build"),
+    ("compiling and loading fused kernels", "stall_point:fused_kernel_build"),
+    ("initializing torch distributed", "stall_point:distributed_init"),
+    ("> initializing torch distributed", "stall_point:distributed_init"),
+    ("building GPT model", "stall_point:model_build"),
+    ("> building train, validation, and test datasets", "stall_point:dataset_build"),
+    ("compiling dataset index builder", "stall_point:dataset_index_build"),
+)
+
+# Iteration-line field keys (lowercase) → slot.
+_FIELD_SLOTS: dict[str, str] = {
+    "consumed samples": "consumed_samples",
+    "skipped samples": "skipped_samples",
+    "elapsed time per iteration (ms)": "elapsed",
+    "throughput per gpu (tflop/s/gpu)": "tflops",
+    "tokens/s/gpu inst/harmonic mean": "tokens",
+    "tokens per gpu (tokens/s/gpu)": "tokens",
+    "learning rate": "lr",
+    "global batch size": "gbs",
+    "loss scale": "loss_scale",
+    "grad norm": "grad_norm",
+    "num zeros": "num_zeros",
+    "params norm": "params_norm",
+    "number of skipped iterations": "skipped_iterations",
+    "number of nan iterations": "nan_iterations",
+    "mem usages": "mem_usages",
+    "hip mem usage/free/total/usage_ratio": "device_mem",
+    "rocm mem usage/free/total/usage_ratio": "device_mem",
+}
+_INT_SLOTS = frozenset({"consumed_samples", "skipped_samples", "gbs", "skipped_iterations", "nan_iterations"})
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """What a log does not print but a metric needs.
+
+    `seq_length` and `world_size` let tokens/s/GPU be computed as GBS x seq / (step time x world)
+    when the line does not print it; `global_batch_size` is used when the line lacks `global batch size`.
+    """
+
+    seq_length: int | None = None
+    world_size: int | None = None
+    global_batch_size: int | None = None
+
+
+def parse_timestamp(text: str) -> float | None:
+    """Seconds since the epoch (UTC) of the first timestamp in `text`, or None."""
+    found = TIMESTAMP_RE.search(text)
+    return _timestamp_from_match(found) if found else None
+
+
+def _timestamp_from_match(found: re.Match[str]) -> float | None:
+    year, month, day, hour, minute, second, fraction = found.groups()
+    try:
+        whole = calendar.timegm((int(year), int(month), int(day), int(hour), int(minute), int(second), 0, 0, 0))
+    except (ValueError, OverflowError):
+        return None
+    if not (1 <= int(month) <= 12 and 1 <= int(day) <= 31):
+        return None
+    return whole + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
+
+
+def _to_float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _pair(value: str) -> tuple[float | None, float | None]:
+    """`654.5/735.1` → (654.5, 735.1); `658.3` → (658.3, None)."""
+    if "/" in value:
+        first, _, second = value.partition("/")
+        return _to_float(first.strip()), _to_float(second.strip())
+    return _to_float(value), None
+
+
+def rank_of(text: str) -> int | None:
+    """The rank a line names in its prefix (`[rank3]:`, `[Rank 3]`, `[rank-3/8]`, `3: `, NCCL `[3]`)."""
+    found = RANK_RE.search(text)
+    if not found:
+        return None
+    return int(next(group for group in found.groups() if group is not None))
+
+
+def strip_prefix(text: str) -> str:
+    """The line without logger prefixes (ranks, timestamps, log levels)."""
+    found = PREFIX_RE.match(text)
+    return text[found.end():] if found else text
+
+
+class LineParser:
+    """Parses the lines of one source (file name kept for evidence)."""
+
+    def __init__(self, file: str, options: ParseOptions | None = None) -> None:
+        self.file = file
+        self.options = options or ParseOptions()
+        self.last_time_s: float | None = None
+        self.bridge_seen = False
+        self._pending_step_time_s: float | None = None
+        self._pending_bridge_tflops: float | None = None
+        self._traceback_frames: deque[str] | None = None
+
+    # ---- entry point ----------------------------------------------------------------------------
+    def feed(self, line_no: int, text: str) -> tuple[Record, ...]:
+        """Records found on one line (usually none)."""
+        if "\x1b" in text:
+            text = ANSI_RE.sub("", text)
+        if "iteration" in text:
+            found = ITERATION_RE.search(text)
+            if found:
+                return (self._iteration(line_no, text, found),)
+        if "step:" in text:
+            found = TITAN_STEP_RE.search(text)
+            if found:
+                return self._titan_step(line_no, text, found)
+        self._note_time(text)
+        error = self._error(line_no, text)
+        if error is not None:
+            return (error,)
+        return self._structured(line_no, text)
+
+    # ---- iteration lines --------------------------------------------------------------------------
+    def _iteration(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
+        prefix = text[: found.start()]
+        time_s = self._time_in_prefix(prefix)
+        values: dict[str, object] = {}
+        losses: dict[str, float] = {}
+        extra: dict[str, float] = {}
+        primus = "[rank-" in prefix
+        for part in found.group(3).split("|"):
+            key, sep, raw = part.partition(":")
+            if not sep:  # 2019 format: `learning rate 1.010E-06`, `lm loss 1.020020E+01`
+                key, _, raw = part.strip().rpartition(" ")
+            key = key.strip().lower()
+            raw = raw.strip()
+            if not key or not raw:
+                continue
+            slot = _FIELD_SLOTS.get(key)
+            if slot is None:
+                number = _to_float(raw)
+                if number is None:
+                    continue
+                if "loss" in key:
+                    losses[key] = number
+                else:
+                    extra[key] = number
+            elif slot in ("elapsed", "tflops", "tokens"):
+                inst, avg = _pair(raw)
+                if avg is not None or slot == "tokens":
+                    primus = True
+                values[slot] = inst
+                values[slot + "_avg"] = avg
+            elif slot == "device_mem":
+                primus = True
+                values["device_mem"] = raw
+            elif slot in _INT_SLOTS:
+                number = _to_float(raw)
+                if number is not None and math.isfinite(number):
+                    values[slot] = int(number)
+            else:
+                values[slot] = _to_float(raw)
+        return self._build_iteration(line_no, text, found, time_s, values, losses, extra, primus)
+
+    def _build_iteration(self, line_no, text, found, time_s, values, losses, extra, primus) -> IterationRecord:  # noqa: ANN001
+        elapsed_ms = values.get("elapsed")
+        tflops = values.get("tflops")
+        if self._pending_step_time_s is not None:  # Megatron-Bridge prints `Step Time` just before
+            if elapsed_ms is None:
+                elapsed_ms = self._pending_step_time_s * 1000.0
+            if tflops is None:
+                tflops = self._pending_bridge_tflops
+            self._pending_step_time_s = self._pending_bridge_tflops = None
+        gbs = values.get("gbs")
+        tokens = values.get("tokens")
+        tokens_source = "printed" if tokens is not None else None
+        if tokens is None:
+            tokens = self._computed_tokens_per_s(gbs, elapsed_ms)  # type: ignore[arg-type]
+            tokens_source = "computed" if tokens is not None else None
+        used_gib, usage_pct = self._device_memory(values)
+        dialect = "primus-megatron" if primus else ("megatron-bridge" if self.bridge_seen else "megatron-lm")
+        return IterationRecord(
+            file=self.file, line=line_no, text=text, dialect=dialect,
+            iteration=int(found.group(1)), train_iters=int(found.group(2)), rank=rank_of(text[: found.start()]),
+            time_s=time_s, consumed_samples=values.get("consumed_samples"),  # type: ignore[arg-type]
+            skipped_samples=values.get("skipped_samples"),  # type: ignore[arg-type]
+            elapsed_ms=elapsed_ms, elapsed_avg_ms=values.get("elapsed_avg"),  # type: ignore[arg-type]
+            tflops_per_gpu=tflops, tflops_avg_per_gpu=values.get("tflops_avg"),  # type: ignore[arg-type]
+            tokens_per_s_per_gpu=tokens, tokens_avg_per_s_per_gpu=values.get("tokens_avg"),  # type: ignore[arg-type]
+            tokens_source=tokens_source, lr=values.get("lr"), gbs=gbs,  # type: ignore[arg-type]
+            losses=losses, loss_scale=values.get("loss_scale"), grad_norm=values.get("grad_norm"),  # type: ignore[arg-type]
+            num_zeros=values.get("num_zeros"), params_norm=values.get("params_norm"),  # type: ignore[arg-type]
+            skipped_iterations=values.get("skipped_iterations"),  # type: ignore[arg-type]
+            nan_iterations=values.get("nan_iterations"),  # type: ignore[arg-type]
+            memory_used_gib=used_gib, memory_usage_pct=usage_pct, extra=extra,
+        )
+
+    def _computed_tokens_per_s(self, gbs: int | None, elapsed_ms: float | None) -> float | None:
+        gbs = gbs or self.options.global_batch_size
+        seq, world = self.options.seq_length, self.options.world_size
+        if not (gbs and seq and world and elapsed_ms and elapsed_ms > 0):
+            return None
+        return gbs * seq / (elapsed_ms / 1000.0 * world)
+
+    @staticmethod
+    def _device_memory(values: dict[str, object]) -> tuple[float | None, float | None]:
+        """Primus `hip mem usage/free/total/usage_ratio: 63.94GB/224.04GB/287.98GB/22.20%`; ROCm `mem usages: 0.55`."""
+        raw = values.get("device_mem")
+        if isinstance(raw, str):
+            parts = [p.strip().rstrip("%").removesuffix("GB").removesuffix("GiB") for p in raw.split("/")]
+            numbers = [_to_float(p) for p in parts]
+            if len(numbers) == 4:
+                return numbers[0], numbers[3]
+        ratio = values.get("mem_usages")
+        if isinstance(ratio, float):
+            return None, ratio * 100.0
+        return None, None
+
+    def _time_in_prefix(self, prefix: str) -> float | None:
+        """The timestamp of an iteration line: the last one in its prefix (Primus has an outer and an inner)."""
+        if not prefix or not any(ch.isdigit() for ch in prefix):
+            return None
+        last = None
+        for last in TIMESTAMP_RE.finditer(prefix):  # noqa: B007
+            pass
+        if last is None:
+            return None
+        time_s = _timestamp_from_match(last)
+        if time_s is not None:
+            self.last_time_s = time_s
+        return time_s
+
+    # ---- Primus torchtitan -----------------------------------------------------------------------------
+    def _titan_step(self, line_no: int, text: str, found: re.Match[str]) -> tuple[Record, ...]:
+        fields = dict(TITAN_FIELD_RE.findall(found.group(2)))
+        losses: dict[str, float] = {}
+        loss = _to_float(fields.get("loss", ""))
+        if loss is not None:
+            losses["loss"] = loss
+        used_gib = usage_pct = None
+        memory = fields.get("memory", "")
+        if "GiB" in memory:
+            used_text, _, pct_text = memory.partition("GiB")
+            used_gib = _to_float(used_text)
+            usage_pct = _to_float(pct_text.strip("()%"))
+        time_s = self._time_in_prefix(text[: found.start()])
+        rank = rank_of(text[: found.start()])
+        step = IterationRecord(
+            file=self.file, line=line_no, text=text, dialect="primus-torchtitan", iteration=int(found.group(1)),
+            rank=rank, time_s=time_s, losses=losses, grad_norm=_to_float(fields.get("grad_norm", "")),
+            tflops_per_gpu=_to_float(fields.get("tflops", "")),
+            tokens_per_s_per_gpu=_to_float(fields.get("tps", "")),
+            tokens_source="printed" if "tps" in fields else None,
+            mfu_pct=_to_float(fields.get("mfu", "").rstrip("%")),
+            memory_used_gib=used_gib, memory_usage_pct=usage_pct,
+        )
+        if used_gib is None:
+            return (step,)
+        memory_record = MemoryRecord(file=self.file, line=line_no, text=text, source="device", rank=rank,
+                                     after_iterations=step.iteration, used_gib=used_gib, usage_pct=usage_pct)
+        return step, memory_record
+
+    # ---- errors and tracebacks -----------------------------------------------------------------------
+    def _error(self, line_no: int, text: str) -> ErrorRecord | None:
+        signature = match_line(text)
+        if signature is not None:
+            self._traceback_frames = None if signature.category != "oom" else self._traceback_frames
+            return ErrorRecord(file=self.file, line=line_no, text=text, category=signature.category,
+                               signature=signature.name, rank=rank_of(text), details=_details(text))
+        if "Traceback (most recent call last)" in text:
+            self._traceback_frames = deque(maxlen=40)
+            return None
+        if self._traceback_frames is None:
+            return None
+        bare = strip_prefix(text)
+        if bare.lstrip().startswith("File ") or bare.startswith((" ", "\t")):
+            self._traceback_frames.append(bare)
+            return None
+        if is_exception_line(bare):
+            frames = list(self._traceback_frames)
+            self._traceback_frames = None
+            classified = classify_exception(bare, frames)
+            if classified is None:
+                return None
+            category, exception_name = classified
+            return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
+                               signature=f"exception:{exception_name}", rank=rank_of(text),
+                               details={"frame": frames[-1].strip() if frames else ""})
+        return None
+
+    # ---- everything else -------------------------------------------------------------------------------
+    def _note_time(self, text: str) -> None:
+        head = text[:96]
+        if any(ch.isdigit() for ch in head[:40]):
+            found = TIMESTAMP_RE.search(head)
+            if found:
+                time_s = _timestamp_from_match(found)
+                if time_s is not None:
+                    self.last_time_s = time_s
+
+    def _structured(self, line_no: int, text: str) -> tuple[Record, ...]:
+        if "memory (" in text:
+            found = MEMORY_RE.search(text)
+            if found:
+                return (self._memory(line_no, text, found),)
+        if "checkpoint" in text:
+            event = self._checkpoint(line_no, text)
+            if event is not None:
+                return (event,)
+        if ".:" in text or "time (ms)" in text:
+            timers = self._timers(line_no, text)
+            if timers:
+                return timers
+        if "in billions" in text or "emory footprint" in text:
+            return self._theoretical(line_no, text)
+        if "Step Time" in text:
+            found = BRIDGE_STEP_TIME_RE.search(text)
+            if found:
+                self.bridge_seen = True
+                self._pending_step_time_s = float(found.group(1))
+                self._pending_bridge_tflops = _to_float(found.group(2)) if found.group(2) else None
+                return _NO_RECORDS
+        for needle, marker in _MARKERS:
+            if needle in text:
+                return (ProgressMarker(file=self.file, line=line_no, text=text, marker=marker,
+                                       time_s=self.last_time_s),)
+        if text.strip().lower() in ("training ...", "training ...\x00"):
+            return (ProgressMarker(file=self.file, line=line_no, text=text, marker="training_started",
+                                   time_s=self.last_time_s),)
+        return _NO_RECORDS
+
+    def _memory(self, line_no: int, text: str, found: re.Match[str]) -> MemoryRecord:
+        to_gib = 1 / 1024.0 if found.group(3).upper() == "MB" else 1.0  # Megatron's "MB" is MiB; Bridge's GB is GiB
+        if found.group(3).upper() == "GB":
+            self.bridge_seen = True
+        slots: dict[str, float] = {}
+        for part in found.group(4).split("|"):
+            key, sep, raw = part.partition(":")
+            number = _to_float(raw.strip()) if sep else None
+            if number is None:
+                continue
+            key = key.strip().lower()
+            peak = "max" in key
+            if "alloc" in key:
+                slots["max_allocated_gib" if peak else "allocated_gib"] = number * to_gib
+            elif "reserved" in key or "cached" in key:
+                slots["max_reserved_gib" if peak else "reserved_gib"] = number * to_gib
+            elif "total device memory used" in key or "used" in key:
+                slots["used_gib"] = number * to_gib
+        return MemoryRecord(
+            file=self.file, line=line_no, text=text, source="allocator",
+            rank=int(found.group(1)) if found.group(1) else None, after_iterations=int(found.group(2)), **slots,
+        )
+
+    def _checkpoint(self, line_no: int, text: str) -> CheckpointEvent | None:
+        common = {"file": self.file, "line": line_no, "text": text, "time_s": self.last_time_s}
+        if found := SAVE_DONE_RE.search(text):
+            return CheckpointEvent(kind="save", phase="done", iteration=int(found.group(1)), path=found.group(2),
+                                   **common)
+        if found := SAVE_START_RE.search(text):
+            return CheckpointEvent(kind="save", phase="start", iteration=int(found.group(1)), path=found.group(2),
+                                   **common)
+        if found := LOAD_DONE_RE.search(text):
+            iteration = int(found.group(2)) if found.group(2) else None
+            return CheckpointEvent(kind="load", phase="done", iteration=iteration, path=found.group(1), **common)
+        if found := LOAD_START_RE.search(text):
+            iteration = int(found.group(2)) if found.group(2) else None
+            return CheckpointEvent(kind="load", phase="start", iteration=iteration, path=found.group(1), **common)
+        if found := NOT_FOUND_RE.search(text):
+            return CheckpointEvent(kind="load", phase="not_found", path=found.group(1), **common)
+        return None
+
+    def _timers(self, line_no: int, text: str) -> tuple[TimerRecord, ...]:
+        if "time (ms) |" in text:  # older inline form: `time (ms) | forward: 132.49 | backward: 182.57`
+            timers = []
+            for part in text.split("time (ms) |", 1)[1].split("|"):
+                name, sep, raw = part.partition(":")
+                value = _to_float(raw.strip()) if sep else None
+                if value is not None and name.strip():
+                    timers.append(TimerRecord(file=self.file, line=line_no, text=text, name=name.strip(),
+                                              max_ms=value))
+            return tuple(timers)
+        found = TIMER_RE.search(text)
+        if not found or " ." not in text:
+            return ()
+        first, second = _to_float(found.group(2)), _to_float(found.group(3)) if found.group(3) else None
+        if first is None:
+            return ()
+        if second is None:
+            return (TimerRecord(file=self.file, line=line_no, text=text, name=found.group(1), max_ms=first),)
+        return (TimerRecord(file=self.file, line=line_no, text=text, name=found.group(1), min_ms=first,
+                            max_ms=second),)
+
+    def _theoretical(self, line_no: int, text: str) -> tuple[Record, ...]:
+        records: list[Record] = []
+        if found := THEORY_PARAMS_RE.search(text):
+            quantity = "_".join(found.group(1).lower().split()).replace("number_of_", "") + "_billion"
+            records.append(TheoreticalMemoryRecord(file=self.file, line=line_no, text=text, quantity=quantity,
+                                                   value=float(found.group(2))))
+        elif found := THEORY_FOOTPRINT_RE.search(text):
+            for name, value in THEORY_PART_RE.findall(found.group(1)):
+                quantity = "_".join(name.strip().lower().split()) + "_mib"
+                records.append(TheoreticalMemoryRecord(file=self.file, line=line_no, text=text, quantity=quantity,
+                                                       value=float(value)))
+        elif found := ACTIVATION_PER_LAYER_RE.search(text):
+            records.append(TheoreticalMemoryRecord(file=self.file, line=line_no, text=text,
+                                                   quantity="activation_per_layer_mib", value=float(found.group(1))))
+        return tuple(records)
+
+
+_NCCL_DETAIL_RE = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([\w.]+)")
+_ALLOC_RE = re.compile(r"[Tt]ried to allocate ([\d.]+ ?[KMGT]i?B)")
+_RAN_FOR_RE = re.compile(r"ran for (\d+) milliseconds")
+
+
+def _details(text: str) -> dict[str, str]:
+    """Facts worth lifting out of an error line: NCCL op and sequence number, allocation size."""
+    details: dict[str, str] = {}
+    if "=" in text:
+        for key, value in _NCCL_DETAIL_RE.findall(text):
+            details[key.replace("(ms)", "_ms").lower()] = value
+    if found := _ALLOC_RE.search(text):
+        details["tried_to_allocate"] = found.group(1)
+    if found := _RAN_FOR_RE.search(text):
+        details["ran_for_ms"] = found.group(1)
+    return details

@@ -1,0 +1,221 @@
+"""Typed records a training log is parsed into.
+
+Every record keeps its evidence: the file, the 1-based line number and the (ANSI-stripped) text it
+came from, so that a finding can always quote the log. Records are frozen: once parsed they are
+facts. Units are in the field names (`_ms`, `_gib`, `_mib`, `_s`).
+
+Dialect names (`Dialect`):
+- `megatron-lm`        Megatron-LM / Megatron-Core `training_log` lines, 2019 to today.
+- `megatron-bridge`    NeMo Megatron-Bridge (`Step Time : ...` lines, `memory (GB)` reports).
+- `primus-megatron`    AMD Primus Megatron backend (`inst/avg` pairs, `tokens/s/GPU inst/harmonic mean`,
+                       `hip mem usage/...` fields, `[rank-r/w]` logger prefix).
+- `primus-torchtitan`  AMD Primus torchtitan backend (`step: N loss: ... tps ... tflops ... mfu`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Dialect = Literal["megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan"]
+DIALECTS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan")
+UNKNOWN_DIALECT = "unknown"
+
+
+def _json_number(value: Any) -> Any:
+    """NaN/Inf are not JSON: they travel as the strings "nan", "inf", "-inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _json_number(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_number(v) for v in value]
+    return value
+
+
+class _Record:
+    """Shared JSON rendering for all record dataclasses."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _json_number(v) for k, v in asdict(self).items()}  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence(_Record):
+    """One log line that supports a record or a finding."""
+
+    file: str
+    line: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class IterationRecord(_Record):
+    """One per-iteration (per log interval) metrics line.
+
+    `elapsed_ms` is the instantaneous value (Primus prints `inst/avg`; the running average goes to
+    `elapsed_avg_ms`). `tokens_per_s_per_gpu` is printed by Primus/torchtitan, or computed as
+    GBS x seq / (step time x world) when the caller gives seq length and world size
+    (`tokens_source` says which).
+    """
+
+    file: str
+    line: int
+    text: str
+    dialect: str
+    iteration: int
+    train_iters: int | None = None
+    rank: int | None = None
+    time_s: float | None = None  # the line's own timestamp, seconds since the epoch (UTC)
+    consumed_samples: int | None = None
+    skipped_samples: int | None = None
+    elapsed_ms: float | None = None
+    elapsed_avg_ms: float | None = None
+    tflops_per_gpu: float | None = None
+    tflops_avg_per_gpu: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tokens_avg_per_s_per_gpu: float | None = None
+    tokens_source: Literal["printed", "computed"] | None = None
+    mfu_pct: float | None = None
+    lr: float | None = None
+    gbs: int | None = None
+    losses: dict[str, float] = field(default_factory=dict)
+    loss_scale: float | None = None
+    grad_norm: float | None = None
+    num_zeros: float | None = None
+    params_norm: float | None = None
+    skipped_iterations: int | None = None
+    nan_iterations: int | None = None
+    memory_used_gib: float | None = None
+    memory_usage_pct: float | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def lm_loss(self) -> float | None:
+        """The language-model loss: `lm loss` (Megatron) or `loss` (torchtitan)."""
+        if "lm loss" in self.losses:
+            return self.losses["lm loss"]
+        return self.losses.get("loss")
+
+    @property
+    def has_nonfinite(self) -> bool:
+        """A NaN/Inf loss or grad norm on this line."""
+        values = list(self.losses.values())
+        if self.grad_norm is not None:
+            values.append(self.grad_norm)
+        return any(not math.isfinite(v) for v in values)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = _Record.to_dict(self)
+        data["lm_loss"] = _json_number(self.lm_loss)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord(_Record):
+    """A memory report of one rank.
+
+    `source="allocator"`: Megatron's `[Rank r] (after N iterations) memory (MB|GB) | ...` (torch
+    allocator counters; Megatron's "MB" is MiB). `source="device"`: device-level usage printed per
+    step by Primus (`hip/rocm mem usage/free/total/usage_ratio`) or torchtitan (`memory: X GiB(Y%)`).
+    """
+
+    file: str
+    line: int
+    text: str
+    source: Literal["allocator", "device"]
+    rank: int | None = None
+    after_iterations: int | None = None
+    allocated_gib: float | None = None
+    max_allocated_gib: float | None = None
+    reserved_gib: float | None = None
+    max_reserved_gib: float | None = None
+    used_gib: float | None = None
+    total_gib: float | None = None
+    usage_pct: float | None = None
+
+    @property
+    def peak_gib(self) -> float | None:
+        """The highest figure this report gives for the rank."""
+        values = [v for v in (self.max_reserved_gib, self.max_allocated_gib, self.reserved_gib,
+                              self.allocated_gib, self.used_gib) if v is not None]
+        return max(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class TheoreticalMemoryRecord(_Record):
+    """One line of Megatron's theoretical-memory / parameter-count printout."""
+
+    file: str
+    line: int
+    text: str
+    quantity: str  # e.g. "total_params_billion", "weight_and_optimizer_mib", "activation_mib"
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRecord(_Record):
+    """One timer value (ms), from `(min, max) time across ranks (ms):` blocks or `time (ms) | a: x |` lines."""
+
+    file: str
+    line: int
+    text: str
+    name: str
+    max_ms: float
+    min_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointEvent(_Record):
+    """One checkpoint line: a save/load starting, finishing, or a load that found nothing."""
+
+    file: str
+    line: int
+    text: str
+    kind: Literal["save", "load"]
+    phase: Literal["start", "done", "not_found"]
+    iteration: int | None = None
+    path: str | None = None
+    time_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointOp(_Record):
+    """A checkpoint save or load assembled from its start/done lines and timer."""
+
+    kind: Literal["save", "load"]
+    iteration: int | None
+    path: str | None
+    completed: bool
+    duration_s: float | None
+    duration_source: Literal["timestamps", "timer"] | None
+    evidence: list[Evidence]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord(_Record):
+    """A line that matches an error signature of the taxonomy (see `megapilot.logs.signatures`)."""
+
+    file: str
+    line: int
+    text: str
+    category: str
+    signature: str  # the signature's name, e.g. "cuda_oom", "nccl_watchdog"
+    rank: int | None = None
+    details: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressMarker(_Record):
+    """A line that says where the run is (startup phases, training done); used for hang evidence."""
+
+    file: str
+    line: int
+    text: str
+    marker: str  # "training_started" | "training_done" | "stall_point:<name>"
+    time_s: float | None = None
+
+
+Record = (IterationRecord | MemoryRecord | TheoreticalMemoryRecord | TimerRecord | CheckpointEvent
+          | ErrorRecord | ProgressMarker)

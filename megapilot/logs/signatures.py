@@ -1,0 +1,175 @@
+"""Error signatures: which log lines name which failure.
+
+Each signature is a case-insensitive regex over one line (any rank, any node: logger prefixes are
+not anchored), with the category of the taxonomy it belongs to. Signatures are tried in order and
+the first hit wins, so specific text comes before generic text (an NCCL "Cuda failure 2 'out of
+memory'" is an `oom`, not an `nccl_error`; a DataLoader worker killed by a bus error is
+`shm_insufficient`, not `dataloader_error`).
+
+Categories decided from metrics rather than single lines (`nan_loss`, `loss_spike`,
+`loss_divergence`, `hang`, `low_throughput`, `slowdown`) live in `megapilot.diagnose.rules`.
+
+Deliberately NOT matched (false positives seen in other tools):
+- Megatron's `WARNING: could not find the metadata file .../latest_checkpointed_iteration.txt` and
+  `will not load any checkpoints and will start from random`: a normal fresh start.
+- `NCCL INFO` lines (including `Connection closed by localRank`), which are chatter.
+- `exitcode: 0`, `nan` inside ordinary words, `error` in flag names (`--no-error-...`), `0 errors`.
+- `PYTORCH_CUDA_ALLOC_CONF`/`expandable_segments` advice text without an actual OOM.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# The taxonomy: every category a finding can have, line-based and metric-based.
+CATEGORIES: tuple[str, ...] = (
+    "oom", "nccl_timeout", "nccl_error", "gpu_hw_fault", "nan_loss", "loss_spike", "loss_divergence",
+    "hang", "rendezvous_failure", "shm_insufficient", "checkpoint_save_failure", "checkpoint_load_failure",
+    "dataloader_error", "process_crash", "config_error", "low_throughput", "slowdown",
+)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One named pattern of one category."""
+
+    name: str
+    category: str
+    pattern: re.Pattern[str]
+
+
+def _sig(name: str, category: str, regex: str) -> Signature:
+    return Signature(name, category, re.compile(regex, re.IGNORECASE))
+
+
+# Order matters: first hit wins.
+SIGNATURES: tuple[Signature, ...] = (
+    # --- shared memory first: bus errors kill DataLoader workers and NCCL alike -------------------
+    _sig("shm_insufficient", "shm_insufficient",
+         r"insufficient shared memory|shared memory \(shm\)|failed to extend /dev/shm|"
+         r"no space left on device.*/dev/shm|/dev/shm.*no space left"),
+    _sig("bus_error", "shm_insufficient", r"\bbus error\b|caught signal 7\b|signal 7 \(sigbus\)|\bSIGBUS\b"),
+    # --- out of memory ---------------------------------------------------------------------------
+    _sig("nccl_cuda_oom", "oom", r"(?:cuda|hip) failure 2 'out of memory'"),
+    _sig("torch_oom", "oom",
+         r"OutOfMemoryError|(?:cuda|hip|rocm) (?:error: )?out of memory|tried to allocate [\d.]+ ?[kmgt]i?b|"
+         r"hipErrorOutOfMemory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
+         r"RuntimeError: out of memory|\bfailed to allocate\b.*\bmemory\b"),
+    # --- GPU hardware ----------------------------------------------------------------------------
+    _sig("xid", "gpu_hw_fault", r"\bNVRM: Xid\b|\bXid \(PCI:|\bXid\s+\d+\b"),
+    _sig("ecc", "gpu_hw_fault", r"uncorrectable (?:ecc )?error|\bECC error\b|double bit ecc|\bDBE\b.*ecc"),
+    _sig("gpu_exception", "gpu_hw_fault",
+         r"HW Exception by GPU|\bGPU Hang\b|memory access fault by GPU|Memory access fault|"
+         r"GPU (?:has )?fallen off the bus|GPU reset|unspecified launch failure|"
+         r"hipErrorLaunchFailure|cudaErrorLaunchFailure|an illegal memory access was encountered|"
+         r"amdgpu: .*(?:fatal|hang)|GPU is lost"),
+    # --- NCCL / RCCL -----------------------------------------------------------------------------
+    _sig("nccl_watchdog", "nccl_timeout",
+         r"watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out|"
+         r"\bNCCL timeout\b|ProcessGroupNCCL.*(?:timed out|timeout)|heartbeat monitor.*(?:timed out|timeout)|"
+         r"collective operation timeout"),
+    _sig("nccl_error", "nccl_error",
+         r"\bnccl(?:Internal|Remote|InvalidUsage|InvalidArgument|System|UnhandledCuda)Error\b|"
+         r"unhandled (?:cuda|hip) error|\b[NR]CCL error\b|\b[NR]CCL WARN\b.*(?:fail|error|abort)|"
+         r"DistBackendError"),
+    # --- rendezvous / launch ---------------------------------------------------------------------
+    _sig("rendezvous", "rendezvous_failure",
+         r"Rendezvous(?:Timeout|Connection|Closed|State)Error|rendezvous.*(?:timed out|failed|timeout)|"
+         r"DistNetworkError|DistStoreError|client socket has timed out|TCPStore.*(?:fail|timeout|timed out)|"
+         r"address already in use|EADDRINUSE|connect\(\) to .* failed|Connection refused.*(?:store|c10d|rdzv)"),
+    # --- checkpoints -----------------------------------------------------------------------------
+    _sig("checkpoint_save", "checkpoint_save_failure",
+         r"(?:fail|error|exception|unable)\w*[^|]{0,80}\bsav(?:e|ing)\b[^|]{0,40}checkpoint|"
+         r"checkpoint[^|]{0,40}\bsav(?:e|ing)\b[^|]{0,40}(?:fail|error)|no space left on device|"
+         r"disk quota exceeded"),
+    _sig("checkpoint_load", "checkpoint_load_failure",
+         r"(?:fail|error|exception|unable)\w*[^|]{0,80}\bload(?:ing)?\b[^|]{0,40}checkpoint|"
+         r"checkpoint[^|]{0,40}\bload(?:ing)?\b[^|]{0,40}(?:fail|error)|"
+         r"(?:missing|unexpected) key\(s\) in state_dict|size mismatch for [\w.]+: copying a param|"
+         r"CheckpointingException"),
+    # --- data --------------------------------------------------------------------------------------
+    _sig("dataloader_worker", "dataloader_error",
+         r"DataLoader worker \(pid[^)]*\) (?:exited unexpectedly|is killed)|"
+         r"error building (?:indexed )?dataset|No such file or directory:? '?[^']*\.(?:bin|idx)\b|"
+         r"(?:\.bin|\.idx)'? (?:does not exist|not found)|could not find data file|"
+         r"exhausted the dataset|index out of range.*dataset|dataset.*index out of range"),
+    # --- configuration -----------------------------------------------------------------------------
+    _sig("argparse", "config_error",
+         r"error: unrecognized arguments|error: argument --|error: the following arguments are required|"
+         r"usage: (?:pretrain_\w+|train|torchrun)\S* \[|is not divisible by|must be divisible by|"
+         r"should be divisible by"),
+    # --- process crashes ---------------------------------------------------------------------------
+    _sig("child_failed", "process_crash",
+         r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.errors|"
+         r"exitcode\s*:\s*-?[1-9]\d*|exit(?:ed)? (?:with )?(?:code|status) -?[1-9]\d*|"
+         r"primus launcher exited with code [1-9]"),
+    _sig("signal", "process_crash",
+         r"segmentation fault|\bSIGSEGV\b|caught signal 11\b|\bSIGKILL\b|\bSIGABRT\b|killed by signal|"
+         r"core dumped|Fatal Python error|terminate called after throwing|^\s*(?:\S+\s+)?Killed\s*$|"
+         r"oom-kill|Out of memory: Killed process"),
+)
+
+# Cheap lowercase substrings: a line containing none of them cannot match any signature.
+# (Keeps the per-line cost of the error scan to one `any(...)` for the usual INFO line.)
+_TRIGGERS: tuple[str, ...] = (
+    "shm", "bus error", "signal", "sigbus", "memory", "allocate", "alloc_failed", "xid", "ecc", "gpu",
+    "launch failure", "illegal", "amdgpu", "timeout", "timed out", "timing out", "nccl", "unhandled",
+    "distbackend", "rendezvous", "distnetwork", "diststore", "socket", "tcpstore", "address already",
+    "eaddrinuse", "connect", "checkpoint", "no space", "quota", "state_dict", "size mismatch",
+    "dataloader", "dataset", "no such file", ".bin", ".idx", "data file", "error", "usage:", "divisible",
+    "childfailed", "exitcode", "exit", "segmentation", "sigsegv", "sigkill", "sigabrt", "core dumped",
+    "fatal", "terminate", "killed", "oom",
+)
+
+# Exceptions at the end of a Python traceback, classified by the frames above them.
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception))\b:?\s*(.*)$")
+_FRAME_CATEGORY: tuple[tuple[str, str], ...] = (
+    ("validate_args", "config_error"),
+    ("arguments.py", "config_error"),
+    ("save_checkpoint", "checkpoint_save_failure"),
+    ("load_checkpoint", "checkpoint_load_failure"),
+    ("build_train_valid_test", "dataloader_error"),
+    ("data_iterator", "dataloader_error"),
+    ("indexed_dataset", "dataloader_error"),
+    ("gpt_dataset", "dataloader_error"),
+    ("blended", "dataloader_error"),
+)
+
+
+def match_line(text: str) -> Signature | None:
+    """The first signature the line matches, or None. `text` is the ANSI-free line."""
+    lowered = text.lower()
+    if not any(trigger in lowered for trigger in _TRIGGERS):
+        return None
+    if "nccl info" in lowered and "fail" not in lowered:
+        return None  # NCCL INFO chatter ("Connection closed by localRank 2") is not an error
+    for signature in SIGNATURES:
+        if signature.pattern.search(text):
+            return signature
+    return None
+
+
+def classify_exception(exception_line: str, frames: list[str]) -> tuple[str, str] | None:
+    """(category, exception name) for the last line of a traceback, judged by the frames above it.
+
+    Only exceptions raised inside argument validation, checkpointing or the data pipeline are
+    classified here; an exception elsewhere is left to the line signatures (or to `process_crash`
+    when the launcher reports the child's failure).
+    """
+    found = _EXCEPTION_LINE.match(exception_line.strip())
+    if not found:
+        return None
+    exception_name = found.group(1)
+    for frame in reversed(frames):
+        for needle, category in _FRAME_CATEGORY:
+            if needle in frame:
+                return category, exception_name
+    if exception_name == "AssertionError" and any("megatron" in f and "initialize" in f for f in frames):
+        return "config_error", exception_name
+    return None
+
+
+def is_exception_line(text: str) -> bool:
+    """Whether a (prefix-stripped) line looks like `SomeError: message` closing a traceback."""
+    return bool(_EXCEPTION_LINE.match(text.strip())) and not text.startswith((" ", "\t"))

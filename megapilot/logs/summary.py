@@ -1,0 +1,245 @@
+"""Steady-state summary of a run, computed in O(1) memory.
+
+THE RULE (one rule, the same for every dialect):
+1. Count each iteration number once: a record is counted only if its iteration number is higher
+   than every iteration already counted (other ranks' copies and replays after a resume are skipped).
+2. Only records that carry a step time count for step-time statistics.
+3. Drop the warm-up: the first max(1, ceil(10 % of the counted records)) records, at most
+   `WARMUP_CAP` of them (bounded, so a summary never needs to keep more than `WARMUP_CAP` records).
+   If that would leave nothing, no record is dropped (a 1-iteration log still has a step time).
+4. Drop any record whose log interval contains a checkpoint save (the first record after a save
+   starts), because the save time can land in its step time.
+Over what is left: mean, p50, p95 (linear interpolation; exact up to `RESERVOIR_SIZE` samples, a
+seeded uniform reservoir beyond), CV = population std / mean of step time; mean tokens/s/GPU,
+TFLOP/s/GPU and MFU of the same records. Losses (final, min, first) use every counted record.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from megapilot.logs.records import IterationRecord, _json_number
+
+WARMUP_FRACTION = 0.10
+WARMUP_CAP = 50
+RESERVOIR_SIZE = 8192
+
+
+class _Running:
+    """Welford mean/variance plus a bounded reservoir for percentiles."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.count = 0
+        self.mean = 0.0
+        self._m2 = 0.0
+        self.minimum = math.inf
+        self.maximum = -math.inf
+        self._reservoir: list[float] = []
+        self._random = random.Random(seed)
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self._m2 += delta * (value - self.mean)
+        self.minimum = min(self.minimum, value)
+        self.maximum = max(self.maximum, value)
+        if len(self._reservoir) < RESERVOIR_SIZE:
+            self._reservoir.append(value)
+        else:
+            slot = self._random.randrange(self.count)
+            if slot < RESERVOIR_SIZE:
+                self._reservoir[slot] = value
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self._m2 / self.count) if self.count else 0.0
+
+    def percentile(self, fraction: float) -> float | None:
+        if not self._reservoir:
+            return None
+        ordered = sorted(self._reservoir)
+        position = fraction * (len(ordered) - 1)
+        low = math.floor(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    elapsed_ms: float
+    tokens: float | None
+    tflops: float | None
+    mfu_pct: float | None
+
+
+@dataclass
+class RunSummary:
+    """What `summary` in `megapilot logs parse --json` holds."""
+
+    rule: str
+    iterations_logged: int = 0
+    iterations_counted: int = 0
+    steady_iterations: int = 0
+    warmup_dropped: int = 0
+    checkpoint_dropped: int = 0
+    first_iteration: int | None = None
+    last_iteration: int | None = None
+    train_iters: int | None = None
+    step_time_mean_ms: float | None = None
+    step_time_p50_ms: float | None = None
+    step_time_p95_ms: float | None = None
+    step_time_min_ms: float | None = None
+    step_time_max_ms: float | None = None
+    step_time_cv: float | None = None
+    tokens_per_s_per_gpu_mean: float | None = None
+    tflops_per_gpu_mean: float | None = None
+    mfu_pct_mean: float | None = None
+    first_loss: float | None = None
+    final_loss: float | None = None
+    min_loss: float | None = None
+    nan_iterations: int | None = None
+    skipped_iterations: int | None = None
+    wall_time_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _json_number(v) for k, v in self.__dict__.items()}
+
+
+RULE_TEXT = (
+    "each iteration number once; drop the first max(1, ceil(10%)) counted records (at most 50) "
+    "and every record whose interval contains a checkpoint save; mean/p50/p95/CV over the rest"
+)
+
+
+class SummaryBuilder:
+    """Feed iteration records and checkpoint-save starts in log order; `result()` at the end."""
+
+    def __init__(self) -> None:
+        self._logged = 0
+        self._counted = 0
+        self._max_counted: int | None = None
+        self._first_iteration: int | None = None
+        self._train_iters: int | None = None
+        self._head: list[_Sample | None] = []  # first WARMUP_CAP counted samples (None = dropped by checkpoint)
+        self._after_head = _Running()
+        self._tokens_after_head = _Running()
+        self._tflops_after_head = _Running()
+        self._mfu_after_head = _Running()
+        self._checkpoint_dropped = 0
+        self._save_pending = False
+        self._first_loss: float | None = None
+        self._final_loss: float | None = None
+        self._min_loss: float | None = None
+        self._nan_iterations: int | None = None
+        self._skipped_iterations: int | None = None
+        self._first_time_s: float | None = None
+        self._last_time_s: float | None = None
+
+    def checkpoint_save_started(self) -> None:
+        self._save_pending = True
+
+    def add(self, record: IterationRecord) -> None:
+        self._logged += 1
+        if self._max_counted is not None and record.iteration <= self._max_counted:
+            return
+        self._max_counted = record.iteration
+        self._counted += 1
+        if self._first_iteration is None:
+            self._first_iteration = record.iteration
+        self._train_iters = record.train_iters or self._train_iters
+        self._track_losses(record)
+        if record.time_s is not None:
+            self._first_time_s = self._first_time_s if self._first_time_s is not None else record.time_s
+            self._last_time_s = record.time_s
+        if record.elapsed_ms is None or not math.isfinite(record.elapsed_ms):
+            return
+        sample: _Sample | None = _Sample(record.elapsed_ms, record.tokens_per_s_per_gpu, record.tflops_per_gpu,
+                                         record.mfu_pct)
+        if self._save_pending:
+            self._save_pending = False
+            self._checkpoint_dropped += 1
+            sample = None
+        if len(self._head) < WARMUP_CAP:
+            self._head.append(sample)
+        elif sample is not None:
+            self._fold(sample)
+
+    def _track_losses(self, record: IterationRecord) -> None:
+        loss = record.lm_loss
+        if loss is not None and math.isfinite(loss):
+            if self._first_loss is None:
+                self._first_loss = loss
+            self._final_loss = loss
+            self._min_loss = loss if self._min_loss is None else min(self._min_loss, loss)
+        if record.nan_iterations is not None:
+            self._nan_iterations = (self._nan_iterations or 0) + record.nan_iterations
+        if record.skipped_iterations is not None:
+            self._skipped_iterations = (self._skipped_iterations or 0) + record.skipped_iterations
+
+    def _fold(self, sample: _Sample) -> None:
+        self._after_head.add(sample.elapsed_ms)
+        for running, value in ((self._tokens_after_head, sample.tokens), (self._tflops_after_head, sample.tflops),
+                               (self._mfu_after_head, sample.mfu_pct)):
+            if value is not None and math.isfinite(value):
+                running.add(value)
+
+    def result(self) -> RunSummary:
+        timed = len(self._head) + self._after_head.count  # records with a step time (checkpoint-dropped included)
+        head = list(self._head)
+        warmup = min(max(1, math.ceil(WARMUP_FRACTION * timed)), WARMUP_CAP) if timed else 0
+        kept_from_head = [s for s in head[warmup:] if s is not None]
+        if not kept_from_head and self._after_head.count == 0:
+            warmup = 0  # too few records to drop any: keep them rather than report nothing
+            kept_from_head = [s for s in head if s is not None]
+        steady, tokens, tflops, mfu = _Running(), _Running(), _Running(), _Running()
+        for sample in kept_from_head:
+            steady.add(sample.elapsed_ms)
+            for running, value in ((tokens, sample.tokens), (tflops, sample.tflops), (mfu, sample.mfu_pct)):
+                if value is not None and math.isfinite(value):
+                    running.add(value)
+        merged = _merge(steady, self._after_head)
+        summary = RunSummary(
+            rule=RULE_TEXT, iterations_logged=self._logged, iterations_counted=self._counted,
+            steady_iterations=merged.count, warmup_dropped=warmup, checkpoint_dropped=self._checkpoint_dropped,
+            first_iteration=self._first_iteration, last_iteration=self._max_counted, train_iters=self._train_iters,
+            first_loss=self._first_loss, final_loss=self._final_loss, min_loss=self._min_loss,
+            nan_iterations=self._nan_iterations, skipped_iterations=self._skipped_iterations,
+        )
+        if self._first_time_s is not None and self._last_time_s is not None:
+            summary.wall_time_s = self._last_time_s - self._first_time_s
+        if merged.count:
+            summary.step_time_mean_ms = merged.mean
+            summary.step_time_p50_ms = merged.percentile(0.50)
+            summary.step_time_p95_ms = merged.percentile(0.95)
+            summary.step_time_min_ms = merged.minimum
+            summary.step_time_max_ms = merged.maximum
+            summary.step_time_cv = merged.std / merged.mean if merged.mean else None
+        summary.tokens_per_s_per_gpu_mean = _mean_of(tokens, self._tokens_after_head)
+        summary.tflops_per_gpu_mean = _mean_of(tflops, self._tflops_after_head)
+        summary.mfu_pct_mean = _mean_of(mfu, self._mfu_after_head)
+        return summary
+
+
+def _mean_of(first: _Running, second: _Running) -> float | None:
+    count = first.count + second.count
+    return (first.mean * first.count + second.mean * second.count) / count if count else None
+
+
+def _merge(first: _Running, second: _Running) -> _Running:
+    """Combine two running stats (Chan et al. parallel variance); reservoirs are concatenated then bounded."""
+    merged = _Running()
+    merged.count = first.count + second.count
+    if not merged.count:
+        return merged
+    delta = second.mean - first.mean
+    merged.mean = first.mean + delta * second.count / merged.count
+    merged._m2 = first._m2 + second._m2 + delta * delta * first.count * second.count / merged.count
+    merged.minimum = min(first.minimum, second.minimum)
+    merged.maximum = max(first.maximum, second.maximum)
+    merged._reservoir = (first._reservoir + second._reservoir)[: RESERVOIR_SIZE + WARMUP_CAP]
+    return merged
