@@ -1,0 +1,77 @@
+"""Read user text files as documents: `.jsonl` (one JSON object per line) or `.txt` (paragraphs).
+
+A `.txt` file is split into documents at blank lines, the way the shipped corpus is laid out
+(one chapter per paragraph). A `.jsonl` line must be an object holding the text under `json_key`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from megapilot.errors import MegapilotError
+
+SUPPORTED_SUFFIXES = (".jsonl", ".txt", ".txt.gz", ".jsonl.gz")
+
+
+def _open_text(path: Path):
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _kind_of(path: Path) -> str:
+    name = path.name.removesuffix(".gz")
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    if name.endswith(".txt"):
+        return "txt"
+    raise MegapilotError(f"unsupported file type {path.name!r}", field="INPUT",
+                         fix=f"give a file ending in one of {', '.join(SUPPORTED_SUFFIXES)}")
+
+
+def _jsonl_documents(path: Path, json_key: str) -> Iterator[str]:
+    with _open_text(path) as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise MegapilotError(f"line {line_number} of {path} is not JSON ({exc.msg})", field="INPUT",
+                                     fix="write one JSON object per line") from None
+            if not isinstance(record, dict) or not isinstance(record.get(json_key), str):
+                raise MegapilotError(f"line {line_number} of {path} has no string field {json_key!r}",
+                                     field="--json-key", fix="name the field that holds the text")
+            if record[json_key]:
+                yield record[json_key]
+
+
+def _txt_documents(path: Path) -> Iterator[str]:
+    paragraph: list[str] = []
+    with _open_text(path) as handle:
+        for line in handle:
+            if line.strip():
+                paragraph.append(line.rstrip("\n"))
+            elif paragraph:
+                yield "\n".join(paragraph)
+                paragraph = []
+    if paragraph:
+        yield "\n".join(paragraph)
+
+
+def read_documents(path: Path | str, *, json_key: str = "text") -> Iterator[str]:
+    """Yield the documents of a `.jsonl` or `.txt` file (optionally gzipped)."""
+    path = Path(path)
+    kind = _kind_of(path)
+    if not path.is_file():
+        raise MegapilotError(f"no such file: {path}", field="INPUT", fix="give the path of an existing file")
+    try:
+        if kind == "jsonl":
+            yield from _jsonl_documents(path, json_key)
+        else:
+            yield from _txt_documents(path)
+    except UnicodeDecodeError:
+        raise MegapilotError(f"{path} is not UTF-8 text", field="INPUT", fix="convert the file to UTF-8") from None

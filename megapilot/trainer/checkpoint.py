@@ -1,0 +1,116 @@
+"""Save and load `torch_dist` checkpoints with Megatron-Core's `dist_checkpointing`.
+
+Layout as Megatron-LM's: `<dir>/iter_0000010/` holds the sharded checkpoint and
+`<dir>/latest_checkpointed_iteration.txt` names the newest iteration. The checkpoint holds the
+model (one entry per virtual stage), the optimizer (unless --no-save-optim), the learning-rate
+scheduler and the iteration. A `fully_reshardable` distributed-optimizer checkpoint can be loaded
+under another TP/PP/DP layout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from megatron.core import dist_checkpointing, parallel_state
+
+from megapilot.errors import MegapilotError
+from megapilot.trainer import cpu_compat, logfmt
+
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    iteration: int
+    load_seconds: float
+
+
+def iteration_dir(root: str, iteration: int) -> Path:
+    return Path(root) / f"iter_{iteration:07d}"
+
+
+def _model_key(index: int, chunks: int) -> str:
+    return "model" if chunks == 1 else f"model{index}"
+
+
+def _sharded_state_dict(model, optimizer, scheduler, iteration: int, with_optimizer: bool, is_loading: bool) -> dict:
+    state: dict = {"iteration": iteration, "checkpoint_version": 3.0}
+    for index, chunk in enumerate(model):
+        state[_model_key(index, len(model))] = chunk.sharded_state_dict()
+    if with_optimizer:
+        if is_loading and cpu_compat.torch_adam_fallback_in_use():
+            cpu_compat.ensure_optimizer_state(optimizer)
+        state["optimizer"] = optimizer.sharded_state_dict(
+            state, is_loading=is_loading,
+            metadata={"distrib_optim_sharding_type": cpu_compat.DISTRIBUTED_OPTIMIZER_SHARDING_TYPE})
+        state["opt_param_scheduler"] = scheduler.state_dict()
+    return state
+
+
+def _ranks() -> tuple[int, int, int, int]:
+    return (parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_tensor_model_parallel_world_size(),
+            parallel_state.get_pipeline_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_world_size())
+
+
+def save_checkpoint(root: str, iteration: int, model, optimizer, scheduler, *, with_optimizer: bool, log) -> float:
+    """Save at `iteration` into `root`; returns the seconds taken. Collective: every rank calls it."""
+    rank = torch.distributed.get_rank()
+    target = iteration_dir(root, iteration)
+    log(logfmt.saving_checkpoint_line(iteration, root), rank_zero_only=True)
+    started = time.monotonic()
+    if rank == 0:
+        target.mkdir(parents=True, exist_ok=True)
+    torch.distributed.barrier()
+    # Every rank sees the same directory, so all raise together (no rank is left in a collective).
+    for stale in target.iterdir():
+        raise MegapilotError(f"{target} is not empty ({stale.name})", field="--save",
+                             fix="use an empty checkpoint directory or remove the old iteration")
+    state = _sharded_state_dict(model, optimizer, scheduler, iteration, with_optimizer, is_loading=False)
+    dist_checkpointing.save(state, str(target))
+    torch.distributed.barrier()
+    if rank == 0:
+        tracker = Path(root) / TRACKER_FILE
+        tracker.with_suffix(".tmp").write_text(f"{iteration}\n")
+        os.replace(tracker.with_suffix(".tmp"), tracker)
+    torch.distributed.barrier()
+    log(logfmt.saved_checkpoint_line(iteration, root, *_ranks()), rank_zero_only=True)
+    return time.monotonic() - started
+
+
+def latest_iteration(root: str) -> int | None:
+    tracker = Path(root) / TRACKER_FILE
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise MegapilotError(f"{tracker} holds {text!r}, not an iteration number", field="--load",
+                             fix="point --load at a directory written by --save")
+    return int(text)
+
+
+def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: bool, finetune: bool,
+                    log) -> LoadedCheckpoint | None:
+    """Load the newest checkpoint under `root`; None (and Megatron's warning) when there is none."""
+    iteration = latest_iteration(root)
+    if iteration is None:
+        for line in logfmt.no_checkpoint_lines(root):
+            log(line, rank_zero_only=True)
+        return None
+    log(logfmt.loading_checkpoint_line(root, iteration), rank_zero_only=True)
+    started = time.monotonic()
+    load_optimizer = with_optimizer and not finetune
+    state = _sharded_state_dict(model, optimizer, scheduler, iteration, load_optimizer, is_loading=True)
+    loaded = dist_checkpointing.load(state, str(iteration_dir(root, iteration)))
+    for index, chunk in enumerate(model):
+        chunk.load_state_dict(loaded[_model_key(index, len(model))])
+    if load_optimizer:
+        optimizer.load_state_dict(loaded["optimizer"])
+        scheduler.load_state_dict(loaded["opt_param_scheduler"])
+    torch.distributed.barrier()
+    log(logfmt.loaded_checkpoint_line(root, iteration, *_ranks()), rank_zero_only=True)
+    return LoadedCheckpoint(iteration=0 if finetune else int(loaded["iteration"]),
+                            load_seconds=time.monotonic() - started)

@@ -1,0 +1,253 @@
+"""`TrainerConfig`: the parsed flags as one typed object, checked before any process group starts.
+
+Everything here is torch-free so the checks run (and are tested) in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+from megapilot.errors import MegapilotError
+from megapilot.trainer.args import parse_flags
+
+#: Tokenizer names that mean "the built-in byte tokenizer".
+BYTE_TOKENIZER_NAMES = ("ByteTokenizer", "byte")
+#: Tokenizer names accepted with --mock-data only, where just a vocabulary size is needed.
+VOCAB_ONLY_TOKENIZER_NAMES = ("NullTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer",
+                              "TikTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Every setting the trainer uses, named as Megatron-LM's flags (dest form)."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    kv_channels: int | None
+    num_query_groups: int
+    swiglu: bool
+    normalization: str
+    norm_epsilon: float
+    position_embedding_type: str
+    rotary_base: int
+    rotary_percent: float
+    seq_length: int
+    max_position_embeddings: int
+    add_bias_linear: bool
+    untie_embeddings_and_output_weights: bool
+    qk_layernorm: bool
+    init_method_std: float
+    attention_dropout: float
+    hidden_dropout: float
+    make_vocab_size_divisible_by: int
+    apply_residual_connection_post_layernorm: bool
+    num_experts: int | None
+    moe_router_topk: int
+    moe_ffn_hidden_size: int | None
+    moe_router_load_balancing_type: str
+    moe_aux_loss_coeff: float
+    moe_token_dispatcher_type: str
+    moe_shared_expert_intermediate_size: int | None
+    moe_layer_freq: int
+    moe_router_dtype: str | None
+    tensor_model_parallel_size: int
+    pipeline_model_parallel_size: int
+    virtual_pipeline_model_parallel_size: int | None
+    context_parallel_size: int
+    expert_model_parallel_size: int
+    expert_tensor_parallel_size: int
+    sequence_parallel: bool
+    use_distributed_optimizer: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    distributed_backend: str | None
+    distributed_timeout_minutes: int
+    recompute_granularity: str | None
+    recompute_method: str | None
+    recompute_num_layers: int | None
+    bf16: bool
+    fp16: bool
+    loss_scale: float | None
+    initial_loss_scale: float
+    accumulate_allreduce_grads_in_fp32: bool
+    micro_batch_size: int
+    global_batch_size: int
+    train_iters: int
+    exit_interval: int | None
+    optimizer: str
+    lr: float
+    min_lr: float
+    lr_decay_style: str
+    lr_decay_iters: int
+    lr_warmup_iters: int
+    lr_warmup_init: float
+    weight_decay: float
+    clip_grad: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_eps: float
+    seed: int
+    data_path: str | None
+    mock_data: bool
+    split: str
+    data_cache_path: str | None
+    tokenizer_type: str
+    vocab_size: int | None
+    reset_position_ids: bool
+    reset_attention_mask: bool
+    eod_mask_loss: bool
+    log_interval: int
+    log_throughput: bool
+    timing_log_level: int
+    eval_interval: int
+    eval_iters: int
+    save: str | None
+    load: str | None
+    save_interval: int | None
+    ckpt_format: str
+    no_load_optim: bool
+    no_load_rng: bool
+    no_save_optim: bool
+    finetune: bool
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+
+    def data_parallel_size(self, world_size: int) -> int:
+        return world_size // self.model_parallel_size
+
+    def num_microbatches(self, world_size: int) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.data_parallel_size(world_size))
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+    def check_world_size(self, world_size: int) -> None:
+        """Raise if the layout does not tile `world_size` processes or the batch does not split evenly."""
+        if world_size % self.model_parallel_size:
+            raise MegapilotError(
+                f"world size {world_size} is not divisible by TP×PP×CP = {self.tensor_model_parallel_size}×"
+                f"{self.pipeline_model_parallel_size}×{self.context_parallel_size}", field="--nproc-per-node",
+                fix="start a multiple of TP×PP×CP processes")
+        dp = self.data_parallel_size(world_size)
+        if self.global_batch_size % (self.micro_batch_size * dp):
+            raise MegapilotError(
+                f"global batch {self.global_batch_size} is not divisible by micro batch × DP = "
+                f"{self.micro_batch_size}×{dp}", field="--global-batch-size",
+                fix=f"use a multiple of {self.micro_batch_size * dp}")
+        expert_group = self.expert_model_parallel_size * self.expert_tensor_parallel_size
+        if self.is_moe and world_size % (expert_group * self.pipeline_model_parallel_size):
+            raise MegapilotError(f"world size {world_size} is not divisible by EP×ETP×PP", field="--expert-model-parallel-size",
+                                 fix="choose EP so that EP×ETP×PP divides the world size")
+
+
+def _require(ns: argparse.Namespace, dest: str) -> None:
+    if getattr(ns, dest) is None:
+        flag = "--" + dest.replace("_", "-")
+        raise MegapilotError("is required", field=flag, fix=f"pass {flag} N")
+
+
+def _check_positive(ns: argparse.Namespace, *dests: str) -> None:
+    for dest in dests:
+        value = getattr(ns, dest)
+        if value is not None and value <= 0:
+            flag = "--" + dest.replace("_", "-")
+            raise MegapilotError(f"must be positive, got {value}", field=flag, fix=f"pass {flag} with a value > 0")
+
+
+def _resolve_virtual_pipeline(ns: argparse.Namespace) -> int | None:
+    pp = ns.pipeline_model_parallel_size
+    if ns.num_layers_per_virtual_pipeline_stage is None:
+        return ns.virtual_pipeline_model_parallel_size
+    layers_per_stage = ns.num_layers // pp
+    if ns.num_layers % pp or layers_per_stage % ns.num_layers_per_virtual_pipeline_stage:
+        raise MegapilotError(
+            f"{ns.num_layers} layers over PP={pp} do not split into virtual stages of "
+            f"{ns.num_layers_per_virtual_pipeline_stage} layers", field="--num-layers-per-virtual-pipeline-stage",
+            fix="choose a divisor of num_layers / PP")
+    if pp == 1:
+        raise MegapilotError("needs pipeline parallelism", field="--num-layers-per-virtual-pipeline-stage",
+                             fix="set --pipeline-model-parallel-size ≥ 2 or drop the flag")
+    return layers_per_stage // ns.num_layers_per_virtual_pipeline_stage
+
+
+def _resolve_tokenizer(ns: argparse.Namespace) -> str:
+    name = ns.tokenizer_type or ("NullTokenizer" if ns.mock_data else "ByteTokenizer")
+    if name in BYTE_TOKENIZER_NAMES:
+        return "ByteTokenizer"
+    if name in VOCAB_ONLY_TOKENIZER_NAMES and ns.mock_data:
+        return name
+    raise MegapilotError(f"tokenizer {name!r} is not available in megapilot's trainer", field="--tokenizer-type",
+                         fix="use --tokenizer-type ByteTokenizer with data from `megapilot data prepare`, "
+                             "or --mock-data")
+
+
+def _resolve_recompute(ns: argparse.Namespace) -> str | None:
+    if ns.recompute_activations:
+        return "selective"
+    if ns.recompute_granularity == "full" and ns.recompute_method is None:
+        raise MegapilotError("full recompute needs a method", field="--recompute-method",
+                             fix="add --recompute-method uniform --recompute-num-layers 1")
+    return ns.recompute_granularity
+
+
+def _check_cpu_limits(ns: argparse.Namespace, gpu_available: bool) -> None:
+    if gpu_available:
+        return
+    if ns.context_parallel_size > 1:
+        raise MegapilotError(
+            "needs a GPU: Megatron-Core's context parallelism runs only in Transformer Engine's attention "
+            "(the local attention used on CPU asserts CP = 1)", field="--context-parallel-size",
+            fix="set --context-parallel-size 1 for a CPU run")
+    if ns.distributed_backend == "nccl":
+        raise MegapilotError("needs a GPU: NCCL has no CPU transport", field="--distributed-backend",
+                             fix="use --distributed-backend gloo (the default on CPU)")
+
+
+def build_config(argv: list[str], *, gpu_available: bool = False) -> TrainerConfig:
+    """Parse and check the flags; the one place where flag combinations are judged."""
+    ns = parse_flags(argv, gpu_available=gpu_available)
+    for dest in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "train_iters", "lr"):
+        _require(ns, dest)
+    _check_positive(ns, "num_layers", "hidden_size", "num_attention_heads", "seq_length", "train_iters",
+                    "micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
+                    "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
+                    "log_interval", "save_interval")
+    if ns.mock_data == bool(ns.data_path):
+        raise MegapilotError("pass exactly one data source", field="--data-path",
+                             fix="pass --data-path PREFIX (from `megapilot data prepare`) or --mock-data")
+    if ns.hidden_size % ns.num_attention_heads:
+        raise MegapilotError(f"hidden size {ns.hidden_size} is not divisible by {ns.num_attention_heads} heads",
+                             field="--num-attention-heads", fix="choose a divisor of --hidden-size")
+    if ns.bf16 and ns.fp16:
+        raise MegapilotError("choose one precision", field="--fp16", fix="pass --bf16 or --fp16, not both")
+    if ns.save_interval and not ns.save:
+        raise MegapilotError("has no directory to save into", field="--save-interval", fix="add --save DIR")
+    _check_cpu_limits(ns, gpu_available)
+    position = ns.position_embedding_type
+    if ns.use_rotary_position_embeddings:
+        position = "rope"
+    if ns.no_position_embedding:
+        position = "none"
+    num_query_groups = ns.num_query_groups if ns.group_query_attention else ns.num_attention_heads
+    values = vars(ns) | {
+        "ffn_hidden_size": ns.ffn_hidden_size or 4 * ns.hidden_size,
+        "num_query_groups": num_query_groups,
+        "position_embedding_type": position,
+        "max_position_embeddings": ns.max_position_embeddings or ns.seq_length,
+        "add_bias_linear": not ns.disable_bias_linear,
+        "virtual_pipeline_model_parallel_size": _resolve_virtual_pipeline(ns),
+        "expert_tensor_parallel_size": ns.expert_tensor_parallel_size or ns.tensor_model_parallel_size,
+        "recompute_granularity": _resolve_recompute(ns),
+        "global_batch_size": ns.global_batch_size or ns.micro_batch_size,
+        "lr_decay_iters": ns.lr_decay_iters or ns.train_iters,
+        "tokenizer_type": _resolve_tokenizer(ns),
+        "sequence_parallel": ns.sequence_parallel and ns.tensor_model_parallel_size > 1,
+    }
+    names = {f.name for f in fields(TrainerConfig)}
+    return TrainerConfig(**{name: values[name] for name in names})

@@ -1,0 +1,138 @@
+"""Build the GPT model chunks, wrapped in Megatron's DistributedDataParallel, and the optimizer."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+from megatron.core.transformer import TransformerConfig
+
+from megapilot.trainer.config import TrainerConfig
+
+
+def params_dtype(config: TrainerConfig) -> torch.dtype:
+    if config.bf16:
+        return torch.bfloat16
+    if config.fp16:
+        return torch.float16
+    return torch.float32
+
+
+def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig:
+    """Megatron's TransformerConfig from the flags; fused kernels off (they need CUDA/TE/Apex)."""
+    dtype = params_dtype(config)
+    moe = {}
+    if config.is_moe:
+        moe = dict(
+            num_moe_experts=config.num_experts, moe_router_topk=config.moe_router_topk,
+            moe_ffn_hidden_size=config.moe_ffn_hidden_size or config.ffn_hidden_size,
+            moe_router_load_balancing_type=config.moe_router_load_balancing_type,
+            moe_aux_loss_coeff=config.moe_aux_loss_coeff, moe_token_dispatcher_type=config.moe_token_dispatcher_type,
+            moe_shared_expert_intermediate_size=config.moe_shared_expert_intermediate_size,
+            moe_layer_freq=config.moe_layer_freq, moe_router_dtype=config.moe_router_dtype,
+        )
+    return TransformerConfig(
+        num_layers=config.num_layers, hidden_size=config.hidden_size,
+        num_attention_heads=config.num_attention_heads, num_query_groups=config.num_query_groups,
+        ffn_hidden_size=config.ffn_hidden_size, kv_channels=config.kv_channels,
+        init_method_std=config.init_method_std, hidden_dropout=config.hidden_dropout,
+        attention_dropout=config.attention_dropout, layernorm_epsilon=config.norm_epsilon,
+        normalization=config.normalization, gated_linear_unit=config.swiglu,
+        activation_func=F.silu if config.swiglu else F.gelu, add_bias_linear=config.add_bias_linear,
+        qk_layernorm=config.qk_layernorm,
+        apply_residual_connection_post_layernorm=config.apply_residual_connection_post_layernorm,
+        tensor_model_parallel_size=config.tensor_model_parallel_size,
+        pipeline_model_parallel_size=config.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=config.virtual_pipeline_model_parallel_size,
+        context_parallel_size=config.context_parallel_size,
+        expert_model_parallel_size=config.expert_model_parallel_size,
+        expert_tensor_parallel_size=config.expert_tensor_parallel_size,
+        sequence_parallel=config.sequence_parallel,
+        pipeline_dtype=dtype, params_dtype=dtype, bf16=config.bf16, fp16=config.fp16,
+        use_cpu_initialization=not on_gpu,
+        recompute_granularity=config.recompute_granularity, recompute_method=config.recompute_method,
+        recompute_num_layers=config.recompute_num_layers,
+        gradient_accumulation_fusion=False, bias_activation_fusion=False, masked_softmax_fusion=False,
+        persist_layer_norm=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+        deallocate_pipeline_outputs=True,
+        **moe,
+    )
+
+
+def _layer_spec(config: TrainerConfig, on_gpu: bool):
+    if on_gpu:
+        try:
+            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+            import transformer_engine  # noqa: F401  (only the import is checked)
+
+            return get_gpt_layer_with_transformer_engine_spec(num_experts=config.num_experts,
+                                                              qk_layernorm=config.qk_layernorm)
+        except ImportError:
+            pass
+    return get_gpt_layer_local_spec(num_experts=config.num_experts, moe_grouped_gemm=False,
+                                    qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+
+
+def _model_chunk(config: TrainerConfig, tconfig: TransformerConfig, vocab_size: int, on_gpu: bool,
+                 vp_stage: int | None) -> GPTModel:
+    first = parallel_state.is_pipeline_first_stage(ignore_virtual=vp_stage is None, vp_stage=vp_stage)
+    last = parallel_state.is_pipeline_last_stage(ignore_virtual=vp_stage is None, vp_stage=vp_stage)
+    return GPTModel(
+        config=tconfig, transformer_layer_spec=_layer_spec(config, on_gpu), vocab_size=vocab_size,
+        max_sequence_length=config.max_position_embeddings, pre_process=first, post_process=last,
+        share_embeddings_and_output_weights=not config.untie_embeddings_and_output_weights,
+        position_embedding_type=config.position_embedding_type, rotary_percent=config.rotary_percent,
+        rotary_base=config.rotary_base, vp_stage=vp_stage,
+    )
+
+
+def build_model(config: TrainerConfig, vocab_size_padded: int, on_gpu: bool) -> list[DistributedDataParallel]:
+    """One DDP-wrapped GPTModel per virtual pipeline stage held by this rank (one without VPP)."""
+    tconfig = transformer_config(config, on_gpu)
+    vpp = config.virtual_pipeline_model_parallel_size
+    stages = [None] if vpp is None else list(range(vpp))
+    chunks = [_model_chunk(config, tconfig, vocab_size_padded, on_gpu, stage) for stage in stages]
+    if on_gpu:
+        chunks = [chunk.cuda(torch.cuda.current_device()) for chunk in chunks]
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=config.accumulate_allreduce_grads_in_fp32 or not (config.bf16 or config.fp16),
+        overlap_grad_reduce=config.overlap_grad_reduce, overlap_param_gather=config.overlap_param_gather,
+        use_distributed_optimizer=config.use_distributed_optimizer,
+        check_for_nan_in_grad=False, average_in_collective=True,
+    )
+    return [
+        DistributedDataParallel(config=tconfig, ddp_config=ddp_config, module=chunk,
+                                disable_bucketing=index > 0)
+        for index, chunk in enumerate(chunks)
+    ]
+
+
+def build_optimizer(config: TrainerConfig, model: list[DistributedDataParallel]):
+    """Megatron's optimizer (distributed or not) and its warm-up + decay scheduler (sample-based)."""
+    optimizer_config = OptimizerConfig(
+        optimizer=config.optimizer, lr=config.lr, min_lr=config.min_lr, weight_decay=config.weight_decay,
+        adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2, adam_eps=config.adam_eps,
+        clip_grad=config.clip_grad, bf16=config.bf16, fp16=config.fp16, params_dtype=params_dtype(config),
+        loss_scale=config.loss_scale, initial_loss_scale=config.initial_loss_scale,
+        use_distributed_optimizer=config.use_distributed_optimizer,
+        overlap_param_gather=config.overlap_param_gather,
+    )
+    optimizer = get_megatron_optimizer(optimizer_config, model)
+    batch = config.global_batch_size
+    scheduler = OptimizerParamScheduler(
+        optimizer, init_lr=config.lr_warmup_init, max_lr=config.lr, min_lr=config.min_lr,
+        lr_warmup_steps=config.lr_warmup_iters * batch, lr_decay_steps=config.lr_decay_iters * batch,
+        lr_decay_style=config.lr_decay_style, start_wd=config.weight_decay, end_wd=config.weight_decay,
+        wd_incr_steps=config.train_iters * batch, wd_incr_style="constant",
+    )
+    return optimizer, scheduler
+
+
+def count_parameters(model: list[DistributedDataParallel]) -> int:
+    return sum(p.numel() for chunk in model for p in chunk.parameters())

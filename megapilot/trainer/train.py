@@ -1,0 +1,391 @@
+"""The training run, top to bottom: set up the process groups, build model, optimizer and data,
+load a checkpoint, loop over iterations (forward-backward through Megatron's pipeline schedule,
+optimizer step, learning-rate step, logs, evaluation, checkpoints), and finish.
+
+Logs follow Megatron-LM's formats (see `logfmt`): iteration lines from the last rank, memory reports
+from data-parallel rank 0 of each model-parallel position, checkpoint lines from rank 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+
+from megapilot.errors import MegapilotError
+from megapilot.trainer import logfmt
+from megapilot.trainer.config import TrainerConfig, build_config
+from megapilot.trainer.flops import flops_per_iteration, padded_vocab_size
+
+
+# ----------------------------------------------------------------------------- printing
+def log(line: str, *, rank_zero_only: bool = False, last_rank_only: bool = False) -> None:
+    """Print one log line from the ranks Megatron-LM prints it from (all ranks if no filter)."""
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    if rank_zero_only and rank != 0:
+        return
+    if last_rank_only and rank != world - 1:
+        return
+    print(line, flush=True)
+
+
+# ----------------------------------------------------------------------------- process groups
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def init_distributed(config: TrainerConfig, on_gpu: bool) -> None:
+    """Join the torchrun process group (or make a one-process group when started without torchrun)."""
+    from datetime import timedelta
+
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    backend = config.distributed_backend or ("nccl" if on_gpu else "gloo")
+    if on_gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.distributed.init_process_group(backend=backend,
+                                         timeout=timedelta(minutes=config.distributed_timeout_minutes))
+
+
+def init_model_parallel(config: TrainerConfig) -> None:
+    from megatron.core import parallel_state, tensor_parallel
+
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=config.tensor_model_parallel_size,
+        pipeline_model_parallel_size=config.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=config.virtual_pipeline_model_parallel_size,
+        context_parallel_size=config.context_parallel_size,
+        expert_model_parallel_size=config.expert_model_parallel_size,
+        expert_tensor_parallel_size=config.expert_tensor_parallel_size,
+        distributed_timeout_minutes=config.distributed_timeout_minutes,
+    )
+    # Megatron-LM's seeding: a different seed per pipeline stage, streams per TP/EP rank.
+    seed = config.seed + 100 * parallel_state.get_pipeline_model_parallel_rank()
+    torch.manual_seed(seed)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------- one step
+def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+    """Token-averaged LM loss; reports (sum, tokens) so the log averages over tokens like Megatron-LM."""
+    losses = output_tensor.float().view(-1)
+    mask = loss_mask.float().view(-1)
+    loss = torch.sum(losses * mask)
+    num_tokens = mask.sum().clone().detach().to(torch.int)
+    # The schedule divides `loss` in place; report a detached clone.
+    report = torch.cat([loss.clone().detach().view(1), num_tokens.float().view(1)])
+    return loss, num_tokens, {"lm loss": report}
+
+
+def _forward_step(on_gpu: bool, data_iterator, model):
+    batch = next(data_iterator)
+    if on_gpu:
+        batch = {key: value.cuda(non_blocking=True) for key, value in batch.items()}
+    output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"])
+    return output, partial(_loss_func, batch["loss_mask"])
+
+
+def _reduce_reported_loss(losses_reduced: list[dict]) -> float | None:
+    """Token-weighted mean loss over micro-batches and data-parallel ranks (last pipeline stage only)."""
+    from megatron.core import parallel_state
+
+    if not parallel_state.is_pipeline_last_stage(ignore_virtual=True):
+        return None
+    totals = torch.stack([entry["lm loss"] for entry in losses_reduced]).sum(dim=0)
+    torch.distributed.all_reduce(totals, group=parallel_state.get_data_parallel_group(with_context_parallel=True))
+    return (totals[0] / totals[1].clamp(min=1)).item()
+
+
+@dataclass
+class IntervalTotals:
+    """What the iteration line averages over one log interval."""
+
+    iterations: int = 0
+    loss_sum: float = 0.0
+    grad_norm: float | None = None
+    skipped: int = 0
+    nan: int = 0
+    forward_backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class RunState:
+    iteration: int = 0
+    totals: IntervalTotals = field(default_factory=IntervalTotals)
+    memory_reported: bool = False
+
+
+class Trainer:
+    """Holds what a run builds once; `run()` is the training loop."""
+
+    def __init__(self, config: TrainerConfig, on_gpu: bool):
+        from megatron.core import parallel_state
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        from megapilot.trainer import data_loading, model as model_lib
+
+        self.config = config
+        self.on_gpu = on_gpu
+        self.world_size = torch.distributed.get_world_size()
+        self.dp_size = parallel_state.get_data_parallel_world_size()
+        self.dp_rank = parallel_state.get_data_parallel_rank()
+        self.num_microbatches = config.num_microbatches(self.world_size)
+        self.tokenizer = data_loading.build_tokenizer(config)
+        self.vocab_size_padded = padded_vocab_size(self.tokenizer.vocab_size, config.make_vocab_size_divisible_by,
+                                                   config.tensor_model_parallel_size)
+        self.model = model_lib.build_model(config, self.vocab_size_padded, on_gpu)
+        self.optimizer, self.scheduler = model_lib.build_optimizer(config, self.model)
+        self._wire_schedule_hooks()
+        self.datasets = data_loading.build_datasets(config, self.tokenizer, self.dp_size)
+        self.forward_backward = get_forward_backward_func()
+        self.flops_per_iteration = flops_per_iteration(config, self.vocab_size_padded)
+        self._report_parameter_count(model_lib.count_parameters(self.model))
+
+    def _wire_schedule_hooks(self) -> None:
+        """The hooks Megatron-LM's `train()` sets on the model config before the loop."""
+        from megatron.core.distributed import finalize_model_grads
+        from megatron.core.utils import get_model_config
+
+        model_config = get_model_config(self.model[0])
+        model_config.grad_scale_func = self.optimizer.scale_loss
+        model_config.finalize_model_grads_func = finalize_model_grads
+        if self.config.overlap_grad_reduce:
+            no_sync = [chunk.no_sync for chunk in self.model]
+            grad_sync = [chunk.start_grad_sync for chunk in self.model]
+            model_config.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
+            model_config.grad_sync_func = grad_sync[0] if len(grad_sync) == 1 else grad_sync
+        if self.config.overlap_param_gather:
+            param_sync = [chunk.start_param_sync for chunk in self.model]
+            model_config.param_sync_func = param_sync[0] if len(param_sync) == 1 else param_sync
+
+    def _report_parameter_count(self, count: int) -> None:
+        from megatron.core import parallel_state
+
+        if self.dp_rank == 0:
+            print(logfmt.parameter_count_line(parallel_state.get_tensor_model_parallel_rank(),
+                                              parallel_state.get_pipeline_model_parallel_rank(), count), flush=True)
+
+    # ------------------------------------------------------------------ data
+    def _iterators(self, dataset, first_sample: int):
+        from megapilot.trainer.data_loading import microbatches
+
+        def make():
+            return microbatches(dataset, self.config, self.dp_rank, self.dp_size, first_sample)
+
+        # Each virtual stage pulls its own copy of the micro-batch stream.
+        return make() if len(self.model) == 1 else [make() for _ in self.model]
+
+    # ------------------------------------------------------------------ step
+    def train_step(self, data_iterator) -> tuple[float | None, bool, float | None]:
+        for chunk in self.model:
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        started = time.monotonic()
+        losses_reduced = self.forward_backward(
+            forward_step_func=partial(_forward_step, self.on_gpu), data_iterator=data_iterator, model=self.model,
+            num_microbatches=self.num_microbatches, seq_length=self.config.seq_length,
+            micro_batch_size=self.config.micro_batch_size, forward_only=False)
+        forward_backward_s = time.monotonic() - started
+        started = time.monotonic()
+        update_successful, grad_norm, _ = self.optimizer.step()
+        if update_successful:
+            self.scheduler.step(increment=self.config.global_batch_size)
+        optimizer_s = time.monotonic() - started
+        loss = _reduce_reported_loss(losses_reduced)
+        self._last_timings_s = (forward_backward_s, optimizer_s)
+        return loss, bool(update_successful), grad_norm
+
+    def evaluate(self, data_iterator) -> float | None:
+        for chunk in self.model:
+            chunk.eval()
+        totals: list[dict] = []
+        with torch.no_grad():
+            for _ in range(self.config.eval_iters):
+                totals += self.forward_backward(
+                    forward_step_func=partial(_forward_step, self.on_gpu), data_iterator=data_iterator,
+                    model=self.model, num_microbatches=self.num_microbatches, seq_length=self.config.seq_length,
+                    micro_batch_size=self.config.micro_batch_size, forward_only=True)
+        for chunk in self.model:
+            chunk.train()
+        return _reduce_reported_loss(totals) if totals else None
+
+    # ------------------------------------------------------------------ logging
+    def _learning_rate(self) -> float:
+        return next(group["lr"] for group in self.optimizer.param_groups if group["params"])
+
+    def _log_iteration(self, state: RunState) -> None:
+        totals = state.totals
+        elapsed_s = time.monotonic() - totals.started
+        per_iteration_s = elapsed_s / max(1, totals.iterations + totals.skipped)
+        throughput = (self.flops_per_iteration / (per_iteration_s * 1e12 * self.world_size)
+                      if self.config.log_throughput else None)
+        counted = max(1, totals.iterations)
+        stats = logfmt.IterationStats(
+            iteration=state.iteration, train_iters=self.config.train_iters,
+            consumed_samples=state.iteration * self.config.global_batch_size,
+            elapsed_ms_per_iteration=per_iteration_s * 1000.0, throughput_tflops_per_gpu=throughput,
+            learning_rate=self._learning_rate(), global_batch_size=self.config.global_batch_size,
+            losses={"lm loss": totals.loss_sum / counted} if totals.iterations else {},
+            loss_scale=float(self.optimizer.get_loss_scale().item()), grad_norm=totals.grad_norm,
+            skipped_iterations=totals.skipped, nan_iterations=totals.nan)
+        log(logfmt.iteration_line(stats), last_rank_only=True)
+        self._log_timers(totals)
+        if not state.memory_reported:
+            self._report_memory(state.iteration)
+            state.memory_reported = True
+
+    def _log_timers(self, totals: IntervalTotals) -> None:
+        if self.config.timing_log_level < 1:
+            return
+        counted = max(1, totals.iterations + totals.skipped)
+        local = torch.tensor([totals.forward_backward_s, totals.optimizer_s], dtype=torch.float64) * 1000 / counted
+        low, high = local.clone(), local.clone()
+        torch.distributed.all_reduce(low, op=torch.distributed.ReduceOp.MIN)
+        torch.distributed.all_reduce(high, op=torch.distributed.ReduceOp.MAX)
+        timers = {"forward-backward": (low[0].item(), high[0].item()), "optimizer": (low[1].item(), high[1].item())}
+        for line in logfmt.timers_lines("(min, max) time across ranks (ms):", timers):
+            log(line, last_rank_only=True)
+
+    def _report_memory(self, iteration: int) -> None:
+        """Megatron's memory report; on CPU the values are this process's RSS (current and peak)."""
+        if self.dp_rank != 0:
+            return
+        rank = torch.distributed.get_rank()
+        if self.on_gpu:
+            mib = 1024 * 1024
+            values = (torch.cuda.memory_allocated() / mib, torch.cuda.max_memory_allocated() / mib,
+                      torch.cuda.memory_reserved() / mib, torch.cuda.max_memory_reserved() / mib)
+        else:
+            import psutil
+
+            rss_mib = psutil.Process().memory_info().rss / (1024 * 1024)
+            peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # ru_maxrss is KiB on Linux
+            values = (rss_mib, peak_mib, rss_mib, peak_mib)
+            if rank == 0:
+                print("memory report on CPU: allocated/reserved = process RSS, max = peak RSS (no CUDA allocator)",
+                      flush=True)
+        print(logfmt.memory_line(rank, iteration, *values), flush=True)
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> None:
+        from megapilot.trainer import checkpoint
+
+        config = self.config
+        state = RunState()
+        if config.load:
+            loaded = checkpoint.load_checkpoint(config.load, self.model, self.optimizer, self.scheduler,
+                                                with_optimizer=not config.no_load_optim, finetune=config.finetune,
+                                                log=log)
+            state.iteration = loaded.iteration if loaded else 0
+        train_iterator = self._iterators(self.datasets.train, state.iteration * config.global_batch_size)
+        valid_iterator = self._iterators(self.datasets.valid, 0) if self.datasets.valid is not None else None
+        for chunk in self.model:
+            chunk.train()
+        log(logfmt.datetime_line("before the start of training step"), rank_zero_only=True)
+        state.totals = IntervalTotals()
+        while state.iteration < config.train_iters:
+            self._one_iteration(state, train_iterator)
+            if valid_iterator is not None and state.iteration % config.eval_interval == 0:
+                self._log_validation(state.iteration, valid_iterator)
+            saved = False
+            if config.save and config.save_interval and state.iteration % config.save_interval == 0:
+                self._save(state.iteration)
+                saved = True
+            if config.exit_interval and state.iteration % config.exit_interval == 0:
+                if config.save and not saved:
+                    self._save(state.iteration)
+                log(f"exiting program at iteration {state.iteration}", rank_zero_only=True)
+                break
+        else:
+            if config.save and not (config.save_interval and state.iteration % config.save_interval == 0):
+                self._save(state.iteration)
+        torch.distributed.barrier()
+        log(logfmt.datetime_line("after training is done"), rank_zero_only=True)
+
+    def _one_iteration(self, state: RunState, train_iterator) -> None:
+        loss, update_successful, grad_norm = self.train_step(train_iterator)
+        state.iteration += 1
+        totals = state.totals
+        if update_successful:
+            totals.iterations += 1
+        else:
+            totals.skipped += 1
+        if loss is not None:
+            if math.isnan(loss) or math.isinf(loss):
+                totals.nan += 1
+            else:
+                totals.loss_sum += loss
+        totals.grad_norm = grad_norm
+        totals.forward_backward_s += self._last_timings_s[0]
+        totals.optimizer_s += self._last_timings_s[1]
+        # Megatron-LM logs every `log_interval` iterations; the final iteration is logged too so that a
+        # run's end can be read from its log.
+        if state.iteration % self.config.log_interval == 0 or state.iteration == self.config.train_iters:
+            self._log_iteration(state)
+            state.totals = IntervalTotals()
+
+    def _log_validation(self, iteration: int, valid_iterator) -> None:
+        loss = self.evaluate(valid_iterator)
+        if loss is not None:
+            for line in logfmt.validation_lines(iteration, {"lm loss": loss}):
+                log(line, last_rank_only=True)
+
+    def _save(self, iteration: int) -> None:
+        from megapilot.trainer import checkpoint
+
+        checkpoint.save_checkpoint(self.config.save, iteration, self.model, self.optimizer, self.scheduler,
+                                   with_optimizer=not self.config.no_save_optim, log=log)
+
+
+# ----------------------------------------------------------------------------- entry
+def _announce_cpu_mode(rewrites) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(rewrites.summary(), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m megapilot.trainer`: returns the process exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help") for arg in argv):
+        from megapilot.trainer.args import parse_flags
+
+        parse_flags(["--help"])
+    on_gpu = torch.cuda.is_available()
+    try:
+        config = build_config(argv, gpu_available=on_gpu)
+        config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))
+    except MegapilotError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    from megapilot.trainer import cpu_compat
+
+    if not on_gpu:
+        cpu_compat.enable_cpu_mode()
+    cpu_compat.install_distributed_optimizer_fixes()
+    if cpu_compat.REWRITES.installed:
+        _announce_cpu_mode(cpu_compat.REWRITES)
+    init_distributed(config, on_gpu)
+    try:
+        init_model_parallel(config)
+        Trainer(config, on_gpu).run()
+        if not on_gpu and torch.distributed.get_rank() == 0:
+            print(cpu_compat.REWRITES.rewrite_summary(), flush=True)
+    except MegapilotError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        torch.distributed.destroy_process_group()
+    return 0
