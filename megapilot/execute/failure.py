@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Sequence
 
-from megapilot.execute.progress import parse_iteration_line
+from megapilot.logs import ErrorRecord, IterationRecord
+from megapilot.logs.records import Record
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
 _FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<value>.*?)\s*$")
@@ -47,8 +49,15 @@ class FailureClues:
         self._root_cause: dict[str, str] = {}
         self.last_exception: str | None = None
         self.last_line: str | None = None
+        self.first_error: ErrorRecord | None = None
 
-    def feed(self, line: str) -> None:
+    def feed(self, line: str, records: Sequence[Record] = ()) -> None:
+        """One log line, with the records `megapilot.logs` parsed from it (see ProgressTracker.feed)."""
+        for record in records:
+            # The first error signature of the taxonomy (OOM, NCCL timeout, bad argument...); a
+            # launcher's "signal received" is left to the root cause, which says more.
+            if isinstance(record, ErrorRecord) and record.category != "process_crash" and self.first_error is None:
+                self.first_error = record
         text = line.rstrip("\n")
         if _ROOT_CAUSE.search(text):
             self._in_root_cause = True
@@ -62,7 +71,7 @@ class FailureClues:
                 self._in_root_cause = False
             return
         bare = _RANK_PREFIX.sub("", text).strip()
-        if bare and parse_iteration_line(bare) is None:  # progress is not evidence of a failure
+        if bare and not any(isinstance(r, IterationRecord) for r in records):  # progress is no failure clue
             self.last_line = bare[:_MAX_REASON_CHARS]
         exception = _EXCEPTION_LINE.match(bare)
         if exception and "ChildFailedError" not in exception["type"]:
@@ -93,6 +102,10 @@ class FailureClues:
         killed = self.root_cause is not None and "killed by" in self.root_cause
         if self.last_exception and not killed:
             parts.append(self.last_exception)
+        error_line = _RANK_PREFIX.sub("", self.first_error.text).strip() if self.first_error else None
+        if self.first_error is not None and not killed and error_line != self.last_exception:
+            parts.append(f"log shows {self.first_error.category} ({self.first_error.signature}): "
+                         f"{(error_line or '')[:200]}")
         if not parts and self.last_line:
             parts.append(f"last output: {self.last_line}")
         if launcher_exit_code is not None:

@@ -191,8 +191,7 @@ class LocalExecutor:
 
     def _read_log(self, job: _LocalJob, lines: list[str], now_s: float) -> None:
         for line in lines:
-            job.tracker.feed(line, now_s)
-            job.clues.feed(line)
+            job.clues.feed(line, job.tracker.feed(line, now_s))
 
     def _update_status(self, job: _LocalJob, state: JobState, now_s: float, *, exit_code: int | None = None,
                        reason: str | None = None) -> None:

@@ -4,23 +4,19 @@ The executors read each job's log as it grows and feed every line to a `Progress
 tracker knows three things: how far training got (the last iteration line), whether that is the
 end (the final iteration), and when silence has lasted long enough to call the job hung.
 
-Iteration lines are recognised by `parse_iteration_line`, the one place that knows their format
-(Megatron-LM's ` [ts] iteration <it>/<train_iters> | ... elapsed time per iteration (ms): x |`,
-with or without a launcher's rank prefix such as torchrun's `[default1]:`). When the log parser of
-`megapilot.logs` is available it can take that function's place without touching anything else.
+Lines are read by the streaming parser of `megapilot.logs` (every dialect it knows: Megatron-LM,
+Megatron-Bridge, Primus; with or without a launcher's rank prefix such as torchrun's
+`[default1]:`), so progress here and `megapilot logs parse` never disagree about a line.
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from dataclasses import dataclass
 
 from megapilot.execute.base import HangPolicy
-
-_ITERATION = re.compile(r"\biteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|")
-_STEP_TIME_MS = re.compile(r"elapsed time per iteration \(ms\):\s*(?P<ms>[0-9]+(?:\.[0-9]*)?)")
-_CHECKPOINT_SAVE = re.compile(r"\bsaving checkpoint at iteration\s+\d+")
+from megapilot.logs import CheckpointEvent, IterationRecord, LineParser
+from megapilot.logs.records import Record
 
 # How many recent gaps between iteration lines the hang window looks back over.
 _RECENT_GAPS = 8
@@ -36,20 +32,17 @@ class IterationMark:
 
 
 def parse_iteration_line(line: str) -> IterationMark | None:
-    """The iteration and total of a Megatron-format iteration line, or None for any other line."""
-    match = _ITERATION.search(line)
-    if match is None:
-        return None
-    step = _STEP_TIME_MS.search(line, match.end())
-    return IterationMark(
-        iteration=int(match["it"]),
-        train_iters=int(match["total"]),
-        step_time_ms=float(step["ms"]) if step else None,
-    )
+    """The iteration and total of one iteration line, or None for any other line."""
+    for record in LineParser("line").feed(1, line):
+        if isinstance(record, IterationRecord):
+            return _mark_of(record)
+    return None
 
 
-def is_checkpoint_save_line(line: str) -> bool:
-    return _CHECKPOINT_SAVE.search(line) is not None
+def _mark_of(record: IterationRecord) -> IterationMark | None:
+    if record.train_iters is None:  # torchtitan-style `step: N` lines print no total
+        return IterationMark(record.iteration, 0, record.elapsed_ms) if record.iteration else None
+    return IterationMark(record.iteration, record.train_iters, record.elapsed_ms)
 
 
 class ProgressTracker:
@@ -59,8 +52,11 @@ class ProgressTracker:
     executors; plain numbers in tests).
     """
 
-    def __init__(self, policy: HangPolicy, started_at_s: float, train_iters: int | None = None):
+    def __init__(self, policy: HangPolicy, started_at_s: float, train_iters: int | None = None,
+                 source: str = "training.log"):
         self.policy = policy
+        self._parser = LineParser(source)
+        self._line_no = 0
         self.started_at_s = started_at_s
         self.expected_train_iters = train_iters
         self.iteration: int | None = None
@@ -74,14 +70,18 @@ class ProgressTracker:
 
     # -- feeding ------------------------------------------------------------------------------
 
-    def feed(self, line: str, now_s: float) -> IterationMark | None:
-        """Take one log line seen at `now_s`; return its iteration mark if it has one."""
-        if is_checkpoint_save_line(line):
-            self._checkpoint_until_s = now_s + self.policy.checkpoint_allowance_s
-            return None
-        mark = parse_iteration_line(line)
-        if mark is None:
-            return None
+    def feed(self, line: str, now_s: float) -> tuple[Record, ...]:
+        """Take one log line seen at `now_s`; return the log records parsed from it."""
+        self._line_no += 1
+        records = self._parser.feed(self._line_no, line)
+        for record in records:
+            if isinstance(record, CheckpointEvent) and record.kind == "save" and record.phase == "start":
+                self._checkpoint_until_s = now_s + self.policy.checkpoint_allowance_s
+            elif isinstance(record, IterationRecord) and (mark := _mark_of(record)) is not None:
+                self._advance(mark, now_s)
+        return records
+
+    def _advance(self, mark: IterationMark, now_s: float) -> None:
         if self.iteration is not None and mark.iteration > self.iteration:
             advanced = mark.iteration - self.iteration
             gap_s = now_s - (self.last_iteration_at_s or now_s)
@@ -92,9 +92,8 @@ class ProgressTracker:
             self.last_iteration_at_s = now_s
             self._checkpoint_until_s = None
         self.iteration = mark.iteration
-        self.printed_train_iters = mark.train_iters
+        self.printed_train_iters = mark.train_iters or None
         self.reported_step_time_ms = mark.step_time_ms
-        return mark
 
     # -- what it knows ------------------------------------------------------------------------
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from megapilot.execute.failure import FailureClues, describe_exit_code
+from megapilot.logs import LineParser
 
 DATA = Path(__file__).parent / "data"
 
 
 def clues_of(lines: list[str]) -> FailureClues:
-    clues = FailureClues()
-    for text in lines:
-        clues.feed(text)
+    clues, parser = FailureClues(), LineParser("training.log")
+    for number, text in enumerate(lines, start=1):
+        clues.feed(text, parser.feed(number, text))
     return clues
 
 
@@ -37,3 +38,18 @@ def test_exit_codes_are_described_as_signals_when_they_are():
     assert describe_exit_code(-9) == "killed by SIGKILL"
     assert describe_exit_code(137) == "exit code 137 (SIGKILL)"
     assert describe_exit_code(3) == "exit code 3"
+
+
+def test_error_signature_from_the_log_parser_joins_the_reason():
+    clues = clues_of(["[default0]: [2026-01-01 00:00:00] iteration        1/       5 | lm loss: 1.0 |",
+                      "[default0]:[rank0]: NCCL watchdog thread terminated with exception: Watchdog caught "
+                      "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds",
+                      "[default0]:[rank0]: RuntimeError: stopped"])
+    assert clues.reason(1).startswith("RuntimeError: stopped; log shows ")
+    assert "Watchdog caught collective operation timeout" in clues.reason(1)
+
+
+def test_an_exception_is_not_repeated_as_its_own_signature():
+    clues = clues_of(["[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert clues.reason(1) == ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB; "
+                               "launcher exit code 1")
