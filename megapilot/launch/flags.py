@@ -1,0 +1,320 @@
+"""Plan + options -> the complete Megatron-LM `pretrain_gpt.py` argument list.
+
+Arguments come in titled sections (model, parallelism, ...) so that a script reads like the plan
+it came from; `render_megatron_args` flattens them. Names and choices follow Megatron-LM
+core_v0.16.0 (`megatron_args.py` checks them against the pinned parser).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from megapilot.errors import MegapilotError
+from megapilot.launch.options import LaunchOptions
+from megapilot.spec import ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
+
+
+@dataclass
+class ArgSection:
+    """One titled group of arguments, rendered as a commented block in the script."""
+
+    title: str
+    args: list[str] = field(default_factory=list)
+
+    def add(self, flag: str, *values: object) -> None:
+        self.args.append(flag)
+        self.args.extend(_format(v) for v in values)
+
+
+def _format(value: object) -> str:
+    return str(value)  # floats print as Python's shortest round-trip form (3e-05, 0.0003)
+
+
+def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
+    """The flat argument list the script passes to pretrain_gpt.py."""
+    return [token for section in megatron_arg_sections(plan, options) for token in section.args]
+
+
+def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
+    """All argument sections, in the order a reader looks for them."""
+    return [
+        _model_section(plan.model),
+        _parallel_section(plan.model, plan.parallel),
+        _recompute_section(plan.parallel),
+        _precision_section(plan),
+        _training_section(plan.training, plan.parallel),
+        _data_section(plan.model, options),
+        _logging_section(options),
+        _checkpoint_section(plan.training, plan.parallel, options),
+    ]
+
+
+# ---- model ---------------------------------------------------------------------------------
+def _model_section(model: ModelSpec) -> ArgSection:
+    s = ArgSection(f"model: {model.name}")
+    s.add("--num-layers", model.num_layers)
+    s.add("--hidden-size", model.hidden_size)
+    s.add("--ffn-hidden-size", model.ffn_hidden_size)
+    s.add("--num-attention-heads", model.num_attention_heads)
+    if model.mla is None:
+        s.add("--kv-channels", model.head_dim)
+        if model.is_gqa:
+            s.add("--group-query-attention")
+            s.add("--num-query-groups", model.num_query_groups)
+    _add_activation(s, model)
+    s.add("--normalization", model.normalization)
+    s.add("--norm-epsilon", model.norm_epsilon)
+    s.add("--position-embedding-type", model.position_embedding)
+    if model.position_embedding == "rope":
+        s.add("--rotary-base", model.rotary_base)
+    s.add("--max-position-embeddings", model.max_position_embeddings)
+    s.add("--make-vocab-size-divisible-by", model.make_vocab_size_divisible_by)
+    if not model.tie_embeddings:
+        s.add("--untie-embeddings-and-output-weights")
+    if not model.add_bias_linear:
+        s.add("--disable-bias-linear")
+    if model.add_qkv_bias:
+        s.add("--add-qkv-bias")
+    if model.qk_layernorm:
+        s.add("--qk-layernorm")
+    # Modern decoder LLMs pretrain without dropout; Megatron's defaults (0.1) date from GPT-2/BERT.
+    s.add("--attention-dropout", 0.0)
+    s.add("--hidden-dropout", 0.0)
+    if model.mla is not None:
+        _add_mla(s, model)
+    if model.moe is not None:
+        _add_moe(s, model)
+    if model.mtp_num_layers:
+        s.add("--mtp-num-layers", model.mtp_num_layers)
+    return s
+
+
+def _add_activation(s: ArgSection, model: ModelSpec) -> None:
+    if model.mlp_activation == "swiglu":
+        s.add("--swiglu")
+    elif model.mlp_activation == "squared_relu":
+        s.add("--squared-relu")
+    elif model.mlp_activation == "geglu":
+        raise MegapilotError(
+            f"{model.name} uses a gated GELU MLP, which pretrain_gpt.py has no flag for "
+            "(gated_linear_unit is not exposed on its command line)",
+            field="model.mlp_activation", fix="use a swiglu/gelu model, or launch it through Megatron-Bridge",
+        )
+    # "gelu" is Megatron's default activation: no flag.
+
+
+def _add_mla(s: ArgSection, model: ModelSpec) -> None:
+    mla = model.mla
+    assert mla is not None
+    s.add("--multi-latent-attention")
+    if mla.q_lora_rank is not None:
+        s.add("--q-lora-rank", mla.q_lora_rank)
+    s.add("--kv-lora-rank", mla.kv_lora_rank)
+    s.add("--qk-head-dim", mla.qk_head_dim)
+    s.add("--qk-pos-emb-head-dim", mla.qk_pos_emb_head_dim)
+    s.add("--v-head-dim", mla.v_head_dim)
+
+
+def _add_moe(s: ArgSection, model: ModelSpec) -> None:
+    moe = model.moe
+    assert moe is not None
+    s.add("--num-experts", moe.num_experts)
+    s.add("--moe-router-topk", moe.router_topk)
+    s.add("--moe-ffn-hidden-size", moe.moe_ffn_hidden_size)
+    if moe.shared_expert_ffn_hidden_size:
+        s.add("--moe-shared-expert-intermediate-size", moe.shared_expert_ffn_hidden_size)
+        if moe.shared_expert_gate:
+            s.add("--moe-shared-expert-gate")
+    s.add("--moe-layer-freq", moe_layer_pattern(model))
+    s.add("--moe-router-load-balancing-type", moe.load_balancing_type)
+    s.add("--moe-aux-loss-coeff", moe.aux_loss_coeff)
+    if moe.router_expert_bias:
+        s.add("--moe-router-enable-expert-bias")
+    # alltoall moves only the routed tokens; allgather (the default) replicates every token to every EP rank.
+    s.add("--moe-token-dispatcher-type", "alltoall")
+
+
+def moe_layer_pattern(model: ModelSpec) -> str:
+    """--moe-layer-freq: the plain frequency, or Megatron's list expression when dense layers lead.
+
+    Megatron evaluates expressions such as `([0]*1+[1]*26)` (1 = MoE layer); the run-length form keeps
+    the flag short for deep models.
+    """
+    moe = model.moe
+    assert moe is not None
+    if moe.first_k_dense_layers == 0:
+        return str(moe.moe_layer_freq)
+    pattern = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
+    runs: list[tuple[int, int]] = []
+    for bit in pattern:
+        if runs and runs[-1][0] == bit:
+            runs[-1] = (bit, runs[-1][1] + 1)
+        else:
+            runs.append((bit, 1))
+    return "(" + "+".join(f"[{bit}]*{count}" for bit, count in runs) + ")"
+
+
+# ---- parallelism ---------------------------------------------------------------------------
+def _parallel_section(model: ModelSpec, p: ParallelConfig) -> ArgSection:
+    s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
+    s.add("--tensor-model-parallel-size", p.tp)
+    s.add("--pipeline-model-parallel-size", p.pp)
+    if p.vpp > 1:
+        s.add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (p.pp * p.vpp))
+    s.add("--context-parallel-size", p.cp)
+    if model.moe is not None:
+        s.add("--expert-model-parallel-size", p.ep)
+        s.add("--expert-tensor-parallel-size", p.expert_tp)
+    if p.sequence_parallel:
+        s.add("--sequence-parallel")
+    if p.fsdp:
+        s.add("--use-megatron-fsdp")
+        s.add("--data-parallel-sharding-strategy", "optim_grads_params")
+    elif p.distributed_optimizer:
+        s.add("--use-distributed-optimizer")
+    s.add("--overlap-grad-reduce")
+    if p.distributed_optimizer or p.fsdp:
+        s.add("--overlap-param-gather")
+    return s
+
+
+def _recompute_section(p: ParallelConfig) -> ArgSection:
+    s = ArgSection(f"activation recompute: {p.recompute}")
+    if p.recompute == "selective":
+        s.add("--recompute-activations")
+    elif p.recompute == "full":
+        s.add("--recompute-granularity", "full")
+        s.add("--recompute-method", p.recompute_method)
+        s.add("--recompute-num-layers", p.recompute_num_layers or 1)
+    return s
+
+
+# ---- precision -----------------------------------------------------------------------------
+_FP8_FLAGS = {
+    # precision -> (format flag, format, recipe); the recipe of plain fp8 comes from the training spec
+    "fp8": ("--fp8-format", "hybrid", None),
+    "mxfp8": ("--fp8-format", "e4m3", "mxfp8"),
+    "nvfp4": ("--fp4-format", "e2m1", "nvfp4"),
+}
+
+
+def _precision_section(plan: SavedPlan) -> ArgSection:
+    precision = plan.training.precision
+    s = ArgSection(f"precision: {precision} on {plan.cluster.gpu.name}")
+    if not plan.cluster.gpu.supports(precision):
+        supported = ", ".join(sorted(plan.cluster.gpu.precisions))
+        raise MegapilotError(
+            f"{precision} is not supported on {plan.cluster.gpu.name} ({plan.cluster.gpu.architecture})",
+            field="precision", fix=f"use one of: {supported}",
+        )
+    s.add("--fp16" if precision == "fp16" else "--bf16")
+    if precision in _FP8_FLAGS:
+        format_flag, fmt, recipe = _FP8_FLAGS[precision]
+        s.add(format_flag, fmt)
+        s.add("--fp8-recipe" if format_flag == "--fp8-format" else "--fp4-recipe",
+              recipe or plan.training.fp8_recipe)
+    # Low-precision GEMMs and grouped expert GEMMs come from Transformer Engine.
+    s.add("--transformer-impl", "transformer_engine")
+    if plan.model.moe is not None:
+        s.add("--moe-grouped-gemm")
+    return s
+
+
+# ---- training ------------------------------------------------------------------------------
+def _training_section(t: TrainingSpec, p: ParallelConfig) -> ArgSection:
+    s = ArgSection(f"training: {t.global_batch_size} x {t.seq_length} tokens per step")
+    s.add("--micro-batch-size", p.mbs)
+    s.add("--global-batch-size", t.global_batch_size)
+    s.add("--seq-length", t.seq_length)
+    s.add("--train-iters", t.train_iters)
+    s.add("--lr", t.lr)
+    s.add("--min-lr", t.min_lr)
+    s.add("--lr-decay-style", t.lr_decay_style)
+    s.add("--lr-warmup-iters", t.lr_warmup_iters)
+    s.add("--weight-decay", t.weight_decay)
+    s.add("--clip-grad", t.clip_grad)
+    s.add("--adam-beta1", t.adam_beta1)
+    s.add("--adam-beta2", t.adam_beta2)
+    s.add("--init-method-std", t.init_method_std)
+    s.add("--seed", t.seed)
+    return s
+
+
+# ---- data ----------------------------------------------------------------------------------
+def _data_section(model: ModelSpec, o: LaunchOptions) -> ArgSection:
+    s = ArgSection("data and tokenizer")
+    if o.mock_data == (o.data_path is not None):
+        raise MegapilotError(
+            "give exactly one of a data path and mock data", field="data_path",
+            fix="pass --data-path /abs/prefix (without .bin/.idx) or --mock-data",
+        )
+    if o.mock_data:
+        s.add("--mock-data")
+    else:
+        s.add("--data-path", o.data_path)
+        s.add("--split", o.split)
+    tokenizer = tokenizer_type(o)
+    s.add("--tokenizer-type", tokenizer)
+    if tokenizer == "NullTokenizer":
+        # Synthetic token ids. Megatron's NullTokenizer adds an end-of-document id to --vocab-size,
+        # so V-1 gives the model's own vocabulary of V (and the same padded embedding).
+        s.add("--vocab-size", model.vocab_size - 1)
+    elif tokenizer == "GPT2BPETokenizer":
+        s.add("--vocab-file", o.vocab_file)
+        s.add("--merge-file", o.merge_file)
+    else:
+        s.add("--tokenizer-model", o.tokenizer_model)
+    return s
+
+
+def tokenizer_type(o: LaunchOptions) -> str:
+    """The tokenizer implied by what was given: BPE files, a SentencePiece model or a HF tokenizer."""
+    if (o.vocab_file is None) != (o.merge_file is None):
+        raise MegapilotError("a GPT-2 BPE tokenizer needs both files", field="vocab_file",
+                             fix="pass both --vocab-file and --merge-file")
+    if o.tokenizer_type is not None:
+        needs_model = o.tokenizer_type not in ("GPT2BPETokenizer", "NullTokenizer")
+        if needs_model and o.tokenizer_model is None:
+            raise MegapilotError(f"{o.tokenizer_type} needs a tokenizer model", field="tokenizer_model",
+                                 fix="pass --tokenizer-model /abs/path or a Hugging Face model id")
+        if o.tokenizer_type == "GPT2BPETokenizer" and o.vocab_file is None:
+            raise MegapilotError("GPT2BPETokenizer needs its vocab and merge files", field="vocab_file",
+                                 fix="pass --vocab-file and --merge-file")
+        return o.tokenizer_type
+    if o.vocab_file is not None:
+        return "GPT2BPETokenizer"
+    if o.tokenizer_model is not None:
+        suffix = PurePosixPath(o.tokenizer_model).suffix
+        return "GPTSentencePieceTokenizer" if suffix == ".model" else "HuggingFaceTokenizer"
+    if o.mock_data:
+        return "NullTokenizer"
+    raise MegapilotError("real data needs a tokenizer", field="tokenizer_model",
+                         fix="pass --tokenizer-model (or --vocab-file and --merge-file)")
+
+
+# ---- logging and checkpoints ---------------------------------------------------------------
+def _logging_section(o: LaunchOptions) -> ArgSection:
+    s = ArgSection("logging")
+    s.add("--log-interval", o.log_interval)
+    s.add("--log-throughput")
+    s.add("--timing-log-level", o.timing_log_level)
+    tensorboard = o.tensorboard_dir or (f"{o.save.rstrip('/')}/tensorboard" if o.save else None)
+    if tensorboard:
+        s.add("--tensorboard-dir", tensorboard)
+        s.add("--log-timers-to-tensorboard")
+        s.add("--log-memory-to-tensorboard")
+    return s
+
+
+def _checkpoint_section(t: TrainingSpec, p: ParallelConfig, o: LaunchOptions) -> ArgSection:
+    s = ArgSection("checkpoints")
+    if o.save:
+        s.add("--save", o.save)
+        s.add("--save-interval", o.save_interval or t.train_iters)
+    load = o.load or o.save  # resume from our own checkpoints when the job is requeued
+    if load:
+        s.add("--load", load)
+    # Megatron-FSDP saves only fsdp_dtensor; everything else uses the parallel-layout-independent torch_dist.
+    s.add("--ckpt-format", "fsdp_dtensor" if p.fsdp else "torch_dist")
+    return s

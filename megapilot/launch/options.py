@@ -1,0 +1,91 @@
+"""LaunchOptions (what the user adds to a plan to launch it) and LaunchScript (what comes out)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Launcher = Literal["torchrun", "slurm", "primus"]
+Entrypoint = Literal["megatron", "megapilot"]
+Rendezvous = Literal["static", "c10d"]
+TokenizerType = Literal[
+    "HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "SentencePieceTokenizer", "Llama2Tokenizer",
+    "GPT2BPETokenizer", "TikTokenizer", "NullTokenizer",
+]
+
+DEFAULT_MASTER_PORT = 29611  # not torchrun's 29500, which anything else using torchrun's default takes
+DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where AMD's Primus images keep the checkout
+
+
+class LaunchOptions(BaseModel):
+    """Everything a launch script needs beyond the plan: data, checkpoints, launcher, paths."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    launcher: Launcher = Field(default="torchrun", description="torchrun script, SLURM sbatch script or Primus.")
+    nodes: int | None = Field(default=None, gt=0, description="Nodes to launch on; None = the plan's node count.")
+    # --- data and tokenizer
+    data_path: str | None = Field(default=None, description="Megatron --data-path prefix (absolute).")
+    mock_data: bool = Field(default=False, description="Megatron's synthetic data instead of --data-path.")
+    split: str = Field(default="99,1,0", description="--split train,valid,test weights with --data-path.")
+    tokenizer_type: TokenizerType | None = Field(default=None, description="None = inferred from the files given.")
+    tokenizer_model: str | None = Field(default=None, description="Absolute path or Hugging Face model id.")
+    vocab_file: str | None = Field(default=None, description="GPT-2 BPE vocab (absolute path).")
+    merge_file: str | None = Field(default=None, description="GPT-2 BPE merges (absolute path).")
+    # --- checkpoints and logging
+    save: str | None = Field(default=None, description="Checkpoint directory (absolute), also --load.")
+    load: str | None = Field(default=None, description="Resume from here; None = the --save directory.")
+    save_interval: int | None = Field(default=None, gt=0, description="None = once, at the last iteration.")
+    tensorboard_dir: str | None = Field(default=None, description="Absolute; None = <save>/tensorboard.")
+    log_interval: int = Field(default=1, gt=0, description="Iterations between iteration log lines.")
+    timing_log_level: Literal[0, 1, 2] = Field(default=1, description="Megatron timer detail.")
+    # --- what runs
+    entrypoint: Entrypoint = Field(default="megatron", description="pretrain_gpt.py or `python -m megapilot.trainer`.")
+    megatron_path: str | None = Field(default=None, description="Absolute Megatron-LM checkout (entrypoint megatron).")
+    python: str = Field(default="python3", description="Interpreter that has torch (absolute path or name on PATH).")
+    primus_path: str = Field(default=DEFAULT_PRIMUS_PATH, description="Absolute Primus checkout (launcher primus).")
+    primus_config_path: str | None = Field(
+        default=None, description="Where the Primus experiment YAML goes; None = next to the script.",
+    )
+    # --- multi-node wiring
+    rendezvous: Rendezvous = Field(default="static", description="Multi-node torchrun: static ranks or c10d.")
+    master_port: int = Field(default=DEFAULT_MASTER_PORT, gt=1024, lt=65536)
+    network_interface: str | None = Field(default=None, description="NCCL/GLOO_SOCKET_IFNAME, e.g. ens1f0.")
+    ib_hca: str | None = Field(default=None, description="NCCL_IB_HCA, e.g. mlx5_0,mlx5_1.")
+    # --- SLURM
+    job_name: str = Field(default="megapilot", description="#SBATCH --job-name.")
+    time_limit: str = Field(default="04:00:00", description="#SBATCH --time (HH:MM:SS or D-HH:MM:SS).")
+    partition: str | None = Field(default=None, description="#SBATCH --partition; None = the cluster default.")
+    account: str | None = Field(default=None, description="#SBATCH --account.")
+    log_dir: str | None = Field(default=None, description="Absolute directory for logs; None = next to the script.")
+    container_image: str | None = Field(default=None, description="pyxis/enroot image for srun.")
+    container_mounts: tuple[str, ...] = Field(default=(), description="SRC:DST pairs, both absolute.")
+    # --- where the script will live
+    script_path: str | None = Field(default=None, description="Absolute path the script is written to.")
+    check_paths_exist: bool | None = Field(
+        default=None, description="Require input paths to exist here; None = only for single-node torchrun.",
+    )
+
+
+class LaunchScript(BaseModel):
+    """A rendered launch: the script text, the exact Megatron arguments, its environment and files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    script: str
+    launcher: Launcher
+    megatron_args: list[str] = Field(description="Exactly what the script passes to pretrain_gpt.py.")
+    env: dict[str, str] = Field(description="Variables the script exports.")
+    nodes: int
+    gpus_per_node: int
+    files: dict[str, str] = Field(default_factory=dict, description="Extra files (absolute path -> text).")
+    notes: list[str] = Field(default_factory=list, description="Defaults taken and warnings, for the user.")
+
+    def to_json(self) -> dict:
+        """The stable `megapilot script --json` schema."""
+        return {
+            "script": self.script, "launcher": self.launcher, "megatron_args": self.megatron_args,
+            "env": self.env, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+            "files": self.files, "notes": self.notes,
+        }

@@ -1,0 +1,121 @@
+"""The AMD Primus launcher: a Primus experiment YAML plus the `primus-cli` command that runs it.
+
+Primus (AMD-AGI/Primus) wraps Megatron-LM: an experiment file names a module (`pre_trainer`,
+framework megatron), a base model config and `overrides` keyed by Megatron's argument names. The
+overrides carry the same values as the Megatron flags megapilot renders, so `megatron_args` of a
+Primus launch is the equivalent pretrain_gpt.py argument list. CVS starts it as
+`primus-cli direct -- train pretrain --config FILE` from the Primus checkout, with NNODES,
+NODE_RANK and MASTER_ADDR in the environment.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from megapilot.launch.environment import EnvVar
+from megapilot.launch.megatron_args import pinned_flags, split_args
+from megapilot.launch.options import LaunchOptions
+from megapilot.launch.shell import env_block, header, q, strict_mode
+from megapilot.spec import SavedPlan
+
+HEREDOC_END = "PRIMUS_EXPERIMENT_YAML"
+# Switches whose Primus base-config default may differ from Megatron's: always written out.
+_EXPLICIT_SWITCHES = (
+    "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+    "--swiglu", "--group-query-attention", "--qk-layernorm", "--add-qkv-bias", "--disable-bias-linear",
+    "--untie-embeddings-and-output-weights", "--multi-latent-attention", "--mock-data", "--moe-grouped-gemm",
+)
+# Primus names a few keys after the flag rather than Megatron's internal destination.
+_PRIMUS_KEY = {"layernorm_epsilon": "norm_epsilon"}
+# nargs lists that Primus keeps as lists even with one item; others take a scalar for one value.
+_ALWAYS_LISTS = frozenset({"data_path"})
+# The base model config every experiment extends; all model dimensions are overridden.
+PRIMUS_BASE_MODEL = "language_model.yaml"
+
+
+def primus_overrides(megatron_args: list[str]) -> dict[str, object]:
+    """Megatron arguments -> Primus `overrides`, typed as YAML scalars."""
+    flags = pinned_flags()
+    overrides: dict[str, object] = {}
+    given = split_args(megatron_args)
+    for name, values in given:
+        spec = flags[name]
+        key = _PRIMUS_KEY.get(spec.dest, spec.dest)
+        if spec.action == "store_true":
+            overrides[key] = True
+        elif spec.action == "store_false":
+            overrides[key] = False
+        elif spec.takes_many and (len(values) > 1 or spec.dest in _ALWAYS_LISTS):
+            overrides[key] = [_scalar(v) for v in values]
+        else:
+            overrides[key] = _scalar(values[0])
+    present = {name for name, _ in given}
+    for name in _EXPLICIT_SWITCHES:
+        spec = flags[name]
+        key = _PRIMUS_KEY.get(spec.dest, spec.dest)
+        if name not in present:
+            overrides[key] = spec.action == "store_false"
+    return overrides
+
+
+def _scalar(text: str) -> object:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def primus_experiment(plan: SavedPlan, megatron_args: list[str], options: LaunchOptions) -> str:
+    """The experiment YAML text."""
+    experiment = {
+        "work_group": "megapilot",
+        "user_name": "megapilot",
+        "exp_name": options.job_name,
+        "workspace": (options.log_dir or "./output"),
+        "modules": {
+            "pre_trainer": {
+                "framework": "megatron",
+                "config": "pre_trainer.yaml",
+                "model": PRIMUS_BASE_MODEL,
+                "overrides": primus_overrides(megatron_args),
+            },
+        },
+    }
+    comment = f"# Primus experiment for {plan.model.name}, drafted by megapilot (overrides = Megatron args)\n"
+    return comment + yaml.safe_dump(experiment, sort_keys=False, default_flow_style=False)
+
+
+def render_primus(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],
+                  experiment_yaml: str, config_path: str) -> str:
+    if HEREDOC_END in experiment_yaml:
+        raise ValueError("experiment text contains the heredoc terminator")
+    lines = header(plan, nodes, "AMD Primus launch") + strict_mode() + env_block(env)
+    lines += [
+        "# ---- node wiring: primus-cli reads these; run this script on every node",
+        f"export NNODES={nodes}",
+        f"export GPUS_PER_NODE={plan.cluster.gpus_per_node}",
+    ]
+    if nodes > 1:
+        lines += [
+            f': "${{NODE_RANK:?set NODE_RANK to the index of this node, 0..{nodes - 1}}}"',
+            ': "${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}"',
+            "export NODE_RANK MASTER_ADDR",
+        ]
+    else:
+        lines += ["export NODE_RANK=0", "export MASTER_ADDR=localhost"]
+    lines += [
+        f"export MASTER_PORT={options.master_port}",
+        "",
+        "# ---- the experiment file (a quoted heredoc: nothing in it is expanded by the shell)",
+        f"CONFIG={q(config_path)}",
+        'mkdir -p "$(dirname "$CONFIG")"',
+        f"cat > \"$CONFIG\" <<'{HEREDOC_END}'",
+        experiment_yaml.rstrip("\n"),
+        HEREDOC_END,
+        "",
+        f"cd {q(options.primus_path)}",
+        'exec bash runner/primus-cli direct -- train pretrain --config "$CONFIG"',
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,190 @@
+"""render_launch: a saved plan + launch options -> a checked launch script.
+
+Order matters: every check runs before any text is produced, so a script that comes back is one
+whose paths are absolute (and present for local launches), whose flags exist in the pinned
+Megatron-LM, whose flag combinations Megatron accepts and whose layout fills the GPUs launched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from megapilot.errors import MegapilotError
+from megapilot.launch.checks import check_absolute_path, check_megatron_args, check_no_placeholder, check_world
+from megapilot.launch.environment import launch_environment
+from megapilot.launch.flags import ArgSection, megatron_arg_sections
+from megapilot.launch.options import LaunchOptions, LaunchScript
+from megapilot.launch.primus import primus_experiment, render_primus
+from megapilot.launch.slurm import render_sbatch
+from megapilot.launch.torchrun import render_torchrun
+from megapilot.spec import SavedPlan
+
+# Values sbatch reads from `#SBATCH` lines itself (no shell quoting possible there).
+_SBATCH_SAFE = re.compile(r"^[A-Za-z0-9._%/:=@+,-]+$")
+# Flags that pick a GPU kernel rather than change the model; the embedded CPU trainer has no such kernels.
+_GPU_KERNEL_FLAGS = frozenset({"--moe-grouped-gemm"})
+
+
+def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
+    """Render the launch script (and Primus experiment file) for `plan`; raise MegapilotError if unsafe."""
+    nodes = options.nodes or plan.cluster.num_nodes
+    gpus_per_node = plan.cluster.gpus_per_node
+    check_world(plan.parallel, nodes, gpus_per_node)
+    _check_options(options, nodes)
+    notes = _defaults_taken(options)
+
+    sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)
+    megatron_args = [token for section in sections for token in section.args]
+    check_megatron_args(megatron_args, plan.cluster.gpu)
+    if options.entrypoint == "megapilot":
+        _check_trainer_accepts(megatron_args)
+
+    env = launch_environment(plan, options)
+    files: dict[str, str] = {}
+    if options.launcher == "torchrun":
+        script = render_torchrun(plan, options, nodes, env, sections)
+    elif options.launcher == "slurm":
+        script = render_sbatch(plan, options, nodes, env, sections, _log_dir(options))
+    else:
+        config_path = _primus_config_path(options)
+        experiment = primus_experiment(plan, megatron_args, options.model_copy(update={"log_dir": _log_dir(options)}))
+        files[config_path] = experiment
+        script = render_primus(plan, options, nodes, env, experiment, config_path)
+    check_no_placeholder("script", script)
+    return LaunchScript(
+        script=script, launcher=options.launcher, megatron_args=megatron_args,
+        env={var.name: var.value for var in env}, nodes=nodes, gpus_per_node=gpus_per_node,
+        files=files, notes=notes,
+    )
+
+
+# ---- option checks -------------------------------------------------------------------------
+def _check_options(o: LaunchOptions, nodes: int) -> None:
+    local = o.check_paths_exist if o.check_paths_exist is not None else (o.launcher == "torchrun" and nodes == 1)
+    if o.data_path is not None:
+        check_absolute_path("data_path", o.data_path, must_exist=local, kind="prefix")
+    if o.tokenizer_model is not None and _is_path(o.tokenizer_model):
+        check_absolute_path("tokenizer_model", o.tokenizer_model, must_exist=local)
+    elif o.tokenizer_model is not None:
+        check_no_placeholder("tokenizer_model", o.tokenizer_model)
+    for field in ("vocab_file", "merge_file"):
+        if getattr(o, field) is not None:
+            check_absolute_path(field, getattr(o, field), must_exist=local, kind="file")
+    for field in ("save", "tensorboard_dir", "log_dir", "script_path", "primus_config_path"):
+        if getattr(o, field) is not None:
+            check_absolute_path(field, getattr(o, field), must_exist=local, kind="parent")
+    if o.load is not None:
+        check_absolute_path("load", o.load, must_exist=local, kind="dir")
+    _check_entrypoint(o, local)
+    if o.launcher == "primus":
+        check_absolute_path("primus_path", o.primus_path, must_exist=False)
+    _check_container(o)
+    _check_sbatch_values(o)
+    for field in ("job_name", "network_interface", "ib_hca", "split"):
+        if getattr(o, field) is not None:
+            check_no_placeholder(field, getattr(o, field))
+
+
+def _is_path(value: str) -> bool:
+    """A tokenizer given as a path (vs. a Hugging Face id such as meta-llama/Llama-3.1-8B)."""
+    return value.startswith(("/", ".", "~")) or value.endswith((".model", ".json"))
+
+
+def _check_entrypoint(o: LaunchOptions, local: bool) -> None:
+    if "/" in o.python:
+        check_absolute_path("python", o.python, must_exist=local, kind="file")
+    else:
+        check_no_placeholder("python", o.python)
+    if o.entrypoint == "megapilot" or o.launcher == "primus":
+        return
+    if o.megatron_path is None:
+        raise MegapilotError("the megatron entry point needs the Megatron-LM checkout", field="megatron_path",
+                             fix="pass --megatron-path /abs/Megatron-LM (or --entrypoint megapilot)")
+    check_absolute_path("megatron_path", o.megatron_path, must_exist=local, kind="dir")
+    if local:
+        check_absolute_path("megatron_path", o.megatron_path.rstrip("/") + "/pretrain_gpt.py",
+                            must_exist=True, kind="file")
+
+
+def _check_container(o: LaunchOptions) -> None:
+    if o.container_mounts and not o.container_image:
+        raise MegapilotError("container mounts without a container image", field="container_mounts",
+                             fix="pass --container-image too, or drop the mounts")
+    if o.container_image:
+        check_no_placeholder("container_image", o.container_image)
+        if any(ch.isspace() or ch in ",'\"$`" for ch in o.container_image):
+            raise MegapilotError(f"{o.container_image!r} is not an image reference", field="container_image",
+                                 fix="use registry/name:tag (or an absolute .sqsh path)")
+    for mount in o.container_mounts:
+        source, _, target = mount.partition(":")
+        if not target or "," in mount:
+            raise MegapilotError(f"{mount!r} is not SRC:DST", field="container_mounts",
+                                 fix="give each mount as /abs/src:/abs/dst")
+        check_absolute_path("container_mounts", source, must_exist=False)
+        check_absolute_path("container_mounts", target.split(":")[0], must_exist=False)
+
+
+def _check_sbatch_values(o: LaunchOptions) -> None:
+    if o.launcher != "slurm":
+        return
+    for field in ("job_name", "time_limit", "partition", "account", "log_dir"):
+        value = getattr(o, field)
+        if value is not None and not _SBATCH_SAFE.match(value):
+            raise MegapilotError(
+                f"{value!r} cannot go on an #SBATCH line (sbatch does not read shell quoting)",
+                field=field, fix="use letters, digits and . _ - / : only",
+            )
+    if o.log_dir is None and o.script_path is None:
+        raise MegapilotError("an sbatch script needs a directory for its output", field="log_dir",
+                             fix="pass --log-dir /abs/dir or -o /abs/train.sbatch")
+
+
+# ---- derived values ------------------------------------------------------------------------
+def _log_dir(o: LaunchOptions) -> str:
+    if o.log_dir:
+        return o.log_dir.rstrip("/")
+    if o.script_path:
+        return str(PurePosixPath(o.script_path).parent / "logs")
+    return "/tmp/megapilot-logs"
+
+
+def _primus_config_path(o: LaunchOptions) -> str:
+    if o.primus_config_path:
+        return o.primus_config_path
+    if o.script_path:
+        return str(PurePosixPath(o.script_path).with_suffix(".primus.yaml"))
+    raise MegapilotError("the Primus experiment file needs a place", field="primus_config_path",
+                         fix="pass -o /abs/train.sh (the YAML goes next to it) or --primus-config /abs/exp.yaml")
+
+
+def _defaults_taken(o: LaunchOptions) -> list[str]:
+    notes = []
+    if o.save and not o.load:
+        notes.append(f"--load defaults to the --save directory ({o.save}): a requeued job resumes")
+    if o.save and not o.tensorboard_dir:
+        notes.append(f"TensorBoard logs go to {o.save.rstrip('/')}/tensorboard")
+    if not o.save:
+        notes.append("no --save directory: this run writes no checkpoints")
+    return notes
+
+
+def _sections_for_entrypoint(sections: list[ArgSection], o: LaunchOptions) -> list[ArgSection]:
+    if o.entrypoint != "megapilot":
+        return sections
+    return [ArgSection(s.title, [a for a in s.args if a not in _GPU_KERNEL_FLAGS]) for s in sections]
+
+
+def _check_trainer_accepts(megatron_args: list[str]) -> None:
+    """The embedded trainer takes a subset of pretrain_gpt.py's flags; refuse the rest up front."""
+    try:
+        from megapilot.trainer.args import FLAGS
+    except ImportError:  # trainer not installed in this environment: nothing to compare against
+        return
+    accepted = {f.name for f in FLAGS}
+    refused = [a for a in megatron_args if a.startswith("--") and a not in accepted]
+    if refused:
+        raise MegapilotError(
+            f"the embedded trainer does not implement {', '.join(refused)}", field="entrypoint",
+            fix="use --entrypoint megatron with --megatron-path for this model",
+        )

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# AMD Primus launch: deepseek-v2-lite on 1 node(s) x 8 MI300X
+# Layout TP=1 PP=1 VPP=1 CP=1 EP=8 DP=8 MBS=1 GBS=64; precision bf16.
+# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+set -euo pipefail
+
+# ---- environment: each variable with the reason it is set
+# one OpenMP thread per rank: torchrun's default too, stated so the CPU is not oversubscribed
+export OMP_NUM_THREADS=1
+# free collective buffers on stream sync instead of recordStream: less memory fragmentation
+export TORCH_NCCL_AVOID_RECORD_STREAMS=1
+# NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
+export NCCL_DEBUG=WARN
+# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+# keep kernel scratch memory allocated: reclaiming it between kernels stalls large GEMMs
+export HSA_NO_SCRATCH_RECLAIM=1
+# copy with blit kernels instead of the SDMA engines, the setting RCCL is tuned and tested with
+export HSA_ENABLE_SDMA=0
+# fewer HIP hardware queues lowers launch contention for one rank per GPU
+export GPU_MAX_HW_QUEUES=2
+# RCCL streams at high priority so collectives overlap compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# MSCCL algorithms off: plain RCCL rings/trees are the tested path
+export RCCL_MSCCL_ENABLE=0
+# growable allocator segments: fewer fragmentation OOMs
+export PYTORCH_HIP_ALLOC_CONF=expandable_segments:True
+# CK v3 attention backward with fp32 atomics: the setting AMD uses on MI300X/MI325X
+export NVTE_CK_IS_V3_ATOMIC_FP32=1
+
+# ---- node wiring: primus-cli reads these; run this script on every node
+export NNODES=1
+export GPUS_PER_NODE=8
+export NODE_RANK=0
+export MASTER_ADDR=localhost
+export MASTER_PORT=29611
+
+# ---- the experiment file (a quoted heredoc: nothing in it is expanded by the shell)
+CONFIG=/lustre/jobs/deepseek-v2-lite_mla/train.primus.yaml
+mkdir -p "$(dirname "$CONFIG")"
+cat > "$CONFIG" <<'PRIMUS_EXPERIMENT_YAML'
+# Primus experiment for deepseek-v2-lite, drafted by megapilot (overrides = Megatron args)
+work_group: megapilot
+user_name: megapilot
+exp_name: deepseek-v2-lite_mla
+workspace: /lustre/jobs/deepseek-v2-lite_mla/logs
+modules:
+  pre_trainer:
+    framework: megatron
+    config: pre_trainer.yaml
+    model: language_model.yaml
+    overrides:
+      num_layers: 27
+      hidden_size: 2048
+      ffn_hidden_size: 10944
+      num_attention_heads: 16
+      swiglu: true
+      normalization: RMSNorm
+      norm_epsilon: 1.0e-06
+      position_embedding_type: rope
+      rotary_base: 10000
+      max_position_embeddings: 163840
+      make_vocab_size_divisible_by: 128
+      untie_embeddings_and_output_weights: true
+      add_bias_linear: false
+      attention_dropout: 0.0
+      hidden_dropout: 0.0
+      multi_latent_attention: true
+      kv_lora_rank: 512
+      qk_head_dim: 128
+      qk_pos_emb_head_dim: 64
+      v_head_dim: 128
+      num_experts: 64
+      moe_router_topk: 6
+      moe_ffn_hidden_size: 1408
+      moe_shared_expert_intermediate_size: 2816
+      moe_layer_freq: ([0]*1+[1]*26)
+      moe_router_load_balancing_type: seq_aux_loss
+      moe_aux_loss_coeff: 0.001
+      moe_token_dispatcher_type: alltoall
+      tensor_model_parallel_size: 1
+      pipeline_model_parallel_size: 1
+      context_parallel_size: 1
+      expert_model_parallel_size: 8
+      expert_tensor_parallel_size: 1
+      use_distributed_optimizer: true
+      overlap_grad_reduce: true
+      overlap_param_gather: true
+      recompute_activations: true
+      bf16: true
+      transformer_impl: transformer_engine
+      moe_grouped_gemm: true
+      micro_batch_size: 1
+      global_batch_size: 64
+      seq_length: 4096
+      train_iters: 100
+      lr: 0.0003
+      min_lr: 3.0e-05
+      lr_decay_style: cosine
+      lr_warmup_iters: 0
+      weight_decay: 0.1
+      clip_grad: 1.0
+      adam_beta1: 0.9
+      adam_beta2: 0.95
+      init_method_std: 0.02
+      seed: 1234
+      data_path:
+      - /lustre/data/fineweb/fineweb_text_document
+      split: 99,1,0
+      tokenizer_type: HuggingFaceTokenizer
+      tokenizer_model: /lustre/tokenizers/deepseek-v2-lite
+      log_interval: 1
+      log_throughput: true
+      timing_log_level: 1
+      tensorboard_dir: /lustre/checkpoints/deepseek-v2-lite_mla/tensorboard
+      log_timers_to_tensorboard: true
+      log_memory_to_tensorboard: true
+      save: /lustre/checkpoints/deepseek-v2-lite_mla
+      save_interval: 100
+      load: /lustre/checkpoints/deepseek-v2-lite_mla
+      ckpt_format: torch_dist
+      sequence_parallel: false
+      group_query_attention: false
+      qk_layernorm: false
+      add_qkv_bias: false
+      mock_data: false
+PRIMUS_EXPERIMENT_YAML
+
+cd /workspace/Primus
+exec bash runner/primus-cli direct -- train pretrain --config "$CONFIG"

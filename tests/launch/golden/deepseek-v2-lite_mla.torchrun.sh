@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# torchrun launch: deepseek-v2-lite on 1 node(s) x 8 MI300X
+# Layout TP=1 PP=1 VPP=1 CP=1 EP=8 DP=8 MBS=1 GBS=64; precision bf16.
+# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+set -euo pipefail
+
+# ---- environment: each variable with the reason it is set
+# one OpenMP thread per rank: torchrun's default too, stated so the CPU is not oversubscribed
+export OMP_NUM_THREADS=1
+# free collective buffers on stream sync instead of recordStream: less memory fragmentation
+export TORCH_NCCL_AVOID_RECORD_STREAMS=1
+# NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
+export NCCL_DEBUG=WARN
+# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+# keep kernel scratch memory allocated: reclaiming it between kernels stalls large GEMMs
+export HSA_NO_SCRATCH_RECLAIM=1
+# copy with blit kernels instead of the SDMA engines, the setting RCCL is tuned and tested with
+export HSA_ENABLE_SDMA=0
+# fewer HIP hardware queues lowers launch contention for one rank per GPU
+export GPU_MAX_HW_QUEUES=2
+# RCCL streams at high priority so collectives overlap compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# MSCCL algorithms off: plain RCCL rings/trees are the tested path
+export RCCL_MSCCL_ENABLE=0
+# growable allocator segments: fewer fragmentation OOMs
+export PYTORCH_HIP_ALLOC_CONF=expandable_segments:True
+# CK v3 attention backward with fp32 atomics: the setting AMD uses on MI300X/MI325X
+export NVTE_CK_IS_V3_ATOMIC_FP32=1
+
+TORCHRUN_ARGS=(
+  --standalone
+  --nnodes 1
+  --nproc-per-node 8
+)
+
+MEGATRON_ARGS=(
+  # model: deepseek-v2-lite
+  --num-layers 27
+  --hidden-size 2048
+  --ffn-hidden-size 10944
+  --num-attention-heads 16
+  --swiglu
+  --normalization RMSNorm
+  --norm-epsilon 1e-06
+  --position-embedding-type rope
+  --rotary-base 10000
+  --max-position-embeddings 163840
+  --make-vocab-size-divisible-by 128
+  --untie-embeddings-and-output-weights
+  --disable-bias-linear
+  --attention-dropout 0.0
+  --hidden-dropout 0.0
+  --multi-latent-attention
+  --kv-lora-rank 512
+  --qk-head-dim 128
+  --qk-pos-emb-head-dim 64
+  --v-head-dim 128
+  --num-experts 64
+  --moe-router-topk 6
+  --moe-ffn-hidden-size 1408
+  --moe-shared-expert-intermediate-size 2816
+  --moe-layer-freq '([0]*1+[1]*26)'
+  --moe-router-load-balancing-type seq_aux_loss
+  --moe-aux-loss-coeff 0.001
+  --moe-token-dispatcher-type alltoall
+  # parallelism: TP=1 PP=1 VPP=1 CP=1 EP=8 DP=8
+  --tensor-model-parallel-size 1
+  --pipeline-model-parallel-size 1
+  --context-parallel-size 1
+  --expert-model-parallel-size 8
+  --expert-tensor-parallel-size 1
+  --use-distributed-optimizer
+  --overlap-grad-reduce
+  --overlap-param-gather
+  # activation recompute: selective
+  --recompute-activations
+  # precision: bf16 on MI300X
+  --bf16
+  --transformer-impl transformer_engine
+  --moe-grouped-gemm
+  # training: 64 x 4096 tokens per step
+  --micro-batch-size 1
+  --global-batch-size 64
+  --seq-length 4096
+  --train-iters 100
+  --lr 0.0003
+  --min-lr 3e-05
+  --lr-decay-style cosine
+  --lr-warmup-iters 0
+  --weight-decay 0.1
+  --clip-grad 1.0
+  --adam-beta1 0.9
+  --adam-beta2 0.95
+  --init-method-std 0.02
+  --seed 1234
+  # data and tokenizer
+  --data-path /lustre/data/fineweb/fineweb_text_document
+  --split '99,1,0'
+  --tokenizer-type HuggingFaceTokenizer
+  --tokenizer-model /lustre/tokenizers/deepseek-v2-lite
+  # logging
+  --log-interval 1
+  --log-throughput
+  --timing-log-level 1
+  --tensorboard-dir /lustre/checkpoints/deepseek-v2-lite_mla/tensorboard
+  --log-timers-to-tensorboard
+  --log-memory-to-tensorboard
+  # checkpoints
+  --save /lustre/checkpoints/deepseek-v2-lite_mla
+  --save-interval 100
+  --load /lustre/checkpoints/deepseek-v2-lite_mla
+  --ckpt-format torch_dist
+)
+
+exec python3 -m torch.distributed.run "${TORCHRUN_ARGS[@]}" /opt/Megatron-LM/pretrain_gpt.py "${MEGATRON_ARGS[@]}"

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# torchrun launch: llama3.1-8b on 1 node(s) x 8 H100-SXM5-80GB
+# Layout TP=1 PP=1 VPP=1 CP=1 EP=1 DP=8 MBS=1 GBS=128; precision fp8.
+# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+set -euo pipefail
+
+# ---- environment: each variable with the reason it is set
+# one OpenMP thread per rank: torchrun's default too, stated so the CPU is not oversubscribed
+export OMP_NUM_THREADS=1
+# free collective buffers on stream sync instead of recordStream: less memory fragmentation
+export TORCH_NCCL_AVOID_RECORD_STREAMS=1
+# NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
+export NCCL_DEBUG=WARN
+# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+# growable allocator segments: fewer fragmentation OOMs with varying activation sizes
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+TORCHRUN_ARGS=(
+  --standalone
+  --nnodes 1
+  --nproc-per-node 8
+)
+
+MEGATRON_ARGS=(
+  # model: llama3.1-8b
+  --num-layers 32
+  --hidden-size 4096
+  --ffn-hidden-size 14336
+  --num-attention-heads 32
+  --kv-channels 128
+  --group-query-attention
+  --num-query-groups 8
+  --swiglu
+  --normalization RMSNorm
+  --norm-epsilon 1e-05
+  --position-embedding-type rope
+  --rotary-base 500000
+  --max-position-embeddings 131072
+  --make-vocab-size-divisible-by 128
+  --untie-embeddings-and-output-weights
+  --disable-bias-linear
+  --attention-dropout 0.0
+  --hidden-dropout 0.0
+  # parallelism: TP=1 PP=1 VPP=1 CP=1 EP=1 DP=8
+  --tensor-model-parallel-size 1
+  --pipeline-model-parallel-size 1
+  --context-parallel-size 1
+  --use-distributed-optimizer
+  --overlap-grad-reduce
+  --overlap-param-gather
+  # precision: fp8 on H100-SXM5-80GB
+  --bf16
+  --fp8-format hybrid
+  --fp8-recipe delayed
+  --transformer-impl transformer_engine
+  # training: 128 x 8192 tokens per step
+  --micro-batch-size 1
+  --global-batch-size 128
+  --seq-length 8192
+  --train-iters 100
+  --lr 0.0003
+  --min-lr 3e-05
+  --lr-decay-style cosine
+  --lr-warmup-iters 0
+  --weight-decay 0.1
+  --clip-grad 1.0
+  --adam-beta1 0.9
+  --adam-beta2 0.95
+  --init-method-std 0.02
+  --seed 1234
+  # data and tokenizer
+  --data-path /lustre/data/fineweb/fineweb_text_document
+  --split '99,1,0'
+  --tokenizer-type HuggingFaceTokenizer
+  --tokenizer-model /lustre/tokenizers/llama3.1-8b
+  # logging
+  --log-interval 1
+  --log-throughput
+  --timing-log-level 1
+  --tensorboard-dir /lustre/checkpoints/llama3.1-8b_1node/tensorboard
+  --log-timers-to-tensorboard
+  --log-memory-to-tensorboard
+  # checkpoints
+  --save /lustre/checkpoints/llama3.1-8b_1node
+  --save-interval 100
+  --load /lustre/checkpoints/llama3.1-8b_1node
+  --ckpt-format torch_dist
+)
+
+exec python3 -m torch.distributed.run "${TORCHRUN_ARGS[@]}" /opt/Megatron-LM/pretrain_gpt.py "${MEGATRON_ARGS[@]}"
