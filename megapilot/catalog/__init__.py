@@ -1,5 +1,10 @@
 """Catalogs: GPU specs, model presets and Hugging Face config import."""
 
 from megapilot.catalog.gpus import get_gpu, load_gpus
+from megapilot.catalog.hf import SUPPORTED_ARCHITECTURES, from_hf_config, load_hf_config
+from megapilot.catalog.models import ModelPreset, get_model, get_preset, list_models, load_presets
 
-__all__ = ["get_gpu", "load_gpus"]
+__all__ = [
+    "ModelPreset", "SUPPORTED_ARCHITECTURES", "from_hf_config", "get_gpu", "get_model", "get_preset",
+    "list_models", "load_gpus", "load_hf_config", "load_presets",
+]

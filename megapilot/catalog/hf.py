@@ -111,7 +111,8 @@ def _required(config: HFConfig, key: str) -> Any:
     value = config.get(key)
     if value is None:
         raise MegapilotError(
-            f"the config has no {key!r}", field=key, fix=f"add {key!r} to the config.json (copy it from the model's hub page)",
+            f"the config has no {key!r}", field=key,
+            fix=f"add {key!r} to the config.json (copy it from the model's hub page)",
         )
     return value
 
@@ -128,7 +129,10 @@ def _optional_int(config: HFConfig, key: str) -> int | None:
 
 
 def _refuse(key: str, why: str) -> MegapilotError:
-    return MegapilotError(why, field=key, fix=f"remove or change {key!r}; {_SUPPORTED_HINT} with their standard layouts")
+    return MegapilotError(
+        why, field=key,
+        fix=f"change {key!r} to a layout Megatron expresses, or write the model as a ModelSpec YAML file",
+    )
 
 
 # ---- Llama-style decoders --------------------------------------------------------------------------
@@ -151,7 +155,9 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
     kv_heads = _optional_int(config, "num_key_value_heads") or heads
     head_dim = _optional_int(config, "head_dim")
     if config.get("attention_bias") and not config.get("mlp_bias"):
-        raise _refuse("attention_bias", "attention-only biases have no Megatron flag (add_bias_linear biases every linear)")
+        raise _refuse(
+            "attention_bias", "attention-only biases have no Megatron flag (add_bias_linear biases every linear)",
+        )
     return {
         "num_layers": _required_int(config, "num_hidden_layers"),
         "hidden_size": hidden,

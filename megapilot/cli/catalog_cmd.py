@@ -1,4 +1,4 @@
-"""`megapilot gpus`: list the GPU catalog. (`megapilot models` joins it with the model presets.)"""
+"""`megapilot gpus` and `megapilot models`: the GPU catalog and the model presets."""
 
 from __future__ import annotations
 
@@ -35,5 +35,102 @@ def gpus(json_output: JsonFlag = False) -> None:
     console.print(table)
 
 
+ModelArgument = Annotated[
+    str | None,
+    typer.Argument(help="Show one model: a preset name, a HF config.json (or its folder), or a ModelSpec file."),
+]
+
+
+def _billions(count: int) -> float:
+    return round(count / 1e9, 3)
+
+
+def _model_row(spec, source: str = "", aliases: tuple[str, ...] = ()) -> dict:
+    """The stable JSON row of one model: shape, parameter counts (published convention: unpadded vocab)."""
+    from megapilot.estimate.params import count_params
+
+    counts = count_params(spec)
+    moe = spec.moe
+    return {
+        "name": spec.name,
+        "aliases": list(aliases),
+        "source": source,
+        "hf_architecture": spec.hf_architecture,
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "ffn_hidden_size": spec.ffn_hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "kv_heads": None if spec.mla else spec.kv_heads,
+        "attention": "MLA" if spec.mla else ("GQA" if spec.is_gqa else "MHA"),
+        "num_experts": moe.num_experts if moe else None,
+        "router_topk": moe.router_topk if moe else None,
+        "vocab_size": spec.vocab_size,
+        "params": {
+            "total": counts.total,
+            "main_model": counts.main_model,
+            "active": counts.active,
+            "active_without_input_embedding": counts.active_without_input_embedding,
+            "embedding": counts.embedding,
+            "output_layer": counts.output_layer,
+            "layers": counts.layers,
+            "final_norm": counts.final_norm,
+            "mtp": counts.mtp,
+        },
+        "total_params_b": _billions(counts.total),
+        "active_params_b": _billions(counts.active),
+        "spec": spec.model_dump(mode="json"),
+    }
+
+
+def models(
+    model: ModelArgument = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """List the model presets (layers, width, heads, experts, total and active parameters)."""
+    from megapilot.catalog import get_model, load_presets
+
+    if model is None:
+        rows = [_model_row(p.spec, p.source, p.aliases) for p in load_presets().values()]
+    else:
+        rows = [_model_row(get_model(model))]
+    if json_output:
+        emit_json(rows if model is None else rows[0])
+        return
+    console.print(_models_table(rows))
+
+
+def _models_table(rows: list[dict]):
+    from rich.table import Table
+
+    from rich import box
+
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title="Models",
+        caption="B = billions of parameters, unpadded vocab; total without MTP modules; active = what one token "
+        "touches, input embedding included; experts = routed/top-k.",
+    )
+    table.add_column("name", no_wrap=True)
+    for column in ("layers", "hidden", "heads/kv", "experts", "total B", "active B"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in rows:
+        kv = "MLA" if row["attention"] == "MLA" else str(row["kv_heads"])
+        experts = f"{row['num_experts']}/{row['router_topk']}" if row["num_experts"] else "—"
+        table.add_row(
+            row["name"], str(row["num_layers"]), str(row["hidden_size"]),
+            f"{row['num_attention_heads']}/{kv}", experts,
+            _format_billions(row["params"]["main_model"]), _format_billions(row["params"]["active"]),
+        )
+    return table
+
+
+def _format_billions(count: int) -> str:
+    billions = count / 1e9
+    if billions >= 10:
+        return f"{billions:,.1f}"
+    return f"{billions:.3g}" if billions >= 0.01 else f"{billions:.2g}"
+
+
 def register(app: typer.Typer) -> None:
     app.command("gpus")(gpus)
+    app.command("models")(models)

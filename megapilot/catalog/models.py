@@ -1,0 +1,143 @@
+"""Model presets (`data/models.yaml`) and resolution of whatever a user passes as `--model`.
+
+`get_model` accepts a preset name (case-insensitive; `-`, `_`, `.` and spaces are ignored, so
+`Llama-3.1-8B`, `llama3_1_8b` and `llama3.1-8b` are one name), a path to a Hugging Face
+`config.json` or a directory holding one, or a JSON/YAML file of ModelSpec fields.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from megapilot.catalog.hf import from_hf_config, load_hf_config
+from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.spec.model import ModelSpec
+
+_PRESET_FILE = "models.yaml"
+_SPEC_FILE_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """One catalog entry: the spec, where its numbers come from, and the size its publisher states."""
+
+    spec: ModelSpec
+    source: str
+    aliases: tuple[str, ...] = ()
+    published_params_b: float | None = None
+    lookup_keys: tuple[str, ...] = field(default=(), repr=False)
+
+
+def lookup_key(name: str) -> str:
+    """The form names are compared in: lowercase, without `-`, `_`, `.` or spaces."""
+    return "".join(ch for ch in name.lower() if ch not in "-_. ")
+
+
+@lru_cache(maxsize=1)
+def load_presets() -> dict[str, ModelPreset]:
+    """All presets by canonical name, in catalog order."""
+    import yaml
+
+    text = resources.files("megapilot.catalog").joinpath("data", _PRESET_FILE).read_text(encoding="utf-8")
+    presets: dict[str, ModelPreset] = {}
+    for entry in yaml.safe_load(text):
+        preset = _preset_from_entry(dict(entry))
+        presets[preset.spec.name] = preset
+    return presets
+
+
+def _preset_from_entry(entry: dict[str, Any]) -> ModelPreset:
+    source = str(entry.pop("source"))
+    aliases = tuple(entry.pop("aliases", ()) or ())
+    published = entry.pop("published_params_b", None)
+    spec = ModelSpec(**entry)
+    keys = tuple(lookup_key(n) for n in (spec.name, *aliases))
+    return ModelPreset(spec, source, aliases, published, keys)
+
+
+@lru_cache(maxsize=1)
+def _presets_by_key() -> dict[str, ModelPreset]:
+    return {key: preset for preset in load_presets().values() for key in preset.lookup_keys}
+
+
+def list_models() -> list[ModelSpec]:
+    """Every preset's ModelSpec, in catalog order."""
+    return [preset.spec for preset in load_presets().values()]
+
+
+def get_preset(name: str) -> ModelPreset | None:
+    """The preset called `name` (or one of its aliases), None when there is none."""
+    return _presets_by_key().get(lookup_key(name))
+
+
+def get_model(name_or_path: str | Path) -> ModelSpec:
+    """Resolve a preset name, a HF config.json (file or directory) or a ModelSpec JSON/YAML file."""
+    text = str(name_or_path).strip()
+    if not text:
+        raise MegapilotError("no model given", field="model", fix="pass a preset name (see `megapilot models`)")
+    preset = None if "/" in text or "\\" in text else get_preset(text)
+    if preset is not None:  # a bare name is a preset even if a folder of that name exists here
+        return preset.spec
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return load_hf_config(path)
+    if path.is_file():
+        return _load_model_file(path)
+    if path.suffix.lower() in _SPEC_FILE_SUFFIXES or "/" in text:
+        raise MegapilotError(
+            f"no such file: {path}", field="model", fix="check the path to the config.json or ModelSpec file",
+        )
+    raise _unknown_model(text)
+
+
+def _unknown_model(name: str) -> MegapilotError:
+    keys = _presets_by_key()
+    close = difflib.get_close_matches(lookup_key(name), list(keys), n=4, cutoff=0.6)
+    suggestions = list(dict.fromkeys(keys[key].spec.name for key in close))
+    hint = f"did you mean {', '.join(suggestions)}? " if suggestions else ""
+    return MegapilotError(
+        f"unknown model {name!r}",
+        field="model",
+        fix=f"{hint}run `megapilot models` for the presets, or pass a path to a Hugging Face config.json "
+        "(or its directory) or a YAML/JSON file of ModelSpec fields",
+    )
+
+
+def _load_model_file(path: Path) -> ModelSpec:
+    """A HF config.json (recognised by `architectures`/`model_type`) or a file of ModelSpec fields."""
+    data = _read_mapping(path)
+    if "architectures" in data or "model_type" in data:
+        return from_hf_config(data, path.parent.name if path.name == "config.json" else path.stem)
+    data.setdefault("name", path.stem)
+    try:
+        return ModelSpec(**data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="model") from exc
+    except TypeError as exc:  # keys that are not strings
+        raise MegapilotError(f"{path}: {exc}", field="model", fix="use ModelSpec field names as keys") from exc
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        is_yaml = path.suffix.lower() in (".yaml", ".yml")
+        data = yaml.safe_load(text) if is_yaml else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        reason = " ".join(str(exc).split())  # YAML errors span lines; the CLI prints one
+        raise MegapilotError(f"cannot read {path} ({reason})", field="model", fix="pass a valid JSON or YAML file") from exc
+    if not isinstance(data, dict):
+        raise MegapilotError(
+            f"{path} does not hold a mapping of fields", field="model",
+            fix="write the model as `field: value` pairs (ModelSpec) or pass a Hugging Face config.json",
+        )
+    return data
