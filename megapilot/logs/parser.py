@@ -41,7 +41,7 @@ TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([\d.]+)\s*s\b(?:.*?GPU utilization:\s*([\d.]+))?")
 MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)", re.I)
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
-RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |\s\[(\d+)\] [NR]CCL ")
+RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |:\d+:\d+ \[(\d+)\] ")
 TIMER_RE = re.compile(r"([A-Za-z][\w\-/]*(?: [\w\-/]+)*) \.*: \(?\s*([\d.]+)(?:,\s*([\d.]+)\))?")
 SAVE_START_RE = re.compile(r"saving checkpoint at iteration\s+(\d+) to (\S+)", re.I)
 SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+) to (\S+)", re.I)
@@ -418,7 +418,7 @@ class LineParser:
         )
 
     def _checkpoint(self, line_no: int, text: str) -> CheckpointEvent | None:
-        common = {"file": self.file, "line": line_no, "text": text, "time_s": self.last_time_s}
+        common = {"file": self.file, "line": line_no, "text": text, "time_s": self._event_time(text)}
         if found := SAVE_DONE_RE.search(text):
             return CheckpointEvent(kind="save", phase="done", iteration=int(found.group(1)), path=found.group(2),
                                    **common)
@@ -434,6 +434,14 @@ class LineParser:
         if found := NOT_FOUND_RE.search(text):
             return CheckpointEvent(kind="load", phase="not_found", path=found.group(1), **common)
         return None
+
+    def _event_time(self, text: str) -> float | None:
+        """The most precise timestamp before the message: the last one in the first 160 characters."""
+        last = None
+        for last in TIMESTAMP_RE.finditer(text, 0, 160):  # noqa: B007
+            pass
+        time_s = _timestamp_from_match(last) if last is not None else None
+        return time_s if time_s is not None else self.last_time_s
 
     def _timers(self, line_no: int, text: str) -> tuple[TimerRecord, ...]:
         if "time (ms) |" in text:  # older inline form: `time (ms) | forward: 132.49 | backward: 182.57`
@@ -459,7 +467,8 @@ class LineParser:
     def _theoretical(self, line_no: int, text: str) -> tuple[Record, ...]:
         records: list[Record] = []
         if found := THEORY_PARAMS_RE.search(text):
-            quantity = "_".join(found.group(1).lower().split()).replace("number_of_", "") + "_billion"
+            words = found.group(1).lower().replace("number of ", "").replace("parameters", "params")
+            quantity = "_".join(w for w in words.split() if w != "in") + "_billion"
             records.append(TheoreticalMemoryRecord(file=self.file, line=line_no, text=text, quantity=quantity,
                                                    value=float(found.group(2))))
         elif found := THEORY_FOOTPRINT_RE.search(text):

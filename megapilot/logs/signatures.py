@@ -70,7 +70,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\bNCCL timeout\b|ProcessGroupNCCL.*(?:timed out|timeout)|heartbeat monitor.*(?:timed out|timeout)|"
          r"collective operation timeout"),
     _sig("nccl_error", "nccl_error",
-         r"\bnccl(?:Internal|Remote|InvalidUsage|InvalidArgument|System|UnhandledCuda)Error\b|"
+         r"\bnccl(?:InternalError|RemoteError|InvalidUsage|InvalidArgument|SystemError|UnhandledCudaError)\b|"
          r"unhandled (?:cuda|hip) error|\b[NR]CCL error\b|\b[NR]CCL WARN\b.*(?:fail|error|abort)|"
          r"DistBackendError"),
     # --- rendezvous / launch ---------------------------------------------------------------------
@@ -106,7 +106,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"primus launcher exited with code [1-9]"),
     _sig("signal", "process_crash",
          r"segmentation fault|\bSIGSEGV\b|caught signal 11\b|\bSIGKILL\b|\bSIGABRT\b|killed by signal|"
-         r"core dumped|Fatal Python error|terminate called after throwing|^\s*(?:\S+\s+)?Killed\s*$|"
+         r"core dumped|Fatal Python error|terminate called after throwing|\b\d+ Killed\b|^\s*Killed\s*$|"
          r"oom-kill|Out of memory: Killed process"),
 )
 

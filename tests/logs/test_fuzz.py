@@ -1,0 +1,46 @@
+"""Fuzz: random bytes and mangled real lines never crash the parser."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megapilot.logs import LineParser
+from megapilot.logs.collect import LogCollector, _feed
+from megapilot.logs.lines import read_lines
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
+REAL_LINES = [
+    line for path in sorted(DATA.glob("**/*.log")) for line in path.read_text(errors="replace").splitlines() if line
+]
+
+
+def _parse_bytes(data: bytes) -> None:
+    collector = LogCollector()
+    _feed(collector, LineParser("fuzz"), read_lines(io.BytesIO(data), chunk_bytes=7), None)
+    log = collector.finish()
+    log.to_dict()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000))
+def test_random_bytes_never_crash(data: bytes):
+    _parse_bytes(data)
+
+
+@st.composite
+def mangled_lines(draw):
+    line = draw(st.sampled_from(REAL_LINES))
+    cut_a = draw(st.integers(0, len(line)))
+    cut_b = draw(st.integers(cut_a, len(line)))
+    junk = draw(st.text(alphabet=st.sampled_from("|:/.-0123456789 eE+naifNI\x1b[m\r\t"), max_size=20))
+    return line[:cut_a] + junk + line[cut_b:]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(mangled_lines(), min_size=1, max_size=20))
+def test_mangled_real_lines_never_crash(lines: list[str]):
+    _parse_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))

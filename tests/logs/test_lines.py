@@ -1,0 +1,87 @@
+"""Reading bytes: chunk boundaries, stdin-like streams, growing files with stop conditions."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+
+from megapilot.logs import follow_log
+from megapilot.logs.lines import LineSplitter, follow_lines, read_lines
+
+ITERATION = " iteration {it:8d}/     100 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 5.0E+00 |\n"
+
+
+def test_lines_split_across_chunks_and_multibyte_characters_survive():
+    data = "αβγ line one\nsecond é line\r\nthird\n".encode()
+    for chunk in (1, 2, 3, 7):
+        assert list(read_lines(io.BytesIO(data), chunk_bytes=chunk)) == [
+            (1, "αβγ line one"), (2, "second é line"), (3, "third")]
+
+
+def test_carriage_return_progress_segments_share_a_line_number():
+    assert list(read_lines(io.BytesIO(b"a\rb\rc\nd"))) == [(1, "a"), (1, "b"), (1, "c"), (2, "d")]
+
+
+def test_overlong_line_is_cut_not_kept_whole(monkeypatch):
+    import megapilot.logs.lines as lines
+
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 10)
+    splitter = LineSplitter()
+    out = list(splitter.feed(b"x" * 50)) + list(splitter.feed(b"x" * 50 + b"\nok\n"))
+    assert out[-1] == (2, "ok") and len(out[0][1]) <= 60
+
+
+def test_follow_reads_lines_appended_later_and_stops_at_training_done(tmp_path: Path):
+    log = tmp_path / "train.log"
+
+    def writer() -> None:
+        time.sleep(0.15)  # the file does not exist when following starts
+        with open(log, "w") as out:
+            for it in range(1, 4):
+                out.write(ITERATION.format(it=it, ms=100.0))
+                out.flush()
+                time.sleep(0.05)
+            out.write("[after training is done] datetime: 2026-01-01 00:00:00\n")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    started = time.monotonic()
+    parsed = follow_log(log, poll_s=0.02, timeout_s=10)
+    thread.join()
+    assert [r.iteration for r in parsed.iterations] == [1, 2, 3]
+    assert time.monotonic() - started < 5, "stops at the training-done marker, not at the timeout"
+
+
+def test_follow_stops_on_idle_timeout_and_yields_the_unterminated_line(tmp_path: Path):
+    log = tmp_path / "train.log"
+    log.write_text("first\npartial")
+    assert list(follow_lines(log, poll_s=0.01, idle_timeout_s=0.1)) == [(1, "first"), (2, "partial")]
+
+
+def test_follow_raises_one_hang_alert_from_the_wall_clock(tmp_path: Path):
+    log = tmp_path / "train.log"
+    log.write_text(ITERATION.format(it=1, ms=10.0) + ITERATION.format(it=2, ms=10.0))
+    alerts = []
+    parsed = follow_log(log, poll_s=0.01, idle_timeout_s=0.5, hang_factor=5, hang_floor_s=0.1,
+                        on_record=lambda r: alerts.append(r) if getattr(r, "category", "") == "hang" else None)
+    assert len(alerts) == 1 and alerts[0].details["last_iteration"] == "2"
+    assert [e.category for e in parsed.errors] == ["hang"]
+
+
+def test_follow_restarts_when_the_file_is_truncated(tmp_path: Path):
+    log = tmp_path / "train.log"
+    log.write_text("old line one\nold line two\n")
+    seen: list[str] = []
+
+    def rewrite() -> None:
+        time.sleep(0.1)
+        log.write_text("new\n")
+
+    thread = threading.Thread(target=rewrite)
+    thread.start()
+    for _, text in follow_lines(log, poll_s=0.01, idle_timeout_s=0.4):
+        seen.append(text)
+    thread.join()
+    assert seen == ["old line one", "old line two", "new"]

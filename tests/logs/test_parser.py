@@ -1,0 +1,166 @@
+"""Dialects: every shared real excerpt and the synthetic fixtures parse into the right records."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from megapilot.logs import ParseOptions, parse_logs, parse_text
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
+
+
+def parse(name: str, **options: int):
+    return parse_logs([DATA / name], options=ParseOptions(**options))
+
+
+def test_megatron_2019_bert_lines_without_colons_and_old_memory_report():
+    log = parse("real/01_iteration_megatron2019_bert.log")
+    assert log.dialect == "megatron-lm"
+    assert [r.iteration for r in log.iterations] == [100, 200, 300, 400]
+    first = log.iterations[0]
+    assert first.train_iters == 20000 and first.elapsed_ms == 334.9
+    assert first.lr == pytest.approx(1.010e-06)
+    assert first.losses == {"lm loss": pytest.approx(10.2002), "nsp loss": pytest.approx(0.5515259)}
+    (memory,) = log.memory
+    assert memory.after_iterations == 100 and memory.rank is None
+    assert memory.max_reserved_gib == pytest.approx(9324.0 / 1024)  # "cached" is the old name of reserved
+    assert {t.name for t in log.timers} >= {"forward", "backward", "optimizer", "data loader"}
+    assert not log.errors, "the missing-metadata warning of a fresh start is not an error"
+
+
+def test_megatron_2022_fp16_skipped_iterations_without_loss():
+    log = parse("real/03_iteration_megatron2022_fp16_lossscale_skips.log")
+    (record,) = log.iterations
+    assert record.skipped_iterations == 10 and record.nan_iterations == 0
+    assert record.loss_scale == 8388608.0 and record.lm_loss is None and record.lr == 0.0
+    assert {t.name for t in log.timers} >= {"forward-compute", "model-and-optimizer-setup"}
+
+
+def test_megatron_2024_timestamp_throughput_and_num_zeros():
+    log = parse("real/04_low_throughput_mixtral_h100_130tflops.log")
+    assert [r.tflops_per_gpu for r in log.iterations] == [137.5, 130.1, 128.1]
+    assert log.iterations[0].num_zeros == 0.0
+    assert log.iterations[1].time_s - log.iterations[0].time_s == pytest.approx(10.0)
+
+
+def test_tokens_per_gpu_computed_from_gbs_seq_and_world_when_not_printed():
+    log = parse("real/04_low_throughput_mixtral_h100_130tflops.log", seq_length=4096, world_size=16)
+    record = log.iterations[0]
+    assert record.tokens_source == "computed"
+    assert record.tokens_per_s_per_gpu == pytest.approx(128 * 4096 / (9.4964 * 16))
+
+
+def test_megatron_2025_memory_report_per_rank():
+    log = parse("real/08_iteration_mcore2025_memory_report_pai.log")
+    (memory,) = log.memory
+    assert memory.rank == 0 and memory.after_iterations == 1
+    assert memory.max_allocated_gib == pytest.approx(63409.05810546875 / 1024)
+    assert memory.peak_gib == pytest.approx(64162.0 / 1024)
+
+
+def test_bridge_2026_mtp_and_sequence_balancing_losses_in_loss_dict():
+    log = parse("real/34_iteration_bridge2026_mtp_seq_lb_loss_lora.log")
+    losses = log.iterations[0].losses
+    assert set(losses) == {"lm loss", "seq_load_balancing_loss", "mtp_1 loss", "mtp_2 loss"}
+    assert log.iterations[0].lm_loss == pytest.approx(0.8716962)
+
+
+def test_primus_torchtitan_step_line_with_device_memory():
+    log = parse("real/35_hip_oom_primus_torchtitan_mi350_step_then_crash.log")
+    assert log.dialect == "primus-torchtitan"
+    (step,) = log.iterations
+    assert (step.iteration, step.rank, step.tokens_per_s_per_gpu, step.tflops_per_gpu, step.mfu_pct) == (
+        1, 1, 531.0, 30.75, 9.86)
+    assert step.memory_used_gib == 240.17 and step.memory_usage_pct == 95.31
+    assert log.memory[0].source == "device"
+
+
+def test_cvs_rocm_fork_mem_usages_field():
+    log = parse("cvs/cvs_megatron_lm_rocm_iteration.log")
+    assert log.iterations[0].memory_usage_pct == pytest.approx(54.62)
+    assert log.memory[0].max_allocated_gib == pytest.approx(136133.79638671875 / 1024)
+
+
+def test_primus_ansi_prefixed_inst_avg_pairs_and_inner_timestamp():
+    log = parse("cvs/cvs_primus_ansi_rank_prefixed.log")
+    (record,) = log.iterations
+    assert log.dialect == "primus-megatron"
+    assert (record.elapsed_ms, record.elapsed_avg_ms) == (654.5, 735.1)
+    assert (record.tokens_per_s_per_gpu, record.tokens_avg_per_s_per_gpu) == (25032.8, 22288.1)
+    assert record.rank == 7
+    assert record.time_s % 60 == pytest.approx(4.269468)  # the inner, microsecond timestamp wins
+    assert "\x1b" not in record.text
+
+
+def test_synthetic_primus_hip_and_rocm_memory_fields_and_old_tokens_key():
+    log = parse("synthetic_primus_megatron.log")
+    assert log.dialect == "primus-megatron"
+    assert log.iterations[0].memory_used_gib == 63.94 and log.iterations[0].memory_usage_pct == 22.20
+    assert log.iterations[2].memory_usage_pct == 24.38
+    assert log.iterations[2].tokens_per_s_per_gpu == 25032.8
+    (save,) = log.checkpoints
+    assert save.kind == "save" and save.completed and save.duration_s == pytest.approx(6.5)
+    assert log.markers[-1].marker == "training_done"
+
+
+def test_synthetic_core016_theory_memory_timers_checkpoints_and_moe_fields():
+    log = parse("synthetic_megatron_core016_full.log")
+    quantities = {r.quantity: r.value for r in log.theoretical_memory}
+    assert quantities["total_params_billion"] == 8.03
+    assert quantities["total_mib"] == 55040.50 and quantities["activation_mib"] == 20480.50
+    assert [m.rank for m in log.memory] == [0, 2]
+    assert {t.name: (t.min_ms, t.max_ms) for t in log.timers}["forward-backward"] == (9000.12, 9010.34)
+    load, save = log.checkpoints
+    assert (load.kind, load.iteration, load.duration_s, load.duration_source) == ("load", 40, 12.1, "timer")
+    assert (save.kind, save.iteration, save.duration_s, save.duration_source) == ("save", 44, 30.0, "timestamps")
+    last = log.iterations[-1]
+    assert last.skipped_samples == 4 and last.num_zeros == 12
+    assert last.losses["mtp_1 loss"] == 6.9 and last.losses["load_balancing_loss"] == 1.01
+    assert log.iterations[0].time_s % 60 == pytest.approx(20.0)
+
+
+def test_synthetic_bridge_step_time_fills_missing_fields_and_names_the_dialect():
+    log = parse("synthetic_bridge.log")
+    assert log.dialect == "megatron-bridge"
+    assert [r.tflops_per_gpu for r in log.iterations] == [744.0, 745.6, 744.8]
+    assert log.iterations[2].elapsed_ms == pytest.approx(9060.0)  # from `Step Time : 9.06s`
+    assert log.iterations[0].extra == {"max attention logit": 12.5}
+    assert log.memory[0].max_reserved_gib == 66.25
+
+
+def test_torchtitan_ansi_colours_and_hip_oom_in_traceback():
+    log = parse("synthetic_torchtitan_hip_oom.log")
+    assert [r.iteration for r in log.iterations] == [1, 2]
+    assert log.iterations[0].losses == {"loss": 12.2674}
+    (error,) = log.errors
+    assert error.category == "oom" and error.rank == 3 and error.details["tried_to_allocate"] == "2.00 GiB"
+
+
+def test_crlf_prefixes_non_utf8_and_truncated_last_line():
+    log = parse("synthetic_mangled_crlf_truncated.log")
+    assert [r.iteration for r in log.iterations] == [1, 2, 3, 4]
+    assert [r.line for r in log.iterations] == [1, 2, 3, 5]
+    assert log.iterations[2].elapsed_ms is None  # mangled value dropped, rest of the line kept
+    assert log.iterations[2].lm_loss == 4.8
+    assert log.iterations[3].grad_norm == 1.0  # last line has no newline and no closing `|`
+
+
+def test_nan_and_inf_values_are_kept_as_floats():
+    log = parse_text(" iteration 5/10 | elapsed time per iteration (ms): 10.0 | lm loss: nan | grad norm: inf |")
+    record = log.iterations[0]
+    assert math.isnan(record.lm_loss) and math.isinf(record.grad_norm) and record.has_nonfinite
+    assert record.to_dict()["lm_loss"] == "nan"
+
+
+def test_interleaved_ranks_are_counted_once_in_summary():
+    lines = []
+    for it in range(1, 21):
+        for rank in (0, 7):
+            lines.append(f"[rank{rank}]: iteration {it:8d}/ 20 | elapsed time per iteration (ms): {100 + rank}.0 |")
+    log = parse_text("\n".join(lines))
+    assert len(log.iterations) == 40
+    assert log.summary.iterations_counted == 20
+    assert log.summary.step_time_mean_ms == pytest.approx(100.0)

@@ -1,0 +1,137 @@
+"""Error taxonomy: each line-level category is found (any case, any rank prefix) and look-alikes are not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.logs import CATEGORIES, parse_logs, parse_text
+from megapilot.logs.signatures import SIGNATURES, match_line
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
+
+# SYNTHETIC lines written from the text PyTorch, NCCL/RCCL, the NVIDIA/AMD drivers and Megatron print.
+POSITIVE = [
+    ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 79.1 GiB"),
+    ("oom", "[rank5]: torch.OutOfMemoryError: HIP out of memory. Tried to allocate 4.00 GiB."),
+    ("oom", "RuntimeError: CUDA error: out of memory"),
+    ("oom", "host:123:456 [3] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'"),
+    ("oom", "hipErrorOutOfMemory returned from hipMalloc"),
+    ("nccl_timeout", "[rank0]:[E ProcessGroupNCCL.cpp:754] [Rank 0] Watchdog caught collective operation timeout: "
+                     "WorkNCCL(SeqNum=305, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600528 milliseconds before timing out."),
+    ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, ncclRemoteError: A call failed possibly due to a network error"),
+    ("nccl_error", "RuntimeError: NCCL Error 3: internal error - ncclInternalError"),
+    ("nccl_error", "ncclInvalidUsage: This usually reflects invalid usage of NCCL library."),
+    ("nccl_error", "NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)"),
+    ("gpu_hw_fault", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."),
+    ("gpu_hw_fault", "kernel: NVRM: Xid (PCI:0000:18:00): 48, An uncorrectable double bit error (DBE) has been detected"),
+    ("gpu_hw_fault", "HW Exception by GPU node-2 (Agent handle: 0x5b4) reason :GPU Hang"),
+    ("gpu_hw_fault", "Memory access fault by GPU node-9 (Agent handle: 0x55) on address 0x7f. Reason: Unknown."),
+    ("gpu_hw_fault", "RuntimeError: CUDA error: unspecified launch failure"),
+    ("gpu_hw_fault", "amdgpu 0000:c1:00.0: amdgpu: GPU reset begin!"),
+    ("gpu_hw_fault", "uncorrectable ECC error encountered"),
+    ("rendezvous_failure", "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"),
+    ("rendezvous_failure", "torch.distributed.DistNetworkError: The client socket has timed out after 1800s while trying to connect to (10.0.0.1, 29500)."),
+    ("rendezvous_failure", "RuntimeError: The server socket has failed to listen on any local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"),
+    ("shm_insufficient", "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)."),
+    ("shm_insufficient", "[09677202c889:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)"),
+    ("shm_insufficient", "host:1:2 [0] NCCL WARN Error: failed to extend /dev/shm/nccl-abc to 9637892 bytes"),
+    ("checkpoint_save_failure", "Failed to save checkpoint at iteration 1000: OSError"),
+    ("checkpoint_save_failure", "OSError: [Errno 28] No space left on device"),
+    ("checkpoint_load_failure", "RuntimeError: Error(s) in loading state_dict for GPTModel: Missing key(s) in state_dict: \"decoder.layers.0.mlp\""),
+    ("checkpoint_load_failure", "megatron.core.dist_checkpointing.core.CheckpointingException: Cannot find global shape metadata"),
+    ("dataloader_error", "RuntimeError: DataLoader worker (pid 4242) exited unexpectedly with exit code 1."),
+    ("dataloader_error", "FileNotFoundError: [Errno 2] No such file or directory: '/data/my-corpus_text_document.bin'"),
+    ("config_error", "pretrain_gpt.py: error: unrecognized arguments: --tensor-parallel 8"),
+    ("config_error", "AssertionError: num_attention_heads must be divisible by tensor_model_parallel_size"),
+    ("config_error", "pretrain_gpt.py: error: argument --micro-batch-size: invalid int value: 'x'"),
+    ("process_crash", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"),
+    ("process_crash", "  exitcode  : -7 (pid: 5283)"),
+    ("process_crash", "Segmentation fault (core dumped)"),
+    ("process_crash", "Fatal Python error: Aborted"),
+    ("process_crash", "/var/spool/slurmd/job01/slurm_script: line 12: 4242 Killed"),
+]
+
+NEGATIVE = [
+    "WARNING: could not find the metadata file checkpoints/bert_345m/latest_checkpointed_iteration.txt ",
+    "    will not load any checkpoints and will start from random",
+    "9aee1c01f3e7:6727:7168 [1] NCCL INFO [Service thread] Connection closed by localRank 2",
+    "  exitcode  : 0 (pid: 5283)",
+    "[Rank 0] (after 1 iterations) memory (MB) | allocated: 12520.1 | max allocated: 63409.0 | reserved: 64162.0 | max reserved: 64162.0",
+    "Theoretical memory footprints: weight and optimizer=34560.00 MB, activation=20480.50 MB, total=55040.50 MB",
+    "    save-checkpoint ................................: (30000.00, 30010.00)",
+    "[2026-01-01 00:20:00.000001] saving checkpoint at iteration      50 to /path/to/ckpt in torch_dist format",
+    "  successfully loaded checkpoint from /ckpt [ t 1/8, p 1/4 ] at iteration 50",
+    "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to reduce fragmentation",
+    "> building train, validation, and test datasets ...",
+    "training ...",
+]
+
+
+@pytest.mark.parametrize(("category", "line"), POSITIVE)
+def test_signature_finds_category(category: str, line: str):
+    signature = match_line(line)
+    assert signature is not None and signature.category == category
+
+
+@pytest.mark.parametrize(("category", "line"), POSITIVE)
+def test_signatures_are_case_insensitive(category: str, line: str):
+    assert match_line(line.upper()).category == category
+    assert match_line(line.lower()).category == category
+
+
+@pytest.mark.parametrize("line", NEGATIVE)
+def test_benign_lines_are_not_errors(line: str):
+    assert match_line(line) is None
+
+
+def test_every_line_signature_category_is_in_the_taxonomy():
+    assert {s.category for s in SIGNATURES} <= set(CATEGORIES)
+    assert {c for c, _ in POSITIVE} == {s.category for s in SIGNATURES}
+
+
+def test_real_nccl_watchdog_excerpt_names_op_seq_and_every_rank():
+    log = parse_logs([DATA / "real/09_nccl_watchdog_timeout_allreduce_moe.log"])
+    assert [e.category for e in log.errors] == ["nccl_timeout"] * 3
+    assert sorted(e.rank for e in log.errors) == [0, 1, 2]
+    assert log.errors[0].details == {"seqnum": "305", "optype": "ALLREDUCE", "numelin": "1", "numelout": "1",
+                                     "timeout_ms": "600000", "ran_for_ms": "600381"}
+
+
+def test_real_oom_through_nccl_found_on_every_rank_in_the_excerpt():
+    log = parse_logs([DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"])
+    assert {e.category for e in log.errors} == {"oom"}
+    assert sorted(e.rank for e in log.errors) == [0, 1, 3, 4, 6, 7]  # the six ranks the excerpt shows
+
+
+def test_real_bus_error_is_shared_memory_not_a_generic_crash():
+    log = parse_logs([DATA / "real/30_nccl_bus_error_shm_ncclgroupend.log"])
+    assert [(e.category, e.line) for e in log.errors] == [("shm_insufficient", 2)]
+
+
+def test_assertion_inside_argument_validation_is_a_config_error():
+    log = parse_text("\n".join([
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/workspace/Megatron-LM/pretrain_gpt.py", line 300, in <module>',
+        '[rank0]:   File "/workspace/Megatron-LM/megatron/training/arguments.py", line 412, in validate_args',
+        "[rank0]:     assert args.num_layers % args.transformer_pipeline_model_parallel_size == 0",
+        "[rank0]: AssertionError",
+    ]))
+    (error,) = log.errors
+    assert error.category == "config_error" and error.line == 5 and error.signature == "exception:AssertionError"
+
+
+def test_exception_raised_in_save_checkpoint_is_a_save_failure():
+    log = parse_text("\n".join([
+        "Traceback (most recent call last):",
+        '  File "/m/megatron/training/checkpointing.py", line 500, in save_checkpoint',
+        "    torch.save(state_dict, checkpoint_name)",
+        "PermissionError: [Errno 13] Permission denied: '/ckpt/iter_0000100'",
+    ]))
+    assert [e.category for e in log.errors] == ["checkpoint_save_failure"]
+
+
+def test_exception_raised_elsewhere_is_left_to_line_signatures():
+    log = parse_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nKeyError: 'a'")
+    assert log.errors == []

@@ -1,0 +1,57 @@
+"""The steady-state rule: warm-up and checkpoint intervals dropped, streaming stats equal exact ones."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from megapilot.logs import parse_text
+from megapilot.logs.summary import RESERVOIR_SIZE, WARMUP_CAP, SummaryBuilder
+from megapilot.logs.records import IterationRecord
+
+
+def _line(it: int, ms: float, loss: float = 3.0) -> str:
+    return f" iteration {it:8d}/ 1000 | elapsed time per iteration (ms): {ms:.1f} | lm loss: {loss:.6E} |"
+
+
+def test_first_ten_percent_are_warmup_and_stats_match_exact_values():
+    times = [5000.0, 3000.0] + [1000.0 + (i % 7) * 10 for i in range(18)]
+    log = parse_text("\n".join(_line(i + 1, ms) for i, ms in enumerate(times)))
+    summary = log.summary
+    assert summary.warmup_dropped == 2
+    kept = times[2:]
+    assert summary.step_time_mean_ms == pytest.approx(statistics.fmean(kept))
+    assert summary.step_time_p50_ms == pytest.approx(statistics.median(kept))
+    assert summary.step_time_cv == pytest.approx(statistics.pstdev(kept) / statistics.fmean(kept))
+    assert summary.step_time_p95_ms == pytest.approx(statistics.quantiles(kept, n=20, method="inclusive")[-1])
+
+
+def test_interval_with_checkpoint_save_is_excluded():
+    lines = [_line(i, 1000.0) for i in range(1, 11)]
+    lines.insert(5, "saving checkpoint at iteration       5 to /ckpt in torch_dist format")
+    lines[6] = _line(6, 40000.0)
+    summary = parse_text("\n".join(lines)).summary
+    assert summary.checkpoint_dropped == 1 and summary.step_time_max_ms == 1000.0
+
+
+def test_warmup_is_capped_so_memory_stays_bounded():
+    builder = SummaryBuilder()
+    for it in range(1, 2001):
+        builder.add(IterationRecord(file="f", line=it, text="", dialect="megatron-lm", iteration=it,
+                                    elapsed_ms=float(it)))
+    summary = builder.result()
+    assert summary.warmup_dropped == WARMUP_CAP
+    assert summary.steady_iterations == 2000 - WARMUP_CAP
+    assert summary.step_time_mean_ms == pytest.approx(statistics.fmean(range(WARMUP_CAP + 1, 2001)))
+    assert len(builder._after_head._reservoir) <= RESERVOIR_SIZE
+
+
+def test_single_iteration_log_still_reports_its_step_time():
+    summary = parse_text(_line(1, 1234.0)).summary
+    assert summary.warmup_dropped == 0 and summary.step_time_mean_ms == 1234.0
+
+
+def test_losses_final_min_first():
+    log = parse_text("\n".join(_line(i, 100.0, loss) for i, loss in enumerate([9.0, 7.0, 8.0, 7.5], start=1)))
+    assert (log.summary.first_loss, log.summary.min_loss, log.summary.final_loss) == (9.0, 7.0, 7.5)
