@@ -1,9 +1,219 @@
-"""CLI commands (registered by megapilot.cli.app)."""
+"""`megapilot run`: run a launch script or a saved plan, follow it, and say how it ended.
+
+Exit codes: 0 only when the run COMPLETED (exit 0 and the final iteration logged); 1 when it
+failed, hung, timed out or was cancelled; 2 for a user error (missing script, bad plan...);
+130 when interrupted with Ctrl-C (the run is stopped first, its result still printed).
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+from megapilot.cli.common import console, emit_json, err_console
+from megapilot.errors import MegapilotError
+
+if TYPE_CHECKING:
+    from megapilot.execute.base import JobResult, JobSpec, JobStatus
+    from megapilot.launch import LaunchScript
+    from megapilot.spec import SavedPlan
+
+EXECUTORS = ("local",)
+EXIT_RUN_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def run(
+    script: Annotated[Path | None, typer.Argument(
+        help="Bash launch script to run (e.g. one written by `megapilot script`).", show_default=False)] = None,
+    plan: Annotated[Path | None, typer.Option(
+        "--plan", help="Saved plan (`megapilot plan --save`): rendered for the embedded trainer, mock data.")] = None,
+    executor: Annotated[str, typer.Option(help="Where to run: " + ", ".join(EXECUTORS) + ".")] = "local",
+    run_dir: Annotated[Path, typer.Option(help="Parent directory of the run's files.")] = Path("runs"),
+    combo: Annotated[str | None, typer.Option(
+        help="Name of this run inside --run-dir (default: script/plan name + time).")] = None,
+    hang_timeout_s: Annotated[float | None, typer.Option(
+        help="Hung after this many seconds without a new iteration (default: adaptive, k x step time).")] = None,
+    hang_factor: Annotated[float, typer.Option(help="k of the adaptive hang rule.")] = 10.0,
+    startup_timeout_s: Annotated[float, typer.Option(help="Allowance before the first iteration line.")] = 900.0,
+    timeout_s: Annotated[float | None, typer.Option(help="Wall-clock limit of the whole run.")] = None,
+    train_iters: Annotated[int | None, typer.Option(
+        help="Final iteration to expect (default: the plan's, or the total the log prints).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the JobResult as JSON.")] = False,
+) -> None:
+    """Run a launch script or a plan locally; exit 0 only when training reached its final iteration."""
+    job = _job_from_flags(script, plan, executor, run_dir, combo, hang_timeout_s, hang_factor,
+                          startup_timeout_s, timeout_s, train_iters)
+    result, interrupted = _run_and_follow(job, show_progress=not json_output)
+    if json_output:
+        emit_json(result.model_dump(mode="json"))
+    else:
+        _print_result(result)
+    if interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not result.ok:
+        raise typer.Exit(EXIT_RUN_FAILED)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("run")(run)
+
+
+# ---- from flags to a JobSpec ---------------------------------------------------------------
+
+def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_dir: Path, combo: str | None,
+                    hang_timeout_s: float | None, hang_factor: float, startup_timeout_s: float,
+                    timeout_s: float | None, train_iters: int | None) -> JobSpec:
+    from pydantic import ValidationError
+
+    from megapilot.errors import from_validation_error
+    from megapilot.execute.base import HangPolicy, job_spec_or_error
+
+    if executor not in EXECUTORS:
+        raise MegapilotError(f"unknown executor {executor!r}", field="executor",
+                             fix="use one of: " + ", ".join(EXECUTORS))
+    if (script is None) == (plan is None):
+        raise MegapilotError("give a launch script or --plan, not both and not neither", field="script",
+                             fix="megapilot run train.sh, or megapilot run --plan plan.json")
+    try:
+        hang = HangPolicy(startup_s=startup_timeout_s, factor=hang_factor, fixed_window_s=hang_timeout_s)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="hang") from None
+    common = dict(run_dir=run_dir, hang=hang, timeout_s=timeout_s, cwd=Path.cwd())
+    if script is not None:
+        if not script.is_file():
+            raise MegapilotError(f"{script} does not exist or is not a file", field="script",
+                                 fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
+        return job_spec_or_error(combo=combo or _default_combo(script.stem), script=script,
+                                 train_iters=train_iters, **common)
+    assert plan is not None
+    saved_plan = _load_plan(plan)
+    launch = _render_plan(saved_plan)
+    return job_spec_or_error(
+        combo=combo or _default_combo(plan.stem), script_text=launch.script, nodes=launch.nodes,
+        gpus_per_node=launch.gpus_per_node, train_iters=train_iters or saved_plan.training.train_iters, **common,
+    )
+
+
+def _default_combo(stem: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in stem).strip("-.") or "run"
+    return f"{safe}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def _load_plan(path: Path) -> SavedPlan:
+    import json
+
+    from pydantic import ValidationError
+
+    from megapilot.errors import from_validation_error
+    from megapilot.spec import SavedPlan
+
+    try:
+        return SavedPlan.model_validate(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise MegapilotError(f"{path} not found", field="plan", fix="pass a file saved by `megapilot plan --save`") from None
+    except json.JSONDecodeError as exc:
+        raise MegapilotError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})", field="plan",
+                             fix="pass a file saved by `megapilot plan --save`") from None
+    except ValidationError as exc:
+        error = from_validation_error(exc, prefix="plan")
+        raise MegapilotError(error.problem, field=error.field,
+                             fix="pass a plan saved by `megapilot plan --save` (or fix that field)") from None
+
+
+def _render_plan(saved_plan: SavedPlan) -> LaunchScript:
+    """The plan as a torchrun script for the embedded trainer on mock data, run by this Python."""
+    from megapilot.launch import LaunchOptions, render_launch
+
+    options = LaunchOptions(launcher="torchrun", entrypoint="megapilot", mock_data=True, python=sys.executable)
+    return render_launch(saved_plan, options)
+
+
+# ---- running and following ---------------------------------------------------------------
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """While a run is followed, SIGTERM to megapilot stops the run the same way Ctrl-C does."""
+    def interrupt(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_and_follow(job: JobSpec, *, show_progress: bool) -> tuple[JobResult, bool]:
+    """Submit, follow with a progress bar, and return (result, interrupted)."""
+    from megapilot.execute.local import LocalExecutor
+
+    executor = LocalExecutor()
+    handle = executor.submit(job)
+    if show_progress:
+        err_console.print(f"[bold]running[/] {job.combo}: log {executor.logs(handle)[0]}", highlight=False)
+    with _sigterm_as_interrupt(), _progress_display(show_progress) as on_progress:
+        try:
+            return executor.wait(handle, on_progress=on_progress), False
+        except KeyboardInterrupt:  # wait() has already stopped the run
+            return executor.result(handle), True
+
+
+@contextmanager
+def _progress_display(enabled: bool):
+    """A rich progress bar on iterations (on stderr, so stdout stays clean); yields the callback."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[step]}"),
+        TimeElapsedColumn(), console=err_console, transient=True,
+    )
+    task = progress.add_task("starting", total=None, step="")
+
+    def on_progress(status: JobStatus) -> None:
+        step = f"{status.step_time_s:.2f} s/it" if status.step_time_s else ""
+        progress.update(task, description=status.state.value.lower(), total=status.train_iters,
+                        completed=status.iteration or 0, step=step)
+
+    with progress:
+        yield on_progress
+
+
+# ---- output --------------------------------------------------------------------------------
+
+_STATE_STYLE = {"COMPLETED": "bold green", "RUNNING": "bold", "PENDING": "bold"}
+
+
+def _print_result(result: JobResult) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"run {result.combo}", show_header=False, title_justify="left")
+    table.add_column("field", style="dim")
+    table.add_column("value", overflow="fold")
+    style = _STATE_STYLE.get(result.state.value, "bold red")
+    table.add_row("state", f"[{style}]{result.state.value}[/]")
+    reached = "—" if result.iterations_reached is None else str(result.iterations_reached)
+    table.add_row("iterations", f"{reached} / {result.train_iters or '?'}")
+    table.add_row("exit code", "—" if result.exit_code is None else str(result.exit_code))
+    if result.reason:
+        table.add_row("reason", result.reason)
+    if result.step_time_s:
+        table.add_row("step time", f"{result.step_time_s:.3f} s")
+    table.add_row("duration", f"{result.duration_s:.1f} s")
+    table.add_row("log", str(result.logs[0]) if result.logs else "—")
+    table.add_row("job dir", str(result.job_dir))
+    console.print(table)

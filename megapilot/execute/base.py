@@ -76,6 +76,7 @@ class JobSpec(BaseModel):
     run_dir: Path = Field(description="Parent directory; the job's files go to run_dir/combo/.")
     script: Path | None = Field(default=None, description="A bash launch script to run (copied to launch.sh).")
     argv: list[str] | None = Field(default=None, description="Or a command; launch.sh runs it, shell-quoted.")
+    script_text: str | None = Field(default=None, description="Or the text of a rendered script (launch.sh).")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment (values never logged).")
     cwd: Path | None = Field(default=None, description="Working directory; default: the job directory.")
     nodes: int = Field(default=1, ge=1)
@@ -97,8 +98,9 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one_command(self) -> JobSpec:
-        if (self.script is None) == (self.argv is None):
-            raise ValueError("give exactly one of script and argv")
+        given = [self.script is not None, self.argv is not None, self.script_text is not None]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of script, argv and script_text")
         if self.argv is not None and not self.argv:
             raise ValueError("argv is empty")
         return self

@@ -185,6 +185,8 @@ class LocalExecutor:
             "PET_MASTER_ADDR": self.master_addr, "PET_MASTER_PORT": str(master_port),
             "NNODES": str(job.nodes), "NODE_RANK": "0", "NPROC_PER_NODE": str(job.gpus_per_node),
             "PYTHONUNBUFFERED": "1",  # lines reach the log as they are printed, not when a buffer fills
+            # torchrun prefixes each rank's lines ([default<local rank>]:) and keeps per-rank files here.
+            "PET_TEE": "3", "PET_LOG_DIR": str((node_log_path(job.job_dir, 0).parent / "ranks").resolve()),
             "MEGAPILOT_JOB_DIR": str(job.job_dir.resolve()), "MEGAPILOT_COMBO": job.combo,
         }
         return {**os.environ, **rendezvous, **job.env}

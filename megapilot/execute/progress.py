@@ -104,11 +104,15 @@ class ProgressTracker:
 
     @property
     def step_time_s(self) -> float | None:
-        """Observed wall seconds per iteration (latest interval), else the one the log reports."""
-        if self._step_times_s:
-            return self._step_times_s[-1]
+        """Seconds per iteration: the one the log reports (the trainer's own clock), else observed.
+
+        Observed times come from when lines were read, which an executor does in batches, so
+        they are only as precise as its polling; the reported one is exact.
+        """
         if self.reported_step_time_ms is not None:
             return self.reported_step_time_ms / 1000.0
+        if self._step_times_s:
+            return self._step_times_s[-1]
         return None
 
     def reached_final_iteration(self) -> bool:
@@ -158,10 +162,13 @@ class ProgressTracker:
                 f"{self.train_iters} ({rule})")
 
     def _interval_estimate_s(self) -> float | None:
-        """Seconds between iteration lines: the largest recent gap, or the reported step time."""
-        if self._gaps_s:
-            return max(self._gaps_s)
+        """Seconds between iteration lines, erring long: the largest recent observed gap, or the
+        reported step time x the log interval if that is longer (lines read in batches make some
+        observed gaps look short)."""
+        reported_s = None
         if self.reported_step_time_ms is not None and self.iteration is not None:
-            # One line only: assume the interval so far (first line at iteration = log interval).
-            return self.reported_step_time_ms / 1000.0 * max(1, self.iteration)
-        return None
+            # With one line only, assume the interval so far (the first line at iteration = log interval).
+            lines_apart = self.log_interval or max(1, self.iteration)
+            reported_s = self.reported_step_time_ms / 1000.0 * lines_apart
+        candidates = [gap for gap in (max(self._gaps_s, default=None), reported_s) if gap is not None]
+        return max(candidates) if candidates else None

@@ -4,13 +4,18 @@ Layout (reports, the validation suite and `megapilot logs` read it; every execut
 
     <run_dir>/
       <combo>/                    one directory per job (a combo of a sweep, or a single run)
-        launch.sh                 the exact script that was run (a copy of the user's script, or a
-                                  script that runs the given argv, shell-quoted)
+        launch.sh                 the exact script that was run (a copy of the user's script, a
+                                  rendered script, or one that runs the given argv, shell-quoted)
         job.json                  a `JobRecord`: what was run, where, the PIDs seen, start/end time,
                                   exit code, state and reason; rewritten as the job progresses
-        out-node0/training.log    stdout+stderr of node 0: the launcher and all of its ranks. Under
-        out-node1/training.log    torchrun with `--tee 3` each rank's line carries torchrun's prefix
-        ...                       (`[default<local_rank>]:`); launcher lines carry none.
+        out-node0/training.log    stdout+stderr of node 0: the launcher and all of its ranks
+        out-node0/ranks/...       torchrun's own per-rank files: <run id>/attempt_<n>/<local rank>/
+                                  {stdout,stderr}.log (local executor, when the launcher is torchrun)
+        out-node1/training.log    ...
+
+Rank prefixes: the executor asks torchrun to tee every rank's output with its prefix
+(`PET_TEE=3`, i.e. `--tee 3`, unless the script passes its own `--tee`), so each rank's line in
+training.log reads `[default<local_rank>]:...`; the launcher's own lines carry no prefix.
 
 Environment values are never written here (they may hold tokens); job.json lists their names.
 """
@@ -108,13 +113,15 @@ def prepare_job_dir(job: JobSpec) -> Path:
 
 
 def write_launch_script(job: JobSpec, job_directory: Path) -> Path:
-    """Write launch.sh: a copy of the user's script, or a bash script that execs the argv."""
+    """Write launch.sh: a copy of the user's script, the rendered text, or a script that execs the argv."""
     target = launch_script_path(job_directory)
     if job.script is not None:
         if not job.script.is_file():
             raise MegapilotError(f"{job.script} does not exist or is not a file", field="script",
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
         shutil.copyfile(job.script, target)
+    elif job.script_text is not None:
+        target.write_text(job.script_text)
     else:
         assert job.argv is not None
         target.write_text("#!/usr/bin/env bash\nset -euo pipefail\nexec " + shlex.join(job.argv) + "\n")

@@ -65,8 +65,8 @@ def test_hang_before_first_iteration_uses_startup_allowance():
 def test_hang_window_is_k_times_observed_interval_with_a_floor():
     tracker = ProgressTracker(HangPolicy(factor=5, min_window_s=1, startup_s=100), started_at_s=0.0)
     tracker.feed(line(1, 50), 10.0)
-    tracker.feed(line(2, 50), 12.0)  # 2 s between lines
-    assert tracker.step_time_s == 2.0
+    tracker.feed(line(2, 50), 12.0)  # 2 s between lines; the log claims 0.1 s per iteration
+    assert tracker.step_time_s == 0.1  # the trainer's own clock is what is reported
     assert tracker.hang_window_s() == 10.0
     assert tracker.hang_reason(21.9) is None
     reason = tracker.hang_reason(22.5)
@@ -103,3 +103,11 @@ def test_repeated_iteration_line_does_not_reset_the_clock():
     tracker.feed(line(3, 50, prefix="[default0]:"), 1.0)
     tracker.feed(line(3, 50, prefix="[default1]:"), 4.0)
     assert tracker.hang_deadline_s() == 6.0
+
+
+def test_lines_read_in_one_batch_fall_back_on_reported_step_time_times_interval():
+    tracker = ProgressTracker(HangPolicy(factor=3, min_window_s=1), started_at_s=0.0)
+    tracker.feed(line(10, 50, step_ms=1000), 5.0)
+    tracker.feed(line(20, 50, step_ms=1000), 5.0)  # both lines read by the same poll
+    assert tracker.log_interval == 10
+    assert tracker.hang_window_s() == 30.0  # 3 x (1 s x 10 iterations between lines)
