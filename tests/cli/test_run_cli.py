@@ -1,0 +1,107 @@
+"""`megapilot run` through the real entry point, with small real programs as the training job."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+PRINTER = Path(__file__).parents[1] / "execute" / "programs" / "iteration_printer.py"
+RESULT_KEYS = {"combo", "executor", "job_id", "state", "exit_code", "reason", "iterations_reached", "train_iters",
+               "step_time_s", "started_at", "ended_at", "duration_s", "job_dir", "logs"}
+
+
+def launch_script(tmp_path: Path, *flags: str) -> Path:
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\nexec " + " ".join([sys.executable, str(PRINTER), *flags]) + "\n")
+    return script
+
+
+def run_json(cli, *args: str):
+    result = cli("run", *args, "--json")
+    return result, (result.json() if result.stdout.strip() else None)
+
+
+def test_completed_run_exits_zero_with_the_result_schema(cli, tmp_path):
+    result, payload = run_json(cli, str(launch_script(tmp_path, "--iters", "4")), "--run-dir", str(tmp_path / "runs"),
+                               "--combo", "ok")
+    assert result.exit_code == 0
+    assert set(payload) == RESULT_KEYS
+    assert payload["state"] == "COMPLETED" and payload["iterations_reached"] == payload["train_iters"] == 4
+    assert payload["logs"] == [str(tmp_path / "runs" / "ok" / "out-node0" / "training.log")]
+    assert json.loads((tmp_path / "runs" / "ok" / "job.json").read_text())["status"]["state"] == "COMPLETED"
+
+
+def test_human_output_is_a_table_with_state_and_iterations(cli, tmp_path):
+    result = cli("run", str(launch_script(tmp_path, "--iters", "3")), "--run-dir", str(tmp_path), "--combo", "h")
+    assert result.exit_code == 0
+    assert "COMPLETED" in result.stdout and "3 / 3" in result.stdout and "training.log" in result.stdout
+
+
+def test_run_that_stops_early_exits_one_with_the_reason(cli, tmp_path):
+    script = launch_script(tmp_path, "--iters", "5", "--exit-after", "2")
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path), "--combo", "early")
+    assert result.exit_code == 1
+    assert payload["state"] == "FAILED" and "before the final iteration" in payload["reason"]
+
+
+def test_hang_timeout_flag_ends_a_silent_run_as_hung(cli, tmp_path):
+    script = launch_script(tmp_path, "--iters", "50", "--stall-after", "2")
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path), "--combo", "hang",
+                               "--hang-timeout-s", "0.8")
+    assert result.exit_code == 1 and payload["state"] == "HUNG" and payload["iterations_reached"] == 2
+
+
+def test_train_iters_flag_sets_the_final_iteration(cli, tmp_path):
+    result, payload = run_json(cli, str(launch_script(tmp_path, "--iters", "3")), "--run-dir", str(tmp_path),
+                               "--combo", "short", "--train-iters", "10")
+    assert result.exit_code == 1 and payload["train_iters"] == 10
+
+
+@pytest.mark.parametrize("args, field", [
+    (("missing.sh",), "script"),
+    ((), "script"),
+    (("--plan", "missing.json"), "plan"),
+    (("x.sh", "--plan", "p.json"), "script"),
+    (("x.sh", "--executor", "pbs"), "executor"),
+    (("x.sh", "--hang-factor", "0.5"), "hang.factor"),
+])
+def test_user_errors_exit_two_on_one_line(cli, tmp_path, monkeypatch, args, field):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.sh").write_text("true\n")
+    result = cli("run", *args)
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert f"{field}:" in result.stderr
+
+
+def test_plan_that_is_not_json_or_not_a_plan_is_a_user_error(cli, tmp_path):
+    (tmp_path / "a.json").write_text("{not json")
+    (tmp_path / "b.json").write_text('{"version": 1}')
+    first, second = cli("run", "--plan", str(tmp_path / "a.json")), cli("run", "--plan", str(tmp_path / "b.json"))
+    assert first.exit_code == second.exit_code == 2
+    assert "plan: " in first.stderr and "is not JSON" in first.stderr
+    assert "plan.model" in second.stderr and "fix:" in second.stderr
+
+
+def test_reusing_a_combo_is_refused(cli, tmp_path):
+    script = str(launch_script(tmp_path, "--iters", "1"))
+    assert cli("run", script, "--run-dir", str(tmp_path), "--combo", "c", "--json").exit_code == 0
+    again = cli("run", script, "--run-dir", str(tmp_path), "--combo", "c")
+    assert again.exit_code == 2 and "combo:" in again.stderr
+
+
+def test_plan_is_rendered_for_the_trainer_and_multi_node_refused_locally(cli, tmp_path):
+    from megapilot.catalog.gpus import get_gpu
+    from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
+
+    model = ModelSpec(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,
+                      vocab_size=1024, max_position_embeddings=128)
+    cluster = ClusterSpec(gpu=get_gpu("h100"), num_nodes=2, gpus_per_node=2)
+    plan = SavedPlan(model=model, cluster=cluster, training=TrainingSpec(seq_length=64, global_batch_size=4),
+                     parallel=ParallelConfig.for_world(4, tp=2, mbs=1))
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    result = cli("run", "--plan", str(tmp_path / "plan.json"), "--run-dir", str(tmp_path))
+    assert result.exit_code == 2 and "nodes:" in result.stderr
