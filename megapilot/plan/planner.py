@@ -1,0 +1,142 @@
+"""`plan()`: search, rank, explain — and when nothing fits, say what bites and the smallest change that fits."""
+
+from __future__ import annotations
+
+from megapilot.errors import MegapilotError
+from megapilot.plan.cost import CostModel, LayoutEstimator
+from megapilot.plan.reasons import Explainer, layout_label
+from megapilot.plan.search import (
+    MEMORY_FLOOR, Candidate, PlanResult, SearchOutcome, search_layouts, validated,
+)
+from megapilot.plan.space import Pins
+from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
+
+DEFAULT_TOP = 5
+
+
+def plan(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    *,
+    top: int = DEFAULT_TOP,
+    pins: Pins | None = None,
+    estimator: LayoutEstimator | None = None,
+) -> PlanResult:
+    """The `top` best layouts for this model on this cluster, each with its reasons.
+
+    Raises MegapilotError when a pinned value is illegal, or when no layout fits; the latter names
+    the constraint that bites and the smallest relaxation (more GPUs, shorter sequence, ...) that fits.
+    """
+    if top < 1:
+        raise MegapilotError(f"must be at least 1, got {top}", field="top", fix="pass --top 1 or more")
+    pins = pins or Pins()
+    cost = CostModel(model, cluster, training, estimator)
+    outcome = search_layouts(model, cluster, training, pins=pins, cost=cost)
+    if not outcome.ranked:
+        raise _nothing_fits(model, cluster, training, pins, outcome, estimator)
+    chosen = distinct_shapes(outcome.ranked, top)
+    explainer = Explainer(cost)
+    candidates = []
+    for parallel, est in chosen:
+        warnings = validated(model, cluster, training, parallel)  # the pre-filters must agree with the spec
+        reasons = explainer.explain(parallel, est) + [f"note: {w}" for w in warnings]
+        candidates.append(Candidate(parallel=parallel, estimate=est, reasons=reasons))
+    return PlanResult(
+        model=model, cluster=cluster, training=training, candidates=candidates,
+        rejected=dict(sorted(outcome.rejected.items(), key=lambda kv: -kv[1])),
+        summary=explainer.runners_up(chosen),
+        layouts_costed=cost.calls, layouts_fitting=outcome.layouts_fitting,
+    )
+
+
+def distinct_shapes(ranked: list[tuple[ParallelConfig, EstimateResult]], top: int) -> list[tuple[ParallelConfig, EstimateResult]]:
+    """The best layout of each parallel shape (TP, PP, CP, EP, ETP, FSDP), `top` of them.
+
+    Variants of one shape (another VPP, MBS or recompute) are tuning of the same choice; showing
+    five of them would hide the real alternatives.
+    """
+    seen: set[tuple] = set()
+    chosen = []
+    for parallel, est in ranked:
+        key = (parallel.tp, parallel.pp, parallel.cp, parallel.ep, parallel.etp, parallel.fsdp)
+        if key not in seen:
+            seen.add(key)
+            chosen.append((parallel, est))
+        if len(chosen) == top:
+            break
+    return chosen
+
+
+# ---- nothing fits ----------------------------------------------------------------------------
+
+def _nothing_fits(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins,
+    outcome: SearchOutcome, estimator: LayoutEstimator | None,
+) -> MegapilotError:
+    bites = _what_bites(outcome)
+    fixes = _relaxations_that_fit(model, cluster, training, pins, estimator)
+    fix = "; or ".join(fixes) if fixes else "use a larger GPU or a smaller model"
+    return MegapilotError(f"no layout fits: {bites}", field=_bite_field(outcome), fix=fix)
+
+
+def _what_bites(outcome: SearchOutcome) -> str:
+    if not outcome.rejected:
+        return "no layout passes the rules"
+    category, count = max(outcome.rejected.items(), key=lambda kv: kv[1])
+    text = f"{count} layouts cut by '{category}'"
+    if outcome.smallest_floor is not None:
+        parallel, memory = outcome.smallest_floor
+        text += (f"; the smallest footprint found ({layout_label(parallel)}) needs "
+                 f"{memory.total_gib:.1f} GiB per GPU of {memory.capacity_gib:.1f} GiB")
+    return text
+
+
+def _bite_field(outcome: SearchOutcome) -> str:
+    if not outcome.rejected:
+        return "parallel"
+    category = max(outcome.rejected.items(), key=lambda kv: kv[1])[0]
+    return "memory" if category.startswith("memory") else category.split()[0]
+
+
+def _fits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins,
+          estimator: LayoutEstimator | None) -> bool:
+    try:
+        return bool(search_layouts(model, cluster, training, pins=pins, estimator=estimator).ranked)
+    except MegapilotError:
+        return False
+
+
+def _relaxations_that_fit(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins,
+    estimator: LayoutEstimator | None,
+) -> list[str]:
+    """Re-run the search on relaxed inputs; report the smallest relaxation of each kind that fits."""
+    found: list[str] = []
+    loose = Pins(tp=pins.tp, pp=pins.pp, vpp=pins.vpp, cp=pins.cp, ep=pins.ep, etp=pins.etp)
+    if loose != pins and _fits(model, cluster, training, loose, estimator):
+        found.append("drop the --mbs/--recompute/--fsdp pins (a lower MBS or more recompute fits)")
+    for factor in (2, 4, 8, 16):
+        bigger = ClusterSpec(gpu=cluster.gpu, num_nodes=cluster.num_nodes * factor,
+                             gpus_per_node=cluster.gpus_per_node)
+        relaxed = training.model_copy(update={"global_batch_size": training.global_batch_size * factor}) \
+            if training.global_batch_size % bigger.world_size else training
+        if _fits(model, bigger, relaxed, pins, estimator):
+            batch = "" if relaxed is training else f" (and --gbs {relaxed.global_batch_size})"
+            found.append(f"use {bigger.world_size:,} GPUs ({factor}× more){batch}")
+            break
+    for factor in (2, 4, 8):
+        shorter = training.seq_length // factor
+        if shorter < 512 or training.seq_length % factor:
+            break
+        if _fits(model, cluster, training.model_copy(update={"seq_length": shorter}), pins, estimator):
+            found.append(f"use --seq-len {shorter:,}")
+            break
+    if cluster.gpu.supports("fp8") and training.precision in ("bf16", "fp16"):
+        if _fits(model, cluster, training.model_copy(update={"precision": "fp8"}), pins, estimator):
+            found.append("use --precision fp8")
+    return found
+
+
+def mentions_floor(result: SearchOutcome) -> bool:
+    return MEMORY_FLOOR in result.rejected

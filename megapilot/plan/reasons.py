@@ -1,0 +1,335 @@
+"""Why a layout looks as it does, in plain words computed from the estimator's numbers.
+
+Every reason is a what-if: the planner re-costs the winner with one dimension moved (TP halved or
+doubled, PP lowered, CP=1, VPP=1, EP=1, a larger micro-batch, less recompute) and states what the cost
+model says would happen — it would not fit, by how many GiB, or it would be slower, by how much. The
+rules of thumb (TP within a node, PP for large models, CP for long sequences, EP dividing the expert
+count, DP filling the rest) are therefore stated only where the cost model reproduces them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from megapilot.errors import MegapilotError
+from megapilot.plan import space
+from megapilot.plan.cost import CostModel
+from megapilot.spec import EstimateResult, ParallelConfig
+
+# time_breakdown_s keys → words. Matching is by the first key fragment found, so the estimator may
+# name its entries e.g. `tp_comm_exposed` or `pipeline_bubble` and still be read.
+COMPONENT_WORDS: tuple[tuple[str, str], ...] = (
+    ("bubble", "pipeline bubble"),
+    ("recompute", "activation recompute"),
+    ("tp", "TP communication"),
+    ("cp", "CP communication"),
+    ("ep", "EP all-to-all"),
+    ("a2a", "EP all-to-all"),
+    ("all_to_all", "EP all-to-all"),
+    ("dp", "DP gradient sync"),
+    ("fsdp", "FSDP gathers"),
+    ("p2p", "pipeline send/recv"),
+    ("pp", "pipeline send/recv"),
+    ("optimizer", "optimizer step"),
+    ("compute", "compute"),
+)
+
+
+def component_words(key: str) -> str:
+    lowered = key.lower()
+    for fragment, words in COMPONENT_WORDS:
+        if fragment in lowered.split("_") or lowered.startswith(fragment):
+            return words
+    return key.replace("_", " ")
+
+
+def component_share(est: EstimateResult, fragment: str) -> float:
+    """Fraction of the step spent in the breakdown entries whose name carries `fragment`."""
+    if est.step_time_s <= 0:
+        return 0.0
+    total = sum(v for k, v in est.time_breakdown_s.items() if _matches(k, fragment))
+    return total / est.step_time_s
+
+
+def _matches(key: str, fragment: str) -> bool:
+    parts = key.lower().split("_")
+    return fragment in parts or key.lower().startswith(fragment)
+
+
+def exposed_comm_share(est: EstimateResult) -> float:
+    """Share of the step in exposed communication: every breakdown entry that is not compute,
+    recompute, bubble or optimizer (the estimator lists only the exposed part of overlapped comm)."""
+    if est.step_time_s <= 0:
+        return 0.0
+    not_comm = ("compute", "recompute", "bubble", "optimizer")
+    comm = sum(v for k, v in est.time_breakdown_s.items() if not any(_matches(k, n) for n in not_comm)
+               and not _is_total(k))
+    return comm / est.step_time_s
+
+
+def _is_total(key: str) -> bool:
+    return key.lower() in ("total", "step", "step_time")
+
+
+def bubble_share(est: EstimateResult) -> float:
+    return component_share(est, "bubble")
+
+
+def layout_label(p: ParallelConfig) -> str:
+    """Compact layout name for tables: `TP4 PP4 VPP5 CP2 EP1 DP2 MBS1 selective`."""
+    parts = [f"TP{p.tp}", f"PP{p.pp}"]
+    if p.vpp > 1:
+        parts.append(f"VPP{p.vpp}")
+    parts.append(f"CP{p.cp}")
+    if p.ep > 1 or p.etp is not None:
+        parts.append(f"EP{p.ep}" + (f" ETP{p.etp}" if p.etp is not None else ""))
+    parts += [f"DP{p.dp}", f"MBS{p.mbs}"]
+    parts.append(_recompute_label(p))
+    if p.fsdp:
+        parts.append("FSDP")
+    return " ".join(parts)
+
+
+def _recompute_label(p: ParallelConfig) -> str:
+    if p.recompute != "full":
+        return p.recompute
+    if p.recompute_method == "block":
+        return f"full×{p.recompute_num_layers}L"
+    return "full"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f} %" if x < 0.1 else f"{x * 100:.0f} %"
+
+
+def _gib(x: float) -> str:
+    return f"{x:.1f} GiB"
+
+
+class Explainer:
+    """Builds the reasons for planned layouts by re-costing what-if variants."""
+
+    def __init__(self, cost: CostModel):
+        self.cost = cost
+        self.model, self.cluster, self.training = cost.model, cost.cluster, cost.training
+
+    # -- what-ifs
+    def _variant(self, p: ParallelConfig, **changes: object) -> tuple[ParallelConfig, EstimateResult] | None:
+        """Re-cost `p` with some fields changed (DP re-derived); None if the variant is not a legal layout."""
+        fields = p.model_dump()
+        fields.update(changes)
+        tp, pp, cp = fields["tp"], fields["pp"], fields["cp"]
+        world = self.cluster.world_size
+        if world % (tp * pp * cp):
+            return None
+        fields["dp"] = world // (tp * pp * cp)
+        fields["sequence_parallel"] = tp > 1
+        if fields["etp"] is not None and fields["etp"] == tp:
+            fields["etp"] = None
+        if fields["recompute"] != "full":
+            fields["recompute_num_layers"] = None
+        try:
+            variant = ParallelConfig(**fields)
+            if variant.recompute == "full" and variant.recompute_method == "block":
+                if (variant.recompute_num_layers or 0) > self.model.num_layers // (variant.pp * variant.vpp):
+                    variant = variant.model_copy(update={"recompute_method": "uniform", "recompute_num_layers": 1})
+            if any(r is not None for r in self._rules(variant)):
+                return None
+            return variant, self.cost(variant)
+        except (MegapilotError, ValueError):
+            return None
+
+    def _rules(self, p: ParallelConfig) -> Iterable[space.Rejection | None]:
+        yield space.cp_rule(self.training, p.tp, p.cp)
+        yield space.pp_rule(self.model, p.pp, p.vpp)
+        yield space.batch_rule(self.training, p.dp, p.mbs)
+        yield space.expert_rule(self.model, p.tp, p.cp, p.dp, p.ep, p.expert_tp)
+        heads = self.model.num_attention_heads
+        kv_heads = heads if self.model.mla is not None else self.model.kv_heads
+        if heads % p.tp or kv_heads % p.tp:
+            yield space.Rejection("tp", "tp", "tp does not divide heads", "")
+
+    def _speed_delta(self, base: EstimateResult, other: EstimateResult) -> str:
+        """`12 % slower` / `3.1 % faster` for `other` against `base`."""
+        ratio = other.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1
+        return f"{_pct(abs(ratio))} {'faster' if ratio > 0 else 'slower'}"
+
+    def _capacity(self, est: EstimateResult) -> float:
+        return est.memory_gib.capacity
+
+    def _too_big(self, est: EstimateResult) -> str:
+        return f"{_gib(est.memory_gib.total)} > {_gib(self._capacity(est))}"
+
+    # -- per-dimension reasons
+    def explain(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        reasons = [self._memory(est)]
+        for part in (self._tp, self._pp, self._cp, self._experts, self._dp, self._mbs, self._recompute, self._fsdp):
+            reasons += [r for r in part(p, est) if r]
+        return reasons
+
+    def _memory(self, est: EstimateResult) -> str:
+        m = est.memory_gib
+        return (f"memory {_gib(m.total)} of {_gib(m.capacity)}: weights {m.weights:.1f}, grads {m.gradients:.1f}, "
+                f"optimizer {m.optimizer:.1f}, activations {m.activations:.1f}, overhead {m.overhead:.1f} GiB")
+
+    def _tp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        out: list[str] = []
+        node = self.cluster.gpus_per_node
+        if p.tp > 1:
+            out.append(f"TP={p.tp} exposes {_pct(component_share(est, 'tp'))} of step time in TP communication")
+            lower = self._variant(p, tp=p.tp // 2) if p.tp % 2 == 0 else None
+            if lower and not lower[1].fits:
+                out.append(f"TP={p.tp} because at TP={p.tp // 2} the most-loaded GPU needs {self._too_big(lower[1])}")
+            elif lower:
+                out.append(f"TP={p.tp // 2} would fit but be {self._speed_delta(est, lower[1])}")
+        if p.tp * 2 > node and self.model.num_attention_heads % (p.tp * 2) == 0:
+            out.append(self._tp_across_nodes(p, est))
+        elif p.tp == 1:
+            higher = self._variant(p, tp=2)
+            if higher:
+                out.append(f"TP=1: the model fits unsplit; TP=2 would be {self._speed_delta(est, higher[1])}")
+        return out
+
+    def _tp_across_nodes(self, p: ParallelConfig, est: EstimateResult) -> str:
+        """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes."""
+        node = self.cluster.gpus_per_node
+        beyond = self._variant_unchecked(p, tp=p.tp * 2)
+        if beyond is None:
+            return f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would put TP all-reduces on the inter-node network"
+        verdict = self._speed_delta(est, beyond[1]) if beyond[1].fits else f"not fit ({self._too_big(beyond[1])})"
+        return (f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would run TP all-reduces across nodes and "
+                f"would be {verdict}")
+
+    def _variant_unchecked(self, p: ParallelConfig, **changes: object) -> tuple[ParallelConfig, EstimateResult] | None:
+        """Like `_variant` but without the TP-within-node rule (to cost what the rule forbids)."""
+        return self._variant(p, **changes)
+
+    def _pp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        if p.pp == 1:
+            return []
+        micro = p.num_microbatches(self.training.global_batch_size)
+        out = []
+        text = f"PP={p.pp} bubble {_pct(bubble_share(est))} at {micro} micro-batches"
+        if p.vpp > 1:
+            flat = self._variant(p, vpp=1)
+            if flat:
+                text += f"; VPP={p.vpp} cuts it from {_pct(bubble_share(flat[1]))}"
+                if not flat[1].fits:
+                    text += f" (and VPP=1 would not fit: {self._too_big(flat[1])})"
+        out.append(text)
+        smaller = [v for v in space.divisors(p.pp) if v < p.pp and self.model.num_layers % v == 0]
+        if smaller:
+            lower = self._variant(p, pp=smaller[-1], vpp=1)
+            if lower and not lower[1].fits:
+                out.append(f"PP={p.pp} because the model is too large for PP={smaller[-1]}: "
+                           f"{self._too_big(lower[1])} (weights+grads+optimizer "
+                           f"{_gib(_static(lower[1]))} there vs {_gib(_static(est))} here)")
+            elif lower:
+                out.append(f"PP={smaller[-1]} would fit but be {self._speed_delta(est, lower[1])}")
+        return out
+
+    def _cp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        if p.cp == 1:
+            return []
+        out = [f"CP={p.cp} exposes {_pct(component_share(est, 'cp'))} of step time in CP communication"]
+        without = self._variant(p, cp=1)
+        seq = self.training.seq_length
+        if without and not without[1].fits:
+            out.append(f"CP={p.cp} because seq {seq:,} × MBS {p.mbs} activations need "
+                       f"{_gib(without[1].memory_gib.activations)} at CP=1, total {self._too_big(without[1])}")
+        elif without:
+            out.append(f"CP=1 would fit but be {self._speed_delta(est, without[1])}")
+        return out
+
+    def _experts(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        moe = self.model.moe
+        if moe is None:
+            return []
+        experts = moe.num_experts
+        span = p.ep * p.expert_tp
+        where = ("inside one NVLink domain" if span <= self.cluster.gpu.scaleup_domain_gpus
+                 and span <= self.cluster.gpus_per_node else "across nodes")
+        out = [f"EP={p.ep}: {experts} experts / {p.ep} = {experts // p.ep} per rank (EP divides the expert "
+               f"count); all-to-all {where}, {_pct(component_share(est, 'ep') + component_share(est, 'a2a'))} "
+               "of step time"]
+        if p.ep > 1:
+            single = self._variant(p, ep=1)
+            if single:
+                fits = "fits" if single[1].fits else f"does not fit: {self._too_big(single[1])}"
+                out.append(f"EP saves memory: weights+grads+optimizer {_gib(_static(single[1]))} per GPU at EP=1 "
+                           f"vs {_gib(_static(est))} at EP={p.ep} (EP=1 {fits})")
+        out.append(f"router: top-{moe.router_topk} of {experts}, load balancing {moe.load_balancing_type}, "
+                   f"aux-loss coefficient {moe.aux_loss_coeff:g}")
+        return out
+
+    def _dp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        world = self.cluster.world_size
+        return [f"DP={p.dp} fills the rest: {world:,} GPUs / (TP {p.tp} × PP {p.pp} × CP {p.cp}) = {p.dp}; "
+                f"DP gradient sync exposes {_pct(component_share(est, 'dp'))} of step time"]
+
+    def _mbs(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        micro = p.num_microbatches(self.training.global_batch_size)
+        text = f"MBS={p.mbs}: {micro} micro-batches per replica"
+        larger = self._variant(p, mbs=p.mbs * 2)
+        if larger and not larger[1].fits:
+            text += f"; MBS={p.mbs * 2} would not fit ({self._too_big(larger[1])})"
+        elif larger:
+            text += f"; MBS={p.mbs * 2} would be {self._speed_delta(est, larger[1])}"
+        return [text]
+
+    def _recompute(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        if p.recompute == "none":
+            return ["no activation recompute: every activation fits"]
+        lighter = "none" if p.recompute == "selective" else "selective"
+        less = self._variant(p, recompute=lighter, recompute_method="uniform", recompute_num_layers=None)
+        share = component_share(est, "recompute")
+        text = f"{_recompute_label(p)} recompute costs {_pct(share)} of step time"
+        if less and not less[1].fits:
+            text += f"; with {lighter} recompute activations would need {_gib(less[1].memory_gib.activations)}, " \
+                    f"total {self._too_big(less[1])}"
+        return [text]
+
+    def _fsdp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        if not p.fsdp:
+            return []
+        plain = self._variant(p, fsdp=False)
+        if plain and not plain[1].fits:
+            return [f"FSDP shards weights and grads over DP={p.dp}: without it {self._too_big(plain[1])}"]
+        if plain:
+            return [f"FSDP over DP={p.dp}; plain distributed optimizer would be {self._speed_delta(est, plain[1])}"]
+        return []
+
+    # -- summary across candidates
+    def runners_up(self, ranked: list[tuple[ParallelConfig, EstimateResult]]) -> list[str]:
+        """Why each runner-up lost to the winner: the time component that grew the most."""
+        if not ranked:
+            return []
+        best_p, best = ranked[0]
+        lines = []
+        for index, (p, est) in enumerate(ranked[1:], start=2):
+            delta = 1 - est.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu
+            cause = _largest_growth(best, est)
+            tail = f": {cause}" if cause else ""
+            if delta < 0.002:
+                tail = f": same speed, ranked lower on memory ({_gib(est.memory_gib.total)} vs " \
+                       f"{_gib(best.memory_gib.total)}) or simplicity"
+            lines.append(f"#{index} {layout_label(p)} is {_pct(max(delta, 0.0))} slower{tail}")
+        return lines
+
+
+def _static(est: EstimateResult) -> float:
+    m = est.memory_gib
+    return m.weights + m.gradients + m.optimizer
+
+
+def _largest_growth(best: EstimateResult, other: EstimateResult) -> str:
+    keys = set(best.time_breakdown_s) | set(other.time_breakdown_s)
+    growth = {k: other.time_breakdown_s.get(k, 0.0) - best.time_breakdown_s.get(k, 0.0)
+              for k in keys if not _is_total(k)}
+    if not growth:
+        return ""
+    key = max(growth, key=growth.get)
+    if growth[key] <= 0:
+        return ""
+    return (f"{component_words(key)} {other.time_breakdown_s.get(key, 0.0):.2f} s vs "
+            f"{best.time_breakdown_s.get(key, 0.0):.2f} s per step")

@@ -1,0 +1,377 @@
+"""Search over parallel layouts: enumerate the legal ones, prune by memory, rank by throughput.
+
+How the space is walked (each step cuts what the next would otherwise have to cost):
+
+1. **Shapes** (TP, CP, PP, DP, EP, ETP, FSDP) come from divisor enumeration (`space.py`); each value
+   that breaks a Megatron rule is counted under its rule in `rejected` and never costed.
+2. **Memory floor.** A shape is costed once at its smallest footprint (MBS 1, full recompute of every
+   layer, no interleaving). If even that does not fit, no MBS, recompute or VPP can make it fit, so
+   the shape is dropped. Expert weights per GPU only grow as EP shrinks, so EP is walked from the
+   largest value down and the walk stops at the first EP whose floor does not fit.
+3. **Recompute ladder.** For each VPP and MBS, recompute options are tried from the cheapest in time
+   (none, selective, full on part of the layers, full on all) and the first that fits is kept: more
+   recompute than memory needs only adds time (counted as `dominated`).
+4. **MBS walk.** Activation memory grows with the micro-batch, so once a micro-batch does not fit even
+   with full recompute the larger ones are skipped.
+
+Sequence parallelism is on whenever TP > 1 and the distributed optimizer is always on: both cut
+memory and, in Megatron, move the same bytes as the plain all-reduce they replace, so the other
+settings are dominated. FSDP is searched as its own option. Ranking: predicted tokens/s/GPU (within
+0.2 % counts as a tie), then lower memory, then the simpler layout.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from megapilot.plan import space
+from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
+from megapilot.plan.reasons import bubble_share
+from megapilot.plan.space import Pins, Rejection
+from megapilot.spec import (
+    ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec, validate_layout,
+)
+
+TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
+KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
+
+MEMORY_FLOOR = "memory: weights+optimizer exceed HBM at any MBS/recompute"
+MEMORY_ACTIVATIONS = "memory: activations exceed HBM at this MBS and recompute"
+MEMORY_MBS_SKIPPED = "memory: larger MBS skipped after a smaller one did not fit"
+DOMINATED_RECOMPUTE = "dominated: more recompute than memory needs"
+DOMINATED_FSDP = "dominated: FSDP where memory does not bind"
+DOMINATED_CP = "dominated: more CP than memory needs"
+DOMINATED_MBS = "dominated: larger MBS after throughput fell"
+DOMINATED_VPP = "dominated: more VPP once throughput fell or the bubble is inside the tie band"
+
+
+class Candidate(BaseModel):
+    """One ranked layout: the layout, the estimator's numbers for it, and why it looks as it does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parallel: ParallelConfig
+    estimate: EstimateResult
+    reasons: list[str] = Field(default_factory=list)
+
+
+class PlanResult(BaseModel):
+    """Ranked candidates plus what was cut and why; `to_saved_plan` feeds the launch-script command."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    candidates: list[Candidate]
+    rejected: dict[str, int]
+    summary: list[str] = Field(default_factory=list)
+    layouts_costed: int = 0
+    layouts_fitting: int = 0
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+    def shell(self) -> str:
+        return self.best.parallel.shell_block(self.training.global_batch_size)
+
+    def product_check(self) -> str:
+        """The world-size product written out, e.g. `4×4×2×2 = 64 GPUs` (TP×PP×CP×DP)."""
+        p = self.best.parallel
+        return f"TP×PP×CP×DP = {p.tp}×{p.pp}×{p.cp}×{p.dp} = {p.world_size} GPUs"
+
+    def to_saved_plan(self, index: int = 0) -> SavedPlan:
+        chosen = self.candidates[index]
+        return SavedPlan(model=self.model, cluster=self.cluster, training=self.training,
+                         parallel=chosen.parallel, estimate=chosen.estimate,
+                         reasons=chosen.reasons + self.summary)
+
+    def to_json(self) -> dict:
+        """The stable `megapilot plan --json` document."""
+        return {
+            "candidates": [c.model_dump(mode="json") for c in self.candidates],
+            "rejected": dict(self.rejected),
+            "summary": list(self.summary),
+            "shell": self.shell(),
+            "product_check": self.product_check(),
+            "layouts_costed": self.layouts_costed,
+            "layouts_fitting": self.layouts_fitting,
+        }
+
+
+@dataclass
+class SearchOutcome:
+    """The raw result of one search: ranked fits, rejection counts and the tightest miss."""
+
+    ranked: list[tuple[ParallelConfig, EstimateResult]]
+    rejected: Counter
+    layouts_costed: int
+    layouts_fitting: int
+    smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
+    cost: CostModel | None = field(default=None, repr=False)
+
+
+# ---- ranking ----------------------------------------------------------------------------------
+
+def simplicity(p: ParallelConfig) -> tuple[int, int, int]:
+    """Fewer parallel dimensions in use, then smaller model-parallel groups, then less recompute."""
+    dims_in_use = sum(x > 1 for x in (p.tp, p.pp, p.vpp, p.cp, p.ep)) + p.fsdp
+    recompute_rank = {"none": 0, "selective": 1, "full": 2}[p.recompute]
+    return dims_in_use, p.tp * p.pp * p.vpp * p.cp * p.ep, recompute_rank
+
+
+def rank_key(p: ParallelConfig, est: EstimateResult) -> tuple:
+    """Sort key: throughput band (higher first), then memory, then simplicity."""
+    band = math.floor(math.log(max(est.tokens_per_s_per_gpu, 1e-9)) / math.log(TIE_BAND))
+    return (-band, est.memory_gib.total, simplicity(p))
+
+
+# ---- the search -------------------------------------------------------------------------------
+
+def recompute_ladder(model: ModelSpec, pp: int, vpp: int) -> list[dict]:
+    """Recompute settings from the cheapest in time to the smallest in memory."""
+    layers_per_chunk = model.num_layers // (pp * vpp)
+    ladder: list[dict] = [{"recompute": "none"}, {"recompute": "selective"}]
+    partial = sorted({max(1, layers_per_chunk * q // 4) for q in (1, 2, 3)} - {layers_per_chunk})
+    ladder += [{"recompute": "full", "recompute_method": "block", "recompute_num_layers": k} for k in partial]
+    ladder.append({"recompute": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    return ladder
+
+
+class _Search:
+    def __init__(self, cost: CostModel, pins: Pins):
+        self.cost = cost
+        self.model, self.cluster, self.training = cost.model, cost.cluster, cost.training
+        self.pins = pins
+        self.rejected: Counter = Counter()
+        self.heap: list[tuple] = []  # the KEEP_PER_SEARCH best so far, worst on top
+        self.fitting = 0
+        self.counter = 0
+        self.smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
+
+    # -- bookkeeping
+    def _reject(self, rejection: Rejection | None, count: int = 1) -> bool:
+        if rejection is None:
+            return False
+        self.rejected[rejection.category] += count
+        return True
+
+    def _keep(self, parallel: ParallelConfig, est: EstimateResult) -> None:
+        self.fitting += 1
+        self.counter += 1
+        key = rank_key(parallel, est)
+        entry = (_Inverted(key), self.counter, parallel, est)
+        if len(self.heap) < KEEP_PER_SEARCH:
+            heapq.heappush(self.heap, entry)
+        elif key < self.heap[0][0].key:
+            heapq.heapreplace(self.heap, entry)
+
+    def _note_floor(self, parallel: ParallelConfig, memory: MemoryCheck) -> None:
+        if self.smallest_floor is None or memory.total_gib < self.smallest_floor[1].total_gib:
+            self.smallest_floor = (parallel, memory)
+
+    # -- the walk
+    def run(self) -> SearchOutcome:
+        world = self.cluster.world_size
+        for tp in space.tp_values(world, self.pins):
+            if self._reject(space.tp_rule(self.model, self.cluster, tp)):
+                continue
+            for pp in space.pp_values(world // tp, self.model, self.pins):
+                if self._reject(space.pp_rule(self.model, pp)):
+                    continue
+                self._walk_context_parallel(tp, pp)
+        ranked = [(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)]
+        return SearchOutcome(ranked, self.rejected, self.cost.calls, self.fitting, self.smallest_floor,
+                             self.cost)
+
+    def _walk_context_parallel(self, tp: int, pp: int) -> None:
+        """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it.
+
+        A larger CP than memory needs is dominated: it does the same work per GPU in smaller GEMMs
+        plus the ring-attention traffic, and its only other effect (shorter micro-batches, so a
+        smaller bubble) VPP delivers without the traffic.
+        """
+        world = self.cluster.world_size
+        settled: set[tuple[int, int, bool]] = set()  # (ep, etp, fsdp) that fit without relief at a smaller CP
+        for cp in space.cp_values(world // (tp * pp), self.pins):
+            if self._reject(space.cp_rule(self.training, tp, cp)):
+                continue
+            dp = world // (tp * cp * pp)
+            if self._reject(space.batch_rule(self.training, dp)):
+                continue
+            self._walk_experts(tp, cp, pp, dp, settled)
+
+    def _walk_experts(self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]]) -> None:
+        """Walk EP (largest first), ETP and FSDP for one (TP, CP, PP)."""
+        floor_failed_for: set[tuple[int, bool]] = set()  # (etp, fsdp) whose floor failed at a larger EP
+        for ep, etp in space.expert_values(self.model, tp, self.pins):
+            if self._reject(space.expert_rule(self.model, tp, cp, dp, ep, etp)):
+                continue
+            memory_bound = True
+            for fsdp in self._fsdp_options(dp):
+                if (ep, etp, fsdp) in settled:
+                    self.rejected[DOMINATED_CP] += 1
+                    continue
+                if fsdp and not memory_bound:
+                    # FSDP only buys memory (at the price of more all-gathers than the distributed
+                    # optimizer): a shape that already runs its largest MBS without recompute cannot gain.
+                    self.rejected[DOMINATED_FSDP] += 1
+                    continue
+                if (etp, fsdp) in floor_failed_for:  # a larger EP already failed: expert weights only grow
+                    self.rejected[MEMORY_FLOOR] += 1
+                    continue
+                shape = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=None if etp == tp else etp,
+                             sequence_parallel=tp > 1, distributed_optimizer=True, fsdp=fsdp)
+                floor = self._floor(shape)
+                if not floor.fits:
+                    static_gib = floor.total_gib - floor.activations_gib
+                    if static_gib > floor.capacity_gib:  # weights alone overflow: CP cannot help
+                        settled.add((ep, etp, fsdp))
+                    if self.model.moe is not None and self.pins.ep is None:
+                        floor_failed_for.add((etp, fsdp))
+                    continue
+                memory_bound, smallest_bound = self._walk_vpp(shape, pp, dp)
+                if not smallest_bound:
+                    settled.add((ep, etp, fsdp))
+
+    def _fsdp_options(self, dp: int) -> tuple[bool, ...]:
+        if self.pins.fsdp is not None:
+            return (self.pins.fsdp,)
+        return (False, True) if dp > 1 else (False,)
+
+    def _floor(self, shape: dict) -> MemoryCheck:
+        """The shape's smallest footprint: MBS 1 (or the pinned one), full recompute of every layer."""
+        floor = ParallelConfig(**shape, mbs=self.pins.mbs or 1, recompute="full",
+                               recompute_method="uniform", recompute_num_layers=1)
+        memory = self.cost.memory(floor)
+        if not memory.fits:
+            self.rejected[MEMORY_FLOOR] += 1
+            self._note_floor(floor, memory)
+        return memory
+
+    def _walk_vpp(self, shape: dict, pp: int, dp: int) -> tuple[bool, bool]:
+        """Walk VPP upwards. Returns (memory bound anything, activations bound even the smallest MBS)."""
+        bound_any = bound_smallest = False
+        best_so_far: float | None = None
+        vpps = space.vpp_values(self.model, pp, self.pins)
+        for index, vpp in enumerate(vpps):
+            if self._reject(space.pp_rule(self.model, pp, vpp)):
+                continue
+            best, any_, smallest = self._walk_microbatches({**shape, "vpp": vpp}, dp)
+            bound_any |= any_
+            bound_smallest |= smallest
+            if best is None or index + 1 == len(vpps):
+                continue
+            # More interleaving shrinks the bubble as 1/VPP but adds send/recv and in-flight
+            # activations, so throughput is unimodal in VPP: stop once it falls, or once the bubble
+            # is already inside the tie band (nothing left to win).
+            fell = best_so_far is not None and best.tokens_per_s_per_gpu < best_so_far
+            if fell or bubble_share(best) < TIE_BAND - 1:
+                self.rejected[DOMINATED_VPP] += len(vpps) - index - 1
+                break
+            best_so_far = best.tokens_per_s_per_gpu
+        return bound_any, bound_smallest
+
+    def _walk_microbatches(self, shape: dict, dp: int) -> tuple[EstimateResult | None, bool, bool]:
+        """Every useful MBS at its least recompute.
+
+        Returns (best estimate, memory bound any MBS, memory bound the smallest MBS). Memory grows
+        with MBS and falls along the recompute ladder, so the first rung that fits can only move up
+        as MBS grows: each MBS starts climbing where the previous one stopped. Throughput is
+        unimodal in MBS (GEMM efficiency saturates while the pipeline gets fewer micro-batches), so
+        the walk stops once it falls.
+        """
+        ladder = self._ladder(shape["pp"], shape["vpp"])
+        mbs_values = space.mbs_values(self.training, dp, self.pins)
+        best: EstimateResult | None = None
+        bound_any = False
+        bound_smallest: bool | None = None
+        rung = 0
+        for index, mbs in enumerate(mbs_values):
+            if self._reject(space.batch_rule(self.training, dp, mbs)):
+                continue
+            est, rung = self._climb_ladder(shape, mbs, ladder, rung)
+            bound_any |= rung > 0 or est is None
+            if bound_smallest is None:
+                bound_smallest = rung > 0 or est is None
+            if est is None:
+                self.rejected[MEMORY_MBS_SKIPPED] += len(mbs_values) - index - 1
+                break
+            if best is not None and est.tokens_per_s_per_gpu < best.tokens_per_s_per_gpu:
+                self.rejected[DOMINATED_MBS] += len(mbs_values) - index - 1
+                break
+            best = est
+        return best, bound_any, bool(bound_smallest)
+
+    def _ladder(self, pp: int, vpp: int) -> list[dict]:
+        ladder = recompute_ladder(self.model, pp, vpp)
+        if self.pins.recompute:
+            ladder = [step for step in ladder if step["recompute"] == self.pins.recompute]
+        return ladder
+
+    def _climb_ladder(
+        self, shape: dict, mbs: int, ladder: list[dict], start: int
+    ) -> tuple[EstimateResult | None, int]:
+        """The least recompute that fits at this MBS, from rung `start` up; (estimate, rung index).
+
+        Memory falls monotonically along the ladder, so the first rung that fits the memory stage is
+        found by bisection; the full estimate then confirms it (or the climb goes on above it).
+        """
+        layouts = [ParallelConfig(**shape, mbs=mbs, **step) for step in ladder]
+        low, high = start, len(ladder)  # invariant: rungs < low do not fit, rungs >= high unknown or fit
+        if low < high and self.cost.memory(layouts[low]).fits:  # the common case: no climb needed
+            high = low
+        while low < high:
+            middle = (low + high) // 2
+            if self.cost.memory(layouts[middle]).fits:
+                high = middle
+            else:
+                low = middle + 1
+        self.rejected[MEMORY_ACTIVATIONS] += low
+        for step_index in range(low, len(ladder)):
+            est = self.cost(layouts[step_index])
+            if est.fits:
+                self._keep(layouts[step_index], est)
+                self.rejected[DOMINATED_RECOMPUTE] += len(ladder) - step_index - 1
+                return est, step_index
+            self.rejected[MEMORY_ACTIVATIONS] += 1
+        return None, len(ladder)
+
+
+class _Inverted:
+    """Wraps a sort key so that heapq's min-heap keeps the worst entry on top."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple):
+        self.key = key
+
+    def __lt__(self, other: "_Inverted") -> bool:
+        return other.key < self.key
+
+
+def search_layouts(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    *,
+    pins: Pins | None = None,
+    estimator: LayoutEstimator | None = None,
+    cost: CostModel | None = None,
+) -> SearchOutcome:
+    """Every legal layout that fits, best first (at most KEEP_PER_SEARCH kept), plus the rejections."""
+    pins = pins or Pins()
+    space.check_pins(model, cluster, training, pins)
+    cost = cost or CostModel(model, cluster, training, estimator)
+    return _Search(cost, pins).run()
+
+
+def validated(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig) -> list[str]:
+    """Run the spec's own validation on a planned layout (the pre-filters must agree with it)."""
+    return validate_layout(model, cluster, training, parallel)

@@ -1,0 +1,207 @@
+"""The layout space: which values of each parallel dimension are legal, and why the others are not.
+
+The search never walks a grid of arbitrary numbers. Every size is drawn from the divisors of what it
+must divide (TP, CP and PP from the GPU count; PP·VPP from the layer count; EP from the expert count;
+MBS from the per-replica batch), and each rule that Megatron-LM enforces is a cheap pre-filter here
+that mirrors `megapilot.spec.validate_layout` (which the planner still runs on every layout it
+returns). A rule that fails gives a `Rejection`: a stable category (the key of `rejected` in the
+plan's JSON), the concrete message and the fix. When the user pinned a dimension (`--tp 16`) a
+failing rule is raised as a `MegapilotError` instead of being counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from megapilot.errors import MegapilotError
+from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
+
+# Search bounds that are not Megatron rules but practice: longer micro-batches than this never pay
+# off on a GPU (the GEMMs are saturated long before), and CP beyond 32 is unheard of.
+MAX_MBS = 8
+MAX_CP = 32
+
+
+@lru_cache(maxsize=512)
+def divisors(n: int) -> tuple[int, ...]:
+    """All positive divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why one value of one dimension was cut: a stable category plus the specifics."""
+
+    category: str
+    field: str
+    message: str
+    fix: str
+
+    def as_error(self) -> MegapilotError:
+        return MegapilotError(self.message, field=self.field, fix=self.fix)
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Dimensions the user fixed on the command line; None leaves the dimension to the search."""
+
+    tp: int | None = None
+    pp: int | None = None
+    vpp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    mbs: int | None = None
+    recompute: str | None = None
+    fsdp: bool | None = None
+
+
+def _list(values: tuple[int, ...] | list[int]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+# ---- rules, one per Megatron check ------------------------------------------------------------
+
+def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None:
+    """TP must split whole attention heads and whole KV groups, and stay inside one node."""
+    if model.num_attention_heads % tp:
+        return Rejection("tp does not divide attention heads", "tp",
+                         f"tp={tp} does not divide num_attention_heads={model.num_attention_heads}",
+                         f"use a TP from: {_list(divisors(model.num_attention_heads))}")
+    if model.mla is None and model.kv_heads % tp:
+        return Rejection("tp does not divide KV heads", "tp",
+                         f"tp={tp} does not divide the {model.kv_heads} KV heads (num_query_groups)",
+                         f"use a TP from: {_list(divisors(model.kv_heads))}")
+    if tp > cluster.gpus_per_node:
+        return Rejection("tp exceeds GPUs per node", "tp",
+                         f"tp={tp} exceeds {cluster.gpus_per_node} GPUs per node",
+                         f"use tp <= {cluster.gpus_per_node}")
+    return None
+
+
+def cp_rule(training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
+    """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP."""
+    if cp > 1 and training.seq_length % (2 * cp):
+        return Rejection("seq_length not divisible by 2*cp", "cp",
+                         f"seq_length={training.seq_length} is not divisible by 2*cp={2 * cp}",
+                         f"use a cp whose double divides {training.seq_length}, or another sequence length")
+    if tp > 1 and (training.seq_length // cp) % tp:
+        return Rejection("seq_length/cp not divisible by tp (sequence parallel)", "seq_length",
+                         f"sequence parallel splits seq_length/cp={training.seq_length // cp} over tp={tp}",
+                         "use a sequence length divisible by tp*cp")
+    return None
+
+
+def pp_rule(model: ModelSpec, pp: int, vpp: int = 1) -> Rejection | None:
+    """Each (virtual) pipeline stage holds a whole number of layers."""
+    if model.num_layers % (pp * vpp):
+        field = "pp" if vpp == 1 else "vpp"
+        return Rejection("num_layers not divisible by pp*vpp", field,
+                         f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}",
+                         f"use pp*vpp from: {_list(divisors(model.num_layers))}")
+    return None
+
+
+def batch_rule(training: TrainingSpec, dp: int, mbs: int = 1) -> Rejection | None:
+    """Every data-parallel replica runs a whole number of micro-batches."""
+    if training.global_batch_size % (dp * mbs):
+        return Rejection("global batch not divisible by mbs*dp", "global_batch_size",
+                         f"global_batch_size={training.global_batch_size} is not divisible by "
+                         f"mbs*dp={mbs}*{dp}",
+                         f"use a global batch that is a multiple of {dp * mbs}")
+    return None
+
+
+def expert_rule(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, etp: int) -> Rejection | None:
+    """EP divides the experts; EP·ETP divides TP·CP·DP, the ranks Megatron carves expert groups from."""
+    if model.moe is None:
+        if ep > 1:
+            return Rejection("ep on a dense model", "ep", f"ep={ep} on a dense model",
+                             "use ep=1 for models without experts")
+        return None
+    if model.moe.num_experts % ep:
+        return Rejection("ep does not divide experts", "ep",
+                         f"ep={ep} does not divide num_experts={model.moe.num_experts}",
+                         f"use an EP from: {_list(divisors(model.moe.num_experts))}")
+    if (tp * cp * dp) % (ep * etp):
+        return Rejection("ep*etp does not divide tp*cp*dp", "ep",
+                         f"ep*etp={ep}*{etp} does not divide tp*cp*dp={tp}*{cp}*{dp}={tp * cp * dp}",
+                         "choose ep and etp whose product divides tp*cp*dp")
+    return None
+
+
+def precision_rule(cluster: ClusterSpec, training: TrainingSpec) -> Rejection | None:
+    if not cluster.gpu.supports(training.precision):
+        return Rejection("precision not supported", "precision",
+                         f"{training.precision} is not supported on {cluster.gpu.name} "
+                         f"({cluster.gpu.architecture})",
+                         f"use one of: {', '.join(sorted(cluster.gpu.precisions))}")
+    return None
+
+
+# ---- candidate values per dimension -----------------------------------------------------------
+
+def tp_values(world: int, pins: Pins) -> tuple[int, ...]:
+    return (pins.tp,) if pins.tp else divisors(world)
+
+
+def cp_values(rest: int, pins: Pins) -> tuple[int, ...]:
+    return (pins.cp,) if pins.cp else tuple(c for c in divisors(rest) if c <= MAX_CP)
+
+
+def pp_values(rest: int, model: ModelSpec, pins: Pins) -> tuple[int, ...]:
+    return (pins.pp,) if pins.pp else tuple(p for p in divisors(rest) if p <= model.num_layers)
+
+
+def vpp_values(model: ModelSpec, pp: int, pins: Pins) -> tuple[int, ...]:
+    """Interleaving needs PP > 1; any number of chunks that splits a stage's layers evenly is legal."""
+    if pins.vpp:
+        return (pins.vpp,)
+    if pp == 1 or model.num_layers % pp:
+        return (1,)
+    return divisors(model.num_layers // pp)
+
+
+def mbs_values(training: TrainingSpec, dp: int, pins: Pins) -> tuple[int, ...]:
+    if pins.mbs:
+        return (pins.mbs,)
+    per_replica = training.global_batch_size // dp
+    return tuple(m for m in divisors(per_replica) if m <= MAX_MBS) if per_replica else ()
+
+
+def expert_values(model: ModelSpec, tp: int, pins: Pins) -> tuple[tuple[int, int], ...]:
+    """(EP, ETP) pairs, largest EP first. ETP is 1 (fine-grained experts, the DeepSeek/Qwen3 recipes)
+    or TP (experts sharded like the dense MLP, the Mixtral recipes)."""
+    if model.moe is None:
+        return ((pins.ep or 1, pins.etp or tp),)
+    eps = (pins.ep,) if pins.ep else tuple(reversed(divisors(model.moe.num_experts)))
+    etps = (pins.etp,) if pins.etp else tuple(sorted({1, tp}))
+    return tuple((ep, etp) for ep in eps for etp in etps)
+
+
+def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins) -> None:
+    """Refuse pinned values that no layout can use, with the rule that fails and its fix."""
+    failure = precision_rule(cluster, training)
+    world = cluster.world_size
+    for name in ("tp", "pp", "cp"):
+        value = getattr(pins, name)
+        if value is not None and world % value:
+            raise MegapilotError(f"{name}={value} does not divide the {world} GPUs", field=name,
+                                 fix=f"use a {name.upper()} from: {_list(divisors(world))}")
+    if failure is None and pins.tp:
+        failure = tp_rule(model, cluster, pins.tp)
+    if failure is None and pins.cp:
+        failure = cp_rule(training, pins.tp or 1, pins.cp)
+    if failure is None and (pins.pp or pins.vpp):
+        if pins.vpp and pins.vpp > 1 and pins.pp == 1:
+            raise MegapilotError("vpp > 1 needs pp > 1", field="vpp", fix="drop --vpp or set --pp above 1")
+        failure = pp_rule(model, pins.pp or 1, pins.vpp or 1)
+    if failure is None and pins.ep:
+        if model.moe is None and pins.ep > 1:
+            failure = expert_rule(model, 1, 1, 1, pins.ep, 1)
+        elif model.moe is not None and model.moe.num_experts % pins.ep:
+            failure = expert_rule(model, 1, 1, pins.ep, pins.ep, 1)
+    if failure is not None:
+        raise failure.as_error()
