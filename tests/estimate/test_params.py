@@ -198,3 +198,107 @@ def test_uneven_split_and_bad_stage_are_user_errors():
     with pytest.raises(MegapilotError) as excinfo:
         stage_params(_tiny(), 2, stage=2)
     assert excinfo.value.field == "stage"
+
+
+# ---- against Megatron-Core itself ---------------------------------------------------------------
+
+# Builds each ModelSpec (JSON on stdin) as a real Megatron-Core GPTModel on CPU and prints its
+# parameter count. Local (non-Transformer-Engine) layer specs: MLA needs Transformer Engine's
+# attention, so MLA is checked against the Hugging Face counts above instead.
+_MEGATRON_COUNTER = r'''
+import json, os, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import (
+    get_gpt_decoder_block_spec, get_gpt_layer_local_spec, get_gpt_mtp_block_spec)
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+ACTIVATIONS = {"swiglu": F.silu, "geglu": F.gelu, "gelu": F.gelu, "squared_relu": lambda x: F.relu(x) ** 2}
+
+def build(spec):
+    moe = spec["moe"]
+    config = dict(
+        num_layers=spec["num_layers"], hidden_size=spec["hidden_size"], ffn_hidden_size=spec["ffn_hidden_size"],
+        num_attention_heads=spec["num_attention_heads"], num_query_groups=spec["num_query_groups"],
+        kv_channels=spec["kv_channels"], gated_linear_unit=spec["mlp_activation"] in ("swiglu", "geglu"),
+        activation_func=ACTIVATIONS[spec["mlp_activation"]], normalization=spec["normalization"],
+        add_bias_linear=spec["add_bias_linear"], add_qkv_bias=spec["add_qkv_bias"],
+        qk_layernorm=spec["qk_layernorm"], mtp_num_layers=spec["mtp_num_layers"] or None,
+        use_cpu_initialization=True, gradient_accumulation_fusion=False, bias_activation_fusion=False,
+        masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False, apply_rope_fusion=False)
+    if moe:
+        first, freq = moe["first_k_dense_layers"], moe["moe_layer_freq"]
+        config.update(
+            num_moe_experts=moe["num_experts"], moe_router_topk=moe["router_topk"],
+            moe_ffn_hidden_size=moe["moe_ffn_hidden_size"],
+            moe_shared_expert_intermediate_size=moe["shared_expert_ffn_hidden_size"] or None,
+            moe_shared_expert_gate=moe["shared_expert_gate"],
+            moe_layer_freq=[int(i >= first and (i - first) % freq == 0) for i in range(spec["num_layers"])])
+    config = TransformerConfig(**config)
+    if moe:
+        layers = get_gpt_decoder_block_spec(config, use_transformer_engine=False)
+    else:
+        layers = get_gpt_layer_local_spec(qk_layernorm=spec["qk_layernorm"], normalization=spec["normalization"])
+    mtp = get_gpt_mtp_block_spec(config, layers, use_transformer_engine=False) if spec["mtp_num_layers"] else None
+    multiple = spec["make_vocab_size_divisible_by"]
+    return GPTModel(
+        config=config, transformer_layer_spec=layers, vocab_size=-(-spec["vocab_size"] // multiple) * multiple,
+        max_sequence_length=spec["max_position_embeddings"], mtp_block_spec=mtp,
+        share_embeddings_and_output_weights=spec["tie_embeddings"],
+        position_embedding_type=spec["position_embedding"])
+
+dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:0")
+parallel_state.initialize_model_parallel(1, 1)
+counts = {name: sum(p.numel() for p in build(spec).parameters()) for name, spec in json.load(sys.stdin).items()}
+parallel_state.destroy_model_parallel()
+dist.destroy_process_group()
+print(json.dumps(counts))
+'''
+
+
+def _megatron_variants() -> dict[str, ModelSpec]:
+    base = dict(num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, vocab_size=1000,
+                max_position_embeddings=128)
+    moe = dict(num_experts=4, router_topk=2, moe_ffn_hidden_size=32)
+    gpt = dict(mlp_activation="gelu", normalization="LayerNorm", add_bias_linear=True,
+               position_embedding="learned_absolute", tie_embeddings=True)
+    variants = {
+        "llama_gqa_swiglu": dict(num_query_groups=2),
+        "gpt_biases_layernorm_tied": gpt,
+        "qwen3_qk_norm_head_dim": dict(num_query_groups=2, qk_layernorm=True, kv_channels=32),
+        "qwen2_qkv_bias": dict(num_query_groups=1, add_qkv_bias=True),
+        "nemotron_squared_relu": dict(mlp_activation="squared_relu", normalization="LayerNorm", num_query_groups=2),
+        "gemma_geglu_tied": dict(mlp_activation="geglu", tie_embeddings=True, num_query_groups=1),
+        "mixtral_moe": dict(num_query_groups=2, moe=MoESpec(**moe)),
+        "deepseek_dense_first_shared": dict(moe=MoESpec(**moe, shared_expert_ffn_hidden_size=64,
+                                                        first_k_dense_layers=1)),
+        "qwen2moe_gated_shared_every_2nd": dict(moe=MoESpec(**moe, shared_expert_ffn_hidden_size=64,
+                                                            shared_expert_gate=True, moe_layer_freq=2)),
+        "mtp_two_modules": dict(num_query_groups=2, mtp_num_layers=2),
+    }
+    return {name: ModelSpec(name=name, **(base | fields)) for name, fields in variants.items()}
+
+
+@pytest.mark.slow
+def test_counts_equal_parameters_of_megatron_core_models_built_on_cpu():
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("megatron.core") is None or importlib.util.find_spec("torch") is None:
+        pytest.skip("needs the `train` extra (torch + megatron-core)")
+    variants = _megatron_variants()
+    payload = json.dumps({name: spec.model_dump(mode="json") for name, spec in variants.items()})
+    env = os.environ | {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", _MEGATRON_COUNTER], input=payload, capture_output=True,
+                          text=True, timeout=300, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    megatron_counts = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = {name: count_params(spec, padded_vocab=True).total for name, spec in variants.items()}
+    assert ours == megatron_counts
