@@ -42,7 +42,7 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
         _model_section(plan.model),
         _parallel_section(plan.model, plan.parallel),
         _recompute_section(plan.parallel),
-        _precision_section(plan),
+        _cpu_section() if options.cpu else _precision_section(plan),
         _training_section(plan.training, plan.parallel),
         _data_section(plan.model, options),
         _logging_section(options),
@@ -218,6 +218,14 @@ def _precision_section(plan: SavedPlan) -> ArgSection:
     s.add("--transformer-impl", "transformer_engine")
     if plan.model.moe is not None:
         s.add("--moe-grouped-gemm")
+    return s
+
+
+def _cpu_section() -> ArgSection:
+    # No tensor cores and no Transformer Engine on a CPU: plain fp32 layers over gloo.
+    s = ArgSection("precision: fp32 on CPU (gloo, local layers)")
+    s.add("--transformer-impl", "local")
+    s.add("--distributed-backend", "gloo")
     return s
 
 

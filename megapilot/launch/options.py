@@ -44,6 +44,10 @@ class LaunchOptions(BaseModel):
     entrypoint: Entrypoint = Field(default="megatron", description="pretrain_gpt.py or `python -m megapilot.trainer`.")
     megatron_path: str | None = Field(default=None, description="Absolute Megatron-LM checkout (entrypoint megatron).")
     python: str = Field(default="python3", description="Interpreter that has torch (absolute path or name on PATH).")
+    cpu: bool = Field(
+        default=False,
+        description="Run on CPUs (embedded trainer, tiny models): gloo, local layers, fp32 compute.",
+    )
     primus_path: str = Field(default=DEFAULT_PRIMUS_PATH, description="Absolute Primus checkout (launcher primus).")
     primus_config_path: str | None = Field(
         default=None, description="Where the Primus experiment YAML goes; None = next to the script.",

@@ -33,6 +33,11 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     check_world(plan.parallel, nodes, gpus_per_node)
     _check_options(options, nodes)
     notes = _defaults_taken(options)
+    if options.cpu:
+        if options.launcher != "torchrun":
+            raise MegapilotError("CPU runs are local torchrun runs", field="cpu",
+                                 fix="use --launcher torchrun with --cpu")
+        notes.append(f"CPU run: fp32 compute over gloo instead of {plan.training.precision} on GPUs")
 
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)
     megatron_args = [token for section in sections for token in section.args]
@@ -52,6 +57,7 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
         files[config_path] = experiment
         script = render_primus(plan, options, nodes, env, experiment, config_path)
     check_no_placeholder("script", script)
+    script = _allow_literal_dollars(script, megatron_args)
     return LaunchScript(
         script=script, launcher=options.launcher, megatron_args=megatron_args,
         env={var.name: var.value for var in env}, nodes=nodes, gpus_per_node=gpus_per_node,
@@ -156,6 +162,14 @@ def _primus_config_path(o: LaunchOptions) -> str:
         return str(PurePosixPath(o.script_path).with_suffix(".primus.yaml"))
     raise MegapilotError("the Primus experiment file needs a place", field="primus_config_path",
                          fix="pass -o /abs/train.sh (the YAML goes next to it) or --primus-config /abs/exp.yaml")
+
+
+def _allow_literal_dollars(script: str, megatron_args: list[str]) -> str:
+    """Tell shellcheck that single-quoted `$`/backticks in user values are meant literally (SC2016)."""
+    if not any("$" in a or "`" in a for a in megatron_args):
+        return script
+    shebang, rest = script.split("\n", 1)
+    return f"{shebang}\n# shellcheck disable=SC2016  # quoted values hold a literal $ or backtick on purpose\n{rest}"
 
 
 def _defaults_taken(o: LaunchOptions) -> list[str]:

@@ -1,0 +1,148 @@
+"""Each pre-write check fires with a MegapilotError naming the field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.errors import MegapilotError
+from megapilot.launch import LaunchOptions, check_megatron_args, render_launch, render_megatron_args
+from megapilot.launch.checks import check_absolute_path, check_no_placeholder
+from megapilot.spec import TrainingSpec
+from tests.launch.plans import GOLDEN_PLANS, LLAMA31_8B, make_plan
+
+PLAN_70B = GOLDEN_PLANS["llama3.3-70b_8nodes"]
+PLAN_8B = GOLDEN_PLANS["llama3.1-8b_1node"]
+H100 = get_gpu("h100")
+MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
+
+
+def _base_args() -> list[str]:
+    return render_megatron_args(PLAN_70B, MOCK)
+
+
+def _without(args: list[str], *flags: str) -> list[str]:
+    out, skip = [], False
+    for token in args:
+        if token.startswith("--"):
+            skip = token in flags
+        if not skip:
+            out.append(token)
+    return out
+
+
+def _with_value(args: list[str], flag: str, value: str) -> list[str]:
+    i = args.index(flag)
+    return args[: i + 1] + [value] + args[i + 2:]
+
+
+def test_rendered_arguments_pass_all_checks() -> None:
+    check_megatron_args(_base_args(), H100)
+
+
+@pytest.mark.parametrize(("mutate", "field", "problem"), [
+    (lambda a: _with_value(a, "--tensor-model-parallel-size", "1"), "sequence_parallel", "needs --tensor-model"),
+    (lambda a: _with_value(a, "--pipeline-model-parallel-size", "1") + ["--num-layers-per-virtual-pipeline-stage", "5"],
+     "vpp", "need --pipeline-model-parallel-size > 1"),
+    (lambda a: _without(a, "--use-distributed-optimizer"), "overlap_param_gather", "needs --use-distributed"),
+    (lambda a: _without(a, "--overlap-grad-reduce"), "overlap_param_gather", "needs --overlap-grad-reduce"),
+    (lambda a: _with_value(a, "--transformer-impl", "local") + ["--fp8-format", "hybrid"], "precision",
+     "needs Transformer Engine"),
+    (lambda a: a + ["--kv-lora-rank", "512"], "mla", "without --multi-latent-attention"),
+    (lambda a: _without(a, "--num-query-groups"), "num_query_groups", "needs --num-query-groups"),
+    (lambda a: a + ["--recompute-method", "uniform"], "recompute", "need --recompute-granularity full"),
+    (lambda a: a + ["--data-path", "/d/x"], "data_path", "exactly one of"),
+    (lambda a: _without(a, "--mock-data"), "data_path", "exactly one of"),
+    (lambda a: a + ["--bf16"], "megatron_args", "given twice"),
+    (lambda a: a + ["--moe-grouped-gemm"], "moe", "without --num-experts"),
+    (lambda a: a + ["--no-such-flag"], "megatron_args", "not a flag of Megatron-LM core_v0.16.0"),
+    (lambda a: a + ["--save", "/path/to/ckpt"], "--save", "placeholder"),
+])
+def test_flag_combination_rules_fire(mutate, field: str, problem: str) -> None:
+    with pytest.raises(MegapilotError, match=problem) as info:
+        check_megatron_args(mutate(_base_args()), H100)
+    assert info.value.field == field and info.value.fix
+
+
+def test_fp8_refused_on_hardware_without_it() -> None:
+    args = render_megatron_args(PLAN_8B, MOCK)
+    with pytest.raises(MegapilotError, match="no fp8") as info:
+        check_megatron_args(args, get_gpu("a100"))
+    assert info.value.field == "precision"
+
+
+def test_fp8_plan_on_ampere_is_refused_before_rendering() -> None:
+    plan = make_plan(LLAMA31_8B, "a100", 1, TrainingSpec(seq_length=4096, global_batch_size=64, precision="bf16"))
+    fp8 = plan.model_copy(update={"training": plan.training.model_copy(update={"precision": "fp8"})})
+    with pytest.raises(MegapilotError, match="fp8 is not supported on A100") as info:
+        render_launch(fp8, MOCK)
+    assert info.value.field == "precision"
+
+
+def test_world_size_must_match_nodes_times_gpus() -> None:
+    with pytest.raises(MegapilotError, match="TP\\*PP\\*CP\\*DP = 1\\*1\\*1\\*8 = 8 but the launch starts 2 nodes") as info:
+        render_launch(PLAN_8B, MOCK.model_copy(update={"nodes": 2}))
+    assert info.value.field == "nodes"
+
+
+@pytest.mark.parametrize("value", ["/path/to/data", "<changeme>", "/data/<your dataset>", "TODO", "/x/FIXME/y"])
+def test_placeholders_are_refused(value: str) -> None:
+    with pytest.raises(MegapilotError, match="placeholder"):
+        check_no_placeholder("data_path", value)
+
+
+@pytest.mark.parametrize("field", ["data_path", "save", "megatron_path", "vocab_file", "log_dir", "load"])
+def test_relative_paths_are_refused(field: str) -> None:
+    update = {field: "relative/dir"}
+    if field == "vocab_file":
+        update["merge_file"] = "/abs/merges.txt"
+    if field == "data_path":
+        update["mock_data"] = False
+        update["tokenizer_model"] = "meta-llama/Llama-3.1-8B"
+    with pytest.raises(MegapilotError, match="not an absolute path") as info:
+        render_launch(PLAN_8B, MOCK.model_copy(update=update))
+    assert info.value.field == field
+
+
+def test_placeholder_in_an_option_is_refused_before_writing() -> None:
+    with pytest.raises(MegapilotError, match="placeholder") as info:
+        render_launch(PLAN_8B, MOCK.model_copy(update={"save": "/path/to/checkpoints"}))
+    assert info.value.field == "save"
+
+
+def test_local_launch_requires_existing_inputs(tmp_path: Path) -> None:
+    megatron = tmp_path / "Megatron-LM"
+    megatron.mkdir()
+    local = LaunchOptions(data_path=str(tmp_path / "corpus_text_document"), tokenizer_model=str(tmp_path / "tok"),
+                          megatron_path=str(megatron), save=str(tmp_path / "ckpt"))
+    with pytest.raises(MegapilotError, match="dataset files missing") as info:
+        render_launch(PLAN_8B, local)
+    assert info.value.field == "data_path"
+    for suffix in (".bin", ".idx"):
+        (tmp_path / f"corpus_text_document{suffix}").write_bytes(b"")
+    with pytest.raises(MegapilotError, match="does not exist") as info:
+        render_launch(PLAN_8B, local)
+    assert info.value.field == "tokenizer_model"
+    (tmp_path / "tok").mkdir()
+    with pytest.raises(MegapilotError, match="pretrain_gpt.py does not exist") as info:
+        render_launch(PLAN_8B, local)
+    assert info.value.field == "megatron_path"
+    (megatron / "pretrain_gpt.py").write_text("")
+    assert render_launch(PLAN_8B, local).megatron_args  # all present now
+    with pytest.raises(MegapilotError, match="does not exist") as info:
+        render_launch(PLAN_8B, local.model_copy(update={"save": str(tmp_path / "missing" / "ckpt")}))
+    assert info.value.field == "save"
+
+
+def test_multi_node_launch_does_not_require_paths_on_this_machine() -> None:
+    remote = LaunchOptions(launcher="slurm", data_path="/lustre/d_text_document", tokenizer_model="/lustre/tok",
+                           megatron_path="/opt/Megatron-LM", save="/lustre/ckpt", log_dir="/lustre/logs")
+    assert render_launch(PLAN_70B, remote).nodes == 8
+
+
+def test_check_absolute_path_accepts_existing_file(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_text("x")
+    check_absolute_path("vocab_file", str(target), must_exist=True, kind="file")

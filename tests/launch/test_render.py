@@ -1,0 +1,185 @@
+"""render_launch: quoting, launch wiring, environment blocks, entry points and the JSON schema."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.launch import LaunchOptions, render_launch
+from tests.launch.plans import GOLDEN_PLANS
+
+PLAN_8B = GOLDEN_PLANS["llama3.1-8b_1node"]
+PLAN_70B = GOLDEN_PLANS["llama3.3-70b_8nodes"]
+PLAN_DEEPSEEK = GOLDEN_PLANS["deepseek-v2-lite_mla"]
+NASTY = "/tmp/my runs/$HOME `id` 'q' \"d\"; rm -rf x"
+
+
+def _options(**update: object) -> LaunchOptions:
+    base = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
+    return base.model_copy(update=update)
+
+
+def _args_as_bash_sees_them(script: str, tmp_path: Path) -> list[str]:
+    """Run the script up to its launch line and print MEGATRON_ARGS one per line."""
+    body = script.rsplit("\n", 2)[0]  # drop the final exec/srun line
+    body = body.replace('MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)', "MASTER_ADDR=x")
+    probe = tmp_path / "probe.sh"
+    probe.write_text(body + '\nprintf "%s\\n" "${MEGATRON_ARGS[@]}"\n')
+    env = {"PATH": "/usr/bin:/bin", "NODE_RANK": "0", "MASTER_ADDR": "h", "SLURM_NNODES": "8",
+           "SLURM_JOB_ID": "1", "HOME": "/root"}
+    result = subprocess.run(["bash", str(probe)], capture_output=True, text=True, env=env, check=True)
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "slurm"])
+def test_paths_with_spaces_and_dollar_reach_megatron_literally(launcher: str, tmp_path: Path) -> None:
+    launch = render_launch(PLAN_70B, _options(launcher=launcher, save=NASTY, log_dir="/tmp/logs"))
+    assert NASTY in launch.megatron_args
+    assert _args_as_bash_sees_them(launch.script, tmp_path) == launch.megatron_args
+
+
+def test_primus_yaml_keeps_hostile_path_literal(tmp_path: Path) -> None:
+    config = tmp_path / "exp.yaml"
+    launch = render_launch(PLAN_DEEPSEEK, _options(launcher="primus", save=NASTY, primus_config_path=str(config)))
+    body = launch.script.split("\ncd ", 1)[0]  # everything up to entering the Primus checkout
+    subprocess.run(["bash", "-c", body], check=True, env={"PATH": "/usr/bin:/bin"})
+    import yaml
+
+    written = yaml.safe_load(config.read_text())
+    assert written == yaml.safe_load(launch.files[str(config)])
+    assert written["modules"]["pre_trainer"]["overrides"]["save"] == NASTY
+
+
+def test_sbatch_header_refuses_values_it_cannot_quote() -> None:
+    with pytest.raises(MegapilotError, match="#SBATCH") as info:
+        render_launch(PLAN_70B, _options(launcher="slurm", job_name="my job", log_dir="/tmp/logs"))
+    assert info.value.field == "job_name"
+
+
+def test_sbatch_needs_somewhere_to_write_output() -> None:
+    with pytest.raises(MegapilotError, match="output") as info:
+        render_launch(PLAN_70B, _options(launcher="slurm"))
+    assert info.value.field == "log_dir"
+
+
+def test_sbatch_script_wires_slurm_and_containers() -> None:
+    script = render_launch(PLAN_70B, _options(
+        launcher="slurm", log_dir="/shared/logs", container_image="nvcr.io/nvidia/pytorch:25.09-py3",
+        container_mounts=("/shared:/shared", "/data:/data:ro"), partition="gpu", account="llm",
+    )).script
+    for line in ("#SBATCH --nodes=8", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+                 "#SBATCH --exclusive", "#SBATCH --time=04:00:00", "#SBATCH --output=/shared/logs/%x-%j.out",
+                 "#SBATCH --partition=gpu", "#SBATCH --account=llm",
+                 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                 "  --container-image=nvcr.io/nvidia/pytorch:25.09-py3",
+                 "  '--container-mounts=/shared:/shared,/data:/data:ro'"):
+        assert line in script.splitlines()
+    assert script.splitlines()[-1].startswith('srun "${SRUN_ARGS[@]}" python3 -m torch.distributed.run')
+
+
+def test_container_mounts_must_be_absolute_pairs() -> None:
+    with pytest.raises(MegapilotError, match="SRC:DST"):
+        render_launch(PLAN_70B, _options(launcher="slurm", log_dir="/l", container_image="img",
+                                         container_mounts=("/only-one",)))
+    with pytest.raises(MegapilotError, match="absolute"):
+        render_launch(PLAN_70B, _options(launcher="slurm", log_dir="/l", container_image="img",
+                                         container_mounts=("data:/data",)))
+    with pytest.raises(MegapilotError, match="image"):
+        render_launch(PLAN_70B, _options(launcher="slurm", log_dir="/l", container_mounts=("/a:/a",)))
+
+
+def test_torchrun_single_node_is_standalone_and_multi_node_static_or_c10d() -> None:
+    single = render_launch(PLAN_8B, _options()).script
+    assert "  --standalone" in single and "NODE_RANK" not in single
+    static = render_launch(PLAN_70B, _options()).script
+    assert '  --node-rank "$NODE_RANK"' in static and ': "${NODE_RANK:?' in static
+    c10d = render_launch(PLAN_70B, _options(rendezvous="c10d", master_port=31000)).script
+    assert '  --rdzv-endpoint "$MASTER_ADDR:31000"' in c10d and "NODE_RANK" not in c10d
+
+
+def test_environment_blocks_differ_by_vendor_and_explain_each_variable() -> None:
+    nvidia = render_launch(PLAN_8B, _options())
+    amd = render_launch(PLAN_DEEPSEEK, _options())
+    assert "PYTORCH_CUDA_ALLOC_CONF" in nvidia.env and "HSA_NO_SCRATCH_RECLAIM" not in nvidia.env
+    assert {"HSA_NO_SCRATCH_RECLAIM", "RCCL_MSCCL_ENABLE", "NVTE_CK_IS_V3_ATOMIC_FP32"} <= amd.env.keys()
+    lines = amd.script.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("export ") and "=" in line and i and lines[i - 1].startswith("# ----") is False:
+            assert lines[i - 1].startswith("# "), f"no reason above {line}"
+
+
+def test_network_options_set_socket_interface_and_hcas() -> None:
+    env = render_launch(PLAN_70B, _options(network_interface="ens1f0", ib_hca="mlx5_0,mlx5_1")).env
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ens1f0"
+    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+
+
+def test_fsdp_layout_drops_max_connections_and_uses_fsdp_checkpoints() -> None:
+    from tests.launch.variants import VARIANT_PLANS
+
+    launch = render_launch(VARIANT_PLANS["fsdp"], _options())
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in launch.env
+    assert launch.megatron_args[launch.megatron_args.index("--ckpt-format") + 1] == "fsdp_dtensor"
+
+
+def test_megatron_entrypoint_needs_the_checkout() -> None:
+    with pytest.raises(MegapilotError, match="Megatron-LM checkout") as info:
+        render_launch(PLAN_8B, _options(megatron_path=None))
+    assert info.value.field == "megatron_path"
+
+
+def test_embedded_trainer_refuses_what_it_does_not_implement() -> None:
+    with pytest.raises(MegapilotError, match="--multi-latent-attention") as info:
+        render_launch(PLAN_DEEPSEEK, _options(entrypoint="megapilot", megatron_path=None))
+    assert info.value.field == "entrypoint"
+
+
+def test_embedded_trainer_entrypoint_runs_the_module() -> None:
+    plan = GOLDEN_PLANS["llama3.3-70b_8nodes"]
+    script = render_launch(plan, _options(entrypoint="megapilot", megatron_path=None)).script
+    assert script.splitlines()[-1].endswith('-m megapilot.trainer "${MEGATRON_ARGS[@]}"')
+
+
+def test_cpu_runs_are_fp32_over_gloo_and_only_for_torchrun() -> None:
+    launch = render_launch(PLAN_8B, _options(cpu=True, entrypoint="megapilot", megatron_path=None))
+    args = launch.megatron_args
+    assert "--bf16" not in args and "--fp8-format" not in args
+    assert args[args.index("--distributed-backend") + 1] == "gloo"
+    assert any("CPU run" in note for note in launch.notes)
+    with pytest.raises(MegapilotError, match="local torchrun"):
+        render_launch(PLAN_8B, _options(cpu=True, launcher="slurm", log_dir="/l"))
+
+
+def test_save_doubles_as_load_and_tensorboard_home() -> None:
+    launch = render_launch(PLAN_8B, _options(save="/ckpt/run"))
+    args = launch.megatron_args
+    assert args[args.index("--load") + 1] == "/ckpt/run"
+    assert args[args.index("--tensorboard-dir") + 1] == "/ckpt/run/tensorboard"
+    assert any("--load defaults" in note for note in launch.notes)
+
+
+def test_primus_needs_a_place_for_its_experiment_file() -> None:
+    with pytest.raises(MegapilotError, match="Primus experiment file") as info:
+        render_launch(PLAN_DEEPSEEK, _options(launcher="primus"))
+    assert info.value.field == "primus_config_path"
+
+
+def test_json_schema_is_stable() -> None:
+    data = render_launch(PLAN_70B, _options()).to_json()
+    assert list(data) == ["script", "launcher", "megatron_args", "env", "nodes", "gpus_per_node", "files", "notes"]
+    assert (data["nodes"], data["gpus_per_node"], data["launcher"]) == (8, 8, "torchrun")
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (setup.sh installs it)")
+def test_scripts_with_hostile_paths_pass_shellcheck(tmp_path: Path) -> None:
+    for launcher in ("torchrun", "slurm", "primus"):
+        launch = render_launch(PLAN_70B, _options(launcher=launcher, save=NASTY, log_dir="/tmp/logs",
+                                                  primus_config_path="/tmp/exp.yaml"))
+        path = tmp_path / f"{launcher}.sh"
+        path.write_text(launch.script)
+        result = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout

@@ -1,0 +1,53 @@
+"""Plans that switch on every branch of the flag renderer (beyond the five golden cases)."""
+
+from __future__ import annotations
+
+from megapilot.launch import LaunchOptions
+from megapilot.spec import MoESpec, ModelSpec, SavedPlan, TrainingSpec
+from tests.launch.plans import DEEPSEEK_V2_LITE, GOLDEN_PLANS, LLAMA31_8B, MIXTRAL_8X7B, make_plan
+
+_TRAIN = TrainingSpec(seq_length=4096, global_batch_size=64)
+
+GPT2_STYLE = ModelSpec(
+    name="gpt2-style", num_layers=12, hidden_size=768, ffn_hidden_size=3072, num_attention_heads=12,
+    vocab_size=50257, mlp_activation="gelu", normalization="LayerNorm", position_embedding="learned_absolute",
+    tie_embeddings=True, add_bias_linear=True, max_position_embeddings=1024,
+)
+QWEN_STYLE = LLAMA31_8B.model_copy(update={
+    "name": "qwen-style", "add_qkv_bias": True, "qk_layernorm": True, "mlp_activation": "squared_relu",
+    "mtp_num_layers": 1,
+})
+QWEN_MOE = MIXTRAL_8X7B.model_copy(update={
+    "name": "qwen-moe-style",
+    "moe": MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=1408, shared_expert_ffn_hidden_size=5632,
+                   shared_expert_gate=True, router_expert_bias=True, moe_layer_freq=2),
+})
+
+DEEPSEEK_Q_LORA = DEEPSEEK_V2_LITE.model_copy(update={
+    "name": "deepseek-q-lora", "mla": DEEPSEEK_V2_LITE.mla.model_copy(update={"q_lora_rank": 1536}),
+})
+
+VARIANT_PLANS: dict[str, SavedPlan] = {
+    **GOLDEN_PLANS,
+    "fp16_gpt2": make_plan(GPT2_STYLE, "a100", 1, _TRAIN.model_copy(update={"precision": "fp16"}), tp=2),
+    "mxfp8_b200": make_plan(LLAMA31_8B, "b200", 1, _TRAIN.model_copy(update={"precision": "mxfp8"}), tp=2,
+                            recompute="full", recompute_method="block", recompute_num_layers=2),
+    "nvfp4_b200": make_plan(QWEN_STYLE, "b200", 1, _TRAIN.model_copy(update={"precision": "nvfp4"}), tp=1),
+    "fp8_tensorwise": make_plan(LLAMA31_8B, "h100", 1,
+                                _TRAIN.model_copy(update={"precision": "fp8", "fp8_recipe": "tensorwise"})),
+    "fsdp": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, fsdp=True, distributed_optimizer=False),
+    "no_dist_opt": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, distributed_optimizer=False),
+    "mla_q_lora": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1),
+    "moe_shared_gate": make_plan(QWEN_MOE, "h100", 1, _TRAIN, ep=8, etp=1),
+}
+
+OPTION_VARIANTS: dict[str, LaunchOptions] = {
+    "mock": LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False),
+    "bpe": LaunchOptions(data_path="/d/x_text_document", vocab_file="/t/vocab.json", merge_file="/t/merges.txt",
+                         megatron_path="/opt/Megatron-LM", save="/ckpt", tensorboard_dir="/tb",
+                         check_paths_exist=False),
+    "sentencepiece": LaunchOptions(data_path="/d/x_text_document", tokenizer_model="/t/tokenizer.model",
+                                   load="/ckpt/old", save="/ckpt/new", save_interval=50,
+                                   megatron_path="/opt/Megatron-LM", check_paths_exist=False),
+    "cpu": LaunchOptions(mock_data=True, entrypoint="megapilot", cpu=True, check_paths_exist=False),
+}
