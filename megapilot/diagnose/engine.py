@@ -1,0 +1,66 @@
+"""`diagnose()`: parse the logs, read the launch flags, run every rule, rank the findings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megapilot.diagnose.findings import Finding, ranked
+from megapilot.diagnose.flags import RunConfig, read_flags, run_config
+from megapilot.diagnose.rules import line_findings, metric_findings
+from megapilot.logs import ParseOptions, ParsedLog, parse_logs
+from megapilot.spec import GPUSpec
+
+
+@dataclass
+class Diagnosis:
+    """Ranked findings plus what the diagnosis assumed."""
+
+    findings: list[Finding]
+    log: ParsedLog
+    config: RunConfig | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable `--json` schema of `megapilot diagnose`."""
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "dialect": self.log.dialect,
+            "files": self.log.files,
+            "summary": self.log.summary.to_dict() if self.log.summary else None,
+            "notes": self.notes,
+        }
+
+
+def parse_options_for(config: RunConfig | None) -> ParseOptions:
+    """What the flags tell the parser (to compute tokens/s/GPU when the log does not print it)."""
+    if config is None or config.training is None:
+        return ParseOptions(world_size=config.world_size if config else None)
+    return ParseOptions(seq_length=config.training.seq_length, world_size=config.world_size,
+                        global_batch_size=config.training.global_batch_size)
+
+
+def diagnose_log(log: ParsedLog, config: RunConfig | None) -> Diagnosis:
+    """Findings for an already parsed log."""
+    findings = ranked(line_findings(log, config) + metric_findings(log, config))
+    notes = list(config.notes) if config else ["no --script/--flags given: fixes are generic"]
+    if not findings:
+        notes.append("no problem found in the log")
+    return Diagnosis(findings=findings, log=log, config=config, notes=notes)
+
+
+def diagnose(
+    paths: Iterable[str | Path],
+    *,
+    script: str | Path | None = None,
+    flags: str | None = None,
+    gpu: GPUSpec | None = None,
+    gpus: int | None = None,
+) -> Diagnosis:
+    """Diagnose a run from its log files and (optionally) its launch script or flags and GPU type."""
+    launch = read_flags(script=script, flags=flags)
+    config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
+    log = parse_logs(paths, options=parse_options_for(config))
+    return diagnose_log(log, config)

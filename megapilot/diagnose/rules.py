@@ -1,0 +1,543 @@
+"""Rules: parsed log (+ the run's flags and GPU) → findings.
+
+Line rules turn the error records of the taxonomy into one finding per category, quoting up to
+`MAX_EVIDENCE` lines from distinct ranks. Metric rules read the iteration series:
+
+- `nan_loss`: a NaN/Inf loss or grad norm, Megatron's nan-iteration counter rising, or `lm loss`
+  vanishing from the line (Megatron drops a loss whose average is not >= 0, which NaN is not) in an
+  interval that was not entirely skipped by fp16 loss-scale back-off.
+- `loss_spike`: a loss above `SPIKE_FACTOR` x the median of the previous `WINDOW` losses that comes
+  back down; `loss_divergence`: the last `WINDOW` losses all stay above that level.
+- `hang`: a gap between two iteration timestamps, or between the last iteration and the last
+  timestamp of the log, longer than `HANG_FACTOR` x the median step time (at least `HANG_FLOOR_S`);
+  or a log that stops at a known start-up stall point with no error.
+- `slowdown`: the median step time of the last fifth of the steady iterations above
+  `SLOWDOWN_FACTOR` x that of the first fifth (at least 10 steady iterations).
+- `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision)
+  below `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below
+  `LOW_MFU_FLOOR`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+from megapilot.diagnose.findings import Finding, Fix
+from megapilot.diagnose.flags import RunConfig
+from megapilot.diagnose.options import (
+    change, combined_memory_option, current_prediction, memory_options, throughput_options,
+)
+from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
+from megapilot.logs.records import ErrorRecord, Evidence, IterationRecord
+
+MAX_EVIDENCE = 5
+WINDOW = 8
+SPIKE_FACTOR = 1.3
+SLOWDOWN_FACTOR = 1.2
+LOW_MFU_FRACTION = 0.6
+LOW_MFU_FLOOR = 0.25
+NEAR_FULL_PCT = 95.0
+
+
+def _evidence(records: list[ErrorRecord]) -> list[Evidence]:
+    """Up to MAX_EVIDENCE lines, one per rank first, then in log order."""
+    picked: list[ErrorRecord] = []
+    seen_ranks: set[object] = set()
+    for record in records:
+        if record.rank not in seen_ranks:
+            seen_ranks.add(record.rank)
+            picked.append(record)
+    for record in records:
+        if len(picked) >= MAX_EVIDENCE:
+            break
+        if record not in picked:
+            picked.append(record)
+    picked = sorted(picked[:MAX_EVIDENCE], key=lambda r: (r.file, r.line))
+    return [Evidence(r.file, r.line, r.text.strip()) for r in picked]
+
+
+def _ev(record: IterationRecord) -> Evidence:
+    return Evidence(record.file, record.line, record.text.strip())
+
+
+def _ranks(records: list[ErrorRecord]) -> str:
+    ranks = sorted({r.rank for r in records if r.rank is not None})
+    if not ranks:
+        return ""
+    shown = ", ".join(str(r) for r in ranks[:16]) + (" ..." if len(ranks) > 16 else "")
+    return f" on rank{'s' if len(ranks) > 1 else ''} {shown}"
+
+
+# ---- line rules ------------------------------------------------------------------------------------
+
+def line_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
+    by_category: dict[str, list[ErrorRecord]] = defaultdict(list)
+    for error in log.errors:
+        by_category[error.category].append(error)
+    findings = []
+    for category, records in by_category.items():
+        builder = _LINE_RULES.get(category)
+        if builder is not None:
+            findings.append(builder(records, log, config))
+    return findings
+
+
+def _oom(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    via_nccl = any(r.signature == "nccl_cuda_oom" for r in records)
+    asked = next((r.details["tried_to_allocate"] for r in records if "tried_to_allocate" in r.details), None)
+    title = f"GPU out of memory{_ranks(records)}" + (f" (tried to allocate {asked})" if asked else "")
+    cause = ("The most-loaded GPU ran out of memory: weights + gradients + optimizer states + activations of the "
+             "in-flight micro-batches exceed the HBM.")
+    if via_nccl:
+        cause += " NCCL could not allocate its buffers ('Cuda failure 2'), so memory was already exhausted when it initialised."
+    fixes, note = _memory_fixes(config)
+    return Finding("oom", "critical", title, _evidence(records), cause + note, fixes, occurrences=len(records))
+
+
+def _memory_fixes(config: RunConfig | None) -> tuple[list[Fix], str]:
+    generic = [
+        Fix("add", "--recompute-granularity", "selective", "recompute the attention core instead of storing it",
+            option="selective recompute"),
+        Fix("add", "--use-distributed-optimizer", None, "shard the optimizer states over the DP ranks",
+            option="distributed optimizer"),
+        Fix("set", "--micro-batch-size", "1", "fewest activations per micro-batch", option="micro-batch 1"),
+        Fix("set", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less allocator fragmentation", kind="env",
+            option="allocator"),
+    ]
+    if config is None or not (config.model and config.training and config.parallel):
+        return generic, " (No complete flags given: fixes are generic, without predicted memory.)"
+    options = memory_options(config)
+    current = current_prediction(config)
+    fitting = [o for o in options if o.prediction is None or o.prediction.fits]
+    ordered = fitting + [o for o in options if o not in fitting]
+    if current is not None and not fitting:
+        combined = combined_memory_option(config)
+        if combined is not None:
+            ordered.insert(0, combined)
+    fixes = [fix for option in ordered for fix in option.fixes()]
+    fixes.append(generic[-1])
+    note = ""
+    if current is not None:
+        note = (f" Predicted for the current layout: {current.memory_gib:.1f} GiB of {current.capacity_gib:.0f} GiB "
+                f"per GPU; each option below carries its own prediction.")
+    return fixes, note
+
+
+def _nccl_timeout(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    first = records[0].details
+    op, seq = first.get("optype"), first.get("seqnum")
+    timeout_ms = first.get("timeout_ms")
+    what = f" in {op}" + (f" (SeqNum {seq})" if seq else "") if op else ""
+    title = f"NCCL watchdog timeout{what}{_ranks(records)}"
+    reporting = {r.rank for r in records if r.rank is not None}
+    cause = ("A collective did not complete within the timeout"
+             + (f" ({int(timeout_ms) // 1000} s)" if timeout_ms and timeout_ms.isdigit() else "")
+             + ". Every rank waits for the slowest: one rank is stuck elsewhere (data loading, a checkpoint, a "
+             "different collective, a dead process) or the network between ranks failed.")
+    if config is not None and reporting and config.world_size > len(reporting):
+        silent = sorted(set(range(config.world_size)) - reporting)
+        cause += (f" Ranks that did NOT report the timeout are the likely culprits: "
+                  f"{', '.join(map(str, silent[:16]))}{' ...' if len(silent) > 16 else ''}.")
+    elif op and seq and len({r.details.get('seqnum') for r in records}) == 1:
+        cause += f" All reporting ranks stopped at the same SeqNum {seq}: they agree on the op, so look for the rank that is missing."
+    flags = config.flags if config else None
+    fixes = [
+        Fix("set", "NCCL_DEBUG", "INFO", "log NCCL's init and errors (which transport, which peer)", kind="env"),
+        Fix("set", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000", "keep the flight recorder so the dump names the stuck op per rank",
+            kind="env"),
+        Fix("set", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump the flight recorder when the watchdog fires", kind="env"),
+        Fix("set", "NCCL_IB_HCA / NCCL_SOCKET_IFNAME", "<your IB devices / interface>",
+            "pin NCCL to the right NICs (a wrong interface hangs the first inter-node collective)", kind="env"),
+        (change(flags, "--distributed-timeout-minutes", "30", "only if the slow step is legitimate (e.g. a long save)")
+         if flags else Fix("add", "--distributed-timeout-minutes", "30", "only if the slow step is legitimate")),
+    ]
+    return Finding("nccl_timeout", "critical", title, _evidence(records), cause, fixes, occurrences=len(records))
+
+
+def _nccl_error(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    text = " ".join(r.text for r in records).lower()
+    if "ncclremoteerror" in text or "network error" in text:
+        cause = "A peer failed or the network between ranks did (ncclRemoteError): check the NICs and the remote node."
+    elif "invalidusage" in text or "invalidargument" in text:
+        cause = "Ranks called different collectives or with different sizes (ncclInvalidUsage): a code/config mismatch between ranks."
+    elif "unhandled cuda error" in text or "unhandled hip error" in text:
+        cause = "A CUDA/HIP error inside NCCL: look for an OOM or a GPU fault just before it."
+    else:
+        cause = "NCCL reported an internal or system error: run with NCCL_DEBUG=INFO to see the failing transport."
+    fixes = [
+        Fix("set", "NCCL_DEBUG", "INFO", "log which transport and peer failed", kind="env"),
+        Fix("set", "NCCL_DEBUG_SUBSYS", "INIT,NET", "focus the log on init and network", kind="env"),
+        Fix("add", "ibstat / ibv_devinfo", None, "check that every IB port is Active on every node", kind="command"),
+    ]
+    return Finding("nccl_error", "critical", f"NCCL error{_ranks(records)}", _evidence(records), cause, fixes,
+                   occurrences=len(records))
+
+
+def _gpu_fault(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    cause = ("The GPU or its driver reported a hardware-level fault (Xid, ECC, GPU hang/reset, memory access fault, "
+             "launch failure). Training cannot continue on that GPU; a software bug can also show as an illegal "
+             "memory access, so check whether it repeats on other nodes.")
+    fixes = [
+        Fix("add", "nvidia-smi -q -d ECC,PAGE_RETIREMENT  (AMD: amd-smi metric --ecc)", None,
+            "read the error counters of the node", kind="command"),
+        Fix("add", "drain the node in the scheduler (scontrol update nodename=<node> state=drain reason=gpu_fault)",
+            None, "keep the job off the faulty GPU until it is reset or replaced", kind="command"),
+        Fix("add", "dmesg -T | grep -iE 'xid|amdgpu'", None, "find the Xid code and the PCI address", kind="command"),
+    ]
+    return Finding("gpu_hw_fault", "critical", f"GPU hardware fault{_ranks(records)}", _evidence(records), cause, fixes,
+                   occurrences=len(records))
+
+
+def _rendezvous(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    fixes = [
+        Fix("add", "check MASTER_ADDR:MASTER_PORT is reachable from every node (nc -zv $MASTER_ADDR $MASTER_PORT)", None,
+            "the store must be reachable", kind="command"),
+        Fix("set", "MASTER_PORT", "<a free port>", "'address already in use' means an old job holds the port", kind="env"),
+        Fix("add", "start every node with the same --rdzv-id and --nnodes", None, "mismatched rendezvous never completes",
+            kind="command"),
+    ]
+    return Finding("rendezvous_failure", "critical", f"Rendezvous failed{_ranks(records)}", _evidence(records),
+                   "The processes could not meet at the rendezvous store: a node did not start, the address/port is "
+                   "wrong or taken, or a firewall blocks it.", fixes, occurrences=len(records))
+
+
+def _shm(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    fixes = [
+        Fix("add", "--shm-size", "64g", "give the container a larger /dev/shm (NCCL and DataLoader workers use it)",
+            kind="container", option="container shm"),
+        Fix("add", "--ipc", "host", "or share the host's IPC namespace", kind="container", option="container shm"),
+        Fix("add", "--ulimit", "memlock=-1", "let NCCL pin memory", kind="container", option="container shm"),
+    ]
+    if config is not None and config.flags.get_int("--num-workers", 2) and (config.flags.get_int("--num-workers", 2) or 0) > 2:
+        fixes.append(change(config.flags, "--num-workers", "2", "fewer DataLoader workers use less shared memory"))
+    return Finding("shm_insufficient", "critical", f"Shared memory exhausted (bus error){_ranks(records)}",
+                   _evidence(records), "A process touched shared memory that /dev/shm could not back (SIGBUS). Docker's "
+                   "default /dev/shm is 64 MB, far too small for NCCL and DataLoader workers.", fixes,
+                   occurrences=len(records))
+
+
+def _checkpoint_save(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    path = config.flags.get("--save") if config else None
+    fixes = [Fix("add", f"df -h {path or '<save dir>'}", None, "check free space and quota of the save directory",
+                 kind="command"),
+             Fix("add", f"touch {path or '<save dir>'}/.write_test", None, "check that every rank can write there",
+                 kind="command")]
+    return Finding("checkpoint_save_failure", "critical", f"Checkpoint save failed{_ranks(records)}", _evidence(records),
+                   "Writing the checkpoint failed: disk full or over quota, no permission, or a filesystem error.",
+                   fixes, occurrences=len(records))
+
+
+def _checkpoint_load(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    flags = config.flags if config else None
+    fixes = [Fix("add", "compare the model flags with the checkpoint's run_config / args", None,
+                 "missing/unexpected keys or size mismatches mean the model shape differs", kind="command")]
+    if flags is not None:
+        fixes.append(change(flags, "--ckpt-format", "torch_dist", "distributed checkpoints reshard across TP/PP changes"))
+        fixes.append(change(flags, "--no-load-optim", None, "if only the optimizer state does not match (fine-tuning)"))
+    return Finding("checkpoint_load_failure", "critical", f"Checkpoint load failed{_ranks(records)}", _evidence(records),
+                   "The checkpoint could not be loaded into this model/layout: shape or key mismatch, a missing or "
+                   "corrupt file, or a format this layout cannot reshard.", fixes, occurrences=len(records))
+
+
+def _dataloader(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    data_path = config.flags.get("--data-path") if config else None
+    fixes = [Fix("add", f"ls -l {data_path or '<data prefix>'}.bin {data_path or '<data prefix>'}.idx", None,
+                 "--data-path takes the prefix without .bin/.idx; both files must exist on every node", kind="command")]
+    return Finding("dataloader_error", "critical", f"Data loading failed{_ranks(records)}", _evidence(records),
+                   "The dataset could not be opened or a DataLoader worker died.", fixes, occurrences=len(records))
+
+
+def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    fixes: list[Fix] = []
+    for record in records:
+        if "unrecognized arguments:" in record.text:
+            for word in record.text.split("unrecognized arguments:", 1)[1].split():
+                if word.startswith("--"):
+                    fixes.append(Fix("remove", word, None, "not a flag of this Megatron-LM version"))
+    if not fixes:
+        fixes.append(Fix("add", "megapilot script --check", None, "re-check the flags against Megatron's rules",
+                         kind="command"))
+    return Finding("config_error", "critical", "Megatron refused the configuration", _evidence(records),
+                   "Argument parsing or validation failed before training started; the quoted line names the rule.",
+                   fixes, occurrences=len(records))
+
+
+def _crash(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    others = {e.category for e in log.errors} - {"process_crash"}
+    severity = "warning" if others else "error"
+    cause = ("A training process exited abnormally (non-zero exit code, signal, or abort)."
+             + (f" It follows the {', '.join(sorted(others))} above, which is the likely cause." if others
+                else " No other error line was found: look at the lines just before it, dmesg (OOM killer), and the node."))
+    fixes = [] if others else [Fix("add", "dmesg -T | grep -iE 'killed process|oom'", None,
+                                   "the host OOM killer (CPU RAM) kills without a Python error", kind="command")]
+    return Finding("process_crash", severity, f"Training process crashed{_ranks(records)}", _evidence(records), cause,
+                   fixes, occurrences=len(records))
+
+
+def _wall_clock_hang(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    details = records[0].details
+    return Finding("hang", "critical",
+                   f"No progress for {details.get('silent_s', '?')} s after iteration {details.get('last_iteration', '?')}",
+                   _evidence(records), "No iteration line arrived for many times the usual step time while following the log.",
+                   _hang_fixes(), occurrences=len(records))
+
+
+_LINE_RULES = {
+    "oom": _oom, "nccl_timeout": _nccl_timeout, "nccl_error": _nccl_error, "gpu_hw_fault": _gpu_fault,
+    "rendezvous_failure": _rendezvous, "shm_insufficient": _shm, "checkpoint_save_failure": _checkpoint_save,
+    "checkpoint_load_failure": _checkpoint_load, "dataloader_error": _dataloader, "config_error": _config,
+    "process_crash": _crash, "hang": _wall_clock_hang,
+}
+
+
+# ---- metric rules ------------------------------------------------------------------------------------
+
+def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
+    flags = config.flags if config else None
+    logged_lr = next((r.lr for r in reversed(log.iterations) if r.lr), None)
+    lr = (flags.get_float("--lr") if flags else None) or logged_lr
+    fixes: list[Fix] = []
+
+    def fix(name: str, value: str | None, reason: str) -> Fix:
+        return change(flags, name, value, reason) if flags else Fix("add", name, value, reason)
+
+    if lr:
+        fixes.append(fix("--lr", f"{lr / 2:.2e}", f"halve the peak learning rate ({lr:.2e})"))
+    train_iters = (config.training.train_iters if config and config.training else None) or \
+        next((r.train_iters for r in log.iterations if r.train_iters), None)
+    warmup = flags.get_int("--lr-warmup-iters", 0) if flags else 0
+    if not warmup:
+        suggested = max(100, int(0.01 * train_iters)) if train_iters else 2000
+        fixes.append(fix("--lr-warmup-iters", str(suggested), "warm the learning rate up instead of starting at the peak"))
+    clip = flags.get_float("--clip-grad") if flags else None
+    if clip is None or clip == 0 or clip > 1.0:
+        fixes.append(fix("--clip-grad", "1.0", "clip the global grad norm at 1.0"))
+    hidden = config.model.hidden_size if config and config.model else None
+    if hidden:
+        std = math.sqrt(2 / (5 * hidden))  # "small init" (Nguyen & Salazar 2019): sqrt(2 / (5 h))
+        current = flags.get_float("--init-method-std", 0.02) if flags else 0.02
+        if current and current > std * 1.25:
+            fixes.append(fix("--init-method-std", f"{std:.4f}", f"smaller init for hidden size {hidden}: sqrt(2/(5h))"))
+    if config is not None and config.precision_flag == "fp16":
+        fixes.append(Fix("remove", "--fp16", None, "fp16's narrow range overflows; bf16 does not need loss scaling"))
+        fixes.append(fix("--bf16", None, "bf16 has fp32's exponent range"))
+    return fixes
+
+
+def _nan_finding(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    bad: list[IterationRecord] = []
+    previous: IterationRecord | None = None
+    had_loss = False
+    for record in log.iterations:
+        interval = record.iteration - previous.iteration if previous else None
+        vanished = (had_loss and record.lm_loss is None and interval is not None and interval > 0
+                    and (record.skipped_iterations or 0) < interval and not record.losses)
+        counted = bool(record.nan_iterations)
+        if record.has_nonfinite or counted or vanished:
+            bad.append(record)
+        had_loss = had_loss or record.lm_loss is not None
+        previous = record
+    if not bad:
+        return None
+    first = bad[0]
+    how = ("NaN/Inf in the loss or grad norm" if first.has_nonfinite else
+           "Megatron counted NaN iterations" if first.nan_iterations else "the loss disappeared from the log line")
+    return Finding("nan_loss", "critical", f"NaN loss from iteration {first.iteration} ({how})",
+                   [_ev(r) for r in bad[:MAX_EVIDENCE]],
+                   "The loss or gradients became NaN/Inf: the learning rate is too high for this stage of training, "
+                   "the initialisation too large, fp16 overflowed, or a bad batch. Megatron's 'number of nan "
+                   "iterations' can stay 0 while the loss vanishes from the line, so that is checked too.",
+                   _divergence_fixes(config, log), occurrences=len(bad))
+
+
+def _loss_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
+    series = [(r, r.lm_loss) for r in _unique(log.iterations) if r.lm_loss is not None and math.isfinite(r.lm_loss)]
+    if len(series) < WINDOW + 2:
+        return []
+    spikes: list[IterationRecord] = []
+    diverged_from: tuple[IterationRecord, float] | None = None
+    for index in range(WINDOW, len(series)):
+        baseline = statistics.median(loss for _, loss in series[index - WINDOW:index])
+        record, loss = series[index]
+        if loss > SPIKE_FACTOR * baseline:
+            rest = [later for _, later in series[index:]]
+            if len(rest) >= WINDOW // 2 and all(later > SPIKE_FACTOR * baseline for later in rest[-(WINDOW // 2):]):
+                diverged_from = (record, baseline)
+                break
+            spikes.append(record)
+    findings = []
+    if diverged_from is not None:
+        record, baseline = diverged_from
+        last = series[-1][0]
+        findings.append(Finding(
+            "loss_divergence", "critical",
+            f"Loss diverged from iteration {record.iteration}: {baseline:.3f} → {last.lm_loss:.3f}",
+            [_ev(record), _ev(last)],
+            "The loss rose and stayed up: training is diverging (learning rate too high, bad initialisation or "
+            "numerics).", _divergence_fixes(config, log)))
+    if spikes:
+        findings.append(Finding(
+            "loss_spike", "warning", f"{len(spikes)} loss spike(s), first at iteration {spikes[0].iteration}",
+            [_ev(r) for r in spikes[:MAX_EVIDENCE]],
+            f"The loss jumped above {SPIKE_FACTOR}x its recent median and came back: often a bad batch or an LR "
+            "too close to the edge of stability.", _divergence_fixes(config, log), occurrences=len(spikes)))
+    return findings
+
+
+def _unique(records: list[IterationRecord]) -> list[IterationRecord]:
+    """One record per iteration number, in order (other ranks' copies dropped)."""
+    out: list[IterationRecord] = []
+    highest = -1
+    for record in records:
+        if record.iteration > highest:
+            out.append(record)
+            highest = record.iteration
+    return out
+
+
+def _hang_fixes() -> list[Fix]:
+    return [
+        Fix("add", "py-spy dump --pid <pid of each rank>", None, "see where every rank is stuck", kind="command"),
+        Fix("set", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump NCCL's flight recorder when the watchdog fires", kind="env"),
+    ]
+
+
+def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
+    findings = []
+    timed = [r for r in _unique(log.iterations) if r.time_s is not None]
+    steps = [r.elapsed_ms for r in timed if r.elapsed_ms]
+    typical_s = statistics.median(steps) / 1000.0 if steps else None
+    if len(timed) >= 2 and typical_s:
+        limit = max(HANG_FLOOR_S, HANG_FACTOR * typical_s)
+        for before, after in zip(timed, timed[1:]):
+            gap = after.time_s - before.time_s  # type: ignore[operator]
+            interval = max(1, after.iteration - before.iteration)
+            if gap - interval * typical_s > limit:
+                findings.append(Finding(
+                    "hang", "warning", f"Stalled {gap:.0f} s between iterations {before.iteration} and {after.iteration}",
+                    [_ev(before), _ev(after)],
+                    f"No progress for {gap:.0f} s where {interval} iteration(s) take about {interval * typical_s:.0f} s; "
+                    "training resumed afterwards (a slow save, evaluation, a straggler or a transient network stall).",
+                    _hang_fixes()))
+                break
+    done = any(m.marker == "training_done" for m in log.markers)
+    if timed and typical_s and log.last_time_s and not done and not log.errors:
+        last = timed[-1]
+        silent = log.last_time_s - (last.time_s or log.last_time_s)
+        limit = max(HANG_FLOOR_S, HANG_FACTOR * typical_s)
+        if silent > limit:
+            evidence = [_ev(last)] + ([log.last_line] if log.last_line else [])
+            findings.append(Finding(
+                "hang", "critical", f"No progress for {silent:.0f} s after iteration {last.iteration}", evidence,
+                f"The log goes on for {silent:.0f} s (>{HANG_FACTOR:.0f}x the {typical_s:.1f} s step) without another "
+                "iteration and without an error.", _hang_fixes()))
+    findings.extend(_startup_stall(log))
+    return findings
+
+
+_STALL_CAUSES = {
+    "stall_point:fused_kernel_build": (
+        "The log stops while building Megatron's fused kernels. A previous, interrupted build left torch's "
+        "cpp_extension lock file behind (or ranks build concurrently), so every rank waits on the lock forever.",
+        [Fix("add", "rm -rf megatron/fused_kernels/build", None,
+             "remove the stale build directory (and its lock) and relaunch", kind="command")]),
+    "stall_point:distributed_init": (
+        "The log stops while initialising torch.distributed: some rank never joined (wrong MASTER_ADDR, blocked "
+        "port, a node that did not start).", [Fix("set", "NCCL_DEBUG", "INFO", "see which rank is missing", kind="env")]),
+    "stall_point:dataset_build": (
+        "The log stops while building the dataset indices: rank 0 builds them while the others wait; on a slow or "
+        "shared filesystem this can take very long or deadlock.",
+        [Fix("add", "build the dataset cache once before the run (or point --data-cache-path at fast local disk)",
+             None, "avoid building indices inside the job", kind="command")]),
+}
+
+
+def _startup_stall(log: ParsedLog) -> list[Finding]:
+    if log.iterations or log.errors or not log.markers or log.last_line is None:
+        return []
+    last_marker = log.markers[-1]
+    if not last_marker.marker.startswith("stall_point:") or log.last_line.line - last_marker.line > 3:
+        return []
+    cause, fixes = _STALL_CAUSES.get(last_marker.marker, (
+        "The log stops during start-up without an error.", _hang_fixes()))
+    evidence = [Evidence(last_marker.file, last_marker.line, last_marker.text.strip())]
+    return [Finding("hang", "critical", f"Start-up hang at {last_marker.marker.split(':', 1)[1].replace('_', ' ')}",
+                    evidence, cause, fixes)]
+
+
+def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    records = [r for r in _unique(log.iterations) if r.elapsed_ms]
+    warmup = log.summary.warmup_dropped if log.summary else 0
+    steady = records[warmup:]
+    if len(steady) < 10:
+        return None
+    fifth = max(2, len(steady) // 5)
+    early = statistics.median(r.elapsed_ms for r in steady[:fifth])  # type: ignore[misc]
+    late = statistics.median(r.elapsed_ms for r in steady[-fifth:])  # type: ignore[misc]
+    if late <= SLOWDOWN_FACTOR * early:
+        return None
+    flags = config.flags if config else None
+    fixes = [
+        change(flags, "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once") if flags
+        else Fix("add", "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once"),
+        change(flags, "--log-straggler", None, "log which rank is slow") if flags
+        else Fix("add", "--log-straggler", None, "log which rank is slow"),
+        Fix("add", "nvidia-smi -q -d CLOCK,PERFORMANCE", None, "check for thermal or power throttling", kind="command"),
+    ]
+    return Finding("slowdown", "warning", f"Step time drifted up {late / early:.2f}x: {early:.0f} → {late:.0f} ms",
+                   [_ev(steady[0]), _ev(steady[-1])],
+                   "Steady-state step time keeps rising: throttling, a straggler rank, memory fragmentation, Python "
+                   "GC, or a data pipeline that falls behind.", fixes)
+
+
+def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    if any(e.category == "oom" for e in log.errors):
+        return None
+    full = [r for r in log.iterations if r.memory_usage_pct and r.memory_usage_pct >= NEAR_FULL_PCT]
+    if not full:
+        return None
+    first = full[0]
+    fixes, note = _memory_fixes(config)
+    return Finding("oom", "warning", f"Device memory at {first.memory_usage_pct:.1f}% at iteration {first.iteration}",
+                   [_ev(first)], "Memory is within a few percent of capacity: the next larger allocation (a longer "
+                   "batch, evaluation, a checkpoint) will run out of memory." + note, fixes)
+
+
+def _low_throughput(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    if config is None or config.gpu is None or not log.summary or not log.summary.tflops_per_gpu_mean:
+        return None
+    precision = config.training.precision if config.training else ("bf16" if config.precision_flag != "fp8" else "fp8")
+    peak = config.gpu.peak_tflops(precision)  # type: ignore[arg-type]
+    measured_mfu = log.summary.tflops_per_gpu_mean / peak
+    predicted = current_prediction(config) if config.complete else None
+    expected = predicted.mfu if predicted and predicted.mfu else None
+    threshold = LOW_MFU_FRACTION * expected if expected else LOW_MFU_FLOOR
+    if measured_mfu >= threshold:
+        return None
+    basis = (f"the estimator predicts {expected:.0%} MFU for this layout" if expected
+             else f"no prediction available (flags incomplete or estimator missing): floor {LOW_MFU_FLOOR:.0%} MFU")
+    fixes = [fix for option in sorted(throughput_options(config), key=_gain, reverse=True) for fix in option.fixes()]
+    evidence = [_ev(r) for r in _unique(log.iterations)[-2:]]
+    return Finding("low_throughput", "warning",
+                   f"Low throughput: {log.summary.tflops_per_gpu_mean:.0f} TFLOP/s/GPU = {measured_mfu:.1%} MFU on "
+                   f"{config.gpu.alias} ({precision} peak {peak:.0f})", evidence,
+                   f"Measured MFU is far below what this GPU should reach ({basis}).", fixes)
+
+
+def _gain(option) -> float:  # noqa: ANN001
+    if option.prediction is None or option.prediction.tokens_per_s_per_gpu is None or not option.modelled:
+        return 0.0
+    return option.prediction.tokens_per_s_per_gpu if option.prediction.fits else -1.0
+
+
+def metric_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
+    findings: list[Finding] = []
+    for rule in (_nan_finding, _slowdown, _memory_near_full, _low_throughput):
+        finding = rule(log, config)
+        if finding is not None:
+            findings.append(finding)
+    findings.extend(_loss_findings(log, config))
+    findings.extend(_hang_findings(log, config))
+    return findings
