@@ -1,9 +1,237 @@
-"""CLI commands (registered by megapilot.cli.app)."""
+"""`megapilot logs parse`, `megapilot diagnose`, `megapilot optimize`: training-log intelligence.
+
+`logs parse FILE...` prints records and the steady-state summary (`-` reads stdin; `--follow` tails a
+growing file until training ends or a timeout). `diagnose FILE...` ranks findings with evidence and
+exact fixes. `optimize` ranks flag changes by predicted tokens/s. All have `--json`.
+"""
 
 from __future__ import annotations
 
+import csv
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+from megapilot.cli.common import console, emit_json
+from megapilot.errors import MegapilotError
+
+if TYPE_CHECKING:
+    from megapilot.diagnose import Diagnosis
+    from megapilot.diagnose.optimize import OptimizeReport
+    from megapilot.logs import ParsedLog
+
+logs_app = typer.Typer(help="Parse training logs (Megatron-LM, Megatron-Bridge, Primus).", no_args_is_help=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+Files = Annotated[list[str], typer.Argument(help="Log files; - reads stdin.", show_default=False)]
+ScriptOpt = Annotated[Path | None, typer.Option("--script", help="Launch script whose Megatron flags to read.")]
+FlagsOpt = Annotated[str | None, typer.Option("--flags", help='Megatron flags as one string, e.g. "--tensor-model-parallel-size 8 ...".')]
+GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU type (alias or name, e.g. h100, mi300x).")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Total GPUs of the run (default: from torchrun flags).")]
+
+CSV_COLUMNS = ("file", "line", "dialect", "iteration", "train_iters", "rank", "time_s", "elapsed_ms", "tflops_per_gpu",
+               "tokens_per_s_per_gpu", "tokens_source", "mfu_pct", "lm_loss", "grad_norm", "lr", "loss_scale", "gbs",
+               "skipped_iterations", "nan_iterations", "memory_used_gib", "memory_usage_pct")
+
+
+def _gpu(alias: str | None):  # noqa: ANN202
+    if alias is None:
+        return None
+    from megapilot.catalog.gpus import get_gpu
+
+    return get_gpu(alias)
+
+
+# ---- logs parse -----------------------------------------------------------------------------------
+
+def parse(
+    files: Files,
+    json_output: JsonFlag = False,
+    csv_output: Annotated[bool, typer.Option("--csv", help="Print the iteration records as CSV.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", help="Tail one growing file until training ends or a timeout.")] = False,
+    summary_only: Annotated[bool, typer.Option("--summary-only", help="Keep no per-record lists (flat memory).")] = False,
+    seq_length: Annotated[int | None, typer.Option(help="Sequence length, to compute tokens/s/GPU when not printed.")] = None,
+    world_size: Annotated[int | None, typer.Option(help="GPUs of the run, to compute tokens/s/GPU when not printed.")] = None,
+    global_batch_size: Annotated[int | None, typer.Option(help="Used when the lines lack `global batch size`.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="--follow: stop after this many seconds.")] = None,
+    idle_timeout: Annotated[float | None, typer.Option(help="--follow: stop after this many seconds without new bytes.")] = None,
+) -> None:
+    """Parse training logs into iteration, memory, checkpoint and error records plus a steady-state summary."""
+    from megapilot.logs import ParseOptions, follow_log, parse_logs
+
+    if json_output and csv_output:
+        raise MegapilotError("--json and --csv exclude each other", field="--csv", fix="pass one of them")
+    options = ParseOptions(seq_length=seq_length, world_size=world_size, global_batch_size=global_batch_size)
+    if follow:
+        if len(files) != 1 or files[0] == "-":
+            raise MegapilotError("--follow tails exactly one file", field="FILE", fix="pass one log path with --follow")
+        if timeout is None and idle_timeout is None:
+            idle_timeout = 600.0
+        log = follow_log(files[0], options=options, summary_only=summary_only, timeout_s=timeout,
+                         idle_timeout_s=idle_timeout)
+    else:
+        log = parse_logs(files, options=options, summary_only=summary_only)
+    if json_output:
+        emit_json(log.to_dict())
+    elif csv_output:
+        _write_csv(log)
+    else:
+        _print_log(log)
+
+
+def _write_csv(log: ParsedLog) -> None:
+    writer = csv.writer(sys.stdout)
+    writer.writerow(CSV_COLUMNS)
+    for record in log.iterations:
+        row = record.to_dict()
+        writer.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
+
+
+def _fmt(value: float | None, spec: str = ",.1f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _print_log(log: ParsedLog) -> None:
+    from rich.table import Table
+
+    s = log.summary
+    assert s is not None
+    table = Table(title=f"{', '.join(log.files)} — dialect {log.dialect}, {log.lines_read:,} lines", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("iterations logged / counted / steady", f"{s.iterations_logged} / {s.iterations_counted} / {s.steady_iterations}"),
+        ("iteration range", f"{s.first_iteration} → {s.last_iteration} of {s.train_iters}"),
+        ("step time mean / p50 / p95 (ms)", f"{_fmt(s.step_time_mean_ms)} / {_fmt(s.step_time_p50_ms)} / {_fmt(s.step_time_p95_ms)}"),
+        ("step time CV", _fmt(s.step_time_cv, ".3f")),
+        ("tokens/s/GPU (mean)", _fmt(s.tokens_per_s_per_gpu_mean, ",.0f")),
+        ("TFLOP/s/GPU (mean)", _fmt(s.tflops_per_gpu_mean)),
+        ("loss first / min / final", f"{_fmt(s.first_loss, '.4f')} / {_fmt(s.min_loss, '.4f')} / {_fmt(s.final_loss, '.4f')}"),
+        ("memory reports / checkpoints / errors", f"{len(log.memory)} / {len(log.checkpoints)} / {len(log.errors)}"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"[dim]steady state: {s.rule}[/]")
+    if log.errors:
+        errors = Table(title="error lines (first 10)")
+        for column in ("category", "rank", "file:line", "text"):
+            errors.add_column(column, overflow="fold")
+        for error in log.errors[:10]:
+            errors.add_row(error.category, "—" if error.rank is None else str(error.rank), f"{Path(error.file).name}:{error.line}",
+                           error.text.strip()[:160])
+        console.print(errors)
+
+
+# ---- diagnose --------------------------------------------------------------------------------------
+
+def diagnose_command(
+    files: Files,
+    script: ScriptOpt = None,
+    flags: FlagsOpt = None,
+    gpu: GpuOpt = None,
+    gpus: GpusOpt = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Find what went wrong in a training log: ranked findings, evidence lines, exact flag fixes."""
+    from megapilot.diagnose import diagnose
+
+    result = diagnose(files, script=script, flags=flags, gpu=_gpu(gpu), gpus=gpus)
+    if json_output:
+        emit_json(result.to_dict())
+        return
+    _print_diagnosis(result)
+
+
+_SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "info": "dim"}
+
+
+def _print_diagnosis(result: Diagnosis) -> None:
+    from rich.table import Table
+
+    if not result.findings:
+        console.print("[green]No problem found.[/] " + "; ".join(result.notes))
+        return
+    for number, finding in enumerate(result.findings, start=1):
+        style = _SEVERITY_STYLE[finding.severity]
+        console.print(f"[{style}]{number}. {finding.severity.upper()} {finding.category}[/]: {finding.title}")
+        for evidence in finding.evidence[:3]:
+            console.print(f"   [dim]{Path(evidence.file).name}:{evidence.line}[/] {evidence.text[:150]}", highlight=False)
+        console.print(f"   cause: {finding.cause}", highlight=False)
+        if finding.fixes:
+            fixes = Table(show_edge=False, pad_edge=False)
+            for column in ("option", "change", "pred. GiB", "why"):
+                fixes.add_column(column, overflow="fold")
+            for fix in finding.fixes[:12]:
+                change_text = f"{fix.action} {fix.flag}" + (f" {fix.value}" if fix.value is not None else "")
+                fixes.add_row(fix.option or "", change_text, _fmt(fix.predicted_memory_gib), fix.reason)
+            console.print(fixes)
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/]")
+
+
+# ---- optimize --------------------------------------------------------------------------------------
+
+def optimize_command(
+    script: ScriptOpt = None,
+    flags: FlagsOpt = None,
+    log: Annotated[list[str] | None, typer.Option("--log", help="Training log: its measured step time calibrates predictions.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU type (required), e.g. h100.")] = None,
+    gpus: GpusOpt = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Rank flag changes by predicted tokens/s gain, against the planner's best layout for the same run."""
+    from megapilot.diagnose import read_flags, run_config
+    from megapilot.diagnose.engine import parse_options_for
+    from megapilot.diagnose.optimize import optimize
+    from megapilot.logs import parse_logs
+
+    if gpu is None:
+        raise MegapilotError("missing", field="--gpu", fix="pass the GPU type, e.g. --gpu h100")
+    launch = read_flags(script=script, flags=flags)
+    if launch is None:
+        raise MegapilotError("no launch given", field="--script", fix="pass --script train.sh or --flags \"...\"")
+    config = run_config(launch, gpu=_gpu(gpu), gpus=gpus)
+    measured_s = None
+    if log:
+        summary = parse_logs(log, options=parse_options_for(config), summary_only=True).summary
+        if summary is None or summary.step_time_p50_ms is None:
+            raise MegapilotError("no step time found in the log", field="--log",
+                                 fix="pass a log with iteration lines, or leave --log out")
+        measured_s = summary.step_time_p50_ms / 1000.0
+    report = optimize(config, measured_step_time_s=measured_s)
+    if json_output:
+        emit_json(report.to_dict())
+        return
+    _print_optimize(report)
+
+
+def _print_optimize(report: OptimizeReport) -> None:
+    from rich.table import Table
+
+    console.print(f"current: {report.current_layout} — predicted {_fmt(report.current_tokens_per_s_per_gpu, ',.0f')} "
+                  f"tokens/s/GPU, {_fmt(report.current_memory_gib)} GiB"
+                  + (f" (calibrated ×{report.calibration_scale:.2f} to the measured step)" if report.calibration_scale else ""))
+    if report.best_layout:
+        console.print(f"planner's best: {report.best_layout} — {_fmt(report.best_tokens_per_s_per_gpu, ',.0f')} tokens/s/GPU")
+    table = Table(title="changes, best predicted gain first")
+    for column in ("change", "flags", "tokens/s/GPU", "gain", "GiB", "fits"):
+        table.add_column(column, overflow="fold")
+    for item in report.changes:
+        flag_text = " ".join(f"{'-' if f.action == 'remove' else ''}{f.flag}" + (f" {f.value}" if f.value else "") for f in item.fixes)
+        gain = "not modelled" if not item.modelled else (f"{item.gain_pct:+.1f}%" if item.gain_pct is not None else "—")
+        table.add_row(item.label, flag_text, _fmt(item.predicted_tokens_per_s_per_gpu, ",.0f"), gain,
+                      _fmt(item.predicted_memory_gib), "—" if item.fits is None else ("yes" if item.fits else "no"))
+    console.print(table)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/]")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    logs_app.command("parse")(parse)
+    app.add_typer(logs_app, name="logs")
+    app.command("diagnose")(diagnose_command)
+    app.command("optimize")(optimize_command)
