@@ -1,0 +1,209 @@
+"""A real SLURM cluster on this machine, for tests: munged, slurmctld and N slurmd daemons.
+
+    from tests.slurm_cluster import slurm_cluster  # noqa: F401  (the pytest fixture)
+
+    def test_x(slurm_cluster):
+        slurm_cluster.run("sbatch", "--test-only", "job.sh")
+
+Everything lives under one short temporary root (config, state, spool, logs, munge socket and key);
+nothing in /etc is touched. Nodes `node1..nodeN` share this host (Debian's slurmd is built with
+MULTIPLE_SLURMD: one `NodeName` line per node with its own port), each with `Gres=gpu:G` backed by
+/dev/tty0..7 so `--gpus-per-node` is schedulable. Settings follow what was measured on this kind of
+machine: linuxproc tracking, no task plugin, `batch_sched_delay=0` (no 3 s hold per batch job),
+`EnforcePartLimits=ALL` (an impossible request fails instead of pending forever).
+
+Needs root (slurmd starts jobs as their users) and the Debian packages slurmctld, slurmd,
+slurm-client and munge (scripts/apt-packages.txt); otherwise `unavailable_reason()` says why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "scontrol", "sinfo", "squeue", "scancel", "srun")
+START_TIMEOUT_S = 30.0
+
+
+def unavailable_reason() -> str | None:
+    """Why a local cluster cannot start here, or None if it can."""
+    missing = [b for b in DAEMONS + CLIENTS if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
+    if missing:
+        return f"SLURM/munge binaries missing: {', '.join(missing)} (scripts/setup.sh installs them)"
+    if os.geteuid() != 0:
+        return "a local SLURM cluster needs root (slurmd launches jobs as their users)"
+    return None
+
+
+def _binary(name: str) -> str:
+    return shutil.which(name) or str(Path("/usr/sbin", name))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LocalSlurmCluster:
+    """A running one-machine cluster; `run` invokes SLURM clients against it."""
+
+    nodes: int = 2
+    gpus_per_node: int = 8
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mpslurm-", dir="/tmp")))
+    _processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for SLURM clients: points them at this cluster's config."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self) -> "LocalSlurmCluster":
+        for sub in ("state", "spool", "log", "munge"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root / "munge", 0o700)
+        self._start_munge()
+        self._write_config()
+        self._spawn("slurmctld", [_binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        for name in self.node_names:
+            self._spawn(f"slurmd-{name}", [_binary("slurmd"), "-D", "-N", name, "-f", str(self.conf)])
+        self._wait_until_idle()
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(self._processes):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in reversed(self._processes):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        self._processes.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "LocalSlurmCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- clients ---------------------------------------------------------------------------
+    def run(self, *argv: str, check: bool = False, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+        """Run a SLURM client (sbatch, squeue, ...) against this cluster."""
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check,
+                              timeout=timeout_s)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The end of every daemon log, for failure messages."""
+        parts = []
+        for log in sorted((self.root / "log").glob("*.log")):
+            parts.append(f"== {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(parts)
+
+    # ---- internals -------------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        out = open(self.root / "log" / f"{name}.stdout", "wb")  # noqa: SIM115 (lives as long as the daemon)
+        self._processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                                start_new_session=True))
+
+    def _start_munge(self) -> None:
+        munge = self.root / "munge"
+        key = munge / "munge.key"
+        subprocess.run([_binary("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
+        os.chmod(key, 0o600)
+        self._spawn("munged", [
+            _binary("munged"), "-F", "--force", f"--socket={munge / 'munge.sock'}", f"--key-file={key}",
+            f"--pid-file={munge / 'munged.pid'}", f"--log-file={self.root / 'log' / 'munged.log'}",
+            f"--seed-file={munge / 'munged.seed'}",
+        ])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (munge / "munge.sock").exists():
+            if time.monotonic() > deadline or self._processes[-1].poll() is not None:
+                raise RuntimeError(f"munged did not start\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def _write_config(self) -> None:
+        r = self.root
+        host = socket.gethostname()
+        lines = [
+            "ClusterName=megapilot",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={r / 'munge' / 'munge.sock'}",
+            f"StateSaveLocation={r / 'state'}",
+            f"SlurmdSpoolDir={r / 'spool'}/%n",
+            f"SlurmctldPidFile={r / 'slurmctld.pid'}",
+            f"SlurmdPidFile={r / 'slurmd-%n.pid'}",
+            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={r / 'log' / 'slurmd-%n.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerParameters=batch_sched_delay=0",
+            "EnforcePartLimits=ALL",
+            "MailProg=/bin/true",
+            "ReturnToService=2",
+            "GresTypes=gpu",
+            "JobCompType=jobcomp/filetxt",
+            f"JobCompLoc={r / 'log' / 'jobcomp.txt'}",
+            "MpiDefault=none",
+        ]
+        cpus = os.cpu_count() or 1
+        for name in self.node_names:
+            lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
+                         f"CPUs={cpus} RealMemory=1000 Gres=gpu:{self.gpus_per_node} State=UNKNOWN")
+        lines.append(f"PartitionName=main Nodes={','.join(self.node_names)} Default=YES MaxTime=INFINITE State=UP")
+        self.conf.write_text("\n".join(lines) + "\n")
+        last_tty = self.gpus_per_node - 1
+        (r / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File=/dev/tty[0-{last_tty}]\n")
+
+    def _wait_until_idle(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            dead = [p.args[0] for p in self._processes if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"daemon exited: {dead}\n{self.log_tail()}")
+            states = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split()
+            if states and states[1::2] == ["idle"] * self.nodes:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"nodes not idle after {START_TIMEOUT_S} s\n{self.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A started two-node cluster (8 fake GPUs per node) for the whole session; skipped if impossible."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = LocalSlurmCluster(nodes=2, gpus_per_node=8).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
