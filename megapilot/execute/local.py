@@ -125,9 +125,12 @@ class LocalExecutor:
         now_s = time.monotonic()
         iteration_before = job.tracker.iteration
         self._read_log(job, job.tail.read_new_lines(), now_s)
+        processes_changed = False
         if now_s - job.last_snapshot_s >= self.snapshot_interval_s:
             job.last_snapshot_s = now_s
-            if job.watch.snapshot():
+            # New processes, or start-up, when command lines still change (bash exec's the launcher).
+            processes_changed = bool(job.watch.snapshot()) or job.tracker.iteration is None
+            if processes_changed:
                 self._record_processes(job)
         exit_code = job.process.poll()
         if exit_code is not None:
@@ -139,7 +142,7 @@ class LocalExecutor:
                                               f"iteration {job.tracker.iteration}/{job.tracker.train_iters}")
         else:
             self._update_status(job, JobState.RUNNING, now_s)
-            if job.tracker.iteration != iteration_before:
+            if processes_changed or job.tracker.iteration != iteration_before:
                 self._save_record(job)
         return job.status
 

@@ -99,13 +99,13 @@ class ProcessTreeWatch:
             tree = []
         new = []
         for proc in tree:
-            if proc.pid in self._seen and self._seen[proc.pid] == proc:  # same pid AND create time
-                continue
+            known = self._seen.get(proc.pid) == proc  # same pid AND create time
             self._seen[proc.pid] = proc
-            info = _describe(proc)
+            info = _describe(proc)  # again for known ones: `exec` changes the command line
             if info is not None:
                 self.history[proc.pid] = info
-                new.append(info)
+                if not known:
+                    new.append(info)
         return new
 
     def alive(self) -> list[psutil.Process]:

@@ -1,0 +1,105 @@
+"""End to end: real torchrun jobs (2 gloo ranks) under LocalExecutor — completion, a killed rank, a hang.
+
+Each test starts a torchrun launcher and two workers that import torch (~3 s each on this
+machine), so they are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from megapilot.execute.base import HangPolicy, JobSpec, JobState
+from megapilot.execute.local import LocalExecutor
+from megapilot.execute.process import session_members
+
+pytestmark = pytest.mark.slow
+
+LOOP = Path(__file__).parents[1] / "execute" / "programs" / "allreduce_loop.py"
+# torchrun without --master-port: the executor's free port reaches it as PET_MASTER_PORT.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2"]
+
+
+def torchrun_job(tmp_path: Path, combo: str, *flags: str, **spec) -> JobSpec:
+    spec.setdefault("hang", HangPolicy(startup_s=120, factor=10, min_window_s=30))
+    return JobSpec(combo=combo, run_dir=tmp_path, argv=[*TORCHRUN, str(LOOP), *flags], gpus_per_node=2,
+                   env={"OMP_NUM_THREADS": "1"}, stop_grace_s=3.0, **spec)
+
+
+def assert_nothing_survives(job_dir: Path, root_pid: int) -> None:
+    record = json.loads((job_dir / "job.json").read_text())
+    assert len(record["processes"]) >= 3  # launcher + 2 ranks were seen
+    for entry in record["processes"]:
+        try:
+            proc = psutil.Process(entry["pid"])
+            assert proc.status() == psutil.STATUS_ZOMBIE, f"{entry['cmdline']} survived"
+        except psutil.NoSuchProcess:
+            pass
+    assert session_members(root_pid) == []
+
+
+def rank_pid(root_pid: int, rank: int) -> int | None:
+    for child in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if child.environ().get("RANK") == str(rank):
+                return child.pid
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return None
+
+
+def test_two_rank_torchrun_job_completes_with_rank_prefixed_log(tmp_path):
+    executor = LocalExecutor()
+    handle = executor.submit(torchrun_job(tmp_path, "ok", "--iters", "6"))
+    result = executor.wait(handle, poll_interval_s=0.2)
+
+    assert result.state is JobState.COMPLETED, result.reason
+    assert (result.iterations_reached, result.train_iters) == (6, 6)
+    assert 0.15 < result.step_time_s < 2.0  # the loop's own clock: 0.2 s sleep + an all-reduce
+    log = result.logs[0].read_text()
+    assert "[default1]: [" in log and "] iteration        6/       6 |" in log
+    record = json.loads((handle.job_dir / "job.json").read_text())
+    assert f"MASTER_PORT={record['master_port']}" in log and record["master_port"] != 29500
+    assert list((handle.job_dir / "out-node0" / "ranks").rglob("stdout.log"))  # torchrun's per-rank files
+    assert_nothing_survives(handle.job_dir, int(handle.job_id))
+
+
+def test_sigkilled_rank_fails_the_run_within_seconds_without_orphans(tmp_path):
+    executor = LocalExecutor()
+    handle = executor.submit(torchrun_job(tmp_path, "kill", "--iters", "200"))
+    killed_at: list[float] = []
+
+    def kill_rank_one(status):
+        if not killed_at and status.iteration and status.iteration >= 3:
+            pid = rank_pid(int(handle.job_id), rank=1)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            killed_at.append(time.monotonic())
+
+    result = executor.wait(handle, on_progress=kill_rank_one, poll_interval_s=0.2)
+
+    assert killed_at, "the run ended before rank 1 could be killed"
+    assert time.monotonic() - killed_at[0] < 10
+    assert result.state is JobState.FAILED and result.exit_code != 0
+    assert "rank 1" in result.reason and "SIGKILL" in result.reason
+    assert result.iterations_reached < 200
+    assert_nothing_survives(handle.job_dir, int(handle.job_id))
+
+
+def test_stalled_rank_is_detected_as_a_hang_and_the_job_stopped(tmp_path):
+    executor = LocalExecutor()
+    job = torchrun_job(tmp_path, "hang", "--iters", "200", "--stall-rank", "0", "--stall-after", "3",
+                       hang=HangPolicy(startup_s=120, fixed_window_s=3))
+    handle = executor.submit(job)
+    result = executor.wait(handle, poll_interval_s=0.2)
+
+    assert result.state is JobState.HUNG and result.iterations_reached == 3
+    assert "no new iteration for" in result.reason
+    assert_nothing_survives(handle.job_dir, int(handle.job_id))
