@@ -152,6 +152,23 @@ class CpuRngStatesTracker:
             torch.set_rng_state(saved)
 
 
+#: TransformerConfig settings the trainer changes on CPU, with the reason for each.
+CPU_TRANSFORMER_OVERRIDES: dict[str, tuple[object, str]] = {
+    "use_cpu_initialization": (True, "weights are initialized on the CPU"),
+    # Megatron frees a stage's output right after handing it to the (asynchronous) send; gloo's
+    # isend may read it later, so the next stage would receive freed memory (NaN losses with VPP).
+    "deallocate_pipeline_outputs": (False, "keep pipeline outputs alive until gloo has sent them"),
+}
+
+
+def transformer_overrides() -> dict[str, object]:
+    """The CPU TransformerConfig overrides (recorded once as installed)."""
+    note = "TransformerConfig " + ", ".join(f"{k}={v}" for k, (v, _) in CPU_TRANSFORMER_OVERRIDES.items())
+    if note not in REWRITES.installed:
+        REWRITES.installed.append(note)
+    return {key: value for key, (value, _) in CPU_TRANSFORMER_OVERRIDES.items()}
+
+
 _MODE: CudaToCpuMode | None = None
 
 
@@ -169,6 +186,25 @@ def _install_cuda_query_stubs() -> None:
     REWRITES.installed.append("cuda.current_device→0, cuda.synchronize→no-op")
 
 
+def _install_mode_in_backward() -> None:
+    """Run custom autograd backwards under the mode too.
+
+    Torch-function modes are not active while autograd runs a `torch.autograd.Function.backward`,
+    and Megatron allocates with CUDA devices there (e.g. the all-gather in the MoE and
+    sequence-parallel backward).
+    """
+    from torch.autograd.function import BackwardCFunction
+
+    original_apply = BackwardCFunction.apply
+
+    def apply_under_cpu_mode(self, *args):
+        with CudaToCpuMode():
+            return original_apply(self, *args)
+
+    BackwardCFunction.apply = apply_under_cpu_mode
+    REWRITES.installed.append("the same mode inside autograd.Function backwards")
+
+
 def enable_cpu_mode() -> RewriteLog:
     """Install the CPU rewrites for this process (idempotent). Refuses to run when CUDA is present."""
     global _MODE
@@ -181,6 +217,8 @@ def enable_cpu_mode() -> RewriteLog:
     _MODE = CudaToCpuMode()
     _MODE.__enter__()
     REWRITES.installed.append("device/type-string rewriting mode")
+    _install_mode_in_backward()
+    transformer_overrides()
     return REWRITES
 
 
@@ -235,6 +273,21 @@ def install_distributed_optimizer_fixes() -> bool:
         _ORIGINAL_SET_STATES = DistributedOptimizer._set_main_param_and_optimizer_states
         DistributedOptimizer._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states_fixed
         REWRITES.installed.append("distributed-optimizer load fix (torch Adam)")
+    return True
+
+
+def install_missing_te_fixes() -> bool:
+    """Without Transformer Engine, Megatron's MoE router reads an undefined `te_general_gemm`.
+
+    megatron-core 0.16.1 imports `te_general_gemm` only when TE is present but tests it for None
+    unconditionally (NameError in every MoE forward); defining it as None selects the torch path.
+    """
+    from megatron.core.transformer.moe import moe_utils
+
+    if moe_utils.HAVE_TE or hasattr(moe_utils, "te_general_gemm"):
+        return False
+    moe_utils.te_general_gemm = None
+    REWRITES.installed.append("MoE router te_general_gemm=None (no TE)")
     return True
 
 

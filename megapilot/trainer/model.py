@@ -12,6 +12,7 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer import TransformerConfig
 
+from megapilot.trainer import cpu_compat
 from megapilot.trainer.config import TrainerConfig
 
 
@@ -26,6 +27,7 @@ def params_dtype(config: TrainerConfig) -> torch.dtype:
 def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig:
     """Megatron's TransformerConfig from the flags; fused kernels off (they need CUDA/TE/Apex)."""
     dtype = params_dtype(config)
+    interleaved = config.virtual_pipeline_model_parallel_size is not None
     moe = {}
     if config.is_moe:
         moe = dict(
@@ -54,13 +56,15 @@ def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig
         expert_tensor_parallel_size=config.expert_tensor_parallel_size,
         sequence_parallel=config.sequence_parallel,
         pipeline_dtype=dtype, params_dtype=dtype, bf16=config.bf16, fp16=config.fp16,
-        use_cpu_initialization=not on_gpu,
         recompute_granularity=config.recompute_granularity, recompute_method=config.recompute_method,
         recompute_num_layers=config.recompute_num_layers,
         gradient_accumulation_fusion=False, bias_activation_fusion=False, masked_softmax_fusion=False,
         persist_layer_norm=False, bias_dropout_fusion=False, apply_rope_fusion=False,
-        deallocate_pipeline_outputs=True,
+        # Megatron-LM's defaults: with VPP, overlapped unbatched p2p; otherwise batched p2p. (Batched
+        # ops with PP=2 and VPP would pair a gradient send with an activation receive on gloo.)
+        overlap_p2p_comm=interleaved, batch_p2p_comm=not interleaved,
         **moe,
+        **({} if on_gpu else cpu_compat.transformer_overrides()),
     )
 
 

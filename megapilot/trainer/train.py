@@ -273,6 +273,7 @@ class Trainer:
 
             rss_mib = psutil.Process().memory_info().rss / (1024 * 1024)
             peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # ru_maxrss is KiB on Linux
+            peak_mib = max(peak_mib, rss_mib)
             values = (rss_mib, peak_mib, rss_mib, peak_mib)
             if rank == 0:
                 print("memory report on CPU: allocated/reserved = process RSS, max = peak RSS (no CUDA allocator)",
@@ -375,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if not on_gpu:
         cpu_compat.enable_cpu_mode()
     cpu_compat.install_distributed_optimizer_fixes()
+    cpu_compat.install_missing_te_fixes()
     if cpu_compat.REWRITES.installed:
         _announce_cpu_mode(cpu_compat.REWRITES)
     init_distributed(config, on_gpu)
