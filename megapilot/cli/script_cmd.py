@@ -1,9 +1,272 @@
-"""CLI commands (registered by megapilot.cli.app)."""
+"""`megapilot script`: write a checked launch script (torchrun, SLURM sbatch or AMD Primus) for a plan.
+
+The plan comes from `--plan plan.json` (written by `megapilot plan --save`) or from layout flags
+(`--model --gpu --gpus --tp ...`). Values left out are filled from the saved profile, and the output
+says so. The script is a draft: this command never runs it.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
 import typer
+
+from megapilot.cli.common import console, emit_json, err_console
+from megapilot.errors import MegapilotError
+
+if TYPE_CHECKING:
+    from megapilot.launch import LaunchOptions, LaunchScript
+    from megapilot.spec import SavedPlan
+    from megapilot.store.profile import Profile
+
+LAUNCHERS = ("torchrun", "slurm", "primus")
+ENTRYPOINTS = ("megatron", "megapilot")
+
+
+def script(
+    plan: Annotated[Optional[Path], typer.Option("--plan", help="Saved plan JSON (`megapilot plan --save`).")] = None,
+    # ---- layout flags (instead of --plan)
+    model: Annotated[Optional[str], typer.Option(help="Model preset, HF config.json or spec file.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU name or alias, e.g. h100.")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="Total GPUs (default: nodes x GPUs per node).")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8; 4 on GB200).")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor parallel size.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline parallel size.")] = 1,
+    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per PP rank.")] = 1,
+    cp: Annotated[int, typer.Option(help="Context parallel size.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert parallel size.")] = 1,
+    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel size (default: TP).")] = None,
+    mbs: Annotated[int, typer.Option(help="Micro-batch size.")] = 1,
+    gbs: Annotated[Optional[int], typer.Option(help="Global batch size (samples).")] = None,
+    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = 4096,
+    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallel (default: on when TP>1).")] = None,
+    recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "selective",
+    precision: Annotated[str, typer.Option(help="bf16, fp16, fp8, mxfp8 or nvfp4.")] = "bf16",
+    train_iters: Annotated[Optional[int], typer.Option(help="Training iterations (overrides the plan's).")] = None,
+    # ---- launch
+    launcher: Annotated[str, typer.Option(help="torchrun, slurm or primus.")] = "torchrun",
+    nodes: Annotated[Optional[int], typer.Option(help="Nodes to launch (default: the plan's).")] = None,
+    data_path: Annotated[Optional[str], typer.Option(help="Absolute Megatron dataset prefix (no .bin/.idx).")] = None,
+    mock_data: Annotated[bool, typer.Option("--mock-data", help="Synthetic data instead of --data-path.")] = False,
+    tokenizer_model: Annotated[Optional[str], typer.Option(help="Absolute tokenizer path or HF model id.")] = None,
+    tokenizer_type: Annotated[Optional[str], typer.Option(help="Megatron tokenizer type (default: inferred).")] = None,
+    vocab_file: Annotated[Optional[str], typer.Option(help="GPT-2 BPE vocab file (absolute).")] = None,
+    merge_file: Annotated[Optional[str], typer.Option(help="GPT-2 BPE merges file (absolute).")] = None,
+    save: Annotated[Optional[str], typer.Option(help="Absolute checkpoint directory (also --load).")] = None,
+    load: Annotated[Optional[str], typer.Option(help="Resume from here (default: --save).")] = None,
+    save_interval: Annotated[Optional[int], typer.Option(help="Iterations between checkpoints.")] = None,
+    tensorboard_dir: Annotated[Optional[str], typer.Option(help="Absolute TensorBoard directory.")] = None,
+    entrypoint: Annotated[str, typer.Option(help="megatron (pretrain_gpt.py) or megapilot (embedded trainer).")] = "megatron",
+    megatron_path: Annotated[Optional[str], typer.Option(help="Absolute Megatron-LM checkout.")] = None,
+    python: Annotated[Optional[str], typer.Option(help="Python with torch (default python3; this one for megapilot).")] = None,
+    cpu: Annotated[bool, typer.Option("--cpu", help="CPU run (gloo, fp32) for tiny models with the embedded trainer.")] = False,
+    container_image: Annotated[Optional[str], typer.Option(help="pyxis/enroot image (SLURM).")] = None,
+    container_mount: Annotated[Optional[list[str]], typer.Option(help="SRC:DST mount, repeatable (SLURM).")] = None,
+    rendezvous: Annotated[str, typer.Option(help="Multi-node torchrun: static or c10d.")] = "static",
+    master_port: Annotated[int, typer.Option(help="Rendezvous port.")] = 29611,
+    network_interface: Annotated[Optional[str], typer.Option(help="NCCL/GLOO_SOCKET_IFNAME.")] = None,
+    ib_hca: Annotated[Optional[str], typer.Option(help="NCCL_IB_HCA.")] = None,
+    job_name: Annotated[str, typer.Option(help="Job name (SLURM, rendezvous id, Primus experiment).")] = "megapilot",
+    time_limit: Annotated[str, typer.Option("--time", help="SLURM time limit.")] = "04:00:00",
+    partition: Annotated[Optional[str], typer.Option(help="SLURM partition.")] = None,
+    account: Annotated[Optional[str], typer.Option(help="SLURM account.")] = None,
+    log_dir: Annotated[Optional[str], typer.Option(help="Absolute log directory (default: next to the script).")] = None,
+    primus_path: Annotated[str, typer.Option(help="Absolute Primus checkout.")] = "/workspace/Primus",
+    primus_config: Annotated[Optional[str], typer.Option(help="Where the Primus experiment YAML goes.")] = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile file (default: the saved user profile).")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the script here.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the script and its arguments as JSON.")] = False,
+) -> None:
+    """Write a checked launch script for a plan (a draft: review it, this command never runs it)."""
+    from megapilot.launch import LaunchOptions, render_launch
+    from megapilot.store.profile import load_profile
+
+    user_profile = load_profile(profile)
+    notes: list[str] = []
+    if plan is not None:
+        if model is not None:
+            raise MegapilotError("give --plan or layout flags (--model ...), not both", field="plan",
+                                 fix="drop --model or --plan")
+        saved = _read_plan(plan)
+    else:
+        saved = _plan_from_flags(user_profile, notes, model=model, gpu=gpu, gpus=gpus, nodes=nodes,
+                                 gpus_per_node=gpus_per_node, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
+                                 mbs=mbs, gbs=gbs, seq_len=seq_len, sp=sp, recompute=recompute,
+                                 precision=precision)
+    if train_iters is not None:
+        saved = saved.model_copy(update={"training": saved.training.model_copy(update={"train_iters": train_iters})})
+
+    fills = _profile_fills(user_profile, data_path=data_path, mock_data=mock_data,
+                           tokenizer_model=tokenizer_model, vocab_file=vocab_file, save=save)
+    notes += fills.pop("_notes")  # type: ignore[arg-type]
+    script_path = str(output.expanduser().absolute()) if output is not None else None
+    options = _options(
+        LaunchOptions, launcher=_choice("launcher", launcher, LAUNCHERS), nodes=nodes, mock_data=mock_data,
+        tokenizer_type=tokenizer_type, merge_file=merge_file, load=load, save_interval=save_interval,
+        tensorboard_dir=tensorboard_dir, entrypoint=_choice("entrypoint", entrypoint, ENTRYPOINTS),
+        megatron_path=megatron_path, python=python or _default_python(entrypoint), cpu=cpu,
+        container_image=container_image, container_mounts=tuple(container_mount or ()), rendezvous=rendezvous,
+        master_port=master_port, network_interface=network_interface, ib_hca=ib_hca, job_name=job_name,
+        time_limit=time_limit, partition=partition, account=account, log_dir=log_dir, primus_path=primus_path,
+        primus_config_path=primus_config, script_path=script_path, **fills,
+    )
+    launch = render_launch(saved, options)
+    launch = launch.model_copy(update={"notes": notes + launch.notes})
+    if output is not None:
+        _write(Path(script_path), launch, force)  # type: ignore[arg-type]
+    if json_output:
+        emit_json(launch.to_json())
+        return
+    _print_summary(saved, launch, Path(script_path) if script_path else None)
+
+
+def _default_python(entrypoint: str) -> str:
+    """The embedded trainer lives in this installation, so its interpreter runs it; else the image's python3."""
+    import sys
+
+    return sys.executable if entrypoint == "megapilot" else "python3"
+
+
+def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise MegapilotError(f"{value!r} is not one of {', '.join(allowed)}", field=field,
+                             fix=f"use --{field} {allowed[0]}")
+    return value
+
+
+def _options(cls: type["LaunchOptions"], **fields: object) -> "LaunchOptions":
+    from pydantic import ValidationError
+
+    from megapilot.errors import from_validation_error
+
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+# ---- where the plan comes from -----------------------------------------------------------------
+def _read_plan(path: Path) -> "SavedPlan":
+    from pydantic import ValidationError
+
+    from megapilot.errors import from_validation_error
+    from megapilot.spec import SavedPlan
+
+    if not path.is_file():
+        raise MegapilotError(f"no plan file at {path}", field="plan",
+                             fix="write one with `megapilot plan ... --save plan.json`")
+    try:
+        return SavedPlan.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="plan") from None
+
+
+def _plan_from_flags(profile: "Profile", notes: list[str], *, model: str | None, gpu: str | None,
+                     gpus: int | None, nodes: int | None, gpus_per_node: int | None, tp: int, pp: int, vpp: int,
+                     cp: int, ep: int, etp: int | None, mbs: int, gbs: int | None, seq_len: int,
+                     sp: bool | None, recompute: str, precision: str) -> "SavedPlan":
+    """Build the specs from layout flags (profile values fill the GPU and its count)."""
+    from pydantic import ValidationError
+
+    from megapilot.catalog import get_model
+    from megapilot.catalog.gpus import get_gpu
+    from megapilot.errors import from_validation_error
+    from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec, validate_layout
+
+    if model is None:
+        raise MegapilotError("no plan given", field="plan", fix="pass --plan plan.json or --model NAME with a layout")
+    gpu_name = gpu or _from_profile(profile, "gpu", notes)
+    if gpu_name is None:
+        raise MegapilotError("no GPU given", field="gpu", fix="pass --gpu h100 (or save one with `megapilot profile`)")
+    gpu_spec = get_gpu(str(gpu_name))
+    per_node = gpus_per_node or _from_profile(profile, "gpus_per_node", notes)
+    total = gpus or (nodes * (per_node or 8) if nodes else None) or _from_profile(profile, "gpus", notes)
+    if total is None:
+        raise MegapilotError("no GPU count given", field="gpus", fix="pass --gpus N or --nodes N")
+    try:
+        cluster = ClusterSpec.from_gpu_count(gpu_spec, int(total), int(per_node) if per_node else None)
+        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs or 8 * cluster.world_size,
+                                precision=precision)  # type: ignore[arg-type]
+        parallel = ParallelConfig.for_world(
+            cluster.world_size, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
+            sequence_parallel=sp if sp is not None else tp > 1, recompute=recompute,
+        )
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    spec = get_model(model)
+    notes += validate_layout(spec, cluster, training, parallel)
+    return SavedPlan(model=spec, cluster=cluster, training=training, parallel=parallel)
+
+
+def _from_profile(profile: "Profile", field: str, notes: list[str]) -> object:
+    value = getattr(profile, field, None)
+    if value is not None:
+        notes.append(profile.default_note(field))
+    return value
+
+
+def _profile_fills(profile: "Profile", *, data_path: str | None, mock_data: bool, tokenizer_model: str | None,
+                   vocab_file: str | None, save: str | None) -> dict[str, object]:
+    """Data, tokenizer and checkpoint paths: flags first, then the saved profile (noted)."""
+    notes: list[str] = []
+    if data_path is None and not mock_data:
+        data_path = _from_profile(profile, "data_path", notes)  # type: ignore[assignment]
+    if tokenizer_model is None and vocab_file is None and not (mock_data and data_path is None):
+        tokenizer_model = _from_profile(profile, "tokenizer", notes)  # type: ignore[assignment]
+    if save is None:
+        save = _from_profile(profile, "save_dir", notes)  # type: ignore[assignment]
+    return {"data_path": data_path, "tokenizer_model": tokenizer_model, "vocab_file": vocab_file,
+            "save": save, "_notes": notes}
+
+
+# ---- output ------------------------------------------------------------------------------------
+def _write(path: Path, launch: "LaunchScript", force: bool) -> None:
+    targets = [path, *(Path(p) for p in launch.files)]
+    existing = [str(p) for p in targets if p.exists()]
+    if existing and not force:
+        raise MegapilotError(f"{', '.join(existing)} already exists", field="output",
+                             fix="choose another -o path or pass --force to overwrite")
+    if not path.parent.is_dir():
+        raise MegapilotError(f"{path.parent} does not exist", field="output", fix="create the directory first")
+    path.write_text(launch.script)
+    path.chmod(0o755)
+    for extra, text in launch.files.items():
+        Path(extra).parent.mkdir(parents=True, exist_ok=True)
+        Path(extra).write_text(text)
+
+
+def _print_summary(plan: "SavedPlan", launch: "LaunchScript", path: Path | None) -> None:
+    from rich.table import Table
+
+    from megapilot.launch import MEGATRON_RELEASE
+
+    if path is None:
+        console.print(launch.script, markup=False, highlight=False, soft_wrap=True)
+    p = plan.parallel
+    table = Table(title=f"launch script: {plan.model.name}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("launcher", launch.launcher)
+    table.add_row("GPUs", f"{launch.nodes} node(s) x {launch.gpus_per_node} {plan.cluster.gpu.name}")
+    table.add_row("layout", p.shell_block(plan.training.global_batch_size))
+    table.add_row("Megatron args", f"{sum(a.startswith('--') for a in launch.megatron_args)} flags, "
+                                   f"checked against Megatron-LM {MEGATRON_RELEASE}")
+    table.add_row("environment", ", ".join(launch.env))
+    for extra in launch.files:
+        table.add_row("also wrote" if path else "experiment file", extra)
+    if path is not None:
+        table.add_row("script", str(path))
+    err_console.print(table) if path is None else console.print(table)
+    for note in launch.notes:
+        (err_console if path is None else console).print(f"note: {note}", highlight=False)
+    target = str(path) if path else "the script"
+    run_hint = f"sbatch {target}" if launch.launcher == "slurm" else f"bash {target} on each node"
+    (err_console if path is None else console).print(
+        f"review, then run with `megapilot run {target}` or {run_hint}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `megapilot script`."""
+    app.command("script")(script)

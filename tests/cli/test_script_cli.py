@@ -1,0 +1,112 @@
+"""`megapilot script`: plan or layout flags in, checked launch script out; user errors exit 2 on one line."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.launch.plans import GOLDEN_PLANS
+
+MEGATRON = ["--megatron-path", "/opt/Megatron-LM"]
+
+
+@pytest.fixture(autouse=True)
+def no_user_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEGAPILOT_PROFILE", str(tmp_path / "no-profile.toml"))
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plan.json"
+    path.write_text(GOLDEN_PLANS["llama3.3-70b_8nodes"].model_dump_json())
+    return path
+
+
+def test_json_output_has_the_stable_schema_and_the_exact_arguments(cli, plan_file: Path) -> None:
+    result = cli("script", "--plan", str(plan_file), "--launcher", "slurm", "--mock-data", "--save", "/ckpt/a b",
+                 "--log-dir", "/logs", *MEGATRON, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert {"script", "launcher", "megatron_args", "env", "nodes", "gpus_per_node"} <= data.keys()
+    assert (data["launcher"], data["nodes"], data["gpus_per_node"]) == ("slurm", 8, 8)
+    args = data["megatron_args"]
+    assert args[args.index("--num-layers") + 1] == "80" and args[args.index("--save") + 1] == "/ckpt/a b"
+    quoted = " ".join(shlex.quote(a) for a in args[args.index("--save"):args.index("--save") + 2])
+    assert quoted in data["script"].replace("\n  ", " ")
+    assert data["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+
+
+def test_layout_flags_give_the_same_arguments_as_the_equivalent_plan(cli, tmp_path: Path) -> None:
+    plan = GOLDEN_PLANS["llama3.3-70b_8nodes"]
+    from_plan = tmp_path / "p.json"
+    from_plan.write_text(plan.model_dump_json())
+    common = ["--mock-data", *MEGATRON, "--json"]
+    a = cli("script", "--plan", str(from_plan), *common).json()["megatron_args"]
+    b = cli("script", "--model", "llama3.3-70b", "--gpu", "h100", "--gpus", "64", "--tp", "8", "--pp", "2",
+            "--gbs", "512", "--seq-len", "8192", "--train-iters", "1000", *common)
+    assert b.exit_code == 0, b.stderr
+    model_flags = ("--num-layers", "--hidden-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                   "--global-batch-size", "--seq-length", "--sequence-parallel", "--train-iters")
+    pick = lambda args: [(f, args[args.index(f) + 1] if f in args else None) for f in model_flags]  # noqa: E731
+    assert pick(a) == pick(b.json()["megatron_args"])
+
+
+def test_output_file_is_written_executable_and_not_overwritten(cli, plan_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "train.sh"
+    first = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "-o", str(out))
+    assert first.exit_code == 0, first.stderr
+    assert os.access(out, os.X_OK) and out.read_text().startswith("#!/usr/bin/env bash")
+    assert "review, then run with `megapilot run" in first.stdout
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
+    again = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "-o", str(out))
+    assert again.exit_code == 2 and "already exists" in again.stderr and "--force" in again.stderr
+    forced = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "-o", str(out), "--force")
+    assert forced.exit_code == 0
+
+
+def test_primus_writes_its_experiment_next_to_the_script(cli, tmp_path: Path) -> None:
+    plan = tmp_path / "p.json"
+    plan.write_text(GOLDEN_PLANS["deepseek-v2-lite_mla"].model_dump_json())
+    out = tmp_path / "train.sh"
+    result = cli("script", "--plan", str(plan), "--launcher", "primus", "--mock-data", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "train.primus.yaml").read_text().startswith("# Primus experiment for deepseek-v2-lite")
+
+
+def test_profile_fills_data_tokenizer_and_checkpoints_and_says_so(cli, plan_file: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = tmp_path / "profile.toml"
+    profile.write_text('data_path = "/lustre/d_text_document"\ntokenizer = "meta-llama/Llama-3.3-70B"\n'
+                       'save_dir = "/lustre/ckpt"\n')
+    monkeypatch.setenv("MEGAPILOT_PROFILE", str(profile))
+    result = cli("script", "--plan", str(plan_file), "--launcher", "slurm", "--log-dir", "/l", *MEGATRON, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    args = data["megatron_args"]
+    assert args[args.index("--data-path") + 1] == "/lustre/d_text_document"
+    assert args[args.index("--tokenizer-model") + 1] == "meta-llama/Llama-3.3-70B"
+    assert args[args.index("--save") + 1] == "/lustre/ckpt"
+    assert any("data_path=/lustre/d_text_document from profile" in n for n in data["notes"])
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    (["--data-path", "relative/prefix", "--tokenizer-model", "gpt2"], "data_path"),
+    (["--mock-data", "--launcher", "lsf"], "launcher"),
+    (["--mock-data", "--save", "/path/to/ckpt"], "save"),
+    (["--mock-data", "--nodes", "3"], "nodes"),
+    ([], "data_path"),
+])
+def test_user_errors_exit_2_with_one_line(cli, plan_file: Path, extra: list[str], field: str) -> None:
+    result = cli("script", "--plan", str(plan_file), *MEGATRON, *extra)
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert f"{field}:" in result.stderr
+
+
+def test_missing_plan_file_is_a_user_error(cli, tmp_path: Path) -> None:
+    result = cli("script", "--plan", str(tmp_path / "nope.json"), "--mock-data")
+    assert result.exit_code == 2 and "plan:" in result.stderr
