@@ -1,0 +1,93 @@
+"""`megapilot logs parse`, `diagnose`, `optimize` through the real entry point."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
+CORE016 = str(DATA / "synthetic_megatron_core016_full.log")
+
+
+def test_logs_parse_json_schema(cli):
+    result = cli("logs", "parse", CORE016, "--json")
+    assert result.exit_code == 0
+    data = result.json()
+    assert set(data) >= {"dialect", "iterations", "memory", "checkpoints", "errors", "summary"}
+    assert data["dialect"] == "megatron-lm" and len(data["iterations"]) == 6
+    # steady: 42, 43, 44, 46 (41 is warm-up, 45 holds the checkpoint save)
+    assert data["summary"]["steady_iterations"] == 4
+    assert data["summary"]["step_time_p50_ms"] == pytest.approx(9070.05)
+    assert data["checkpoints"][1]["duration_s"] == 30.0
+
+
+def test_logs_parse_csv_has_one_row_per_iteration(cli):
+    result = cli("logs", "parse", CORE016, "--csv")
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [r["iteration"] for r in rows] == ["41", "42", "43", "44", "45", "46"]
+    assert rows[1]["tflops_per_gpu"] == "744.0"
+
+
+def test_logs_parse_table_for_humans(cli):
+    result = cli("logs", "parse", CORE016)
+    assert result.exit_code == 0 and "step time mean" in result.stdout and "megatron-lm" in result.stdout
+
+
+def test_logs_parse_reads_stdin(cli, monkeypatch):
+    raw = (DATA / "real/04_low_throughput_mixtral_h100_130tflops.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    data = cli("logs", "parse", "-", "--json", "--summary-only").json()
+    assert data["iterations"] == [] and data["summary"]["iterations_counted"] == 3
+
+
+def test_logs_parse_follow_stops_at_idle_timeout(cli, tmp_path: Path):
+    log = tmp_path / "growing.log"
+    log.write_text((DATA / "synthetic_bridge.log").read_text())
+    data = cli("logs", "parse", str(log), "--follow", "--idle-timeout", "0.3", "--json").json()
+    assert data["dialect"] == "megatron-bridge" and len(data["iterations"]) == 3
+
+
+def test_missing_file_is_one_line_exit_2(cli):
+    result = cli("logs", "parse", "/no/such.log")
+    assert result.exit_code == 2 and "FILE" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_diagnose_json_schema_and_ranking(cli):
+    result = cli("diagnose", str(DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"), "--json",
+                 "--gpu", "h100", "--gpus", "8", "--flags",
+                 "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192 "
+                 "--global-batch-size 128 --micro-batch-size 2 --bf16 --swiglu")
+    assert result.exit_code == 0
+    (finding,) = result.json()["findings"]
+    assert set(finding) >= {"category", "severity", "title", "evidence", "cause", "fixes"}
+    assert finding["category"] == "oom" and finding["evidence"][0]["line"] == 10
+    fix = finding["fixes"][0]
+    assert set(fix) >= {"action", "flag", "value", "reason"} and fix["action"] in ("add", "set", "remove")
+    assert fix["predicted_memory_gib"] is not None
+
+
+def test_diagnose_human_output_and_bad_gpu(cli):
+    result = cli("diagnose", str(DATA / "real/30_nccl_bus_error_shm_ncclgroupend.log"))
+    assert result.exit_code == 0 and "shm_insufficient" in result.stdout and "--shm-size" in result.stdout
+    bad = cli("diagnose", str(DATA / "real/30_nccl_bus_error_shm_ncclgroupend.log"), "--gpu", "h9000")
+    assert bad.exit_code == 2 and "Traceback" not in bad.stderr
+
+
+def test_optimize_json_and_user_errors(cli):
+    flags = ("--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 "
+             "--global-batch-size 64 --micro-batch-size 1 --tensor-model-parallel-size 2 --bf16")
+    result = cli("optimize", "--flags", flags, "--gpu", "h100", "--gpus", "8", "--json")
+    assert result.exit_code == 0
+    data = result.json()
+    assert set(data) >= {"current", "best", "changes", "calibration_scale"}
+    assert any(c["label"] == "FP8 GEMMs" for c in data["changes"])
+    assert cli("optimize", "--flags", flags).exit_code == 2
+    assert cli("optimize", "--gpu", "h100").exit_code == 2
+    no_steps = cli("optimize", "--flags", flags, "--gpu", "h100", "--log",
+                   str(DATA / "real/30_nccl_bus_error_shm_ncclgroupend.log"))
+    assert no_steps.exit_code == 2 and "--log" in no_steps.stderr

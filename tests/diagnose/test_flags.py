@@ -1,0 +1,88 @@
+"""Reading Megatron flags out of launch scripts and flag strings, and the typed run they describe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.diagnose import read_flags, run_config
+from megapilot.errors import MegapilotError
+
+SCRIPT = r"""#!/bin/bash
+# SYNTHETIC launch script in the style of Megatron-LM's examples/llama/train_llama3_8b.sh
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+GPUS_PER_NODE=8
+NUM_NODES=2
+TP=${TP:-2}
+SEQ=8192
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NUM_NODES
+)
+MODEL_ARGS=(
+    --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336
+    --num-attention-heads 32 --group-query-attention --num-query-groups 8
+    --seq-length ${SEQ} --max-position-embeddings ${SEQ} --swiglu
+    --untie-embeddings-and-output-weights --normalization RMSNorm
+)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
+    ${MODEL_ARGS[@]} \
+    --tensor-model-parallel-size $TP --pipeline-model-parallel-size 2 \
+    --sequence-parallel --use-distributed-optimizer \
+    --micro-batch-size 1 --global-batch-size 128 --bf16 \
+    --lr 3e-4 --clip-grad=1.0 \
+    --tokenizer-model /models/Llama-3-8B/tokenizer.model \
+    --save "/ckpt/llama 8b" # trailing comment
+"""
+
+
+def test_script_variables_arrays_continuations_and_equals_form(tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    flags = read_flags(script=script)
+    assert flags.get("--tensor-model-parallel-size") == "2"  # ${TP:-2}
+    assert flags.get("--seq-length") == "8192" and flags.get("--clip-grad") == "1.0"
+    assert flags.has("--sequence-parallel") and flags.get("--sequence-parallel") is None
+    assert flags.get("--save") == "/ckpt/llama 8b"
+    assert flags.get_int("--nproc_per_node") == 8 and flags.get_int("--nnodes") == 2
+
+
+def test_run_config_from_script_builds_typed_specs(tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    config = run_config(read_flags(script=script), gpu=get_gpu("h100"))
+    assert config.world_size == 16
+    assert (config.parallel.tp, config.parallel.pp, config.parallel.dp) == (2, 2, 4)
+    assert config.parallel.sequence_parallel and config.parallel.distributed_optimizer
+    assert config.model.num_query_groups == 8 and config.model.vocab_size == 128256  # from the Llama-3 tokenizer path
+    assert config.training.seq_length == 8192 and config.training.precision == "bf16"
+    assert config.complete and config.cluster.num_nodes == 2
+
+
+def test_flag_string_overrides_script_and_switches_take_no_value(tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    flags = read_flags(script=script, flags="--micro-batch-size 4 --bf16 --tensor-model-parallel-size 4")
+    assert flags.get("--micro-batch-size") == "4" and flags.get("--tensor-model-parallel-size") == "4"
+
+
+def test_incomplete_flags_leave_specs_empty_with_notes():
+    config = run_config(read_flags(flags="--tensor-model-parallel-size 8 --micro-batch-size 2"))
+    assert config.model is None and config.training is None and not config.complete
+    assert any("model shape incomplete" in note for note in config.notes)
+    assert config.world_size == 8
+
+
+def test_layout_that_does_not_divide_the_gpus_is_a_user_error():
+    with pytest.raises(MegapilotError, match="does not divide"):
+        run_config(read_flags(flags="--tensor-model-parallel-size 3 --num-layers 2 --hidden-size 64 "
+                                    "--num-attention-heads 4"), gpus=8)
+
+
+def test_missing_script_and_bad_quotes_are_user_errors(tmp_path: Path):
+    with pytest.raises(MegapilotError, match="script"):
+        read_flags(script=tmp_path / "nope.sh")
+    with pytest.raises(MegapilotError, match="flags"):
+        read_flags(flags='--save "/unterminated')

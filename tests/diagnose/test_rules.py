@@ -1,0 +1,133 @@
+"""Diagnosis rules: every category found from the shared excerpts and synthetic fixtures, with fixes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.diagnose import diagnose
+from megapilot.diagnose.findings import Finding, ranked
+from megapilot.logs import parse_text
+from megapilot.diagnose.engine import diagnose_log
+from megapilot.logs.records import Evidence
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
+
+LLAMA3_8B = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+             "--group-query-attention --num-query-groups 8 --seq-length 8192 --global-batch-size 128 "
+             "--micro-batch-size 2 --bf16 --swiglu --vocab-size 128256 --untie-embeddings-and-output-weights "
+             "--normalization RMSNorm")
+
+
+def categories(name: str, **kwargs) -> list[str]:
+    return [f.category for f in diagnose([DATA / name], **kwargs).findings]
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("real/09_nccl_watchdog_timeout_allreduce_moe.log", ["nccl_timeout"]),
+    ("real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log", ["oom"]),
+    ("real/20_hang_fused_kernel_compile_stuck.log", ["hang"]),
+    ("real/30_nccl_bus_error_shm_ncclgroupend.log", ["shm_insufficient"]),
+    ("real/35_hip_oom_primus_torchtitan_mi350_step_then_crash.log", ["oom"]),
+    ("synthetic_torchtitan_hip_oom.log", ["oom"]),
+    ("synthetic_nan_loss_vanishes.log", ["nan_loss"]),
+    ("synthetic_loss_spike.log", ["loss_spike"]),
+    ("synthetic_loss_divergence.log", ["loss_divergence"]),
+    ("synthetic_slowdown.log", ["slowdown"]),
+    ("synthetic_hang_after_iteration.log", ["hang"]),
+    ("synthetic_stall_between_iterations.log", ["hang"]),
+])
+def test_each_fixture_gives_its_category(name: str, expected: list[str]):
+    assert categories(name) == expected
+
+
+@pytest.mark.parametrize("name", [
+    "real/01_iteration_megatron2019_bert.log", "real/03_iteration_megatron2022_fp16_lossscale_skips.log",
+    "real/08_iteration_mcore2025_memory_report_pai.log", "real/34_iteration_bridge2026_mtp_seq_lb_loss_lora.log",
+    "synthetic_megatron_core016_full.log", "synthetic_bridge.log", "synthetic_primus_megatron.log",
+])
+def test_healthy_logs_have_no_findings(name: str):
+    assert categories(name) == []
+
+
+def test_nccl_timeout_names_collective_sequence_and_ranks():
+    (finding,) = diagnose([DATA / "real/09_nccl_watchdog_timeout_allreduce_moe.log"]).findings
+    assert "ALLREDUCE" in finding.title and "SeqNum 305" in finding.title and "ranks 0, 1, 2" in finding.title
+    assert {f.flag for f in finding.fixes} >= {"NCCL_DEBUG", "--distributed-timeout-minutes"}
+    assert sorted(e.line for e in finding.evidence) == [1, 5, 9]
+
+
+def test_nccl_timeout_with_world_size_names_the_silent_ranks():
+    (finding,) = diagnose([DATA / "real/09_nccl_watchdog_timeout_allreduce_moe.log"],
+                          flags="--tensor-model-parallel-size 1", gpus=4).findings
+    assert "likely culprits: 3" in finding.cause
+
+
+def test_oom_fixes_carry_predicted_memory_and_a_combination_that_fits():
+    (finding,) = diagnose([DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"], flags=LLAMA3_8B,
+                          gpu=get_gpu("h100"), gpus=8).findings
+    options = {f.option: f.predicted_memory_gib for f in finding.fixes if f.kind == "megatron_flag"}
+    assert {"distributed optimizer", "micro-batch 1", "full recompute", "pipeline parallel 2", "tensor parallel 2"} <= set(options)
+    assert all(value is not None and value > 0 for value in options.values())
+    first = finding.fixes[0]
+    assert first.option.startswith("combined") and first.predicted_memory_gib <= 80
+    full = [f for f in finding.fixes if f.option == "full recompute"]
+    assert [(f.flag, f.value) for f in full] == [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                                                 ("--recompute-num-layers", "1")]
+
+
+def test_oom_without_flags_gives_generic_fixes_without_predictions():
+    (finding,) = diagnose([DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"]).findings
+    assert all(f.predicted_memory_gib is None for f in finding.fixes)
+    assert "--recompute-granularity" in {f.flag for f in finding.fixes}
+
+
+def test_divergence_fixes_are_exact_flags_for_the_model():
+    flags = "--lr 6e-4 --fp16 --hidden-size 8192 --num-layers 4 --num-attention-heads 64 --seq-length 2048"
+    finding = diagnose([DATA / "synthetic_loss_divergence.log"], flags=flags).findings[0]
+    fixes = {f.flag: (f.action, f.value) for f in finding.fixes}
+    assert fixes["--lr"] == ("set", "3.00e-04")
+    assert fixes["--lr-warmup-iters"] == ("add", "100")
+    assert fixes["--clip-grad"] == ("add", "1.0")
+    assert fixes["--init-method-std"] == ("add", "0.0070")  # sqrt(2 / (5 * 8192))
+    assert fixes["--fp16"] == ("remove", None) and fixes["--bf16"] == ("add", None)
+
+
+def test_loss_vanishing_without_nan_counter_is_nan_loss_but_fp16_skips_are_not():
+    vanished = parse_text("\n".join(
+        [f" iteration {i:8d}/ 100 | elapsed time per iteration (ms): 100.0 | lm loss: 5.0E+00 | grad norm: 1.0 |"
+         f" number of skipped iterations:   0 | number of nan iterations:   0 |" for i in range(1, 4)]
+        + [" iteration        4/ 100 | elapsed time per iteration (ms): 100.0 | grad norm: 1.0 |"
+           " number of skipped iterations:   0 | number of nan iterations:   0 |"]))
+    assert [f.category for f in diagnose_log(vanished, None).findings] == ["nan_loss"]
+
+
+def test_low_throughput_on_h100_from_real_mixtral_log():
+    findings = diagnose([DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"], gpu=get_gpu("h100"),
+                        flags="--tensor-model-parallel-size 1").findings
+    (finding,) = [f for f in findings if f.category == "low_throughput"]
+    assert "13.0% MFU" in finding.title or "13.1% MFU" in finding.title
+
+
+def test_low_throughput_needs_the_gpu_type():
+    assert categories("real/04_low_throughput_mixtral_h100_130tflops.log") == []
+
+
+def test_root_cause_ranks_above_its_consequences():
+    log = parse_text("\n".join([
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "[rank0]:[E ProcessGroupNCCL.cpp:754] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLGATHER, NumelIn=1, NumelOut=8, Timeout(ms)=600000) ran for 600100 milliseconds before timing out.",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    ]))
+    findings = diagnose_log(log, None).findings
+    assert [f.category for f in findings] == ["oom", "nccl_timeout", "process_crash"]
+    assert findings[-1].severity == "warning" and "oom" in findings[-1].cause
+
+
+def test_ranking_orders_by_severity_then_root_cause():
+    ev = [Evidence("f", 1, "x")]
+    unordered = [Finding("slowdown", "warning", "", ev, ""), Finding("process_crash", "error", "", ev, ""),
+                 Finding("nccl_timeout", "critical", "", ev, ""), Finding("oom", "critical", "", ev, "")]
+    assert [f.category for f in ranked(unordered)] == ["oom", "nccl_timeout", "process_crash", "slowdown"]
