@@ -1,9 +1,219 @@
-"""CLI commands (registered by megapilot.cli.app)."""
+"""`megapilot plan` (search parallel layouts) and `megapilot profile set|show` (saved first-run inputs)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+PROFILE_OPTION = typer.Option(None, "--profile", help="Profile TOML (default: $MEGAPILOT_PROFILE or the user config dir).")
+
+
+@dataclass
+class _Inputs:
+    """The plan's hardware inputs after flags and profile defaults are merged."""
+
+    gpu: str
+    gpus: int
+    gpus_per_node: int | None
+    notes: list[str]
+
+
+def _merge_profile(profile_file: Optional[Path], gpu: Optional[str], gpus: Optional[int],
+                   gpus_per_node: Optional[int]) -> _Inputs:
+    """Flags win; a flag left out is taken from the profile, with a note saying so."""
+    from megapilot.errors import MegapilotError
+    from megapilot.store.profile import load_profile
+
+    profile = load_profile(profile_file)
+    notes: list[str] = []
+    merged = {"gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node}
+    for name, value in list(merged.items()):
+        if value is None and getattr(profile, name) is not None:
+            merged[name] = getattr(profile, name)
+            notes.append(profile.default_note(name))
+    for name in ("gpu", "gpus"):
+        if merged[name] is None:
+            raise MegapilotError("is required", field=name,
+                                 fix=f"pass --{name} or store it with `megapilot profile set --{name} ...`")
+    return _Inputs(str(merged["gpu"]), int(merged["gpus"]), merged["gpus_per_node"], notes)  # type: ignore[arg-type]
+
+
+def _build_specs(model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str):
+    from megapilot.catalog import get_gpu, get_model
+    from megapilot.errors import MegapilotError, from_validation_error
+    from megapilot.spec import ClusterSpec, TrainingSpec
+    from pydantic import ValidationError
+
+    model = get_model(model_name)
+    cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
+    try:
+        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    if not cluster.gpu.supports(training.precision):
+        raise MegapilotError(
+            f"{precision} is not supported on {cluster.gpu.name} ({cluster.gpu.architecture})",
+            field="precision", fix=f"use one of: {', '.join(sorted(cluster.gpu.precisions))}")
+    return model, cluster, training
+
+
+def plan_command(
+    model: str = typer.Option(..., "--model", help="Preset name or path to a Hugging Face config.json."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name or alias (h100, mi300x, ...)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200)."),
+    seq_len: int = typer.Option(4096, "--seq-len", help="Sequence length, tokens."),
+    gbs: int = typer.Option(1024, "--gbs", help="Global batch size, sequences."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4."),
+    top: int = typer.Option(5, "--top", help="How many layouts to show."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Pin tensor parallel size."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Pin pipeline parallel size."),
+    vpp: Optional[int] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages."),
+    cp: Optional[int] = typer.Option(None, "--cp", help="Pin context parallel size."),
+    ep: Optional[int] = typer.Option(None, "--ep", help="Pin expert parallel size."),
+    etp: Optional[int] = typer.Option(None, "--etp", help="Pin expert tensor parallel size."),
+    mbs: Optional[int] = typer.Option(None, "--mbs", help="Pin micro-batch size."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective or full."),
+    fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
+    save: Optional[Path] = typer.Option(None, "--save", help="Write the winner as a plan file (JSON)."),
+    profile: Optional[Path] = PROFILE_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Machine output."),
+) -> None:
+    """Search every legal parallel layout and rank them by predicted tokens/s/GPU."""
+    from megapilot.cli.common import emit_json, err_console
+    from megapilot.errors import MegapilotError
+    from megapilot.plan import Pins, plan
+
+    if recompute is not None and recompute not in ("none", "selective", "full"):
+        raise MegapilotError(f"unknown recompute {recompute!r}", field="recompute", fix="use none, selective or full")
+    inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
+    model_spec, cluster, training = _build_specs(model, inputs, seq_len, gbs, precision)
+    pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute, fsdp=fsdp)
+    result = plan(model_spec, cluster, training, top=top, pins=pins)
+    if save is not None:
+        _save_plan(result, save)
+    if as_json:
+        emit_json({**result.to_json(), "defaults": inputs.notes, "saved": str(save) if save else None})
+        return
+    for note in inputs.notes:
+        err_console.print(f"[dim]{note}[/]", highlight=False, soft_wrap=True)
+    _render(result, save)
+
+
+def _save_plan(result, path: Path) -> None:
+    from megapilot.errors import MegapilotError
+
+    try:
+        path.write_text(result.to_saved_plan().model_dump_json(indent=2) + "\n")
+    except OSError as exc:
+        raise MegapilotError(f"cannot write {path} ({exc.strerror})", field="save",
+                             fix="pass a path in a writable directory") from None
+
+
+def _render(result, saved: Optional[Path]) -> None:
+    from rich.table import Table
+
+    from megapilot.cli.common import console
+    from megapilot.plan.reasons import bubble_share, exposed_comm_share, layout_label
+
+    c = result.cluster
+    t = result.training
+    table = Table(title=f"{result.model.name} on {c.world_size} × {c.gpu.alias.upper()} — seq {t.seq_length:,}, "
+                        f"GBS {t.global_batch_size:,}, {t.precision}")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("layout", overflow="fold", min_width=14)  # the one column that may fold
+    # Two-line headings keep the table inside an 80-column terminal.
+    for column in ("memory\nGiB / cap", "step\ns", "tokens/s\n/GPU", "MFU\n%", "bubble\n%", "exposed\ncomm %"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for index, cand in enumerate(result.candidates, start=1):
+        est = cand.estimate
+        table.add_row(str(index), layout_label(cand.parallel),
+                      f"{est.memory_gib.total:.1f} / {est.memory_gib.capacity:.0f}", f"{est.step_time_s:.2f}",
+                      f"{est.tokens_per_s_per_gpu:,.0f}", f"{est.mfu * 100:.1f}",
+                      f"{bubble_share(est) * 100:.1f}", f"{exposed_comm_share(est) * 100:.1f}")
+    console.print(table)
+    console.print("[bold]Why #1:[/]")
+    for reason in result.best.reasons:
+        console.print(f"  • {reason}", highlight=False, soft_wrap=True)
+    if result.summary:
+        console.print("[bold]Why the others lost:[/]")
+        for line in result.summary:
+            console.print(f"  • {line}", highlight=False, soft_wrap=True)
+    rules = {k: v for k, v in result.rejected.items() if not k.startswith("dominated")}
+    dominated = sum(v for k, v in result.rejected.items() if k.startswith("dominated"))
+    cut = "; ".join(f"{k} ({v})" for k, v in list(rules.items())[:4])
+    console.print(f"[dim]{result.layouts_costed} layouts estimated, {result.memory_checks} memory checks, "
+                  f"{result.layouts_fitting} fit; {dominated} dominated options skipped; cut by rule: {cut}[/]",
+                  highlight=False, soft_wrap=True)
+    console.print(f"\n{result.shell()}\n[dim]# {result.product_check()}[/]", highlight=False)
+    if saved:
+        console.print(f"[green]plan saved to {saved}[/]", highlight=False)
+
+
+# ---- profile ----------------------------------------------------------------------------------
+
+profile_app = typer.Typer(help="Saved first-run inputs that later commands use as defaults.", no_args_is_help=True)
+
+
+@profile_app.command("set")
+def profile_set(
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name or alias."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs usually available."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node."),
+    data_path: Optional[str] = typer.Option(None, "--data-path", help="Megatron --data-path prefix."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer model or HF name."),
+    save_dir: Optional[str] = typer.Option(None, "--save-dir", help="Checkpoint directory."),
+    profile: Optional[Path] = PROFILE_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Machine output."),
+) -> None:
+    """Store (merge) first-run inputs in the profile."""
+    from megapilot.catalog import get_gpu
+    from megapilot.store.profile import save_profile
+
+    if gpu is not None:
+        gpu = get_gpu(gpu).alias  # refuse unknown GPUs now, not at the next plan
+    saved = save_profile(profile, gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, data_path=data_path,
+                         tokenizer=tokenizer, save_dir=save_dir)
+    _show(saved, as_json)
+
+
+@profile_app.command("show")
+def profile_show(
+    profile: Optional[Path] = PROFILE_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Machine output."),
+) -> None:
+    """Print the saved profile and where it lives."""
+    from megapilot.store.profile import load_profile, profile_path
+
+    loaded = load_profile(profile)
+    if loaded.source is None:
+        loaded = loaded.model_copy(update={"source": str(profile_path(profile))})
+    _show(loaded, as_json)
+
+
+def _show(profile, as_json: bool) -> None:
+    from pathlib import Path as _Path
+
+    from megapilot.cli.common import console, emit_json
+
+    exists = _Path(profile.source).is_file() if profile.source else False
+    if as_json:
+        emit_json({"path": profile.source, "exists": exists, "profile": profile.values()})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"profile {profile.source}" + ("" if exists else " (not written yet)"))
+    table.add_column("field")
+    table.add_column("value")
+    for name, value in profile.values().items():
+        table.add_row(name, str(value))
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("plan")(plan_command)
+    app.add_typer(profile_app, name="profile")

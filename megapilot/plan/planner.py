@@ -6,7 +6,7 @@ from megapilot.errors import MegapilotError
 from megapilot.plan.cost import CostModel, LayoutEstimator
 from megapilot.plan.reasons import Explainer, layout_label
 from megapilot.plan.search import (
-    MEMORY_FLOOR, Candidate, PlanResult, SearchOutcome, search_layouts, validated,
+    Candidate, PlanResult, SearchOutcome, search_layouts, validated,
 )
 from megapilot.plan.space import Pins
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
@@ -36,7 +36,7 @@ def plan(
     if not outcome.ranked:
         raise _nothing_fits(model, cluster, training, pins, outcome, estimator)
     chosen = distinct_shapes(outcome.ranked, top)
-    explainer = Explainer(cost)
+    explainer = Explainer(cost, outcome.best_by)
     candidates = []
     for parallel, est in chosen:
         warnings = validated(model, cluster, training, parallel)  # the pre-filters must agree with the spec
@@ -46,7 +46,7 @@ def plan(
         model=model, cluster=cluster, training=training, candidates=candidates,
         rejected=dict(sorted(outcome.rejected.items(), key=lambda kv: -kv[1])),
         summary=explainer.runners_up(chosen),
-        layouts_costed=cost.calls, layouts_fitting=outcome.layouts_fitting,
+        layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
 
 
@@ -80,10 +80,17 @@ def _nothing_fits(
     return MegapilotError(f"no layout fits: {bites}", field=_bite_field(outcome), fix=fix)
 
 
+def _binding(outcome: SearchOutcome) -> tuple[str, int] | None:
+    """The rule that cut the most layouts (dominance cuts are not constraints, so they never bite)."""
+    cuts = {k: v for k, v in outcome.rejected.items() if not k.startswith("dominated")}
+    return max(cuts.items(), key=lambda kv: kv[1]) if cuts else None
+
+
 def _what_bites(outcome: SearchOutcome) -> str:
-    if not outcome.rejected:
+    binding = _binding(outcome)
+    if binding is None:
         return "no layout passes the rules"
-    category, count = max(outcome.rejected.items(), key=lambda kv: kv[1])
+    category, count = binding
     text = f"{count} layouts cut by '{category}'"
     if outcome.smallest_floor is not None:
         parallel, memory = outcome.smallest_floor
@@ -93,10 +100,10 @@ def _what_bites(outcome: SearchOutcome) -> str:
 
 
 def _bite_field(outcome: SearchOutcome) -> str:
-    if not outcome.rejected:
+    binding = _binding(outcome)
+    if binding is None:
         return "parallel"
-    category = max(outcome.rejected.items(), key=lambda kv: kv[1])[0]
-    return "memory" if category.startswith("memory") else category.split()[0]
+    return "memory" if binding[0].startswith("memory") else binding[0].split()[0]
 
 
 def _fits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins,
@@ -130,13 +137,9 @@ def _relaxations_that_fit(
         if shorter < 512 or training.seq_length % factor:
             break
         if _fits(model, cluster, training.model_copy(update={"seq_length": shorter}), pins, estimator):
-            found.append(f"use --seq-len {shorter:,}")
+            found.append(f"use --seq-len {shorter}")
             break
     if cluster.gpu.supports("fp8") and training.precision in ("bf16", "fp16"):
         if _fits(model, cluster, training.model_copy(update={"precision": "fp8"}), pins, estimator):
             found.append("use --precision fp8")
     return found
-
-
-def mentions_floor(result: SearchOutcome) -> bool:
-    return MEMORY_FLOOR in result.rejected

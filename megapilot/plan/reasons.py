@@ -35,6 +35,9 @@ COMPONENT_WORDS: tuple[tuple[str, str], ...] = (
 )
 
 
+TIE_FRACTION = 0.002  # the search's tie band: speeds within 0.2 % count as equal
+
+
 def component_words(key: str) -> str:
     lowered = key.lower()
     for fragment, words in COMPONENT_WORDS:
@@ -107,11 +110,12 @@ def _gib(x: float) -> str:
 
 
 class Explainer:
-    """Builds the reasons for planned layouts by re-costing what-if variants."""
+    """Builds the reasons for planned layouts from the search's results and what-if estimates."""
 
-    def __init__(self, cost: CostModel):
+    def __init__(self, cost: CostModel, best_by: dict | None = None):
         self.cost = cost
         self.model, self.cluster, self.training = cost.model, cost.cluster, cost.training
+        self.best_by = best_by or {}
 
     # -- what-ifs
     def _variant(self, p: ParallelConfig, **changes: object) -> tuple[ParallelConfig, EstimateResult] | None:
@@ -139,6 +143,11 @@ class Explainer:
         except (MegapilotError, ValueError):
             return None
 
+    def _floor_variant(self, p: ParallelConfig, **changes: object) -> tuple[ParallelConfig, EstimateResult] | None:
+        """The most lenient what-if: the change, at MBS 1 with full recompute of every layer."""
+        return self._variant(p, mbs=1, recompute="full", recompute_method="uniform", recompute_num_layers=1,
+                             **changes)
+
     def _rules(self, p: ParallelConfig) -> Iterable[space.Rejection | None]:
         yield space.cp_rule(self.training, p.tp, p.cp)
         yield space.pp_rule(self.model, p.pp, p.vpp)
@@ -152,13 +161,26 @@ class Explainer:
     def _speed_delta(self, base: EstimateResult, other: EstimateResult) -> str:
         """`12 % slower` / `3.1 % faster` for `other` against `base`."""
         ratio = other.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1
+        if abs(ratio) < TIE_FRACTION:
+            return "as fast (within 0.2 %)"
         return f"{_pct(abs(ratio))} {'faster' if ratio > 0 else 'slower'}"
 
-    def _capacity(self, est: EstimateResult) -> float:
-        return est.memory_gib.capacity
-
     def _too_big(self, est: EstimateResult) -> str:
-        return f"{_gib(est.memory_gib.total)} > {_gib(self._capacity(est))}"
+        return f"{_gib(est.memory_gib.total)} > {_gib(est.memory_gib.capacity)}"
+
+    def _versus(self, dim: str, value: int, p: ParallelConfig, est: EstimateResult) -> str | None:
+        """How the best layout with `dim=value` compares, or why no such layout fits."""
+        name = dim.upper()
+        found = self.best_by.get((dim, value))
+        if found is not None:
+            text = f"the best {name}={value} layout ({layout_label(found[0])}) is {self._speed_delta(est, found[1])}"
+            cause = _largest_growth(est, found[1])
+            slower = found[1].tokens_per_s_per_gpu < est.tokens_per_s_per_gpu * (1 - TIE_FRACTION)
+            return f"{text} ({cause})" if cause and slower else text
+        floor = self._floor_variant(p, **{dim: value})
+        if floor is not None and not floor[1].fits:
+            return f"{name}={value} does not fit even at MBS 1 with full recompute ({self._too_big(floor[1])})"
+        return None
 
     # -- per-dimension reasons
     def explain(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
@@ -174,71 +196,66 @@ class Explainer:
 
     def _tp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
         out: list[str] = []
-        node = self.cluster.gpus_per_node
         if p.tp > 1:
             out.append(f"TP={p.tp} exposes {_pct(component_share(est, 'tp'))} of step time in TP communication")
-            lower = self._variant(p, tp=p.tp // 2) if p.tp % 2 == 0 else None
-            if lower and not lower[1].fits:
-                out.append(f"TP={p.tp} because at TP={p.tp // 2} the most-loaded GPU needs {self._too_big(lower[1])}")
-            elif lower:
-                out.append(f"TP={p.tp // 2} would fit but be {self._speed_delta(est, lower[1])}")
-        if p.tp * 2 > node and self.model.num_attention_heads % (p.tp * 2) == 0:
+        for other in _neighbours(p.tp, self._legal_tp()):
+            versus = self._versus("tp", other, p, est)
+            if versus:
+                out.append(f"TP={p.tp}: {versus}")
+        if p.tp * 2 > self.cluster.gpus_per_node and self.model.num_attention_heads % (p.tp * 2) == 0:
             out.append(self._tp_across_nodes(p, est))
-        elif p.tp == 1:
-            higher = self._variant(p, tp=2)
-            if higher:
-                out.append(f"TP=1: the model fits unsplit; TP=2 would be {self._speed_delta(est, higher[1])}")
         return out
+
+    def _legal_tp(self) -> list[int]:
+        heads = self.model.num_attention_heads
+        kv = heads if self.model.mla is not None else self.model.kv_heads
+        world, node = self.cluster.world_size, self.cluster.gpus_per_node
+        return [t for t in space.divisors(world) if heads % t == 0 and kv % t == 0 and t <= node]
 
     def _tp_across_nodes(self, p: ParallelConfig, est: EstimateResult) -> str:
         """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes."""
         node = self.cluster.gpus_per_node
-        beyond = self._variant_unchecked(p, tp=p.tp * 2)
+        beyond = self._variant(p, tp=p.tp * 2)
         if beyond is None:
             return f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would put TP all-reduces on the inter-node network"
         verdict = self._speed_delta(est, beyond[1]) if beyond[1].fits else f"not fit ({self._too_big(beyond[1])})"
         return (f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would run TP all-reduces across nodes and "
                 f"would be {verdict}")
 
-    def _variant_unchecked(self, p: ParallelConfig, **changes: object) -> tuple[ParallelConfig, EstimateResult] | None:
-        """Like `_variant` but without the TP-within-node rule (to cost what the rule forbids)."""
-        return self._variant(p, **changes)
-
     def _pp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
-        if p.pp == 1:
-            return []
-        micro = p.num_microbatches(self.training.global_batch_size)
         out = []
-        text = f"PP={p.pp} bubble {_pct(bubble_share(est))} at {micro} micro-batches"
-        if p.vpp > 1:
-            flat = self._variant(p, vpp=1)
+        if p.pp > 1:
+            micro = p.num_microbatches(self.training.global_batch_size)
+            flat = self._variant(p, vpp=1) if p.vpp > 1 else None
             if flat:
-                text += f"; VPP={p.vpp} cuts it from {_pct(bubble_share(flat[1]))}"
-                if not flat[1].fits:
-                    text += f" (and VPP=1 would not fit: {self._too_big(flat[1])})"
-        out.append(text)
-        smaller = [v for v in space.divisors(p.pp) if v < p.pp and self.model.num_layers % v == 0]
-        if smaller:
-            lower = self._variant(p, pp=smaller[-1], vpp=1)
-            if lower and not lower[1].fits:
-                out.append(f"PP={p.pp} because the model is too large for PP={smaller[-1]}: "
-                           f"{self._too_big(lower[1])} (weights+grads+optimizer "
-                           f"{_gib(_static(lower[1]))} there vs {_gib(_static(est))} here)")
-            elif lower:
-                out.append(f"PP={smaller[-1]} would fit but be {self._speed_delta(est, lower[1])}")
+                out.append(f"PP={p.pp} bubble {_pct(bubble_share(flat[1]))} at {micro} micro-batches; "
+                           f"VPP={p.vpp} cuts it to {_pct(bubble_share(est))}")
+            else:
+                out.append(f"PP={p.pp} bubble {_pct(bubble_share(est))} at {micro} micro-batches")
+        legal = [v for v in space.divisors(self.cluster.world_size // (p.tp * p.cp))
+                 if self.model.num_layers % v == 0]
+        for other in _neighbours(p.pp, legal):
+            versus = self._versus("pp", other, p, est)
+            if versus and other < p.pp and "does not fit" in versus:
+                out.append(f"PP={p.pp} because the model is too large for fewer stages: {versus}")
+            elif versus:
+                out.append(f"PP={p.pp}: {versus}")
         return out
 
     def _cp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
-        if p.cp == 1:
-            return []
-        out = [f"CP={p.cp} exposes {_pct(component_share(est, 'cp'))} of step time in CP communication"]
-        without = self._variant(p, cp=1)
+        out = []
         seq = self.training.seq_length
-        if without and not without[1].fits:
-            out.append(f"CP={p.cp} because seq {seq:,} × MBS {p.mbs} activations need "
-                       f"{_gib(without[1].memory_gib.activations)} at CP=1, total {self._too_big(without[1])}")
-        elif without:
-            out.append(f"CP=1 would fit but be {self._speed_delta(est, without[1])}")
+        if p.cp > 1:
+            out.append(f"CP={p.cp} exposes {_pct(component_share(est, 'cp'))} of step time in CP communication")
+            without = self._floor_variant(p, cp=1)
+            if without and not without[1].fits:
+                out.append(f"CP={p.cp} because seq {seq:,} × MBS 1 activations need "
+                           f"{_gib(without[1].memory_gib.activations)} at CP=1 even with full recompute, "
+                           f"total {self._too_big(without[1])}")
+            else:
+                versus = self._versus("cp", 1, p, est)
+                if versus:
+                    out.append(f"CP={p.cp}: {versus}")
         return out
 
     def _experts(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
@@ -250,14 +267,17 @@ class Explainer:
         where = ("inside one NVLink domain" if span <= self.cluster.gpu.scaleup_domain_gpus
                  and span <= self.cluster.gpus_per_node else "across nodes")
         out = [f"EP={p.ep}: {experts} experts / {p.ep} = {experts // p.ep} per rank (EP divides the expert "
-               f"count); all-to-all {where}, {_pct(component_share(est, 'ep') + component_share(est, 'a2a'))} "
-               "of step time"]
+               f"count); all-to-all {where}, {_pct(component_share(est, 'ep'))} of step time"]
         if p.ep > 1:
             single = self._variant(p, ep=1)
             if single:
                 fits = "fits" if single[1].fits else f"does not fit: {self._too_big(single[1])}"
-                out.append(f"EP saves memory: weights+grads+optimizer {_gib(_static(single[1]))} per GPU at EP=1 "
-                           f"vs {_gib(_static(est))} at EP={p.ep} (EP=1 {fits})")
+                out.append(f"EP memory: weights+grads+optimizer {_gib(_static(single[1]))} per GPU at EP=1 vs "
+                           f"{_gib(_static(est))} at EP={p.ep} (EP=1 {fits})")
+        for other in _neighbours(p.ep, list(space.divisors(experts))):
+            versus = self._versus("ep", other, p, est)
+            if versus:
+                out.append(f"EP={p.ep}: {versus}")
         out.append(f"router: top-{moe.router_topk} of {experts}, load balancing {moe.load_balancing_type}, "
                    f"aux-loss coefficient {moe.aux_loss_coeff:g}")
         return out
@@ -308,13 +328,20 @@ class Explainer:
         lines = []
         for index, (p, est) in enumerate(ranked[1:], start=2):
             delta = 1 - est.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu
+            if delta < TIE_FRACTION:
+                lines.append(f"#{index} {layout_label(p)} ties on speed; ranked lower on memory "
+                             f"({_gib(est.memory_gib.total)} vs {_gib(best.memory_gib.total)}) or simplicity")
+                continue
             cause = _largest_growth(best, est)
-            tail = f": {cause}" if cause else ""
-            if delta < 0.002:
-                tail = f": same speed, ranked lower on memory ({_gib(est.memory_gib.total)} vs " \
-                       f"{_gib(best.memory_gib.total)}) or simplicity"
-            lines.append(f"#{index} {layout_label(p)} is {_pct(max(delta, 0.0))} slower{tail}")
+            lines.append(f"#{index} {layout_label(p)} is {_pct(delta)} slower" + (f": {cause}" if cause else ""))
         return lines
+
+
+def _neighbours(value: int, legal: list[int]) -> list[int]:
+    """The next smaller and next larger legal value (what a reader would compare with)."""
+    below = [v for v in legal if v < value]
+    above = [v for v in legal if v > value]
+    return ([below[-1]] if below else []) + ([above[0]] if above else [])
 
 
 def _static(est: EstimateResult) -> float:

@@ -40,7 +40,8 @@ from megapilot.spec import (
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
 
-MEMORY_FLOOR = "memory: weights+optimizer exceed HBM at any MBS/recompute"
+MEMORY_FLOOR = "memory: weights+optimizer alone exceed HBM"
+MEMORY_FLOOR_ACTIVATIONS = "memory: activations exceed HBM even at MBS 1 with full recompute"
 MEMORY_ACTIVATIONS = "memory: activations exceed HBM at this MBS and recompute"
 MEMORY_MBS_SKIPPED = "memory: larger MBS skipped after a smaller one did not fit"
 DOMINATED_RECOMPUTE = "dominated: more recompute than memory needs"
@@ -72,6 +73,7 @@ class PlanResult(BaseModel):
     rejected: dict[str, int]
     summary: list[str] = Field(default_factory=list)
     layouts_costed: int = 0
+    memory_checks: int = 0
     layouts_fitting: int = 0
 
     @property
@@ -101,6 +103,7 @@ class PlanResult(BaseModel):
             "shell": self.shell(),
             "product_check": self.product_check(),
             "layouts_costed": self.layouts_costed,
+            "memory_checks": self.memory_checks,
             "layouts_fitting": self.layouts_fitting,
         }
 
@@ -115,6 +118,9 @@ class SearchOutcome:
     layouts_fitting: int
     smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
     cost: CostModel | None = field(default=None, repr=False)
+    # The best fitting layout for each value of each dimension, e.g. ("tp", 4): what the reasons
+    # compare the winner with ("the best layout with TP=4 is 8 % slower").
+    best_by: dict[tuple[str, object], tuple[ParallelConfig, EstimateResult]] = field(default_factory=dict)
 
 
 # ---- ranking ----------------------------------------------------------------------------------
@@ -130,6 +136,12 @@ def rank_key(p: ParallelConfig, est: EstimateResult) -> tuple:
     """Sort key: throughput band (higher first), then memory, then simplicity."""
     band = math.floor(math.log(max(est.tokens_per_s_per_gpu, 1e-9)) / math.log(TIE_BAND))
     return (-band, est.memory_gib.total, simplicity(p))
+
+
+def dimension_values(p: ParallelConfig) -> tuple[tuple[str, object], ...]:
+    """The (dimension, value) pairs a layout stands for in `SearchOutcome.best_by`."""
+    return (("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("ep", p.ep), ("etp", p.expert_tp),
+            ("mbs", p.mbs), ("fsdp", p.fsdp), ("recompute", p.recompute))
 
 
 # ---- the search -------------------------------------------------------------------------------
@@ -154,6 +166,7 @@ class _Search:
         self.fitting = 0
         self.counter = 0
         self.smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
+        self.best_by: dict[tuple[str, object], tuple[ParallelConfig, EstimateResult]] = {}
 
     # -- bookkeeping
     def _reject(self, rejection: Rejection | None, count: int = 1) -> bool:
@@ -166,6 +179,10 @@ class _Search:
         self.fitting += 1
         self.counter += 1
         key = rank_key(parallel, est)
+        for dim_value in dimension_values(parallel):
+            held = self.best_by.get(dim_value)
+            if held is None or key < rank_key(*held):
+                self.best_by[dim_value] = (parallel, est)
         entry = (_Inverted(key), self.counter, parallel, est)
         if len(self.heap) < KEEP_PER_SEARCH:
             heapq.heappush(self.heap, entry)
@@ -188,7 +205,7 @@ class _Search:
                 self._walk_context_parallel(tp, pp)
         ranked = [(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)]
         return SearchOutcome(ranked, self.rejected, self.cost.calls, self.fitting, self.smallest_floor,
-                             self.cost)
+                             self.cost, self.best_by)
 
     def _walk_context_parallel(self, tp: int, pp: int) -> None:
         """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it.
@@ -251,7 +268,8 @@ class _Search:
                                recompute_method="uniform", recompute_num_layers=1)
         memory = self.cost.memory(floor)
         if not memory.fits:
-            self.rejected[MEMORY_FLOOR] += 1
+            static_gib = memory.total_gib - memory.activations_gib
+            self.rejected[MEMORY_FLOOR if static_gib > memory.capacity_gib else MEMORY_FLOOR_ACTIVATIONS] += 1
             self._note_floor(floor, memory)
         return memory
 

@@ -1,0 +1,109 @@
+"""`megapilot plan` and `megapilot profile`: output, JSON schema, saved plan, profile defaults, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from megapilot.spec import SavedPlan
+
+SMALL = ("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096", "--gbs", "128")
+
+
+@pytest.fixture(autouse=True)
+def _no_user_profile(tmp_path, monkeypatch):
+    """Never read or write the real user's profile."""
+    monkeypatch.setenv("MEGAPILOT_PROFILE", str(tmp_path / "profile.toml"))
+
+
+def test_plan_json_has_the_stable_schema(cli):
+    result = cli(*SMALL, "--top", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert set(doc) >= {"candidates", "rejected", "shell", "product_check", "summary", "defaults"}
+    assert 1 <= len(doc["candidates"]) <= 3
+    first = doc["candidates"][0]
+    assert set(first) == {"parallel", "estimate", "reasons"}
+    p = first["parallel"]
+    assert p["tp"] * p["pp"] * p["cp"] * p["dp"] == 16
+    assert doc["shell"].startswith(f"TP={p['tp']} PP={p['pp']} VPP={p['vpp']} CP={p['cp']} EP={p['ep']}")
+    assert doc["shell"].endswith("GBS=128")
+    assert all(isinstance(v, int) and v > 0 for v in doc["rejected"].values())
+
+
+def test_plan_table_shows_ranked_layouts_shell_block_and_product(cli):
+    result = cli(*SMALL)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    for heading in ("layout", "memory", "GiB / cap", "step", "tokens/s", "/GPU", "MFU", "bubble", "exposed", "comm %"):
+        assert heading in out
+    assert "Why #1:" in out and "DP=" in out
+    assert "TP×PP×CP×DP = " in out and "= 16 GPUs" in out
+    assert "GBS=128" in out
+
+
+def test_plan_save_writes_a_plan_the_launcher_reads(cli, tmp_path):
+    target = tmp_path / "plan.json"
+    result = cli(*SMALL, "--save", str(target), "--json")
+    assert result.exit_code == 0, result.stderr
+    saved = SavedPlan.model_validate_json(target.read_text())
+    assert saved.parallel.model_dump() == result.json()["candidates"][0]["parallel"]
+    assert saved.training.global_batch_size == 128 and saved.cluster.world_size == 16
+    assert saved.reasons
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--tp", "16"), "tp: tp=16 does not divide"),
+        (("--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "64", "--ep", "3"), "ep: ep=3 does not divide"),
+        (("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "64", "--seq-len", "4100", "--cp", "4"),
+         "not divisible by 2*cp=8"),
+        (("--model", "llama3.1-8b", "--gpu", "a100", "--gpus", "8", "--precision", "fp8"), "precision: fp8"),
+        (("--model", "llama3.1-405b", "--gpu", "h100", "--gpus", "8", "--gbs", "64"), "no layout fits"),
+        (("--model", "no-such-model", "--gpu", "h100", "--gpus", "8"), "model"),
+        (("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--recompute", "half"), "recompute"),
+    ],
+)
+def test_impossible_asks_end_in_one_line_exit_2(cli, args, needle):
+    result = cli("plan", *args)
+    assert result.exit_code == 2
+    assert needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_gpu_without_profile_says_how_to_set_it(cli):
+    result = cli("plan", "--model", "llama3.1-8b", "--gpus", "8")
+    assert result.exit_code == 2
+    assert "gpu" in result.stderr and "profile set" in result.stderr
+
+
+def test_profile_set_show_and_plan_defaults(cli, tmp_path):
+    profile = tmp_path / "mine.toml"
+    result = cli("profile", "set", "--gpu", "H100", "--gpus", "16", "--gpus-per-node", "8",
+                 "--data-path", "/data/c4", "--tokenizer", "gpt2", "--profile", str(profile), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["profile"]["gpu"] == "h100"
+    shown = cli("profile", "show", "--profile", str(profile), "--json").json()
+    assert shown == {"path": str(profile), "exists": True,
+                     "profile": {"gpu": "h100", "gpus": 16, "gpus_per_node": 8, "data_path": "/data/c4",
+                                 "tokenizer": "gpt2"}}
+    planned = cli("plan", "--model", "llama3.1-8b", "--gbs", "128", "--profile", str(profile), "--json")
+    assert planned.exit_code == 0, planned.stderr
+    assert f"gpu=h100 from profile {profile}" in planned.json()["defaults"]
+    human = cli("plan", "--model", "llama3.1-8b", "--gbs", "128", "--profile", str(profile))
+    assert f"gpus=16 from profile {profile}" in human.stderr
+
+
+def test_profile_from_environment_is_used(cli, tmp_path, monkeypatch):
+    env_profile = tmp_path / "env.toml"
+    monkeypatch.setenv("MEGAPILOT_PROFILE", str(env_profile))
+    assert cli("profile", "set", "--gpu", "a100").exit_code == 0
+    assert json.loads(cli("profile", "show", "--json").stdout)["profile"] == {"gpu": "a100"}
+
+
+def test_profile_refuses_an_unknown_gpu(cli, tmp_path):
+    result = cli("profile", "set", "--gpu", "z9000", "--profile", str(tmp_path / "p.toml"))
+    assert result.exit_code == 2 and "unknown GPU" in result.stderr

@@ -1,0 +1,97 @@
+"""Reasons: the rules of thumb appear when the cost model reproduces them, with its numbers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from megapilot.catalog import get_gpu, get_model
+from megapilot.plan import Pins, plan
+from megapilot.plan.reasons import component_share, exposed_comm_share, layout_label
+from megapilot.spec import ClusterSpec, TrainingSpec
+
+
+def _plan(model: str, gpu: str, gpus: int, seq: int, gbs: int, pins: Pins = Pins(), top: int = 3):
+    return plan(get_model(model), ClusterSpec.from_gpu_count(get_gpu(gpu), gpus),
+                TrainingSpec(seq_length=seq, global_batch_size=gbs), pins=pins, top=top)
+
+
+def _has(reasons: list[str], pattern: str) -> bool:
+    return any(re.search(pattern, r) for r in reasons)
+
+
+@pytest.fixture(scope="module")
+def gpt175b_on_64_a100():
+    # Without FSDP, 175B parameters cannot sit on one 8-GPU TP group: the cost model must reach for PP.
+    return _plan("gpt3-175b", "a100", 64, 2048, 512, Pins(fsdp=False))
+
+
+def test_tp_within_a_node_is_stated_with_the_cost_of_crossing_it(gpt175b_on_64_a100):
+    best = gpt175b_on_64_a100.best
+    assert best.parallel.tp == 8
+    assert _has(best.reasons, r"TP ≤ GPUs per node \(8\): TP=16 would run TP all-reduces across nodes and would be "
+                              r"(\d+(\.\d)? % slower|not fit)")
+    assert _has(best.reasons, r"TP=8 exposes \d+(\.\d)? % of step time in TP communication")
+
+
+def test_pp_for_large_models_emerges_from_memory(gpt175b_on_64_a100):
+    best = gpt175b_on_64_a100.best
+    assert best.parallel.pp > 1
+    assert _has(best.reasons, rf"PP={best.parallel.pp} because the model is too large for fewer stages: "
+                              r"PP=\d+ does not fit even at MBS 1 with full recompute \(\d+\.\d GiB > 80.0 GiB\)")
+    assert _has(best.reasons, rf"PP={best.parallel.pp} bubble \d+(\.\d)? % at \d+ micro-batches")
+
+
+def test_vpp_states_the_bubble_it_removes(gpt175b_on_64_a100):
+    interleaved = [c for c in gpt175b_on_64_a100.candidates if c.parallel.vpp > 1]
+    assert interleaved, "a 96-layer model on PP>1 should interleave"
+    cand = interleaved[0]
+    match = next(re.search(r"bubble (\d+(?:\.\d)?) % at .*VPP=\d+ cuts it to (\d+(?:\.\d)?) %", r)
+                 for r in cand.reasons if "cuts it to" in r)
+    assert float(match.group(2)) < float(match.group(1))
+
+
+def test_cp_for_long_sequences_emerges_from_activation_memory():
+    result = _plan("llama3.1-8b", "h100", 64, 131072, 64)
+    best = result.best
+    assert best.parallel.cp > 1
+    assert _has(best.reasons, rf"CP={best.parallel.cp} because seq 131,072 × MBS 1 activations need \d+\.\d GiB "
+                              r"at CP=1 even with full recompute")
+
+
+def test_short_sequences_get_no_cp():
+    assert _plan("llama3.1-8b", "h100", 16, 4096, 128).best.parallel.cp == 1
+
+
+def test_ep_divides_the_experts_and_its_memory_saving_is_quantified():
+    result = _plan("mixtral-8x7b", "h100", 64, 4096, 1024)
+    best = result.best
+    ep = best.parallel.ep
+    assert 8 % ep == 0
+    assert _has(best.reasons, rf"EP={ep}: 8 experts / {ep} = {8 // ep} per rank \(EP divides the expert count\); "
+                              r"all-to-all (inside one NVLink domain|across nodes)")
+    if ep > 1:
+        assert _has(best.reasons, rf"weights\+grads\+optimizer \d+\.\d GiB per GPU at EP=1 vs \d+\.\d GiB at EP={ep}")
+    assert _has(best.reasons, r"router: top-2 of 8, load balancing aux_loss, aux-loss coefficient 0.02")
+
+
+def test_dp_fills_the_rest_with_the_product_written_out(gpt175b_on_64_a100):
+    p = gpt175b_on_64_a100.best.parallel
+    assert _has(gpt175b_on_64_a100.best.reasons,
+                rf"DP={p.dp} fills the rest: 64 GPUs / \(TP {p.tp} × PP {p.pp} × CP {p.cp}\) = {p.dp}")
+
+
+def test_runners_up_say_why_they_lost(gpt175b_on_64_a100):
+    summary = gpt175b_on_64_a100.summary
+    assert len(summary) == len(gpt175b_on_64_a100.candidates) - 1
+    for line, cand in zip(summary, gpt175b_on_64_a100.candidates[1:]):
+        assert layout_label(cand.parallel) in line
+        assert re.search(r"(slower: .+ \d+\.\d\d s vs \d+\.\d\d s per step|ties on speed|slower$)", line)
+
+
+def test_shares_are_read_from_the_estimators_breakdown(gpt175b_on_64_a100):
+    est = gpt175b_on_64_a100.best.estimate
+    assert 0 < component_share(est, "tp") < 1
+    assert 0 < exposed_comm_share(est) < 1
+    assert component_share(est, "bubble") == pytest.approx(est.time_breakdown_s["pp_bubble"] / est.step_time_s)

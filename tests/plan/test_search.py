@@ -1,0 +1,134 @@
+"""The search: every layout it returns is legal and fits, the pruning loses nothing against brute
+force, pins are honoured, and an impossible ask says what bites and what would fit."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from megapilot.catalog import get_gpu, get_model
+from megapilot.errors import MegapilotError
+from megapilot.plan import Pins, plan, search_layouts
+from megapilot.plan.cost import CostModel
+from megapilot.plan.search import rank_key, recompute_ladder
+from megapilot.plan.space import divisors
+from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
+
+
+def _inputs(model: str, gpus: int, seq: int, gbs: int, gpu: str = "h100"):
+    return get_model(model), ClusterSpec.from_gpu_count(get_gpu(gpu), gpus), TrainingSpec(
+        seq_length=seq, global_batch_size=gbs)
+
+
+@pytest.fixture(scope="module")
+def llama70b_plan():
+    return plan(*_inputs("llama3.1-70b", 64, 8192, 1024), top=5)
+
+
+def test_every_candidate_is_legal_fits_and_fills_the_cluster(llama70b_plan):
+    result = llama70b_plan
+    assert len(result.candidates) == 5
+    for cand in result.candidates:
+        validate_layout(result.model, result.cluster, result.training, cand.parallel)  # raises if illegal
+        assert cand.estimate.fits
+        assert cand.estimate.memory_gib.total <= cand.estimate.memory_gib.capacity
+        assert cand.parallel.world_size == 64
+
+
+def test_candidates_are_ranked_by_throughput_then_memory(llama70b_plan):
+    keys = [rank_key(c.parallel, c.estimate) for c in llama70b_plan.candidates]
+    assert keys == sorted(keys)
+    speeds = [c.estimate.tokens_per_s_per_gpu for c in llama70b_plan.candidates]
+    assert speeds[0] >= max(speeds) / 1.002
+
+
+def test_candidates_are_distinct_shapes(llama70b_plan):
+    shapes = {(c.parallel.tp, c.parallel.pp, c.parallel.cp, c.parallel.ep, c.parallel.fsdp)
+              for c in llama70b_plan.candidates}
+    assert len(shapes) == len(llama70b_plan.candidates)
+
+
+def test_rejections_are_counted_by_rule(llama70b_plan):
+    rejected = llama70b_plan.rejected
+    assert rejected.get("tp does not divide KV heads", 0) >= 1  # TP 16, 32, 64 on 8 KV groups
+    assert any(k.startswith("memory:") for k in rejected)
+    assert all(v > 0 for v in rejected.values())
+
+
+def test_json_document_has_the_stable_schema(llama70b_plan):
+    doc = llama70b_plan.to_json()
+    assert set(doc) >= {"candidates", "rejected", "shell", "summary", "product_check"}
+    first = doc["candidates"][0]
+    assert set(first) == {"parallel", "estimate", "reasons"}
+    assert {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "recompute"} <= set(first["parallel"])
+    assert {"memory_gib", "step_time_s", "tokens_per_s_per_gpu", "mfu", "time_breakdown_s"} <= set(first["estimate"])
+    p = llama70b_plan.best.parallel
+    assert doc["shell"] == f"TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp} MBS={p.mbs} GBS=1024"
+    assert doc["product_check"] == f"TP×PP×CP×DP = {p.tp}×{p.pp}×{p.cp}×{p.dp} = 64 GPUs"
+
+
+def test_saved_plan_carries_everything_the_launcher_needs(llama70b_plan):
+    saved = llama70b_plan.to_saved_plan()
+    assert saved.parallel == llama70b_plan.best.parallel
+    assert saved.model.name == "llama3.1-70b" and saved.cluster.world_size == 64
+    assert saved.reasons and saved.estimate is not None
+
+
+def _brute_force_best(model, cluster, training) -> float:
+    """Cost every legal layout (no dominance pruning at all) and return the best tokens/s/GPU."""
+    cost = CostModel(model, cluster, training)
+    world = cluster.world_size
+    best = 0.0
+    for tp, pp, cp in itertools.product(divisors(world), repeat=3):
+        if world % (tp * pp * cp):
+            continue
+        dp = world // (tp * pp * cp)
+        vpps = divisors(model.num_layers // pp) if pp > 1 and model.num_layers % pp == 0 else (1,)
+        for vpp, mbs, fsdp in itertools.product(vpps, (1, 2, 4, 8), (False, True)):
+            if fsdp and dp == 1:
+                continue
+            for step in (recompute_ladder(model, pp, vpp) if model.num_layers % (pp * vpp) == 0 else []):
+                try:
+                    p = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, mbs=mbs, sequence_parallel=tp > 1,
+                                       fsdp=fsdp, **step)
+                    validate_layout(model, cluster, training, p)
+                except (MegapilotError, ValueError):
+                    continue
+                est = cost(p)
+                if est.fits:
+                    best = max(best, est.tokens_per_s_per_gpu)
+    return best
+
+
+@pytest.mark.slow
+def test_pruned_search_finds_the_brute_force_optimum():
+    model, cluster, training = _inputs("llama3.1-8b", 16, 8192, 128)
+    brute = _brute_force_best(model, cluster, training)
+    found = search_layouts(model, cluster, training).ranked[0][1].tokens_per_s_per_gpu
+    assert found >= brute / 1.002  # within the tie band of the true optimum
+
+
+def test_pins_are_honoured():
+    result = plan(*_inputs("llama3.1-70b", 64, 4096, 512), pins=Pins(tp=2, recompute="full"), top=3)
+    assert all(c.parallel.tp == 2 and c.parallel.recompute == "full" for c in result.candidates)
+
+
+def test_moe_layouts_respect_expert_rules_and_carry_the_router():
+    result = plan(*_inputs("mixtral-8x7b", 64, 4096, 1024), top=5)
+    for cand in result.candidates:
+        p = cand.parallel
+        assert 8 % p.ep == 0
+        assert (p.tp * p.cp * p.dp) % (p.ep * p.expert_tp) == 0
+    saved = result.to_saved_plan()
+    assert saved.model.moe.router_topk == 2 and saved.model.moe.load_balancing_type == "aux_loss"
+    assert any("router: top-2 of 8, load balancing aux_loss, aux-loss coefficient" in r for r in saved.reasons)
+
+
+def test_nothing_fits_names_memory_and_the_smallest_change_that_fits():
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-405b", 8, 8192, 64))
+    message = str(info.value)
+    assert info.value.field == "memory"
+    assert "no layout fits" in message and "GiB" in message
+    assert "GPUs (" in info.value.fix  # e.g. "use 64 GPUs (8× more)"

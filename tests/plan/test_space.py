@@ -1,0 +1,83 @@
+"""The layout space: divisor enumeration, the Megatron rules as pre-filters, and pinned values."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.catalog import get_gpu, get_model
+from megapilot.errors import MegapilotError
+from megapilot.plan import space
+from megapilot.plan.space import Pins
+from megapilot.spec import ClusterSpec, TrainingSpec
+
+
+@pytest.fixture(scope="module")
+def llama70b():
+    return get_model("llama3.1-70b")
+
+
+@pytest.fixture(scope="module")
+def h100x64():
+    return ClusterSpec.from_gpu_count(get_gpu("h100"), 64)
+
+
+def test_divisors_are_complete_and_sorted():
+    assert space.divisors(12) == (1, 2, 3, 4, 6, 12)
+    assert space.divisors(1) == (1,)
+    assert space.divisors(61) == (1, 61)
+
+
+def test_tp_rule_follows_kv_heads_and_node_size(llama70b, h100x64):
+    assert space.tp_rule(llama70b, h100x64, 8) is None
+    assert space.tp_rule(llama70b, h100x64, 16).category == "tp does not divide KV heads"  # 8 KV groups
+    gpt = get_model("gpt3-175b")  # 96 heads, MHA
+    assert space.tp_rule(gpt, h100x64, 16).category == "tp exceeds GPUs per node"
+    assert space.tp_rule(gpt, h100x64, 5).category == "tp does not divide attention heads"
+
+
+def test_cp_rule_needs_two_cp_chunks_per_sequence():
+    training = TrainingSpec(seq_length=6, global_batch_size=8)
+    assert space.cp_rule(training, 1, 3) is None
+    assert space.cp_rule(training, 1, 2).category == "seq_length not divisible by 2*cp"
+
+
+def test_expert_rule_checks_expert_count_and_group_product():
+    mixtral = get_model("mixtral-8x7b")
+    assert space.expert_rule(mixtral, 2, 1, 4, 8, 1) is None
+    assert space.expert_rule(mixtral, 2, 1, 4, 3, 1).category == "ep does not divide experts"
+    assert space.expert_rule(mixtral, 1, 1, 4, 8, 1).category == "ep*etp does not divide tp*cp*dp"
+
+
+def test_vpp_values_split_each_stage_evenly(llama70b):
+    assert space.vpp_values(llama70b, 1, Pins()) == (1,)
+    assert space.vpp_values(llama70b, 4, Pins()) == (1, 2, 4, 5, 10, 20)  # 80 layers / 4 stages = 20
+
+
+def test_expert_values_walk_largest_ep_first():
+    mixtral = get_model("mixtral-8x7b")
+    pairs = space.expert_values(mixtral, 2, Pins())
+    assert pairs[0] == (8, 1) and pairs[-1] == (1, 2)
+    assert {etp for _, etp in pairs} == {1, 2}
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "gpus", "seq", "precision", "pins", "field", "text"),
+    [
+        ("llama3.1-70b", "h100", 64, 4096, "bf16", Pins(tp=16), "tp", "does not divide the 8 KV heads"),
+        ("gpt3-175b", "h100", 64, 2048, "bf16", Pins(tp=5), "tp", "does not divide the 64 GPUs"),
+        ("mixtral-8x7b", "h100", 64, 4096, "bf16", Pins(ep=3), "ep", "does not divide num_experts=8"),
+        ("llama3.1-8b", "h100", 64, 4100, "bf16", Pins(cp=4), "cp", "not divisible by 2*cp=8"),
+        ("llama3.1-70b", "h100", 64, 4096, "bf16", Pins(pp=32), "pp", "num_layers=80"),
+        ("llama3.1-8b", "a100", 64, 4096, "fp8", Pins(), "precision", "not supported on A100"),
+        ("llama3.1-8b", "h100", 64, 4096, "bf16", Pins(ep=2), "ep", "dense model"),
+    ],
+)
+def test_impossible_pins_raise_a_named_error(model, gpu, gpus, seq, precision, pins, field, text):
+    spec = get_model(model)
+    cluster = ClusterSpec.from_gpu_count(get_gpu(gpu), gpus)
+    training = TrainingSpec(seq_length=seq, global_batch_size=1024, precision=precision)
+    with pytest.raises(MegapilotError) as info:
+        space.check_pins(spec, cluster, training, pins)
+    assert info.value.field == field
+    assert text in str(info.value)
+    assert info.value.fix
