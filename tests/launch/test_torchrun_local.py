@@ -1,0 +1,40 @@
+"""The rendered torchrun script runs as-is here: tiny model, embedded trainer, 2 CPU ranks over gloo."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog import get_model
+from megapilot.catalog.gpus import get_gpu
+from megapilot.launch import LaunchOptions, render_launch
+from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
+
+pytestmark = pytest.mark.slow
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
+
+
+def test_rendered_script_trains_and_saves_into_a_path_with_space_and_dollar(tmp_path: Path) -> None:
+    pytest.importorskip("megatron.core")
+    plan = SavedPlan(
+        model=get_model("tiny"),
+        cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=2),
+        training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=3),
+        parallel=ParallelConfig.for_world(2, mbs=1, recompute="none"),
+    )
+    checkpoints = tmp_path / "ckpt dir $HOME"
+    launch = render_launch(plan, LaunchOptions(
+        mock_data=True, entrypoint="megapilot", cpu=True, python=sys.executable, save=str(checkpoints),
+        script_path=str(tmp_path / "train.sh"),
+    ))
+    script = tmp_path / "train.sh"
+    script.write_text(launch.script)
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert [m.groups() for m in ITERATION.finditer(output)][-1] == ("3", "3")
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
