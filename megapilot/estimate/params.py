@@ -240,17 +240,22 @@ def stage_params(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp:
     """Parameters held by pipeline rank `stage` (all TP shards together), with the padded vocab for `tp`.
 
     The first rank holds the embedding; the last rank holds the final norm, the output layer and the
-    MTP modules. With tied embeddings and pp > 1 the last rank keeps its own copy of the word
-    embedding as the output layer (Megatron syncs the two copies' gradients).
+    MTP modules. With pp > 1 Megatron-Core gives the last rank copies of what it shares with the first
+    (checked against core 0.16 models built with pp=2): with tied embeddings its own word-embedding
+    matrix as the output layer, and with MTP a full input embedding for the MTP modules to read.
     """
     held = sum(layer_params(model, i).total for i in stage_layer_indices(model, pp, vpp, stage))
-    if stage == 0:
+    first, last = stage == 0, stage == pp - 1
+    if first:
         held += embedding_params(model, padded_vocab=True, tp=tp)
-    if stage == pp - 1:
+    if last:
         held += norm_params(model, model.hidden_size) + model.mtp_num_layers * mtp_module_params(model)
         held += output_layer_params(model, padded_vocab=True, tp=tp)
-        if model.tie_embeddings and pp > 1:
+    if last and not first:
+        if model.tie_embeddings:
             held += model.padded_vocab_size(tp) * model.hidden_size
+        if model.mtp_num_layers:
+            held += embedding_params(model, padded_vocab=True, tp=tp)
     return held
 
 

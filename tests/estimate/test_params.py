@@ -184,11 +184,14 @@ def test_tied_embedding_is_held_twice_across_a_pipeline():
     assert stage_params(model, 1) == count_params(model, padded_vocab=True).total
 
 
-def test_mtp_sits_on_the_last_stage():
+def test_mtp_sits_on_the_last_stage_with_its_own_embedding_copy():
     model = load_hf_config(HF_CONFIGS / "DeepSeek-V3.json")
     without = model.model_copy(update={"mtp_num_layers": 0})
-    assert stage_params(model, 61, stage=60) - stage_params(without, 61, stage=60) == count_params(model).mtp
+    embedding = count_params(model, padded_vocab=True).embedding
+    extra_on_last = stage_params(model, 61, stage=60) - stage_params(without, 61, stage=60)
+    assert extra_on_last == count_params(model).mtp + embedding
     assert stage_params(model, 61, stage=0) == stage_params(without, 61, stage=0)
+    assert stage_params(model, 1) == count_params(model, padded_vocab=True).total  # no copies without a pipeline
 
 
 def test_uneven_split_and_bad_stage_are_user_errors():
@@ -302,3 +305,79 @@ def test_counts_equal_parameters_of_megatron_core_models_built_on_cpu():
     megatron_counts = json.loads(done.stdout.strip().splitlines()[-1])
     ours = {name: count_params(spec, padded_vocab=True).total for name, spec in variants.items()}
     assert ours == megatron_counts
+
+
+# Builds the same two models as Megatron-Core pipeline chunks (pp=2, vpp=2) under torchrun and prints
+# the parameters each rank holds. Megatron syncs the copies it keeps on the last stage with
+# `tensor.cuda()` + all-reduce; on this CPU-only machine `Tensor.cuda` is replaced by a no-op (a named
+# fake for the absent GPU).
+_MEGATRON_STAGE_COUNTER = r'''
+import json, warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state as ps
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec, get_gpt_mtp_block_spec
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+torch.Tensor.cuda = lambda self, *args, **kwargs: self  # fake: no GPU here
+dist.init_process_group("gloo")
+PP, VPP = 2, 2
+ps.initialize_model_parallel(1, PP, virtual_pipeline_model_parallel_size=VPP)
+MODELS = {  # name: (normalization, biases, position embedding, tied, mtp layers)
+    "llama_mtp": ("RMSNorm", False, "rope", False, 1),
+    "gpt_tied": ("LayerNorm", True, "learned_absolute", True, 0),
+}
+held = {}
+for name, (norm, bias, positions, tied, mtp_layers) in MODELS.items():
+    config = TransformerConfig(
+        num_layers=8, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, num_query_groups=2,
+        gated_linear_unit=True, normalization=norm, add_bias_linear=bias, mtp_num_layers=mtp_layers or None,
+        pipeline_model_parallel_size=PP, virtual_pipeline_model_parallel_size=VPP, pipeline_dtype=torch.float32,
+        use_cpu_initialization=True, gradient_accumulation_fusion=False, bias_activation_fusion=False,
+        masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False, apply_rope_fusion=False)
+    held[name] = 0
+    for vp in range(VPP):
+        layers = get_gpt_layer_local_spec(normalization=norm)
+        mtp = get_gpt_mtp_block_spec(config, layers, use_transformer_engine=False, vp_stage=vp) if mtp_layers else None
+        chunk = GPTModel(
+            config=config, transformer_layer_spec=layers, vocab_size=1024, max_sequence_length=128,
+            mtp_block_spec=mtp, position_embedding_type=positions, share_embeddings_and_output_weights=tied,
+            vp_stage=vp, pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
+            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp))
+        held[name] += sum(p.numel() for p in chunk.parameters())
+print("STAGE", dist.get_rank(), json.dumps(held), flush=True)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_stage_params_equal_what_megatron_core_pipeline_ranks_hold(tmp_path):
+    import importlib.util
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("megatron.core") is None or importlib.util.find_spec("torch") is None:
+        pytest.skip("needs the `train` extra (torch + megatron-core)")
+    script = tmp_path / "stage_counter.py"
+    script.write_text(_MEGATRON_STAGE_COUNTER)
+    env = os.environ | {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    per_rank = {int(rank): json.loads(held) for rank, held in re.findall(r"^STAGE (\d) (.*)$", done.stdout, re.M)}
+    shape = dict(num_layers=8, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, num_query_groups=2,
+                 vocab_size=1024, max_position_embeddings=128)
+    ours = {
+        "llama_mtp": ModelSpec(name="llama_mtp", mtp_num_layers=1, **shape),
+        "gpt_tied": ModelSpec(name="gpt_tied", normalization="LayerNorm", add_bias_linear=True,
+                              position_embedding="learned_absolute", tie_embeddings=True, **shape),
+    }
+    for rank in (0, 1):
+        assert per_rank[rank] == {name: stage_params(spec, 2, 2, rank) for name, spec in ours.items()}
