@@ -191,6 +191,10 @@ class Executor(Protocol):
         """Block until the job ends; cancels it if the caller is interrupted."""
         ...
 
+    def result(self, handle: JobHandle) -> JobResult:
+        """How the job ended (its status so far if it has not), without waiting."""
+        ...
+
 
 def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[JobHandle], JobResult],
                     on_progress: ProgressCallback | None, poll_interval_s: float) -> JobResult:

@@ -84,7 +84,7 @@ class LocalExecutor:
         if job.nodes != 1:
             raise MegapilotError(f"the local executor runs on one node, not {job.nodes}", field="nodes",
                                  fix="use nodes=1 locally, or the slurm/ssh executor for several nodes")
-        directory = prepare_job_dir(job)
+        directory = prepare_job_dir(job).resolve()  # absolute: the handle must work from any directory
         launch_script = write_launch_script(job, directory)
         log_path = node_log_path(directory, 0)
         master_port = int(job.env.get("MASTER_PORT") or free_port(self.master_addr))

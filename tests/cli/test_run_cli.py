@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +108,26 @@ def test_plan_is_rendered_for_the_trainer_and_multi_node_refused_locally(cli, tm
     (tmp_path / "plan.json").write_text(plan.model_dump_json())
     result = cli("run", "--plan", str(tmp_path / "plan.json"), "--run-dir", str(tmp_path))
     assert result.exit_code == 2 and "nodes:" in result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_megapilot_stops_the_run_and_prints_it_cancelled(tmp_path, signum):
+    import psutil
+
+    script = launch_script(tmp_path, "--iters", "200", "--interval-s", "0.1", "--spawn-children", "1")
+    command = [sys.executable, "-m", "megapilot", "run", str(script), "--run-dir", str(tmp_path), "--combo", "i",
+               "--json"]
+    cli_process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "i" / "out-node0" / "training.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "iteration        2/" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.1)
+    cli_process.send_signal(signum)
+    out, err = cli_process.communicate(timeout=30)
+
+    assert cli_process.returncode == 130, err
+    payload = json.loads(out)
+    assert payload["state"] == "CANCELLED"
+    record = json.loads((tmp_path / "i" / "job.json").read_text())
+    for entry in record["processes"]:
+        assert not psutil.pid_exists(entry["pid"]) or psutil.Process(entry["pid"]).status() == psutil.STATUS_ZOMBIE

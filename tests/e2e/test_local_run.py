@@ -103,3 +103,31 @@ def test_stalled_rank_is_detected_as_a_hang_and_the_job_stopped(tmp_path):
     assert result.state is JobState.HUNG and result.iterations_reached == 3
     assert "no new iteration for" in result.reason
     assert_nothing_survives(handle.job_dir, int(handle.job_id))
+
+
+# The embedded Megatron-Core trainer on a tiny GPT, TP=2 over 2 CPU ranks, Megatron's mock data.
+TRAINER_ARGS = [
+    "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",
+    "--seq-length", "64", "--max-position-embeddings", "64", "--micro-batch-size", "2", "--global-batch-size", "4",
+    "--train-iters", "6", "--lr", "1e-3", "--tensor-model-parallel-size", "2", "--mock-data",
+    "--tokenizer-type", "NullTokenizer", "--vocab-size", "255", "--log-interval", "2",
+]
+
+
+def test_embedded_trainer_runs_to_completion_under_the_executor(tmp_path):
+    pytest.importorskip("megatron.core")
+    from megapilot.logs import parse_logs
+
+    job = JobSpec(combo="trainer", run_dir=tmp_path, argv=[*TORCHRUN, "-m", "megapilot.trainer", *TRAINER_ARGS],
+                  gpus_per_node=2, env={"OMP_NUM_THREADS": "1"}, train_iters=6,
+                  hang=HangPolicy(startup_s=300, factor=10, min_window_s=60))
+    executor = LocalExecutor()
+    handle = executor.submit(job)
+    result = executor.wait(handle, poll_interval_s=0.5)
+
+    assert result.state is JobState.COMPLETED, result.reason
+    assert result.iterations_reached == 6 and result.step_time_s > 0
+    parsed = parse_logs([result.logs[0]])
+    assert [r.iteration for r in parsed.iterations] == [2, 4, 6]
+    assert all(r.lm_loss is not None and r.lm_loss > 0 for r in parsed.iterations)
+    assert_nothing_survives(handle.job_dir, int(handle.job_id))
