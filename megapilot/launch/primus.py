@@ -24,6 +24,7 @@ _EXPLICIT_SWITCHES = (
     "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
     "--swiglu", "--group-query-attention", "--qk-layernorm", "--add-qkv-bias", "--disable-bias-linear",
     "--untie-embeddings-and-output-weights", "--multi-latent-attention", "--mock-data", "--moe-grouped-gemm",
+    "--bf16", "--fp16",  # Primus's trainer_base.yaml turns bf16 on by default
 )
 # Primus names a few keys after the flag rather than Megatron's internal destination.
 _PRIMUS_KEY = {"layernorm_epsilon": "norm_epsilon"}
@@ -55,6 +56,9 @@ def primus_overrides(megatron_args: list[str]) -> dict[str, object]:
         key = _PRIMUS_KEY.get(spec.dest, spec.dest)
         if name not in present:
             overrides[key] = spec.action == "store_false"
+    if "--load" in present:
+        # Megatron starts from scratch when --load holds no checkpoint yet; Primus defaults to exiting.
+        overrides["exit_on_missing_checkpoint"] = False
     return overrides
 
 

@@ -124,6 +124,8 @@ modules:
       qk_layernorm: false
       add_qkv_bias: false
       mock_data: false
+      fp16: false
+      exit_on_missing_checkpoint: false
 PRIMUS_EXPERIMENT_YAML
 
 cd /workspace/Primus

@@ -101,6 +101,8 @@ modules:
       multi_latent_attention: false
       mock_data: false
       moe_grouped_gemm: false
+      fp16: false
+      exit_on_missing_checkpoint: false
 PRIMUS_EXPERIMENT_YAML
 
 cd /workspace/Primus

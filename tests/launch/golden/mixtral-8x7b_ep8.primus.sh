@@ -110,6 +110,8 @@ modules:
       add_qkv_bias: false
       multi_latent_attention: false
       mock_data: false
+      fp16: false
+      exit_on_missing_checkpoint: false
 PRIMUS_EXPERIMENT_YAML
 
 cd /workspace/Primus

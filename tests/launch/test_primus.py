@@ -1,0 +1,53 @@
+"""Primus experiment: overrides carry exactly the Megatron arguments, typed, under Megatron's names."""
+
+from __future__ import annotations
+
+import yaml
+
+from megapilot.launch import LaunchOptions, render_launch
+from megapilot.launch.megatron_args import pinned_flags
+from megapilot.launch.primus import primus_overrides
+from tests.launch.plans import GOLDEN_PLANS
+from tests.launch.variants import VARIANT_PLANS
+
+OPTIONS = LaunchOptions(launcher="primus", data_path="/d/corpus_text_document", tokenizer_model="/t/llama3",
+                        save="/ckpt", primus_config_path="/exp/run.yaml", check_paths_exist=False)
+
+
+def _overrides(plan_name: str) -> dict:
+    plan = VARIANT_PLANS[plan_name]
+    launch = render_launch(plan, OPTIONS)
+    experiment = yaml.safe_load(launch.files["/exp/run.yaml"])
+    assert experiment["modules"]["pre_trainer"]["framework"] == "megatron"
+    return experiment["modules"]["pre_trainer"]["overrides"]
+
+
+def test_overrides_are_typed_megatron_destinations() -> None:
+    o = _overrides("llama3.3-70b_8nodes")
+    assert o["num_layers"] == 80 and o["tensor_model_parallel_size"] == 8 and o["lr"] == 3e-4
+    assert o["sequence_parallel"] is True and o["add_bias_linear"] is False and o["bf16"] is True
+    assert o["data_path"] == ["/d/corpus_text_document"] and o["split"] == "99,1,0"
+    assert o["norm_epsilon"] == 1e-5  # Primus names it after the flag, not Megatron's layernorm_epsilon
+    dests = {f.dest for f in pinned_flags().values()} | {"norm_epsilon"}
+    assert set(o) <= dests
+
+
+def test_switches_off_in_the_plan_are_written_false() -> None:
+    o = _overrides("fp16_gpt2")
+    assert o["fp16"] is True and o["bf16"] is False  # Primus's base config has bf16 on
+    assert o["swiglu"] is False and o["add_bias_linear"] is True and o["sequence_parallel"] is False
+
+
+def test_resuming_from_an_empty_load_directory_does_not_exit() -> None:
+    assert _overrides("llama3.1-8b_1node")["exit_on_missing_checkpoint"] is False
+
+
+def test_every_megatron_argument_appears_in_the_overrides() -> None:
+    for plan in GOLDEN_PLANS.values():
+        launch = render_launch(plan, OPTIONS)
+        overrides = primus_overrides(launch.megatron_args)
+        flags = pinned_flags()
+        for arg in launch.megatron_args:
+            if arg.startswith("--") and arg in flags:
+                dest = flags[arg].dest
+                assert {"layernorm_epsilon": "norm_epsilon"}.get(dest, dest) in overrides, arg
