@@ -40,7 +40,7 @@ def _model_key(index: int, chunks: int) -> str:
 def _sharded_state_dict(model, optimizer, scheduler, iteration: int, with_optimizer: bool, is_loading: bool) -> dict:
     state: dict = {"iteration": iteration, "checkpoint_version": 3.0}
     for index, chunk in enumerate(model):
-        state[_model_key(index, len(model))] = chunk.sharded_state_dict()
+        state[_model_key(index, len(model))] = chunk.module.sharded_state_dict()
     if with_optimizer:
         if is_loading and cpu_compat.torch_adam_fallback_in_use():
             cpu_compat.ensure_optimizer_state(optimizer)
@@ -106,7 +106,7 @@ def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: b
     state = _sharded_state_dict(model, optimizer, scheduler, iteration, load_optimizer, is_loading=True)
     loaded = dist_checkpointing.load(state, str(iteration_dir(root, iteration)))
     for index, chunk in enumerate(model):
-        chunk.load_state_dict(loaded[_model_key(index, len(model))])
+        chunk.module.load_state_dict(loaded[_model_key(index, len(model))])
     if load_optimizer:
         optimizer.load_state_dict(loaded["optimizer"])
         scheduler.load_state_dict(loaded["opt_param_scheduler"])
