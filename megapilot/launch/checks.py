@@ -164,10 +164,39 @@ def _data_source_given(values: dict[str, list[str]], gpu: GPUSpec) -> None:
                              fix="give a dataset prefix or use mock data")
 
 
+def _seq_length_within_positions(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    if "--seq-length" in values and "--max-position-embeddings" in values:
+        seq, positions = _int_value(values, "--seq-length"), _int_value(values, "--max-position-embeddings")
+        if positions < seq:
+            raise MegapilotError(f"--seq-length {seq} exceeds --max-position-embeddings {positions}",
+                                 field="seq_length", fix=f"train with a sequence of at most {positions} tokens")
+
+
+def _min_lr_not_above_lr(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    if "--lr" in values and "--min-lr" in values and float(values["--min-lr"][0]) > float(values["--lr"][0]):
+        raise MegapilotError("--min-lr is above --lr", field="min_lr", fix="use a min_lr <= lr")
+
+
+def _mtp_needs_rope(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    if _int_value(values, "--mtp-num-layers", 0) and values.get("--position-embedding-type", ["learned_absolute"])[0] \
+            not in ("rope", "none"):
+        raise MegapilotError("multi-token prediction needs rope or no position embedding", field="mtp_num_layers",
+                             fix="use --position-embedding-type rope, or drop MTP")
+
+
+def _expert_parallel_needs_experts(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    ep = _int_value(values, "--expert-model-parallel-size")
+    experts = _int_value(values, "--num-experts", 0)
+    if ep > 1 and (experts == 0 or experts % ep):
+        raise MegapilotError(f"--expert-model-parallel-size {ep} needs --num-experts divisible by it", field="ep",
+                             fix="use an EP that divides the number of experts")
+
+
 _COMBINATION_RULES = (
     _sequence_parallel_needs_tp, _vpp_needs_pp, _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,
-    _recompute_method_needs_full, _data_source_given,
+    _recompute_method_needs_full, _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
+    _mtp_needs_rope, _expert_parallel_needs_experts,
 )
 
 __all__ = [

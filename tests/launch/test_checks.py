@@ -59,6 +59,11 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: a + ["--moe-grouped-gemm"], "moe", "without --num-experts"),
     (lambda a: a + ["--no-such-flag"], "megatron_args", "not a flag of Megatron-LM core_v0.16.0"),
     (lambda a: a + ["--save", "/path/to/ckpt"], "--save", "placeholder"),
+    (lambda a: _with_value(a, "--max-position-embeddings", "4096"), "seq_length", "exceeds --max-position"),
+    (lambda a: _with_value(a, "--min-lr", "0.1"), "min_lr", "above --lr"),
+    (lambda a: _with_value(a, "--position-embedding-type", "learned_absolute") + ["--mtp-num-layers", "1"],
+     "mtp_num_layers", "needs rope"),
+    (lambda a: a + ["--expert-model-parallel-size", "4"], "ep", "divisible"),
 ])
 def test_flag_combination_rules_fire(mutate, field: str, problem: str) -> None:
     with pytest.raises(MegapilotError, match=problem) as info:

@@ -29,7 +29,8 @@ DEEPSEEK_Q_LORA = DEEPSEEK_V2_LITE.model_copy(update={
 
 VARIANT_PLANS: dict[str, SavedPlan] = {
     **GOLDEN_PLANS,
-    "fp16_gpt2": make_plan(GPT2_STYLE, "a100", 1, _TRAIN.model_copy(update={"precision": "fp16"}), tp=2),
+    "fp16_gpt2": make_plan(GPT2_STYLE, "a100", 1,
+                           _TRAIN.model_copy(update={"precision": "fp16", "seq_length": 1024}), tp=2),
     "mxfp8_b200": make_plan(LLAMA31_8B, "b200", 1, _TRAIN.model_copy(update={"precision": "mxfp8"}), tp=2,
                             recompute="full", recompute_method="block", recompute_num_layers=2),
     "nvfp4_b200": make_plan(QWEN_STYLE, "b200", 1, _TRAIN.model_copy(update={"precision": "nvfp4"}), tp=1),
