@@ -107,9 +107,10 @@ def test_environment_blocks_differ_by_vendor_and_explain_each_variable() -> None
     assert "PYTORCH_CUDA_ALLOC_CONF" in nvidia.env and "HSA_NO_SCRATCH_RECLAIM" not in nvidia.env
     assert {"HSA_NO_SCRATCH_RECLAIM", "RCCL_MSCCL_ENABLE", "NVTE_CK_IS_V3_ATOMIC_FP32"} <= amd.env.keys()
     lines = amd.script.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("export ") and "=" in line and i and lines[i - 1].startswith("# ----") is False:
-            assert lines[i - 1].startswith("# "), f"no reason above {line}"
+    for name in amd.env:
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"export {name}="))
+        reason = lines[at - 1]
+        assert reason.startswith("# ") and not reason.startswith("# ----") and len(reason) > 20, name
 
 
 def test_network_options_set_socket_interface_and_hcas() -> None:
