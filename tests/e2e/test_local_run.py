@@ -105,29 +105,29 @@ def test_stalled_rank_is_detected_as_a_hang_and_the_job_stopped(tmp_path):
     assert_nothing_survives(handle.job_dir, int(handle.job_id))
 
 
-# The embedded Megatron-Core trainer on a tiny GPT, TP=2 over 2 CPU ranks, Megatron's mock data.
-TRAINER_ARGS = [
-    "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",
-    "--seq-length", "64", "--max-position-embeddings", "64", "--micro-batch-size", "2", "--global-batch-size", "4",
-    "--train-iters", "6", "--lr", "1e-3", "--tensor-model-parallel-size", "2", "--mock-data",
-    "--tokenizer-type", "NullTokenizer", "--vocab-size", "255", "--log-interval", "2",
-]
-
-
-def test_embedded_trainer_runs_to_completion_under_the_executor(tmp_path):
+def test_megapilot_run_trains_a_saved_plan_with_the_embedded_trainer(cli, tmp_path):
+    """`megapilot run --plan`: a tiny GPT, TP=2 over 2 CPU ranks, rendered by megapilot.launch for the
+    embedded Megatron-Core trainer on Megatron's mock data, to its final iteration."""
     pytest.importorskip("megatron.core")
+    from megapilot.catalog.gpus import get_gpu
     from megapilot.logs import parse_logs
+    from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
 
-    job = JobSpec(combo="trainer", run_dir=tmp_path, argv=[*TORCHRUN, "-m", "megapilot.trainer", *TRAINER_ARGS],
-                  gpus_per_node=2, env={"OMP_NUM_THREADS": "1"}, train_iters=6,
-                  hang=HangPolicy(startup_s=300, factor=10, min_window_s=60))
-    executor = LocalExecutor()
-    handle = executor.submit(job)
-    result = executor.wait(handle, poll_interval_s=0.5)
+    model = ModelSpec(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,
+                      vocab_size=1024, max_position_embeddings=128)
+    plan = SavedPlan(model=model, cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=2),
+                     training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=4),
+                     parallel=ParallelConfig.for_world(2, tp=2, mbs=1, recompute="none"))
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
 
-    assert result.state is JobState.COMPLETED, result.reason
-    assert result.iterations_reached == 6 and result.step_time_s > 0
-    parsed = parse_logs([result.logs[0]])
-    assert [r.iteration for r in parsed.iterations] == [2, 4, 6]
+    result = cli("run", "--plan", str(tmp_path / "plan.json"), "--run-dir", str(tmp_path), "--combo", "plan",
+                 "--startup-timeout-s", "300", "--json")
+
+    payload = result.json()
+    assert result.exit_code == 0, payload["reason"]
+    assert payload["state"] == "COMPLETED" and payload["iterations_reached"] == payload["train_iters"] == 4
+    assert "-m megapilot.trainer" in (tmp_path / "plan" / "launch.sh").read_text()
+    parsed = parse_logs([Path(payload["logs"][0])])
+    assert [r.iteration for r in parsed.iterations] == [1, 2, 3, 4]
     assert all(r.lm_loss is not None and r.lm_loss > 0 for r in parsed.iterations)
-    assert_nothing_survives(handle.job_dir, int(handle.job_id))
+    assert_nothing_survives(tmp_path / "plan", int(payload["job_id"]))
