@@ -167,6 +167,7 @@ class _Search:
         self.counter = 0
         self.smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
         self.best_by: dict[tuple[str, object], tuple[ParallelConfig, EstimateResult]] = {}
+        self._best_by_key: dict[tuple[str, object], tuple] = {}
 
     # -- bookkeeping
     def _reject(self, rejection: Rejection | None, count: int = 1) -> bool:
@@ -180,8 +181,9 @@ class _Search:
         self.counter += 1
         key = rank_key(parallel, est)
         for dim_value in dimension_values(parallel):
-            held = self.best_by.get(dim_value)
-            if held is None or key < rank_key(*held):
+            held_key = self._best_by_key.get(dim_value)
+            if held_key is None or key < held_key:
+                self._best_by_key[dim_value] = key
                 self.best_by[dim_value] = (parallel, est)
         entry = (_Inverted(key), self.counter, parallel, est)
         if len(self.heap) < KEEP_PER_SEARCH:
@@ -341,21 +343,27 @@ class _Search:
         Memory falls monotonically along the ladder, so the first rung that fits the memory stage is
         found by bisection; the full estimate then confirms it (or the climb goes on above it).
         """
-        layouts = [ParallelConfig(**shape, mbs=mbs, **step) for step in ladder]
+        built: dict[int, ParallelConfig] = {}
+
+        def layout(index: int) -> ParallelConfig:  # built on demand: most climbs touch one or two rungs
+            if index not in built:
+                built[index] = ParallelConfig(**shape, mbs=mbs, **ladder[index])
+            return built[index]
+
         low, high = start, len(ladder)  # invariant: rungs < low do not fit, rungs >= high unknown or fit
-        if low < high and self.cost.memory(layouts[low]).fits:  # the common case: no climb needed
+        if low < high and self.cost.memory(layout(low)).fits:  # the common case: no climb needed
             high = low
         while low < high:
             middle = (low + high) // 2
-            if self.cost.memory(layouts[middle]).fits:
+            if self.cost.memory(layout(middle)).fits:
                 high = middle
             else:
                 low = middle + 1
         self.rejected[MEMORY_ACTIVATIONS] += low
         for step_index in range(low, len(ladder)):
-            est = self.cost(layouts[step_index])
+            est = self.cost(layout(step_index))
             if est.fits:
-                self._keep(layouts[step_index], est)
+                self._keep(layout(step_index), est)
                 self.rejected[DOMINATED_RECOMPUTE] += len(ladder) - step_index - 1
                 return est, step_index
             self.rejected[MEMORY_ACTIVATIONS] += 1

@@ -1,0 +1,192 @@
+"""Planner latency and memory: the two big searches of the planner's goal, plus an exhaustive baseline.
+
+    .venv/bin/python bench/plan_latency/run.py        # writes results.json and results.md here
+
+Goal: the full search (top 5 with reasons) for Llama 3.1 405B on 16,384 H100s and DeepSeek-V3 on
+2,048 H100s finishes in <= 1 s and <= 200 MB peak RSS. Each case runs in a fresh interpreter so its
+peak RSS is its own; wall time is that of `megapilot.plan.plan()` alone (imports excluded, reported
+separately). Baseline, in the same script: an exhaustive search that estimates every legal layout of
+the same space (no memory staging, no dominance pruning) on a case small enough to finish — the
+ratio of estimates and time, and whether both find the same optimum. For the big cases the size of
+the legal space is counted (no estimates) so the pruning ratio is stated too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+OUT = Path(__file__).resolve().parent
+
+CASES = {
+    # Llama 3 paper: 16K H100s, 8K sequence, 16M-token batches (2,048 sequences).
+    "llama3.1-405b@16384xh100": dict(model="llama3.1-405b", gpu="h100", gpus=16384, seq=8192, gbs=2048),
+    # DeepSeek-V3 report: 2,048 GPUs, 4K sequence, batch 15,360 sequences.
+    "deepseek-v3@2048xh100": dict(model="deepseek-v3", gpu="h100", gpus=2048, seq=4096, gbs=15360),
+}
+BASELINE_CASE = dict(model="llama3.1-8b", gpu="h100", gpus=16, seq=8192, gbs=128)
+GOAL_WALL_S = 1.0
+GOAL_RSS_MB = 200.0
+
+
+def _specs(case: dict):
+    from megapilot.catalog import get_gpu, get_model
+    from megapilot.spec import ClusterSpec, TrainingSpec
+
+    return (get_model(case["model"]), ClusterSpec.from_gpu_count(get_gpu(case["gpu"]), case["gpus"]),
+            TrainingSpec(seq_length=case["seq"], global_batch_size=case["gbs"]))
+
+
+def legal_layouts(model, cluster, training):
+    """Every layout of the planner's space that passes `validate_layout` (the exhaustive baseline's list)."""
+    from megapilot.errors import MegapilotError
+    from megapilot.plan.search import recompute_ladder
+    from megapilot.plan.space import MAX_CP, MAX_MBS, divisors
+    from megapilot.spec import ParallelConfig, validate_layout
+
+    world = cluster.world_size
+    experts = model.moe.num_experts if model.moe else 1
+    for tp, pp, cp in itertools.product(divisors(world), repeat=3):
+        if world % (tp * pp * cp) or cp > MAX_CP or tp > cluster.gpus_per_node or model.num_layers % pp:
+            continue
+        dp = world // (tp * pp * cp)
+        vpps = divisors(model.num_layers // pp) if pp > 1 else (1,)
+        for vpp, ep, etp, mbs, fsdp in itertools.product(vpps, divisors(experts), sorted({1, tp}),
+                                                        [m for m in divisors(MAX_MBS)], (False, True)):
+            if (fsdp and dp == 1) or (model.moe is None and etp != tp):
+                continue
+            for step in recompute_ladder(model, pp, vpp):
+                try:
+                    p = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, ep=ep, etp=None if etp == tp else etp,
+                                       mbs=mbs, sequence_parallel=tp > 1, fsdp=fsdp, **step)
+                    validate_layout(model, cluster, training, p)
+                except (MegapilotError, ValueError):
+                    continue
+                yield p
+
+
+def run_case(case: dict) -> dict:
+    """One planner run, measured (called in a fresh interpreter)."""
+    started = time.perf_counter()
+    from megapilot.plan import plan
+
+    specs = _specs(case)
+    import megapilot.estimate  # noqa: F401  (import cost reported apart from the search)
+
+    imported = time.perf_counter()
+    result = plan(*specs, top=5)
+    done = time.perf_counter()
+    best = result.best
+    return {
+        "wall_s": round(done - imported, 3),
+        "import_s": round(imported - started, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "estimates": result.layouts_costed,
+        "memory_checks": result.memory_checks,
+        "layouts_fitting": result.layouts_fitting,
+        "best": best.parallel.shell_block(specs[2].global_batch_size),
+        "best_recompute": best.parallel.recompute,
+        "best_fsdp": best.parallel.fsdp,
+        "best_tokens_per_s_per_gpu": round(best.estimate.tokens_per_s_per_gpu, 1),
+        "best_mfu": round(best.estimate.mfu, 4),
+    }
+
+
+def count_space(case: dict) -> int:
+    return sum(1 for _ in legal_layouts(*_specs(case)))
+
+
+def exhaustive_baseline(case: dict) -> dict:
+    """Estimate every legal layout; compare with the planner on the same inputs."""
+    from megapilot.plan import plan
+    from megapilot.plan.cost import CostModel
+
+    model, cluster, training = _specs(case)
+    started = time.perf_counter()
+    cost = CostModel(model, cluster, training)
+    best = max((est.tokens_per_s_per_gpu for est in (cost(p) for p in legal_layouts(model, cluster, training))
+                if est.fits), default=0.0)
+    exhaustive_s = time.perf_counter() - started
+    started = time.perf_counter()
+    planned = plan(model, cluster, training, top=5)
+    planner_s = time.perf_counter() - started
+    found = planned.best.estimate.tokens_per_s_per_gpu
+    return {
+        "case": case,
+        "exhaustive_estimates": cost.calls,
+        "exhaustive_s": round(exhaustive_s, 2),
+        "exhaustive_best_tokens_per_s_per_gpu": round(best, 1),
+        "planner_estimates": planned.layouts_costed,
+        "planner_memory_checks": planned.memory_checks,
+        "planner_s": round(planner_s, 3),
+        "planner_best_tokens_per_s_per_gpu": round(found, 1),
+        "speedup": round(exhaustive_s / planner_s, 1),
+        "optimum_within_tie_band": found >= best / 1.002,
+    }
+
+
+def _child(name: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", help="internal: run one case in this process and print JSON")
+    args = parser.parse_args(argv)
+    if args.case:
+        print(json.dumps(run_case(CASES[args.case])))
+        return 0
+    cases = {}
+    for name, case in CASES.items():
+        runs = [_child(name) for _ in range(3)]  # best of 3: the machine is shared
+        fastest = min(runs, key=lambda r: r["wall_s"])
+        fastest["wall_s_runs"] = [r["wall_s"] for r in runs]
+        fastest["legal_layouts"] = count_space(case)
+        fastest["estimated_fraction"] = round(fastest["estimates"] / max(fastest["legal_layouts"], 1), 4)
+        fastest["meets_goal"] = fastest["wall_s"] <= GOAL_WALL_S and fastest["peak_rss_mb"] <= GOAL_RSS_MB
+        fastest["inputs"] = case
+        cases[name] = fastest
+    report = {"goal": {"wall_s": GOAL_WALL_S, "peak_rss_mb": GOAL_RSS_MB}, "cases": cases,
+              "baseline": exhaustive_baseline(BASELINE_CASE),
+              "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()}}
+    (OUT / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    (OUT / "results.md").write_text(_markdown(report))
+    print(_markdown(report))
+    return 0 if all(c["meets_goal"] for c in cases.values()) else 1
+
+
+def _markdown(report: dict) -> str:
+    lines = ["# Planner latency", "",
+             f"Goal: <= {report['goal']['wall_s']} s and <= {report['goal']['peak_rss_mb']:.0f} MB peak RSS per search "
+             "(top 5 with reasons). Wall time of `plan()` only, best of 3 fresh processes.", "",
+             "| case | wall s | peak RSS MB | estimates | memory checks | legal layouts | estimated | best layout "
+             "| tok/s/GPU | goal |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, c in report["cases"].items():
+        lines.append(f"| {name} | {c['wall_s']} | {c['peak_rss_mb']} | {c['estimates']} | {c['memory_checks']} | "
+                     f"{c['legal_layouts']:,} | {c['estimated_fraction']:.1%} | `{c['best']}` {c['best_recompute']}"
+                     f"{' FSDP' if c['best_fsdp'] else ''} | {c['best_tokens_per_s_per_gpu']:,} | "
+                     f"{'met' if c['meets_goal'] else 'MISSED'} |")
+    b = report["baseline"]
+    lines += ["", "Baseline (exhaustive: every legal layout estimated), "
+              f"{b['case']['model']} on {b['case']['gpus']} x {b['case']['gpu']}, seq {b['case']['seq']}, "
+              f"GBS {b['case']['gbs']}:", "",
+              f"- exhaustive: {b['exhaustive_estimates']:,} estimates in {b['exhaustive_s']} s, best "
+              f"{b['exhaustive_best_tokens_per_s_per_gpu']:,} tok/s/GPU",
+              f"- planner: {b['planner_estimates']:,} estimates + {b['planner_memory_checks']:,} memory checks in "
+              f"{b['planner_s']} s, best {b['planner_best_tokens_per_s_per_gpu']:,} tok/s/GPU",
+              f"- speedup {b['speedup']}x; same optimum (within the 0.2 % tie band): {b['optimum_within_tie_band']}", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
