@@ -43,7 +43,7 @@ def _merge_profile(profile_file: Optional[Path], gpu: Optional[str], gpus: Optio
 
 def _build_specs(model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str):
     from megapilot.catalog import get_gpu, get_model
-    from megapilot.errors import MegapilotError, from_validation_error
+    from megapilot.errors import from_validation_error
     from megapilot.spec import ClusterSpec, TrainingSpec
     from pydantic import ValidationError
 
@@ -53,11 +53,7 @@ def _build_specs(model_name: str, inputs: _Inputs, seq_len: int, gbs: int, preci
         training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise from_validation_error(exc) from None
-    if not cluster.gpu.supports(training.precision):
-        raise MegapilotError(
-            f"{precision} is not supported on {cluster.gpu.name} ({cluster.gpu.architecture})",
-            field="precision", fix=f"use one of: {', '.join(sorted(cluster.gpu.precisions))}")
-    return model, cluster, training
+    return model, cluster, training  # precision vs GPU is checked by the planner
 
 
 def plan_command(

@@ -86,7 +86,11 @@ class PlanResult(BaseModel):
     def product_check(self) -> str:
         """The world-size product written out, e.g. `4×4×2×2 = 64 GPUs` (TP×PP×CP×DP)."""
         p = self.best.parallel
-        return f"TP×PP×CP×DP = {p.tp}×{p.pp}×{p.cp}×{p.dp} = {p.world_size} GPUs"
+        text = f"TP×PP×CP×DP = {p.tp}×{p.pp}×{p.cp}×{p.dp} = {p.world_size} GPUs"
+        if self.model.moe is not None:  # Megatron carves the expert groups out of each stage's TP×CP×DP ranks
+            text += (f"; experts: ETP×EP×expert-DP = {p.expert_tp}×{p.ep}×{p.expert_dp} = "
+                     f"{p.expert_tp * p.ep * p.expert_dp} = TP×CP×DP")
+        return text
 
     def to_saved_plan(self, index: int = 0) -> SavedPlan:
         chosen = self.candidates[index]

@@ -120,6 +120,9 @@ def test_moe_layouts_respect_expert_rules_and_carry_the_router():
         p = cand.parallel
         assert 8 % p.ep == 0
         assert (p.tp * p.cp * p.dp) % (p.ep * p.expert_tp) == 0
+    p = result.best.parallel
+    assert result.product_check().endswith(
+        f"experts: ETP×EP×expert-DP = {p.expert_tp}×{p.ep}×{p.expert_dp} = {p.tp * p.cp * p.dp} = TP×CP×DP")
     saved = result.to_saved_plan()
     assert saved.model.moe.router_topk == 2 and saved.model.moe.load_balancing_type == "aux_loss"
     assert any("router: top-2 of 8, load balancing aux_loss, aux-loss coefficient" in r for r in saved.reasons)
