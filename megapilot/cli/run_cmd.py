@@ -118,7 +118,8 @@ def _load_plan(path: Path) -> SavedPlan:
     try:
         return SavedPlan.model_validate(json.loads(path.read_text()))
     except FileNotFoundError:
-        raise MegapilotError(f"{path} not found", field="plan", fix="pass a file saved by `megapilot plan --save`") from None
+        raise MegapilotError(f"{path} not found", field="plan",
+                             fix="pass a file saved by `megapilot plan --save`") from None
     except json.JSONDecodeError as exc:
         raise MegapilotError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})", field="plan",
                              fix="pass a file saved by `megapilot plan --save`") from None

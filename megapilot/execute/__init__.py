@@ -6,7 +6,14 @@ because it pulls in psutil).
 """
 
 from megapilot.execute.base import (
-    Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus, ProgressCallback,
+    Executor,
+    HangPolicy,
+    JobHandle,
+    JobResult,
+    JobSpec,
+    JobState,
+    JobStatus,
+    ProgressCallback,
     job_spec_or_error,
 )
 

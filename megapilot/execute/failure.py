@@ -21,7 +21,8 @@ _RANK = re.compile(r"(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
 _EXITCODE = re.compile(r"(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)")
 # "[default0]:[rank0]: RuntimeError: ..." or a bare "ValueError: ..." at the end of a traceback.
 _RANK_PREFIX = re.compile(r"^(?:\[[^\]]*\]:\s?)+")
-_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*))?$")
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*))?$")
 _MAX_REASON_CHARS = 400
 
 

@@ -28,13 +28,24 @@ from pathlib import Path
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import (
-    JobHandle, JobResult, JobSpec, JobState, JobStatus, ProgressCallback, wait_by_polling,
+    JobHandle,
+    JobResult,
+    JobSpec,
+    JobState,
+    JobStatus,
+    ProgressCallback,
+    wait_by_polling,
 )
 from megapilot.execute.failure import FailureClues
 from megapilot.execute.process import ProcessTreeWatch, free_port, start_process_group
 from megapilot.execute.progress import ProgressTracker
 from megapilot.execute.rundir import (
-    JobRecord, RecordedProcess, node_log_path, prepare_job_dir, read_job_record, write_job_record,
+    JobRecord,
+    RecordedProcess,
+    node_log_path,
+    prepare_job_dir,
+    read_job_record,
+    write_job_record,
     write_launch_script,
 )
 from megapilot.execute.tail import LogTail
@@ -95,7 +106,8 @@ class LocalExecutor:
         try:
             process = start_process_group(argv, cwd=cwd, env=env, log_path=log_path)
         except OSError as exc:
-            raise MegapilotError(f"cannot start the job: {exc}", field="cwd", fix="check the working directory")
+            raise MegapilotError(f"cannot start the job: {exc}", field="cwd",
+                                 fix="check the working directory") from None
         handle = JobHandle(executor=self.name, combo=job.combo, job_id=str(process.pid), job_dir=directory,
                            submitted_at=submitted_at)
         record = JobRecord(

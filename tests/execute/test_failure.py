@@ -25,7 +25,8 @@ def test_torchrun_root_cause_names_killed_rank_and_signal():
 
 
 def test_python_exception_is_the_reason_without_a_torchrun_summary():
-    clues = clues_of(["Traceback (most recent call last):", '  File "x.py", line 1', "[rank0]: ValueError: bad flag --foo"])
+    clues = clues_of(["Traceback (most recent call last):", '  File "x.py", line 1',
+                      "[rank0]: ValueError: bad flag --foo"])
     assert clues.reason(1) == "ValueError: bad flag --foo; launcher exit code 1"
 
 

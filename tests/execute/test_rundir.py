@@ -10,7 +10,12 @@ import pytest
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import JobSpec, JobState, JobStatus, job_spec_or_error
 from megapilot.execute.rundir import (
-    JobRecord, node_log_path, prepare_job_dir, read_job_record, write_job_record, write_launch_script,
+    JobRecord,
+    node_log_path,
+    prepare_job_dir,
+    read_job_record,
+    write_job_record,
+    write_launch_script,
 )
 
 

@@ -29,7 +29,7 @@ args = parser.parse_args()
 if args.ignore_sigterm:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 for _ in range(args.spawn_children):
-    child = "import os, time\nif %r: os.setsid()\ntime.sleep(600)" % args.detach_children
+    child = f"import os, time\nif {args.detach_children!r}: os.setsid()\ntime.sleep(600)"
     subprocess.Popen([sys.executable, "-c", child])
 print(f"pid {os.getpid()} MASTER_PORT={os.environ.get('MASTER_PORT')}", flush=True)
 
