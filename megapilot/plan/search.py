@@ -1,23 +1,32 @@
 """Search over parallel layouts: enumerate the legal ones, prune by memory, rank by throughput.
 
-How the space is walked (each step cuts what the next would otherwise have to cost):
+How the space is walked (each step cuts what the next would otherwise have to cost; every cut is
+counted in `rejected` under its reason):
 
-1. **Shapes** (TP, CP, PP, DP, EP, ETP, FSDP) come from divisor enumeration (`space.py`); each value
-   that breaks a Megatron rule is counted under its rule in `rejected` and never costed.
-2. **Memory floor.** A shape is costed once at its smallest footprint (MBS 1, full recompute of every
-   layer, no interleaving). If even that does not fit, no MBS, recompute or VPP can make it fit, so
-   the shape is dropped. Expert weights per GPU only grow as EP shrinks, so EP is walked from the
-   largest value down and the walk stops at the first EP whose floor does not fit.
-3. **Recompute ladder.** For each VPP and MBS, recompute options are tried from the cheapest in time
-   (none, selective, full on part of the layers, full on all) and the first that fits is kept: more
-   recompute than memory needs only adds time (counted as `dominated`).
-4. **MBS walk.** Activation memory grows with the micro-batch, so once a micro-batch does not fit even
-   with full recompute the larger ones are skipped.
+1. **Rules.** TP, PP, CP, DP, EP, ETP and VPP values come from divisor enumeration (`space.py`); a
+   value that breaks a Megatron rule is never costed.
+2. **Two-stage costing.** The estimator's memory stage runs first; the full estimate (step time)
+   only for layouts that fit (`cost.CostModel`).
+3. **Memory floor.** Each shape (TP, PP, CP, EP, ETP, FSDP) is checked once at its smallest
+   footprint (MBS 1, full recompute of every layer). If that does not fit, nothing in the shape
+   can. Expert weights per GPU only grow as EP shrinks, so EP is walked from the largest value down
+   and stops at the first EP whose floor does not fit.
+4. **Recompute ladder.** Recompute options run from cheapest in time to smallest in memory (none,
+   selective, full on part of the layers, full on all); memory falls monotonically along it, so the
+   first rung that fits is found by bisection and kept: more recompute only adds time.
+5. **MBS walk.** Memory grows with MBS, so the first fitting rung can only move up (each MBS starts
+   where the previous stopped) and once nothing fits the larger MBS are skipped. Throughput is
+   unimodal in MBS (GEMM efficiency saturates while the pipeline gets fewer micro-batches): the
+   walk stops once it falls. VPP likewise (the bubble shrinks as 1/VPP while send/recv and in-flight
+   activations grow), and it also stops once the bubble is inside the tie band.
+6. **Dominated options.** CP beyond what memory needs (same work in smaller GEMMs plus ring
+   traffic; its bubble effect VPP gives for free) and FSDP where memory does not bind (more
+   all-gathers than the distributed optimizer, nothing gained) are skipped. Sequence parallelism is
+   on whenever TP > 1 and the distributed optimizer always on: both cut memory and move the same bytes
+   as the all-reduce they replace.
 
-Sequence parallelism is on whenever TP > 1 and the distributed optimizer is always on: both cut
-memory and, in Megatron, move the same bytes as the plain all-reduce they replace, so the other
-settings are dominated. FSDP is searched as its own option. Ranking: predicted tokens/s/GPU (within
-0.2 % counts as a tie), then lower memory, then the simpler layout.
+Ranking: predicted tokens/s/GPU (within 0.2 % counts as a tie), then lower memory, then the
+simpler layout. `tests/plan/test_search.py` checks the pruned search against brute force.
 """
 
 from __future__ import annotations
