@@ -168,3 +168,9 @@ def test_local_executor_refuses_several_nodes(tmp_path):
     with pytest.raises(MegapilotError) as error:
         LocalExecutor().submit(printer_job(tmp_path, nodes=2))
     assert error.value.field == "nodes"
+
+
+def test_local_executor_satisfies_the_executor_protocol():
+    from megapilot.execute.base import Executor
+
+    assert isinstance(LocalExecutor(), Executor)
