@@ -39,16 +39,23 @@ class LineSplitter:
         self._dropping_overlong = False
 
     def feed(self, chunk: bytes) -> Iterator[tuple[int, str]]:
+        block = self.feed_block(chunk)
+        if block is not None:
+            yield from _split_text(block[1], block[0])
+
+    def feed_block(self, chunk: bytes) -> tuple[int, str] | None:
+        """The complete lines the chunk finishes, as (number of the first line, decoded text without the
+        final newline); None when the chunk completes no line. For callers that split lines themselves."""
         buffer = self._tail + chunk if self._tail else chunk
         cut = buffer.rfind(b"\n")
         if cut < 0:
             self._tail = self._bounded(buffer)
-            return
+            return None
         self._tail = self._bounded(buffer[cut + 1:])
         complete = buffer[:cut]
-        count = complete.count(b"\n") + 1
-        yield from _split_text(complete.decode("utf-8", "replace"), self.lines_done + 1)
-        self.lines_done += count
+        first = self.lines_done + 1
+        self.lines_done += complete.count(b"\n") + 1
+        return first, complete.decode("utf-8", "replace")
 
     def flush(self) -> Iterator[tuple[int, str]]:
         """Yield the unterminated last line, if any."""

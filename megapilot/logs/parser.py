@@ -36,6 +36,14 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b")
 # ` iteration      10/      50 |` (also Primus, 2019 Megatron, no leading space).
 ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 # Primus torchtitan: `step:  1  loss: 12.2674  grad_norm: 3.9375  memory: 240.17GiB(95.31%)  tps: 531 ...`
+# The canonical Megatron-LM iteration line (2022 to today) for the summary-only fast path: one regex for
+# the fixed-order head, one for the fixed tail. No lazy quantifiers: measured 1.4 + 0.5 us per line.
+FAST_HEAD_RE = re.compile(
+    r"iteration +(\d+)/ *(\d+) \| consumed samples: +\d+ \|(?: skipped samples: +\d+ \|)?"
+    r" elapsed time per iteration \(ms\): ([\d.]+) \|(?: throughput per GPU \(TFLOP/s/GPU\): ([\d.]+) \|)?"
+    r"(?: learning rate: [^|]*\|)? global batch size: +(\d+) \|(?: lm loss: ([^|]*)\|)?"
+)
+FAST_TAIL_RE = re.compile(r"number of skipped iterations: +(\d+) \| number of nan iterations: +(\d+) \|")
 TITAN_STEP_RE = re.compile(r"\bstep:\s*(\d+)\s+(loss:.*)")
 TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([\d.]+)\s*s\b(?:.*?GPU utilization:\s*([\d.]+))?")
@@ -108,10 +116,15 @@ class ParseOptions:
     global_batch_size: int | None = None
 
 
-def parse_timestamp(text: str) -> float | None:
-    """Seconds since the epoch (UTC) of the first timestamp in `text`, or None."""
-    found = TIMESTAMP_RE.search(text)
-    return _timestamp_from_match(found) if found else None
+def parse_timestamp(text: str, *, last: bool = False) -> float | None:
+    """Seconds since the epoch (UTC) of the first (or last) timestamp in `text`, or None."""
+    if not last:
+        found = TIMESTAMP_RE.search(text)
+        return _timestamp_from_match(found) if found else None
+    final = None
+    for final in TIMESTAMP_RE.finditer(text):  # noqa: B007
+        pass
+    return _timestamp_from_match(final) if final else None
 
 
 def _timestamp_from_match(found: re.Match[str]) -> float | None:
@@ -184,6 +197,32 @@ class LineParser:
         if error is not None:
             return (error,)
         return self._structured(line_no, text)
+
+    def fast_iteration(self, text: str) -> tuple | None:
+        """Summary values of a canonical Megatron-LM iteration line, without building a record.
+
+        Returns (iteration, train_iters, time_text, elapsed_ms, tokens, tflops, loss, nan, skipped), or
+        None for any other line, which then takes the full path (ANSI codes, Primus pairs, fields or
+        prefix, ROCm `mem usages`, printed tokens, a pending Bridge `Step Time`, a mangled value).
+        """
+        if self._pending_step_time_s is not None:
+            return None
+        head = FAST_HEAD_RE.search(text)
+        if head is None:
+            return None
+        tail = FAST_TAIL_RE.search(text, head.end())
+        prefix = text[: head.start()]
+        if tail is None or "mem usage/" in text or "\x1b" in prefix or "[rank-" in prefix:
+            return None
+        iteration, train_iters, elapsed, tflops, gbs, loss = head.groups()
+        try:
+            elapsed_ms = float(elapsed)
+            loss_value = float(loss) if loss is not None else None
+        except ValueError:
+            return None
+        tokens = self._computed_tokens_per_s(int(gbs), elapsed_ms) if self.options.seq_length else None
+        return (int(iteration), int(train_iters), prefix if len(prefix) > 8 else None, elapsed_ms, tokens,
+                float(tflops) if tflops is not None else None, loss_value, int(tail.group(2)), int(tail.group(1)))
 
     # ---- iteration lines --------------------------------------------------------------------------
     def _iteration(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:

@@ -39,20 +39,32 @@ class _Running:
         self.maximum = -math.inf
         self._reservoir: list[float] = []
         self._random = random.Random(seed)
+        self._weight = 0.0
+        self._next_replace = 0
 
     def add(self, value: float) -> None:
         self.count += 1
         delta = value - self.mean
         self.mean += delta / self.count
         self._m2 += delta * (value - self.mean)
-        self.minimum = min(self.minimum, value)
-        self.maximum = max(self.maximum, value)
-        if len(self._reservoir) < RESERVOIR_SIZE:
+        if value < self.minimum:
+            self.minimum = value
+        if value > self.maximum:
+            self.maximum = value
+        if self.count <= RESERVOIR_SIZE:
             self._reservoir.append(value)
-        else:
-            slot = self._random.randrange(self.count)
-            if slot < RESERVOIR_SIZE:
-                self._reservoir[slot] = value
+            if self.count == RESERVOIR_SIZE:
+                self._weight = math.exp(math.log(self._random.random()) / RESERVOIR_SIZE)
+                self._next_replace = self.count + self._skip()
+        elif self.count == self._next_replace:
+            # Li's "Algorithm L": jump straight to the next item that enters the reservoir, so the
+            # random generator is called O(k log(n/k)) times instead of once per item.
+            self._reservoir[self._random.randrange(RESERVOIR_SIZE)] = value
+            self._weight *= math.exp(math.log(self._random.random()) / RESERVOIR_SIZE)
+            self._next_replace = self.count + self._skip()
+
+    def _skip(self) -> int:
+        return int(math.log(self._random.random() or 1e-300) / math.log(1 - self._weight)) + 1
 
     @property
     def std(self) -> float:
@@ -68,12 +80,27 @@ class _Running:
         return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-@dataclass(frozen=True)
-class _Sample:
-    elapsed_ms: float
-    tokens: float | None
-    tflops: float | None
-    mfu_pct: float | None
+class _Mean:
+    """Running mean of the finite values given (no percentiles needed)."""
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+
+    def add(self, value: float | None) -> None:
+        if value is not None and math.isfinite(value):
+            self.count += 1
+            self.total += value
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+
+# One steady-state candidate: (elapsed_ms, tokens/s/GPU, TFLOP/s/GPU, MFU %).
+_Sample = tuple[float, float | None, float | None, float | None]
 
 
 @dataclass
@@ -127,9 +154,9 @@ class SummaryBuilder:
         self._train_iters: int | None = None
         self._head: list[_Sample | None] = []  # first WARMUP_CAP counted samples (None = dropped by checkpoint)
         self._after_head = _Running()
-        self._tokens_after_head = _Running()
-        self._tflops_after_head = _Running()
-        self._mfu_after_head = _Running()
+        self._tokens_after_head = _Mean()
+        self._tflops_after_head = _Mean()
+        self._mfu_after_head = _Mean()
         self._checkpoint_dropped = 0
         self._save_pending = False
         self._first_loss: float | None = None
@@ -137,29 +164,38 @@ class SummaryBuilder:
         self._min_loss: float | None = None
         self._nan_iterations: int | None = None
         self._skipped_iterations: int | None = None
-        self._first_time_s: float | None = None
-        self._last_time_s: float | None = None
+        self._first_time: float | str | None = None
+        self._last_time: float | str | None = None
 
     def checkpoint_save_started(self) -> None:
         self._save_pending = True
 
     def add(self, record: IterationRecord) -> None:
+        self.add_values(record.iteration, record.train_iters, record.time_s, None, record.elapsed_ms,
+                        record.tokens_per_s_per_gpu, record.tflops_per_gpu, record.mfu_pct, record.lm_loss,
+                        record.nan_iterations, record.skipped_iterations)
+
+    def add_values(self, iteration: int, train_iters: int | None, time_s: float | None, time_text: str | None,
+                   elapsed_ms: float | None, tokens: float | None, tflops: float | None, mfu_pct: float | None,
+                   loss: float | None, nan_iterations: int | None, skipped_iterations: int | None) -> None:
+        """One iteration's values (the parser's fast path calls this without building a record).
+        `time_text` is a raw timestamp, parsed only if it ends up first or last."""
         self._logged += 1
-        if self._max_counted is not None and record.iteration <= self._max_counted:
+        if self._max_counted is not None and iteration <= self._max_counted:
             return
-        self._max_counted = record.iteration
+        self._max_counted = iteration
         self._counted += 1
         if self._first_iteration is None:
-            self._first_iteration = record.iteration
-        self._train_iters = record.train_iters or self._train_iters
-        self._track_losses(record)
-        if record.time_s is not None:
-            self._first_time_s = self._first_time_s if self._first_time_s is not None else record.time_s
-            self._last_time_s = record.time_s
-        if record.elapsed_ms is None or not math.isfinite(record.elapsed_ms):
+            self._first_iteration = iteration
+        self._train_iters = train_iters or self._train_iters
+        self._track_losses(loss, nan_iterations, skipped_iterations)
+        stamp = time_s if time_s is not None else time_text
+        if stamp is not None:
+            self._first_time = self._first_time if self._first_time is not None else stamp
+            self._last_time = stamp
+        if elapsed_ms is None or not math.isfinite(elapsed_ms):
             return
-        sample: _Sample | None = _Sample(record.elapsed_ms, record.tokens_per_s_per_gpu, record.tflops_per_gpu,
-                                         record.mfu_pct)
+        sample: _Sample | None = (elapsed_ms, tokens, tflops, mfu_pct)
         if self._save_pending:
             self._save_pending = False
             self._checkpoint_dropped += 1
@@ -169,24 +205,25 @@ class SummaryBuilder:
         elif sample is not None:
             self._fold(sample)
 
-    def _track_losses(self, record: IterationRecord) -> None:
-        loss = record.lm_loss
+    def _track_losses(self, loss: float | None, nan_iterations: int | None, skipped_iterations: int | None) -> None:
         if loss is not None and math.isfinite(loss):
             if self._first_loss is None:
                 self._first_loss = loss
             self._final_loss = loss
             self._min_loss = loss if self._min_loss is None else min(self._min_loss, loss)
-        if record.nan_iterations is not None:
-            self._nan_iterations = (self._nan_iterations or 0) + record.nan_iterations
-        if record.skipped_iterations is not None:
-            self._skipped_iterations = (self._skipped_iterations or 0) + record.skipped_iterations
+        if nan_iterations is not None:
+            self._nan_iterations = (self._nan_iterations or 0) + nan_iterations
+        if skipped_iterations is not None:
+            self._skipped_iterations = (self._skipped_iterations or 0) + skipped_iterations
 
     def _fold(self, sample: _Sample) -> None:
-        self._after_head.add(sample.elapsed_ms)
-        for running, value in ((self._tokens_after_head, sample.tokens), (self._tflops_after_head, sample.tflops),
-                               (self._mfu_after_head, sample.mfu_pct)):
-            if value is not None and math.isfinite(value):
-                running.add(value)
+        self._after_head.add(sample[0])
+        if sample[1] is not None:
+            self._tokens_after_head.add(sample[1])
+        if sample[2] is not None:
+            self._tflops_after_head.add(sample[2])
+        if sample[3] is not None:
+            self._mfu_after_head.add(sample[3])
 
     def result(self) -> RunSummary:
         timed = len(self._head) + self._after_head.count  # records with a step time (checkpoint-dropped included)
@@ -196,12 +233,12 @@ class SummaryBuilder:
         if not kept_from_head and self._after_head.count == 0:
             warmup = 0  # too few records to drop any: keep them rather than report nothing
             kept_from_head = [s for s in head if s is not None]
-        steady, tokens, tflops, mfu = _Running(), _Running(), _Running(), _Running()
-        for sample in kept_from_head:
-            steady.add(sample.elapsed_ms)
-            for running, value in ((tokens, sample.tokens), (tflops, sample.tflops), (mfu, sample.mfu_pct)):
-                if value is not None and math.isfinite(value):
-                    running.add(value)
+        steady, tokens, tflops, mfu = _Running(), _Mean(), _Mean(), _Mean()
+        for elapsed_ms, tokens_value, tflops_value, mfu_value in kept_from_head:
+            steady.add(elapsed_ms)
+            tokens.add(tokens_value)
+            tflops.add(tflops_value)
+            mfu.add(mfu_value)
         merged = _merge(steady, self._after_head)
         summary = RunSummary(
             rule=RULE_TEXT, iterations_logged=self._logged, iterations_counted=self._counted,
@@ -210,8 +247,9 @@ class SummaryBuilder:
             first_loss=self._first_loss, final_loss=self._final_loss, min_loss=self._min_loss,
             nan_iterations=self._nan_iterations, skipped_iterations=self._skipped_iterations,
         )
-        if self._first_time_s is not None and self._last_time_s is not None:
-            summary.wall_time_s = self._last_time_s - self._first_time_s
+        first_s, last_s = _seconds(self._first_time), _seconds(self._last_time)
+        if first_s is not None and last_s is not None:
+            summary.wall_time_s = last_s - first_s
         if merged.count:
             summary.step_time_mean_ms = merged.mean
             summary.step_time_p50_ms = merged.percentile(0.50)
@@ -225,9 +263,17 @@ class SummaryBuilder:
         return summary
 
 
-def _mean_of(first: _Running, second: _Running) -> float | None:
+def _seconds(stamp: float | str | None) -> float | None:
+    if isinstance(stamp, str):
+        from megapilot.logs.parser import parse_timestamp
+
+        return parse_timestamp(stamp, last=True)
+    return stamp
+
+
+def _mean_of(first: _Mean, second: _Mean) -> float | None:
     count = first.count + second.count
-    return (first.mean * first.count + second.mean * second.count) / count if count else None
+    return (first.total + second.total) / count if count else None
 
 
 def _merge(first: _Running, second: _Running) -> _Running:

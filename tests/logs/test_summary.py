@@ -55,3 +55,19 @@ def test_single_iteration_log_still_reports_its_step_time():
 def test_losses_final_min_first():
     log = parse_text("\n".join(_line(i, 100.0, loss) for i, loss in enumerate([9.0, 7.0, 8.0, 7.5], start=1)))
     assert (log.summary.first_loss, log.summary.min_loss, log.summary.final_loss) == (9.0, 7.0, 7.5)
+
+
+def test_reservoir_percentiles_stay_close_beyond_its_size():
+    import random
+
+    from megapilot.logs.summary import _Running
+
+    rng = random.Random(5)
+    data = [rng.uniform(0, 1000) for _ in range(100_000)]
+    running = _Running()
+    for value in data:
+        running.add(value)
+    assert len(running._reservoir) == RESERVOIR_SIZE
+    assert running.percentile(0.5) == pytest.approx(statistics.median(data), rel=0.02)
+    assert running.percentile(0.95) == pytest.approx(statistics.quantiles(data, n=20)[-1], rel=0.02)
+    assert running.mean == pytest.approx(statistics.fmean(data))
