@@ -62,12 +62,19 @@ def _txt_documents(path: Path) -> Iterator[str]:
         yield "\n".join(paragraph)
 
 
-def read_documents(path: Path | str, *, json_key: str = "text") -> Iterator[str]:
-    """Yield the documents of a `.jsonl` or `.txt` file (optionally gzipped)."""
+def check_input(path: Path | str) -> str:
+    """Raise unless `path` is an existing `.jsonl`/`.txt` file; returns its kind."""
     path = Path(path)
     kind = _kind_of(path)
     if not path.is_file():
         raise MegapilotError(f"no such file: {path}", field="INPUT", fix="give the path of an existing file")
+    return kind
+
+
+def read_documents(path: Path | str, *, json_key: str = "text") -> Iterator[str]:
+    """Yield the documents of a `.jsonl` or `.txt` file (optionally gzipped)."""
+    path = Path(path)
+    kind = check_input(path)
     try:
         if kind == "jsonl":
             yield from _jsonl_documents(path, json_key)

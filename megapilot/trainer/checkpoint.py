@@ -56,6 +56,16 @@ def _ranks() -> tuple[int, int, int, int]:
             parallel_state.get_pipeline_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_world_size())
 
 
+def _log_timer(name: str, seconds: float, log) -> None:
+    """Megatron's `(min, max) time across ranks (ms):` block for one timer (collective)."""
+    times_ms = torch.tensor([seconds * 1000.0], dtype=torch.float64)
+    low, high = times_ms.clone(), times_ms.clone()
+    torch.distributed.all_reduce(low, op=torch.distributed.ReduceOp.MIN)
+    torch.distributed.all_reduce(high, op=torch.distributed.ReduceOp.MAX)
+    for line in logfmt.timers_lines("(min, max) time across ranks (ms):", {name: (low.item(), high.item())}):
+        log(line, rank_zero_only=True)
+
+
 def save_checkpoint(root: str, iteration: int, model, optimizer, scheduler, *, with_optimizer: bool, log) -> float:
     """Save at `iteration` into `root`; returns the seconds taken. Collective: every rank calls it."""
     rank = torch.distributed.get_rank()
@@ -78,7 +88,9 @@ def save_checkpoint(root: str, iteration: int, model, optimizer, scheduler, *, w
         os.replace(tracker.with_suffix(".tmp"), tracker)
     torch.distributed.barrier()
     log(logfmt.saved_checkpoint_line(iteration, root, *_ranks()), rank_zero_only=True)
-    return time.monotonic() - started
+    seconds = time.monotonic() - started
+    _log_timer("save-checkpoint", seconds, log)
+    return seconds
 
 
 def latest_iteration(root: str) -> int | None:
@@ -112,5 +124,6 @@ def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: b
         scheduler.load_state_dict(loaded["opt_param_scheduler"])
     torch.distributed.barrier()
     log(logfmt.loaded_checkpoint_line(root, iteration, *_ranks()), rank_zero_only=True)
-    return LoadedCheckpoint(iteration=0 if finetune else int(loaded["iteration"]),
-                            load_seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    _log_timer("load-checkpoint", seconds, log)
+    return LoadedCheckpoint(iteration=0 if finetune else int(loaded["iteration"]), load_seconds=seconds)

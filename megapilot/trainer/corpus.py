@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megapilot.data import ByteTokenizer, read_documents
+from megapilot.data.documents import check_input
 from megapilot.errors import MegapilotError
 
 SHIPPED_CORPUS = Path(__file__).parent / "data" / "corpus" / "kjv_pentateuch.txt.gz"
@@ -78,12 +79,17 @@ def prepare_indexed_dataset(input_path: Path | str, output_prefix: str, *, token
     if tokenizer not in TOKENIZERS:
         raise MegapilotError(f"unknown tokenizer {tokenizer!r}", field="--tokenizer",
                              fix=f"use one of: {', '.join(TOKENIZERS)}")
+    check_input(input_path)
     prefix = _check_output_prefix(output_prefix)
-    documents, tokens = _write_indexed_dataset(Path(input_path), str(prefix), json_key)
-    if documents == 0:
-        for suffix in (".bin", ".idx"):
+    try:
+        documents, tokens = _write_indexed_dataset(Path(input_path), str(prefix), json_key)
+        if documents == 0:
+            raise MegapilotError(f"{input_path} holds no text", field="INPUT",
+                                 fix="give a file with at least one document")
+    except BaseException:
+        for suffix in (".bin", ".idx"):  # no half-written dataset left behind
             Path(str(prefix) + suffix).unlink(missing_ok=True)
-        raise MegapilotError(f"{input_path} holds no text", field="INPUT", fix="give a file with at least one document")
+        raise
     return PreparedDataset(str(prefix), documents, tokens, tokenizer, ByteTokenizer().vocab_size)
 
 
