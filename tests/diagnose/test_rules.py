@@ -131,3 +131,26 @@ def test_ranking_orders_by_severity_then_root_cause():
     unordered = [Finding("slowdown", "warning", "", ev, ""), Finding("process_crash", "error", "", ev, ""),
                  Finding("nccl_timeout", "critical", "", ev, ""), Finding("oom", "critical", "", ev, "")]
     assert [f.category for f in ranked(unordered)] == ["oom", "nccl_timeout", "process_crash", "slowdown"]
+
+
+# SYNTHETIC one-line logs for the categories the shared excerpts do not cover.
+LINE_CASES = [
+    ("gpu_hw_fault", "[Mon Jan  1 00:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", "drain"),
+    ("rendezvous_failure", "torch.distributed.DistNetworkError: The client socket has timed out after 1800s", "MASTER_PORT"),
+    ("checkpoint_save_failure", "OSError: [Errno 28] No space left on device: '/ckpt/iter_0000100'", "df -h"),
+    ("checkpoint_load_failure", "RuntimeError: Error(s) in loading state_dict for GPTModel: Unexpected key(s) in state_dict: \"x\"", "--ckpt-format"),
+    ("dataloader_error", "FileNotFoundError: [Errno 2] No such file or directory: '/data/corpus_text_document.idx'", "ls -l"),
+    ("config_error", "pretrain_gpt.py: error: unrecognized arguments: --tensor-parallel 8", "--tensor-parallel"),
+    ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, ncclRemoteError: A call failed", "NCCL_DEBUG"),
+    ("process_crash", "Segmentation fault (core dumped)", "dmesg"),
+]
+
+
+@pytest.mark.parametrize(("category", "line", "fix_text"), LINE_CASES)
+def test_line_categories_become_findings_with_fixes(category: str, line: str, fix_text: str):
+    flags = "--save /ckpt --data-path /data/corpus_text_document --tensor-model-parallel-size 1"
+    from megapilot.diagnose import read_flags, run_config
+
+    (finding,) = diagnose_log(parse_text(line, file="train.log"), run_config(read_flags(flags=flags), gpus=1)).findings
+    assert finding.category == category and finding.evidence[0].line == 1
+    assert any(fix_text in f"{f.flag} {f.value}" for f in finding.fixes)
