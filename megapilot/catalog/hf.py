@@ -297,6 +297,9 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
 
 
 def _gpt2(config: HFConfig) -> dict[str, Any]:
+    activation = str(config.get("activation_function") or "gelu_new")
+    if not activation.startswith("gelu"):
+        raise _refuse("activation_function", f"activation_function={activation!r} is not modelled (GELU is)")
     hidden = _required_int(config, "n_embd")
     return {
         "num_layers": _required_int(config, "n_layer"),

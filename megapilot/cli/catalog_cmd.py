@@ -1,4 +1,12 @@
-"""`megapilot gpus` and `megapilot models`: the GPU catalog and the model presets."""
+"""`megapilot gpus` and `megapilot models`: the GPU catalog and the model presets.
+
+`megapilot models --json` prints one object per model (a list without a MODEL argument): name,
+aliases, source, hf_architecture, num_layers, hidden_size, ffn_hidden_size, num_attention_heads,
+kv_heads (null under MLA), attention ("MHA" | "GQA" | "MLA"), num_experts, router_topk (null when
+dense), vocab_size, params {total, main_model, active, active_without_input_embedding, embedding,
+output_layer, layers, final_norm, mtp} (exact integers, unpadded vocab; `total` includes MTP,
+`main_model` does not), total_params_b, active_params_b, and spec (the full ModelSpec).
+"""
 
 from __future__ import annotations
 
@@ -86,7 +94,10 @@ def models(
     model: ModelArgument = None,
     json_output: JsonFlag = False,
 ) -> None:
-    """List the model presets (layers, width, heads, experts, total and active parameters)."""
+    """List the model presets (layers, width, heads, experts, total and active parameters).
+
+    With MODEL, show that one model (a preset, a HF config.json or its folder, a ModelSpec file).
+    """
     from megapilot.catalog import get_model, load_presets
 
     if model is None:

@@ -182,3 +182,7 @@ def test_bad_path_and_bad_json_name_the_model_field(tmp_path):
     broken.write_text("[1, 2]")
     with pytest.raises(MegapilotError, match="not an object"):
         load_hf_config(tmp_path)
+
+
+def test_gpt2_with_a_non_gelu_activation_is_refused():
+    assert _refusal(_config("gpt2") | {"activation_function": "relu"}).field == "activation_function"
