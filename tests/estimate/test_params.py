@@ -3,6 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from megapilot.catalog.hf import load_hf_config
 from megapilot.errors import MegapilotError
@@ -192,6 +194,29 @@ def test_mtp_sits_on_the_last_stage_with_its_own_embedding_copy():
     assert extra_on_last == count_params(model).mtp + embedding
     assert stage_params(model, 61, stage=0) == stage_params(without, 61, stage=0)
     assert stage_params(model, 1) == count_params(model, padded_vocab=True).total  # no copies without a pipeline
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    chunks=st.sampled_from([(1, 1), (2, 1), (4, 1), (2, 2), (4, 3)]),
+    layers_per_chunk=st.integers(1, 3),
+    tied=st.booleans(),
+    mtp_layers=st.integers(0, 2),
+    experts=st.sampled_from([0, 4]),
+)
+def test_stages_always_add_up_to_the_model_plus_the_last_ranks_copies(
+    chunks, layers_per_chunk, tied, mtp_layers, experts
+):
+    pp, vpp = chunks
+    moe = MoESpec(num_experts=experts, router_topk=2, moe_ffn_hidden_size=4, first_k_dense_layers=1) if experts else None
+    model = _tiny(num_layers=pp * vpp * layers_per_chunk, tie_embeddings=tied, mtp_num_layers=mtp_layers, moe=moe)
+    padded = count_params(model, padded_vocab=True)
+    copies = 0
+    if pp > 1:
+        copies = (padded.embedding if tied else 0) + (padded.embedding if mtp_layers else 0)
+    assert sum(stage_params(model, pp, vpp, stage) for stage in range(pp)) == padded.total + copies
+    assert sorted(i for s in range(pp) for i in stage_layer_indices(model, pp, vpp, s)) == list(range(model.num_layers))
+    assert padded.active <= padded.total - padded.mtp
 
 
 def test_uneven_split_and_bad_stage_are_user_errors():
