@@ -134,7 +134,9 @@ def _read_mapping(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(text) if is_yaml else json.loads(text)
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
         reason = " ".join(str(exc).split())  # YAML errors span lines; the CLI prints one
-        raise MegapilotError(f"cannot read {path} ({reason})", field="model", fix="pass a valid JSON or YAML file") from exc
+        raise MegapilotError(
+            f"cannot read {path} ({reason})", field="model", fix="pass a valid JSON or YAML file",
+        ) from exc
     if not isinstance(data, dict):
         raise MegapilotError(
             f"{path} does not hold a mapping of fields", field="model",
