@@ -51,6 +51,7 @@ from megapilot.execute.rundir import (
 from megapilot.execute.tail import LogTail
 
 LOOPBACK = "127.0.0.1"
+JOB_MARKER_VARIABLE = "MEGAPILOT_JOB_DIR"
 
 
 def _utc_now() -> datetime:
@@ -120,7 +121,8 @@ class LocalExecutor:
         )
         started_at_s = time.monotonic()
         local_job = _LocalJob(
-            spec=job, handle=handle, record=record, process=process, watch=ProcessTreeWatch(process.pid),
+            spec=job, handle=handle, record=record, process=process,
+            watch=ProcessTreeWatch(process.pid, marker=(JOB_MARKER_VARIABLE, env[JOB_MARKER_VARIABLE])),
             tail=LogTail(log_path), tracker=ProgressTracker(job.hang, started_at_s, job.train_iters),
             started_at_s=started_at_s,
         )
@@ -202,7 +204,8 @@ class LocalExecutor:
             "PYTHONUNBUFFERED": "1",  # lines reach the log as they are printed, not when a buffer fills
             # torchrun prefixes each rank's lines ([default<local rank>]:) and keeps per-rank files here.
             "PET_TEE": "3", "PET_LOG_DIR": str((node_log_path(job.job_dir, 0).parent / "ranks").resolve()),
-            "MEGAPILOT_JOB_DIR": str(job.job_dir.resolve()), "MEGAPILOT_COMBO": job.combo,
+            # Inherited by every process of the job: how the stop finds even orphaned, re-sessioned ones.
+            JOB_MARKER_VARIABLE: str(job.job_dir.resolve()), "MEGAPILOT_COMBO": job.combo,
         }
         return {**os.environ, **rendezvous, **job.env}
 

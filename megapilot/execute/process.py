@@ -2,10 +2,14 @@
 
 A job is started with `start_new_session=True`, so its launcher leads a new session and process
 group (session id = process group id = the launcher's PID). Stopping it sends SIGTERM to that
-group, waits a grace period, then SIGKILLs whatever is left. Processes can leave the group
-(`setsid`, a daemonising helper), so `ProcessTreeWatch` also remembers every descendant it has
-seen and the stop reaches those too. A zombie counts as gone: it holds no resources but its
-exit status, and whether init reaps it is not ours to decide.
+group, waits a grace period, then SIGKILLs whatever is left.
+
+The group is not enough: torchrun starts every worker in a session of its own, and any process
+can call `setsid`. So `ProcessTreeWatch` finds a job's processes three ways: the launcher's
+session, every descendant it has seen in a snapshot, and every process whose environment carries
+the job's marker variable (inherited by all descendants, even ones started and orphaned between
+two snapshots). A zombie counts as gone: it holds no resources but its exit status, and whether
+init reaps it is not ours to decide.
 """
 
 from __future__ import annotations
@@ -81,11 +85,24 @@ def session_members(session_id: int) -> list[psutil.Process]:
     return members
 
 
+def marked_processes(name: str, value: str) -> list[psutil.Process]:
+    """Live processes (of this user) whose environment has name=value."""
+    marked = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(name) == value and _is_alive(proc):
+                marked.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return marked
+
+
 class ProcessTreeWatch:
     """Remembers every process a job's launcher has started, for the record and for the stop."""
 
-    def __init__(self, root_pid: int):
+    def __init__(self, root_pid: int, marker: tuple[str, str] | None = None):
         self.root_pid = root_pid
+        self.marker = marker
         self._seen: dict[int, psutil.Process] = {}
         self.history: dict[int, ProcessInfo] = {}
         self.snapshot()
@@ -111,6 +128,8 @@ class ProcessTreeWatch:
     def alive(self) -> list[psutil.Process]:
         """Every process of the job still running: the session plus any descendant that left it."""
         found = {p.pid: p for p in session_members(self.root_pid)}
+        if self.marker is not None:
+            found.update((p.pid, p) for p in marked_processes(*self.marker))
         for pid, proc in self._seen.items():
             if pid not in found and _is_alive(proc):
                 found[pid] = proc
@@ -122,12 +141,12 @@ class ProcessTreeWatch:
         self._signal_all(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and self.alive():
-            time.sleep(0.05)
+            time.sleep(0.1)
         if self.alive():
             self._signal_all(signal.SIGKILL)
             deadline = time.monotonic() + 5.0
             while time.monotonic() < deadline and self.alive():
-                time.sleep(0.05)
+                time.sleep(0.1)
         return [info for proc in self.alive() if (info := _describe(proc)) is not None]
 
     def _signal_all(self, signum: int) -> None:

@@ -143,6 +143,18 @@ def test_processes_left_behind_by_a_finished_launcher_are_stopped(tmp_path):
     assert_all_gone(recorded_pids(handle.job_dir))
 
 
+def test_detached_child_of_a_launcher_killed_before_any_snapshot_is_still_stopped(tmp_path):
+    # Snapshots are 60 s apart: only the job's environment marker can find the orphaned child.
+    executor = LocalExecutor(snapshot_interval_s=60)
+    handle = executor.submit(printer_job(tmp_path, "--spawn-children", "1", "--detach-children", "--die-at-start"))
+    result = executor.wait(handle, poll_interval_s=0.05)
+
+    assert result.state is JobState.FAILED and result.exit_code == -9
+    assert "stopped 1 process(es) the launcher left running" in result.reason
+    child_pid = int(result.logs[0].read_text().split("child pid ")[1].split()[0])
+    assert_all_gone([child_pid])
+
+
 @pytest.mark.parametrize("error", [RuntimeError("progress display broke"), KeyboardInterrupt()])
 def test_an_interrupted_wait_cancels_the_job(tmp_path, error):
     def on_progress(status):

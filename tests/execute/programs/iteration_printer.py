@@ -22,6 +22,7 @@ parser.add_argument("--stall-after", type=int, help="sleep forever after this it
 parser.add_argument("--ignore-sigterm", action="store_true")
 parser.add_argument("--spawn-children", type=int, default=0, help="start N sleeping children first")
 parser.add_argument("--detach-children", action="store_true", help="children call setsid()")
+parser.add_argument("--die-at-start", action="store_true", help="SIGKILL itself once the children are started")
 parser.add_argument("--checkpoint-at", type=int, help="print a checkpoint-save line after this iteration")
 parser.add_argument("--checkpoint-s", type=float, default=0.0, help="seconds the checkpoint save takes")
 args = parser.parse_args()
@@ -30,7 +31,11 @@ if args.ignore_sigterm:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 for _ in range(args.spawn_children):
     child = f"import os, time\nif {args.detach_children!r}: os.setsid()\ntime.sleep(600)"
-    subprocess.Popen([sys.executable, "-c", child])
+    started = subprocess.Popen([sys.executable, "-c", child])
+    print(f"child pid {started.pid}", flush=True)
+if args.die_at_start:
+    time.sleep(0.3)  # the children have called setsid by now
+    os.kill(os.getpid(), signal.SIGKILL)
 print(f"pid {os.getpid()} MASTER_PORT={os.environ.get('MASTER_PORT')}", flush=True)
 
 total = args.print_total or args.iters
