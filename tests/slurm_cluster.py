@@ -1,9 +1,13 @@
 """A real SLURM cluster on this machine, for tests: munged, slurmctld and N slurmd daemons.
 
-    from tests.slurm_cluster import slurm_cluster  # noqa: F401  (the pytest fixture)
+    from tests.slurm_cluster import slurm_cluster, slurm_host_node  # noqa: F401  (pytest fixtures)
 
     def test_x(slurm_cluster):
         slurm_cluster.run("sbatch", "--test-only", "job.sh")
+
+    def test_y(slurm_host_node):          # one node named after this host: jobs really run
+        job = slurm_host_node.submit(script)
+        assert slurm_host_node.wait(job) == "COMPLETED"
 
 Everything lives under one short temporary root (config, state, spool, logs, munge socket and key);
 nothing in /etc is touched. Nodes `node1..nodeN` share this host (Debian's slurmd is built with
@@ -60,6 +64,8 @@ class LocalSlurmCluster:
 
     nodes: int = 2
     gpus_per_node: int = 8
+    #: Name the single node after this machine, so a job's `scontrol show hostnames` resolves (real runs).
+    host_named: bool = False
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mpslurm-", dir="/tmp")))
     _processes: list[subprocess.Popen] = field(default_factory=list)
 
@@ -74,6 +80,8 @@ class LocalSlurmCluster:
 
     @property
     def node_names(self) -> list[str]:
+        if self.host_named:
+            return [socket.gethostname()]
         return [f"node{i}" for i in range(1, self.nodes + 1)]
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -102,6 +110,10 @@ class LocalSlurmCluster:
         self._processes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def __post_init__(self) -> None:
+        if self.host_named and self.nodes != 1:
+            raise ValueError("host_named clusters have exactly one node")
+
     def __enter__(self) -> "LocalSlurmCluster":
         return self.start()
 
@@ -113,6 +125,35 @@ class LocalSlurmCluster:
         """Run a SLURM client (sbatch, squeue, ...) against this cluster."""
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check,
                               timeout=timeout_s)
+
+    def submit(self, script: Path, *extra: str) -> str:
+        """sbatch a script; returns the job id."""
+        result = self.run("sbatch", "--parsable", *extra, str(script))
+        if result.returncode != 0:
+            raise RuntimeError(f"sbatch failed: {result.stderr}\n{self.log_tail()}")
+        return result.stdout.strip().split(";")[0]
+
+    def wait(self, job_id: str, timeout_s: float = 300.0) -> str:
+        """Wait until the job has left the queue; return its final state (COMPLETED, FAILED, ...)."""
+        deadline = time.monotonic() + timeout_s
+        while self.run("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip():
+            if time.monotonic() > deadline:
+                self.run("scancel", job_id)
+                raise TimeoutError(f"job {job_id} still queued or running after {timeout_s} s")
+            time.sleep(0.5)
+        return self.final_state(job_id)
+
+    def final_state(self, job_id: str) -> str:
+        """The job's end state from the job-completion log (no accounting daemon needed)."""
+        completions = self.root / "log" / "jobcomp.txt"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for line in completions.read_text().splitlines() if completions.exists() else []:
+                fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+                if fields.get("JobId") == job_id:
+                    return fields.get("JobState", "UNKNOWN")
+            time.sleep(0.2)
+        return "UNKNOWN"
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of every daemon log, for failure messages."""
@@ -194,6 +235,19 @@ class LocalSlurmCluster:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"nodes not idle after {START_TIMEOUT_S} s\n{self.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def slurm_host_node():
+    """A started one-node cluster whose node is this machine's hostname: jobs can really run here."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = LocalSlurmCluster(nodes=1, gpus_per_node=8, host_named=True).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -34,9 +34,9 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     _check_options(options, nodes)
     notes = _defaults_taken(options)
     if options.cpu:
-        if options.launcher != "torchrun":
-            raise MegapilotError("CPU runs are local torchrun runs", field="cpu",
-                                 fix="use --launcher torchrun with --cpu")
+        if options.launcher == "primus":
+            raise MegapilotError("Primus runs on AMD GPUs only", field="cpu",
+                                 fix="use --launcher torchrun (or slurm) with --cpu")
         notes.append(f"CPU run: fp32 compute over gloo instead of {plan.training.precision} on GPUs")
 
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)

@@ -1,20 +1,25 @@
-"""Rendered sbatch scripts against a real SLURM controller: `sbatch --test-only` accepts what fits.
+"""Rendered sbatch scripts against a real SLURM controller.
 
-The cluster (tests/slurm_cluster.py) has two nodes with 8 GPUs each, so a 2-node x 8-GPU script
-must be accepted and a 3-node one refused (EnforcePartLimits=ALL) — the refusal shows that the
-acceptance is a real verdict.
+`sbatch --test-only` on a two-node cluster with 8 GPUs per node (tests/slurm_cluster.py): a 2-node x
+8-GPU script must be accepted and a 3-node one refused (EnforcePartLimits=ALL) — the refusal shows
+that the acceptance is a real verdict. Then a rendered script really runs: tiny model, embedded
+trainer on CPU, through sbatch -> srun -> torchrun with the c10d rendezvous on the first node.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import pytest
 
+from megapilot.catalog import get_model
+from megapilot.catalog.gpus import get_gpu
 from megapilot.launch import LaunchOptions, render_launch
-from megapilot.spec import TrainingSpec
+from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
 from tests.launch.plans import LLAMA31_8B, MIXTRAL_8X7B, make_plan
-from tests.slurm_cluster import slurm_cluster  # noqa: F401  (fixture)
+from tests.slurm_cluster import slurm_cluster, slurm_host_node  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -44,3 +49,28 @@ def test_script_needing_more_nodes_than_exist_is_refused(slurm_cluster, tmp_path
     result = slurm_cluster.run("sbatch", "--test-only", str(script))
     assert result.returncode != 0
     assert "node" in result.stderr.lower()
+
+
+def test_rendered_sbatch_script_really_trains_through_slurm(slurm_host_node, tmp_path: Path) -> None:  # noqa: F811
+    pytest.importorskip("megatron.core")
+    plan = SavedPlan(
+        model=get_model("tiny"),
+        cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=2),
+        training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=2),
+        parallel=ParallelConfig.for_world(2, mbs=1, recompute="none"),
+    )
+    checkpoints = tmp_path / "ckpt $dir"
+    options = LaunchOptions(
+        launcher="slurm", mock_data=True, entrypoint="megapilot", cpu=True, python=sys.executable,
+        save=str(checkpoints), log_dir=str(tmp_path), job_name="mp-tiny", time_limit="00:10:00",
+        master_port=29613,
+    )
+    script = tmp_path / "tiny.sbatch"
+    script.write_text(render_launch(plan, options).script)
+    job_id = slurm_host_node.submit(script, f"--chdir={tmp_path}")
+    state = slurm_host_node.wait(job_id, timeout_s=420)
+    output = (tmp_path / f"mp-tiny-{job_id}.out").read_text()
+    assert state == "COMPLETED", output[-3000:] + slurm_host_node.log_tail()
+    iterations = re.findall(r"iteration\s+(\d+)/\s*(\d+) \|", output)
+    assert iterations[-1] == ("2", "2")
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"

@@ -145,14 +145,14 @@ def test_embedded_trainer_entrypoint_runs_the_module() -> None:
     assert script.splitlines()[-1].endswith('-m megapilot.trainer "${MEGATRON_ARGS[@]}"')
 
 
-def test_cpu_runs_are_fp32_over_gloo_and_only_for_torchrun() -> None:
+def test_cpu_runs_are_fp32_over_gloo_and_not_for_primus() -> None:
     launch = render_launch(PLAN_8B, _options(cpu=True, entrypoint="megapilot", megatron_path=None))
     args = launch.megatron_args
     assert "--bf16" not in args and "--fp8-format" not in args
     assert args[args.index("--distributed-backend") + 1] == "gloo"
     assert any("CPU run" in note for note in launch.notes)
-    with pytest.raises(MegapilotError, match="local torchrun"):
-        render_launch(PLAN_8B, _options(cpu=True, launcher="slurm", log_dir="/l"))
+    with pytest.raises(MegapilotError, match="AMD GPUs only"):
+        render_launch(PLAN_8B, _options(cpu=True, launcher="primus", primus_config_path="/e.yaml"))
 
 
 def test_save_doubles_as_load_and_tensorboard_home() -> None:
