@@ -108,6 +108,27 @@ def models(
         emit_json(rows if model is None else rows[0])
         return
     console.print(_models_table(rows))
+    if model is not None:
+        console.print(_breakdown_table(rows[0]))
+
+
+def _breakdown_table(row: dict):
+    """Where one model's parameters sit (exact counts)."""
+    from rich.table import Table
+
+    params = row["params"]
+    table = Table(title=f"{row['name']}: parameters")
+    table.add_column("part")
+    table.add_column("parameters", justify="right")
+    labels = {
+        "embedding": "input embedding", "layers": "transformer layers", "final_norm": "final norm",
+        "output_layer": "output layer (0 if tied)", "main_model": "= model", "mtp": "MTP modules",
+        "total": "= total with MTP", "active": "active per token",
+        "active_without_input_embedding": "active without input embedding",
+    }
+    for part, label in labels.items():
+        table.add_row(label, f"{params[part]:,}")
+    return table
 
 
 def _models_table(rows: list[dict]):

@@ -170,3 +170,9 @@ def test_cli_unknown_model_exits_2_on_one_line(cli):
     assert result.exit_code == 2
     assert "model" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_one_model_table_shows_its_exact_breakdown(cli):
+    result = cli("models", str(HF_CONFIGS / "gpt2.json"))
+    assert result.exit_code == 0
+    assert "124,439,808" in result.stdout and f"{(50_257 + 1024) * 768:,}" in result.stdout
