@@ -242,8 +242,11 @@ def _print_summary(plan: "SavedPlan", launch: "LaunchScript", path: Path | None)
 
     from megapilot.launch import MEGATRON_RELEASE
 
-    if path is None:
-        console.print(launch.script, markup=False, highlight=False, soft_wrap=True)
+    if path is None:  # the script itself goes to stdout untouched (`megapilot script ... > train.sh`)
+        import sys
+
+        sys.stdout.write(launch.script)
+        sys.stdout.flush()
     p = plan.parallel
     table = Table(title=f"launch script: {plan.model.name}", show_header=False)
     table.add_column("what", style="bold")

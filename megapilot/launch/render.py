@@ -150,8 +150,9 @@ def _check_sbatch_values(o: LaunchOptions) -> None:
 def _log_dir(o: LaunchOptions) -> str:
     if o.log_dir:
         return o.log_dir.rstrip("/")
-    if o.script_path:
-        return str(PurePosixPath(o.script_path).parent / "logs")
+    anchor = o.script_path or o.primus_config_path
+    if anchor:
+        return str(PurePosixPath(anchor).parent / "logs")
     return "/tmp/megapilot-logs"
 
 

@@ -110,3 +110,13 @@ def test_user_errors_exit_2_with_one_line(cli, plan_file: Path, extra: list[str]
 def test_missing_plan_file_is_a_user_error(cli, tmp_path: Path) -> None:
     result = cli("script", "--plan", str(tmp_path / "nope.json"), "--mock-data")
     assert result.exit_code == 2 and "plan:" in result.stderr
+
+
+def test_without_output_file_the_script_alone_goes_to_stdout(cli, plan_file: Path, tmp_path: Path) -> None:
+    result = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("#!/usr/bin/env bash") and result.stdout.endswith('"${MEGATRON_ARGS[@]}"\n')
+    assert "review, then run" in result.stderr
+    script = tmp_path / "from_stdout.sh"
+    script.write_text(result.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
