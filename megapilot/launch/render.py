@@ -39,6 +39,9 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
                                  fix="use --launcher torchrun (or slurm) with --cpu")
         notes.append(f"CPU run: fp32 compute over gloo instead of {plan.training.precision} on GPUs")
 
+    if options.launcher == "primus" and plan.cluster.gpu.vendor != "AMD":
+        notes.append(f"Primus targets AMD Instinct GPUs (ROCm images); this plan is for {plan.cluster.gpu.name}")
+
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)
     megatron_args = [token for section in sections for token in section.args]
     check_megatron_args(megatron_args, plan.cluster.gpu)

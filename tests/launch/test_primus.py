@@ -51,3 +51,10 @@ def test_every_megatron_argument_appears_in_the_overrides() -> None:
             if arg.startswith("--") and arg in flags:
                 dest = flags[arg].dest
                 assert {"layernorm_epsilon": "norm_epsilon"}.get(dest, dest) in overrides, arg
+
+
+def test_primus_for_an_nvidia_plan_says_it_targets_amd() -> None:
+    nvidia = render_launch(GOLDEN_PLANS["llama3.1-8b_1node"], OPTIONS)
+    amd = render_launch(GOLDEN_PLANS["deepseek-v2-lite_mla"], OPTIONS)
+    assert any("Primus targets AMD" in n for n in nvidia.notes)
+    assert not any("Primus targets AMD" in n for n in amd.notes)
