@@ -220,7 +220,8 @@ def _print_optimize(report: OptimizeReport) -> None:
     for column in ("change", "flags", "tokens/s/GPU", "gain", "GiB", "fits"):
         table.add_column(column, overflow="fold")
     for item in report.changes:
-        flag_text = " ".join(f"{'-' if f.action == 'remove' else ''}{f.flag}" + (f" {f.value}" if f.value else "") for f in item.fixes)
+        flag_text = " ".join(f"(remove {f.flag})" if f.action == "remove" else f.flag + (f" {f.value}" if f.value else "")
+                             for f in item.fixes)
         gain = "not modelled" if not item.modelled else (f"{item.gain_pct:+.1f}%" if item.gain_pct is not None else "—")
         table.add_row(item.label, flag_text, _fmt(item.predicted_tokens_per_s_per_gpu, ",.0f"), gain,
                       _fmt(item.predicted_memory_gib), "—" if item.fits is None else ("yes" if item.fits else "no"))
