@@ -66,6 +66,18 @@ NEGATIVE = [
     "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to reduce fragmentation",
     "> building train, validation, and test datasets ...",
     "training ...",
+    # Megatron's argument dump at start-up (SYNTHETIC values): names that look like errors, are not.
+    "  exit_on_missing_checkpoint ...................... False",
+    "  exit_signal_handler ............................. False",
+    "  check_for_nan_in_loss_and_grad .................. True",
+    "  distributed_timeout_minutes ..................... 10",
+    "  no_load_optim ................................... None",
+    "  async_save ...................................... None",
+    "  num_workers ..................................... 2",
+    "  data_path ....................................... ['/data/corpus_text_document']",
+    "> compiling dataset index builder ...",
+    "NCCL version 2.21.5+cuda12.4",
+    "[rank0]:[W ProcessGroupNCCL.cpp:4115] Warning: TORCH_NCCL_AVOID_RECORD_STREAMS is the default now",
 ]
 
 
