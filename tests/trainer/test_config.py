@@ -1,0 +1,80 @@
+"""Flag combinations judged before any process starts (torch-free, fast)."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.trainer.config import build_config
+
+TINY = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
+        "--train-iters", "10", "--lr", "1e-3", "--micro-batch-size", "2", "--global-batch-size", "8", "--mock-data"]
+
+
+def test_defaults_follow_megatron_lm():
+    config = build_config(TINY)
+    assert config.ffn_hidden_size == 4 * 64
+    assert config.num_query_groups == 4  # no GQA: one group per head
+    assert config.max_position_embeddings == 64
+    assert config.lr_decay_iters == 10
+    assert config.expert_tensor_parallel_size == config.tensor_model_parallel_size == 1
+    assert config.tokenizer_type == "NullTokenizer"
+
+
+def test_gqa_groups_only_with_the_gqa_switch():
+    assert build_config(TINY + ["--num-query-groups", "2"]).num_query_groups == 4
+    assert build_config(TINY + ["--group-query-attention", "--num-query-groups", "2"]).num_query_groups == 2
+
+
+def test_virtual_stages_derive_from_layers_per_virtual_stage():
+    config = build_config(TINY + ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"])
+    assert config.virtual_pipeline_model_parallel_size == 2
+
+
+def test_virtual_stages_without_pipeline_are_refused():
+    with pytest.raises(MegapilotError) as err:
+        build_config(TINY + ["--num-layers-per-virtual-pipeline-stage", "1"])
+    assert err.value.field == "--num-layers-per-virtual-pipeline-stage"
+
+
+def test_context_parallel_on_cpu_needs_a_gpu():
+    with pytest.raises(MegapilotError, match="needs a GPU") as err:
+        build_config(TINY + ["--context-parallel-size", "2"], gpu_available=False)
+    assert err.value.field == "--context-parallel-size"
+    assert build_config(TINY + ["--context-parallel-size", "2"], gpu_available=True).context_parallel_size == 2
+
+
+def test_alltoall_dispatcher_on_cpu_needs_a_gpu():
+    with pytest.raises(MegapilotError, match="needs a GPU"):
+        build_config(TINY + ["--num-experts", "4", "--moe-token-dispatcher-type", "alltoall"])
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    (["--data-path", "/x"], "--data-path"),  # two data sources
+    (["--save-interval", "5"], "--save-interval"),  # nowhere to save
+    (["--bf16", "--fp16"], "--fp16"),
+    (["--num-attention-heads", "5"], "--num-attention-heads"),
+    (["--tokenizer-type", "GPT2BPETokenizer", "--data-path", "/x"], "--data-path"),
+])
+def test_inconsistent_flags_are_refused_with_the_field(extra, field):
+    with pytest.raises(MegapilotError) as err:
+        build_config(TINY + extra)
+    assert err.value.field == field
+
+
+def test_missing_required_flag_is_named():
+    argv = [a for a in TINY if a not in ("--lr", "1e-3")]
+    with pytest.raises(MegapilotError) as err:
+        build_config(argv)
+    assert err.value.field == "--lr"
+
+
+def test_world_size_must_tile_the_layout_and_the_batch():
+    config = build_config(TINY + ["--tensor-model-parallel-size", "2"])
+    config.check_world_size(4)
+    assert config.data_parallel_size(4) == 2 and config.num_microbatches(4) == 2
+    with pytest.raises(MegapilotError, match="not divisible by TP"):
+        config.check_world_size(3)
+    with pytest.raises(MegapilotError, match="global batch") as err:
+        build_config(TINY + ["--global-batch-size", "6"]).check_world_size(2)
+    assert err.value.field == "--global-batch-size"

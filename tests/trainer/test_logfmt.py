@@ -1,0 +1,62 @@
+"""The trainer's log lines have Megatron-LM's layout and the project's log parser reads them back."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from megapilot.trainer import logfmt
+
+NOW = datetime(2026, 1, 1, 0, 10, 0, 123456)
+
+STATS = logfmt.IterationStats(
+    iteration=10, train_iters=50, consumed_samples=1280, elapsed_ms_per_iteration=9070.1,
+    throughput_tflops_per_gpu=744.0, learning_rate=1.5e-4, global_batch_size=128, losses={"lm loss": 7.123456},
+    loss_scale=1.0, grad_norm=2.345, skipped_iterations=0, nan_iterations=0)
+
+
+def test_iteration_line_matches_the_reference_example_exactly():
+    # The reference's example line (megatron_log_format.md §1, HEAD formatting).
+    expected = (" [2026-01-01 00:10:00.123456] iteration       10/      50 | consumed samples:         1280 | "
+                "elapsed time per iteration (ms): 9070.1 | throughput per GPU (TFLOP/s/GPU): 744.0 | "
+                "learning rate: 1.500000E-04 | global batch size:   128 | lm loss: 7.123456E+00 | loss scale: 1.0 | "
+                "grad norm: 2.345 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+    assert logfmt.iteration_line(STATS, NOW) == expected
+
+
+def test_memory_and_checkpoint_lines_match_the_reference_layout():
+    assert logfmt.memory_line(0, 10, 12345.67, 45678.9, 50000, 52000) == (
+        "[Rank 0] (after 10 iterations) memory (MB) | allocated: 12345.67 | max allocated: 45678.90 | "
+        "reserved: 50000.00 | max reserved: 52000.00")
+    assert logfmt.saving_checkpoint_line(50, "/path/to/ckpt", NOW) == (
+        "[2026-01-01 00:10:00.123456] saving checkpoint at iteration      50 to /path/to/ckpt in torch_dist format")
+    assert logfmt.saved_checkpoint_line(50, "/p", 0, 8, 3, 4, NOW) == (
+        "  [2026-01-01 00:10:00.123456] successfully saved checkpoint from iteration      50 to /p [ t 1/8, p 4/4 ]")
+    assert logfmt.loaded_checkpoint_line("/p", 50, 1, 2, 0, 1) == (
+        "  successfully loaded checkpoint from /p [ t 2/2, p 1/1 ] at iteration 50")
+
+
+def test_timer_names_are_padded_with_dots_to_48_characters():
+    line = logfmt.timers_lines("(min, max) time across ranks (ms):", {"save-checkpoint": (1.0, 2.5)})[1]
+    assert line == "    save-checkpoint ................................: (1.00, 2.50)"
+    assert re.match(r"^    [\w-]+ \.+: ", line) and len(line.split(":")[0]) == 4 + 48
+
+
+def test_project_log_parser_reads_every_kind_of_line():
+    from megapilot.logs import parse_text
+
+    text = "\n".join([
+        logfmt.saving_checkpoint_line(10, "/ck", NOW),
+        logfmt.saved_checkpoint_line(10, "/ck", 0, 1, 0, 1, NOW),
+        logfmt.iteration_line(STATS, NOW),
+        logfmt.memory_line(0, 10, 300.0, 310.0, 300.0, 310.0),
+        *logfmt.timers_lines("(min, max) time across ranks (ms):", {"forward-backward": (9000.12, 9010.34)}),
+    ]) + "\n"
+    parsed = parse_text(text)
+    assert parsed.dialect == "megatron-lm"
+    [record] = parsed.iterations
+    assert (record.iteration, record.train_iters, record.lm_loss, record.grad_norm) == (10, 50, 7.123456, 2.345)
+    assert record.tflops_per_gpu == 744.0 and record.gbs == 128
+    assert parsed.memory[0].after_iterations == 10
+    assert parsed.checkpoints[0].kind == "save" and parsed.checkpoints[0].iteration == 10
+    assert parsed.timers and parsed.timers[0].name == "forward-backward"

@@ -1,0 +1,55 @@
+"""`megapilot.data`: the byte tokenizer and the jsonl/txt readers (torch-free)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from megapilot.data import ByteTokenizer, read_documents
+from megapilot.errors import MegapilotError
+
+
+@given(st.text())
+def test_byte_tokenizer_round_trips_any_text(text):
+    tokenizer = ByteTokenizer()
+    ids = tokenizer.tokenize(text)
+    assert all(0 <= i < 256 for i in ids)
+    assert tokenizer.detokenize(ids + [tokenizer.eod]) == text
+
+
+def test_special_tokens_sit_above_the_bytes():
+    tokenizer = ByteTokenizer()
+    assert (tokenizer.eod, tokenizer.pad, tokenizer.vocab_size) == (256, 257, 258)
+
+
+def test_txt_documents_are_blank_line_separated_paragraphs(tmp_path):
+    path = tmp_path / "book.txt"
+    path.write_text("Genesis 1\nIn the beginning.\n\n\nGenesis 2\nThus the heavens.\n")
+    assert list(read_documents(path)) == ["Genesis 1\nIn the beginning.", "Genesis 2\nThus the heavens."]
+
+
+def test_jsonl_documents_come_from_the_json_key_and_gzip_is_read(tmp_path):
+    path = tmp_path / "docs.jsonl.gz"
+    with gzip.open(path, "wt") as handle:
+        handle.write(json.dumps({"body": "one"}) + "\n\n" + json.dumps({"body": "two"}) + "\n")
+    assert list(read_documents(path, json_key="body")) == ["one", "two"]
+
+
+def test_jsonl_line_without_the_key_names_line_and_field(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "ok"}\n{"content": "no"}\n')
+    with pytest.raises(MegapilotError, match="line 2") as err:
+        list(read_documents(path))
+    assert err.value.field == "--json-key"
+
+
+@pytest.mark.parametrize("name", ["data.csv", "missing.txt"])
+def test_unsupported_or_missing_input_is_a_user_error(tmp_path, name):
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(MegapilotError) as err:
+        list(read_documents(tmp_path / name))
+    assert err.value.field == "INPUT"
