@@ -52,6 +52,7 @@ from megapilot.execute.tail import LogTail
 
 LOOPBACK = "127.0.0.1"
 JOB_MARKER_VARIABLE = "MEGAPILOT_JOB_DIR"
+MAX_RECORDED_PROCESSES = 256
 
 
 def _utc_now() -> datetime:
@@ -262,7 +263,10 @@ class LocalExecutor:
                                  f"{job.tracker.train_iters}, before the final iteration")
 
     def _record_processes(self, job: _LocalJob) -> None:
-        job.record.processes = [RecordedProcess(**vars(info)) for info in job.watch.history.values()]
+        # The first ones seen are the launcher and its ranks; helpers started later (data loader
+        # workers, checkpoint writers) can be many, so job.json keeps a bounded list.
+        seen = list(job.watch.history.values())[:MAX_RECORDED_PROCESSES]
+        job.record.processes = [RecordedProcess(**vars(info)) for info in seen]
 
     def _save_record(self, job: _LocalJob) -> None:
         write_job_record(job.handle.job_dir, job.record)
