@@ -1,9 +1,161 @@
-"""CLI commands (registered by megapilot.cli.app)."""
+"""`megapilot estimate`: memory, step time, throughput and MFU of one layout (or a batch of them).
+
+`--json` prints the `EstimateResult` schema: params {total, active, embedding}, flops_per_step,
+memory_gib {weights, gradients, optimizer, activations, overhead, total, capacity, stage}, fits,
+step_time_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, time_breakdown_s {compute, recompute,
+tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, dp_comm, optimizer}, warnings, bubble_fraction,
+exposed_comm_fraction, flop_convention.
+
+`--batch cases.jsonl`: one JSON object per line whose keys are the long flag names with `_`
+(`{"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 4, "gbs": 1024, "seq_len": 4096}`);
+prints a list of results in line order, `{"error", "field", "fix", "line"}` for a bad line.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from megapilot.cli.common import console, emit_json
+from megapilot.errors import MegapilotError
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `estimate` to the app."""
+    app.command("estimate")(estimate)
+
+
+def estimate(
+    model: Annotated[str | None, typer.Option(help="Model preset (e.g. llama3.1-70b) or a HF config.json path.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU alias or catalog name, e.g. h100.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs.")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallel size (default 1).")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pipeline parallel size (default 1).")] = None,
+    vpp: Annotated[int | None, typer.Option(help="Virtual pipeline stages per rank (default 1).")] = None,
+    cp: Annotated[int | None, typer.Option(help="Context parallel size (default 1).")] = None,
+    ep: Annotated[int | None, typer.Option(help="Expert parallel size (default 1).")] = None,
+    etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp).")] = None,
+    mbs: Annotated[int | None, typer.Option(help="Micro-batch size (default 1).")] = None,
+    gbs: Annotated[int | None, typer.Option(help="Global batch size, sequences.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Sequence length, tokens.")] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
+    recompute: Annotated[str | None, typer.Option(help="none | selective | full (default selective).")] = None,
+    recompute_num_layers: Annotated[int | None, typer.Option(help="With full recompute: layers per group.")] = None,
+    sequence_parallel: Annotated[
+        bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Default: on when tp > 1.")
+    ] = None,
+    distributed_optimizer: Annotated[
+        bool, typer.Option("--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")
+    ] = True,
+    fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
+    batch: Annotated[Path | None, typer.Option(help="JSONL file: one case per line (keys = flag names).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Estimate memory, step time, tokens/s and MFU of one parallel layout."""
+    if batch is not None:
+        results = run_batch(batch)
+        emit_json(results) if json_output else _print_batch(results)
+        return
+    flags = {
+        "model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp, "vpp": vpp,
+        "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len, "precision": precision,
+        "recompute": recompute, "recompute_num_layers": recompute_num_layers,
+        "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer, "fsdp": fsdp,
+    }
+    result = estimate_flags(flags)
+    emit_json(result) if json_output else _print_result(result, flags)
+
+
+def estimate_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """Flags -> the JSON-ready estimate (MegapilotError on any bad flag or impossible layout)."""
+    from megapilot.estimate import build_case
+    from megapilot.estimate import estimate as run_estimate
+
+    case = build_case(**flags)
+    return run_estimate(case.model, case.cluster, case.training, case.parallel).model_dump(mode="json")
+
+
+def run_batch(path: Path) -> list[dict[str, Any]]:
+    """Estimate every line of a JSONL file; a bad line yields its error object, not a failed batch."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise MegapilotError(f"cannot read {path} ({exc.strerror})", field="batch", fix="pass a readable JSONL file")
+    results = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            results.append(_one_line(line, number))
+    return results
+
+
+def _one_line(line: str, number: int) -> dict[str, Any]:
+    try:
+        flags = json.loads(line)
+        if not isinstance(flags, dict):
+            raise MegapilotError("must be a JSON object of flags", field="batch", fix='write {"model": ...} per line')
+        return estimate_flags(flags)
+    except json.JSONDecodeError as exc:
+        return {"error": f"not valid JSON ({exc.msg})", "field": "batch", "fix": "one JSON object per line",
+                "line": number}
+    except MegapilotError as exc:
+        return exc.to_dict() | {"line": number}
+
+
+# ---- human output --------------------------------------------------------------------------------
+
+
+def _print_result(result: dict[str, Any], flags: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    memory, breakdown = result["memory_gib"], result["time_breakdown_s"]
+    verdict = "[green]fits[/]" if result["fits"] else "[bold red]does NOT fit[/]"
+    console.print(
+        f"[bold]{flags['model']}[/] on {flags['gpus']} x {flags['gpu']}: {verdict} "
+        f"{memory['total']:.1f} / {memory['capacity']:.0f} GiB · {result['step_time_s']:.2f} s/step · "
+        f"{result['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · {result['tflops_per_gpu']:.0f} TFLOP/s/GPU · "
+        f"MFU {result['mfu']:.1%}"
+    )
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("memory (GiB, most-loaded GPU)")
+    table.add_column("", justify="right")
+    table.add_column("step time (s)")
+    table.add_column("", justify="right")
+    mem_rows = [(k, f"{memory[k]:.2f}") for k in ("weights", "gradients", "optimizer", "activations", "overhead")]
+    mem_rows += [("total", f"{memory['total']:.2f}"), ("capacity", f"{memory['capacity']:.0f}")]
+    time_rows = [(k, f"{v:.3f}") for k, v in breakdown.items() if v > 0]
+    time_rows.append(("step", f"{result['step_time_s']:.3f}"))
+    for i in range(max(len(mem_rows), len(time_rows))):
+        left = mem_rows[i] if i < len(mem_rows) else ("", "")
+        right = time_rows[i] if i < len(time_rows) else ("", "")
+        table.add_row(*left, *right)
+    console.print(table)
+    params = result["params"]
+    console.print(
+        f"params {params['total'] / 1e9:.2f} B (active {params['active'] / 1e9:.2f} B) · "
+        f"model FLOPs/step {result['flops_per_step']:.3e} (Megatron convention, causal) · "
+        f"bubble {result['bubble_fraction']:.1%} · exposed comm {result['exposed_comm_fraction']:.1%}"
+    )
+    for warning in result["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def _print_batch(results: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title="estimates")
+    for column in ("#", "fits", "GiB", "s/step", "tok/s/GPU", "TFLOP/s", "MFU", "error"):
+        table.add_column(column, justify="left" if column == "error" else "right")
+    for number, r in enumerate(results, start=1):
+        if "error" in r:
+            table.add_row(str(number), "", "", "", "", "", "", r["error"])
+            continue
+        table.add_row(
+            str(number), "yes" if r["fits"] else "[red]no[/]", f"{r['memory_gib']['total']:.1f}",
+            f"{r['step_time_s']:.2f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tflops_per_gpu']:.0f}",
+            f"{r['mfu']:.1%}", "",
+        )
+    console.print(table)

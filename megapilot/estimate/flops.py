@@ -18,6 +18,7 @@ Units: FLOPs (not FLOP/s). All terms are per token unless the name says otherwis
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from megapilot.spec.model import ModelSpec
@@ -151,10 +152,11 @@ class FlopsPerToken:
         return self.layers + self.mtp + self.logits
 
 
+@lru_cache(maxsize=1024)
 def flops_per_token(
     model: ModelSpec, seq_length: int, *, convention: FlopConvention = "megatron", tp: int = 1
 ) -> FlopsPerToken:
-    """Model FLOPs per trained token, by part (padded vocab for `tp`)."""
+    """Model FLOPs per trained token, by part (padded vocab for `tp`). Cached: the planner asks often."""
     mlp_total = sum(mlp_flops(model, i) for i in range(model.num_layers))
     return FlopsPerToken(
         attention_linear=model.num_layers * attention_linear_flops(model),

@@ -83,6 +83,15 @@ class ShardParams:
     expert: float  # routed experts: split over EP x ETP
 
 
+@dataclass(frozen=True)
+class _Layout:
+    tp: int
+    pp: int
+    vpp: int
+    ep: int
+    etp: int
+
+
 @lru_cache(maxsize=4096)
 def _layer_split(model: ModelSpec, layer_index: int) -> tuple[int, int, int]:
     layer = layer_params(model, layer_index)
@@ -98,6 +107,12 @@ def stage_layers(model: ModelSpec, pp: int, vpp: int, stage: int) -> list[int]:
 def shard_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> ShardParams:
     """Parameters on one GPU of pipeline rank `stage` (before any DP sharding)."""
     p = parallel
+    return _shard_params(model, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, stage)
+
+
+@lru_cache(maxsize=8192)
+def _shard_params(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int) -> ShardParams:
+    p = _Layout(tp, pp, vpp, ep, etp)
     dense = replicated = expert = 0
     for i in stage_layers(model, p.pp, p.vpp, stage):
         d, r, e = _layer_split(model, i)
@@ -114,7 +129,7 @@ def shard_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> Shar
             dense += model.mtp_num_layers * (d + mtp_extra)
             replicated += model.mtp_num_layers * r
             expert += model.mtp_num_layers * e
-    return ShardParams(dense=dense / p.tp, replicated=replicated, expert=expert / (p.ep * p.expert_tp))
+    return ShardParams(dense=dense / p.tp, replicated=replicated, expert=expert / (p.ep * p.etp))
 
 
 # ---- weights, gradients, optimizer ---------------------------------------------------------------
@@ -126,9 +141,10 @@ def weights_gib(shard: ShardParams, parallel: ParallelConfig, precision: str) ->
     return _bytes_by_sharding(shard, parallel, per_param, sharded=parallel.fsdp) / GIB
 
 
-def gradients_gib(shard: ShardParams, parallel: ParallelConfig) -> float:
-    """fp32 main-gradient buffer: whole with DDP and the distributed optimizer, sharded under FSDP."""
-    return _bytes_by_sharding(shard, parallel, MAIN_GRAD_BYTES, sharded=parallel.fsdp) / GIB
+def gradients_gib(shard: ShardParams, parallel: ParallelConfig, main_grad_bytes: int = MAIN_GRAD_BYTES) -> float:
+    """Main-gradient buffer (fp32, or bf16 with --grad-reduce-in-bf16): whole with DDP and the
+    distributed optimizer, sharded under FSDP."""
+    return _bytes_by_sharding(shard, parallel, main_grad_bytes, sharded=parallel.fsdp) / GIB
 
 
 def optimizer_gib(shard: ShardParams, parallel: ParallelConfig) -> float:
@@ -150,13 +166,14 @@ def _bytes_by_sharding(shard: ShardParams, parallel: ParallelConfig, per_param: 
 # ---- activations (default mode) ------------------------------------------------------------------
 
 
-def _mlp_intermediate_bytes(model: ModelSpec, ffn: int) -> float:
-    """Bytes per token kept inside one MLP: gate + up outputs and the activation output (bf16)."""
-    return 2 * ffn * (3 if model.gated_mlp else 2)
+def _mlp_intermediate_bytes(model: ModelSpec, ffn: int, gemm_input: int = 2) -> float:
+    """Bytes per token kept inside one MLP: gate + up outputs (bf16) and the activation output (the
+    down-projection's input, `gemm_input` bytes)."""
+    return ffn * (2 * (2 if model.gated_mlp else 1) + gemm_input)
 
 
 def layer_activation_bytes(
-    model: ModelSpec, layer_index: int, parallel: ParallelConfig, tokens: float
+    model: ModelSpec, layer_index: int, parallel: ParallelConfig, tokens: float, precision: str = "bf16"
 ) -> float:
     """Activations one layer keeps for backward, for `tokens` tokens of a micro-batch (no recompute).
 
@@ -165,10 +182,12 @@ def layer_activation_bytes(
     dropout masks 2h); Q, K, V (GQA-sized), the attention output and fp32 softmax statistics
     (fused attention: no s x s scores); the MLP intermediates. On MoE layers every token is kept
     top-k times (dispatched input, expert intermediates, combine output), shared experts like a
-    dense MLP, and fp32 router logits.
+    dense MLP, and fp32 router logits. Under FP8 recipes Transformer Engine saves the GEMM inputs
+    (QKV and MLP inputs, attention output, MLP activation output) in FP8: 1 byte instead of 2.
     """
     p, h = parallel, model.hidden_size
-    norm_and_inputs = 10 * h
+    gemm_input = 1 if precision in ("fp8", "mxfp8", "nvfp4") else 2  # bytes per saved GEMM-input element
+    norm_and_inputs = 6 * h + 2 * gemm_input * h
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
@@ -178,17 +197,17 @@ def layer_activation_bytes(
         q = model.num_attention_heads * model.head_dim
         kv_bytes = 4 * model.kv_heads * model.head_dim
         out = q
-    attention = 2 * q + kv_bytes + 2 * out + 4 * model.num_attention_heads
+    attention = 2 * q + kv_bytes + gemm_input * out + 4 * model.num_attention_heads
     if model.is_moe_layer(layer_index):
         moe = model.moe
         assert moe is not None
         # Each token is kept top-k times; an ETP group shares its tokens (4h: dispatched input + combine
         # output) and splits the expert width.
-        routed = moe.router_topk * (4 * h * p.expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size))
-        mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size)
+        routed = moe.router_topk * (4 * h * p.expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size, gemm_input))
+        mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size, gemm_input)
         mlp += 4 * moe.num_experts
     else:
-        mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size)
+        mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size, gemm_input)
     split = norm_and_inputs / p.tp if p.sequence_parallel else norm_and_inputs
     return tokens * (split + (attention + mlp) / p.tp)
 
@@ -221,7 +240,13 @@ def activations_gib(
     p = parallel
     tokens = p.mbs * training.seq_length / p.cp
     layers = stage_layers(model, p.pp, p.vpp, stage)
-    full = [layer_activation_bytes(model, i, p, tokens) for i in layers]
+    by_kind: dict[bool, float] = {}  # dense and MoE layers each costed once
+    full = []
+    for i in layers:
+        kind = model.is_moe_layer(i)
+        if kind not in by_kind:
+            by_kind[kind] = layer_activation_bytes(model, i, p, tokens, training.precision)
+        full.append(by_kind[kind])
     per_microbatch, working_set = _recompute_policy(model, p, full, tokens)
     if stage == 0:  # embedding output (+ dropout mask) and token ids
         per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
@@ -338,11 +363,19 @@ def memory_per_gpu(
     capacity_gib: float,
     *,
     megatron_formula: bool = False,
+    main_grad_bytes: int = MAIN_GRAD_BYTES,
 ) -> MemoryBreakdown:
-    """Memory of the most-loaded GPU (GiB), default mode or Megatron's formula (see module doc)."""
+    """Memory of the most-loaded GPU (GiB), default mode or Megatron's formula (see module doc).
+
+    `main_grad_bytes`: 4 for fp32 gradient buffers (Megatron's default with bf16), 2 when gradients
+    are kept and reduced in bf16 (`--grad-reduce-in-bf16`, NeMo performance recipes).
+    """
     if megatron_formula:
         return _megatron_memory(model, training, parallel, capacity_gib)
-    candidates = [_stage_memory(model, training, parallel, stage, capacity_gib) for stage in _stages_to_cost(model, parallel)]
+    candidates = [
+        _stage_memory(model, training, parallel, stage, capacity_gib, main_grad_bytes)
+        for stage in _stages_to_cost(model, parallel)
+    ]
     return max(candidates, key=lambda m: m.total_gib)
 
 
@@ -354,13 +387,14 @@ def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> list[int]:
 
 
 def _stage_memory(
-    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int, capacity_gib: float
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int, capacity_gib: float,
+    main_grad_bytes: int,
 ) -> MemoryBreakdown:
     shard = shard_params(model, parallel, stage)
     activations = activations_gib(model, training, parallel, stage)
     return MemoryBreakdown(
         weights_gib=weights_gib(shard, parallel, training.precision),
-        gradients_gib=gradients_gib(shard, parallel),
+        gradients_gib=gradients_gib(shard, parallel, main_grad_bytes),
         optimizer_gib=optimizer_gib(shard, parallel),
         activations_gib=activations,
         overhead_gib=overhead_gib(parallel, activations),

@@ -1,0 +1,122 @@
+"""Estimators: parameters, FLOPs, memory and step time of one layout. Pure functions, no I/O.
+
+Public API:
+- `estimate(model, cluster, training, parallel) -> EstimateResult` — validates the layout first
+  (its warnings are carried), then memory + step time; what `megapilot estimate --json` prints.
+- `estimate_fast(model, cluster, training, parallel, options) -> FastEstimate` — the same numbers as
+  plain dataclasses, no validation and no pydantic construction: the planner's inner loop.
+- building blocks: `flops_per_step`, `flops_per_token`, `memory_per_gpu`, `step_time`, `count_params`,
+  `build_case` (layout flags -> specs).
+
+Conventions: FLOPs follow Megatron-LM's `num_floating_point_operations` (causal attention halved,
+GEMMs only, no recompute); MFU = model FLOPs / (step time x world x dense peak of the precision);
+memory is the most-loaded GPU in GiB (see `memory.py` for what the default mode adds to Megatron's
+formula).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from megapilot.estimate.cases import Case, build_case
+from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
+from megapilot.estimate.flops import FLOP_CONVENTIONS, FlopConvention, flops_per_step, flops_per_token
+from megapilot.estimate.memory import MemoryBreakdown, memory_per_gpu
+from megapilot.estimate.params import ParamBreakdown, count_params
+from megapilot.estimate.step_time import BREAKDOWN_TERMS, EstimateOptions, StepTime, step_time
+from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts
+from megapilot.spec.training import TrainingSpec
+from megapilot.spec.validate import validate_layout
+
+__all__ = [
+    "BREAKDOWN_TERMS", "CALIBRATED", "Case", "EfficiencyParams", "EstimateOptions", "FLOP_CONVENTIONS",
+    "FastEstimate", "FlopConvention", "MemoryBreakdown", "ParamBreakdown", "StepTime", "build_case",
+    "count_params", "estimate", "estimate_fast", "flops_per_step", "flops_per_token", "memory_per_gpu",
+    "step_time", "to_result",
+]
+
+
+@dataclass(frozen=True)
+class FastEstimate:
+    """Memory and step time of one layout, as plain dataclasses."""
+
+    memory: MemoryBreakdown
+    time: StepTime
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+
+def estimate_fast(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    options: EstimateOptions = EstimateOptions(),
+) -> FastEstimate:
+    """Memory + step time without layout validation (the caller guarantees a valid layout)."""
+    memory = memory_per_gpu(
+        model, training, parallel, cluster.gpu.hbm_gib, main_grad_bytes=2 if options.grad_reduce_in_bf16 else 4
+    )
+    return FastEstimate(memory=memory, time=step_time(model, cluster, training, parallel, options))
+
+
+def estimate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    options: EstimateOptions = EstimateOptions(),
+) -> EstimateResult:
+    """Validate the layout (MegapilotError if Megatron would refuse it), then estimate it."""
+    warnings = validate_layout(model, cluster, training, parallel)
+    return to_result(model, estimate_fast(model, cluster, training, parallel, options), warnings)
+
+
+@lru_cache(maxsize=256)
+def _param_counts(model: ModelSpec) -> ParamCounts:
+    counts = count_params(model)
+    return ParamCounts(total=counts.total, active=counts.active, embedding=counts.embedding)
+
+
+def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None = None) -> EstimateResult:
+    """The public `EstimateResult` of a fast estimate (numbers rounded for display stability)."""
+    memory, time = fast.memory, fast.time
+    all_warnings = list(warnings or []) + _memory_warnings(memory) + time.warnings
+    return EstimateResult(
+        params=_param_counts(model),
+        flops_per_step=time.model_flops_per_step,
+        memory_gib=MemoryGiB(
+            weights=round(memory.weights_gib, 3), gradients=round(memory.gradients_gib, 3),
+            optimizer=round(memory.optimizer_gib, 3), activations=round(memory.activations_gib, 3),
+            overhead=round(memory.overhead_gib, 3), total=round(memory.total_gib, 3),
+            capacity=round(memory.capacity_gib, 3), stage=memory.stage,
+        ),
+        fits=memory.fits,
+        step_time_s=time.step_time_s,
+        tokens_per_s_per_gpu=time.tokens_per_s_per_gpu,
+        tflops_per_gpu=time.tflops_per_gpu,
+        mfu=time.mfu,
+        time_breakdown_s={k: round(v, 6) for k, v in time.breakdown_s.items()},
+        warnings=all_warnings,
+        bubble_fraction=round(time.bubble_fraction, 4),
+        exposed_comm_fraction=round(time.exposed_comm_fraction, 4),
+        flop_convention="megatron",
+    )
+
+
+def _memory_warnings(memory: MemoryBreakdown) -> list[str]:
+    if memory.fits:
+        headroom = memory.capacity_gib - memory.total_gib
+        if headroom < 0.05 * memory.capacity_gib:
+            return [f"only {headroom:.1f} GiB of {memory.capacity_gib:.0f} GiB left: allocator spikes may OOM"]
+        return []
+    return [
+        f"does not fit: {memory.total_gib:.1f} GiB needed on pipeline rank {memory.stage}, "
+        f"{memory.capacity_gib:.0f} GiB available (raise tp/pp, use recompute, or the distributed optimizer)"
+    ]

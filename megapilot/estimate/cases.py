@@ -1,0 +1,130 @@
+"""Layout flags -> typed specs: the one place `--model --gpu --gpus --tp ...` become objects.
+
+`megapilot estimate`, its `--batch` lines, the planner and the launch-script command accept the same
+flags; they all call `build_case(**flags)`. Flag names are the long CLI names with `_`
+(`seq_len`, `gpus_per_node`, `recompute_num_layers`, ...). Every bad value raises `MegapilotError`
+naming the flag.
+
+Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
+optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import PRECISIONS, TrainingSpec
+
+REQUIRED_FLAGS = ("model", "gpu", "gpus", "gbs", "seq_len")
+INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
+             "recompute_num_layers")
+BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp")
+STR_FLAGS = ("model", "gpu", "precision", "recompute", "recompute_method")
+KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS)
+
+
+@dataclass(frozen=True)
+class Case:
+    """Everything an estimate needs."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+
+
+def build_case(**flags: Any) -> Case:
+    """Resolve layout flags (see module doc) into specs; raises MegapilotError on the first bad flag."""
+    flags = {k: v for k, v in flags.items() if v is not None}
+    _check_flag_names_and_types(flags)
+    model = _resolve_model(flags["model"])
+    cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
+    training = _build_training(flags)
+    parallel = _resolve_parallel(flags, cluster.world_size)
+    return Case(model, cluster, training, parallel)
+
+
+def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
+    unknown = sorted(set(flags) - KNOWN_FLAGS)
+    if unknown:
+        raise MegapilotError(
+            f"unknown flag(s) {', '.join(unknown)}", field=unknown[0],
+            fix=f"use only: {', '.join(sorted(KNOWN_FLAGS))}",
+        )
+    for name in REQUIRED_FLAGS:
+        if name not in flags:
+            raise MegapilotError("is required", field=name, fix=f"pass --{name.replace('_', '-')}")
+    for name in INT_FLAGS:
+        value = flags.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise MegapilotError(f"must be an integer, got {value!r}", field=name, fix=f"give {name} as a whole number")
+        if value is not None and value < 1:
+            raise MegapilotError(f"must be >= 1, got {value}", field=name, fix=f"give {name} as a positive number")
+    for name in BOOL_FLAGS:
+        value = flags.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise MegapilotError(f"must be true or false, got {value!r}", field=name, fix="use a JSON boolean")
+    for name in STR_FLAGS:
+        value = flags.get(name)
+        if value is not None and not isinstance(value, str):
+            raise MegapilotError(f"must be a string, got {value!r}", field=name, fix=f"give {name} as text")
+
+
+def _resolve_model(name_or_path: str) -> ModelSpec:
+    from megapilot.catalog import get_model
+
+    return get_model(name_or_path)
+
+
+def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> ClusterSpec:
+    from megapilot.catalog.gpus import get_gpu
+
+    return ClusterSpec.from_gpu_count(get_gpu(gpu_name), gpus, gpus_per_node)
+
+
+def _resolve_parallel(flags: dict[str, Any], world_size: int) -> ParallelConfig:
+    tp = flags.get("tp", 1)
+    recompute = flags.get("recompute", "selective")
+    layout = {
+        "tp": tp, "pp": flags.get("pp", 1), "vpp": flags.get("vpp", 1), "cp": flags.get("cp", 1),
+        "ep": flags.get("ep", 1), "etp": flags.get("etp"), "mbs": flags.get("mbs", 1),
+        "sequence_parallel": flags.get("sequence_parallel", tp > 1),
+        "recompute": recompute,
+        "recompute_method": flags.get("recompute_method", "uniform"),
+        "recompute_num_layers": flags.get("recompute_num_layers"),
+        "distributed_optimizer": flags.get("distributed_optimizer", True),
+        "fsdp": flags.get("fsdp", False),
+    }
+    try:
+        return ParallelConfig.for_world(world_size, **layout)
+    except MegapilotError:
+        raise
+    except ValueError as exc:
+        raise _layout_error(exc) from None
+
+
+def _layout_error(exc: ValueError) -> MegapilotError:
+    """Name the flag a ParallelConfig rule points at (its messages start with the field's name)."""
+    converted = from_validation_error(exc)
+    if converted.field is None:
+        for name in ("sequence_parallel", "vpp", "recompute_num_layers", "recompute", "tp", "pp"):
+            if converted.problem.startswith(name):
+                return MegapilotError(converted.problem, field=name)
+    return converted
+
+
+def _build_training(flags: dict[str, Any]) -> TrainingSpec:
+    try:
+        return TrainingSpec(
+            seq_length=flags["seq_len"], global_batch_size=flags["gbs"], precision=flags.get("precision", "bf16")
+        )
+    except ValueError as exc:
+        error = from_validation_error(exc)
+        flag = {"seq_length": "seq_len", "global_batch_size": "gbs"}.get(error.field or "", error.field)
+        fix = f"use one of: {', '.join(PRECISIONS)}" if flag == "precision" else error.fix
+        raise MegapilotError(error.problem, field=flag, fix=fix) from None

@@ -1,0 +1,62 @@
+"""Collective-communication times (ring algorithms) and which link a process group runs on.
+
+Megatron orders ranks TP fastest, then CP, DP, and PP slowest (expert groups: ETP, then EP); a group
+whose ranks span at most the NVLink/xGMI domain talks over scale-up links, otherwise the slowest hop
+is the per-GPU scale-out NIC. Costs are the bandwidth terms of the ring algorithms (Thakur et al. 2005,
+"Optimization of Collective Communication Operations in MPICH"): all-gather and reduce-scatter move
+(g-1)/g of the full buffer per GPU, all-reduce twice that, all-to-all (g-1)/g of what a rank sends.
+Latency terms are left out: Megatron's buckets and activations are megabytes, where bandwidth rules.
+"""
+
+from __future__ import annotations
+
+from megapilot.estimate.efficiency import COLLECTIVE_BW_EFFICIENCY
+from megapilot.spec.hardware import ClusterSpec
+
+
+def scaleup_domain(cluster: ClusterSpec) -> int:
+    """GPUs that share NVLink/xGMI: the node, or the whole rack on NVL72-class systems."""
+    domain = cluster.gpu.scaleup_domain_gpus
+    return domain if domain > cluster.gpus_per_node else min(domain, cluster.gpus_per_node)
+
+
+def group_bandwidth_bytes_per_s(cluster: ClusterSpec, group: int, stride: int = 1) -> float:
+    """Achievable per-GPU bandwidth of a process group of `group` ranks spaced `stride` ranks apart.
+
+    Inside the scale-up domain: the NVLink/xGMI bandwidth. Across it, NCCL's rings/trees cross each
+    node boundary once per channel and spread that traffic over the NICs of the group's ranks on the
+    node, so the group moves data at `ranks per node x NIC bandwidth`, capped by the scale-up link.
+    """
+    gpu = cluster.gpu
+    domain = scaleup_domain(cluster)
+    if group * stride <= domain:
+        link_gbps = gpu.scaleup_bw_gbps
+    else:
+        ranks_per_node = max(1, min(group, cluster.gpus_per_node // stride))
+        link_gbps = min(gpu.scaleup_bw_gbps, ranks_per_node * gpu.scaleout_bw_gbps)
+    return link_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY
+
+
+def all_gather_s(buffer_bytes: float, group: int, bandwidth: float) -> float:
+    """Ring all-gather of a `buffer_bytes` result over `group` ranks."""
+    return 0.0 if group <= 1 else (group - 1) / group * buffer_bytes / bandwidth
+
+
+def reduce_scatter_s(buffer_bytes: float, group: int, bandwidth: float) -> float:
+    """Ring reduce-scatter of a `buffer_bytes` input over `group` ranks."""
+    return all_gather_s(buffer_bytes, group, bandwidth)
+
+
+def all_reduce_s(buffer_bytes: float, group: int, bandwidth: float) -> float:
+    """Ring all-reduce = reduce-scatter + all-gather."""
+    return 2 * all_gather_s(buffer_bytes, group, bandwidth)
+
+
+def all_to_all_s(sent_bytes: float, group: int, bandwidth: float) -> float:
+    """All-to-all where each rank sends `sent_bytes` in total, (g-1)/g of it off-GPU."""
+    return all_gather_s(sent_bytes, group, bandwidth)
+
+
+def p2p_s(message_bytes: float, bandwidth: float) -> float:
+    """One point-to-point send."""
+    return message_bytes / bandwidth

@@ -1,0 +1,95 @@
+"""How much of the peak a GPU reaches on the work of a training step.
+
+Five parameters, fitted on published Megatron runs by `bench/calibration/run.py` (results committed
+in `bench/calibration/results.json`) and copied here:
+
+- `gemm_peak_fraction_16bit` / `gemm_peak_fraction_8bit`: the fraction of the dense peak a large
+  BF16/FP16 (resp. FP8-class) GEMM reaches in Megatron (cuBLAS/TE kernels, clocks under load).
+- `ridge_multiplier` (kappa): a GEMM of arithmetic intensity I (FLOPs per byte of its three operands)
+  runs at `peak_fraction * I / (I + kappa * ridge)`, with ridge = peak FLOP/s / HBM bytes/s, the
+  roofline knee of the GPU. A thin GEMM (small hidden per TP rank, few tokens) falls off smoothly;
+  a fat one tends to the peak fraction. One parameter, shared by every GPU.
+- `elementwise_passes`: norms, activations, dropout, rotary, residuals, casts and the optimizer-free
+  glue move roughly `c` times the bytes a layer stores for backward through HBM per forward+backward;
+  this is memory-bound time, priced at the GPU's HBM bandwidth.
+- `attention_peak_fraction`: the fused (flash) attention kernels' fraction of the BF16 peak; they
+  run in BF16 under FP8 recipes too (Transformer Engine keeps dot-product attention in BF16).
+
+Collective bandwidth: NCCL reaches about 75 % of the nominal link bandwidth on large messages
+(nccl-tests bus bandwidth on NVLink4/NDR systems); a stated constant, not fitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megapilot.spec.hardware import GPUSpec
+
+COLLECTIVE_BW_EFFICIENCY = 0.75
+EIGHT_BIT_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
+
+
+@dataclass(frozen=True)
+class EfficiencyParams:
+    """The fitted parameters of the compute-time model (see module doc)."""
+
+    gemm_peak_fraction_16bit: float
+    gemm_peak_fraction_8bit: float
+    ridge_multiplier: float
+    elementwise_passes: float
+    attention_peak_fraction: float
+
+
+# Fitted by bench/calibration/run.py on 45 published Megatron/NeMo runs (A100 BF16, H100 BF16, H100 FP8):
+# median |error| 4.2 % in-sample, 4.6 % on 5-fold hold-out (bench/calibration/results.md). The attention
+# fraction sits on its lower bound (0.3): the 2021-22 A100 runs used unfused softmax attention.
+CALIBRATED = EfficiencyParams(
+    gemm_peak_fraction_16bit=0.6711,
+    gemm_peak_fraction_8bit=0.5222,
+    ridge_multiplier=0.2461,
+    elementwise_passes=5.9706,
+    attention_peak_fraction=0.3000,
+)
+
+
+def gemm_bytes_per_element(precision: str) -> float:
+    """Operand width of the GEMMs: 1 byte for FP8-class recipes, 2 otherwise (FP4 counted as 1 with scales)."""
+    return 1.0 if precision in EIGHT_BIT_PRECISIONS else 2.0
+
+
+def gemm_peak_tflops(gpu: GPUSpec, precision: str) -> float:
+    """Dense peak of the GEMM precision (TFLOP/s)."""
+    return gpu.peak_tflops(precision)  # type: ignore[arg-type]
+
+
+def gemm_efficiency(
+    m: float, k: float, n: float, gpu: GPUSpec, precision: str, params: EfficiencyParams = CALIBRATED
+) -> float:
+    """Fraction of the precision's peak reached by an (m x k) @ (k x n) GEMM.
+
+    Roofline-smoothed (Williams et al. 2009, "Roofline"): intensity I = 2mkn / (bytes x (mk + kn + mn));
+    efficiency = peak_fraction x I / (I + kappa x ridge).
+    """
+    element = gemm_bytes_per_element(precision)
+    intensity = 2 * m * k * n / (element * (m * k + k * n + m * n))
+    ridge = gemm_peak_tflops(gpu, precision) * 1e12 / (gpu.hbm_bw_tbps * 1e12)
+    fraction = params.gemm_peak_fraction_8bit if precision in EIGHT_BIT_PRECISIONS else params.gemm_peak_fraction_16bit
+    return fraction * intensity / (intensity + params.ridge_multiplier * ridge)
+
+
+def gemm_time_s(
+    flops: float, m: float, k: float, n: float, gpu: GPUSpec, precision: str, params: EfficiencyParams = CALIBRATED
+) -> float:
+    """Seconds for `flops` FLOPs of GEMMs shaped (m, k, n)."""
+    rate = gemm_peak_tflops(gpu, precision) * 1e12 * gemm_efficiency(m, k, n, gpu, precision, params)
+    return flops / rate
+
+
+def attention_time_s(flops: float, gpu: GPUSpec, params: EfficiencyParams = CALIBRATED) -> float:
+    """Seconds for fused attention-core FLOPs (always BF16)."""
+    return flops / (gpu.bf16_dense_tflops * 1e12 * params.attention_peak_fraction)
+
+
+def elementwise_time_s(stored_bytes: float, gpu: GPUSpec, params: EfficiencyParams = CALIBRATED) -> float:
+    """Seconds of memory-bound glue for a layer that stores `stored_bytes` for backward."""
+    return params.elementwise_passes * stored_bytes / (gpu.hbm_bw_tbps * 1e12)

@@ -1,0 +1,386 @@
+"""Step time of one global batch, term by term, and the throughput figures derived from it.
+
+Model (per GPU, seconds):
+- compute: every GEMM priced by its shape (`efficiency.gemm_time_s`), the fused attention core at
+  the BF16 attention rate, memory-bound glue at HBM bandwidth (`efficiency.elementwise_time_s`);
+- recompute: selective re-runs the attention core's forward, full re-runs the recomputed layers'
+  forward (Korthikanti et al. 2022, Sec. 5);
+- tp_comm: with SP 4 all-gathers + 4 reduce-scatters of the layer activation per layer per
+  micro-batch (without SP: 4 all-reduces, the same volume), Korthikanti Sec. 4.2.2; with
+  `tp_comm_overlap` (userbuffers/TE) 80 % of it is hidden behind the GEMMs;
+- cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
+  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
+- ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers (exposed);
+- pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk;
+- pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2);
+- dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
+  an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
+  (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last);
+- optimizer: Adam reads/writes ~32 B per local shard parameter at HBM bandwidth.
+
+Step = m x (slowest stage's micro-batch time) + bubble + exposed dp_comm + optimizer.
+MFU = model FLOPs / (step time x world x dense peak of the precision used).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from megapilot.estimate import comm
+from megapilot.estimate.efficiency import (
+    CALIBRATED,
+    EfficiencyParams,
+    attention_time_s,
+    elementwise_time_s,
+    gemm_time_s,
+)
+from megapilot.estimate.flops import (
+    FlopConvention,
+    attention_core_flops,
+    attention_linear_flops,
+    flops_per_step,
+)
+from megapilot.estimate.memory import layer_activation_bytes, shard_params, stage_layers
+from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import TrainingSpec
+
+TP_OVERLAP_HIDDEN_FRACTION = 0.8
+GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
+PARAM_GATHER_BYTES = 2
+ADAM_STEP_BYTES_PER_PARAM = 32  # read param, grad, m, v (16 B) and write param, m, v + bf16 copy (16 B)
+
+BREAKDOWN_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
+                   "optimizer")
+
+
+@dataclass(frozen=True)
+class EstimateOptions:
+    """Run features the layout does not say (all on in current Megatron-LM recipes)."""
+
+    tp_comm_overlap: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    grad_reduce_in_bf16: bool = False  # bf16 gradient buffers and reduction (NeMo performance recipes)
+    efficiency: EfficiencyParams = CALIBRATED
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per step by term, and the throughput that follows."""
+
+    step_time_s: float
+    breakdown_s: dict[str, float]
+    model_flops_per_step: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    bubble_fraction: float
+    exposed_comm_fraction: float
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Cost:
+    """Per-micro-batch seconds of one layer (or stage) on one GPU, by term."""
+
+    compute: float = 0.0
+    recompute: float = 0.0
+    tp_comm: float = 0.0
+    cp_comm: float = 0.0
+    ep_comm: float = 0.0
+
+    def __add__(self, other: "_Cost") -> "_Cost":
+        return _Cost(*(a + b for a, b in zip(self._values(), other._values())))
+
+    def scaled(self, k: float) -> "_Cost":
+        return _Cost(*(a * k for a in self._values()))
+
+    def _values(self) -> tuple[float, ...]:
+        return (self.compute, self.recompute, self.tp_comm, self.cp_comm, self.ep_comm)
+
+    @property
+    def total(self) -> float:
+        return sum(self._values())
+
+
+# ---- one layer ---------------------------------------------------------------------------------
+
+
+def _mlp_gemms_s(
+    model: ModelSpec, tokens: float, ffn: int, shard: int, cluster: ClusterSpec, precision: str,
+    eff: EfficiencyParams,
+) -> float:
+    """Forward + backward GEMMs of an MLP of width `ffn` split `shard` ways, for `tokens` rows."""
+    if ffn == 0:
+        return 0.0
+    h, gpu = model.hidden_size, cluster.gpu
+    up_width = ffn * (2 if model.gated_mlp else 1) / shard
+    down_width = ffn / shard
+    up = gemm_time_s(6 * tokens * h * up_width, tokens, h, up_width, gpu, precision, eff)
+    down = gemm_time_s(6 * tokens * down_width * h, tokens, down_width, h, gpu, precision, eff)
+    return up + down
+
+
+def _attention_gemms_s(
+    model: ModelSpec, tokens: float, tp: int, cluster: ClusterSpec, precision: str, eff: EfficiencyParams
+) -> float:
+    """QKV and output projections (MLA: one equivalent GEMM of the same FLOPs), forward + backward."""
+    h, gpu = model.hidden_size, cluster.gpu
+    if model.mla is not None:
+        width = attention_linear_flops(model) / (6 * h) / tp
+        return gemm_time_s(6 * tokens * h * width, tokens, h, width, gpu, precision, eff)
+    q = model.num_attention_heads * model.head_dim / tp
+    qkv = q + 2 * model.kv_heads * model.head_dim / tp
+    return (
+        gemm_time_s(6 * tokens * h * qkv, tokens, h, qkv, gpu, precision, eff)
+        + gemm_time_s(6 * tokens * q * h, tokens, q, h, gpu, precision, eff)
+    )
+
+
+def layer_cost(
+    model: ModelSpec,
+    layer_index: int,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    options: EstimateOptions,
+    *,
+    recomputed: bool,
+) -> _Cost:
+    """Seconds one GPU spends on one layer for one micro-batch (forward + backward)."""
+    p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
+    h = model.hidden_size
+    tokens = p.mbs * training.seq_length / p.cp
+    core_s = attention_time_s(attention_core_flops(model, training.seq_length) * tokens / p.tp, gpu, eff)
+    # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
+    # the per-token core FLOPs (at the full sequence length) already account for.
+    gemms_s = _attention_gemms_s(model, tokens, p.tp, cluster, precision, eff)
+    ep_s = 0.0
+    if model.is_moe_layer(layer_index):
+        moe = model.moe
+        assert moe is not None
+        per_expert_tokens = max(1.0, tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
+        local_experts = moe.num_experts / p.ep
+        gemms_s += local_experts * _mlp_gemms_s(
+            model, per_expert_tokens, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
+        )
+        gemms_s += _mlp_gemms_s(model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
+        sent_bytes = tokens * moe.router_topk * h * 2 * p.expert_tp / p.tp
+        ep_bw = comm.group_bandwidth_bytes_per_s(cluster, p.ep, stride=p.expert_tp)
+        ep_s = 4 * comm.all_to_all_s(sent_bytes, p.ep, ep_bw)
+    else:
+        gemms_s += _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
+    glue_s = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
+    compute_s = gemms_s + core_s + glue_s
+
+    tp_s = _tp_comm_s(model, cluster, p, options, tokens)
+    if p.recompute == "full" and recomputed:
+        recompute_s = compute_s / 3
+        tp_s *= 1.5  # the recomputed forward repeats its 4 collectives
+    elif p.recompute == "selective":
+        recompute_s = core_s / 3
+    else:
+        recompute_s = 0.0
+    return _Cost(compute_s, recompute_s, tp_s, _cp_comm_exposed_s(model, cluster, p, tokens, core_s), ep_s)
+
+
+def _tp_comm_s(
+    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, tokens: float
+) -> float:
+    """8 ring AG/RS (or 4 AR) of the [tokens x h] bf16 activation per layer; part hidden with overlap."""
+    if p.tp == 1:
+        return 0.0
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.tp)
+    total = 8 * comm.all_gather_s(tokens * model.hidden_size * 2, p.tp, bandwidth)
+    hidden = TP_OVERLAP_HIDDEN_FRACTION if options.tp_comm_overlap and p.sequence_parallel else 0.0
+    return total * (1 - hidden)
+
+
+def _cp_comm_exposed_s(
+    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float, core_s: float
+) -> float:
+    """Ring-attention K/V traffic beyond what the attention core hides."""
+    if p.cp == 1:
+        return 0.0
+    if model.mla is not None:
+        kv_width = model.num_attention_heads * (model.mla.qk_head_dim + model.mla.qk_pos_emb_head_dim
+                                                + model.mla.v_head_dim) / 2
+    else:
+        kv_width = model.kv_heads * model.head_dim
+    kv_bytes = tokens * 2 * kv_width * 2 / p.tp
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
+    traffic_s = 3 * (p.cp - 1) * comm.p2p_s(kv_bytes, bandwidth)
+    return max(0.0, traffic_s - core_s)
+
+
+# ---- stages, pipeline, data parallel -------------------------------------------------------------
+
+
+def _recomputed_layers(p: ParallelConfig, layers_in_stage: int) -> set[int]:
+    """Positions (within the stage) whose forward is re-run under full recompute."""
+    if p.recompute != "full":
+        return set()
+    if p.recompute_method == "block" and p.recompute_num_layers:
+        chunk = layers_in_stage // p.vpp
+        return {c * chunk + i for c in range(p.vpp) for i in range(min(p.recompute_num_layers, chunk))}
+    return set(range(layers_in_stage))
+
+
+def _output_cost(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, eff: EfficiencyParams
+) -> float:
+    """Logits GEMM + cross-entropy on the last stage (per MTP depth + 1), per micro-batch."""
+    tokens = p.mbs * training.seq_length / p.cp
+    vocab = model.padded_vocab_size(p.tp) / p.tp
+    h, gpu = model.hidden_size, cluster.gpu
+    gemm = gemm_time_s(6 * tokens * h * vocab, tokens, h, vocab, gpu, training.precision, eff)
+    cross_entropy = elementwise_time_s(tokens * vocab * 6, gpu, eff)
+    return (gemm + cross_entropy) * (model.mtp_num_layers + 1)
+
+
+def stage_costs(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
+    options: EstimateOptions,
+) -> list[_Cost]:
+    """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once)."""
+    p = parallel
+    cache: dict[tuple[bool, bool], _Cost] = {}
+
+    def cost_of(layer_index: int, recomputed: bool) -> _Cost:
+        key = (model.is_moe_layer(layer_index), recomputed)
+        if key not in cache:
+            cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
+        return cache[key]
+
+    costs = []
+    for stage in range(p.pp):
+        layers = stage_layers(model, p.pp, p.vpp, stage)
+        recomputed = _recomputed_layers(p, len(layers))
+        kinds: dict[tuple[bool, bool], tuple[int, int]] = {}  # (moe, recomputed) -> (a layer, count)
+        for position, layer_index in enumerate(layers):
+            key = (model.is_moe_layer(layer_index), position in recomputed)
+            first, count = kinds.get(key, (layer_index, 0))
+            kinds[key] = (first, count + 1)
+        total = _Cost()
+        for (_, is_recomputed), (layer_index, count) in kinds.items():
+            total = total + cost_of(layer_index, is_recomputed).scaled(count)
+        if stage == p.pp - 1:
+            total = total + _Cost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+            if model.mtp_num_layers:
+                total = total + cost_of(model.num_layers - 1, False).scaled(model.mtp_num_layers)
+        costs.append(total)
+    return costs
+
+
+def _pp_comm_s(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig) -> float:
+    """Activation forward + gradient backward p2p per micro-batch and model chunk (scatter-gather: / TP)."""
+    if p.pp == 1:
+        return 0.0
+    message = p.mbs * training.seq_length / p.cp * model.hidden_size * 2 / p.tp
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, 2, stride=p.tp * p.cp * p.dp)
+    return 2 * p.vpp * comm.p2p_s(message, bandwidth)
+
+
+def _dp_comm_s(
+    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, stage0_microbatch_s: float
+) -> tuple[float, float]:
+    """(exposed seconds, total seconds) of the gradient reduction and parameter gather of stage 0."""
+    shard = shard_params(model, p, 0)
+    dense, expert = shard.dense + shard.replicated, shard.expert
+    grad_bytes = 2 if options.grad_reduce_in_bf16 else GRAD_REDUCE_BYTES
+    dense_group, expert_group = p.dp * p.cp, p.expert_dp
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp * p.dp, stride=p.tp)
+    if p.distributed_optimizer or p.fsdp:
+        reduce_s = comm.reduce_scatter_s(dense * grad_bytes, dense_group, bandwidth) + comm.reduce_scatter_s(
+            expert * grad_bytes, expert_group, bandwidth)
+        gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
+            expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
+        if p.fsdp:
+            gather_s *= 2  # Megatron-FSDP gathers again for the backward
+    else:
+        reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
+            expert * grad_bytes, expert_group, bandwidth)
+        gather_s = 0.0
+    backward_window = 2 / 3 * stage0_microbatch_s if options.overlap_grad_reduce else 0.0
+    forward_window = 1 / 3 * stage0_microbatch_s if options.overlap_param_gather else 0.0
+    exposed = max(0.0, reduce_s - backward_window) + max(0.0, gather_s - forward_window)
+    return exposed, reduce_s + gather_s
+
+
+def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig) -> float:
+    """Adam's memory-bound update of this GPU's shard of the master weights."""
+    shard = shard_params(model, p, 0)
+    sharded = p.distributed_optimizer or p.fsdp
+    dense = (shard.dense + shard.replicated) / (p.dp * p.cp if sharded else 1)
+    expert = shard.expert / (p.expert_dp if sharded else 1)
+    return (dense + expert) * ADAM_STEP_BYTES_PER_PARAM / (cluster.gpu.hbm_bw_tbps * 1e12)
+
+
+def step_time(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    options: EstimateOptions = EstimateOptions(),
+    *,
+    convention: FlopConvention = "megatron",
+) -> StepTime:
+    """Seconds per global batch and the throughput figures; see the module doc for the model."""
+    p = parallel
+    m = p.num_microbatches(training.global_batch_size)
+    stages = stage_costs(model, cluster, training, p, options)
+    pp_comm_s = _pp_comm_s(model, cluster, training, p)
+    slowest = max(stages, key=lambda c: c.total)
+    per_microbatch_s = slowest.total + pp_comm_s
+    mean_stage_s = sum(c.total for c in stages) / len(stages) + pp_comm_s
+    bubble_s = (p.pp - 1) / p.vpp * mean_stage_s
+    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, stages[0].total)
+    optimizer_s = _optimizer_s(model, cluster, p)
+    breakdown = {
+        "compute": m * slowest.compute,
+        "recompute": m * slowest.recompute,
+        "tp_comm": m * slowest.tp_comm,
+        "cp_comm": m * slowest.cp_comm,
+        "ep_comm": m * slowest.ep_comm,
+        "pp_comm": m * pp_comm_s,
+        "pp_bubble": bubble_s,
+        "dp_comm": dp_exposed_s,
+        "optimizer": optimizer_s,
+    }
+    total_s = m * per_microbatch_s + bubble_s + dp_exposed_s + optimizer_s
+    world = cluster.world_size
+    model_flops = flops_per_step(model, training.seq_length, training.global_batch_size, convention=convention, tp=p.tp)
+    tflops = model_flops / (total_s * world) / 1e12
+    comm_s = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+    return StepTime(
+        step_time_s=total_s,
+        breakdown_s=breakdown,
+        model_flops_per_step=model_flops,
+        tokens_per_s_per_gpu=training.tokens_per_step / (total_s * world),
+        tflops_per_gpu=tflops,
+        mfu=tflops / cluster.gpu.peak_tflops(training.precision),
+        bubble_fraction=bubble_s / total_s,
+        exposed_comm_fraction=comm_s / total_s,
+        warnings=_warnings(breakdown, total_s, p),
+    )
+
+
+def _warnings(breakdown: dict[str, float], total_s: float, p: ParallelConfig) -> list[str]:
+    warnings = []
+    if breakdown["pp_bubble"] > 0.15 * total_s:
+        warnings.append(
+            f"pipeline bubble is {breakdown['pp_bubble'] / total_s:.0%} of the step: raise the global batch, "
+            "use interleaving (--vpp) or lower pp"
+        )
+    if breakdown["dp_comm"] > 0.10 * total_s:
+        warnings.append(f"exposed data-parallel communication is {breakdown['dp_comm'] / total_s:.0%} of the step")
+    if breakdown["ep_comm"] > 0.20 * total_s:
+        warnings.append(
+            f"expert all-to-all is {breakdown['ep_comm'] / total_s:.0%} of the step: keep ep*etp inside the "
+            "NVLink domain"
+        )
+    if breakdown["tp_comm"] > 0.15 * total_s:
+        warnings.append(f"tensor-parallel communication is {breakdown['tp_comm'] / total_s:.0%} of the step")
+    return warnings

@@ -1,0 +1,150 @@
+"""Step time: each term behaves as its physics says, and the calibration holds on published runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.estimate import comm
+from megapilot.estimate.efficiency import gemm_efficiency
+from megapilot.estimate.step_time import EstimateOptions, step_time
+from megapilot.spec import ClusterSpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
+
+LLAMA3_70B = ModelSpec(
+    name="llama3-70b", num_layers=80, hidden_size=8192, ffn_hidden_size=28672, num_attention_heads=64,
+    num_query_groups=8, vocab_size=128256,
+)
+MIXTRAL = ModelSpec(
+    name="mixtral", num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+    num_query_groups=8, vocab_size=32000, moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=14336),
+)
+H100 = get_gpu("h100")
+SEQ_4K = TrainingSpec(seq_length=4096, global_batch_size=512)
+
+
+def _h100s(n: int) -> ClusterSpec:
+    return ClusterSpec.from_gpu_count(H100, n)
+
+
+def _layout(**kw) -> ParallelConfig:
+    base = {"tp": 8, "pp": 4, "dp": 2, "sequence_parallel": True}
+    return ParallelConfig(**(base | kw))
+
+
+def test_mfu_is_model_flops_over_step_time_world_and_precision_peak():
+    result = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout())
+    expected = result.model_flops_per_step / (result.step_time_s * 64 * H100.bf16_dense_tflops * 1e12)
+    assert result.mfu == pytest.approx(expected)
+    assert result.tokens_per_s_per_gpu == pytest.approx(4096 * 512 / (result.step_time_s * 64))
+    assert 0.2 < result.mfu < 0.7
+
+
+def test_step_time_is_the_sum_of_its_terms():
+    result = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout())
+    assert sum(result.breakdown_s.values()) == pytest.approx(result.step_time_s)
+
+
+def test_gemm_efficiency_falls_as_the_hidden_per_tp_rank_shrinks():
+    fat = gemm_efficiency(4096, 8192, 8192, H100, "bf16")
+    thin = gemm_efficiency(4096, 8192, 8192 / 8, H100, "bf16")
+    thinner = gemm_efficiency(4096, 1024, 256, H100, "bf16")
+    assert fat > thin > thinner > 0
+
+
+def test_pipeline_bubble_follows_pp_minus_one_over_microbatches_and_shrinks_with_interleaving():
+    plain = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout())
+    interleaved = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout(vpp=5))
+    microbatches = 512 // 2
+    per_microbatch = (plain.step_time_s - plain.breakdown_s["pp_bubble"] - plain.breakdown_s["dp_comm"]
+                      - plain.breakdown_s["optimizer"]) / microbatches
+    assert plain.breakdown_s["pp_bubble"] == pytest.approx(3 * per_microbatch, rel=0.05)
+    assert interleaved.breakdown_s["pp_bubble"] == pytest.approx(plain.breakdown_s["pp_bubble"] / 5, rel=0.1)
+
+
+def test_recompute_costs_more_the_more_is_recomputed():
+    times = {r: step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout(recompute=r)) for r in ("none", "selective", "full")}
+    assert times["none"].breakdown_s["recompute"] == 0
+    assert 0 < times["selective"].breakdown_s["recompute"] < times["full"].breakdown_s["recompute"]
+    full = times["full"].breakdown_s
+    # one more forward of every layer: a third of their forward+backward (the logits are not recomputed)
+    assert full["compute"] / 4 < full["recompute"] <= full["compute"] / 3
+    assert times["full"].mfu < times["selective"].mfu < times["none"].mfu
+
+
+def test_tp_overlap_hides_most_of_the_tp_communication():
+    exposed = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout(), EstimateOptions(tp_comm_overlap=False))
+    hidden = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout())
+    assert hidden.breakdown_s["tp_comm"] == pytest.approx(exposed.breakdown_s["tp_comm"] * 0.2)
+
+
+def test_groups_beyond_the_nvlink_domain_use_the_nics():
+    cluster = _h100s(64)
+    nvlink = comm.group_bandwidth_bytes_per_s(cluster, 8)
+    one_rank_per_node = comm.group_bandwidth_bytes_per_s(cluster, 8, stride=8)
+    four_ranks_per_node = comm.group_bandwidth_bytes_per_s(cluster, 16, stride=2)
+    assert nvlink == pytest.approx(450e9 * 0.75)
+    assert one_rank_per_node == pytest.approx(50e9 * 0.75)
+    assert four_ranks_per_node == pytest.approx(4 * 50e9 * 0.75)
+
+
+def test_expert_all_to_all_is_slower_across_nodes():
+    train = TrainingSpec(seq_length=4096, global_batch_size=256)
+    inside = step_time(MIXTRAL, _h100s(64), train, ParallelConfig(tp=1, dp=64, ep=8))
+    across = step_time(MIXTRAL, _h100s(64), train, ParallelConfig(tp=2, dp=32, ep=8, sequence_parallel=True))
+    assert 0 < inside.breakdown_s["ep_comm"] < across.breakdown_s["ep_comm"]
+
+
+def test_context_parallel_ring_hides_behind_long_attention_but_not_short():
+    long_seq = TrainingSpec(seq_length=32768, global_batch_size=64)
+    short_seq = TrainingSpec(seq_length=2048, global_batch_size=64)
+    layout = ParallelConfig(tp=8, cp=8, dp=1, sequence_parallel=True)  # CP across nodes
+    assert step_time(LLAMA3_70B, _h100s(64), long_seq, layout).breakdown_s["cp_comm"] == 0
+    assert step_time(LLAMA3_70B, _h100s(64), short_seq, layout).breakdown_s["cp_comm"] > 0
+
+
+def test_overlapped_gradient_reduction_is_exposed_less():
+    layout = ParallelConfig(tp=1, dp=64)
+    train = TrainingSpec(seq_length=4096, global_batch_size=64)
+    small = LLAMA3_70B.model_copy(update={"num_layers": 8})
+    overlapped = step_time(small, _h100s(64), train, layout)
+    serial = step_time(small, _h100s(64), train, layout,
+                       EstimateOptions(overlap_grad_reduce=False, overlap_param_gather=False))
+    assert overlapped.breakdown_s["dp_comm"] < serial.breakdown_s["dp_comm"]
+
+
+def test_fp8_is_faster_but_its_mfu_against_the_fp8_peak_is_lower():
+    bf16 = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout())
+    fp8 = step_time(LLAMA3_70B, _h100s(64), SEQ_4K.model_copy(update={"precision": "fp8"}), _layout())
+    assert fp8.step_time_s < bf16.step_time_s
+    assert fp8.mfu < bf16.mfu
+
+
+def test_more_data_parallel_gpus_shorten_the_step():
+    layout32 = ParallelConfig(tp=8, pp=4, dp=1, sequence_parallel=True)
+    t32 = step_time(LLAMA3_70B, _h100s(32), SEQ_4K, layout32).step_time_s
+    t64 = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout()).step_time_s
+    assert t64 == pytest.approx(t32 / 2, rel=0.05)
+
+
+def _calibration_bench():
+    path = Path(__file__).resolve().parents[2] / "bench" / "calibration" / "run.py"
+    spec = importlib.util.spec_from_file_location("calibration_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_parameters_predict_published_runs_within_calibration_error():
+    bench = _calibration_bench()
+    rows, excluded = bench.load_rows()
+    assert len(rows) >= 40 and all(e["reason"] for e in excluded)
+    layouts = {row.id: bench.resolve_layout(row)[0] for row in rows}
+    errors = bench.errors(rows, layouts, bench.CALIBRATED)
+    assert statistics.median(abs(e) for e in errors.values()) <= 0.06
+    assert max(abs(e) for e in errors.values()) <= 0.35
