@@ -50,7 +50,7 @@ def legal_layouts(model, cluster, training):
     """Every layout of the planner's space that passes `validate_layout` (the exhaustive baseline's list)."""
     from megapilot.errors import MegapilotError
     from megapilot.plan.search import recompute_ladder
-    from megapilot.plan.space import MAX_CP, MAX_MBS, divisors
+    from megapilot.plan.space import MAX_CP, MAX_MBS, divisors, interleave_rule
     from megapilot.spec import ParallelConfig, validate_layout
 
     world = cluster.world_size
@@ -71,7 +71,8 @@ def legal_layouts(model, cluster, training):
                     validate_layout(model, cluster, training, p)
                 except (MegapilotError, ValueError):
                     continue
-                yield p
+                if interleave_rule(training, pp, vpp, dp, mbs) is None:
+                    yield p
 
 
 def run_case(case: dict) -> dict:

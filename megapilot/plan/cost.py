@@ -5,14 +5,22 @@ wrapper only binds the fixed inputs (model, cluster, training), caches results p
 search and the reasons ask for the same layout more than once), and splits a call in two stages:
 memory first (cheap: most layouts die here), the full estimate (step time) only for layouts that fit.
 It counts both kinds of call for the latency benchmark.
+
+The search's own rules already guarantee a legal layout, so it uses the estimator's unvalidated fast
+path (`estimate_fast`); `validated()` runs the public `estimate()` (validation and its warnings) for
+the layouts that are finally shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
+
+if TYPE_CHECKING:
+    from megapilot.estimate import EstimateOptions
 
 LayoutEstimator = Callable[[ParallelConfig], EstimateResult]
 
@@ -34,8 +42,8 @@ class CostModel:
     """Estimates for one (model, cluster, training) triple, memoised by layout.
 
     `estimator` replaces the whole estimator (tests, what-if studies); memory is then read from its
-    results. Without it, the memory stage calls `megapilot.estimate.memory.memory_per_gpu` and the
-    full stage `megapilot.estimate.estimate`.
+    results. Without it the memory stage calls `megapilot.estimate.memory_per_gpu` the way
+    `estimate_fast` does, and the full stage `estimate_fast` itself.
     """
 
     def __init__(
@@ -44,10 +52,12 @@ class CostModel:
         cluster: ClusterSpec,
         training: TrainingSpec,
         estimator: LayoutEstimator | None = None,
+        options: "EstimateOptions | None" = None,
     ):
         self.model = model
         self.cluster = cluster
         self.training = training
+        self.options = options  # run features the layout does not say (None: the estimator's defaults)
         self._injected = estimator
         self._estimator = estimator or self._default_estimator()
         self._memory_fn = None if estimator else self._default_memory()
@@ -57,20 +67,22 @@ class CostModel:
         self.memory_calls = 0
 
     def _default_estimator(self) -> LayoutEstimator:
-        from megapilot.estimate import estimate  # imported late: keeps `megapilot --help` fast
+        from megapilot.estimate import EstimateOptions, estimate_fast, to_result  # late: keeps start-up fast
 
         model, cluster, training = self.model, self.cluster, self.training
-        return lambda parallel: estimate(model, cluster, training, parallel)
+        options = self.options or EstimateOptions()
+        return lambda parallel: to_result(model, estimate_fast(model, cluster, training, parallel, options))
 
-    def _default_memory(self) -> Callable[[ParallelConfig], MemoryCheck] | None:
-        try:
-            from megapilot.estimate.memory import memory_per_gpu
-        except ImportError:  # an estimator without a separate memory stage: use the full estimate
-            return None
+    def _default_memory(self) -> Callable[[ParallelConfig], MemoryCheck]:
+        from megapilot.estimate import EstimateOptions, memory_per_gpu
+
         model, training, capacity = self.model, self.training, self.cluster.gpu.hbm_gib
+        # The same arguments `estimate_fast` passes (tests/plan/test_cost.py checks that both stages
+        # agree on every verdict).
+        main_grad_bytes = 2 if (self.options or EstimateOptions()).grad_reduce_in_bf16 else 4
 
         def memory(parallel: ParallelConfig) -> MemoryCheck:
-            m = memory_per_gpu(model, training, parallel, capacity)
+            m = memory_per_gpu(model, training, parallel, capacity, main_grad_bytes=main_grad_bytes)
             return MemoryCheck(m.total_gib, m.capacity_gib, m.activations_gib)
 
         return memory
@@ -95,10 +107,10 @@ class CostModel:
             self._memory[parallel] = cached
         return cached
 
-    def fits(self, parallel: ParallelConfig) -> bool:
-        """Memory stage first; the full estimate has the last word for a layout that passes it."""
-        return self.memory(parallel).fits and self(parallel).fits
+    def validated(self, parallel: ParallelConfig) -> EstimateResult:
+        """The public estimate of a layout that will be shown: validated, with its warnings."""
+        if self._injected is not None:
+            return self(parallel)
+        from megapilot.estimate import EstimateOptions, estimate
 
-    def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None) -> "CostModel":
-        """A fresh cost model for changed inputs (the what-if searches of the nothing-fits advice)."""
-        return CostModel(self.model, cluster or self.cluster, training or self.training, self._injected)
+        return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions())

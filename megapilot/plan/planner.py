@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from megapilot.errors import MegapilotError
 from megapilot.plan.cost import CostModel, LayoutEstimator
 from megapilot.plan.reasons import Explainer, layout_label
 from megapilot.plan.search import (
-    Candidate, PlanResult, SearchOutcome, search_layouts, validated,
+    Candidate, PlanResult, SearchOutcome, search_layouts,
 )
 from megapilot.plan.space import Pins
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
+
+if TYPE_CHECKING:
+    from megapilot.estimate import EstimateOptions
 
 DEFAULT_TOP = 5
 
@@ -22,8 +27,11 @@ def plan(
     top: int = DEFAULT_TOP,
     pins: Pins | None = None,
     estimator: LayoutEstimator | None = None,
+    options: "EstimateOptions | None" = None,
 ) -> PlanResult:
     """The `top` best layouts for this model on this cluster, each with its reasons.
+
+    `options` are the estimator's run features (overlap, bf16 gradient reduction); None = defaults.
 
     Raises MegapilotError when a pinned value is illegal, or when no layout fits; the latter names
     the constraint that bites and the smallest relaxation (more GPUs, shorter sequence, ...) that fits.
@@ -31,16 +39,18 @@ def plan(
     if top < 1:
         raise MegapilotError(f"must be at least 1, got {top}", field="top", fix="pass --top 1 or more")
     pins = pins or Pins()
-    cost = CostModel(model, cluster, training, estimator)
+    cost = CostModel(model, cluster, training, estimator, options)
     outcome = search_layouts(model, cluster, training, pins=pins, cost=cost)
     if not outcome.ranked:
-        raise _nothing_fits(model, cluster, training, pins, outcome, estimator)
+        raise _nothing_fits(cost, pins, outcome)
     chosen = distinct_shapes(outcome.ranked, top)
     explainer = Explainer(cost, outcome.best_by)
     candidates = []
-    for parallel, est in chosen:
-        warnings = validated(model, cluster, training, parallel)  # the pre-filters must agree with the spec
-        reasons = explainer.explain(parallel, est) + [f"note: {w}" for w in warnings]
+    for parallel, _ in chosen:
+        # The public estimate validates the layout (the search's pre-filters must agree with the spec)
+        # and carries Megatron's warnings for it.
+        est = cost.validated(parallel)
+        reasons = explainer.explain(parallel, est) + [f"note: {w}" for w in est.warnings]
         candidates.append(Candidate(parallel=parallel, estimate=est, reasons=reasons))
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
@@ -70,12 +80,9 @@ def distinct_shapes(ranked: list[tuple[ParallelConfig, EstimateResult]], top: in
 
 # ---- nothing fits ----------------------------------------------------------------------------
 
-def _nothing_fits(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins,
-    outcome: SearchOutcome, estimator: LayoutEstimator | None,
-) -> MegapilotError:
+def _nothing_fits(cost: CostModel, pins: Pins, outcome: SearchOutcome) -> MegapilotError:
     bites = _what_bites(outcome)
-    fixes = _relaxations_that_fit(model, cluster, training, pins, estimator)
+    fixes = _relaxations_that_fit(cost, pins)
     fix = "; or ".join(fixes) if fixes else "use a larger GPU or a smaller model"
     return MegapilotError(f"no layout fits: {bites}", field=_bite_field(outcome), fix=fix)
 
@@ -106,29 +113,26 @@ def _bite_field(outcome: SearchOutcome) -> str:
     return "memory" if binding[0].startswith("memory") else binding[0].split()[0]
 
 
-def _fits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins,
-          estimator: LayoutEstimator | None) -> bool:
+def _fits(cost: CostModel, pins: Pins) -> bool:
     try:
-        return bool(search_layouts(model, cluster, training, pins=pins, estimator=estimator).ranked)
+        return bool(search_layouts(cost.model, cost.cluster, cost.training, pins=pins, cost=cost).ranked)
     except MegapilotError:
         return False
 
 
-def _relaxations_that_fit(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins,
-    estimator: LayoutEstimator | None,
-) -> list[str]:
+def _relaxations_that_fit(cost: CostModel, pins: Pins) -> list[str]:
     """Re-run the search on relaxed inputs; report the smallest relaxation of each kind that fits."""
+    cluster, training = cost.cluster, cost.training
     found: list[str] = []
     loose = Pins(tp=pins.tp, pp=pins.pp, vpp=pins.vpp, cp=pins.cp, ep=pins.ep, etp=pins.etp)
-    if loose != pins and _fits(model, cluster, training, loose, estimator):
+    if loose != pins and _fits(cost.with_inputs(), loose):
         found.append("drop the --mbs/--recompute/--fsdp pins (a lower MBS or more recompute fits)")
     for factor in (2, 4, 8, 16):
         bigger = ClusterSpec(gpu=cluster.gpu, num_nodes=cluster.num_nodes * factor,
                              gpus_per_node=cluster.gpus_per_node)
         relaxed = training.model_copy(update={"global_batch_size": training.global_batch_size * factor}) \
             if training.global_batch_size % bigger.world_size else training
-        if _fits(model, bigger, relaxed, pins, estimator):
+        if _fits(cost.with_inputs(cluster=bigger, training=relaxed), pins):
             batch = "" if relaxed is training else f" (and --gbs {relaxed.global_batch_size})"
             found.append(f"use {bigger.world_size:,} GPUs ({factor}× more){batch}")
             break
@@ -136,10 +140,10 @@ def _relaxations_that_fit(
         shorter = training.seq_length // factor
         if shorter < 512 or training.seq_length % factor:
             break
-        if _fits(model, cluster, training.model_copy(update={"seq_length": shorter}), pins, estimator):
+        if _fits(cost.with_inputs(training=training.model_copy(update={"seq_length": shorter})), pins):
             found.append(f"use --seq-len {shorter}")
             break
     if cluster.gpu.supports("fp8") and training.precision in ("bf16", "fp16"):
-        if _fits(model, cluster, training.model_copy(update={"precision": "fp8"}), pins, estimator):
+        if _fits(cost.with_inputs(training=training.model_copy(update={"precision": "fp8"})), pins):
             found.append("use --precision fp8")
     return found

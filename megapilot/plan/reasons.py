@@ -152,6 +152,7 @@ class Explainer:
         yield space.cp_rule(self.training, p.tp, p.cp)
         yield space.pp_rule(self.model, p.pp, p.vpp)
         yield space.batch_rule(self.training, p.dp, p.mbs)
+        yield space.interleave_rule(self.training, p.pp, p.vpp, p.dp, p.mbs)
         yield space.expert_rule(self.model, p.tp, p.cp, p.dp, p.ep, p.expert_tp)
         heads = self.model.num_attention_heads
         kv_heads = heads if self.model.mla is not None else self.model.kv_heads
@@ -232,8 +233,13 @@ class Explainer:
                            f"VPP={p.vpp} cuts it to {_pct(bubble_share(est))}")
             else:
                 out.append(f"PP={p.pp} bubble {_pct(bubble_share(est))} at {micro} micro-batches")
-        legal = [v for v in space.divisors(self.cluster.world_size // (p.tp * p.cp))
-                 if self.model.num_layers % v == 0]
+        possible = space.divisors(self.cluster.world_size // (p.tp * p.cp))
+        legal = [v for v in possible if self.model.num_layers % v == 0]
+        blocked = [v for v in possible if self.model.num_layers % v and p.pp < v <= self.model.num_layers]
+        if blocked:
+            shown = ", ".join(str(v) for v in blocked[:4])
+            out.append(f"PP is limited by num_layers={self.model.num_layers}: PP={shown} would divide the GPUs "
+                       "but not the layers (uneven first/last stages are not modelled)")
         for other in _neighbours(p.pp, legal):
             versus = self._versus("pp", other, p, est)
             if versus and other < p.pp and "does not fit" in versus:

@@ -43,7 +43,7 @@ from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
 from megapilot.plan.reasons import bubble_share
 from megapilot.plan.space import Pins, Rejection
 from megapilot.spec import (
-    ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec, validate_layout,
+    ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec,
 )
 
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
@@ -329,6 +329,8 @@ class _Search:
         for index, mbs in enumerate(mbs_values):
             if self._reject(space.batch_rule(self.training, dp, mbs)):
                 continue
+            if self._reject(space.interleave_rule(self.training, shape["pp"], shape["vpp"], dp, mbs)):
+                continue
             est, rung = self._climb_ladder(shape, mbs, ladder, rung)
             bound_any |= rung > 0 or est is None
             if bound_smallest is None:
@@ -409,8 +411,3 @@ def search_layouts(
     space.check_pins(model, cluster, training, pins)
     cost = cost or CostModel(model, cluster, training, estimator)
     return _Search(cost, pins).run()
-
-
-def validated(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig) -> list[str]:
-    """Run the spec's own validation on a planned layout (the pre-filters must agree with it)."""
-    return validate_layout(model, cluster, training, parallel)

@@ -114,6 +114,19 @@ def batch_rule(training: TrainingSpec, dp: int, mbs: int = 1) -> Rejection | Non
     return None
 
 
+def interleave_rule(training: TrainingSpec, pp: int, vpp: int, dp: int, mbs: int) -> Rejection | None:
+    """The interleaved schedule runs micro-batches in groups of PP: with VPP > 1, Megatron-Core (v0.16
+    `forward_backward_pipelining_with_interleaving`) refuses a micro-batch count that is not a
+    multiple of PP (fewer than PP, or a remainder group smaller than PP)."""
+    microbatches = training.global_batch_size // (dp * mbs)
+    if vpp > 1 and microbatches % pp:
+        return Rejection("micro-batches not a multiple of pp (interleaved schedule)", "vpp",
+                         f"{microbatches} micro-batches per replica is not a multiple of pp={pp}, which the "
+                         "interleaved schedule needs",
+                         f"use vpp=1, or a global batch that gives a multiple of {pp} micro-batches")
+    return None
+
+
 def expert_rule(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, etp: int) -> Rejection | None:
     """EP divides the experts; EP·ETP divides TP·CP·DP, the ranks Megatron carves expert groups from."""
     if model.moe is None:

@@ -29,7 +29,7 @@ def test_memory_stage_agrees_with_the_full_estimate():
         memory = cost.memory(p)
         est = cost(p)
         assert memory.fits == est.fits, p
-        assert abs(memory.total_gib - est.memory_gib.total) < 1e-6 * max(1.0, est.memory_gib.total)
+        assert abs(memory.total_gib - est.memory_gib.total) < 1e-3  # the estimate rounds to 3 decimals
         verdicts.add(memory.fits)
     assert verdicts == {True, False}  # the sample covers both sides of the capacity line
 

@@ -12,7 +12,7 @@ from megapilot.errors import MegapilotError
 from megapilot.plan import Pins, plan, search_layouts
 from megapilot.plan.cost import CostModel
 from megapilot.plan.search import rank_key, recompute_ladder
-from megapilot.plan.space import divisors
+from megapilot.plan.space import divisors, interleave_rule
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
 
 
@@ -94,6 +94,8 @@ def _brute_force_best(model, cluster, training) -> float:
                                        fsdp=fsdp, **step)
                     validate_layout(model, cluster, training, p)
                 except (MegapilotError, ValueError):
+                    continue
+                if interleave_rule(training, pp, vpp, dp, mbs):  # what Megatron's schedule refuses
                     continue
                 est = cost(p)
                 if est.fits:

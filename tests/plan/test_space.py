@@ -81,3 +81,11 @@ def test_impossible_pins_raise_a_named_error(model, gpu, gpus, seq, precision, p
     assert info.value.field == field
     assert text in str(info.value)
     assert info.value.fix
+
+
+def test_interleaving_needs_a_multiple_of_pp_micro_batches():
+    training = TrainingSpec(seq_length=4096, global_batch_size=64)
+    assert space.interleave_rule(training, pp=4, vpp=2, dp=4, mbs=1) is None  # 16 micro-batches
+    assert space.interleave_rule(training, pp=4, vpp=1, dp=32, mbs=1) is None  # 2, but no interleaving
+    rejection = space.interleave_rule(training, pp=4, vpp=2, dp=32, mbs=1)  # 2 micro-batches < PP
+    assert rejection.category == "micro-batches not a multiple of pp (interleaved schedule)"
