@@ -1,0 +1,88 @@
+"""`megapilot estimate` through the real entry point: JSON schema, table, batch, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+LAYOUT = ("--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--tp", "8", "--pp", "4",
+          "--gbs", "1024", "--seq-len", "4096")
+
+
+def test_json_output_has_the_stable_schema(cli):
+    result = cli("estimate", *LAYOUT, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert set(data) >= {"params", "flops_per_step", "memory_gib", "fits", "step_time_s", "tokens_per_s_per_gpu",
+                         "tflops_per_gpu", "mfu", "time_breakdown_s", "warnings"}
+    assert set(data["params"]) >= {"total", "active", "embedding"}
+    assert set(data["memory_gib"]) >= {"weights", "gradients", "optimizer", "activations", "overhead", "total",
+                                       "capacity"}
+    assert data["fits"] is True and 0 < data["mfu"] < 1
+
+
+def test_flags_change_the_estimate(cli):
+    selective = cli("estimate", *LAYOUT, "--json").json()
+    full = cli("estimate", *LAYOUT, "--recompute", "full", "--json").json()
+    fp8 = cli("estimate", *LAYOUT, "--precision", "fp8", "--json").json()
+    assert full["memory_gib"]["activations"] < selective["memory_gib"]["activations"]
+    assert full["step_time_s"] > selective["step_time_s"] > fp8["step_time_s"]
+
+
+def test_table_output_states_the_verdict_in_one_line(cli):
+    result = cli("estimate", *LAYOUT)
+    assert result.exit_code == 0
+    first_line = result.stdout.splitlines()[0]
+    assert "fits" in first_line and "GiB" in first_line
+    assert "MFU" in result.stdout and "activations" in result.stdout and "pp_bubble" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (("--tp", "3"), "gpus"),
+        (("--model", "not-a-model"), "model"),
+        (("--gpu", "z80"), "gpu"),
+        (("--precision", "fp8", "--gpu", "a100"), "precision"),
+        (("--tp", "1", "--pp", "1", "--sequence-parallel"), "sequence_parallel"),
+        (("--gpus", "48", "--pp", "3"), "pp"),  # 80 layers over 3 stages
+        (("--cp", "2", "--seq-len", "4098"), "seq_len"),
+        (("--recompute", "often"), "recompute"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(cli, extra, field):
+    result = cli("estimate", *LAYOUT, *extra)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in result.stderr
+
+
+def test_missing_required_flag_is_named(cli):
+    result = cli("estimate", "--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096")
+    assert result.exit_code == 2 and "gbs" in result.stderr
+
+
+def test_batch_returns_results_in_line_order_with_per_line_errors(cli, tmp_path):
+    good = {"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 8, "pp": 4, "gbs": 1024, "seq_len": 4096,
+            "fsdp": False}
+    lines = [json.dumps(good), json.dumps(good | {"tp": 3}), "{not json", "", json.dumps(good | {"pp": 2})]
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("\n".join(lines) + "\n")
+    result = cli("estimate", "--batch", str(cases), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert len(data) == 4
+    assert data[0]["fits"] is True and "error" not in data[0]
+    assert data[1]["field"] == "gpus" and data[1]["line"] == 2
+    assert "not valid JSON" in data[2]["error"] and data[2]["line"] == 3
+    assert data[3]["memory_gib"]["total"] > data[0]["memory_gib"]["total"]  # pp 2 holds more per GPU
+
+
+def test_batch_table_and_missing_file(cli, tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 8192}) + "\n")
+    table = cli("estimate", "--batch", str(cases))
+    assert table.exit_code == 0 and "MFU" in table.stdout
+    missing = cli("estimate", "--batch", str(tmp_path / "nope.jsonl"))
+    assert missing.exit_code == 2 and "batch" in missing.stderr

@@ -1,0 +1,90 @@
+"""The public estimate API and the flags -> specs resolution."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.estimate import build_case, estimate, estimate_fast
+from megapilot.spec import EstimateResult
+
+LLAMA_70B_FLAGS = {"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 8, "pp": 4, "gbs": 1024, "seq_len": 4096}
+
+
+def test_build_case_applies_the_documented_defaults():
+    case = build_case(**LLAMA_70B_FLAGS)
+    p = case.parallel
+    assert (p.dp, p.vpp, p.cp, p.ep, p.etp, p.mbs) == (2, 1, 1, 1, None, 1)
+    assert p.sequence_parallel and p.distributed_optimizer and not p.fsdp
+    assert p.recompute == "selective"
+    assert case.training.precision == "bf16"
+    assert case.cluster.gpus_per_node == 8 and case.cluster.num_nodes == 8
+    assert not build_case(**(LLAMA_70B_FLAGS | {"tp": 1, "pp": 1})).parallel.sequence_parallel
+
+
+def test_build_case_uses_four_gpu_trays_on_gb200():
+    case = build_case(**(LLAMA_70B_FLAGS | {"gpu": "gb200"}))
+    assert case.cluster.gpus_per_node == 4
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        ({"tp": 3}, "gpus"),
+        ({"bogus": 1}, "bogus"),
+        ({"tp": "eight"}, "tp"),
+        ({"tp": 0}, "tp"),
+        ({"model": None}, "model"),
+        ({"tp": 1, "pp": 1, "sequence_parallel": True}, "sequence_parallel"),
+        ({"precision": "int3"}, "precision"),
+        ({"recompute": "sometimes"}, "recompute"),
+        ({"gpu": "tpu-v9"}, "gpu"),
+        ({"model": "no-such-model"}, "model"),
+    ],
+)
+def test_build_case_names_the_bad_flag(flags, field):
+    with pytest.raises(MegapilotError) as info:
+        build_case(**{k: v for k, v in (LLAMA_70B_FLAGS | flags).items() if v is not None})
+    assert info.value.field == field
+
+
+def test_estimate_returns_the_public_result_with_every_documented_field():
+    case = build_case(**LLAMA_70B_FLAGS)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert isinstance(result, EstimateResult)
+    assert result.params.total == pytest.approx(70.55e9, rel=0.01)
+    assert result.fits and result.memory_gib.capacity == 80.0
+    assert set(result.time_breakdown_s) >= {"compute", "tp_comm", "cp_comm", "pp_bubble", "dp_comm", "ep_comm",
+                                            "recompute"}
+    dumped = result.model_dump()
+    assert 0 < dumped["bubble_fraction"] < 1 and 0 <= dumped["exposed_comm_fraction"] < 1
+
+
+def test_estimate_carries_layout_warnings_and_fast_path_gives_the_same_numbers():
+    case = build_case(**(LLAMA_70B_FLAGS | {"sequence_parallel": False}))
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert any("sequence parallel" in w for w in result.warnings)
+    fast = estimate_fast(case.model, case.cluster, case.training, case.parallel)
+    assert fast.time.step_time_s == result.step_time_s
+    assert round(fast.memory.total_gib, 3) == result.memory_gib.total
+
+
+def test_estimate_refuses_a_layout_megatron_would_refuse():
+    case = build_case(**(LLAMA_70B_FLAGS | {"pp": 4, "vpp": 3}))  # 80 layers over 12 chunks
+    with pytest.raises(MegapilotError) as info:
+        estimate(case.model, case.cluster, case.training, case.parallel)
+    assert info.value.field == "vpp"
+
+
+def test_estimate_warns_when_the_layout_does_not_fit():
+    case = build_case(**(LLAMA_70B_FLAGS | {"tp": 1, "pp": 1, "gbs": 64, "recompute": "none"}))
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert not result.fits
+    assert any("does not fit" in w for w in result.warnings)
+
+
+def test_moe_estimate_counts_active_parameters_and_expert_communication():
+    case = build_case(model="mixtral-8x7b", gpu="h100", gpus=64, tp=1, ep=8, gbs=256, seq_len=4096)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.params.active < result.params.total / 3
+    assert result.time_breakdown_s["ep_comm"] > 0
