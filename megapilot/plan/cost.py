@@ -114,3 +114,8 @@ class CostModel:
         from megapilot.estimate import EstimateOptions, estimate
 
         return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions())
+
+    def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None) -> "CostModel":
+        """A fresh cost model for changed inputs (the what-if searches of the nothing-fits advice)."""
+        return CostModel(self.model, cluster or self.cluster, training or self.training, self._injected,
+                         self.options)
