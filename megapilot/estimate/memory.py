@@ -141,6 +141,18 @@ def weights_gib(shard: ShardParams, parallel: ParallelConfig, precision: str) ->
     return _bytes_by_sharding(shard, parallel, per_param, sharded=parallel.fsdp) / GIB
 
 
+def fsdp_unsharded_gib(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """Megatron-FSDP's transient full layers: the layer being computed and the one prefetched, in bf16,
+    plus one layer's unsharded fp32 gradients before their reduce-scatter (0 without FSDP)."""
+    if not parallel.fsdp:
+        return 0.0
+    largest = max(
+        (d / parallel.tp + r + e / (parallel.ep * parallel.expert_tp))
+        for d, r, e in {_layer_split(model, i) for i in range(model.num_layers)}
+    )
+    return largest * (2 * PARAM_BYTES + MAIN_GRAD_BYTES) / GIB
+
+
 def gradients_gib(shard: ShardParams, parallel: ParallelConfig, main_grad_bytes: int = MAIN_GRAD_BYTES) -> float:
     """Main-gradient buffer (fp32, or bf16 with --grad-reduce-in-bf16): whole with DDP and the
     distributed optimizer, sharded under FSDP."""
@@ -393,7 +405,7 @@ def _stage_memory(
     shard = shard_params(model, parallel, stage)
     activations = activations_gib(model, training, parallel, stage)
     return MemoryBreakdown(
-        weights_gib=weights_gib(shard, parallel, training.precision),
+        weights_gib=weights_gib(shard, parallel, training.precision) + fsdp_unsharded_gib(model, parallel),
         gradients_gib=gradients_gib(shard, parallel, main_grad_bytes),
         optimizer_gib=optimizer_gib(shard, parallel),
         activations_gib=activations,

@@ -284,7 +284,8 @@ def _pp_comm_s(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
 
 
 def _dp_comm_s(
-    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, stage0_microbatch_s: float
+    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, stage0_microbatch_s: float,
+    num_microbatches: int,
 ) -> tuple[float, float]:
     """(exposed seconds, total seconds) of the gradient reduction and parameter gather of stage 0."""
     shard = shard_params(model, p, 0)
@@ -298,7 +299,7 @@ def _dp_comm_s(
         gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
             expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
         if p.fsdp:
-            gather_s *= 2  # Megatron-FSDP gathers again for the backward
+            return _fsdp_exposed_s(reduce_s, gather_s, options, stage0_microbatch_s, num_microbatches)
     else:
         reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
             expert * grad_bytes, expert_group, bandwidth)
@@ -307,6 +308,17 @@ def _dp_comm_s(
     forward_window = 1 / 3 * stage0_microbatch_s if options.overlap_param_gather else 0.0
     exposed = max(0.0, reduce_s - backward_window) + max(0.0, gather_s - forward_window)
     return exposed, reduce_s + gather_s
+
+
+def _fsdp_exposed_s(
+    reduce_s: float, gather_s: float, options: EstimateOptions, microbatch_s: float, m: int
+) -> tuple[float, float]:
+    """Megatron-FSDP gathers each layer's weights for the forward and again for the backward of every
+    micro-batch, layer by layer, and reduce-scatters the gradients once per step: all of it prefetched
+    under the compute of the whole step, so only what exceeds the compute is exposed."""
+    total = 2 * gather_s * m + reduce_s
+    window = m * microbatch_s if (options.overlap_grad_reduce and options.overlap_param_gather) else 0.0
+    return max(0.0, total - window), total
 
 
 def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig) -> float:
@@ -336,7 +348,7 @@ def step_time(
     per_microbatch_s = slowest.total + pp_comm_s
     mean_stage_s = sum(c.total for c in stages) / len(stages) + pp_comm_s
     bubble_s = (p.pp - 1) / p.vpp * mean_stage_s
-    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, stages[0].total)
+    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, stages[0].total, m)
     optimizer_s = _optimizer_s(model, cluster, p)
     breakdown = {
         "compute": m * slowest.compute,

@@ -6,6 +6,7 @@ import pytest
 
 from megapilot.estimate.memory import (
     GIB,
+    fsdp_unsharded_gib,
     in_flight_microbatches,
     layer_activation_bytes,
     memory_per_gpu,
@@ -27,6 +28,7 @@ MIXTRAL = ModelSpec(
     name="mixtral", num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
     num_query_groups=8, vocab_size=32000, moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=14336),
 )
+LLAMA3_70B_LAYER_PARAMS = 2 * 8192 * (8192 + 1024) + 3 * 8192 * 28672 + 2 * 8192
 SEQ_4K = TrainingSpec(seq_length=4096, global_batch_size=1024)
 LLAMA_TP8_PP4_DP2 = ParallelConfig(
     tp=8, pp=4, dp=2, mbs=1, sequence_parallel=True, recompute="selective", distributed_optimizer=True
@@ -83,7 +85,9 @@ def test_fsdp_shards_weights_and_gradients_too():
     fsdp = p.model_copy(update={"fsdp": True})
     plain = memory_per_gpu(LLAMA3_70B, SEQ_4K, p, 80.0)
     sharded = memory_per_gpu(LLAMA3_70B, SEQ_4K, fsdp, 80.0)
-    assert sharded.weights_gib == pytest.approx(plain.weights_gib / 8)
+    transient = fsdp_unsharded_gib(LLAMA3_70B, fsdp)  # two bf16 layers + one layer of fp32 grads
+    assert transient == pytest.approx(LLAMA3_70B_LAYER_PARAMS * 8 / GIB, rel=0.001)
+    assert sharded.weights_gib == pytest.approx(plain.weights_gib / 8 + transient)
     assert sharded.gradients_gib == pytest.approx(plain.gradients_gib / 8)
 
 

@@ -148,3 +148,11 @@ def test_committed_parameters_predict_published_runs_within_calibration_error():
     errors = bench.errors(rows, layouts, bench.CALIBRATED)
     assert statistics.median(abs(e) for e in errors.values()) <= 0.06
     assert max(abs(e) for e in errors.values()) <= 0.35
+
+
+def test_fsdp_moves_more_data_parallel_traffic_than_the_distributed_optimizer():
+    serial = EstimateOptions(overlap_grad_reduce=False, overlap_param_gather=False)
+    layout = ParallelConfig(tp=8, dp=8)
+    distopt = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, layout, serial)
+    fsdp = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, layout.model_copy(update={"fsdp": True}), serial)
+    assert fsdp.breakdown_s["dp_comm"] > 2 * distopt.breakdown_s["dp_comm"]
