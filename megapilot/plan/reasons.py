@@ -203,7 +203,7 @@ class Explainer:
             versus = self._versus("tp", other, p, est)
             if versus:
                 out.append(f"TP={p.tp}: {versus}")
-        if p.tp * 2 > self.cluster.gpus_per_node and self.model.num_attention_heads % (p.tp * 2) == 0:
+        if p.tp * 2 > self.cluster.gpus_per_node:
             out.append(self._tp_across_nodes(p, est))
         return out
 
@@ -216,6 +216,11 @@ class Explainer:
     def _tp_across_nodes(self, p: ParallelConfig, est: EstimateResult) -> str:
         """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes."""
         node = self.cluster.gpus_per_node
+        heads = self.model.num_attention_heads
+        kv = heads if self.model.mla is not None else self.model.kv_heads
+        if heads % (p.tp * 2) or kv % (p.tp * 2):
+            return (f"TP ≤ GPUs per node ({node}); TP={p.tp * 2} is ruled out anyway: it does not divide the "
+                    f"{heads} attention heads / {kv} KV heads")
         beyond = self._variant(p, tp=p.tp * 2)
         if beyond is None:
             return f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would put TP all-reduces on the inter-node network"
@@ -278,8 +283,9 @@ class Explainer:
             single = self._variant(p, ep=1)
             if single:
                 fits = "fits" if single[1].fits else f"does not fit: {self._too_big(single[1])}"
+                sharded = f"; FSDP already shards the experts over DP={p.dp}" if p.fsdp else ""
                 out.append(f"EP memory: weights+grads+optimizer {_gib(_static(single[1]))} per GPU at EP=1 vs "
-                           f"{_gib(_static(est))} at EP={p.ep} (EP=1 {fits})")
+                           f"{_gib(_static(est))} at EP={p.ep} (EP=1 {fits}{sharded})")
         for other in _neighbours(p.ep, list(space.divisors(experts))):
             versus = self._versus("ep", other, p, est)
             if versus:
