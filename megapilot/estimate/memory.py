@@ -92,10 +92,33 @@ class _Layout:
     etp: int
 
 
-@lru_cache(maxsize=4096)
+@dataclass(frozen=True)
+class ModelProfile:
+    """Per-layer facts of a model computed once (the planner asks for thousands of layouts)."""
+
+    moe_flags: tuple[bool, ...]  # layer i holds an MoE block
+    splits: tuple[tuple[int, int, int], ...]  # layer i: (TP-sharded, replicated, expert) parameters
+
+    def kind_counts(self, layers: list[int]) -> dict[bool, int]:
+        counts = {False: 0, True: 0}
+        for i in layers:
+            counts[self.moe_flags[i]] += 1
+        return counts
+
+
+@lru_cache(maxsize=64)
+def model_profile(model: ModelSpec) -> ModelProfile:
+    """The cached per-layer profile of `model`."""
+    splits = []
+    for i in range(model.num_layers):
+        layer = layer_params(model, i)
+        splits.append((layer.attention + layer.mlp + layer.shared_experts, layer.norms + layer.router,
+                       layer.routed_experts))
+    return ModelProfile(tuple(model.is_moe_layer(i) for i in range(model.num_layers)), tuple(splits))
+
+
 def _layer_split(model: ModelSpec, layer_index: int) -> tuple[int, int, int]:
-    layer = layer_params(model, layer_index)
-    return (layer.attention + layer.mlp + layer.shared_experts, layer.norms + layer.router, layer.routed_experts)
+    return model_profile(model).splits[layer_index]
 
 
 def stage_layers(model: ModelSpec, pp: int, vpp: int, stage: int) -> list[int]:
@@ -114,8 +137,9 @@ def shard_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> Shar
 def _shard_params(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int) -> ShardParams:
     p = _Layout(tp, pp, vpp, ep, etp)
     dense = replicated = expert = 0
+    splits = model_profile(model).splits
     for i in stage_layers(model, p.pp, p.vpp, stage):
-        d, r, e = _layer_split(model, i)
+        d, r, e = splits[i]
         dense, replicated, expert = dense + d, replicated + r, expert + e
     if stage == 0:
         dense += embedding_params(model, padded_vocab=True, tp=p.tp)
@@ -148,7 +172,7 @@ def fsdp_unsharded_gib(model: ModelSpec, parallel: ParallelConfig) -> float:
         return 0.0
     largest = max(
         (d / parallel.tp + r + e / (parallel.ep * parallel.expert_tp))
-        for d, r, e in {_layer_split(model, i) for i in range(model.num_layers)}
+        for d, r, e in set(model_profile(model).splits)
     )
     return largest * (2 * PARAM_BYTES + MAIN_GRAD_BYTES) / GIB
 
@@ -254,8 +278,9 @@ def activations_gib(
     layers = stage_layers(model, p.pp, p.vpp, stage)
     by_kind: dict[bool, float] = {}  # dense and MoE layers each costed once
     full = []
+    moe_flags = model_profile(model).moe_flags
     for i in layers:
-        kind = model.is_moe_layer(i)
+        kind = moe_flags[i]
         if kind not in by_kind:
             by_kind[kind] = layer_activation_bytes(model, i, p, tokens, training.precision)
         full.append(by_kind[kind])

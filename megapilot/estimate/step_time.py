@@ -40,7 +40,7 @@ from megapilot.estimate.flops import (
     attention_linear_flops,
     flops_per_step,
 )
-from megapilot.estimate.memory import layer_activation_bytes, shard_params, stage_layers
+from megapilot.estimate.memory import layer_activation_bytes, model_profile, shard_params, stage_layers
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -247,9 +247,10 @@ def stage_costs(
     """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once)."""
     p = parallel
     cache: dict[tuple[bool, bool], _Cost] = {}
+    moe_flags = model_profile(model).moe_flags
 
     def cost_of(layer_index: int, recomputed: bool) -> _Cost:
-        key = (model.is_moe_layer(layer_index), recomputed)
+        key = (moe_flags[layer_index], recomputed)
         if key not in cache:
             cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
         return cache[key]
@@ -260,7 +261,7 @@ def stage_costs(
         recomputed = _recomputed_layers(p, len(layers))
         kinds: dict[tuple[bool, bool], tuple[int, int]] = {}  # (moe, recomputed) -> (a layer, count)
         for position, layer_index in enumerate(layers):
-            key = (model.is_moe_layer(layer_index), position in recomputed)
+            key = (moe_flags[layer_index], position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
         total = _Cost()
