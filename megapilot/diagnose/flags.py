@@ -221,7 +221,7 @@ def _precision(flags: LaunchFlags) -> str:
     return "fp32"
 
 
-def _world_size(flags: LaunchFlags, gpus: int | None, notes: list[str]) -> int | None:
+def _world_size(flags: LaunchFlags, gpus: int | None) -> int | None:
     if gpus:
         return gpus
     per_node = flags.get_int("--nproc-per-node") or flags.get_int("--nproc_per_node")
@@ -326,7 +326,7 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     tp = flags.get_int("--tensor-model-parallel-size", 1) or 1
     pp = flags.get_int("--pipeline-model-parallel-size", 1) or 1
     cp = flags.get_int("--context-parallel-size", 1) or 1
-    world = _world_size(flags, gpus, notes)
+    world = _world_size(flags, gpus)
     if world is None:
         world = tp * pp * cp
         notes.append(f"GPU count not given (--gpus, or torchrun --nproc-per-node/--nnodes): assumed TP*PP*CP = {world}")
@@ -335,7 +335,7 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
         parallel = _parallel(flags, world, model.num_layers if model else flags.get_int("--num-layers"))
         training = _training(flags, precision, parallel, notes)
     except MegapilotError:
-        raise
+        raise  # already names the field
     except ValueError as exc:  # pydantic validation of the specs
         raise from_validation_error(exc, prefix="flags") from exc
     if gpu is None:
