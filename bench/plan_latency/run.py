@@ -9,6 +9,9 @@ separately). Baseline, in the same script: an exhaustive search that estimates e
 the same space (no memory staging, no dominance pruning) on a case small enough to finish — the
 ratio of estimates and time, and whether both find the same optimum. For the big cases the size of
 the legal space is counted (no estimates) so the pruning ratio is stated too.
+
+Also written: calibration_top5.md, the planner's top 5 for every published calibration run next to
+the published layout's own estimate.
 """
 
 from __future__ import annotations
@@ -135,6 +138,37 @@ def exhaustive_baseline(case: dict) -> dict:
     }
 
 
+def calibration_table() -> str:
+    """The planner's top 5 for every calibration row next to the published layout's own estimate
+    (the rows, specs and run options of tests/plan/test_calibration.py)."""
+    from megapilot.plan import plan
+    from megapilot.plan.cost import CostModel
+    from megapilot.plan.reasons import layout_label
+    from tests.plan import test_calibration as calibration
+
+    lines = ["# Planner vs published layouts (calibration rows)", "",
+             "Estimated tokens/s/GPU and memory in our cost model; `measured` is what the source printed.", ""]
+    for row in calibration._unique_inputs():
+        model, cluster, training = calibration._inputs(row)
+        options = calibration._options(row)
+        published = calibration._published_layout(row)
+        mine = CostModel(model, cluster, training, options=options)(published)
+        result = plan(model, cluster, training, top=5, options=options)
+        lines += [f"## {row['id']}", "",
+                  f"{model.name} on {cluster.world_size} x {cluster.gpu.alias}, seq {training.seq_length}, "
+                  f"GBS {training.global_batch_size}, {training.precision}; measured "
+                  f"{row['measured']['tflops_per_gpu']} TFLOP/s/GPU", "",
+                  "| | layout | tok/s/GPU | GiB | fits |", "|---|---|---|---|---|",
+                  f"| published | {layout_label(published)} | {mine.tokens_per_s_per_gpu:,.0f} | "
+                  f"{mine.memory_gib.total:.1f} | {'yes' if mine.fits else 'no'} |"]
+        for rank, cand in enumerate(result.candidates, start=1):
+            est = cand.estimate
+            lines.append(f"| #{rank} | {layout_label(cand.parallel)} | {est.tokens_per_s_per_gpu:,.0f} | "
+                         f"{est.memory_gib.total:.1f} | yes |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _child(name: str) -> dict:
     out = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
@@ -161,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
               "baseline": exhaustive_baseline(BASELINE_CASE),
               "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()}}
     (OUT / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    (OUT / "calibration_top5.md").write_text(calibration_table())
     (OUT / "results.md").write_text(_markdown(report))
     print(_markdown(report))
     return 0 if all(c["meets_goal"] for c in cases.values()) else 1

@@ -252,8 +252,10 @@ class _Search:
                     continue
                 if fsdp and not memory_bound:
                     # FSDP only buys memory (at the price of more all-gathers than the distributed
-                    # optimizer): a shape that already runs its largest MBS without recompute cannot gain.
+                    # optimizer): a shape that already runs its largest MBS without recompute cannot
+                    # gain — nor can it at a larger CP, where memory binds even less.
                     self.rejected[DOMINATED_FSDP] += 1
+                    settled.add((ep, etp, fsdp))
                     continue
                 if (etp, fsdp) in floor_failed_for:  # a larger EP already failed: expert weights only grow
                     self.rejected[MEMORY_FLOOR] += 1
