@@ -64,6 +64,8 @@ def test_plan_save_writes_a_plan_the_launcher_reads(cli, tmp_path):
         (("--model", "llama3.1-405b", "--gpu", "h100", "--gpus", "8", "--gbs", "64"), "no layout fits"),
         (("--model", "no-such-model", "--gpu", "h100", "--gpus", "8"), "model"),
         (("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--recompute", "half"), "recompute"),
+        (("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--top", "0"), "top: must be at least 1"),
+        (("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "12"), "gpus: 12 GPUs do not fill whole nodes"),
     ],
 )
 def test_impossible_asks_end_in_one_line_exit_2(cli, args, needle):
