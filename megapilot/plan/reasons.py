@@ -290,9 +290,24 @@ class Explainer:
             versus = self._versus("ep", other, p, est)
             if versus:
                 out.append(f"EP={p.ep}: {versus}")
+        contrast = self._ep_other_side_of_the_node(p, est, inside=where.startswith("inside"))
+        if contrast:
+            out.append(contrast)
         out.append(f"router: top-{moe.router_topk} of {experts}, load balancing {moe.load_balancing_type}, "
                    f"aux-loss coefficient {moe.aux_loss_coeff:g}")
         return out
+
+    def _ep_other_side_of_the_node(self, p: ParallelConfig, est: EstimateResult, *, inside: bool) -> str | None:
+        """Compare with the best layout whose expert group sits on the other side of the node boundary."""
+        node = min(self.cluster.gpus_per_node, self.cluster.gpu.scaleup_domain_gpus)
+        others = [(q, e) for (dim, _), (q, e) in self.best_by.items()
+                  if dim == "ep" and (q.ep * q.expert_tp <= node) != inside]
+        if not others:
+            return None
+        q, other = max(others, key=lambda pair: pair[1].tokens_per_s_per_gpu)
+        side = "across nodes" if inside else "inside one node"
+        return (f"EP={p.ep}: the best layout with the all-to-all {side} ({layout_label(q)}) is "
+                f"{self._speed_delta(est, other)} (EP all-to-all {_pct(component_share(other, 'ep'))} of its step)")
 
     def _dp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
         world = self.cluster.world_size
