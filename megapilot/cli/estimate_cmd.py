@@ -4,7 +4,8 @@
 memory_gib {weights, gradients, optimizer, activations, overhead, total, capacity, stage}, fits,
 step_time_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, time_breakdown_s {compute, recompute,
 tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, dp_comm, optimizer}, warnings, bubble_fraction,
-exposed_comm_fraction, flop_convention.
+exposed_comm_fraction, flop_convention (`--flop-convention megatron_full_attention` counts the
+attention core over the full s x s matrix, as Megatron-Core <= 0.11 and older NeMo did).
 
 `--batch cases.jsonl`: one JSON object per line whose keys are the long flag names with `_`
 (`{"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 4, "gbs": 1024, "seq_len": 4096}`);
@@ -52,12 +53,15 @@ def estimate(
         bool, typer.Option("--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")
     ] = True,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
+    flop_convention: Annotated[
+        str, typer.Option(help="megatron (causal, current) | megatron_full_attention (core <= 0.11, NeMo < 2025-08).")
+    ] = "megatron",
     batch: Annotated[Path | None, typer.Option(help="JSONL file: one case per line (keys = flag names).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Estimate memory, step time, tokens/s and MFU of one parallel layout."""
     if batch is not None:
-        results = run_batch(batch)
+        results = run_batch(batch, flop_convention)
         emit_json(results) if json_output else _print_batch(results)
         return
     flags = {
@@ -66,20 +70,24 @@ def estimate(
         "recompute": recompute, "recompute_num_layers": recompute_num_layers,
         "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer, "fsdp": fsdp,
     }
-    result = estimate_flags(flags)
+    result = estimate_flags(flags, flop_convention)
     emit_json(result) if json_output else _print_result(result, flags)
 
 
-def estimate_flags(flags: dict[str, Any]) -> dict[str, Any]:
+def estimate_flags(flags: dict[str, Any], flop_convention: str = "megatron") -> dict[str, Any]:
     """Flags -> the JSON-ready estimate (MegapilotError on any bad flag or impossible layout)."""
-    from megapilot.estimate import build_case
+    from megapilot.estimate import FLOP_CONVENTIONS, build_case
     from megapilot.estimate import estimate as run_estimate
 
+    if flop_convention not in FLOP_CONVENTIONS:
+        raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
+                             fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
     case = build_case(**flags)
-    return run_estimate(case.model, case.cluster, case.training, case.parallel).model_dump(mode="json")
+    result = run_estimate(case.model, case.cluster, case.training, case.parallel, convention=flop_convention)
+    return result.model_dump(mode="json")
 
 
-def run_batch(path: Path) -> list[dict[str, Any]]:
+def run_batch(path: Path, flop_convention: str = "megatron") -> list[dict[str, Any]]:
     """Estimate every line of a JSONL file; a bad line yields its error object, not a failed batch."""
     try:
         lines = path.read_text().splitlines()
@@ -88,16 +96,16 @@ def run_batch(path: Path) -> list[dict[str, Any]]:
     results = []
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            results.append(_one_line(line, number))
+            results.append(_one_line(line, number, flop_convention))
     return results
 
 
-def _one_line(line: str, number: int) -> dict[str, Any]:
+def _one_line(line: str, number: int, flop_convention: str) -> dict[str, Any]:
     try:
         flags = json.loads(line)
         if not isinstance(flags, dict):
             raise MegapilotError("must be a JSON object of flags", field="batch", fix='write {"model": ...} per line')
-        return estimate_flags(flags)
+        return estimate_flags(flags, flop_convention)
     except json.JSONDecodeError as exc:
         return {"error": f"not valid JSON ({exc.msg})", "field": "batch", "fix": "one JSON object per line",
                 "line": number}
@@ -136,7 +144,7 @@ def _print_result(result: dict[str, Any], flags: dict[str, Any]) -> None:
     params = result["params"]
     console.print(
         f"params {params['total'] / 1e9:.2f} B (active {params['active'] / 1e9:.2f} B) · "
-        f"model FLOPs/step {result['flops_per_step']:.3e} (Megatron convention, causal) · "
+        f"model FLOPs/step {result['flops_per_step']:.3e} ({result['flop_convention']} convention) · "
         f"bubble {result['bubble_fraction']:.1%} · exposed comm {result['exposed_comm_fraction']:.1%}"
     )
     for warning in result["warnings"]:

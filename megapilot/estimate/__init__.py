@@ -46,6 +46,7 @@ class FastEstimate:
 
     memory: MemoryBreakdown
     time: StepTime
+    convention: FlopConvention = "megatron"
 
     @property
     def fits(self) -> bool:
@@ -58,12 +59,19 @@ def estimate_fast(
     training: TrainingSpec,
     parallel: ParallelConfig,
     options: EstimateOptions = EstimateOptions(),
+    *,
+    convention: FlopConvention = "megatron",
 ) -> FastEstimate:
-    """Memory + step time without layout validation (the caller guarantees a valid layout)."""
+    """Memory + step time without layout validation (the caller guarantees a valid layout).
+
+    `convention` only changes how FLOPs are counted for TFLOP/s and MFU ("megatron_full_attention"
+    to compare with publishers of that era); the step time is the same.
+    """
     memory = memory_per_gpu(
         model, training, parallel, cluster.gpu.hbm_gib, main_grad_bytes=2 if options.grad_reduce_in_bf16 else 4
     )
-    return FastEstimate(memory=memory, time=step_time(model, cluster, training, parallel, options))
+    time = step_time(model, cluster, training, parallel, options, convention=convention)
+    return FastEstimate(memory=memory, time=time, convention=convention)
 
 
 def estimate(
@@ -72,10 +80,13 @@ def estimate(
     training: TrainingSpec,
     parallel: ParallelConfig,
     options: EstimateOptions = EstimateOptions(),
+    *,
+    convention: FlopConvention = "megatron",
 ) -> EstimateResult:
     """Validate the layout (MegapilotError if Megatron would refuse it), then estimate it."""
     warnings = validate_layout(model, cluster, training, parallel)
-    return to_result(model, estimate_fast(model, cluster, training, parallel, options), warnings)
+    fast = estimate_fast(model, cluster, training, parallel, options, convention=convention)
+    return to_result(model, fast, warnings)
 
 
 @lru_cache(maxsize=256)
@@ -106,7 +117,7 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
         warnings=all_warnings,
         bubble_fraction=round(time.bubble_fraction, 4),
         exposed_comm_fraction=round(time.exposed_comm_fraction, 4),
-        flop_convention="megatron",
+        flop_convention=fast.convention,
     )
 
 

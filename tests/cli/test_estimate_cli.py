@@ -86,3 +86,13 @@ def test_batch_table_and_missing_file(cli, tmp_path):
     assert table.exit_code == 0 and "MFU" in table.stdout
     missing = cli("estimate", "--batch", str(tmp_path / "nope.jsonl"))
     assert missing.exit_code == 2 and "batch" in missing.stderr
+
+
+def test_full_attention_convention_reports_more_tflops_for_the_same_step(cli):
+    causal = cli("estimate", *LAYOUT, "--json").json()
+    full = cli("estimate", *LAYOUT, "--flop-convention", "megatron_full_attention", "--json").json()
+    assert full["step_time_s"] == causal["step_time_s"]
+    assert 1.03 < full["tflops_per_gpu"] / causal["tflops_per_gpu"] < 1.15  # Llama-70B @ 4K
+    assert full["flop_convention"] == "megatron_full_attention"
+    bad = cli("estimate", *LAYOUT, "--flop-convention", "hfu")
+    assert bad.exit_code == 2 and "flop_convention" in bad.stderr
