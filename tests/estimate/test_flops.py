@@ -93,3 +93,27 @@ def test_logits_use_the_vocab_padded_for_tp():
     h = 6144
     assert flops_per_token(gpt2ish, 2048, tp=1).logits == 6 * h * 50304
     assert flops_per_token(gpt2ish, 2048, tp=8).logits == 6 * h * 51200
+
+
+def _calibration_rows_with_flop_checks():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "data" / "calibration" / "published_calibration.json"
+    rows = json.loads(path.read_text())
+    return [r for r in rows if (r.get("derived") or {}).get("flops_convention_check")]
+
+
+@pytest.mark.parametrize("row", _calibration_rows_with_flop_checks(), ids=lambda r: r["id"])
+def test_both_conventions_match_the_calibration_files_independent_restatement(row):
+    llama = "llama" in row["model"].lower()
+    model = ModelSpec(
+        name=row["model"], num_layers=row["layers"], hidden_size=row["hidden"], ffn_hidden_size=row["ffn_hidden"],
+        num_attention_heads=row["heads"], num_query_groups=row["kv_heads"], vocab_size=row["vocab"],
+        mlp_activation="swiglu" if llama else "gelu",
+    )
+    check = row["derived"]["flops_convention_check"]
+    causal = flops_per_token(model, row["seq_len"]).total
+    full = flops_per_token(model, row["seq_len"], convention="megatron_full_attention").total
+    assert causal == pytest.approx(check["megatron_style_flops_per_token_causal"], rel=1e-3)
+    assert full == pytest.approx(check["megatron_style_flops_per_token_full_attention"], rel=1e-3)
