@@ -147,6 +147,8 @@ def _shard_params(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: in
         replicated += norm_params(model, model.hidden_size)
         if not model.tie_embeddings or p.pp > 1:
             dense += model.padded_vocab_size(p.tp) * model.hidden_size
+        if model.mtp_num_layers and p.pp > 1:  # Megatron-Core gives the MTP modules their own input embedding
+            dense += embedding_params(model, padded_vocab=True, tp=p.tp)
         if model.mtp_num_layers:
             d, r, e = _layer_split(model, model.num_layers - 1)
             mtp_extra = mtp_module_params(model) - (d + r + e)

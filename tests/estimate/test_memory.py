@@ -154,3 +154,25 @@ def test_last_stage_holds_logits_and_can_be_the_most_loaded():
     p = ParallelConfig(tp=1, pp=4, dp=2, mbs=4)
     memory = memory_per_gpu(small_vocab_heavy, TrainingSpec(seq_length=8192, global_batch_size=64), p, 80.0)
     assert memory.stage == 3
+
+
+@pytest.mark.parametrize("preset", ["llama3.1-70b", "mixtral-8x7b", "deepseek-v3", "tiny"])
+@pytest.mark.parametrize(("tp", "pp", "vpp", "ep"), [(1, 1, 1, 1), (2, 2, 1, 1), (8, 4, 1, 8), (4, 2, 2, 2)])
+def test_shards_add_up_to_the_parameters_megatron_puts_on_each_stage(preset, tp, pp, vpp, ep):
+    from megapilot.catalog import get_model
+    from megapilot.errors import MegapilotError
+    from megapilot.estimate.params import stage_params
+
+    model = get_model(preset)
+    if model.num_layers % (pp * vpp) or model.num_attention_heads % tp or (ep > 1 and model.moe is None) or (
+            model.moe is not None and model.moe.num_experts % ep):
+        pytest.skip("layout does not apply to this model")
+    layout = ParallelConfig(tp=tp, pp=pp, vpp=vpp, ep=ep, dp=ep)
+    for stage in range(pp):
+        shard = shard_params(model, layout, stage)
+        ours = shard.dense * tp + shard.replicated + shard.expert * ep * tp
+        try:
+            theirs = stage_params(model, pp, vpp, stage, tp=tp)
+        except MegapilotError:
+            pytest.skip("params module refuses the layout")
+        assert ours == pytest.approx(theirs, rel=1e-9)
