@@ -32,6 +32,7 @@ class MemoryCheck:
     total_gib: float
     capacity_gib: float
     activations_gib: float
+    static_gib: float  # weights + gradients + optimizer states: what no MBS or recompute choice changes
 
     @property
     def fits(self) -> bool:
@@ -83,7 +84,8 @@ class CostModel:
 
         def memory(parallel: ParallelConfig) -> MemoryCheck:
             m = memory_per_gpu(model, training, parallel, capacity, main_grad_bytes=main_grad_bytes)
-            return MemoryCheck(m.total_gib, m.capacity_gib, m.activations_gib)
+            return MemoryCheck(m.total_gib, m.capacity_gib, m.activations_gib,
+                               m.weights_gib + m.gradients_gib + m.optimizer_gib)
 
         return memory
 
@@ -100,7 +102,7 @@ class CostModel:
         if cached is None:
             if self._memory_fn is None:
                 m = self(parallel).memory_gib
-                cached = MemoryCheck(m.total, m.capacity, m.activations)
+                cached = MemoryCheck(m.total, m.capacity, m.activations, m.weights + m.gradients + m.optimizer)
             else:
                 self.memory_calls += 1
                 cached = self._memory_fn(parallel)

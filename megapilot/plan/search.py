@@ -50,7 +50,7 @@ TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicit
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
 
 MEMORY_FLOOR = "memory: weights+optimizer alone exceed HBM"
-MEMORY_FLOOR_ACTIVATIONS = "memory: activations exceed HBM even at MBS 1 with full recompute"
+MEMORY_FLOOR_ACTIVATIONS = "memory: activations exceed HBM even at the smallest MBS with full recompute"
 MEMORY_ACTIVATIONS = "memory: activations exceed HBM at this MBS and recompute"
 MEMORY_MBS_SKIPPED = "memory: larger MBS skipped after a smaller one did not fit"
 DOMINATED_RECOMPUTE = "dominated: more recompute than memory needs"
@@ -241,7 +241,7 @@ class _Search:
 
     def _walk_experts(self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]]) -> None:
         """Walk EP (largest first), ETP and FSDP for one (TP, CP, PP)."""
-        floor_failed_for: set[tuple[int, bool]] = set()  # (etp, fsdp) whose floor failed at a larger EP
+        floor_failed_for: dict[tuple[int, bool], str] = {}  # (etp, fsdp) whose floor failed at a larger EP
         for ep, etp in space.expert_values(self.model, tp, self.pins):
             if self._reject(space.expert_rule(self.model, tp, cp, dp, ep, etp)):
                 continue
@@ -258,17 +258,16 @@ class _Search:
                     settled.add((ep, etp, fsdp))
                     continue
                 if (etp, fsdp) in floor_failed_for:  # a larger EP already failed: expert weights only grow
-                    self.rejected[MEMORY_FLOOR] += 1
+                    self.rejected[floor_failed_for[(etp, fsdp)]] += 1
                     continue
                 shape = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=None if etp == tp else etp,
                              sequence_parallel=tp > 1, distributed_optimizer=True, fsdp=fsdp)
                 floor = self._floor(shape)
                 if not floor.fits:
-                    static_gib = floor.total_gib - floor.activations_gib
-                    if static_gib > floor.capacity_gib:  # weights alone overflow: CP cannot help
+                    if floor.static_gib > floor.capacity_gib:  # weights alone overflow: CP cannot help
                         settled.add((ep, etp, fsdp))
                     if self.model.moe is not None and self.pins.ep is None:
-                        floor_failed_for.add((etp, fsdp))
+                        floor_failed_for[(etp, fsdp)] = _floor_category(floor)
                     continue
                 memory_bound, smallest_bound = self._walk_vpp(shape, pp, dp)
                 if not smallest_bound:
@@ -285,8 +284,7 @@ class _Search:
                                recompute_method="uniform", recompute_num_layers=1)
         memory = self.cost.memory(floor)
         if not memory.fits:
-            static_gib = memory.total_gib - memory.activations_gib
-            self.rejected[MEMORY_FLOOR if static_gib > memory.capacity_gib else MEMORY_FLOOR_ACTIVATIONS] += 1
+            self.rejected[_floor_category(memory)] += 1
             self._note_floor(floor, memory)
         return memory
 
@@ -385,6 +383,11 @@ class _Search:
                 return est, step_index
             self.rejected[MEMORY_ACTIVATIONS] += 1
         return None, len(ladder)
+
+
+def _floor_category(memory: MemoryCheck) -> str:
+    """Why a shape's smallest footprint does not fit: the weights themselves, or the activations."""
+    return MEMORY_FLOOR if memory.static_gib > memory.capacity_gib else MEMORY_FLOOR_ACTIVATIONS
 
 
 class _Inverted:

@@ -137,3 +137,11 @@ def test_nothing_fits_names_memory_and_the_smallest_change_that_fits():
     assert info.value.field == "memory"
     assert "no layout fits" in message and "GiB" in message
     assert "GPUs (" in info.value.fix  # e.g. "use 64 GPUs (8× more)"
+
+
+def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 8, 1048576, 8))
+    message = str(info.value)
+    assert "activations exceed HBM even at the smallest MBS with full recompute" in message
+    assert "--seq-len 262144" in info.value.fix or "--seq-len 524288" in info.value.fix
