@@ -15,11 +15,14 @@ Two modes:
     (top-k copies of each token), CP (sequence split), full recompute with `recompute_num_layers`;
   * attention is assumed fused (flash/cuDNN): the s x s scores are never stored, so selective
     core-attention recompute saves nothing more; fp32 softmax statistics are kept;
-  * an overhead allowance: CUDA context + workspaces, NCCL buffers per communicator, allocator
-    fragmentation.
+  * Megatron-FSDP: weights, gradients and optimizer sharded over DP, plus the two gathered layers
+    and one layer of full gradients it holds while computing;
+  * FP8 recipes: GEMM inputs saved for backward in FP8, and a 1-byte FP8 copy of the weights;
+  * an overhead allowance: CUDA context + workspaces (1 GiB), NCCL buffers (0.25 GiB per
+    communicator in use), allocator fragmentation (10 % of activations).
 
-Bytes per parameter (bf16 params, fp32 main grads, fp32 master + Adam m, v): 2 + 4 + 12.
-FP8 adds a 1-byte FP8 copy of the weights (Transformer Engine keeps one per GEMM weight).
+Bytes per parameter (bf16 params, fp32 main grads, fp32 master + Adam m, v): 2 + 4 + 12; gradients
+take 2 bytes with `main_grad_bytes=2` (bf16 gradient buffers, as NeMo's performance recipes use).
 """
 
 from __future__ import annotations
