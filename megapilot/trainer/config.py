@@ -204,6 +204,10 @@ def _check_cpu_limits(ns: argparse.Namespace, gpu_available: bool) -> None:
             "needs a GPU: Megatron-Core's context parallelism runs only in Transformer Engine's attention "
             "(the local attention used on CPU asserts CP = 1)", field="--context-parallel-size",
             fix="set --context-parallel-size 1 for a CPU run")
+    if ns.sequence_parallel and ns.tensor_model_parallel_size > 1:
+        raise MegapilotError("needs a GPU: megatron-core's torch LayerNorm/RMSNorm (used without Transformer Engine "
+                             "or Apex) refuses sequence parallelism", field="--sequence-parallel",
+                             fix="drop --sequence-parallel for a CPU run")
     if ns.num_experts and ns.moe_token_dispatcher_type == "alltoall":
         raise MegapilotError("needs a GPU: megatron-core's all-to-all token dispatcher uses CUDA streams",
                              field="--moe-token-dispatcher-type", fix="use --moe-token-dispatcher-type allgather on CPU")

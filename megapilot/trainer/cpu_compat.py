@@ -9,7 +9,9 @@ this process only:
    `Tensor.type()` with the `torch.cuda.*` name that Megatron's assertions expect;
 2. `torch.cuda.current_device() → 0` and `torch.cuda.synchronize() → no-op`;
 3. `CpuRngStatesTracker` in place of Megatron's CUDA RNG tracker (same interface, CPU generator
-   states).
+   states), and the CPU generator's state where activation recomputation saves "the CUDA RNG state";
+4. the same mode inside custom autograd backwards (modes are not active there by default);
+5. TransformerConfig overrides (`CPU_TRANSFORMER_OVERRIDES`), each with its reason.
 
 `install_distributed_optimizer_fixes()` patches three Megatron bugs in loading a distributed-
 optimizer checkpoint that appear whenever neither Apex nor Transformer Engine is installed (so
@@ -177,7 +179,19 @@ def _install_rng_tracker() -> None:
 
     megatron_random._CUDA_RNG_STATE_TRACKER = CpuRngStatesTracker()
     megatron_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
-    REWRITES.installed.append("CPU RNG tracker")
+
+    # Activation recomputation saves and restores "the CUDA RNG state" around each checkpointed
+    # region; on CPU that is the CPU generator's state.
+    def get_cpu_rng_state(device=None, clone=False, graph_safe=False):
+        REWRITES.record("CUDA RNG state → CPU generator state")
+        return torch.get_rng_state()
+
+    def set_cpu_rng_state(new_state, device=-1, graph_safe=False):
+        torch.set_rng_state(new_state)
+
+    megatron_random._get_cuda_rng_state = get_cpu_rng_state
+    megatron_random._set_cuda_rng_state = set_cpu_rng_state
+    REWRITES.installed.append("CPU RNG tracker and RNG-state save/restore")
 
 
 def _install_cuda_query_stubs() -> None:

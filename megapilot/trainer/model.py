@@ -104,6 +104,12 @@ def build_model(config: TrainerConfig, vocab_size_padded: int, on_gpu: bool) -> 
     chunks = [_model_chunk(config, tconfig, vocab_size_padded, on_gpu, stage) for stage in stages]
     if on_gpu:
         chunks = [chunk.cuda(torch.cuda.current_device()) for chunk in chunks]
+    if config.bf16 or config.fp16:
+        # As Megatron-LM's get_model: half-precision weights, inputs cast on the first stage and
+        # outputs back to fp32 on the last.
+        from megatron.core.transformer.module import Float16Module
+
+        chunks = [Float16Module(tconfig, chunk) for chunk in chunks]
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=config.accumulate_allreduce_grads_in_fp32 or not (config.bf16 or config.fp16),
         overlap_grad_reduce=config.overlap_grad_reduce, overlap_param_gather=config.overlap_param_gather,

@@ -327,7 +327,7 @@ class Trainer:
         if loss is not None:
             if math.isnan(loss) or math.isinf(loss):
                 totals.nan += 1
-            else:
+            elif update_successful:  # as Megatron-LM: skipped iterations do not enter the average
                 totals.loss_sum += loss
         totals.grad_norm = grad_norm
         totals.forward_backward_s += self._last_timings_s[0]

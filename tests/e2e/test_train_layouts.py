@@ -170,6 +170,17 @@ def test_moe_with_expert_parallel_2_learns(tmp_path, corpus_prefix):
     assert_learned(run, 30)
 
 
+@pytest.mark.slow
+def test_one_process_llama_style_bf16_with_recompute_learns(tmp_path, corpus_prefix):
+    """SwiGLU, RMSNorm, RoPE, GQA, untied output, no biases, bf16 and full recompute in one run."""
+    run = train(tmp_path, "llama", 1, *layout_flags(
+        corpus_prefix, 30, "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+        "--group-query-attention", "--num-query-groups", "2", "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear", "--bf16", "--recompute-granularity", "full", "--recompute-method", "uniform",
+        "--recompute-num-layers", "1", "--log-interval", "10"))
+    assert_learned(run, 30)
+
+
 def _trainer_exit(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "megapilot.trainer", *flags], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120, env=os.environ | {"PYTHONWARNINGS": "ignore"})
