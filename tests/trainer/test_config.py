@@ -44,6 +44,12 @@ def test_context_parallel_on_cpu_needs_a_gpu():
     assert build_config(TINY + ["--context-parallel-size", "2"], gpu_available=True).context_parallel_size == 2
 
 
+def test_sequence_parallel_on_cpu_needs_a_gpu():
+    with pytest.raises(MegapilotError, match="needs a GPU") as err:
+        build_config(TINY + ["--tensor-model-parallel-size", "2", "--sequence-parallel"])
+    assert err.value.field == "--sequence-parallel"
+
+
 def test_alltoall_dispatcher_on_cpu_needs_a_gpu():
     with pytest.raises(MegapilotError, match="needs a GPU"):
         build_config(TINY + ["--num-experts", "4", "--moe-token-dispatcher-type", "alltoall"])
