@@ -1,0 +1,129 @@
+"""Benchmark: parse a generated Megatron-LM log (1 GB by default) against `grep -c iteration`.
+
+Generates a SYNTHETIC log in /tmp (iteration lines in core-v0.16 format with timers, memory reports
+and checkpoint saves mixed in), then on the same file:
+- `grep -c iteration FILE` (the baseline: the cheapest possible scan),
+- `megapilot.logs.parse_logs([FILE], summary_only=True)` in a child process (flat-memory mode),
+- the same parser on a file 1/8 the size, to show that peak RSS does not grow with the file.
+Records MB/s and peak RSS (ru_maxrss of each child) in results.json next to this script, and deletes
+the generated files. Usage: python bench/log_parse/run.py [--size-mb 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ITERATION = (" [2026-01-01 {h:02d}:{m:02d}:{s:02d}.{us:06d}] iteration {it:8d}/{total:8d} | consumed samples: {cs:12d} | "
+             "elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | "
+             "learning rate: 1.500000E-04 | global batch size:   128 | lm loss: {loss:.6E} | loss scale: 1.0 | "
+             "grad norm: {gn:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+EXTRA = ("(min, max) time across ranks (ms):\n"
+         "    forward-backward ...............................: (9000.12, 9010.34)\n"
+         "    optimizer ......................................: (40.01, 41.22)\n"
+         "[Rank 0] (after {it} iterations) memory (MB) | allocated: 12345.67 | max allocated: 45678.90 | "
+         "reserved: 50000.00 | max reserved: 52000.00\n")
+SAVE = ("[2026-01-01 00:20:00.000001] saving checkpoint at iteration {it:7d} to /ckpt in torch_dist format\n"
+        "  [2026-01-01 00:20:30.000002] successfully saved checkpoint from iteration {it:7d} to /ckpt [ t 1/8, p 1/4 ]\n")
+
+
+def generate(path: Path, size_bytes: int) -> int:
+    """Write a synthetic log of about `size_bytes`; returns the number of iteration lines."""
+    it = 0
+    written = 0
+    with open(path, "w") as out:
+        while written < size_bytes:
+            block = []
+            for _ in range(1000):
+                it += 1
+                seconds = it * 9
+                block.append(ITERATION.format(h=(seconds // 3600) % 24, m=(seconds // 60) % 60, s=seconds % 60,
+                                              us=it % 1000000, it=it, total=10**7, cs=it * 128, ms=9070.0 + (it % 13),
+                                              tf=744.0 - (it % 7) * 0.1, loss=7.0 - (it % 1000) * 1e-4,
+                                              gn=1.0 + (it % 5) * 0.01))
+                if it % 100 == 0:
+                    block.append(EXTRA.format(it=it))
+                if it % 5000 == 0:
+                    block.append(SAVE.format(it=it))
+            text = "".join(block)
+            out.write(text)
+            written += len(text)
+    return it
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_child(argv: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + sys) and stdout of one child process.
+
+    CPU seconds are the fair comparison on a shared machine: wall time also counts waiting for a core.
+    """
+    cpu_before = _children_cpu_s()
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return time.perf_counter() - started, _children_cpu_s() - cpu_before, done.stdout.strip()
+
+
+PARSE_CHILD = (
+    "import json, resource, sys\n"
+    "from megapilot.logs import parse_logs\n"
+    "log = parse_logs([sys.argv[1]], summary_only=True)\n"
+    "s = log.summary\n"
+    "print(json.dumps({'iterations': s.iterations_logged, 'p50_ms': s.step_time_p50_ms, 'lines': log.lines_read,\n"
+    "                  'rss_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
+)
+
+
+def parse_in_child(path: Path) -> tuple[float, float, dict]:
+    wall_s, cpu_s, stdout = timed_child([sys.executable, "-c", PARSE_CHILD, str(path)])
+    return wall_s, cpu_s, json.loads(stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mb", type=int, default=1024)
+    args = parser.parse_args()
+    size = args.size_mb * 1024 * 1024
+    with tempfile.TemporaryDirectory(prefix="megapilot-bench-") as tmp:
+        big, small = Path(tmp) / "big.log", Path(tmp) / "small.log"
+        iterations = generate(big, size)
+        generate(small, size // 8)
+        mb = big.stat().st_size / 1e6
+        grep_wall_s, grep_cpu_s, grep_count = timed_child(["grep", "-c", "iteration", str(big)])
+        parse_wall_s, parse_cpu_s, parsed = parse_in_child(big)
+        _, small_cpu_s, small_parsed = parse_in_child(small)
+        results = {
+            "file_mb": round(mb, 1), "iteration_lines": iterations, "grep_count": int(grep_count),
+            "grep_wall_s": round(grep_wall_s, 3), "grep_cpu_s": round(grep_cpu_s, 3),
+            "grep_mb_per_cpu_s": round(mb / grep_cpu_s, 1),
+            "parse_wall_s": round(parse_wall_s, 3), "parse_cpu_s": round(parse_cpu_s, 3),
+            "parse_mb_per_cpu_s": round(mb / parse_cpu_s, 1),
+            "parse_vs_grep_speed_cpu": round(grep_cpu_s / parse_cpu_s, 4),
+            "goal_parse_vs_grep": 0.5,
+            "parsed_iterations": parsed["iterations"], "parsed_p50_ms": parsed["p50_ms"],
+            "peak_rss_mib_full_file": round(parsed["rss_kib"] / 1024, 1),
+            "peak_rss_mib_eighth_file": round(small_parsed["rss_kib"] / 1024, 1),
+            "small_file_mb": round(small.stat().st_size / 1e6, 1), "small_parse_cpu_s": round(small_cpu_s, 3),
+            "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "note": ("summary-only mode (megapilot.logs.parse_logs, pure Python); CPU seconds include interpreter "
+                     "start-up and imports; grep is GNU grep; the machine's 2 cores are shared, so wall times vary"),
+        }
+        assert results["parsed_iterations"] == iterations, "the parser must see every iteration line"
+    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
