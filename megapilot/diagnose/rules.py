@@ -496,13 +496,22 @@ def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | Non
     if any(e.category == "oom" for e in log.errors):
         return None
     full = [r for r in log.iterations if r.memory_usage_pct and r.memory_usage_pct >= NEAR_FULL_PCT]
-    if not full:
-        return None
-    first = full[0]
+    cause = ("Memory is within a few percent of capacity: the next larger allocation (a longer batch, evaluation, "
+             "a checkpoint) will run out of memory.")
     fixes, note = _memory_fixes(config)
-    return Finding("oom", "warning", f"Device memory at {first.memory_usage_pct:.1f}% at iteration {first.iteration}",
-                   [_ev(first)], "Memory is within a few percent of capacity: the next larger allocation (a longer "
-                   "batch, evaluation, a checkpoint) will run out of memory." + note, fixes)
+    if full:
+        first = full[0]
+        return Finding("oom", "warning", f"Device memory at {first.memory_usage_pct:.1f}% at iteration {first.iteration}",
+                       [_ev(first)], cause + note, fixes)
+    capacity = config.gpu.hbm_gib if config is not None and config.gpu is not None else None
+    reports = [m for m in log.memory if capacity and m.peak_gib and m.peak_gib >= NEAR_FULL_PCT / 100 * capacity]
+    if not reports:
+        return None
+    worst = max(reports, key=lambda m: m.peak_gib or 0.0)
+    return Finding("oom", "warning",
+                   f"Rank {worst.rank} reserved {worst.peak_gib:.1f} GiB of {capacity:.0f} GiB "
+                   f"({(worst.peak_gib or 0) / capacity:.0%})",  # type: ignore[operator]
+                   [Evidence(worst.file, worst.line, worst.text.strip())], cause + note, fixes)
 
 
 def _low_throughput(log: ParsedLog, config: RunConfig | None) -> Finding | None:

@@ -154,3 +154,14 @@ def test_line_categories_become_findings_with_fixes(category: str, line: str, fi
     (finding,) = diagnose_log(parse_text(line, file="train.log"), run_config(read_flags(flags=flags), gpus=1)).findings
     assert finding.category == category and finding.evidence[0].line == 1
     assert any(fix_text in f"{f.flag} {f.value}" for f in finding.fixes)
+
+
+def test_allocator_memory_near_gpu_capacity_is_an_oom_warning():
+    line = ("[Rank 0] (after 1 iterations) memory (MB) | allocated: 12520.1 | max allocated: 63409.0 | "
+            "reserved: 77000.0 | max reserved: 78500.0")
+    from megapilot.diagnose import read_flags, run_config
+
+    config = run_config(read_flags(flags="--tensor-model-parallel-size 1"), gpu=get_gpu("h100"), gpus=1)
+    (finding,) = diagnose_log(parse_text(line), config).findings
+    assert finding.category == "oom" and finding.severity == "warning" and "Rank 0" in finding.title
+    assert diagnose_log(parse_text(line), config.__class__(**{**config.__dict__, "gpu": get_gpu("h200")})).findings == []
