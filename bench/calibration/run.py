@@ -23,7 +23,8 @@ Excluded: fine-tuning rows (SFT on packed sequences, LoRA with frozen weights - 
 and rows without a global batch or any throughput figure.
 
 Fit: least squares on log(predicted / published TFLOP/s) over the five `EfficiencyParams` with a
-small Nelder-Mead. Hold-out: leave-one-source-out (fit on three sources, predict the fourth) and a
+small Nelder-Mead; a parameter no training row can identify (the FP8 GEMM fraction without FP8 rows)
+stays at the prior. Hold-out: leave-one-source-out (fit on three sources, predict the fourth) and a
 seeded 5-fold split.
 """
 
@@ -217,15 +218,22 @@ def predicted_publisher_tflops(row: Row, layout: ParallelConfig, params: Efficie
 # ---- fitting ----------------------------------------------------------------------------------------
 
 
-def _params_from(vector: list[float]) -> EfficiencyParams | None:
-    values = dict(zip(PARAM_NAMES, vector))
+def _params_from(free: tuple[str, ...], vector: list[float]) -> EfficiencyParams | None:
+    """Parameters with the `free` ones taken from `vector` and the rest at the prior; None out of bounds."""
+    values = asdict(PRIOR) | dict(zip(free, vector))
     if any(not low <= values[k] <= high for k, (low, high) in BOUNDS.items()):
         return None
     return EfficiencyParams(**values)
 
 
-def loss(rows: list[Row], layouts: dict[str, ParallelConfig], vector: list[float]) -> float:
-    params = _params_from(vector)
+def identifiable(rows: list[Row]) -> tuple[str, ...]:
+    """The parameters the rows can pin down: the 8-bit GEMM fraction needs at least one FP8 row."""
+    has_8bit = any(row.training.precision != "bf16" for row in rows)
+    return tuple(name for name in PARAM_NAMES if has_8bit or name != "gemm_peak_fraction_8bit")
+
+
+def loss(rows: list[Row], layouts: dict[str, ParallelConfig], free: tuple[str, ...], vector: list[float]) -> float:
+    params = _params_from(free, vector)
     if params is None:
         return 1e9
     return sum(
@@ -264,8 +272,11 @@ def nelder_mead(f, start: list[float], *, iterations: int = 400, step: float = 0
 
 
 def fit(rows: list[Row], layouts: dict[str, ParallelConfig]) -> EfficiencyParams:
-    vector = nelder_mead(lambda v: loss(rows, layouts, v), list(asdict(PRIOR).values()))
-    params = _params_from(vector)
+    """Least squares on log error over the identifiable parameters; the others stay at the prior."""
+    free = identifiable(rows)
+    start = [asdict(PRIOR)[name] for name in free]
+    vector = nelder_mead(lambda v: loss(rows, layouts, free, v), start)
+    params = _params_from(free, vector)
     assert params is not None
     return params
 

@@ -11,7 +11,8 @@ Model (per GPU, seconds):
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
   with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
 - ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers (exposed);
-- pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk;
+- pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk; blocking
+  under 1F1B, overlapped with compute under the interleaved schedule;
 - pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2);
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
@@ -275,13 +276,21 @@ def stage_costs(
     return costs
 
 
-def _pp_comm_s(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig) -> float:
-    """Activation forward + gradient backward p2p per micro-batch and model chunk (scatter-gather: / TP)."""
+def _pp_comm_s(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, microbatch_compute_s: float
+) -> float:
+    """Exposed activation/gradient p2p per micro-batch (scatter-gather: / TP).
+
+    1F1B sends and receives block the stage. The interleaved schedule posts them asynchronously
+    (Megatron's default `overlap_p2p_comm`), so they hide under the next chunk's compute and only
+    traffic beyond that compute is exposed.
+    """
     if p.pp == 1:
         return 0.0
     message = p.mbs * training.seq_length / p.cp * model.hidden_size * 2 / p.tp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, 2, stride=p.tp * p.cp * p.dp)
-    return 2 * p.vpp * comm.p2p_s(message, bandwidth)
+    traffic_s = 2 * p.vpp * comm.p2p_s(message, bandwidth)
+    return traffic_s if p.vpp == 1 else max(0.0, traffic_s - microbatch_compute_s)
 
 
 def _dp_comm_s(
@@ -344,8 +353,8 @@ def step_time(
     p = parallel
     m = p.num_microbatches(training.global_batch_size)
     stages = stage_costs(model, cluster, training, p, options)
-    pp_comm_s = _pp_comm_s(model, cluster, training, p)
     slowest = max(stages, key=lambda c: c.total)
+    pp_comm_s = _pp_comm_s(model, cluster, training, p, slowest.compute)
     per_microbatch_s = slowest.total + pp_comm_s
     mean_stage_s = sum(c.total for c in stages) / len(stages) + pp_comm_s
     bubble_s = (p.pp - 1) / p.vpp * mean_stage_s
