@@ -91,3 +91,22 @@ def test_optimize_json_and_user_errors(cli):
     no_steps = cli("optimize", "--flags", flags, "--gpu", "h100", "--log",
                    str(DATA / "real/30_nccl_bus_error_shm_ncclgroupend.log"))
     assert no_steps.exit_code == 2 and "--log" in no_steps.stderr
+
+
+def test_optimize_from_script_calibrated_by_the_logged_step_time(cli, tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\nTP=2\n"
+        "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n"
+        "  --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 \\\n"
+        "  --group-query-attention --num-query-groups 8 --seq-length 4096 --global-batch-size 128 \\\n"
+        "  --micro-batch-size 1 --tensor-model-parallel-size $TP --sequence-parallel --bf16 --swiglu \\\n"
+        "  --use-distributed-optimizer --vocab-size 128256\n")
+    result = cli("optimize", "--script", str(script), "--gpu", "h100", "--json",
+                 "--log", str(DATA / "synthetic_megatron_core016_full.log"))
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert data["current"]["measured_step_time_s"] == pytest.approx(9.07, abs=0.01)  # p50 of the steady steps
+    assert data["calibration_scale"] is not None and data["calibration_scale"] > 0
+    gains = [c["gain_pct"] for c in data["changes"] if c["gain_pct"] is not None and c["fits"]]
+    assert gains == sorted(gains, reverse=True)
