@@ -86,6 +86,7 @@ _FIELD_SLOTS: dict[str, str] = {
     "skipped samples": "skipped_samples",
     "elapsed time per iteration (ms)": "elapsed",
     "throughput per gpu (tflop/s/gpu)": "tflops",
+    "tflops": "tflops",  # the Megatron-DeepSpeed fork: `TFLOPs: 120.37` (per GPU)
     "tokens/s/gpu inst/harmonic mean": "tokens",
     "tokens per gpu (tokens/s/gpu)": "tokens",
     "learning rate": "lr",

@@ -164,3 +164,14 @@ def test_interleaved_ranks_are_counted_once_in_summary():
     assert len(log.iterations) == 40
     assert log.summary.iterations_counted == 20
     assert log.summary.step_time_mean_ms == pytest.approx(100.0)
+
+
+def test_megatron_deepspeed_fork_tflops_and_extra_fields():
+    log = parse_text(" iteration       10/  500000 | consumed samples:          320 | consumed tokens:       655360 |"
+                     " elapsed time per iteration (ms): 2345.6 | learning rate: 1.000E-04 | global batch size:    32 |"
+                     " lm loss: 7.512345E+00 | loss scale: 4096.0 | grad norm: 3.210 | actual seqlen:  2048 |"
+                     " number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: 13.643 |"
+                     " TFLOPs: 120.37 |")
+    record = log.iterations[0]
+    assert record.tflops_per_gpu == 120.37 and record.extra["samples per second"] == 13.643
+    assert record.loss_scale == 4096.0 and record.lm_loss == pytest.approx(7.512345)
