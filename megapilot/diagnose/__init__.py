@@ -10,7 +10,8 @@ Public API:
 from megapilot.diagnose.engine import Diagnosis, diagnose, diagnose_log
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.flags import LaunchFlags, RunConfig, read_flags, run_config
+from megapilot.diagnose.optimize import OptimizeReport, RankedChange, optimize
 from megapilot.diagnose.predict import Prediction, predict
 
-__all__ = ["Diagnosis", "Finding", "Fix", "LaunchFlags", "Prediction", "RunConfig", "diagnose", "diagnose_log",
-           "predict", "read_flags", "run_config"]
+__all__ = ["Diagnosis", "Finding", "Fix", "LaunchFlags", "OptimizeReport", "Prediction", "RankedChange", "RunConfig",
+           "diagnose", "diagnose_log", "optimize", "predict", "read_flags", "run_config"]
