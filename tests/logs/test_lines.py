@@ -76,12 +76,12 @@ def test_follow_restarts_when_the_file_is_truncated(tmp_path: Path):
     seen: list[str] = []
 
     def rewrite() -> None:
-        time.sleep(0.1)
+        time.sleep(0.3)
         log.write_text("new\n")
 
     thread = threading.Thread(target=rewrite)
     thread.start()
-    for _, text in follow_lines(log, poll_s=0.01, idle_timeout_s=0.4):
+    for _, text in follow_lines(log, poll_s=0.01, idle_timeout_s=1.0):
         seen.append(text)
     thread.join()
     assert seen == ["old line one", "old line two", "new"]
