@@ -37,8 +37,47 @@ def _model_key(index: int, chunks: int) -> str:
     return "model" if chunks == 1 else f"model{index}"
 
 
-def _sharded_state_dict(model, optimizer, scheduler, iteration: int, with_optimizer: bool, is_loading: bool) -> dict:
+def _rng_state_object():
+    """This rank's RNG streams as one sharded object (as Megatron-LM saves them), so dropout resumes
+    exactly. Ranks that differ only in their data-parallel position hold the same streams."""
+    import random
+
+    import numpy
+    from megatron.core import tensor_parallel
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    state = {"random_rng_state": random.getstate(), "np_rng_state": numpy.random.get_state(),
+             "torch_rng_state": torch.get_rng_state(),
+             "rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
+    if torch.cuda.is_available():
+        state["cuda_rng_state"] = torch.cuda.get_rng_state()
+    shape = (parallel_state.get_pipeline_model_parallel_world_size(),
+             parallel_state.get_tensor_model_parallel_world_size(),
+             parallel_state.get_expert_model_parallel_world_size())
+    offset = (parallel_state.get_pipeline_model_parallel_rank(), parallel_state.get_tensor_model_parallel_rank(),
+              parallel_state.get_expert_model_parallel_rank())
+    return ShardedObject("rng_state", state, shape, offset, replica_id=parallel_state.get_expert_data_parallel_rank())
+
+
+def _restore_rng_state(state: dict) -> None:
+    import random
+
+    import numpy
+    from megatron.core import tensor_parallel
+
+    random.setstate(state["random_rng_state"])
+    numpy.random.set_state(state["np_rng_state"])
+    torch.set_rng_state(state["torch_rng_state"])
+    if "cuda_rng_state" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_rng_state"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["rng_tracker_states"])
+
+
+def _sharded_state_dict(model, optimizer, scheduler, iteration: int, with_optimizer: bool, is_loading: bool,
+                        with_rng: bool = True) -> dict:
     state: dict = {"iteration": iteration, "checkpoint_version": 3.0}
+    if with_rng:
+        state["rng_state"] = _rng_state_object()
     for index, chunk in enumerate(model):
         state[_model_key(index, len(model))] = chunk.module.sharded_state_dict()
     if with_optimizer:
@@ -104,8 +143,8 @@ def latest_iteration(root: str) -> int | None:
     return int(text)
 
 
-def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: bool, finetune: bool,
-                    log) -> LoadedCheckpoint | None:
+def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: bool, with_rng: bool,
+                    finetune: bool, log) -> LoadedCheckpoint | None:
     """Load the newest checkpoint under `root`; None (and Megatron's warning) when there is none."""
     iteration = latest_iteration(root)
     if iteration is None:
@@ -115,8 +154,12 @@ def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: b
     log(logfmt.loading_checkpoint_line(root, iteration), rank_zero_only=True)
     started = time.monotonic()
     load_optimizer = with_optimizer and not finetune
-    state = _sharded_state_dict(model, optimizer, scheduler, iteration, load_optimizer, is_loading=True)
+    load_rng = with_rng and not finetune
+    state = _sharded_state_dict(model, optimizer, scheduler, iteration, load_optimizer, is_loading=True,
+                                with_rng=load_rng)
     loaded = dist_checkpointing.load(state, str(iteration_dir(root, iteration)))
+    if load_rng:
+        _restore_rng_state(loaded["rng_state"])
     for index, chunk in enumerate(model):
         chunk.module.load_state_dict(loaded[_model_key(index, len(model))])
     if load_optimizer:

@@ -288,7 +288,8 @@ class Trainer:
         state = RunState()
         if config.load:
             loaded = checkpoint.load_checkpoint(config.load, self.model, self.optimizer, self.scheduler,
-                                                with_optimizer=not config.no_load_optim, finetune=config.finetune,
+                                                with_optimizer=not config.no_load_optim,
+                                                with_rng=not config.no_load_rng, finetune=config.finetune,
                                                 log=log)
             state.iteration = loaded.iteration if loaded else 0
         train_iterator = self._iterators(self.datasets.train, state.iteration * config.global_batch_size)
