@@ -176,3 +176,20 @@ def test_shards_add_up_to_the_parameters_megatron_puts_on_each_stage(preset, tp,
         except MegapilotError:
             pytest.skip("params module refuses the layout")
         assert ours == pytest.approx(theirs, rel=1e-9)
+
+
+def test_megatron_formula_path_b_without_sequence_parallel():
+    s, b, h, t, layers, p = 4096, 1, 8192, 8, 80, 4
+    no_sp = LLAMA_TP8_PP4_DP2.model_copy(update={"sequence_parallel": False})
+    memory = memory_per_gpu(LLAMA3_70B, SEQ_4K, no_sp, 80.0, megatron_formula=True)
+    per_layer = s * b * h * (10 + 24 / t)
+    expected = (per_layer * layers + 8 * s * b * p + s * b * h * p) * 1.05
+    assert memory.activations_gib * GIB == pytest.approx(expected)
+
+
+def test_megatron_formula_interleaving_factor():
+    s, b, h, layers, p, v = 4096, 1, 8192, 80, 4, 5
+    interleaved = LLAMA_TP8_PP4_DP2.model_copy(update={"vpp": v})
+    memory = memory_per_gpu(LLAMA3_70B, SEQ_4K, interleaved, 80.0, megatron_formula=True)
+    path_a = (s * b * h * (18 + 4 * 28672 / h) * layers + 8 * s * b * p + s * b * h * p) / 8
+    assert memory.activations_gib * GIB == pytest.approx(path_a * (1 + (p - 1) / (p * v)))
