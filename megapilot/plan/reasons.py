@@ -123,6 +123,8 @@ class Explainer:
         fields = p.model_dump()
         fields.update(changes)
         tp, pp, cp = fields["tp"], fields["pp"], fields["cp"]
+        if "vpp" not in changes and (pp == 1 or self.model.num_layers % (pp * fields["vpp"])):
+            fields["vpp"] = 1  # interleaving that the new PP cannot keep is dropped, not held against it
         world = self.cluster.world_size
         if world % (tp * pp * cp):
             return None
@@ -221,7 +223,9 @@ class Explainer:
         if heads % (p.tp * 2) or kv % (p.tp * 2):
             return (f"TP ≤ GPUs per node ({node}); TP={p.tp * 2} is ruled out anyway: it does not divide the "
                     f"{heads} attention heads / {kv} KV heads")
-        beyond = self._variant(p, tp=p.tp * 2)
+        # Doubling TP may leave too few GPUs for the same PP; then trade a pipeline stage for it.
+        beyond = self._variant(p, tp=p.tp * 2) or (
+            self._variant(p, tp=p.tp * 2, pp=p.pp // 2, vpp=1) if p.pp > 1 else None)
         if beyond is None:
             return f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would put TP all-reduces on the inter-node network"
         verdict = self._speed_delta(est, beyond[1]) if beyond[1].fits else f"not fit ({self._too_big(beyond[1])})"
