@@ -163,6 +163,7 @@ FLAGS: tuple[Flag, ...] = (
     _str("--save", None, "checkpoint directory to save into"),
     _str("--load", None, "checkpoint directory to resume from"),
     _int("--save-interval", None, "iterations between checkpoints"),
+    _int("--ckpt-step", None, "iteration to load from --load (default: the latest)"),
     _str("--ckpt-format", "torch_dist", "checkpoint format", ("torch_dist",)),
     _bool("--no-load-optim", "do not load the optimizer state"),
     _bool("--no-load-rng", "do not load the RNG state"),

@@ -73,9 +73,22 @@ def _restore_rng_state(state: dict) -> None:
     tensor_parallel.get_cuda_rng_tracker().set_states(state["rng_tracker_states"])
 
 
+def _rng_layout() -> list[int]:
+    return [parallel_state.get_pipeline_model_parallel_world_size(),
+            parallel_state.get_tensor_model_parallel_world_size(),
+            parallel_state.get_expert_model_parallel_world_size()]
+
+
+def _padded_vocab_size(model) -> int:
+    from megatron.core.utils import get_attr_wrapped_model
+
+    return int(get_attr_wrapped_model(model[0], "vocab_size"))
+
+
 def _sharded_state_dict(model, optimizer, scheduler, iteration: int, with_optimizer: bool, is_loading: bool,
                         with_rng: bool = True) -> dict:
-    state: dict = {"iteration": iteration, "checkpoint_version": 3.0}
+    state: dict = {"iteration": iteration, "checkpoint_version": 3.0, "padded_vocab_size": _padded_vocab_size(model),
+                   "rng_layout": _rng_layout()}
     if with_rng:
         state["rng_state"] = _rng_state_object()
     for index, chunk in enumerate(model):
@@ -143,10 +156,30 @@ def latest_iteration(root: str) -> int | None:
     return int(text)
 
 
+def _check_compatible(root: str, iteration: int, model, load_rng: bool) -> None:
+    """Refuse, naming the flag, the mismatches dist_checkpointing would load silently or cryptically."""
+    common = dist_checkpointing.load_common_state_dict(str(iteration_dir(root, iteration)))
+    saved_vocab, vocab = common.get("padded_vocab_size"), _padded_vocab_size(model)
+    if saved_vocab is not None and saved_vocab != vocab:
+        raise MegapilotError(
+            f"the checkpoint's padded vocabulary is {saved_vocab}, this run pads to {vocab} (the padding is a "
+            "multiple of --make-vocab-size-divisible-by × TP)", field="--make-vocab-size-divisible-by",
+            fix=f"choose it so that the vocabulary pads to {saved_vocab} under this TP")
+    saved_layout = common.get("rng_layout")
+    if load_rng and saved_layout is not None and list(saved_layout) != _rng_layout():
+        raise MegapilotError(
+            f"the checkpoint's RNG streams are for PP×TP×EP = {saved_layout}, this run is {_rng_layout()}",
+            field="--no-load-rng", fix="add --no-load-rng to resume under another parallel layout")
+
+
 def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: bool, with_rng: bool,
-                    finetune: bool, log) -> LoadedCheckpoint | None:
-    """Load the newest checkpoint under `root`; None (and Megatron's warning) when there is none."""
-    iteration = latest_iteration(root)
+                    finetune: bool, log, step: int | None = None) -> LoadedCheckpoint | None:
+    """Load iteration `step` (default: the newest) under `root`; None (and Megatron's warning) when
+    there is no checkpoint."""
+    iteration = latest_iteration(root) if step is None else step
+    if step is not None and not iteration_dir(root, step).is_dir():
+        raise MegapilotError(f"{iteration_dir(root, step)} does not exist", field="--ckpt-step",
+                             fix="name an iteration that was saved under --load")
     if iteration is None:
         for line in logfmt.no_checkpoint_lines(root):
             log(line, rank_zero_only=True)
@@ -155,6 +188,7 @@ def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: b
     started = time.monotonic()
     load_optimizer = with_optimizer and not finetune
     load_rng = with_rng and not finetune
+    _check_compatible(root, iteration, model, load_rng)
     state = _sharded_state_dict(model, optimizer, scheduler, iteration, load_optimizer, is_loading=True,
                                 with_rng=load_rng)
     loaded = dist_checkpointing.load(state, str(iteration_dir(root, iteration)))

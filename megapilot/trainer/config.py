@@ -107,6 +107,7 @@ class TrainerConfig:
     save: str | None
     load: str | None
     save_interval: int | None
+    ckpt_step: int | None
     ckpt_format: str
     no_load_optim: bool
     no_load_rng: bool

@@ -290,7 +290,7 @@ class Trainer:
             loaded = checkpoint.load_checkpoint(config.load, self.model, self.optimizer, self.scheduler,
                                                 with_optimizer=not config.no_load_optim,
                                                 with_rng=not config.no_load_rng, finetune=config.finetune,
-                                                log=log)
+                                                log=log, step=config.ckpt_step)
             state.iteration = loaded.iteration if loaded else 0
         train_iterator = self._iterators(self.datasets.train, state.iteration * config.global_batch_size)
         valid_iterator = self._iterators(self.datasets.valid, 0) if self.datasets.valid is not None else None

@@ -155,12 +155,23 @@ def test_dp2_distributed_optimizer_resume_matches_the_uninterrupted_run(tmp_path
 
 
 @pytest.mark.slow
-def test_tp2_pp2_four_processes_with_distributed_optimizer_learns(tmp_path, corpus_prefix):
-    run = train(tmp_path, "tp2pp2", 4, *layout_flags(
-        corpus_prefix, 30, "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
-        "--use-distributed-optimizer", "--log-interval", "10"), timeout_s=300)
+def test_tp2_pp2_four_processes_learn_and_their_checkpoint_resumes_on_one_process(tmp_path, corpus_prefix):
+    checkpoints = tmp_path / "ckpt"
+    common = layout_flags(corpus_prefix, 30, "--use-distributed-optimizer", "--log-interval", "1")
+    run = train(tmp_path, "tp2pp2", 4, *common, "--tensor-model-parallel-size", "2",
+                "--pipeline-model-parallel-size", "2", "--save", str(checkpoints), "--save-interval", "20",
+                timeout_s=300)
     assert_learned(run, 30)
     assert {m.rank for m in run.parsed.memory} == {0, 1, 2, 3}
+
+    # The fully_reshardable checkpoint of iteration 20 loads into TP=1, PP=1; the padded vocabulary
+    # must stay 512 (128 × TP=2 before, 256 × TP=1 now) and the RNG streams belong to the old layout.
+    resumed = train(tmp_path, "tp1pp1", 1, *common, "--load", str(checkpoints), "--ckpt-step", "20",
+                    "--no-load-rng", "--make-vocab-size-divisible-by", "256")
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert sorted(resumed.losses()) == list(range(21, 31))
+    for iteration, loss in resumed.losses().items():
+        assert loss == pytest.approx(run.losses()[iteration], rel=RESUME_RELATIVE_TOLERANCE), iteration
 
 
 @pytest.mark.slow
