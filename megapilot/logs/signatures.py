@@ -98,7 +98,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("argparse", "config_error",
          r"error: unrecognized arguments|error: argument --|error: the following arguments are required|"
          r"usage: (?:pretrain_\w+|train|torchrun)\S* \[|is not divisible by|must be divisible by|"
-         r"should be divisible by"),
+         r"should be divisible by|^\s*(?:\S+: )?error: --[\w-]+: "),
     # --- process crashes ---------------------------------------------------------------------------
     _sig("child_failed", "process_crash",
          r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.errors|"

@@ -11,7 +11,8 @@ THE RULE (one rule, the same for every dialect):
    starts), because the save time can land in its step time.
 Over what is left: mean, p50, p95 (linear interpolation; exact up to `RESERVOIR_SIZE` samples, a
 seeded uniform reservoir beyond), CV = population std / mean of step time; mean tokens/s/GPU,
-TFLOP/s/GPU and MFU of the same records. Losses (final, min, first) use every counted record.
+TFLOP/s/GPU and MFU of the same records. Losses (final, min, first) use every counted record whose
+interval had no NaN iteration.
 """
 
 from __future__ import annotations
@@ -206,7 +207,8 @@ class SummaryBuilder:
             self._fold(sample)
 
     def _track_losses(self, loss: float | None, nan_iterations: int | None, skipped_iterations: int | None) -> None:
-        if loss is not None and math.isfinite(loss):
+        # An interval with NaN iterations prints a meaningless loss (Megatron-Core prints 0.0): not a loss value.
+        if loss is not None and math.isfinite(loss) and not nan_iterations:
             if self._first_loss is None:
                 self._first_loss = loss
             self._final_loss = loss
