@@ -7,7 +7,7 @@ the project's own log parser reads the trainer's output and Megatron-LM's alike.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 
@@ -32,6 +32,8 @@ class IterationStats:
     grad_norm: float | None
     skipped_iterations: int
     nan_iterations: int
+    #: MoE router metrics (e.g. load_balancing_loss), printed after the losses with 2 decimals.
+    moe_metrics: dict[str, float] = field(default_factory=dict)
 
 
 def iteration_line(stats: IterationStats, now: datetime | None = None) -> str:
@@ -47,6 +49,8 @@ def iteration_line(stats: IterationStats, now: datetime | None = None) -> str:
     for key, value in stats.losses.items():
         if value >= 0 or math.isnan(value):
             parts.append(f" {key}: {value:.6E} |")
+    for key, value in stats.moe_metrics.items():
+        parts.append(f" {key}: {value:.2f} |")
     parts.append(f" loss scale: {stats.loss_scale:.1f} |")
     if stats.grad_norm is not None:
         parts.append(f" grad norm: {stats.grad_norm:.3f} |")

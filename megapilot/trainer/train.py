@@ -118,6 +118,7 @@ class IntervalTotals:
     nan: int = 0
     forward_backward_s: float = 0.0
     optimizer_s: float = 0.0
+    moe_sums: dict[str, float] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -240,7 +241,8 @@ class Trainer:
             learning_rate=self._learning_rate(), global_batch_size=self.config.global_batch_size,
             losses={"lm loss": totals.loss_sum / counted} if totals.iterations else {},
             loss_scale=float(self.optimizer.get_loss_scale().item()), grad_norm=totals.grad_norm,
-            skipped_iterations=totals.skipped, nan_iterations=totals.nan)
+            skipped_iterations=totals.skipped, nan_iterations=totals.nan,
+            moe_metrics={key: value / counted for key, value in totals.moe_sums.items()})
         log(logfmt.iteration_line(stats), last_rank_only=True)
         self._log_timers(totals)
         if not state.memory_reported:
@@ -331,6 +333,8 @@ class Trainer:
             elif update_successful:  # as Megatron-LM: skipped iterations do not enter the average
                 totals.loss_sum += loss
         totals.grad_norm = grad_norm
+        for key, value in self._moe_metrics(state.iteration).items():
+            totals.moe_sums[key] = totals.moe_sums.get(key, 0.0) + value
         totals.forward_backward_s += self._last_timings_s[0]
         totals.optimizer_s += self._last_timings_s[1]
         # Megatron-LM logs every `log_interval` iterations; the final iteration is logged too so that a
@@ -338,6 +342,21 @@ class Trainer:
         if state.iteration % self.config.log_interval == 0 or state.iteration == self.config.train_iters:
             self._log_iteration(state)
             state.totals = IntervalTotals()
+
+    def _moe_metrics(self, iteration: int) -> dict[str, float]:
+        """Megatron's MoE router metrics of this iteration, averaged over MoE layers (collective)."""
+        if not self.config.is_moe:
+            return {}
+        from megatron.core.transformer.moe.moe_utils import track_moe_metrics
+
+        names = ["load_balancing_loss"] if "aux_loss" in self.config.moe_router_load_balancing_type else []
+        if not names:
+            return {}
+        metrics: dict[str, torch.Tensor] = {}
+        track_moe_metrics(loss_scale=1.0 / self.num_microbatches, iteration=iteration, total_loss_dict=metrics,
+                          force_initialize=True, track_names=names, num_layers=self.config.num_layers,
+                          moe_layer_freq=self.config.moe_layer_freq)
+        return {key: float(value) for key, value in metrics.items()}
 
     def _log_validation(self, iteration: int, valid_iterator) -> None:
         loss = self.evaluate(valid_iterator)

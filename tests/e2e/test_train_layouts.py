@@ -180,6 +180,9 @@ def test_moe_with_expert_parallel_2_learns(tmp_path, corpus_prefix):
         corpus_prefix, 30, "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64",
         "--expert-model-parallel-size", "2", "--moe-aux-loss-coeff", "0.01", "--log-interval", "10"))
     assert_learned(run, 30)
+    # The router's load-balancing loss is ~1 when tokens spread evenly over the experts.
+    balance = [r.losses["load_balancing_loss"] for r in run.parsed.iterations]
+    assert len(balance) == 3 and all(0.9 < value < 2.0 for value in balance), balance
 
 
 @pytest.mark.slow

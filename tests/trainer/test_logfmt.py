@@ -24,6 +24,13 @@ def test_iteration_line_matches_the_reference_example_exactly():
     assert logfmt.iteration_line(STATS, NOW) == expected
 
 
+def test_moe_metrics_follow_the_losses_with_two_decimals():
+    from dataclasses import replace
+
+    line = logfmt.iteration_line(replace(STATS, moe_metrics={"load_balancing_loss": 1.0234}), NOW)
+    assert "| lm loss: 7.123456E+00 | load_balancing_loss: 1.02 | loss scale: 1.0 |" in line
+
+
 def test_memory_and_checkpoint_lines_match_the_reference_layout():
     assert logfmt.memory_line(0, 10, 12345.67, 45678.9, 50000, 52000) == (
         "[Rank 0] (after 10 iterations) memory (MB) | allocated: 12345.67 | max allocated: 45678.90 | "
