@@ -40,6 +40,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _signal_tree(pid: int, signum: int) -> None:
+    """Signal the launcher and every descendant: torchrun starts each worker in its own session, so
+    signalling the launcher's process group alone would miss them."""
+    import psutil
+
+    try:
+        family = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    for child in family:
+        try:
+            os.kill(child.pid, signum)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
 def train(tmp_path: Path, name: str, *flags: str) -> Path:
     log_path = tmp_path / f"{name}.log"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
@@ -51,10 +71,7 @@ def train(tmp_path: Path, name: str, *flags: str) -> Path:
         try:
             process.wait(timeout=240)
         finally:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _signal_tree(process.pid, signal.SIGKILL)
             process.wait()
     return log_path
 
@@ -85,3 +102,37 @@ def test_huge_learning_rate_diverges_into_nan_and_is_diagnosed(tmp_path: Path, d
     assert fixes["--lr"] == "5.00e+03" and "--lr-warmup-iters" in fixes
     summary = parse_logs([log_path]).summary
     assert summary.nan_iterations and summary.min_loss > 1.0, "the 0.0 printed in NaN intervals is not a loss"
+
+
+def test_follow_raises_a_hang_when_real_training_is_frozen(tmp_path: Path, data_prefix: str):
+    """SIGSTOP the training process group mid-run: the follower must report `hang` from the wall clock."""
+    from megapilot.logs import follow_log
+    from megapilot.logs.records import ErrorRecord, IterationRecord
+
+    log_path = tmp_path / "frozen.log"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+            "--master-port", str(_free_port()), "-m", "megapilot.trainer", *TINY, "--train-iters", "100000",
+            "--data-path", data_prefix]
+    seen: dict[str, object] = {"iterations": 0, "hang": None}
+
+    def on_record(record: object) -> None:
+        if isinstance(record, IterationRecord):
+            seen["iterations"] = int(seen["iterations"]) + 1  # type: ignore[arg-type]
+            if seen["iterations"] == 5:
+                _signal_tree(process.pid, signal.SIGSTOP)
+        if isinstance(record, ErrorRecord) and record.category == "hang":
+            seen["hang"] = record
+
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                   env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
+                                   start_new_session=True)
+        try:
+            follow_log(log_path, poll_s=0.1, timeout_s=180, hang_factor=10, hang_floor_s=3.0,
+                       on_record=on_record, should_stop=lambda: seen["hang"] is not None)
+        finally:
+            _signal_tree(process.pid, signal.SIGKILL)
+            process.wait()
+    hang = seen["hang"]
+    assert isinstance(hang, ErrorRecord), "no hang reported within the timeout"
+    assert int(hang.details["last_iteration"]) >= 5 and float(hang.details["silent_s"]) >= 3.0

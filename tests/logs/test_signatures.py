@@ -46,6 +46,7 @@ POSITIVE = [
     ("config_error", "pretrain_gpt.py: error: unrecognized arguments: --tensor-parallel 8"),
     ("config_error", "AssertionError: num_attention_heads must be divisible by tensor_model_parallel_size"),
     ("config_error", "pretrain_gpt.py: error: argument --micro-batch-size: invalid int value: 'x'"),
+    ("config_error", "error: --num-attention-heads: hidden size 64 is not divisible by 3 heads — fix: choose a divisor"),
     ("process_crash", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"),
     ("process_crash", "  exitcode  : -7 (pid: 5283)"),
     ("process_crash", "Segmentation fault (core dumped)"),
