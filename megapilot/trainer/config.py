@@ -183,6 +183,11 @@ def _resolve_tokenizer(ns: argparse.Namespace) -> str:
         return "ByteTokenizer"
     if name in VOCAB_ONLY_TOKENIZER_NAMES and ns.mock_data:
         return name
+    if name == "NullTokenizer":  # pre-tokenized ids in --data-path, as in Megatron-LM
+        if ns.vocab_size is None:
+            raise MegapilotError("NullTokenizer needs the vocabulary size", field="--vocab-size",
+                                 fix="pass --vocab-size V (the ids in --data-path are below V)")
+        return name
     raise MegapilotError(f"tokenizer {name!r} is not available in megapilot's trainer", field="--tokenizer-type",
                          fix="use --tokenizer-type ByteTokenizer with data from `megapilot data prepare`, "
                              "or --mock-data")

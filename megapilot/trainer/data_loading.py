@@ -32,6 +32,9 @@ class Datasets:
 def build_tokenizer(config: TrainerConfig):
     if config.tokenizer_type == "ByteTokenizer":
         return ByteTokenizer()
+    if config.tokenizer_type == "NullTokenizer":
+        # Megatron's NullTokenizer: ids below --vocab-size, plus one end-of-document id after them.
+        return VocabOnlyTokenizer((config.vocab_size or DEFAULT_MOCK_VOCAB_SIZE - 1) + 1)
     return VocabOnlyTokenizer(config.vocab_size or DEFAULT_MOCK_VOCAB_SIZE)
 
 

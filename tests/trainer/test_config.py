@@ -68,6 +68,14 @@ def test_inconsistent_flags_are_refused_with_the_field(extra, field):
     assert err.value.field == field
 
 
+def test_null_tokenizer_reads_pretokenized_data_given_its_vocabulary():
+    argv = [a for a in TINY if a != "--mock-data"] + ["--data-path", "/d/ids", "--tokenizer-type", "NullTokenizer"]
+    with pytest.raises(MegapilotError) as err:
+        build_config(argv)
+    assert err.value.field == "--vocab-size"
+    assert build_config(argv + ["--vocab-size", "1000"]).tokenizer_type == "NullTokenizer"
+
+
 def test_missing_required_flag_is_named():
     argv = [a for a in TINY if a not in ("--lr", "1e-3")]
     with pytest.raises(MegapilotError) as err:
