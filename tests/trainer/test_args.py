@@ -72,3 +72,14 @@ def test_bad_choice_names_the_flag():
     with pytest.raises(MegapilotError) as err:
         parse_flags(["--lr-decay-style", "sawtooth"])
     assert err.value.field == "--lr-decay-style"
+
+
+def test_flag_table_config_and_log_formats_load_without_torch():
+    """The launch renderer and the CLI read these modules; the core must not pull torch in."""
+    import subprocess
+    import sys
+
+    code = ("import sys, megapilot.trainer.args, megapilot.trainer.config, megapilot.trainer.logfmt, "
+            "megapilot.trainer.flops, megapilot.data; print('torch' in sys.modules or 'megatron' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
