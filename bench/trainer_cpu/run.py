@@ -6,7 +6,8 @@ batch (global 8 = micro-batch 2 × 4 accumulation steps), Adam with weight decay
 at 1.0, fp32, one process, one thread. Steady state: iterations after the first log interval.
 
 The ratio says what the Megatron path (schedules, DDP buffers, Megatron optimizer, CPU rewrites)
-costs over bare PyTorch on CPU; on a GPU the comparison would be different.
+costs over bare PyTorch on CPU; on a GPU the comparison would be different. A third run puts the
+plain loop inside the trainer's device-rewriting mode, to separate that mode's share of the cost.
 
     .venv/bin/python bench/trainer_cpu/run.py [--iters 60]   # writes bench/trainer_cpu/results.json
 """
@@ -48,8 +49,12 @@ def trainer_ms_per_iteration(prefix: str, iters: int) -> tuple[float, float]:
     return sum(steady) / len(steady), losses[-1]
 
 
-def plain_pytorch_ms_per_iteration(prefix: str, iters: int) -> tuple[float, float]:
-    """The same model and batch as a hand-written PyTorch training loop."""
+def plain_pytorch_ms_per_iteration(prefix: str, iters: int, under_cpu_mode: bool = False) -> tuple[float, float]:
+    """The same model and batch as a hand-written PyTorch training loop.
+
+    `under_cpu_mode` runs it inside the trainer's device-rewriting TorchFunctionMode, to show what
+    that mode alone costs (every torch call passes through Python)."""
+    import contextlib
     import numpy
     import torch
     from torch import nn
@@ -88,6 +93,24 @@ def plain_pytorch_ms_per_iteration(prefix: str, iters: int) -> tuple[float, floa
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     rng = numpy.random.default_rng(1234)
     times_s, loss_value = [], math.nan
+    if under_cpu_mode:
+        from megapilot.trainer.cpu_compat import CudaToCpuMode
+
+        mode = CudaToCpuMode()
+    else:
+        mode = contextlib.nullcontext()
+    with mode:
+        loss_value = _train_loop(model, optimizer, tokens, rng, iters, times_s)
+    steady = times_s[LOG_INTERVAL:]
+    return 1000 * sum(steady) / len(steady), loss_value
+
+
+def _train_loop(model, optimizer, tokens, rng, iters: int, times_s: list[float]) -> float:
+    import numpy
+    import torch
+    from torch import nn
+
+    loss_value = math.nan
     for _ in range(iters):
         started = time.perf_counter()
         optimizer.zero_grad()
@@ -101,8 +124,7 @@ def plain_pytorch_ms_per_iteration(prefix: str, iters: int) -> tuple[float, floa
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         times_s.append(time.perf_counter() - started)
-    steady = times_s[LOG_INTERVAL:]
-    return 1000 * sum(steady) / len(steady), loss_value
+    return loss_value
 
 
 def main() -> None:
@@ -115,6 +137,7 @@ def main() -> None:
         prefix = default_dataset_prefix(cache)
         trainer_ms, trainer_loss = trainer_ms_per_iteration(prefix, args.iters)
         plain_ms, plain_loss = plain_pytorch_ms_per_iteration(prefix, args.iters)
+        moded_ms, _ = plain_pytorch_ms_per_iteration(prefix, args.iters, under_cpu_mode=True)
     tokens_per_iteration = GLOBAL_BATCH * SEQ
     trainer_tps, plain_tps = tokens_per_iteration / (trainer_ms / 1000), tokens_per_iteration / (plain_ms / 1000)
     import torch
@@ -129,6 +152,10 @@ def main() -> None:
         "plain_pytorch": {"ms_per_iteration": round(plain_ms, 2), "tokens_per_s": round(plain_tps, 1),
                           "final_loss": round(plain_loss, 4)},
         "trainer_over_plain_tokens_per_s": round(trainer_tps / plain_tps, 3),
+        "plain_under_cpu_compat_mode": {"ms_per_iteration": round(moded_ms, 2),
+                                        "tokens_per_s": round(tokens_per_iteration / (moded_ms / 1000), 1),
+                                        "note": "the same plain loop inside the trainer's device-rewriting mode"},
+        "cpu_compat_mode_over_plain_tokens_per_s": round(plain_ms / moded_ms, 3),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d")},
     }
