@@ -12,7 +12,9 @@ Line rules turn the error records of the taxonomy into one finding per category,
   timestamp of the log, longer than `HANG_FACTOR` x the median step time (at least `HANG_FLOOR_S`);
   or a log that stops at a known start-up stall point with no error.
 - `slowdown`: the median step time of the last fifth of the steady iterations above
-  `SLOWDOWN_FACTOR` x that of the first fifth (at least 10 steady iterations).
+  `SLOWDOWN_FACTOR` x that of the first fifth, and even the fastest of the last fifth above
+  `SLOWDOWN_FLOOR_FACTOR` x it (sustained, not outliers); at least `SLOWDOWN_MIN_ITERATIONS` steady
+  iterations (short runs of tiny steps on a shared machine are too noisy).
 - `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision)
   below `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below
   `LOW_MFU_FLOOR`.
@@ -36,6 +38,8 @@ MAX_EVIDENCE = 5
 WINDOW = 8
 SPIKE_FACTOR = 1.3
 SLOWDOWN_FACTOR = 1.2
+SLOWDOWN_FLOOR_FACTOR = 1.1
+SLOWDOWN_MIN_ITERATIONS = 20
 LOW_MFU_FRACTION = 0.6
 LOW_MFU_FLOOR = 0.25
 NEAR_FULL_PCT = 95.0
@@ -471,12 +475,14 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
     records = [r for r in _unique(log.iterations) if r.elapsed_ms]
     warmup = log.summary.warmup_dropped if log.summary else 0
     steady = records[warmup:]
-    if len(steady) < 10:
+    if len(steady) < SLOWDOWN_MIN_ITERATIONS:
         return None
     fifth = max(2, len(steady) // 5)
     early = statistics.median(r.elapsed_ms for r in steady[:fifth])  # type: ignore[misc]
-    late = statistics.median(r.elapsed_ms for r in steady[-fifth:])  # type: ignore[misc]
-    if late <= SLOWDOWN_FACTOR * early:
+    late_times = [r.elapsed_ms for r in steady[-fifth:]]
+    late = statistics.median(late_times)  # type: ignore[type-var]
+    # Sustained, not a few outliers: even the fastest late step is slower than the early median.
+    if late <= SLOWDOWN_FACTOR * early or min(late_times) <= SLOWDOWN_FLOOR_FACTOR * early:  # type: ignore[type-var]
         return None
     flags = config.flags if config else None
     fixes = [

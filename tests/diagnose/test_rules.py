@@ -165,3 +165,10 @@ def test_allocator_memory_near_gpu_capacity_is_an_oom_warning():
     (finding,) = diagnose_log(parse_text(line), config).findings
     assert finding.category == "oom" and finding.severity == "warning" and "Rank 0" in finding.title
     assert diagnose_log(parse_text(line), config.__class__(**{**config.__dict__, "gpu": get_gpu("h200")})).findings == []
+
+
+def test_noisy_short_steps_are_not_a_slowdown():
+    times = [40.0, 41.0, 39.0, 40.0, 55.0, 38.0, 41.0, 40.0, 52.0, 39.0, 48.0, 40.0, 53.0, 39.0]
+    log = parse_text("\n".join(f" iteration {i:8d}/ 100 | elapsed time per iteration (ms): {ms} | lm loss: 5.0 |"
+                               for i, ms in enumerate(times * 2, start=1)))
+    assert diagnose_log(log, None).findings == []
