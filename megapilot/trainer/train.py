@@ -302,12 +302,15 @@ class Trainer:
         state.totals = IntervalTotals()
         while state.iteration < config.train_iters:
             self._one_iteration(state, train_iterator)
+            paused_at = time.monotonic()
             if valid_iterator is not None and state.iteration % config.eval_interval == 0:
                 self._log_validation(state.iteration, valid_iterator)
             saved = False
             if config.save and config.save_interval and state.iteration % config.save_interval == 0:
                 self._save(state.iteration)
                 saved = True
+            # As Megatron-LM's interval timer: evaluation and checkpointing are not iteration time.
+            state.totals.started += time.monotonic() - paused_at
             if config.exit_interval and state.iteration % config.exit_interval == 0:
                 if config.save and not saved:
                     self._save(state.iteration)
