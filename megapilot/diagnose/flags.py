@@ -1,27 +1,33 @@
 """Megatron-LM flags out of a launch script or a flag string, and the run they describe.
 
-`read_flags(script=..., flags=...)` tokenises with `shlex` (never a shell): line continuations are
-joined, comments dropped, and simple shell variables (`TP=8`, `export SEQ=4096`, arrays
-`GPT_ARGS=( ... )`, `${VAR:-default}`) substituted, then every `--flag [value]` token of the text is
-collected (torchrun's `--nproc-per-node`/`--nnodes` included, for the world size). Which flags are
-switches comes from the pinned Megatron-LM parser (`megapilot.launch.megatron_args`); unknown flags
-take one value when a non-flag token follows.
+`read_flags(script=..., flags=...)` reads a script without running it (`shell_words`): `\\`
+continuations, comments, variables (`TP=8`, `export SEQ=4096`, `${VAR:-default}`) and bash arrays
+spanning lines with comments inside (`MEGATRON_ARGS=( ... )` expanded by `"${MEGATRON_ARGS[@]}"`,
+as `megapilot script` writes them). Every `--flag [value]` word is collected, torchrun's
+`--nproc-per-node`/`--nnodes` included (for the world size; `#SBATCH --nodes` fills
+`$SLURM_NNODES`). A Primus launch is read through its experiment YAML — written by a
+here-document in the script, named by it, or given directly as `script=exp.yaml` — whose
+`overrides` are Megatron's argument names. Which flags are switches comes from the pinned
+Megatron-LM parser (`megapilot.launch.megatron_args`); unknown flags take one value when a non-flag
+word follows.
 
 `run_config(flags, gpu=, gpus=)` turns them into the typed specs the estimators read.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
-from megapilot.spec import ClusterSpec, GPUSpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
+from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 
-_ASSIGNMENT_RE = re.compile(r"^\s*(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?([A-Za-z_]\w*)=(.*)$")
-_VARIABLE_RE = re.compile(r"\$\{([A-Za-z_]\w*)(?:\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_]\w*)")
+# Primus writes a few keys under the flag's name rather than Megatron's destination.
+_PRIMUS_DESTINATION = {"norm_epsilon": "layernorm_epsilon"}
 _TORCHRUN_VALUE_FLAGS = frozenset({"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
                                    "--master-addr", "--master_addr", "--master-port", "--master_port",
                                    "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend", "--rdzv_backend",
@@ -37,6 +43,7 @@ class LaunchFlags:
 
     values: dict[str, str | None]
     source: str = "<flags>"
+    sbatch: dict[str, str] = field(default_factory=dict)  # the script's `#SBATCH` options
 
     def has(self, name: str) -> bool:
         return name in self.values
@@ -72,70 +79,94 @@ def _switch_names() -> frozenset[str]:
     return frozenset(name for name, spec in pinned_flags().items() if not spec.takes_value)
 
 
-def _join_continuations(text: str) -> list[str]:
-    lines = re.sub(r"\\\r?\n", " ", text).splitlines()
-    joined: list[str] = []
-    open_array: list[str] | None = None
-    for line in lines:
-        if open_array is not None:
-            open_array.append(line)
-            if ")" in line:
-                joined.append(" ".join(open_array))
-                open_array = None
-            continue
-        if re.match(r"^\s*(?:export\s+)?[A-Za-z_]\w*=\(", line) and ")" not in line:
-            open_array = [line]
-            continue
-        joined.append(line)
-    if open_array:
-        joined.append(" ".join(open_array))
-    return joined
+def _script_flags(path: Path) -> LaunchFlags:
+    """Flags of a launch script (bash, or a Primus experiment YAML given directly)."""
+    text = path.read_text(errors="replace")
+    if path.suffix in (".yaml", ".yml"):
+        overrides = _primus_overrides(text)
+        if overrides is None:
+            raise MegapilotError(f"{path} is not a Primus experiment (no modules.<name>.overrides)", field="script",
+                                 fix="pass the launch script, or a Primus experiment YAML")
+        return LaunchFlags(values=_flags_from_overrides(overrides), source=str(path))
+    read = script_words(text)
+    values = dict(_collect(read.words, str(path)).values)
+    overrides = _primus_experiment_of(read, path)
+    if overrides is not None:  # primus-cli gets the Megatron arguments from the experiment, the world from env
+        values.update(_flags_from_overrides(overrides))
+        for flag, variable in (("--nnodes", "NNODES"), ("--nproc-per-node", "GPUS_PER_NODE")):
+            if flag not in values and read.scalar(variable):
+                values[flag] = read.scalar(variable)
+    return LaunchFlags(values=values, source=str(path), sbatch=read.sbatch)
 
 
-def _expand(text: str, variables: dict[str, str]) -> str:
-    def replace(found: re.Match[str]) -> str:
-        name = found.group(1) or found.group(3)
-        if name in variables:
-            return variables[name]
-        if found.group(2) is not None:
-            return found.group(2)
-        return found.group(0)
+def _primus_experiment_of(read: ScriptWords, path: Path) -> dict[str, object] | None:
+    """The overrides of the Primus experiment a script writes (here-document) or names (an existing .yaml)."""
+    for body in read.heredocs:
+        overrides = _primus_overrides(body)
+        if overrides is not None:
+            return overrides
+    for word in read.words:
+        if word.endswith((".yaml", ".yml")):
+            candidate = Path(word) if Path(word).is_absolute() else path.parent / word
+            if candidate.is_file():
+                overrides = _primus_overrides(candidate.read_text(errors="replace"))
+                if overrides is not None:
+                    return overrides
+    return None
 
-    for _ in range(3):  # variables defined from other variables
-        expanded = _VARIABLE_RE.sub(replace, text)
-        if expanded == text:
-            break
-        text = expanded
-    return text
 
+def _primus_overrides(text: str) -> dict[str, object] | None:
+    """`modules.<module>.overrides` of a Primus experiment (the first module that has them)."""
+    import yaml
 
-def _assignment_value(raw: str, variables: dict[str, str]) -> str | None:
-    raw = _expand(raw.strip(), variables)
-    if raw.startswith("(") and raw.rstrip().endswith(")"):
-        raw = raw.strip()[1:-1]
     try:
-        tokens = shlex.split(raw, comments=True)
-    except ValueError:
+        experiment = yaml.safe_load(text)
+    except yaml.YAMLError:
         return None
-    return " ".join(shlex.quote(t) for t in tokens) if len(tokens) != 1 else tokens[0]
+    modules = experiment.get("modules") if isinstance(experiment, dict) else None
+    if not isinstance(modules, dict):
+        return None
+    for module in modules.values():
+        if isinstance(module, dict) and isinstance(module.get("overrides"), dict):
+            return module["overrides"]
+    return None
 
 
-def _tokens(text: str) -> list[str]:
-    variables: dict[str, str] = {}
-    tokens: list[str] = []
-    for line in _join_continuations(text):
-        assignment = _ASSIGNMENT_RE.match(line)
-        if assignment and not assignment.group(2).startswith(("=", " ")):
-            value = _assignment_value(assignment.group(2), variables)
-            if value is not None:
-                variables[assignment.group(1)] = value
+def _flags_from_overrides(overrides: dict[str, object]) -> dict[str, str | None]:
+    """Primus overrides are keyed by Megatron's argument destinations: back to `--flag [value]`.
+
+    A key whose Megatron flag is a store_false switch (`add_bias_linear: false` is `--disable-bias-linear`)
+    becomes that switch; a true/false key of a store_true switch adds it or leaves it out.
+    """
+    by_dest = _flags_by_destination()
+    values: dict[str, str | None] = {}
+    for key, value in overrides.items():
+        key = _PRIMUS_DESTINATION.get(key, key)
+        names = by_dest.get(key, {})
+        if isinstance(value, bool):
+            wanted = "store_true" if value else "store_false"
+            if wanted in names:
+                values[names[wanted]] = None
+            elif not names and value:
+                values["--" + key.replace("_", "-")] = None
             continue
-        try:
-            tokens.extend(shlex.split(_expand(line, variables), comments=True))
-        except ValueError as exc:
-            raise MegapilotError(f"cannot split a line of the script into words ({exc}): {line.strip()[:80]}",
-                                 field="script", fix="balance the quotes on that line") from exc
-    return tokens
+        name = names.get("store") or "--" + key.replace("_", "-")
+        text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+        values[name] = text
+    return values
+
+
+def _flags_by_destination() -> dict[str, dict[str, str]]:
+    """Megatron destination -> {action: flag name} from the pinned parser (empty if launch is absent)."""
+    try:
+        from megapilot.launch.megatron_args import pinned_flags
+    except ImportError:
+        return {}
+    table: dict[str, dict[str, str]] = {}
+    for name, spec in pinned_flags().items():
+        action = spec.action if spec.action in ("store_true", "store_false") else "store"
+        table.setdefault(spec.dest, {}).setdefault(action, name)
+    return table
 
 
 def _collect(tokens: list[str], source: str) -> LaunchFlags:
@@ -165,12 +196,15 @@ def _collect(tokens: list[str], source: str) -> LaunchFlags:
 def read_flags(*, script: str | Path | None = None, flags: str | None = None) -> LaunchFlags | None:
     """Flags from a launch script, a flag string, or both (the string wins on conflicts); None if neither."""
     collected: dict[str, str | None] = {}
+    sbatch: dict[str, str] = {}
     source = "<flags>"
     if script is not None:
         path = Path(script)
         if not path.is_file():
             raise MegapilotError(f"no such script: {script}", field="script", fix="pass the path of the launch script")
-        collected.update(_collect(_tokens(path.read_text(errors="replace")), str(path)).values)
+        from_script = _script_flags(path)
+        collected.update(from_script.values)
+        sbatch = from_script.sbatch
         source = str(path)
     if flags is not None:
         try:
@@ -180,7 +214,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
         collected.update(_collect(words, "<flags>").values)
     if script is None and flags is None:
         return None
-    return LaunchFlags(values=collected, source=source)
+    return LaunchFlags(values=collected, source=source, sbatch=sbatch)
 
 
 # ---- flags → typed specs ------------------------------------------------------------------------
@@ -225,15 +259,30 @@ def _world_size(flags: LaunchFlags, gpus: int | None) -> int | None:
     if gpus:
         return gpus
     per_node = flags.get_int("--nproc-per-node") or flags.get_int("--nproc_per_node")
-    nodes = flags.get_int("--nnodes", 1)
+    nodes = flags.get_int("--nnodes") or _sbatch_int(flags, "--nodes", "-N") or 1
     if per_node:
-        return per_node * (nodes or 1)
+        return per_node * nodes
+    # srun starting one task per GPU (no torchrun): the allocation's tasks are the ranks
+    tasks_per_node = _sbatch_int(flags, "--ntasks-per-node")
+    if tasks_per_node and tasks_per_node > 1:
+        return tasks_per_node * nodes
+    return _sbatch_int(flags, "--ntasks", "-n")
+
+
+def _sbatch_int(flags: LaunchFlags, *names: str) -> int | None:
+    for name in names:
+        value = flags.sbatch.get(name, "")
+        head = value.split("-")[0]  # --nodes=2-4: at least 2
+        if head.isdigit():
+            return int(head)
     return None
 
 
 def _vocab_size(flags: LaunchFlags, notes: list[str]) -> int:
     if flags.get_int("--vocab-size"):
-        return flags.get_int("--vocab-size")  # type: ignore[return-value]
+        vocab = flags.get_int("--vocab-size") or 0
+        # Megatron's NullTokenizer adds an end-of-document id to --vocab-size
+        return vocab + 1 if flags.get("--tokenizer-type") == "NullTokenizer" else vocab
     tokenizer = (flags.get("--tokenizer-model") or "").lower()
     if "llama-3" in tokenizer or "llama3" in tokenizer:
         return 128256
@@ -249,31 +298,101 @@ def _ffn_hidden_size(flags: LaunchFlags, hidden: int) -> int:
     return 4 * hidden
 
 
+def moe_layer_placement(text: str | None) -> tuple[int, int]:
+    """(leading dense layers, MoE frequency) from --moe-layer-freq: `2`, `[0,1,1]` or `([0]*1+[1]*26)`.
+
+    A pattern that is not dense-first-then-regular gives its first MoE layer and the first gap.
+    """
+    if text is None:
+        return 0, 1
+    text = text.strip()
+    if text.isdigit():
+        return 0, max(1, int(text))
+    bits: list[int] = []
+    try:
+        for term in text.strip("()").split("+"):
+            found = re.fullmatch(r"\s*(\[[\d,\s]*\])\s*(?:\*\s*(\d+))?\s*", term)
+            if found is None:
+                return 0, 1
+            bits += list(ast.literal_eval(found.group(1))) * int(found.group(2) or 1)
+    except (ValueError, SyntaxError):
+        return 0, 1
+    moe_layers = [index for index, bit in enumerate(bits) if bit]
+    if not moe_layers:
+        return 0, 1
+    gaps = {b - a for a, b in zip(moe_layers, moe_layers[1:])}
+    return moe_layers[0], min(gaps) if gaps else 1
+
+
+def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
+    experts = flags.get_int("--num-experts")
+    if not experts or experts <= 1:
+        return None
+    first_dense, frequency = moe_layer_placement(flags.get("--moe-layer-freq"))
+    balancing = flags.get("--moe-router-load-balancing-type", "aux_loss")
+    return MoESpec(
+        num_experts=experts, router_topk=flags.get_int("--moe-router-topk", 2) or 2,
+        moe_ffn_hidden_size=flags.get_int("--moe-ffn-hidden-size") or ffn,
+        shared_expert_ffn_hidden_size=flags.get_int("--moe-shared-expert-intermediate-size", 0) or 0,
+        first_k_dense_layers=first_dense, moe_layer_freq=frequency,
+        shared_expert_gate=flags.has("--moe-shared-expert-gate"),
+        router_expert_bias=flags.has("--moe-router-enable-expert-bias"),
+        load_balancing_type=balancing if balancing in ("aux_loss", "seq_aux_loss", "sinkhorn", "none") else "aux_loss",
+        aux_loss_coeff=flags.get_float("--moe-aux-loss-coeff", 0.0) or 0.0,
+    )
+
+
+def _mla(flags: LaunchFlags) -> MLASpec | None:
+    if not flags.has("--multi-latent-attention"):
+        return None
+    return MLASpec(
+        q_lora_rank=flags.get_int("--q-lora-rank"), kv_lora_rank=flags.get_int("--kv-lora-rank", 32) or 32,
+        qk_head_dim=flags.get_int("--qk-head-dim", 128) or 128,
+        qk_pos_emb_head_dim=flags.get_int("--qk-pos-emb-head-dim", 64) or 64,
+        v_head_dim=flags.get_int("--v-head-dim", 128) or 128,
+    )
+
+
+def _activation(flags: LaunchFlags) -> str:
+    if flags.has("--swiglu"):
+        return "swiglu"
+    return "squared_relu" if flags.has("--squared-relu") else "gelu"
+
+
+def _position_embedding(flags: LaunchFlags) -> str:
+    if flags.has("--use-rotary-position-embeddings"):
+        return "rope"
+    if flags.has("--no-position-embedding"):
+        return "none"
+    kind = flags.get("--position-embedding-type", "learned_absolute")
+    return kind if kind in ("rope", "learned_absolute", "none") else "rope"
+
+
 def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> ModelSpec | None:
     layers, hidden, heads = (flags.get_int(n) for n in ("--num-layers", "--hidden-size", "--num-attention-heads"))
     if not (layers and hidden and heads):
         notes.append("model shape incomplete (need --num-layers, --hidden-size, --num-attention-heads)")
         return None
-    moe = None
-    experts = flags.get_int("--num-experts")
     ffn = _ffn_hidden_size(flags, hidden)
-    if experts and experts > 1:
-        moe = MoESpec(
-            num_experts=experts, router_topk=flags.get_int("--moe-router-topk", 2) or 2,
-            moe_ffn_hidden_size=flags.get_int("--moe-ffn-hidden-size") or ffn,
-            shared_expert_ffn_hidden_size=flags.get_int("--moe-shared-expert-intermediate-size", 0) or 0,
-            moe_layer_freq=flags.get_int("--moe-layer-freq", 1) or 1,
-        )
+    kv_channels = flags.get_int("--kv-channels")
+    if kv_channels is not None and kv_channels * heads == hidden:
+        kv_channels = None  # Megatron's default: hidden / heads
     return ModelSpec(
         name=Path(flags.source).stem if flags.source != "<flags>" else "from-flags",
         num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
         num_query_groups=flags.get_int("--num-query-groups", 1) if flags.has("--group-query-attention") else None,
-        kv_channels=flags.get_int("--kv-channels"), vocab_size=_vocab_size(flags, notes),
+        kv_channels=kv_channels, vocab_size=_vocab_size(flags, notes),
+        make_vocab_size_divisible_by=flags.get_int("--make-vocab-size-divisible-by", 128) or 128,
         max_position_embeddings=flags.get_int("--max-position-embeddings") or seq_length or 4096,
-        mlp_activation="swiglu" if flags.has("--swiglu") else "gelu",
+        mlp_activation=_activation(flags),  # type: ignore[arg-type]
         normalization="RMSNorm" if flags.get("--normalization") == "RMSNorm" else "LayerNorm",
+        norm_epsilon=flags.get_float("--norm-epsilon", 1e-5) or 1e-5,
+        position_embedding=_position_embedding(flags),  # type: ignore[arg-type]
+        rotary_base=flags.get_int("--rotary-base", 10000) or 10000,
         tie_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
-        moe=moe, mtp_num_layers=flags.get_int("--mtp-num-layers", 0) or 0,
+        add_bias_linear=not flags.has("--disable-bias-linear"),
+        add_qkv_bias=flags.has("--add-qkv-bias"), qk_layernorm=flags.has("--qk-layernorm"),
+        moe=_moe(flags, ffn), mla=_mla(flags), mtp_num_layers=flags.get_int("--mtp-num-layers", 0) or 0,
     )
 
 

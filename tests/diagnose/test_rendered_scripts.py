@@ -1,0 +1,94 @@
+"""`read_flags` on the scripts `megapilot script` writes: the run read back is the plan rendered.
+
+Every golden launch (torchrun, SLURM sbatch, Primus) is read as `megapilot diagnose/optimize --script`
+reads it; the model, the layout and the GPU count recovered must be the plan's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.diagnose import read_flags, run_config
+from megapilot.diagnose.flags import moe_layer_placement
+from megapilot.launch import render_launch
+from megapilot.spec import ModelSpec
+from tests.launch.golden_cases import LAUNCHERS, golden_options
+from tests.launch.plans import GOLDEN_PLANS
+
+GOLDEN_DIR = Path(__file__).parents[1] / "launch" / "golden"
+CASES = [(case, launcher) for case in GOLDEN_PLANS for launcher in LAUNCHERS]
+# What the flags cannot carry: the preset's name, and the vocabulary (behind a tokenizer file).
+NOT_IN_FLAGS = {"name", "vocab_size", "hf_architecture"}
+
+
+def _shape(model: ModelSpec) -> dict:
+    dumped = model.model_dump(exclude=NOT_IN_FLAGS)
+    dumped["kv_channels"] = model.head_dim if model.mla is None else None
+    return dumped
+
+
+@pytest.mark.parametrize(("case", "launcher"), CASES, ids=[f"{c}-{l}" for c, l in CASES])
+def test_golden_script_reads_back_as_its_plan(case: str, launcher: str) -> None:
+    plan = GOLDEN_PLANS[case]
+    config = run_config(read_flags(script=GOLDEN_DIR / f"{case}.{launcher}.sh"))
+
+    assert config.world_size == plan.cluster.world_size
+    assert not any("GPU count not given" in note for note in config.notes)
+    assert config.model is not None, config.notes
+    assert _shape(config.model) == _shape(plan.model)
+    for field in ("tp", "pp", "vpp", "cp", "ep", "expert_tp", "dp", "mbs", "sequence_parallel", "recompute",
+                  "recompute_num_layers", "distributed_optimizer"):
+        assert getattr(config.parallel, field) == getattr(plan.parallel, field), field
+    training = config.training
+    assert (training.seq_length, training.global_batch_size, training.train_iters) == (
+        plan.training.seq_length, plan.training.global_batch_size, plan.training.train_iters)
+    assert training.lr == plan.training.lr and training.min_lr == plan.training.min_lr
+
+
+def test_primus_experiment_yaml_is_read_directly_and_through_the_script_that_names_it(tmp_path: Path) -> None:
+    case = "mixtral-8x7b_ep8"
+    launch = render_launch(GOLDEN_PLANS[case], golden_options(case, "primus"))
+    [(_, experiment)] = launch.files.items()
+    yaml_path = tmp_path / "exp.yaml"
+    yaml_path.write_text(experiment)
+    direct = run_config(read_flags(script=yaml_path), gpus=16)
+    assert _shape(direct.model) == _shape(GOLDEN_PLANS[case].model) and direct.parallel.ep == 8
+
+    # A hand-written script that only names the experiment file (no here-document).
+    script = tmp_path / "run_primus.sh"
+    script.write_text("#!/bin/bash\nexport NNODES=2 GPUS_PER_NODE=8\n"
+                      "bash runner/primus-cli direct -- train pretrain --config exp.yaml\n")
+    named = run_config(read_flags(script=script))
+    assert named.world_size == 16 and (named.parallel.tp, named.parallel.ep) == (2, 8)
+
+
+def test_bash_arrays_with_comments_inside_and_quoted_expansion(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=4\nTP=2\n"
+        "TORCHRUN_ARGS=(\n  # launcher\n  --nnodes \"$SLURM_NNODES\"\n  --nproc-per-node 8\n)\n"
+        "ARGS=(\n  # model (a comment with ) and ( inside)\n  --num-layers 8\n  --hidden-size 512  # trailing\n"
+        "  --num-attention-heads 8\n  --tensor-model-parallel-size \"$TP\"\n  --save '/ckpt/a b'\n)\n"
+        "ARGS+=( --seq-length 1024 )\n"
+        'srun python -m torch.distributed.run "${TORCHRUN_ARGS[@]}" pretrain_gpt.py "${ARGS[@]}"\n')
+    flags = read_flags(script=script)
+    assert flags.get("--save") == "/ckpt/a b" and flags.get("--seq-length") == "1024"
+    config = run_config(flags)
+    assert config.world_size == 32 and config.parallel.tp == 2 and config.model.num_layers == 8
+
+
+def test_srun_one_task_per_gpu_takes_the_world_from_sbatch(tmp_path: Path) -> None:
+    script = tmp_path / "train.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes 2\n#SBATCH --ntasks-per-node=8\n"
+                      "srun python pretrain_gpt.py --tensor-model-parallel-size 4 --num-layers 2 --hidden-size 64 "
+                      "--num-attention-heads 4\n")
+    assert run_config(read_flags(script=script)).world_size == 16
+
+
+@pytest.mark.parametrize(("text", "placement"), [
+    (None, (0, 1)), ("2", (0, 2)), ("([0]*1+[1]*26)", (1, 1)), ("[0,0,1,0,1,0,1]", (2, 2)), ("([0]*3+[1,0]*4)", (3, 2)),
+])
+def test_moe_layer_freq_forms(text: str | None, placement: tuple[int, int]) -> None:
+    assert moe_layer_placement(text) == placement
