@@ -30,7 +30,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from megapilot.estimate.params import embedding_params, layer_params, mtp_module_params, norm_params
+from megapilot.estimate.params import (
+    ShardedParams,
+    layers_by_sharding,
+    mtp_module_params,
+    norm_params,
+    stage_layer_indices,
+    stage_params_by_sharding,
+)
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.training import TrainingSpec
@@ -81,84 +88,32 @@ class MemoryBreakdown:
 class ShardParams:
     """Parameters one GPU of a pipeline stage holds, by how they are sharded."""
 
-    dense: float  # attention, dense MLP, shared experts, embeddings: split over TP
+    dense: float  # attention, dense MLP, shared experts, embeddings, output layer, MTP projections: split over TP
     replicated: float  # norms, router: whole on every TP rank
     expert: float  # routed experts: split over EP x ETP
 
 
-@dataclass(frozen=True)
-class _Layout:
-    tp: int
-    pp: int
-    vpp: int
-    ep: int
-    etp: int
-
-
-@dataclass(frozen=True)
-class ModelProfile:
-    """Per-layer facts of a model computed once (the planner asks for thousands of layouts)."""
-
-    moe_flags: tuple[bool, ...]  # layer i holds an MoE block
-    splits: tuple[tuple[int, int, int], ...]  # layer i: (TP-sharded, replicated, expert) parameters
-
-    def kind_counts(self, layers: list[int]) -> dict[bool, int]:
-        counts = {False: 0, True: 0}
-        for i in layers:
-            counts[self.moe_flags[i]] += 1
-        return counts
-
-
 @lru_cache(maxsize=64)
-def model_profile(model: ModelSpec) -> ModelProfile:
-    """The cached per-layer profile of `model`."""
-    splits = []
-    for i in range(model.num_layers):
-        layer = layer_params(model, i)
-        splits.append((layer.attention + layer.mlp + layer.shared_experts, layer.norms + layer.router,
-                       layer.routed_experts))
-    return ModelProfile(tuple(model.is_moe_layer(i) for i in range(model.num_layers)), tuple(splits))
-
-
-def _layer_split(model: ModelSpec, layer_index: int) -> tuple[int, int, int]:
-    return model_profile(model).splits[layer_index]
-
-
-def stage_layers(model: ModelSpec, pp: int, vpp: int, stage: int) -> list[int]:
-    """0-based layers on pipeline rank `stage`: chunk c of pp*vpp goes to rank c % pp (Megatron)."""
-    per_chunk = model.num_layers // (pp * vpp)
-    return [c * per_chunk + i for c in range(stage, pp * vpp, pp) for i in range(per_chunk)]
+def moe_flags(model: ModelSpec) -> tuple[bool, ...]:
+    """Layer i holds an MoE block (computed once per model: the planner asks for thousands of layouts)."""
+    return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
 
 
 def shard_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> ShardParams:
-    """Parameters on one GPU of pipeline rank `stage` (before any DP sharding)."""
+    """Parameters on one GPU of pipeline rank `stage` (before any DP sharding).
+
+    The stage's parameters come from `params.stage_params_by_sharding`, the count checked against
+    real Megatron-Core pipeline ranks (embedding copies on the last rank included), so the memory
+    model and the parameter count cannot disagree on what a stage holds.
+    """
     p = parallel
     return _shard_params(model, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, stage)
 
 
 @lru_cache(maxsize=8192)
 def _shard_params(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int) -> ShardParams:
-    p = _Layout(tp, pp, vpp, ep, etp)
-    dense = replicated = expert = 0
-    splits = model_profile(model).splits
-    for i in stage_layers(model, p.pp, p.vpp, stage):
-        d, r, e = splits[i]
-        dense, replicated, expert = dense + d, replicated + r, expert + e
-    if stage == 0:
-        dense += embedding_params(model, padded_vocab=True, tp=p.tp)
-    if stage == p.pp - 1:
-        replicated += norm_params(model, model.hidden_size)
-        if not model.tie_embeddings or p.pp > 1:
-            dense += model.padded_vocab_size(p.tp) * model.hidden_size
-        if model.mtp_num_layers and p.pp > 1:  # Megatron-Core gives the MTP modules their own input embedding
-            dense += embedding_params(model, padded_vocab=True, tp=p.tp)
-        if model.mtp_num_layers:
-            d, r, e = _layer_split(model, model.num_layers - 1)
-            mtp_extra = mtp_module_params(model) - (d + r + e)
-            dense += model.mtp_num_layers * (d + mtp_extra)
-            replicated += model.mtp_num_layers * r
-            expert += model.mtp_num_layers * e
-    return ShardParams(dense=dense / p.tp, replicated=replicated, expert=expert / (p.ep * p.etp))
+    held = stage_params_by_sharding(model, pp, vpp, stage, tp=tp)
+    return ShardParams(dense=held.tp_sharded / tp, replicated=held.replicated, expert=held.expert / (ep * etp))
 
 
 # ---- weights, gradients, optimizer ---------------------------------------------------------------
@@ -176,8 +131,8 @@ def fsdp_unsharded_gib(model: ModelSpec, parallel: ParallelConfig) -> float:
     if not parallel.fsdp:
         return 0.0
     largest = max(
-        (d / parallel.tp + r + e / (parallel.ep * parallel.expert_tp))
-        for d, r, e in set(model_profile(model).splits)
+        (layer.tp_sharded / parallel.tp + layer.replicated + layer.expert / (parallel.ep * parallel.expert_tp))
+        for layer in set(layers_by_sharding(model))
     )
     return largest * (2 * PARAM_BYTES + MAIN_GRAD_BYTES) / GIB
 
@@ -280,12 +235,12 @@ def activations_gib(
     """Peak activations of pipeline rank `stage`, default (complete) mode."""
     p = parallel
     tokens = p.mbs * training.seq_length / p.cp
-    layers = stage_layers(model, p.pp, p.vpp, stage)
+    layers = stage_layer_indices(model, p.pp, p.vpp, stage)
     by_kind: dict[bool, float] = {}  # dense and MoE layers each costed once
     full = []
-    moe_flags = model_profile(model).moe_flags
+    is_moe = moe_flags(model)
     for i in layers:
-        kind = moe_flags[i]
+        kind = is_moe[i]
         if kind not in by_kind:
             by_kind[kind] = layer_activation_bytes(model, i, p, tokens, training.precision)
         full.append(by_kind[kind])
@@ -352,18 +307,15 @@ def megatron_weights_and_optimizer_bytes(model: ModelSpec, parallel: ParallelCon
     Bytes/param: 18, or 6 + 12/DP with the distributed optimizer (expert params use expert-DP).
     """
     p = parallel
-    dense = replicated = expert = 0
-    for i in range(model.num_layers):
-        d, r, e = _layer_split(model, i)
-        dense, replicated, expert = dense + d, replicated + r, expert + e
-    replicated += norm_params(model, model.hidden_size)
+    layers = sum(layers_by_sharding(model), ShardedParams(0, 0, 0))
+    replicated = layers.replicated + norm_params(model, model.hidden_size)
     embedding = model.padded_vocab_size(p.tp) * model.hidden_size
     mtp = model.mtp_num_layers * mtp_module_params(model)
-    tp_sharded = (dense / p.pp + mtp + embedding) / p.tp
+    tp_sharded = (layers.tp_sharded / p.pp + mtp + embedding) / p.tp
     if not model.tie_embeddings and p.pp == 1:
         tp_sharded += embedding / p.tp
     dense_params = tp_sharded + replicated / p.pp
-    expert_params = expert / (p.pp * p.expert_tp * p.ep)
+    expert_params = layers.expert / (p.pp * p.expert_tp * p.ep)
     if p.distributed_optimizer:
         dense_bytes = 6 + 12 / (p.dp * p.cp)
         expert_bytes = 6 + 12 / p.expert_dp

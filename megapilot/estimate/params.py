@@ -19,6 +19,7 @@ Published counts use the tokenizer's vocab; Megatron allocates the padded one (`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from megapilot.errors import MegapilotError
 from megapilot.spec.model import ModelSpec
@@ -50,6 +51,40 @@ class LayerParams:
         return (
             self.attention + self.mlp + self.active_routed_experts + self.shared_experts + self.router + self.norms
         )
+
+    @property
+    def by_sharding(self) -> ShardedParams:
+        """The same weights grouped by how Megatron splits them over GPUs."""
+        return ShardedParams(
+            tp_sharded=self.attention + self.mlp + self.shared_experts,
+            replicated=self.norms + self.router,
+            expert=self.routed_experts,
+        )
+
+
+@dataclass(frozen=True)
+class ShardedParams:
+    """Parameters grouped by how Megatron splits them (counts before any split).
+
+    `tp_sharded`: attention, dense MLPs, shared experts, embeddings, output layer, MTP projections -
+    split over TP. `replicated`: norms and routers - whole on every TP rank. `expert`: routed
+    experts - split over EP x ETP.
+    """
+
+    tp_sharded: int
+    replicated: int
+    expert: int
+
+    @property
+    def total(self) -> int:
+        return self.tp_sharded + self.replicated + self.expert
+
+    def __add__(self, other: ShardedParams) -> ShardedParams:
+        return ShardedParams(self.tp_sharded + other.tp_sharded, self.replicated + other.replicated,
+                             self.expert + other.expert)
+
+    def scaled(self, factor: int) -> ShardedParams:
+        return ShardedParams(self.tp_sharded * factor, self.replicated * factor, self.expert * factor)
 
 
 @dataclass(frozen=True)
@@ -191,9 +226,19 @@ def mtp_module_params(model: ModelSpec) -> int:
 
     The embedding and output layer are shared with the main model, so they are not counted here.
     """
+    return _mtp_module_by_sharding(model).total
+
+
+def _mtp_module_by_sharding(model: ModelSpec) -> ShardedParams:
     h = model.hidden_size
-    transformer_layer = layer_params(model, model.num_layers - 1).total
-    return transformer_layer + 3 * norm_params(model, h) + 2 * h * h
+    norms_and_projection = ShardedParams(tp_sharded=2 * h * h, replicated=3 * norm_params(model, h), expert=0)
+    return layers_by_sharding(model)[-1] + norms_and_projection
+
+
+@lru_cache(maxsize=64)
+def layers_by_sharding(model: ModelSpec) -> tuple[ShardedParams, ...]:
+    """Every layer's parameters grouped by sharding, computed once per model (the planner asks often)."""
+    return tuple(layer_params(model, i).by_sharding for i in range(model.num_layers))
 
 
 def count_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -> ParamBreakdown:
@@ -244,18 +289,29 @@ def stage_params(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp:
     (checked against core 0.16 models built with pp=2): with tied embeddings its own word-embedding
     matrix as the output layer, and with MTP a full input embedding for the MTP modules to read.
     """
-    held = sum(layer_params(model, i).total for i in stage_layer_indices(model, pp, vpp, stage))
+    return stage_params_by_sharding(model, pp, vpp, stage, tp=tp).total
+
+
+@lru_cache(maxsize=8192)
+def stage_params_by_sharding(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1) -> ShardedParams:
+    """`stage_params` grouped by how Megatron splits them over GPUs (what the memory model divides)."""
+    layers = layers_by_sharding(model)
+    held = ShardedParams(0, 0, 0)
+    for i in stage_layer_indices(model, pp, vpp, stage):
+        held += layers[i]
     first, last = stage == 0, stage == pp - 1
+    embedding = ShardedParams(embedding_params(model, padded_vocab=True, tp=tp), 0, 0)
     if first:
-        held += embedding_params(model, padded_vocab=True, tp=tp)
+        held += embedding
     if last:
-        held += norm_params(model, model.hidden_size) + model.mtp_num_layers * mtp_module_params(model)
-        held += output_layer_params(model, padded_vocab=True, tp=tp)
+        held += ShardedParams(output_layer_params(model, padded_vocab=True, tp=tp),
+                              norm_params(model, model.hidden_size), 0)
+        held += _mtp_module_by_sharding(model).scaled(model.mtp_num_layers)
     if last and not first:
         if model.tie_embeddings:
-            held += model.padded_vocab_size(tp) * model.hidden_size
+            held += ShardedParams(model.padded_vocab_size(tp) * model.hidden_size, 0, 0)
         if model.mtp_num_layers:
-            held += embedding_params(model, padded_vocab=True, tp=tp)
+            held += embedding
     return held
 
 

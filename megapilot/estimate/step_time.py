@@ -41,7 +41,8 @@ from megapilot.estimate.flops import (
     attention_linear_flops,
     flops_per_step,
 )
-from megapilot.estimate.memory import layer_activation_bytes, model_profile, shard_params, stage_layers
+from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
+from megapilot.estimate.params import stage_layer_indices
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -248,21 +249,21 @@ def stage_costs(
     """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once)."""
     p = parallel
     cache: dict[tuple[bool, bool], _Cost] = {}
-    moe_flags = model_profile(model).moe_flags
+    is_moe = moe_flags(model)
 
     def cost_of(layer_index: int, recomputed: bool) -> _Cost:
-        key = (moe_flags[layer_index], recomputed)
+        key = (is_moe[layer_index], recomputed)
         if key not in cache:
             cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
         return cache[key]
 
     costs = []
     for stage in range(p.pp):
-        layers = stage_layers(model, p.pp, p.vpp, stage)
+        layers = stage_layer_indices(model, p.pp, p.vpp, stage)
         recomputed = _recomputed_layers(p, len(layers))
         kinds: dict[tuple[bool, bool], tuple[int, int]] = {}  # (moe, recomputed) -> (a layer, count)
         for position, layer_index in enumerate(layers):
-            key = (moe_flags[layer_index], position in recomputed)
+            key = (is_moe[layer_index], position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
         total = _Cost()

@@ -177,6 +177,36 @@ def test_shards_add_up_to_the_parameters_megatron_puts_on_each_stage(preset, tp,
         assert ours == pytest.approx(stage_params(model, pp, vpp, stage, tp=tp), rel=1e-9)
 
 
+def test_mtp_last_stage_weights_hold_the_input_embedding_copy_megatron_core_builds():
+    """DeepSeek-V3-like (MLA, MoE with dense-first layers, one MTP module) cut to 8 layers over pp=2: the last
+    rank's weights are its layers, the final norm, the output layer, the MTP module AND a full input
+    embedding for the MTP module to read; the first rank is untouched by MTP."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.params import embedding_params, layer_params, norm_params
+
+    model = get_model("deepseek-v3").model_copy(update={"num_layers": 8})
+    without_mtp = model.model_copy(update={"mtp_num_layers": 0})
+    tp, ep, h = 2, 8, model.hidden_size
+    layout = ParallelConfig(tp=tp, pp=2, ep=ep, dp=ep, sequence_parallel=True)
+    last, no_mtp_last = shard_params(model, layout, 1), shard_params(without_mtp, layout, 1)
+
+    mtp_layer = layer_params(model, model.num_layers - 1)  # the MTP module's layer is of the last layer's kind
+    mtp_tp_sharded = mtp_layer.attention + mtp_layer.mlp + mtp_layer.shared_experts + 2 * h * h  # + eh-proj
+    embedding_copy = embedding_params(model, padded_vocab=True, tp=tp)
+    assert (last.dense - no_mtp_last.dense) * tp == pytest.approx(mtp_tp_sharded + embedding_copy)
+    assert last.replicated - no_mtp_last.replicated == mtp_layer.norms + mtp_layer.router + 3 * norm_params(model, h)
+    assert (last.expert - no_mtp_last.expert) * ep * tp == pytest.approx(mtp_layer.routed_experts)
+    assert shard_params(model, layout, 0) == shard_params(without_mtp, layout, 0)
+
+    copy_gib = embedding_copy / tp * 2 / GIB  # bf16 weights of the copy on one GPU
+    weights_delta = weights_gib(last, layout, "bf16") - weights_gib(no_mtp_last, layout, "bf16")
+    assert weights_delta > copy_gib
+    # Without a pipeline the one rank reads the model's own embedding: no copy.
+    single = ParallelConfig(tp=tp, pp=1, ep=ep, dp=2 * ep, sequence_parallel=True)
+    no_pipeline_delta = shard_params(model, single, 0).dense - shard_params(without_mtp, single, 0).dense
+    assert no_pipeline_delta * tp == pytest.approx(mtp_tp_sharded)
+
+
 def test_megatron_formula_path_b_without_sequence_parallel():
     s, b, h, t, layers, p = 4096, 1, 8192, 8, 80, 4
     no_sp = LLAMA_TP8_PP4_DP2.model_copy(update={"sequence_parallel": False})
