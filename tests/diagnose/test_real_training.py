@@ -1,7 +1,7 @@
 """End to end on real Megatron-Core training (CPU): a healthy run has no finding, a refused
 configuration is a config_error, and a learning rate of 1e4 really diverges into NaN and is caught.
 
-Each run is `torchrun -m megapilot.trainer` on 1 CPU process (its own session, killed in `finally`);
+Each run is `torchrun -m megapilot.trainer` on 1 CPU process (its whole tree stopped in `finally`);
 start-up (~9 s of imports) dominates.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ pytest.importorskip("megatron.core")
 from megapilot.diagnose import diagnose  # noqa: E402
 from megapilot.logs import parse_logs  # noqa: E402
 from megapilot.trainer.corpus import default_dataset_prefix  # noqa: E402
+from tests.e2e.process_tree import run_tree, started_tree  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -64,15 +64,8 @@ def train(tmp_path: Path, name: str, *flags: str) -> Path:
     log_path = tmp_path / f"{name}.log"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
             "--master-port", str(_free_port()), "-m", "megapilot.trainer", *flags]
-    with log_path.open("w") as log_file:
-        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                   env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
-                                   start_new_session=True)
-        try:
-            process.wait(timeout=240)
-        finally:
-            _signal_tree(process.pid, signal.SIGKILL)
-            process.wait()
+    run_tree(argv, log_path=log_path, cwd=tmp_path, timeout_s=240,
+             env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
     return log_path
 
 
@@ -123,16 +116,10 @@ def test_follow_raises_a_hang_when_real_training_is_frozen(tmp_path: Path, data_
         if isinstance(record, ErrorRecord) and record.category == "hang":
             seen["hang"] = record
 
-    with log_path.open("w") as log_file:
-        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                   env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
-                                   start_new_session=True)
-        try:
-            follow_log(log_path, poll_s=0.1, timeout_s=180, hang_factor=10, hang_floor_s=3.0,
-                       on_record=on_record, should_stop=lambda: seen["hang"] is not None)
-        finally:
-            _signal_tree(process.pid, signal.SIGKILL)
-            process.wait()
+    with started_tree(argv, log_path=log_path, cwd=tmp_path,
+                      env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}) as process:
+        follow_log(log_path, poll_s=0.1, timeout_s=180, hang_factor=10, hang_floor_s=3.0,
+                   on_record=on_record, should_stop=lambda: seen["hang"] is not None)
     hang = seen["hang"]
     assert isinstance(hang, ErrorRecord), "no hang reported within the timeout"
     assert int(hang.details["last_iteration"]) >= 5 and float(hang.details["silent_s"]) >= 3.0

@@ -1,6 +1,6 @@
 """Real Megatron-Core training of a tiny GPT on 2 CPU cores, one test per parallel layout.
 
-Each run starts `torchrun ... -m megapilot.trainer` (its own process group, killed in `finally`)
+Each run starts `torchrun ... -m megapilot.trainer` (its whole process tree stopped in `finally`)
 on the shipped corpus, reads the log with the project's log parser and checks that the loss falls
 for a real reason: below ln(256), what a model that knew nothing about the bytes would score.
 Start-up (torch + megatron.core ≈ 9 s per process) dominates, so each run checks several things.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ pytest.importorskip("megatron.core")
 
 from megapilot.logs import ParsedLog, parse_logs  # noqa: E402
 from megapilot.trainer.corpus import default_dataset_prefix  # noqa: E402
+from tests.e2e.process_tree import run_tree  # noqa: E402
 
 UNIFORM_BYTE_LOSS = math.log(256)
 #: Resumed losses must equal the uninterrupted run's at each step to this relative tolerance
@@ -59,22 +59,12 @@ def _free_port() -> int:
 
 
 def train(tmp_path: Path, name: str, nproc: int, *flags: str, timeout_s: float = 240) -> TrainRun:
-    """Run the trainer under torchrun; the whole process group is killed whatever happens."""
+    """Run the trainer under torchrun; the whole process tree (workers too) is stopped whatever happens."""
     log_path = tmp_path / f"{name}.log"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
             "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "-m", "megapilot.trainer", *flags]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    with log_path.open("w") as log_file:
-        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
-                                   start_new_session=True)
-        try:
-            returncode = process.wait(timeout=timeout_s)
-        finally:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
+    returncode = run_tree(argv, log_path=log_path, cwd=tmp_path, env=env, timeout_s=timeout_s)
     output = log_path.read_text()
     return TrainRun(returncode, log_path, output, parse_logs([log_path]))
 

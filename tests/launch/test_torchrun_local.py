@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from megapilot.catalog import get_model
 from megapilot.catalog.gpus import get_gpu
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
+from tests.e2e.process_tree import run_tree
 
 pytestmark = pytest.mark.slow
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
@@ -33,8 +34,10 @@ def test_rendered_script_trains_and_saves_into_a_path_with_space_and_dollar(tmp_
     ))
     script = tmp_path / "train.sh"
     script.write_text(launch.script)
-    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
+    log_path = tmp_path / "train.log"
+    returncode = run_tree(["bash", str(script)], log_path=log_path, cwd=tmp_path, env=dict(os.environ),
+                          timeout_s=240)
+    output = log_path.read_text()
+    assert returncode == 0, output[-3000:]
     assert [m.groups() for m in ITERATION.finditer(output)][-1] == ("3", "3")
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
