@@ -118,6 +118,18 @@ class TrainerConfig:
     def model_parallel_size(self) -> int:
         return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
 
+    def parallel_sizes(self) -> dict[str, int | None]:
+        """The six parallel sizes under the keyword names that Megatron-Core's `TransformerConfig` and
+        `parallel_state.initialize_model_parallel` both take, so the two are always given the same layout."""
+        return {
+            "tensor_model_parallel_size": self.tensor_model_parallel_size,
+            "pipeline_model_parallel_size": self.pipeline_model_parallel_size,
+            "virtual_pipeline_model_parallel_size": self.virtual_pipeline_model_parallel_size,
+            "context_parallel_size": self.context_parallel_size,
+            "expert_model_parallel_size": self.expert_model_parallel_size,
+            "expert_tensor_parallel_size": self.expert_tensor_parallel_size,
+        }
+
     def data_parallel_size(self, world_size: int) -> int:
         return world_size // self.model_parallel_size
 

@@ -62,13 +62,7 @@ def init_model_parallel(config: TrainerConfig) -> None:
     from megatron.core import parallel_state, tensor_parallel
 
     parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=config.tensor_model_parallel_size,
-        pipeline_model_parallel_size=config.pipeline_model_parallel_size,
-        virtual_pipeline_model_parallel_size=config.virtual_pipeline_model_parallel_size,
-        context_parallel_size=config.context_parallel_size,
-        expert_model_parallel_size=config.expert_model_parallel_size,
-        expert_tensor_parallel_size=config.expert_tensor_parallel_size,
-        distributed_timeout_minutes=config.distributed_timeout_minutes,
+        **config.parallel_sizes(), distributed_timeout_minutes=config.distributed_timeout_minutes
     )
     # Megatron-LM's seeding: a different seed per pipeline stage, streams per TP/EP rank.
     seed = config.seed + 100 * parallel_state.get_pipeline_model_parallel_rank()

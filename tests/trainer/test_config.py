@@ -21,6 +21,16 @@ def test_defaults_follow_megatron_lm():
     assert config.tokenizer_type == "NullTokenizer"
 
 
+def test_parallel_sizes_carry_the_layout_flags_under_megatron_core_keyword_names():
+    config = build_config(TINY + ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                  "--num-layers-per-virtual-pipeline-stage", "1", "--expert-model-parallel-size", "2",
+                                  "--num-experts", "4"])
+    assert config.parallel_sizes() == {
+        "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2,
+        "context_parallel_size": 1, "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 2,
+    }
+
+
 def test_gqa_groups_only_with_the_gqa_switch():
     assert build_config(TINY + ["--num-query-groups", "2"]).num_query_groups == 4
     assert build_config(TINY + ["--group-query-attention", "--num-query-groups", "2"]).num_query_groups == 2
