@@ -386,24 +386,23 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s, p),
+        warnings=_warnings(breakdown, total_s),
     )
 
 
-def _warnings(breakdown: dict[str, float], total_s: float, p: ParallelConfig) -> list[str]:
-    warnings = []
-    if breakdown["pp_bubble"] > 0.15 * total_s:
-        warnings.append(
-            f"pipeline bubble is {breakdown['pp_bubble'] / total_s:.0%} of the step: raise the global batch, "
-            "use interleaving (--vpp) or lower pp"
-        )
-    if breakdown["dp_comm"] > 0.10 * total_s:
-        warnings.append(f"exposed data-parallel communication is {breakdown['dp_comm'] / total_s:.0%} of the step")
-    if breakdown["ep_comm"] > 0.20 * total_s:
-        warnings.append(
-            f"expert all-to-all is {breakdown['ep_comm'] / total_s:.0%} of the step: keep ep*etp inside the "
-            "NVLink domain"
-        )
-    if breakdown["tp_comm"] > 0.15 * total_s:
-        warnings.append(f"tensor-parallel communication is {breakdown['tp_comm'] / total_s:.0%} of the step")
-    return warnings
+# (breakdown term, share of the step above which it is worth a warning, its name in words, advice after it)
+_STEP_SHARE_WARNINGS = (
+    ("pp_bubble", 0.15, "pipeline bubble", ": raise the global batch, use interleaving (--vpp) or lower pp"),
+    ("dp_comm", 0.10, "exposed data-parallel communication", ""),
+    ("ep_comm", 0.20, "expert all-to-all", ": keep ep*etp inside the NVLink domain"),
+    ("tp_comm", 0.15, "tensor-parallel communication", ""),
+)
+
+
+def _warnings(breakdown: dict[str, float], total_s: float) -> list[str]:
+    """One line per term that takes a larger share of the step than its threshold."""
+    return [
+        f"{words} is {breakdown[term] / total_s:.0%} of the step{advice}"
+        for term, threshold, words, advice in _STEP_SHARE_WARNINGS
+        if breakdown[term] > threshold * total_s
+    ]

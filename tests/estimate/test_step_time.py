@@ -49,6 +49,17 @@ def test_step_time_is_the_sum_of_its_terms():
     assert sum(result.breakdown_s.values()) == pytest.approx(result.step_time_s)
 
 
+def test_warnings_name_the_terms_that_take_too_large_a_share_of_the_step():
+    few_microbatches = TrainingSpec(seq_length=4096, global_batch_size=8)  # 4 per pipeline of depth 4
+    result = step_time(LLAMA3_70B, _h100s(64), few_microbatches, _layout())
+    bubble = result.breakdown_s["pp_bubble"] / result.step_time_s
+    assert bubble > 0.15
+    assert f"pipeline bubble is {bubble:.0%} of the step: raise the global batch, use interleaving (--vpp) or " \
+           "lower pp" in result.warnings
+    quiet = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout(vpp=5))
+    assert not any(w.startswith("pipeline bubble") for w in quiet.warnings)
+
+
 def test_gemm_efficiency_falls_as_the_hidden_per_tp_rank_shrinks():
     fat = gemm_efficiency(4096, 8192, 8192, H100, "bf16")
     thin = gemm_efficiency(4096, 8192, 8192 / 8, H100, "bf16")
