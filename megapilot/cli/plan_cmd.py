@@ -8,7 +8,17 @@ from typing import Optional
 
 import typer
 
+# Options that `plan` and `profile set|show` share (typer reads an option's declaration, so one serves each).
 PROFILE_OPTION = typer.Option(None, "--profile", help="Profile TOML (default: $MEGAPILOT_PROFILE or the user config dir).")
+GPU_OPTION = typer.Option(None, "--gpu", help="GPU name or alias (h100, mi300x, ...).")
+GPUS_OPTION = typer.Option(None, "--gpus", help="Total GPUs.")
+GPUS_PER_NODE_OPTION = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200).")
+JSON_OPTION = typer.Option(False, "--json", help="Machine output.")
+
+
+def _pin(flag: str, what: str):
+    """A `plan` option that fixes one dimension of the search (left out: the planner chooses)."""
+    return typer.Option(None, flag, help=f"Pin {what}.")
 
 
 @dataclass
@@ -58,25 +68,25 @@ def _build_specs(model_name: str, inputs: _Inputs, seq_len: int, gbs: int, preci
 
 def plan_command(
     model: str = typer.Option(..., "--model", help="Preset name or path to a Hugging Face config.json."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name or alias (h100, mi300x, ...)."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200)."),
+    gpu: Optional[str] = GPU_OPTION,
+    gpus: Optional[int] = GPUS_OPTION,
+    gpus_per_node: Optional[int] = GPUS_PER_NODE_OPTION,
     seq_len: int = typer.Option(4096, "--seq-len", help="Sequence length, tokens."),
     gbs: int = typer.Option(1024, "--gbs", help="Global batch size, sequences."),
     precision: str = typer.Option("bf16", "--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4."),
     top: int = typer.Option(5, "--top", help="How many layouts to show."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Pin tensor parallel size."),
-    pp: Optional[int] = typer.Option(None, "--pp", help="Pin pipeline parallel size."),
-    vpp: Optional[int] = typer.Option(None, "--vpp", help="Pin virtual pipeline stages."),
-    cp: Optional[int] = typer.Option(None, "--cp", help="Pin context parallel size."),
-    ep: Optional[int] = typer.Option(None, "--ep", help="Pin expert parallel size."),
-    etp: Optional[int] = typer.Option(None, "--etp", help="Pin expert tensor parallel size."),
-    mbs: Optional[int] = typer.Option(None, "--mbs", help="Pin micro-batch size."),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none, selective or full."),
+    tp: Optional[int] = _pin("--tp", "tensor parallel size"),
+    pp: Optional[int] = _pin("--pp", "pipeline parallel size"),
+    vpp: Optional[int] = _pin("--vpp", "virtual pipeline stages"),
+    cp: Optional[int] = _pin("--cp", "context parallel size"),
+    ep: Optional[int] = _pin("--ep", "expert parallel size"),
+    etp: Optional[int] = _pin("--etp", "expert tensor parallel size"),
+    mbs: Optional[int] = _pin("--mbs", "micro-batch size"),
+    recompute: Optional[str] = _pin("--recompute", "recompute: none, selective or full"),
     fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
     save: Optional[Path] = typer.Option(None, "--save", help="Write the winner as a plan file (JSON)."),
     profile: Optional[Path] = PROFILE_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="Machine output."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Search every legal parallel layout and rank them by predicted tokens/s/GPU."""
     from megapilot.cli.common import emit_json, err_console
@@ -156,14 +166,14 @@ profile_app = typer.Typer(help="Saved first-run inputs that later commands use a
 
 @profile_app.command("set")
 def profile_set(
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name or alias."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs usually available."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node."),
+    gpu: Optional[str] = GPU_OPTION,
+    gpus: Optional[int] = GPUS_OPTION,
+    gpus_per_node: Optional[int] = GPUS_PER_NODE_OPTION,
     data_path: Optional[str] = typer.Option(None, "--data-path", help="Megatron --data-path prefix."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer model or HF name."),
     save_dir: Optional[str] = typer.Option(None, "--save-dir", help="Checkpoint directory."),
     profile: Optional[Path] = PROFILE_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="Machine output."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Store (merge) first-run inputs in the profile."""
     from megapilot.catalog import get_gpu
@@ -179,7 +189,7 @@ def profile_set(
 @profile_app.command("show")
 def profile_show(
     profile: Optional[Path] = PROFILE_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="Machine output."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Print the saved profile and where it lives."""
     from megapilot.store.profile import load_profile, profile_path
