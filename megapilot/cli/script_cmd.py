@@ -1,8 +1,9 @@
 """`megapilot script`: write a checked launch script (torchrun, SLURM sbatch or AMD Primus) for a plan.
 
 The plan comes from `--plan plan.json` (written by `megapilot plan --save`) or from layout flags
-(`--model --gpu --gpus --tp ...`). Values left out are filled from the saved profile, and the output
-says so. The script is a draft: this command never runs it.
+(`--model --gpu --gpus --gbs --seq-len --tp ...`), resolved by `megapilot.estimate.build_case` exactly as
+`megapilot estimate` resolves them (same flags, defaults and errors). The GPU and its count left out
+are filled from the saved profile, and the output says so. The script is a draft: this command never runs it.
 """
 
 from __future__ import annotations
@@ -30,19 +31,24 @@ def script(
     model: Annotated[Optional[str], typer.Option(help="Model preset, HF config.json or spec file.")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU name or alias, e.g. h100.")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="Total GPUs (default: nodes x GPUs per node).")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8; 4 on GB200).")] = None,
-    tp: Annotated[int, typer.Option(help="Tensor parallel size.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline parallel size.")] = 1,
-    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per PP rank.")] = 1,
-    cp: Annotated[int, typer.Option(help="Context parallel size.")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert parallel size.")] = 1,
-    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel size (default: TP).")] = None,
-    mbs: Annotated[int, typer.Option(help="Micro-batch size.")] = 1,
-    gbs: Annotated[Optional[int], typer.Option(help="Global batch size (samples).")] = None,
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = 4096,
-    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallel (default: on when TP>1).")] = None,
-    recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "selective",
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp8, mxfp8 or nvfp4.")] = "bf16",
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel size (default 1).")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline parallel size (default 1).")] = None,
+    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline stages per rank (default 1).")] = None,
+    cp: Annotated[Optional[int], typer.Option(help="Context parallel size (default 1).")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert parallel size (default 1).")] = None,
+    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel size (default: tp).")] = None,
+    mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (default 1).")] = None,
+    gbs: Annotated[Optional[int], typer.Option(help="Global batch size, sequences.")] = None,
+    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length, tokens.")] = None,
+    precision: Annotated[Optional[str], typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
+    recompute: Annotated[Optional[str], typer.Option(help="none | selective | full (default selective).")] = None,
+    recompute_num_layers: Annotated[Optional[int], typer.Option(help="With full recompute: layers per group.")] = None,
+    sequence_parallel: Annotated[Optional[bool], typer.Option(
+        "--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Default: on when tp > 1.")] = None,
+    distributed_optimizer: Annotated[bool, typer.Option(
+        "--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")] = True,
+    fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
     train_iters: Annotated[Optional[int], typer.Option(help="Training iterations (overrides the plan's).")] = None,
     # ---- launch
     launcher: Annotated[str, typer.Option(help="torchrun, slurm or primus.")] = "torchrun",
@@ -91,10 +97,12 @@ def script(
                                  fix="drop --model or --plan")
         saved = _read_plan(plan)
     else:
-        saved = _plan_from_flags(user_profile, notes, model=model, gpu=gpu, gpus=gpus, nodes=nodes,
-                                 gpus_per_node=gpus_per_node, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
-                                 mbs=mbs, gbs=gbs, seq_len=seq_len, sp=sp, recompute=recompute,
-                                 precision=precision)
+        layout = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp,
+                  "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
+                  "precision": precision, "recompute": recompute, "recompute_num_layers": recompute_num_layers,
+                  "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer,
+                  "fsdp": fsdp}
+        saved = _plan_from_flags(user_profile, notes, layout, nodes=nodes)
     if train_iters is not None:
         saved = saved.model_copy(update={"training": saved.training.model_copy(update={"train_iters": train_iters})})
 
@@ -163,41 +171,39 @@ def _read_plan(path: Path) -> "SavedPlan":
         raise from_validation_error(exc, prefix="plan") from None
 
 
-def _plan_from_flags(profile: "Profile", notes: list[str], *, model: str | None, gpu: str | None,
-                     gpus: int | None, nodes: int | None, gpus_per_node: int | None, tp: int, pp: int, vpp: int,
-                     cp: int, ep: int, etp: int | None, mbs: int, gbs: int | None, seq_len: int,
-                     sp: bool | None, recompute: str, precision: str) -> "SavedPlan":
-    """Build the specs from layout flags (profile values fill the GPU and its count)."""
-    from pydantic import ValidationError
+def _plan_from_flags(profile: "Profile", notes: list[str], layout: dict[str, object],
+                     nodes: int | None) -> "SavedPlan":
+    """Layout flags -> specs through `build_case`, as `megapilot estimate` resolves them.
 
-    from megapilot.catalog import get_model
-    from megapilot.catalog.gpus import get_gpu
-    from megapilot.errors import from_validation_error
-    from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec, validate_layout
+    Only what estimate has no notion of is filled here: the GPU and its count from the saved
+    profile (noted), and `--nodes N` as N x GPUs per node.
+    """
+    from megapilot.estimate import build_case
+    from megapilot.spec import SavedPlan, validate_layout
 
-    if model is None:
+    if layout["model"] is None:
         raise MegapilotError("no plan given", field="plan", fix="pass --plan plan.json or --model NAME with a layout")
-    gpu_name = gpu or _from_profile(profile, "gpu", notes)
-    if gpu_name is None:
-        raise MegapilotError("no GPU given", field="gpu", fix="pass --gpu h100 (or save one with `megapilot profile`)")
-    gpu_spec = get_gpu(str(gpu_name))
-    per_node = gpus_per_node or _from_profile(profile, "gpus_per_node", notes)
-    total = gpus or (nodes * (per_node or 8) if nodes else None) or _from_profile(profile, "gpus", notes)
-    if total is None:
-        raise MegapilotError("no GPU count given", field="gpus", fix="pass --gpus N or --nodes N")
-    try:
-        cluster = ClusterSpec.from_gpu_count(gpu_spec, int(total), int(per_node) if per_node else None)
-        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs or 8 * cluster.world_size,
-                                precision=precision)  # type: ignore[arg-type]
-        parallel = ParallelConfig.for_world(
-            cluster.world_size, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
-            sequence_parallel=sp if sp is not None else tp > 1, recompute=recompute,
-        )
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
-    spec = get_model(model)
-    notes += validate_layout(spec, cluster, training, parallel)
-    return SavedPlan(model=spec, cluster=cluster, training=training, parallel=parallel)
+    layout = dict(layout)
+    for name in ("gpu", "gpus_per_node"):
+        if layout[name] is None:
+            layout[name] = _from_profile(profile, name, notes)
+    if layout["gpus"] is None and nodes:
+        layout["gpus"] = nodes * int(layout["gpus_per_node"] or _default_gpus_per_node(layout["gpu"]))
+    if layout["gpus"] is None:
+        layout["gpus"] = _from_profile(profile, "gpus", notes)
+    case = build_case(**layout)
+    notes += validate_layout(case.model, case.cluster, case.training, case.parallel)
+    return SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel)
+
+
+def _default_gpus_per_node(gpu: object) -> int:
+    """The node size build_case picks for this GPU (8; 4 on GB200/GB300 trays)."""
+    if gpu is None:
+        return 8
+    from megapilot.catalog.gpus import get_gpu
+    from megapilot.spec.hardware import default_gpus_per_node
+
+    return default_gpus_per_node(get_gpu(str(gpu)))
 
 
 def _from_profile(profile: "Profile", field: str, notes: list[str]) -> object:

@@ -120,3 +120,59 @@ def test_without_output_file_the_script_alone_goes_to_stdout(cli, plan_file: Pat
     script = tmp_path / "from_stdout.sh"
     script.write_text(result.stdout)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+# ---- layout flags resolve as `megapilot estimate` resolves them (build_case) ----------------------
+LAYOUT = ["--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--gbs", "64", "--seq-len", "4096"]
+
+
+@pytest.mark.parametrize("extra", [
+    [], ["--tp", "2"], ["--tp", "4", "--pp", "2", "--no-sequence-parallel"], ["--tp", "2", "--sp"],
+    ["--recompute", "full", "--recompute-num-layers", "2"], ["--fsdp", "--recompute", "none"],
+    ["--no-distributed-optimizer", "--mbs", "2"],
+])
+def test_layout_flags_resolve_like_estimate(cli, extra: list[str]) -> None:
+    from megapilot.estimate import build_case
+
+    flags = dict(model="llama3.1-8b", gpu="h100", gpus=16, gbs=64, seq_len=4096)
+    names = {"--tp": "tp", "--pp": "pp", "--mbs": "mbs", "--recompute": "recompute",
+             "--recompute-num-layers": "recompute_num_layers"}
+    for index, word in enumerate(extra):
+        if word in names:
+            value = extra[index + 1]
+            flags[names[word]] = int(value) if value.isdigit() else value
+    switches = {"--no-sequence-parallel": ("sequence_parallel", False), "--sp": ("sequence_parallel", True),
+                "--fsdp": ("fsdp", True), "--no-distributed-optimizer": ("distributed_optimizer", False)}
+    flags.update(dict(switches[w] for w in extra if w in switches))
+    expected = build_case(**flags).parallel
+
+    result = cli("script", *LAYOUT, *extra, "--mock-data", *MEGATRON, "--json")
+    assert result.exit_code == 0, result.stderr
+    args = result.json()["megatron_args"]
+    value = lambda flag: args[args.index(flag) + 1] if flag in args else None  # noqa: E731
+    assert int(value("--tensor-model-parallel-size")) == expected.tp
+    assert int(value("--pipeline-model-parallel-size")) == expected.pp
+    assert int(value("--micro-batch-size")) == expected.mbs
+    assert ("--sequence-parallel" in args) == expected.sequence_parallel
+    assert ("--use-distributed-optimizer" in args) == (expected.distributed_optimizer and not expected.fsdp)
+    assert ("--use-megatron-fsdp" in args) == expected.fsdp
+    assert ("--recompute-activations" in args) == (expected.recompute == "selective")
+    assert value("--recompute-num-layers") == (str(expected.recompute_num_layers or 1)
+                                               if expected.recompute == "full" else None)
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # no --gbs / --seq-len: both commands require them
+    ["--gbs", "64", "--seq-len", "4096", "--tp", "3"],
+    ["--gbs", "64", "--seq-len", "4096", "--precision", "fp7"],
+    ["--gbs", "64", "--seq-len", "4096", "--recompute", "sometimes"],
+    ["--gbs", "64", "--seq-len", "4096", "--tp", "1", "--sequence-parallel"],
+    ["--gbs", "64", "--seq-len", "4096", "--gpus-per-node", "3"],
+])
+def test_bad_layout_flags_give_the_same_one_line_error_as_estimate(cli, extra: list[str]) -> None:
+    base = ["--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16"]
+    from_script = cli("script", *base, *extra, "--mock-data", *MEGATRON)
+    from_estimate = cli("estimate", *base, *extra)
+    assert from_script.exit_code == from_estimate.exit_code == 2, from_script.stderr
+    assert from_script.stderr.strip().count("\n") == 0 and "Traceback" not in from_script.stderr
+    assert from_script.stderr == from_estimate.stderr
