@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from megapilot.execute.base import HangPolicy
 from megapilot.execute.progress import ProgressTracker, parse_iteration_line
 
@@ -33,20 +35,19 @@ def test_ignores_lines_that_only_mention_iterations():
         assert parse_iteration_line(other) is None
 
 
-def test_completion_needs_the_final_iteration():
+@pytest.mark.parametrize(
+    ("before", "final"),
+    [
+        ((4, 5), (5, 5)),
+        ((10, 25), (20, 25)),  # log_interval 10, train_iters 25: Megatron's last line is iteration 20
+    ],
+    ids=["final-iteration", "last-logged-interval-short-of-train-iters"],
+)
+def test_completion_needs_the_last_iteration_the_log_can_show(before, final):
     tracker = ProgressTracker(HangPolicy(), started_at_s=0.0)
-    tracker.feed(line(4, 5), 1.0)
+    tracker.feed(line(*before), 1.0)
     assert not tracker.reached_final_iteration()
-    tracker.feed(line(5, 5), 2.0)
-    assert tracker.reached_final_iteration()
-
-
-def test_completion_accepts_last_logged_interval_short_of_train_iters():
-    # log_interval 10, train_iters 25: Megatron's last line is iteration 20.
-    tracker = ProgressTracker(HangPolicy(), started_at_s=0.0)
-    tracker.feed(line(10, 25), 1.0)
-    assert not tracker.reached_final_iteration()
-    tracker.feed(line(20, 25), 2.0)
+    tracker.feed(line(*final), 2.0)
     assert tracker.reached_final_iteration()
 
 
