@@ -39,8 +39,8 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
 def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """All argument sections, in the order a reader looks for them."""
     return [
-        _model_section(plan.model),
-        _parallel_section(plan.model, plan.parallel),
+        _model_section(plan.model, cpu=options.cpu),
+        _parallel_section(plan.model, plan.parallel, cpu=options.cpu),
         _recompute_section(plan.parallel),
         _cpu_section() if options.cpu else _precision_section(plan),
         _training_section(plan.training, plan.parallel),
@@ -51,7 +51,7 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
 
 
 # ---- model ---------------------------------------------------------------------------------
-def _model_section(model: ModelSpec) -> ArgSection:
+def _model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     s = ArgSection(f"model: {model.name}")
     s.add("--num-layers", model.num_layers)
     s.add("--hidden-size", model.hidden_size)
@@ -84,7 +84,7 @@ def _model_section(model: ModelSpec) -> ArgSection:
     if model.mla is not None:
         _add_mla(s, model)
     if model.moe is not None:
-        _add_moe(s, model)
+        _add_moe(s, model, cpu=cpu)
     if model.mtp_num_layers:
         s.add("--mtp-num-layers", model.mtp_num_layers)
     return s
@@ -116,7 +116,7 @@ def _add_mla(s: ArgSection, model: ModelSpec) -> None:
     s.add("--v-head-dim", mla.v_head_dim)
 
 
-def _add_moe(s: ArgSection, model: ModelSpec) -> None:
+def _add_moe(s: ArgSection, model: ModelSpec, *, cpu: bool = False) -> None:
     moe = model.moe
     assert moe is not None
     s.add("--num-experts", moe.num_experts)
@@ -132,7 +132,8 @@ def _add_moe(s: ArgSection, model: ModelSpec) -> None:
     if moe.router_expert_bias:
         s.add("--moe-router-enable-expert-bias")
     # alltoall moves only the routed tokens; allgather (the default) replicates every token to every EP rank.
-    s.add("--moe-token-dispatcher-type", "alltoall")
+    # Megatron-Core's alltoall dispatcher needs CUDA streams, so a CPU run keeps allgather.
+    s.add("--moe-token-dispatcher-type", "allgather" if cpu else "alltoall")
 
 
 def moe_layer_pattern(model: ModelSpec) -> str:
@@ -156,7 +157,7 @@ def moe_layer_pattern(model: ModelSpec) -> str:
 
 
 # ---- parallelism ---------------------------------------------------------------------------
-def _parallel_section(model: ModelSpec, p: ParallelConfig) -> ArgSection:
+def _parallel_section(model: ModelSpec, p: ParallelConfig, *, cpu: bool = False) -> ArgSection:
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
     s.add("--tensor-model-parallel-size", p.tp)
     s.add("--pipeline-model-parallel-size", p.pp)
@@ -166,7 +167,7 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig) -> ArgSection:
     if model.moe is not None:
         s.add("--expert-model-parallel-size", p.ep)
         s.add("--expert-tensor-parallel-size", p.expert_tp)
-    if p.sequence_parallel:
+    if p.sequence_parallel and not cpu:  # torch's norms (no TE/Apex on a CPU) refuse sequence parallelism
         s.add("--sequence-parallel")
     if p.fsdp:
         s.add("--use-megatron-fsdp")

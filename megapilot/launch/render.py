@@ -34,10 +34,7 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     _check_options(options, nodes)
     notes = _defaults_taken(options)
     if options.cpu:
-        if options.launcher == "primus":
-            raise MegapilotError("Primus runs on AMD GPUs only", field="cpu",
-                                 fix="use --launcher torchrun (or slurm) with --cpu")
-        notes.append(f"CPU run: fp32 compute over gloo instead of {plan.training.precision} on GPUs")
+        notes += _cpu_notes(plan, options)
 
     if options.launcher == "primus" and plan.cluster.gpu.vendor != "AMD":
         notes.append(f"Primus targets AMD Instinct GPUs (ROCm images); this plan is for {plan.cluster.gpu.name}")
@@ -46,7 +43,7 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     megatron_args = [token for section in sections for token in section.args]
     check_megatron_args(megatron_args, plan.cluster.gpu)
     if options.entrypoint == "megapilot":
-        _check_trainer_accepts(megatron_args)
+        _check_trainer_accepts(megatron_args, gpu_available=not options.cpu)
 
     env = launch_environment(plan, options)
     files: dict[str, str] = {}
@@ -193,10 +190,12 @@ def _sections_for_entrypoint(sections: list[ArgSection], o: LaunchOptions) -> li
     return [ArgSection(s.title, [a for a in s.args if a not in _GPU_KERNEL_FLAGS]) for s in sections]
 
 
-def _check_trainer_accepts(megatron_args: list[str]) -> None:
-    """The embedded trainer takes a subset of pretrain_gpt.py's flags; refuse the rest up front."""
+def _check_trainer_accepts(megatron_args: list[str], *, gpu_available: bool) -> None:
+    """The embedded trainer takes a subset of pretrain_gpt.py's flags; refuse the rest up front, then let
+    the trainer's own argument check (torch-free) judge the combination, as it will at start-up."""
     try:
         from megapilot.trainer.args import FLAGS
+        from megapilot.trainer.config import build_config
     except ImportError:  # trainer not installed in this environment: nothing to compare against
         return
     accepted = {f.name for f in FLAGS}
@@ -206,3 +205,27 @@ def _check_trainer_accepts(megatron_args: list[str]) -> None:
             f"the embedded trainer does not implement {', '.join(refused)}", field="entrypoint",
             fix="use --entrypoint megatron with --megatron-path for this model",
         )
+    try:
+        build_config(megatron_args, gpu_available=gpu_available)
+    except MegapilotError as exc:
+        raise MegapilotError(f"the embedded trainer would refuse this script: {exc.problem}", field=exc.field,
+                             fix=exc.fix) from None
+
+
+def _cpu_notes(plan: SavedPlan, options: LaunchOptions) -> list[str]:
+    """Refuse what cannot run on CPUs at all; say what a CPU render changes from the plan."""
+    if options.launcher == "primus":
+        raise MegapilotError("Primus runs on AMD GPUs only", field="cpu",
+                             fix="use --launcher torchrun (or slurm) with --cpu")
+    p = plan.parallel
+    if p.cp > 1:
+        raise MegapilotError(
+            f"context parallelism (CP={p.cp}) needs a GPU: Megatron-Core runs it only in Transformer Engine's "
+            "attention", field="cp", fix="use a layout with --cp 1 for a CPU run, or render for GPUs (no --cpu)")
+    notes = [f"CPU run: fp32 compute over gloo instead of {plan.training.precision} on GPUs"]
+    if p.sequence_parallel:
+        notes.append("CPU run: sequence parallelism left out (torch's LayerNorm/RMSNorm, used without "
+                     "Transformer Engine, refuse it); activations are not split over TP ranks")
+    if plan.model.moe is not None:
+        notes.append("CPU run: MoE tokens dispatched with allgather (the alltoall dispatcher needs CUDA streams)")
+    return notes

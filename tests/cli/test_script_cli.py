@@ -176,3 +176,10 @@ def test_bad_layout_flags_give_the_same_one_line_error_as_estimate(cli, extra: l
     assert from_script.exit_code == from_estimate.exit_code == 2, from_script.stderr
     assert from_script.stderr.strip().count("\n") == 0 and "Traceback" not in from_script.stderr
     assert from_script.stderr == from_estimate.stderr
+
+
+def test_cpu_render_of_a_context_parallel_layout_is_refused_on_one_line(cli) -> None:
+    result = cli("script", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--gbs", "8", "--seq-len", "64",
+                 "--cp", "2", "--cpu", "--entrypoint", "megapilot", "--mock-data")
+    assert result.exit_code == 2 and result.stderr.startswith("error: cp:") and "--cp 1" in result.stderr
+    assert result.stderr.strip().count("\n") == 0
