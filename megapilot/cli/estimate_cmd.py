@@ -119,23 +119,25 @@ def _one_line(line: str, number: int, flop_convention: str) -> dict[str, Any]:
 def _print_result(result: dict[str, Any], flags: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from megapilot.estimate.units import format_duration
+
     memory, breakdown = result["memory_gib"], result["time_breakdown_s"]
     verdict = "[green]fits[/]" if result["fits"] else "[bold red]does NOT fit[/]"
     console.print(
         f"[bold]{flags['model']}[/] on {flags['gpus']} x {flags['gpu']}: {verdict} "
-        f"{memory['total']:.1f} / {memory['capacity']:.0f} GiB · {result['step_time_s']:.2f} s/step · "
+        f"{memory['total']:.1f} / {memory['capacity']:.0f} GiB · {format_duration(result['step_time_s'])}/step · "
         f"{result['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · {result['tflops_per_gpu']:.0f} TFLOP/s/GPU · "
         f"MFU {result['mfu']:.1%}"
     )
     table = Table(show_header=True, header_style="bold")
     table.add_column("memory (GiB, most-loaded GPU)")
     table.add_column("", justify="right")
-    table.add_column("step time (s)")
+    table.add_column("step time")
     table.add_column("", justify="right")
     mem_rows = [(k, f"{memory[k]:.2f}") for k in ("weights", "gradients", "optimizer", "activations", "overhead")]
     mem_rows += [("total", f"{memory['total']:.2f}"), ("capacity", f"{memory['capacity']:.0f}")]
-    time_rows = [(k, f"{v:.3f}") for k, v in breakdown.items() if v > 0]
-    time_rows.append(("step", f"{result['step_time_s']:.3f}"))
+    time_rows = [(k, format_duration(v)) for k, v in breakdown.items() if v > 0]
+    time_rows.append(("step", format_duration(result["step_time_s"])))
     for i in range(max(len(mem_rows), len(time_rows))):
         left = mem_rows[i] if i < len(mem_rows) else ("", "")
         right = time_rows[i] if i < len(time_rows) else ("", "")
@@ -154,8 +156,10 @@ def _print_result(result: dict[str, Any], flags: dict[str, Any]) -> None:
 def _print_batch(results: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
+    from megapilot.estimate.units import format_duration
+
     table = Table(title="estimates")
-    for column in ("#", "fits", "GiB", "s/step", "tok/s/GPU", "TFLOP/s", "MFU", "error"):
+    for column in ("#", "fits", "GiB", "step", "tok/s/GPU", "TFLOP/s", "MFU", "error"):
         table.add_column(column, justify="left" if column == "error" else "right")
     for number, r in enumerate(results, start=1):
         if "error" in r:
@@ -163,7 +167,7 @@ def _print_batch(results: list[dict[str, Any]]) -> None:
             continue
         table.add_row(
             str(number), "yes" if r["fits"] else "[red]no[/]", f"{r['memory_gib']['total']:.1f}",
-            f"{r['step_time_s']:.2f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tflops_per_gpu']:.0f}",
+            format_duration(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tflops_per_gpu']:.0f}",
             f"{r['mfu']:.1%}", "",
         )
     console.print(table)

@@ -123,6 +123,7 @@ def _render(result, saved: Optional[Path]) -> None:
     from rich.table import Table
 
     from megapilot.cli.common import console
+    from megapilot.estimate.units import format_duration
     from megapilot.plan.reasons import bubble_share, exposed_comm_share, layout_label
 
     c = result.cluster
@@ -132,12 +133,12 @@ def _render(result, saved: Optional[Path]) -> None:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("layout", overflow="fold", min_width=14)  # the one column that may fold
     # Two-line headings keep the table inside an 80-column terminal.
-    for column in ("memory\nGiB / cap", "step\ns", "tokens/s\n/GPU", "MFU\n%", "bubble\n%", "exposed\ncomm %"):
+    for column in ("memory\nGiB / cap", "step\ntime", "tokens/s\n/GPU", "MFU\n%", "bubble\n%", "exposed\ncomm %"):
         table.add_column(column, justify="right", no_wrap=True)
     for index, cand in enumerate(result.candidates, start=1):
         est = cand.estimate
         table.add_row(str(index), layout_label(cand.parallel),
-                      f"{est.memory_gib.total:.1f} / {est.memory_gib.capacity:.0f}", f"{est.step_time_s:.2f}",
+                      f"{est.memory_gib.total:.1f} / {est.memory_gib.capacity:.0f}", format_duration(est.step_time_s),
                       f"{est.tokens_per_s_per_gpu:,.0f}", f"{est.mfu * 100:.1f}",
                       f"{bubble_share(est) * 100:.1f}", f"{exposed_comm_share(est) * 100:.1f}")
     console.print(table)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate.units import format_duration
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel
 from megapilot.spec import EstimateResult, ParallelConfig
@@ -389,5 +390,5 @@ def _largest_growth(best: EstimateResult, other: EstimateResult) -> str:
     key = max(growth, key=growth.get)
     if growth[key] <= 0:
         return ""
-    return (f"{component_words(key)} {other.time_breakdown_s.get(key, 0.0):.2f} s vs "
-            f"{best.time_breakdown_s.get(key, 0.0):.2f} s per step")
+    return (f"{component_words(key)} {format_duration(other.time_breakdown_s.get(key, 0.0))} vs "
+            f"{format_duration(best.time_breakdown_s.get(key, 0.0))} per step")

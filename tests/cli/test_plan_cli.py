@@ -109,3 +109,14 @@ def test_profile_from_environment_is_used(cli, tmp_path, monkeypatch):
 def test_profile_refuses_an_unknown_gpu(cli, tmp_path):
     result = cli("profile", "set", "--gpu", "z9000", "--profile", str(tmp_path / "p.toml"))
     assert result.exit_code == 2 and "unknown GPU" in result.stderr
+
+
+def test_tiny_model_step_times_are_shown_in_a_unit_that_keeps_their_digits(cli):
+    args = ("plan", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--seq-len", "128", "--gbs", "16")
+    out = cli(*args).stdout
+    best = cli(*args, "--json").json()["candidates"][0]["estimate"]
+    from megapilot.estimate.units import format_duration
+
+    assert best["step_time_s"] < 1e-3
+    assert format_duration(best["step_time_s"]) in out
+    assert "0.00 s" not in out and "µs" in out
