@@ -109,3 +109,28 @@ def test_a_tiny_model_shows_its_step_and_terms_in_microseconds_not_zero_seconds(
 
     assert f"{format_duration(step_s)}/step" in result.stdout.splitlines()[0]
     assert "µs" in result.stdout and "0.000" not in result.stdout
+
+
+@pytest.mark.parametrize("args", [["--help"], ["estimate", "--help"], ["plan", "--help"]])
+def test_help_loads_no_library_module_and_no_heavy_dependency(args):
+    """Start-up stays fast: help is answered from the CLI modules alone (specs, catalogs, the estimator,
+    YAML, Jinja2 and torch are imported inside the commands that use them). Checked in a fresh
+    interpreter, since this test process has imported everything already."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import contextlib, io, sys\n"
+        "from megapilot.cli.app import main\n"
+        "try:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"        main({args!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                timeout=60).stdout.split())
+    library = {m for m in loaded if m.startswith("megapilot.") and not m.startswith("megapilot.cli")}
+    assert library <= {"megapilot.errors"}
+    assert not loaded & {"yaml", "jinja2", "torch", "megatron", "numpy"}
