@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from megapilot.estimate.params import (
-    ShardedParams,
+    ParamsBySharding,
     layers_by_sharding,
     mtp_module_params,
     norm_params,
@@ -307,7 +307,7 @@ def megatron_weights_and_optimizer_bytes(model: ModelSpec, parallel: ParallelCon
     Bytes/param: 18, or 6 + 12/DP with the distributed optimizer (expert params use expert-DP).
     """
     p = parallel
-    layers = sum(layers_by_sharding(model), ShardedParams(0, 0, 0))
+    layers = sum(layers_by_sharding(model), ParamsBySharding(0, 0, 0))
     replicated = layers.replicated + norm_params(model, model.hidden_size)
     embedding = model.padded_vocab_size(p.tp) * model.hidden_size
     mtp = model.mtp_num_layers * mtp_module_params(model)

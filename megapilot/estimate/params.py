@@ -14,6 +14,10 @@ the same model) allocates:
   hnorm and final norm, and the eh-projection 2h→h; it shares the embedding and output layer.
 
 Published counts use the tokenizer's vocab; Megatron allocates the padded one (`padded_vocab=True`).
+
+Per pipeline rank, `stage_params` is the one account of what a rank holds (checked against real
+Megatron-Core ranks); `stage_params_by_sharding` is the same account grouped by how the weights are
+split over GPUs, which the memory and step-time models divide by TP and EP x ETP.
 """
 
 from __future__ import annotations
@@ -53,9 +57,9 @@ class LayerParams:
         )
 
     @property
-    def by_sharding(self) -> ShardedParams:
+    def by_sharding(self) -> ParamsBySharding:
         """The same weights grouped by how Megatron splits them over GPUs."""
-        return ShardedParams(
+        return ParamsBySharding(
             tp_sharded=self.attention + self.mlp + self.shared_experts,
             replicated=self.norms + self.router,
             expert=self.routed_experts,
@@ -63,7 +67,7 @@ class LayerParams:
 
 
 @dataclass(frozen=True)
-class ShardedParams:
+class ParamsBySharding:
     """Parameters grouped by how Megatron splits them (counts before any split).
 
     `tp_sharded`: attention, dense MLPs, shared experts, embeddings, output layer, MTP projections -
@@ -79,12 +83,12 @@ class ShardedParams:
     def total(self) -> int:
         return self.tp_sharded + self.replicated + self.expert
 
-    def __add__(self, other: ShardedParams) -> ShardedParams:
-        return ShardedParams(self.tp_sharded + other.tp_sharded, self.replicated + other.replicated,
-                             self.expert + other.expert)
+    def __add__(self, other: ParamsBySharding) -> ParamsBySharding:
+        return ParamsBySharding(self.tp_sharded + other.tp_sharded, self.replicated + other.replicated,
+                                self.expert + other.expert)
 
-    def scaled(self, factor: int) -> ShardedParams:
-        return ShardedParams(self.tp_sharded * factor, self.replicated * factor, self.expert * factor)
+    def scaled(self, factor: int) -> ParamsBySharding:
+        return ParamsBySharding(self.tp_sharded * factor, self.replicated * factor, self.expert * factor)
 
 
 @dataclass(frozen=True)
@@ -229,14 +233,14 @@ def mtp_module_params(model: ModelSpec) -> int:
     return _mtp_module_by_sharding(model).total
 
 
-def _mtp_module_by_sharding(model: ModelSpec) -> ShardedParams:
+def _mtp_module_by_sharding(model: ModelSpec) -> ParamsBySharding:
     h = model.hidden_size
-    norms_and_projection = ShardedParams(tp_sharded=2 * h * h, replicated=3 * norm_params(model, h), expert=0)
+    norms_and_projection = ParamsBySharding(tp_sharded=2 * h * h, replicated=3 * norm_params(model, h), expert=0)
     return layers_by_sharding(model)[-1] + norms_and_projection
 
 
 @lru_cache(maxsize=64)
-def layers_by_sharding(model: ModelSpec) -> tuple[ShardedParams, ...]:
+def layers_by_sharding(model: ModelSpec) -> tuple[ParamsBySharding, ...]:
     """Every layer's parameters grouped by sharding, computed once per model (the planner asks often)."""
     return tuple(layer_params(model, i).by_sharding for i in range(model.num_layers))
 
@@ -293,23 +297,25 @@ def stage_params(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp:
 
 
 @lru_cache(maxsize=8192)
-def stage_params_by_sharding(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1) -> ShardedParams:
+def stage_params_by_sharding(
+    model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1
+) -> ParamsBySharding:
     """`stage_params` grouped by how Megatron splits them over GPUs (what the memory model divides)."""
     layers = layers_by_sharding(model)
-    held = ShardedParams(0, 0, 0)
+    held = ParamsBySharding(0, 0, 0)
     for i in stage_layer_indices(model, pp, vpp, stage):
         held += layers[i]
     first, last = stage == 0, stage == pp - 1
-    embedding = ShardedParams(embedding_params(model, padded_vocab=True, tp=tp), 0, 0)
+    embedding = ParamsBySharding(embedding_params(model, padded_vocab=True, tp=tp), 0, 0)
     if first:
         held += embedding
     if last:
-        held += ShardedParams(output_layer_params(model, padded_vocab=True, tp=tp),
+        held += ParamsBySharding(output_layer_params(model, padded_vocab=True, tp=tp),
                               norm_params(model, model.hidden_size), 0)
         held += _mtp_module_by_sharding(model).scaled(model.mtp_num_layers)
     if last and not first:
         if model.tie_embeddings:
-            held += ShardedParams(model.padded_vocab_size(tp) * model.hidden_size, 0, 0)
+            held += ParamsBySharding(model.padded_vocab_size(tp) * model.hidden_size, 0, 0)
         if model.mtp_num_layers:
             held += embedding
     return held
