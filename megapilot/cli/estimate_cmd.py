@@ -119,7 +119,7 @@ def _one_line(line: str, number: int, flop_convention: str) -> dict[str, Any]:
 def _print_result(result: dict[str, Any], flags: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from megapilot.estimate.units import format_duration
+    from megapilot.estimate.units import format_count, format_duration
 
     memory, breakdown = result["memory_gib"], result["time_breakdown_s"]
     verdict = "[green]fits[/]" if result["fits"] else "[bold red]does NOT fit[/]"
@@ -145,7 +145,7 @@ def _print_result(result: dict[str, Any], flags: dict[str, Any]) -> None:
     console.print(table)
     params = result["params"]
     console.print(
-        f"params {params['total'] / 1e9:.2f} B (active {params['active'] / 1e9:.2f} B) · "
+        f"params {format_count(params['total'])} (active {format_count(params['active'])}) · "
         f"model FLOPs/step {result['flops_per_step']:.3e} ({result['flop_convention']} convention) · "
         f"bubble {result['bubble_fraction']:.1%} · exposed comm {result['exposed_comm_fraction']:.1%}"
     )
