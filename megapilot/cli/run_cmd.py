@@ -3,13 +3,22 @@
 Exit codes: 0 only when the run COMPLETED (exit 0 and the final iteration logged); 1 when it
 failed, hung, timed out or was cancelled; 2 for a user error (missing script, bad plan...);
 130 when interrupted with Ctrl-C (the run is stopped first, its result still printed).
+
+`run --plan plan.json` renders the plan as a torchrun script for the embedded trainer, run by this
+Python. `--device auto` (the default) renders for CPUs — gloo, fp32, without what the trainer refuses
+there (sequence parallelism, the alltoall dispatcher) — unless a GPU is seen (`nvidia-smi`,
+`rocm-smi`, `/dev/nvidia0`, `/dev/kfd`; torch is not imported). Data is Megatron's mock data unless
+`--data-path PREFIX` (from `megapilot data prepare`, read with the byte tokenizer) is given;
+`--train-iters` also sets how many iterations the plan trains.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -25,6 +34,8 @@ if TYPE_CHECKING:
     from megapilot.spec import SavedPlan
 
 EXECUTORS = ("local",)
+DEVICES = ("auto", "cpu", "gpu")
+PLAN_TOKENIZERS = ("ByteTokenizer", "NullTokenizer")
 EXIT_RUN_FAILED = 1
 EXIT_INTERRUPTED = 130
 
@@ -33,7 +44,7 @@ def run(
     script: Annotated[Path | None, typer.Argument(
         help="Bash launch script to run (e.g. one written by `megapilot script`).", show_default=False)] = None,
     plan: Annotated[Path | None, typer.Option(
-        "--plan", help="Saved plan (`megapilot plan --save`): rendered for the embedded trainer, mock data.")] = None,
+        "--plan", help="Saved plan (`megapilot plan --save`), rendered for the embedded trainer.")] = None,
     executor: Annotated[str, typer.Option(help="Where to run: " + ", ".join(EXECUTORS) + ".")] = "local",
     run_dir: Annotated[Path, typer.Option(help="Parent directory of the run's files.")] = Path("runs"),
     combo: Annotated[str | None, typer.Option(
@@ -44,12 +55,25 @@ def run(
     startup_timeout_s: Annotated[float, typer.Option(help="Allowance before the first iteration line.")] = 900.0,
     timeout_s: Annotated[float | None, typer.Option(help="Wall-clock limit of the whole run.")] = None,
     train_iters: Annotated[int | None, typer.Option(
-        help="Final iteration to expect (default: the plan's, or the total the log prints).")] = None,
+        help="Final iteration to expect (default: the plan's, or the total the log prints); "
+             "with --plan also the iterations trained.")] = None,
+    device: Annotated[str, typer.Option(
+        help="With --plan: render for " + ", ".join(DEVICES) + " (auto: gpu when nvidia-smi, rocm-smi, /dev/nvidia0 "
+             "or /dev/kfd is present, else cpu).")] = "auto",
+    data_path: Annotated[Path | None, typer.Option(
+        help="With --plan: dataset prefix (from `megapilot data prepare`; default: Megatron's mock data).")] = None,
+    tokenizer_type: Annotated[str | None, typer.Option(
+        help="With --plan and --data-path: " + " or ".join(PLAN_TOKENIZERS) + " (default ByteTokenizer; "
+             "NullTokenizer reads pre-tokenized ids below the plan's vocabulary).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the JobResult as JSON.")] = False,
 ) -> None:
     """Run a launch script or a plan locally; exit 0 only when training reached its final iteration."""
-    job = _job_from_flags(script, plan, executor, run_dir, combo, hang_timeout_s, hang_factor,
-                          startup_timeout_s, timeout_s, train_iters)
+    plan_data = _PlanData(device=device, data_path=data_path, tokenizer_type=tokenizer_type)
+    job, notes = _job_from_flags(script, plan, executor, run_dir, combo, hang_timeout_s, hang_factor,
+                                 startup_timeout_s, timeout_s, train_iters, plan_data)
+    if not json_output:
+        for note in notes:
+            err_console.print(f"note: {note}", highlight=False)
     result, interrupted = _run_and_follow(job, show_progress=not json_output)
     if json_output:
         emit_json(result.model_dump(mode="json"))
@@ -68,9 +92,32 @@ def register(app: typer.Typer) -> None:
 
 # ---- from flags to a JobSpec ---------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _PlanData:
+    """How `run --plan` renders its plan: for which device, on which data."""
+
+    device: str = "auto"
+    data_path: Path | None = None
+    tokenizer_type: str | None = None
+
+    def check(self, with_plan: bool) -> None:
+        if self.device not in DEVICES:
+            raise MegapilotError(f"unknown device {self.device!r}", field="device", fix="use one of: " + ", ".join(DEVICES))
+        if not with_plan and (self.data_path is not None or self.tokenizer_type is not None or self.device != "auto"):
+            raise MegapilotError("--device, --data-path and --tokenizer-type shape a rendered plan", field="plan",
+                                 fix="use them with --plan plan.json (a launch script carries its own)")
+        if self.tokenizer_type is not None and self.tokenizer_type not in PLAN_TOKENIZERS:
+            raise MegapilotError(f"unknown tokenizer {self.tokenizer_type!r} for the embedded trainer",
+                                 field="tokenizer_type", fix="use one of: " + ", ".join(PLAN_TOKENIZERS))
+        if self.tokenizer_type is not None and self.data_path is None:
+            raise MegapilotError("a tokenizer reads --data-path; mock data needs none", field="tokenizer_type",
+                                 fix="add --data-path PREFIX, or drop --tokenizer-type")
+
+
 def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_dir: Path, combo: str | None,
                     hang_timeout_s: float | None, hang_factor: float, startup_timeout_s: float,
-                    timeout_s: float | None, train_iters: int | None) -> JobSpec:
+                    timeout_s: float | None, train_iters: int | None,
+                    plan_data: _PlanData = _PlanData()) -> tuple[JobSpec, list[str]]:
     from pydantic import ValidationError
 
     from megapilot.errors import from_validation_error
@@ -82,6 +129,7 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
     if (script is None) == (plan is None):
         raise MegapilotError("give a launch script or --plan, not both and not neither", field="script",
                              fix="megapilot run train.sh, or megapilot run --plan plan.json")
+    plan_data.check(with_plan=plan is not None)
     try:
         hang = HangPolicy(startup_s=startup_timeout_s, factor=hang_factor, fixed_window_s=hang_timeout_s)
     except ValidationError as exc:
@@ -92,14 +140,18 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
             raise MegapilotError(f"{script} does not exist or is not a file", field="script",
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
         return job_spec_or_error(combo=combo or _default_combo(script.stem), script=script,
-                                 train_iters=train_iters, **common)
+                                 train_iters=train_iters, **common), []
     assert plan is not None
     saved_plan = _load_plan(plan)
-    launch = _render_plan(saved_plan)
-    return job_spec_or_error(
+    if train_iters is not None:
+        saved_plan = saved_plan.model_copy(
+            update={"training": saved_plan.training.model_copy(update={"train_iters": train_iters})})
+    launch = _render_plan(saved_plan, plan_data)
+    job = job_spec_or_error(
         combo=combo or _default_combo(plan.stem), script_text=launch.script, nodes=launch.nodes,
-        gpus_per_node=launch.gpus_per_node, train_iters=train_iters or saved_plan.training.train_iters, **common,
+        gpus_per_node=launch.gpus_per_node, train_iters=saved_plan.training.train_iters, **common,
     )
+    return job, launch.notes
 
 
 def _default_combo(stem: str) -> str:
@@ -129,12 +181,26 @@ def _load_plan(path: Path) -> SavedPlan:
                              fix="pass a plan saved by `megapilot plan --save` (or fix that field)") from None
 
 
-def _render_plan(saved_plan: SavedPlan) -> LaunchScript:
-    """The plan as a torchrun script for the embedded trainer on mock data, run by this Python."""
+def _render_plan(saved_plan: SavedPlan, plan_data: _PlanData) -> LaunchScript:
+    """The plan as a torchrun script for the embedded trainer, run by this Python: on CPUs (gloo, fp32, what
+    the trainer refuses there left out) when no GPU is present, on mock data unless --data-path is given."""
     from megapilot.launch import LaunchOptions, render_launch
 
-    options = LaunchOptions(launcher="torchrun", entrypoint="megapilot", mock_data=True, python=sys.executable)
+    cpu = plan_data.device == "cpu" or (plan_data.device == "auto" and not gpu_present())
+    data: dict[str, object] = {"mock_data": True}
+    if plan_data.data_path is not None:
+        data = {"data_path": str(plan_data.data_path.expanduser().absolute()),
+                "tokenizer_type": plan_data.tokenizer_type or "ByteTokenizer"}
+    options = LaunchOptions(launcher="torchrun", entrypoint="megapilot", python=sys.executable, cpu=cpu,
+                            **data)  # type: ignore[arg-type]
     return render_launch(saved_plan, options)
+
+
+def gpu_present() -> bool:
+    """Whether this machine has an NVIDIA or AMD GPU, judged without importing torch (CLI start-up stays
+    fast): a vendor tool on PATH or a device node."""
+    tools = ("nvidia-smi", "rocm-smi", "amd-smi")
+    return any(shutil.which(tool) for tool in tools) or any(Path(node).exists() for node in ("/dev/nvidia0", "/dev/kfd"))
 
 
 # ---- running and following ---------------------------------------------------------------

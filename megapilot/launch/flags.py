@@ -264,6 +264,11 @@ def _data_section(model: ModelSpec, o: LaunchOptions) -> ArgSection:
         s.add("--data-path", o.data_path)
         s.add("--split", o.split)
     tokenizer = tokenizer_type(o)
+    if tokenizer == "ByteTokenizer":
+        # The embedded trainer reads --data-path with its byte tokenizer when no --tokenizer-type is
+        # given; the name is not one of Megatron-LM's choices, so it is not written.
+        s.title = "data and tokenizer: bytes (the embedded trainer's tokenizer for --data-path)"
+        return s
     s.add("--tokenizer-type", tokenizer)
     if tokenizer == "NullTokenizer":
         # Synthetic token ids. Megatron's NullTokenizer adds an end-of-document id to --vocab-size,
@@ -282,6 +287,12 @@ def tokenizer_type(o: LaunchOptions) -> str:
     if (o.vocab_file is None) != (o.merge_file is None):
         raise MegapilotError("a GPT-2 BPE tokenizer needs both files", field="vocab_file",
                              fix="pass both --vocab-file and --merge-file")
+    if o.tokenizer_type == "ByteTokenizer":
+        if o.entrypoint != "megapilot" or o.mock_data:
+            raise MegapilotError("ByteTokenizer is the embedded trainer's tokenizer for --data-path",
+                                 field="tokenizer_type",
+                                 fix="use it with --entrypoint megapilot and --data-path, or pick a Megatron tokenizer")
+        return o.tokenizer_type
     if o.tokenizer_type is not None:
         needs_model = o.tokenizer_type not in ("GPT2BPETokenizer", "NullTokenizer")
         if needs_model and o.tokenizer_model is None:

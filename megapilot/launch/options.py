@@ -12,6 +12,7 @@ Rendezvous = Literal["static", "c10d"]
 TokenizerType = Literal[
     "HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "SentencePieceTokenizer", "Llama2Tokenizer",
     "GPT2BPETokenizer", "TikTokenizer", "NullTokenizer",
+    "ByteTokenizer",  # the embedded trainer's byte tokenizer (data from `megapilot data prepare`); not Megatron-LM's
 ]
 
 DEFAULT_MASTER_PORT = 29611  # not torchrun's 29500, which anything else using torchrun's default takes
@@ -29,7 +30,8 @@ class LaunchOptions(BaseModel):
     data_path: str | None = Field(default=None, description="Megatron --data-path prefix (absolute).")
     mock_data: bool = Field(default=False, description="Megatron's synthetic data instead of --data-path.")
     split: str = Field(default="99,1,0", description="--split train,valid,test weights with --data-path.")
-    tokenizer_type: TokenizerType | None = Field(default=None, description="None = inferred from the files given.")
+    tokenizer_type: TokenizerType | None = Field(
+        default=None, description="None = inferred from the files given; ByteTokenizer only with entrypoint megapilot.")
     tokenizer_model: str | None = Field(default=None, description="Absolute path or Hugging Face model id.")
     vocab_file: str | None = Field(default=None, description="GPT-2 BPE vocab (absolute path).")
     merge_file: str | None = Field(default=None, description="GPT-2 BPE merges (absolute path).")

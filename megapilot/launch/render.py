@@ -181,6 +181,9 @@ def _defaults_taken(o: LaunchOptions) -> list[str]:
         notes.append(f"TensorBoard logs go to {o.save.rstrip('/')}/tensorboard")
     if not o.save:
         notes.append("no --save directory: this run writes no checkpoints")
+    if o.tokenizer_type == "ByteTokenizer":
+        notes.append("byte tokenizer: the embedding has the byte vocabulary (256 + end-of-document), "
+                     "not the plan's vocabulary size")
     return notes
 
 

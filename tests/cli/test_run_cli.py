@@ -131,3 +131,89 @@ def test_interrupting_megapilot_stops_the_run_and_prints_it_cancelled(tmp_path, 
     record = json.loads((tmp_path / "i" / "job.json").read_text())
     for entry in record["processes"]:
         assert not psutil.pid_exists(entry["pid"]) or psutil.Process(entry["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+# ---- run --plan: device and data ---------------------------------------------------------------
+
+def _saved_tiny_plan(tmp_path: Path, **layout) -> Path:
+    from megapilot.catalog.gpus import get_gpu
+    from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
+
+    model = ModelSpec(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,
+                      vocab_size=1024, max_position_embeddings=128)
+    plan = SavedPlan(model=model, cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=2),
+                     training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=7),
+                     parallel=ParallelConfig.for_world(2, mbs=1, **layout))
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    return path
+
+
+def _plan_job(tmp_path: Path, plan: Path, **data):
+    from megapilot.cli.run_cmd import _job_from_flags, _PlanData
+
+    job, notes = _job_from_flags(None, plan, "local", tmp_path, "c", None, 10.0, 900.0, None, None, _PlanData(**data))
+    return job.script_text, notes
+
+
+def test_plan_renders_for_cpu_when_no_gpu_is_present(tmp_path, monkeypatch):
+    import megapilot.cli.run_cmd as run_cmd
+
+    plan = _saved_tiny_plan(tmp_path, tp=2, sequence_parallel=True, recompute="selective")
+    monkeypatch.setattr(run_cmd, "gpu_present", lambda: False)
+    script, notes = _plan_job(tmp_path, plan)
+    assert "--distributed-backend gloo" in script and "--sequence-parallel" not in script
+    assert "--bf16" not in script and "--mock-data" in script
+    assert any("sequence parallelism left out" in note for note in notes)
+
+    monkeypatch.setattr(run_cmd, "gpu_present", lambda: True)
+    script, _ = _plan_job(tmp_path, plan)
+    assert "--distributed-backend" not in script and "--sequence-parallel" in script and "--bf16" in script
+    script, _ = _plan_job(tmp_path, plan, device="cpu")  # forced
+    assert "--distributed-backend gloo" in script
+
+
+def test_plan_trains_on_a_data_path_with_the_byte_tokenizer(tmp_path, monkeypatch):
+    import megapilot.cli.run_cmd as run_cmd
+    from megapilot.diagnose.shell_words import script_words
+    from megapilot.trainer.config import build_config
+
+    monkeypatch.setattr(run_cmd, "gpu_present", lambda: False)
+    (tmp_path / "corpus.bin").write_bytes(b"")
+    (tmp_path / "corpus.idx").write_bytes(b"")
+    script, notes = _plan_job(tmp_path, _saved_tiny_plan(tmp_path), data_path=tmp_path / "corpus")
+    assert f"--data-path {tmp_path / 'corpus'}" in script and "--mock-data" not in script
+    assert "--tokenizer-type" not in script  # the trainer's byte tokenizer is its default for --data-path
+    assert any("byte tokenizer" in note for note in notes)
+    words = script_words(script).variables["MEGATRON_ARGS"]
+    assert build_config(words, gpu_available=False).tokenizer_type == "ByteTokenizer"
+
+
+def test_gpu_presence_is_read_from_vendor_tools_without_torch(tmp_path, monkeypatch):
+    from megapilot.cli import run_cmd
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(run_cmd.Path, "exists", lambda self: False)
+    assert run_cmd.gpu_present() is False
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    assert run_cmd.gpu_present() is True
+    assert "torch" not in subprocess.run([sys.executable, "-c", "import sys, megapilot.cli.run_cmd as r; "
+                                          "r.gpu_present(); print(' '.join(sys.modules))"],
+                                         capture_output=True, text=True).stdout.split()
+
+
+@pytest.mark.parametrize("args, field", [
+    (("--plan", "p.json", "--device", "tpu"), "device"),
+    (("--plan", "p.json", "--tokenizer-type", "ByteTokenizer"), "tokenizer_type"),
+    (("--plan", "p.json", "--data-path", "d", "--tokenizer-type", "HuggingFaceTokenizer"), "tokenizer_type"),
+    (("x.sh", "--data-path", "d"), "plan"),
+])
+def test_plan_data_options_are_checked(cli, tmp_path, monkeypatch, args, field):
+    monkeypatch.chdir(tmp_path)
+    _saved_tiny_plan(tmp_path).rename(tmp_path / "p.json")
+    (tmp_path / "x.sh").write_text("true\n")
+    result = cli("run", *args)
+    assert result.exit_code == 2 and result.stderr.strip().count("\n") == 0
+    assert f"{field}:" in result.stderr
