@@ -26,6 +26,9 @@ from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 
+# The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
+_HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
+                            re.MULTILINE)
 # Primus writes a few keys under the flag's name rather than Megatron's destination.
 _PRIMUS_DESTINATION = {"norm_epsilon": "layernorm_epsilon"}
 _TORCHRUN_VALUE_FLAGS = frozenset({"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
@@ -44,6 +47,7 @@ class LaunchFlags:
     values: dict[str, str | None]
     source: str = "<flags>"
     sbatch: dict[str, str] = field(default_factory=dict)  # the script's `#SBATCH` options
+    gpu_hint: str | None = None  # the GPU named in the header `megapilot script` writes
 
     def has(self, name: str) -> bool:
         return name in self.values
@@ -96,7 +100,9 @@ def _script_flags(path: Path) -> LaunchFlags:
         for flag, variable in (("--nnodes", "NNODES"), ("--nproc-per-node", "GPUS_PER_NODE")):
             if flag not in values and read.scalar(variable):
                 values[flag] = read.scalar(variable)
-    return LaunchFlags(values=values, source=str(path), sbatch=read.sbatch)
+    header = _HEADER_GPU_RE.search(text)
+    return LaunchFlags(values=values, source=str(path), sbatch=read.sbatch,
+                       gpu_hint=header.group(1).strip() if header else None)
 
 
 def _primus_experiment_of(read: ScriptWords, path: Path) -> dict[str, object] | None:
@@ -197,6 +203,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
     """Flags from a launch script, a flag string, or both (the string wins on conflicts); None if neither."""
     collected: dict[str, str | None] = {}
     sbatch: dict[str, str] = {}
+    gpu_hint: str | None = None
     source = "<flags>"
     if script is not None:
         path = Path(script)
@@ -204,7 +211,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
             raise MegapilotError(f"no such script: {script}", field="script", fix="pass the path of the launch script")
         from_script = _script_flags(path)
         collected.update(from_script.values)
-        sbatch = from_script.sbatch
+        sbatch, gpu_hint = from_script.sbatch, from_script.gpu_hint
         source = str(path)
     if flags is not None:
         try:
@@ -214,7 +221,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
         collected.update(_collect(words, "<flags>").values)
     if script is None and flags is None:
         return None
-    return LaunchFlags(values=collected, source=source, sbatch=sbatch)
+    return LaunchFlags(values=collected, source=source, sbatch=sbatch, gpu_hint=gpu_hint)
 
 
 # ---- flags → typed specs ------------------------------------------------------------------------
@@ -438,6 +445,20 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
     )
 
 
+def _gpu_named_in_header(flags: LaunchFlags, notes: list[str]) -> GPUSpec | None:
+    """The GPU a script from `megapilot script` names in its header, unless it runs over gloo (a CPU run)."""
+    if flags.gpu_hint is None or flags.get("--distributed-backend") == "gloo":
+        return None
+    from megapilot.catalog.gpus import get_gpu
+
+    try:
+        gpu = get_gpu(flags.gpu_hint)
+    except MegapilotError:
+        return None
+    notes.append(f"GPU type {gpu.name} from the script's header (pass --gpu to override)")
+    return gpu
+
+
 def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | None = None) -> RunConfig:
     """The typed run the flags describe (parts left None where the flags are silent)."""
     notes: list[str] = []
@@ -457,6 +478,8 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
         raise  # already names the field
     except ValueError as exc:  # pydantic validation of the specs
         raise from_validation_error(exc, prefix="flags") from exc
+    if gpu is None:
+        gpu = _gpu_named_in_header(flags, notes)
     if gpu is None:
         notes.append("GPU type not given (--gpu): no memory or throughput predictions")
     return RunConfig(flags=flags, gpu=gpu, world_size=world, model=model, training=training, parallel=parallel,

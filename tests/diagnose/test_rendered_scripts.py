@@ -92,3 +92,18 @@ def test_srun_one_task_per_gpu_takes_the_world_from_sbatch(tmp_path: Path) -> No
 ])
 def test_moe_layer_freq_forms(text: str | None, placement: tuple[int, int]) -> None:
     assert moe_layer_placement(text) == placement
+
+
+def test_the_gpu_named_in_the_header_is_used_unless_given_or_a_cpu_run(tmp_path: Path) -> None:
+    from megapilot.catalog.gpus import get_gpu
+
+    script = GOLDEN_DIR / "deepseek-v2-lite_mla.slurm.sh"
+    config = run_config(read_flags(script=script))
+    assert config.gpu == get_gpu("mi300x") and config.complete
+    assert any("from the script's header" in note for note in config.notes)
+    assert run_config(read_flags(script=script), gpu=get_gpu("h100")).gpu == get_gpu("h100")
+
+    cpu_script = tmp_path / "cpu.sh"
+    cpu_script.write_text(script.read_text().replace("--transformer-impl transformer_engine",
+                                                     "--transformer-impl local\n  --distributed-backend gloo"))
+    assert run_config(read_flags(script=cpu_script)).gpu is None
