@@ -123,7 +123,12 @@ class _Lexer:
                 depth += 1
                 self.pos += 1
                 continue
-            if ch == "<" and text.startswith("<<", self.pos) and not text.startswith("<<<", self.pos):
+            if ch == "<" and text.startswith("<<<", self.pos):  # here-string: the next word is its input
+                word = self._end_word(command, word)
+                command.append([_Text("<<<", quoted=False)])
+                self.pos += 3
+                continue
+            if ch == "<" and text.startswith("<<", self.pos):
                 word = self._end_word(command, word)
                 self._heredoc_operator()
                 continue
@@ -252,12 +257,20 @@ def _matching_paren(text: str, open_at: int) -> int:
 
 
 def _braced_reference(raw: str, quoted: bool) -> _Part:
-    found = re.fullmatch(r"\$\{([A-Za-z_]\w*)(\[[@*]\])?(?:(:?[-=])(.*))?\}", raw, re.DOTALL)
+    found = re.fullmatch(r"\$\{([A-Za-z_]\w*|\d+)(\[[@*]\])?(?:(:?[-=])(.*))?\}", raw, re.DOTALL)
     if not found:  # ${#X}, ${X%%.*}, ${X:?message}, ...: not evaluated
         name = re.match(r"\$\{([A-Za-z_]\w*)", raw)
         return _Reference(name.group(1), raw, quoted) if name and ":?" in raw else _Text(raw, quoted=True)
     return _Reference(found.group(1), raw, quoted, all_elements=found.group(2) is not None,
-                      default=found.group(4) if found.group(3) else None)
+                      default=_unquote(found.group(4)) if found.group(3) else None)
+
+
+def _unquote(default: str) -> str:
+    """The text of a `${X:-default}` default, its own quotes removed (`${1:-"a b"}` is `a b`)."""
+    try:
+        return " ".join(shlex.split(default))
+    except ValueError:
+        return default
 
 
 def _unbalanced(text: str, position: int) -> MegapilotError:

@@ -107,3 +107,66 @@ def test_the_gpu_named_in_the_header_is_used_unless_given_or_a_cpu_run(tmp_path:
     cpu_script.write_text(script.read_text().replace("--transformer-impl transformer_engine",
                                                      "--transformer-impl local\n  --distributed-backend gloo"))
     assert run_config(read_flags(script=cpu_script)).gpu is None
+
+
+# SYNTHETIC, in the style of Megatron-LM's examples/*/train_*.sh: positional defaults, arithmetic,
+# arrays built with += from quoted multi-word elements, conditionals, a here-string, trailing comments.
+EXAMPLE_STYLE = r"""#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+CHECKPOINT_PATH=${1:-"checkpoints/run one"}
+GPUS_PER_NODE=8
+NUM_NODES=2
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+NUM_LAYERS=16
+MOE_LAYERS=$(($NUM_LAYERS-1))
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NUM_NODES
+)
+GPT_ARGS=(
+    --num-layers 16
+    --hidden-size 2048 --ffn-hidden-size 10944
+    --num-attention-heads 16
+    --seq-length 1024 --max-position-embeddings 1024
+    --transformer-impl local  # trailing comment (with parentheses)
+    # --attention-backend local
+)
+MOE_ARGS=(
+    --num-experts 64
+    --moe-layer-freq "([0]+[1]*15)"
+    --moe-ffn-hidden-size 1408 --moe-router-topk 6
+)
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 64
+    --bf16
+)
+DDP_ARGS=(--use-distributed-optimizer --overlap-grad-reduce)
+TRAINING_ARGS+=("${DDP_ARGS[@]}")
+DTYPE_ARGS=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    if grep -q "transformer-impl local" <<< "${GPT_ARGS[@]}"; then
+        echo "ERROR: it's local"; exit 1
+    fi
+fi
+PARALLEL_ARGS=(
+    "--tensor-model-parallel-size 2"
+    "--expert-model-parallel-size 8"
+)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
+    ${GPT_ARGS[@]} ${MOE_ARGS[@]} \
+    ${TRAINING_ARGS[@]} ${DTYPE_ARGS[@]} ${PARALLEL_ARGS[@]} \
+    --save "$CHECKPOINT_PATH"
+"""
+
+
+def test_example_style_script_with_arithmetic_appends_and_multi_word_elements(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(EXAMPLE_STYLE)
+    flags = read_flags(script=script)
+    assert flags.get("--save") == "checkpoints/run one" and flags.get("--transformer-impl") == "local"
+    assert flags.has("--use-distributed-optimizer") and flags.has("--overlap-grad-reduce")
+    config = run_config(flags)
+    assert config.world_size == 16 and (config.parallel.tp, config.parallel.ep, config.parallel.dp) == (2, 8, 8)
+    assert config.model.moe.first_k_dense_layers == 1 and config.model.num_moe_layers == 15
+    assert config.training.global_batch_size == 64 and config.training.precision == "bf16"
