@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.lines import CHUNK_BYTES, LineSplitter, follow_lines, read_lines
-from megapilot.logs.parser import LineParser, ParseOptions, parse_timestamp
+from megapilot.logs.bulk import read_bulk
+from megapilot.logs.lines import follow_lines, read_lines
+from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
     DIALECTS,
     UNKNOWN_DIALECT,
@@ -206,59 +207,6 @@ def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int
         collector.log.last_time_s = max(collector.log.last_time_s or parser.last_time_s, parser.last_time_s)
 
 
-def _feed_fast(collector: LogCollector, parser: LineParser, stream: BinaryIO) -> None:
-    """Summary-only reading: canonical Megatron-LM iteration lines go straight into the summary (one
-    regex, no record object); every other line takes the full path. Same result as `_feed`."""
-    splitter = LineSplitter()
-    summary_add = collector._summary.add_values
-    feed = parser.feed
-    add = collector.add
-    fast = parser.fast_iteration
-    counts = collector._dialects
-    last: tuple[int, str] | None = None
-    last_fast_time: str | None = None
-
-    def slow(line_no: int, text: str) -> None:
-        for record in feed(line_no, text):
-            add(record)
-
-    def block_lines(block: tuple[int, str]) -> None:
-        nonlocal last, last_fast_time
-        line_no = block[0]
-        for text in block[1].split("\n"):
-            if "\r" in text:
-                for segment in text.split("\r"):
-                    if segment:
-                        slow(line_no, segment)
-            elif "iteration" in text and (values := fast(text)) is not None:
-                iteration, train_iters, time_text, elapsed, tokens, tflops, loss, nan, skipped = values
-                summary_add(iteration, train_iters, None, time_text, elapsed, tokens, tflops, None, loss, nan, skipped)
-                counts["megatron-bridge" if parser.bridge_seen else "megatron-lm"] += 1
-                if time_text is not None:
-                    last_fast_time = time_text
-            else:
-                slow(line_no, text)
-            if text:
-                last = (line_no, text)
-            line_no += 1
-
-    while chunk := stream.read(CHUNK_BYTES):
-        block = splitter.feed_block(chunk)
-        if block is not None:
-            block_lines(block)
-    for line_no, text in splitter.flush():
-        block_lines((line_no, text))
-    collector.log.lines_read += splitter.lines_done
-    if last is not None:
-        collector.log.last_line = Evidence(parser.file, last[0], last[1])
-    if last_fast_time is not None:
-        fast_time = parse_timestamp(last_fast_time, last=True)
-        if fast_time is not None and (parser.last_time_s is None or fast_time > parser.last_time_s):
-            parser.last_time_s = fast_time
-    if parser.last_time_s is not None:
-        collector.log.last_time_s = max(collector.log.last_time_s or parser.last_time_s, parser.last_time_s)
-
-
 def _open_source(path: str) -> Iterator[tuple[int, str]]:
     if path == "-":
         yield from read_lines(sys.stdin.buffer)
@@ -285,7 +233,7 @@ def parse_logs(
         parser = LineParser(name if name != "-" else "<stdin>", options)
         if summary_only and on_record is None:
             with _binary_source(name) as stream:
-                _feed_fast(collector, parser, stream)
+                read_bulk(collector, parser, stream)
         else:
             _feed(collector, parser, _open_source(name), on_record)
     return collector.finish()

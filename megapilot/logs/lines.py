@@ -46,6 +46,11 @@ class LineSplitter:
     def feed_block(self, chunk: bytes) -> tuple[int, str] | None:
         """The complete lines the chunk finishes, as (number of the first line, decoded text without the
         final newline); None when the chunk completes no line. For callers that split lines themselves."""
+        block = self.feed_bytes(chunk)
+        return None if block is None else (block[0], block[1].decode("utf-8", "replace"))
+
+    def feed_bytes(self, chunk: bytes) -> tuple[int, bytes] | None:
+        """As `feed_block`, undecoded: the complete lines' bytes without the final newline."""
         buffer = self._tail + chunk if self._tail else chunk
         cut = buffer.rfind(b"\n")
         if cut < 0:
@@ -55,7 +60,15 @@ class LineSplitter:
         complete = buffer[:cut]
         first = self.lines_done + 1
         self.lines_done += complete.count(b"\n") + 1
-        return first, complete.decode("utf-8", "replace")
+        return first, complete
+
+    def flush_bytes(self) -> tuple[int, bytes] | None:
+        """The unterminated last line, if any, as (its number, its bytes)."""
+        if not self._tail:
+            return None
+        tail, self._tail = self._tail, b""
+        self.lines_done += 1
+        return self.lines_done, tail
 
     def flush(self) -> Iterator[tuple[int, str]]:
         """Yield the unterminated last line, if any."""

@@ -36,14 +36,6 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b")
 # ` iteration      10/      50 |` (also Primus, 2019 Megatron, no leading space).
 ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 # Primus torchtitan: `step:  1  loss: 12.2674  grad_norm: 3.9375  memory: 240.17GiB(95.31%)  tps: 531 ...`
-# The canonical Megatron-LM iteration line (2022 to today) for the summary-only fast path: one regex for
-# the fixed-order head, one for the fixed tail. No lazy quantifiers: measured 1.4 + 0.5 us per line.
-FAST_HEAD_RE = re.compile(
-    r"iteration +(\d+)/ *(\d+) \| consumed samples: +\d+ \|(?: skipped samples: +\d+ \|)?"
-    r" elapsed time per iteration \(ms\): ([\d.]+) \|(?: throughput per GPU \(TFLOP/s/GPU\): ([\d.]+) \|)?"
-    r"(?: learning rate: [^|]*\|)? global batch size: +(\d+) \|(?: lm loss: ([^|]*)\|)?"
-)
-FAST_TAIL_RE = re.compile(r"number of skipped iterations: +(\d+) \| number of nan iterations: +(\d+) \|")
 TITAN_STEP_RE = re.compile(r"\bstep:\s*(\d+)\s+(loss:.*)")
 TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([\d.]+)\s*s\b(?:.*?GPU utilization:\s*([\d.]+))?")
@@ -78,6 +70,14 @@ _MARKERS: tuple[tuple[str, str], ...] = (
     ("building GPT model", "stall_point:model_build"),
     ("> building train, validation, and test datasets", "stall_point:dataset_build"),
     ("compiling dataset index builder", "stall_point:dataset_index_build"),
+)
+
+# Lowercase substrings without which `LineParser.feed` finds no record on a line and changes no state
+# but the latest timestamp (bulk reading skips such lines; keep in step with `feed` and `_structured`).
+RECORD_NEEDLES: tuple[str, ...] = (
+    "iteration", "step:", "traceback (most recent call last)", "memory (", "checkpoint", ".:", "time (ms)",
+    "in billions", "emory footprint", "step time", "training ...",
+    *(needle.lower() for needle, _ in _MARKERS),
 )
 
 # Iteration-line field keys (lowercase) → slot.
@@ -139,6 +139,25 @@ def _timestamp_from_match(found: re.Match[str]) -> float | None:
     return whole + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
 
 
+def prefix_time(prefix: str) -> float | None:
+    """The timestamp of an iteration line: the last one in its prefix (Primus has an outer and an inner)."""
+    if not prefix or not any(ch.isdigit() for ch in prefix):
+        return None
+    last = None
+    for last in TIMESTAMP_RE.finditer(prefix):  # noqa: B007
+        pass
+    return _timestamp_from_match(last) if last is not None else None
+
+
+def leading_time(text: str) -> float | None:
+    """The time any other line sets: the first timestamp in its first 96 characters (digits in the first 40)."""
+    head = text[:96]
+    if not any(ch.isdigit() for ch in head[:40]):
+        return None
+    found = TIMESTAMP_RE.search(head)
+    return _timestamp_from_match(found) if found else None
+
+
 def _to_float(value: str) -> float | None:
     try:
         return float(value)
@@ -198,32 +217,6 @@ class LineParser:
         if error is not None:
             return (error,)
         return self._structured(line_no, text)
-
-    def fast_iteration(self, text: str) -> tuple | None:
-        """Summary values of a canonical Megatron-LM iteration line, without building a record.
-
-        Returns (iteration, train_iters, time_text, elapsed_ms, tokens, tflops, loss, nan, skipped), or
-        None for any other line, which then takes the full path (ANSI codes, Primus pairs, fields or
-        prefix, ROCm `mem usages`, printed tokens, a pending Bridge `Step Time`, a mangled value).
-        """
-        if self._pending_step_time_s is not None:
-            return None
-        head = FAST_HEAD_RE.search(text)
-        if head is None:
-            return None
-        tail = FAST_TAIL_RE.search(text, head.end())
-        prefix = text[: head.start()]
-        if tail is None or "mem usage/" in text or "\x1b" in prefix or "[rank-" in prefix:
-            return None
-        iteration, train_iters, elapsed, tflops, gbs, loss = head.groups()
-        try:
-            elapsed_ms = float(elapsed)
-            loss_value = float(loss) if loss is not None else None
-        except ValueError:
-            return None
-        tokens = self._computed_tokens_per_s(int(gbs), elapsed_ms) if self.options.seq_length else None
-        return (int(iteration), int(train_iters), prefix if len(prefix) > 8 else None, elapsed_ms, tokens,
-                float(tflops) if tflops is not None else None, loss_value, int(tail.group(2)), int(tail.group(1)))
 
     # ---- iteration lines --------------------------------------------------------------------------
     def _iteration(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
@@ -322,15 +315,7 @@ class LineParser:
         return None, None
 
     def _time_in_prefix(self, prefix: str) -> float | None:
-        """The timestamp of an iteration line: the last one in its prefix (Primus has an outer and an inner)."""
-        if not prefix or not any(ch.isdigit() for ch in prefix):
-            return None
-        last = None
-        for last in TIMESTAMP_RE.finditer(prefix):  # noqa: B007
-            pass
-        if last is None:
-            return None
-        time_s = _timestamp_from_match(last)
+        time_s = prefix_time(prefix)
         if time_s is not None:
             self.last_time_s = time_s
         return time_s
@@ -395,13 +380,9 @@ class LineParser:
 
     # ---- everything else -------------------------------------------------------------------------------
     def _note_time(self, text: str) -> None:
-        head = text[:96]
-        if any(ch.isdigit() for ch in head[:40]):
-            found = TIMESTAMP_RE.search(head)
-            if found:
-                time_s = _timestamp_from_match(found)
-                if time_s is not None:
-                    self.last_time_s = time_s
+        time_s = leading_time(text)
+        if time_s is not None:
+            self.last_time_s = time_s
 
     def _structured(self, line_no: int, text: str) -> tuple[Record, ...]:
         if "memory (" in text:

@@ -178,12 +178,12 @@ class SummaryBuilder:
 
     def add_values(self, iteration: int, train_iters: int | None, time_s: float | None, time_text: str | None,
                    elapsed_ms: float | None, tokens: float | None, tflops: float | None, mfu_pct: float | None,
-                   loss: float | None, nan_iterations: int | None, skipped_iterations: int | None) -> None:
-        """One iteration's values (the parser's fast path calls this without building a record).
-        `time_text` is a raw timestamp, parsed only if it ends up first or last."""
+                   loss: float | None, nan_iterations: int | None, skipped_iterations: int | None) -> bool:
+        """One iteration's values (bulk reading calls this without building a record); whether it was
+        counted. `time_text` is a raw timestamp, parsed only if it ends up first or last."""
         self._logged += 1
         if self._max_counted is not None and iteration <= self._max_counted:
-            return
+            return False
         self._max_counted = iteration
         self._counted += 1
         if self._first_iteration is None:
@@ -195,7 +195,7 @@ class SummaryBuilder:
             self._first_time = self._first_time if self._first_time is not None else stamp
             self._last_time = stamp
         if elapsed_ms is None or not math.isfinite(elapsed_ms):
-            return
+            return True
         sample: _Sample | None = (elapsed_ms, tokens, tflops, mfu_pct)
         if self._save_pending:
             self._save_pending = False
@@ -205,6 +205,17 @@ class SummaryBuilder:
             self._head.append(sample)
         elif sample is not None:
             self._fold(sample)
+        return True
+
+    @property
+    def has_first_time(self) -> bool:
+        """Whether a counted record with a timestamp has been seen."""
+        return self._first_time is not None
+
+    def note_last_time(self, time_s: float) -> None:
+        """The timestamp of the latest counted record, when it is learnt after the record (bulk reading
+        parses the timestamps of counted records lazily, only the last one that has one)."""
+        self._last_time = time_s
 
     def _track_losses(self, loss: float | None, nan_iterations: int | None, skipped_iterations: int | None) -> None:
         # An interval with NaN iterations prints a meaningless loss (Megatron-Core prints 0.0): not a loss value.

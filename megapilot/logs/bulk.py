@@ -1,0 +1,276 @@
+"""Bulk reading of whole logs in summary-only mode: regexes over byte blocks, not Python per line.
+
+`parse_logs(..., summary_only=True)` without `on_record` reads here. The result is exactly that of
+the line path (`collect._feed`, every line through `LineParser.feed`): the same summary, dialect
+counts, errors, checkpoint operations, lines read, last line and last timestamp. That holds because a
+line skips the line parser only where the line parser could not have done anything with it:
+
+- Canonical Megatron-LM iteration lines (the fixed field order of `training_log`, printable ASCII,
+  no ANSI code, no Primus logger prefix) are found by one bytes regex per block, whose groups are the
+  summary's values; they go straight into the summary, no record is built. A variant the regex does
+  not accept in full (another field order, a Primus `inst/avg` pair, a mangled value) goes to the
+  line parser.
+- Between two such lines, a line goes to the line parser if it holds a needle the parser reacts to
+  (`RECORD_NEEDLES`, the error signatures' triggers, case-insensitive), any control or non-ASCII byte
+  (ANSI codes, `\\r` progress lines, undecodable bytes), or while a Python traceback is being read.
+  The other lines are skipped: one regex search per gap finds the next line worth parsing.
+- Skipped and iteration lines can still move the parser's "latest timestamp" (checkpoint lines
+  without a timestamp of their own use it). Those timestamps are parsed lazily: only the last one
+  before a line that goes to the parser, and at the end of each block.
+
+Lines come from the same `LineSplitter`, with the same chunk size, as the line path, so over-long
+lines are cut the same way and memory stays bounded by the chunk size plus the longest line. The
+per-line cost left is that of the iteration lines (one regex match, a few number conversions, the
+summary's running statistics).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, BinaryIO
+
+from megapilot.logs.lines import CHUNK_BYTES, LineSplitter
+from megapilot.logs.parser import RECORD_NEEDLES, LineParser, leading_time, prefix_time
+from megapilot.logs.records import Evidence
+from megapilot.logs.signatures import _TRIGGERS
+
+if TYPE_CHECKING:
+    from megapilot.logs.collect import LogCollector
+
+_VALUE = rb"[\x20-\x7b\x7d\x7e]*"  # printable ASCII but `|`
+_INT = rb"[0-9]{1,15}"  # short enough that int(float(text)) == int(text), as the line parser computes it
+_NUMBER = rb"[0-9]{1,15}(?:\.[0-9]{1,15})?"
+_LOSS = rb"[-+]?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|nan|NaN|NAN|inf|Inf|INF)"
+_KEY = rb"[a-z0-9_]+(?: [a-z0-9_]+)*"  # lowercase, no outer space: the line parser's key is the same text
+# Keys whose value reaches the summary or the dialect: never accepted among the free fields, so that
+# the regex's groups are the values the line parser would keep (it keeps the last of repeated keys).
+_SUMMARY_KEYS = (rb"(?:lm loss|loss|tflops|global batch size|number of skipped iterations|"
+                 rb"number of nan iterations|mem usages|consumed samples|skipped samples)")
+
+# The Megatron-LM `training_log` line (2022 to today), from `iteration` to the end of the line.
+FAST_ITERATION_RE = re.compile(
+    rb"iteration +(" + _INT + rb")/ *(" + _INT + rb") \|"
+    rb" consumed samples: +" + _INT + rb" \|"
+    rb"(?: skipped samples: +" + _INT + rb" \|)?"
+    rb" elapsed time per iteration \(ms\): (" + _NUMBER + rb") \|"
+    rb"(?: throughput per GPU \(TFLOP/s/GPU\): (" + _NUMBER + rb") \|)?"
+    rb"(?: (?:decoupled )?learning rate:" + _VALUE + rb"\|)*"
+    rb" global batch size: +(" + _INT + rb") \|"
+    rb"(?: lm loss: +(" + _LOSS + rb") \|)?"
+    rb"(?: (?!" + _SUMMARY_KEYS + rb":)" + _KEY + rb":" + _VALUE + rb"\|)*"
+    rb" number of skipped iterations: +(" + _INT + rb") \|"
+    rb" number of nan iterations: +(" + _INT + rb") \| *\n"
+)
+# A prefix that makes the line parser read the line differently: a byte it would strip or decode
+# (ANSI, `\r`, non-ASCII), an earlier `iteration`, a Primus logger prefix, no word boundary before `iteration`.
+_BAD_PREFIX_RE = re.compile(rb"[^\x20-\x7e]|iteration|\[rank-|\w\Z")
+_TIMESTAMP_RE = re.compile(rb"\d{4}-?\d\d-?\d\d[ T]\d\d:\d\d:\d\d")
+
+
+def _needle_regex(needles: tuple[str, ...]) -> re.Pattern[bytes]:
+    """One regex for "a line the parser must see": the needles grouped by first byte (so the regex
+    engine tries one branch per position, not one per needle), or a control or non-ASCII byte."""
+    by_first: dict[str, set[str]] = {}
+    for needle in needles:
+        by_first.setdefault(needle[0], set()).add(needle[1:])
+    branches = []
+    for first, rests in sorted(by_first.items()):
+        tails = "|".join(re.escape(rest) for rest in sorted(rests, key=lambda r: (-len(r), r)))
+        branches.append(re.escape(first) + (f"(?:{tails})" if tails else ""))
+    branches.append(r"[^\t\n\x20-\x7e]")
+    return re.compile("|".join(branches).encode("latin-1"))
+
+
+# Matched against lowercased bytes: every needle is lowercase, as the parser compares lowercased text
+# (a superset where the parser is case-sensitive: more lines parsed, never fewer).
+PARSER_NEEDLE_RE = _needle_regex(tuple(sorted(set(RECORD_NEEDLES) | set(_TRIGGERS))))
+
+
+class BulkReader:
+    """Reads one binary stream into a collector, with one `LineParser` for the file's state."""
+
+    def __init__(self, collector: LogCollector, parser: LineParser) -> None:
+        self.collector = collector
+        self.parser = parser
+        self.summary = collector._summary
+        self.dialects = collector._dialects
+        self.lines_read = 0
+        self.last_line: tuple[int, str] | None = None
+        # Lazy timestamps of the current block: the parser's latest-time candidates (prefix bytes of
+        # iteration lines, or (start, end) of skipped lines) and the prefixes of counted iteration lines.
+        self._time_candidates: list[bytes | tuple[int, int]] = []
+        self._counted_prefixes: list[bytes] = []
+        self._block = b""
+        self._line_pos = 0
+        self._line_no = 0
+
+    def read(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> None:
+        splitter = LineSplitter()
+        while chunk := stream.read(chunk_bytes):
+            block = splitter.feed_bytes(chunk)
+            if block is not None:
+                self.block(block[0], block[1])
+        tail = splitter.flush_bytes()
+        if tail is not None:
+            self.block(tail[0], tail[1])
+        self._finish()
+
+    # ---- one block of complete lines --------------------------------------------------------------
+    def block(self, first_line_no: int, data: bytes) -> None:
+        """Lines `first_line_no`... of the file: `data` is their bytes without the final newline."""
+        block = self._block = data + b"\n"
+        self._line_pos, self._line_no = 0, first_line_no
+        parser, summary, dialects = self.parser, self.summary, self.dialects
+        add_values = summary.add_values
+        time_candidates, counted_prefixes = self._time_candidates, self._counted_prefixes
+        computes_tokens = bool(parser.options.seq_length)
+        pos = 0
+        for found in FAST_ITERATION_RE.finditer(block):
+            start = found.start()
+            line_start = block.rfind(b"\n", 0, start) + 1
+            prefix = block[line_start:start]
+            if prefix and _BAD_PREFIX_RE.search(prefix):
+                continue  # stays in the gap: the line parser reads it
+            if line_start > pos:
+                self._gap(pos, line_start)
+            pos = found.end()
+            if parser._pending_step_time_s is not None:  # a Bridge `Step Time` line is waiting for this line
+                self._parse_lines(line_start, pos)
+                continue
+            iteration, train_iters, elapsed, tflops, gbs, loss, skipped, nan = found.groups()
+            elapsed_ms = float(elapsed)
+            time_s = None if summary.has_first_time else prefix_time(prefix.decode("ascii"))
+            counted = add_values(
+                int(iteration), int(train_iters), time_s, None, elapsed_ms,
+                parser._computed_tokens_per_s(int(gbs), elapsed_ms) if computes_tokens else None,
+                None if tflops is None else float(tflops), None, None if loss is None else float(loss),
+                int(nan), int(skipped))
+            dialects["megatron-bridge" if parser.bridge_seen else "megatron-lm"] += 1
+            time_candidates.append(prefix)
+            if counted and time_s is None:
+                counted_prefixes.append(prefix)
+        if pos < len(block):
+            self._gap(pos, len(block))
+        self._resolve_times()
+        self._note_tail(data, first_line_no + data.count(b"\n"))
+
+    def _gap(self, start: int, end: int) -> None:
+        """The lines block[start:end] (each ending with a newline) between two fast iteration lines."""
+        lowered = self._block[start:end].lower()
+        pos, size = 0, end - start
+        while pos < size:
+            if self.parser._traceback_frames is not None:  # every line is a frame or the exception, until it closes
+                line_end = lowered.index(b"\n", pos) + 1
+                self._parse_lines(start + pos, start + line_end)
+                pos = line_end
+                continue
+            hit = PARSER_NEEDLE_RE.search(lowered, pos)
+            if hit is None:
+                self._time_candidates.append((start + pos, end))
+                return
+            line_start = lowered.rfind(b"\n", pos, hit.start()) + 1 or pos
+            line_end = lowered.index(b"\n", hit.end()) + 1
+            if line_start > pos:
+                self._time_candidates.append((start + pos, start + line_start))
+            self._parse_lines(start + line_start, start + line_end)
+            pos = line_end
+
+    def _parse_lines(self, start: int, end: int) -> None:
+        """Feed block[start:end] (whole lines) to the line parser, exactly as the line path does."""
+        self._resolve_times()
+        line_no = self._line_number_at(start)
+        feed, add = self.parser.feed, self.collector.add
+        lines = self._block[start:end].decode("utf-8", "replace").split("\n")
+        lines.pop()  # the empty text after the last newline
+        for text in lines:
+            segments = text.split("\r") if "\r" in text else (text,)
+            for segment in segments:
+                if segment or len(segments) == 1:
+                    for record in feed(line_no, segment):
+                        add(record)
+            line_no += 1
+
+    def _line_number_at(self, pos: int) -> int:
+        self._line_no += self._block.count(b"\n", self._line_pos, pos)
+        self._line_pos = pos
+        return self._line_no
+
+    # ---- lazy timestamps --------------------------------------------------------------------------
+    def _resolve_times(self) -> None:
+        """Bring the parser's latest timestamp and the summary's last one up to date."""
+        if self._time_candidates:
+            for candidate in reversed(self._time_candidates):
+                if type(candidate) is bytes:
+                    time_s = prefix_time(candidate.decode("ascii"))
+                else:
+                    time_s = self._last_leading_time(*candidate)
+                if time_s is not None:
+                    self.parser.last_time_s = time_s
+                    break
+            self._time_candidates.clear()
+        if self._counted_prefixes:
+            for prefix in reversed(self._counted_prefixes):
+                time_s = prefix_time(prefix.decode("ascii"))
+                if time_s is not None:
+                    self.summary.note_last_time(time_s)
+                    break
+            self._counted_prefixes.clear()
+
+    def _last_leading_time(self, start: int, end: int) -> float | None:
+        """The time the last timestamped line of skipped lines block[start:end] sets (ASCII only)."""
+        block = self._block
+        if not _TIMESTAMP_RE.search(block, start, end):
+            return None
+        line_end = end - 1  # the newline ending the last line
+        while line_end > start:
+            line_start = block.rfind(b"\n", start, line_end) + 1 or start
+            time_s = leading_time(block[line_start:line_end].decode("ascii"))
+            if time_s is not None:
+                return time_s
+            line_end = line_start - 1
+        return None
+
+    # ---- what the line path counts at the end -------------------------------------------------------
+    def _note_tail(self, data: bytes, last_line_no: int) -> None:
+        lines_read, last_line = _last_line_facts(data, last_line_no)
+        if lines_read is not None:
+            self.lines_read = lines_read
+        if last_line is not None:
+            self.last_line = last_line
+
+    def _finish(self) -> None:
+        log, parser = self.collector.log, self.parser
+        log.lines_read += self.lines_read
+        if self.last_line is not None:
+            log.last_line = Evidence(parser.file, self.last_line[0], self.last_line[1])
+        if parser.last_time_s is not None:
+            log.last_time_s = max(log.last_time_s or parser.last_time_s, parser.last_time_s)
+
+
+def _last_line_facts(data: bytes, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
+    """Within `data` (lines without the final newline, the last one numbered `last_line_no`): the number
+    of the last line the line path yields (a line of nothing but `\r` yields no segment), and the
+    (number, text) of the last non-empty line or `\r` segment. Walks back from the end."""
+    lines_read: int | None = None
+    last: tuple[int, str] | None = None
+    end, line_no = len(data), last_line_no
+    while True:
+        start = data.rfind(b"\n", 0, end) + 1
+        line = data[start:end]
+        if b"\r" in line:
+            segments = [s for s in line.decode("utf-8", "replace").split("\r") if s]
+            if segments:
+                lines_read = lines_read or line_no
+                last = (line_no, segments[-1])
+        else:
+            lines_read = lines_read or line_no
+            if line:
+                last = (line_no, line.decode("utf-8", "replace"))
+        if last is not None or start == 0:
+            return lines_read, last
+        end, line_no = start - 1, line_no - 1
+
+
+def read_bulk(collector: LogCollector, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Parse a whole binary stream in summary-only mode into `collector` (see the module docstring)."""
+    BulkReader(collector, parser).read(stream, chunk_bytes)

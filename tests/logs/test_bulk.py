@@ -1,0 +1,206 @@
+"""Bulk reading (summary-only) gives exactly what the line-by-line path gives, on every fixture and on
+generated logs full of noise; and it really skips the line parser for the lines it may skip."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megapilot.logs import LineParser, ParseOptions, parse_logs
+from megapilot.logs.bulk import FAST_ITERATION_RE, read_bulk
+from megapilot.logs.collect import LogCollector, ParsedLog, _feed
+from megapilot.logs.lines import read_lines
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
+FIXTURES = sorted(DATA.glob("**/*.log"))
+OPTIONS = ParseOptions(seq_length=4096, world_size=8)
+
+CANONICAL = ("iteration {it:8d}/{total:8d} | consumed samples: {cs:12d} | elapsed time per iteration (ms): {ms} | "
+             "throughput per GPU (TFLOP/s/GPU): {tf} | learning rate: 1.500000E-04 | global batch size:   128 | "
+             "lm loss: {loss} | loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   {skipped} | "
+             "number of nan iterations:   {nan} |")
+
+
+def _facts(log: ParsedLog) -> dict:
+    """Everything a summary-only parse promises; records are compared whole (file, line, text included)."""
+    return {
+        "summary": log.summary.to_dict(), "dialect": log.dialect, "dialect_counts": log.dialect_counts,
+        "lines_read": log.lines_read, "last_line": log.last_line, "last_time_s": log.last_time_s,
+        "errors": log.errors, "errors_dropped": log.errors_dropped, "checkpoints": log.checkpoints,
+    }
+
+
+def _line_path(data: bytes, options: ParseOptions = OPTIONS) -> ParsedLog:
+    collector = LogCollector()
+    _feed(collector, LineParser("f.log", options), read_lines(io.BytesIO(data), chunk_bytes=7), None)
+    return collector.finish()
+
+
+def _bulk_path(data: bytes, options: ParseOptions = OPTIONS, chunk_bytes: int = 1 << 20) -> ParsedLog:
+    collector = LogCollector(summary_only=True)
+    read_bulk(collector, LineParser("f.log", options), io.BytesIO(data), chunk_bytes=chunk_bytes)
+    return collector.finish()
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_bulk_reading_matches_the_line_path_on_every_fixture(path: Path):
+    full = parse_logs([path], options=OPTIONS)
+    bulk = parse_logs([path], options=OPTIONS, summary_only=True)
+    assert _facts(bulk) == _facts(full)
+    assert bulk.iterations == [] and bulk.memory == []
+    data = path.read_bytes()
+    assert _facts(_bulk_path(data, chunk_bytes=61)) == _facts(_line_path(data))  # many block boundaries
+
+
+def _iteration(draw, iteration: int) -> str:
+    values = {
+        "it": iteration, "total": draw(st.sampled_from([100, 10**7])), "cs": iteration * 128,
+        "ms": draw(st.sampled_from(["9070.1", "12.0", "9000", "nan", "654.5/735.1"])),
+        "tf": draw(st.sampled_from(["744.0", "1.5"])),
+        "loss": draw(st.sampled_from(["7.123456E+00", "NAN", "nan", "-inf", "1.2x", "6.5E-01"])),
+        "skipped": draw(st.sampled_from(["0", "1"])), "nan": draw(st.sampled_from(["0", "0", "2"])),
+    }
+    line = CANONICAL.format(**values)
+    variant = draw(st.sampled_from(["plain"] * 6 + ["no tflops", "extra loss", "mem usages", "reordered", "tokens",
+                                                    "lm loss twice", "trailing", "TFLOPs", "decoupled"]))
+    if variant == "no tflops":
+        line = line.replace(f"throughput per GPU (TFLOP/s/GPU): {values['tf']} | ", "")
+    elif variant == "extra loss":
+        line = line.replace("loss scale:", "mtp_1 loss: 2.5E+00 | load_balancing_loss: 1.0E+00 | loss scale:")
+    elif variant == "mem usages":
+        line = line.replace("learning rate", "mem usages: 0.54 | learning rate")
+    elif variant == "reordered":
+        line = line.replace(" loss scale: 1.0 |", "").replace("grad norm:", "loss scale: 1.0 | loss: 3.0 | grad norm:")
+    elif variant == "tokens":
+        line = line.replace("learning rate", "tokens per GPU (tokens/s/GPU): 4000.0 | learning rate")
+    elif variant == "lm loss twice":
+        line = line.replace("grad norm:", "lm loss: 1.0 | grad norm:")
+    elif variant == "trailing":
+        line += draw(st.sampled_from(["   ", " lm loss 4.0", "\t", " x"]))
+    elif variant == "TFLOPs":
+        line = line.replace("learning rate", "TFLOPs: 120.37 | learning rate")
+    elif variant == "decoupled":
+        line = line.replace("learning rate:", "decoupled learning rate: 1.0E-05 | learning rate:")
+    prefix = draw(st.sampled_from([
+        "", " ", " [2026-01-01 00:{m:02d}:{s:02d}.{us:06d}] ", "[2026-01-01 00:{m:02d}:{s:02d}] ", "[rank3]: ",
+        "[rank-1/8] ", "0: ", "x", "\x1b[32m", "[2026-13-01 00:00:00] ", "INFO 2026-01-01T00:{m:02d}:{s:02d} ",
+        "2026-01-01 00:{m:02d}:{s:02d} [2026-01-01 00:{m:02d}:{s:02d}] ", "iteration 1/2 | ",
+    ]))
+    seconds = iteration * 7
+    return prefix.format(m=(seconds // 60) % 60, s=seconds % 60, us=iteration) + line
+
+
+OTHER_LINES = [
+    "", "   ", "[2026-01-01 00:30:00] INFO some chatter", "plain chatter without a time",
+    "(min, max) time across ranks (ms):", "    forward-backward ...............................: (9000.12, 9010.34)",
+    "    save-checkpoint ................................: (1200.00, 2500.00)",
+    "[Rank 0] (after 10 iterations) memory (MB) | allocated: 12345.67 | max allocated: 45678.90 | reserved: 50000.00",
+    "[Rank 0] (after 10 iterations) memory (GB) | mem-allocated-gigabytes: 40.12",
+    "Step Time : 9.07s GPU utilization: 744.0MODEL_TFLOP/s/GPU",
+    "[2026-01-01 00:20:00.000001] saving checkpoint at iteration     100 to /ckpt in torch_dist format",
+    "  successfully saved checkpoint from iteration     100 to /ckpt [ t 1/8, p 1/4 ]",
+    "  [2026-01-01 00:20:30] successfully saved checkpoint from iteration     100 to /ckpt",
+    " loading distributed checkpoint from /ckpt at iteration 40",
+    "Traceback (most recent call last):", '  File "megatron/training/checkpointing.py", line 9, in save_checkpoint',
+    "    raise RuntimeError('boom')", "RuntimeError: boom",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "NCCL INFO Connection closed by localRank 2",
+    "[rank3]: NCCL WARN Cuda failure 'unhandled cuda error' failed", "Killed", "[after training is done]",
+    "[before the start of training step] datetime: 2026-01-01 00:00:01", "training ...",
+    "\x1b[31mERROR\x1b[0m exitcode  : 1", "\x1b[32m[2026-01-01 00:40:00]\x1b[0m INFO coloured",
+    "progress  10%\rprogress  50%\rprogress 100%", "\r\r", "abc\r", "caf\xe9 non-ASCII text",
+    "iteration count is 5", "step:  3  loss: 12.2674  grad_norm: 3.9375  memory: 240.17GiB(95.31%)  tps: 531",
+    "[rank0]:  iteration        2/      10 | elapsed time per iteration (ms): 101.0 | lm loss: 4.9E+00 |",
+]
+TRACEBACKS = [  # frames without any needle: only the open traceback sends them to the parser
+    ["Traceback (most recent call last):", '  File "megatron/training/arguments.py", line 5, in validate_args',
+     "    assert args.hidden_size % args.heads == 0", "AssertionError"],
+    ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "megatron/core/datasets/gpt_dataset.py", in x',
+     "[rank1]:     return self.index[i]", "[rank1]: IndexOverflowException: past the end"],
+    ["Traceback (most recent call last):", '  File "train.py", line 1, in main', "not an exception line",
+     '  File "megatron/training/checkpointing.py", line 2, in load_checkpoint', "ValueException: bad shard"],
+]
+RAW_LINES = [b"bad bytes \xff\xfe\xc3 in a line", b"[2026-01-01 00:50:00] \xe9t\xe9 latin-1", b"\x00\x01 control"]
+
+
+@st.composite
+def noisy_logs(draw) -> bytes:
+    lines: list[bytes] = []
+    iteration = draw(st.integers(0, 5))
+    for _ in range(draw(st.integers(0, 60))):
+        kind = draw(st.sampled_from(["iteration"] * 4 + ["other"] * 3 + ["raw", "resume", "traceback"]))
+        if kind == "resume":
+            iteration = max(0, iteration - draw(st.integers(1, 10)))  # replayed iterations are not counted twice
+        elif kind == "iteration":
+            iteration += draw(st.integers(0, 2))
+            lines.append(_iteration(draw, iteration).encode())
+        elif kind == "traceback":
+            lines.extend(line.encode() for line in draw(st.sampled_from(TRACEBACKS)))
+        elif kind == "other":
+            lines.append(draw(st.sampled_from(OTHER_LINES)).encode("utf-8"))
+        else:
+            lines.append(draw(st.sampled_from(RAW_LINES)))
+    data = b"\n".join(lines)
+    ending = draw(st.sampled_from(["newline", "truncated", "none", "crlf"]))
+    if ending == "newline":
+        data += b"\n"
+    elif ending == "truncated" and data:
+        data = data[: draw(st.integers(0, len(data)))]  # the last line cut anywhere, no final newline
+    elif ending == "crlf":
+        data = data.replace(b"\n", b"\r\n") + b"\r\n"
+    return data
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=noisy_logs(), chunk_bytes=st.sampled_from([17, 300, 1 << 20]),
+       options=st.sampled_from([OPTIONS, ParseOptions()]))
+def test_bulk_reading_matches_the_line_path_on_noisy_logs(data: bytes, chunk_bytes: int, options: ParseOptions):
+    assert _facts(_bulk_path(data, options, chunk_bytes)) == _facts(_line_path(data, options))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=3000))
+def test_bulk_reading_matches_the_line_path_on_random_bytes(data: bytes):
+    assert _facts(_bulk_path(data, chunk_bytes=50)) == _facts(_line_path(data))
+
+
+def test_canonical_iteration_lines_skip_the_line_parser(tmp_path: Path):
+    """The point of bulk reading: a Megatron-LM log's iteration and chatter lines never reach `feed`."""
+    lines = []
+    for iteration in range(1, 201):
+        lines.append(f" [2026-01-01 00:{iteration // 60 % 60:02d}:{iteration % 60:02d}] " + CANONICAL.format(
+            it=iteration, total=1000, cs=iteration * 128, ms=f"{9000 + iteration % 7}.0", tf="744.0",
+            loss="7.0E+00", skipped=0, nan=0))
+        lines.append("[2026-01-01 00:00:00] INFO chatter the parser has nothing to say about")
+        if iteration % 50 == 0:
+            lines.append(f"[2026-01-01 00:20:00] saving checkpoint at iteration {iteration:7d} to /ckpt")
+    log_file = tmp_path / "train.log"
+    log_file.write_text("\n".join(lines) + "\n")
+    fed: list[int] = []
+    original_feed = LineParser.feed
+
+    def counting_feed(self, line_no, text):
+        fed.append(line_no)
+        return original_feed(self, line_no, text)
+
+    LineParser.feed = counting_feed
+    try:
+        bulk = parse_logs([log_file], summary_only=True)
+    finally:
+        LineParser.feed = original_feed
+    assert len(fed) == 4  # the checkpoint lines only
+    assert bulk.summary.iterations_counted == 200 and bulk.checkpoints[0].iteration == 50
+    assert _facts(bulk) == _facts(parse_logs([log_file]))
+
+
+def test_fast_iteration_regex_takes_only_whole_canonical_lines():
+    line = CANONICAL.format(it=2, total=20, cs=32, ms="658.3", tf="1441.4", loss="1.250274E+01", skipped=0, nan=0)
+    found = FAST_ITERATION_RE.search((" [2026-01-01 00:00:01] " + line + "\n").encode())
+    assert found is not None and found.groups() == (b"2", b"20", b"658.3", b"1441.4", b"128",
+                                                    b"1.250274E+01", b"0", b"0")
+    for variant in (line.replace("658.3 |", "654.5/735.1 |"), line.replace("658.3 |", "658.3 | mem usages: 0.54 |"),
+                    line.replace("1.250274E+01", "1.2x"), line + " lm loss 3.0", line.replace("grad norm", "lm loss")):
+        assert FAST_ITERATION_RE.search((variant + "\n").encode()) is None, variant
