@@ -178,7 +178,8 @@ def optimize_command(
     script: ScriptOpt = None,
     flags: FlagsOpt = None,
     log: Annotated[list[str] | None, typer.Option("--log", help="Training log: its measured step time calibrates predictions.")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU type (required), e.g. h100.")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        "--gpu", help="GPU type, e.g. h100 (default: the GPU named in a megapilot-rendered script).")] = None,
     gpus: GpusOpt = None,
     json_output: JsonFlag = False,
 ) -> None:
@@ -188,12 +189,13 @@ def optimize_command(
     from megapilot.diagnose.optimize import optimize
     from megapilot.logs import parse_logs
 
-    if gpu is None:
-        raise MegapilotError("missing", field="--gpu", fix="pass the GPU type, e.g. --gpu h100")
     launch = read_flags(script=script, flags=flags)
     if launch is None:
         raise MegapilotError("no launch given", field="--script", fix="pass --script train.sh or --flags \"...\"")
     config = run_config(launch, gpu=_gpu(gpu), gpus=gpus)
+    if config.gpu is None:
+        raise MegapilotError("GPU type unknown: the script does not name it", field="--gpu",
+                             fix="pass the GPU type, e.g. --gpu h100")
     measured_s = None
     if log:
         summary = parse_logs(log, options=parse_options_for(config), summary_only=True).summary

@@ -110,3 +110,16 @@ def test_optimize_from_script_calibrated_by_the_logged_step_time(cli, tmp_path: 
     assert data["calibration_scale"] is not None and data["calibration_scale"] > 0
     gains = [c["gain_pct"] for c in data["changes"] if c["gain_pct"] is not None and c["fits"]]
     assert gains == sorted(gains, reverse=True)
+
+
+def test_optimize_takes_the_gpu_from_a_rendered_script_header(cli):
+    script = Path(__file__).parents[1] / "launch/golden/llama3.1-8b_1node.torchrun.sh"
+    result = cli("optimize", "--script", str(script), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["current"]["predicted_tokens_per_s_per_gpu"] > 0
+
+
+def test_optimize_without_any_gpu_names_the_flag(cli):
+    result = cli("optimize", "--flags", "--num-layers 4 --hidden-size 128 --num-attention-heads 4 "
+                 "--seq-length 128 --global-batch-size 8 --micro-batch-size 1")
+    assert result.exit_code == 2 and "--gpu" in result.stderr and "Traceback" not in result.stderr
