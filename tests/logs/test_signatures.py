@@ -52,6 +52,7 @@ POSITIVE = [
     ("process_crash", "Segmentation fault (core dumped)"),
     ("process_crash", "Fatal Python error: Aborted"),
     ("process_crash", "/var/spool/slurmd/job01/slurm_script: line 12: 4242 Killed"),
+    ("nccl_error", "node1:6727:7168 [1] RCCL WARN NET/IB : call to ibv_modify_qp failed"),
 ]
 
 NEGATIVE = [
@@ -79,6 +80,7 @@ NEGATIVE = [
     "> compiling dataset index builder ...",
     "NCCL version 2.21.5+cuda12.4",
     "[rank0]:[W ProcessGroupNCCL.cpp:4115] Warning: TORCH_NCCL_AVOID_RECORD_STREAMS is the default now",
+    "node1:1:2 [0] RCCL INFO [Service thread] Connection closed by localRank 3",
 ]
 
 
@@ -148,3 +150,19 @@ def test_exception_raised_in_save_checkpoint_is_a_save_failure():
 def test_exception_raised_elsewhere_is_left_to_line_signatures():
     log = parse_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nKeyError: 'a'")
     assert log.errors == []
+
+
+@pytest.mark.parametrize("signature", SIGNATURES, ids=lambda s: s.name)
+def test_every_text_a_signature_matches_holds_a_trigger(signature):
+    """`match_line` skips lines without a trigger substring, so every match must contain one."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from megapilot.logs.signatures import _TRIGGERS
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_regex(signature.pattern))
+    def holds_a_trigger(text: str):
+        assert any(trigger in text.lower() for trigger in _TRIGGERS), text
+
+    holds_a_trigger()
