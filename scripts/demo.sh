@@ -42,7 +42,7 @@ step "5/5 validate: parse the log and diagnose it"
 "$MP" diagnose "$LOG" --script "$RUN_ROOT/train.sh" --gpu h100
 "$MP" diagnose "$LOG" --script "$RUN_ROOT/train.sh" --gpu h100 --json > "$RUN_ROOT/diagnosis.json"
 
-state=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"])' \
+state=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"]["state"])' \
   "$RUN_ROOT/runs/tiny/job.json")
 printf '\n\033[1mdemo: training %s — artefacts in %s\033[0m\n' "$state" "$RUN_ROOT"
 exit "$run_status"
