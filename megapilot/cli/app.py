@@ -1,11 +1,14 @@
 """The `megapilot` command: a thin shell over the library.
 
 Each command module registers its commands on the app. User errors (`MegapilotError`) are printed
-on one line and exit with code 2; nothing a user can cause ends in a traceback.
+on one line and exit with code 2; nothing a user can cause ends in a traceback. Anything else that
+escapes a command is a bug: one line saying so and exit code 1, with the traceback only under
+`--debug` or `MEGAPILOT_DEBUG=1`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -21,9 +24,20 @@ app = typer.Typer(
 )
 
 
+EXIT_INTERNAL_ERROR = 1
+DEBUG_ENV = "MEGAPILOT_DEBUG"
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    debug: bool = typer.Option(False, "--debug", help=f"Show the traceback of an internal error (or set {DEBUG_ENV}=1)."),
+) -> None:
     """Plan, script, run, validate and diagnose Megatron-Core training runs."""
+    del debug  # read by main() from the arguments: an error can come before this callback runs
+
+
+def _debug_enabled(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _register_commands() -> None:
@@ -38,15 +52,40 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _file_error(exc: Exception) -> MegapilotError | None:
+    """A user-caused file error as a MegapilotError; None for an OSError that names no file (not the user's)."""
+    if isinstance(exc, UnicodeDecodeError):  # raised while reading a file the user named
+        return MegapilotError(f"an input file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                              f"{exc.start})", field="input", fix="pass the text file the command expects")
+    filename = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
+    if filename is None:
+        return None
+    return MegapilotError(f"{filename}: {exc.strerror or exc}", field="path",
+                          fix="check the path: an existing, readable file in an existing directory")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    from rich.markup import escape
+
     from megapilot.cli.common import err_console
 
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        app(args=argv, standalone_mode=True)
-    except MegapilotError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_USER_ERROR)
+        app(args=args, standalone_mode=True)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: nothing escapes as a bare traceback
+        user_error = exc if isinstance(exc, MegapilotError) else _file_error(exc)
+        if user_error is not None:
+            err_console.print(f"[bold red]error:[/] {escape(str(user_error))}", highlight=False, soft_wrap=True)
+            sys.exit(EXIT_USER_ERROR)
+        if _debug_enabled(args):
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        message = " ".join(str(exc).split()) or "(no message)"
+        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(message)}; please report with "
+                          f"--debug output", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTERNAL_ERROR)
 
 
 if __name__ == "__main__":
