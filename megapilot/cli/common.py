@@ -23,3 +23,93 @@ def _default(obj: Any) -> Any:
 def emit_json(payload: Any) -> None:
     """Print machine output: one JSON document on stdout, nothing else."""
     sys.stdout.write(json.dumps(payload, default=_default, indent=2) + "\n")
+
+
+# ---- user input checked at the edge ---------------------------------------------------------------
+# Library code trusts its inputs' types; what only a user can get wrong (a count of zero, a directory
+# where a file belongs, a binary file, a plan file from another version) is refused here, naming the flag.
+
+def require_positive(flag: str, value: float | None) -> None:
+    """Refuse a count or duration that is zero or negative (None = not given, fine)."""
+    from megapilot.errors import MegapilotError
+
+    if value is not None and value <= 0:
+        raise MegapilotError(f"must be positive, got {value}", field=flag, fix=f"pass {flag} with a value > 0")
+
+
+def read_text_file(path: Any, *, flag: str, what: str, fix: str) -> str:
+    """Read a user-named file as UTF-8 text; a missing path, a directory, or binary content is one MegapilotError."""
+    from pathlib import Path
+
+    from megapilot.errors import MegapilotError
+
+    location = Path(path)
+    if location.is_dir():
+        raise MegapilotError(f"{location} is a directory, not {what}", field=flag, fix=fix)
+    try:
+        return location.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MegapilotError(f"no such file: {location}", field=flag, fix=fix) from None
+    except OSError as exc:
+        raise MegapilotError(f"cannot read {location} ({exc.strerror or exc})", field=flag, fix=fix) from None
+    except UnicodeDecodeError as exc:
+        raise MegapilotError(f"{location} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
+                             field=flag, fix=fix) from None
+
+
+def load_plan_file(path: Any, *, flag: str = "--plan") -> Any:
+    """A `megapilot plan --save` file as a SavedPlan, or one MegapilotError naming what is wrong with it."""
+    import json
+
+    from pydantic import ValidationError
+
+    from megapilot.errors import MegapilotError, from_validation_error
+    from megapilot.spec import SavedPlan
+    from megapilot.spec.plan_file import PLAN_FILE_VERSION
+
+    fix = "pass a file written by `megapilot plan ... --save plan.json`"
+    text = read_text_file(path, flag=flag, what="a plan file", fix=fix)
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MegapilotError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})", field=flag, fix=fix) from None
+    if not isinstance(raw, dict):
+        raise MegapilotError(f"{path} holds a JSON {type(raw).__name__}, not a plan object", field=flag, fix=fix)
+    version = raw.get("version", PLAN_FILE_VERSION)
+    if version != PLAN_FILE_VERSION:
+        raise MegapilotError(f"{path} is a version {version!r} plan file; this megapilot reads version "
+                             f"{PLAN_FILE_VERSION}", field=flag,
+                             fix="re-create it with this megapilot's `megapilot plan ... --save`")
+    try:
+        return SavedPlan.model_validate(raw)
+    except ValidationError as exc:
+        error = from_validation_error(exc, prefix="plan")
+        raise MegapilotError(f"{path}: {error.field}: {error.problem}", field=flag,
+                             fix="fix that field, or re-create the file with `megapilot plan ... --save`") from None
+
+
+def load_profile_checked(path: Any) -> Any:
+    """The saved profile; a profile path that is a directory or binary is a MegapilotError, not a traceback."""
+    from pathlib import Path
+
+    from megapilot.errors import MegapilotError
+    from megapilot.store.profile import load_profile
+
+    fix = "pass a TOML file written by `megapilot profile set`, or leave --profile out"
+    if path is not None and Path(path).is_dir():
+        raise MegapilotError(f"{path} is a directory, not a profile file", field="--profile", fix=fix)
+    try:
+        return load_profile(path)
+    except UnicodeDecodeError:
+        raise MegapilotError(f"{path or 'the saved profile'} is not UTF-8 text", field="--profile", fix=fix) from None
+    except OSError as exc:
+        raise MegapilotError(f"cannot read the profile ({exc.strerror or exc})", field="--profile", fix=fix) from None
+
+
+def validation_error(exc: Any, *, flags: dict[str, str], prefix: str = "", fix: str | None = None) -> Any:
+    """A pydantic ValidationError as a MegapilotError that names the command-line flag (not the model field)."""
+    from megapilot.errors import MegapilotError, from_validation_error
+
+    error = from_validation_error(exc, prefix=prefix)
+    flag = flags.get(error.field or "", error.field)
+    return MegapilotError(error.problem, field=flag, fix=fix or (f"pass a valid {flag}" if flag else None))

@@ -34,10 +34,10 @@ class _Inputs:
 def _merge_profile(profile_file: Optional[Path], gpu: Optional[str], gpus: Optional[int],
                    gpus_per_node: Optional[int]) -> _Inputs:
     """Flags win; a flag left out is taken from the profile, with a note saying so."""
+    from megapilot.cli.common import load_profile_checked
     from megapilot.errors import MegapilotError
-    from megapilot.store.profile import load_profile
 
-    profile = load_profile(profile_file)
+    profile = load_profile_checked(profile_file)
     notes: list[str] = []
     merged = {"gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node}
     for name, value in list(merged.items()):
@@ -52,17 +52,19 @@ def _merge_profile(profile_file: Optional[Path], gpu: Optional[str], gpus: Optio
 
 
 def _build_specs(model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str):
-    from megapilot.catalog import get_gpu, get_model
-    from megapilot.errors import from_validation_error
-    from megapilot.spec import ClusterSpec, TrainingSpec
     from pydantic import ValidationError
+
+    from megapilot.catalog import get_gpu, get_model
+    from megapilot.cli.common import validation_error
+    from megapilot.spec import ClusterSpec, TrainingSpec
 
     model = get_model(model_name)
     cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
     try:
         training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise from_validation_error(exc) from None
+        flags = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision"}
+        raise validation_error(exc, flags=flags) from None
     return model, cluster, training  # precision vs GPU is checked by the planner
 
 
@@ -89,10 +91,15 @@ def plan_command(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Search every legal parallel layout and rank them by predicted tokens/s/GPU."""
-    from megapilot.cli.common import emit_json, err_console
+    from megapilot.cli.common import emit_json, err_console, require_positive
     from megapilot.errors import MegapilotError
     from megapilot.plan import Pins, plan
 
+    # A zero or negative size is refused here: the search would divide by it or silently ignore the pin.
+    for flag, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--seq-len", seq_len), ("--gbs", gbs),
+                        ("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--cp", cp), ("--ep", ep), ("--etp", etp),
+                        ("--mbs", mbs)):
+        require_positive(flag, value)
     if recompute is not None and recompute not in ("none", "selective", "full"):
         raise MegapilotError(f"unknown recompute {recompute!r}", field="recompute", fix="use none, selective or full")
     inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
@@ -115,7 +122,7 @@ def _save_plan(result, path: Path) -> None:
     try:
         path.write_text(result.to_saved_plan().model_dump_json(indent=2) + "\n")
     except OSError as exc:
-        raise MegapilotError(f"cannot write {path} ({exc.strerror})", field="save",
+        raise MegapilotError(f"cannot write {path} ({exc.strerror})", field="--save",
                              fix="pass a path in a writable directory") from None
 
 
@@ -178,12 +185,22 @@ def profile_set(
 ) -> None:
     """Store (merge) first-run inputs in the profile."""
     from megapilot.catalog import get_gpu
+    from megapilot.cli.common import load_profile_checked, require_positive
+    from megapilot.errors import MegapilotError
     from megapilot.store.profile import save_profile
 
+    require_positive("--gpus", gpus)
+    require_positive("--gpus-per-node", gpus_per_node)
+    if profile is not None and profile.exists():
+        load_profile_checked(profile)  # a broken profile file is named before it is merged into
     if gpu is not None:
         gpu = get_gpu(gpu).alias  # refuse unknown GPUs now, not at the next plan
-    saved = save_profile(profile, gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, data_path=data_path,
-                         tokenizer=tokenizer, save_dir=save_dir)
+    try:
+        saved = save_profile(profile, gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, data_path=data_path,
+                             tokenizer=tokenizer, save_dir=save_dir)
+    except OSError as exc:
+        raise MegapilotError(f"cannot write {exc.filename or profile} ({exc.strerror or exc})", field="--profile",
+                             fix="pass a writable path with --profile FILE") from None
     _show(saved, as_json)
 
 
@@ -193,9 +210,10 @@ def profile_show(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Print the saved profile and where it lives."""
-    from megapilot.store.profile import load_profile, profile_path
+    from megapilot.cli.common import load_profile_checked
+    from megapilot.store.profile import profile_path
 
-    loaded = load_profile(profile)
+    loaded = load_profile_checked(profile)
     if loaded.source is None:
         loaded = loaded.model_copy(update={"source": str(profile_path(profile))})
     _show(loaded, as_json)
