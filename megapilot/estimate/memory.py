@@ -107,12 +107,17 @@ def shard_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> Shar
     model and the parameter count cannot disagree on what a stage holds.
     """
     p = parallel
-    return _shard_params(model, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, stage)
+    return _shard_params(model, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, stage, p.first_stage_layers,
+                         p.last_stage_layers)
 
 
 @lru_cache(maxsize=8192)
-def _shard_params(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int) -> ShardParams:
-    held = stage_params_by_sharding(model, pp, vpp, stage, tp=tp)
+def _shard_params(
+    model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int,
+    first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+) -> ShardParams:
+    held = stage_params_by_sharding(model, pp, vpp, stage, tp=tp, first_stage_layers=first_stage_layers,
+                                    last_stage_layers=last_stage_layers)
     return ShardParams(dense=held.tp_sharded / tp, replicated=held.replicated, expert=held.expert / (ep * etp))
 
 
@@ -235,7 +240,8 @@ def activations_gib(
     """Peak activations of pipeline rank `stage`, default (complete) mode."""
     p = parallel
     tokens = p.mbs * training.seq_length / p.cp
-    layers = stage_layer_indices(model, p.pp, p.vpp, stage)
+    layers = stage_layer_indices(model, p.pp, p.vpp, stage, first_stage_layers=p.first_stage_layers,
+                                 last_stage_layers=p.last_stage_layers)
     by_kind: dict[bool, float] = {}  # dense and MoE layers each costed once
     full = []
     is_moe = moe_flags(model)
@@ -374,9 +380,15 @@ def memory_per_gpu(
 
 
 def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> list[int]:
-    """Stage 0 and the last stage always; every stage when the layer mix differs between stages (MoE)."""
+    """Stage 0 and the last stage always; every stage when the layer mix differs between stages (MoE).
+
+    With an uneven split the first middle rank (rank 1) too: it holds the middle ranks' full layer
+    count and the most in-flight micro-batches among them, so it can outweigh the lighter ends.
+    """
     if model.moe is not None and (model.moe.first_k_dense_layers or model.moe.moe_layer_freq > 1):
         return list(range(parallel.pp))
+    if parallel.uneven_pipeline and parallel.pp > 2:
+        return sorted({0, 1, parallel.pp - 1})
     return sorted({0, parallel.pp - 1})
 
 

@@ -27,6 +27,8 @@ from functools import lru_cache
 
 from megapilot.errors import MegapilotError
 from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import pipeline_rank_layer_counts
+from megapilot.spec.validate import check_pipeline_split
 
 
 @dataclass(frozen=True)
@@ -269,23 +271,34 @@ def count_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -
 # ---- pipeline stages ---------------------------------------------------------------------------
 
 
-def stage_layer_indices(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0) -> list[int]:
+def stage_layer_indices(
+    model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *,
+    first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+) -> list[int]:
     """0-based layers held by pipeline rank `stage`.
 
-    Megatron splits the layers evenly into pp*vpp model chunks; chunk c goes to rank c % pp, so rank
-    `stage` holds chunks stage, stage+pp, ..., stage+(vpp-1)*pp.
+    Even split: Megatron splits the layers into pp*vpp equal model chunks; chunk c goes to rank
+    c % pp, so rank `stage` holds chunks stage, stage+pp, ..., stage+(vpp-1)*pp. Uneven split
+    (`first_stage_layers`/`last_stage_layers`): each rank's count (the given first/last, the rest
+    shared by the middle ranks) is cut into vpp equal chunks, and virtual stage v runs through the
+    ranks in order, as Megatron-Core's get_transformer_layer_offset places them.
     """
-    _check_stage(model, pp, vpp, stage)
-    chunks = pp * vpp
-    layers_per_chunk = model.num_layers // chunks
+    _check_stage(model, pp, vpp, stage, first_stage_layers, last_stage_layers)
+    per_chunk = [count // vpp for count in
+                 pipeline_rank_layer_counts(model.num_layers, pp, first_stage_layers, last_stage_layers)]
+    layers_per_virtual_stage = sum(per_chunk)
+    start_in_virtual_stage = sum(per_chunk[:stage])
     return [
-        chunk * layers_per_chunk + offset
-        for chunk in range(stage, chunks, pp)
-        for offset in range(layers_per_chunk)
+        virtual * layers_per_virtual_stage + start_in_virtual_stage + offset
+        for virtual in range(vpp)
+        for offset in range(per_chunk[stage])
     ]
 
 
-def stage_params(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1) -> int:
+def stage_params(
+    model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1,
+    first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+) -> int:
     """Parameters held by pipeline rank `stage` (all TP shards together), with the padded vocab for `tp`.
 
     The first rank holds the embedding; the last rank holds the final norm, the output layer and the
@@ -293,17 +306,20 @@ def stage_params(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp:
     (checked against core 0.16 models built with pp=2): with tied embeddings its own word-embedding
     matrix as the output layer, and with MTP a full input embedding for the MTP modules to read.
     """
-    return stage_params_by_sharding(model, pp, vpp, stage, tp=tp).total
+    return stage_params_by_sharding(model, pp, vpp, stage, tp=tp, first_stage_layers=first_stage_layers,
+                                    last_stage_layers=last_stage_layers).total
 
 
 @lru_cache(maxsize=8192)
 def stage_params_by_sharding(
-    model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1
+    model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1,
+    first_stage_layers: int | None = None, last_stage_layers: int | None = None,
 ) -> ParamsBySharding:
     """`stage_params` grouped by how Megatron splits them over GPUs (what the memory model divides)."""
     layers = layers_by_sharding(model)
     held = ParamsBySharding(0, 0, 0)
-    for i in stage_layer_indices(model, pp, vpp, stage):
+    for i in stage_layer_indices(model, pp, vpp, stage, first_stage_layers=first_stage_layers,
+                                 last_stage_layers=last_stage_layers):
         held += layers[i]
     first, last = stage == 0, stage == pp - 1
     embedding = ParamsBySharding(embedding_params(model, padded_vocab=True, tp=tp), 0, 0)
@@ -321,20 +337,21 @@ def stage_params_by_sharding(
     return held
 
 
-def most_loaded_stage(model: ModelSpec, pp: int, vpp: int = 1, tp: int = 1) -> int:
+def most_loaded_stage(
+    model: ModelSpec, pp: int, vpp: int = 1, tp: int = 1, *,
+    first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+) -> int:
     """The pipeline rank holding the most parameters (the lowest rank on a tie)."""
-    loads = [stage_params(model, pp, vpp, stage, tp=tp) for stage in range(pp)]
+    loads = [stage_params(model, pp, vpp, stage, tp=tp, first_stage_layers=first_stage_layers,
+                          last_stage_layers=last_stage_layers) for stage in range(pp)]
     return loads.index(max(loads))
 
 
-def _check_stage(model: ModelSpec, pp: int, vpp: int, stage: int) -> None:
+def _check_stage(
+    model: ModelSpec, pp: int, vpp: int, stage: int, first_stage_layers: int | None, last_stage_layers: int | None
+) -> None:
     if pp < 1 or vpp < 1:
         raise MegapilotError(f"pp={pp}, vpp={vpp} must be >= 1", field="pp", fix="use positive pipeline sizes")
-    if model.num_layers % (pp * vpp):
-        raise MegapilotError(
-            f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}={pp * vpp}",
-            field="pp" if vpp == 1 else "vpp",
-            fix="choose pp*vpp that divides the layer count",
-        )
+    check_pipeline_split(model.num_layers, pp, vpp, first_stage_layers, last_stage_layers)
     if not 0 <= stage < pp:
         raise MegapilotError(f"stage={stage} is outside 0..{pp - 1}", field="stage", fix=f"use 0 <= stage < {pp}")

@@ -259,7 +259,8 @@ def stage_costs(
 
     costs = []
     for stage in range(p.pp):
-        layers = stage_layer_indices(model, p.pp, p.vpp, stage)
+        layers = stage_layer_indices(model, p.pp, p.vpp, stage, first_stage_layers=p.first_stage_layers,
+                                     last_stage_layers=p.last_stage_layers)
         recomputed = _recomputed_layers(p, len(layers))
         kinds: dict[tuple[bool, bool], tuple[int, int]] = {}  # (moe, recomputed) -> (a layer, count)
         for position, layer_index in enumerate(layers):

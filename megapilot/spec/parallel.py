@@ -36,6 +36,14 @@ class ParallelConfig(BaseModel):
     )
     distributed_optimizer: bool = Field(default=True, description="Shard optimizer states over DP (ZeRO-1).")
     fsdp: bool = Field(default=False, description="Megatron-FSDP: shard weights, grads and optimizer over DP.")
+    first_stage_layers: int | None = Field(
+        default=None, ge=1,
+        description="Layers on the first pipeline rank (--decoder-first-pipeline-num-layers); None = even split.",
+    )
+    last_stage_layers: int | None = Field(
+        default=None, ge=1,
+        description="Layers on the last pipeline rank (--decoder-last-pipeline-num-layers); None = even split.",
+    )
 
     @model_validator(mode="after")
     def _local_consistency(self) -> "ParallelConfig":
@@ -45,7 +53,22 @@ class ParallelConfig(BaseModel):
             raise ValueError("vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
         if self.recompute_num_layers is not None and self.recompute != "full":
             raise ValueError("recompute_num_layers applies only to recompute='full'")
+        if self.uneven_pipeline and self.pp == 1:
+            raise ValueError("first_stage_layers/last_stage_layers need pp > 1; drop them or raise pp")
         return self
+
+    @property
+    def uneven_pipeline(self) -> bool:
+        """The first or the last pipeline rank has its own layer count (Megatron's uneven PP)."""
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
+
+    def rank_layer_counts(self, num_layers: int) -> tuple[int, ...]:
+        """Transformer layers held by each pipeline rank (not validated; see `validate.check_pipeline_split`).
+
+        Even: num_layers / pp each. Uneven (Megatron-Core's rule): the first and/or last rank take
+        their given counts and the remaining ranks share the rest equally.
+        """
+        return pipeline_rank_layer_counts(num_layers, self.pp, self.first_stage_layers, self.last_stage_layers)
 
     @property
     def expert_tp(self) -> int:
@@ -89,3 +112,23 @@ class ParallelConfig(BaseModel):
         layout = {k: v for k, v in layout.items() if v is not None}
         layout["dp"] = world_size // (tp * pp * cp)
         return cls(**layout)  # type: ignore[arg-type]
+
+
+def pipeline_rank_layer_counts(
+    num_layers: int, pp: int, first_stage_layers: int | None = None, last_stage_layers: int | None = None
+) -> tuple[int, ...]:
+    """Layers per pipeline rank: the given first/last counts, the rest split equally over the middle ranks.
+
+    Integer division: a split that does not divide is refused by `validate.check_pipeline_split`.
+    """
+    if pp == 1:
+        return (num_layers,)
+    fixed = [c for c in (first_stage_layers, last_stage_layers) if c is not None]
+    middle_ranks = pp - len(fixed)
+    per_middle = (num_layers - sum(fixed)) // middle_ranks if middle_ranks else 0
+    counts = [per_middle] * pp
+    if first_stage_layers is not None:
+        counts[0] = first_stage_layers
+    if last_stage_layers is not None:
+        counts[-1] = last_stage_layers
+    return tuple(counts)

@@ -222,3 +222,21 @@ def test_megatron_formula_interleaving_factor():
     memory = memory_per_gpu(LLAMA3_70B, SEQ_4K, interleaved, 80.0, megatron_formula=True)
     path_a = (s * b * h * (18 + 4 * 28672 / h) * layers + 8 * s * b * p + s * b * h * p) / 8
     assert memory.activations_gib * GIB == pytest.approx(path_a * (1 + (p - 1) / (p * v)))
+
+
+def test_uneven_405b_pp16_peak_memory_is_on_the_first_middle_rank():
+    # 126 layers, PP16 with 7 layers on each end rank: ranks 1..14 hold 8 layers. Rank 1 holds 8 layers
+    # and 15 in-flight micro-batches; rank 0 holds 7 layers + the 2.1 B embedding and 16 micro-batches.
+    model = ModelSpec(name="405b-like", num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
+                      num_attention_heads=128, num_query_groups=8, vocab_size=128256)
+    layout = ParallelConfig(tp=8, pp=16, dp=16, sequence_parallel=True, recompute="full",
+                            first_stage_layers=7, last_stage_layers=7)
+    training = TrainingSpec(seq_length=8192, global_batch_size=2048)
+    memory = memory_per_gpu(model, training, layout, 141.0)
+    layer = 2 * 16384 * (16384 + 1024) + 3 * 16384 * 53248 + 2 * 16384
+    embedding = 129024 * 16384  # vocab padded to a multiple of 128 x TP
+    by_stage = {stage: shard_params(model, layout, stage) for stage in (0, 1, 15)}
+    assert by_stage[1].dense * 8 + by_stage[1].replicated == pytest.approx(8 * layer)
+    assert by_stage[0].dense * 8 + by_stage[0].replicated == pytest.approx(7 * layer + embedding)
+    assert memory.stage == 1
+    assert memory.weights_gib == pytest.approx((8 * layer - 8 * 2 * 16384) / 8 * 2 / GIB + 8 * 2 * 16384 * 2 / GIB)

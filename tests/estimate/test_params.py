@@ -406,3 +406,101 @@ def test_stage_params_equal_what_megatron_core_pipeline_ranks_hold(tmp_path):
     }
     for rank in (0, 1):
         assert per_rank[rank] == {name: stage_params(spec, 2, 2, rank) for name, spec in ours.items()}
+
+
+# ---- uneven pipeline split (Megatron's --decoder-first/last-pipeline-num-layers) ----------------
+
+LLAMA_405B_SHAPE = dict(num_layers=126, hidden_size=16384, ffn_hidden_size=53248, num_attention_heads=128,
+                        num_query_groups=8, vocab_size=128256)
+
+
+def test_126_layers_at_pp16_with_7_on_the_first_and_last_ranks():
+    model = ModelSpec(name="405b-like", **LLAMA_405B_SHAPE)
+    split = dict(first_stage_layers=7, last_stage_layers=7)
+    # 126 - 7 - 7 = 112 layers over the 14 middle ranks: 8 each.
+    assert stage_layer_indices(model, 16, stage=0, **split) == list(range(0, 7))
+    assert stage_layer_indices(model, 16, stage=1, **split) == list(range(7, 15))
+    assert stage_layer_indices(model, 16, stage=14, **split) == list(range(7 + 13 * 8, 7 + 14 * 8))  # 111..118
+    assert stage_layer_indices(model, 16, stage=15, **split) == list(range(119, 126))
+    layer = layer_params(model, 0).total
+    embedding = 128256 * 16384  # 128256 is already a multiple of 128
+    assert stage_params(model, 16, stage=0, **split) == 7 * layer + embedding
+    assert stage_params(model, 16, stage=1, **split) == 8 * layer
+    assert stage_params(model, 16, stage=15, **split) == 7 * layer + embedding + 16384  # output + final norm
+    # 8 layers (~3.6 B) outweigh 7 layers plus the 2.1 B embedding: a middle rank is the most loaded.
+    assert most_loaded_stage(model, 16, **split) == 1
+
+
+def test_uneven_split_with_interleaving_places_layers_as_megatron_offsets_do():
+    # 22 layers, pp=4, vpp=2, first=2, last=4: the middle ranks get (22-6)/2 = 8, 4 per chunk; each
+    # virtual stage runs 1 + 4 + 4 + 2 = 11 layers through the ranks in order.
+    model = _tiny(num_layers=22)
+    split = dict(first_stage_layers=2, last_stage_layers=4)
+    assert stage_layer_indices(model, 4, 2, 0, **split) == [0, 11]
+    assert stage_layer_indices(model, 4, 2, 1, **split) == [1, 2, 3, 4, 12, 13, 14, 15]
+    assert stage_layer_indices(model, 4, 2, 3, **split) == [9, 10, 20, 21]
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "first", "last", "field", "words"),
+    [
+        (126, 16, 1, 7, 6, "first_stage_layers", "not divisible by the 14 middle"),
+        (126, 16, 2, 7, 7, "first_stage_layers", "not divisible by vpp=2"),
+        (126, 16, 2, 8, 7, "last_stage_layers", "not divisible by vpp=2"),
+        (24, 4, 2, 2, 4, "first_stage_layers", "x vpp=2"),  # 18 over 2 middle ranks = 9, not a multiple of 2
+        (10, 2, 1, 4, 4, "first_stage_layers", "middle layers exactly when"),
+        (10, 3, 1, 6, 6, "first_stage_layers", "middle layers exactly when"),
+    ],
+)
+def test_uneven_splits_megatron_refuses_are_user_errors(layers, pp, vpp, first, last, field, words):
+    with pytest.raises(MegapilotError, match=words) as excinfo:
+        stage_layer_indices(_tiny(num_layers=layers), pp, vpp, 0, first_stage_layers=first, last_stage_layers=last)
+    assert excinfo.value.field == field and excinfo.value.fix
+
+
+def test_only_the_first_rank_given_the_last_shares_the_rest():
+    # 9 layers, pp=3, first=1: ranks 1 and 2 share 8, Megatron's rule when the last count is unset.
+    model = _tiny(num_layers=9)
+    assert [len(stage_layer_indices(model, 3, stage=s, first_stage_layers=1)) for s in range(3)] == [1, 4, 4]
+
+
+@given(
+    shape=st.sampled_from([(4, 1, 2, 2), (4, 1, 1, None), (4, 1, None, 3), (4, 2, 2, 4), (3, 2, 2, 2), (2, 1, 1, 2)]),
+    tied=st.booleans(),
+    mtp_layers=st.integers(0, 1),
+)
+@settings(max_examples=30)
+def test_uneven_stages_cover_every_layer_once(shape, tied, mtp_layers):
+    pp, vpp, first, last = shape
+    middle_ranks = pp - (first is not None) - (last is not None)
+    num_layers = (first or 0) + (last or 0) + middle_ranks * 2 * vpp
+    model = _tiny(num_layers=num_layers, tie_embeddings=tied, mtp_num_layers=mtp_layers)
+    split = dict(first_stage_layers=first, last_stage_layers=last)
+    held = sorted(i for s in range(pp) for i in stage_layer_indices(model, pp, vpp, s, **split))
+    assert held == list(range(num_layers))
+    padded = count_params(model, padded_vocab=True)
+    copies = (padded.embedding if tied else 0) + (padded.embedding if mtp_layers else 0)
+    assert sum(stage_params(model, pp, vpp, s, **split) for s in range(pp)) == padded.total + copies
+
+
+def test_uneven_layer_offsets_equal_megatron_cores_get_transformer_layer_offset():
+    """Megatron-Core's own placement function, called per (rank, virtual stage) without a process group."""
+    pytest.importorskip("megatron.core")
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    for layers, pp, vpp, first, last in [(126, 16, 1, 7, 7), (22, 4, 2, 2, 4), (9, 3, 1, 1, None),
+                                         (10, 4, 1, None, 1), (3, 2, 1, 1, 2)]:
+        config = TransformerConfig(
+            num_layers=layers, hidden_size=8, num_attention_heads=2, pipeline_model_parallel_size=pp,
+            virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None, pipeline_dtype=torch.float32,
+            num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=last)
+        model = _tiny(num_layers=layers)
+        for rank in range(pp):
+            ours = stage_layer_indices(model, pp, vpp, rank, first_stage_layers=first, last_stage_layers=last)
+            chunk = len(ours) // vpp
+            starts = [ours[v * chunk] for v in range(vpp)]
+            theirs = [get_transformer_layer_offset(config, vp_stage=v if vpp > 1 else None, pp_rank=rank)
+                      for v in range(vpp)]
+            assert starts == theirs, (layers, pp, vpp, first, last, rank)

@@ -76,3 +76,55 @@ def test_pipeline_that_never_fills_warns():
     warnings = validate_layout(LLAMA_70B, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=4),
                                _layout(tp=8, pp=8, sequence_parallel=True))
     assert any("never fills" in w for w in warnings)
+
+
+# ---- uneven pipeline split ---------------------------------------------------------------------
+
+LLAMA_405B = ModelSpec(
+    name="llama-405b-like", num_layers=126, hidden_size=16384, ffn_hidden_size=53248, num_attention_heads=128,
+    num_query_groups=8, vocab_size=128256,
+)
+SEQ_8K = TrainingSpec(seq_length=8192, global_batch_size=2048)
+
+
+def test_126_layers_at_pp16_need_an_uneven_split_and_pass_with_7_on_the_ends():
+    with pytest.raises(MegapilotError, match="first_stage_layers") as err:
+        validate_layout(LLAMA_405B, _cluster(gpus=2048), SEQ_8K, _layout(2048, tp=8, pp=16))
+    assert err.value.field == "pp"
+    layout = _layout(2048, tp=8, pp=16, sequence_parallel=True, first_stage_layers=7, last_stage_layers=7)
+    assert validate_layout(LLAMA_405B, _cluster(gpus=2048), SEQ_8K, layout) == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        (dict(pp=16, first_stage_layers=7, last_stage_layers=8), "first_stage_layers"),  # 111 over 14 ranks
+        (dict(pp=8, vpp=2, first_stage_layers=7, last_stage_layers=7), "first_stage_layers"),  # 7 % vpp
+        (dict(pp=8, vpp=2, first_stage_layers=8, last_stage_layers=12), "first_stage_layers"),  # 106 over 6 ranks
+        (dict(pp=2, first_stage_layers=60, last_stage_layers=60), "first_stage_layers"),  # 6 left, no middle rank
+    ],
+)
+def test_uneven_splits_megatron_refuses_name_the_field(kw, field):
+    with pytest.raises(MegapilotError) as err:
+        validate_layout(LLAMA_405B, _cluster(gpus=2048), SEQ_8K, _layout(2048, tp=8, **kw))
+    assert err.value.field == field and err.value.fix
+
+
+def test_uneven_split_with_interleaving_that_megatron_accepts_passes():
+    # 126 - 8 - 10 = 108 over 6 middle ranks = 18 each, 9 per chunk; 8 and 10 are even: accepted.
+    layout = _layout(2048, tp=8, pp=8, vpp=2, sequence_parallel=True, first_stage_layers=8, last_stage_layers=10)
+    validate_layout(LLAMA_405B, _cluster(gpus=2048), SEQ_8K, layout)
+
+
+def test_uneven_split_needs_pipeline_parallelism():
+    with pytest.raises(ValueError, match="pp > 1"):
+        ParallelConfig(first_stage_layers=3)
+
+
+def test_tp_across_nodes_passes_when_allowed():
+    layout = _layout(tp=16, sequence_parallel=True)
+    model = LLAMA_70B.model_copy(update={"num_query_groups": 16})
+    with pytest.raises(MegapilotError, match="force-tp-across-nodes"):
+        validate_layout(model, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024), layout)
+    validate_layout(model, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024), layout,
+                    allow_tp_across_nodes=True)
