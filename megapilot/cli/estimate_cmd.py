@@ -53,6 +53,15 @@ def estimate(
         bool, typer.Option("--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")
     ] = True,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
+    first_stage_layers: Annotated[
+        int | None, typer.Option(help="Layers on the first pipeline rank (uneven split; default: even).")
+    ] = None,
+    last_stage_layers: Annotated[
+        int | None, typer.Option(help="Layers on the last pipeline rank (uneven split; default: even).")
+    ] = None,
+    force_tp_across_nodes: Annotated[
+        bool, typer.Option("--force-tp-across-nodes", help="Cost a TP group larger than a node instead of refusing.")
+    ] = False,
     flop_convention: Annotated[
         str, typer.Option(help="megatron (causal, current) | megatron_full_attention (core <= 0.11, NeMo < 2025-08).")
     ] = "megatron",
@@ -69,6 +78,8 @@ def estimate(
         "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len, "precision": precision,
         "recompute": recompute, "recompute_num_layers": recompute_num_layers,
         "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer, "fsdp": fsdp,
+        "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
+        "force_tp_across_nodes": force_tp_across_nodes,
     }
     result = estimate_flags(flags, flop_convention)
     emit_json(result) if json_output else _print_result(result, flags)
@@ -83,7 +94,8 @@ def estimate_flags(flags: dict[str, Any], flop_convention: str = "megatron") -> 
         raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
     case = build_case(**flags)
-    result = run_estimate(case.model, case.cluster, case.training, case.parallel, convention=flop_convention)
+    result = run_estimate(case.model, case.cluster, case.training, case.parallel, convention=flop_convention,
+                          allow_tp_across_nodes=case.allow_tp_across_nodes)
     return result.model_dump(mode="json")
 
 

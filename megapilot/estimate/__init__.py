@@ -82,9 +82,14 @@ def estimate(
     options: EstimateOptions = EstimateOptions(),
     *,
     convention: FlopConvention = "megatron",
+    allow_tp_across_nodes: bool = False,
 ) -> EstimateResult:
-    """Validate the layout (MegapilotError if Megatron would refuse it), then estimate it."""
-    warnings = validate_layout(model, cluster, training, parallel)
+    """Validate the layout (MegapilotError if Megatron would refuse it), then estimate it.
+
+    `allow_tp_across_nodes` costs a TP group larger than a node instead of refusing it (its
+    all-reduces then run at the inter-node bandwidth).
+    """
+    warnings = validate_layout(model, cluster, training, parallel, allow_tp_across_nodes=allow_tp_across_nodes)
     fast = estimate_fast(model, cluster, training, parallel, options, convention=convention)
     return to_result(model, fast, warnings)
 

@@ -6,7 +6,9 @@ flags; they all call `build_case(**flags)`. Flag names are the long CLI names wi
 naming the flag.
 
 Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
-optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays).
+optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline
+split (`first_stage_layers`/`last_stage_layers` give the end ranks their own layer counts), TP kept
+inside a node (`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from megapilot.spec.training import PRECISIONS, TrainingSpec
 
 REQUIRED_FLAGS = ("model", "gpu", "gpus", "gbs", "seq_len")
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
-             "recompute_num_layers")
-BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp")
+             "recompute_num_layers", "first_stage_layers", "last_stage_layers")
+BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes")
 STR_FLAGS = ("model", "gpu", "precision", "recompute", "recompute_method")
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS)
 
@@ -36,6 +38,7 @@ class Case:
     cluster: ClusterSpec
     training: TrainingSpec
     parallel: ParallelConfig
+    allow_tp_across_nodes: bool = False
 
 
 def build_case(**flags: Any) -> Case:
@@ -46,7 +49,8 @@ def build_case(**flags: Any) -> Case:
     cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
     training = _build_training(flags)
     parallel = _resolve_parallel(flags, cluster.world_size)
-    return Case(model, cluster, training, parallel)
+    return Case(model, cluster, training, parallel,
+                allow_tp_across_nodes=flags.get("force_tp_across_nodes", False))
 
 
 def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
@@ -99,6 +103,8 @@ def _resolve_parallel(flags: dict[str, Any], world_size: int) -> ParallelConfig:
         "recompute_num_layers": flags.get("recompute_num_layers"),
         "distributed_optimizer": flags.get("distributed_optimizer", True),
         "fsdp": flags.get("fsdp", False),
+        "first_stage_layers": flags.get("first_stage_layers"),
+        "last_stage_layers": flags.get("last_stage_layers"),
     }
     try:
         return ParallelConfig.for_world(world_size, **layout)
@@ -112,7 +118,7 @@ def _layout_error(exc: ValueError) -> MegapilotError:
     """Name the flag a ParallelConfig rule points at (its messages start with the field's name)."""
     converted = from_validation_error(exc)
     if converted.field is None:
-        for name in ("sequence_parallel", "vpp", "recompute_num_layers", "recompute", "tp", "pp"):
+        for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute", "tp", "pp"):
             if converted.problem.startswith(name):
                 return MegapilotError(converted.problem, field=name)
     return converted

@@ -1,0 +1,44 @@
+"""`megapilot estimate` layout flags beyond the basic sizes: uneven pipeline stages and a forced cross-node TP."""
+
+from __future__ import annotations
+
+LLAMA_405B_PP16 = ("--model", "llama3.1-405b", "--gpu", "h200", "--gpus", "2048", "--tp", "8", "--pp", "16",
+                   "--gbs", "2048", "--seq-len", "8192", "--recompute", "full")
+GPT3_175B = ("--model", "gpt3-175b", "--gpu", "h100", "--gpus", "256", "--pp", "8", "--gbs", "512",
+             "--seq-len", "2048")
+
+
+def test_126_layers_at_pp16_are_refused_evenly_and_estimated_with_7_on_the_end_ranks(cli):
+    even = cli("estimate", *LLAMA_405B_PP16, "--json")
+    assert even.exit_code == 2
+    assert "first_stage_layers" in even.stderr and len(even.stderr.strip().splitlines()) == 1
+    uneven = cli("estimate", *LLAMA_405B_PP16, "--first-stage-layers", "7", "--last-stage-layers", "7", "--json")
+    assert uneven.exit_code == 0, uneven.stderr
+    assert uneven.json()["memory_gib"]["stage"] == 1  # a middle rank with 8 layers is the most loaded
+
+
+def test_an_uneven_split_megatron_refuses_is_a_one_line_error_naming_the_flag(cli):
+    result = cli("estimate", *LLAMA_405B_PP16, "--first-stage-layers", "7", "--last-stage-layers", "8")
+    assert result.exit_code == 2
+    assert "first_stage_layers" in result.stderr and "14 middle" in result.stderr
+
+
+def test_tp_across_nodes_is_refused_unless_forced(cli):
+    refused = cli("estimate", *GPT3_175B, "--tp", "16", "--json")
+    assert refused.exit_code == 2 and "--force-tp-across-nodes" in refused.stderr
+    forced = cli("estimate", *GPT3_175B, "--tp", "16", "--force-tp-across-nodes", "--json")
+    assert forced.exit_code == 0, forced.stderr
+    assert forced.json()["time_breakdown_s"]["tp_comm"] > 0
+
+
+def test_batch_lines_take_the_same_flags(cli, tmp_path):
+    import json
+
+    lines = [{"model": "gpt3-175b", "gpu": "h100", "gpus": 256, "tp": 16, "pp": 8, "gbs": 512, "seq_len": 2048,
+              "force_tp_across_nodes": True},
+             {"model": "llama3.1-405b", "gpu": "h200", "gpus": 2048, "tp": 8, "pp": 16, "gbs": 2048,
+              "seq_len": 8192, "first_stage_layers": 7, "last_stage_layers": 7}]
+    batch = tmp_path / "cases.jsonl"
+    batch.write_text("\n".join(json.dumps(line) for line in lines))
+    results = cli("estimate", "--batch", str(batch), "--json").json()
+    assert [("error" in r) for r in results] == [False, False]
