@@ -86,23 +86,25 @@ def script(
     json_output: Annotated[bool, typer.Option("--json", help="Print the script and its arguments as JSON.")] = False,
 ) -> None:
     """Write a checked launch script for a plan (a draft: review it, this command never runs it)."""
+    from megapilot.cli.common import load_profile_checked, require_positive
     from megapilot.launch import LaunchOptions, render_launch
-    from megapilot.store.profile import load_profile
 
-    user_profile = load_profile(profile)
+    user_profile = load_profile_checked(profile)
     notes: list[str] = []
-    if plan is not None:
-        if model is not None:
-            raise MegapilotError("give --plan or layout flags (--model ...), not both", field="plan",
-                                 fix="drop --model or --plan")
-        saved = _read_plan(plan)
-    else:
-        layout = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp,
+    layout = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp,
                   "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
                   "precision": precision, "recompute": recompute, "recompute_num_layers": recompute_num_layers,
                   "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer,
                   "fsdp": fsdp}
+    if plan is not None:
+        _refuse_layout_with_plan(layout)
+        saved = _read_plan(plan)
+    else:
         saved = _plan_from_flags(user_profile, notes, layout, nodes=nodes)
+    if mock_data and data_path is not None:
+        raise MegapilotError("--mock-data and --data-path exclude each other", field="--data-path",
+                             fix="pass --data-path PREFIX for real data, or --mock-data alone")
+    require_positive("--train-iters", train_iters)
     if train_iters is not None:
         saved = saved.model_copy(update={"training": saved.training.model_copy(update={"train_iters": train_iters})})
 
@@ -144,31 +146,39 @@ def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
+# The layout flags' defaults when left out: a flag that differs from its default was given.
+_LAYOUT_DEFAULTS = {"distributed_optimizer": True, "fsdp": False}
+
+
+def _refuse_layout_with_plan(layout: dict[str, object]) -> None:
+    """A plan file fixes the model, hardware and layout; a layout flag beside it would be silently ignored."""
+    given = [name for name, value in layout.items() if value != _LAYOUT_DEFAULTS.get(name)]
+    if given:
+        flags = ", ".join(("--" if layout[name] is not False else "--no-") + name.replace("_", "-") for name in given)
+        raise MegapilotError(f"{flags} cannot change a saved plan", field="--plan",
+                             fix=f"drop {flags}, or drop --plan and give the layout as flags "
+                                 "(or re-plan with `megapilot plan ... --save`)")
+
+
 def _options(cls: type["LaunchOptions"], **fields: object) -> "LaunchOptions":
     from pydantic import ValidationError
 
-    from megapilot.errors import from_validation_error
+    from megapilot.cli.common import validation_error
 
     try:
         return cls(**fields)
     except ValidationError as exc:
-        raise from_validation_error(exc) from None
+        flags = {"time_limit": "--time", "container_mounts": "--container-mount",
+                 "primus_config_path": "--primus-config", "script_path": "--output"}
+        raise validation_error(exc, flags={name: flags.get(name, "--" + name.replace("_", "-"))
+                                           for name in cls.model_fields}) from None
 
 
 # ---- where the plan comes from -----------------------------------------------------------------
 def _read_plan(path: Path) -> "SavedPlan":
-    from pydantic import ValidationError
+    from megapilot.cli.common import load_plan_file
 
-    from megapilot.errors import from_validation_error
-    from megapilot.spec import SavedPlan
-
-    if not path.is_file():
-        raise MegapilotError(f"no plan file at {path}", field="plan",
-                             fix="write one with `megapilot plan ... --save plan.json`")
-    try:
-        return SavedPlan.model_validate_json(path.read_text())
-    except ValidationError as exc:
-        raise from_validation_error(exc, prefix="plan") from None
+    return load_plan_file(path)
 
 
 def _plan_from_flags(profile: "Profile", notes: list[str], layout: dict[str, object],
@@ -229,18 +239,25 @@ def _profile_fills(profile: "Profile", *, data_path: str | None, mock_data: bool
 
 # ---- output ------------------------------------------------------------------------------------
 def _write(path: Path, launch: "LaunchScript", force: bool) -> None:
+    if path.is_dir():
+        raise MegapilotError(f"{path} is a directory", field="--output",
+                             fix=f"name the script file, e.g. -o {path / 'train.sh'}")
     targets = [path, *(Path(p) for p in launch.files)]
     existing = [str(p) for p in targets if p.exists()]
     if existing and not force:
-        raise MegapilotError(f"{', '.join(existing)} already exists", field="output",
+        raise MegapilotError(f"{', '.join(existing)} already exists", field="--output",
                              fix="choose another -o path or pass --force to overwrite")
     if not path.parent.is_dir():
-        raise MegapilotError(f"{path.parent} does not exist", field="output", fix="create the directory first")
-    path.write_text(launch.script)
-    path.chmod(0o755)
-    for extra, text in launch.files.items():
-        Path(extra).parent.mkdir(parents=True, exist_ok=True)
-        Path(extra).write_text(text)
+        raise MegapilotError(f"{path.parent} does not exist", field="--output", fix="create the directory first")
+    try:
+        path.write_text(launch.script)
+        path.chmod(0o755)
+        for extra, text in launch.files.items():
+            Path(extra).parent.mkdir(parents=True, exist_ok=True)
+            Path(extra).write_text(text)
+    except OSError as exc:
+        raise MegapilotError(f"cannot write {exc.filename or path} ({exc.strerror or exc})", field="--output",
+                             fix="choose a writable -o path") from None
 
 
 def _print_summary(plan: "SavedPlan", launch: "LaunchScript", path: Path | None) -> None:
@@ -270,10 +287,11 @@ def _print_summary(plan: "SavedPlan", launch: "LaunchScript", path: Path | None)
     err_console.print(table) if path is None else console.print(table)
     for note in launch.notes:
         (err_console if path is None else console).print(f"note: {note}", highlight=False)
-    target = str(path) if path else "the script"
+    target = str(path) if path else "train.sh"
     run_hint = f"sbatch {target}" if launch.launcher == "slurm" else f"bash {target} on each node"
+    save_hint = "" if path else "save it (`megapilot script ... > train.sh` or -o train.sh), "
     (err_console if path is None else console).print(
-        f"review, then run with `megapilot run {target}` or {run_hint}", highlight=False)
+        f"{save_hint}review, then run with `megapilot run {target}` or {run_hint}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
