@@ -54,16 +54,17 @@ FAST_ITERATION_RE = re.compile(
     rb"(?: skipped samples: +" + _INT + rb" \|)?"
     rb" elapsed time per iteration \(ms\): (" + _NUMBER + rb") \|"
     rb"(?: throughput per GPU \(TFLOP/s/GPU\): (" + _NUMBER + rb") \|)?"
-    rb"(?: (?:decoupled )?learning rate:" + _VALUE + rb"\|)*"
+    rb"(?: learning rate:" + _VALUE + rb"\|)?(?: decoupled learning rate:" + _VALUE + rb"\|)?"
     rb" global batch size: +(" + _INT + rb") \|"
     rb"(?: lm loss: +(" + _LOSS + rb") \|)?"
+    # the usual fields spelled out (cheaper for the regex engine than the free-field loop), then any other
+    rb"(?: loss scale:" + _VALUE + rb"\|)?(?: grad norm:" + _VALUE + rb"\|)?(?: num zeros:" + _VALUE + rb"\|)?"
+    rb"(?: params norm:" + _VALUE + rb"\|)?"
     rb"(?: (?!" + _SUMMARY_KEYS + rb":)" + _KEY + rb":" + _VALUE + rb"\|)*"
     rb" number of skipped iterations: +(" + _INT + rb") \|"
     rb" number of nan iterations: +(" + _INT + rb") \| *\n"
 )
-# A prefix that makes the line parser read the line differently: a byte it would strip or decode
-# (ANSI, `\r`, non-ASCII), an earlier `iteration`, a Primus logger prefix, no word boundary before `iteration`.
-_BAD_PREFIX_RE = re.compile(rb"[^\x20-\x7e]|iteration|\[rank-|\w\Z")
+_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _TIMESTAMP_RE = re.compile(rb"\d{4}-?\d\d-?\d\d[ T]\d\d:\d\d:\d\d")
 
 
@@ -100,6 +101,7 @@ class BulkReader:
         # iteration lines, or (start, end) of skipped lines) and the prefixes of counted iteration lines.
         self._time_candidates: list[bytes | tuple[int, int]] = []
         self._counted_prefixes: list[bytes] = []
+        self._rows: list[tuple] = []  # iteration lines not yet handed to the summary (see `_flush_rows`)
         self._block = b""
         self._line_pos = 0
         self._line_no = 0
@@ -120,39 +122,56 @@ class BulkReader:
         """Lines `first_line_no`... of the file: `data` is their bytes without the final newline."""
         block = self._block = data + b"\n"
         self._line_pos, self._line_no = 0, first_line_no
-        parser, summary, dialects = self.parser, self.summary, self.dialects
-        add_values = summary.add_values
-        time_candidates, counted_prefixes = self._time_candidates, self._counted_prefixes
+        parser, summary = self.parser, self.summary
+        rows_append, time_candidates_append = self._rows.append, self._time_candidates.append
         computes_tokens = bool(parser.options.seq_length)
+        needs_first_time = not summary.has_first_time
+        word_bytes, rfind = _WORD_BYTES, block.rfind
         pos = 0
         for found in FAST_ITERATION_RE.finditer(block):
             start = found.start()
-            line_start = block.rfind(b"\n", 0, start) + 1
+            line_start = rfind(b"\n", 0, start) + 1
             prefix = block[line_start:start]
-            if prefix and _BAD_PREFIX_RE.search(prefix):
-                continue  # stays in the gap: the line parser reads it
+            if prefix and (not prefix.isascii() or b"\x1b" in prefix or b"\r" in prefix or b"iteration" in prefix
+                           or b"[rank-" in prefix or prefix[-1] in word_bytes):
+                continue  # stays in the gap: the line parser reads it (ANSI, \r, Primus prefix, no word boundary)
             if line_start > pos:
                 self._gap(pos, line_start)
+                needs_first_time = not summary.has_first_time
             pos = found.end()
             if parser._pending_step_time_s is not None:  # a Bridge `Step Time` line is waiting for this line
                 self._parse_lines(line_start, pos)
+                needs_first_time = not summary.has_first_time
                 continue
             iteration, train_iters, elapsed, tflops, gbs, loss, skipped, nan = found.groups()
             elapsed_ms = float(elapsed)
-            time_s = None if summary.has_first_time else prefix_time(prefix.decode("ascii"))
-            counted = add_values(
-                int(iteration), int(train_iters), time_s, None, elapsed_ms,
-                parser._computed_tokens_per_s(int(gbs), elapsed_ms) if computes_tokens else None,
-                None if tflops is None else float(tflops), None, None if loss is None else float(loss),
-                int(nan), int(skipped))
-            dialects["megatron-bridge" if parser.bridge_seen else "megatron-lm"] += 1
-            time_candidates.append(prefix)
-            if counted and time_s is None:
-                counted_prefixes.append(prefix)
+            row = (int(iteration), int(train_iters), elapsed_ms,
+                   parser._computed_tokens_per_s(int(gbs), elapsed_ms) if computes_tokens else None,
+                   None if tflops is None else float(tflops), None if loss is None else float(loss),
+                   int(nan), int(skipped), prefix)
+            time_candidates_append(prefix)
+            if needs_first_time:  # until a counted line has a timestamp, read each one at once
+                self._add_with_time(row)
+                needs_first_time = not summary.has_first_time
+            else:
+                rows_append(row)
         if pos < len(block):
             self._gap(pos, len(block))
         self._resolve_times()
         self._note_tail(data, first_line_no + data.count(b"\n"))
+
+    def _add_with_time(self, row: tuple) -> None:
+        iteration, train_iters, elapsed_ms, tokens, tflops, loss, nan, skipped, prefix = row
+        self.summary.add_values(iteration, train_iters, prefix_time(prefix.decode("ascii")), None, elapsed_ms, tokens,
+                                tflops, None, loss, nan, skipped)
+        self.dialects["megatron-bridge" if self.parser.bridge_seen else "megatron-lm"] += 1
+
+    def _flush_rows(self) -> None:
+        """Hand the iteration lines read so far to the summary (before any line that may touch it)."""
+        if self._rows:
+            self._counted_prefixes.extend(self.summary.add_rows(self._rows))
+            self.dialects["megatron-bridge" if self.parser.bridge_seen else "megatron-lm"] += len(self._rows)
+            self._rows.clear()
 
     def _gap(self, start: int, end: int) -> None:
         """The lines block[start:end] (each ending with a newline) between two fast iteration lines."""
@@ -197,7 +216,8 @@ class BulkReader:
 
     # ---- lazy timestamps --------------------------------------------------------------------------
     def _resolve_times(self) -> None:
-        """Bring the parser's latest timestamp and the summary's last one up to date."""
+        """Bring the summary, the parser's latest timestamp and the summary's last one up to date."""
+        self._flush_rows()
         if self._time_candidates:
             for candidate in reversed(self._time_candidates):
                 if type(candidate) is bytes:

@@ -44,14 +44,23 @@ class _Running:
         self._next_replace = 0
 
     def add(self, value: float) -> None:
-        self.count += 1
+        count = self.count = self.count + 1
         delta = value - self.mean
-        self.mean += delta / self.count
+        self.mean += delta / count
         self._m2 += delta * (value - self.mean)
         if value < self.minimum:
             self.minimum = value
         if value > self.maximum:
             self.maximum = value
+        if count < RESERVOIR_SIZE:
+            self._reservoir.append(value)
+        else:
+            self.count = count - 1
+            self._reservoir_step(value)
+
+    def _reservoir_step(self, value: float) -> None:
+        """Count `value` and update the reservoir (the statistics other than the count are already updated)."""
+        self.count += 1
         if self.count <= RESERVOIR_SIZE:
             self._reservoir.append(value)
             if self.count == RESERVOIR_SIZE:
@@ -206,6 +215,81 @@ class SummaryBuilder:
         elif sample is not None:
             self._fold(sample)
         return True
+
+    def add_rows(self, rows: list[tuple]) -> list[bytes]:
+        """Many iteration lines at once, in log order, each row (iteration, train_iters, elapsed_ms,
+        tokens, tflops, loss, nan_iterations, skipped_iterations, time_key) with no MFU and no time yet:
+        exactly `add_values` per row, in one loop with the state in local variables (bulk reading's hot
+        path). Returns the `time_key`s of the counted rows, in order, for their timestamps to be read lazily."""
+        counted_keys: list[bytes] = []
+        keep = counted_keys.append
+        head, cap, after = self._head, WARMUP_CAP, self._after_head
+        tokens_mean, tflops_mean = self._tokens_after_head, self._tflops_after_head
+        isfinite = math.isfinite
+        max_counted, counted, logged = self._max_counted, self._counted, self._logged
+        train_iters_kept, first_iteration = self._train_iters, self._first_iteration
+        first_loss, final_loss, min_loss = self._first_loss, self._final_loss, self._min_loss
+        nan_total, skipped_total, save_pending = self._nan_iterations, self._skipped_iterations, self._save_pending
+        checkpoint_dropped = self._checkpoint_dropped
+        count, mean, m2, minimum, maximum = after.count, after.mean, after._m2, after.minimum, after.maximum
+        reservoir_append = after._reservoir.append
+        next_replace = after._next_replace if after.count >= RESERVOIR_SIZE else RESERVOIR_SIZE
+        for iteration, train_iters, elapsed_ms, tokens, tflops, loss, nan_iterations, skipped_iterations, key in rows:
+            logged += 1
+            if max_counted is not None and iteration <= max_counted:
+                continue
+            max_counted = iteration
+            counted += 1
+            if first_iteration is None:
+                first_iteration = iteration
+            train_iters_kept = train_iters or train_iters_kept
+            if loss is not None and isfinite(loss) and not nan_iterations:
+                if first_loss is None:
+                    first_loss = loss
+                final_loss = loss
+                min_loss = loss if min_loss is None else min(min_loss, loss)
+            if nan_iterations is not None:
+                nan_total = (nan_total or 0) + nan_iterations
+            if skipped_iterations is not None:
+                skipped_total = (skipped_total or 0) + skipped_iterations
+            keep(key)
+            if elapsed_ms is None or not isfinite(elapsed_ms):
+                continue
+            if save_pending:
+                save_pending = False
+                checkpoint_dropped += 1
+                if len(head) < cap:
+                    head.append(None)
+                continue
+            if len(head) < cap:
+                head.append((elapsed_ms, tokens, tflops, None))
+                continue
+            # after.add(elapsed_ms), inlined: the same operations in the same order (so the same floats)
+            count += 1
+            delta = elapsed_ms - mean
+            mean += delta / count
+            m2 += delta * (elapsed_ms - mean)
+            if elapsed_ms < minimum:
+                minimum = elapsed_ms
+            if elapsed_ms > maximum:
+                maximum = elapsed_ms
+            if count < RESERVOIR_SIZE:
+                reservoir_append(elapsed_ms)
+            elif count >= next_replace:  # fill the last slot, or replace one: the rare steps, done by `_Running`
+                after.count, after.mean, after._m2, after.minimum, after.maximum = count - 1, mean, m2, minimum, maximum
+                after._reservoir_step(elapsed_ms)
+                next_replace = after._next_replace if after.count >= RESERVOIR_SIZE else RESERVOIR_SIZE
+            if tokens is not None:
+                tokens_mean.add(tokens)
+            if tflops is not None:
+                tflops_mean.add(tflops)
+        self._max_counted, self._counted, self._logged = max_counted, counted, logged
+        self._train_iters, self._first_iteration = train_iters_kept, first_iteration
+        self._first_loss, self._final_loss, self._min_loss = first_loss, final_loss, min_loss
+        self._nan_iterations, self._skipped_iterations, self._save_pending = nan_total, skipped_total, save_pending
+        self._checkpoint_dropped = checkpoint_dropped
+        after.count, after.mean, after._m2, after.minimum, after.maximum = count, mean, m2, minimum, maximum
+        return counted_keys
 
     @property
     def has_first_time(self) -> bool:

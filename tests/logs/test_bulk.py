@@ -204,3 +204,20 @@ def test_fast_iteration_regex_takes_only_whole_canonical_lines():
     for variant in (line.replace("658.3 |", "654.5/735.1 |"), line.replace("658.3 |", "658.3 | mem usages: 0.54 |"),
                     line.replace("1.250274E+01", "1.2x"), line + " lm loss 3.0", line.replace("grad norm", "lm loss")):
         assert FAST_ITERATION_RE.search((variant + "\n").encode()) is None, variant
+
+
+def test_long_run_with_saves_and_a_resume_gives_the_same_summary():
+    """Past the warm-up cap (50) and the percentile reservoir (8192): the batched statistics are the same floats."""
+    lines = []
+    for iteration in [*range(1, 6001), *range(5800, 9501)]:  # a resume replays 200 iterations
+        seconds = iteration * 9
+        lines.append(f" [2026-01-01 {seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}] "
+                     + CANONICAL.format(it=iteration, total=10**5, cs=iteration * 128, ms=f"{9000 + iteration % 97 * 1.7:.1f}",
+                                        tf=f"{744 - iteration % 11 * 0.3:.1f}", loss=f"{7 - iteration * 1e-4:.6E}",
+                                        skipped=0, nan=int(iteration % 1000 == 0)))
+        if iteration % 700 == 0:
+            lines.append(f"saving checkpoint at iteration {iteration:7d} to /ckpt")
+    data = ("\n".join(lines) + "\n").encode()
+    bulk, full = _bulk_path(data), _line_path(data)
+    assert _facts(bulk) == _facts(full)
+    assert bulk.summary.iterations_counted == 9500 and bulk.summary.checkpoint_dropped > 0
