@@ -120,7 +120,7 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
                     plan_data: _PlanData = _PlanData()) -> tuple[JobSpec, list[str]]:
     from pydantic import ValidationError
 
-    from megapilot.errors import from_validation_error
+    from megapilot.cli.common import require_positive, validation_error
     from megapilot.execute.base import HangPolicy, job_spec_or_error
 
     if executor not in EXECUTORS:
@@ -130,10 +130,14 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
         raise MegapilotError("give a launch script or --plan, not both and not neither", field="script",
                              fix="megapilot run train.sh, or megapilot run --plan plan.json")
     plan_data.check(with_plan=plan is not None)
+    for flag, value in (("--timeout-s", timeout_s), ("--train-iters", train_iters), ("--hang-timeout-s", hang_timeout_s),
+                        ("--startup-timeout-s", startup_timeout_s)):
+        require_positive(flag, value)
     try:
         hang = HangPolicy(startup_s=startup_timeout_s, factor=hang_factor, fixed_window_s=hang_timeout_s)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix="hang") from None
+        flags = {"startup_s": "--startup-timeout-s", "factor": "--hang-factor", "fixed_window_s": "--hang-timeout-s"}
+        raise validation_error(exc, flags=flags) from None
     common = dict(run_dir=run_dir, hang=hang, timeout_s=timeout_s, cwd=Path.cwd())
     if script is not None:
         if not script.is_file():
@@ -160,25 +164,9 @@ def _default_combo(stem: str) -> str:
 
 
 def _load_plan(path: Path) -> SavedPlan:
-    import json
+    from megapilot.cli.common import load_plan_file
 
-    from pydantic import ValidationError
-
-    from megapilot.errors import from_validation_error
-    from megapilot.spec import SavedPlan
-
-    try:
-        return SavedPlan.model_validate(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise MegapilotError(f"{path} not found", field="plan",
-                             fix="pass a file saved by `megapilot plan --save`") from None
-    except json.JSONDecodeError as exc:
-        raise MegapilotError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})", field="plan",
-                             fix="pass a file saved by `megapilot plan --save`") from None
-    except ValidationError as exc:
-        error = from_validation_error(exc, prefix="plan")
-        raise MegapilotError(error.problem, field=error.field,
-                             fix="pass a plan saved by `megapilot plan --save` (or fix that field)") from None
+    return load_plan_file(path)
 
 
 def _render_plan(saved_plan: SavedPlan, plan_data: _PlanData) -> LaunchScript:

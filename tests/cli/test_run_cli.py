@@ -69,7 +69,7 @@ def test_train_iters_flag_sets_the_final_iteration(cli, tmp_path):
     (("--plan", "missing.json"), "plan"),
     (("x.sh", "--plan", "p.json"), "script"),
     (("x.sh", "--executor", "pbs"), "executor"),
-    (("x.sh", "--hang-factor", "0.5"), "hang.factor"),
+    (("x.sh", "--hang-factor", "0.5"), "--hang-factor"),
 ])
 def test_user_errors_exit_two_on_one_line(cli, tmp_path, monkeypatch, args, field):
     monkeypatch.chdir(tmp_path)
