@@ -36,6 +36,38 @@ CSV_COLUMNS = ("file", "line", "dialect", "iteration", "train_iters", "rank", "t
                "skipped_iterations", "nan_iterations", "memory_used_gib", "memory_usage_pct")
 
 
+def _check_log_paths(files: list[str], *, flag: str = "FILE") -> None:
+    """A directory is not a log (the parser would report it as missing, --follow would crash on it)."""
+    for name in files:
+        if name != "-" and Path(name).is_dir():
+            raise MegapilotError(f"{name} is a directory, not a log file", field=flag,
+                                 fix=f"pass the training log inside it, e.g. {Path(name) / 'training.log'}")
+
+
+def _nothing_recognised(log: ParsedLog) -> bool:
+    """No line of any file was a training-log line: an empty file, a binary one, or not a training log."""
+    logged = log.summary.iterations_logged if log.summary else 0
+    return not (logged or log.iterations or log.memory or log.theoretical_memory or log.timers or log.checkpoints
+                or log.errors or log.markers or log.dialect_counts)
+
+
+def _refuse_unrecognised(log: ParsedLog, *, flag: str = "FILE") -> None:
+    if _nothing_recognised(log):
+        what = "is empty" if log.lines_read == 0 else f"has no training-log line in {log.lines_read:,} line{'s' if log.lines_read > 1 else ''}"
+        raise MegapilotError(f"{', '.join(log.files)} {what}", field=flag,
+                             fix="pass the log a Megatron-LM, Megatron-Bridge or Primus run printed (the rank "
+                                 "that prints iteration lines)")
+
+
+def _check_script(script: Path | None) -> None:
+    """The launch script must be a readable text file (a binary one would be read as having no flags)."""
+    if script is not None and script.exists():
+        from megapilot.cli.common import read_text_file
+
+        read_text_file(script, flag="--script", what="a launch script",
+                       fix="pass the bash launch script (e.g. one from `megapilot script`)")
+
+
 def _gpu(alias: str | None):  # noqa: ANN202
     if alias is None:
         return None
@@ -59,10 +91,16 @@ def parse(
     idle_timeout: Annotated[float | None, typer.Option(help="--follow: stop after this many seconds without new bytes.")] = None,
 ) -> None:
     """Parse training logs into iteration, memory, checkpoint and error records plus a steady-state summary."""
+    from megapilot.cli.common import require_positive
     from megapilot.logs import ParseOptions, follow_log, parse_logs
 
     if json_output and csv_output:
         raise MegapilotError("--json and --csv exclude each other", field="--csv", fix="pass one of them")
+    for flag, value in (("--seq-length", seq_length), ("--world-size", world_size),
+                        ("--global-batch-size", global_batch_size), ("--timeout", timeout),
+                        ("--idle-timeout", idle_timeout)):
+        require_positive(flag, value)
+    _check_log_paths(files)
     options = ParseOptions(seq_length=seq_length, world_size=world_size, global_batch_size=global_batch_size)
     if follow:
         if len(files) != 1 or files[0] == "-":
@@ -73,6 +111,7 @@ def parse(
                          idle_timeout_s=idle_timeout)
     else:
         log = parse_logs(files, options=options, summary_only=summary_only)
+        _refuse_unrecognised(log)  # (not under --follow: a followed file may still be empty at its timeout)
     if json_output:
         emit_json(log.to_dict())
     elif csv_output:
@@ -103,7 +142,7 @@ def _print_log(log: ParsedLog) -> None:
     table.add_column("value", justify="right")
     rows = [
         ("iterations logged / counted / steady", f"{s.iterations_logged} / {s.iterations_counted} / {s.steady_iterations}"),
-        ("iteration range", f"{s.first_iteration} → {s.last_iteration} of {s.train_iters}"),
+        ("iteration range", f"{_fmt(s.first_iteration, ',')} → {_fmt(s.last_iteration, ',')} of {_fmt(s.train_iters, ',')}"),
         ("step time mean / p50 / p95 (ms)", f"{_fmt(s.step_time_mean_ms)} / {_fmt(s.step_time_p50_ms)} / {_fmt(s.step_time_p95_ms)}"),
         ("step time CV", _fmt(s.step_time_cv, ".3f")),
         ("tokens/s/GPU (mean)", _fmt(s.tokens_per_s_per_gpu_mean, ",.0f")),
@@ -115,6 +154,11 @@ def _print_log(log: ParsedLog) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"[dim]steady state: {s.rule}[/]")
+    if not s.iterations_logged:
+        from megapilot.cli.common import err_console
+
+        err_console.print("note: no iteration line found: no step time, throughput or loss (did training start? "
+                          "with pipeline parallelism the last stage's rank prints them)", highlight=False)
     if log.errors:
         errors = Table(title="error lines (first 10)")
         for column in ("category", "rank", "file:line", "text"):
@@ -136,9 +180,15 @@ def diagnose_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Find what went wrong in a training log: ranked findings, evidence lines, exact flag fixes."""
+    from megapilot.cli.common import require_positive
     from megapilot.diagnose import diagnose
 
+    require_positive("--gpus", gpus)
+    _check_log_paths(files)
+    _check_script(script)
     result = diagnose(files, script=script, flags=flags, gpu=_gpu(gpu), gpus=gpus)
+    if not result.findings:
+        _refuse_unrecognised(result.log)  # "no problem found" in a file that is not a training log would mislead
     if json_output:
         emit_json(result.to_dict())
         return
@@ -187,8 +237,12 @@ def optimize_command(
     from megapilot.diagnose import read_flags, run_config
     from megapilot.diagnose.engine import parse_options_for
     from megapilot.diagnose.optimize import optimize
+    from megapilot.cli.common import require_positive
     from megapilot.logs import parse_logs
 
+    require_positive("--gpus", gpus)
+    _check_script(script)
+    _check_log_paths(log or [], flag="--log")
     launch = read_flags(script=script, flags=flags)
     if launch is None:
         raise MegapilotError("no launch given", field="--script", fix="pass --script train.sh or --flags \"...\"")
