@@ -40,6 +40,9 @@ def prepare(
     json_output: JsonFlag = False,
 ) -> None:
     """Tokenize INPUT into Megatron's indexed dataset format (for --data-path)."""
+    if input_path.is_dir():
+        raise MegapilotError(f"{input_path} is a directory", field="INPUT",
+                             fix="pass one .jsonl or .txt file (run once per file, or concatenate them)")
     _require_train_extra()
     import warnings
 
