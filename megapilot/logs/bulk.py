@@ -148,7 +148,7 @@ class BulkReader:
             row = (int(iteration), int(train_iters), elapsed_ms,
                    parser._computed_tokens_per_s(int(gbs), elapsed_ms) if computes_tokens else None,
                    None if tflops is None else float(tflops), None if loss is None else float(loss),
-                   int(nan), int(skipped), prefix)
+                   0 if nan == b"0" else int(nan), 0 if skipped == b"0" else int(skipped), prefix)
             time_candidates_append(prefix)
             if needs_first_time:  # until a counted line has a timestamp, read each one at once
                 self._add_with_time(row)

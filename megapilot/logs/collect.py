@@ -2,7 +2,9 @@
 
 `parse_logs(paths)` is the library entry point (`-` means stdin). With `summary_only=True` no
 per-record list is kept (records still stream through `on_record` if given), so memory stays flat
-whatever the log size; errors and checkpoint operations are kept but bounded.
+whatever the log size; errors and checkpoint operations are kept but bounded. Summary-only without
+`on_record` reads in bulk (`megapilot.logs.bulk`: regexes over byte blocks, the same result as
+feeding every line to the line parser, which every other mode does).
 """
 
 from __future__ import annotations
