@@ -19,9 +19,14 @@ line skips the line parser only where the line parser could not have done anythi
   before a line that goes to the parser, and at the end of each block.
 
 Lines come from the same `LineSplitter`, with the same chunk size, as the line path, so over-long
-lines are cut the same way and memory stays bounded by the chunk size plus the longest line. The
-per-line cost left is that of the iteration lines (one regex match, a few number conversions, the
-summary's running statistics).
+lines are cut the same way and memory stays bounded by the chunk size (1 MiB) plus the longest line.
+Iteration lines reach the summary in batches (`SummaryBuilder.add_rows`, the same floats as one by one).
+
+Speed (bench/log_parse): ~30-40 MB per CPU-second on a 1 GB Megatron log, 3.7x the line-by-line path
+but ~0.01x `grep -c`. The cost left is per iteration line, in Python: the regex match (~2 us, the
+sre engine on a 350-byte line), the number conversions and the row (~3 us), the running statistics
+(~1.3 us). One process, no multiprocessing: the summary is sequential (Welford, a seeded reservoir),
+so splitting the file would change its floats, and CPU seconds would not drop anyway.
 """
 
 from __future__ import annotations
