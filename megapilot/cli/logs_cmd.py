@@ -132,6 +132,17 @@ def _fmt(value: float | None, spec: str = ",.1f") -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _fmt_rate(value: float | None) -> str:
+    """A throughput with three significant digits below 100 (a CPU run's 0.0012 TFLOP/s must not read 0.0)."""
+    if value is None or value == 0 or abs(value) >= 100:
+        return _fmt(value, ",.0f")
+    return f"{value:.3g}"
+
+
+# A measured step this many times off the prediction was most likely taken on another device than --gpu.
+_CALIBRATION_SANE = (0.2, 5.0)
+
+
 def _print_log(log: ParsedLog) -> None:
     from rich.table import Table
 
@@ -145,8 +156,9 @@ def _print_log(log: ParsedLog) -> None:
         ("iteration range", f"{_fmt(s.first_iteration, ',')} → {_fmt(s.last_iteration, ',')} of {_fmt(s.train_iters, ',')}"),
         ("step time mean / p50 / p95 (ms)", f"{_fmt(s.step_time_mean_ms)} / {_fmt(s.step_time_p50_ms)} / {_fmt(s.step_time_p95_ms)}"),
         ("step time CV", _fmt(s.step_time_cv, ".3f")),
-        ("tokens/s/GPU (mean)", _fmt(s.tokens_per_s_per_gpu_mean, ",.0f")),
-        ("TFLOP/s/GPU (mean)", _fmt(s.tflops_per_gpu_mean)),
+        ("tokens/s/GPU (mean)", _fmt_rate(s.tokens_per_s_per_gpu_mean) if s.tokens_per_s_per_gpu_mean is not None
+         or not s.iterations_logged else "— (pass --seq-length and --world-size)"),
+        ("TFLOP/s/GPU (mean)", _fmt_rate(s.tflops_per_gpu_mean)),
         ("loss first / min / final", f"{_fmt(s.first_loss, '.4f')} / {_fmt(s.min_loss, '.4f')} / {_fmt(s.final_loss, '.4f')}"),
         ("memory reports / checkpoints / errors", f"{len(log.memory)} / {len(log.checkpoints)} / {len(log.errors)}"),
     ]
@@ -202,7 +214,9 @@ def _print_diagnosis(result: Diagnosis) -> None:
     from rich.table import Table
 
     if not result.findings:
-        console.print("[green]No problem found.[/] " + "; ".join(result.notes))
+        notes = [note for note in result.notes if note != "no problem found in the log"]
+        console.print("[green]No problem found in the log.[/]" + (" " + "; ".join(notes) if notes else ""),
+                      highlight=False)
         return
     for number, finding in enumerate(result.findings, start=1):
         style = _SEVERITY_STYLE[finding.severity]
@@ -284,6 +298,11 @@ def _print_optimize(report: OptimizeReport) -> None:
     console.print(table)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/]")
+    scale = report.calibration_scale
+    if scale and not _CALIBRATION_SANE[0] <= scale <= _CALIBRATION_SANE[1]:
+        console.print(f"[yellow]warning:[/] the log's step time is {scale:,.1f}× the prediction for this GPU: was it "
+                      "measured on another device (a CPU test run?) or with other flags? Gains are relative, but "
+                      "check --gpu and --script.", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -170,3 +170,15 @@ def test_a_log_with_records_but_no_iteration_is_parsed_with_a_note(cli, tmp_path
     assert result.exit_code == 0
     assert "no iteration line found" in result.stderr
     assert "None" not in result.stdout
+
+
+def test_a_healthy_log_says_no_problem_once(cli):
+    result = cli("diagnose", str(LOG))
+    assert result.exit_code == 0
+    assert result.stdout.lower().count("no problem found") == 1
+
+
+def test_a_tiny_cpu_rate_is_not_rounded_to_zero():
+    from megapilot.cli.logs_cmd import _fmt_rate
+
+    assert _fmt_rate(0.00123) == "0.00123" and _fmt_rate(744.04) == "744" and _fmt_rate(None) == "—"
