@@ -221,3 +221,15 @@ def test_long_run_with_saves_and_a_resume_gives_the_same_summary():
     bulk, full = _bulk_path(data), _line_path(data)
     assert _facts(bulk) == _facts(full)
     assert bulk.summary.iterations_counted == 9500 and bulk.summary.checkpoint_dropped > 0
+
+
+def test_a_save_without_timestamp_is_timed_from_the_iteration_line_before_it():
+    """The earlier summary-only path lost this (duration None, wall time None): iteration lines set the time."""
+    line = CANONICAL.format(it=1, total=100, cs=128, ms="900.0", tf="1.5", loss="7.0E+00", skipped=0, nan=0)
+    data = "\n".join([f" [2026-01-01 00:00:10] {line}", f" [2026-01-01 00:00:20] {line.replace('       1/', '       2/')}",
+                      "saving checkpoint at iteration 2 to /ckpt",
+                      " [2026-01-01 00:00:50] successfully saved checkpoint from iteration 2 to /ckpt",
+                      "[no time here] " + line.replace("       1/", "       3/")]).encode()
+    bulk = _bulk_path(data)
+    assert bulk.checkpoints[0].duration_s == 30.0 and bulk.summary.wall_time_s == 10.0
+    assert _facts(bulk) == _facts(_line_path(data))
