@@ -90,6 +90,8 @@ def script(
     from megapilot.launch import LaunchOptions, render_launch
 
     user_profile = load_profile_checked(profile)
+    if output is not None:
+        _check_output(output.expanduser().absolute())  # before the work of rendering, and naming -o
     notes: list[str] = []
     layout = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp,
                   "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
@@ -238,17 +240,26 @@ def _profile_fills(profile: "Profile", *, data_path: str | None, mock_data: bool
 
 
 # ---- output ------------------------------------------------------------------------------------
-def _write(path: Path, launch: "LaunchScript", force: bool) -> None:
+def _check_output(path: Path) -> None:
+    """-o must name a file in an existing directory."""
     if path.is_dir():
         raise MegapilotError(f"{path} is a directory", field="--output",
                              fix=f"name the script file, e.g. -o {path / 'train.sh'}")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise MegapilotError(f"{path.parent} is a file, not a directory", field="--output",
+                             fix="choose a path in an existing directory")
+    if not path.parent.exists():
+        raise MegapilotError(f"directory {path.parent} does not exist", field="--output",
+                             fix=f"create it first (mkdir -p {path.parent}) or choose another -o path")
+
+
+def _write(path: Path, launch: "LaunchScript", force: bool) -> None:
+    _check_output(path)
     targets = [path, *(Path(p) for p in launch.files)]
     existing = [str(p) for p in targets if p.exists()]
     if existing and not force:
         raise MegapilotError(f"{', '.join(existing)} already exists", field="--output",
                              fix="choose another -o path or pass --force to overwrite")
-    if not path.parent.is_dir():
-        raise MegapilotError(f"{path.parent} does not exist", field="--output", fix="create the directory first")
     try:
         path.write_text(launch.script)
         path.chmod(0o755)

@@ -85,7 +85,7 @@ MISTAKES = [
     (("script", "--plan", "{plan}", "--mock-data", "--launcher", "pbs"), "launcher"),
     (("script", "--plan", "{plan}", "--mock-data", "--entrypoint", "megapilot", "-o", "{dir}"), "--output"),
     (("script", "--plan", "{plan}", "--mock-data", "--entrypoint", "megapilot", "-o", "{missing}/t.sh"),
-     "script_path"),
+     "--output"),
     (("script", *TINY, "--tp", "0", "--mock-data"), "tp"),
     # run
     (("run", "{missing}.sh"), "script"),
