@@ -54,7 +54,8 @@ def _nothing_recognised(log: ParsedLog) -> bool:
 def _refuse_unrecognised(log: ParsedLog, *, flag: str = "FILE") -> None:
     if _nothing_recognised(log):
         what = "is empty" if log.lines_read == 0 else f"has no training-log line in {log.lines_read:,} line{'s' if log.lines_read > 1 else ''}"
-        raise MegapilotError(f"{', '.join(log.files)} {what}", field=flag,
+        names = ", ".join("standard input" if name in ("-", "<stdin>") else name for name in log.files)
+        raise MegapilotError(f"{names} {what}", field=flag,
                              fix="pass the log a Megatron-LM, Megatron-Bridge or Primus run printed (the rank "
                                  "that prints iteration lines)")
 

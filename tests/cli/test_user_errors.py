@@ -182,3 +182,11 @@ def test_a_tiny_cpu_rate_is_not_rounded_to_zero():
     from megapilot.cli.logs_cmd import _fmt_rate
 
     assert _fmt_rate(0.00123) == "0.00123" and _fmt_rate(744.04) == "744" and _fmt_rate(None) == "—"
+
+
+def test_an_empty_stdin_is_named_as_such(tmp_path):
+    binary = Path(sys.executable).with_name("megapilot")
+    proc = subprocess.run([str(binary), "logs", "parse", "-"], input="", capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: FILE: standard input is empty — fix:")
