@@ -33,7 +33,7 @@ def require_positive(flag: str, value: float | None) -> None:
     """Refuse a count or duration that is zero or negative (None = not given, fine)."""
     from megapilot.errors import MegapilotError
 
-    if value is not None and value <= 0:
+    if value is not None and not value > 0:  # `not > 0` also refuses NaN
         raise MegapilotError(f"must be positive, got {value}", field=flag, fix=f"pass {flag} with a value > 0")
 
 

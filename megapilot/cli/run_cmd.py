@@ -143,19 +143,31 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
         if not script.is_file():
             raise MegapilotError(f"{script} does not exist or is not a file", field="script",
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
-        return job_spec_or_error(combo=combo or _default_combo(script.stem), script=script,
-                                 train_iters=train_iters, **common), []
+        return _job_spec(job_spec_or_error, combo=combo or _default_combo(script.stem), script=script,
+                         train_iters=train_iters, **common), []
     assert plan is not None
     saved_plan = _load_plan(plan)
     if train_iters is not None:
         saved_plan = saved_plan.model_copy(
             update={"training": saved_plan.training.model_copy(update={"train_iters": train_iters})})
     launch = _render_plan(saved_plan, plan_data)
-    job = job_spec_or_error(
-        combo=combo or _default_combo(plan.stem), script_text=launch.script, nodes=launch.nodes,
+    job = _job_spec(
+        job_spec_or_error, combo=combo or _default_combo(plan.stem), script_text=launch.script, nodes=launch.nodes,
         gpus_per_node=launch.gpus_per_node, train_iters=saved_plan.training.train_iters, **common,
     )
     return job, launch.notes
+
+
+def _job_spec(make, **fields: object) -> JobSpec:
+    """The JobSpec, its errors naming this command's flags (`--combo`, not `job.combo`) and saying what to do."""
+    try:
+        return make(**fields)
+    except MegapilotError as exc:
+        name = (exc.field or "").removeprefix("job.")
+        if name not in fields or exc.field == name:
+            raise
+        flag = "--" + name.replace("_", "-")
+        raise MegapilotError(exc.problem, field=flag, fix=exc.fix or f"pass a valid {flag}") from None
 
 
 def _default_combo(stem: str) -> str:

@@ -98,6 +98,8 @@ MISTAKES = [
     (("run", "--plan", "{plan}", "--timeout-s", "-1"), "--timeout-s"),
     (("run", "--plan", "{plan}", "--hang-factor", "0"), "--hang-factor"),
     (("run", "{script}", "--device", "cpu"), "plan"),
+    (("run", "{script}", "--combo", "../escape"), "--combo"),
+    (("run", "{script}", "--timeout-s", "nan"), "--timeout-s"),
     # logs parse
     (("logs", "parse", "{missing}.log"), "FILE"),
     (("logs", "parse", "{dir}"), "FILE"),
