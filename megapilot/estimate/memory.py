@@ -137,9 +137,15 @@ def fsdp_unsharded_gib(model: ModelSpec, parallel: ParallelConfig) -> float:
         return 0.0
     largest = max(
         (layer.tp_sharded / parallel.tp + layer.replicated + layer.expert / (parallel.ep * parallel.expert_tp))
-        for layer in set(layers_by_sharding(model))
+        for layer in _distinct_layers(model)
     )
     return largest * (2 * PARAM_BYTES + MAIN_GRAD_BYTES) / GIB
+
+
+@lru_cache(maxsize=64)
+def _distinct_layers(model: ModelSpec) -> tuple[ParamsBySharding, ...]:
+    """The different layer kinds of a model (dense, MoE, ...), found once per model."""
+    return tuple(set(layers_by_sharding(model)))
 
 
 def gradients_gib(shard: ShardParams, parallel: ParallelConfig, main_grad_bytes: int = MAIN_GRAD_BYTES) -> float:
@@ -379,17 +385,38 @@ def memory_per_gpu(
     return max(candidates, key=lambda m: m.total_gib)
 
 
-def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> list[int]:
-    """Stage 0 and the last stage always; every stage when the layer mix differs between stages (MoE).
+def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
+    p = parallel
+    return _stages_to_cost_for(model, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
 
-    With an uneven split the first middle rank (rank 1) too: it holds the middle ranks' full layer
-    count and the most in-flight micro-batches among them, so it can outweigh the lighter ends.
+
+@lru_cache(maxsize=1024)
+def _stages_to_cost_for(
+    model: ModelSpec, pp: int, vpp: int, first_stage_layers: int | None, last_stage_layers: int | None
+) -> tuple[int, ...]:
+    """The pipeline ranks that can be the most loaded.
+
+    Two ranks holding the same kinds of layers in the same order, neither the first nor the last,
+    hold the same weights, and the lower one more in-flight micro-batches; so of each such group only
+    the lowest rank is costed; nor one with the first rank's mix, which the first rank outweighs
+    (its embedding on top). That leaves the first and last ranks, and per other layer mix its first
+    middle rank (rank 1 of an uneven split with lighter ends; ranks where MoE and dense layers mix).
     """
-    if model.moe is not None and (model.moe.first_k_dense_layers or model.moe.moe_layer_freq > 1):
-        return list(range(parallel.pp))
-    if parallel.uneven_pipeline and parallel.pp > 2:
-        return sorted({0, 1, parallel.pp - 1})
-    return sorted({0, parallel.pp - 1})
+    def mix(stage: int) -> tuple[bool, ...]:
+        layers = stage_layer_indices(model, pp, vpp, stage, first_stage_layers=first_stage_layers,
+                                     last_stage_layers=last_stage_layers)
+        return tuple(is_moe[i] for i in layers)
+
+    is_moe = moe_flags(model)
+    seen = {mix(0)}
+    stages = [0]
+    for stage in range(1, pp - 1):
+        if (stage_mix := mix(stage)) not in seen:
+            seen.add(stage_mix)
+            stages.append(stage)
+    if pp > 1:
+        stages.append(pp - 1)
+    return tuple(stages)
 
 
 def _stage_memory(

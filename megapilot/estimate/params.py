@@ -283,16 +283,23 @@ def stage_layer_indices(
     shared by the middle ranks) is cut into vpp equal chunks, and virtual stage v runs through the
     ranks in order, as Megatron-Core's get_transformer_layer_offset places them.
     """
+    return list(_stage_layers(model, pp, vpp, stage, first_stage_layers, last_stage_layers))
+
+
+@lru_cache(maxsize=8192)
+def _stage_layers(
+    model: ModelSpec, pp: int, vpp: int, stage: int, first_stage_layers: int | None, last_stage_layers: int | None
+) -> tuple[int, ...]:
     _check_stage(model, pp, vpp, stage, first_stage_layers, last_stage_layers)
     per_chunk = [count // vpp for count in
                  pipeline_rank_layer_counts(model.num_layers, pp, first_stage_layers, last_stage_layers)]
     layers_per_virtual_stage = sum(per_chunk)
     start_in_virtual_stage = sum(per_chunk[:stage])
-    return [
+    return tuple(
         virtual * layers_per_virtual_stage + start_in_virtual_stage + offset
         for virtual in range(vpp)
         for offset in range(per_chunk[stage])
-    ]
+    )
 
 
 def stage_params(
