@@ -81,7 +81,7 @@ def bubble_share(est: EstimateResult) -> float:
 
 def layout_label(p: ParallelConfig) -> str:
     """Compact layout name for tables: `TP4 PP4 VPP5 CP2 EP1 DP2 MBS1 selective`."""
-    parts = [f"TP{p.tp}", f"PP{p.pp}"]
+    parts = [f"TP{p.tp}", f"PP{p.pp}" + (f"({split_label(p)})" if p.uneven_pipeline else "")]
     if p.vpp > 1:
         parts.append(f"VPP{p.vpp}")
     parts.append(f"CP{p.cp}")
@@ -92,6 +92,16 @@ def layout_label(p: ParallelConfig) -> str:
     if p.fsdp:
         parts.append("FSDP")
     return " ".join(parts)
+
+
+def split_label(p: ParallelConfig) -> str:
+    """The end ranks' layer counts of an uneven split, the middle ranks elided: `7,…,7`."""
+    ends = ["…"]
+    if p.first_stage_layers is not None:
+        ends.insert(0, str(p.first_stage_layers))
+    if p.last_stage_layers is not None:
+        ends.append(str(p.last_stage_layers))
+    return ",".join(ends)
 
 
 def _recompute_label(p: ParallelConfig) -> str:
@@ -124,7 +134,11 @@ class Explainer:
         fields = p.model_dump()
         fields.update(changes)
         tp, pp, cp = fields["tp"], fields["pp"], fields["cp"]
-        if "vpp" not in changes and (pp == 1 or self.model.num_layers % (pp * fields["vpp"])):
+        if pp != p.pp and "first_stage_layers" not in changes:  # a new PP gets its own split
+            splits = space.pipeline_splits(self.model, pp)
+            fields["first_stage_layers"], fields["last_stage_layers"] = splits[0] if splits else space.EVEN_SPLIT
+        split = (fields["first_stage_layers"], fields["last_stage_layers"])
+        if "vpp" not in changes and (pp == 1 or space.pp_rule(self.model, pp, fields["vpp"], split)):
             fields["vpp"] = 1  # interleaving that the new PP cannot keep is dropped, not held against it
         world = self.cluster.world_size
         if world % (tp * pp * cp):
@@ -138,7 +152,8 @@ class Explainer:
         try:
             variant = ParallelConfig(**fields)
             if variant.recompute == "full" and variant.recompute_method == "block":
-                if (variant.recompute_num_layers or 0) > self.model.num_layers // (variant.pp * variant.vpp):
+                largest_chunk = max(variant.rank_layer_counts(self.model.num_layers)) // variant.vpp
+                if (variant.recompute_num_layers or 0) > largest_chunk:
                     variant = variant.model_copy(update={"recompute_method": "uniform", "recompute_num_layers": 1})
             if any(r is not None for r in self._rules(variant)):
                 return None
@@ -153,7 +168,7 @@ class Explainer:
 
     def _rules(self, p: ParallelConfig) -> Iterable[space.Rejection | None]:
         yield space.cp_rule(self.training, p.tp, p.cp)
-        yield space.pp_rule(self.model, p.pp, p.vpp)
+        yield space.pp_rule(self.model, p.pp, p.vpp, (p.first_stage_layers, p.last_stage_layers))
         yield space.batch_rule(self.training, p.dp, p.mbs)
         yield space.interleave_rule(self.training, p.pp, p.vpp, p.dp, p.mbs)
         yield space.expert_rule(self.model, p.tp, p.cp, p.dp, p.ep, p.expert_tp)
@@ -243,13 +258,16 @@ class Explainer:
                            f"VPP={p.vpp} cuts it to {_pct(bubble_share(est))}")
             else:
                 out.append(f"PP={p.pp} bubble {_pct(bubble_share(est))} at {micro} micro-batches")
+        if p.uneven_pipeline:
+            out.append(self._uneven_split(p))
         possible = space.divisors(self.cluster.world_size // (p.tp * p.cp))
-        legal = [v for v in possible if self.model.num_layers % v == 0]
-        blocked = [v for v in possible if self.model.num_layers % v and p.pp < v <= self.model.num_layers]
+        layers = self.model.num_layers
+        legal = [v for v in possible if v <= layers and space.pipeline_splits(self.model, v)]
+        blocked = [v for v in possible if p.pp < v <= layers and not space.pipeline_splits(self.model, v)]
         if blocked:
             shown = ", ".join(str(v) for v in blocked[:4])
-            out.append(f"PP is limited by num_layers={self.model.num_layers}: PP={shown} would divide the GPUs "
-                       "but not the layers (uneven first/last stages are not modelled)")
+            out.append(f"PP is limited by num_layers={layers}: PP={shown} would divide the GPUs but leave no "
+                       "legal layer split (not even with lighter first/last stages)")
         for other in _neighbours(p.pp, legal):
             versus = self._versus("pp", other, p, est)
             if versus and other < p.pp and "does not fit" in versus:
@@ -257,6 +275,26 @@ class Explainer:
             elif versus:
                 out.append(f"PP={p.pp}: {versus}")
         return out
+
+    def _uneven_split(self, p: ParallelConfig) -> str:
+        """Say which ranks hold fewer layers and why (the layer count, and what the end ranks carry)."""
+        layers = self.model.num_layers
+        counts = p.rank_layer_counts(layers)
+        middle = counts[1] if p.pp > 2 else None
+        ends = []
+        if p.first_stage_layers is not None:
+            ends.append("first")
+        if p.last_stage_layers is not None:
+            ends.append("last")
+        given = sorted({c for c, is_end in ((p.first_stage_layers, True), (p.last_stage_layers, True)) if c})
+        count_words = " and ".join(str(c) for c in given)
+        why = (f"{layers} layers do not divide by {p.pp}" if layers % p.pp
+               else f"{layers} layers would divide by {p.pp}, but the end ranks carry more than layers")
+        text = (f"PP={p.pp} with {count_words} layers on the {' and '.join(ends)} stage"
+                f"{'s' if len(ends) > 1 else ''}: {why}; the embedding/output stages get fewer")
+        if middle is not None:
+            text += f" ({middle} on each middle stage)"
+        return text
 
     def _cp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
         out = []

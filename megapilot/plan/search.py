@@ -4,7 +4,9 @@ How the space is walked (each step cuts what the next would otherwise have to co
 counted in `rejected` under its reason):
 
 1. **Rules.** TP, PP, CP, DP, EP, ETP and VPP values come from divisor enumeration (`space.py`); a
-   value that breaks a Megatron rule is never costed.
+   value that breaks a Megatron rule is never costed. A PP that does not divide the layers is not
+   dropped: `space.pipeline_splits` gives it one or two uneven splits (lighter first/last ranks,
+   sized by what the embedding and the output layer weigh in layers), each walked as its own shape.
 2. **Two-stage costing.** The estimator's memory stage runs first; the full estimate (step time)
    only for layouts that fit (`cost.CostModel`).
 3. **Memory floor.** Each shape (TP, PP, CP, EP, ETP, FSDP) is checked once at its smallest
@@ -18,7 +20,10 @@ counted in `rejected` under its reason):
    where the previous stopped) and once nothing fits the larger MBS are skipped. Throughput is
    unimodal in MBS (GEMM efficiency saturates while the pipeline gets fewer micro-batches): the
    walk stops once it falls. VPP likewise (the bubble shrinks as 1/VPP while send/recv and in-flight
-   activations grow), and it also stops once the bubble is inside the tie band.
+   activations grow), and it also stops once the bubble is inside the tie band. PPs that need an
+   uneven split are skipped once throughput fell from a smaller PP whose best layout ran without
+   recompute (memory no longer binds: more stages only add bubble and send/recv). PPs with an even
+   split are all walked, so nothing an even-only search finds is lost.
 6. **Dominated options.** CP beyond what memory needs (same work in smaller GEMMs plus ring
    traffic; its bubble effect VPP gives for free) and FSDP where memory does not bind (more
    all-gathers than the distributed optimizer, nothing gained) are skipped. Sequence parallelism is
@@ -42,6 +47,7 @@ from megapilot.plan import space
 from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
 from megapilot.plan.reasons import bubble_share
 from megapilot.plan.space import Pins, Rejection
+from megapilot.spec.parallel import pipeline_rank_layer_counts
 from megapilot.spec import (
     ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec,
 )
@@ -58,6 +64,7 @@ DOMINATED_FSDP = "dominated: FSDP where memory does not bind"
 DOMINATED_CP = "dominated: more CP than memory needs"
 DOMINATED_MBS = "dominated: larger MBS after throughput fell"
 DOMINATED_VPP = "dominated: more VPP once throughput fell or the bubble is inside the tie band"
+DOMINATED_PP = "dominated: uneven-split PP after throughput fell without memory pressure"
 
 
 class Candidate(BaseModel):
@@ -159,9 +166,13 @@ def dimension_values(p: ParallelConfig) -> tuple[tuple[str, object], ...]:
 
 # ---- the search -------------------------------------------------------------------------------
 
-def recompute_ladder(model: ModelSpec, pp: int, vpp: int) -> list[dict]:
-    """Recompute settings from the cheapest in time to the smallest in memory."""
-    layers_per_chunk = model.num_layers // (pp * vpp)
+def recompute_ladder(model: ModelSpec, pp: int, vpp: int, split: space.PipelineSplit = space.EVEN_SPLIT) -> list[dict]:
+    """Recompute settings from the cheapest in time to the smallest in memory.
+
+    Block recompute counts layers per model chunk; with an uneven split the largest chunk (a middle
+    rank's) sets the choices, and the lighter end ranks recompute all of theirs when asked for more.
+    """
+    layers_per_chunk = max(pipeline_rank_layer_counts(model.num_layers, pp, *split)) // vpp
     ladder: list[dict] = [{"recompute": "none"}, {"recompute": "selective"}]
     partial = sorted({max(1, layers_per_chunk * q // 4) for q in (1, 2, 3)} - {layers_per_chunk})
     ladder += [{"recompute": "full", "recompute_method": "block", "recompute_num_layers": k} for k in partial]
@@ -181,6 +192,8 @@ class _Search:
         self.smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
         self.best_by: dict[tuple[str, object], tuple[ParallelConfig, EstimateResult]] = {}
         self._best_by_key: dict[tuple[str, object], tuple] = {}
+        # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without recompute)
+        self._best_speed_at: dict[tuple[int, int], tuple[float, bool]] = {}
 
     # -- bookkeeping
     def _reject(self, rejection: Rejection | None, count: int = 1) -> bool:
@@ -190,6 +203,9 @@ class _Search:
         return True
 
     def _keep(self, parallel: ParallelConfig, est: EstimateResult) -> None:
+        shape = (parallel.tp, parallel.pp)
+        if est.tokens_per_s_per_gpu > self._best_speed_at.get(shape, (0.0, False))[0]:
+            self._best_speed_at[shape] = (est.tokens_per_s_per_gpu, parallel.recompute == "none")
         self.fitting += 1
         self.counter += 1
         key = rank_key(parallel, est)
@@ -214,15 +230,41 @@ class _Search:
         for tp in space.tp_values(world, self.pins):
             if self._reject(space.tp_rule(self.model, self.cluster, tp)):
                 continue
-            for pp in space.pp_values(world // tp, self.model, self.pins):
-                if self._reject(space.pp_rule(self.model, pp)):
-                    continue
-                self._walk_context_parallel(tp, pp)
+            self._walk_pipeline(tp)
         ranked = [(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)]
         return SearchOutcome(ranked, self.rejected, self.cost.calls, self.fitting, self.smallest_floor,
                              self.cost, self.best_by)
 
-    def _walk_context_parallel(self, tp: int, pp: int) -> None:
+    def _walk_pipeline(self, tp: int) -> None:
+        """PP upwards, each with its layer splits (the even one, or a few uneven ones).
+
+        Every PP with an even split is walked. PPs that need an uneven split are skipped once a PP
+        came out slower than the best smaller PP while that best ran without recompute: memory no
+        longer bound it, so more stages only add bubble and send/recv (and uneven splits rarely
+        allow the interleaving that would hide it).
+        """
+        pps = space.pp_values(self.cluster.world_size // tp, self.model, self.pins)
+        best_so_far: tuple[float, bool] | None = None  # (tokens/s/GPU, ran without recompute)
+        fell = False
+        for pp in pps:
+            splits = space.pipeline_splits(self.model, pp)
+            if not splits:
+                self._reject(space.pp_rule(self.model, pp))
+                continue
+            if fell and splits[0] != space.EVEN_SPLIT:
+                self.rejected[DOMINATED_PP] += len(splits)
+                continue
+            for split in splits:
+                self._walk_context_parallel(tp, pp, split)
+            here = self._best_speed_at.get((tp, pp))
+            if here is None:
+                continue
+            if best_so_far is not None and here[0] < best_so_far[0] and best_so_far[1]:
+                fell = True
+            if best_so_far is None or here[0] > best_so_far[0]:
+                best_so_far = here
+
+    def _walk_context_parallel(self, tp: int, pp: int, split: space.PipelineSplit) -> None:
         """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it.
 
         A larger CP than memory needs is dominated: it does the same work per GPU in smaller GEMMs
@@ -237,9 +279,11 @@ class _Search:
             dp = world // (tp * cp * pp)
             if self._reject(space.batch_rule(self.training, dp)):
                 continue
-            self._walk_experts(tp, cp, pp, dp, settled)
+            self._walk_experts(tp, cp, pp, dp, settled, split)
 
-    def _walk_experts(self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]]) -> None:
+    def _walk_experts(
+        self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]], split: space.PipelineSplit
+    ) -> None:
         """Walk EP (largest first), ETP and FSDP for one (TP, CP, PP)."""
         floor_failed_for: dict[tuple[int, bool], str] = {}  # (etp, fsdp) whose floor failed at a larger EP
         for ep, etp in space.expert_values(self.model, tp, self.pins):
@@ -261,7 +305,8 @@ class _Search:
                     self.rejected[floor_failed_for[(etp, fsdp)]] += 1
                     continue
                 shape = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=None if etp == tp else etp,
-                             sequence_parallel=tp > 1, distributed_optimizer=True, fsdp=fsdp)
+                             sequence_parallel=tp > 1, distributed_optimizer=True, fsdp=fsdp,
+                             first_stage_layers=split[0], last_stage_layers=split[1])
                 floor = self._floor(shape)
                 if not floor.fits:
                     if floor.static_gib > floor.capacity_gib:  # weights alone overflow: CP cannot help
@@ -292,9 +337,10 @@ class _Search:
         """Walk VPP upwards. Returns (memory bound anything, activations bound even the smallest MBS)."""
         bound_any = bound_smallest = False
         best_so_far: float | None = None
-        vpps = space.vpp_values(self.model, pp, self.pins)
+        split = (shape["first_stage_layers"], shape["last_stage_layers"])
+        vpps = space.vpp_values(self.model, pp, self.pins, split)
         for index, vpp in enumerate(vpps):
-            if self._reject(space.pp_rule(self.model, pp, vpp)):
+            if self._reject(space.pp_rule(self.model, pp, vpp, split)):
                 continue
             best, any_, smallest = self._walk_microbatches({**shape, "vpp": vpp}, dp)
             bound_any |= any_
@@ -320,7 +366,7 @@ class _Search:
         unimodal in MBS (GEMM efficiency saturates while the pipeline gets fewer micro-batches), so
         the walk stops once it falls.
         """
-        ladder = self._ladder(shape["pp"], shape["vpp"])
+        ladder = self._ladder(shape["pp"], shape["vpp"], (shape["first_stage_layers"], shape["last_stage_layers"]))
         mbs_values = space.mbs_values(self.training, dp, self.pins)
         best: EstimateResult | None = None
         bound_any = False
@@ -344,8 +390,8 @@ class _Search:
             best = est
         return best, bound_any, bool(bound_smallest)
 
-    def _ladder(self, pp: int, vpp: int) -> list[dict]:
-        ladder = recompute_ladder(self.model, pp, vpp)
+    def _ladder(self, pp: int, vpp: int, split: space.PipelineSplit) -> list[dict]:
+        ladder = recompute_ladder(self.model, pp, vpp, split)
         if self.pins.recompute:
             ladder = [step for step in ladder if step["recompute"] == self.pins.recompute]
         return ladder

@@ -11,11 +11,18 @@ failing rule is raised as a `MegapilotError` instead of being counted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 from megapilot.errors import MegapilotError
 from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
+from megapilot.spec.parallel import pipeline_rank_layer_counts
+from megapilot.spec.validate import check_pipeline_split
+
+# (first_stage_layers, last_stage_layers); (None, None) = Megatron's even split.
+PipelineSplit = tuple[int | None, int | None]
+EVEN_SPLIT: PipelineSplit = (None, None)
 
 # Search bounds that are not Megatron rules but practice: longer micro-batches than this never pay
 # off on a GPU (the GEMMs are saturated long before), and CP beyond 32 is unheard of.
@@ -94,13 +101,21 @@ def cp_rule(training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
     return None
 
 
-def pp_rule(model: ModelSpec, pp: int, vpp: int = 1) -> Rejection | None:
-    """Each (virtual) pipeline stage holds a whole number of layers."""
-    if model.num_layers % (pp * vpp):
-        field = "pp" if vpp == 1 else "vpp"
-        return Rejection("num_layers not divisible by pp*vpp", field,
-                         f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}",
-                         f"use pp*vpp from: {_list(divisors(model.num_layers))}")
+def pp_rule(
+    model: ModelSpec, pp: int, vpp: int = 1, split: PipelineSplit = EVEN_SPLIT
+) -> Rejection | None:
+    """Each (virtual) pipeline stage holds a whole number of layers; an uneven split obeys Megatron's rules."""
+    if split == EVEN_SPLIT:
+        if model.num_layers % (pp * vpp):
+            field = "pp" if vpp == 1 else "vpp"
+            return Rejection("num_layers not divisible by pp*vpp", field,
+                             f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}",
+                             f"use pp*vpp from: {_list(divisors(model.num_layers))}")
+        return None
+    try:
+        check_pipeline_split(model.num_layers, pp, vpp, *split)
+    except MegapilotError as error:
+        return Rejection("uneven pipeline split refused", error.field or "pp", error.problem, error.fix or "")
     return None
 
 
@@ -168,13 +183,62 @@ def pp_values(rest: int, model: ModelSpec, pins: Pins) -> tuple[int, ...]:
     return (pins.pp,) if pins.pp else tuple(p for p in divisors(rest) if p <= model.num_layers)
 
 
-def vpp_values(model: ModelSpec, pp: int, pins: Pins) -> tuple[int, ...]:
-    """Interleaving needs PP > 1; any number of chunks that splits a stage's layers evenly is legal."""
+def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVEN_SPLIT) -> tuple[int, ...]:
+    """Interleaving needs PP > 1; any number of chunks that splits every rank's layers evenly is legal."""
     if pins.vpp:
         return (pins.vpp,)
-    if pp == 1 or model.num_layers % pp:
+    if pp == 1 or (split == EVEN_SPLIT and model.num_layers % pp):
         return (1,)
-    return divisors(model.num_layers // pp)
+    return divisors(math.gcd(*pipeline_rank_layer_counts(model.num_layers, pp, *split)))
+
+
+def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
+    """The layer splits worth costing at this PP: the even one when PP divides the layers, else a few
+    uneven ones (Megatron's --decoder-first/last-pipeline-num-layers), none when no split is legal.
+
+    The end ranks carry more than layers: rank 0 the input embedding (memory), the last rank the
+    output layer and the loss (time and memory). Each is worth `_end_rank_extra_layers` layers; for
+    a middle count m (the smallest that fits the layers, and one more) the end ranks share what is
+    left, the heavier extra taking the lighter share, the last rank the smaller on a tie.
+    """
+    layers = model.num_layers
+    if pp == 1 or layers % pp == 0:
+        return (EVEN_SPLIT,)
+    embedding_extra, output_extra = _end_rank_extra_layers(model)
+    middle_ranks = pp - 2
+    smallest_middle = -(-layers // pp)
+    splits: list[PipelineSplit] = []
+    for middle in (smallest_middle, smallest_middle + 1) if middle_ranks else (0,):
+        left = layers - middle_ranks * middle
+        # rounded half up, so that on a tie the last rank (output layer and loss) is the lighter one
+        first = math.floor((left + output_extra - embedding_extra) / 2 + 0.5 + 1e-9)
+        first = min(max(first, 1), left - 1)
+        split = (first, left - first)
+        if left >= 2 and (not middle_ranks or max(split) <= middle) and split not in splits:
+            if _split_is_legal(layers, pp, split):
+                splits.append(split)
+    return tuple(splits)
+
+
+def _split_is_legal(layers: int, pp: int, split: PipelineSplit) -> bool:
+    try:
+        check_pipeline_split(layers, pp, 1, *split)
+    except MegapilotError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=64)
+def _end_rank_extra_layers(model: ModelSpec) -> tuple[float, float]:
+    """(embedding, output layer + loss) in layers: embedding parameters over a layer's, and the output
+    GEMM (one per MTP depth + 1) over a layer's active parameters (both are GEMM-bound per token)."""
+    from megapilot.estimate.params import count_params
+
+    counts = count_params(model)
+    per_layer_total = counts.layers / model.num_layers
+    per_layer_active = sum(layer.active for layer in counts.per_layer) / model.num_layers
+    vocab_matrix = model.vocab_size * model.hidden_size
+    return vocab_matrix / per_layer_total, vocab_matrix * (model.mtp_num_layers + 1) / per_layer_active
 
 
 def mbs_values(training: TrainingSpec, dp: int, pins: Pins) -> tuple[int, ...]:
@@ -210,7 +274,9 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     if failure is None and (pins.pp or pins.vpp):
         if pins.vpp and pins.vpp > 1 and pins.pp == 1:
             raise MegapilotError("vpp > 1 needs pp > 1", field="vpp", fix="drop --vpp or set --pp above 1")
-        failure = pp_rule(model, pins.pp or 1, pins.vpp or 1)
+        pp = pins.pp or 1
+        splits = pipeline_splits(model, pp)
+        failure = pp_rule(model, pp, pins.vpp or 1, splits[0] if splits else EVEN_SPLIT)
     if failure is None and pins.ep:
         if model.moe is None and pins.ep > 1:
             failure = expert_rule(model, 1, 1, 1, pins.ep, 1)

@@ -97,3 +97,25 @@ def test_shares_are_read_from_the_estimators_breakdown(gpt175b_on_64_a100):
     assert 0 < component_share(est, "tp") < 1
     assert 0 < exposed_comm_share(est) < 1
     assert component_share(est, "bubble") == pytest.approx(est.time_breakdown_s["pp_bubble"] / est.step_time_s)
+
+
+def test_uneven_pipeline_split_is_planned_and_explained_for_126_layers():
+    # 126 layers divide by no PP from 4 to 64; Llama 3.1 405B on 2,048 GPUs still gets PP16 with 7
+    # layers on the first and last stages (112 = 14 x 8 in the middle), and the reasons say why.
+    result = _plan("llama3.1-405b", "h100", 2048, 8192, 2048, Pins(tp=8, pp=16))
+    best = result.best
+    assert (best.parallel.first_stage_layers, best.parallel.last_stage_layers) == (7, 7)
+    assert "PP16(7,…,7)" in layout_label(best.parallel)
+    assert _has(best.reasons, "PP=16 with 7 layers on the first and last stages: 126 layers do not divide by 16; "
+                              r"the embedding/output stages get fewer \(8 on each middle stage\)")
+
+
+def test_pp_is_limited_by_num_layers_only_where_no_split_is_legal():
+    # 126 layers: every PP up to 64 has an even or an uneven split, so no PP is blocked by the layers.
+    best = _plan("llama3.1-405b", "h100", 2048, 8192, 2048, Pins(tp=8)).best
+    assert not _has(best.reasons, "PP is limited by num_layers")
+    assert best.parallel.pp > 2  # beyond the PP 1-2 of an even-only split of 126 layers
+    # 61 layers at PP=32: two layers per middle rank leave one for both end ranks, which Megatron refuses.
+    best = _plan("deepseek-v3", "h100", 2048, 4096, 15360, Pins(tp=2, ep=64)).best
+    assert _has(best.reasons, r"PP is limited by num_layers=61: PP=32 would divide the GPUs but leave no legal "
+                              r"layer split")
