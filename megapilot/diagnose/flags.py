@@ -442,6 +442,8 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         recompute_method=flags.get("--recompute-method") if recompute == "full" and flags.get("--recompute-method") in ("uniform", "block") else "uniform",
         recompute_num_layers=flags.get_int("--recompute-num-layers") if recompute == "full" else None,
         distributed_optimizer=flags.has("--use-distributed-optimizer"),
+        first_stage_layers=flags.get_int("--decoder-first-pipeline-num-layers"),
+        last_stage_layers=flags.get_int("--decoder-last-pipeline-num-layers"),
     )
 
 

@@ -161,7 +161,13 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, *, cpu: bool = False)
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
     s.add("--tensor-model-parallel-size", p.tp)
     s.add("--pipeline-model-parallel-size", p.pp)
-    if p.vpp > 1:
+    if p.first_stage_layers is not None:
+        s.add("--decoder-first-pipeline-num-layers", p.first_stage_layers)
+    if p.last_stage_layers is not None:
+        s.add("--decoder-last-pipeline-num-layers", p.last_stage_layers)
+    if p.vpp > 1 and p.uneven_pipeline:  # Megatron-LM refuses layers-per-virtual-stage with an uneven split
+        s.add("--num-virtual-stages-per-pipeline-rank", p.vpp)
+    elif p.vpp > 1:
         s.add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (p.pp * p.vpp))
     s.add("--context-parallel-size", p.cp)
     if model.moe is not None:

@@ -39,7 +39,7 @@ def test_golden_script_reads_back_as_its_plan(case: str, launcher: str) -> None:
     assert config.model is not None, config.notes
     assert _shape(config.model) == _shape(plan.model)
     for field in ("tp", "pp", "vpp", "cp", "ep", "expert_tp", "dp", "mbs", "sequence_parallel", "recompute",
-                  "recompute_num_layers", "distributed_optimizer"):
+                  "recompute_num_layers", "distributed_optimizer", "first_stage_layers", "last_stage_layers"):
         assert getattr(config.parallel, field) == getattr(plan.parallel, field), field
     training = config.training
     assert (training.seq_length, training.global_batch_size, training.train_iters) == (

@@ -61,4 +61,10 @@ GOLDEN_PLANS: dict[str, SavedPlan] = {
         LLAMA31_405B, "h100", 14, TrainingSpec(seq_length=8192, global_batch_size=224, lr=8e-5, min_lr=8e-7),
         tp=8, pp=7, vpp=3, cp=2, mbs=1, sequence_parallel=True, recompute="full", recompute_num_layers=1,
     ),
+    # 126 layers at PP16: 7 on the first and last ranks, 8 on each of the 14 middle ones.
+    "llama3.1-405b_pp16_uneven": make_plan(
+        LLAMA31_405B, "h100", 16, TrainingSpec(seq_length=8192, global_batch_size=256),
+        tp=8, pp=16, mbs=1, sequence_parallel=True, recompute="full", recompute_num_layers=1,
+        first_stage_layers=7, last_stage_layers=7,
+    ),
 }

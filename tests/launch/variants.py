@@ -40,6 +40,9 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
     "no_dist_opt": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, distributed_optimizer=False),
     "mla_q_lora": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1),
     "moe_shared_gate": make_plan(QWEN_MOE, "h100", 1, _TRAIN, ep=8, etp=1),
+    # Uneven split with interleaving: 32 layers, PP4 x VPP2, 6 on the first and last ranks (10 in between).
+    "uneven_vpp": make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"global_batch_size": 64}), tp=2,
+                            pp=4, vpp=2, first_stage_layers=6, last_stage_layers=6),
 }
 
 OPTION_VARIANTS: dict[str, LaunchOptions] = {

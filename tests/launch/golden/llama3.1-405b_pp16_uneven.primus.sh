@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# AMD Primus launch: llama3.1-405b on 16 node(s) x 8 H100-SXM5-80GB
+# Layout TP=8 PP=16 VPP=1 CP=1 EP=1 DP=1 MBS=1 GBS=256; precision bf16.
+# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+set -euo pipefail
+
+# ---- environment: each variable with the reason it is set
+# one OpenMP thread per rank: torchrun's default too, stated so the CPU is not oversubscribed
+export OMP_NUM_THREADS=1
+# free collective buffers on stream sync instead of recordStream: less memory fragmentation
+export TORCH_NCCL_AVOID_RECORD_STREAMS=1
+# NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
+export NCCL_DEBUG=WARN
+# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+# growable allocator segments: fewer fragmentation OOMs with varying activation sizes
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+# ---- node wiring: primus-cli reads these; run this script on every node
+export NNODES=16
+export GPUS_PER_NODE=8
+: "${NODE_RANK:?set NODE_RANK to the index of this node, 0..15}"
+: "${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}"
+export NODE_RANK MASTER_ADDR
+export MASTER_PORT=29611
+
+# ---- the experiment file (a quoted heredoc: nothing in it is expanded by the shell)
+CONFIG=/lustre/jobs/llama3.1-405b_pp16_uneven/train.primus.yaml
+mkdir -p "$(dirname "$CONFIG")"
+cat > "$CONFIG" <<'PRIMUS_EXPERIMENT_YAML'
+# Primus experiment for llama3.1-405b, drafted by megapilot (overrides = Megatron args)
+work_group: megapilot
+user_name: megapilot
+exp_name: llama3.1-405b_pp16_uneven
+workspace: /lustre/jobs/llama3.1-405b_pp16_uneven/logs
+modules:
+  pre_trainer:
+    framework: megatron
+    config: pre_trainer.yaml
+    model: language_model.yaml
+    overrides:
+      num_layers: 126
+      hidden_size: 16384
+      ffn_hidden_size: 53248
+      num_attention_heads: 128
+      kv_channels: 128
+      group_query_attention: true
+      num_query_groups: 8
+      swiglu: true
+      normalization: RMSNorm
+      norm_epsilon: 1.0e-05
+      position_embedding_type: rope
+      rotary_base: 500000
+      max_position_embeddings: 131072
+      make_vocab_size_divisible_by: 128
+      untie_embeddings_and_output_weights: true
+      add_bias_linear: false
+      attention_dropout: 0.0
+      hidden_dropout: 0.0
+      tensor_model_parallel_size: 8
+      pipeline_model_parallel_size: 16
+      decoder_first_pipeline_num_layers: 7
+      decoder_last_pipeline_num_layers: 7
+      context_parallel_size: 1
+      sequence_parallel: true
+      use_distributed_optimizer: true
+      overlap_grad_reduce: true
+      overlap_param_gather: true
+      recompute_granularity: full
+      recompute_method: uniform
+      recompute_num_layers: 1
+      bf16: true
+      transformer_impl: transformer_engine
+      micro_batch_size: 1
+      global_batch_size: 256
+      seq_length: 8192
+      train_iters: 100
+      lr: 0.0003
+      min_lr: 3.0e-05
+      lr_decay_style: cosine
+      lr_warmup_iters: 0
+      weight_decay: 0.1
+      clip_grad: 1.0
+      adam_beta1: 0.9
+      adam_beta2: 0.95
+      init_method_std: 0.02
+      seed: 1234
+      data_path:
+      - /lustre/data/fineweb/fineweb_text_document
+      split: 99,1,0
+      tokenizer_type: HuggingFaceTokenizer
+      tokenizer_model: /lustre/tokenizers/llama3.1-405b
+      log_interval: 1
+      log_throughput: true
+      timing_log_level: 1
+      tensorboard_dir: /lustre/checkpoints/llama3.1-405b_pp16_uneven/tensorboard
+      log_timers_to_tensorboard: true
+      log_memory_to_tensorboard: true
+      save: /lustre/checkpoints/llama3.1-405b_pp16_uneven
+      save_interval: 100
+      load: /lustre/checkpoints/llama3.1-405b_pp16_uneven
+      ckpt_format: torch_dist
+      qk_layernorm: false
+      add_qkv_bias: false
+      multi_latent_attention: false
+      mock_data: false
+      moe_grouped_gemm: false
+      fp16: false
+      exit_on_missing_checkpoint: false
+PRIMUS_EXPERIMENT_YAML
+
+cd /workspace/Primus
+exec bash runner/primus-cli direct -- train pretrain --config "$CONFIG"

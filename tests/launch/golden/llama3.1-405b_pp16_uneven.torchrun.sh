@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# torchrun launch: llama3.1-405b on 16 node(s) x 8 H100-SXM5-80GB
+# Layout TP=8 PP=16 VPP=1 CP=1 EP=1 DP=1 MBS=1 GBS=256; precision bf16.
+# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+set -euo pipefail
+
+# ---- environment: each variable with the reason it is set
+# one OpenMP thread per rank: torchrun's default too, stated so the CPU is not oversubscribed
+export OMP_NUM_THREADS=1
+# free collective buffers on stream sync instead of recordStream: less memory fragmentation
+export TORCH_NCCL_AVOID_RECORD_STREAMS=1
+# NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
+export NCCL_DEBUG=WARN
+# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+# growable allocator segments: fewer fragmentation OOMs with varying activation sizes
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+# ---- multi-node (static rendezvous): run this script on each of the 16 nodes
+# with NODE_RANK=0..15 and MASTER_ADDR=<address of node 0>.
+: "${NODE_RANK:?set NODE_RANK to the index of this node, 0..15}"
+: "${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}"
+
+TORCHRUN_ARGS=(
+  --nnodes 16
+  --nproc-per-node 8
+  --node-rank "$NODE_RANK"
+  --master-addr "$MASTER_ADDR"
+  --master-port 29611
+)
+
+MEGATRON_ARGS=(
+  # model: llama3.1-405b
+  --num-layers 126
+  --hidden-size 16384
+  --ffn-hidden-size 53248
+  --num-attention-heads 128
+  --kv-channels 128
+  --group-query-attention
+  --num-query-groups 8
+  --swiglu
+  --normalization RMSNorm
+  --norm-epsilon 1e-05
+  --position-embedding-type rope
+  --rotary-base 500000
+  --max-position-embeddings 131072
+  --make-vocab-size-divisible-by 128
+  --untie-embeddings-and-output-weights
+  --disable-bias-linear
+  --attention-dropout 0.0
+  --hidden-dropout 0.0
+  # parallelism: TP=8 PP=16 VPP=1 CP=1 EP=1 DP=1
+  --tensor-model-parallel-size 8
+  --pipeline-model-parallel-size 16
+  --decoder-first-pipeline-num-layers 7
+  --decoder-last-pipeline-num-layers 7
+  --context-parallel-size 1
+  --sequence-parallel
+  --use-distributed-optimizer
+  --overlap-grad-reduce
+  --overlap-param-gather
+  # activation recompute: full
+  --recompute-granularity full
+  --recompute-method uniform
+  --recompute-num-layers 1
+  # precision: bf16 on H100-SXM5-80GB
+  --bf16
+  --transformer-impl transformer_engine
+  # training: 256 x 8192 tokens per step
+  --micro-batch-size 1
+  --global-batch-size 256
+  --seq-length 8192
+  --train-iters 100
+  --lr 0.0003
+  --min-lr 3e-05
+  --lr-decay-style cosine
+  --lr-warmup-iters 0
+  --weight-decay 0.1
+  --clip-grad 1.0
+  --adam-beta1 0.9
+  --adam-beta2 0.95
+  --init-method-std 0.02
+  --seed 1234
+  # data and tokenizer
+  --data-path /lustre/data/fineweb/fineweb_text_document
+  --split '99,1,0'
+  --tokenizer-type HuggingFaceTokenizer
+  --tokenizer-model /lustre/tokenizers/llama3.1-405b
+  # logging
+  --log-interval 1
+  --log-throughput
+  --timing-log-level 1
+  --tensorboard-dir /lustre/checkpoints/llama3.1-405b_pp16_uneven/tensorboard
+  --log-timers-to-tensorboard
+  --log-memory-to-tensorboard
+  # checkpoints
+  --save /lustre/checkpoints/llama3.1-405b_pp16_uneven
+  --save-interval 100
+  --load /lustre/checkpoints/llama3.1-405b_pp16_uneven
+  --ckpt-format torch_dist
+)
+
+exec python3 -m torch.distributed.run "${TORCHRUN_ARGS[@]}" /opt/Megatron-LM/pretrain_gpt.py "${MEGATRON_ARGS[@]}"
