@@ -44,6 +44,7 @@ def prepare(
         raise MegapilotError(f"{input_path} is a directory", field="INPUT",
                              fix="pass one .jsonl or .txt file (run once per file, or concatenate them)")
     _require_train_extra()
+    import gzip
     import warnings
 
     from megapilot.trainer.corpus import prepare_indexed_dataset
@@ -51,7 +52,15 @@ def prepare(
     with warnings.catch_warnings():
         # megatron.core's import warns that Apex/Transformer Engine are absent: irrelevant to tokenizing.
         warnings.simplefilter("ignore", UserWarning)
-        prepared = prepare_indexed_dataset(input_path, output_prefix, tokenizer=tokenizer, json_key=json_key)
+        try:
+            prepared = prepare_indexed_dataset(input_path, output_prefix, tokenizer=tokenizer, json_key=json_key)
+        except (gzip.BadGzipFile, EOFError) as exc:  # a .gz name on a file that is not (whole) gzip
+            raise MegapilotError(f"{input_path} is not a readable gzip file ({exc})", field="INPUT",
+                                 fix="pass an intact .gz file, or drop the .gz suffix of a plain file") from None
+        except OSError as exc:
+            raise MegapilotError(f"cannot read or write ({exc.strerror or exc}: {exc.filename or input_path})",
+                                 field="INPUT", fix="check the INPUT path and that --output-prefix's directory "
+                                 "is writable") from None
     payload = {
         "prefix": prepared.prefix, "bin_path": prepared.bin_path, "idx_path": prepared.idx_path,
         "documents": prepared.documents, "tokens": prepared.tokens, "tokenizer": prepared.tokenizer,

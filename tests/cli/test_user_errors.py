@@ -27,6 +27,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "empty.log").write_bytes(b"")
     (root / "noiter.log").write_text("starting up\nloading things\n")
     (root / "bad.json").write_text("{not json")
+    (root / "fake.jsonl.gz").write_bytes(b"\xff\xfe not gzip")
     (root / "list.json").write_text("[1, 2]")
     plan = SavedPlan(model=get_model("tiny"), cluster=ClusterSpec.from_gpu_count(get_gpu("h100"), 8),
                      training=TrainingSpec(seq_length=128, global_batch_size=16),
@@ -127,6 +128,7 @@ MISTAKES = [
     # data prepare
     (("data", "prepare", "{dir}", "--output-prefix", "{root}/out"), "INPUT"),
     (("data", "prepare", "{missing}.jsonl", "--output-prefix", "{root}/out"), "INPUT"),
+    (("data", "prepare", "{root}/fake.jsonl.gz", "--output-prefix", "{root}/out"), "INPUT"),
 ]
 
 
