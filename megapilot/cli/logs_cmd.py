@@ -110,6 +110,9 @@ def parse(
             idle_timeout = 600.0
         log = follow_log(files[0], options=options, summary_only=summary_only, timeout_s=timeout,
                          idle_timeout_s=idle_timeout)
+        if not Path(files[0]).exists():
+            raise MegapilotError(f"{files[0]} did not appear before the timeout", field="FILE",
+                                 fix="check the log path (a run directory's log is out-node0/training.log)")
     else:
         log = parse_logs(files, options=options, summary_only=summary_only)
         _refuse_unrecognised(log)  # (not under --follow: a followed file may still be empty at its timeout)

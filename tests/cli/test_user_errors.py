@@ -105,6 +105,7 @@ MISTAKES = [
     (("logs", "parse", "{missing}.log"), "FILE"),
     (("logs", "parse", "{dir}"), "FILE"),
     (("logs", "parse", "{dir}", "--follow", "--timeout", "1"), "FILE"),
+    (("logs", "parse", "{missing}.log", "--follow", "--timeout", "0.2"), "FILE"),
     (("logs", "parse", "{empty}"), "FILE"),
     (("logs", "parse", "{noiter}", "--json"), "FILE"),
     (("logs", "parse", "{bin}"), "FILE"),
