@@ -30,7 +30,8 @@ DEBUG_ENV = "MEGAPILOT_DEBUG"
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help=f"Show the traceback of an internal error (or set {DEBUG_ENV}=1)."),
+    debug: bool = typer.Option(False, "--debug",
+                               help=f"Show the traceback of an internal error (or set {DEBUG_ENV}=1)."),
 ) -> None:
     """Plan, script, run, validate and diagnose Megatron-Core training runs."""
     del debug  # read by main() from the arguments: an error can come before this callback runs
