@@ -100,6 +100,9 @@ FLAGS: tuple[Flag, ...] = (
     _int("--pipeline-model-parallel-size", 1, "pipeline-parallel size (PP)"),
     _int("--num-layers-per-virtual-pipeline-stage", None, "layers per virtual stage (interleaved 1F1B)"),
     _int("--virtual-pipeline-model-parallel-size", None, "virtual stages per pipeline rank"),
+    _int("--num-virtual-stages-per-pipeline-rank", None, "virtual stages per pipeline rank (Megatron-LM's name)"),
+    _int("--decoder-first-pipeline-num-layers", None, "layers on the first pipeline stage (uneven split)"),
+    _int("--decoder-last-pipeline-num-layers", None, "layers on the last pipeline stage (uneven split)"),
     _int("--context-parallel-size", 1, "context-parallel size (CP)"),
     _int("--expert-model-parallel-size", 1, "expert-parallel size (EP)"),
     _int("--expert-tensor-parallel-size", None, "tensor-parallel size inside experts"),
@@ -218,9 +221,7 @@ UNSUPPORTED_FLAGS: dict[str, str] = {
     "--rampup-batch-size": "batch-size ramp-up is not implemented",
     "--mtp-num-layers": "multi-token prediction is not implemented",
     "--multi-latent-attention": "MLA is not implemented in this trainer",
-    "--num-layers-per-stage": "uneven pipeline stages are not implemented",
-    "--decoder-first-pipeline-num-layers": "uneven pipeline stages are not implemented",
-    "--decoder-last-pipeline-num-layers": "uneven pipeline stages are not implemented",
+    "--num-layers-per-stage": "per-stage layer lists are not implemented (use --decoder-first/last-pipeline-num-layers)",
     "--ckpt-convert-format": "checkpoint conversion is not implemented",
 }
 

@@ -56,6 +56,8 @@ class TrainerConfig:
     tensor_model_parallel_size: int
     pipeline_model_parallel_size: int
     virtual_pipeline_model_parallel_size: int | None
+    decoder_first_pipeline_num_layers: int | None
+    decoder_last_pipeline_num_layers: int | None
     context_parallel_size: int
     expert_model_parallel_size: int
     expert_tensor_parallel_size: int
@@ -175,8 +177,14 @@ def _check_positive(ns: argparse.Namespace, *dests: str) -> None:
 
 def _resolve_virtual_pipeline(ns: argparse.Namespace) -> int | None:
     pp = ns.pipeline_model_parallel_size
+    uneven = ns.decoder_first_pipeline_num_layers is not None or ns.decoder_last_pipeline_num_layers is not None
+    stages_per_rank = ns.num_virtual_stages_per_pipeline_rank or ns.virtual_pipeline_model_parallel_size
     if ns.num_layers_per_virtual_pipeline_stage is None:
-        return ns.virtual_pipeline_model_parallel_size
+        return stages_per_rank
+    if uneven:  # Megatron-LM's validate_args refuses the same combination
+        raise MegapilotError("cannot be combined with an uneven pipeline split",
+                             field="--num-layers-per-virtual-pipeline-stage",
+                             fix="give the virtual stages per rank with --num-virtual-stages-per-pipeline-rank")
     layers_per_stage = ns.num_layers // pp
     if ns.num_layers % pp or layers_per_stage % ns.num_layers_per_virtual_pipeline_stage:
         raise MegapilotError(
@@ -187,6 +195,22 @@ def _resolve_virtual_pipeline(ns: argparse.Namespace) -> int | None:
         raise MegapilotError("needs pipeline parallelism", field="--num-layers-per-virtual-pipeline-stage",
                              fix="set --pipeline-model-parallel-size ≥ 2 or drop the flag")
     return layers_per_stage // ns.num_layers_per_virtual_pipeline_stage
+
+
+def _check_pipeline_split(ns: argparse.Namespace, virtual_stages: int | None) -> int | None:
+    """Refuse a layer split Megatron-Core's TransformerConfig would refuse, naming the flag; pass VPP on."""
+    from megapilot.spec.validate import check_pipeline_split
+
+    flag_of = {"first_stage_layers": "--decoder-first-pipeline-num-layers",
+               "last_stage_layers": "--decoder-last-pipeline-num-layers", "pp": "--pipeline-model-parallel-size",
+               "vpp": "--num-layers-per-virtual-pipeline-stage"}
+    try:
+        check_pipeline_split(ns.num_layers, ns.pipeline_model_parallel_size, virtual_stages or 1,
+                             ns.decoder_first_pipeline_num_layers, ns.decoder_last_pipeline_num_layers)
+    except MegapilotError as error:
+        field = flag_of.get(error.field or "", error.field)
+        raise MegapilotError(error.problem, field=field, fix=error.fix) from None
+    return virtual_stages
 
 
 def _resolve_tokenizer(ns: argparse.Namespace) -> str:
@@ -266,7 +290,7 @@ def build_config(argv: list[str], *, gpu_available: bool = False) -> TrainerConf
         "position_embedding_type": position,
         "max_position_embeddings": ns.max_position_embeddings or ns.seq_length,
         "add_bias_linear": not ns.disable_bias_linear,
-        "virtual_pipeline_model_parallel_size": _resolve_virtual_pipeline(ns),
+        "virtual_pipeline_model_parallel_size": _check_pipeline_split(ns, _resolve_virtual_pipeline(ns)),
         "expert_tensor_parallel_size": ns.expert_tensor_parallel_size or ns.tensor_model_parallel_size,
         "recompute_granularity": _resolve_recompute(ns),
         "global_batch_size": ns.global_batch_size or ns.micro_batch_size,

@@ -49,6 +49,8 @@ def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig
         qk_layernorm=config.qk_layernorm,
         apply_residual_connection_post_layernorm=config.apply_residual_connection_post_layernorm,
         **config.parallel_sizes(),
+        num_layers_in_first_pipeline_stage=config.decoder_first_pipeline_num_layers,
+        num_layers_in_last_pipeline_stage=config.decoder_last_pipeline_num_layers,
         sequence_parallel=config.sequence_parallel,
         pipeline_dtype=dtype, params_dtype=dtype, bf16=config.bf16, fp16=config.fp16,
         recompute_granularity=config.recompute_granularity, recompute_method=config.recompute_method,

@@ -102,3 +102,33 @@ def test_world_size_must_tile_the_layout_and_the_batch():
     with pytest.raises(MegapilotError, match="global batch") as err:
         build_config(TINY + ["--global-batch-size", "6"]).check_world_size(2)
     assert err.value.field == "--global-batch-size"
+
+
+def test_uneven_pipeline_split_reaches_the_config():
+    config = build_config(TINY[:1] + ["3"] + TINY[2:] + [
+        "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1",
+        "--decoder-last-pipeline-num-layers", "2"])
+    assert (config.decoder_first_pipeline_num_layers, config.decoder_last_pipeline_num_layers) == (1, 2)
+
+
+def test_uneven_split_with_interleaving_takes_megatron_lms_virtual_stage_flag():
+    # 10 layers, PP4 x VPP2: 2 on each end rank leaves 6 for 2 middle ranks, 3 each: not a multiple of VPP.
+    flags = TINY[:1] + ["10"] + TINY[2:] + ["--pipeline-model-parallel-size", "4",
+                                            "--decoder-first-pipeline-num-layers", "2",
+                                            "--decoder-last-pipeline-num-layers", "2"]
+    with pytest.raises(MegapilotError, match="middle") as err:
+        build_config(flags + ["--num-virtual-stages-per-pipeline-rank", "2"])
+    assert err.value.field == "--decoder-first-pipeline-num-layers"
+    with pytest.raises(MegapilotError) as err:
+        build_config(flags + ["--num-layers-per-virtual-pipeline-stage", "1"])
+    assert err.value.field == "--num-layers-per-virtual-pipeline-stage"
+    flags[1] = "12"  # 8 left, 4 per middle rank, 2 per chunk
+    assert build_config(flags + ["--num-virtual-stages-per-pipeline-rank", "2"]).virtual_pipeline_model_parallel_size == 2
+
+
+def test_uneven_split_megatron_refuses_is_named_by_flag():
+    with pytest.raises(MegapilotError, match="middle") as err:  # 4 layers, PP2: 1 + 2 leaves one with no rank
+        build_config(TINY + ["--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1",
+                             "--decoder-last-pipeline-num-layers", "2"])
+    assert err.value.field == "--decoder-first-pipeline-num-layers"
+
