@@ -51,26 +51,36 @@ def _specs(case: dict):
 
 def legal_layouts(model, cluster, training):
     """Every layout of the planner's space that passes `validate_layout` (the exhaustive baseline's list)."""
-    from megapilot.errors import MegapilotError
-    from megapilot.plan.search import recompute_ladder
-    from megapilot.plan.space import MAX_CP, MAX_MBS, divisors, interleave_rule
-    from megapilot.spec import ParallelConfig, validate_layout
+    from megapilot.plan.space import MAX_CP, divisors, pipeline_splits
 
     world = cluster.world_size
     experts = model.moe.num_experts if model.moe else 1
     for tp, pp, cp in itertools.product(divisors(world), repeat=3):
-        if world % (tp * pp * cp) or cp > MAX_CP or tp > cluster.gpus_per_node or model.num_layers % pp:
+        if world % (tp * pp * cp) or cp > MAX_CP or tp > cluster.gpus_per_node:
             continue
         dp = world // (tp * pp * cp)
-        vpps = divisors(model.num_layers // pp) if pp > 1 else (1,)
-        for vpp, ep, etp, mbs, fsdp in itertools.product(vpps, divisors(experts), sorted({1, tp}),
-                                                        [m for m in divisors(MAX_MBS)], (False, True)):
+        # the planner's splits of this PP: the even one, or its uneven candidates
+        for split in pipeline_splits(model, pp):
+            yield from _legal_at(model, cluster, training, tp, pp, cp, dp, split, experts)
+
+
+def _legal_at(model, cluster, training, tp, pp, cp, dp, split, experts):
+    """The legal layouts of one (TP, PP, CP) and layer split."""
+    from megapilot.errors import MegapilotError
+    from megapilot.plan.search import recompute_ladder
+    from megapilot.plan.space import MAX_MBS, Pins, divisors, interleave_rule, vpp_values
+    from megapilot.spec import ParallelConfig, validate_layout
+
+    for vpp in vpp_values(model, pp, Pins(), split):
+        for ep, etp, mbs, fsdp in itertools.product(divisors(experts), sorted({1, tp}),
+                                                    [m for m in divisors(MAX_MBS)], (False, True)):
             if (fsdp and dp == 1) or (model.moe is None and etp != tp):
                 continue
-            for step in recompute_ladder(model, pp, vpp):
+            for step in recompute_ladder(model, pp, vpp, split):
                 try:
                     p = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, ep=ep, etp=None if etp == tp else etp,
-                                       mbs=mbs, sequence_parallel=tp > 1, fsdp=fsdp, **step)
+                                       mbs=mbs, sequence_parallel=tp > 1, fsdp=fsdp, first_stage_layers=split[0],
+                                       last_stage_layers=split[1], **step)
                     validate_layout(model, cluster, training, p)
                 except (MegapilotError, ValueError):
                     continue

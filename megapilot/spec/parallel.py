@@ -91,11 +91,17 @@ class ParallelConfig(BaseModel):
         return global_batch_size // (self.mbs * self.dp)
 
     def shell_block(self, global_batch_size: int) -> str:
-        """The seeds' shell variable block, e.g. `TP=4 PP=4 VPP=5 CP=2 EP=1 DP=2 MBS=1 GBS=1024`."""
-        return (
+        """The seeds' shell variable block, e.g. `TP=4 PP=4 VPP=5 CP=2 EP=1 DP=2 MBS=1 GBS=1024`; an uneven
+        split adds its end ranks' layer counts (`PP_FIRST_LAYERS=7 PP_LAST_LAYERS=7`)."""
+        block = (
             f"TP={self.tp} PP={self.pp} VPP={self.vpp} CP={self.cp} EP={self.ep} "
             f"DP={self.dp} MBS={self.mbs} GBS={global_batch_size}"
         )
+        if self.first_stage_layers is not None:
+            block += f" PP_FIRST_LAYERS={self.first_stage_layers}"
+        if self.last_stage_layers is not None:
+            block += f" PP_LAST_LAYERS={self.last_stage_layers}"
+        return block
 
     @classmethod
     def for_world(cls, world_size: int, **layout: object) -> "ParallelConfig":
