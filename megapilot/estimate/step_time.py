@@ -13,7 +13,10 @@ Model (per GPU, seconds):
 - ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers (exposed);
 - pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk; blocking
   under 1F1B, overlapped with compute under the interleaved schedule;
-- pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2);
+- pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2). The slowest stage sets
+  the rhythm (m of its micro-batches); filling and draining the pipeline adds one micro-batch of
+  every other stage, so with unequal stages (an uneven split, the output layer on the last one)
+  the bubble is the sum of the other stages' times, / vpp;
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
   (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last);
@@ -358,8 +361,8 @@ def step_time(
     slowest = max(stages, key=lambda c: c.total)
     pp_comm_s = _pp_comm_s(model, cluster, training, p, slowest.compute)
     per_microbatch_s = slowest.total + pp_comm_s
-    mean_stage_s = sum(c.total for c in stages) / len(stages) + pp_comm_s
-    bubble_s = (p.pp - 1) / p.vpp * mean_stage_s
+    other_stages_s = sum(c.total for c in stages) - slowest.total + (p.pp - 1) * pp_comm_s
+    bubble_s = other_stages_s / p.vpp
     dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, stages[0].total, m)
     optimizer_s = _optimizer_s(model, cluster, p)
     breakdown = {

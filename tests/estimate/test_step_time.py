@@ -167,3 +167,22 @@ def test_fsdp_moves_more_data_parallel_traffic_than_the_distributed_optimizer():
     distopt = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, layout, serial)
     fsdp = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, layout.model_copy(update={"fsdp": True}), serial)
     assert fsdp.breakdown_s["dp_comm"] > 2 * distopt.breakdown_s["dp_comm"]
+
+
+def test_uneven_split_runs_at_the_middle_stages_pace_and_its_lighter_ends_shorten_the_bubble():
+    from megapilot.estimate.step_time import stage_costs
+
+    model = ModelSpec(name="405b-like", num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
+                      num_attention_heads=128, num_query_groups=8, vocab_size=128256)
+    layout = ParallelConfig(tp=8, pp=16, dp=16, sequence_parallel=True, recompute="full",
+                            first_stage_layers=7, last_stage_layers=7)
+    cluster = ClusterSpec.from_gpu_count(H100, 2048)
+    training = TrainingSpec(seq_length=8192, global_batch_size=2048)
+    stages = [c.total for c in stage_costs(model, cluster, training, layout, EstimateOptions())]
+    assert stages[0] < stages[1] == stages[7] == stages[14]  # 7 layers + embedding vs 8 layers
+    assert max(stages) > stages[0]  # the lighter first rank does not set the pace
+    result = step_time(model, cluster, training, layout)
+    # Fill and drain add one micro-batch of every stage but the slowest: less than 15 slowest ones.
+    per_microbatch = max(stages)
+    assert 14 * min(stages) < result.breakdown_s["pp_bubble"] < 15 * per_microbatch + 15 * result.breakdown_s[
+        "pp_comm"] / layout.num_microbatches(2048)
