@@ -34,3 +34,17 @@ def cli(capsys):
         return CliResult(code, out.out, out.err)
 
     return run
+
+
+def _hypothesis_profiles() -> None:
+    """CI replays the same examples every run (a red CI must be reproducible); locally they vary."""
+    import os
+
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+    settings.register_profile("dev", deadline=None)
+    settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+_hypothesis_profiles()

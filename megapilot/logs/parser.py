@@ -38,21 +38,23 @@ ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 # Primus torchtitan: `step:  1  loss: 12.2674  grad_norm: 3.9375  memory: 240.17GiB(95.31%)  tps: 531 ...`
 TITAN_STEP_RE = re.compile(r"\bstep:\s*(\d+)\s+(loss:.*)")
 TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
-BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([\d.]+)\s*s\b(?:.*?GPU utilization:\s*([\d.]+))?")
+# A decimal number captured whole: "8..03" must not reach float() (mangled lines).
+NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
+BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*" + NUMBER + r"\s*s\b(?:.*?GPU utilization:\s*" + NUMBER + r")?")
 MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)", re.I)
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |:\d+:\d+ \[(\d+)\] ")
-TIMER_RE = re.compile(r"([A-Za-z][\w\-/]*(?: [\w\-/]+)*) \.*: \(?\s*([\d.]+)(?:,\s*([\d.]+)\))?")
+TIMER_RE = re.compile(r"([A-Za-z][\w\-/]*(?: [\w\-/]+)*) \.*: \(?\s*" + NUMBER + r"(?:,\s*" + NUMBER + r"\))?")
 SAVE_START_RE = re.compile(r"saving checkpoint at iteration\s+(\d+) to (\S+)", re.I)
 SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+) to (\S+)", re.I)
 LOAD_START_RE = re.compile(r"\bloading (?:release )?(?:distributed )?checkpoint from (\S+)(?: at iteration (\d+))?",
                            re.I)
 LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (\S+)(?:.*?at iteration (\d+))?", re.I)
 NOT_FOUND_RE = re.compile(r"could not find the metadata file (\S+)", re.I)
-THEORY_PARAMS_RE = re.compile(r"((?:Total n|N)umber of [\w ]+?) in billions:\s*([\d.]+)")
+THEORY_PARAMS_RE = re.compile(r"((?:Total n|N)umber of [\w ]+?) in billions:\s*" + NUMBER)
 THEORY_FOOTPRINT_RE = re.compile(r"Theoretical memory footprints: (.*)")
-THEORY_PART_RE = re.compile(r"([\w ]+?)=\s*([\d.]+) MB")
-ACTIVATION_PER_LAYER_RE = re.compile(r"Activation memory footprint per transformer layer[^:]*:\s*([\d.]+) MB")
+THEORY_PART_RE = re.compile(r"([\w ]+?)=\s*" + NUMBER + r" MB")
+ACTIVATION_PER_LAYER_RE = re.compile(r"Activation memory footprint per transformer layer[^:]*:\s*" + NUMBER + r" MB")
 PREFIX_RE = re.compile(
     r"^(?:\s*(?:\[rank\d+\]:|\d+:(?=\s)|\[?\d{4}-?\d\d-?\d\d[ T][\d:.,]+Z?\]?|\[rank-\d+/\d+\]|"
     r"\[(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s*\]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[\w.]+:))+\s?"

@@ -44,3 +44,11 @@ def mangled_lines(draw):
 @given(st.lists(mangled_lines(), min_size=1, max_size=20))
 def test_mangled_real_lines_never_crash(lines: list[str]):
     _parse_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))
+
+
+def test_numbers_with_doubled_points_do_not_reach_float():
+    """A mangled value ('8..03') is read as far as it is a number, never raised as ValueError."""
+    from megapilot.logs import parse_text
+
+    parsed = parse_text("Total number of parameters in billions: 8..03\n Step Time : 1..5s\n")
+    assert parsed is not None
