@@ -105,6 +105,10 @@ def run_batch(path: Path, flop_convention: str = "megatron") -> list[dict[str, A
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise MegapilotError(f"cannot read {path} ({exc.strerror})", field="batch", fix="pass a readable JSONL file")
+    except UnicodeDecodeError:
+        raise MegapilotError(f"{path} is not UTF-8 text", field="batch", fix="pass a JSONL text file")
+    if not any(line.strip() for line in lines):
+        raise MegapilotError(f"{path} holds no case", field="batch", fix='write one {"model": ...} object per line')
     results = []
     for number, line in enumerate(lines, start=1):
         if line.strip():

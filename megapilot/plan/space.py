@@ -64,6 +64,12 @@ class Pins:
     recompute: str | None = None
     fsdp: bool | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise MegapilotError(f"must be at least 1, got {value}", field=name, fix=f"pass --{name} 1 or more")
+
 
 def _list(values: tuple[int, ...] | list[int]) -> str:
     return ", ".join(str(v) for v in values)

@@ -29,6 +29,7 @@ def validate_layout(
     _check_world(cluster, parallel)
     _check_tensor_parallel(model, cluster, training, parallel, allow_tp_across_nodes)
     _check_pipeline(model, parallel)
+    _check_sequence(model, training)
     _check_context_parallel(training, parallel)
     _check_experts(model, parallel)
     _check_batch(training, parallel)
@@ -144,6 +145,17 @@ def check_pipeline_split(
 
 def _describe(given: dict[str, int]) -> str:
     return " and ".join(f"{name}={count}" for name, count in given.items())
+
+
+def _check_sequence(model: ModelSpec, training: TrainingSpec) -> None:
+    # Learned absolute positions have one embedding row per position: there is none beyond the table.
+    if model.position_embedding == "learned_absolute" and training.seq_length > model.max_position_embeddings:
+        raise MegapilotError(
+            f"seq_length={training.seq_length} exceeds the {model.max_position_embeddings} learned position "
+            f"embeddings of {model.name}",
+            field="seq_length",
+            fix=f"use a sequence length of at most {model.max_position_embeddings}",
+        )
 
 
 def _check_context_parallel(training: TrainingSpec, p: ParallelConfig) -> None:

@@ -134,3 +134,10 @@ def test_help_loads_no_library_module_and_no_heavy_dependency(args):
     library = {m for m in loaded if m.startswith("megapilot.") and not m.startswith("megapilot.cli")}
     assert library <= {"megapilot.errors"}
     assert not loaded & {"yaml", "jinja2", "torch", "megatron", "numpy"}
+
+
+def test_empty_batch_file_is_a_user_error(cli, tmp_path):
+    empty = tmp_path / "cases.jsonl"
+    empty.write_text("\n\n")
+    result = cli("estimate", "--batch", str(empty), "--json")
+    assert result.exit_code == 2 and "batch" in result.stderr

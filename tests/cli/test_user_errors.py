@@ -54,7 +54,7 @@ MISTAKES = [
     (("estimate", "--model", "tiny", "--gpu", "no-such-gpu", "--gpus", "8", "--gbs", "16", "--seq-len", "128"), "gpu"),
     (("estimate", "--model", "tiny", "--gpu", "h100", "--gpus", "0", "--gbs", "16", "--seq-len", "128"), "gpus"),
     (("estimate", "--batch", "{dir}"), "batch"),
-    (("estimate", "--batch", "{bin}"), "input"),
+    (("estimate", "--batch", "{bin}"), "batch"),
     # plan
     (("plan", "--model", "no-such-model", "--gpu", "h100", "--gpus", "8"), "model"),
     (("plan", *TINY, "--tp", "0"), "--tp"),

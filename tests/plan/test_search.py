@@ -145,3 +145,12 @@ def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
     message = str(info.value)
     assert "activations exceed HBM even at the smallest MBS with full recompute" in message
     assert "--seq-len 262144" in info.value.fix or "--seq-len 524288" in info.value.fix
+
+
+def test_pins_below_one_are_refused_by_name():
+    from megapilot.errors import MegapilotError
+    from megapilot.plan import Pins
+
+    with pytest.raises(MegapilotError) as err:
+        Pins(tp=0)
+    assert err.value.field == "tp"

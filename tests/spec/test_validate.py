@@ -128,3 +128,14 @@ def test_tp_across_nodes_passes_when_allowed():
         validate_layout(model, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024), layout)
     validate_layout(model, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024), layout,
                     allow_tp_across_nodes=True)
+
+
+def test_learned_positions_bound_the_sequence_length():
+    gpt = ModelSpec(name="gpt-like", num_layers=4, hidden_size=128, ffn_hidden_size=512, num_attention_heads=4,
+                    vocab_size=1024, max_position_embeddings=128, position_embedding="learned_absolute")
+    with pytest.raises(MegapilotError) as err:
+        validate_layout(gpt, _cluster(gpus=2), TrainingSpec(seq_length=256, global_batch_size=16), _layout(2))
+    assert err.value.field == "seq_length" and "128" in err.value.fix
+    rope = gpt.model_copy(update={"position_embedding": "rope"})
+    assert validate_layout(rope, _cluster(gpus=2), TrainingSpec(seq_length=256, global_batch_size=16),
+                           _layout(2)) == []
