@@ -11,13 +11,18 @@ Latency terms are left out: Megatron's buckets and activations are megabytes, wh
 from __future__ import annotations
 
 from megapilot.estimate.efficiency import COLLECTIVE_BW_EFFICIENCY
-from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.hardware import ClusterSpec, default_gpus_per_node
 
 
 def scaleup_domain(cluster: ClusterSpec) -> int:
-    """GPUs that share NVLink/xGMI: the node, or the whole rack on NVL72-class systems."""
+    """GPUs that share NVLink/xGMI: the node, or the whole rack on NVL72-class systems.
+
+    A domain wider than the GPU's standard node (GB200's 72 over 4-GPU trays) spans nodes; any
+    other domain is one baseboard, so it stops at the node when nodes hold fewer GPUs.
+    """
     domain = cluster.gpu.scaleup_domain_gpus
-    return domain if domain > cluster.gpus_per_node else min(domain, cluster.gpus_per_node)
+    spans_nodes = domain > default_gpus_per_node(cluster.gpu)
+    return domain if spans_nodes else min(domain, cluster.gpus_per_node)
 
 
 def group_bandwidth_bytes_per_s(cluster: ClusterSpec, group: int, stride: int = 1) -> float:

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
-from megapilot.estimate import comm
-from megapilot.estimate.efficiency import gemm_efficiency
 from megapilot.estimate.step_time import EstimateOptions, step_time
 from megapilot.spec import ClusterSpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 
@@ -60,13 +58,6 @@ def test_warnings_name_the_terms_that_take_too_large_a_share_of_the_step():
     assert not any(w.startswith("pipeline bubble") for w in quiet.warnings)
 
 
-def test_gemm_efficiency_falls_as_the_hidden_per_tp_rank_shrinks():
-    fat = gemm_efficiency(4096, 8192, 8192, H100, "bf16")
-    thin = gemm_efficiency(4096, 8192, 8192 / 8, H100, "bf16")
-    thinner = gemm_efficiency(4096, 1024, 256, H100, "bf16")
-    assert fat > thin > thinner > 0
-
-
 def test_pipeline_bubble_follows_pp_minus_one_over_microbatches_and_shrinks_with_interleaving():
     plain = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout())
     interleaved = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout(vpp=5))
@@ -91,16 +82,6 @@ def test_tp_overlap_hides_most_of_the_tp_communication():
     exposed = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout(), EstimateOptions(tp_comm_overlap=False))
     hidden = step_time(LLAMA3_70B, _h100s(64), SEQ_4K, _layout())
     assert hidden.breakdown_s["tp_comm"] == pytest.approx(exposed.breakdown_s["tp_comm"] * 0.2)
-
-
-def test_groups_beyond_the_nvlink_domain_use_the_nics():
-    cluster = _h100s(64)
-    nvlink = comm.group_bandwidth_bytes_per_s(cluster, 8)
-    one_rank_per_node = comm.group_bandwidth_bytes_per_s(cluster, 8, stride=8)
-    four_ranks_per_node = comm.group_bandwidth_bytes_per_s(cluster, 16, stride=2)
-    assert nvlink == pytest.approx(450e9 * 0.75)
-    assert one_rank_per_node == pytest.approx(50e9 * 0.75)
-    assert four_ranks_per_node == pytest.approx(4 * 50e9 * 0.75)
 
 
 def test_expert_all_to_all_is_slower_across_nodes():

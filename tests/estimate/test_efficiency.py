@@ -1,0 +1,82 @@
+"""The compute-efficiency curve: roofline-smoothed GEMMs, fused attention, memory-bound glue."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.estimate.efficiency import (
+    CALIBRATED,
+    EfficiencyParams,
+    attention_time_s,
+    elementwise_time_s,
+    gemm_bytes_per_element,
+    gemm_efficiency,
+    gemm_time_s,
+)
+
+H100 = get_gpu("h100")
+
+
+def test_gemm_efficiency_falls_as_the_hidden_per_tp_rank_shrinks():
+    fat = gemm_efficiency(4096, 8192, 8192, H100, "bf16")
+    thin = gemm_efficiency(4096, 8192, 8192 / 8, H100, "bf16")
+    thinner = gemm_efficiency(4096, 1024, 256, H100, "bf16")
+    assert fat > thin > thinner > 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_gemm_efficiency_rises_monotonically_with_size_and_stays_under_the_peak_fraction(precision):
+    sizes = [16, 64, 256, 1024, 4096, 16384, 65536, 1 << 20]
+    curve = [gemm_efficiency(s, s, s, H100, precision) for s in sizes]
+    assert curve == sorted(curve) and len(set(curve)) == len(curve)
+    cap = CALIBRATED.gemm_peak_fraction_8bit if precision == "fp8" else CALIBRATED.gemm_peak_fraction_16bit
+    assert all(0 < e < cap for e in curve)
+    assert curve[-1] == pytest.approx(cap, rel=0.01)  # a huge GEMM tends to the peak fraction
+
+
+def test_gemm_efficiency_matches_the_roofline_formula_by_hand():
+    # 1024^3 BF16 GEMM: I = 2*1024^3 / (2 B * 3 * 1024^2) = 341.3 FLOP/B; H100 ridge = 989.4/3.35 = 295.3 FLOP/B
+    intensity = 2 * 1024**3 / (2 * 3 * 1024**2)
+    ridge = 989.4 / 3.35
+    expected = 0.7333 * intensity / (intensity + 1.3588 * ridge)
+    assert gemm_efficiency(1024, 1024, 1024, H100, "bf16") == pytest.approx(expected)
+    assert expected == pytest.approx(0.337, abs=1e-3)
+
+
+def test_eight_bit_operands_are_one_byte_and_sixteen_bit_two():
+    assert [gemm_bytes_per_element(p) for p in ("fp8", "mxfp8", "nvfp4")] == [1.0, 1.0, 1.0]
+    assert [gemm_bytes_per_element(p) for p in ("bf16", "fp16")] == [2.0, 2.0]
+
+
+def test_gemm_time_is_flops_over_peak_times_efficiency():
+    efficiency = gemm_efficiency(8192, 8192, 8192, H100, "bf16")
+    flops = 2 * 8192**3
+    assert gemm_time_s(flops, 8192, 8192, 8192, H100, "bf16") == pytest.approx(
+        flops / (H100.bf16_dense_tflops * 1e12 * efficiency))
+
+
+def test_fp8_gemm_beats_bf16_on_a_large_gemm_but_not_by_the_full_peak_ratio():
+    flops = 2 * 16384**3
+    bf16 = gemm_time_s(flops, 16384, 16384, 16384, H100, "bf16")
+    fp8 = gemm_time_s(flops, 16384, 16384, 16384, H100, "fp8")
+    assert fp8 < bf16
+    assert bf16 / fp8 < H100.peak_tflops("fp8") / H100.bf16_dense_tflops
+
+
+def test_attention_runs_at_its_bf16_fraction():
+    assert attention_time_s(989.4e12 * 0.3, H100) == pytest.approx(1.0)
+
+
+def test_elementwise_glue_is_priced_at_hbm_bandwidth():
+    # 3.104 passes over 3.35 GB at 3.35 TB/s -> 3.104 ms
+    assert elementwise_time_s(3.35e9, H100) == pytest.approx(3.104e-3)
+    doubled = EfficiencyParams(**{**CALIBRATED.__dict__, "elementwise_passes": 2 * CALIBRATED.elementwise_passes})
+    assert elementwise_time_s(1e9, H100, doubled) == pytest.approx(2 * elementwise_time_s(1e9, H100))
+
+
+def test_calibrated_fractions_are_fractions():
+    for fraction in (CALIBRATED.gemm_peak_fraction_16bit, CALIBRATED.gemm_peak_fraction_8bit,
+                     CALIBRATED.attention_peak_fraction):
+        assert 0 < fraction <= 1
+    assert CALIBRATED.ridge_multiplier > 0 and CALIBRATED.elementwise_passes > 0
