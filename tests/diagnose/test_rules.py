@@ -8,10 +8,8 @@ import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose import diagnose
-from megapilot.diagnose.findings import Finding, ranked
 from megapilot.logs import parse_text
 from megapilot.diagnose.engine import diagnose_log
-from megapilot.logs.records import Evidence
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -124,13 +122,6 @@ def test_root_cause_ranks_above_its_consequences():
     findings = diagnose_log(log, None).findings
     assert [f.category for f in findings] == ["oom", "nccl_timeout", "process_crash"]
     assert findings[-1].severity == "warning" and "oom" in findings[-1].cause
-
-
-def test_ranking_orders_by_severity_then_root_cause():
-    ev = [Evidence("f", 1, "x")]
-    unordered = [Finding("slowdown", "warning", "", ev, ""), Finding("process_crash", "error", "", ev, ""),
-                 Finding("nccl_timeout", "critical", "", ev, ""), Finding("oom", "critical", "", ev, "")]
-    assert [f.category for f in ranked(unordered)] == ["oom", "nccl_timeout", "process_crash", "slowdown"]
 
 
 # SYNTHETIC one-line logs for the categories the shared excerpts do not cover.

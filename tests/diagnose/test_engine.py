@@ -1,0 +1,74 @@
+"""The diagnosis engine: flags feed the parser, findings come ranked, notes say what was assumed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.diagnose.engine import diagnose, diagnose_log, parse_options_for
+from megapilot.diagnose.flags import read_flags, run_config
+from megapilot.errors import MegapilotError
+from megapilot.logs import parse_text
+
+FLAGS = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 2048 --global-batch-size 64 "
+         "--micro-batch-size 1 --bf16 --vocab-size 32000")
+# Megatron-LM iteration lines without a tokens/s field: the engine must compute it from the flags.
+ITERATION = (" [2026-01-01 00:00:{s:02d}] iteration {it:8d}/     100 | consumed samples: {samples} | "
+             "elapsed time per iteration (ms): 1000.0 | learning rate: 1.0E-04 | global batch size:    64 | "
+             "lm loss: 5.0E+00 | loss scale: 1.0 | grad norm: 1.0 | number of skipped iterations:   0 | "
+             "number of nan iterations:   0 |")
+OOM = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+WATCHDOG = ("[rank0]:[E ProcessGroupNCCL.cpp:754] [Rank 0] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=9, OpType=ALLGATHER, NumelIn=1, NumelOut=8, Timeout(ms)=600000) ran for 600100 "
+            "milliseconds before timing out.")
+
+
+def _healthy_log(tmp_path: Path) -> Path:
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(ITERATION.format(s=it, it=it, samples=64 * it) for it in range(1, 6)) + "\n")
+    return path
+
+
+def test_parse_options_carry_seq_gbs_and_world_from_the_flags():
+    options = parse_options_for(run_config(read_flags(flags=FLAGS), gpus=8))
+    assert (options.seq_length, options.global_batch_size, options.world_size) == (2048, 64, 8)
+
+
+def test_parse_options_without_flags_or_model_shape_know_only_the_world():
+    assert parse_options_for(None).world_size is None and parse_options_for(None).seq_length is None
+    partial = parse_options_for(run_config(read_flags(flags="--micro-batch-size 2"), gpus=4))
+    assert partial.world_size == 4 and partial.seq_length is None
+
+
+def test_without_flags_the_fixes_are_said_to_be_generic_and_a_clean_log_says_so(tmp_path: Path):
+    result = diagnose([_healthy_log(tmp_path)])
+    assert result.findings == [] and result.config is None
+    assert result.notes == ["no --script/--flags given: fixes are generic", "no problem found in the log"]
+
+
+def test_flags_let_the_parser_compute_tokens_per_gpu(tmp_path: Path):
+    result = diagnose([_healthy_log(tmp_path)], flags=FLAGS, gpu=get_gpu("h100"), gpus=8)
+    # 64 samples x 2048 tokens / (1.0 s x 8 GPUs)
+    assert result.log.iterations[-1].tokens_per_s_per_gpu == pytest.approx(16384.0)
+    assert result.log.iterations[-1].tokens_source == "computed"
+    assert result.config is not None and result.config.world_size == 8
+
+
+def test_findings_come_ranked_root_cause_first():
+    findings = diagnose_log(parse_text("\n".join([WATCHDOG, OOM])), None).findings
+    assert [f.category for f in findings][:2] == ["oom", "nccl_timeout"]
+
+
+def test_json_schema_is_stable(tmp_path: Path):
+    data = diagnose([_healthy_log(tmp_path)]).to_dict()
+    assert list(data) == ["findings", "dialect", "files", "summary", "notes"]
+    assert data["dialect"] == "megatron-lm" and data["files"] == [str(tmp_path / "train.log")]
+    assert data["summary"]["iterations_logged"] == 5 and data["summary"]["last_iteration"] == 5
+
+
+def test_missing_log_file_is_a_user_error(tmp_path: Path):
+    with pytest.raises(MegapilotError) as info:
+        diagnose([tmp_path / "absent.log"])
+    assert info.value.field == "FILE"
