@@ -66,11 +66,8 @@ def _describe(action: argparse.Action) -> dict:
     }
 
 
-def extract(release: str, commit: str) -> dict:
-    from megatron.training.arguments import add_megatron_arguments
-
-    parser = argparse.ArgumentParser(allow_abbrev=False)
-    add_megatron_arguments(parser)
+def parser_flags(parser: argparse.ArgumentParser) -> dict[str, dict]:
+    """One row per long option name (aliases get a row each), sorted; positionals and --help left out."""
     flags: dict[str, dict] = {}
     for action in parser._actions:  # the parser's public surface has no iterator over options
         if not action.option_strings or isinstance(action, argparse._HelpAction):
@@ -78,11 +75,19 @@ def extract(release: str, commit: str) -> dict:
         info = _describe(action)
         for name in info["names"]:
             flags[name] = {k: v for k, v in info.items() if k != "names"}
+    return dict(sorted(flags.items()))
+
+
+def extract(release: str, commit: str) -> dict:
+    from megatron.training.arguments import add_megatron_arguments
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add_megatron_arguments(parser)
     return {
         "source": "NVIDIA/Megatron-LM megatron/training/arguments.py (add_megatron_arguments)",
         "release": release,
         "commit": commit,
-        "flags": dict(sorted(flags.items())),
+        "flags": parser_flags(parser),
     }
 
 
