@@ -87,10 +87,16 @@ def current_prediction(config: RunConfig) -> Prediction | None:
 
 
 def memory_options(config: RunConfig) -> list[LayoutOption]:
-    """Ways to lower the memory of the most-loaded GPU, least throughput cost first."""
+    """Ways to lower the memory of the most-loaded GPU, least throughput cost first.
+
+    An option the estimator predicts to save nothing (selective recompute under fused attention, whose
+    scores are never stored) is left out: it would cost compute and not cure the OOM.
+    """
     if not (config.model and config.training and config.parallel):
         return []
-    return [o for o in _memory_candidates(config) if o is not None]
+    now = current_prediction(config)
+    return [o for o in _memory_candidates(config) if o is not None
+            and (now is None or o.prediction is None or o.prediction.memory_gib < now.memory_gib)]
 
 
 def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
