@@ -150,7 +150,7 @@ def latest_iteration(root: str) -> int | None:
     if not tracker.is_file():
         return None
     text = tracker.read_text().strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # str.isdigit also takes "²", which int() refuses
         raise MegapilotError(f"{tracker} holds {text!r}, not an iteration number", field="--load",
                              fix="point --load at a directory written by --save")
     return int(text)
