@@ -299,10 +299,11 @@ def _print_summary(plan: "SavedPlan", launch: "LaunchScript", path: Path | None)
     for note in launch.notes:
         (err_console if path is None else console).print(f"note: {note}", highlight=False)
     target = str(path) if path else "train.sh"
-    run_hint = f"sbatch {target}" if launch.launcher == "slurm" else f"bash {target} on each node"
+    # `megapilot run` executes locally; an sbatch script is meant for the SLURM controller.
+    run_hint = (f"`sbatch {target}`" if launch.launcher == "slurm"
+                else f"`megapilot run {target}` or bash {target} on each node")
     save_hint = "" if path else "save it (`megapilot script ... > train.sh` or -o train.sh), "
-    (err_console if path is None else console).print(
-        f"{save_hint}review, then run with `megapilot run {target}` or {run_hint}", highlight=False)
+    (err_console if path is None else console).print(f"{save_hint}review, then run with {run_hint}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

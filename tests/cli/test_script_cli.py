@@ -183,3 +183,12 @@ def test_cpu_render_of_a_context_parallel_layout_is_refused_on_one_line(cli) -> 
                  "--cp", "2", "--cpu", "--entrypoint", "megapilot", "--mock-data")
     assert result.exit_code == 2 and result.stderr.startswith("error: cp:") and "--cp 1" in result.stderr
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_sbatch_script_is_pointed_at_sbatch_not_the_local_runner(cli, plan_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "train.sbatch"
+    result = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--launcher", "slurm", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    said = " ".join(result.stdout.split())  # the console may wrap long lines
+    assert f"review, then run with `sbatch {out}`" in said
+    assert "megapilot run" not in result.stdout
