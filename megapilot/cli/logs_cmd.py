@@ -121,7 +121,7 @@ def parse(
     elif csv_output:
         _write_csv(log)
     else:
-        _print_log(log)
+        _print_log(log, summary_only=summary_only)
 
 
 def _write_csv(log: ParsedLog) -> None:
@@ -147,7 +147,7 @@ def _fmt_rate(value: float | None) -> str:
 _CALIBRATION_SANE = (0.2, 5.0)
 
 
-def _print_log(log: ParsedLog) -> None:
+def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
     from rich.table import Table
 
     s = log.summary
@@ -164,7 +164,9 @@ def _print_log(log: ParsedLog) -> None:
          or not s.iterations_logged else "— (pass --seq-length and --world-size)"),
         ("TFLOP/s/GPU (mean)", _fmt_rate(s.tflops_per_gpu_mean)),
         ("loss first / min / final", f"{_fmt(s.first_loss, '.4f')} / {_fmt(s.min_loss, '.4f')} / {_fmt(s.final_loss, '.4f')}"),
-        ("memory reports / checkpoints / errors", f"{len(log.memory)} / {len(log.checkpoints)} / {len(log.errors)}"),
+        # --summary-only keeps no memory records: say "not kept" rather than a misleading 0
+        ("memory reports / checkpoints / errors",
+         f"{'not kept' if summary_only else len(log.memory)} / {len(log.checkpoints)} / {len(log.errors)}"),
     ]
     for row in rows:
         table.add_row(*row)

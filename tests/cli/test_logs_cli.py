@@ -123,3 +123,11 @@ def test_optimize_without_any_gpu_names_the_flag(cli):
     result = cli("optimize", "--flags", "--num-layers 4 --hidden-size 128 --num-attention-heads 4 "
                  "--seq-length 128 --global-batch-size 8 --micro-batch-size 1")
     assert result.exit_code == 2 and "--gpu" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_summary_only_table_does_not_claim_zero_memory_reports(cli):
+    log = str(DATA / "real/08_iteration_mcore2025_memory_report_pai.log")
+    full = " ".join(cli("logs", "parse", log).stdout.split())
+    assert "not kept" not in full
+    summary = " ".join(cli("logs", "parse", log, "--summary-only").stdout.split())
+    assert "memory reports / checkpoints / errors │ not kept /" in summary
