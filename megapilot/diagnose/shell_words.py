@@ -174,12 +174,12 @@ class _Lexer:
             word.append(_Text(text[start:self.pos], quoted=False))
 
     def _double_quoted(self, word: _Word) -> None:
-        text = self.text
+        text, opened_at = self.text, self.pos
         self.pos += 1
         literal: list[str] = []
         while True:
             if self.pos >= len(text):
-                raise _unbalanced(text, self.pos)
+                raise _unbalanced(text, opened_at)
             ch = text[self.pos]
             if ch == '"':
                 self.pos += 1
@@ -275,7 +275,8 @@ def _unquote(default: str) -> str:
 
 def _unbalanced(text: str, position: int) -> MegapilotError:
     line_number = text.count("\n", 0, position) + 1
-    line = text.splitlines()[line_number - 1] if text.splitlines() else ""
+    lines = text.splitlines()
+    line = lines[min(line_number, len(lines)) - 1] if lines else ""  # the position may be the text's end
     return MegapilotError(f"cannot split line {line_number} of the script into words (unbalanced quote, "
                           f"brace or parenthesis): {line.strip()[:80]}", field="script",
                           fix="balance the quotes on that line")
