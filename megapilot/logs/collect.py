@@ -257,7 +257,10 @@ def parse_text(text: str, *, file: str = "<text>", options: ParseOptions | None 
     """Parse a log held in a string (tests, pasted excerpts)."""
     collector = LogCollector()
     collector.log.files.append(file)
-    lines = ((i + 1, line) for i, line in enumerate(text.split("\n")))
+    texts = text.split("\n")
+    if texts[-1] == "":
+        texts.pop()  # a final newline ends the last line, it starts no other (as when the text is read from a file)
+    lines = ((i + 1, line) for i, line in enumerate(texts))
     _feed(collector, LineParser(file, options), _split_cr(lines), None)
     return collector.finish()
 

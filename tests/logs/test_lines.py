@@ -60,16 +60,6 @@ def test_follow_stops_on_idle_timeout_and_yields_the_unterminated_line(tmp_path:
     assert list(follow_lines(log, poll_s=0.01, idle_timeout_s=0.1)) == [(1, "first"), (2, "partial")]
 
 
-def test_follow_raises_one_hang_alert_from_the_wall_clock(tmp_path: Path):
-    log = tmp_path / "train.log"
-    log.write_text(ITERATION.format(it=1, ms=10.0) + ITERATION.format(it=2, ms=10.0))
-    alerts = []
-    parsed = follow_log(log, poll_s=0.01, idle_timeout_s=0.5, hang_factor=5, hang_floor_s=0.1,
-                        on_record=lambda r: alerts.append(r) if getattr(r, "category", "") == "hang" else None)
-    assert len(alerts) == 1 and alerts[0].details["last_iteration"] == "2"
-    assert [e.category for e in parsed.errors] == ["hang"]
-
-
 def test_follow_restarts_when_the_file_is_truncated(tmp_path: Path):
     log = tmp_path / "train.log"
     log.write_text("old line one\nold line two\n")
