@@ -30,7 +30,8 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # A combo name becomes a directory name: keep it to characters every filesystem and shell accepts.
-COMBO_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# `\Z`, not `$`: `$` also matches before a final newline, which would let "name\n" through.
+COMBO_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 class JobState(StrEnum):

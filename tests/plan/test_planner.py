@@ -1,0 +1,77 @@
+"""plan(): the top layouts of distinct shapes with reasons, or — when nothing fits — what bites and
+the smallest change that fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.catalog import get_gpu, get_model
+from megapilot.errors import MegapilotError
+from megapilot.plan import Pins, plan
+from megapilot.plan.planner import distinct_shapes
+from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
+
+
+def _inputs(model: str, gpus: int, seq: int, gbs: int, gpu: str = "h100"):
+    return get_model(model), ClusterSpec.from_gpu_count(get_gpu(gpu), gpus), TrainingSpec(
+        seq_length=seq, global_batch_size=gbs)
+
+
+@pytest.fixture(scope="module")
+def llama8b_plan():
+    return plan(*_inputs("llama3.1-8b", 16, 4096, 256), top=4)
+
+
+def test_distinct_shapes_keeps_the_best_of_each_shape_in_rank_order():
+    ranked = [(ParallelConfig(tp=2, dp=4, mbs=1), "a"), (ParallelConfig(tp=2, dp=4, mbs=2), "b"),
+              (ParallelConfig(tp=1, dp=8, mbs=1), "c"), (ParallelConfig(tp=2, dp=2, pp=2, mbs=1), "d"),
+              (ParallelConfig(tp=1, dp=8, mbs=4), "e")]
+    assert [est for _, est in distinct_shapes(ranked, 5)] == ["a", "c", "d"]  # type: ignore[arg-type]
+    assert [est for _, est in distinct_shapes(ranked, 2)] == ["a", "c"]  # type: ignore[arg-type]
+    assert distinct_shapes([], 3) == []
+
+
+def test_candidates_are_distinct_shapes_at_most_top_each_with_reasons(llama8b_plan):
+    candidates = llama8b_plan.candidates
+    shapes = {(c.parallel.tp, c.parallel.pp, c.parallel.cp, c.parallel.ep, c.parallel.etp, c.parallel.fsdp)
+              for c in candidates}
+    assert 1 <= len(candidates) <= 4 and len(shapes) == len(candidates)
+    assert all(c.reasons for c in candidates)
+
+
+def test_rejections_are_listed_most_frequent_first(llama8b_plan):
+    counts = list(llama8b_plan.rejected.values())
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_the_counters_say_how_much_was_costed(llama8b_plan):
+    assert llama8b_plan.layouts_costed >= len(llama8b_plan.candidates)
+    assert llama8b_plan.layouts_fitting >= len(llama8b_plan.candidates)
+
+
+def test_top_below_one_is_refused_by_name():
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 8, 4096, 128), top=0)
+    assert info.value.field == "top"
+
+
+def test_a_pin_is_honoured_by_every_candidate():
+    result = plan(*_inputs("llama3.1-8b", 8, 4096, 128), top=3, pins=Pins(tp=4))
+    assert {c.parallel.tp for c in result.candidates} == {4}
+
+
+def test_nothing_fits_names_memory_and_the_smallest_change_that_fits():
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-405b", 8, 8192, 64))
+    message = str(info.value)
+    assert info.value.field == "memory"
+    assert "no layout fits" in message and "GiB" in message
+    assert "GPUs (" in info.value.fix  # e.g. "use 64 GPUs (8× more)"
+
+
+def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 8, 1048576, 8))
+    message = str(info.value)
+    assert "activations exceed HBM even at the smallest MBS with full recompute" in message
+    assert "--seq-len 262144" in info.value.fix or "--seq-len 524288" in info.value.fix
