@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from megapilot.errors import MegapilotError
 from megapilot.logs.bulk import read_bulk
-from megapilot.logs.lines import follow_lines, read_lines
+from megapilot.logs.lines import follow_lines, read_lines, split_carriage_returns
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
     DIALECTS,
@@ -261,18 +261,8 @@ def parse_text(text: str, *, file: str = "<text>", options: ParseOptions | None 
     if texts[-1] == "":
         texts.pop()  # a final newline ends the last line, it starts no other (as when the text is read from a file)
     lines = ((i + 1, line) for i, line in enumerate(texts))
-    _feed(collector, LineParser(file, options), _split_cr(lines), None)
+    _feed(collector, LineParser(file, options), split_carriage_returns(lines), None)
     return collector.finish()
-
-
-def _split_cr(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
-    for line_no, line in lines:
-        if "\r" in line:
-            for segment in line.split("\r"):
-                if segment:
-                    yield line_no, segment
-        else:
-            yield line_no, line
 
 
 def follow_log(

@@ -10,7 +10,7 @@ line longer than `MAX_LINE_BYTES` is cut (the rest of it is dropped, not kept in
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,16 +18,19 @@ CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20
 
 
-def _split_text(text: str, first_line_no: int) -> Iterator[tuple[int, str]]:
-    line_no = first_line_no
-    for line in text.split("\n"):
+def split_carriage_returns(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """Split each numbered line at `\\r` into segments sharing its number; drop empty segments."""
+    for line_no, line in lines:
         if "\r" in line:
             for segment in line.split("\r"):
                 if segment:
                     yield line_no, segment
         else:
             yield line_no, line
-        line_no += 1
+
+
+def _split_text(text: str, first_line_no: int) -> Iterator[tuple[int, str]]:
+    return split_carriage_returns(enumerate(text.split("\n"), start=first_line_no))
 
 
 class LineSplitter:
