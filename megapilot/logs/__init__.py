@@ -15,6 +15,7 @@ from megapilot.logs.collect import LogCollector, ParsedLog, follow_log, parse_lo
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
     DIALECTS,
+    ArgumentsRecord,
     CheckpointEvent,
     CheckpointOp,
     ErrorRecord,
@@ -29,7 +30,7 @@ from megapilot.logs.signatures import CATEGORIES, SIGNATURES, match_line
 from megapilot.logs.summary import RULE_TEXT, RunSummary
 
 __all__ = [
-    "CATEGORIES", "DIALECTS", "RULE_TEXT", "SIGNATURES", "CheckpointEvent", "CheckpointOp", "ErrorRecord",
+    "CATEGORIES", "DIALECTS", "RULE_TEXT", "SIGNATURES", "ArgumentsRecord", "CheckpointEvent", "CheckpointOp", "ErrorRecord",
     "Evidence", "IterationRecord", "LineParser", "LogCollector", "MemoryRecord", "ParseOptions", "ParsedLog",
     "ProgressMarker", "RunSummary", "TheoreticalMemoryRecord", "TimerRecord", "follow_log", "match_line",
     "parse_logs", "parse_text",

@@ -129,7 +129,7 @@ class BulkReader:
         self._line_pos, self._line_no = 0, first_line_no
         parser, summary = self.parser, self.summary
         rows_append, time_candidates_append = self._rows.append, self._time_candidates.append
-        computes_tokens = bool(parser.options.seq_length)
+        computes_tokens = parser.computes_tokens
         needs_first_time = not summary.has_first_time
         word_bytes, rfind = _WORD_BYTES, block.rfind
         pos = 0
@@ -143,6 +143,7 @@ class BulkReader:
             if line_start > pos:
                 self._gap(pos, line_start)
                 needs_first_time = not summary.has_first_time
+                computes_tokens = parser.computes_tokens  # an `arguments` block in the gap gives the shape
             pos = found.end()
             if parser._pending_step_time_s is not None:  # a Bridge `Step Time` line is waiting for this line
                 self._parse_lines(line_start, pos)
@@ -183,7 +184,8 @@ class BulkReader:
         lowered = self._block[start:end].lower()
         pos, size = 0, end - start
         while pos < size:
-            if self.parser._traceback_frames is not None:  # every line is a frame or the exception, until it closes
+            if self.parser._traceback_frames is not None or self.parser._argument_values is not None:
+                # every line is a frame or the exception (an argument or the block's end), until it closes
                 line_end = lowered.index(b"\n", pos) + 1
                 self._parse_lines(start + pos, start + line_end)
                 pos = line_end

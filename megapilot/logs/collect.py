@@ -25,6 +25,7 @@ from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
     DIALECTS,
     UNKNOWN_DIALECT,
+    ArgumentsRecord,
     CheckpointEvent,
     CheckpointOp,
     ErrorRecord,
@@ -63,6 +64,7 @@ class ParsedLog:
     last_line: Evidence | None = None
     last_time_s: float | None = None
     errors_dropped: int = 0
+    arguments: ArgumentsRecord | None = None  # the latest Megatron-LM `arguments` block read
 
     def to_dict(self) -> dict[str, Any]:
         """The stable `--json` schema of `megapilot logs parse`."""
@@ -79,6 +81,7 @@ class ParsedLog:
             "errors": [r.to_dict() for r in self.errors],
             "markers": [r.to_dict() for r in self.markers],
             "summary": self.summary.to_dict() if self.summary else None,
+            "arguments": self.arguments.to_dict() if self.arguments else None,
         }
 
 
@@ -108,6 +111,8 @@ class LogCollector:
             self._checkpoint(record)
         elif isinstance(record, TimerRecord):
             self._timer(record)
+        elif isinstance(record, ArgumentsRecord):
+            self.log.arguments = record  # kept in summary-only mode too: one small record per start-up
         elif self.summary_only:
             return
         elif isinstance(record, MemoryRecord):
@@ -232,7 +237,8 @@ def parse_logs(
     for path in paths:
         name = str(path)
         collector.log.files.append(name)
-        parser = LineParser(name if name != "-" else "<stdin>", options)
+        # rank 0 prints the arguments, the last rank the iterations: a block read from an earlier file serves later ones
+        parser = LineParser(name if name != "-" else "<stdin>", options, collector.log.arguments)
         if summary_only and on_record is None:
             with _binary_source(name) as stream:
                 read_bulk(collector, parser, stream)

@@ -19,6 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from megapilot.logs.records import (
+    ARGUMENT_INT_FIELDS,
+    ArgumentsRecord,
     CheckpointEvent,
     ErrorRecord,
     IterationRecord,
@@ -55,6 +57,11 @@ THEORY_PARAMS_RE = re.compile(r"((?:Total n|N)umber of [\w ]+?) in billions:\s*"
 THEORY_FOOTPRINT_RE = re.compile(r"Theoretical memory footprints: (.*)")
 THEORY_PART_RE = re.compile(r"([\w ]+?)=\s*" + NUMBER + r" MB")
 ACTIVATION_PER_LAYER_RE = re.compile(r"Activation memory footprint per transformer layer[^:]*:\s*" + NUMBER + r" MB")
+# `  seq_length ...................................... 4096` inside Megatron-LM's `arguments` block
+# (`_print_args`: two spaces, the name, a space, 48 - len(name) dots, a space, the value).
+ARGUMENT_RE = re.compile(r"\s*([A-Za-z_]\w*) (?:\.+ |\s)(.*)")
+ARGUMENTS_NEEDLE = "arguments --"  # in both `---- arguments ----` and `---- end of arguments ----`
+MAX_ARGUMENT_BLOCK_LINES = 5000  # Megatron-LM prints ~600; a block never closed ends here
 PREFIX_RE = re.compile(
     r"^(?:\s*(?:\[rank\d+\]:|\d+:(?=\s)|\[?\d{4}-?\d\d-?\d\d[ T][\d:.,]+Z?\]?|\[rank-\d+/\d+\]|"
     r"\[(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s*\]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[\w.]+:))+\s?"
@@ -78,7 +85,7 @@ _MARKERS: tuple[tuple[str, str], ...] = (
 # but the latest timestamp (bulk reading skips such lines; keep in step with `feed` and `_structured`).
 RECORD_NEEDLES: tuple[str, ...] = (
     "iteration", "step:", "traceback (most recent call last)", "memory (", "checkpoint", ".:", "time (ms)",
-    "in billions", "emory footprint", "step time", "training ...",
+    "in billions", "emory footprint", "step time", "training ...", ARGUMENTS_NEEDLE,
     *(needle.lower() for needle, _ in _MARKERS),
 )
 
@@ -112,6 +119,7 @@ class ParseOptions:
 
     `seq_length` and `world_size` let tokens/s/GPU be computed as GBS x seq / (step time x world)
     when the line does not print it; `global_batch_size` is used when the line lacks `global batch size`.
+    Each one not given here is taken from the log's Megatron-LM `arguments` block, if it has one.
     """
 
     seq_length: int | None = None
@@ -192,9 +200,15 @@ def strip_prefix(text: str) -> str:
 class LineParser:
     """Parses the lines of one source (file name kept for evidence)."""
 
-    def __init__(self, file: str, options: ParseOptions | None = None) -> None:
+    def __init__(self, file: str, options: ParseOptions | None = None,
+                 arguments: ArgumentsRecord | None = None) -> None:
+        """`arguments`: a block already read from another file of the same run (rank 0's log)."""
         self.file = file
         self.options = options or ParseOptions()
+        self.arguments: ArgumentsRecord | None = None  # the latest `arguments` block read
+        self._argument_values: dict[str, str] | None = None  # while inside a block: the values so far
+        self._arguments_start_line = 0
+        self._use_shape(arguments)
         self.last_time_s: float | None = None
         self.bridge_seen = False
         self._pending_step_time_s: float | None = None
@@ -215,10 +229,29 @@ class LineParser:
             if found:
                 return self._titan_step(line_no, text, found)
         self._note_time(text)
+        if self._argument_values is not None:
+            handled = self._argument_line(line_no, text)
+            if handled is not None:
+                return handled
+        return self._error_or_structured(line_no, text)
+
+    def _error_or_structured(self, line_no: int, text: str) -> tuple[Record, ...]:
         error = self._error(line_no, text)
         if error is not None:
             return (error,)
         return self._structured(line_no, text)
+
+    @property
+    def computes_tokens(self) -> bool:
+        """Whether tokens/s/GPU can be computed for lines that do not print it (a sequence length is known)."""
+        return bool(self.seq_length)
+
+    def _use_shape(self, arguments: ArgumentsRecord | None) -> None:
+        """The run's shape for computed tokens/s/GPU: the options first, then the `arguments` block."""
+        options = self.options
+        self.seq_length = options.seq_length or (arguments.seq_length if arguments else None)
+        self.world_size = options.world_size or (arguments.world_size if arguments else None)
+        self.global_batch_size = options.global_batch_size or (arguments.global_batch_size if arguments else None)
 
     # ---- iteration lines --------------------------------------------------------------------------
     def _iteration(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
@@ -296,8 +329,8 @@ class LineParser:
         )
 
     def _computed_tokens_per_s(self, gbs: int | None, elapsed_ms: float | None) -> float | None:
-        gbs = gbs or self.options.global_batch_size
-        seq, world = self.options.seq_length, self.options.world_size
+        gbs = gbs or self.global_batch_size
+        seq, world = self.seq_length, self.world_size
         if not (gbs and seq and world and elapsed_ms and elapsed_ms > 0):
             return None
         return gbs * seq / (elapsed_ms / 1000.0 * world)
@@ -380,6 +413,29 @@ class LineParser:
                                details={"frame": frames[-1].strip() if frames else ""})
         return None
 
+    # ---- the `arguments` block ----------------------------------------------------------------------
+    def _argument_line(self, line_no: int, text: str) -> tuple[Record, ...] | None:
+        """A line inside an `arguments` block: () for an argument, the record at the end, None for a line
+        that is neither (another rank's output, parsed as usual)."""
+        assert self._argument_values is not None
+        if ARGUMENTS_NEEDLE in text and "end of arguments" in text:
+            return (self._finish_arguments(line_no, text),)
+        if line_no - self._arguments_start_line > MAX_ARGUMENT_BLOCK_LINES:
+            return (self._finish_arguments(line_no, text), *self._error_or_structured(line_no, text))
+        found = ARGUMENT_RE.match(strip_prefix(text))
+        if found is None:
+            return None
+        self._argument_values[found.group(1)] = found.group(2).rstrip()
+        return _NO_RECORDS
+
+    def _finish_arguments(self, line_no: int, text: str) -> ArgumentsRecord:
+        values, self._argument_values = self._argument_values or {}, None
+        typed = {name: _int_or_none(values.get(name)) for name in ARGUMENT_INT_FIELDS}
+        record = ArgumentsRecord(file=self.file, line=line_no, text=text, values=values, **typed)
+        self.arguments = record
+        self._use_shape(record)
+        return record
+
     # ---- everything else -------------------------------------------------------------------------------
     def _note_time(self, text: str) -> None:
         time_s = leading_time(text)
@@ -408,6 +464,10 @@ class LineParser:
                 self._pending_step_time_s = float(found.group(1))
                 self._pending_bridge_tflops = _to_float(found.group(2)) if found.group(2) else None
                 return _NO_RECORDS
+        if ARGUMENTS_NEEDLE in text and "end of arguments" not in text and strip_prefix(text).startswith("---"):
+            self._argument_values = {}
+            self._arguments_start_line = line_no
+            return _NO_RECORDS
         for needle, marker in _MARKERS:
             if needle in text:
                 return (ProgressMarker(file=self.file, line=line_no, text=text, marker=marker,
@@ -508,6 +568,11 @@ class LineParser:
 _NCCL_DETAIL_RE = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([\w.]+)")
 _ALLOC_RE = re.compile(r"[Tt]ried to allocate ([\d.]+ ?[KMGT]i?B)")
 _RAN_FOR_RE = re.compile(r"ran for (\d+) milliseconds")
+
+
+def _int_or_none(value: str | None) -> int | None:
+    """An argument's integer value; None for `None`, a float, a list or no value."""
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _details(text: str) -> dict[str, str]:

@@ -217,5 +217,40 @@ class ProgressMarker(_Record):
     time_s: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ArgumentsRecord(_Record):
+    """The `arguments` block Megatron-LM prints at start-up (rank 0, `_print_args`).
+
+    `values` holds every `name .... value` line as printed (value text as Python's `str` gave it); the
+    typed fields are the run's shape, None where the block does not print them (or prints `None`).
+    `line` is the line of the block's end (or of its last argument when it is cut short).
+    """
+
+    file: str
+    line: int
+    text: str
+    values: dict[str, str] = field(default_factory=dict)
+    world_size: int | None = None
+    seq_length: int | None = None
+    global_batch_size: int | None = None
+    micro_batch_size: int | None = None
+    tensor_model_parallel_size: int | None = None
+    pipeline_model_parallel_size: int | None = None
+    context_parallel_size: int | None = None
+    expert_model_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    train_iters: int | None = None
+
+
+#: The typed fields of `ArgumentsRecord` (integers read from the block).
+ARGUMENT_INT_FIELDS: tuple[str, ...] = (
+    "world_size", "seq_length", "global_batch_size", "micro_batch_size", "tensor_model_parallel_size",
+    "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size", "data_parallel_size",
+    "num_layers", "hidden_size", "train_iters",
+)
+
+
 Record = (IterationRecord | MemoryRecord | TheoreticalMemoryRecord | TimerRecord | CheckpointEvent
-          | ErrorRecord | ProgressMarker)
+          | ErrorRecord | ProgressMarker | ArgumentsRecord)

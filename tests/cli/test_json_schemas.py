@@ -85,7 +85,7 @@ def test_script(cli, workdir):
 def test_logs_parse(cli, workdir):
     result = json_of(cli, "logs", "parse", str(LOG), "--json")
     assert set(result) == {"dialect", "files", "dialect_counts", "lines_read", "iterations", "memory",
-                           "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary"}
+                           "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments"}
 
 
 def test_diagnose(cli, workdir):

@@ -131,3 +131,29 @@ def test_summary_only_table_does_not_claim_zero_memory_reports(cli):
     assert "not kept" not in full
     summary = " ".join(cli("logs", "parse", log, "--summary-only").stdout.split())
     assert "memory reports / checkpoints / errors │ not kept /" in summary
+
+
+ARGUMENTS_LOG = str(DATA / "synthetic_megatron_arguments.log")  # SYNTHETIC: arguments block, no tokens/s printed
+
+
+def _expected_tokens_per_s_per_gpu(seq_length: int) -> list[float]:
+    gbs, world = 128, 8  # the fixture's arguments block
+    return [gbs * seq_length / (ms / 1000.0 * world) for ms in (9070.1, 9070.1, 9100.4)]
+
+
+def test_logs_parse_takes_the_run_shape_from_the_arguments_block(cli):
+    data = cli("logs", "parse", ARGUMENTS_LOG, "--json").json()
+    assert data["arguments"]["world_size"] == 8 and data["arguments"]["seq_length"] == 4096
+    rates = [it["tokens_per_s_per_gpu"] for it in data["iterations"]]
+    assert rates == pytest.approx(_expected_tokens_per_s_per_gpu(4096))
+    assert {it["tokens_source"] for it in data["iterations"]} == {"computed"}
+    steady = _expected_tokens_per_s_per_gpu(4096)[1:]  # the first logged iteration is warm-up
+    assert data["summary"]["tokens_per_s_per_gpu_mean"] == pytest.approx(sum(steady) / len(steady))
+    human = cli("logs", "parse", ARGUMENTS_LOG)
+    assert human.exit_code == 0 and "pass --seq-length" not in human.stdout
+
+
+def test_logs_parse_explicit_seq_length_wins_over_the_arguments_block(cli):
+    data = cli("logs", "parse", ARGUMENTS_LOG, "--seq-length", "2048", "--json").json()
+    rates = [it["tokens_per_s_per_gpu"] for it in data["iterations"]]
+    assert rates == pytest.approx(_expected_tokens_per_s_per_gpu(2048))

@@ -31,6 +31,7 @@ def _facts(log: ParsedLog) -> dict:
         "summary": log.summary.to_dict(), "dialect": log.dialect, "dialect_counts": log.dialect_counts,
         "lines_read": log.lines_read, "last_line": log.last_line, "last_time_s": log.last_time_s,
         "errors": log.errors, "errors_dropped": log.errors_dropped, "checkpoints": log.checkpoints,
+        "arguments": log.arguments,
     }
 
 
@@ -54,6 +55,16 @@ def test_bulk_reading_matches_the_line_path_on_every_fixture(path: Path):
     assert bulk.iterations == [] and bulk.memory == []
     data = path.read_bytes()
     assert _facts(_bulk_path(data, chunk_bytes=61)) == _facts(_line_path(data))  # many block boundaries
+
+
+def test_bulk_reading_takes_the_shape_from_the_arguments_block():
+    path = DATA / "synthetic_megatron_arguments.log"  # SYNTHETIC; its iteration lines print no tokens/s
+    bulk = parse_logs([path], summary_only=True)
+    assert _facts(bulk) == _facts(parse_logs([path]))
+    assert bulk.arguments == parse_logs([path]).arguments and bulk.arguments is not None
+    assert bulk.summary.tokens_per_s_per_gpu_mean is not None
+    data = path.read_bytes()
+    assert _facts(_bulk_path(data, ParseOptions(), chunk_bytes=61)) == _facts(_line_path(data, ParseOptions()))
 
 
 def _iteration(draw, iteration: int) -> str:
@@ -123,6 +134,14 @@ TRACEBACKS = [  # frames without any needle: only the open traceback sends them 
     ["Traceback (most recent call last):", '  File "train.py", line 1, in main', "not an exception line",
      '  File "megatron/training/checkpointing.py", line 2, in load_checkpoint', "ValueException: bad shard"],
 ]
+ARGUMENT_BLOCKS = [  # Megatron-LM's start-up block: the shape the parser computes tokens/s from
+    ["------------------------ arguments ------------------------",
+     "  global_batch_size ............................... 128", "  seq_length ...................................... 4096",
+     "  world_size ...................................... 8", "-------------------- end of arguments ---------------------"],
+    ["[rank0]: ------------------------ arguments ------------------------",
+     "[rank0]:   seq_length ...................................... 2048", "[rank5]: checkpoint not found, interleaved",
+     "[rank0]:   world_size ...................................... 16", "[rank0]:   train_iters ..... 7"],  # never closed
+]
 RAW_LINES = [b"bad bytes \xff\xfe\xc3 in a line", b"[2026-01-01 00:50:00] \xe9t\xe9 latin-1", b"\x00\x01 control"]
 
 
@@ -131,7 +150,7 @@ def noisy_logs(draw) -> bytes:
     lines: list[bytes] = []
     iteration = draw(st.integers(0, 5))
     for _ in range(draw(st.integers(0, 60))):
-        kind = draw(st.sampled_from(["iteration"] * 4 + ["other"] * 3 + ["raw", "resume", "traceback"]))
+        kind = draw(st.sampled_from(["iteration"] * 4 + ["other"] * 3 + ["raw", "resume", "traceback", "arguments"]))
         if kind == "resume":
             iteration = max(0, iteration - draw(st.integers(1, 10)))  # replayed iterations are not counted twice
         elif kind == "iteration":
@@ -139,6 +158,8 @@ def noisy_logs(draw) -> bytes:
             lines.append(_iteration(draw, iteration).encode())
         elif kind == "traceback":
             lines.extend(line.encode() for line in draw(st.sampled_from(TRACEBACKS)))
+        elif kind == "arguments":
+            lines.extend(line.encode() for line in draw(st.sampled_from(ARGUMENT_BLOCKS)))
         elif kind == "other":
             lines.append(draw(st.sampled_from(OTHER_LINES)).encode("utf-8"))
         else:

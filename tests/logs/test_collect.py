@@ -139,7 +139,7 @@ def test_missing_file_is_a_user_error(tmp_path: Path, summary_only: bool):
 def test_json_schema_is_stable():
     data = parse_text(ITERATION.format(it=1, ms=10.0)).to_dict()
     assert list(data) == ["dialect", "files", "dialect_counts", "lines_read", "iterations", "memory",
-                          "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary"]
+                          "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments"]
     assert data["dialect_counts"] == {"megatron-lm": 1}
 
 
@@ -158,3 +158,46 @@ def test_follow_raises_no_hang_alert_before_the_first_iteration(tmp_path: Path):
     log.write_text("building the model ...\n")
     parsed = follow_log(log, poll_s=0.01, idle_timeout_s=0.3, hang_floor_s=0.05)
     assert parsed.errors == []
+
+
+ARGUMENTS_BLOCK = (
+    "[rank0]: ------------------------ arguments ------------------------\n"
+    "[rank0]:   global_batch_size ............................... 32\n"
+    "[rank3]: an interleaved line from another rank\n"
+    "[rank0]:   seq_length ...................................... 1024\n"
+    "[rank0]:   virtual_pipeline_model_parallel_size ............ None\n"
+    "[rank0]:   world_size ...................................... 4\n"
+    "[rank0]: -------------------- end of arguments ---------------------\n"
+)
+
+
+def test_arguments_block_is_read_into_a_typed_record_and_gives_tokens_per_s():
+    log = parse_text(ARGUMENTS_BLOCK + ITERATION.format(it=1, ms=2000.0))
+    assert log.arguments is not None
+    assert (log.arguments.global_batch_size, log.arguments.seq_length, log.arguments.world_size) == (32, 1024, 4)
+    assert log.arguments.values["virtual_pipeline_model_parallel_size"] == "None"
+    assert "an interleaved line from another rank" not in str(log.arguments.values)
+    assert log.iterations[0].tokens_per_s_per_gpu == pytest.approx(32 * 1024 / (2.0 * 4))
+    assert log.iterations[0].tokens_source == "computed"
+
+
+def test_explicit_options_win_over_the_arguments_block():
+    from megapilot.logs.parser import ParseOptions
+
+    log = parse_text(ARGUMENTS_BLOCK + ITERATION.format(it=1, ms=2000.0),
+                     options=ParseOptions(seq_length=2048, world_size=8, global_batch_size=64))
+    assert log.iterations[0].tokens_per_s_per_gpu == pytest.approx(64 * 2048 / (2.0 * 8))
+
+
+def test_arguments_from_rank_zero_file_serve_the_last_rank_file(tmp_path: Path):
+    first, last = tmp_path / "rank0.log", tmp_path / "rank3.log"
+    first.write_text(ARGUMENTS_BLOCK)
+    last.write_text(ITERATION.format(it=1, ms=2000.0))
+    for summary_only in (False, True):
+        log = parse_logs([first, last], summary_only=summary_only)
+        assert log.summary.tokens_per_s_per_gpu_mean == pytest.approx(32 * 1024 / (2.0 * 4))
+
+
+def test_no_arguments_block_computes_no_tokens_per_s():
+    log = parse_text(ITERATION.format(it=1, ms=2000.0))
+    assert log.arguments is None and log.iterations[0].tokens_per_s_per_gpu is None
