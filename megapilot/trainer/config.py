@@ -132,6 +132,13 @@ class TrainerConfig:
             "expert_tensor_parallel_size": self.expert_tensor_parallel_size,
         }
 
+    def printed_arguments(self, world_size: int) -> dict[str, object]:
+        """The values Megatron-LM's start-up `arguments` block shows: every flag, plus the sizes it derives
+        (`world_size`, `data_parallel_size`) and `rank` (the block is printed by rank 0)."""
+        values: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(world_size=world_size, data_parallel_size=self.data_parallel_size(world_size), rank=0)
+        return values
+
     def data_parallel_size(self, world_size: int) -> int:
         return world_size // self.model_parallel_size
 

@@ -7,6 +7,7 @@ the project's own log parser reads the trainer's output and Megatron-LM's alike.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -121,3 +122,11 @@ def parameter_count_line(tp_rank: int, pp_rank: int, count: int) -> str:
 def datetime_line(label: str, now: datetime | None = None) -> str:
     """`print_datetime`: e.g. `[after training is done] datetime: 2026-01-01 00:10:00.123456 `."""
     return f"[{label}] datetime: {timestamp(now)} "
+
+
+def arguments_lines(values: Mapping[str, object], title: str = "arguments") -> list[str]:
+    """`_print_args`: the start-up block of every argument, `  name .... value` with the name and dots
+    48 characters wide, sorted case-insensitively by the whole line, between two dashed rules."""
+    body = sorted((f"  {name} {'.' * (48 - len(name))} {value}" for name, value in values.items()), key=str.lower)
+    return [f"------------------------ {title} ------------------------", *body,
+            f"-------------------- end of {title} ---------------------"]

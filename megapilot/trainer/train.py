@@ -399,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     init_distributed(config, on_gpu)
     try:
         init_model_parallel(config)
+        # As Megatron-LM: rank 0 prints every argument once, before the model is built (the log parser
+        # reads the run's shape from it: world size, sequence length, global batch size).
+        arguments = config.printed_arguments(torch.distributed.get_world_size())
+        log("\n".join(logfmt.arguments_lines(arguments)), rank_zero_only=True)
         Trainer(config, on_gpu).run()
         if not on_gpu and torch.distributed.get_rank() == 0:
             print(cpu_compat.REWRITES.rewrite_summary(), flush=True)

@@ -67,3 +67,36 @@ def test_project_log_parser_reads_every_kind_of_line():
     assert parsed.memory[0].after_iterations == 10
     assert parsed.checkpoints[0].kind == "save" and parsed.checkpoints[0].iteration == 10
     assert parsed.timers and parsed.timers[0].name == "forward-backward"
+
+
+def test_arguments_block_has_megatron_layout():
+    lines = logfmt.arguments_lines({"world_size": 64, "seq_length": 4096, "Zeta": None,
+                                    "accumulate_allreduce_grads_in_fp32": False})
+    assert lines[0] == "------------------------ arguments ------------------------"
+    assert lines[-1] == "-------------------- end of arguments ---------------------"
+    # names and dots fill 48 characters; sorted case-insensitively as `_print_args` sorts
+    assert lines[1:-1] == [
+        "  accumulate_allreduce_grads_in_fp32 .............. False",
+        "  seq_length ...................................... 4096",
+        "  world_size ...................................... 64",
+        "  Zeta ............................................ None",
+    ]
+
+
+def test_trainer_arguments_block_parses_back_to_its_flags():
+    from megapilot.logs import parse_text
+    from megapilot.trainer.config import build_config
+
+    config = build_config(["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4",
+                           "--seq-length", "128", "--max-position-embeddings", "128", "--micro-batch-size", "2",
+                           "--global-batch-size", "16", "--train-iters", "7", "--lr", "1e-3", "--mock-data",
+                           "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                           "--vocab-size", "128", "--tokenizer-type", "NullTokenizer"])
+    printed = config.printed_arguments(world_size=8)
+    parsed = parse_text("\n".join(f"[rank0]: {line}" for line in logfmt.arguments_lines(printed))).arguments
+    assert parsed is not None
+    assert parsed.values == {name: str(value) for name, value in printed.items()}
+    assert (parsed.world_size, parsed.seq_length, parsed.global_batch_size, parsed.micro_batch_size) == (8, 128, 16, 2)
+    assert (parsed.tensor_model_parallel_size, parsed.pipeline_model_parallel_size, parsed.context_parallel_size,
+            parsed.expert_model_parallel_size, parsed.data_parallel_size) == (2, 2, 1, 1, 2)
+    assert (parsed.num_layers, parsed.hidden_size, parsed.train_iters) == (4, 64, 7)
