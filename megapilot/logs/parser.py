@@ -58,8 +58,9 @@ THEORY_FOOTPRINT_RE = re.compile(r"Theoretical memory footprints: (.*)")
 THEORY_PART_RE = re.compile(r"([\w ]+?)=\s*" + NUMBER + r" MB")
 ACTIVATION_PER_LAYER_RE = re.compile(r"Activation memory footprint per transformer layer[^:]*:\s*" + NUMBER + r" MB")
 # `  seq_length ...................................... 4096` inside Megatron-LM's `arguments` block
-# (`_print_args`: two spaces, the name, a space, 48 - len(name) dots, a space, the value).
-ARGUMENT_RE = re.compile(r"\s*([A-Za-z_]\w*) (?:\.+ |\s)(.*)")
+# (`_print_args`: two spaces, the name, a space, 48 - len(name) dots, a space, the value), after any
+# prefix (`[rank0]: `, torchrun's `[default0]:`); a name of 48 characters or more gets no dots.
+ARGUMENT_RE = re.compile(r"(?:^|[\s:\]])([A-Za-z_]\w*) (?:\.+ |(?<=\w{48} ) )(.*)")
 ARGUMENTS_NEEDLE = "arguments --"  # in both `---- arguments ----` and `---- end of arguments ----`
 MAX_ARGUMENT_BLOCK_LINES = 5000  # Megatron-LM prints ~600; a block never closed ends here
 PREFIX_RE = re.compile(
@@ -422,7 +423,7 @@ class LineParser:
             return (self._finish_arguments(line_no, text),)
         if line_no - self._arguments_start_line > MAX_ARGUMENT_BLOCK_LINES:
             return (self._finish_arguments(line_no, text), *self._error_or_structured(line_no, text))
-        found = ARGUMENT_RE.match(strip_prefix(text))
+        found = ARGUMENT_RE.search(text)
         if found is None:
             return None
         self._argument_values[found.group(1)] = found.group(2).rstrip()
@@ -464,7 +465,7 @@ class LineParser:
                 self._pending_step_time_s = float(found.group(1))
                 self._pending_bridge_tflops = _to_float(found.group(2)) if found.group(2) else None
                 return _NO_RECORDS
-        if ARGUMENTS_NEEDLE in text and "end of arguments" not in text and strip_prefix(text).startswith("---"):
+        if "-- arguments --" in text:  # the block's first line (`---- end of arguments ----` ends it)
             self._argument_values = {}
             self._arguments_start_line = line_no
             return _NO_RECORDS

@@ -201,3 +201,13 @@ def test_arguments_from_rank_zero_file_serve_the_last_rank_file(tmp_path: Path):
 def test_no_arguments_block_computes_no_tokens_per_s():
     log = parse_text(ITERATION.format(it=1, ms=2000.0))
     assert log.arguments is None and log.iterations[0].tokens_per_s_per_gpu is None
+
+
+def test_arguments_block_behind_torchrun_local_rank_prefix():
+    # torchrun --tee prefixes `[default0]:` with no space; long names (48+ characters) get no dots
+    block = ARGUMENTS_BLOCK.replace("[rank0]: ", "[default0]:").replace(
+        "[default0]:  world_size", "[default0]:  " + "x" * 48 + "  7\n[default0]:  world_size")
+    log = parse_text(block + ITERATION.format(it=1, ms=2000.0))
+    assert log.arguments is not None and log.arguments.values["x" * 48] == "7"
+    assert (log.arguments.global_batch_size, log.arguments.seq_length, log.arguments.world_size) == (32, 1024, 4)
+    assert log.iterations[0].tokens_per_s_per_gpu == pytest.approx(32 * 1024 / (2.0 * 4))
