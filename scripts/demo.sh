@@ -37,10 +37,10 @@ run_status=0
 
 LOG="$RUN_ROOT/runs/tiny/out-node0/training.log"
 step "5/5 validate: parse the log and diagnose it"
-# seq length, GBS and world size let the parser turn step times into tokens/s/GPU
-LOG_SHAPE=(--seq-length 128 --global-batch-size 16 --world-size 2)
-"$MP" logs parse "$LOG" "${LOG_SHAPE[@]}"
-"$MP" logs parse "$LOG" "${LOG_SHAPE[@]}" --json > "$RUN_ROOT/log.json"
+# the trainer prints Megatron-LM's arguments block: the parser takes seq length, GBS and world size
+# from it to turn step times into tokens/s/GPU
+"$MP" logs parse "$LOG"
+"$MP" logs parse "$LOG" --json > "$RUN_ROOT/log.json"
 "$MP" diagnose "$LOG" --script "$RUN_ROOT/train.sh" --gpu h100
 "$MP" diagnose "$LOG" --script "$RUN_ROOT/train.sh" --gpu h100 --json > "$RUN_ROOT/diagnosis.json"
 
