@@ -70,6 +70,11 @@ class EstimateOptions:
     grad_reduce_in_bf16: bool = False  # bf16 gradient buffers and reduction (NeMo performance recipes)
     efficiency: EfficiencyParams = CALIBRATED
 
+    @property
+    def main_grad_bytes(self) -> int:
+        """Bytes per gradient element, held in memory and reduced over DP."""
+        return 2 if self.grad_reduce_in_bf16 else GRAD_REDUCE_BYTES
+
 
 @dataclass(frozen=True)
 class StepTime:
@@ -305,7 +310,7 @@ def _dp_comm_s(
     """(exposed seconds, total seconds) of the gradient reduction and parameter gather of stage 0."""
     shard = shard_params(model, p, 0)
     dense, expert = shard.dense + shard.replicated, shard.expert
-    grad_bytes = 2 if options.grad_reduce_in_bf16 else GRAD_REDUCE_BYTES
+    grad_bytes = options.main_grad_bytes
     dense_group, expert_group = p.dp * p.cp, p.expert_dp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp * p.dp, stride=p.tp)
     if p.distributed_optimizer or p.fsdp:

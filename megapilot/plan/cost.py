@@ -80,7 +80,7 @@ class CostModel:
         model, training, capacity = self.model, self.training, self.cluster.gpu.hbm_gib
         # The same arguments `estimate_fast` passes (tests/plan/test_cost.py checks that both stages
         # agree on every verdict).
-        main_grad_bytes = 2 if (self.options or EstimateOptions()).grad_reduce_in_bf16 else 4
+        main_grad_bytes = (self.options or EstimateOptions()).main_grad_bytes
 
         def memory(parallel: ParallelConfig) -> MemoryCheck:
             m = memory_per_gpu(model, training, parallel, capacity, main_grad_bytes=main_grad_bytes)
