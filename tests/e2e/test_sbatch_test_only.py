@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from megapilot.catalog import get_model
-from megapilot.catalog.gpus import get_gpu
 from megapilot.launch import LaunchOptions, render_launch
-from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
-from tests.launch.plans import LLAMA31_8B, MIXTRAL_8X7B, make_plan
+from megapilot.spec import TrainingSpec
+from tests.launch.plans import LLAMA31_8B, MIXTRAL_8X7B, make_plan, tiny_two_rank_plan
 from tests.slurm_cluster import slurm_cluster, slurm_host_node  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -53,12 +51,7 @@ def test_script_needing_more_nodes_than_exist_is_refused(slurm_cluster, tmp_path
 
 def test_rendered_sbatch_script_really_trains_through_slurm(slurm_host_node, tmp_path: Path) -> None:  # noqa: F811
     pytest.importorskip("megatron.core")
-    plan = SavedPlan(
-        model=get_model("tiny"),
-        cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=2),
-        training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=2),
-        parallel=ParallelConfig.for_world(2, mbs=1, recompute="none"),
-    )
+    plan = tiny_two_rank_plan(train_iters=2)
     checkpoints = tmp_path / "ckpt $dir"
     options = LaunchOptions(
         launcher="slurm", mock_data=True, entrypoint="megapilot", cpu=True, python=sys.executable,

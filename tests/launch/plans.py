@@ -6,6 +6,7 @@ Llama-3.1-405B, mistralai Mixtral-8x7B-v0.1, deepseek-ai DeepSeek-V2-Lite).
 
 from __future__ import annotations
 
+from megapilot.catalog import get_model
 from megapilot.catalog.gpus import get_gpu
 from megapilot.spec import ClusterSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, SavedPlan, TrainingSpec
 
@@ -38,6 +39,16 @@ def make_plan(model: ModelSpec, gpu: str, nodes: int, training: TrainingSpec, **
     cluster = ClusterSpec(gpu=get_gpu(gpu), num_nodes=nodes, gpus_per_node=8)
     parallel = ParallelConfig.for_world(cluster.world_size, **layout)
     return SavedPlan(model=model, cluster=cluster, training=training, parallel=parallel)
+
+
+def tiny_two_rank_plan(train_iters: int) -> SavedPlan:
+    """The tiny GPT on 2 data-parallel ranks: small enough to really train on CPU in a test."""
+    return SavedPlan(
+        model=get_model("tiny"),
+        cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=2),
+        training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=train_iters),
+        parallel=ParallelConfig.for_world(2, mbs=1, recompute="none"),
+    )
 
 
 GOLDEN_PLANS: dict[str, SavedPlan] = {

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from megapilot.catalog import get_model
-from megapilot.catalog.gpus import get_gpu
 from megapilot.launch import LaunchOptions, render_launch
-from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
+from tests.launch.plans import tiny_two_rank_plan
 from tests.e2e.process_tree import run_tree
 
 pytestmark = pytest.mark.slow
@@ -21,12 +19,7 @@ ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
 
 def test_rendered_script_trains_and_saves_into_a_path_with_space_and_dollar(tmp_path: Path) -> None:
     pytest.importorskip("megatron.core")
-    plan = SavedPlan(
-        model=get_model("tiny"),
-        cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=2),
-        training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=3),
-        parallel=ParallelConfig.for_world(2, mbs=1, recompute="none"),
-    )
+    plan = tiny_two_rank_plan(train_iters=3)
     checkpoints = tmp_path / "ckpt dir $HOME"
     launch = render_launch(plan, LaunchOptions(
         mock_data=True, entrypoint="megapilot", cpu=True, python=sys.executable, save=str(checkpoints),
