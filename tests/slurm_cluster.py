@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from megapilot.execute.process import free_port
+
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "sinfo", "squeue", "scancel", "srun")
 START_TIMEOUT_S = 30.0
@@ -50,12 +52,6 @@ def unavailable_reason() -> str | None:
 
 def _binary(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -190,7 +186,7 @@ class LocalSlurmCluster:
         lines = [
             "ClusterName=megapilot",
             f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}",
+            f"SlurmctldPort={free_port()}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
@@ -217,7 +213,7 @@ class LocalSlurmCluster:
         ]
         cpus = os.cpu_count() or 1
         for name in self.node_names:
-            lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
+            lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} "
                          f"CPUs={cpus} RealMemory=1000 Gres=gpu:{self.gpus_per_node} State=UNKNOWN")
         lines.append(f"PartitionName=main Nodes={','.join(self.node_names)} Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import resource
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from functools import partial
 import torch
 
 from megapilot.errors import MegapilotError
+from megapilot.execute.process import free_port
 from megapilot.trainer import logfmt
 from megapilot.trainer.config import TrainerConfig, build_config
 from megapilot.trainer.flops import flops_per_iteration, padded_vocab_size
@@ -38,19 +38,13 @@ def log(line: str, *, rank_zero_only: bool = False, last_rank_only: bool = False
 
 
 # ----------------------------------------------------------------------------- process groups
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def init_distributed(config: TrainerConfig, on_gpu: bool) -> None:
     """Join the torchrun process group (or make a one-process group when started without torchrun)."""
     from datetime import timedelta
 
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+                          MASTER_PORT=str(free_port()))
     backend = config.distributed_backend or ("nccl" if on_gpu else "gloo")
     if on_gpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from megapilot.diagnose import diagnose  # noqa: E402
+from megapilot.execute.process import free_port  # noqa: E402
 from megapilot.logs import parse_logs  # noqa: E402
 from megapilot.trainer.corpus import default_dataset_prefix  # noqa: E402
 from tests.e2e.process_tree import run_tree, started_tree  # noqa: E402
@@ -32,12 +32,6 @@ TINY = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4"
 @pytest.fixture(scope="module")
 def data_prefix(tmp_path_factory) -> str:
     return default_dataset_prefix(tmp_path_factory.mktemp("corpus"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _signal_tree(pid: int, signum: int) -> None:
@@ -63,7 +57,7 @@ def _signal_tree(pid: int, signum: int) -> None:
 def train(tmp_path: Path, name: str, *flags: str) -> Path:
     log_path = tmp_path / f"{name}.log"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-            "--master-port", str(_free_port()), "-m", "megapilot.trainer", *flags]
+            "--master-port", str(free_port()), "-m", "megapilot.trainer", *flags]
     run_tree(argv, log_path=log_path, cwd=tmp_path, timeout_s=240,
              env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
     return log_path
@@ -104,7 +98,7 @@ def test_follow_raises_a_hang_when_real_training_is_frozen(tmp_path: Path, data_
 
     log_path = tmp_path / "frozen.log"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-            "--master-port", str(_free_port()), "-m", "megapilot.trainer", *TINY, "--train-iters", "100000",
+            "--master-port", str(free_port()), "-m", "megapilot.trainer", *TINY, "--train-iters", "100000",
             "--data-path", data_prefix]
     seen: dict[str, object] = {"iterations": 0, "hang": None}
 

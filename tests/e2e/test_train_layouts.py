@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
+from megapilot.execute.process import free_port  # noqa: E402
 from megapilot.logs import ParsedLog, parse_logs  # noqa: E402
 from megapilot.trainer.corpus import default_dataset_prefix  # noqa: E402
 from tests.e2e.process_tree import run_tree  # noqa: E402
@@ -50,19 +51,11 @@ def corpus_prefix(tmp_path_factory) -> str:
     return default_dataset_prefix(tmp_path_factory.mktemp("corpus"))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def train(tmp_path: Path, name: str, nproc: int, *flags: str, timeout_s: float = 240) -> TrainRun:
     """Run the trainer under torchrun; the whole process tree (workers too) is stopped whatever happens."""
     log_path = tmp_path / f"{name}.log"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "-m", "megapilot.trainer", *flags]
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "megapilot.trainer", *flags]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     returncode = run_tree(argv, log_path=log_path, cwd=tmp_path, env=env, timeout_s=timeout_s)
     output = log_path.read_text()
