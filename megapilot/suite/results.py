@@ -1,0 +1,284 @@
+"""What a suite run produces: typed results that the report, the run deck, JUnit and history read.
+
+One `SuiteResult` per `megapilot suite run`, written to `<run_dir>/suite.json` as the run goes (after
+every stage and combo), so a crash or Ctrl-C never loses what finished, and `megapilot suite report
+RUN_DIR` can re-render everything from the run directory alone.
+
+Verdicts, and what each means for a row:
+    PASS     measured, gated, within its threshold
+    FAIL     measured and outside its threshold, or the stage/combo failed (reason says why)
+    RECORD   measured, not gated (no threshold, `info` kind, or `enforce_thresholds: false`)
+    SKIPPED  not measured: an earlier stage failed, the GPU lacks the precision, an optional metric
+             missing... (reason says why)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SUITE_RESULT_VERSION = 1
+SUITE_RESULT_NAME = "suite.json"
+
+
+class Verdict(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    RECORD = "RECORD"
+    SKIPPED = "SKIPPED"
+
+
+def overall_verdict(verdicts: list[Verdict]) -> Verdict:
+    """FAIL if any FAIL; else PASS if any PASS; else RECORD if any RECORD; else SKIPPED."""
+    for candidate in (Verdict.FAIL, Verdict.PASS, Verdict.RECORD):
+        if candidate in verdicts:
+            return candidate
+    return Verdict.SKIPPED
+
+
+class MetricRow(BaseModel):
+    """One measured (or expected but missing) metric and its gate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="CVS-style metric name, e.g. training.throughput_per_gpu.")
+    value: float | None = Field(default=None, description="Measured value; None when missing.")
+    unit: str = ""
+    threshold: str | None = Field(default=None, description="The gate as text: '>= 100', '<= 500 ms', '100 +/-5%'.")
+    kind: str | None = Field(default=None, description="Threshold kind (min, max, max_ms, within, min_ratio, info, "
+                                                        "baseline); None when not gated.")
+    verdict: Verdict
+    reason: str = ""
+    margin_pct: float | None = Field(default=None, description="How far inside (+) or outside (-) the gate, in %.")
+    enforced: bool = True
+
+
+class EvidenceLine(BaseModel):
+    """A line of a log that backs a finding."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    line: int
+    text: str
+
+
+class Finding(BaseModel):
+    """An error signature or rule hit in a combo's logs (node/rank named when known)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    category: str = Field(description="oom, nccl_timeout, nan_loss, hang, process_crash, ...")
+    message: str
+    node: int | None = None
+    rank: int | None = None
+    evidence: list[EvidenceLine] = Field(default_factory=list)
+
+
+class Curve(BaseModel):
+    """A per-iteration series: (iteration, value) points."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="loss, step_time_ms, tokens_per_s_per_gpu, tflops_per_gpu, grad_norm, lr, ...")
+    unit: str = ""
+    points: list[tuple[int, float]] = Field(default_factory=list)
+
+
+class Prediction(BaseModel):
+    """What megapilot's estimator predicted for a combo (None fields: not predicted)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step_time_ms: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu_pct: float | None = None
+    memory_gib: float | None = None
+    note: str = ""
+
+
+class JobSummary(BaseModel):
+    """How a combo's training job ended, with where its logs are (relative to the run directory)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor: str
+    job_id: str
+    state: str = Field(description="execute.JobState value: COMPLETED, FAILED, HUNG, TIMEOUT, CANCELLED...")
+    exit_code: int | None = None
+    reason: str | None = None
+    iterations_reached: int | None = None
+    train_iters: int | None = None
+    duration_s: float = 0.0
+    logs: list[str] = Field(default_factory=list, description="Per-node training logs, relative to run_dir.")
+
+
+class ComboResult(BaseModel):
+    """One sweep cell (or the smoke / checkpoint run) and everything measured about it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(description="The cell key, e.g. 'MBS=4,GBS=128,PRECISION=FP8', or 'default'.")
+    directory: str = Field(description="Its job directory, relative to run_dir.")
+    verdict: Verdict
+    reason: str = ""
+    backend: str = Field(description="megatron-lm, primus or megapilot (the embedded trainer).")
+    mbs: int | None = None
+    gbs: int | None = None
+    precision: str | None = None
+    seq_length: int | None = None
+    nodes: int = 1
+    gpus_per_node: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int | None = None
+    train_iters: int | None = None
+    command: str = Field(default="", description="The launch command, secrets never included.")
+    metrics: list[MetricRow] = Field(default_factory=list)
+    curves: list[Curve] = Field(default_factory=list)
+    predicted: Prediction | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    job: JobSummary | None = None
+    log_tail: list[str] = Field(default_factory=list, description="Last lines of the last node's log on failure.")
+    started_at: datetime | None = None
+    duration_s: float = 0.0
+
+    def actual(self, name: str) -> float | None:
+        """A measured metric's value by name (None when absent)."""
+        for row in self.metrics:
+            if row.name == name:
+                return row.value
+        return None
+
+
+class StageResult(BaseModel):
+    """One lifecycle stage (prepare, preflight, tokenizer, smoke, checkpoint, train, metrics, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    combo: str | None = Field(default=None, description="The cell key for per-combo stages.")
+    verdict: Verdict
+    reason: str = ""
+    started_at: datetime | None = None
+    duration_s: float = 0.0
+    checks: list[MetricRow] = Field(default_factory=list, description="Readings (preflight) or checks (checkpoint).")
+
+
+class RunCard(BaseModel):
+    """What ran, where, with what: the head of the report and of the run deck."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    suite_name: str
+    model: str
+    model_family: str = ""
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    executor: str
+    backend: str
+    layout: str = Field(default="", description="e.g. 'TP=1,PP=1,CP=1,EP=1,DP=2'.")
+    precision: str = ""
+    megapilot_version: str = ""
+    git_commit: str | None = None
+    megatron_version: str | None = None
+    torch_version: str | None = None
+    python_version: str = ""
+    host: str = ""
+    config_file: str = ""
+    cluster_file: str | None = None
+    threshold_file: str | None = None
+    config_hash: str = Field(default="", description="sha256 of the resolved config (secrets excluded).")
+    enforce_thresholds: bool = True
+
+
+class Regression(BaseModel):
+    """A metric that moved against the run history (computed by megapilot.store, shown by the report)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    combo: str
+    metric: str
+    value: float
+    baseline_median: float
+    change_pct: float = Field(description="(value - median) / median x 100; sign as measured.")
+    runs_compared: int
+    worse: bool = Field(description="True when the change is in the bad direction for this metric.")
+    message: str = Field(description="e.g. 'tokens/s -8.3 % vs the median of the last 5 runs'.")
+
+
+class SuiteResult(BaseModel):
+    """A whole suite run. Written as `<run_dir>/suite.json` and updated as the run goes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = SUITE_RESULT_VERSION
+    run_id: str
+    run_dir: str
+    verdict: Verdict
+    reason: str = ""
+    card: RunCard
+    started_at: datetime
+    ended_at: datetime | None = None
+    duration_s: float = 0.0
+    finished: bool = Field(default=False, description="False while running, or when interrupted.")
+    stages: list[StageResult] = Field(default_factory=list)
+    combos: list[ComboResult] = Field(default_factory=list)
+    regressions: list[Regression] = Field(default_factory=list, description="Filled from the run history.")
+    notes: list[str] = Field(default_factory=list, description="What the user should know (defaults taken...).")
+
+    def combo(self, key: str) -> ComboResult | None:
+        for combo in self.combos:
+            if combo.key == key:
+                return combo
+        return None
+
+    def recompute_verdict(self) -> Verdict:
+        """Overall verdict from every stage and combo (FAIL wins); stored and returned."""
+        verdicts = [s.verdict for s in self.stages] + [c.verdict for c in self.combos]
+        self.verdict = overall_verdict(verdicts)
+        return self.verdict
+
+    def write(self, run_dir: Path | None = None) -> Path:
+        """Write atomically to `<run_dir>/suite.json` (a reader never sees half a file)."""
+        directory = Path(run_dir or self.run_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / SUITE_RESULT_NAME
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".suite.", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(self.model_dump_json(indent=2))
+        os.replace(tmp, target)
+        return target
+
+
+def read_suite_result(run_dir: Path) -> SuiteResult:
+    """Load `<run_dir>/suite.json`; a missing or unreadable file is a user error naming the directory."""
+    from pydantic import ValidationError
+
+    from megapilot.errors import MegapilotError
+
+    path = Path(run_dir) / SUITE_RESULT_NAME
+    if not path.is_file():
+        raise MegapilotError(f"{run_dir} has no {SUITE_RESULT_NAME}", field="run_dir",
+                             fix="pass the directory `megapilot suite run` printed")
+    try:
+        return SuiteResult.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, ValidationError) as exc:
+        raise MegapilotError(f"{path} is not a suite result ({str(exc).splitlines()[0]})", field="run_dir",
+                             fix="re-run the suite; the file was written by another version or damaged") from None
+
+
+__all__ = [
+    "ComboResult", "Curve", "EvidenceLine", "Finding", "JobSummary", "MetricRow", "Prediction", "Regression", "RunCard",
+    "SUITE_RESULT_NAME", "StageResult", "SuiteResult", "Verdict", "overall_verdict", "read_suite_result",
+]
