@@ -1,0 +1,203 @@
+"""Sweep cells: one (MBS, GBS, precision) point of a suite, its merged training parameters, and why it
+would be skipped.
+
+CVS keys a cell `MBS=<mbs>,GBS=<gbs>,PRECISION=<p>`; the body of a combination overlays `train_params`
+and wins over it. With no sweep there is one `default` cell built from `train_params` alone. Values in
+CVS files are strings ("8192", "0"); numbers and booleans are accepted too.
+
+A precision the GPU cannot run (MXFP4 on MI300X, FP8 on A100, NVFP4 on H100) does not crash the suite
+and is never quietly run in BF16: the cell carries a `skip_reason` saying so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from megapilot.spec import ARCH_PRECISIONS, GPUSpec
+
+PRECISION_NAMES: tuple[str, ...] = ("BF16", "FP16", "FP8", "MXFP8", "MXFP4", "NVFP4")
+CPU_PRECISIONS = frozenset({"BF16", "FP16"})  # a CPU run computes in fp32; these lose nothing a gate measures
+DEFAULT_CELL_KEY = "default"
+SMOKE_CELL_KEY = "smoke"
+SINGLE_NODE_SMOKE_GBS = 8
+MULTI_NODE_SMOKE_GBS = 16
+# CVS's parse of a combination key (PR #405).
+_SWEEP_KEY = re.compile(r"^MBS=(?P<mbs>[^,]+),GBS=(?P<gbs>[^,]+),PRECISION=(?P<precision>[^,]+)\Z")
+
+
+# ---- tolerant scalar parsing: CVS writes numbers and switches as strings ----------------------
+def _as_int(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise ValueError(f"expected a whole number, got {value!r}")
+        return int(text)
+    return value
+
+
+def _as_bool(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"expected 0/1 or true/false, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return value
+
+
+def _as_str(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def normalise_precision(value: Any) -> str:
+    """`fp8`, `Fp8`, `FP8` -> `FP8`; anything outside CVS's precisions is refused."""
+    if not isinstance(value, str) or value.strip().upper() not in PRECISION_NAMES:
+        raise ValueError(f"unknown precision {value!r}; use one of {', '.join(PRECISION_NAMES)}")
+    return value.strip().upper()
+
+
+IntLike = Annotated[int, BeforeValidator(_as_int)]
+BoolLike = Annotated[bool, BeforeValidator(_as_bool)]
+StrLike = Annotated[str, BeforeValidator(_as_str)]
+PrecisionName = Annotated[str, BeforeValidator(normalise_precision)]
+
+
+class TrainParams(BaseModel):
+    """CVS `train_params` (and a sweep overlay merged onto it), typed. Unknown keys are kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model_name: StrLike
+    tokenizer_model: StrLike = ""
+    model_size: StrLike = ""
+    sequence_length: IntLike = Field(gt=0)
+    recompute: BoolLike = False
+    fsdp: BoolLike = False
+    tensor_parallelism: IntLike = Field(default=1, ge=1)
+    pipeline_parallelism: IntLike = Field(default=1, ge=1)
+    training_iterations: IntLike = Field(gt=0)
+    micro_batch_size: IntLike | None = Field(default=None, gt=0)
+    global_batch_size: IntLike | None = Field(default=None, gt=0)
+    precision: PrecisionName | None = None
+
+    def extras(self) -> dict[str, str]:
+        """Keys CVS files carry beyond the known ones (a combination's `name`, ...), as text."""
+        return {key: str(value) for key, value in (self.model_extra or {}).items()}
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """A parsed `MBS=..,GBS=..,PRECISION=..` key."""
+
+    mbs: int
+    gbs: int
+    precision: str
+
+    @property
+    def key(self) -> str:
+        """The canonical form threshold files are matched against."""
+        return f"MBS={self.mbs},GBS={self.gbs},PRECISION={self.precision}"
+
+    @property
+    def slug(self) -> str:
+        """A directory-safe name: `MBS4_GBS128_FP8`."""
+        return f"MBS{self.mbs}_GBS{self.gbs}_{self.precision}"
+
+
+def parse_cell_key(key: str) -> CellKey:
+    """Parse a combination key; ValueError saying what is wrong with it."""
+    match = _SWEEP_KEY.match(key.strip())
+    if match is None:
+        raise ValueError(f"{key!r} is not of the form MBS=<mbs>,GBS=<gbs>,PRECISION=<precision>")
+    try:
+        mbs, gbs = _as_int(match["mbs"]), _as_int(match["gbs"])
+    except ValueError as exc:
+        raise ValueError(f"{key!r}: {exc}") from None
+    if mbs < 1 or gbs < 1:
+        raise ValueError(f"{key!r}: MBS and GBS must be positive")
+    return CellKey(mbs, gbs, normalise_precision(match["precision"]))
+
+
+class SweepCell(BaseModel):
+    """One cell of the sweep (or the smoke run), with its parameters merged and typed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(description="Threshold cell key: MBS=4,GBS=128,PRECISION=FP8, `default` or `smoke`.")
+    slug: str = Field(description="Directory-safe name, e.g. MBS4_GBS128_FP8.")
+    mbs: int = Field(gt=0)
+    gbs: int = Field(gt=0)
+    precision: str
+    seq_length: int = Field(gt=0)
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    recompute: bool
+    fsdp: bool
+    train_iters: int = Field(gt=0)
+    model_name: str
+    tokenizer_model: str = ""
+    model_size: str = ""
+    extra: dict[str, str] = Field(default_factory=dict, description="Overlay keys beyond the known ones, kept.")
+    skip_reason: str | None = None
+
+
+def precision_skip_reason(precision: str, gpu: GPUSpec | None) -> str | None:
+    """Why a cell of this precision cannot run on this GPU (None = it can). `gpu` None means CPUs."""
+    if gpu is None:
+        if precision in CPU_PRECISIONS:
+            return None
+        return f"{precision} needs GPU tensor cores; a CPU run computes in fp32 and would not measure {precision}"
+    if precision.lower() in gpu.precisions:
+        return None
+    runs = ", ".join(p.upper() for p in sorted(ARCH_PRECISIONS[gpu.architecture]))
+    return f"{precision} is not supported on {gpu.name} ({gpu.architecture} runs {runs})"
+
+
+def sweep_cell(key: CellKey, params: TrainParams, gpu: GPUSpec | None) -> SweepCell:
+    """The cell of a combination key, its overlay already merged into `params`."""
+    return _cell(key.key, key.slug, key.mbs, key.gbs, key.precision, params, gpu)
+
+
+def default_cell(params: TrainParams, gpu: GPUSpec | None, nodes: int) -> SweepCell:
+    """The one cell of a suite without a sweep: train_params' own MBS/GBS/precision (1 / smoke GBS / BF16)."""
+    mbs = params.micro_batch_size or 1
+    gbs = params.global_batch_size or _smoke_gbs(nodes)
+    return _cell(DEFAULT_CELL_KEY, DEFAULT_CELL_KEY, mbs, gbs, params.precision or "BF16", params, gpu)
+
+
+def smoke_cell(params: TrainParams, *, iters: int, mbs: int, gbs: int | None, precision: str,
+               gpu: GPUSpec | None, nodes: int) -> SweepCell:
+    """CVS's fixed small smoke run; an empty GBS is 8 on one node, 16 on several."""
+    params = params.model_copy(update={"training_iterations": iters})
+    return _cell(SMOKE_CELL_KEY, SMOKE_CELL_KEY, mbs, gbs or _smoke_gbs(nodes), precision, params, gpu)
+
+
+def _smoke_gbs(nodes: int) -> int:
+    return SINGLE_NODE_SMOKE_GBS if nodes <= 1 else MULTI_NODE_SMOKE_GBS
+
+
+def _cell(key: str, slug: str, mbs: int, gbs: int, precision: str, params: TrainParams,
+          gpu: GPUSpec | None) -> SweepCell:
+    return SweepCell(
+        key=key, slug=slug, mbs=mbs, gbs=gbs, precision=precision, seq_length=params.sequence_length,
+        tp=params.tensor_parallelism, pp=params.pipeline_parallelism, recompute=params.recompute,
+        fsdp=params.fsdp, train_iters=params.training_iterations, model_name=params.model_name,
+        tokenizer_model=params.tokenizer_model, model_size=params.model_size, extra=params.extras(),
+        skip_reason=precision_skip_reason(precision, gpu),
+    )
+
+
+__all__ = ["CellKey", "DEFAULT_CELL_KEY", "PRECISION_NAMES", "SMOKE_CELL_KEY", "SweepCell", "TrainParams",
+           "default_cell", "normalise_precision", "parse_cell_key", "precision_skip_reason", "smoke_cell",
+           "sweep_cell"]

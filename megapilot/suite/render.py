@@ -1,0 +1,185 @@
+"""One sweep cell -> its checked launch: CVS train_params -> megapilot specs -> SavedPlan -> render_launch.
+
+    launch = render_cell(suite, cell, job_dir=run_dir / cell.slug)
+    launch.script_text, launch.megatron_args, launch.plan (for the estimator)
+
+Mapping: ModelSpec from the suite; TrainingSpec from seq length, GBS, precision and iterations;
+ParallelConfig from TP, PP, recompute (`1` = full recompute, `0` = none), FSDP, with DP derived from
+nodes x GPUs per node. Backend and executor pick the launch: the embedded trainer (`megapilot`, `--cpu`
+on a CPU suite, mock data unless `megapilot.data_path`), Megatron-LM's pretrain_gpt.py under
+`megatron_path`, or the Primus launcher; the slurm executor renders an sbatch script, local and ssh a
+torchrun script. Paths must exist here only for the local executor without a container (anything else
+runs where those paths live).
+
+A cell that cannot run (precision the GPU lacks) or cannot be rendered (a layout that does not fill the
+GPUs, a flag Megatron would refuse) comes back with `skipped` or `error` set; it never raises, so the
+other cells still render.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from megapilot.errors import MegapilotError
+from megapilot.spec import SavedPlan
+from megapilot.suite.cells import SweepCell
+from megapilot.suite.config import Backend, LoadedSuite, is_secret_name
+
+CPU_STAND_IN_GPU = "h100"  # a CPU plan still needs a GPUSpec; its peaks are never used for a CPU run
+SCRIPT_NAME = "launch.sh"
+PRIMUS_EXPERIMENT_NAME = "primus_experiment.yaml"
+
+
+class CellLaunch(BaseModel):
+    """A cell's launch, or why there is none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    slug: str
+    backend: Backend
+    skipped: str | None = Field(default=None, description="Why the cell does not run (not a failure).")
+    error: str | None = Field(default=None, description="Why the cell cannot be rendered (a config problem).")
+    nodes: int
+    gpus_per_node: int
+    megatron_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="Variables of the job; no secrets.")
+    command: str = Field(default="", description="One-line, shell-quoted summary of what runs.")
+    script_text: str = ""
+    files: dict[str, str] = Field(default_factory=dict, description="Extra files (Primus experiment YAML).")
+    plan: SavedPlan | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def runnable(self) -> bool:
+        return self.skipped is None and self.error is None
+
+
+def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_iters: int | None = None,
+                save_dir: str | None = None, save_interval: int | None = None,
+                load_dir: str | None = None) -> CellLaunch:
+    """Render `cell` for `suite` into a launch whose files go under `job_dir`."""
+    base = CellLaunch(key=cell.key, slug=cell.slug, backend=suite.backend, nodes=suite.nodes,
+                      gpus_per_node=suite.gpus_per_node)
+    if cell.skip_reason:
+        return base.model_copy(update={"skipped": cell.skip_reason})
+    from megapilot.launch import render_launch
+
+    try:
+        plan = build_plan(suite, cell, train_iters=train_iters)
+        options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
+                                 load_dir=load_dir)
+        launch = render_launch(plan, options)
+    except (MegapilotError, ValueError) as exc:  # ValueError: a spec refusing the merged values
+        return base.model_copy(update={"error": " ".join(str(exc).split())})
+    return base.model_copy(update={
+        "megatron_args": launch.megatron_args, "env": _job_env(suite, launch.env), "script_text": launch.script,
+        "command": _command(suite, options, launch.megatron_args, job_dir), "files": launch.files, "plan": plan,
+        "notes": _notes(suite) + launch.notes,
+    })
+
+
+def render_cells(suite: LoadedSuite, run_dir: Path, *, with_smoke: bool = True) -> list[CellLaunch]:
+    """The smoke cell (when enabled) and every sweep cell, each under `run_dir/<slug>`."""
+    cells = ([suite.smoke] if with_smoke and suite.config.smoke.enabled else []) + suite.cells
+    return [render_cell(suite, cell, job_dir=run_dir / cell.slug) for cell in cells]
+
+
+# ---- specs ----------------------------------------------------------------------------------------
+def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None = None) -> SavedPlan:
+    """The cell as a SavedPlan; MegapilotError when the layout cannot work (as `megapilot script` refuses)."""
+    from megapilot.catalog.gpus import get_gpu
+    from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
+
+    gpu = suite.gpu or get_gpu(CPU_STAND_IN_GPU)
+    cluster = ClusterSpec(gpu=gpu, num_nodes=suite.nodes, gpus_per_node=suite.gpus_per_node)
+    precision = cell.precision.lower() if suite.device == "gpu" else "bf16"
+    training = TrainingSpec(seq_length=cell.seq_length, global_batch_size=cell.gbs, precision=precision,
+                            train_iters=train_iters or cell.train_iters)
+    parallel = ParallelConfig.for_world(
+        cluster.world_size, tp=cell.tp, pp=cell.pp, mbs=cell.mbs, recompute="full" if cell.recompute else "none",
+        fsdp=cell.fsdp, sequence_parallel=cell.tp > 1,
+    )
+    validate_layout(suite.model, cluster, training, parallel)
+    return SavedPlan(model=suite.model, cluster=cluster, training=training, parallel=parallel)
+
+
+def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_dir: str | None = None,
+                   save_interval: int | None = None, load_dir: str | None = None):
+    """LaunchOptions for the suite's backend and executor."""
+    from megapilot.launch import LaunchOptions
+
+    block = suite.config.megapilot
+    container = suite.config.container
+    env = container.env if container is not None else {}
+    launcher = "slurm" if suite.executor == "slurm" else "primus" if suite.backend == "primus" else "torchrun"
+    job_dir = job_dir.absolute()
+    fields: dict[str, object] = dict(
+        launcher=launcher, entrypoint="megapilot" if suite.backend == "megapilot" else "megatron",
+        python=suite.python, cpu=suite.device == "cpu", log_interval=block.log_interval,
+        save=save_dir, save_interval=save_interval, load=load_dir,
+        script_path=str(job_dir / SCRIPT_NAME), log_dir=str(job_dir), job_name=f"mp-{cell.slug}",
+        network_interface=env.get("NCCL_SOCKET_IFNAME"), ib_hca=env.get("NCCL_IB_HCA"),
+        check_paths_exist=suite.executor == "local" and (container is None or not container.image),
+        **_data_fields(suite, cell),
+    )
+    if suite.backend == "megatron-lm":
+        fields["megatron_path"] = block.megatron_path
+    if suite.backend == "primus":
+        fields.update(primus_path=block.primus_path, primus_config_path=str(job_dir / PRIMUS_EXPERIMENT_NAME))
+    if launcher == "slurm":
+        fields.update({k: v for k, v in (("partition", block.partition), ("account", block.account),
+                                         ("time_limit", block.time_limit)) if v is not None})
+        if container is not None and container.image:
+            fields["container_image"] = container.image
+    return LaunchOptions(**fields)  # type: ignore[arg-type]
+
+
+def _data_fields(suite: LoadedSuite, cell: SweepCell) -> dict[str, object]:
+    """Mock data unless megapilot.data_path; Megatron-LM and Primus read the cell's tokenizer as CVS does."""
+    block = suite.config.megapilot
+    fields: dict[str, object] = {"mock_data": block.data_path is None, "data_path": block.data_path}
+    if block.tokenizer_type is not None:
+        fields["tokenizer_type"] = block.tokenizer_type
+    elif suite.backend == "megapilot" and block.data_path is not None:
+        fields["tokenizer_type"] = "ByteTokenizer"
+    if suite.backend != "megapilot" and cell.tokenizer_model:
+        fields["tokenizer_model"] = cell.tokenizer_model
+    return fields
+
+
+# ---- what else a cell launch says ----------------------------------------------------------------------
+def _job_env(suite: LoadedSuite, launch_env: dict[str, str]) -> dict[str, str]:
+    """The script's exports, plus container.env (passed with `docker run -e`); secret-named variables dropped."""
+    container = suite.config.container
+    extra = dict(container.env) if container is not None else {}
+    merged = {**extra, **launch_env}
+    return {name: value for name, value in merged.items() if not is_secret_name(name)}
+
+
+def _command(suite: LoadedSuite, options, megatron_args: list[str], job_dir: Path) -> str:
+    if options.launcher == "slurm":
+        return shlex.join(["sbatch", options.script_path])
+    if options.launcher == "primus":
+        return shlex.join(["bash", "runner/primus-cli", "direct", "--", "train", "pretrain", "--config",
+                           options.primus_config_path])
+    entry = ["-m", "megapilot.trainer"] if options.entrypoint == "megapilot" else [
+        options.megatron_path.rstrip("/") + "/pretrain_gpt.py"]
+    words = [options.python, "-m", "torch.distributed.run", "--nnodes", str(suite.nodes), "--nproc-per-node",
+             str(suite.gpus_per_node), *entry, *megatron_args]
+    return shlex.join(words)
+
+
+def _notes(suite: LoadedSuite) -> list[str]:
+    notes = []
+    if suite.device == "cpu":
+        notes.append(f"CPU suite: the plan carries {CPU_STAND_IN_GPU} as a stand-in GPU; no estimate on CPU")
+    if suite.config.megapilot.data_path is None:
+        notes.append("mock data (Megatron's synthetic tokens): loss gates are weak evidence")
+    return notes
+
+
+__all__ = ["CellLaunch", "build_plan", "launch_options", "render_cell", "render_cells"]
