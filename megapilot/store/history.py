@@ -1,0 +1,608 @@
+"""The run history: every suite run's verdicts, metrics and predictions, in SQLite or PostgreSQL.
+
+`open_history()` opens (and creates, and migrates) the database:
+    url None      $MEGAPILOT_HISTORY, else `platformdirs.user_data_dir("megapilot")/history.sqlite`
+    a path        a SQLite file (or `sqlite:///path`)
+    postgresql:// a PostgreSQL database shared by a team (needs the `postgres` extra: psycopg)
+
+SQLite runs in WAL mode with a busy timeout and takes its write lock up front (BEGIN IMMEDIATE), so
+two suite runs recording at the same moment both land; PostgreSQL writers take an advisory lock.
+
+What is stored is what a later run, a comparison or a calibration needs: verdicts, layouts, metric
+values and gates, predictions. What may carry a secret is not: no launch command, no environment, no
+notes, no log lines; reasons are scrubbed of anything shaped like a token before they are written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from megapilot.errors import MegapilotError
+from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
+from megapilot.store.schema import Database, apply_migrations
+from megapilot.suite.results import ComboResult, SuiteResult, Verdict
+
+HISTORY_ENV = "MEGAPILOT_HISTORY"
+HISTORY_FILE_NAME = "history.sqlite"
+BUSY_TIMEOUT_S = 30.0
+PG_WRITE_LOCK = 0x6D70_6869  # one advisory-lock key for every megapilot history writer
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+LIST_RUNS_HINT = "list run ids with `megapilot history list`"
+
+# A combo that ended with one of these verdicts is not run again by `suite run --resume`; SKIPPED is
+# cheap to re-decide and may have been caused by a stage that the resumed run now passes.
+TERMINAL_VERDICTS = (Verdict.PASS, Verdict.FAIL, Verdict.RECORD)
+UNFINISHED_JOB_STATES = ("PENDING", "RUNNING", "CANCELLED")
+# Runs and combos that count for a baseline: RECORD is measured but not gated, so a suite gated only by
+# `baseline` thresholds (RECORD until a history exists) builds its first history.
+PASSING_VERDICTS = (Verdict.PASS, Verdict.RECORD)
+CALIBRATED_QUANTITIES = ("step_time_ms", "tokens_per_s_per_gpu")
+PREDICTED_QUANTITIES = ("step_time_ms", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct", "memory_gib")
+
+
+# ---- record types ---------------------------------------------------------------------------------
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunRow(_Record):
+    """One stored run, as `history list` shows it."""
+
+    run_id: str
+    started_at: datetime
+    ended_at: datetime | None
+    duration_s: float
+    verdict: Verdict
+    reason: str
+    suite_name: str
+    model: str
+    model_family: str
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    layout: str
+    precision: str
+    backend: str
+    executor: str
+    config_hash: str
+    run_dir: str
+    megapilot_version: str
+    git_commit: str | None
+    finished: bool
+    combos: int
+    failed_combos: int
+
+
+class MetricValue(_Record):
+    name: str
+    value: float | None
+    unit: str
+    verdict: Verdict
+    threshold: str | None
+
+
+class PredictionRow(_Record):
+    """The estimator's numbers for a combo next to what was measured (None: not predicted / not measured)."""
+
+    predicted_step_time_ms: float | None
+    measured_step_time_ms: float | None
+    predicted_tokens_per_s_per_gpu: float | None
+    measured_tokens_per_s_per_gpu: float | None
+    predicted_tflops_per_gpu: float | None
+    measured_tflops_per_gpu: float | None
+    predicted_mfu_pct: float | None
+    measured_mfu_pct: float | None
+    predicted_memory_gib: float | None
+    measured_memory_gib: float | None
+
+
+class ComboRow(_Record):
+    key: str
+    verdict: Verdict
+    reason: str
+    layout: str
+    nodes: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int | None
+    mbs: int | None
+    gbs: int | None
+    precision: str | None
+    seq_length: int | None
+    duration_s: float
+    job_state: str | None
+    metrics: list[MetricValue]
+    prediction: PredictionRow | None
+
+
+class RunDetail(_Record):
+    run: RunRow
+    combos: list[ComboRow]
+
+
+class MetricDelta(_Record):
+    """One metric of one combo in two runs: B against A."""
+
+    combo: str
+    metric: str
+    label: str
+    unit: str
+    value_a: float | None
+    value_b: float | None
+    delta_pct: float | None
+    change: Change
+
+
+class RunComparison(_Record):
+    run_a: RunRow
+    run_b: RunRow
+    deltas: list[MetricDelta]
+    combos_only_in_a: list[str]
+    combos_only_in_b: list[str]
+
+
+class BaselineStats(_Record):
+    """A metric over the last passing runs of the same model/layout/GPU/cell, newest first."""
+
+    metric: str
+    median: float
+    count: int
+    mean: float
+    stdev: float | None  # None with fewer than two runs
+    values: list[float]
+    run_ids: list[str]
+
+
+class CalibrationRow(_Record):
+    """How far the estimator was off, for one GPU, model family and quantity.
+
+    error % = (predicted - measured) / measured x 100: positive means predicted too high.
+    """
+
+    gpu: str
+    model_family: str
+    quantity: Literal["step_time_ms", "tokens_per_s_per_gpu"]
+    count: int
+    median_abs_error_pct: float
+    mean_signed_error_pct: float
+
+
+# ---- opening --------------------------------------------------------------------------------------
+
+def default_history_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("megapilot")) / HISTORY_FILE_NAME
+
+
+def history_url(url: str | None = None) -> str:
+    """Which database to open: the URL given, else $MEGAPILOT_HISTORY, else the default SQLite file."""
+    return url or os.environ.get(HISTORY_ENV) or str(default_history_path())
+
+
+def open_history(url: str | None = None) -> History:
+    """Open the run history (created and migrated to the current schema as needed)."""
+    target = history_url(url)
+    database = _open_postgres(target) if target.startswith(POSTGRES_SCHEMES) else _open_sqlite(target)
+    try:
+        _migrate(database)
+    except BaseException:
+        database.close()
+        raise
+    return History(database)
+
+
+def _migrate(database: Database) -> None:
+    import sqlite3
+
+    try:
+        apply_migrations(database)
+    except sqlite3.DatabaseError as exc:
+        raise MegapilotError(f"{database.location} is not a megapilot history ({exc})", field="--db",
+                             fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path") from None
+
+
+class _SqliteDatabase:
+    dialect = "sqlite"
+
+    def __init__(self, path: Path):
+        import sqlite3
+
+        self.location = str(path)
+        # isolation_level=None: no implicit transactions; writes open theirs with BEGIN IMMEDIATE.
+        self._connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        self._connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        self._connection.execute("PRAGMA journal_mode = WAL")
+        self._connection.execute("PRAGMA foreign_keys = ON")
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> None:
+        self._connection.execute(sql, tuple(params))
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        self._connection.executemany(sql, [tuple(row) for row in rows])
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        return self._connection.execute(sql, tuple(params)).fetchall()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        self._connection.execute("BEGIN IMMEDIATE")  # the write lock now, not at the first write (no deadlock)
+        try:
+            yield
+        except BaseException:
+            self._connection.execute("ROLLBACK")
+            raise
+        self._connection.execute("COMMIT")
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _open_sqlite(target: str) -> _SqliteDatabase:
+    import sqlite3
+
+    path = Path(target.removeprefix("sqlite:///") if target.startswith("sqlite:///") else target).expanduser()
+    fix = "pass a file path or a postgresql:// URL to --db (or $MEGAPILOT_HISTORY)"
+    if path.is_dir():
+        raise MegapilotError(f"{path} is a directory, not a history database", field="--db", fix=fix)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _SqliteDatabase(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise MegapilotError(f"cannot open the history at {path} ({exc})", field="--db", fix=fix) from None
+
+
+class _PostgresDatabase:
+    dialect = "postgresql"
+
+    def __init__(self, connection: Any, location: str):
+        self._connection = connection
+        self.location = location
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")  # the schema's and history's SQL holds no literal '?' or '%'
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> None:
+        self._connection.execute(self._sql(sql), tuple(params))
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        with self._connection.cursor() as cursor:
+            cursor.executemany(self._sql(sql), [tuple(row) for row in rows])
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        return self._connection.execute(self._sql(sql), tuple(params)).fetchall()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._connection.transaction():
+            self._connection.execute("SELECT pg_advisory_xact_lock(%s)", (PG_WRITE_LOCK,))
+            yield
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _open_postgres(url: str) -> _PostgresDatabase:
+    location = scrub_secrets(url)
+    try:
+        import psycopg
+    except ImportError:
+        raise MegapilotError(f"{location} needs the PostgreSQL driver, which is not installed", field="--db",
+                             fix="pip install 'megapilot[postgres]'") from None
+    try:
+        connection = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        reason = scrub_secrets(" ".join(str(exc).split()))
+        raise MegapilotError(f"cannot connect to {location} ({reason})", field="--db",
+                             fix="check the host, port, database and credentials in the URL") from None
+    return _PostgresDatabase(connection, location)
+
+
+# ---- secrets --------------------------------------------------------------------------------------
+
+_SECRET_PATTERNS = (
+    (re.compile(r"\bhf_[A-Za-z0-9]{8,}"), "<redacted>"),
+    (re.compile(r"(?i)\bbearer\s+\S+"), "Bearer <redacted>"),
+    (re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY)[A-Z0-9_]*)(\s*[=:]\s*)\S+"),
+     r"\1\2<redacted>"),
+    (re.compile(r"(?i)(--[\w-]*(?:token|secret|password|api-key)[\w-]*)(=|\s+)\S+"), r"\1\2<redacted>"),
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@"), r"\1<redacted>@"),
+)
+
+
+def scrub_secrets(text: str) -> str:
+    """Text with anything shaped like a token, password or credentialed URL replaced by <redacted>."""
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# ---- the history ----------------------------------------------------------------------------------
+
+_RUN_COLUMNS = ("run_id", "started_at", "ended_at", "duration_s", "verdict", "reason", "suite_name", "model",
+                "model_family", "gpu", "nodes", "gpus_per_node", "layout", "precision", "backend", "executor",
+                "config_hash", "run_dir", "megapilot_version", "git_commit", "finished", "recorded_at")
+_COMBO_COLUMNS = ("run_id", "combo_key", "verdict", "reason", "layout", "nodes", "gpus_per_node", "tp", "pp", "cp",
+                  "ep", "vpp", "mbs", "gbs", "precision", "seq_length", "duration_s", "job_state")
+_METRIC_COLUMNS = ("run_id", "combo_key", "name", "value", "unit", "verdict", "threshold")
+_PREDICTION_COLUMNS = ("run_id", "combo_key", *(f"{side}_{quantity}" for quantity in PREDICTED_QUANTITIES
+                                                for side in ("predicted", "measured")))
+_CHILD_TABLES = ("predictions", "metrics", "combos")  # deleted before runs (their rows reference it)
+_RUN_SELECT = (f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS if c != 'recorded_at')}, "
+               "(SELECT COUNT(*) FROM combos c WHERE c.run_id = r.run_id), "
+               "(SELECT COUNT(*) FROM combos c WHERE c.run_id = r.run_id AND c.verdict = 'FAIL') FROM runs r")
+
+
+def _insert(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+
+class History:
+    """A run-history database. Use `open_history()`; close it (or use it as a context manager)."""
+
+    def __init__(self, database: Database):
+        self._db = database
+
+    @property
+    def location(self) -> str:
+        """The file path or URL (password removed)."""
+        return self._db.location
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- writing --
+
+    def record(self, result: SuiteResult) -> None:
+        """Store a run; recording the same run id again (after a resume) replaces all of its rows."""
+        combos = _unique_combos(result.combos)
+        with self._db.write():
+            for table in (*_CHILD_TABLES, "runs"):
+                self._db.execute(f"DELETE FROM {table} WHERE run_id = ?", (result.run_id,))
+            self._db.execute(_insert("runs", _RUN_COLUMNS), _run_values(result))
+            self._db.execute_many(_insert("combos", _COMBO_COLUMNS),
+                                  [_combo_values(result.run_id, c) for c in combos])
+            self._db.execute_many(_insert("metrics", _METRIC_COLUMNS),
+                                  [row for c in combos for row in _metric_values(result.run_id, c)])
+            self._db.execute_many(_insert("predictions", _PREDICTION_COLUMNS),
+                                  [_prediction_values(result.run_id, c) for c in combos if c.predicted])
+
+    # -- reading --
+
+    def runs(self, limit: int = 20, model: str | None = None, gpu: str | None = None) -> list[RunRow]:
+        """The newest runs first, optionally only one model (exact name) or GPU (any case)."""
+        where, params = [], []
+        if model:
+            where.append("r.model = ?")
+            params.append(model)
+        if gpu:
+            where.append("LOWER(r.gpu) = LOWER(?)")
+            params.append(gpu)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._db.query(f"{_RUN_SELECT}{clause} ORDER BY r.started_at DESC, r.run_id LIMIT ?",
+                              (*params, limit))
+        return [_run_row(row) for row in rows]
+
+    def resolve(self, ref: str) -> str:
+        """A run id from what a user typed: the id, a unique prefix of one, or `latest`."""
+        if ref == "latest":
+            newest = self.runs(limit=1)
+            if not newest:
+                raise MegapilotError(f"the history at {self.location} has no runs yet", field="RUN",
+                                     fix="record one with `megapilot suite run`")
+            return newest[0].run_id
+        if self._db.query("SELECT 1 FROM runs WHERE run_id = ?", (ref,)):
+            return ref
+        matches = [row[0] for row in self._db.query(
+            "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY started_at DESC", (len(ref), ref))]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise MegapilotError(f"no run {ref!r} in the history at {self.location}", field="RUN",
+                                 fix=f"{LIST_RUNS_HINT}, or pass `latest`")
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise MegapilotError(f"{ref!r} matches {len(matches)} runs ({shown})", field="RUN",
+                             fix="type more of the run id")
+
+    def run(self, run_id: str) -> RunDetail:
+        """A run with its combos, metrics and predictions (run_id may be a prefix or `latest`)."""
+        run_id = self.resolve(run_id)
+        run = _run_row(self._db.query(f"{_RUN_SELECT} WHERE r.run_id = ?", (run_id,))[0])
+        metrics = self._metrics_by_combo(run_id)
+        predictions = self._predictions_by_combo(run_id)
+        rows = self._db.query(f"SELECT {', '.join(_COMBO_COLUMNS[1:])} FROM combos WHERE run_id = ? "
+                              "ORDER BY combo_key", (run_id,))
+        combos = [_combo_row(row, metrics.get(row[0], []), predictions.get(row[0])) for row in rows]
+        return RunDetail(run=run, combos=combos)
+
+    def compare(self, a: str, b: str) -> RunComparison:
+        """Every metric of the combos both runs have, B against A, judged by the metric's direction."""
+        first, second = self.run(a), self.run(b)
+        combos_a = {combo.key: combo for combo in first.combos}
+        combos_b = {combo.key: combo for combo in second.combos}
+        deltas = [delta for key in combos_a if key in combos_b
+                  for delta in _metric_deltas(key, combos_a[key], combos_b[key])]
+        return RunComparison(run_a=first.run, run_b=second.run, deltas=deltas,
+                             combos_only_in_a=[k for k in combos_a if k not in combos_b],
+                             combos_only_in_b=[k for k in combos_b if k not in combos_a])
+
+    def finished_combos(self, run_id: str) -> set[str]:
+        """Combos of a run that ended (PASS/FAIL/RECORD, job not cancelled): `suite run --resume` skips them."""
+        run_id = self.resolve(run_id)
+        terminal = ", ".join(f"'{v.value}'" for v in TERMINAL_VERDICTS)
+        unfinished = ", ".join(f"'{state}'" for state in UNFINISHED_JOB_STATES)
+        rows = self._db.query(f"SELECT combo_key FROM combos WHERE run_id = ? AND verdict IN ({terminal}) "
+                              f"AND (job_state IS NULL OR job_state NOT IN ({unfinished}))", (run_id,))
+        return {row[0] for row in rows}
+
+    def baseline(self, metric: str, *, model: str, layout: str, gpu: str, combo_key: str, last_n: int = 5,
+                 exclude_run: str | None = None) -> BaselineStats | None:
+        """Median (and spread) of a metric over the last N passing runs of the same model/layout/GPU/cell."""
+        passing = ", ".join(f"'{v.value}'" for v in PASSING_VERDICTS)
+        rows = self._db.query(
+            "SELECT m.value, r.run_id FROM metrics m "
+            "JOIN combos c ON c.run_id = m.run_id AND c.combo_key = m.combo_key "
+            "JOIN runs r ON r.run_id = m.run_id "
+            f"WHERE m.name = ? AND r.model = ? AND LOWER(r.gpu) = LOWER(?) AND c.layout = ? AND c.combo_key = ? "
+            f"AND r.run_id <> ? AND r.verdict IN ({passing}) AND c.verdict IN ({passing}) "
+            "AND m.verdict <> 'FAIL' AND m.value IS NOT NULL "
+            "ORDER BY r.started_at DESC, r.run_id LIMIT ?",
+            (metric, model, gpu, layout, combo_key, exclude_run or "", last_n))
+        if not rows:
+            return None
+        values = [float(row[0]) for row in rows]
+        return BaselineStats(metric=metric, median=statistics.median(values), count=len(values),
+                             mean=statistics.fmean(values),
+                             stdev=statistics.stdev(values) if len(values) > 1 else None,
+                             values=values, run_ids=[row[1] for row in rows])
+
+    def calibration(self) -> list[CalibrationRow]:
+        """Predicted-vs-measured error of step time and tokens/s over every stored combo, by GPU and model family."""
+        columns = ", ".join(f"p.predicted_{q}, p.measured_{q}" for q in CALIBRATED_QUANTITIES)
+        rows = self._db.query(f"SELECT r.gpu, r.model_family, r.model, {columns} FROM predictions p "
+                              "JOIN runs r ON r.run_id = p.run_id")
+        errors: dict[tuple[str, str, str], list[float]] = {}
+        for gpu, family, model, *pairs in rows:
+            for index, quantity in enumerate(CALIBRATED_QUANTITIES):
+                predicted, measured = pairs[2 * index], pairs[2 * index + 1]
+                if predicted is not None and measured:
+                    key = (gpu, family or model, quantity)
+                    errors.setdefault(key, []).append((predicted - measured) / measured * 100.0)
+        return [CalibrationRow(gpu=gpu, model_family=family, quantity=quantity, count=len(values),  # type: ignore[arg-type]
+                               median_abs_error_pct=statistics.median(abs(v) for v in values),
+                               mean_signed_error_pct=statistics.fmean(values))
+                for (gpu, family, quantity), values in sorted(errors.items())]
+
+    def _metrics_by_combo(self, run_id: str) -> dict[str, list[MetricValue]]:
+        grouped: dict[str, list[MetricValue]] = {}
+        for combo_key, name, value, unit, verdict, threshold in self._db.query(
+                "SELECT combo_key, name, value, unit, verdict, threshold FROM metrics WHERE run_id = ? "
+                "ORDER BY combo_key, name", (run_id,)):
+            grouped.setdefault(combo_key, []).append(
+                MetricValue(name=name, value=value, unit=unit, verdict=verdict, threshold=threshold))
+        return grouped
+
+    def _predictions_by_combo(self, run_id: str) -> dict[str, PredictionRow]:
+        names = _PREDICTION_COLUMNS[2:]
+        rows = self._db.query(f"SELECT combo_key, {', '.join(names)} FROM predictions WHERE run_id = ?", (run_id,))
+        return {row[0]: PredictionRow(**dict(zip(names, row[1:], strict=True))) for row in rows}
+
+
+# ---- rows in and out ------------------------------------------------------------------------------
+
+def _iso(moment: datetime | None) -> str | None:
+    """UTC with a fixed width, so that text order is time order in both databases (naive = local time)."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _finite(value: float | None) -> float | None:
+    """NaN/inf are stored as missing: SQLite cannot hold NaN, and both databases then read back the same."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _unique_combos(combos: list[ComboResult]) -> list[ComboResult]:
+    """One combo per key (the last one wins, as a resumed run re-ran it)."""
+    return list({combo.key: combo for combo in combos}.values())
+
+
+def _run_values(result: SuiteResult) -> tuple:
+    card = result.card
+    return (result.run_id, _iso(result.started_at), _iso(result.ended_at), result.duration_s, result.verdict.value,
+            scrub_secrets(result.reason), card.suite_name, card.model, card.model_family, card.gpu, card.nodes,
+            card.gpus_per_node, card.layout, card.precision, card.backend, card.executor, card.config_hash,
+            result.run_dir, card.megapilot_version, card.git_commit, int(result.finished),
+            _iso(datetime.now(timezone.utc)))
+
+
+def _combo_values(run_id: str, combo: ComboResult) -> tuple:
+    return (run_id, combo.key, combo.verdict.value, scrub_secrets(combo.reason), combo_layout(combo), combo.nodes,
+            combo.gpus_per_node, combo.tp, combo.pp, combo.cp, combo.ep, combo.vpp, combo.mbs, combo.gbs,
+            combo.precision, combo.seq_length, combo.duration_s, combo.job.state if combo.job else None)
+
+
+def _metric_values(run_id: str, combo: ComboResult) -> list[tuple]:
+    latest = {row.name: row for row in combo.metrics}  # a name twice: the last reading wins
+    return [(run_id, combo.key, row.name, _finite(row.value), row.unit, row.verdict.value, row.threshold)
+            for row in latest.values()]
+
+
+def _prediction_values(run_id: str, combo: ComboResult) -> tuple:
+    predicted = combo.predicted
+    assert predicted is not None
+    values: list[float | None] = []
+    for quantity in PREDICTED_QUANTITIES:
+        values += [_finite(getattr(predicted, quantity)), _finite(_measured(combo, quantity))]
+    return (run_id, combo.key, *values)
+
+
+def _measured(combo: ComboResult, quantity: str) -> float | None:
+    """The measured value of a predicted quantity: the first metric of the table that measures it."""
+    for info in METRICS.values():
+        if info.quantity == quantity and (value := combo.actual(info.name)) is not None:
+            return value
+    return None
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _run_row(row: tuple) -> RunRow:
+    fields = dict(zip([c for c in _RUN_COLUMNS if c != "recorded_at"] + ["combos", "failed_combos"], row,
+                      strict=True))
+    fields["started_at"] = _parse_time(fields["started_at"])
+    fields["ended_at"] = _parse_time(fields["ended_at"])
+    fields["finished"] = bool(fields["finished"])
+    return RunRow(**fields)
+
+
+def _combo_row(row: tuple, metrics: list[MetricValue], prediction: PredictionRow | None) -> ComboRow:
+    fields = dict(zip(_COMBO_COLUMNS[1:], row, strict=True))
+    fields["key"] = fields.pop("combo_key")
+    return ComboRow(**fields, metrics=metrics, prediction=prediction)
+
+
+def _metric_deltas(key: str, a: ComboRow, b: ComboRow) -> list[MetricDelta]:
+    values_a = {m.name: m for m in a.metrics}
+    values_b = {m.name: m for m in b.metrics}
+    names = list(values_a) + [name for name in values_b if name not in values_a]
+    deltas = []
+    for name in names:
+        first, second = values_a.get(name), values_b.get(name)
+        value_a = first.value if first else None
+        value_b = second.value if second else None
+        delta = change_pct(value_b, value_a) if value_a is not None and value_b is not None else None
+        unit = (first or second).unit  # type: ignore[union-attr]  # the name came from one of them
+        deltas.append(MetricDelta(combo=key, metric=name, label=metric_info(name).label, unit=unit,
+                                  value_a=value_a, value_b=value_b, delta_pct=delta, change=judge(name, delta)))
+    return deltas
+
+
+__all__ = [
+    "BaselineStats", "CalibrationRow", "ComboRow", "HISTORY_ENV", "History", "MetricDelta", "MetricValue",
+    "PredictionRow", "RunComparison", "RunDetail", "RunRow", "default_history_path", "history_url", "open_history",
+    "scrub_secrets",
+]

@@ -1,0 +1,128 @@
+"""Regressions against the run history, and the one table of metric directions that compare shares.
+
+A suite run's headline metrics (tokens/s/GPU, TFLOP/s/GPU, step time mean and p50, memory) are set
+against the median of the last N passing runs of the same model, layout, GPU and cell. A move of more
+than `threshold_pct` is reported with its sign as measured and whether it is worse for that metric
+(step time up is worse, tokens/s down is worse), e.g. "tokens/s/GPU −8.3 % vs the median of the last 5
+runs". The median, not the last run, so that one noisy run neither hides nor fakes a regression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from megapilot.suite.results import ComboResult, Regression, SuiteResult
+
+if TYPE_CHECKING:
+    from megapilot.store.history import History
+
+Direction = Literal["higher", "lower"]
+Change = Literal["better", "worse", "same", "unknown"]
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What a metric name means for history: a short label, which way is better, and whether it is a headline."""
+
+    name: str
+    label: str
+    direction: Direction | None
+    headline: bool = False
+    quantity: str | None = None  # the Prediction field it is measured against, for calibration
+
+
+_KNOWN = (
+    MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "higher", headline=True, quantity="tokens_per_s_per_gpu"),
+    MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "higher", headline=True,
+               quantity="tokens_per_s_per_gpu"),
+    MetricInfo("training.throughput_per_gpu", "TFLOP/s/GPU", "higher", headline=True, quantity="tflops_per_gpu"),
+    MetricInfo("training.elapsed_time_per_iteration", "step time (mean)", "lower", headline=True,
+               quantity="step_time_ms"),
+    MetricInfo("training.step_time_p50_ms", "step time p50", "lower", headline=True, quantity="step_time_ms"),
+    MetricInfo("training.step_time_p95_ms", "step time p95", "lower"),
+    MetricInfo("training.mem_usage", "memory (fraction)", "lower", headline=True),
+    MetricInfo("training.memory_gib", "memory GiB", "lower", headline=True, quantity="memory_gib"),
+    MetricInfo("training.mfu_pct", "MFU %", "higher", quantity="mfu_pct"),
+    MetricInfo("training.scaling_efficiency_pct", "scaling efficiency %", "higher"),
+    MetricInfo("training.lm_loss", "LM loss", "lower"),
+    MetricInfo("training.steps_to_target", "steps to target", "lower"),
+    MetricInfo("training.time_to_target_seconds", "time to target", "lower"),
+    MetricInfo("training.time_to_first_step_s", "time to first step", "lower"),
+)
+METRICS: dict[str, MetricInfo] = {info.name: info for info in _KNOWN}
+HEADLINE_METRICS: tuple[str, ...] = tuple(info.name for info in _KNOWN if info.headline)
+
+
+def metric_info(name: str) -> MetricInfo:
+    """The table's entry, or a neutral one (no direction: a change is neither better nor worse)."""
+    return METRICS.get(name) or MetricInfo(name, name.removeprefix("training."), None)
+
+
+def change_pct(value: float, reference: float) -> float | None:
+    """(value - reference) / reference x 100; None when the reference is zero."""
+    if reference == 0:
+        return None
+    return (value - reference) / abs(reference) * 100.0
+
+
+def judge(name: str, delta_pct: float | None) -> Change:
+    """Whether a change of delta_pct in this metric is better or worse, by the metric's direction."""
+    direction = metric_info(name).direction
+    if delta_pct is None or direction is None:
+        return "unknown"
+    if delta_pct == 0:
+        return "same"
+    went_up = delta_pct > 0
+    return "better" if went_up == (direction == "higher") else "worse"
+
+
+def combo_layout(combo: ComboResult) -> str:
+    """A cell's parallel layout as history keys it: 'TP=1,PP=1,CP=1,EP=1,DP=8' (',VPP=n' when interleaved)."""
+    model_parallel = combo.tp * combo.pp * combo.cp
+    dp = max(combo.nodes * combo.gpus_per_node // model_parallel, 1)
+    layout = f"TP={combo.tp},PP={combo.pp},CP={combo.cp},EP={combo.ep},DP={dp}"
+    return f"{layout},VPP={combo.vpp}" if combo.vpp else layout
+
+
+def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,
+                     threshold_pct: float = 5.0) -> list[Regression]:
+    """Headline metrics of every combo that moved more than threshold_pct from their history median.
+
+    Both directions are returned (`worse` tells them apart), regressions first. The run itself is
+    left out of its own baseline, so this can be called before or after `history.record(result)`.
+    """
+    found = [regression for combo in result.combos for regression in _combo_regressions(
+        result, combo, history, last_n=last_n, threshold_pct=threshold_pct)]
+    return sorted(found, key=lambda r: (not r.worse, -abs(r.change_pct)))
+
+
+def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History, *, last_n: int,
+                       threshold_pct: float) -> list[Regression]:
+    regressions = []
+    for row in combo.metrics:
+        if row.name not in HEADLINE_METRICS or row.value is None:
+            continue
+        stats = history.baseline(row.name, model=result.card.model, layout=combo_layout(combo), gpu=result.card.gpu,
+                                 combo_key=combo.key, last_n=last_n, exclude_run=result.run_id)
+        if stats is None:
+            continue
+        delta = change_pct(row.value, stats.median)
+        if delta is None or abs(delta) <= threshold_pct:
+            continue
+        regressions.append(Regression(
+            combo=combo.key, metric=row.name, value=row.value, baseline_median=stats.median, change_pct=delta,
+            runs_compared=stats.count, worse=judge(row.name, delta) == "worse",
+            message=regression_message(row.name, delta, stats.count)))
+    return regressions
+
+
+def regression_message(name: str, delta_pct: float, runs: int) -> str:
+    """'tokens/s/GPU −8.3 % vs the median of the last 5 runs' (a true minus sign; 'the last run' for one)."""
+    sign = "+" if delta_pct > 0 else "\u2212"
+    against = "the last run" if runs == 1 else f"the median of the last {runs} runs"
+    return f"{metric_info(name).label} {sign}{abs(delta_pct):.1f} % vs {against}"
+
+
+__all__ = ["Change", "Direction", "HEADLINE_METRICS", "METRICS", "MetricInfo", "change_pct", "combo_layout",
+           "find_regressions", "judge", "metric_info", "regression_message"]

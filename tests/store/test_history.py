@@ -1,0 +1,397 @@
+"""The run history on both backends: record, list, show, compare, resume, baselines, calibration, secrets,
+migrations, concurrent writers. PostgreSQL runs against a real server the tests start (tests/store/pg_server.py).
+
+`make_suite_result` builds the SuiteResult a suite run would write; test_regress and the CLI tests use it too.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.store.history import HISTORY_ENV, History, history_url, open_history
+from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
+from megapilot.suite.results import (ComboResult, JobSummary, MetricRow, Prediction, RunCard, SuiteResult,
+                                     Verdict)
+from tests.store.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtures
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+CELL = "MBS=2,GBS=64,PRECISION=BF16"
+TOKENS = "training.tokens_per_gpu"
+TFLOPS = "training.throughput_per_gpu"
+STEP = "training.elapsed_time_per_iteration"
+FAKE_TOKEN = "hf_FaKeToKeN0123456789abcdefXYZ"
+
+
+# ---- the factory ----------------------------------------------------------------------------------
+
+def make_combo(key: str = CELL, *, verdict: Verdict = Verdict.PASS, tokens: float | None = 1000.0,
+               tflops: float | None = 300.0, step_ms: float | None = 800.0, predicted: Prediction | None = None,
+               job_state: str = "COMPLETED", **fields: object) -> ComboResult:
+    """A measured cell: tokens/s/GPU, TFLOP/s/GPU and step time, gated or recorded like a suite run would."""
+    readings = ((TOKENS, tokens, "tok/s/GPU"), (TFLOPS, tflops, "TFLOP/s/GPU"), (STEP, step_ms, "ms"))
+    metrics = [MetricRow(name=name, value=value, unit=unit, verdict=verdict if value is not None else Verdict.SKIPPED,
+                         threshold=">= 1" if name == TOKENS else None)
+               for name, value, unit in readings if value is not None]
+    defaults: dict[str, object] = {"directory": key, "backend": "megatron-lm", "mbs": 2, "gbs": 64,
+                                   "precision": "BF16", "seq_length": 4096, "nodes": 1, "gpus_per_node": 8,
+                                   "duration_s": 120.0}
+    defaults.update(fields)
+    job = JobSummary(executor="local", job_id="1234", state=job_state, duration_s=110.0)
+    return ComboResult(key=key, verdict=verdict, metrics=metrics, predicted=predicted, job=job, **defaults)
+
+
+def make_suite_result(run_id: str, *, hour: float = 0, verdict: Verdict = Verdict.PASS, model: str = "llama3.1-8b",
+                      family: str = "llama", gpu: str = "MI300X", combos: list[ComboResult] | None = None,
+                      **result_fields: object) -> SuiteResult:
+    """A finished suite run `hour` hours after T0 (later runs are newer)."""
+    card = RunCard(suite_name="megatron-single", model=model, model_family=family, gpu=gpu, nodes=1, gpus_per_node=8,
+                   executor="local", backend="megatron-lm", layout="TP=1,PP=1,CP=1,EP=1,DP=8", precision="BF16",
+                   megapilot_version="0.1.0", git_commit="abc123", config_hash="sha256:feed")
+    started = T0 + timedelta(hours=hour)
+    fields: dict[str, object] = {"run_dir": f"/runs/{run_id}", "ended_at": started + timedelta(minutes=10),
+                                 "duration_s": 600.0, "finished": True}
+    fields.update(result_fields)
+    return SuiteResult(run_id=run_id, verdict=verdict, card=card, started_at=started,
+                       combos=combos if combos is not None else [make_combo()], **fields)
+
+
+# ---- the two backends -----------------------------------------------------------------------------
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "history.sqlite")
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def history(db_url):
+    with open_history(db_url) as opened:
+        yield opened
+
+
+# ---- record, list, show ---------------------------------------------------------------------------
+
+def test_recorded_run_lists_with_its_card_and_counts(history: History):
+    failed = make_combo("MBS=4,GBS=64,PRECISION=BF16", verdict=Verdict.FAIL, tokens=None, tflops=None, step_ms=None,
+                        reason="out of memory")
+    history.record(make_suite_result("run-a", verdict=Verdict.FAIL, combos=[make_combo(), failed]))
+    [row] = history.runs()
+    assert (row.run_id, row.verdict, row.model, row.model_family, row.gpu) == ("run-a", Verdict.FAIL, "llama3.1-8b",
+                                                                                "llama", "MI300X")
+    assert (row.nodes, row.gpus_per_node, row.layout, row.backend, row.executor) == (
+        1, 8, "TP=1,PP=1,CP=1,EP=1,DP=8", "megatron-lm", "local")
+    assert (row.combos, row.failed_combos, row.finished, row.git_commit) == (2, 1, True, "abc123")
+    assert row.started_at == T0 and row.ended_at == T0 + timedelta(minutes=10)
+
+
+def test_runs_are_newest_first_limited_and_filtered(history: History):
+    history.record(make_suite_result("old", hour=0))
+    history.record(make_suite_result("new", hour=2))
+    history.record(make_suite_result("other-gpu", hour=1, gpu="H100"))
+    history.record(make_suite_result("other-model", hour=3, model="llama3.1-70b"))
+    assert [r.run_id for r in history.runs()] == ["other-model", "new", "other-gpu", "old"]
+    assert [r.run_id for r in history.runs(limit=2)] == ["other-model", "new"]
+    assert [r.run_id for r in history.runs(gpu="h100")] == ["other-gpu"]
+    assert [r.run_id for r in history.runs(model="llama3.1-8b", gpu="MI300X")] == ["new", "old"]
+
+
+def test_show_returns_combos_metrics_and_prediction_with_measured_values(history: History):
+    predicted = Prediction(step_time_ms=750.0, tokens_per_s_per_gpu=1100.0, tflops_per_gpu=320.0, memory_gib=40.0)
+    history.record(make_suite_result("run-a", combos=[make_combo(predicted=predicted, tp=2, vpp=2)]))
+    detail = history.run("run-a")
+    [combo] = detail.combos
+    assert combo.key == CELL and combo.layout == "TP=2,PP=1,CP=1,EP=1,DP=4,VPP=2" and combo.job_state == "COMPLETED"
+    assert {m.name: m.value for m in combo.metrics} == {TOKENS: 1000.0, TFLOPS: 300.0, STEP: 800.0}
+    assert {m.name: m.threshold for m in combo.metrics}[TOKENS] == ">= 1"
+    assert combo.prediction is not None
+    assert (combo.prediction.predicted_step_time_ms, combo.prediction.measured_step_time_ms) == (750.0, 800.0)
+    assert (combo.prediction.predicted_tokens_per_s_per_gpu, combo.prediction.measured_tokens_per_s_per_gpu) == (
+        1100.0, 1000.0)
+    assert combo.prediction.measured_memory_gib is None  # no memory metric in GiB was measured
+
+
+def test_floats_keep_full_precision_and_nan_is_stored_as_missing(history: History):
+    history.record(make_suite_result("run-a", combos=[make_combo(tokens=12345.678901, step_ms=float("nan"))]))
+    values = {m.name: m.value for m in history.run("run-a").combos[0].metrics}
+    assert values[TOKENS] == 12345.678901 and values[STEP] is None
+
+
+def test_recording_a_run_again_replaces_its_rows(history: History):
+    history.record(make_suite_result("run-a", finished=False, combos=[make_combo(), make_combo("MBS=4", tokens=5.0)]))
+    history.record(make_suite_result("run-a", finished=True, combos=[make_combo(tokens=1200.0)]))
+    [row] = history.runs()
+    assert row.finished and row.combos == 1
+    [combo] = history.run("run-a").combos
+    assert {m.name: m.value for m in combo.metrics}[TOKENS] == 1200.0
+
+
+# ---- run ids --------------------------------------------------------------------------------------
+
+def test_run_ids_resolve_by_unique_prefix_and_latest(history: History):
+    history.record(make_suite_result("20250301-abc", hour=0))
+    history.record(make_suite_result("20250302-abd", hour=1))
+    assert history.resolve("20250301") == "20250301-abc"
+    assert history.run("latest").run.run_id == "20250302-abd"
+    with pytest.raises(MegapilotError, match="matches 2 runs"):
+        history.resolve("2025030")
+
+
+def test_unknown_run_id_names_it_and_how_to_list_ids(history: History):
+    history.record(make_suite_result("run-a"))
+    with pytest.raises(MegapilotError) as caught:
+        history.run("nope")
+    assert "'nope'" in str(caught.value) and "megapilot history list" in str(caught.value)
+
+
+def test_latest_in_an_empty_history_is_a_user_error(history: History):
+    with pytest.raises(MegapilotError, match="no runs yet"):
+        history.resolve("latest")
+
+
+# ---- compare --------------------------------------------------------------------------------------
+
+def test_compare_gives_delta_and_direction_per_combo_and_metric(history: History):
+    history.record(make_suite_result("a", combos=[make_combo(tokens=1000.0, step_ms=800.0), make_combo("only-a")]))
+    history.record(make_suite_result("b", hour=1, combos=[make_combo(tokens=900.0, step_ms=720.0, tflops=300.0),
+                                                           make_combo("only-b")]))
+    comparison = history.compare("a", "b")
+    by_metric = {(d.combo, d.metric): d for d in comparison.deltas}
+    tokens, step, tflops = by_metric[(CELL, TOKENS)], by_metric[(CELL, STEP)], by_metric[(CELL, TFLOPS)]
+    assert (tokens.value_a, tokens.value_b, tokens.change) == (1000.0, 900.0, "worse")
+    assert tokens.delta_pct == pytest.approx(-10.0)
+    assert step.delta_pct == pytest.approx(-10.0) and step.change == "better"  # faster steps are better
+    assert tflops.change == "same"
+    assert comparison.combos_only_in_a == ["only-a"] and comparison.combos_only_in_b == ["only-b"]
+    assert (comparison.run_a.run_id, comparison.run_b.run_id) == ("a", "b")
+
+
+# ---- resume ---------------------------------------------------------------------------------------
+
+def test_finished_combos_are_the_terminal_ones(history: History):
+    combos = [make_combo("pass"), make_combo("fail", verdict=Verdict.FAIL), make_combo("record", verdict=Verdict.RECORD),
+              make_combo("skipped", verdict=Verdict.SKIPPED),
+              make_combo("cancelled", verdict=Verdict.FAIL, job_state="CANCELLED")]
+    history.record(make_suite_result("run-a", finished=False, combos=combos))
+    assert history.finished_combos("run-a") == {"pass", "fail", "record"}
+
+
+# ---- baselines ------------------------------------------------------------------------------------
+
+BASE = {"model": "llama3.1-8b", "layout": "TP=1,PP=1,CP=1,EP=1,DP=8", "gpu": "MI300X", "combo_key": CELL}
+
+
+def test_baseline_is_the_median_of_the_last_n_passing_runs_of_the_same_cell(history: History):
+    for hour, tokens in enumerate([500.0, 1000.0, 1100.0, 900.0]):  # the oldest falls outside last_n=3
+        history.record(make_suite_result(f"pass-{hour}", hour=hour, combos=[make_combo(tokens=tokens)]))
+    history.record(make_suite_result("failed", hour=10, verdict=Verdict.FAIL, combos=[make_combo(tokens=1.0)]))
+    history.record(make_suite_result("other-gpu", hour=11, gpu="H100", combos=[make_combo(tokens=5000.0)]))
+    history.record(make_suite_result("other-layout", hour=12, combos=[make_combo(tokens=7000.0, tp=2)]))
+    history.record(make_suite_result("other-cell", hour=13, combos=[make_combo("MBS=4", tokens=7000.0)]))
+    stats = history.baseline(TOKENS, **BASE, last_n=3)
+    assert stats is not None
+    assert (stats.median, stats.count, stats.run_ids) == (1000.0, 3, ["pass-3", "pass-2", "pass-1"])
+    assert stats.values == [900.0, 1100.0, 1000.0] and stats.mean == pytest.approx(1000.0)
+    assert stats.stdev == pytest.approx(100.0)
+
+
+def test_baseline_leaves_out_the_run_itself_and_counts_recorded_runs(history: History):
+    history.record(make_suite_result("first", combos=[make_combo(verdict=Verdict.RECORD, tokens=800.0)]))
+    history.record(make_suite_result("current", hour=1, combos=[make_combo(tokens=400.0)]))
+    stats = history.baseline(TOKENS, **BASE, exclude_run="current")
+    assert stats is not None and (stats.median, stats.count, stats.stdev) == (800.0, 1, None)
+
+
+def test_no_baseline_without_passing_history(history: History):
+    history.record(make_suite_result("failed", verdict=Verdict.FAIL))
+    assert history.baseline(TOKENS, **BASE) is None
+
+
+# ---- calibration ----------------------------------------------------------------------------------
+
+def test_calibration_groups_errors_by_gpu_and_model_family(history: History):
+    def run(run_id: str, gpu: str, family: str, predicted_ms: float, measured_ms: float) -> SuiteResult:
+        combo = make_combo(step_ms=measured_ms, tokens=1000.0,
+                           predicted=Prediction(step_time_ms=predicted_ms, tokens_per_s_per_gpu=1000.0))
+        return make_suite_result(run_id, gpu=gpu, family=family, combos=[combo])
+
+    history.record(run("a", "MI300X", "llama", 900.0, 1000.0))   # -10 %
+    history.record(run("b", "MI300X", "llama", 1200.0, 1000.0))  # +20 %
+    history.record(run("c", "MI300X", "llama", 1050.0, 1000.0))  # +5 %
+    history.record(run("d", "H100", "qwen", 500.0, 400.0))       # +25 %
+    history.record(make_suite_result("unpredicted"))
+    rows = {(r.gpu, r.model_family, r.quantity): r for r in history.calibration()}
+    assert set(rows) == {("H100", "qwen", "step_time_ms"), ("H100", "qwen", "tokens_per_s_per_gpu"),
+                         ("MI300X", "llama", "step_time_ms"), ("MI300X", "llama", "tokens_per_s_per_gpu")}
+    llama = rows[("MI300X", "llama", "step_time_ms")]
+    assert llama.count == 3
+    assert llama.median_abs_error_pct == pytest.approx(10.0)
+    assert llama.mean_signed_error_pct == pytest.approx(5.0)
+    assert rows[("H100", "qwen", "step_time_ms")].mean_signed_error_pct == pytest.approx(25.0)
+    assert rows[("MI300X", "llama", "tokens_per_s_per_gpu")].median_abs_error_pct == 0.0
+
+
+# ---- secrets --------------------------------------------------------------------------------------
+
+def test_nothing_secret_reaches_the_database_file(tmp_path):
+    leaky = make_combo(reason=f"failed; HF_TOKEN={FAKE_TOKEN} was set",
+                       command=f"HF_TOKEN={FAKE_TOKEN} torchrun pretrain_gpt.py --hf-token {FAKE_TOKEN}",
+                       log_tail=[f"token {FAKE_TOKEN}"])
+    result = make_suite_result("run-a", combos=[leaky], notes=[f"used token {FAKE_TOKEN}"],
+                               reason=f"bearer {FAKE_TOKEN}")
+    path = tmp_path / "history.sqlite"
+    with open_history(str(path)) as history:
+        history.record(result)
+        assert "<redacted>" in history.run("run-a").combos[0].reason
+        everything = b"".join(p.read_bytes() for p in tmp_path.iterdir())  # the WAL file too, while open
+        assert FAKE_TOKEN.encode() not in everything and b"torchrun" not in everything
+    assert FAKE_TOKEN.encode() not in path.read_bytes()
+
+
+# ---- files, locations, schema ---------------------------------------------------------------------
+
+def test_default_location_is_the_user_data_dir_unless_overridden(tmp_path, monkeypatch):
+    monkeypatch.delenv(HISTORY_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert history_url() == str(tmp_path / "data" / "megapilot" / "history.sqlite")
+    monkeypatch.setenv(HISTORY_ENV, str(tmp_path / "env.sqlite"))
+    assert history_url() == str(tmp_path / "env.sqlite")
+    assert history_url(str(tmp_path / "flag.sqlite")) == str(tmp_path / "flag.sqlite")
+    with open_history() as history:
+        history.record(make_suite_result("run-a"))
+    assert (tmp_path / "env.sqlite").is_file()
+
+
+def test_sqlite_history_uses_wal_and_records_the_schema_version(tmp_path):
+    path = tmp_path / "nested" / "dir" / "history.sqlite"  # parents are created
+    open_history(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+
+
+class _RawSqlite:
+    """A bare connection speaking the schema's Database protocol, to build an old database by hand."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: Path):
+        self.location = str(path)
+        self.connection = sqlite3.connect(path, isolation_level=None)
+
+    def execute(self, sql, params=()):
+        self.connection.execute(sql, tuple(params))
+
+    def query(self, sql, params=()):
+        return self.connection.execute(sql, tuple(params)).fetchall()
+
+    def write(self):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def transaction():
+            self.connection.execute("BEGIN")
+            yield
+            self.connection.execute("COMMIT")
+
+        return transaction()
+
+
+def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    raw = _RawSqlite(path)
+    assert apply_migrations(raw, target=1) == [1]
+    raw.execute("INSERT INTO runs (run_id, started_at, verdict, suite_name, model, gpu, nodes, gpus_per_node, "
+                "recorded_at) VALUES ('old-run', ?, 'PASS', 'suite', 'llama3.1-8b', 'MI300X', 1, 8, ?)",
+                (T0.isoformat(), T0.isoformat()))
+    raw.execute("INSERT INTO combos (run_id, combo_key, verdict, layout) VALUES ('old-run', ?, 'PASS', ?)",
+                (CELL, BASE["layout"]))
+    raw.execute("INSERT INTO metrics (run_id, combo_key, name, value, verdict) VALUES ('old-run', ?, ?, 950.0, "
+                "'PASS')", (CELL, TOKENS))
+    raw.connection.close()
+
+    with open_history(str(path)) as history:
+        assert history.run("old-run").run.model_family == ""  # the column v2 added, with its default
+        assert history.baseline(TOKENS, **BASE).median == 950.0
+        history.record(make_suite_result("new-run", combos=[make_combo(predicted=Prediction(step_time_ms=1.0))]))
+        assert history.run("new-run").combos[0].prediction is not None  # the v2 table exists
+    check = _RawSqlite(path)
+    assert schema_version(check) == SCHEMA_VERSION
+    assert [row[0] for row in check.query("SELECT version FROM schema_version ORDER BY version")] == [1, 2]
+
+
+def test_a_database_from_a_newer_megapilot_is_refused(tmp_path):
+    path = tmp_path / "future.sqlite"
+    open_history(str(path)).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("INSERT INTO schema_version VALUES (?, 'from the future', 'now')", (SCHEMA_VERSION + 1,))
+    with pytest.raises(MegapilotError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        open_history(str(path))
+
+
+@pytest.mark.parametrize("make_bad", [lambda p: p.mkdir(), lambda p: p.write_bytes(b"not a database at all" * 100)],
+                         ids=["directory", "not-sqlite"])
+def test_a_path_that_is_not_a_history_is_a_user_error(tmp_path, make_bad):
+    path = tmp_path / "history.sqlite"
+    make_bad(path)
+    with pytest.raises(MegapilotError) as caught:
+        open_history(str(path))
+    assert caught.value.field == "--db" and str(path) in str(caught.value)
+
+
+# ---- concurrent writers ---------------------------------------------------------------------------
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from megapilot.store.history import open_history
+    from megapilot.suite.results import SuiteResult
+
+    url, name, result_file, go_file, count = sys.argv[1:6]
+    template = SuiteResult.model_validate_json(Path(result_file).read_text())
+    while not Path(go_file).exists():  # start together with the other writer
+        time.sleep(0.005)
+    for index in range(int(count)):
+        with open_history(url) as history:  # a fresh open each time: opens race with writes too
+            history.record(template.model_copy(update={"run_id": f"{name}-{index}"}))
+""")
+
+
+def run_concurrent_writers(url: str, tmp_path: Path, *, writers: int = 2, runs_each: int = 15) -> None:
+    """Start `writers` processes that each record `runs_each` runs into url at the same moment."""
+    result_file = tmp_path / "result.json"
+    result_file.write_text(make_suite_result("template").model_dump_json())
+    go = tmp_path / "go"
+    repo = Path(__file__).parents[2]
+    processes = [subprocess.Popen([sys.executable, "-c", WRITER, url, f"writer{n}", str(result_file), str(go),
+                                   str(runs_each)], cwd=repo, stderr=subprocess.PIPE, text=True)
+                 for n in range(writers)]
+    go.touch()
+    for process in processes:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+
+
+def test_two_processes_writing_at_once_both_land(tmp_path):
+    url = str(tmp_path / "shared.sqlite")
+    run_concurrent_writers(url, tmp_path)
+    with open_history(url) as history:
+        ids = {row.run_id for row in history.runs(limit=100)}
+    assert ids == {f"writer{n}-{i}" for n in range(2) for i in range(15)}
+
+
+def test_json_of_every_record_type_is_plain_data(history: History):
+    history.record(make_suite_result("a", combos=[make_combo(predicted=Prediction(step_time_ms=700.0))]))
+    history.record(make_suite_result("b", hour=1))
+    for record in (history.runs()[0], history.run("a"), history.compare("a", "b"),
+                   history.baseline(TOKENS, **BASE), history.calibration()[0]):
+        assert json.loads(record.model_dump_json())
