@@ -1,0 +1,169 @@
+"""`megapilot suite check | templates | init`: is a suite config runnable, which templates ship, start one.
+
+`check` exits 0 when the suite would run (cells, backend, executor, threshold file and warnings printed)
+and 2 listing every problem with its dotted path; it also renders every cell, so a flag Megatron would
+refuse shows up here rather than on the cluster. `--json` prints
+`{"ok", "problems": [{"path", "message", "fix"}], "warnings", "cells", "backend", "executor"}`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from megapilot.cli.common import console, emit_json
+from megapilot.errors import EXIT_USER_ERROR, MegapilotError
+
+if TYPE_CHECKING:
+    from megapilot.suite.config import SuiteCheck
+    from megapilot.suite.render import CellLaunch
+
+
+def check(
+    config: Annotated[Path, typer.Argument(help="Suite config: a CVS Megatron JSON (or the same in YAML).",
+                                           show_default=False)],
+    cluster: Annotated[Path | None, typer.Option("--cluster", help="CVS cluster file (nodes, user, key).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the check as JSON.")] = False,
+) -> None:
+    """Check a suite config: every problem with its path, or the cells it would run."""
+    result, launches = run_check(config, cluster)
+    if json_output:
+        emit_json(check_payload(result, launches))
+    else:
+        _print_check(result, launches)
+    if not result.ok or _render_problems(launches):
+        raise typer.Exit(EXIT_USER_ERROR)
+
+
+def run_check(config: Path, cluster: Path | None) -> tuple[SuiteCheck, list[CellLaunch]]:
+    """The check, and when the config resolves, every cell rendered into a scratch folder."""
+    import tempfile
+
+    from megapilot.suite.config import check_suite
+    from megapilot.suite.render import render_cells
+
+    result = check_suite(config, cluster)
+    if result.suite is None:
+        return result, []
+    with tempfile.TemporaryDirectory(prefix="megapilot-suite-check-") as scratch:
+        cells = [result.suite.smoke, *result.suite.cells]
+        for cell in cells:  # local renders want the script's folder to exist
+            (Path(scratch) / cell.slug).mkdir(exist_ok=True)
+        return result, render_cells(result.suite, Path(scratch))
+
+
+def _render_problems(launches: list[CellLaunch]) -> list[dict[str, str]]:
+    return [{"path": f"cells.{launch.key}", "message": launch.error or "",
+             "fix": "change the cell's layout or flags so Megatron accepts them"}
+            for launch in launches if launch.error]
+
+
+def check_payload(result: SuiteCheck, launches: list[CellLaunch]) -> dict[str, object]:
+    """The stable `suite check --json` document."""
+    problems = [p.model_dump() for p in result.problems] + _render_problems(launches)
+    suite = result.suite
+    return {
+        "ok": not problems and suite is not None,
+        "problems": problems,
+        "warnings": result.warnings,
+        "cells": [_cell_json(launch) for launch in launches],
+        "backend": suite.backend if suite else None,
+        "executor": suite.executor if suite else None,
+        "device": suite.device if suite else None,
+        "nodes": suite.nodes if suite else None,
+        "gpus_per_node": suite.gpus_per_node if suite else None,
+        "model": suite.model.name if suite else None,
+        "threshold_file": str(suite.threshold_path) if suite and suite.threshold_path else None,
+        "config_hash": suite.config_hash if suite else None,
+    }
+
+
+def _cell_json(launch: CellLaunch) -> dict[str, object]:
+    return {"key": launch.key, "slug": launch.slug, "skipped": launch.skipped, "error": launch.error,
+            "command": launch.command, "megatron_args": launch.megatron_args}
+
+
+def _print_check(result: SuiteCheck, launches: list[CellLaunch]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    problems = [(p.path, p.message, p.fix) for p in result.problems]
+    problems += [(p["path"], p["message"], p["fix"]) for p in _render_problems(launches)]
+    for path, message, fix in problems:
+        console.print(f"[bold red]problem[/] {escape(path)}: {escape(message)}"
+                      + (f" — fix: {escape(fix)}" if fix else ""), highlight=False, soft_wrap=True)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    suite = result.suite
+    if suite is None:
+        console.print(f"{len(problems)} problem(s): the suite cannot run", highlight=False)
+        return
+    console.print(f"backend {suite.backend}, executor {suite.executor}, device {suite.device}, "
+                  f"{suite.nodes} node(s) x {suite.gpus_per_node}, model {suite.model.name}", highlight=False)
+    console.print(f"thresholds: {suite.threshold_path or 'none (record only)'}", highlight=False)
+    table = Table(title="cells", title_justify="left")
+    for column in ("cell", "status", "launch"):
+        table.add_column(column, overflow="fold")
+    for launch in launches:
+        status = "error" if launch.error else "skipped" if launch.skipped else "ready"
+        table.add_row(launch.key, status, escape(launch.error or launch.skipped or launch.command[:160]))
+    console.print(table)
+    if problems:
+        console.print(f"{len(problems)} problem(s): the suite cannot run", highlight=False)
+
+
+def templates(
+    json_output: Annotated[bool, typer.Option("--json", help="Print the templates as JSON.")] = False,
+) -> None:
+    """List the packaged suite templates."""
+    from rich.table import Table
+
+    from megapilot.suite.templates import list_templates
+
+    rows = [{"name": t.name, "description": t.description, "model": t.model, "gpu": t.gpu,
+             "calibrated": t.calibrated} for t in list_templates()]
+    if json_output:
+        emit_json(rows)
+        return
+    table = Table(title="suite templates (thresholds are examples, uncalibrated)", title_justify="left")
+    for column in ("name", "model", "gpu", "description"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["name"], row["model"], row["gpu"], row["description"])
+    console.print(table)
+
+
+def init(
+    name: Annotated[str, typer.Argument(help="Template name (see `megapilot suite templates`).", show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Config file to write; its threshold files go "
+                                                                  "next to it.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files that exist.")] = False,
+) -> None:
+    """Copy a template config and its threshold files to start a suite."""
+    import shutil
+
+    from megapilot.suite.templates import template_path, threshold_paths
+
+    source = template_path(name)
+    folder = output.parent
+    if output.is_dir():
+        raise MegapilotError(f"{output} is a directory", field="--output", fix="pass a file name, e.g. suite.json")
+    targets = [(source, output)] + [(p, folder / p.name) for p in threshold_paths(name)]
+    existing = [str(target) for _, target in targets if target.exists()]
+    if existing and not force:
+        raise MegapilotError(f"would overwrite {', '.join(existing)}", field="--output",
+                             fix="choose another -o path, or pass --force")
+    folder.mkdir(parents=True, exist_ok=True)
+    for src, target in targets:
+        shutil.copyfile(src, target)
+    console.print(f"wrote {output} and {len(targets) - 1} threshold file(s) in {folder}; "
+                  f"next: megapilot suite check {output}", highlight=False, soft_wrap=True)
+
+
+def register(suite_app: typer.Typer) -> None:
+    """Add check, templates and init to `megapilot suite`."""
+    suite_app.command("check")(check)
+    suite_app.command("templates")(templates)
+    suite_app.command("init")(init)
