@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from megapilot.suite.results import ComboResult, Regression, SuiteResult
+from megapilot.suite.results import ComboResult, Regression, RunCard, SuiteResult
 
 if TYPE_CHECKING:
     from megapilot.store.history import History
+    from megapilot.suite.gates import BaselineLookup
 
 Direction = Literal["higher", "lower"]
 Change = Literal["better", "worse", "same", "unknown"]
@@ -33,22 +34,37 @@ class MetricInfo:
 
 
 _KNOWN = (
+    # headline: what find_regressions watches (CVS's gated trio, the step-time median, memory)
     MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "higher", headline=True, quantity="tokens_per_s_per_gpu"),
-    MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "higher", headline=True,
-               quantity="tokens_per_s_per_gpu"),
     MetricInfo("training.throughput_per_gpu", "TFLOP/s/GPU", "higher", headline=True, quantity="tflops_per_gpu"),
     MetricInfo("training.elapsed_time_per_iteration", "step time (mean)", "lower", headline=True,
                quantity="step_time_ms"),
     MetricInfo("training.step_time_p50_ms", "step time p50", "lower", headline=True, quantity="step_time_ms"),
-    MetricInfo("training.step_time_p95_ms", "step time p95", "lower"),
+    MetricInfo("training.max_allocated_gib", "memory (max allocated GiB)", "lower", headline=True,
+               quantity="memory_gib"),
     MetricInfo("training.mem_usage", "memory (fraction)", "lower", headline=True),
+    # the same quantities under the names other dialects and older suites use
+    MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "higher", headline=True,
+               quantity="tokens_per_s_per_gpu"),
+    MetricInfo("training.tflops_per_gpu", "TFLOP/s/GPU", "higher", headline=True, quantity="tflops_per_gpu"),
+    MetricInfo("training.step_time_ms", "step time (mean)", "lower", headline=True, quantity="step_time_ms"),
     MetricInfo("training.memory_gib", "memory GiB", "lower", headline=True, quantity="memory_gib"),
+    MetricInfo("training.peak_memory_gib", "memory GiB", "lower", headline=True, quantity="memory_gib"),
+    # compared with a direction, not watched for regressions
+    MetricInfo("training.step_time_p95_ms", "step time p95", "lower"),
+    MetricInfo("training.step_time_cv", "step time CV", "lower"),
     MetricInfo("training.mfu_pct", "MFU %", "higher", quantity="mfu_pct"),
     MetricInfo("training.scaling_efficiency_pct", "scaling efficiency %", "higher"),
+    MetricInfo("training.hip_mem_usage_ratio", "HIP memory ratio", "lower"),
+    MetricInfo("training.rocm_mem_usage_ratio", "ROCm memory ratio", "lower"),
     MetricInfo("training.lm_loss", "LM loss", "lower"),
+    MetricInfo("training.loss_slope", "loss slope", "lower"),
+    MetricInfo("training.final_loss_vs_target", "final loss - target", "lower"),
     MetricInfo("training.steps_to_target", "steps to target", "lower"),
-    MetricInfo("training.time_to_target_seconds", "time to target", "lower"),
-    MetricInfo("training.time_to_first_step_s", "time to first step", "lower"),
+    MetricInfo("training.time_to_target_s", "time to target", "lower"),
+    MetricInfo("training.nan_iterations", "NaN iterations", "lower"),
+    MetricInfo("training.skipped_iterations", "skipped iterations", "lower"),
+    MetricInfo("training.iterations_reached", "iterations reached", "higher"),
 )
 METRICS: dict[str, MetricInfo] = {info.name: info for info in _KNOWN}
 HEADLINE_METRICS: tuple[str, ...] = tuple(info.name for info in _KNOWN if info.headline)
@@ -117,6 +133,26 @@ def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History
     return regressions
 
 
+class HistoryBaselines:
+    """The suite's `BaselineSource` (megapilot.suite.baseline) on the run history: `baseline` gates ask it."""
+
+    def __init__(self, history: History):
+        self._history = history
+
+    def lookup_for(self, card: RunCard, combo: ComboResult, *, run_id: str, last_n: int) -> BaselineLookup:
+        """A lookup for one combo: metric name -> median of its last passing runs (None without history)."""
+        from megapilot.suite.gates import BaselineStats as GateBaseline
+
+        layout = combo_layout(combo)
+
+        def lookup(metric: str) -> GateBaseline | None:
+            stats = self._history.baseline(metric, model=card.model, layout=layout, gpu=card.gpu, combo_key=combo.key,
+                                           last_n=last_n, exclude_run=run_id)
+            return None if stats is None else GateBaseline(median=stats.median, runs=stats.count)
+
+        return lookup
+
+
 def regression_message(name: str, delta_pct: float, runs: int) -> str:
     """'tokens/s/GPU −8.3 % vs the median of the last 5 runs' (a true minus sign; 'the last run' for one)."""
     sign = "+" if delta_pct > 0 else "\u2212"
@@ -124,5 +160,5 @@ def regression_message(name: str, delta_pct: float, runs: int) -> str:
     return f"{metric_info(name).label} {sign}{abs(delta_pct):.1f} % vs {against}"
 
 
-__all__ = ["Change", "Direction", "HEADLINE_METRICS", "METRICS", "MetricInfo", "change_pct", "combo_layout",
+__all__ = ["Change", "Direction", "HEADLINE_METRICS", "HistoryBaselines", "METRICS", "MetricInfo", "change_pct", "combo_layout",
            "find_regressions", "judge", "metric_info", "regression_message"]

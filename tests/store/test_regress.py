@@ -1,0 +1,125 @@
+"""Regressions against the run history: direction-aware, over the median of the last passing runs, with the
+message the report shows; the metric-direction table that compare shares; the suite's baseline source."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.store.history import open_history
+from megapilot.store.regress import (HEADLINE_METRICS, METRICS, HistoryBaselines, combo_layout, find_regressions,
+                                     judge, regression_message)
+from megapilot.suite.results import MetricRow, Verdict
+from tests.store.test_history import CELL, STEP, TFLOPS, TOKENS, make_combo, make_suite_result
+
+
+@pytest.fixture
+def history(tmp_path):
+    with open_history(str(tmp_path / "history.sqlite")) as opened:
+        yield opened
+
+
+def record_runs(history, *readings: tuple[float, float]) -> None:
+    """One passing run per (tokens/s/GPU, step ms), an hour apart."""
+    for hour, (tokens, step_ms) in enumerate(readings):
+        history.record(make_suite_result(f"run-{hour}", hour=hour, combos=[make_combo(tokens=tokens, step_ms=step_ms)]))
+
+
+def test_third_run_slower_is_flagged_with_its_sign_and_message(history):
+    record_runs(history, (1000.0, 800.0), (1000.0, 800.0))
+    slower = make_suite_result("run-2", hour=2, combos=[make_combo(tokens=917.0, step_ms=872.0)])
+    regressions = find_regressions(slower, history)
+    by_metric = {r.metric: r for r in regressions}
+    assert set(by_metric) == {TOKENS, STEP}  # TFLOP/s did not move
+    tokens = by_metric[TOKENS]
+    assert tokens.worse and tokens.change_pct == pytest.approx(-8.3) and tokens.runs_compared == 2
+    assert (tokens.combo, tokens.value, tokens.baseline_median) == (CELL, 917.0, 1000.0)
+    assert tokens.message == "tokens/s/GPU \u22128.3 % vs the median of the last 2 runs"
+    step = by_metric[STEP]
+    assert step.worse and step.change_pct == pytest.approx(9.0)
+    assert step.message == "step time (mean) +9.0 % vs the median of the last 2 runs"
+
+
+def test_a_faster_run_is_reported_as_not_worse_after_the_regressions(history):
+    record_runs(history, (1000.0, 800.0), (1000.0, 800.0), (1000.0, 800.0))
+    mixed = make_suite_result("now", hour=5, combos=[make_combo(tokens=1100.0, step_ms=880.0)])
+    first, second = find_regressions(mixed, history)
+    assert (first.metric, first.worse) == (STEP, True)  # slower steps: a regression, listed first
+    assert (second.metric, second.worse) == (TOKENS, False)  # more tokens/s: better
+    assert second.change_pct == pytest.approx(10.0) and "+10.0 %" in second.message
+
+
+def test_moves_within_the_threshold_are_not_reported(history):
+    record_runs(history, (1000.0, 800.0))
+    steady = make_suite_result("now", hour=5, combos=[make_combo(tokens=960.0, step_ms=830.0)])
+    assert find_regressions(steady, history, threshold_pct=5.0) == []
+    assert {r.metric for r in find_regressions(steady, history, threshold_pct=3.0)} == {TOKENS, STEP}
+
+
+def test_the_median_ignores_one_outlier_and_failed_runs(history):
+    record_runs(history, (1000.0, 800.0), (400.0, 2000.0), (1000.0, 800.0))  # one bad run among good ones
+    history.record(make_suite_result("failed", hour=4, verdict=Verdict.FAIL, combos=[make_combo(tokens=10.0)]))
+    current = make_suite_result("now", hour=5, combos=[make_combo(tokens=1000.0, step_ms=800.0)])
+    assert find_regressions(current, history) == []
+
+
+def test_only_the_last_n_runs_make_the_median(history):
+    record_runs(history, (2000.0, 400.0), (2000.0, 400.0), (1000.0, 800.0), (1000.0, 800.0))
+    current = make_suite_result("now", hour=9, combos=[make_combo(tokens=1000.0, step_ms=800.0)])
+    assert find_regressions(current, history, last_n=2) == []
+    worse = {r.metric: r for r in find_regressions(current, history, last_n=4) if r.worse}
+    assert set(worse) == {TOKENS, STEP}
+    assert (worse[TOKENS].runs_compared, worse[TOKENS].baseline_median) == (4, 1500.0)
+    assert worse[STEP].baseline_median == 600.0
+
+
+def test_no_history_means_no_regressions_and_the_run_is_not_its_own_baseline(history):
+    current = make_suite_result("now", combos=[make_combo(tokens=1.0)])
+    assert find_regressions(current, history) == []
+    history.record(current)  # recorded before the check: still no earlier run to compare with
+    assert find_regressions(current, history) == []
+
+
+def test_only_headline_metrics_are_watched(history):
+    def with_loss(run_id: str, hour: int, loss: float):
+        combo = make_combo()
+        combo.metrics.append(MetricRow(name="training.lm_loss", value=loss, verdict=Verdict.RECORD))
+        return make_suite_result(run_id, hour=hour, combos=[combo])
+
+    history.record(with_loss("a", 0, 2.0))
+    assert find_regressions(with_loss("b", 1, 9.0), history) == []
+
+
+def test_other_layouts_gpus_and_models_are_separate_histories(history):
+    history.record(make_suite_result("tp2", combos=[make_combo(tokens=2000.0, tp=2)]))
+    history.record(make_suite_result("h100", gpu="H100", combos=[make_combo(tokens=2000.0)]))
+    history.record(make_suite_result("70b", model="llama3.1-70b", combos=[make_combo(tokens=2000.0)]))
+    assert find_regressions(make_suite_result("now", hour=1), history) == []
+
+
+def test_direction_table_judges_changes_for_compare_and_regress():
+    assert judge(STEP, 5.0) == "worse" and judge(STEP, -5.0) == "better"
+    assert judge(TOKENS, -5.0) == "worse" and judge(TFLOPS, 5.0) == "better"
+    assert judge("training.max_allocated_gib", 3.0) == "worse"
+    assert judge(TOKENS, 0.0) == "same"
+    assert judge("training.grad_norm", 50.0) == "unknown"  # no direction: neither better nor worse
+    assert judge(TOKENS, None) == "unknown"
+    assert all(METRICS[name].direction for name in HEADLINE_METRICS)
+
+
+def test_message_for_a_single_earlier_run():
+    assert regression_message(TOKENS, -12.34, 1) == "tokens/s/GPU \u221212.3 % vs the last run"
+
+
+def test_combo_layout_derives_data_parallel_size():
+    assert combo_layout(make_combo(nodes=2, gpus_per_node=8, tp=4, pp=2)) == "TP=4,PP=2,CP=1,EP=1,DP=2"
+    assert combo_layout(make_combo(tp=2, vpp=4, ep=8)) == "TP=2,PP=1,CP=1,EP=8,DP=4,VPP=4"
+
+
+def test_history_baselines_serve_the_suites_baseline_gates(history):
+    pytest.importorskip("megapilot.suite.gates")
+    record_runs(history, (1000.0, 800.0), (1200.0, 700.0), (1100.0, 750.0))
+    current = make_suite_result("now", hour=9)
+    lookup = HistoryBaselines(history).lookup_for(current.card, current.combos[0], run_id="now", last_n=5)
+    stats = lookup(TOKENS)
+    assert stats is not None and (stats.median, stats.runs) == (1100.0, 3)
+    assert lookup("training.not_measured") is None
