@@ -194,10 +194,15 @@ def history_url(url: str | None = None) -> str:
     return url or os.environ.get(HISTORY_ENV) or str(default_history_path())
 
 
+def connect_database(url: str | None = None) -> Database:
+    """A connection to the history database as it is, not migrated (open_history migrates)."""
+    target = history_url(url)
+    return _open_postgres(target) if target.startswith(POSTGRES_SCHEMES) else _open_sqlite(target)
+
+
 def open_history(url: str | None = None) -> History:
     """Open the run history (created and migrated to the current schema as needed)."""
-    target = history_url(url)
-    database = _open_postgres(target) if target.startswith(POSTGRES_SCHEMES) else _open_sqlite(target)
+    database = connect_database(url)
     try:
         _migrate(database)
     except BaseException:
@@ -603,6 +608,6 @@ def _metric_deltas(key: str, a: ComboRow, b: ComboRow) -> list[MetricDelta]:
 
 __all__ = [
     "BaselineStats", "CalibrationRow", "ComboRow", "HISTORY_ENV", "History", "MetricDelta", "MetricValue",
-    "PredictionRow", "RunComparison", "RunDetail", "RunRow", "default_history_path", "history_url", "open_history",
+    "PredictionRow", "RunComparison", "RunDetail", "RunRow", "connect_database", "default_history_path", "history_url", "open_history",
     "scrub_secrets",
 ]

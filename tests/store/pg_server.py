@@ -37,7 +37,7 @@ def find_bin_dir() -> Path:
     candidates = [Path(os.environ[PG_BIN_ENV])] if os.environ.get(PG_BIN_ENV) else []
     on_path = shutil.which("pg_ctl")
     if on_path:
-        candidates.append(Path(on_path).parent)
+        candidates.append(Path(on_path).resolve().parent)  # a symlink into the version directory: follow it
     debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name)
                     if p.parent.name.isdigit() else 0, reverse=True)
     for directory in [*candidates, *debian]:

@@ -1,0 +1,78 @@
+"""What only the PostgreSQL backend can get wrong, on a real server the tests start: concurrent writers, a v1
+database migrated, nothing secret in a dump of the database, passwords kept out of messages, a missing driver.
+The API tests shared with SQLite run on both backends in test_history.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.execute.process import free_port
+from megapilot.store.history import connect_database, open_history
+from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
+from megapilot.suite.results import Prediction
+from tests.store.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtures
+from tests.store.test_history import (BASE, CELL, FAKE_TOKEN, TOKENS, T0, make_combo, make_suite_result,
+                                      run_concurrent_writers)
+
+
+def test_two_processes_writing_at_once_both_land(postgres_url, tmp_path):
+    run_concurrent_writers(postgres_url, tmp_path)
+    with open_history(postgres_url) as history:
+        ids = {row.run_id for row in history.runs(limit=100)}
+    assert ids == {f"writer{n}-{i}" for n in range(2) for i in range(15)}
+
+
+def test_a_version_1_database_is_migrated_on_open(postgres_url):
+    database = connect_database(postgres_url)
+    try:
+        assert apply_migrations(database, target=1) == [1]
+        with database.write():
+            database.execute("INSERT INTO runs (run_id, started_at, verdict, suite_name, model, gpu, nodes, "
+                             "gpus_per_node, recorded_at) VALUES ('old-run', ?, 'PASS', 'suite', 'llama3.1-8b', "
+                             "'MI300X', 1, 8, ?)", (T0.isoformat(), T0.isoformat()))
+            database.execute("INSERT INTO combos (run_id, combo_key, verdict, layout) VALUES ('old-run', ?, 'PASS', ?)",
+                             (CELL, BASE["layout"]))
+            database.execute("INSERT INTO metrics (run_id, combo_key, name, value, verdict) "
+                             "VALUES ('old-run', ?, ?, 950.0, 'PASS')", (CELL, TOKENS))
+        assert schema_version(database) == 1
+    finally:
+        database.close()
+
+    with open_history(postgres_url) as history:
+        assert history.baseline(TOKENS, **BASE).median == 950.0
+        history.record(make_suite_result("new-run", combos=[make_combo(predicted=Prediction(step_time_ms=1.0))]))
+        assert history.run("new-run").combos[0].prediction is not None
+    database = connect_database(postgres_url)
+    try:
+        assert schema_version(database) == SCHEMA_VERSION
+    finally:
+        database.close()
+
+
+def test_nothing_secret_in_a_dump_of_the_database(postgres_server, postgres_url):
+    leaky = make_combo(reason=f"HF_TOKEN={FAKE_TOKEN}", command=f"HF_TOKEN={FAKE_TOKEN} torchrun pretrain_gpt.py")
+    with open_history(postgres_url) as history:
+        history.record(make_suite_result("run-secret", combos=[leaky], notes=[FAKE_TOKEN]))
+    dump = subprocess.run([str(postgres_server.bin_dir / "pg_dump"), "--data-only", postgres_url],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "run-secret" in dump and "HF_TOKEN=<redacted>" in dump  # the rows are there ...
+    assert FAKE_TOKEN not in dump and "torchrun" not in dump  # ... the secret and the command are not
+
+
+def test_an_unreachable_server_is_a_user_error_without_the_password():
+    url = f"postgresql://megapilot:s3cretPassw0rd@127.0.0.1:{free_port()}/history"
+    with pytest.raises(MegapilotError) as caught:
+        open_history(url)
+    message = str(caught.value)
+    assert caught.value.field == "--db" and "cannot connect" in message
+    assert "s3cretPassw0rd" not in message and "megapilot:<redacted>@127.0.0.1" in message
+
+
+def test_a_missing_driver_names_the_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` now raises ImportError
+    with pytest.raises(MegapilotError, match=r"megapilot\[postgres\]"):
+        open_history("postgresql://postgres@127.0.0.1:1/history")
