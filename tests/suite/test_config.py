@@ -1,0 +1,193 @@
+"""check_suite / load_suite on real CVS configs and on each class of problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from megapilot.errors import MegapilotError
+from megapilot.suite.config import check_suite, load_suite, resolve_placeholders
+from tests.suite.cvs_files import CVS_DIR, DISTRIBUTED_70B, SINGLE_8B, filled_in, raw_cvs, write_suite
+
+
+def _paths(check) -> set[str]:
+    return {p.path for p in check.problems}
+
+
+def test_real_single_node_config_lists_exactly_its_changeme_paths() -> None:
+    check = check_suite(CVS_DIR / SINGLE_8B)
+    assert not check.ok
+    assert _paths(check) == {
+        "gpu_name", "threshold_json", "container.image", "container.env.NCCL_SOCKET_IFNAME",
+        "container.env.GLOO_SOCKET_IFNAME", "container.env.NCCL_IB_GID_INDEX", "container.env.NCCL_DEBUG",
+        "train_params.training_iterations",
+    }
+    assert all("<changeme>" in p.message for p in check.problems)
+
+
+def test_real_distributed_config_exempts_the_unused_checkpoint_dir_and_volume() -> None:
+    check = check_suite(CVS_DIR / DISTRIBUTED_70B)
+    assert _paths(check) == {
+        "gpu_name", "threshold_json", "train_params.training_iterations", "container.image",
+        "container.env.MASTER_ADDR", "container.env.NCCL_IB_HCA", "container.env.NCCL_SOCKET_IFNAME",
+        "container.env.GLOO_SOCKET_IFNAME", "container.env.NCCL_IB_GID_INDEX", "container.env.NCCL_DEBUG",
+    }
+
+
+def test_enforced_checkpoint_keeps_its_changeme_paths(tmp_path: Path) -> None:
+    raw = filled_in(raw_cvs(DISTRIBUTED_70B))
+    raw["checkpoint"]["enforce"] = True
+    check = check_suite(write_suite(tmp_path, raw, DISTRIBUTED_70B))
+    assert _paths(check) == {"checkpoint.checkpoint_dir", "container.runtime.args.volumes[4]"}
+
+
+def test_filled_in_configs_load(tmp_path: Path) -> None:
+    suite = load_suite(write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B))
+    assert (suite.backend, suite.executor, suite.device) == ("megatron-lm", "local", "gpu")
+    assert suite.model.name == "llama3.1-8b" and suite.gpu is not None and suite.gpu.name == "MI325X"
+    assert (suite.nodes, suite.gpus_per_node) == (1, 8)
+    assert [c.key for c in suite.cells] == ["MBS=4,GBS=128,PRECISION=FP8", "MBS=4,GBS=128,PRECISION=BF16",
+                                            "MBS=4,GBS=128,PRECISION=MXFP4", "MBS=4,GBS=128,PRECISION=MXFP8"]
+    assert all(c.train_iters == 20 and c.seq_length == 8192 for c in suite.cells)
+    assert suite.smoke.gbs == 8 and suite.smoke.train_iters == 10
+    assert suite.threshold_path == tmp_path / "t_threshold.json"
+    assert set(suite.thresholds) == {c.key for c in suite.cells}
+
+
+def test_distributed_overlay_keeps_its_extra_keys(tmp_path: Path) -> None:
+    suite = load_suite(write_suite(tmp_path, filled_in(raw_cvs(DISTRIBUTED_70B)), DISTRIBUTED_70B))
+    assert suite.config.verify_network_errors is True
+    assert suite.cells[0].extra == {"name": "llama3_3_70b_mbs1_gbs64_FP8"}
+    assert suite.cells[0].tp == 8 and suite.model.name == "llama3.3-70b"
+
+
+def test_load_raises_one_error_listing_every_problem() -> None:
+    with pytest.raises(MegapilotError) as info:
+        load_suite(CVS_DIR / SINGLE_8B)
+    assert info.value.field == "config"
+    assert "8 problem(s)" in str(info.value)
+    assert "container.env.NCCL_DEBUG" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_yaml_input_is_the_same_suite(tmp_path: Path) -> None:
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    json_suite = load_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(raw))
+    yaml_suite = load_suite(tmp_path / "suite.yaml")
+    assert yaml_suite.cells == json_suite.cells
+    assert yaml_suite.config_hash == json_suite.config_hash
+
+
+def test_placeholder_passes_user_paths_and_cross_block() -> None:
+    raw = {"paths": {"root": "/home/{user-id}/x", "log_dir": "{root}/logs", "deep": "{log_dir}/a",
+                     "rel": "data"},
+           "container": {"env": {"LOGS": "{paths.log_dir}", "OTHER": "{unknown}"}}}
+    out = resolve_placeholders(raw, "alice", Path("/cfg"))
+    assert out["paths"]["log_dir"] == "/home/alice/x/logs"
+    assert out["paths"]["deep"] == "/home/alice/x/logs/a"
+    assert out["paths"]["rel"] == "/cfg/data"
+    assert out["container"]["env"] == {"LOGS": "/home/alice/x/logs", "OTHER": "{unknown}"}
+
+
+def test_user_id_comes_from_the_cluster_file(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"username": "bob", "priv_key_file": "/home/{user-id}/.ssh/id",
+                                   "head_node_dict": {"mgmt_ip": "n1"}, "node_dict": {"n1": {}, "n2": {}}}))
+    suite = load_suite(write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B), cluster)
+    assert suite.config.paths.log_dir == "/home/bob/LOGS/megatron"
+    assert suite.nodes == 2 and suite.smoke.gbs == 8  # the file's smoke GBS wins over the multi-node default
+
+
+def _check_with(tmp_path: Path, edit, name: str = SINGLE_8B):
+    raw = filled_in(raw_cvs(name))
+    edit(raw)
+    return check_suite(write_suite(tmp_path, raw, name))
+
+
+def test_bad_types_are_reported_with_dotted_paths(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["train_params"]["sequence_length"] = "long"
+        raw["smoke"]["iters"] = "ten"
+        raw["container"]["lifetime"] = "forever"
+    check = _check_with(tmp_path, edit)
+    assert _paths(check) == {"train_params.sequence_length", "smoke.iters", "container.lifetime"}
+
+
+def test_sweep_key_problems(tmp_path: Path) -> None:
+    def edit(raw):
+        combos = raw["sweep"]["combinations"]
+        combos["MBS=4,GBS=big,PRECISION=BF16"] = {}
+        combos["MBS=2,GBS=64,PRECISION=FP8"] = {"micro_batch_size": "4", "precision": "bf16"}
+        combos["MBS=4,GBS=128,PRECISION=fp8"] = {}
+        raw["sweep"]["runs"].append("MBS=8,GBS=128,PRECISION=FP8")
+    check = _check_with(tmp_path, edit)
+    assert {"sweep.combinations.MBS=4,GBS=big,PRECISION=BF16",
+            "sweep.combinations.MBS=2,GBS=64,PRECISION=FP8.micro_batch_size",
+            "sweep.combinations.MBS=2,GBS=64,PRECISION=FP8.precision",
+            "sweep.combinations.MBS=4,GBS=128,PRECISION=fp8", "sweep.runs[4]"} <= _paths(check)
+
+
+def test_combinations_without_runs_is_a_problem(tmp_path: Path) -> None:
+    check = _check_with(tmp_path, lambda raw: raw["sweep"].update(runs=[]))
+    assert "sweep.runs" in _paths(check)
+
+
+def test_threshold_coverage_is_a_problem_when_enforced_and_a_warning_when_not(tmp_path: Path) -> None:
+    def drop_run(raw):
+        raw["sweep"]["runs"] = raw["sweep"]["runs"][:2]
+    assert _paths(_check_with(tmp_path, drop_run)) == {"thresholds.MBS=4,GBS=128,PRECISION=MXFP4",
+                                                       "thresholds.MBS=4,GBS=128,PRECISION=MXFP8"}
+
+    def drop_run_record_only(raw):
+        drop_run(raw)
+        raw["enforce_thresholds"] = False
+    check = _check_with(tmp_path, drop_run_record_only)
+    assert check.ok and len(check.warnings) == 2
+
+
+def test_missing_and_ambiguous_threshold_files(tmp_path: Path) -> None:
+    check = _check_with(tmp_path, lambda raw: raw.update(threshold_json="nope_threshold.json"))
+    assert _paths(check) == {"threshold_json"}
+    (tmp_path / "other_threshold.json").write_text("{}")
+    check = _check_with(tmp_path, lambda raw: raw.update(threshold_json=""))
+    assert _paths(check) == {"threshold_json"} and "several" in check.problems[0].message
+
+
+def test_unknown_top_level_keys_warn_and_unknown_gpu_is_a_problem(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["result_dict"] = {}
+        raw["gpu_name"] = "MI999X"
+    check = _check_with(tmp_path, edit)
+    assert _paths(check) == {"gpu_name"}
+    assert any(w.startswith("result_dict:") for w in check.warnings)
+
+
+def test_megapilot_block_is_strict(tmp_path: Path) -> None:
+    check = _check_with(tmp_path, lambda raw: raw.update(megapilot={"executor": "k8s", "gpu_count": 3}))
+    assert _paths(check) == {"megapilot.executor", "megapilot.gpu_count"}
+
+
+def test_backend_rule_and_model_override(tmp_path: Path) -> None:
+    def primus(raw):
+        raw["container"]["image"] = "rocm/Primus:v25.9"
+        raw["megapilot"] = {"model": "llama3.1-70b"}
+    check = _check_with(tmp_path, primus)
+    assert check.suite.backend == "primus" and check.suite.model.name == "llama3.1-70b"
+
+
+def test_unmapped_model_name_asks_for_megapilot_model(tmp_path: Path) -> None:
+    check = _check_with(tmp_path, lambda raw: raw["train_params"].update(model_name="mystery", model_size="3"))
+    assert _paths(check) == {"train_params.model_name"} and "megapilot.model" in check.problems[0].fix
+
+
+def test_config_hash_leaves_the_token_file_out(tmp_path: Path) -> None:
+    first = load_suite(write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B))
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["paths"]["hf_token_file"] = "/elsewhere/token"
+    second = load_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    assert first.config_hash == second.config_hash
+    raw["train_params"]["sequence_length"] = "4096"
+    assert load_suite(write_suite(tmp_path, raw, SINGLE_8B)).config_hash != first.config_hash

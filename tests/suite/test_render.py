@@ -1,0 +1,96 @@
+"""render_cell: CVS cells to Megatron-LM / Primus / embedded-trainer launches; failures stay per cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from megapilot.suite.config import load_suite
+from megapilot.suite.render import render_cell, render_cells
+from megapilot.suite.templates import template_path
+from megapilot.trainer.config import build_config
+from tests.suite.cvs_files import DISTRIBUTED_70B, SINGLE_8B, filled_in, raw_cvs, write_suite
+
+
+def _arg(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def _suite(tmp_path: Path, name: str = SINGLE_8B, edit=None):
+    raw = filled_in(raw_cvs(name))
+    if edit:
+        edit(raw)
+    return load_suite(write_suite(tmp_path, raw, name))
+
+
+def test_cvs_cells_render_megatron_lm_args_per_cell(tmp_path: Path) -> None:
+    suite = _suite(tmp_path)
+    launches = render_cells(suite, tmp_path / "run")
+    by_key = {launch.key: launch for launch in launches}
+    fp8 = by_key["MBS=4,GBS=128,PRECISION=FP8"]
+    assert fp8.runnable and fp8.backend == "megatron-lm"
+    assert "/workspace/Megatron-LM/pretrain_gpt.py" in fp8.command
+    args = fp8.megatron_args
+    assert (_arg(args, "--micro-batch-size"), _arg(args, "--global-batch-size")) == ("4", "128")
+    assert (_arg(args, "--seq-length"), _arg(args, "--train-iters")) == ("8192", "20")
+    assert _arg(args, "--tensor-model-parallel-size") == "1" and "--fp8-format" in args
+    assert _arg(args, "--tokenizer-model") == "meta-llama/Llama-3.1-8B" and "--mock-data" in args
+    assert "--fp8-format" not in by_key["MBS=4,GBS=128,PRECISION=BF16"].megatron_args
+    assert by_key["MBS=4,GBS=128,PRECISION=MXFP4"].skipped.startswith("MXFP4 is not supported on MI325X")
+    assert by_key["MBS=4,GBS=128,PRECISION=MXFP4"].megatron_args == []
+    assert by_key["smoke"].runnable and _arg(by_key["smoke"].megatron_args, "--train-iters") == "10"
+    assert fp8.env["NCCL_SOCKET_IFNAME"] == "enp193s0f1np1"  # container.env's interface reaches the launch
+
+
+def test_distributed_cell_with_recompute_and_checkpoint_dirs(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["train_params"]["recompute"] = "1"
+        raw["megapilot"] = {"nodes": 2}
+    suite = _suite(tmp_path, DISTRIBUTED_70B, edit)
+    launch = render_cell(suite, suite.cells[1], job_dir=tmp_path / "job", train_iters=7, save_dir="/shared/ckpt",
+                         save_interval=5)
+    args = launch.megatron_args
+    assert launch.runnable and launch.nodes == 2 and launch.plan.parallel.dp == 2
+    assert _arg(args, "--recompute-granularity") == "full" and _arg(args, "--train-iters") == "7"
+    assert (_arg(args, "--save"), _arg(args, "--save-interval")) == ("/shared/ckpt", "5")
+    assert "--nnodes 2" in launch.command
+
+
+def test_a_layout_that_cannot_fill_the_gpus_fails_only_its_cell(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["sweep"]["combinations"]["MBS=4,GBS=128,PRECISION=BF16"]["tensor_parallelism"] = "3"
+    suite = _suite(tmp_path, edit=edit)
+    launches = {launch.key: launch for launch in render_cells(suite, tmp_path / "run")}
+    assert "does not divide" in launches["MBS=4,GBS=128,PRECISION=BF16"].error
+    assert launches["MBS=4,GBS=128,PRECISION=FP8"].runnable
+
+
+def test_primus_and_slurm_launchers(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, edit=lambda raw: raw["container"].update(image="rocm/primus:v25.9"))
+    primus = render_cell(suite, suite.cells[1], job_dir=tmp_path / "p")
+    assert primus.runnable and primus.backend == "primus" and "primus-cli" in primus.command
+    assert any(path.endswith("primus_experiment.yaml") for path in primus.files)
+    suite = _suite(tmp_path, edit=lambda raw: raw.update(megapilot={"executor": "slurm", "partition": "gpu"}))
+    slurm = render_cell(suite, suite.cells[1], job_dir=tmp_path / "s")
+    assert slurm.runnable and slurm.command.startswith("sbatch ")
+    assert "#SBATCH --partition=gpu" in slurm.script_text
+
+
+def test_tiny_local_renders_trainer_args_the_trainer_accepts(tmp_path: Path) -> None:
+    suite = load_suite(template_path("tiny-local"))
+    (tmp_path / "job").mkdir()
+    launch = render_cell(suite, suite.cells[1], job_dir=tmp_path / "job")
+    assert launch.runnable and "-m megapilot.trainer" in launch.command
+    config = build_config(launch.megatron_args, gpu_available=False)
+    config.check_world_size(2)
+    assert (_arg(launch.megatron_args, "--micro-batch-size"), _arg(launch.megatron_args, "--seq-length")) == ("2",
+                                                                                                                "128")
+    assert "--mock-data" in launch.megatron_args
+    assert any("no estimate on CPU" in note for note in launch.notes)
+
+
+def test_secret_named_container_env_never_reaches_the_launch(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, edit=lambda raw: raw["container"]["env"].update(HF_TOKEN="hf_secret"))
+    launch = render_cell(suite, suite.cells[1], job_dir=tmp_path / "j")
+    assert "HF_TOKEN" not in launch.env
+    assert "hf_secret" not in json.dumps(launch.model_dump(mode="json"))
