@@ -1,0 +1,58 @@
+"""`megapilot suite check | templates | init` through main(): exit codes, every problem, --json schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.suite.cvs_files import CVS_DIR, SINGLE_8B, filled_in, raw_cvs, write_suite
+
+
+def test_check_of_a_real_cvs_config_exits_2_listing_every_placeholder(cli) -> None:
+    result = cli("suite", "check", str(CVS_DIR / SINGLE_8B), "--json")
+    assert result.exit_code == 2
+    payload = json.loads(result.stdout)
+    assert payload["ok"] is False and payload["cells"] == [] and payload["backend"] is None
+    paths = {p["path"] for p in payload["problems"]}
+    assert {"gpu_name", "container.image", "container.env.NCCL_SOCKET_IFNAME",
+            "train_params.training_iterations"} <= paths and len(paths) == 8
+    assert all(set(p) == {"path", "message", "fix"} for p in payload["problems"])
+
+
+def test_check_text_output_names_each_problem_without_a_traceback(cli) -> None:
+    result = cli("suite", "check", str(CVS_DIR / SINGLE_8B))
+    assert result.exit_code == 2 and "Traceback" not in result.stdout + result.stderr
+    assert "container.env.NCCL_DEBUG" in result.stdout and "8 problem(s)" in result.stdout
+
+
+def test_filled_config_checks_clean_with_cells_and_skips(cli, tmp_path: Path) -> None:
+    path = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    payload = json.loads(cli("suite", "check", str(path), "--json").stdout)
+    assert payload["ok"] is True and (payload["backend"], payload["executor"]) == ("megatron-lm", "local")
+    assert [c["key"] for c in payload["cells"]][0] == "smoke"
+    skipped = {c["key"] for c in payload["cells"] if c["skipped"]}
+    assert skipped == {"MBS=4,GBS=128,PRECISION=MXFP4", "MBS=4,GBS=128,PRECISION=MXFP8"}
+
+
+def test_a_cell_megatron_would_refuse_fails_the_check(cli, tmp_path: Path) -> None:
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["sweep"]["combinations"]["MBS=4,GBS=128,PRECISION=BF16"]["tensor_parallelism"] = "3"
+    result = cli("suite", "check", str(write_suite(tmp_path, raw, SINGLE_8B)), "--json")
+    payload = json.loads(result.stdout)
+    assert result.exit_code == 2 and payload["ok"] is False
+    assert [p["path"] for p in payload["problems"]] == ["cells.MBS=4,GBS=128,PRECISION=BF16"]
+
+
+def test_templates_and_init(cli, tmp_path: Path) -> None:
+    listed = json.loads(cli("suite", "templates", "--json").stdout)
+    assert {"tiny-local", "llama3.1-8b-single"} <= {t["name"] for t in listed}
+    assert all(t["calibrated"] is False and set(t) == {"name", "description", "model", "gpu", "calibrated"}
+               for t in listed)
+    target = tmp_path / "mine" / "suite.json"
+    assert cli("suite", "init", "tiny-local", "-o", str(target)).exit_code == 0
+    assert (tmp_path / "mine" / "tiny-local_threshold.json").is_file()
+    assert cli("suite", "check", str(target)).exit_code == 0
+    refused = cli("suite", "init", "tiny-local", "-o", str(target))
+    assert refused.exit_code == 2 and "--force" in refused.stderr
+    assert cli("suite", "init", "tiny-local", "-o", str(target), "--force").exit_code == 0
+    assert cli("suite", "init", "nope", "-o", str(target)).exit_code == 2
