@@ -1,0 +1,119 @@
+"""JUnit XML for CI: one testsuite, one testcase per lifecycle stage, per combo and per metric row.
+
+CI systems (GitLab, Jenkins, GitHub test reporters) show a suite run as tests this way:
+
+    classname  megapilot.suite.<stage name>   for a run-wide stage (prepare, preflight, ...)
+               megapilot.suite.<combo key>    for a combo, its per-combo stages and its metric rows
+    name       the stage name, 'training' for the combo itself, or the metric name
+
+FAIL is a `<failure message=...>` (the combo's log tail as its text), SKIPPED is `<skipped message=...>`,
+RECORD passes and carries a `verdict=RECORD` property (measured, not gated). Every metric row carries
+its value, unit and threshold as properties. Log text may hold bytes XML cannot (ANSI colour codes,
+other control characters): they are dropped so the file always parses.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from megapilot.report import measures
+from megapilot.suite.results import ComboResult, MetricRow, StageResult, SuiteResult, Verdict
+
+JUNIT_NAME = "junit.xml"
+CLASS_PREFIX = "megapilot.suite"
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """Text XML 1.0 can hold: ANSI colour sequences and other control characters removed."""
+    return _NOT_XML.sub("", _ANSI.sub("", text))
+
+
+def build_junit(result: SuiteResult) -> str:
+    """The JUnit XML document of a suite result."""
+    suite = ET.Element("testsuite", name=xml_text(f"{CLASS_PREFIX}.{result.card.suite_name}"),
+                       timestamp=result.started_at.isoformat(), time=_seconds(result.duration_s))
+    properties = ET.SubElement(suite, "properties")
+    for label, value in (("run_id", result.run_id), ("model", result.card.model), ("gpu", result.card.gpu),
+                         ("verdict", result.verdict.value)):
+        ET.SubElement(properties, "property", name=label, value=xml_text(value))
+    for stage in result.stages:
+        _stage_case(suite, stage)
+    for combo in result.combos:
+        _combo_cases(suite, combo)
+    _count(suite)
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _stage_case(suite: ET.Element, stage: StageResult) -> None:
+    owner = stage.combo or stage.name
+    case = _case(suite, owner, stage.name, stage.duration_s)
+    _outcome(case, stage.verdict, stage.reason, detail="")
+    for check in stage.checks:
+        _metric_case(suite, owner, check)
+
+
+def _combo_cases(suite: ET.Element, combo: ComboResult) -> None:
+    case = _case(suite, combo.key, "training", combo.duration_s)
+    if combo.job:
+        _properties(case, job_state=combo.job.state, exit_code=_optional(combo.job.exit_code))
+    _outcome(case, combo.verdict, combo.reason, detail="\n".join(combo.log_tail))
+    for row in combo.metrics:
+        _metric_case(suite, combo.key, row)
+
+
+def _metric_case(suite: ET.Element, owner: str, row: MetricRow) -> None:
+    case = _case(suite, owner, row.name, 0.0)
+    value = measures.finite(row.value)
+    _properties(case, value=_optional(value if value is not None else row.value), unit=row.unit,
+                threshold=row.threshold or "", margin_pct=_optional(row.margin_pct))
+    message = row.reason or (f"{row.value} {row.unit} vs {row.threshold}".strip() if row.threshold else "")
+    _outcome(case, row.verdict, message, detail="")
+
+
+def _case(suite: ET.Element, owner: str, name: str, duration_s: float) -> ET.Element:
+    return ET.SubElement(suite, "testcase", classname=xml_text(f"{CLASS_PREFIX}.{owner}"), name=xml_text(name),
+                         time=_seconds(duration_s))
+
+
+def _outcome(case: ET.Element, verdict: Verdict, reason: str, *, detail: str) -> None:
+    if verdict is Verdict.FAIL:
+        failure = ET.SubElement(case, "failure", message=xml_text(reason or "failed"), type="FAIL")
+        failure.text = xml_text(detail) if detail else None
+    elif verdict is Verdict.SKIPPED:
+        ET.SubElement(case, "skipped", message=xml_text(reason or "not measured"))
+    elif verdict is Verdict.RECORD:
+        _properties(case, verdict=Verdict.RECORD.value, reason=reason)
+
+
+def _properties(case: ET.Element, **values: str) -> None:
+    """Add properties to a testcase (one <properties> per case, as JUnit readers expect)."""
+    holder = case.find("properties")
+    if holder is None:
+        holder = ET.Element("properties")
+        case.insert(0, holder)
+    for name, value in values.items():
+        ET.SubElement(holder, "property", name=name, value=xml_text(value))
+
+
+def _count(suite: ET.Element) -> None:
+    cases = suite.findall("testcase")
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(sum(1 for case in cases if case.find("failure") is not None)))
+    suite.set("skipped", str(sum(1 for case in cases if case.find("skipped") is not None)))
+    suite.set("errors", "0")
+
+
+def _seconds(value: float) -> str:
+    return f"{max(value, 0.0):.3f}"
+
+
+def _optional(value: float | int | None) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+__all__ = ["JUNIT_NAME", "build_junit", "xml_text"]

@@ -1,0 +1,36 @@
+"""Charts: one figure per chart kind, ids stable, plotly.js left out of each fragment, figure text escaped."""
+
+from __future__ import annotations
+
+from megapilot.report.charts import build_charts, plotly_js
+from tests.report.factory import suite_result
+
+
+def test_ids_and_kinds(tmp_path):
+    charts = build_charts(suite_result(tmp_path), capacity_gib=80.0)
+    assert [c.chart_id for c in charts.overview] == [
+        "chart-lifecycle", "chart-tokens", "chart-memory", "chart-predicted", "chart-sweep"]
+    assert [c.chart_id for c in charts.all()[5:]] == [
+        "chart-loss-0", "chart-step-time-0", "chart-loss-1", "chart-step-time-1"]
+    assert all(chart.html for chart in charts.all())
+
+
+def test_fragments_do_not_carry_plotly_js(tmp_path):
+    library_head = plotly_js()[:500]
+    assert all(library_head not in (chart.html or "") for chart in build_charts(suite_result(tmp_path), 80.0).all())
+
+
+def test_a_hostile_combo_key_cannot_close_the_chart_script(tmp_path):
+    result = suite_result(tmp_path)
+    result.combos[0].key = "</script><script>window.__xss=1</script>"
+    for chart in build_charts(result, 80.0).all():
+        # the key sits in the figure's JSON with `<` escaped: one script opens and closes per chart, no more
+        assert (chart.html or "").count("</script>") == 1
+        assert "<script>window.__xss" not in (chart.html or "")
+
+
+def test_memory_chart_names_an_unknown_capacity(tmp_path):
+    result = suite_result(tmp_path)
+    result.card.gpu = "mystery-gpu"
+    memory = build_charts(result, capacity_gib=None).overview[2]
+    assert "capacity of mystery-gpu unknown to the catalog" in memory.title

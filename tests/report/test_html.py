@@ -1,0 +1,160 @@
+"""report.html: one self-contained page, every section present, all run text escaped."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from megapilot.report import render_report
+from megapilot.report.charts import plotly_js
+from tests.report.factory import FAILING, HOSTILE_LINE, PASSING, suite_result, write_run_dir
+
+
+class _Page(HTMLParser):
+    """The page's elements as (tag, attributes) and the text of each <script>, read by the standard parser."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str]]] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, {name: value or "" for name, value in attrs}))
+        self._in_script = tag == "script"
+        if self._in_script:
+            self.scripts.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts[-1] += data
+
+    def ids(self) -> set[str]:
+        return {attrs["id"] for _, attrs in self.elements if "id" in attrs}
+
+    def with_class(self, name: str) -> list[dict[str, str]]:
+        return [attrs for _, attrs in self.elements if name in attrs.get("class", "").split()]
+
+
+@pytest.fixture(scope="module")
+def page(rendered) -> _Page:
+    return _Page(rendered.html)
+
+
+def test_plotly_js_is_inlined_once_and_nothing_is_fetched(rendered, page):
+    html = rendered.html
+    assert html.count(plotly_js()[:500]) == 1
+    assert not re.search(r"""<(script|link|img)[^>]+(src|href)=["']?(https?:)?//""", html)
+    assert len(html.encode()) < 6 * 1024 * 1024  # plotly.js (~4.6 MB) once, not once per chart
+    drawn = page.with_class("chart")
+    assert len(page.scripts) == 1 + len(drawn)  # the library, then one call per drawn chart
+
+
+def test_every_chart_has_a_stable_container(page):
+    ids = page.ids()
+    for chart_id in ("chart-lifecycle", "chart-tokens", "chart-memory", "chart-predicted", "chart-sweep",
+                     "chart-loss-0", "chart-loss-1", "chart-step-time-0", "chart-step-time-1"):
+        assert chart_id in ids
+        assert f"{chart_id}-plot" in ids  # plotly's own div inside the container
+    assert {attrs["data-chart"] for attrs in page.with_class("chart")} == {
+        "lifecycle", "tokens", "memory", "predicted", "sweep", "loss", "step-time"}
+
+
+def test_banner_run_card_and_results_table(rendered, page):
+    html = rendered.html
+    assert page.with_class("banner")[0]["class"] == "banner verdict-FAIL"
+    assert "1 of 2 combos failed" in html
+    for text in ("0123456789abcdef0123456789abcdef01234567", "examples/suites/thresholds.json", "ab" * 32,
+                 "TP=1,PP=1,CP=1,EP=1,DP=2", "examples/clusters/local.json"):
+        assert text in html
+    rows = page.with_class("result-row")
+    assert len(rows) == len(rendered.result.stages) + len(rendered.result.combos)
+    assert {row["data-verdict"] for row in rows} == {"PASS", "FAIL", "SKIPPED", "RECORD"}
+
+
+def test_metric_panels_show_every_verdict_with_threshold_and_margin(rendered, page):
+    rows = page.with_class("metric-row")
+    assert len(rows) == sum(len(c.metrics) for c in rendered.result.combos)
+    assert {row["data-verdict"] for row in rows} == {"PASS", "FAIL", "SKIPPED", "RECORD"}
+    html = rendered.html
+    assert "&gt;= 3000" in html and "+21.7 %" in html and "-37.1 %" in html
+    assert "optional metric missing from the log" in html
+    assert ">nan<" in html  # a NaN loss is shown as such, not as a number
+
+
+def test_predictions_regressions_and_findings(rendered):
+    html = rendered.html
+    assert "Predicted vs measured" in html and "+6.9 %" in html  # 1122 ms measured vs 1050 ms predicted
+    assert "tokens/s -8.3 % vs the median of the last 5 runs" in html
+    assert "CUDA out of memory while allocating 2.00 GiB" in html
+    assert "MBS=2,GBS=16,PRECISION=FP8/out-node0/training.log:412" in html
+
+
+def test_log_text_is_escaped_and_ansi_dropped(rendered, page):
+    html = rendered.html
+    assert HOSTILE_LINE not in html
+    assert "&lt;script&gt;window.__xss = 1;" in html
+    assert "&lt;/td&gt;&lt;/tr&gt;&lt;/table&gt; oops" in html
+    assert "\x1b" not in html and "ERROR torch.OutOfMemoryError" in html
+    assert not any("__xss" in script for script in page.scripts)
+
+
+def test_log_links_point_at_the_copied_logs(rendered, page):
+    links = page.with_class("log-link")
+    assert len(links) == 2
+    for link in links:
+        assert (rendered.run_dir / unquote(link["href"])).is_file()
+    copied = (rendered.run_dir / unquote(links[1]["href"])).read_text(encoding="utf-8")
+    assert HOSTILE_LINE in copied  # the copy is the log as written; only the page escapes
+
+
+def test_failed_combo_shows_its_log_tail_passing_one_does_not(page):
+    tails = page.with_class("log-tail")
+    assert len(tails) == 1
+    sections = {attrs["data-combo"]: attrs["id"] for attrs in page.with_class("combo")}
+    assert set(sections) == {PASSING, FAILING}
+
+
+def test_unfinished_run_says_so_and_empty_charts_say_why(tmp_path):
+    result = write_run_dir(tmp_path)
+    result.finished = False
+    result.combos[1].curves = []
+    render_report(result, tmp_path)
+    page = _Page(html := (tmp_path / "report.html").read_text(encoding="utf-8"))
+    assert "not finished (interrupted or still running)" in html
+    empty = {attrs["id"] for attrs in page.with_class("chart-empty")}
+    assert empty == {"chart-loss-1", "chart-step-time-1"}
+    assert "no iteration logged this value" in html
+
+
+def test_a_run_with_no_stage_and_no_combo_renders(tmp_path):
+    result = suite_result(tmp_path)
+    result.stages, result.combos, result.regressions = [], [], []
+    result.card.gpu = "not-in-the-catalog"
+    result.recompute_verdict()
+    files = render_report(result, tmp_path)
+    html = files.html.read_text(encoding="utf-8")
+    assert "No stage has run." in html and "SKIPPED" in html
+    assert files.log_files == ()
+    assert len(_Page(html).with_class("chart")) == 0
+
+
+def test_rendering_twice_gives_the_same_files(tmp_path):
+    from datetime import datetime, timezone
+
+    result = write_run_dir(tmp_path)
+    when = datetime(2026, 3, 2, 10, 0, tzinfo=timezone.utc)
+    first = render_report(result, tmp_path, generated_at=when)
+    texts = [Path(p).read_bytes() for p in (first.run_deck, first.junit)]
+    second = render_report(result, tmp_path, generated_at=when)
+    assert [Path(p).read_bytes() for p in (second.run_deck, second.junit)] == texts
+    assert first == second

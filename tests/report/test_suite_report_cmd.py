@@ -1,0 +1,42 @@
+"""`megapilot suite report RUN_DIR [--json]` through the real entry point (the CLI module owned by the report)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.report.factory import write_run_dir
+
+
+def test_report_prints_the_paths(cli, tmp_path):
+    write_run_dir(tmp_path)
+    result = cli("suite", "report", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert f"report    {tmp_path.resolve() / 'report.html'}" in result.stdout
+    assert "logs" in result.stdout and "(2 files)" in result.stdout
+
+
+def test_report_json_lists_every_file(cli, tmp_path):
+    write_run_dir(tmp_path)
+    result = cli("suite", "report", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.stderr
+    paths = result.json()
+    assert set(paths) == {"html", "run_deck", "junit", "logs_dir", "log_files"}
+    assert json.loads((tmp_path / "megatron_run_deck.json").read_text())["overall_status"] == "fail"
+    assert len(paths["log_files"]) == 2
+
+
+def test_a_directory_without_suite_json_is_a_user_error(cli, tmp_path):
+    result = cli("suite", "report", str(tmp_path))
+    assert result.exit_code == 2
+    assert "has no suite.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_missing_directory_is_a_user_error(cli, tmp_path):
+    result = cli("suite", "report", str(tmp_path / "nope"))
+    assert result.exit_code == 2 and "is not a directory" in result.stderr
+
+
+def test_a_damaged_suite_json_is_a_user_error(cli, tmp_path):
+    (tmp_path / "suite.json").write_text("{not json")
+    result = cli("suite", "report", str(tmp_path))
+    assert result.exit_code == 2 and "is not a suite result" in result.stderr
