@@ -62,6 +62,8 @@ class LocalSlurmCluster:
     gpus_per_node: int = 8
     #: Name the single node after this machine, so a job's `scontrol show hostnames` resolves (real runs).
     host_named: bool = False
+    #: Explicit node names (as many as `nodes`), e.g. names this machine resolves to itself.
+    names: tuple[str, ...] | None = None
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mpslurm-", dir="/tmp")))
     _processes: list[subprocess.Popen] = field(default_factory=list)
 
@@ -78,6 +80,8 @@ class LocalSlurmCluster:
     def node_names(self) -> list[str]:
         if self.host_named:
             return [socket.gethostname()]
+        if self.names:
+            return list(self.names)
         return [f"node{i}" for i in range(1, self.nodes + 1)]
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -109,6 +113,8 @@ class LocalSlurmCluster:
     def __post_init__(self) -> None:
         if self.host_named and self.nodes != 1:
             raise ValueError("host_named clusters have exactly one node")
+        if self.names is not None and len(self.names) != self.nodes:
+            raise ValueError("give one name per node")
 
     def __enter__(self) -> "LocalSlurmCluster":
         return self.start()
@@ -213,7 +219,10 @@ class LocalSlurmCluster:
         ]
         cpus = os.cpu_count() or 1
         for name in self.node_names:
-            lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} "
+            # With explicit names one node may be called like this host, and then no other node
+            # may claim this host as its NodeHostname; the others' need not resolve (NodeAddr does).
+            node_host = name if self.names else host
+            lines.append(f"NodeName={name} NodeHostname={node_host} NodeAddr=127.0.0.1 Port={free_port()} "
                          f"CPUs={cpus} RealMemory=1000 Gres=gpu:{self.gpus_per_node} State=UNKNOWN")
         lines.append(f"PartitionName=main Nodes={','.join(self.node_names)} Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
@@ -253,6 +262,35 @@ def slurm_cluster():
     if reason:
         pytest.skip(reason)
     cluster = LocalSlurmCluster(nodes=2, gpus_per_node=8).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def runnable_node_names() -> tuple[str, str] | None:
+    """Two node names for a cluster that really runs multi-node jobs: this host's name, then '<host>-n2'.
+
+    Launch scripts take MASTER_ADDR from the job's first node name, so that one must resolve here;
+    SLURM lists nodes sorted, and '<host>' sorts before '<host>-n2'. ('localhost' will not do:
+    SLURM replaces that node name by the host's name.)
+    """
+    host = socket.gethostname()
+    try:
+        socket.gethostbyname(host)
+    except OSError:
+        return None
+    return host, f"{host}-n2"
+
+
+@pytest.fixture(scope="session")
+def slurm_two_runnable_nodes():
+    """A started two-node cluster whose first node is this host's name: multi-node jobs really run."""
+    reason = unavailable_reason()
+    names = runnable_node_names()
+    if reason or names is None:
+        pytest.skip(reason or "this machine's host name does not resolve")
+    cluster = LocalSlurmCluster(nodes=2, gpus_per_node=8, names=names).start()
     try:
         yield cluster
     finally:

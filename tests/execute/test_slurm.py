@@ -1,0 +1,178 @@
+"""SlurmExecutor against a real SLURM cluster on this machine (tests/slurm_cluster.py).
+
+The cluster has two emulated nodes on this machine, named '<host>' and '<host>-n2': the first node's
+name (the launch script's MASTER_ADDR) resolves here and reaches the rendezvous, and a rendered
+sbatch script really trains across the two nodes (one srun torchrun per node, c10d on loopback).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from megapilot.catalog import get_model
+from megapilot.catalog.gpus import get_gpu
+from megapilot.errors import MegapilotError
+from megapilot.execute.base import HangPolicy, JobSpec, JobState
+from megapilot.execute.process import free_port
+from megapilot.execute.remote import NodeLogs
+from megapilot.execute.slurm import SlurmExecutor, SlurmJobState, parse_exit_code, parse_scontrol_job, slurm_verdict
+from megapilot.launch import LaunchOptions, render_launch
+from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
+from tests.slurm_cluster import slurm_two_runnable_nodes  # noqa: F401  (fixture)
+
+PRINTER = Path(__file__).parent / "programs" / "iteration_printer.py"
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
+
+
+def tiny_two_node_plan(train_iters: int) -> SavedPlan:
+    """The tiny GPT on 2 nodes x 1 rank (data parallel across the nodes)."""
+    return SavedPlan(
+        model=get_model("tiny"),
+        cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=2, gpus_per_node=1),
+        training=TrainingSpec(seq_length=64, global_batch_size=4, train_iters=train_iters),
+        parallel=ParallelConfig.for_world(2, mbs=1, recompute="none"),
+    )
+
+
+def printer_job(tmp_path: Path, *flags: str, combo: str = "job", **spec) -> JobSpec:
+    spec.setdefault("stop_grace_s", 1.0)
+    spec.setdefault("hang", HangPolicy(startup_s=60, fixed_window_s=30))
+    return JobSpec(combo=combo, run_dir=tmp_path / "runs", argv=[sys.executable, str(PRINTER), *flags], **spec)
+
+
+def executor_for(cluster) -> SlurmExecutor:
+    return SlurmExecutor(env={"SLURM_CONF": str(cluster.conf)}, refresh_s=0.5, max_lookup_interval_s=2.0)
+
+
+def empty_logs(tmp_path: Path) -> NodeLogs:
+    return NodeLogs(tmp_path, 2, HangPolicy(), 0.0, None)
+
+
+# ---- pure parts -----------------------------------------------------------------------------
+
+def test_exit_code_pairs_and_scontrol_lines_are_read():
+    assert parse_exit_code("1:0") == (1, 0) and parse_exit_code("0:15") == (0, 15)
+    assert parse_exit_code("garbage") == (None, None)
+    line = ("JobId=7 JobName=a b JobState=NODE_FAIL Reason=NodeDown Dependency=(null) ExitCode=0:9 "
+            "NodeList=node[1-2] BatchHost=node1")
+    assert parse_scontrol_job(line) == SlurmJobState(state="NODE_FAIL", exit_code=0, signal=9, nodes="node[1-2]",
+                                                     reason="NodeDown")
+    assert parse_scontrol_job("slurm_load_jobs error: Invalid job id specified") is None
+
+
+@pytest.mark.parametrize(("word", "state", "needle"), [
+    ("NODE_FAIL", JobState.FAILED, "node failure on node2"),
+    ("OUT_OF_MEMORY", JobState.FAILED, "out of memory (killed by SLURM) on node2"),
+    ("BOOT_FAIL", JobState.FAILED, "boot failure on node2"),
+    ("TIMEOUT", JobState.TIMEOUT, "time limit"),
+    ("DEADLINE", JobState.TIMEOUT, "deadline"),
+    ("PREEMPTED", JobState.FAILED, "preempted"),
+    ("CANCELLED by 0", JobState.CANCELLED, "CANCELLED by 0"),
+    ("FAILED", JobState.FAILED, "SLURM FAILED: exit code 3"),
+])
+def test_slurm_end_states_map_to_job_states_with_a_reason(tmp_path, word, state, needle):
+    verdict, reason = slurm_verdict(SlurmJobState(state=word, exit_code=3, nodes="node2"), empty_logs(tmp_path))
+    assert verdict is state and needle in reason
+
+
+def test_completed_in_slurm_still_needs_the_final_iteration(tmp_path):
+    logs = empty_logs(tmp_path)
+    assert slurm_verdict(SlurmJobState("COMPLETED", 0), logs) == (
+        JobState.FAILED, "exited with code 0 but printed no iteration line")
+    assert slurm_verdict(SlurmJobState("COMPLETED", 0), logs, require_final_iteration=False)[0] is JobState.COMPLETED
+
+
+def test_a_run_directory_slurm_would_read_as_a_pattern_is_refused(tmp_path):
+    executor = SlurmExecutor(env={"SLURM_CONF": str(tmp_path / "none.conf")})
+    with pytest.raises(MegapilotError, match="pattern"):
+        executor.submit(JobSpec(combo="x", run_dir=tmp_path / "100%", argv=["true"]))
+
+
+# ---- against the real cluster ---------------------------------------------------------------
+
+@pytest.mark.slow
+def test_rendered_sbatch_script_trains_across_two_nodes(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+    pytest.importorskip("megatron.core")
+    options = LaunchOptions(
+        launcher="slurm", mock_data=True, entrypoint="megapilot", cpu=True, python=sys.executable,
+        log_dir=str(tmp_path), job_name="mp-two-node", time_limit="00:10:00", master_port=free_port(),
+    )
+    launch = render_launch(tiny_two_node_plan(train_iters=6), options)
+    executor = executor_for(slurm_two_runnable_nodes)
+    job = JobSpec(combo="tiny", run_dir=tmp_path / "runs", script_text=launch.script, nodes=2,
+                  hang=HangPolicy(startup_s=240, fixed_window_s=120), timeout_s=400)
+    handle = executor.submit(job)
+    seen = []
+    result = executor.wait(handle, on_progress=seen.append, poll_interval_s=0.5)
+
+    logs = [path.read_text() for path in result.logs]
+    assert result.state is JobState.COMPLETED, (result.reason, logs[0][-3000:], logs[1][-3000:])
+    assert result.job_id == handle.job_id and result.job_id.isdigit()
+    assert result.logs == [handle.job_dir / "out-node0" / "training.log", handle.job_dir / "out-node1" / "training.log"]
+    # One torchrun per node: each log holds its node's own rank; Megatron prints iterations from the last rank.
+    assert [m.groups() for m in ITERATION.finditer("\n".join(logs))][-1] == ("6", "6")
+    assert all("[default0]:" in log for log in logs)
+    assert (result.iterations_reached, result.train_iters) == (6, 6)
+    assert seen[0].state in (JobState.PENDING, JobState.RUNNING) and seen[-1].state is JobState.COMPLETED
+    record = (handle.job_dir / "job.json").read_text()
+    assert '"state": "COMPLETED"' in record and (handle.job_dir / "launch.sh").read_text() == launch.script
+
+
+@pytest.mark.slow
+def test_nonzero_exit_fails_with_the_code_and_polling_many_jobs_shares_squeue(slurm_two_runnable_nodes,  # noqa: F811
+                                                                            tmp_path):
+    executor = executor_for(slurm_two_runnable_nodes)
+    handles = [executor.submit(printer_job(tmp_path, "--iters", "5", "--exit-after", "2", "--exit-code", "3",
+                                           combo=f"fail{i}")) for i in range(3)]
+    polls = 0
+    while not all(executor.poll(h).state.is_terminal for h in handles):
+        polls += len(handles)
+        time.sleep(0.1)
+    for handle in handles:
+        result = executor.result(handle)
+        assert result.state is JobState.FAILED and result.exit_code == 3, result
+        assert "exit code 3" in result.reason and result.iterations_reached == 2
+    # One squeue answers for all three jobs, at most every refresh_s.
+    assert executor.queue.squeue_calls < polls / 2
+
+
+@pytest.mark.slow
+def test_scancel_from_outside_is_cancelled_with_its_reason(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+    executor = executor_for(slurm_two_runnable_nodes)
+    handle = executor.submit(printer_job(tmp_path, "--iters", "1000", "--interval-s", "0.2"))
+    deadline = time.monotonic() + 60
+    while (executor.poll(handle).iteration or 0) < 1:
+        assert time.monotonic() < deadline, "the job never printed an iteration"
+        time.sleep(0.2)
+    slurm_two_runnable_nodes.run("scancel", handle.job_id, check=True)
+    result = executor.wait(handle, poll_interval_s=0.2)
+    assert result.state is JobState.CANCELLED
+    assert "cancelled in SLURM" in result.reason
+
+
+@pytest.mark.slow
+def test_a_job_that_stops_printing_iterations_is_hung_and_scancelled(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+    executor = executor_for(slurm_two_runnable_nodes)
+    job = printer_job(tmp_path, "--iters", "5", "--stall-after", "1",
+                      hang=HangPolicy(startup_s=60, fixed_window_s=3))
+    handle = executor.submit(job)
+    result = executor.wait(handle, poll_interval_s=0.2)
+    assert result.state is JobState.HUNG and "after iteration 1/5 (fixed window 3 s)" in result.reason
+    assert result.iterations_reached == 1
+    queue = slurm_two_runnable_nodes.run("squeue", "-h", "-j", handle.job_id, "-o", "%T").stdout.strip()
+    assert queue == "", f"job still queued as {queue}"
+    assert slurm_two_runnable_nodes.final_state(handle.job_id) == "CANCELLED"
+
+
+@pytest.mark.slow
+def test_cancel_scancels_and_waits_for_the_job_to_leave_the_queue(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+    executor = executor_for(slurm_two_runnable_nodes)
+    handle = executor.submit(printer_job(tmp_path, "--iters", "1000", "--interval-s", "0.2", combo="cancel"))
+    executor.cancel(handle)
+    assert executor.poll(handle).state is JobState.CANCELLED and executor.result(handle).reason == "cancelled"
+    assert slurm_two_runnable_nodes.run("squeue", "-h", "-j", handle.job_id, "-o", "%T").stdout.strip() == ""
