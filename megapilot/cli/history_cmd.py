@@ -1,0 +1,224 @@
+"""`megapilot history list|show|compare|calibration`: the run history that `megapilot suite run` records.
+
+The database is `--db` (a SQLite path or a postgresql:// URL), else $MEGAPILOT_HISTORY, else the SQLite
+file in the user data dir. A RUN is a run id, a unique prefix of one, or `latest`. Every command has
+`--json`: list and calibration print an array, show and compare an object, with the fields of
+megapilot.store.history's RunRow, RunDetail, RunComparison and CalibrationRow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from megapilot.cli.common import console, emit_json
+
+if TYPE_CHECKING:
+    from megapilot.store.history import CalibrationRow, History, RunComparison, RunDetail, RunRow
+
+history_app = typer.Typer(help="Past suite runs: list, show, compare, and how far predictions were off.",
+                          no_args_is_help=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+DbOpt = Annotated[str | None, typer.Option(
+    "--db", help="History database: a SQLite file or postgresql:// URL (default: $MEGAPILOT_HISTORY, else "
+                 "history.sqlite in the user data dir).")]
+RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of one, or `latest`.", show_default=False)]
+
+VERDICT_STYLES = {"PASS": "green", "FAIL": "red", "RECORD": "dim", "SKIPPED": "yellow"}
+CHANGE_STYLES = {"better": "green", "worse": "red", "same": "dim", "unknown": "dim"}
+
+
+def register(app: typer.Typer) -> None:
+    """Add `megapilot history` and its commands to the app."""
+    app.add_typer(history_app, name="history")
+
+
+def _open(db: str | None) -> History:
+    from megapilot.store.history import open_history
+
+    return open_history(db)
+
+
+@history_app.command("list")
+def list_runs(
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many runs, newest first.")] = 20,
+    model: Annotated[str | None, typer.Option("--model", help="Only runs of this model (exact name).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only runs on this GPU (any case).")] = None,
+    db: DbOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List recorded runs, newest first."""
+    from megapilot.cli.common import require_positive
+
+    require_positive("--limit", limit)
+    with _open(db) as history:
+        rows = history.runs(limit=limit, model=model, gpu=gpu)
+        location = history.location
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        console.print(f"no runs in {location}" + (" matching the filters" if model or gpu else ""))
+        return
+    console.print(_runs_table(rows, location))
+
+
+@history_app.command("show")
+def show_run(run: RunArg, db: DbOpt = None, as_json: JsonFlag = False) -> None:
+    """One run: its card, and every combo's verdict, metrics and prediction."""
+    with _open(db) as history:
+        detail = history.run(run)
+    if as_json:
+        emit_json(detail)
+        return
+    _print_detail(detail)
+
+
+@history_app.command("compare")
+def compare_runs(run_a: RunArg, run_b: RunArg, db: DbOpt = None, as_json: JsonFlag = False) -> None:
+    """Every metric of the combos both runs have: B against A, better or worse by the metric's direction."""
+    with _open(db) as history:
+        comparison = history.compare(run_a, run_b)
+    if as_json:
+        emit_json(comparison)
+        return
+    _print_comparison(comparison)
+
+
+@history_app.command("calibration")
+def calibration(db: DbOpt = None, as_json: JsonFlag = False) -> None:
+    """How far predicted step time and tokens/s were from measured, by GPU and model family."""
+    with _open(db) as history:
+        rows = history.calibration()
+        location = history.location
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        console.print(f"no combo in {location} has both a prediction and a measurement yet")
+        return
+    console.print(_calibration_table(rows))
+
+
+# ---- rendering ------------------------------------------------------------------------------------
+
+# Tables are sized for an 80-column terminal: little chrome, identifiers and numbers never wrapped.
+
+QUANTITY_LABELS = {"step_time_ms": "step time", "tokens_per_s_per_gpu": "tokens/s/GPU"}
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f} %"
+
+
+def _verdict(verdict: str) -> str:
+    return f"[{VERDICT_STYLES.get(verdict, 'white')}]{verdict}[/]"
+
+
+def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()):  # noqa: ANN202 - a rich Table
+    """A table with a rule under the header only; columns not named in `wrap` keep their text on one line."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for column in columns:
+        wraps = column in wrap
+        table.add_column(column, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+    return table
+
+
+def _runs_table(rows: list[RunRow], location: str):  # noqa: ANN202 - a rich Table
+    from rich.markup import escape
+
+    table = _table(f"runs in {location}", ("run", "started (UTC)", "verdict", "model", "GPUs", "failed", "duration"),
+                   wrap=("model",))
+    for row in rows:
+        table.add_row(escape(row.run_id), row.started_at.strftime("%Y-%m-%d %H:%M"), _verdict(row.verdict),
+                      escape(row.model), f"{row.nodes}x{row.gpus_per_node} {escape(row.gpu)}",
+                      f"{row.failed_combos}/{row.combos}",
+                      f"{row.duration_s:,.0f} s" + ("" if row.finished else " (unfinished)"))
+    return table
+
+
+def _print_detail(detail: RunDetail) -> None:
+    from rich.markup import escape
+
+    run = detail.run
+    console.print(f"[bold]{escape(run.run_id)}[/]  {_verdict(run.verdict)}  {escape(run.suite_name)}"
+                  + ("" if run.finished else "  [yellow]unfinished[/]"))
+    console.print(f"{escape(run.model)} on {run.nodes}x{run.gpus_per_node} {escape(run.gpu)}, {escape(run.backend)} "
+                  f"via {escape(run.executor)}; started {run.started_at:%Y-%m-%d %H:%M:%S} UTC, {run.duration_s:,.0f} s")
+    console.print(f"run dir {escape(run.run_dir)}; megapilot {escape(run.megapilot_version or '?')}"
+                  + (f" ({escape(run.git_commit)})" if run.git_commit else ""))
+    if run.reason:
+        console.print(f"reason: {escape(run.reason)}")
+    for combo in detail.combos:
+        _print_combo(combo)
+
+
+def _print_combo(combo) -> None:  # noqa: ANN001 - a ComboRow
+    from rich.markup import escape
+
+    from megapilot.store.regress import metric_info
+
+    console.print()
+    console.print(f"[bold]{escape(combo.key)}[/]  {_verdict(combo.verdict)}  {escape(combo.layout)}"
+                  + (f"  {escape(combo.reason)}" if combo.reason else ""))
+    if not combo.metrics:
+        return
+    predicted = _predicted_by_metric(combo)
+    table = _table("", ("metric", "value", "unit", "gate", "predicted"), wrap=("gate",))
+    for metric in combo.metrics:
+        table.add_row(escape(metric_info(metric.name).label), _fmt(metric.value), escape(metric.unit),
+                      escape(metric.threshold or ""), _fmt(predicted.get(metric.name)))
+    console.print(table)
+
+
+def _predicted_by_metric(combo) -> dict[str, float | None]:  # noqa: ANN001 - a ComboRow
+    """The prediction of each metric that measures a predicted quantity (step time, tokens/s, ...)."""
+    from megapilot.store.regress import METRICS
+
+    if combo.prediction is None:
+        return {}
+    return {metric.name: getattr(combo.prediction, f"predicted_{METRICS[metric.name].quantity}")
+            for metric in combo.metrics if metric.name in METRICS and METRICS[metric.name].quantity}
+
+
+def _print_comparison(comparison: RunComparison) -> None:
+    from rich.markup import escape
+
+    a, b = comparison.run_a, comparison.run_b
+    table = _table(f"B = {b.run_id} against A = {a.run_id}", ("combo", "metric", "A", "B", "change", ""),
+                   wrap=("metric",))
+    previous = None
+    for delta in comparison.deltas:
+        combo = "" if delta.combo == previous else escape(delta.combo)  # each key once, over its rows
+        previous = delta.combo
+        style = CHANGE_STYLES[delta.change]
+        table.add_row(combo, escape(delta.label), _fmt(delta.value_a), _fmt(delta.value_b), _pct(delta.delta_pct),
+                      f"[{style}]{delta.change}[/]")
+    console.print(table)
+    for label, keys in (("only in A", comparison.combos_only_in_a), ("only in B", comparison.combos_only_in_b)):
+        if keys:
+            console.print(f"{label}: {escape(', '.join(keys))}")
+
+
+def _calibration_table(rows: list[CalibrationRow]):  # noqa: ANN202 - a rich Table
+    from rich.markup import escape
+
+    table = _table("predicted vs measured: error = (predicted - measured) / measured",
+                   ("GPU", "model family", "quantity", "combos", "median |error|", "mean error"))
+    for row in rows:
+        table.add_row(escape(row.gpu), escape(row.model_family), QUANTITY_LABELS[row.quantity], str(row.count),
+                      f"{row.median_abs_error_pct:.1f} %", _pct(row.mean_signed_error_pct))
+    return table

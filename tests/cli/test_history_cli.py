@@ -1,0 +1,133 @@
+"""`megapilot history list|show|compare|calibration` through the real entry point: tables, the pinned --json
+schemas, run ids by prefix and `latest`, and user errors (exit 2, one line naming the fix)."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.store.history import HISTORY_ENV, open_history
+from megapilot.suite.results import Prediction, Verdict
+from tests.store.test_history import CELL, STEP, TOKENS, make_combo, make_suite_result
+
+RUN_KEYS = {"run_id", "started_at", "ended_at", "duration_s", "verdict", "reason", "suite_name", "model",
+            "model_family", "gpu", "nodes", "gpus_per_node", "layout", "precision", "backend", "executor", "config_hash",
+            "run_dir", "megapilot_version", "git_commit", "finished", "combos", "failed_combos"}
+COMBO_KEYS = {"key", "verdict", "reason", "layout", "nodes", "gpus_per_node", "tp", "pp", "cp", "ep", "vpp", "mbs",
+              "gbs", "precision", "seq_length", "duration_s", "job_state", "metrics", "prediction"}
+METRIC_KEYS = {"name", "value", "unit", "verdict", "threshold"}
+DELTA_KEYS = {"combo", "metric", "label", "unit", "value_a", "value_b", "delta_pct", "change"}
+CALIBRATION_KEYS = {"gpu", "model_family", "quantity", "count", "median_abs_error_pct", "mean_signed_error_pct"}
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch) -> str:
+    """A history with three runs of one cell (the last one slower) and one on another GPU; $MEGAPILOT_HISTORY
+    points at it, so commands without --db read it."""
+    path = str(tmp_path / "history.sqlite")
+    monkeypatch.setenv(HISTORY_ENV, path)
+    monkeypatch.setenv("COLUMNS", "200")  # a wide terminal: table cells are not wrapped mid-word
+    predicted = Prediction(step_time_ms=750.0, tokens_per_s_per_gpu=1050.0)
+    with open_history(path) as history:
+        history.record(make_suite_result("20250301-aaa", hour=0, combos=[make_combo(predicted=predicted)]))
+        history.record(make_suite_result("20250302-bbb", hour=1, combos=[make_combo(predicted=predicted)]))
+        history.record(make_suite_result("20250303-ccc", hour=2, verdict=Verdict.FAIL, combos=[
+            make_combo(tokens=900.0, step_ms=880.0, predicted=predicted),
+            make_combo("MBS=4,GBS=64,PRECISION=BF16", verdict=Verdict.FAIL, tokens=None, tflops=None, step_ms=None,
+                       reason="out of memory on rank 3")]))
+        history.record(make_suite_result("20250304-h100", hour=3, gpu="H100", family="llama"))
+    return path
+
+
+def test_list_json_is_newest_first_with_the_pinned_keys(cli, db):
+    rows = cli("history", "list", "--json").json()
+    assert [r["run_id"] for r in rows] == ["20250304-h100", "20250303-ccc", "20250302-bbb", "20250301-aaa"]
+    assert all(set(row) == RUN_KEYS for row in rows)
+    assert rows[1]["verdict"] == "FAIL" and rows[1]["failed_combos"] == 1 and rows[1]["combos"] == 2
+
+
+def test_list_filters_and_limit(cli, db):
+    assert [r["run_id"] for r in cli("history", "list", "--gpu", "h100", "--json").json()] == ["20250304-h100"]
+    assert len(cli("history", "list", "--limit", "2", "--json").json()) == 2
+    assert cli("history", "list", "--model", "no-such-model", "--json").json() == []
+
+
+def test_list_table_shows_runs(cli, db):
+    result = cli("history", "list")
+    assert result.exit_code == 0
+    assert "20250303-ccc" in result.stdout and "FAIL" in result.stdout and "MI300X" in result.stdout
+
+
+def test_db_flag_wins_over_the_environment(cli, db, tmp_path):
+    other = tmp_path / "other.sqlite"
+    assert cli("history", "list", "--db", str(other), "--json").json() == []
+    empty = cli("history", "list", "--db", str(other))
+    assert empty.exit_code == 0 and "no runs in" in empty.stdout
+
+
+def test_show_by_prefix_and_latest(cli, db):
+    detail = cli("history", "show", "20250303", "--json").json()
+    assert set(detail) == {"run", "combos"} and set(detail["run"]) == RUN_KEYS
+    assert detail["run"]["run_id"] == "20250303-ccc"
+    assert all(set(combo) == COMBO_KEYS for combo in detail["combos"])
+    cell = next(c for c in detail["combos"] if c["key"] == CELL)
+    assert all(set(metric) == METRIC_KEYS for metric in cell["metrics"])
+    assert {m["name"]: m["value"] for m in cell["metrics"]}[TOKENS] == 900.0
+    assert cell["prediction"]["predicted_step_time_ms"] == 750.0 and cell["prediction"]["measured_step_time_ms"] == 880.0
+    assert cli("history", "show", "latest", "--json").json()["run"]["run_id"] == "20250304-h100"
+
+
+def test_show_table_names_combos_and_reasons(cli, db):
+    result = cli("history", "show", "20250303-ccc")
+    assert result.exit_code == 0
+    assert "out of memory on rank 3" in result.stdout and "tokens/s/GPU" in result.stdout
+
+
+def test_compare_json_and_table(cli, db):
+    payload = cli("history", "compare", "20250302", "20250303", "--json").json()
+    assert set(payload) == {"run_a", "run_b", "deltas", "combos_only_in_a", "combos_only_in_b"}
+    assert all(set(delta) == DELTA_KEYS for delta in payload["deltas"])
+    by_metric = {d["metric"]: d for d in payload["deltas"]}
+    assert by_metric[TOKENS]["change"] == "worse" and by_metric[TOKENS]["delta_pct"] == pytest.approx(-10.0)
+    assert by_metric[STEP]["change"] == "worse" and by_metric[STEP]["delta_pct"] == pytest.approx(10.0)
+    assert payload["combos_only_in_b"] == ["MBS=4,GBS=64,PRECISION=BF16"]
+    table = cli("history", "compare", "20250302", "20250303")
+    assert table.exit_code == 0 and "worse" in table.stdout and "-10.0 %" in table.stdout
+
+
+def test_calibration_json_and_table(cli, db):
+    rows = cli("history", "calibration", "--json").json()
+    assert all(set(row) == CALIBRATION_KEYS for row in rows)
+    step = next(r for r in rows if r["gpu"] == "MI300X" and r["quantity"] == "step_time_ms")
+    assert step["count"] == 3 and step["model_family"] == "llama"
+    assert step["mean_signed_error_pct"] == pytest.approx(((750 / 800 - 1) * 2 + (750 / 880 - 1)) / 3 * 100)
+    table = cli("history", "calibration")
+    assert table.exit_code == 0 and "step time" in table.stdout and "tokens/s/GPU" in table.stdout
+
+
+def test_calibration_of_an_empty_history_says_so(cli, tmp_path):
+    result = cli("history", "calibration", "--db", str(tmp_path / "empty.sqlite"))
+    assert result.exit_code == 0 and "no combo" in result.stdout
+
+
+@pytest.mark.parametrize("args", [("show", "no-such-run"), ("compare", "20250301", "nope"), ("show", "2025030")],
+                         ids=["unknown", "unknown-in-compare", "ambiguous-prefix"])
+def test_bad_run_ids_exit_2_naming_the_id(cli, db, args):
+    result = cli("history", *args, "--json")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert repr(args[-1]) in result.stderr
+
+
+def test_unknown_run_id_says_how_to_list_ids(cli, db):
+    result = cli("history", "show", "no-such-run")
+    assert result.exit_code == 2 and "megapilot history list" in result.stderr
+
+
+def test_a_database_path_that_is_a_directory_exits_2(cli, tmp_path):
+    result = cli("history", "list", "--db", str(tmp_path))
+    assert result.exit_code == 2 and "--db" in result.stderr and "directory" in result.stderr
+
+
+def test_a_zero_limit_exits_2(cli, db):
+    result = cli("history", "list", "--limit", "0")
+    assert result.exit_code == 2 and "--limit" in result.stderr
