@@ -1,50 +1,51 @@
 #!/usr/bin/env bash
-# The main job on a built-in default: plan -> launch script -> real Megatron-Core training -> log check.
+# The main job on a built-in default: plan -> validation suite (real Megatron-Core training) -> report + history.
 #
-#   1. plan     the parallel layout of Llama 3.1 70B on 64 H100s (the cost model at cluster scale), and of
-#               the built-in `tiny` GPT on 2 ranks, saved as plan.json;
-#   2. data     tokenize the shipped public-domain corpus into Megatron's indexed format;
-#   3. script   render plan.json into a checked torchrun script for the embedded Megatron-Core trainer
-#               (CPU: gloo, fp32; on a GPU machine the same script shape runs Megatron-LM with NCCL);
-#   4. run      train it for real (Megatron-Core, distributed optimizer, checkpoint at the end);
-#   5. validate parse the training log (steady-state step time, loss) and diagnose it; the verdict and
-#               every artefact land in the run directory printed at the end.
+#   1. plan     the parallel layout of Llama 3.1 70B on 64 H100s (the cost model at cluster scale), and
+#               of the built-in `tiny` GPT on this machine's 2 CPU ranks;
+#   2. suite    the packaged `tiny-local` suite: prepare, preflight, smoke run, checkpoint save -> resume
+#               (same-step loss continuity), a 2-combo sweep with gates on tokens/s, step time, loss and the
+#               loss-curve slope, every node's log scanned for error signatures — real Megatron-Core on CPU;
+#   3. report   one self-contained HTML report, the run deck JSON (with its JSON Schema) and JUnit XML;
+#   4. history  the run is recorded (SQLite); from the second demo on, it is compared with the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MP=.venv/bin/megapilot
-RUN_ROOT=${MEGAPILOT_DEMO_DIR:-$PWD/runs/demo-$(date +%Y%m%d-%H%M%S)}
-ITERS=${MEGAPILOT_DEMO_ITERS:-40}
-mkdir -p "$RUN_ROOT/data"
+DEMO_ROOT=${MEGAPILOT_DEMO_DIR:-$PWD/runs/demo}
+mkdir -p "$DEMO_ROOT"
+export MEGAPILOT_HISTORY=${MEGAPILOT_HISTORY:-$DEMO_ROOT/history.sqlite}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/5 plan: Llama 3.1 70B on 64 x H100 (seq 8192, GBS 1024)"
+step "1/4 plan: Llama 3.1 70B on 64 x H100 (seq 8192, GBS 1024)"
 "$MP" plan --model llama3.1-70b --gpu h100 --gpus 64 --seq-len 8192 --gbs 1024 --top 3
 
-step "1/5 plan: the built-in tiny GPT on 2 ranks (seq 128, GBS 16) -> plan.json"
-"$MP" plan --model tiny --gpu h100 --gpus 2 --seq-len 128 --gbs 16 --top 3 --save "$RUN_ROOT/plan.json"
+step "1/4 plan: the built-in tiny GPT on this machine (2 ranks, seq 128, GBS 8)"
+"$MP" plan --model tiny --gpu h100 --gpus 2 --seq-len 128 --gbs 8 --top 3
 
-step "2/5 data: shipped corpus -> Megatron indexed dataset"
-"$MP" data prepare megapilot/trainer/data/corpus/kjv_pentateuch.txt.gz --output-prefix "$RUN_ROOT/data/corpus"
+step "2/4 suite: the packaged tiny-local suite (smoke, checkpoint save -> resume, 2-combo sweep, gates)"
+"$MP" suite init tiny-local -o "$DEMO_ROOT/tiny-local.json" --force
+"$MP" suite check "$DEMO_ROOT/tiny-local.json"
+previous=$("$MP" history list --limit 1 --json | .venv/bin/python -c \
+  'import json,sys; runs=json.load(sys.stdin); print(runs[0]["run_id"] if runs else "")')
+suite_status=0
+"$MP" suite run "$DEMO_ROOT/tiny-local.json" --out "$DEMO_ROOT/runs" || suite_status=$?
 
-step "3/5 script: plan.json -> torchrun script for the embedded Megatron-Core trainer"
-"$MP" script --plan "$RUN_ROOT/plan.json" --cpu --entrypoint megapilot --data-path "$RUN_ROOT/data/corpus" \
-  --tokenizer-type NullTokenizer --save "$RUN_ROOT/checkpoints" --train-iters "$ITERS" -o "$RUN_ROOT/train.sh"
+latest=$("$MP" history list --limit 1 --json | .venv/bin/python -c \
+  'import json,sys; print(json.load(sys.stdin)[0]["run_id"])')
+run_dir=$("$MP" history show "$latest" --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["run_dir"])')
 
-step "4/5 run: real training (Megatron-Core on CPU)"
-run_status=0
-"$MP" run "$RUN_ROOT/train.sh" --run-dir "$RUN_ROOT/runs" --combo tiny || run_status=$?
+step "4/4 history: this run and the ones before it"
+"$MP" history list --limit 5
+if [ -n "$previous" ]; then
+  "$MP" history compare "$previous" "$latest"
+else
+  echo "(first demo run: run 'make demo' again to see it compared with this one)"
+fi
 
-LOG="$RUN_ROOT/runs/tiny/out-node0/training.log"
-step "5/5 validate: parse the log and diagnose it"
-# the trainer prints Megatron-LM's arguments block: the parser takes seq length, GBS and world size
-# from it to turn step times into tokens/s/GPU
-"$MP" logs parse "$LOG"
-"$MP" logs parse "$LOG" --json > "$RUN_ROOT/log.json"
-"$MP" diagnose "$LOG" --script "$RUN_ROOT/train.sh" --gpu h100
-"$MP" diagnose "$LOG" --script "$RUN_ROOT/train.sh" --gpu h100 --json > "$RUN_ROOT/diagnosis.json"
-
-state=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"]["state"])' \
-  "$RUN_ROOT/runs/tiny/job.json")
-printf '\n\033[1mdemo: training %s — artefacts in %s\033[0m\n' "$state" "$RUN_ROOT"
-exit "$run_status"
+printf '\n\033[1mdemo: suite %s\033[0m\n' "$([ "$suite_status" -eq 0 ] && echo PASS || echo "FAILED (exit $suite_status)")"
+printf 'report:   %s\n' "$run_dir/report.html"
+printf 'run deck: %s\n' "$run_dir/megatron_run_deck.json"
+printf 'junit:    %s\n' "$run_dir/junit.xml"
+exit "$suite_status"

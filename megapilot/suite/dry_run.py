@@ -1,0 +1,92 @@
+"""`megapilot suite run --dry-run`: every stage in order and each combo's exact launch, running nothing.
+
+The same rendering as a real run (`megapilot.suite.render.render_cell`, checked by the same flag checks
+as `megapilot script`), so what the dry run prints is what the run would launch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from megapilot.suite.config import LoadedSuite
+
+
+class DryRunStage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    combo: str | None = None
+
+
+class DryRunCombo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    backend: str
+    skipped: str | None = Field(description="Why this combo would not run; None when it would.")
+    nodes: int
+    gpus_per_node: int
+    megatron_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="Variables the launch sets (no secrets).")
+    command: str = ""
+
+
+class DryRunPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stages: list[DryRunStage]
+    combos: list[DryRunCombo]
+
+
+def dry_run_plan(suite: LoadedSuite, *, out_dir: Path, only_stage: str | None = None,
+                 only_combo: str | None = None) -> DryRunPlan:
+    from megapilot.suite.lifecycle import COMBO_STAGES, EARLY_STAGES
+
+    cells = [c for c in suite.cells if only_combo is None or c.key == only_combo]
+    stages = [DryRunStage(name=name) for name in EARLY_STAGES if _selected(name, only_stage)]
+    for cell in cells:
+        stages += [DryRunStage(name=name, combo=cell.key) for name in COMBO_STAGES if _selected(name, only_stage)]
+    stages += [DryRunStage(name="results"), DryRunStage(name="teardown")]
+    return DryRunPlan(stages=stages, combos=[_combo(suite, cell, out_dir) for cell in cells])
+
+
+def _selected(name: str, only_stage: str | None) -> bool:
+    from megapilot.suite.lifecycle import COMBO_STAGES
+
+    if only_stage is None or name == "prepare":
+        return True
+    return name in COMBO_STAGES if only_stage in COMBO_STAGES else name == only_stage
+
+
+def _combo(suite: LoadedSuite, cell: object, out_dir: Path) -> DryRunCombo:
+    from megapilot.suite.render import render_cell
+
+    key, backend = getattr(cell, "key"), suite.backend
+    if getattr(cell, "skip_reason", None):
+        return DryRunCombo(key=key, backend=backend, skipped=cell.skip_reason,  # type: ignore[attr-defined]
+                           nodes=suite.nodes, gpus_per_node=suite.gpus_per_node)
+    # The launch checks the job directory exists (it holds the logs): an empty one is made under
+    # <out>/dry-run/, the only thing a dry run writes.
+    job_dir = out_dir / "dry-run" / getattr(cell, "slug")
+    job_dir.mkdir(parents=True, exist_ok=True)
+    launch = render_cell(suite, cell, job_dir=job_dir)  # type: ignore[arg-type]
+    if launch.error:
+        return DryRunCombo(key=key, backend=backend, skipped=f"cannot render: {launch.error}", nodes=suite.nodes,
+                           gpus_per_node=suite.gpus_per_node)
+    env = {**_container_env(suite), **launch.env}
+    return DryRunCombo(key=key, backend=launch.backend, skipped=launch.skipped, nodes=launch.nodes,
+                       gpus_per_node=launch.gpus_per_node, megatron_args=launch.megatron_args, env=env,
+                       command=launch.command or shlex.join(launch.megatron_args))
+
+
+def _container_env(suite: LoadedSuite) -> dict[str, str]:
+    container = suite.config.container
+    return {k: str(v) for k, v in container.env.items()} if container else {}
+
+
+__all__ = ["DryRunCombo", "DryRunPlan", "DryRunStage", "dry_run_plan"]

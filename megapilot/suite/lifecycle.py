@@ -1,0 +1,649 @@
+"""The suite's lifecycle: CVS's pinned stage order, each stage timed, failures isolated.
+
+    prepare     run directory, copies of the inputs, the container where the executor has one
+    preflight   every node's GPUs, driver, NIC speed, /dev/shm, memlock, free disk (megapilot.suite.preflight)
+    tokenizer   the tokenizer present locally, or downloaded with the token from paths.hf_token_file
+    smoke       a short run of the smoke cell: it must reach its last iteration with no error signature
+    checkpoint  save at k, resume from k: resumed step == k+1, same-step loss within tolerance (every backend)
+    per combo   train → metrics → loss_curve (each combo's verdict right after it ran, not after all ran)
+    results     the table of every combo
+    teardown    stray processes gone, containers removed
+
+A failed early stage (prepare, preflight, smoke, checkpoint) skips every later stage with that reason,
+as CVS does. A failed combo is isolated: its rows FAIL, the next combo still runs (CVS's first unified
+suite skipped every later cell after one failure). Processes left by a job are killed and checked gone
+before the next one starts. `suite.json` is rewritten after every stage, so an interrupted run keeps
+everything that finished; Ctrl-C stops the current job and ends the run as interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from megapilot.errors import MegapilotError
+from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
+from megapilot.suite.results import (
+    ComboResult,
+    Finding,
+    JobSummary,
+    MetricRow,
+    Prediction,
+    RunCard,
+    StageResult,
+    SuiteResult,
+    Verdict,
+)
+from megapilot.suite.watch import FatalWatch
+
+if TYPE_CHECKING:
+    from megapilot.suite.baseline import BaselineSource
+    from megapilot.suite.gates import BaselineLookup
+    from megapilot.suite.cells import SweepCell
+    from megapilot.suite.config import LoadedSuite
+    from megapilot.suite.render import CellLaunch
+
+STAGES: tuple[str, ...] = ("prepare", "preflight", "tokenizer", "smoke", "checkpoint", "train", "metrics",
+                           "loss_curve", "results", "teardown")
+COMBO_STAGES = ("train", "metrics", "loss_curve")
+EARLY_STAGES = ("prepare", "preflight", "tokenizer", "smoke", "checkpoint")
+POLL_INTERVAL_S = 0.5
+LOG_TAIL_LINES = 50
+STRAY_GRACE_S = 5.0
+
+EventCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `megapilot suite run` asks for."""
+
+    out_dir: Path
+    only_stage: str | None = None
+    only_combo: str | None = None
+    resume_from: SuiteResult | None = None
+    run_id: str | None = None
+    baseline: BaselineSource | None = None  # the run history, for `baseline` thresholds
+
+
+@dataclass
+class _Context:
+    suite: LoadedSuite
+    request: RunRequest
+    executor: Executor
+    result: SuiteResult
+    run_dir: Path
+    on_event: EventCallback
+    failed_stage: str | None = None
+    interrupted: bool = False
+    handles: list[JobHandle] = field(default_factory=list)
+
+
+def new_run_id() -> str:
+    """Sortable and unique: UTC time plus 4 random hex digits."""
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
+              on_event: EventCallback | None = None) -> SuiteResult:
+    """Run every stage in order; return the result (also written to `<run_dir>/suite.json`)."""
+    run_id = request.run_id or (request.resume_from.run_id if request.resume_from else new_run_id())
+    run_dir = (request.out_dir / run_id).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc)
+    result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=_run_card(suite),
+                         started_at=request.resume_from.started_at if request.resume_from else started)
+    ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None))
+    clock = time.monotonic()
+    try:
+        _run_stages(ctx)
+    except KeyboardInterrupt:
+        ctx.interrupted = True
+        result.reason = "interrupted (Ctrl-C): the running job was stopped; finished results are kept"
+        ctx.on_event(result.reason)
+    finally:
+        _stop_all(ctx)
+        result.ended_at = datetime.now(timezone.utc)
+        result.duration_s = round(time.monotonic() - clock, 3)
+        result.finished = not ctx.interrupted
+        result.recompute_verdict()
+        if ctx.interrupted:
+            result.verdict = Verdict.FAIL
+        elif result.verdict is Verdict.FAIL:
+            result.reason = _failure_summary(result)
+        result.write(run_dir)
+    return result
+
+
+def _failure_summary(result: SuiteResult) -> str:
+    """What failed, in one line: failed stages first, then failed combos."""
+    stages = [s.name for s in result.stages if s.verdict is Verdict.FAIL and s.combo is None]
+    combos = [c.key for c in result.combos if c.verdict is Verdict.FAIL and c.key != "smoke"]
+    parts = ([f"stage {', '.join(stages)} failed"] if stages else []) + \
+        ([f"{len(combos)} combo(s) failed: {'; '.join(combos)}"] if combos else [])
+    return "; ".join(parts)
+
+
+def _run_stages(ctx: _Context) -> None:
+    for name in EARLY_STAGES:
+        _stage(ctx, name, _EARLY[name])
+    for cell in ctx.suite.cells:
+        if ctx.request.only_combo and cell.key != ctx.request.only_combo:
+            continue
+        _combo(ctx, cell)
+    _stage(ctx, "results", _results_stage)
+    _stage(ctx, "teardown", _teardown_stage)
+
+
+# ---- stages ---------------------------------------------------------------------------------------
+
+def _wanted(ctx: _Context, name: str) -> bool:
+    only = ctx.request.only_stage
+    if only is None or name in ("prepare", "results", "teardown"):
+        return True
+    if only in COMBO_STAGES:
+        return name in COMBO_STAGES
+    return name == only
+
+
+def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) -> StageResult:
+    """Run one stage (or record why it is skipped), time it, and save the result file."""
+    if not _wanted(ctx, name):
+        stage = StageResult(name=name, verdict=Verdict.SKIPPED, reason=f"not selected (--stage {ctx.request.only_stage})")
+    elif ctx.failed_stage is not None and name not in ("results", "teardown"):
+        stage = StageResult(name=name, verdict=Verdict.SKIPPED, reason=f"skipped: stage {ctx.failed_stage} failed")
+    else:
+        ctx.on_event(f"stage {name}")
+        started, clock = datetime.now(timezone.utc), time.monotonic()
+        stage = body(ctx)
+        stage.started_at = started
+        stage.duration_s = round(time.monotonic() - clock, 3)
+        if stage.verdict is Verdict.FAIL and name in EARLY_STAGES:
+            ctx.failed_stage = name
+    ctx.result.stages.append(stage)
+    ctx.result.write(ctx.run_dir)
+    ctx.on_event(f"stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
+    return stage
+
+
+def _prepare_stage(ctx: _Context) -> StageResult:
+    """Copy the inputs (never the token file) next to the results and prepare containers."""
+    from megapilot.suite.containers import prepare_containers
+
+    inputs = ctx.run_dir / "inputs"
+    inputs.mkdir(exist_ok=True)
+    suite = ctx.suite
+    for source in (suite.config_path, suite.cluster_path, suite.threshold_path):
+        if source is not None and Path(source).is_file():
+            shutil.copy2(source, inputs / Path(source).name)
+    checks = prepare_containers(suite)
+    verdict = Verdict.FAIL if any(c.verdict is Verdict.FAIL for c in checks) else Verdict.PASS
+    reason = "; ".join(c.reason for c in checks if c.verdict is Verdict.FAIL) or f"run directory {ctx.run_dir}"
+    return StageResult(name="prepare", verdict=verdict, reason=reason, checks=checks)
+
+
+def _preflight_stage(ctx: _Context) -> StageResult:
+    from megapilot.suite.nodes import probe_nodes
+
+    rows = probe_nodes(ctx.suite, ctx.run_dir)
+    failed = [r for r in rows if r.verdict is Verdict.FAIL]
+    reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or f"{len(rows)} readings, none failed"
+    return StageResult(name="preflight", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows)
+
+
+def _tokenizer_stage(ctx: _Context) -> StageResult:
+    from megapilot.suite.tokenizer import prepare_tokenizer
+
+    row = prepare_tokenizer(ctx.suite)
+    return StageResult(name="tokenizer", verdict=row.verdict, reason=row.reason, checks=[row])
+
+
+def _smoke_stage(ctx: _Context) -> StageResult:
+    suite = ctx.suite
+    smoke = suite.smoke
+    if not suite.config.smoke.enabled:
+        return StageResult(name="smoke", verdict=Verdict.SKIPPED, reason="smoke.enabled is false")
+    if smoke.skip_reason:
+        return StageResult(name="smoke", verdict=Verdict.SKIPPED, reason=smoke.skip_reason)
+    combo = _run_cell(ctx, smoke, directory="smoke", gates=False)
+    ctx.result.combos.append(combo.model_copy(update={"key": "smoke"}))
+    return StageResult(name="smoke", verdict=Verdict.PASS if combo.verdict is Verdict.PASS else Verdict.FAIL,
+                       reason=combo.reason, checks=combo.metrics)
+
+
+def _checkpoint_stage(ctx: _Context) -> StageResult:
+    from megapilot.suite.continuity import check_continuity, read_checkpoint_run
+
+    suite = ctx.suite
+    settings = suite.config.checkpoint
+    if not settings.enforce:
+        return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="checkpoint.enforce is false")
+    cell = next((c for c in suite.cells if not c.skip_reason), None) or suite.smoke
+    if cell.skip_reason:
+        return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="no runnable cell to checkpoint")
+    save_dir = _checkpoint_dir(ctx)
+    if suite.executor == "local":
+        save_dir.parent.mkdir(parents=True, exist_ok=True)
+    saved = _run_cell(ctx, cell, directory="checkpoint-save", gates=False, train_iters=settings.save_iters,
+                      save_dir=str(save_dir), save_interval=settings.save_interval)
+    if saved.verdict is not Verdict.PASS:
+        return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"save run: {saved.reason}",
+                           checks=saved.metrics)
+    # The resumed run saves elsewhere, so the saved checkpoint (and its tracker file) stays as the save
+    # run left it: what is checked below is what the resume read.
+    resumed = _run_cell(ctx, cell, directory="checkpoint-resume", gates=False, train_iters=settings.resume_iters,
+                        save_dir=str(save_dir.with_name(save_dir.name + "-resumed")), load_dir=str(save_dir),
+                        save_interval=settings.save_interval)
+    if resumed.verdict is not Verdict.PASS:
+        return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"resume run: {resumed.reason}",
+                           checks=resumed.metrics)
+    rows = check_continuity(read_checkpoint_run(_abs_logs(ctx, saved)), read_checkpoint_run(_abs_logs(ctx, resumed)),
+                            checkpoint_dir=save_dir, save_iters=settings.save_iters,
+                            save_interval=settings.save_interval, loss_rtol=settings.loss_rtol)
+    failed = [r for r in rows if r.verdict is Verdict.FAIL]
+    reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or "; ".join(r.reason for r in rows[:2])
+    return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows)
+
+
+def _checkpoint_dir(ctx: _Context) -> Path:
+    configured = ctx.suite.config.checkpoint.checkpoint_dir
+    if configured and ctx.suite.nodes > 1:  # several nodes need a shared file system: the config names it
+        return Path(configured) / ctx.result.run_id
+    return ctx.run_dir / "checkpoints" / "saved"
+
+
+def _results_stage(ctx: _Context) -> StageResult:
+    combos = [c for c in ctx.result.combos if c.key != "smoke"]
+    failed = [c.key for c in combos if c.verdict is Verdict.FAIL]
+    if all(c.verdict is Verdict.SKIPPED for c in combos):
+        return StageResult(name="results", verdict=Verdict.SKIPPED, reason="no combo ran")
+    passed = sum(c.verdict is Verdict.PASS for c in combos)
+    reason = f"{passed} of {len(combos)} combos PASS" + (f"; FAIL: {', '.join(failed)}" if failed else "")
+    return StageResult(name="results", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason)
+
+
+def _teardown_stage(ctx: _Context) -> StageResult:
+    from megapilot.suite.containers import teardown_containers
+
+    _stop_all(ctx)
+    rows = [_stray_check(ctx)] + teardown_containers(ctx.suite)
+    if ctx.failed_stage is None and ctx.suite.config.checkpoint.enforce:
+        shutil.rmtree(ctx.run_dir / "checkpoints", ignore_errors=True)  # kept for a post-mortem when anything failed
+    failed = [r for r in rows if r.verdict is Verdict.FAIL]
+    return StageResult(name="teardown", verdict=Verdict.FAIL if failed else Verdict.PASS,
+                       reason="; ".join(r.reason for r in failed) or "no process left, nothing to remove", checks=rows)
+
+
+_EARLY: dict[str, Callable[[_Context], StageResult]] = {
+    "prepare": _prepare_stage, "preflight": _preflight_stage, "tokenizer": _tokenizer_stage,
+    "smoke": _smoke_stage, "checkpoint": _checkpoint_stage,
+}
+
+
+# ---- combos -------------------------------------------------------------------------------------
+
+def _combo(ctx: _Context, cell: SweepCell) -> None:
+    """train → metrics → loss_curve of one cell; a finished cell of the resumed run is kept as it was."""
+    previous = ctx.request.resume_from.combo(cell.key) if ctx.request.resume_from else None
+    if previous is not None and previous.verdict in (Verdict.PASS, Verdict.FAIL, Verdict.SKIPPED):
+        ctx.result.combos.append(previous)
+        for name in COMBO_STAGES:
+            ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED,
+                                                 reason=f"finished in run {ctx.request.resume_from.run_id}: "
+                                                        f"{previous.verdict.value}"))
+        return
+    if ctx.failed_stage is not None or not _wanted(ctx, "train"):
+        reason = (f"skipped: stage {ctx.failed_stage} failed" if ctx.failed_stage
+                  else f"not selected (--stage {ctx.request.only_stage})")
+        ctx.result.combos.append(_skipped_combo(cell, reason, ctx.suite.backend))
+        for name in COMBO_STAGES:
+            ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED, reason=reason))
+        ctx.result.write(ctx.run_dir)
+        return
+    ctx.on_event(f"combo {cell.key}")
+    started, clock = datetime.now(timezone.utc), time.monotonic()
+    combo = _run_cell(ctx, cell, directory=cell.slug, gates=True)
+    combo.started_at, combo.duration_s = started, round(time.monotonic() - clock, 3)
+    ctx.result.combos.append(combo)
+    for stage in _combo_stages(combo, started):
+        ctx.result.stages.append(stage)
+    ctx.result.write(ctx.run_dir)
+    ctx.on_event(f"combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+
+
+def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
+    """The train / metrics / loss_curve rows of one combo, from what its run measured."""
+    if combo.verdict is Verdict.SKIPPED:
+        return [StageResult(name=n, combo=combo.key, verdict=Verdict.SKIPPED, reason=combo.reason) for n in COMBO_STAGES]
+    job_ok = combo.job is not None and combo.job.state == JobState.COMPLETED.value
+    train = StageResult(name="train", combo=combo.key, started_at=started,
+                        duration_s=combo.job.duration_s if combo.job else 0.0,
+                        verdict=Verdict.PASS if job_ok and not combo.findings else Verdict.FAIL,
+                        reason=(combo.job.reason or combo.job.state) if combo.job and not job_ok
+                        else "; ".join(f.message for f in combo.findings[:2]))
+    gated = [r for r in combo.metrics if not r.name.startswith("gate.loss_slope")]
+    metrics = StageResult(name="metrics", combo=combo.key, checks=gated,
+                          verdict=_verdict_of(gated), reason=_fail_reasons(gated))
+    slope = [r for r in combo.metrics if r.name.startswith("gate.loss_slope")]
+    loss = StageResult(name="loss_curve", combo=combo.key, checks=slope, verdict=_verdict_of(slope),
+                       reason=_fail_reasons(slope) or "; ".join(r.reason for r in slope))
+    return [train, metrics, loss]
+
+
+def _verdict_of(rows: list[MetricRow]) -> Verdict:
+    from megapilot.suite.results import overall_verdict
+
+    return overall_verdict([r.verdict for r in rows]) if rows else Verdict.SKIPPED
+
+
+def _fail_reasons(rows: list[MetricRow]) -> str:
+    return "; ".join(f"{r.name}: {r.reason}" for r in rows if r.verdict is Verdict.FAIL)
+
+
+def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
+    return ComboResult(key=cell.key, directory=cell.slug, verdict=Verdict.SKIPPED, reason=reason, backend=backend,
+                       mbs=cell.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
+                       tp=cell.tp, pp=cell.pp, train_iters=cell.train_iters)
+
+
+def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
+              save_dir: str | None = None, load_dir: str | None = None,
+              save_interval: int | None = None) -> ComboResult:
+    """Render, run, watch and measure one cell; never raises for what the cell itself got wrong."""
+    from megapilot.suite.render import render_cell
+
+    suite = ctx.suite
+    if cell.skip_reason:
+        return _skipped_combo(cell, cell.skip_reason, suite.backend)
+    job_dir = ctx.run_dir / directory
+    job_dir.mkdir(parents=True, exist_ok=True)
+    launch = render_cell(suite, cell, job_dir=job_dir, train_iters=train_iters, save_dir=save_dir,
+                         save_interval=save_interval, load_dir=load_dir)
+    if launch.error or launch.plan is None:
+        return _skipped_combo(cell, f"cannot render: {launch.error}", suite.backend).model_copy(
+            update={"verdict": Verdict.FAIL, "directory": directory})
+    if launch.skipped:
+        return _skipped_combo(cell, launch.skipped, suite.backend).model_copy(update={"directory": directory})
+    _write_files(launch.files)
+    combo = _combo_shell(cell, launch, directory)
+    job = _job_spec(ctx, launch, directory, train_iters or cell.train_iters)
+    job_result, fatal = _run_job(ctx, job)
+    return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates)
+
+
+def _write_files(files: dict[str, str]) -> None:
+    """Files the launch reads (a Primus experiment YAML), at the absolute paths it names."""
+    for path, text in files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def _combo_shell(cell: SweepCell, launch: CellLaunch, directory: str) -> ComboResult:
+    plan = launch.plan
+    assert plan is not None  # a rendered launch always has its plan
+    return ComboResult(key=cell.key, directory=directory, verdict=Verdict.SKIPPED, backend=launch.backend,
+                       mbs=cell.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
+                       nodes=launch.nodes, gpus_per_node=launch.gpus_per_node, tp=plan.parallel.tp,
+                       pp=plan.parallel.pp, cp=plan.parallel.cp, ep=plan.parallel.ep, vpp=plan.parallel.vpp,
+                       train_iters=plan.training.train_iters, command=launch.command)
+
+
+def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: int | None) -> JobSpec:
+    block = ctx.suite.config.megapilot
+    hang = HangPolicy(startup_s=block.startup_timeout_s, factor=block.hang_factor,
+                      min_window_s=min(HangPolicy().min_window_s, block.startup_timeout_s))
+    return JobSpec(combo=directory, run_dir=ctx.run_dir, script_text=launch.script_text, env=_job_env(ctx),
+                   nodes=launch.nodes, gpus_per_node=launch.gpus_per_node, train_iters=train_iters,
+                   hang=hang, timeout_s=block.job_timeout_s)
+
+
+def _job_env(ctx: _Context) -> dict[str, str]:
+    """The job's extra environment: the config's container.env and the HF token (value never written)."""
+    env = {k: str(v) for k, v in ctx.suite.config.container.env.items()} if ctx.suite.config.container else {}
+    token = _read_token(ctx.suite)
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def _read_token(suite: LoadedSuite) -> str | None:
+    path = suite.hf_token_file
+    if path is None or not Path(path).is_file():
+        return None
+    text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    return text or None
+
+
+def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
+    """Submit, poll, watch every node's log; stop the job at the first fatal error line."""
+    executor = ctx.executor
+    handle = executor.submit(job)
+    ctx.handles.append(handle)
+    watch = FatalWatch()
+    fatal: Finding | None = None
+    try:
+        while True:
+            status = executor.poll(handle)
+            fatal = watch.scan(executor.logs(handle))
+            if fatal is not None:
+                ctx.on_event(f"  fatal: {fatal.message}")
+                executor.cancel(handle)
+                break
+            if status.state.is_terminal:
+                break
+            time.sleep(POLL_INTERVAL_S)
+    except BaseException:
+        executor.cancel(handle)
+        raise
+    finally:
+        ctx.handles.remove(handle)
+    return executor.result(handle), fatal
+
+
+def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: CellLaunch, job: JobResult,
+                    fatal: Finding | None, *, gates: bool) -> ComboResult:
+    from megapilot.suite.measure import measure_and_gate
+
+    logs = [Path(p) for p in job.logs]
+    summary = JobSummary(executor=job.executor, job_id=job.job_id, state=job.state.value, exit_code=job.exit_code,
+                         reason=job.reason, iterations_reached=job.iterations_reached, train_iters=job.train_iters,
+                         duration_s=round(job.duration_s, 3),
+                         logs=[_relative(p, ctx.run_dir) for p in logs])
+    outcome = measure_and_gate(ctx.suite, cell, launch, logs, job_completed=job.state is JobState.COMPLETED,
+                               gates=gates, baseline=_baseline_lookup(ctx, combo))
+    findings = ([fatal] if fatal else []) + [f for f in outcome.findings if not _same(f, fatal)]
+    rows = outcome.rows
+    reason = _combo_reason(job, fatal, rows)
+    verdict = Verdict.FAIL if (job.state is not JobState.COMPLETED or fatal or
+                               any(r.verdict is Verdict.FAIL for r in rows)) else Verdict.PASS
+    return combo.model_copy(update={
+        "verdict": verdict, "reason": reason, "metrics": rows, "curves": outcome.curves,
+        "predicted": _predict(ctx.suite, launch), "findings": findings, "job": summary,
+        "log_tail": _log_tail(logs) if verdict is Verdict.FAIL else [],
+    })
+
+
+def _baseline_lookup(ctx: _Context, combo: ComboResult) -> BaselineLookup | None:
+    """The history's view for this combo's `baseline` gates (None without a history)."""
+    from megapilot.suite.measure import cell_thresholds
+
+    source = ctx.request.baseline
+    if source is None:
+        return None
+    cell = next((c for c in ctx.suite.cells if c.key == combo.key), None)
+    specs = cell_thresholds(ctx.suite, cell) if cell is not None else None
+    last_n = max((s.last_n for s in (specs or {}).values() if s.kind == "baseline"), default=5)
+    return source.lookup_for(ctx.result.card, combo, run_id=ctx.result.run_id, last_n=last_n)
+
+
+def _same(first: Finding, second: Finding | None) -> bool:
+    return second is not None and first.category == second.category and first.evidence[:1] == second.evidence[:1]
+
+
+def _combo_reason(job: JobResult, fatal: Finding | None, rows: list[MetricRow]) -> str:
+    if fatal is not None:
+        return f"stopped early: {fatal.message}"
+    if job.state is not JobState.COMPLETED:
+        return f"{job.state.value}: {job.reason or 'no reason given'}"
+    failed = [f"{r.name} {_value_text(r)} (gate {r.threshold or r.kind}): {r.reason}" for r in rows
+              if r.verdict is Verdict.FAIL]
+    return "; ".join(failed)
+
+
+def _value_text(row: MetricRow) -> str:
+    return "missing" if row.value is None else f"{row.value:g}{(' ' + row.unit) if row.unit else ''}"
+
+
+def _predict(suite: LoadedSuite, launch: CellLaunch) -> Prediction:
+    """The estimator's view of this combo, to show beside what was measured."""
+    if suite.gpu is None:
+        return Prediction(note="no estimate on CPU: the estimator models GPUs")
+    from megapilot.estimate import estimate
+
+    plan = launch.plan
+    if plan is None:
+        return Prediction(note="not rendered, not estimated")
+    try:
+        result = estimate(plan.model, plan.cluster, plan.training, plan.parallel)
+    except MegapilotError as exc:
+        return Prediction(note=f"not estimated: {exc}")
+    return Prediction(step_time_ms=round(result.step_time_s * 1000, 3),
+                      tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu, 2),
+                      tflops_per_gpu=round(result.tflops_per_gpu, 2), mfu_pct=round(result.mfu * 100, 2),
+                      memory_gib=round(result.memory_gib.total, 2))
+
+
+def _log_tail(logs: list[Path]) -> list[str]:
+    """The last lines of the last node's log (Megatron prints iterations from the last rank)."""
+    for path in reversed(logs):
+        try:
+            with path.open("rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - 64 * 1024))
+                lines = handle.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        if lines:
+            return lines[-LOG_TAIL_LINES:]
+    return []
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _abs_logs(ctx: _Context, combo: ComboResult) -> list[Path]:
+    return [ctx.run_dir / p for p in combo.job.logs] if combo.job else []
+
+
+# ---- processes --------------------------------------------------------------------------------
+
+def _stop_all(ctx: _Context) -> None:
+    for handle in list(ctx.handles):
+        try:
+            ctx.executor.cancel(handle)
+        except Exception:  # noqa: BLE001 - stopping is best effort; the stray check reports what is left
+            pass
+
+
+def _stray_check(ctx: _Context) -> MetricRow:
+    """No process of any job of this run is alive (local jobs carry a marker in their environment)."""
+    if ctx.suite.executor != "local":
+        return MetricRow(name="processes.left", verdict=Verdict.PASS,
+                         reason=f"every {ctx.suite.executor} job was stopped through its executor")
+    from megapilot.execute.local import JOB_MARKER_VARIABLE
+
+    deadline = time.monotonic() + STRAY_GRACE_S
+    while True:
+        left = _marked_under(ctx.run_dir, JOB_MARKER_VARIABLE)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if left:
+        return MetricRow(name="processes.left", value=len(left), verdict=Verdict.FAIL,
+                         reason=f"{len(left)} processes of this run still alive: pids {[p.pid for p in left][:10]}")
+    return MetricRow(name="processes.left", value=0, verdict=Verdict.PASS, reason="no process of this run is left")
+
+
+def _marked_under(run_dir: Path, variable: str) -> list:
+    """Live processes whose job marker points inside this run directory."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            marker = proc.environ().get(variable)
+        except (psutil.Error, OSError):
+            continue
+        if marker and marker.startswith(str(run_dir)) and proc.pid != os.getpid() and proc.is_running() \
+                and proc.status() != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+# ---- the run card -----------------------------------------------------------------------------
+
+def _run_card(suite: LoadedSuite) -> RunCard:
+    import platform
+    import socket
+
+    from megapilot import __version__ as megapilot_version
+
+    first = suite.cells[0] if suite.cells else suite.smoke
+    world = suite.nodes * suite.gpus_per_node
+    layout = f"TP={first.tp},PP={first.pp},DP={max(1, world // (first.tp * first.pp))}"
+    return RunCard(suite_name=Path(suite.config_path).stem, model=suite.model.name, model_family=_family(suite),
+                   gpu=suite.gpu.name if suite.gpu else "CPU", nodes=suite.nodes, gpus_per_node=suite.gpus_per_node,
+                   executor=suite.executor, backend=suite.backend, layout=layout,
+                   precision=",".join(sorted({c.precision for c in suite.cells})),
+                   megapilot_version=megapilot_version, git_commit=_git_commit(),
+                   megatron_version=_package_version("megatron-core") if suite.backend == "megapilot" else None,
+                   torch_version=_package_version("torch") if suite.backend == "megapilot" else None,
+                   python_version=platform.python_version(), host=socket.gethostname(),
+                   config_file=str(suite.config_path), cluster_file=str(suite.cluster_path) if suite.cluster_path else None,
+                   threshold_file=str(suite.threshold_path) if suite.threshold_path else None,
+                   config_hash=suite.config_hash, enforce_thresholds=suite.config.enforce_thresholds)
+
+
+def _family(suite: LoadedSuite) -> str:
+    model = suite.model
+    if getattr(model, "moe", None) is not None:
+        return "moe"
+    return "dense"
+
+
+def _package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    """The commit of the megapilot checkout that ran (None when installed from a wheel)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+__all__ = ["COMBO_STAGES", "STAGES", "RunRequest", "new_run_id", "run_suite"]

@@ -1,0 +1,75 @@
+"""How a finished suite run is told: the `--json` document and the terminal table."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from megapilot.suite.results import MetricRow, SuiteResult, Verdict
+
+VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.RECORD: "dim", Verdict.SKIPPED: "yellow"}
+
+
+class RowJson(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: float | None
+    unit: str
+    threshold: str | None
+    verdict: str
+    reason: str
+
+
+def _rows(rows: list[MetricRow]) -> list[dict[str, object]]:
+    return [RowJson(name=r.name, value=r.value, unit=r.unit, threshold=r.threshold, verdict=r.verdict.value,
+                    reason=r.reason).model_dump() for r in rows]
+
+
+def result_json(result: SuiteResult) -> dict[str, object]:
+    """The stable `megapilot suite run --json` schema: verdict first, then stages, combos, run directory."""
+    return {
+        "verdict": result.verdict.value,
+        "reason": result.reason,
+        "finished": result.finished,
+        "run_id": result.run_id,
+        "run_dir": result.run_dir,
+        "stages": [{"name": s.name, "combo": s.combo, "verdict": s.verdict.value, "reason": s.reason,
+                    "duration_s": s.duration_s, "rows": _rows(s.checks)} for s in result.stages],
+        "combos": [{"key": c.key, "verdict": c.verdict.value, "reason": c.reason, "backend": c.backend,
+                    "directory": c.directory, "metrics": _rows(c.metrics),
+                    "predicted": c.predicted.model_dump() if c.predicted else None,
+                    "job": c.job.model_dump() if c.job else None,
+                    "findings": [f.model_dump() for f in c.findings]} for c in result.combos],
+        "regressions": [r.model_dump() for r in result.regressions],
+    }
+
+
+def print_summary(result: SuiteResult) -> None:
+    """Stages and combos with their verdicts, then each FAIL row with its reason."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from megapilot.cli.common import console
+
+    table = Table(title=f"suite {result.card.suite_name} — {result.run_id}", show_lines=False)
+    for column in ("stage", "combo", "verdict", "time (s)", "reason"):
+        table.add_column(column, overflow="fold")
+    for stage in result.stages:
+        style = VERDICT_STYLE[stage.verdict]
+        table.add_row(stage.name, escape(stage.combo or ""), f"[{style}]{stage.verdict.value}[/]",
+                      f"{stage.duration_s:.1f}", escape(stage.reason[:200]))
+    console.print(table)
+    for combo in result.combos:
+        failed = [r for r in combo.metrics if r.verdict is Verdict.FAIL]
+        for row in failed:
+            console.print(f"[bold red]FAIL[/] {escape(combo.key)} {escape(row.name)} = {row.value} {escape(row.unit)} "
+                          f"(gate {escape(row.threshold or '')}): {escape(row.reason)}", highlight=False, soft_wrap=True)
+    for regression in result.regressions:
+        marker = "[bold red]regression[/]" if regression.worse else "[green]improvement[/]"
+        console.print(f"{marker} {escape(regression.combo)}: {escape(regression.message)}", highlight=False)
+    style = VERDICT_STYLE[result.verdict]
+    console.print(f"\n[{style}]{result.verdict.value}[/] — {escape(result.reason) if result.reason else ''}"
+                  f" run directory: {escape(result.run_dir)}", highlight=False, soft_wrap=True)
+
+
+__all__ = ["print_summary", "result_json"]
