@@ -252,7 +252,8 @@ def _loss_slope_gate(m: ComboMeasurement, gate: LossCurveGate, planned: int | No
         return _gate("gate.loss_slope", Verdict.SKIPPED, f"{sampled} sampled loss point(s) after the warm-up "
                      f"(need 2): increase training_iterations", threshold=threshold, enforced=gate.enforce)
     passed = slope < gate.max_slope
-    reason = f"least-squares slope {slope:.4g} over {sampled} sampled points {'<' if passed else '>='} {gate.max_slope:g}"
+    comparison = "<" if passed else ">="
+    reason = f"least-squares slope {slope:.4g} over {sampled} sampled points {comparison} {gate.max_slope:g}"
     verdict = Verdict.PASS if passed else Verdict.FAIL
     if not gate.enforce:
         verdict, reason = Verdict.RECORD, f"loss_curve.enforce is false; would {verdict.value}: {reason}"
@@ -273,7 +274,8 @@ def _convergence_gate(m: ComboMeasurement, target: ConvergenceGate) -> MetricRow
                else "never reached")
     if target.rule == "final":
         passed = result.final_loss <= target.target_value
-        reason = f"final {result.series} {result.final_loss:.4g} {'<=' if passed else '>'} {target.target_value:g}; {crossed}"
+        comparison = "<=" if passed else ">"
+        reason = f"final {result.series} {result.final_loss:.4g} {comparison} {target.target_value:g}; {crossed}"
         value = result.final_loss
     else:
         passed = result.steps_to_target is not None

@@ -44,28 +44,33 @@ class MetricInfo:
     expected_line: str
 
 
+_STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
+
 METRICS: dict[str, MetricInfo] = {
     "training.throughput_per_gpu": MetricInfo(
         "TFLOP/s/GPU", "iteration lines with `throughput per GPU (TFLOP/s/GPU): X` (Megatron's --log-throughput)"),
     "training.tokens_per_gpu": MetricInfo(
         "tok/s/GPU", "iteration lines with `tokens/s/GPU`, or a step time plus GBS and sequence length "
                      "(arguments block or the combo's settings)"),
-    "training.elapsed_time_per_iteration": MetricInfo("ms", "iteration lines with `elapsed time per iteration (ms): X`"),
-    "training.step_time_p50_ms": MetricInfo("ms", "iteration lines with `elapsed time per iteration (ms): X`"),
-    "training.step_time_p95_ms": MetricInfo("ms", "iteration lines with `elapsed time per iteration (ms): X`"),
-    "training.step_time_cv": MetricInfo("", "iteration lines with `elapsed time per iteration (ms): X`"),
+    "training.elapsed_time_per_iteration": MetricInfo("ms", _STEP_TIME_LINE),
+    "training.step_time_p50_ms": MetricInfo("ms", _STEP_TIME_LINE),
+    "training.step_time_p95_ms": MetricInfo("ms", _STEP_TIME_LINE),
+    "training.step_time_cv": MetricInfo("", _STEP_TIME_LINE),
     "training.mem_usage": MetricInfo(
         "fraction", "iteration lines with `mem usages: X` (or Primus `hip mem usage/...`), or a "
                     "`[Rank r] (after N iterations) memory (MB)` report on a known GPU"),
-    "training.max_allocated_gib": MetricInfo("GiB", "a `[Rank r] (after N iterations) memory (MB) | max allocated: X` report"),
-    "training.mfu_pct": MetricInfo("%", "a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
+    "training.max_allocated_gib": MetricInfo(
+        "GiB", "a `[Rank r] (after N iterations) memory (MB) | max allocated: X` report"),
+    "training.mfu_pct": MetricInfo(
+        "%", "a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
     "training.lm_loss": MetricInfo("", "iteration lines with `lm loss: X`"),
     "training.lm_loss_first": MetricInfo("", "iteration lines with `lm loss: X`"),
     "training.grad_norm": MetricInfo("", "iteration lines with `grad norm: X`"),
     "training.nan_iterations": MetricInfo("iterations", "iteration lines with `number of nan iterations: N`"),
     "training.skipped_iterations": MetricInfo("iterations", "iteration lines with `number of skipped iterations: N`"),
     "training.iterations_reached": MetricInfo("iterations", "an `iteration N/M |` line"),
-    "training.scaling_efficiency_pct": MetricInfo("%", "tokens/s/GPU and a scaling baseline (tokens_per_sec_total > 0)"),
+    "training.scaling_efficiency_pct": MetricInfo(
+        "%", "tokens/s/GPU and a scaling baseline (tokens_per_sec_total > 0)"),
     "training.loss_slope": MetricInfo("loss/iteration", "at least 2 sampled `lm loss` points after the warm-up"),
     "training.steps_to_target": MetricInfo("iterations", "a loss at or below the convergence target"),
     "training.time_to_target_s": MetricInfo("s", "a loss at or below the convergence target, with step times"),

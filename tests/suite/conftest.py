@@ -3,7 +3,6 @@ and one real save → resume pair of embedded-trainer runs (slow; built once per
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -45,7 +44,8 @@ def iteration_lines(steps: list[Step], *, train_iters: int, gbs: int = 8) -> lis
 
 def falling_steps(first: int, last: int, *, start_loss: float = 6.0, per_step: float = 0.05,
                   elapsed_ms: float = 100.0, every: int = 1) -> list[Step]:
-    return [Step(i, start_loss - per_step * i, elapsed_ms) for i in range(first, last + 1) if i % every == 0 or i == last]
+    return [Step(i, start_loss - per_step * i, elapsed_ms)
+            for i in range(first, last + 1) if i % every == 0 or i == last]
 
 
 def write(path: Path, lines: list[str]) -> Path:
@@ -101,7 +101,3 @@ def trainer_runs(tmp_path_factory) -> TrainerRuns:
     save_log = _train(directory, "save", *TINY_GPT, *data, "--save", str(checkpoints), "--save-interval", "4")
     resume_log = _train(directory, "resume", *TINY_GPT, *data, "--load", str(checkpoints), "--ckpt-step", "4")
     return TrainerRuns(save_log, resume_log, checkpoints)
-
-
-def is_finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
