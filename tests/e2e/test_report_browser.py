@@ -53,7 +53,8 @@ class DevTools:
 
         def pipe_fds_3_and_4() -> None:  # in the child: the browser reads commands on fd 3, replies on fd 4
             # copies above 9 first, in case a pipe end is itself fd 3 or 4
-            high_r, high_w = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 10)
+            high_r = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 10)
+            high_w = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 10)
             os.dup2(high_r, 3)
             os.dup2(high_w, 4)
 
