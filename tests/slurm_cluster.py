@@ -86,6 +86,14 @@ class LocalSlurmCluster:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> "LocalSlurmCluster":
+        """Start every daemon; if one fails, stop the ones already started before raising."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> "LocalSlurmCluster":
         for sub in ("state", "spool", "log", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "munge", 0o700)

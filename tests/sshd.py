@@ -11,10 +11,11 @@ whole 127/8 block is loopback on Linux): one sshd listens on both, so a job's no
 are two separate ssh sessions with distinct MASTER_ADDR-style addresses, on one host.
 
 Everything lives under one temporary root made 0700 and owned by root, under /run (sshd's
-StrictModes refuses an authorized_keys file below a group- or world-writable directory such as
-/tmp; where /run is not usable the root goes to /tmp and StrictModes is turned off): sshd_config, an ed25519 host key, an
-ed25519 client key made on the fly, authorized_keys, the pid file and the log. Nothing in
-/etc/ssh is read or touched. Root may log in by key only; no PAM, no DNS lookups.
+StrictModes refuses an authorized_keys file below a group- or world-writable directory, such
+as /tmp; where /run is not usable the root goes to /tmp and StrictModes is turned off):
+sshd_config, an ed25519 host key, an ed25519 client key made on the fly, authorized_keys, the
+pid file and the log. Nothing in /etc/ssh is read or touched. Root may log in by key only; no
+PAM, no DNS lookups.
 
 Needs root (sshd must run as root to switch to the user) and Debian's openssh-server and
 openssh-client (scripts/apt-packages.txt); otherwise `unavailable_reason()` says why.
@@ -100,6 +101,14 @@ class LoopbackSshd:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> "LoopbackSshd":
+        """Start sshd and wait until it accepts the key; stop it again if it does not."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> "LoopbackSshd":
         os.chmod(self.root, 0o700)
         self._keygen(self.root / "host_ed25519", comment="megapilot-test-host")
         self._keygen(self.client_key, comment="megapilot-test-client")

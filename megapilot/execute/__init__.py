@@ -1,8 +1,10 @@
 """Executors: run a training job somewhere, follow it, stop it cleanly, and say how it ended.
 
 Public API: the protocol and its objects (`megapilot.execute.base`), the run-directory layout
-(`megapilot.execute.rundir`) and `LocalExecutor` (`megapilot.execute.local`, imported lazily
-because it pulls in psutil).
+(`megapilot.execute.rundir`) and the executors, imported lazily (they pull in psutil and
+subprocess machinery): `LocalExecutor` (megapilot.execute.local), `SlurmExecutor`
+(megapilot.execute.slurm), `SshExecutor` with `SshNode` and `ContainerWrapper`
+(megapilot.execute.ssh).
 """
 
 from megapilot.execute.base import (
@@ -18,14 +20,22 @@ from megapilot.execute.base import (
 )
 
 __all__ = [
-    "Executor", "HangPolicy", "JobHandle", "JobResult", "JobSpec", "JobState", "JobStatus", "LocalExecutor",
-    "ProgressCallback", "job_spec_or_error",
+    "ContainerWrapper", "Executor", "HangPolicy", "JobHandle", "JobResult", "JobSpec", "JobState", "JobStatus",
+    "LocalExecutor", "ProgressCallback", "SlurmExecutor", "SshExecutor", "SshNode", "job_spec_or_error",
 ]
+
+_LAZY = {
+    "LocalExecutor": "megapilot.execute.local",
+    "SlurmExecutor": "megapilot.execute.slurm",
+    "SshExecutor": "megapilot.execute.ssh",
+    "SshNode": "megapilot.execute.ssh",
+    "ContainerWrapper": "megapilot.execute.ssh",
+}
 
 
 def __getattr__(name: str):
-    if name == "LocalExecutor":
-        from megapilot.execute.local import LocalExecutor
+    if name in _LAZY:
+        import importlib
 
-        return LocalExecutor
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(name)

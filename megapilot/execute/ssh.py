@@ -259,7 +259,8 @@ class SshExecutor:
         directory = prepare_job_dir(job).resolve()
         write_launch_script(job, directory)
         token = uuid.uuid4().hex
-        remote_dir = str(directory) if self.remote_root is None else f"{self.remote_root.rstrip('/')}/{job.combo}-{token[:8]}"
+        remote_dir = (str(directory) if self.remote_root is None
+                      else f"{self.remote_root.rstrip('/')}/{job.combo}-{token[:8]}")
         cwd = str(job.cwd) if job.cwd is not None else remote_dir
         master_port = int(job.env.get("MASTER_PORT") or free_port())
         script_bytes = (directory / "launch.sh").read_bytes()
