@@ -170,8 +170,10 @@ def test_cancel_stops_the_remote_trees_even_detached_children(loopback_sshd, tmp
                         "--spawn-children", "2", "--detach-children"])
     handle = executor.submit(job)
     wait_for_iteration(executor, handle)
-    running = marked_alive(handle.job_dir)
-    assert len(running) >= 6  # per node: bash, the printer and its two children (setsid'd)
+    deadline = time.monotonic() + 30
+    while len(running := marked_alive(handle.job_dir)) < 6:  # per node: the printer and its two setsid'd children
+        assert time.monotonic() < deadline, f"only {len(running)} of the job's 6 processes started"
+        time.sleep(0.1)
     executor.cancel(handle)
     result = executor.result(handle)
     assert result.state is JobState.CANCELLED and result.reason == "cancelled"
