@@ -48,13 +48,7 @@ def _register_commands() -> None:
 
     for name in ("catalog_cmd", "estimate_cmd", "plan_cmd", "script_cmd", "logs_cmd", "run_cmd", "suite_cmd",
                  "history_cmd", "data_cmd"):
-        try:
-            module = importlib.import_module(f"megapilot.cli.{name}")
-        except ModuleNotFoundError as exc:  # TEMPORARY while history_cmd is being written
-            if exc.name != f"megapilot.cli.{name}":
-                raise
-            continue
-        module.register(app)
+        importlib.import_module(f"megapilot.cli.{name}").register(app)
 
 
 _register_commands()

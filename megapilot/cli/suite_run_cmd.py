@@ -129,7 +129,7 @@ def _open_history(db: str | None) -> object:
 def _baseline_source(history: object | None) -> object | None:
     if history is None:
         return None
-    from megapilot.suite.baseline import HistoryBaselines
+    from megapilot.store.regress import HistoryBaselines
 
     return HistoryBaselines(history)  # type: ignore[arg-type]
 

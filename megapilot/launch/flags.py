@@ -341,6 +341,8 @@ def _checkpoint_section(t: TrainingSpec, p: ParallelConfig, o: LaunchOptions) ->
     load = o.load or o.save  # resume from our own checkpoints when the job is requeued
     if load:
         s.add("--load", load)
+        if o.load_step is not None:
+            s.add("--ckpt-step", o.load_step)
     # Megatron-FSDP saves only fsdp_dtensor; everything else uses the parallel-layout-independent torch_dist.
     s.add("--ckpt-format", "fsdp_dtensor" if p.fsdp else "torch_dist")
     return s

@@ -38,6 +38,8 @@ class LaunchOptions(BaseModel):
     # --- checkpoints and logging
     save: str | None = Field(default=None, description="Checkpoint directory (absolute), also --load.")
     load: str | None = Field(default=None, description="Resume from here; None = the --save directory.")
+    load_step: int | None = Field(default=None, gt=0, description="--ckpt-step: the saved iteration to load; "
+                                                                  "None = the latest.")
     save_interval: int | None = Field(default=None, gt=0, description="None = once, at the last iteration.")
     tensorboard_dir: str | None = Field(default=None, description="Absolute; None = <save>/tensorboard.")
     log_interval: int = Field(default=1, gt=0, description="Iterations between iteration log lines.")

@@ -237,17 +237,21 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
     if saved.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"save run: {saved.reason}",
                            checks=saved.metrics)
-    # The resumed run saves elsewhere, so the saved checkpoint (and its tracker file) stays as the save
-    # run left it: what is checked below is what the resume read.
+    # Megatron also saves at the last iteration, so the latest checkpoint is save_iters, a step the
+    # save run never went past. Resuming from the last interval save (CVS's floor rule) instead lets the
+    # resumed run's first step be compared with the same step of the save run. The resumed run saves
+    # elsewhere, so the saved checkpoint and its tracker file stay as the save run left them.
+    resume_from = (settings.save_iters // settings.save_interval) * settings.save_interval or settings.save_iters
     resumed = _run_cell(ctx, cell, directory="checkpoint-resume", gates=False, train_iters=settings.resume_iters,
                         save_dir=str(save_dir.with_name(save_dir.name + "-resumed")), load_dir=str(save_dir),
-                        save_interval=settings.save_interval)
+                        load_step=resume_from, save_interval=settings.save_interval)
     if resumed.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"resume run: {resumed.reason}",
                            checks=resumed.metrics)
     rows = check_continuity(read_checkpoint_run(_abs_logs(ctx, saved)), read_checkpoint_run(_abs_logs(ctx, resumed)),
                             checkpoint_dir=save_dir, save_iters=settings.save_iters,
-                            save_interval=settings.save_interval, loss_rtol=settings.loss_rtol)
+                            save_interval=settings.save_interval, loss_rtol=settings.loss_rtol,
+                            resume_from=resume_from)
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
     reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or "; ".join(r.reason for r in rows[:2])
     return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows)
@@ -355,7 +359,7 @@ def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
 
 
 def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
-              save_dir: str | None = None, load_dir: str | None = None,
+              save_dir: str | None = None, load_dir: str | None = None, load_step: int | None = None,
               save_interval: int | None = None) -> ComboResult:
     """Render, run, watch and measure one cell; never raises for what the cell itself got wrong."""
     from megapilot.suite.render import render_cell
@@ -366,7 +370,7 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
     job_dir = ctx.run_dir / directory
     job_dir.mkdir(parents=True, exist_ok=True)
     launch = render_cell(suite, cell, job_dir=job_dir, train_iters=train_iters, save_dir=save_dir,
-                         save_interval=save_interval, load_dir=load_dir)
+                         save_interval=save_interval, load_dir=load_dir, load_step=load_step)
     if launch.error or launch.plan is None:
         return _skipped_combo(cell, f"cannot render: {launch.error}", suite.backend).model_copy(
             update={"verdict": Verdict.FAIL, "directory": directory})

@@ -60,7 +60,7 @@ class CellLaunch(BaseModel):
 
 def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_iters: int | None = None,
                 save_dir: str | None = None, save_interval: int | None = None,
-                load_dir: str | None = None) -> CellLaunch:
+                load_dir: str | None = None, load_step: int | None = None) -> CellLaunch:
     """Render `cell` for `suite` into a launch whose files go under `job_dir`."""
     base = CellLaunch(key=cell.key, slug=cell.slug, backend=suite.backend, nodes=suite.nodes,
                       gpus_per_node=suite.gpus_per_node)
@@ -71,7 +71,7 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
     try:
         plan = build_plan(suite, cell, train_iters=train_iters)
         options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
-                                 load_dir=load_dir)
+                                 load_dir=load_dir, load_step=load_step)
         launch = render_launch(plan, options)
     except (MegapilotError, ValueError) as exc:  # ValueError: a spec refusing the merged values
         return base.model_copy(update={"error": " ".join(str(exc).split())})
@@ -108,7 +108,7 @@ def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None =
 
 
 def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_dir: str | None = None,
-                   save_interval: int | None = None, load_dir: str | None = None):
+                   save_interval: int | None = None, load_dir: str | None = None, load_step: int | None = None):
     """LaunchOptions for the suite's backend and executor."""
     from megapilot.launch import LaunchOptions
 
@@ -120,7 +120,7 @@ def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_d
     fields: dict[str, object] = dict(
         launcher=launcher, entrypoint="megapilot" if suite.backend == "megapilot" else "megatron",
         python=suite.python, cpu=suite.device == "cpu", log_interval=block.log_interval,
-        save=save_dir, save_interval=save_interval, load=load_dir,
+        save=save_dir, save_interval=save_interval, load=load_dir, load_step=load_step,
         script_path=str(job_dir / SCRIPT_NAME), log_dir=str(job_dir), job_name=f"mp-{cell.slug}",
         network_interface=env.get("NCCL_SOCKET_IFNAME"), ib_hca=env.get("NCCL_IB_HCA"),
         check_paths_exist=suite.executor == "local" and (container is None or not container.image),

@@ -23,6 +23,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
+# null would not read back into a float field.
+_STRICT = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
 SUITE_RESULT_VERSION = 1
 SUITE_RESULT_NAME = "suite.json"
 
@@ -45,7 +49,7 @@ def overall_verdict(verdicts: list[Verdict]) -> Verdict:
 class MetricRow(BaseModel):
     """One measured (or expected but missing) metric and its gate."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str = Field(description="CVS-style metric name, e.g. training.throughput_per_gpu.")
     value: float | None = Field(default=None, description="Measured value; None when missing.")
@@ -62,7 +66,7 @@ class MetricRow(BaseModel):
 class EvidenceLine(BaseModel):
     """A line of a log that backs a finding."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     file: str
     line: int
@@ -72,7 +76,7 @@ class EvidenceLine(BaseModel):
 class Finding(BaseModel):
     """An error signature or rule hit in a combo's logs (node/rank named when known)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     category: str = Field(description="oom, nccl_timeout, nan_loss, hang, process_crash, ...")
     message: str
@@ -84,7 +88,7 @@ class Finding(BaseModel):
 class Curve(BaseModel):
     """A per-iteration series: (iteration, value) points."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str = Field(description="loss, step_time_ms, tokens_per_s_per_gpu, tflops_per_gpu, grad_norm, lr, ...")
     unit: str = ""
@@ -94,7 +98,7 @@ class Curve(BaseModel):
 class Prediction(BaseModel):
     """What megapilot's estimator predicted for a combo (None fields: not predicted)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     step_time_ms: float | None = None
     tokens_per_s_per_gpu: float | None = None
@@ -107,7 +111,7 @@ class Prediction(BaseModel):
 class JobSummary(BaseModel):
     """How a combo's training job ended, with where its logs are (relative to the run directory)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     executor: str
     job_id: str
@@ -123,7 +127,7 @@ class JobSummary(BaseModel):
 class ComboResult(BaseModel):
     """One sweep cell (or the smoke / checkpoint run) and everything measured about it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     key: str = Field(description="The cell key, e.g. 'MBS=4,GBS=128,PRECISION=FP8', or 'default'.")
     directory: str = Field(description="Its job directory, relative to run_dir.")
@@ -163,7 +167,7 @@ class ComboResult(BaseModel):
 class StageResult(BaseModel):
     """One lifecycle stage (prepare, preflight, tokenizer, smoke, checkpoint, train, metrics, ...)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str
     combo: str | None = Field(default=None, description="The cell key for per-combo stages.")
@@ -177,7 +181,7 @@ class StageResult(BaseModel):
 class RunCard(BaseModel):
     """What ran, where, with what: the head of the report and of the run deck."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     suite_name: str
     model: str
@@ -205,7 +209,7 @@ class RunCard(BaseModel):
 class Regression(BaseModel):
     """A metric that moved against the run history (computed by megapilot.store, shown by the report)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     combo: str
     metric: str
@@ -220,7 +224,7 @@ class Regression(BaseModel):
 class SuiteResult(BaseModel):
     """A whole suite run. Written as `<run_dir>/suite.json` and updated as the run goes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     version: int = SUITE_RESULT_VERSION
     run_id: str
