@@ -32,10 +32,10 @@ previous=$("$MP" history list --limit 1 --json | .venv/bin/python -c \
 suite_status=0
 "$MP" suite run "$DEMO_ROOT/tiny-local.json" --out "$DEMO_ROOT/runs" || suite_status=$?
 
-latest=$("$MP" history list --limit 1 --json | .venv/bin/python -c \
-  'import json,sys; print(json.load(sys.stdin)[0]["run_id"])')
-run_dir=$("$MP" history show "$latest" --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["run_dir"])')
+read -r latest run_dir < <("$MP" history list --limit 1 --json | .venv/bin/python -c \
+  'import json,sys; run=json.load(sys.stdin)[0]; print(run["run_id"], run["run_dir"])')
 
+step "3/4 report: $run_dir/report.html"
 step "4/4 history: this run and the ones before it"
 "$MP" history list --limit 5
 if [ -n "$previous" ]; then

@@ -70,6 +70,8 @@ class CvsCluster(BaseModel):
     node_dict: dict[str, CvsNodeEntry] = Field(min_length=1)
     env_vars: dict[str, str] = Field(default_factory=dict)
     ssh_port: int | None = Field(default=None, gt=0, lt=65536, description="SSH port of every node (megapilot's).")
+    ssh_options: list[str] = Field(default_factory=list, description="More `ssh -o Key=Value` options for every "
+                                                                     "node (megapilot's), e.g. UserKnownHostsFile=...")
 
     def nodes(self) -> list[ClusterNode]:
         """Every node, in file order, with the head node first: node 0 is the master (NODE_RANK 0)."""

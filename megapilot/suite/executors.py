@@ -36,7 +36,7 @@ def ssh_nodes(suite: LoadedSuite) -> list[SshNode]:
                              fix="pass the CVS cluster file (username, priv_key_file, node_dict) with --cluster")
     return [SshNode(host=node.host, user=node.user, port=node.port,
                     identity_file=Path(node.key_file) if node.key_file else None,
-                    address=node.vpc_ip or node.host)
+                    address=node.vpc_ip or node.host, options=tuple(suite.cluster.ssh_options))
             for node in suite.cluster.nodes()][: suite.nodes]
 
 
