@@ -33,7 +33,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.errors import MegapilotError
-from megapilot.execute.base import JobSpec, JobStatus
+from megapilot.execute.base import JobHandle, JobResult, JobSpec, JobStatus
 
 JOB_RECORD_VERSION = 1
 LAUNCH_SCRIPT_NAME = "launch.sh"
@@ -144,3 +144,14 @@ def read_job_record(job_directory: Path) -> JobRecord:
         return JobRecord.model_validate(json.loads(path.read_text()))
     except FileNotFoundError:
         raise MegapilotError(f"{path} not found", field="job_dir", fix="point at a job directory") from None
+
+
+def result_from_record(record: JobRecord, handle: JobHandle, logs: list[Path]) -> JobResult:
+    """The JobResult every executor answers `result` with: the job's record as it stands."""
+    status = record.status
+    return JobResult(
+        combo=record.combo, executor=record.executor, job_id=handle.job_id, state=status.state,
+        exit_code=status.exit_code, reason=status.reason, iterations_reached=status.iteration,
+        train_iters=status.train_iters, step_time_s=status.step_time_s, started_at=record.started_at,
+        ended_at=record.ended_at, duration_s=round(status.elapsed_s, 3), job_dir=handle.job_dir, logs=logs,
+    )

@@ -46,6 +46,7 @@ from megapilot.execute.rundir import (
     node_log_path,
     prepare_job_dir,
     read_job_record,
+    result_from_record,
     write_job_record,
     write_launch_script,
 )
@@ -317,14 +318,7 @@ class SlurmExecutor:
     def result(self, handle: JobHandle) -> JobResult:
         job = self._jobs.get(handle.job_id)
         record = job.record if job is not None else read_job_record(handle.job_dir)
-        status = record.status
-        return JobResult(
-            combo=record.combo, executor=record.executor, job_id=handle.job_id, state=status.state,
-            exit_code=status.exit_code, reason=status.reason, iterations_reached=status.iteration,
-            train_iters=status.train_iters, step_time_s=status.step_time_s, started_at=record.started_at,
-            ended_at=record.ended_at, duration_s=round(status.elapsed_s, 3), job_dir=handle.job_dir,
-            logs=self.logs(handle),
-        )
+        return result_from_record(record, handle, self.logs(handle))
 
     # -- internals ----------------------------------------------------------------------------
 
