@@ -213,8 +213,10 @@ def _smoke_stage(ctx: _Context) -> StageResult:
         return StageResult(name="smoke", verdict=Verdict.SKIPPED, reason="smoke.enabled is false")
     if smoke.skip_reason:
         return StageResult(name="smoke", verdict=Verdict.SKIPPED, reason=smoke.skip_reason)
+    started, clock = datetime.now(timezone.utc), time.monotonic()
     combo = _run_cell(ctx, smoke, directory="smoke", gates=False)
-    ctx.result.combos.append(combo.model_copy(update={"key": "smoke"}))
+    ctx.result.combos.append(combo.model_copy(update={"key": "smoke", "started_at": started,
+                                                      "duration_s": round(time.monotonic() - clock, 3)}))
     return StageResult(name="smoke", verdict=Verdict.PASS if combo.verdict is Verdict.PASS else Verdict.FAIL,
                        reason=combo.reason, checks=combo.metrics)
 
