@@ -147,8 +147,8 @@ def _previous_run(resume: str, history: object | None, out: Path) -> SuiteResult
             detail = history.run(resume)  # type: ignore[attr-defined]
         except MegapilotError:
             detail = None
-        if detail is not None and (Path(detail.run_dir) / SUITE_RESULT_NAME).is_file():
-            return read_suite_result(Path(detail.run_dir))
+        if detail is not None and (Path(detail.run.run_dir) / SUITE_RESULT_NAME).is_file():
+            return read_suite_result(Path(detail.run.run_dir))
     raise MegapilotError(f"no run {resume!r} to resume", field="--resume",
                          fix="pass a run id from `megapilot history list` or the run directory `suite run` printed")
 
