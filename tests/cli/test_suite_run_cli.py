@@ -1,0 +1,64 @@
+"""`megapilot suite run` without training: the dry run of real CVS files, and what it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.suite.cvs_files import DISTRIBUTED_70B, SINGLE_8B, filled_in, raw_cvs, write_suite
+
+
+def test_dry_run_of_a_real_cvs_config_gives_megatron_args_per_combo(cli, tmp_path: Path) -> None:
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    result = cli("suite", "run", str(config), "--dry-run", "--json", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.stderr
+    plan = result.json()
+    cvs_runs = raw_cvs(SINGLE_8B)["sweep"]["runs"]
+    assert [c["key"] for c in plan["combos"]] == cvs_runs
+    names = [s["name"] for s in plan["stages"]]
+    assert names[:5] == ["prepare", "preflight", "tokenizer", "smoke", "checkpoint"] and names[-2:] == ["results", "teardown"]
+    runnable = [c for c in plan["combos"] if c["skipped"] is None]
+    assert runnable, plan["combos"]
+    for combo in runnable:
+        args = combo["megatron_args"]
+        mbs, gbs = (int(part.split("=")[1]) for part in combo["key"].split(",")[:2])
+        assert args[args.index("--micro-batch-size") + 1] == str(mbs)
+        assert args[args.index("--global-batch-size") + 1] == str(gbs)
+        assert args[args.index("--train-iters") + 1] == "20"  # the sweep overlay wins over train_params
+        assert args[args.index("--seq-length") + 1] == raw_cvs(SINGLE_8B)["train_params"]["sequence_length"]
+        assert combo["backend"] == "megatron-lm" and "pretrain_gpt.py" in combo["command"]
+        assert combo["env"]["NCCL_SOCKET_IFNAME"] == "enp193s0f1np1"  # container.env, placeholders filled
+    fp8 = next(c for c in plan["combos"] if c["key"].endswith("PRECISION=FP8"))
+    assert "--fp8-format" in fp8["megatron_args"]
+    skipped = [c for c in plan["combos"] if c["skipped"]]
+    assert all("MXFP4" in c["key"] or "MXFP8" in c["key"] for c in skipped)  # MI325X lacks them, said so
+
+
+def test_dry_run_of_the_distributed_config_uses_the_cluster_nodes(cli, tmp_path: Path) -> None:
+    raw = filled_in(raw_cvs(DISTRIBUTED_70B))
+    config = write_suite(tmp_path, raw, DISTRIBUTED_70B)
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"username": "me", "priv_key_file": "/home/me/.ssh/id_rsa",
+                                   "head_node_dict": {"mgmt_ip": "10.0.0.1"},
+                                   "node_dict": {f"10.0.0.{i}": {"bmc_ip": "NA", "vpc_ip": f"10.0.0.{i}"}
+                                                 for i in (1, 2)}}))
+    result = cli("suite", "run", str(config), "--cluster", str(cluster), "--dry-run", "--json",
+                 "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.stderr
+    combos = [c for c in result.json()["combos"] if c["skipped"] is None]
+    assert combos and all(c["nodes"] == 2 for c in combos)
+
+
+def test_an_unknown_stage_or_combo_is_a_user_error(cli, tmp_path: Path) -> None:
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    bad_stage = cli("suite", "run", str(config), "--stage", "warmup", "--dry-run")
+    assert bad_stage.exit_code == 2 and "--stage" in bad_stage.stderr and "preflight" in bad_stage.stderr
+    bad_combo = cli("suite", "run", str(config), "--combo", "MBS=9,GBS=9,PRECISION=BF16", "--dry-run")
+    assert bad_combo.exit_code == 2 and "--combo" in bad_combo.stderr and "MBS=4,GBS=128" in bad_combo.stderr
+
+
+def test_a_config_with_placeholders_left_is_refused_before_anything_runs(cli, tmp_path: Path) -> None:
+    config = write_suite(tmp_path, raw_cvs(SINGLE_8B), SINGLE_8B)
+    result = cli("suite", "run", str(config), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "<changeme>" in result.stderr and "gpu_name" in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,48 @@
+"""FatalWatch reads only what each node log gained, and stops at the first fatal line."""
+
+from __future__ import annotations
+
+from megapilot.suite.watch import FatalWatch
+
+ITERATION = " [2026-12-01 06:00:00] iteration        3/      20 | lm loss: 6.5E+00 |\n"
+
+
+def test_new_lines_of_every_node_are_scanned_once(tmp_path):
+    node0, node1 = tmp_path / "n0.log", tmp_path / "n1.log"
+    node0.write_text(ITERATION)
+    node1.write_text("NCCL INFO Connection closed by localRank 2\n")
+    watch = FatalWatch()
+    assert watch.scan([node0, node1]) is None  # INFO chatter is not an error
+    with node1.open("a") as handle:
+        handle.write("[rank9]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    finding = watch.scan([node0, node1])
+    assert finding is not None and finding.category == "oom" and finding.node == 1
+    assert finding.evidence[0].line == 2 and "OutOfMemoryError" in finding.evidence[0].text
+    assert watch.scan([node0, node1]) is None  # already read
+
+
+def test_a_line_split_across_polls_is_read_whole(tmp_path):
+    log = tmp_path / "n0.log"
+    log.write_text("[rank1]: torch.distributed.DistBackendError: NCCL err")
+    watch = FatalWatch()
+    assert watch.scan([log]) is None
+    with log.open("a") as handle:
+        handle.write("or in: ProcessGroupNCCL.cpp:1970, unhandled system error\n")
+    finding = watch.scan([log])
+    assert finding is not None and finding.category == "nccl_error" and finding.evidence[0].line == 1
+
+
+def test_a_truncated_log_is_read_again_and_a_missing_one_ignored(tmp_path):
+    log = tmp_path / "n0.log"
+    log.write_text(ITERATION * 3)
+    watch = FatalWatch()
+    assert watch.scan([log, tmp_path / "absent.log"]) is None
+    log.write_text("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+    finding = watch.scan([log])
+    assert finding is not None and finding.category == "gpu_hw_fault" and finding.evidence[0].line == 1
+
+
+def test_non_fatal_categories_do_not_stop_a_job(tmp_path):
+    log = tmp_path / "n0.log"
+    log.write_text("error: unrecognized arguments: --foo\n")  # a config error ends the job by itself
+    assert FatalWatch().scan([log]) is None
