@@ -469,7 +469,7 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
     outcome = measure_and_gate(ctx.suite, cell, launch, logs, job_completed=job.state is JobState.COMPLETED,
                                gates=gates, baseline=_baseline_lookup(ctx, combo))
     findings = ([fatal] if fatal else []) + [f for f in outcome.findings if not _same(f, fatal)]
-    rows = outcome.rows
+    rows = outcome.rows + [_reap_strays(ctx, job.job_dir)]
     reason = _combo_reason(job, fatal, rows)
     verdict = Verdict.FAIL if (job.state is not JobState.COMPLETED or fatal or
                                any(r.verdict is Verdict.FAIL for r in rows)) else Verdict.PASS
@@ -567,6 +567,26 @@ def _stop_all(ctx: _Context) -> None:
             pass
 
 
+def _reap_strays(ctx: _Context, job_dir: Path) -> MetricRow:
+    """Between combos: nothing of the job that ended may outlive it (killed here if it does)."""
+    name = "gate.processes_left"
+    if ctx.suite.executor != "local":
+        return MetricRow(name=name, verdict=Verdict.PASS, reason=f"the {ctx.suite.executor} executor stopped the job")
+    from megapilot.execute.local import JOB_MARKER_VARIABLE
+
+    left = [p for p in _marked_under(job_dir.resolve(), JOB_MARKER_VARIABLE)]
+    for proc in left:
+        try:
+            proc.kill()
+        except Exception:  # noqa: BLE001 - it may have exited meanwhile
+            pass
+    if left:
+        return MetricRow(name=name, value=len(left), threshold="== 0", verdict=Verdict.FAIL,
+                         reason=f"{len(left)} processes outlived the job and were killed: pids "
+                                f"{[p.pid for p in left][:10]}")
+    return MetricRow(name=name, value=0, threshold="== 0", verdict=Verdict.PASS, reason="no process outlived the job")
+
+
 def _stray_check(ctx: _Context) -> MetricRow:
     """No process of any job of this run is alive (local jobs carry a marker in their environment)."""
     if ctx.suite.executor != "local":
@@ -586,18 +606,19 @@ def _stray_check(ctx: _Context) -> MetricRow:
     return MetricRow(name="processes.left", value=0, verdict=Verdict.PASS, reason="no process of this run is left")
 
 
-def _marked_under(run_dir: Path, variable: str) -> list:
-    """Live processes whose job marker points inside this run directory."""
+def _marked_under(root: Path, variable: str) -> list:
+    """Live processes whose job marker is `root` or a directory inside it."""
     import psutil
 
+    prefix = str(root)
     found = []
     for proc in psutil.process_iter():
         try:
             marker = proc.environ().get(variable)
+            alive = proc.pid != os.getpid() and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
         except (psutil.Error, OSError):
             continue
-        if marker and marker.startswith(str(run_dir)) and proc.pid != os.getpid() and proc.is_running() \
-                and proc.status() != psutil.STATUS_ZOMBIE:
+        if alive and marker and (marker == prefix or marker.startswith(prefix + os.sep)):
             found.append(proc)
     return found
 

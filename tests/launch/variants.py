@@ -51,7 +51,7 @@ OPTION_VARIANTS: dict[str, LaunchOptions] = {
                          megatron_path="/opt/Megatron-LM", save="/ckpt", tensorboard_dir="/tb",
                          check_paths_exist=False),
     "sentencepiece": LaunchOptions(data_path="/d/x_text_document", tokenizer_model="/t/tokenizer.model",
-                                   load="/ckpt/old", save="/ckpt/new", save_interval=50,
+                                   load="/ckpt/old", load_step=40, save="/ckpt/new", save_interval=50,
                                    megatron_path="/opt/Megatron-LM", check_paths_exist=False),
     "cpu": LaunchOptions(mock_data=True, entrypoint="megapilot", cpu=True, check_paths_exist=False),
 }
