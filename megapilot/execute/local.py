@@ -23,7 +23,6 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from megapilot.errors import MegapilotError
@@ -39,7 +38,9 @@ from megapilot.execute.base import (
 from megapilot.execute.failure import FailureClues
 from megapilot.execute.process import ProcessTreeWatch, free_port, start_process_group
 from megapilot.execute.progress import ProgressTracker
+from megapilot.execute.remote import utc_now
 from megapilot.execute.rundir import (
+    JOB_MARKER_VARIABLE,
     JobRecord,
     RecordedProcess,
     node_log_path,
@@ -52,12 +53,7 @@ from megapilot.execute.rundir import (
 from megapilot.execute.tail import LogTail
 
 LOOPBACK = "127.0.0.1"
-JOB_MARKER_VARIABLE = "MEGAPILOT_JOB_DIR"
 MAX_RECORDED_PROCESSES = 256
-
-
-def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 @dataclass
@@ -105,7 +101,7 @@ class LocalExecutor:
         env = self._environment(job, master_port)
         argv = ["bash", str(launch_script.resolve())]
         cwd = (job.cwd or Path.cwd()).resolve()
-        submitted_at = _utc_now()
+        submitted_at = utc_now()
         try:
             process = start_process_group(argv, cwd=cwd, env=env, log_path=log_path)
         except OSError as exc:
@@ -240,7 +236,7 @@ class LocalExecutor:
         if survivors:
             notes.append("still alive after SIGKILL: " + ", ".join(f"pid {p.pid} ({p.name})" for p in survivors))
         self._update_status(job, state, now_s, exit_code=exit_code, reason="; ".join(notes) or None)
-        job.record.ended_at = _utc_now()
+        job.record.ended_at = utc_now()
         self._record_processes(job)
         self._save_record(job)
 

@@ -85,12 +85,15 @@ def session_members(session_id: int) -> list[psutil.Process]:
     return members
 
 
-def marked_processes(name: str, value: str) -> list[psutil.Process]:
-    """Live processes (of this user) whose environment has name=value."""
+def marked_processes(name: str, value: str, *, inside: bool = False) -> list[psutil.Process]:
+    """Live processes (of this user) whose environment has name=value; with `inside`, also those whose
+    value is a path under `value` (the jobs of a whole run directory)."""
     marked = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and proc.environ().get(name) == value and _is_alive(proc):
+            marker = proc.environ().get(name)
+            matches = marker == value or (inside and marker is not None and marker.startswith(value + os.sep))
+            if matches and proc.pid != os.getpid() and _is_alive(proc):
                 marked.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue

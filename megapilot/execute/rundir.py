@@ -35,6 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import JobHandle, JobResult, JobSpec, JobStatus
 
+# Every process of a job carries this variable (its job directory) in its environment, so the job's
+# processes can be found even when they left its process tree.
+JOB_MARKER_VARIABLE = "MEGAPILOT_JOB_DIR"
 JOB_RECORD_VERSION = 1
 LAUNCH_SCRIPT_NAME = "launch.sh"
 JOB_RECORD_NAME = "job.json"

@@ -42,6 +42,7 @@ from megapilot.execute.base import (
 from megapilot.execute.failure import describe_exit_code
 from megapilot.execute.remote import NodeLogs, utc_now
 from megapilot.execute.rundir import (
+    JOB_MARKER_VARIABLE,
     JobRecord,
     node_log_path,
     prepare_job_dir,
@@ -51,7 +52,6 @@ from megapilot.execute.rundir import (
     write_launch_script,
 )
 
-JOB_MARKER_VARIABLE = "MEGAPILOT_JOB_DIR"
 
 # SLURM job states, by what they mean for the job here.
 _WAITING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED",

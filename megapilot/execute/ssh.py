@@ -53,6 +53,7 @@ from megapilot.execute.failure import describe_exit_code
 from megapilot.execute.process import free_port
 from megapilot.execute.remote import NodeLogs, utc_now
 from megapilot.execute.rundir import (
+    JOB_MARKER_VARIABLE,
     JobRecord,
     RecordedProcess,
     node_log_path,
@@ -64,7 +65,6 @@ from megapilot.execute.rundir import (
 )
 
 JOB_TOKEN_VARIABLE = "MEGAPILOT_JOB_TOKEN"
-JOB_MARKER_VARIABLE = "MEGAPILOT_JOB_DIR"
 SSH_FAILURE_EXIT = 255
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _PID_LINE = re.compile(r"^megapilot-ssh: node (?P<node>\d+) pid (?P<pid>\d+) on (?P<host>\S*)")

@@ -41,6 +41,7 @@ from megapilot.suite.results import (
     StageResult,
     SuiteResult,
     Verdict,
+    overall_verdict,
 )
 from megapilot.suite.watch import FatalWatch
 
@@ -345,8 +346,6 @@ def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
 
 
 def _verdict_of(rows: list[MetricRow]) -> Verdict:
-    from megapilot.suite.results import overall_verdict
-
     return overall_verdict([r.verdict for r in rows]) if rows else Verdict.SKIPPED
 
 
@@ -466,8 +465,7 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
                          reason=job.reason, iterations_reached=job.iterations_reached, train_iters=job.train_iters,
                          duration_s=round(job.duration_s, 3),
                          logs=[_relative(p, ctx.run_dir) for p in logs])
-    outcome = measure_and_gate(ctx.suite, cell, launch, logs, job_completed=job.state is JobState.COMPLETED,
-                               gates=gates, baseline=_baseline_lookup(ctx, combo))
+    outcome = measure_and_gate(ctx.suite, cell, launch, logs, gates=gates, baseline=_baseline_lookup(ctx, combo))
     findings = ([fatal] if fatal else []) + [f for f in outcome.findings if not _same(f, fatal)]
     rows = outcome.rows + [_reap_strays(ctx, job.job_dir)]
     reason = _combo_reason(job, fatal, rows)
@@ -572,9 +570,10 @@ def _reap_strays(ctx: _Context, job_dir: Path) -> MetricRow:
     name = "gate.processes_left"
     if ctx.suite.executor != "local":
         return MetricRow(name=name, verdict=Verdict.PASS, reason=f"the {ctx.suite.executor} executor stopped the job")
-    from megapilot.execute.local import JOB_MARKER_VARIABLE
+    from megapilot.execute.process import marked_processes
+    from megapilot.execute.rundir import JOB_MARKER_VARIABLE
 
-    left = [p for p in _marked_under(job_dir.resolve(), JOB_MARKER_VARIABLE)]
+    left = marked_processes(JOB_MARKER_VARIABLE, str(job_dir.resolve()))
     for proc in left:
         try:
             proc.kill()
@@ -592,11 +591,12 @@ def _stray_check(ctx: _Context) -> MetricRow:
     if ctx.suite.executor != "local":
         return MetricRow(name="processes.left", verdict=Verdict.PASS,
                          reason=f"every {ctx.suite.executor} job was stopped through its executor")
-    from megapilot.execute.local import JOB_MARKER_VARIABLE
+    from megapilot.execute.process import marked_processes
+    from megapilot.execute.rundir import JOB_MARKER_VARIABLE
 
     deadline = time.monotonic() + STRAY_GRACE_S
     while True:
-        left = _marked_under(ctx.run_dir, JOB_MARKER_VARIABLE)
+        left = marked_processes(JOB_MARKER_VARIABLE, str(ctx.run_dir), inside=True)
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -604,23 +604,6 @@ def _stray_check(ctx: _Context) -> MetricRow:
         return MetricRow(name="processes.left", value=len(left), verdict=Verdict.FAIL,
                          reason=f"{len(left)} processes of this run still alive: pids {[p.pid for p in left][:10]}")
     return MetricRow(name="processes.left", value=0, verdict=Verdict.PASS, reason="no process of this run is left")
-
-
-def _marked_under(root: Path, variable: str) -> list:
-    """Live processes whose job marker is `root` or a directory inside it."""
-    import psutil
-
-    prefix = str(root)
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            marker = proc.environ().get(variable)
-            alive = proc.pid != os.getpid() and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.Error, OSError):
-            continue
-        if alive and marker and (marker == prefix or marker.startswith(prefix + os.sep)):
-            found.append(proc)
-    return found
 
 
 # ---- the run card -----------------------------------------------------------------------------
@@ -648,10 +631,7 @@ def _run_card(suite: LoadedSuite) -> RunCard:
 
 
 def _family(suite: LoadedSuite) -> str:
-    model = suite.model
-    if getattr(model, "moe", None) is not None:
-        return "moe"
-    return "dense"
+    return "moe" if suite.model.moe is not None else "dense"
 
 
 def _package_version(name: str) -> str | None:
