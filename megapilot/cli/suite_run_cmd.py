@@ -15,6 +15,10 @@ import typer
 from megapilot.cli.common import emit_json, err_console
 
 if TYPE_CHECKING:
+    from megapilot.store.history import History
+    from megapilot.store.regress import HistoryBaselines
+    from megapilot.suite.config import LoadedSuite
+    from megapilot.suite.dry_run import DryRunPlan
     from megapilot.suite.results import SuiteResult
 
 EXIT_FAILED = 1
@@ -79,15 +83,15 @@ def register(suite_app: typer.Typer) -> None:
     suite_app.command("run")(run)
 
 
-def _check_combo(suite: object, combo: str) -> None:
+def _check_combo(suite: LoadedSuite, combo: str) -> None:
     from megapilot.errors import MegapilotError
 
-    keys = [c.key for c in getattr(suite, "cells")]
+    keys = [c.key for c in suite.cells]
     if combo not in keys:
         raise MegapilotError(f"no sweep cell {combo!r} in the config", field="--combo", fix="use one of: " + ", ".join(keys))
 
 
-def _run(suite: object, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
+def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
          use_history: bool, quiet: bool) -> SuiteResult:
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
@@ -96,23 +100,23 @@ def _run(suite: object, *, out: Path, stage: str | None, combo: str | None, resu
     previous = _previous_run(resume, history, out) if resume else None
     request = RunRequest(out_dir=out.resolve(), only_stage=stage, only_combo=combo, resume_from=previous,
                          baseline=_baseline_source(history))
-    executor = make_executor(suite)  # type: ignore[arg-type]
+    executor = make_executor(suite)
     on_event = None if quiet else (lambda message: err_console.print(f"[dim]{message}[/]", highlight=False,
                                                                      markup=True, soft_wrap=True))
-    result = run_suite(suite, request, executor, on_event)  # type: ignore[arg-type]
+    result = run_suite(suite, request, executor, on_event)
     return _after_run(result, history, quiet=quiet)
 
 
-def _after_run(result: SuiteResult, history: object | None, *, quiet: bool) -> SuiteResult:
+def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> SuiteResult:
     """Regressions against the history, the history row, the report: each even when training failed."""
     from megapilot.report import render_report
 
     if history is not None:
         from megapilot.store.regress import find_regressions
 
-        result.regressions = find_regressions(result, history)  # type: ignore[arg-type]
+        result.regressions = find_regressions(result, history)
         result.write()
-        history.record(result)  # type: ignore[attr-defined]
+        history.record(result)
     files = render_report(result, Path(result.run_dir))
     if not quiet:
         err_console.print(f"report: {files.html}", highlight=False, soft_wrap=True)
@@ -120,21 +124,21 @@ def _after_run(result: SuiteResult, history: object | None, *, quiet: bool) -> S
     return result
 
 
-def _open_history(db: str | None) -> object:
+def _open_history(db: str | None) -> History:
     from megapilot.store.history import open_history
 
     return open_history(db)
 
 
-def _baseline_source(history: object | None) -> object | None:
+def _baseline_source(history: History | None) -> HistoryBaselines | None:
     if history is None:
         return None
     from megapilot.store.regress import HistoryBaselines
 
-    return HistoryBaselines(history)  # type: ignore[arg-type]
+    return HistoryBaselines(history)
 
 
-def _previous_run(resume: str, history: object | None, out: Path) -> SuiteResult:
+def _previous_run(resume: str, history: History | None, out: Path) -> SuiteResult:
     """The result of the run to resume: a run directory, a run id under --out, or a run id in the history."""
     from megapilot.errors import MegapilotError
     from megapilot.suite.results import SUITE_RESULT_NAME, read_suite_result
@@ -144,7 +148,7 @@ def _previous_run(resume: str, history: object | None, out: Path) -> SuiteResult
             return read_suite_result(candidate)
     if history is not None:
         try:
-            detail = history.run(resume)  # type: ignore[attr-defined]
+            detail = history.run(resume)
         except MegapilotError:
             detail = None
         if detail is not None and (Path(detail.run.run_dir) / SUITE_RESULT_NAME).is_file():
@@ -153,12 +157,12 @@ def _previous_run(resume: str, history: object | None, out: Path) -> SuiteResult
                          fix="pass a run id from `megapilot history list` or the run directory `suite run` printed")
 
 
-def _print_dry_run(plan: object) -> None:
+def _print_dry_run(plan: DryRunPlan) -> None:
     from megapilot.cli.common import console
 
-    for stage in getattr(plan, "stages"):
+    for stage in plan.stages:
         console.print(f"stage {stage.name}" + (f" [{stage.combo}]" if stage.combo else ""), highlight=False)
-    for combo in getattr(plan, "combos"):
+    for combo in plan.combos:
         console.print(f"\n[bold]{combo.key}[/] backend={combo.backend} nodes={combo.nodes} "
                       f"gpus_per_node={combo.gpus_per_node}", highlight=False)
         if combo.skipped:

@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING
 from megapilot.suite.results import MetricRow, Verdict
 
 if TYPE_CHECKING:
+    from megapilot.execute.ssh import ContainerRuntime
     from megapilot.suite.config import LoadedSuite
 
-DEFAULT_DEVICES = ("/dev/kfd", "/dev/dri")  # AMD GPUs; NVIDIA images use --gpus all instead
 
 
-def container_runtime(suite: LoadedSuite) -> str:
-    runtime = suite.config.container.runtime if suite.config.container else None
-    return str(getattr(runtime, "name", None) or "docker")
+def container_runtime(suite: LoadedSuite) -> ContainerRuntime:
+    return suite.config.container.runtime.name if suite.config.container else "docker"
 
 
 def uses_container(suite: LoadedSuite) -> bool:
@@ -46,8 +45,7 @@ def run_argv(suite: LoadedSuite) -> list[str]:
         argv.append("--privileged")
     for volume in args.get("volumes") or []:
         argv += ["-v", str(volume)]
-    devices = args.get("devices")
-    for device in (devices if devices is not None else ()):
+    for device in args.get("devices") or []:
         argv += ["--device", str(device)]
     for key, flag in (("cap_add", "--cap-add"), ("security_opt", "--security-opt"), ("group_add", "--group-add")):
         values = args.get(key) or []
@@ -71,9 +69,8 @@ def exec_prefix(suite: LoadedSuite) -> list[str]:
 
 
 def _runtime_args(suite: LoadedSuite) -> dict[str, object]:
-    runtime = suite.config.container.runtime if suite.config.container else None
-    args = getattr(runtime, "args", None) or {}
-    return dict(args) if isinstance(args, dict) else args.model_dump(exclude_none=True)
+    container = suite.config.container
+    return container.runtime.args.model_dump(exclude_none=True) if container else {}
 
 
 def prepare_containers(suite: LoadedSuite) -> list[MetricRow]:
@@ -85,7 +82,7 @@ def prepare_containers(suite: LoadedSuite) -> list[MetricRow]:
     assert container is not None
     runtime = container_runtime(suite)
     name = shlex.quote(container.name)
-    lifetime = str(getattr(container, "lifetime", "per_run") or "per_run")
+    lifetime = container.lifetime
     running = f"[ \"$({runtime} inspect -f '{{{{.State.Running}}}}' {name} 2>/dev/null)\" = true ]"
     if lifetime == "per_run":
         script = (f"{runtime} rm -f {name} >/dev/null 2>&1 || true\n"
@@ -105,7 +102,7 @@ def teardown_containers(suite: LoadedSuite) -> list[MetricRow]:
     from megapilot.suite.nodes import run_on_nodes
 
     container = suite.config.container
-    if not uses_container(suite) or container is None or str(getattr(container, "lifetime", "per_run")) != "per_run":
+    if not uses_container(suite) or container is None or container.lifetime != "per_run":
         return []
     script = f"{container_runtime(suite)} rm -f {shlex.quote(container.name)} >/dev/null 2>&1; echo removed"
     return [MetricRow(name=f"container.removed.node{o.node}", verdict=Verdict.PASS if not o.error else Verdict.FAIL,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
 
 
@@ -63,18 +64,18 @@ def _selected(name: str, only_stage: str | None) -> bool:
     return name in COMBO_STAGES if only_stage in COMBO_STAGES else name == only_stage
 
 
-def _combo(suite: LoadedSuite, cell: object, out_dir: Path) -> DryRunCombo:
+def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path) -> DryRunCombo:
     from megapilot.suite.render import render_cell
 
-    key, backend = getattr(cell, "key"), suite.backend
-    if getattr(cell, "skip_reason", None):
-        return DryRunCombo(key=key, backend=backend, skipped=cell.skip_reason,  # type: ignore[attr-defined]
-                           nodes=suite.nodes, gpus_per_node=suite.gpus_per_node)
+    key, backend = cell.key, suite.backend
+    if cell.skip_reason:
+        return DryRunCombo(key=key, backend=backend, skipped=cell.skip_reason, nodes=suite.nodes,
+                           gpus_per_node=suite.gpus_per_node)
     # The launch checks the job directory exists (it holds the logs): an empty one is made under
     # <out>/dry-run/, the only thing a dry run writes.
-    job_dir = out_dir / "dry-run" / getattr(cell, "slug")
+    job_dir = out_dir / "dry-run" / cell.slug
     job_dir.mkdir(parents=True, exist_ok=True)
-    launch = render_cell(suite, cell, job_dir=job_dir)  # type: ignore[arg-type]
+    launch = render_cell(suite, cell, job_dir=job_dir)
     if launch.error:
         return DryRunCombo(key=key, backend=backend, skipped=f"cannot render: {launch.error}", nodes=suite.nodes,
                            gpus_per_node=suite.gpus_per_node)

@@ -50,7 +50,7 @@ def container_wrapper(suite: LoadedSuite) -> ContainerWrapper | None:
     runtime = container_runtime(suite)
     if runtime == "enroot":
         return ContainerWrapper(runtime="enroot", mode="start", target=suite.config.container.name)
-    return ContainerWrapper(runtime=runtime, mode="exec", target=suite.config.container.name)  # type: ignore[arg-type]
+    return ContainerWrapper(runtime=runtime, mode="exec", target=suite.config.container.name)
 
 
 __all__ = ["container_wrapper", "make_executor", "ssh_nodes"]

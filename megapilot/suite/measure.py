@@ -37,7 +37,7 @@ def cell_thresholds(suite: LoadedSuite, cell: SweepCell) -> dict[str, ThresholdS
 
 
 def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, logs: list[Path], *,
-                     job_completed: bool, gates: bool, baseline: BaselineLookup | None = None) -> ComboOutcome:
+                     gates: bool, baseline: BaselineLookup | None = None) -> ComboOutcome:
     """Measure the logs; with `gates`, judge them against the cell's thresholds and the built-in gates.
 
     Without `gates` (smoke and checkpoint runs) only the built-in gates apply: no error signature,
@@ -68,7 +68,6 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
         rows = evaluate(measurement.actuals, measurement.units, cell_thresholds(suite, cell),
                         enforce=bool(config.enforce_thresholds), baseline=baseline,
                         record_only=measurement.record_only, why_missing=measurement.why_missing) + built_in
-    del job_completed  # the executor's state is judged by the lifecycle; gate.completed reads the log
     return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.errors + measurement.anomalies)
 
 

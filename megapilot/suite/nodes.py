@@ -8,6 +8,7 @@ the nodes the jobs will get, not the login node.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,18 +65,12 @@ def run_on_nodes(suite: LoadedSuite, script: str, args: list[str]) -> list[NodeO
     if suite.executor == "ssh":
         from megapilot.suite.executors import ssh_nodes
 
-        return [_run(index, [*node.ssh_argv(), "bash", "-s", "--", *(_quote(a) for a in args)], script)
+        # ssh joins the remote words into one shell line: each argument is quoted to arrive as one word.
+        return [_run(index, [*node.ssh_argv(), "bash", "-s", "--", *(shlex.quote(a) for a in args)], script)
                 for index, node in enumerate(ssh_nodes(suite))]
     if suite.executor == "slurm":
         return _run_srun(suite, script, args)
     return [_run(0, ["bash", "-s", "--", *args], script)]
-
-
-def _quote(text: str) -> str:
-    """ssh joins its remote words with spaces into one shell line: quote each so it arrives as one word."""
-    import shlex
-
-    return shlex.quote(text)
 
 
 def _run(node: int, argv: list[str], script: str) -> NodeOutput:
