@@ -1,0 +1,57 @@
+"""Container commands rendered from a real CVS container block (no runtime runs here)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from megapilot.suite.config import load_suite
+from megapilot.suite.containers import exec_prefix, prepare_containers, run_argv, uses_container
+from megapilot.suite.executors import container_wrapper, ssh_nodes
+from megapilot.suite.results import Verdict
+from tests.suite.cvs_files import SINGLE_8B, filled_in, raw_cvs, write_suite
+
+
+def _suite(tmp_path, executor: str):
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["megapilot"] = {"executor": executor}
+    config = write_suite(tmp_path, raw, SINGLE_8B)
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({
+        "username": "ops", "priv_key_file": "/home/ops/.ssh/id_ed25519", "head_node_dict": {"mgmt_ip": "10.0.0.2"},
+        "node_dict": {"10.0.0.1": {"bmc_ip": "NA", "vpc_ip": "192.168.0.1"},
+                      "10.0.0.2": {"bmc_ip": "NA", "vpc_ip": "192.168.0.2"}},
+        "ssh_port": 2222, "ssh_options": ["StrictHostKeyChecking=accept-new"]}))
+    return load_suite(config, cluster)
+
+
+def test_docker_run_follows_the_cvs_runtime_args_and_names_env_without_values(tmp_path):
+    suite = _suite(tmp_path, "ssh")
+    assert uses_container(suite)
+    argv = run_argv(suite)
+    container = suite.config.container
+    assert argv[:5] == ["docker", "run", "-d", "--name", container.name]
+    assert argv[-3:] == [container.image, "sleep", "infinity"]
+    text = shlex.join(argv)
+    assert "--network host" in text and "--ipc host" in text and "--privileged" in text
+    assert "--device /dev/kfd" in text and "-v /home/" in text
+    for name, value in container.env.items():
+        assert f"-e {name}" in text and f"{name}={value}" not in text  # values come from the environment
+    assert exec_prefix(suite)[:2] == ["docker", "exec"] and exec_prefix(suite)[-1] == container.name
+
+
+def test_ssh_nodes_come_from_the_cluster_file_head_node_first(tmp_path):
+    suite = _suite(tmp_path, "ssh")
+    nodes = ssh_nodes(suite)
+    assert [n.host for n in nodes] == ["10.0.0.2", "10.0.0.1"]
+    assert nodes[0].reach_address == "192.168.0.2" and nodes[0].port == 2222 and nodes[0].user == "ops"
+    assert nodes[0].options == ("StrictHostKeyChecking=accept-new",)
+    wrapper = container_wrapper(suite)
+    assert wrapper is not None and (wrapper.runtime, wrapper.mode) == ("docker", "exec")
+
+
+def test_no_container_for_slurm_jobs_said_in_the_prepare_row(tmp_path):
+    suite = _suite(tmp_path, "slurm")
+    assert not uses_container(suite) and container_wrapper(suite) is None
+    [row] = prepare_containers(suite)
+    assert row.verdict is Verdict.SKIPPED and "pyxis" in row.reason

@@ -1,0 +1,30 @@
+"""The dry run of the tiny-local template: stages in order, the trainer's argv per combo, nothing run."""
+
+from __future__ import annotations
+
+import shutil
+
+from megapilot.suite.config import load_suite
+from megapilot.suite.dry_run import dry_run_plan
+from megapilot.suite.templates import template_path, threshold_paths
+
+
+def test_tiny_local_dry_run_lists_stages_and_launches(tmp_path):
+    shutil.copy(template_path("tiny-local"), tmp_path / "suite.json")
+    for path in threshold_paths("tiny-local"):
+        shutil.copy(path, tmp_path / path.name)
+    suite = load_suite(tmp_path / "suite.json")
+    plan = dry_run_plan(suite, out_dir=tmp_path / "out", only_combo="MBS=2,GBS=8,PRECISION=BF16")
+    assert [(s.name, s.combo) for s in plan.stages] == [
+        ("prepare", None), ("preflight", None), ("tokenizer", None), ("smoke", None), ("checkpoint", None),
+        ("train", "MBS=2,GBS=8,PRECISION=BF16"), ("metrics", "MBS=2,GBS=8,PRECISION=BF16"),
+        ("loss_curve", "MBS=2,GBS=8,PRECISION=BF16"), ("results", None), ("teardown", None)]
+    [combo] = plan.combos
+    assert combo.skipped is None and combo.backend == "megapilot" and combo.gpus_per_node == 2
+    args = combo.megatron_args
+    assert args[args.index("--micro-batch-size") + 1] == "2"
+    assert args[args.index("--distributed-backend") + 1] == "gloo"  # a CPU suite: the CPU render
+    assert "megapilot.trainer" in combo.command
+    only_train = dry_run_plan(suite, out_dir=tmp_path / "out", only_stage="smoke")
+    assert [s.name for s in only_train.stages] == ["prepare", "smoke", "results", "teardown"]
+    assert not list((tmp_path / "out").glob("*/*/*"))  # only empty job folders were made

@@ -1,0 +1,53 @@
+"""Suite results: verdict rules and suite.json written atomically and read back, NaN included."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.suite.results import (
+    ComboResult, Curve, RunCard, StageResult, SuiteResult, Verdict, overall_verdict, read_suite_result,
+)
+
+CARD = RunCard(suite_name="s", model="tiny", gpu="CPU", nodes=1, gpus_per_node=2, executor="local", backend="megapilot")
+
+
+def _result(tmp_path, **fields) -> SuiteResult:
+    return SuiteResult(run_id="r1", run_dir=str(tmp_path), verdict=Verdict.SKIPPED, card=CARD,
+                       started_at=datetime(2026, 12, 1, tzinfo=timezone.utc), **fields)
+
+
+@pytest.mark.parametrize(("verdicts", "expected"), [
+    ([Verdict.PASS, Verdict.FAIL, Verdict.RECORD], Verdict.FAIL),
+    ([Verdict.SKIPPED, Verdict.PASS, Verdict.RECORD], Verdict.PASS),
+    ([Verdict.SKIPPED, Verdict.RECORD], Verdict.RECORD),
+    ([Verdict.SKIPPED], Verdict.SKIPPED),
+    ([], Verdict.SKIPPED),
+])
+def test_fail_wins_then_pass_then_record(verdicts, expected):
+    assert overall_verdict(verdicts) is expected
+
+
+def test_suite_json_round_trips_with_a_nan_loss(tmp_path):
+    combo = ComboResult(key="A", directory="A", verdict=Verdict.FAIL, backend="megapilot",
+                        curves=[Curve(name="loss", points=[(1, 7.0), (2, math.nan)])])
+    result = _result(tmp_path, stages=[StageResult(name="smoke", verdict=Verdict.PASS)], combos=[combo])
+    assert result.recompute_verdict() is Verdict.FAIL
+    path = result.write()
+    assert json.loads(path.read_text())["combos"][0]["curves"][0]["points"][1][1] == "NaN"
+    back = read_suite_result(tmp_path)
+    assert math.isnan(back.combos[0].curves[0].points[1][1]) and back.combo("A") is not None
+    assert back.combo("missing") is None
+    assert not list(tmp_path.glob(".suite.*"))  # the temporary file was renamed into place
+
+
+def test_a_missing_or_damaged_result_is_a_user_error(tmp_path):
+    with pytest.raises(MegapilotError, match="has no suite.json"):
+        read_suite_result(tmp_path)
+    (tmp_path / "suite.json").write_text("{not json")
+    with pytest.raises(MegapilotError, match="is not a suite result"):
+        read_suite_result(tmp_path)
