@@ -231,8 +231,24 @@ class _SqliteDatabase:
         # isolation_level=None: no implicit transactions; writes open theirs with BEGIN IMMEDIATE.
         self._connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         self._connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self._connection.execute("PRAGMA journal_mode = WAL")
+        self._use_wal()
         self._connection.execute("PRAGMA foreign_keys = ON")
+
+    def _use_wal(self) -> None:
+        """Switch a new file to WAL. Two processes creating the same history at once race for this switch,
+        and SQLite answers the loser "database is locked" at once, without its busy timeout: retry it."""
+        import sqlite3
+        import time
+
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._connection.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> None:
         self._connection.execute(sql, tuple(params))
