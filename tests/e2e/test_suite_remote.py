@@ -85,7 +85,11 @@ def test_slurm_two_node_sweep_and_a_scancelled_combo(slurm_two_runnable_nodes, t
         assert combo["job"]["executor"] == "slurm" and combo["job"]["job_id"].isdigit()
         _check_two_node_training(combo, run_dir)
 
-    # scancel the first combo's job from outside while it trains: it fails, the second still passes.
+    # scancel the first combo's job from outside while it trains: it fails, the second still passes. The
+    # first combo trains long enough this time (8 iterations can be over before anyone could scancel them).
+    data = json.loads(config.read_text())
+    data["sweep"]["combinations"][CELLS[0]] = {"training_iterations": "2000"}
+    config.write_text(json.dumps(data, indent=2))
     stop = threading.Event()
     cancelled: list[str] = []
 
