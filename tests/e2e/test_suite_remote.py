@@ -97,8 +97,9 @@ def test_slurm_two_node_sweep_and_a_scancelled_combo(slurm_two_runnable_nodes, t
         while not stop.is_set() and not cancelled:
             for record in (tmp_path / "runs2").glob("*/MBS1_GBS4_BF16/job.json"):
                 job = json.loads(record.read_text())
-                log = record.parent / "out-node1" / "training.log"
-                if job.get("job_id") and log.is_file() and " iteration " in log.read_text(errors="replace"):
+                # the rank that prints iterations may sit on either node: SLURM decides which node is rank 0
+                logs = record.parent.glob("out-node*/training.log")
+                if job.get("job_id") and any(" iteration " in log.read_text(errors="replace") for log in logs):
                     subprocess.run(["scancel", job["job_id"]], env=env, check=False)
                     cancelled.append(job["job_id"])
             time.sleep(0.3)
