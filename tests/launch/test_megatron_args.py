@@ -10,6 +10,7 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.launch import flags as flags_module
+from megapilot.launch import model_flags as model_flags_module
 from megapilot.launch import render_megatron_args
 from megapilot.launch.megatron_args import MEGATRON_COMMIT, MEGATRON_RELEASE, pinned_flags, split_args
 from tests.launch.variants import OPTION_VARIANTS, VARIANT_PLANS
@@ -26,10 +27,10 @@ def test_pinned_list_records_release_and_has_the_core_flags() -> None:
 
 
 def _flag_literals_in_renderer() -> set[str]:
-    """Every '--flag' string literal in flags.py: what the renderer can ever emit."""
-    tree = ast.parse(inspect.getsource(flags_module))
+    """Every '--flag' string literal in flags.py and model_flags.py: what the renderer can ever emit."""
+    trees = [ast.parse(inspect.getsource(module)) for module in (flags_module, model_flags_module)]
     return {
-        node.value for node in ast.walk(tree)
+        node.value for tree in trees for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
         and re.fullmatch(r"--[a-z0-9][a-z0-9-]*", node.value)
     }
