@@ -6,13 +6,16 @@ Built on a small argparse parser here; the real run needs a Megatron-LM checkout
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import sys
 from importlib import resources
 
 import pytest
 
+from megapilot.errors import MegapilotError
 from megapilot.launch.data import extract_megatron_args as extractor
+from megapilot.launch.megatron_args import pinned_flags, split_args
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,3 +98,35 @@ def test_missing_import_time_dependencies_become_permissive_stubs(monkeypatch):
     assert stub.anything(1, key=2).deeper is not None
     with pytest.raises(AttributeError):
         stub.__wrapped__  # noqa: B018 - dunder look-ups stay honest, so inspect/copy do not loop
+
+
+class _Backend(enum.Enum):
+    flash = 1
+    fused = 2
+
+
+class _Format(enum.Enum):
+    HYBRID = "hybrid"
+    E4M3 = "e4m3"
+
+
+def test_enum_choices_are_recorded_as_the_text_the_parser_accepts() -> None:
+    # Megatron's --attention-backend: type looks the member up by name, choices are the members.
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--attention-backend", type=lambda name: _Backend[name], choices=list(_Backend))
+    parser.add_argument("--fp8-format", type=_Format, choices=list(_Format))  # looked up by value
+    flags = extractor.parser_flags(parser)
+    assert flags["--attention-backend"]["choices"] == ["flash", "fused"]
+    assert flags["--fp8-format"]["choices"] == ["e4m3", "hybrid"]
+    for name, rows in flags.items():  # what was recorded is what the parser itself takes
+        for text in rows["choices"]:
+            parser.parse_args([name, text])
+
+
+def test_the_pinned_attention_backend_takes_megatrons_names_and_refuses_anything_else() -> None:
+    assert split_args(["--attention-backend", "fused"]) == [("--attention-backend", ["fused"])]
+    for text in ("AttnBackend.fused", "flashy"):
+        with pytest.raises(MegapilotError, match="is not one of auto, flash, fused, local, unfused"):
+            split_args(["--attention-backend", text])
+    dotted = sorted(flag.name for flag in pinned_flags().values() if any("." in c for c in flag.choices or ()))
+    assert dotted == []  # no other choice was recorded as an enum's repr

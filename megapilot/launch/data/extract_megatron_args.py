@@ -17,6 +17,7 @@ such as `six`, only used by tokenizers) are replaced by empty modules so the par
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import sys
 import types
@@ -62,8 +63,27 @@ def _describe(action: argparse.Action) -> dict:
         "action": kinds.get(type(action), "store" if takes_value else type(action).__name__),
         "takes_value": takes_value,
         "nargs": nargs if isinstance(nargs, (int, type(None))) else str(nargs),
-        "choices": sorted(str(c) for c in action.choices) if action.choices else None,
+        "choices": sorted(_choice_text(action, c) for c in action.choices) if action.choices else None,
     }
+
+
+def _choice_text(action: argparse.Action, choice: object) -> str:
+    """What a user types on the command line to get `choice`.
+
+    argparse compares choices after `type` has converted the text, so a choice that is an enum member
+    (Megatron's `--attention-backend`: `type=lambda name: AttnBackend[name], choices=list(AttnBackend)`)
+    is typed as the member's name (or value, whichever `type` maps back to it); `str(member)` would
+    record `AttnBackend.fused`, which the parser itself refuses.
+    """
+    if not isinstance(choice, enum.Enum):
+        return str(choice)
+    for text in (choice.name, str(choice.value)):
+        try:
+            if action.type is not None and action.type(text) == choice:
+                return text
+        except (KeyError, ValueError, TypeError):
+            continue
+    return choice.name
 
 
 def parser_flags(parser: argparse.ArgumentParser) -> dict[str, dict]:
