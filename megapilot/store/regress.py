@@ -5,20 +5,29 @@ against the median of the last N passing runs of the same model, layout, GPU and
 than `threshold_pct` is reported with its sign as measured and whether it is worse for that metric
 (step time up is worse, tokens/s down is worse), e.g. "tokens/s/GPU −8.3 % vs the median of the last 5
 runs". The median, not the last run, so that one noisy run neither hides nor fakes a regression.
+
+The band is `threshold_pct` or, when the history holds at least `NOISE_MIN_RUNS` runs, `NOISE_SIGMAS` times
+those runs' own relative spread, whichever is wider: a shared or busy machine whose healthy runs swing 12 % must
+not raise a "regression" at 6 %, while a quiet cluster keeps the tight fixed band.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from megapilot.suite.results import ComboResult, Regression, RunCard, SuiteResult
 
 if TYPE_CHECKING:
-    from megapilot.store.history import History
+    from megapilot.store.history import BaselineStats, History
     from megapilot.suite.gates import BaselineLookup
 
 Direction = Literal["higher", "lower"]
+
+NOISE_SIGMAS = 3.0  # a healthy run lands beyond 3 sigma of its own history about 0.3 % of the time
+NOISE_MIN_RUNS = 3  # below three runs a spread says nothing
+_MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution is 0.6745 sigma
 Change = Literal["better", "worse", "same", "unknown"]
 
 
@@ -124,13 +133,27 @@ def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History
         if stats is None:
             continue
         delta = change_pct(row.value, stats.median)
-        if delta is None or abs(delta) <= threshold_pct:
+        band = regression_band_pct(stats, threshold_pct)
+        if delta is None or abs(delta) <= band:
             continue
+        message = regression_message(row.name, delta, stats.count)
+        if band > threshold_pct:
+            message += f" (beyond their own \u00b1{band:.1f} % spread)"
         regressions.append(Regression(
             combo=combo.key, metric=row.name, value=row.value, baseline_median=stats.median, change_pct=delta,
-            runs_compared=stats.count, worse=judge(row.name, delta) == "worse",
-            message=regression_message(row.name, delta, stats.count)))
+            runs_compared=stats.count, worse=judge(row.name, delta) == "worse", message=message))
     return regressions
+
+
+def regression_band_pct(stats: BaselineStats, threshold_pct: float) -> float:
+    """How far from the median a value may move before it is reported: the fixed threshold, widened to
+    NOISE_SIGMAS robust standard deviations (1.4826 x the median absolute deviation) of the compared runs when
+    there are enough of them. Robust, so that one bad run in the history does not widen the band for all."""
+    if stats.count < NOISE_MIN_RUNS or stats.median == 0:
+        return threshold_pct
+    mad = statistics.median(abs(value - stats.median) for value in stats.values)
+    robust_sigma = _MAD_TO_SIGMA * mad
+    return max(threshold_pct, NOISE_SIGMAS * robust_sigma / abs(stats.median) * 100.0)
 
 
 class HistoryBaselines:
@@ -161,4 +184,4 @@ def regression_message(name: str, delta_pct: float, runs: int) -> str:
 
 
 __all__ = ["Change", "Direction", "HEADLINE_METRICS", "HistoryBaselines", "METRICS", "MetricInfo", "change_pct", "combo_layout",
-           "find_regressions", "judge", "metric_info", "regression_message"]
+           "find_regressions", "judge", "metric_info", "regression_band_pct", "regression_message"]

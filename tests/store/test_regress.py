@@ -63,13 +63,13 @@ def test_the_median_ignores_one_outlier_and_failed_runs(history):
 
 
 def test_only_the_last_n_runs_make_the_median(history):
-    record_runs(history, (2000.0, 400.0), (2000.0, 400.0), (1000.0, 800.0), (1000.0, 800.0))
+    record_runs(history, (2000.0, 400.0), (2000.0, 400.0), (2000.0, 400.0), (1000.0, 800.0), (1000.0, 800.0))
     current = make_suite_result("now", hour=9, combos=[make_combo(tokens=1000.0, step_ms=800.0)])
     assert find_regressions(current, history, last_n=2) == []
-    worse = {r.metric: r for r in find_regressions(current, history, last_n=4) if r.worse}
+    worse = {r.metric: r for r in find_regressions(current, history, last_n=5) if r.worse}
     assert set(worse) == {TOKENS, STEP}
-    assert (worse[TOKENS].runs_compared, worse[TOKENS].baseline_median) == (4, 1500.0)
-    assert worse[STEP].baseline_median == 600.0
+    assert (worse[TOKENS].runs_compared, worse[TOKENS].baseline_median) == (5, 2000.0)
+    assert worse[STEP].baseline_median == 400.0
 
 
 def test_no_history_means_no_regressions_and_the_run_is_not_its_own_baseline(history):
@@ -123,3 +123,29 @@ def test_history_baselines_serve_the_suites_baseline_gates(history):
     stats = lookup(TOKENS)
     assert stats is not None and (stats.median, stats.runs) == (1100.0, 3)
     assert lookup("training.not_measured") is None
+
+
+def test_a_noisy_history_widens_the_band_to_its_own_spread(history):
+    # healthy runs on a busy machine swinging about 10 %: a 12 % move is within their own noise, a 40 % one is not
+    record_runs(history, (1000.0, 800.0), (900.0, 880.0), (1100.0, 720.0), (1000.0, 800.0), (950.0, 840.0))
+    within_noise = make_suite_result("now", hour=9, combos=[make_combo(tokens=880.0, step_ms=800.0)])
+    assert [r.metric for r in find_regressions(within_noise, history)] == []
+    slowed = make_suite_result("slow", hour=9, combos=[make_combo(tokens=600.0, step_ms=800.0)])
+    (tokens,) = find_regressions(slowed, history)
+    assert tokens.worse and "spread" in tokens.message
+
+
+def test_the_band_is_the_fixed_threshold_for_a_quiet_history_or_too_few_runs():
+    from megapilot.store.history import BaselineStats
+    from megapilot.store.regress import regression_band_pct
+
+    def stats(*values: float) -> BaselineStats:
+        ordered = sorted(values)
+        return BaselineStats(metric=TOKENS, median=ordered[len(ordered) // 2], count=len(values),
+                             mean=sum(values) / len(values), stdev=None, values=list(values),
+                             run_ids=[str(i) for i, _ in enumerate(values)])
+
+    assert regression_band_pct(stats(1000.0, 1001.0, 999.0), 5.0) == 5.0  # quiet: 3 sigma is far under 5 %
+    assert regression_band_pct(stats(1000.0, 1200.0), 5.0) == 5.0  # two runs: no spread is trusted
+    assert regression_band_pct(stats(1000.0, 400.0, 1000.0), 5.0) == 5.0  # one bad run does not widen it
+    assert regression_band_pct(stats(1000.0, 900.0, 1100.0), 5.0) == pytest.approx(3 * 1.4826 * 10.0)
