@@ -86,6 +86,10 @@ class TrainParams(BaseModel):
     fsdp: BoolLike = False
     tensor_parallelism: IntLike = Field(default=1, ge=1)
     pipeline_parallelism: IntLike = Field(default=1, ge=1)
+    # megapilot's keys beyond CVS's schema, which has no way to say them: a MoE suite needs EP, a long-context one CP
+    context_parallelism: IntLike = Field(default=1, ge=1)
+    expert_parallelism: IntLike = Field(default=1, ge=1)
+    virtual_pipeline_parallelism: IntLike | None = Field(default=None, ge=2)
     training_iterations: IntLike = Field(gt=0)
     micro_batch_size: IntLike | None = Field(default=None, gt=0)
     global_batch_size: IntLike | None = Field(default=None, gt=0)
@@ -142,6 +146,9 @@ class SweepCell(BaseModel):
     seq_length: int = Field(gt=0)
     tp: int = Field(ge=1)
     pp: int = Field(ge=1)
+    cp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    vpp: int | None = Field(default=None, ge=2)
     recompute: bool
     fsdp: bool
     train_iters: int = Field(gt=0)
@@ -191,7 +198,8 @@ def _cell(key: str, slug: str, mbs: int, gbs: int, precision: str, params: Train
           gpu: GPUSpec | None) -> SweepCell:
     return SweepCell(
         key=key, slug=slug, mbs=mbs, gbs=gbs, precision=precision, seq_length=params.sequence_length,
-        tp=params.tensor_parallelism, pp=params.pipeline_parallelism, recompute=params.recompute,
+        tp=params.tensor_parallelism, pp=params.pipeline_parallelism, cp=params.context_parallelism,
+        ep=params.expert_parallelism, vpp=params.virtual_pipeline_parallelism, recompute=params.recompute,
         fsdp=params.fsdp, train_iters=params.training_iterations, model_name=params.model_name,
         tokenizer_model=params.tokenizer_model, model_size=params.model_size, extra=params.extras(),
         skip_reason=precision_skip_reason(precision, gpu),

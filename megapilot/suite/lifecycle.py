@@ -356,7 +356,7 @@ def _fail_reasons(rows: list[MetricRow]) -> str:
 def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
     return ComboResult(key=cell.key, directory=cell.slug, verdict=Verdict.SKIPPED, reason=reason, backend=backend,
                        mbs=cell.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
-                       tp=cell.tp, pp=cell.pp, train_iters=cell.train_iters)
+                       tp=cell.tp, pp=cell.pp, cp=cell.cp, ep=cell.ep, vpp=cell.vpp, train_iters=cell.train_iters)
 
 
 def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
@@ -616,7 +616,8 @@ def _run_card(suite: LoadedSuite) -> RunCard:
 
     first = suite.cells[0] if suite.cells else suite.smoke
     world = suite.nodes * suite.gpus_per_node
-    layout = f"TP={first.tp},PP={first.pp},DP={max(1, world // (first.tp * first.pp))}"
+    dp = max(1, world // (first.tp * first.pp * first.cp))
+    layout = f"TP={first.tp},PP={first.pp},CP={first.cp},EP={first.ep},DP={dp}"
     return RunCard(suite_name=Path(suite.config_path).stem, model=suite.model.name, model_family=_family(suite),
                    gpu=suite.gpu.name if suite.gpu else "CPU", nodes=suite.nodes, gpus_per_node=suite.gpus_per_node,
                    executor=suite.executor, backend=suite.backend, layout=layout,

@@ -4,8 +4,9 @@
     launch.script_text, launch.megatron_args, launch.plan (for the estimator)
 
 Mapping: ModelSpec from the suite; TrainingSpec from seq length, GBS, precision and iterations;
-ParallelConfig from TP, PP, recompute (`1` = full recompute, `0` = none), FSDP, with DP derived from
-nodes x GPUs per node. Backend and executor pick the launch: the embedded trainer (`megapilot`, `--cpu`
+ParallelConfig from TP, PP, recompute (`1` = full recompute, `0` = none), FSDP, and megapilot's own
+`context_parallelism` / `expert_parallelism` / `virtual_pipeline_parallelism` keys (CVS's schema has none), with
+DP derived from nodes x GPUs per node. Backend and executor pick the launch: the embedded trainer (`megapilot`, `--cpu`
 on a CPU suite, mock data unless `megapilot.data_path`), Megatron-LM's pretrain_gpt.py under
 `megatron_path`, or the Primus launcher; the slurm executor renders an sbatch script, local and ssh a
 torchrun script. Paths must exist here only for the local executor without a container (anything else
@@ -100,8 +101,8 @@ def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None =
     training = TrainingSpec(seq_length=cell.seq_length, global_batch_size=cell.gbs, precision=precision,
                             train_iters=train_iters or cell.train_iters)
     parallel = ParallelConfig.for_world(
-        cluster.world_size, tp=cell.tp, pp=cell.pp, mbs=cell.mbs, recompute="full" if cell.recompute else "none",
-        fsdp=cell.fsdp, sequence_parallel=cell.tp > 1,
+        cluster.world_size, tp=cell.tp, pp=cell.pp, cp=cell.cp, ep=cell.ep, vpp=cell.vpp, mbs=cell.mbs,
+        recompute="full" if cell.recompute else "none", fsdp=cell.fsdp, sequence_parallel=cell.tp > 1,
     )
     validate_layout(suite.model, cluster, training, parallel)
     return SavedPlan(model=suite.model, cluster=cluster, training=training, parallel=parallel)

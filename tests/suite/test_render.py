@@ -94,3 +94,32 @@ def test_secret_named_container_env_never_reaches_the_launch(tmp_path: Path) -> 
     launch = render_cell(suite, suite.cells[1], job_dir=tmp_path / "j")
     assert "HF_TOKEN" not in launch.env
     assert "hf_secret" not in json.dumps(launch.model_dump(mode="json"))
+
+
+def test_megapilot_keys_give_a_moe_cell_expert_and_context_parallelism(tmp_path: Path) -> None:
+    # CVS's schema cannot say EP or CP; megapilot's train_params keys can, per cell too
+    def edit(raw):
+        raw["megapilot"] = {"nodes": 2, "model": "mixtral-8x7b"}
+        raw["train_params"].update(tensor_parallelism="2", expert_parallelism="8")
+        raw["sweep"]["combinations"]["MBS=1,GBS=64,PRECISION=FP8"]["context_parallelism"] = "2"
+    suite = _suite(tmp_path, DISTRIBUTED_70B, edit)
+    by_key = {cell.key: cell for cell in suite.cells}
+    fp8, bf16 = by_key["MBS=1,GBS=64,PRECISION=FP8"], by_key["MBS=1,GBS=64,PRECISION=BF16"]
+    assert (fp8.tp, fp8.cp, fp8.ep) == (2, 2, 8) and (bf16.cp, bf16.ep) == (1, 8)
+    launch = render_cell(suite, bf16, job_dir=tmp_path / "b")
+    assert launch.runnable, launch.error
+    assert launch.plan is not None and (launch.plan.parallel.ep, launch.plan.parallel.dp) == (8, 8)
+    assert _arg(launch.megatron_args, "--expert-model-parallel-size") == "8"
+    cp = render_cell(suite, fp8, job_dir=tmp_path / "f")
+    assert cp.runnable, cp.error
+    assert _arg(cp.megatron_args, "--context-parallel-size") == "2"
+
+
+def test_expert_parallelism_on_a_dense_model_fails_only_its_cell(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["megapilot"] = {"nodes": 2}
+        raw["sweep"]["combinations"]["MBS=1,GBS=64,PRECISION=FP8"]["expert_parallelism"] = "2"
+    suite = _suite(tmp_path, DISTRIBUTED_70B, edit)
+    launches = {launch.key: launch for launch in render_cells(suite, tmp_path / "run", with_smoke=False)}
+    assert launches["MBS=1,GBS=64,PRECISION=FP8"].error
+    assert launches["MBS=1,GBS=64,PRECISION=BF16"].runnable
