@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from megapilot.spec.pipeline import PipelineSplit, PipelineStages, parse_layout, uneven_rank_layer_counts
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
@@ -44,6 +46,32 @@ class ParallelConfig(BaseModel):
         default=None, ge=1,
         description="Layers on the last pipeline rank (--decoder-last-pipeline-num-layers); None = even split.",
     )
+    account_for_embedding: bool = Field(
+        default=False, description="The embedding takes one layer slot (--account-for-embedding-in-pipeline-split).",
+    )
+    account_for_loss: bool = Field(
+        default=False, description="The loss takes one layer slot (--account-for-loss-in-pipeline-split).",
+    )
+    pipeline_layout: str | None = Field(
+        default=None,
+        description="Explicit placement (--pipeline-model-parallel-layout, Megatron's E/t/m/L grammar); "
+        "'balanced' = the most balanced layout megapilot can find. VPP follows from its stage count.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vpp_from_layout(cls, data: object) -> object:
+        """A layout string fixes VPP (its stage count / PP), as Megatron derives it; an unset vpp takes it."""
+        if isinstance(data, dict) and isinstance(layout := data.get("pipeline_layout"), str) \
+                and layout != "balanced" and data.get("vpp") in (None, 1):
+            try:
+                stages = len(parse_layout(layout))
+            except ValueError:
+                return data  # the split's own check names the bad character
+            pp = int(data.get("pp") or 1)
+            if stages % pp == 0 and stages // pp > 1:
+                data = {**data, "vpp": stages // pp}
+        return data
 
     @model_validator(mode="after")
     def _local_consistency(self) -> "ParallelConfig":
@@ -55,19 +83,40 @@ class ParallelConfig(BaseModel):
             raise ValueError("recompute_num_layers applies only to recompute='full'")
         if self.uneven_pipeline and self.pp == 1:
             raise ValueError("first_stage_layers/last_stage_layers need pp > 1; drop them or raise pp")
+        try:  # building the split refuses mixing its vocabularies (layout + counts, counts + account-for)
+            self.pipeline_split  # noqa: B018
+        except ValidationError as exc:
+            raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self
+
+    @property
+    def pipeline_split(self) -> PipelineSplit:
+        """The split in one typed model (even, uneven, account-for, or a layout string)."""
+        return PipelineSplit(
+            first_stage_layers=self.first_stage_layers, last_stage_layers=self.last_stage_layers,
+            account_for_embedding=self.account_for_embedding, account_for_loss=self.account_for_loss,
+            layout=self.pipeline_layout,
+        )
+
+    def pipeline_stages(self, num_layers: int, mtp_num_layers: int = 0) -> PipelineStages:
+        """The virtual stages this layout builds (MegapilotError where Megatron would refuse it)."""
+        return self.pipeline_split.resolve(num_layers, mtp_num_layers, self.pp, self.vpp)
 
     @property
     def uneven_pipeline(self) -> bool:
         """The first or the last pipeline rank has its own layer count (Megatron's uneven PP)."""
         return self.first_stage_layers is not None or self.last_stage_layers is not None
 
-    def rank_layer_counts(self, num_layers: int) -> tuple[int, ...]:
-        """Transformer layers held by each pipeline rank (not validated; see `validate.check_pipeline_split`).
+    def rank_layer_counts(self, num_layers: int, mtp_num_layers: int = 0) -> tuple[int, ...]:
+        """Transformer layers held by each pipeline rank.
 
         Even: num_layers / pp each. Uneven (Megatron-Core's rule): the first and/or last rank take
-        their given counts and the remaining ranks share the rest equally.
+        their given counts and the remaining ranks share the rest equally. Account-for flags and
+        layouts: what their resolved stages hold. Not validated for the even/uneven forms (see
+        `validate.check_pipeline_split`).
         """
+        if self.account_for_embedding or self.account_for_loss or self.pipeline_layout is not None:
+            return self.pipeline_stages(num_layers, mtp_num_layers).rank_layer_counts()
         return pipeline_rank_layer_counts(num_layers, self.pp, self.first_stage_layers, self.last_stage_layers)
 
     @property
@@ -101,6 +150,12 @@ class ParallelConfig(BaseModel):
             block += f" PP_FIRST_LAYERS={self.first_stage_layers}"
         if self.last_stage_layers is not None:
             block += f" PP_LAST_LAYERS={self.last_stage_layers}"
+        if self.account_for_embedding:
+            block += " PP_ACCOUNT_EMBEDDING=1"
+        if self.account_for_loss:
+            block += " PP_ACCOUNT_LOSS=1"
+        if self.pipeline_layout is not None:
+            block += f" PP_LAYOUT='{self.pipeline_layout}'"
         return block
 
     @classmethod
@@ -127,14 +182,4 @@ def pipeline_rank_layer_counts(
 
     Integer division: a split that does not divide is refused by `validate.check_pipeline_split`.
     """
-    if pp == 1:
-        return (num_layers,)
-    fixed = [c for c in (first_stage_layers, last_stage_layers) if c is not None]
-    middle_ranks = pp - len(fixed)
-    per_middle = (num_layers - sum(fixed)) // middle_ranks if middle_ranks else 0
-    counts = [per_middle] * pp
-    if first_stage_layers is not None:
-        counts[0] = first_stage_layers
-    if last_stage_layers is not None:
-        counts[-1] = last_stage_layers
-    return tuple(counts)
+    return uneven_rank_layer_counts(num_layers, pp, first_stage_layers, last_stage_layers)

@@ -10,6 +10,7 @@ from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.pipeline import PipelineSplit
 from megapilot.spec.training import TrainingSpec
 
 
@@ -79,9 +80,9 @@ def _check_tensor_parallel(
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
-    check_pipeline_split(model.num_layers, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
+    stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
     if p.recompute == "full" and p.recompute_num_layers:
-        layers_per_chunk = max(p.rank_layer_counts(model.num_layers)) // p.vpp
+        layers_per_chunk = max(stage.count("t") for stage in stages.stages)
         if p.recompute_method == "block" and p.recompute_num_layers > layers_per_chunk:
             raise MegapilotError(
                 f"recompute_num_layers={p.recompute_num_layers} exceeds the {layers_per_chunk} layers of a stage",
@@ -92,59 +93,19 @@ def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
 
 def check_pipeline_split(
     num_layers: int, pp: int, vpp: int = 1, first_stage_layers: int | None = None,
-    last_stage_layers: int | None = None,
+    last_stage_layers: int | None = None, *, mtp_num_layers: int = 0, split: PipelineSplit | None = None,
 ) -> None:
     """Refuse a layer split Megatron-Core would refuse (TransformerConfig.__post_init__, core 0.16).
 
-    Even split: pp*vpp divides num_layers. Uneven split: the first/last counts are >= 1 and fit, the
-    layers left divide over the middle ranks (there are middle layers exactly when there are middle
-    ranks), and with interleaving every rank's count divides by vpp.
+    Even split: pp*vpp divides num_layers (plus one slot per account-for flag); otherwise the message
+    lists every split that would make it legal, with a concrete example. Uneven split: the first/last
+    counts are >= 1 and fit, the layers left divide over the middle ranks (there are middle layers
+    exactly when there are middle ranks), and with interleaving every rank's count divides by vpp.
+    Layout strings: Megatron's layout rules (see `spec.pipeline`).
     """
-    if first_stage_layers is None and last_stage_layers is None:
-        stages = pp * vpp
-        if num_layers % stages:
-            raise MegapilotError(
-                f"num_layers={num_layers} is not divisible by pp*vpp={pp}*{vpp}={stages}",
-                field="pp" if vpp == 1 else "vpp",
-                fix=f"use pp*vpp from: {_divisors(num_layers)}, or set first_stage_layers/last_stage_layers",
-            )
-        return
-    if pp == 1:
-        raise MegapilotError("an uneven pipeline split needs pp > 1", field="first_stage_layers",
-                             fix="drop first_stage_layers/last_stage_layers or raise pp")
-    fixed = {"first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
-    for name, count in fixed.items():
-        if count is None:
-            continue
-        if count < 1:
-            raise MegapilotError(f"{name}={count} must be >= 1", field=name, fix="give that rank at least 1 layer")
-        if count % vpp:
-            raise MegapilotError(
-                f"{name}={count} is not divisible by vpp={vpp}; each of the rank's {vpp} model chunks needs "
-                "the same number of layers",
-                field=name, fix=f"use a multiple of {vpp}",
-            )
-    given = {name: count for name, count in fixed.items() if count is not None}
-    middle_layers = num_layers - sum(given.values())
-    middle_ranks = pp - len(given)
-    field = next(iter(given))
-    if middle_layers < 0 or bool(middle_layers) != bool(middle_ranks):
-        raise MegapilotError(
-            f"{_describe(given)} leave {middle_layers} of num_layers={num_layers} for {middle_ranks} middle "
-            f"pipeline ranks; Megatron needs middle layers exactly when there are middle ranks",
-            field=field, fix="choose first/last counts that leave at least one layer per middle rank",
-        )
-    if middle_ranks and middle_layers % (middle_ranks * vpp):
-        unit = middle_ranks * vpp
-        raise MegapilotError(
-            f"{_describe(given)} leave {middle_layers} layers, not divisible by the {middle_ranks} middle "
-            f"pipeline ranks" + (f" x vpp={vpp}" if vpp > 1 else ""),
-            field=field, fix=f"choose first/last counts so that num_layers minus them is a multiple of {unit}",
-        )
-
-
-def _describe(given: dict[str, int]) -> str:
-    return " and ".join(f"{name}={count}" for name, count in given.items())
+    if split is None:
+        split = PipelineSplit(first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+    split.resolve(num_layers, mtp_num_layers, pp, vpp)
 
 
 def _check_sequence(model: ModelSpec, training: TrainingSpec) -> None:
