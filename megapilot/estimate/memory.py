@@ -35,11 +35,12 @@ from megapilot.estimate.params import (
     layers_by_sharding,
     mtp_module_params,
     norm_params,
-    stage_layer_indices,
+    pipeline_stages,
     stage_params_by_sharding,
 )
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit
 from megapilot.spec.training import TrainingSpec
 
 GIB = 2**30
@@ -107,17 +108,14 @@ def shard_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> Shar
     model and the parameter count cannot disagree on what a stage holds.
     """
     p = parallel
-    return _shard_params(model, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, stage, p.first_stage_layers,
-                         p.last_stage_layers)
+    return _shard_params(model, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, stage, p.pipeline_split)
 
 
 @lru_cache(maxsize=8192)
 def _shard_params(
-    model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int,
-    first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+    model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int, split: PipelineSplit = EVEN_SPLIT,
 ) -> ShardParams:
-    held = stage_params_by_sharding(model, pp, vpp, stage, tp=tp, first_stage_layers=first_stage_layers,
-                                    last_stage_layers=last_stage_layers)
+    held = stage_params_by_sharding(model, pp, vpp, stage, tp=tp, split=split)
     return ShardParams(dense=held.tp_sharded / tp, replicated=held.replicated, expert=held.expert / (ep * etp))
 
 
@@ -246,8 +244,8 @@ def activations_gib(
     """Peak activations of pipeline rank `stage`, default (complete) mode."""
     p = parallel
     tokens = p.mbs * training.seq_length / p.cp
-    layers = stage_layer_indices(model, p.pp, p.vpp, stage, first_stage_layers=p.first_stage_layers,
-                                 last_stage_layers=p.last_stage_layers)
+    stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
+    layers = stages.decoder_layers(stage)
     by_kind: dict[bool, float] = {}  # dense and MoE layers each costed once
     full = []
     is_moe = moe_flags(model)
@@ -257,12 +255,14 @@ def activations_gib(
             by_kind[kind] = layer_activation_bytes(model, i, p, tokens, training.precision)
         full.append(by_kind[kind])
     per_microbatch, working_set = _recompute_policy(model, p, full, tokens)
-    if stage == 0:  # embedding output (+ dropout mask) and token ids
+    if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
         per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
     in_flight = in_flight_microbatches(p, p.num_microbatches(training.global_batch_size), stage)
     total = per_microbatch * in_flight + working_set
-    if stage == p.pp - 1:
+    if stage == stages.rank_of(LOSS):
         total += _output_activation_bytes(model, p, tokens)
+    if stage == stages.rank_of(MTP):
+        total += _mtp_activation_bytes(model, p, tokens)
     return total / GIB
 
 
@@ -289,16 +289,22 @@ def _output_activation_bytes(model: ModelSpec, p: ParallelConfig, tokens: float)
     """Last stage: final-norm input, bf16 logits and the fp32 copy the cross-entropy works on.
 
     The last stage runs one micro-batch's forward and backward back to back, so this is held once.
-    MTP modules (also on the last stage) add their layers and one more logits pass each.
     """
-    vocab = model.padded_vocab_size(p.tp)
-    logits = tokens * vocab / p.tp * (2 + 4)
     norm_input = 2 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1)
-    mtp = 0.0
-    if model.mtp_num_layers:
-        mtp_layer = layer_activation_bytes(model, model.num_layers - 1, p, tokens)
-        mtp = model.mtp_num_layers * (mtp_layer + logits + 4 * model.hidden_size * tokens / p.tp)
-    return logits + norm_input + mtp
+    return _logits_bytes(model, p, tokens) + norm_input
+
+
+def _logits_bytes(model: ModelSpec, p: ParallelConfig, tokens: float) -> float:
+    """bf16 logits and the fp32 copy the cross-entropy works on."""
+    return tokens * model.padded_vocab_size(p.tp) / p.tp * (2 + 4)
+
+
+def _mtp_activation_bytes(model: ModelSpec, p: ParallelConfig, tokens: float) -> float:
+    """MTP modules (on the last rank, or where a layout puts them): a layer and one more logits pass each."""
+    if not model.mtp_num_layers:
+        return 0.0
+    mtp_layer = layer_activation_bytes(model, model.num_layers - 1, p, tokens)
+    return model.mtp_num_layers * (mtp_layer + _logits_bytes(model, p, tokens) + 4 * model.hidden_size * tokens / p.tp)
 
 
 def overhead_gib(parallel: ParallelConfig, activations: float) -> float:
@@ -387,13 +393,11 @@ def memory_per_gpu(
 
 def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
     p = parallel
-    return _stages_to_cost_for(model, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
+    return _stages_to_cost_for(model, p.pp, p.vpp, p.pipeline_split)
 
 
 @lru_cache(maxsize=1024)
-def _stages_to_cost_for(
-    model: ModelSpec, pp: int, vpp: int, first_stage_layers: int | None, last_stage_layers: int | None
-) -> tuple[int, ...]:
+def _stages_to_cost_for(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> tuple[int, ...]:
     """The pipeline ranks that can be the most loaded.
 
     Two ranks holding the same kinds of layers in the same order, neither the first nor the last,
@@ -401,11 +405,13 @@ def _stages_to_cost_for(
     the lowest rank is costed; nor one with the first rank's mix, which the first rank outweighs
     (its embedding on top). That leaves the first and last ranks, and per other layer mix its first
     middle rank (rank 1 of an uneven split with lighter ends; ranks where MoE and dense layers mix).
+    A rank that holds the embedding, loss or MTP modules (a layout may put them anywhere) is a mix of its own.
     """
-    def mix(stage: int) -> tuple[bool, ...]:
-        layers = stage_layer_indices(model, pp, vpp, stage, first_stage_layers=first_stage_layers,
-                                     last_stage_layers=last_stage_layers)
-        return tuple(is_moe[i] for i in layers)
+    resolved = pipeline_stages(model, pp, vpp, split)
+
+    def mix(stage: int) -> tuple[object, ...]:
+        ends = tuple(resolved.count(stage, item) for item in (EMBEDDING, MTP, LOSS))
+        return (ends, *(is_moe[i] for i in resolved.decoder_layers(stage)))
 
     is_moe = moe_flags(model)
     seen = {mix(0)}

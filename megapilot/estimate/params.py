@@ -27,8 +27,7 @@ from functools import lru_cache
 
 from megapilot.errors import MegapilotError
 from megapilot.spec.model import ModelSpec
-from megapilot.spec.parallel import pipeline_rank_layer_counts
-from megapilot.spec.validate import check_pipeline_split
+from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit, PipelineStages
 
 
 @dataclass(frozen=True)
@@ -271,9 +270,26 @@ def count_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -
 # ---- pipeline stages ---------------------------------------------------------------------------
 
 
+def _split_of(
+    split: PipelineSplit | None, first_stage_layers: int | None, last_stage_layers: int | None
+) -> PipelineSplit:
+    """The typed split; the first/last keywords are the older spelling of an uneven one."""
+    if split is not None:
+        return split
+    if first_stage_layers is None and last_stage_layers is None:
+        return EVEN_SPLIT
+    return PipelineSplit(first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+
+
+def pipeline_stages(model: ModelSpec, pp: int, vpp: int = 1, split: PipelineSplit = EVEN_SPLIT) -> PipelineStages:
+    """The model's virtual stages under `split` (MegapilotError where Megatron refuses the split)."""
+    return split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
+
+
 def stage_layer_indices(
     model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *,
     first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+    split: PipelineSplit | None = None,
 ) -> list[int]:
     """0-based layers held by pipeline rank `stage`.
 
@@ -281,65 +297,56 @@ def stage_layer_indices(
     c % pp, so rank `stage` holds chunks stage, stage+pp, ..., stage+(vpp-1)*pp. Uneven split
     (`first_stage_layers`/`last_stage_layers`): each rank's count (the given first/last, the rest
     shared by the middle ranks) is cut into vpp equal chunks, and virtual stage v runs through the
-    ranks in order, as Megatron-Core's get_transformer_layer_offset places them.
+    ranks in order, as Megatron-Core's get_transformer_layer_offset places them. Account-for flags and
+    layout strings: the layers their resolved stages list (`spec.pipeline`).
     """
-    return list(_stage_layers(model, pp, vpp, stage, first_stage_layers, last_stage_layers))
-
-
-@lru_cache(maxsize=8192)
-def _stage_layers(
-    model: ModelSpec, pp: int, vpp: int, stage: int, first_stage_layers: int | None, last_stage_layers: int | None
-) -> tuple[int, ...]:
-    _check_stage(model, pp, vpp, stage, first_stage_layers, last_stage_layers)
-    per_chunk = [count // vpp for count in
-                 pipeline_rank_layer_counts(model.num_layers, pp, first_stage_layers, last_stage_layers)]
-    layers_per_virtual_stage = sum(per_chunk)
-    start_in_virtual_stage = sum(per_chunk[:stage])
-    return tuple(
-        virtual * layers_per_virtual_stage + start_in_virtual_stage + offset
-        for virtual in range(vpp)
-        for offset in range(per_chunk[stage])
-    )
+    resolved = _split_of(split, first_stage_layers, last_stage_layers)
+    _check_stage(model, pp, vpp, stage, resolved)
+    return list(pipeline_stages(model, pp, vpp, resolved).decoder_layers(stage))
 
 
 def stage_params(
     model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1,
     first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+    split: PipelineSplit | None = None,
 ) -> int:
     """Parameters held by pipeline rank `stage` (all TP shards together), with the padded vocab for `tp`.
 
-    The first rank holds the embedding; the last rank holds the final norm, the output layer and the
-    MTP modules. With pp > 1 Megatron-Core gives the last rank copies of what it shares with the first
-    (checked against core 0.16 models built with pp=2): with tied embeddings its own word-embedding
-    matrix as the output layer, and with MTP a full input embedding for the MTP modules to read.
+    The rank holding `E` holds the embedding; the one holding `L` the final norm and the output layer;
+    the one holding `m` the MTP modules (the last rank unless a layout puts them elsewhere). With pp > 1
+    Megatron-Core gives those ranks copies of what they share with the first (checked against core 0.16
+    models built with pp=2): with tied embeddings the loss rank's own word-embedding matrix as the
+    output layer, and with MTP a full input embedding for the MTP modules to read.
     """
-    return stage_params_by_sharding(model, pp, vpp, stage, tp=tp, first_stage_layers=first_stage_layers,
-                                    last_stage_layers=last_stage_layers).total
+    return stage_params_by_sharding(model, pp, vpp, stage, tp=tp,
+                                    split=_split_of(split, first_stage_layers, last_stage_layers)).total
 
 
 @lru_cache(maxsize=8192)
 def stage_params_by_sharding(
     model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1,
     first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+    split: PipelineSplit | None = None,
 ) -> ParamsBySharding:
     """`stage_params` grouped by how Megatron splits them over GPUs (what the memory model divides)."""
+    resolved = _split_of(split, first_stage_layers, last_stage_layers)
+    stages = pipeline_stages(model, pp, vpp, resolved)
     layers = layers_by_sharding(model)
     held = ParamsBySharding(0, 0, 0)
-    for i in stage_layer_indices(model, pp, vpp, stage, first_stage_layers=first_stage_layers,
-                                 last_stage_layers=last_stage_layers):
+    for i in stage_layer_indices(model, pp, vpp, stage, split=resolved):
         held += layers[i]
-    first, last = stage == 0, stage == pp - 1
+    embedding_rank, loss_rank, mtp_rank = (stages.rank_of(item) for item in (EMBEDDING, LOSS, MTP))
     embedding = ParamsBySharding(embedding_params(model, padded_vocab=True, tp=tp), 0, 0)
-    if first:
+    if stage == embedding_rank:
         held += embedding
-    if last:
+    if stage == loss_rank:
         held += ParamsBySharding(output_layer_params(model, padded_vocab=True, tp=tp),
-                              norm_params(model, model.hidden_size), 0)
-        held += _mtp_module_by_sharding(model).scaled(model.mtp_num_layers)
-    if last and not first:
-        if model.tie_embeddings:
+                                 norm_params(model, model.hidden_size), 0)
+        if model.tie_embeddings and stage != embedding_rank:
             held += ParamsBySharding(model.padded_vocab_size(tp) * model.hidden_size, 0, 0)
-        if model.mtp_num_layers:
+    if stage == mtp_rank:
+        held += _mtp_module_by_sharding(model).scaled(model.mtp_num_layers)
+        if stage != embedding_rank:
             held += embedding
     return held
 
@@ -347,18 +354,17 @@ def stage_params_by_sharding(
 def most_loaded_stage(
     model: ModelSpec, pp: int, vpp: int = 1, tp: int = 1, *,
     first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+    split: PipelineSplit | None = None,
 ) -> int:
     """The pipeline rank holding the most parameters (the lowest rank on a tie)."""
-    loads = [stage_params(model, pp, vpp, stage, tp=tp, first_stage_layers=first_stage_layers,
-                          last_stage_layers=last_stage_layers) for stage in range(pp)]
+    resolved = _split_of(split, first_stage_layers, last_stage_layers)
+    loads = [stage_params(model, pp, vpp, stage, tp=tp, split=resolved) for stage in range(pp)]
     return loads.index(max(loads))
 
 
-def _check_stage(
-    model: ModelSpec, pp: int, vpp: int, stage: int, first_stage_layers: int | None, last_stage_layers: int | None
-) -> None:
+def _check_stage(model: ModelSpec, pp: int, vpp: int, stage: int, split: PipelineSplit) -> None:
     if pp < 1 or vpp < 1:
         raise MegapilotError(f"pp={pp}, vpp={vpp} must be >= 1", field="pp", fix="use positive pipeline sizes")
-    check_pipeline_split(model.num_layers, pp, vpp, first_stage_layers, last_stage_layers)
+    pipeline_stages(model, pp, vpp, split)
     if not 0 <= stage < pp:
         raise MegapilotError(f"stage={stage} is outside 0..{pp - 1}", field="stage", fix=f"use 0 <= stage < {pp}")

@@ -45,10 +45,11 @@ from megapilot.estimate.flops import (
     flops_per_step,
 )
 from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
-from megapilot.estimate.params import stage_layer_indices
+from megapilot.estimate.params import pipeline_stages
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.pipeline import LOSS, MTP
 from megapilot.spec.training import TrainingSpec
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
@@ -241,13 +242,13 @@ def _recomputed_layers(p: ParallelConfig, layers_in_stage: int) -> set[int]:
 def _output_cost(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, eff: EfficiencyParams
 ) -> float:
-    """Logits GEMM + cross-entropy on the last stage (per MTP depth + 1), per micro-batch."""
+    """Logits GEMM + cross-entropy of one output head (the loss rank's, or one MTP module's), per micro-batch."""
     tokens = p.mbs * training.seq_length / p.cp
     vocab = model.padded_vocab_size(p.tp) / p.tp
     h, gpu = model.hidden_size, cluster.gpu
     gemm = gemm_time_s(6 * tokens * h * vocab, tokens, h, vocab, gpu, training.precision, eff)
     cross_entropy = elementwise_time_s(tokens * vocab * 6, gpu, eff)
-    return (gemm + cross_entropy) * (model.mtp_num_layers + 1)
+    return gemm + cross_entropy
 
 
 def stage_costs(
@@ -265,10 +266,10 @@ def stage_costs(
             cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
         return cache[key]
 
+    stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
     costs = []
     for stage in range(p.pp):
-        layers = stage_layer_indices(model, p.pp, p.vpp, stage, first_stage_layers=p.first_stage_layers,
-                                     last_stage_layers=p.last_stage_layers)
+        layers = stages.decoder_layers(stage)
         recomputed = _recomputed_layers(p, len(layers))
         kinds: dict[tuple[bool, bool], tuple[int, int]] = {}  # (moe, recomputed) -> (a layer, count)
         for position, layer_index in enumerate(layers):
@@ -278,10 +279,11 @@ def stage_costs(
         total = _Cost()
         for (_, is_recomputed), (layer_index, count) in kinds.items():
             total = total + cost_of(layer_index, is_recomputed).scaled(count)
-        if stage == p.pp - 1:
+        if stage == stages.rank_of(LOSS):
             total = total + _Cost(compute=_output_cost(model, cluster, training, p, options.efficiency))
-            if model.mtp_num_layers:
-                total = total + cost_of(model.num_layers - 1, False).scaled(model.mtp_num_layers)
+        if stage == stages.rank_of(MTP):  # each MTP module: a layer of the last kind and its own logits
+            mtp_logits = _Cost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+            total = total + (cost_of(model.num_layers - 1, False) + mtp_logits).scaled(model.mtp_num_layers)
         costs.append(total)
     return costs
 
