@@ -32,15 +32,35 @@ so splitting the file would change its floats, and CPU seconds would not drop an
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, BinaryIO
+from collections import Counter
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
 
 from megapilot.logs.lines import CHUNK_BYTES, LineSplitter
-from megapilot.logs.parser import RECORD_NEEDLES, LineParser, leading_time, prefix_time
-from megapilot.logs.records import Evidence
-from megapilot.logs.signatures import _TRIGGERS
+from megapilot.logs.parser import DEEPSPEED_FORK_KEYS, RECORD_NEEDLES, LineParser, leading_time, prefix_time
+from megapilot.logs.records import Evidence, Record
+from megapilot.logs.signatures import TRIGGERS
+from megapilot.logs.summary import IterationRow, SummaryBuilder
 
-if TYPE_CHECKING:
-    from megapilot.logs.collect import LogCollector
+
+class RecordSink(Protocol):
+    """Where a source's records go (`LogCollector` is one): every record, plus the two counters the bulk path
+    updates itself for the iteration lines it never turns into records."""
+
+    summary: SummaryBuilder
+    dialects: Counter[str]
+
+    def add(self, record: Record) -> None: ...
+
+
+@dataclass(frozen=True)
+class SourceEnd:
+    """What one source contributes to its run beyond records: lines read, its last non-empty line, its latest
+    timestamp (the same from the line path and the bulk path)."""
+
+    lines_read: int
+    last_line: Evidence | None
+    last_time_s: float | None
 
 _VALUE = rb"[\x20-\x7b\x7d\x7e]*"  # printable ASCII but `|`
 _INT = rb"[0-9]{1,15}"  # short enough that int(float(text)) == int(text), as the line parser computes it
@@ -49,8 +69,10 @@ _LOSS = rb"[-+]?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|nan|NaN|NAN|inf|Inf|I
 _KEY = rb"[a-z0-9_]+(?: [a-z0-9_]+)*"  # lowercase, no outer space: the line parser's key is the same text
 # Keys whose value reaches the summary or the dialect: never accepted among the free fields, so that
 # the regex's groups are the values the line parser would keep (it keeps the last of repeated keys).
+# Keys that make the line parser name a fork's dialect are excluded the same way.
 _SUMMARY_KEYS = (rb"(?:lm loss|loss|tflops|global batch size|number of skipped iterations|"
-                 rb"number of nan iterations|mem usages|consumed samples|skipped samples)")
+                 rb"number of nan iterations|mem usages|consumed samples|skipped samples|"
+                 + b"|".join(re.escape(key.encode()) for key in sorted(DEEPSPEED_FORK_KEYS)) + rb")")
 
 # The Megatron-LM `training_log` line (2022 to today), from `iteration` to the end of the line.
 FAST_ITERATION_RE = re.compile(
@@ -89,29 +111,29 @@ def _needle_regex(needles: tuple[str, ...]) -> re.Pattern[bytes]:
 
 # Matched against lowercased bytes: every needle is lowercase, as the parser compares lowercased text
 # (a superset where the parser is case-sensitive: more lines parsed, never fewer).
-PARSER_NEEDLE_RE = _needle_regex(tuple(sorted(set(RECORD_NEEDLES) | set(_TRIGGERS))))
+PARSER_NEEDLE_RE = _needle_regex(tuple(sorted(set(RECORD_NEEDLES) | set(TRIGGERS))))
 
 
 class BulkReader:
-    """Reads one binary stream into a collector, with one `LineParser` for the file's state."""
+    """Reads one binary stream into a sink, with one `LineParser` for the file's state."""
 
-    def __init__(self, collector: LogCollector, parser: LineParser) -> None:
-        self.collector = collector
+    def __init__(self, sink: RecordSink, parser: LineParser) -> None:
+        self.sink = sink
         self.parser = parser
-        self.summary = collector._summary
-        self.dialects = collector._dialects
+        self.summary = sink.summary
+        self.dialects = sink.dialects
         self.lines_read = 0
         self.last_line: tuple[int, str] | None = None
         # Lazy timestamps of the current block: the parser's latest-time candidates (prefix bytes of
         # iteration lines, or (start, end) of skipped lines) and the prefixes of counted iteration lines.
         self._time_candidates: list[bytes | tuple[int, int]] = []
         self._counted_prefixes: list[bytes] = []
-        self._rows: list[tuple] = []  # iteration lines not yet handed to the summary (see `_flush_rows`)
+        self._rows: list[IterationRow] = []  # iteration lines not yet handed to the summary (see `_flush_rows`)
         self._block = b""
         self._line_pos = 0
         self._line_no = 0
 
-    def read(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def read(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> SourceEnd:
         splitter = LineSplitter()
         while chunk := stream.read(chunk_bytes):
             block = splitter.feed_bytes(chunk)
@@ -120,7 +142,7 @@ class BulkReader:
         tail = splitter.flush_bytes()
         if tail is not None:
             self.block(tail[0], tail[1])
-        self._finish()
+        return self._end()
 
     # ---- one block of complete lines --------------------------------------------------------------
     def block(self, first_line_no: int, data: bytes) -> None:
@@ -145,16 +167,16 @@ class BulkReader:
                 needs_first_time = not summary.has_first_time
                 computes_tokens = parser.computes_tokens  # an `arguments` block in the gap gives the shape
             pos = found.end()
-            if parser._pending_step_time_s is not None:  # a Bridge `Step Time` line is waiting for this line
+            if parser.awaits_step_line:  # a Bridge `Step Time` line is waiting for this line
                 self._parse_lines(line_start, pos)
                 needs_first_time = not summary.has_first_time
                 continue
             iteration, train_iters, elapsed, tflops, gbs, loss, skipped, nan = found.groups()
             elapsed_ms = float(elapsed)
-            row = (int(iteration), int(train_iters), elapsed_ms,
-                   parser._computed_tokens_per_s(int(gbs), elapsed_ms) if computes_tokens else None,
-                   None if tflops is None else float(tflops), None if loss is None else float(loss),
-                   0 if nan == b"0" else int(nan), 0 if skipped == b"0" else int(skipped), prefix)
+            row = IterationRow(int(iteration), int(train_iters), elapsed_ms,
+                               parser.computed_tokens_per_s(int(gbs), elapsed_ms) if computes_tokens else None,
+                               None if tflops is None else float(tflops), None if loss is None else float(loss),
+                               0 if nan == b"0" else int(nan), 0 if skipped == b"0" else int(skipped), prefix)
             time_candidates_append(prefix)
             if needs_first_time:  # until a counted line has a timestamp, read each one at once
                 self._add_with_time(row)
@@ -166,10 +188,8 @@ class BulkReader:
         self._resolve_times()
         self._note_tail(data, first_line_no + data.count(b"\n"))
 
-    def _add_with_time(self, row: tuple) -> None:
-        iteration, train_iters, elapsed_ms, tokens, tflops, loss, nan, skipped, prefix = row
-        self.summary.add_values(iteration, train_iters, prefix_time(prefix.decode("ascii")), None, elapsed_ms, tokens,
-                                tflops, None, loss, nan, skipped)
+    def _add_with_time(self, row: IterationRow) -> None:
+        self.summary.add_row(row, time_s=prefix_time(row.time_key.decode("ascii")))
         self.dialects["megatron-bridge" if self.parser.bridge_seen else "megatron-lm"] += 1
 
     def _flush_rows(self) -> None:
@@ -184,8 +204,8 @@ class BulkReader:
         lowered = self._block[start:end].lower()
         pos, size = 0, end - start
         while pos < size:
-            if self.parser._traceback_frames is not None or self.parser._argument_values is not None:
-                # every line is a frame or the exception (an argument or the block's end), until it closes
+            if self.parser.reads_every_line:
+                # inside a traceback, a stack dump, a launcher summary or an `arguments` block: every line counts
                 line_end = lowered.index(b"\n", pos) + 1
                 self._parse_lines(start + pos, start + line_end)
                 pos = line_end
@@ -205,7 +225,7 @@ class BulkReader:
         """Feed block[start:end] (whole lines) to the line parser, exactly as the line path does."""
         self._resolve_times()
         line_no = self._line_number_at(start)
-        feed, add = self.parser.feed, self.collector.add
+        feed, add = self.parser.feed, self.sink.add
         lines = self._block[start:end].decode("utf-8", "replace").split("\n")
         lines.pop()  # the empty text after the last newline
         for text in lines:
@@ -265,13 +285,10 @@ class BulkReader:
         if last_line is not None:
             self.last_line = last_line
 
-    def _finish(self) -> None:
-        log, parser = self.collector.log, self.parser
-        log.lines_read += self.lines_read
-        if self.last_line is not None:
-            log.last_line = Evidence(parser.file, self.last_line[0], self.last_line[1])
-        if parser.last_time_s is not None:
-            log.last_time_s = max(log.last_time_s or parser.last_time_s, parser.last_time_s)
+    def _end(self) -> SourceEnd:
+        last = self.last_line
+        return SourceEnd(self.lines_read, None if last is None else Evidence(self.parser.file, last[0], last[1]),
+                         self.parser.last_time_s)
 
 
 def _last_line_facts(data: bytes, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
@@ -298,6 +315,6 @@ def _last_line_facts(data: bytes, last_line_no: int) -> tuple[int | None, tuple[
         end, line_no = start - 1, line_no - 1
 
 
-def read_bulk(collector: LogCollector, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> None:
-    """Parse a whole binary stream in summary-only mode into `collector` (see the module docstring)."""
-    BulkReader(collector, parser).read(stream, chunk_bytes)
+def read_bulk(sink: RecordSink, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> SourceEnd:
+    """Parse a whole binary stream in summary-only mode into `sink` (see the module docstring)."""
+    return BulkReader(sink, parser).read(stream, chunk_bytes)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.bulk import read_bulk
+from megapilot.logs.bulk import SourceEnd, read_bulk
 from megapilot.logs.lines import follow_lines, read_lines, split_carriage_returns
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
@@ -91,16 +91,16 @@ class LogCollector:
     def __init__(self, *, summary_only: bool = False) -> None:
         self.summary_only = summary_only
         self.log = ParsedLog(files=[])
-        self._dialects: Counter[str] = Counter()
-        self._summary = SummaryBuilder()
+        self.dialects: Counter[str] = Counter()
+        self.summary = SummaryBuilder()
         self._open_ops: dict[str, dict[str, Any]] = {}
         self.last_progress_time_s: float | None = None
         self.last_progress_wall_s: float | None = None
 
     def add(self, record: Record) -> None:
         if isinstance(record, IterationRecord):
-            self._dialects[record.dialect] += 1
-            self._summary.add(record)
+            self.dialects[record.dialect] += 1
+            self.summary.add(record)
             self.last_progress_time_s = record.time_s or self.last_progress_time_s
             self.last_progress_wall_s = time.monotonic()
             if not self.summary_only:
@@ -122,6 +122,14 @@ class LogCollector:
         elif isinstance(record, ProgressMarker):
             self.log.markers.append(record)
 
+    def end_source(self, end: SourceEnd) -> None:
+        """A source was read to its end: count its lines, keep its last line and the run's latest timestamp."""
+        self.log.lines_read += end.lines_read
+        if end.last_line is not None:
+            self.log.last_line = end.last_line
+        if end.last_time_s is not None:
+            self.log.last_time_s = max(self.log.last_time_s or end.last_time_s, end.last_time_s)
+
     def add_error(self, record: ErrorRecord) -> None:
         if len(self.log.errors) < MAX_KEPT_ERRORS:
             self.log.errors.append(record)
@@ -134,7 +142,7 @@ class LogCollector:
             return  # a fresh start, not an operation
         if event.phase == "start":
             if event.kind == "save":
-                self._summary.checkpoint_save_started()
+                self.summary.checkpoint_save_started()
             self._finish_open(event.kind)
             self._open_ops[event.kind] = {"event": event, "evidence": [evidence]}
             return
@@ -179,9 +187,9 @@ class LogCollector:
     def finish(self) -> ParsedLog:
         for kind in list(self._open_ops):
             self._finish_open(kind)
-        self.log.summary = self._summary.result()
-        self.log.dialect_counts = dict(self._dialects)
-        self.log.dialect = _file_dialect(self._dialects)
+        self.log.summary = self.summary.result()
+        self.log.dialect_counts = dict(self.dialects)
+        self.log.dialect = _file_dialect(self.dialects)
         return self.log
 
 
@@ -207,11 +215,8 @@ def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int
             add(record)
             if on_record is not None:
                 on_record(record)
-    collector.log.lines_read += count
-    if last is not None:
-        collector.log.last_line = Evidence(parser.file, last[0], last[1])
-    if parser.last_time_s is not None:
-        collector.log.last_time_s = max(collector.log.last_time_s or parser.last_time_s, parser.last_time_s)
+    collector.end_source(SourceEnd(count, None if last is None else Evidence(parser.file, last[0], last[1]),
+                                   parser.last_time_s))
 
 
 def _open_source(path: str) -> Iterator[tuple[int, str]]:
@@ -241,7 +246,7 @@ def parse_logs(
         parser = LineParser(name if name != "-" else "<stdin>", options, collector.log.arguments)
         if summary_only and on_record is None:
             with _binary_source(name) as stream:
-                read_bulk(collector, parser, stream)
+                collector.end_source(read_bulk(collector, parser, stream))
         else:
             _feed(collector, parser, _open_source(name), on_record)
     return collector.finish()
@@ -328,7 +333,7 @@ def _wall_clock_hang(collector: LogCollector, state: dict[str, Any], factor: flo
     last: IterationRecord | None = state["last_iteration"]
     if last is None or state["hang_reported"] or collector.last_progress_wall_s is None:
         return None
-    typical_ms = collector._summary.result().step_time_p50_ms or last.elapsed_ms
+    typical_ms = collector.summary.result().step_time_p50_ms or last.elapsed_ms
     limit_s = max(floor_s, factor * (typical_ms or 0.0) / 1000.0)
     silent_s = time.monotonic() - collector.last_progress_wall_s
     if silent_s < limit_s:

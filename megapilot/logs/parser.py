@@ -16,7 +16,8 @@ import calendar
 import math
 import re
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from megapilot.logs.records import (
     ARGUMENT_INT_FIELDS,
@@ -30,7 +31,14 @@ from megapilot.logs.records import (
     TheoreticalMemoryRecord,
     TimerRecord,
 )
-from megapilot.logs.signatures import classify_exception, is_exception_line, match_line
+from megapilot.logs.signatures import (
+    CRASH_DUMP_SIGNATURES,
+    Signature,
+    classify_exception,
+    is_checkpoint_writer_frame,
+    is_exception_line,
+    match_line,
+)
 
 _NO_RECORDS: tuple[Record, ...] = ()
 
@@ -40,6 +48,12 @@ ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 # Primus torchtitan: `step:  1  loss: 12.2674  grad_norm: 3.9375  memory: 240.17GiB(95.31%)  tps: 531 ...`
 TITAN_STEP_RE = re.compile(r"\bstep:\s*(\d+)\s+(loss:.*)")
 TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
+# DeepSpeed's pipeline engine: `steps: 10 loss: 10.8734 iter time (s): 2.345 samples/sec: 27.296`
+DEEPSPEED_STEPS_RE = re.compile(r"\bsteps:\s*(\d+)\s+loss:\s*(\S+)\s+iter time \(s\):\s*(\S+)(?:\s+samples/sec:\s*(\S+))?")
+# NeMo 1.x (Lightning's progress bar): `Epoch 0:   1%|  | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1,
+# v_num=, reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]`
+LIGHTNING_PROGRESS_RE = re.compile(r"(\d+)/(\d+) \[[^\]]*?(?:(\d+(?:\.\d+)?)(s/it|it/s))?,")
+LIGHTNING_FIELD_RE = re.compile(r"([A-Za-z_][\w ]*?)=\s*([-+\w.]+)")
 # A decimal number captured whole: "8..03" must not reach float() (mangled lines).
 NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*" + NUMBER + r"\s*s\b(?:.*?GPU utilization:\s*" + NUMBER + r")?")
@@ -85,20 +99,21 @@ _MARKERS: tuple[tuple[str, str], ...] = (
 # Lowercase substrings without which `LineParser.feed` finds no record on a line and changes no state
 # but the latest timestamp (bulk reading skips such lines; keep in step with `feed` and `_structured`).
 RECORD_NEEDLES: tuple[str, ...] = (
-    "iteration", "step:", "traceback (most recent call last)", "memory (", "checkpoint", ".:", "time (ms)",
+    "iteration", "step:", "steps:", "_train_loss=", "train_step_timing in s=", "root cause (first observed failure)", "traceback (most recent call last)", "memory (", "checkpoint", ".:", "time (ms)",
     "in billions", "emory footprint", "step time", "training ...", ARGUMENTS_NEEDLE,
     *(needle.lower() for needle, _ in _MARKERS),
 )
 
-# Iteration-line field keys (lowercase) → slot.
+# Iteration-line field keys (lowercase) → the `IterationFields` attribute they fill.
 _FIELD_SLOTS: dict[str, str] = {
     "consumed samples": "consumed_samples",
     "skipped samples": "skipped_samples",
-    "elapsed time per iteration (ms)": "elapsed",
-    "throughput per gpu (tflop/s/gpu)": "tflops",
-    "tflops": "tflops",  # the Megatron-DeepSpeed fork: `TFLOPs: 120.37` (per GPU)
-    "tokens/s/gpu inst/harmonic mean": "tokens",
-    "tokens per gpu (tokens/s/gpu)": "tokens",
+    "elapsed time per iteration (ms)": "elapsed_ms",
+    "throughput per gpu (tflop/s/gpu)": "tflops_per_gpu",
+    "tflops": "tflops_per_gpu",  # the Megatron-DeepSpeed fork: `TFLOPs: 120.37` (per GPU)
+    "approx flops per gpu": "tflops_per_gpu",  # GPT-NeoX: `approx flops per GPU: 51.5TFLOPS`
+    "tokens/s/gpu inst/harmonic mean": "tokens_per_s_per_gpu",
+    "tokens per gpu (tokens/s/gpu)": "tokens_per_s_per_gpu",
     "learning rate": "lr",
     "global batch size": "gbs",
     "loss scale": "loss_scale",
@@ -107,11 +122,87 @@ _FIELD_SLOTS: dict[str, str] = {
     "params norm": "params_norm",
     "number of skipped iterations": "skipped_iterations",
     "number of nan iterations": "nan_iterations",
-    "mem usages": "mem_usages",
-    "hip mem usage/free/total/usage_ratio": "device_mem",
-    "rocm mem usage/free/total/usage_ratio": "device_mem",
+    "mem usages": "memory_usage_ratio",
+    "consumed_samples": "consumed_samples",  # NeMo 2's progress printer
+    "global_batch_size": "gbs",
+    "lr": "lr",
+    "train_step_timing in s": "step_time_s",
+    "hip mem usage/free/total/usage_ratio": "device_memory",
+    "rocm mem usage/free/total/usage_ratio": "device_memory",
+}
+# Fields printed as `inst/avg` by Primus: the attribute the second value goes to.
+_AVERAGE_SLOTS: dict[str, str] = {
+    "elapsed_ms": "elapsed_avg_ms", "tflops_per_gpu": "tflops_avg_per_gpu",
+    "tokens_per_s_per_gpu": "tokens_avg_per_s_per_gpu",
 }
 _INT_SLOTS = frozenset({"consumed_samples", "skipped_samples", "gbs", "skipped_iterations", "nan_iterations"})
+# Keys only a fork of Megatron-LM prints on its iteration line: they name the dialect.
+DEEPSPEED_FORK_KEYS = frozenset({"samples per second", "tflops", "consumed tokens", "tokens per gpu per second (tgs)",
+                                 "actual seqlen"})
+NEOX_KEYS = frozenset({"approx flops per gpu", "lm_loss", "samples/sec"})
+NEMO_KEYS = frozenset({"reduced_train_loss", "train_step_timing in s", "global_step"})
+
+
+@dataclass(slots=True)
+class IterationFields:
+    """The values of one iteration line, typed as `IterationRecord` holds them; None = not printed or did not
+    parse (a mangled value is dropped, the rest of the line is kept)."""
+
+    consumed_samples: int | None = None
+    skipped_samples: int | None = None
+    elapsed_ms: float | None = None
+    elapsed_avg_ms: float | None = None
+    tflops_per_gpu: float | None = None
+    tflops_avg_per_gpu: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tokens_avg_per_s_per_gpu: float | None = None
+    lr: float | None = None
+    gbs: int | None = None
+    loss_scale: float | None = None
+    grad_norm: float | None = None
+    num_zeros: float | None = None
+    params_norm: float | None = None
+    skipped_iterations: int | None = None
+    nan_iterations: int | None = None
+    device_memory: str | None = None  # Primus `63.94GB/224.04GB/287.98GB/22.20%`
+    memory_usage_ratio: float | None = None  # the ROCm fork's `mem usages: 0.55`
+    losses: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+    dialect: str = "megatron-lm"  # what the keys alone say; a Bridge `Step Time` line before may change it
+
+    def set(self, slot: str, raw: str) -> None:
+        """Fill `slot` from its printed text (`inst/avg` pairs split, integers kept whole)."""
+        if slot == "tflops_per_gpu" and raw.endswith("FLOPS"):  # GPT-NeoX: `51.5TFLOPS`, `980.2GFLOPS`
+            self.tflops_per_gpu = _scaled_flops(raw)
+        elif slot == "step_time_s":
+            seconds = _to_float(raw)
+            self.elapsed_ms = None if seconds is None else seconds * 1000.0
+        elif slot in _AVERAGE_SLOTS:
+            inst, avg = _pair(raw)
+            if avg is not None or slot == "tokens_per_s_per_gpu":
+                self.dialect = "primus-megatron"
+            setattr(self, slot, inst)
+            setattr(self, _AVERAGE_SLOTS[slot], avg)
+        elif slot == "device_memory":
+            self.dialect = "primus-megatron"
+            self.device_memory = raw
+        elif slot in _INT_SLOTS:
+            number = _to_float(raw)
+            if number is not None and math.isfinite(number):
+                setattr(self, slot, int(number))
+        else:
+            setattr(self, slot, _to_float(raw))
+
+    def device_usage(self) -> tuple[float | None, float | None]:
+        """(used GiB, usage %) from Primus `hip mem usage/free/total/usage_ratio` or the ROCm fork's ratio."""
+        if self.device_memory is not None:
+            parts = [p.strip().rstrip("%").removesuffix("GB").removesuffix("GiB") for p in self.device_memory.split("/")]
+            numbers = [_to_float(p) for p in parts]
+            if len(numbers) == 4:
+                return numbers[0], numbers[3]
+        if self.memory_usage_ratio is not None:
+            return None, self.memory_usage_ratio * 100.0
+        return None, None
 
 
 @dataclass(frozen=True)
@@ -130,13 +221,19 @@ class ParseOptions:
 
 def parse_timestamp(text: str, *, last: bool = False) -> float | None:
     """Seconds since the epoch (UTC) of the first (or last) timestamp in `text`, or None."""
-    if not last:
-        found = TIMESTAMP_RE.search(text)
-        return _timestamp_from_match(found) if found else None
+    if last:
+        return last_timestamp(text)
+    found = TIMESTAMP_RE.search(text)
+    return _timestamp_from_match(found) if found else None
+
+
+def last_timestamp(text: str, end: int | None = None) -> float | None:
+    """The last timestamp in `text[:end]`, or None: the one helper for "the most precise stamp before the
+    message" (Primus prints an outer and an inner timestamp; the inner one, last, has the microseconds)."""
     final = None
-    for final in TIMESTAMP_RE.finditer(text):  # noqa: B007
+    for final in TIMESTAMP_RE.finditer(text, 0, len(text) if end is None else end):  # noqa: B007 - keep the last
         pass
-    return _timestamp_from_match(final) if final else None
+    return _timestamp_from_match(final) if final is not None else None
 
 
 def _timestamp_from_match(found: re.Match[str]) -> float | None:
@@ -154,10 +251,7 @@ def prefix_time(prefix: str) -> float | None:
     """The timestamp of an iteration line: the last one in its prefix (Primus has an outer and an inner)."""
     if not prefix or not any(ch.isdigit() for ch in prefix):
         return None
-    last = None
-    for last in TIMESTAMP_RE.finditer(prefix):  # noqa: B007
-        pass
-    return _timestamp_from_match(last) if last is not None else None
+    return last_timestamp(prefix)
 
 
 def leading_time(text: str) -> float | None:
@@ -174,6 +268,18 @@ def _to_float(value: str) -> float | None:
         return float(value)
     except ValueError:
         return None
+
+
+_FLOPS_SCALE_TO_T = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "E": 1e6}
+
+
+def _scaled_flops(raw: str) -> float | None:
+    """`51.5TFLOPS` → 51.5, `980.2GFLOPS` → 0.9802 (TFLOP/s): GPT-NeoX prints human-readable FLOP/s."""
+    number = raw.removesuffix("FLOPS").strip()
+    unit = number[-1:] if number[-1:].isalpha() else ""
+    value = _to_float(number[: len(number) - len(unit)])
+    scale = _FLOPS_SCALE_TO_T.get(unit.upper())
+    return None if value is None or scale is None else value * scale
 
 
 def _pair(value: str) -> tuple[float | None, float | None]:
@@ -215,6 +321,9 @@ class LineParser:
         self._pending_step_time_s: float | None = None
         self._pending_bridge_tflops: float | None = None
         self._traceback_frames: deque[str] | None = None
+        self._crash_lines_left = 0  # lines after a segfault/abort still read as its stack dump
+        self._crash_in_writer_reported = False
+        self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
 
     # ---- entry point ----------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> tuple[Record, ...]:
@@ -229,6 +338,14 @@ class LineParser:
             found = TITAN_STEP_RE.search(text)
             if found:
                 return self._titan_step(line_no, text, found)
+        if "steps:" in text:
+            found = DEEPSPEED_STEPS_RE.search(text)
+            if found:
+                return (self._deepspeed_steps(line_no, text, found),)
+        if "_train_loss=" in text or "train_step_timing in s=" in text:
+            record = self._lightning_progress(line_no, text)
+            if record is not None:
+                return (record,)
         self._note_time(text)
         if self._argument_values is not None:
             handled = self._argument_line(line_no, text)
@@ -257,98 +374,78 @@ class LineParser:
     # ---- iteration lines --------------------------------------------------------------------------
     def _iteration(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
         prefix = text[: found.start()]
-        time_s = self._time_in_prefix(prefix)
-        values: dict[str, object] = {}
-        losses: dict[str, float] = {}
-        extra: dict[str, float] = {}
-        primus = "[rank-" in prefix
+        fields = IterationFields()
+        if "[rank-" in prefix:
+            fields.dialect = "primus-megatron"
+        elif "samples/sec" in prefix:
+            fields.dialect = "gpt-neox"
         for part in found.group(3).split("|"):
             key, sep, raw = part.partition(":")
             if not sep:  # 2019 format: `learning rate 1.010E-06`, `lm loss 1.020020E+01`
                 key, _, raw = part.strip().rpartition(" ")
             key = key.strip().lower()
             raw = raw.strip()
-            if not key or not raw:
-                continue
-            slot = _FIELD_SLOTS.get(key)
-            if slot is None:
-                number = _to_float(raw)
-                if number is None:
-                    continue
-                if "loss" in key:
-                    losses[key] = number
-                else:
-                    extra[key] = number
-            elif slot in ("elapsed", "tflops", "tokens"):
-                inst, avg = _pair(raw)
-                if avg is not None or slot == "tokens":
-                    primus = True
-                values[slot] = inst
-                values[slot + "_avg"] = avg
-            elif slot == "device_mem":
-                primus = True
-                values["device_mem"] = raw
-            elif slot in _INT_SLOTS:
-                number = _to_float(raw)
-                if number is not None and math.isfinite(number):
-                    values[slot] = int(number)
-            else:
-                values[slot] = _to_float(raw)
-        return self._build_iteration(line_no, text, found, time_s, values, losses, extra, primus)
+            if key and raw:
+                self._iteration_field(fields, key, raw)
+        return self._build_iteration(line_no, text, found, self._time_in_prefix(prefix), fields)
 
-    def _build_iteration(self, line_no, text, found, time_s, values, losses, extra, primus) -> IterationRecord:  # noqa: ANN001
-        elapsed_ms = values.get("elapsed")
-        tflops = values.get("tflops")
+    @staticmethod
+    def _iteration_field(fields: IterationFields, key: str, raw: str) -> None:
+        if key in NEOX_KEYS:
+            fields.dialect = "gpt-neox"
+        elif key in NEMO_KEYS:
+            fields.dialect = "nemo"
+        elif key in DEEPSPEED_FORK_KEYS and fields.dialect == "megatron-lm":
+            fields.dialect = "megatron-deepspeed"
+        slot = _FIELD_SLOTS.get(key)
+        if slot is not None:
+            fields.set(slot, raw)
+            return
+        number = _to_float(raw)
+        if number is None:
+            return
+        if "loss" in key:
+            fields.losses[key] = number
+        else:
+            fields.extra[key] = number
+
+    def _build_iteration(self, line_no: int, text: str, found: re.Match[str], time_s: float | None,
+                         fields: IterationFields) -> IterationRecord:
+        elapsed_ms, tflops = fields.elapsed_ms, fields.tflops_per_gpu
         if self._pending_step_time_s is not None:  # Megatron-Bridge prints `Step Time` just before
             if elapsed_ms is None:
                 elapsed_ms = self._pending_step_time_s * 1000.0
             if tflops is None:
                 tflops = self._pending_bridge_tflops
             self._pending_step_time_s = self._pending_bridge_tflops = None
-        gbs = values.get("gbs")
-        tokens = values.get("tokens")
-        tokens_source = "printed" if tokens is not None else None
+        tokens = fields.tokens_per_s_per_gpu
+        tokens_source: Literal["printed", "computed"] | None = "printed" if tokens is not None else None
         if tokens is None:
-            tokens = self._computed_tokens_per_s(gbs, elapsed_ms)  # type: ignore[arg-type]
+            tokens = self.computed_tokens_per_s(fields.gbs, elapsed_ms)
             tokens_source = "computed" if tokens is not None else None
-        used_gib, usage_pct = self._device_memory(values)
-        dialect = "primus-megatron" if primus else ("megatron-bridge" if self.bridge_seen else "megatron-lm")
+        used_gib, usage_pct = fields.device_usage()
+        dialect = "megatron-bridge" if fields.dialect == "megatron-lm" and self.bridge_seen else fields.dialect
         return IterationRecord(
             file=self.file, line=line_no, text=text, dialect=dialect,
             iteration=int(found.group(1)), train_iters=int(found.group(2)), rank=rank_of(text[: found.start()]),
-            time_s=time_s, consumed_samples=values.get("consumed_samples"),  # type: ignore[arg-type]
-            skipped_samples=values.get("skipped_samples"),  # type: ignore[arg-type]
-            elapsed_ms=elapsed_ms, elapsed_avg_ms=values.get("elapsed_avg"),  # type: ignore[arg-type]
-            tflops_per_gpu=tflops, tflops_avg_per_gpu=values.get("tflops_avg"),  # type: ignore[arg-type]
-            tokens_per_s_per_gpu=tokens, tokens_avg_per_s_per_gpu=values.get("tokens_avg"),  # type: ignore[arg-type]
-            tokens_source=tokens_source, lr=values.get("lr"), gbs=gbs,  # type: ignore[arg-type]
-            losses=losses, loss_scale=values.get("loss_scale"), grad_norm=values.get("grad_norm"),  # type: ignore[arg-type]
-            num_zeros=values.get("num_zeros"), params_norm=values.get("params_norm"),  # type: ignore[arg-type]
-            skipped_iterations=values.get("skipped_iterations"),  # type: ignore[arg-type]
-            nan_iterations=values.get("nan_iterations"),  # type: ignore[arg-type]
-            memory_used_gib=used_gib, memory_usage_pct=usage_pct, extra=extra,
+            time_s=time_s, consumed_samples=fields.consumed_samples, skipped_samples=fields.skipped_samples,
+            elapsed_ms=elapsed_ms, elapsed_avg_ms=fields.elapsed_avg_ms,
+            tflops_per_gpu=tflops, tflops_avg_per_gpu=fields.tflops_avg_per_gpu,
+            tokens_per_s_per_gpu=tokens, tokens_avg_per_s_per_gpu=fields.tokens_avg_per_s_per_gpu,
+            tokens_source=tokens_source, lr=fields.lr, gbs=fields.gbs, losses=fields.losses,
+            loss_scale=fields.loss_scale, grad_norm=fields.grad_norm, num_zeros=fields.num_zeros,
+            params_norm=fields.params_norm, skipped_iterations=fields.skipped_iterations,
+            nan_iterations=fields.nan_iterations, memory_used_gib=used_gib, memory_usage_pct=usage_pct,
+            extra=fields.extra,
         )
 
-    def _computed_tokens_per_s(self, gbs: int | None, elapsed_ms: float | None) -> float | None:
+    def computed_tokens_per_s(self, gbs: int | None, elapsed_ms: float | None) -> float | None:
+        """GBS x seq / (step time x world) when the run's shape is known (else None)."""
         gbs = gbs or self.global_batch_size
         seq, world = self.seq_length, self.world_size
         if not (gbs and seq and world and elapsed_ms and elapsed_ms > 0):
             return None
         return gbs * seq / (elapsed_ms / 1000.0 * world)
-
-    @staticmethod
-    def _device_memory(values: dict[str, object]) -> tuple[float | None, float | None]:
-        """Primus `hip mem usage/free/total/usage_ratio: 63.94GB/224.04GB/287.98GB/22.20%`; ROCm `mem usages: 0.55`."""
-        raw = values.get("device_mem")
-        if isinstance(raw, str):
-            parts = [p.strip().rstrip("%").removesuffix("GB").removesuffix("GiB") for p in raw.split("/")]
-            numbers = [_to_float(p) for p in parts]
-            if len(numbers) == 4:
-                return numbers[0], numbers[3]
-        ratio = values.get("mem_usages")
-        if isinstance(ratio, float):
-            return None, ratio * 100.0
-        return None, None
 
     def _time_in_prefix(self, prefix: str) -> float | None:
         time_s = prefix_time(prefix)
@@ -386,16 +483,68 @@ class LineParser:
                                      after_iterations=step.iteration, used_gib=used_gib, usage_pct=usage_pct)
         return step, memory_record
 
+    # ---- DeepSpeed and NeMo (Lightning) --------------------------------------------------------------
+    def _deepspeed_steps(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
+        loss, seconds = _to_float(found.group(2)), _to_float(found.group(3))
+        samples = _to_float(found.group(4) or "")
+        return IterationRecord(
+            file=self.file, line=line_no, text=text, dialect="deepspeed", iteration=int(found.group(1)),
+            rank=rank_of(text[: found.start()]), time_s=self._time_in_prefix(text[: found.start()]),
+            elapsed_ms=None if seconds is None else seconds * 1000.0,
+            losses={} if loss is None else {"loss": loss},
+            extra={} if samples is None else {"samples/sec": samples},
+        )
+
+    def _lightning_progress(self, line_no: int, text: str) -> IterationRecord | None:
+        """A NeMo 1.x progress-bar segment; the iteration is `global_step` (optimizer steps done), else the bar's
+        position; the step time is `train_step_timing in s`, else the bar's s/it rate."""
+        bar = LIGHTNING_PROGRESS_RE.search(text)
+        if bar is None:
+            return None
+        fields = dict(LIGHTNING_FIELD_RE.findall(text[bar.end():]))
+        step = _to_float(fields.get("global_step", ""))
+        timing = _to_float(fields.get("train_step_timing in s", ""))
+        if timing is None and bar.group(3):
+            rate = float(bar.group(3))
+            timing = rate if bar.group(4) == "s/it" else (1.0 / rate if rate else None)
+        losses = {key: value for key, value in ((k, _to_float(v)) for k, v in fields.items() if "loss" in k)
+                  if value is not None}
+        consumed = _to_float(fields.get("consumed_samples", ""))
+        return IterationRecord(
+            file=self.file, line=line_no, text=text, dialect="nemo",
+            iteration=int(step) if step is not None and math.isfinite(step) else int(bar.group(1)),
+            train_iters=int(bar.group(2)), time_s=self.last_time_s,
+            elapsed_ms=None if timing is None else timing * 1000.0, losses=losses,
+            consumed_samples=int(consumed) if consumed is not None and math.isfinite(consumed) else None,
+            lr=_to_float(fields.get("lr", "")),
+        )
+
     # ---- errors and tracebacks -----------------------------------------------------------------------
+    @property
+    def reads_every_line(self) -> bool:
+        """Whether the next line must reach `feed` whatever it says: inside a traceback, a crash's stack dump,
+        a launcher's failure summary or an `arguments` block (bulk reading otherwise skips needle-free lines)."""
+        return (self._traceback_frames is not None or self._argument_values is not None
+                or self._crash_lines_left > 0 or self._launcher_summary is not None)
+
+    @property
+    def awaits_step_line(self) -> bool:
+        """Whether a Megatron-Bridge `Step Time` line is waiting for the iteration line it belongs to."""
+        return self._pending_step_time_s is not None
+
     def _error(self, line_no: int, text: str) -> ErrorRecord | None:
+        if self._launcher_summary is not None:
+            self._launcher_summary_line(text)
+        elif LAUNCHER_SUMMARY_NEEDLE in text:
+            self._launcher_summary = {}
         signature = match_line(text)
         if signature is not None:
-            self._traceback_frames = None if signature.category != "oom" else self._traceback_frames
-            return ErrorRecord(file=self.file, line=line_no, text=text, category=signature.category,
-                               signature=signature.name, rank=rank_of(text), details=_details(text))
+            return self._signature_error(line_no, text, signature)
         if "Traceback (most recent call last)" in text:
             self._traceback_frames = deque(maxlen=40)
             return None
+        if self._crash_lines_left > 0:
+            return self._crash_stack_line(line_no, text)
         if self._traceback_frames is None:
             return None
         bare = strip_prefix(text)
@@ -403,16 +552,57 @@ class LineParser:
             self._traceback_frames.append(bare)
             return None
         if is_exception_line(bare):
-            frames = list(self._traceback_frames)
-            self._traceback_frames = None
-            classified = classify_exception(bare, frames)
-            if classified is None:
-                return None
-            category, exception_name = classified
-            return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
-                               signature=f"exception:{exception_name}", rank=rank_of(text),
-                               details={"frame": frames[-1].strip() if frames else ""})
+            return self._exception(line_no, text, bare)
         return None
+
+    def _signature_error(self, line_no: int, text: str, signature: Signature) -> ErrorRecord:
+        if signature.category != "oom":  # an OOM line may sit inside a traceback; anything else ends it
+            self._traceback_frames = None
+        if signature.name in CRASH_DUMP_SIGNATURES:
+            self._crash_lines_left, self._crash_in_writer_reported = CRASH_STACK_LINES, False
+        rank, details = rank_of(text), _details(text)
+        if self._launcher_summary and signature.category == "process_crash":
+            rank = _int_or_none(self._launcher_summary.get("rank")) if rank is None else rank
+            details.update({f"launcher_{key}": value for key, value in self._launcher_summary.items()})
+        if signature.name == "rerun_state_machine":
+            rank = rank if rank is not None else _rerun_rank(text)
+        return ErrorRecord(file=self.file, line=line_no, text=text, category=signature.category,
+                           signature=signature.name, rank=rank, details=details, time_s=self.last_time_s)
+
+    def _exception(self, line_no: int, text: str, bare: str) -> ErrorRecord | None:
+        """The last line of a traceback: classified by its frames; an exception raised elsewhere is still a crash
+        (what a rank's stderr shows when nothing else names the cause)."""
+        frames = list(self._traceback_frames or ())
+        self._traceback_frames = None
+        classified = classify_exception(bare, frames)
+        if classified is None:
+            return None
+        category, exception_name = classified
+        return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
+                           signature=f"exception:{exception_name}", rank=rank_of(text),
+                           details={"frame": frames[-1].strip() if frames else ""}, time_s=self.last_time_s)
+
+    def _crash_stack_line(self, line_no: int, text: str) -> ErrorRecord | None:
+        """A line of the stack a segfault/abort dumps (faulthandler, c10 or glibc backtrace): a frame inside the
+        checkpoint writer makes the crash a failed checkpoint save, whatever the crash line said."""
+        self._crash_lines_left -= 1
+        if self._crash_in_writer_reported or not is_checkpoint_writer_frame(text):
+            return None
+        self._crash_in_writer_reported = True
+        return ErrorRecord(file=self.file, line=line_no, text=text, category="checkpoint_save_failure",
+                           signature="crash_in_checkpoint_writer", rank=rank_of(text),
+                           details={"frame": strip_prefix(text).strip()}, time_s=self.last_time_s)
+
+    def _launcher_summary_line(self, text: str) -> None:
+        """torchrun's `Root Cause (first observed failure)` block: its rank/host/time fields name the failed
+        rank, which the block's `exitcode` and `Signal 9 (SIGKILL)` lines do not print themselves."""
+        assert self._launcher_summary is not None
+        found = LAUNCHER_FIELD_RE.match(strip_prefix(text))
+        if found is not None:
+            self._launcher_summary[found.group(1)] = found.group(2).split(" ")[0] if found.group(1) == "rank" \
+                else found.group(2)
+        elif text.strip().startswith("=====") and self._launcher_summary:
+            self._launcher_summary = None
 
     # ---- the `arguments` block ----------------------------------------------------------------------
     def _argument_line(self, line_no: int, text: str) -> tuple[Record, ...] | None:
@@ -521,10 +711,7 @@ class LineParser:
 
     def _event_time(self, text: str) -> float | None:
         """The most precise timestamp before the message: the last one in the first 160 characters."""
-        last = None
-        for last in TIMESTAMP_RE.finditer(text, 0, 160):  # noqa: B007
-            pass
-        time_s = _timestamp_from_match(last) if last is not None else None
+        time_s = last_timestamp(text, 160)
         return time_s if time_s is not None else self.last_time_s
 
     def _timers(self, line_no: int, text: str) -> tuple[TimerRecord, ...]:
@@ -566,14 +753,26 @@ class LineParser:
         return tuple(records)
 
 
+CRASH_STACK_LINES = 200  # a faulthandler dump of all threads of a rank is ~100 lines; a c10 backtrace ~40
+LAUNCHER_SUMMARY_NEEDLE = "Root Cause (first observed failure)"
+LAUNCHER_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode)\s*:\s*(.*?)\s*$")
+_RERUN_RANK_RE = re.compile(r"\b(?:Rank (\d+), node|on rank (\d+) at iteration)")
 _NCCL_DETAIL_RE = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([\w.]+)")
 _ALLOC_RE = re.compile(r"[Tt]ried to allocate ([\d.]+ ?[KMGT]i?B)")
 _RAN_FOR_RE = re.compile(r"ran for (\d+) milliseconds")
+_LOCAL_RANK_RE = re.compile(r"\blocal_rank:\s*(\d+)")  # torchrun: `failed (exitcode: -9) local_rank: 1 (pid: 7)`
+_AT_ITERATION_RE = re.compile(r"\biteration #?(\d+)\b")  # RerunStateMachine: `at iteration #120`
 
 
 def _int_or_none(value: str | None) -> int | None:
     """An argument's integer value; None for `None`, a float, a list or no value."""
     return int(value) if value is not None and value.isdigit() else None
+
+
+def _rerun_rank(text: str) -> int | None:
+    """The rank Megatron's RerunStateMachine names in its message (`Rank 3, node ...` or `on rank 3 at ...`)."""
+    found = _RERUN_RANK_RE.search(text)
+    return None if found is None else int(found.group(1) or found.group(2))
 
 
 def _details(text: str) -> dict[str, str]:
@@ -586,4 +785,8 @@ def _details(text: str) -> dict[str, str]:
         details["tried_to_allocate"] = found.group(1)
     if found := _RAN_FOR_RE.search(text):
         details["ran_for_ms"] = found.group(1)
+    if found := _LOCAL_RANK_RE.search(text):
+        details["local_rank"] = found.group(1)
+    if found := _AT_ITERATION_RE.search(text):
+        details["iteration"] = found.group(1)
     return details

@@ -9,7 +9,14 @@ Dialect names (`Dialect`):
 - `megatron-bridge`    NeMo Megatron-Bridge (`Step Time : ...` lines, `memory (GB)` reports).
 - `primus-megatron`    AMD Primus Megatron backend (`inst/avg` pairs, `tokens/s/GPU inst/harmonic mean`,
                        `hip mem usage/...` fields, `[rank-r/w]` logger prefix).
-- `primus-torchtitan`  AMD Primus torchtitan backend (`step: N loss: ... tps ... tflops ... mfu`).
+- `primus-torchtitan`  torchtitan, upstream or as AMD Primus's backend (`step: N loss: ... tps ... tflops ... mfu`).
+- `megatron-deepspeed` Microsoft's Megatron-DeepSpeed fork (`samples per second`, `TFLOPs`, `consumed tokens`).
+- `gpt-neox`           EleutherAI GPT-NeoX (`samples/sec: ... | iteration N/M |`, `lm_loss`, `approx flops per GPU`).
+- `deepspeed`          DeepSpeed's own engine lines (`[Rank 0] step=N, skipped=..., lr=[...]`, `steps: N loss: ...
+                       iter time (s): ... samples/sec: ...`).
+- `nemo`               NeMo 1.x/2.x Lightning progress (`Epoch 0: ... N/M [..., reduced_train_loss=..., global_step=...,
+                       train_step_timing in s=...]`).
+Megatron-LLM (epfLLM) prints Megatron-LM's own `training_log` line, so it reads as `megatron-lm`.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Dialect = Literal["megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan"]
-DIALECTS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan")
+Dialect = Literal["megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan", "megatron-deepspeed",
+                  "gpt-neox", "deepspeed", "nemo"]
+DIALECTS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan",
+                             "megatron-deepspeed", "gpt-neox", "deepspeed", "nemo")
 UNKNOWN_DIALECT = "unknown"
 
 
@@ -93,10 +102,12 @@ class IterationRecord(_Record):
 
     @property
     def lm_loss(self) -> float | None:
-        """The language-model loss: `lm loss` (Megatron) or `loss` (torchtitan)."""
-        if "lm loss" in self.losses:
-            return self.losses["lm loss"]
-        return self.losses.get("loss")
+        """The language-model loss: `lm loss` (Megatron), `lm_loss` (GPT-NeoX), `loss` (torchtitan, DeepSpeed) or
+        `reduced_train_loss` (NeMo's Lightning progress bar)."""
+        for key in ("lm loss", "lm_loss", "loss", "reduced_train_loss"):
+            if key in self.losses:
+                return self.losses[key]
+        return None
 
     @property
     def has_nonfinite(self) -> bool:
@@ -204,6 +215,7 @@ class ErrorRecord(_Record):
     signature: str  # the signature's name, e.g. "cuda_oom", "nccl_watchdog"
     rank: int | None = None
     details: dict[str, str] = field(default_factory=dict)
+    time_s: float | None = None  # the line's own timestamp, else the latest one before it in the same file
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,8 +56,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"OutOfMemoryError|(?:cuda|hip|rocm) (?:error: )?out of memory|tried to allocate [\d.]+ ?[kmgt]i?b|"
          r"hipErrorOutOfMemory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
          r"RuntimeError: out of memory|\bfailed to allocate\b.*\bmemory\b"),
+    # --- NaN reports of Megatron's RerunStateMachine (result validation, `--check-for-nan-in-loss-and-grad`) -----
+    _sig("rerun_state_machine", "nan_loss",
+         r"Unexpected result [-+]?(?:nan|inf|tensor\(\s*[-+]?(?:nan|inf))|"
+         r"found (?:NaN|Inf) in local (?:grad norm|forward loss)|\bloss is NaN\b|Possible persistent error|"
+         r"Correct result \(but possible Application error\)"),
+    # --- checkpoint writers that fail without saying "checkpoint" -------------------------------------
+    _sig("checkpoint_writer", "checkpoint_save_failure",
+         r"PytorchStreamWriter failed|unexpected pos \d+ vs \d+|_write_item\(\) (?:takes|got|missing)|"
+         r"FileSystemWriterAsync.*(?:fail|error)"),
     # --- GPU hardware ----------------------------------------------------------------------------
     _sig("xid", "gpu_hw_fault", r"\bNVRM: Xid\b|\bXid \(PCI:|\bXid\s+\d+\b"),
+    _sig("amd_ras", "gpu_hw_fault",
+         r"\bRAS\b.*(?:uncorrect|poison|fatal|error)|\[Hardware Error\]|poison consumption|"
+         r"amdgpu.*(?:ring \w+ timeout|GPU reset|ras)"),
     _sig("ecc", "gpu_hw_fault", r"uncorrectable (?:ecc )?error|\bECC error\b|double bit ecc|\bDBE\b.*ecc"),
     _sig("gpu_exception", "gpu_hw_fault",
          r"HW Exception by GPU|\bGPU Hang\b|memory access fault by GPU|Memory access fault|"
@@ -100,6 +112,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"usage: (?:pretrain_\w+|train|torchrun)\S* \[|is not divisible by|must be divisible by|"
          r"should be divisible by|^\s*(?:\S+: )?error: --[\w-]+: "),
     # --- process crashes ---------------------------------------------------------------------------
+    _sig("slurm", "process_crash",
+         r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT|srun: error: .*task \d+: (?:Killed|Exited with exit code|"
+         r"Segmentation|Aborted|Bus error)|Detected \d+ oom[_-]kill event"),
     _sig("child_failed", "process_crash",
          r"ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.errors|"
          r"exitcode\s*:\s*-?[1-9]\d*|exit(?:ed)? (?:with )?(?:code|status) -?[1-9]\d*|"
@@ -110,11 +125,17 @@ SIGNATURES: tuple[Signature, ...] = (
          r"oom-kill|Out of memory: Killed process"),
 )
 
+# Crash lines after which the process dumps its stack (faulthandler, c10, glibc): the parser reads the dump's frames.
+CRASH_DUMP_SIGNATURES = frozenset({"signal", "bus_error"})
+
 # Cheap lowercase substrings: a line containing none of them cannot match any signature.
 # (Keeps the per-line cost of the error scan to one `any(...)` for the usual INFO line.) As narrow as the
 # patterns allow: a line that passes costs a search of every signature (~150 us on a 140-character line),
 # so Megatron's per-rank `memory (MB) | allocated: ...` reports must not pass on "memory" or "allocate".
-_TRIGGERS: tuple[str, ...] = (
+TRIGGERS: tuple[str, ...] = (
+    "unexpected result", "found nan", "found inf", "loss is nan", "persistent error", "application error",
+    "pytorchstreamwriter", "unexpected pos", "_write_item", "filesystemwriterasync", "ras", "hardware error",
+    "poison", "cancelled",
     "shm", "bus error", "signal", "sigbus", "shared memory", "out of memory", "memory access", "to allocate",
     "alloc_failed", "xid", "ecc", "gpu",
     "launch failure", "illegal", "amdgpu", "timeout", "timed out", "timing out", "nccl", "rccl", "unhandled",
@@ -125,12 +146,20 @@ _TRIGGERS: tuple[str, ...] = (
     "fatal", "terminate", "killed", "oom",
 )
 
+# Frames (Python, c10 or native) that only a checkpoint save runs: Megatron's `save_checkpoint`, the torch_dist
+# async filesystem writer, torch's zip writer (`PytorchStreamWriter::writeRecord`, its `crc32`).
+CHECKPOINT_WRITER_FRAMES: tuple[str, ...] = (
+    "save_checkpoint", "filesystem_async", "_write_item", "write_preloaded_data", "FileSystemWriterAsync",
+    "writeRecord", "PytorchStreamWriter", "write_record", "mz_zip_writer", "crc32", "async_save",
+    "dist_checkpointing/strategies/torch", "_save_zero_checkpoint",
+)
+
 # Exceptions at the end of a Python traceback, classified by the frames above them.
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception))\b:?\s*(.*)$")
 _FRAME_CATEGORY: tuple[tuple[str, str], ...] = (
     ("validate_args", "config_error"),
     ("arguments.py", "config_error"),
-    ("save_checkpoint", "checkpoint_save_failure"),
+    *((needle, "checkpoint_save_failure") for needle in CHECKPOINT_WRITER_FRAMES),
     ("load_checkpoint", "checkpoint_load_failure"),
     ("build_train_valid_test", "dataloader_error"),
     ("data_iterator", "dataloader_error"),
@@ -143,7 +172,7 @@ _FRAME_CATEGORY: tuple[tuple[str, str], ...] = (
 def match_line(text: str) -> Signature | None:
     """The first signature the line matches, or None. `text` is the ANSI-free line."""
     lowered = text.lower()
-    if not any(trigger in lowered for trigger in _TRIGGERS):
+    if not any(trigger in lowered for trigger in TRIGGERS):
         return None
     if ("nccl info" in lowered or "rccl info" in lowered) and "fail" not in lowered:
         return None  # NCCL/RCCL INFO chatter ("Connection closed by localRank 2") is not an error
@@ -156,9 +185,9 @@ def match_line(text: str) -> Signature | None:
 def classify_exception(exception_line: str, frames: list[str]) -> tuple[str, str] | None:
     """(category, exception name) for the last line of a traceback, judged by the frames above it.
 
-    Only exceptions raised inside argument validation, checkpointing or the data pipeline are
-    classified here; an exception elsewhere is left to the line signatures (or to `process_crash`
-    when the launcher reports the child's failure).
+    Exceptions raised inside argument validation, checkpointing or the data pipeline get that category;
+    any other exception is a `process_crash` named by its exception (what a rank's stderr shows when no line
+    signature names the cause); None only for a line that is not an exception.
     """
     found = _EXCEPTION_LINE.match(exception_line.strip())
     if not found:
@@ -170,7 +199,12 @@ def classify_exception(exception_line: str, frames: list[str]) -> tuple[str, str
                 return category, exception_name
     if exception_name == "AssertionError" and any("megatron" in f and "initialize" in f for f in frames):
         return "config_error", exception_name
-    return None
+    return "process_crash", exception_name
+
+
+def is_checkpoint_writer_frame(text: str) -> bool:
+    """Whether a stack line (Python, c10 `frame #N:` or glibc `#N 0x...`) is inside a checkpoint writer."""
+    return any(needle in text for needle in CHECKPOINT_WRITER_FRAMES)
 
 
 def is_exception_line(text: str) -> bool:

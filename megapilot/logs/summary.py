@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from megapilot.logs.records import IterationRecord, _json_number
 
@@ -109,6 +109,21 @@ class _Mean:
         return self.total / self.count if self.count else 0.0
 
 
+class IterationRow(NamedTuple):
+    """What the summary takes from one iteration line; both reading paths hand it these rows (the line path
+    one per record, bulk reading many at once with the timestamp left unparsed in `time_key`)."""
+
+    iteration: int
+    train_iters: int | None
+    elapsed_ms: float | None
+    tokens_per_s_per_gpu: float | None
+    tflops_per_gpu: float | None
+    loss: float | None
+    nan_iterations: int | None
+    skipped_iterations: int | None
+    time_key: bytes = b""  # the line's prefix, its timestamp read only for the last counted row
+
+
 # One steady-state candidate: (elapsed_ms, tokens/s/GPU, TFLOP/s/GPU, MFU %).
 _Sample = tuple[float, float | None, float | None, float | None]
 
@@ -174,38 +189,36 @@ class SummaryBuilder:
         self._min_loss: float | None = None
         self._nan_iterations: int | None = None
         self._skipped_iterations: int | None = None
-        self._first_time: float | str | None = None
-        self._last_time: float | str | None = None
+        self._first_time: float | None = None
+        self._last_time: float | None = None
 
     def checkpoint_save_started(self) -> None:
         self._save_pending = True
 
     def add(self, record: IterationRecord) -> None:
-        self.add_values(record.iteration, record.train_iters, record.time_s, None, record.elapsed_ms,
-                        record.tokens_per_s_per_gpu, record.tflops_per_gpu, record.mfu_pct, record.lm_loss,
-                        record.nan_iterations, record.skipped_iterations)
+        self.add_row(IterationRow(record.iteration, record.train_iters, record.elapsed_ms, record.tokens_per_s_per_gpu,
+                                  record.tflops_per_gpu, record.lm_loss, record.nan_iterations,
+                                  record.skipped_iterations), time_s=record.time_s, mfu_pct=record.mfu_pct)
 
-    def add_values(self, iteration: int, train_iters: int | None, time_s: float | None, time_text: str | None,
-                   elapsed_ms: float | None, tokens: float | None, tflops: float | None, mfu_pct: float | None,
-                   loss: float | None, nan_iterations: int | None, skipped_iterations: int | None) -> bool:
-        """One iteration's values (bulk reading calls this without building a record); whether it was
-        counted. `time_text` is a raw timestamp, parsed only if it ends up first or last."""
+    def add_row(self, row: IterationRow, *, time_s: float | None = None, mfu_pct: float | None = None) -> bool:
+        """One iteration line, with its timestamp and MFU when known; whether it was counted."""
         self._logged += 1
+        iteration = row.iteration
         if self._max_counted is not None and iteration <= self._max_counted:
             return False
         self._max_counted = iteration
         self._counted += 1
         if self._first_iteration is None:
             self._first_iteration = iteration
-        self._train_iters = train_iters or self._train_iters
-        self._track_losses(loss, nan_iterations, skipped_iterations)
-        stamp = time_s if time_s is not None else time_text
-        if stamp is not None:
-            self._first_time = self._first_time if self._first_time is not None else stamp
-            self._last_time = stamp
+        self._train_iters = row.train_iters or self._train_iters
+        self._track_losses(row.loss, row.nan_iterations, row.skipped_iterations)
+        if time_s is not None:
+            self._first_time = self._first_time if self._first_time is not None else time_s
+            self._last_time = time_s
+        elapsed_ms = row.elapsed_ms
         if elapsed_ms is None or not math.isfinite(elapsed_ms):
             return True
-        sample: _Sample | None = (elapsed_ms, tokens, tflops, mfu_pct)
+        sample: _Sample | None = (elapsed_ms, row.tokens_per_s_per_gpu, row.tflops_per_gpu, mfu_pct)
         if self._save_pending:
             self._save_pending = False
             self._checkpoint_dropped += 1
@@ -216,11 +229,10 @@ class SummaryBuilder:
             self._fold(sample)
         return True
 
-    def add_rows(self, rows: list[tuple]) -> list[bytes]:
-        """Many iteration lines at once, in log order, each row (iteration, train_iters, elapsed_ms,
-        tokens, tflops, loss, nan_iterations, skipped_iterations, time_key) with no MFU and no time yet:
-        exactly `add_values` per row, in one loop with the state in local variables (bulk reading's hot
-        path). Returns the `time_key`s of the counted rows, in order, for their timestamps to be read lazily."""
+    def add_rows(self, rows: list[IterationRow]) -> list[bytes]:
+        """Many iteration lines at once, in log order, with no MFU and no time yet: exactly `add_row` per row, in
+        one loop with the state in local variables (bulk reading's hot path). Returns the `time_key`s of the
+        counted rows, in order, for their timestamps to be read lazily."""
         counted_keys: list[bytes] = []
         keep = counted_keys.append
         head, cap, after = self._head, WARMUP_CAP, self._after_head
@@ -344,9 +356,8 @@ class SummaryBuilder:
             first_loss=self._first_loss, final_loss=self._final_loss, min_loss=self._min_loss,
             nan_iterations=self._nan_iterations, skipped_iterations=self._skipped_iterations,
         )
-        first_s, last_s = _seconds(self._first_time), _seconds(self._last_time)
-        if first_s is not None and last_s is not None:
-            summary.wall_time_s = last_s - first_s
+        if self._first_time is not None and self._last_time is not None:
+            summary.wall_time_s = self._last_time - self._first_time
         if merged.count:
             summary.step_time_mean_ms = merged.mean
             summary.step_time_p50_ms = merged.percentile(0.50)
@@ -358,14 +369,6 @@ class SummaryBuilder:
         summary.tflops_per_gpu_mean = _mean_of(tflops, self._tflops_after_head)
         summary.mfu_pct_mean = _mean_of(mfu, self._mfu_after_head)
         return summary
-
-
-def _seconds(stamp: float | str | None) -> float | None:
-    if isinstance(stamp, str):
-        from megapilot.logs.parser import parse_timestamp
-
-        return parse_timestamp(stamp, last=True)
-    return stamp
 
 
 def _mean_of(first: _Mean, second: _Mean) -> float | None:

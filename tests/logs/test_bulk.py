@@ -43,7 +43,7 @@ def _line_path(data: bytes, options: ParseOptions = OPTIONS) -> ParsedLog:
 
 def _bulk_path(data: bytes, options: ParseOptions = OPTIONS, chunk_bytes: int = 1 << 20) -> ParsedLog:
     collector = LogCollector(summary_only=True)
-    read_bulk(collector, LineParser("f.log", options), io.BytesIO(data), chunk_bytes=chunk_bytes)
+    collector.end_source(read_bulk(collector, LineParser("f.log", options), io.BytesIO(data), chunk_bytes=chunk_bytes))
     return collector.finish()
 
 

@@ -53,6 +53,24 @@ POSITIVE = [
     ("process_crash", "Fatal Python error: Aborted"),
     ("process_crash", "/var/spool/slurmd/job01/slurm_script: line 12: 4242 Killed"),
     ("nccl_error", "node1:6727:7168 [1] RCCL WARN NET/IB : call to ibv_modify_qp failed"),
+    # Megatron-Core's RerunStateMachine (text of megatron/core/rerun_state_machine.py, values made up)
+    ("nan_loss", "RuntimeError: Rank 3, node gpu-07, device 3, iteration 1200: Unexpected result nan "
+                 "(message='found NaN in local grad norm for bucket #0 in backward pass before data-parallel "
+                 "communication collective')"),
+    ("nan_loss", "[E rerun_state_machine.py:604] Unexpected result tensor(nan, device='cuda:0') on rank 5 at "
+                 "iteration #88 invocation #1 (message='loss is NaN')"),
+    # checkpoint writers whose error line never says "checkpoint"
+    ("checkpoint_save_failure", "RuntimeError: [enforce fail at inline_container.cc:664] . unexpected pos 704 vs 598"),
+    ("checkpoint_save_failure", "RuntimeError: [enforce fail at inline_container.cc:778] . PytorchStreamWriter failed "
+                                "writing file data/0: file write failed"),
+    ("checkpoint_save_failure", "TypeError: _write_item() takes 5 positional arguments but 6 were given"),
+    # AMD RAS / MCE (dmesg), SLURM's own summaries
+    ("gpu_hw_fault", "amdgpu 0000:05:00.0: amdgpu: RAS: uncorrectable error detected in UMC block"),
+    ("gpu_hw_fault", "mce: [Hardware Error]: Machine check events logged"),
+    ("process_crash", "slurmstepd: error: *** JOB 4242 ON gpu-03 CANCELLED AT 2026-01-01T12:00:00 DUE TO TIME LIMIT ***"),
+    ("process_crash", "srun: error: gpu-03: task 7: Killed"),
+    ("process_crash", "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been "
+                      "OOM Killed."),
 ]
 
 NEGATIVE = [
@@ -147,9 +165,39 @@ def test_exception_raised_in_save_checkpoint_is_a_save_failure():
     assert [e.category for e in log.errors] == ["checkpoint_save_failure"]
 
 
-def test_exception_raised_elsewhere_is_left_to_line_signatures():
+def test_exception_raised_elsewhere_is_a_crash_named_by_its_exception_and_frame():
     log = parse_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nKeyError: 'a'")
-    assert log.errors == []
+    (error,) = log.errors
+    assert (error.category, error.signature, error.line) == ("process_crash", "exception:KeyError", 3)
+    assert error.details["frame"] == 'File "x.py", line 1, in f'
+
+
+def test_a_segfault_whose_stack_is_in_the_checkpoint_writer_is_a_failed_save():
+    log = parse_text("Fatal Python error: Segmentation fault\n\nThread 0x00007f (most recent call first):\n"
+                     '  File "/opt/megatron/core/dist_checkpointing/strategies/filesystem_async.py", line 310 in '
+                     "write_preloaded_data\n"
+                     '  File "/opt/megatron/training/checkpointing.py", line 402 in save_checkpoint\n')
+    assert [(e.category, e.signature, e.line) for e in log.errors] == [
+        ("process_crash", "signal", 1), ("checkpoint_save_failure", "crash_in_checkpoint_writer", 4)]
+
+
+def test_a_segfault_elsewhere_stays_a_crash():
+    log = parse_text('Fatal Python error: Segmentation fault\n  File "/opt/megatron/core/models/gpt.py", line 9 in '
+                     "forward\n")
+    assert [e.category for e in log.errors] == ["process_crash"]
+
+
+def test_torchrun_root_cause_block_gives_the_failed_rank_to_its_exit_line():
+    log = parse_text("Root Cause (first observed failure):\n[0]:\n  time      : 2026-01-01_12:00:00\n"
+                     "  host      : gpu-03\n  rank      : 9 (local_rank: 1)\n  exitcode  : -9 (pid: 4242)\n"
+                     "  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 4242\n" + "=" * 40)
+    assert [(e.line, e.rank) for e in log.errors] == [(6, 9), (8, 9)]
+    assert log.errors[0].details["launcher_host"] == "gpu-03"
+
+
+def test_rerun_state_machine_report_names_rank_and_iteration():
+    (error,) = parse_text(POSITIVE[-10][1]).errors
+    assert (error.signature, error.rank, error.details["iteration"]) == ("rerun_state_machine", 3, "1200")
 
 
 @pytest.mark.parametrize("signature", SIGNATURES, ids=lambda s: s.name)
@@ -158,11 +206,11 @@ def test_every_text_a_signature_matches_holds_a_trigger(signature):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from megapilot.logs.signatures import _TRIGGERS
+    from megapilot.logs.signatures import TRIGGERS
 
     @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.from_regex(signature.pattern))
     def holds_a_trigger(text: str):
-        assert any(trigger in text.lower() for trigger in _TRIGGERS), text
+        assert any(trigger in text.lower() for trigger in TRIGGERS), text
 
     holds_a_trigger()
