@@ -8,11 +8,18 @@ Supported (by `architectures[0]`, else `model_type`):
 - DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM;
 - GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head).
 
+Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
+YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
+norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax
+vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing,
+aux-loss-free expert bias, the fp32 gate of DeepSeek).
+
 What a ModelSpec does not model is either refused with a `MegapilotError` naming the field (a
 Qwen sliding window on some layers only, MoE layer placements Megatron cannot express, attention-only
-biases) or stated here: a window over *every* layer (Mistral) and Gemma 2's local/global alternation
-and logit soft-capping are not modelled (attention is costed as global, exact while seq_length <=
-sliding_window), and Gemma 2's two extra sandwich norms per layer (2·h parameters) are not counted.
+biases, RoPE scalings and routing rules Megatron has no equivalent for) or stated here: Gemma 2's
+local/global alternation and logit soft-capping are not modelled (attention is costed as global,
+exact while seq_length <= sliding_window), and Gemma 2's two extra sandwich norms per layer (2·h
+parameters) are not counted.
 """
 
 from __future__ import annotations
@@ -25,7 +32,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error
-from megapilot.spec.model import MLASpec, ModelSpec, MoESpec
+from megapilot.spec.model import (
+    Llama3RopeScaling,
+    LinearRopeScaling,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    RopeScaling,
+    YarnRopeScaling,
+)
 
 HFConfig = dict[str, Any]
 
@@ -128,6 +143,15 @@ def _optional_int(config: HFConfig, key: str) -> int | None:
     return None if config.get(key) is None else _required_int(config, key)
 
 
+def _optional_float(config: HFConfig, key: str) -> float | None:
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MegapilotError(f"{key}={value!r} is not a number", field=key, fix=f"set {key!r} to a number")
+    return float(value)
+
+
 def _refuse(key: str, why: str) -> MegapilotError:
     return MegapilotError(
         why, field=key,
@@ -172,9 +196,60 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
         "norm_epsilon": float(config.get("rms_norm_eps") or 1e-6),
         "position_embedding": "rope",
         "rotary_base": int(config.get("rope_theta") or 10000),
+        "rope_scaling": _rope_scaling(config),
         "tie_embeddings": bool(config.get("tie_word_embeddings", tied_default)),
         "add_bias_linear": bool(config.get("attention_bias") and config.get("mlp_bias")),
     }
+
+
+def _rope_scaling(config: HFConfig) -> RopeScaling | None:
+    """HF `rope_scaling` → the ModelSpec's scaling; kinds with no Megatron equivalent are refused by name."""
+    scaling = config.get("rope_scaling")
+    if scaling is None:
+        return None
+    if not isinstance(scaling, dict):
+        raise MegapilotError(f"rope_scaling={scaling!r} is not an object", field="rope_scaling",
+                             fix="set rope_scaling to null or to the object the model card gives")
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind == "default":
+        return None
+    factor = _optional_float(scaling, "factor")
+    if factor is None:
+        raise _refuse("rope_scaling.factor", f"rope_scaling of type {kind!r} has no factor")
+    if kind == "llama3":
+        return Llama3RopeScaling(
+            factor=factor,
+            low_freq_factor=_optional_float(scaling, "low_freq_factor") or 1.0,
+            high_freq_factor=_optional_float(scaling, "high_freq_factor") or 4.0,
+            original_max_position_embeddings=_optional_int(scaling, "original_max_position_embeddings") or 8192,
+        )
+    if kind == "yarn":
+        return _yarn_scaling(config, scaling, factor)
+    if kind == "linear":
+        return LinearRopeScaling(factor=factor)
+    raise _refuse("rope_scaling.rope_type",
+                  f"RoPE scaling of type {kind!r} has no Megatron-Core equivalent (llama3, yarn and linear have)")
+
+
+def _yarn_scaling(config: HFConfig, scaling: HFConfig, factor: float) -> YarnRopeScaling:
+    if scaling.get("attention_factor") is not None:
+        raise _refuse("rope_scaling.attention_factor",
+                      "an explicit YaRN attention_factor has no Megatron flag (mscale/mscale_all_dim have)")
+    original = _optional_int(scaling, "original_max_position_embeddings") or _required_int(
+        config, "max_position_embeddings")
+    return YarnRopeScaling(
+        factor=factor, original_max_position_embeddings=original,
+        beta_fast=_optional_float(scaling, "beta_fast") or 32.0,
+        beta_slow=_optional_float(scaling, "beta_slow") or 1.0,
+        mscale=_optional_float(scaling, "mscale") or 1.0,
+        mscale_all_dim=_optional_float(scaling, "mscale_all_dim") or 0.0,
+    )
+
+
+def _full_sliding_window(config: HFConfig) -> dict[str, Any]:
+    """Mistral/Mixtral: `sliding_window` applies to every layer (null: full attention)."""
+    window = _optional_int(config, "sliding_window")
+    return {"sliding_window": window} if window else {}
 
 
 def _refuse_partial_sliding_window(config: HFConfig) -> None:
@@ -188,6 +263,10 @@ def _refuse_partial_sliding_window(config: HFConfig) -> None:
 
 def _llama(config: HFConfig) -> dict[str, Any]:
     return _llama_core(config)
+
+
+def _mistral(config: HFConfig) -> dict[str, Any]:
+    return _llama_core(config) | _full_sliding_window(config)
 
 
 def _qwen2(config: HFConfig) -> dict[str, Any]:
@@ -221,7 +300,8 @@ def _moe_placement(num_layers: int, is_moe: Callable[[int], bool], key: str) -> 
 
 
 def _mixtral(config: HFConfig) -> dict[str, Any]:
-    fields = _llama_core(config)
+    """Mixtral: softmax over the top-k logits (the renormalised top-k of a full softmax), Megatron's default."""
+    fields = _llama_core(config) | _full_sliding_window(config)
     fields["moe"] = MoESpec(
         num_experts=_required_int(config, "num_local_experts"),
         router_topk=_required_int(config, "num_experts_per_tok"),
@@ -251,6 +331,8 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
         first_k_dense_layers=first_k_dense,
         moe_layer_freq=freq,
         aux_loss_coeff=float(config.get("router_aux_loss_coef") or 0.0),
+        # norm_topk_prob false (Qwen2-MoE's default): softmax over all experts, top-k weights kept as they are.
+        router_pre_softmax=not config.get("norm_topk_prob", False),
     )
     return fields
 
@@ -289,8 +371,52 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
             router_expert_bias=config.get("topk_method") == "noaux_tc",
             load_balancing_type="seq_aux_loss" if config.get("seq_aux", True) else "aux_loss",
             aux_loss_coeff=float(config.get("aux_loss_alpha") or 0.0),
+            # DeepSeek's MoEGate computes its logits from fp32 copies of the input and weight.
+            router_dtype="fp32",
+            **_deepseek_router(config, experts),
         )
     return fields
+
+
+def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
+    """DeepSeek's MoEGate (V2 and V3 modeling code) in Megatron's router vocabulary."""
+    score = str(config.get("scoring_func") or "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise _refuse("scoring_func", f"scoring_func={score!r} has no Megatron router (softmax and sigmoid have)")
+    topk = _required_int(config, "num_experts_per_tok")
+    normalised = bool(config.get("norm_topk_prob", False)) and topk > 1
+    if score == "sigmoid" and topk > 1 and not normalised:
+        raise _refuse("norm_topk_prob", "Megatron's sigmoid router always renormalises the top-k weights, "
+                                        "so norm_topk_prob=false cannot be expressed")
+    scaling = _optional_float(config, "routed_scaling_factor") or 1.0
+    if _family(config) == "deepseek_v2" and normalised:
+        scaling = 1.0  # V2's gate applies routed_scaling_factor only when it does not renormalise
+    router: dict[str, Any] = {
+        "router_score_function": score,
+        "router_pre_softmax": score == "softmax" and not normalised,
+        "router_topk_scaling_factor": scaling if scaling != 1.0 else None,
+    }
+    return router | _deepseek_groups(config, topk, experts, score, normalised)
+
+
+def _deepseek_groups(config: HFConfig, topk: int, experts: int, score: str, normalised: bool) -> dict[str, Any]:
+    """Group-limited routing. Megatron scores a group by the sum of its top (topk // group_topk) scores."""
+    method = str(config.get("topk_method") or "greedy")
+    groups = _optional_int(config, "n_group") or 1
+    group_topk = _optional_int(config, "topk_group") or groups
+    if method == "greedy" or groups <= 1 or group_topk >= groups:
+        return {}  # every expert is eligible: no grouping
+    if method not in ("group_limited_greedy", "noaux_tc"):
+        raise _refuse("topk_method", f"topk_method={method!r} has no Megatron router")
+    # HF scores a group by its best expert (group_limited_greedy) or by its best two (noaux_tc).
+    hf_scored = 1 if method == "group_limited_greedy" else 2
+    if topk // group_topk != hf_scored:
+        raise _refuse("topk_group", f"{method} scores a group by its top {hf_scored} expert(s); Megatron by its "
+                                    f"top num_experts_per_tok // topk_group = {topk // group_topk}")
+    if score == "softmax" and normalised:
+        raise _refuse("norm_topk_prob", "group-limited softmax routing with renormalised weights picks groups "
+                                        "on logits in Megatron, on probabilities in Hugging Face")
+    return {"router_num_groups": groups, "router_group_topk": group_topk}
 
 
 # ---- GPT-2 -------------------------------------------------------------------------------------------
@@ -319,7 +445,7 @@ def _gpt2(config: HFConfig) -> dict[str, Any]:
 
 _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "llama": _llama,
-    "mistral": _llama,
+    "mistral": _mistral,
     "gemma": _gemma,
     "gemma2": _gemma,
     "qwen2": _qwen2,

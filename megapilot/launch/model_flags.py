@@ -1,8 +1,14 @@
 """ModelSpec -> Megatron-LM model flags: the one mapping from a model's meaning to `pretrain_gpt.py`.
 
-Everything that changes which model is built (shape, attention, MLP, norms, rope, MoE routing, MLA,
-MTP) is written here and nowhere else, so `estimate` and `script` agree on one model. Names and
-choices follow Megatron-LM core_v0.16.0 (`megatron_args.py` checks them against the pinned parser).
+Everything that changes which model is built (shape, attention, MLP, norms, RoPE and its scaling,
+MoE routing, MLA, MTP) is written here and nowhere else, so `estimate` and `script` agree on one
+model. Names and choices follow Megatron-LM core_v0.16.0 (`megatron_args.py` checks them against the
+pinned parser). A model field that `pretrain_gpt.py` at that release cannot build is refused here,
+naming the field, before any script is written: a script that trains a different model than the one
+planned is worse than none.
+
+Where a value has no flag, the constant Megatron-Core uses is what the model must have (the
+`_MEGATRON_*` constants below, each with where Megatron fixes it).
 """
 
 from __future__ import annotations
@@ -10,6 +16,16 @@ from __future__ import annotations
 from megapilot.errors import MegapilotError
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import ModelSpec
+from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
+
+#: Llama 3 RoPE scaling: megatron/core/models/common/embeddings/rotary_pos_embedding.py `_apply_scaling`
+#: has these as keyword defaults that nothing passes, and core_v0.16.0's gpt_builders.py passes
+#: `rope_scaling=args.use_rope_scaling` but not `--rope-scaling-factor`, so GPTModel's default factor 8 holds.
+_MEGATRON_LLAMA3_SCALING = {
+    "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+}
+#: YaRN under MLA: MLATransformerConfig's defaults for the values arguments.py has no flag for.
+_MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
 
 
 def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
@@ -19,27 +35,17 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     s.add("--hidden-size", model.hidden_size)
     s.add("--ffn-hidden-size", model.ffn_hidden_size)
     s.add("--num-attention-heads", model.num_attention_heads)
-    if model.mla is None:
-        s.add("--kv-channels", model.head_dim)
-        if model.is_gqa:
-            s.add("--group-query-attention")
-            s.add("--num-query-groups", model.num_query_groups)
+    _add_attention(s, model)
     _add_activation(s, model)
     s.add("--normalization", model.normalization)
     s.add("--norm-epsilon", model.norm_epsilon)
-    s.add("--position-embedding-type", model.position_embedding)
-    if model.position_embedding == "rope":
-        s.add("--rotary-base", model.rotary_base)
+    _add_position(s, model)
     s.add("--max-position-embeddings", model.max_position_embeddings)
     s.add("--make-vocab-size-divisible-by", model.make_vocab_size_divisible_by)
     if not model.tie_embeddings:
         s.add("--untie-embeddings-and-output-weights")
     if not model.add_bias_linear:
         s.add("--disable-bias-linear")
-    if model.add_qkv_bias:
-        s.add("--add-qkv-bias")
-    if model.qk_layernorm:
-        s.add("--qk-layernorm")
     # Modern decoder LLMs pretrain without dropout; Megatron's defaults (0.1) date from GPT-2/BERT.
     s.add("--attention-dropout", 0.0)
     s.add("--hidden-dropout", 0.0)
@@ -49,7 +55,24 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
         _add_moe(s, model, cpu=cpu)
     if model.mtp_num_layers:
         s.add("--mtp-num-layers", model.mtp_num_layers)
+        s.add("--mtp-loss-scaling-factor", model.mtp_loss_scaling_factor)
     return s
+
+
+def _add_attention(s: ArgSection, model: ModelSpec) -> None:
+    if model.mla is None:
+        s.add("--kv-channels", model.head_dim)
+        if model.is_gqa:
+            s.add("--group-query-attention")
+            s.add("--num-query-groups", model.num_query_groups)
+    if model.add_qkv_bias:
+        s.add("--add-qkv-bias")
+    # Under MLA, Megatron's --qk-layernorm builds the q/kv latent norms instead of per-head ones.
+    if model.qk_layernorm or (model.mla is not None and model.mla.latent_layernorms):
+        s.add("--qk-layernorm")
+    if model.sliding_window is not None:
+        # (left, right) keys around each query, both ends included: the last W tokens are W-1 to the left.
+        s.add("--window-size", f"{model.sliding_window - 1},0")
 
 
 def _add_activation(s: ArgSection, model: ModelSpec) -> None:
@@ -66,6 +89,63 @@ def _add_activation(s: ArgSection, model: ModelSpec) -> None:
     # "gelu" is Megatron's default activation: no flag.
 
 
+# ---- position ------------------------------------------------------------------------------------
+def _add_position(s: ArgSection, model: ModelSpec) -> None:
+    s.add("--position-embedding-type", model.position_embedding)
+    if model.position_embedding != "rope":
+        return
+    s.add("--rotary-base", model.rotary_base)
+    if model.mla is not None:
+        _add_mla_rope(s, model)
+    elif isinstance(model.rope_scaling, Llama3RopeScaling):
+        _require_megatron_values(model.rope_scaling, _MEGATRON_LLAMA3_SCALING, "Llama 3 RoPE scaling")
+        s.add("--use-rope-scaling")
+        s.add("--rope-scaling-factor", model.rope_scaling.factor)
+    elif model.rope_scaling is not None:
+        raise MegapilotError(
+            f"{model.rope_scaling.type} RoPE scaling is built by pretrain_gpt.py (core_v0.16.0) only for "
+            + ("multi-latent attention" if model.rope_scaling.type == "yarn" else "no model")
+            + ": it asserts rope_type 'rope' for standard attention and does not pass "
+            "--rotary-seq-len-interpolation-factor to the model",
+            field="model.rope_scaling",
+            fix="train at the original context (drop rope_scaling), or launch through Megatron-Bridge",
+        )
+
+
+def _add_mla_rope(s: ArgSection, model: ModelSpec) -> None:
+    """MLA builds its own rotary embedding: plain RoPE or YaRN (`--rope-type`); stated, never left to defaults."""
+    scaling = model.rope_scaling
+    if scaling is None:
+        s.add("--rope-type", "rope")
+        return
+    if not isinstance(scaling, YarnRopeScaling):
+        raise MegapilotError(
+            f"multi-latent attention in Megatron-Core scales RoPE with YaRN only, not {scaling.type}",
+            field="model.rope_scaling.type", fix="use a YaRN rope_scaling, or none",
+        )
+    _require_megatron_values(scaling, _MEGATRON_YARN_DEFAULTS, "YaRN under MLA")
+    s.add("--rope-type", "yarn")
+    s.add("--rotary-scaling-factor", scaling.factor)
+    s.add("--mscale", scaling.mscale)
+    s.add("--mscale-all-dim", scaling.mscale_all_dim)
+
+
+def _require_megatron_values(scaling: Llama3RopeScaling | YarnRopeScaling, fixed: dict[str, float],
+                             what: str) -> None:
+    """Refuse a scaling parameter that Megatron fixes to another value (it has no flag to change it)."""
+    for name, megatron_value in fixed.items():
+        value = getattr(scaling, name)
+        if value != megatron_value:
+            raise MegapilotError(
+                f"{what} in Megatron-LM core_v0.16.0 pretrain_gpt.py uses {name}={megatron_value:g} "
+                f"and no flag reaches the model to change it; this model has {value:g}",
+                field=f"model.rope_scaling.{name}",
+                fix="launch through Megatron-Bridge (its model providers set it), or use a model with "
+                    f"{name}={megatron_value:g}",
+            )
+
+
+# ---- MLA and MoE -----------------------------------------------------------------------------------
 def _add_mla(s: ArgSection, model: ModelSpec) -> None:
     mla = model.mla
     assert mla is not None
@@ -89,13 +169,30 @@ def _add_moe(s: ArgSection, model: ModelSpec, *, cpu: bool = False) -> None:
         if moe.shared_expert_gate:
             s.add("--moe-shared-expert-gate")
     s.add("--moe-layer-freq", moe_layer_pattern(model))
+    _add_router(s, model)
+    # alltoall moves only the routed tokens; allgather (the default) replicates every token to every EP rank.
+    # Megatron-Core's alltoall dispatcher needs CUDA streams, so a CPU run keeps allgather.
+    s.add("--moe-token-dispatcher-type", "allgather" if cpu else "alltoall")
+
+
+def _add_router(s: ArgSection, model: ModelSpec) -> None:
+    """How tokens pick experts and how the picked experts' outputs are weighted (the model's meaning)."""
+    moe = model.moe
+    assert moe is not None
+    s.add("--moe-router-score-function", moe.router_score_function)
+    if moe.router_pre_softmax:
+        s.add("--moe-router-pre-softmax")
+    if moe.router_topk_scaling_factor is not None:
+        s.add("--moe-router-topk-scaling-factor", moe.router_topk_scaling_factor)
+    if moe.router_num_groups is not None:
+        s.add("--moe-router-num-groups", moe.router_num_groups)
+        s.add("--moe-router-group-topk", moe.router_group_topk)
+    if moe.router_dtype is not None:
+        s.add("--moe-router-dtype", moe.router_dtype)
     s.add("--moe-router-load-balancing-type", moe.load_balancing_type)
     s.add("--moe-aux-loss-coeff", moe.aux_loss_coeff)
     if moe.router_expert_bias:
         s.add("--moe-router-enable-expert-bias")
-    # alltoall moves only the routed tokens; allgather (the default) replicates every token to every EP rank.
-    # Megatron-Core's alltoall dispatcher needs CUDA streams, so a CPU run keeps allgather.
-    s.add("--moe-token-dispatcher-type", "allgather" if cpu else "alltoall")
 
 
 def moe_layer_pattern(model: ModelSpec) -> str:

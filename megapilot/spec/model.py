@@ -8,7 +8,7 @@ covered. Only validation lives here; counting and costing live in `megapilot.est
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +17,8 @@ MlpActivation = Literal["swiglu", "gelu", "squared_relu", "geglu"]
 Normalization = Literal["RMSNorm", "LayerNorm"]
 PositionEmbedding = Literal["rope", "learned_absolute", "none"]
 LoadBalancing = Literal["aux_loss", "seq_aux_loss", "sinkhorn", "none"]
+RouterScoreFunction = Literal["softmax", "sigmoid"]
+RouterDtype = Literal["fp32", "fp64"]
 
 
 class _Spec(BaseModel):
@@ -52,6 +54,36 @@ class MoESpec(_Spec):
         default="aux_loss", description="Router load balancing (--moe-router-load-balancing-type).",
     )
     aux_loss_coeff: float = Field(default=1e-2, ge=0, description="Aux-loss coefficient (--moe-aux-loss-coeff).")
+    router_score_function: RouterScoreFunction = Field(
+        default="softmax",
+        description="Router scores: softmax (Mixtral, Qwen, DeepSeek-V2) or sigmoid (DeepSeek-V3 `scoring_func`); "
+        "--moe-router-score-function.",
+    )
+    router_pre_softmax: bool = Field(
+        default=False,
+        description="Softmax over all experts before the top-k, weights not renormalised over the chosen k "
+        "(HF `norm_topk_prob: false`); False = top-k first, softmax over the k (renormalised). "
+        "--moe-router-pre-softmax.",
+    )
+    router_topk_scaling_factor: float | None = Field(
+        default=None, gt=0,
+        description="Multiplier on the routing weights (HF `routed_scaling_factor`); "
+        "--moe-router-topk-scaling-factor.",
+    )
+    router_num_groups: int | None = Field(
+        default=None, gt=0,
+        description="Group-limited routing: experts split into this many groups (HF `n_group`); "
+        "--moe-router-num-groups.",
+    )
+    router_group_topk: int | None = Field(
+        default=None, gt=0,
+        description="Groups a token may pick its experts from (HF `topk_group`); --moe-router-group-topk.",
+    )
+    router_dtype: RouterDtype | None = Field(
+        default=None,
+        description="Precision of the router GEMM and scores; None = the model's dtype. DeepSeek computes its "
+        "gate in fp32. --moe-router-dtype.",
+    )
 
     @model_validator(mode="after")
     def _topk_within_experts(self) -> "MoESpec":
@@ -62,6 +94,44 @@ class MoESpec(_Spec):
             )
         return self
 
+    @model_validator(mode="after")
+    def _router_rules(self) -> "MoESpec":
+        """The routing rules Megatron-Core's TransformerConfig enforces, checked where the spec is made."""
+        if self.router_expert_bias and self.router_score_function != "sigmoid":
+            raise ValueError(
+                "router_expert_bias (aux-loss-free balancing) needs router_score_function='sigmoid' in "
+                "Megatron-Core; set router_score_function: sigmoid"
+            )
+        if self.router_pre_softmax and self.router_score_function != "softmax":
+            raise ValueError(
+                "router_pre_softmax applies to softmax routing only (sigmoid weights are always renormalised "
+                "over the top-k); drop router_pre_softmax"
+            )
+        self._check_groups()
+        return self
+
+    def _check_groups(self) -> None:
+        if (self.router_num_groups is None) != (self.router_group_topk is None):
+            raise ValueError("group-limited routing needs both router_num_groups and router_group_topk")
+        if self.router_num_groups is None or self.router_group_topk is None:
+            return
+        if self.num_experts % self.router_num_groups:
+            raise ValueError(
+                f"router_num_groups={self.router_num_groups} does not divide num_experts={self.num_experts}; "
+                "choose a divisor of num_experts"
+            )
+        if self.router_group_topk > self.router_num_groups:
+            raise ValueError(
+                f"router_group_topk={self.router_group_topk} exceeds router_num_groups={self.router_num_groups}"
+            )
+        per_group_topk = self.router_topk // self.router_group_topk
+        if per_group_topk < 1 or per_group_topk > self.num_experts // self.router_num_groups:
+            raise ValueError(
+                f"router_topk // router_group_topk = {per_group_topk} experts score each group, which needs "
+                f"1 to {self.num_experts // self.router_num_groups} (the experts of one group); "
+                "choose router_group_topk <= router_topk"
+            )
+
 
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
@@ -71,6 +141,45 @@ class MLASpec(_Spec):
     qk_head_dim: int = Field(gt=0, description="Non-rotary query/key head dim (--qk-head-dim, HF qk_nope_head_dim).")
     qk_pos_emb_head_dim: int = Field(gt=0, description="Rotary query/key head dim (--qk-pos-emb-head-dim).")
     v_head_dim: int = Field(gt=0, description="Value head dim (--v-head-dim).")
+    latent_layernorms: bool = Field(
+        default=True,
+        description="RMSNorm on the compressed q and kv latents (DeepSeek's q_a_layernorm/kv_a_layernorm); "
+        "Megatron builds them with --qk-layernorm under MLA.",
+    )
+
+
+class Llama3RopeScaling(_Spec):
+    """Llama 3.x frequency-dependent RoPE scaling (HF `rope_scaling.rope_type: llama3`; --use-rope-scaling)."""
+
+    type: Literal["llama3"] = "llama3"
+    factor: float = Field(gt=0, description="Wavelength stretch of the low frequencies (--rope-scaling-factor).")
+    low_freq_factor: float = Field(default=1.0, gt=0)
+    high_freq_factor: float = Field(default=4.0, gt=0)
+    original_max_position_embeddings: int = Field(
+        default=8192, gt=0, description="Context length the unscaled model was trained at.",
+    )
+
+
+class YarnRopeScaling(_Spec):
+    """YaRN RoPE scaling (HF `rope_scaling.type: yarn`; Megatron --rope-type yarn under MLA)."""
+
+    type: Literal["yarn"] = "yarn"
+    factor: float = Field(gt=0, description="Context extension factor (--rotary-scaling-factor).")
+    original_max_position_embeddings: int = Field(gt=0, description="Context length before the extension.")
+    beta_fast: float = Field(default=32.0, gt=0)
+    beta_slow: float = Field(default=1.0, gt=0)
+    mscale: float = Field(default=1.0, description="Attention temperature term (--mscale).")
+    mscale_all_dim: float = Field(default=0.0, description="Softmax-scale term over all dims (--mscale-all-dim).")
+
+
+class LinearRopeScaling(_Spec):
+    """Position interpolation: positions divided by `factor` (HF `rope_scaling.type: linear`)."""
+
+    type: Literal["linear"] = "linear"
+    factor: float = Field(gt=0, description="Positions are divided by this.")
+
+
+RopeScaling = Annotated[Llama3RopeScaling | YarnRopeScaling | LinearRopeScaling, Field(discriminator="type")]
 
 
 class ModelSpec(_Spec):
@@ -97,6 +206,14 @@ class ModelSpec(_Spec):
     norm_epsilon: float = Field(default=1e-5, gt=0)
     position_embedding: PositionEmbedding = "rope"
     rotary_base: int = Field(default=10000, gt=0, description="--rotary-base.")
+    rope_scaling: RopeScaling | None = Field(
+        default=None, description="RoPE frequency scaling for long context (HF `rope_scaling`); None = plain RoPE.",
+    )
+    sliding_window: int | None = Field(
+        default=None, gt=0,
+        description="Every layer attends to the last `sliding_window` tokens only (Mistral); None = full causal "
+        "attention. --window-size W-1,0.",
+    )
     tie_embeddings: bool = Field(default=False, description="Output layer shares the input embedding.")
     add_bias_linear: bool = Field(default=False, description="Biases on linear layers (GPT-2 style).")
     add_qkv_bias: bool = Field(default=False, description="Bias on QKV only (Qwen2 style).")
@@ -104,6 +221,10 @@ class ModelSpec(_Spec):
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     mtp_num_layers: int = Field(default=0, ge=0, description="Multi-token-prediction depth (--mtp-num-layers).")
+    mtp_loss_scaling_factor: float = Field(
+        default=0.1, ge=0,
+        description="Weight of the MTP loss beside the LM loss (--mtp-loss-scaling-factor; Megatron's default 0.1).",
+    )
     hf_architecture: str | None = Field(default=None, description="Source architecture when imported from HF.")
 
     @model_validator(mode="after")
@@ -120,6 +241,19 @@ class ModelSpec(_Spec):
             )
         if self.moe is not None and self.moe.first_k_dense_layers > self.num_layers:
             raise ValueError("moe.first_k_dense_layers exceeds num_layers")
+        return self
+
+    @model_validator(mode="after")
+    def _check_attention_options(self) -> "ModelSpec":
+        if self.mla is not None and self.qk_layernorm:
+            raise ValueError(
+                "qk_layernorm (per-head q/k norms) is not an option of MLA; its q/kv latent norms are "
+                "mla.latent_layernorms"
+            )
+        if self.rope_scaling is not None and self.position_embedding != "rope":
+            raise ValueError(
+                f"rope_scaling needs position_embedding='rope' (got {self.position_embedding!r}); drop rope_scaling"
+            )
         return self
 
     # ---- derived values -------------------------------------------------------------------

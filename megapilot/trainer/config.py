@@ -6,6 +6,7 @@ Everything here is torch-free so the checks run (and are tested) in milliseconds
 from __future__ import annotations
 
 import argparse
+import ast
 from dataclasses import dataclass, fields
 
 from megapilot.errors import MegapilotError
@@ -39,6 +40,22 @@ class TrainerConfig:
     add_bias_linear: bool
     untie_embeddings_and_output_weights: bool
     qk_layernorm: bool
+    add_qkv_bias: bool
+    window_size: tuple[int, int] | None
+    use_rope_scaling: bool
+    rope_scaling_factor: float
+    rope_type: str | None
+    rotary_scaling_factor: float
+    mscale: float
+    mscale_all_dim: float
+    multi_latent_attention: bool
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_head_dim: int
+    qk_pos_emb_head_dim: int
+    v_head_dim: int
+    mtp_num_layers: int | None
+    mtp_loss_scaling_factor: float
     init_method_std: float
     attention_dropout: float
     hidden_dropout: float
@@ -51,8 +68,16 @@ class TrainerConfig:
     moe_aux_loss_coeff: float
     moe_token_dispatcher_type: str
     moe_shared_expert_intermediate_size: int | None
-    moe_layer_freq: int
+    moe_layer_freq: int | tuple[int, ...]
     moe_router_dtype: str | None
+    moe_shared_expert_gate: bool
+    moe_router_score_function: str
+    moe_router_pre_softmax: bool
+    moe_router_topk_scaling_factor: float | None
+    moe_router_num_groups: int | None
+    moe_router_group_topk: int | None
+    moe_router_enable_expert_bias: bool
+    moe_router_bias_update_rate: float
     tensor_model_parallel_size: int
     pipeline_model_parallel_size: int
     virtual_pipeline_model_parallel_size: int | None
@@ -149,6 +174,14 @@ class TrainerConfig:
     def is_moe(self) -> bool:
         return bool(self.num_experts)
 
+    def is_moe_layer(self, layer_index: int) -> bool:
+        """Whether the 0-based layer holds experts (Megatron's --moe-layer-freq: every n-th, or a 0/1 list)."""
+        if not self.is_moe:
+            return False
+        if isinstance(self.moe_layer_freq, int):
+            return layer_index % self.moe_layer_freq == 0
+        return bool(self.moe_layer_freq[layer_index])
+
     def check_world_size(self, world_size: int) -> None:
         """Raise if the layout does not tile `world_size` processes or the batch does not split evenly."""
         if world_size % self.model_parallel_size:
@@ -220,6 +253,72 @@ def _check_pipeline_split(ns: argparse.Namespace, virtual_stages: int | None) ->
     return virtual_stages
 
 
+def _eval_layer_list(node: ast.expr) -> list[int]:
+    """The list expressions Megatron's moe_freq_type evaluates, without eval: [0,1], +, and * by an int."""
+    if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts):
+        return [e.value for e in node.elts]  # type: ignore[attr-defined]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _eval_layer_list(node.left) + _eval_layer_list(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        if isinstance(node.right, ast.Constant) and type(node.right.value) is int:
+            return _eval_layer_list(node.left) * node.right.value
+    raise ValueError("not a list expression")
+
+
+def _moe_layer_freq(ns: argparse.Namespace) -> int | tuple[int, ...]:
+    """--moe-layer-freq: an int (every n-th layer) or a 0/1 list with one entry per layer."""
+    text = str(ns.moe_layer_freq).strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        pattern = _eval_layer_list(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError):
+        raise MegapilotError(f"{text!r} is neither a positive integer nor a list expression such as "
+                             "([0]*1+[1]*3)", field="--moe-layer-freq", fix="pass N or a 0/1 list per layer") from None
+    if len(pattern) != ns.num_layers or set(pattern) - {0, 1}:
+        raise MegapilotError(f"the pattern has {len(pattern)} entries of 0/1 for {ns.num_layers} layers",
+                             field="--moe-layer-freq", fix="give one 0 (dense) or 1 (MoE) per layer")
+    return tuple(pattern)
+
+
+def _window_size(ns: argparse.Namespace) -> tuple[int, int] | None:
+    """--window-size 'left,right' (Megatron's tuple_type; parentheses allowed)."""
+    if ns.window_size is None:
+        return None
+    parts = ns.window_size.strip("()").split(",")
+    if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
+        raise MegapilotError(f"{ns.window_size!r} is not 'left,right'", field="--window-size",
+                             fix="pass e.g. --window-size 4095,0 for a window of the last 4096 tokens")
+    left, right = (int(p) for p in parts)
+    return left, right
+
+
+def _check_router(ns: argparse.Namespace) -> None:
+    """The routing rules TransformerConfig asserts, refused here by flag before any process starts."""
+    if not ns.num_experts:
+        return
+    if ns.moe_router_enable_expert_bias and ns.moe_router_score_function != "sigmoid":
+        raise MegapilotError("aux-loss-free expert bias needs the sigmoid score function",
+                             field="--moe-router-enable-expert-bias", fix="add --moe-router-score-function sigmoid")
+    if (ns.moe_router_num_groups is None) != (ns.moe_router_group_topk is None):
+        raise MegapilotError("group-limited routing needs both the group count and the groups per token",
+                             field="--moe-router-group-topk", fix="pass --moe-router-num-groups and --moe-router-group-topk")
+    if ns.moe_router_num_groups and ns.num_experts % ns.moe_router_num_groups:
+        raise MegapilotError(f"{ns.moe_router_num_groups} groups do not divide {ns.num_experts} experts",
+                             field="--moe-router-num-groups", fix="choose a divisor of --num-experts")
+
+
+def _check_attention(ns: argparse.Namespace) -> None:
+    if ns.multi_latent_attention:
+        return
+    if ns.rope_type == "yarn":  # Megatron-LM's core_transformer_config_from_args asserts the same
+        raise MegapilotError("standard attention supports rope_type 'rope' only (YaRN is built for MLA)",
+                             field="--rope-type", fix="drop --rope-type, or add --multi-latent-attention")
+    if ns.kv_channels is None and ns.hidden_size % ns.num_attention_heads:
+        raise MegapilotError(f"hidden size {ns.hidden_size} is not divisible by {ns.num_attention_heads} heads",
+                             field="--num-attention-heads", fix="choose a divisor of --hidden-size")
+
+
 def _resolve_tokenizer(ns: argparse.Namespace) -> str:
     name = ns.tokenizer_type or ("NullTokenizer" if ns.mock_data else "ByteTokenizer")
     if name in BYTE_TOKENIZER_NAMES:
@@ -277,9 +376,8 @@ def build_config(argv: list[str], *, gpu_available: bool = False) -> TrainerConf
     if ns.mock_data == bool(ns.data_path):
         raise MegapilotError("pass exactly one data source", field="--data-path",
                              fix="pass --data-path PREFIX (from `megapilot data prepare`) or --mock-data")
-    if ns.hidden_size % ns.num_attention_heads:
-        raise MegapilotError(f"hidden size {ns.hidden_size} is not divisible by {ns.num_attention_heads} heads",
-                             field="--num-attention-heads", fix="choose a divisor of --hidden-size")
+    _check_attention(ns)
+    _check_router(ns)
     if ns.bf16 and ns.fp16:
         raise MegapilotError("choose one precision", field="--fp16", fix="pass --bf16 or --fp16, not both")
     if ns.save_interval and not ns.save:
@@ -304,6 +402,8 @@ def build_config(argv: list[str], *, gpu_available: bool = False) -> TrainerConf
         "lr_decay_iters": ns.lr_decay_iters or ns.train_iters,
         "tokenizer_type": _resolve_tokenizer(ns),
         "sequence_parallel": ns.sequence_parallel and ns.tensor_model_parallel_size > 1,
+        "moe_layer_freq": _moe_layer_freq(ns),
+        "window_size": _window_size(ns),
     }
     names = {f.name for f in fields(TrainerConfig)}
     return TrainerConfig(**{name: values[name] for name in names})

@@ -39,7 +39,7 @@ def flops_per_iteration(config: TrainerConfig, vocab_size_padded: int) -> float:
     tokens = config.global_batch_size * config.seq_length
     layers_flops = 0.0
     for layer in range(config.num_layers):
-        is_moe_layer = config.is_moe and layer % config.moe_layer_freq == 0
+        is_moe_layer = config.is_moe_layer(layer)
         layers_flops += _attention_flops_per_token(config) + _mlp_flops_per_token(config, is_moe_layer)
     logits = 6.0 * config.hidden_size * vocab_size_padded
     return tokens * (layers_flops + logits)

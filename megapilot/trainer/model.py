@@ -7,10 +7,16 @@ import torch.nn.functional as F
 from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.models.gpt.gpt_layer_specs import (
+    get_gpt_decoder_block_spec,
+    get_gpt_decoder_layer_specs,
+    get_gpt_layer_local_spec,
+    get_gpt_layer_with_transformer_engine_spec,
+    get_gpt_mtp_block_spec,
+)
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
 from megapilot.trainer import cpu_compat
 from megapilot.trainer.config import TrainerConfig
@@ -25,20 +31,11 @@ def params_dtype(config: TrainerConfig) -> torch.dtype:
 
 
 def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig:
-    """Megatron's TransformerConfig from the flags; fused kernels off (they need CUDA/TE/Apex)."""
+    """Megatron's TransformerConfig (MLATransformerConfig under MLA) from the flags, as Megatron-LM's
+    core_transformer_config_from_args builds it; fused kernels off (they need CUDA/TE/Apex)."""
     dtype = params_dtype(config)
     interleaved = config.virtual_pipeline_model_parallel_size is not None
-    moe = {}
-    if config.is_moe:
-        moe = dict(
-            num_moe_experts=config.num_experts, moe_router_topk=config.moe_router_topk,
-            moe_ffn_hidden_size=config.moe_ffn_hidden_size or config.ffn_hidden_size,
-            moe_router_load_balancing_type=config.moe_router_load_balancing_type,
-            moe_aux_loss_coeff=config.moe_aux_loss_coeff, moe_token_dispatcher_type=config.moe_token_dispatcher_type,
-            moe_shared_expert_intermediate_size=config.moe_shared_expert_intermediate_size,
-            moe_layer_freq=config.moe_layer_freq, moe_router_dtype=config.moe_router_dtype,
-        )
-    return TransformerConfig(
+    common = dict(
         num_layers=config.num_layers, hidden_size=config.hidden_size,
         num_attention_heads=config.num_attention_heads, num_query_groups=config.num_query_groups,
         ffn_hidden_size=config.ffn_hidden_size, kv_channels=config.kv_channels,
@@ -46,7 +43,7 @@ def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig
         attention_dropout=config.attention_dropout, layernorm_epsilon=config.norm_epsilon,
         normalization=config.normalization, gated_linear_unit=config.swiglu,
         activation_func=F.silu if config.swiglu else F.gelu, add_bias_linear=config.add_bias_linear,
-        qk_layernorm=config.qk_layernorm,
+        add_qkv_bias=config.add_qkv_bias, qk_layernorm=config.qk_layernorm, window_size=config.window_size,
         apply_residual_connection_post_layernorm=config.apply_residual_connection_post_layernorm,
         **config.parallel_sizes(),
         num_layers_in_first_pipeline_stage=config.decoder_first_pipeline_num_layers,
@@ -60,36 +57,99 @@ def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig
         # Megatron-LM's defaults: with VPP, overlapped unbatched p2p; otherwise batched p2p. (Batched
         # ops with PP=2 and VPP would pair a gradient send with an activation receive on gloo.)
         overlap_p2p_comm=interleaved, batch_p2p_comm=not interleaved,
-        **moe,
+        **_moe_options(config), **_mtp_options(config),
         **({} if on_gpu else cpu_compat.transformer_overrides()),
+    )
+    if config.multi_latent_attention:
+        return MLATransformerConfig(**common, **_mla_options(config))
+    return TransformerConfig(**common)
+
+
+def _moe_options(config: TrainerConfig) -> dict[str, object]:
+    if not config.is_moe:
+        return {}
+    freq = config.moe_layer_freq
+    return dict(
+        num_moe_experts=config.num_experts, moe_router_topk=config.moe_router_topk,
+        moe_ffn_hidden_size=config.moe_ffn_hidden_size or config.ffn_hidden_size,
+        moe_router_load_balancing_type=config.moe_router_load_balancing_type,
+        moe_aux_loss_coeff=config.moe_aux_loss_coeff, moe_token_dispatcher_type=config.moe_token_dispatcher_type,
+        moe_shared_expert_intermediate_size=config.moe_shared_expert_intermediate_size,
+        moe_shared_expert_gate=config.moe_shared_expert_gate,
+        moe_layer_freq=freq if isinstance(freq, int) else list(freq), moe_router_dtype=config.moe_router_dtype,
+        moe_router_score_function=config.moe_router_score_function,
+        moe_router_pre_softmax=config.moe_router_pre_softmax,
+        moe_router_topk_scaling_factor=config.moe_router_topk_scaling_factor,
+        moe_router_num_groups=config.moe_router_num_groups, moe_router_group_topk=config.moe_router_group_topk,
+        moe_router_enable_expert_bias=config.moe_router_enable_expert_bias,
+        moe_router_bias_update_rate=config.moe_router_bias_update_rate,
     )
 
 
-def _layer_spec(config: TrainerConfig, on_gpu: bool):
-    if on_gpu:
-        try:
-            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
-
-            import transformer_engine  # noqa: F401  (only the import is checked)
-
-            return get_gpt_layer_with_transformer_engine_spec(num_experts=config.num_experts,
-                                                              qk_layernorm=config.qk_layernorm)
-        except ImportError:
-            pass
-    return get_gpt_layer_local_spec(num_experts=config.num_experts, moe_grouped_gemm=False,
-                                    qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+def _mtp_options(config: TrainerConfig) -> dict[str, object]:
+    if not config.mtp_num_layers:
+        return {}
+    return dict(mtp_num_layers=config.mtp_num_layers, mtp_loss_scaling_factor=config.mtp_loss_scaling_factor)
 
 
-def _model_chunk(config: TrainerConfig, tconfig: TransformerConfig, vocab_size: int, on_gpu: bool,
-                 vp_stage: int | None) -> GPTModel:
+def _mla_options(config: TrainerConfig) -> dict[str, object]:
+    """MLA's own fields. As Megatron-LM, an unset --rope-type keeps MLATransformerConfig's default (yarn)."""
+    return dict(
+        multi_latent_attention=True, q_lora_rank=config.q_lora_rank, kv_lora_rank=config.kv_lora_rank,
+        qk_head_dim=config.qk_head_dim, qk_pos_emb_head_dim=config.qk_pos_emb_head_dim,
+        v_head_dim=config.v_head_dim, rotary_base=config.rotary_base, rotary_percent=config.rotary_percent,
+        rotary_scaling_factor=config.rotary_scaling_factor, mscale=config.mscale,
+        mscale_all_dim=config.mscale_all_dim, **({"rope_type": config.rope_type} if config.rope_type else {}),
+    )
+
+
+def _use_transformer_engine(on_gpu: bool) -> bool:
+    if not on_gpu:
+        return False
+    try:
+        import transformer_engine  # noqa: F401  (only the import is checked)
+    except ImportError:
+        return False
+    return True
+
+
+def layer_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool, vp_stage: int | None):
+    """The decoder's layer spec as Megatron-LM's gpt_builder chooses it (a block spec for MoE models,
+    so dense-first layers and --moe-layer-freq patterns are honoured)."""
+    use_te = _use_transformer_engine(on_gpu)
+    if config.is_moe:
+        return get_gpt_decoder_block_spec(tconfig, use_transformer_engine=use_te,
+                                          normalization=config.normalization, vp_stage=vp_stage)
+    if use_te:
+        return get_gpt_layer_with_transformer_engine_spec(
+            qk_layernorm=config.qk_layernorm, multi_latent_attention=config.multi_latent_attention)
+    return get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization,
+                                    multi_latent_attention=config.multi_latent_attention)
+
+
+def mtp_block_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool, vp_stage: int | None):
+    """MTP modules built like the last decoder layer (gpt_builder's rule); None without MTP."""
+    if not config.mtp_num_layers:
+        return None
+    use_te = _use_transformer_engine(on_gpu)
+    last_layer = get_gpt_decoder_layer_specs(tconfig, use_transformer_engine=use_te,
+                                             normalization=config.normalization)[-1]
+    return get_gpt_mtp_block_spec(tconfig, last_layer, use_transformer_engine=use_te, vp_stage=vp_stage)
+
+
+def model_chunk(config: TrainerConfig, tconfig: TransformerConfig, vocab_size: int, on_gpu: bool,
+                vp_stage: int | None) -> GPTModel:
+    """One GPTModel (a pipeline chunk) with every model flag honoured, as pretrain_gpt.py builds it."""
     first = parallel_state.is_pipeline_first_stage(ignore_virtual=vp_stage is None, vp_stage=vp_stage)
     last = parallel_state.is_pipeline_last_stage(ignore_virtual=vp_stage is None, vp_stage=vp_stage)
     return GPTModel(
-        config=tconfig, transformer_layer_spec=_layer_spec(config, on_gpu), vocab_size=vocab_size,
-        max_sequence_length=config.max_position_embeddings, pre_process=first, post_process=last,
-        share_embeddings_and_output_weights=not config.untie_embeddings_and_output_weights,
+        config=tconfig, transformer_layer_spec=layer_spec(config, tconfig, on_gpu, vp_stage),
+        vocab_size=vocab_size, max_sequence_length=config.max_position_embeddings, pre_process=first,
+        post_process=last, share_embeddings_and_output_weights=not config.untie_embeddings_and_output_weights,
         position_embedding_type=config.position_embedding_type, rotary_percent=config.rotary_percent,
-        rotary_base=config.rotary_base, vp_stage=vp_stage,
+        rotary_base=config.rotary_base, rope_scaling=config.use_rope_scaling,
+        rope_scaling_factor=config.rope_scaling_factor,
+        mtp_block_spec=mtp_block_spec(config, tconfig, on_gpu, vp_stage), vp_stage=vp_stage,
     )
 
 
@@ -98,7 +158,7 @@ def build_model(config: TrainerConfig, vocab_size_padded: int, on_gpu: bool) -> 
     tconfig = transformer_config(config, on_gpu)
     vpp = config.virtual_pipeline_model_parallel_size
     stages = [None] if vpp is None else list(range(vpp))
-    chunks = [_model_chunk(config, tconfig, vocab_size_padded, on_gpu, stage) for stage in stages]
+    chunks = [model_chunk(config, tconfig, vocab_size_padded, on_gpu, stage) for stage in stages]
     if on_gpu:
         chunks = [chunk.cuda(torch.cuda.current_device()) for chunk in chunks]
     if config.bf16 or config.fp16:

@@ -80,7 +80,9 @@ def _forward_step(on_gpu: bool, data_iterator, model):
     batch = next(data_iterator)
     if on_gpu:
         batch = {key: value.cuda(non_blocking=True) for key, value in batch.items()}
-    output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"])
+    # The loss mask reaches the model too: MTP modules weigh their own losses with it.
+    output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"],
+                   loss_mask=batch["loss_mask"])
     return output, partial(_loss_func, batch["loss_mask"])
 
 
@@ -346,7 +348,7 @@ class Trainer:
         metrics: dict[str, torch.Tensor] = {}
         track_moe_metrics(loss_scale=1.0 / self.num_microbatches, iteration=iteration, total_loss_dict=metrics,
                           force_initialize=True, track_names=names, num_layers=self.config.num_layers,
-                          moe_layer_freq=self.config.moe_layer_freq)
+                          moe_layer_freq=freq if isinstance(freq := self.config.moe_layer_freq, int) else list(freq))
         return {key: float(value) for key, value in metrics.items()}
 
     def _log_validation(self, iteration: int, valid_iterator) -> None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 from megapilot.catalog import get_model
 from megapilot.catalog.gpus import get_gpu
 from megapilot.spec import ClusterSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, SavedPlan, TrainingSpec
+from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
 
 
 def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int) -> ModelSpec:
     return ModelSpec(
         name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
         num_query_groups=8, vocab_size=128256, max_position_embeddings=131072, rotary_base=500000,
+        rope_scaling=Llama3RopeScaling(factor=8.0),
     )
 
 
@@ -29,8 +31,10 @@ MIXTRAL_8X7B = ModelSpec(
 DEEPSEEK_V2_LITE = ModelSpec(
     name="deepseek-v2-lite", num_layers=27, hidden_size=2048, ffn_hidden_size=10944, num_attention_heads=16,
     vocab_size=102400, max_position_embeddings=163840, norm_epsilon=1e-6,
+    rope_scaling=YarnRopeScaling(factor=40, original_max_position_embeddings=4096, mscale=0.707, mscale_all_dim=0.707),
     moe=MoESpec(num_experts=64, router_topk=6, moe_ffn_hidden_size=1408, shared_expert_ffn_hidden_size=2816,
-                first_k_dense_layers=1, load_balancing_type="seq_aux_loss", aux_loss_coeff=1e-3),
+                first_k_dense_layers=1, load_balancing_type="seq_aux_loss", aux_loss_coeff=1e-3,
+                router_pre_softmax=True, router_dtype="fp32"),
     mla=MLASpec(kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128),
 )
 

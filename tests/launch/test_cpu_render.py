@@ -78,9 +78,18 @@ def test_context_parallel_cpu_render_is_refused_naming_cp() -> None:
 
 
 def test_what_the_trainer_refuses_is_refused_at_render_time() -> None:
-    """Dense-first MoE needs Megatron's list form of --moe-layer-freq, which the trainer does not parse:
+    """Real data with a Hugging Face tokenizer: the trainer has only its byte tokenizer for --data-path, so
     the render says so instead of writing a script that dies at start-up."""
-    dense_first = TINY_MOE.model_copy(update={"moe": TINY_MOE.moe.model_copy(update={"first_k_dense_layers": 1})})
+    options = CPU.model_copy(update={"mock_data": False, "data_path": "/d/x_text_document",
+                                     "tokenizer_model": "/t/tokenizer.json", "check_paths_exist": False})
     with pytest.raises(MegapilotError) as info:
-        render_launch(_plan(dense_first, 2, ep=2), CPU)
-    assert info.value.field == "--moe-layer-freq" and "trainer would refuse" in info.value.problem
+        render_launch(_plan(TINY, 1), options)
+    assert info.value.field == "--tokenizer-type" and "trainer would refuse" in info.value.problem
+
+
+def test_dense_first_moe_pattern_reaches_the_trainer_as_a_layer_list() -> None:
+    dense_first = TINY_MOE.model_copy(update={"moe": TINY_MOE.moe.model_copy(update={"first_k_dense_layers": 1})})
+    launch = render_launch(_plan(dense_first, 2, ep=2), CPU)
+    config = build_config(launch.megatron_args, gpu_available=False)
+    assert config.moe_layer_freq == (0, 1, 1, 1)
+    assert [config.is_moe_layer(i) for i in range(4)] == [False, True, True, True]

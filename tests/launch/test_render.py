@@ -134,9 +134,17 @@ def test_megatron_entrypoint_needs_the_checkout() -> None:
 
 
 def test_embedded_trainer_refuses_what_it_does_not_implement() -> None:
-    with pytest.raises(MegapilotError, match="--multi-latent-attention") as info:
-        render_launch(PLAN_DEEPSEEK, _options(entrypoint="megapilot", megatron_path=None))
+    squared_relu = PLAN_8B.model_copy(update={
+        "model": PLAN_8B.model.model_copy(update={"mlp_activation": "squared_relu"})})
+    with pytest.raises(MegapilotError, match="--squared-relu") as info:
+        render_launch(squared_relu, _options(entrypoint="megapilot", megatron_path=None))
     assert info.value.field == "entrypoint"
+
+
+def test_embedded_trainer_takes_mla_with_yarn_and_its_router() -> None:
+    args = render_launch(PLAN_DEEPSEEK, _options(entrypoint="megapilot", megatron_path=None)).megatron_args
+    assert {"--multi-latent-attention", "--qk-layernorm", "--moe-router-pre-softmax"} <= set(args)
+    assert args[args.index("--rope-type") + 1] == "yarn"
 
 
 def test_embedded_trainer_entrypoint_runs_the_module() -> None:

@@ -15,16 +15,22 @@ GPT2_STYLE = ModelSpec(
 )
 QWEN_STYLE = LLAMA31_8B.model_copy(update={
     "name": "qwen-style", "add_qkv_bias": True, "qk_layernorm": True, "mlp_activation": "squared_relu",
-    "mtp_num_layers": 1,
+    "mtp_num_layers": 1, "sliding_window": 4096, "rope_scaling": None,
 })
 QWEN_MOE = MIXTRAL_8X7B.model_copy(update={
     "name": "qwen-moe-style",
     "moe": MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=1408, shared_expert_ffn_hidden_size=5632,
-                   shared_expert_gate=True, router_expert_bias=True, moe_layer_freq=2),
+                   shared_expert_gate=True, router_expert_bias=True, router_score_function="sigmoid",
+                   moe_layer_freq=2),
 })
 
+# MLA with plain RoPE and DeepSeek-V3's router (sigmoid, groups, top-k scaling).
 DEEPSEEK_Q_LORA = DEEPSEEK_V2_LITE.model_copy(update={
     "name": "deepseek-q-lora", "mla": DEEPSEEK_V2_LITE.mla.model_copy(update={"q_lora_rank": 1536}),
+    "rope_scaling": None,
+    "moe": DEEPSEEK_V2_LITE.moe.model_copy(update={
+        "router_pre_softmax": False, "router_score_function": "sigmoid", "router_expert_bias": True,
+        "router_topk_scaling_factor": 2.5, "router_num_groups": 8, "router_group_topk": 3}),
 })
 
 VARIANT_PLANS: dict[str, SavedPlan] = {
