@@ -80,7 +80,8 @@ def _legal_at(model, cluster, training, tp, pp, cp, dp, split, experts):
                 try:
                     p = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, ep=ep, etp=None if etp == tp else etp,
                                        mbs=mbs, sequence_parallel=tp > 1, fsdp=fsdp, first_stage_layers=split[0],
-                                       last_stage_layers=split[1], **step)
+                                       last_stage_layers=split[1], recompute=step.recompute,
+                                       recompute_method=step.method, recompute_num_layers=step.num_layers)
                     validate_layout(model, cluster, training, p)
                 except (MegapilotError, ValueError):
                     continue

@@ -7,11 +7,9 @@ from typing import TYPE_CHECKING
 from megapilot.errors import MegapilotError
 from megapilot.plan.cost import CostModel, LayoutEstimator
 from megapilot.plan.reasons import Explainer, layout_label
-from megapilot.plan.search import (
-    Candidate, PlanResult, SearchOutcome, search_layouts,
-)
-from megapilot.plan.space import Pins
-from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
+from megapilot.plan.search import Candidate, Fit, PlanResult, SearchOutcome, search_layouts
+from megapilot.plan.space import Pins, RejectReason
+from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
 
 if TYPE_CHECKING:
     from megapilot.estimate import EstimateOptions
@@ -27,7 +25,7 @@ def plan(
     top: int = DEFAULT_TOP,
     pins: Pins | None = None,
     estimator: LayoutEstimator | None = None,
-    options: "EstimateOptions | None" = None,
+    options: EstimateOptions | None = None,
 ) -> PlanResult:
     """The `top` best layouts for this model on this cluster, each with its reasons.
 
@@ -54,25 +52,26 @@ def plan(
         candidates.append(Candidate(parallel=parallel, estimate=est, reasons=reasons))
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
-        rejected=dict(sorted(outcome.rejected.items(), key=lambda kv: -kv[1])),
+        rejected={reason.value: count for reason, count in sorted(outcome.rejected.items(), key=lambda kv: -kv[1])},
         summary=explainer.runners_up(chosen),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
 
 
-def distinct_shapes(ranked: list[tuple[ParallelConfig, EstimateResult]], top: int) -> list[tuple[ParallelConfig, EstimateResult]]:
+def distinct_shapes(ranked: list[Fit], top: int) -> list[Fit]:
     """The best layout of each parallel shape (TP, PP, CP, EP, ETP, FSDP), `top` of them.
 
     Variants of one shape (another VPP, MBS or recompute) are tuning of the same choice; showing
     five of them would hide the real alternatives.
     """
-    seen: set[tuple] = set()
-    chosen = []
-    for parallel, est in ranked:
+    seen: set[tuple[int, int, int, int, int | None, bool]] = set()
+    chosen: list[Fit] = []
+    for fit in ranked:
+        parallel = fit[0]
         key = (parallel.tp, parallel.pp, parallel.cp, parallel.ep, parallel.etp, parallel.fsdp)
         if key not in seen:
             seen.add(key)
-            chosen.append((parallel, est))
+            chosen.append(fit)
         if len(chosen) == top:
             break
     return chosen
@@ -87,9 +86,9 @@ def _nothing_fits(cost: CostModel, pins: Pins, outcome: SearchOutcome) -> Megapi
     return MegapilotError(f"no layout fits: {bites}", field=_bite_field(outcome), fix=fix)
 
 
-def _binding(outcome: SearchOutcome) -> tuple[str, int] | None:
+def _binding(outcome: SearchOutcome) -> tuple[RejectReason, int] | None:
     """The rule that cut the most layouts (dominance cuts are not constraints, so they never bite)."""
-    cuts = {k: v for k, v in outcome.rejected.items() if not k.startswith("dominated")}
+    cuts = {reason: count for reason, count in outcome.rejected.items() if not reason.dominated}
     return max(cuts.items(), key=lambda kv: kv[1]) if cuts else None
 
 
@@ -97,8 +96,8 @@ def _what_bites(outcome: SearchOutcome) -> str:
     binding = _binding(outcome)
     if binding is None:
         return "no layout passes the rules"
-    category, count = binding
-    text = f"{count} layouts cut by '{category}'"
+    reason, count = binding
+    text = f"{count} layouts cut by '{reason.value}'"
     if outcome.smallest_floor is not None:
         parallel, memory = outcome.smallest_floor
         text += (f"; the smallest footprint found ({layout_label(parallel)}) needs "
@@ -110,7 +109,7 @@ def _bite_field(outcome: SearchOutcome) -> str:
     binding = _binding(outcome)
     if binding is None:
         return "parallel"
-    return "memory" if binding[0].startswith("memory") else binding[0].split()[0]
+    return "memory" if binding[0].memory else binding[0].value.split()[0]
 
 
 def _fits(cost: CostModel, pins: Pins) -> bool:

@@ -10,12 +10,16 @@ count, DP filling the rest) are therefore stated only where the cost model repro
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
 from megapilot.estimate.units import format_duration
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel
 from megapilot.spec import EstimateResult, ParallelConfig
+
+if TYPE_CHECKING:  # the search imports this module at run time
+    from megapilot.plan.search import Fit
 
 # time_breakdown_s keys → words. Matching is by the first key fragment found, so the estimator may
 # name its entries e.g. `tp_comm_exposed` or `pipeline_bubble` and still be read.
@@ -123,7 +127,7 @@ def _gib(x: float) -> str:
 class Explainer:
     """Builds the reasons for planned layouts from the search's results and what-if estimates."""
 
-    def __init__(self, cost: CostModel, best_by: dict | None = None):
+    def __init__(self, cost: CostModel, best_by: dict[tuple[str, object], Fit] | None = None) -> None:
         self.cost = cost
         self.model, self.cluster, self.training = cost.model, cost.cluster, cost.training
         self.best_by = best_by or {}
@@ -175,7 +179,7 @@ class Explainer:
         heads = self.model.num_attention_heads
         kv_heads = heads if self.model.mla is not None else self.model.kv_heads
         if heads % p.tp or kv_heads % p.tp:
-            yield space.Rejection("tp", "tp", "tp does not divide heads", "")
+            yield space.Rejection(space.RejectReason.TP_HEADS, "tp", "tp does not divide heads", "")
 
     def _speed_delta(self, base: EstimateResult, other: EstimateResult) -> str:
         """`12 % slower` / `3.1 % faster` for `other` against `base`."""

@@ -40,31 +40,96 @@ import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
 from megapilot.plan.reasons import bubble_share
-from megapilot.plan.space import Pins, Rejection
-from megapilot.spec.parallel import pipeline_rank_layer_counts
+from megapilot.plan.space import Pins, Rejection, RejectReason
 from megapilot.spec import (
-    ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec,
+    ClusterSpec,
+    EstimateResult,
+    ModelSpec,
+    ParallelConfig,
+    SavedPlan,
+    TrainingSpec,
 )
+from megapilot.spec.parallel import Recompute, RecomputeMethod, pipeline_rank_layer_counts
 
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
 
-MEMORY_FLOOR = "memory: weights+optimizer alone exceed HBM"
-MEMORY_FLOOR_ACTIVATIONS = "memory: activations exceed HBM even at the smallest MBS with full recompute"
-MEMORY_ACTIVATIONS = "memory: activations exceed HBM at this MBS and recompute"
-MEMORY_MBS_SKIPPED = "memory: larger MBS skipped after a smaller one did not fit"
-DOMINATED_RECOMPUTE = "dominated: more recompute than memory needs"
-DOMINATED_FSDP = "dominated: FSDP where memory does not bind"
-DOMINATED_CP = "dominated: more CP than memory needs"
-DOMINATED_MBS = "dominated: larger MBS after throughput fell"
-DOMINATED_VPP = "dominated: more VPP once throughput fell or the bubble is inside the tie band"
-DOMINATED_PP = "dominated: uneven-split PP after throughput fell without memory pressure"
+
+class RecomputeRung(NamedTuple):
+    """One step of the recompute ladder: the ParallelConfig recompute fields it sets."""
+
+    recompute: Recompute
+    method: RecomputeMethod = "uniform"
+    num_layers: int | None = None
+
+
+# The smallest footprint any layout can have: every layer's forward recomputed.
+FULL_RECOMPUTE = RecomputeRung("full", "uniform", 1)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A layout before its MBS and recompute are chosen: what the memory floor is checked for.
+
+    Sequence parallelism is on whenever TP > 1 and the distributed optimizer always on (see the
+    module doc); `etp` is None when expert TP equals TP, as ParallelConfig writes it.
+    """
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    etp: int | None
+    fsdp: bool
+    split: space.PipelineSplit
+    vpp: int = 1
+
+    def with_vpp(self, vpp: int) -> Shape:
+        return Shape(self.tp, self.cp, self.pp, self.dp, self.ep, self.etp, self.fsdp, self.split, vpp)
+
+    def layout(self, mbs: int, rung: RecomputeRung) -> ParallelConfig:
+        return ParallelConfig(
+            tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp, vpp=self.vpp,
+            sequence_parallel=self.tp > 1, distributed_optimizer=True, fsdp=self.fsdp,
+            first_stage_layers=self.split[0], last_stage_layers=self.split[1], mbs=mbs,
+            recompute=rung.recompute, recompute_method=rung.method, recompute_num_layers=rung.num_layers,
+        )
+
+
+class Fit(NamedTuple):
+    """A layout that fits and the estimator's numbers for it."""
+
+    parallel: ParallelConfig
+    estimate: EstimateResult
+
+
+class MemoryBinding(NamedTuple):
+    """Whether memory forced recompute (or a skip) on any MBS of a shape, and on its smallest MBS."""
+
+    bound_any: bool
+    bound_smallest: bool
+
+
+class MicrobatchWalk(NamedTuple):
+    """What walking the MBS values of one shape found: its best estimate, and how memory bound it."""
+
+    best: EstimateResult | None
+    binding: MemoryBinding
+
+
+class Climb(NamedTuple):
+    """The least recompute that fits at one MBS (None when no rung fits) and its rung index."""
+
+    estimate: EstimateResult | None
+    rung: int
 
 
 class Candidate(BaseModel):
@@ -132,15 +197,15 @@ class PlanResult(BaseModel):
 class SearchOutcome:
     """The raw result of one search: ranked fits, rejection counts and the tightest miss."""
 
-    ranked: list[tuple[ParallelConfig, EstimateResult]]
-    rejected: Counter
+    ranked: list[Fit]
+    rejected: Counter[RejectReason]
     layouts_costed: int
     layouts_fitting: int
     smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
     cost: CostModel | None = field(default=None, repr=False)
     # The best fitting layout for each value of each dimension, e.g. ("tp", 4): what the reasons
     # compare the winner with ("the best layout with TP=4 is 8 % slower").
-    best_by: dict[tuple[str, object], tuple[ParallelConfig, EstimateResult]] = field(default_factory=dict)
+    best_by: dict[tuple[str, object], Fit] = field(default_factory=dict)
 
 
 # ---- ranking ----------------------------------------------------------------------------------
@@ -152,7 +217,10 @@ def simplicity(p: ParallelConfig) -> tuple[int, int, int]:
     return dims_in_use, p.tp * p.pp * p.vpp * p.cp * p.ep, recompute_rank
 
 
-def rank_key(p: ParallelConfig, est: EstimateResult) -> tuple:
+RankKey = tuple[int, float, tuple[int, int, int]]
+
+
+def rank_key(p: ParallelConfig, est: EstimateResult) -> RankKey:
     """Sort key: throughput band (higher first), then memory, then simplicity."""
     band = math.floor(math.log(max(est.tokens_per_s_per_gpu, 1e-9)) / math.log(TIE_BAND))
     return (-band, est.memory_gib.total, simplicity(p))
@@ -166,17 +234,19 @@ def dimension_values(p: ParallelConfig) -> tuple[tuple[str, object], ...]:
 
 # ---- the search -------------------------------------------------------------------------------
 
-def recompute_ladder(model: ModelSpec, pp: int, vpp: int, split: space.PipelineSplit = space.EVEN_SPLIT) -> list[dict]:
+def recompute_ladder(
+    model: ModelSpec, pp: int, vpp: int, split: space.PipelineSplit = space.EVEN_SPLIT
+) -> list[RecomputeRung]:
     """Recompute settings from the cheapest in time to the smallest in memory.
 
     Block recompute counts layers per model chunk; with an uneven split the largest chunk (a middle
     rank's) sets the choices, and the lighter end ranks recompute all of theirs when asked for more.
     """
     layers_per_chunk = max(pipeline_rank_layer_counts(model.num_layers, pp, *split)) // vpp
-    ladder: list[dict] = [{"recompute": "none"}, {"recompute": "selective"}]
+    ladder = [RecomputeRung("none"), RecomputeRung("selective")]
     partial = sorted({max(1, layers_per_chunk * q // 4) for q in (1, 2, 3)} - {layers_per_chunk})
-    ladder += [{"recompute": "full", "recompute_method": "block", "recompute_num_layers": k} for k in partial]
-    ladder.append({"recompute": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    ladder += [RecomputeRung("full", "block", k) for k in partial]
+    ladder.append(FULL_RECOMPUTE)
     return ladder
 
 
@@ -185,13 +255,13 @@ class _Search:
         self.cost = cost
         self.model, self.cluster, self.training = cost.model, cost.cluster, cost.training
         self.pins = pins
-        self.rejected: Counter = Counter()
-        self.heap: list[tuple] = []  # the KEEP_PER_SEARCH best so far, worst on top
+        self.rejected: Counter[RejectReason] = Counter()
+        self.heap: list[tuple[_Inverted, int, ParallelConfig, EstimateResult]] = []  # the best so far, worst on top
         self.fitting = 0
         self.counter = 0
         self.smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
-        self.best_by: dict[tuple[str, object], tuple[ParallelConfig, EstimateResult]] = {}
-        self._best_by_key: dict[tuple[str, object], tuple] = {}
+        self.best_by: dict[tuple[str, object], Fit] = {}
+        self._best_by_key: dict[tuple[str, object], RankKey] = {}
         # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without recompute)
         self._best_speed_at: dict[tuple[int, int], tuple[float, bool]] = {}
 
@@ -213,7 +283,7 @@ class _Search:
             held_key = self._best_by_key.get(dim_value)
             if held_key is None or key < held_key:
                 self._best_by_key[dim_value] = key
-                self.best_by[dim_value] = (parallel, est)
+                self.best_by[dim_value] = Fit(parallel, est)
         entry = (_Inverted(key), self.counter, parallel, est)
         if len(self.heap) < KEEP_PER_SEARCH:
             heapq.heappush(self.heap, entry)
@@ -231,9 +301,10 @@ class _Search:
             if self._reject(space.tp_rule(self.model, self.cluster, tp)):
                 continue
             self._walk_pipeline(tp)
-        ranked = [(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)]
-        return SearchOutcome(ranked, self.rejected, self.cost.calls, self.fitting, self.smallest_floor,
-                             self.cost, self.best_by)
+        ranked = [Fit(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)]
+        return SearchOutcome(ranked=ranked, rejected=self.rejected, layouts_costed=self.cost.calls,
+                             layouts_fitting=self.fitting, smallest_floor=self.smallest_floor, cost=self.cost,
+                             best_by=self.best_by)
 
     def _walk_pipeline(self, tp: int) -> None:
         """PP upwards, each with its layer splits (the even one, or a few uneven ones).
@@ -252,7 +323,7 @@ class _Search:
                 self._reject(space.pp_rule(self.model, pp))
                 continue
             if fell and splits[0] != space.EVEN_SPLIT:
-                self.rejected[DOMINATED_PP] += len(splits)
+                self.rejected[RejectReason.DOMINATED_PP] += len(splits)
                 continue
             for split in splits:
                 self._walk_context_parallel(tp, pp, split)
@@ -285,28 +356,27 @@ class _Search:
         self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]], split: space.PipelineSplit
     ) -> None:
         """Walk EP (largest first), ETP and FSDP for one (TP, CP, PP)."""
-        floor_failed_for: dict[tuple[int, bool], str] = {}  # (etp, fsdp) whose floor failed at a larger EP
+        floor_failed_for: dict[tuple[int, bool], RejectReason] = {}  # (etp, fsdp) whose floor failed at a larger EP
         for ep, etp in space.expert_values(self.model, tp, self.pins):
             if self._reject(space.expert_rule(self.model, tp, cp, dp, ep, etp)):
                 continue
             memory_bound = True
             for fsdp in self._fsdp_options(dp):
                 if (ep, etp, fsdp) in settled:
-                    self.rejected[DOMINATED_CP] += 1
+                    self.rejected[RejectReason.DOMINATED_CP] += 1
                     continue
                 if fsdp and not memory_bound:
                     # FSDP only buys memory (at the price of more all-gathers than the distributed
                     # optimizer): a shape that already runs its largest MBS without recompute cannot
                     # gain — nor can it at a larger CP, where memory binds even less.
-                    self.rejected[DOMINATED_FSDP] += 1
+                    self.rejected[RejectReason.DOMINATED_FSDP] += 1
                     settled.add((ep, etp, fsdp))
                     continue
                 if (etp, fsdp) in floor_failed_for:  # a larger EP already failed: expert weights only grow
                     self.rejected[floor_failed_for[(etp, fsdp)]] += 1
                     continue
-                shape = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=None if etp == tp else etp,
-                             sequence_parallel=tp > 1, distributed_optimizer=True, fsdp=fsdp,
-                             first_stage_layers=split[0], last_stage_layers=split[1])
+                shape = Shape(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=None if etp == tp else etp, fsdp=fsdp,
+                              split=split)
                 floor = self._floor(shape)
                 if not floor.fits:
                     if floor.static_gib > floor.capacity_gib:  # weights alone overflow: CP cannot help
@@ -314,8 +384,9 @@ class _Search:
                     if self.model.moe is not None and self.pins.ep is None:
                         floor_failed_for[(etp, fsdp)] = _floor_category(floor)
                     continue
-                memory_bound, smallest_bound = self._walk_vpp(shape, pp, dp)
-                if not smallest_bound:
+                binding = self._walk_vpp(shape)
+                memory_bound = binding.bound_any
+                if not binding.bound_smallest:
                     settled.add((ep, etp, fsdp))
 
     def _fsdp_options(self, dp: int) -> tuple[bool, ...]:
@@ -323,28 +394,26 @@ class _Search:
             return (self.pins.fsdp,)
         return (False, True) if dp > 1 else (False,)
 
-    def _floor(self, shape: dict) -> MemoryCheck:
+    def _floor(self, shape: Shape) -> MemoryCheck:
         """The shape's smallest footprint: MBS 1 (or the pinned one), full recompute of every layer."""
-        floor = ParallelConfig(**shape, mbs=self.pins.mbs or 1, recompute="full",
-                               recompute_method="uniform", recompute_num_layers=1)
+        floor = shape.layout(self.pins.mbs or 1, FULL_RECOMPUTE)
         memory = self.cost.memory(floor)
         if not memory.fits:
             self.rejected[_floor_category(memory)] += 1
             self._note_floor(floor, memory)
         return memory
 
-    def _walk_vpp(self, shape: dict, pp: int, dp: int) -> tuple[bool, bool]:
-        """Walk VPP upwards. Returns (memory bound anything, activations bound even the smallest MBS)."""
+    def _walk_vpp(self, shape: Shape) -> MemoryBinding:
+        """Walk VPP upwards; whether memory bound anything, and whether it bound even the smallest MBS."""
         bound_any = bound_smallest = False
         best_so_far: float | None = None
-        split = (shape["first_stage_layers"], shape["last_stage_layers"])
-        vpps = space.vpp_values(self.model, pp, self.pins, split)
+        vpps = space.vpp_values(self.model, shape.pp, self.pins, shape.split)
         for index, vpp in enumerate(vpps):
-            if self._reject(space.pp_rule(self.model, pp, vpp, split)):
+            if self._reject(space.pp_rule(self.model, shape.pp, vpp, shape.split)):
                 continue
-            best, any_, smallest = self._walk_microbatches({**shape, "vpp": vpp}, dp)
-            bound_any |= any_
-            bound_smallest |= smallest
+            best, binding = self._walk_microbatches(shape.with_vpp(vpp))
+            bound_any |= binding.bound_any
+            bound_smallest |= binding.bound_smallest
             if best is None or index + 1 == len(vpps):
                 continue
             # More interleaving shrinks the bubble as 1/VPP but adds send/recv and in-flight
@@ -352,21 +421,22 @@ class _Search:
             # is already inside the tie band (nothing left to win).
             fell = best_so_far is not None and best.tokens_per_s_per_gpu < best_so_far
             if fell or bubble_share(best) < TIE_BAND - 1:
-                self.rejected[DOMINATED_VPP] += len(vpps) - index - 1
+                self.rejected[RejectReason.DOMINATED_VPP] += len(vpps) - index - 1
                 break
             best_so_far = best.tokens_per_s_per_gpu
-        return bound_any, bound_smallest
+        return MemoryBinding(bound_any, bound_smallest)
 
-    def _walk_microbatches(self, shape: dict, dp: int) -> tuple[EstimateResult | None, bool, bool]:
+    def _walk_microbatches(self, shape: Shape) -> MicrobatchWalk:
         """Every useful MBS at its least recompute.
 
-        Returns (best estimate, memory bound any MBS, memory bound the smallest MBS). Memory grows
+        Returns the best estimate and whether memory bound any MBS and the smallest MBS. Memory grows
         with MBS and falls along the recompute ladder, so the first rung that fits can only move up
         as MBS grows: each MBS starts climbing where the previous one stopped. Throughput is
         unimodal in MBS (GEMM efficiency saturates while the pipeline gets fewer micro-batches), so
         the walk stops once it falls.
         """
-        ladder = self._ladder(shape["pp"], shape["vpp"], (shape["first_stage_layers"], shape["last_stage_layers"]))
+        ladder = self._ladder(shape.pp, shape.vpp, shape.split)
+        dp = shape.dp
         mbs_values = space.mbs_values(self.training, dp, self.pins)
         best: EstimateResult | None = None
         bound_any = False
@@ -375,31 +445,29 @@ class _Search:
         for index, mbs in enumerate(mbs_values):
             if self._reject(space.batch_rule(self.training, dp, mbs)):
                 continue
-            if self._reject(space.interleave_rule(self.training, shape["pp"], shape["vpp"], dp, mbs)):
+            if self._reject(space.interleave_rule(self.training, shape.pp, shape.vpp, dp, mbs)):
                 continue
             est, rung = self._climb_ladder(shape, mbs, ladder, rung)
             bound_any |= rung > 0 or est is None
             if bound_smallest is None:
                 bound_smallest = rung > 0 or est is None
             if est is None:
-                self.rejected[MEMORY_MBS_SKIPPED] += len(mbs_values) - index - 1
+                self.rejected[RejectReason.MEMORY_MBS_SKIPPED] += len(mbs_values) - index - 1
                 break
             if best is not None and est.tokens_per_s_per_gpu < best.tokens_per_s_per_gpu:
-                self.rejected[DOMINATED_MBS] += len(mbs_values) - index - 1
+                self.rejected[RejectReason.DOMINATED_MBS] += len(mbs_values) - index - 1
                 break
             best = est
-        return best, bound_any, bool(bound_smallest)
+        return MicrobatchWalk(best, MemoryBinding(bound_any, bool(bound_smallest)))
 
-    def _ladder(self, pp: int, vpp: int, split: space.PipelineSplit) -> list[dict]:
+    def _ladder(self, pp: int, vpp: int, split: space.PipelineSplit) -> list[RecomputeRung]:
         ladder = recompute_ladder(self.model, pp, vpp, split)
         if self.pins.recompute:
-            ladder = [step for step in ladder if step["recompute"] == self.pins.recompute]
+            ladder = [rung for rung in ladder if rung.recompute == self.pins.recompute]
         return ladder
 
-    def _climb_ladder(
-        self, shape: dict, mbs: int, ladder: list[dict], start: int
-    ) -> tuple[EstimateResult | None, int]:
-        """The least recompute that fits at this MBS, from rung `start` up; (estimate, rung index).
+    def _climb_ladder(self, shape: Shape, mbs: int, ladder: list[RecomputeRung], start: int) -> Climb:
+        """The least recompute that fits at this MBS, from rung `start` up.
 
         Memory falls monotonically along the ladder, so the first rung that fits the memory stage is
         found by bisection; the full estimate then confirms it (or the climb goes on above it).
@@ -408,7 +476,7 @@ class _Search:
 
         def layout(index: int) -> ParallelConfig:  # built on demand: most climbs touch one or two rungs
             if index not in built:
-                built[index] = ParallelConfig(**shape, mbs=mbs, **ladder[index])
+                built[index] = shape.layout(mbs, ladder[index])
             return built[index]
 
         low, high = start, len(ladder)  # invariant: rungs < low do not fit, rungs >= high unknown or fit
@@ -420,20 +488,22 @@ class _Search:
                 high = middle
             else:
                 low = middle + 1
-        self.rejected[MEMORY_ACTIVATIONS] += low
+        self.rejected[RejectReason.MEMORY_ACTIVATIONS] += low
         for step_index in range(low, len(ladder)):
             est = self.cost(layout(step_index))
             if est.fits:
                 self._keep(layout(step_index), est)
-                self.rejected[DOMINATED_RECOMPUTE] += len(ladder) - step_index - 1
-                return est, step_index
-            self.rejected[MEMORY_ACTIVATIONS] += 1
-        return None, len(ladder)
+                self.rejected[RejectReason.DOMINATED_RECOMPUTE] += len(ladder) - step_index - 1
+                return Climb(est, step_index)
+            self.rejected[RejectReason.MEMORY_ACTIVATIONS] += 1
+        return Climb(None, len(ladder))
 
 
-def _floor_category(memory: MemoryCheck) -> str:
+def _floor_category(memory: MemoryCheck) -> RejectReason:
     """Why a shape's smallest footprint does not fit: the weights themselves, or the activations."""
-    return MEMORY_FLOOR if memory.static_gib > memory.capacity_gib else MEMORY_FLOOR_ACTIVATIONS
+    if memory.static_gib > memory.capacity_gib:
+        return RejectReason.MEMORY_FLOOR
+    return RejectReason.MEMORY_FLOOR_ACTIVATIONS
 
 
 class _Inverted:
@@ -441,10 +511,10 @@ class _Inverted:
 
     __slots__ = ("key",)
 
-    def __init__(self, key: tuple):
+    def __init__(self, key: RankKey):
         self.key = key
 
-    def __lt__(self, other: "_Inverted") -> bool:
+    def __lt__(self, other: _Inverted) -> bool:
         return other.key < self.key
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from functools import lru_cache
 
 from megapilot.errors import MegapilotError
@@ -37,11 +38,52 @@ def divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
+class RejectReason(str, Enum):
+    """Why layouts were cut: the stable keys of `rejected` in the plan's JSON.
+
+    Rule cuts come from the Megatron checks below; memory and dominance cuts from the search
+    (`search.py`). Dominance cuts are not constraints: they drop layouts that cannot win.
+    """
+
+    TP_HEADS = "tp does not divide attention heads"
+    TP_KV_HEADS = "tp does not divide KV heads"
+    TP_NODE = "tp exceeds GPUs per node"
+    CP_SEQUENCE = "seq_length not divisible by 2*cp"
+    SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
+    PP_LAYERS = "num_layers not divisible by pp*vpp"
+    PP_SPLIT = "uneven pipeline split refused"
+    BATCH = "global batch not divisible by mbs*dp"
+    INTERLEAVE = "micro-batches not a multiple of pp (interleaved schedule)"
+    EP_DENSE = "ep on a dense model"
+    EP_EXPERTS = "ep does not divide experts"
+    EP_GROUPS = "ep*etp does not divide tp*cp*dp"
+    PRECISION = "precision not supported"
+    MEMORY_FLOOR = "memory: weights+optimizer alone exceed HBM"
+    MEMORY_FLOOR_ACTIVATIONS = "memory: activations exceed HBM even at the smallest MBS with full recompute"
+    MEMORY_ACTIVATIONS = "memory: activations exceed HBM at this MBS and recompute"
+    MEMORY_MBS_SKIPPED = "memory: larger MBS skipped after a smaller one did not fit"
+    DOMINATED_RECOMPUTE = "dominated: more recompute than memory needs"
+    DOMINATED_FSDP = "dominated: FSDP where memory does not bind"
+    DOMINATED_CP = "dominated: more CP than memory needs"
+    DOMINATED_MBS = "dominated: larger MBS after throughput fell"
+    DOMINATED_VPP = "dominated: more VPP once throughput fell or the bubble is inside the tie band"
+    DOMINATED_PP = "dominated: uneven-split PP after throughput fell without memory pressure"
+
+    @property
+    def dominated(self) -> bool:
+        """A dominance cut: the layouts were legal and would fit, but cannot beat one already costed."""
+        return self.value.startswith("dominated")
+
+    @property
+    def memory(self) -> bool:
+        return self.value.startswith("memory")
+
+
 @dataclass(frozen=True)
 class Rejection:
     """Why one value of one dimension was cut: a stable category plus the specifics."""
 
-    category: str
+    category: RejectReason
     field: str
     message: str
     fix: str
@@ -80,15 +122,15 @@ def _list(values: tuple[int, ...] | list[int]) -> str:
 def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None:
     """TP must split whole attention heads and whole KV groups, and stay inside one node."""
     if model.num_attention_heads % tp:
-        return Rejection("tp does not divide attention heads", "tp",
+        return Rejection(RejectReason.TP_HEADS, "tp",
                          f"tp={tp} does not divide num_attention_heads={model.num_attention_heads}",
                          f"use a TP from: {_list(divisors(model.num_attention_heads))}")
     if model.mla is None and model.kv_heads % tp:
-        return Rejection("tp does not divide KV heads", "tp",
+        return Rejection(RejectReason.TP_KV_HEADS, "tp",
                          f"tp={tp} does not divide the {model.kv_heads} KV heads (num_query_groups)",
                          f"use a TP from: {_list(divisors(model.kv_heads))}")
     if tp > cluster.gpus_per_node:
-        return Rejection("tp exceeds GPUs per node", "tp",
+        return Rejection(RejectReason.TP_NODE, "tp",
                          f"tp={tp} exceeds {cluster.gpus_per_node} GPUs per node",
                          f"use tp <= {cluster.gpus_per_node}")
     return None
@@ -97,11 +139,11 @@ def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None
 def cp_rule(training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
     """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP."""
     if cp > 1 and training.seq_length % (2 * cp):
-        return Rejection("seq_length not divisible by 2*cp", "cp",
+        return Rejection(RejectReason.CP_SEQUENCE, "cp",
                          f"seq_length={training.seq_length} is not divisible by 2*cp={2 * cp}",
                          f"use a cp whose double divides {training.seq_length}, or another sequence length")
     if tp > 1 and (training.seq_length // cp) % tp:
-        return Rejection("seq_length/cp not divisible by tp (sequence parallel)", "seq_length",
+        return Rejection(RejectReason.SP_SEQUENCE, "seq_length",
                          f"sequence parallel splits seq_length/cp={training.seq_length // cp} over tp={tp}",
                          "use a sequence length divisible by tp*cp")
     return None
@@ -114,21 +156,21 @@ def pp_rule(
     if split == EVEN_SPLIT:
         if model.num_layers % (pp * vpp):
             field = "pp" if vpp == 1 else "vpp"
-            return Rejection("num_layers not divisible by pp*vpp", field,
+            return Rejection(RejectReason.PP_LAYERS, field,
                              f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}",
                              f"use pp*vpp from: {_list(divisors(model.num_layers))}")
         return None
     try:
         check_pipeline_split(model.num_layers, pp, vpp, *split)
     except MegapilotError as error:
-        return Rejection("uneven pipeline split refused", error.field or "pp", error.problem, error.fix or "")
+        return Rejection(RejectReason.PP_SPLIT, error.field or "pp", error.problem, error.fix or "")
     return None
 
 
 def batch_rule(training: TrainingSpec, dp: int, mbs: int = 1) -> Rejection | None:
     """Every data-parallel replica runs a whole number of micro-batches."""
     if training.global_batch_size % (dp * mbs):
-        return Rejection("global batch not divisible by mbs*dp", "global_batch_size",
+        return Rejection(RejectReason.BATCH, "global_batch_size",
                          f"global_batch_size={training.global_batch_size} is not divisible by "
                          f"mbs*dp={mbs}*{dp}",
                          f"use a global batch that is a multiple of {dp * mbs}")
@@ -141,7 +183,7 @@ def interleave_rule(training: TrainingSpec, pp: int, vpp: int, dp: int, mbs: int
     multiple of PP (fewer than PP, or a remainder group smaller than PP)."""
     microbatches = training.global_batch_size // (dp * mbs)
     if vpp > 1 and microbatches % pp:
-        return Rejection("micro-batches not a multiple of pp (interleaved schedule)", "vpp",
+        return Rejection(RejectReason.INTERLEAVE, "vpp",
                          f"{microbatches} micro-batches per replica is not a multiple of pp={pp}, which the "
                          "interleaved schedule needs",
                          f"use vpp=1, or a global batch that gives a multiple of {pp} micro-batches")
@@ -152,15 +194,15 @@ def expert_rule(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, etp: int) 
     """EP divides the experts; EP·ETP divides TP·CP·DP, the ranks Megatron carves expert groups from."""
     if model.moe is None:
         if ep > 1:
-            return Rejection("ep on a dense model", "ep", f"ep={ep} on a dense model",
+            return Rejection(RejectReason.EP_DENSE, "ep", f"ep={ep} on a dense model",
                              "use ep=1 for models without experts")
         return None
     if model.moe.num_experts % ep:
-        return Rejection("ep does not divide experts", "ep",
+        return Rejection(RejectReason.EP_EXPERTS, "ep",
                          f"ep={ep} does not divide num_experts={model.moe.num_experts}",
                          f"use an EP from: {_list(divisors(model.moe.num_experts))}")
     if (tp * cp * dp) % (ep * etp):
-        return Rejection("ep*etp does not divide tp*cp*dp", "ep",
+        return Rejection(RejectReason.EP_GROUPS, "ep",
                          f"ep*etp={ep}*{etp} does not divide tp*cp*dp={tp}*{cp}*{dp}={tp * cp * dp}",
                          "choose ep and etp whose product divides tp*cp*dp")
     return None
@@ -168,7 +210,7 @@ def expert_rule(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, etp: int) 
 
 def precision_rule(cluster: ClusterSpec, training: TrainingSpec) -> Rejection | None:
     if not cluster.gpu.supports(training.precision):
-        return Rejection("precision not supported", "precision",
+        return Rejection(RejectReason.PRECISION, "precision",
                          f"{training.precision} is not supported on {cluster.gpu.name} "
                          f"({cluster.gpu.architecture})",
                          f"use one of: {', '.join(sorted(cluster.gpu.precisions))}")

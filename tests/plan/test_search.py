@@ -85,7 +85,8 @@ def _brute_force_best(model, cluster, training) -> float:
             for step in (recompute_ladder(model, pp, vpp) if model.num_layers % (pp * vpp) == 0 else []):
                 try:
                     p = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, mbs=mbs, sequence_parallel=tp > 1,
-                                       fsdp=fsdp, **step)
+                                       fsdp=fsdp, recompute=step.recompute,
+                                       recompute_method=step.method, recompute_num_layers=step.num_layers)
                     validate_layout(model, cluster, training, p)
                 except (MegapilotError, ValueError):
                     continue
