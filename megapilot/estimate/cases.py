@@ -7,8 +7,10 @@ naming the flag.
 
 Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
 optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline
-split (`first_stage_layers`/`last_stage_layers` give the end ranks their own layer counts), TP kept
-inside a node (`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
+split (`first_stage_layers`/`last_stage_layers` give the end ranks their own layer counts;
+`account_for_embedding`/`account_for_loss` give the embedding/loss a layer slot each; `pp_layout` takes
+a Megatron layout string, or `balanced` for the most balanced layout, which is computed here and
+carried as its string), TP kept inside a node (`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from megapilot.spec.training import PRECISIONS, TrainingSpec
 REQUIRED_FLAGS = ("model", "gpu", "gpus", "gbs", "seq_len")
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers")
-BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes")
-STR_FLAGS = ("model", "gpu", "precision", "recompute", "recompute_method")
+BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
+              "account_for_embedding", "account_for_loss")
+STR_FLAGS = ("model", "gpu", "precision", "recompute", "recompute_method", "pp_layout")
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS)
 
 
@@ -48,6 +51,8 @@ def build_case(**flags: Any) -> Case:
     model = _resolve_model(flags["model"])
     cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
     training = _build_training(flags)
+    if flags.get("pp_layout") == "balanced":
+        flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
     parallel = _resolve_parallel(flags, cluster.world_size)
     return Case(model, cluster, training, parallel,
                 allow_tp_across_nodes=flags.get("force_tp_across_nodes", False))
@@ -105,6 +110,9 @@ def _resolve_parallel(flags: dict[str, Any], world_size: int) -> ParallelConfig:
         "fsdp": flags.get("fsdp", False),
         "first_stage_layers": flags.get("first_stage_layers"),
         "last_stage_layers": flags.get("last_stage_layers"),
+        "account_for_embedding": flags.get("account_for_embedding", False),
+        "account_for_loss": flags.get("account_for_loss", False),
+        "pipeline_layout": flags.get("pp_layout"),
     }
     try:
         return ParallelConfig.for_world(world_size, **layout)
@@ -114,10 +122,26 @@ def _resolve_parallel(flags: dict[str, Any], world_size: int) -> ParallelConfig:
         raise _layout_error(exc) from None
 
 
+def _balanced_layout(model: ModelSpec, flags: dict[str, Any], seq_length: int) -> str:
+    """`--pp-layout balanced`: the layout string of the most balanced split for this PP x VPP."""
+    from megapilot.estimate.pipeline_balance import balanced_split
+
+    pp, vpp = flags.get("pp", 1), flags.get("vpp", 1)
+    if pp == 1:
+        raise MegapilotError("a balanced pipeline layout needs pp > 1", field="pp_layout",
+                             fix="drop --pp-layout or raise --pp")
+    layout = balanced_split(model, pp, vpp, seq_length).layout
+    assert layout is not None
+    return layout
+
+
 def _layout_error(exc: ValueError) -> MegapilotError:
     """Name the flag a ParallelConfig rule points at (its messages start with the field's name)."""
     converted = from_validation_error(exc)
     if converted.field is None:
+        if "pipeline_layout" in converted.problem or "account-for" in converted.problem:
+            return MegapilotError(converted.problem, field="pp_layout" if "layout" in converted.problem
+                                  else "account_for_embedding")
         for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute", "tp", "pp"):
             if converted.problem.startswith(name):
                 return MegapilotError(converted.problem, field=name)

@@ -1,0 +1,70 @@
+"""The balanced pipeline layout weighted by the FLOP model, and the split flags through build_case."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.estimate import build_case, estimate
+from megapilot.estimate.pipeline_balance import balanced_split, stage_weights
+from megapilot.spec.model import ModelSpec, MoESpec
+from megapilot.spec.pipeline import parse_layout
+
+CASE = dict(model="llama3.1-405b", gpu="h100", gpus=1024, tp=8, gbs=512, seq_len=8192)
+
+
+# Dense-first layers four times lighter than the MoE layers after them (top-2 of width 4 x the dense width).
+LIGHT_FIRST = ModelSpec(
+    name="light-first", num_layers=20, hidden_size=1024, ffn_hidden_size=1024, num_attention_heads=8,
+    vocab_size=32000, mtp_num_layers=1,
+    moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=8192, first_k_dense_layers=4),
+)
+
+
+def test_dense_first_layers_of_an_moe_model_weigh_less_than_its_moe_layers():
+    weights = stage_weights(LIGHT_FIRST, 4096)
+    assert weights.decoder[0] < weights.decoder[4] / 2
+    assert weights.mtp > weights.decoder[-1]  # a layer plus its own logits
+
+
+def test_a_balanced_layout_gives_the_lighter_layers_more_company():
+    split = balanced_split(LIGHT_FIRST, 4, 1, 4096)
+    stages = parse_layout(split.layout or "")
+    assert len(stages) == 4
+    assert stages[0].count("t") > stages[2].count("t")  # the dense layers share a stage with more of them
+    assert "".join(stages).count("t") == 20 and stages[-1].endswith("mL")
+
+
+def test_pp_layout_balanced_is_resolved_to_a_string_and_estimated():
+    case = build_case(**CASE, pp=16, pp_layout="balanced")
+    layout = case.parallel.pipeline_layout
+    assert layout is not None and layout != "balanced"
+    assert sum(case.parallel.rank_layer_counts(126)) == 126
+    assert estimate(case.model, case.cluster, case.training, case.parallel).tokens_per_s_per_gpu > 0
+
+
+def test_account_for_flags_make_126_layers_legal_on_pp8_vpp8():
+    case = build_case(**CASE, pp=8, vpp=8, account_for_embedding=True, account_for_loss=True)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.tokens_per_s_per_gpu > 0
+    assert case.parallel.rank_layer_counts(126) == (15,) + (16,) * 6 + (15,)
+
+
+def test_with_both_slots_accounted_two_ranks_hold_63_layers_and_the_ends():
+    accounted = build_case(**(CASE | dict(gpus=16)), pp=2, account_for_loss=True, account_for_embedding=True)
+    stages = accounted.parallel.pipeline_stages(126)
+    assert stages.rank_layer_counts() == (63, 63)
+    assert stages.chunk(0, 0).startswith("E") and stages.chunk(1, 0).endswith("L")
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    (dict(pp=16), "pp"),
+    (dict(pp=1, pp_layout="balanced"), "pp_layout"),
+    (dict(pp=2, pp_layout="Et x|L"), "pipeline_layout"),
+    (dict(pp=4, first_stage_layers=30, account_for_loss=True), "account_for_embedding"),
+])
+def test_bad_splits_are_user_errors_naming_the_field(extra, field):
+    with pytest.raises(MegapilotError) as err:
+        case = build_case(**CASE, **extra)
+        estimate(case.model, case.cluster, case.training, case.parallel)
+    assert err.value.field == field
