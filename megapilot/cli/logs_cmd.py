@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 logs_app = typer.Typer(help="Parse training logs (Megatron-LM, Megatron-Bridge, Primus).", no_args_is_help=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-Files = Annotated[list[str], typer.Argument(help="Log files; - reads stdin.", show_default=False)]
+Files = Annotated[list[str], typer.Argument(
+    help="Log files, directories of logs (searched for *.log, *.out, *.err, ...) or glob patterns, read as one run; "
+         "- reads stdin.", show_default=False)]
 ScriptOpt = Annotated[Path | None, typer.Option("--script", help="Launch script whose Megatron flags to read.")]
 FlagsOpt = Annotated[str | None, typer.Option("--flags", help='Megatron flags as one string, e.g. "--tensor-model-parallel-size 8 ...".')]
 GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU type (alias or name, e.g. h100, mi300x).")]
@@ -51,13 +53,12 @@ def _nothing_recognised(log: ParsedLog) -> bool:
                 or log.errors or log.markers or log.dialect_counts)
 
 
-def _refuse_unrecognised(log: ParsedLog, *, flag: str = "FILE") -> None:
-    if _nothing_recognised(log):
-        what = "is empty" if log.lines_read == 0 else f"has no training-log line in {log.lines_read:,} line{'s' if log.lines_read > 1 else ''}"
+def _refuse_empty(log: ParsedLog, *, flag: str = "FILE") -> None:
+    """Nothing to read at all. Any text is read (a traceback, dmesg, a SLURM .err file): only emptiness is refused."""
+    if log.lines_read == 0 and _nothing_recognised(log):
         names = ", ".join("standard input" if name in ("-", "<stdin>") else name for name in log.files)
-        raise MegapilotError(f"{names} {what}", field=flag,
-                             fix="pass the log a Megatron-LM, Megatron-Bridge or Primus run printed (the rank "
-                                 "that prints iteration lines)")
+        raise MegapilotError(f"{names} {'is' if len(log.files) == 1 else 'are'} empty", field=flag,
+                             fix="pass the logs a run printed (a training log, a rank's stderr, a SLURM .out/.err)")
 
 
 def _check_script(script: Path | None) -> None:
@@ -94,6 +95,7 @@ def parse(
     """Parse training logs into iteration, memory, checkpoint and error records plus a steady-state summary."""
     from megapilot.cli.common import require_positive
     from megapilot.logs import ParseOptions, follow_log, parse_logs
+    from megapilot.logs.sources import expand_log_paths
 
     if json_output and csv_output:
         raise MegapilotError("--json and --csv exclude each other", field="--csv", fix="pass one of them")
@@ -101,9 +103,9 @@ def parse(
                         ("--global-batch-size", global_batch_size), ("--timeout", timeout),
                         ("--idle-timeout", idle_timeout)):
         require_positive(flag, value)
-    _check_log_paths(files)
     options = ParseOptions(seq_length=seq_length, world_size=world_size, global_batch_size=global_batch_size)
     if follow:
+        _check_log_paths(files)
         if len(files) != 1 or files[0] == "-":
             raise MegapilotError("--follow tails exactly one file", field="FILE", fix="pass one log path with --follow")
         if timeout is None and idle_timeout is None:
@@ -114,8 +116,8 @@ def parse(
             raise MegapilotError(f"{files[0]} did not appear before the timeout", field="FILE",
                                  fix="check the log path (a run directory's log is out-node0/training.log)")
     else:
-        log = parse_logs(files, options=options, summary_only=summary_only)
-        _refuse_unrecognised(log)  # (not under --follow: a followed file may still be empty at its timeout)
+        log = parse_logs(expand_log_paths(files), options=options, summary_only=summary_only)
+        _refuse_empty(log)  # (not under --follow: a followed file may still be empty at its timeout)
     if json_output:
         emit_json(log.to_dict())
     elif csv_output:
@@ -152,7 +154,7 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
 
     s = log.summary
     assert s is not None
-    table = Table(title=f"{', '.join(log.files)} — dialect {log.dialect}, {log.lines_read:,} lines", show_header=False)
+    table = Table(title=f"{_files_title(log.files)} — dialect {log.dialect}, {log.lines_read:,} lines", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [
@@ -187,6 +189,10 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
         console.print(errors)
 
 
+def _files_title(files: list[str]) -> str:
+    return ", ".join(files) if len(files) <= 3 else f"{', '.join(files[:2])} and {len(files) - 2} more files"
+
+
 # ---- diagnose --------------------------------------------------------------------------------------
 
 def diagnose_command(
@@ -202,11 +208,10 @@ def diagnose_command(
     from megapilot.diagnose import diagnose
 
     require_positive("--gpus", gpus)
-    _check_log_paths(files)
     _check_script(script)
     result = diagnose(files, script=script, flags=flags, gpu=_gpu(gpu), gpus=gpus)
     if not result.findings:
-        _refuse_unrecognised(result.log)  # "no problem found" in a file that is not a training log would mislead
+        _refuse_empty(result.log)  # "no problem found" in nothing at all would mislead
     if json_output:
         emit_json(result.to_dict())
         return
@@ -217,6 +222,7 @@ _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", 
 
 
 def _print_diagnosis(result: Diagnosis) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     if not result.findings:
@@ -224,19 +230,25 @@ def _print_diagnosis(result: Diagnosis) -> None:
         console.print("[green]No problem found in the log.[/]" + (" " + "; ".join(notes) if notes else ""),
                       highlight=False)
         return
+    if len(result.story) > 1:  # a cascade across ranks or files: the story before the findings
+        console.print("[bold]what happened[/] (root cause first):")
+        for sentence in result.story:
+            console.print(f"   {escape(sentence)}", highlight=False)
     for number, finding in enumerate(result.findings, start=1):
         style = _SEVERITY_STYLE[finding.severity]
-        console.print(f"[{style}]{number}. {finding.severity.upper()} {finding.category}[/]: {finding.title}")
+        console.print(f"[{style}]{number}. {finding.severity.upper()} {finding.category}[/]: {escape(finding.title)}")
         for evidence in finding.evidence[:3]:
-            console.print(f"   [dim]{Path(evidence.file).name}:{evidence.line}[/] {evidence.text[:150]}", highlight=False)
-        console.print(f"   cause: {finding.cause}", highlight=False)
+            name = result.labels.get(evidence.file, Path(evidence.file).name)
+            console.print(f"   [dim]{escape(name)}:{evidence.line}[/] {escape(evidence.text[:150])}", highlight=False)
+        console.print(f"   cause: {escape(finding.cause)}", highlight=False)
         if finding.fixes:
             fixes = Table(show_edge=False, pad_edge=False)
             for column in ("option", "change", "pred. GiB", "why"):
                 fixes.add_column(column, overflow="fold")
             for fix in finding.fixes[:12]:
                 change_text = f"{fix.action} {fix.flag}" + (f" {fix.value}" if fix.value is not None else "")
-                fixes.add_row(fix.option or "", change_text, _fmt(fix.predicted_memory_gib), fix.reason)
+                fixes.add_row(escape(fix.option or ""), escape(change_text), _fmt(fix.predicted_memory_gib),
+                              escape(fix.reason))
             console.print(fixes)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/]")

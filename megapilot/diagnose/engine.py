@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
 from megapilot.diagnose.findings import Finding, ranked
 from megapilot.diagnose.flags import RunConfig, read_flags, run_config
 from megapilot.diagnose.rules import line_findings, metric_findings
 from megapilot.logs import ParseOptions, ParsedLog, parse_logs
+from megapilot.logs.sources import expand_log_paths, source_labels
 from megapilot.spec import GPUSpec
 
 
@@ -22,13 +24,22 @@ class Diagnosis:
     log: ParsedLog
     config: RunConfig | None
     notes: list[str] = field(default_factory=list)
+    cascade: Cascade | None = None  # the first failure and what followed it, across every file
+    labels: dict[str, str] = field(default_factory=dict)  # file path → the short name findings use
+
+    @property
+    def story(self) -> list[str]:
+        """The cascade told root cause first (empty without errors)."""
+        return self.cascade.story(self.labels) if self.cascade is not None else []
 
     def to_dict(self) -> dict[str, Any]:
         """The stable `--json` schema of `megapilot diagnose`."""
         return {
             "findings": [f.to_dict() for f in self.findings],
             "dialect": self.log.dialect,
+            "framework": self.log.framework,
             "files": self.log.files,
+            "story": self.story,
             "summary": self.log.summary.to_dict() if self.log.summary else None,
             "notes": self.notes,
         }
@@ -45,10 +56,15 @@ def parse_options_for(config: RunConfig | None) -> ParseOptions:
 def diagnose_log(log: ParsedLog, config: RunConfig | None) -> Diagnosis:
     """Findings for an already parsed log."""
     findings = ranked(line_findings(log, config) + metric_findings(log, config))
+    labels = source_labels(log.files)
+    cascade = build_cascade(log.errors, log.files)
+    findings = lead_with_root(findings, cascade, labels)
     notes = list(config.notes) if config else ["no --script/--flags given: fixes are generic"]
+    if not (log.iterations or (log.summary and log.summary.iterations_logged)):
+        notes.append("no training progress found (no iteration line): only error lines were read")
     if not findings:
         notes.append("no problem found in the log")
-    return Diagnosis(findings=findings, log=log, config=config, notes=notes)
+    return Diagnosis(findings=findings, log=log, config=config, notes=notes, cascade=cascade, labels=labels)
 
 
 def diagnose(
@@ -59,8 +75,10 @@ def diagnose(
     gpu: GPUSpec | None = None,
     gpus: int | None = None,
 ) -> Diagnosis:
-    """Diagnose a run from its log files and (optionally) its launch script or flags and GPU type."""
+    """Diagnose a run from its logs (files, directories of logs or glob patterns, read as one run) and (optionally)
+    its launch script or flags and GPU type."""
     launch = read_flags(script=script, flags=flags)
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
+    paths = expand_log_paths([str(path) for path in paths])
     log = parse_logs(paths, options=parse_options_for(config))
     return diagnose_log(log, config)

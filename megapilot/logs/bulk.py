@@ -61,6 +61,7 @@ class SourceEnd:
     lines_read: int
     last_line: Evidence | None
     last_time_s: float | None
+    framework_hints: Counter[str]
 
 _VALUE = rb"[\x20-\x7b\x7d\x7e]*"  # printable ASCII but `|`
 _INT = rb"[0-9]{1,15}"  # short enough that int(float(text)) == int(text), as the line parser computes it
@@ -92,7 +93,7 @@ FAST_ITERATION_RE = re.compile(
     rb" number of nan iterations: +(" + _INT + rb") \| *\n"
 )
 _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-_TIMESTAMP_RE = re.compile(rb"\d{4}-?\d\d-?\d\d[ T]\d\d:\d\d:\d\d")
+_TIMESTAMP_RE = re.compile(rb"\d{4}-?\d\d-?\d\d[ T_]\d\d:\d\d:\d\d")
 
 
 def _needle_regex(needles: tuple[str, ...]) -> re.Pattern[bytes]:
@@ -288,7 +289,7 @@ class BulkReader:
     def _end(self) -> SourceEnd:
         last = self.last_line
         return SourceEnd(self.lines_read, None if last is None else Evidence(self.parser.file, last[0], last[1]),
-                         self.parser.last_time_s)
+                         self.parser.last_time_s, self.parser.framework_hints)
 
 
 def _last_line_facts(data: bytes, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 from megapilot.errors import MegapilotError
 from megapilot.logs.bulk import SourceEnd, read_bulk
+from megapilot.logs.framework import UNKNOWN_FRAMEWORK, Framework, detect_framework
 from megapilot.logs.lines import follow_lines, read_lines, split_carriage_returns
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
@@ -65,11 +66,13 @@ class ParsedLog:
     last_time_s: float | None = None
     errors_dropped: int = 0
     arguments: ArgumentsRecord | None = None  # the latest Megatron-LM `arguments` block read
+    framework: Framework = UNKNOWN_FRAMEWORK  # who wrote the log (see `megapilot.logs.framework`)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable `--json` schema of `megapilot logs parse`."""
         return {
             "dialect": self.dialect,
+            "framework": self.framework,
             "files": self.files,
             "dialect_counts": self.dialect_counts,
             "lines_read": self.lines_read,
@@ -94,6 +97,7 @@ class LogCollector:
         self.dialects: Counter[str] = Counter()
         self.summary = SummaryBuilder()
         self._open_ops: dict[str, dict[str, Any]] = {}
+        self._frame_hints: Counter[str] = Counter()
         self.last_progress_time_s: float | None = None
         self.last_progress_wall_s: float | None = None
 
@@ -129,6 +133,7 @@ class LogCollector:
             self.log.last_line = end.last_line
         if end.last_time_s is not None:
             self.log.last_time_s = max(self.log.last_time_s or end.last_time_s, end.last_time_s)
+        self._frame_hints.update(end.framework_hints)
 
     def add_error(self, record: ErrorRecord) -> None:
         if len(self.log.errors) < MAX_KEPT_ERRORS:
@@ -190,6 +195,7 @@ class LogCollector:
         self.log.summary = self.summary.result()
         self.log.dialect_counts = dict(self.dialects)
         self.log.dialect = _file_dialect(self.dialects)
+        self.log.framework = detect_framework(self.log.dialect, self._frame_hints)
         return self.log
 
 
@@ -216,7 +222,7 @@ def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int
             if on_record is not None:
                 on_record(record)
     collector.end_source(SourceEnd(count, None if last is None else Evidence(parser.file, last[0], last[1]),
-                                   parser.last_time_s))
+                                   parser.last_time_s, parser.framework_hints))
 
 
 def _open_source(path: str) -> Iterator[tuple[int, str]]:

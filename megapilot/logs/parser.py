@@ -15,7 +15,8 @@ from __future__ import annotations
 import calendar
 import math
 import re
-from collections import deque
+import time
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,7 +59,10 @@ LIGHTNING_FIELD_RE = re.compile(r"([A-Za-z_][\w ]*?)=\s*([-+\w.]+)")
 NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*" + NUMBER + r"\s*s\b(?:.*?GPU utilization:\s*" + NUMBER + r")?")
 MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)", re.I)
-TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+# `2026-01-01 12:00:00.123`, ISO `T`, torchrun's failure summary `2026-01-01_12:00:00`, Primus `20260101 12:00:00`.
+TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+# glog (torch's C++ and torchrun's own lines): `E1201 08:39:32.049000 28171 torch/...`: no year printed.
+GLOG_TIME_RE = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
 RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |:\d+:\d+ \[(\d+)\] ")
 TIMER_RE = re.compile(r"([A-Za-z][\w\-/]*(?: [\w\-/]+)*) \.*: \(?\s*" + NUMBER + r"(?:,\s*" + NUMBER + r"\))?")
 SAVE_START_RE = re.compile(r"saving checkpoint at iteration\s+(\d+) to (\S+)", re.I)
@@ -321,6 +325,7 @@ class LineParser:
         self._pending_step_time_s: float | None = None
         self._pending_bridge_tflops: float | None = None
         self._traceback_frames: deque[str] | None = None
+        self.framework_hints: Counter[str] = Counter()  # frameworks named by traceback frames' paths
         self._crash_lines_left = 0  # lines after a segfault/abort still read as its stack dump
         self._crash_in_writer_reported = False
         self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
@@ -544,16 +549,25 @@ class LineParser:
             self._traceback_frames = deque(maxlen=40)
             return None
         if self._crash_lines_left > 0:
-            return self._crash_stack_line(line_no, text)
+            in_writer = self._crash_stack_line(line_no, text)
+            if in_writer is not None:
+                return in_writer
         if self._traceback_frames is None:
             return None
         bare = strip_prefix(text)
         if bare.lstrip().startswith("File ") or bare.startswith((" ", "\t")):
             self._traceback_frames.append(bare)
+            self._note_framework(bare)
             return None
         if is_exception_line(bare):
             return self._exception(line_no, text, bare)
         return None
+
+    def _note_framework(self, frame: str) -> None:
+        for needle, framework in FRAMEWORK_FRAME_NEEDLES:
+            if needle in frame:
+                self.framework_hints[framework] += 1
+                return
 
     def _signature_error(self, line_no: int, text: str, signature: Signature) -> ErrorRecord:
         if signature.category != "oom":  # an OOM line may sit inside a traceback; anything else ends it
@@ -567,7 +581,7 @@ class LineParser:
         if signature.name == "rerun_state_machine":
             rank = rank if rank is not None else _rerun_rank(text)
         return ErrorRecord(file=self.file, line=line_no, text=text, category=signature.category,
-                           signature=signature.name, rank=rank, details=details, time_s=self.last_time_s)
+                           signature=signature.name, rank=rank, details=details, time_s=self._own_time(text))
 
     def _exception(self, line_no: int, text: str, bare: str) -> ErrorRecord | None:
         """The last line of a traceback: classified by its frames; an exception raised elsewhere is still a crash
@@ -580,7 +594,7 @@ class LineParser:
         category, exception_name = classified
         return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
                            signature=f"exception:{exception_name}", rank=rank_of(text),
-                           details={"frame": frames[-1].strip() if frames else ""}, time_s=self.last_time_s)
+                           details={"frame": frames[-1].strip() if frames else ""}, time_s=self._own_time(text))
 
     def _crash_stack_line(self, line_no: int, text: str) -> ErrorRecord | None:
         """A line of the stack a segfault/abort dumps (faulthandler, c10 or glibc backtrace): a frame inside the
@@ -591,7 +605,22 @@ class LineParser:
         self._crash_in_writer_reported = True
         return ErrorRecord(file=self.file, line=line_no, text=text, category="checkpoint_save_failure",
                            signature="crash_in_checkpoint_writer", rank=rank_of(text),
-                           details={"frame": strip_prefix(text).strip()}, time_s=self.last_time_s)
+                           details={"frame": strip_prefix(text).strip()}, time_s=self._own_time(text))
+
+    def _own_time(self, text: str) -> float | None:
+        """When an error line says it happened: its own timestamp (a glog stamp takes the year of the latest full
+        timestamp, else the current one), or the `time` of the torchrun failure summary it sits in; None when it
+        prints none (the latest timestamp before it is only a lower bound, too early to order failures by)."""
+        own = leading_time(text)
+        if own is not None:
+            return own
+        glog = GLOG_TIME_RE.match(text)
+        if glog is not None:
+            year = time.gmtime(self.last_time_s).tm_year if self.last_time_s is not None else time.gmtime().tm_year
+            month, day, hour, minute, second, fraction = glog.groups()
+            return parse_timestamp(f"{year}-{month}-{day} {hour}:{minute}:{second}.{fraction}")
+        summary_time = (self._launcher_summary or {}).get("time")
+        return parse_timestamp(summary_time) if summary_time else None
 
     def _launcher_summary_line(self, text: str) -> None:
         """torchrun's `Root Cause (first observed failure)` block: its rank/host/time fields name the failed
@@ -753,6 +782,13 @@ class LineParser:
         return tuple(records)
 
 
+# A traceback frame's path names the framework that raised (first match wins: Primus wraps torchtitan and Megatron,
+# NeMo and Megatron-Bridge wrap Megatron-Core, so the outer framework's path is tried first).
+FRAMEWORK_FRAME_NEEDLES: tuple[tuple[str, str], ...] = (
+    ("/torchtitan/", "torchtitan"), ("/nemo/", "nemo"), ("/megatron/bridge/", "megatron-bridge"),
+    ("/megatron_llm/", "megatron-lm"), ("/megatron/neox/", "gpt-neox"), ("/gpt-neox/", "gpt-neox"),
+    ("/deepspeed/", "deepspeed"), ("/megatron/", "megatron-lm"),
+)
 CRASH_STACK_LINES = 200  # a faulthandler dump of all threads of a rank is ~100 lines; a c10 backtrace ~40
 LAUNCHER_SUMMARY_NEEDLE = "Root Cause (first observed failure)"
 LAUNCHER_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode)\s*:\s*(.*?)\s*$")

@@ -215,7 +215,7 @@ class ErrorRecord(_Record):
     signature: str  # the signature's name, e.g. "cuda_oom", "nccl_watchdog"
     rank: int | None = None
     details: dict[str, str] = field(default_factory=dict)
-    time_s: float | None = None  # the line's own timestamp, else the latest one before it in the same file
+    time_s: float | None = None  # when it happened, if the line (or torchrun's summary) says; never inherited
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,6 @@ MISTAKES = [
     (("logs", "parse", "{dir}", "--follow", "--timeout", "1"), "FILE"),
     (("logs", "parse", "{missing}.log", "--follow", "--timeout", "0.2"), "FILE"),
     (("logs", "parse", "{empty}"), "FILE"),
-    (("logs", "parse", "{noiter}", "--json"), "FILE"),
     (("logs", "parse", "{bin}"), "FILE"),
     (("logs", "parse", "{log}", "--json", "--csv"), "--csv"),
     (("logs", "parse", "{log}", "--seq-length", "0"), "--seq-length"),

@@ -63,7 +63,7 @@ def test_findings_come_ranked_root_cause_first():
 
 def test_json_schema_is_stable(tmp_path: Path):
     data = diagnose([_healthy_log(tmp_path)]).to_dict()
-    assert list(data) == ["findings", "dialect", "files", "summary", "notes"]
+    assert list(data) == ["findings", "dialect", "framework", "files", "story", "summary", "notes"]
     assert data["dialect"] == "megatron-lm" and data["files"] == [str(tmp_path / "train.log")]
     assert data["summary"]["iterations_logged"] == 5 and data["summary"]["last_iteration"] == 5
 
@@ -72,3 +72,43 @@ def test_missing_log_file_is_a_user_error(tmp_path: Path):
     with pytest.raises(MegapilotError) as info:
         diagnose([tmp_path / "absent.log"])
     assert info.value.field == "FILE"
+
+
+# SYNTHETIC: what a failed job leaves when no rank printed an iteration line (a rank's stderr, dmesg, SLURM).
+STDERR_ONLY = """[rank2]: Traceback (most recent call last):
+[rank2]:   File "/opt/megatron/training/training.py", line 1210, in train_step
+[rank2]:     loss = forward_backward_func(...)
+[rank2]: KeyError: 'tokens'
+"""
+DMESG = "[Tue Dec  1 08:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.\n"
+SLURM_ERR = "srun: error: gpu-03: task 2: Exited with exit code 1\n"
+
+
+def test_any_text_is_diagnosed_with_a_note_that_training_never_progressed(tmp_path: Path):
+    (tmp_path / "rank2.err").write_text(STDERR_ONLY)
+    result = diagnose([tmp_path / "rank2.err"])
+    (finding,) = result.findings
+    assert finding.category == "process_crash" and finding.title.startswith("First failure: rank 2 crashed: KeyError")
+    assert "no training progress found (no iteration line): only error lines were read" in result.notes
+
+
+def test_a_job_directory_of_stderr_dmesg_and_slurm_files_is_one_diagnosis(cli, tmp_path: Path):
+    (tmp_path / "rank2.err").write_text(STDERR_ONLY)
+    (tmp_path / "dmesg.txt").write_text(DMESG)
+    (tmp_path / "slurm-4242.out").write_text(SLURM_ERR)
+    result = cli("diagnose", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.stderr
+    payload = result.json()
+    assert [Path(name).name for name in payload["files"]] == ["dmesg.txt", "rank2.err", "slurm-4242.out"]
+    assert payload["findings"][0]["category"] == "gpu_hw_fault"  # the fault explains the crash, not the reverse
+    assert payload["story"][0].startswith("first failure: GPU fault: ") and "dmesg.txt:1" in payload["story"][0]
+    text = cli("diagnose", str(tmp_path))
+    assert text.exit_code == 0 and "what happened (root cause first):" in text.stdout
+    assert "rank2.err:4" in text.stdout
+
+
+def test_logs_parse_of_a_traceback_alone_lists_its_error_and_exits_0(cli, tmp_path: Path):
+    (tmp_path / "rank2.err").write_text(STDERR_ONLY)
+    result = cli("logs", "parse", str(tmp_path / "rank2.err"), "--json")
+    assert result.exit_code == 0
+    assert [e["signature"] for e in result.json()["errors"]] == ["exception:KeyError"]

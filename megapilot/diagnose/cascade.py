@@ -1,0 +1,227 @@
+"""The failure cascade of a run: which error came first, and which errors only followed from it.
+
+When one rank of a 64-node job dies, every other rank then fails too (NCCL timeouts, "connection reset by peer",
+launchers reporting their children's exit), so the log lines that name a failure are mostly consequences. The
+root cause is chosen by two rules, in this order:
+
+1. How specific the failure is (`cause_rank`): a failure that explains itself (out of memory, a GPU fault, a bad
+   argument, a data or checkpoint error, a NaN report) before a rank killed by a signal, before an exception of
+   the rank's own, before a communication error, before what follows a lost peer (timeouts, "connection reset by
+   peer", a launcher reporting a child's non-zero exit, a hang).
+2. Among equally specific ones, the first in time: the line's own timestamp (or torchrun's failure summary's),
+   else the order of evidence (file order as given, then line). An inherited timestamp is not used: the line
+   before a traceback was printed earlier than the failure, so it would put consequences first.
+
+The other errors are grouped into steps (category and kind, e.g. "lost its peer") told after the root, in time.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from megapilot.diagnose.findings import Finding, Fix
+from megapilot.logs.records import ErrorRecord, Evidence
+
+#: Categories that name their own cause (rule 1, rank 0).
+SELF_EXPLAINING: frozenset[str] = frozenset({
+    "config_error", "gpu_hw_fault", "oom", "shm_insufficient", "dataloader_error", "checkpoint_load_failure",
+    "checkpoint_save_failure", "nan_loss",
+})
+_SIGNAL_DEATH_RE = re.compile(
+    r"exitcode\s*:\s*-\d+|\(exitcode: -\d+\)|Signal \d+ \(SIG\w+\)|killed by signal|Segmentation fault|SIGSEGV|"
+    r"SIGKILL|SIGABRT|SIGBUS|core dumped|Fatal Python error|task \d+: (?:Killed|Segmentation|Aborted)|\bKilled\b|"
+    r"oom[_-]kill", re.IGNORECASE)
+_PEER_LOSS_RE = re.compile(
+    r"Connection (?:reset|closed) by peer|Broken pipe|ncclRemoteError|remote process exited|"
+    r"peer (?:\S+ )?(?:closed|died|disconnected)|Connection refused|socket (?:closed|timed out)|"
+    r"NCCL communicator was aborted|ProcessGroup\w* (?:is )?(?:aborted|shut ?down)", re.IGNORECASE)
+_SIGNAL_NAME_RE = re.compile(r"\b(SIG[A-Z]+)\b|Signal (\d+)")
+_EXIT_CODE_RE = re.compile(r"exitcode\s*:?\s*(-?\d+)")
+
+Kind = Literal["self-explaining", "killed", "exception", "communication", "lost peer", "launcher exit", "hang"]
+MAX_EVIDENCE_LINES = 5
+_CATEGORY_WORDS = {"oom": "out of memory", "nccl_timeout": "NCCL timeout", "nccl_error": "NCCL error",
+                   "gpu_hw_fault": "GPU fault", "nan_loss": "NaN", "shm_insufficient": "shared memory exhausted",
+                   "checkpoint_save_failure": "checkpoint save failed",
+                   "checkpoint_load_failure": "checkpoint load failed", "dataloader_error": "data loading failed",
+                   "config_error": "configuration refused", "process_crash": "crashed"}
+_KIND_RANK: dict[Kind, int] = {"self-explaining": 0, "killed": 1, "exception": 2, "communication": 3,
+                               "lost peer": 4, "hang": 4, "launcher exit": 5}
+
+
+def failure_kind(record: ErrorRecord) -> Kind:
+    """What role an error line can play in a cascade (see the module docstring)."""
+    if record.category in SELF_EXPLAINING:
+        return "self-explaining"
+    if record.category == "hang" or record.category == "nccl_timeout":
+        return "hang" if record.category == "hang" else "lost peer"
+    if _PEER_LOSS_RE.search(record.text):
+        return "lost peer"
+    if record.category == "process_crash":
+        if _SIGNAL_DEATH_RE.search(record.text):
+            return "killed"
+        return "exception" if record.signature.startswith("exception:") else "launcher exit"
+    return "communication"
+
+
+def cause_rank(record: ErrorRecord) -> int:
+    """Rule 1's rank: lower is more likely the root cause."""
+    return _KIND_RANK[failure_kind(record)]
+
+
+@dataclass(frozen=True)
+class CascadeStep:
+    """Errors of one kind in one category: what happened, on which ranks, in which files, first where."""
+
+    category: str
+    kind: Kind
+    what: str
+    ranks: tuple[int, ...]
+    files: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    time_s: float | None
+    count: int
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """The root cause's step, then the steps that followed it."""
+
+    root: CascadeStep
+    consequences: tuple[CascadeStep, ...]
+
+    @property
+    def root_is_cause(self) -> bool:
+        """Whether the root can cause the rest (not itself a timeout, a lost peer, a launcher's report or a hang)."""
+        return _KIND_RANK[self.root.kind] < _KIND_RANK["lost peer"]
+
+    def story(self, label: dict[str, str] | None = None) -> list[str]:
+        """The cascade as sentences, root cause first; `label` shortens file paths (e.g. to `out-node1/...`)."""
+        names = label or {}
+        head = "first failure" if self.root_is_cause else "earliest error (itself a consequence: its cause left no line)"
+        lines = [f"{head}: {_describe(self.root, names)}"]
+        lines.extend(f"then: {_describe(step, names)}" for step in self.consequences)
+        return lines
+
+
+def build_cascade(errors: list[ErrorRecord], files: list[str]) -> Cascade | None:
+    """The cascade of these error lines (None without any)."""
+    if not errors:
+        return None
+    order = {name: index for index, name in enumerate(files)}
+    ordered = sorted(errors, key=lambda r: _when(r, order))
+    root = min(ordered, key=lambda r: (cause_rank(r), *_when(r, order)))
+    root_group = [r for r in ordered if _same_incident(r, root)]
+    rest = [r for r in ordered if not _same_incident(r, root)]
+    steps: dict[tuple[str, Kind], list[ErrorRecord]] = {}
+    for record in rest:
+        steps.setdefault((record.category, failure_kind(record)), []).append(record)
+    # what a failure caused before what only reports it (a launcher's summary of its children's exit comes last)
+    consequences = sorted((_step(group) for group in steps.values()),
+                          key=lambda s: (_KIND_RANK[s.kind], s.time_s is None, s.time_s or 0.0))
+    return Cascade(_step(root_group, root), tuple(consequences))
+
+
+def _when(record: ErrorRecord, order: dict[str, int]) -> tuple[bool, float, int, int]:
+    """Time order: timed lines first by their time, then untimed ones in order of evidence."""
+    return (record.time_s is None, record.time_s or 0.0, order.get(record.file, len(order)), record.line)
+
+
+def _same_incident(record: ErrorRecord, root: ErrorRecord) -> bool:
+    """Lines that tell of the root failure itself: same file, same kind, the same rank (or none named)."""
+    return (record.file == root.file and failure_kind(record) == failure_kind(root)
+            and record.category == root.category and (record.rank is None or root.rank is None or record.rank == root.rank))
+
+
+def _step(records: list[ErrorRecord], lead: ErrorRecord | None = None) -> CascadeStep:
+    first = lead or records[0]
+    ranks = tuple(sorted({r.rank for r in records if r.rank is not None}))
+    files = tuple(dict.fromkeys(r.file for r in records))
+    evidence = tuple(Evidence(r.file, r.line, r.text.strip()) for r in ([first] + [r for r in records if r is not first])[:5])
+    times = [r.time_s for r in records if r.time_s is not None]
+    return CascadeStep(first.category, failure_kind(first), _what(first, records), ranks, files, evidence,
+                       min(times) if times else None, len(records))
+
+
+def _killed(records: list[ErrorRecord]) -> str:
+    """`killed by SIGKILL (exit code -9)`: the signal named by any line of the incident, else by the exit code."""
+    text = " ".join(r.text for r in records)
+    named, code = _SIGNAL_NAME_RE.search(text), _EXIT_CODE_RE.search(text)
+    name = (named.group(1) or _signal_name(int(named.group(2)))) if named else None
+    if name is None and code is not None and int(code.group(1)) < 0:
+        name = _signal_name(-int(code.group(1)))
+    return f"killed by {name or 'a signal'}" + (f" (exit code {code.group(1)})" if code else "")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _what(record: ErrorRecord, records: list[ErrorRecord]) -> str:
+    kind = failure_kind(record)
+    if kind == "killed":
+        return _killed(records)
+    if kind == "lost peer":
+        return "lost its peer: " + _short(record.text)
+    if kind == "launcher exit":
+        code = _EXIT_CODE_RE.search(record.text)
+        return "exited" + (f" with code {code.group(1)}" if code else "") + ", as the launcher reported"
+    return f"{_CATEGORY_WORDS.get(record.category, record.category.replace('_', ' '))}: " + _short(record.text)
+
+
+def _short(text: str, limit: int = 140) -> str:
+    bare = re.sub(r"^(?:\[[^\]]*\]:?\s*)+", "", text.strip())
+    return bare if len(bare) <= limit else bare[: limit - 1] + "…"
+
+
+def _describe(step: CascadeStep, label: dict[str, str]) -> str:
+    who = (f"rank{'s' if len(step.ranks) > 1 else ''} {', '.join(map(str, step.ranks[:16]))}"
+           f"{' ...' if len(step.ranks) > 16 else ''} " if step.ranks else "")
+    first = step.evidence[0]
+    where = f"{label.get(first.file, first.file)}:{first.line}"
+    more = f" (+{step.count - 1} more line{'s' if step.count > 2 else ''}" + (
+        f" in {len(step.files)} files)" if len(step.files) > 1 else ")") if step.count > 1 else ""
+    return f"{who}{step.what} — {where}{more}"
+
+
+def lead_with_root(findings: list[Finding], cascade: Cascade | None, label: dict[str, str]) -> list[Finding]:
+    """The findings with the root cause's first: its title names the first failure and where, its evidence starts
+    with it, and its cause tells the consequences that followed. Other findings keep their order."""
+    if cascade is None or not cascade.root_is_cause:
+        return findings
+    root = cascade.root
+    lead = next((f for f in findings if f.category == root.category), None)
+    if lead is None:
+        return findings
+    where = f"{label.get(root.evidence[0].file, root.evidence[0].file)}:{root.evidence[0].line}"
+    who = f"rank {', '.join(map(str, root.ranks))} " if root.ranks else ""
+    evidence = list(root.evidence[:1]) + [e for e in lead.evidence if e != root.evidence[0]]
+    cause = lead.cause
+    if root.kind == "exception":
+        cause = (f"{who.capitalize() or 'A rank '}failed on its own: {root.what}. The traceback's last frames show where; "
+                 "the other ranks' errors only followed it.")
+    if root.kind == "killed":
+        cause = (f"{who.capitalize() or 'A rank '}was {root.what}: nothing in its own output says why, so the cause is "
+                 "outside the process: the host's OOM killer (CPU memory), the scheduler (preemption, time limit, a "
+                 "cancelled job), an operator, or a failing node.")
+    if cascade.consequences:
+        cause += " What followed are consequences: " + "; ".join(
+            _describe(step, label) for step in cascade.consequences[:4]) + "."
+    fixes = lead.fixes
+    if root.kind == "killed" and not fixes:
+        fixes = [Fix("add", "dmesg -T | grep -iE 'killed process|out of memory'", None,
+                     "the host OOM killer kills without a Python error", kind="command"),
+                 Fix("add", "sacct -j <job id> --format=JobID,State,ExitCode,MaxRSS,NodeList", None,
+                     "what the scheduler saw: time limit, preemption, node failure, memory", kind="command")]
+    # a crash's own title ("Training process crashed on ranks 0, 1") would hide which rank went first
+    title = f"{who}{root.what}" if root.category == "process_crash" else lead.title
+    headed = replace(lead, severity="critical", title=f"First failure: {title} ({where})",
+                     evidence=evidence[:MAX_EVIDENCE_LINES], cause=cause, fixes=fixes)
+    return [headed] + [f for f in findings if f is not lead]
+

@@ -1,0 +1,140 @@
+"""Which files make up a run: a directory, several paths or a glob become one ordered list of text logs.
+
+A failed job leaves its story in several places: every node's training log, a SLURM job's `.out`/`.err`
+files, a rank's stderr, a `dmesg` excerpt. `expand_log_paths` turns what a user passes into those files:
+- a file is taken as it is (`-` is standard input), provided it is text;
+- a directory is searched recursively for log-like files (`*.log`, `*.out`, `*.err`, `*.txt`, `stdout`,
+  `stderr`, `dmesg*`, ...) that are text; torchrun's per-rank mirrors (`ranks/` under a node's directory that
+  also has a combined log) are skipped, since the node's log already holds the same lines;
+- a pattern with `*`, `?` or `[` is expanded (`**` recurses), for shells that pass it unexpanded.
+"Text" is judged on the first `SNIFF_BYTES`: no NUL byte, and at least `MIN_PRINTABLE_FRACTION` of the bytes
+printable or UTF-8 (a checkpoint, a core dump or a `.npy` file is not a log).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from pathlib import Path
+
+from megapilot.errors import MegapilotError
+
+SNIFF_BYTES = 8192
+MIN_PRINTABLE_FRACTION = 0.9  # ANSI colours and a few mangled bytes still read as text; binary data is far below
+LOG_SUFFIXES = frozenset({".log", ".out", ".err", ".txt", ".stdout", ".stderr", ".trace"})
+LOG_NAMES = re.compile(r"^(?:stdout|stderr|dmesg|console|output|error)(?:[._-].*)?$", re.IGNORECASE)
+RANK_MIRROR_DIR = "ranks"  # torchrun's --log-dir as the executors set it: copies of the node's combined log
+# Directories a run keeps next to its logs that hold no log: dataset index caches, checkpoints, Python caches.
+SKIPPED_DIRS = frozenset({"cache", "checkpoints", "checkpoint", "ckpt", "__pycache__", "node_modules"})
+_GLOB_CHARS = frozenset("*?[")
+
+
+def is_text(path: Path) -> bool:
+    """Whether the file's first bytes read as text (an empty file is text: a log that has not started)."""
+    with open(path, "rb") as stream:
+        head = stream.read(SNIFF_BYTES)
+    if b"\x00" in head:
+        return False
+    if not head:
+        return True
+    decoded = head.decode("utf-8", "replace")
+    unreadable = decoded.count("\ufffd") + sum(1 for ch in decoded if ch < " " and ch not in "\t\n\r\x1b\x08\x0c")
+    return unreadable <= (1 - MIN_PRINTABLE_FRACTION) * len(decoded)
+
+
+def _looks_like_log(path: Path) -> bool:
+    return path.suffix.lower() in LOG_SUFFIXES or bool(LOG_NAMES.match(path.name)) or \
+        path.name.startswith("slurm-")
+
+
+def _is_json_document(path: Path) -> bool:
+    """A `.txt` that holds one JSON document (dataset descriptions, configs) is data, not a log."""
+    with open(path, "rb") as stream:
+        head = stream.read(SNIFF_BYTES).lstrip()
+    return head[:1] in (b"{", b"[") and path.stat().st_size <= SNIFF_BYTES and head.rstrip()[-1:] in (b"}", b"]")
+
+
+def _is_rank_mirror(path: Path, directory: Path) -> bool:
+    """A file under a `ranks/` directory whose parent also holds a combined log."""
+    relative = path.relative_to(directory).parts
+    for depth, part in enumerate(relative[:-1]):
+        if part == RANK_MIRROR_DIR:
+            node_dir = directory.joinpath(*relative[:depth])
+            if any(_looks_like_log(sibling) for sibling in node_dir.iterdir() if sibling.is_file()):
+                return True
+    return False
+
+
+def _natural_key(path: Path) -> tuple[object, ...]:
+    """`node2` before `node10`."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path)))
+
+
+def logs_in_directory(directory: Path) -> list[Path]:
+    """The text logs under a directory, in natural order."""
+    found = [path for path in directory.rglob("*") if path.is_file() and _looks_like_log(path)
+             and not _in_skipped_dir(path, directory) and not _is_rank_mirror(path, directory)]
+    return sorted((path for path in found if is_text(path) and not _is_json_document(path)), key=_natural_key)
+
+
+def _in_skipped_dir(path: Path, directory: Path) -> bool:
+    return any(part in SKIPPED_DIRS or part.startswith(".") for part in path.relative_to(directory).parts[:-1])
+
+
+def expand_log_paths(arguments: list[str], *, flag: str = "FILE") -> list[str]:
+    """The log files the arguments name, each once, in the order given (a directory's and a pattern's files in
+    natural order). Raises `MegapilotError` for a missing path, a directory without logs, a pattern that matches
+    nothing, or a named file that is not text."""
+    files: list[str] = []
+    for argument in arguments:
+        for name in _expand_one(argument, flag):
+            if name not in files:
+                files.append(name)
+    return files
+
+
+def _expand_one(argument: str, flag: str) -> list[str]:
+    if argument == "-":
+        return [argument]
+    path = Path(argument)
+    if path.is_dir():
+        logs = logs_in_directory(path)
+        if not logs:
+            raise MegapilotError(f"{argument} holds no log file", field=flag,
+                                 fix="pass the directory a job wrote its logs to (*.log, *.out, *.err files), "
+                                     "or the log files themselves")
+        return [str(log) for log in logs]
+    if path.is_file():
+        if not is_text(path):
+            raise MegapilotError(f"{argument} is not a text file", field=flag,
+                                 fix="pass a log (text a job printed), not a checkpoint or other binary file")
+        return [argument]
+    if _GLOB_CHARS & set(argument):
+        matched = sorted((Path(name) for name in glob.glob(argument, recursive=True) if Path(name).is_file()),
+                         key=_natural_key)
+        if not matched:
+            raise MegapilotError(f"no file matches {argument}", field=flag,
+                                 fix="check the pattern, e.g. 'out-node*/training.log' or 'slurm-1234.*'")
+        return [str(name) for name in matched if is_text(name)]
+    raise MegapilotError(f"no such log file: {argument}", field=flag,
+                         fix="pass the path of a training log, a directory of logs, or - for stdin")
+
+
+def source_labels(files: list[str]) -> dict[str, str]:
+    """Short names for evidence: each file relative to the files' common directory (`out-node1/training.log`), or
+    its name alone when only one file was read."""
+    real = [name for name in files if name not in ("-", "<stdin>")]
+    if len(real) <= 1:
+        return {name: Path(name).name for name in real}
+    parents = [Path(name).resolve().parent for name in real]
+    common = Path(*_common_parts([parent.parts for parent in parents]))
+    return {name: str(Path(name).resolve().relative_to(common)) for name in real}
+
+
+def _common_parts(parts: list[tuple[str, ...]]) -> tuple[str, ...]:
+    common: list[str] = []
+    for items in zip(*parts):
+        if len(set(items)) != 1:
+            break
+        common.append(items[0])
+    return tuple(common) or ("/",)

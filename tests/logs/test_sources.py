@@ -1,0 +1,64 @@
+"""Which files make up a run: directories, patterns and plain paths become one list of text logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.logs.sources import expand_log_paths, is_text, logs_in_directory, source_labels
+
+
+def _run_dir(root: Path) -> Path:
+    for node in (0, 1, 10):
+        (root / f"out-node{node}" / "ranks" / "attempt_0" / "0").mkdir(parents=True)
+        (root / f"out-node{node}" / "training.log").write_text(f"node {node}\n")
+        (root / f"out-node{node}" / "ranks" / "attempt_0" / "0" / "stdout.log").write_text("mirror\n")
+    (root / "slurm-4242.out").write_text("srun: error: gpu-03: task 7: Killed\n")
+    (root / "dmesg.txt").write_text("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+    (root / "job.json").write_text("{}")
+    (root / "corpus" / "cache").mkdir(parents=True)
+    (root / "corpus" / "cache" / "index-description.txt").write_text("not a log either")
+    (root / "description.txt").write_text('{"class": "GPTDataset"}')
+    (root / "model.log").write_bytes(b"\x00\x01binary")
+    return root
+
+
+def test_a_run_directory_gives_every_node_log_in_natural_order_and_skips_mirrors_caches_and_data(tmp_path: Path):
+    names = [str(p.relative_to(tmp_path)) for p in logs_in_directory(_run_dir(tmp_path))]
+    assert names == ["dmesg.txt", "out-node0/training.log", "out-node1/training.log", "out-node10/training.log",
+                     "slurm-4242.out"]
+
+
+def test_patterns_paths_and_directories_are_expanded_once_each(tmp_path: Path):
+    _run_dir(tmp_path)
+    pattern = str(tmp_path / "out-node*" / "training.log")
+    node0 = str(tmp_path / "out-node0" / "training.log")
+    files = expand_log_paths([node0, pattern, "-"])
+    assert files == [node0, str(tmp_path / "out-node1" / "training.log"), str(tmp_path / "out-node10" / "training.log"),
+                     "-"]
+
+
+@pytest.mark.parametrize(("name", "message"), [("missing.log", "no such log file"), ("model.log", "not a text file"),
+                                               ("empty-dir", "holds no log file"), ("nothing-*.log", "no file matches")])
+def test_what_is_not_a_log_is_a_user_error_naming_the_field(tmp_path: Path, name: str, message: str):
+    _run_dir(tmp_path)
+    (tmp_path / "empty-dir").mkdir()
+    with pytest.raises(MegapilotError) as info:
+        expand_log_paths([str(tmp_path / name)], flag="--log")
+    assert info.value.field == "--log" and message in str(info.value)
+
+
+def test_text_sniffing_accepts_ansi_and_a_few_bad_bytes_but_not_binary(tmp_path: Path):
+    coloured = tmp_path / "a.log"
+    coloured.write_bytes(b"\x1b[31mstep: 1\x1b[0m loss: 2.0\n" + b"\xff" * 2 + b"ok\n" * 50)
+    binary = tmp_path / "b.log"
+    binary.write_bytes(bytes(range(1, 32)) * 40)
+    assert is_text(coloured) and not is_text(binary)
+
+
+def test_labels_are_paths_below_the_common_directory(tmp_path: Path):
+    files = [str(tmp_path / "out-node0" / "training.log"), str(tmp_path / "out-node1" / "training.log")]
+    assert list(source_labels(files).values()) == ["out-node0/training.log", "out-node1/training.log"]
+    assert source_labels(files[:1]) == {files[0]: "training.log"}
