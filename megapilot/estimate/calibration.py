@@ -1,0 +1,419 @@
+"""Calibration of the step-time model on published Megatron runs: row rules, prediction, fit, hold-out.
+
+The committed `efficiency.CALIBRATED` parameters come from here (`bench/calibration/run.py` reads the
+published rows, calls `calibration_rows`, `fit` and the hold-out checks, and writes its results).
+No I/O: callers parse the published JSON into `PublishedRun` records.
+
+For every usable row the estimator gets the row's model dimensions, GPU, GPU count, TP/PP/VPP/CP,
+global batch, sequence length and precision, and predicts TFLOP/s/GPU. That figure is converted to the
+FLOP convention the publisher used (see `PUBLISHER_CONVENTION`), then compared with the published one.
+
+Rules for what a row does not state (the same for every row):
+- micro-batch size: 1 (the most common published choice for these model sizes; choosing the size the
+  model itself predicts fastest was tried and fits worse: median 7.8 % vs 4.2 %);
+- recompute: the lightest of none / selective / full that fits by megapilot's memory model (rows of
+  the 2021-22 papers state it);
+- TP/PP of Narayanan Table 2 rows: TP 8 and PP = model-parallel size / 8 (the paper's heuristic);
+- VPP and CP: 1; sequence parallel: on when TP > 1 except for the 2021 paper and the 2022 paper's
+  full-recompute baselines (which predate / exclude it); distributed optimizer and communication
+  overlap: on for the 2024 Megatron README and NeMo runs, off for the 2021-22 papers; NeMo's
+  performance recipes keep and reduce gradients in bf16;
+- architecture: "LLAMA" rows SwiGLU + RMSNorm, others a non-gated MLP; FFN 4h and MHA when not given.
+Excluded: fine-tuning rows (SFT on packed sequences, LoRA with frozen weights - other FLOP accounting)
+and rows without a global batch or any throughput figure.
+
+Fit: least squares on log(predicted / published TFLOP/s) over the five `EfficiencyParams` with a
+small Nelder-Mead; a parameter no training row can identify (the FP8 GEMM fraction without FP8 rows)
+stays at the prior. Hold-out: leave-one-source-out (fit on three sources, predict the fourth) and a
+seeded k-fold split.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.errors import MegapilotError
+from megapilot.estimate.efficiency import EfficiencyParams
+from megapilot.estimate.flops import flops_per_token
+from megapilot.estimate.memory import memory_per_gpu
+from megapilot.estimate.step_time import EstimateOptions, step_time
+from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, validate_layout
+from megapilot.spec.parallel import Recompute
+
+# Physically motivated starting point (not fitted): large-GEMM efficiency ~75 % of BF16 peak, ~55 %
+# of FP8 peak; half efficiency at 0.3 x the roofline ridge; glue moves ~3 x the stored activations;
+# flash attention at ~50 % of BF16 peak.
+PRIOR = EfficiencyParams(
+    gemm_peak_fraction_16bit=0.75,
+    gemm_peak_fraction_8bit=0.55,
+    ridge_multiplier=0.3,
+    elementwise_passes=3.0,
+    attention_peak_fraction=0.5,
+)
+PARAM_NAMES = tuple(asdict(PRIOR))
+# Physical ranges the fit must stay in (so that it cannot buy accuracy with impossible values):
+# GEMM and flash-attention kernels reach 30-95 % of peak; the glue moves between 0.5 and 6 times the
+# stored activations; the GEMM half-efficiency point lies within 0.01-3 ridges.
+BOUNDS = {
+    "gemm_peak_fraction_16bit": (0.3, 0.95),
+    "gemm_peak_fraction_8bit": (0.3, 0.95),
+    "ridge_multiplier": (0.01, 3.0),
+    "elementwise_passes": (0.5, 6.0),
+    "attention_peak_fraction": (0.3, 0.95),
+}
+OUT_OF_BOUNDS_LOSS = 1e9  # what the fit sees for parameters outside BOUNDS: worse than any real fit
+
+SOURCES = ("narayanan2021", "korthikanti2022", "megatron-readme", "nemo-24.07")
+PublisherConvention = Literal["narayanan_eq3", "megatron_full_attention"]
+# How each publisher counted the FLOPs behind its TFLOP/s (planner_formulas.md Sec. 1-3, 5).
+PUBLISHER_CONVENTION: dict[str, PublisherConvention] = {
+    "narayanan2021": "narayanan_eq3",  # 96 B s l h^2 (1 + s/6h + V/16lh): full attention + recompute pass
+    "korthikanti2022": "megatron_full_attention",  # 72 B L s h^2 (1 + s/6h + V/12hL)
+    "megatron-readme": "megatron_full_attention",  # core r0.8.0
+    "nemo-24.07": "megatron_full_attention",  # flops_convention_check: ratio to full = 1.000
+}
+MODERN = {"megatron-readme", "nemo-24.07"}
+
+
+# ---- the published records ------------------------------------------------------------------------
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class PublishedMeasurement(_Record):
+    tflops_per_gpu: float | None = None
+    step_time_s: float | None = None
+
+
+class FlopConventionCheck(_Record):
+    megatron_style_flops_per_token_full_attention: float | None = None
+
+
+class PublishedDerived(_Record):
+    flops_convention_check: FlopConventionCheck | None = None
+
+
+class PublishedRun(_Record):
+    """One row of the published calibration file: the fields the calibration reads."""
+
+    id: str
+    task: str
+    model: str
+    layers: int
+    hidden: int
+    ffn_hidden: int | None = None
+    heads: int
+    kv_heads: int | None = None
+    vocab: int
+    seq_len: int
+    gpu: str
+    num_gpus: int
+    tp: int | None = None
+    pp: int | None = None
+    vp: int | None = None
+    cp: int | None = None
+    mbs: int | None = None
+    gbs: int | None = None
+    precision: str
+    recompute: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    measured: PublishedMeasurement
+    derived: PublishedDerived = Field(default_factory=PublishedDerived)
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    """A published run as the estimator sees it, with the figure it must predict."""
+
+    id: str
+    source: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    base: ParallelConfig  # mbs / recompute still to choose when `choose_mbs` / `choose_recompute`
+    choose_mbs: bool
+    choose_recompute: bool
+    options: EstimateOptions
+    published_tflops: float
+    publisher_check_flops_per_token: float | None
+
+
+class Excluded(NamedTuple):
+    """A published run left out of the calibration, and why."""
+
+    id: str
+    reason: str
+
+
+def source_of(row_id: str) -> str:
+    for source in SOURCES:
+        if row_id.startswith(source):
+            return source
+    raise ValueError(row_id)
+
+
+def build_model(run: PublishedRun) -> ModelSpec:
+    name, h = run.model, run.hidden
+    llama = "llama" in name.lower()
+    activation = "swiglu" if llama else ("squared_relu" if "nemotron" in name.lower() else "gelu")
+    return ModelSpec(
+        name=name, num_layers=run.layers, hidden_size=h, ffn_hidden_size=run.ffn_hidden or 4 * h,
+        num_attention_heads=run.heads, num_query_groups=run.kv_heads if run.kv_heads != run.heads else None,
+        vocab_size=run.vocab, max_position_embeddings=run.seq_len, mlp_activation=activation,
+        normalization="RMSNorm" if llama else "LayerNorm",
+    )
+
+
+def _model_parallel_size(run: PublishedRun) -> int:
+    for note in run.notes:
+        found = re.search(r"model-parallel size \(tp\*pp\) = (\d+)", note)
+        if found:
+            return int(found.group(1))
+    raise ValueError(f"{run.id}: no TP/PP")
+
+
+def _stated_recompute(run: PublishedRun) -> Recompute | None:
+    text = (run.recompute or "").lower()
+    return "selective" if "selective" in text else ("full" if "full" in text else None)
+
+
+def _published_tflops(run: PublishedRun, model: ModelSpec) -> float:
+    """The published TFLOP/s/GPU; Korthikanti Table 5 gives an iteration time instead (full attention)."""
+    if run.measured.tflops_per_gpu is not None:
+        return run.measured.tflops_per_gpu
+    if run.measured.step_time_s is None or run.gbs is None:
+        raise ValueError(f"{run.id}: no throughput figure")
+    per_token = flops_per_token(model, run.seq_len, convention="megatron_full_attention").total
+    return per_token * run.seq_len * run.gbs / (run.measured.step_time_s * run.num_gpus) / 1e12
+
+
+def build_row(run: PublishedRun) -> CalibrationRow:
+    source = source_of(run.id)
+    tp, pp = run.tp, run.pp
+    if tp is None or pp is None:
+        tp, pp = 8, _model_parallel_size(run) // 8
+    cp = run.cp or 1
+    recompute = _stated_recompute(run)
+    modern = source in MODERN
+    base = ParallelConfig(
+        tp=tp, pp=pp, vpp=run.vp or 1, cp=cp, dp=run.num_gpus // (tp * pp * cp), mbs=run.mbs or 1,
+        sequence_parallel=tp > 1 and (modern or recompute == "selective"), recompute=recompute or "none",
+        distributed_optimizer=modern,
+    )
+    options = EstimateOptions(tp_comm_overlap=modern, overlap_grad_reduce=modern, overlap_param_gather=modern,
+                              grad_reduce_in_bf16=source == "nemo-24.07")
+    model = build_model(run)
+    check = run.derived.flops_convention_check
+    assert run.gbs is not None  # calibration_rows excludes rows without a global batch
+    return CalibrationRow(
+        id=run.id, source=source, model=model,
+        cluster=ClusterSpec.from_gpu_count(get_gpu(run.gpu), run.num_gpus),
+        training=TrainingSpec(
+            seq_length=run.seq_len, global_batch_size=run.gbs,
+            precision="fp8" if "fp8" in run.precision.lower() else "bf16",
+        ),
+        base=base, choose_mbs=run.mbs is None, choose_recompute=recompute is None, options=options,
+        published_tflops=_published_tflops(run, model),
+        publisher_check_flops_per_token=None if check is None else check.megatron_style_flops_per_token_full_attention,
+    )
+
+
+def _exclusion_reason(run: PublishedRun) -> str | None:
+    if run.task != "pretrain":
+        return f"{run.task}: fine-tuning FLOP accounting differs (packed sequences / frozen weights)"
+    if run.gbs is None:
+        return "global batch not published"
+    if run.measured.tflops_per_gpu is None and run.measured.step_time_s is None:
+        return "no TFLOP/s or step time published"
+    return None
+
+
+def calibration_rows(runs: Iterable[PublishedRun]) -> tuple[list[CalibrationRow], list[Excluded]]:
+    """The usable rows, and the others with the reason each was left out."""
+    rows: list[CalibrationRow] = []
+    excluded: list[Excluded] = []
+    for run in runs:
+        reason = _exclusion_reason(run)
+        if reason is None:
+            try:
+                row = build_row(run)
+                validate_layout(row.model, row.cluster, row.training, row.base)
+                rows.append(row)
+                continue
+            except MegapilotError as exc:
+                reason = f"layout rejected: {exc}"
+        excluded.append(Excluded(run.id, reason))
+    return rows, excluded
+
+
+# ---- prediction -------------------------------------------------------------------------------------
+
+
+def publisher_flops_per_token(row: CalibrationRow) -> float:
+    parts = flops_per_token(row.model, row.training.seq_length, convention="megatron_full_attention", tp=row.base.tp)
+    if PUBLISHER_CONVENTION[row.source] == "narayanan_eq3":
+        return parts.layers * 4 / 3 + parts.logits  # the recompute forward of every layer counted too
+    return parts.total
+
+
+def resolve_layout(row: CalibrationRow) -> tuple[ParallelConfig, bool]:
+    """Apply the stated rules for unpublished micro-batch size and recompute; returns (layout, fits)."""
+    mbs = 1 if row.choose_mbs else row.base.mbs
+    choices: tuple[Recompute, ...] = ("none", "selective", "full") if row.choose_recompute else (row.base.recompute,)
+    layout = row.base
+    for recompute in choices:
+        layout = row.base.model_copy(update={"mbs": mbs, "recompute": recompute})
+        memory = memory_per_gpu(row.model, row.training, layout, row.cluster.gpu.hbm_gib,
+                                main_grad_bytes=row.options.main_grad_bytes)
+        if memory.fits:
+            return layout, True
+    return layout, False
+
+
+def predicted_publisher_tflops(row: CalibrationRow, layout: ParallelConfig, params: EfficiencyParams) -> float:
+    result = step_time(row.model, row.cluster, row.training, layout, replace(row.options, efficiency=params))
+    flops = publisher_flops_per_token(row) * row.training.tokens_per_step
+    return flops / (result.step_time_s * row.cluster.world_size) / 1e12
+
+
+Layouts = dict[str, ParallelConfig]  # row id -> the layout resolved for it
+
+
+def errors(rows: list[CalibrationRow], layouts: Layouts, params: EfficiencyParams) -> dict[str, float]:
+    """Predicted / published TFLOP/s/GPU - 1 for every row, by row id."""
+    return {row.id: predicted_publisher_tflops(row, layouts[row.id], params) / row.published_tflops - 1 for row in rows}
+
+
+# ---- fitting ----------------------------------------------------------------------------------------
+
+
+def _params_from(free: tuple[str, ...], vector: list[float]) -> EfficiencyParams | None:
+    """Parameters with the `free` ones taken from `vector` and the rest at the prior; None out of bounds."""
+    values = asdict(PRIOR) | dict(zip(free, vector, strict=True))
+    if any(not low <= values[k] <= high for k, (low, high) in BOUNDS.items()):
+        return None
+    return EfficiencyParams(**values)
+
+
+def identifiable(rows: list[CalibrationRow]) -> tuple[str, ...]:
+    """The parameters the rows can pin down: the 8-bit GEMM fraction needs at least one FP8 row."""
+    has_8bit = any(row.training.precision != "bf16" for row in rows)
+    return tuple(name for name in PARAM_NAMES if has_8bit or name != "gemm_peak_fraction_8bit")
+
+
+def loss(rows: list[CalibrationRow], layouts: Layouts, free: tuple[str, ...], vector: list[float]) -> float:
+    params = _params_from(free, vector)
+    if params is None:
+        return OUT_OF_BOUNDS_LOSS
+    return sum(
+        math.log(predicted_publisher_tflops(row, layouts[row.id], params) / row.published_tflops) ** 2 for row in rows
+    )
+
+
+def nelder_mead(
+    f: Callable[[list[float]], float], start: list[float], *, iterations: int = 400, step: float = 0.15
+) -> list[float]:
+    """Plain Nelder-Mead (Nelder & Mead 1965) with relative initial steps; enough for five parameters."""
+    n = len(start)
+    simplex = [list(start)] + [[x * (1 + step) if i == j else x for j, x in enumerate(start)] for i in range(n)]
+    values = [f(p) for p in simplex]
+    for _ in range(iterations):
+        order = sorted(range(n + 1), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centroid = [sum(p[i] for p in simplex[:-1]) / n for i in range(n)]
+        worst = simplex[-1]
+        reflected = [c + (c - w) for c, w in zip(centroid, worst, strict=True)]
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = [c + 2 * (c - w) for c, w in zip(centroid, worst, strict=True)]
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = [c + 0.5 * (w - c) for c, w in zip(centroid, worst, strict=True)]
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [[b + 0.5 * (x - b) for b, x in zip(best, p, strict=True)] for p in simplex[1:]]
+                values = [values[0]] + [f(p) for p in simplex[1:]]
+    return simplex[min(range(n + 1), key=values.__getitem__)]
+
+
+def fit(rows: list[CalibrationRow], layouts: Layouts) -> EfficiencyParams:
+    """Least squares on log error over the identifiable parameters; the others stay at the prior."""
+    free = identifiable(rows)
+    start = [asdict(PRIOR)[name] for name in free]
+    vector = nelder_mead(lambda v: loss(rows, layouts, free, v), start)
+    params = _params_from(free, vector)
+    if params is None:  # Nelder-Mead keeps the best vertex, and out-of-bounds vertices never win
+        raise ValueError("calibration fit left the parameter bounds")
+    return params
+
+
+# ---- error summaries and hold-out checks ---------------------------------------------------------
+
+
+class ErrorSummary(NamedTuple):
+    median_abs_error: float
+    max_abs_error: float
+    mean_signed_error: float
+    rows: int
+
+
+def summary(errs: list[float]) -> ErrorSummary:
+    absolute = [abs(e) for e in errs]
+    return ErrorSummary(statistics.median(absolute), max(absolute), statistics.fmean(errs), len(errs))
+
+
+class HeldOutSource(NamedTuple):
+    """One leave-one-source-out fold: the held-out source's errors and the parameters fitted without it."""
+
+    held_out: ErrorSummary
+    fitted: EfficiencyParams
+
+
+def leave_one_source_out(rows: list[CalibrationRow], layouts: Layouts) -> dict[str, HeldOutSource]:
+    result = {}
+    for source in SOURCES:
+        train = [r for r in rows if r.source != source]
+        test = [r for r in rows if r.source == source]
+        params = fit(train, layouts)
+        result[source] = HeldOutSource(summary(list(errors(test, layouts, params).values())), params)
+    return result
+
+
+def k_fold(rows: list[CalibrationRow], layouts: Layouts, *, k: int) -> ErrorSummary:
+    """Errors of every row predicted by parameters fitted without its fold (seeded shuffle)."""
+    shuffled = rows[:]
+    random.Random(0).shuffle(shuffled)
+    held_out: list[float] = []
+    for fold in range(k):
+        test = shuffled[fold::k]
+        train = [r for r in shuffled if r not in test]
+        held_out += list(errors(test, layouts, fit(train, layouts)).values())
+    return summary(held_out)
+
+
+def constant_mfu_errors(rows: list[CalibrationRow]) -> list[float]:
+    """Baseline: every run reaches the median published fraction of its precision's peak (in-sample)."""
+    def fraction(row: CalibrationRow) -> float:
+        return row.published_tflops / row.cluster.gpu.peak_tflops(row.training.precision)
+
+    by_precision: dict[str, float] = {}
+    for precision in {r.training.precision for r in rows}:
+        by_precision[precision] = statistics.median(fraction(r) for r in rows if r.training.precision == precision)
+    return [by_precision[r.training.precision] / fraction(r) - 1 for r in rows]

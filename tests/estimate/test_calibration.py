@@ -1,0 +1,70 @@
+"""Calibration: the committed parameters hold on the published runs, and the fit's parts do what they say."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from megapilot.estimate.calibration import (
+    PRIOR,
+    PublishedRun,
+    calibration_rows,
+    errors,
+    identifiable,
+    loss,
+    nelder_mead,
+    resolve_layout,
+    summary,
+)
+from megapilot.estimate.efficiency import CALIBRATED
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "calibration" / "published_calibration.json"
+
+
+@pytest.fixture(scope="module")
+def published() -> list[PublishedRun]:
+    return [PublishedRun.model_validate(raw) for raw in json.loads(DATA.read_text())]
+
+
+def test_committed_parameters_predict_published_runs_within_calibration_error(published):
+    rows, excluded = calibration_rows(published)
+    assert len(rows) >= 40 and all(e.reason for e in excluded)
+    layouts = {row.id: resolve_layout(row)[0] for row in rows}
+    errs = errors(rows, layouts, CALIBRATED)
+    assert statistics.median(abs(e) for e in errs.values()) <= 0.06
+    assert max(abs(e) for e in errs.values()) <= 0.35
+
+
+def test_fine_tuning_rows_and_rows_without_a_batch_are_excluded_with_their_reason(published):
+    rows, excluded = calibration_rows(published)
+    reasons = {e.id: e.reason for e in excluded}
+    tasks = {run.id: run.task for run in published}
+    assert all(tasks[row.id] == "pretrain" for row in rows)
+    assert all("fine-tuning" in reasons[i] for i, task in tasks.items() if task != "pretrain")
+    assert {row.id for row in rows}.isdisjoint(reasons)
+
+
+def test_nelder_mead_finds_the_minimum_of_a_shifted_quadratic():
+    found = nelder_mead(lambda v: (v[0] - 0.7) ** 2 + 3 * (v[1] - 1.9) ** 2, [0.5, 1.5], iterations=300)
+    assert found == pytest.approx([0.7, 1.9], abs=1e-3)
+
+
+def test_without_fp8_rows_the_8bit_fraction_is_not_fitted_and_bounds_are_enforced(published):
+    rows, _ = calibration_rows(published)
+    bf16 = [row for row in rows if row.training.precision == "bf16"]
+    assert "gemm_peak_fraction_8bit" not in identifiable(bf16)
+    assert "gemm_peak_fraction_8bit" in identifiable(rows)  # the NeMo FP8 rows identify it
+    layouts = {row.id: resolve_layout(row)[0] for row in bf16[:3]}
+    free = identifiable(bf16)
+    inside = loss(bf16[:3], layouts, free, [getattr(PRIOR, name) for name in free])
+    outside = loss(bf16[:3], layouts, free, [5.0] * len(free))  # a 500 % GEMM efficiency is impossible
+    assert inside < outside
+
+
+def test_summary_states_median_max_and_signed_mean():
+    found = summary([0.1, -0.3, 0.05])
+    assert found.median_abs_error == pytest.approx(0.1) and found.max_abs_error == pytest.approx(0.3)
+    assert found.mean_signed_error == pytest.approx(-0.05) and found.rows == 3
