@@ -3,7 +3,9 @@
 - every path is absolute, and exists when the launch is local (single-node torchrun);
 - no placeholder is left (`<changeme>`, `/path/to`, `TODO`, ...);
 - every flag is known to the pinned Megatron-LM release, with the right number of values;
-- flags that need each other are present together (the rules Megatron's `validate_args` enforces);
+- flags that need each other are present together (the rules Megatron's `validate_args` and
+  `TransformerConfig` enforce, Megatron-FSDP's companions, the overlaps' preconditions);
+- CUDA_DEVICE_MAX_CONNECTIONS agrees with what Megatron asserts for the layout;
 - the product of the parallel sizes equals nodes x GPUs per node.
 Shell quoting is not a check but a construction rule: scripts quote every value with shlex.quote.
 """
@@ -11,6 +13,7 @@ Shell quoting is not a check but a construction rule: scripts quote every value 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from megapilot.errors import MegapilotError
@@ -192,14 +195,177 @@ def _expert_parallel_needs_experts(values: dict[str, list[str]], gpu: GPUSpec) -
                              fix="use an EP that divides the number of experts")
 
 
+# ---- Megatron-FSDP and the overlaps (validate_args in megatron/training/arguments.py, core_v0.16.0) ----
+def _megatron_fsdp_companions(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    ckpt_format = values.get("--ckpt-format", ["torch_dist"])[0]
+    if "--use-megatron-fsdp" not in values:
+        if ckpt_format == "fsdp_dtensor":
+            raise MegapilotError("--ckpt-format fsdp_dtensor is only for Megatron-FSDP", field="ckpt_format",
+                                 fix="use --ckpt-format torch_dist, or add --use-megatron-fsdp")
+        return
+    if "--use-distributed-optimizer" not in values:
+        # Not asserted by Megatron, but without it the FSDP optimizer steps never run (FSDP user guide).
+        raise MegapilotError("Megatron-FSDP needs --use-distributed-optimizer", field="fsdp",
+                             fix="add --use-distributed-optimizer")
+    if ckpt_format != "fsdp_dtensor":
+        raise MegapilotError(f"Megatron-FSDP saves only fsdp_dtensor checkpoints, not {ckpt_format}",
+                             field="ckpt_format", fix="use --ckpt-format fsdp_dtensor")
+    pp = _int_value(values, "--pipeline-model-parallel-size")
+    if pp > 1:
+        raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (PP={pp})", field="pp",
+                             fix="use PP=1 with Megatron-FSDP, or drop FSDP and keep the distributed optimizer")
+    if "--use-torch-fsdp2" in values:
+        raise MegapilotError("--use-megatron-fsdp and --use-torch-fsdp2 exclude each other", field="fsdp",
+                             fix="keep one FSDP implementation")
+
+
+def _optimizer_step_overlap_needs(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    if "--overlap-param-gather-with-optimizer-step" not in values:
+        return
+    flag = "--overlap-param-gather-with-optimizer-step"
+    if "--use-distributed-optimizer" not in values or "--use-megatron-fsdp" in values:
+        raise MegapilotError(f"{flag} needs the distributed optimizer without FSDP", field="overlap_param_gather",
+                             fix=f"add --use-distributed-optimizer or drop {flag}")
+    if "--overlap-param-gather" not in values:
+        raise MegapilotError(f"{flag} needs --overlap-param-gather", field="overlap_param_gather",
+                             fix="add --overlap-param-gather")
+    if not _VPP_FLAGS & values.keys():
+        raise MegapilotError(f"{flag} needs interleaved pipeline parallelism (VPP > 1)", field="vpp",
+                             fix=f"use a layout with VPP > 1 or drop {flag}")
+    if values.get("--ckpt-format", ["torch_dist"])[0] != "torch":
+        raise MegapilotError(f"{flag} does not work with distributed checkpoints", field="ckpt_format",
+                             fix=f"drop {flag}, or use --ckpt-format torch")
+
+
+def _tp_comm_overlap_needs_sp_and_te(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    if "--tp-comm-overlap" not in values:
+        return
+    if "--sequence-parallel" not in values:  # and SP itself needs TP > 1
+        raise MegapilotError("--tp-comm-overlap needs --sequence-parallel", field="tp_comm_overlap",
+                             fix="add --sequence-parallel (TP > 1) or drop --tp-comm-overlap")
+    if gpu.vendor != "NVIDIA":
+        raise MegapilotError(f"--tp-comm-overlap uses CUDA userbuffers, not available on {gpu.name}",
+                             field="tp_comm_overlap", fix="drop --tp-comm-overlap")
+
+
+def _fused_kernels_need_te(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    if values.get("--transformer-impl", ["transformer_engine"])[0] == "transformer_engine":
+        return
+    te_only = ["--tp-comm-overlap", "--moe-permute-fusion", "--fp8-param-gather"]
+    if values.get("--cross-entropy-fusion-impl", ["native"])[0] == "te":
+        te_only.append("--cross-entropy-fusion-impl")
+    used = [name for name in te_only if name in values]
+    if used:
+        raise MegapilotError(f"{', '.join(used)} need Transformer Engine", field="transformer_impl",
+                             fix="use --transformer-impl transformer_engine or drop them")
+
+
+def _fp8_param_gather_needs_sharded_weights(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    if "--fp8-param-gather" in values and not {"--use-distributed-optimizer", "--use-megatron-fsdp"} & values.keys():
+        raise MegapilotError("--fp8-param-gather needs the distributed optimizer or Megatron-FSDP",
+                             field="fp8_param_gather", fix="add --use-distributed-optimizer or drop it")
+    if "--fp8-param-gather" in values and "--fp8-format" not in values:
+        raise MegapilotError("--fp8-param-gather without FP8 training", field="fp8_param_gather",
+                             fix="drop it, or train in fp8")
+    if "--reuse-grad-buf-for-mxfp8-param-ag" in values and "--fp8-param-gather" not in values:
+        raise MegapilotError("--reuse-grad-buf-for-mxfp8-param-ag needs --fp8-param-gather", field="fp8_param_gather",
+                             fix="add --fp8-param-gather")
+
+
+def _tp_with_ep_needs_sequence_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    tp, ep = _int_value(values, "--tensor-model-parallel-size"), _int_value(values, "--expert-model-parallel-size")
+    if tp > 1 and ep > 1 and "--sequence-parallel" not in values:
+        raise MegapilotError(f"expert parallelism (EP={ep}) with tensor parallelism (TP={tp}) needs sequence "
+                             "parallelism (Megatron-Core: 'sequence parallelism must be used')",
+                             field="sequence_parallel", fix="add --sequence-parallel")
+
+
+def _attention_backend_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    backend = values.get("--attention-backend", ["auto"])[0]
+    if backend == "local" and "--spec" not in values:
+        raise MegapilotError("--attention-backend local runs only with --spec local", field="attention_backend",
+                             fix="use --attention-backend auto (or flash/fused)")
+    cp = _int_value(values, "--context-parallel-size")
+    if cp > 1 and backend in ("local", "unfused"):
+        raise MegapilotError(f"context parallelism (CP={cp}) runs only in TE's flash or fused attention, "
+                             f"not the {backend} backend", field="attention_backend",
+                             fix="use --attention-backend auto, flash or fused")
+
+
+# ---- how the model splits over the parallel sizes (validate_args, TransformerConfig) ------------
+def _layers_split_over_pipeline(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    pp = _int_value(values, "--pipeline-model-parallel-size")
+    uneven = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+              "--pipeline-model-parallel-layout"} & values.keys()
+    if pp == 1 or uneven or "--num-layers" not in values:
+        return
+    layers = _int_value(values, "--num-layers") + sum(
+        flag in values for flag in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"))
+    if layers % pp:
+        raise MegapilotError(f"{layers} layers do not split evenly over PP={pp}", field="pp",
+                             fix="use a PP that divides the layers, or an uneven split")
+    per_chunk = _int_value(values, "--num-layers-per-virtual-pipeline-stage", 0)
+    if per_chunk and (layers // pp) % per_chunk:
+        raise MegapilotError(f"{layers // pp} layers per pipeline rank do not split into chunks of {per_chunk}",
+                             field="vpp", fix="use a VPP that divides the layers of each pipeline rank")
+
+
+def _heads_split_over_tensor_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    tp = _int_value(values, "--tensor-model-parallel-size")
+    heads = _int_value(values, "--num-attention-heads", 0)
+    if heads and heads % tp:
+        raise MegapilotError(f"{heads} attention heads do not split over TP={tp}", field="tp",
+                             fix="use a TP that divides the number of attention heads")
+    groups = _int_value(values, "--num-query-groups", 0)
+    if "--group-query-attention" in values and groups and groups % tp:
+        raise MegapilotError(f"{groups} query groups do not split over TP={tp}", field="tp",
+                             fix="use a TP that divides the number of KV heads")
+
+
+def _sequence_split_over_context_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    cp, seq = _int_value(values, "--context-parallel-size"), _int_value(values, "--seq-length", 0)
+    if cp > 1 and seq % (2 * cp):
+        raise MegapilotError(f"--seq-length {seq} is not a multiple of 2 x CP = {2 * cp}", field="seq_length",
+                             fix="use a sequence length divisible by 2 x CP, or another CP")
+
+
+_VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                        "--pipeline-model-parallel-layout"})
+
 _COMBINATION_RULES = (
     _sequence_parallel_needs_tp, _vpp_needs_pp, _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,
     _recompute_method_needs_full, _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
-    _mtp_needs_rope, _expert_parallel_needs_experts,
+    _mtp_needs_rope, _expert_parallel_needs_experts, _megatron_fsdp_companions, _optimizer_step_overlap_needs,
+    _tp_comm_overlap_needs_sp_and_te, _fused_kernels_need_te, _fp8_param_gather_needs_sharded_weights,
+    _tp_with_ep_needs_sequence_parallel, _attention_backend_fits, _layers_split_over_pipeline,
+    _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel,
 )
 
+
+def check_environment(args: list[str], env: Mapping[str, str | None], gpu: GPUSpec, *, cpu: bool = False) -> None:
+    """CUDA_DEVICE_MAX_CONNECTIONS as Megatron asserts it (`env` maps a name to None when it is unset).
+
+    Megatron-FSDP refuses 1 on every GPU. Otherwise TP > 1 or CP > 1 on GPUs before Blackwell needs
+    exactly 1, so the TP/CP communication kernels are issued in order (arch < 10; AMD Instinct reports 9).
+    """
+    if cpu:
+        return
+    values = {name: vals for name, vals in split_args(args)}
+    connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if "--use-megatron-fsdp" in values:
+        if connections == "1":
+            raise MegapilotError("Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1", field="env",
+                                 fix="unset CUDA_DEVICE_MAX_CONNECTIONS (or set it above 1)")
+        return
+    tp, cp = _int_value(values, "--tensor-model-parallel-size"), _int_value(values, "--context-parallel-size")
+    before_blackwell = gpu.architecture not in ("blackwell",)
+    if (tp > 1 or cp > 1) and before_blackwell and connections != "1":
+        raise MegapilotError(f"TP={tp}/CP={cp} on {gpu.name} needs CUDA_DEVICE_MAX_CONNECTIONS=1 "
+                             f"(got {connections or 'unset'})", field="env",
+                             fix="export CUDA_DEVICE_MAX_CONNECTIONS=1")
+
 __all__ = [
-    "MEGATRON_RELEASE", "PLACEHOLDER", "check_absolute_path", "check_megatron_args", "check_no_placeholder",
-    "check_world",
+    "MEGATRON_RELEASE", "PLACEHOLDER", "check_absolute_path", "check_environment", "check_megatron_args",
+    "check_no_placeholder", "check_world",
 ]

@@ -1,7 +1,9 @@
 """Environment blocks per GPU vendor: each variable with the reason it is set.
 
 NVIDIA runs NCCL; AMD runs RCCL, which reads the same NCCL_* names, plus HSA/HIP runtime settings.
-The reasons end up as comments in the rendered scripts.
+The reasons end up as comments in the rendered scripts. Values follow Megatron-LM's own assertions
+(CUDA_DEVICE_MAX_CONNECTIONS), Megatron-Bridge's performance environment and Primus's base_env.sh;
+the table in launch/README.md names the source of each.
 """
 
 from __future__ import annotations
@@ -9,56 +11,94 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megapilot.launch.options import LaunchOptions
-from megapilot.spec import ParallelConfig, SavedPlan
+from megapilot.launch.perf_flags import tp_comm_overlap_applies
+from megapilot.spec import SavedPlan
+
+# SMs kept free of TE's norm kernels for the userbuffers communication (Megatron-Bridge v0.3.1's
+# PerfEnvPlugin: 16, or 20 with DeepEP/HybridEP, which these scripts do not use).
+LAYERNORM_SM_MARGIN = 16
 
 
 @dataclass(frozen=True)
 class EnvVar:
+    """One variable the script sets (or, with unset, removes from what the image or cluster exported)."""
+
     name: str
     value: str
     why: str
+    unset: bool = False
 
 
 def launch_environment(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
     """The variables a launch exports, common ones first, then the vendor's, then the network's."""
-    env = _common(plan.parallel)
-    env += _amd(plan) if plan.cluster.gpu.vendor == "AMD" else _nvidia()
+    env = _common()
+    env.append(_device_connections(plan))
+    env += _amd(plan) if plan.cluster.gpu.vendor == "AMD" else _nvidia(plan, options)
     env += _network(options)
     return env
 
 
-def _common(p: ParallelConfig) -> list[EnvVar]:
-    env = [
+def _common() -> list[EnvVar]:
+    return [
         EnvVar("OMP_NUM_THREADS", "1",
                "one OpenMP thread per rank: torchrun's default too, stated so the CPU is not oversubscribed"),
         EnvVar("TORCH_NCCL_AVOID_RECORD_STREAMS", "1",
                "free collective buffers on stream sync instead of recordStream: less memory fragmentation"),
         EnvVar("NCCL_DEBUG", "WARN", "NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence"),
+        EnvVar("TORCH_NCCL_HIGH_PRIORITY", "1",
+               "collectives on high-priority streams, so overlapped communication is not starved by compute"),
     ]
-    if not p.fsdp:  # Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1
-        env.append(EnvVar(
-            "CUDA_DEVICE_MAX_CONNECTIONS", "1",
-            "one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap",
-        ))
-    return env
 
 
-def _nvidia() -> list[EnvVar]:
-    return [
+def _device_connections(plan: SavedPlan) -> EnvVar:
+    """CUDA_DEVICE_MAX_CONNECTIONS as Megatron-LM asserts it, else Megatron-Bridge's value."""
+    p, gpu = plan.parallel, plan.cluster.gpu
+    name = "CUDA_DEVICE_MAX_CONNECTIONS"
+    if p.fsdp:
+        return EnvVar(name, "", "Megatron-FSDP asserts it is not 1 (images often export 1): unset, so FSDP's "
+                                "gather, compute and reduce streams run concurrently", unset=True)
+    if gpu.vendor == "AMD":
+        return EnvVar(name, "1", "one hardware queue keeps TP/CP communication kernels in issue order "
+                                 "(Megatron asserts 1 with TP/CP > 1 before arch 10; Primus sets 1)")
+    if gpu.architecture == "blackwell":
+        return EnvVar(name, "32", "Blackwell has no single-queue requirement; 32 queues let communication "
+                                  "and compute kernels run concurrently (Megatron-Bridge's B200/GB200 value)")
+    if p.tp > 1 or p.cp > 1:
+        return EnvVar(name, "1", "one hardware queue keeps TP/CP communication kernels in issue order, "
+                                 "as Megatron asserts with TP or CP > 1 before Blackwell")
+    return EnvVar(name, "8", "no TP/CP ordering to keep: 8 queues let the DP overlap run beside compute "
+                             "(Megatron-Bridge's default)")
+
+
+def _nvidia(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
+    env = [
         EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
                "growable allocator segments: fewer fragmentation OOMs with varying activation sizes"),
     ]
+    if tp_comm_overlap_applies(plan, options):
+        for direction in ("FWD", "BWD"):
+            env.append(EnvVar(f"NVTE_{direction}_LAYERNORM_SM_MARGIN", str(LAYERNORM_SM_MARGIN),
+                              f"keep {LAYERNORM_SM_MARGIN} SMs free of the {direction.lower()} norm kernels for "
+                              "the overlapped TP communication (--tp-comm-overlap)"))
+    nodes = options.nodes or plan.cluster.num_nodes
+    if plan.parallel.pp > 1 and nodes > 1:
+        env.append(EnvVar("NCCL_P2P_NET_CHUNKSIZE", "2097152",
+                          "2 MiB chunks for pipeline send/recv over the network (Megatron-Bridge, Llama 70B/405B "
+                          "with PP > 1): fewer, larger transfers"))
+    return env
 
 
 def _amd(plan: SavedPlan) -> list[EnvVar]:
     env = [
         EnvVar("HSA_NO_SCRATCH_RECLAIM", "1",
                "keep kernel scratch memory allocated: reclaiming it between kernels stalls large GEMMs"),
-        EnvVar("HSA_ENABLE_SDMA", "0",
-               "copy with blit kernels instead of the SDMA engines, the setting RCCL is tuned and tested with"),
+        EnvVar("HSA_ENABLE_SDMA", "1",
+               "host/device copies on the SDMA engines, not compute units (Primus base_env.sh default)"),
         EnvVar("GPU_MAX_HW_QUEUES", "2", "fewer HIP hardware queues lowers launch contention for one rank per GPU"),
-        EnvVar("TORCH_NCCL_HIGH_PRIORITY", "1", "RCCL streams at high priority so collectives overlap compute"),
         EnvVar("RCCL_MSCCL_ENABLE", "0", "MSCCL algorithms off: plain RCCL rings/trees are the tested path"),
+        EnvVar("NCCL_CHECKS_DISABLE", "1", "skip RCCL's per-call argument checks (Primus base_env.sh)"),
+        EnvVar("NCCL_PXN_DISABLE", "1", "no PXN relays through peer GPUs: they cost GPU memory (Primus default)"),
+        EnvVar("NCCL_P2P_NET_CHUNKSIZE", "524288", "512 KiB network chunks for send/recv (Primus base_env.sh)"),
         EnvVar("PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True",
                "growable allocator segments: fewer fragmentation OOMs"),
     ]

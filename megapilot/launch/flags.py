@@ -12,6 +12,12 @@ from pathlib import PurePosixPath
 from megapilot.errors import MegapilotError
 from megapilot.launch.model_flags import model_section
 from megapilot.launch.options import LaunchOptions
+from megapilot.launch.perf_flags import (
+    fp8_param_gather_applies,
+    meta_device_init_needed,
+    param_gather_overlaps_optimizer_step,
+    performance_sections,
+)
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
 
@@ -26,12 +32,14 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
     return [
         model_section(plan.model, cpu=options.cpu),
         _parallel_section(plan.model, plan.parallel, cpu=options.cpu),
+        _fsdp_section(plan),
         _recompute_section(plan.parallel),
-        _cpu_section() if options.cpu else _precision_section(plan),
+        _cpu_section() if options.cpu else _precision_section(plan, options),
         _training_section(plan.training, plan.parallel),
         _data_section(plan.model, options),
         _logging_section(options),
-        _checkpoint_section(plan.training, plan.parallel, options),
+        _checkpoint_section(plan, options),
+        *performance_sections(plan, options),
     ]
 
 
@@ -54,14 +62,33 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, *, cpu: bool = False)
         s.add("--expert-tensor-parallel-size", p.expert_tp)
     if p.sequence_parallel and not cpu:  # torch's norms (no TE/Apex on a CPU) refuse sequence parallelism
         s.add("--sequence-parallel")
-    if p.fsdp:
-        s.add("--use-megatron-fsdp")
-        s.add("--data-parallel-sharding-strategy", "optim_grads_params")
-    elif p.distributed_optimizer:
+    if p.distributed_optimizer or p.fsdp:  # Megatron-FSDP's sharded steps run inside the distributed optimizer
         s.add("--use-distributed-optimizer")
     s.add("--overlap-grad-reduce")
     if p.distributed_optimizer or p.fsdp:
         s.add("--overlap-param-gather")
+    return s
+
+
+def _fsdp_section(plan: SavedPlan) -> ArgSection:
+    """Megatron-FSDP and the companions its user guide requires or recommends (see launch/README.md).
+
+    `--use-distributed-optimizer` (parallel section) and `--ckpt-format fsdp_dtensor` (checkpoint section)
+    come with it; PP > 1 is refused in checks.py (Megatron-FSDP does not support pipelining).
+    """
+    p = plan.parallel
+    if not p.fsdp:
+        return ArgSection("Megatron-FSDP: off")
+    s = ArgSection("Megatron-FSDP (ZeRO-3): weights, gradients and optimizer state sharded over DP x CP")
+    s.add("--use-megatron-fsdp")
+    s.add("--data-parallel-sharding-strategy", "optim_grads_params")
+    # The user guide lists it as required; Bridge's 405B FSDP recipes turn the fusion off "to avoid
+    # functional errors" with TE builds that do not support FSDP + gradient-accumulation fusion.
+    s.add("--no-gradient-accumulation-fusion")
+    s.add("--fsdp-double-buffer")  # persistent all-gather/reduce-scatter buffers: no allocator churn per layer
+    if meta_device_init_needed(plan):
+        s.title += "; built on the meta device (one rank's unsharded bf16 weights exceed half its HBM)"
+        s.add("--init-model-with-meta-device")
     return s
 
 
@@ -85,7 +112,7 @@ _FP8_FLAGS = {
 }
 
 
-def _precision_section(plan: SavedPlan) -> ArgSection:
+def _precision_section(plan: SavedPlan, options: LaunchOptions) -> ArgSection:
     precision = plan.training.precision
     s = ArgSection(f"precision: {precision} on {plan.cluster.gpu.name}")
     if not plan.cluster.gpu.supports(precision):
@@ -100,6 +127,12 @@ def _precision_section(plan: SavedPlan) -> ArgSection:
         s.add(format_flag, fmt)
         s.add("--fp8-recipe" if format_flag == "--fp8-format" else "--fp4-recipe",
               recipe or plan.training.fp8_recipe)
+    if fp8_param_gather_applies(plan, options):
+        # FP8 weights in the all-gather: half the bytes of bf16 (Bridge's fp8_cs / fp8_mx presets).
+        s.add("--fp8-param-gather")
+        if precision == "mxfp8" and not plan.parallel.fsdp:
+            # MXFP8 weights reuse the gradient buffer for their all-gather instead of a second copy.
+            s.add("--reuse-grad-buf-for-mxfp8-param-ag")
     # Low-precision GEMMs and grouped expert GEMMs come from Transformer Engine.
     s.add("--transformer-impl", "transformer_engine")
     if plan.model.moe is not None:
@@ -212,7 +245,8 @@ def _logging_section(o: LaunchOptions) -> ArgSection:
     return s
 
 
-def _checkpoint_section(t: TrainingSpec, p: ParallelConfig, o: LaunchOptions) -> ArgSection:
+def _checkpoint_section(plan: SavedPlan, o: LaunchOptions) -> ArgSection:
+    t = plan.training
     s = ArgSection("checkpoints")
     if o.save:
         s.add("--save", o.save)
@@ -222,6 +256,16 @@ def _checkpoint_section(t: TrainingSpec, p: ParallelConfig, o: LaunchOptions) ->
         s.add("--load", load)
         if o.load_step is not None:
             s.add("--ckpt-step", o.load_step)
-    # Megatron-FSDP saves only fsdp_dtensor; everything else uses the parallel-layout-independent torch_dist.
-    s.add("--ckpt-format", "fsdp_dtensor" if p.fsdp else "torch_dist")
+    s.add("--ckpt-format", checkpoint_format(plan, o))
     return s
+
+
+def checkpoint_format(plan: SavedPlan, options: LaunchOptions) -> str:
+    """Megatron-FSDP saves only fsdp_dtensor (asserted both ways). A run that saves and loads nothing
+    and overlaps the param gather with the optimizer step needs a non-distributed format (asserted), so
+    it names `torch`. Everything else uses torch_dist, which reloads under another parallel layout."""
+    if plan.parallel.fsdp:
+        return "fsdp_dtensor"
+    if param_gather_overlaps_optimizer_step(plan, options):
+        return "torch"
+    return "torch_dist"

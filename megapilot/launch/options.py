@@ -30,6 +30,8 @@ class LaunchOptions(BaseModel):
     data_path: str | None = Field(default=None, description="Megatron --data-path prefix (absolute).")
     mock_data: bool = Field(default=False, description="Megatron's synthetic data instead of --data-path.")
     split: str = Field(default="99,1,0", description="--split train,valid,test weights with --data-path.")
+    data_cache_path: str | None = Field(
+        default=None, description="Absolute directory for Megatron's dataset index caches; None = <save>/data-cache.")
     tokenizer_type: TokenizerType | None = Field(
         default=None, description="None = inferred from the files given; ByteTokenizer only with entrypoint megapilot.")
     tokenizer_model: str | None = Field(default=None, description="Absolute path or Hugging Face model id.")
@@ -74,6 +76,11 @@ class LaunchOptions(BaseModel):
     check_paths_exist: bool | None = Field(
         default=None, description="Require input paths to exist here; None = only for single-node torchrun.",
     )
+    remote: bool = Field(
+        default=False,
+        description="Drafted for another machine: paths are checked for form only (never for existence here) "
+                    "and no directory is created here.",
+    )
 
 
 class LaunchScript(BaseModel):
@@ -88,6 +95,11 @@ class LaunchScript(BaseModel):
     nodes: int
     gpus_per_node: int
     files: dict[str, str] = Field(default_factory=dict, description="Extra files (absolute path -> text).")
+    directories: list[str] = Field(
+        default_factory=list,
+        description="Directories that must exist before the launch starts (the SLURM log folder: sbatch opens "
+                    "its --output file before the script runs); created when the script is written here.",
+    )
     notes: list[str] = Field(default_factory=list, description="Defaults taken and warnings, for the user.")
 
     def to_json(self) -> dict:
@@ -95,5 +107,5 @@ class LaunchScript(BaseModel):
         return {
             "script": self.script, "launcher": self.launcher, "megatron_args": self.megatron_args,
             "env": self.env, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-            "files": self.files, "notes": self.notes,
+            "files": self.files, "directories": self.directories, "notes": self.notes,
         }

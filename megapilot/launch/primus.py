@@ -62,6 +62,24 @@ def primus_overrides(megatron_args: list[str]) -> dict[str, object]:
     return overrides
 
 
+def primus_defaults(plan: SavedPlan) -> dict[str, object]:
+    """Primus-only keys: pretraining semantics and the Primus Turbo kernels AMD's own configs switch on.
+
+    `finetune: false`: a requeued pretraining job resumes its iteration count and optimizer from --load
+    instead of starting again at iteration 0. Turbo (AMD-AGI/Primus `primus_turbo.yaml`, off by
+    default): the model YAMLs enable it, with Turbo attention on MI300X-class GPUs (off on MI355X in
+    those YAMLs) and the Turbo grouped GEMM for expert layers.
+    """
+    defaults: dict[str, object] = {"finetune": False}
+    if plan.cluster.gpu.vendor != "AMD":
+        return defaults
+    defaults["enable_primus_turbo"] = True
+    defaults["use_turbo_attention"] = plan.cluster.gpu.architecture == "cdna3"
+    if plan.model.moe is not None:
+        defaults["use_turbo_grouped_gemm"] = True
+    return defaults
+
+
 def _scalar(text: str) -> object:
     for convert in (int, float):
         try:
@@ -83,7 +101,7 @@ def primus_experiment(plan: SavedPlan, megatron_args: list[str], options: Launch
                 "framework": "megatron",
                 "config": "pre_trainer.yaml",
                 "model": PRIMUS_BASE_MODEL,
-                "overrides": primus_overrides(megatron_args),
+                "overrides": primus_overrides(megatron_args) | primus_defaults(plan),
             },
         },
     }

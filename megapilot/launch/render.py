@@ -11,7 +11,13 @@ import re
 from pathlib import PurePosixPath
 
 from megapilot.errors import MegapilotError
-from megapilot.launch.checks import check_absolute_path, check_megatron_args, check_no_placeholder, check_world
+from megapilot.launch.checks import (
+    check_absolute_path,
+    check_environment,
+    check_megatron_args,
+    check_no_placeholder,
+    check_world,
+)
 from megapilot.launch.environment import launch_environment
 from megapilot.launch.flags import ArgSection, megatron_arg_sections
 from megapilot.launch.options import LaunchOptions, LaunchScript
@@ -35,6 +41,12 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     notes = _defaults_taken(options)
     if options.cpu:
         notes += _cpu_notes(plan, options)
+    elif options.entrypoint == "megapilot":
+        notes.append("embedded trainer: the GPU kernel flags (TP overlap, fused cross entropy and permute, FP8 "
+                     "param gather, ...) are left out; it implements none of them")
+    if options.remote:
+        notes.append("drafted for another machine (--remote): paths were checked for form only, not for existence "
+                     "here, and no directory was created here")
 
     if options.launcher == "primus" and plan.cluster.gpu.vendor != "AMD":
         notes.append(f"Primus targets AMD Instinct GPUs (ROCm images); this plan is for {plan.cluster.gpu.name}")
@@ -46,11 +58,17 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
         _check_trainer_accepts(megatron_args, gpu_available=not options.cpu)
 
     env = launch_environment(plan, options)
+    check_environment(megatron_args, {v.name: None if v.unset else v.value for v in env}, plan.cluster.gpu,
+                      cpu=options.cpu)
     files: dict[str, str] = {}
+    directories: list[str] = []
     if options.launcher == "torchrun":
         script = render_torchrun(plan, options, nodes, env, sections)
     elif options.launcher == "slurm":
-        script = render_sbatch(plan, options, nodes, env, sections, _log_dir(options))
+        log_dir = _log_dir(options)
+        script = render_sbatch(plan, options, nodes, env, sections, log_dir)
+        directories.append(log_dir)
+        notes.append(_slurm_log_note(log_dir, options))
     else:
         config_path = _primus_config_path(options)
         experiment = primus_experiment(plan, megatron_args, options.model_copy(update={"log_dir": _log_dir(options)}))
@@ -60,14 +78,14 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     script = _allow_literal_dollars(script, megatron_args)
     return LaunchScript(
         script=script, launcher=options.launcher, megatron_args=megatron_args,
-        env={var.name: var.value for var in env}, nodes=nodes, gpus_per_node=gpus_per_node,
-        files=files, notes=notes,
+        env={var.name: var.value for var in env if not var.unset}, nodes=nodes, gpus_per_node=gpus_per_node,
+        files=files, directories=directories, notes=notes,
     )
 
 
 # ---- option checks -------------------------------------------------------------------------
 def _check_options(o: LaunchOptions, nodes: int) -> None:
-    local = o.check_paths_exist if o.check_paths_exist is not None else (o.launcher == "torchrun" and nodes == 1)
+    local = _paths_checked_here(o, nodes)
     if o.data_path is not None:
         check_absolute_path("data_path", o.data_path, must_exist=local, kind="prefix")
     if o.tokenizer_model is not None and _is_path(o.tokenizer_model):
@@ -77,7 +95,7 @@ def _check_options(o: LaunchOptions, nodes: int) -> None:
     for field in ("vocab_file", "merge_file"):
         if getattr(o, field) is not None:
             check_absolute_path(field, getattr(o, field), must_exist=local, kind="file")
-    for field in ("save", "tensorboard_dir", "log_dir", "script_path", "primus_config_path"):
+    for field in ("save", "tensorboard_dir", "log_dir", "script_path", "primus_config_path", "data_cache_path"):
         if getattr(o, field) is not None:
             check_absolute_path(field, getattr(o, field), must_exist=local, kind="parent")
     if o.load is not None:
@@ -90,6 +108,23 @@ def _check_options(o: LaunchOptions, nodes: int) -> None:
     for field in ("job_name", "network_interface", "ib_hca", "split"):
         if getattr(o, field) is not None:
             check_no_placeholder(field, getattr(o, field))
+
+
+def _paths_checked_here(o: LaunchOptions, nodes: int) -> bool:
+    """Do input paths have to exist on this machine? Never for --remote; else as asked, else for a
+    single-node torchrun launch (the one launch that surely runs where it is drafted)."""
+    if o.remote:
+        return False
+    if o.check_paths_exist is not None:
+        return o.check_paths_exist
+    return o.launcher == "torchrun" and nodes == 1
+
+
+def _slurm_log_note(log_dir: str, o: LaunchOptions) -> str:
+    where = f"SLURM writes each job's output to {log_dir}/%x-%j.out (%x = job name {o.job_name}, %j = job id)"
+    if o.remote:
+        return f"{where}; create {log_dir} on the cluster before sbatch (SLURM opens the file before the script runs)"
+    return f"{where}; the folder is created when the script is written"
 
 
 def _is_path(value: str) -> bool:

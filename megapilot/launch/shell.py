@@ -42,7 +42,7 @@ def env_block(env: list[EnvVar]) -> list[str]:
     lines = ["# ---- environment: each variable with the reason it is set"]
     for var in env:
         lines.append(f"# {var.why}")
-        lines.append(f"export {var.name}={q(var.value)}")
+        lines.append(f"unset {var.name}" if var.unset else f"export {var.name}={q(var.value)}")
     lines.append("")
     return lines
 

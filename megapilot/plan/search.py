@@ -361,7 +361,7 @@ class _Search:
             if self._reject(space.expert_rule(self.model, tp, cp, dp, ep, etp)):
                 continue
             memory_bound = True
-            for fsdp in self._fsdp_options(dp):
+            for fsdp in self._fsdp_options(dp, pp):
                 if (ep, etp, fsdp) in settled:
                     self.rejected[RejectReason.DOMINATED_CP] += 1
                     continue
@@ -389,10 +389,11 @@ class _Search:
                 if not binding.bound_smallest:
                     settled.add((ep, etp, fsdp))
 
-    def _fsdp_options(self, dp: int) -> tuple[bool, ...]:
+    def _fsdp_options(self, dp: int, pp: int) -> tuple[bool, ...]:
+        """Megatron-FSDP only with DP to shard over and without pipelining, which it does not support."""
         if self.pins.fsdp is not None:
-            return (self.pins.fsdp,)
-        return (False, True) if dp > 1 else (False,)
+            return () if self.pins.fsdp and pp > 1 else (self.pins.fsdp,)
+        return (False, True) if dp > 1 and pp == 1 else (False,)
 
     def _floor(self, shape: Shape) -> MemoryCheck:
         """The shape's smallest footprint: MBS 1 (or the pinned one), full recompute of every layer."""

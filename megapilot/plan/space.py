@@ -111,6 +111,9 @@ class Pins:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise MegapilotError(f"must be at least 1, got {value}", field=name, fix=f"pass --{name} 1 or more")
+        if self.fsdp and self.pp is not None and self.pp > 1:
+            raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (pp={self.pp})", field="fsdp",
+                                 fix="drop --pp (FSDP layouts use pp 1) or drop --fsdp")
 
 
 def _list(values: tuple[int, ...] | list[int]) -> str:

@@ -1,58 +1,96 @@
-"""Vendor environment blocks: which variables each launch exports, and that each says why."""
+"""Vendor environment blocks: which variables each launch exports, when, and that each says why."""
 
 from __future__ import annotations
 
 import pytest
 
-from megapilot.launch.environment import EnvVar, launch_environment
+from megapilot.launch.environment import LAYERNORM_SM_MARGIN, EnvVar, launch_environment
 from megapilot.launch.options import LaunchOptions
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import LLAMA31_8B, make_plan
 
 TRAINING = TrainingSpec(seq_length=4096, global_batch_size=64)
-COMMON = ["OMP_NUM_THREADS", "TORCH_NCCL_AVOID_RECORD_STREAMS", "NCCL_DEBUG", "CUDA_DEVICE_MAX_CONNECTIONS"]
+COMMON = ["OMP_NUM_THREADS", "TORCH_NCCL_AVOID_RECORD_STREAMS", "NCCL_DEBUG", "TORCH_NCCL_HIGH_PRIORITY",
+          "CUDA_DEVICE_MAX_CONNECTIONS"]
+MEGATRON = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM")
 
 
 def _names(env: list[EnvVar]) -> list[str]:
     return [var.name for var in env]
 
 
-def _env(gpu: str, options: LaunchOptions | None = None, **layout) -> list[EnvVar]:
-    return launch_environment(make_plan(LLAMA31_8B, gpu, 1, TRAINING, **layout), options or LaunchOptions())
+def _values(env: list[EnvVar]) -> dict[str, str | None]:
+    return {var.name: None if var.unset else var.value for var in env}
 
 
-def test_nvidia_exports_the_common_block_then_the_cuda_allocator():
+def _env(gpu: str, options: LaunchOptions | None = None, nodes: int = 1, **layout: object) -> list[EnvVar]:
+    plan = make_plan(LLAMA31_8B, gpu, nodes, TRAINING, **layout)
+    return launch_environment(plan, options or LaunchOptions())
+
+
+def test_nvidia_exports_the_common_block_then_the_cuda_allocator() -> None:
     assert _names(_env("h100")) == COMMON + ["PYTORCH_CUDA_ALLOC_CONF"]
+    assert _values(_env("h100"))["TORCH_NCCL_HIGH_PRIORITY"] == "1"
 
 
-def test_amd_exports_hsa_hip_and_rccl_settings_instead_of_the_cuda_allocator():
-    names = _names(_env("mi355x"))
-    assert names[:len(COMMON)] == COMMON
-    assert {"HSA_NO_SCRATCH_RECLAIM", "HSA_ENABLE_SDMA", "GPU_MAX_HW_QUEUES", "TORCH_NCCL_HIGH_PRIORITY",
-            "RCCL_MSCCL_ENABLE", "PYTORCH_HIP_ALLOC_CONF"} <= set(names)
-    assert "PYTORCH_CUDA_ALLOC_CONF" not in names
+def test_amd_exports_primus_hsa_hip_and_rccl_settings_instead_of_the_cuda_allocator() -> None:
+    env = _values(_env("mi355x"))
+    assert list(env)[:len(COMMON)] == COMMON
+    assert {"HSA_NO_SCRATCH_RECLAIM", "HSA_ENABLE_SDMA", "GPU_MAX_HW_QUEUES", "RCCL_MSCCL_ENABLE",
+            "NCCL_CHECKS_DISABLE", "NCCL_PXN_DISABLE", "PYTORCH_HIP_ALLOC_CONF"} <= set(env)
+    assert env["HSA_ENABLE_SDMA"] == "1"  # Primus base_env.sh: copies on the SDMA engines
+    assert env["NCCL_P2P_NET_CHUNKSIZE"] == "524288" and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env
 
 
-def test_the_ck_attention_atomics_setting_is_only_for_cdna3():
+def test_the_ck_attention_atomics_setting_is_only_for_cdna3() -> None:
     assert "NVTE_CK_IS_V3_ATOMIC_FP32" in _names(_env("mi300x"))
     assert "NVTE_CK_IS_V3_ATOMIC_FP32" in _names(_env("mi325x"))
     assert "NVTE_CK_IS_V3_ATOMIC_FP32" not in _names(_env("mi355x"))  # cdna4
 
 
-def test_megatron_fsdp_drops_cuda_device_max_connections():
-    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in _names(_env("h100", fsdp=True))
+def test_megatron_fsdp_unsets_cuda_device_max_connections() -> None:
+    var = next(v for v in _env("h100", fsdp=True) if v.name == "CUDA_DEVICE_MAX_CONNECTIONS")
+    assert var.unset and "FSDP" in var.why
+
+
+@pytest.mark.parametrize(("gpu", "layout", "connections"), [
+    ("h100", {"tp": 2}, "1"),   # Megatron asserts 1 with TP > 1 before Blackwell
+    ("a100", {"cp": 2}, "1"),   # and with CP > 1
+    ("h100", {}, "8"),          # no TP/CP: Megatron-Bridge's default
+    ("b200", {"tp": 2}, "32"),  # Blackwell: no constraint, Bridge uses 32
+])
+def test_cuda_device_max_connections_follows_megatrons_rule(gpu: str, layout: dict[str, int],
+                                                            connections: str) -> None:
+    assert _values(_env(gpu, **layout))["CUDA_DEVICE_MAX_CONNECTIONS"] == connections
+
+
+def test_layernorm_sm_margins_come_with_tp_communication_overlap_only() -> None:
+    margins = {"NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN"}
+    with_overlap = _values(_env("h100", MEGATRON, tp=2, sequence_parallel=True))
+    assert {name: with_overlap[name] for name in margins} == dict.fromkeys(margins, str(LAYERNORM_SM_MARGIN))
+    assert not margins & set(_names(_env("h100", MEGATRON, tp=2)))  # no SP: no TP overlap
+    assert not margins & set(_names(_env("h100", MEGATRON)))  # TP 1
+    embedded = LaunchOptions(mock_data=True, entrypoint="megapilot")
+    assert not margins & set(_names(_env("h100", embedded, tp=2, sequence_parallel=True)))  # no TE kernels there
+
+
+def test_p2p_network_chunks_only_when_pipeline_stages_cross_nodes() -> None:
+    assert _values(_env("h100", nodes=2, pp=2))["NCCL_P2P_NET_CHUNKSIZE"] == "2097152"
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in _names(_env("h100", nodes=2))  # PP 1
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in _names(_env("h100", pp=2))  # one node: NVLink, no network
 
 
 @pytest.mark.parametrize("gpu", ["h100", "b200", "mi300x", "mi355x"])
-def test_every_variable_has_a_reason_and_a_name_given_once(gpu):
-    env = _env(gpu, LaunchOptions(network_interface="ens1f0", ib_hca="mlx5_0,mlx5_1"))
+def test_every_variable_has_a_reason_and_a_name_given_once(gpu: str) -> None:
+    env = _env(gpu, LaunchOptions(network_interface="ens1f0", ib_hca="mlx5_0,mlx5_1"), tp=2, sequence_parallel=True)
     assert len(set(_names(env))) == len(env)
     for var in env:
-        assert var.name.isupper() and var.value, var
+        assert var.name.isupper() and (var.value or var.unset), var
         assert len(var.why) > 20 and "\n" not in var.why, var.name
 
 
-def test_network_variables_only_when_an_interface_or_hca_is_given():
+def test_network_variables_only_when_an_interface_or_hca_is_given() -> None:
     assert not {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA"} & set(_names(_env("h100")))
     env = {v.name: v.value for v in _env("h100", LaunchOptions(network_interface="ens1f0", ib_hca="mlx5_0"))}
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ens1f0"

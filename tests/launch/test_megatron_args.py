@@ -11,6 +11,7 @@ import pytest
 from megapilot.errors import MegapilotError
 from megapilot.launch import flags as flags_module
 from megapilot.launch import model_flags as model_flags_module
+from megapilot.launch import perf_flags as perf_flags_module
 from megapilot.launch import render_megatron_args
 from megapilot.launch.megatron_args import MEGATRON_COMMIT, MEGATRON_RELEASE, pinned_flags, split_args
 from tests.launch.variants import OPTION_VARIANTS, VARIANT_PLANS
@@ -27,8 +28,9 @@ def test_pinned_list_records_release_and_has_the_core_flags() -> None:
 
 
 def _flag_literals_in_renderer() -> set[str]:
-    """Every '--flag' string literal in flags.py and model_flags.py: what the renderer can ever emit."""
-    trees = [ast.parse(inspect.getsource(module)) for module in (flags_module, model_flags_module)]
+    """Every '--flag' string literal in flags.py, model_flags.py and perf_flags.py: what the renderer can emit."""
+    modules = (flags_module, model_flags_module, perf_flags_module)
+    trees = [ast.parse(inspect.getsource(module)) for module in modules]
     return {
         node.value for tree in trees for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from megapilot.launch import LaunchOptions
 from megapilot.spec import MoESpec, ModelSpec, SavedPlan, TrainingSpec
-from tests.launch.plans import DEEPSEEK_V2_LITE, GOLDEN_PLANS, LLAMA31_8B, MIXTRAL_8X7B, make_plan
+from tests.launch.plans import DEEPSEEK_V2_LITE, GOLDEN_PLANS, LLAMA31_8B, LLAMA31_405B, MIXTRAL_8X7B, make_plan
 
 _TRAIN = TrainingSpec(seq_length=4096, global_batch_size=64)
 
@@ -43,6 +43,9 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
     "fp8_tensorwise": make_plan(LLAMA31_8B, "h100", 1,
                                 _TRAIN.model_copy(update={"precision": "fp8", "fp8_recipe": "tensorwise"})),
     "fsdp": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, fsdp=True, distributed_optimizer=False),
+    # 405B over TP8 holds ~94 GiB of unsharded bf16 weights per rank: built on the meta device.
+    "fsdp_meta_init": make_plan(LLAMA31_405B, "h100", 8, _TRAIN.model_copy(update={"global_batch_size": 64}),
+                                tp=8, sequence_parallel=True, fsdp=True),
     "no_dist_opt": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, distributed_optimizer=False),
     "mla_q_lora": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1),
     "moe_shared_gate": make_plan(QWEN_MOE, "h100", 1, _TRAIN, ep=8, etp=1),
@@ -60,4 +63,6 @@ OPTION_VARIANTS: dict[str, LaunchOptions] = {
                                    load="/ckpt/old", load_step=40, save="/ckpt/new", save_interval=50,
                                    megatron_path="/opt/Megatron-LM", check_paths_exist=False),
     "cpu": LaunchOptions(mock_data=True, entrypoint="megapilot", cpu=True, check_paths_exist=False),
+    "slurm_saving": LaunchOptions(launcher="slurm", mock_data=True, megatron_path="/opt/Megatron-LM", save="/ckpt",
+                                  log_dir="/logs", time_limit="1-00:00:00", check_paths_exist=False),
 }

@@ -132,3 +132,15 @@ def test_pins_below_one_are_refused_by_name():
     with pytest.raises(MegapilotError) as err:
         Pins(tp=0)
     assert err.value.field == "tp"
+
+
+def test_megatron_fsdp_is_never_planned_with_pipeline_parallelism():
+    # 405B on 128 H100s: memory binds, so FSDP layouts compete with pipelined ones; none may mix them.
+    result = plan(*_inputs("llama3.1-405b", 128, 8192, 512), top=20)
+    assert any(c.parallel.pp > 1 for c in result.candidates)
+    assert all(c.parallel.pp == 1 for c in result.candidates if c.parallel.fsdp)
+    pinned = plan(*_inputs("llama3.1-405b", 128, 8192, 512), pins=Pins(fsdp=True), top=5)
+    assert pinned.candidates and all(c.parallel.fsdp and c.parallel.pp == 1 for c in pinned.candidates)
+    with pytest.raises(MegapilotError, match="Megatron-FSDP does not run with pipeline parallelism") as refused:
+        Pins(fsdp=True, pp=4)
+    assert refused.value.field == "fsdp"

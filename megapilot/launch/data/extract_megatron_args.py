@@ -77,9 +77,10 @@ def _choice_text(action: argparse.Action, choice: object) -> str:
     """
     if not isinstance(choice, enum.Enum):
         return str(choice)
+    convert = action.type
     for text in (choice.name, str(choice.value)):
         try:
-            if action.type is not None and action.type(text) == choice:
+            if callable(convert) and convert(text) == choice:
                 return text
         except (KeyError, ValueError, TypeError):
             continue

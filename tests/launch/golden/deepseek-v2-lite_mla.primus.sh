@@ -11,18 +11,24 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# one hardware queue keeps TP/CP communication kernels in issue order (Megatron asserts 1 with TP/CP > 1 before arch 10; Primus sets 1)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # keep kernel scratch memory allocated: reclaiming it between kernels stalls large GEMMs
 export HSA_NO_SCRATCH_RECLAIM=1
-# copy with blit kernels instead of the SDMA engines, the setting RCCL is tuned and tested with
-export HSA_ENABLE_SDMA=0
+# host/device copies on the SDMA engines, not compute units (Primus base_env.sh default)
+export HSA_ENABLE_SDMA=1
 # fewer HIP hardware queues lowers launch contention for one rank per GPU
 export GPU_MAX_HW_QUEUES=2
-# RCCL streams at high priority so collectives overlap compute
-export TORCH_NCCL_HIGH_PRIORITY=1
 # MSCCL algorithms off: plain RCCL rings/trees are the tested path
 export RCCL_MSCCL_ENABLE=0
+# skip RCCL's per-call argument checks (Primus base_env.sh)
+export NCCL_CHECKS_DISABLE=1
+# no PXN relays through peer GPUs: they cost GPU memory (Primus default)
+export NCCL_PXN_DISABLE=1
+# 512 KiB network chunks for send/recv (Primus base_env.sh)
+export NCCL_P2P_NET_CHUNKSIZE=524288
 # growable allocator segments: fewer fragmentation OOMs
 export PYTORCH_HIP_ALLOC_CONF=expandable_segments:True
 # CK v3 attention backward with fp32 atomics: the setting AMD uses on MI300X/MI325X
@@ -54,11 +60,16 @@ modules:
       hidden_size: 2048
       ffn_hidden_size: 10944
       num_attention_heads: 16
+      qk_layernorm: true
       swiglu: true
       normalization: RMSNorm
       norm_epsilon: 1.0e-06
       position_embedding_type: rope
       rotary_base: 10000
+      rope_type: yarn
+      rotary_scaling_factor: 40.0
+      mscale: 0.707
+      mscale_all_dim: 0.707
       max_position_embeddings: 163840
       make_vocab_size_divisible_by: 128
       untie_embeddings_and_output_weights: true
@@ -75,6 +86,9 @@ modules:
       moe_ffn_hidden_size: 1408
       moe_shared_expert_intermediate_size: 2816
       moe_layer_freq: ([0]*1+[1]*26)
+      moe_router_score_function: softmax
+      moe_router_pre_softmax: true
+      moe_router_dtype: fp32
       moe_router_load_balancing_type: seq_aux_loss
       moe_aux_loss_coeff: 0.001
       moe_token_dispatcher_type: alltoall
@@ -119,13 +133,23 @@ modules:
       save_interval: 100
       load: /lustre/checkpoints/deepseek-v2-lite_mla
       ckpt_format: torch_dist
+      cross_entropy_loss_fusion: true
+      cross_entropy_fusion_impl: te
+      create_attention_mask_in_dataloader: false
+      manual_gc: true
+      manual_gc_interval: 100
+      data_cache_path: /lustre/checkpoints/deepseek-v2-lite_mla/data-cache
+      distributed_timeout_minutes: 18
       sequence_parallel: false
       group_query_attention: false
-      qk_layernorm: false
       add_qkv_bias: false
       mock_data: false
       fp16: false
       exit_on_missing_checkpoint: false
+      finetune: false
+      enable_primus_turbo: true
+      use_turbo_attention: true
+      use_turbo_grouped_gemm: true
 PRIMUS_EXPERIMENT_YAML
 
 cd /workspace/Primus

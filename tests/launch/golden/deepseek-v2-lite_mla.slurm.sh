@@ -18,18 +18,24 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# one hardware queue keeps TP/CP communication kernels in issue order (Megatron asserts 1 with TP/CP > 1 before arch 10; Primus sets 1)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # keep kernel scratch memory allocated: reclaiming it between kernels stalls large GEMMs
 export HSA_NO_SCRATCH_RECLAIM=1
-# copy with blit kernels instead of the SDMA engines, the setting RCCL is tuned and tested with
-export HSA_ENABLE_SDMA=0
+# host/device copies on the SDMA engines, not compute units (Primus base_env.sh default)
+export HSA_ENABLE_SDMA=1
 # fewer HIP hardware queues lowers launch contention for one rank per GPU
 export GPU_MAX_HW_QUEUES=2
-# RCCL streams at high priority so collectives overlap compute
-export TORCH_NCCL_HIGH_PRIORITY=1
 # MSCCL algorithms off: plain RCCL rings/trees are the tested path
 export RCCL_MSCCL_ENABLE=0
+# skip RCCL's per-call argument checks (Primus base_env.sh)
+export NCCL_CHECKS_DISABLE=1
+# no PXN relays through peer GPUs: they cost GPU memory (Primus default)
+export NCCL_PXN_DISABLE=1
+# 512 KiB network chunks for send/recv (Primus base_env.sh)
+export NCCL_P2P_NET_CHUNKSIZE=524288
 # growable allocator segments: fewer fragmentation OOMs
 export PYTORCH_HIP_ALLOC_CONF=expandable_segments:True
 # CK v3 attention backward with fp32 atomics: the setting AMD uses on MI300X/MI325X
@@ -54,11 +60,16 @@ MEGATRON_ARGS=(
   --hidden-size 2048
   --ffn-hidden-size 10944
   --num-attention-heads 16
+  --qk-layernorm
   --swiglu
   --normalization RMSNorm
   --norm-epsilon 1e-06
   --position-embedding-type rope
   --rotary-base 10000
+  --rope-type yarn
+  --rotary-scaling-factor 40.0
+  --mscale 0.707
+  --mscale-all-dim 0.707
   --max-position-embeddings 163840
   --make-vocab-size-divisible-by 128
   --untie-embeddings-and-output-weights
@@ -75,6 +86,9 @@ MEGATRON_ARGS=(
   --moe-ffn-hidden-size 1408
   --moe-shared-expert-intermediate-size 2816
   --moe-layer-freq '([0]*1+[1]*26)'
+  --moe-router-score-function softmax
+  --moe-router-pre-softmax
+  --moe-router-dtype fp32
   --moe-router-load-balancing-type seq_aux_loss
   --moe-aux-loss-coeff 0.001
   --moe-token-dispatcher-type alltoall
@@ -125,6 +139,20 @@ MEGATRON_ARGS=(
   --save-interval 100
   --load /lustre/checkpoints/deepseek-v2-lite_mla
   --ckpt-format torch_dist
+  # performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy
+  --cross-entropy-loss-fusion
+  --cross-entropy-fusion-impl te
+  # performance: TE/flash attention builds the causal mask itself; the dataloader need not make a seq x seq mask per sample
+  --no-create-attention-mask-in-dataloader
+  # performance: Python GC only every 100 steps, in step with all ranks (a rank collecting on its own stalls every collective)
+  --manual-gc
+  --manual-gc-interval 100
+  # data: index caches written here, not beside a shared (often read-only) dataset
+  --data-cache-path /lustre/checkpoints/deepseek-v2-lite_mla/data-cache
+  # runtime: collective timeout 18 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  --distributed-timeout-minutes 18
+  # runtime: save and exit after 227 min, before the SLURM limit 04:00:00 kills the job
+  --exit-duration-in-mins 227
 )
 
 SRUN_ARGS=(

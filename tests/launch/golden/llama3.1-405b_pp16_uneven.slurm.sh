@@ -18,10 +18,18 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# one hardware queue keeps TP/CP communication kernels in issue order, as Megatron asserts with TP or CP > 1 before Blackwell
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # growable allocator segments: fewer fragmentation OOMs with varying activation sizes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# keep 16 SMs free of the fwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_FWD_LAYERNORM_SM_MARGIN=16
+# keep 16 SMs free of the bwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_BWD_LAYERNORM_SM_MARGIN=16
+# 2 MiB chunks for pipeline send/recv over the network (Megatron-Bridge, Llama 70B/405B with PP > 1): fewer, larger transfers
+export NCCL_P2P_NET_CHUNKSIZE=2097152
 
 # ---- rendezvous: the first node of the allocation hosts it; one torchrun per node joins
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
@@ -50,6 +58,8 @@ MEGATRON_ARGS=(
   --norm-epsilon 1e-05
   --position-embedding-type rope
   --rotary-base 500000
+  --use-rope-scaling
+  --rope-scaling-factor 8.0
   --max-position-embeddings 131072
   --make-vocab-size-divisible-by 128
   --untie-embeddings-and-output-weights
@@ -105,6 +115,22 @@ MEGATRON_ARGS=(
   --save-interval 100
   --load /lustre/checkpoints/llama3.1-405b_pp16_uneven
   --ckpt-format torch_dist
+  # performance: overlap TP all-gather/reduce-scatter with the GEMMs (TE userbuffers; needs SP)
+  --tp-comm-overlap
+  # performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy
+  --cross-entropy-loss-fusion
+  --cross-entropy-fusion-impl te
+  # performance: TE/flash attention builds the causal mask itself; the dataloader need not make a seq x seq mask per sample
+  --no-create-attention-mask-in-dataloader
+  # performance: Python GC only every 100 steps, in step with all ranks (a rank collecting on its own stalls every collective)
+  --manual-gc
+  --manual-gc-interval 100
+  # data: index caches written here, not beside a shared (often read-only) dataset
+  --data-cache-path /lustre/checkpoints/llama3.1-405b_pp16_uneven/data-cache
+  # runtime: collective timeout 22 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  --distributed-timeout-minutes 22
+  # runtime: save and exit after 223 min, before the SLURM limit 04:00:00 kills the job
+  --exit-duration-in-mins 223
 )
 
 SRUN_ARGS=(

@@ -11,10 +11,18 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# one hardware queue keeps TP/CP communication kernels in issue order, as Megatron asserts with TP or CP > 1 before Blackwell
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # growable allocator segments: fewer fragmentation OOMs with varying activation sizes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# keep 16 SMs free of the fwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_FWD_LAYERNORM_SM_MARGIN=16
+# keep 16 SMs free of the bwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_BWD_LAYERNORM_SM_MARGIN=16
+# 2 MiB chunks for pipeline send/recv over the network (Megatron-Bridge, Llama 70B/405B with PP > 1): fewer, larger transfers
+export NCCL_P2P_NET_CHUNKSIZE=2097152
 
 # ---- node wiring: primus-cli reads these; run this script on every node
 export NNODES=14
@@ -51,6 +59,8 @@ modules:
       norm_epsilon: 1.0e-05
       position_embedding_type: rope
       rotary_base: 500000
+      use_rope_scaling: true
+      rope_scaling_factor: 8.0
       max_position_embeddings: 131072
       make_vocab_size_divisible_by: 128
       untie_embeddings_and_output_weights: true
@@ -99,6 +109,14 @@ modules:
       save_interval: 100
       load: /lustre/checkpoints/llama3.1-405b_pp_vpp_cp
       ckpt_format: torch_dist
+      tp_comm_overlap: true
+      cross_entropy_loss_fusion: true
+      cross_entropy_fusion_impl: te
+      create_attention_mask_in_dataloader: false
+      manual_gc: true
+      manual_gc_interval: 100
+      data_cache_path: /lustre/checkpoints/llama3.1-405b_pp_vpp_cp/data-cache
+      distributed_timeout_minutes: 24
       qk_layernorm: false
       add_qkv_bias: false
       multi_latent_attention: false
@@ -106,6 +124,7 @@ modules:
       moe_grouped_gemm: false
       fp16: false
       exit_on_missing_checkpoint: false
+      finetune: false
 PRIMUS_EXPERIMENT_YAML
 
 cd /workspace/Primus

@@ -11,8 +11,10 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
-export CUDA_DEVICE_MAX_CONNECTIONS=1
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# no TP/CP ordering to keep: 8 queues let the DP overlap run beside compute (Megatron-Bridge's default)
+export CUDA_DEVICE_MAX_CONNECTIONS=8
 # growable allocator segments: fewer fragmentation OOMs with varying activation sizes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
@@ -50,6 +52,8 @@ modules:
       norm_epsilon: 1.0e-05
       position_embedding_type: rope
       rotary_base: 500000
+      use_rope_scaling: true
+      rope_scaling_factor: 8.0
       max_position_embeddings: 131072
       make_vocab_size_divisible_by: 128
       untie_embeddings_and_output_weights: true
@@ -64,7 +68,8 @@ modules:
       overlap_param_gather: true
       bf16: true
       fp8: hybrid
-      fp8_recipe: delayed
+      fp8_recipe: tensorwise
+      fp8_param_gather: true
       transformer_impl: transformer_engine
       micro_batch_size: 1
       global_batch_size: 128
@@ -95,6 +100,13 @@ modules:
       save_interval: 100
       load: /lustre/checkpoints/llama3.1-8b_1node
       ckpt_format: torch_dist
+      cross_entropy_loss_fusion: true
+      cross_entropy_fusion_impl: te
+      create_attention_mask_in_dataloader: false
+      manual_gc: true
+      manual_gc_interval: 100
+      data_cache_path: /lustre/checkpoints/llama3.1-8b_1node/data-cache
+      distributed_timeout_minutes: 14
       sequence_parallel: false
       qk_layernorm: false
       add_qkv_bias: false
@@ -103,6 +115,7 @@ modules:
       moe_grouped_gemm: false
       fp16: false
       exit_on_missing_checkpoint: false
+      finetune: false
 PRIMUS_EXPERIMENT_YAML
 
 cd /workspace/Primus

@@ -18,8 +18,10 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
-export CUDA_DEVICE_MAX_CONNECTIONS=1
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# no TP/CP ordering to keep: 8 queues let the DP overlap run beside compute (Megatron-Bridge's default)
+export CUDA_DEVICE_MAX_CONNECTIONS=8
 # growable allocator segments: fewer fragmentation OOMs with varying activation sizes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
@@ -50,6 +52,8 @@ MEGATRON_ARGS=(
   --norm-epsilon 1e-05
   --position-embedding-type rope
   --rotary-base 500000
+  --use-rope-scaling
+  --rope-scaling-factor 8.0
   --max-position-embeddings 131072
   --make-vocab-size-divisible-by 128
   --untie-embeddings-and-output-weights
@@ -66,7 +70,8 @@ MEGATRON_ARGS=(
   # precision: fp8 on H100-SXM5-80GB
   --bf16
   --fp8-format hybrid
-  --fp8-recipe delayed
+  --fp8-recipe tensorwise
+  --fp8-param-gather
   --transformer-impl transformer_engine
   # training: 128 x 8192 tokens per step
   --micro-batch-size 1
@@ -100,6 +105,20 @@ MEGATRON_ARGS=(
   --save-interval 100
   --load /lustre/checkpoints/llama3.1-8b_1node
   --ckpt-format torch_dist
+  # performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy
+  --cross-entropy-loss-fusion
+  --cross-entropy-fusion-impl te
+  # performance: TE/flash attention builds the causal mask itself; the dataloader need not make a seq x seq mask per sample
+  --no-create-attention-mask-in-dataloader
+  # performance: Python GC only every 100 steps, in step with all ranks (a rank collecting on its own stalls every collective)
+  --manual-gc
+  --manual-gc-interval 100
+  # data: index caches written here, not beside a shared (often read-only) dataset
+  --data-cache-path /lustre/checkpoints/llama3.1-8b_1node/data-cache
+  # runtime: collective timeout 14 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  --distributed-timeout-minutes 14
+  # runtime: save and exit after 228 min, before the SLURM limit 04:00:00 kills the job
+  --exit-duration-in-mins 228
 )
 
 SRUN_ARGS=(

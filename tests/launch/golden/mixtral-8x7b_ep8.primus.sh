@@ -11,10 +11,16 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# one hardware queue keeps TP/CP communication kernels in issue order, as Megatron asserts with TP or CP > 1 before Blackwell
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # growable allocator segments: fewer fragmentation OOMs with varying activation sizes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# keep 16 SMs free of the fwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_FWD_LAYERNORM_SM_MARGIN=16
+# keep 16 SMs free of the bwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_BWD_LAYERNORM_SM_MARGIN=16
 
 # ---- node wiring: primus-cli reads these; run this script on every node
 export NNODES=2
@@ -61,6 +67,7 @@ modules:
       moe_router_topk: 2
       moe_ffn_hidden_size: 14336
       moe_layer_freq: 1
+      moe_router_score_function: softmax
       moe_router_load_balancing_type: aux_loss
       moe_aux_loss_coeff: 0.01
       moe_token_dispatcher_type: alltoall
@@ -106,12 +113,22 @@ modules:
       save_interval: 100
       load: /lustre/checkpoints/mixtral-8x7b_ep8
       ckpt_format: torch_dist
+      tp_comm_overlap: true
+      cross_entropy_loss_fusion: true
+      cross_entropy_fusion_impl: te
+      create_attention_mask_in_dataloader: false
+      moe_permute_fusion: true
+      manual_gc: true
+      manual_gc_interval: 100
+      data_cache_path: /lustre/checkpoints/mixtral-8x7b_ep8/data-cache
+      distributed_timeout_minutes: 21
       qk_layernorm: false
       add_qkv_bias: false
       multi_latent_attention: false
       mock_data: false
       fp16: false
       exit_on_missing_checkpoint: false
+      finetune: false
 PRIMUS_EXPERIMENT_YAML
 
 cd /workspace/Primus

@@ -18,10 +18,16 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# one hardware queue keeps TP/CP communication kernels in issue order, as Megatron asserts with TP or CP > 1 before Blackwell
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # growable allocator segments: fewer fragmentation OOMs with varying activation sizes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# keep 16 SMs free of the fwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_FWD_LAYERNORM_SM_MARGIN=16
+# keep 16 SMs free of the bwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_BWD_LAYERNORM_SM_MARGIN=16
 
 # ---- rendezvous: the first node of the allocation hosts it; one torchrun per node joins
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
@@ -60,6 +66,7 @@ MEGATRON_ARGS=(
   --moe-router-topk 2
   --moe-ffn-hidden-size 14336
   --moe-layer-freq 1
+  --moe-router-score-function softmax
   --moe-router-load-balancing-type aux_loss
   --moe-aux-loss-coeff 0.01
   --moe-token-dispatcher-type alltoall
@@ -111,6 +118,24 @@ MEGATRON_ARGS=(
   --save-interval 100
   --load /lustre/checkpoints/mixtral-8x7b_ep8
   --ckpt-format torch_dist
+  # performance: overlap TP all-gather/reduce-scatter with the GEMMs (TE userbuffers; needs SP)
+  --tp-comm-overlap
+  # performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy
+  --cross-entropy-loss-fusion
+  --cross-entropy-fusion-impl te
+  # performance: TE/flash attention builds the causal mask itself; the dataloader need not make a seq x seq mask per sample
+  --no-create-attention-mask-in-dataloader
+  # performance: fused token permute/unpermute around the experts (TE >= 2.1)
+  --moe-permute-fusion
+  # performance: Python GC only every 100 steps, in step with all ranks (a rank collecting on its own stalls every collective)
+  --manual-gc
+  --manual-gc-interval 100
+  # data: index caches written here, not beside a shared (often read-only) dataset
+  --data-cache-path /lustre/checkpoints/mixtral-8x7b_ep8/data-cache
+  # runtime: collective timeout 21 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  --distributed-timeout-minutes 21
+  # runtime: save and exit after 224 min, before the SLURM limit 04:00:00 kills the job
+  --exit-duration-in-mins 224
 )
 
 SRUN_ARGS=(

@@ -11,10 +11,16 @@ export OMP_NUM_THREADS=1
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 # NCCL/RCCL warnings reach the log, so a hang or link error leaves evidence
 export NCCL_DEBUG=WARN
-# one hardware queue keeps TP/SP communication kernels in issue order, as Megatron expects for overlap
+# collectives on high-priority streams, so overlapped communication is not starved by compute
+export TORCH_NCCL_HIGH_PRIORITY=1
+# one hardware queue keeps TP/CP communication kernels in issue order, as Megatron asserts with TP or CP > 1 before Blackwell
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # growable allocator segments: fewer fragmentation OOMs with varying activation sizes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# keep 16 SMs free of the fwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_FWD_LAYERNORM_SM_MARGIN=16
+# keep 16 SMs free of the bwd norm kernels for the overlapped TP communication (--tp-comm-overlap)
+export NVTE_BWD_LAYERNORM_SM_MARGIN=16
 
 # ---- multi-node (static rendezvous): run this script on each of the 2 nodes
 # with NODE_RANK=0..1 and MASTER_ADDR=<address of node 0>.
@@ -53,6 +59,7 @@ MEGATRON_ARGS=(
   --moe-router-topk 2
   --moe-ffn-hidden-size 14336
   --moe-layer-freq 1
+  --moe-router-score-function softmax
   --moe-router-load-balancing-type aux_loss
   --moe-aux-loss-coeff 0.01
   --moe-token-dispatcher-type alltoall
@@ -104,6 +111,22 @@ MEGATRON_ARGS=(
   --save-interval 100
   --load /lustre/checkpoints/mixtral-8x7b_ep8
   --ckpt-format torch_dist
+  # performance: overlap TP all-gather/reduce-scatter with the GEMMs (TE userbuffers; needs SP)
+  --tp-comm-overlap
+  # performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy
+  --cross-entropy-loss-fusion
+  --cross-entropy-fusion-impl te
+  # performance: TE/flash attention builds the causal mask itself; the dataloader need not make a seq x seq mask per sample
+  --no-create-attention-mask-in-dataloader
+  # performance: fused token permute/unpermute around the experts (TE >= 2.1)
+  --moe-permute-fusion
+  # performance: Python GC only every 100 steps, in step with all ranks (a rank collecting on its own stalls every collective)
+  --manual-gc
+  --manual-gc-interval 100
+  # data: index caches written here, not beside a shared (often read-only) dataset
+  --data-cache-path /lustre/checkpoints/mixtral-8x7b_ep8/data-cache
+  # runtime: collective timeout 21 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  --distributed-timeout-minutes 21
 )
 
 exec python3 -m torch.distributed.run "${TORCHRUN_ARGS[@]}" /opt/Megatron-LM/pretrain_gpt.py "${MEGATRON_ARGS[@]}"

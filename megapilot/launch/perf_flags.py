@@ -1,0 +1,208 @@
+"""Performance flags the published recipes add on top of a correct layout, each where it applies.
+
+Every flag here changes speed or robustness, never the model or its numerics beyond what the
+precision already chose. Each one is emitted only when its conditions hold (GPU vendor and
+generation, Transformer Engine present, the TP/PP/CP/EP sizes, MoE, precision, launcher) and
+comes as its own one-flag section whose title is the reason, so the script says why it is there.
+The rules and the recipes they follow are tabled in `megapilot/launch/README.md`.
+
+The predicates (`tp_comm_overlap_applies`, ...) are shared with the environment block and the
+checkpoint section, so a flag and the variable or format it needs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from megapilot.errors import MegapilotError
+from megapilot.launch.options import LaunchOptions
+from megapilot.launch.sections import ArgSection
+from megapilot.spec import SavedPlan
+
+# Megatron's own default for --distributed-timeout-minutes; what one node needs.
+BASE_TIMEOUT_MIN = 10
+# Nodes per extra minute of timeout: NCCL builds its communicators lazily, at the first collective of
+# each group, and the slowest node's start-up lag grows with the node count.
+NODES_PER_EXTRA_TIMEOUT_MIN = 16
+# Checkpoint bytes per parameter: bf16 weights (2) + fp32 main copy (4) + Adam moments (8).
+CHECKPOINT_BYTES_PER_PARAM = 14
+# Write bandwidth assumed per node for checkpoints (a shared parallel file system under load). Every
+# rank waits in the save barrier while the slowest node writes its share.
+CHECKPOINT_WRITE_GBPS_PER_NODE = 0.5
+# Iterations between manual garbage collections (Megatron-Bridge's benchmark default; moe/README says 100).
+MANUAL_GC_INTERVAL = 100
+# Least time kept between Megatron's own exit and the SLURM kill.
+MIN_EXIT_MARGIN_MIN = 10
+
+
+def gpu_kernels_available(options: LaunchOptions) -> bool:
+    """Megatron-LM (or Primus) on GPUs with Transformer Engine: the fused kernels these flags select exist.
+
+    The embedded trainer and CPU runs have none of them (local layers, no TE).
+    """
+    return not options.cpu and options.entrypoint == "megatron"
+
+
+def tp_comm_overlap_applies(plan: SavedPlan, options: LaunchOptions) -> bool:
+    """TE userbuffers overlap of the TP all-gather/reduce-scatter with the GEMMs.
+
+    Megatron asserts sequence parallelism (which needs TP > 1); Megatron-Bridge leaves it off without
+    TE and for NVFP4. Userbuffers are CUDA-only (NVLink), so AMD launches do not get it.
+    """
+    p = plan.parallel
+    return (gpu_kernels_available(options) and plan.cluster.gpu.vendor == "NVIDIA" and p.tp > 1
+            and p.sequence_parallel and plan.training.precision != "nvfp4")
+
+
+def param_gather_overlaps_optimizer_step(plan: SavedPlan, options: LaunchOptions) -> bool:
+    """--overlap-param-gather-with-optimizer-step: Megatron asserts the distributed optimizer (not FSDP),
+    the param-gather overlap, interleaved PP and a non-distributed checkpoint format, so it is used only
+    when the run reads and writes no checkpoint (the format is then moot and set to `torch`)."""
+    p = plan.parallel
+    return (gpu_kernels_available(options) and p.distributed_optimizer and not p.fsdp and p.vpp > 1
+            and options.save is None and options.load is None)
+
+
+def fp8_param_gather_applies(plan: SavedPlan, options: LaunchOptions) -> bool:
+    """Keep the weights in FP8 for the all-gather (half the bytes of bf16): Megatron asserts the
+    distributed optimizer or an FSDP; Bridge's fp8_cs and fp8_mx presets switch it on (fp8_sc does not)."""
+    p = plan.parallel
+    return (gpu_kernels_available(options) and plan.cluster.gpu.vendor == "NVIDIA"
+            and plan.training.precision in ("fp8", "mxfp8") and (p.distributed_optimizer or p.fsdp))
+
+
+def meta_device_init_needed(plan: SavedPlan) -> bool:
+    """Build the model on the meta device when one rank's unsharded bf16 weights exceed half its HBM.
+
+    Without it each rank materialises its whole TP/PP/EP shard of the weights before Megatron-FSDP
+    shards them over DP; half the HBM leaves room for FSDP's own sharded buffers being built beside them.
+    """
+    from megapilot.estimate.memory import GIB, PARAM_BYTES, shard_params
+
+    p = plan.parallel
+    if not p.fsdp:
+        return False
+    held = max((shard_params(plan.model, p, stage) for stage in range(p.pp)),
+               key=lambda s: s.dense + s.replicated + s.expert)
+    unsharded_gib = (held.dense + held.replicated + held.expert) * PARAM_BYTES / GIB
+    return unsharded_gib > plan.cluster.gpu.hbm_gib / 2
+
+
+def performance_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
+    """The recipe-grade flags that apply to this plan and launch, each in a section titled by its reason."""
+    sections: list[ArgSection] = []
+    kernels = gpu_kernels_available(options)
+    if tp_comm_overlap_applies(plan, options):
+        sections.append(_one("performance: overlap TP all-gather/reduce-scatter with the GEMMs "
+                             "(TE userbuffers; needs SP)", "--tp-comm-overlap"))
+    if param_gather_overlaps_optimizer_step(plan, options):
+        sections.append(_one("performance: start the next step's param all-gather during the optimizer step "
+                             "(interleaved PP, no checkpoint format constraint: this run saves none)",
+                             "--overlap-param-gather-with-optimizer-step"))
+    if kernels:
+        sections.append(_one("performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy",
+                             "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"))
+        sections.append(_one("performance: TE/flash attention builds the causal mask itself; the dataloader "
+                             "need not make a seq x seq mask per sample", "--no-create-attention-mask-in-dataloader"))
+    if kernels and plan.model.moe is not None and plan.cluster.gpu.vendor == "NVIDIA":
+        sections.append(_one("performance: fused token permute/unpermute around the experts (TE >= 2.1)",
+                             "--moe-permute-fusion"))
+    if not options.cpu:
+        sections.append(_one(f"performance: Python GC only every {MANUAL_GC_INTERVAL} steps, in step with all "
+                             "ranks (a rank collecting on its own stalls every collective)",
+                             "--manual-gc", "--manual-gc-interval", MANUAL_GC_INTERVAL))
+    sections += _runtime_sections(plan, options)
+    return sections
+
+
+def _runtime_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
+    sections = []
+    cache = data_cache_path(options)
+    if cache is not None:
+        sections.append(_one("data: index caches written here, not beside a shared (often read-only) dataset",
+                             "--data-cache-path", cache))
+    if not options.cpu:
+        minutes = distributed_timeout_minutes(plan, options)
+        sections.append(_one(f"runtime: collective timeout {minutes} min = {BASE_TIMEOUT_MIN} + 1 per "
+                             f"{NODES_PER_EXTRA_TIMEOUT_MIN} nodes + the checkpoint write at "
+                             f"{CHECKPOINT_WRITE_GBPS_PER_NODE} GB/s per node", "--distributed-timeout-minutes",
+                             minutes))
+    exit_min = exit_duration_minutes(plan, options)
+    if exit_min is not None:
+        sections.append(_one(f"runtime: save and exit after {exit_min} min, before the SLURM limit "
+                             f"{options.time_limit} kills the job", "--exit-duration-in-mins", exit_min))
+    return sections
+
+
+def _one(reason: str, flag: str, *values: object) -> ArgSection:
+    section = ArgSection(reason)
+    section.add(flag, *values)
+    return section
+
+
+def data_cache_path(options: LaunchOptions) -> str | None:
+    """Where Megatron writes its dataset index caches: asked for, else under the checkpoint directory.
+
+    Megatron's default is a `cache/` folder beside the dataset, which fails on a read-only data share
+    and races between jobs reading the same data. Mock data builds no cache.
+    """
+    if options.data_path is None:
+        return None
+    if options.data_cache_path is not None:
+        return options.data_cache_path
+    if options.save is not None:
+        return options.save.rstrip("/") + "/data-cache"
+    return None
+
+
+def checkpoint_write_minutes(plan: SavedPlan, options: LaunchOptions) -> float:
+    """Minutes for the slowest node to write its share of one checkpoint (0 when nothing is saved)."""
+    if options.save is None:
+        return 0.0
+    from megapilot.estimate.params import count_params
+
+    nodes = options.nodes or plan.cluster.num_nodes
+    total_bytes = count_params(plan.model).total * CHECKPOINT_BYTES_PER_PARAM
+    return total_bytes / nodes / (CHECKPOINT_WRITE_GBPS_PER_NODE * 1e9) / 60
+
+
+def distributed_timeout_minutes(plan: SavedPlan, options: LaunchOptions) -> int:
+    """Megatron's 10 min, plus a minute per 16 nodes, plus one checkpoint write: every rank waits in
+    the save's barrier while the slowest node writes, and a timeout there kills a healthy job."""
+    nodes = options.nodes or plan.cluster.num_nodes
+    extra_for_scale = math.ceil(nodes / NODES_PER_EXTRA_TIMEOUT_MIN) - 1
+    return BASE_TIMEOUT_MIN + extra_for_scale + math.ceil(checkpoint_write_minutes(plan, options))
+
+
+def exit_duration_minutes(plan: SavedPlan, options: LaunchOptions) -> int | None:
+    """--exit-duration-in-mins for a SLURM job that saves: the time limit less a margin for the last step
+    and the checkpoint write (the larger of 10 min, 5 % of the limit and the write time + 5 min).
+
+    None when it does not apply: not SLURM, nothing saved, the embedded trainer (no such flag), or a
+    limit too short to leave the margin.
+    """
+    if options.launcher != "slurm" or options.save is None or options.entrypoint != "megatron":
+        return None
+    limit = slurm_time_limit_minutes(options.time_limit)
+    margin = max(MIN_EXIT_MARGIN_MIN, math.ceil(0.05 * limit), math.ceil(checkpoint_write_minutes(plan, options)) + 5)
+    return limit - margin if limit - margin >= margin else None
+
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_time_limit_minutes(text: str) -> int:
+    """sbatch --time in minutes. Formats (sbatch(1)): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    match = _SLURM_TIME.match(text.strip())
+    if not match:
+        raise MegapilotError(f"{text!r} is not a SLURM time limit", field="time_limit",
+                             fix="use HH:MM:SS or D-HH:MM:SS, e.g. --time 04:00:00")
+    days, first, second, third = match.groups()
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
+    elif third is not None:  # H:M:S
+        hours, minutes, seconds = int(first), int(second), int(third)
+    else:  # M or M:S
+        hours, minutes, seconds = 0, int(first), int(second or 0)
+    return int(days or 0) * 24 * 60 + hours * 60 + minutes + math.ceil(seconds / 60)
