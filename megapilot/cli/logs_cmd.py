@@ -19,6 +19,7 @@ from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
     from megapilot.diagnose import Diagnosis
+    from megapilot.diagnose.findings import Fix
     from megapilot.diagnose.optimize import OptimizeReport
     from megapilot.logs import ParsedLog
 
@@ -282,14 +283,13 @@ def optimize_command(
     if config.gpu is None:
         raise MegapilotError("GPU type unknown: the script does not name it", field="--gpu",
                              fix="pass the GPU type, e.g. --gpu h100")
-    measured_s = None
+    parsed = None
     if log:
-        summary = parse_logs(log, options=parse_options_for(config), summary_only=True).summary
-        if summary is None or summary.step_time_p50_ms is None:
+        parsed = parse_logs(log, options=parse_options_for(config))
+        if parsed.summary is None or parsed.summary.step_time_p50_ms is None:
             raise MegapilotError("no step time found in the log", field="--log",
                                  fix="pass a log with iteration lines, or leave --log out")
-        measured_s = summary.step_time_p50_ms / 1000.0
-    report = optimize(config, measured_step_time_s=measured_s)
+    report = optimize(config, log=parsed)
     if json_output:
         emit_json(report.to_dict())
         return
@@ -308,12 +308,18 @@ def _print_optimize(report: OptimizeReport) -> None:
     for column in ("change", "flags", "tokens/s/GPU", "gain", "GiB", "fits"):
         table.add_column(column, overflow="fold")
     for item in report.changes:
-        flag_text = " ".join(f"(remove {f.flag})" if f.action == "remove" else f.flag + (f" {f.value}" if f.value else "")
-                             for f in item.fixes)
+        flag_text = " ".join(_change_text(f) for f in item.fixes)
         gain = "not modelled" if not item.modelled else (f"{item.gain_pct:+.1f}%" if item.gain_pct is not None else "—")
         table.add_row(item.label, flag_text, _fmt(item.predicted_tokens_per_s_per_gpu, ",.0f"), gain,
                       _fmt(item.predicted_memory_gib), "—" if item.fits is None else ("yes" if item.fits else "no"))
     console.print(table)
+    if report.log_mismatch is not None:
+        from rich.markup import escape
+
+        console.print(f"[red]{escape(report.log_mismatch.title)}[/]", highlight=False)
+        for evidence in report.log_mismatch.evidence:
+            console.print(f"   [dim]{Path(evidence.file).name}:{evidence.line}[/] {escape(evidence.text.strip()[:150])}",
+                          highlight=False)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/]")
     scale = report.calibration_scale
@@ -321,6 +327,13 @@ def _print_optimize(report: OptimizeReport) -> None:
         console.print(f"[yellow]warning:[/] the log's step time is {scale:,.1f}× the prediction for this GPU: was it "
                       "measured on another device (a CPU test run?) or with other flags? Gains are relative, but "
                       "check --gpu and --script.", highlight=False)
+
+
+def _change_text(fix: Fix) -> str:
+    """A flag edit as the script would read it; an environment edit as its export or unset."""
+    if fix.kind == "env":
+        return f"(unset {fix.flag})" if fix.action == "remove" else f"{fix.flag}={fix.value}"
+    return f"(remove {fix.flag})" if fix.action == "remove" else fix.flag + (f" {fix.value}" if fix.value else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
 from megapilot.diagnose.findings import Finding, ranked
 from megapilot.diagnose.flags import RunConfig, read_flags, run_config
-from megapilot.diagnose.rules import line_findings, metric_findings
+from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
+from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings
 from megapilot.logs import ParseOptions, ParsedLog, parse_logs
 from megapilot.logs.sources import expand_log_paths, source_labels
 from megapilot.spec import GPUSpec
@@ -53,15 +54,24 @@ def parse_options_for(config: RunConfig | None) -> ParseOptions:
                         global_batch_size=config.training.global_batch_size)
 
 
-def diagnose_log(log: ParsedLog, config: RunConfig | None) -> Diagnosis:
-    """Findings for an already parsed log."""
-    findings = ranked(line_findings(log, config) + metric_findings(log, config))
+def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None = None) -> Diagnosis:
+    """Findings for an already parsed log.
+
+    A log of another run than the script describes is a finding of its own, and the rules then read
+    the log alone: the script's layout would size fixes and predictions for a run the log is not of.
+    """
+    mismatch = mismatch_finding(log_mismatches(log, config)) if config is not None else None
+    rules_config = None if mismatch is not None else config
+    findings = ranked(line_findings(log, rules_config) + metric_findings(log, rules_config, gpu)
+                      + ([mismatch] if mismatch is not None else []))
     labels = source_labels(log.files)
-    cascade = build_cascade(log.errors, log.files)
+    cascade = build_cascade(cascade_errors(log), log.files)
     findings = lead_with_root(findings, cascade, labels)
     notes = list(config.notes) if config else ["no --script/--flags given: fixes are generic"]
     if not (log.iterations or (log.summary and log.summary.iterations_logged)):
         notes.append("no training progress found (no iteration line): only error lines were read")
+    if mismatch is not None:
+        notes.append("the log is not of the run the script describes: the script's flags were not used")
     if not findings:
         notes.append("no problem found in the log")
     return Diagnosis(findings=findings, log=log, config=config, notes=notes, cascade=cascade, labels=labels)
@@ -81,4 +91,6 @@ def diagnose(
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
     paths = expand_log_paths([str(path) for path in paths])
     log = parse_logs(paths, options=parse_options_for(config))
-    return diagnose_log(log, config)
+    if config is not None and log_mismatches(log, config):
+        log = parse_logs(paths)  # the log's own arguments block, not the script, sizes its tokens/s
+    return diagnose_log(log, config, gpu)

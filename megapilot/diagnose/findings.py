@@ -14,18 +14,19 @@ SEVERITY_RANK: dict[str, int] = {"critical": 0, "error": 1, "warning": 2, "info"
 # Which category is the root cause when several appear: earlier = more likely the cause. A crash or
 # a watchdog timeout is usually the consequence of something earlier in this list.
 ROOT_CAUSE_ORDER: tuple[str, ...] = (
+    "log_mismatch",  # a log of another run says nothing about this launch: first, whatever else it shows
     "config_error", "gpu_hw_fault", "oom", "shm_insufficient", "dataloader_error", "checkpoint_load_failure",
     "checkpoint_save_failure", "rendezvous_failure", "nccl_error", "nan_loss", "loss_divergence", "hang",
     "nccl_timeout", "process_crash", "loss_spike", "low_throughput", "slowdown",
 )
 
-FixKind = Literal["megatron_flag", "env", "container", "command"]
+FixKind = Literal["megatron_flag", "env", "container", "command", "config"]
 
 
 @dataclass(frozen=True)
 class Fix:
     """One change. `kind` says where it goes: a Megatron-LM flag, an environment variable, a container
-    option, or a command to run. Changes that belong together share `option` (e.g. the three flags
+    option, a command to run, or a setting of another framework's config (torchtitan, GPT-NeoX, DeepSpeed, NeMo). Changes that belong together share `option` (e.g. the three flags
     of full recompute). Predictions, when present, are for the whole option."""
 
     action: Literal["add", "set", "remove"]

@@ -19,18 +19,23 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
+from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
                             re.MULTILINE)
 # Primus writes a few keys under the flag's name rather than Megatron's destination.
 _PRIMUS_DESTINATION = {"norm_epsilon": "layernorm_epsilon"}
+# Megatron-FSDP's switch; Megatron-LM before core_v0.14 called it --use-custom-fsdp.
+FSDP_SWITCHES = ("--use-megatron-fsdp", "--use-custom-fsdp")
 _TORCHRUN_VALUE_FLAGS = frozenset({"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
                                    "--master-addr", "--master_addr", "--master-port", "--master_port",
                                    "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend", "--rdzv_backend",
@@ -175,6 +180,25 @@ def _flags_by_destination() -> dict[str, dict[str, str]]:
     return table
 
 
+def collect_flags(words: list[str], source: str = "<flags>") -> LaunchFlags:
+    """The `--flag [value]` words of an argument list, read as a script's are (switches from the pinned parser)."""
+    return _collect(words, source)
+
+
+def apply_fixes(flags: LaunchFlags, fixes: Iterable[Fix]) -> LaunchFlags:
+    """The launch as it reads after its Megatron-flag edits are made (environment and command fixes
+    change no flag): what a user who applies a proposal to the script will run."""
+    values = dict(flags.values)
+    for fix in fixes:
+        if fix.kind != "megatron_flag":
+            continue
+        if fix.action == "remove":
+            values.pop(fix.flag, None)
+        else:
+            values[fix.flag] = fix.value
+    return replace(flags, values=values)
+
+
 def _collect(tokens: list[str], source: str) -> LaunchFlags:
     switches = _switch_names()
     values: dict[str, str | None] = {}
@@ -239,6 +263,7 @@ class RunConfig:
     parallel: ParallelConfig | None
     precision_flag: str  # what the flags ask for: fp32 | fp16 | bf16 | fp8
     notes: list[str] = field(default_factory=list)
+    world_size_assumed: bool = False  # neither --gpus nor the launcher said it: TP x PP x CP was taken
 
     @property
     def cluster(self) -> ClusterSpec | None:
@@ -327,7 +352,7 @@ def moe_layer_placement(text: str | None) -> tuple[int, int]:
     moe_layers = [index for index, bit in enumerate(bits) if bit]
     if not moe_layers:
         return 0, 1
-    gaps = {b - a for a, b in zip(moe_layers, moe_layers[1:])}
+    gaps = {b - a for a, b in zip(moe_layers, moe_layers[1:], strict=False)}
     return moe_layers[0], min(gaps) if gaps else 1
 
 
@@ -337,6 +362,7 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
         return None
     first_dense, frequency = moe_layer_placement(flags.get("--moe-layer-freq"))
     balancing = flags.get("--moe-router-load-balancing-type", "aux_loss")
+    router_dtype = flags.get("--moe-router-dtype")
     return MoESpec(
         num_experts=experts, router_topk=flags.get_int("--moe-router-topk", 2) or 2,
         moe_ffn_hidden_size=flags.get_int("--moe-ffn-hidden-size") or ffn,
@@ -346,6 +372,12 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
         router_expert_bias=flags.has("--moe-router-enable-expert-bias"),
         load_balancing_type=balancing if balancing in ("aux_loss", "seq_aux_loss", "sinkhorn", "none") else "aux_loss",
         aux_loss_coeff=flags.get_float("--moe-aux-loss-coeff", 0.0) or 0.0,
+        router_score_function="sigmoid" if flags.get("--moe-router-score-function") == "sigmoid" else "softmax",
+        router_pre_softmax=flags.has("--moe-router-pre-softmax"),
+        router_topk_scaling_factor=flags.get_float("--moe-router-topk-scaling-factor"),
+        router_num_groups=flags.get_int("--moe-router-num-groups"),
+        router_group_topk=flags.get_int("--moe-router-group-topk"),
+        router_dtype=router_dtype if router_dtype in ("fp32", "fp64") else None,  # type: ignore[arg-type]  # checked
     )
 
 
@@ -357,7 +389,35 @@ def _mla(flags: LaunchFlags) -> MLASpec | None:
         qk_head_dim=flags.get_int("--qk-head-dim", 128) or 128,
         qk_pos_emb_head_dim=flags.get_int("--qk-pos-emb-head-dim", 64) or 64,
         v_head_dim=flags.get_int("--v-head-dim", 128) or 128,
+        latent_layernorms=flags.has("--qk-layernorm"),  # under MLA, Megatron's --qk-layernorm builds the latent norms
     )
+
+
+# Megatron-LM core_v0.16.0 values the rope-scaling flags leave at their defaults (arguments.py,
+# MLATransformerConfig): what the model is when a script does not state them.
+_ROPE_SCALING_FACTOR_DEFAULT = 8.0
+_YARN_ORIGINAL_MAX_POSITIONS = 4096
+
+
+def _rope_scaling(flags: LaunchFlags) -> Llama3RopeScaling | YarnRopeScaling | None:
+    """Llama 3 scaling (--use-rope-scaling) or, under MLA, YaRN (--rope-type yarn)."""
+    if flags.has("--multi-latent-attention"):
+        if flags.get("--rope-type") != "yarn":
+            return None
+        return YarnRopeScaling(factor=flags.get_float("--rotary-scaling-factor", 1.0) or 1.0,
+                               original_max_position_embeddings=_YARN_ORIGINAL_MAX_POSITIONS,
+                               mscale=flags.get_float("--mscale", 1.0) or 1.0,
+                               mscale_all_dim=flags.get_float("--mscale-all-dim", 0.0) or 0.0)
+    if not flags.has("--use-rope-scaling"):
+        return None
+    return Llama3RopeScaling(factor=flags.get_float("--rope-scaling-factor", _ROPE_SCALING_FACTOR_DEFAULT)
+                             or _ROPE_SCALING_FACTOR_DEFAULT)
+
+
+def _sliding_window(flags: LaunchFlags) -> int | None:
+    """--window-size LEFT,RIGHT of a causal model: the last LEFT+1 tokens (the query's own included)."""
+    left, _, _right = (flags.get("--window-size") or "").partition(",")
+    return int(left) + 1 if left.strip().isdigit() else None
 
 
 def _activation(flags: LaunchFlags) -> str:
@@ -398,12 +458,16 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         rotary_base=flags.get_int("--rotary-base", 10000) or 10000,
         tie_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
         add_bias_linear=not flags.has("--disable-bias-linear"),
-        add_qkv_bias=flags.has("--add-qkv-bias"), qk_layernorm=flags.has("--qk-layernorm"),
+        add_qkv_bias=flags.has("--add-qkv-bias"),
+        qk_layernorm=flags.has("--qk-layernorm") and not flags.has("--multi-latent-attention"),
+        rope_scaling=_rope_scaling(flags), sliding_window=_sliding_window(flags),
         moe=_moe(flags, ffn), mla=_mla(flags), mtp_num_layers=flags.get_int("--mtp-num-layers", 0) or 0,
+        mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", 0.1) or 0.0,
     )
 
 
-def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | None, notes: list[str]) -> TrainingSpec | None:
+def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | None,
+              notes: list[str]) -> TrainingSpec | None:
     seq = flags.get_int("--seq-length")
     if not seq:
         notes.append("--seq-length not in the flags")
@@ -433,15 +497,18 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
     per_virtual = flags.get_int("--num-layers-per-virtual-pipeline-stage")
     if per_virtual and num_layers and pp > 1:
         vpp = max(1, num_layers // (pp * per_virtual))
-    recompute = flags.get("--recompute-granularity") or ("selective" if flags.has("--recompute-activations") else "none")
+    selective = "selective" if flags.has("--recompute-activations") else "none"
+    recompute = flags.get("--recompute-granularity") or selective
+    method = flags.get("--recompute-method")
     return ParallelConfig.for_world(
         world, tp=tp, pp=pp, vpp=vpp, cp=flags.get_int("--context-parallel-size", 1),
         ep=flags.get_int("--expert-model-parallel-size", 1), etp=flags.get_int("--expert-tensor-parallel-size"),
         mbs=flags.get_int("--micro-batch-size", 1), sequence_parallel=flags.has("--sequence-parallel") and tp > 1,
         recompute=recompute if recompute in ("none", "selective", "full") else "none",
-        recompute_method=flags.get("--recompute-method") if recompute == "full" and flags.get("--recompute-method") in ("uniform", "block") else "uniform",
+        recompute_method=method if recompute == "full" and method in ("uniform", "block") else "uniform",
         recompute_num_layers=flags.get_int("--recompute-num-layers") if recompute == "full" else None,
         distributed_optimizer=flags.has("--use-distributed-optimizer"),
+        fsdp=any(flags.has(name) for name in FSDP_SWITCHES),
         first_stage_layers=flags.get_int("--decoder-first-pipeline-num-layers"),
         last_stage_layers=flags.get_int("--decoder-last-pipeline-num-layers"),
     )
@@ -469,6 +536,7 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     pp = flags.get_int("--pipeline-model-parallel-size", 1) or 1
     cp = flags.get_int("--context-parallel-size", 1) or 1
     world = _world_size(flags, gpus)
+    world_size_assumed = world is None
     if world is None:
         world = tp * pp * cp
         notes.append(f"GPU count not given (--gpus, or torchrun --nproc-per-node/--nnodes): assumed TP*PP*CP = {world}")
@@ -485,4 +553,4 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     if gpu is None:
         notes.append("GPU type not given (--gpu): no memory or throughput predictions")
     return RunConfig(flags=flags, gpu=gpu, world_size=world, model=model, training=training, parallel=parallel,
-                     precision_flag=precision, notes=notes)
+                     precision_flag=precision, notes=notes, world_size_assumed=world_size_assumed)

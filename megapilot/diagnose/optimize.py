@@ -1,10 +1,12 @@
 """`optimize()`: flag changes ranked by predicted tokens/s gain, against the planner's best layout.
 
-Predictions come from `megapilot.estimate` (per option) and `megapilot.plan` (the best layout for the
-same model, GPUs and batch). When a measured step time is given (from the run's log), predictions
-are calibrated by one scale factor: measured / predicted step time of the current layout, so every
-option's tokens/s is predicted_tokens x predicted_step / measured_step (the estimator's relative
-ranking is kept; its absolute level is fixed to the run).
+Every proposal lists all the flag edits its layout needs (from the launch package's own rendering:
+switching to Megatron-FSDP brings its companion flags and checkpoint format) and is predicted by
+`megapilot.estimate` for the launch those edits produce, the planner's best layout included. When a
+measured step time is given (from the run's log), predictions are calibrated by one scale factor:
+measured / predicted step time of the current layout, so every option's tokens/s is
+predicted_tokens x predicted_step / measured_step (the estimator's relative ranking is kept; its
+absolute level is fixed to the run). A log of another run than the script calibrates nothing.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from megapilot.diagnose.findings import Fix
+from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.flags import RunConfig
-from megapilot.diagnose.options import LayoutOption, change, current_prediction, remove, throughput_options
-from megapilot.diagnose.predict import Prediction, full_estimator_available, predict
+from megapilot.diagnose.layout_flags import rendered_launch
+from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
+from megapilot.diagnose.options import LayoutOption, current_prediction, proposed_layout, throughput_options
 from megapilot.errors import MegapilotError
+from megapilot.logs import ParsedLog
+from megapilot.plan import plan
+from megapilot.plan.reasons import layout_label
 from megapilot.spec import ParallelConfig
 
 
@@ -59,90 +65,58 @@ class OptimizeReport:
     best_tokens_per_s_per_gpu: float | None
     changes: list[RankedChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    log_mismatch: Finding | None = None  # the log given is of another run: it calibrated nothing
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "current": {"layout": self.current_layout, "predicted_tokens_per_s_per_gpu": _round(self.current_tokens_per_s_per_gpu),
+            "current": {"layout": self.current_layout,
+                        "predicted_tokens_per_s_per_gpu": _round(self.current_tokens_per_s_per_gpu),
                         "predicted_memory_gib": _round(self.current_memory_gib),
                         "measured_step_time_s": _round(self.measured_step_time_s)},
             "calibration_scale": _round(self.calibration_scale),
-            "best": {"layout": self.best_layout, "predicted_tokens_per_s_per_gpu": _round(self.best_tokens_per_s_per_gpu)},
+            "best": {"layout": self.best_layout,
+                     "predicted_tokens_per_s_per_gpu": _round(self.best_tokens_per_s_per_gpu)},
             "changes": [c.to_dict() for c in self.changes],
             "notes": self.notes,
+            "log_mismatch": self.log_mismatch.to_dict() if self.log_mismatch else None,
         }
 
 
-def layout_label(p: ParallelConfig) -> str:
-    label = f"TP{p.tp} PP{p.pp}" + (f" VPP{p.vpp}" if p.vpp > 1 else "") + (f" CP{p.cp}" if p.cp > 1 else "")
-    label += (f" EP{p.ep}" if p.ep > 1 else "") + f" DP{p.dp} MBS{p.mbs} recompute={p.recompute}"
-    return label + (" SP" if p.sequence_parallel else "") + (" dist-opt" if p.distributed_optimizer else "")
-
-
-def layout_changes(config: RunConfig, target: ParallelConfig) -> list[Fix]:
-    """The flag edits that turn the current layout into `target`."""
-    assert config.parallel is not None and config.model is not None
-    flags, p = config.flags, config.parallel
-    fixes: list[Fix] = []
-    sizes = (("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size"),
-             ("cp", "--context-parallel-size"), ("ep", "--expert-model-parallel-size"), ("mbs", "--micro-batch-size"))
-    for field_name, flag in sizes:
-        if getattr(target, field_name) != getattr(p, field_name):
-            fixes.append(change(flags, flag, str(getattr(target, field_name)), f"{field_name.upper()} {getattr(p, field_name)} → {getattr(target, field_name)}"))
-    if target.vpp != p.vpp:
-        if target.vpp > 1:
-            per_stage = config.model.num_layers // (target.pp * target.vpp)
-            fixes.append(change(flags, "--num-layers-per-virtual-pipeline-stage", str(per_stage), f"VPP {target.vpp}"))
-        else:
-            fixes.append(remove("--num-layers-per-virtual-pipeline-stage", "no interleaving"))
-    if target.sequence_parallel != p.sequence_parallel:
-        fixes.append(change(flags, "--sequence-parallel", None, "with TP > 1") if target.sequence_parallel
-                     else remove("--sequence-parallel", "TP is 1"))
-    if target.distributed_optimizer and not p.distributed_optimizer:
-        fixes.append(change(flags, "--use-distributed-optimizer", None, "shard optimizer states over DP"))
-    if target.recompute != p.recompute or target.recompute_num_layers != p.recompute_num_layers:
-        if target.recompute == "none":
-            fixes.append(remove("--recompute-granularity", "no recompute"))
-        else:
-            fixes.append(change(flags, "--recompute-granularity", target.recompute, f"recompute {target.recompute}"))
-            if target.recompute == "full":
-                fixes.append(change(flags, "--recompute-method", target.recompute_method, "full recompute method"))
-                if target.recompute_num_layers:
-                    fixes.append(change(flags, "--recompute-num-layers", str(target.recompute_num_layers), "layers per chunk"))
-    return fixes
-
-
-def _planner_best(config: RunConfig) -> tuple[ParallelConfig, Prediction] | None:
-    try:
-        from megapilot.plan import plan
-    except ImportError:
-        return None
+def _planner_best(config: RunConfig) -> ParallelConfig | None:
+    """The planner's best layout for the same model, GPUs and batch; None when it finds none."""
     assert config.model and config.cluster and config.training
     try:
         result = plan(config.model, config.cluster, config.training, top=1)
-    except (MegapilotError, ImportError):
+    except MegapilotError:
         return None
-    best = result.best
-    return best.parallel, Prediction(memory_gib=best.estimate.memory_gib.total, capacity_gib=best.estimate.memory_gib.capacity,
-                                     step_time_s=best.estimate.step_time_s,
-                                     tokens_per_s_per_gpu=best.estimate.tokens_per_s_per_gpu, mfu=best.estimate.mfu)
+    return result.best.parallel
 
 
-def optimize(config: RunConfig, *, measured_step_time_s: float | None = None) -> OptimizeReport:
-    """Rank throughput changes for the run described by `config` (needs model, batch and GPU)."""
+def optimize(config: RunConfig, *, log: ParsedLog | None = None,
+             measured_step_time_s: float | None = None) -> OptimizeReport:
+    """Rank throughput changes for the run described by `config` (needs model, batch and GPU).
+
+    The measured step time calibrates the predictions: `measured_step_time_s`, else the steady-state
+    median of `log`. A log whose own record of its run differs from the flags (world size, layout,
+    batch, sequence length) calibrates nothing: the report carries that finding instead.
+    """
     if config.gpu is None:
         raise MegapilotError("optimize needs the GPU type", field="gpu", fix="pass --gpu, e.g. --gpu h100")
     if not config.complete:
         raise MegapilotError("the flags do not describe the whole run: " + "; ".join(config.notes), field="flags",
                              fix="pass the full launch script with --script, or the model/batch flags with --flags")
-    assert config.parallel is not None
+    assert config.parallel is not None and config.training is not None
     current = current_prediction(config)
     report = OptimizeReport(
         current_layout=layout_label(config.parallel), current_tokens_per_s_per_gpu=None,
-        current_memory_gib=current.memory_gib if current else None, measured_step_time_s=measured_step_time_s,
+        current_memory_gib=current.memory_gib if current else None, measured_step_time_s=None,
         calibration_scale=None, best_layout=None, best_tokens_per_s_per_gpu=None, notes=list(config.notes),
     )
-    if not full_estimator_available() or current is None or current.tokens_per_s_per_gpu is None:
-        report.notes.append("step-time estimator not available: changes listed with predicted memory only, unranked")
+    measured_step_time_s = _measured_step(report, config, log, measured_step_time_s)
+    report.measured_step_time_s = measured_step_time_s
+    _note_unrenderable(report, config)
+    if current is None or current.tokens_per_s_per_gpu is None:
+        report.notes.append("the estimator refuses the current layout: changes listed unranked")
         report.changes = [_ranked(o, None, 1.0) for o in throughput_options(config)]
         return report
     scale = 1.0
@@ -153,24 +127,47 @@ def optimize(config: RunConfig, *, measured_step_time_s: float | None = None) ->
     report.current_tokens_per_s_per_gpu = current_tokens
     changes = [_ranked(o, current_tokens, scale) for o in throughput_options(config)]
     best = _planner_best(config)
-    if best is not None:
-        parallel, prediction = best
-        report.best_layout = layout_label(parallel)
-        report.best_tokens_per_s_per_gpu = (prediction.tokens_per_s_per_gpu or 0) / scale
-        if parallel != config.parallel:
-            changes.append(_ranked(LayoutOption(label=f"planner's best: {report.best_layout}",
-                                                changes=layout_changes(config, parallel), parallel=parallel,
-                                                training=config.training, prediction=prediction),  # type: ignore[arg-type]
-                                   current_tokens, scale, source="planner"))
+    if best is None:
+        report.notes.append("the planner found no layout: no best-layout comparison")
     else:
-        report.notes.append("planner not available or found no layout: no best-layout comparison")
+        report.best_layout = layout_label(best)
+        option = proposed_layout(config, f"planner's best: {report.best_layout}", best)
+        if option is not None and option.prediction is not None and option.prediction.tokens_per_s_per_gpu:
+            report.best_tokens_per_s_per_gpu = option.prediction.tokens_per_s_per_gpu / scale
+        if option is not None and option.changes:
+            changes.append(_ranked(option, current_tokens, scale, source="planner"))
     report.changes = sorted(changes, key=_rank_key)
     return report
 
 
+def _measured_step(report: OptimizeReport, config: RunConfig, log: ParsedLog | None,
+                   measured_step_time_s: float | None) -> float | None:
+    """The step time to calibrate with: none from a log of another run (the report says why)."""
+    if log is None:
+        return measured_step_time_s
+    finding = mismatch_finding(log_mismatches(log, config))
+    if finding is not None:
+        report.log_mismatch = finding
+        report.notes.append("not calibrated: the log is of another run than the script (see log_mismatch)")
+        return None
+    if measured_step_time_s is None and log.summary is not None and log.summary.step_time_p50_ms is not None:
+        return log.summary.step_time_p50_ms / 1000.0
+    return measured_step_time_s
+
+
+def _note_unrenderable(report: OptimizeReport, config: RunConfig) -> None:
+    """Flag edits are derived from the launch package's rendering; say so when it refuses this run."""
+    assert config.parallel is not None and config.training is not None
+    try:
+        rendered_launch(config, config.parallel, config.training)
+    except MegapilotError as exc:
+        report.notes.append(f"`megapilot script` refuses the current layout ({exc}): no layout change is proposed")
+
+
 def _ranked(option: LayoutOption, current_tokens: float | None, scale: float, source: str = "option") -> RankedChange:
     prediction = option.prediction
-    tokens = prediction.tokens_per_s_per_gpu / scale if (prediction and prediction.tokens_per_s_per_gpu and option.modelled) else None
+    predicted = prediction.tokens_per_s_per_gpu if (prediction is not None and option.modelled) else None
+    tokens = predicted / scale if predicted else None
     gain = (tokens / current_tokens - 1) * 100 if (tokens is not None and current_tokens) else None
     return RankedChange(label=option.label, fixes=option.fixes(), predicted_tokens_per_s_per_gpu=tokens, gain_pct=gain,
                         predicted_memory_gib=prediction.memory_gib if prediction else None,

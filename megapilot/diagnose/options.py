@@ -1,19 +1,22 @@
-"""Layout changes a fix can propose, each as exact flag changes with its prediction.
+"""Layout changes a fix can propose, each as the complete set of flag edits with its prediction.
 
-Two families: `memory_options` (to get out of an OOM: recompute, distributed optimizer, sequence
-parallel, smaller micro-batch, more TP or PP) and `throughput_options` (to go faster: larger
+Two families: `memory_options` (to get out of an OOM: recompute, distributed optimizer, Megatron-FSDP,
+sequence parallel, smaller micro-batch, more TP or PP) and `throughput_options` (to go faster: larger
 micro-batch, fewer TP ranks, interleaved pipeline, lighter recompute, FP8 where the GPU has it,
 communication overlap). Every option is checked with `validate_layout` (Megatron's own rules), so no
-option proposes a layout Megatron would refuse.
+option proposes a layout Megatron would refuse; its flag edits are everything `megapilot script`
+writes differently for the new layout (companion flags included), and its prediction is the
+estimator's for the launch those edits produce.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from megapilot.diagnose.findings import Fix
-from megapilot.diagnose.flags import LaunchFlags, RunConfig
+from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, run_config
+from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import Prediction, predict
 from megapilot.errors import MegapilotError
 from megapilot.spec import ParallelConfig, TrainingSpec, validate_layout
@@ -66,16 +69,32 @@ def _layout(config: RunConfig, **update: object) -> ParallelConfig | None:
     return parallel
 
 
-def _option(config: RunConfig, label: str, changes: list[Fix], parallel: ParallelConfig | None,
-            training: TrainingSpec | None = None, *, modelled: bool = True) -> LayoutOption | None:
+def proposed_layout(config: RunConfig, label: str, parallel: ParallelConfig | None,
+                    training: TrainingSpec | None = None, *, reasons: dict[str, str] | None = None,
+                    extra: tuple[Fix, ...] = (), modelled: bool = True) -> LayoutOption | None:
+    """The option with every flag its layout needs, predicted for exactly what those flags say.
+
+    The flag edits come from the launch package (`layout_flag_changes`); `extra` adds switches the
+    layout does not express (overlap flags). The prediction is the estimator's for the launch as it
+    reads after the edits, so memory and step time are those of what is proposed. None when the
+    launch side refuses the layout.
+    """
     if parallel is None:
         return None
+    assert config.training is not None
     training = training or config.training
-    assert training is not None and config.model is not None
+    try:
+        changes = layout_flag_changes(config, parallel, training, label=label, reasons=reasons)
+    except MegapilotError:
+        return None  # e.g. a layout `megapilot script` would refuse to write
+    changes += [fix for fix in extra if fix.flag not in {c.flag for c in changes}]
+    proposed = run_config(apply_fixes(config.flags, changes), gpu=config.gpu, gpus=config.world_size)
+    assert proposed.parallel is not None and proposed.training is not None
     prediction = None
-    if config.cluster is not None:
-        prediction = predict(config.model, config.cluster, training, parallel)
-    return LayoutOption(label=label, changes=changes, parallel=parallel, training=training,
+    if proposed.complete:
+        assert proposed.model is not None and proposed.cluster is not None
+        prediction = predict(proposed.model, proposed.cluster, proposed.training, proposed.parallel)
+    return LayoutOption(label=label, changes=changes, parallel=proposed.parallel, training=proposed.training,
                         prediction=prediction, modelled=modelled)
 
 
@@ -100,42 +119,39 @@ def memory_options(config: RunConfig) -> list[LayoutOption]:
 
 
 def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
-    flags, p, model = config.flags, config.parallel, config.model
+    p, model = config.parallel, config.model
     assert p is not None and model is not None
     if p.recompute == "none":
-        yield _option(config, "selective recompute", [change(
-            flags, "--recompute-granularity", "selective",
-            "recompute the attention core in the backward pass instead of storing it (small compute cost)")],
-            _layout(config, recompute="selective"))
-    if not p.distributed_optimizer and p.dp > 1:
-        yield _option(config, "distributed optimizer", [change(
-            flags, "--use-distributed-optimizer", None, f"shard the fp32 optimizer states over the {p.dp} DP ranks")],
-            _layout(config, distributed_optimizer=True))
+        yield proposed_layout(config, "selective recompute", _layout(config, recompute="selective"), reasons={
+            "--recompute-activations":
+                "recompute the attention core in the backward pass instead of storing it (small compute cost)"})
+    if not p.distributed_optimizer and not p.fsdp and p.dp > 1:
+        yield proposed_layout(config, "distributed optimizer", _layout(config, distributed_optimizer=True), reasons={
+            "--use-distributed-optimizer": f"shard the fp32 optimizer states over the {p.dp} DP ranks"})
+    if not p.fsdp and p.pp == 1 and p.dp > 1:
+        yield proposed_layout(config, "Megatron-FSDP", _layout(config, fsdp=True, distributed_optimizer=True), reasons={
+            "--use-megatron-fsdp": f"shard weights, gradients and optimizer states over the {p.dp} DP ranks"})
     if p.tp > 1 and not p.sequence_parallel:
-        yield _option(config, "sequence parallel", [change(
-            flags, "--sequence-parallel", None, f"split norm/dropout activations over the {p.tp} TP ranks")],
-            _layout(config, sequence_parallel=True))
+        yield proposed_layout(config, "sequence parallel", _layout(config, sequence_parallel=True), reasons={
+            "--sequence-parallel": f"split norm/dropout activations over the {p.tp} TP ranks"})
     if p.mbs > 1:
-        yield _option(config, f"micro-batch {p.mbs // 2}", [change(
-            flags, "--micro-batch-size", str(p.mbs // 2), "halve the activations held per micro-batch")],
-            _layout(config, mbs=p.mbs // 2))
+        yield proposed_layout(config, f"micro-batch {p.mbs // 2}", _layout(config, mbs=p.mbs // 2), reasons={
+            "--micro-batch-size": "halve the activations held per micro-batch"})
     if p.recompute != "full" or p.recompute_num_layers != 1:
         layers_per_stage = max(1, model.num_layers // (p.pp * p.vpp))
-        yield _option(config, "full recompute", [
-            change(flags, "--recompute-granularity", "full", "store only each layer's input; recompute the layer"),
-            change(flags, "--recompute-method", "uniform", "recompute uniformly across the stage's layers"),
-            change(flags, "--recompute-num-layers", "1",
-                   f"checkpoint every layer (1 of the {layers_per_stage} per stage): the most memory saved"),
-        ], _layout(config, recompute="full", recompute_method="uniform", recompute_num_layers=1))
-    if p.pp * 2 <= model.num_layers:
-        yield _option(config, f"pipeline parallel {p.pp * 2}", [change(
-            flags, "--pipeline-model-parallel-size", str(p.pp * 2),
-            "split the layers over twice as many pipeline stages")], _layout(config, pp=p.pp * 2))
-    yield _option(config, f"tensor parallel {p.tp * 2}", [change(
-        flags, "--tensor-model-parallel-size", str(p.tp * 2), "split every weight and activation over twice the ranks")]
-        + ([change(flags, "--sequence-parallel", None, "with TP > 1, also split the sequence")]
-           if not flags.has("--sequence-parallel") else []),
-        _layout(config, tp=p.tp * 2, sequence_parallel=True))
+        yield proposed_layout(config, "full recompute", _layout(
+            config, recompute="full", recompute_method="uniform", recompute_num_layers=1), reasons={
+            "--recompute-granularity": "store only each layer's input; recompute the layer",
+            "--recompute-method": "recompute uniformly across the stage's layers",
+            "--recompute-num-layers":
+                f"checkpoint every layer (1 of the {layers_per_stage} per stage): the most saved"})
+    if p.pp * 2 <= model.num_layers and not p.fsdp:  # Megatron-FSDP does not run with pipeline parallelism
+        yield proposed_layout(config, f"pipeline parallel {p.pp * 2}", _layout(config, pp=p.pp * 2), reasons={
+            "--pipeline-model-parallel-size": "split the layers over twice as many pipeline stages"})
+    more_tp = _layout(config, tp=p.tp * 2, sequence_parallel=True)
+    yield proposed_layout(config, f"tensor parallel {p.tp * 2}", more_tp, reasons={
+        "--tensor-model-parallel-size": "split every weight and activation over twice the ranks",
+        "--sequence-parallel": "with TP > 1, also split the sequence"})
 
 
 def throughput_options(config: RunConfig) -> list[LayoutOption]:
@@ -146,64 +162,57 @@ def throughput_options(config: RunConfig) -> list[LayoutOption]:
 
 
 def _throughput_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
-    flags, p, model, training = config.flags, config.parallel, config.model, config.training
+    p, model, training = config.parallel, config.model, config.training
     assert p is not None and model is not None and training is not None
-    yield _option(config, f"micro-batch {p.mbs * 2}", [change(
-        flags, "--micro-batch-size", str(p.mbs * 2), "larger GEMMs and fewer pipeline/optimizer steps per sample")],
-        _layout(config, mbs=p.mbs * 2))
+    yield proposed_layout(config, f"micro-batch {p.mbs * 2}", _layout(config, mbs=p.mbs * 2), reasons={
+        "--micro-batch-size": "larger GEMMs and fewer pipeline/optimizer steps per sample"})
     if p.tp > 1:
-        yield _option(config, f"tensor parallel {p.tp // 2}", [change(
-            flags, "--tensor-model-parallel-size", str(p.tp // 2), "fewer TP ranks: less TP communication per layer")],
-            _layout(config, tp=p.tp // 2))
+        yield proposed_layout(config, f"tensor parallel {p.tp // 2}", _layout(config, tp=p.tp // 2), reasons={
+            "--tensor-model-parallel-size": "fewer TP ranks: less TP communication per layer"})
     if p.pp > 1 and p.vpp == 1:
         layers_per_stage = model.num_layers // p.pp
         if layers_per_stage >= 2 and layers_per_stage % 2 == 0:
-            yield _option(config, "interleaved pipeline (VPP 2)", [change(
-                flags, "--num-layers-per-virtual-pipeline-stage", str(layers_per_stage // 2),
-                "two virtual stages per rank: half the pipeline bubble")], _layout(config, vpp=2))
+            yield proposed_layout(config, "interleaved pipeline (VPP 2)", _layout(config, vpp=2), reasons={
+                "--num-layers-per-virtual-pipeline-stage": "two virtual stages per rank: half the pipeline bubble"})
     if p.recompute == "full":
-        yield _option(config, "selective instead of full recompute", [
-            change(flags, "--recompute-granularity", "selective", "recompute only the attention core"),
-            remove("--recompute-method", "only for full recompute"), remove("--recompute-num-layers", "only for full recompute"),
-        ], _layout(config, recompute="selective", recompute_num_layers=None))
+        yield proposed_layout(config, "selective instead of full recompute",
+                      _layout(config, recompute="selective", recompute_num_layers=None), reasons={
+                          "--recompute-activations": "recompute only the attention core",
+                          "--recompute-method": "only for full recompute",
+                          "--recompute-num-layers": "only for full recompute"})
     if p.recompute == "selective":
-        yield _option(config, "no recompute", [remove("--recompute-granularity", "skip the recompute pass"),
-                                               remove("--recompute-activations", "skip the recompute pass")],
-                      _layout(config, recompute="none"))
+        yield proposed_layout(config, "no recompute", _layout(config, recompute="none"), reasons={
+            "--recompute-activations": "skip the recompute pass", "--recompute-granularity": "skip the recompute pass"})
     gpu = config.gpu
     if gpu is not None and gpu.supports("fp8") and training.precision in ("bf16", "fp16"):
-        fp8_training = training.model_copy(update={"precision": "fp8"})
-        yield _option(config, "FP8 GEMMs", [
-            change(flags, "--fp8-format", "hybrid", f"{gpu.alias} runs FP8 GEMMs at {gpu.peak_tflops('fp8'):.0f} TF/s"),
-            change(flags, "--fp8-recipe", "delayed", "delayed scaling, the Transformer Engine default"),
-        ], p, fp8_training)
+        yield proposed_layout(config, "FP8 GEMMs", p, training.model_copy(update={"precision": "fp8"}), reasons={
+            "--fp8-format": f"{gpu.alias} runs FP8 GEMMs at {gpu.peak_tflops('fp8'):.0f} TF/s"})
     yield from _overlap_options(config)
 
 
 def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
-    """Switches the step-time estimate does not model: offered with the current prediction."""
+    """Switches the step-time estimate does not model: offered with the prediction of their layout."""
     flags, p, model = config.flags, config.parallel, config.model
     assert p is not None and model is not None
     if p.tp > 1 and not flags.has("--tp-comm-overlap") and p.sequence_parallel:
-        yield _option(config, "TP communication overlap", [change(
-            flags, "--tp-comm-overlap", None, "overlap TP all-gather/reduce-scatter with GEMMs (needs SP, Transformer Engine)")],
-            p, modelled=False)
+        yield proposed_layout(config, "TP communication overlap", p, modelled=False, extra=(change(
+            flags, "--tp-comm-overlap", None,
+            "overlap TP all-gather/reduce-scatter with GEMMs (needs SP, Transformer Engine)"),))
     if p.dp > 1 and not flags.has("--overlap-grad-reduce"):
-        extra = [change(flags, "--use-distributed-optimizer", None, "needed for the param all-gather overlap")] \
-            if not p.distributed_optimizer else []
-        yield _option(config, "DP communication overlap", [
+        # the param all-gather overlap needs sharded parameters: the distributed optimizer comes with it
+        sharded = _layout(config, distributed_optimizer=True) if not (p.distributed_optimizer or p.fsdp) else p
+        yield proposed_layout(config, "DP communication overlap", sharded, modelled=False, reasons={
+            "--use-distributed-optimizer": "needed for the param all-gather overlap"}, extra=(
             change(flags, "--overlap-grad-reduce", None, "overlap the gradient reduce-scatter with the backward pass"),
-            change(flags, "--overlap-param-gather", None, "overlap the parameter all-gather with the forward pass"),
-        ] + extra, p, modelled=False)
+            change(flags, "--overlap-param-gather", None, "overlap the parameter all-gather with the forward pass")))
     if model.is_moe:
         if flags.get("--moe-token-dispatcher-type") != "alltoall":
-            yield _option(config, "all-to-all token dispatcher", [change(
-                flags, "--moe-token-dispatcher-type", "alltoall", "all-to-all dispatch scales with EP; allgather does not")],
-                p, modelled=False)
+            yield proposed_layout(config, "all-to-all token dispatcher", p, modelled=False, extra=(change(
+                flags, "--moe-token-dispatcher-type", "alltoall",
+                "all-to-all dispatch scales with EP; allgather does not"),))
         if not flags.has("--moe-grouped-gemm"):
-            yield _option(config, "grouped GEMM for experts", [change(
-                flags, "--moe-grouped-gemm", None, "one grouped GEMM for the local experts instead of a loop")],
-                p, modelled=False)
+            yield proposed_layout(config, "grouped GEMM for experts", p, modelled=False, extra=(change(
+                flags, "--moe-grouped-gemm", None, "one grouped GEMM for the local experts instead of a loop"),))
 
 
 def combined_memory_option(config: RunConfig) -> LayoutOption | None:
@@ -211,47 +220,43 @@ def combined_memory_option(config: RunConfig) -> LayoutOption | None:
 
     Steps are applied in order of throughput cost (distributed optimizer, sequence parallel, smaller
     micro-batches, full recompute, more PP, more TP) until the prediction fits; None when nothing does
-    or memory cannot be predicted.
+    or memory cannot be predicted. The flags listed are every edit from the current launch to the
+    combined layout.
     """
     if not config.complete:
         return None
     assert config.parallel is not None and config.model is not None and config.cluster is not None
-    p, flags = config.parallel, config.flags
-    steps: list[tuple[dict[str, object], list[Fix]]] = []
-    if not p.distributed_optimizer and p.dp > 1:
-        steps.append(({"distributed_optimizer": True},
-                      [change(flags, "--use-distributed-optimizer", None, "shard optimizer states over DP")]))
-    if p.tp > 1 and not p.sequence_parallel:
-        steps.append(({"sequence_parallel": True}, [change(flags, "--sequence-parallel", None, "split activations over TP")]))
-    mbs = p.mbs
-    while mbs > 1:
-        mbs //= 2
-        steps.append(({"mbs": mbs}, [change(flags, "--micro-batch-size", str(mbs), "fewer activations per micro-batch")]))
-    if p.recompute != "full":
-        steps.append(({"recompute": "full", "recompute_method": "uniform", "recompute_num_layers": 1}, [
-            change(flags, "--recompute-granularity", "full", "recompute each layer in the backward pass"),
-            change(flags, "--recompute-method", "uniform", "uniform recompute"),
-            change(flags, "--recompute-num-layers", "1", "checkpoint every layer")]))
-    for pp in (p.pp * 2, p.pp * 4, p.pp * 8):
-        steps.append(({"pp": pp}, [change(flags, "--pipeline-model-parallel-size", str(pp), "more pipeline stages")]))
-    for tp in (p.tp * 2, p.tp * 4, p.tp * 8):
-        steps.append(({"tp": tp, "sequence_parallel": True}, [
-            change(flags, "--tensor-model-parallel-size", str(tp), "more tensor-parallel ranks"),
-            change(flags, "--sequence-parallel", None, "split activations over TP")]))
     update: dict[str, object] = {}
-    changes: dict[str, Fix] = {}
-    for step_update, step_changes in steps:
-        trial = update | step_update
+    for step in _memory_steps(config.parallel):
+        trial = update | step
         parallel = _layout(config, **trial)
         if parallel is None:
             continue
         update = trial
-        for fix in step_changes:
-            changes[fix.flag] = fix
-        option = _option(config, "combined: " + ", ".join(f"{f.flag} {f.value or ''}".strip() for f in changes.values()),
-                         list(changes.values()), parallel)
+        option = proposed_layout(config, "combined", parallel)
         if option is None or option.prediction is None:
             return None
         if option.prediction.fits:
-            return option
+            label = "combined: " + ", ".join(f"{f.flag} {f.value or ''}".strip()
+                                             for f in option.changes if f.action != "remove")
+            return replace(option, label=label)
     return None
+
+
+def _memory_steps(p: ParallelConfig) -> list[dict[str, object]]:
+    """Layout updates in order of throughput cost, each applied on top of the ones before."""
+    steps: list[dict[str, object]] = []
+    if not p.distributed_optimizer and not p.fsdp and p.dp > 1:
+        steps.append({"distributed_optimizer": True})
+    if p.tp > 1 and not p.sequence_parallel:
+        steps.append({"sequence_parallel": True})
+    mbs = p.mbs
+    while mbs > 1:
+        mbs //= 2
+        steps.append({"mbs": mbs})
+    if p.recompute != "full":
+        steps.append({"recompute": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    if not p.fsdp:
+        steps += [{"pp": p.pp * factor} for factor in (2, 4, 8)]
+    steps += [{"tp": p.tp * factor, "sequence_parallel": True} for factor in (2, 4, 8)]
+    return steps

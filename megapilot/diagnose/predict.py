@@ -1,8 +1,8 @@
 """Predictions for a layout, from `megapilot.estimate` (this package owns no formula).
 
-The full estimator (`megapilot.estimate.estimate`) gives memory, step time, tokens/s and MFU. Where
-it is not available, memory alone comes from `megapilot.estimate.memory.memory_per_gpu`. A layout
-the estimators refuse (an impossible split) has no prediction.
+A layout the estimator refuses as a user error (`MegapilotError`: an impossible split, a layout
+Megatron would reject) has no prediction. Anything else the estimator raises is a defect of the
+estimator and propagates: a silent "no prediction" would hide it from the tests.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate import estimate
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -28,29 +29,13 @@ class Prediction:
         return self.memory_gib <= self.capacity_gib
 
 
-def predict(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig) -> Prediction | None:
-    """Prediction for the layout, or None when the estimators cannot cost it."""
+def predict(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+            parallel: ParallelConfig) -> Prediction | None:
+    """The estimator's answer for exactly this layout, or None when it refuses the layout."""
     try:
-        from megapilot.estimate import estimate  # type: ignore[attr-defined]
-    except ImportError:
-        estimate = None
-    try:
-        if estimate is not None:
-            result = estimate(model, cluster, training, parallel)
-            return Prediction(memory_gib=result.memory_gib.total, capacity_gib=result.memory_gib.capacity,
-                              step_time_s=result.step_time_s, tokens_per_s_per_gpu=result.tokens_per_s_per_gpu,
-                              mfu=result.mfu)
-        from megapilot.estimate.memory import memory_per_gpu
-
-        memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib)
-        return Prediction(memory_gib=memory.total_gib, capacity_gib=memory.capacity_gib)
-    except (MegapilotError, ValueError, ZeroDivisionError, KeyError, ImportError):
+        result = estimate(model, cluster, training, parallel)
+    except MegapilotError:
         return None
-
-
-def full_estimator_available() -> bool:
-    try:
-        from megapilot.estimate import estimate  # type: ignore[attr-defined]  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return Prediction(memory_gib=result.memory_gib.total, capacity_gib=result.memory_gib.capacity,
+                      step_time_s=result.step_time_s, tokens_per_s_per_gpu=result.tokens_per_s_per_gpu,
+                      mfu=result.mfu)

@@ -28,8 +28,8 @@ def test_change_sets_a_flag_the_launch_has_and_adds_one_it_lacks():
 
 def test_memory_options_cover_every_saver_the_layout_still_lacks():
     labels = [o.label for o in memory_options(_config(gpu=None))]  # no GPU: nothing predicted, nothing filtered
-    assert labels == ["selective recompute", "distributed optimizer", "sequence parallel", "micro-batch 1",
-                      "full recompute", "pipeline parallel 2", "tensor parallel 4"]
+    assert labels == ["selective recompute", "distributed optimizer", "Megatron-FSDP", "sequence parallel",
+                      "micro-batch 1", "full recompute", "pipeline parallel 2", "tensor parallel 4"]
 
 
 def test_every_option_is_a_legal_layout_that_fills_the_world():

@@ -1,0 +1,127 @@
+"""The flag edits that turn a launch into a proposed layout, from the launch package's own rendering.
+
+A proposal is the difference between what `megapilot script` writes for the proposed layout and what
+it writes for the current one. Both lists come from `megapilot.launch`, the one place that knows every
+companion flag: switching to Megatron-FSDP brings the sharding strategy, the checkpoint format and
+whatever else the launch side requires with it (and drops `CUDA_DEVICE_MAX_CONNECTIONS`), and switching
+something off removes the flags that only it needed. The edits are stated against the user's own
+script: a flag it has is set, one it lacks is added, and a flag it spells another way
+(`--recompute-granularity selective` for `--recompute-activations`) is removed with its twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from megapilot.diagnose.findings import Fix
+from megapilot.diagnose.flags import FSDP_SWITCHES, RunConfig, collect_flags
+from megapilot.spec import ClusterSpec, GPUSpec, ParallelConfig, SavedPlan, TrainingSpec
+
+# Flags that say the same thing in two spellings: when one is set or removed, the other must go.
+_SAME_SETTING: tuple[frozenset[str], ...] = (
+    frozenset({"--recompute-activations", "--recompute-granularity"}),
+    frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}),
+    frozenset(FSDP_SWITCHES),
+)
+# Without the GPU type, only the sections that follow from the layout alone are rendered: the precision,
+# performance and environment choices depend on the vendor and generation and would be guessed.
+_LAYOUT_SECTIONS = ("parallelism", "activation recompute", "training", "checkpoints")
+_STAND_IN_GPU = "h100"  # renders the layout sections when the GPU is unknown; nothing GPU-specific is kept
+
+
+@dataclass(frozen=True)
+class RenderedLaunch:
+    """What `megapilot script` would write for one layout: Megatron flags (with their section) and exports."""
+
+    flags: dict[str, str | None]
+    section_of: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    env_reason: dict[str, str] = field(default_factory=dict)
+
+
+def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: TrainingSpec) -> RenderedLaunch:
+    """The launch package's flags and environment for `parallel`; MegapilotError where it refuses the layout."""
+    from megapilot.launch.environment import launch_environment
+    from megapilot.launch.flags import megatron_arg_sections
+    from megapilot.launch.options import LaunchOptions
+
+    assert config.model is not None
+    cluster = config.cluster or ClusterSpec.from_gpu_count(_stand_in_gpu(), config.world_size)
+    plan = SavedPlan(model=config.model, cluster=cluster, training=training, parallel=parallel)
+    options = LaunchOptions(mock_data=True)  # data flags do not depend on the layout; mock data renders anywhere
+    flags: dict[str, str | None] = {}
+    section_of: dict[str, str] = {}
+    for section in megatron_arg_sections(plan, options):
+        if config.gpu is None and not section.title.startswith(_LAYOUT_SECTIONS):
+            continue
+        for name, value in collect_flags(section.args).values.items():
+            flags[name] = value
+            section_of[name] = section.title.split(":")[0]
+    if config.gpu is None:
+        return RenderedLaunch(flags=flags, section_of=section_of)
+    env = launch_environment(plan, options)
+    return RenderedLaunch(flags=flags, section_of=section_of, env={v.name: v.value for v in env},
+                          env_reason={v.name: v.why for v in env})
+
+
+def _stand_in_gpu() -> GPUSpec:
+    from megapilot.catalog.gpus import get_gpu
+
+    return get_gpu(_STAND_IN_GPU)
+
+
+def layout_flag_changes(config: RunConfig, parallel: ParallelConfig, training: TrainingSpec | None = None, *,
+                        label: str, reasons: Mapping[str, str] | None = None) -> list[Fix]:
+    """Every edit that takes the launch from its current layout to `parallel` (and `training`).
+
+    `reasons` gives the why of the flags the proposal is about; the companion flags get theirs from
+    the section they belong to. MegapilotError when the launch package refuses either layout.
+    """
+    assert config.parallel is not None and config.training is not None
+    training = training or config.training
+    now = rendered_launch(config, config.parallel, config.training)
+    then = rendered_launch(config, parallel, training)
+    why = dict(reasons or {})
+    fixes = _flag_edits(config, now, then, label, why)
+    return fixes + _env_edits(now, then, label, why)
+
+
+def _flag_edits(config: RunConfig, now: RenderedLaunch, then: RenderedLaunch, label: str,
+                why: dict[str, str]) -> list[Fix]:
+    have = config.flags
+    wanted = {name: value for name, value in then.flags.items()
+              if name not in now.flags or now.flags[name] != value}
+    dropped = [name for name in now.flags if name not in then.flags]
+    fixes: list[Fix] = []
+    for name, value in wanted.items():
+        if have.has(name) and have.values[name] == value:
+            continue
+        reason = why.get(name) or f"{then.section_of[name]} flag of {label}"
+        fixes.append(Fix(action="set" if have.has(name) else "add", flag=name, value=value, reason=reason))
+    removed: set[str] = set()
+    for name in [*dropped, *wanted]:
+        for spelling in _spellings(name):
+            keep = spelling in then.flags
+            if have.has(spelling) and not keep and spelling not in removed and (spelling != name or name in dropped):
+                removed.add(spelling)
+                fixes.append(Fix(action="remove", flag=spelling, value=None,
+                                 reason=why.get(spelling) or f"not part of {label}"))
+    return fixes
+
+
+def _spellings(name: str) -> frozenset[str]:
+    for group in _SAME_SETTING:
+        if name in group:
+            return group
+    return frozenset({name})
+
+
+def _env_edits(now: RenderedLaunch, then: RenderedLaunch, label: str, why: dict[str, str]) -> list[Fix]:
+    fixes = [Fix(action="set", flag=name, value=value, kind="env",
+                 reason=why.get(name) or then.env_reason[name])
+             for name, value in then.env.items() if now.env.get(name) != value]
+    fixes += [Fix(action="remove", flag=name, value=None, kind="env",
+                  reason=why.get(name) or f"unset: the launch of {label} does not export it")
+              for name in now.env if name not in then.env]
+    return fixes
