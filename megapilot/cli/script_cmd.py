@@ -80,6 +80,8 @@ def script(
     log_dir: Annotated[Optional[str], typer.Option(help="Absolute log directory (default: next to the script).")] = None,
     primus_path: Annotated[str, typer.Option(help="Absolute Primus checkout.")] = "/workspace/Primus",
     primus_config: Annotated[Optional[str], typer.Option(help="Where the Primus experiment YAML goes.")] = None,
+    remote: Annotated[bool, typer.Option(
+        "--remote", help="Drafted for another machine: paths checked for form only, no folder created here.")] = False,
     profile: Annotated[Optional[Path], typer.Option(help="Profile file (default: the saved user profile).")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the script here.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
@@ -122,9 +124,11 @@ def script(
         container_image=container_image, container_mounts=tuple(container_mount or ()), rendezvous=rendezvous,
         master_port=master_port, network_interface=network_interface, ib_hca=ib_hca, job_name=job_name,
         time_limit=time_limit, partition=partition, account=account, log_dir=log_dir, primus_path=primus_path,
-        primus_config_path=primus_config, script_path=script_path, **fills,
+        primus_config_path=primus_config, script_path=script_path, remote=remote, **fills,
     )
     launch = render_launch(saved, options)
+    if output is not None and not remote:
+        launch = _make_directories(launch)
     launch = launch.model_copy(update={"notes": notes + launch.notes})
     if output is not None:
         _write(Path(script_path), launch, force)  # type: ignore[arg-type]
@@ -251,6 +255,20 @@ def _check_output(path: Path) -> None:
     if not path.parent.exists():
         raise MegapilotError(f"directory {path.parent} does not exist", field="--output",
                              fix=f"create it first (mkdir -p {path.parent}) or choose another -o path")
+
+
+def _make_directories(launch: "LaunchScript") -> "LaunchScript":
+    """Create the folders the launch needs before it starts (SLURM opens its --output file before the
+    script runs), with the script it is written beside; say so in the notes."""
+    for directory in launch.directories:
+        try:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MegapilotError(f"cannot create {directory} ({exc.strerror or exc})", field="--log-dir",
+                                 fix="pass a writable --log-dir, or --remote when drafting for another machine") \
+                from None
+    created = [f"created {directory} for the job's logs" for directory in launch.directories]
+    return launch.model_copy(update={"notes": launch.notes + created})
 
 
 def _write(path: Path, launch: "LaunchScript", force: bool) -> None:

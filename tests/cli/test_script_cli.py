@@ -154,7 +154,8 @@ def test_layout_flags_resolve_like_estimate(cli, extra: list[str]) -> None:
     assert int(value("--pipeline-model-parallel-size")) == expected.pp
     assert int(value("--micro-batch-size")) == expected.mbs
     assert ("--sequence-parallel" in args) == expected.sequence_parallel
-    assert ("--use-distributed-optimizer" in args) == (expected.distributed_optimizer and not expected.fsdp)
+    # Megatron-FSDP runs with the distributed optimizer (its sharded steps live there)
+    assert ("--use-distributed-optimizer" in args) == (expected.distributed_optimizer or expected.fsdp)
     assert ("--use-megatron-fsdp" in args) == expected.fsdp
     assert ("--recompute-activations" in args) == (expected.recompute == "selective")
     assert value("--recompute-num-layers") == (str(expected.recompute_num_layers or 1)
@@ -192,3 +193,40 @@ def test_sbatch_script_is_pointed_at_sbatch_not_the_local_runner(cli, plan_file:
     said = " ".join(result.stdout.split())  # the console may wrap long lines
     assert f"review, then run with `sbatch {out}`" in said
     assert "megapilot run" not in result.stdout
+
+
+def test_slurm_log_folder_is_created_with_the_script_and_the_notes_say_where_logs_go(
+        cli, plan_file: Path, tmp_path: Path) -> None:
+    out, logs = tmp_path / "train.sbatch", tmp_path / "job logs"
+    result = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--launcher", "slurm",
+                 "--log-dir", str(tmp_path / "job-logs"), "-o", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert (tmp_path / "job-logs").is_dir() and data["directories"] == [str(tmp_path / "job-logs")]
+    assert f"#SBATCH --output={tmp_path / 'job-logs'}/%x-%j.out" in out.read_text()
+    assert any(f"output to {tmp_path / 'job-logs'}/%x-%j.out" in note for note in data["notes"])
+    assert any(note == f"created {tmp_path / 'job-logs'} for the job's logs" for note in data["notes"])
+    default = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--launcher", "slurm",
+                  "-o", str(tmp_path / "b.sbatch"), "--json")
+    assert default.exit_code == 0 and (tmp_path / "logs").is_dir()  # next to the script by default
+    assert not logs.exists()
+
+
+def test_remote_drafts_check_paths_for_form_only_and_create_nothing_here(
+        cli, plan_file: Path, tmp_path: Path) -> None:
+    missing = "/nonexistent-cluster-fs/data/corpus_text_document"
+    one_node = ["script", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--seq-len", "4096",
+                "--data-path", missing, "--tokenizer-model", "/nope/tok.model", *MEGATRON, "--json"]
+    here = cli(*one_node)  # a single-node torchrun script is checked as if it runs here
+    assert here.exit_code == 2 and "dataset files missing" in here.stderr
+    assert cli(*one_node, "--remote").exit_code == 0
+    args = ["script", "--plan", str(plan_file), "--data-path", missing, "--tokenizer-model", "/nope/tok.model",
+            *MEGATRON, "--launcher", "slurm", "--log-dir", str(tmp_path / "cluster-logs")]
+    result = cli(*args, "-o", str(tmp_path / "t.sbatch"), "--remote", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert not (tmp_path / "cluster-logs").exists()
+    notes = " ".join(result.json()["notes"])
+    assert "--remote" in notes and "not for existence here" in notes
+    assert f"create {tmp_path / 'cluster-logs'} on the cluster before sbatch" in notes
+    relative = cli(*args[:4], "data/corpus", *args[5:], "--remote", "--json")
+    assert relative.exit_code == 2 and "not an absolute path" in relative.stderr  # the form is still checked
