@@ -124,7 +124,7 @@ def _slurm_log_note(log_dir: str, o: LaunchOptions) -> str:
     where = f"SLURM writes each job's output to {log_dir}/%x-%j.out (%x = job name {o.job_name}, %j = job id)"
     if o.remote:
         return f"{where}; create {log_dir} on the cluster before sbatch (SLURM opens the file before the script runs)"
-    return f"{where}; the folder is created when the script is written"
+    return f"{where}; the folder must exist before sbatch (`megapilot script -o` creates it with the script)"
 
 
 def _is_path(value: str) -> bool:
