@@ -9,7 +9,7 @@ import pytest
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.launch import LaunchOptions, check_megatron_args, render_launch, render_megatron_args
-from megapilot.launch.checks import check_absolute_path, check_no_placeholder
+from megapilot.launch.checks import check_absolute_path, check_environment, check_no_placeholder
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import GOLDEN_PLANS, LLAMA31_8B, make_plan
 
@@ -64,6 +64,40 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _with_value(a, "--position-embedding-type", "learned_absolute") + ["--mtp-num-layers", "1"],
      "mtp_num_layers", "needs rope"),
     (lambda a: a + ["--expert-model-parallel-size", "4"], "ep", "divisible"),
+    # Megatron-FSDP and its companions
+    (lambda a: _with_value(a, "--ckpt-format", "fsdp_dtensor"), "ckpt_format", "only for Megatron-FSDP"),
+    (lambda a: a + ["--use-megatron-fsdp"], "ckpt_format", "saves only fsdp_dtensor checkpoints, not torch_dist"),
+    (lambda a: _without(_with_value(a, "--ckpt-format", "fsdp_dtensor"), "--use-distributed-optimizer")
+     + ["--use-megatron-fsdp"], "fsdp", "needs --use-distributed-optimizer"),
+    (lambda a: _with_value(a, "--ckpt-format", "fsdp_dtensor") + ["--use-megatron-fsdp"], "pp",
+     "does not run with pipeline parallelism"),
+    (lambda a: _with_value(_with_value(a, "--ckpt-format", "fsdp_dtensor"), "--pipeline-model-parallel-size", "1")
+     + ["--use-megatron-fsdp", "--use-torch-fsdp2"], "fsdp", "exclude each other"),
+    # overlaps and fused kernels
+    (lambda a: a + ["--overlap-param-gather-with-optimizer-step"], "vpp", "needs interleaved pipeline"),
+    (lambda a: a + ["--overlap-param-gather-with-optimizer-step", "--num-layers-per-virtual-pipeline-stage", "10"],
+     "ckpt_format", "does not work with distributed checkpoints"),
+    (lambda a: _without(a, "--overlap-param-gather") + ["--overlap-param-gather-with-optimizer-step"],
+     "overlap_param_gather", "needs --overlap-param-gather"),
+    (lambda a: _without(a, "--sequence-parallel"), "tp_comm_overlap", "needs --sequence-parallel"),
+    (lambda a: _with_value(a, "--transformer-impl", "local") + ["--moe-permute-fusion"], "transformer_impl",
+     "--tp-comm-overlap, --moe-permute-fusion, --cross-entropy-fusion-impl need Transformer Engine"),
+    (lambda a: a + ["--fp8-param-gather"], "fp8_param_gather", "without FP8 training"),
+    (lambda a: _without(a, "--use-distributed-optimizer", "--overlap-param-gather") + ["--fp8-param-gather"],
+     "fp8_param_gather", "needs the distributed optimizer or Megatron-FSDP"),
+    (lambda a: a + ["--fp8-format", "hybrid", "--reuse-grad-buf-for-mxfp8-param-ag"], "fp8_param_gather",
+     "needs --fp8-param-gather"),
+    (lambda a: _without(a, "--sequence-parallel", "--tp-comm-overlap") + ["--num-experts", "8",
+     "--expert-model-parallel-size", "2"], "sequence_parallel", "needs sequence parallelism"),
+    (lambda a: a + ["--attention-backend", "local"], "attention_backend", "only with --spec local"),
+    (lambda a: _with_value(a, "--context-parallel-size", "2") + ["--attention-backend", "unfused"],
+     "attention_backend", "runs only in TE's flash or fused attention"),
+    # how the model splits over the parallel sizes
+    (lambda a: _with_value(a, "--pipeline-model-parallel-size", "3"), "pp", "do not split evenly over PP=3"),
+    (lambda a: a + ["--num-layers-per-virtual-pipeline-stage", "3"], "vpp", "do not split into chunks of 3"),
+    (lambda a: _with_value(a, "--num-attention-heads", "60"), "tp", "60 attention heads do not split over TP=8"),
+    (lambda a: _with_value(a, "--num-query-groups", "4"), "tp", "4 query groups do not split over TP=8"),
+    (lambda a: _with_value(a, "--context-parallel-size", "3"), "seq_length", "not a multiple of 2 x CP = 6"),
 ])
 def test_flag_combination_rules_fire(mutate, field: str, problem: str) -> None:
     with pytest.raises(MegapilotError, match=problem) as info:
@@ -151,3 +185,22 @@ def test_check_absolute_path_accepts_existing_file(tmp_path: Path) -> None:
     target = tmp_path / "f"
     target.write_text("x")
     check_absolute_path("vocab_file", str(target), must_exist=True, kind="file")
+
+
+@pytest.mark.parametrize(("gpu", "args_change", "env", "problem"), [
+    ("h100", [], {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}, "needs CUDA_DEVICE_MAX_CONNECTIONS=1"),
+    ("mi300x", [], {}, "needs CUDA_DEVICE_MAX_CONNECTIONS=1 .got unset."),
+    ("h100", ["--use-megatron-fsdp"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "refuses CUDA_DEVICE_MAX_CONNECTIONS=1"),
+])
+def test_environment_must_match_megatrons_device_connection_asserts(
+        gpu: str, args_change: list[str], env: dict[str, str | None], problem: str) -> None:
+    with pytest.raises(MegapilotError, match=problem) as info:
+        check_environment(_base_args() + args_change, env, get_gpu(gpu))
+    assert info.value.field == "env"
+
+
+def test_environment_rules_accept_what_megatron_accepts() -> None:
+    check_environment(_base_args(), {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, H100)
+    check_environment(_base_args(), {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, get_gpu("b200"))  # no rule on Blackwell
+    check_environment(_base_args() + ["--use-megatron-fsdp"], {"CUDA_DEVICE_MAX_CONNECTIONS": None}, H100)
+    check_environment(_base_args(), {}, H100, cpu=True)  # nothing to order on CPUs
