@@ -7,7 +7,8 @@ import yaml
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.launch.megatron_args import pinned_flags
 from megapilot.launch.primus import primus_overrides
-from tests.launch.plans import GOLDEN_PLANS
+from megapilot.spec import ModelSpec, TrainingSpec
+from tests.launch.plans import GOLDEN_PLANS, LLAMA31_8B, MIXTRAL_8X7B, make_plan
 from tests.launch.variants import VARIANT_PLANS
 
 OPTIONS = LaunchOptions(launcher="primus", data_path="/d/corpus_text_document", tokenizer_model="/t/llama3",
@@ -58,3 +59,26 @@ def test_primus_for_an_nvidia_plan_says_it_targets_amd() -> None:
     amd = render_launch(GOLDEN_PLANS["deepseek-v2-lite_mla"], OPTIONS)
     assert any("Primus targets AMD" in n for n in nvidia.notes)
     assert not any("Primus targets AMD" in n for n in amd.notes)
+
+
+def _amd_overrides(model: ModelSpec, gpu: str, **layout: object) -> dict:
+    plan = make_plan(model, gpu, 1, TrainingSpec(seq_length=4096, global_batch_size=64), **layout)
+    experiment = yaml.safe_load(render_launch(plan, OPTIONS).files["/exp/run.yaml"])
+    return experiment["modules"]["pre_trainer"]["overrides"]
+
+
+def test_pretraining_is_never_a_finetune_so_a_requeued_job_resumes() -> None:
+    for name in ("llama3.3-70b_8nodes", "mixtral-8x7b_ep8", "deepseek-v2-lite_mla"):
+        assert _overrides(name)["finetune"] is False
+
+
+def test_primus_turbo_where_amds_own_configs_switch_it_on() -> None:
+    mi300x_moe = _amd_overrides(MIXTRAL_8X7B, "mi300x", ep=8, etp=1)
+    assert mi300x_moe["enable_primus_turbo"] is True and mi300x_moe["use_turbo_attention"] is True
+    assert mi300x_moe["use_turbo_grouped_gemm"] is True
+    mi355x_dense = _amd_overrides(LLAMA31_8B, "mi355x")
+    assert mi355x_dense["enable_primus_turbo"] is True
+    assert mi355x_dense["use_turbo_attention"] is False  # AMD's MI355X configs leave Turbo attention off
+    assert "use_turbo_grouped_gemm" not in mi355x_dense  # no experts
+    nvidia = _overrides("llama3.3-70b_8nodes")
+    assert not {"enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_gemm"} & set(nvidia)

@@ -193,3 +193,27 @@ def test_scripts_with_hostile_paths_pass_shellcheck(tmp_path: Path) -> None:
         path.write_text(launch.script)
         result = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout
+
+
+def test_an_sbatch_launch_names_its_log_folder_as_a_directory_to_create_and_says_where_logs_go() -> None:
+    launch = render_launch(PLAN_70B, _options(launcher="slurm", log_dir="/shared/logs/"))
+    assert launch.directories == ["/shared/logs"]
+    assert "#SBATCH --output=/shared/logs/%x-%j.out" in launch.script
+    assert any("output to /shared/logs/%x-%j.out" in note and "must exist before sbatch" in note
+               for note in launch.notes)
+    assert render_launch(PLAN_70B, _options()).directories == []  # torchrun writes its own output
+
+
+def test_remote_skips_existence_checks_even_for_a_local_looking_launch(tmp_path: Path) -> None:
+    plan = GOLDEN_PLANS["llama3.1-8b_1node"]
+    missing = str(tmp_path / "absent" / "corpus_text_document")
+    options = LaunchOptions(data_path=missing, tokenizer_model="/absent/tok.model", megatron_path="/absent/mlm",
+                            check_paths_exist=True)
+    with pytest.raises(MegapilotError, match="dataset files missing"):
+        render_launch(plan, options)
+    launch = render_launch(plan, options.model_copy(update={"remote": True}))
+    assert any("--remote" in note and "not for existence here" in note for note in launch.notes)
+    with pytest.raises(MegapilotError, match="not an absolute path"):  # the form is still checked
+        render_launch(plan, options.model_copy(update={"remote": True, "data_path": "relative/corpus"}))
+    remote_slurm = render_launch(PLAN_70B, _options(launcher="slurm", log_dir="/cluster/logs", remote=True))
+    assert any("create /cluster/logs on the cluster before sbatch" in note for note in remote_slurm.notes)

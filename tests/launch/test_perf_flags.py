@@ -1,0 +1,203 @@
+"""Recipe-grade performance flags and Megatron-FSDP companions: each emitted where it applies and not elsewhere,
+each under a section whose title gives the reason, and every rendered combination passes the pre-write checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.launch import LaunchOptions, render_launch, render_megatron_args
+from megapilot.launch.flags import megatron_arg_sections
+from megapilot.launch.perf_flags import (
+    distributed_timeout_minutes,
+    exit_duration_minutes,
+    meta_device_init_needed,
+    slurm_time_limit_minutes,
+)
+from megapilot.spec import SavedPlan, TrainingSpec
+from tests.launch.plans import DEEPSEEK_V2_LITE, LLAMA31_8B, LLAMA31_405B, MIXTRAL_8X7B, make_plan
+
+TRAIN = TrainingSpec(seq_length=4096, global_batch_size=64)
+MEGATRON = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
+EMBEDDED_GPU = LaunchOptions(mock_data=True, entrypoint="megapilot", check_paths_exist=False)
+CPU = LaunchOptions(mock_data=True, entrypoint="megapilot", cpu=True, check_paths_exist=False)
+
+
+def _args(plan: SavedPlan, options: LaunchOptions = MEGATRON) -> list[str]:
+    return render_megatron_args(plan, options)
+
+
+def _value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def _reason(plan: SavedPlan, options: LaunchOptions, flag: str) -> str:
+    return next(s.title for s in megatron_arg_sections(plan, options) if flag in s.args)
+
+
+# ---- Megatron-FSDP ------------------------------------------------------------------------------
+def test_megatron_fsdp_comes_with_its_companions() -> None:
+    args = _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN, fsdp=True, distributed_optimizer=False))
+    for flag in ("--use-megatron-fsdp", "--use-distributed-optimizer", "--no-gradient-accumulation-fusion",
+                 "--fsdp-double-buffer", "--overlap-grad-reduce", "--overlap-param-gather"):
+        assert flag in args, flag
+    assert _value(args, "--data-parallel-sharding-strategy") == "optim_grads_params"
+    assert _value(args, "--ckpt-format") == "fsdp_dtensor"
+    assert "--init-model-with-meta-device" not in args  # 8B: 15 GiB of bf16 weights per rank fit easily
+
+
+def test_no_fsdp_companions_without_fsdp() -> None:
+    args = _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN))
+    assert not {"--use-megatron-fsdp", "--fsdp-double-buffer", "--no-gradient-accumulation-fusion",
+                "--data-parallel-sharding-strategy", "--init-model-with-meta-device"} & set(args)
+    assert _value(args, "--ckpt-format") == "torch_dist"
+
+
+def test_meta_device_init_when_one_ranks_unsharded_weights_exceed_half_the_hbm() -> None:
+    big = make_plan(LLAMA31_405B, "h100", 8, TRAIN, tp=8, sequence_parallel=True, fsdp=True)  # ~94 GiB per rank
+    assert meta_device_init_needed(big) and "--init-model-with-meta-device" in _args(big)
+    assert "meta device" in _reason(big, MEGATRON, "--init-model-with-meta-device")
+    on_b200 = make_plan(LLAMA31_8B, "b200", 1, TRAIN, fsdp=True)
+    assert not meta_device_init_needed(on_b200)
+    assert not meta_device_init_needed(make_plan(LLAMA31_405B, "h100", 8, TRAIN, tp=8, pp=8))  # no FSDP
+
+
+def test_a_pipelined_fsdp_plan_is_refused_before_any_script_is_written() -> None:
+    plan = make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2, fsdp=True)
+    with pytest.raises(MegapilotError, match="Megatron-FSDP does not run with pipeline parallelism") as info:
+        render_launch(plan, MEGATRON)
+    assert info.value.field == "pp"
+
+
+# ---- overlaps ------------------------------------------------------------------------------------
+def test_tp_comm_overlap_only_with_sp_te_nvidia_and_not_nvfp4() -> None:
+    tp2 = make_plan(LLAMA31_8B, "h100", 1, TRAIN, tp=2, sequence_parallel=True)
+    assert "--tp-comm-overlap" in _args(tp2)
+    assert "TE userbuffers" in _reason(tp2, MEGATRON, "--tp-comm-overlap")
+    assert "--tp-comm-overlap" not in _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN, tp=2))  # no SP
+    assert "--tp-comm-overlap" not in _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN))  # TP 1
+    assert "--tp-comm-overlap" not in _args(make_plan(LLAMA31_8B, "mi300x", 1, TRAIN, tp=2, sequence_parallel=True))
+    nvfp4 = make_plan(LLAMA31_8B, "b200", 1, TRAIN.model_copy(update={"precision": "nvfp4"}), tp=2,
+                      sequence_parallel=True)
+    assert "--tp-comm-overlap" not in _args(nvfp4)
+    assert "--tp-comm-overlap" not in _args(tp2, EMBEDDED_GPU)
+
+
+def test_param_gather_overlaps_the_optimizer_step_only_with_vpp_and_no_checkpoints() -> None:
+    vpp = make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2, vpp=2)
+    args = _args(vpp)
+    assert "--overlap-param-gather-with-optimizer-step" in args and _value(args, "--ckpt-format") == "torch"
+    saving = _args(vpp, MEGATRON.model_copy(update={"save": "/ckpt"}))
+    assert "--overlap-param-gather-with-optimizer-step" not in saving and _value(saving, "--ckpt-format") == "torch_dist"
+    assert "--overlap-param-gather-with-optimizer-step" not in _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2))
+    no_dist_opt = make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2, vpp=2, distributed_optimizer=False)
+    assert "--overlap-param-gather-with-optimizer-step" not in _args(no_dist_opt)
+
+
+# ---- fusions, GC, precision ----------------------------------------------------------------------
+def test_fused_kernels_only_where_transformer_engine_runs() -> None:
+    plan = make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN, ep=8, etp=1)
+    gpu = _args(plan)
+    assert _value(gpu, "--cross-entropy-fusion-impl") == "te" and "--cross-entropy-loss-fusion" in gpu
+    assert "--no-create-attention-mask-in-dataloader" in gpu and "--moe-permute-fusion" in gpu
+    dense = _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN))
+    assert "--moe-permute-fusion" not in dense  # no experts
+    for options in (EMBEDDED_GPU, CPU):
+        args = _args(plan, options)
+        assert not {"--cross-entropy-loss-fusion", "--moe-permute-fusion", "--no-create-attention-mask-in-dataloader",
+                    "--tp-comm-overlap", "--fp8-param-gather"} & set(args)
+
+
+def test_manual_gc_on_gpus_only() -> None:
+    plan = make_plan(LLAMA31_8B, "h100", 1, TRAIN)
+    args = _args(plan)
+    assert "--manual-gc" in args and _value(args, "--manual-gc-interval") == "100"
+    assert "--manual-gc" in _args(plan, EMBEDDED_GPU)  # the embedded trainer implements it
+    assert "--manual-gc" not in _args(plan, CPU)
+
+
+@pytest.mark.parametrize(("gpu", "precision", "recipe", "param_gather", "reuse_grad_buf"), [
+    ("h100", "fp8", "tensorwise", True, False),  # current scaling on Hopper (Bridge fp8_cs)
+    ("b200", "mxfp8", "mxfp8", True, True),  # MXFP8 on Blackwell (Bridge fp8_mx)
+    ("h100", "bf16", None, False, False),
+])
+def test_fp8_recipes_and_fp8_param_gather(gpu: str, precision: str, recipe: str | None, param_gather: bool,
+                                          reuse_grad_buf: bool) -> None:
+    args = _args(make_plan(LLAMA31_8B, gpu, 1, TRAIN.model_copy(update={"precision": precision})))
+    assert (_value(args, "--fp8-recipe") if "--fp8-recipe" in args else None) == recipe
+    assert ("--fp8-param-gather" in args) == param_gather
+    assert ("--reuse-grad-buf-for-mxfp8-param-ag" in args) == reuse_grad_buf
+
+
+def test_fp8_param_gather_needs_sharded_weights_and_keeps_an_explicit_delayed_recipe() -> None:
+    fp8 = TRAIN.model_copy(update={"precision": "fp8"})
+    assert "--fp8-param-gather" not in _args(make_plan(LLAMA31_8B, "h100", 1, fp8, distributed_optimizer=False))
+    delayed = _args(make_plan(LLAMA31_8B, "h100", 1, fp8.model_copy(update={"fp8_recipe": "delayed"})))
+    assert _value(delayed, "--fp8-recipe") == "delayed"
+
+
+# ---- data and runtime ------------------------------------------------------------------------------
+def test_data_cache_path_only_with_real_data() -> None:
+    plan = make_plan(LLAMA31_8B, "h100", 1, TRAIN)
+    real = LaunchOptions(data_path="/d/x_text_document", tokenizer_model="/t/tok.model", save="/ckpt/run",
+                         megatron_path="/opt/Megatron-LM", check_paths_exist=False)
+    assert _value(_args(plan, real), "--data-cache-path") == "/ckpt/run/data-cache"
+    asked = real.model_copy(update={"data_cache_path": "/scratch/cache"})
+    assert _value(_args(plan, asked), "--data-cache-path") == "/scratch/cache"
+    assert "--data-cache-path" not in _args(plan)  # mock data builds no index
+    assert "--data-cache-path" not in _args(plan, real.model_copy(update={"save": None}))
+
+
+def test_distributed_timeout_grows_with_nodes_and_the_checkpoint_write() -> None:
+    small = make_plan(LLAMA31_8B, "h100", 1, TRAIN)
+    assert distributed_timeout_minutes(small, MEGATRON) == 10  # Megatron's default: one node, nothing saved
+    saving = MEGATRON.model_copy(update={"save": "/ckpt"})
+    # 8B x 14 B/param = 112 GB written by one node at 0.5 GB/s = 3.7 min -> 4
+    assert distributed_timeout_minutes(small, saving) == 14
+    big = make_plan(LLAMA31_405B, "h100", 64, TRAIN.model_copy(update={"global_batch_size": 512}), tp=8, pp=16)
+    minutes = distributed_timeout_minutes(big, saving)
+    assert minutes == 10 + 3 + 3  # 64 nodes: +3; 5.7 TB over 64 nodes at 0.5 GB/s: 2.9 min -> 3
+    assert _value(_args(big, saving), "--distributed-timeout-minutes") == str(minutes)
+    assert "--distributed-timeout-minutes" not in _args(small, CPU)
+
+
+@pytest.mark.parametrize(("text", "minutes"), [
+    ("04:00:00", 240), ("1-00:00:00", 1440), ("2-12", 3600), ("1-02:30", 1590), ("90", 90), ("30:30", 31),
+])
+def test_slurm_time_limits_in_every_sbatch_format(text: str, minutes: int) -> None:
+    assert slurm_time_limit_minutes(text) == minutes
+
+
+def test_a_malformed_time_limit_is_refused_naming_the_field() -> None:
+    with pytest.raises(MegapilotError, match="not a SLURM time limit") as info:
+        slurm_time_limit_minutes("4h")
+    assert info.value.field == "time_limit"
+
+
+def test_exit_duration_leaves_time_to_save_before_the_slurm_limit() -> None:
+    plan = make_plan(LLAMA31_8B, "h100", 1, TRAIN)
+    slurm = MEGATRON.model_copy(update={"launcher": "slurm", "save": "/ckpt", "log_dir": "/logs"})
+    assert exit_duration_minutes(plan, slurm) == 240 - 12  # 5 % of 4 h beats 10 min and 4 + 5 min
+    args = _args(plan, slurm)
+    assert _value(args, "--exit-duration-in-mins") == "228"
+    assert "before the SLURM limit 04:00:00" in _reason(plan, slurm, "--exit-duration-in-mins")
+    assert exit_duration_minutes(plan, slurm.model_copy(update={"time_limit": "00:15:00"})) is None  # too short
+    assert exit_duration_minutes(plan, slurm.model_copy(update={"save": None})) is None  # nothing to save
+    assert exit_duration_minutes(plan, slurm.model_copy(update={"launcher": "torchrun"})) is None  # no limit known
+
+
+# ---- every combination still passes the checks ---------------------------------------------------
+@pytest.mark.parametrize("plan", [
+    make_plan(LLAMA31_8B, "h100", 1, TRAIN, tp=2, sequence_parallel=True),
+    make_plan(LLAMA31_8B, "b200", 1, TRAIN.model_copy(update={"precision": "mxfp8"}), tp=2, sequence_parallel=True),
+    make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2, vpp=2),
+    make_plan(LLAMA31_405B, "h100", 8, TRAIN, tp=8, sequence_parallel=True, fsdp=True),
+    make_plan(DEEPSEEK_V2_LITE, "h100", 1, TRAIN, ep=8, etp=1),
+    make_plan(MIXTRAL_8X7B, "mi300x", 1, TRAIN.model_copy(update={"precision": "fp8"}), tp=2, ep=4, etp=1,
+              sequence_parallel=True),
+], ids=["tp-overlap", "mxfp8-b200", "vpp-no-ckpt", "fsdp-405b", "mla-moe", "amd-moe-fp8"])
+@pytest.mark.parametrize("launcher", ["torchrun", "slurm", "primus"])
+def test_rendered_launches_pass_every_check(plan: SavedPlan, launcher: str) -> None:
+    options = MEGATRON.model_copy(update={"launcher": launcher, "log_dir": "/logs", "save": "/ckpt",
+                                          "primus_config_path": "/exp/run.yaml"})
+    render_launch(plan, options)  # refusals are raised before any text is produced
