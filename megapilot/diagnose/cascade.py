@@ -165,6 +165,8 @@ def _signal_name(number: int) -> str:
 
 def _what(record: ErrorRecord, records: list[ErrorRecord]) -> str:
     kind = failure_kind(record)
+    if "save_started" in record.details:  # a crash inside a checkpoint save's time window
+        return f"{_killed(records)} during the checkpoint save started at {record.details['save_started']}"
     if kind == "killed":
         return _killed(records)
     if kind == "lost peer":

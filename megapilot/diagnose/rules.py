@@ -1,23 +1,32 @@
 """Rules: parsed log (+ the run's flags and GPU) → findings.
 
 Line rules turn the error records of the taxonomy into one finding per category, quoting up to
-`MAX_EVIDENCE` lines from distinct ranks. Metric rules read the iteration series:
+`MAX_EVIDENCE` lines from distinct ranks. Metric rules read the iteration series. Every threshold is a
+constant below with the reason for its value:
 
 - `nan_loss`: a NaN/Inf loss or grad norm, Megatron's nan-iteration counter rising, or `lm loss`
   vanishing from the line (Megatron drops a loss whose average is not >= 0, which NaN is not) in an
-  interval that was not entirely skipped by fp16 loss-scale back-off.
+  interval that was not entirely skipped by fp16 loss-scale back-off; or a NaN report of Megatron-Core's
+  RerunStateMachine (`--check-for-nan-in-loss-and-grad`), which names the rank and iteration.
 - `loss_spike`: a loss above `SPIKE_FACTOR` x the median of the previous `WINDOW` losses that comes
   back down; `loss_divergence`: the last `WINDOW` losses all stay above that level.
+- loss jump after the first update (`loss_spike`, critical): the loss logged right after the first
+  optimizer steps is above `FIRST_UPDATE_JUMP_FACTOR` x the first logged loss: the first update made the model
+  worse, which no window-based rule can see (it has no history yet).
 - `hang`: a gap between two iteration timestamps, or between the last iteration and the last
   timestamp of the log, longer than `HANG_FACTOR` x the median step time (at least `HANG_FLOOR_S`);
   or a log that stops at a known start-up stall point with no error.
-- `slowdown`: the median step time of the last fifth of the steady iterations above
-  `SLOWDOWN_FACTOR` x that of the first fifth, and even the fastest of the last fifth above
-  `SLOWDOWN_FLOOR_FACTOR` x it (sustained, not outliers); at least `SLOWDOWN_MIN_ITERATIONS` steady
-  iterations (short runs of tiny steps on a shared machine are too noisy).
+- `slowdown`: a trend, not one slow step: the Theil-Sen slope of step time over iteration number (the median
+  of all pairwise slopes, robust to outliers such as a save or an evaluation) raises the fitted step time by at
+  least `SLOWDOWN_TREND_GROWTH` over the steady iterations, at least `SLOWDOWN_CONSISTENCY` of the pairwise slopes
+  are positive (noise gives half), and the median of the last fifth is above the first fifth's; at least
+  `SLOWDOWN_MIN_ITERATIONS` steady iterations.
 - `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision)
   below `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below
-  `LOW_MFU_FLOOR`.
+  `LOW_MFU_FLOOR` (the GPU alone, from `--gpu`, is enough).
+- `checkpoint_save_failure` from timing: a rank that crashes within `CRASH_AFTER_SAVE_S` of a checkpoint save
+  starting, before the save finished, died in the save (a native crash in the writer often prints no frame).
+Fixes fit the framework that wrote the log (`megapilot.diagnose.framework_fixes`).
 """
 
 from __future__ import annotations
@@ -26,23 +35,47 @@ import math
 import statistics
 from collections import defaultdict
 
+from megapilot.diagnose.cascade import failure_kind
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.flags import RunConfig
+from megapilot.diagnose.framework_fixes import (
+    allocator_fix,
+    divergence_fixes,
+    memory_fixes,
+)
 from megapilot.diagnose.options import (
-    change, combined_memory_option, current_prediction, memory_options, throughput_options,
+    change,
+    combined_memory_option,
+    current_prediction,
+    memory_options,
+    throughput_options,
 )
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
-from megapilot.logs.records import ErrorRecord, Evidence, IterationRecord
+from megapilot.logs.framework import takes_megatron_flags
+from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord
+from megapilot.spec import GPUSpec
+
+CRASH_DURING_SAVE = "crash_during_save"  # the signature of a crash found inside a save's time window
 
 MAX_EVIDENCE = 5
-WINDOW = 8
-SPIKE_FACTOR = 1.3
-SLOWDOWN_FACTOR = 1.2
-SLOWDOWN_FLOOR_FACTOR = 1.1
-SLOWDOWN_MIN_ITERATIONS = 20
-LOW_MFU_FRACTION = 0.6
+WINDOW = 8  # losses of the last 8 log intervals: enough to smooth one noisy batch, short enough to follow the run
+SPIKE_FACTOR = 1.3  # a healthy LM loss moves by a few % between intervals; 30 % up is a spike, not noise
+# The loss right after the first updates is expected to drop (a fresh model starts at ln(vocab)); 10 % higher is
+# beyond the batch-to-batch noise of a first step (a few %) and means the update itself hurt.
+FIRST_UPDATE_JUMP_FACTOR = 1.1
+FIRST_UPDATE_MAX_ITERATION = 10  # the first logged line must be one of the first updates for the rule to apply
+# Slowdown trend: +20 % over the run is beyond clock and network jitter of a healthy run (CV of a few %), yet
+# catches a slow leak (fragmentation, a growing data queue) long before it doubles the step.
+SLOWDOWN_TREND_GROWTH = 0.2
+SLOWDOWN_CONSISTENCY = 0.65  # share of positive pairwise slopes; pure noise gives 0.5, a real drift well above
+SLOWDOWN_MIN_ITERATIONS = 20  # fewer steady points and a shared machine's noise can fake a trend
+SLOWDOWN_MAX_POINTS = 400  # Theil-Sen is O(n^2) pairs: a longer run is sampled evenly down to this many points
+LOW_MFU_FRACTION = 0.6  # 60 % of the estimator's MFU: the estimator is within ~20-30 % on published runs
+# Well-tuned Megatron runs reach 35-55 % MFU on A100/H100/MI300X for dense models and 25-40 % for MoE (NeMo and
+# Megatron-Bridge performance tables); below 25 % something is wrong whatever the model.
 LOW_MFU_FLOOR = 0.25
-NEAR_FULL_PCT = 95.0
+NEAR_FULL_PCT = 95.0  # the allocator needs a few % of headroom for the next larger block
+CRASH_AFTER_SAVE_S = 300.0  # a torch_dist save of a large model takes minutes; a crash within 5 min is during it
 
 
 def _evidence(records: list[ErrorRecord]) -> list[Evidence]:
@@ -78,7 +111,7 @@ def _ranks(records: list[ErrorRecord]) -> str:
 
 def line_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
     by_category: dict[str, list[ErrorRecord]] = defaultdict(list)
-    for error in log.errors:
+    for error in log.errors + crashes_during_save(log):
         by_category[error.category].append(error)
     findings = []
     for category, records in by_category.items():
@@ -86,6 +119,57 @@ def line_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
         if builder is not None:
             findings.append(builder(records, log, config))
     return findings
+
+
+def crashes_during_save(log: ParsedLog) -> list[ErrorRecord]:
+    """Ranks that died while a checkpoint save was running: a crash (signal or exception) within
+    `CRASH_AFTER_SAVE_S` after a save started and before it finished, by timestamps; without them, a crash later in
+    the same file as a save that never finished. Each becomes a `checkpoint_save_failure` line record."""
+    saves = [op for op in log.checkpoints if op.kind == "save" and op.evidence]
+    found: list[ErrorRecord] = []
+    for crash in log.errors:
+        if crash.category != "process_crash" or failure_kind(crash) not in ("killed", "exception"):
+            continue
+        save = next((op for op in saves if _during(crash, op)), None)
+        if save is not None:
+            start = save.evidence[0]
+            found.append(ErrorRecord(
+                file=crash.file, line=crash.line, text=crash.text, category="checkpoint_save_failure",
+                signature=CRASH_DURING_SAVE, rank=crash.rank, time_s=crash.time_s,
+                details={"save_started": f"{start.file}:{start.line}", "save_iteration": str(save.iteration)}))
+    return found
+
+
+def cascade_errors(log: ParsedLog) -> list[ErrorRecord]:
+    """The error lines a cascade is built from: a crash found inside a save's window stands as the failed save."""
+    during_save = crashes_during_save(log)
+    replaced = {(r.file, r.line) for r in during_save}
+    return [r for r in log.errors if (r.file, r.line) not in replaced] + during_save
+
+
+def _during(crash: ErrorRecord, save: CheckpointOp) -> bool:
+    start = save.evidence[0]
+    if crash.time_s is not None and save.started_s is not None:
+        finished_s = save.started_s + save.duration_s if save.completed and save.duration_s is not None else None
+        return 0.0 <= crash.time_s - save.started_s <= CRASH_AFTER_SAVE_S and (
+            finished_s is None or crash.time_s <= finished_s)
+    return not save.completed and crash.file == start.file and crash.line > start.line
+
+
+def _rerun_nan(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    first = records[0]
+    iteration = first.details.get("iteration")
+    what = "found NaN/Inf" if "found" in first.text.lower() else "an unexpected (NaN/Inf) result"
+    title = (f"NaN reported by Megatron's RerunStateMachine{_ranks(records)}"
+             + (f" at iteration {iteration}" if iteration else ""))
+    cause = (f"Megatron-Core's result validation ({what}) stopped or flagged the step. A NaN in one rank's grad norm "
+             "before the data-parallel reduction points at that rank: if a rerun on the same GPU reproduces it "
+             "('Correct result (but possible Application error)'), it is the numerics (learning rate, init, fp16); "
+             "if not ('Possible persistent error'), suspect that GPU (silent data corruption).")
+    fixes = _divergence_fixes(config, log) + [
+        Fix("add", "nvidia-smi -q -d ECC,PAGE_RETIREMENT  (AMD: amd-smi metric --ecc)", None,
+            "rule out a faulty GPU on the reporting rank's node", kind="command")]
+    return Finding("nan_loss", "critical", title, _evidence(records), cause, fixes, occurrences=len(records))
 
 
 def _oom(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
@@ -96,19 +180,21 @@ def _oom(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -
              "in-flight micro-batches exceed the HBM.")
     if via_nccl:
         cause += " NCCL could not allocate its buffers ('Cuda failure 2'), so memory was already exhausted when it initialised."
-    fixes, note = _memory_fixes(config)
+    fixes, note = _memory_fixes(config, log)
     return Finding("oom", "critical", title, _evidence(records), cause + note, fixes, occurrences=len(records))
 
 
-def _memory_fixes(config: RunConfig | None) -> tuple[list[Fix], str]:
+def _memory_fixes(config: RunConfig | None, log: ParsedLog) -> tuple[list[Fix], str]:
+    own = memory_fixes(log.framework)
+    if own is not None:
+        return own + [allocator_fix(log)], f" (Settings of {log.framework}, which wrote this log.)"
     generic = [
         Fix("add", "--recompute-granularity", "selective", "recompute the attention core instead of storing it",
             option="selective recompute"),
         Fix("add", "--use-distributed-optimizer", None, "shard the optimizer states over the DP ranks",
             option="distributed optimizer"),
         Fix("set", "--micro-batch-size", "1", "fewest activations per micro-batch", option="micro-batch 1"),
-        Fix("set", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less allocator fragmentation", kind="env",
-            option="allocator"),
+        allocator_fix(log),
     ]
     if config is None or not (config.model and config.training and config.parallel):
         return generic, " (No complete flags given: fixes are generic, without predicted memory.)"
@@ -154,9 +240,11 @@ def _nccl_timeout(records: list[ErrorRecord], log: ParsedLog, config: RunConfig 
         Fix("set", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump the flight recorder when the watchdog fires", kind="env"),
         Fix("set", "NCCL_IB_HCA / NCCL_SOCKET_IFNAME", "<your IB devices / interface>",
             "pin NCCL to the right NICs (a wrong interface hangs the first inter-node collective)", kind="env"),
-        (change(flags, "--distributed-timeout-minutes", "30", "only if the slow step is legitimate (e.g. a long save)")
-         if flags else Fix("add", "--distributed-timeout-minutes", "30", "only if the slow step is legitimate")),
     ]
+    if takes_megatron_flags(log.framework):
+        fixes.append(change(flags, "--distributed-timeout-minutes", "30", "only if the slow step is legitimate (e.g. a "
+                            "long save)") if flags else Fix("add", "--distributed-timeout-minutes", "30",
+                                                            "only if the slow step is legitimate"))
     return Finding("nccl_timeout", "critical", title, _evidence(records), cause, fixes, occurrences=len(records))
 
 
@@ -228,9 +316,49 @@ def _checkpoint_save(records: list[ErrorRecord], log: ParsedLog, config: RunConf
                  kind="command"),
              Fix("add", f"touch {path or '<save dir>'}/.write_test", None, "check that every rank can write there",
                  kind="command")]
+    cause, writer_fixes = _checkpoint_writer_cause(records, config, log)
     return Finding("checkpoint_save_failure", "critical", f"Checkpoint save failed{_ranks(records)}", _evidence(records),
-                   "Writing the checkpoint failed: disk full or over quota, no permission, or a filesystem error.",
-                   fixes, occurrences=len(records))
+                   cause, writer_fixes + fixes, occurrences=len(records))
+
+
+def _checkpoint_writer_cause(records: list[ErrorRecord], config: RunConfig | None,
+                             log: ParsedLog) -> tuple[str, list[Fix]]:
+    """What the failing writer says about the cause: a short write, a version mismatch, a native crash."""
+    text = " ".join(r.text + " " + r.details.get("frame", "") for r in records)
+    signatures = {r.signature for r in records}
+    megatron = takes_megatron_flags(log.framework)
+    if "_write_item" in text or "filesystem_async" in text:
+        fixes = [Fix("add", "pip list | grep -iE '^(torch|megatron-core) '", None, "the async writer overrides a "
+                     "torch.distributed.checkpoint method whose signature changed between releases", kind="command")]
+        if megatron:
+            fixes.append(Fix("remove", "--async-save", None, "save synchronously until the versions match"))
+        return ("Megatron-Core's asynchronous filesystem writer (torch_dist format) failed inside torch.distributed"
+                ".checkpoint: a TypeError from `_write_item()` is a Megatron-Core / PyTorch version mismatch, not "
+                "a disk problem."), fixes
+    if "crash_in_checkpoint_writer" in signatures:
+        fixes = [Fix("add", "dmesg -T | tail -50", None, "a native crash in the writer: look for the kernel's view "
+                     "(OOM killer, NFS/Lustre errors, GPU Xid)", kind="command")]
+        if megatron:
+            fixes.append(Fix("remove", "--async-save", None, "the async writer's worker process is where such "
+                             "crashes happen; a synchronous save isolates it"))
+        return ("A rank died while the checkpoint was being written (its stack is in the checkpoint writer: CRC32 of "
+                "a record, PytorchStreamWriter, the torch_dist writer): the save crashed the process, and every "
+                "other rank's error follows from it."), fixes
+    if CRASH_DURING_SAVE in signatures:
+        saves = sorted({r.details["save_started"] for r in records if "save_started" in r.details})
+        return (f"A rank died while a checkpoint save was running (the save started at {', '.join(saves)}, the crash "
+                f"came within {CRASH_AFTER_SAVE_S:.0f} s and before the save finished): a native crash or a kill in "
+                "the writer (its memory, the filesystem client) often prints no frame of its own. Every other rank's "
+                "error follows from it."), [
+            Fix("add", "dmesg -T | tail -50", None, "the kernel's view of the crash (OOM killer, NFS/Lustre errors, "
+                "GPU Xid)", kind="command")] + (
+            [Fix("remove", "--async-save", None, "the async writer's worker process is where such crashes happen; a "
+                 "synchronous save isolates it")] if megatron else [])
+    if "unexpected pos" in text or "pytorchstreamwriter" in text.lower():
+        return ("PyTorch's zip writer (PytorchStreamWriter) wrote fewer bytes than it meant to ('unexpected pos A vs "
+                "B'): the filesystem refused or truncated the write — disk full, over quota, or a network "
+                "filesystem that dropped the write."), []
+    return "Writing the checkpoint failed: disk full or over quota, no permission, or a filesystem error.", []
 
 
 def _checkpoint_load(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
@@ -269,7 +397,8 @@ def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None
 
 
 def _crash(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
-    others = {e.category for e in log.errors} - {"process_crash"}
+    # only a failure that explains itself can be the crash's cause; a timeout or a lost peer is another consequence
+    others = {e.category for e in cascade_errors(log) if failure_kind(e) == "self-explaining"} - {"process_crash"}
     severity = "warning" if others else "error"
     cause = ("A training process exited abnormally (non-zero exit code, signal, or abort)."
              + (f" It follows the {', '.join(sorted(others))} above, which is the likely cause." if others
@@ -292,13 +421,16 @@ _LINE_RULES = {
     "oom": _oom, "nccl_timeout": _nccl_timeout, "nccl_error": _nccl_error, "gpu_hw_fault": _gpu_fault,
     "rendezvous_failure": _rendezvous, "shm_insufficient": _shm, "checkpoint_save_failure": _checkpoint_save,
     "checkpoint_load_failure": _checkpoint_load, "dataloader_error": _dataloader, "config_error": _config,
-    "process_crash": _crash, "hang": _wall_clock_hang,
+    "process_crash": _crash, "hang": _wall_clock_hang, "nan_loss": _rerun_nan,
 }
 
 
 # ---- metric rules ------------------------------------------------------------------------------------
 
 def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
+    own = divergence_fixes(log.framework)
+    if own is not None:
+        return own
     flags = config.flags if config else None
     logged_lr = next((r.lr for r in reversed(log.iterations) if r.lr), None)
     lr = (flags.get_float("--lr") if flags else None) or logged_lr
@@ -331,6 +463,8 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
 
 
 def _nan_finding(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    if any(error.category == "nan_loss" for error in log.errors):
+        return None  # the RerunStateMachine's report names rank and iteration: that finding says more
     bad: list[IterationRecord] = []
     previous: IterationRecord | None = None
     had_loss = False
@@ -477,25 +611,73 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
     steady = records[warmup:]
     if len(steady) < SLOWDOWN_MIN_ITERATIONS:
         return None
-    fifth = max(2, len(steady) // 5)
-    early = statistics.median(r.elapsed_ms for r in steady[:fifth])  # type: ignore[misc]
-    late_times = [r.elapsed_ms for r in steady[-fifth:]]
-    late = statistics.median(late_times)  # type: ignore[type-var]
-    # Sustained, not a few outliers: even the fastest late step is slower than the early median.
-    if late <= SLOWDOWN_FACTOR * early or min(late_times) <= SLOWDOWN_FLOOR_FACTOR * early:  # type: ignore[type-var]
+    trend = step_time_trend(steady)
+    if trend is None:
         return None
-    flags = config.flags if config else None
-    fixes = [
-        change(flags, "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once") if flags
-        else Fix("add", "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once"),
-        change(flags, "--log-straggler", None, "log which rank is slow") if flags
-        else Fix("add", "--log-straggler", None, "log which rank is slow"),
-        Fix("add", "nvidia-smi -q -d CLOCK,PERFORMANCE", None, "check for thermal or power throttling", kind="command"),
-    ]
-    return Finding("slowdown", "warning", f"Step time drifted up {late / early:.2f}x: {early:.0f} → {late:.0f} ms",
-                   [_ev(steady[0]), _ev(steady[-1])],
-                   "Steady-state step time keeps rising: throttling, a straggler rank, memory fragmentation, Python "
-                   "GC, or a data pipeline that falls behind.", fixes)
+    slope_ms, start_ms, end_ms, consistency = trend
+    fifth = max(2, len(steady) // 5)
+    early = statistics.median(r.elapsed_ms or 0.0 for r in steady[:fifth])
+    late = statistics.median(r.elapsed_ms or 0.0 for r in steady[-fifth:])
+    if start_ms <= 0 or end_ms < (1 + SLOWDOWN_TREND_GROWTH) * start_ms or consistency < SLOWDOWN_CONSISTENCY \
+            or late <= early:
+        return None
+    fixes = [Fix("add", "nvidia-smi -q -d CLOCK,PERFORMANCE  (AMD: amd-smi metric --clock)", None,
+                 "check for thermal or power throttling", kind="command"),
+             Fix("add", "py-spy dump --pid <pid of a rank>", None, "see where a slow step spends its time (GC, data "
+                 "loading, a collective)", kind="command")]
+    if takes_megatron_flags(log.framework):
+        flags = config.flags if config else None
+        fixes[:0] = [
+            change(flags, "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once") if flags
+            else Fix("add", "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once"),
+            change(flags, "--log-straggler", None, "log which rank is slow") if flags
+            else Fix("add", "--log-straggler", None, "log which rank is slow"),
+        ]
+    span = steady[-1].iteration - steady[0].iteration
+    return Finding("slowdown", "warning",
+                   f"Step time rose {end_ms / start_ms:.1f}x over {span} iterations: {start_ms:,.0f} → {end_ms:,.0f} ms "
+                   f"(+{slope_ms:,.1f} ms per iteration)",
+                   [_ev(steady[0]), _ev(steady[len(steady) // 2]), _ev(steady[-1])],
+                   f"A steady trend, not one slow step: the robust (Theil-Sen) slope of step time over the run is "
+                   f"+{slope_ms:,.2f} ms per iteration and {consistency:.0%} of the step pairs got slower. Throttling, a "
+                   "straggler rank, memory fragmentation, Python GC, a data pipeline falling behind, or a filesystem "
+                   "getting slower.", fixes)
+
+
+def step_time_trend(records: list[IterationRecord]) -> tuple[float, float, float, float] | None:
+    """Theil-Sen fit of step time (ms) over iteration number: (slope in ms per iteration, fitted step time at the
+    first and at the last iteration, share of pairwise slopes that are positive). None for fewer than 3 points."""
+    points = [(float(r.iteration), r.elapsed_ms) for r in records if r.elapsed_ms is not None]
+    if len(points) > SLOWDOWN_MAX_POINTS:
+        stride = len(points) / SLOWDOWN_MAX_POINTS
+        points = [points[int(i * stride)] for i in range(SLOWDOWN_MAX_POINTS)]
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
+    if len(points) < 3 or not slopes:
+        return None
+    slope = statistics.median(slopes)
+    intercept = statistics.median(y - slope * x for x, y in points)
+    first_x, last_x = points[0][0], points[-1][0]
+    positive = sum(1 for value in slopes if value > 0) / len(slopes)
+    return slope, intercept + slope * first_x, intercept + slope * last_x, positive
+
+
+def _first_update_jump(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    """The loss logged right after the first updates is well above the first logged loss."""
+    series = [r for r in _unique(log.iterations) if r.lm_loss is not None and math.isfinite(r.lm_loss)]
+    if len(series) < 2 or series[0].iteration > FIRST_UPDATE_MAX_ITERATION:
+        return None
+    first, second = series[0], series[1]
+    assert first.lm_loss is not None and second.lm_loss is not None
+    if first.lm_loss <= 0 or second.lm_loss <= FIRST_UPDATE_JUMP_FACTOR * first.lm_loss:
+        return None
+    return Finding(
+        "loss_spike", "critical",
+        f"Loss jumped after the first update: {first.lm_loss:.3f} at iteration {first.iteration} → "
+        f"{second.lm_loss:.3f} at iteration {second.iteration}", [_ev(first), _ev(second)],
+        "The first optimizer steps made the model worse instead of better: the learning rate at the start is too "
+        "high for this initialisation (no or too short warm-up), the loss scale or gradients overflowed, or the "
+        "checkpoint loaded does not match the model (a fine-tune starting from the wrong weights).",
+        _divergence_fixes(config, log))
 
 
 def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | None:
@@ -504,7 +686,7 @@ def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | Non
     full = [r for r in log.iterations if r.memory_usage_pct and r.memory_usage_pct >= NEAR_FULL_PCT]
     cause = ("Memory is within a few percent of capacity: the next larger allocation (a longer batch, evaluation, "
              "a checkpoint) will run out of memory.")
-    fixes, note = _memory_fixes(config)
+    fixes, note = _memory_fixes(config, log)
     if full:
         first = full[0]
         return Finding("oom", "warning", f"Device memory at {first.memory_usage_pct:.1f}% at iteration {first.iteration}",
@@ -520,39 +702,49 @@ def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | Non
                    [Evidence(worst.file, worst.line, worst.text.strip())], cause + note, fixes)
 
 
-def _low_throughput(log: ParsedLog, config: RunConfig | None) -> Finding | None:
-    if config is None or config.gpu is None or not log.summary or not log.summary.tflops_per_gpu_mean:
+def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None = None) -> Finding | None:
+    gpu = config.gpu if config is not None and config.gpu is not None else gpu
+    if gpu is None or not log.summary or not log.summary.tflops_per_gpu_mean:
         return None
-    precision = config.training.precision if config.training else ("bf16" if config.precision_flag != "fp8" else "fp8")
-    peak = config.gpu.peak_tflops(precision)  # type: ignore[arg-type]
+    precision = (config.training.precision if config is not None and config.training else
+                 "fp8" if config is not None and config.precision_flag == "fp8" else "bf16")
+    peak = gpu.peak_tflops(precision)  # type: ignore[arg-type]
     measured_mfu = log.summary.tflops_per_gpu_mean / peak
-    predicted = current_prediction(config) if config.complete else None
+    predicted = current_prediction(config) if config is not None and config.complete else None
     expected = predicted.mfu if predicted and predicted.mfu else None
     threshold = LOW_MFU_FRACTION * expected if expected else LOW_MFU_FLOOR
     if measured_mfu >= threshold:
         return None
     basis = (f"the estimator predicts {expected:.0%} MFU for this layout" if expected
-             else f"no prediction available (flags incomplete or estimator missing): floor {LOW_MFU_FLOOR:.0%} MFU")
-    fixes = [fix for option in sorted(throughput_options(config), key=_gain, reverse=True) for fix in option.fixes()]
+             else f"no prediction (no complete flags): a tuned run reaches well over the {LOW_MFU_FLOOR:.0%} floor")
+    options = throughput_options(config) if config is not None and takes_megatron_flags(log.framework) else []
+    fixes = [fix for option in sorted(options, key=_gain, reverse=True) for fix in option.fixes()]
+    if not fixes:
+        fixes = [Fix("add", "profile one step (torch.profiler or nsys/rocprof)", None, "find whether the time goes to "
+                     "communication, idle bubbles or small kernels", kind="command")]
     evidence = [_ev(r) for r in _unique(log.iterations)[-2:]]
     return Finding("low_throughput", "warning",
                    f"Low throughput: {log.summary.tflops_per_gpu_mean:.0f} TFLOP/s/GPU = {measured_mfu:.1%} MFU on "
-                   f"{config.gpu.alias} ({precision} peak {peak:.0f})", evidence,
+                   f"{gpu.alias} ({precision} peak {peak:.0f})", evidence,
                    f"Measured MFU is far below what this GPU should reach ({basis}).", fixes)
 
 
-def _gain(option) -> float:  # noqa: ANN001
+def _gain(option) -> float:
     if option.prediction is None or option.prediction.tokens_per_s_per_gpu is None or not option.modelled:
         return 0.0
     return option.prediction.tokens_per_s_per_gpu if option.prediction.fits else -1.0
 
 
-def metric_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
+def metric_findings(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None = None) -> list[Finding]:
+    """Findings from the iteration series; `gpu` (from --gpu) rates throughput when no flags were given."""
     findings: list[Finding] = []
-    for rule in (_nan_finding, _slowdown, _memory_near_full, _low_throughput):
+    for rule in (_nan_finding, _slowdown, _memory_near_full, _first_update_jump):
         finding = rule(log, config)
         if finding is not None:
             findings.append(finding)
+    throughput = _low_throughput(log, config, gpu)
+    if throughput is not None:
+        findings.append(throughput)
     findings.extend(_loss_findings(log, config))
     findings.extend(_hang_findings(log, config))
     return findings

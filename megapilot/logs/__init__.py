@@ -11,7 +11,13 @@ Public API:
   `megapilot.logs.summary`).
 """
 
-from megapilot.logs.collect import LogCollector, ParsedLog, follow_log, parse_logs, parse_text
+from megapilot.logs.collect import (
+    LogCollector,
+    ParsedLog,
+    follow_log,
+    parse_logs,
+    parse_text,
+)
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
     DIALECTS,

@@ -37,7 +37,13 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
 from megapilot.logs.lines import CHUNK_BYTES, LineSplitter
-from megapilot.logs.parser import DEEPSPEED_FORK_KEYS, RECORD_NEEDLES, LineParser, leading_time, prefix_time
+from megapilot.logs.parser import (
+    DEEPSPEED_FORK_KEYS,
+    RECORD_NEEDLES,
+    LineParser,
+    leading_time,
+    prefix_time,
+)
 from megapilot.logs.records import Evidence, Record
 from megapilot.logs.signatures import TRIGGERS
 from megapilot.logs.summary import IterationRow, SummaryBuilder

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import contextmanager
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -161,6 +161,7 @@ class LogCollector:
             path=event.path or getattr(started, "path", None), completed=True, duration_s=duration,
             duration_source="timestamps" if duration is not None else None,
             evidence=(open_op["evidence"] if open_op else []) + [evidence],
+            started_s=started.time_s if started is not None else None,
         ))
 
     def _timer(self, timer: TimerRecord) -> None:
@@ -174,7 +175,7 @@ class LogCollector:
             self.log.checkpoints[-1] = CheckpointOp(
                 kind=last.kind, iteration=last.iteration, path=last.path, completed=last.completed,
                 duration_s=timer.max_ms / 1000.0, duration_source="timer",
-                evidence=last.evidence + [Evidence(timer.file, timer.line, timer.text)],
+                evidence=last.evidence + [Evidence(timer.file, timer.line, timer.text)], started_s=last.started_s,
             )
 
     def _finish_open(self, kind: str) -> None:
@@ -183,7 +184,7 @@ class LogCollector:
             started: CheckpointEvent = open_op["event"]
             self._keep_op(CheckpointOp(kind=started.kind, iteration=started.iteration, path=started.path,
                                        completed=False, duration_s=None, duration_source=None,
-                                       evidence=open_op["evidence"]))
+                                       evidence=open_op["evidence"], started_s=started.time_s))
 
     def _keep_op(self, op: CheckpointOp) -> None:
         if len(self.log.checkpoints) < MAX_KEPT_CHECKPOINTS:

@@ -235,7 +235,7 @@ def last_timestamp(text: str, end: int | None = None) -> float | None:
     """The last timestamp in `text[:end]`, or None: the one helper for "the most precise stamp before the
     message" (Primus prints an outer and an inner timestamp; the inner one, last, has the microseconds)."""
     final = None
-    for final in TIMESTAMP_RE.finditer(text, 0, len(text) if end is None else end):  # noqa: B007 - keep the last
+    for final in TIMESTAMP_RE.finditer(text, 0, len(text) if end is None else end):
         pass
     return _timestamp_from_match(final) if final is not None else None
 

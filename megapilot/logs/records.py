@@ -102,9 +102,9 @@ class IterationRecord(_Record):
 
     @property
     def lm_loss(self) -> float | None:
-        """The language-model loss: `lm loss` (Megatron), `lm_loss` (GPT-NeoX), `loss` (torchtitan, DeepSpeed) or
-        `reduced_train_loss` (NeMo's Lightning progress bar)."""
-        for key in ("lm loss", "lm_loss", "loss", "reduced_train_loss"):
+        """The language-model loss: `lm loss` (Megatron), `lm_loss` (GPT-NeoX), `reduced_train_loss` (NeMo; its
+        progress bar's `loss` is a smoothed display value) or `loss` (torchtitan, DeepSpeed)."""
+        for key in ("lm loss", "lm_loss", "reduced_train_loss", "loss"):
             if key in self.losses:
                 return self.losses[key]
         return None
@@ -202,6 +202,7 @@ class CheckpointOp(_Record):
     duration_s: float | None
     duration_source: Literal["timestamps", "timer"] | None
     evidence: list[Evidence]
+    started_s: float | None = None  # the start line's timestamp, when it printed one
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose import diagnose
-from megapilot.logs import parse_text
 from megapilot.diagnose.engine import diagnose_log
+from megapilot.logs import parse_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -110,7 +110,92 @@ def test_low_throughput_on_h100_from_real_mixtral_log():
 
 
 def test_low_throughput_needs_the_gpu_type():
-    assert categories("real/04_low_throughput_mixtral_h100_130tflops.log") == []
+    assert "low_throughput" not in categories("real/04_low_throughput_mixtral_h100_130tflops.log")
+
+
+def test_low_throughput_from_the_gpu_alone_without_flags():
+    findings = diagnose([DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"], gpu=get_gpu("h100")).findings
+    (finding,) = [f for f in findings if f.category == "low_throughput"]
+    assert "13.0% MFU" in finding.title and "bf16 peak 989" in finding.title
+    assert "no prediction" in finding.cause
+    # the loss rising from the first logged steps (0.209 → 0.235 → 0.724) is a finding of its own
+    assert "loss_spike" in [f.category for f in findings]
+
+
+# ---- issue 13: classes a public-log review found missed ------------------------------------------------
+
+@pytest.mark.parametrize(("name", "signature_word"), [
+    ("synthetic_ckpt_stream_writer_unexpected_pos.log", "zip writer"),
+    ("synthetic_ckpt_async_write_item_typeerror.log", "version mismatch"),
+    ("synthetic_ckpt_segfault_in_writer.log", "checkpoint writer"),
+    ("synthetic_crash_during_save", "save was running"),
+])
+def test_checkpoint_writer_failures_are_found_without_the_word_checkpoint(name: str, signature_word: str):
+    findings = diagnose([DATA / name]).findings
+    assert findings[0].category == "checkpoint_save_failure", [f.title for f in findings]
+    assert signature_word in findings[0].cause
+
+
+def test_async_writer_type_error_points_at_versions_not_the_disk():
+    (finding,) = diagnose([DATA / "synthetic_ckpt_async_write_item_typeerror.log"]).findings
+    assert [f.flag for f in finding.fixes][:2] == ["pip list | grep -iE '^(torch|megatron-core) '", "--async-save"]
+    assert finding.evidence[0].line == 10 and "rank 3" in finding.title
+
+
+def test_a_rank_dying_seconds_after_a_save_started_on_another_node_is_a_failed_save():
+    result = diagnose([DATA / "synthetic_crash_during_save"])
+    assert result.story[0].startswith("first failure: rank 11 killed by SIGSEGV (exit code -11) during the checkpoint "
+                                      "save started at")
+    assert [f.category for f in result.findings] == ["checkpoint_save_failure", "nccl_timeout", "process_crash"]
+    assert "checkpoint_save_failure" in result.findings[-1].cause  # the crash follows the save, not the timeout
+
+
+def test_a_crash_long_after_a_finished_save_is_not_blamed_on_it():
+    log = parse_text("\n".join([
+        "[2026-01-01 10:00:00] saving checkpoint at iteration     100 to /ckpt in torch_dist format",
+        "[2026-01-01 10:00:30] successfully saved checkpoint from iteration     100 to /ckpt",
+        "[2026-01-01 11:00:00] [rank1]: Segmentation fault (core dumped)",
+    ]))
+    assert [f.category for f in diagnose_log(log, None).findings] == ["process_crash"]
+
+
+def test_rerun_state_machine_nan_report_names_rank_and_iteration():
+    (finding,) = diagnose([DATA / "synthetic_rerun_state_machine_nan.log"]).findings
+    assert finding.category == "nan_loss" and "rank 5 at iteration 4120" in finding.title
+    assert "silent data corruption" in finding.cause
+
+
+def test_megatron_llm_progressive_slowdown_is_a_trend():
+    (finding,) = diagnose([DATA / "synthetic_megatron_llm_slowdown.log"]).findings
+    assert finding.category == "slowdown" and "Theil-Sen" in finding.cause
+    assert finding.title.startswith("Step time rose 6.")
+
+
+def test_noisy_flat_step_times_with_periodic_slow_steps_are_no_slowdown():
+    assert categories("synthetic_megatron_llm_flat_noisy.log") == []
+
+
+def test_gpt_neox_loss_jump_after_the_first_update():
+    (finding,) = diagnose([DATA / "synthetic_gpt_neox_loss_jump_first_update.log"]).findings
+    assert finding.category == "loss_spike" and finding.severity == "critical"
+    assert "10.981 at iteration 1 → 14.203 at iteration 2" in finding.title
+    # GPT-NeoX takes its settings from its YAML config, not Megatron-LM flags
+    assert {f.kind for f in finding.fixes} == {"config"} and "gradient_clipping" in {f.flag for f in finding.fixes}
+
+
+def test_torchtitan_hip_oom_gets_torchtitan_settings_and_the_hip_allocator():
+    result = diagnose([DATA / "synthetic_torchtitan_hip_oom.log"])
+    (finding,) = result.findings
+    assert result.log.framework == "torchtitan"
+    flags = [f.flag for f in finding.fixes]
+    assert "--activation_checkpoint.mode" in flags and "PYTORCH_HIP_ALLOC_CONF" in flags
+    assert not any(flag.startswith("--recompute") or flag == "PYTORCH_CUDA_ALLOC_CONF" for flag in flags)
+
+
+def test_a_cuda_oom_from_megatron_keeps_megatron_flags_and_the_cuda_allocator():
+    (finding,) = diagnose([DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"]).findings
+    flags = [f.flag for f in finding.fixes]
+    assert "PYTORCH_CUDA_ALLOC_CONF" in flags and "PYTORCH_HIP_ALLOC_CONF" not in flags
 
 
 def test_root_cause_ranks_above_its_consequences():

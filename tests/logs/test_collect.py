@@ -12,8 +12,19 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.logs import collect
-from megapilot.logs.collect import LogCollector, _file_dialect, follow_log, parse_logs, parse_text
-from megapilot.logs.records import CheckpointEvent, ErrorRecord, MemoryRecord, TimerRecord
+from megapilot.logs.collect import (
+    LogCollector,
+    _file_dialect,
+    follow_log,
+    parse_logs,
+    parse_text,
+)
+from megapilot.logs.records import (
+    CheckpointEvent,
+    ErrorRecord,
+    MemoryRecord,
+    TimerRecord,
+)
 
 ITERATION = " iteration {it:8d}/     100 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 5.0E+00 |\n"
 OOM = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"

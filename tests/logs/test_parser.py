@@ -175,3 +175,50 @@ def test_megatron_deepspeed_fork_tflops_and_extra_fields():
     record = log.iterations[0]
     assert record.tflops_per_gpu == 120.37 and record.extra["samples per second"] == 13.643
     assert record.loss_scale == 4096.0 and record.lm_loss == pytest.approx(7.512345)
+
+
+# ---- other frameworks' dialects (synthetic fixtures in the formats named in tests/data/logs/INDEX.md) -------------
+
+def test_gpt_neox_lines_with_samples_per_second_first_and_human_readable_flops():
+    log = parse("synthetic_gpt_neox_loss_jump_first_update.log")
+    assert log.dialect == "gpt-neox" and log.framework == "gpt-neox"
+    first = log.iterations[0]
+    assert (first.iteration, first.train_iters, first.elapsed_ms, first.tflops_per_gpu) == (1, 143000, 5191.4, 148.2)
+    assert first.lm_loss == pytest.approx(10.9812) and first.losses == {"lm_loss": pytest.approx(10.9812)}
+    assert first.loss_scale == 65536.0 and first.lr == pytest.approx(6e-6)
+    assert len(log.iterations) == 12 and not log.errors
+
+
+def test_nemo1_lightning_progress_bar_segments():
+    log = parse("synthetic_nemo1_lightning_progress.log")
+    assert log.dialect == "nemo" and len(log.iterations) == 12 and {r.line for r in log.iterations} == {1}
+    last = log.iterations[-1]
+    assert (last.iteration, last.train_iters, last.consumed_samples) == (11, 77225, 24600)
+    assert last.elapsed_ms == pytest.approx(41320.0) and last.lm_loss == pytest.approx(3.08)
+
+
+def test_nemo2_progress_printer_lines():
+    log = parse("synthetic_nemo2_progress_printer.log")
+    assert log.dialect == "nemo" and [r.iteration for r in log.iterations] == list(range(12))
+    record = log.iterations[3]
+    assert record.elapsed_ms == pytest.approx(2053.0) and record.gbs == 8 and record.consumed_samples == 32
+    assert record.lm_loss == pytest.approx(8.24) and record.lr == pytest.approx(3e-5)
+
+
+def test_deepspeed_pipeline_engine_steps():
+    log = parse("synthetic_deepspeed_pipeline_steps.log")
+    assert log.dialect == "deepspeed" and [r.iteration for r in log.iterations] == list(range(10, 90, 10))
+    assert log.iterations[0].elapsed_ms == pytest.approx(2350.0) and log.iterations[0].lm_loss == pytest.approx(7.05)
+    assert log.iterations[0].time_s is not None
+
+
+def test_megatron_deepspeed_and_megatron_llm_dialects():
+    assert parse_text(" iteration 10/ 100 | consumed samples: 320 | elapsed time per iteration (ms): 2345.6 | "
+                      "TFLOPs: 120.37 |").dialect == "megatron-deepspeed"
+    assert parse("synthetic_megatron_llm_slowdown.log").dialect == "megatron-lm"  # Megatron-LLM keeps the format
+
+
+def test_traceback_frames_name_the_framework_when_no_iteration_line_does():
+    log = parse_text('Traceback (most recent call last):\n  File "/opt/torchtitan/torchtitan/train.py", line 9, in '
+                     "train\ntorch.OutOfMemoryError: HIP out of memory.")
+    assert log.dialect == "unknown" and log.framework == "torchtitan"

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.sources import expand_log_paths, is_text, logs_in_directory, source_labels
+from megapilot.logs.sources import (
+    expand_log_paths,
+    is_text,
+    logs_in_directory,
+    source_labels,
+)
 
 
 def _run_dir(root: Path) -> Path:

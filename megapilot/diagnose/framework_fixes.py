@@ -1,0 +1,113 @@
+"""Fixes written for the framework that wrote the log: its own settings, not Megatron-LM flags.
+
+A torchtitan run is configured by its TOML job config (or `--section.key value` overrides), GPT-NeoX by its YAML
+config, DeepSpeed by its JSON config, NeMo and Megatron-Bridge by recipe overrides (`model.x=y`). Offering
+`--recompute-granularity` to any of them would be advice the user cannot apply. The settings below are the
+frameworks' own names for the same remedies the Megatron-LM rules offer; `kind="config"` says where they go.
+
+Allocator settings are environment variables: PyTorch reads `PYTORCH_HIP_ALLOC_CONF` on ROCm builds and
+`PYTORCH_CUDA_ALLOC_CONF` on CUDA builds, so the name follows the device the log names.
+"""
+
+from __future__ import annotations
+
+from megapilot.diagnose.findings import Fix
+from megapilot.logs.collect import ParsedLog
+
+_MEMORY: dict[str, list[Fix]] = {
+    "torchtitan": [
+        Fix("set", "--activation_checkpoint.mode", "full", "recompute activations in the backward pass",
+            kind="config", option="activation checkpointing"),
+        Fix("set", "--training.local_batch_size", "1", "fewest activations per step (older releases: "
+            "--training.batch_size)", kind="config", option="smaller local batch"),
+        Fix("set", "--parallelism.data_parallel_shard_degree", "-1", "shard parameters, gradients and optimizer "
+            "states over every data-parallel rank (FSDP2)", kind="config", option="FSDP sharding"),
+    ],
+    "gpt-neox": [
+        Fix("set", "checkpoint-activations", "true", "recompute activations (YAML config)", kind="config",
+            option="activation checkpointing"),
+        Fix("set", "train_micro_batch_size_per_gpu", "1", "fewest activations per micro-batch", kind="config",
+            option="micro-batch 1"),
+        Fix("set", "zero_optimization.stage", "1", "shard the optimizer states over the DP ranks", kind="config",
+            option="ZeRO-1"),
+    ],
+    "deepspeed": [
+        Fix("set", "zero_optimization.stage", "3", "shard parameters, gradients and optimizer states (ds_config)",
+            kind="config", option="ZeRO-3"),
+        Fix("set", "train_micro_batch_size_per_gpu", "1", "fewest activations per micro-batch", kind="config",
+            option="micro-batch 1"),
+        Fix("set", "activation_checkpointing.partition_activations", "true", "split checkpointed activations over "
+            "the model-parallel ranks", kind="config", option="activation checkpointing"),
+    ],
+    "nemo": [
+        Fix("set", "model.activations_checkpoint_granularity", "selective", "recompute the attention core",
+            kind="config", option="selective recompute"),
+        Fix("set", "model.micro_batch_size", "1", "fewest activations per micro-batch", kind="config",
+            option="micro-batch 1"),
+        Fix("set", "model.optim.name", "distributed_fused_adam", "shard the optimizer states over the DP ranks",
+            kind="config", option="distributed optimizer"),
+    ],
+    "megatron-bridge": [
+        Fix("set", "model.recompute_granularity", "selective", "recompute the attention core (recipe override)",
+            kind="config", option="selective recompute"),
+        Fix("set", "train.micro_batch_size", "1", "fewest activations per micro-batch", kind="config",
+            option="micro-batch 1"),
+        Fix("set", "ddp.use_distributed_optimizer", "true", "shard the optimizer states over the DP ranks",
+            kind="config", option="distributed optimizer"),
+    ],
+}
+
+_DIVERGENCE: dict[str, list[Fix]] = {
+    "torchtitan": [
+        Fix("set", "--optimizer.lr", "<half the current>", "halve the peak learning rate", kind="config"),
+        Fix("set", "--lr_scheduler.warmup_steps", "<1% of the steps, at least 100>", "warm the learning rate up",
+            kind="config"),
+        Fix("set", "--training.max_norm", "1.0", "clip the global grad norm at 1.0", kind="config"),
+    ],
+    "gpt-neox": [
+        Fix("set", "optimizer.params.lr", "<half the current>", "halve the peak learning rate", kind="config"),
+        Fix("set", "warmup", "0.01", "warm the learning rate up over the first 1% of the steps", kind="config"),
+        Fix("set", "gradient_clipping", "1.0", "clip the global grad norm at 1.0", kind="config"),
+    ],
+    "deepspeed": [
+        Fix("set", "optimizer.params.lr", "<half the current>", "halve the peak learning rate", kind="config"),
+        Fix("set", "scheduler.params.warmup_num_steps", "<1% of the steps, at least 100>",
+            "warm the learning rate up", kind="config"),
+        Fix("set", "gradient_clipping", "1.0", "clip the global grad norm at 1.0", kind="config"),
+    ],
+    "nemo": [
+        Fix("set", "model.optim.lr", "<half the current>", "halve the peak learning rate", kind="config"),
+        Fix("set", "model.optim.sched.warmup_steps", "<1% of the steps, at least 100>", "warm the learning rate up",
+            kind="config"),
+        Fix("set", "trainer.gradient_clip_val", "1.0", "clip the global grad norm at 1.0", kind="config"),
+    ],
+    "megatron-bridge": [
+        Fix("set", "optimizer.lr", "<half the current>", "halve the peak learning rate", kind="config"),
+        Fix("set", "scheduler.lr_warmup_iters", "<1% of the steps, at least 100>", "warm the learning rate up",
+            kind="config"),
+        Fix("set", "optimizer.clip_grad", "1.0", "clip the global grad norm at 1.0", kind="config"),
+    ],
+}
+
+
+def runs_on_rocm(log: ParsedLog) -> bool:
+    """Whether the log names a ROCm device (HIP errors, AMD Primus's `hip mem usage`, amdgpu lines)."""
+    if log.dialect in ("primus-megatron", "primus-torchtitan"):
+        return True
+    return any("hip" in error.text.lower() or "amdgpu" in error.text.lower() for error in log.errors)
+
+
+def allocator_fix(log: ParsedLog) -> Fix:
+    """Expandable segments, under the variable name the device's PyTorch build reads."""
+    name = "PYTORCH_HIP_ALLOC_CONF" if runs_on_rocm(log) else "PYTORCH_CUDA_ALLOC_CONF"
+    return Fix("set", name, "expandable_segments:True", "less allocator fragmentation", kind="env", option="allocator")
+
+
+def memory_fixes(framework: str) -> list[Fix] | None:
+    """The framework's own memory settings; None for a framework that takes Megatron-LM flags."""
+    return list(_MEMORY[framework]) if framework in _MEMORY else None
+
+
+def divergence_fixes(framework: str) -> list[Fix] | None:
+    """The framework's own learning-rate, warm-up and clipping settings; None for Megatron-LM flag frameworks."""
+    return list(_DIVERGENCE[framework]) if framework in _DIVERGENCE else None
