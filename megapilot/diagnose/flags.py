@@ -22,18 +22,32 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import get_args
 
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
-from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
+from megapilot.spec.model import (
+    Llama3RopeScaling,
+    LoadBalancing,
+    MlpActivation,
+    PositionEmbedding,
+    RouterDtype,
+    YarnRopeScaling,
+)
+from megapilot.spec.training import Precision
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
                             re.MULTILINE)
 # Primus writes a few keys under the flag's name rather than Megatron's destination.
 _PRIMUS_DESTINATION = {"norm_epsilon": "layernorm_epsilon"}
+# Flag values the specs accept, by their text (anything else falls back to the stated default).
+_LOAD_BALANCING: dict[str, LoadBalancing] = {name: name for name in get_args(LoadBalancing)}
+_ROUTER_DTYPES: dict[str, RouterDtype] = {name: name for name in get_args(RouterDtype)}
+_POSITION_EMBEDDINGS: dict[str, PositionEmbedding] = {name: name for name in get_args(PositionEmbedding)}
+_FLAG_PRECISIONS: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}  # what _precision reads
 # Megatron-FSDP's switch; Megatron-LM before core_v0.14 called it --use-custom-fsdp.
 FSDP_SWITCHES = ("--use-megatron-fsdp", "--use-custom-fsdp")
 _TORCHRUN_VALUE_FLAGS = frozenset({"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
@@ -323,8 +337,9 @@ def _vocab_size(flags: LaunchFlags, notes: list[str]) -> int:
 
 
 def _ffn_hidden_size(flags: LaunchFlags, hidden: int) -> int:
-    if flags.get_int("--ffn-hidden-size"):
-        return flags.get_int("--ffn-hidden-size")  # type: ignore[return-value]
+    given = flags.get_int("--ffn-hidden-size")
+    if given:
+        return given
     if flags.has("--swiglu"):  # Megatron's default for SwiGLU: 2/3 of 4h, rounded down to a multiple of 64
         return int(4 * hidden * 2 / 3 / 64) * 64
     return 4 * hidden
@@ -370,14 +385,14 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
         first_k_dense_layers=first_dense, moe_layer_freq=frequency,
         shared_expert_gate=flags.has("--moe-shared-expert-gate"),
         router_expert_bias=flags.has("--moe-router-enable-expert-bias"),
-        load_balancing_type=balancing if balancing in ("aux_loss", "seq_aux_loss", "sinkhorn", "none") else "aux_loss",
+        load_balancing_type=_LOAD_BALANCING.get(balancing or "", "aux_loss"),
         aux_loss_coeff=flags.get_float("--moe-aux-loss-coeff", 0.0) or 0.0,
         router_score_function="sigmoid" if flags.get("--moe-router-score-function") == "sigmoid" else "softmax",
         router_pre_softmax=flags.has("--moe-router-pre-softmax"),
         router_topk_scaling_factor=flags.get_float("--moe-router-topk-scaling-factor"),
         router_num_groups=flags.get_int("--moe-router-num-groups"),
         router_group_topk=flags.get_int("--moe-router-group-topk"),
-        router_dtype=router_dtype if router_dtype in ("fp32", "fp64") else None,  # type: ignore[arg-type]  # checked
+        router_dtype=_ROUTER_DTYPES.get(router_dtype or ""),
     )
 
 
@@ -420,19 +435,18 @@ def _sliding_window(flags: LaunchFlags) -> int | None:
     return int(left) + 1 if left.strip().isdigit() else None
 
 
-def _activation(flags: LaunchFlags) -> str:
+def _activation(flags: LaunchFlags) -> MlpActivation:
     if flags.has("--swiglu"):
         return "swiglu"
     return "squared_relu" if flags.has("--squared-relu") else "gelu"
 
 
-def _position_embedding(flags: LaunchFlags) -> str:
+def _position_embedding(flags: LaunchFlags) -> PositionEmbedding:
     if flags.has("--use-rotary-position-embeddings"):
         return "rope"
     if flags.has("--no-position-embedding"):
         return "none"
-    kind = flags.get("--position-embedding-type", "learned_absolute")
-    return kind if kind in ("rope", "learned_absolute", "none") else "rope"
+    return _POSITION_EMBEDDINGS.get(flags.get("--position-embedding-type") or "learned_absolute", "rope")
 
 
 def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> ModelSpec | None:
@@ -451,10 +465,10 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         kv_channels=kv_channels, vocab_size=_vocab_size(flags, notes),
         make_vocab_size_divisible_by=flags.get_int("--make-vocab-size-divisible-by", 128) or 128,
         max_position_embeddings=flags.get_int("--max-position-embeddings") or seq_length or 4096,
-        mlp_activation=_activation(flags),  # type: ignore[arg-type]
+        mlp_activation=_activation(flags),
         normalization="RMSNorm" if flags.get("--normalization") == "RMSNorm" else "LayerNorm",
         norm_epsilon=flags.get_float("--norm-epsilon", 1e-5) or 1e-5,
-        position_embedding=_position_embedding(flags),  # type: ignore[arg-type]
+        position_embedding=_position_embedding(flags),
         rotary_base=flags.get_int("--rotary-base", 10000) or 10000,
         tie_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
         add_bias_linear=not flags.has("--disable-bias-linear"),
@@ -482,10 +496,10 @@ def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | Non
         warmup = int(train_iters * (flags.get_float("--lr-warmup-fraction") or 0))
     return TrainingSpec(
         seq_length=seq, global_batch_size=gbs,
-        precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16",  # type: ignore[arg-type]
+        precision=_FLAG_PRECISIONS.get(precision, "bf16"),
         train_iters=train_iters, lr=flags.get_float("--lr", 3e-4) or 3e-4,
         min_lr=flags.get_float("--min-lr", 0.0) or 0.0, lr_warmup_iters=warmup or 0,
-        clip_grad=flags.get_float("--clip-grad", 1.0) if flags.get_float("--clip-grad", 1.0) is not None else 1.0,
+        clip_grad=flags.get_float("--clip-grad", 1.0) or 0.0,
         init_method_std=flags.get_float("--init-method-std", 0.02) or 0.02,
     )
 

@@ -14,8 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.flags import FSDP_SWITCHES, RunConfig, collect_flags
+from megapilot.launch.checks import check_megatron_args
+from megapilot.launch.environment import launch_environment
+from megapilot.launch.flags import megatron_arg_sections
+from megapilot.launch.options import LaunchOptions
 from megapilot.spec import ClusterSpec, GPUSpec, ParallelConfig, SavedPlan, TrainingSpec
 
 # Flags that say the same thing in two spellings: when one is set or removed, the other must go.
@@ -36,23 +41,22 @@ class RenderedLaunch:
 
     flags: dict[str, str | None]
     section_of: dict[str, str]
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)  # None: the script unsets it
     env_reason: dict[str, str] = field(default_factory=dict)
 
 
 def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: TrainingSpec) -> RenderedLaunch:
-    """The launch package's flags and environment for `parallel`; MegapilotError where it refuses the layout."""
-    from megapilot.launch.environment import launch_environment
-    from megapilot.launch.flags import megatron_arg_sections
-    from megapilot.launch.options import LaunchOptions
-
+    """The launch package's flags and environment for `parallel`, checked by the same rules `megapilot script`
+    applies before writing (Megatron's validate_args and TransformerConfig); MegapilotError where it refuses."""
     assert config.model is not None
     cluster = config.cluster or ClusterSpec.from_gpu_count(_stand_in_gpu(), config.world_size)
     plan = SavedPlan(model=config.model, cluster=cluster, training=training, parallel=parallel)
     options = LaunchOptions(mock_data=True)  # data flags do not depend on the layout; mock data renders anywhere
+    sections = megatron_arg_sections(plan, options)
+    check_megatron_args([word for section in sections for word in section.args], cluster.gpu)
     flags: dict[str, str | None] = {}
     section_of: dict[str, str] = {}
-    for section in megatron_arg_sections(plan, options):
+    for section in sections:
         if config.gpu is None and not section.title.startswith(_LAYOUT_SECTIONS):
             continue
         for name, value in collect_flags(section.args).values.items():
@@ -61,13 +65,11 @@ def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: Train
     if config.gpu is None:
         return RenderedLaunch(flags=flags, section_of=section_of)
     env = launch_environment(plan, options)
-    return RenderedLaunch(flags=flags, section_of=section_of, env={v.name: v.value for v in env},
+    return RenderedLaunch(flags=flags, section_of=section_of, env={v.name: None if v.unset else v.value for v in env},
                           env_reason={v.name: v.why for v in env})
 
 
 def _stand_in_gpu() -> GPUSpec:
-    from megapilot.catalog.gpus import get_gpu
-
     return get_gpu(_STAND_IN_GPU)
 
 
@@ -118,10 +120,17 @@ def _spellings(name: str) -> frozenset[str]:
 
 
 def _env_edits(now: RenderedLaunch, then: RenderedLaunch, label: str, why: dict[str, str]) -> list[Fix]:
-    fixes = [Fix(action="set", flag=name, value=value, kind="env",
-                 reason=why.get(name) or then.env_reason[name])
-             for name, value in then.env.items() if now.env.get(name) != value]
+    """Exports the proposal sets or changes, variables it unsets, and exports it no longer writes."""
+    fixes: list[Fix] = []
+    for name, value in then.env.items():
+        if name in now.env and now.env[name] == value:
+            continue
+        reason = why.get(name) or then.env_reason[name]
+        if value is None:
+            fixes.append(Fix(action="remove", flag=name, value=None, kind="env", reason=reason))
+        else:
+            fixes.append(Fix(action="set", flag=name, value=value, kind="env", reason=reason))
     fixes += [Fix(action="remove", flag=name, value=None, kind="env",
-                  reason=why.get(name) or f"unset: the launch of {label} does not export it")
-              for name in now.env if name not in then.env]
+                  reason=why.get(name) or f"the launch of {label} does not export it")
+              for name, value in now.env.items() if name not in then.env and value is not None]
     return fixes

@@ -53,15 +53,11 @@ def remove(name: str, reason: str) -> Fix:
 def _layout(config: RunConfig, **update: object) -> ParallelConfig | None:
     """The current layout with some fields changed, DP re-derived; None if Megatron would refuse it."""
     assert config.parallel is not None and config.model is not None and config.training is not None
-    fields = config.parallel.model_dump() | update
-    tp, pp, cp = int(fields["tp"]), int(fields["pp"]), int(fields["cp"])  # type: ignore[call-overload]
-    if config.world_size % (tp * pp * cp):
-        return None
-    fields["dp"] = config.world_size // (tp * pp * cp)
-    if tp == 1:
+    fields = config.parallel.model_dump(exclude={"dp"}) | update
+    if fields["tp"] == 1:
         fields["sequence_parallel"] = False
     try:
-        parallel = ParallelConfig.model_validate(fields)
+        parallel = ParallelConfig.for_world(config.world_size, **fields)  # MegapilotError if TP*PP*CP does not divide
         if config.cluster is not None:
             validate_layout(config.model, config.cluster, config.training, parallel)
     except (MegapilotError, ValueError):

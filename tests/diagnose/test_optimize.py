@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from megapilot.catalog import get_model
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose import read_flags, run_config
+from megapilot.diagnose.flags import apply_fixes
 from megapilot.diagnose.optimize import optimize
 from megapilot.errors import MegapilotError
+from megapilot.estimate import estimate
+from megapilot.launch import render_launch
+from megapilot.launch.options import LaunchOptions
+from megapilot.plan import plan
+from megapilot.spec import TrainingSpec
+from tests.launch.plans import make_plan
 
 FLAGS = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
          "--group-query-attention --num-query-groups 8 --seq-length 4096 --global-batch-size 128 "
@@ -58,3 +68,30 @@ def test_measured_step_time_calibrates_every_prediction():
     assert slower.current_tokens_per_s_per_gpu == pytest.approx(plain.current_tokens_per_s_per_gpu / 2, rel=1e-3)
     gains = [c.gain_pct for c in slower.changes if c.gain_pct is not None and c.fits]
     assert gains == sorted(gains, reverse=True)
+
+
+def _llama70b_script(tmp_path: Path) -> Path:
+    """The issue's run: Llama 3.1 70B, TP4 PP4 CP2 VPP5 on 16 nodes x 8 H100, as `megapilot script` writes it."""
+    plan = make_plan(get_model("llama3.1-70b"), "h100", 16, TrainingSpec(seq_length=8192, global_batch_size=512),
+                     tp=4, pp=4, vpp=5, cp=2, sequence_parallel=True, recompute="selective")
+    launch = render_launch(plan, LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM",
+                                               check_paths_exist=False))
+    path = tmp_path / "train.sh"
+    path.write_text(launch.script)
+    return path
+
+
+def test_the_planners_layout_is_proposed_with_every_flag_it_needs_and_its_own_memory(tmp_path: Path):
+    config = run_config(read_flags(script=_llama70b_script(tmp_path)))
+    report = optimize(config)
+    [planner] = [c for c in report.changes if c.source == "planner"]
+    best = plan(config.model, config.cluster, config.training, top=1).best.parallel
+    proposed = run_config(apply_fixes(config.flags, planner.fixes), gpu=config.gpu, gpus=config.world_size)
+    for field in ("tp", "pp", "vpp", "cp", "dp", "mbs", "sequence_parallel", "recompute", "fsdp"):
+        assert getattr(proposed.parallel, field) == getattr(best, field), field
+    if best.fsdp:  # the FSDP layout is proposed with Megatron-FSDP switched on, not just its memory
+        assert proposed.flags.has("--use-megatron-fsdp") and proposed.flags.has("--use-distributed-optimizer")
+        assert proposed.flags.get("--ckpt-format") == "fsdp_dtensor"
+    exact = estimate(proposed.model, proposed.cluster, proposed.training, proposed.parallel)
+    assert planner.predicted_memory_gib == exact.memory_gib.total
+    assert planner.fits == exact.fits

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from megapilot.catalog.gpus import get_gpu
-from megapilot.diagnose.flags import read_flags, run_config
+from megapilot.diagnose.flags import apply_fixes, read_flags, run_config
 from megapilot.diagnose.options import (
-    change, combined_memory_option, current_prediction, memory_options, remove, throughput_options,
+    change,
+    combined_memory_option,
+    current_prediction,
+    memory_options,
+    remove,
+    throughput_options,
 )
-from megapilot.spec import validate_layout
+from megapilot.estimate import estimate
+from megapilot.spec import ParallelConfig, validate_layout
 
 # Llama-3-8B shape, TP 2 without SP, MBS 2, no recompute, no distributed optimizer.
 LLAMA3_8B = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
@@ -51,7 +57,8 @@ def test_every_memory_option_predicts_less_memory_than_now():
     now = current_prediction(config)
     assert now is not None
     options = memory_options(config)
-    assert {"distributed optimizer", "sequence parallel", "micro-batch 1", "full recompute"} <= {o.label for o in options}
+    labels = {o.label for o in options}
+    assert {"distributed optimizer", "Megatron-FSDP", "sequence parallel", "micro-batch 1", "full recompute"} <= labels
     for option in options:
         assert option.prediction is not None and option.prediction.memory_gib < now.memory_gib, option.label
 
@@ -93,3 +100,35 @@ def test_combined_option_fits_and_names_each_flag_once():
 
 def test_combined_option_needs_the_gpu_to_predict():
     assert combined_memory_option(_config(gpu=None)) is None
+
+
+def test_every_option_lists_the_flags_that_reparse_into_its_predicted_layout():
+    config = _config(LLAMA3_8B + " --sequence-parallel --use-distributed-optimizer --recompute-activations")
+    for option in memory_options(config) + throughput_options(config):
+        proposed = run_config(apply_fixes(config.flags, option.changes), gpu=config.gpu, gpus=config.world_size)
+        assert proposed.parallel == option.parallel and proposed.training == option.training, option.label
+        expected = estimate(config.model, config.cluster, option.training, option.parallel)
+        assert option.prediction is not None and option.prediction.memory_gib == expected.memory_gib.total, option.label
+
+
+def test_the_fsdp_option_switches_megatron_fsdp_on_with_its_companions_and_predicts_exactly_that():
+    config = _config()
+    fsdp = {o.label: o for o in memory_options(config)}["Megatron-FSDP"]
+    flags = apply_fixes(config.flags, fsdp.changes)
+    assert flags.has("--use-megatron-fsdp") and flags.has("--use-distributed-optimizer")
+    assert flags.get("--ckpt-format") == "fsdp_dtensor"
+    built_by_hand = ParallelConfig(tp=2, dp=4, mbs=2, recompute="none", distributed_optimizer=True, fsdp=True)
+    assert fsdp.parallel == built_by_hand
+    by_hand = estimate(config.model, config.cluster, config.training, built_by_hand)
+    assert fsdp.prediction is not None and fsdp.prediction.memory_gib == by_hand.memory_gib.total
+    plain = current_prediction(config)
+    assert plain is not None and fsdp.prediction.memory_gib < plain.memory_gib
+
+
+def test_no_pipeline_option_is_offered_to_a_megatron_fsdp_run():
+    config = _config(LLAMA3_8B + " --use-megatron-fsdp --use-distributed-optimizer")
+    assert config.parallel is not None and config.parallel.fsdp
+    labels = {o.label for o in memory_options(config)}
+    assert "pipeline parallel 2" not in labels and "Megatron-FSDP" not in labels
+    combined = combined_memory_option(config)
+    assert combined is None or combined.parallel.pp == 1
