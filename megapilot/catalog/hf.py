@@ -58,6 +58,11 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
     "GPT2LMHeadModel": "gpt2",
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
+    "Phi3ForCausalLM": "phi3",
+    "GptOssForCausalLM": "gpt_oss",
+    "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForCausalLM": "llama4",
+    "Qwen3NextForCausalLM": "qwen3_next",
 }
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
@@ -443,7 +448,83 @@ def _gpt2(config: HFConfig) -> dict[str, Any]:
     }
 
 
+# ---- newer families ---------------------------------------------------------------------------------
+
+
+def _phi3(config: HFConfig) -> dict[str, Any]:
+    """Phi-3: Llama's shapes with fused qkv_proj and gate_up_proj (the same weights, concatenated)."""
+    rotary_fraction = _optional_float(config, "partial_rotary_factor")
+    if rotary_fraction is not None and rotary_fraction != 1.0:
+        raise _refuse("partial_rotary_factor", "partial rotary embeddings are not modelled for Phi-3")
+    return _llama_core(config) | _full_sliding_window(config)
+
+
+def _gpt_oss(config: HFConfig) -> dict[str, Any]:
+    """GPT-OSS: biased attention and experts, a biased router, learned attention sinks, and sliding-window
+    attention on every other layer (layer_types alternates sliding/full starting with sliding)."""
+    fields = _llama_core(config | {"mlp_bias": True})  # every linear has a bias (experts and router too)
+    layer_types = list(config.get("layer_types") or [])
+    expected = ["full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(fields["num_layers"])]
+    if layer_types and layer_types != expected:
+        raise _refuse("layer_types", "only GPT-OSS's sliding/full alternation (Megatron --window-attn-skip-freq 2) "
+                      "is modelled")
+    fields |= {
+        "mlp_activation": "quick_geglu",
+        "sliding_window": _required_int(config, "sliding_window"),
+        "sliding_window_skip_freq": 2,
+        "softmax_type": "learnable",
+        "moe": MoESpec(
+            num_experts=_required_int(config, "num_local_experts"),
+            router_topk=_required_int(config, "num_experts_per_tok"),
+            moe_ffn_hidden_size=fields["ffn_hidden_size"],
+            load_balancing_type="none",  # the published recipes train without an auxiliary loss
+            aux_loss_coeff=0.0,
+        ),
+    }
+    return fields
+
+
+def _llama4(config: HFConfig) -> dict[str, Any]:
+    """Llama 4 (text model): MoE every `interleave_moe_layer_step`-th layer with a shared expert, sigmoid top-1
+    router, dense layers of width intermediate_size_mlp, chunked attention on RoPE layers, NoPE every 4th."""
+    text = config.get("text_config") or config
+    fields = _llama_core(text)
+    step = _optional_int(text, "interleave_moe_layer_step") or 1
+    first_k_dense, freq = _moe_placement(fields["num_layers"], lambda i: (i + 1) % step == 0,
+                                         "interleave_moe_layer_step")
+    expert_width = _required_int(text, "intermediate_size")
+    no_rope = list(text.get("no_rope_layers") or [])
+    if no_rope and no_rope != [int((i + 1) % 4 != 0) for i in range(fields["num_layers"])]:
+        raise _refuse("no_rope_layers", "only NoPE on every 4th layer (Megatron --no-rope-freq 4) is modelled")
+    fields |= {
+        "ffn_hidden_size": _optional_int(text, "intermediate_size_mlp") or expert_width,
+        "attention_chunk_size": _optional_int(text, "attention_chunk_size"),
+        "no_rope_freq": 4,
+        "moe": MoESpec(
+            num_experts=_required_int(text, "num_local_experts"),
+            router_topk=_required_int(text, "num_experts_per_tok"),
+            moe_ffn_hidden_size=expert_width,
+            shared_expert_ffn_hidden_size=expert_width,
+            first_k_dense_layers=first_k_dense,
+            moe_layer_freq=freq,
+            router_score_function="sigmoid",
+            aux_loss_coeff=float(text.get("router_aux_loss_coef") or 0.0),
+        ),
+    }
+    return fields
+
+
+def _qwen3_next(config: HFConfig) -> dict[str, Any]:
+    raise _refuse("linear_num_key_heads", "Qwen3-Next's gated DeltaNet layers (3 of every 4) are not modelled: "
+                  "Megatron-Core 0.16 builds them only through an experimental layer spec with no pretrain_gpt.py "
+                  "flag")
+
+
 _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
+    "phi3": _phi3,
+    "gpt_oss": _gpt_oss,
+    "llama4": _llama4,
+    "qwen3_next": _qwen3_next,
     "llama": _llama,
     "mistral": _mistral,
     "gemma": _gemma,

@@ -63,12 +63,20 @@ def attention_linear_flops(model: ModelSpec) -> float:
     return GEMM_PASSES_FLOPS * (h * (q + 2 * kv) + q * h)
 
 
-def attention_core_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
+def attention_core_flops(
+    model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron", window: int | None = None
+) -> float:
     """QK^T and PV of one layer, per token.
 
     Full matrix: 3 passes x 2 GEMMs x 2 FLOPs x q x s = 12 q s; causal halves it to 6 q s
     (Megatron core >= v0.12). MLA: q = heads * (qk_head + qk_rope) for QK^T and heads * v_head for PV.
+    A sliding window (or a Llama 4 chunk) of w < s tokens: a query sees on average w - w^2 / (2 s) keys
+    instead of s / 2 (the first w queries see their prefix, the rest w keys; a chunk's mean is w / 2).
     """
+    if window is not None and window < seq_length and convention == "megatron":
+        causal = attention_core_flops(model, seq_length, convention)
+        mean_keys = window / 2 if model.attention_chunk_size == window else window - window * window / (2 * seq_length)
+        return causal * mean_keys / (seq_length / 2)
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         qk_width = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
@@ -106,11 +114,18 @@ def mlp_flops(model: ModelSpec, layer_index: int) -> float:
 # ---- whole model -------------------------------------------------------------------------------
 
 
+def layer_attention_core_flops(
+    model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron"
+) -> float:
+    """The attention core of layer `layer_index`: windowed where the model slides or chunks there."""
+    return attention_core_flops(model, seq_length, convention, model.attention_window(layer_index))
+
+
 def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron") -> float:
     """One transformer layer, per token: attention (linear + core) + MLP."""
     return (
         attention_linear_flops(model)
-        + attention_core_flops(model, seq_length, convention)
+        + layer_attention_core_flops(model, layer_index, seq_length, convention)
         + mlp_flops(model, layer_index)
     )
 
@@ -160,7 +175,8 @@ def flops_per_token(
     mlp_total = sum(mlp_flops(model, i) for i in range(model.num_layers))
     return FlopsPerToken(
         attention_linear=model.num_layers * attention_linear_flops(model),
-        attention_core=model.num_layers * attention_core_flops(model, seq_length, convention),
+        attention_core=sum(layer_attention_core_flops(model, i, seq_length, convention)
+                           for i in range(model.num_layers)),
         mlp=mlp_total,
         mtp=mtp_flops(model, seq_length, convention),
         logits=logits_flops(model, tp),

@@ -152,7 +152,8 @@ def _standard_attention_params(model: ModelSpec) -> tuple[int, int]:
     qkv = h * qkv_outputs + (qkv_outputs if model.add_bias_linear or model.add_qkv_bias else 0)
     output = _linear(model, q_width, h)
     qk_norms = 2 * norm_params(model, model.head_dim) if model.qk_layernorm else 0
-    return qkv + output, qk_norms
+    sinks = model.num_attention_heads if model.softmax_type == "learnable" else 0  # one learned logit per head
+    return qkv + output + sinks, qk_norms
 
 
 def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
@@ -174,14 +175,16 @@ def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
 
 
 def _router_params(model: ModelSpec) -> int:
-    """Router h→E (no bias), plus DeepSeek-V3's per-expert routing bias when the model has one.
+    """Router h→E (+ its bias when the model uses linear biases, GPT-OSS), plus DeepSeek-V3's per-expert routing
+    bias when the model has one.
 
     Megatron keeps that bias as a buffer updated by the balancing rule, not a trained weight; the
     Hugging Face checkpoint (and DeepSeek's published 671B) counts it, so it is counted here.
     """
     assert model.moe is not None
     bias = model.moe.num_experts if model.moe.router_expert_bias else 0
-    return model.hidden_size * model.moe.num_experts + bias
+    linear_bias = model.moe.num_experts if model.add_bias_linear else 0  # Megatron's router has one with biases on
+    return model.hidden_size * model.moe.num_experts + bias + linear_bias
 
 
 def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:

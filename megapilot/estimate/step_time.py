@@ -40,7 +40,7 @@ from megapilot.estimate.efficiency import (
 )
 from megapilot.estimate.flops import (
     FlopConvention,
-    attention_core_flops,
+    layer_attention_core_flops,
     attention_linear_flops,
     flops_per_step,
 )
@@ -164,7 +164,8 @@ def layer_cost(
     p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
     h = model.hidden_size
     tokens = p.mbs * training.seq_length / p.cp
-    core_s = attention_time_s(attention_core_flops(model, training.seq_length) * tokens / p.tp, gpu, eff)
+    core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
+    core_s = attention_time_s(core_flops * tokens / p.tp, gpu, eff)
     # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
     # the per-token core FLOPs (at the full sequence length) already account for.
     gemms_s = _attention_gemms_s(model, tokens, p.tp, cluster, precision, eff)
@@ -257,11 +258,11 @@ def stage_costs(
 ) -> list[_Cost]:
     """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once)."""
     p = parallel
-    cache: dict[tuple[bool, bool], _Cost] = {}
+    cache: dict[tuple[bool, int | None, bool], _Cost] = {}
     is_moe = moe_flags(model)
 
     def cost_of(layer_index: int, recomputed: bool) -> _Cost:
-        key = (is_moe[layer_index], recomputed)
+        key = (is_moe[layer_index], model.attention_window(layer_index), recomputed)
         if key not in cache:
             cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
         return cache[key]
@@ -271,13 +272,14 @@ def stage_costs(
     for stage in range(p.pp):
         layers = stages.decoder_layers(stage)
         recomputed = _recomputed_layers(p, len(layers))
-        kinds: dict[tuple[bool, bool], tuple[int, int]] = {}  # (moe, recomputed) -> (a layer, count)
+        # (moe, attention window, recomputed) -> (a layer of that kind, how many)
+        kinds: dict[tuple[bool, int | None, bool], tuple[int, int]] = {}
         for position, layer_index in enumerate(layers):
-            key = (is_moe[layer_index], position in recomputed)
+            key = (is_moe[layer_index], model.attention_window(layer_index), position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
         total = _Cost()
-        for (_, is_recomputed), (layer_index, count) in kinds.items():
+        for (_, _, is_recomputed), (layer_index, count) in kinds.items():
             total = total + cost_of(layer_index, is_recomputed).scaled(count)
         if stage == stages.rank_of(LOSS):
             total = total + _Cost(compute=_output_cost(model, cluster, training, p, options.efficiency))

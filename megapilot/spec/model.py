@@ -13,7 +13,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # geglu = gated GELU (Gemma): a gated unit like swiglu (3 matrices), Megatron --gated-linear-unit with gelu.
-MlpActivation = Literal["swiglu", "gelu", "squared_relu", "geglu"]
+# quick_geglu = GPT-OSS's gated unit (x * sigmoid(1.702 x), clamped, with a +1 linear offset): 3 matrices too.
+MlpActivation = Literal["swiglu", "gelu", "squared_relu", "geglu", "quick_geglu"]
+SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
 Normalization = Literal["RMSNorm", "LayerNorm"]
 PositionEmbedding = Literal["rope", "learned_absolute", "none"]
 LoadBalancing = Literal["aux_loss", "seq_aux_loss", "sinkhorn", "none"]
@@ -214,6 +216,23 @@ class ModelSpec(_Spec):
         description="Every layer attends to the last `sliding_window` tokens only (Mistral); None = full causal "
         "attention. --window-size W-1,0.",
     )
+    sliding_window_skip_freq: int | None = Field(
+        default=None, ge=2,
+        description="With sliding_window: every N-th layer (1-based) keeps full attention, the others slide "
+        "(--window-attn-skip-freq; GPT-OSS alternates, N=2). None = every layer slides.",
+    )
+    softmax_type: SoftmaxType = Field(
+        default="vanilla",
+        description="Attention softmax (--softmax-type): 'learnable' adds one learned sink logit per head "
+        "(GPT-OSS attention sinks), 'off-by-one' a fixed one.",
+    )
+    attention_chunk_size: int | None = Field(
+        default=None, gt=0,
+        description="Chunked local attention on the RoPE layers (Llama 4, 8192): no core_v0.16.0 flag; costed only.",
+    )
+    no_rope_freq: int | None = Field(
+        default=None, ge=2, description="Every N-th layer has no RoPE and full attention (Llama 4: --no-rope-freq 4).",
+    )
     tie_embeddings: bool = Field(default=False, description="Output layer shares the input embedding.")
     add_bias_linear: bool = Field(default=False, description="Biases on linear layers (GPT-2 style).")
     add_qkv_bias: bool = Field(default=False, description="Bias on QKV only (Qwen2 style).")
@@ -250,6 +269,8 @@ class ModelSpec(_Spec):
                 "qk_layernorm (per-head q/k norms) is not an option of MLA; its q/kv latent norms are "
                 "mla.latent_layernorms"
             )
+        if self.sliding_window_skip_freq is not None and self.sliding_window is None:
+            raise ValueError("sliding_window_skip_freq needs sliding_window; set the window or drop the frequency")
         if self.rope_scaling is not None and self.position_embedding != "rope":
             raise ValueError(
                 f"rope_scaling needs position_embedding='rope' (got {self.position_embedding!r}); drop rope_scaling"
@@ -278,7 +299,19 @@ class ModelSpec(_Spec):
     @property
     def gated_mlp(self) -> bool:
         """SwiGLU and GeGLU have gate and up projections (3 GEMMs); GELU and squared ReLU have 2."""
-        return self.mlp_activation in ("swiglu", "geglu")
+        return self.mlp_activation in ("swiglu", "geglu", "quick_geglu")
+
+    def attention_window(self, layer_index: int) -> int | None:
+        """Tokens layer `layer_index` (0-based) attends back over: the sliding window, a Llama 4 chunk, or None (all)."""
+        if self.no_rope_freq is not None and (layer_index + 1) % self.no_rope_freq == 0:
+            return None  # Llama 4's NoPE layers attend globally
+        if self.attention_chunk_size is not None:
+            return self.attention_chunk_size
+        if self.sliding_window is None:
+            return None
+        if self.sliding_window_skip_freq is not None and (layer_index + 1) % self.sliding_window_skip_freq == 0:
+            return None
+        return self.sliding_window
 
     def is_moe_layer(self, layer_index: int) -> bool:
         """Whether 0-based `layer_index` holds an MoE block (Megatron's dense-first + frequency pattern)."""

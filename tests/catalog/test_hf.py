@@ -186,3 +186,48 @@ def test_bad_path_and_bad_json_name_the_model_field(tmp_path):
 
 def test_gpt2_with_a_non_gelu_activation_is_refused():
     assert _refusal(_config("gpt2") | {"activation_function": "relu"}).field == "activation_function"
+
+
+# ---- newer families: GPT-OSS, Llama 4, Phi-3, Qwen3-Next ----------------------------------------
+
+
+def test_gpt_oss_counts_its_biases_sinks_and_experts_to_the_published_total():
+    from megapilot.estimate.params import count_params
+
+    model = from_hf_config(_config("gpt-oss-20b"), "gpt-oss-20b")
+    assert (model.add_bias_linear, model.softmax_type, model.mlp_activation) == (True, "learnable", "quick_geglu")
+    assert [model.attention_window(i) for i in range(4)] == [128, None, 128, None]  # layer_types alternate
+    counts = count_params(model)
+    assert counts.total == 20_914_757_184  # the README's count; model card 20.9B
+    assert round(counts.active_without_input_embedding / 1e9, 1) == 3.6  # model card 3.6B active
+
+
+def test_gpt_oss_with_another_window_pattern_is_refused_naming_layer_types():
+    config = _config("gpt-oss-20b") | {"layer_types": ["full_attention"] * 24}
+    assert _refusal(config).field == "layer_types"
+
+
+def test_llama4_scout_reads_the_text_config_with_shared_expert_and_sigmoid_router():
+    from megapilot.estimate.params import count_params
+
+    model = from_hf_config(_config("Llama-4-Scout-17B-16E-Instruct"), "scout")
+    assert model.moe is not None and model.moe.router_score_function == "sigmoid"
+    assert (model.moe.num_experts, model.moe.router_topk, model.moe.shared_expert_ffn_hidden_size) == (16, 1, 8192)
+    assert model.num_moe_layers == 48 and model.attention_window(0) == 8192 and model.attention_window(3) is None
+    counts = count_params(model)
+    # 109B is the multimodal checkpoint; its text model (what pretrain_gpt.py builds) is 1.1 % smaller, and the
+    # 17B active figure is the text model's.
+    assert counts.total == 107_769_861_120
+    assert abs(counts.active / 17e9 - 1) < 0.02
+
+
+def test_phi3_maps_like_llama_and_qwen3_next_is_refused_naming_its_deltanet_field():
+    phi3 = {"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "num_hidden_layers": 32,
+            "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+            "tie_word_embeddings": False}
+    from megapilot.estimate.params import count_params
+
+    assert count_params(from_hf_config(phi3, "phi3-mini")).total == 3_821_079_552  # published 3.8B
+    assert _refusal(phi3 | {"partial_rotary_factor": 0.75}).field == "partial_rotary_factor"
+    assert _refusal(_config("Qwen3-Next-80B-A3B-Instruct")).field == "linear_num_key_heads"

@@ -245,14 +245,17 @@ from megatron.core.models.gpt.gpt_layer_specs import (
     get_gpt_decoder_block_spec, get_gpt_layer_local_spec, get_gpt_mtp_block_spec)
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-ACTIVATIONS = {"swiglu": F.silu, "geglu": F.gelu, "gelu": F.gelu, "squared_relu": lambda x: F.relu(x) ** 2}
+ACTIVATIONS = {"swiglu": F.silu, "geglu": F.gelu, "gelu": F.gelu, "squared_relu": lambda x: F.relu(x) ** 2,
+               "quick_geglu": lambda x: x * torch.sigmoid(1.702 * x)}
 
 def build(spec):
     moe = spec["moe"]
     config = dict(
         num_layers=spec["num_layers"], hidden_size=spec["hidden_size"], ffn_hidden_size=spec["ffn_hidden_size"],
         num_attention_heads=spec["num_attention_heads"], num_query_groups=spec["num_query_groups"],
-        kv_channels=spec["kv_channels"], gated_linear_unit=spec["mlp_activation"] in ("swiglu", "geglu"),
+        kv_channels=spec["kv_channels"],
+        gated_linear_unit=spec["mlp_activation"] in ("swiglu", "geglu", "quick_geglu"),
+        softmax_type=spec["softmax_type"],
         activation_func=ACTIVATIONS[spec["mlp_activation"]], normalization=spec["normalization"],
         add_bias_linear=spec["add_bias_linear"], add_qkv_bias=spec["add_qkv_bias"],
         qk_layernorm=spec["qk_layernorm"], mtp_num_layers=spec["mtp_num_layers"] or None,
@@ -265,6 +268,7 @@ def build(spec):
             moe_ffn_hidden_size=moe["moe_ffn_hidden_size"],
             moe_shared_expert_intermediate_size=moe["shared_expert_ffn_hidden_size"] or None,
             moe_shared_expert_gate=moe["shared_expert_gate"],
+            moe_router_score_function=moe["router_score_function"], moe_router_pre_softmax=moe["router_pre_softmax"],
             moe_layer_freq=[int(i >= first and (i - first) % freq == 0) for i in range(spec["num_layers"])])
     config = TransformerConfig(**config)
     if moe:
@@ -279,6 +283,8 @@ def build(spec):
         share_embeddings_and_output_weights=spec["tie_embeddings"],
         position_embedding_type=spec["position_embedding"])
 
+# A named fake for the absent GPU: the learned attention sinks are allocated on `torch.cuda.current_device()`.
+torch.cuda.current_device = lambda: "cpu"
 dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:0")
 parallel_state.initialize_model_parallel(1, 1)
 counts = {name: sum(p.numel() for p in build(spec).parameters()) for name, spec in json.load(sys.stdin).items()}
@@ -307,6 +313,14 @@ def _megatron_variants() -> dict[str, ModelSpec]:
         "qwen2moe_gated_shared_every_2nd": dict(moe=MoESpec(**moe, shared_expert_ffn_hidden_size=64,
                                                             shared_expert_gate=True, moe_layer_freq=2)),
         "mtp_two_modules": dict(num_query_groups=2, mtp_num_layers=2),
+        # GPT-OSS: biases on attention, experts and router, a learned sink per head, gated quick-GELU experts.
+        "gpt_oss_biased_experts_sinks": dict(num_query_groups=2, add_bias_linear=True, softmax_type="learnable",
+                                             mlp_activation="quick_geglu", sliding_window=16,
+                                             sliding_window_skip_freq=2, moe=MoESpec(**moe)),
+        # Llama 4 Maverick: sigmoid top-1, a shared expert, MoE on every 2nd layer after one dense layer.
+        "llama4_interleaved_shared": dict(num_query_groups=2, moe=MoESpec(
+            num_experts=4, router_topk=1, moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=32,
+            first_k_dense_layers=1, moe_layer_freq=2, router_score_function="sigmoid")),
     }
     return {name: ModelSpec(name=name, **(base | fields)) for name, fields in variants.items()}
 
