@@ -125,7 +125,8 @@ def _runtime_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSectio
     if not options.cpu:
         minutes = distributed_timeout_minutes(plan, options)
         sections.append(_one(f"runtime: collective timeout {minutes} min = {BASE_TIMEOUT_MIN} + 1 per "
-                             f"{NODES_PER_EXTRA_TIMEOUT_MIN} nodes + the checkpoint write at "
+                             f"{NODES_PER_EXTRA_TIMEOUT_MIN} nodes beyond {NODES_PER_EXTRA_TIMEOUT_MIN} + one "
+                             f"checkpoint write at "
                              f"{CHECKPOINT_WRITE_GBPS_PER_NODE} GB/s per node", "--distributed-timeout-minutes",
                              minutes))
     exit_min = exit_duration_minutes(plan, options)
@@ -168,7 +169,7 @@ def checkpoint_write_minutes(plan: SavedPlan, options: LaunchOptions) -> float:
 
 
 def distributed_timeout_minutes(plan: SavedPlan, options: LaunchOptions) -> int:
-    """Megatron's 10 min, plus a minute per 16 nodes, plus one checkpoint write: every rank waits in
+    """Megatron's 10 min, plus a minute per 16 nodes beyond 16, plus one checkpoint write: every rank waits in
     the save's barrier while the slowest node writes, and a timeout there kills a healthy job."""
     nodes = options.nodes or plan.cluster.num_nodes
     extra_for_scale = math.ceil(nodes / NODES_PER_EXTRA_TIMEOUT_MIN) - 1

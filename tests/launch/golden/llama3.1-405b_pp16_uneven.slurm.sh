@@ -127,7 +127,7 @@ MEGATRON_ARGS=(
   --manual-gc-interval 100
   # data: index caches written here, not beside a shared (often read-only) dataset
   --data-cache-path /lustre/checkpoints/llama3.1-405b_pp16_uneven/data-cache
-  # runtime: collective timeout 22 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  # runtime: collective timeout 22 min = 10 + 1 per 16 nodes beyond 16 + one checkpoint write at 0.5 GB/s per node
   --distributed-timeout-minutes 22
   # runtime: save and exit after 223 min, before the SLURM limit 04:00:00 kills the job
   --exit-duration-in-mins 223

@@ -119,7 +119,7 @@ MEGATRON_ARGS=(
   --manual-gc-interval 100
   # data: index caches written here, not beside a shared (often read-only) dataset
   --data-cache-path /lustre/checkpoints/llama3.1-405b_pp_vpp_cp/data-cache
-  # runtime: collective timeout 24 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  # runtime: collective timeout 24 min = 10 + 1 per 16 nodes beyond 16 + one checkpoint write at 0.5 GB/s per node
   --distributed-timeout-minutes 24
 )
 

@@ -123,7 +123,7 @@ MEGATRON_ARGS=(
   --manual-gc-interval 100
   # data: index caches written here, not beside a shared (often read-only) dataset
   --data-cache-path /lustre/checkpoints/llama3.3-70b_8nodes/data-cache
-  # runtime: collective timeout 15 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  # runtime: collective timeout 15 min = 10 + 1 per 16 nodes beyond 16 + one checkpoint write at 0.5 GB/s per node
   --distributed-timeout-minutes 15
   # runtime: save and exit after 228 min, before the SLURM limit 04:00:00 kills the job
   --exit-duration-in-mins 228

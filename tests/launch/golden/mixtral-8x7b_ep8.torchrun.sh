@@ -125,7 +125,7 @@ MEGATRON_ARGS=(
   --manual-gc-interval 100
   # data: index caches written here, not beside a shared (often read-only) dataset
   --data-cache-path /lustre/checkpoints/mixtral-8x7b_ep8/data-cache
-  # runtime: collective timeout 21 min = 10 + 1 per 16 nodes + the checkpoint write at 0.5 GB/s per node
+  # runtime: collective timeout 21 min = 10 + 1 per 16 nodes beyond 16 + one checkpoint write at 0.5 GB/s per node
   --distributed-timeout-minutes 21
 )
 
