@@ -148,8 +148,17 @@ def _check_experts(model: ModelSpec, p: ParallelConfig) -> None:
             f"ep*etp = {p.ep}*{p.expert_tp} does not divide tp*cp*dp = {ranks_per_stage}, the ranks of "
             "one pipeline stage that Megatron carves the expert groups from",
             field="ep",
-            fix="choose ep and etp whose product divides tp*cp*dp",
+            fix=_expert_fix(p, ranks_per_stage),
         )
+
+
+def _expert_fix(p: ParallelConfig, ranks_per_stage: int) -> str:
+    """Name the ETPs that keep this EP legal (ETP defaults to TP; MoE recipes often set it to 1)."""
+    etps = [etp for etp in range(1, ranks_per_stage + 1) if ranks_per_stage % (p.ep * etp) == 0]
+    if not etps:
+        return "choose ep and etp whose product divides tp*cp*dp"
+    return (f"set etp to one of {', '.join(map(str, etps))} (--expert-tensor-parallel-size; it defaults to tp), "
+            "or choose ep and etp whose product divides tp*cp*dp")
 
 
 def _check_batch(training: TrainingSpec, p: ParallelConfig) -> None:
