@@ -35,6 +35,7 @@ from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import (
     Llama3RopeScaling,
     LinearRopeScaling,
+    MambaSpec,
     MLASpec,
     ModelSpec,
     MoESpec,
@@ -63,6 +64,7 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
     "Llama4ForConditionalGeneration": "llama4",
     "Llama4ForCausalLM": "llama4",
     "Qwen3NextForCausalLM": "qwen3_next",
+    "NemotronHForCausalLM": "nemotron_h",
 }
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
@@ -514,6 +516,61 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
     return fields
 
 
+def _nemotron_h(config: HFConfig) -> dict[str, Any]:
+    """Nemotron-H / Nemotron 3: a Mamba-2 hybrid (`hybrid_override_pattern` over M, *, -, E), squared-ReLU MLPs,
+    attention without position embeddings, and (Nemotron 3) MoE layers with a shared expert and a sigmoid router
+    with DeepSeek's aux-loss-free expert bias."""
+    pattern = str(_required(config, "hybrid_override_pattern"))
+    heads = _required_int(config, "num_attention_heads")
+    kv_heads = _optional_int(config, "num_key_value_heads") or heads
+    hidden = _required_int(config, "hidden_size")
+    head_dim = _optional_int(config, "head_dim")
+    activation = config.get("mlp_hidden_act") or config.get("hidden_act") or "relu2"
+    if activation != "relu2":
+        raise _refuse("mlp_hidden_act", f"mlp_hidden_act={activation!r} is not modelled for Nemotron-H (relu2 is)")
+    if config.get("mamba_proj_bias") or config.get("use_bias") or config.get("attention_bias") or config.get("mlp_bias"):
+        raise _refuse("use_bias", "linear biases in a Mamba hybrid are not modelled")
+    fields: dict[str, Any] = {
+        "num_layers": _required_int(config, "num_hidden_layers"),
+        "hidden_size": hidden,
+        "ffn_hidden_size": _required_int(config, "intermediate_size"),
+        "num_attention_heads": heads,
+        "num_query_groups": kv_heads if kv_heads != heads else None,
+        "kv_channels": head_dim if head_dim and head_dim * heads != hidden else None,
+        "vocab_size": _required_int(config, "vocab_size"),
+        "max_position_embeddings": _optional_int(config, "max_position_embeddings") or 4096,
+        "mlp_activation": "squared_relu",
+        "normalization": "RMSNorm",
+        "norm_epsilon": float(config.get("layer_norm_epsilon") or config.get("norm_eps") or 1e-5),
+        "position_embedding": "none",
+        "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "hybrid_override_pattern": pattern,
+        "mamba": MambaSpec(
+            state_dim=_required_int(config, "ssm_state_size"),
+            head_dim=_required_int(config, "mamba_head_dim"),
+            num_groups=_required_int(config, "n_groups"),
+            num_heads=_optional_int(config, "mamba_num_heads"),
+            conv_kernel=_optional_int(config, "conv_kernel") or 4,
+        ),
+    }
+    if "E" in pattern:
+        shared = (_optional_int(config, "moe_shared_expert_intermediate_size") or 0) * (
+            _optional_int(config, "n_shared_experts") or 1)
+        fields["moe"] = MoESpec(
+            num_experts=_required_int(config, "n_routed_experts"),
+            router_topk=_required_int(config, "num_experts_per_tok"),
+            moe_ffn_hidden_size=_required_int(config, "moe_intermediate_size"),
+            shared_expert_ffn_hidden_size=shared,
+            router_score_function="sigmoid",
+            router_expert_bias=True,
+            router_topk_scaling_factor=_optional_float(config, "routed_scaling_factor"),
+            load_balancing_type="seq_aux_loss",
+            aux_loss_coeff=1e-4,
+            router_dtype="fp32",
+        )
+    return fields
+
+
 def _qwen3_next(config: HFConfig) -> dict[str, Any]:
     raise _refuse("linear_num_key_heads", "Qwen3-Next's gated DeltaNet layers (3 of every 4) are not modelled: "
                   "Megatron-Core 0.16 builds them only through an experimental layer spec with no pretrain_gpt.py "
@@ -525,6 +582,7 @@ _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "gpt_oss": _gpt_oss,
     "llama4": _llama4,
     "qwen3_next": _qwen3_next,
+    "nemotron_h": _nemotron_h,
     "llama": _llama,
     "mistral": _mistral,
     "gemma": _gemma,

@@ -107,8 +107,26 @@ def moe_mlp_flops(model: ModelSpec) -> float:
 
 
 def mlp_flops(model: ModelSpec, layer_index: int) -> float:
-    """The MLP of layer `layer_index`: MoE or dense by Megatron's layer pattern."""
+    """The MLP of layer `layer_index`: MoE or dense by Megatron's layer pattern (none on a hybrid's Mamba or
+    attention layers)."""
+    if model.layer_kind(layer_index) in ("mamba", "attention"):
+        return 0.0
     return moe_mlp_flops(model) if model.is_moe_layer(layer_index) else dense_mlp_flops(model)
+
+
+def has_attention(model: ModelSpec, layer_index: int) -> bool:
+    return model.layer_kind(layer_index) in ("transformer", "attention")
+
+
+def mamba_mixer_flops(model: ModelSpec, seq_length: int) -> float:
+    """One Mamba-2 mixer, per token, as Megatron's hybrid FLOPs formula counts it (training.py
+    `mamba_layer_flops`): in_proj 6 h (2 d + 2 G N + H), the SSM scan 7 d N, out_proj 6 d h
+    (d = heads x head_dim, N = state size, G = groups, H = heads)."""
+    assert model.mamba is not None
+    mamba, h = model.mamba, model.hidden_size
+    heads, inner = mamba.heads(h), mamba.inner_size(h)
+    in_proj = GEMM_PASSES_FLOPS * h * (2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads)
+    return in_proj + 7 * inner * mamba.state_dim + GEMM_PASSES_FLOPS * inner * h
 
 
 # ---- whole model -------------------------------------------------------------------------------
@@ -118,16 +136,18 @@ def layer_attention_core_flops(
     model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron"
 ) -> float:
     """The attention core of layer `layer_index`: windowed where the model slides or chunks there."""
+    if not has_attention(model, layer_index):
+        return 0.0
     return attention_core_flops(model, seq_length, convention, model.attention_window(layer_index))
 
 
 def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron") -> float:
-    """One transformer layer, per token: attention (linear + core) + MLP."""
-    return (
-        attention_linear_flops(model)
-        + layer_attention_core_flops(model, layer_index, seq_length, convention)
-        + mlp_flops(model, layer_index)
-    )
+    """One layer, per token: attention (linear + core) + MLP; a hybrid layer only its own block."""
+    if model.layer_kind(layer_index) == "mamba":
+        return mamba_mixer_flops(model, seq_length)
+    linear = attention_linear_flops(model) if has_attention(model, layer_index) else 0.0
+    return linear + layer_attention_core_flops(model, layer_index, seq_length, convention) + mlp_flops(
+        model, layer_index)
 
 
 def logits_flops(model: ModelSpec, tp: int = 1) -> float:
@@ -157,10 +177,11 @@ class FlopsPerToken:
     mlp: float
     mtp: float
     logits: float
+    mamba: float = 0.0  # Mamba-2 mixers of a hybrid model
 
     @property
     def layers(self) -> float:
-        return self.attention_linear + self.attention_core + self.mlp
+        return self.attention_linear + self.attention_core + self.mlp + self.mamba
 
     @property
     def total(self) -> float:
@@ -174,12 +195,14 @@ def flops_per_token(
     """Model FLOPs per trained token, by part (padded vocab for `tp`). Cached: the planner asks often."""
     mlp_total = sum(mlp_flops(model, i) for i in range(model.num_layers))
     return FlopsPerToken(
-        attention_linear=model.num_layers * attention_linear_flops(model),
+        attention_linear=sum(has_attention(model, i) for i in range(model.num_layers)) * attention_linear_flops(model),
         attention_core=sum(layer_attention_core_flops(model, i, seq_length, convention)
                            for i in range(model.num_layers)),
         mlp=mlp_total,
         mtp=mtp_flops(model, seq_length, convention),
         logits=logits_flops(model, tp),
+        mamba=sum(model.layer_kind(i) == "mamba" for i in range(model.num_layers)) * mamba_mixer_flops(model, seq_length)
+        if model.mamba is not None else 0.0,
     )
 
 

@@ -192,7 +192,14 @@ def layer_activation_bytes(
     """
     p, h = parallel, model.hidden_size
     gemm_input = 1 if precision in ("fp8", "mxfp8", "nvfp4") else 2  # bytes per saved GEMM-input element
-    norm_and_inputs = 6 * h + 2 * gemm_input * h
+    kind = model.layer_kind(layer_index)
+    # Per sublayer: its norm input (2h), the GEMM input after the norm and a 1-byte dropout mask; a
+    # transformer layer has two sublayers, a hybrid layer one.
+    sublayers = 2 if kind == "transformer" else 1
+    norm_and_inputs = sublayers * (3 * h + gemm_input * h)
+    if kind == "mamba":
+        split = norm_and_inputs / p.tp if p.sequence_parallel else norm_and_inputs
+        return tokens * (split + _mamba_mixer_bytes(model, gemm_input) / p.tp)
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
@@ -203,7 +210,9 @@ def layer_activation_bytes(
         kv_bytes = 4 * model.kv_heads * model.head_dim
         out = q
     attention = 2 * q + kv_bytes + gemm_input * out + 4 * model.num_attention_heads
-    if model.is_moe_layer(layer_index):
+    if kind == "attention":
+        mlp = 0.0
+    elif model.is_moe_layer(layer_index):
         moe = model.moe
         assert moe is not None
         # Each token is kept top-k times; an ETP group shares its tokens (4h: dispatched input + combine
@@ -213,8 +222,23 @@ def layer_activation_bytes(
         mlp += 4 * moe.num_experts
     else:
         mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size, gemm_input)
+    if kind in ("mlp", "moe"):
+        attention = 0.0
     split = norm_and_inputs / p.tp if p.sequence_parallel else norm_and_inputs
     return tokens * (split + (attention + mlp) / p.tp)
+
+
+def _mamba_mixer_bytes(model: ModelSpec, gemm_input: int) -> float:
+    """Per token inside a Mamba-2 mixer: the in_proj output (z, x, B, C, dt), the conv output, the scan
+    output and the gated norm's input and output (bf16), and out_proj's input (`gemm_input` bytes)."""
+    assert model.mamba is not None
+    mamba, h = model.mamba, model.hidden_size
+    heads, inner = mamba.heads(h), mamba.inner_size(h)
+    groups_state = 2 * mamba.num_groups * mamba.state_dim
+    return 2 * (2 * inner + groups_state + heads) + 2 * (inner + groups_state) + 2 * 3 * inner + gemm_input * inner
+
+
+
 
 
 def _layer_input_bytes(model: ModelSpec, parallel: ParallelConfig, tokens: float) -> float:
@@ -246,11 +270,11 @@ def activations_gib(
     tokens = p.mbs * training.seq_length / p.cp
     stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
     layers = stages.decoder_layers(stage)
-    by_kind: dict[bool, float] = {}  # dense and MoE layers each costed once
+    by_kind: dict[tuple[bool, str], float] = {}  # each layer kind (dense, MoE, hybrid blocks) costed once
     full = []
     is_moe = moe_flags(model)
     for i in layers:
-        kind = is_moe[i]
+        kind = (is_moe[i], model.layer_kind(i))
         if kind not in by_kind:
             by_kind[kind] = layer_activation_bytes(model, i, p, tokens, training.precision)
         full.append(by_kind[kind])
@@ -411,7 +435,7 @@ def _stages_to_cost_for(model: ModelSpec, pp: int, vpp: int, split: PipelineSpli
 
     def mix(stage: int) -> tuple[object, ...]:
         ends = tuple(resolved.count(stage, item) for item in (EMBEDDING, MTP, LOSS))
-        return (ends, *(is_moe[i] for i in resolved.decoder_layers(stage)))
+        return (ends, *((is_moe[i], model.layer_kind(i)) for i in resolved.decoder_layers(stage)))
 
     is_moe = moe_flags(model)
     seen = {mix(0)}

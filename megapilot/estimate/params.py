@@ -187,13 +187,41 @@ def _router_params(model: ModelSpec) -> int:
     return model.hidden_size * model.moe.num_experts + bias + linear_bias
 
 
+def mamba_mixer_params(model: ModelSpec) -> int:
+    """One Mamba-2 mixer (Megatron's MambaMixer): in_proj h -> (2 d_inner + 2 G N + heads), the depthwise
+    conv over (d_inner + 2 G N) channels with its bias, dt_bias, A_log and D per head, the gated RMSNorm over
+    d_inner, and out_proj d_inner -> h (no linear biases)."""
+    assert model.mamba is not None
+    mamba, h = model.mamba, model.hidden_size
+    heads, inner = mamba.heads(h), mamba.inner_size(h)
+    groups_state = 2 * mamba.num_groups * mamba.state_dim
+    in_proj = h * (2 * inner + groups_state + heads)
+    conv_channels = inner + groups_state
+    conv = conv_channels * mamba.conv_kernel + conv_channels
+    return in_proj + conv + 3 * heads + inner + inner * h
+
+
 def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
-    """Parameters of the 0-based `layer_index`-th transformer layer (dense or MoE, MHA/GQA or MLA)."""
+    """Parameters of the 0-based `layer_index`-th layer (dense or MoE, MHA/GQA or MLA; or one hybrid block).
+
+    A hybrid layer holds one block and its pre-norm: a Mamba-2 mixer (counted under `attention`, the
+    sequence mixer, split over TP like attention), attention alone, a dense MLP alone, or an MoE block alone.
+    """
+    kind = model.layer_kind(layer_index)
+    pre_norm = norm_params(model, model.hidden_size)
+    if kind == "mamba":
+        return LayerParams(mamba_mixer_params(model), 0, 0, 0, 0, 0, pre_norm)
     if model.mla is not None:
         attention, attention_norms = _mla_attention_params(model)
     else:
         attention, attention_norms = _standard_attention_params(model)
-    layer_norms = 2 * norm_params(model, model.hidden_size)  # input norm + pre-MLP norm
+    if kind == "attention":
+        return LayerParams(attention, 0, 0, 0, 0, 0, pre_norm + attention_norms)
+    if kind == "mlp":
+        return LayerParams(0, _mlp_params(model, model.ffn_hidden_size), 0, 0, 0, 0, pre_norm)
+    if kind == "moe":
+        attention, attention_norms = 0, 0
+    layer_norms = 2 * pre_norm if kind == "transformer" else pre_norm  # input norm (+ pre-MLP norm)
     norms = layer_norms + attention_norms
 
     if not model.is_moe_layer(layer_index):

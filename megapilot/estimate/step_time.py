@@ -164,13 +164,19 @@ def layer_cost(
     p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
     h = model.hidden_size
     tokens = p.mbs * training.seq_length / p.cp
+    kind = model.layer_kind(layer_index)
     core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
     core_s = attention_time_s(core_flops * tokens / p.tp, gpu, eff)
     # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
     # the per-token core FLOPs (at the full sequence length) already account for.
-    gemms_s = _attention_gemms_s(model, tokens, p.tp, cluster, precision, eff)
+    gemms_s = _attention_gemms_s(model, tokens, p.tp, cluster, precision, eff) if kind in (
+        "transformer", "attention") else 0.0
     ep_s = 0.0
-    if model.is_moe_layer(layer_index):
+    if kind == "mamba":
+        gemms_s, core_s = _mamba_mixer_s(model, tokens, p.tp, cluster, precision, eff)
+    elif kind == "attention":
+        pass
+    elif model.is_moe_layer(layer_index):
         moe = model.moe
         assert moe is not None
         per_expert_tokens = max(1.0, tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
@@ -188,6 +194,8 @@ def layer_cost(
     compute_s = gemms_s + core_s + glue_s
 
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)
+    if kind != "transformer":
+        tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     if p.recompute == "full" and recomputed:
         recompute_s = compute_s / 3
         tp_s *= 1.5  # the recomputed forward repeats its 4 collectives
@@ -196,6 +204,24 @@ def layer_cost(
     else:
         recompute_s = 0.0
     return _Cost(compute_s, recompute_s, tp_s, _cp_comm_exposed_s(model, cluster, p, tokens, core_s), ep_s)
+
+
+def _mamba_mixer_s(
+    model: ModelSpec, tokens: float, tp: int, cluster: ClusterSpec, precision: str, eff: EfficiencyParams
+) -> tuple[float, float]:
+    """(in_proj + out_proj GEMMs, the chunked SSM scan) of one Mamba-2 mixer, forward + backward.
+
+    The scan (SSD) runs as small batched matmuls inside one fused kernel; it is priced like the fused
+    attention core, on its 7 d N FLOPs per token (Megatron's count)."""
+    assert model.mamba is not None
+    mamba, h, gpu = model.mamba, model.hidden_size, cluster.gpu
+    heads, inner = mamba.heads(h), mamba.inner_size(h)
+    in_width = (2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads) / tp
+    out_width = inner / tp
+    gemms = (gemm_time_s(6 * tokens * h * in_width, tokens, h, in_width, gpu, precision, eff)
+             + gemm_time_s(6 * tokens * out_width * h, tokens, out_width, h, gpu, precision, eff))
+    scan = attention_time_s(7 * inner * mamba.state_dim * tokens / tp, gpu, eff)
+    return gemms, scan
 
 
 def _tp_comm_s(

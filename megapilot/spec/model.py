@@ -135,6 +135,33 @@ class MoESpec(_Spec):
             )
 
 
+class MambaSpec(_Spec):
+    """Mamba-2 mixer of a hybrid model (pretrain_mamba.py: --mamba-state-dim, --mamba-head-dim, ...)."""
+
+    state_dim: int = Field(default=128, gt=0, description="SSM state size N (--mamba-state-dim; HF ssm_state_size).")
+    head_dim: int = Field(default=64, gt=0, description="Channels per SSM head (--mamba-head-dim).")
+    num_groups: int = Field(default=8, gt=0, description="B/C groups (--mamba-num-groups; HF n_groups).")
+    num_heads: int | None = Field(
+        default=None, gt=0, description="SSM heads (--mamba-num-heads); None = hidden_size * 2 / head_dim.",
+    )
+    conv_kernel: int = Field(default=4, gt=0, description="Depthwise causal conv width (Megatron's d_conv = 4).")
+
+    def heads(self, hidden_size: int) -> int:
+        return self.num_heads or hidden_size * 2 // self.head_dim
+
+    def inner_size(self, hidden_size: int) -> int:
+        """d_inner = heads x head_dim (the width the SSM scans)."""
+        return self.heads(hidden_size) * self.head_dim
+
+
+# One character per layer of a hybrid model, as --hybrid-override-pattern spells it.
+HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE = "M", "*", "-", "E"
+LayerKind = Literal["transformer", "mamba", "attention", "mlp", "moe"]
+_HYBRID_KINDS: dict[str, LayerKind] = {
+    HYBRID_MAMBA: "mamba", HYBRID_ATTENTION: "attention", HYBRID_MLP: "mlp", HYBRID_MOE: "moe",
+}
+
+
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
 
@@ -239,6 +266,12 @@ class ModelSpec(_Spec):
     qk_layernorm: bool = Field(default=False, description="Norm on per-head q and k (Qwen3 style).")
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    mamba: MambaSpec | None = Field(default=None, description="The Mamba-2 mixer of a hybrid model.")
+    hybrid_override_pattern: str | None = Field(
+        default=None,
+        description="Hybrid layer mix, one character per layer: M Mamba-2, * attention, - MLP, E MoE "
+        "(--hybrid-override-pattern; such models train with pretrain_mamba.py).",
+    )
     mtp_num_layers: int = Field(default=0, ge=0, description="Multi-token-prediction depth (--mtp-num-layers).")
     mtp_loss_scaling_factor: float = Field(
         default=0.1, ge=0,
@@ -269,6 +302,8 @@ class ModelSpec(_Spec):
                 "qk_layernorm (per-head q/k norms) is not an option of MLA; its q/kv latent norms are "
                 "mla.latent_layernorms"
             )
+        if self.hybrid_override_pattern is not None:
+            self._check_hybrid(self.hybrid_override_pattern)
         if self.sliding_window_skip_freq is not None and self.sliding_window is None:
             raise ValueError("sliding_window_skip_freq needs sliding_window; set the window or drop the frequency")
         if self.rope_scaling is not None and self.position_embedding != "rope":
@@ -277,7 +312,31 @@ class ModelSpec(_Spec):
             )
         return self
 
+    def _check_hybrid(self, pattern: str) -> None:
+        unknown = sorted(set(pattern) - set(_HYBRID_KINDS))
+        if unknown:
+            raise ValueError(f"hybrid_override_pattern has {unknown}; use only M (Mamba), * (attention), - (MLP), "
+                             "E (MoE)")
+        if len(pattern) != self.num_layers:
+            raise ValueError(f"hybrid_override_pattern has {len(pattern)} layers but num_layers={self.num_layers}; "
+                             "write one character per layer")
+        if HYBRID_MAMBA in pattern and self.mamba is None:
+            raise ValueError("hybrid_override_pattern has Mamba layers (M) but no mamba settings; set mamba")
+        if HYBRID_MOE in pattern and self.moe is None:
+            raise ValueError("hybrid_override_pattern has MoE layers (E) but no moe settings; set moe")
+
     # ---- derived values -------------------------------------------------------------------
+    @property
+    def is_hybrid(self) -> bool:
+        """A Mamba hybrid (pretrain_mamba.py), whose layers each hold one block: mixer, attention, MLP or MoE."""
+        return self.hybrid_override_pattern is not None
+
+    def layer_kind(self, layer_index: int) -> LayerKind:
+        """What layer `layer_index` holds: a transformer layer (attention + MLP/MoE), or one hybrid block."""
+        if self.hybrid_override_pattern is None:
+            return "transformer"
+        return _HYBRID_KINDS[self.hybrid_override_pattern[layer_index]]
+
     @property
     def head_dim(self) -> int:
         """Per-head dim of standard attention (kv_channels)."""
@@ -315,6 +374,8 @@ class ModelSpec(_Spec):
 
     def is_moe_layer(self, layer_index: int) -> bool:
         """Whether 0-based `layer_index` holds an MoE block (Megatron's dense-first + frequency pattern)."""
+        if self.hybrid_override_pattern is not None:
+            return self.hybrid_override_pattern[layer_index] == HYBRID_MOE
         if self.moe is None or layer_index < self.moe.first_k_dense_layers:
             return False
         return (layer_index - self.moe.first_k_dense_layers) % self.moe.moe_layer_freq == 0

@@ -80,6 +80,8 @@ def _check_tensor_parallel(
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
+    if model.is_hybrid:
+        _check_hybrid_pipeline(model, p)
     stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
     if p.recompute == "full" and p.recompute_num_layers:
         layers_per_chunk = max(stage.count("t") for stage in stages.stages)
@@ -89,6 +91,21 @@ def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
                 field="recompute_num_layers",
                 fix=f"use at most {layers_per_chunk}",
             )
+
+
+def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
+    """pretrain_mamba.py builds a MambaStack: no interleaving, and num_layers // PP layers per rank (no split)."""
+    if p.vpp > 1:
+        raise MegapilotError(
+            f"vpp={p.vpp} on the hybrid Mamba model {model.name}: Megatron's Mamba stack has no virtual pipeline",
+            field="vpp", fix="use vpp=1",
+        )
+    if not p.pipeline_split.is_even:
+        raise MegapilotError(
+            f"the hybrid Mamba model {model.name} cannot take a pipeline split ({p.pipeline_split.label()}): "
+            "Megatron's Mamba stack splits num_layers evenly", field="pp",
+            fix="drop the split and use a PP that divides num_layers",
+        )
 
 
 def check_pipeline_split(

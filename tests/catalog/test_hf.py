@@ -231,3 +231,23 @@ def test_phi3_maps_like_llama_and_qwen3_next_is_refused_naming_its_deltanet_fiel
     assert count_params(from_hf_config(phi3, "phi3-mini")).total == 3_821_079_552  # published 3.8B
     assert _refusal(phi3 | {"partial_rotary_factor": 0.75}).field == "partial_rotary_factor"
     assert _refusal(_config("Qwen3-Next-80B-A3B-Instruct")).field == "linear_num_key_heads"
+
+
+def test_nemotron3_nano_hybrid_counts_its_mamba_moe_and_attention_layers_to_the_published_size():
+    from megapilot.estimate.params import count_params
+
+    model = from_hf_config(_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"), "nemotron3-nano")
+    pattern = model.hybrid_override_pattern or ""
+    assert model.is_hybrid and model.mamba is not None and model.moe is not None
+    assert (pattern.count("M"), pattern.count("E"), pattern.count("*")) == (23, 23, 6)
+    assert [model.layer_kind(i) for i in range(3)] == ["mamba", "moe", "mamba"]
+    counts = count_params(model)
+    assert abs(counts.total / 31.6e9 - 1) < 0.005  # published ≈31.6B
+    assert abs(counts.active / 3.6e9 - 1) < 0.01  # ≈3.6B with embeddings
+    assert abs(counts.active_without_input_embedding / 3.2e9 - 1) < 0.02  # ≈3.2B without
+
+
+def test_a_hybrid_pattern_with_another_letter_or_length_is_refused():
+    config = _config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert _refusal(config | {"hybrid_override_pattern": "MX" * 26}).field.startswith("model")
+    assert _refusal(config | {"mlp_hidden_act": "silu"}).field == "mlp_hidden_act"

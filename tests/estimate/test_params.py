@@ -518,3 +518,18 @@ def test_uneven_layer_offsets_equal_megatron_cores_get_transformer_layer_offset(
             theirs = [get_transformer_layer_offset(config, vp_stage=v if vpp > 1 else None, pp_rank=rank)
                       for v in range(vpp)]
             assert starts == theirs, (layers, pp, vpp, first, last, rank)
+
+
+def test_a_mamba2_mixer_counts_megatrons_mamba_mixer_weights():
+    """MambaMixer (core 0.16, not buildable here without triton): in_proj, conv1d + bias, dt_bias, A_log, D,
+    the gated norm and out_proj, derived by hand for d_inner = 4 heads x 8, 2 groups of state 16."""
+    from megapilot.spec.model import MambaSpec
+
+    model = _tiny(num_layers=3, hybrid_override_pattern="M*-",
+                  mamba=MambaSpec(state_dim=16, head_dim=8, num_groups=2, num_heads=4))
+    h, d, gn, heads = model.hidden_size, 32, 2 * 2 * 16, 4
+    mixer = h * (2 * d + gn + heads) + (d + gn) * 4 + (d + gn) + 3 * heads + d + d * h
+    kinds = [layer_params(model, i) for i in range(3)]
+    assert kinds[0].total == mixer + h  # + its pre-norm
+    assert kinds[1].mlp == 0 and kinds[1].attention > 0
+    assert kinds[2].attention == 0 and kinds[2].mlp > 0

@@ -139,3 +139,18 @@ def test_learned_positions_bound_the_sequence_length():
     rope = gpt.model_copy(update={"position_embedding": "rope"})
     assert validate_layout(rope, _cluster(gpus=2), TrainingSpec(seq_length=256, global_batch_size=16),
                            _layout(2)) == []
+
+
+def test_a_hybrid_mamba_model_takes_no_interleaving_and_no_split():
+    from megapilot.spec.model import MambaSpec
+
+    hybrid = ModelSpec(name="hybrid", num_layers=8, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
+                       vocab_size=1000, hybrid_override_pattern="M-M*M-M-", mamba=MambaSpec(head_dim=16))
+    training = TrainingSpec(seq_length=1024, global_batch_size=64)
+    assert validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2)) == []
+    with pytest.raises(MegapilotError) as err:
+        validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2, vpp=2))
+    assert err.value.field == "vpp"
+    with pytest.raises(MegapilotError, match="splits num_layers evenly"):
+        validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2, account_for_loss=True,
+                                                                   account_for_embedding=True))
