@@ -154,10 +154,10 @@ def _gqa_needs_groups(values: dict[str, list[str]], gpu: GPUSpec) -> None:
 
 
 def _recompute_method_needs_full(values: dict[str, list[str]], gpu: GPUSpec) -> None:
-    if {"--recompute-method", "--recompute-num-layers"} & values.keys():
-        if values.get("--recompute-granularity", [""])[0] != "full":
-            raise MegapilotError("--recompute-method/--recompute-num-layers need --recompute-granularity full",
-                                 field="recompute", fix="add --recompute-granularity full")
+    if ({"--recompute-method", "--recompute-num-layers"} & values.keys()
+            and values.get("--recompute-granularity", [""])[0] != "full"):
+        raise MegapilotError("--recompute-method/--recompute-num-layers need --recompute-granularity full",
+                             field="recompute", fix="add --recompute-granularity full")
 
 
 def _data_source_given(values: dict[str, list[str]], gpu: GPUSpec) -> None:
@@ -280,6 +280,19 @@ def _tp_with_ep_needs_sequence_parallel(values: dict[str, list[str]], gpu: GPUSp
                              field="sequence_parallel", fix="add --sequence-parallel")
 
 
+def _flex_dispatcher_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    dispatcher = values.get("--moe-token-dispatcher-type", ["allgather"])[0]
+    if "--moe-flex-dispatcher-backend" in values and dispatcher != "flex":
+        raise MegapilotError(f"--moe-flex-dispatcher-backend has no effect with the {dispatcher} dispatcher",
+                             field="moe_flex_dispatcher", fix="add --moe-token-dispatcher-type flex or drop it")
+    if dispatcher != "flex":
+        return
+    tp, ep = _int_value(values, "--tensor-model-parallel-size"), _int_value(values, "--expert-model-parallel-size")
+    if tp * ep == 1:
+        raise MegapilotError("the flex token dispatcher needs TP x EP > 1", field="moe_flex_dispatcher",
+                             fix="use --moe-token-dispatcher-type alltoall with TP = EP = 1")
+
+
 def _attention_backend_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     backend = values.get("--attention-backend", ["auto"])[0]
     if backend == "local" and "--spec" not in values:
@@ -338,7 +351,7 @@ _COMBINATION_RULES = (
     _recompute_method_needs_full, _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
     _mtp_needs_rope, _expert_parallel_needs_experts, _megatron_fsdp_companions, _optimizer_step_overlap_needs,
     _tp_comm_overlap_needs_sp_and_te, _fused_kernels_need_te, _fp8_param_gather_needs_sharded_weights,
-    _tp_with_ep_needs_sequence_parallel, _attention_backend_fits, _layers_split_over_pipeline,
+    _tp_with_ep_needs_sequence_parallel, _flex_dispatcher_fits, _attention_backend_fits, _layers_split_over_pipeline,
     _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel,
 )
 

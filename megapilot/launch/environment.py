@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megapilot.launch.options import LaunchOptions
-from megapilot.launch.perf_flags import tp_comm_overlap_applies
+from megapilot.launch.perf_flags import flex_dispatcher_backend, tp_comm_overlap_applies
 from megapilot.spec import SavedPlan
 
 # SMs kept free of TE's norm kernels for the userbuffers communication (Megatron-Bridge v0.3.1's
-# PerfEnvPlugin: 16, or 20 with DeepEP/HybridEP, which these scripts do not use).
+# PerfEnvPlugin: 16, or 20 with DeepEP/HybridEP).
 LAYERNORM_SM_MARGIN = 16
+LAYERNORM_SM_MARGIN_WITH_FLEX = 20  # the DeepEP/HybridEP kernels take SMs of their own
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class EnvVar:
 def launch_environment(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
     """The variables a launch exports, common ones first, then the vendor's, then the network's."""
     env = _common()
-    env.append(_device_connections(plan))
+    env.append(_device_connections(plan, options))
     env += _amd(plan) if plan.cluster.gpu.vendor == "AMD" else _nvidia(plan, options)
     env += _network(options)
     return env
@@ -50,7 +51,7 @@ def _common() -> list[EnvVar]:
     ]
 
 
-def _device_connections(plan: SavedPlan) -> EnvVar:
+def _device_connections(plan: SavedPlan, options: LaunchOptions) -> EnvVar:
     """CUDA_DEVICE_MAX_CONNECTIONS as Megatron-LM asserts it, else Megatron-Bridge's value."""
     p, gpu = plan.parallel, plan.cluster.gpu
     name = "CUDA_DEVICE_MAX_CONNECTIONS"
@@ -66,6 +67,9 @@ def _device_connections(plan: SavedPlan) -> EnvVar:
     if p.tp > 1 or p.cp > 1:
         return EnvVar(name, "1", "one hardware queue keeps TP/CP communication kernels in issue order, "
                                  "as Megatron asserts with TP or CP > 1 before Blackwell")
+    if flex_dispatcher_backend(plan, options) is not None:
+        return EnvVar(name, "32", "no TP/CP ordering to keep: 32 queues let the DeepEP/HybridEP kernels run beside "
+                                  "compute (Megatron-Bridge's value with a flex backend)")
     return EnvVar(name, "8", "no TP/CP ordering to keep: 8 queues let the DP overlap run beside compute "
                              "(Megatron-Bridge's default)")
 
@@ -75,17 +79,34 @@ def _nvidia(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
         EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
                "growable allocator segments: fewer fragmentation OOMs with varying activation sizes"),
     ]
+    flex = flex_dispatcher_backend(plan, options)
     if tp_comm_overlap_applies(plan, options):
+        margin = LAYERNORM_SM_MARGIN_WITH_FLEX if flex else LAYERNORM_SM_MARGIN
         for direction in ("FWD", "BWD"):
-            env.append(EnvVar(f"NVTE_{direction}_LAYERNORM_SM_MARGIN", str(LAYERNORM_SM_MARGIN),
-                              f"keep {LAYERNORM_SM_MARGIN} SMs free of the {direction.lower()} norm kernels for "
+            env.append(EnvVar(f"NVTE_{direction}_LAYERNORM_SM_MARGIN", str(margin),
+                              f"keep {margin} SMs free of the {direction.lower()} norm kernels for "
                               "the overlapped TP communication (--tp-comm-overlap)"))
+    if flex == "hybridep":
+        env += _hybridep(plan)
     nodes = options.nodes or plan.cluster.num_nodes
     if plan.parallel.pp > 1 and nodes > 1:
         env.append(EnvVar("NCCL_P2P_NET_CHUNKSIZE", "2097152",
                           "2 MiB chunks for pipeline send/recv over the network (Megatron-Bridge, Llama 70B/405B "
                           "with PP > 1): fewer, larger transfers"))
     return env
+
+
+def _hybridep(plan: SavedPlan) -> list[EnvVar]:
+    """HybridEP's NVLink domain: 8 GPUs on an HGX node, the whole rack over multi-node NVLink (GB200 NVL72)."""
+    gpu, ep = plan.cluster.gpu, plan.parallel.ep
+    mnnvl = gpu.scaleup_domain_gpus > plan.cluster.gpus_per_node
+    domain = gpu.scaleup_domain_gpus if mnnvl else plan.cluster.gpus_per_node
+    return [
+        EnvVar("NVLINK_DOMAIN_SIZE", str(domain), "GPUs HybridEP reaches over NVLink without the network"),
+        EnvVar("USE_MNNVL", "1" if mnnvl else "0", "multi-node NVLink (NVL72 racks) or not"),
+        EnvVar("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(min(ep, domain)),
+               "expert-parallel ranks that share one NVLink domain (Megatron-Bridge: min(EP, domain))"),
+    ]
 
 
 def _amd(plan: SavedPlan) -> list[EnvVar]:

@@ -13,6 +13,7 @@ from megapilot.errors import MegapilotError
 from megapilot.launch.model_flags import model_section
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.perf_flags import (
+    flex_dispatcher_backend,
     fp8_param_gather_applies,
     meta_device_init_needed,
     param_gather_overlaps_optimizer_step,
@@ -30,7 +31,7 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
 def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """All argument sections, in the order a reader looks for them."""
     return [
-        model_section(plan.model, cpu=options.cpu),
+        _with_dispatcher(model_section(plan.model, cpu=options.cpu), flex_dispatcher_backend(plan, options)),
         _parallel_section(plan.model, plan.parallel, cpu=options.cpu),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
@@ -68,6 +69,16 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, *, cpu: bool = False)
     if p.distributed_optimizer or p.fsdp:
         s.add("--overlap-param-gather")
     return s
+
+
+def _with_dispatcher(model: ArgSection, flex_backend: str | None) -> ArgSection:
+    """The model section with its MoE dispatcher switched to `flex` when a flex backend applies (its backend
+    flag comes in the performance sections); the model's own flags are left as model_flags wrote them."""
+    if flex_backend is None or "--moe-token-dispatcher-type" not in model.args:
+        return model
+    args = list(model.args)
+    args[args.index("--moe-token-dispatcher-type") + 1] = "flex"
+    return ArgSection(model.title, args)
 
 
 def _fsdp_section(plan: SavedPlan) -> ArgSection:

@@ -58,6 +58,11 @@ class LaunchOptions(BaseModel):
     primus_config_path: str | None = Field(
         default=None, description="Where the Primus experiment YAML goes; None = next to the script.",
     )
+    moe_flex_dispatcher: Literal["deepep", "hybridep"] | None = Field(
+        default=None,
+        description="MoE tokens through Megatron's flex dispatcher with DeepEP or HybridEP (the library must be in "
+                    "the image; it cannot be checked from here); None = the alltoall dispatcher.",
+    )
     # --- multi-node wiring
     rendezvous: Rendezvous = Field(default="static", description="Multi-node torchrun: static ranks or c10d.")
     master_port: int = Field(default=DEFAULT_MASTER_PORT, gt=1024, lt=65536)

@@ -89,6 +89,37 @@ def meta_device_init_needed(plan: SavedPlan) -> bool:
     return unsharded_gib > plan.cluster.gpu.hbm_gib / 2
 
 
+# Architectures each flex backend runs on (Megatron-Bridge's flex_dispatcher_backend.py gate: DeepEP on
+# SM 8.x/9.x and B200-class Blackwell, HybridEP on SM 8/9/10).
+_FLEX_BACKEND_ARCHITECTURES = {"deepep": ("ampere", "hopper", "blackwell"), "hybridep": ("ampere", "hopper", "blackwell")}
+
+
+def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | None:
+    """The flex dispatcher backend asked for, once it is known to apply; a request that cannot run is refused.
+
+    DeepEP/HybridEP are separate libraries in the image, so they are used only when asked for. Megatron's
+    flex dispatcher asserts TP x EP > 1; Bridge gates DeepEP to B200-class Blackwell (not the NVL72
+    GB200/GB300, where only HybridEP spans the rack's NVLink domain).
+    """
+    backend = options.moe_flex_dispatcher
+    if backend is None:
+        return None
+    gpu, p = plan.cluster.gpu, plan.parallel
+    field, fix = "moe_flex_dispatcher", "drop --moe-flex-dispatcher (the alltoall dispatcher stays)"
+    if plan.model.moe is None:
+        raise MegapilotError(f"{plan.model.name} has no experts to dispatch", field=field, fix=fix)
+    if not gpu_kernels_available(options) or gpu.vendor != "NVIDIA":
+        raise MegapilotError(f"the {backend} flex dispatcher runs only in Megatron-LM on NVIDIA GPUs", field=field,
+                             fix=fix)
+    if gpu.architecture not in _FLEX_BACKEND_ARCHITECTURES[backend] or (
+            backend == "deepep" and gpu.scaleup_domain_gpus > plan.cluster.gpus_per_node):
+        raise MegapilotError(f"{backend} does not run on {gpu.name}", field=field,
+                             fix="use --moe-flex-dispatcher hybridep" if backend == "deepep" else fix)
+    if p.tp * p.ep == 1:
+        raise MegapilotError("the flex dispatcher needs TP x EP > 1 (Megatron asserts it)", field=field, fix=fix)
+    return backend
+
+
 def performance_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """The recipe-grade flags that apply to this plan and launch, each in a section titled by its reason."""
     sections: list[ArgSection] = []
@@ -108,6 +139,11 @@ def performance_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSec
     if kernels and plan.model.moe is not None and plan.cluster.gpu.vendor == "NVIDIA":
         sections.append(_one("performance: fused token permute/unpermute around the experts (TE >= 2.1)",
                              "--moe-permute-fusion"))
+    backend = flex_dispatcher_backend(plan, options)
+    if backend is not None:
+        sections.append(_one(f"performance: MoE tokens through the flex dispatcher's fused {backend} all-to-all "
+                             "(fewer copies than alltoall; needs the library in the image)",
+                             "--moe-flex-dispatcher-backend", backend))
     if not options.cpu:
         sections.append(_one(f"performance: Python GC only every {MANUAL_GC_INTERVAL} steps, in step with all "
                              "ranks (a rank collecting on its own stalls every collective)",

@@ -261,8 +261,8 @@ def _cpu_notes(plan: SavedPlan, options: LaunchOptions) -> list[str]:
             f"context parallelism (CP={p.cp}) needs a GPU: Megatron-Core runs it only in Transformer Engine's "
             "attention", field="cp", fix="use a layout with --cp 1 for a CPU run, or render for GPUs (no --cpu)")
     notes = [f"CPU run: fp32 compute over gloo instead of {plan.training.precision} on GPUs",
-             "CPU run: the GPU performance flags (TP overlap, fused kernels, FP8 param gather, manual GC, "
-             "collective timeout) are left out"]
+             ("CPU run: the GPU performance flags (TP overlap, fused kernels, FP8 param gather, manual GC, "
+              "collective timeout) are left out")]
     if p.sequence_parallel:
         notes.append("CPU run: sequence parallelism left out (torch's LayerNorm/RMSNorm, used without "
                      "Transformer Engine, refuse it); activations are not split over TP ranks")

@@ -8,8 +8,17 @@ import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
-from megapilot.launch import LaunchOptions, check_megatron_args, render_launch, render_megatron_args
-from megapilot.launch.checks import check_absolute_path, check_environment, check_no_placeholder
+from megapilot.launch import (
+    LaunchOptions,
+    check_megatron_args,
+    render_launch,
+    render_megatron_args,
+)
+from megapilot.launch.checks import (
+    check_absolute_path,
+    check_environment,
+    check_no_placeholder,
+)
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import GOLDEN_PLANS, LLAMA31_8B, make_plan
 
@@ -89,6 +98,10 @@ def test_rendered_arguments_pass_all_checks() -> None:
      "needs --fp8-param-gather"),
     (lambda a: _without(a, "--sequence-parallel", "--tp-comm-overlap") + ["--num-experts", "8",
      "--expert-model-parallel-size", "2"], "sequence_parallel", "needs sequence parallelism"),
+    (lambda a: a + ["--moe-flex-dispatcher-backend", "deepep"], "moe_flex_dispatcher", "has no effect with the allgather"),
+    (lambda a: _without(_with_value(a, "--tensor-model-parallel-size", "1"), "--sequence-parallel", "--tp-comm-overlap")
+     + ["--moe-token-dispatcher-type", "flex"],
+     "moe_flex_dispatcher", "needs TP x EP > 1"),
     (lambda a: a + ["--attention-backend", "local"], "attention_backend", "only with --spec local"),
     (lambda a: _with_value(a, "--context-parallel-size", "2") + ["--attention-backend", "unfused"],
      "attention_backend", "runs only in TE's flash or fused attention"),

@@ -14,7 +14,7 @@ from megapilot.launch import model_flags as model_flags_module
 from megapilot.launch import perf_flags as perf_flags_module
 from megapilot.launch import render_megatron_args
 from megapilot.launch.megatron_args import MEGATRON_COMMIT, MEGATRON_RELEASE, pinned_flags, split_args
-from tests.launch.variants import OPTION_VARIANTS, VARIANT_PLANS
+from tests.launch.variants import OPTION_VARIANTS, PAIRED_VARIANTS, VARIANT_PLANS
 
 
 def test_pinned_list_records_release_and_has_the_core_flags() -> None:
@@ -58,6 +58,8 @@ def test_variants_reach_every_flag_literal_of_the_renderer() -> None:
         a for plan in VARIANT_PLANS.values() for options in OPTION_VARIANTS.values()
         for a in render_megatron_args(plan, options) if a.startswith("--")
     }
+    emitted |= {a for plan, options in PAIRED_VARIANTS for a in render_megatron_args(plan, options)
+                if a.startswith("--")}
     assert _flag_literals_in_renderer() - emitted == set()
 
 

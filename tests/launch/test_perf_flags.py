@@ -15,7 +15,13 @@ from megapilot.launch.perf_flags import (
     slurm_time_limit_minutes,
 )
 from megapilot.spec import SavedPlan, TrainingSpec
-from tests.launch.plans import DEEPSEEK_V2_LITE, LLAMA31_8B, LLAMA31_405B, MIXTRAL_8X7B, make_plan
+from tests.launch.plans import (
+    DEEPSEEK_V2_LITE,
+    LLAMA31_8B,
+    LLAMA31_405B,
+    MIXTRAL_8X7B,
+    make_plan,
+)
 
 TRAIN = TrainingSpec(seq_length=4096, global_batch_size=64)
 MEGATRON = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
@@ -201,3 +207,41 @@ def test_rendered_launches_pass_every_check(plan: SavedPlan, launcher: str) -> N
     options = MEGATRON.model_copy(update={"launcher": launcher, "log_dir": "/logs", "save": "/ckpt",
                                           "primus_config_path": "/exp/run.yaml"})
     render_launch(plan, options)  # refusals are raised before any text is produced
+
+
+# ---- MoE flex dispatcher (opt-in: DeepEP/HybridEP must be in the image) ---------------------------
+def test_flex_dispatcher_only_when_asked_for_and_able_to_run() -> None:
+    moe = make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN, ep=8, etp=1)
+    assert _value(_args(moe), "--moe-token-dispatcher-type") == "alltoall"
+    assert "--moe-flex-dispatcher-backend" not in _args(moe)
+    deepep = MEGATRON.model_copy(update={"moe_flex_dispatcher": "deepep"})
+    args = _args(moe, deepep)
+    assert _value(args, "--moe-token-dispatcher-type") == "flex"
+    assert _value(args, "--moe-flex-dispatcher-backend") == "deepep"
+    env = render_launch(moe, deepep).env
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"  # TP 1: Bridge's value with a flex backend
+
+
+@pytest.mark.parametrize(("plan", "backend", "problem"), [
+    (make_plan(LLAMA31_8B, "h100", 1, TRAIN), "deepep", "has no experts"),
+    (make_plan(MIXTRAL_8X7B, "mi300x", 1, TRAIN, ep=8, etp=1), "deepep", "only in Megatron-LM on NVIDIA"),
+    (make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN.model_copy(update={"global_batch_size": 64})), "deepep",
+     "needs TP x EP > 1"),
+])
+def test_a_flex_dispatcher_that_cannot_run_is_refused(plan: SavedPlan, backend: str, problem: str) -> None:
+    with pytest.raises(MegapilotError, match=problem) as info:
+        render_launch(plan, MEGATRON.model_copy(update={"moe_flex_dispatcher": backend}))
+    assert info.value.field == "moe_flex_dispatcher"
+
+
+def test_hybridep_spans_the_nvlink_domain() -> None:
+    gb200 = make_plan(MIXTRAL_8X7B, "gb200", 2, TRAIN, ep=8, etp=1)
+    hybridep = MEGATRON.model_copy(update={"moe_flex_dispatcher": "hybridep"})
+    env = render_launch(gb200, hybridep).env
+    assert (env["USE_MNNVL"], env["NVLINK_DOMAIN_SIZE"], env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"]) == \
+        ("1", "72", "8")
+    with pytest.raises(MegapilotError, match="deepep does not run on"):  # only HybridEP spans an NVL72 rack
+        render_launch(gb200, hybridep.model_copy(update={"moe_flex_dispatcher": "deepep"}))
+    h100 = render_launch(make_plan(MIXTRAL_8X7B, "h100", 2, TRAIN, ep=4, etp=1), hybridep).env
+    assert (h100["USE_MNNVL"], h100["NVLINK_DOMAIN_SIZE"], h100["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"]) == \
+        ("0", "8", "4")

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from megapilot.launch import LaunchOptions
-from megapilot.spec import MoESpec, ModelSpec, SavedPlan, TrainingSpec
-from tests.launch.plans import DEEPSEEK_V2_LITE, GOLDEN_PLANS, LLAMA31_8B, LLAMA31_405B, MIXTRAL_8X7B, make_plan
+from megapilot.spec import ModelSpec, MoESpec, SavedPlan, TrainingSpec
+from tests.launch.plans import (
+    DEEPSEEK_V2_LITE,
+    GOLDEN_PLANS,
+    LLAMA31_8B,
+    LLAMA31_405B,
+    MIXTRAL_8X7B,
+    make_plan,
+)
 
 _TRAIN = TrainingSpec(seq_length=4096, global_batch_size=64)
 
@@ -53,6 +60,13 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
     "uneven_vpp": make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"global_batch_size": 64}), tp=2,
                             pp=4, vpp=2, first_stage_layers=6, last_stage_layers=6),
 }
+
+# Options that apply to some plans only (a flex MoE dispatcher is refused on a dense model): rendered on their own.
+PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
+     LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_flex_dispatcher="deepep",
+                   check_paths_exist=False)),
+]
 
 OPTION_VARIANTS: dict[str, LaunchOptions] = {
     "mock": LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False),
