@@ -80,6 +80,8 @@ def script(
     log_dir: Annotated[Optional[str], typer.Option(help="Absolute log directory (default: next to the script).")] = None,
     primus_path: Annotated[str, typer.Option(help="Absolute Primus checkout.")] = "/workspace/Primus",
     primus_config: Annotated[Optional[str], typer.Option(help="Where the Primus experiment YAML goes.")] = None,
+    moe_flex_dispatcher: Annotated[Optional[str], typer.Option(
+        help="MoE flex dispatcher backend: deepep or hybridep (must be in the image; default alltoall).")] = None,
     remote: Annotated[bool, typer.Option(
         "--remote", help="Drafted for another machine: paths checked for form only, no folder created here.")] = False,
     profile: Annotated[Optional[Path], typer.Option(help="Profile file (default: the saved user profile).")] = None,
@@ -124,7 +126,8 @@ def script(
         container_image=container_image, container_mounts=tuple(container_mount or ()), rendezvous=rendezvous,
         master_port=master_port, network_interface=network_interface, ib_hca=ib_hca, job_name=job_name,
         time_limit=time_limit, partition=partition, account=account, log_dir=log_dir, primus_path=primus_path,
-        primus_config_path=primus_config, script_path=script_path, remote=remote, **fills,
+        primus_config_path=primus_config, script_path=script_path, remote=remote,
+        moe_flex_dispatcher=moe_flex_dispatcher, **fills,
     )
     launch = render_launch(saved, options)
     if output is not None and not remote:

@@ -230,3 +230,15 @@ def test_remote_drafts_check_paths_for_form_only_and_create_nothing_here(
     assert f"create {tmp_path / 'cluster-logs'} on the cluster before sbatch" in notes
     relative = cli(*args[:4], "data/corpus", *args[5:], "--remote", "--json")
     assert relative.exit_code == 2 and "not an absolute path" in relative.stderr  # the form is still checked
+
+
+def test_flex_dispatcher_is_asked_for_by_name_and_refused_on_a_dense_model(cli, plan_file: Path) -> None:
+    moe = ["script", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--gbs", "64",
+           "--seq-len", "4096", "--mock-data", *MEGATRON, "--remote", "--json"]
+    args = cli(*moe, "--moe-flex-dispatcher", "deepep").json()["megatron_args"]
+    assert args[args.index("--moe-flex-dispatcher-backend") + 1] == "deepep"
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
+    dense = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--moe-flex-dispatcher", "deepep")
+    assert dense.exit_code == 2 and "has no experts" in dense.stderr
+    wrong = cli(*moe, "--moe-flex-dispatcher", "nccl")
+    assert wrong.exit_code == 2 and "--moe-flex-dispatcher" in wrong.stderr
