@@ -36,7 +36,7 @@ import statistics
 from collections import defaultdict
 
 from megapilot.diagnose.cascade import failure_kind
-from megapilot.diagnose.findings import Finding, Fix
+from megapilot.diagnose.findings import Finding, Fix, Severity
 from megapilot.diagnose.flags import RunConfig
 from megapilot.diagnose.framework_fixes import (
     allocator_fix,
@@ -44,6 +44,7 @@ from megapilot.diagnose.framework_fixes import (
     memory_fixes,
 )
 from megapilot.diagnose.options import (
+    LayoutOption,
     change,
     combined_memory_option,
     current_prediction,
@@ -399,7 +400,7 @@ def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None
 def _crash(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     # only a failure that explains itself can be the crash's cause; a timeout or a lost peer is another consequence
     others = {e.category for e in cascade_errors(log) if failure_kind(e) == "self-explaining"} - {"process_crash"}
-    severity = "warning" if others else "error"
+    severity: Severity = "warning" if others else "error"
     cause = ("A training process exited abnormally (non-zero exit code, signal, or abort)."
              + (f" It follows the {', '.join(sorted(others))} above, which is the likely cause." if others
                 else " No other error line was found: look at the lines just before it, dmesg (OOM killer), and the node."))
@@ -729,7 +730,7 @@ def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | Non
                    f"Measured MFU is far below what this GPU should reach ({basis}).", fixes)
 
 
-def _gain(option) -> float:
+def _gain(option: LayoutOption) -> float:
     if option.prediction is None or option.prediction.tokens_per_s_per_gpu is None or not option.modelled:
         return 0.0
     return option.prediction.tokens_per_s_per_gpu if option.prediction.fits else -1.0

@@ -139,14 +139,23 @@ class BulkReader:
         self._block = b""
         self._line_pos = 0
         self._line_no = 0
+        self._splitter = LineSplitter()
 
     def read(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> SourceEnd:
-        splitter = LineSplitter()
         while chunk := stream.read(chunk_bytes):
-            block = splitter.feed_bytes(chunk)
-            if block is not None:
-                self.block(block[0], block[1])
-        tail = splitter.flush_bytes()
+            self.feed(chunk)
+        return self.end()
+
+    def feed(self, chunk: bytes) -> None:
+        """More bytes of the stream (any size; a line split across chunks is joined). Lets a follower hand over
+        only what a file gained since its last poll."""
+        block = self._splitter.feed_bytes(chunk)
+        if block is not None:
+            self.block(block[0], block[1])
+
+    def end(self) -> SourceEnd:
+        """The stream ended: its unterminated last line is read, and what the source contributes is returned."""
+        tail = self._splitter.flush_bytes()
         if tail is not None:
             self.block(tail[0], tail[1])
         return self._end()

@@ -308,24 +308,24 @@ def follow_log(
     collector = LogCollector(summary_only=summary_only)
     collector.log.files.append(name)
     parser = LineParser(name, options)
-    state = {"done": False, "hang_reported": False, "last_iteration": None}
+    state = _FollowState()
 
     def observe(record: Record) -> None:
         if isinstance(record, ProgressMarker) and record.marker == "training_done":
-            state["done"] = True
+            state.done = True
         if isinstance(record, IterationRecord):
-            state["last_iteration"] = record
-            state["hang_reported"] = False
+            state.last_iteration = record
+            state.hang_reported = False
         if on_record is not None:
             on_record(record)
 
     def stop() -> bool:
-        return (stop_when_done and bool(state["done"])) or (should_stop is not None and should_stop())
+        return (stop_when_done and state.done) or (should_stop is not None and should_stop())
 
     def on_idle(_idle_s: float) -> None:
         hang = _wall_clock_hang(collector, state, hang_factor, hang_floor_s)
         if hang is not None:
-            state["hang_reported"] = True
+            state.hang_reported = True
             collector.add_error(hang)
             if on_record is not None:
                 on_record(hang)
@@ -336,9 +336,18 @@ def follow_log(
     return collector.finish()
 
 
-def _wall_clock_hang(collector: LogCollector, state: dict[str, Any], factor: float, floor_s: float) -> ErrorRecord | None:
-    last: IterationRecord | None = state["last_iteration"]
-    if last is None or state["hang_reported"] or collector.last_progress_wall_s is None:
+@dataclass
+class _FollowState:
+    """What `follow_log` remembers between lines: training done, the last iteration, a hang already reported."""
+
+    done: bool = False
+    hang_reported: bool = False
+    last_iteration: IterationRecord | None = None
+
+
+def _wall_clock_hang(collector: LogCollector, state: _FollowState, factor: float, floor_s: float) -> ErrorRecord | None:
+    last = state.last_iteration
+    if last is None or state.hang_reported or collector.last_progress_wall_s is None:
         return None
     typical_ms = collector.summary.result().step_time_p50_ms or last.elapsed_ms
     limit_s = max(floor_s, factor * (typical_ms or 0.0) / 1000.0)

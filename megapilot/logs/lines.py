@@ -117,7 +117,7 @@ def follow_lines(
     try:
         while True:
             if stream is None and path.exists():
-                stream = open(path, "rb")
+                stream = open(path, "rb")  # noqa: SIM115 - closed in finally
                 identity = _identity(path)
             chunk = stream.read(CHUNK_BYTES) if stream is not None else b""
             now = time.monotonic()

@@ -58,19 +58,19 @@ LIGHTNING_FIELD_RE = re.compile(r"([A-Za-z_][\w ]*?)=\s*([-+\w.]+)")
 # A decimal number captured whole: "8..03" must not reach float() (mangled lines).
 NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*" + NUMBER + r"\s*s\b(?:.*?GPU utilization:\s*" + NUMBER + r")?")
-MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)", re.I)
+MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)", re.IGNORECASE)
 # `2026-01-01 12:00:00.123`, ISO `T`, torchrun's failure summary `2026-01-01_12:00:00`, Primus `20260101 12:00:00`.
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 # glog (torch's C++ and torchrun's own lines): `E1201 08:39:32.049000 28171 torch/...`: no year printed.
 GLOG_TIME_RE = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
 RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |:\d+:\d+ \[(\d+)\] ")
 TIMER_RE = re.compile(r"([A-Za-z][\w\-/]*(?: [\w\-/]+)*) \.*: \(?\s*" + NUMBER + r"(?:,\s*" + NUMBER + r"\))?")
-SAVE_START_RE = re.compile(r"saving checkpoint at iteration\s+(\d+) to (\S+)", re.I)
-SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+) to (\S+)", re.I)
+SAVE_START_RE = re.compile(r"saving checkpoint at iteration\s+(\d+) to (\S+)", re.IGNORECASE)
+SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+) to (\S+)", re.IGNORECASE)
 LOAD_START_RE = re.compile(r"\bloading (?:release )?(?:distributed )?checkpoint from (\S+)(?: at iteration (\d+))?",
-                           re.I)
-LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (\S+)(?:.*?at iteration (\d+))?", re.I)
-NOT_FOUND_RE = re.compile(r"could not find the metadata file (\S+)", re.I)
+                           re.IGNORECASE)
+LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (\S+)(?:.*?at iteration (\d+))?", re.IGNORECASE)
+NOT_FOUND_RE = re.compile(r"could not find the metadata file (\S+)", re.IGNORECASE)
 THEORY_PARAMS_RE = re.compile(r"((?:Total n|N)umber of [\w ]+?) in billions:\s*" + NUMBER)
 THEORY_FOOTPRINT_RE = re.compile(r"Theoretical memory footprints: (.*)")
 THEORY_PART_RE = re.compile(r"([\w ]+?)=\s*" + NUMBER + r" MB")
@@ -235,7 +235,7 @@ def last_timestamp(text: str, end: int | None = None) -> float | None:
     """The last timestamp in `text[:end]`, or None: the one helper for "the most precise stamp before the
     message" (Primus prints an outer and an inner timestamp; the inner one, last, has the microseconds)."""
     final = None
-    for final in TIMESTAMP_RE.finditer(text, 0, len(text) if end is None else end):
+    for final in TIMESTAMP_RE.finditer(text, 0, len(text) if end is None else end):  # noqa: B007 - keep the last
         pass
     return _timestamp_from_match(final) if final is not None else None
 
@@ -721,21 +721,23 @@ class LineParser:
         )
 
     def _checkpoint(self, line_no: int, text: str) -> CheckpointEvent | None:
-        common = {"file": self.file, "line": line_no, "text": text, "time_s": self._event_time(text)}
+        time_s = self._event_time(text)
+
+        def event(kind: Literal["save", "load"], phase: Literal["start", "done", "not_found"], iteration: str | None,
+                  path: str) -> CheckpointEvent:
+            return CheckpointEvent(file=self.file, line=line_no, text=text, kind=kind, phase=phase,
+                                   iteration=int(iteration) if iteration else None, path=path, time_s=time_s)
+
         if found := SAVE_DONE_RE.search(text):
-            return CheckpointEvent(kind="save", phase="done", iteration=int(found.group(1)), path=found.group(2),
-                                   **common)
+            return event("save", "done", found.group(1), found.group(2))
         if found := SAVE_START_RE.search(text):
-            return CheckpointEvent(kind="save", phase="start", iteration=int(found.group(1)), path=found.group(2),
-                                   **common)
+            return event("save", "start", found.group(1), found.group(2))
         if found := LOAD_DONE_RE.search(text):
-            iteration = int(found.group(2)) if found.group(2) else None
-            return CheckpointEvent(kind="load", phase="done", iteration=iteration, path=found.group(1), **common)
+            return event("load", "done", found.group(2), found.group(1))
         if found := LOAD_START_RE.search(text):
-            iteration = int(found.group(2)) if found.group(2) else None
-            return CheckpointEvent(kind="load", phase="start", iteration=iteration, path=found.group(1), **common)
+            return event("load", "start", found.group(2), found.group(1))
         if found := NOT_FOUND_RE.search(text):
-            return CheckpointEvent(kind="load", phase="not_found", path=found.group(1), **common)
+            return event("load", "not_found", None, found.group(1))
         return None
 
     def _event_time(self, text: str) -> float | None:
