@@ -245,3 +245,10 @@ def test_hybridep_spans_the_nvlink_domain() -> None:
     h100 = render_launch(make_plan(MIXTRAL_8X7B, "h100", 2, TRAIN, ep=4, etp=1), hybridep).env
     assert (h100["USE_MNNVL"], h100["NVLINK_DOMAIN_SIZE"], h100["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"]) == \
         ("0", "8", "4")
+
+
+def test_the_embedded_trainer_on_gpus_accepts_what_is_left_and_the_notes_say_what_is_not() -> None:
+    plan = make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN, tp=2, ep=4, etp=1, sequence_parallel=True)
+    launch = render_launch(plan, EMBEDDED_GPU.model_copy(update={"save": "/ckpt"}))  # its own argument check runs
+    assert "--manual-gc" in launch.megatron_args and "--distributed-timeout-minutes" in launch.megatron_args
+    assert any("GPU kernel flags" in note and "left out" in note for note in launch.notes)
