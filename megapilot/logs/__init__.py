@@ -1,14 +1,21 @@
-"""Training-log intelligence: a streaming parser for Megatron-LM, Megatron-Bridge and Primus logs.
+"""Training-log intelligence: a streaming parser for what training jobs print, and whatever else a failed job
+left behind (a rank's stderr, dmesg, SLURM and torchrun summaries).
+
+Dialects: Megatron-LM (and Megatron-LLM), Megatron-Bridge, Primus (Megatron and torchtitan backends), upstream
+torchtitan, Megatron-DeepSpeed, GPT-NeoX, DeepSpeed, NeMo 1.x/2.x. Any text is read: lines without training
+progress still run every error signature, and tracebacks are classified by their frames and final exception.
 
 Public API:
 - `parse_logs(paths, options=, summary_only=, on_record=) -> ParsedLog` (`-` = stdin)
-- `follow_log(path, ..., idle_timeout_s=, timeout_s=, should_stop=) -> ParsedLog` (growing files)
+- `expand_log_paths(arguments) -> list[str]` (directories, globs, text check; `megapilot.logs.sources`)
+- `follow_log(path, ..., idle_timeout_s=, timeout_s=, should_stop=) -> ParsedLog` (one growing file, hang watch)
+- `RunFollower(paths).poll()` (many growing files at once, O(new bytes); `megapilot.logs.follow`)
 - `parse_text(text) -> ParsedLog`
 - `LineParser(file, options).feed(line_no, text) -> tuple[Record, ...]` (one line at a time)
 - records: `IterationRecord`, `MemoryRecord`, `TheoreticalMemoryRecord`, `TimerRecord`,
   `CheckpointEvent`, `CheckpointOp`, `ErrorRecord`, `ProgressMarker`, `Evidence`
 - `SIGNATURES`, `CATEGORIES`, `match_line` (the error taxonomy), `RunSummary` (steady-state rule in
-  `megapilot.logs.summary`).
+  `megapilot.logs.summary`), `ParsedLog.framework` (`megapilot.logs.framework`: which fixes fit).
 """
 
 from megapilot.logs.collect import (

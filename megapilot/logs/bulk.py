@@ -22,11 +22,17 @@ Lines come from the same `LineSplitter`, with the same chunk size, as the line p
 lines are cut the same way and memory stays bounded by the chunk size (1 MiB) plus the longest line.
 Iteration lines reach the summary in batches (`SummaryBuilder.add_rows`, the same floats as one by one).
 
-Speed (bench/log_parse): ~30-40 MB per CPU-second on a 1 GB Megatron log, 3.7x the line-by-line path
-but ~0.01x `grep -c`. The cost left is per iteration line, in Python: the regex match (~2 us, the
-sre engine on a 350-byte line), the number conversions and the row (~3 us), the running statistics
-(~1.3 us). One process, no multiprocessing: the summary is sequential (Welford, a seeded reservoir),
-so splitting the file would change its floats, and CPU seconds would not drop anyway.
+Speed (bench/log_parse, results.json): ~50 MB per CPU-second on a 1 GB Megatron log, 3.6x the line-by-line
+path but ~0.01x `grep -c`, which counts lines at memchr speed. The cost left is per iteration line (~7 us for
+2.9 M lines per GB), in Python: the regex match (~2 us, the sre engine on a 350-byte line), the number
+conversions and the row (~3 us), the running statistics (~1.3 us). One process, no multiprocessing: the summary
+is sequential (Welford, a seeded reservoir), so splitting the file would change its floats, and CPU seconds
+would not drop anyway. A vectorised engine was measured on the same lines before choosing: polars' Rust-regex
+`str.extract_groups` with the same captures spends ~4 us per iteration line too (88 MB per CPU-second on the
+134 MB file, after 0.2 s to split it into lines), so it would add a dependency for under 2x and lose the
+bit-exact equality with the line path; hyperscan reports match offsets without captures and RE2's bindings pay
+the same per-match Python cost. Reaching a quarter of grep needs a compiled scanner that also keeps the running
+statistics, which this package does not have.
 """
 
 from __future__ import annotations
