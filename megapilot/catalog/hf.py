@@ -472,6 +472,8 @@ def _gpt_oss(config: HFConfig) -> dict[str, Any]:
                       "is modelled")
     fields |= {
         "mlp_activation": "quick_geglu",
+        "glu_linear_offset": 1.0,  # GPT-OSS computes (up + 1) * quick_gelu(gate)
+        "activation_clamp": _optional_float(config, "swiglu_limit"),
         "sliding_window": _required_int(config, "sliding_window"),
         "sliding_window_skip_freq": 2,
         "softmax_type": "learnable",

@@ -56,7 +56,35 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     if model.mtp_num_layers:
         s.add("--mtp-num-layers", model.mtp_num_layers)
         s.add("--mtp-loss-scaling-factor", model.mtp_loss_scaling_factor)
+    if model.is_hybrid:
+        _add_hybrid(s, model)
     return s
+
+
+#: pretrain_mamba.py builds its stack from this spec (it refuses to start without one).
+MAMBA_STACK_SPEC = ("megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec")
+
+
+def _add_hybrid(s: ArgSection, model: ModelSpec) -> None:
+    """A Mamba hybrid: the layer pattern, the Mamba-2 mixer's shape and the layer spec pretrain_mamba.py needs."""
+    assert model.mamba is not None and model.hybrid_override_pattern is not None
+    s.add("--spec", *MAMBA_STACK_SPEC)
+    s.add("--is-hybrid-model")
+    s.add("--hybrid-override-pattern", model.hybrid_override_pattern)
+    s.add("--mamba-state-dim", model.mamba.state_dim)
+    s.add("--mamba-head-dim", model.mamba.head_dim)
+    s.add("--mamba-num-groups", model.mamba.num_groups)
+    if model.mamba.num_heads is not None:
+        s.add("--mamba-num-heads", model.mamba.num_heads)
+    if model.mamba.conv_kernel != 4:
+        raise MegapilotError(
+            f"{model.name} has a Mamba conv kernel of {model.mamba.conv_kernel}; Megatron's MambaMixer fixes d_conv=4 "
+            "with no flag", field="model.mamba.conv_kernel", fix="use conv_kernel 4")
+
+
+def training_script(model: ModelSpec) -> str:
+    """The Megatron-LM entry script that builds `model`: pretrain_mamba.py for hybrids, else pretrain_gpt.py."""
+    return "pretrain_mamba.py" if model.is_hybrid else "pretrain_gpt.py"
 
 
 def _add_attention(s: ArgSection, model: ModelSpec) -> None:
@@ -73,6 +101,18 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
     if model.sliding_window is not None:
         # (left, right) keys around each query, both ends included: the last W tokens are W-1 to the left.
         s.add("--window-size", f"{model.sliding_window - 1},0")
+        if model.sliding_window_skip_freq is not None:
+            s.add("--window-attn-skip-freq", model.sliding_window_skip_freq)
+    if model.softmax_type != "vanilla":
+        s.add("--softmax-type", model.softmax_type)
+    if model.no_rope_freq is not None:
+        s.add("--no-rope-freq", model.no_rope_freq)
+    if model.attention_chunk_size is not None:
+        raise MegapilotError(
+            f"{model.name} uses chunked attention ({model.attention_chunk_size} tokens), which core_v0.16.0 has no "
+            "flag for (only Megatron-Bridge's Llama 4 layer spec builds it)",
+            field="model.attention_chunk_size", fix="launch through Megatron-Bridge, or drop attention_chunk_size "
+            "to train with full attention")
 
 
 def _add_activation(s: ArgSection, model: ModelSpec) -> None:
@@ -80,6 +120,12 @@ def _add_activation(s: ArgSection, model: ModelSpec) -> None:
         s.add("--swiglu")
     elif model.mlp_activation == "squared_relu":
         s.add("--squared-relu")
+    elif model.mlp_activation == "quick_geglu":
+        s.add("--quick-geglu")
+        if model.glu_linear_offset:
+            s.add("--glu-linear-offset", model.glu_linear_offset)
+        if model.activation_clamp is not None:
+            s.add("--activation-func-clamp-value", model.activation_clamp)
     elif model.mlp_activation == "geglu":
         raise MegapilotError(
             f"{model.name} uses a gated GELU MLP, which pretrain_gpt.py has no flag for "

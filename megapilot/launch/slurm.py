@@ -51,7 +51,7 @@ def render_sbatch(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list
     lines += megatron_args_array(sections) + [""]
     lines += bash_array("SRUN_ARGS", _srun_args(options)) + [""]
     command = ["srun", '"${SRUN_ARGS[@]}"', q(options.python), "-m", "torch.distributed.run",
-               '"${TORCHRUN_ARGS[@]}"', *entrypoint_words(options), '"${MEGATRON_ARGS[@]}"']
+               '"${TORCHRUN_ARGS[@]}"', *entrypoint_words(options, plan.model), '"${MEGATRON_ARGS[@]}"']
     lines.append(" ".join(command))
     return "\n".join(lines) + "\n"
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from megapilot.launch.environment import EnvVar
 from megapilot.launch.flags import ArgSection
+from megapilot.launch.model_flags import training_script
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.shell import bash_array, env_block, header, megatron_args_array, q, strict_mode
-from megapilot.spec import SavedPlan
+from megapilot.spec import ModelSpec, SavedPlan
 
 
-def entrypoint_words(options: LaunchOptions) -> list[str]:
-    """What torchrun starts on every rank: Megatron-LM's pretrain_gpt.py or the embedded trainer."""
+def entrypoint_words(options: LaunchOptions, model: ModelSpec | None = None) -> list[str]:
+    """What torchrun starts on every rank: Megatron-LM's pretrain_gpt.py (pretrain_mamba.py for a hybrid
+    Mamba model) or the embedded trainer."""
     if options.entrypoint == "megapilot":
         return ["-m", "megapilot.trainer"]
     assert options.megatron_path is not None  # checked before rendering
-    return [q(options.megatron_path.rstrip("/") + "/pretrain_gpt.py")]
+    script = training_script(model) if model is not None else "pretrain_gpt.py"
+    return [q(options.megatron_path.rstrip("/") + "/" + script)]
 
 
 def torchrun_args(nodes: int, gpus_per_node: int, options: LaunchOptions) -> tuple[list[str], frozenset[str]]:
@@ -42,7 +45,7 @@ def render_torchrun(plan: SavedPlan, options: LaunchOptions, nodes: int, env: li
     lines += bash_array("TORCHRUN_ARGS", launcher_args, raw=raw) + [""]
     lines += megatron_args_array(sections) + [""]
     command = [q(options.python), "-m", "torch.distributed.run", '"${TORCHRUN_ARGS[@]}"',
-               *entrypoint_words(options), '"${MEGATRON_ARGS[@]}"']
+               *entrypoint_words(options, plan.model), '"${MEGATRON_ARGS[@]}"']
     lines.append("exec " + " ".join(command))
     return "\n".join(lines) + "\n"
 

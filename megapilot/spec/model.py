@@ -248,6 +248,13 @@ class ModelSpec(_Spec):
         description="With sliding_window: every N-th layer (1-based) keeps full attention, the others slide "
         "(--window-attn-skip-freq; GPT-OSS alternates, N=2). None = every layer slides.",
     )
+    glu_linear_offset: float = Field(
+        default=0.0, description="Added to the gated unit's linear half (GPT-OSS: 1.0; --glu-linear-offset).",
+    )
+    activation_clamp: float | None = Field(
+        default=None, gt=0,
+        description="Clamp of the gated unit's inputs (GPT-OSS swiglu_limit 7.0; --activation-func-clamp-value).",
+    )
     softmax_type: SoftmaxType = Field(
         default="vanilla",
         description="Attention softmax (--softmax-type): 'learnable' adds one learned sink logit per head "

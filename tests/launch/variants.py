@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from megapilot.launch import LaunchOptions
 from megapilot.spec import ModelSpec, MoESpec, SavedPlan, TrainingSpec
+from megapilot.spec.model import MambaSpec
 from tests.launch.plans import (
     DEEPSEEK_V2_LITE,
     GOLDEN_PLANS,
@@ -61,8 +62,25 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
                             pp=4, vpp=2, first_stage_layers=6, last_stage_layers=6),
 }
 
+# GPT-OSS's attention and MLP semantics, Llama 4's NoPE frequency, and a Mamba hybrid (pretrain_mamba.py): these
+# need Megatron-LM's own entry scripts, so they are rendered with it only.
+GPT_OSS_STYLE = MIXTRAL_8X7B.model_copy(update={
+    "name": "gpt-oss-style", "mlp_activation": "quick_geglu", "glu_linear_offset": 1.0, "activation_clamp": 7.0,
+    "sliding_window": 128, "sliding_window_skip_freq": 2, "softmax_type": "learnable", "add_bias_linear": True,
+    "no_rope_freq": 4,
+})
+HYBRID_MAMBA = ModelSpec(
+    name="hybrid-mamba", num_layers=8, hidden_size=1024, ffn_hidden_size=2048, num_attention_heads=8,
+    num_query_groups=2, vocab_size=32000, mlp_activation="squared_relu", position_embedding="none",
+    hybrid_override_pattern="M-M*M-ME", mamba=MambaSpec(num_heads=32, head_dim=64, num_groups=8, state_dim=128),
+    moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=1024, shared_expert_ffn_hidden_size=2048),
+)
+_MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
+
 # Options that apply to some plans only (a flex MoE dispatcher is refused on a dense model): rendered on their own.
 PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
+    (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+    (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
      LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_flex_dispatcher="deepep",
                    check_paths_exist=False)),
