@@ -33,8 +33,8 @@ from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import (
-    Llama3RopeScaling,
     LinearRopeScaling,
+    Llama3RopeScaling,
     MambaSpec,
     MLASpec,
     ModelSpec,

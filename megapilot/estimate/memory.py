@@ -209,9 +209,9 @@ def layer_activation_bytes(
         q = model.num_attention_heads * model.head_dim
         kv_bytes = 4 * model.kv_heads * model.head_dim
         out = q
-    attention = 2 * q + kv_bytes + gemm_input * out + 4 * model.num_attention_heads
+    attention: float = 2 * q + kv_bytes + gemm_input * out + 4 * model.num_attention_heads
     if kind == "attention":
-        mlp = 0.0
+        mlp: float = 0.0
     elif model.is_moe_layer(layer_index):
         moe = model.moe
         assert moe is not None

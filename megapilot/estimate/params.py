@@ -27,7 +27,14 @@ from functools import lru_cache
 
 from megapilot.errors import MegapilotError
 from megapilot.spec.model import ModelSpec
-from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit, PipelineStages
+from megapilot.spec.pipeline import (
+    EMBEDDING,
+    EVEN_SPLIT,
+    LOSS,
+    MTP,
+    PipelineSplit,
+    PipelineStages,
+)
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,9 @@ from megapilot.estimate.efficiency import (
 )
 from megapilot.estimate.flops import (
     FlopConvention,
-    layer_attention_core_flops,
     attention_linear_flops,
     flops_per_step,
+    layer_attention_core_flops,
 )
 from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
 from megapilot.estimate.params import pipeline_stages

@@ -6,7 +6,14 @@ from megapilot.launch.environment import EnvVar
 from megapilot.launch.flags import ArgSection
 from megapilot.launch.model_flags import training_script
 from megapilot.launch.options import LaunchOptions
-from megapilot.launch.shell import bash_array, env_block, header, megatron_args_array, q, strict_mode
+from megapilot.launch.shell import (
+    bash_array,
+    env_block,
+    header,
+    megatron_args_array,
+    q,
+    strict_mode,
+)
 from megapilot.spec import ModelSpec, SavedPlan
 
 

@@ -11,7 +11,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from megapilot.spec.pipeline import PipelineSplit, PipelineStages, parse_layout, uneven_rank_layer_counts
+from megapilot.spec.pipeline import (
+    PipelineSplit,
+    PipelineStages,
+    parse_layout,
+    uneven_rank_layer_counts,
+)
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]

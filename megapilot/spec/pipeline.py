@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -291,8 +292,8 @@ def _from_slots(split: PipelineSplit, num_layers: int, mtp: int, pp: int, vpp: i
         chunks[-1] = chunks[-1][1:]
     if per_chunk == 0 or (accounted == 2 and pp * vpp == 1 and per_chunk < 2):
         raise MegapilotError(
-            f"the account-for flags leave no decoder layer slot in the first/last virtual stage "
-            f"(Megatron: 'Not enough layers in the first/last virtual pipeline stage')",
+            "the account-for flags leave no decoder layer slot in the first/last virtual stage "
+            "(Megatron: 'Not enough layers in the first/last virtual pipeline stage')",
             field="pp", fix="use fewer pipeline stages",
         )
     return PipelineStages(pp, vpp, _place_ends(chunks, mtp))
@@ -448,7 +449,7 @@ def balanced_stages(
     costs = [w.embedding] + list(w.decoder) + [w.loss + w.mtp * mtp_num_layers]
     count = pp * vpp
     cuts = _linear_partition(costs, count)
-    stages = tuple("".join(items[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+    stages = tuple("".join(items[a:b]) for a, b in pairwise(cuts))
     return PipelineStages(pp, vpp, stages)
 
 

@@ -10,7 +10,7 @@ from megapilot.estimate.pipeline_balance import balanced_split, stage_weights
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.pipeline import parse_layout
 
-CASE = dict(model="llama3.1-405b", gpu="h100", gpus=1024, tp=8, gbs=512, seq_len=8192)
+CASE = {"model": "llama3.1-405b", "gpu": "h100", "gpus": 1024, "tp": 8, "gbs": 512, "seq_len": 8192}
 
 
 # Dense-first layers four times lighter than the MoE layers after them (top-2 of width 4 x the dense width).
@@ -51,17 +51,17 @@ def test_account_for_flags_make_126_layers_legal_on_pp8_vpp8():
 
 
 def test_with_both_slots_accounted_two_ranks_hold_63_layers_and_the_ends():
-    accounted = build_case(**(CASE | dict(gpus=16)), pp=2, account_for_loss=True, account_for_embedding=True)
+    accounted = build_case(**(CASE | {"gpus": 16}), pp=2, account_for_loss=True, account_for_embedding=True)
     stages = accounted.parallel.pipeline_stages(126)
     assert stages.rank_layer_counts() == (63, 63)
     assert stages.chunk(0, 0).startswith("E") and stages.chunk(1, 0).endswith("L")
 
 
 @pytest.mark.parametrize(("extra", "field"), [
-    (dict(pp=16), "pp"),
-    (dict(pp=1, pp_layout="balanced"), "pp_layout"),
-    (dict(pp=2, pp_layout="Et x|L"), "pipeline_layout"),
-    (dict(pp=4, first_stage_layers=30, account_for_loss=True), "account_for_embedding"),
+    ({"pp": 16}, "pp"),
+    ({"pp": 1, "pp_layout": "balanced"}, "pp_layout"),
+    ({"pp": 2, "pp_layout": "Et x|L"}, "pipeline_layout"),
+    ({"pp": 4, "first_stage_layers": 30, "account_for_loss": True}, "account_for_embedding"),
 ])
 def test_bad_splits_are_user_errors_naming_the_field(extra, field):
     with pytest.raises(MegapilotError) as err:

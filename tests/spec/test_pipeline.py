@@ -35,7 +35,9 @@ def _megatron():
     pytest.importorskip("megatron.core")
     warnings.filterwarnings("ignore", category=UserWarning)
     from megatron.core.transformer.enums import LayerType
-    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+    from megatron.core.transformer.pipeline_parallel_layer_layout import (
+        PipelineParallelLayerLayout,
+    )
 
     return LayerType, PipelineParallelLayerLayout
 
@@ -154,7 +156,7 @@ def test_a_split_that_does_not_divide_lists_every_legal_option_and_each_works():
     (126, 0, 16, 1), (126, 0, 8, 8), (61, 1, 16, 2), (61, 1, 8, 4), (94, 0, 16, 1), (80, 0, 8, 5), (3, 0, 4, 2),
 ])
 def test_balanced_layouts_are_legal_for_megatron_and_as_even_as_the_items_allow(layers, mtp, pp, vpp):
-    layer_type, megatron_layout = _megatron()
+    _, megatron_layout = _megatron()
     stages = balanced_stages(layers, mtp, pp, vpp)
     text = stages.layout_string()
     assert parse_layout(text) == stages.stages  # the printed string means what was computed
