@@ -85,13 +85,13 @@ def test_script(cli, workdir):
 
 def test_logs_parse(cli, workdir):
     result = json_of(cli, "logs", "parse", str(LOG), "--json")
-    assert set(result) == {"dialect", "files", "dialect_counts", "lines_read", "iterations", "memory",
+    assert set(result) == {"dialect", "framework", "files", "dialect_counts", "lines_read", "iterations", "memory",
                            "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments"}
 
 
 def test_diagnose(cli, workdir):
     result = json_of(cli, "diagnose", str(LOG), "--json")
-    assert set(result) == {"findings", "dialect", "files", "summary", "notes"}
+    assert set(result) == {"findings", "dialect", "framework", "files", "story", "summary", "notes"}
 
 
 def test_optimize(cli, workdir):
