@@ -184,9 +184,15 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
         errors = Table(title="error lines (first 10)")
         for column in ("category", "rank", "file:line", "text"):
             errors.add_column(column, overflow="fold")
+        from rich.markup import escape
+
+        from megapilot.logs.sources import source_labels
+
+        labels = source_labels(log.files)  # `out-node1/training.log`, not a bare `training.log` per node
         for error in log.errors[:10]:
-            errors.add_row(error.category, "—" if error.rank is None else str(error.rank), f"{Path(error.file).name}:{error.line}",
-                           error.text.strip()[:160])
+            where = f"{labels.get(error.file, Path(error.file).name)}:{error.line}"
+            errors.add_row(error.category, "—" if error.rank is None else str(error.rank), escape(where),
+                           escape(error.text.strip()[:160]))
         console.print(errors)
 
 

@@ -112,3 +112,11 @@ def test_logs_parse_of_a_traceback_alone_lists_its_error_and_exits_0(cli, tmp_pa
     result = cli("logs", "parse", str(tmp_path / "rank2.err"), "--json")
     assert result.exit_code == 0
     assert [e["signature"] for e in result.json()["errors"]] == ["exception:KeyError"]
+
+
+def test_logs_parse_of_a_run_directory_names_each_node_file_and_keeps_rank_prefixes(cli):
+    run = Path(__file__).resolve().parents[1] / "data" / "logs" / "synthetic_crash_during_save"
+    result = cli("logs", "parse", str(run))
+    assert result.exit_code == 0
+    assert "out-node0/training.log:5" in result.stdout and "out-node1/training.log:7" in result.stdout
+    assert "[rank0]:[E ProcessGroupNCCL" in result.stdout  # log text is never read as console markup
