@@ -510,7 +510,9 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
     vpp = flags.get_int("--num-virtual-stages-per-pipeline-rank") or 1
     per_virtual = flags.get_int("--num-layers-per-virtual-pipeline-stage")
     if per_virtual and num_layers and pp > 1:
-        vpp = max(1, num_layers // (pp * per_virtual))
+        accounted = sum(flags.has(name) for name in ("--account-for-embedding-in-pipeline-split",
+                                                     "--account-for-loss-in-pipeline-split"))
+        vpp = max(1, (num_layers + accounted) // (pp * per_virtual))
     selective = "selective" if flags.has("--recompute-activations") else "none"
     recompute = flags.get("--recompute-granularity") or selective
     method = flags.get("--recompute-method")
@@ -525,6 +527,9 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         fsdp=any(flags.has(name) for name in FSDP_SWITCHES),
         first_stage_layers=flags.get_int("--decoder-first-pipeline-num-layers"),
         last_stage_layers=flags.get_int("--decoder-last-pipeline-num-layers"),
+        account_for_embedding=flags.has("--account-for-embedding-in-pipeline-split"),
+        account_for_loss=flags.has("--account-for-loss-in-pipeline-split"),
+        pipeline_layout=flags.get("--pipeline-model-parallel-layout"),
     )
 
 

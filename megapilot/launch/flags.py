@@ -49,11 +49,12 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, *, cpu: bool = False)
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
     s.add("--tensor-model-parallel-size", p.tp)
     s.add("--pipeline-model-parallel-size", p.pp)
-    if p.first_stage_layers is not None:
-        s.add("--decoder-first-pipeline-num-layers", p.first_stage_layers)
-    if p.last_stage_layers is not None:
-        s.add("--decoder-last-pipeline-num-layers", p.last_stage_layers)
-    if p.vpp > 1 and p.uneven_pipeline:  # Megatron-LM refuses layers-per-virtual-stage with an uneven split
+    split = p.pipeline_split
+    for flag, value in split.megatron_flags():  # uneven counts, account-for switches or a layout string
+        s.add(flag, *(() if value is None else (value,)))
+    if split.layout is not None:
+        pass  # the layout's stage count is the VPP; Megatron refuses a VPP flag beside it
+    elif p.vpp > 1 and not split.is_even:  # Megatron refuses layers-per-virtual-stage with an uneven split
         s.add("--num-virtual-stages-per-pipeline-rank", p.vpp)
     elif p.vpp > 1:
         s.add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (p.pp * p.vpp))

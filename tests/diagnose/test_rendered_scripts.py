@@ -170,3 +170,34 @@ def test_example_style_script_with_arithmetic_appends_and_multi_word_elements(tm
     assert config.world_size == 16 and (config.parallel.tp, config.parallel.ep, config.parallel.dp) == (2, 8, 8)
     assert config.model.moe.first_k_dense_layers == 1 and config.model.num_moe_layers == 15
     assert config.training.global_batch_size == 64 and config.training.precision == "bf16"
+
+
+@pytest.mark.parametrize("split", [
+    {"pp": 8, "vpp": 8, "account_for_embedding": True, "account_for_loss": True},
+    {"pp": 8, "pipeline_layout": "Et*15|(t*16|)*6t*15L"},
+    {"pp": 4, "vpp": 2, "pipeline_layout": "Et*15|(t*16|)*6t*15L"},
+])
+def test_every_pipeline_split_is_rendered_and_read_back(split: dict, tmp_path: Path) -> None:
+    """126-layer Llama 3.1 405B on splits Megatron expresses only with the account-for flags or a layout."""
+    from megapilot.launch import LaunchOptions
+    from megapilot.spec import TrainingSpec
+    from megapilot.spec.pipeline import parse_layout
+    from tests.launch.plans import LLAMA31_405B, make_plan
+
+    plan = make_plan(LLAMA31_405B, "h100", 16, TrainingSpec(seq_length=8192, global_batch_size=512), tp=8,
+                     sequence_parallel=True, **split)
+    options = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
+    launch = render_launch(plan, options)
+    args = launch.megatron_args
+    if "pipeline_layout" in split:
+        layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+        assert len(parse_layout(layout)) == plan.parallel.pp * plan.parallel.vpp
+        assert not {"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"} & set(args)
+    else:
+        assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"} <= set(args)
+    script = tmp_path / "run.sh"
+    script.write_text(launch.script)
+    config = run_config(read_flags(script=script))
+    for field in ("pp", "vpp", "account_for_embedding", "account_for_loss", "pipeline_layout"):
+        assert getattr(config.parallel, field) == getattr(plan.parallel, field), field
+    assert config.parallel.rank_layer_counts(126) == plan.parallel.rank_layer_counts(126)
