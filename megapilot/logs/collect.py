@@ -96,7 +96,7 @@ class LogCollector:
         self.log = ParsedLog(files=[])
         self.dialects: Counter[str] = Counter()
         self.summary = SummaryBuilder()
-        self._open_ops: dict[str, dict[str, Any]] = {}
+        self._open_ops: dict[str, CheckpointEvent] = {}  # the start line of a save/load not finished yet, by kind
         self._frame_hints: Counter[str] = Counter()
         self.last_progress_time_s: float | None = None
         self.last_progress_wall_s: float | None = None
@@ -149,18 +149,18 @@ class LogCollector:
             if event.kind == "save":
                 self.summary.checkpoint_save_started()
             self._finish_open(event.kind)
-            self._open_ops[event.kind] = {"event": event, "evidence": [evidence]}
+            self._open_ops[event.kind] = event
             return
-        open_op = self._open_ops.pop(event.kind, None)
-        started = open_op["event"] if open_op else None
+        started = self._open_ops.pop(event.kind, None)
         duration = None
         if started is not None and started.time_s is not None and event.time_s is not None:
             duration = max(0.0, event.time_s - started.time_s)
         self._keep_op(CheckpointOp(
-            kind=event.kind, iteration=event.iteration if event.iteration is not None else getattr(started, "iteration", None),
-            path=event.path or getattr(started, "path", None), completed=True, duration_s=duration,
+            kind=event.kind,
+            iteration=event.iteration if event.iteration is not None or started is None else started.iteration,
+            path=event.path or (started.path if started is not None else None), completed=True, duration_s=duration,
             duration_source="timestamps" if duration is not None else None,
-            evidence=(open_op["evidence"] if open_op else []) + [evidence],
+            evidence=([_evidence_of(started)] if started is not None else []) + [evidence],
             started_s=started.time_s if started is not None else None,
         ))
 
@@ -179,12 +179,11 @@ class LogCollector:
             )
 
     def _finish_open(self, kind: str) -> None:
-        open_op = self._open_ops.pop(kind, None)
-        if open_op:
-            started: CheckpointEvent = open_op["event"]
+        started = self._open_ops.pop(kind, None)
+        if started is not None:
             self._keep_op(CheckpointOp(kind=started.kind, iteration=started.iteration, path=started.path,
                                        completed=False, duration_s=None, duration_source=None,
-                                       evidence=open_op["evidence"], started_s=started.time_s))
+                                       evidence=[_evidence_of(started)], started_s=started.time_s))
 
     def _keep_op(self, op: CheckpointOp) -> None:
         if len(self.log.checkpoints) < MAX_KEPT_CHECKPOINTS:
@@ -198,6 +197,10 @@ class LogCollector:
         self.log.dialect = _file_dialect(self.dialects)
         self.log.framework = detect_framework(self.log.dialect, self._frame_hints)
         return self.log
+
+
+def _evidence_of(event: CheckpointEvent) -> Evidence:
+    return Evidence(event.file, event.line, event.text)
 
 
 def _file_dialect(counts: Counter[str]) -> str:
