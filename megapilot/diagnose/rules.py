@@ -10,7 +10,8 @@ constant below with the reason for its value:
   RerunStateMachine (`--check-for-nan-in-loss-and-grad`), which names the rank and iteration.
 - `loss_spike`: a loss above `SPIKE_FACTOR` x the median of the previous `WINDOW` losses that comes
   back down; `loss_divergence`: the last `WINDOW` losses all stay above that level.
-- loss jump after the first update (`loss_spike`, critical): the loss logged right after the first
+- loss jump after the first update (`loss_spike`, critical; left to `nan_loss`/`loss_divergence` when the run
+  then went NaN or diverged): the loss logged right after the first
   optimizer steps is above `FIRST_UPDATE_JUMP_FACTOR` x the first logged loss: the first update made the model
   worse, which no window-based rule can see (it has no history yet).
 - `hang`: a gap between two iteration timestamps, or between the last iteration and the last
@@ -739,13 +740,18 @@ def _gain(option: LayoutOption) -> float:
 def metric_findings(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None = None) -> list[Finding]:
     """Findings from the iteration series; `gpu` (from --gpu) rates throughput when no flags were given."""
     findings: list[Finding] = []
-    for rule in (_nan_finding, _slowdown, _memory_near_full, _first_update_jump):
+    for rule in (_nan_finding, _slowdown, _memory_near_full):
         finding = rule(log, config)
         if finding is not None:
             findings.append(finding)
+    loss_findings = _loss_findings(log, config)
+    jump = _first_update_jump(log, config)
+    # a first-update jump that then went NaN or diverged is told by that finding, with the same fixes
+    if jump is not None and not any(f.category in ("nan_loss", "loss_divergence") for f in findings + loss_findings):
+        findings.append(jump)
     throughput = _low_throughput(log, config, gpu)
     if throughput is not None:
         findings.append(throughput)
-    findings.extend(_loss_findings(log, config))
+    findings.extend(loss_findings)
     findings.extend(_hang_findings(log, config))
     return findings
