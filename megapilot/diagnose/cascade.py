@@ -33,7 +33,7 @@ SELF_EXPLAINING: frozenset[str] = frozenset({
 _SIGNAL_DEATH_RE = re.compile(
     r"exitcode\s*:\s*-\d+|\(exitcode: -\d+\)|Signal \d+ \(SIG\w+\)|killed by signal|Segmentation fault|SIGSEGV|"
     r"SIGKILL|SIGABRT|SIGBUS|core dumped|Fatal Python error|task \d+: (?:Killed|Segmentation|Aborted)|\bKilled\b|"
-    r"oom[_-]kill", re.IGNORECASE)
+    r"oom[_-]kill|terminate called|pure virtual method called|\bAborted\b", re.IGNORECASE)
 _PEER_LOSS_RE = re.compile(
     r"Connection (?:reset|closed) by peer|Broken pipe|ncclRemoteError|remote process exited|"
     r"peer (?:\S+ )?(?:closed|died|disconnected)|Connection refused|socket (?:closed|timed out)|"
@@ -153,7 +153,9 @@ def _killed(records: list[ErrorRecord]) -> str:
     name = (named.group(1) or _signal_name(int(named.group(2)))) if named else None
     if name is None and code is not None and int(code.group(1)) < 0:
         name = _signal_name(-int(code.group(1)))
-    return f"killed by {name or 'a signal'}" + (f" (exit code {code.group(1)})" if code else "")
+    # SIGKILL and SIGTERM come from outside; a segfault or an abort is the process dying of its own failure
+    verb = "killed by" if name in (None, "SIGKILL", "SIGTERM") else "died of"
+    return f"{verb} {name or 'a signal'}" + (f" (exit code {code.group(1)})" if code else "")
 
 
 def _signal_name(number: int) -> str:
@@ -192,6 +194,19 @@ def _describe(step: CascadeStep, label: dict[str, str]) -> str:
     return f"{who}{step.what} — {where}{more}"
 
 
+def _signal_cause(what: str) -> str:
+    """Where a signal death comes from: SIGKILL and SIGTERM from outside the process, the others from inside."""
+    if "SIGKILL" in what:
+        return ("nothing in its own output says why, so the cause is outside the process: the host's OOM killer (CPU "
+                "memory), the scheduler (preemption, time limit, a cancelled job), an operator, or a failing node.")
+    if "SIGTERM" in what:
+        return ("it was asked to stop: by its launcher after another rank failed, or by the scheduler (time limit, "
+                "preemption, scancel).")
+    return ("the process crashed itself (a segmentation fault, an abort, a bus error): native code failed — a library "
+            "bug or version mismatch, corrupted memory, a full /dev/shm for SIGBUS; the lines just before it (a C++ "
+            "'terminate called', a stack dump) say where.")
+
+
 def lead_with_root(findings: list[Finding], cascade: Cascade | None, label: dict[str, str]) -> list[Finding]:
     """The findings with the root cause's first: its title names the first failure and where, its evidence starts
     with it, and its cause tells the consequences that followed. Other findings keep their order."""
@@ -209,9 +224,7 @@ def lead_with_root(findings: list[Finding], cascade: Cascade | None, label: dict
         cause = (f"{who.capitalize() or 'A rank '}failed on its own: {root.what}. The traceback's last frames show where; "
                  "the other ranks' errors only followed it.")
     if root.kind == "killed":
-        cause = (f"{who.capitalize() or 'A rank '}was {root.what}: nothing in its own output says why, so the cause is "
-                 "outside the process: the host's OOM killer (CPU memory), the scheduler (preemption, time limit, a "
-                 "cancelled job), an operator, or a failing node.")
+        cause = f"{who.capitalize() or 'A rank '}was {root.what}: " + _signal_cause(root.what)
     if cascade.consequences:
         cause += " What followed are consequences: " + "; ".join(
             _describe(step, label) for step in cascade.consequences[:4]) + "."

@@ -121,7 +121,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"primus launcher exited with code [1-9]"),
     _sig("signal", "process_crash",
          r"segmentation fault|\bSIGSEGV\b|caught signal 11\b|\bSIGKILL\b|\bSIGABRT\b|killed by signal|"
-         r"core dumped|Fatal Python error|terminate called after throwing|\b\d+ Killed\b|^\s*Killed\s*$|"
+         r"core dumped|Fatal Python error|terminate called (?:after throwing|without an active exception)|"
+         r"pure virtual method called|\b\d+ Killed\b|^\s*Killed\s*$|"
          r"oom-kill|Out of memory: Killed process"),
 )
 
@@ -143,7 +144,7 @@ TRIGGERS: tuple[str, ...] = (
     "eaddrinuse", "connect", "checkpoint", "no space", "quota", "state_dict", "size mismatch",
     "dataloader", "dataset", "no such file", ".bin", ".idx", "data file", "error", "usage:", "divisible",
     "childfailed", "exitcode", "exit", "segmentation", "sigsegv", "sigkill", "sigabrt", "core dumped",
-    "fatal", "terminate", "killed", "oom",
+    "fatal", "terminate", "pure virtual", "killed", "oom",
 )
 
 # Frames (Python, c10 or native) that only a checkpoint save runs: Megatron's `save_checkpoint`, the torch_dist

@@ -144,7 +144,7 @@ def test_async_writer_type_error_points_at_versions_not_the_disk():
 
 def test_a_rank_dying_seconds_after_a_save_started_on_another_node_is_a_failed_save():
     result = diagnose([DATA / "synthetic_crash_during_save"])
-    assert result.story[0].startswith("first failure: rank 11 killed by SIGSEGV (exit code -11) during the checkpoint "
+    assert result.story[0].startswith("first failure: rank 11 died of SIGSEGV (exit code -11) during the checkpoint "
                                       "save started at")
     assert [f.category for f in result.findings] == ["checkpoint_save_failure", "nccl_timeout", "process_crash"]
     assert "checkpoint_save_failure" in result.findings[-1].cause  # the crash follows the save, not the timeout
