@@ -37,7 +37,12 @@ _SIGNAL_DEATH_RE = re.compile(
 _PEER_LOSS_RE = re.compile(
     r"Connection (?:reset|closed) by peer|Broken pipe|ncclRemoteError|remote process exited|"
     r"peer (?:\S+ )?(?:closed|died|disconnected)|Connection refused|socket (?:closed|timed out)|"
-    r"NCCL communicator was aborted|ProcessGroup\w* (?:is )?(?:aborted|shut ?down)", re.IGNORECASE)
+    r"NCCL communicator was aborted|ProcessGroup\w* (?:is )?(?:aborted|shut ?down)|collective operation timeout|"
+    r"watchdog thread terminated", re.IGNORECASE)
+# `terminate called after throwing an instance of 'c10::DistBackendError'` says only that a collective failed; the
+# `what():` line after it (a watchdog timeout, a lost peer) says why: alone it is a consequence, not a cause.
+_BARE_WRAPPER_RE = re.compile(r"instance of 'c10::DistBackendError'|^\s*(?:\S+\.)?DistBackendError\s*$")
+_NCCL_CODE_RE = re.compile(r"nccl(?:Internal|System|Invalid|Unhandled)\w*Error|unhandled (?:cuda|hip) error", re.IGNORECASE)
 _SIGNAL_NAME_RE = re.compile(r"\b(SIG[A-Z]+)\b|Signal (\d+)")
 _EXIT_CODE_RE = re.compile(r"exitcode\s*:?\s*(-?\d+)")
 
@@ -58,7 +63,8 @@ def failure_kind(record: ErrorRecord) -> Kind:
         return "self-explaining"
     if record.category == "hang" or record.category == "nccl_timeout":
         return "hang" if record.category == "hang" else "lost peer"
-    if _PEER_LOSS_RE.search(record.text):
+    bare_wrapper = bool(_BARE_WRAPPER_RE.search(record.text)) and not _NCCL_CODE_RE.search(record.text)
+    if _PEER_LOSS_RE.search(record.text) or bare_wrapper:
         return "lost peer"
     if record.category == "process_crash":
         if _SIGNAL_DEATH_RE.search(record.text):

@@ -79,3 +79,14 @@ def test_timeouts_alone_are_not_called_a_first_failure():
 def test_a_clean_log_has_no_cascade(tmp_path: Path):
     log = parse_logs([_write(tmp_path, "a.log", [" iteration 1/ 10 | elapsed time per iteration (ms): 10.0 |"])])
     assert build_cascade(log.errors, log.files) is None and diagnose_log(log, None).story == []
+
+
+def test_a_watchdog_timeout_rethrown_as_dist_backend_error_is_still_a_consequence():
+    log = parse_text("\n".join([
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        "  what():  [PG 1 Rank 6] Process group watchdog thread terminated with exception: [Rank 6] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=199, OpType=_REDUCE_SCATTER_BASE, NumelIn=7, NumelOut=4, "
+        "Timeout(ms)=600000) ran for 882722 milliseconds before timing out.",
+    ]))
+    cascade = build_cascade(log.errors, log.files)
+    assert cascade is not None and not cascade.root_is_cause
