@@ -53,7 +53,7 @@ TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
 DEEPSPEED_STEPS_RE = re.compile(r"\bsteps:\s*(\d+)\s+loss:\s*(\S+)\s+iter time \(s\):\s*(\S+)(?:\s+samples/sec:\s*(\S+))?")
 # NeMo 1.x (Lightning's progress bar): `Epoch 0:   1%|  | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1,
 # v_num=, reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]`
-LIGHTNING_PROGRESS_RE = re.compile(r"(\d+)/(\d+) \[[^\]]*?(?:(\d+(?:\.\d+)?)(s/it|it/s))?,")
+LIGHTNING_PROGRESS_RE = re.compile(r"(\d+)/(\d+) \[[^\],]*,\s*(?:(\d+(?:\.\d+)?)(s/it|it/s))?")
 LIGHTNING_FIELD_RE = re.compile(r"([A-Za-z_][\w ]*?)=\s*([-+\w.]+)")
 # A decimal number captured whole: "8..03" must not reach float() (mangled lines).
 NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
@@ -350,7 +350,10 @@ class LineParser:
         if "_train_loss=" in text or "train_step_timing in s=" in text:
             record = self._lightning_progress(line_no, text)
             if record is not None:
-                return (record,)
+                # a progress bar has no newline: the next message (an NCCL timeout, say) lands after its `]`
+                after_bar = text[text.find("]", text.find("_train_loss=")) + 1:] if "]" in text else ""
+                error = self._error(line_no, after_bar) if after_bar.strip() else None
+                return (record,) if error is None else (record, error)
         self._note_time(text)
         if self._argument_values is not None:
             handled = self._argument_line(line_no, text)
