@@ -463,7 +463,8 @@ class LineParser:
 
     # ---- Primus torchtitan -----------------------------------------------------------------------------
     def _titan_step(self, line_no: int, text: str, found: re.Match[str]) -> tuple[Record, ...]:
-        fields = dict(TITAN_FIELD_RE.findall(found.group(2)))
+        # upstream torchtitan groups thousands (`tps: 10,050`); Primus prints them plain
+        fields = {key: value.replace(",", "") for key, value in TITAN_FIELD_RE.findall(found.group(2))}
         losses: dict[str, float] = {}
         loss = _to_float(fields.get("loss", ""))
         if loss is not None:

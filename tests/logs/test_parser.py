@@ -233,3 +233,12 @@ def test_an_error_printed_after_a_progress_bar_on_the_same_line_is_kept():
     assert record.iteration == 32000 and record.elapsed_ms == pytest.approx(1000 / 1.37)
     (error,) = log.errors
     assert error.category == "nccl_timeout" and error.details["seqnum"] == "96120"
+
+
+def test_upstream_torchtitan_step_line_with_grouped_thousands():
+    log = parse_text("[rank0]:[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: "
+                     "26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%")
+    (step,) = log.iterations
+    assert (step.iteration, step.rank, step.tokens_per_s_per_gpu, step.tflops_per_gpu, step.mfu_pct) == (
+        4, 0, 10050.0, 314.71, 13.99)
+    assert log.framework == "torchtitan" and step.time_s is not None
