@@ -79,8 +79,11 @@ def _legal_at(model, cluster, training, tp, pp, cp, dp, split, experts):
             for step in recompute_ladder(model, pp, vpp, split):
                 try:
                     p = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, ep=ep, etp=None if etp == tp else etp,
-                                       mbs=mbs, sequence_parallel=tp > 1, fsdp=fsdp, first_stage_layers=split[0],
-                                       last_stage_layers=split[1], recompute=step.recompute,
+                                       mbs=mbs, sequence_parallel=tp > 1, fsdp=fsdp,
+                                       first_stage_layers=split.first_stage_layers,
+                                       last_stage_layers=split.last_stage_layers,
+                                       account_for_embedding=split.account_for_embedding,
+                                       account_for_loss=split.account_for_loss, recompute=step.recompute,
                                        recompute_method=step.method, recompute_num_layers=step.num_layers)
                     validate_layout(model, cluster, training, p)
                 except (MegapilotError, ValueError):

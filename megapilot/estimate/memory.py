@@ -95,6 +95,12 @@ class ShardParams:
 
 
 @lru_cache(maxsize=64)
+def layer_kinds(model: ModelSpec) -> tuple[tuple[bool, str], ...]:
+    """(holds MoE, layer kind) of every layer, found once per model: activations are costed once per kind."""
+    return tuple((model.is_moe_layer(i), model.layer_kind(i)) for i in range(model.num_layers))
+
+
+@lru_cache(maxsize=64)
 def moe_flags(model: ModelSpec) -> tuple[bool, ...]:
     """Layer i holds an MoE block (computed once per model: the planner asks for thousands of layouts)."""
     return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
@@ -190,7 +196,26 @@ def layer_activation_bytes(
     dense MLP, and fp32 router logits. Under FP8 recipes Transformer Engine saves the GEMM inputs
     (QKV and MLP inputs, attention output, MLP activation output) in FP8: 1 byte instead of 2.
     """
-    p, h = parallel, model.hidden_size
+    p = parallel
+    representative = _first_of_kind(model)[layer_kinds(model)[layer_index]]
+    return _layer_bytes_per_token(model, representative, p.tp, p.sequence_parallel, p.expert_tp, precision) * tokens
+
+
+@lru_cache(maxsize=64)
+def _first_of_kind(model: ModelSpec) -> dict[tuple[bool, str], int]:
+    """The first layer of each kind: layers of one kind keep the same activations."""
+    first: dict[tuple[bool, str], int] = {}
+    for index, kind in enumerate(layer_kinds(model)):
+        first.setdefault(kind, index)
+    return first
+
+
+@lru_cache(maxsize=4096)
+def _layer_bytes_per_token(
+    model: ModelSpec, layer_index: int, tp: int, sequence_parallel: bool, expert_tp: int, precision: str
+) -> float:
+    """`layer_activation_bytes` per token; cached: the planner asks for the same few (kind, TP, SP, ETP) often."""
+    h = model.hidden_size
     gemm_input = 1 if precision in ("fp8", "mxfp8", "nvfp4") else 2  # bytes per saved GEMM-input element
     kind = model.layer_kind(layer_index)
     # Per sublayer: its norm input (2h), the GEMM input after the norm and a 1-byte dropout mask; a
@@ -198,8 +223,8 @@ def layer_activation_bytes(
     sublayers = 2 if kind == "transformer" else 1
     norm_and_inputs = sublayers * (3 * h + gemm_input * h)
     if kind == "mamba":
-        split = norm_and_inputs / p.tp if p.sequence_parallel else norm_and_inputs
-        return tokens * (split + _mamba_mixer_bytes(model, gemm_input) / p.tp)
+        split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs
+        return split + _mamba_mixer_bytes(model, gemm_input) / tp
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
@@ -217,15 +242,15 @@ def layer_activation_bytes(
         assert moe is not None
         # Each token is kept top-k times; an ETP group shares its tokens (4h: dispatched input + combine
         # output) and splits the expert width.
-        routed = moe.router_topk * (4 * h * p.expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size, gemm_input))
+        routed = moe.router_topk * (4 * h * expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size, gemm_input))
         mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size, gemm_input)
         mlp += 4 * moe.num_experts
     else:
         mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size, gemm_input)
     if kind in ("mlp", "moe"):
         attention = 0.0
-    split = norm_and_inputs / p.tp if p.sequence_parallel else norm_and_inputs
-    return tokens * (split + (attention + mlp) / p.tp)
+    split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs
+    return split + (attention + mlp) / tp
 
 
 def _mamba_mixer_bytes(model: ModelSpec, gemm_input: int) -> float:
@@ -270,14 +295,13 @@ def activations_gib(
     tokens = p.mbs * training.seq_length / p.cp
     stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
     layers = stages.decoder_layers(stage)
-    by_kind: dict[tuple[bool, str], float] = {}  # each layer kind (dense, MoE, hybrid blocks) costed once
-    full = []
-    is_moe = moe_flags(model)
-    for i in layers:
-        kind = (is_moe[i], model.layer_kind(i))
-        if kind not in by_kind:
-            by_kind[kind] = layer_activation_bytes(model, i, p, tokens, training.precision)
-        full.append(by_kind[kind])
+    kinds = layer_kinds(model)
+    by_kind = {  # each layer kind (dense, MoE, hybrid blocks) costed once
+        kind: tokens * _layer_bytes_per_token(model, first, p.tp, p.sequence_parallel, p.expert_tp,
+                                              training.precision)
+        for kind, first in _first_of_kind(model).items()
+    }
+    full = [by_kind[kinds[i]] for i in layers]
     per_microbatch, working_set = _recompute_policy(model, p, full, tokens)
     if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
         per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
@@ -435,9 +459,9 @@ def _stages_to_cost_for(model: ModelSpec, pp: int, vpp: int, split: PipelineSpli
 
     def mix(stage: int) -> tuple[object, ...]:
         ends = tuple(resolved.count(stage, item) for item in (EMBEDDING, MTP, LOSS))
-        return (ends, *((is_moe[i], model.layer_kind(i)) for i in resolved.decoder_layers(stage)))
+        return (ends, *(kinds[i] for i in resolved.decoder_layers(stage)))
 
-    is_moe = moe_flags(model)
+    kinds = layer_kinds(model)
     seen = {mix(0)}
     stages = [0]
     for stage in range(1, pp - 1):

@@ -29,6 +29,7 @@ MFU = model FLOPs / (step time x world x dense peak of the precision used).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from megapilot.estimate import comm
 from megapilot.estimate.efficiency import (
@@ -278,6 +279,13 @@ def _output_cost(
     return gemm + cross_entropy
 
 
+@lru_cache(maxsize=64)
+def attention_windows(model: ModelSpec) -> tuple[int | None, ...]:
+    """Each layer's attention window (None: global), with its kind: layers differing in either cost apart."""
+    return tuple(model.attention_window(i) if model.layer_kind(i) in ("transformer", "attention")
+                 else hash(model.layer_kind(i)) for i in range(model.num_layers))
+
+
 def stage_costs(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
     options: EstimateOptions,
@@ -286,9 +294,10 @@ def stage_costs(
     p = parallel
     cache: dict[tuple[bool, int | None, bool], _Cost] = {}
     is_moe = moe_flags(model)
+    windows = attention_windows(model)
 
     def cost_of(layer_index: int, recomputed: bool) -> _Cost:
-        key = (is_moe[layer_index], model.attention_window(layer_index), recomputed)
+        key = (is_moe[layer_index], windows[layer_index], recomputed)
         if key not in cache:
             cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
         return cache[key]
@@ -301,7 +310,7 @@ def stage_costs(
         # (moe, attention window, recomputed) -> (a layer of that kind, how many)
         kinds: dict[tuple[bool, int | None, bool], tuple[int, int]] = {}
         for position, layer_index in enumerate(layers):
-            key = (is_moe[layer_index], model.attention_window(layer_index), position in recomputed)
+            key = (is_moe[layer_index], windows[layer_index], position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
         total = _Cost()

@@ -85,7 +85,7 @@ def bubble_share(est: EstimateResult) -> float:
 
 def layout_label(p: ParallelConfig) -> str:
     """Compact layout name for tables: `TP4 PP4 VPP5 CP2 EP1 DP2 MBS1 selective`."""
-    parts = [f"TP{p.tp}", f"PP{p.pp}" + (f"({split_label(p)})" if p.uneven_pipeline else "")]
+    parts = [f"TP{p.tp}", f"PP{p.pp}" + ("" if p.pipeline_split.is_even else f"({split_label(p)})")]
     if p.vpp > 1:
         parts.append(f"VPP{p.vpp}")
     parts.append(f"CP{p.cp}")
@@ -99,7 +99,10 @@ def layout_label(p: ParallelConfig) -> str:
 
 
 def split_label(p: ParallelConfig) -> str:
-    """The end ranks' layer counts of an uneven split, the middle ranks elided: `7,…,7`."""
+    """The end ranks' layer counts of an uneven split, the middle ranks elided: `7,…,7`; `+E+L` for the
+    account-for flags; the layout string."""
+    if not p.uneven_pipeline:
+        return p.pipeline_split.label()
     ends = ["…"]
     if p.first_stage_layers is not None:
         ends.insert(0, str(p.first_stage_layers))
@@ -140,8 +143,16 @@ class Explainer:
         tp, pp, cp = fields["tp"], fields["pp"], fields["cp"]
         if pp != p.pp and "first_stage_layers" not in changes:  # a new PP gets its own split
             splits = space.pipeline_splits(self.model, pp)
-            fields["first_stage_layers"], fields["last_stage_layers"] = splits[0] if splits else space.EVEN_SPLIT
-        split = (fields["first_stage_layers"], fields["last_stage_layers"])
+            new_split = splits[0] if splits else space.EVEN_SPLIT
+            fields["first_stage_layers"], fields["last_stage_layers"] = (new_split.first_stage_layers,
+                                                                         new_split.last_stage_layers)
+            fields["account_for_embedding"] = new_split.account_for_embedding
+            fields["account_for_loss"] = new_split.account_for_loss
+            fields["pipeline_layout"] = None
+        split = space.PipelineSplit(
+            first_stage_layers=fields["first_stage_layers"], last_stage_layers=fields["last_stage_layers"],
+            account_for_embedding=fields["account_for_embedding"], account_for_loss=fields["account_for_loss"],
+            layout=fields["pipeline_layout"])
         if "vpp" not in changes and (pp == 1 or space.pp_rule(self.model, pp, fields["vpp"], split)):
             fields["vpp"] = 1  # interleaving that the new PP cannot keep is dropped, not held against it
         world = self.cluster.world_size
@@ -172,7 +183,7 @@ class Explainer:
 
     def _rules(self, p: ParallelConfig) -> Iterable[space.Rejection | None]:
         yield space.cp_rule(self.training, p.tp, p.cp)
-        yield space.pp_rule(self.model, p.pp, p.vpp, (p.first_stage_layers, p.last_stage_layers))
+        yield space.pp_rule(self.model, p.pp, p.vpp, p.pipeline_split)
         yield space.batch_rule(self.training, p.dp, p.mbs)
         yield space.interleave_rule(self.training, p.pp, p.vpp, p.dp, p.mbs)
         yield space.expert_rule(self.model, p.tp, p.cp, p.dp, p.ep, p.expert_tp)
@@ -264,6 +275,8 @@ class Explainer:
                 out.append(f"PP={p.pp} bubble {_pct(bubble_share(est))} at {micro} micro-batches")
         if p.uneven_pipeline:
             out.append(self._uneven_split(p))
+        elif p.account_for_embedding or p.account_for_loss:
+            out.append(self._accounted_split(p))
         possible = space.divisors(self.cluster.world_size // (p.tp * p.cp))
         layers = self.model.num_layers
         legal = [v for v in possible if v <= layers and space.pipeline_splits(self.model, v)]
@@ -279,6 +292,17 @@ class Explainer:
             elif versus:
                 out.append(f"PP={p.pp}: {versus}")
         return out
+
+    def _accounted_split(self, p: ParallelConfig) -> str:
+        """Say that the embedding/loss take a layer slot, and what that buys."""
+        layers = self.model.num_layers
+        slots = layers + int(p.account_for_embedding) + int(p.account_for_loss)
+        named = " and ".join(name for name, on in (("embedding", p.account_for_embedding),
+                                                   ("loss", p.account_for_loss)) if on)
+        counts = p.rank_layer_counts(layers, self.model.mtp_num_layers)
+        return (f"PP={p.pp} with the {named} counted as a layer ({slots} slots, "
+                f"--account-for-*-in-pipeline-split): {layers} layers do not divide by {p.pp}; the end stages "
+                f"hold {counts[0]} and {counts[-1]} layers, the others {max(counts)}")
 
     def _uneven_split(self, p: ParallelConfig) -> str:
         """Say which ranks hold fewer layers and why (the layer count, and what the end ranks carry)."""

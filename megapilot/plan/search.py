@@ -56,7 +56,7 @@ from megapilot.spec import (
     SavedPlan,
     TrainingSpec,
 )
-from megapilot.spec.parallel import Recompute, RecomputeMethod, pipeline_rank_layer_counts
+from megapilot.spec.parallel import Recompute, RecomputeMethod
 
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
@@ -99,7 +99,9 @@ class Shape:
         return ParallelConfig(
             tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp, vpp=self.vpp,
             sequence_parallel=self.tp > 1, distributed_optimizer=True, fsdp=self.fsdp,
-            first_stage_layers=self.split[0], last_stage_layers=self.split[1], mbs=mbs,
+            first_stage_layers=self.split.first_stage_layers, last_stage_layers=self.split.last_stage_layers,
+            account_for_embedding=self.split.account_for_embedding, account_for_loss=self.split.account_for_loss,
+            mbs=mbs,
             recompute=rung.recompute, recompute_method=rung.method, recompute_num_layers=rung.num_layers,
         )
 
@@ -242,7 +244,8 @@ def recompute_ladder(
     Block recompute counts layers per model chunk; with an uneven split the largest chunk (a middle
     rank's) sets the choices, and the lighter end ranks recompute all of theirs when asked for more.
     """
-    layers_per_chunk = max(pipeline_rank_layer_counts(model.num_layers, pp, *split)) // vpp
+    stages = split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
+    layers_per_chunk = max(stage.count("t") for stage in stages.stages)
     ladder = [RecomputeRung("none"), RecomputeRung("selective")]
     partial = sorted({max(1, layers_per_chunk * q // 4) for q in (1, 2, 3)} - {layers_per_chunk})
     ladder += [RecomputeRung("full", "block", k) for k in partial]

@@ -18,12 +18,9 @@ from functools import lru_cache
 
 from megapilot.errors import MegapilotError
 from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
-from megapilot.spec.parallel import pipeline_rank_layer_counts
-from megapilot.spec.validate import check_pipeline_split
+from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
 
-# (first_stage_layers, last_stage_layers); (None, None) = Megatron's even split.
-PipelineSplit = tuple[int | None, int | None]
-EVEN_SPLIT: PipelineSplit = (None, None)
+__all__ = ["EVEN_SPLIT", "PipelineSplit"]  # the planner's splits are the spec's one typed pipeline split
 
 # Search bounds that are not Megatron rules but practice: longer micro-batches than this never pay
 # off on a GPU (the GEMMs are saturated long before), and CP beyond 32 is unheard of.
@@ -156,7 +153,7 @@ def pp_rule(
     model: ModelSpec, pp: int, vpp: int = 1, split: PipelineSplit = EVEN_SPLIT
 ) -> Rejection | None:
     """Each (virtual) pipeline stage holds a whole number of layers; an uneven split obeys Megatron's rules."""
-    if split == EVEN_SPLIT:
+    if split.is_even:
         if model.num_layers % (pp * vpp):
             field = "pp" if vpp == 1 else "vpp"
             return Rejection(RejectReason.PP_LAYERS, field,
@@ -164,7 +161,7 @@ def pp_rule(
                              f"use pp*vpp from: {_list(divisors(model.num_layers))}")
         return None
     try:
-        check_pipeline_split(model.num_layers, pp, vpp, *split)
+        split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
     except MegapilotError as error:
         return Rejection(RejectReason.PP_SPLIT, error.field or "pp", error.problem, error.fix or "")
     return None
@@ -238,14 +235,28 @@ def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVE
     """Interleaving needs PP > 1; any number of chunks that splits every rank's layers evenly is legal."""
     if pins.vpp:
         return (pins.vpp,)
-    if pp == 1 or (split == EVEN_SPLIT and model.num_layers % pp):
+    if pp == 1 or model.is_hybrid or (split.is_even and model.num_layers % pp):
         return (1,)
-    return divisors(math.gcd(*pipeline_rank_layer_counts(model.num_layers, pp, *split)))
+    return divisors(math.gcd(*_rank_slots(model, pp, split)))
 
 
+@lru_cache(maxsize=1024)
+def _rank_slots(model: ModelSpec, pp: int, split: PipelineSplit) -> tuple[int, ...]:
+    """Layer slots per rank that VPP must cut evenly: its decoder layers, plus the embedding's and the
+    loss's slot on the end ranks when the split accounts for them."""
+    stages = split.resolve(model.num_layers, model.mtp_num_layers, pp, 1)
+    counts = list(stages.rank_layer_counts())
+    counts[0] += int(split.account_for_embedding)
+    counts[-1] += int(split.account_for_loss)
+    return tuple(counts)
+
+
+@lru_cache(maxsize=1024)
 def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
-    """The layer splits worth costing at this PP: the even one when PP divides the layers, else a few
-    uneven ones (Megatron's --decoder-first/last-pipeline-num-layers), none when no split is legal.
+    """The layer splits worth costing at this PP: the even one when PP divides the layers, else the
+    account-for splits that make it divide (what NVIDIA's recipes use: 126 + E + L = 128 slots for Llama
+    3.1 405B, which also admits interleaving) and a few uneven ones (--decoder-first/last-pipeline-num-layers);
+    none when no split is legal. Hybrid Mamba stacks only split evenly.
 
     The end ranks carry more than layers: rank 0 the input embedding (memory), the last rank the
     output layer and the loss (time and memory). Each is worth `_end_rank_extra_layers` layers; for
@@ -255,25 +266,31 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
     layers = model.num_layers
     if pp == 1 or layers % pp == 0:
         return (EVEN_SPLIT,)
+    if model.is_hybrid:
+        return ()
+    splits: list[PipelineSplit] = [
+        PipelineSplit(account_for_embedding=embedding, account_for_loss=loss)
+        for embedding, loss in ((True, True), (False, True), (True, False))
+        if (layers + embedding + loss) % pp == 0
+    ]
     embedding_extra, output_extra = _end_rank_extra_layers(model)
     middle_ranks = pp - 2
     smallest_middle = -(-layers // pp)
-    splits: list[PipelineSplit] = []
     for middle in (smallest_middle, smallest_middle + 1) if middle_ranks else (0,):
         left = layers - middle_ranks * middle
         # rounded half up, so that on a tie the last rank (output layer and loss) is the lighter one
         first = math.floor((left + output_extra - embedding_extra) / 2 + 0.5 + 1e-9)
         first = min(max(first, 1), left - 1)
-        split = (first, left - first)
-        if left >= 2 and (not middle_ranks or max(split) <= middle) and split not in splits:
-            if _split_is_legal(layers, pp, split):
-                splits.append(split)
+        uneven = PipelineSplit(first_stage_layers=first, last_stage_layers=left - first) if left >= 2 else None
+        if uneven is not None and (not middle_ranks or max(first, left - first) <= middle) \
+                and uneven not in splits and _split_is_legal(model, pp, uneven):
+            splits.append(uneven)
     return tuple(splits)
 
 
-def _split_is_legal(layers: int, pp: int, split: PipelineSplit) -> bool:
+def _split_is_legal(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
     try:
-        check_pipeline_split(layers, pp, 1, *split)
+        split.resolve(model.num_layers, model.mtp_num_layers, pp, 1)
     except MegapilotError:
         return False
     return True

@@ -7,6 +7,7 @@ TP x CP x DP; EP is not an extra factor of the world size.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -94,7 +95,7 @@ class ParallelConfig(BaseModel):
             raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self
 
-    @property
+    @cached_property
     def pipeline_split(self) -> PipelineSplit:
         """The split in one typed model (even, uneven, account-for, or a layout string)."""
         return PipelineSplit(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -152,10 +152,17 @@ class PipelineStages:
 
     def rank_of(self, item: str) -> int:
         """The PP rank that holds `item` (E or L, or the MTP modules); -1 when absent."""
+        return self._item_ranks.get(item, -1)
+
+    @cached_property
+    def _item_ranks(self) -> dict[str, int]:
+        """Where E, m and L sit, found once (the estimator asks for every layout it costs)."""
+        ranks: dict[str, int] = {}
         for index, stage in enumerate(self.stages):
-            if item in stage:
-                return index % self.pp
-        return -1
+            for item in (EMBEDDING, MTP, LOSS):
+                if item in stage and item not in ranks:
+                    ranks[item] = index % self.pp
+        return ranks
 
     @property
     def mtp_standalone(self) -> bool:

@@ -100,14 +100,19 @@ def test_shares_are_read_from_the_estimators_breakdown(gpt175b_on_64_a100):
 
 
 def test_uneven_pipeline_split_is_planned_and_explained_for_126_layers():
-    # 126 layers divide by no PP from 4 to 64; Llama 3.1 405B on 2,048 GPUs still gets PP16 with 7
-    # layers on the first and last stages (112 = 14 x 8 in the middle), and the reasons say why.
-    result = _plan("llama3.1-405b", "h100", 2048, 8192, 2048, Pins(tp=8, pp=16))
+    # 126 layers divide by no PP from 4 to 64; Llama 3.1 405B on 2,048 GPUs still gets PP16: with the
+    # embedding and loss counted as layers (128 slots, NVIDIA's recipe), which also admits interleaving, ahead
+    # of 7 layers on the first and last stages (112 = 14 x 8 in the middle); the reasons say why.
+    result = _plan("llama3.1-405b", "h100", 2048, 8192, 2048, Pins(tp=8, pp=16), top=5)
     best = result.best
-    assert (best.parallel.first_stage_layers, best.parallel.last_stage_layers) == (7, 7)
-    assert "PP16(7,…,7)" in layout_label(best.parallel)
-    assert _has(best.reasons, "PP=16 with 7 layers on the first and last stages: 126 layers do not divide by 16; "
-                              r"the embedding/output stages get fewer \(8 on each middle stage\)")
+    assert (best.parallel.account_for_embedding, best.parallel.account_for_loss) == (True, True)
+    assert best.parallel.vpp > 1 and "PP16(+E+L)" in layout_label(best.parallel)
+    assert _has(best.reasons, r"PP=16 with the embedding and loss counted as a layer \(128 slots")
+    uneven = next(c for c in result.candidates if c.parallel.first_stage_layers is not None)
+    assert (uneven.parallel.first_stage_layers, uneven.parallel.last_stage_layers) == (7, 7)
+    assert "PP16(7,…,7)" in layout_label(uneven.parallel)
+    assert _has(uneven.reasons, "PP=16 with 7 layers on the first and last stages: 126 layers do not divide by 16; "
+                                r"the embedding/output stages get fewer \(8 on each middle stage\)")
 
 
 def test_pp_is_limited_by_num_layers_only_where_no_split_is_legal():
