@@ -402,12 +402,47 @@ def _crash(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None)
     # only a failure that explains itself can be the crash's cause; a timeout or a lost peer is another consequence
     others = {e.category for e in cascade_errors(log) if failure_kind(e) == "self-explaining"} - {"process_crash"}
     severity: Severity = "warning" if others else "error"
-    cause = ("A training process exited abnormally (non-zero exit code, signal, or abort)."
-             + (f" It follows the {', '.join(sorted(others))} above, which is the likely cause." if others
-                else " No other error line was found: look at the lines just before it, dmesg (OOM killer), and the node."))
-    fixes = [] if others else [Fix("add", "dmesg -T | grep -iE 'killed process|oom'", None,
-                                   "the host OOM killer (CPU RAM) kills without a Python error", kind="command")]
+    raised = next((r for r in records if r.signature.startswith("exception:")), None)
+    if others:
+        cause = (f"A training process exited abnormally. It follows the {', '.join(sorted(others))} above, which is "
+                 "the likely cause.")
+        return Finding("process_crash", severity, f"Training process crashed{_ranks(records)}", _evidence(records),
+                       cause, [], occurrences=len(records))
+    if raised is not None:
+        return _exception_crash(records, raised, severity)
+    cause = ("A training process exited abnormally (non-zero exit code, signal, or abort). No other error line was "
+             "found: look at the lines just before it, dmesg (OOM killer), and the node.")
+    fixes = [Fix("add", "dmesg -T | grep -iE 'killed process|oom'", None,
+                 "the host OOM killer (CPU RAM) kills without a Python error", kind="command")]
     return Finding("process_crash", severity, f"Training process crashed{_ranks(records)}", _evidence(records), cause,
+                   fixes, occurrences=len(records))
+
+
+# What a Python exception that ended a rank asks for, when no signature of the taxonomy claimed it.
+_EXCEPTION_FIXES: dict[str, Fix] = {
+    "ModuleNotFoundError": Fix("add", "python -c 'import <module>' in the job's image or venv", None,
+                               "a package the code imports is missing where the ranks run (the container image, "
+                               "the venv on the compute nodes)", kind="command"),
+    "ImportError": Fix("add", "pip list | grep -iE 'torch|megatron|transformer.engine|apex'", None,
+                       "a name moved between releases: the installed versions do not match the code", kind="command"),
+    "FileNotFoundError": Fix("add", "ls -l <the path in the message>", None,
+                             "the file must exist on every node (a shared filesystem or a copy per node)",
+                             kind="command"),
+    "PermissionError": Fix("add", "ls -ld <the path in the message>", None,
+                           "the job's user must be able to write there", kind="command"),
+}
+
+
+def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: Severity) -> Finding:
+    """A rank ended by a Python exception: the exception and its last frame are the cause."""
+    name = raised.signature.removeprefix("exception:")
+    frame = raised.details.get("frame", "")
+    cause = (f"A rank raised {name}" + (f" in {frame}" if frame else "") + ": the traceback's last frames say where; "
+             "the other ranks' errors, if any, followed it.")
+    fixes = [_EXCEPTION_FIXES[name]] if name in _EXCEPTION_FIXES else [
+        Fix("add", "read the traceback above the exception line", None, "the last frames inside the training code "
+            "name the failing call and its arguments", kind="command")]
+    return Finding("process_crash", severity, f"{name} ended the run{_ranks(records)}", _evidence(records), cause,
                    fixes, occurrences=len(records))
 
 

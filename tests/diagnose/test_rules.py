@@ -248,3 +248,13 @@ def test_noisy_short_steps_are_not_a_slowdown():
     log = parse_text("\n".join(f" iteration {i:8d}/ 100 | elapsed time per iteration (ms): {ms} | lm loss: 5.0 |"
                                for i, ms in enumerate(times * 2, start=1)))
     assert diagnose_log(log, None).findings == []
+
+
+def test_a_rank_ended_by_a_python_exception_is_told_by_its_exception_not_by_the_oom_killer():
+    log = parse_text("[rank0]: Traceback (most recent call last):\n"
+                     '[rank0]:   File "/opt/megatron/core/fusions/fused_layer_norm.py", line 12, in <module>\n'
+                     "[rank0]: ModuleNotFoundError: No module named 'transformer_engine'")
+    (finding,) = diagnose_log(log, None).findings
+    assert finding.category == "process_crash" and "ModuleNotFoundError" in finding.title
+    assert "fused_layer_norm.py" in finding.cause and "dmesg" not in " ".join(f.flag for f in finding.fixes)
+    assert "image or venv" in finding.fixes[0].flag
