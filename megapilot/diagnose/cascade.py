@@ -226,9 +226,6 @@ def lead_with_root(findings: list[Finding], cascade: Cascade | None, label: dict
     who = f"rank {', '.join(map(str, root.ranks))} " if root.ranks else ""
     evidence = list(root.evidence[:1]) + [e for e in lead.evidence if e != root.evidence[0]]
     cause = lead.cause
-    if root.kind == "exception":
-        cause = (f"{who.capitalize() or 'A rank '}failed on its own: {root.what}. The traceback's last frames show where; "
-                 "the other ranks' errors only followed it.")
     if root.kind == "killed":
         cause = f"{who.capitalize() or 'A rank '}was {root.what}: " + _signal_cause(root.what)
     if cascade.consequences:
