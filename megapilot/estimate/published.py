@@ -1,0 +1,172 @@
+"""A published run typed into the estimator as a user would type it.
+
+Performance tables print TP, PP, VPP, CP, EP, MBS, GBS, the sequence, the GPU count and FSDP, but not
+what Megatron also needs to accept some of them: the pipeline split (126-layer Llama 3.1 405B on PP 8 x
+VPP 8 runs with `--account-for-embedding/loss-in-pipeline-split`) or the expert TP (Megatron's default
+ETP = TP; the MoE recipes set 1). `enter_published_run` estimates the row as printed and, where the
+estimator refuses it, retypes it with the first fix its refusal offers - what a user reading the message
+would do - recording each retype. Any other refusal propagates: it names a Megatron rule the row breaks.
+
+The model is the catalog preset of the row's shape (layers, width, heads, experts), else one built from
+the row's own architecture fields, else the preset its name starts with.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from megapilot.errors import MegapilotError
+from megapilot.spec.model import ModelSpec, MoESpec
+from megapilot.spec.plan_file import EstimateResult
+
+MAX_RETYPES = 3  # at most the split and the expert TP are missing from a table
+
+
+class PublishedMoE(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    experts: int
+    topk: int
+    moe_ffn_hidden: int
+
+
+class PublishedLayout(BaseModel):
+    """The fields of a published calibration row that describe the model and its layout."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    model: str
+    layers: int | None = None
+    hidden: int | None = None
+    ffn_hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    vocab: int | None = None
+    seq_len: int
+    moe: PublishedMoE | None = None
+    gpu: str
+    num_gpus: int
+    tp: int | None = None
+    pp: int | None = None
+    vp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    mbs: int | None = None
+    gbs: int | None = None
+    precision: str | None = None
+    fsdp: bool = False
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> PublishedLayout:
+        derived = row.get("derived") or {}
+        return cls.model_validate(row | {"fsdp": bool(derived.get("published_fsdp"))})
+
+    @property
+    def has_layout(self) -> bool:
+        """Papers that print only the GPU count give no layout to type."""
+        return self.tp is not None and self.pp is not None and self.gbs is not None
+
+
+@dataclass
+class PublishedEntry:
+    """The estimate of a published row, and what had to be retyped to get it."""
+
+    model: ModelSpec
+    flags: dict[str, Any]
+    result: EstimateResult
+    retyped: list[str] = field(default_factory=list)
+
+
+def catalog_model(row: PublishedLayout) -> ModelSpec:
+    """The preset of the row's shape, else a spec from its fields, else the preset its name begins with."""
+    from megapilot.catalog.models import load_presets
+
+    presets = [preset.spec for preset in load_presets().values()]
+    if row.layers is None or row.hidden is None or row.heads is None:
+        key = _key(row.model).replace("llm", "")
+        for spec in presets:
+            if key.startswith(_key(spec.name)[:10]):
+                return spec
+        raise MegapilotError(f"{row.id}: no architecture and no preset named like {row.model!r}", field="model",
+                             fix="add the model to the catalog")
+    experts = row.moe.experts if row.moe else None
+    for spec in presets:
+        if (spec.num_layers, spec.hidden_size, spec.num_attention_heads) == (row.layers, row.hidden, row.heads) \
+                and (spec.moe.num_experts if spec.moe else None) == experts \
+                and (spec.position_embedding != "learned_absolute" or spec.max_position_embeddings >= row.seq_len):
+            return spec
+    return ModelSpec(
+        name=row.model, num_layers=row.layers, hidden_size=row.hidden, ffn_hidden_size=row.ffn_hidden or 4 * row.hidden,
+        num_attention_heads=row.heads,
+        num_query_groups=row.kv_heads if row.kv_heads and row.kv_heads != row.heads else None,
+        vocab_size=row.vocab or 32000, max_position_embeddings=max(row.seq_len, 4096),
+        moe=MoESpec(num_experts=row.moe.experts, router_topk=row.moe.topk, moe_ffn_hidden_size=row.moe.moe_ffn_hidden)
+        if row.moe else None,
+    )
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> dict[str, Any]:
+    """The estimate flags the row prints (TP may span nodes on purpose: the tables are what ran)."""
+    return {
+        "model": model_path, "gpu": row.gpu, "gpus": row.num_gpus, "tp": row.tp, "pp": row.pp,
+        "vpp": row.vp if row.vp and row.vp > 1 else None, "cp": row.cp,
+        "ep": row.ep if model.moe else None, "mbs": row.mbs, "gbs": row.gbs, "seq_len": row.seq_len,
+        "precision": "fp8" if "fp8" in (row.precision or "").lower() else "bf16",
+        "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
+        "force_tp_across_nodes": True,
+    }
+
+
+def retype_from_refusal(refusal: MegapilotError) -> dict[str, Any] | None:
+    """The flags a refusal's first fix supplies (a pipeline split or an expert TP); None if it offers neither."""
+    fix = refusal.fix or ""
+    if refusal.field == "ep":
+        etps = re.search(r"set etp to one of (\d+)", fix)
+        return {"etp": int(etps.group(1))} if etps else None
+    if refusal.field not in ("pp", "vpp") or "not divisible by pp*vpp" not in refusal.problem:
+        return None
+    first = fix.split("; or ")[0]
+    if first.startswith("account_for"):
+        return {"account_for_embedding": "account_for_embedding" in first,
+                "account_for_loss": "account_for_loss" in first}
+    if first.startswith("first_stage_layers"):
+        counts = [int(n) for n in re.findall(r"=(\d+)", first)]
+        return {"first_stage_layers": counts[0], "last_stage_layers": counts[1]}
+    layout = re.search(r'pipeline_layout "([^"]+)"', first)
+    return {"pp_layout": layout.group(1), "vpp": None} if layout else None
+
+
+def enter_published_run(row: PublishedLayout) -> PublishedEntry:
+    """Estimate the row as printed, retyping it with each refusal's first fix (MegapilotError otherwise)."""
+    from megapilot.estimate import build_case, estimate
+
+    model = catalog_model(row)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.json"
+        path.write_text(model.model_dump_json())
+        flags = published_flags(row, str(path), model)
+        retyped: list[str] = []
+        for _ in range(MAX_RETYPES + 1):
+            try:
+                case = build_case(**flags)
+                result = estimate(case.model, case.cluster, case.training, case.parallel,
+                                  allow_tp_across_nodes=case.allow_tp_across_nodes)
+                return PublishedEntry(model, flags, result, retyped)
+            except MegapilotError as refusal:
+                extra = retype_from_refusal(refusal)
+                if extra is None or len(retyped) == MAX_RETYPES:
+                    raise
+                retyped.append(", ".join(f"{name}={value}" for name, value in extra.items() if value is not None))
+                flags |= extra
+    raise AssertionError("unreachable")  # the loop returns or raises

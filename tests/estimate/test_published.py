@@ -1,0 +1,51 @@
+"""Every layout published in both calibration files can be typed into the estimator and gets an answer.
+
+A user types what the table printed; where Megatron needs a pipeline split or an expert TP the table does not
+print (126 layers on PP 8 x VPP 8, 61 on PP 16, ETP 1 beside TP 2), the refusal names the rule and offers
+the fix, and the row is retyped with it - as the published recipes run it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.estimate.published import (
+    PublishedLayout,
+    enter_published_run,
+    retype_from_refusal,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "calibration"
+ROWS = [PublishedLayout.from_row(row) for name in ("published_calibration.json", "published_calibration_2025.json")
+        for row in json.loads((DATA / name).read_text())]
+LAYOUT_ROWS = [row for row in ROWS if row.has_layout]
+
+
+def test_every_row_that_prints_a_layout_is_tried():
+    assert len(LAYOUT_ROWS) == 82 and len(ROWS) == 90  # 8 paper rows print only a GPU count
+
+
+@pytest.mark.parametrize("row", LAYOUT_ROWS, ids=[row.id[:60] for row in LAYOUT_ROWS])
+def test_each_published_layout_is_answered_or_retyped_with_the_fix_its_refusal_offers(row):
+    entry = enter_published_run(row)
+    assert entry.result.tokens_per_s_per_gpu > 0 and entry.result.step_time_s > 0
+    assert len(entry.retyped) <= 2
+
+
+def test_the_rows_the_issue_names_need_the_split_megatron_offers():
+    by_id = {row.id: row for row in LAYOUT_ROWS}
+    retyped = {row_id: enter_published_run(row).retyped for row_id, row in by_id.items()}
+    llama405 = [r for i, r in retyped.items() if "405B" in i.upper() and by_id[i].pp == 8 and by_id[i].vp == 8]
+    assert llama405 and all(r == ["account_for_embedding=True, account_for_loss=True"] for r in llama405)
+    deepseek16 = [r for i, r in retyped.items() if "DeepSeek" in i and by_id[i].pp == 16]
+    assert deepseek16 and all(r and "first_stage_layers" in r[0] for r in deepseek16)
+    assert all(r == [] for i, r in retyped.items() if "LLAMA3-70B" in i and by_id[i].pp == 4)
+
+
+def test_only_the_split_and_the_expert_tp_are_retyped():
+    refusal = MegapilotError("tp=16 does not divide num_attention_heads=8", field="tp", fix="use a TP from: 1, 2")
+    assert retype_from_refusal(refusal) is None
