@@ -210,7 +210,8 @@ def diagnose_command(
     gpus: GpusOpt = None,
     json_output: JsonFlag = False,
 ) -> None:
-    """Find what went wrong in a training log: ranked findings, evidence lines, exact flag fixes."""
+    """Find what went wrong in a run: its logs (files, a directory, a glob; any text a failed job left) read as one
+    run, the first failure told before its consequences, ranked findings with evidence lines and exact fixes."""
     from megapilot.cli.common import require_positive
     from megapilot.diagnose import diagnose
 
