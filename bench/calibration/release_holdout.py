@@ -20,8 +20,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from megapilot.errors import MegapilotError  # noqa: E402
-from megapilot.estimate.published import PublishedLayout, enter_published_run  # noqa: E402
+from megapilot.errors import MegapilotError
+from megapilot.estimate.published import PublishedLayout, enter_published_run
 
 DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration_2025.json"
 OUT_DIR = Path(__file__).resolve().parent
