@@ -47,7 +47,7 @@ from megapilot.estimate.flops import (
 )
 from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
 from megapilot.estimate.params import pipeline_stages
-from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP
@@ -56,7 +56,31 @@ from megapilot.spec.training import TrainingSpec
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
 PARAM_GATHER_BYTES = 2
+ACTIVATION_BYTES = 2  # bf16 activations, K/V blocks and expert tokens on the wire
 ADAM_STEP_BYTES_PER_PARAM = 32  # read param, grad, m, v (16 B) and write param, m, v + bf16 copy (16 B)
+# A GEMM of shape (m, k, n) does m*k*n multiply-adds (2 FLOPs each) in the forward and twice that in
+# the backward (input and weight gradients): 6 m k n FLOPs per training step.
+TRAIN_FLOPS_PER_MULTIPLY_ADD = 6
+# The backward costs two forwards, so forward + backward is three: re-running a forward costs a
+# third of a layer's time, and the backward is the last two thirds of a micro-batch (what the
+# gradient reduction can hide under; the parameter gather hides under the forward third).
+PASSES_PER_FORWARD_BACKWARD = 3
+FORWARD_SHARE = 1 / 3
+BACKWARD_SHARE = 2 / 3
+# Megatron-FSDP gathers each layer's weights for its forward and again for its backward.
+FSDP_GATHERS_PER_MICROBATCH = 2
+# Sequence-parallel TP: 4 all-gathers + 4 reduce-scatters of the layer activation per layer and
+# micro-batch (Korthikanti Sec. 4.2.2); a recomputed forward repeats its 4, half as many again.
+TP_COLLECTIVES_PER_LAYER = 8
+TP_RECOMPUTE_COMM_FACTOR = 1.5
+# Token dispatch and combine, in the forward and again in the backward.
+EP_ALL_TO_ALLS_PER_LAYER = 4
+# Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
+CP_RING_KV_PASSES = 3
+# Each micro-batch's activation goes forward and its gradient comes back, per model chunk.
+PP_MESSAGES_PER_CHUNK = 2
+LOGIT_BYTES = 6  # bf16 logits and their fp32 softmax, read by the cross-entropy
+SSD_SCAN_FLOPS_PER_STATE = 7  # Mamba-2's chunked scan: 7 d N FLOPs per token (Megatron's hybrid count)
 
 BREAKDOWN_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
                    "optimizer")
@@ -94,7 +118,7 @@ class StepTime:
 
 
 @dataclass(frozen=True)
-class _Cost:
+class LayerCost:
     """Per-micro-batch seconds of one layer (or stage) on one GPU, by term."""
 
     compute: float = 0.0
@@ -103,11 +127,11 @@ class _Cost:
     cp_comm: float = 0.0
     ep_comm: float = 0.0
 
-    def __add__(self, other: "_Cost") -> "_Cost":
-        return _Cost(*(a + b for a, b in zip(self._values(), other._values())))
+    def __add__(self, other: LayerCost) -> LayerCost:
+        return LayerCost(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
 
-    def scaled(self, k: float) -> "_Cost":
-        return _Cost(*(a * k for a in self._values()))
+    def scaled(self, k: float) -> LayerCost:
+        return LayerCost(*(a * k for a in self._values()))
 
     def _values(self) -> tuple[float, ...]:
         return (self.compute, self.recompute, self.tp_comm, self.cp_comm, self.ep_comm)
@@ -120,6 +144,11 @@ class _Cost:
 # ---- one layer ---------------------------------------------------------------------------------
 
 
+def _gemm_s(m: float, k: float, n: float, gpu: GPUSpec, precision: str, eff: EfficiencyParams) -> float:
+    """Forward + backward seconds of a GEMM of shape (m, k, n): [m x k] @ [k x n]."""
+    return gemm_time_s(TRAIN_FLOPS_PER_MULTIPLY_ADD * m * k * n, m, k, n, gpu, precision, eff)
+
+
 def _mlp_gemms_s(
     model: ModelSpec, tokens: float, ffn: int, shard: int, cluster: ClusterSpec, precision: str,
     eff: EfficiencyParams,
@@ -130,8 +159,8 @@ def _mlp_gemms_s(
     h, gpu = model.hidden_size, cluster.gpu
     up_width = ffn * (2 if model.gated_mlp else 1) / shard
     down_width = ffn / shard
-    up = gemm_time_s(6 * tokens * h * up_width, tokens, h, up_width, gpu, precision, eff)
-    down = gemm_time_s(6 * tokens * down_width * h, tokens, down_width, h, gpu, precision, eff)
+    up = _gemm_s(tokens, h, up_width, gpu, precision, eff)
+    down = _gemm_s(tokens, down_width, h, gpu, precision, eff)
     return up + down
 
 
@@ -141,14 +170,11 @@ def _attention_gemms_s(
     """QKV and output projections (MLA: one equivalent GEMM of the same FLOPs), forward + backward."""
     h, gpu = model.hidden_size, cluster.gpu
     if model.mla is not None:
-        width = attention_linear_flops(model) / (6 * h) / tp
-        return gemm_time_s(6 * tokens * h * width, tokens, h, width, gpu, precision, eff)
+        width = attention_linear_flops(model) / (TRAIN_FLOPS_PER_MULTIPLY_ADD * h) / tp
+        return _gemm_s(tokens, h, width, gpu, precision, eff)
     q = model.num_attention_heads * model.head_dim / tp
     qkv = q + 2 * model.kv_heads * model.head_dim / tp
-    return (
-        gemm_time_s(6 * tokens * h * qkv, tokens, h, qkv, gpu, precision, eff)
-        + gemm_time_s(6 * tokens * q * h, tokens, q, h, gpu, precision, eff)
-    )
+    return _gemm_s(tokens, h, qkv, gpu, precision, eff) + _gemm_s(tokens, q, h, gpu, precision, eff)
 
 
 def layer_cost(
@@ -160,7 +186,7 @@ def layer_cost(
     options: EstimateOptions,
     *,
     recomputed: bool,
-) -> _Cost:
+) -> LayerCost:
     """Seconds one GPU spends on one layer for one micro-batch (forward + backward)."""
     p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
     h = model.hidden_size
@@ -186,9 +212,9 @@ def layer_cost(
             model, per_expert_tokens, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
         )
         gemms_s += _mlp_gemms_s(model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
-        sent_bytes = tokens * moe.router_topk * h * 2 * p.expert_tp / p.tp
+        sent_bytes = tokens * moe.router_topk * h * ACTIVATION_BYTES * p.expert_tp / p.tp
         ep_bw = comm.group_bandwidth_bytes_per_s(cluster, p.ep, stride=p.expert_tp)
-        ep_s = 4 * comm.all_to_all_s(sent_bytes, p.ep, ep_bw)
+        ep_s = EP_ALL_TO_ALLS_PER_LAYER * comm.all_to_all_s(sent_bytes, p.ep, ep_bw)
     else:
         gemms_s += _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
     glue_s = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
@@ -198,13 +224,13 @@ def layer_cost(
     if kind != "transformer":
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     if p.recompute == "full" and recomputed:
-        recompute_s = compute_s / 3
-        tp_s *= 1.5  # the recomputed forward repeats its 4 collectives
+        recompute_s = compute_s / PASSES_PER_FORWARD_BACKWARD
+        tp_s *= TP_RECOMPUTE_COMM_FACTOR
     elif p.recompute == "selective":
-        recompute_s = core_s / 3
+        recompute_s = core_s / PASSES_PER_FORWARD_BACKWARD
     else:
         recompute_s = 0.0
-    return _Cost(compute_s, recompute_s, tp_s, _cp_comm_exposed_s(model, cluster, p, tokens, core_s), ep_s)
+    return LayerCost(compute_s, recompute_s, tp_s, _cp_comm_exposed_s(model, cluster, p, tokens, core_s), ep_s)
 
 
 def _mamba_mixer_s(
@@ -219,9 +245,8 @@ def _mamba_mixer_s(
     heads, inner = mamba.heads(h), mamba.inner_size(h)
     in_width = (2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads) / tp
     out_width = inner / tp
-    gemms = (gemm_time_s(6 * tokens * h * in_width, tokens, h, in_width, gpu, precision, eff)
-             + gemm_time_s(6 * tokens * out_width * h, tokens, out_width, h, gpu, precision, eff))
-    scan = attention_time_s(7 * inner * mamba.state_dim * tokens / tp, gpu, eff)
+    gemms = _gemm_s(tokens, h, in_width, gpu, precision, eff) + _gemm_s(tokens, out_width, h, gpu, precision, eff)
+    scan = attention_time_s(SSD_SCAN_FLOPS_PER_STATE * inner * mamba.state_dim * tokens / tp, gpu, eff)
     return gemms, scan
 
 
@@ -232,7 +257,7 @@ def _tp_comm_s(
     if p.tp == 1:
         return 0.0
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.tp)
-    total = 8 * comm.all_gather_s(tokens * model.hidden_size * 2, p.tp, bandwidth)
+    total = TP_COLLECTIVES_PER_LAYER * comm.all_gather_s(tokens * model.hidden_size * ACTIVATION_BYTES, p.tp, bandwidth)
     hidden = TP_OVERLAP_HIDDEN_FRACTION if options.tp_comm_overlap and p.sequence_parallel else 0.0
     return total * (1 - hidden)
 
@@ -248,9 +273,9 @@ def _cp_comm_exposed_s(
                                                 + model.mla.v_head_dim) / 2
     else:
         kv_width = model.kv_heads * model.head_dim
-    kv_bytes = tokens * 2 * kv_width * 2 / p.tp
+    kv_bytes = tokens * 2 * kv_width * ACTIVATION_BYTES / p.tp  # K and V
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
-    traffic_s = 3 * (p.cp - 1) * comm.p2p_s(kv_bytes, bandwidth)
+    traffic_s = CP_RING_KV_PASSES * (p.cp - 1) * comm.p2p_s(kv_bytes, bandwidth)
     return max(0.0, traffic_s - core_s)
 
 
@@ -274,8 +299,8 @@ def _output_cost(
     tokens = p.mbs * training.seq_length / p.cp
     vocab = model.padded_vocab_size(p.tp) / p.tp
     h, gpu = model.hidden_size, cluster.gpu
-    gemm = gemm_time_s(6 * tokens * h * vocab, tokens, h, vocab, gpu, training.precision, eff)
-    cross_entropy = elementwise_time_s(tokens * vocab * 6, gpu, eff)
+    gemm = _gemm_s(tokens, h, vocab, gpu, training.precision, eff)
+    cross_entropy = elementwise_time_s(tokens * vocab * LOGIT_BYTES, gpu, eff)
     return gemm + cross_entropy
 
 
@@ -289,14 +314,14 @@ def attention_windows(model: ModelSpec) -> tuple[int | None, ...]:
 def stage_costs(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
     options: EstimateOptions,
-) -> list[_Cost]:
+) -> list[LayerCost]:
     """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once)."""
     p = parallel
-    cache: dict[tuple[bool, int | None, bool], _Cost] = {}
+    cache: dict[tuple[bool, int | None, bool], LayerCost] = {}
     is_moe = moe_flags(model)
     windows = attention_windows(model)
 
-    def cost_of(layer_index: int, recomputed: bool) -> _Cost:
+    def cost_of(layer_index: int, recomputed: bool) -> LayerCost:
         key = (is_moe[layer_index], windows[layer_index], recomputed)
         if key not in cache:
             cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
@@ -313,13 +338,13 @@ def stage_costs(
             key = (is_moe[layer_index], windows[layer_index], position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
-        total = _Cost()
+        total = LayerCost()
         for (_, _, is_recomputed), (layer_index, count) in kinds.items():
             total = total + cost_of(layer_index, is_recomputed).scaled(count)
         if stage == stages.rank_of(LOSS):
-            total = total + _Cost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+            total = total + LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
         if stage == stages.rank_of(MTP):  # each MTP module: a layer of the last kind and its own logits
-            mtp_logits = _Cost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+            mtp_logits = LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
             total = total + (cost_of(model.num_layers - 1, False) + mtp_logits).scaled(model.mtp_num_layers)
         costs.append(total)
     return costs
@@ -336,9 +361,9 @@ def _pp_comm_s(
     """
     if p.pp == 1:
         return 0.0
-    message = p.mbs * training.seq_length / p.cp * model.hidden_size * 2 / p.tp
+    message = p.mbs * training.seq_length / p.cp * model.hidden_size * ACTIVATION_BYTES / p.tp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, 2, stride=p.tp * p.cp * p.dp)
-    traffic_s = 2 * p.vpp * comm.p2p_s(message, bandwidth)
+    traffic_s = PP_MESSAGES_PER_CHUNK * p.vpp * comm.p2p_s(message, bandwidth)
     return traffic_s if p.vpp == 1 else max(0.0, traffic_s - microbatch_compute_s)
 
 
@@ -363,8 +388,8 @@ def _dp_comm_s(
         reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
             expert * grad_bytes, expert_group, bandwidth)
         gather_s = 0.0
-    backward_window = 2 / 3 * stage0_microbatch_s if options.overlap_grad_reduce else 0.0
-    forward_window = 1 / 3 * stage0_microbatch_s if options.overlap_param_gather else 0.0
+    backward_window = BACKWARD_SHARE * stage0_microbatch_s if options.overlap_grad_reduce else 0.0
+    forward_window = FORWARD_SHARE * stage0_microbatch_s if options.overlap_param_gather else 0.0
     exposed = max(0.0, reduce_s - backward_window) + max(0.0, gather_s - forward_window)
     return exposed, reduce_s + gather_s
 
@@ -375,7 +400,7 @@ def _fsdp_exposed_s(
     """Megatron-FSDP gathers each layer's weights for the forward and again for the backward of every
     micro-batch, layer by layer, and reduce-scatters the gradients once per step: all of it prefetched
     under the compute of the whole step, so only what exceeds the compute is exposed."""
-    total = 2 * gather_s * m + reduce_s
+    total = FSDP_GATHERS_PER_MICROBATCH * gather_s * m + reduce_s
     window = m * microbatch_s if (options.overlap_grad_reduce and options.overlap_param_gather) else 0.0
     return max(0.0, total - window), total
 
