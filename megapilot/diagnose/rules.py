@@ -707,9 +707,10 @@ def _first_update_jump(log: ParsedLog, config: RunConfig | None) -> Finding | No
     assert first.lm_loss is not None and second.lm_loss is not None
     if first.lm_loss <= 0 or second.lm_loss <= FIRST_UPDATE_JUMP_FACTOR * first.lm_loss:
         return None
+    when = "after the first update" if first.iteration <= 1 else "in the first updates"
     return Finding(
         "loss_spike", "critical",
-        f"Loss jumped after the first update: {first.lm_loss:.3f} at iteration {first.iteration} → "
+        f"Loss jumped {when}: {first.lm_loss:.3f} at iteration {first.iteration} → "
         f"{second.lm_loss:.3f} at iteration {second.iteration}", [_ev(first), _ev(second)],
         "The first optimizer steps made the model worse instead of better: the learning rate at the start is too "
         "high for this initialisation (no or too short warm-up), the loss scale or gradients overflowed, or the "
