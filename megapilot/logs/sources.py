@@ -112,10 +112,11 @@ def _expand_one(argument: str, flag: str) -> list[str]:
     if _GLOB_CHARS & set(argument):
         matched = sorted((Path(name) for name in glob.glob(argument, recursive=True) if Path(name).is_file()),
                          key=_natural_key)
-        if not matched:
-            raise MegapilotError(f"no file matches {argument}", field=flag,
+        texts = [str(name) for name in matched if is_text(name)]
+        if not texts:
+            raise MegapilotError(f"no {'text ' if matched else ''}file matches {argument}", field=flag,
                                  fix="check the pattern, e.g. 'out-node*/training.log' or 'slurm-1234.*'")
-        return [str(name) for name in matched if is_text(name)]
+        return texts
     raise MegapilotError(f"no such log file: {argument}", field=flag,
                          fix="pass the path of a training log, a directory of logs, or - for stdin")
 

@@ -46,7 +46,8 @@ def test_patterns_paths_and_directories_are_expanded_once_each(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("name", "message"), [("missing.log", "no such log file"), ("model.log", "not a text file"),
-                                               ("empty-dir", "holds no log file"), ("nothing-*.log", "no file matches")])
+                                               ("empty-dir", "holds no log file"), ("nothing-*.log", "no file matches"),
+                                               ("mode*.log", "no text file matches")])
 def test_what_is_not_a_log_is_a_user_error_naming_the_field(tmp_path: Path, name: str, message: str):
     _run_dir(tmp_path)
     (tmp_path / "empty-dir").mkdir()
