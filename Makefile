@@ -1,5 +1,5 @@
 # The two commands of the README. Both set everything up first (scripts/setup.sh).
-.PHONY: setup demo test test-fast bench
+.PHONY: setup demo test test-fast lint bench
 
 setup:
 	@bash scripts/setup.sh
@@ -10,6 +10,11 @@ demo: setup
 # The whole suite, slow end-to-end tests included (CI runs exactly this).
 test: setup
 	@.venv/bin/python -m pytest -q
+
+# Style and bug patterns (ruff) and the annotations (mypy over megapilot/); settings in pyproject.toml.
+lint: setup
+	@.venv/bin/ruff check megapilot tests bench scripts
+	@.venv/bin/python -m mypy
 
 # Everything but the tests marked slow.
 test-fast: setup
