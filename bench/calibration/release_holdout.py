@@ -25,6 +25,8 @@ from megapilot.estimate.published import PublishedLayout, enter_published_run
 
 DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration_2025.json"
 OUT_DIR = Path(__file__).resolve().parent
+IN_SAMPLE = OUT_DIR / "results.json"  # bench/calibration/run.py's per-row errors on the older file
+COVERAGE = ROOT / "megapilot" / "estimate" / "data" / "calibration_coverage.json"
 
 
 def _release(row_id: str) -> str:
@@ -110,9 +112,30 @@ def write(rows: list[dict[str, Any]]) -> None:
     (OUT_DIR / "release_holdout.md").write_text("\n".join(lines) + "\n")
 
 
+def write_coverage(rows: list[dict[str, Any]]) -> None:
+    """Per (family, GPU, precision): published runs and median |error|, for every estimate's coverage line."""
+    from megapilot.catalog.gpus import get_gpu
+
+    errors: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for old in json.loads(IN_SAMPLE.read_text())["rows"]:
+        precision = "fp8" if old["precision"] in ("fp8", "mxfp8", "nvfp4") else "bf16"
+        errors[("dense", get_gpu(old["gpu"]).name, precision)].append(old["error"])
+    for row in rows:
+        if row.get("error") is not None:
+            errors[(row["family"], get_gpu(row["gpu"]).name, row["precision"])].append(row["error"])
+    cells = [{"family": family, "gpu": gpu, "precision": precision, "runs": len(errs),
+              "median_abs_error": round(statistics.median(abs(e) for e in errs), 4)}
+             for (family, gpu, precision), errs in sorted(errors.items())]
+    COVERAGE.write_text(json.dumps({
+        "source": "bench/calibration/release_holdout.py: bench/calibration/results.json (papers, NeMo <= 24.07, "
+                  "in-sample) and the NeMo 25.02-25.09 / Megatron-Bridge tables (held out by release)",
+        "cells": cells}, indent=1) + "\n")
+
+
 def main() -> int:
     rows = evaluate()
     write(rows)
+    write_coverage(rows)
     print((OUT_DIR / "release_holdout.md").read_text().split("\n\n| row")[0])
     return 0
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from megapilot.estimate import comm
+from megapilot.estimate.coverage import CalibrationCoverage, coverage_for
 from megapilot.estimate.efficiency import (
     CALIBRATED,
     EfficiencyParams,
@@ -115,6 +116,8 @@ class StepTime:
     bubble_fraction: float
     exposed_comm_fraction: float
     warnings: list[str] = field(default_factory=list)
+    # The published runs behind this estimate (its calibrated cell, or the nearest); outside all: a warning.
+    coverage: CalibrationCoverage | None = None
 
 
 @dataclass(frozen=True)
@@ -450,6 +453,7 @@ def step_time(
     model_flops = flops_per_step(model, training.seq_length, training.global_batch_size, convention=convention, tp=p.tp)
     tflops = model_flops / (total_s * world) / 1e12
     comm_s = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+    coverage = coverage_for(model, cluster.gpu, training.precision)
     return StepTime(
         step_time_s=total_s,
         breakdown_s=breakdown,
@@ -459,7 +463,8 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s),
+        warnings=_warnings(breakdown, total_s) + ([coverage.statement()] if coverage.outside else []),
+        coverage=coverage,
     )
 
 

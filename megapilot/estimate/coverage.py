@@ -1,0 +1,101 @@
+"""Calibration coverage: which published runs stand behind an estimate, and how far off they were.
+
+`data/calibration_coverage.json` (written by `bench/calibration/release_holdout.py`) lists every calibrated
+cell - model family (dense / MoE / hybrid), GPU and precision - with its published runs and the model's
+median |error| there (the old file in-sample, the 2025 tables held out by release). An estimate is placed
+in its cell, or the nearest one (same family and precision on the same vendor's other GPUs, then the
+same family on any GPU); a case outside every calibrated family and vendor (AMD GPUs, hybrid Mamba models
+today) gets a caveat saying that no published run checks it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from megapilot.spec.hardware import GPUSpec
+from megapilot.spec.model import ModelSpec
+
+EIGHT_BIT = ("fp8", "mxfp8", "nvfp4")
+
+
+@dataclass(frozen=True)
+class CoverageCell:
+    """One calibrated (family, GPU, precision) and how the model did on its published runs."""
+
+    family: str
+    gpu: str
+    precision: str
+    runs: int
+    median_abs_error: float
+
+
+@dataclass(frozen=True)
+class CalibrationCoverage:
+    """Where an estimate stands against the published runs: its own cell, the nearest one, or none."""
+
+    family: str
+    gpu: str
+    precision: str
+    nearest: CoverageCell | None
+    exact: bool
+
+    @property
+    def outside(self) -> bool:
+        """No published run of this family on this vendor's GPUs was ever used to check the model."""
+        return self.nearest is None
+
+    def statement(self) -> str:
+        case = f"{self.family} on {self.gpu} {self.precision}"
+        if self.nearest is None:
+            return (f"calibration: no published run of a {self.family} model on this GPU vendor checks this "
+                    f"estimate ({case}); treat it as physics without a measured error")
+        cell = self.nearest
+        where = "calibrated" if self.exact else (
+            f"not calibrated; nearest: {cell.family} on {cell.gpu} {cell.precision}")
+        return (f"calibration: {case} {where} ({cell.runs} published runs, median |error| "
+                f"{100 * cell.median_abs_error:.1f} %)")
+
+
+def family_of(model: ModelSpec) -> str:
+    if model.is_hybrid:
+        return "hybrid"
+    return "moe" if model.moe is not None else "dense"
+
+
+def precision_class(precision: str) -> str:
+    return "fp8" if precision in EIGHT_BIT else "bf16"
+
+
+@lru_cache(maxsize=1)
+def calibrated_cells() -> tuple[CoverageCell, ...]:
+    text = resources.files("megapilot.estimate").joinpath("data", "calibration_coverage.json").read_text()
+    return tuple(CoverageCell(**cell) for cell in json.loads(text)["cells"])
+
+
+def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationCoverage:
+    """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one)."""
+    return _coverage(family_of(model), gpu.name, gpu.vendor, precision_class(precision))
+
+
+@lru_cache(maxsize=256)
+def _coverage(family: str, gpu: str, vendor: str, klass: str) -> CalibrationCoverage:
+    cells = calibrated_cells()
+    same_vendor = {cell.gpu for cell in cells} & _vendor_gpus(vendor)
+    for exact, candidates in (
+        (True, [c for c in cells if (c.family, c.gpu, c.precision) == (family, gpu, klass)]),
+        (False, [c for c in cells if c.family == family and c.precision == klass and c.gpu in same_vendor]),
+        (False, [c for c in cells if c.family == family and c.gpu in same_vendor]),
+    ):
+        if candidates:
+            best = max(candidates, key=lambda c: c.runs)
+            return CalibrationCoverage(family, gpu, klass, best, exact)
+    return CalibrationCoverage(family, gpu, klass, None, False)
+
+
+def _vendor_gpus(vendor: str) -> set[str]:
+    from megapilot.catalog.gpus import load_gpus
+
+    return {other.name for other in load_gpus().values() if other.vendor == vendor}

@@ -1,0 +1,37 @@
+"""Every estimate knows which published runs stand behind it; a case outside all of them says so."""
+
+from __future__ import annotations
+
+from megapilot.catalog import get_gpu, get_model
+from megapilot.estimate import build_case, estimate
+from megapilot.estimate.coverage import calibrated_cells, coverage_for
+
+
+def test_a_calibrated_cell_states_its_runs_and_median_error():
+    coverage = coverage_for(get_model("llama3.1-70b"), get_gpu("h100"), "fp8")
+    assert coverage.exact and not coverage.outside
+    assert coverage.nearest is not None and coverage.nearest.runs >= 10
+    assert "calibrated (" in coverage.statement() and "median |error|" in coverage.statement()
+
+
+def test_an_uncalibrated_nvidia_gpu_names_the_nearest_calibrated_cell():
+    coverage = coverage_for(get_model("llama3.1-70b"), get_gpu("h200"), "bf16")
+    assert not coverage.exact and not coverage.outside
+    assert "nearest: dense on" in coverage.statement()
+
+
+def test_amd_and_hybrid_models_lie_outside_every_calibrated_family_and_the_estimate_says_so():
+    case = build_case(model="llama3.1-70b", gpu="mi300x", gpus=64, tp=8, pp=2, gbs=512, seq_len=8192)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert any(w.startswith("calibration: no published run") and "MI300X" in w for w in result.warnings)
+    assert coverage_for(get_model("nemotron3-nano"), get_gpu("h100"), "bf16").outside
+    nvidia = build_case(model="llama3.1-70b", gpu="h100", gpus=64, tp=8, pp=2, gbs=512, seq_len=8192)
+    assert not any(w.startswith("calibration:") for w in
+                   estimate(nvidia.model, nvidia.cluster, nvidia.training, nvidia.parallel).warnings)
+
+
+def test_the_cells_cover_both_calibration_files():
+    cells = {(c.family, c.gpu, c.precision) for c in calibrated_cells()}
+    assert ("dense", "A100-SXM4-80GB", "bf16") in cells  # papers (in-sample)
+    assert ("moe", "GB200", "fp8") in cells  # Megatron-Bridge 25.09 (held out by release)
+    assert all(c.runs > 0 and 0 <= c.median_abs_error < 1 for c in calibrated_cells())
