@@ -36,7 +36,7 @@ __all__ = [
     "BREAKDOWN_TERMS", "CALIBRATED", "Case", "EfficiencyParams", "EstimateOptions", "FLOP_CONVENTIONS",
     "FastEstimate", "FlopConvention", "MemoryBreakdown", "ParamBreakdown", "StepTime", "build_case",
     "count_params", "estimate", "estimate_fast", "flops_per_step", "flops_per_token", "memory_per_gpu",
-    "step_time", "to_result",
+    "memory_savers_not_on", "step_time", "to_result",
 ]
 
 
@@ -46,6 +46,7 @@ class FastEstimate:
 
     memory: MemoryBreakdown
     time: StepTime
+    parallel: ParallelConfig  # the layout estimated: the memory advice names what it does not use yet
     convention: FlopConvention = "megatron"
 
     @property
@@ -69,7 +70,7 @@ def estimate_fast(
     """
     memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib, main_grad_bytes=options.main_grad_bytes)
     time = step_time(model, cluster, training, parallel, options, convention=convention)
-    return FastEstimate(memory=memory, time=time, convention=convention)
+    return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention)
 
 
 def estimate(
@@ -101,7 +102,7 @@ def _param_counts(model: ModelSpec) -> ParamCounts:
 def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None = None) -> EstimateResult:
     """The public `EstimateResult` of a fast estimate (numbers rounded for display stability)."""
     memory, time = fast.memory, fast.time
-    all_warnings = list(warnings or []) + _memory_warnings(memory) + time.warnings
+    all_warnings = list(warnings or []) + _memory_warnings(memory, model, fast.parallel) + time.warnings
     return EstimateResult(
         params=_param_counts(model),
         flops_per_step=time.model_flops_per_step,
@@ -124,13 +125,42 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
     )
 
 
-def _memory_warnings(memory: MemoryBreakdown) -> list[str]:
+def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: ParallelConfig) -> list[str]:
     if memory.fits:
         headroom = memory.capacity_gib - memory.total_gib
         if headroom < 0.05 * memory.capacity_gib:
             return [f"only {headroom:.1f} GiB of {memory.capacity_gib:.0f} GiB left: allocator spikes may OOM"]
         return []
+    savers = memory_savers_not_on(model, parallel)
+    advice = ("not yet used: " + ", ".join(savers)) if savers else \
+        "every memory saver is already on: more GPUs, a shorter sequence or a smaller model"
     return [
         f"does not fit: {memory.total_gib:.1f} GiB needed on pipeline rank {memory.stage}, "
-        f"{memory.capacity_gib:.0f} GiB available (raise tp/pp, use recompute, or the distributed optimizer)"
+        f"{memory.capacity_gib:.0f} GiB available ({advice})"
     ]
+
+
+def memory_savers_not_on(model: ModelSpec, p: ParallelConfig) -> list[str]:
+    """The memory savers this layout does not use yet, cheapest in throughput first.
+
+    Advice that names a switch already on (the distributed optimizer under Megatron-FSDP, recompute
+    when every layer is recomputed) sends the user looking for a change that does not exist.
+    """
+    savers: list[str] = []
+    if p.dp > 1 and not (p.distributed_optimizer or p.fsdp):
+        savers.append("the distributed optimizer (--use-distributed-optimizer)")
+    if p.tp > 1 and not p.sequence_parallel:
+        savers.append("sequence parallelism (--sequence-parallel)")
+    if p.mbs > 1:
+        savers.append(f"a smaller micro-batch (now {p.mbs})")
+    if p.dp > 1 and not p.fsdp:
+        savers.append("Megatron-FSDP (--use-megatron-fsdp" + (", with PP 1)" if p.pp > 1 else ")"))
+    if p.recompute != "full":
+        savers.append("full activation recompute (--recompute-granularity full)")
+    elif p.recompute_method == "uniform" and (p.recompute_num_layers or 1) > 1:
+        savers.append(f"recompute every layer (--recompute-num-layers 1, now {p.recompute_num_layers})")
+    if not p.fsdp and p.pp * 2 <= model.num_layers:  # Megatron-FSDP does not run with pipeline parallelism
+        savers.append(f"more pipeline stages (now PP {p.pp})")
+    if model.num_attention_heads % (p.tp * 2) == 0:
+        savers.append(f"more tensor-parallel ranks (now TP {p.tp})")
+    return savers

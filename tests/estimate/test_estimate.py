@@ -88,3 +88,24 @@ def test_moe_estimate_counts_active_parameters_and_expert_communication():
     result = estimate(case.model, case.cluster, case.training, case.parallel)
     assert result.params.active < result.params.total / 3
     assert result.time_breakdown_s["ep_comm"] > 0
+
+
+@pytest.mark.parametrize(("layout", "named", "not_named"), [
+    ({"tp": 1, "pp": 1, "recompute": "none", "distributed_optimizer": True},
+     ["Megatron-FSDP", "full activation recompute", "more pipeline stages"], ["distributed optimizer"]),
+    ({"tp": 1, "pp": 1, "recompute": "full", "fsdp": True, "seq_len": 65536},
+     ["more tensor-parallel ranks"], ["distributed optimizer", "Megatron-FSDP", "recompute", "more pipeline stages"]),
+    ({"tp": 1, "pp": 1, "recompute": "none", "distributed_optimizer": False},
+     ["the distributed optimizer", "Megatron-FSDP"], []),
+    ({"tp": 2, "pp": 2, "recompute": "full", "sequence_parallel": False, "distributed_optimizer": True},
+     ["sequence parallelism", "Megatron-FSDP (--use-megatron-fsdp, with PP 1)"],
+     ["distributed optimizer", "recompute"]),
+])
+def test_memory_advice_names_only_what_is_not_on(layout: dict, named: list[str], not_named: list[str]):
+    case = build_case(**(LLAMA_70B_FLAGS | {"gbs": 64} | layout))
+    [advice] = [w for w in estimate(case.model, case.cluster, case.training, case.parallel).warnings
+                if "does not fit" in w]
+    for saver in named:
+        assert saver in advice, saver
+    for saver in not_named:
+        assert saver not in advice, saver
