@@ -85,7 +85,7 @@ class LocalSlurmCluster:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "LocalSlurmCluster":
+    def start(self) -> LocalSlurmCluster:
         """Start every daemon; if one fails, stop the ones already started before raising."""
         try:
             return self._start()
@@ -93,7 +93,7 @@ class LocalSlurmCluster:
             self.stop()
             raise
 
-    def _start(self) -> "LocalSlurmCluster":
+    def _start(self) -> LocalSlurmCluster:
         for sub in ("state", "spool", "log", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "munge", 0o700)
@@ -124,7 +124,7 @@ class LocalSlurmCluster:
         if self.names is not None and len(self.names) != self.nodes:
             raise ValueError("give one name per node")
 
-    def __enter__(self) -> "LocalSlurmCluster":
+    def __enter__(self) -> LocalSlurmCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

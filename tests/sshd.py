@@ -100,7 +100,7 @@ class LoopbackSshd:
         ]
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "LoopbackSshd":
+    def start(self) -> LoopbackSshd:
         """Start sshd and wait until it accepts the key; stop it again if it does not."""
         try:
             return self._start()
@@ -108,7 +108,7 @@ class LoopbackSshd:
             self.stop()
             raise
 
-    def _start(self) -> "LoopbackSshd":
+    def _start(self) -> LoopbackSshd:
         os.chmod(self.root, 0o700)
         self._keygen(self.root / "host_ed25519", comment="megapilot-test-host")
         self._keygen(self.client_key, comment="megapilot-test-client")
@@ -159,7 +159,7 @@ class LoopbackSshd:
         self._process = None
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "LoopbackSshd":
+    def __enter__(self) -> LoopbackSshd:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from megapilot.estimate.calibration import (  # noqa: E402  (after the repository root is on sys.path)
+from megapilot.estimate.calibration import (
     PRIOR,
     PUBLISHER_CONVENTION,
     CalibrationRow,
@@ -36,9 +36,9 @@ from megapilot.estimate.calibration import (  # noqa: E402  (after the repositor
     resolve_layout,
     summary,
 )
-from megapilot.estimate.efficiency import CALIBRATED  # noqa: E402
-from megapilot.estimate.flops import flops_per_token  # noqa: E402
-from megapilot.spec import ParallelConfig  # noqa: E402
+from megapilot.estimate.efficiency import CALIBRATED
+from megapilot.estimate.flops import flops_per_token
+from megapilot.spec import ParallelConfig
 
 DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration.json"
 OUT_DIR = Path(__file__).resolve().parent

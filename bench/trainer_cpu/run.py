@@ -55,6 +55,7 @@ def plain_pytorch_ms_per_iteration(prefix: str, iters: int, under_cpu_mode: bool
     `under_cpu_mode` runs it inside the trainer's device-rewriting TorchFunctionMode, to show what
     that mode alone costs (every torch call passes through Python)."""
     import contextlib
+
     import numpy
     import torch
     from torch import nn

@@ -5,6 +5,14 @@ from megapilot.catalog.hf import SUPPORTED_ARCHITECTURES, from_hf_config, load_h
 from megapilot.catalog.models import ModelPreset, get_model, get_preset, list_models, load_presets
 
 __all__ = [
-    "ModelPreset", "SUPPORTED_ARCHITECTURES", "from_hf_config", "get_gpu", "get_model", "get_preset",
-    "list_models", "load_gpus", "load_hf_config", "load_presets",
+    "SUPPORTED_ARCHITECTURES",
+    "ModelPreset",
+    "from_hf_config",
+    "get_gpu",
+    "get_model",
+    "get_preset",
+    "list_models",
+    "load_gpus",
+    "load_hf_config",
+    "load_presets",
 ]

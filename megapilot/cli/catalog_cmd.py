@@ -132,9 +132,8 @@ def _breakdown_table(row: dict):
 
 
 def _models_table(rows: list[dict]):
-    from rich.table import Table
-
     from rich import box
+    from rich.table import Table
 
     table = Table(
         box=box.SIMPLE_HEAD,

@@ -123,7 +123,7 @@ def _verdict(verdict: str) -> str:
     return f"[{VERDICT_STYLES.get(verdict, 'white')}]{verdict}[/]"
 
 
-def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()):  # noqa: ANN202 - a rich Table
+def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()):
     """A table with a rule under the header only; columns not named in `wrap` keep their text on one line."""
     from rich import box
     from rich.markup import escape
@@ -137,7 +137,7 @@ def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()):
     return table
 
 
-def _runs_table(rows: list[RunRow], location: str):  # noqa: ANN202 - a rich Table
+def _runs_table(rows: list[RunRow], location: str):
     from rich.markup import escape
 
     table = _table(f"runs in {location}", ("run", "started (UTC)", "verdict", "model", "GPUs", "failed", "duration"),
@@ -166,7 +166,7 @@ def _print_detail(detail: RunDetail) -> None:
         _print_combo(combo)
 
 
-def _print_combo(combo) -> None:  # noqa: ANN001 - a ComboRow
+def _print_combo(combo) -> None:
     from rich.markup import escape
 
     from megapilot.store.regress import metric_info
@@ -184,7 +184,7 @@ def _print_combo(combo) -> None:  # noqa: ANN001 - a ComboRow
     console.print(table)
 
 
-def _predicted_by_metric(combo) -> dict[str, float | None]:  # noqa: ANN001 - a ComboRow
+def _predicted_by_metric(combo) -> dict[str, float | None]:
     """The prediction of each metric that measures a predicted quantity (step time, tokens/s, ...)."""
     from megapilot.store.regress import METRICS
 
@@ -213,7 +213,7 @@ def _print_comparison(comparison: RunComparison) -> None:
             console.print(f"{label}: {escape(', '.join(keys))}")
 
 
-def _calibration_table(rows: list[CalibrationRow]):  # noqa: ANN202 - a rich Table
+def _calibration_table(rows: list[CalibrationRow]):
     from rich.markup import escape
 
     table = _table("predicted vs measured: error = (predicted - measured) / measured",

@@ -71,7 +71,7 @@ def _check_script(script: Path | None) -> None:
                        fix="pass the bash launch script (e.g. one from `megapilot script`)")
 
 
-def _gpu(alias: str | None):  # noqa: ANN202
+def _gpu(alias: str | None):
     if alias is None:
         return None
     from megapilot.catalog.gpus import get_gpu
@@ -274,10 +274,10 @@ def optimize_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Rank flag changes by predicted tokens/s gain, against the planner's best layout for the same run."""
+    from megapilot.cli.common import require_positive
     from megapilot.diagnose import read_flags, run_config
     from megapilot.diagnose.engine import parse_options_for
     from megapilot.diagnose.optimize import optimize
-    from megapilot.cli.common import require_positive
     from megapilot.logs import parse_logs
 
     require_positive("--gpus", gpus)

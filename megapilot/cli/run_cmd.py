@@ -208,7 +208,7 @@ def gpu_present() -> bool:
 @contextmanager
 def _sigterm_as_interrupt():
     """While a run is followed, SIGTERM to megapilot stops the run the same way Ctrl-C does."""
-    def interrupt(signum, frame):  # noqa: ARG001
+    def interrupt(signum, frame):
         raise KeyboardInterrupt
 
     try:

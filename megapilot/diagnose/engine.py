@@ -12,7 +12,7 @@ from megapilot.diagnose.findings import Finding, ranked
 from megapilot.diagnose.flags import RunConfig, read_flags, run_config
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings
-from megapilot.logs import ParseOptions, ParsedLog, parse_logs
+from megapilot.logs import ParsedLog, ParseOptions, parse_logs
 from megapilot.logs.sources import expand_log_paths, source_labels
 from megapilot.spec import GPUSpec
 

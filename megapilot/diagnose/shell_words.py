@@ -111,7 +111,7 @@ class _Lexer:
                 end = text.find("\n", self.pos)
                 self.pos = len(text) if end < 0 else end
                 continue
-            if ch in "()" and word is None or ch == _CLOSE:
+            if (ch in "()" and word is None) or ch == _CLOSE:
                 word = self._end_word(command, word)
                 command.append(ch)
                 depth = depth + 1 if ch == _OPEN else max(0, depth - 1)

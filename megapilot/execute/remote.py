@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from megapilot.execute.base import HangPolicy, JobStatus, JobState
+from megapilot.execute.base import HangPolicy, JobState, JobStatus
 from megapilot.execute.failure import FailureClues
 from megapilot.execute.progress import ProgressTracker
 from megapilot.execute.rundir import node_log_path

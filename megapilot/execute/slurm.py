@@ -52,7 +52,6 @@ from megapilot.execute.rundir import (
     write_launch_script,
 )
 
-
 # SLURM job states, by what they mean for the job here.
 _WAITING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED",
             "RESIZING"}

@@ -12,6 +12,15 @@ from megapilot.launch.options import LaunchOptions, LaunchScript
 from megapilot.launch.render import render_launch
 
 __all__ = [
-    "ArgSection", "LaunchOptions", "LaunchScript", "MEGATRON_COMMIT", "MEGATRON_RELEASE", "check_megatron_args",
-    "check_world", "megatron_arg_sections", "pinned_flags", "render_launch", "render_megatron_args",
+    "MEGATRON_COMMIT",
+    "MEGATRON_RELEASE",
+    "ArgSection",
+    "LaunchOptions",
+    "LaunchScript",
+    "check_megatron_args",
+    "check_world",
+    "megatron_arg_sections",
+    "pinned_flags",
+    "render_launch",
+    "render_megatron_args",
 ]

@@ -14,7 +14,6 @@ from megapilot.launch.megatron_args import MEGATRON_RELEASE
 from megapilot.spec import SavedPlan
 
 
-
 def q(value: str) -> str:
     """shlex.quote, plus quotes around commas so shellcheck does not read a list as one array item."""
     quoted = shlex.quote(value)

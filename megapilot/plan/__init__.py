@@ -11,4 +11,4 @@ from megapilot.plan.reasons import layout_label
 from megapilot.plan.search import Candidate, PlanResult, search_layouts
 from megapilot.plan.space import Pins
 
-__all__ = ["Candidate", "CostModel", "DEFAULT_TOP", "Pins", "PlanResult", "layout_label", "plan", "search_layouts"]
+__all__ = ["DEFAULT_TOP", "Candidate", "CostModel", "Pins", "PlanResult", "layout_label", "plan", "search_layouts"]

@@ -53,7 +53,7 @@ class CostModel:
         cluster: ClusterSpec,
         training: TrainingSpec,
         estimator: LayoutEstimator | None = None,
-        options: "EstimateOptions | None" = None,
+        options: EstimateOptions | None = None,
     ):
         self.model = model
         self.cluster = cluster
@@ -117,7 +117,7 @@ class CostModel:
 
         return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions())
 
-    def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None) -> "CostModel":
+    def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None) -> CostModel:
         """A fresh cost model for changed inputs (the what-if searches of the nothing-fits advice)."""
         return CostModel(self.model, cluster or self.cluster, training or self.training, self._injected,
                          self.options)

@@ -228,4 +228,4 @@ def _empty(chart_id: str, kind: str, title: str, reason: str) -> Chart:
     return Chart(chart_id=chart_id, kind=kind, title=title, empty_reason=reason)
 
 
-__all__ = ["Chart", "ReportCharts", "VERDICT_COLOURS", "build_charts", "plotly_js"]
+__all__ = ["VERDICT_COLOURS", "Chart", "ReportCharts", "build_charts", "plotly_js"]

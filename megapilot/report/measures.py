@@ -132,7 +132,22 @@ def gpu_capacity_gib(gpu_name: str) -> float | None:
 
 
 __all__ = [
-    "LM_LOSS", "LOSS_CURVE", "MEMORY_GIB", "MFU_PCT", "PREDICTED_QUANTITIES", "PredictionCheck", "Quantity",
-    "STEP_TIME_CURVE", "STEP_TIME_MS", "TFLOPS_PER_GPU", "TOKENS_PER_S_PER_GPU", "curve", "finite", "finite_points",
-    "gpu_capacity_gib", "measured", "metric_row", "prediction_checks",
+    "LM_LOSS",
+    "LOSS_CURVE",
+    "MEMORY_GIB",
+    "MFU_PCT",
+    "PREDICTED_QUANTITIES",
+    "STEP_TIME_CURVE",
+    "STEP_TIME_MS",
+    "TFLOPS_PER_GPU",
+    "TOKENS_PER_S_PER_GPU",
+    "PredictionCheck",
+    "Quantity",
+    "curve",
+    "finite",
+    "finite_points",
+    "gpu_capacity_gib",
+    "measured",
+    "metric_row",
+    "prediction_checks",
 ]

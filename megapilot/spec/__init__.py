@@ -8,7 +8,20 @@ from megapilot.spec.training import PRECISIONS, Precision, TrainingSpec
 from megapilot.spec.validate import validate_layout
 
 __all__ = [
-    "ARCH_PRECISIONS", "ClusterSpec", "EstimateResult", "GPUSpec", "MLASpec", "MemoryGiB", "ModelSpec",
-    "MoESpec", "PRECISIONS", "ParallelConfig", "ParamCounts", "Precision", "SavedPlan", "TrainingSpec",
-    "default_gpus_per_node", "validate_layout",
+    "ARCH_PRECISIONS",
+    "PRECISIONS",
+    "ClusterSpec",
+    "EstimateResult",
+    "GPUSpec",
+    "MLASpec",
+    "MemoryGiB",
+    "MoESpec",
+    "ModelSpec",
+    "ParallelConfig",
+    "ParamCounts",
+    "Precision",
+    "SavedPlan",
+    "TrainingSpec",
+    "default_gpus_per_node",
+    "validate_layout",
 ]

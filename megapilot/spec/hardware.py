@@ -73,7 +73,7 @@ class ClusterSpec(BaseModel):
         return self.num_nodes * self.gpus_per_node
 
     @classmethod
-    def from_gpu_count(cls, gpu: GPUSpec, gpus: int, gpus_per_node: int | None = None) -> "ClusterSpec":
+    def from_gpu_count(cls, gpu: GPUSpec, gpus: int, gpus_per_node: int | None = None) -> ClusterSpec:
         """Build a cluster from a total GPU count; the default node size is 8 (4 on GB200/GB300 trays)."""
         from megapilot.errors import MegapilotError
 

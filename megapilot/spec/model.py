@@ -88,7 +88,7 @@ class MoESpec(_Spec):
     )
 
     @model_validator(mode="after")
-    def _topk_within_experts(self) -> "MoESpec":
+    def _topk_within_experts(self) -> MoESpec:
         if self.router_topk > self.num_experts:
             raise ValueError(
                 f"router_topk={self.router_topk} exceeds num_experts={self.num_experts}; "
@@ -97,7 +97,7 @@ class MoESpec(_Spec):
         return self
 
     @model_validator(mode="after")
-    def _router_rules(self) -> "MoESpec":
+    def _router_rules(self) -> MoESpec:
         """The routing rules Megatron-Core's TransformerConfig enforces, checked where the spec is made."""
         if self.router_expert_bias and self.router_score_function != "sigmoid":
             raise ValueError(
@@ -287,7 +287,7 @@ class ModelSpec(_Spec):
     hf_architecture: str | None = Field(default=None, description="Source architecture when imported from HF.")
 
     @model_validator(mode="after")
-    def _check_shapes(self) -> "ModelSpec":
+    def _check_shapes(self) -> ModelSpec:
         if self.num_query_groups is not None and self.num_attention_heads % self.num_query_groups:
             raise ValueError(
                 f"num_attention_heads={self.num_attention_heads} is not divisible by "
@@ -303,7 +303,7 @@ class ModelSpec(_Spec):
         return self
 
     @model_validator(mode="after")
-    def _check_attention_options(self) -> "ModelSpec":
+    def _check_attention_options(self) -> ModelSpec:
         if self.mla is not None and self.qk_layernorm:
             raise ValueError(
                 "qk_layernorm (per-head q/k norms) is not an option of MLA; its q/kv latent norms are "

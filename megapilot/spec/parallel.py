@@ -80,7 +80,7 @@ class ParallelConfig(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _local_consistency(self) -> "ParallelConfig":
+    def _local_consistency(self) -> ParallelConfig:
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1; switch it off or raise tp")
         if self.vpp > 1 and self.pp == 1:
@@ -165,7 +165,7 @@ class ParallelConfig(BaseModel):
         return block
 
     @classmethod
-    def for_world(cls, world_size: int, **layout: object) -> "ParallelConfig":
+    def for_world(cls, world_size: int, **layout: object) -> ParallelConfig:
         """Build a layout, deriving DP from the world size (error if TP*PP*CP does not divide it)."""
         from megapilot.errors import MegapilotError
 

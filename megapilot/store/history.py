@@ -623,7 +623,20 @@ def _metric_deltas(key: str, a: ComboRow, b: ComboRow) -> list[MetricDelta]:
 
 
 __all__ = [
-    "BaselineStats", "CalibrationRow", "ComboRow", "HISTORY_ENV", "History", "MetricDelta", "MetricValue",
-    "PredictionRow", "RunComparison", "RunDetail", "RunRow", "connect_database", "default_history_path", "history_url", "open_history",
+    "HISTORY_ENV",
+    "BaselineStats",
+    "CalibrationRow",
+    "ComboRow",
+    "History",
+    "MetricDelta",
+    "MetricValue",
+    "PredictionRow",
+    "RunComparison",
+    "RunDetail",
+    "RunRow",
+    "connect_database",
+    "default_history_path",
+    "history_url",
+    "open_history",
     "scrub_secrets",
 ]

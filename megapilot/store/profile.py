@@ -9,9 +9,9 @@ path (`--profile FILE`) overrides the location.
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error

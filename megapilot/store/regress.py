@@ -183,5 +183,18 @@ def regression_message(name: str, delta_pct: float, runs: int) -> str:
     return f"{metric_info(name).label} {sign}{abs(delta_pct):.1f} % vs {against}"
 
 
-__all__ = ["Change", "Direction", "HEADLINE_METRICS", "HistoryBaselines", "METRICS", "MetricInfo", "change_pct", "combo_layout",
-           "find_regressions", "judge", "metric_info", "regression_band_pct", "regression_message"]
+__all__ = [
+    "HEADLINE_METRICS",
+    "METRICS",
+    "Change",
+    "Direction",
+    "HistoryBaselines",
+    "MetricInfo",
+    "change_pct",
+    "combo_layout",
+    "find_regressions",
+    "judge",
+    "metric_info",
+    "regression_band_pct",
+    "regression_message",
+]

@@ -188,4 +188,4 @@ def _has_version_table(db: Database) -> bool:
     return bool(rows)
 
 
-__all__ = ["Database", "MIGRATIONS", "Migration", "SCHEMA_VERSION", "apply_migrations", "schema_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "Migration", "apply_migrations", "schema_version"]

@@ -206,6 +206,17 @@ def _cell(key: str, slug: str, mbs: int, gbs: int, precision: str, params: Train
     )
 
 
-__all__ = ["CellKey", "DEFAULT_CELL_KEY", "PRECISION_NAMES", "SMOKE_CELL_KEY", "SweepCell", "TrainParams",
-           "default_cell", "normalise_precision", "parse_cell_key", "precision_skip_reason", "smoke_cell",
-           "sweep_cell"]
+__all__ = [
+    "DEFAULT_CELL_KEY",
+    "PRECISION_NAMES",
+    "SMOKE_CELL_KEY",
+    "CellKey",
+    "SweepCell",
+    "TrainParams",
+    "default_cell",
+    "normalise_precision",
+    "parse_cell_key",
+    "precision_skip_reason",
+    "smoke_cell",
+    "sweep_cell",
+]

@@ -28,8 +28,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from megapilot.errors import MegapilotError
 from megapilot.spec import GPUSpec, ModelSpec
 from megapilot.suite.cells import (
-    DEFAULT_CELL_KEY, BoolLike, IntLike, PrecisionName, StrLike, SweepCell, TrainParams, default_cell,
-    parse_cell_key, smoke_cell, sweep_cell,
+    DEFAULT_CELL_KEY,
+    BoolLike,
+    IntLike,
+    PrecisionName,
+    StrLike,
+    SweepCell,
+    TrainParams,
+    default_cell,
+    parse_cell_key,
+    smoke_cell,
+    sweep_cell,
 )
 from megapilot.suite.cluster import CvsCluster, load_cluster, resolve_user, strip_comments, substitute_user
 from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable

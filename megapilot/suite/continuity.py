@@ -186,4 +186,4 @@ def _duration_row(name: str, durations_s: tuple[float, ...], what: str) -> Metri
                      reason=f"mean of {len(durations_s)} {what}(s): {each} s")
 
 
-__all__ = ["CheckpointRun", "TRACKER_FILE", "check_continuity", "last_saved_iteration", "read_checkpoint_run"]
+__all__ = ["TRACKER_FILE", "CheckpointRun", "check_continuity", "last_saved_iteration", "read_checkpoint_run"]

@@ -86,5 +86,12 @@ def downsample(curve: Curve, max_points: int = MAX_REPORT_POINTS) -> Curve:
     return curve.model_copy(update={"points": [points[i] for i in indices]})
 
 
-__all__ = ["LossCurveGate", "MAX_REPORT_POINTS", "downsample", "least_squares_slope", "loss_slope",
-           "sample_loss_points", "warmup_cutoff"]
+__all__ = [
+    "MAX_REPORT_POINTS",
+    "LossCurveGate",
+    "downsample",
+    "least_squares_slope",
+    "loss_slope",
+    "sample_loss_points",
+    "warmup_cutoff",
+]

@@ -47,9 +47,9 @@ from megapilot.suite.watch import FatalWatch
 
 if TYPE_CHECKING:
     from megapilot.suite.baseline import BaselineSource
-    from megapilot.suite.gates import BaselineLookup
     from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
+    from megapilot.suite.gates import BaselineLookup
     from megapilot.suite.render import CellLaunch
 
 STAGES: tuple[str, ...] = ("prepare", "preflight", "tokenizer", "smoke", "checkpoint", "train", "metrics",

@@ -565,5 +565,14 @@ def _span(points: list[Point], index: int) -> int:
     return 1
 
 
-__all__ = ["ComboMeasurement", "Convergence", "ConvergenceGate", "METRICS", "MetricInfo", "ScalingBaseline",
-           "measure_combo", "measure_convergence", "scaling_efficiency_pct"]
+__all__ = [
+    "METRICS",
+    "ComboMeasurement",
+    "Convergence",
+    "ConvergenceGate",
+    "MetricInfo",
+    "ScalingBaseline",
+    "measure_combo",
+    "measure_convergence",
+    "scaling_efficiency_pct",
+]

@@ -248,5 +248,13 @@ def _port_list(ports: list[NicPort]) -> str:
     return " (" + ", ".join(f"{p.name} {p.speed_gbps or '?'} Gb/s" for p in ports) + ")"
 
 
-__all__ = ["MIN_FREE_DISK_GIB", "MIN_SHM_GIB", "NicPort", "NodeProbe", "PROBE_SCRIPT", "PreflightExpectations",
-           "judge", "parse_probe"]
+__all__ = [
+    "MIN_FREE_DISK_GIB",
+    "MIN_SHM_GIB",
+    "PROBE_SCRIPT",
+    "NicPort",
+    "NodeProbe",
+    "PreflightExpectations",
+    "judge",
+    "parse_probe",
+]

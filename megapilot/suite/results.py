@@ -283,6 +283,19 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
 
 
 __all__ = [
-    "ComboResult", "Curve", "EvidenceLine", "Finding", "JobSummary", "MetricRow", "Prediction", "Regression", "RunCard",
-    "SUITE_RESULT_NAME", "StageResult", "SuiteResult", "Verdict", "overall_verdict", "read_suite_result",
+    "SUITE_RESULT_NAME",
+    "ComboResult",
+    "Curve",
+    "EvidenceLine",
+    "Finding",
+    "JobSummary",
+    "MetricRow",
+    "Prediction",
+    "Regression",
+    "RunCard",
+    "StageResult",
+    "SuiteResult",
+    "Verdict",
+    "overall_verdict",
+    "read_suite_result",
 ]

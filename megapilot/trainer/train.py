@@ -126,7 +126,8 @@ class Trainer:
         from megatron.core import parallel_state
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        from megapilot.trainer import data_loading, model as model_lib
+        from megapilot.trainer import data_loading
+        from megapilot.trainer import model as model_lib
 
         self.config = config
         self.on_gpu = on_gpu

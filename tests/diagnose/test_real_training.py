@@ -16,11 +16,11 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from megapilot.diagnose import diagnose  # noqa: E402
-from megapilot.execute.process import free_port  # noqa: E402
-from megapilot.logs import parse_logs  # noqa: E402
-from megapilot.trainer.corpus import default_dataset_prefix  # noqa: E402
-from tests.e2e.process_tree import run_tree, started_tree  # noqa: E402
+from megapilot.diagnose import diagnose
+from megapilot.execute.process import free_port
+from megapilot.logs import parse_logs
+from megapilot.trainer.corpus import default_dataset_prefix
+from tests.e2e.process_tree import run_tree, started_tree
 
 pytestmark = pytest.mark.slow
 

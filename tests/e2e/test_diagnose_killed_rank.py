@@ -21,9 +21,9 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from megapilot.execute.process import free_port  # noqa: E402
-from megapilot.trainer.corpus import default_dataset_prefix  # noqa: E402
-from tests.e2e.process_tree import started_tree  # noqa: E402
+from megapilot.execute.process import free_port
+from megapilot.trainer.corpus import default_dataset_prefix
+from tests.e2e.process_tree import started_tree
 
 pytestmark = pytest.mark.slow
 

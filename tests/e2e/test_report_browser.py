@@ -213,7 +213,7 @@ def test_log_links_open_the_copied_logs(page):
     hrefs = browser.evaluate("Array.from(document.querySelectorAll('a.log-link')).map(a => a.href)")
     assert len(hrefs) == 2
     for href in hrefs:
-        assert href.startswith((run_dir.resolve().as_uri() + "/logs/"))
+        assert href.startswith(run_dir.resolve().as_uri() + "/logs/")
 
 
 def test_screenshot(page, tmp_path):

@@ -19,10 +19,10 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from megapilot.execute.process import free_port  # noqa: E402
-from megapilot.logs import ParsedLog, parse_logs  # noqa: E402
-from megapilot.trainer.corpus import default_dataset_prefix  # noqa: E402
-from tests.e2e.process_tree import run_tree  # noqa: E402
+from megapilot.execute.process import free_port
+from megapilot.logs import ParsedLog, parse_logs
+from megapilot.trainer.corpus import default_dataset_prefix
+from tests.e2e.process_tree import run_tree
 
 UNIFORM_BYTE_LOSS = math.log(256)
 #: Resumed losses must equal the uninterrupted run's at each step to this relative tolerance

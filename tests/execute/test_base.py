@@ -11,7 +11,14 @@ from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import (
-    HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus, job_spec_or_error, wait_by_polling,
+    HangPolicy,
+    JobHandle,
+    JobResult,
+    JobSpec,
+    JobState,
+    JobStatus,
+    job_spec_or_error,
+    wait_by_polling,
 )
 
 

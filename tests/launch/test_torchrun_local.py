@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from megapilot.launch import LaunchOptions, render_launch
-from tests.launch.plans import tiny_two_rank_plan
 from tests.e2e.process_tree import run_tree
+from tests.launch.plans import tiny_two_rank_plan
 
 pytestmark = pytest.mark.slow
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")

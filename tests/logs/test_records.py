@@ -10,7 +10,13 @@ import typing
 import pytest
 
 from megapilot.logs.records import (
-    DIALECTS, CheckpointOp, Dialect, ErrorRecord, Evidence, IterationRecord, MemoryRecord,
+    DIALECTS,
+    CheckpointOp,
+    Dialect,
+    ErrorRecord,
+    Evidence,
+    IterationRecord,
+    MemoryRecord,
 )
 
 
@@ -19,7 +25,7 @@ def _iteration(**fields) -> IterationRecord:
 
 
 def test_dialect_names_match_the_literal_type():
-    assert DIALECTS == typing.get_args(Dialect)
+    assert typing.get_args(Dialect) == DIALECTS
 
 
 def test_lm_loss_prefers_megatron_lm_loss_then_torchtitan_loss():

@@ -7,8 +7,8 @@ import statistics
 import pytest
 
 from megapilot.logs import parse_text
-from megapilot.logs.summary import RESERVOIR_SIZE, WARMUP_CAP, SummaryBuilder
 from megapilot.logs.records import IterationRecord
+from megapilot.logs.summary import RESERVOIR_SIZE, WARMUP_CAP, SummaryBuilder
 
 
 def _line(it: int, ms: float, loss: float = 3.0) -> str:

@@ -15,8 +15,16 @@ from megapilot.store.history import connect_database, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
 from megapilot.suite.results import Prediction
 from tests.store.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtures
-from tests.store.test_history import (BASE, CELL, FAKE_TOKEN, TOKENS, T0, make_combo, make_suite_result,
-                                      run_concurrent_writers)
+from tests.store.test_history import (
+    BASE,
+    CELL,
+    FAKE_TOKEN,
+    T0,
+    TOKENS,
+    make_combo,
+    make_suite_result,
+    run_concurrent_writers,
+)
 
 
 def test_two_processes_writing_at_once_both_land(postgres_url, tmp_path):

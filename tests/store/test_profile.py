@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
+import tomllib
 
 from megapilot.errors import MegapilotError
 from megapilot.store.profile import PROFILE_ENV, Profile, load_profile, profile_path, save_profile

@@ -6,8 +6,15 @@ from __future__ import annotations
 import pytest
 
 from megapilot.store.history import open_history
-from megapilot.store.regress import (HEADLINE_METRICS, METRICS, HistoryBaselines, combo_layout, find_regressions,
-                                     judge, regression_message)
+from megapilot.store.regress import (
+    HEADLINE_METRICS,
+    METRICS,
+    HistoryBaselines,
+    combo_layout,
+    find_regressions,
+    judge,
+    regression_message,
+)
 from megapilot.suite.results import MetricRow, Verdict
 from tests.store.test_history import CELL, STEP, TFLOPS, TOKENS, make_combo, make_suite_result
 

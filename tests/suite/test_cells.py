@@ -8,7 +8,12 @@ from pydantic import ValidationError
 from megapilot.catalog.gpus import get_gpu
 from megapilot.execute.base import COMBO_NAME_PATTERN
 from megapilot.suite.cells import (
-    TrainParams, default_cell, parse_cell_key, precision_skip_reason, smoke_cell, sweep_cell,
+    TrainParams,
+    default_cell,
+    parse_cell_key,
+    precision_skip_reason,
+    smoke_cell,
+    sweep_cell,
 )
 
 PARAMS = TrainParams(model_name="llama3.1_8B", sequence_length="8192", recompute="1", fsdp=0,

@@ -10,7 +10,14 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.suite.results import (
-    ComboResult, Curve, RunCard, StageResult, SuiteResult, Verdict, overall_verdict, read_suite_result,
+    ComboResult,
+    Curve,
+    RunCard,
+    StageResult,
+    SuiteResult,
+    Verdict,
+    overall_verdict,
+    read_suite_result,
 )
 
 CARD = RunCard(suite_name="s", model="tiny", gpu="CPU", nodes=1, gpus_per_node=2, executor="local", backend="megapilot")

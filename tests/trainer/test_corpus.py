@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from megapilot.data import ByteTokenizer  # noqa: E402
-from megapilot.errors import MegapilotError  # noqa: E402
-from megapilot.trainer.corpus import default_dataset_prefix, prepare_indexed_dataset  # noqa: E402
+from megapilot.data import ByteTokenizer
+from megapilot.errors import MegapilotError
+from megapilot.trainer.corpus import default_dataset_prefix, prepare_indexed_dataset
 
 
 def test_prepared_documents_read_back_token_for_token(tmp_path):

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from megapilot.estimate.params import stage_params  # noqa: E402
-from megapilot.spec import ModelSpec  # noqa: E402
-from megapilot.trainer.config import build_config  # noqa: E402
-from tests.e2e.test_train_layouts import assert_learned, corpus_prefix, layout_flags, train  # noqa: E402, F401
+from megapilot.estimate.params import stage_params
+from megapilot.spec import ModelSpec
+from megapilot.trainer.config import build_config
+from tests.e2e.test_train_layouts import assert_learned, corpus_prefix, layout_flags, train  # noqa: F401
 
 # 3 layers over PP=2: 1 on the first rank (which also holds the embedding), 2 on the last. Megatron-Core
 # accepts it: no middle ranks, and no layers left for them.

@@ -31,7 +31,7 @@ class _Anything:
             return args[0]
         return _Anything()
 
-    def __getattr__(self, name: str) -> "_Anything":
+    def __getattr__(self, name: str) -> _Anything:
         return _Anything()
 
 

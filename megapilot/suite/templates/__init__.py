@@ -65,4 +65,4 @@ def threshold_paths(name: str) -> list[Path]:
     return sorted(_folder().glob(f"{name}[._]*threshold.json"))
 
 
-__all__ = ["SuiteTemplate", "TEMPLATES", "list_templates", "template_path", "threshold_paths"]
+__all__ = ["TEMPLATES", "SuiteTemplate", "list_templates", "template_path", "threshold_paths"]
