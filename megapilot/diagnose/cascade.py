@@ -42,7 +42,8 @@ _PEER_LOSS_RE = re.compile(
 # `terminate called after throwing an instance of 'c10::DistBackendError'` says only that a collective failed; the
 # `what():` line after it (a watchdog timeout, a lost peer) says why: alone it is a consequence, not a cause.
 _BARE_WRAPPER_RE = re.compile(r"instance of 'c10::DistBackendError'|^\s*(?:\S+\.)?DistBackendError\s*$")
-_NCCL_CODE_RE = re.compile(r"nccl(?:Internal|System|Invalid|Unhandled)\w*Error|unhandled (?:cuda|hip) error", re.IGNORECASE)
+_NCCL_CODE_RE = re.compile(r"nccl(?:Internal|System|Invalid|Unhandled)\w*Error|unhandled (?:cuda|hip) error",
+                           re.IGNORECASE)
 _SIGNAL_NAME_RE = re.compile(r"\b(SIG[A-Z]+)\b|Signal (\d+)")
 _EXIT_CODE_RE = re.compile(r"exitcode\s*:?\s*(-?\d+)")
 
@@ -107,7 +108,8 @@ class Cascade:
     def story(self, label: dict[str, str] | None = None) -> list[str]:
         """The cascade as sentences, root cause first; `label` shortens file paths (e.g. to `out-node1/...`)."""
         names = label or {}
-        head = "first failure" if self.root_is_cause else "earliest error (itself a consequence: its cause left no line)"
+        head = ("first failure" if self.root_is_cause
+                else "earliest error (itself a consequence: its cause left no line)")
         lines = [f"{head}: {_describe(self.root, names)}"]
         lines.extend(f"then: {_describe(step, names)}" for step in self.consequences)
         return lines
@@ -139,14 +141,16 @@ def _when(record: ErrorRecord, order: dict[str, int]) -> tuple[bool, float, int,
 def _same_incident(record: ErrorRecord, root: ErrorRecord) -> bool:
     """Lines that tell of the root failure itself: same file, same kind, the same rank (or none named)."""
     return (record.file == root.file and failure_kind(record) == failure_kind(root)
-            and record.category == root.category and (record.rank is None or root.rank is None or record.rank == root.rank))
+            and record.category == root.category
+            and (record.rank is None or root.rank is None or record.rank == root.rank))
 
 
 def _step(records: list[ErrorRecord], lead: ErrorRecord | None = None) -> CascadeStep:
     first = lead or records[0]
     ranks = tuple(sorted({r.rank for r in records if r.rank is not None}))
     files = tuple(dict.fromkeys(r.file for r in records))
-    evidence = tuple(Evidence(r.file, r.line, r.text.strip()) for r in ([first] + [r for r in records if r is not first])[:5])
+    lead_first = [first] + [r for r in records if r is not first]
+    evidence = tuple(Evidence(r.file, r.line, r.text.strip()) for r in lead_first[:MAX_EVIDENCE_LINES])
     times = [r.time_s for r in records if r.time_s is not None]
     return CascadeStep(first.category, failure_kind(first), _what(first, records), ranks, files, evidence,
                        min(times) if times else None, len(records))

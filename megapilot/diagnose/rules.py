@@ -672,11 +672,13 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
         ]
     span = steady[-1].iteration - steady[0].iteration
     return Finding("slowdown", "warning",
-                   f"Step time rose {end_ms / start_ms:.1f}x over {span} iterations: {start_ms:,.0f} → {end_ms:,.0f} ms "
+                   f"Step time rose {end_ms / start_ms:.1f}x over {span} iterations: "
+                   f"{start_ms:,.0f} → {end_ms:,.0f} ms "
                    f"(+{slope_ms:,.1f} ms per iteration)",
                    [_ev(steady[0]), _ev(steady[len(steady) // 2]), _ev(steady[-1])],
                    f"A steady trend, not one slow step: the robust (Theil-Sen) slope of step time over the run is "
-                   f"+{slope_ms:,.2f} ms per iteration and {consistency:.0%} of the step pairs got slower. Throttling, a "
+                   f"+{slope_ms:,.2f} ms per iteration and {consistency:.0%} of the step pairs got slower. "
+                   "Throttling, a "
                    "straggler rank, memory fragmentation, Python GC, a data pipeline falling behind, or a filesystem "
                    "getting slower.", fixes)
 

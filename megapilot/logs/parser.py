@@ -50,7 +50,8 @@ ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 TITAN_STEP_RE = re.compile(r"\bstep:\s*(\d+)\s+(loss:.*)")
 TITAN_FIELD_RE = re.compile(r"([a-z_]+):\s*([^\s]+)")
 # DeepSpeed's pipeline engine: `steps: 10 loss: 10.8734 iter time (s): 2.345 samples/sec: 27.296`
-DEEPSPEED_STEPS_RE = re.compile(r"\bsteps:\s*(\d+)\s+loss:\s*(\S+)\s+iter time \(s\):\s*(\S+)(?:\s+samples/sec:\s*(\S+))?")
+DEEPSPEED_STEPS_RE = re.compile(
+    r"\bsteps:\s*(\d+)\s+loss:\s*(\S+)\s+iter time \(s\):\s*(\S+)(?:\s+samples/sec:\s*(\S+))?")
 # NeMo 1.x (Lightning's progress bar): `Epoch 0:   1%|  | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1,
 # v_num=, reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]`
 LIGHTNING_PROGRESS_RE = re.compile(r"(\d+)/(\d+) \[[^\],]*,\s*(?:(\d+(?:\.\d+)?)(s/it|it/s))?")
@@ -103,7 +104,9 @@ _MARKERS: tuple[tuple[str, str], ...] = (
 # Lowercase substrings without which `LineParser.feed` finds no record on a line and changes no state
 # but the latest timestamp (bulk reading skips such lines; keep in step with `feed` and `_structured`).
 RECORD_NEEDLES: tuple[str, ...] = (
-    "iteration", "step:", "steps:", "_train_loss=", "train_step_timing in s=", "root cause (first observed failure)", "traceback (most recent call last)", "memory (", "checkpoint", ".:", "time (ms)",
+    "iteration", "step:", "steps:", "_train_loss=", "train_step_timing in s=",
+    "root cause (first observed failure)", "traceback (most recent call last)", "memory (", "checkpoint", ".:",
+    "time (ms)",
     "in billions", "emory footprint", "step time", "training ...", ARGUMENTS_NEEDLE,
     *(needle.lower() for needle, _ in _MARKERS),
 )
@@ -200,7 +203,8 @@ class IterationFields:
     def device_usage(self) -> tuple[float | None, float | None]:
         """(used GiB, usage %) from Primus `hip mem usage/free/total/usage_ratio` or the ROCm fork's ratio."""
         if self.device_memory is not None:
-            parts = [p.strip().rstrip("%").removesuffix("GB").removesuffix("GiB") for p in self.device_memory.split("/")]
+            parts = [p.strip().rstrip("%").removesuffix("GB").removesuffix("GiB")
+                     for p in self.device_memory.split("/")]
             numbers = [_to_float(p) for p in parts]
             if len(numbers) == 4:
                 return numbers[0], numbers[3]

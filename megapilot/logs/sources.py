@@ -134,7 +134,7 @@ def source_labels(files: list[str]) -> dict[str, str]:
 
 def _common_parts(parts: list[tuple[str, ...]]) -> tuple[str, ...]:
     common: list[str] = []
-    for items in zip(*parts):
+    for items in zip(*parts, strict=False):
         if len(set(items)) != 1:
             break
         common.append(items[0])

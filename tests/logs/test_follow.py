@@ -25,9 +25,9 @@ def test_growing_files_polled_in_odd_pieces_give_the_one_shot_parse(tmp_path: Pa
     assert follower.poll() == 0  # nothing exists yet: waited for
     written = [0] * len(sources)
     step = 0
-    while any(done < len(data) for done, data in zip(written, sources)):
+    while any(done < len(data) for done, data in zip(written, sources, strict=True)):
         step += 1
-        for index, (target, data) in enumerate(zip(targets, sources)):
+        for index, (target, data) in enumerate(zip(targets, sources, strict=True)):
             piece = data[written[index]:written[index] + 311 + 53 * index + step % 7]
             with open(target, "ab") as out:
                 out.write(piece)
