@@ -748,7 +748,7 @@ def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | Non
         return None
     precision = (config.training.precision if config is not None and config.training else
                  "fp8" if config is not None and config.precision_flag == "fp8" else "bf16")
-    peak = gpu.peak_tflops(precision)  # type: ignore[arg-type]
+    peak = gpu.peak_tflops(precision)
     measured_mfu = log.summary.tflops_per_gpu_mean / peak
     predicted = current_prediction(config) if config is not None and config.complete else None
     expected = predicted.mfu if predicted and predicted.mfu else None
