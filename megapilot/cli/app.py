@@ -51,7 +51,31 @@ def _register_commands() -> None:
         importlib.import_module(f"megapilot.cli.{name}").register(app)
 
 
+def _flags_show_no_value() -> None:
+    """typer's rich help prints an on/off flag as `--json <bool>`, as if it took a value (and `--json true`
+    is then an error); its plain help shows the flag alone. Flags (`--json`, `--force`, `--fsdp/--no-fsdp`)
+    are shown without a value type here too."""
+    from typer.core import TyperOption
+
+    show_type = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag else show_type(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]  # see the docstring
+
+
 _register_commands()
+_flags_show_no_value()
+
+
+def _add_help_examples() -> None:
+    from megapilot.cli.help_examples import add_examples
+
+    add_examples(app)
+
+
+_add_help_examples()
 
 
 def _file_error(exc: Exception) -> MegapilotError | None:
@@ -62,8 +86,21 @@ def _file_error(exc: Exception) -> MegapilotError | None:
     filename = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
     if filename is None:
         return None
-    return MegapilotError(f"{filename}: {exc.strerror or exc}", field="path",
+    return MegapilotError(f"{filename}: {getattr(exc, 'strerror', None) or exc}", field="path",
                           fix="check the path: an existing, readable file in an existing directory")
+
+
+# Help piped or redirected (`megapilot estimate --help | less`, a CI log) has no terminal to measure; rich's
+# fallback of 80 columns cuts option help and examples short. TERMINAL_WIDTH, typer's own setting, still wins.
+PIPED_HELP_WIDTH = 160
+
+
+def _help_width_off_a_terminal() -> None:
+    if sys.stdout.isatty() or os.environ.get("TERMINAL_WIDTH"):
+        return
+    from typer import rich_utils
+
+    rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     from megapilot.cli.common import err_console
 
     args = sys.argv[1:] if argv is None else list(argv)
+    if not args or "--help" in args:
+        _help_width_off_a_terminal()
     try:
         app(args=args, standalone_mode=True)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: nothing escapes as a bare traceback

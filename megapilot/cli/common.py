@@ -1,28 +1,70 @@
-"""Shared CLI helpers: JSON output, the rich console, and model/GPU resolution from flags."""
+"""Shared CLI helpers: JSON output, the rich consoles, and user input checked at the edge."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:  # types only: importing these at start-up would cost every command their load time
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from megapilot.errors import MegapilotError
+    from megapilot.spec import SavedPlan
+    from megapilot.store.profile import Profile
+
+# Off a terminal (a pipe, a file, a CI log) nothing measures the width, and rich's fallback of 80 columns
+# cuts table cells to "A100…". Wide enough that no table of this CLI is cut; lines are not padded to it.
+PIPED_WIDTH = 4000
 
 
-def _default(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
+class OutputConsole(Console):
+    """A rich console whose output survives pipes.
+
+    On a terminal it is rich's console. Piped or redirected it renders at `PIPED_WIDTH` columns so
+    tables keep every character (`megapilot gpus | cat`, `| less`, CI logs), and, as rich does off a
+    terminal, writes no colour codes. `COLUMNS` set by the user still wins.
+    """
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        measured = Console.size.fget(self)  # type: ignore[attr-defined]  # the base property's getter
+        if self.is_terminal or self._width is not None or os.environ.get("COLUMNS", "").isdigit():
+            return measured
+        return ConsoleDimensions(PIPED_WIDTH, measured.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]  # the base property's setter
+
+
+console = OutputConsole()
+err_console = OutputConsole(stderr=True)
+
+
+def _default(obj: object) -> object:
+    model_dump = getattr(obj, "model_dump", None)  # pydantic models, without importing pydantic here
+    if model_dump is not None:
+        return model_dump(mode="json")
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def emit_json(payload: Any) -> None:
+def emit_json(payload: object) -> None:
     """Print machine output: one JSON document on stdout, nothing else."""
     sys.stdout.write(json.dumps(payload, default=_default, indent=2) + "\n")
+
+
+def print_assumptions(assumptions: list[str]) -> None:
+    """One line (on stderr, so piped stdout stays the answer) naming what the command assumed."""
+    if assumptions:
+        err_console.print(f"assumed: {'; '.join(assumptions)}", style="dim", highlight=False, soft_wrap=True)
 
 
 # ---- user input checked at the edge ---------------------------------------------------------------
@@ -37,7 +79,7 @@ def require_positive(flag: str, value: float | None) -> None:
         raise MegapilotError(f"must be positive, got {value}", field=flag, fix=f"pass {flag} with a value > 0")
 
 
-def read_text_file(path: Any, *, flag: str, what: str, fix: str) -> str:
+def read_text_file(path: str | Path, *, flag: str, what: str, fix: str) -> str:
     """Read a user-named file as UTF-8 text; a missing path, a directory, or binary content is one MegapilotError."""
     from pathlib import Path
 
@@ -57,7 +99,7 @@ def read_text_file(path: Any, *, flag: str, what: str, fix: str) -> str:
                              field=flag, fix=fix) from None
 
 
-def load_plan_file(path: Any, *, flag: str = "--plan") -> Any:
+def load_plan_file(path: str | Path, *, flag: str = "--plan") -> SavedPlan:
     """A `megapilot plan --save` file as a SavedPlan, or one MegapilotError naming what is wrong with it."""
     import json
 
@@ -88,7 +130,7 @@ def load_plan_file(path: Any, *, flag: str = "--plan") -> Any:
                              fix="fix that field, or re-create the file with `megapilot plan ... --save`") from None
 
 
-def load_profile_checked(path: Any) -> Any:
+def load_profile_checked(path: str | Path | None) -> Profile:
     """The saved profile; a profile path that is a directory or binary is a MegapilotError, not a traceback."""
     from pathlib import Path
 
@@ -106,7 +148,8 @@ def load_profile_checked(path: Any) -> Any:
         raise MegapilotError(f"cannot read the profile ({exc.strerror or exc})", field="--profile", fix=fix) from None
 
 
-def validation_error(exc: Any, *, flags: dict[str, str], prefix: str = "", fix: str | None = None) -> Any:
+def validation_error(exc: ValidationError | ValueError, *, flags: dict[str, str], prefix: str = "",
+                     fix: str | None = None) -> MegapilotError:
     """A pydantic ValidationError as a MegapilotError that names the command-line flag (not the model field)."""
     from megapilot.errors import MegapilotError, from_validation_error
 

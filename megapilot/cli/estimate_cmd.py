@@ -7,21 +7,31 @@ tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, dp_comm, optimizer}, warnings, bu
 exposed_comm_fraction, flop_convention (`--flop-convention megatron_full_attention` counts the
 attention core over the full s x s matrix, as Megatron-Core <= 0.11 and older NeMo did).
 
-`--batch cases.jsonl`: one JSON object per line whose keys are the long flag names with `_`
-(`{"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 4, "gbs": 1024, "seq_len": 4096}`);
-prints a list of results in line order, `{"error", "field", "fix", "line"}` for a bad line.
+`--batch cases.jsonl`: one JSON object per line whose keys are the long flag names, spelled either way
+(`seq-len` or `seq_len`; `{"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 4, "gbs": 1024,
+"seq-len": 4096}`), with an optional `id` the answer carries back. Prints a list in line order: each
+row is `{"line", "id"?}` plus the estimate above, or `{"line", "id"?, "error", "field", "fix"}` for a
+bad line; exits 1 when any line failed (the list still holds every line).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from megapilot.cli.common import console, emit_json
+from megapilot.cli.common import console, emit_json, print_assumptions
 from megapilot.errors import MegapilotError
+
+if TYPE_CHECKING:
+    from megapilot.estimate import Case
+    from megapilot.spec import EstimateResult
+
+EXIT_SOME_ROWS_FAILED = 1
+REQUIRED = "Required (unless --batch)."
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +40,11 @@ def register(app: typer.Typer) -> None:
 
 
 def estimate(
-    model: Annotated[str | None, typer.Option(help="Model preset (e.g. llama3.1-70b) or a HF config.json path.")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU alias or catalog name, e.g. h100.")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Total GPUs.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help=f"{REQUIRED} Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B) or a "
+             "config.json path.")] = None,
+    gpu: Annotated[str | None, typer.Option(help=f"{REQUIRED} GPU alias or catalog name, e.g. h100.")] = None,
+    gpus: Annotated[int | None, typer.Option(help=f"{REQUIRED} Total GPUs.")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor parallel size (default 1).")] = None,
     pp: Annotated[int | None, typer.Option(help="Pipeline parallel size (default 1).")] = None,
@@ -41,8 +53,8 @@ def estimate(
     ep: Annotated[int | None, typer.Option(help="Expert parallel size (default 1).")] = None,
     etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp).")] = None,
     mbs: Annotated[int | None, typer.Option(help="Micro-batch size (default 1).")] = None,
-    gbs: Annotated[int | None, typer.Option(help="Global batch size, sequences.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Sequence length, tokens.")] = None,
+    gbs: Annotated[int | None, typer.Option(help=f"{REQUIRED} Global batch size, sequences.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help=f"{REQUIRED} Sequence length, tokens.")] = None,
     precision: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
     recompute: Annotated[str | None, typer.Option(help="none | selective | full (default selective).")] = None,
     recompute_num_layers: Annotated[int | None, typer.Option(help="With full recompute: layers per group.")] = None,
@@ -65,13 +77,17 @@ def estimate(
     flop_convention: Annotated[
         str, typer.Option(help="megatron (causal, current) | megatron_full_attention (core <= 0.11, NeMo < 2025-08).")
     ] = "megatron",
-    batch: Annotated[Path | None, typer.Option(help="JSONL file: one case per line (keys = flag names).")] = None,
+    batch: Annotated[Path | None, typer.Option(
+        help="JSONL file, one case per line: keys are the flag names (seq-len or seq_len), plus an optional id. "
+             "Exit 1 when any line failed.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Estimate memory, step time, tokens/s and MFU of one parallel layout."""
+    """Estimate memory, step time, tokens/s and MFU of one parallel layout (or of each line of --batch)."""
     if batch is not None:
-        results = run_batch(batch, flop_convention)
-        emit_json(results) if json_output else _print_batch(results)
+        rows = run_batch(batch, flop_convention)
+        emit_json([row.to_json() for row in rows]) if json_output else _print_batch(rows)
+        if any(row.error is not None for row in rows):
+            raise typer.Exit(EXIT_SOME_ROWS_FAILED)
         return
     flags = {
         "model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp, "vpp": vpp,
@@ -81,12 +97,16 @@ def estimate(
         "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
         "force_tp_across_nodes": force_tp_across_nodes,
     }
-    result = estimate_flags(flags, flop_convention)
-    emit_json(result) if json_output else _print_result(result, flags)
+    case, result = estimate_case(flags, flop_convention)
+    if json_output:
+        emit_json(result.model_dump(mode="json"))
+    else:
+        _print_result(result, case)
+        print_assumptions(defaults_assumed(flags, case))
 
 
-def estimate_flags(flags: dict[str, Any], flop_convention: str = "megatron") -> dict[str, Any]:
-    """Flags -> the JSON-ready estimate (MegapilotError on any bad flag or impossible layout)."""
+def estimate_case(flags: dict[str, Any], flop_convention: str = "megatron") -> tuple[Case, EstimateResult]:
+    """Flags -> the resolved case and its estimate (MegapilotError on any bad flag or impossible layout)."""
     from megapilot.estimate import FLOP_CONVENTIONS, build_case
     from megapilot.estimate import estimate as run_estimate
 
@@ -94,96 +114,154 @@ def estimate_flags(flags: dict[str, Any], flop_convention: str = "megatron") -> 
         raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
     case = build_case(**flags)
-    result = run_estimate(case.model, case.cluster, case.training, case.parallel, convention=flop_convention,
+    result = run_estimate(case.model, case.cluster, case.training, case.parallel, convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS above
                           allow_tp_across_nodes=case.allow_tp_across_nodes)
-    return result.model_dump(mode="json")
+    return case, result
 
 
-def run_batch(path: Path, flop_convention: str = "megatron") -> list[dict[str, Any]]:
-    """Estimate every line of a JSONL file; a bad line yields its error object, not a failed batch."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise MegapilotError(f"cannot read {path} ({exc.strerror})", field="batch", fix="pass a readable JSONL file")
-    except UnicodeDecodeError:
-        raise MegapilotError(f"{path} is not UTF-8 text", field="batch", fix="pass a JSONL text file")
+def estimate_flags(flags: dict[str, Any], flop_convention: str = "megatron") -> EstimateResult:
+    """Flags -> the estimate (MegapilotError on any bad flag or impossible layout)."""
+    return estimate_case(flags, flop_convention)[1]
+
+
+def defaults_assumed(flags: dict[str, Any], case: Case) -> list[str]:
+    """What the estimate took for the flags left out, read back from the resolved case (so it cannot drift
+    from `build_case`'s defaults)."""
+    p, given = case.parallel, {name for name, value in flags.items() if value is not None}
+    dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
+    if case.model.moe is not None:
+        dims += [("ep", p.ep), ("etp", p.etp)]
+    assumed = [f"{name.upper()}{value}" for name, value in dims if name not in given]
+    if "gpus_per_node" not in given:
+        assumed.append(f"{case.cluster.gpus_per_node} GPUs per node")
+    if "precision" not in given:
+        assumed.append(case.training.precision)
+    if "recompute" not in given:
+        assumed.append(f"{p.recompute} recompute")
+    if "sequence_parallel" not in given and p.tp > 1:
+        assumed.append("sequence parallel on")
+    return [f"{', '.join(assumed)} (defaults)"] if assumed else []
+
+
+# ---- --batch -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """The answer to one input line: its line number, the `id` it carried, and a result or an error."""
+
+    line: int
+    id: object = None
+    result: EstimateResult | None = None
+    error: MegapilotError | None = None
+
+    def to_json(self) -> dict[str, object]:
+        label: dict[str, object] = {"line": self.line} | ({"id": self.id} if self.id is not None else {})
+        if self.error is not None:
+            return label | self.error.to_dict()
+        assert self.result is not None  # a row holds one of the two
+        return label | self.result.model_dump(mode="json")
+
+
+def run_batch(path: Path, flop_convention: str = "megatron") -> list[BatchRow]:
+    """Estimate every line of a JSONL file; a bad line yields its error row, not a failed batch."""
+    from megapilot.cli.common import read_text_file
+
+    lines = read_text_file(path, flag="batch", what="a JSONL file", fix="pass a readable JSONL file").splitlines()
     if not any(line.strip() for line in lines):
         raise MegapilotError(f"{path} holds no case", field="batch", fix='write one {"model": ...} object per line')
-    results = []
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            results.append(_one_line(line, number, flop_convention))
-    return results
+    return [_one_line(line, number, flop_convention) for number, line in enumerate(lines, start=1) if line.strip()]
 
 
-def _one_line(line: str, number: int, flop_convention: str) -> dict[str, Any]:
+def _one_line(line: str, number: int, flop_convention: str) -> BatchRow:
     try:
-        flags = json.loads(line)
-        if not isinstance(flags, dict):
-            raise MegapilotError("must be a JSON object of flags", field="batch", fix='write {"model": ...} per line')
-        return estimate_flags(flags, flop_convention)
+        raw = json.loads(line)
     except json.JSONDecodeError as exc:
-        return {"error": f"not valid JSON ({exc.msg})", "field": "batch", "fix": "one JSON object per line",
-                "line": number}
+        return BatchRow(number, error=MegapilotError(f"not valid JSON ({exc.msg})", field="batch",
+                                                     fix="one JSON object per line"))
+    if not isinstance(raw, dict):
+        return BatchRow(number, error=MegapilotError("must be a JSON object of flags", field="batch",
+                                                     fix='write {"model": ...} per line'))
+    case_id = raw.pop("id", None)
+    try:
+        return BatchRow(number, case_id, result=estimate_flags(_flag_names(raw), flop_convention))
     except MegapilotError as exc:
-        return exc.to_dict() | {"line": number}
+        return BatchRow(number, case_id, error=exc)
+
+
+def _flag_names(raw: dict[str, object]) -> dict[str, Any]:
+    """Keys as on the command line (`seq-len`, `--seq-len`) or as Python names (`seq_len`), one spelling each."""
+    flags: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = str(key).lstrip("-").replace("-", "_")
+        if name in flags:
+            raise MegapilotError(f"{key!r} is given twice (as {name!r} too)", field=name,
+                                 fix="give each flag once, in either spelling")
+        flags[name] = value
+    return flags
 
 
 # ---- human output --------------------------------------------------------------------------------
 
 
-def _print_result(result: dict[str, Any], flags: dict[str, Any]) -> None:
+def _print_result(result: EstimateResult, case: Case) -> None:
     from rich.table import Table
 
     from megapilot.estimate.units import format_count, format_duration
 
-    memory, breakdown = result["memory_gib"], result["time_breakdown_s"]
-    verdict = "[green]fits[/]" if result["fits"] else "[bold red]does NOT fit[/]"
+    memory = result.memory_gib
+    verdict = "[green]fits[/]" if result.fits else "[bold red]does NOT fit[/]"
     console.print(
-        f"[bold]{flags['model']}[/] on {flags['gpus']} x {flags['gpu']}: {verdict} "
-        f"{memory['total']:.1f} / {memory['capacity']:.0f} GiB · {format_duration(result['step_time_s'])}/step · "
-        f"{result['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · {result['tflops_per_gpu']:.0f} TFLOP/s/GPU · "
-        f"MFU {result['mfu']:.1%}"
+        f"[bold]{case.model.name}[/] on {case.cluster.world_size} x {case.cluster.gpu.alias}: {verdict} "
+        f"{memory.total:.1f} / {memory.capacity:.0f} GiB · {format_duration(result.step_time_s)}/step · "
+        f"{result.tokens_per_s_per_gpu:,.0f} tok/s/GPU · {result.tflops_per_gpu:.0f} TFLOP/s/GPU · "
+        f"MFU {result.mfu:.1%}"
     )
     table = Table(show_header=True, header_style="bold")
     table.add_column("memory (GiB, most-loaded GPU)")
     table.add_column("", justify="right")
     table.add_column("step time")
     table.add_column("", justify="right")
-    mem_rows = [(k, f"{memory[k]:.2f}") for k in ("weights", "gradients", "optimizer", "activations", "overhead")]
-    mem_rows += [("total", f"{memory['total']:.2f}"), ("capacity", f"{memory['capacity']:.0f}")]
-    time_rows = [(k, format_duration(v)) for k, v in breakdown.items() if v > 0]
-    time_rows.append(("step", format_duration(result["step_time_s"])))
+    parts = ("weights", "gradients", "optimizer", "activations", "overhead")
+    mem_rows = [(part, f"{getattr(memory, part):.2f}") for part in parts]
+    mem_rows += [("total", f"{memory.total:.2f}"), ("capacity", f"{memory.capacity:.0f}")]
+    time_rows = [(term, format_duration(seconds)) for term, seconds in result.time_breakdown_s.items() if seconds > 0]
+    time_rows.append(("step", format_duration(result.step_time_s)))
     for i in range(max(len(mem_rows), len(time_rows))):
         left = mem_rows[i] if i < len(mem_rows) else ("", "")
         right = time_rows[i] if i < len(time_rows) else ("", "")
         table.add_row(*left, *right)
     console.print(table)
-    params = result["params"]
+    # Read as attributes: the estimator sets them beyond the schema's required fields (extra="allow").
+    convention = getattr(result, "flop_convention", "megatron")
+    bubble, exposed = getattr(result, "bubble_fraction", 0.0), getattr(result, "exposed_comm_fraction", 0.0)
     console.print(
-        f"params {format_count(params['total'])} (active {format_count(params['active'])}) · "
-        f"model FLOPs/step {result['flops_per_step']:.3e} ({result['flop_convention']} convention) · "
-        f"bubble {result['bubble_fraction']:.1%} · exposed comm {result['exposed_comm_fraction']:.1%}"
+        f"params {format_count(result.params.total)} (active {format_count(result.params.active)}) · "
+        f"model FLOPs/step {result.flops_per_step:.3e} ({convention} convention) · "
+        f"bubble {bubble:.1%} · exposed comm {exposed:.1%}"
     )
-    for warning in result["warnings"]:
+    for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
 
 
-def _print_batch(results: list[dict[str, Any]]) -> None:
+def _print_batch(rows: list[BatchRow]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from megapilot.estimate.units import format_duration
 
     table = Table(title="estimates")
-    for column in ("#", "fits", "GiB", "step", "tok/s/GPU", "TFLOP/s", "MFU", "error"):
-        table.add_column(column, justify="left" if column == "error" else "right")
-    for number, r in enumerate(results, start=1):
-        if "error" in r:
-            table.add_row(str(number), "", "", "", "", "", "", r["error"])
+    for column in ("line", "id", "fits", "GiB", "step", "tok/s/GPU", "TFLOP/s", "MFU", "error"):
+        table.add_column(column, justify="left" if column in ("id", "error") else "right")
+    for row in rows:
+        label = (str(row.line), "" if row.id is None else escape(str(row.id)))
+        if row.error is not None:
+            table.add_row(*label, "", "", "", "", "", "", escape(f"{row.error.field}: {row.error.problem}"))
             continue
+        r = row.result
+        assert r is not None  # a row holds one of the two
         table.add_row(
-            str(number), "yes" if r["fits"] else "[red]no[/]", f"{r['memory_gib']['total']:.1f}",
-            format_duration(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tflops_per_gpu']:.0f}",
-            f"{r['mfu']:.1%}", "",
+            *label, "yes" if r.fits else "[red]no[/]", f"{r.memory_gib.total:.1f}", format_duration(r.step_time_s),
+            f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.tflops_per_gpu:.0f}", f"{r.mfu:.1%}", "",
         )
     console.print(table)

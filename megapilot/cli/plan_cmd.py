@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 # Options that `plan` and `profile set|show` share (typer reads an option's declaration, so one serves each).
-PROFILE_OPTION = typer.Option(None, "--profile", help="Profile TOML (default: $MEGAPILOT_PROFILE or the user config dir).")
+PROFILE_OPTION = typer.Option(None, "--profile",
+                              help="Profile TOML (default: $MEGAPILOT_PROFILE or the user config dir).")
 GPU_OPTION = typer.Option(None, "--gpu", help="GPU name or alias (h100, mi300x, ...).")
 GPUS_OPTION = typer.Option(None, "--gpus", help="Total GPUs.")
 GPUS_PER_NODE_OPTION = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200).")
@@ -31,8 +31,8 @@ class _Inputs:
     notes: list[str]
 
 
-def _merge_profile(profile_file: Optional[Path], gpu: Optional[str], gpus: Optional[int],
-                   gpus_per_node: Optional[int]) -> _Inputs:
+def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
+                   gpus_per_node: int | None) -> _Inputs:
     """Flags win; a flag left out is taken from the profile, with a note saying so."""
     from megapilot.cli.common import load_profile_checked
     from megapilot.errors import MegapilotError
@@ -68,30 +68,44 @@ def _build_specs(model_name: str, inputs: _Inputs, seq_len: int, gbs: int, preci
     return model, cluster, training  # precision vs GPU is checked by the planner
 
 
+# Options whose default the output states when it was used (the search's answer depends on them).
+_STATED_DEFAULTS = (("seq_len", "seq-len"), ("gbs", "GBS"), ("precision", "precision"))
+
+
+def _defaults_used(ctx: typer.Context, values: dict[str, object]) -> list[str]:
+    """`seq-len 4096 (default)` for each stated option the user left out (the parser knows which)."""
+    from typer.core import _click
+
+    return [f"{label} {values[name]} (default)" for name, label in _STATED_DEFAULTS
+            if ctx.get_parameter_source(name) is _click.core.ParameterSource.DEFAULT]
+
+
 def plan_command(
-    model: str = typer.Option(..., "--model", help="Preset name or path to a Hugging Face config.json."),
-    gpu: Optional[str] = GPU_OPTION,
-    gpus: Optional[int] = GPUS_OPTION,
-    gpus_per_node: Optional[int] = GPUS_PER_NODE_OPTION,
+    ctx: typer.Context,
+    model: str = typer.Option(..., "--model", help="Preset name, Hugging Face hub id (meta-llama/Llama-3.1-70B) "
+                                                   "or path to a config.json."),
+    gpu: str | None = GPU_OPTION,
+    gpus: int | None = GPUS_OPTION,
+    gpus_per_node: int | None = GPUS_PER_NODE_OPTION,
     seq_len: int = typer.Option(4096, "--seq-len", help="Sequence length, tokens."),
     gbs: int = typer.Option(1024, "--gbs", help="Global batch size, sequences."),
     precision: str = typer.Option("bf16", "--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4."),
     top: int = typer.Option(5, "--top", help="How many layouts to show."),
-    tp: Optional[int] = _pin("--tp", "tensor parallel size"),
-    pp: Optional[int] = _pin("--pp", "pipeline parallel size"),
-    vpp: Optional[int] = _pin("--vpp", "virtual pipeline stages"),
-    cp: Optional[int] = _pin("--cp", "context parallel size"),
-    ep: Optional[int] = _pin("--ep", "expert parallel size"),
-    etp: Optional[int] = _pin("--etp", "expert tensor parallel size"),
-    mbs: Optional[int] = _pin("--mbs", "micro-batch size"),
-    recompute: Optional[str] = _pin("--recompute", "recompute: none, selective or full"),
-    fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
-    save: Optional[Path] = typer.Option(None, "--save", help="Write the winner as a plan file (JSON)."),
-    profile: Optional[Path] = PROFILE_OPTION,
+    tp: int | None = _pin("--tp", "tensor parallel size"),
+    pp: int | None = _pin("--pp", "pipeline parallel size"),
+    vpp: int | None = _pin("--vpp", "virtual pipeline stages"),
+    cp: int | None = _pin("--cp", "context parallel size"),
+    ep: int | None = _pin("--ep", "expert parallel size"),
+    etp: int | None = _pin("--etp", "expert tensor parallel size"),
+    mbs: int | None = _pin("--mbs", "micro-batch size"),
+    recompute: str | None = _pin("--recompute", "recompute: none, selective or full"),
+    fsdp: bool | None = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
+    save: Path | None = typer.Option(None, "--save", help="Write the winner as a plan file (JSON)."),
+    profile: Path | None = PROFILE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Search every legal parallel layout and rank them by predicted tokens/s/GPU."""
-    from megapilot.cli.common import emit_json, err_console, require_positive
+    from megapilot.cli.common import emit_json, print_assumptions, require_positive
     from megapilot.errors import MegapilotError
     from megapilot.plan import Pins, plan
 
@@ -108,12 +122,12 @@ def plan_command(
     result = plan(model_spec, cluster, training, top=top, pins=pins)
     if save is not None:
         _save_plan(result, save)
+    assumed = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision}) + inputs.notes
     if as_json:
-        emit_json({**result.to_json(), "defaults": inputs.notes, "saved": str(save) if save else None})
+        emit_json({**result.to_json(), "defaults": assumed, "saved": str(save) if save else None})
         return
-    for note in inputs.notes:
-        err_console.print(f"[dim]{note}[/]", highlight=False, soft_wrap=True)
     _render(result, save)
+    print_assumptions(assumed)
 
 
 def _save_plan(result, path: Path) -> None:
@@ -126,7 +140,7 @@ def _save_plan(result, path: Path) -> None:
                              fix="pass a path in a writable directory") from None
 
 
-def _render(result, saved: Optional[Path]) -> None:
+def _render(result, saved: Path | None) -> None:
     from rich.table import Table
 
     from megapilot.cli.common import console
@@ -174,13 +188,13 @@ profile_app = typer.Typer(help="Saved first-run inputs that later commands use a
 
 @profile_app.command("set")
 def profile_set(
-    gpu: Optional[str] = GPU_OPTION,
-    gpus: Optional[int] = GPUS_OPTION,
-    gpus_per_node: Optional[int] = GPUS_PER_NODE_OPTION,
-    data_path: Optional[str] = typer.Option(None, "--data-path", help="Megatron --data-path prefix."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer model or HF name."),
-    save_dir: Optional[str] = typer.Option(None, "--save-dir", help="Checkpoint directory."),
-    profile: Optional[Path] = PROFILE_OPTION,
+    gpu: str | None = GPU_OPTION,
+    gpus: int | None = GPUS_OPTION,
+    gpus_per_node: int | None = GPUS_PER_NODE_OPTION,
+    data_path: str | None = typer.Option(None, "--data-path", help="Megatron --data-path prefix."),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Tokenizer model or HF name."),
+    save_dir: str | None = typer.Option(None, "--save-dir", help="Checkpoint directory."),
+    profile: Path | None = PROFILE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Store (merge) first-run inputs in the profile."""
@@ -206,7 +220,7 @@ def profile_set(
 
 @profile_app.command("show")
 def profile_show(
-    profile: Optional[Path] = PROFILE_OPTION,
+    profile: Path | None = PROFILE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Print the saved profile and where it lives."""

@@ -9,11 +9,11 @@ are filled from the saved profile, and the output says so. The script is a draft
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from megapilot.cli.common import console, emit_json, err_console
+from megapilot.cli.common import console, emit_json, err_console, print_assumptions
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -26,66 +26,69 @@ ENTRYPOINTS = ("megatron", "megapilot")
 
 
 def script(
-    plan: Annotated[Optional[Path], typer.Option("--plan", help="Saved plan JSON (`megapilot plan --save`).")] = None,
+    plan: Annotated[Path | None, typer.Option("--plan", help="Saved plan JSON (`megapilot plan --save`).")] = None,
     # ---- layout flags (instead of --plan)
-    model: Annotated[Optional[str], typer.Option(help="Model preset, HF config.json or spec file.")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="GPU name or alias, e.g. h100.")] = None,
-    gpus: Annotated[Optional[int], typer.Option(help="Total GPUs (default: nodes x GPUs per node).")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
-    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel size (default 1).")] = None,
-    pp: Annotated[Optional[int], typer.Option(help="Pipeline parallel size (default 1).")] = None,
-    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline stages per rank (default 1).")] = None,
-    cp: Annotated[Optional[int], typer.Option(help="Context parallel size (default 1).")] = None,
-    ep: Annotated[Optional[int], typer.Option(help="Expert parallel size (default 1).")] = None,
-    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel size (default: tp).")] = None,
-    mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (default 1).")] = None,
-    gbs: Annotated[Optional[int], typer.Option(help="Global batch size, sequences.")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length, tokens.")] = None,
-    precision: Annotated[Optional[str], typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
-    recompute: Annotated[Optional[str], typer.Option(help="none | selective | full (default selective).")] = None,
-    recompute_num_layers: Annotated[Optional[int], typer.Option(help="With full recompute: layers per group.")] = None,
-    sequence_parallel: Annotated[Optional[bool], typer.Option(
+    model: Annotated[str | None, typer.Option(help="Model preset, HF config.json or spec file.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU name or alias, e.g. h100.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs (default: nodes x GPUs per node).")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallel size (default 1).")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pipeline parallel size (default 1).")] = None,
+    vpp: Annotated[int | None, typer.Option(help="Virtual pipeline stages per rank (default 1).")] = None,
+    cp: Annotated[int | None, typer.Option(help="Context parallel size (default 1).")] = None,
+    ep: Annotated[int | None, typer.Option(help="Expert parallel size (default 1).")] = None,
+    etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp).")] = None,
+    mbs: Annotated[int | None, typer.Option(help="Micro-batch size (default 1).")] = None,
+    gbs: Annotated[int | None, typer.Option(help="Global batch size, sequences.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Sequence length, tokens.")] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
+    recompute: Annotated[str | None, typer.Option(help="none | selective | full (default selective).")] = None,
+    recompute_num_layers: Annotated[int | None, typer.Option(help="With full recompute: layers per group.")] = None,
+    sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Default: on when tp > 1.")] = None,
     distributed_optimizer: Annotated[bool, typer.Option(
         "--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")] = True,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
-    train_iters: Annotated[Optional[int], typer.Option(help="Training iterations (overrides the plan's).")] = None,
+    train_iters: Annotated[int | None, typer.Option(help="Training iterations (overrides the plan's).")] = None,
     # ---- launch
     launcher: Annotated[str, typer.Option(help="torchrun, slurm or primus.")] = "torchrun",
-    nodes: Annotated[Optional[int], typer.Option(help="Nodes to launch (default: the plan's).")] = None,
-    data_path: Annotated[Optional[str], typer.Option(help="Absolute Megatron dataset prefix (no .bin/.idx).")] = None,
+    nodes: Annotated[int | None, typer.Option(help="Nodes to launch (default: the plan's).")] = None,
+    data_path: Annotated[str | None, typer.Option(help="Absolute Megatron dataset prefix (no .bin/.idx).")] = None,
     mock_data: Annotated[bool, typer.Option("--mock-data", help="Synthetic data instead of --data-path.")] = False,
-    tokenizer_model: Annotated[Optional[str], typer.Option(help="Absolute tokenizer path or HF model id.")] = None,
-    tokenizer_type: Annotated[Optional[str], typer.Option(help="Megatron tokenizer type (default: inferred).")] = None,
-    vocab_file: Annotated[Optional[str], typer.Option(help="GPT-2 BPE vocab file (absolute).")] = None,
-    merge_file: Annotated[Optional[str], typer.Option(help="GPT-2 BPE merges file (absolute).")] = None,
-    save: Annotated[Optional[str], typer.Option(help="Absolute checkpoint directory (also --load).")] = None,
-    load: Annotated[Optional[str], typer.Option(help="Resume from here (default: --save).")] = None,
-    save_interval: Annotated[Optional[int], typer.Option(help="Iterations between checkpoints.")] = None,
-    tensorboard_dir: Annotated[Optional[str], typer.Option(help="Absolute TensorBoard directory.")] = None,
-    entrypoint: Annotated[str, typer.Option(help="megatron (pretrain_gpt.py) or megapilot (embedded trainer).")] = "megatron",
-    megatron_path: Annotated[Optional[str], typer.Option(help="Absolute Megatron-LM checkout.")] = None,
-    python: Annotated[Optional[str], typer.Option(help="Python with torch (default python3; this one for megapilot).")] = None,
-    cpu: Annotated[bool, typer.Option("--cpu", help="CPU run (gloo, fp32) for tiny models with the embedded trainer.")] = False,
-    container_image: Annotated[Optional[str], typer.Option(help="pyxis/enroot image (SLURM).")] = None,
-    container_mount: Annotated[Optional[list[str]], typer.Option(help="SRC:DST mount, repeatable (SLURM).")] = None,
+    tokenizer_model: Annotated[str | None, typer.Option(help="Absolute tokenizer path or HF model id.")] = None,
+    tokenizer_type: Annotated[str | None, typer.Option(help="Megatron tokenizer type (default: inferred).")] = None,
+    vocab_file: Annotated[str | None, typer.Option(help="GPT-2 BPE vocab file (absolute).")] = None,
+    merge_file: Annotated[str | None, typer.Option(help="GPT-2 BPE merges file (absolute).")] = None,
+    save: Annotated[str | None, typer.Option(help="Absolute checkpoint directory (also --load).")] = None,
+    load: Annotated[str | None, typer.Option(help="Resume from here (default: --save).")] = None,
+    save_interval: Annotated[int | None, typer.Option(help="Iterations between checkpoints.")] = None,
+    tensorboard_dir: Annotated[str | None, typer.Option(help="Absolute TensorBoard directory.")] = None,
+    entrypoint: Annotated[str, typer.Option(
+        help="megatron (pretrain_gpt.py) or megapilot (embedded trainer).")] = "megatron",
+    megatron_path: Annotated[str | None, typer.Option(help="Absolute Megatron-LM checkout.")] = None,
+    python: Annotated[str | None, typer.Option(
+        help="Python with torch (default python3; this one for megapilot).")] = None,
+    cpu: Annotated[bool, typer.Option(
+        "--cpu", help="CPU run (gloo, fp32) for tiny models with the embedded trainer.")] = False,
+    container_image: Annotated[str | None, typer.Option(help="pyxis/enroot image (SLURM).")] = None,
+    container_mount: Annotated[list[str] | None, typer.Option(help="SRC:DST mount, repeatable (SLURM).")] = None,
     rendezvous: Annotated[str, typer.Option(help="Multi-node torchrun: static or c10d.")] = "static",
     master_port: Annotated[int, typer.Option(help="Rendezvous port.")] = 29611,
-    network_interface: Annotated[Optional[str], typer.Option(help="NCCL/GLOO_SOCKET_IFNAME.")] = None,
-    ib_hca: Annotated[Optional[str], typer.Option(help="NCCL_IB_HCA.")] = None,
+    network_interface: Annotated[str | None, typer.Option(help="NCCL/GLOO_SOCKET_IFNAME.")] = None,
+    ib_hca: Annotated[str | None, typer.Option(help="NCCL_IB_HCA.")] = None,
     job_name: Annotated[str, typer.Option(help="Job name (SLURM, rendezvous id, Primus experiment).")] = "megapilot",
     time_limit: Annotated[str, typer.Option("--time", help="SLURM time limit.")] = "04:00:00",
-    partition: Annotated[Optional[str], typer.Option(help="SLURM partition.")] = None,
-    account: Annotated[Optional[str], typer.Option(help="SLURM account.")] = None,
-    log_dir: Annotated[Optional[str], typer.Option(help="Absolute log directory (default: next to the script).")] = None,
+    partition: Annotated[str | None, typer.Option(help="SLURM partition.")] = None,
+    account: Annotated[str | None, typer.Option(help="SLURM account.")] = None,
+    log_dir: Annotated[str | None, typer.Option(help="Absolute log directory (default: next to the script).")] = None,
     primus_path: Annotated[str, typer.Option(help="Absolute Primus checkout.")] = "/workspace/Primus",
-    primus_config: Annotated[Optional[str], typer.Option(help="Where the Primus experiment YAML goes.")] = None,
-    moe_flex_dispatcher: Annotated[Optional[str], typer.Option(
+    primus_config: Annotated[str | None, typer.Option(help="Where the Primus experiment YAML goes.")] = None,
+    moe_flex_dispatcher: Annotated[str | None, typer.Option(
         help="MoE flex dispatcher backend: deepep or hybridep (must be in the image; default alltoall).")] = None,
     remote: Annotated[bool, typer.Option(
         "--remote", help="Drafted for another machine: paths checked for form only, no folder created here.")] = False,
-    profile: Annotated[Optional[Path], typer.Option(help="Profile file (default: the saved user profile).")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the script here.")] = None,
+    profile: Annotated[Path | None, typer.Option(help="Profile file (default: the saved user profile).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the script here.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the script and its arguments as JSON.")] = False,
 ) -> None:
@@ -97,6 +100,7 @@ def script(
     if output is not None:
         _check_output(output.expanduser().absolute())  # before the work of rendering, and naming -o
     notes: list[str] = []
+    assumed: list[str] = []  # profile values read and layout defaults taken: one line of output, `assumed` in JSON
     layout = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp,
                   "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
                   "precision": precision, "recompute": recompute, "recompute_num_layers": recompute_num_layers,
@@ -106,7 +110,7 @@ def script(
         _refuse_layout_with_plan(layout)
         saved = _read_plan(plan)
     else:
-        saved = _plan_from_flags(user_profile, notes, layout, nodes=nodes)
+        saved = _plan_from_flags(user_profile, notes, layout, nodes=nodes, assumed=assumed)
     if mock_data and data_path is not None:
         raise MegapilotError("--mock-data and --data-path exclude each other", field="--data-path",
                              fix="pass --data-path PREFIX for real data, or --mock-data alone")
@@ -116,7 +120,7 @@ def script(
 
     fills = _profile_fills(user_profile, data_path=data_path, mock_data=mock_data,
                            tokenizer_model=tokenizer_model, vocab_file=vocab_file, save=save)
-    notes += fills.pop("_notes")  # type: ignore[arg-type]
+    assumed += fills.pop("_notes")  # type: ignore[arg-type]
     script_path = str(output.expanduser().absolute()) if output is not None else None
     options = _options(
         LaunchOptions, launcher=_choice("launcher", launcher, LAUNCHERS), nodes=nodes, mock_data=mock_data,
@@ -132,13 +136,13 @@ def script(
     launch = render_launch(saved, options)
     if output is not None and not remote:
         launch = _make_directories(launch)
-    launch = launch.model_copy(update={"notes": notes + launch.notes})
+    launch = launch.model_copy(update={"notes": assumed + notes + launch.notes})
     if output is not None:
         _write(Path(script_path), launch, force)  # type: ignore[arg-type]
     if json_output:
-        emit_json(launch.to_json())
+        emit_json(launch.to_json() | {"assumed": assumed})
         return
-    _print_summary(saved, launch, Path(script_path) if script_path else None)
+    _print_summary(saved, launch, Path(script_path) if script_path else None, assumed)
 
 
 def _default_python(entrypoint: str) -> str:
@@ -169,7 +173,7 @@ def _refuse_layout_with_plan(layout: dict[str, object]) -> None:
                                  "(or re-plan with `megapilot plan ... --save`)")
 
 
-def _options(cls: type["LaunchOptions"], **fields: object) -> "LaunchOptions":
+def _options(cls: type[LaunchOptions], **fields: object) -> LaunchOptions:
     from pydantic import ValidationError
 
     from megapilot.cli.common import validation_error
@@ -184,19 +188,20 @@ def _options(cls: type["LaunchOptions"], **fields: object) -> "LaunchOptions":
 
 
 # ---- where the plan comes from -----------------------------------------------------------------
-def _read_plan(path: Path) -> "SavedPlan":
+def _read_plan(path: Path) -> SavedPlan:
     from megapilot.cli.common import load_plan_file
 
     return load_plan_file(path)
 
 
-def _plan_from_flags(profile: "Profile", notes: list[str], layout: dict[str, object],
-                     nodes: int | None) -> "SavedPlan":
+def _plan_from_flags(profile: Profile, notes: list[str], layout: dict[str, object],
+                     nodes: int | None, assumed: list[str]) -> SavedPlan:
     """Layout flags -> specs through `build_case`, as `megapilot estimate` resolves them.
 
     Only what estimate has no notion of is filled here: the GPU and its count from the saved
     profile (noted), and `--nodes N` as N x GPUs per node.
     """
+    from megapilot.cli.estimate_cmd import defaults_assumed
     from megapilot.estimate import build_case
     from megapilot.spec import SavedPlan, validate_layout
 
@@ -205,12 +210,13 @@ def _plan_from_flags(profile: "Profile", notes: list[str], layout: dict[str, obj
     layout = dict(layout)
     for name in ("gpu", "gpus_per_node"):
         if layout[name] is None:
-            layout[name] = _from_profile(profile, name, notes)
+            layout[name] = _from_profile(profile, name, assumed)
     if layout["gpus"] is None and nodes:
         layout["gpus"] = nodes * int(layout["gpus_per_node"] or _default_gpus_per_node(layout["gpu"]))
     if layout["gpus"] is None:
-        layout["gpus"] = _from_profile(profile, "gpus", notes)
+        layout["gpus"] = _from_profile(profile, "gpus", assumed)
     case = build_case(**layout)
+    assumed += defaults_assumed(layout, case)
     notes += validate_layout(case.model, case.cluster, case.training, case.parallel)
     return SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel)
 
@@ -225,14 +231,14 @@ def _default_gpus_per_node(gpu: object) -> int:
     return default_gpus_per_node(get_gpu(str(gpu)))
 
 
-def _from_profile(profile: "Profile", field: str, notes: list[str]) -> object:
+def _from_profile(profile: Profile, field: str, notes: list[str]) -> object:
     value = getattr(profile, field, None)
     if value is not None:
         notes.append(profile.default_note(field))
     return value
 
 
-def _profile_fills(profile: "Profile", *, data_path: str | None, mock_data: bool, tokenizer_model: str | None,
+def _profile_fills(profile: Profile, *, data_path: str | None, mock_data: bool, tokenizer_model: str | None,
                    vocab_file: str | None, save: str | None) -> dict[str, object]:
     """Data, tokenizer and checkpoint paths: flags first, then the saved profile (noted)."""
     notes: list[str] = []
@@ -260,7 +266,7 @@ def _check_output(path: Path) -> None:
                              fix=f"create it first (mkdir -p {path.parent}) or choose another -o path")
 
 
-def _make_directories(launch: "LaunchScript") -> "LaunchScript":
+def _make_directories(launch: LaunchScript) -> LaunchScript:
     """Create the folders the launch needs before it starts (SLURM opens its --output file before the
     script runs), with the script it is written beside; say so in the notes."""
     for directory in launch.directories:
@@ -274,7 +280,7 @@ def _make_directories(launch: "LaunchScript") -> "LaunchScript":
     return launch.model_copy(update={"notes": launch.notes + created})
 
 
-def _write(path: Path, launch: "LaunchScript", force: bool) -> None:
+def _write(path: Path, launch: LaunchScript, force: bool) -> None:
     _check_output(path)
     targets = [path, *(Path(p) for p in launch.files)]
     existing = [str(p) for p in targets if p.exists()]
@@ -292,7 +298,7 @@ def _write(path: Path, launch: "LaunchScript", force: bool) -> None:
                              fix="choose a writable -o path") from None
 
 
-def _print_summary(plan: "SavedPlan", launch: "LaunchScript", path: Path | None) -> None:
+def _print_summary(plan: SavedPlan, launch: LaunchScript, path: Path | None, assumed: list[str]) -> None:
     from rich.table import Table
 
     from megapilot.launch import MEGATRON_RELEASE
@@ -318,13 +324,15 @@ def _print_summary(plan: "SavedPlan", launch: "LaunchScript", path: Path | None)
         table.add_row("script", str(path))
     err_console.print(table) if path is None else console.print(table)
     for note in launch.notes:
-        (err_console if path is None else console).print(f"note: {note}", highlight=False)
+        if note not in assumed:  # those are stated on the one `assumed:` line below
+            (err_console if path is None else console).print(f"note: {note}", highlight=False)
     target = str(path) if path else "train.sh"
     # `megapilot run` executes locally; an sbatch script is meant for the SLURM controller.
     run_hint = (f"`sbatch {target}`" if launch.launcher == "slurm"
                 else f"`megapilot run {target}` or bash {target} on each node")
     save_hint = "" if path else "save it (`megapilot script ... > train.sh` or -o train.sh), "
     (err_console if path is None else console).print(f"{save_hint}review, then run with {run_hint}", highlight=False)
+    print_assumptions(assumed)
 
 
 def register(app: typer.Typer) -> None:

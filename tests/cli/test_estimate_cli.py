@@ -63,20 +63,70 @@ def test_missing_required_flag_is_named(cli):
     assert result.exit_code == 2 and "gbs" in result.stderr
 
 
-def test_batch_returns_results_in_line_order_with_per_line_errors(cli, tmp_path):
+def test_batch_returns_results_in_line_order_with_per_line_errors_and_exits_one(cli, tmp_path):
     good = {"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 8, "pp": 4, "gbs": 1024, "seq_len": 4096,
             "fsdp": False}
     lines = [json.dumps(good), json.dumps(good | {"tp": 3}), "{not json", "", json.dumps(good | {"pp": 2})]
     cases = tmp_path / "cases.jsonl"
     cases.write_text("\n".join(lines) + "\n")
     result = cli("estimate", "--batch", str(cases), "--json")
-    assert result.exit_code == 0, result.stderr
-    data = result.json()
-    assert len(data) == 4
+    assert result.exit_code == 1, result.stderr  # some lines failed: the exit code says so ...
+    data = result.json()  # ... and the JSON still answers every line
+    assert [row["line"] for row in data] == [1, 2, 3, 5]  # input line numbers: the blank line 4 is skipped
     assert data[0]["fits"] is True and "error" not in data[0]
-    assert data[1]["field"] == "gpus" and data[1]["line"] == 2
-    assert "not valid JSON" in data[2]["error"] and data[2]["line"] == 3
+    assert data[1]["field"] == "gpus"
+    assert "not valid JSON" in data[2]["error"]
     assert data[3]["memory_gib"]["total"] > data[0]["memory_gib"]["total"]  # pp 2 holds more per GPU
+
+
+def test_batch_takes_either_key_spelling_and_echoes_each_id(cli, tmp_path):
+    dashed = {"id": "dashed", "model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq-len": 8192,
+              "gpus-per-node": 8, "--tp": 2}
+    snake = {"id": 7, "model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 8192,
+             "gpus_per_node": 8, "tp": 2}
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(dashed) + "\n" + json.dumps(snake) + "\n")
+    result = cli("estimate", "--batch", str(cases), "--json")
+    assert result.exit_code == 0, result.stdout
+    first, second = result.json()
+    assert (first["line"], first["id"], second["line"], second["id"]) == (1, "dashed", 2, 7)
+    assert first["step_time_s"] == second["step_time_s"] and first["memory_gib"] == second["memory_gib"]
+    single = cli("estimate", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "64",
+                 "--seq-len", "8192", "--tp", "2", "--json").json()
+    assert first["step_time_s"] == single["step_time_s"]  # a batch line answers as the same flags would
+
+
+def test_batch_refuses_a_flag_given_in_both_spellings(cli, tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"model": "tiny", "gpu": "h100", "gpus": 8, "gbs": 16, "seq_len": 128,
+                                 "seq-len": 256}) + "\n")
+    result = cli("estimate", "--batch", str(cases), "--json")
+    assert result.exit_code == 1
+    (row,) = result.json()
+    assert row["field"] == "seq_len" and "twice" in row["error"] and row["line"] == 1
+
+
+def test_batch_table_labels_rows_with_line_and_id(cli, tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("\n" + json.dumps({"id": "row-a", "model": "tiny", "gpu": "h100", "gpus": 8, "gbs": 16,
+                                        "seq-len": 128}) + "\n" + json.dumps({"id": "row-b", "model": "tiny"}) + "\n")
+    result = cli("estimate", "--batch", str(cases))
+    assert result.exit_code == 1
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if "row-" in line}
+    assert set(rows) == {"2", "3"}  # the line numbers of the input file
+    assert "row-a" in rows["2"] and "yes" in rows["2"]
+    assert "row-b" in rows["3"] and "gpu: is required" in rows["3"]
+
+
+def test_table_states_the_defaults_it_assumed_on_one_stderr_line(cli):
+    result = cli("estimate", *LAYOUT)
+    assumed = [line for line in result.stderr.splitlines() if line.startswith("assumed:")]
+    assert len(assumed) == 1
+    assert "MBS1" in assumed[0] and "bf16" in assumed[0] and "selective recompute" in assumed[0]
+    assert "TP8" not in assumed[0] and " PP" not in assumed[0]  # given on the command line, not assumed
+    given = cli("estimate", *LAYOUT, "--mbs", "2", "--precision", "fp8", "--gpus-per-node", "8")
+    assert "MBS" not in given.stderr and "bf16" not in given.stderr and "GPUs per node" not in given.stderr
+    assert cli("estimate", *LAYOUT, "--json").stderr == ""  # JSON output is the whole answer
 
 
 def test_batch_table_and_missing_file(cli, tmp_path):

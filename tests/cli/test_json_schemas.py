@@ -63,8 +63,10 @@ def test_estimate_and_its_batch(cli, workdir):
         result["memory_gib"])
     cases = workdir / "cases.jsonl"
     cases.write_text('{"model": "tiny", "gpu": "h100", "gpus": 8, "gbs": 16, "seq_len": 128}\n{"model": "nope"}\n')
-    good, bad = json_of(cli, "estimate", "--batch", str(cases), "--json")
-    assert set(good) == ESTIMATE_KEYS and set(bad) == {"error", "field", "fix", "line"}
+    result = cli("estimate", "--batch", str(cases), "--json")
+    assert result.exit_code == 1  # the second line failed
+    good, bad = result.json()
+    assert set(good) == ESTIMATE_KEYS | {"line"} and set(bad) == {"error", "field", "fix", "line"}
 
 
 def test_plan(cli, workdir):
@@ -79,7 +81,8 @@ def test_script(cli, workdir):
     result = json_of(cli, "script", "--plan", saved_plan(cli, workdir), "--mock-data", "--entrypoint", "megapilot",
                      "--json")
     assert set(result) == {"script", "launcher", "megatron_args", "env", "nodes", "gpus_per_node", "files",
-                           "directories", "notes"}
+                           "directories", "notes",
+                           "assumed"}
     assert result["script"].startswith("#!/usr/bin/env bash")
 
 
@@ -99,7 +102,7 @@ def test_optimize(cli, workdir):
     json_of(cli, "script", "--plan", saved_plan(cli, workdir), "--mock-data", "--entrypoint", "megapilot",
             "-o", str(script), "--json")
     result = json_of(cli, "optimize", "--script", str(script), "--json")
-    assert set(result) == {"current", "best", "changes", "calibration_scale", "notes"}
+    assert set(result) == {"current", "best", "changes", "calibration_scale", "notes", "log_mismatch"}
 
 
 def test_profile_set_and_show(cli, workdir):

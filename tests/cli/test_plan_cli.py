@@ -120,3 +120,14 @@ def test_tiny_model_step_times_are_shown_in_a_unit_that_keeps_their_digits(cli):
     assert best["step_time_s"] < 1e-3
     assert format_duration(best["step_time_s"]) in out
     assert "0.00 s" not in out and "µs" in out
+
+
+def test_plan_states_the_defaults_it_assumed_on_one_line(cli):
+    """seq-len, GBS and precision left out are defaults the search depends on: the output names them."""
+    assumed = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--top", "1")
+    lines = [line for line in assumed.stderr.splitlines() if line.startswith("assumed:")]
+    assert assumed.exit_code == 0 and len(lines) == 1
+    assert "seq-len 4096 (default)" in lines[0] and "GBS 1024 (default)" in lines[0] and "bf16" in lines[0]
+    given = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--top", "1", "--seq-len", "4096",
+                "--gbs", "1024", "--precision", "bf16", "--json")
+    assert given.json()["defaults"] == []  # the same values, given: nothing was assumed

@@ -90,7 +90,11 @@ def test_profile_fills_data_tokenizer_and_checkpoints_and_says_so(cli, plan_file
     assert args[args.index("--data-path") + 1] == "/lustre/d_text_document"
     assert args[args.index("--tokenizer-model") + 1] == "meta-llama/Llama-3.3-70B"
     assert args[args.index("--save") + 1] == "/lustre/ckpt"
-    assert any("data_path=/lustre/d_text_document from profile" in n for n in data["notes"])
+    assert any("data_path=/lustre/d_text_document from profile" in n for n in data["assumed"])
+    human = cli("script", "--plan", str(plan_file), "--launcher", "slurm", "--log-dir", "/l", *MEGATRON)
+    assumed = [line for line in human.stderr.splitlines() if line.startswith("assumed:")]
+    assert len(assumed) == 1 and "save_dir=/lustre/ckpt from profile" in assumed[0]
+    assert "note: data_path=" not in human.stderr  # stated once, on the assumed line
 
 
 @pytest.mark.parametrize(("extra", "field"), [

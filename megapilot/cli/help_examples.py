@@ -1,0 +1,129 @@
+"""One to three real invocations per command, shown at the end of its `--help`.
+
+Kept in one table so that every command gets them (including commands registered by other modules)
+and so that a test can parse each example against the command it belongs to: an example that names
+a flag the command no longer has fails the tests instead of misleading a reader.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import typer
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "gpus": (
+        "megapilot gpus",
+        "megapilot gpus --json",
+    ),
+    "models": (
+        "megapilot models",
+        "megapilot models llama3.1-405b",
+        "megapilot models meta-llama/Llama-3.1-8B --json",
+    ),
+    "estimate": (
+        "megapilot estimate --model llama3.1-70b --gpu h100 --gpus 64 --tp 8 --pp 4 --gbs 1024 --seq-len 4096",
+        ("megapilot estimate --model deepseek-v3 --gpu h100 --gpus 1024 --tp 2 --pp 16 --ep 64 --gbs 8192 "
+         "--seq-len 4096 --precision fp8 --json"),
+        "megapilot estimate --batch cases.jsonl --json",
+    ),
+    "plan": (
+        "megapilot plan --model llama3.1-70b --gpu h100 --gpus 64",
+        "megapilot plan --model deepseek-v3 --gpu h100 --gpus 2048 --seq-len 4096 --gbs 15360 --save plan.json",
+        "megapilot plan --model tiny --gpu h100 --gpus 2 --seq-len 128 --gbs 16 --tp 1 --json",
+    ),
+    "script": (
+        ("megapilot script --plan plan.json --launcher slurm --megatron-path /opt/Megatron-LM "
+         "--data-path /data/corpus_text_document --tokenizer-model /models/tokenizer.model -o train.sbatch"),
+        ("megapilot script --model llama3.1-8b --gpu h100 --gpus 8 --tp 2 --gbs 128 --seq-len 8192 --mock-data "
+         "--entrypoint megapilot"),
+        "megapilot script --plan plan.json --cpu --entrypoint megapilot --mock-data -o train.sh",
+    ),
+    "diagnose": (
+        "megapilot diagnose training.log",
+        "megapilot diagnose training.log --script train.sh --gpu h100",
+        "megapilot diagnose out-node0/training.log out-node1/training.log --json",
+    ),
+    "optimize": (
+        "megapilot optimize --script train.sh --log training.log --gpu h100",
+        "megapilot optimize --script train.sh --gpu mi300x --json",
+    ),
+    "run": (
+        "megapilot run train.sh",
+        "megapilot run train.sh --run-dir runs --combo first --json",
+        "megapilot run --plan plan.json --train-iters 20",
+    ),
+    "profile set": (
+        "megapilot profile set --gpu h100 --gpus 64 --gpus-per-node 8",
+        "megapilot profile set --data-path /data/corpus_text_document --tokenizer /models/tokenizer.model",
+    ),
+    "profile show": (
+        "megapilot profile show",
+        "megapilot profile show --json",
+    ),
+    "logs parse": (
+        "megapilot logs parse training.log",
+        "megapilot logs parse training.log --json",
+        "megapilot logs parse training.log --summary-only --seq-length 8192 --world-size 64",
+    ),
+    "suite check": (
+        "megapilot suite check suite.json",
+        "megapilot suite check cvs_config.json --cluster cluster.json --json",
+    ),
+    "suite templates": (
+        "megapilot suite templates",
+        "megapilot suite templates --json",
+    ),
+    "suite init": (
+        "megapilot suite init tiny-local -o suite.json",
+        "megapilot suite init tiny-local -o suite.json --force",
+    ),
+    "suite run": (
+        "megapilot suite run suite.json",
+        "megapilot suite run suite.json --dry-run --json",
+        "megapilot suite run cvs_config.json --cluster cluster.json --out runs/suite",
+    ),
+    "suite report": (
+        "megapilot suite report runs/suite/RUN_ID",
+        "megapilot suite report runs/suite/RUN_ID --json",
+    ),
+    "history list": (
+        "megapilot history list",
+        "megapilot history list --limit 5 --model llama3.1-70b --json",
+    ),
+    "history show": (
+        "megapilot history show RUN_ID",
+        "megapilot history show RUN_ID --json",
+    ),
+    "history compare": (
+        "megapilot history compare RUN_A RUN_B",
+        "megapilot history compare RUN_A RUN_B --json",
+    ),
+    "history calibration": (
+        "megapilot history calibration",
+        "megapilot history calibration --json",
+    ),
+    "data prepare": (
+        "megapilot data prepare docs.jsonl --output-prefix /data/mydocs",
+        "megapilot data prepare book.txt.gz --output-prefix /data/book --json",
+        "megapilot data prepare corpus.jsonl --output-prefix /data/corpus --json-key content",
+    ),
+}
+
+
+def epilog(command: str) -> str:
+    """The examples of `command` (its path below `megapilot`, e.g. "suite run") as a help epilog."""
+    lines = "\n".join(f"  {example}" for example in EXAMPLES[command])
+    return f"Examples:\n{lines}"
+
+
+def add_examples(app: typer.Typer, prefix: str = "") -> None:
+    """Give every command of `app` (and of its sub-apps) its examples, unless it has an epilog already."""
+    for command in app.registered_commands:
+        path = f"{prefix}{command.name}"
+        if command.epilog is None and path in EXAMPLES:
+            command.epilog = epilog(path)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            add_examples(group.typer_instance, f"{prefix}{group.name} ")

@@ -1,0 +1,74 @@
+"""Every command's help ends with real examples that parse against that command, and shows flags as flags."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from megapilot.cli.app import app
+from megapilot.cli.help_examples import EXAMPLES
+
+
+def _commands() -> dict[str, object]:
+    """Every leaf command of the app by its path below `megapilot` ("estimate", "suite run", ...)."""
+    import typer.main
+
+    found: dict[str, object] = {}
+
+    def walk(command: object, path: tuple[str, ...]) -> None:
+        children = getattr(command, "commands", None)
+        if children:
+            for name, child in children.items():
+                walk(child, (*path, name))
+        else:
+            found[" ".join(path)] = command
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_every_command_has_one_to_three_examples_and_no_example_is_orphaned():
+    commands = _commands()
+    assert set(EXAMPLES) == set(commands)
+    assert all(1 <= len(examples) <= 3 for examples in EXAMPLES.values())
+
+
+@pytest.mark.parametrize(("path", "example"), [(path, ex) for path, examples in EXAMPLES.items() for ex in examples])
+def test_each_example_parses_against_its_command(path, example):
+    """The example's words after `megapilot <path>` are parsed by the command itself: an example naming a flag
+    the command does not have, or leaving out a required one, fails here."""
+    words = shlex.split(example)
+    assert words[: 1 + len(path.split())] == ["megapilot", *path.split()]
+    command = _commands()[path]
+    context = command.make_context(path, words[1 + len(path.split()):])  # raises a usage error on a bad example
+    assert context.params is not None
+
+
+@pytest.mark.parametrize("path", ["estimate", "plan", "suite run", "data prepare"])
+def test_help_ends_with_the_examples(cli, path):
+    result = cli(*path.split(), "--help")
+    assert result.exit_code == 0
+    flat = " ".join(result.stdout.split())  # help wraps long lines at the terminal's width
+    assert "Examples:" in flat
+    for example in EXAMPLES[path]:
+        assert example in flat
+
+
+def test_flags_are_shown_without_a_value_type_and_required_options_are_marked(cli):
+    plan_help = cli("plan", "--help").stdout
+    json_line = next(line for line in plan_help.splitlines() if "--json" in line)
+    assert "<bool>" not in json_line  # `--json` is a flag, not `--json <bool>`
+    assert "<int>" in next(line for line in plan_help.splitlines() if "--gpus " in line)
+    assert "[required]" in plan_help and "[default: 4096]" in plan_help
+    estimate_help = " ".join(cli("estimate", "--help").stdout.split())
+    for flag in ("--model", "--gpu", "--gpus", "--gbs", "--seq-len"):
+        assert re.search(rf"{flag} <\w+> Required \(unless --batch\)", estimate_help), flag
+    assert not re.search(r"--tp <\w+> Required", estimate_help)
+
+
+def test_json_is_a_plain_flag_that_takes_no_value(cli):
+    assert cli("gpus", "--json").exit_code == 0
+    refused = cli("gpus", "--json", "true")
+    assert refused.exit_code == 2  # an extra argument, as for any flag
