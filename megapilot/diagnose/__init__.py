@@ -2,16 +2,20 @@
 
 Public API:
 - `diagnose(paths, script=, flags=, gpu=, gpus=) -> Diagnosis` (`Diagnosis.findings`, ranked)
-- `read_flags(script=, flags=) -> LaunchFlags`, `run_config(flags, gpu=, gpus=) -> RunConfig`
-- `optimize(config, measured_step_time_s=) -> OptimizeReport`
+- `read_flags(script=, flags=) -> LaunchFlags`, `run_config(flags, gpu=, gpus=) -> RunConfig`,
+  `apply_fixes(flags, fixes) -> LaunchFlags` (the launch as it reads after a proposal's edits)
+- `optimize(config, log=, measured_step_time_s=) -> OptimizeReport` (a log of another run calibrates nothing)
+- `log_mismatches(log, config) -> list[LogMismatch]`: where a log's own record of its run differs from the flags
 - `Finding`, `Fix` (the `--json` shapes), `Prediction` (from `megapilot.estimate`)
 """
 
 from megapilot.diagnose.engine import Diagnosis, diagnose, diagnose_log
 from megapilot.diagnose.findings import Finding, Fix
-from megapilot.diagnose.flags import LaunchFlags, RunConfig, read_flags, run_config
+from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, read_flags, run_config
+from megapilot.diagnose.mismatch import LogMismatch, log_mismatches
 from megapilot.diagnose.optimize import OptimizeReport, RankedChange, optimize
 from megapilot.diagnose.predict import Prediction, predict
 
-__all__ = ["Diagnosis", "Finding", "Fix", "LaunchFlags", "OptimizeReport", "Prediction", "RankedChange", "RunConfig",
-           "diagnose", "diagnose_log", "optimize", "predict", "read_flags", "run_config"]
+__all__ = ["Diagnosis", "Finding", "Fix", "LaunchFlags", "LogMismatch", "OptimizeReport", "Prediction", "RankedChange",
+           "RunConfig", "apply_fixes", "diagnose", "diagnose_log", "log_mismatches", "optimize", "predict",
+           "read_flags", "run_config"]
