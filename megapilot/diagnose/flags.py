@@ -17,6 +17,7 @@ word follows.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import shlex
 from collections.abc import Iterable
@@ -27,6 +28,7 @@ from typing import get_args
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.launch.megatron_args import pinned_flags
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
     Llama3RopeScaling,
@@ -95,10 +97,6 @@ class LaunchFlags:
 
 
 def _switch_names() -> frozenset[str]:
-    try:
-        from megapilot.launch.megatron_args import pinned_flags
-    except ImportError:  # the launch package is optional for diagnosis
-        return frozenset()
     return frozenset(name for name, spec in pinned_flags().items() if not spec.takes_value)
 
 
@@ -182,11 +180,7 @@ def _flags_from_overrides(overrides: dict[str, object]) -> dict[str, str | None]
 
 
 def _flags_by_destination() -> dict[str, dict[str, str]]:
-    """Megatron destination -> {action: flag name} from the pinned parser (empty if launch is absent)."""
-    try:
-        from megapilot.launch.megatron_args import pinned_flags
-    except ImportError:
-        return {}
+    """Megatron destination -> {action: flag name} from the pinned parser."""
     table: dict[str, dict[str, str]] = {}
     for name, spec in pinned_flags().items():
         action = spec.action if spec.action in ("store_true", "store_false") else "store"
@@ -367,7 +361,7 @@ def moe_layer_placement(text: str | None) -> tuple[int, int]:
     moe_layers = [index for index, bit in enumerate(bits) if bit]
     if not moe_layers:
         return 0, 1
-    gaps = {b - a for a, b in zip(moe_layers, moe_layers[1:], strict=False)}
+    gaps = {b - a for a, b in itertools.pairwise(moe_layers)}
     return moe_layers[0], min(gaps) if gaps else 1
 
 
