@@ -88,9 +88,10 @@ def _read_rows(path: Path) -> list[dict]:
     try:
         rows = json.loads(path.read_text())
     except FileNotFoundError:
-        raise MegapilotError(f"no such file {path}", field="gpu_file", fix="pass an absolute path to a JSON file")
+        raise MegapilotError(
+            f"no such file {path}", field="gpu_file", fix="pass an absolute path to a JSON file") from None
     except json.JSONDecodeError as exc:
-        raise MegapilotError(f"{path} is not valid JSON ({exc})", field="gpu_file", fix="fix the JSON syntax")
+        raise MegapilotError(f"{path} is not valid JSON ({exc})", field="gpu_file", fix="fix the JSON syntax") from None
     if not isinstance(rows, list):
         raise MegapilotError(f"{path} must hold a JSON list of GPUs", field="gpu_file", fix="wrap the rows in [...]")
     return rows
@@ -110,7 +111,7 @@ def load_gpus(extra_file: str | None = None) -> dict[str, GPUSpec]:
                 spec = _row_to_spec(row)
             except (KeyError, TypeError, ValueError) as exc:
                 raise from_validation_error(exc, prefix="gpu_file") if hasattr(exc, "errors") else MegapilotError(
-                    f"bad GPU row {row!r}: {exc}", field="gpu_file", fix="give every GPUSpec field")
+                    f"bad GPU row {row!r}: {exc}", field="gpu_file", fix="give every GPUSpec field") from None
             gpus[spec.name] = spec
     return gpus
 

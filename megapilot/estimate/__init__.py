@@ -33,10 +33,27 @@ from megapilot.spec.training import TrainingSpec
 from megapilot.spec.validate import validate_layout
 
 __all__ = [
-    "BREAKDOWN_TERMS", "CALIBRATED", "Case", "EfficiencyParams", "EstimateOptions", "FLOP_CONVENTIONS",
-    "FastEstimate", "FlopConvention", "MemoryBreakdown", "ParamBreakdown", "StepTime", "build_case",
-    "count_params", "estimate", "estimate_fast", "flops_per_step", "flops_per_token", "memory_per_gpu",
-    "memory_savers_not_on", "step_time", "to_result",
+    "BREAKDOWN_TERMS",
+    "CALIBRATED",
+    "FLOP_CONVENTIONS",
+    "Case",
+    "EfficiencyParams",
+    "EstimateOptions",
+    "FastEstimate",
+    "FlopConvention",
+    "MemoryBreakdown",
+    "ParamBreakdown",
+    "StepTime",
+    "build_case",
+    "count_params",
+    "estimate",
+    "estimate_fast",
+    "flops_per_step",
+    "flops_per_token",
+    "memory_per_gpu",
+    "memory_savers_not_on",
+    "step_time",
+    "to_result",
 ]
 
 

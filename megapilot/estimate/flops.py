@@ -50,10 +50,7 @@ def attention_linear_flops(model: ModelSpec) -> float:
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q_head = mla.qk_head_dim + mla.qk_pos_emb_head_dim
-        if mla.q_lora_rank is None:
-            q_term = h * heads * q_head
-        else:
-            q_term = mla.q_lora_rank * (h + heads * q_head + 1)
+        q_term = h * heads * q_head if mla.q_lora_rank is None else mla.q_lora_rank * (h + heads * q_head + 1)
         kv_term = mla.kv_lora_rank * (h + heads * (mla.qk_head_dim + mla.v_head_dim) + 1)
         rope_key = h * mla.qk_pos_emb_head_dim
         output = heads * mla.v_head_dim * h

@@ -422,7 +422,7 @@ class Explainer:
         """Why each runner-up lost to the winner: the time component that grew the most."""
         if not ranked:
             return []
-        best_p, best = ranked[0]
+        best = ranked[0][1]
         lines = []
         for index, (p, est) in enumerate(ranked[1:], start=2):
             delta = 1 - est.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu

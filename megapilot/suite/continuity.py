@@ -19,6 +19,7 @@ step k of the saved one and fails only on an increase.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ class CheckpointRun:
     @property
     def log_interval(self) -> int:
         """The most common gap between logged iterations (1 when fewer than two are logged)."""
-        gaps = Counter(b - a for a, b in zip(self.iterations, self.iterations[1:]) if b > a)
+        gaps = Counter(b - a for a, b in itertools.pairwise(self.iterations) if b > a)
         return gaps.most_common(1)[0][0] if gaps else 1
 
 

@@ -259,9 +259,9 @@ def _eval_layer_list(node: ast.expr) -> list[int]:
         return [e.value for e in node.elts]  # type: ignore[attr-defined]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _eval_layer_list(node.left) + _eval_layer_list(node.right)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        if isinstance(node.right, ast.Constant) and type(node.right.value) is int:
-            return _eval_layer_list(node.left) * node.right.value
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and isinstance(node.right, ast.Constant)
+            and type(node.right.value) is int):
+        return _eval_layer_list(node.left) * node.right.value
     raise ValueError("not a list expression")
 
 

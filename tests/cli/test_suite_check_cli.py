@@ -29,7 +29,7 @@ def test_filled_config_checks_clean_with_cells_and_skips(cli, tmp_path: Path) ->
     path = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
     payload = json.loads(cli("suite", "check", str(path), "--json").stdout)
     assert payload["ok"] is True and (payload["backend"], payload["executor"]) == ("megatron-lm", "local")
-    assert [c["key"] for c in payload["cells"]][0] == "smoke"
+    assert payload["cells"][0]["key"] == "smoke"
     skipped = {c["key"] for c in payload["cells"] if c["skipped"]}
     assert skipped == {"MBS=4,GBS=128,PRECISION=MXFP4", "MBS=4,GBS=128,PRECISION=MXFP8"}
 

@@ -29,7 +29,7 @@ def _shape(model: ModelSpec) -> dict:
     return dumped
 
 
-@pytest.mark.parametrize(("case", "launcher"), CASES, ids=[f"{c}-{l}" for c, l in CASES])
+@pytest.mark.parametrize(("case", "launcher"), CASES, ids=[f"{c}-{launcher}" for c, launcher in CASES])
 def test_golden_script_reads_back_as_its_plan(case: str, launcher: str) -> None:
     plan = GOLDEN_PLANS[case]
     config = run_config(read_flags(script=GOLDEN_DIR / f"{case}.{launcher}.sh"))

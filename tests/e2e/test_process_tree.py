@@ -40,9 +40,9 @@ def _gone(pid: int) -> bool:
 
 def test_a_failing_block_leaves_no_process_behind_even_in_another_session(tmp_path: Path) -> None:
     log_path = tmp_path / "out.log"
-    with pytest.raises(RuntimeError, match="test failed"):
-        with started_tree([sys.executable, "-c", ESCAPING_CHILD], log_path=log_path, cwd=tmp_path,
-                          env=dict(os.environ)) as process:
+    with (pytest.raises(RuntimeError, match="test failed"),
+          started_tree([sys.executable, "-c", ESCAPING_CHILD], log_path=log_path, cwd=tmp_path,
+                       env=dict(os.environ)) as process):
             child = _child_pid(log_path)
             deadline = time.monotonic() + 20
             while os.getsid(child) == os.getsid(process.pid) and time.monotonic() < deadline:

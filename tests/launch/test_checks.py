@@ -178,7 +178,7 @@ def test_local_launch_requires_existing_inputs(tmp_path: Path) -> None:
         render_launch(PLAN_8B, local)
     assert info.value.field == "tokenizer_model"
     (tmp_path / "tok").mkdir()
-    with pytest.raises(MegapilotError, match="pretrain_gpt.py does not exist") as info:
+    with pytest.raises(MegapilotError, match=r"pretrain_gpt\.py does not exist") as info:
         render_launch(PLAN_8B, local)
     assert info.value.field == "megatron_path"
     (megatron / "pretrain_gpt.py").write_text("")

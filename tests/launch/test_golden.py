@@ -25,7 +25,7 @@ def _render(case: str, launcher: str) -> str:
     return render_launch(GOLDEN_PLANS[case], golden_options(case, launcher)).script
 
 
-@pytest.mark.parametrize(("case", "launcher"), CASES, ids=[f"{c}-{l}" for c, l in CASES])
+@pytest.mark.parametrize(("case", "launcher"), CASES, ids=[f"{c}-{launcher}" for c, launcher in CASES])
 def test_script_matches_golden_file(case: str, launcher: str) -> None:
     golden = GOLDEN_DIR / f"{case}.{launcher}.sh"
     script = _render(case, launcher)

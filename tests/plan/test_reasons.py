@@ -86,7 +86,7 @@ def test_dp_fills_the_rest_with_the_product_written_out(gpt175b_on_64_a100):
 def test_runners_up_say_why_they_lost(gpt175b_on_64_a100):
     summary = gpt175b_on_64_a100.summary
     assert len(summary) == len(gpt175b_on_64_a100.candidates) - 1
-    for line, cand in zip(summary, gpt175b_on_64_a100.candidates[1:]):
+    for line, cand in zip(summary, gpt175b_on_64_a100.candidates[1:], strict=True):
         assert layout_label(cand.parallel) in line
         duration = r"\d[\d,.]* (?:s|ms|µs)"  # format_duration's output: three significant digits and a unit
         assert re.search(rf"(slower: .+ {duration} vs {duration} per step|ties on speed|slower$)", line)

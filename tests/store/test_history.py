@@ -20,7 +20,6 @@ from megapilot.errors import MegapilotError
 from megapilot.store.history import HISTORY_ENV, History, history_url, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
 from megapilot.suite.results import ComboResult, JobSummary, MetricRow, Prediction, RunCard, SuiteResult, Verdict
-from tests.store.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtures
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CELL = "MBS=2,GBS=64,PRECISION=BF16"

@@ -14,7 +14,6 @@ from megapilot.execute.process import free_port
 from megapilot.store.history import connect_database, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
 from megapilot.suite.results import Prediction
-from tests.store.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtures
 from tests.store.test_history import (
     BASE,
     CELL,

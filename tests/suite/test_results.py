@@ -53,7 +53,7 @@ def test_suite_json_round_trips_with_a_nan_loss(tmp_path):
 
 
 def test_a_missing_or_damaged_result_is_a_user_error(tmp_path):
-    with pytest.raises(MegapilotError, match="has no suite.json"):
+    with pytest.raises(MegapilotError, match=r"has no suite\.json"):
         read_suite_result(tmp_path)
     (tmp_path / "suite.json").write_text("{not json")
     with pytest.raises(MegapilotError, match="is not a suite result"):

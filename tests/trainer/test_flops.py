@@ -17,7 +17,7 @@ def test_vocab_padding_is_a_multiple_of_divisor_times_tp():
 def test_dense_gpt_matches_72_bslh2_closed_form_with_causal_halving():
     # Korthikanti's model FLOPs 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) (ffn = 4h, no GQA, GELU), with the
     # attention term halved for the causal mask as Megatron-Core ≥ v0.12 counts it: s/(6h) → s/(12h).
-    b, s, l, h, v = 8, 128, 4, 256, 512
+    b, s, l, h, v = 8, 128, 4, 256, 512  # noqa: E741  (the paper's symbols; l is its layer count)
     config = build_config(["--num-layers", str(l), "--hidden-size", str(h), "--num-attention-heads", "8",
                            "--seq-length", str(s), "--train-iters", "1", "--lr", "1e-3",
                            "--global-batch-size", str(b), "--mock-data"])

@@ -21,6 +21,7 @@ import enum
 import json
 import sys
 import types
+from typing import ClassVar
 
 
 class _Anything:
@@ -36,7 +37,7 @@ class _Anything:
 
 
 class _StubModule(types.ModuleType):
-    __path__: list[str] = []
+    __path__: ClassVar[list[str]] = []
 
     def __getattr__(self, name: str) -> _Anything:
         if name.startswith("__"):
