@@ -12,7 +12,7 @@ root cause is chosen by two rules, in this order:
    else the order of evidence (file order as given, then line). An inherited timestamp is not used: the line
    before a traceback was printed earlier than the failure, so it would put consequences first.
 
-The other errors are grouped into steps (category and kind, e.g. "lost its peer") told after the root, in time.
+The other errors are grouped into steps (category and kind, e.g. "lost a peer") told after the root, in time.
 """
 
 from __future__ import annotations
@@ -182,7 +182,8 @@ def _what(record: ErrorRecord, records: list[ErrorRecord]) -> str:
     if kind == "killed":
         return _killed(records)
     if kind == "lost peer":
-        return "lost its peer: " + _short(record.text)
+        waited = record.category in ("nccl_timeout", "hang")
+        return ("timed out waiting in a collective: " if waited else "lost a peer: ") + _short(record.text)
     if kind == "launcher exit":
         code = _EXIT_CODE_RE.search(record.text)
         return "exited" + (f" with code {code.group(1)}" if code else "") + ", as the launcher reported"

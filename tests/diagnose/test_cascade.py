@@ -33,7 +33,7 @@ def test_an_oom_on_one_node_is_the_root_and_the_timeouts_on_the_others_follow(tm
     result = diagnose([str(tmp_path)])
     assert result.story[0].startswith("first failure: rank 3 out of memory")
     assert "out-node2/training.log:1" in result.story[0]
-    assert result.story[1].startswith("then: ranks 0, 1, 2 lost its peer")
+    assert result.story[1].startswith("then: ranks 0, 1, 2 timed out waiting in a collective")
     assert "(+2 more lines in 2 files)" in result.story[1]
     assert [f.category for f in result.findings][:2] == ["oom", "nccl_timeout"]
     assert result.findings[0].title.startswith("First failure: GPU out of memory on rank 3")
