@@ -231,11 +231,10 @@ def _sections_for_entrypoint(sections: list[ArgSection], o: LaunchOptions) -> li
 def _check_trainer_accepts(megatron_args: list[str], *, gpu_available: bool) -> None:
     """The embedded trainer takes a subset of pretrain_gpt.py's flags; refuse the rest up front, then let
     the trainer's own argument check (torch-free) judge the combination, as it will at start-up."""
-    try:
-        from megapilot.trainer.args import FLAGS
-        from megapilot.trainer.config import build_config
-    except ImportError:  # trainer not installed in this environment: nothing to compare against
-        return
+    # Imported here: only the embedded-trainer entry point needs the trainer's (torch-free) flag table.
+    from megapilot.trainer.args import FLAGS
+    from megapilot.trainer.config import build_config
+
     accepted = {f.name for f in FLAGS}
     refused = [a for a in megatron_args if a.startswith("--") and a not in accepted]
     if refused:

@@ -123,7 +123,6 @@ def test_combo_layout_derives_data_parallel_size():
 
 
 def test_history_baselines_serve_the_suites_baseline_gates(history):
-    pytest.importorskip("megapilot.suite.gates")
     record_runs(history, (1000.0, 800.0), (1200.0, 700.0), (1100.0, 750.0))
     current = make_suite_result("now", hour=9)
     lookup = HistoryBaselines(history).lookup_for(current.card, current.combos[0], run_id="now", last_n=5)
