@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 
 LayoutEstimator = Callable[[ParallelConfig], EstimateResult]
 
+# Memory the planner leaves free on every GPU beyond the estimate's own overhead allowance (CUDA context,
+# NCCL buffers, 10 % of activations for fragmentation), as a share of HBM. Default none: the allowance is
+# the model's stated margin; a user who wants room for allocator spikes or checkpoint staging asks for it
+# (an estimate already warns below 5 % left).
+DEFAULT_HEADROOM_FRACTION = 0.0
+
 
 @dataclass(frozen=True)
 class MemoryCheck:
@@ -54,11 +60,13 @@ class CostModel:
         training: TrainingSpec,
         estimator: LayoutEstimator | None = None,
         options: EstimateOptions | None = None,
+        headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
     ):
         self.model = model
         self.cluster = cluster
         self.training = training
         self.options = options  # run features the layout does not say (None: the estimator's defaults)
+        self.headroom_fraction = headroom_fraction  # share of HBM a planned layout must leave free
         self._injected = estimator
         self._estimator = estimator or self._default_estimator()
         self._memory_fn = None if estimator else self._default_memory()
@@ -84,7 +92,7 @@ class CostModel:
 
         def memory(parallel: ParallelConfig) -> MemoryCheck:
             m = memory_per_gpu(model, training, parallel, capacity, main_grad_bytes=main_grad_bytes)
-            return MemoryCheck(m.total_gib, m.capacity_gib, m.activations_gib,
+            return MemoryCheck(m.total_gib, self._usable(m.capacity_gib), m.activations_gib,
                                m.weights_gib + m.gradients_gib + m.optimizer_gib)
 
         return memory
@@ -102,12 +110,21 @@ class CostModel:
         if cached is None:
             if self._memory_fn is None:
                 m = self(parallel).memory_gib
-                cached = MemoryCheck(m.total, m.capacity, m.activations, m.weights + m.gradients + m.optimizer)
+                cached = MemoryCheck(m.total, self._usable(m.capacity), m.activations,
+                                     m.weights + m.gradients + m.optimizer)
             else:
                 self.memory_calls += 1
                 cached = self._memory_fn(parallel)
             self._memory[parallel] = cached
         return cached
+
+    def fits(self, est: EstimateResult) -> bool:
+        """Whether a full estimate leaves the headroom free (the memory stage's verdict, from the estimate)."""
+        return est.memory_gib.total <= self._usable(est.memory_gib.capacity)
+
+    def _usable(self, capacity_gib: float) -> float:
+        """What a planned layout may fill: the HBM less the headroom."""
+        return capacity_gib * (1 - self.headroom_fraction)
 
     def validated(self, parallel: ParallelConfig) -> EstimateResult:
         """The public estimate of a layout that will be shown: validated, with its warnings."""
@@ -120,4 +137,4 @@ class CostModel:
     def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None) -> CostModel:
         """A fresh cost model for changed inputs (the what-if searches of the nothing-fits advice)."""
         return CostModel(self.model, cluster or self.cluster, training or self.training, self._injected,
-                         self.options)
+                         self.options, self.headroom_fraction)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
-from megapilot.plan.cost import CostModel, LayoutEstimator
+from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
 from megapilot.plan.reasons import Explainer, layout_label
 from megapilot.plan.search import Candidate, Fit, PlanResult, SearchOutcome, search_layouts
 from megapilot.plan.space import Pins, RejectReason
@@ -26,10 +26,13 @@ def plan(
     pins: Pins | None = None,
     estimator: LayoutEstimator | None = None,
     options: EstimateOptions | None = None,
+    headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
 ) -> PlanResult:
     """The `top` best layouts for this model on this cluster, each with its reasons.
 
     `options` are the estimator's run features (overlap, bf16 gradient reduction); None = defaults.
+    `headroom_fraction`: the share of each GPU's HBM a planned layout must leave free beyond the estimate's
+    own overhead allowance (default 0: that allowance is the margin).
 
     Raises MegapilotError when a pinned value is illegal, or when no layout fits; the latter names
     the constraint that bites and the smallest relaxation (more GPUs, shorter sequence, ...) that fits.
@@ -37,7 +40,10 @@ def plan(
     if top < 1:
         raise MegapilotError(f"must be at least 1, got {top}", field="top", fix="pass --top 1 or more")
     pins = pins or Pins()
-    cost = CostModel(model, cluster, training, estimator, options)
+    if not 0 <= headroom_fraction < 1:
+        raise MegapilotError(f"must be in [0, 1), got {headroom_fraction}", field="headroom",
+                             fix="give the share of HBM to leave free, e.g. 0.05")
+    cost = CostModel(model, cluster, training, estimator, options, headroom_fraction)
     outcome = search_layouts(model, cluster, training, pins=pins, cost=cost)
     if not outcome.ranked:
         raise _nothing_fits(cost, pins, outcome)

@@ -212,7 +212,7 @@ class Explainer:
             slower = found[1].tokens_per_s_per_gpu < est.tokens_per_s_per_gpu * (1 - TIE_FRACTION)
             return f"{text} ({cause})" if cause and slower else text
         floor = self._floor_variant(p, **{dim: value})
-        if floor is not None and not floor[1].fits:
+        if floor is not None and not self.cost.fits(floor[1]):
             return f"{name}={value} does not fit even at MBS 1 with full recompute ({self._too_big(floor[1])})"
         return None
 
@@ -259,7 +259,8 @@ class Explainer:
             self._variant(p, tp=p.tp * 2, pp=p.pp // 2, vpp=1) if p.pp > 1 else None)
         if beyond is None:
             return f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would put TP all-reduces on the inter-node network"
-        verdict = self._speed_delta(est, beyond[1]) if beyond[1].fits else f"not fit ({self._too_big(beyond[1])})"
+        verdict = (self._speed_delta(est, beyond[1]) if self.cost.fits(beyond[1])
+                   else f"not fit ({self._too_big(beyond[1])})")
         return (f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would run TP all-reduces across nodes and "
                 f"would be {verdict}")
 
@@ -330,7 +331,7 @@ class Explainer:
         if p.cp > 1:
             out.append(f"CP={p.cp} exposes {_pct(component_share(est, 'cp'))} of step time in CP communication")
             without = self._floor_variant(p, cp=1)
-            if without and not without[1].fits:
+            if without and not self.cost.fits(without[1]):
                 out.append(f"CP={p.cp} because seq {seq:,} × MBS 1 activations need "
                            f"{_gib(without[1].memory_gib.activations)} at CP=1 even with full recompute, "
                            f"total {self._too_big(without[1])}")
@@ -353,7 +354,7 @@ class Explainer:
         if p.ep > 1:
             single = self._variant(p, ep=1)
             if single:
-                fits = "fits" if single[1].fits else f"does not fit: {self._too_big(single[1])}"
+                fits = "fits" if self.cost.fits(single[1]) else f"does not fit: {self._too_big(single[1])}"
                 sharded = f"; FSDP already shards the experts over DP={p.dp}" if p.fsdp else ""
                 out.append(f"EP memory: weights+grads+optimizer {_gib(_static(single[1]))} per GPU at EP=1 vs "
                            f"{_gib(_static(est))} at EP={p.ep} (EP=1 {fits}{sharded})")
@@ -389,7 +390,7 @@ class Explainer:
         micro = p.num_microbatches(self.training.global_batch_size)
         text = f"MBS={p.mbs}: {micro} micro-batches per replica"
         larger = self._variant(p, mbs=p.mbs * 2)
-        if larger and not larger[1].fits:
+        if larger and not self.cost.fits(larger[1]):
             text += f"; MBS={p.mbs * 2} would not fit ({self._too_big(larger[1])})"
         elif larger:
             text += f"; MBS={p.mbs * 2} would be {self._speed_delta(est, larger[1])}"
@@ -402,7 +403,7 @@ class Explainer:
         less = self._variant(p, recompute=lighter, recompute_method="uniform", recompute_num_layers=None)
         share = component_share(est, "recompute")
         text = f"{_recompute_label(p)} recompute costs {_pct(share)} of step time"
-        if less and not less[1].fits:
+        if less and not self.cost.fits(less[1]):
             text += f"; with {lighter} recompute activations would need {_gib(less[1].memory_gib.activations)}, " \
                     f"total {self._too_big(less[1])}"
         return [text]
@@ -411,7 +412,7 @@ class Explainer:
         if not p.fsdp:
             return []
         plain = self._variant(p, fsdp=False)
-        if plain and not plain[1].fits:
+        if plain and not self.cost.fits(plain[1]):
             return [f"FSDP shards weights and grads over DP={p.dp}: without it {self._too_big(plain[1])}"]
         if plain:
             return [f"FSDP over DP={p.dp}; plain distributed optimizer would be {self._speed_delta(est, plain[1])}"]

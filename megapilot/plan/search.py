@@ -495,7 +495,7 @@ class _Search:
         self.rejected[RejectReason.MEMORY_ACTIVATIONS] += low
         for step_index in range(low, len(ladder)):
             est = self.cost(layout(step_index))
-            if est.fits:
+            if self.cost.fits(est):
                 self._keep(layout(step_index), est)
                 self.rejected[RejectReason.DOMINATED_RECOMPUTE] += len(ladder) - step_index - 1
                 return Climb(est, step_index)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
 from megapilot.plan.cost import CostModel
@@ -58,3 +60,20 @@ def test_an_injected_estimator_also_serves_the_memory_stage():
     p = ParallelConfig(dp=8)
     assert injected.memory(p).total_gib == real(p).memory_gib.total
     assert seen == [p] and injected.memory_calls == 0
+
+
+def test_a_headroom_shrinks_what_the_planner_may_fill():
+    from megapilot.catalog import get_model as model_named
+    from megapilot.plan import plan
+
+    model = model_named("llama3.1-70b")
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 64)
+    training = TrainingSpec(seq_length=8192, global_batch_size=512)
+    roomy = plan(model, cluster, training, top=1, headroom_fraction=0.25).best.estimate
+    assert roomy.memory_gib.total <= 0.75 * roomy.memory_gib.capacity
+    p = ParallelConfig(tp=8, pp=1, dp=8, sequence_parallel=True, recompute="selective")
+    tight = CostModel(model, cluster, training, headroom_fraction=0.5)
+    est = tight(p)
+    assert tight.memory(p).fits == tight.fits(est) == (est.memory_gib.total <= 0.5 * est.memory_gib.capacity)
+    with pytest.raises(MegapilotError, match="headroom"):
+        plan(model, cluster, training, headroom_fraction=1.0)
