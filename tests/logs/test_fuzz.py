@@ -51,4 +51,4 @@ def test_numbers_with_doubled_points_do_not_reach_float():
     from megapilot.logs import parse_text
 
     parsed = parse_text("Total number of parameters in billions: 8..03\n Step Time : 1..5s\n")
-    assert parsed is not None
+    assert [(r.quantity, r.value) for r in parsed.theoretical_memory] == [("total_params_billion", 8.0)]
