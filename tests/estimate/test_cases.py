@@ -1,0 +1,85 @@
+"""build_case: layout flags become typed specs with the stated defaults, and every bad flag is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.estimate.cases import KNOWN_FLAGS, build_case
+
+BASE = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 16, "gbs": 128, "seq_len": 8192}
+
+
+def test_defaults_are_the_stated_ones():
+    case = build_case(**BASE, tp=2)
+    p = case.parallel
+    assert (p.tp, p.pp, p.vpp, p.cp, p.ep, p.mbs, p.dp) == (2, 1, 1, 1, 1, 1, 8)
+    assert p.sequence_parallel and p.distributed_optimizer and not p.fsdp  # SP on because tp > 1
+    assert p.recompute == "selective" and p.expert_tp == 2 and p.pipeline_layout is None
+    assert case.training.precision == "bf16" and case.training.seq_length == 8192
+    assert case.cluster.world_size == 16 and case.cluster.gpus_per_node == 8
+    assert case.model.name == "llama3.1-8b" and not case.allow_tp_across_nodes
+    assert not build_case(**BASE).parallel.sequence_parallel  # tp = 1: nothing to split
+
+
+def test_none_means_not_given():
+    assert build_case(**BASE, tp=None, precision=None) == build_case(**BASE)
+
+
+def test_given_flags_reach_the_specs():
+    case = build_case(**BASE, tp=2, pp=2, cp=2, mbs=2, recompute="full", recompute_method="block",
+                      recompute_num_layers=4, precision="fp8", gpus_per_node=4, force_tp_across_nodes=True)
+    p = case.parallel
+    assert (p.tp, p.pp, p.cp, p.dp, p.mbs) == (2, 2, 2, 2, 2)
+    assert (p.recompute, p.recompute_method, p.recompute_num_layers) == ("full", "block", 4)
+    assert case.training.precision == "fp8" and case.cluster.gpus_per_node == 4 and case.allow_tp_across_nodes
+
+
+@pytest.mark.parametrize(("flags", "field"), [
+    ({"tpp": 2}, "tpp"),  # unknown flag
+    ({"tp": "2"}, "tp"),  # not an integer
+    ({"tp": True}, "tp"),  # a bool is not an integer here
+    ({"pp": 0}, "pp"),
+    ({"fsdp": "yes"}, "fsdp"),
+    ({"precision": 8}, "precision"),
+    ({"precision": "fp6"}, "precision"),
+    ({"gbs": 100, "tp": 1}, None),  # checked later by the layout rules, not here: see below
+    ({"tp": 3}, "gpus"),  # TP*PP*CP does not divide 16 GPUs
+    ({"sequence_parallel": True}, "sequence_parallel"),  # needs tp > 1
+    ({"vpp": 2}, "vpp"),  # needs pp > 1
+    ({"recompute_num_layers": 2}, "recompute_num_layers"),  # only with full recompute
+    ({"pp_layout": "balanced"}, "pp_layout"),  # needs pp > 1
+])
+def test_bad_flags_are_refused_naming_the_flag(flags, field):
+    if field is None:  # an odd global batch is legal input; whether it divides is the layout check's job
+        assert build_case(**{**BASE, **flags}).training.global_batch_size == 100
+        return
+    with pytest.raises(MegapilotError) as info:
+        build_case(**{**BASE, **flags})
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("missing", ["model", "gpu", "gpus", "gbs", "seq_len"])
+def test_each_required_flag_is_named_when_missing(missing):
+    flags = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(MegapilotError) as info:
+        build_case(**flags)
+    assert info.value.field == missing and f"--{missing.replace('_', '-')}" in (info.value.fix or "")
+
+
+def test_the_precision_error_lists_the_precisions():
+    with pytest.raises(MegapilotError) as info:
+        build_case(**BASE, precision="fp6")
+    assert "bf16" in (info.value.fix or "") and "fp8" in (info.value.fix or "")
+
+
+def test_a_balanced_layout_is_computed_and_carried_as_its_string():
+    case = build_case(**BASE, pp=2, pp_layout="balanced")
+    layout = case.parallel.pipeline_layout
+    assert layout is not None and layout != "balanced"
+    assert layout.count("|") + 1 == 2  # one stage per PP rank (VPP 1)
+    assert sum(case.parallel.rank_layer_counts(case.model.num_layers)) == case.model.num_layers
+
+
+def test_known_flags_cover_every_documented_flag():
+    assert {"seq_len", "gpus_per_node", "recompute_num_layers", "pp_layout", "account_for_loss"} <= KNOWN_FLAGS
