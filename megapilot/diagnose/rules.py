@@ -22,9 +22,10 @@ constant below with the reason for its value:
   least `SLOWDOWN_TREND_GROWTH` over the steady iterations, at least `SLOWDOWN_CONSISTENCY` of the pairwise slopes
   are positive (noise gives half), and the median of the last fifth is above the first fifth's; at least
   `SLOWDOWN_MIN_ITERATIONS` steady iterations.
-- `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision)
-  below `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below
-  `LOW_MFU_FLOOR` (the GPU alone, from `--gpu`, is enough).
+- `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision; a log that prints
+  no TFLOP/s gets the estimator's model FLOPs per step over its measured median step time) below
+  `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below `LOW_MFU_FLOOR` (the GPU
+  alone, from `--gpu`, is enough).
 - `checkpoint_save_failure` from timing: a rank that crashes within `CRASH_AFTER_SAVE_S` of a checkpoint save
   starting, before the save finished, died in the save (a native crash in the writer often prints no frame).
 Fixes fit the framework that wrote the log (`megapilot.diagnose.framework_fixes`).
@@ -35,6 +36,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from itertools import pairwise
 
 from megapilot.diagnose.cascade import failure_kind
 from megapilot.diagnose.findings import Finding, Fix, Severity
@@ -52,6 +54,7 @@ from megapilot.diagnose.options import (
     memory_options,
     throughput_options,
 )
+from megapilot.diagnose.predict import Prediction
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
 from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord
@@ -586,7 +589,7 @@ def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
     typical_s = statistics.median(steps) / 1000.0 if steps else None
     if len(timed) >= 2 and typical_s:
         limit = max(HANG_FLOOR_S, HANG_FACTOR * typical_s)
-        for before, after in zip(timed, timed[1:]):
+        for before, after in pairwise(timed):
             gap = after.time_s - before.time_s  # type: ignore[operator]
             interval = max(1, after.iteration - before.iteration)
             if gap - interval * typical_s > limit:
@@ -744,13 +747,16 @@ def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | Non
 
 def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None = None) -> Finding | None:
     gpu = config.gpu if config is not None and config.gpu is not None else gpu
-    if gpu is None or not log.summary or not log.summary.tflops_per_gpu_mean:
+    if gpu is None or not log.summary:
         return None
     precision = (config.training.precision if config is not None and config.training else
                  "fp8" if config is not None and config.precision_flag == "fp8" else "bf16")
     peak = gpu.peak_tflops(precision)
-    measured_mfu = log.summary.tflops_per_gpu_mean / peak
     predicted = current_prediction(config) if config is not None and config.complete else None
+    measured_tflops, source = _measured_tflops(log, predicted, peak)
+    if measured_tflops is None:
+        return None
+    measured_mfu = measured_tflops / peak
     expected = predicted.mfu if predicted and predicted.mfu else None
     threshold = LOW_MFU_FRACTION * expected if expected else LOW_MFU_FLOOR
     if measured_mfu >= threshold:
@@ -764,9 +770,22 @@ def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | Non
                      "communication, idle bubbles or small kernels", kind="command")]
     evidence = [_ev(r) for r in _unique(log.iterations)[-2:]]
     return Finding("low_throughput", "warning",
-                   f"Low throughput: {log.summary.tflops_per_gpu_mean:.0f} TFLOP/s/GPU = {measured_mfu:.1%} MFU on "
+                   f"Low throughput: {measured_tflops:.0f} TFLOP/s/GPU = {measured_mfu:.1%} MFU on "
                    f"{gpu.alias} ({precision} peak {peak:.0f})", evidence,
-                   f"Measured MFU is far below what this GPU should reach ({basis}).", fixes)
+                   f"Measured MFU is far below what this GPU should reach ({basis}; {source}).", fixes)
+
+
+def _measured_tflops(log: ParsedLog, predicted: Prediction | None, peak: float) -> tuple[float | None, str]:
+    """TFLOP/s/GPU as the log printed it; else the estimator's model FLOPs per step over the measured step time
+    (its MFU scaled by predicted / measured step time: the same FLOPs convention, only the time differs)."""
+    summary = log.summary
+    if summary is not None and summary.tflops_per_gpu_mean:
+        return summary.tflops_per_gpu_mean, "TFLOP/s/GPU as the log printed it"
+    measured_ms = summary.step_time_p50_ms if summary is not None else None
+    if predicted is None or not predicted.mfu or not predicted.step_time_s or not measured_ms:
+        return None, ""
+    mfu = predicted.mfu * predicted.step_time_s / (measured_ms / 1000.0)
+    return mfu * peak, "the model's FLOPs per step from the estimator over the measured median step time"
 
 
 def _gain(option: LayoutOption) -> float:

@@ -258,3 +258,20 @@ def test_a_rank_ended_by_a_python_exception_is_told_by_its_exception_not_by_the_
     assert finding.category == "process_crash" and "ModuleNotFoundError" in finding.title
     assert "fused_layer_norm.py" in finding.cause and "dmesg" not in " ".join(f.flag for f in finding.fixes)
     assert "image or venv" in finding.fixes[0].flag
+
+
+def test_low_throughput_from_the_estimator_when_the_log_prints_no_tflops():
+    # Llama-3-8B on 8 H100: GBS 128 x 8192 tokens takes ~10 s at a healthy MFU; 60 s per step is ~6x too slow
+    lines = [f" [2026-01-01 00:{i:02d}:00] iteration {i:8d}/     100 | consumed samples: {128 * i:8d} | elapsed time "
+             f"per iteration (ms): 60000.0 | learning rate: 1.0E-04 | global batch size:   128 | lm loss: 5.0E+00 | "
+             "loss scale: 1.0 | grad norm: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+             for i in range(1, 12)]
+    log = parse_text("\n".join(lines))
+    from megapilot.diagnose.flags import read_flags, run_config
+
+    config = run_config(read_flags(flags=LLAMA3_8B), gpu=get_gpu("h100"), gpus=8)
+    (finding,) = [f for f in diagnose_log(log, config).findings if f.category == "low_throughput"]
+    assert "estimator over the measured median step time" in finding.cause
+    assert "MFU on h100" in finding.title
+    healthy = parse_text("\n".join(line.replace("60000.0", "9000.0") for line in lines))
+    assert "low_throughput" not in [f.category for f in diagnose_log(healthy, config).findings]
