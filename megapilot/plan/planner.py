@@ -7,14 +7,16 @@ from typing import TYPE_CHECKING
 from megapilot.errors import MegapilotError
 from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
 from megapilot.plan.reasons import Explainer, layout_label
-from megapilot.plan.search import Candidate, Fit, PlanResult, SearchOutcome, search_layouts
+from megapilot.plan.search import Candidate, Fit, PlanResult, RankKey, SearchOutcome, rank_key, search_layouts
 from megapilot.plan.space import Pins, RejectReason
-from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
+from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
 
 if TYPE_CHECKING:
     from megapilot.estimate import EstimateOptions
 
 DEFAULT_TOP = 5
+# The error band of a case no published run checks (AMD GPUs, hybrid models): a typical calibrated median.
+UNCHECKED_ERROR_BAND = 0.10
 
 
 def plan(
@@ -47,14 +49,17 @@ def plan(
     outcome = search_layouts(model, cluster, training, pins=pins, cost=cost)
     if not outcome.ranked:
         raise _nothing_fits(cost, pins, outcome)
-    chosen = distinct_shapes(outcome.ranked, top)
+    band = model_error_band(model, cluster, training)
+    chosen = distinct_shapes(prefer_recipe_shapes(outcome.ranked, band), top)
     explainer = Explainer(cost, outcome.best_by)
     candidates = []
-    for parallel, _ in chosen:
+    for rank, (parallel, _) in enumerate(chosen):
         # The public estimate validates the layout (the search's pre-filters must agree with the spec)
         # and carries Megatron's warnings for it.
         est = cost.validated(parallel)
         reasons = explainer.explain(parallel, est) + [f"note: {w}" for w in est.warnings]
+        if rank == 0:
+            reasons += _recipe_preference_reason(chosen, band)
         candidates.append(Candidate(parallel=parallel, estimate=est, reasons=reasons))
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
@@ -62,6 +67,38 @@ def plan(
         summary=explainer.runners_up(chosen),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
+
+
+def model_error_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> float:
+    """The estimator's own median error where this case lies (its calibrated cell, or the nearest); 10 % when no
+    published run checks the case."""
+    from megapilot.estimate.coverage import coverage_for
+
+    coverage = coverage_for(model, cluster.gpu, training.precision)
+    return coverage.nearest.median_abs_error if coverage.nearest is not None else UNCHECKED_ERROR_BAND
+
+
+def prefer_recipe_shapes(ranked: list[Fit], band: float) -> list[Fit]:
+    """Rank layouts the published recipes use (TP/PP/VPP with overlap) ahead of Megatron-FSDP ones that are
+    predicted faster by less than the model's own error: within that band the prediction cannot tell them
+    apart, and the recipe shape is the one measured at scale."""
+    return sorted(ranked, key=lambda fit: recipe_rank_key(fit[0], fit[1], band))
+
+
+def recipe_rank_key(p: ParallelConfig, est: EstimateResult, band: float) -> RankKey:
+    """`search.rank_key` with a non-FSDP layout's throughput credited by the error band."""
+    credited = est.tokens_per_s_per_gpu * (1.0 if p.fsdp else 1.0 + band)
+    return rank_key(p, est.model_copy(update={"tokens_per_s_per_gpu": credited}))
+
+
+def _recipe_preference_reason(chosen: list[Fit], band: float) -> list[str]:
+    best = chosen[0]
+    faster = [fit for fit in chosen[1:] if fit[0].fsdp and fit[1].tokens_per_s_per_gpu > best[1].tokens_per_s_per_gpu]
+    if best[0].fsdp or not faster:
+        return []
+    gain = faster[0][1].tokens_per_s_per_gpu / best[1].tokens_per_s_per_gpu - 1
+    return [f"a Megatron-FSDP layout ({layout_label(faster[0][0])}) is predicted {100 * gain:.1f} % faster, within "
+            f"the model's {100 * band:.0f} % median error here: the recipes' TP/PP shape is ranked first"]
 
 
 def distinct_shapes(ranked: list[Fit], top: int) -> list[Fit]:
