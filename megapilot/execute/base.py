@@ -23,11 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from megapilot.compat import StrEnum
 
 # A combo name becomes a directory name: keep it to characters every filesystem and shell accepts.
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "name\n" through.

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from megapilot.compat import tomllib
 from megapilot.errors import MegapilotError, from_validation_error
 
 PROFILE_ENV = "MEGAPILOT_PROFILE"

@@ -18,10 +18,11 @@ import json
 import os
 import tempfile
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from megapilot.compat import StrEnum
 
 # NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
 # null would not read back into a float field.
