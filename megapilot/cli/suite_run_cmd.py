@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from megapilot.cli.common import emit_json, err_console
+from megapilot.cli.common import console, emit_json, err_console
 
 if TYPE_CHECKING:
     from megapilot.store.history import History
@@ -34,7 +34,8 @@ def run(
     cluster: ClusterOpt = None,
     stage: Annotated[str | None, typer.Option(help="Run only this stage (prepare, results and teardown always run): "
                                                    "preflight, tokenizer, smoke, checkpoint, train.")] = None,
-    combo: Annotated[str | None, typer.Option(help="Run only this sweep cell, e.g. 'MBS=4,GBS=128,PRECISION=FP8'.")] = None,
+    combo: Annotated[str | None, typer.Option(
+        help="Run only this sweep cell, e.g. 'MBS=4,GBS=128,PRECISION=FP8'.")] = None,
     out: Annotated[Path, typer.Option("--out", help="Parent directory of the run directory.")] = Path("runs/suite"),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the stages and each combo's exact launch; "
                                                             "run nothing.")] = False,
@@ -88,7 +89,8 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
     keys = [c.key for c in suite.cells]
     if combo not in keys:
-        raise MegapilotError(f"no sweep cell {combo!r} in the config", field="--combo", fix="use one of: " + ", ".join(keys))
+        raise MegapilotError(f"no sweep cell {combo!r} in the config", field="--combo",
+                             fix="use one of: " + ", ".join(keys))
 
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
@@ -174,4 +176,4 @@ def _print_dry_run(plan: DryRunPlan) -> None:
 def _print_result(result: SuiteResult) -> None:
     from megapilot.suite.summary import print_summary
 
-    print_summary(result)
+    print_summary(result, console)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from megapilot.suite.curves import LossCurveGate
 from megapilot.suite.gates import BaselineLookup, builtin_gates, evaluate
-from megapilot.suite.metrics import ConvergenceGate, ScalingBaseline, measure_combo
+from megapilot.suite.metrics import ConvergenceGate, CurveTargets, ScalingBaseline, measure_combo
 from megapilot.suite.results import Curve, Finding, MetricRow
 from megapilot.suite.thresholds import DEFAULT_CELL, ThresholdSpec
 
@@ -57,8 +57,8 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
     measurement = measure_combo(
         logs, gpu=suite.gpu, world_size=launch.nodes * launch.gpus_per_node, gpus_per_node=launch.gpus_per_node,
         nodes=launch.nodes, seq_length=cell.seq_length, gbs=cell.gbs, train_iters=plan.training.train_iters,
-        model_flops_per_token=_flops_per_token(plan), precision=cell.precision.lower(), loss_curve=loss_curve,
-        convergence=convergence, scaling_baseline=scaling)
+        model_flops_per_token=_flops_per_token(plan), precision=cell.precision.lower(),
+        targets=CurveTargets(loss_curve=loss_curve, convergence=convergence, scaling_baseline=scaling))
     built_in = builtin_gates(measurement, loss_curve=loss_curve, convergence=convergence,
                              train_iters=plan.training.train_iters)
     if not gates:

@@ -121,6 +121,16 @@ class ConvergenceGate(BaseModel):
 
 
 @dataclass(frozen=True)
+class CurveTargets:
+    """What a combo's curves are judged against: the loss-slope gate, the convergence target and the
+    scaling reference (None: no scaling efficiency)."""
+
+    loss_curve: LossCurveGate = field(default_factory=LossCurveGate)
+    convergence: ConvergenceGate = field(default_factory=ConvergenceGate)
+    scaling_baseline: ScalingBaseline | None = None
+
+
+@dataclass(frozen=True)
 class Convergence:
     """Both readings of convergence on one loss series."""
 
@@ -178,15 +188,16 @@ class _NodeLog:
 def measure_combo(
     node_logs: list[Path], *, gpu: GPUSpec | None, world_size: int, gpus_per_node: int, nodes: int,
     seq_length: int | None, gbs: int | None, train_iters: int | None, model_flops_per_token: float | None = None,
-    precision: str = "bf16", loss_curve: LossCurveGate | None = None, convergence: ConvergenceGate | None = None,
-    scaling_baseline: ScalingBaseline | None = None,
+    precision: str = "bf16", targets: CurveTargets | None = None,
 ) -> ComboMeasurement:
     """Measure a combo from its node logs (index = node rank).
 
     `gpu` None means no GPU (a CPU run) or an unknown one: no MFU and no fraction of HBM.
     `model_flops_per_token`: training FLOPs per token (forward + backward, Megatron's convention); without
     it MFU uses the TFLOP/s/GPU the log prints. `precision` picks the GPU's dense peak for MFU.
+    `targets`: the curve gates and scaling reference (None: the defaults, no scaling reference).
     """
+    targets = targets or CurveTargets()
     logs = _parse_nodes(node_logs, world_size=world_size, seq_length=seq_length, gbs=gbs)
     measurement = ComboMeasurement(actuals={name: None for name in METRICS},
                                    units={name: info.unit for name, info in METRICS.items()})
@@ -202,8 +213,8 @@ def measure_combo(
     _mfu(measurement, gpu, precision, model_flops_per_token)
     _loss_metrics(measurement, logs, source, records)
     measurement.curves = _curves(records, shape, _eval_losses(logs))
-    _scaling(measurement, scaling_baseline, world_size=world_size, nodes=nodes)
-    _curve_metrics(measurement, loss_curve or LossCurveGate(), convergence or ConvergenceGate())
+    _scaling(measurement, targets.scaling_baseline, world_size=world_size, nodes=nodes)
+    _curve_metrics(measurement, targets.loss_curve, targets.convergence)
     if gpus_per_node * nodes != world_size:
         measurement.notes.append(f"world size {world_size} is not nodes x GPUs per node ({nodes} x {gpus_per_node}); "
                                  "per-GPU figures use the world size")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
 from megapilot.suite.results import MetricRow, SuiteResult, Verdict
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.RECORD: "dim", Verdict.SKIPPED: "yellow"}
 
@@ -44,12 +49,10 @@ def result_json(result: SuiteResult) -> dict[str, object]:
     }
 
 
-def print_summary(result: SuiteResult) -> None:
-    """Stages and combos with their verdicts, then each FAIL row with its reason."""
+def print_summary(result: SuiteResult, console: Console) -> None:
+    """Stages and combos with their verdicts, then each FAIL row with its reason, on the CLI's console."""
     from rich.markup import escape
     from rich.table import Table
-
-    from megapilot.cli.common import console
 
     table = Table(title=f"suite {result.card.suite_name} — {result.run_id}", show_lines=False)
     for column in ("stage", "combo", "verdict", "time (s)", "reason"):
@@ -63,7 +66,8 @@ def print_summary(result: SuiteResult) -> None:
         failed = [r for r in combo.metrics if r.verdict is Verdict.FAIL]
         for row in failed:
             console.print(f"[bold red]FAIL[/] {escape(combo.key)} {escape(row.name)} = {row.value} {escape(row.unit)} "
-                          f"(gate {escape(row.threshold or '')}): {escape(row.reason)}", highlight=False, soft_wrap=True)
+                          f"(gate {escape(row.threshold or '')}): {escape(row.reason)}",
+                          highlight=False, soft_wrap=True)
     for regression in result.regressions:
         marker = "[bold red]regression[/]" if regression.worse else "[green]improvement[/]"
         console.print(f"{marker} {escape(regression.combo)}: {escape(regression.message)}", highlight=False)

@@ -14,6 +14,7 @@ from megapilot.suite.gates import evaluate
 from megapilot.suite.metrics import (
     METRICS,
     ConvergenceGate,
+    CurveTargets,
     ScalingBaseline,
     measure_combo,
     measure_convergence,
@@ -149,8 +150,9 @@ def test_scaling_efficiency_is_tokens_total_against_the_baseline_scaled_by_nodes
 def test_scaling_efficiency_in_a_measurement(log_file):
     logs = two_node_logs(log_file, with_arguments=True)
     tokens_per_gpu = 32 * 2048 / (0.5 * 16)
+    reference = ScalingBaseline(tokens_per_sec_total=tokens_per_gpu * 8 * 1.25)
     m = measure_combo(logs, gpu=H100, world_size=16, gpus_per_node=8, nodes=2, seq_length=None, gbs=None,
-                      train_iters=20, scaling_baseline=ScalingBaseline(tokens_per_sec_total=tokens_per_gpu * 8 * 1.25))
+                      train_iters=20, targets=CurveTargets(scaling_baseline=reference))
     assert m.actuals["training.scaling_efficiency_pct"] == pytest.approx(80.0)
     assert m.units["training.scaling_efficiency_pct"] == "%"
     no_baseline = measure_combo(logs, gpu=H100, world_size=16, gpus_per_node=8, nodes=2, seq_length=None,
@@ -193,12 +195,12 @@ def test_convergence_on_eval_loss_when_the_log_has_validation_lines(log_file):
     lines += logfmt.validation_lines(20, {"lm loss": 4.1})
     path = log_file("training.log", lines)
     auto = measure_one(path, gpu=None, world_size=1, seq_length=64, gbs=8, train_iters=20,
-                       convergence=ConvergenceGate(target_value=4.5))
+                       targets=CurveTargets(convergence=ConvergenceGate(target_value=4.5)))
     assert auto.curve("eval_loss").points == [(10, 5.2), (20, 4.1)]
     assert auto.actuals["training.steps_to_target"] == 20  # eval reaches 4.5 at step 20
     assert auto.actuals["training.final_loss_vs_target"] == pytest.approx(4.1 - 4.5)
     train = measure_one(path, gpu=None, world_size=1, seq_length=64, gbs=8, train_iters=20,
-                        convergence=ConvergenceGate(target_value=4.5, target_metric="train_loss"))
+                        targets=CurveTargets(convergence=ConvergenceGate(target_value=4.5, target_metric="train_loss")))
     assert train.actuals["training.steps_to_target"] == 15  # 6.0 - 0.1 x 15 = 4.5
     assert train.actuals["training.time_to_target_s"] == pytest.approx(15 * 0.1)
 
@@ -219,7 +221,7 @@ def test_time_to_target_counts_every_iteration_of_a_log_interval():
 @pytest.mark.slow
 def test_a_real_cpu_run_of_the_embedded_trainer(trainer_runs):
     m = measure_combo([trainer_runs.save_log], gpu=None, world_size=1, gpus_per_node=1, nodes=1, seq_length=None,
-                      gbs=None, train_iters=10, convergence=ConvergenceGate(target_value=5.0))
+                      gbs=None, train_iters=10, targets=CurveTargets(convergence=ConvergenceGate(target_value=5.0)))
     log = parse_logs([trainer_runs.save_log])
     assert m.actuals["training.iterations_reached"] == 10
     assert [s for s, _ in m.curve("loss").points] == list(range(1, 11))
