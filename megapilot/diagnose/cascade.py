@@ -44,6 +44,7 @@ _PEER_LOSS_RE = re.compile(
 _BARE_WRAPPER_RE = re.compile(r"instance of 'c10::DistBackendError'|^\s*(?:\S+\.)?DistBackendError\s*$")
 _NCCL_CODE_RE = re.compile(r"nccl(?:Internal|System|Invalid|Unhandled)\w*Error|unhandled (?:cuda|hip) error",
                            re.IGNORECASE)
+_HOST_OOM_RE = re.compile(r"oom[_-]kill|Out of memory: Killed process|task \d+: Out Of Memory", re.IGNORECASE)
 _SIGNAL_NAME_RE = re.compile(r"\b(SIG[A-Z]+)\b|Signal (\d+)")
 _EXIT_CODE_RE = re.compile(r"exitcode\s*:?\s*(-?\d+)")
 
@@ -159,6 +160,8 @@ def _step(records: list[ErrorRecord], lead: ErrorRecord | None = None) -> Cascad
 def _killed(records: list[ErrorRecord]) -> str:
     """`killed by SIGKILL (exit code -9)`: the signal named by any line of the incident, else by the exit code."""
     text = " ".join(r.text for r in records)
+    if _HOST_OOM_RE.search(text):
+        return "killed by the host's OOM killer (CPU memory)"
     named, code = _SIGNAL_NAME_RE.search(text), _EXIT_CODE_RE.search(text)
     name = (named.group(1) or _signal_name(int(named.group(2)))) if named else None
     if name is None and code is not None and int(code.group(1)) < 0:
@@ -207,6 +210,9 @@ def _describe(step: CascadeStep, label: dict[str, str]) -> str:
 
 def _signal_cause(what: str) -> str:
     """Where a signal death comes from: SIGKILL and SIGTERM from outside the process, the others from inside."""
+    if "OOM killer" in what:
+        return ("the node ran out of CPU memory (host RAM, not GPU memory): too many data-loader workers, a large "
+                "dataset index or checkpoint loaded in RAM, or another job on the node.")
     if "SIGKILL" in what:
         return ("nothing in its own output says why, so the cause is outside the process: the host's OOM killer (CPU "
                 "memory), the scheduler (preemption, time limit, a cancelled job), an operator, or a failing node.")

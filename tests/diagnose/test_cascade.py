@@ -93,3 +93,11 @@ def test_a_watchdog_timeout_rethrown_as_dist_backend_error_is_still_a_consequenc
     ]))
     cascade = build_cascade(log.errors, log.files)
     assert cascade is not None and not cascade.root_is_cause
+
+
+def test_a_slurm_oom_kill_names_host_memory_not_a_signal():
+    log = parse_text("slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been "
+                     "OOM Killed.\nsrun: error: gpu-03: task 7: Killed")
+    result = diagnose_log(log, None)
+    assert result.story[0].startswith("first failure: killed by the host's OOM killer (CPU memory)")
+    assert "CPU memory" in result.findings[0].cause
