@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from megapilot.catalog.hf import from_hf_config, load_hf_config
+from megapilot.catalog.hub import looks_like_hub_id
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import ModelSpec
 
@@ -91,6 +92,8 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         return load_hf_config(path)
     if path.is_file():
         return _load_model_file(path)
+    if looks_like_hub_id(text):  # a path that exists wins, as with huggingface_hub's own from_pretrained
+        return _hub_model(text)
     if path.suffix.lower() in _SPEC_FILE_SUFFIXES or "/" in text:
         raise MegapilotError(
             f"no such file: {path}", field="model", fix="check the path to the config.json or ModelSpec file",
@@ -98,16 +101,37 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     raise _unknown_model(text)
 
 
+def _hub_model(repo_id: str) -> ModelSpec:
+    """A hub id's config.json (cache or download), named after the repository (not its snapshot hash)."""
+    from megapilot.catalog.hub import resolve_hub_config
+
+    return from_hf_config(_read_mapping(resolve_hub_config(repo_id)), repo_id.split("/", 1)[1])
+
+
+def close_presets(name: str, limit: int = 4) -> list[str]:
+    """Preset names a mistyped or shortened `name` probably meant.
+
+    Prefixes first (`gpt3` -> `gpt3-175b`: a size left out is the commonest slip), those that continue the
+    name after a separator as typed before the rest, then spelling neighbours (difflib) for typos.
+    """
+    keys, key = _presets_by_key(), lookup_key(name)
+    typed = name.strip().lower()
+    prefixed = [k for k in keys if k.startswith(key) and k != key] if len(key) >= 2 else []
+    literal = [k for k in prefixed if any(n.lower().startswith(typed) and n[len(typed):len(typed) + 1] in "-_. "
+                                          for n in (keys[k].spec.name, *keys[k].aliases))]
+    spelled = difflib.get_close_matches(key, list(keys), n=limit, cutoff=0.6)
+    ordered = literal + prefixed + spelled
+    return list(dict.fromkeys(keys[k].spec.name for k in ordered))[:limit]
+
+
 def _unknown_model(name: str) -> MegapilotError:
-    keys = _presets_by_key()
-    close = difflib.get_close_matches(lookup_key(name), list(keys), n=4, cutoff=0.6)
-    suggestions = list(dict.fromkeys(keys[key].spec.name for key in close))
+    suggestions = close_presets(name)
     hint = f"did you mean {', '.join(suggestions)}? " if suggestions else ""
     return MegapilotError(
         f"unknown model {name!r}",
         field="model",
-        fix=f"{hint}run `megapilot models` for the presets, or pass a path to a Hugging Face config.json "
-        "(or its directory) or a YAML/JSON file of ModelSpec fields",
+        fix=f"{hint}run `megapilot models` for the presets, or pass a Hugging Face hub id (org/name), a path to a "
+        "config.json (or its directory) or a YAML/JSON file of ModelSpec fields",
     )
 
 
