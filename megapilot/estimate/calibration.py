@@ -45,6 +45,7 @@ from megapilot.errors import MegapilotError
 from megapilot.estimate.efficiency import EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.memory import memory_per_gpu
+from megapilot.estimate.published import PublishedLayout
 from megapilot.estimate.step_time import EstimateOptions, step_time
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, validate_layout
 from megapilot.spec.parallel import Recompute
@@ -104,28 +105,16 @@ class PublishedDerived(_Record):
     flops_convention_check: FlopConventionCheck | None = None
 
 
-class PublishedRun(_Record):
-    """One row of the published calibration file: the fields the calibration reads."""
+class PublishedRun(PublishedLayout):
+    """One row of the published calibration file: its layout, and what the calibration also reads."""
 
-    id: str
-    task: str
-    model: str
+    # The calibration rows all state their model's shape and precision (`PublishedLayout` allows gaps).
     layers: int
     hidden: int
-    ffn_hidden: int | None = None
     heads: int
-    kv_heads: int | None = None
     vocab: int
-    seq_len: int
-    gpu: str
-    num_gpus: int
-    tp: int | None = None
-    pp: int | None = None
-    vp: int | None = None
-    cp: int | None = None
-    mbs: int | None = None
-    gbs: int | None = None
     precision: str
+    task: str
     recompute: str | None = None
     notes: list[str] = Field(default_factory=list)
     measured: PublishedMeasurement
