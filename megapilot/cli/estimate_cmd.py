@@ -24,6 +24,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from megapilot.cli.common import console, emit_json, print_assumptions
+from megapilot.cli.layout_options import (
+    AccountForEmbedding,
+    AccountForLoss,
+    FirstStageLayers,
+    LastStageLayers,
+    PpLayout,
+    SequenceParallel,
+    split_flags,
+)
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -58,19 +67,16 @@ def estimate(
     precision: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
     recompute: Annotated[str | None, typer.Option(help="none | selective | full (default selective).")] = None,
     recompute_num_layers: Annotated[int | None, typer.Option(help="With full recompute: layers per group.")] = None,
-    sequence_parallel: Annotated[
-        bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Default: on when tp > 1.")
-    ] = None,
+    sequence_parallel: SequenceParallel = None,
     distributed_optimizer: Annotated[
         bool, typer.Option("--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")
     ] = True,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
-    first_stage_layers: Annotated[
-        int | None, typer.Option(help="Layers on the first pipeline rank (uneven split; default: even).")
-    ] = None,
-    last_stage_layers: Annotated[
-        int | None, typer.Option(help="Layers on the last pipeline rank (uneven split; default: even).")
-    ] = None,
+    first_stage_layers: FirstStageLayers = None,
+    last_stage_layers: LastStageLayers = None,
+    account_for_embedding: AccountForEmbedding = False,
+    account_for_loss: AccountForLoss = False,
+    pp_layout: PpLayout = None,
     force_tp_across_nodes: Annotated[
         bool, typer.Option("--force-tp-across-nodes", help="Cost a TP group larger than a node instead of refusing.")
     ] = False,
@@ -94,7 +100,7 @@ def estimate(
         "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len, "precision": precision,
         "recompute": recompute, "recompute_num_layers": recompute_num_layers,
         "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer, "fsdp": fsdp,
-        "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
+        **split_flags(first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss, pp_layout),
         "force_tp_across_nodes": force_tp_across_nodes,
     }
     case, result = estimate_case(flags, flop_convention)
@@ -116,6 +122,9 @@ def estimate_case(flags: dict[str, Any], flop_convention: str = "megatron") -> t
     case = build_case(**flags)
     result = run_estimate(case.model, case.cluster, case.training, case.parallel, convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS above
                           allow_tp_across_nodes=case.allow_tp_across_nodes)
+    split = case.parallel.pipeline_split
+    if not split.is_even:  # say which split was costed (the string a balanced request resolved to)
+        result = type(result).model_validate(result.model_dump() | {"pipeline_split": split.label()})
     return case, result
 
 
@@ -232,6 +241,11 @@ def _print_result(result: EstimateResult, case: Case) -> None:
         right = time_rows[i] if i < len(time_rows) else ("", "")
         table.add_row(*left, *right)
     console.print(table)
+    split = case.parallel.pipeline_split
+    if not split.is_even:  # a balanced layout was computed here: show the string Megatron takes
+        stages = case.parallel.pipeline_stages(case.model.num_layers, case.model.mtp_num_layers)
+        console.print(f"pipeline split: {split.label()} (layers per rank: "
+                      f"{', '.join(map(str, stages.rank_layer_counts()))})", markup=False, highlight=False)
     # Read as attributes: the estimator sets them beyond the schema's required fields (extra="allow").
     convention = getattr(result, "flop_convention", "megatron")
     bubble, exposed = getattr(result, "bubble_fraction", 0.0), getattr(result, "exposed_comm_fraction", 0.0)

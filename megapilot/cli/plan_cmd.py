@@ -100,6 +100,10 @@ def plan_command(
     mbs: int | None = _pin("--mbs", "micro-batch size"),
     recompute: str | None = _pin("--recompute", "recompute: none, selective or full"),
     fsdp: bool | None = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
+    headroom: float = typer.Option(
+        0.0, "--headroom",
+        help="Share of each GPU's HBM a planned layout leaves free beyond the estimate's own overhead allowance "
+             "(CUDA context, NCCL buffers, 10 % of activations); default 0, e.g. 0.05."),
     save: Path | None = typer.Option(None, "--save", help="Write the winner as a plan file (JSON)."),
     profile: Path | None = PROFILE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -119,7 +123,7 @@ def plan_command(
     inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
     model_spec, cluster, training = _build_specs(model, inputs, seq_len, gbs, precision)
     pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute, fsdp=fsdp)
-    result = plan(model_spec, cluster, training, top=top, pins=pins)
+    result = plan(model_spec, cluster, training, top=top, pins=pins, headroom_fraction=headroom)
     if save is not None:
         _save_plan(result, save)
     assumed = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision}) + inputs.notes

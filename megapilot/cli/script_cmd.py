@@ -14,6 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from megapilot.cli.common import console, emit_json, err_console, print_assumptions
+from megapilot.cli.layout_options import (
+    AccountForEmbedding,
+    AccountForLoss,
+    FirstStageLayers,
+    LastStageLayers,
+    PpLayout,
+    SequenceParallel,
+    split_flags,
+)
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -44,8 +53,12 @@ def script(
     precision: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
     recompute: Annotated[str | None, typer.Option(help="none | selective | full (default selective).")] = None,
     recompute_num_layers: Annotated[int | None, typer.Option(help="With full recompute: layers per group.")] = None,
-    sequence_parallel: Annotated[bool | None, typer.Option(
-        "--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Default: on when tp > 1.")] = None,
+    sequence_parallel: SequenceParallel = None,
+    first_stage_layers: FirstStageLayers = None,
+    last_stage_layers: LastStageLayers = None,
+    account_for_embedding: AccountForEmbedding = False,
+    account_for_loss: AccountForLoss = False,
+    pp_layout: PpLayout = None,
     distributed_optimizer: Annotated[bool, typer.Option(
         "--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")] = True,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
@@ -105,7 +118,9 @@ def script(
                   "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
                   "precision": precision, "recompute": recompute, "recompute_num_layers": recompute_num_layers,
                   "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer,
-                  "fsdp": fsdp}
+                  "fsdp": fsdp,
+                  **split_flags(first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss,
+                                pp_layout)}
     if plan is not None:
         _refuse_layout_with_plan(layout)
         saved = _read_plan(plan)
