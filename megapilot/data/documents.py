@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 from megapilot.errors import MegapilotError
 
 SUPPORTED_SUFFIXES = (".jsonl", ".txt", ".txt.gz", ".jsonl.gz")
 
 
-def _open_text(path: Path):
+# Called after each document with how many bytes of the file (compressed bytes for .gz) have been read.
+BytesRead = Callable[[int], None]
+
+
+def _open_text(path: Path) -> IO[str]:
     if path.name.endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8")
     return path.open("r", encoding="utf-8")
@@ -32,8 +37,16 @@ def _kind_of(path: Path) -> str:
                          fix=f"give a file ending in one of {', '.join(SUPPORTED_SUFFIXES)}")
 
 
-def _jsonl_documents(path: Path, json_key: str) -> Iterator[str]:
+def _file_position(handle: IO[str]) -> Callable[[], int]:
+    """How far into the file on disk a text handle has read (buffered: ahead by at most one buffer)."""
+    raw = getattr(handle, "buffer", None)
+    raw = getattr(raw, "fileobj", raw)  # a GzipFile: the position in the compressed file
+    return raw.tell if raw is not None and hasattr(raw, "tell") else lambda: 0
+
+
+def _jsonl_documents(path: Path, json_key: str, on_bytes: BytesRead | None) -> Iterator[str]:
     with _open_text(path) as handle:
+        position = _file_position(handle)
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -47,17 +60,22 @@ def _jsonl_documents(path: Path, json_key: str) -> Iterator[str]:
                                      field="--json-key", fix="name the field that holds the text")
             if record[json_key]:
                 yield record[json_key]
+                if on_bytes is not None:
+                    on_bytes(position())
 
 
-def _txt_documents(path: Path) -> Iterator[str]:
+def _txt_documents(path: Path, on_bytes: BytesRead | None) -> Iterator[str]:
     paragraph: list[str] = []
     with _open_text(path) as handle:
+        position = _file_position(handle)
         for line in handle:
             if line.strip():
                 paragraph.append(line.rstrip("\n"))
             elif paragraph:
                 yield "\n".join(paragraph)
                 paragraph = []
+                if on_bytes is not None:
+                    on_bytes(position())
     if paragraph:
         yield "\n".join(paragraph)
 
@@ -71,14 +89,14 @@ def check_input(path: Path | str) -> str:
     return kind
 
 
-def read_documents(path: Path | str, *, json_key: str = "text") -> Iterator[str]:
-    """Yield the documents of a `.jsonl` or `.txt` file (optionally gzipped)."""
+def read_documents(path: Path | str, *, json_key: str = "text", on_bytes: BytesRead | None = None) -> Iterator[str]:
+    """Yield the documents of a `.jsonl` or `.txt` file (optionally gzipped); `on_bytes` follows the reading."""
     path = Path(path)
     kind = check_input(path)
     try:
         if kind == "jsonl":
-            yield from _jsonl_documents(path, json_key)
+            yield from _jsonl_documents(path, json_key, on_bytes)
         else:
-            yield from _txt_documents(path)
+            yield from _txt_documents(path, on_bytes)
     except UnicodeDecodeError:
         raise MegapilotError(f"{path} is not UTF-8 text", field="INPUT", fix="convert the file to UTF-8") from None

@@ -1,8 +1,8 @@
 """Text files → Megatron's indexed dataset (`PREFIX.bin` + `PREFIX.idx`), and the shipped corpus.
 
-The files are written by Megatron-Core's own `IndexedDatasetBuilder`, so `GPTDataset` reads them
-exactly as it reads data made by Megatron-LM's `tools/preprocess_data.py` (each document followed
-by the end-of-document token, as with `--append-eod`).
+The files are those Megatron-Core's own `IndexedDatasetBuilder` writes (byte for byte, checked by a
+test), so `GPTDataset` reads them exactly as it reads data made by Megatron-LM's
+`tools/preprocess_data.py` (each document followed by the end-of-document token, as with `--append-eod`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megapilot.data import ByteTokenizer, read_documents
-from megapilot.data.documents import check_input
+from megapilot.data.documents import BytesRead, check_input
+from megapilot.data.indexed import IndexedDatasetWriter
 from megapilot.errors import MegapilotError
 
 SHIPPED_CORPUS = Path(__file__).parent / "data" / "corpus" / "kjv_pentateuch.txt.gz"
@@ -54,35 +55,31 @@ def _check_output_prefix(output_prefix: str) -> Path:
     return prefix
 
 
-def _write_indexed_dataset(input_path: Path, prefix: str, json_key: str) -> tuple[int, int]:
-    """Tokenize every document into `prefix.bin/.idx`; returns (documents, tokens)."""
-    import numpy
-    import torch
-    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+def _write_indexed_dataset(input_path: Path, prefix: str, json_key: str,
+                           on_bytes: BytesRead | None = None) -> tuple[int, int]:
+    """Tokenize every document into `prefix.bin/.idx`; returns (documents, tokens).
 
+    Written by `megapilot.data.indexed` (standard library only), byte for byte what Megatron-Core's
+    `IndexedDatasetBuilder` writes, so preparing data imports neither torch nor megatron-core.
+    """
     tokenizer = ByteTokenizer()
-    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tokenizer.vocab_size))
-    documents = tokens = 0
-    for text in read_documents(input_path, json_key=json_key):
-        ids = tokenizer.tokenize(text) + [tokenizer.eod]
-        builder.add_item(torch.from_numpy(numpy.asarray(ids, dtype=numpy.int64)))
-        builder.end_document()
-        documents += 1
-        tokens += len(ids)
-    builder.finalize(prefix + ".idx")
-    return documents, tokens
+    with IndexedDatasetWriter(prefix, tokenizer.vocab_size) as writer:
+        for text in read_documents(input_path, json_key=json_key, on_bytes=on_bytes):
+            writer.add_document(tokenizer.tokenize(text) + [tokenizer.eod])
+        writer.finish()
+    return writer.documents, writer.tokens
 
 
 def prepare_indexed_dataset(input_path: Path | str, output_prefix: str, *, tokenizer: str = "byte",
-                            json_key: str = "text") -> PreparedDataset:
-    """Convert a `.jsonl`/`.txt` file into `output_prefix.bin` and `output_prefix.idx`."""
+                            json_key: str = "text", on_bytes: BytesRead | None = None) -> PreparedDataset:
+    """Convert a `.jsonl`/`.txt` file into `output_prefix.bin` and `output_prefix.idx` (`on_bytes`: progress)."""
     if tokenizer not in TOKENIZERS:
         raise MegapilotError(f"unknown tokenizer {tokenizer!r}", field="--tokenizer",
                              fix=f"use one of: {', '.join(TOKENIZERS)}")
     check_input(input_path)
     prefix = _check_output_prefix(output_prefix)
     try:
-        documents, tokens = _write_indexed_dataset(Path(input_path), str(prefix), json_key)
+        documents, tokens = _write_indexed_dataset(Path(input_path), str(prefix), json_key, on_bytes)
         if documents == 0:
             raise MegapilotError(f"{input_path} holds no text", field="INPUT",
                                  fix="give a file with at least one document")

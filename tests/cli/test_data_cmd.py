@@ -6,8 +6,6 @@ import json
 
 import pytest
 
-pytest.importorskip("megatron.core")
-
 
 def test_prepare_jsonl_reports_documents_and_tokens_as_json(cli, tmp_path):
     source = tmp_path / "docs.jsonl"
@@ -41,3 +39,20 @@ def test_user_errors_exit_2_on_one_line_naming_the_field(cli, tmp_path, args, fi
     assert result.exit_code == 2
     assert field in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_large_input_gets_a_progress_bar_on_stderr(cli, tmp_path, monkeypatch):
+    import megapilot.cli.common as common
+    import megapilot.cli.data_cmd as data_cmd
+    from megapilot.cli.common import OutputConsole
+
+    monkeypatch.setattr(data_cmd, "PROGRESS_FROM_BYTES", 1000)  # "large" scaled down to a test file
+    monkeypatch.setattr(common, "err_console", OutputConsole(stderr=True, force_terminal=True, width=100))
+    source = tmp_path / "docs.txt"
+    source.write_text("\n\n".join(f"paragraph {i} " * 20 for i in range(400)) + "\n")
+    result = cli("data", "prepare", str(source), "--output-prefix", str(tmp_path / "ds"))
+    assert result.exit_code == 0, result.stderr
+    assert "tokenizing" in result.stderr and "━" in result.stderr  # the bar, drawn on the terminal
+    assert "400" in result.stdout and "tokenizing" not in result.stdout  # stdout: the table alone
+    small = cli("data", "prepare", str(source), "--output-prefix", str(tmp_path / "ds2"), "--json")
+    assert "tokenizing" not in small.stderr  # --json: no bar
