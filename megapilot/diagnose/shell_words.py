@@ -326,7 +326,8 @@ def _assignment(word: _Word) -> tuple[str, bool, _Word] | None:
     if not found:
         return None
     rest = word[0].text[found.end():]
-    value: _Word = ([_Text(rest, quoted=False)] if rest else []) + list(word[1:])
+    head: _Word = [_Text(rest, quoted=False)] if rest else []
+    value = head + list(word[1:])
     return found.group(1), bool(found.group(2)), value
 
 

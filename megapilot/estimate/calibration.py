@@ -48,6 +48,7 @@ from megapilot.estimate.memory import memory_per_gpu
 from megapilot.estimate.published import PublishedLayout
 from megapilot.estimate.step_time import EstimateOptions, step_time
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, validate_layout
+from megapilot.spec.model import MlpActivation
 from megapilot.spec.parallel import Recompute
 
 # Physically motivated starting point (not fitted): large-GEMM efficiency ~75 % of BF16 peak, ~55 %
@@ -155,7 +156,7 @@ def source_of(row_id: str) -> str:
 def build_model(run: PublishedRun) -> ModelSpec:
     name, h = run.model, run.hidden
     llama = "llama" in name.lower()
-    activation = "swiglu" if llama else ("squared_relu" if "nemotron" in name.lower() else "gelu")
+    activation: MlpActivation = "swiglu" if llama else ("squared_relu" if "nemotron" in name.lower() else "gelu")
     return ModelSpec(
         name=name, num_layers=run.layers, hidden_size=h, ffn_hidden_size=run.ffn_hidden or 4 * h,
         num_attention_heads=run.heads, num_query_groups=run.kv_heads if run.kv_heads != run.heads else None,

@@ -7,6 +7,8 @@ subprocess machinery): `LocalExecutor` (megapilot.execute.local), `SlurmExecutor
 (megapilot.execute.ssh).
 """
 
+from typing import Any
+
 from megapilot.execute.base import (
     Executor,
     HangPolicy,
@@ -33,7 +35,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:  # the lazily imported executor classes (typed where they are defined)
     if name in _LAZY:
         import importlib
 

@@ -208,7 +208,8 @@ class ContainerWrapper(BaseModel):
 class _NodeRun:
     node: int
     ssh: SshNode
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
+    argv: list[str]
     remote_pid: int | None = None
     remote_host: str | None = None
 
@@ -273,7 +274,7 @@ class SshExecutor:
         handle = JobHandle(executor=self.name, combo=job.combo, job_id=f"ssh-{token[:12]}", job_dir=directory,
                            submitted_at=submitted_at)
         record = JobRecord(
-            combo=job.combo, executor=self.name, job_id=handle.job_id, command=list(runs[0].process.args),
+            combo=job.combo, executor=self.name, job_id=handle.job_id, command=list(runs[0].argv),
             source_script=str(job.script.resolve()) if job.script else None, cwd=cwd, env_names=sorted(job.env),
             master_addr=self.master_addr, master_port=master_port, nodes=job.nodes,
             gpus_per_node=job.gpus_per_node, submitted_at=submitted_at, started_at=submitted_at,
@@ -374,7 +375,7 @@ class SshExecutor:
         with open(log_path, "ab", buffering=0) as log:
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True, close_fds=True)
-        return _NodeRun(node=index, ssh=node, process=process)
+        return _NodeRun(node=index, ssh=node, process=process, argv=argv)
 
     def _stop_remote(self, job: _SshJob, runs: list[_NodeRun]) -> list[str]:
         """Run the stop program on the given nodes at once; returns what any node reports left alive."""
@@ -413,10 +414,10 @@ class SshExecutor:
             _end_local_ssh(run.process)
         now_s = time.monotonic()
         self._note_remote_pids(job, job.logs.read_rest(now_s))
-        if job.stop_cause is not None:
-            state, reason = job.stop_cause
-        else:
-            state, reason = job.logs.clean_exit_verdict(job.spec.require_final_iteration)
+        cause: tuple[JobState, str | None] = (
+            job.stop_cause if job.stop_cause is not None
+            else job.logs.clean_exit_verdict(job.spec.require_final_iteration))
+        state, reason = cause
         notes = [reason] if reason else []
         notes += problems
         job.record.status = job.logs.status(state, now_s, job.started_at_s, exit_code=exit_code,

@@ -9,7 +9,7 @@ count, DP filling the rest) are therefore stated only where the cost model repro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
@@ -419,7 +419,7 @@ class Explainer:
         return []
 
     # -- summary across candidates
-    def runners_up(self, ranked: list[tuple[ParallelConfig, EstimateResult]]) -> list[str]:
+    def runners_up(self, ranked: Sequence[tuple[ParallelConfig, EstimateResult]]) -> list[str]:
         """Why each runner-up lost to the winner: the time component that grew the most."""
         if not ranked:
             return []
@@ -454,7 +454,7 @@ def _largest_growth(best: EstimateResult, other: EstimateResult) -> str:
               for k in keys if not _is_total(k)}
     if not growth:
         return ""
-    key = max(growth, key=growth.get)
+    key = max(growth, key=growth.__getitem__)
     if growth[key] <= 0:
         return ""
     return (f"{component_words(key)} {format_duration(other.time_breakdown_s.get(key, 0.0))} vs "

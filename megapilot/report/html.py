@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from megapilot.report import measures
@@ -21,6 +22,9 @@ from megapilot.report.junit import xml_text
 from megapilot.report.log_copies import LogLink
 from megapilot.report.run_deck import RESULTS_HEADERS, format_number, metric_label, results_rows, run_card_rows
 from megapilot.suite.results import ComboResult, MetricRow, SuiteResult
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 REPORT_NAME = "report.html"
 
@@ -97,7 +101,7 @@ def render_html(result: SuiteResult, charts: ReportCharts, log_links: dict[str, 
     )
 
 
-def _environment():  # -> jinja2.Environment (jinja2 imported here: the core starts without it)
+def _environment() -> Environment:  # jinja2 imported here: the core starts without it
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     environment = Environment(loader=PackageLoader("megapilot.report", "templates"),

@@ -27,7 +27,7 @@ from megapilot.report import measures
 from megapilot.report.log_copies import LogLink
 from megapilot.suite.results import ComboResult, Finding, MetricRow, SuiteResult, Verdict
 
-RUN_DECK_SCHEMA_VERSION = 1
+RUN_DECK_SCHEMA_VERSION: Literal[1] = 1
 RUN_DECK_NAME = "megatron_run_deck.json"
 SCHEMA_RESOURCE = "schema/run_deck.schema.json"
 SCHEMA_ID = "urn:megapilot:run-deck:1"
@@ -227,7 +227,7 @@ class RunDeck(_Strict):
     model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True,
                               title="megapilot run deck")
 
-    schema_version: Literal[1] = Field(RUN_DECK_SCHEMA_VERSION,
+    schema_version: Literal[1] = Field(default=RUN_DECK_SCHEMA_VERSION,
         description="Version of this schema; a reader refuses versions it does not know.")
     suite_id: str = Field(description="The suite's name (CVS writes 'megatron').")
     run_id: str = Field(description="The suite run's id.")

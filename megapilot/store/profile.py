@@ -79,7 +79,7 @@ def save_profile(path: str | os.PathLike[str] | None = None, *, merge: bool = Tr
     current = load_profile(location).values() if merge and location.is_file() else {}
     current.update({k: v for k, v in fields.items() if v is not None})
     try:
-        profile = Profile(**current)
+        profile = Profile.model_validate(current)
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="profile") from None
     import tomli_w

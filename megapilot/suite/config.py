@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from megapilot.errors import MegapilotError
 from megapilot.spec import GPUSpec, ModelSpec
@@ -346,7 +347,7 @@ def resolve_placeholders(raw: dict[str, Any], user: str, config_dir: Path) -> di
     if isinstance(paths, dict):
         raw["paths"] = _anchor_relative(_resolve_within_paths(paths), config_dir)
         flat = {f"paths.{k}": v for k, v in raw["paths"].items() if isinstance(v, (str, int, float))}
-        raw = _substitute(raw, {k: str(v) for k, v in flat.items()})  # type: ignore[assignment]
+        raw = _substitute(raw, {k: str(v) for k, v in flat.items()})
     return raw
 
 
@@ -440,7 +441,7 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return text
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: ErrorDetails) -> str:
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
         return "not a known setting here"

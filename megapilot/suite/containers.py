@@ -12,7 +12,7 @@ environment. SLURM jobs use pyxis/enroot through the launch script instead (`--c
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from megapilot.suite.results import MetricRow, Verdict
 
@@ -68,7 +68,7 @@ def exec_prefix(suite: LoadedSuite) -> list[str]:
             container.name]
 
 
-def _runtime_args(suite: LoadedSuite) -> dict[str, object]:
+def _runtime_args(suite: LoadedSuite) -> dict[str, Any]:
     container = suite.config.container
     return container.runtime.args.model_dump(exclude_none=True) if container else {}
 

@@ -272,6 +272,7 @@ def _convergence_gate(m: ComboMeasurement, target: ConvergenceGate) -> MetricRow
                      f"no {result.series} logged", threshold=threshold, enforced=target.enforce)
     crossed = (f"first reached at step {result.steps_to_target}" if result.steps_to_target is not None
                else "never reached")
+    value: float | None
     if target.rule == "final":
         passed = result.final_loss <= target.target_value
         comparison = "<=" if passed else ">"

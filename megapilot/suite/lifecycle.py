@@ -299,12 +299,14 @@ _EARLY: dict[str, Callable[[_Context], StageResult]] = {
 
 def _combo(ctx: _Context, cell: SweepCell) -> None:
     """train → metrics → loss_curve of one cell; a finished cell of the resumed run is kept as it was."""
-    previous = ctx.request.resume_from.combo(cell.key) if ctx.request.resume_from else None
-    if previous is not None and previous.verdict in (Verdict.PASS, Verdict.FAIL, Verdict.SKIPPED):
+    resumed = ctx.request.resume_from
+    previous = resumed.combo(cell.key) if resumed else None
+    if resumed is not None and previous is not None and previous.verdict in (Verdict.PASS, Verdict.FAIL,
+                                                                              Verdict.SKIPPED):
         ctx.result.combos.append(previous)
         for name in COMBO_STAGES:
             ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED,
-                                                 reason=f"finished in run {ctx.request.resume_from.run_id}: "
+                                                 reason=f"finished in run {resumed.run_id}: "
                                                         f"{previous.verdict.value}"))
         return
     if ctx.failed_stage is not None or not _wanted(ctx, "train"):

@@ -45,6 +45,7 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
     """
     config = suite.config
     plan = launch.plan
+    assert plan is not None  # only combos that were launched from a plan reach measurement
     loss_curve = LossCurveGate(sample_every=config.loss_curve.sample_every,
                                milestone_steps=tuple(config.loss_curve.milestone_steps),
                                max_slope=config.loss_curve.max_slope, enforce=bool(config.loss_curve.enforce))

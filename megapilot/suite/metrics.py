@@ -436,6 +436,7 @@ def _mfu(m: ComboMeasurement, gpu: GPUSpec | None, precision: str, model_flops_p
         m.why_missing["training.mfu_pct"] = "no GPU (CPU run or GPU not given): no peak to compare with"
         return
     tokens = m.actuals["training.tokens_per_gpu"]
+    achieved_tflops: float | None
     if model_flops_per_token and tokens is not None:
         achieved_tflops = tokens * model_flops_per_token / 1e12
         basis = "tokens/s/GPU x model FLOPs/token"

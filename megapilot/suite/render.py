@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.errors import MegapilotError
 from megapilot.spec import SavedPlan
+from megapilot.spec.training import PRECISIONS, Precision
 from megapilot.suite.cells import SweepCell
 from megapilot.suite.config import Backend, LoadedSuite, is_secret_name
+
+if TYPE_CHECKING:
+    from megapilot.launch import LaunchOptions
 
 CPU_STAND_IN_GPU = "h100"  # a CPU plan still needs a GPUSpec; its peaks are never used for a CPU run
 SCRIPT_NAME = "launch.sh"
@@ -97,7 +102,7 @@ def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None =
 
     gpu = suite.gpu or get_gpu(CPU_STAND_IN_GPU)
     cluster = ClusterSpec(gpu=gpu, num_nodes=suite.nodes, gpus_per_node=suite.gpus_per_node)
-    precision = cell.precision.lower() if suite.device == "gpu" else "bf16"
+    precision = _training_precision(cell.precision) if suite.device == "gpu" else "bf16"
     training = TrainingSpec(seq_length=cell.seq_length, global_batch_size=cell.gbs, precision=precision,
                             train_iters=train_iters or cell.train_iters)
     parallel = ParallelConfig.for_world(
@@ -108,8 +113,18 @@ def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None =
     return SavedPlan(model=suite.model, cluster=cluster, training=training, parallel=parallel)
 
 
+def _training_precision(cell_precision: str) -> Precision:
+    """The training precision of a cell (CVS writes it upper-case); one no trainer runs is refused."""
+    for precision in get_args(Precision):
+        if precision == cell_precision.lower():
+            return precision
+    raise MegapilotError(f"{cell_precision} is not a training precision", field="precision",
+                         fix=f"use one of: {', '.join(p.upper() for p in PRECISIONS)}")
+
+
 def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_dir: str | None = None,
-                   save_interval: int | None = None, load_dir: str | None = None, load_step: int | None = None):
+                   save_interval: int | None = None, load_dir: str | None = None,
+                   load_step: int | None = None) -> LaunchOptions:
     """LaunchOptions for the suite's backend and executor."""
     from megapilot.launch import LaunchOptions
 
@@ -161,14 +176,21 @@ def _job_env(suite: LoadedSuite, launch_env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in merged.items() if not is_secret_name(name)}
 
 
-def _command(suite: LoadedSuite, options, megatron_args: list[str], job_dir: Path) -> str:
+def _command(suite: LoadedSuite, options: LaunchOptions, megatron_args: list[str], job_dir: Path) -> str:
+    # launch_options names the script; render_launch has refused a Primus or Megatron-LM launch
+    # without its config or checkout before any command is written.
+    assert options.script_path is not None
     if options.launcher == "slurm":
         return shlex.join(["sbatch", options.script_path])
     if options.launcher == "primus":
+        assert options.primus_config_path is not None
         return shlex.join(["bash", "runner/primus-cli", "direct", "--", "train", "pretrain", "--config",
                            options.primus_config_path])
-    entry = ["-m", "megapilot.trainer"] if options.entrypoint == "megapilot" else [
-        options.megatron_path.rstrip("/") + "/pretrain_gpt.py"]
+    if options.entrypoint == "megapilot":
+        entry = ["-m", "megapilot.trainer"]
+    else:
+        assert options.megatron_path is not None
+        entry = [options.megatron_path.rstrip("/") + "/pretrain_gpt.py"]
     words = [options.python, "-m", "torch.distributed.run", "--nnodes", str(suite.nodes), "--nproc-per-node",
              str(suite.gpus_per_node), *entry, *megatron_args]
     return shlex.join(words)

@@ -48,7 +48,7 @@ def _download(suite: LoadedSuite, repo_id: str) -> MetricRow:
         return MetricRow(name=name, verdict=Verdict.RECORD,
                          reason=f"{repo_id}: fetched by the jobs on the nodes with HF_TOKEN (remote executor)")
     try:
-        from huggingface_hub import snapshot_download  # type: ignore[import-not-found]  # optional
+        from huggingface_hub import snapshot_download
     except ImportError:
         return MetricRow(name=name, verdict=Verdict.RECORD,
                          reason=f"{repo_id}: huggingface_hub is not installed here; the job downloads it with HF_TOKEN")
