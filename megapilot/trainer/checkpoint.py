@@ -13,12 +13,27 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from megatron.core import dist_checkpointing, parallel_state
 
 from megapilot.errors import MegapilotError
 from megapilot.trainer import cpu_compat, logfmt
+
+if TYPE_CHECKING:  # Megatron's classes (untyped: Any to the checker); named for the reader
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+    from megatron.core.distributed import DistributedDataParallel
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    Model = list[DistributedDataParallel]
+
+
+class RankLog(Protocol):
+    """The trainer's log: one line, printed by the ranks it names."""
+
+    def __call__(self, line: str, *, rank_zero_only: bool = False, last_rank_only: bool = False) -> None: ...
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 
@@ -37,7 +52,7 @@ def _model_key(index: int, chunks: int) -> str:
     return "model" if chunks == 1 else f"model{index}"
 
 
-def _rng_state_object():
+def _rng_state_object() -> ShardedObject:
     """This rank's RNG streams as one sharded object (as Megatron-LM saves them), so dropout resumes
     exactly. Ranks that differ only in their data-parallel position hold the same streams."""
     import random
@@ -79,16 +94,17 @@ def _rng_layout() -> list[int]:
             parallel_state.get_expert_model_parallel_world_size()]
 
 
-def _padded_vocab_size(model) -> int:
+def _padded_vocab_size(model: Model) -> int:
     from megatron.core.utils import get_attr_wrapped_model
 
     return int(get_attr_wrapped_model(model[0], "vocab_size"))
 
 
-def _sharded_state_dict(model, optimizer, scheduler, iteration: int, with_optimizer: bool, is_loading: bool,
-                        with_rng: bool = True) -> dict:
-    state: dict = {"iteration": iteration, "checkpoint_version": 3.0, "padded_vocab_size": _padded_vocab_size(model),
-                   "rng_layout": _rng_layout()}
+def _sharded_state_dict(model: Model, optimizer: MegatronOptimizer, scheduler: OptimizerParamScheduler,
+                        iteration: int, with_optimizer: bool, is_loading: bool,
+                        with_rng: bool = True) -> dict[str, Any]:
+    state: dict[str, Any] = {"iteration": iteration, "checkpoint_version": 3.0,
+                             "padded_vocab_size": _padded_vocab_size(model), "rng_layout": _rng_layout()}
     if with_rng:
         state["rng_state"] = _rng_state_object()
     for index, chunk in enumerate(model):
@@ -108,7 +124,7 @@ def _ranks() -> tuple[int, int, int, int]:
             parallel_state.get_pipeline_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_world_size())
 
 
-def _log_timer(name: str, seconds: float, log) -> None:
+def _log_timer(name: str, seconds: float, log: RankLog) -> None:
     """Megatron's `(min, max) time across ranks (ms):` block for one timer (collective)."""
     times_ms = torch.tensor([seconds * 1000.0], dtype=torch.float64)
     low, high = times_ms.clone(), times_ms.clone()
@@ -118,7 +134,8 @@ def _log_timer(name: str, seconds: float, log) -> None:
         log(line, rank_zero_only=True)
 
 
-def save_checkpoint(root: str, iteration: int, model, optimizer, scheduler, *, with_optimizer: bool, log) -> float:
+def save_checkpoint(root: str, iteration: int, model: Model, optimizer: MegatronOptimizer,
+                    scheduler: OptimizerParamScheduler, *, with_optimizer: bool, log: RankLog) -> float:
     """Save at `iteration` into `root`; returns the seconds taken. Collective: every rank calls it."""
     rank = torch.distributed.get_rank()
     target = iteration_dir(root, iteration)
@@ -156,7 +173,7 @@ def latest_iteration(root: str) -> int | None:
     return int(text)
 
 
-def _check_compatible(root: str, iteration: int, model, load_rng: bool) -> None:
+def _check_compatible(root: str, iteration: int, model: Model, load_rng: bool) -> None:
     """Refuse, naming the flag, the mismatches dist_checkpointing would load silently or cryptically."""
     common = dist_checkpointing.load_common_state_dict(str(iteration_dir(root, iteration)))
     saved_vocab, vocab = common.get("padded_vocab_size"), _padded_vocab_size(model)
@@ -172,8 +189,9 @@ def _check_compatible(root: str, iteration: int, model, load_rng: bool) -> None:
             field="--no-load-rng", fix="add --no-load-rng to resume under another parallel layout")
 
 
-def load_checkpoint(root: str, model, optimizer, scheduler, *, with_optimizer: bool, with_rng: bool,
-                    finetune: bool, log, step: int | None = None) -> LoadedCheckpoint | None:
+def load_checkpoint(root: str, model: Model, optimizer: MegatronOptimizer, scheduler: OptimizerParamScheduler,
+                    *, with_optimizer: bool, with_rng: bool, finetune: bool, log: RankLog,
+                    step: int | None = None) -> LoadedCheckpoint | None:
     """Load iteration `step` (default: the newest) under `root`; None (and Megatron's warning) when
     there is no checkpoint."""
     iteration = latest_iteration(root) if step is None else step

@@ -29,7 +29,7 @@ class Datasets:
     valid: GPTDataset | None
 
 
-def build_tokenizer(config: TrainerConfig):
+def build_tokenizer(config: TrainerConfig) -> ByteTokenizer | VocabOnlyTokenizer:
     if config.tokenizer_type == "ByteTokenizer":
         return ByteTokenizer()
     if config.tokenizer_type == "NullTokenizer":
@@ -45,7 +45,8 @@ def _check_data_prefix(prefix: str) -> None:
                                  fix="pass the prefix written by `megapilot data prepare` (without .bin/.idx)")
 
 
-def build_datasets(config: TrainerConfig, tokenizer, data_parallel_size: int) -> Datasets:
+def build_datasets(config: TrainerConfig, tokenizer: ByteTokenizer | VocabOnlyTokenizer,
+                   data_parallel_size: int) -> Datasets:
     """Build the train (and validation) datasets on every rank (rank 0 first, as Megatron does)."""
     if config.data_path:
         _check_data_prefix(config.data_path)

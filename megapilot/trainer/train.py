@@ -13,8 +13,10 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +25,18 @@ from megapilot.execute.process import free_port
 from megapilot.trainer import logfmt
 from megapilot.trainer.config import TrainerConfig, build_config
 from megapilot.trainer.flops import flops_per_iteration, padded_vocab_size
+
+if TYPE_CHECKING:
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+    from megatron.core.distributed import DistributedDataParallel
+
+    from megapilot.trainer.cpu_compat import RewriteLog
+
+Batch = dict[str, torch.Tensor]
+# What a forward step hands Megatron's schedule: the output and the loss function to call on it.
+LossReport = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
+# One micro-batch stream, or one per virtual pipeline stage.
+BatchStreams = Iterator[Batch] | list[Iterator[Batch]]
 
 
 # ----------------------------------------------------------------------------- printing
@@ -65,7 +79,7 @@ def init_model_parallel(config: TrainerConfig) -> None:
 
 
 # ----------------------------------------------------------------------------- one step
-def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor) -> LossReport:
     """Token-averaged LM loss; reports (sum, tokens) so the log averages over tokens like Megatron-LM."""
     losses = output_tensor.float().view(-1)
     mask = loss_mask.float().view(-1)
@@ -76,7 +90,9 @@ def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
     return loss, num_tokens, {"lm loss": report}
 
 
-def _forward_step(on_gpu: bool, data_iterator, model):
+def _forward_step(
+    on_gpu: bool, data_iterator: Iterator[Batch], model: DistributedDataParallel
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], LossReport]]:
     batch = next(data_iterator)
     if on_gpu:
         batch = {key: value.cuda(non_blocking=True) for key, value in batch.items()}
@@ -171,17 +187,17 @@ class Trainer:
                                               parallel_state.get_pipeline_model_parallel_rank(), count), flush=True)
 
     # ------------------------------------------------------------------ data
-    def _iterators(self, dataset, first_sample: int):
+    def _iterators(self, dataset: GPTDataset, first_sample: int) -> BatchStreams:
         from megapilot.trainer.data_loading import microbatches
 
-        def make():
+        def make() -> Iterator[Batch]:
             return microbatches(dataset, self.config, self.dp_rank, self.dp_size, first_sample)
 
         # Each virtual stage pulls its own copy of the micro-batch stream.
         return make() if len(self.model) == 1 else [make() for _ in self.model]
 
     # ------------------------------------------------------------------ step
-    def train_step(self, data_iterator) -> tuple[float | None, bool, float | None]:
+    def train_step(self, data_iterator: BatchStreams) -> tuple[float | None, bool, float | None]:
         for chunk in self.model:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -200,7 +216,7 @@ class Trainer:
         self._last_timings_s = (forward_backward_s, optimizer_s)
         return loss, bool(update_successful), grad_norm
 
-    def evaluate(self, data_iterator) -> float | None:
+    def evaluate(self, data_iterator: BatchStreams) -> float | None:
         for chunk in self.model:
             chunk.eval()
         totals: list[dict] = []
@@ -313,7 +329,7 @@ class Trainer:
         torch.distributed.barrier()
         log(logfmt.datetime_line("after training is done"), rank_zero_only=True)
 
-    def _one_iteration(self, state: RunState, train_iterator) -> None:
+    def _one_iteration(self, state: RunState, train_iterator: BatchStreams) -> None:
         loss, update_successful, grad_norm = self.train_step(train_iterator)
         state.iteration += 1
         totals = state.totals
@@ -352,7 +368,7 @@ class Trainer:
                           moe_layer_freq=freq if isinstance(freq := self.config.moe_layer_freq, int) else list(freq))
         return {key: float(value) for key, value in metrics.items()}
 
-    def _log_validation(self, iteration: int, valid_iterator) -> None:
+    def _log_validation(self, iteration: int, valid_iterator: BatchStreams) -> None:
         loss = self.evaluate(valid_iterator)
         if loss is not None:
             for line in logfmt.validation_lines(iteration, {"lm loss": loss}):
@@ -361,12 +377,13 @@ class Trainer:
     def _save(self, iteration: int) -> None:
         from megapilot.trainer import checkpoint
 
+        assert self.config.save is not None  # the loop saves only when --save is given
         checkpoint.save_checkpoint(self.config.save, iteration, self.model, self.optimizer, self.scheduler,
                                    with_optimizer=not self.config.no_save_optim, log=log)
 
 
 # ----------------------------------------------------------------------------- entry
-def _announce_cpu_mode(rewrites) -> None:
+def _announce_cpu_mode(rewrites: RewriteLog) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         print(rewrites.summary(), flush=True)
 
