@@ -38,7 +38,7 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     gpus_per_node = plan.cluster.gpus_per_node
     check_world(plan.parallel, nodes, gpus_per_node)
     _check_options(options, nodes)
-    notes = _defaults_taken(options)
+    notes = _defaults_taken(options) + _placeholder_notes(plan, options)
     if options.cpu:
         notes += _cpu_notes(plan, options)
     elif options.entrypoint == "megapilot":
@@ -220,6 +220,23 @@ def _defaults_taken(o: LaunchOptions) -> list[str]:
         notes.append("byte tokenizer: the embedding has the byte vocabulary (256 + end-of-document), "
                      "not the plan's vocabulary size")
     return notes
+
+
+def _placeholder_notes(plan: SavedPlan, o: LaunchOptions) -> list[str]:
+    """Schedule values still at the drafting defaults: right for a smoke test, wrong for a real run.
+
+    A value equal to TrainingSpec's default is named even if it was typed: the script cannot tell, and
+    saying so once costs less than a production run that stops after 100 iterations.
+    """
+    t, defaults = plan.training, type(plan.training).model_fields
+    placeholders = [f"{flag} {getattr(t, field)}" for flag, field in (("--train-iters", "train_iters"),
+                                                                      ("--lr-warmup-iters", "lr_warmup_iters"))
+                    if getattr(t, field) == defaults[field].default]
+    if o.save and not o.save_interval:
+        placeholders.append(f"--save-interval {t.train_iters} (= --train-iters: one checkpoint, at the end)")
+    if not placeholders:
+        return []
+    return [f"placeholders for a real run's schedule, set them for your token budget: {', '.join(placeholders)}"]
 
 
 def _sections_for_entrypoint(sections: list[ArgSection], o: LaunchOptions) -> list[ArgSection]:

@@ -246,3 +246,17 @@ def test_flex_dispatcher_is_asked_for_by_name_and_refused_on_a_dense_model(cli, 
     assert dense.exit_code == 2 and "has no experts" in dense.stderr
     wrong = cli(*moe, "--moe-flex-dispatcher", "nccl")
     assert wrong.exit_code == 2 and "--moe-flex-dispatcher" in wrong.stderr
+
+
+def test_notes_name_every_schedule_value_left_at_its_drafting_placeholder(cli, tmp_path: Path) -> None:
+    draft = ("script", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--gbs", "16", "--seq-len", "128", "--cpu",
+             "--entrypoint", "megapilot", "--mock-data", "--save", str(tmp_path), "--json")
+    notes = [n for n in cli(*draft).json()["notes"] if n.startswith("placeholders")]
+    assert len(notes) == 1
+    assert "--train-iters 100" in notes[0] and "--lr-warmup-iters 0" in notes[0] and "--save-interval 100" in notes[0]
+    chosen = cli(*draft, "--train-iters", "5000", "--save-interval", "500").json()["notes"]
+    (note,) = [n for n in chosen if n.startswith("placeholders")]
+    assert "--lr-warmup-iters 0" in note and "--train-iters" not in note and "--save-interval" not in note
+    no_save = [a for a in draft if a not in ("--save", str(tmp_path))]
+    (note,) = [n for n in cli(*no_save).json()["notes"] if n.startswith("placeholders")]
+    assert "--save-interval" not in note  # no checkpoints, no interval to set
