@@ -65,6 +65,7 @@ FLAGS: tuple[Flag, ...] = (
     _bool("--group-query-attention", "use grouped-query attention (with --num-query-groups)"),
     _int("--num-query-groups", 1, "number of key/value groups with --group-query-attention"),
     _bool("--swiglu", "use the gated SwiGLU MLP"),
+    _bool("--squared-relu", "squared-ReLU MLP activation (Nemotron)"),
     _str("--normalization", "LayerNorm", "normalization layer", ("LayerNorm", "RMSNorm")),
     _float("--norm-epsilon", 1e-5, "epsilon of the normalization layers"),
     _str("--position-embedding-type", "learned_absolute", "position embedding",

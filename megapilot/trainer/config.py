@@ -30,6 +30,7 @@ class TrainerConfig:
     kv_channels: int | None
     num_query_groups: int
     swiglu: bool
+    squared_relu: bool
     normalization: str
     norm_epsilon: float
     position_embedding_type: str
@@ -378,6 +379,8 @@ def build_config(argv: list[str], *, gpu_available: bool = False) -> TrainerConf
                              fix="pass --data-path PREFIX (from `megapilot data prepare`) or --mock-data")
     _check_attention(ns)
     _check_router(ns)
+    if ns.swiglu and ns.squared_relu:  # Megatron-LM's core_transformer_config_from_args asserts the same
+        raise MegapilotError("choose one activation", field="--squared-relu", fix="pass --swiglu or --squared-relu")
     if ns.bf16 and ns.fp16:
         raise MegapilotError("choose one precision", field="--fp16", fix="pass --bf16 or --fp16, not both")
     if ns.save_interval and not ns.save:

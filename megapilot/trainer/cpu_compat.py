@@ -84,6 +84,10 @@ class CudaToCpuMode(TorchFunctionMode):
         if func is torch.Tensor.cuda:
             REWRITES.record("Tensor.cuda() → no-op")
             return args[0]
+        if func is torch.device and args and _is_cuda_device(args[0]):
+            # `with torch.device(torch.cuda.current_device())` (YaRN's rotary embedding under MLA).
+            REWRITES.record("torch.device(cuda) → cpu")
+            return torch.device("cpu")
         if func is torch.Tensor.type and len(args) == 1 and not kwargs:
             return self._cuda_type_name(func(*args))
         if "device" in kwargs and _is_cuda_device(kwargs["device"]):

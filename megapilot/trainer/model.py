@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state
@@ -16,6 +19,7 @@ from megatron.core.models.gpt.gpt_layer_specs import (
 )
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+from megatron.core.activations import squared_relu
 from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
 from megapilot.trainer import cpu_compat
@@ -42,7 +46,7 @@ def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig
         init_method_std=config.init_method_std, hidden_dropout=config.hidden_dropout,
         attention_dropout=config.attention_dropout, layernorm_epsilon=config.norm_epsilon,
         normalization=config.normalization, gated_linear_unit=config.swiglu,
-        activation_func=F.silu if config.swiglu else F.gelu, add_bias_linear=config.add_bias_linear,
+        activation_func=_activation(config), add_bias_linear=config.add_bias_linear,
         add_qkv_bias=config.add_qkv_bias, qk_layernorm=config.qk_layernorm, window_size=config.window_size,
         apply_residual_connection_post_layernorm=config.apply_residual_connection_post_layernorm,
         **config.parallel_sizes(),
@@ -63,6 +67,12 @@ def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig
     if config.multi_latent_attention:
         return MLATransformerConfig(**common, **_mla_options(config))
     return TransformerConfig(**common)
+
+
+def _activation(config: TrainerConfig) -> Callable[[torch.Tensor], torch.Tensor]:
+    if config.swiglu:
+        return F.silu
+    return squared_relu if config.squared_relu else F.gelu
 
 
 def _moe_options(config: TrainerConfig) -> dict[str, object]:
@@ -118,13 +128,24 @@ def layer_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool, 
     so dense-first layers and --moe-layer-freq patterns are honoured)."""
     use_te = _use_transformer_engine(on_gpu)
     if config.is_moe:
-        return get_gpt_decoder_block_spec(tconfig, use_transformer_engine=use_te,
+        spec = get_gpt_decoder_block_spec(tconfig, use_transformer_engine=use_te,
                                           normalization=config.normalization, vp_stage=vp_stage)
-    if use_te:
-        return get_gpt_layer_with_transformer_engine_spec(
+    elif use_te:
+        spec = get_gpt_layer_with_transformer_engine_spec(
             qk_layernorm=config.qk_layernorm, multi_latent_attention=config.multi_latent_attention)
-    return get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization,
-                                    multi_latent_attention=config.multi_latent_attention)
+    else:
+        spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization,
+                                        multi_latent_attention=config.multi_latent_attention)
+    return _local_mla(spec, config, use_te)
+
+
+def _local_mla(spec: Any, config: TrainerConfig, use_te: bool) -> Any:
+    """Megatron-Core's local attention cannot take MLA's two head dims; use the trainer's own without TE."""
+    if use_te or not config.multi_latent_attention:
+        return spec
+    from megapilot.trainer.mla_attention import with_local_mla_attention
+
+    return with_local_mla_attention(spec)
 
 
 def mtp_block_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool, vp_stage: int | None):
@@ -132,8 +153,8 @@ def mtp_block_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bo
     if not config.mtp_num_layers:
         return None
     use_te = _use_transformer_engine(on_gpu)
-    last_layer = get_gpt_decoder_layer_specs(tconfig, use_transformer_engine=use_te,
-                                             normalization=config.normalization)[-1]
+    last_layer = _local_mla(get_gpt_decoder_layer_specs(tconfig, use_transformer_engine=use_te,
+                                                        normalization=config.normalization)[-1], config, use_te)
     return get_gpt_mtp_block_spec(tconfig, last_layer, use_transformer_engine=use_te, vp_stage=vp_stage)
 
 
