@@ -10,11 +10,16 @@ output_layer, layers, final_norm, mtp} (exact integers, unpadded vocab; `total` 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from megapilot.cli.common import console, emit_json
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from megapilot.spec import ModelSpec
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -53,7 +58,7 @@ def _billions(count: int) -> float:
     return round(count / 1e9, 3)
 
 
-def _model_row(spec, source: str = "", aliases: tuple[str, ...] = ()) -> dict:
+def _model_row(spec: ModelSpec, source: str = "", aliases: tuple[str, ...] = ()) -> dict[str, Any]:
     """The stable JSON row of one model: shape, parameter counts (published convention: unpadded vocab)."""
     from megapilot.estimate.params import count_params
 
@@ -112,7 +117,7 @@ def models(
         console.print(_breakdown_table(rows[0]))
 
 
-def _breakdown_table(row: dict):
+def _breakdown_table(row: dict[str, Any]) -> Table:
     """Where one model's parameters sit (exact counts)."""
     from rich.table import Table
 
@@ -131,7 +136,7 @@ def _breakdown_table(row: dict):
     return table
 
 
-def _models_table(rows: list[dict]):
+def _models_table(rows: list[dict[str, Any]]) -> Table:
     from rich import box
     from rich.table import Table
 

@@ -15,7 +15,9 @@ import typer
 from megapilot.cli.common import console, emit_json
 
 if TYPE_CHECKING:
-    from megapilot.store.history import CalibrationRow, History, RunComparison, RunDetail, RunRow
+    from rich.table import Table
+
+    from megapilot.store.history import CalibrationRow, ComboRow, History, RunComparison, RunDetail, RunRow
 
 history_app = typer.Typer(help="Past suite runs: list, show, compare, and how far predictions were off.",
                           no_args_is_help=True)
@@ -123,7 +125,7 @@ def _verdict(verdict: str) -> str:
     return f"[{VERDICT_STYLES.get(verdict, 'white')}]{verdict}[/]"
 
 
-def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()):
+def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()) -> Table:
     """A table with a rule under the header only; columns not named in `wrap` keep their text on one line."""
     from rich import box
     from rich.markup import escape
@@ -137,7 +139,7 @@ def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()):
     return table
 
 
-def _runs_table(rows: list[RunRow], location: str):
+def _runs_table(rows: list[RunRow], location: str) -> Table:
     from rich.markup import escape
 
     table = _table(f"runs in {location}", ("run", "started (UTC)", "verdict", "model", "GPUs", "failed", "duration"),
@@ -166,7 +168,7 @@ def _print_detail(detail: RunDetail) -> None:
         _print_combo(combo)
 
 
-def _print_combo(combo) -> None:
+def _print_combo(combo: ComboRow) -> None:
     from rich.markup import escape
 
     from megapilot.store.regress import metric_info
@@ -184,7 +186,7 @@ def _print_combo(combo) -> None:
     console.print(table)
 
 
-def _predicted_by_metric(combo) -> dict[str, float | None]:
+def _predicted_by_metric(combo: ComboRow) -> dict[str, float | None]:
     """The prediction of each metric that measures a predicted quantity (step time, tokens/s, ...)."""
     from megapilot.store.regress import METRICS
 
@@ -213,7 +215,7 @@ def _print_comparison(comparison: RunComparison) -> None:
             console.print(f"{label}: {escape(', '.join(keys))}")
 
 
-def _calibration_table(rows: list[CalibrationRow]):
+def _calibration_table(rows: list[CalibrationRow]) -> Table:
     from rich.markup import escape
 
     table = _table("predicted vs measured: error = (predicted - measured) / measured",

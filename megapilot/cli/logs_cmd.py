@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from megapilot.diagnose.findings import Fix
     from megapilot.diagnose.optimize import OptimizeReport
     from megapilot.logs import ParsedLog
+    from megapilot.spec import GPUSpec
 
 logs_app = typer.Typer(help="Parse training logs (Megatron-LM, Megatron-Bridge, Primus).", no_args_is_help=True)
 
@@ -71,7 +72,7 @@ def _check_script(script: Path | None) -> None:
                        fix="pass the bash launch script (e.g. one from `megapilot script`)")
 
 
-def _gpu(alias: str | None):
+def _gpu(alias: str | None) -> GPUSpec | None:
     if alias is None:
         return None
     from megapilot.catalog.gpus import get_gpu

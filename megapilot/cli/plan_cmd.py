@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from megapilot.plan import PlanResult
+    from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
+    from megapilot.store.profile import Profile
 
 # Options that `plan` and `profile set|show` share (typer reads an option's declaration, so one serves each).
 PROFILE_OPTION = typer.Option(None, "--profile",
@@ -16,7 +22,7 @@ GPUS_PER_NODE_OPTION = typer.Option(None, "--gpus-per-node", help="GPUs per node
 JSON_OPTION = typer.Option(False, "--json", help="Machine output.")
 
 
-def _pin(flag: str, what: str):
+def _pin(flag: str, what: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
     """A `plan` option that fixes one dimension of the search (left out: the planner chooses)."""
     return typer.Option(None, flag, help=f"Pin {what}.")
 
@@ -51,7 +57,9 @@ def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
     return _Inputs(str(merged["gpu"]), int(merged["gpus"]), merged["gpus_per_node"], notes)  # type: ignore[arg-type]
 
 
-def _build_specs(model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str):
+def _build_specs(
+    model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str
+) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
     from pydantic import ValidationError
 
     from megapilot.catalog import get_gpu, get_model
@@ -134,7 +142,7 @@ def plan_command(
     print_assumptions(assumed)
 
 
-def _save_plan(result, path: Path) -> None:
+def _save_plan(result: PlanResult, path: Path) -> None:
     from megapilot.errors import MegapilotError
 
     try:
@@ -144,7 +152,7 @@ def _save_plan(result, path: Path) -> None:
                              fix="pass a path in a writable directory") from None
 
 
-def _render(result, saved: Path | None) -> None:
+def _render(result: PlanResult, saved: Path | None) -> None:
     from rich.table import Table
 
     from megapilot.cli.common import console
@@ -237,7 +245,7 @@ def profile_show(
     _show(loaded, as_json)
 
 
-def _show(profile, as_json: bool) -> None:
+def _show(profile: Profile, as_json: bool) -> None:
     from pathlib import Path as _Path
 
     from megapilot.cli.common import console, emit_json

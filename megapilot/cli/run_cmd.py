@@ -29,7 +29,10 @@ from megapilot.cli.common import console, emit_json, err_console
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
-    from megapilot.execute.base import JobResult, JobSpec, JobStatus
+    from collections.abc import Callable, Iterator
+    from types import FrameType
+
+    from megapilot.execute.base import JobResult, JobSpec, JobStatus, ProgressCallback
     from megapilot.launch import LaunchScript
     from megapilot.spec import SavedPlan
 
@@ -158,7 +161,7 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
     return job, launch.notes
 
 
-def _job_spec(make, **fields: object) -> JobSpec:
+def _job_spec(make: Callable[..., JobSpec], **fields: object) -> JobSpec:
     """The JobSpec, its errors naming this command's flags (`--combo`, not `job.combo`) and saying what to do."""
     try:
         return make(**fields)
@@ -206,9 +209,9 @@ def gpu_present() -> bool:
 # ---- running and following ---------------------------------------------------------------
 
 @contextmanager
-def _sigterm_as_interrupt():
+def _sigterm_as_interrupt() -> Iterator[None]:
     """While a run is followed, SIGTERM to megapilot stops the run the same way Ctrl-C does."""
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     try:
@@ -238,7 +241,7 @@ def _run_and_follow(job: JobSpec, *, show_progress: bool) -> tuple[JobResult, bo
 
 
 @contextmanager
-def _progress_display(enabled: bool):
+def _progress_display(enabled: bool) -> Iterator[ProgressCallback | None]:
     """A rich progress bar on iterations (on stderr, so stdout stays clean); yields the callback."""
     if not enabled:
         yield None

@@ -194,7 +194,7 @@ def _options(cls: type[LaunchOptions], **fields: object) -> LaunchOptions:
     from megapilot.cli.common import validation_error
 
     try:
-        return cls(**fields)
+        return cls.model_validate(fields)
     except ValidationError as exc:
         flags = {"time_limit": "--time", "container_mounts": "--container-mount",
                  "primus_config_path": "--primus-config", "script_path": "--output"}
@@ -227,7 +227,9 @@ def _plan_from_flags(profile: Profile, notes: list[str], layout: dict[str, objec
         if layout[name] is None:
             layout[name] = _from_profile(profile, name, assumed)
     if layout["gpus"] is None and nodes:
-        layout["gpus"] = nodes * int(layout["gpus_per_node"] or _default_gpus_per_node(layout["gpu"]))
+        per_node = layout["gpus_per_node"]
+        layout["gpus"] = nodes * (per_node if isinstance(per_node, int) and per_node else
+                                  _default_gpus_per_node(layout["gpu"]))
     if layout["gpus"] is None:
         layout["gpus"] = _from_profile(profile, "gpus", assumed)
     case = build_case(**layout)

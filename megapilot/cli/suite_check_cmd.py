@@ -131,7 +131,7 @@ def templates(
     for column in ("name", "model", "gpu", "description"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["name"], row["model"], row["gpu"], row["description"])
+        table.add_row(str(row["name"]), str(row["model"]), str(row["gpu"]), str(row["description"]))
     console.print(table)
 
 
