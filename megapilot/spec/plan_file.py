@@ -32,6 +32,7 @@ class MemoryGiB(BaseModel):
     overhead: float
     total: float
     capacity: float
+    stage: int | None = Field(default=None, description="The pipeline stage these figures are for.")
 
 
 class EstimateResult(BaseModel):
@@ -49,6 +50,10 @@ class EstimateResult(BaseModel):
     mfu: float
     time_breakdown_s: dict[str, float] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    bubble_fraction: float | None = Field(default=None, description="Pipeline bubble's share of the step.")
+    exposed_comm_fraction: float | None = Field(
+        default=None, description="Communication not hidden behind compute, as a share of the step.")
+    flop_convention: str | None = Field(default=None, description="How flops_per_step and MFU count FLOPs.")
 
 
 class SavedPlan(BaseModel):
