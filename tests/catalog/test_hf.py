@@ -251,3 +251,80 @@ def test_a_hybrid_pattern_with_another_letter_or_length_is_refused():
     config = _config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
     assert _refusal(config | {"hybrid_override_pattern": "MX" * 26}).field.startswith("model")
     assert _refusal(config | {"mlp_hidden_act": "silu"}).field == "mlp_hidden_act"
+
+
+# ---- model semantics: rope scaling, routing, windows, and what Megatron cannot express ------------------------
+
+
+def _deepseek_v3(**changes: object) -> dict:
+    return _config("DeepSeek-V3") | changes
+
+
+def test_llama31_rope_scaling_is_read():
+    scaling = load_hf_config(HF_CONFIGS / "Llama-3.1-8B.json").rope_scaling
+    assert scaling is not None and scaling.type == "llama3"
+    assert (scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor) == (8.0, 1.0, 4.0)
+    assert scaling.original_max_position_embeddings == 8192
+
+
+def test_deepseek_v3_router_and_yarn_mean_what_the_config_says():
+    model = load_hf_config(HF_CONFIGS / "DeepSeek-V3.json")
+    moe = model.moe
+    assert moe is not None and moe.router_score_function == "sigmoid" and not moe.router_pre_softmax
+    assert (moe.router_num_groups, moe.router_group_topk, moe.router_topk_scaling_factor) == (8, 4, 2.5)
+    assert moe.router_dtype == "fp32"
+    assert model.rope_scaling is not None and model.rope_scaling.type == "yarn"
+    assert (model.rope_scaling.factor, model.rope_scaling.mscale_all_dim) == (40.0, 1.0)
+    assert model.mla is not None and model.mla.latent_layernorms
+
+
+def test_deepseek_v2_lite_keeps_its_top6_softmax_weights_unrenormalised():
+    moe = load_hf_config(HF_CONFIGS / "DeepSeek-V2-Lite.json").moe
+    assert moe is not None and moe.router_pre_softmax and moe.router_topk_scaling_factor is None
+    assert moe.router_num_groups is None  # greedy: every expert eligible
+
+
+def test_qwen2_moe_norm_topk_prob_false_is_pre_softmax_and_qwen3_true_is_not():
+    qwen2 = dict(_config("Qwen3-30B-A3B"), architectures=["Qwen2MoeForCausalLM"], norm_topk_prob=False,
+                 shared_expert_intermediate_size=5632)
+    assert from_hf_config(qwen2, "qwen2-moe").moe.router_pre_softmax
+    assert not load_hf_config(HF_CONFIGS / "Qwen3-30B-A3B.json").moe.router_pre_softmax
+
+
+def test_mistral_window_covers_every_layer():
+    mistral = dict(_config("Llama-3.1-8B"), architectures=["MistralForCausalLM"], sliding_window=4096,
+                   rope_scaling=None)
+    assert from_hf_config(mistral, "mistral").sliding_window == 4096
+    assert load_hf_config(HF_CONFIGS / "Mixtral-8x7B-v0.1.json").sliding_window is None  # null: full attention
+
+
+def test_deepseek_v2_group_limited_greedy_maps_when_megatron_scores_groups_alike():
+    # Megatron scores a group by its top num_experts_per_tok // topk_group experts; V2 by its best one.
+    v2 = _deepseek_v3(architectures=["DeepseekV2ForCausalLM"], scoring_func="softmax", topk_method="group_limited_greedy",
+                      num_experts_per_tok=4, n_group=8, topk_group=4, norm_topk_prob=False, routed_scaling_factor=16.0)
+    moe = from_hf_config(v2, "v2-like").moe
+    assert (moe.router_num_groups, moe.router_group_topk, moe.router_topk_scaling_factor) == (8, 4, 16.0)
+    assert moe.router_pre_softmax
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope_scaling.rope_type"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "attention_factor": 0.8}), "rope_scaling.attention_factor"),
+    (dict(rope_scaling={"type": "yarn"}), "rope_scaling.factor"),
+    (dict(scoring_func="sqrtsoftplus"), "scoring_func"),
+    (dict(norm_topk_prob=False), "norm_topk_prob"),  # Megatron's sigmoid router always renormalises
+    (dict(topk_group=2), "topk_group"),  # 8 // 2 = 4 experts would score a group; V3 uses its best 2
+    (dict(topk_method="group_limited_greedy"), "topk_group"),  # V2's rule scores a group by its best expert
+])
+def test_routing_and_rope_megatron_cannot_express_are_refused_by_field(changes, field):
+    with pytest.raises(MegapilotError) as err:
+        from_hf_config(_deepseek_v3(**changes), "deepseek-variant")
+    assert err.value.field == field
+
+
+def test_group_limited_softmax_with_renormalised_weights_is_refused():
+    v2 = _deepseek_v3(architectures=["DeepseekV2ForCausalLM"], scoring_func="softmax", topk_method="group_limited_greedy",
+                      num_experts_per_tok=4, n_group=8, topk_group=4, norm_topk_prob=True)
+    with pytest.raises(MegapilotError) as err:
+        from_hf_config(v2, "v2-like")
+    assert err.value.field == "norm_topk_prob"

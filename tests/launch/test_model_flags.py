@@ -46,3 +46,47 @@ def test_what_core_v0_16_cannot_build_is_refused_naming_the_field():
     assert err.value.field == "model.rope_scaling"  # YaRN for standard attention has no CLI path in 0.16
     args = _flags("llama4-maverick", attention_chunk_size=None)
     assert args[args.index("--no-rope-freq") + 1] == "4"
+
+
+# ---- rope scaling, router and MLA semantics (core_v0.16.0's pretrain_gpt.py) ----------------------------------
+def _value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_llama31_scaling_deepseek_router_and_yarn_reach_their_flags():
+    llama = _flags("llama3.1-8b")
+    assert "--use-rope-scaling" in llama and _value(llama, "--rope-scaling-factor") == "8.0"
+    v3 = _flags("deepseek-v3")
+    for flag, value in (("--rope-type", "yarn"), ("--rotary-scaling-factor", "40.0"), ("--mscale-all-dim", "1.0"),
+                        ("--moe-router-score-function", "sigmoid"), ("--moe-router-topk-scaling-factor", "2.5"),
+                        ("--moe-router-num-groups", "8"), ("--moe-router-group-topk", "4"),
+                        ("--moe-router-dtype", "fp32"), ("--mtp-num-layers", "1"),
+                        ("--mtp-loss-scaling-factor", "0.1")):
+        assert _value(v3, flag) == value, flag
+    assert {"--qk-layernorm", "--moe-router-enable-expert-bias"} <= set(v3)
+    assert "--moe-router-pre-softmax" in _flags("deepseek-v2-lite")
+    mla_plain = _flags("deepseek-v2-lite", rope_scaling=None)
+    assert _value(mla_plain, "--rope-type") == "rope"  # stated, not left to MLATransformerConfig's yarn default
+    split_args(v3)
+
+
+@pytest.mark.parametrize(("model_name", "scaling", "field"), [
+    # gpt_builders.py passes --use-rope-scaling but not --rope-scaling-factor: GPTModel's 8 holds.
+    ("llama3.1-8b", {"type": "llama3", "factor": 32.0}, "model.rope_scaling.factor"),
+    ("llama3.1-8b", {"type": "llama3", "factor": 8.0, "high_freq_factor": 2.0}, "model.rope_scaling.high_freq_factor"),
+    ("llama3.1-8b", {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 4096},
+     "model.rope_scaling.original_max_position_embeddings"),
+    ("llama3.1-8b", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, "model.rope_scaling"),
+    ("llama3.1-8b", {"type": "linear", "factor": 2.0}, "model.rope_scaling"),
+    ("deepseek-v3", {"type": "llama3", "factor": 8.0}, "model.rope_scaling.type"),
+    ("deepseek-v3", {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 8192},
+     "model.rope_scaling.original_max_position_embeddings"),
+])
+def test_rope_scalings_pretrain_gpt_cannot_build_are_refused_by_field(model_name, scaling, field):
+    from megapilot.spec.model import ModelSpec
+
+    model = get_model(model_name)
+    changed = ModelSpec(**(model.model_dump() | {"rope_scaling": scaling}))
+    with pytest.raises(MegapilotError) as err:
+        model_section(changed)
+    assert err.value.field == field

@@ -46,3 +46,39 @@ def test_parallel_config_local_rules():
         ParallelConfig(pp=1, vpp=2)
     assert ParallelConfig.for_world(64, tp=8, pp=4).dp == 2
     assert ParallelConfig.for_world(64, tp=2, cp=2, ep=4).expert_dp == 8
+
+
+# ---- model semantics: router rules (Megatron-Core's TransformerConfig), rope scaling, MLA norms ---------------
+_MOE = dict(num_experts=8, router_topk=4, moe_ffn_hidden_size=64)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    (dict(router_expert_bias=True), "router_expert_bias"),  # aux-loss-free bias needs sigmoid scores
+    (dict(router_score_function="sigmoid", router_pre_softmax=True), "router_pre_softmax"),
+    (dict(router_num_groups=4), "router_num_groups and router_group_topk"),
+    (dict(router_num_groups=3, router_group_topk=1), "does not divide"),
+    (dict(router_num_groups=4, router_group_topk=5), "exceeds router_num_groups"),
+    (dict(router_num_groups=4, router_group_topk=1), "experts score each group"),  # 4 // 1 > 2 per group
+])
+def test_router_combinations_megatron_refuses_are_refused(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        MoESpec(**(_MOE | fields))
+
+
+def test_deepseek_v3_router_is_a_valid_moe_spec():
+    moe = MoESpec(num_experts=256, router_topk=8, moe_ffn_hidden_size=2048, router_score_function="sigmoid",
+                  router_expert_bias=True, router_num_groups=8, router_group_topk=4, router_topk_scaling_factor=2.5)
+    assert moe.router_group_topk == 4
+
+
+def test_mla_takes_latent_norms_not_per_head_qk_norms_and_scaling_needs_rope():
+    from megapilot.spec.model import Llama3RopeScaling
+
+    mla = MLASpec(kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128)
+    assert mla.latent_layernorms
+    with pytest.raises(ValidationError, match="latent_layernorms"):
+        _model(mla=mla, qk_layernorm=True)
+    with pytest.raises(ValidationError, match="rope_scaling needs"):
+        _model(position_embedding="learned_absolute", rope_scaling=Llama3RopeScaling(factor=8.0))
+    scaled = _model(rope_scaling={"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096})
+    assert scaled.rope_scaling is not None and scaled.rope_scaling.type == "yarn"

@@ -132,3 +132,38 @@ def test_uneven_split_megatron_refuses_is_named_by_flag():
                              "--decoder-last-pipeline-num-layers", "2"])
     assert err.value.field == "--decoder-first-pipeline-num-layers"
 
+
+
+# ---- model semantics: rope scaling, MLA, MTP, routing, windows -----------------------------------------------
+MOE = ["--num-experts", "8", "--moe-router-topk", "4", "--moe-ffn-hidden-size", "32"]
+
+
+def test_model_semantics_flags_reach_the_config():
+    config = build_config(TINY + MOE + [
+        "--multi-latent-attention", "--q-lora-rank", "32", "--kv-lora-rank", "16", "--rope-type", "yarn",
+        "--rotary-scaling-factor", "40", "--mscale-all-dim", "1.0", "--mtp-num-layers", "1",
+        "--mtp-loss-scaling-factor", "0.3", "--moe-router-score-function", "sigmoid",
+        "--moe-router-enable-expert-bias", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
+        "--moe-router-topk-scaling-factor", "2.5", "--moe-layer-freq", "([0]*1+[1]*3)", "--window-size", "(31,0)"])
+    assert config.multi_latent_attention and (config.q_lora_rank, config.kv_lora_rank) == (32, 16)
+    assert (config.rope_type, config.rotary_scaling_factor, config.mscale_all_dim) == ("yarn", 40.0, 1.0)
+    assert (config.mtp_num_layers, config.mtp_loss_scaling_factor) == (1, 0.3)
+    assert config.moe_layer_freq == (0, 1, 1, 1) and config.window_size == (31, 0)
+    assert (config.moe_router_num_groups, config.moe_router_group_topk, config.moe_router_topk_scaling_factor) == (
+        4, 2, 2.5)
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    (MOE + ["--moe-router-enable-expert-bias"], "--moe-router-enable-expert-bias"),  # needs sigmoid
+    (MOE + ["--moe-router-num-groups", "4"], "--moe-router-group-topk"),
+    (MOE + ["--moe-router-num-groups", "3", "--moe-router-group-topk", "1"], "--moe-router-num-groups"),
+    (["--rope-type", "yarn"], "--rope-type"),  # YaRN is built for MLA only
+    (MOE + ["--moe-layer-freq", "([0]*1+[1]*2)"], "--moe-layer-freq"),  # 3 entries for 4 layers
+    (MOE + ["--moe-layer-freq", "__import__('os')"], "--moe-layer-freq"),
+    (["--window-size", "31"], "--window-size"),
+    (["--swiglu", "--squared-relu"], "--squared-relu"),
+])
+def test_model_semantics_megatron_would_refuse_are_named_by_flag(extra, field):
+    with pytest.raises(MegapilotError) as err:
+        build_config(TINY + extra)
+    assert err.value.field == field
