@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from megapilot.errors import MegapilotError
-from megapilot.launch.megatron_args import MEGATRON_RELEASE, split_args
+from megapilot.launch.megatron_args import MEGATRON_RELEASE, FlagTable, flag_table
 from megapilot.spec import GPUSpec, ParallelConfig
 
 PLACEHOLDER = re.compile(
@@ -76,9 +76,10 @@ def check_world(parallel: ParallelConfig, nodes: int, gpus_per_node: int) -> Non
         )
 
 
-def check_megatron_args(args: list[str], gpu: GPUSpec) -> None:
-    """Every flag known to the pinned release, and the combinations Megatron requires."""
-    pairs = split_args(args)
+def check_megatron_args(args: list[str], gpu: GPUSpec, table: FlagTable | None = None) -> None:
+    """Every flag known to the release the script is for (None = the newest table), and the combinations
+    Megatron requires."""
+    pairs = (table or flag_table()).split_args(args)
     values = {name: vals for name, vals in pairs}
     duplicates = sorted({name for name, _ in pairs if sum(n == name for n, _ in pairs) > 1})
     if duplicates:
@@ -356,7 +357,8 @@ _COMBINATION_RULES = (
 )
 
 
-def check_environment(args: list[str], env: Mapping[str, str | None], gpu: GPUSpec, *, cpu: bool = False) -> None:
+def check_environment(args: list[str], env: Mapping[str, str | None], gpu: GPUSpec, *, cpu: bool = False,
+                      table: FlagTable | None = None) -> None:
     """CUDA_DEVICE_MAX_CONNECTIONS as Megatron asserts it (`env` maps a name to None when it is unset).
 
     Megatron-FSDP refuses 1 on every GPU. Otherwise TP > 1 or CP > 1 on GPUs before Blackwell needs
@@ -364,7 +366,7 @@ def check_environment(args: list[str], env: Mapping[str, str | None], gpu: GPUSp
     """
     if cpu:
         return
-    values = {name: vals for name, vals in split_args(args)}
+    values = {name: vals for name, vals in (table or flag_table()).split_args(args)}
     connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
     if "--use-megatron-fsdp" in values:
         if connections == "1":

@@ -49,6 +49,10 @@ class LaunchOptions(BaseModel):
     # --- what runs
     entrypoint: Entrypoint = Field(default="megatron", description="pretrain_gpt.py or `python -m megapilot.trainer`.")
     megatron_path: str | None = Field(default=None, description="Absolute Megatron-LM checkout (entrypoint megatron).")
+    megatron_version: str | None = Field(
+        default=None, description="Megatron-LM release the flags are checked against (0.14 ... 0.19, core_v0.16.0); "
+                                  "None = the local --megatron-path checkout's own, else the newest table.",
+    )
     python: str = Field(default="python3", description="Interpreter that has torch (absolute path or name on PATH).")
     cpu: bool = Field(
         default=False,

@@ -16,6 +16,7 @@ from megapilot.launch.environment import EnvVar
 from megapilot.launch.megatron_args import pinned_flags, split_args
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.shell import env_block, header, q, strict_mode
+from megapilot.launch.versions import resolve_flag_table
 from megapilot.spec import SavedPlan
 
 HEREDOC_END = "PRIMUS_EXPERIMENT_YAML"
@@ -113,7 +114,8 @@ def render_primus(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list
                   experiment_yaml: str, config_path: str) -> str:
     if HEREDOC_END in experiment_yaml:
         raise ValueError("experiment text contains the heredoc terminator")
-    lines = header(plan, nodes, "AMD Primus launch") + strict_mode() + env_block(env)
+    release = resolve_flag_table(options).label()
+    lines = header(plan, nodes, "AMD Primus launch", release=release) + strict_mode() + env_block(env)
     lines += [
         "# ---- node wiring: primus-cli reads these; run this script on every node",
         f"export NNODES={nodes}",

@@ -24,6 +24,7 @@ from megapilot.launch.options import LaunchOptions, LaunchScript
 from megapilot.launch.primus import primus_experiment, render_primus
 from megapilot.launch.slurm import render_sbatch
 from megapilot.launch.torchrun import render_torchrun
+from megapilot.launch.versions import adapt_sections, resolve_flag_table
 from megapilot.spec import SavedPlan
 
 # Values sbatch reads from `#SBATCH` lines itself (no shell quoting possible there).
@@ -51,15 +52,17 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     if options.launcher == "primus" and plan.cluster.gpu.vendor != "AMD":
         notes.append(f"Primus targets AMD Instinct GPUs (ROCm images); this plan is for {plan.cluster.gpu.name}")
 
+    table = resolve_flag_table(options)
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)
+    notes += adapt_sections(sections, table)
     megatron_args = [token for section in sections for token in section.args]
-    check_megatron_args(megatron_args, plan.cluster.gpu)
+    check_megatron_args(megatron_args, plan.cluster.gpu, table)
     if options.entrypoint == "megapilot":
         _check_trainer_accepts(megatron_args, gpu_available=not options.cpu)
 
     env = launch_environment(plan, options)
     check_environment(megatron_args, {v.name: None if v.unset else v.value for v in env}, plan.cluster.gpu,
-                      cpu=options.cpu)
+                      cpu=options.cpu, table=table)
     files: dict[str, str] = {}
     directories: list[str] = []
     if options.launcher == "torchrun":

@@ -11,6 +11,7 @@ from megapilot.launch.flags import ArgSection
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.shell import bash_array, env_block, header, megatron_args_array, q, strict_mode
 from megapilot.launch.torchrun import entrypoint_words
+from megapilot.launch.versions import resolve_flag_table
 from megapilot.spec import SavedPlan
 
 
@@ -34,7 +35,7 @@ def sbatch_directives(nodes: int, gpus_per_node: int, options: LaunchOptions, lo
 def render_sbatch(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],
                   sections: list[ArgSection], log_dir: str) -> str:
     gpus = plan.cluster.gpus_per_node
-    head = header(plan, nodes, "SLURM sbatch launch")
+    head = header(plan, nodes, "SLURM sbatch launch", release=resolve_flag_table(options).label())
     lines = [head[0], *sbatch_directives(nodes, gpus, options, log_dir), *head[1:]] + strict_mode()
     lines += env_block(env)
     lines += [

@@ -14,6 +14,7 @@ from megapilot.launch.shell import (
     q,
     strict_mode,
 )
+from megapilot.launch.versions import resolve_flag_table
 from megapilot.spec import ModelSpec, SavedPlan
 
 
@@ -45,7 +46,8 @@ def torchrun_args(nodes: int, gpus_per_node: int, options: LaunchOptions) -> tup
 def render_torchrun(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],
                     sections: list[ArgSection]) -> str:
     gpus = plan.cluster.gpus_per_node
-    lines = header(plan, nodes, "torchrun launch") + strict_mode() + env_block(env)
+    release = resolve_flag_table(options).label()
+    lines = header(plan, nodes, "torchrun launch", release=release) + strict_mode() + env_block(env)
     if nodes > 1:
         lines += _node_wiring(nodes, options)
     launcher_args, raw = torchrun_args(nodes, gpus, options)

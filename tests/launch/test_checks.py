@@ -66,7 +66,7 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _without(a, "--mock-data"), "data_path", "exactly one of"),
     (lambda a: a + ["--bf16"], "megatron_args", "given twice"),
     (lambda a: a + ["--moe-grouped-gemm"], "moe", "without --num-experts"),
-    (lambda a: a + ["--no-such-flag"], "megatron_args", "not a flag of Megatron-LM core_v0.16.0"),
+    (lambda a: a + ["--no-such-flag"], "megatron_args", "not a flag of Megatron-LM core_v0.19.0"),  # the newest table, the default
     (lambda a: a + ["--save", "/path/to/ckpt"], "--save", "placeholder"),
     (lambda a: _with_value(a, "--max-position-embeddings", "4096"), "seq_length", "exceeds --max-position"),
     (lambda a: _with_value(a, "--min-lr", "0.1"), "min_lr", "above --lr"),

@@ -11,7 +11,9 @@ reading the parser object is the only faithful way to list them.
         --release core_v0.16.0 --commit <sha> -o megapilot/launch/data/megatron_args_core_v0.16.0.json
 
 Needs torch and Megatron-LM's import-time dependencies; modules listed in --stub (pure helpers
-such as `six`, only used by tokenizers) are replaced by empty modules so the parser can be built.
+such as `six`, only used by tokenizers, and triton, imported by kernels the parser never runs) are
+replaced by empty modules so the parser can be built. Every release from core_v0.14.0 to core_v0.19.0
+extracts this way on Python 3.11 with the CPU torch of the `train` extra.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class _Anything:
 
 class _StubModule(types.ModuleType):
     __path__: ClassVar[list[str]] = []
+    __version__: ClassVar[str] = "0.0"  # core_v0.19.0 parses triton.__version__ at import time
 
     def __getattr__(self, name: str) -> _Anything:
         if name.startswith("__"):
@@ -100,6 +103,14 @@ def parser_flags(parser: argparse.ArgumentParser) -> dict[str, dict]:
     return dict(sorted(flags.items()))
 
 
+def _backport_typing_override() -> None:
+    """core_v0.19.0 imports typing.override (Python 3.12); on 3.11 an identity decorator is the same at runtime."""
+    import typing
+
+    if not hasattr(typing, "override"):
+        typing.override = lambda function: function  # type: ignore[attr-defined]
+
+
 def extract(release: str, commit: str) -> dict:
     from megatron.training.arguments import add_megatron_arguments
 
@@ -117,9 +128,12 @@ def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--release", required=True)
     cli.add_argument("--commit", required=True)
-    cli.add_argument("--stub", nargs="*", default=["six", "regex", "megatron.core.transformer.custom_layers.batch_invariant_kernels"])
+    cli.add_argument("--stub", nargs="*", default=[
+        "six", "regex", "megatron.core.transformer.custom_layers.batch_invariant_kernels", "triton", "triton.language",
+    ])
     cli.add_argument("-o", "--output", required=True)
     args = cli.parse_args()
+    _backport_typing_override()
     _stub_modules(args.stub)
     data = extract(args.release, args.commit)
     with open(args.output, "w", encoding="utf-8") as fh:

@@ -8,7 +8,7 @@
 #SBATCH --output=/lustre/jobs/deepseek-v2-lite_mla/logs/%x-%j.out
 # SLURM sbatch launch: deepseek-v2-lite on 1 node(s) x 8 MI300X
 # Layout TP=1 PP=1 VPP=1 CP=1 EP=8 DP=8 MBS=1 GBS=64; precision bf16.
-# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+# Flags checked against Megatron-LM core_v0.19.0. Drafted by megapilot: review, then run.
 set -euo pipefail
 
 # ---- environment: each variable with the reason it is set
@@ -122,6 +122,7 @@ MEGATRON_ARGS=(
   --adam-beta2 0.95
   --init-method-std 0.02
   --seed 1234
+  --eval-interval 1000
   # data and tokenizer
   --data-path /lustre/data/fineweb/fineweb_text_document
   --split '99,1,0'

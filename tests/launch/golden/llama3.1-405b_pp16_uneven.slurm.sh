@@ -8,7 +8,7 @@
 #SBATCH --output=/lustre/jobs/llama3.1-405b_pp16_uneven/logs/%x-%j.out
 # SLURM sbatch launch: llama3.1-405b on 16 node(s) x 8 H100-SXM5-80GB
 # Layout TP=8 PP=16 VPP=1 CP=1 EP=1 DP=1 MBS=1 GBS=256 PP_FIRST_LAYERS=7 PP_LAST_LAYERS=7; precision bf16.
-# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+# Flags checked against Megatron-LM core_v0.19.0. Drafted by megapilot: review, then run.
 set -euo pipefail
 
 # ---- environment: each variable with the reason it is set
@@ -98,6 +98,7 @@ MEGATRON_ARGS=(
   --adam-beta2 0.95
   --init-method-std 0.02
   --seed 1234
+  --eval-interval 1000
   # data and tokenizer
   --data-path /lustre/data/fineweb/fineweb_text_document
   --split '99,1,0'

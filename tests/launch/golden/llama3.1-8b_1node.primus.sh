@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # AMD Primus launch: llama3.1-8b on 1 node(s) x 8 H100-SXM5-80GB
 # Layout TP=1 PP=1 VPP=1 CP=1 EP=1 DP=8 MBS=1 GBS=128; precision fp8.
-# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+# Flags checked against Megatron-LM core_v0.19.0. Drafted by megapilot: review, then run.
 set -euo pipefail
 
 # ---- environment: each variable with the reason it is set
@@ -85,6 +85,7 @@ modules:
       adam_beta2: 0.95
       init_method_std: 0.02
       seed: 1234
+      eval_interval: 1000
       data_path:
       - /lustre/data/fineweb/fineweb_text_document
       split: 99,1,0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # torchrun launch: mixtral-8x7b on 2 node(s) x 8 H100-SXM5-80GB
 # Layout TP=2 PP=1 VPP=1 CP=1 EP=8 DP=8 MBS=1 GBS=256; precision bf16.
-# Flags checked against Megatron-LM core_v0.16.0. Drafted by megapilot: review, then run.
+# Flags checked against Megatron-LM core_v0.19.0. Drafted by megapilot: review, then run.
 set -euo pipefail
 
 # ---- environment: each variable with the reason it is set
@@ -94,6 +94,7 @@ MEGATRON_ARGS=(
   --adam-beta2 0.95
   --init-method-std 0.02
   --seed 1234
+  --eval-interval 1000
   # data and tokenizer
   --data-path /lustre/data/fineweb/fineweb_text_document
   --split '99,1,0'
