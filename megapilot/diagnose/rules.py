@@ -184,7 +184,8 @@ def _oom(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -
     cause = ("The most-loaded GPU ran out of memory: weights + gradients + optimizer states + activations of the "
              "in-flight micro-batches exceed the HBM.")
     if via_nccl:
-        cause += " NCCL could not allocate its buffers ('Cuda failure 2'), so memory was already exhausted when it initialised."
+        cause += (" NCCL could not allocate its buffers ('Cuda failure 2'), so memory was already exhausted when it "
+                  "initialised.")
     fixes, note = _memory_fixes(config, log)
     return Finding("oom", "critical", title, _evidence(records), cause + note, fixes, occurrences=len(records))
 
@@ -236,11 +237,13 @@ def _nccl_timeout(records: list[ErrorRecord], log: ParsedLog, config: RunConfig 
         cause += (f" Ranks that did NOT report the timeout are the likely culprits: "
                   f"{', '.join(map(str, silent[:16]))}{' ...' if len(silent) > 16 else ''}.")
     elif op and seq and len({r.details.get('seqnum') for r in records}) == 1:
-        cause += f" All reporting ranks stopped at the same SeqNum {seq}: they agree on the op, so look for the rank that is missing."
+        cause += (f" All reporting ranks stopped at the same SeqNum {seq}: they agree on the op, so look for the rank "
+                  "that is missing.")
     flags = config.flags if config else None
     fixes = [
         Fix("set", "NCCL_DEBUG", "INFO", "log NCCL's init and errors (which transport, which peer)", kind="env"),
-        Fix("set", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000", "keep the flight recorder so the dump names the stuck op per rank",
+        Fix("set", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000",
+            "keep the flight recorder so the dump names the stuck op per rank",
             kind="env"),
         Fix("set", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump the flight recorder when the watchdog fires", kind="env"),
         Fix("set", "NCCL_IB_HCA / NCCL_SOCKET_IFNAME", "<your IB devices / interface>",
@@ -258,7 +261,8 @@ def _nccl_error(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | 
     if "ncclremoteerror" in text or "network error" in text:
         cause = "A peer failed or the network between ranks did (ncclRemoteError): check the NICs and the remote node."
     elif "invalidusage" in text or "invalidargument" in text:
-        cause = "Ranks called different collectives or with different sizes (ncclInvalidUsage): a code/config mismatch between ranks."
+        cause = ("Ranks called different collectives or with different sizes (ncclInvalidUsage): a code/config "
+                 "mismatch between ranks.")
     elif "unhandled cuda error" in text or "unhandled hip error" in text:
         cause = "A CUDA/HIP error inside NCCL: look for an OOM or a GPU fault just before it."
     else:
@@ -289,10 +293,13 @@ def _gpu_fault(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | N
 
 def _rendezvous(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     fixes = [
-        Fix("add", "check MASTER_ADDR:MASTER_PORT is reachable from every node (nc -zv $MASTER_ADDR $MASTER_PORT)", None,
+        Fix("add", "check MASTER_ADDR:MASTER_PORT is reachable from every node (nc -zv $MASTER_ADDR $MASTER_PORT)",
+            None,
             "the store must be reachable", kind="command"),
-        Fix("set", "MASTER_PORT", "<a free port>", "'address already in use' means an old job holds the port", kind="env"),
-        Fix("add", "start every node with the same --rdzv-id and --nnodes", None, "mismatched rendezvous never completes",
+        Fix("set", "MASTER_PORT", "<a free port>", "'address already in use' means an old job holds the port",
+            kind="env"),
+        Fix("add", "start every node with the same --rdzv-id and --nnodes", None,
+            "mismatched rendezvous never completes",
             kind="command"),
     ]
     return Finding("rendezvous_failure", "critical", f"Rendezvous failed{_ranks(records)}", _evidence(records),
@@ -307,10 +314,11 @@ def _shm(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -
         Fix("add", "--ipc", "host", "or share the host's IPC namespace", kind="container", option="container shm"),
         Fix("add", "--ulimit", "memlock=-1", "let NCCL pin memory", kind="container", option="container shm"),
     ]
-    if config is not None and config.flags.get_int("--num-workers", 2) and (config.flags.get_int("--num-workers", 2) or 0) > 2:
+    if config is not None and (config.flags.get_int("--num-workers", 2) or 0) > 2:
         fixes.append(change(config.flags, "--num-workers", "2", "fewer DataLoader workers use less shared memory"))
     return Finding("shm_insufficient", "critical", f"Shared memory exhausted (bus error){_ranks(records)}",
-                   _evidence(records), "A process touched shared memory that /dev/shm could not back (SIGBUS). Docker's "
+                   _evidence(records),
+                   "A process touched shared memory that /dev/shm could not back (SIGBUS). Docker's "
                    "default /dev/shm is 64 MB, far too small for NCCL and DataLoader workers.", fixes,
                    occurrences=len(records))
 
@@ -322,7 +330,8 @@ def _checkpoint_save(records: list[ErrorRecord], log: ParsedLog, config: RunConf
              Fix("add", f"touch {path or '<save dir>'}/.write_test", None, "check that every rank can write there",
                  kind="command")]
     cause, writer_fixes = _checkpoint_writer_cause(records, config, log)
-    return Finding("checkpoint_save_failure", "critical", f"Checkpoint save failed{_ranks(records)}", _evidence(records),
+    return Finding("checkpoint_save_failure", "critical", f"Checkpoint save failed{_ranks(records)}",
+                   _evidence(records),
                    cause, writer_fixes + fixes, occurrences=len(records))
 
 
@@ -371,9 +380,11 @@ def _checkpoint_load(records: list[ErrorRecord], log: ParsedLog, config: RunConf
     fixes = [Fix("add", "compare the model flags with the checkpoint's run_config / args", None,
                  "missing/unexpected keys or size mismatches mean the model shape differs", kind="command")]
     if flags is not None:
-        fixes.append(change(flags, "--ckpt-format", "torch_dist", "distributed checkpoints reshard across TP/PP changes"))
+        fixes.append(change(flags, "--ckpt-format", "torch_dist",
+                            "distributed checkpoints reshard across TP/PP changes"))
         fixes.append(change(flags, "--no-load-optim", None, "if only the optimizer state does not match (fine-tuning)"))
-    return Finding("checkpoint_load_failure", "critical", f"Checkpoint load failed{_ranks(records)}", _evidence(records),
+    return Finding("checkpoint_load_failure", "critical", f"Checkpoint load failed{_ranks(records)}",
+                   _evidence(records),
                    "The checkpoint could not be loaded into this model/layout: shape or key mismatch, a missing or "
                    "corrupt file, or a format this layout cannot reshard.", fixes, occurrences=len(records))
 
@@ -452,8 +463,10 @@ def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: 
 def _wall_clock_hang(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     details = records[0].details
     return Finding("hang", "critical",
-                   f"No progress for {details.get('silent_s', '?')} s after iteration {details.get('last_iteration', '?')}",
-                   _evidence(records), "No iteration line arrived for many times the usual step time while following the log.",
+                   f"No progress for {details.get('silent_s', '?')} s after iteration "
+                   f"{details.get('last_iteration', '?')}",
+                   _evidence(records),
+                   "No iteration line arrived for many times the usual step time while following the log.",
                    _hang_fixes(), occurrences=len(records))
 
 
@@ -486,7 +499,8 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
     warmup = flags.get_int("--lr-warmup-iters", 0) if flags else 0
     if not warmup:
         suggested = max(100, int(0.01 * train_iters)) if train_iters else 2000
-        fixes.append(fix("--lr-warmup-iters", str(suggested), "warm the learning rate up instead of starting at the peak"))
+        fixes.append(fix("--lr-warmup-iters", str(suggested),
+                         "warm the learning rate up instead of starting at the peak"))
     clip = flags.get_float("--clip-grad") if flags else None
     if clip is None or clip == 0 or clip > 1.0:
         fixes.append(fix("--clip-grad", "1.0", "clip the global grad norm at 1.0"))
@@ -578,7 +592,8 @@ def _unique(records: list[IterationRecord]) -> list[IterationRecord]:
 def _hang_fixes() -> list[Fix]:
     return [
         Fix("add", "py-spy dump --pid <pid of each rank>", None, "see where every rank is stuck", kind="command"),
-        Fix("set", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump NCCL's flight recorder when the watchdog fires", kind="env"),
+        Fix("set", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump NCCL's flight recorder when the watchdog fires",
+            kind="env"),
     ]
 
 
@@ -594,9 +609,11 @@ def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
             interval = max(1, after.iteration - before.iteration)
             if gap - interval * typical_s > limit:
                 findings.append(Finding(
-                    "hang", "warning", f"Stalled {gap:.0f} s between iterations {before.iteration} and {after.iteration}",
+                    "hang", "warning",
+                    f"Stalled {gap:.0f} s between iterations {before.iteration} and {after.iteration}",
                     [_ev(before), _ev(after)],
-                    f"No progress for {gap:.0f} s where {interval} iteration(s) take about {interval * typical_s:.0f} s; "
+                    f"No progress for {gap:.0f} s where {interval} iteration(s) take about "
+                    f"{interval * typical_s:.0f} s; "
                     "training resumed afterwards (a slow save, evaluation, a straggler or a transient network stall).",
                     _hang_fixes()))
                 break
@@ -623,7 +640,8 @@ _STALL_CAUSES = {
              "remove the stale build directory (and its lock) and relaunch", kind="command")]),
     "stall_point:distributed_init": (
         "The log stops while initialising torch.distributed: some rank never joined (wrong MASTER_ADDR, blocked "
-        "port, a node that did not start).", [Fix("set", "NCCL_DEBUG", "INFO", "see which rank is missing", kind="env")]),
+        "port, a node that did not start).", [Fix("set", "NCCL_DEBUG", "INFO", "see which rank is missing",
+                                                  kind="env")]),
     "stall_point:dataset_build": (
         "The log stops while building the dataset indices: rank 0 builds them while the others wait; on a slow or "
         "shared filesystem this can take very long or deadlock.",
@@ -732,7 +750,8 @@ def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | Non
     fixes, note = _memory_fixes(config, log)
     if full:
         first = full[0]
-        return Finding("oom", "warning", f"Device memory at {first.memory_usage_pct:.1f}% at iteration {first.iteration}",
+        return Finding("oom", "warning",
+                       f"Device memory at {first.memory_usage_pct:.1f}% at iteration {first.iteration}",
                        [_ev(first)], cause + note, fixes)
     capacity = config.gpu.hbm_gib if config is not None and config.gpu is not None else None
     reports = [m for m in log.memory if capacity and m.peak_gib and m.peak_gib >= NEAR_FULL_PCT / 100 * capacity]
