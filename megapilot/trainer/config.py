@@ -303,7 +303,8 @@ def _check_router(ns: argparse.Namespace) -> None:
                              field="--moe-router-enable-expert-bias", fix="add --moe-router-score-function sigmoid")
     if (ns.moe_router_num_groups is None) != (ns.moe_router_group_topk is None):
         raise MegapilotError("group-limited routing needs both the group count and the groups per token",
-                             field="--moe-router-group-topk", fix="pass --moe-router-num-groups and --moe-router-group-topk")
+                             field="--moe-router-group-topk",
+                             fix="pass --moe-router-num-groups and --moe-router-group-topk")
     if ns.moe_router_num_groups and ns.num_experts % ns.moe_router_num_groups:
         raise MegapilotError(f"{ns.moe_router_num_groups} groups do not divide {ns.num_experts} experts",
                              field="--moe-router-num-groups", fix="choose a divisor of --num-experts")

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state
+from megatron.core.activations import squared_relu
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import (
@@ -19,8 +20,10 @@ from megatron.core.models.gpt.gpt_layer_specs import (
 )
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-from megatron.core.activations import squared_relu
 from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionBlockSubmodules
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
 from megapilot.trainer import cpu_compat
 from megapilot.trainer.config import TrainerConfig
@@ -123,7 +126,8 @@ def _use_transformer_engine(on_gpu: bool) -> bool:
     return True
 
 
-def layer_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool, vp_stage: int | None):
+def layer_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool,
+               vp_stage: int | None) -> ModuleSpec | TransformerBlockSubmodules:
     """The decoder's layer spec as Megatron-LM's gpt_builder chooses it (a block spec for MoE models,
     so dense-first layers and --moe-layer-freq patterns are honoured)."""
     use_te = _use_transformer_engine(on_gpu)
@@ -148,7 +152,8 @@ def _local_mla(spec: Any, config: TrainerConfig, use_te: bool) -> Any:
     return with_local_mla_attention(spec)
 
 
-def mtp_block_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool, vp_stage: int | None):
+def mtp_block_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool,
+                   vp_stage: int | None) -> MultiTokenPredictionBlockSubmodules | None:
     """MTP modules built like the last decoder layer (gpt_builder's rule); None without MTP."""
     if not config.mtp_num_layers:
         return None

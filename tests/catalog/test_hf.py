@@ -300,7 +300,8 @@ def test_mistral_window_covers_every_layer():
 
 def test_deepseek_v2_group_limited_greedy_maps_when_megatron_scores_groups_alike():
     # Megatron scores a group by its top num_experts_per_tok // topk_group experts; V2 by its best one.
-    v2 = _deepseek_v3(architectures=["DeepseekV2ForCausalLM"], scoring_func="softmax", topk_method="group_limited_greedy",
+    v2 = _deepseek_v3(architectures=["DeepseekV2ForCausalLM"], scoring_func="softmax",
+                      topk_method="group_limited_greedy",
                       num_experts_per_tok=4, n_group=8, topk_group=4, norm_topk_prob=False, routed_scaling_factor=16.0)
     moe = from_hf_config(v2, "v2-like").moe
     assert (moe.router_num_groups, moe.router_group_topk, moe.router_topk_scaling_factor) == (8, 4, 16.0)
@@ -323,7 +324,8 @@ def test_routing_and_rope_megatron_cannot_express_are_refused_by_field(changes, 
 
 
 def test_group_limited_softmax_with_renormalised_weights_is_refused():
-    v2 = _deepseek_v3(architectures=["DeepseekV2ForCausalLM"], scoring_func="softmax", topk_method="group_limited_greedy",
+    v2 = _deepseek_v3(architectures=["DeepseekV2ForCausalLM"], scoring_func="softmax",
+                      topk_method="group_limited_greedy",
                       num_experts_per_tok=4, n_group=8, topk_group=4, norm_topk_prob=True)
     with pytest.raises(MegapilotError) as err:
         from_hf_config(v2, "v2-like")

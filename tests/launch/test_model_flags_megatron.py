@@ -28,17 +28,17 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-import torch  # noqa: E402
+import torch
 
-from megapilot.catalog.gpus import get_gpu  # noqa: E402
-from megapilot.catalog.hf import load_hf_config  # noqa: E402
-from megapilot.catalog.models import load_presets  # noqa: E402
-from megapilot.errors import MegapilotError  # noqa: E402
-from megapilot.estimate.params import count_params  # noqa: E402
-from megapilot.launch import LaunchOptions, render_megatron_args  # noqa: E402
-from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec  # noqa: E402
-from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling  # noqa: E402
-from tests.catalog.test_models import _half_unit_of_last_digit  # noqa: E402
+from megapilot.catalog.gpus import get_gpu
+from megapilot.catalog.hf import load_hf_config
+from megapilot.catalog.models import load_presets
+from megapilot.errors import MegapilotError
+from megapilot.estimate.params import count_params
+from megapilot.launch import LaunchOptions, render_megatron_args
+from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
+from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
+from tests.catalog.test_models import _half_unit_of_last_digit
 
 HF_CONFIGS = Path(__file__).parents[1] / "data" / "hf_configs"
 CPU_TRAINER = LaunchOptions(mock_data=True, entrypoint="megapilot", cpu=True, check_paths_exist=False)
