@@ -78,7 +78,10 @@ def script(
     tensorboard_dir: Annotated[str | None, typer.Option(help="Absolute TensorBoard directory.")] = None,
     entrypoint: Annotated[str, typer.Option(
         help="megatron (pretrain_gpt.py) or megapilot (embedded trainer).")] = "megatron",
-    megatron_path: Annotated[str | None, typer.Option(help="Absolute Megatron-LM checkout.")] = None,
+    megatron_path: Annotated[str | None, typer.Option(
+        help="Absolute Megatron-LM checkout; on this machine, its own arguments.py decides the flags.")] = None,
+    megatron_version: Annotated[str | None, typer.Option(
+        help="Megatron-LM release the script is for, e.g. 0.14 or core_v0.16.0 (default: the newest table).")] = None,
     python: Annotated[str | None, typer.Option(
         help="Python with torch (default python3; this one for megapilot).")] = None,
     cpu: Annotated[bool, typer.Option(
@@ -141,7 +144,8 @@ def script(
         LaunchOptions, launcher=_choice("launcher", launcher, LAUNCHERS), nodes=nodes, mock_data=mock_data,
         tokenizer_type=tokenizer_type, merge_file=merge_file, load=load, save_interval=save_interval,
         tensorboard_dir=tensorboard_dir, entrypoint=_choice("entrypoint", entrypoint, ENTRYPOINTS),
-        megatron_path=megatron_path, python=python or _default_python(entrypoint), cpu=cpu,
+        megatron_path=megatron_path, megatron_version=megatron_version,
+        python=python or _default_python(entrypoint), cpu=cpu,
         container_image=container_image, container_mounts=tuple(container_mount or ()), rendezvous=rendezvous,
         master_port=master_port, network_interface=network_interface, ib_hca=ib_hca, job_name=job_name,
         time_limit=time_limit, partition=partition, account=account, log_dir=log_dir, primus_path=primus_path,
@@ -318,8 +322,6 @@ def _write(path: Path, launch: LaunchScript, force: bool) -> None:
 def _print_summary(plan: SavedPlan, launch: LaunchScript, path: Path | None, assumed: list[str]) -> None:
     from rich.table import Table
 
-    from megapilot.launch import MEGATRON_RELEASE
-
     if path is None:  # the script itself goes to stdout untouched (`megapilot script ... > train.sh`)
         import sys
 
@@ -333,7 +335,7 @@ def _print_summary(plan: SavedPlan, launch: LaunchScript, path: Path | None, ass
     table.add_row("GPUs", f"{launch.nodes} node(s) x {launch.gpus_per_node} {plan.cluster.gpu.name}")
     table.add_row("layout", p.shell_block(plan.training.global_batch_size))
     table.add_row("Megatron args", f"{sum(a.startswith('--') for a in launch.megatron_args)} flags, "
-                                   f"checked against Megatron-LM {MEGATRON_RELEASE}")
+                                   f"checked against Megatron-LM {launch.megatron_release}")
     table.add_row("environment", ", ".join(launch.env))
     for extra in launch.files:
         table.add_row("also wrote" if path else "experiment file", extra)

@@ -45,6 +45,9 @@ def run(
                                                         "(default: the user data dir, or $MEGAPILOT_HISTORY).")] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not record this run in the history.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the results (or the dry run) as JSON.")] = False,
+    megatron_version: Annotated[str | None, typer.Option(
+        help="Megatron-LM release the launches are for, e.g. 0.14 (default: the config's megapilot.megatron_version, "
+             "else the checkout's own, else the newest table).")] = None,
 ) -> None:
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
     from megapilot.suite.config import load_suite
@@ -55,6 +58,8 @@ def run(
 
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
     suite = load_suite(config, cluster)
+    if megatron_version is not None:
+        suite = _for_megatron_version(suite, megatron_version)
     if combo is not None:
         _check_combo(suite, combo)
     if dry_run:
@@ -82,6 +87,15 @@ def run(
 
 def register(suite_app: typer.Typer) -> None:
     suite_app.command("run")(run)
+
+
+def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
+    """The suite with its launches checked against `version` (refused here, before any stage, when unknown)."""
+    from megapilot.launch.megatron_args import flag_table
+
+    flag_table(version)
+    block = suite.config.megapilot.model_copy(update={"megatron_version": version})
+    return suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
 
 
 def _check_combo(suite: LoadedSuite, combo: str) -> None:

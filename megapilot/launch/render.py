@@ -82,7 +82,7 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     return LaunchScript(
         script=script, launcher=options.launcher, megatron_args=megatron_args,
         env={var.name: var.value for var in env if not var.unset}, nodes=nodes, gpus_per_node=gpus_per_node,
-        files=files, directories=directories, notes=notes,
+        files=files, directories=directories, notes=notes, megatron_release=table.label(),
     )
 
 

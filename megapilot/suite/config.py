@@ -153,6 +153,9 @@ class MegapilotBlock(_Forbid):
     data_path: str | None = Field(default=None, description="Megatron data prefix; None = mock data.")
     tokenizer_type: str | None = None
     megatron_path: str = DEFAULT_MEGATRON_PATH
+    megatron_version: str | None = Field(
+        default=None, description="Megatron-LM release the launches are checked against (0.14 ... 0.19); None = "
+                                  "megatron_path's own arguments.py when it is on this machine, else the newest table.")
     primus_path: str = DEFAULT_PRIMUS_PATH
     python: str | None = Field(default=None, description="None = this interpreter (backend megapilot), else python3.")
     startup_timeout_s: float = Field(default=900.0, gt=0)

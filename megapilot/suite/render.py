@@ -144,6 +144,8 @@ def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_d
     )
     if suite.backend == "megatron-lm":
         fields["megatron_path"] = block.megatron_path
+    if block.megatron_version is not None:
+        fields["megatron_version"] = block.megatron_version
     if suite.backend == "primus":
         fields.update(primus_path=block.primus_path, primus_config_path=str(job_dir / PRIMUS_EXPERIMENT_NAME))
     if launcher == "slurm":

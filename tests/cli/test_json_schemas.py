@@ -81,7 +81,7 @@ def test_script(cli, workdir):
     result = json_of(cli, "script", "--plan", saved_plan(cli, workdir), "--mock-data", "--entrypoint", "megapilot",
                      "--json")
     assert set(result) == {"script", "launcher", "megatron_args", "env", "nodes", "gpus_per_node", "files",
-                           "directories", "notes",
+                           "directories", "notes", "megatron_release",
                            "assumed"}
     assert result["script"].startswith("#!/usr/bin/env bash")
 

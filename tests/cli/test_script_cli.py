@@ -260,3 +260,18 @@ def test_notes_name_every_schedule_value_left_at_its_drafting_placeholder(cli, t
     no_save = [a for a in draft if a not in ("--save", str(tmp_path))]
     (note,) = [n for n in cli(*no_save).json()["notes"] if n.startswith("placeholders")]
     assert "--save-interval" not in note  # no checkpoints, no interval to set
+
+
+def test_megatron_version_picks_the_table_and_refuses_what_that_release_lacks(cli, plan_file: Path) -> None:
+    nvfp4 = ["--model", "llama3.1-8b", "--gpu", "b200", "--gpus", "8", "--gbs", "64", "--seq-len", "4096",
+             "--precision", "nvfp4", "--mock-data", "--remote"]
+    old = cli("script", *nvfp4, *MEGATRON, "--megatron-version", "0.14")
+    assert old.exit_code == 2 and "added in Megatron-LM core_v0.15.0" in old.stderr and "Traceback" not in old.stderr
+    newer = cli("script", *nvfp4, *MEGATRON, "--megatron-version", "0.15", "--json")
+    assert newer.exit_code == 0, newer.stderr
+    assert newer.json()["megatron_release"] == "core_v0.15.0"
+    assert "# Flags checked against Megatron-LM core_v0.15.0." in newer.json()["script"]
+    default = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--json")
+    assert default.json()["megatron_release"] == "core_v0.19.0"
+    unknown = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--megatron-version", "0.9")
+    assert unknown.exit_code == 2 and "core_v0.14.0" in unknown.stderr

@@ -62,3 +62,16 @@ def test_a_config_with_placeholders_left_is_refused_before_anything_runs(cli, tm
     result = cli("suite", "run", str(config), "--out", str(tmp_path / "out"))
     assert result.exit_code == 2 and "<changeme>" in result.stderr and "gpu_name" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_megatron_version_reaches_every_combo_and_an_unknown_one_is_refused(cli, tmp_path: Path) -> None:
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    out = str(tmp_path / "out")
+    old = cli("suite", "run", str(config), "--dry-run", "--json", "--out", out, "--megatron-version", "0.14")
+    assert old.exit_code == 0, old.stderr
+    runnable = [c for c in old.json()["combos"] if c["skipped"] is None]
+    assert runnable and all("--eval-interval" not in c["megatron_args"] for c in runnable)  # 0.14's default is 1000
+    new = cli("suite", "run", str(config), "--dry-run", "--json", "--out", out)
+    assert all("--eval-interval" in c["megatron_args"] for c in new.json()["combos"] if c["skipped"] is None)
+    unknown = cli("suite", "run", str(config), "--dry-run", "--out", out, "--megatron-version", "0.99")
+    assert unknown.exit_code == 2 and "no flag table for Megatron-LM 0.99" in unknown.stderr
