@@ -178,7 +178,7 @@ def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
     kv_up = mla.kv_lora_rank * heads * (mla.qk_head_dim + mla.v_head_dim)
     output = heads * mla.v_head_dim * h
     lora_norms += norm_params(model, mla.kv_lora_rank)
-    return query + kv_down + kv_up + output, lora_norms
+    return query + kv_down + kv_up + output, lora_norms if mla.latent_layernorms else 0
 
 
 def _router_params(model: ModelSpec) -> int:

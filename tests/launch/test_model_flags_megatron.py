@@ -278,3 +278,12 @@ def test_yarn_scaling_of_deepseek_is_what_megatron_builds_for_mla() -> None:
     spec = load_hf_config(HF_CONFIGS / "DeepSeek-V3.json")
     assert isinstance(spec.rope_scaling, YarnRopeScaling) and spec.mla is not None
     assert spec.mla.latent_layernorms
+
+
+def test_mla_without_latent_norms_drops_qk_layernorm_and_counts_alike(one_process_group: None) -> None:
+    spec = load_presets()["deepseek-v2-lite"].spec
+    bare = spec.model_copy(update={"mla": spec.mla.model_copy(update={"latent_layernorms": False})})
+    assert "--qk-layernorm" not in render_megatron_args(_plan(bare), CPU_TRAINER)
+    built_params, _ = _full_count(bare)
+    assert built_params == count_params(bare, padded_vocab=True).total
+    assert count_params(spec).total - count_params(bare).total == spec.num_layers * spec.mla.kv_lora_rank
