@@ -127,9 +127,11 @@ def _markdown(report: dict[str, Any]) -> str:
         lines.append(f"- unfitted prior: median |error| {_pct(p['median_abs_error'])}, max {_pct(p['max_abs_error'])}")
         lines.append(f"- fitted now: median |error| {_pct(f['median_abs_error'])}, max {_pct(f['max_abs_error'])}")
         kf = report["five_fold"]
-        lines.append(f"- 5-fold hold-out: median |error| {_pct(kf['median_abs_error'])}, max {_pct(kf['max_abs_error'])}")
+        lines.append(f"- 5-fold hold-out: median |error| {_pct(kf['median_abs_error'])}, max "
+                     f"{_pct(kf['max_abs_error'])}")
         lines += ["", "Leave one source out (fit on the other three, predict this one):", "",
-                  "| held-out source | rows | median abs error | max abs error | mean signed |", "|---|---|---|---|---|"]
+                  "| held-out source | rows | median abs error | max abs error | mean signed |",
+                  "|---|---|---|---|---|"]
         for source, entry in report["leave_one_source_out"].items():
             s = entry["held_out"]
             lines.append(f"| {source} | {s['rows']} | {_pct(s['median_abs_error'])} | {_pct(s['max_abs_error'])} | "
@@ -144,7 +146,8 @@ def _markdown(report: dict[str, Any]) -> str:
         lay = r["layout"]
         chosen = "*" if r["mbs_chosen"] or r["recompute_chosen"] else ""
         lines.append(f"| {r['id']} | {lay['tp']}/{lay['pp']}/{lay['vpp']}/{lay['cp']}/{lay['dp']}, {lay['mbs']}, "
-                     f"{lay['recompute']}{chosen} | {r['published_tflops_per_gpu']} | {r['predicted_tflops_per_gpu']} | "
+                     f"{lay['recompute']}{chosen} | {r['published_tflops_per_gpu']} | "
+                     f"{r['predicted_tflops_per_gpu']} | "
                      f"{_pct(r['error'])} |")
     lines += ["", "`*` = micro-batch size and/or recompute chosen by the stated rule (not published).", ""]
     return "\n".join(lines)

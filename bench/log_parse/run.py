@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ITERATION = (" [2026-01-01 {h:02d}:{m:02d}:{s:02d}.{us:06d}] iteration {it:8d}/{total:8d} | consumed samples: {cs:12d} | "
+ITERATION = (" [2026-01-01 {h:02d}:{m:02d}:{s:02d}.{us:06d}] iteration {it:8d}/{total:8d} | "
+             "consumed samples: {cs:12d} | "
              "elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | "
              "learning rate: 1.500000E-04 | global batch size:   128 | lm loss: {loss:.6E} | loss scale: 1.0 | "
              "grad norm: {gn:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
@@ -40,7 +41,8 @@ EXTRA = ("(min, max) time across ranks (ms):\n"
          "[Rank 0] (after {it} iterations) memory (MB) | allocated: 12345.67 | max allocated: 45678.90 | "
          "reserved: 50000.00 | max reserved: 52000.00\n")
 SAVE = ("[2026-01-01 00:20:00.000001] saving checkpoint at iteration {it:7d} to /ckpt in torch_dist format\n"
-        "  [2026-01-01 00:20:30.000002] successfully saved checkpoint from iteration {it:7d} to /ckpt [ t 1/8, p 1/4 ]\n")
+        "  [2026-01-01 00:20:30.000002] successfully saved checkpoint from iteration {it:7d} to /ckpt "
+        "[ t 1/8, p 1/4 ]\n")
 
 
 def generate(path: Path, size_bytes: int) -> int:

@@ -234,7 +234,8 @@ def _markdown(report: dict) -> str:
               f"{b['exhaustive_best_tokens_per_s_per_gpu']:,} tok/s/GPU",
               f"- planner: {b['planner_estimates']:,} estimates + {b['planner_memory_checks']:,} memory checks in "
               f"{b['planner_s']} s, best {b['planner_best_tokens_per_s_per_gpu']:,} tok/s/GPU",
-              f"- speedup {b['speedup']}x; same optimum (within the 0.2 % tie band): {b['optimum_within_tie_band']}", ""]
+              f"- speedup {b['speedup']}x; same optimum (within the 0.2 % tie band): {b['optimum_within_tie_band']}",
+              ""]
     return "\n".join(lines)
 
 

@@ -530,7 +530,7 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     activation = config.get("mlp_hidden_act") or config.get("hidden_act") or "relu2"
     if activation != "relu2":
         raise _refuse("mlp_hidden_act", f"mlp_hidden_act={activation!r} is not modelled for Nemotron-H (relu2 is)")
-    if config.get("mamba_proj_bias") or config.get("use_bias") or config.get("attention_bias") or config.get("mlp_bias"):
+    if any(config.get(key) for key in ("mamba_proj_bias", "use_bias", "attention_bias", "mlp_bias")):
         raise _refuse("use_bias", "linear biases in a Mamba hybrid are not modelled")
     fields: dict[str, Any] = {
         "num_layers": _required_int(config, "num_hidden_layers"),

@@ -159,7 +159,8 @@ def _print_detail(detail: RunDetail) -> None:
     console.print(f"[bold]{escape(run.run_id)}[/]  {_verdict(run.verdict)}  {escape(run.suite_name)}"
                   + ("" if run.finished else "  [yellow]unfinished[/]"))
     console.print(f"{escape(run.model)} on {run.nodes}x{run.gpus_per_node} {escape(run.gpu)}, {escape(run.backend)} "
-                  f"via {escape(run.executor)}; started {run.started_at:%Y-%m-%d %H:%M:%S} UTC, {run.duration_s:,.0f} s")
+                  f"via {escape(run.executor)}; started {run.started_at:%Y-%m-%d %H:%M:%S} UTC, "
+                  f"{run.duration_s:,.0f} s")
     console.print(f"run dir {escape(run.run_dir)}; megapilot {escape(run.megapilot_version or '?')}"
                   + (f" ({escape(run.git_commit)})" if run.git_commit else ""))
     if run.reason:

@@ -31,7 +31,9 @@ Files = Annotated[list[str], typer.Argument(
     help="Log files, directories of logs (searched for *.log, *.out, *.err, ...) or glob patterns, read as one run; "
          "- reads stdin.", show_default=False)]
 ScriptOpt = Annotated[Path | None, typer.Option("--script", help="Launch script whose Megatron flags to read.")]
-FlagsOpt = Annotated[str | None, typer.Option("--flags", help='Megatron flags as one string, e.g. "--tensor-model-parallel-size 8 ...".')]
+FlagsOpt = Annotated[str | None, typer.Option("--flags",
+                                              help='Megatron flags as one string, e.g. "--tensor-model-parallel-size 8 '
+                                                   '...".')]
 GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU type (alias or name, e.g. h100, mi300x).")]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Total GPUs of the run (default: from torchrun flags).")]
 
@@ -86,13 +88,18 @@ def parse(
     files: Files,
     json_output: JsonFlag = False,
     csv_output: Annotated[bool, typer.Option("--csv", help="Print the iteration records as CSV.")] = False,
-    follow: Annotated[bool, typer.Option("--follow", help="Tail one growing file until training ends or a timeout.")] = False,
-    summary_only: Annotated[bool, typer.Option("--summary-only", help="Keep no per-record lists (flat memory).")] = False,
-    seq_length: Annotated[int | None, typer.Option(help="Sequence length, to compute tokens/s/GPU when not printed.")] = None,
-    world_size: Annotated[int | None, typer.Option(help="GPUs of the run, to compute tokens/s/GPU when not printed.")] = None,
+    follow: Annotated[bool, typer.Option("--follow",
+                                         help="Tail one growing file until training ends or a timeout.")] = False,
+    summary_only: Annotated[bool, typer.Option("--summary-only",
+                                               help="Keep no per-record lists (flat memory).")] = False,
+    seq_length: Annotated[int | None,
+                          typer.Option(help="Sequence length, to compute tokens/s/GPU when not printed.")] = None,
+    world_size: Annotated[int | None,
+                          typer.Option(help="GPUs of the run, to compute tokens/s/GPU when not printed.")] = None,
     global_batch_size: Annotated[int | None, typer.Option(help="Used when the lines lack `global batch size`.")] = None,
     timeout: Annotated[float | None, typer.Option(help="--follow: stop after this many seconds.")] = None,
-    idle_timeout: Annotated[float | None, typer.Option(help="--follow: stop after this many seconds without new bytes.")] = None,
+    idle_timeout: Annotated[float | None,
+                            typer.Option(help="--follow: stop after this many seconds without new bytes.")] = None,
 ) -> None:
     """Parse training logs into iteration, memory, checkpoint and error records plus a steady-state summary."""
     from megapilot.cli.common import require_positive
@@ -156,18 +163,23 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
 
     s = log.summary
     assert s is not None
-    table = Table(title=f"{_files_title(log.files)} — dialect {log.dialect}, {log.lines_read:,} lines", show_header=False)
+    table = Table(title=f"{_files_title(log.files)} — dialect {log.dialect}, {log.lines_read:,} lines",
+                  show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [
-        ("iterations logged / counted / steady", f"{s.iterations_logged} / {s.iterations_counted} / {s.steady_iterations}"),
-        ("iteration range", f"{_fmt(s.first_iteration, ',')} → {_fmt(s.last_iteration, ',')} of {_fmt(s.train_iters, ',')}"),
-        ("step time mean / p50 / p95 (ms)", f"{_fmt(s.step_time_mean_ms)} / {_fmt(s.step_time_p50_ms)} / {_fmt(s.step_time_p95_ms)}"),
+        ("iterations logged / counted / steady",
+         f"{s.iterations_logged} / {s.iterations_counted} / {s.steady_iterations}"),
+        ("iteration range",
+         f"{_fmt(s.first_iteration, ',')} → {_fmt(s.last_iteration, ',')} of {_fmt(s.train_iters, ',')}"),
+        ("step time mean / p50 / p95 (ms)",
+         f"{_fmt(s.step_time_mean_ms)} / {_fmt(s.step_time_p50_ms)} / {_fmt(s.step_time_p95_ms)}"),
         ("step time CV", _fmt(s.step_time_cv, ".3f")),
         ("tokens/s/GPU (mean)", _fmt_rate(s.tokens_per_s_per_gpu_mean) if s.tokens_per_s_per_gpu_mean is not None
          or not s.iterations_logged else "— (pass --seq-length and --world-size)"),
         ("TFLOP/s/GPU (mean)", _fmt_rate(s.tflops_per_gpu_mean)),
-        ("loss first / min / final", f"{_fmt(s.first_loss, '.4f')} / {_fmt(s.min_loss, '.4f')} / {_fmt(s.final_loss, '.4f')}"),
+        ("loss first / min / final",
+         f"{_fmt(s.first_loss, '.4f')} / {_fmt(s.min_loss, '.4f')} / {_fmt(s.final_loss, '.4f')}"),
         # --summary-only keeps no memory records: say "not kept" rather than a misleading 0
         ("memory reports / checkpoints / errors",
          f"{'not kept' if summary_only else len(log.memory)} / {len(log.checkpoints)} / {len(log.errors)}"),
@@ -176,6 +188,10 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"[dim]steady state: {s.rule}[/]")
+    version = log.megatron_version
+    if version is not None:
+        console.print(f"[dim]Megatron-LM {version.release}{'' if version.exact else ' (closest)'}: {version.detail}[/]",
+                      highlight=False)
     if not s.iterations_logged:
         from megapilot.cli.common import err_console
 
@@ -268,7 +284,8 @@ def _print_diagnosis(result: Diagnosis) -> None:
 def optimize_command(
     script: ScriptOpt = None,
     flags: FlagsOpt = None,
-    log: Annotated[list[str] | None, typer.Option("--log", help="Training log: its measured step time calibrates predictions.")] = None,
+    log: Annotated[list[str] | None, typer.Option(
+        "--log", help="Training log: its measured step time calibrates predictions.")] = None,
     gpu: Annotated[str | None, typer.Option(
         "--gpu", help="GPU type, e.g. h100 (default: the GPU named in a megapilot-rendered script).")] = None,
     gpus: GpusOpt = None,
@@ -309,9 +326,11 @@ def _print_optimize(report: OptimizeReport) -> None:
 
     console.print(f"current: {report.current_layout} — predicted {_fmt(report.current_tokens_per_s_per_gpu, ',.0f')} "
                   f"tokens/s/GPU, {_fmt(report.current_memory_gib)} GiB"
-                  + (f" (calibrated ×{report.calibration_scale:.2f} to the measured step)" if report.calibration_scale else ""))
+                  + (f" (calibrated ×{report.calibration_scale:.2f} to the measured step)"
+                     if report.calibration_scale else ""))
     if report.best_layout:
-        console.print(f"planner's best: {report.best_layout} — {_fmt(report.best_tokens_per_s_per_gpu, ',.0f')} tokens/s/GPU")
+        console.print(f"planner's best: {report.best_layout} — {_fmt(report.best_tokens_per_s_per_gpu, ',.0f')} "
+                      "tokens/s/GPU")
     table = Table(title="changes, best predicted gain first")
     for column in ("change", "flags", "tokens/s/GPU", "gain", "GiB", "fits"):
         table.add_column(column, overflow="fold")
@@ -326,7 +345,8 @@ def _print_optimize(report: OptimizeReport) -> None:
 
         console.print(f"[red]{escape(report.log_mismatch.title)}[/]", highlight=False)
         for evidence in report.log_mismatch.evidence:
-            console.print(f"   [dim]{Path(evidence.file).name}:{evidence.line}[/] {escape(evidence.text.strip()[:150])}",
+            console.print(f"   [dim]{Path(evidence.file).name}:{evidence.line}[/] "
+                          f"{escape(evidence.text.strip()[:150])}",
                           highlight=False)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/]")

@@ -105,7 +105,8 @@ class _PlanData:
 
     def check(self, with_plan: bool) -> None:
         if self.device not in DEVICES:
-            raise MegapilotError(f"unknown device {self.device!r}", field="device", fix="use one of: " + ", ".join(DEVICES))
+            raise MegapilotError(f"unknown device {self.device!r}", field="device",
+                                 fix="use one of: " + ", ".join(DEVICES))
         if not with_plan and (self.data_path is not None or self.tokenizer_type is not None or self.device != "auto"):
             raise MegapilotError("--device, --data-path and --tokenizer-type shape a rendered plan", field="plan",
                                  fix="use them with --plan plan.json (a launch script carries its own)")
@@ -133,7 +134,8 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
         raise MegapilotError("give a launch script or --plan, not both and not neither", field="script",
                              fix="megapilot run train.sh, or megapilot run --plan plan.json")
     plan_data.check(with_plan=plan is not None)
-    for flag, value in (("--timeout-s", timeout_s), ("--train-iters", train_iters), ("--hang-timeout-s", hang_timeout_s),
+    for flag, value in (("--timeout-s", timeout_s), ("--train-iters", train_iters),
+                        ("--hang-timeout-s", hang_timeout_s),
                         ("--startup-timeout-s", startup_timeout_s)):
         require_positive(flag, value)
     try:
@@ -203,7 +205,8 @@ def gpu_present() -> bool:
     """Whether this machine has an NVIDIA or AMD GPU, judged without importing torch (CLI start-up stays
     fast): a vendor tool on PATH or a device node."""
     tools = ("nvidia-smi", "rocm-smi", "amd-smi")
-    return any(shutil.which(tool) for tool in tools) or any(Path(node).exists() for node in ("/dev/nvidia0", "/dev/kfd"))
+    device_nodes = ("/dev/nvidia0", "/dev/kfd")
+    return any(shutil.which(tool) for tool in tools) or any(Path(node).exists() for node in device_nodes)
 
 
 # ---- running and following ---------------------------------------------------------------

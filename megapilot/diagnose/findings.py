@@ -26,8 +26,9 @@ FixKind = Literal["megatron_flag", "env", "container", "command", "config"]
 @dataclass(frozen=True)
 class Fix:
     """One change. `kind` says where it goes: a Megatron-LM flag, an environment variable, a container
-    option, a command to run, or a setting of another framework's config (torchtitan, GPT-NeoX, DeepSpeed, NeMo). Changes that belong together share `option` (e.g. the three flags
-    of full recompute). Predictions, when present, are for the whole option."""
+    option, a command to run, or a setting of another framework's config (torchtitan, GPT-NeoX, DeepSpeed,
+    NeMo). Changes that belong together share `option` (e.g. the three flags of full recompute).
+    Predictions, when present, are for the whole option."""
 
     action: Literal["add", "set", "remove"]
     flag: str

@@ -10,7 +10,8 @@ optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays), a
 split (`first_stage_layers`/`last_stage_layers` give the end ranks their own layer counts;
 `account_for_embedding`/`account_for_loss` give the embedding/loss a layer slot each; `pp_layout` takes
 a Megatron layout string, or `balanced` for the most balanced layout, which is computed here and
-carried as its string), TP kept inside a node (`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
+carried as its string), TP kept inside a node (`force_tp_across_nodes` lets the estimate cost a TP group
+spanning nodes).
 """
 
 from __future__ import annotations

@@ -198,7 +198,8 @@ def flops_per_token(
         mlp=mlp_total,
         mtp=mtp_flops(model, seq_length, convention),
         logits=logits_flops(model, tp),
-        mamba=sum(model.layer_kind(i) == "mamba" for i in range(model.num_layers)) * mamba_mixer_flops(model, seq_length)
+        mamba=(sum(model.layer_kind(i) == "mamba" for i in range(model.num_layers))
+               * mamba_mixer_flops(model, seq_length))
         if model.mamba is not None else 0.0,
     )
 

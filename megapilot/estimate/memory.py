@@ -242,7 +242,8 @@ def _layer_bytes_per_token(
         assert moe is not None
         # Each token is kept top-k times; an ETP group shares its tokens (4h: dispatched input + combine
         # output) and splits the expert width.
-        routed = moe.router_topk * (4 * h * expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size, gemm_input))
+        routed = moe.router_topk * (
+            4 * h * expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size, gemm_input))
         mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size, gemm_input)
         mlp += 4 * moe.num_experts
     else:

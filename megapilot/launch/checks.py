@@ -314,7 +314,8 @@ def _layers_split_over_pipeline(values: dict[str, list[str]], gpu: GPUSpec) -> N
     if pp == 1 or uneven or "--num-layers" not in values:
         return
     layers = _int_value(values, "--num-layers") + sum(
-        flag in values for flag in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"))
+        flag in values for flag in ("--account-for-embedding-in-pipeline-split",
+                                    "--account-for-loss-in-pipeline-split"))
     if layers % pp:
         raise MegapilotError(f"{layers} layers do not split evenly over PP={pp}", field="pp",
                              fix="use a PP that divides the layers, or an uneven split")

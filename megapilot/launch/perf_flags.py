@@ -91,7 +91,9 @@ def meta_device_init_needed(plan: SavedPlan) -> bool:
 
 # Architectures each flex backend runs on (Megatron-Bridge's flex_dispatcher_backend.py gate: DeepEP on
 # SM 8.x/9.x and B200-class Blackwell, HybridEP on SM 8/9/10).
-_FLEX_BACKEND_ARCHITECTURES = {"deepep": ("ampere", "hopper", "blackwell"), "hybridep": ("ampere", "hopper", "blackwell")}
+_FLEX_BACKEND_ARCHITECTURES = {
+    "deepep": ("ampere", "hopper", "blackwell"), "hybridep": ("ampere", "hopper", "blackwell"),
+}
 
 
 def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | None:

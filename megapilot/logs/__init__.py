@@ -43,7 +43,8 @@ from megapilot.logs.signatures import CATEGORIES, SIGNATURES, match_line
 from megapilot.logs.summary import RULE_TEXT, RunSummary
 
 __all__ = [
-    "CATEGORIES", "DIALECTS", "RULE_TEXT", "SIGNATURES", "ArgumentsRecord", "CheckpointEvent", "CheckpointOp", "ErrorRecord",
+    "CATEGORIES", "DIALECTS", "RULE_TEXT", "SIGNATURES", "ArgumentsRecord", "CheckpointEvent", "CheckpointOp",
+    "ErrorRecord",
     "Evidence", "IterationRecord", "LineParser", "LogCollector", "MemoryRecord", "ParseOptions", "ParsedLog",
     "ProgressMarker", "RunSummary", "TheoreticalMemoryRecord", "TimerRecord", "follow_log", "match_line",
     "parse_logs", "parse_text",

@@ -59,7 +59,8 @@ LIGHTNING_FIELD_RE = re.compile(r"([A-Za-z_][\w ]*?)=\s*([-+\w.]+)")
 # A decimal number captured whole: "8..03" must not reach float() (mangled lines).
 NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*" + NUMBER + r"\s*s\b(?:.*?GPU utilization:\s*" + NUMBER + r")?")
-MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)", re.IGNORECASE)
+MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)",
+                       re.IGNORECASE)
 # `2026-01-01 12:00:00.123`, ISO `T`, torchrun's failure summary `2026-01-01_12:00:00`, Primus `20260101 12:00:00`.
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 # glog (torch's C++ and torchrun's own lines): `E1201 08:39:32.049000 28171 torch/...`: no year printed.

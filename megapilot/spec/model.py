@@ -165,7 +165,8 @@ _HYBRID_KINDS: dict[str, LayerKind] = {
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
 
-    q_lora_rank: int | None = Field(default=None, gt=0, description="Query LoRA rank; None = full-rank query (V2-Lite).")
+    q_lora_rank: int | None = Field(default=None, gt=0,
+                                    description="Query LoRA rank; None = full-rank query (V2-Lite).")
     kv_lora_rank: int = Field(gt=0, description="Compressed KV rank (--kv-lora-rank).")
     qk_head_dim: int = Field(gt=0, description="Non-rotary query/key head dim (--qk-head-dim, HF qk_nope_head_dim).")
     qk_pos_emb_head_dim: int = Field(gt=0, description="Rotary query/key head dim (--qk-pos-emb-head-dim).")
@@ -374,7 +375,8 @@ class ModelSpec(_Spec):
         return self.mlp_activation in ("swiglu", "geglu", "quick_geglu")
 
     def attention_window(self, layer_index: int) -> int | None:
-        """Tokens layer `layer_index` (0-based) attends back over: the sliding window, a Llama 4 chunk, or None (all)."""
+        """Tokens layer `layer_index` (0-based) attends back over: the sliding window, a Llama 4 chunk, or
+        None (all)."""
         if self.no_rope_freq is not None and (layer_index + 1) % self.no_rope_freq == 0:
             return None  # Llama 4's NoPE layers attend globally
         if self.attention_chunk_size is not None:

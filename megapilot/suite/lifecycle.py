@@ -158,7 +158,8 @@ def _wanted(ctx: _Context, name: str) -> bool:
 def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) -> StageResult:
     """Run one stage (or record why it is skipped), time it, and save the result file."""
     if not _wanted(ctx, name):
-        stage = StageResult(name=name, verdict=Verdict.SKIPPED, reason=f"not selected (--stage {ctx.request.only_stage})")
+        stage = StageResult(name=name, verdict=Verdict.SKIPPED,
+                            reason=f"not selected (--stage {ctx.request.only_stage})")
     elif ctx.failed_stage is not None and name not in ("results", "teardown"):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED, reason=f"skipped: stage {ctx.failed_stage} failed")
     else:
@@ -331,7 +332,8 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
 def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
     """The train / metrics / loss_curve rows of one combo, from what its run measured."""
     if combo.verdict is Verdict.SKIPPED:
-        return [StageResult(name=n, combo=combo.key, verdict=Verdict.SKIPPED, reason=combo.reason) for n in COMBO_STAGES]
+        return [StageResult(name=n, combo=combo.key, verdict=Verdict.SKIPPED,
+                            reason=combo.reason) for n in COMBO_STAGES]
     job_ok = combo.job is not None and combo.job.state == JobState.COMPLETED.value
     train = StageResult(name="train", combo=combo.key, started_at=started,
                         duration_s=combo.job.duration_s if combo.job else 0.0,
@@ -628,7 +630,8 @@ def _run_card(suite: LoadedSuite) -> RunCard:
                    megatron_version=_package_version("megatron-core") if suite.backend == "megapilot" else None,
                    torch_version=_package_version("torch") if suite.backend == "megapilot" else None,
                    python_version=platform.python_version(), host=socket.gethostname(),
-                   config_file=str(suite.config_path), cluster_file=str(suite.cluster_path) if suite.cluster_path else None,
+                   config_file=str(suite.config_path),
+                   cluster_file=str(suite.cluster_path) if suite.cluster_path else None,
                    threshold_file=str(suite.threshold_path) if suite.threshold_path else None,
                    config_hash=suite.config_hash, enforce_thresholds=suite.config.enforce_thresholds)
 

@@ -43,8 +43,8 @@ def probe_nodes(suite: LoadedSuite, run_dir: Path) -> list[MetricRow]:
     folder.mkdir(exist_ok=True)
     probes: list[NodeProbe] = []
     for output in outputs:
-        (folder / f"node{output.node}.txt").write_text(output.text + (f"\nerror={output.error}\n" if output.error else ""),
-                                                       encoding="utf-8")
+        error_line = f"\nerror={output.error}\n" if output.error else ""
+        (folder / f"node{output.node}.txt").write_text(output.text + error_line, encoding="utf-8")
         probe = parse_probe(output.node, output.text)
         probe.error = output.error
         probes.append(probe)

@@ -57,7 +57,8 @@ for dir in "$@"; do
 done
 for port in /sys/class/infiniband/*/ports/*; do
   [ -e "$port/rate" ] || continue
-  probe "ib:${port#/sys/class/infiniband/}" "$(cat "$port/state" 2>/dev/null | tr -d ' ') $(cat "$port/rate" 2>/dev/null)"
+  probe "ib:${port#/sys/class/infiniband/}" \
+    "$(cat "$port/state" 2>/dev/null | tr -d ' ') $(cat "$port/rate" 2>/dev/null)"
 done
 for nic in /sys/class/net/*; do
   name=${nic##*/}
@@ -167,7 +168,8 @@ def _gpus(probe: NodeProbe, expect: PreflightExpectations) -> MetricRow:
     name, unit = "gpus.visible", "GPUs"
     if expect.device == "cpu":
         return MetricRow(name=name, value=probe.gpu_count, unit=unit, verdict=Verdict.SKIPPED,
-                         reason=f"CPU run: {probe.gpu_count} GPUs seen, none needed ({expect.gpus_per_node} ranks on CPUs)")
+                         reason=f"CPU run: {probe.gpu_count} GPUs seen, none needed ({expect.gpus_per_node} ranks on "
+                                "CPUs)")
     verdict = Verdict.PASS if probe.gpu_count == expect.gpus_per_node else Verdict.FAIL
     return MetricRow(name=name, value=probe.gpu_count, unit=unit, threshold=f"== {expect.gpus_per_node}",
                      verdict=verdict, reason=f"{probe.gpu_count} {probe.gpu_vendor} GPUs visible on {probe.host}, "
@@ -178,7 +180,8 @@ def _driver(probe: NodeProbe, expect: PreflightExpectations) -> MetricRow:
     if expect.device == "cpu":
         return MetricRow(name="gpu.driver", verdict=Verdict.SKIPPED, reason="CPU run: no GPU driver needed")
     if probe.gpu_driver:
-        return MetricRow(name="gpu.driver", verdict=Verdict.PASS, reason=f"{probe.gpu_vendor} driver {probe.gpu_driver}")
+        return MetricRow(name="gpu.driver", verdict=Verdict.PASS,
+                         reason=f"{probe.gpu_vendor} driver {probe.gpu_driver}")
     return MetricRow(name="gpu.driver", verdict=Verdict.FAIL,
                      reason=f"no GPU driver version could be read on {probe.host} (nvidia-smi / amd-smi / rocm-smi)")
 
@@ -215,7 +218,8 @@ def _disk(probe: NodeProbe, expect: PreflightExpectations) -> list[MetricRow]:
     for directory, free in probe.disk_free_gib.items():
         ok = free >= expect.min_free_disk_gib
         rows.append(MetricRow(name=f"disk.free_gib[{directory}]", value=round(free, 2), unit="GiB",
-                              threshold=f">= {expect.min_free_disk_gib:g}", verdict=Verdict.PASS if ok else Verdict.FAIL,
+                              threshold=f">= {expect.min_free_disk_gib:g}",
+                              verdict=Verdict.PASS if ok else Verdict.FAIL,
                               reason=f"{free:.1f} GiB free for {directory}"))
     return rows
 
@@ -237,7 +241,8 @@ def _nics(probe: NodeProbe, expect: PreflightExpectations) -> list[MetricRow]:
         speed = port.speed_gbps
         ok = port.up and speed is not None and speed >= expect.expected_nic_gbps
         rows.append(MetricRow(name=f"nic.link_gbps[{port.name}]", value=speed, unit="Gb/s",
-                              threshold=f">= {expect.expected_nic_gbps:g}", verdict=Verdict.PASS if ok else Verdict.FAIL,
+                              threshold=f">= {expect.expected_nic_gbps:g}",
+                              verdict=Verdict.PASS if ok else Verdict.FAIL,
                               reason=f"{port.name} {'up' if port.up else 'down'} at {speed if speed else '?'} Gb/s"))
     return rows
 

@@ -245,7 +245,8 @@ GPU_ONLY_FLAGS: dict[str, str] = {
 UNSUPPORTED_FLAGS: dict[str, str] = {
     "--async-save": "checkpoints are saved synchronously",
     "--rampup-batch-size": "batch-size ramp-up is not implemented",
-    "--num-layers-per-stage": "per-stage layer lists are not implemented (use --decoder-first/last-pipeline-num-layers)",
+    "--num-layers-per-stage": "per-stage layer lists are not implemented (use "
+                              "--decoder-first/last-pipeline-num-layers)",
     "--ckpt-convert-format": "checkpoint conversion is not implemented",
 }
 

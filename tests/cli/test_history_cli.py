@@ -10,7 +10,8 @@ from megapilot.suite.results import Prediction, Verdict
 from tests.store.test_history import CELL, STEP, TOKENS, make_combo, make_suite_result
 
 RUN_KEYS = {"run_id", "started_at", "ended_at", "duration_s", "verdict", "reason", "suite_name", "model",
-            "model_family", "gpu", "nodes", "gpus_per_node", "layout", "precision", "backend", "executor", "config_hash",
+            "model_family", "gpu", "nodes", "gpus_per_node", "layout", "precision", "backend", "executor",
+            "config_hash",
             "run_dir", "megapilot_version", "git_commit", "finished", "combos", "failed_combos"}
 COMBO_KEYS = {"key", "verdict", "reason", "layout", "nodes", "gpus_per_node", "tp", "pp", "cp", "ep", "vpp", "mbs",
               "gbs", "precision", "seq_length", "duration_s", "job_state", "metrics", "prediction"}
@@ -72,7 +73,8 @@ def test_show_by_prefix_and_latest(cli, db):
     cell = next(c for c in detail["combos"] if c["key"] == CELL)
     assert all(set(metric) == METRIC_KEYS for metric in cell["metrics"])
     assert {m["name"]: m["value"] for m in cell["metrics"]}[TOKENS] == 900.0
-    assert cell["prediction"]["predicted_step_time_ms"] == 750.0 and cell["prediction"]["measured_step_time_ms"] == 880.0
+    prediction = cell["prediction"]
+    assert prediction["predicted_step_time_ms"] == 750.0 and prediction["measured_step_time_ms"] == 880.0
     assert cli("history", "show", "latest", "--json").json()["run"]["run_id"] == "20250304-h100"
 
 

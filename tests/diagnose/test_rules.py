@@ -67,7 +67,8 @@ def test_oom_fixes_carry_predicted_memory_and_a_combination_that_fits():
     (finding,) = diagnose([DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"], flags=LLAMA3_8B,
                           gpu=get_gpu("h100"), gpus=8).findings
     options = {f.option: f.predicted_memory_gib for f in finding.fixes if f.kind == "megatron_flag"}
-    assert {"distributed optimizer", "micro-batch 1", "full recompute", "pipeline parallel 2", "tensor parallel 2"} <= set(options)
+    assert {"distributed optimizer", "micro-batch 1", "full recompute", "pipeline parallel 2",
+            "tensor parallel 2"} <= set(options)
     assert all(value is not None and value > 0 for value in options.values())
     first = finding.fixes[0]
     assert first.option.startswith("combined") and first.predicted_memory_gib <= 80
@@ -201,7 +202,9 @@ def test_a_cuda_oom_from_megatron_keeps_megatron_flags_and_the_cuda_allocator():
 def test_root_cause_ranks_above_its_consequences():
     log = parse_text("\n".join([
         "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-        "[rank0]:[E ProcessGroupNCCL.cpp:754] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLGATHER, NumelIn=1, NumelOut=8, Timeout(ms)=600000) ran for 600100 milliseconds before timing out.",
+        "[rank0]:[E ProcessGroupNCCL.cpp:754] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=9, OpType=ALLGATHER, NumelIn=1, NumelOut=8, Timeout(ms)=600000) ran for 600100 milliseconds "
+        "before timing out.",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
     ]))
     findings = diagnose_log(log, None).findings
@@ -211,13 +214,20 @@ def test_root_cause_ranks_above_its_consequences():
 
 # SYNTHETIC one-line logs for the categories the shared excerpts do not cover.
 LINE_CASES = [
-    ("gpu_hw_fault", "[Mon Jan  1 00:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", "drain"),
-    ("rendezvous_failure", "torch.distributed.DistNetworkError: The client socket has timed out after 1800s", "MASTER_PORT"),
+    ("gpu_hw_fault", "[Mon Jan  1 00:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+     "drain"),
+    ("rendezvous_failure", "torch.distributed.DistNetworkError: The client socket has timed out after 1800s",
+     "MASTER_PORT"),
     ("checkpoint_save_failure", "OSError: [Errno 28] No space left on device: '/ckpt/iter_0000100'", "df -h"),
-    ("checkpoint_load_failure", "RuntimeError: Error(s) in loading state_dict for GPTModel: Unexpected key(s) in state_dict: \"x\"", "--ckpt-format"),
-    ("dataloader_error", "FileNotFoundError: [Errno 2] No such file or directory: '/data/corpus_text_document.idx'", "ls -l"),
+    ("checkpoint_load_failure",
+     "RuntimeError: Error(s) in loading state_dict for GPTModel: Unexpected key(s) in state_dict: \"x\"",
+     "--ckpt-format"),
+    ("dataloader_error", "FileNotFoundError: [Errno 2] No such file or directory: '/data/corpus_text_document.idx'",
+     "ls -l"),
     ("config_error", "pretrain_gpt.py: error: unrecognized arguments: --tensor-parallel 8", "--tensor-parallel"),
-    ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, ncclRemoteError: A call failed", "NCCL_DEBUG"),
+    ("nccl_error",
+     "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, ncclRemoteError: A call failed",
+     "NCCL_DEBUG"),
     ("process_crash", "Segmentation fault (core dumped)", "dmesg"),
 ]
 
@@ -240,7 +250,8 @@ def test_allocator_memory_near_gpu_capacity_is_an_oom_warning():
     config = run_config(read_flags(flags="--tensor-model-parallel-size 1"), gpu=get_gpu("h100"), gpus=1)
     (finding,) = diagnose_log(parse_text(line), config).findings
     assert finding.category == "oom" and finding.severity == "warning" and "Rank 0" in finding.title
-    assert diagnose_log(parse_text(line), config.__class__(**{**config.__dict__, "gpu": get_gpu("h200")})).findings == []
+    assert diagnose_log(parse_text(line), config.__class__(**{**config.__dict__,
+                                                              "gpu": get_gpu("h200")})).findings == []
 
 
 def test_noisy_short_steps_are_not_a_slowdown():

@@ -112,7 +112,8 @@ def test_thresholds_no_run_meets_fail_with_reasons_and_exit_1(tmp_path: Path) ->
     _edit(thresholds, lambda t: [cell.update({"training.tokens_per_gpu": {"kind": "min", "value": 1e12}})
                                  for key, cell in t.items() if not key.startswith("_")])
     combo = "MBS=1,GBS=8,PRECISION=BF16"
-    done = _megapilot("suite", "run", str(config), "--out", str(tmp_path / "runs"), "--stage", "train", "--combo", combo,
+    done = _megapilot("suite", "run", str(config), "--out", str(tmp_path / "runs"), "--stage", "train", "--combo",
+                      combo,
                       "--json", env=_env(tmp_path))
     assert done.returncode == 1, done.stderr[-2000:]
     result = json.loads(done.stdout)

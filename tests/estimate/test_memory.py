@@ -103,7 +103,8 @@ def test_expert_parallel_shards_expert_weights_and_expert_dp_their_optimizer():
 
 def test_fp8_keeps_an_extra_one_byte_weight_copy():
     shard = shard_params(LLAMA3_70B, LLAMA_TP8_PP4_DP2, 0)
-    assert weights_gib(shard, LLAMA_TP8_PP4_DP2, "fp8") == pytest.approx(1.5 * weights_gib(shard, LLAMA_TP8_PP4_DP2, "bf16"))
+    assert weights_gib(shard, LLAMA_TP8_PP4_DP2, "fp8") == pytest.approx(1.5 * weights_gib(shard, LLAMA_TP8_PP4_DP2,
+                                                                                           "bf16"))
 
 
 def test_full_recompute_keeps_only_layer_inputs():

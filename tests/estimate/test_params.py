@@ -71,7 +71,8 @@ def test_hand_worked_moe_layer_counts_all_and_topk_experts():
 def test_moe_gate_and_expert_bias_options():
     moe = dict(num_experts=4, router_topk=2, moe_ffn_hidden_size=4, shared_expert_ffn_hidden_size=8)
     base = layer_params(_tiny(moe=MoESpec(**moe)), 0)
-    gated = layer_params(_tiny(moe=MoESpec(**moe, shared_expert_gate=True, router_expert_bias=True, router_score_function="sigmoid")), 0)
+    gated = layer_params(_tiny(moe=MoESpec(**moe, shared_expert_gate=True, router_expert_bias=True,
+                                           router_score_function="sigmoid")), 0)
     assert gated.shared_experts == base.shared_experts + 8 and gated.router == base.router + 4
 
 

@@ -109,8 +109,10 @@ HANDLE = JobHandle(executor="scripted", combo="c", job_id="1", job_dir=Path("c")
 
 def test_wait_reports_each_change_once_and_returns_the_result_at_a_terminal_state():
     executor = ScriptedExecutor([JobStatus(state=JobState.PENDING), JobStatus(state=JobState.RUNNING),
-                                 JobStatus(state=JobState.RUNNING, iteration=1), JobStatus(state=JobState.RUNNING, iteration=1),
-                                 JobStatus(state=JobState.RUNNING, iteration=2), JobStatus(state=JobState.COMPLETED, iteration=2)])
+                                 JobStatus(state=JobState.RUNNING, iteration=1), JobStatus(state=JobState.RUNNING,
+                                                                                           iteration=1),
+                                 JobStatus(state=JobState.RUNNING, iteration=2), JobStatus(state=JobState.COMPLETED,
+                                                                                           iteration=2)])
     seen: list[tuple[str, int | None]] = []
     result = wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED),  # type: ignore[arg-type]
                              lambda s: seen.append((s.state.value, s.iteration)), poll_interval_s=0)
@@ -126,5 +128,6 @@ def test_an_error_in_the_callback_cancels_the_job_and_propagates(error: type[Bas
         raise error()
 
     with pytest.raises(error):
-        wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED), explode, poll_interval_s=0)  # type: ignore[arg-type]
+        wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED), explode,
+                        poll_interval_s=0)  # type: ignore[arg-type]
     assert executor.cancelled == 1

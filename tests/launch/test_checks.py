@@ -66,7 +66,8 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _without(a, "--mock-data"), "data_path", "exactly one of"),
     (lambda a: a + ["--bf16"], "megatron_args", "given twice"),
     (lambda a: a + ["--moe-grouped-gemm"], "moe", "without --num-experts"),
-    (lambda a: a + ["--no-such-flag"], "megatron_args", "not a flag of Megatron-LM core_v0.19.0"),  # the newest table, the default
+    (lambda a: a + ["--no-such-flag"], "megatron_args",
+     "not a flag of Megatron-LM core_v0.19.0"),  # the newest table, the default
     (lambda a: a + ["--save", "/path/to/ckpt"], "--save", "placeholder"),
     (lambda a: _with_value(a, "--max-position-embeddings", "4096"), "seq_length", "exceeds --max-position"),
     (lambda a: _with_value(a, "--min-lr", "0.1"), "min_lr", "above --lr"),
@@ -98,7 +99,8 @@ def test_rendered_arguments_pass_all_checks() -> None:
      "needs --fp8-param-gather"),
     (lambda a: _without(a, "--sequence-parallel", "--tp-comm-overlap") + ["--num-experts", "8",
      "--expert-model-parallel-size", "2"], "sequence_parallel", "needs sequence parallelism"),
-    (lambda a: a + ["--moe-flex-dispatcher-backend", "deepep"], "moe_flex_dispatcher", "has no effect with the allgather"),
+    (lambda a: a + ["--moe-flex-dispatcher-backend", "deepep"], "moe_flex_dispatcher",
+     "has no effect with the allgather"),
     (lambda a: _without(_with_value(a, "--tensor-model-parallel-size", "1"), "--sequence-parallel", "--tp-comm-overlap")
      + ["--moe-token-dispatcher-type", "flex"],
      "moe_flex_dispatcher", "needs TP x EP > 1"),
@@ -134,7 +136,8 @@ def test_fp8_plan_on_ampere_is_refused_before_rendering() -> None:
 
 
 def test_world_size_must_match_nodes_times_gpus() -> None:
-    with pytest.raises(MegapilotError, match="TP\\*PP\\*CP\\*DP = 1\\*1\\*1\\*8 = 8 but the launch starts 2 nodes") as info:
+    with pytest.raises(MegapilotError,
+                       match="TP\\*PP\\*CP\\*DP = 1\\*1\\*1\\*8 = 8 but the launch starts 2 nodes") as info:
         render_launch(PLAN_8B, MOCK.model_copy(update={"nodes": 2}))
     assert info.value.field == "nodes"
 

@@ -94,7 +94,8 @@ def test_param_gather_overlaps_the_optimizer_step_only_with_vpp_and_no_checkpoin
     args = _args(vpp)
     assert "--overlap-param-gather-with-optimizer-step" in args and _value(args, "--ckpt-format") == "torch"
     saving = _args(vpp, MEGATRON.model_copy(update={"save": "/ckpt"}))
-    assert "--overlap-param-gather-with-optimizer-step" not in saving and _value(saving, "--ckpt-format") == "torch_dist"
+    assert "--overlap-param-gather-with-optimizer-step" not in saving and _value(saving,
+                                                                                 "--ckpt-format") == "torch_dist"
     assert "--overlap-param-gather-with-optimizer-step" not in _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2))
     no_dist_opt = make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2, vpp=2, distributed_optimizer=False)
     assert "--overlap-param-gather-with-optimizer-step" not in _args(no_dist_opt)

@@ -118,7 +118,8 @@ OTHER_LINES = [
     " loading distributed checkpoint from /ckpt at iteration 40",
     "Traceback (most recent call last):", '  File "megatron/training/checkpointing.py", line 9, in save_checkpoint',
     "    raise RuntimeError('boom')", "RuntimeError: boom",
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "NCCL INFO Connection closed by localRank 2",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+               "NCCL INFO Connection closed by localRank 2",
     "[rank3]: NCCL WARN Cuda failure 'unhandled cuda error' failed", "Killed", "[after training is done]",
     "[before the start of training step] datetime: 2026-01-01 00:00:01", "training ...",
     "\x1b[31mERROR\x1b[0m exitcode  : 1", "\x1b[32m[2026-01-01 00:40:00]\x1b[0m INFO coloured",
@@ -136,11 +137,14 @@ TRACEBACKS = [  # frames without any needle: only the open traceback sends them 
 ]
 ARGUMENT_BLOCKS = [  # Megatron-LM's start-up block: the shape the parser computes tokens/s from
     ["------------------------ arguments ------------------------",
-     "  global_batch_size ............................... 128", "  seq_length ...................................... 4096",
-     "  world_size ...................................... 8", "-------------------- end of arguments ---------------------"],
+     "  global_batch_size ............................... 128",
+     "  seq_length ...................................... 4096",
+     "  world_size ...................................... 8",
+     "-------------------- end of arguments ---------------------"],
     ["[rank0]: ------------------------ arguments ------------------------",
      "[rank0]:   seq_length ...................................... 2048", "[rank5]: checkpoint not found, interleaved",
-     "[rank0]:   world_size ...................................... 16", "[rank0]:   train_iters ..... 7"],  # never closed
+     "[rank0]:   world_size ...................................... 16",
+     "[rank0]:   train_iters ..... 7"],  # never closed
 ]
 RAW_LINES = [b"bad bytes \xff\xfe\xc3 in a line", b"[2026-01-01 00:50:00] \xe9t\xe9 latin-1", b"\x00\x01 control"]
 
@@ -233,7 +237,8 @@ def test_long_run_with_saves_and_a_resume_gives_the_same_summary():
     for iteration in [*range(1, 6001), *range(5800, 9501)]:  # a resume replays 200 iterations
         seconds = iteration * 9
         lines.append(f" [2026-01-01 {seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}] "
-                     + CANONICAL.format(it=iteration, total=10**5, cs=iteration * 128, ms=f"{9000 + iteration % 97 * 1.7:.1f}",
+                     + CANONICAL.format(it=iteration, total=10**5, cs=iteration * 128,
+                                        ms=f"{9000 + iteration % 97 * 1.7:.1f}",
                                         tf=f"{744 - iteration % 11 * 0.3:.1f}", loss=f"{7 - iteration * 1e-4:.6E}",
                                         skipped=0, nan=int(iteration % 1000 == 0)))
         if iteration % 700 == 0:
@@ -247,7 +252,8 @@ def test_long_run_with_saves_and_a_resume_gives_the_same_summary():
 def test_a_save_without_timestamp_is_timed_from_the_iteration_line_before_it():
     """The earlier summary-only path lost this (duration None, wall time None): iteration lines set the time."""
     line = CANONICAL.format(it=1, total=100, cs=128, ms="900.0", tf="1.5", loss="7.0E+00", skipped=0, nan=0)
-    data = "\n".join([f" [2026-01-01 00:00:10] {line}", f" [2026-01-01 00:00:20] {line.replace('       1/', '       2/')}",
+    data = "\n".join([f" [2026-01-01 00:00:10] {line}",
+                      f" [2026-01-01 00:00:20] {line.replace('       1/', '       2/')}",
                       "saving checkpoint at iteration 2 to /ckpt",
                       " [2026-01-01 00:00:50] successfully saved checkpoint from iteration 2 to /ckpt",
                       "[no time here] " + line.replace("       1/", "       3/")]).encode()

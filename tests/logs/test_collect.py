@@ -32,7 +32,8 @@ OOM = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.
 
 def _event(kind: str, phase: str, line: int, time_s: float | None = None, iteration: int | None = 100,
            path: str | None = "/ckpt") -> CheckpointEvent:
-    return CheckpointEvent(file="f", line=line, text=f"{kind} {phase}", kind=kind, phase=phase,  # type: ignore[arg-type]
+    return CheckpointEvent(file="f", line=line, text=f"{kind} {phase}", kind=kind,
+                           phase=phase,  # type: ignore[arg-type]
                            iteration=iteration, path=path, time_s=time_s)
 
 
@@ -54,7 +55,8 @@ def test_timer_gives_the_duration_when_the_lines_have_no_timestamps():
     collector = LogCollector()
     collector.add(_event("load", "start", 1))
     collector.add(_event("load", "done", 2))
-    collector.add(TimerRecord(file="f", line=3, text="load-checkpoint ....: 4500.0", name="load-checkpoint", max_ms=4500.0))
+    collector.add(TimerRecord(file="f", line=3, text="load-checkpoint ....: 4500.0", name="load-checkpoint",
+                              max_ms=4500.0))
     (op,) = collector.finish().checkpoints
     assert op.duration_s == 4.5 and op.duration_source == "timer" and [e.line for e in op.evidence] == [1, 2, 3]
 
@@ -111,7 +113,8 @@ def test_parse_text_counts_lines_keeps_the_last_non_empty_one_and_splits_carriag
 def test_parse_text_counts_lines_as_reading_the_same_text_from_a_file_does(tmp_path: Path, text: str):
     path = tmp_path / "train.log"
     path.write_text(text)
-    assert parse_text(text).lines_read == parse_logs([path]).lines_read == parse_logs([path], summary_only=True).lines_read
+    assert parse_text(text).lines_read == parse_logs([path]).lines_read == parse_logs([path],
+                                                                                      summary_only=True).lines_read
 
 
 @pytest.mark.parametrize("summary_only", [False, True])

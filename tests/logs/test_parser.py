@@ -226,7 +226,8 @@ def test_traceback_frames_name_the_framework_when_no_iteration_line_does():
 
 def test_an_error_printed_after_a_progress_bar_on_the_same_line_is_kept():
     log = parse_text("Epoch 0:   6%|█  | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6, v_num=95nc, "
-                     "reduced_train_loss=2.590, global_step=3.2e+4, consumed_samples=2.56e+7][E ProcessGroupNCCL.cpp:458] "
+                     "reduced_train_loss=2.590, global_step=3.2e+4, consumed_samples=2.56e+7][E "
+                     "ProcessGroupNCCL.cpp:458] "
                      "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, "
                      "Timeout(ms)=1800000) ran for 25624887 milliseconds before timing out.")
     (record,) = log.iterations

@@ -21,7 +21,8 @@ from megapilot.logs.records import (
 
 
 def _iteration(**fields) -> IterationRecord:
-    return IterationRecord(file="train.log", line=7, text="iteration 3/10", dialect="megatron-lm", iteration=3, **fields)
+    return IterationRecord(file="train.log", line=7, text="iteration 3/10", dialect="megatron-lm", iteration=3,
+                           **fields)
 
 
 def test_dialect_names_match_the_literal_type():
@@ -62,7 +63,8 @@ def test_nested_evidence_renders_as_plain_dicts():
     op = CheckpointOp(kind="save", iteration=100, path="/ckpt", completed=True, duration_s=math.nan,
                       duration_source=None, evidence=[Evidence("a.log", 1, "saving"), Evidence("a.log", 2, "saved")])
     data = op.to_dict()
-    assert data["evidence"] == [{"file": "a.log", "line": 1, "text": "saving"}, {"file": "a.log", "line": 2, "text": "saved"}]
+    assert data["evidence"] == [{"file": "a.log", "line": 1, "text": "saving"}, {"file": "a.log", "line": 2,
+                                                                                 "text": "saved"}]
     assert data["duration_s"] == "nan"
 
 

@@ -26,7 +26,8 @@ def test_trainer_lines_parse_into_every_record_kind():
         + logfmt.timers_lines("(min, max) time across ranks (ms):", {"forward-backward": (90.0, 95.5)})
         + logfmt.validation_lines(5, {"lm loss": 4.5})
         + [logfmt.saving_checkpoint_line(5, "/ckpt", now), logfmt.saved_checkpoint_line(5, "/ckpt", 0, 1, 0, 1, now)]
-        + [logfmt.iteration_line(_stats(6, float("nan"), 100.0), now), logfmt.datetime_line("after training is done", now)]
+        + [logfmt.iteration_line(_stats(6, float("nan"), 100.0), now), logfmt.datetime_line("after training is done",
+                                                                                            now)]
     )
     log = parse_text("\n".join(lines))
     assert log.dialect == "megatron-lm" and log.errors == []

@@ -1,10 +1,11 @@
 """The planner on the published calibration runs.
 
 For every pretraining row with a stated layout: the published layout must pass our validation and
-fit in our memory model (with the publisher's run features, e.g. NeMo's bf16 gradients), and the planner — given only the row's model, GPUs, global batch, sequence
-and precision — must find a layout our cost model rates at least as fast as the published one (the
-search is complete over the space the published layout lives in). Run with `-s` to see each row's
-top-5 next to the published layout's own estimate.
+fit in our memory model (with the publisher's run features, e.g. NeMo's bf16 gradients), and the
+planner — given only the row's model, GPUs, global batch, sequence and precision — must find a
+layout our cost model rates at least as fast as the published one (the search is complete over the
+space the published layout lives in). Run with `-s` to see each row's top-5 next to the published
+layout's own estimate.
 
 Data: tests/data/calibration/published_calibration.json (a copy of the shared calibration file).
 """

@@ -50,7 +50,8 @@ def _curves(iterations: int, *, base_ms: float, tokens: float) -> list[Curve]:
     steps = range(1, iterations + 1)
     loss = [(i, 10.8 - 2.5 * math.log1p(i) / math.log1p(20)) for i in steps]
     step_ms = [(i, base_ms * (3.0 if i == 1 else 1.0 + 0.01 * (i % 3))) for i in steps]
-    tokens_curve = [(i, tokens * ms_first / ms) for (i, ms), ms_first in zip(step_ms, [base_ms] * iterations, strict=False)]
+    tokens_curve = [(i, tokens * ms_first / ms) for (i, ms), ms_first in zip(step_ms, [base_ms] * iterations,
+                                                                             strict=False)]
     return [Curve(name="loss", points=loss), Curve(name="step_time_ms", unit="ms", points=step_ms),
             Curve(name="tokens_per_s_per_gpu", unit="tokens/s", points=tokens_curve),
             Curve(name="tflops_per_gpu", unit="TFLOP/s", points=[(i, 41.2) for i in steps])]

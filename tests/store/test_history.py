@@ -176,7 +176,8 @@ def test_compare_gives_delta_and_direction_per_combo_and_metric(history: History
 # ---- resume ---------------------------------------------------------------------------------------
 
 def test_finished_combos_are_the_terminal_ones(history: History):
-    combos = [make_combo("pass"), make_combo("fail", verdict=Verdict.FAIL), make_combo("record", verdict=Verdict.RECORD),
+    combos = [make_combo("pass"), make_combo("fail", verdict=Verdict.FAIL), make_combo("record",
+                                                                                       verdict=Verdict.RECORD),
               make_combo("skipped", verdict=Verdict.SKIPPED),
               make_combo("cancelled", verdict=Verdict.FAIL, job_state="CANCELLED")]
     history.record(make_suite_result("run-a", finished=False, combos=combos))

@@ -8,7 +8,22 @@ from megapilot.errors import MegapilotError
 from megapilot.trainer.args import FLAGS, GPU_ONLY_FLAGS, UNSUPPORTED_FLAGS, flag_names, parse_flags
 
 # The pretrain_gpt.py flags the trainer must accept (issue 6).
-REQUIRED_FLAGS = ["--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups", "--group-query-attention", "--swiglu", "--normalization", "--position-embedding-type", "--seq-length", "--max-position-embeddings", "--micro-batch-size", "--global-batch-size", "--train-iters", "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-iters", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--init-method-std", "--seed", "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage", "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-token-dispatcher-type", "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-activations", "--bf16", "--fp16", "--data-path", "--mock-data", "--split", "--tokenizer-type", "--tokenizer-model", "--vocab-size", "--vocab-file", "--merge-file", "--log-interval", "--log-throughput", "--timing-log-level", "--save", "--load", "--save-interval", "--ckpt-format", "--eval-interval", "--eval-iters", "--make-vocab-size-divisible-by", "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--rotary-base", "--exit-interval", "--distributed-backend"]
+REQUIRED_FLAGS = ["--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups",
+                  "--group-query-attention", "--swiglu", "--normalization", "--position-embedding-type", "--seq-length",
+                  "--max-position-embeddings", "--micro-batch-size", "--global-batch-size", "--train-iters", "--lr",
+                  "--min-lr", "--lr-decay-style", "--lr-warmup-iters", "--weight-decay", "--clip-grad", "--adam-beta1",
+                  "--adam-beta2", "--init-method-std", "--seed", "--tensor-model-parallel-size",
+                  "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+                  "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+                  "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
+                  "--overlap-param-gather", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+                  "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-token-dispatcher-type",
+                  "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-activations",
+                  "--bf16", "--fp16", "--data-path", "--mock-data", "--split", "--tokenizer-type", "--tokenizer-model",
+                  "--vocab-size", "--vocab-file", "--merge-file", "--log-interval", "--log-throughput",
+                  "--timing-log-level", "--save", "--load", "--save-interval", "--ckpt-format", "--eval-interval",
+                  "--eval-iters", "--make-vocab-size-divisible-by", "--disable-bias-linear",
+                  "--untie-embeddings-and-output-weights", "--rotary-base", "--exit-interval", "--distributed-backend"]
 
 
 def test_flag_table_lists_every_required_megatron_flag():

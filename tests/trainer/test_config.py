@@ -37,7 +37,8 @@ def test_gqa_groups_only_with_the_gqa_switch():
 
 
 def test_virtual_stages_derive_from_layers_per_virtual_stage():
-    config = build_config(TINY + ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"])
+    config = build_config(TINY + ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
+                                  "1"])
     assert config.virtual_pipeline_model_parallel_size == 2
 
 
@@ -123,7 +124,8 @@ def test_uneven_split_with_interleaving_takes_megatron_lms_virtual_stage_flag():
         build_config(flags + ["--num-layers-per-virtual-pipeline-stage", "1"])
     assert err.value.field == "--num-layers-per-virtual-pipeline-stage"
     flags[1] = "12"  # 8 left, 4 per middle rank, 2 per chunk
-    assert build_config(flags + ["--num-virtual-stages-per-pipeline-rank", "2"]).virtual_pipeline_model_parallel_size == 2
+    assert build_config(flags + ["--num-virtual-stages-per-pipeline-rank",
+                                 "2"]).virtual_pipeline_model_parallel_size == 2
 
 
 def test_uneven_split_megatron_refuses_is_named_by_flag():
