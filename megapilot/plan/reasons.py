@@ -148,7 +148,9 @@ class Explainer:
                                                                          new_split.last_stage_layers)
             fields["account_for_embedding"] = new_split.account_for_embedding
             fields["account_for_loss"] = new_split.account_for_loss
-            fields["pipeline_layout"] = None
+            fields["pipeline_layout"] = new_split.layout
+            if new_split.layout is not None:
+                fields["vpp"] = 1  # the layout string fixes VPP
         split = space.PipelineSplit(
             first_stage_layers=fields["first_stage_layers"], last_stage_layers=fields["last_stage_layers"],
             account_for_embedding=fields["account_for_embedding"], account_for_loss=fields["account_for_loss"],
@@ -281,7 +283,7 @@ class Explainer:
         possible = space.divisors(self.cluster.world_size // (p.tp * p.cp))
         layers = self.model.num_layers
         legal = [v for v in possible if v <= layers and space.pipeline_splits(self.model, v)]
-        blocked = [v for v in possible if p.pp < v <= layers and not space.pipeline_splits(self.model, v)]
+        blocked = [v for v in possible if v > p.pp and not space.pipeline_splits(self.model, v)]
         if blocked:
             shown = ", ".join(str(v) for v in blocked[:4])
             out.append(f"PP is limited by num_layers={layers}: PP={shown} would divide the GPUs but leave no "

@@ -101,7 +101,7 @@ class Shape:
             sequence_parallel=self.tp > 1, distributed_optimizer=True, fsdp=self.fsdp,
             first_stage_layers=self.split.first_stage_layers, last_stage_layers=self.split.last_stage_layers,
             account_for_embedding=self.split.account_for_embedding, account_for_loss=self.split.account_for_loss,
-            mbs=mbs,
+            pipeline_layout=self.split.layout, mbs=mbs,
             recompute=rung.recompute, recompute_method=rung.method, recompute_num_layers=rung.num_layers,
         )
 

@@ -26,6 +26,9 @@ __all__ = ["EVEN_SPLIT", "PipelineSplit"]  # the planner's splits are the spec's
 # off on a GPU (the GEMMs are saturated long before), and CP beyond 32 is unheard of.
 MAX_MBS = 8
 MAX_CP = 32
+# The sequence the planner's balanced layouts weigh layers at: only the attention core's share of a layer
+# varies with it, and the split it gives is the same for any pretraining length of that order.
+BALANCE_SEQ_LENGTH = 4096
 
 
 @lru_cache(maxsize=512)
@@ -235,8 +238,8 @@ def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVE
     """Interleaving needs PP > 1; any number of chunks that splits every rank's layers evenly is legal."""
     if pins.vpp:
         return (pins.vpp,)
-    if pp == 1 or model.is_hybrid or (split.is_even and model.num_layers % pp):
-        return (1,)
+    if pp == 1 or model.is_hybrid or split.layout is not None or (split.is_even and model.num_layers % pp):
+        return (1,)  # a layout string fixes its own VPP (its stage count / PP)
     return divisors(math.gcd(*_rank_slots(model, pp, split)))
 
 
@@ -256,7 +259,7 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
     """The layer splits worth costing at this PP: the even one when PP divides the layers, else the
     account-for splits that make it divide (what NVIDIA's recipes use: 126 + E + L = 128 slots for Llama
     3.1 405B, which also admits interleaving) and a few uneven ones (--decoder-first/last-pipeline-num-layers);
-    none when no split is legal. Hybrid Mamba stacks only split evenly.
+    when none of those is legal, the most balanced layout string. Hybrid Mamba stacks only split evenly.
 
     The end ranks carry more than layers: rank 0 the input embedding (memory), the last rank the
     output layer and the loss (time and memory). Each is worth `_end_rank_extra_layers` layers; for
@@ -285,7 +288,17 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
         if uneven is not None and (not middle_ranks or max(first, left - first) <= middle) \
                 and uneven not in splits and _split_is_legal(model, pp, uneven):
             splits.append(uneven)
+    if not splits and pp <= layers:  # only a layout string expresses it: the most balanced one
+        splits.append(_balanced_layout(model, pp))
     return tuple(splits)
+
+
+def _balanced_layout(model: ModelSpec, pp: int) -> PipelineSplit:
+    """`--pipeline-model-parallel-layout` with each rank's items weighted by their FLOPs (the split
+    `--pp-layout balanced` gives), for a PP no even, account-for or first/last split reaches."""
+    from megapilot.estimate.pipeline_balance import balanced_split
+
+    return balanced_split(model, pp, 1, BALANCE_SEQ_LENGTH)
 
 
 def _split_is_legal(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:

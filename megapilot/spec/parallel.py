@@ -7,7 +7,7 @@ TP x CP x DP; EP is not an extra factor of the world size.
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -95,14 +95,11 @@ class ParallelConfig(BaseModel):
             raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self
 
-    @cached_property
+    @property
     def pipeline_split(self) -> PipelineSplit:
         """The split in one typed model (even, uneven, account-for, or a layout string)."""
-        return PipelineSplit(
-            first_stage_layers=self.first_stage_layers, last_stage_layers=self.last_stage_layers,
-            account_for_embedding=self.account_for_embedding, account_for_loss=self.account_for_loss,
-            layout=self.pipeline_layout,
-        )
+        return _split_of(self.first_stage_layers, self.last_stage_layers, self.account_for_embedding,
+                         self.account_for_loss, self.pipeline_layout)
 
     def pipeline_stages(self, num_layers: int, mtp_num_layers: int = 0) -> PipelineStages:
         """The virtual stages this layout builds (MegapilotError where Megatron would refuse it)."""
@@ -179,6 +176,18 @@ class ParallelConfig(BaseModel):
         layout = {k: v for k, v in layout.items() if v is not None}
         layout["dp"] = world_size // (tp * pp * cp)
         return cls(**layout)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=1024)
+def _split_of(
+    first_stage_layers: int | None, last_stage_layers: int | None, account_for_embedding: bool,
+    account_for_loss: bool, layout: str | None,
+) -> PipelineSplit:
+    """One PipelineSplit per distinct set of split fields: the estimator asks for it on every layout it costs
+    (cached here, not on the frozen config, so a `model_copy` with new split fields never sees a stale one)."""
+    return PipelineSplit(first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                         account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
+                         layout=layout)
 
 
 def pipeline_rank_layer_counts(

@@ -225,24 +225,39 @@ def parse_layout(layout: str) -> tuple[str, ...]:
 
 
 def compress_layout(stages: Sequence[str]) -> str:
-    """Write stages back in Megatron's grammar: `tttt` -> `t*4`, n equal stages in a row -> `(s|)*n`."""
+    """Write stages back in Megatron's grammar: `tttt` -> `t*4`; a block of one to four stages repeated n times
+    in a row -> `(s|)*n` / `(s|u|)*n` (the longest stretch wins), so `t*3|t*2|t*3|t*2` reads `(t*3|t*2|)*2`."""
     tokens = [_run_length(stage, sep="") for stage in stages]
     parts: list[str] = []
     i = 0
     while i < len(tokens):
-        j = i
-        while j + 1 < len(tokens) and tokens[j + 1] == tokens[i]:
-            j += 1
-        run = j - i + 1
-        last_run = j == len(tokens) - 1
-        if run == 1:
-            parts.append(tokens[i] + ("" if last_run else "|"))
-        elif last_run:
-            parts.append(f"({tokens[i]}|)*{run - 1}{tokens[i]}" if run > 2 else f"{tokens[i]}|{tokens[i]}")
+        period, repeats = _longest_repeat(tokens, i)
+        block = "|".join(tokens[i:i + period])
+        end = i + period * repeats
+        last_run = end == len(tokens)
+        if repeats == 1:
+            parts.append(block + ("" if last_run else "|"))
+        elif last_run:  # the string must not end in '|' (that would add an empty stage)
+            parts.append(f"({block}|)*{repeats - 1}{block}" if repeats > 2 else f"{block}|{block}")
         else:
-            parts.append(f"({tokens[i]}|)*{run}")
-        i = j + 1
+            parts.append(f"({block}|)*{repeats}")
+        i = end
     return "".join(parts)
+
+
+def _longest_repeat(tokens: Sequence[str], start: int, max_period: int = 4) -> tuple[int, int]:
+    """(period, repeats) of the block starting at `start` that repeats over the most stages (period 1 on ties)."""
+    best = (1, 1)
+    for period in range(1, max_period + 1):
+        block = tokens[start:start + period]
+        if len(block) < period:
+            break
+        repeats = 1
+        while tokens[start + repeats * period:start + (repeats + 1) * period] == block:
+            repeats += 1
+        if repeats > 1 and period * repeats > best[0] * best[1]:
+            best = (period, repeats)
+    return best
 
 
 def _run_length(stage: str, sep: str = ",") -> str:

@@ -120,7 +120,9 @@ def test_pp_is_limited_by_num_layers_only_where_no_split_is_legal():
     best = _plan("llama3.1-405b", "h100", 2048, 8192, 2048, Pins(tp=8)).best
     assert not _has(best.reasons, "PP is limited by num_layers")
     assert best.parallel.pp > 2  # beyond the PP 1-2 of an even-only split of 126 layers
-    # 61 layers at PP=32: two layers per middle rank leave one for both end ranks, which Megatron refuses.
+    # 61 layers at PP=32: no even, account-for or first/last split, but a layout string (E, t, m, L over 32
+    # stages) is legal - so PP=32 is costed, not blocked; the 32-layer Llama 3.1 8B on 64 GPUs stops at PP=32.
     best = _plan("deepseek-v3", "h100", 2048, 4096, 15360, Pins(tp=2, ep=64)).best
-    assert _has(best.reasons, r"PP is limited by num_layers=61: PP=32 would divide the GPUs but leave no legal "
-                              r"layer split")
+    assert _has(best.reasons, r"PP is limited by num_layers=61: PP=64, 128, 256 would divide the GPUs")  # not 32
+    best = _plan("llama3.1-8b", "h100", 64, 4096, 512, Pins(tp=1)).best
+    assert _has(best.reasons, r"PP is limited by num_layers=32: PP=64 would divide the GPUs")

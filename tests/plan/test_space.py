@@ -67,7 +67,7 @@ def test_expert_values_walk_largest_ep_first():
         ("gpt3-175b", "h100", 64, 2048, "bf16", Pins(tp=5), "tp", "does not divide the 64 GPUs"),
         ("mixtral-8x7b", "h100", 64, 4096, "bf16", Pins(ep=3), "ep", "does not divide num_experts=8"),
         ("llama3.1-8b", "h100", 64, 4100, "bf16", Pins(cp=4), "cp", "not divisible by 2*cp=8"),
-        ("llama3.1-70b", "h100", 64, 4096, "bf16", Pins(pp=32), "pp", "num_layers=80"),
+        ("llama3.1-8b", "h100", 64, 4096, "bf16", Pins(pp=64), "pp", "num_layers=32"),  # more stages than layers
         ("llama3.1-8b", "a100", 64, 4096, "fp8", Pins(), "precision", "not supported on A100"),
         ("llama3.1-8b", "h100", 64, 4096, "bf16", Pins(ep=2), "ep", "dense model"),
     ],
