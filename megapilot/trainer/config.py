@@ -198,7 +198,8 @@ class TrainerConfig:
                 fix=f"use a multiple of {self.micro_batch_size * dp}")
         expert_group = self.expert_model_parallel_size * self.expert_tensor_parallel_size
         if self.is_moe and world_size % (expert_group * self.pipeline_model_parallel_size):
-            raise MegapilotError(f"world size {world_size} is not divisible by EP×ETP×PP", field="--expert-model-parallel-size",
+            raise MegapilotError(f"world size {world_size} is not divisible by EP×ETP×PP",
+                                 field="--expert-model-parallel-size",
                                  fix="choose EP so that EP×ETP×PP divides the world size")
 
 
@@ -360,7 +361,8 @@ def _check_cpu_limits(ns: argparse.Namespace, gpu_available: bool) -> None:
                              fix="drop --sequence-parallel for a CPU run")
     if ns.num_experts and ns.moe_token_dispatcher_type == "alltoall":
         raise MegapilotError("needs a GPU: megatron-core's all-to-all token dispatcher uses CUDA streams",
-                             field="--moe-token-dispatcher-type", fix="use --moe-token-dispatcher-type allgather on CPU")
+                             field="--moe-token-dispatcher-type",
+                             fix="use --moe-token-dispatcher-type allgather on CPU")
     if ns.distributed_backend == "nccl":
         raise MegapilotError("needs a GPU: NCCL has no CPU transport", field="--distributed-backend",
                              fix="use --distributed-backend gloo (the default on CPU)")

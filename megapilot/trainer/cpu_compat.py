@@ -27,10 +27,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+if TYPE_CHECKING:
+    from megatron.core.optimizer import MegatronOptimizer
 
 #: Sharding type for distributed-optimizer checkpoints. Megatron's default
 #: (`fully_sharded_model_space`) fails to save with torch's Adam ("ShardedTensor.flattened_range is
@@ -72,13 +77,15 @@ def _is_cuda_device(device: object) -> bool:
 
 
 def _func_name(func: object) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    return str(getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func)))
 
 
 class CudaToCpuMode(TorchFunctionMode):
     """Rewrites CUDA device requests to the CPU and answers CUDA type-string queries."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self, func: Callable[..., Any], types: object, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = dict(kwargs or {})
         name = _func_name(func)
         if func is torch.Tensor.cuda:
@@ -114,7 +121,7 @@ class CpuRngStatesTracker:
     dropout and weight init; on CPU they all fork the CPU generator.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: object, **kwargs: object) -> None:  # Megatron's tracker takes arguments we ignore
         self.reset()
 
     def is_initialized(self) -> bool:
@@ -145,7 +152,7 @@ class CpuRngStatesTracker:
         torch.set_rng_state(saved)
 
     @contextlib.contextmanager
-    def fork(self, name: str = "model-parallel-rng"):
+    def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
         if name not in self.states_:
             raise Exception(f"rng state {name} is not added")
         saved = torch.get_rng_state()
@@ -186,11 +193,11 @@ def _install_rng_tracker() -> None:
 
     # Activation recomputation saves and restores "the CUDA RNG state" around each checkpointed
     # region; on CPU that is the CPU generator's state.
-    def get_cpu_rng_state(device=None, clone=False, graph_safe=False):
+    def get_cpu_rng_state(device: object = None, clone: bool = False, graph_safe: bool = False) -> torch.Tensor:
         REWRITES.record("CUDA RNG state → CPU generator state")
         return torch.get_rng_state()
 
-    def set_cpu_rng_state(new_state, device=-1, graph_safe=False):
+    def set_cpu_rng_state(new_state: torch.Tensor, device: object = -1, graph_safe: bool = False) -> None:
         torch.set_rng_state(new_state)
 
     megatron_random._get_cuda_rng_state = get_cpu_rng_state
@@ -215,11 +222,11 @@ def _install_mode_in_backward() -> None:
 
     original_apply = BackwardCFunction.apply
 
-    def apply_under_cpu_mode(self, *args):
+    def apply_under_cpu_mode(self: Any, *args: Any) -> Any:
         with CudaToCpuMode():
             return original_apply(self, *args)
 
-    BackwardCFunction.apply = apply_under_cpu_mode
+    BackwardCFunction.apply = apply_under_cpu_mode  # type: ignore[method-assign]  # the patch is the point
     REWRITES.installed.append("the same mode inside autograd.Function backwards")
 
 
@@ -255,7 +262,9 @@ def torch_adam_fallback_in_use() -> bool:
     return not distrib_optimizer.HAVE_APEX_OR_TE
 
 
-def _set_main_param_and_optimizer_states_fixed(self, model_param, tensors):
+def _set_main_param_and_optimizer_states_fixed(
+    self: Any, model_param: torch.nn.Parameter, tensors: dict[str, torch.Tensor]
+) -> None:
     """Megatron's method, copied under `no_grad`, leaving `step` alone and un-shared.
 
     The original copies into a leaf that requires grad outside `no_grad` (autograd error), copies
@@ -263,6 +272,7 @@ def _set_main_param_and_optimizer_states_fixed(self, model_param, tensors):
     every parameter so torch's Adam then advances it once per parameter per iteration.
     """
     if self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+        assert _ORIGINAL_SET_STATES is not None  # installed before this replacement is
         return _ORIGINAL_SET_STATES(self, model_param, tensors)
     group_index, group_order = self.model_param_group_index_map[model_param]
     main_param = self.optimizer.param_groups[group_index]["params"][group_order]
@@ -277,7 +287,7 @@ def _set_main_param_and_optimizer_states_fixed(self, model_param, tensors):
     REWRITES.record("distributed-optimizer state load (fixed method)")
 
 
-_ORIGINAL_SET_STATES = None
+_ORIGINAL_SET_STATES: Callable[..., None] | None = None
 
 
 def install_distributed_optimizer_fixes() -> bool:
@@ -309,7 +319,7 @@ def install_missing_te_fixes() -> bool:
     return True
 
 
-def ensure_optimizer_state(optimizer) -> None:
+def ensure_optimizer_state(optimizer: MegatronOptimizer) -> None:
     """Give every torch Adam parameter a zero state before a checkpoint load.
 
     `DistributedOptimizer.state_dict()` asserts one common `step` over a non-empty state, which a
@@ -326,7 +336,7 @@ def ensure_optimizer_state(optimizer) -> None:
                     REWRITES.record("zero Adam state before load")
 
 
-def _inner_torch_optimizers(optimizer) -> list[torch.optim.Optimizer]:
+def _inner_torch_optimizers(optimizer: MegatronOptimizer) -> list[torch.optim.Optimizer]:
     chained = getattr(optimizer, "chained_optimizers", None)
     members = chained if chained is not None else [optimizer]
     inner = [getattr(member, "optimizer", None) for member in members]

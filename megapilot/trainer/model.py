@@ -18,7 +18,7 @@ from megatron.core.models.gpt.gpt_layer_specs import (
     get_gpt_layer_with_transformer_engine_spec,
     get_gpt_mtp_block_spec,
 )
-from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer import MegatronOptimizer, OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionBlockSubmodules
@@ -206,7 +206,9 @@ def build_model(config: TrainerConfig, vocab_size_padded: int, on_gpu: bool) -> 
     ]
 
 
-def build_optimizer(config: TrainerConfig, model: list[DistributedDataParallel]):
+def build_optimizer(
+    config: TrainerConfig, model: list[DistributedDataParallel]
+) -> tuple[MegatronOptimizer, OptimizerParamScheduler]:
     """Megatron's optimizer (distributed or not) and its warm-up + decay scheduler (sample-based)."""
     optimizer_config = OptimizerConfig(
         optimizer=config.optimizer, lr=config.lr, min_lr=config.min_lr, weight_decay=config.weight_decay,
