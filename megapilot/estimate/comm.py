@@ -62,6 +62,24 @@ def all_to_all_s(sent_bytes: float, group: int, bandwidth: float) -> float:
     return all_gather_s(sent_bytes, group, bandwidth)
 
 
+def expert_all_to_all_s(sent_bytes: float, cluster: ClusterSpec, group: int, stride: int = 1) -> float:
+    """All-to-all of an expert-parallel group, each rank sending `sent_bytes` spread evenly over its peers.
+
+    Unlike a ring, an all-to-all does not funnel a node's traffic through one crossing: every rank sends
+    its share for each off-domain peer through its own NIC, while the share for peers in its NVLink/xGMI
+    domain moves over the scale-up links at the same time. The slower of the two sets the time.
+    """
+    if group <= 1:
+        return 0.0
+    gpu = cluster.gpu
+    local = max(1, min(group, scaleup_domain(cluster) // stride))  # peers (itself included) in its domain
+    inside = (local - 1) / group * sent_bytes
+    outside = (group - local) / group * sent_bytes
+    scaleup = gpu.scaleup_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY
+    scaleout = gpu.scaleout_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY
+    return max(inside / scaleup, outside / scaleout)
+
+
 def p2p_s(message_bytes: float, bandwidth: float) -> float:
     """One point-to-point send."""
     return message_bytes / bandwidth

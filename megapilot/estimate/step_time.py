@@ -216,8 +216,7 @@ def layer_cost(
         )
         gemms_s += _mlp_gemms_s(model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         sent_bytes = tokens * moe.router_topk * h * ACTIVATION_BYTES * p.expert_tp / p.tp
-        ep_bw = comm.group_bandwidth_bytes_per_s(cluster, p.ep, stride=p.expert_tp)
-        ep_s = EP_ALL_TO_ALLS_PER_LAYER * comm.all_to_all_s(sent_bytes, p.ep, ep_bw)
+        ep_s = EP_ALL_TO_ALLS_PER_LAYER * comm.expert_all_to_all_s(sent_bytes, cluster, p.ep, stride=p.expert_tp)
     else:
         gemms_s += _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
     glue_s = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)

@@ -84,3 +84,20 @@ def test_a_group_spanning_trays_of_an_nvl72_rack_stays_on_nvlink():
     assert comm.group_bandwidth_bytes_per_s(rack, 64) == pytest.approx(900e9 * COLLECTIVE_BW_EFFICIENCY)
     two_racks = ClusterSpec.from_gpu_count(GB200, 144)
     assert comm.group_bandwidth_bytes_per_s(two_racks, 144) < comm.group_bandwidth_bytes_per_s(two_racks, 72)
+
+
+def test_an_expert_all_to_all_across_nodes_is_limited_by_each_ranks_own_nic():
+    """Each rank sends its off-node share through its own NIC (no ring funnels it); the on-node share moves
+    over NVLink meanwhile, so a group on one node runs at NVLink speed and one over 4 nodes at NIC speed."""
+    expert_all_to_all_s = comm.expert_all_to_all_s
+    gpu = get_gpu("h100")
+    cluster = ClusterSpec.from_gpu_count(gpu, 64)
+    sent = 1e9
+    inside = expert_all_to_all_s(sent, cluster, 8)
+    assert inside == pytest.approx(7 / 8 * sent / (gpu.scaleup_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY))
+    across = expert_all_to_all_s(sent, cluster, 32)
+    assert across == pytest.approx(24 / 32 * sent / (gpu.scaleout_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY))
+    assert expert_all_to_all_s(sent, cluster, 1) == 0.0
+    # ETP 2 spreads EP 8 over 16 GPUs: half of each rank's peers sit on the other node.
+    assert expert_all_to_all_s(sent, cluster, 8, stride=2) == pytest.approx(
+        4 / 8 * sent / (gpu.scaleout_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY))
