@@ -134,10 +134,8 @@ def test_megatron_entrypoint_needs_the_checkout() -> None:
 
 
 def test_embedded_trainer_refuses_what_it_does_not_implement() -> None:
-    squared_relu = PLAN_8B.model_copy(update={
-        "model": PLAN_8B.model.model_copy(update={"mlp_activation": "squared_relu"})})
-    with pytest.raises(MegapilotError, match="--squared-relu") as info:
-        render_launch(squared_relu, _options(entrypoint="megapilot", megatron_path=None))
+    with pytest.raises(MegapilotError, match="--fp8-format") as info:  # the 8B golden plan trains in FP8
+        render_launch(PLAN_8B, _options(entrypoint="megapilot", megatron_path=None))
     assert info.value.field == "entrypoint"
 
 
