@@ -128,7 +128,10 @@ def parse(
         log = parse_logs(expand_log_paths(files), options=options, summary_only=summary_only)
         _refuse_empty(log)  # (not under --follow: a followed file may still be empty at its timeout)
     if json_output:
-        emit_json(log.to_dict())
+        from megapilot.diagnose.megatron_version import recognise_megatron_version
+
+        version = recognise_megatron_version(log)
+        emit_json({**log.to_dict(), "megatron_version": version.to_dict() if version else None})
     elif csv_output:
         _write_csv(log)
     else:
@@ -188,10 +191,14 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"[dim]steady state: {s.rule}[/]")
-    version = log.megatron_version
+    from megapilot.diagnose.megatron_version import recognise_megatron_version
+
+    version = recognise_megatron_version(log)
     if version is not None:
-        console.print(f"[dim]Megatron-LM {version.release}{'' if version.exact else ' (closest)'}: {version.detail}[/]",
-                      highlight=False)
+        from rich.markup import escape
+
+        closest = "" if version.exact else " (closest)"
+        console.print(f"[dim]Megatron-LM {version.release}{closest}: {escape(version.detail)}[/]", highlight=False)
     if not s.iterations_logged:
         from megapilot.cli.common import err_console
 

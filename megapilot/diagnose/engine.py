@@ -10,7 +10,9 @@ from typing import Any
 from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
 from megapilot.diagnose.findings import Finding, ranked
 from megapilot.diagnose.flags import RunConfig, read_flags, run_config
+from megapilot.diagnose.megatron_version import recognise_megatron_version
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
+from megapilot.diagnose.release_names import in_release_names, release_note
 from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings
 from megapilot.logs import ParsedLog, ParseOptions, parse_logs
 from megapilot.logs.sources import expand_log_paths, source_labels
@@ -43,6 +45,7 @@ class Diagnosis:
             "story": self.story,
             "summary": self.log.summary.to_dict() if self.log.summary else None,
             "notes": self.notes,
+            "megatron_version": version.to_dict() if (version := recognise_megatron_version(self.log)) else None,
         }
 
 
@@ -67,7 +70,11 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     labels = source_labels(log.files)
     cascade = build_cascade(cascade_errors(log), log.files)
     findings = lead_with_root(findings, cascade, labels)
+    version = recognise_megatron_version(log)
+    findings, release_notes = in_release_names(findings, version)
     notes = list(config.notes) if config else ["no --script/--flags given: fixes are generic"]
+    if any(fix.kind == "megatron_flag" for finding in findings for fix in finding.fixes):
+        notes += release_note(version) + release_notes
     if not (log.iterations or (log.summary and log.summary.iterations_logged)):
         notes.append("no training progress found (no iteration line): only error lines were read")
     if mismatch is not None:

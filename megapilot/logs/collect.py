@@ -22,7 +22,6 @@ from megapilot.errors import MegapilotError
 from megapilot.logs.bulk import SourceEnd, read_bulk
 from megapilot.logs.framework import UNKNOWN_FRAMEWORK, Framework, detect_framework
 from megapilot.logs.lines import follow_lines, read_lines, split_carriage_returns
-from megapilot.logs.megatron_version import RecognisedVersion, recognise_megatron_version
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.records import (
     DIALECTS,
@@ -86,13 +85,7 @@ class ParsedLog:
             "markers": [r.to_dict() for r in self.markers],
             "summary": self.summary.to_dict() if self.summary else None,
             "arguments": self.arguments.to_dict() if self.arguments else None,
-            "megatron_version": version.to_dict() if (version := self.megatron_version) else None,
         }
-
-    @property
-    def megatron_version(self) -> RecognisedVersion | None:
-        """The Megatron-LM release that wrote the log (arguments block, else line format), if told."""
-        return recognise_megatron_version(self.arguments, self.iterations)
 
 
 class LogCollector:

@@ -89,12 +89,13 @@ def test_script(cli, workdir):
 def test_logs_parse(cli, workdir):
     result = json_of(cli, "logs", "parse", str(LOG), "--json")
     assert set(result) == {"dialect", "framework", "files", "dialect_counts", "lines_read", "iterations", "memory",
-                           "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments"}
+                           "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments",
+                           "megatron_version"}
 
 
 def test_diagnose(cli, workdir):
     result = json_of(cli, "diagnose", str(LOG), "--json")
-    assert set(result) == {"findings", "dialect", "framework", "files", "story", "summary", "notes"}
+    assert set(result) == {"findings", "dialect", "framework", "files", "story", "summary", "notes", "megatron_version"}
 
 
 def test_optimize(cli, workdir):

@@ -157,3 +157,15 @@ def test_logs_parse_explicit_seq_length_wins_over_the_arguments_block(cli):
     data = cli("logs", "parse", ARGUMENTS_LOG, "--seq-length", "2048", "--json").json()
     rates = [it["tokens_per_s_per_gpu"] for it in data["iterations"]]
     assert rates == pytest.approx(_expected_tokens_per_s_per_gpu(2048))
+
+
+def test_logs_parse_reports_the_megatron_release_it_recognises(cli, tmp_path: Path) -> None:
+    from tests.diagnose.test_megatron_version import _ITERATION, _arguments_block
+
+    log = tmp_path / "train.log"
+    log.write_text(_arguments_block("core_v0.14.0") + f" [2026-01-01 00:10:00] {_ITERATION}\n")
+    parsed = cli("logs", "parse", str(log), "--json")
+    assert parsed.exit_code == 0, parsed.stderr
+    assert parsed.json()["megatron_version"]["release"] == "core_v0.14.0"
+    shown = cli("logs", "parse", str(log))
+    assert "Megatron-LM core_v0.14.0:" in shown.stdout and "arguments block" in shown.stdout

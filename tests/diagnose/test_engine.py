@@ -63,7 +63,7 @@ def test_findings_come_ranked_root_cause_first():
 
 def test_json_schema_is_stable(tmp_path: Path):
     data = diagnose([_healthy_log(tmp_path)]).to_dict()
-    assert list(data) == ["findings", "dialect", "framework", "files", "story", "summary", "notes"]
+    assert list(data) == ["findings", "dialect", "framework", "files", "story", "summary", "notes", "megatron_version"]
     assert data["dialect"] == "megatron-lm" and data["files"] == [str(tmp_path / "train.log")]
     assert data["summary"]["iterations_logged"] == 5 and data["summary"]["last_iteration"] == 5
 

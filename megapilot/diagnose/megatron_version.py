@@ -1,0 +1,82 @@
+"""Which Megatron-LM release wrote a log: from its `arguments` block, else from the format of its lines.
+
+Flag advice is only right in the flag names of the release that runs (flags are renamed and removed between
+releases), so `logs parse` reports the release it recognises and `diagnose` writes its fixes in that
+release's names. (It reads the launch package's flag tables, so it lives after `launch`, not in `logs`.)
+- The `arguments` block prints every option of the parser by destination (`vars(args)`), so the committed
+  flag table whose destinations the block matches best is the release: each table's destinations missing
+  from the block, plus the block's destinations that only other releases have, count against it.
+- Without a block, Megatron-LM's iteration line tells two eras apart: core_v0.16.0 added microseconds to its
+  timestamp (`[2026-01-01 00:10:00.123456] iteration ...`; core_v0.15.0 and older print whole seconds).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from megapilot.launch.megatron_args import FlagTable, committed_tables, flag_table, parse_version
+from megapilot.logs import ParsedLog
+from megapilot.logs.records import ArgumentsRecord, IterationRecord
+
+_ITERATION_TIME = re.compile(r"^\s*\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\]\s+iteration\s+\d+")
+_MICROSECONDS_SINCE = "core_v0.16.0"
+
+
+@dataclass(frozen=True)
+class RecognisedVersion:
+    """The release a log was written by (`release`: the committed table that matches it) and how it was told."""
+
+    release: str
+    source: Literal["arguments", "format"]
+    exact: bool  # the block printed exactly that release's options (arguments), or the era is certain (format)
+    detail: str  # what was seen, for the user
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> FlagTable:
+        return flag_table(self.release)
+
+
+def recognise_megatron_version(log: ParsedLog) -> RecognisedVersion | None:
+    """The release that wrote the log, or None when it printed neither an arguments block nor a dated
+    Megatron-LM iteration line."""
+    if log.arguments is not None and log.arguments.values:
+        return _from_arguments(log.arguments)
+    return _from_format(log.iterations)
+
+
+def _from_arguments(arguments: ArgumentsRecord) -> RecognisedVersion:
+    printed = set(arguments.values)
+    tables = committed_tables()
+    every_dest = {f.dest for table in tables for f in table.flags.values()}
+    scored = []
+    for table in tables:
+        dests = {f.dest for f in table.flags.values()}
+        missing = len(dests - printed)
+        foreign = len((printed & every_dest) - dests)
+        scored.append((missing + foreign, missing, foreign, table.release))
+    best = min(scored, key=lambda row: (row[0], row[1]))
+    _, missing, foreign, release = best
+    detail = (f"arguments block ({arguments.file}:{arguments.line}): {len(printed)} options; "
+              f"{missing} of {release}'s options not printed, {foreign} printed that only other releases have")
+    return RecognisedVersion(release=release, source="arguments", exact=missing == foreign == 0, detail=detail)
+
+
+def _from_format(iterations: list[IterationRecord]) -> RecognisedVersion | None:
+    for record in iterations:
+        match = _ITERATION_TIME.match(record.text)
+        if match is None:
+            continue
+        if match.group(1):
+            return RecognisedVersion(
+                release=committed_tables()[-1].release, source="format", exact=False,
+                detail=f"iteration timestamps carry microseconds ({record.file}:{record.line}): "
+                       f"{_MICROSECONDS_SINCE} or newer; the newest release is assumed")
+        older = [t.release for t in committed_tables() if t.version < parse_version(_MICROSECONDS_SINCE)]
+        return RecognisedVersion(
+            release=older[-1], source="format", exact=False,
+            detail=f"iteration timestamps in whole seconds ({record.file}:{record.line}): {older[-1]} or older")
+    return None

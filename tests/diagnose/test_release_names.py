@@ -1,0 +1,49 @@
+"""Diagnose writes its fixes in the flag names of the Megatron-LM release the log was written by."""
+
+from __future__ import annotations
+
+from megapilot.diagnose.engine import diagnose_log
+from megapilot.diagnose.findings import Finding, Fix
+from megapilot.diagnose.megatron_version import RecognisedVersion
+from megapilot.diagnose.release_names import in_release_names
+from megapilot.logs.collect import parse_text
+from megapilot.logs.records import Evidence
+from tests.diagnose.test_megatron_version import _ITERATION, _arguments_block
+
+
+def _finding(*fixes: Fix) -> Finding:
+    return Finding(category="throughput", severity="warning", title="t", cause="c",
+                   evidence=[Evidence(file="x.log", line=1, text="t")], fixes=list(fixes))
+
+
+def _version(release: str) -> RecognisedVersion:
+    return RecognisedVersion(release=release, source="arguments", exact=True, detail="test")
+
+
+def test_a_flag_renamed_between_releases_is_written_in_the_logs_release_spelling() -> None:
+    fix = Fix(action="add", flag="--no-tp-comm-overlap-ag", value=None, reason="overlap costs SMs here")
+    [adapted], notes = in_release_names([_finding(fix)], _version("core_v0.14.0"))
+    assert adapted.fixes[0].flag == "--disable-tp-comm-overlap-ag"
+    assert notes == ["--no-tp-comm-overlap-ag is spelled --disable-tp-comm-overlap-ag in Megatron-LM core_v0.14.0, "
+                     "the log's release"]
+    [same], no_notes = in_release_names([_finding(fix)], _version("core_v0.19.0"))
+    assert same.fixes[0].flag == "--no-tp-comm-overlap-ag" and no_notes == []
+
+
+def test_a_flag_the_logs_release_lacks_says_which_release_brings_it() -> None:
+    fix = Fix(action="add", flag="--moe-shared-expert-gate", value=None, reason="gate the shared expert")
+    [adapted], notes = in_release_names([_finding(fix)], _version("core_v0.14.0"))
+    assert "needs Megatron-LM core_v0.16.0 or newer" in adapted.fixes[0].reason
+    assert notes and "core_v0.16.0" in notes[0]
+
+
+def test_environment_fixes_and_unknown_versions_are_left_alone() -> None:
+    env = Fix(action="set", flag="NCCL_DEBUG", value="INFO", reason="r", kind="env")
+    finding = _finding(env)
+    assert in_release_names([finding], _version("core_v0.14.0")) == ([finding], [])
+    assert in_release_names([finding], None) == ([finding], [])
+
+
+def test_diagnosis_names_the_release_it_recognised() -> None:
+    log = parse_text(_arguments_block("core_v0.14.0") + f" [2026-01-01 00:10:00] {_ITERATION}\n")
+    assert diagnose_log(log, None).to_dict()["megatron_version"]["release"] == "core_v0.14.0"
