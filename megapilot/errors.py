@@ -34,7 +34,7 @@ def from_validation_error(exc: Exception, *, prefix: str = "") -> MegapilotError
     errors = getattr(exc, "errors", None)
     if not callable(errors):
         return MegapilotError(str(exc))
-    first = exc.errors()[0]  # type: ignore[attr-defined]
+    first = errors()[0]
     loc = ".".join(str(part) for part in first.get("loc", ()) if part != "__root__")
     field = ".".join(p for p in (prefix, loc) if p) or None
     message = first.get("msg", str(exc)).removeprefix("Value error, ")

@@ -71,7 +71,7 @@ def _row_to_spec(row: dict) -> GPUSpec:
         name=row["name"],
         alias=topo.alias,
         vendor=row["vendor"],
-        architecture=topo.architecture,  # type: ignore[arg-type]
+        architecture=topo.architecture,  # type: ignore[arg-type]  # GPUSpec validates the catalog's string
         bf16_dense_tflops=value["bf16_dense_tflops"],
         fp8_dense_tflops=value.get("fp8_dense_tflops"),
         fp4_dense_tflops=value.get("fp4_dense_tflops"),

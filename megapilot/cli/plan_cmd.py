@@ -54,7 +54,7 @@ def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
         if merged[name] is None:
             raise MegapilotError("is required", field=name,
                                  fix=f"pass --{name} or store it with `megapilot profile set --{name} ...`")
-    return _Inputs(str(merged["gpu"]), int(merged["gpus"]), merged["gpus_per_node"], notes)  # type: ignore[arg-type]
+    return _Inputs(str(merged["gpu"]), int(merged["gpus"]), merged["gpus_per_node"], notes)  # type: ignore[arg-type]  # int | None from the profile
 
 
 def _build_specs(
@@ -69,7 +69,7 @@ def _build_specs(
     model = get_model(model_name)
     cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
     try:
-        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]
+        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]  # TrainingSpec refuses others
     except ValidationError as exc:
         flags = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision"}
         raise validation_error(exc, flags=flags) from None

@@ -197,7 +197,7 @@ def _render_plan(saved_plan: SavedPlan, plan_data: _PlanData) -> LaunchScript:
         data = {"data_path": str(plan_data.data_path.expanduser().absolute()),
                 "tokenizer_type": plan_data.tokenizer_type or "ByteTokenizer"}
     options = LaunchOptions(launcher="torchrun", entrypoint="megapilot", python=sys.executable, cpu=cpu,
-                            **data)  # type: ignore[arg-type]
+                            **data)  # type: ignore[arg-type]  # path fields by name; pydantic checks them
     return render_launch(saved_plan, options)
 
 

@@ -138,7 +138,7 @@ def script(
 
     fills = _profile_fills(user_profile, data_path=data_path, mock_data=mock_data,
                            tokenizer_model=tokenizer_model, vocab_file=vocab_file, save=save)
-    assumed += fills.pop("_notes")  # type: ignore[arg-type]
+    assumed += fills.pop("_notes")  # type: ignore[arg-type]  # the fills keep their notes list here
     script_path = str(output.expanduser().absolute()) if output is not None else None
     options = _options(
         LaunchOptions, launcher=_choice("launcher", launcher, LAUNCHERS), nodes=nodes, mock_data=mock_data,
@@ -157,7 +157,7 @@ def script(
         launch = _make_directories(launch)
     launch = launch.model_copy(update={"notes": assumed + notes + launch.notes})
     if output is not None:
-        _write(Path(script_path), launch, force)  # type: ignore[arg-type]
+        _write(Path(script_path), launch, force)  # type: ignore[arg-type]  # set whenever output is
     if json_output:
         emit_json(launch.to_json() | {"assumed": assumed})
         return
@@ -264,11 +264,11 @@ def _profile_fills(profile: Profile, *, data_path: str | None, mock_data: bool, 
     """Data, tokenizer and checkpoint paths: flags first, then the saved profile (noted)."""
     notes: list[str] = []
     if data_path is None and not mock_data:
-        data_path = _from_profile(profile, "data_path", notes)  # type: ignore[assignment]
+        data_path = _from_profile(profile, "data_path", notes)  # type: ignore[assignment]  # the profile's str | None
     if tokenizer_model is None and vocab_file is None and not (mock_data and data_path is None):
-        tokenizer_model = _from_profile(profile, "tokenizer", notes)  # type: ignore[assignment]
+        tokenizer_model = _from_profile(profile, "tokenizer", notes)  # type: ignore[assignment]  # the profile's str | None
     if save is None:
-        save = _from_profile(profile, "save_dir", notes)  # type: ignore[assignment]
+        save = _from_profile(profile, "save_dir", notes)  # type: ignore[assignment]  # the profile's str | None
     return {"data_path": data_path, "tokenizer_model": tokenizer_model, "vocab_file": vocab_file,
             "save": save, "_notes": notes}
 

@@ -605,7 +605,7 @@ def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
     if len(timed) >= 2 and typical_s:
         limit = max(HANG_FLOOR_S, HANG_FACTOR * typical_s)
         for before, after in pairwise(timed):
-            gap = after.time_s - before.time_s  # type: ignore[operator]
+            gap = after.time_s - before.time_s  # type: ignore[operator]  # timed: time_s is set
             interval = max(1, after.iteration - before.iteration)
             if gap - interval * typical_s > limit:
                 findings.append(Finding(
@@ -760,7 +760,7 @@ def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | Non
     worst = max(reports, key=lambda m: m.peak_gib or 0.0)
     return Finding("oom", "warning",
                    f"Rank {worst.rank} reserved {worst.peak_gib:.1f} GiB of {capacity:.0f} GiB "
-                   f"({(worst.peak_gib or 0) / capacity:.0%})",  # type: ignore[operator]
+                   f"({(worst.peak_gib or 0) / capacity:.0%})",  # type: ignore[operator]  # reports imply capacity
                    [Evidence(worst.file, worst.line, worst.text.strip())], cause + note, fixes)
 
 

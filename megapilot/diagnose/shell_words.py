@@ -366,7 +366,7 @@ def script_words(text: str) -> ScriptWords:
                 index += 1
         while index < len(command) and isinstance(command[index], list):
             word = command[index]
-            target = _assignment(word)  # type: ignore[arg-type]
+            target = _assignment(word)  # type: ignore[arg-type]  # a word: narrowed above
             if target is None:
                 break
             name, append, value = target

@@ -59,7 +59,7 @@ def gemm_bytes_per_element(precision: str) -> float:
 
 def gemm_peak_tflops(gpu: GPUSpec, precision: str) -> float:
     """Dense peak of the GEMM precision (TFLOP/s)."""
-    return gpu.peak_tflops(precision)  # type: ignore[arg-type]
+    return gpu.peak_tflops(precision)  # type: ignore[arg-type]  # callers pass a TrainingSpec precision
 
 
 def gemm_efficiency(

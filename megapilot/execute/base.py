@@ -230,7 +230,7 @@ def job_spec_or_error(**fields: object) -> JobSpec:
     from megapilot.errors import from_validation_error
 
     try:
-        return JobSpec(**fields)  # type: ignore[arg-type]
+        return JobSpec(**fields)  # type: ignore[arg-type]  # JobSpec's fields by name; pydantic checks them
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="job") from None
 

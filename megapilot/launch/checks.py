@@ -128,7 +128,7 @@ def _low_precision_needs_te_and_hardware(values: dict[str, list[str]], gpu: GPUS
         if values.get("--transformer-impl", ["transformer_engine"])[0] != "transformer_engine":
             raise MegapilotError(f"{fmt_flag} needs Transformer Engine", field="precision",
                                  fix="use --transformer-impl transformer_engine")
-        if not gpu.supports(precision):  # type: ignore[arg-type]
+        if not gpu.supports(precision):  # type: ignore[arg-type]  # validated precision
             raise MegapilotError(f"{gpu.name} ({gpu.architecture}) has no {precision} tensor cores",
                                  field="precision", fix="use --bf16 on this GPU")
     if "--fp8-format" in values and "--fp4-format" in values:

@@ -47,7 +47,7 @@ class _Record:
     """Shared JSON rendering for all record dataclasses."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: _json_number(v) for k, v in asdict(self).items()}  # type: ignore[call-overload]
+        return {k: _json_number(v) for k, v in asdict(self).items()}  # type: ignore[call-overload]  # every subclass is a dataclass
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,7 +166,7 @@ class ParallelConfig(BaseModel):
         """Build a layout, deriving DP from the world size (error if TP*PP*CP does not divide it)."""
         from megapilot.errors import MegapilotError
 
-        tp, pp, cp = (int(layout.get(k) or 1) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
+        tp, pp, cp = (int(layout.get(k) or 1) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]  # layout values are the flags' ints or None
         if world_size % (tp * pp * cp):
             raise MegapilotError(
                 f"TP*PP*CP = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide {world_size} GPUs",
@@ -175,7 +175,7 @@ class ParallelConfig(BaseModel):
             )
         layout = {k: v for k, v in layout.items() if v is not None}
         layout["dp"] = world_size // (tp * pp * cp)
-        return cls(**layout)  # type: ignore[arg-type]
+        return cls(**layout)  # type: ignore[arg-type]  # keys are ParallelConfig fields; pydantic checks values
 
 
 @lru_cache(maxsize=1024)

@@ -510,7 +510,7 @@ class History:
                 if predicted is not None and measured:
                     key = (gpu, family or model, quantity)
                     errors.setdefault(key, []).append((predicted - measured) / measured * 100.0)
-        return [CalibrationRow(gpu=gpu, model_family=family, quantity=quantity, count=len(values),  # type: ignore[arg-type]
+        return [CalibrationRow(gpu=gpu, model_family=family, quantity=quantity, count=len(values),  # type: ignore[arg-type]  # CALIBRATED_QUANTITIES
                                median_abs_error_pct=statistics.median(abs(v) for v in values),
                                mean_signed_error_pct=statistics.fmean(values))
                 for (gpu, family, quantity), values in sorted(errors.items())]

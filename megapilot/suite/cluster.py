@@ -137,9 +137,9 @@ def load_cluster(path: str | Path) -> CvsCluster:
 
 def cluster_from_mapping(raw: dict, *, source: str = "cluster file") -> CvsCluster:
     """A cluster from an already-read mapping: comments dropped, `{user-id}` resolved, hosts checked."""
-    raw = strip_comments(raw)  # type: ignore[assignment]
+    raw = strip_comments(raw)  # type: ignore[assignment]  # a mapping stays a mapping
     user = resolve_user(raw.get("username") if isinstance(raw.get("username"), str) else None)
-    raw = substitute_user(raw, user)  # type: ignore[assignment]
+    raw = substitute_user(raw, user)  # type: ignore[assignment]  # a mapping stays a mapping
     raw["username"] = user
     try:
         cluster = CvsCluster.model_validate(raw)

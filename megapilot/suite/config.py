@@ -314,7 +314,7 @@ def _read_config(path: Path, check: SuiteCheck) -> dict[str, Any] | None:
     for key in duplicates:
         check.add("config", f"key {key!r} appears more than once; only the last one would count",
                   "keep one entry per key")
-    return strip_comments(raw)  # type: ignore[return-value]
+    return strip_comments(raw)  # type: ignore[return-value]  # a mapping stays a mapping
 
 
 def _format_name(path: Path) -> str:
@@ -345,7 +345,7 @@ def _parse_text(text: str, path: Path, duplicates: list[str]) -> Any:
 def resolve_placeholders(raw: dict[str, Any], user: str, config_dir: Path) -> dict[str, Any]:
     """CVS's three passes: `{user-id}` everywhere; `{x}` inside `paths` from its siblings; `{paths.x}`
     everywhere. Relative `paths` values are then anchored at the config's folder."""
-    raw = substitute_user(raw, user)  # type: ignore[assignment]
+    raw = substitute_user(raw, user)  # type: ignore[assignment]  # a mapping stays a mapping
     paths = raw.get("paths")
     if isinstance(paths, dict):
         raw["paths"] = _anchor_relative(_resolve_within_paths(paths), config_dir)

@@ -130,11 +130,11 @@ def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mappi
     if not math.isfinite(value):
         return _Outcome(Verdict.FAIL, f"value is {value} (not a finite number)")
     if spec.kind in ("min", "min_tok_s"):
-        return _lower_bound(value, spec.value)  # type: ignore[arg-type]
+        return _lower_bound(value, spec.value)  # type: ignore[arg-type]  # these kinds carry a float value
     if spec.kind in ("max", "max_ms"):
-        return _upper_bound(value, spec.value, " ms" if spec.kind == "max_ms" else "")  # type: ignore[arg-type]
+        return _upper_bound(value, spec.value, " ms" if spec.kind == "max_ms" else "")  # type: ignore[arg-type]  # these kinds carry a float value
     if spec.kind == "within":
-        return _band(value, spec.value, spec.tolerance_pct, "")  # type: ignore[arg-type]
+        return _band(value, spec.value, spec.tolerance_pct, "")  # type: ignore[arg-type]  # these kinds carry a float value
     if spec.kind == "min_ratio":
         return _ratio(value, spec, actuals)
     return _baseline(name, value, spec, baseline)

@@ -446,7 +446,7 @@ def _mfu(m: ComboMeasurement, gpu: GPUSpec | None, precision: str, model_flops_p
     if achieved_tflops is None:
         m.why_missing["training.mfu_pct"] = "neither TFLOP/s/GPU nor tokens/s/GPU with model FLOPs/token"
         return
-    peak = gpu.peak_tflops(precision.lower())  # type: ignore[arg-type]
+    peak = gpu.peak_tflops(precision.lower())  # type: ignore[arg-type]  # a CVS precision, lower-cased
     m.actuals["training.mfu_pct"] = achieved_tflops / peak * 100.0
     m.notes.append(f"MFU from {basis} over the {gpu.name} dense {precision.lower()} peak ({peak:g} TFLOP/s)")
 

@@ -153,7 +153,7 @@ def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_d
                                          ("time_limit", block.time_limit)) if v is not None})
         if container is not None and container.image:
             fields["container_image"] = container.image
-    return LaunchOptions(**fields)  # type: ignore[arg-type]
+    return LaunchOptions(**fields)  # type: ignore[arg-type]  # LaunchOptions fields by name; pydantic checks them
 
 
 def _data_fields(suite: LoadedSuite, cell: SweepCell) -> dict[str, object]:

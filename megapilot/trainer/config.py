@@ -258,7 +258,7 @@ def _check_pipeline_split(ns: argparse.Namespace, virtual_stages: int | None) ->
 def _eval_layer_list(node: ast.expr) -> list[int]:
     """The list expressions Megatron's moe_freq_type evaluates, without eval: [0,1], +, and * by an int."""
     if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts):
-        return [e.value for e in node.elts]  # type: ignore[attr-defined]
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, int)]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _eval_layer_list(node.left) + _eval_layer_list(node.right)
     if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and isinstance(node.right, ast.Constant)

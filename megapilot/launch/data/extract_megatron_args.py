@@ -23,13 +23,12 @@ import enum
 import json
 import sys
 import types
-from typing import ClassVar
 
 
 class _Anything:
     """Stands in for any attribute of a stubbed module: callable, usable as a decorator."""
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: object, **kwargs: object) -> object:
         if len(args) == 1 and callable(args[0]) and not kwargs:
             return args[0]
         return _Anything()
@@ -39,8 +38,10 @@ class _Anything:
 
 
 class _StubModule(types.ModuleType):
-    __path__: ClassVar[list[str]] = []
-    __version__: ClassVar[str] = "0.0"  # core_v0.19.0 parses triton.__version__ at import time
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__path__: list[str] = []  # a package, so its submodules import
+        self.__version__ = "0.0"  # core_v0.19.0 parses triton.__version__ at import time
 
     def __getattr__(self, name: str) -> _Anything:
         if name.startswith("__"):
@@ -60,7 +61,8 @@ def _stub_modules(names: list[str]) -> None:
 def _describe(action: argparse.Action) -> dict:
     takes_value = action.nargs != 0
     nargs = action.nargs
-    kinds = {argparse._StoreTrueAction: "store_true", argparse._StoreFalseAction: "store_false"}
+    kinds: dict[type[argparse.Action], str] = {
+        argparse._StoreTrueAction: "store_true", argparse._StoreFalseAction: "store_false"}
     return {
         "names": sorted(s for s in action.option_strings if s.startswith("--")),
         "dest": action.dest,
@@ -108,7 +110,7 @@ def _backport_typing_override() -> None:
     import typing
 
     if not hasattr(typing, "override"):
-        typing.override = lambda function: function  # type: ignore[attr-defined]
+        typing.override = lambda function: function  # type: ignore[attr-defined]  # 3.12's decorator, shimmed
 
 
 def extract(release: str, commit: str) -> dict:
