@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
+# The real SLURM cluster and loopback sshd fixtures, available to every test that names them (each
+# starts its daemons only when a test asks for it).
+pytest_plugins = ("tests.slurm_cluster", "tests.sshd")
+
 
 @dataclass
 class CliResult:

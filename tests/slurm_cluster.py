@@ -1,6 +1,6 @@
 """A real SLURM cluster on this machine, for tests: munged, slurmctld and N slurmd daemons.
 
-    from tests.slurm_cluster import slurm_cluster, slurm_host_node  # noqa: F401  (pytest fixtures)
+    # tests/conftest.py registers this module as a plugin: name the fixture and it starts
 
     def test_x(slurm_cluster):
         slurm_cluster.run("sbatch", "--test-only", "job.sh")

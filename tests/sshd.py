@@ -1,6 +1,6 @@
 """A real OpenSSH server on loopback, for tests: its own config, host key and client key pair.
 
-    from tests.sshd import loopback_sshd  # noqa: F401  (pytest fixture)
+    # tests/conftest.py registers this module as a plugin: name the fixture and it starts
 
     def test_x(loopback_sshd):
         nodes = loopback_sshd.nodes(2)       # SshNode for 127.0.0.1 and 127.0.0.2, same port and key

@@ -17,7 +17,6 @@ import pytest
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import LLAMA31_8B, MIXTRAL_8X7B, make_plan, tiny_two_rank_plan
-from tests.slurm_cluster import slurm_cluster, slurm_host_node  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +33,7 @@ def _sbatch_script(tmp_path: Path, nodes: int, model=LLAMA31_8B, **layout: objec
 
 
 @pytest.mark.parametrize("model", [LLAMA31_8B, MIXTRAL_8X7B], ids=["dense", "moe"])
-def test_two_node_script_is_accepted_by_sbatch_test_only(slurm_cluster, tmp_path: Path, model) -> None:  # noqa: F811
+def test_two_node_script_is_accepted_by_sbatch_test_only(slurm_cluster, tmp_path: Path, model) -> None:
     layout = {"tp": 2, "ep": 4, "etp": 1} if model.moe else {"tp": 4, "pp": 2}
     script = _sbatch_script(tmp_path, nodes=2, model=model, **layout)
     result = slurm_cluster.run("sbatch", "--test-only", str(script))
@@ -42,14 +41,14 @@ def test_two_node_script_is_accepted_by_sbatch_test_only(slurm_cluster, tmp_path
     assert "to start at" in result.stderr and "node[1-2]" in result.stderr
 
 
-def test_script_needing_more_nodes_than_exist_is_refused(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
+def test_script_needing_more_nodes_than_exist_is_refused(slurm_cluster, tmp_path: Path) -> None:
     script = _sbatch_script(tmp_path, nodes=3, tp=8)
     result = slurm_cluster.run("sbatch", "--test-only", str(script))
     assert result.returncode != 0
     assert "node" in result.stderr.lower()
 
 
-def test_rendered_sbatch_script_really_trains_through_slurm(slurm_host_node, tmp_path: Path) -> None:  # noqa: F811
+def test_rendered_sbatch_script_really_trains_through_slurm(slurm_host_node, tmp_path: Path) -> None:
     pytest.importorskip("megatron.core")
     plan = tiny_two_rank_plan(train_iters=2)
     checkpoints = tmp_path / "ckpt $dir"

@@ -17,9 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import slurm_two_runnable_nodes  # noqa: F401  (fixture)
-from tests.sshd import loopback_sshd  # noqa: F401  (fixture)
-
 pytestmark = pytest.mark.slow
 
 CELLS = ("MBS=1,GBS=4,PRECISION=BF16", "MBS=2,GBS=4,PRECISION=BF16")
@@ -72,7 +69,7 @@ def _check_two_node_training(combo: dict, run_dir: Path) -> None:
     assert rows["gate.loss_slope"]["verdict"] == "PASS"
 
 
-def test_slurm_two_node_sweep_and_a_scancelled_combo(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+def test_slurm_two_node_sweep_and_a_scancelled_combo(slurm_two_runnable_nodes, tmp_path):
     config = _suite(tmp_path / "suite", "slurm")
     env = {**slurm_two_runnable_nodes.env, "OMP_NUM_THREADS": "1"}
     done = _run(config, tmp_path / "runs", env)
@@ -121,7 +118,7 @@ def test_slurm_two_node_sweep_and_a_scancelled_combo(slurm_two_runnable_nodes, t
     assert queue.stdout.strip() == ""  # nothing left in the queue
 
 
-def test_ssh_two_node_sweep_with_a_hostile_path(loopback_sshd, tmp_path):  # noqa: F811
+def test_ssh_two_node_sweep_with_a_hostile_path(loopback_sshd, tmp_path):
     hostile = tmp_path / "a b 'q' $(touch pwned) `touch pwned2`"
     config = _suite(hostile / "suite", "ssh")
     cluster = {

@@ -23,7 +23,6 @@ from megapilot.execute.remote import NodeLogs
 from megapilot.execute.slurm import SlurmExecutor, SlurmJobState, parse_exit_code, parse_scontrol_job, slurm_verdict
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
-from tests.slurm_cluster import slurm_two_runnable_nodes  # noqa: F401  (fixture)
 
 PRINTER = Path(__file__).parent / "programs" / "iteration_printer.py"
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
@@ -96,7 +95,7 @@ def test_a_run_directory_slurm_would_read_as_a_pattern_is_refused(tmp_path):
 # ---- against the real cluster ---------------------------------------------------------------
 
 @pytest.mark.slow
-def test_rendered_sbatch_script_trains_across_two_nodes(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+def test_rendered_sbatch_script_trains_across_two_nodes(slurm_two_runnable_nodes, tmp_path):
     pytest.importorskip("megatron.core")
     options = LaunchOptions(
         launcher="slurm", mock_data=True, entrypoint="megapilot", cpu=True, python=sys.executable,
@@ -124,7 +123,7 @@ def test_rendered_sbatch_script_trains_across_two_nodes(slurm_two_runnable_nodes
 
 
 @pytest.mark.slow
-def test_nonzero_exit_fails_with_the_code_and_polling_many_jobs_shares_squeue(slurm_two_runnable_nodes,  # noqa: F811
+def test_nonzero_exit_fails_with_the_code_and_polling_many_jobs_shares_squeue(slurm_two_runnable_nodes,
                                                                             tmp_path):
     executor = executor_for(slurm_two_runnable_nodes)
     handles = [executor.submit(printer_job(tmp_path, "--iters", "5", "--exit-after", "2", "--exit-code", "3",
@@ -142,7 +141,7 @@ def test_nonzero_exit_fails_with_the_code_and_polling_many_jobs_shares_squeue(sl
 
 
 @pytest.mark.slow
-def test_scancel_from_outside_is_cancelled_with_its_reason(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+def test_scancel_from_outside_is_cancelled_with_its_reason(slurm_two_runnable_nodes, tmp_path):
     executor = executor_for(slurm_two_runnable_nodes)
     handle = executor.submit(printer_job(tmp_path, "--iters", "1000", "--interval-s", "0.2"))
     deadline = time.monotonic() + 60
@@ -156,7 +155,7 @@ def test_scancel_from_outside_is_cancelled_with_its_reason(slurm_two_runnable_no
 
 
 @pytest.mark.slow
-def test_a_job_that_stops_printing_iterations_is_hung_and_scancelled(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+def test_a_job_that_stops_printing_iterations_is_hung_and_scancelled(slurm_two_runnable_nodes, tmp_path):
     executor = executor_for(slurm_two_runnable_nodes)
     job = printer_job(tmp_path, "--iters", "5", "--stall-after", "1",
                       hang=HangPolicy(startup_s=60, fixed_window_s=3))
@@ -170,7 +169,7 @@ def test_a_job_that_stops_printing_iterations_is_hung_and_scancelled(slurm_two_r
 
 
 @pytest.mark.slow
-def test_cancel_scancels_and_waits_for_the_job_to_leave_the_queue(slurm_two_runnable_nodes, tmp_path):  # noqa: F811
+def test_cancel_scancels_and_waits_for_the_job_to_leave_the_queue(slurm_two_runnable_nodes, tmp_path):
     executor = executor_for(slurm_two_runnable_nodes)
     handle = executor.submit(printer_job(tmp_path, "--iters", "1000", "--interval-s", "0.2", combo="cancel"))
     executor.cancel(handle)

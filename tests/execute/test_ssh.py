@@ -25,7 +25,6 @@ from megapilot.execute.process import free_port, marked_processes
 from megapilot.execute.ssh import ContainerWrapper, SshExecutor, SshNode
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
-from tests.sshd import loopback_sshd  # noqa: F401  (fixture)
 
 PRINTER = Path(__file__).parent / "programs" / "iteration_printer.py"
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
@@ -109,7 +108,7 @@ def tiny_two_node_plan(train_iters: int) -> SavedPlan:
 
 
 @pytest.mark.slow
-def test_rendered_torchrun_script_trains_across_two_ssh_nodes(loopback_sshd, tmp_path):  # noqa: F811
+def test_rendered_torchrun_script_trains_across_two_ssh_nodes(loopback_sshd, tmp_path):
     pytest.importorskip("megatron.core")
     port = free_port()
     launch = render_launch(tiny_two_node_plan(train_iters=6), LaunchOptions(
@@ -151,7 +150,7 @@ fi
 
 
 @pytest.mark.slow
-def test_a_killed_rank_fails_the_job_naming_its_node_and_nothing_is_left(loopback_sshd, tmp_path):  # noqa: F811
+def test_a_killed_rank_fails_the_job_naming_its_node_and_nothing_is_left(loopback_sshd, tmp_path):
     executor = SshExecutor(loopback_sshd.nodes(2))
     handle = executor.submit(JobSpec(combo="killed", run_dir=tmp_path, script_text=KILL_RANK_ON_NODE_1, nodes=2,
                                      **QUICK))
@@ -163,7 +162,7 @@ def test_a_killed_rank_fails_the_job_naming_its_node_and_nothing_is_left(loopbac
 
 
 @pytest.mark.slow
-def test_cancel_stops_the_remote_trees_even_detached_children(loopback_sshd, tmp_path):  # noqa: F811
+def test_cancel_stops_the_remote_trees_even_detached_children(loopback_sshd, tmp_path):
     executor = SshExecutor(loopback_sshd.nodes(2))
     job = JobSpec(combo="cancel", run_dir=tmp_path, nodes=2, **QUICK,
                   argv=[sys.executable, str(PRINTER), "--iters", "1000", "--interval-s", "0.1",
@@ -182,7 +181,7 @@ def test_cancel_stops_the_remote_trees_even_detached_children(loopback_sshd, tmp
 
 
 @pytest.mark.slow
-def test_a_silent_job_is_hung_and_stopped_on_every_node(loopback_sshd, tmp_path):  # noqa: F811
+def test_a_silent_job_is_hung_and_stopped_on_every_node(loopback_sshd, tmp_path):
     executor = SshExecutor(loopback_sshd.nodes(2))
     job = JobSpec(combo="hang", run_dir=tmp_path, nodes=2, stop_grace_s=1.0,
                   hang=HangPolicy(startup_s=60, fixed_window_s=2),
@@ -197,7 +196,7 @@ ECHO_ARGS = "import os, sys; print('ARGS', sys.argv[1:]); print('VALUE', repr(os
 
 
 @pytest.mark.slow
-def test_hostile_paths_names_and_values_pass_through_and_nothing_is_executed(loopback_sshd, tmp_path):  # noqa: F811
+def test_hostile_paths_names_and_values_pass_through_and_nothing_is_executed(loopback_sshd, tmp_path):
     pwned = Path(f"/tmp/pwned-{uuid.uuid4().hex}")
     hostile = f"it's a \"dir\" $(touch {pwned}) `touch {pwned}` ; touch {pwned}"
     run_dir = tmp_path / hostile
