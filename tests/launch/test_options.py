@@ -66,5 +66,5 @@ def test_launch_script_json_has_the_stable_keys_and_values():
     assert script.to_json() == {
         "script": "#!/usr/bin/env bash\n", "launcher": "slurm", "megatron_args": ["--tp", "2"],
         "env": {"NCCL_DEBUG": "WARN"}, "nodes": 2, "gpus_per_node": 8, "files": {}, "directories": [],
-        "notes": [],
+        "notes": [], "megatron_release": "",
     }
