@@ -50,7 +50,8 @@ def gpus(json_output: JsonFlag = False) -> None:
 
 ModelArgument = Annotated[
     str | None,
-    typer.Argument(help="Show one model: a preset name, a HF config.json (or its folder), or a ModelSpec file."),
+    typer.Argument(help="Show one model: a preset name, a Hugging Face hub id (org/name), a config.json (or its "
+                       "folder), or a ModelSpec file."),
 ]
 
 

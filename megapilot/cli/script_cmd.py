@@ -37,7 +37,8 @@ ENTRYPOINTS = ("megatron", "megapilot")
 def script(
     plan: Annotated[Path | None, typer.Option("--plan", help="Saved plan JSON (`megapilot plan --save`).")] = None,
     # ---- layout flags (instead of --plan)
-    model: Annotated[str | None, typer.Option(help="Model preset, HF config.json or spec file.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model preset, Hugging Face hub id (org/name), config.json or spec file.")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU name or alias, e.g. h100.")] = None,
     gpus: Annotated[int | None, typer.Option(help="Total GPUs (default: nodes x GPUs per node).")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
