@@ -142,7 +142,7 @@ class LoopbackSshd:
         # sshd insists on an absolute path and on its privilege-separation directory existing.
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         self._process = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(config)], stdout=open(self.log_path, "wb"),  # noqa: SIM115
+            [SSHD, "-D", "-e", "-f", str(config)], stdout=open(self.log_path, "wb"),  # noqa: SIM115  (sshd's log, open for its life)
             stderr=subprocess.STDOUT, start_new_session=True,
         )
         self._wait_until_ready()

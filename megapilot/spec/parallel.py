@@ -90,7 +90,7 @@ class ParallelConfig(BaseModel):
         if self.uneven_pipeline and self.pp == 1:
             raise ValueError("first_stage_layers/last_stage_layers need pp > 1; drop them or raise pp")
         try:  # building the split refuses mixing its vocabularies (layout + counts, counts + account-for)
-            self.pipeline_split  # noqa: B018
+            self.pipeline_split  # noqa: B018  (building the split is the check)
         except ValidationError as exc:
             raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self

@@ -51,7 +51,9 @@ def test_layout_flags_give_the_same_arguments_as_the_equivalent_plan(cli, tmp_pa
     assert b.exit_code == 0, b.stderr
     model_flags = ("--num-layers", "--hidden-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                    "--global-batch-size", "--seq-length", "--sequence-parallel", "--train-iters")
-    pick = lambda args: [(f, args[args.index(f) + 1] if f in args else None) for f in model_flags]  # noqa: E731
+    def pick(args: list[str]) -> list[tuple[str, str | None]]:
+        return [(f, args[args.index(f) + 1] if f in args else None) for f in model_flags]
+
     assert pick(a) == pick(b.json()["megatron_args"])
 
 
@@ -153,7 +155,9 @@ def test_layout_flags_resolve_like_estimate(cli, extra: list[str]) -> None:
     result = cli("script", *LAYOUT, *extra, "--mock-data", *MEGATRON, "--json")
     assert result.exit_code == 0, result.stderr
     args = result.json()["megatron_args"]
-    value = lambda flag: args[args.index(flag) + 1] if flag in args else None  # noqa: E731
+    def value(flag: str) -> str | None:
+        return args[args.index(flag) + 1] if flag in args else None
+
     assert int(value("--tensor-model-parallel-size")) == expected.tp
     assert int(value("--pipeline-model-parallel-size")) == expected.pp
     assert int(value("--micro-batch-size")) == expected.mbs

@@ -8,8 +8,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from megapilot.trainer import cpu_compat  # noqa: E402
-from megapilot.trainer.cpu_compat import REWRITES, CpuRngStatesTracker, CudaToCpuMode  # noqa: E402
+from megapilot.trainer import cpu_compat  # noqa: E402  (after the torch importorskip)
+from megapilot.trainer.cpu_compat import (  # noqa: E402  (after the torch importorskip)
+    REWRITES,
+    CpuRngStatesTracker,
+    CudaToCpuMode,
+)
 
 
 @pytest.fixture

@@ -11,7 +11,12 @@ pytest.importorskip("megatron.core")
 from megapilot.estimate.params import stage_params
 from megapilot.spec import ModelSpec
 from megapilot.trainer.config import build_config
-from tests.e2e.test_train_layouts import assert_learned, corpus_prefix, layout_flags, train  # noqa: F401
+from tests.e2e.test_train_layouts import (  # noqa: F401  (corpus_prefix: a fixture)
+    assert_learned,
+    corpus_prefix,
+    layout_flags,
+    train,
+)
 
 # 3 layers over PP=2: 1 on the first rank (which also holds the embedding), 2 on the last. Megatron-Core
 # accepts it: no middle ranks, and no layers left for them.
@@ -29,7 +34,9 @@ def test_megatron_core_transformer_config_takes_the_uneven_split():
 
 
 @pytest.mark.slow
-def test_pp2_uneven_split_learns_and_each_rank_holds_what_the_estimator_counts(tmp_path, corpus_prefix):  # noqa: F811
+def test_pp2_uneven_split_learns_and_each_rank_holds_what_the_estimator_counts(
+    tmp_path, corpus_prefix,  # noqa: F811  (pytest passes the imported fixture)
+):
     flags = layout_flags(corpus_prefix, 20, *UNEVEN, "--log-interval", "5")
     flags[flags.index("--num-layers") + 1] = "3"
     run = train(tmp_path, "pp2_uneven", 2, *flags)
