@@ -40,7 +40,7 @@ def _requirements_on(extra: str, python: str) -> dict[str, Requirement]:
     """The requirements of an extra that apply on one Python version, by package name."""
     environment = {"python_version": python, "python_full_version": f"{python}.0", "extra": extra}
     chosen = {}
-    for line in _project()["optional-dependencies"][extra]:  # type: ignore[index]
+    for line in _project()["optional-dependencies"][extra]:  # type: ignore[index]  # TOML is untyped
         requirement = Requirement(line)
         if requirement.marker is None or requirement.marker.evaluate(environment):
             chosen[requirement.name] = requirement
@@ -53,7 +53,7 @@ def test_core_declares_python_310_and_newer_without_upper_bound() -> None:
 
 
 def test_core_dependencies_apply_on_every_supported_python() -> None:
-    for line in _project()["dependencies"]:  # type: ignore[attr-defined]
+    for line in _project()["dependencies"]:  # type: ignore[attr-defined]  # TOML is untyped
         requirement = Requirement(line)
         if requirement.name == "tomli":  # tomllib's source, only where the stdlib lacks it
             assert requirement.marker == Marker("python_version < '3.11'")

@@ -9,7 +9,7 @@ from megapilot.logs.records import Evidence
 
 
 def _finding(category: str, severity: str = "error", lines: tuple[int, ...] = (1,)) -> Finding:
-    return Finding(category, severity, category, [Evidence("train.log", n, "x") for n in lines], "cause")  # type: ignore[arg-type]
+    return Finding(category, severity, category, [Evidence("train.log", n, "x") for n in lines], "cause")  # type: ignore[arg-type]  # test strings
 
 
 def test_ranking_orders_by_severity_then_root_cause():

@@ -104,7 +104,7 @@ def test_follow_raises_a_hang_when_real_training_is_frozen(tmp_path: Path, data_
 
     def on_record(record: object) -> None:
         if isinstance(record, IterationRecord):
-            seen["iterations"] = int(seen["iterations"]) + 1  # type: ignore[arg-type]
+            seen["iterations"] = int(seen["iterations"]) + 1  # type: ignore[arg-type]  # the count starts as an int
             if seen["iterations"] == 5:
                 _signal_tree(process.pid, signal.SIGSTOP)
         if isinstance(record, ErrorRecord) and record.category == "hang":

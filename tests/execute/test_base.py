@@ -34,7 +34,7 @@ def test_hang_policy_defaults_and_limits():
     with pytest.raises(ValidationError):
         HangPolicy(startup_s=0)
     with pytest.raises(ValidationError):
-        HangPolicy(typo_s=5)  # type: ignore[call-arg]
+        HangPolicy(typo_s=5)  # type: ignore[call-arg]  # the typo is the test
 
 
 def test_job_spec_needs_exactly_one_command(tmp_path: Path):
@@ -114,7 +114,7 @@ def test_wait_reports_each_change_once_and_returns_the_result_at_a_terminal_stat
                                  JobStatus(state=JobState.RUNNING, iteration=2), JobStatus(state=JobState.COMPLETED,
                                                                                            iteration=2)])
     seen: list[tuple[str, int | None]] = []
-    result = wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED),  # type: ignore[arg-type]
+    result = wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED),  # type: ignore[arg-type]  # a stub executor
                              lambda s: seen.append((s.state.value, s.iteration)), poll_interval_s=0)
     assert result.ok and executor.polls == 6 and executor.cancelled == 0
     assert seen == [("PENDING", None), ("RUNNING", None), ("RUNNING", 1), ("RUNNING", 2), ("COMPLETED", 2)]
@@ -129,5 +129,5 @@ def test_an_error_in_the_callback_cancels_the_job_and_propagates(error: type[Bas
 
     with pytest.raises(error):
         wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED), explode,
-                        poll_interval_s=0)  # type: ignore[arg-type]
+                        poll_interval_s=0)  # type: ignore[arg-type]  # a stub executor
     assert executor.cancelled == 1

@@ -12,7 +12,7 @@ def golden_options(case: str, launcher: str) -> LaunchOptions:
     amd = GOLDEN_PLANS[case].cluster.gpu.vendor == "AMD"
     image = "rocm/megatron-lm:v25.9" if amd else "nvcr.io/nvidia/pytorch:25.09-py3"
     return LaunchOptions(
-        launcher=launcher,  # type: ignore[arg-type]
+        launcher=launcher,  # type: ignore[arg-type]  # one of the launchers
         data_path="/lustre/data/fineweb/fineweb_text_document",
         tokenizer_model="/lustre/tokenizers/" + case.split("_")[0],
         save=f"/lustre/checkpoints/{case}",

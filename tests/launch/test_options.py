@@ -52,7 +52,7 @@ def test_a_misspelt_option_is_refused_not_ignored():
 def test_options_are_frozen():
     options = LaunchOptions()
     with pytest.raises(ValidationError):
-        options.nodes = 2  # type: ignore[misc]
+        options.nodes = 2  # type: ignore[misc]  # writing a frozen field is the test
 
 
 def test_the_edges_of_the_port_range_are_accepted():

@@ -33,7 +33,7 @@ OOM = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.
 def _event(kind: str, phase: str, line: int, time_s: float | None = None, iteration: int | None = 100,
            path: str | None = "/ckpt") -> CheckpointEvent:
     return CheckpointEvent(file="f", line=line, text=f"{kind} {phase}", kind=kind,
-                           phase=phase,  # type: ignore[arg-type]
+                           phase=phase,  # type: ignore[arg-type]  # an unknown phase on purpose
                            iteration=iteration, path=path, time_s=time_s)
 
 

@@ -79,4 +79,4 @@ def test_peak_is_the_highest_figure_of_the_report_or_none():
 def test_records_are_frozen_facts():
     record = ErrorRecord(file="f", line=1, text="t", category="oom", signature="cuda_oom")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        record.category = "hang"  # type: ignore[misc]
+        record.category = "hang"  # type: ignore[misc]  # writing a frozen field is the test

@@ -26,8 +26,8 @@ def test_distinct_shapes_keeps_the_best_of_each_shape_in_rank_order():
     ranked = [(ParallelConfig(tp=2, dp=4, mbs=1), "a"), (ParallelConfig(tp=2, dp=4, mbs=2), "b"),
               (ParallelConfig(tp=1, dp=8, mbs=1), "c"), (ParallelConfig(tp=2, dp=2, pp=2, mbs=1), "d"),
               (ParallelConfig(tp=1, dp=8, mbs=4), "e")]
-    assert [est for _, est in distinct_shapes(ranked, 5)] == ["a", "c", "d"]  # type: ignore[arg-type]
-    assert [est for _, est in distinct_shapes(ranked, 2)] == ["a", "c"]  # type: ignore[arg-type]
+    assert [est for _, est in distinct_shapes(ranked, 5)] == ["a", "c", "d"]  # type: ignore[arg-type]  # stand-in estimates
+    assert [est for _, est in distinct_shapes(ranked, 2)] == ["a", "c"]  # type: ignore[arg-type]  # stand-in estimates
     assert distinct_shapes([], 3) == []
 
 
