@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from megapilot.errors import MegapilotError
+
 if TYPE_CHECKING:
     from megapilot.plan import PlanResult
     from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
@@ -88,6 +90,19 @@ def _defaults_used(ctx: typer.Context, values: dict[str, object]) -> list[str]:
             if ctx.get_parameter_source(name) is _click.core.ParameterSource.DEFAULT]
 
 
+def _naming_defaults(error: MegapilotError, defaults: list[str]) -> MegapilotError:
+    """An error about a value the user never typed says it was a default (`seq_length=4096` from nowhere puzzles)."""
+    if not defaults:
+        return error
+    said = f"{error.field or ''} {error.problem}".lower()
+    named = [d for d in defaults if d.split()[0].replace("-", "_").lower() in said
+             or (d.startswith("seq-len") and "seq_length" in said) or (d.startswith("GBS") and "batch" in said)]
+    if not named:
+        return error
+    fix = "; ".join(part for part in (error.fix, "pass the value with its flag") if part)
+    return MegapilotError(f"{error.problem} (from {', '.join(named)})", field=error.field, fix=fix)
+
+
 def plan_command(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", help="Preset name, Hugging Face hub id (meta-llama/Llama-3.1-70B) "
@@ -129,12 +144,16 @@ def plan_command(
     if recompute is not None and recompute not in ("none", "selective", "full"):
         raise MegapilotError(f"unknown recompute {recompute!r}", field="recompute", fix="use none, selective or full")
     inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
-    model_spec, cluster, training = _build_specs(model, inputs, seq_len, gbs, precision)
-    pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute, fsdp=fsdp)
-    result = plan(model_spec, cluster, training, top=top, pins=pins, headroom_fraction=headroom)
+    defaults = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision})
+    try:
+        model_spec, cluster, training = _build_specs(model, inputs, seq_len, gbs, precision)
+        pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute, fsdp=fsdp)
+        result = plan(model_spec, cluster, training, top=top, pins=pins, headroom_fraction=headroom)
+    except MegapilotError as exc:
+        raise _naming_defaults(exc, defaults) from None
     if save is not None:
         _save_plan(result, save)
-    assumed = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision}) + inputs.notes
+    assumed = defaults + inputs.notes
     if as_json:
         emit_json({**result.to_json(), "defaults": assumed, "saved": str(save) if save else None})
         return

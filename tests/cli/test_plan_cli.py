@@ -131,3 +131,10 @@ def test_plan_states_the_defaults_it_assumed_on_one_line(cli):
     given = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--top", "1", "--seq-len", "4096",
                 "--gbs", "1024", "--precision", "bf16", "--json")
     assert given.json()["defaults"] == []  # the same values, given: nothing was assumed
+
+
+def test_an_error_about_a_default_value_says_it_was_the_default(cli):
+    defaulted = cli("plan", "--model", "tiny", "--gpu", "h100", "--gpus", "2")  # seq-len 4096 > tiny's 128 positions
+    assert defaulted.exit_code == 2 and "(from seq-len 4096 (default))" in defaulted.stderr
+    typed = cli("plan", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--seq-len", "4096")
+    assert typed.exit_code == 2 and "default" not in typed.stderr
