@@ -111,7 +111,8 @@ class LaunchScript(BaseModel):
     )
     notes: list[str] = Field(default_factory=list, description="Defaults taken and warnings, for the user.")
     megatron_release: str = Field(
-        default="", description="The Megatron-LM release (or checkout) the flags were checked against, e.g. core_v0.19.0.")
+        default="",
+        description="The Megatron-LM release (or checkout) the flags were checked against, e.g. core_v0.19.0.")
 
     def to_json(self) -> dict:
         """The stable `megapilot script --json` schema."""

@@ -185,7 +185,7 @@ def _relaxations_that_fit(cost: CostModel, pins: Pins) -> list[str]:
         if _fits(cost.with_inputs(training=training.model_copy(update={"seq_length": shorter})), pins):
             found.append(f"use --seq-len {shorter}")
             break
-    if cluster.gpu.supports("fp8") and training.precision in ("bf16", "fp16"):
-        if _fits(cost.with_inputs(training=training.model_copy(update={"precision": "fp8"})), pins):
-            found.append("use --precision fp8")
+    fp8_could_help = cluster.gpu.supports("fp8") and training.precision in ("bf16", "fp16")
+    if fp8_could_help and _fits(cost.with_inputs(training=training.model_copy(update={"precision": "fp8"})), pins):
+        found.append("use --precision fp8")
     return found
