@@ -179,7 +179,7 @@ def test_json_schema_is_stable() -> None:
     data = render_launch(PLAN_70B, _options()).to_json()
     assert list(data) == ["script", "launcher", "megatron_args", "env", "nodes", "gpus_per_node", "files",
                           "directories",
-                          "notes"]
+                          "notes", "megatron_release"]
     assert (data["nodes"], data["gpus_per_node"], data["launcher"]) == (8, 8, "torchrun")
 
 
