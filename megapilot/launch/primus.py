@@ -13,7 +13,7 @@ from __future__ import annotations
 import yaml
 
 from megapilot.launch.environment import EnvVar
-from megapilot.launch.megatron_args import pinned_flags, split_args
+from megapilot.launch.megatron_args import FlagTable, flag_table, split_args
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.shell import env_block, header, q, strict_mode
 from megapilot.launch.versions import resolve_flag_table
@@ -35,11 +35,12 @@ _ALWAYS_LISTS = frozenset({"data_path"})
 PRIMUS_BASE_MODEL = "language_model.yaml"
 
 
-def primus_overrides(megatron_args: list[str]) -> dict[str, object]:
-    """Megatron arguments -> Primus `overrides`, typed as YAML scalars."""
-    flags = pinned_flags()
+def primus_overrides(megatron_args: list[str], table: FlagTable | None = None) -> dict[str, object]:
+    """Megatron arguments -> Primus `overrides`, typed as YAML scalars, keyed by the destinations of the
+    release the image runs (`table`; None = the newest)."""
+    flags = dict((table or flag_table()).flags)
     overrides: dict[str, object] = {}
-    given = split_args(megatron_args)
+    given = split_args(megatron_args, table)
     for name, values in given:
         spec = flags[name]
         key = _PRIMUS_KEY.get(spec.dest, spec.dest)
@@ -52,7 +53,7 @@ def primus_overrides(megatron_args: list[str]) -> dict[str, object]:
         else:
             overrides[key] = _scalar(values[0])
     present = {name for name, _ in given}
-    for name in _EXPLICIT_SWITCHES:
+    for name in (n for n in _EXPLICIT_SWITCHES if n in flags):
         spec = flags[name]
         key = _PRIMUS_KEY.get(spec.dest, spec.dest)
         if name not in present:
@@ -102,7 +103,7 @@ def primus_experiment(plan: SavedPlan, megatron_args: list[str], options: Launch
                 "framework": "megatron",
                 "config": "pre_trainer.yaml",
                 "model": PRIMUS_BASE_MODEL,
-                "overrides": primus_overrides(megatron_args) | primus_defaults(plan),
+                "overrides": primus_overrides(megatron_args, resolve_flag_table(options)) | primus_defaults(plan),
             },
         },
     }
