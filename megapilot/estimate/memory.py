@@ -433,6 +433,14 @@ def memory_per_gpu(
     """
     if megatron_formula:
         return _megatron_memory(model, training, parallel, capacity_gib)
+    return _most_loaded(model, training, parallel, capacity_gib, main_grad_bytes)
+
+
+@lru_cache(maxsize=8192)
+def _most_loaded(
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, capacity_gib: float, main_grad_bytes: int
+) -> MemoryBreakdown:
+    """Cached: the planner checks a layout's memory first and its estimate asks again for the same layout."""
     candidates = [
         _stage_memory(model, training, parallel, stage, capacity_gib, main_grad_bytes)
         for stage in _stages_to_cost(model, parallel)

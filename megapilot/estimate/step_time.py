@@ -51,7 +51,7 @@ from megapilot.estimate.params import pipeline_stages
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.pipeline import LOSS, MTP
+from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit
 from megapilot.spec.training import TrainingSpec
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
@@ -130,11 +130,13 @@ class LayerCost:
     cp_comm: float = 0.0
     ep_comm: float = 0.0
 
+    # Term by term, written out: the planner adds and scales these hundreds of thousands of times.
     def __add__(self, other: LayerCost) -> LayerCost:
-        return LayerCost(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
+        return LayerCost(self.compute + other.compute, self.recompute + other.recompute,
+                         self.tp_comm + other.tp_comm, self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm)
 
     def scaled(self, k: float) -> LayerCost:
-        return LayerCost(*(a * k for a in self._values()))
+        return LayerCost(self.compute * k, self.recompute * k, self.tp_comm * k, self.cp_comm * k, self.ep_comm * k)
 
     def _values(self) -> tuple[float, ...]:
         return (self.compute, self.recompute, self.tp_comm, self.cp_comm, self.ep_comm)
@@ -284,13 +286,15 @@ def _cp_comm_exposed_s(
 # ---- stages, pipeline, data parallel -------------------------------------------------------------
 
 
-def _recomputed_layers(p: ParallelConfig, layers_in_stage: int) -> set[int]:
+def _recomputed_layers(
+    recompute: str, method: str, num_layers: int | None, vpp: int, layers_in_stage: int
+) -> set[int]:
     """Positions (within the stage) whose forward is re-run under full recompute."""
-    if p.recompute != "full":
+    if recompute != "full":
         return set()
-    if p.recompute_method == "block" and p.recompute_num_layers:
-        chunk = layers_in_stage // p.vpp
-        return {c * chunk + i for c in range(p.vpp) for i in range(min(p.recompute_num_layers, chunk))}
+    if method == "block" and num_layers:
+        chunk = layers_in_stage // vpp
+        return {c * chunk + i for c in range(vpp) for i in range(min(num_layers, chunk))}
     return set(range(layers_in_stage))
 
 
@@ -313,6 +317,31 @@ def attention_windows(model: ModelSpec) -> tuple[int | None, ...]:
                  else hash(model.layer_kind(i)) for i in range(model.num_layers))
 
 
+# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute only, which
+# thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed by the inputs' identities;
+# each entry keeps the inputs alive, so an id is never reused while its entry stands.
+_LAYER_COST_CACHE: dict[tuple[object, ...], tuple[object, object, object, object, LayerCost]] = {}
+_LAYER_COST_CACHE_SIZE = 16384
+
+
+def _shared_layer_cost(
+    model: ModelSpec, layer_index: int, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig,
+    options: EstimateOptions, recomputed: bool,
+) -> LayerCost:
+    kind = (moe_flags(model)[layer_index], attention_windows(model)[layer_index])  # layers of a kind cost the same
+    key = (id(model), id(cluster), id(training), id(options), kind, recomputed, p.tp, p.cp, p.ep,
+           p.expert_tp, p.mbs, p.recompute, p.sequence_parallel)
+    entry = _LAYER_COST_CACHE.get(key)
+    if entry is not None and entry[0] is model and entry[1] is cluster and entry[2] is training \
+            and entry[3] is options:
+        return entry[4]
+    cost = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
+    if len(_LAYER_COST_CACHE) >= _LAYER_COST_CACHE_SIZE:
+        _LAYER_COST_CACHE.clear()
+    _LAYER_COST_CACHE[key] = (model, cluster, training, options, cost)
+    return cost
+
+
 def stage_costs(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
     options: EstimateOptions,
@@ -326,30 +355,62 @@ def stage_costs(
     def cost_of(layer_index: int, recomputed: bool) -> LayerCost:
         key = (is_moe[layer_index], windows[layer_index], recomputed)
         if key not in cache:
-            cache[key] = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
+            cache[key] = _shared_layer_cost(model, layer_index, cluster, training, p, options, recomputed)
         return cache[key]
 
-    stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
+    compositions = _stage_compositions(model, p.pp, p.vpp, p.pipeline_split, p.recompute, p.recompute_method,
+                                       p.recompute_num_layers)
+    by_composition: dict[StageComposition, LayerCost] = {}  # ranks holding the same layers cost the same
     costs = []
-    for stage in range(p.pp):
+    for composition in compositions:
+        if composition not in by_composition:
+            total = LayerCost()
+            for (_, _, is_recomputed), layer_index, count in composition.kinds:
+                total = total + cost_of(layer_index, is_recomputed).scaled(count)
+            if composition.loss:
+                total = total + LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+            if composition.mtp:  # each MTP module: a layer of the last kind and its own logits
+                mtp_logits = LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+                total = total + (cost_of(model.num_layers - 1, False) + mtp_logits).scaled(model.mtp_num_layers)
+            by_composition[composition] = total
+        costs.append(by_composition[composition])
+    return costs
+
+
+@dataclass(frozen=True)
+class StageComposition:
+    """What one pipeline rank runs per micro-batch: (layer kind, a layer of it, how many), and whether it
+    holds the loss and the MTP modules."""
+
+    kinds: tuple[tuple[tuple[bool, int | None, bool], int, int], ...]
+    loss: bool
+    mtp: bool
+
+
+@lru_cache(maxsize=4096)
+def _stage_compositions(
+    model: ModelSpec, pp: int, vpp: int, split: PipelineSplit, recompute: str, recompute_method: str,
+    recompute_num_layers: int | None,
+) -> tuple[StageComposition, ...]:
+    """Every rank's composition, found once per (model, split, recompute): the planner costs thousands of
+    layouts that differ only in sizes the composition does not depend on."""
+    is_moe = moe_flags(model)
+    windows = attention_windows(model)
+    stages = pipeline_stages(model, pp, vpp, split)
+    compositions = []
+    for stage in range(pp):
         layers = stages.decoder_layers(stage)
-        recomputed = _recomputed_layers(p, len(layers))
+        recomputed = _recomputed_layers(recompute, recompute_method, recompute_num_layers, vpp, len(layers))
         # (moe, attention window, recomputed) -> (a layer of that kind, how many)
         kinds: dict[tuple[bool, int | None, bool], tuple[int, int]] = {}
         for position, layer_index in enumerate(layers):
             key = (is_moe[layer_index], windows[layer_index], position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
-        total = LayerCost()
-        for (_, _, is_recomputed), (layer_index, count) in kinds.items():
-            total = total + cost_of(layer_index, is_recomputed).scaled(count)
-        if stage == stages.rank_of(LOSS):
-            total = total + LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
-        if stage == stages.rank_of(MTP):  # each MTP module: a layer of the last kind and its own logits
-            mtp_logits = LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
-            total = total + (cost_of(model.num_layers - 1, False) + mtp_logits).scaled(model.mtp_num_layers)
-        costs.append(total)
-    return costs
+        compositions.append(StageComposition(
+            kinds=tuple((key, first, count) for key, (first, count) in kinds.items()),
+            loss=stage == stages.rank_of(LOSS), mtp=stage == stages.rank_of(MTP)))
+    return tuple(compositions)
 
 
 def _pp_comm_s(

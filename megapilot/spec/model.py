@@ -336,8 +336,7 @@ class ModelSpec(_Spec):
     def __hash__(self) -> int:
         """A few defining fields only: equal specs still hash equal, and the estimator's caches, keyed by the
         spec thousands of times per plan, skip pydantic's walk over every nested field."""
-        return hash((self.name, self.num_layers, self.hidden_size, self.ffn_hidden_size, self.num_attention_heads,
-                     self.vocab_size, self.moe is None, self.hybrid_override_pattern))
+        return hash((self.name, self.num_layers, self.hidden_size, self.ffn_hidden_size))
 
     # ---- derived values -------------------------------------------------------------------
     @property
