@@ -47,7 +47,7 @@ def load_presets() -> dict[str, ModelPreset]:
     """All presets by canonical name, in catalog order."""
     import yaml
 
-    text = resources.files("megapilot.catalog").joinpath("data", _PRESET_FILE).read_text(encoding="utf-8")
+    text = resources.files("megapilot.catalog").joinpath("data").joinpath(_PRESET_FILE).read_text(encoding="utf-8")
     presets: dict[str, ModelPreset] = {}
     for entry in yaml.safe_load(text):
         preset = _preset_from_entry(dict(entry))

@@ -71,7 +71,7 @@ def precision_class(precision: str) -> str:
 
 @lru_cache(maxsize=1)
 def calibrated_cells() -> tuple[CoverageCell, ...]:
-    text = resources.files("megapilot.estimate").joinpath("data", "calibration_coverage.json").read_text()
+    text = resources.files("megapilot.estimate").joinpath("data").joinpath("calibration_coverage.json").read_text()
     return tuple(CoverageCell(**cell) for cell in json.loads(text)["cells"])
 
 
