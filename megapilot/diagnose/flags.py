@@ -28,7 +28,7 @@ from typing import get_args
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
-from megapilot.launch.megatron_args import pinned_flags
+from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
     Llama3RopeScaling,
@@ -97,7 +97,12 @@ class LaunchFlags:
 
 
 def _switch_names() -> frozenset[str]:
-    return frozenset(name for name, spec in pinned_flags().items() if not spec.takes_value)
+    """Switches of every release megapilot has a table for, so a script written for an older release (a switch
+    renamed or removed since) reads right too; a name that takes a value in any release is not one."""
+    tables = committed_tables()
+    valued = {name for table in tables for name, spec in table.flags.items() if spec.takes_value}
+    return frozenset(name for table in tables for name, spec in table.flags.items()
+                     if not spec.takes_value and name not in valued)
 
 
 def _script_flags(path: Path) -> LaunchFlags:

@@ -201,8 +201,9 @@ MEGATRON_RELEASE = committed_tables()[-1].release
 MEGATRON_COMMIT = committed_tables()[-1].commit or ""
 
 
+@cache
 def pinned_flags() -> dict[str, MegatronFlag]:
-    """All flags of the default (newest) release, keyed by name (`--num-layers`)."""
+    """All flags of the default (newest) release, keyed by name (`--num-layers`); shared, not to be changed."""
     return dict(flag_table().flags)
 
 

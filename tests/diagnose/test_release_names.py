@@ -47,3 +47,12 @@ def test_environment_fixes_and_unknown_versions_are_left_alone() -> None:
 def test_diagnosis_names_the_release_it_recognised() -> None:
     log = parse_text(_arguments_block("core_v0.14.0") + f" [2026-01-01 00:10:00] {_ITERATION}\n")
     assert diagnose_log(log, None).to_dict()["megatron_version"]["release"] == "core_v0.14.0"
+
+
+def test_a_script_for_an_older_release_reads_its_switches_right() -> None:
+    """--use-legacy-models is a switch of core_v0.17.0 that core_v0.19.0 removed: the value after it is not its."""
+    from megapilot.diagnose.flags import collect_flags
+
+    flags = collect_flags(["--use-legacy-models", "--num-layers", "4", "--disable-tp-comm-overlap-ag"])
+    assert flags.values["--num-layers"] == "4"
+    assert "--use-legacy-models" in flags.values and "--disable-tp-comm-overlap-ag" in flags.values
