@@ -69,13 +69,15 @@ class FlagTable:
             raise MegapilotError(
                 f"{name} is not a flag of Megatron-LM {self.label()}: it was added in Megatron-LM {elsewhere[0]}",
                 field="megatron_version",
-                fix=f"run Megatron-LM {elsewhere[0]} or newer (--megatron-version {elsewhere[0]}) or leave it out",
+                fix=f"run Megatron-LM {elsewhere[0]} or newer (--megatron-version {elsewhere[0]}, or a checkout of "
+                    "it) or choose a plan that does not need it",
             )
         if elsewhere:
             raise MegapilotError(
                 f"{name} is not a flag of Megatron-LM {self.label()}: the last release with it is {elsewhere[-1]}",
                 field="megatron_version",
-                fix=f"run Megatron-LM {elsewhere[-1]} (--megatron-version {elsewhere[-1]}) or leave it out",
+                fix=f"run Megatron-LM {elsewhere[-1]} (--megatron-version {elsewhere[-1]}, or a checkout of it) "
+                    "or choose a plan that does not need it",
             )
         close = sorted(n for n in self.flags if n.split("-")[2:3] == name.split("-")[2:3])[:3]
         hint = f" (similar: {', '.join(close)})" if close else ""
