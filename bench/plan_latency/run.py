@@ -143,7 +143,8 @@ def exhaustive_baseline(case: dict) -> dict:
     from megapilot.plan.space import Pins
 
     searched = search_layouts(model, cluster, training, pins=Pins(), cost=CostModel(model, cluster, training))
-    found = searched.ranked[0][1].tokens_per_s_per_gpu if searched.ranked else planned.best.estimate.tokens_per_s_per_gpu
+    best_fit = searched.ranked[0][1] if searched.ranked else planned.best.estimate
+    found = best_fit.tokens_per_s_per_gpu
     return {
         "case": case,
         "exhaustive_estimates": cost.calls,
