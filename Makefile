@@ -7,8 +7,9 @@ setup:
 demo: setup
 	@bash scripts/demo.sh
 
-# The whole suite, slow end-to-end tests included (CI runs exactly this).
-test: setup
+# Lint first (ruff and mypy, below), then the whole suite, slow end-to-end tests included
+# (CI runs exactly this).
+test: lint
 	@.venv/bin/python -m pytest -q
 
 # Style and bug patterns (ruff) and the annotations (mypy over megapilot/); settings in pyproject.toml.
