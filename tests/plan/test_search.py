@@ -9,11 +9,11 @@ import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
-from megapilot.plan import Pins, plan, search_layouts
+from megapilot.plan import Pins, plan, search_layouts, space
 from megapilot.plan.cost import CostModel
 from megapilot.plan.planner import model_error_band, recipe_rank_key
-from megapilot.plan.search import recompute_ladder
-from megapilot.plan.space import divisors, interleave_rule
+from megapilot.plan.search import FULL_RECOMPUTE, RecomputeRung, Shape, recompute_ladder
+from megapilot.plan.space import RejectReason, divisors, interleave_rule
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
 
 
@@ -149,3 +149,32 @@ def test_megatron_fsdp_is_never_planned_with_pipeline_parallelism():
     with pytest.raises(MegapilotError, match="Megatron-FSDP does not run with pipeline parallelism") as refused:
         Pins(fsdp=True, pp=4)
     assert refused.value.field == "fsdp"
+
+
+def test_rejection_counts_are_keyed_by_the_reasons_stable_names(llama70b_plan):
+    names = {reason.value for reason in RejectReason}
+    assert llama70b_plan.rejected and set(llama70b_plan.rejected) <= names
+    assert len(names) == len(RejectReason)  # one JSON key per reason
+    for reason in RejectReason:  # the planner's "what bites" skips dominance cuts and groups memory ones by these
+        assert reason.dominated == reason.value.startswith("dominated")
+        assert reason.memory == reason.value.startswith("memory")
+
+
+def test_a_shape_becomes_the_layout_its_rung_and_mbs_say():
+    shape = Shape(tp=4, cp=2, pp=2, dp=8, ep=1, etp=None, fsdp=False, split=space.EVEN_SPLIT).with_vpp(2)
+    rung = recompute_ladder(get_model("llama3.1-70b"), pp=2, vpp=2)[2]  # the first partial full recompute
+    layout = shape.layout(4, rung)
+    assert (layout.tp, layout.cp, layout.pp, layout.vpp, layout.dp, layout.mbs) == (4, 2, 2, 2, 8, 4)
+    assert layout.sequence_parallel and layout.distributed_optimizer and not layout.fsdp
+    assert (layout.recompute, layout.recompute_method) == ("full", "block")
+    assert layout.recompute_num_layers == rung.num_layers
+    assert shape.layout(1, FULL_RECOMPUTE).recompute_num_layers == 1
+
+
+def test_the_recompute_ladder_runs_from_no_recompute_to_full_on_every_layer():
+    ladder = recompute_ladder(get_model("llama3.1-70b"), pp=4, vpp=1)
+    assert ladder[0] == RecomputeRung("none") and ladder[1] == RecomputeRung("selective")
+    assert ladder[-1] == FULL_RECOMPUTE
+    partial = [rung.num_layers for rung in ladder[2:-1]]
+    assert partial == sorted(partial) and all(rung.method == "block" for rung in ladder[2:-1])
+    assert partial == [5, 10, 15]  # a quarter, half and three quarters of a 20-layer chunk
