@@ -143,3 +143,24 @@ def test_uneven_split_runs_at_the_middle_stages_pace_and_its_lighter_ends_shorte
     per_microbatch = max(stages)
     assert 14 * min(stages) < result.breakdown_s["pp_bubble"] < 15 * per_microbatch + 15 * result.breakdown_s[
         "pp_comm"] / layout.num_microbatches(2048)
+
+
+def test_layer_costs_add_and_scale_term_by_term():
+    from megapilot.estimate.step_time import LayerCost
+
+    a = LayerCost(compute=1.0, recompute=0.5, tp_comm=0.25)
+    b = LayerCost(compute=2.0, cp_comm=0.1, ep_comm=0.2)
+    total = (a + b).scaled(3)
+    assert (total.compute, total.recompute, total.tp_comm) == (9.0, 1.5, 0.75)
+    assert total.cp_comm == pytest.approx(0.3) and total.ep_comm == pytest.approx(0.6)
+    assert total.total == pytest.approx(3 * (a.total + b.total))
+
+
+def test_full_recompute_re_runs_a_third_of_each_recomputed_layer():
+    from megapilot.estimate.step_time import PASSES_PER_FORWARD_BACKWARD, layer_cost
+
+    layout = ParallelConfig(tp=8, dp=8, sequence_parallel=True, recompute="full")
+    cost = layer_cost(LLAMA3_70B, 0, _h100s(64), SEQ_4K, layout, EstimateOptions(), recomputed=True)
+    kept = layer_cost(LLAMA3_70B, 0, _h100s(64), SEQ_4K, layout, EstimateOptions(), recomputed=False)
+    assert cost.recompute == pytest.approx(cost.compute / PASSES_PER_FORWARD_BACKWARD)
+    assert kept.recompute == 0.0 and cost.tp_comm == pytest.approx(1.5 * kept.tp_comm)
