@@ -19,10 +19,14 @@ REAL_LINES = [
 
 
 def _parse_bytes(data: bytes) -> None:
+    """Parse without raising, count every line once, and cite only lines that exist."""
     collector = LogCollector()
     _feed(collector, LineParser("fuzz"), read_lines(io.BytesIO(data), chunk_bytes=7), None)
     log = collector.finish()
     log.to_dict()
+    assert log.lines_read == data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    cited = [record.line for record in (*log.iterations, *log.memory, *log.errors)]
+    assert all(1 <= line <= log.lines_read for line in cited)
 
 
 @settings(max_examples=300, deadline=None)
