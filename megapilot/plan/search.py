@@ -181,7 +181,7 @@ class PlanResult(BaseModel):
                          parallel=chosen.parallel, estimate=chosen.estimate,
                          reasons=chosen.reasons + self.summary)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         """The stable `megapilot plan --json` document."""
         return {
             "candidates": [c.model_dump(mode="json") for c in self.candidates],

@@ -74,7 +74,7 @@ def _rng_state_object() -> ShardedObject:
     return ShardedObject("rng_state", state, shape, offset, replica_id=parallel_state.get_expert_data_parallel_rank())
 
 
-def _restore_rng_state(state: dict) -> None:
+def _restore_rng_state(state: dict[str, Any]) -> None:
     import random
 
     import numpy

@@ -102,7 +102,7 @@ def _forward_step(
     return output, partial(_loss_func, batch["loss_mask"])
 
 
-def _reduce_reported_loss(losses_reduced: list[dict]) -> float | None:
+def _reduce_reported_loss(losses_reduced: list[dict[str, torch.Tensor]]) -> float | None:
     """Token-weighted mean loss over micro-batches and data-parallel ranks (last pipeline stage only)."""
     from megatron.core import parallel_state
 
@@ -219,7 +219,7 @@ class Trainer:
     def evaluate(self, data_iterator: BatchStreams) -> float | None:
         for chunk in self.model:
             chunk.eval()
-        totals: list[dict] = []
+        totals: list[dict[str, torch.Tensor]] = []
         with torch.no_grad():
             for _ in range(self.config.eval_iters):
                 totals += self.forward_backward(
