@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import GPUSpec
@@ -61,7 +62,7 @@ GPU_TOPOLOGY: dict[str, _Topology] = {
 }
 
 
-def _row_to_spec(row: dict) -> GPUSpec:
+def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
     topo = GPU_TOPOLOGY.get(row["name"])
     if topo is None:  # a user row written directly in GPUSpec fields
         return GPUSpec(**row)
@@ -84,7 +85,7 @@ def _row_to_spec(row: dict) -> GPUSpec:
     )
 
 
-def _read_rows(path: Path) -> list[dict]:
+def _read_rows(path: Path) -> list[dict[str, Any]]:
     try:
         rows = json.loads(path.read_text())
     except FileNotFoundError:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 from megapilot.errors import MegapilotError
 
@@ -290,7 +291,7 @@ def _expand(word: _Word, variables: dict[str, list[str]]) -> list[str]:
     if len(meaningful) == 1 and isinstance(meaningful[0], _Reference) and meaningful[0].quoted \
             and meaningful[0].all_elements and meaningful[0].name in variables:
         return list(variables[meaningful[0].name])  # "${ARR[@]}": one word per element
-    fields: list[list] = [["", False]]  # [text, kept even if empty]
+    fields: list[list[Any]] = [["", False]]  # [text, kept even if empty]
     for part in word:
         if isinstance(part, _Text):
             fields[-1][0] += part.text
@@ -391,10 +392,11 @@ def _literal(item: object) -> str:
     return ""
 
 
-def _array_elements(command: list, index: int, variables: dict[str, list[str]]) -> tuple[int, list[str]]:
+def _array_elements(command: list[_Word | str], index: int, variables: dict[str, list[str]]) -> tuple[int, list[str]]:
     elements: list[str] = []
     while index < len(command) and command[index] != _CLOSE:
-        if isinstance(command[index], list):
-            elements.extend(_expand(command[index], variables))
+        element = command[index]
+        if isinstance(element, list):
+            elements.extend(_expand(element, variables))
         index += 1
     return index + 1, elements

@@ -63,7 +63,7 @@ class _LocalJob:
     spec: JobSpec
     handle: JobHandle
     record: JobRecord
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     watch: ProcessTreeWatch
     tail: LogTail
     tracker: ProgressTracker

@@ -38,7 +38,7 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
-def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start argv as the leader of a new session, stdout and stderr appended to log_path."""
     with open(log_path, "ab", buffering=0) as log:
         return subprocess.Popen(

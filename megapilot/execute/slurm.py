@@ -117,7 +117,7 @@ class SlurmClient:
         self.env = dict(env or {})
         self.timeout_s = timeout_s
 
-    def run(self, *argv: str, extra_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    def run(self, *argv: str, extra_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         environment = {**os.environ, **self.env, **(extra_env or {})}
         try:
             return subprocess.run(list(argv), env=environment, capture_output=True, text=True,

@@ -494,7 +494,7 @@ def _env_file_text(env: dict[str, str]) -> str:
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in env.items())
 
 
-def _end_local_ssh(process: subprocess.Popen, wait_s: float = 10.0) -> None:
+def _end_local_ssh(process: subprocess.Popen[bytes], wait_s: float = 10.0) -> None:
     """The remote side has been stopped: its ssh client should exit; end it if it lingers."""
     try:
         process.wait(timeout=wait_s)

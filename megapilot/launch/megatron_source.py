@@ -229,9 +229,11 @@ class SourceReader:
                 continue
             yield self._field_option(name, annotation, default, metadata, module)
 
-    def _fields(self, module: _Module, cls: ast.ClassDef) -> dict[str, tuple[ast.expr, object, dict, _Module]]:
+    def _fields(
+        self, module: _Module, cls: ast.ClassDef
+    ) -> dict[str, tuple[ast.expr, object, dict[str, ast.expr], _Module]]:
         """Dataclass fields in dataclasses' order: bases' first, a redefinition keeps its first place."""
-        fields: dict[str, tuple[ast.expr, object, dict, _Module]] = {}
+        fields: dict[str, tuple[ast.expr, object, dict[str, ast.expr], _Module]] = {}
         scope = _Scope(module)
         for base in cls.bases:
             located = self._class_of(base, scope)
@@ -249,7 +251,7 @@ class SourceReader:
             fields[statement.target.id] = (statement.annotation, default, metadata, module)
         return fields
 
-    def _field_default(self, node: ast.expr | None, scope: _Scope) -> tuple[object, dict, bool]:
+    def _field_default(self, node: ast.expr | None, scope: _Scope) -> tuple[object, dict[str, ast.expr], bool]:
         """(default, metadata, init) of one field; a default the reader cannot evaluate is `Unreadable`."""
         if not (isinstance(node, ast.Call) and _call_name(node) == "field"):
             return self._evaluate_or_unknown(node, scope), {}, True

@@ -114,7 +114,7 @@ class LaunchScript(BaseModel):
         default="",
         description="The Megatron-LM release (or checkout) the flags were checked against, e.g. core_v0.19.0.")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         """The stable `megapilot script --json` schema."""
         return {
             "script": self.script, "launcher": self.launcher, "megatron_args": self.megatron_args,

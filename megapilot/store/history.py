@@ -256,7 +256,7 @@ class _SqliteDatabase:
     def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._connection.executemany(sql, [tuple(row) for row in rows])
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return self._connection.execute(sql, tuple(params)).fetchall()
 
     @contextmanager
@@ -305,7 +305,7 @@ class _PostgresDatabase:
         with self._connection.cursor() as cursor:
             cursor.executemany(self._sql(sql), [tuple(row) for row in rows])
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return self._connection.execute(self._sql(sql), tuple(params)).fetchall()
 
     @contextmanager
@@ -549,7 +549,7 @@ def _unique_combos(combos: list[ComboResult]) -> list[ComboResult]:
     return list({combo.key: combo for combo in combos}.values())
 
 
-def _run_values(result: SuiteResult) -> tuple:
+def _run_values(result: SuiteResult) -> tuple[object, ...]:
     card = result.card
     return (result.run_id, _iso(result.started_at), _iso(result.ended_at), result.duration_s, result.verdict.value,
             scrub_secrets(result.reason), card.suite_name, card.model, card.model_family, card.gpu, card.nodes,
@@ -558,19 +558,19 @@ def _run_values(result: SuiteResult) -> tuple:
             _iso(datetime.now(timezone.utc)))
 
 
-def _combo_values(run_id: str, combo: ComboResult) -> tuple:
+def _combo_values(run_id: str, combo: ComboResult) -> tuple[object, ...]:
     return (run_id, combo.key, combo.verdict.value, scrub_secrets(combo.reason), combo_layout(combo), combo.nodes,
             combo.gpus_per_node, combo.tp, combo.pp, combo.cp, combo.ep, combo.vpp, combo.mbs, combo.gbs,
             combo.precision, combo.seq_length, combo.duration_s, combo.job.state if combo.job else None)
 
 
-def _metric_values(run_id: str, combo: ComboResult) -> list[tuple]:
+def _metric_values(run_id: str, combo: ComboResult) -> list[tuple[object, ...]]:
     latest = {row.name: row for row in combo.metrics}  # a name twice: the last reading wins
     return [(run_id, combo.key, row.name, _finite(row.value), row.unit, row.verdict.value, row.threshold)
             for row in latest.values()]
 
 
-def _prediction_values(run_id: str, combo: ComboResult) -> tuple:
+def _prediction_values(run_id: str, combo: ComboResult) -> tuple[object, ...]:
     predicted = combo.predicted
     assert predicted is not None
     values: list[float | None] = []
@@ -591,7 +591,7 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
 
 
-def _run_row(row: tuple) -> RunRow:
+def _run_row(row: tuple[Any, ...]) -> RunRow:
     fields = dict(zip([c for c in _RUN_COLUMNS if c != "recorded_at"] + ["combos", "failed_combos"], row,
                       strict=True))
     fields["started_at"] = _parse_time(fields["started_at"])
@@ -600,7 +600,7 @@ def _run_row(row: tuple) -> RunRow:
     return RunRow(**fields)
 
 
-def _combo_row(row: tuple, metrics: list[MetricValue], prediction: PredictionRow | None) -> ComboRow:
+def _combo_row(row: tuple[Any, ...], metrics: list[MetricValue], prediction: PredictionRow | None) -> ComboRow:
     fields = dict(zip(_COMBO_COLUMNS[1:], row, strict=True))
     fields["key"] = fields.pop("combo_key")
     return ComboRow(**fields, metrics=metrics, prediction=prediction)

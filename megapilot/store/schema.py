@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Protocol
 
 from megapilot.errors import MegapilotError
 
@@ -34,7 +34,7 @@ class Database(Protocol):
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]: ...
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
 
     def write(self) -> AbstractContextManager[None]:
         """One transaction that no other writer interleaves with (SQLite: BEGIN IMMEDIATE; PG: a lock)."""

@@ -20,6 +20,7 @@ import getpass
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -135,7 +136,7 @@ def load_cluster(path: str | Path) -> CvsCluster:
     return cluster_from_mapping(raw, source=str(path))
 
 
-def cluster_from_mapping(raw: dict, *, source: str = "cluster file") -> CvsCluster:
+def cluster_from_mapping(raw: dict[str, Any], *, source: str = "cluster file") -> CvsCluster:
     """A cluster from an already-read mapping: comments dropped, `{user-id}` resolved, hosts checked."""
     raw = strip_comments(raw)  # type: ignore[assignment]  # a mapping stays a mapping
     user = resolve_user(raw.get("username") if isinstance(raw.get("username"), str) else None)

@@ -47,7 +47,7 @@ DISTRIBUTED_OPTIMIZER_SHARDING_TYPE = "fully_reshardable"
 class RewriteLog:
     """Counts of every rewrite performed, by kind (e.g. "device cuda→cpu in torch.empty")."""
 
-    counts: collections.Counter = field(default_factory=collections.Counter)
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
     installed: list[str] = field(default_factory=list)
 
     def record(self, kind: str) -> None:

@@ -23,6 +23,7 @@ import enum
 import json
 import sys
 import types
+from typing import Any
 
 
 class _Anything:
@@ -58,7 +59,7 @@ def _stub_modules(names: list[str]) -> None:
             sys.modules[name] = _StubModule(name)
 
 
-def _describe(action: argparse.Action) -> dict:
+def _describe(action: argparse.Action) -> dict[str, Any]:
     takes_value = action.nargs != 0
     nargs = action.nargs
     kinds: dict[type[argparse.Action], str] = {
@@ -93,9 +94,9 @@ def _choice_text(action: argparse.Action, choice: object) -> str:
     return choice.name
 
 
-def parser_flags(parser: argparse.ArgumentParser) -> dict[str, dict]:
+def parser_flags(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]:
     """One row per long option name (aliases get a row each), sorted; positionals and --help left out."""
-    flags: dict[str, dict] = {}
+    flags: dict[str, dict[str, Any]] = {}
     for action in parser._actions:  # the parser's public surface has no iterator over options
         if not action.option_strings or isinstance(action, argparse._HelpAction):
             continue
@@ -113,7 +114,7 @@ def _backport_typing_override() -> None:
         typing.override = lambda function: function  # type: ignore[attr-defined]  # 3.12's decorator, shimmed
 
 
-def extract(release: str, commit: str) -> dict:
+def extract(release: str, commit: str) -> dict[str, Any]:
     from megatron.training.arguments import add_megatron_arguments
 
     parser = argparse.ArgumentParser(allow_abbrev=False)
