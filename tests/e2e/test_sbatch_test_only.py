@@ -34,7 +34,8 @@ def _sbatch_script(tmp_path: Path, nodes: int, model=LLAMA31_8B, **layout: objec
 
 @pytest.mark.parametrize("model", [LLAMA31_8B, MIXTRAL_8X7B], ids=["dense", "moe"])
 def test_two_node_script_is_accepted_by_sbatch_test_only(slurm_cluster, tmp_path: Path, model) -> None:
-    layout = {"tp": 2, "ep": 4, "etp": 1} if model.moe else {"tp": 4, "pp": 2}
+    # Megatron-Core refuses MoE with TP>1 and EP>1 unless sequence parallelism is on
+    layout = {"tp": 2, "ep": 4, "etp": 1, "sequence_parallel": True} if model.moe else {"tp": 4, "pp": 2}
     script = _sbatch_script(tmp_path, nodes=2, model=model, **layout)
     result = slurm_cluster.run("sbatch", "--test-only", str(script))
     assert result.returncode == 0, result.stderr + slurm_cluster.log_tail()
