@@ -140,7 +140,8 @@ def defaults_assumed(flags: dict[str, Any], case: Case) -> list[str]:
     dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
     if case.model.moe is not None:
         dims += [("ep", p.ep), ("etp", p.etp)]
-    assumed = [f"{name.upper()}{value}" for name, value in dims if name not in given]
+    # ETP left unset follows TP (Megatron's default), so it is said that way, not as "None"
+    assumed = [f"{name.upper()}={'TP' if value is None else value}" for name, value in dims if name not in given]
     if "gpus_per_node" not in given:
         assumed.append(f"{case.cluster.gpus_per_node} GPUs per node")
     if "precision" not in given:

@@ -122,8 +122,8 @@ def test_table_states_the_defaults_it_assumed_on_one_stderr_line(cli):
     result = cli("estimate", *LAYOUT)
     assumed = [line for line in result.stderr.splitlines() if line.startswith("assumed:")]
     assert len(assumed) == 1
-    assert "MBS1" in assumed[0] and "bf16" in assumed[0] and "selective recompute" in assumed[0]
-    assert "TP8" not in assumed[0] and " PP" not in assumed[0]  # given on the command line, not assumed
+    assert "MBS=1" in assumed[0] and "bf16" in assumed[0] and "selective recompute" in assumed[0]
+    assert "TP=" not in assumed[0] and " PP" not in assumed[0]  # given on the command line, not assumed
     given = cli("estimate", *LAYOUT, "--mbs", "2", "--precision", "fp8", "--gpus-per-node", "8")
     assert "MBS" not in given.stderr and "bf16" not in given.stderr and "GPUs per node" not in given.stderr
     assert cli("estimate", *LAYOUT, "--json").stderr == ""  # JSON output is the whole answer
@@ -191,3 +191,10 @@ def test_empty_batch_file_is_a_user_error(cli, tmp_path):
     empty.write_text("\n\n")
     result = cli("estimate", "--batch", str(empty), "--json")
     assert result.exit_code == 2 and "batch" in result.stderr
+
+
+def test_an_unset_expert_tensor_parallel_size_is_said_to_follow_tp(cli):
+    result = cli("estimate", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--tp", "2", "--ep", "8",
+                 "--gbs", "64", "--seq-len", "4096")
+    assumed = next(line for line in result.stderr.splitlines() if line.startswith("assumed:"))
+    assert "ETP=TP" in assumed and "None" not in assumed
