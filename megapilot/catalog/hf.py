@@ -190,14 +190,7 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
             "attention_bias", "attention-only biases have no Megatron flag (add_bias_linear biases every linear)",
         )
     return {
-        "num_layers": _required_int(config, "num_hidden_layers"),
-        "hidden_size": hidden,
-        "ffn_hidden_size": _required_int(config, "intermediate_size"),
-        "num_attention_heads": heads,
-        "num_query_groups": kv_heads if kv_heads != heads else None,
-        "kv_channels": head_dim if head_dim and head_dim * heads != hidden else None,
-        "vocab_size": _required_int(config, "vocab_size"),
-        "max_position_embeddings": _optional_int(config, "max_position_embeddings") or 4096,
+        **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": _gated_activation(config),
         "normalization": "RMSNorm",
         "norm_epsilon": float(config.get("rms_norm_eps") or 1e-6),
@@ -533,14 +526,7 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     if any(config.get(key) for key in ("mamba_proj_bias", "use_bias", "attention_bias", "mlp_bias")):
         raise _refuse("use_bias", "linear biases in a Mamba hybrid are not modelled")
     fields: dict[str, Any] = {
-        "num_layers": _required_int(config, "num_hidden_layers"),
-        "hidden_size": hidden,
-        "ffn_hidden_size": _required_int(config, "intermediate_size"),
-        "num_attention_heads": heads,
-        "num_query_groups": kv_heads if kv_heads != heads else None,
-        "kv_channels": head_dim if head_dim and head_dim * heads != hidden else None,
-        "vocab_size": _required_int(config, "vocab_size"),
-        "max_position_embeddings": _optional_int(config, "max_position_embeddings") or 4096,
+        **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": "squared_relu",
         "normalization": "RMSNorm",
         "norm_epsilon": float(config.get("layer_norm_epsilon") or config.get("norm_eps") or 1e-5),
@@ -598,3 +584,19 @@ _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "deepseek_v3": _deepseek,
     "gpt2": _gpt2,
 }
+
+
+def _attention_dims(config: dict[str, Any], hidden: int, heads: int, kv_heads: int,
+                    head_dim: int | None) -> dict[str, Any]:
+    """The dimensions every decoder config states the same way: layers, widths, heads, GQA groups, head size
+    (only when it is not hidden/heads), vocabulary and positions (4096 when the config has none)."""
+    return {
+        "num_layers": _required_int(config, "num_hidden_layers"),
+        "hidden_size": hidden,
+        "ffn_hidden_size": _required_int(config, "intermediate_size"),
+        "num_attention_heads": heads,
+        "num_query_groups": kv_heads if kv_heads != heads else None,
+        "kv_channels": head_dim if head_dim and head_dim * heads != hidden else None,
+        "vocab_size": _required_int(config, "vocab_size"),
+        "max_position_embeddings": _optional_int(config, "max_position_embeddings") or 4096,
+    }
