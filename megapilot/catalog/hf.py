@@ -6,7 +6,10 @@ Supported (by `architectures[0]`, else `model_type`):
   Qwen3ForCausalLM (q/k norm), GemmaForCausalLM and Gemma2ForCausalLM (gated GELU, tied head);
 - MoE: MixtralForCausalLM, Qwen2MoeForCausalLM (gated shared expert), Qwen3MoeForCausalLM;
 - DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM;
-- GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head).
+- GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head);
+- newer families: Phi3ForCausalLM, GptOssForCausalLM, Llama4ForConditionalGeneration (its text model),
+  NemotronHForCausalLM (Nemotron-H and Nemotron 3 Mamba-2 hybrids; Nemotron 3 Super's latent MoE and hybrid
+  MTP are refused by field), and Qwen3NextForCausalLM, recognised only to be refused by field.
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
 YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
@@ -525,6 +528,7 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
         raise _refuse("mlp_hidden_act", f"mlp_hidden_act={activation!r} is not modelled for Nemotron-H (relu2 is)")
     if any(config.get(key) for key in ("mamba_proj_bias", "use_bias", "attention_bias", "mlp_bias")):
         raise _refuse("use_bias", "linear biases in a Mamba hybrid are not modelled")
+    _refuse_nemotron3_super_parts(config)
     fields: dict[str, Any] = {
         **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": "squared_relu",
@@ -557,6 +561,17 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
             router_dtype="fp32",
         )
     return fields
+
+
+def _refuse_nemotron3_super_parts(config: HFConfig) -> None:
+    """Nemotron 3 Super's latent MoE and hybrid MTP block: a ModelSpec has neither, so a count would be wrong."""
+    if config.get("moe_latent_size"):
+        raise _refuse("moe_latent_size", "latent MoE (experts run in a moe_latent_size space between a down and an "
+                      "up projection, Nemotron 3 Super) is not modelled: its projections would be missing from the "
+                      "parameter, FLOP and memory estimates")
+    if config.get("num_nextn_predict_layers"):  # a default mtp_hybrid_override_pattern alone builds nothing
+        raise _refuse("num_nextn_predict_layers", "multi-token prediction in a Mamba hybrid is not modelled "
+                      "(Megatron-Core 0.16's MambaModel has no MTP block)")
 
 
 def _qwen3_next(config: HFConfig) -> dict[str, Any]:

@@ -330,3 +330,51 @@ def test_group_limited_softmax_with_renormalised_weights_is_refused():
     with pytest.raises(MegapilotError) as err:
         from_hf_config(v2, "v2-like")
     assert err.value.field == "norm_topk_prob"
+
+
+# ---- Nemotron-H (dense hybrids) and Nemotron 3 Super ------------------------------------------------------------
+
+# Nemotron-H-8B as Hugging Face's NemotronHConfig states it (its defaults are documented as the 8B's; vLLM's
+# transformers_utils/configs/nemotron_h.py), with the 8K context of nvidia/Nemotron-H-8B-Base-8K.
+NEMOTRON_H_8B = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": 131072,
+    "tie_word_embeddings": False, "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 52,
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+    "num_attention_heads": 32, "head_dim": 128, "num_key_value_heads": 8, "mlp_hidden_act": "relu2",
+    "attention_bias": False, "mlp_bias": False, "use_bias": False, "layer_norm_epsilon": 1e-5,
+    "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "conv_kernel": 4,
+    "use_conv_bias": True, "mamba_proj_bias": False, "max_position_embeddings": 8192,
+    "mtp_hybrid_override_pattern": "*E", "num_nextn_predict_layers": 0,
+}
+
+
+def test_nemotron_h_8b_config_imports_as_the_preset_and_counts_its_layer_kinds():
+    from megapilot.catalog import get_model
+    from megapilot.estimate.params import count_params
+
+    imported = from_hf_config(NEMOTRON_H_8B, "nemotron-h-8b")
+    preset = get_model("nemotron-h-8b")
+    assert imported.model_dump(exclude={"name"}) == preset.model_dump(exclude={"name"})
+    assert imported.moe is None and imported.position_embedding == "none" and imported.kv_channels is None
+    kinds = [imported.layer_kind(i) for i in range(imported.num_layers)]
+    assert (kinds.count("mamba"), kinds.count("mlp"), kinds.count("attention")) == (24, 24, 4)  # card: 4 attention
+    assert count_params(imported).total == count_params(preset).total
+
+
+def test_nemotron_h_56b_has_the_layer_mix_its_card_states():
+    from megapilot.catalog import get_model
+
+    model = get_model("nemotron-h-56b")
+    kinds = [model.layer_kind(i) for i in range(model.num_layers)]
+    # Model card: 54 Mamba-2, 54 MLP and 10 self-attention layers.
+    assert (kinds.count("mamba"), kinds.count("mlp"), kinds.count("attention")) == (54, 54, 10)
+    assert model.mamba is not None and model.mamba.inner_size(model.hidden_size) == 2 * model.hidden_size
+
+
+def test_nemotron3_super_latent_moe_and_hybrid_mtp_are_refused_by_field():
+    # Nemotron 3 Super's fields as Megatron-Bridge's Nemotron3SuperProvider and the public NemotronHConfig state them.
+    nano = _config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert _refusal(nano | {"moe_latent_size": 1024}).field == "moe_latent_size"
+    mtp = nano | {"num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"}
+    assert _refusal(mtp).field == "num_nextn_predict_layers"
+    assert from_hf_config(nano | {"mtp_hybrid_override_pattern": "*E", "num_nextn_predict_layers": 0}, "n").moe
