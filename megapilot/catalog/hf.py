@@ -68,6 +68,7 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
     "Llama4ForCausalLM": "llama4",
     "Qwen3NextForCausalLM": "qwen3_next",
     "NemotronHForCausalLM": "nemotron_h",
+    "DeciLMForCausalLM": "nemotron-nas",
 }
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
@@ -574,13 +575,74 @@ def _refuse_nemotron3_super_parts(config: HFConfig) -> None:
                       "(Megatron-Core 0.16's MambaModel has no MTP block)")
 
 
+def _nemotron_nas(config: HFConfig) -> dict[str, Any]:
+    """Llama-Nemotron (DeciLM, `nemotron-nas`): a Llama whose `block_configs` give each layer its own attention
+    (GQA width, no-op or a linear replacement) and MLP width (`ffn_mult`). One shape for every layer imports as a
+    Llama; per-layer shapes (Llama-3.3-Nemotron-Super-49B, -Ultra-253B) are refused by field."""
+    blocks = _required(config, "block_configs")
+    if not isinstance(blocks, list) or not blocks:
+        raise MegapilotError(f"block_configs={blocks!r} is not a list of layer blocks", field="block_configs",
+                             fix="copy block_configs from the model's config.json")
+    hidden = _required_int(config, "hidden_size")
+    heads = _required_int(config, "num_attention_heads")
+    shapes = [_decilm_block_shape(block, i, heads, hidden) for i, block in enumerate(blocks)]
+    differing = next((i for i, shape in enumerate(shapes) if shape != shapes[0]), None)
+    kv_heads, ffn_hidden_size = shapes[0]
+    if differing is not None or isinstance(kv_heads, str) or isinstance(ffn_hidden_size, str):
+        other = differing if differing is not None else 0
+        raise MegapilotError(
+            f"layers are not all one Llama layer (layer 0: {_describe(shapes[0])}; layer {other}: "
+            f"{_describe(shapes[other])}); Megatron-Core builds such per-layer blocks "
+            "(--heterogeneous-layers-config-path) but a ModelSpec holds one layer shape, so its estimates would be "
+            "wrong", field="block_configs",
+            fix="plan with a ModelSpec YAML file of one layer shape (the widest block gives an upper bound), or "
+                "pick a model whose layers share one shape",
+        )
+    return _llama_core(config | {"num_key_value_heads": kv_heads, "intermediate_size": ffn_hidden_size})
+
+
+def _decilm_block_shape(block: Any, index: int, heads: int, hidden: int) -> tuple[int | str, int | str]:
+    """(KV heads or 'no-op'/'linear', MLP width or 'no-op'/'linear') of one DeciLM block, by Megatron-Core's rules
+    (heterogeneous_config.py: KV heads = heads // n_heads_in_group; width = int(2 * ffn_mult * hidden / 3) rounded
+    up to a multiple of 256)."""
+    attention = (block or {}).get("attention") or {}
+    mlp = (block or {}).get("ffn") or (block or {}).get("mlp") or {}
+    kv: int | str = "no-op" if attention.get("no_op") else "linear" if attention.get("replace_with_linear") else 0
+    width: int | str = "no-op" if mlp.get("no_op") else "linear" if mlp.get("replace_with_linear") else 0
+    if kv == 0:
+        group = _optional_int(attention, "n_heads_in_group") or 1
+        if heads % group:
+            raise _refuse(f"block_configs[{index}].attention.n_heads_in_group",
+                          f"n_heads_in_group={group} does not divide num_attention_heads={heads}")
+        kv = heads // group
+    if width == 0:
+        multiplier = _optional_float(mlp, "ffn_mult")
+        if multiplier is None:
+            raise _refuse(f"block_configs[{index}].ffn.ffn_mult", f"layer {index}'s MLP has no ffn_mult")
+        width = -(-int(2 * multiplier * hidden / 3) // 256) * 256
+    return kv, width
+
+
+def _describe(shape: tuple[int | str, int | str]) -> str:
+    kv, width = shape
+    attention = f"attention {kv}" if isinstance(kv, str) else f"{kv} KV heads"
+    return f"{attention}, MLP {width}" if isinstance(width, str) else f"{attention}, MLP width {width}"
+
+
 def _qwen3_next(config: HFConfig) -> dict[str, Any]:
-    raise _refuse("linear_num_key_heads", "Qwen3-Next's gated DeltaNet layers (3 of every 4) are not modelled: "
-                  "Megatron-Core 0.16 builds them only through an experimental layer spec with no pretrain_gpt.py "
-                  "flag")
+    raise MegapilotError(
+        "Qwen3-Next's gated DeltaNet layers (3 of every 4; linear_num_key_heads, linear_num_value_heads, "
+        "linear_conv_kernel_dim) and its gated attention output are not modelled: Megatron-Core 0.16 builds them "
+        "as an experimental attention variant (--experimental-attention-variant gated_delta_net "
+        "--linear-attention-freq 4), but a ModelSpec has no linear-attention layer, so parameter, FLOP and memory "
+        "estimates would be wrong", field="linear_num_key_heads",
+        fix="plan a Qwen3 MoE of the same width instead (qwen3-30b-a3b, qwen3-235b-a22b) or write the model as a "
+            "ModelSpec YAML file",
+    )
 
 
 _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
+    "nemotron-nas": _nemotron_nas,
     "phi3": _phi3,
     "gpt_oss": _gpt_oss,
     "llama4": _llama4,

@@ -378,3 +378,49 @@ def test_nemotron3_super_latent_moe_and_hybrid_mtp_are_refused_by_field():
     mtp = nano | {"num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"}
     assert _refusal(mtp).field == "num_nextn_predict_layers"
     assert from_hf_config(nano | {"mtp_hybrid_override_pattern": "*E", "num_nextn_predict_layers": 0}, "n").moe
+
+
+# ---- Llama-Nemotron (DeciLM block configs) ---------------------------------------------------------------------
+
+
+def _decilm_block(kv_group: int | None, ffn_mult: float | None, *, attention_no_op: bool = False) -> dict:
+    return {"attention": {"n_heads_in_group": kv_group, "no_op": attention_no_op, "replace_with_linear": False},
+            "ffn": {"ffn_mult": ffn_mult, "no_op": False, "replace_with_linear": False}}
+
+
+# The top-level fields and first eight blocks of nvidia/Llama-3_3-Nemotron-Super-49B-v1's config.json (as copied
+# into Megatron-Bridge's heterogeneous-config tests): layers 0-5 attend with 8 KV heads, layers 6-7 have no attention,
+# ffn_mult is 2.625 on layer 0 and 5.25 on layers 1-5.
+NEMOTRON_SUPER_49B = {
+    "architectures": ["DeciLMForCausalLM"], "model_type": "nemotron-nas", "hidden_size": 8192,
+    "num_attention_heads": 64, "num_hidden_layers": 8, "intermediate_size": None, "num_key_value_heads": None,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "tie_word_embeddings": False,
+    "block_configs": [_decilm_block(8, 2.625)] + [_decilm_block(8, 5.25)] * 5
+    + [_decilm_block(None, 2.625, attention_no_op=True)] * 2,
+}
+
+
+def test_llama_nemotron_super_49b_per_layer_blocks_are_refused_naming_block_configs():
+    error = _refusal(NEMOTRON_SUPER_49B)
+    assert error.field == "block_configs"
+    # Megatron-Core's widths: int(2 * 2.625 * 8192 / 3) = 14336, int(2 * 5.25 * 8192 / 3) = 28672.
+    assert "layer 0: 8 KV heads, MLP width 14336" in str(error) and "layer 1: 8 KV heads, MLP width 28672" in str(error)
+    no_attention = NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(None, 2.625, attention_no_op=True)] * 8}
+    assert "attention no-op" in str(_refusal(no_attention))
+
+
+def test_decilm_with_one_block_shape_imports_as_the_llama_it_is():
+    from megapilot.estimate.params import count_params
+
+    uniform = NEMOTRON_SUPER_49B | {"num_hidden_layers": 80, "block_configs": [_decilm_block(8, 3.5)] * 80}
+    model = from_hf_config(uniform, "decilm-uniform")
+    llama = load_hf_config(HF_CONFIGS / "Llama-3.1-70B.json")
+    assert (model.ffn_hidden_size, model.num_query_groups) == (19200, 8)  # int(2 * 3.5 * 8192 / 3) -> 19200
+    assert model.model_dump(exclude={"name", "hf_architecture", "ffn_hidden_size"}) == llama.model_dump(
+        exclude={"name", "hf_architecture", "ffn_hidden_size"})
+    assert count_params(model).total < count_params(llama).total
+    bad_group = NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(7, 5.25)] * 8}
+    assert _refusal(bad_group).field == "block_configs[0].attention.n_heads_in_group"
