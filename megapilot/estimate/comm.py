@@ -29,16 +29,19 @@ def group_bandwidth_bytes_per_s(cluster: ClusterSpec, group: int, stride: int = 
     """Achievable per-GPU bandwidth of a process group of `group` ranks spaced `stride` ranks apart.
 
     Inside the scale-up domain: the NVLink/xGMI bandwidth. Across it, NCCL's rings/trees cross each
-    node boundary once per channel and spread that traffic over the NICs of the group's ranks on the
-    node, so the group moves data at `ranks per node x NIC bandwidth`, capped by the scale-up link.
+    domain boundary once per channel and spread that traffic over the NICs of the group's ranks in the
+    domain (the hops inside it ride NVLink), so the group moves data at `ranks per domain x NIC
+    bandwidth`, capped by the scale-up link. On 8-GPU nodes the domain is the node; on NVL72-class
+    racks it is the rack, not the 4-GPU tray: a data-parallel group spread over two racks has 36 or so
+    NICs per crossing, not the tray's 4.
     """
     gpu = cluster.gpu
     domain = scaleup_domain(cluster)
     if group * stride <= domain:
         link_gbps = gpu.scaleup_bw_gbps
     else:
-        ranks_per_node = max(1, min(group, cluster.gpus_per_node // stride))
-        link_gbps = min(gpu.scaleup_bw_gbps, ranks_per_node * gpu.scaleout_bw_gbps)
+        ranks_per_domain = max(1, min(group, domain // stride))
+        link_gbps = min(gpu.scaleup_bw_gbps, ranks_per_domain * gpu.scaleout_bw_gbps)
     return link_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY
 
 

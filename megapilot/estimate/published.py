@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate.cases import Case
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
 
@@ -81,6 +82,7 @@ class PublishedEntry:
     model: ModelSpec
     flags: dict[str, Any]
     result: EstimateResult
+    case: Case  # the specs the row resolved to: what a fit re-estimates without re-validating
     retyped: list[str] = field(default_factory=list)
 
 
@@ -162,7 +164,7 @@ def enter_published_run(row: PublishedLayout) -> PublishedEntry:
                 case = build_case(**flags)
                 result = estimate(case.model, case.cluster, case.training, case.parallel,
                                   allow_tp_across_nodes=case.allow_tp_across_nodes)
-                return PublishedEntry(model, flags, result, retyped)
+                return PublishedEntry(model, flags, result, case, retyped)
             except MegapilotError as refusal:
                 extra = retype_from_refusal(refusal)
                 if extra is None or len(retyped) == MAX_RETYPES:

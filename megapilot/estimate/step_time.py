@@ -446,7 +446,8 @@ def _dp_comm_s(
         gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
             expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
         if p.fsdp:
-            return _fsdp_exposed_s(reduce_s, gather_s, options, stage0_microbatch_s, num_microbatches)
+            return _fsdp_exposed_s(reduce_s, gather_s, options, stage0_microbatch_s, num_microbatches,
+                                   model.num_layers)
     else:
         reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
             expert * grad_bytes, expert_group, bandwidth)
@@ -458,14 +459,18 @@ def _dp_comm_s(
 
 
 def _fsdp_exposed_s(
-    reduce_s: float, gather_s: float, options: EstimateOptions, microbatch_s: float, m: int
+    reduce_s: float, gather_s: float, options: EstimateOptions, microbatch_s: float, m: int, layers: int
 ) -> tuple[float, float]:
     """Megatron-FSDP gathers each layer's weights for the forward and again for the backward of every
-    micro-batch, layer by layer, and reduce-scatters the gradients once per step: all of it prefetched
-    under the compute of the whole step, so only what exceeds the compute is exposed."""
+    micro-batch, layer by layer, and reduce-scatters the gradients once per step, each layer's traffic
+    prefetched under its neighbour's compute. What cannot hide: the first layer's gather before each
+    micro-batch's forward (nothing runs before it) and the last reduce-scatter after the step's final
+    backward layer - one layer's share each - plus whatever traffic outlasts the step's compute."""
     total = FSDP_GATHERS_PER_MICROBATCH * gather_s * m + reduce_s
-    window = m * microbatch_s if (options.overlap_grad_reduce and options.overlap_param_gather) else 0.0
-    return max(0.0, total - window), total
+    if not (options.overlap_grad_reduce and options.overlap_param_gather):
+        return total, total
+    unhidden_edges = (m * gather_s + reduce_s) / max(1, layers)
+    return max(0.0, total - m * microbatch_s) + unhidden_edges, total
 
 
 def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig) -> float:

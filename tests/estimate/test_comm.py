@@ -83,7 +83,19 @@ def test_a_group_spanning_trays_of_an_nvl72_rack_stays_on_nvlink():
     rack = ClusterSpec.from_gpu_count(GB200, 72)
     assert comm.group_bandwidth_bytes_per_s(rack, 64) == pytest.approx(900e9 * COLLECTIVE_BW_EFFICIENCY)
     two_racks = ClusterSpec.from_gpu_count(GB200, 144)
-    assert comm.group_bandwidth_bytes_per_s(two_racks, 144) < comm.group_bandwidth_bytes_per_s(two_racks, 72)
+    # Two ranks per rack (36 apart): the rack boundary is crossed through those two ranks' NICs.
+    assert comm.group_bandwidth_bytes_per_s(two_racks, 4, stride=36) == pytest.approx(
+        2 * 50e9 * COLLECTIVE_BW_EFFICIENCY)
+
+
+def test_a_group_spanning_nvl72_racks_crosses_them_through_every_nic_of_its_ranks_in_the_rack():
+    """Not the 4-GPU tray's NICs: a DP group of 64 (stride TP 2) over two racks has 36 ranks in the first rack,
+    36 NICs x 50 GB/s, which is more than NVLink's 900 GB/s, so NVLink stays the limit."""
+    two_racks = ClusterSpec.from_gpu_count(GB200, 128)
+    assert comm.group_bandwidth_bytes_per_s(two_racks, 64, stride=2) == pytest.approx(
+        900e9 * COLLECTIVE_BW_EFFICIENCY)
+    four_per_rack = comm.group_bandwidth_bytes_per_s(two_racks, 8, stride=16)  # 72 // 16 = 4 ranks in the rack
+    assert four_per_rack == pytest.approx(4 * 50e9 * COLLECTIVE_BW_EFFICIENCY)
 
 
 def test_an_expert_all_to_all_across_nodes_is_limited_by_each_ranks_own_nic():

@@ -126,6 +126,33 @@ def test_fsdp_moves_more_data_parallel_traffic_than_the_distributed_optimizer():
     assert fsdp.breakdown_s["dp_comm"] > 2 * distopt.breakdown_s["dp_comm"]
 
 
+def test_fsdp_hides_its_traffic_under_the_step_except_the_first_gather_and_last_reduce_of_a_layer():
+    from megapilot.estimate.step_time import _fsdp_exposed_s
+
+    overlapped = EstimateOptions()
+    # 4 micro-batches of 10 s, 10 layers; per step: 2 gathers x 0.5 s x 4 + one 1 s reduce-scatter = 5 s.
+    exposed, total = _fsdp_exposed_s(1.0, 0.5, overlapped, 10.0, 4, 10)
+    assert total == pytest.approx(5.0)
+    assert exposed == pytest.approx((4 * 0.5 + 1.0) / 10)  # one layer's gather per micro-batch + its reduce
+    # Traffic longer than the compute (4 x 0.5 s) shows its excess on top.
+    assert _fsdp_exposed_s(1.0, 0.5, overlapped, 0.5, 4, 10)[0] == pytest.approx(3.0 + 0.3)
+    serial = EstimateOptions(overlap_grad_reduce=False, overlap_param_gather=False)
+    assert _fsdp_exposed_s(1.0, 0.5, serial, 10.0, 4, 10)[0] == pytest.approx(5.0)
+
+
+def test_fsdp_of_a_405b_model_over_two_nvl72_racks_rides_nvlink_and_hides_under_compute():
+    """Megatron-FSDP TP 2 x DP 64 on 128 GB200 (the published 25.07 layout): the DP group's ring crosses the rack
+    boundary through 36 NICs, not a tray's 4, so its ~2 s of traffic hides under ~5 s of compute."""
+    model = ModelSpec(name="405b-like", num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
+                      num_attention_heads=128, num_query_groups=8, vocab_size=128256)
+    cluster = ClusterSpec.from_gpu_count(get_gpu("gb200"), 128)
+    training = TrainingSpec(seq_length=8192, global_batch_size=64, precision="fp8")
+    layout = ParallelConfig(tp=2, dp=64, sequence_parallel=True, fsdp=True)
+    result = step_time(model, cluster, training, layout)
+    assert result.breakdown_s["dp_comm"] < 0.02 * result.step_time_s
+    assert 600 < result.tokens_per_s_per_gpu < 1000  # published 706 (25.07) and 729 (25.09)
+
+
 def test_uneven_split_runs_at_the_middle_stages_pace_and_its_lighter_ends_shorten_the_bubble():
     from megapilot.estimate.step_time import stage_costs
 
