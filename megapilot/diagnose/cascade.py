@@ -31,7 +31,8 @@ SELF_EXPLAINING: frozenset[str] = frozenset({
     "checkpoint_save_failure", "nan_loss",
 })
 _SIGNAL_DEATH_RE = re.compile(
-    r"exitcode\s*:\s*-\d+|\(exitcode: -\d+\)|Signal \d+ \(SIG\w+\)|killed by signal|Segmentation fault|SIGSEGV|"
+    r"exitcode\s*:\s*-\d+|\(exitcode: -\d+\)|Signal \d+ \(SIG\w+\)|killed by signal|Segmentation fault|Segfault|"
+    r"SIGSEGV|"
     r"SIGKILL|SIGABRT|SIGBUS|core dumped|Fatal Python error|task \d+: (?:Killed|Segmentation|Aborted)|\bKilled\b|"
     r"oom[_-]kill|terminate called|pure virtual method called|\bAborted\b", re.IGNORECASE)
 _PEER_LOSS_RE = re.compile(
@@ -45,7 +46,9 @@ _BARE_WRAPPER_RE = re.compile(r"instance of 'c10::DistBackendError'|^\s*(?:\S+\.
 _NCCL_CODE_RE = re.compile(r"nccl(?:Internal|System|Invalid|Unhandled)\w*Error|unhandled (?:cuda|hip) error",
                            re.IGNORECASE)
 _HOST_OOM_RE = re.compile(r"oom[_-]kill|Out of memory: Killed process|task \d+: Out Of Memory", re.IGNORECASE)
-_SIGNAL_NAME_RE = re.compile(r"\b(SIG[A-Z]+)\b|Signal (\d+)")
+_SIGNAL_NAME_RE = re.compile(r"\b(SIG[A-Z]+)\b|[Ss]ignal (\d+)")  # UCX prints "Caught signal 11 (...)"
+# c10's "Segfault encountered" and UCX's "Caught signal 11 (Segmentation fault: ...)" name the signal in words
+_SEGFAULT_RE = re.compile(r"segfault|segmentation fault", re.IGNORECASE)
 _EXIT_CODE_RE = re.compile(r"exitcode\s*:?\s*(-?\d+)")
 
 Kind = Literal["self-explaining", "killed", "exception", "communication", "lost peer", "launcher exit", "hang"]
@@ -164,6 +167,8 @@ def _killed(records: list[ErrorRecord]) -> str:
         return "killed by the host's OOM killer (CPU memory)"
     named, code = _SIGNAL_NAME_RE.search(text), _EXIT_CODE_RE.search(text)
     name = (named.group(1) or _signal_name(int(named.group(2)))) if named else None
+    if name is None and _SEGFAULT_RE.search(text):
+        name = "SIGSEGV"
     if name is None and code is not None and int(code.group(1)) < 0:
         name = _signal_name(-int(code.group(1)))
     # SIGKILL and SIGTERM come from outside; a segfault or an abort is the process dying of its own failure

@@ -21,11 +21,14 @@ constant below with the reason for its value:
   of all pairwise slopes, robust to outliers such as a save or an evaluation) raises the fitted step time by at
   least `SLOWDOWN_TREND_GROWTH` over the steady iterations, at least `SLOWDOWN_CONSISTENCY` of the pairwise slopes
   are positive (noise gives half), and the median of the last fifth is above the first fifth's; at least
-  `SLOWDOWN_MIN_ITERATIONS` steady iterations.
+  `SLOWDOWN_MIN_ITERATIONS` steady iterations, or (a sparse log) `SLOWDOWN_SPARSE_MIN_ITERATIONS` whose trend at
+  least doubles the step (`SLOWDOWN_SPARSE_GROWTH`) with `SLOWDOWN_SPARSE_CONSISTENCY` of the pairs slower.
 - `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision; a log that prints
   no TFLOP/s gets the estimator's model FLOPs per step over its measured median step time) below
   `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below `LOW_MFU_FLOOR` (the GPU
-  alone, from `--gpu`, is enough).
+  alone, from `--gpu`, is enough). Without any GPU type, the printed TFLOP/s is rated on every GPU of the catalog it
+  is plausible for (`PLAUSIBLE_MIN_MFU`): when it is low on at least `LOW_ON_MOST_GPUS` of them, an `info` finding
+  names those (a `warning` if it is low on all).
 - `checkpoint_save_failure` from timing: a rank that crashes within `CRASH_AFTER_SAVE_S` of a checkpoint save
   starting, before the save finished, died in the save (a native crash in the writer often prints no frame).
 Fixes fit the framework that wrote the log (`megapilot.diagnose.framework_fixes`).
@@ -59,6 +62,7 @@ from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
 from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord
 from megapilot.spec import GPUSpec
+from megapilot.spec.training import Precision
 
 CRASH_DURING_SAVE = "crash_during_save"  # the signature of a crash found inside a save's time window
 
@@ -74,11 +78,25 @@ FIRST_UPDATE_MAX_ITERATION = 10  # the first logged line must be one of the firs
 SLOWDOWN_TREND_GROWTH = 0.2
 SLOWDOWN_CONSISTENCY = 0.65  # share of positive pairwise slopes; pure noise gives 0.5, a real drift well above
 SLOWDOWN_MIN_ITERATIONS = 20  # fewer steady points and a shared machine's noise can fake a trend
+# ... unless the trend is too strong for noise: a sparse log (a large --log-interval, or the excerpt a user pasted)
+# still shows a slowdown when its few points double the step and nearly every pair of them got slower. With 8 points
+# of pure noise, >= 80 % positive pairwise slopes (Kendall's tau >= 0.6) happens about 2 % of the time, and noise
+# does not double the step on top of that.
+SLOWDOWN_SPARSE_MIN_ITERATIONS = 8
+SLOWDOWN_SPARSE_GROWTH = 1.0
+SLOWDOWN_SPARSE_CONSISTENCY = 0.8
 SLOWDOWN_MAX_POINTS = 400  # Theil-Sen is O(n^2) pairs: a longer run is sampled evenly down to this many points
 LOW_MFU_FRACTION = 0.6  # 60 % of the estimator's MFU: the estimator is within ~20-30 % on published runs
 # Well-tuned Megatron runs reach 35-55 % MFU on A100/H100/MI300X for dense models and 25-40 % for MoE (NeMo and
 # Megatron-Bridge performance tables); below 25 % something is wrong whatever the model.
 LOW_MFU_FLOOR = 0.25
+# Without --gpu a printed TFLOP/s is rated on each GPU it could have run on: below 2 % MFU it is not a training run of
+# that GPU (a CPU test run, another device, a toy model), so that GPU is not rated at all.
+PLAUSIBLE_MIN_MFU = 0.02
+# ... and it is a finding only when it is low on at least three quarters of those GPUs (the catalog spans three
+# generations, so: fine at most on the oldest ones). A rate low only on the newer parts (316 TFLOP/s is 32 % of an
+# H100 but 24 % of an MI300X and 14 % of a B200) needs --gpu to be judged.
+LOW_ON_MOST_GPUS = 0.75
 NEAR_FULL_PCT = 95.0  # the allocator needs a few % of headroom for the next larger block
 CRASH_AFTER_SAVE_S = 300.0  # a torch_dist save of a large model takes minutes; a crash within 5 min is during it
 
@@ -667,17 +685,19 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
     records = [r for r in _unique(log.iterations) if r.elapsed_ms]
     warmup = log.summary.warmup_dropped if log.summary else 0
     steady = records[warmup:]
-    if len(steady) < SLOWDOWN_MIN_ITERATIONS:
+    sparse = len(steady) < SLOWDOWN_MIN_ITERATIONS
+    if len(steady) < SLOWDOWN_SPARSE_MIN_ITERATIONS:
         return None
     trend = step_time_trend(steady)
     if trend is None:
         return None
     slope_ms, start_ms, end_ms, consistency = trend
+    growth, needed_consistency = ((SLOWDOWN_SPARSE_GROWTH, SLOWDOWN_SPARSE_CONSISTENCY) if sparse
+                                  else (SLOWDOWN_TREND_GROWTH, SLOWDOWN_CONSISTENCY))
     fifth = max(2, len(steady) // 5)
     early = statistics.median(r.elapsed_ms or 0.0 for r in steady[:fifth])
     late = statistics.median(r.elapsed_ms or 0.0 for r in steady[-fifth:])
-    if start_ms <= 0 or end_ms < (1 + SLOWDOWN_TREND_GROWTH) * start_ms or consistency < SLOWDOWN_CONSISTENCY \
-            or late <= early:
+    if start_ms <= 0 or end_ms < (1 + growth) * start_ms or consistency < needed_consistency or late <= early:
         return None
     fixes = [Fix("add", "nvidia-smi -q -d CLOCK,PERFORMANCE  (AMD: amd-smi metric --clock)", None,
                  "check for thermal or power throttling", kind="command"),
@@ -766,10 +786,11 @@ def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | Non
 
 def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None = None) -> Finding | None:
     gpu = config.gpu if config is not None and config.gpu is not None else gpu
-    if gpu is None or not log.summary:
+    if not log.summary:
         return None
-    precision = (config.training.precision if config is not None and config.training else
-                 "fp8" if config is not None and config.precision_flag == "fp8" else "bf16")
+    precision = _precision(config)
+    if gpu is None:
+        return _throughput_on_unknown_gpu(log, precision)
     peak = gpu.peak_tflops(precision)
     predicted = current_prediction(config) if config is not None and config.complete else None
     measured_tflops, source = _measured_tflops(log, predicted, peak)
@@ -792,6 +813,39 @@ def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | Non
                    f"Low throughput: {measured_tflops:.0f} TFLOP/s/GPU = {measured_mfu:.1%} MFU on "
                    f"{gpu.alias} ({precision} peak {peak:.0f})", evidence,
                    f"Measured MFU is far below what this GPU should reach ({basis}; {source}).", fixes)
+
+
+def _precision(config: RunConfig | None) -> Precision:
+    return (config.training.precision if config is not None and config.training else
+            "fp8" if config is not None and config.precision_flag == "fp8" else "bf16")
+
+
+def _throughput_on_unknown_gpu(log: ParsedLog, precision: Precision) -> Finding | None:
+    """Without --gpu, the TFLOP/s the log printed rated on every GPU of the catalog it is plausible for: an `info`
+    finding naming those it would be low on (below `LOW_MFU_FLOOR`) and those it would not."""
+    from megapilot.catalog.gpus import load_gpus
+
+    measured = log.summary.tflops_per_gpu_mean if log.summary else None
+    if not measured:
+        return None
+    mfu = {gpu.alias: measured / gpu.peak_tflops(precision) for gpu in load_gpus().values()}
+    plausible = {alias: value for alias, value in mfu.items() if PLAUSIBLE_MIN_MFU <= value <= 1.0}
+    low = sorted((alias for alias, value in plausible.items() if value < LOW_MFU_FLOOR), key=plausible.__getitem__,
+                 reverse=True)
+    if len(low) < len(plausible) * LOW_ON_MOST_GPUS:
+        return None  # low only on the newest GPUs: nothing to say without knowing which one ran it
+    fine = sorted(alias for alias in plausible if alias not in low)
+    shown = ", ".join(f"{plausible[alias]:.1%} on {alias.upper()}" for alias in low[:4])
+    unless = f" unless it ran on {'/'.join(a.upper() for a in fine)}" if fine else ""
+    return Finding(
+        "low_throughput", "info" if fine else "warning",
+        f"Low throughput{unless}: {measured:.0f} TFLOP/s/GPU = {shown} ({precision} peaks)",
+        [_ev(r) for r in _unique(log.iterations)[-2:]],
+        f"The log prints {measured:.0f} TFLOP/s/GPU, below the {LOW_MFU_FLOOR:.0%} MFU a tuned run reaches on "
+        f"{', '.join(a.upper() for a in low)}. The GPU type is not known (pass --gpu, e.g. --gpu {low[0]}, to rate "
+        "it on one GPU and get layout options).",
+        [Fix("add", "profile one step (torch.profiler or nsys/rocprof)", None, "find whether the time goes to "
+             "communication, idle bubbles or small kernels", kind="command")])
 
 
 def _measured_tflops(log: ParsedLog, predicted: Prediction | None, peak: float) -> tuple[float | None, str]:

@@ -195,7 +195,7 @@ class LogCollector:
         self.log.summary = self.summary.result()
         self.log.dialect_counts = dict(self.dialects)
         self.log.dialect = _file_dialect(self.dialects)
-        self.log.framework = detect_framework(self.log.dialect, self._frame_hints)
+        self.log.framework = detect_framework(self.log.dialect, self._frame_hints, self.dialects)
         return self.log
 
 

@@ -8,6 +8,7 @@ Megatron-Bridge take their settings from config files or overrides of their own.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 Framework = Literal["megatron-lm", "megatron-bridge", "primus-megatron", "megatron-deepspeed", "gpt-neox",
@@ -26,9 +27,18 @@ MEGATRON_FLAG_FRAMEWORKS: frozenset[str] = frozenset({"megatron-lm", "primus-meg
                                                       UNKNOWN_FRAMEWORK})
 
 
-def detect_framework(dialect: str, frame_hints: Counter[str]) -> Framework:
-    """The framework of the dialect most iteration lines spoke; without iteration lines, the one most traceback
-    frames ran in; else unknown."""
+#: Frameworks that run on another one print its lines too: every GPT-NeoX and Megatron-DeepSpeed log carries
+#: DeepSpeed's engine lines (`steps: N loss: ...`, `[Rank 0] step=N, ...`), often more of them than their own.
+BUILT_ON: dict[str, tuple[str, ...]] = {"deepspeed": ("gpt-neox", "megatron-deepspeed")}
+
+
+def detect_framework(dialect: str, frame_hints: Counter[str],
+                     dialect_counts: Mapping[str, int] | None = None) -> Framework:
+    """The framework of the dialect most iteration lines spoke (or of the framework built on it, when any of that
+    one's own lines appear); without iteration lines, the one most traceback frames ran in; else unknown."""
+    for upper in BUILT_ON.get(dialect, ()):
+        if dialect_counts and dialect_counts.get(upper):
+            return DIALECT_FRAMEWORK[upper]
     if dialect in DIALECT_FRAMEWORK:
         return DIALECT_FRAMEWORK[dialect]
     for name, _count in frame_hints.most_common():

@@ -70,10 +70,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("amd_ras", "gpu_hw_fault",
          r"\bRAS\b.*(?:uncorrect|poison|fatal|error)|\[Hardware Error\]|poison consumption|"
          r"amdgpu.*(?:ring \w+ timeout|GPU reset|ras)"),
-    _sig("ecc", "gpu_hw_fault", r"uncorrectable (?:ecc )?error|\bECC error\b|double bit ecc|\bDBE\b.*ecc"),
+    _sig("ecc", "gpu_hw_fault", r"uncorrectable (?:ecc |hardware )?error|\bECC error\b|double bit ecc|\bDBE\b.*ecc"),
     _sig("gpu_exception", "gpu_hw_fault",
          r"HW Exception by GPU|\bGPU Hang\b|memory access fault by GPU|Memory access fault|"
-         r"GPU (?:has )?fallen off the bus|GPU reset|unspecified launch failure|"
+         r"fallen off the bus|GPU reset|unspecified launch failure|"
          r"hipErrorLaunchFailure|cudaErrorLaunchFailure|an illegal memory access was encountered|"
          r"amdgpu: .*(?:fatal|hang)|GPU is lost"),
     # --- NCCL / RCCL -----------------------------------------------------------------------------
@@ -120,7 +120,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"exitcode\s*:\s*-?[1-9]\d*|exit(?:ed)? (?:with )?(?:code|status) -?[1-9]\d*|"
          r"primus launcher exited with code [1-9]"),
     _sig("signal", "process_crash",
-         r"segmentation fault|\bSIGSEGV\b|caught signal 11\b|\bSIGKILL\b|\bSIGABRT\b|killed by signal|"
+         r"segmentation fault|\bsegfault\b|\bSIGSEGV\b|caught signal 11\b|\bSIGKILL\b|\bSIGABRT\b|killed by signal|"
          r"core dumped|Fatal Python error|terminate called (?:after throwing|without an active exception)|"
          r"pure virtual method called|\b\d+ Killed\b|^\s*Killed\s*$|"
          r"oom-kill|Out of memory: Killed process"),
@@ -136,7 +136,7 @@ CRASH_DUMP_SIGNATURES = frozenset({"signal", "bus_error"})
 TRIGGERS: tuple[str, ...] = (
     "unexpected result", "found nan", "found inf", "loss is nan", "persistent error", "application error",
     "pytorchstreamwriter", "unexpected pos", "_write_item", "filesystemwriterasync", "ras", "hardware error",
-    "poison", "cancelled",
+    "poison", "cancelled", "fallen off the bus", "segfault",
     "shm", "bus error", "signal", "sigbus", "shared memory", "out of memory", "memory access", "to allocate",
     "alloc_failed", "xid", "ecc", "gpu",
     "launch failure", "illegal", "amdgpu", "timeout", "timed out", "timing out", "nccl", "rccl", "unhandled",
