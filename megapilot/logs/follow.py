@@ -10,12 +10,14 @@ of parsing, and an idle poll reads nothing.
 Each file keeps its own summary: the files grow interleaved, and the steady-state rule counts records in the
 order they arrive, so one summary over all of them would depend on the polling. `summaries()` gives each file's
 so far; `finish()` ends every file (its unterminated last line is read) and returns one `ParsedLog` per file,
-each the same as `parse_logs([file], summary_only=True)` on the final file.
+each the same as `parse_logs([file], summary_only=True)` on the final file. With `on_record`, files are read line by
+line (`megapilot.logs.record_reader`) and every record is handed over as it arrives (a live view of N nodes).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from megapilot.logs.bulk import BulkReader
 from megapilot.logs.collect import LogCollector, ParsedLog
 from megapilot.logs.lines import CHUNK_BYTES
 from megapilot.logs.parser import LineParser, ParseOptions
+from megapilot.logs.record_reader import RecordReader
+from megapilot.logs.records import Record
 from megapilot.logs.summary import RunSummary
 
 
@@ -32,19 +36,21 @@ class _Followed:
 
     path: Path
     collector: LogCollector
-    reader: BulkReader
+    reader: BulkReader | RecordReader
     offset: int = 0
     identity: tuple[int, int] | None = None
-    pending: list[BulkReader] = field(default_factory=list)  # readers of earlier incarnations, ended at finish
+    # readers of the file's earlier incarnations (rotated or truncated), ended at finish
+    pending: list[BulkReader | RecordReader] = field(default_factory=list)
 
 
 class RunFollower:
     """Follows several growing logs of one run, each into its own summary-only `ParsedLog`."""
 
     def __init__(self, paths: list[str | Path], options: ParseOptions | None = None,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, on_record: Callable[[Record], None] | None = None) -> None:
         self.options = options
         self.chunk_bytes = chunk_bytes
+        self.on_record = on_record  # given: every record as it arrives (its `file` names the file), read line by line
         self._files = [self._start(Path(path)) for path in paths]
         self.bytes_read = 0
 
@@ -53,8 +59,11 @@ class RunFollower:
         collector.log.files.append(str(path))
         return _Followed(path, collector, self._reader(collector, path))
 
-    def _reader(self, collector: LogCollector, path: Path) -> BulkReader:
-        return BulkReader(collector, LineParser(str(path), self.options, collector.log.arguments))
+    def _reader(self, collector: LogCollector, path: Path) -> BulkReader | RecordReader:
+        parser = LineParser(str(path), self.options, collector.log.arguments)
+        if self.on_record is not None:
+            return RecordReader(collector, parser, self.on_record)
+        return BulkReader(collector, parser)
 
     def poll(self) -> int:
         """Read what every file gained since the last poll; the number of new bytes read."""
