@@ -80,7 +80,8 @@ for it in range(1, 6):
     for node, path in enumerate(paths):
         with open(path, "a") as out:
             out.write(f" iteration {it:8d}/      10 | consumed samples: {it * 8:12d} | "
-                      f"elapsed time per iteration (ms): {100 + node}.0 | global batch size:     8 | lm loss: 5.0E+00 | loss scale: 1.0 | "
+                      f"elapsed time per iteration (ms): {100 + node}.0 | global batch size:     8 | "
+                      "lm loss: 5.0E+00 | loss scale: 1.0 | "
                       "number of skipped iterations:   0 | number of nan iterations:   0 |\\n")
     time.sleep(0.05)
 """
