@@ -1,8 +1,8 @@
 """`megapilot logs parse`, `megapilot diagnose`, `megapilot optimize`: training-log intelligence.
 
-`logs parse FILE...` prints records and the steady-state summary (`-` reads stdin; `--follow` tails a
-growing file until training ends or a timeout). `diagnose FILE...` ranks findings with evidence and
-exact fixes. `optimize` ranks flag changes by predicted tokens/s. All have `--json`.
+`logs parse FILE...` prints records and the steady-state summary (`-` reads stdin; `--follow` tails growing
+logs, several files of one run at once, until training ends or a timeout). `diagnose FILE...` ranks findings
+with evidence and exact fixes. `optimize` ranks flag changes by predicted tokens/s. All have `--json`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from megapilot.diagnose.findings import Fix
     from megapilot.diagnose.optimize import OptimizeReport
     from megapilot.logs import ParsedLog
+    from megapilot.logs.parser import ParseOptions
+    from megapilot.logs.records import Record
     from megapilot.spec import GPUSpec
 
 logs_app = typer.Typer(help="Parse training logs (Megatron-LM, Megatron-Bridge, Primus).", no_args_is_help=True)
@@ -88,8 +90,9 @@ def parse(
     files: Files,
     json_output: JsonFlag = False,
     csv_output: Annotated[bool, typer.Option("--csv", help="Print the iteration records as CSV.")] = False,
-    follow: Annotated[bool, typer.Option("--follow",
-                                         help="Tail one growing file until training ends or a timeout.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", help="Tail growing logs (one file, several, a directory or a "
+                                         "glob: one run) until training ends or a timeout; each new iteration is "
+                                         "printed with the file it came from.")] = False,
     summary_only: Annotated[bool, typer.Option("--summary-only",
                                                help="Keep no per-record lists (flat memory).")] = False,
     seq_length: Annotated[int | None,
@@ -104,7 +107,7 @@ def parse(
     """Parse training logs into iteration, memory, checkpoint and error records plus a steady-state summary."""
     from megapilot.cli.common import require_positive
     from megapilot.logs import ParseOptions, follow_log, parse_logs
-    from megapilot.logs.sources import expand_log_paths
+    from megapilot.logs.sources import expand_follow_paths, expand_log_paths
 
     if json_output and csv_output:
         raise MegapilotError("--json and --csv exclude each other", field="--csv", fix="pass one of them")
@@ -114,15 +117,17 @@ def parse(
         require_positive(flag, value)
     options = ParseOptions(seq_length=seq_length, world_size=world_size, global_batch_size=global_batch_size)
     if follow:
-        _check_log_paths(files)
-        if len(files) != 1 or files[0] == "-":
-            raise MegapilotError("--follow tails exactly one file", field="FILE", fix="pass one log path with --follow")
+        paths = expand_follow_paths(files)
         if timeout is None and idle_timeout is None:
             idle_timeout = 600.0
-        log = follow_log(files[0], options=options, summary_only=summary_only, timeout_s=timeout,
-                         idle_timeout_s=idle_timeout)
-        if not Path(files[0]).exists():
-            raise MegapilotError(f"{files[0]} did not appear before the timeout", field="FILE",
+        if len(paths) == 1:
+            log = follow_log(paths[0], options=options, summary_only=summary_only, timeout_s=timeout,
+                             idle_timeout_s=idle_timeout)
+        else:
+            log = _follow_several(paths, options, summary_only=summary_only, timeout_s=timeout,
+                                  idle_timeout_s=idle_timeout, quiet=json_output or csv_output)
+        if not any(Path(path).exists() for path in paths):
+            raise MegapilotError(f"{', '.join(paths)} did not appear before the timeout", field="FILE",
                                  fix="check the log path (a run directory's log is out-node0/training.log)")
     else:
         log = parse_logs(expand_log_paths(files), options=options, summary_only=summary_only)
@@ -136,6 +141,46 @@ def parse(
         _write_csv(log)
     else:
         _print_log(log, summary_only=summary_only)
+
+
+def _follow_several(paths: list[str], options: ParseOptions, *, summary_only: bool, timeout_s: float | None,
+                    idle_timeout_s: float | None, quiet: bool) -> ParsedLog:
+    """Follow every file of the run at once, printing each new iteration and error line with its file (to stderr
+    under --json/--csv, whose stdout is the report); then the files, as they ended, are read as one run."""
+    from rich.markup import escape
+
+    from megapilot.cli.common import err_console
+    from megapilot.logs import parse_logs
+    from megapilot.logs.follow_run import follow_run
+    from megapilot.logs.sources import source_labels
+
+    labels = source_labels(paths)
+    out = err_console if quiet else console
+
+    def show(record: Record) -> None:
+        line = _live_line(record)
+        if line is not None:
+            name = labels.get(record.file, Path(record.file).name)
+            out.print(f"{escape(name)}  {escape(line)}", highlight=False)
+
+    follow_run(list(paths), options=options, on_record=show, timeout_s=timeout_s, idle_timeout_s=idle_timeout_s)
+    return parse_logs([path for path in paths if Path(path).exists()], options=options, summary_only=summary_only)
+
+
+def _live_line(record: Record) -> str | None:
+    """One line of the live view: an iteration's step time, loss and throughput, or an error line."""
+    from megapilot.logs.records import ErrorRecord, IterationRecord
+
+    if isinstance(record, IterationRecord):
+        of = f"/{record.train_iters}" if record.train_iters else ""
+        parts = [f"iteration {record.iteration}{of}", f"step {_fmt(record.elapsed_ms)} ms",
+                 f"loss {_fmt(record.lm_loss, '.4f')}"]
+        if record.tokens_per_s_per_gpu is not None:
+            parts.append(f"{_fmt_rate(record.tokens_per_s_per_gpu)} tokens/s/GPU")
+        return " | ".join(parts)
+    if isinstance(record, ErrorRecord):
+        return f"{record.category}: {record.text.strip()[:160]}"
+    return None
 
 
 def _write_csv(log: ParsedLog) -> None:

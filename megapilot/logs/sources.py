@@ -93,6 +93,21 @@ def expand_log_paths(arguments: list[str], *, flag: str = "FILE") -> list[str]:
     return files
 
 
+def expand_follow_paths(arguments: list[str], *, flag: str = "FILE") -> list[str]:
+    """As `expand_log_paths`, for logs still being written (`--follow`): a named file that does not exist yet is
+    kept, to be waited for (a run's logs appear once it starts); standard input cannot be followed."""
+    files: list[str] = []
+    for argument in arguments:
+        if argument == "-":
+            raise MegapilotError("standard input cannot be followed", field=flag,
+                                 fix="pass the log files (or their directory) with --follow, or leave --follow out")
+        waited = not Path(argument).exists() and not _GLOB_CHARS & set(argument)
+        for name in [argument] if waited else _expand_one(argument, flag):
+            if name not in files:
+                files.append(name)
+    return files
+
+
 def _expand_one(argument: str, flag: str) -> list[str]:
     if argument == "-":
         return [argument]

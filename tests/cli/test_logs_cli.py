@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import subprocess
 import sys
 from pathlib import Path
 
@@ -169,3 +170,35 @@ def test_logs_parse_reports_the_megatron_release_it_recognises(cli, tmp_path: Pa
     assert parsed.json()["megatron_version"]["release"] == "core_v0.14.0"
     shown = cli("logs", "parse", str(log))
     assert "Megatron-LM core_v0.14.0:" in shown.stdout and "arguments block" in shown.stdout
+
+
+def test_logs_parse_follows_the_files_of_a_run_as_a_real_process_writes_them(cli, tmp_path: Path):
+    from tests.logs.test_follow import WRITER
+
+    paths = [tmp_path / "out-node0" / "training.log", tmp_path / "out-node1" / "training.log"]
+    for path in paths:
+        path.parent.mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)\n" + WRITER, *map(str, paths)])
+    try:  # the files do not exist yet when following starts: they are waited for
+        result = cli("logs", "parse", *map(str, paths), "--follow", "--idle-timeout", "1.5")
+    finally:
+        writer.wait(timeout=60)
+    assert result.exit_code == 0, result.stderr
+    for node, step in ((0, "100.0"), (1, "101.0")):
+        for iteration in range(1, 6):
+            assert f"out-node{node}/training.log  iteration {iteration}/10 | step {step} ms" in result.stdout
+    assert "iterations logged / counted / steady" in result.stdout and "10 / " in result.stdout
+
+
+def test_logs_parse_follow_of_a_glob_sends_the_live_lines_to_stderr_under_json(cli, tmp_path: Path):
+    for node in range(2):
+        (tmp_path / f"node{node}.log").write_text((DATA / "synthetic_bridge.log").read_text())
+    result = cli("logs", "parse", str(tmp_path / "node*.log"), "--follow", "--idle-timeout", "0.3", "--json")
+    assert result.exit_code == 0
+    assert [Path(name).name for name in result.json()["files"]] == ["node0.log", "node1.log"]
+    assert "node0.log  iteration" in result.stderr and "node1.log  iteration" in result.stderr
+
+
+def test_logs_parse_cannot_follow_stdin(cli):
+    result = cli("logs", "parse", "-", "--follow", "--timeout", "0.1")
+    assert result.exit_code == 2 and "standard input cannot be followed" in result.stderr

@@ -68,3 +68,17 @@ def test_labels_are_paths_below_the_common_directory(tmp_path: Path):
     files = [str(tmp_path / "out-node0" / "training.log"), str(tmp_path / "out-node1" / "training.log")]
     assert list(source_labels(files).values()) == ["out-node0/training.log", "out-node1/training.log"]
     assert source_labels(files[:1]) == {files[0]: "training.log"}
+
+
+def test_follow_paths_keep_a_file_not_written_yet_and_expand_directories_and_globs(tmp_path: Path):
+    from megapilot.logs.sources import expand_follow_paths
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "node0.log").write_text("x\n")
+    later = tmp_path / "node1" / "training.log"  # the node has not started: its log is waited for
+    assert expand_follow_paths([str(tmp_path / "run"), str(later), str(tmp_path / "run" / "*.log")]) == [
+        str(tmp_path / "run" / "node0.log"), str(later)]
+    with pytest.raises(MegapilotError, match="standard input cannot be followed"):
+        expand_follow_paths(["-"])
+    with pytest.raises(MegapilotError, match="no file matches"):
+        expand_follow_paths([str(tmp_path / "nothing*.log")])
