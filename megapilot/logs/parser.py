@@ -18,7 +18,7 @@ import re
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, get_args, get_type_hints
 
 from megapilot.logs.records import (
     ARGUMENT_INT_FIELDS,
@@ -112,7 +112,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     *(needle.lower() for needle, _ in _MARKERS),
 )
 
-# Iteration-line field keys (lowercase) → the `IterationFields` attribute they fill.
+# Iteration-line field keys (lowercase) → the `IterationRecord` field they fill, or a raw slot (`_RAW_SLOTS`).
 _FIELD_SLOTS: dict[str, str] = {
     "consumed samples": "consumed_samples",
     "skipped samples": "skipped_samples",
@@ -143,7 +143,16 @@ _AVERAGE_SLOTS: dict[str, str] = {
     "elapsed_ms": "elapsed_avg_ms", "tflops_per_gpu": "tflops_avg_per_gpu",
     "tokens_per_s_per_gpu": "tokens_avg_per_s_per_gpu",
 }
-_INT_SLOTS = frozenset({"consumed_samples", "skipped_samples", "gbs", "skipped_iterations", "nan_iterations"})
+# Printed forms the record does not keep as such: a step time in seconds (becomes `elapsed_ms`), Primus's
+# `used/free/total/ratio` text and the ROCm fork's usage ratio (both become `memory_used_gib`/`memory_usage_pct`).
+_RAW_SLOTS = frozenset({"step_time_s", "device_memory", "memory_usage_ratio"})
+# `IterationRecord` is the one definition of an iteration's fields and their types: the slots are checked
+# against it here, and those it types as integers are read as integers.
+_RECORD_TYPES = get_type_hints(IterationRecord)
+_UNKNOWN_SLOTS = (set(_FIELD_SLOTS.values()) | set(_AVERAGE_SLOTS.values())) - _RAW_SLOTS - set(_RECORD_TYPES)
+if _UNKNOWN_SLOTS:
+    raise TypeError(f"iteration slots {sorted(_UNKNOWN_SLOTS)} are no IterationRecord fields")
+_INT_SLOTS = frozenset(slot for slot in _FIELD_SLOTS.values() if int in get_args(_RECORD_TYPES.get(slot)))
 # Keys only a fork of Megatron-LM prints on its iteration line: they name the dialect.
 DEEPSPEED_FORK_KEYS = frozenset({"samples per second", "tflops", "consumed tokens", "tokens per gpu per second (tgs)",
                                  "actual seqlen"})
@@ -153,25 +162,11 @@ NEMO_KEYS = frozenset({"reduced_train_loss", "train_step_timing in s", "global_s
 
 @dataclass(slots=True)
 class IterationFields:
-    """The values of one iteration line, typed as `IterationRecord` holds them; None = not printed or did not
-    parse (a mangled value is dropped, the rest of the line is kept)."""
+    """What one iteration line printed. `values` holds `IterationRecord` fields by name, converted to the record's
+    types by `set` (a value that does not parse is dropped, the rest of the line is kept); the raw slots wait here
+    until the record is built."""
 
-    consumed_samples: int | None = None
-    skipped_samples: int | None = None
-    elapsed_ms: float | None = None
-    elapsed_avg_ms: float | None = None
-    tflops_per_gpu: float | None = None
-    tflops_avg_per_gpu: float | None = None
-    tokens_per_s_per_gpu: float | None = None
-    tokens_avg_per_s_per_gpu: float | None = None
-    lr: float | None = None
-    gbs: int | None = None
-    loss_scale: float | None = None
-    grad_norm: float | None = None
-    num_zeros: float | None = None
-    params_norm: float | None = None
-    skipped_iterations: int | None = None
-    nan_iterations: int | None = None
+    values: dict[str, Any] = field(default_factory=dict)
     device_memory: str | None = None  # Primus `63.94GB/224.04GB/287.98GB/22.20%`
     memory_usage_ratio: float | None = None  # the ROCm fork's `mem usages: 0.55`
     losses: dict[str, float] = field(default_factory=dict)
@@ -181,25 +176,27 @@ class IterationFields:
     def set(self, slot: str, raw: str) -> None:
         """Fill `slot` from its printed text (`inst/avg` pairs split, integers kept whole)."""
         if slot == "tflops_per_gpu" and raw.endswith("FLOPS"):  # GPT-NeoX: `51.5TFLOPS`, `980.2GFLOPS`
-            self.tflops_per_gpu = _scaled_flops(raw)
+            self.values[slot] = _scaled_flops(raw)
         elif slot == "step_time_s":
             seconds = _to_float(raw)
-            self.elapsed_ms = None if seconds is None else seconds * 1000.0
+            self.values["elapsed_ms"] = None if seconds is None else seconds * 1000.0
         elif slot in _AVERAGE_SLOTS:
             inst, avg = _pair(raw)
             if avg is not None or slot == "tokens_per_s_per_gpu":
                 self.dialect = "primus-megatron"
-            setattr(self, slot, inst)
-            setattr(self, _AVERAGE_SLOTS[slot], avg)
+            self.values[slot] = inst
+            self.values[_AVERAGE_SLOTS[slot]] = avg
         elif slot == "device_memory":
             self.dialect = "primus-megatron"
             self.device_memory = raw
+        elif slot == "memory_usage_ratio":
+            self.memory_usage_ratio = _to_float(raw)
         elif slot in _INT_SLOTS:
             number = _to_float(raw)
             if number is not None and math.isfinite(number):
-                setattr(self, slot, int(number))
+                self.values[slot] = int(number)
         else:
-            setattr(self, slot, _to_float(raw))
+            self.values[slot] = _to_float(raw)
 
     def device_usage(self) -> tuple[float | None, float | None]:
         """(used GiB, usage %) from Primus `hip mem usage/free/total/usage_ratio` or the ROCm fork's ratio."""
@@ -424,32 +421,25 @@ class LineParser:
 
     def _build_iteration(self, line_no: int, text: str, found: re.Match[str], time_s: float | None,
                          fields: IterationFields) -> IterationRecord:
-        elapsed_ms, tflops = fields.elapsed_ms, fields.tflops_per_gpu
+        values = fields.values
         if self._pending_step_time_s is not None:  # Megatron-Bridge prints `Step Time` just before
-            if elapsed_ms is None:
-                elapsed_ms = self._pending_step_time_s * 1000.0
-            if tflops is None:
-                tflops = self._pending_bridge_tflops
+            if values.get("elapsed_ms") is None:
+                values["elapsed_ms"] = self._pending_step_time_s * 1000.0
+            if values.get("tflops_per_gpu") is None:
+                values["tflops_per_gpu"] = self._pending_bridge_tflops
             self._pending_step_time_s = self._pending_bridge_tflops = None
-        tokens = fields.tokens_per_s_per_gpu
-        tokens_source: Literal["printed", "computed"] | None = "printed" if tokens is not None else None
-        if tokens is None:
-            tokens = self.computed_tokens_per_s(fields.gbs, elapsed_ms)
-            tokens_source = "computed" if tokens is not None else None
-        used_gib, usage_pct = fields.device_usage()
+        if values.get("tokens_per_s_per_gpu") is not None:
+            values["tokens_source"] = "printed"
+        else:
+            tokens = self.computed_tokens_per_s(values.get("gbs"), values.get("elapsed_ms"))
+            values["tokens_per_s_per_gpu"] = tokens
+            values["tokens_source"] = "computed" if tokens is not None else None
+        values["memory_used_gib"], values["memory_usage_pct"] = fields.device_usage()
         dialect = "megatron-bridge" if fields.dialect == "megatron-lm" and self.bridge_seen else fields.dialect
         return IterationRecord(
             file=self.file, line=line_no, text=text, dialect=dialect,
             iteration=int(found.group(1)), train_iters=int(found.group(2)), rank=rank_of(text[: found.start()]),
-            time_s=time_s, consumed_samples=fields.consumed_samples, skipped_samples=fields.skipped_samples,
-            elapsed_ms=elapsed_ms, elapsed_avg_ms=fields.elapsed_avg_ms,
-            tflops_per_gpu=tflops, tflops_avg_per_gpu=fields.tflops_avg_per_gpu,
-            tokens_per_s_per_gpu=tokens, tokens_avg_per_s_per_gpu=fields.tokens_avg_per_s_per_gpu,
-            tokens_source=tokens_source, lr=fields.lr, gbs=fields.gbs, losses=fields.losses,
-            loss_scale=fields.loss_scale, grad_norm=fields.grad_norm, num_zeros=fields.num_zeros,
-            params_norm=fields.params_norm, skipped_iterations=fields.skipped_iterations,
-            nan_iterations=fields.nan_iterations, memory_used_gib=used_gib, memory_usage_pct=usage_pct,
-            extra=fields.extra,
+            time_s=time_s, losses=fields.losses, extra=fields.extra, **values,
         )
 
     def computed_tokens_per_s(self, gbs: int | None, elapsed_ms: float | None) -> float | None:
