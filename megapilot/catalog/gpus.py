@@ -1,4 +1,5 @@
-"""GPU catalog: hardware.json (vendor peaks, with sources) plus the topology megapilot needs.
+"""GPU catalog: hardware.json (vendor peaks, with sources) plus gpu_formats.json (block-scaled format peaks,
+GPUs per node and per NVLink / Infinity Fabric domain, each with its source) and the scale-out figures below.
 
 Look-ups accept the catalog name (`H100-SXM5-80GB`) or a short alias (`h100`), case-insensitive.
 A user file (JSON list of GPUSpec fields, or hardware.json-style rows) overrides or extends it:
@@ -25,49 +26,75 @@ GPU_FILE_ENV = "MEGAPILOT_GPU_FILE"
 class _Topology:
     alias: str
     architecture: str
-    scaleup_domain_gpus: int
     scaleout_bw_gbps: float  # per GPU per direction: one 400 Gb/s NIC per GPU = 50 GB/s
     fill_in: dict[str, float]  # values hardware.json leaves null, with the reason in `note`
     note: str = ""
 
 
-# Fields hardware.json does not carry. Scale-out is one NIC per GPU: 200 Gb/s HDR on A100 systems,
+# Fields neither data file carries. Scale-out is one NIC per GPU: 200 Gb/s HDR on A100 systems,
 # 400 Gb/s NDR/CX7 on Hopper and MI300-class, 800 Gb/s CX8 on Blackwell Ultra.
 GPU_TOPOLOGY: dict[str, _Topology] = {
-    "A100-SXM4-80GB": _Topology("a100", "ampere", 8, 25.0, {}),
-    "H100-SXM5-80GB": _Topology("h100", "hopper", 8, 50.0, {}),
-    "H200-SXM-141GB": _Topology("h200", "hopper", 8, 50.0, {}),
+    "A100-SXM4-80GB": _Topology("a100", "ampere", 25.0, {}),
+    "H100-SXM5-80GB": _Topology("h100", "hopper", 50.0, {}),
+    "H200-SXM-141GB": _Topology("h200", "hopper", 50.0, {}),
     "H800-SXM5-80GB": _Topology(
-        "h800", "hopper", 8, 50.0,
+        "h800", "hopper", 50.0,
         {"bf16_dense_tflops": 989.4, "fp8_dense_tflops": 1978.9, "hbm_bw_tbps": 3.35,
          "scaleup_bw_gbps_bidir_per_gpu": 400.0},
         note="H800 peaks taken as H100 SXM (same GH100 die); NVLink export-limited to 400 GB/s bidirectional",
     ),
-    "B200": _Topology("b200", "blackwell", 8, 50.0, {}),
-    "GB200": _Topology("gb200", "blackwell", 72, 50.0, {}),
-    "B300": _Topology("b300", "blackwell", 8, 100.0, {}),
-    "GB300": _Topology("gb300", "blackwell", 72, 100.0, {}),
+    "B200": _Topology("b200", "blackwell", 50.0, {}),
+    "GB200": _Topology("gb200", "blackwell", 50.0, {}),
+    "B300": _Topology("b300", "blackwell", 100.0, {}),
+    "GB300": _Topology("gb300", "blackwell", 100.0, {}),
     "MI300X": _Topology(
-        "mi300x", "cdna3", 8, 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
+        "mi300x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
         note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
     ),
     "MI325X": _Topology(
-        "mi325x", "cdna3", 8, 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
+        "mi325x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
         note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
     ),
     "MI355X": _Topology(
-        "mi355x", "cdna4", 8, 50.0, {"bf16_dense_tflops": 2500.0, "scaleup_bw_gbps_bidir_per_gpu": 1075.0},
-        note="BF16 dense taken as FP8/2 (unverified); xGMI 7 x ~153 GB/s (secondary source)",
+        "mi355x", "cdna4", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 1075.0},
+        note="xGMI 7 x ~153 GB/s (secondary source)",
     ),
 }
+# Peaks gpu_formats.json may give: it fills a hardware.json null, or replaces a value it names in `replaces`.
+_PEAK_FIELDS = ("bf16_dense_tflops", "fp8_dense_tflops", "fp4_dense_tflops", "mxfp8_dense_tflops",
+                "nvfp4_dense_tflops", "mxfp4_dense_tflops")
+
+
+@lru_cache(maxsize=1)
+def gpu_formats() -> dict[str, dict[str, Any]]:
+    """gpu_formats.json's rows by GPU name (format peaks, GPUs per node and per scale-up domain, sources)."""
+    text = resources.files("megapilot.catalog").joinpath("data").joinpath("gpu_formats.json").read_text()
+    return {row["name"]: row for row in json.loads(text)["gpus"]}
+
+
+def _catalog_values(row: dict[str, Any], topo: _Topology) -> dict[str, Any]:
+    """hardware.json's row with the stated fill-ins and gpu_formats.json's figures laid over it."""
+    value = {**row, **{k: v for k, v in topo.fill_in.items() if row.get(k) is None}}
+    formats = gpu_formats().get(row["name"], {})
+    replaced = formats.get("replaces", {})
+    for key in _PEAK_FIELDS:
+        if key not in formats:
+            continue
+        if value.get(key) not in (None, formats[key], replaced.get(key)):
+            # A silent disagreement between the two files would hide which figure the estimate used.
+            raise ValueError(f"gpu_formats.json gives {row['name']} {key}={formats[key]} but hardware.json has "
+                             f"{value[key]}; name the old value under `replaces`")
+        value[key] = formats[key]
+    return value | {k: formats[k] for k in ("gpus_per_node", "scaleup_domain_gpus")}
 
 
 def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
     topo = GPU_TOPOLOGY.get(row["name"])
     if topo is None:  # a user row written directly in GPUSpec fields
         return GPUSpec(**row)
-    value = {**row, **{k: v for k, v in topo.fill_in.items() if row.get(k) is None}}
-    source = "; ".join(s for s in (row.get("verification", ""), topo.note) if s)
+    value = _catalog_values(row, topo)
+    formats_note = "format peaks and node/domain sizes: gpu_formats.json" if row["name"] in gpu_formats() else ""
+    source = "; ".join(s for s in (row.get("verification", ""), topo.note, formats_note) if s)
     return GPUSpec(
         name=row["name"],
         alias=topo.alias,
@@ -76,9 +103,13 @@ def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
         bf16_dense_tflops=value["bf16_dense_tflops"],
         fp8_dense_tflops=value.get("fp8_dense_tflops"),
         fp4_dense_tflops=value.get("fp4_dense_tflops"),
+        mxfp8_dense_tflops=value.get("mxfp8_dense_tflops"),
+        nvfp4_dense_tflops=value.get("nvfp4_dense_tflops"),
+        mxfp4_dense_tflops=value.get("mxfp4_dense_tflops"),
         hbm_gib=float(value["hbm_gb"]),  # HBM stacks are binary-sized: a "80 GB" part holds 80 GiB
         hbm_bw_tbps=value["hbm_bw_tbps"],
-        scaleup_domain_gpus=topo.scaleup_domain_gpus,
+        scaleup_domain_gpus=value["scaleup_domain_gpus"],
+        gpus_per_node=value["gpus_per_node"],
         scaleup_bw_gbps=value["scaleup_bw_gbps_bidir_per_gpu"] / 2,
         scaleout_bw_gbps=topo.scaleout_bw_gbps,
         source=source,

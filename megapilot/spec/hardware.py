@@ -36,9 +36,25 @@ class GPUSpec(BaseModel):
     bf16_dense_tflops: float = Field(gt=0, description="Dense BF16/FP16 tensor peak, TFLOP/s.")
     fp8_dense_tflops: float | None = Field(default=None, gt=0, description="Dense FP8 peak; None = no FP8.")
     fp4_dense_tflops: float | None = Field(default=None, gt=0, description="Dense FP4 peak; None = no FP4.")
+    mxfp8_dense_tflops: float | None = Field(
+        default=None, gt=0,
+        description="Dense MXFP8 peak (OCP FP8 with one E8M0 scale per 32 values), TFLOP/s; None = no MXFP8.",
+    )
+    nvfp4_dense_tflops: float | None = Field(
+        default=None, gt=0,
+        description="Dense NVFP4 peak (NVIDIA's E2M1 with one FP8 scale per 16 values), TFLOP/s; None = no NVFP4.",
+    )
+    mxfp4_dense_tflops: float | None = Field(
+        default=None, gt=0,
+        description="Dense MXFP4 peak (OCP E2M1 with one E8M0 scale per 32 values), TFLOP/s; None = no MXFP4.",
+    )
     hbm_gib: float = Field(gt=0, description="HBM capacity, GiB.")
     hbm_bw_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s.")
     scaleup_domain_gpus: int = Field(gt=0, description="GPUs in one NVLink / Infinity Fabric domain.")
+    gpus_per_node: int = Field(
+        default=8, gt=0,
+        description="GPUs in one node (one host): 8 on HGX / OAM baseboards, 4 on a GB200/GB300 compute tray.",
+    )
     scaleup_bw_gbps: float = Field(gt=0, description="Scale-up bandwidth per GPU per direction, GB/s.")
     scaleout_bw_gbps: float = Field(gt=0, description="Scale-out (IB/RoCE) bandwidth per GPU per direction, GB/s.")
     source: str = Field(default="", description="Where the numbers come from.")
@@ -92,5 +108,5 @@ class ClusterSpec(BaseModel):
 
 
 def default_gpus_per_node(gpu: GPUSpec) -> int:
-    """GPUs per node when not given: 4 on GB200/GB300 compute trays, else 8."""
-    return 4 if gpu.alias in ("gb200", "gb300") else 8
+    """GPUs per node when not given: the GPU's own node size (4 on GB200/GB300 compute trays, else 8)."""
+    return gpu.gpus_per_node

@@ -43,3 +43,65 @@ def test_gpus_cli_json(cli):
     result = cli("gpus", "--json")
     assert result.exit_code == 0
     assert {g["alias"] for g in result.json()} == set(ALIASES)
+
+
+# ---- block-scaled format peaks, node and NVLink-domain sizes (gpu_formats.json) ---------------------------------
+
+_FORMAT_FIELDS = ("mxfp8_dense_tflops", "nvfp4_dense_tflops", "mxfp4_dense_tflops")
+
+
+def test_every_catalog_gpu_has_its_node_and_domain_sizes_and_a_source_for_each_figure():
+    from megapilot.catalog.gpus import gpu_formats
+
+    rows = gpu_formats()
+    for spec in load_gpus().values():
+        row = rows[spec.name]
+        assert (spec.gpus_per_node, spec.scaleup_domain_gpus) == (row["gpus_per_node"], row["scaleup_domain_gpus"])
+        assert spec.scaleup_domain_gpus % spec.gpus_per_node == 0  # a node never straddles two domains
+        assert row["sources"]["topology"]
+        for field in (*_FORMAT_FIELDS, "bf16_dense_tflops", "fp4_dense_tflops"):
+            if field in row:
+                assert row["sources"][field], f"{spec.name} {field} has no source"
+
+
+def test_gb200_and_gb300_are_4_gpu_trays_in_a_72_gpu_nvlink_domain():
+    from megapilot.spec.hardware import ClusterSpec, default_gpus_per_node
+
+    for alias in ("gb200", "gb300"):
+        gpu = get_gpu(alias)
+        assert (gpu.gpus_per_node, gpu.scaleup_domain_gpus, default_gpus_per_node(gpu)) == (4, 72, 4)
+        assert ClusterSpec.from_gpu_count(gpu, 72).num_nodes == 18  # one NVL72 rack: 18 compute trays
+    assert default_gpus_per_node(get_gpu("b200")) == 8 and get_gpu("mi355x").gpus_per_node == 8
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_format_peaks_exist_exactly_where_the_architecture_runs_the_format(alias):
+    gpu = get_gpu(alias)
+    assert (gpu.mxfp8_dense_tflops is not None) == gpu.supports("mxfp8")
+    assert (gpu.nvfp4_dense_tflops is not None) == gpu.supports("nvfp4")
+    assert (gpu.mxfp4_dense_tflops is not None) == (gpu.architecture in ("blackwell", "cdna4"))
+    if gpu.mxfp8_dense_tflops is not None:  # block scales are applied inside the MMA: the FP8 rate
+        assert gpu.mxfp8_dense_tflops == gpu.fp8_dense_tflops
+    if gpu.mxfp4_dense_tflops is not None:  # the FP4 rate, twice FP8's on both vendors' parts
+        assert gpu.mxfp4_dense_tflops == gpu.fp4_dense_tflops >= 2 * (gpu.fp8_dense_tflops or 0)
+        assert gpu.nvfp4_dense_tflops in (None, gpu.fp4_dense_tflops)
+
+
+def test_mi355x_bf16_is_half_its_fp8_as_its_per_cu_rates_say():
+    gpu = get_gpu("mi355x")
+    assert gpu.bf16_dense_tflops == gpu.fp8_dense_tflops / 2 == 2500.0
+    assert get_gpu("b300").fp4_dense_tflops == 13125.0  # HGX B300 105 PF dense / 8, replacing 14000
+
+
+def test_a_figure_that_disagrees_with_hardware_json_without_naming_it_is_refused(monkeypatch):
+    from megapilot.catalog import gpus
+
+    row = next(r for r in json.loads(
+        (gpus.resources.files("megapilot.catalog") / "data" / "hardware.json").read_text()) if r["name"] == "B200")
+    formats = dict(gpus.gpu_formats())
+    monkeypatch.setattr(gpus, "gpu_formats", lambda: formats | {"B200": formats["B200"] | {"fp8_dense_tflops": 1.0}})
+    with pytest.raises(ValueError, match="replaces"):
+        gpus._row_to_spec(row)
+    named = formats["B200"] | {"fp8_dense_tflops": 4400.0, "replaces": {"fp8_dense_tflops": 4500.0}}
+    monkeypatch.setattr(gpus, "gpu_formats", lambda: formats | {"B200": named})
+    assert gpus._row_to_spec(row).fp8_dense_tflops == 4400.0

@@ -44,7 +44,8 @@ def saved_plan(cli, directory: Path) -> str:
 def test_gpus(cli, workdir):
     rows = json_of(cli, "gpus", "--json")
     assert set(rows[0]) == {"name", "alias", "vendor", "architecture", "bf16_dense_tflops", "fp8_dense_tflops",
-                            "fp4_dense_tflops", "hbm_gib", "hbm_bw_tbps", "scaleup_domain_gpus", "scaleup_bw_gbps",
+                            "fp4_dense_tflops", "mxfp8_dense_tflops", "nvfp4_dense_tflops", "mxfp4_dense_tflops",
+                            "hbm_gib", "hbm_bw_tbps", "scaleup_domain_gpus", "gpus_per_node", "scaleup_bw_gbps",
                             "scaleout_bw_gbps", "source", "precisions"}
 
 
