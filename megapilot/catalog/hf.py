@@ -515,6 +515,25 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
     return fields
 
 
+def llama4_vision_params(config: HFConfig) -> int:
+    """Parameters of a Llama 4 checkpoint outside its text model: the vision encoder, its pixel-shuffle adapter
+    and the projector into the text width (Hugging Face modeling_llama4.py). Published Llama 4 totals (109B, 400B)
+    count them; Megatron's pretrain_gpt.py builds the text model only, so a like-for-like comparison adds them."""
+    vision = _required(config, "vision_config")
+    hidden, width = _required_int(vision, "hidden_size"), _required_int(vision, "intermediate_size")
+    patch, channels = _required_int(vision, "patch_size"), _optional_int(vision, "num_channels") or 3
+    positions = (_required_int(vision, "image_size") // patch) ** 2 + 1  # the patches and the class token
+    layer = 4 * (hidden * hidden + hidden) + (hidden * width + width) + (width * hidden + hidden) + 2 * 2 * hidden
+    encoder = (channels * patch * patch * hidden  # unfold-convolution patch embedding, no bias
+               + hidden + positions * hidden  # class embedding and learned positions
+               + 2 * 2 * hidden  # LayerNorms before and after the encoder
+               + _required_int(vision, "num_hidden_layers") * layer)
+    adapter = (width * _required_int(vision, "projector_input_dim")
+               + _required_int(vision, "projector_output_dim") ** 2)
+    text_hidden = _required_int(config.get("text_config") or {}, "hidden_size")
+    return encoder + adapter + _required_int(vision, "vision_output_dim") * text_hidden
+
+
 def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     """Nemotron-H / Nemotron 3: a Mamba-2 hybrid (`hybrid_override_pattern` over M, *, -, E), squared-ReLU MLPs,
     attention without position embeddings, and (Nemotron 3) MoE layers with a shared expert and a sigmoid router

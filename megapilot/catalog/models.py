@@ -35,6 +35,9 @@ class ModelPreset:
     aliases: tuple[str, ...] = ()
     published_params_b: float | None = None
     lookup_keys: tuple[str, ...] = field(default=(), repr=False)
+    # Parameters the published size counts that the spec does not build (Llama 4's vision encoder and projector):
+    # added to the spec's count before the two are compared, so that like is compared with like.
+    published_extra_params: int = 0
 
 
 def lookup_key(name: str) -> str:
@@ -59,9 +62,10 @@ def _preset_from_entry(entry: dict[str, Any]) -> ModelPreset:
     source = str(entry.pop("source"))
     aliases = tuple(entry.pop("aliases", ()) or ())
     published = entry.pop("published_params_b", None)
+    extra = int(entry.pop("published_extra_params", 0))
     spec = ModelSpec(**entry)
     keys = tuple(lookup_key(n) for n in (spec.name, *aliases))
-    return ModelPreset(spec, source, aliases, published, keys)
+    return ModelPreset(spec, source, aliases, published, keys, extra)
 
 
 @lru_cache(maxsize=1)

@@ -221,6 +221,27 @@ def test_llama4_scout_reads_the_text_config_with_shared_expert_and_sigmoid_route
     assert abs(counts.active / 17e9 - 1) < 0.02
 
 
+def test_llama4_published_total_is_text_model_plus_vision_encoder_and_projector():
+    from megapilot.catalog import get_preset
+    from megapilot.catalog.hf import llama4_vision_params
+    from megapilot.estimate.params import count_params
+
+    config = _config("Llama-4-Scout-17B-16E-Instruct")
+    vision = llama4_vision_params(config)
+    # 34 encoder layers of 1408 wide (biased q/k/v/o, biased 5632 MLP, two LayerNorms), patch embedding, class
+    # token, 577 learned positions, two outer LayerNorms, the 5632->4096->4096 adapter, the 4096->5120 projector.
+    per_layer = 4 * (1408 * 1408 + 1408) + 2 * 1408 * 5632 + 5632 + 1408 + 4 * 1408
+    assert vision == 34 * per_layer + 3 * 14 * 14 * 1408 + 1408 + 577 * 1408 + 4 * 1408 + 5632 * 4096 \
+        + 4096 * 4096 + 4096 * 5120
+    text = count_params(from_hf_config(config, "scout")).total
+    assert abs((text + vision) / 109e9 - 1) < 0.005 < abs(text / 109e9 - 1)  # like with like: within 0.5 %
+    for name in ("llama4-scout", "llama4-maverick"):  # one vision tower in both checkpoints
+        assert get_preset(name).published_extra_params == vision
+    with pytest.raises(MegapilotError) as missing:
+        llama4_vision_params({k: v for k, v in config.items() if k != "vision_config"})
+    assert missing.value.field == "vision_config"
+
+
 def test_phi3_maps_like_llama_and_qwen3_next_is_refused_naming_its_deltanet_field():
     phi3 = {"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "num_hidden_layers": 32,
             "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
