@@ -176,3 +176,16 @@ def test_cli_one_model_table_shows_its_exact_breakdown(cli):
     result = cli("models", str(HF_CONFIGS / "gpt2.json"))
     assert result.exit_code == 0
     assert "124,439,808" in result.stdout and f"{(50_257 + 1024) * 768:,}" in result.stdout
+
+
+def test_kimi_k2_count_against_its_three_published_sizes():
+    preset = get_preset("kimi-k2")
+    counts = count_params(preset.spec)
+    assert abs(counts.main_model / 1.03e12 - 1) < 0.005  # the Hub's 1.03T (and the card's "1T")
+    # The card's 32B active is the count without the input embedding, as DeepSeek-V2-Lite's 2.4B is.
+    assert round(counts.active_without_input_embedding / 1e9) == 32 != round(counts.active / 1e9)
+    # The report's 1.04T is 1.3 % above the released model; with one MTP module (not in the released config)
+    # the count is 1.0436T.
+    assert abs(counts.main_model / 1.04e12 - 1) > 0.01
+    with_mtp = count_params(preset.spec.model_copy(update={"mtp_num_layers": 1}))
+    assert abs(with_mtp.total / 1.04e12 - 1) < 0.005 and preset.spec.mtp_num_layers == 0
