@@ -189,3 +189,20 @@ def test_kimi_k2_count_against_its_three_published_sizes():
     assert abs(counts.main_model / 1.04e12 - 1) > 0.01
     with_mtp = count_params(preset.spec.model_copy(update={"mtp_num_layers": 1}))
     assert abs(with_mtp.total / 1.04e12 - 1) < 0.005 and preset.spec.mtp_num_layers == 0
+
+
+NEWER_FAMILIES = ["gpt-oss-20b", "gpt-oss-120b", "llama4-scout", "llama4-maverick", "kimi-k2", "phi3-mini",
+                  "phi3-medium", "qwen2.5-7b", "qwen2.5-72b", "nemotron3-nano", "nemotron-h-8b", "nemotron-h-56b"]
+
+
+@pytest.mark.parametrize(("name", "gpu", "precision"), [
+    *[(name, "h100", "bf16") for name in NEWER_FAMILIES],
+    ("nemotron-h-8b", "gb200", "nvfp4"), ("gpt-oss-20b", "mi355x", "mxfp8"), ("kimi-k2", "b300", "fp8"),
+])
+def test_estimate_answers_for_each_newer_family(cli, name, gpu, precision):
+    result = cli("estimate", "--model", name, "--gpu", gpu, "--gpus", "8", "--gbs", "8", "--seq-len", "4096",
+                 "--precision", precision, "--json")
+    assert result.exit_code == 0, result.stderr
+    estimate = result.json()
+    assert estimate["params"]["total"] == count_params(get_model(name)).total
+    assert estimate["step_time_s"] > 0 and 0 < estimate["mfu"] < 1
