@@ -392,13 +392,27 @@ def test_nemotron_h_56b_has_the_layer_mix_its_card_states():
     assert model.mamba is not None and model.mamba.inner_size(model.hidden_size) == 2 * model.hidden_size
 
 
+# NVIDIA-Nemotron-3-Super-120B-A12B's shape as Megatron-Bridge's Nemotron3SuperProvider states it (88 layers: 40
+# Mamba-2, 40 latent MoE, 8 attention; 512 experts, top-22, latent width 1024; an "*E" MTP block), over the Nano's
+# config for the fields the two share.
+NEMOTRON3_SUPER = _config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {
+    "num_hidden_layers": 88, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2,
+    "hybrid_override_pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
+                               "EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+    "mamba_num_heads": 128, "intermediate_size": 2688, "moe_intermediate_size": 2688, "n_routed_experts": 512,
+    "num_experts_per_tok": 22, "moe_shared_expert_intermediate_size": 5376, "routed_scaling_factor": 5.0,
+    "moe_latent_size": 1024, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E",
+}
+
+
 def test_nemotron3_super_latent_moe_and_hybrid_mtp_are_refused_by_field():
-    # Nemotron 3 Super's fields as Megatron-Bridge's Nemotron3SuperProvider and the public NemotronHConfig state them.
-    nano = _config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
-    assert _refusal(nano | {"moe_latent_size": 1024}).field == "moe_latent_size"
-    mtp = nano | {"num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"}
-    assert _refusal(mtp).field == "num_nextn_predict_layers"
-    assert from_hf_config(nano | {"mtp_hybrid_override_pattern": "*E", "num_nextn_predict_layers": 0}, "n").moe
+    assert _refusal(NEMOTRON3_SUPER).field == "moe_latent_size"
+    without_latent = NEMOTRON3_SUPER | {"moe_latent_size": None}
+    assert _refusal(without_latent).field == "num_nextn_predict_layers"
+    # What is left once both are gone is a hybrid the importer builds; a default MTP pattern alone builds nothing.
+    plain = without_latent | {"num_nextn_predict_layers": 0}
+    model = from_hf_config(plain, "super-without-latent-and-mtp")
+    assert model.moe is not None and model.moe.num_experts == 512 and model.num_moe_layers == 40
 
 
 # ---- Llama-Nemotron (DeciLM block configs) ---------------------------------------------------------------------
