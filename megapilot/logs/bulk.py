@@ -37,12 +37,14 @@ statistics, which this package does not have.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
-from megapilot.logs.lines import CHUNK_BYTES, LineSplitter
+from megapilot.errors import MegapilotError
+from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES
 from megapilot.logs.parser import (
     DEEPSPEED_FORK_KEYS,
     RECORD_NEEDLES,
@@ -52,7 +54,35 @@ from megapilot.logs.parser import (
 )
 from megapilot.logs.records import Evidence, Record
 from megapilot.logs.signatures import TRIGGERS
-from megapilot.logs.summary import IterationRow, SummaryBuilder
+from megapilot.logs.summary import RESERVOIR_SIZE, WARMUP_CAP, IterationRow, SummaryBuilder
+
+try:
+    from megapilot.logs import _scan
+
+    COMPILED_BUILT = True
+except ImportError:  # installed without a C compiler: the pure-Python engine reads everything
+    COMPILED_BUILT = False
+
+ENGINE_ENV = "MEGAPILOT_LOG_ENGINE"
+ENGINES = ("compiled", "python")
+
+
+def choose_engine(requested: str | None = None) -> str:
+    """The engine a reader uses: `requested`, else $MEGAPILOT_LOG_ENGINE, else the compiled one when it is built."""
+    value = (requested if requested is not None else os.environ.get(ENGINE_ENV, "")).strip().lower()
+    if not value:
+        return "compiled" if COMPILED_BUILT else "python"
+    if value not in ENGINES:
+        raise MegapilotError(f"unknown log engine {value!r}", field=ENGINE_ENV,
+                             fix="set it to 'compiled' or 'python', or unset it")
+    if value == "compiled" and not COMPILED_BUILT:
+        raise MegapilotError("the compiled log scanner (megapilot.logs._scan) is not built", field=ENGINE_ENV,
+                             fix="rebuild it with `make setup` (needs a C compiler), or set it to 'python'")
+    return value
+
+
+# The engine readers use unless told otherwise (chosen at import; an invalid setting is reported when reading).
+ENGINE = "compiled" if COMPILED_BUILT and os.environ.get(ENGINE_ENV, "").strip().lower() != "python" else "python"
 
 
 class RecordSink(Protocol):
@@ -83,9 +113,11 @@ _KEY = rb"[a-z0-9_]+(?: [a-z0-9_]+)*"  # lowercase, no outer space: the line par
 # Keys whose value reaches the summary or the dialect: never accepted among the free fields, so that
 # the regex's groups are the values the line parser would keep (it keeps the last of repeated keys).
 # Keys that make the line parser name a fork's dialect are excluded the same way.
-_SUMMARY_KEYS = (rb"(?:lm loss|loss|tflops|global batch size|number of skipped iterations|"
-                 rb"number of nan iterations|mem usages|consumed samples|skipped samples|"
-                 + b"|".join(re.escape(key.encode()) for key in sorted(DEEPSPEED_FORK_KEYS)) + rb")")
+SUMMARY_KEY_NAMES: tuple[str, ...] = (
+    "lm loss", "loss", "tflops", "global batch size", "number of skipped iterations", "number of nan iterations",
+    "mem usages", "consumed samples", "skipped samples", *sorted(DEEPSPEED_FORK_KEYS),
+)
+_SUMMARY_KEYS = rb"(?:" + b"|".join(re.escape(key.encode()) for key in SUMMARY_KEY_NAMES) + rb")"
 
 # The Megatron-LM `training_log` line (2022 to today), from `iteration` to the end of the line.
 FAST_ITERATION_RE = re.compile(
@@ -124,17 +156,66 @@ def _needle_regex(needles: tuple[str, ...]) -> re.Pattern[bytes]:
 
 # Matched against lowercased bytes: every needle is lowercase, as the parser compares lowercased text
 # (a superset where the parser is case-sensitive: more lines parsed, never fewer).
-PARSER_NEEDLE_RE = _needle_regex(tuple(sorted(set(RECORD_NEEDLES) | set(TRIGGERS))))
+PARSER_NEEDLES: tuple[str, ...] = tuple(sorted(set(RECORD_NEEDLES) | set(TRIGGERS)))
+PARSER_NEEDLE_RE = _needle_regex(PARSER_NEEDLES)
+
+# Needle occurrences the compiled engine may skip in summary-only mode, with the rule that makes them harmless
+# (keep in step with `LineParser.feed` and `_structured`): on a line without any other needle, `.:` and `time (ms)`
+# can only give timer records, which summary-only collection drops (a `save-checkpoint` timer, the one it keeps,
+# holds the `checkpoint` needle); `memory (MB)` gives an allocator memory record, dropped too (`memory (GB)` marks
+# Megatron-Bridge, so it is parsed); `iteration` counts only where ITERATION_RE can match (`iteration 5/ 10 |`;
+# `(after 100 iterations)` cannot). A trigger of the error signatures is never skipped.
+SUMMARY_INERT_NEEDLES: dict[str, tuple[str, str]] = {
+    ".:": ("always", ""), "time (ms)": ("always", ""), "memory (": ("before suffix", "mb)"),
+    "iteration": ("unless iteration record", ""),
+}
+
+
+def _new_scanner() -> _scan.Scanner:
+    rules = {"always": _scan.INERT_ALWAYS, "before suffix": _scan.INERT_BEFORE_SUFFIX,
+             "unless iteration record": _scan.INERT_UNLESS_ITERATION}
+    needles = []
+    for needle in PARSER_NEEDLES:
+        rule, suffix = SUMMARY_INERT_NEEDLES.get(needle, ("never", ""))
+        inert = _scan.INERT_NEVER if needle in TRIGGERS else rules.get(rule, _scan.INERT_NEVER)
+        needles.append((needle.encode("latin-1"), inert, suffix.encode("latin-1")))
+    keys = tuple(key.encode("latin-1") for key in SUMMARY_KEY_NAMES)
+    return _scan.Scanner(tuple(needles), keys, RESERVOIR_SIZE, WARMUP_CAP)
+
+
+class _BlockSplitter:
+    """`LineSplitter.feed_bytes` without its newline count and its copy of the block: the same blocks, the same cut
+    of over-long lines, as (buffer, end) with buffer[:end] the complete lines; the reader counts lines as it reads."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> tuple[bytes, int] | None:
+        buffer = self._tail + chunk if self._tail else chunk
+        cut = buffer.rfind(b"\n")
+        if cut < 0:
+            self._tail = buffer[:MAX_LINE_BYTES]
+            return None
+        self._tail = buffer[cut + 1:cut + 1 + MAX_LINE_BYTES]
+        return buffer, cut + 1
+
+    def flush(self) -> bytes | None:
+        """The unterminated last line, if any."""
+        tail, self._tail = self._tail, b""
+        return tail or None
 
 
 class BulkReader:
-    """Reads one binary stream into a sink, with one `LineParser` for the file's state."""
+    """Reads one binary stream into a sink, with one `LineParser` for the file's state, by the engine chosen
+    (`choose_engine`): the compiled scanner, or the pure-Python one it falls back to."""
 
-    def __init__(self, sink: RecordSink, parser: LineParser) -> None:
+    def __init__(self, sink: RecordSink, parser: LineParser, engine: str | None = None) -> None:
         self.sink = sink
         self.parser = parser
         self.summary = sink.summary
         self.dialects = sink.dialects
+        self.engine = choose_engine(engine)
+        self._scanner = _new_scanner() if self.engine == "compiled" else None
         self.lines_read = 0
         self.last_line: tuple[int, str] | None = None
         # Lazy timestamps of the current block: the parser's latest-time candidates (prefix bytes of
@@ -145,7 +226,8 @@ class BulkReader:
         self._block = b""
         self._line_pos = 0
         self._line_no = 0
-        self._splitter = LineSplitter()
+        self._lines_done = 0
+        self._splitter = _BlockSplitter()
 
     def read(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> SourceEnd:
         while chunk := stream.read(chunk_bytes):
@@ -155,32 +237,97 @@ class BulkReader:
     def feed(self, chunk: bytes) -> None:
         """More bytes of the stream (any size; a line split across chunks is joined). Lets a follower hand over
         only what a file gained since its last poll."""
-        block = self._splitter.feed_bytes(chunk)
+        block = self._splitter.feed(chunk)
         if block is not None:
-            self.block(block[0], block[1])
+            self._read_block(*block)
 
     def end(self) -> SourceEnd:
         """The stream ended: its unterminated last line is read, and what the source contributes is returned."""
-        tail = self._splitter.flush_bytes()
+        tail = self._splitter.flush()
         if tail is not None:
-            self.block(tail[0], tail[1])
+            self._read_block(tail + b"\n", len(tail) + 1)
         return self._end()
 
     # ---- one block of complete lines --------------------------------------------------------------
-    def block(self, first_line_no: int, data: bytes) -> None:
-        """Lines `first_line_no`... of the file: `data` is their bytes without the final newline."""
-        block = self._block = data + b"\n"
-        self._line_pos, self._line_no = 0, first_line_no
+    def _read_block(self, block: bytes, end: int) -> None:
+        """block[:end] holds the next complete lines of the file, each ending with a newline."""
+        self._block = block
+        self._line_pos, self._line_no = 0, self._lines_done + 1
+        if self._scanner is not None:
+            self._compiled_range(0, end)
+        else:
+            self._python_range(0, end)
+        self._resolve_times()
+        self._lines_done = self._line_number_at(end) - 1
+        self._note_tail(block, end - 1, self._lines_done)
+
+    def _compiled_range(self, start: int, end: int) -> None:
+        """block[start:end] by the compiled scanner; each line it hands back goes through `_python_range`."""
+        block, pos = self._block, start
+        while pos < end:
+            if self.parser.reads_every_line:  # a traceback or an `arguments` block: line by line, as Python does
+                line_end = block.index(b"\n", pos) + 1
+                self._python_range(pos, line_end)
+                pos = line_end
+                continue
+            assert self._scanner is not None
+            self._resolve_times()  # rows and times the Python side holds reach the summary first
+            self._line_number_at(pos)
+            stop, line_start, line_end, newlines, rows = self._scanner.scan(
+                block, pos, end, self.summary, self._token_shape(), self.parser.awaits_step_line)
+            self._line_no += newlines
+            self._line_pos = line_start
+            if rows:
+                self.dialects["megatron-bridge" if self.parser.bridge_seen else "megatron-lm"] += rows
+            self._resolve_scanned_times()
+            if stop == _scan.STOP_END:
+                return
+            if stop == _scan.STOP_FALLBACK:  # a count past 64 bits: Python reads the rest of this source
+                self._scanner, self.engine = None, "python"
+                self._python_range(pos, end)
+                return
+            self._python_range(line_start, line_end)
+            pos = line_end
+
+    def _token_shape(self) -> tuple[int, int, int] | None:
+        """What `LineParser.computed_tokens_per_s` computes from: (seq, world, default GBS; 0 for unknown)."""
+        parser = self.parser
+        if not parser.computes_tokens:
+            return None
+        return parser.seq_length or 0, parser.world_size or 0, parser.global_batch_size or 0
+
+    def _resolve_scanned_times(self) -> None:
+        """The compiled scan's lazy timestamps: the last line or prefix with a time sets the parser's latest
+        time, the last counted prefix with one the summary's."""
+        assert self._scanner is not None
+        scanner, block = self._scanner, self._block
+        while (candidate := scanner.pop_time()) is not None:
+            kind, start, end = candidate
+            text = block[start:end].decode("ascii")
+            time_s = prefix_time(text) if kind == _scan.TIME_PREFIX else leading_time(text)
+            if time_s is not None:
+                self.parser.last_time_s = time_s
+                break
+        while (span := scanner.pop_counted()) is not None:
+            time_s = prefix_time(block[span[0]:span[1]].decode("ascii"))
+            if time_s is not None:
+                self.summary.note_last_time(time_s)
+                break
+
+    def _python_range(self, start: int, end: int) -> None:
+        """block[start:end] (whole lines) by the pure-Python engine: one regex search for iteration lines, the
+        needle regex for the lines between them."""
+        block = self._block
         parser, summary = self.parser, self.summary
         rows_append, time_candidates_append = self._rows.append, self._time_candidates.append
         computes_tokens = parser.computes_tokens
         needs_first_time = not summary.has_first_time
         word_bytes, rfind = _WORD_BYTES, block.rfind
-        pos = 0
-        for found in FAST_ITERATION_RE.finditer(block):
-            start = found.start()
-            line_start = rfind(b"\n", 0, start) + 1
-            prefix = block[line_start:start]
+        pos = start
+        for found in FAST_ITERATION_RE.finditer(block, start, end):
+            match_start = found.start()
+            line_start = rfind(b"\n", 0, match_start) + 1
+            prefix = block[line_start:match_start]
             if prefix and (not prefix.isascii() or b"\x1b" in prefix or b"\r" in prefix or b"iteration" in prefix
                            or b"[rank-" in prefix or prefix[-1] in word_bytes):
                 continue  # stays in the gap: the line parser reads it (ANSI, \r, Primus prefix, no word boundary)
@@ -205,10 +352,8 @@ class BulkReader:
                 needs_first_time = not summary.has_first_time
             else:
                 rows_append(row)
-        if pos < len(block):
-            self._gap(pos, len(block))
-        self._resolve_times()
-        self._note_tail(data, first_line_no + data.count(b"\n"))
+        if pos < end:
+            self._gap(pos, end)
 
     def _add_with_time(self, row: IterationRow) -> None:
         self.summary.add_row(row, time_s=prefix_time(row.time_key.decode("ascii")))
@@ -300,8 +445,8 @@ class BulkReader:
         return None
 
     # ---- what the line path counts at the end -------------------------------------------------------
-    def _note_tail(self, data: bytes, last_line_no: int) -> None:
-        lines_read, last_line = _last_line_facts(data, last_line_no)
+    def _note_tail(self, block: bytes, end: int, last_line_no: int) -> None:
+        lines_read, last_line = _last_line_facts(block, end, last_line_no)
         if lines_read is not None:
             self.lines_read = lines_read
         if last_line is not None:
@@ -313,13 +458,13 @@ class BulkReader:
                          self.parser.last_time_s, self.parser.framework_hints)
 
 
-def _last_line_facts(data: bytes, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
-    """Within `data` (lines without the final newline, the last one numbered `last_line_no`): the number
+def _last_line_facts(data: bytes, end: int, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
+    """Within data[:end] (lines without the final newline, the last one numbered `last_line_no`): the number
     of the last line the line path yields (a line of nothing but `\r` yields no segment), and the
     (number, text) of the last non-empty line or `\r` segment. Walks back from the end."""
     lines_read: int | None = None
     last: tuple[int, str] | None = None
-    end, line_no = len(data), last_line_no
+    line_no = last_line_no
     while True:
         start = data.rfind(b"\n", 0, end) + 1
         line = data[start:end]
@@ -337,6 +482,7 @@ def _last_line_facts(data: bytes, last_line_no: int) -> tuple[int | None, tuple[
         end, line_no = start - 1, line_no - 1
 
 
-def read_bulk(sink: RecordSink, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> SourceEnd:
+def read_bulk(sink: RecordSink, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES,
+              engine: str | None = None) -> SourceEnd:
     """Parse a whole binary stream in summary-only mode into `sink` (see the module docstring)."""
-    return BulkReader(sink, parser).read(stream, chunk_bytes)
+    return BulkReader(sink, parser, engine).read(stream, chunk_bytes)

@@ -69,9 +69,18 @@ class _Running:
         elif self.count == self._next_replace:
             # Li's "Algorithm L": jump straight to the next item that enters the reservoir, so the
             # random generator is called O(k log(n/k)) times instead of once per item.
-            self._reservoir[self._random.randrange(RESERVOIR_SIZE)] = value
+            self._reservoir[self._below(RESERVOIR_SIZE)] = value
             self._weight *= math.exp(math.log(self._random.random()) / RESERVOIR_SIZE)
             self._next_replace = self.count + self._skip()
+
+    def _below(self, n: int) -> int:
+        """A uniform integer in [0, n): the draw `random.Random.randrange(n)` makes (getrandbits of n's bit length
+        until one is below n), spelled out because the compiled log scanner makes the same draws in C."""
+        bits = n.bit_length()
+        index = self._random.getrandbits(bits)
+        while index >= n:
+            index = self._random.getrandbits(bits)
+        return index
 
     def _skip(self) -> int:
         return int(math.log(self._random.random() or 1e-300) / math.log(1 - self._weight)) + 1

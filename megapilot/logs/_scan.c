@@ -1,0 +1,1129 @@
+/* megapilot.logs._scan: the compiled engine of summary-only log reading (megapilot/logs/bulk.py).
+
+One call, Scanner.scan, walks a block of complete lines and does in C what the pure-Python engine does
+with regexes and SummaryBuilder.add_rows:
+
+- A canonical Megatron-LM iteration line (FAST_ITERATION_RE's language, its prefix rules) is parsed by
+  a hand-written matcher and folded straight into the summary's state: the same integer and float
+  operations, in the same order, as SummaryBuilder.add_rows, so every double is bit-identical.
+- Any other line is checked for the needles the line parser reacts to (passed in from Python) and for
+  control or non-ASCII bytes. A needle occurrence may be declared inert (its only effect in summary-only
+  mode is a record the collector drops): such lines are skipped like needle-free lines.
+- Whatever needs Python stops the scan at that line: a line with a live needle, an iteration line the
+  matcher is not sure of, a row bound for the warm-up head or carrying the first timestamp, a number that
+  would overflow. Python handles that line exactly as the pure-Python engine does, then scans on.
+
+Timestamps stay lazy: the spans of lines and prefixes that may hold one (a cheap shape test, a necessary
+condition of the Python regex) are kept, and Python reads only the last ones (pop_time, pop_counted).
+Numbers: decimal text with at most 15 significant digits and a small exponent is converted by one exact
+IEEE division or multiplication (correctly rounded, as Python's float() is); anything else goes through
+PyOS_string_to_double, the function float() itself uses. Build without -ffast-math and with
+-ffp-contract=off: a fused multiply-add would change the Welford sums. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+enum { STOP_END = 0, STOP_LINE = 1, STOP_FALLBACK = 2 };
+enum { TIME_PREFIX = 0, TIME_LINE = 1 };
+enum { INERT_NEVER = 0, INERT_ALWAYS = 1, INERT_BEFORE_SUFFIX = 2, INERT_UNLESS_ITERATION = 3 };
+
+#define MAX_EXACT_INT 9007199254740992LL /* 2**53 */
+
+typedef struct {
+    Py_ssize_t start, end;
+    int kind;
+} Span;
+
+typedef struct {
+    Span *items;
+    Py_ssize_t size, capacity;
+} Spans;
+
+typedef struct {
+    char *text;
+    Py_ssize_t length;
+    int rule;
+    char *suffix;
+    Py_ssize_t suffix_length;
+} Needle;
+
+typedef struct {
+    PyObject_HEAD
+    Needle *needles;
+    Py_ssize_t needle_count;
+    Py_ssize_t first_start[257]; /* needles sorted by first byte: those starting with byte b are [first_start[b], first_start[b + 1]) */
+    uint64_t pairs[1024];        /* bit (a << 8 | b): some needle starts with the two bytes a, b */
+    int has_short_needle;        /* a needle of one byte: the pair filter cannot be used */
+    char **keys;                 /* field keys the free-field loop must not accept (the summary's own) */
+    Py_ssize_t *key_lengths;
+    Py_ssize_t key_count;
+    uint64_t key_lengths_by_first[256]; /* bit n of entry b: an excluded key of n bytes starts with b (a quick no) */
+    long long reservoir_size, warmup_cap;
+    Spans times, counted;
+} Scanner;
+
+/* ---- the summary's state, loaded from SummaryBuilder at the start of a scan and stored back at its end ---- */
+typedef struct {
+    long long logged, counted, max_counted, first_iteration, train_iters, nan_total, skipped_total;
+    long long checkpoint_dropped, count, next_replace, tokens_count, tflops_count;
+    int has_max, has_first_iteration, has_train_iters, has_nan_total, has_skipped_total, save_pending;
+    int has_first_loss, has_final_loss, has_min_loss, needs_first_time;
+    double first_loss, final_loss, min_loss, mean, m2, minimum, maximum, tokens_total, tflops_total;
+    Py_ssize_t head_length;
+    double weight;                                 /* `_Running._weight` (Li's Algorithm L), once the reservoir is full */
+    PyObject *after, *reservoir, *tokens, *tflops; /* owned during a scan */
+    PyObject *random, *getrandbits;                /* the summary's generator's methods, fetched when first needed */
+} State;
+
+typedef struct {
+    long long iteration, train_iters, gbs, skipped, nan;
+    double elapsed, tflops, loss;
+    int has_tflops, loss_finite, has_loss;
+} Row;
+
+static PyObject *s_max_counted, *s_counted, *s_logged, *s_train_iters, *s_first_iteration, *s_first_loss;
+static PyObject *s_final_loss, *s_min_loss, *s_nan_iterations, *s_skipped_iterations, *s_save_pending;
+static PyObject *s_checkpoint_dropped, *s_head, *s_after_head, *s_tokens_after_head, *s_tflops_after_head;
+static PyObject *s_first_time, *s_count, *s_mean, *s_m2, *s_minimum, *s_maximum, *s_reservoir, *s_next_replace;
+static PyObject *s_total, *s_random, *s_weight, *s_random_method, *s_getrandbits;
+
+static const double POWERS_OF_TEN[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                         1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* ---- spans ------------------------------------------------------------------------------------------------ */
+static int spans_push(Spans *spans, Py_ssize_t start, Py_ssize_t end, int kind) {
+    if (spans->size == spans->capacity) {
+        Py_ssize_t capacity = spans->capacity ? spans->capacity * 2 : 256;
+        Span *items = PyMem_Realloc(spans->items, (size_t)capacity * sizeof(Span));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        spans->items = items;
+        spans->capacity = capacity;
+    }
+    spans->items[spans->size].start = start;
+    spans->items[spans->size].end = end;
+    spans->items[spans->size].kind = kind;
+    spans->size++;
+    return 0;
+}
+
+/* ---- timestamps: a necessary condition of TIMESTAMP_RE (\d{4}-?\d\d-?\d\d[ T_]\d\d:\d\d:\d\d) --------------- */
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+static int digits_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n, Py_ssize_t count) {
+    if (at + count > n) return 0;
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (!is_digit(p[at + i])) return 0;
+    return 1;
+}
+
+/* Whether a timestamp's shape starts at p[at] and ends by p[n]: date with or without dashes, then the time. */
+static int clock_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    if (at >= n || (p[at] != ' ' && p[at] != 'T' && p[at] != '_')) return 0;
+    return digits_at(p, at + 1, n, 2) && at + 3 < n && p[at + 3] == ':' && digits_at(p, at + 4, n, 2) &&
+           at + 6 < n && p[at + 6] == ':' && digits_at(p, at + 7, n, 2);
+}
+
+static int day_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    if (at < n && p[at] == '-' && digits_at(p, at + 1, n, 2) && clock_at(p, at + 3, n)) return 1;
+    return digits_at(p, at, n, 2) && clock_at(p, at + 2, n);
+}
+
+static int timestamp_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    if (!digits_at(p, at, n, 4)) return 0;
+    at += 4;
+    if (at < n && p[at] == '-' && digits_at(p, at + 1, n, 2) && day_at(p, at + 3, n)) return 1;
+    return digits_at(p, at, n, 2) && day_at(p, at + 2, n);
+}
+
+static int has_timestamp(const unsigned char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i + 17 <= n; i++) /* the shortest form (no dashes) is 17 bytes */
+        if (is_digit(p[i]) && timestamp_at(p, i, n)) return 1;
+    return 0;
+}
+
+/* leading_time's condition: a digit in the first 40 characters and a timestamp within the first 96. */
+static int may_lead_with_time(const unsigned char *p, Py_ssize_t n) {
+    Py_ssize_t head = n < 96 ? n : 96, digits = n < 40 ? n : 40, i;
+    for (i = 0; i < digits && !is_digit(p[i]); i++) {
+    }
+    return i < digits && has_timestamp(p, head);
+}
+
+/* ---- numbers ---------------------------------------------------------------------------------------------- */
+/* float() of text[0:n] (digits, optional sign, point and exponent, as matched), exactly. */
+static int to_double(const char *text, Py_ssize_t n, double *out) {
+    Py_ssize_t i = 0;
+    int negative = 0, significant = 0, exponent = 0, exponent_negative = 0, exponent_digits = 0;
+    uint64_t mantissa = 0;
+    if (text[i] == '+' || text[i] == '-') negative = text[i++] == '-';
+    for (; i < n && is_digit((unsigned char)text[i]); i++) {
+        if (mantissa || text[i] != '0') significant++;
+        mantissa = mantissa * 10 + (uint64_t)(text[i] - '0');
+        if (significant > 15) goto slow;
+    }
+    if (i < n && text[i] == '.') {
+        for (i++; i < n && is_digit((unsigned char)text[i]); i++) {
+            if (mantissa || text[i] != '0') significant++;
+            mantissa = mantissa * 10 + (uint64_t)(text[i] - '0');
+            exponent--;
+            if (significant > 15) goto slow;
+        }
+    }
+    if (i < n && (text[i] == 'e' || text[i] == 'E')) {
+        int value = 0;
+        i++;
+        if (text[i] == '+' || text[i] == '-') exponent_negative = text[i++] == '-';
+        for (; i < n && is_digit((unsigned char)text[i]); i++, exponent_digits++) {
+            value = value * 10 + (text[i] - '0');
+            if (exponent_digits > 4) goto slow;
+        }
+        exponent += exponent_negative ? -value : value;
+    }
+#if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ != 0
+    goto slow; /* excess precision (x87): one rounding is not guaranteed */
+#endif
+    if (exponent < -22 || exponent > 22) goto slow;
+    {
+        double value = (double)mantissa; /* exact: at most 15 digits */
+        value = exponent < 0 ? value / POWERS_OF_TEN[-exponent] : value * POWERS_OF_TEN[exponent];
+        *out = negative ? -value : value;
+        return 0;
+    }
+slow: {
+    char *end = NULL;
+    double value = PyOS_string_to_double(text, &end, NULL);
+    if (value == -1.0 && PyErr_Occurred()) return -1;
+    if (end != text + n) {
+        PyErr_SetString(PyExc_ValueError, "number span not consumed");
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+}
+
+/* ---- the iteration line matcher (a strict reading of FAST_ITERATION_RE) ----------------------------------- */
+typedef struct {
+    const char *p, *end;
+} Cursor;
+
+/* a == b over n bytes, eight at a time (inlined: the literals' lengths are constants) */
+static inline int same_bytes(const char *a, const char *b, Py_ssize_t n) {
+    uint64_t x, y;
+    for (; n >= 8; n -= 8, a += 8, b += 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    for (; n > 0; n--)
+        if (*a++ != *b++) return 0;
+    return 1;
+}
+
+static inline int literal(Cursor *c, const char *text, Py_ssize_t n) {
+    if (c->end - c->p < n || !same_bytes(c->p, text, n)) return 0;
+    c->p += n;
+    return 1;
+}
+#define LITERAL(cursor, text) literal(cursor, text, (Py_ssize_t)sizeof(text) - 1)
+
+static Py_ssize_t spaces(Cursor *c) {
+    const char *start = c->p;
+    while (c->p < c->end && *c->p == ' ') c->p++;
+    return c->p - start;
+}
+
+/* [0-9]{1,15} */
+static int integer(Cursor *c, long long *out) {
+    long long value = 0;
+    Py_ssize_t n = 0;
+    while (c->p < c->end && is_digit((unsigned char)*c->p)) {
+        if (++n > 15) return 0;
+        value = value * 10 + (*c->p++ - '0');
+    }
+    *out = value;
+    return n > 0;
+}
+
+/* ` +INT \|` */
+static int spaced_integer(Cursor *c, long long *out) {
+    return spaces(c) >= 1 && integer(c, out) && LITERAL(c, " |");
+}
+
+/* [0-9]{1,15}(?:\.[0-9]{1,15})? followed by ` |` */
+static int number(Cursor *c, double *out) {
+    const char *start = c->p;
+    Py_ssize_t n = 0;
+    while (c->p < c->end && is_digit((unsigned char)*c->p)) n++, c->p++;
+    if (n < 1 || n > 15) return 0;
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        for (n = 0; c->p < c->end && is_digit((unsigned char)*c->p); n++) c->p++;
+        if (n < 1 || n > 15) return 0;
+    }
+    if (to_double(start, c->p - start, out) < 0) return -1;
+    return LITERAL(c, " |");
+}
+
+static int one_of(Cursor *c, const char *a, const char *b, const char *d) {
+    return literal(c, a, 3) || literal(c, b, 3) || literal(c, d, 3);
+}
+
+/* [-+]?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|nan|NaN|NAN|inf|Inf|INF) followed by ` |` */
+static int loss_value(Cursor *c, Row *row) {
+    const char *start = c->p;
+    if (c->p < c->end && (*c->p == '-' || *c->p == '+')) c->p++;
+    if (c->p < c->end && is_digit((unsigned char)*c->p)) {
+        while (c->p < c->end && is_digit((unsigned char)*c->p)) c->p++;
+        if (c->p < c->end && *c->p == '.') {
+            const char *point = ++c->p;
+            while (c->p < c->end && is_digit((unsigned char)*c->p)) c->p++;
+            if (c->p == point) return 0;
+        }
+        if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+            c->p++;
+            if (c->p < c->end && (*c->p == '-' || *c->p == '+')) c->p++;
+            const char *digits = c->p;
+            while (c->p < c->end && is_digit((unsigned char)*c->p)) c->p++;
+            if (c->p == digits) return 0;
+        }
+        if (to_double(start, c->p - start, &row->loss) < 0) return -1;
+        row->loss_finite = isfinite(row->loss);
+    } else if (one_of(c, "nan", "NaN", "NAN") || one_of(c, "inf", "Inf", "INF")) {
+        row->loss_finite = 0;
+    } else {
+        return 0;
+    }
+    row->has_loss = 1;
+    return LITERAL(c, " |");
+}
+
+/* `_VALUE\|`: printable ASCII but `|`, then `|` (the matcher only sees lines of printable ASCII) */
+static int value_then_bar(Cursor *c) {
+    const char *bar = memchr(c->p, '|', (size_t)(c->end - c->p));
+    if (bar == NULL) return 0;
+    c->p = bar + 1;
+    return 1;
+}
+
+/* The bytes of a free field's key: [a-z0-9_] and the space between words. */
+static const unsigned char KEY_BYTES[256] = {
+    [' '] = 1, ['_'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+    ['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1,
+    ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
+/* ` KEY:VALUE|` of the free-field loop: KEY is [a-z0-9_]+(?: [a-z0-9_]+)* and not one of the summary's keys. */
+static int free_field(const Scanner *self, Cursor *c) {
+    if (!LITERAL(c, " ")) return 0;
+    const char *key = c->p;
+    char previous = ' ';
+    while (c->p < c->end && *c->p != ':') {
+        char ch = *c->p++;
+        if (!KEY_BYTES[(unsigned char)ch] || (ch == ' ' && previous == ' ')) return 0;
+        previous = ch;
+    }
+    Py_ssize_t n = c->p - key;
+    if (n == 0 || previous == ' ' || c->p == c->end) return 0;
+    if (n < 64 && (self->key_lengths_by_first[(unsigned char)key[0]] >> n & 1))
+        for (Py_ssize_t k = 0; k < self->key_count; k++)
+            if (self->key_lengths[k] == n && memcmp(self->keys[k], key, (size_t)n) == 0) return 0;
+    c->p++; /* the colon */
+    return value_then_bar(c);
+}
+
+/* 1 when text[from "iteration" to the line end) is a whole canonical line (row filled), 0 when not sure, -1 on error. */
+static int match_iteration(const Scanner *self, const char *at, const char *line_end, Row *row) {
+    Cursor cursor = {at + 9, line_end}, *c = &cursor;
+    long long ignored;
+    int ok;
+    memset(row, 0, sizeof(*row));
+    if (spaces(c) < 1 || !integer(c, &row->iteration) || !LITERAL(c, "/")) return 0;
+    spaces(c);
+    if (!integer(c, &row->train_iters) || !LITERAL(c, " | consumed samples:") || !spaced_integer(c, &ignored))
+        return 0;
+    if (LITERAL(c, " skipped samples:") && !spaced_integer(c, &ignored)) return 0;
+    if (!LITERAL(c, " elapsed time per iteration (ms): ")) return 0;
+    if ((ok = number(c, &row->elapsed)) <= 0) return ok;
+    if (LITERAL(c, " throughput per GPU (TFLOP/s/GPU): ")) {
+        if ((ok = number(c, &row->tflops)) <= 0) return ok;
+        row->has_tflops = 1;
+    }
+    if (LITERAL(c, " learning rate:") && !value_then_bar(c)) return 0;
+    if (LITERAL(c, " decoupled learning rate:") && !value_then_bar(c)) return 0;
+    if (!LITERAL(c, " global batch size:") || !spaced_integer(c, &row->gbs)) return 0;
+    if (LITERAL(c, " lm loss:")) {
+        if (spaces(c) < 1) return 0;
+        if ((ok = loss_value(c, row)) <= 0) return ok;
+    }
+    while (!LITERAL(c, " number of skipped iterations:"))
+        if (!free_field(self, c)) return 0;
+    if (!spaced_integer(c, &row->skipped) || !LITERAL(c, " number of nan iterations:") ||
+        !spaced_integer(c, &row->nan))
+        return 0;
+    spaces(c);
+    return c->p == c->end;
+}
+
+/* The prefix rules of the Python engine, on a line of printable ASCII (stricter: a tab sends the line to Python):
+   no `[rank-`, no word byte before `iteration`. */
+static int prefix_ok(const unsigned char *p, Py_ssize_t n) {
+    for (const unsigned char *bracket = memchr(p, '[', (size_t)n); bracket != NULL;
+         bracket = memchr(bracket + 1, '[', (size_t)(p + n - bracket - 1)))
+        if (p + n - bracket >= 6 && memcmp(bracket, "[rank-", 6) == 0) return 0;
+    if (n == 0) return 1;
+    unsigned char last = p[n - 1];
+    return !((last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z') || is_digit(last) || last == '_');
+}
+
+/* The newline ending the line at p (the block's range always ends with one), and whether every byte before it is
+   printable ASCII (0x20-0x7e): what the matcher and the needle filter may assume. Sixteen bytes at a time. */
+static const char *line_end(const char *p, const char *end, int *printable) {
+#if defined(__SSE2__)
+    const __m128i space = _mm_set1_epi8(0x20), delete = _mm_set1_epi8(0x7f);
+    for (; end - p >= 16; p += 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+        /* signed compare: 0x80-0xff are negative, so below 0x20 too */
+        int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(bytes, space), _mm_cmpeq_epi8(bytes, delete)));
+        if (mask) {
+            p += __builtin_ctz((unsigned)mask);
+            break;
+        }
+    }
+#endif
+    for (; p < end; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch < 0x20 || ch > 0x7e) break;
+    }
+    *printable = p < end && *p == '\n';
+    return *printable ? p : memchr(p, '\n', (size_t)(end - p));
+}
+
+static const char *find_iteration(const char *p, const char *end) {
+    while (end - p >= 9) {
+        p = memchr(p, 'i', (size_t)(end - p - 8));
+        if (p == NULL) return NULL;
+        if (memcmp(p, "iteration", 9) == 0) return p;
+        p++;
+    }
+    return NULL;
+}
+
+/* ---- other lines: does the line parser have anything to do with it? --------------------------------------- */
+static unsigned char lower(unsigned char ch) { return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + 32) : ch; }
+
+static int lower_equal(const unsigned char *p, const char *needle, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (lower(p[i]) != (unsigned char)needle[i]) return 0;
+    return 1;
+}
+
+/* ITERATION_RE's shape after `iteration`: \s+\d+\s*\/\s*\d+\s*\| (the line holds only spaces and tabs as \s). */
+static int iteration_record_follows(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    Py_ssize_t i = at, mark;
+    for (mark = i; i < n && (p[i] == ' ' || p[i] == '\t'); i++) {
+    }
+    if (i == mark) return 0;
+    for (mark = i; i < n && is_digit(p[i]); i++) {
+    }
+    if (i == mark) return 0;
+    for (; i < n && (p[i] == ' ' || p[i] == '\t'); i++) {
+    }
+    if (i >= n || p[i++] != '/') return 0;
+    for (; i < n && (p[i] == ' ' || p[i] == '\t'); i++) {
+    }
+    for (mark = i; i < n && is_digit(p[i]); i++) {
+    }
+    if (i == mark) return 0;
+    for (; i < n && (p[i] == ' ' || p[i] == '\t'); i++) {
+    }
+    return i < n && p[i] == '|';
+}
+
+static int occurrence_is_inert(const Needle *needle, const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    Py_ssize_t after = at + needle->length;
+    switch (needle->rule) {
+    case INERT_ALWAYS:
+        return 1;
+    case INERT_BEFORE_SUFFIX:
+        return n - after >= needle->suffix_length && lower_equal(p + after, needle->suffix, needle->suffix_length);
+    case INERT_UNLESS_ITERATION: /* the parser's test is case-sensitive: only the lowercase word can start a record */
+        return memcmp(p + at, needle->text, (size_t)needle->length) != 0 || !iteration_record_follows(p, after, n);
+    default:
+        return 0;
+    }
+}
+
+static int live_needle_at(const Scanner *self, const unsigned char *p, Py_ssize_t i, Py_ssize_t n) {
+    unsigned char first = lower(p[i]);
+    for (Py_ssize_t k = self->first_start[first]; k < self->first_start[first + 1]; k++) {
+        const Needle *needle = &self->needles[k];
+        if (n - i >= needle->length && lower_equal(p + i, needle->text, needle->length) &&
+            !occurrence_is_inert(needle, p, i, n))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether the line parser must see the line p[0:n]: a needle occurrence that is not inert, or a control or
+   non-ASCII byte (a tab is allowed). `printable`: the line is known to hold printable ASCII only. */
+static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n, int printable) {
+    if (printable && !self->has_short_needle) { /* the usual case: most positions fail the two-byte filter */
+        for (Py_ssize_t i = 0; i + 1 < n; i++) {
+            unsigned pair = (unsigned)lower(p[i]) << 8 | lower(p[i + 1]);
+            if ((self->pairs[pair >> 6] >> (pair & 63) & 1) && live_needle_at(self, p, i, n)) return 1;
+        }
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char ch = p[i];
+        if ((ch < 0x20 && ch != '\t') || ch > 0x7e) return 1;
+        if (live_needle_at(self, p, i, n)) return 1;
+    }
+    return 0;
+}
+
+/* ---- loading and storing the summary's state -------------------------------------------------------------- */
+static int load_optional_int(PyObject *owner, PyObject *name, long long *out, int *has) {
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == NULL) return -1;
+    int result = 0;
+    *has = value != Py_None;
+    *out = 0;
+    if (*has) {
+        if (!PyLong_CheckExact(value)) {
+            PyErr_SetString(PyExc_TypeError, "an int was expected");
+            result = -1;
+        } else {
+            *out = PyLong_AsLongLong(value);
+            result = *out == -1 && PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    Py_DECREF(value);
+    return result;
+}
+
+static int load_int(PyObject *owner, PyObject *name, long long *out) {
+    int has;
+    if (load_optional_int(owner, name, out, &has) < 0) return -1;
+    if (!has) {
+        PyErr_SetString(PyExc_TypeError, "an int was expected, not None");
+        return -1;
+    }
+    return 0;
+}
+
+static int load_optional_float(PyObject *owner, PyObject *name, double *out, int *has) {
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == NULL) return -1;
+    int result = 0;
+    *has = value != Py_None;
+    *out = 0.0;
+    if (*has) {
+        if (!PyFloat_CheckExact(value)) {
+            PyErr_SetString(PyExc_TypeError, "a float was expected");
+            result = -1;
+        } else {
+            *out = PyFloat_AS_DOUBLE(value);
+        }
+    }
+    Py_DECREF(value);
+    return result;
+}
+
+static int load_float(PyObject *owner, PyObject *name, double *out) {
+    int has;
+    if (load_optional_float(owner, name, out, &has) < 0) return -1;
+    if (!has) {
+        PyErr_SetString(PyExc_TypeError, "a float was expected, not None");
+        return -1;
+    }
+    return 0;
+}
+
+static void release_state(State *st) {
+    Py_CLEAR(st->after);
+    Py_CLEAR(st->reservoir);
+    Py_CLEAR(st->tokens);
+    Py_CLEAR(st->tflops);
+    Py_CLEAR(st->random);
+    Py_CLEAR(st->getrandbits);
+}
+
+static int load_running(const Scanner *self, State *st) {
+    if (load_int(st->after, s_count, &st->count) < 0 || load_float(st->after, s_mean, &st->mean) < 0 ||
+        load_float(st->after, s_m2, &st->m2) < 0 || load_float(st->after, s_minimum, &st->minimum) < 0 ||
+        load_float(st->after, s_maximum, &st->maximum) < 0)
+        return -1;
+    st->next_replace = self->reservoir_size;
+    if (st->count >= self->reservoir_size &&
+        (load_int(st->after, s_next_replace, &st->next_replace) < 0 || load_float(st->after, s_weight, &st->weight) < 0))
+        return -1;
+    return 0;
+}
+
+static int load_state(const Scanner *self, PyObject *summary, State *st) {
+    memset(st, 0, sizeof(*st));
+    PyObject *head = PyObject_GetAttr(summary, s_head), *first_time;
+    if (head == NULL) return -1;
+    st->head_length = PyList_Check(head) ? PyList_GET_SIZE(head) : -1;
+    Py_DECREF(head);
+    if ((first_time = PyObject_GetAttr(summary, s_first_time)) == NULL) return -1;
+    st->needs_first_time = first_time == Py_None;
+    Py_DECREF(first_time);
+    PyObject *pending = PyObject_GetAttr(summary, s_save_pending);
+    if (pending == NULL) return -1;
+    st->save_pending = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (st->save_pending < 0 || st->head_length < 0 ||
+        load_optional_int(summary, s_max_counted, &st->max_counted, &st->has_max) < 0 ||
+        load_int(summary, s_counted, &st->counted) < 0 || load_int(summary, s_logged, &st->logged) < 0 ||
+        load_optional_int(summary, s_train_iters, &st->train_iters, &st->has_train_iters) < 0 ||
+        load_optional_int(summary, s_first_iteration, &st->first_iteration, &st->has_first_iteration) < 0 ||
+        load_optional_float(summary, s_first_loss, &st->first_loss, &st->has_first_loss) < 0 ||
+        load_optional_float(summary, s_final_loss, &st->final_loss, &st->has_final_loss) < 0 ||
+        load_optional_float(summary, s_min_loss, &st->min_loss, &st->has_min_loss) < 0 ||
+        load_optional_int(summary, s_nan_iterations, &st->nan_total, &st->has_nan_total) < 0 ||
+        load_optional_int(summary, s_skipped_iterations, &st->skipped_total, &st->has_skipped_total) < 0 ||
+        load_int(summary, s_checkpoint_dropped, &st->checkpoint_dropped) < 0)
+        return -1;
+    if ((st->after = PyObject_GetAttr(summary, s_after_head)) == NULL ||
+        (st->reservoir = PyObject_GetAttr(st->after, s_reservoir)) == NULL ||
+        (st->tokens = PyObject_GetAttr(summary, s_tokens_after_head)) == NULL ||
+        (st->tflops = PyObject_GetAttr(summary, s_tflops_after_head)) == NULL)
+        return -1;
+    if (!PyList_CheckExact(st->reservoir)) {
+        PyErr_SetString(PyExc_TypeError, "the reservoir must be a list");
+        return -1;
+    }
+    if (load_running(self, st) < 0 || load_int(st->tokens, s_count, &st->tokens_count) < 0 ||
+        load_float(st->tokens, s_total, &st->tokens_total) < 0 || load_int(st->tflops, s_count, &st->tflops_count) < 0 ||
+        load_float(st->tflops, s_total, &st->tflops_total) < 0)
+        return -1;
+    return 0;
+}
+
+static int store(PyObject *owner, PyObject *name, PyObject *value) {
+    if (value == NULL) return -1;
+    int result = PyObject_SetAttr(owner, name, value);
+    Py_DECREF(value);
+    return result;
+}
+
+static PyObject *optional_int(int has, long long value) {
+    return has ? PyLong_FromLongLong(value) : Py_NewRef(Py_None);
+}
+
+static PyObject *optional_float(int has, double value) {
+    return has ? PyFloat_FromDouble(value) : Py_NewRef(Py_None);
+}
+
+static int store_running(const Scanner *self, State *st) {
+    PyObject *after = st->after;
+    if (store(after, s_count, PyLong_FromLongLong(st->count)) < 0 ||
+        store(after, s_mean, PyFloat_FromDouble(st->mean)) < 0 || store(after, s_m2, PyFloat_FromDouble(st->m2)) < 0 ||
+        store(after, s_minimum, PyFloat_FromDouble(st->minimum)) < 0 ||
+        store(after, s_maximum, PyFloat_FromDouble(st->maximum)) < 0)
+        return -1;
+    if (st->count >= self->reservoir_size && (store(after, s_next_replace, PyLong_FromLongLong(st->next_replace)) < 0 ||
+                                              store(after, s_weight, PyFloat_FromDouble(st->weight)) < 0))
+        return -1;
+    return 0;
+}
+
+static int store_state(const Scanner *self, PyObject *summary, State *st) {
+    if (store(summary, s_max_counted, optional_int(st->has_max, st->max_counted)) < 0 ||
+        store(summary, s_counted, PyLong_FromLongLong(st->counted)) < 0 ||
+        store(summary, s_logged, PyLong_FromLongLong(st->logged)) < 0 ||
+        store(summary, s_train_iters, optional_int(st->has_train_iters, st->train_iters)) < 0 ||
+        store(summary, s_first_iteration, optional_int(st->has_first_iteration, st->first_iteration)) < 0 ||
+        store(summary, s_first_loss, optional_float(st->has_first_loss, st->first_loss)) < 0 ||
+        store(summary, s_final_loss, optional_float(st->has_final_loss, st->final_loss)) < 0 ||
+        store(summary, s_min_loss, optional_float(st->has_min_loss, st->min_loss)) < 0 ||
+        store(summary, s_nan_iterations, optional_int(st->has_nan_total, st->nan_total)) < 0 ||
+        store(summary, s_skipped_iterations, optional_int(st->has_skipped_total, st->skipped_total)) < 0 ||
+        store(summary, s_save_pending, PyBool_FromLong(st->save_pending)) < 0 ||
+        store(summary, s_checkpoint_dropped, PyLong_FromLongLong(st->checkpoint_dropped)) < 0 ||
+        store_running(self, st) < 0 || store(st->tokens, s_count, PyLong_FromLongLong(st->tokens_count)) < 0 ||
+        store(st->tokens, s_total, PyFloat_FromDouble(st->tokens_total)) < 0 ||
+        store(st->tflops, s_count, PyLong_FromLongLong(st->tflops_count)) < 0 ||
+        store(st->tflops, s_total, PyFloat_FromDouble(st->tflops_total)) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- one row into the summary: SummaryBuilder.add_rows, statement for statement ----------------------------- */
+typedef struct {
+    long long seq, world, default_gbs;
+    int computes;
+} Shape;
+
+/* Whether C can take this row (else Python does): it fits the state's integers and needs nothing C does not do. */
+static int row_fits(const Scanner *self, const State *st, const Row *row, int timed_prefix, const Shape *shape,
+                    double *tokens, int *has_tokens) {
+    long long sum, product;
+    int counted = !st->has_max || row->iteration > st->max_counted;
+    *has_tokens = 0;
+    if (!counted) return 1;
+    if (st->head_length < self->warmup_cap || (st->needs_first_time && timed_prefix)) return 0;
+    if (__builtin_add_overflow(st->nan_total, row->nan, &sum) ||
+        __builtin_add_overflow(st->skipped_total, row->skipped, &sum) ||
+        __builtin_add_overflow(st->checkpoint_dropped, 1, &sum) || __builtin_add_overflow(st->count, 1, &sum))
+        return 0;
+    if (shape->computes) {
+        long long gbs = row->gbs ? row->gbs : shape->default_gbs;
+        if (gbs && shape->seq && shape->world && row->elapsed > 0) {
+            if (__builtin_mul_overflow(gbs, shape->seq, &product) || product > MAX_EXACT_INT ||
+                product < -MAX_EXACT_INT || shape->world > MAX_EXACT_INT || shape->world < -MAX_EXACT_INT)
+                return 0;
+            *tokens = (double)product / (row->elapsed / 1000.0 * (double)shape->world);
+            *has_tokens = 1;
+        }
+    }
+    return 1;
+}
+
+/* ---- the reservoir past RESERVOIR_SIZE: `_Running._reservoir_step`, with the same draws from the same generator -- */
+static int draw_random(State *st, double *out) {
+    if (st->random == NULL) {
+        PyObject *generator = PyObject_GetAttr(st->after, s_random);
+        if (generator == NULL) return -1;
+        st->random = PyObject_GetAttr(generator, s_random_method);
+        st->getrandbits = st->random ? PyObject_GetAttr(generator, s_getrandbits) : NULL;
+        Py_DECREF(generator);
+        if (st->getrandbits == NULL) return -1;
+    }
+    PyObject *value = PyObject_CallNoArgs(st->random);
+    if (value == NULL) return -1;
+    *out = PyFloat_AsDouble(value);
+    Py_DECREF(value);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* `_Running._below(n)`: getrandbits(n.bit_length()) until one is below n. */
+static int draw_below(State *st, long long n, long long *out) {
+    double ignored;
+    int bits = 0;
+    for (long long rest = n; rest; rest >>= 1) bits++;
+    if (st->random == NULL && draw_random(st, &ignored) < 0) return -1; /* never: a step always drew first */
+    PyObject *bits_object = PyLong_FromLong(bits);
+    if (bits_object == NULL) return -1;
+    do {
+        PyObject *value = PyObject_CallOneArg(st->getrandbits, bits_object);
+        if (value == NULL) {
+            Py_DECREF(bits_object);
+            return -1;
+        }
+        *out = PyLong_AsLongLong(value);
+        Py_DECREF(value);
+        if (*out == -1 && PyErr_Occurred()) {
+            Py_DECREF(bits_object);
+            return -1;
+        }
+    } while (*out >= n);
+    Py_DECREF(bits_object);
+    return 0;
+}
+
+/* math.log(r) for a draw r, raising as math.log does for 0.0 */
+static int log_of_draw(double r, double *out) {
+    if (r <= 0.0) {
+        PyErr_SetString(PyExc_ValueError, "math domain error");
+        return -1;
+    }
+    *out = log(r);
+    return 0;
+}
+
+/* `_Running._skip`: int(math.log(random() or 1e-300) / math.log(1 - weight)) + 1 */
+static int draw_skip(State *st, long long *out) {
+    double r, numerator, denominator = log(1.0 - st->weight), quotient;
+    if (draw_random(st, &r) < 0 || log_of_draw(r != 0.0 ? r : 1e-300, &numerator) < 0) return -1;
+    if (denominator == 0.0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero");
+        return -1;
+    }
+    quotient = numerator / denominator;
+    if (!(quotient > -9.0e18 && quotient < 9.0e18)) {
+        PyErr_SetString(PyExc_OverflowError, "reservoir skip out of range");
+        return -1;
+    }
+    *out = (long long)quotient + 1;
+    return 0;
+}
+
+/* Count `value` into the reservoir at a step due (the count is already st->count): fill the last slot and start
+   Algorithm L, or replace a slot. The statistics other than the reservoir are already updated. */
+static int reservoir_step(const Scanner *self, State *st, double value) {
+    long long size = self->reservoir_size, skip, index;
+    double r, logarithm;
+    PyObject *number = PyFloat_FromDouble(value);
+    if (number == NULL) return -1;
+    if (st->count <= size) {
+        int appended = PyList_Append(st->reservoir, number);
+        Py_DECREF(number);
+        if (appended < 0) return -1;
+        if (st->count != size) return 0;
+        if (draw_random(st, &r) < 0 || log_of_draw(r, &logarithm) < 0) return -1;
+        st->weight = exp(logarithm / (double)size);
+    } else if (st->count == st->next_replace) {
+        if (draw_below(st, size, &index) < 0 || PyList_SetItem(st->reservoir, (Py_ssize_t)index, number) < 0)
+            return -1; /* PyList_SetItem took the reference */
+        if (draw_random(st, &r) < 0 || log_of_draw(r, &logarithm) < 0) return -1;
+        st->weight *= exp(logarithm / (double)size);
+    } else {
+        Py_DECREF(number);
+        return 0;
+    }
+    if (draw_skip(st, &skip) < 0) return -1;
+    st->next_replace = st->count + skip;
+    return 0;
+}
+
+/* 1 when counted, 0 when not, -1 on error. */
+static int add_row(const Scanner *self, State *st, const Row *row, double tokens, int has_tokens) {
+    st->logged++;
+    if (st->has_max && row->iteration <= st->max_counted) return 0;
+    st->max_counted = row->iteration;
+    st->has_max = 1;
+    st->counted++;
+    if (!st->has_first_iteration) {
+        st->first_iteration = row->iteration;
+        st->has_first_iteration = 1;
+    }
+    if (row->train_iters) {
+        st->train_iters = row->train_iters;
+        st->has_train_iters = 1;
+    }
+    if (row->has_loss && row->loss_finite && !row->nan) {
+        if (!st->has_first_loss) {
+            st->first_loss = row->loss;
+            st->has_first_loss = 1;
+        }
+        st->final_loss = row->loss;
+        st->has_final_loss = 1;
+        st->min_loss = st->has_min_loss && !(row->loss < st->min_loss) ? st->min_loss : row->loss;
+        st->has_min_loss = 1;
+    }
+    st->nan_total += row->nan;
+    st->has_nan_total = 1;
+    st->skipped_total += row->skipped;
+    st->has_skipped_total = 1;
+    if (st->save_pending) {
+        st->save_pending = 0;
+        st->checkpoint_dropped++;
+        return 1;
+    }
+    double x = row->elapsed, delta;
+    st->count++;
+    delta = x - st->mean;
+    st->mean += delta / (double)st->count;
+    st->m2 += delta * (x - st->mean);
+    if (x < st->minimum) st->minimum = x;
+    if (x > st->maximum) st->maximum = x;
+    if (st->count < self->reservoir_size) {
+        PyObject *number = PyFloat_FromDouble(x);
+        if (number == NULL || PyList_Append(st->reservoir, number) < 0) {
+            Py_XDECREF(number);
+            return -1;
+        }
+        Py_DECREF(number);
+    } else if (st->count >= st->next_replace && reservoir_step(self, st, x) < 0) { /* rare: O(k log(n/k)) steps */
+        return -1;
+    }
+    if (has_tokens && isfinite(tokens)) {
+        st->tokens_count++;
+        st->tokens_total += tokens;
+    }
+    if (row->has_tflops && isfinite(row->tflops)) {
+        st->tflops_count++;
+        st->tflops_total += row->tflops;
+    }
+    return 1;
+}
+
+/* ---- the Scanner type ------------------------------------------------------------------------------------- */
+static char *copy_bytes(PyObject *object, Py_ssize_t *length) {
+    if (!PyBytes_Check(object)) {
+        PyErr_SetString(PyExc_TypeError, "bytes expected");
+        return NULL;
+    }
+    *length = PyBytes_GET_SIZE(object);
+    char *copy = PyMem_Malloc((size_t)*length + 1);
+    if (copy == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(copy, PyBytes_AS_STRING(object), (size_t)*length + 1);
+    return copy;
+}
+
+static int compare_needles(const void *a, const void *b) {
+    const Needle *x = a, *y = b;
+    return (int)(unsigned char)x->text[0] - (int)(unsigned char)y->text[0];
+}
+
+static void Scanner_dealloc(Scanner *self) {
+    for (Py_ssize_t k = 0; k < self->needle_count; k++) {
+        PyMem_Free(self->needles[k].text);
+        PyMem_Free(self->needles[k].suffix);
+    }
+    PyMem_Free(self->needles);
+    for (Py_ssize_t k = 0; k < self->key_count; k++) PyMem_Free(self->keys[k]);
+    PyMem_Free(self->keys);
+    PyMem_Free(self->key_lengths);
+    PyMem_Free(self->times.items);
+    PyMem_Free(self->counted.items);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Scanner(needles, keys, reservoir_size, warmup_cap): needles is a tuple of (lowercase bytes, inert rule, suffix). */
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
+    PyObject *needles, *keys;
+    static char *names[] = {"needles", "keys", "reservoir_size", "warmup_cap", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!LL", names, &PyTuple_Type, &needles, &PyTuple_Type, &keys,
+                                     &self->reservoir_size, &self->warmup_cap))
+        return -1;
+    if (self->needles != NULL || self->keys != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner is initialised once");
+        return -1;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(needles);
+    self->needles = PyMem_Calloc((size_t)count + 1, sizeof(Needle));
+    if (self->needles == NULL) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *text, *suffix;
+        Needle *needle = &self->needles[k];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(needles, k), "SiS", &text, &needle->rule, &suffix)) return -1;
+        self->needle_count = k + 1;
+        if ((needle->text = copy_bytes(text, &needle->length)) == NULL ||
+            (needle->suffix = copy_bytes(suffix, &needle->suffix_length)) == NULL)
+            return -1;
+        if (needle->length == 0) {
+            PyErr_SetString(PyExc_ValueError, "empty needle");
+            return -1;
+        }
+    }
+    qsort(self->needles, (size_t)count, sizeof(Needle), compare_needles);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const unsigned char *text = (const unsigned char *)self->needles[k].text;
+        if (self->needles[k].length < 2) {
+            self->has_short_needle = 1;
+            continue;
+        }
+        unsigned pair = (unsigned)text[0] << 8 | text[1];
+        self->pairs[pair >> 6] |= (uint64_t)1 << (pair & 63);
+    }
+    for (int b = 0, k = 0; b <= 256; b++) {
+        while (k < count && (unsigned char)self->needles[k].text[0] < b) k++;
+        self->first_start[b] = k;
+    }
+    self->key_count = PyTuple_GET_SIZE(keys);
+    self->keys = PyMem_Calloc((size_t)self->key_count + 1, sizeof(char *));
+    self->key_lengths = PyMem_Calloc((size_t)self->key_count + 1, sizeof(Py_ssize_t));
+    if (self->keys == NULL || self->key_lengths == NULL) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t k = 0; k < self->key_count; k++) {
+        if ((self->keys[k] = copy_bytes(PyTuple_GET_ITEM(keys, k), &self->key_lengths[k])) == NULL) return -1;
+        Py_ssize_t n = self->key_lengths[k];
+        if (n >= 64 || n == 0) { /* never the whole key of a field the matcher takes: filter off, compare all */
+            memset(self->key_lengths_by_first, 0xff, sizeof(self->key_lengths_by_first));
+            continue;
+        }
+        self->key_lengths_by_first[(unsigned char)self->keys[k][0]] |= (uint64_t)1 << n;
+    }
+    return 0;
+}
+
+static int load_shape(PyObject *object, Shape *shape) {
+    memset(shape, 0, sizeof(*shape));
+    if (object == Py_None) return 0;
+    shape->computes = 1;
+    return PyArg_ParseTuple(object, "LLL", &shape->seq, &shape->world, &shape->default_gbs) ? 0 : -1;
+}
+
+static PyObject *stop(int kind, Py_ssize_t line_start, Py_ssize_t line_end, long long newlines, long long rows) {
+    return Py_BuildValue("(innLL)", kind, line_start, line_end, newlines, rows);
+}
+
+/* scan(block, start, end, summary, shape, awaits_step_line) -> (stop, line_start, line_end, newlines, rows) */
+static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
+    PyObject *block, *summary, *shape_object;
+    Py_ssize_t start, end;
+    int awaits_step_line;
+    State st;
+    Shape shape;
+    if (!PyArg_ParseTuple(args, "SnnOOp", &block, &start, &end, &summary, &shape_object, &awaits_step_line))
+        return NULL;
+    if (start < 0 || end > PyBytes_GET_SIZE(block) || start > end || (end > start && PyBytes_AS_STRING(block)[end - 1] != '\n')) {
+        PyErr_SetString(PyExc_ValueError, "the range must be whole lines of the block");
+        return NULL;
+    }
+    self->times.size = self->counted.size = 0;
+    if (load_shape(shape_object, &shape) < 0 || load_state(self, summary, &st) < 0) {
+        release_state(&st);
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError) && !PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+        PyErr_Clear(); /* a state C cannot hold (an int past 64 bits): Python reads this source from now on */
+        return stop(STOP_FALLBACK, start, start, 0, 0);
+    }
+    const char *base = PyBytes_AS_STRING(block);
+    const unsigned char *ubase = (const unsigned char *)base;
+    long long newlines = 0, rows = 0;
+    Py_ssize_t pos = start;
+    int kind = STOP_END;
+    Py_ssize_t stop_start = end, stop_end = end;
+    while (pos < end) {
+        int printable;
+        const char *line = base + pos, *newline = line_end(line, base + end, &printable);
+        Py_ssize_t length = newline - line;
+        const char *at = printable ? find_iteration(line, newline) : NULL;
+        Row row;
+        int matched = 0;
+        if (at != NULL && !awaits_step_line && prefix_ok(ubase + pos, at - line)) {
+            matched = match_iteration(self, at, newline, &row);
+            if (matched < 0) goto error;
+        }
+        if (matched) {
+            double tokens = 0.0;
+            int has_tokens, timed = has_timestamp(ubase + pos, at - line);
+            if (!row_fits(self, &st, &row, timed, &shape, &tokens, &has_tokens)) goto to_python;
+            if (timed && spans_push(&self->times, pos, at - base, TIME_PREFIX) < 0) goto error;
+            int counted = add_row(self, &st, &row, tokens, has_tokens);
+            if (counted < 0) goto error;
+            if (counted && timed && spans_push(&self->counted, pos, at - base, TIME_PREFIX) < 0) goto error;
+            rows++;
+        } else if (needs_parser(self, ubase + pos, length, printable)) {
+            goto to_python;
+        } else if (may_lead_with_time(ubase + pos, length) &&
+                   spans_push(&self->times, pos, newline - base, TIME_LINE) < 0) {
+            goto error;
+        }
+        newlines++;
+        pos = newline - base + 1;
+        continue;
+    to_python:
+        kind = STOP_LINE;
+        stop_start = pos;
+        stop_end = newline - base + 1;
+        break;
+    }
+    if (store_state(self, summary, &st) < 0) goto error;
+    release_state(&st);
+    return stop(kind, stop_start, stop_end, newlines, rows);
+error:
+    release_state(&st);
+    return NULL;
+}
+
+static PyObject *pop_span(Spans *spans, int with_kind) {
+    if (spans->size == 0) Py_RETURN_NONE;
+    Span *span = &spans->items[--spans->size];
+    return with_kind ? Py_BuildValue("(inn)", span->kind, span->start, span->end)
+                     : Py_BuildValue("(nn)", span->start, span->end);
+}
+
+static PyObject *Scanner_pop_time(Scanner *self, PyObject *Py_UNUSED(ignored)) { return pop_span(&self->times, 1); }
+
+static PyObject *Scanner_pop_counted(Scanner *self, PyObject *Py_UNUSED(ignored)) {
+    return pop_span(&self->counted, 0);
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,
+     "scan(block, start, end, summary, shape, awaits_step_line) -> (stop, line_start, line_end, newlines, rows)"},
+    {"pop_time", (PyCFunction)Scanner_pop_time, METH_NOARGS,
+     "The latest line or prefix of the last scan that may set the parser's time: (kind, start, end), or None."},
+    {"pop_counted", (PyCFunction)Scanner_pop_counted, METH_NOARGS,
+     "The latest counted row's prefix of the last scan that may hold a timestamp: (start, end), or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "megapilot.logs._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scans blocks of log lines into a SummaryBuilder (see megapilot/logs/bulk.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = Scanner_methods,
+};
+
+static int intern_names(void) {
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return -1
+    INTERN(s_max_counted, "_max_counted");
+    INTERN(s_counted, "_counted");
+    INTERN(s_logged, "_logged");
+    INTERN(s_train_iters, "_train_iters");
+    INTERN(s_first_iteration, "_first_iteration");
+    INTERN(s_first_loss, "_first_loss");
+    INTERN(s_final_loss, "_final_loss");
+    INTERN(s_min_loss, "_min_loss");
+    INTERN(s_nan_iterations, "_nan_iterations");
+    INTERN(s_skipped_iterations, "_skipped_iterations");
+    INTERN(s_save_pending, "_save_pending");
+    INTERN(s_checkpoint_dropped, "_checkpoint_dropped");
+    INTERN(s_head, "_head");
+    INTERN(s_after_head, "_after_head");
+    INTERN(s_tokens_after_head, "_tokens_after_head");
+    INTERN(s_tflops_after_head, "_tflops_after_head");
+    INTERN(s_first_time, "_first_time");
+    INTERN(s_count, "count");
+    INTERN(s_mean, "mean");
+    INTERN(s_m2, "_m2");
+    INTERN(s_minimum, "minimum");
+    INTERN(s_maximum, "maximum");
+    INTERN(s_reservoir, "_reservoir");
+    INTERN(s_next_replace, "_next_replace");
+    INTERN(s_total, "total");
+    INTERN(s_random, "_random");
+    INTERN(s_weight, "_weight");
+    INTERN(s_random_method, "random");
+    INTERN(s_getrandbits, "getrandbits");
+#undef INTERN
+    return 0;
+}
+
+static struct PyModuleDef scan_module = {
+    PyModuleDef_HEAD_INIT, "_scan", "The compiled engine of summary-only log reading (megapilot/logs/bulk.py).", -1,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    if (intern_names() < 0 || PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&scan_module);
+    if (module == NULL) return NULL;
+    if (PyModule_AddIntConstant(module, "STOP_END", STOP_END) < 0 ||
+        PyModule_AddIntConstant(module, "STOP_LINE", STOP_LINE) < 0 ||
+        PyModule_AddIntConstant(module, "STOP_FALLBACK", STOP_FALLBACK) < 0 ||
+        PyModule_AddIntConstant(module, "TIME_PREFIX", TIME_PREFIX) < 0 ||
+        PyModule_AddIntConstant(module, "TIME_LINE", TIME_LINE) < 0 ||
+        PyModule_AddIntConstant(module, "INERT_NEVER", INERT_NEVER) < 0 ||
+        PyModule_AddIntConstant(module, "INERT_ALWAYS", INERT_ALWAYS) < 0 ||
+        PyModule_AddIntConstant(module, "INERT_BEFORE_SUFFIX", INERT_BEFORE_SUFFIX) < 0 ||
+        PyModule_AddIntConstant(module, "INERT_UNLESS_ITERATION", INERT_UNLESS_ITERATION) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(module, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
