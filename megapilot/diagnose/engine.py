@@ -14,6 +14,7 @@ from megapilot.diagnose.megatron_version import recognise_megatron_version
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.release_names import in_release_names, release_note
 from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings
+from megapilot.diagnose.series import RuleRecords
 from megapilot.logs import ParsedLog, ParseOptions, parse_logs
 from megapilot.logs.sources import expand_log_paths, source_labels
 from megapilot.spec import GPUSpec
@@ -97,7 +98,14 @@ def diagnose(
     launch = read_flags(script=script, flags=flags)
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
     paths = expand_log_paths([str(path) for path in paths])
-    log = parse_logs(paths, options=parse_options_for(config))
+    log = parse_for_rules(paths, parse_options_for(config))
     if config is not None and log_mismatches(log, config):
-        log = parse_logs(paths)  # the log's own arguments block, not the script, sizes its tokens/s
+        log = parse_for_rules(paths, None)  # the log's own arguments block, not the script, sizes its tokens/s
     return diagnose_log(log, config, gpu)
+
+
+def parse_for_rules(paths: list[str], options: ParseOptions | None) -> ParsedLog:
+    """The logs parsed with only what the rules read kept (`megapilot.diagnose.series`): memory stays flat
+    whatever the logs' size."""
+    kept = RuleRecords()
+    return kept.fill(parse_logs(paths, options=options, summary_only=True, on_record=kept.add))
