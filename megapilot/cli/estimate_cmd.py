@@ -24,15 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from megapilot.cli.common import console, emit_json, print_assumptions
-from megapilot.cli.layout_options import (
-    AccountForEmbedding,
-    AccountForLoss,
-    FirstStageLayers,
-    LastStageLayers,
-    PpLayout,
-    SequenceParallel,
-    split_flags,
-)
+from megapilot.cli.layout_options import LayoutFlags, layout_options
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -48,35 +40,9 @@ def register(app: typer.Typer) -> None:
     app.command("estimate")(estimate)
 
 
+@layout_options(required_note=REQUIRED)
 def estimate(
-    model: Annotated[str | None, typer.Option(
-        help=f"{REQUIRED} Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B) or a "
-             "config.json path.")] = None,
-    gpu: Annotated[str | None, typer.Option(help=f"{REQUIRED} GPU alias or catalog name, e.g. h100.")] = None,
-    gpus: Annotated[int | None, typer.Option(help=f"{REQUIRED} Total GPUs.")] = None,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor parallel size (default 1).")] = None,
-    pp: Annotated[int | None, typer.Option(help="Pipeline parallel size (default 1).")] = None,
-    vpp: Annotated[int | None, typer.Option(help="Virtual pipeline stages per rank (default 1).")] = None,
-    cp: Annotated[int | None, typer.Option(help="Context parallel size (default 1).")] = None,
-    ep: Annotated[int | None, typer.Option(help="Expert parallel size (default 1).")] = None,
-    etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp).")] = None,
-    mbs: Annotated[int | None, typer.Option(help="Micro-batch size (default 1).")] = None,
-    gbs: Annotated[int | None, typer.Option(help=f"{REQUIRED} Global batch size, sequences.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help=f"{REQUIRED} Sequence length, tokens.")] = None,
-    precision: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
-    recompute: Annotated[str | None, typer.Option(help="none | selective | full (default selective).")] = None,
-    recompute_num_layers: Annotated[int | None, typer.Option(help="With full recompute: layers per group.")] = None,
-    sequence_parallel: SequenceParallel = None,
-    distributed_optimizer: Annotated[
-        bool, typer.Option("--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")
-    ] = True,
-    fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
-    first_stage_layers: FirstStageLayers = None,
-    last_stage_layers: LastStageLayers = None,
-    account_for_embedding: AccountForEmbedding = False,
-    account_for_loss: AccountForLoss = False,
-    pp_layout: PpLayout = None,
+    layout: LayoutFlags,
     force_tp_across_nodes: Annotated[
         bool, typer.Option("--force-tp-across-nodes", help="Cost a TP group larger than a node instead of refusing.")
     ] = False,
@@ -95,14 +61,7 @@ def estimate(
         if any(row.error is not None for row in rows):
             raise typer.Exit(EXIT_SOME_ROWS_FAILED)
         return
-    flags = {
-        "model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp, "vpp": vpp,
-        "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len, "precision": precision,
-        "recompute": recompute, "recompute_num_layers": recompute_num_layers,
-        "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer, "fsdp": fsdp,
-        **split_flags(first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss, pp_layout),
-        "force_tp_across_nodes": force_tp_across_nodes,
-    }
+    flags = layout.case_flags() | {"force_tp_across_nodes": force_tp_across_nodes}
     case, result = estimate_case(flags, flop_convention)
     if json_output:
         emit_json(result.model_dump(mode="json"))

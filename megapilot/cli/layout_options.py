@@ -1,16 +1,32 @@
-"""The pipeline-split and sequence-parallel options, declared once for `estimate`, `plan` and `script`.
+"""The layout options — model, hardware, parallel sizes, batch, precision, memory savers, pipeline split —
+declared once, as the fields of `LayoutFlags`, for `estimate`, `script` and (the hardware ones) `plan`.
 
-Each is a typer option type (`Annotated`), so the three commands spell, default and document them the same
-way; `split_flags` turns them into the `build_case` keys (`--batch` lines use the same names, with `-` or
-`_`). The meaning of each is `megapilot.spec.pipeline.PipelineSplit`.
+Each field's type is a typer option (`Annotated`) and its default is the option's default, so the name, help
+and default of an option live in one place. `@layout_options()` puts the fields into a command's signature
+where it takes `layout: LayoutFlags`, and hands the command one typed object. `LayoutFlags.case_flags` gives
+the `build_case` keys (`--batch` lines use the same names, with `-` or `_`; their meaning is
+`megapilot.estimate.cases`, the pipeline split's `megapilot.spec.pipeline.PipelineSplit`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from copy import copy
+from dataclasses import MISSING, dataclass, fields
+from typing import Annotated, Any, get_args, get_type_hints
 
 import typer
 
+MODEL_HELP = ("Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B), config.json or "
+              "model spec file.")
+
+Model = Annotated[str | None, typer.Option(help=MODEL_HELP)]
+Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name or alias, e.g. h100 or mi300x.")]
+Gpus = Annotated[int | None, typer.Option("--gpus", help="Total GPUs.")]
+GpusPerNode = Annotated[int | None, typer.Option(
+    "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200/GB300).")]
 FirstStageLayers = Annotated[int | None, typer.Option(
     "--first-stage-layers",
     help="Decoder layers on the first pipeline rank (--decoder-first-pipeline-num-layers; default: even split).")]
@@ -29,14 +45,121 @@ SequenceParallel = Annotated[bool | None, typer.Option(
     "--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Default: on when tp > 1.")]
 
 
+def _option(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
+    """An option named after its field (`seq_len` -> `--seq-len`)."""
+    return typer.Option(help=help)
+
+
+@dataclass(frozen=True)
+class LayoutFlags:
+    """The layout a command was given; None (or the default) = not given, `build_case`'s default applies."""
+
+    model: Model = None
+    gpu: Gpu = None
+    gpus: Gpus = None
+    gpus_per_node: GpusPerNode = None
+    tp: Annotated[int | None, _option("Tensor parallel size (default 1).")] = None
+    pp: Annotated[int | None, _option("Pipeline parallel size (default 1).")] = None
+    vpp: Annotated[int | None, _option("Virtual pipeline stages per rank (default 1).")] = None
+    cp: Annotated[int | None, _option("Context parallel size (default 1).")] = None
+    ep: Annotated[int | None, _option("Expert parallel size (default 1).")] = None
+    etp: Annotated[int | None, _option("Expert tensor parallel size (default: tp).")] = None
+    mbs: Annotated[int | None, _option("Micro-batch size (default 1).")] = None
+    gbs: Annotated[int | None, _option("Global batch size, sequences.")] = None
+    seq_len: Annotated[int | None, _option("Sequence length, tokens.")] = None
+    precision: Annotated[str | None, _option("bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None
+    recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
+    recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
+    sequence_parallel: SequenceParallel = None
+    distributed_optimizer: Annotated[bool, typer.Option(
+        "--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")] = True
+    fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False
+    first_stage_layers: FirstStageLayers = None
+    last_stage_layers: LastStageLayers = None
+    account_for_embedding: AccountForEmbedding = False
+    account_for_loss: AccountForLoss = False
+    pp_layout: PpLayout = None
+
+    #: What `build_case` cannot do without (`megapilot.estimate.cases.REQUIRED_FLAGS`).
+    REQUIRED = ("model", "gpu", "gpus", "gbs", "seq_len")
+
+    def case_flags(self) -> dict[str, Any]:
+        """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
+        flags = {item.name: getattr(self, item.name) for item in fields(self)}
+        for switch in ("account_for_embedding", "account_for_loss"):
+            flags[switch] = True if flags[switch] else None
+        return flags
+
+    def given(self) -> list[str]:
+        """The options whose value is not their default, as typed (`--tp`, `--no-distributed-optimizer`)."""
+        return [("--no-" if getattr(self, item.name) is False else "--") + item.name.replace("_", "-")
+                for item in fields(self) if getattr(self, item.name) != item.default]
+
+
+#: A layout with no option given; the placeholder default of a command's `layout` parameter where one before it
+#: has a default (the decorator replaces the parameter, so it is never used as a value).
+NOTHING_GIVEN = LayoutFlags()
+
+
 def split_flags(
     first_stage_layers: int | None, last_stage_layers: int | None, account_for_embedding: bool | None,
     account_for_loss: bool | None, pp_layout: str | None,
 ) -> dict[str, Any]:
-    """The split options as `build_case` keys (None: not given; the account-for switches are given when on)."""
-    return {
-        "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
-        "account_for_embedding": True if account_for_embedding else None,
-        "account_for_loss": True if account_for_loss else None,
-        "pp_layout": pp_layout,
-    }
+    """The split options alone as `build_case` keys, as `LayoutFlags.case_flags` gives them."""
+    layout = LayoutFlags(first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                         account_for_embedding=bool(account_for_embedding), account_for_loss=bool(account_for_loss),
+                         pp_layout=pp_layout)
+    flags = layout.case_flags()
+    return {name: flags[name] for name in
+            ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pp_layout")}
+
+
+def layout_options(*, required_note: str = "", notes: Mapping[str, str] | None = None,
+                   ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Replace a command's `layout: LayoutFlags` parameter by the options of `LayoutFlags`, in field order.
+
+    `required_note` starts the help of the fields `build_case` requires (estimate: "Required (unless --batch).");
+    `notes` ends the help of the fields it names, for what one command adds (script: where `--gpus` comes from).
+    """
+    notes = dict(notes or {})
+    unknown = set(notes) - {item.name for item in fields(LayoutFlags)}
+    if unknown:
+        raise TypeError(f"notes for {sorted(unknown)}: no such layout option")
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command, eval_str=True)
+        own = list(signature.parameters.values())
+        at = [parameter.name for parameter in own].index("layout")
+        options = _layout_parameters(required_note, notes)
+        names = [parameter.name for parameter in options]
+
+        @functools.wraps(command)
+        def with_layout(**values: Any) -> None:
+            layout = LayoutFlags(**{name: values.pop(name) for name in names})
+            command(layout=layout, **values)
+
+        parameters = own[:at] + options + own[at + 1:]
+        # typer reads the options from the signature and the types from the annotations
+        with_layout.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # read by inspect.signature
+        with_layout.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+        return with_layout
+
+    return decorate
+
+
+def _layout_parameters(required_note: str, notes: Mapping[str, str]) -> list[inspect.Parameter]:
+    """`LayoutFlags`'s fields as typer parameters, each help with the command's note."""
+    hints = get_type_hints(LayoutFlags, include_extras=True)
+    parameters = []
+    for item in fields(LayoutFlags):
+        value_type, option = get_args(hints[item.name])
+        option = copy(option)
+        if required_note and item.name in LayoutFlags.REQUIRED:
+            option.help = f"{required_note} {option.help}"
+        if item.name in notes:
+            option.help = f"{option.help} {notes[item.name]}"
+        assert item.default is not MISSING  # every layout option has a default: left out = not given
+        parameters.append(inspect.Parameter(item.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                            default=item.default,
+                                            annotation=Annotated[value_type, option]))
+    return parameters

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from megapilot.cli.layout_options import MODEL_HELP, Gpu, Gpus, GpusPerNode
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -15,12 +16,10 @@ if TYPE_CHECKING:
     from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
     from megapilot.store.profile import Profile
 
-# Options that `plan` and `profile set|show` share (typer reads an option's declaration, so one serves each).
+# Options that `plan` and `profile set|show` share (typer reads an option's declaration, so one serves each); the
+# hardware ones are `estimate`'s and `script`'s too (`layout_options`).
 PROFILE_OPTION = typer.Option(None, "--profile",
                               help="Profile TOML (default: $MEGAPILOT_PROFILE or the user config dir).")
-GPU_OPTION = typer.Option(None, "--gpu", help="GPU name or alias (h100, mi300x, ...).")
-GPUS_OPTION = typer.Option(None, "--gpus", help="Total GPUs.")
-GPUS_PER_NODE_OPTION = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200).")
 JSON_OPTION = typer.Option(False, "--json", help="Machine output.")
 
 
@@ -105,11 +104,10 @@ def _naming_defaults(error: MegapilotError, defaults: list[str]) -> MegapilotErr
 
 def plan_command(
     ctx: typer.Context,
-    model: str = typer.Option(..., "--model", help="Preset name, Hugging Face hub id (meta-llama/Llama-3.1-70B) "
-                                                   "or path to a config.json."),
-    gpu: str | None = GPU_OPTION,
-    gpus: int | None = GPUS_OPTION,
-    gpus_per_node: int | None = GPUS_PER_NODE_OPTION,
+    model: str = typer.Option(..., "--model", help=MODEL_HELP),
+    gpu: Gpu = None,
+    gpus: Gpus = None,
+    gpus_per_node: GpusPerNode = None,
     seq_len: int = typer.Option(4096, "--seq-len", help="Sequence length, tokens."),
     gbs: int = typer.Option(1024, "--gbs", help="Global batch size, sequences."),
     precision: str = typer.Option("bf16", "--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4."),
@@ -219,9 +217,9 @@ profile_app = typer.Typer(help="Saved first-run inputs that later commands use a
 
 @profile_app.command("set")
 def profile_set(
-    gpu: str | None = GPU_OPTION,
-    gpus: int | None = GPUS_OPTION,
-    gpus_per_node: int | None = GPUS_PER_NODE_OPTION,
+    gpu: Gpu = None,
+    gpus: Gpus = None,
+    gpus_per_node: GpusPerNode = None,
     data_path: str | None = typer.Option(None, "--data-path", help="Megatron --data-path prefix."),
     tokenizer: str | None = typer.Option(None, "--tokenizer", help="Tokenizer model or HF name."),
     save_dir: str | None = typer.Option(None, "--save-dir", help="Checkpoint directory."),

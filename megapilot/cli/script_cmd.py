@@ -14,15 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from megapilot.cli.common import console, emit_json, err_console, print_assumptions
-from megapilot.cli.layout_options import (
-    AccountForEmbedding,
-    AccountForLoss,
-    FirstStageLayers,
-    LastStageLayers,
-    PpLayout,
-    SequenceParallel,
-    split_flags,
-)
+from megapilot.cli.layout_options import NOTHING_GIVEN, LayoutFlags, layout_options
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -32,37 +24,13 @@ if TYPE_CHECKING:
 
 LAUNCHERS = ("torchrun", "slurm", "primus")
 ENTRYPOINTS = ("megatron", "megapilot")
+GPUS_NOTE = "Default: --nodes x GPUs per node, else the profile's."
 
 
+@layout_options(notes={"gpus": GPUS_NOTE})
 def script(
     plan: Annotated[Path | None, typer.Option("--plan", help="Saved plan JSON (`megapilot plan --save`).")] = None,
-    # ---- layout flags (instead of --plan)
-    model: Annotated[str | None, typer.Option(
-        help="Model preset, Hugging Face hub id (org/name), config.json or spec file.")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU name or alias, e.g. h100.")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Total GPUs (default: nodes x GPUs per node).")] = None,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (default 8; 4 on GB200/GB300).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor parallel size (default 1).")] = None,
-    pp: Annotated[int | None, typer.Option(help="Pipeline parallel size (default 1).")] = None,
-    vpp: Annotated[int | None, typer.Option(help="Virtual pipeline stages per rank (default 1).")] = None,
-    cp: Annotated[int | None, typer.Option(help="Context parallel size (default 1).")] = None,
-    ep: Annotated[int | None, typer.Option(help="Expert parallel size (default 1).")] = None,
-    etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp).")] = None,
-    mbs: Annotated[int | None, typer.Option(help="Micro-batch size (default 1).")] = None,
-    gbs: Annotated[int | None, typer.Option(help="Global batch size, sequences.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Sequence length, tokens.")] = None,
-    precision: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None,
-    recompute: Annotated[str | None, typer.Option(help="none | selective | full (default selective).")] = None,
-    recompute_num_layers: Annotated[int | None, typer.Option(help="With full recompute: layers per group.")] = None,
-    sequence_parallel: SequenceParallel = None,
-    first_stage_layers: FirstStageLayers = None,
-    last_stage_layers: LastStageLayers = None,
-    account_for_embedding: AccountForEmbedding = False,
-    account_for_loss: AccountForLoss = False,
-    pp_layout: PpLayout = None,
-    distributed_optimizer: Annotated[bool, typer.Option(
-        "--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")] = True,
-    fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False,
+    layout: LayoutFlags = NOTHING_GIVEN,  # the layout flags (instead of --plan)
     train_iters: Annotated[int | None, typer.Option(help="Training iterations (overrides the plan's).")] = None,
     # ---- launch
     launcher: Annotated[str, typer.Option(help="torchrun, slurm or primus.")] = "torchrun",
@@ -118,13 +86,6 @@ def script(
         _check_output(output.expanduser().absolute())  # before the work of rendering, and naming -o
     notes: list[str] = []
     assumed: list[str] = []  # profile values read and layout defaults taken: one line of output, `assumed` in JSON
-    layout = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp, "pp": pp,
-                  "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
-                  "precision": precision, "recompute": recompute, "recompute_num_layers": recompute_num_layers,
-                  "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer,
-                  "fsdp": fsdp,
-                  **split_flags(first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss,
-                                pp_layout)}
     if plan is not None:
         _refuse_layout_with_plan(layout)
         saved = _read_plan(plan)
@@ -179,15 +140,11 @@ def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-# The layout flags' defaults when left out: a flag that differs from its default was given.
-_LAYOUT_DEFAULTS = {"distributed_optimizer": True, "fsdp": False}
-
-
-def _refuse_layout_with_plan(layout: dict[str, object]) -> None:
+def _refuse_layout_with_plan(layout: LayoutFlags) -> None:
     """A plan file fixes the model, hardware and layout; a layout flag beside it would be silently ignored."""
-    given = [name for name, value in layout.items() if value != _LAYOUT_DEFAULTS.get(name)]
+    given = layout.given()
     if given:
-        flags = ", ".join(("--" if layout[name] is not False else "--no-") + name.replace("_", "-") for name in given)
+        flags = ", ".join(given)
         raise MegapilotError(f"{flags} cannot change a saved plan", field="--plan",
                              fix=f"drop {flags}, or drop --plan and give the layout as flags "
                                  "(or re-plan with `megapilot plan ... --save`)")
@@ -214,7 +171,7 @@ def _read_plan(path: Path) -> SavedPlan:
     return load_plan_file(path)
 
 
-def _plan_from_flags(profile: Profile, notes: list[str], layout: dict[str, object],
+def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags,
                      nodes: int | None, assumed: list[str]) -> SavedPlan:
     """Layout flags -> specs through `build_case`, as `megapilot estimate` resolves them.
 
@@ -225,9 +182,9 @@ def _plan_from_flags(profile: Profile, notes: list[str], layout: dict[str, objec
     from megapilot.estimate import build_case
     from megapilot.spec import SavedPlan, validate_layout
 
-    if layout["model"] is None:
+    if given.model is None:
         raise MegapilotError("no plan given", field="plan", fix="pass --plan plan.json or --model NAME with a layout")
-    layout = dict(layout)
+    layout = given.case_flags()
     for name in ("gpu", "gpus_per_node"):
         if layout[name] is None:
             layout[name] = _from_profile(profile, name, assumed)

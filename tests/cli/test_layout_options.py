@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from megapilot.cli.layout_options import (
+    NOTHING_GIVEN,
     AccountForEmbedding,
     AccountForLoss,
     FirstStageLayers,
     LastStageLayers,
+    LayoutFlags,
     PpLayout,
     SequenceParallel,
+    layout_options,
     split_flags,
 )
 from megapilot.estimate import build_case
+from megapilot.estimate.cases import KNOWN_FLAGS, REQUIRED_FLAGS
 
 
 def _app(seen: list) -> typer.Typer:
@@ -83,3 +89,82 @@ def test_plan_leaves_the_headroom_asked_for(cli):
             "--top", "1", "--json")
     memory = json.loads(cli(*args, "--headroom", "0.3").stdout)["candidates"][0]["estimate"]["memory_gib"]
     assert memory["total"] <= 0.7 * memory["capacity"]
+
+
+# ---- LayoutFlags: the one declaration estimate, script and plan read their layout options from ----------------
+
+
+def test_the_required_fields_and_every_field_are_build_case_flags():
+
+    assert LayoutFlags.REQUIRED == REQUIRED_FLAGS
+    assert {item.name for item in fields(LayoutFlags)} <= KNOWN_FLAGS
+
+
+def test_nothing_given_is_none_for_build_case_and_an_empty_given_list():
+    layout = LayoutFlags()
+    assert layout.given() == []
+    flags = layout.case_flags()
+    # the two defaults that are not None are the switches build_case reads as such
+    assert {name: value for name, value in flags.items() if value is not None} == {
+        "distributed_optimizer": True, "fsdp": False}
+
+
+def test_given_names_each_option_as_it_was_typed():
+    layout = LayoutFlags(tp=4, distributed_optimizer=False, account_for_loss=True, seq_len=8192)
+    assert layout.given() == ["--tp", "--seq-len", "--no-distributed-optimizer", "--account-for-loss"]
+
+
+def _decorated_app(seen: list, **decorator_args) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.command()
+    @layout_options(**decorator_args)
+    def command(before: int = 0, layout: LayoutFlags = NOTHING_GIVEN, after: str = "x") -> None:
+        """A command."""
+        seen.append((before, layout, after))
+
+    return app
+
+
+def test_the_decorator_hands_the_command_one_typed_layout_and_its_own_options():
+    seen: list = []
+    result = CliRunner().invoke(_decorated_app(seen), ["--before", "3", "--model", "m", "--tp", "2", "--no-sp",
+                                                       "--fsdp", "--after", "y"])
+    assert result.exit_code == 0, result.output
+    assert seen == [(3, LayoutFlags(model="m", tp=2, sequence_parallel=False, fsdp=True), "y")]
+
+
+def test_the_decorator_adds_the_required_and_per_command_notes_to_the_shared_help():
+    seen: list = []
+    app = _decorated_app(seen, required_note="Needed here.", notes={"gpus": "Or ask."})
+    help_text = " ".join(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"}).output.split())
+    assert "Needed here. Sequence length, tokens." in help_text
+    assert "Total GPUs. Or ask." in help_text
+    assert "Needed here. Tensor parallel" not in help_text  # tp is not required
+
+
+def test_a_note_for_an_unknown_option_is_refused_when_the_command_is_declared():
+
+    with pytest.raises(TypeError, match="no such layout option"):
+        layout_options(notes={"gpu_count": "typo"})
+
+
+def _option_help(command: str) -> dict[str, str]:
+    """`--flag` -> the help text the command's `--help` prints for it."""
+    from megapilot.cli.app import app
+
+    group = typer.main.get_command(app)
+    options = group.commands[command].params  # type: ignore[attr-defined]
+    return {name: option.help for option in options for name in option.opts}
+
+
+def test_estimate_script_and_plan_show_one_text_for_each_shared_option():
+    estimate, script, plan = (_option_help(name) for name in ("estimate", "script", "plan"))
+    shared = ("--tp", "--pp", "--vpp", "--etp", "--mbs", "--precision", "--recompute", "--gpus-per-node",
+              "--pp-layout", "--fsdp", "--first-stage-layers")
+    for flag in shared:
+        assert estimate[flag] == script[flag], flag
+    assert estimate["--gpu"] == "Required (unless --batch). " + script["--gpu"] == "Required (unless --batch). " + \
+        plan["--gpu"]
+    assert plan["--gpus-per-node"] == script["--gpus-per-node"]
+    assert script["--gpus"].startswith(plan["--gpus"]) and "--nodes" in script["--gpus"]
