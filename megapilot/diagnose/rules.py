@@ -37,6 +37,7 @@ Fixes fit the framework that wrote the log (`megapilot.diagnose.framework_fixes`
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from itertools import pairwise
@@ -294,10 +295,42 @@ def _nccl_error(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | 
                    occurrences=len(records))
 
 
+# What an NVIDIA Xid code says (NVIDIA's Xid catalog): who is likely at fault. The application's codes come from a
+# kernel's own illegal access; the hardware's call for draining the node.
+XID_MEANING: dict[int, tuple[str, str]] = {
+    13: ("graphics engine exception", "application"), 31: ("GPU memory page fault", "application"),
+    43: ("GPU stopped processing", "application"), 45: ("preemptive cleanup after an earlier error", "follow-up"),
+    48: ("double-bit ECC error", "hardware"), 63: ("ECC page retirement / row remapping event", "hardware"),
+    64: ("ECC page retirement / row remapping failure", "hardware"), 74: ("NVLink error", "hardware"),
+    79: ("GPU has fallen off the bus", "hardware"), 92: ("high single-bit ECC error rate", "hardware"),
+    94: ("contained ECC error", "hardware"), 95: ("uncontained ECC error", "hardware"),
+    119: ("GSP RPC timeout", "driver/firmware"), 120: ("GSP error", "driver/firmware"),
+}
+_XID_RE = re.compile(r"\bXid\b(?: \(PCI:[^)]*\))?:? (\d+)")
+
+
+def _xid_codes(records: list[ErrorRecord]) -> list[int]:
+    codes = (int(found.group(1)) for r in records if (found := _XID_RE.search(r.text)) is not None)
+    return list(dict.fromkeys(codes))
+
+
+def _xid_note(codes: list[int]) -> str:
+    """The Xid codes the lines name and what they mean; a fault of the application's own when every known code is."""
+    if not codes:
+        return ""
+    named = [f"Xid {code} ({XID_MEANING[code][0]})" if code in XID_MEANING else f"Xid {code}" for code in codes]
+    owners = {XID_MEANING[code][1] for code in codes if code in XID_MEANING} - {"follow-up"}
+    note = f" The driver reported {', '.join(named)}."
+    if owners == {"application"}:
+        note += (" These codes usually come from the application (a kernel's illegal memory access, a bad library "
+                 "build), not from the GPU: check whether it repeats on other nodes before draining this one.")
+    return note
+
+
 def _gpu_fault(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     cause = ("The GPU or its driver reported a hardware-level fault (Xid, ECC, GPU hang/reset, memory access fault, "
              "launch failure). Training cannot continue on that GPU; a software bug can also show as an illegal "
-             "memory access, so check whether it repeats on other nodes.")
+             "memory access, so check whether it repeats on other nodes.") + _xid_note(_xid_codes(records))
     fixes = [
         Fix("add", "nvidia-smi -q -d ECC,PAGE_RETIREMENT  (AMD: amd-smi metric --ecc)", None,
             "read the error counters of the node", kind="command"),

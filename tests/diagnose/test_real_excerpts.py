@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from megapilot.diagnose import diagnose
+from megapilot.diagnose.engine import diagnose_log
+from megapilot.logs import parse_text
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "logs" / "real"
 
@@ -155,3 +157,13 @@ def test_torchtitan_hip_oom_of_the_primus_thread_gets_torchtitan_and_rocm_advice
     assert result.log.framework == "torchtitan" and "11.74 GiB" in oom.title
     assert "--activation_checkpoint.mode" in flags and "PYTORCH_HIP_ALLOC_CONF" in flags
     assert not any(flag.startswith("--recompute") or flag == "PYTORCH_CUDA_ALLOC_CONF" for flag in flags)
+
+
+def test_xid_codes_are_named_and_an_application_only_fault_says_so():
+    (finding,) = diagnose([REAL / "41_nvrm_xid_dmesg_pt_main_thread.log"]).findings
+    assert "Xid 43 (GPU stopped processing), Xid 31 (GPU memory page fault), Xid 94 (contained ECC error)" in \
+        finding.cause
+    assert "usually come from the application" not in finding.cause  # Xid 94 is the hardware's
+    lines = (REAL / "41_nvrm_xid_dmesg_pt_main_thread.log").read_text().splitlines()
+    (only_43,) = diagnose_log(parse_text(lines[3] + "\n"), None).findings
+    assert "usually come from the application" in only_43.cause
