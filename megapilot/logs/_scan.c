@@ -698,15 +698,19 @@ static int row_fits(const Scanner *self, const State *st, const Row *row, int ti
 }
 
 /* ---- the reservoir past RESERVOIR_SIZE: `_Running._reservoir_step`, with the same draws from the same generator -- */
+/* The generator's `random` and `getrandbits`, fetched once per scan (no draw). */
+static int fetch_generator(State *st) {
+    if (st->random != NULL) return 0;
+    PyObject *generator = PyObject_GetAttr(st->after, s_random);
+    if (generator == NULL) return -1;
+    st->random = PyObject_GetAttr(generator, s_random_method);
+    st->getrandbits = st->random ? PyObject_GetAttr(generator, s_getrandbits) : NULL;
+    Py_DECREF(generator);
+    return st->getrandbits == NULL ? -1 : 0;
+}
+
 static int draw_random(State *st, double *out) {
-    if (st->random == NULL) {
-        PyObject *generator = PyObject_GetAttr(st->after, s_random);
-        if (generator == NULL) return -1;
-        st->random = PyObject_GetAttr(generator, s_random_method);
-        st->getrandbits = st->random ? PyObject_GetAttr(generator, s_getrandbits) : NULL;
-        Py_DECREF(generator);
-        if (st->getrandbits == NULL) return -1;
-    }
+    if (fetch_generator(st) < 0) return -1;
     PyObject *value = PyObject_CallNoArgs(st->random);
     if (value == NULL) return -1;
     *out = PyFloat_AsDouble(value);
@@ -716,10 +720,9 @@ static int draw_random(State *st, double *out) {
 
 /* `_Running._below(n)`: getrandbits(n.bit_length()) until one is below n. */
 static int draw_below(State *st, long long n, long long *out) {
-    double ignored;
     int bits = 0;
     for (long long rest = n; rest; rest >>= 1) bits++;
-    if (st->random == NULL && draw_random(st, &ignored) < 0) return -1; /* never: a step always drew first */
+    if (fetch_generator(st) < 0) return -1;
     PyObject *bits_object = PyLong_FromLong(bits);
     if (bits_object == NULL) return -1;
     do {

@@ -1,5 +1,6 @@
 """Bulk reading (summary-only) gives exactly what the line-by-line path gives, on every fixture and on
-generated logs full of noise; and it really skips the line parser for the lines it may skip."""
+generated logs full of noise, with both engines (the compiled scanner and the pure-Python one); and it really
+skips the line parser for the lines it may skip."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megapilot.logs import LineParser, ParseOptions, parse_logs
-from megapilot.logs.bulk import FAST_ITERATION_RE, read_bulk
+from megapilot.logs.bulk import ENGINES, FAST_ITERATION_RE, read_bulk
 from megapilot.logs.collect import LogCollector, ParsedLog, _feed
 from megapilot.logs.lines import read_lines
 
@@ -41,9 +42,11 @@ def _line_path(data: bytes, options: ParseOptions = OPTIONS) -> ParsedLog:
     return collector.finish()
 
 
-def _bulk_path(data: bytes, options: ParseOptions = OPTIONS, chunk_bytes: int = 1 << 20) -> ParsedLog:
+def _bulk_path(data: bytes, options: ParseOptions = OPTIONS, chunk_bytes: int = 1 << 20,
+               engine: str = "compiled") -> ParsedLog:
     collector = LogCollector(summary_only=True)
-    collector.end_source(read_bulk(collector, LineParser("f.log", options), io.BytesIO(data), chunk_bytes=chunk_bytes))
+    collector.end_source(read_bulk(collector, LineParser("f.log", options), io.BytesIO(data), chunk_bytes=chunk_bytes,
+                                   engine=engine))
     return collector.finish()
 
 
@@ -54,7 +57,9 @@ def test_bulk_reading_matches_the_line_path_on_every_fixture(path: Path):
     assert _facts(bulk) == _facts(full)
     assert bulk.iterations == [] and bulk.memory == []
     data = path.read_bytes()
-    assert _facts(_bulk_path(data, chunk_bytes=61)) == _facts(_line_path(data))  # many block boundaries
+    for engine in ENGINES:
+        for chunk_bytes in (61, 1 << 20):  # many block boundaries, and one block
+            assert _facts(_bulk_path(data, chunk_bytes=chunk_bytes, engine=engine)) == _facts(_line_path(data))
 
 
 def test_bulk_reading_takes_the_shape_from_the_arguments_block():
@@ -64,7 +69,8 @@ def test_bulk_reading_takes_the_shape_from_the_arguments_block():
     assert bulk.arguments == parse_logs([path]).arguments and bulk.arguments is not None
     assert bulk.summary.tokens_per_s_per_gpu_mean is not None
     data = path.read_bytes()
-    assert _facts(_bulk_path(data, ParseOptions(), chunk_bytes=61)) == _facts(_line_path(data, ParseOptions()))
+    for engine in ENGINES:
+        assert _facts(_bulk_path(data, ParseOptions(), 61, engine)) == _facts(_line_path(data, ParseOptions()))
 
 
 def _iteration(draw, iteration: int) -> str:
@@ -126,6 +132,10 @@ OTHER_LINES = [
     "progress  10%\rprogress  50%\rprogress 100%", "\r\r", "abc\r", "caf\xe9 non-ASCII text",
     "iteration count is 5", "step:  3  loss: 12.2674  grad_norm: 3.9375  memory: 240.17GiB(95.31%)  tps: 531",
     "[rank0]:  iteration        2/      10 | elapsed time per iteration (ms): 101.0 | lm loss: 4.9E+00 |",
+    # lines the compiled engine skips as inert (timers, allocator memory) next to ones that only look alike
+    "[2026-01-01 00:35:00] forward-backward ...............: (9000.12, 9010.34)", "time (ms) | forward: 132.49",
+    "time (ms) | save-checkpoint: 1250.0", "[Rank 0] (after 10 iterations) Memory (GB) | allocated: 40.12",
+    "  iteration 7/ 10 | not a canonical line", "(after 20 iterations) memory (MB) | max allocated: 45678.90",
 ]
 TRACEBACKS = [  # frames without any needle: only the open traceback sends them to the parser
     ["Traceback (most recent call last):", '  File "megatron/training/arguments.py", line 5, in validate_args',
@@ -183,16 +193,21 @@ def noisy_logs(draw) -> bytes:
 @given(data=noisy_logs(), chunk_bytes=st.sampled_from([17, 300, 1 << 20]),
        options=st.sampled_from([OPTIONS, ParseOptions()]))
 def test_bulk_reading_matches_the_line_path_on_noisy_logs(data: bytes, chunk_bytes: int, options: ParseOptions):
-    assert _facts(_bulk_path(data, options, chunk_bytes)) == _facts(_line_path(data, options))
+    expected = _facts(_line_path(data, options))
+    for engine in ENGINES:
+        assert _facts(_bulk_path(data, options, chunk_bytes, engine)) == expected, engine
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=3000))
 def test_bulk_reading_matches_the_line_path_on_random_bytes(data: bytes):
-    assert _facts(_bulk_path(data, chunk_bytes=50)) == _facts(_line_path(data))
+    expected = _facts(_line_path(data))
+    for engine in ENGINES:
+        assert _facts(_bulk_path(data, chunk_bytes=50, engine=engine)) == expected, engine
 
 
-def test_canonical_iteration_lines_skip_the_line_parser(tmp_path: Path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_canonical_iteration_lines_skip_the_line_parser(tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch):
     """The point of bulk reading: a Megatron-LM log's iteration and chatter lines never reach `feed`."""
     lines = []
     for iteration in range(1, 201):
@@ -211,11 +226,10 @@ def test_canonical_iteration_lines_skip_the_line_parser(tmp_path: Path):
         fed.append(line_no)
         return original_feed(self, line_no, text)
 
-    LineParser.feed = counting_feed
-    try:
-        bulk = parse_logs([log_file], summary_only=True)
-    finally:
-        LineParser.feed = original_feed
+    monkeypatch.setenv("MEGAPILOT_LOG_ENGINE", engine)
+    monkeypatch.setattr(LineParser, "feed", counting_feed)
+    bulk = parse_logs([log_file], summary_only=True)
+    monkeypatch.setattr(LineParser, "feed", original_feed)
     assert len(fed) == 4  # the checkpoint lines only
     assert bulk.summary.iterations_counted == 200 and bulk.checkpoints[0].iteration == 50
     assert _facts(bulk) == _facts(parse_logs([log_file]))
@@ -231,7 +245,8 @@ def test_fast_iteration_regex_takes_only_whole_canonical_lines():
         assert FAST_ITERATION_RE.search((variant + "\n").encode()) is None, variant
 
 
-def test_long_run_with_saves_and_a_resume_gives_the_same_summary():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_long_run_with_saves_and_a_resume_gives_the_same_summary(engine: str):
     """Past the warm-up cap (50) and the percentile reservoir (8192): the batched statistics are the same floats."""
     lines = []
     for iteration in [*range(1, 6001), *range(5800, 9501)]:  # a resume replays 200 iterations
@@ -244,12 +259,13 @@ def test_long_run_with_saves_and_a_resume_gives_the_same_summary():
         if iteration % 700 == 0:
             lines.append(f"saving checkpoint at iteration {iteration:7d} to /ckpt")
     data = ("\n".join(lines) + "\n").encode()
-    bulk, full = _bulk_path(data), _line_path(data)
+    bulk, full = _bulk_path(data, engine=engine), _line_path(data)
     assert _facts(bulk) == _facts(full)
     assert bulk.summary.iterations_counted == 9500 and bulk.summary.checkpoint_dropped > 0
 
 
-def test_a_save_without_timestamp_is_timed_from_the_iteration_line_before_it():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_save_without_timestamp_is_timed_from_the_iteration_line_before_it(engine: str):
     """The earlier summary-only path lost this (duration None, wall time None): iteration lines set the time."""
     line = CANONICAL.format(it=1, total=100, cs=128, ms="900.0", tf="1.5", loss="7.0E+00", skipped=0, nan=0)
     data = "\n".join([f" [2026-01-01 00:00:10] {line}",
@@ -257,6 +273,6 @@ def test_a_save_without_timestamp_is_timed_from_the_iteration_line_before_it():
                       "saving checkpoint at iteration 2 to /ckpt",
                       " [2026-01-01 00:00:50] successfully saved checkpoint from iteration 2 to /ckpt",
                       "[no time here] " + line.replace("       1/", "       3/")]).encode()
-    bulk = _bulk_path(data)
+    bulk = _bulk_path(data, engine=engine)
     assert bulk.checkpoints[0].duration_s == 30.0 and bulk.summary.wall_time_s == 10.0
     assert _facts(bulk) == _facts(_line_path(data))
