@@ -24,8 +24,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "estimate": (
         "megapilot estimate --model llama3.1-70b --gpu h100 --gpus 64 --tp 8 --pp 4 --gbs 1024 --seq-len 4096",
-        ("megapilot estimate --model deepseek-v3 --gpu h100 --gpus 1024 --tp 2 --pp 16 --ep 64 --gbs 8192 "
-         "--seq-len 4096 --precision fp8 --json"),
+        ("megapilot estimate --model deepseek-v3 --gpu h100 --gpus 1024 \\\n"
+         "    --tp 2 --pp 16 --ep 64 --gbs 8192 --seq-len 4096 --precision fp8 --json"),
         "megapilot estimate --batch cases.jsonl --json",
     ),
     "plan": (
@@ -34,8 +34,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "megapilot plan --model tiny --gpu h100 --gpus 2 --seq-len 128 --gbs 16 --tp 1 --json",
     ),
     "script": (
-        ("megapilot script --plan plan.json --launcher slurm --megatron-path /opt/Megatron-LM "
-         "--data-path /data/corpus_text_document --tokenizer-model /models/tokenizer.model -o train.sbatch"),
+        ("megapilot script --plan plan.json --launcher slurm --megatron-path /opt/Megatron-LM \\\n"
+         "    --data-path /data/corpus_text_document --tokenizer-model /models/tokenizer.model -o train.sbatch"),
         ("megapilot script --model llama3.1-8b --gpu h100 --gpus 8 --tp 2 --gbs 128 --seq-len 8192 --mock-data "
          "--entrypoint megapilot"),
         "megapilot script --plan plan.json --cpu --entrypoint megapilot --mock-data -o train.sh",
@@ -113,9 +113,17 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 
 
 def epilog(command: str) -> str:
-    """The examples of `command` (its path below `megapilot`, e.g. "suite run") as a help epilog."""
-    lines = "\n".join(f"  {example}" for example in EXAMPLES[command])
-    return f"Examples:\n{lines}"
+    """The examples of `command` (its path below `megapilot`, e.g. "suite run") as a help epilog, each line of a
+    multi-line example (a `\\` continuation) indented as written.
+
+    typer's rich help passes an epilog through `inspect.cleandoc`, which strips the first line and takes from
+    every later line the indentation they all share, and then reads it as rich markup. So the epilog starts
+    with an empty line (which cleandoc drops) to put the unindented heading among the later lines, leaving
+    nothing shared to strip, and `[` in an example is escaped to print as typed (only `[` opens markup; rich's
+    own `escape` would also double the line-ending `\\` of a continuation).
+    """
+    lines = ["  " + line.replace("[", r"\[") for example in EXAMPLES[command] for line in example.splitlines()]
+    return "\n".join(["", "Examples:", *lines])
 
 
 def add_examples(app: typer.Typer, prefix: str = "") -> None:

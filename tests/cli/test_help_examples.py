@@ -6,6 +6,8 @@ import re
 import shlex
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from megapilot.cli.app import app
 from megapilot.cli.help_examples import EXAMPLES
@@ -39,7 +41,7 @@ def test_every_command_has_one_to_three_examples_and_no_example_is_orphaned():
 def test_each_example_parses_against_its_command(path, example):
     """The example's words after `megapilot <path>` are parsed by the command itself: an example naming a flag
     the command does not have, or leaving out a required one, fails here."""
-    words = shlex.split(example)
+    words = shlex.split(example.replace("\\\n", " "))  # a `\` continuation joins its lines, as in a shell
     assert words[: 1 + len(path.split())] == ["megapilot", *path.split()]
     command = _commands()[path]
     context = command.make_context(path, words[1 + len(path.split()):])  # raises a usage error on a bad example
@@ -53,7 +55,7 @@ def test_help_ends_with_the_examples(cli, path):
     flat = " ".join(result.stdout.split())  # help wraps long lines at the terminal's width
     assert "Examples:" in flat
     for example in EXAMPLES[path]:
-        assert example in flat
+        assert " ".join(example.replace("\\\n", " ").split()) in flat.replace("\\ ", "")
 
 
 def test_flags_are_shown_without_a_value_type_and_required_options_are_marked(cli):
@@ -72,3 +74,27 @@ def test_json_is_a_plain_flag_that_takes_no_value(cli):
     assert cli("gpus", "--json").exit_code == 0
     refused = cli("gpus", "--json", "true")
     assert refused.exit_code == 2  # an extra argument, as for any flag
+
+
+
+def test_multi_line_examples_keep_their_indentation_and_brackets(monkeypatch):
+    """Each example line keeps its own indentation under the heading, continuation lines included, and `[...]`
+    prints as typed rather than being read as rich markup."""
+    import megapilot.cli.help_examples as help_examples
+
+    written = ("megapilot demo --mount /data:/data \\\n    --name [job] \\\n        --deep", "megapilot demo")
+    monkeypatch.setitem(help_examples.EXAMPLES, "demo", written)
+    app = typer.Typer()
+
+    @app.command("demo", epilog=help_examples.epilog("demo"))
+    def demo(mount: str = "", name: str = "", deep: bool = False) -> None:
+        """A command."""
+
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = [line.rstrip() for line in result.output.splitlines()]
+    heading = next(i for i, line in enumerate(lines) if line.strip() == "Examples:")
+    margin = lines[heading].index("Examples:")
+    shown = [line[margin:] for line in lines[heading + 1: heading + 5]]
+    assert shown == ["  megapilot demo --mount /data:/data \\", "      --name [job] \\", "          --deep",
+                     "  megapilot demo"]
