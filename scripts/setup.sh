@@ -45,7 +45,22 @@ install_python_env() {
     .venv/bin/pip install -q --upgrade pip >/dev/null
     .venv/bin/pip install -q -e '.[train,test]'
     touch "$stamp"
+  elif scanner_stale; then
+    echo "setup: rebuilding the compiled log scanner (megapilot/logs/_scan.c changed)"
+    .venv/bin/pip install -q --no-deps -e .
   fi
+}
+
+# The compiled log scanner (megapilot/logs/_scan.c) is built in place by the editable install; a checkout whose C
+# source is newer than the built module (or that has none, where a C compiler exists) needs it built again.
+scanner_stale() {
+  local built
+  built=$(ls megapilot/logs/_scan*.so 2>/dev/null | head -n 1 || true)
+  if [ -z "$built" ]; then
+    command -v "${CC:-cc}" >/dev/null 2>&1
+    return
+  fi
+  [ megapilot/logs/_scan.c -nt "$built" ]
 }
 
 install_debian_packages
