@@ -1,4 +1,5 @@
-"""Fuzz: random bytes and mangled real lines never crash the parser."""
+"""Fuzz: random bytes and mangled real lines never crash the parser, and summary-only bulk reading of them, by
+either engine (the compiled scanner and the pure-Python one), gives what the line path gives."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megapilot.logs import LineParser
-from megapilot.logs.collect import LogCollector, _feed
+from megapilot.logs.bulk import ENGINES, read_bulk
+from megapilot.logs.collect import LogCollector, ParsedLog, _feed
 from megapilot.logs.lines import read_lines
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -29,8 +31,13 @@ def _lines_with_text_or_empty(data: bytes) -> int:
     return len(lines)
 
 
+def _summary_facts(log: ParsedLog) -> tuple:
+    return (log.summary.to_dict(), log.dialect_counts, log.lines_read, log.last_line, log.last_time_s, log.errors,
+            log.checkpoints, log.arguments)
+
+
 def _parse_bytes(data: bytes) -> None:
-    """Parse without raising, count every line once, and cite only lines that exist."""
+    """Parse without raising, count every line once, and cite only lines that exist; bulk reading agrees."""
     collector = LogCollector()
     _feed(collector, LineParser("fuzz"), read_lines(io.BytesIO(data), chunk_bytes=7), None)
     log = collector.finish()
@@ -38,6 +45,10 @@ def _parse_bytes(data: bytes) -> None:
     assert log.lines_read == _lines_with_text_or_empty(data)
     cited = [record.line for record in (*log.iterations, *log.memory, *log.errors)]
     assert all(1 <= line <= log.lines_read for line in cited)
+    for engine in ENGINES:
+        bulk = LogCollector(summary_only=True)
+        bulk.end_source(read_bulk(bulk, LineParser("fuzz"), io.BytesIO(data), chunk_bytes=23, engine=engine))
+        assert _summary_facts(bulk.finish()) == _summary_facts(log), engine
 
 
 @settings(max_examples=300, deadline=None)
