@@ -33,7 +33,7 @@ class OutputConsole(Console):
 
     @property
     def size(self) -> ConsoleDimensions:
-        measured = Console.size.fget(self)  # type: ignore[attr-defined]  # the base property's getter
+        measured: ConsoleDimensions = Console.size.fget(self)  # type: ignore[attr-defined]  # the base property's getter
         if self.is_terminal or self._width is not None or os.environ.get("COLUMNS", "").isdigit():
             return measured
         return ConsoleDimensions(PIPED_WIDTH, measured.height)

@@ -156,7 +156,8 @@ def _primus_overrides(text: str) -> dict[str, object] | None:
         return None
     for module in modules.values():
         if isinstance(module, dict) and isinstance(module.get("overrides"), dict):
-            return module["overrides"]
+            overrides: dict[str, object] = module["overrides"]  # YAML's Any; its keys are Megatron option names
+            return overrides
     return None
 
 

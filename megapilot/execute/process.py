@@ -33,7 +33,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((host, 0))
-            port = probe.getsockname()[1]
+            port = int(probe.getsockname()[1])  # an AF_INET address is (host, port); typeshed types it Any
         if port != TORCHRUN_DEFAULT_PORT:
             return port
 
@@ -59,7 +59,7 @@ class ProcessInfo:
 
 def _is_alive(proc: psutil.Process) -> bool:
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)  # psutil ships no types
     except psutil.NoSuchProcess:
         return False
 

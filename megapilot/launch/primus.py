@@ -108,7 +108,8 @@ def primus_experiment(plan: SavedPlan, megatron_args: list[str], options: Launch
         },
     }
     comment = f"# Primus experiment for {plan.model.name}, drafted by megapilot (overrides = Megatron args)\n"
-    return comment + yaml.safe_dump(experiment, sort_keys=False, default_flow_style=False)
+    text: str = yaml.safe_dump(experiment, sort_keys=False, default_flow_style=False)  # no stream: the YAML text
+    return comment + text
 
 
 def render_primus(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],

@@ -56,7 +56,8 @@ def plotly_js() -> str:
     """The installed plotly.js, minified, to inline once in the page."""
     from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs()
+    script: str = get_plotlyjs()  # plotly ships no types; it returns the bundle's text
+    return script
 
 
 def build_charts(result: SuiteResult, capacity_gib: float | None) -> ReportCharts:

@@ -306,7 +306,9 @@ class _PostgresDatabase:
             cursor.executemany(self._sql(sql), [tuple(row) for row in rows])
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        return self._connection.execute(self._sql(sql), tuple(params)).fetchall()
+        # psycopg's default row factory gives tuples (the connection is typed Any: psycopg is an optional extra)
+        rows: list[tuple[Any, ...]] = self._connection.execute(self._sql(sql), tuple(params)).fetchall()
+        return rows
 
     @contextmanager
     def write(self) -> Iterator[None]:
@@ -435,7 +437,7 @@ class History:
             return newest[0].run_id
         if self._db.query("SELECT 1 FROM runs WHERE run_id = ?", (ref,)):
             return ref
-        matches = [row[0] for row in self._db.query(
+        matches = [str(row[0]) for row in self._db.query(
             "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY started_at DESC", (len(ref), ref))]
         if len(matches) == 1:
             return matches[0]

@@ -115,7 +115,8 @@ def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None =
 
 def _training_precision(cell_precision: str) -> Precision:
     """The training precision of a cell (CVS writes it upper-case); one no trainer runs is refused."""
-    for precision in get_args(Precision):
+    precisions: tuple[Precision, ...] = get_args(Precision)  # the Literal's own values
+    for precision in precisions:
         if precision == cell_precision.lower():
             return precision
     raise MegapilotError(f"{cell_precision} is not a training precision", field="precision",

@@ -220,14 +220,15 @@ def _check_positive(ns: argparse.Namespace, *dests: str) -> None:
 def _resolve_virtual_pipeline(ns: argparse.Namespace) -> int | None:
     pp = ns.pipeline_model_parallel_size
     uneven = ns.decoder_first_pipeline_num_layers is not None or ns.decoder_last_pipeline_num_layers is not None
-    stages_per_rank = ns.num_virtual_stages_per_pipeline_rank or ns.virtual_pipeline_model_parallel_size
+    stages_per_rank: int | None = (ns.num_virtual_stages_per_pipeline_rank  # argparse: type=int, default None
+                                   or ns.virtual_pipeline_model_parallel_size)
     if ns.num_layers_per_virtual_pipeline_stage is None:
         return stages_per_rank
     if uneven:  # Megatron-LM's validate_args refuses the same combination
         raise MegapilotError("cannot be combined with an uneven pipeline split",
                              field="--num-layers-per-virtual-pipeline-stage",
                              fix="give the virtual stages per rank with --num-virtual-stages-per-pipeline-rank")
-    layers_per_stage = ns.num_layers // pp
+    layers_per_stage: int = ns.num_layers // pp  # argparse: type=int
     if ns.num_layers % pp or layers_per_stage % ns.num_layers_per_virtual_pipeline_stage:
         raise MegapilotError(
             f"{ns.num_layers} layers over PP={pp} do not split into virtual stages of "
@@ -236,7 +237,8 @@ def _resolve_virtual_pipeline(ns: argparse.Namespace) -> int | None:
     if pp == 1:
         raise MegapilotError("needs pipeline parallelism", field="--num-layers-per-virtual-pipeline-stage",
                              fix="set --pipeline-model-parallel-size ≥ 2 or drop the flag")
-    return layers_per_stage // ns.num_layers_per_virtual_pipeline_stage
+    virtual_stage_layers: int = ns.num_layers_per_virtual_pipeline_stage  # argparse: type=int
+    return layers_per_stage // virtual_stage_layers
 
 
 def _check_pipeline_split(ns: argparse.Namespace, virtual_stages: int | None) -> int | None:
@@ -341,10 +343,11 @@ def _resolve_tokenizer(ns: argparse.Namespace) -> str:
 def _resolve_recompute(ns: argparse.Namespace) -> str | None:
     if ns.recompute_activations:
         return "selective"
-    if ns.recompute_granularity == "full" and ns.recompute_method is None:
+    granularity: str | None = ns.recompute_granularity  # argparse: choices full/selective, default None
+    if granularity == "full" and ns.recompute_method is None:
         raise MegapilotError("full recompute needs a method", field="--recompute-method",
                              fix="add --recompute-method uniform --recompute-num-layers 1")
-    return ns.recompute_granularity
+    return granularity
 
 
 def _check_cpu_limits(ns: argparse.Namespace, gpu_available: bool) -> None:

@@ -232,7 +232,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ logging
     def _learning_rate(self) -> float:
-        return next(group["lr"] for group in self.optimizer.param_groups if group["params"])
+        # torch types a param group as a dict of Any; the learning rate in it is a float
+        return float(next(group["lr"] for group in self.optimizer.param_groups if group["params"]))
 
     def _log_iteration(self, state: RunState) -> None:
         totals = state.totals
