@@ -1,11 +1,13 @@
-"""Hold-out by release: the committed step-time parameters (fitted on papers and NeMo <= 24.07) judged on the
-NeMo 25.02 - 25.09 / Megatron-Bridge tables they never saw.
+"""Hold-out by release: the committed step-time parameters, fitted on the papers, NeMo 24.07 and the newer file's
+`TRAIN_RELEASES` (NeMo 25.02, 25.04), judged on the releases they never saw (NeMo 25.07, Megatron-Bridge 25.09).
 
     .venv/bin/python bench/calibration/release_holdout.py     # writes release_holdout.md and .json here
 
-Each row is typed in as published (`megapilot.estimate.published`: the table's layout, retyped only with
-the pipeline split or expert TP a refusal offers); error = predicted / published tokens/s/GPU - 1. Reported
-per family (dense / MoE), GPU and precision, with every row.
+Each row is typed in as published (`megapilot.estimate.published`: the table's layout, ETP 1 on MoE rows as the
+MoE recipes set it, the lightest recompute that fits, retyped only with the pipeline split or expert TP a refusal
+offers); error = predicted / published tokens/s/GPU - 1. Judged rows are reported per family (dense / MoE /
+hybrid), GPU, precision and release; the rows the fit saw are listed apart. Leave-one-source-out over both files
+is in results.md (bench/calibration/run.py).
 """
 
 from __future__ import annotations
@@ -19,44 +21,33 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from megapilot.errors import MegapilotError
-from megapilot.estimate.published import PublishedLayout, enter_published_run
+from run import load_release_rows  # bench/calibration/run.py: the rows as the fit saw them
 
-DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration_2025.json"
+from megapilot.estimate.calibration import TRAIN_RELEASES, release_error
+from megapilot.estimate.efficiency import CALIBRATED
+
 OUT_DIR = Path(__file__).resolve().parent
 IN_SAMPLE = OUT_DIR / "results.json"  # bench/calibration/run.py's per-row errors on the older file
 COVERAGE = ROOT / "megapilot" / "estimate" / "data" / "calibration_coverage.json"
 
 
-def _release(row_id: str) -> str:
-    parts = row_id.split("-")
-    return parts[1] if len(parts) > 1 else "?"
-
-
 def evaluate() -> list[dict[str, Any]]:
+    release, notes = load_release_rows()
+    by_id = {row.id: row for row in release}
     rows = []
-    for raw in json.loads(DATA.read_text()):
-        row = PublishedLayout.from_row(raw)
-        published = (raw.get("measured") or {}).get("tokens_per_sec_per_gpu")
-        entry_doc: dict[str, Any] = {
-            "id": row.id, "release": _release(row.id), "model": row.model, "gpu": row.gpu,
-            "family": "moe" if row.moe or "scout" in row.model.lower() else "dense",
-            "precision": "fp8" if "fp8" in (row.precision or "").lower() else "bf16", "fsdp": row.fsdp,
-            "layout": f"TP{row.tp} PP{row.pp} VP{row.vp or 1} CP{row.cp} EP{row.ep or 1} MBS{row.mbs} GBS{row.gbs}",
-            "published_tokens_per_s_per_gpu": published,
-        }
-        try:
-            entry = enter_published_run(row)
-        except MegapilotError as refusal:
-            entry_doc["refused"] = str(refusal)
-            rows.append(entry_doc)
-            continue
-        predicted = entry.result.tokens_per_s_per_gpu
-        entry_doc |= {"predicted_tokens_per_s_per_gpu": round(predicted, 1), "retyped": entry.retyped,
-                      "fits": entry.result.fits,
-                      "error": round(predicted / published - 1, 4) if published else None}
-        rows.append(entry_doc)
+    for row_id, note in notes.items():
+        doc: dict[str, Any] = {"id": row_id, **note}
+        row = by_id.get(row_id)
+        if row is not None:
+            error = release_error(row, CALIBRATED)
+            doc |= {"release": row.release, "family": row.family, "gpu": row.case.cluster.gpu.name,
+                    "judged": row.release not in TRAIN_RELEASES,
+                    "recompute": row.case.parallel.recompute, "etp": row.case.parallel.expert_tp,
+                    "predicted_tokens_per_s_per_gpu": round(row.published_tokens_per_s * (1 + error), 1),
+                    "error": round(error, 4)}
+        rows.append(doc)
     return rows
 
 
@@ -70,13 +61,11 @@ def _summary(errors: list[float]) -> dict[str, float]:
 def _groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     groups: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        if row.get("error") is None:
+        if row.get("error") is None or not row["judged"]:
             continue
         groups["all"].append(row["error"])
-        groups[f"family={row['family']}"].append(row["error"])
-        groups[f"gpu={row['gpu']}"].append(row["error"])
-        groups[f"precision={row['precision']}"].append(row["error"])
-        groups[f"release={row['release']}"].append(row["error"])
+        for key in ("family", "gpu", "precision", "release"):
+            groups[f"{key}={row[key]}"].append(row["error"])
     return {name: _summary(errors) for name, errors in sorted(groups.items())}
 
 
@@ -87,28 +76,36 @@ def _pct(x: float) -> str:
 def write(rows: list[dict[str, Any]]) -> None:
     groups = _groups(rows)
     (OUT_DIR / "release_holdout.json").write_text(json.dumps({"groups": groups, "rows": rows}, indent=1) + "\n")
+    judged = sorted({row["release"] for row in rows if row.get("judged")})
     lines = [
-        "# Hold-out by release: fitted on <= NeMo 24.07, judged on NeMo 25.02 - 25.09 / Megatron-Bridge",
+        f"# Hold-out by release: fitted on <= NeMo 24.07 + {' + '.join(TRAIN_RELEASES)}, judged on "
+        f"{' + '.join(judged)}",
         "",
-        "Generated by `bench/calibration/release_holdout.py`. Parameters: the committed `CALIBRATED` ones (fitted by",
-        "`bench/calibration/run.py` on papers and NeMo 24.07 only). Error = predicted / published tokens/s/GPU - 1;",
-        "every row typed in as published, retyped only with the pipeline split or expert TP a refusal offers.",
+        "Generated by `bench/calibration/release_holdout.py`. Parameters: the committed `CALIBRATED` ones, fitted by",
+        "`bench/calibration/run.py` on the papers, NeMo 24.07 and the NeMo " + " and ".join(TRAIN_RELEASES) + " rows "
+        "only. Error = predicted /",
+        "published tokens/s/GPU - 1; every row typed in as published (ETP 1 on MoE rows, the lightest recompute that",
+        "fits), retyped only with the pipeline split or expert TP a refusal offers. Groups: judged rows only.",
         "",
         "| group | rows | median abs error | p90 abs error | mean signed |",
         "|---|---|---|---|---|",
     ]
     lines += [f"| {name} | {s['rows']} | {_pct(s['median_abs'])} | {_pct(s['p90_abs'])} | {_pct(s['mean_signed'])} |"
               for name, s in groups.items()]
-    lines += ["", "| row | layout | published | predicted | error | retyped |", "|---|---|---|---|---|---|"]
-    for row in rows:
-        if "refused" in row:
-            lines.append(f"| {row['id'][:70]} | {row['layout']} | {row['published_tokens_per_s_per_gpu']} | "
-                         f"refused: {row['refused'][:80]} | | |")
-            continue
-        error = _pct(row["error"]) if row["error"] is not None else "—"
-        lines.append(f"| {row['id'][:70]} | {row['layout']}{' FSDP' if row['fsdp'] else ''} | "
-                     f"{row['published_tokens_per_s_per_gpu']} | {row['predicted_tokens_per_s_per_gpu']} | {error} | "
-                     f"{'; '.join(row['retyped'])} |")
+    for title, judged_rows in (("Judged (releases the fit never saw)", True), ("In the fit", False)):
+        lines += ["", f"{title}:", "", "| row | layout | recompute | published | predicted | error | retyped |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in rows:
+            if "refused" in row:
+                if judged_rows:
+                    lines.append(f"| {row['id'][:70]} | {row['layout']} | | {row['published_tokens_per_s_per_gpu']}"
+                                 f" | refused: {row['refused'][:80]} | | |")
+                continue
+            if row.get("error") is None or row["judged"] is not judged_rows:
+                continue
+            lines.append(f"| {row['id'][:70]} | {row['layout']}{' FSDP' if row['fsdp'] else ''} | {row['recompute']}"
+                         f" | {row['published_tokens_per_s_per_gpu']} | {row['predicted_tokens_per_s_per_gpu']} | "
+                         f"{_pct(row['error'])} | {'; '.join(row['retyped'])} |")
     (OUT_DIR / "release_holdout.md").write_text("\n".join(lines) + "\n")
 
 
@@ -128,7 +125,8 @@ def write_coverage(rows: list[dict[str, Any]]) -> None:
              for (family, gpu, precision), errs in sorted(errors.items())]
     COVERAGE.write_text(json.dumps({
         "source": "bench/calibration/release_holdout.py: bench/calibration/results.json (papers, NeMo <= 24.07, "
-                  "in-sample) and the NeMo 25.02-25.09 / Megatron-Bridge tables (held out by release)",
+                  "in-sample) and the NeMo 25.02-25.09 / Megatron-Bridge tables (25.02, 25.04 in the fit; 25.07, "
+                  "25.09 held out by release)",
         "cells": cells}, indent=1) + "\n")
 
 
@@ -136,7 +134,7 @@ def main() -> int:
     rows = evaluate()
     write(rows)
     write_coverage(rows)
-    print((OUT_DIR / "release_holdout.md").read_text().split("\n\n| row")[0])
+    print((OUT_DIR / "release_holdout.md").read_text().split("\n\nJudged")[0])
     return 0
 
 

@@ -22,10 +22,14 @@ Rules for what a row does not state (the same for every row):
 Excluded: fine-tuning rows (SFT on packed sequences, LoRA with frozen weights - other FLOP accounting)
 and rows without a global batch or any throughput figure.
 
-Fit: least squares on log(predicted / published TFLOP/s) over the five `EfficiencyParams` with a
-small Nelder-Mead; a parameter no training row can identify (the FP8 GEMM fraction without FP8 rows)
-stays at the prior. Hold-out: leave-one-source-out (fit on three sources, predict the fourth) and a
-seeded k-fold split.
+Newer releases (`ReleaseRow`): the NeMo 25.02 - 25.09 / Megatron-Bridge tables print tokens/s/GPU and
+the layout; each row is typed in as published (`megapilot.estimate.published`) and predicted in tokens/s.
+
+Fit: least squares on log(predicted / published) - TFLOP/s for the older rows, tokens/s for the release
+rows - over the six `EfficiencyParams` with a small Nelder-Mead; a parameter no training row can identify
+(the FP8 GEMM fraction without FP8 rows, the grouped-GEMM fraction without MoE rows) stays at the prior.
+Hold-out: by release (`TRAIN_RELEASES`: fit on the papers, NeMo 24.07, 25.02 and 25.04; judge on 25.07 and
+25.09), leave-one-source-out over both files, and a seeded k-fold split.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
+from megapilot.estimate.cases import Case
 from megapilot.estimate.efficiency import EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.memory import memory_per_gpu
@@ -60,6 +65,8 @@ PRIOR = EfficiencyParams(
     ridge_multiplier=0.3,
     elementwise_passes=3.0,
     attention_peak_fraction=0.5,
+    grouped_gemm_fraction=0.8,
+    moe_layer_sync_us=200.0,
 )
 PARAM_NAMES = tuple(asdict(PRIOR))
 # Physical ranges the fit must stay in (so that it cannot buy accuracy with impossible values):
@@ -71,6 +78,8 @@ BOUNDS = {
     "ridge_multiplier": (0.01, 3.0),
     "elementwise_passes": (0.5, 6.0),
     "attention_peak_fraction": (0.3, 0.95),
+    "grouped_gemm_fraction": (0.3, 1.0),  # a grouped GEMM never beats the dense GEMM of its shape
+    "moe_layer_sync_us": (0.0, 3000.0),  # a few syncs, each exposing up to a few hundred microseconds of launches
 }
 OUT_OF_BOUNDS_LOSS = 1e9  # what the fit sees for parameters outside BOUNDS: worse than any real fit
 
@@ -84,6 +93,8 @@ PUBLISHER_CONVENTION: dict[str, PublisherConvention] = {
     "nemo-24.07": "megatron_full_attention",  # flops_convention_check: ratio to full = 1.000
 }
 MODERN = {"megatron-readme", "nemo-24.07"}
+# Hold-out by release: the newer file's releases the fit may see; the later ones are judged.
+TRAIN_RELEASES = ("25.02", "25.04")
 
 
 # ---- the published records ------------------------------------------------------------------------
@@ -247,6 +258,53 @@ def calibration_rows(runs: Iterable[PublishedRun]) -> tuple[list[CalibrationRow]
     return rows, excluded
 
 
+# ---- the newer releases' rows ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    """A NeMo 25.xx / Megatron-Bridge row as the estimator sees it (typed in as published), and its figure."""
+
+    id: str
+    source: str  # "nemo-25.02" ... "bridge-25.09"
+    release: str  # "25.02" ...
+    family: str  # dense / moe / hybrid
+    case: Case
+    published_tokens_per_s: float
+
+
+def release_source(row_id: str) -> str:
+    """`nemo-25.02-DGX-B200-...` -> `nemo-25.02`; `bridge-25.09-pretrain-...` -> `bridge-25.09`."""
+    parts = row_id.split("-")
+    if len(parts) < 2 or not re.fullmatch(r"\d\d\.\d\d", parts[1]):
+        raise ValueError(f"{row_id}: no release in the id")
+    return f"{parts[0]}-{parts[1]}"
+
+
+def family_of(model: ModelSpec) -> str:
+    if model.mamba is not None or any(model.layer_kind(i) != "transformer" for i in range(model.num_layers)):
+        return "hybrid"
+    return "moe" if model.moe is not None else "dense"
+
+
+def release_row(row_id: str, case: Case, published_tokens_per_s: float) -> ReleaseRow:
+    source = release_source(row_id)
+    return ReleaseRow(row_id, source, source.split("-")[1], family_of(case.model), case, published_tokens_per_s)
+
+
+def release_error(row: ReleaseRow, params: EfficiencyParams) -> float:
+    """Predicted / published tokens/s/GPU - 1 (the estimate a user gets, with these parameters)."""
+    c = row.case
+    result = step_time(c.model, c.cluster, c.training, c.parallel, EstimateOptions(efficiency=params))
+    return result.tokens_per_s_per_gpu / row.published_tokens_per_s - 1
+
+
+def split_by_release(release: Iterable[ReleaseRow]) -> tuple[list[ReleaseRow], list[ReleaseRow]]:
+    """(rows the fit may see: `TRAIN_RELEASES`, rows judged: every later release)."""
+    rows = list(release)
+    return [r for r in rows if r.release in TRAIN_RELEASES], [r for r in rows if r.release not in TRAIN_RELEASES]
+
+
 # ---- prediction -------------------------------------------------------------------------------------
 
 
@@ -296,19 +354,29 @@ def _params_from(free: tuple[str, ...], vector: list[float]) -> EfficiencyParams
     return EfficiencyParams(**values)
 
 
-def identifiable(rows: list[CalibrationRow]) -> tuple[str, ...]:
-    """The parameters the rows can pin down: the 8-bit GEMM fraction needs at least one FP8 row."""
-    has_8bit = any(row.training.precision != "bf16" for row in rows)
-    return tuple(name for name in PARAM_NAMES if has_8bit or name != "gemm_peak_fraction_8bit")
+def identifiable(rows: list[CalibrationRow], release: Iterable[ReleaseRow] = ()) -> tuple[str, ...]:
+    """The parameters the rows can pin down: the 8-bit GEMM fraction needs an FP8 row, the grouped-GEMM
+    fraction a MoE row."""
+    release = list(release)
+    has_8bit = any(row.training.precision != "bf16" for row in rows) or any(
+        row.case.training.precision != "bf16" for row in release)
+    has_moe = any(row.case.model.moe is not None for row in release)
+    unidentified = set() if has_8bit else {"gemm_peak_fraction_8bit"}
+    unidentified |= set() if has_moe else {"grouped_gemm_fraction", "moe_layer_sync_us"}
+    return tuple(name for name in PARAM_NAMES if name not in unidentified)
 
 
-def loss(rows: list[CalibrationRow], layouts: Layouts, free: tuple[str, ...], vector: list[float]) -> float:
+def loss(
+    rows: list[CalibrationRow], layouts: Layouts, free: tuple[str, ...], vector: list[float],
+    release: Iterable[ReleaseRow] = (),
+) -> float:
     params = _params_from(free, vector)
     if params is None:
         return OUT_OF_BOUNDS_LOSS
-    return sum(
+    older = sum(
         math.log(predicted_publisher_tflops(row, layouts[row.id], params) / row.published_tflops) ** 2 for row in rows
     )
+    return older + sum(math.log(1 + release_error(row, params)) ** 2 for row in release)
 
 
 def nelder_mead(
@@ -343,11 +411,12 @@ def nelder_mead(
     return simplex[min(range(n + 1), key=values.__getitem__)]
 
 
-def fit(rows: list[CalibrationRow], layouts: Layouts) -> EfficiencyParams:
+def fit(rows: list[CalibrationRow], layouts: Layouts, release: Iterable[ReleaseRow] = ()) -> EfficiencyParams:
     """Least squares on log error over the identifiable parameters; the others stay at the prior."""
-    free = identifiable(rows)
+    release = list(release)
+    free = identifiable(rows, release)
     start = [asdict(PRIOR)[name] for name in free]
-    vector = nelder_mead(lambda v: loss(rows, layouts, free, v), start)
+    vector = nelder_mead(lambda v: loss(rows, layouts, free, v, release), start)
     params = _params_from(free, vector)
     if params is None:  # Nelder-Mead keeps the best vertex, and out-of-bounds vertices never win
         raise ValueError("calibration fit left the parameter bounds")
@@ -374,27 +443,36 @@ class HeldOutSource(NamedTuple):
 
     held_out: ErrorSummary
     fitted: EfficiencyParams
+    errors: dict[str, float]  # row id -> predicted / published - 1, the row unseen by the fit
 
 
-def leave_one_source_out(rows: list[CalibrationRow], layouts: Layouts) -> dict[str, HeldOutSource]:
+def leave_one_source_out(
+    rows: list[CalibrationRow], layouts: Layouts, release: Iterable[ReleaseRow] = ()
+) -> dict[str, HeldOutSource]:
+    """Fit on every other source of both files, predict this one; the held-out errors keep each row's id."""
+    release = list(release)
     result = {}
-    for source in SOURCES:
+    for source in SOURCES + tuple(dict.fromkeys(r.source for r in release)):
         train = [r for r in rows if r.source != source]
         test = [r for r in rows if r.source == source]
-        params = fit(train, layouts)
-        result[source] = HeldOutSource(summary(list(errors(test, layouts, params).values())), params)
+        params = fit(train, layouts, [r for r in release if r.source != source])
+        held = errors(test, layouts, params) | {r.id: release_error(r, params) for r in release if r.source == source}
+        result[source] = HeldOutSource(summary(list(held.values())), params, held)
     return result
 
 
-def k_fold(rows: list[CalibrationRow], layouts: Layouts, *, k: int) -> ErrorSummary:
-    """Errors of every row predicted by parameters fitted without its fold (seeded shuffle)."""
-    shuffled = rows[:]
+def k_fold(rows: list[CalibrationRow], layouts: Layouts, *, k: int, release: Iterable[ReleaseRow] = ()) -> ErrorSummary:
+    """Errors of every row predicted by parameters fitted without its fold (seeded shuffle of both kinds)."""
+    shuffled: list[CalibrationRow | ReleaseRow] = [*rows, *release]
     random.Random(0).shuffle(shuffled)
     held_out: list[float] = []
     for fold in range(k):
         test = shuffled[fold::k]
         train = [r for r in shuffled if r not in test]
-        held_out += list(errors(test, layouts, fit(train, layouts)).values())
+        params = fit([r for r in train if isinstance(r, CalibrationRow)], layouts,
+                     [r for r in train if isinstance(r, ReleaseRow)])
+        held_out += list(errors([r for r in test if isinstance(r, CalibrationRow)], layouts, params).values())
+        held_out += [release_error(r, params) for r in test if isinstance(r, ReleaseRow)]
     return summary(held_out)
 
 

@@ -65,19 +65,23 @@ def all_to_all_s(sent_bytes: float, group: int, bandwidth: float) -> float:
     return all_gather_s(sent_bytes, group, bandwidth)
 
 
-def expert_all_to_all_s(sent_bytes: float, cluster: ClusterSpec, group: int, stride: int = 1) -> float:
+def expert_all_to_all_s(
+    sent_bytes: float, cluster: ClusterSpec, group: int, stride: int = 1, *, cross_domain_share: float = 1.0
+) -> float:
     """All-to-all of an expert-parallel group, each rank sending `sent_bytes` spread evenly over its peers.
 
     Unlike a ring, an all-to-all does not funnel a node's traffic through one crossing: every rank sends
     its share for each off-domain peer through its own NIC, while the share for peers in its NVLink/xGMI
     domain moves over the scale-up links at the same time. The slower of the two sets the time.
+    `cross_domain_share` scales what leaves the domain: a dispatcher that sends a token once per remote
+    domain and fans it out there over NVLink (DeepEP, HybridEP) moves less than one copy per expert.
     """
     if group <= 1:
         return 0.0
     gpu = cluster.gpu
     local = max(1, min(group, scaleup_domain(cluster) // stride))  # peers (itself included) in its domain
     inside = (local - 1) / group * sent_bytes
-    outside = (group - local) / group * sent_bytes
+    outside = (group - local) / group * sent_bytes * cross_domain_share
     scaleup = gpu.scaleup_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY
     scaleout = gpu.scaleout_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY
     return max(inside / scaleup, outside / scaleout)
@@ -86,3 +90,17 @@ def expert_all_to_all_s(sent_bytes: float, cluster: ClusterSpec, group: int, str
 def p2p_s(message_bytes: float, bandwidth: float) -> float:
     """One point-to-point send."""
     return message_bytes / bandwidth
+
+
+def expected_groups_touched(experts: int, topk: int, groups: int) -> float:
+    """Expected number of `groups` equal blocks of experts that a token's top-k distinct experts fall in.
+
+    With the k experts drawn uniformly without replacement (balanced routing), a block of E/G experts is
+    missed with probability C(E - E/G, k) / C(E, k)."""
+    if groups <= 1:
+        return 1.0
+    per_group = experts / groups
+    missed = 1.0
+    for i in range(topk):
+        missed *= max(0.0, (experts - per_group - i) / (experts - i))
+    return groups * (1 - missed)

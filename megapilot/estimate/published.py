@@ -6,6 +6,8 @@ VPP 8 runs with `--account-for-embedding/loss-in-pipeline-split`) or the expert 
 ETP = TP; the MoE recipes set 1). `enter_published_run` estimates the row as printed and, where the
 estimator refuses it, retypes it with the first fix its refusal offers - what a user reading the message
 would do - recording each retype. Any other refusal propagates: it names a Megatron rule the row breaks.
+Recompute, which no table prints, is the lightest that fits by megapilot's memory model (none, selective, full).
+MoE rows take ETP 1, the expert TP of the MoE recipes, where the table's TP is larger.
 
 The model is the catalog preset of the row's shape (layers, width, heads, experts), else one built from
 the row's own architecture fields, else the preset its name starts with.
@@ -27,6 +29,9 @@ from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
 
 MAX_RETYPES = 3  # at most the split and the expert TP are missing from a table
+# The tables do not print recompute: the lightest that fits by megapilot's memory model, the rule the older
+# calibration file's rows follow too.
+RECOMPUTE_LADDER = ("none", "selective")
 
 
 class PublishedMoE(BaseModel):
@@ -126,7 +131,7 @@ def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> 
         "ep": row.ep if model.moe else None, "mbs": row.mbs, "gbs": row.gbs, "seq_len": row.seq_len,
         "precision": "fp8" if "fp8" in (row.precision or "").lower() else "bf16",
         "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
-        "force_tp_across_nodes": True,
+        "force_tp_across_nodes": True, "etp": 1 if model.moe and (row.tp or 1) > 1 else None,
     }
 
 
@@ -150,25 +155,36 @@ def retype_from_refusal(refusal: MegapilotError) -> dict[str, Any] | None:
 
 
 def enter_published_run(row: PublishedLayout) -> PublishedEntry:
-    """Estimate the row as printed, retyping it with each refusal's first fix (MegapilotError otherwise)."""
-    from megapilot.estimate import build_case, estimate
-
+    """Estimate the row as printed, retyping it with each refusal's first fix (MegapilotError otherwise), with
+    the lightest recompute that fits (`RECOMPUTE_LADDER`; the heaviest when none does)."""
     model = catalog_model(row)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.json"
         path.write_text(model.model_dump_json())
         flags = published_flags(row, str(path), model)
         retyped: list[str] = []
-        for _ in range(MAX_RETYPES + 1):
-            try:
-                case = build_case(**flags)
-                result = estimate(case.model, case.cluster, case.training, case.parallel,
-                                  allow_tp_across_nodes=case.allow_tp_across_nodes)
-                return PublishedEntry(model, flags, result, case, retyped)
-            except MegapilotError as refusal:
-                extra = retype_from_refusal(refusal)
-                if extra is None or len(retyped) == MAX_RETYPES:
-                    raise
-                retyped.append(", ".join(f"{name}={value}" for name, value in extra.items() if value is not None))
-                flags |= extra
+        for recompute in RECOMPUTE_LADDER:
+            entry = _entered(model, flags | {"recompute": recompute}, retyped)
+            if entry.result.fits:
+                break
+            flags, retyped = entry.flags, entry.retyped  # what was retyped holds for the next recompute
+        return entry
+
+
+def _entered(model: ModelSpec, flags: dict[str, Any], retyped: list[str]) -> PublishedEntry:
+    from megapilot.estimate import build_case, estimate
+
+    retyped = list(retyped)
+    for _ in range(MAX_RETYPES + 1):
+        try:
+            case = build_case(**flags)
+            result = estimate(case.model, case.cluster, case.training, case.parallel,
+                              allow_tp_across_nodes=case.allow_tp_across_nodes)
+            return PublishedEntry(model, flags, result, case, retyped)
+        except MegapilotError as refusal:
+            extra = retype_from_refusal(refusal)
+            if extra is None or len(retyped) == MAX_RETYPES:
+                raise
+            retyped.append(", ".join(f"{name}={value}" for name, value in extra.items() if value is not None))
+            flags = flags | extra
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -10,7 +10,11 @@ Model (per GPU, seconds):
   `tp_comm_overlap` (userbuffers/TE) 80 % of it is hidden behind the GEMMs;
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
   with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
-- ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers (exposed);
+- experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
+  (grouped / per-expert kernels, per-expert FP8 scaling);
+- ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers; with the flex dispatcher
+  a token crosses to each remote NVLink domain once; with the all-to-all overlap only what outlasts the
+  layer's compute is exposed;
 - pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk; blocking
   under 1F1B, overlapped with compute under the interleaved schedule;
 - pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2). The slowest stage sets
@@ -76,6 +80,8 @@ TP_COLLECTIVES_PER_LAYER = 8
 TP_RECOMPUTE_COMM_FACTOR = 1.5
 # Token dispatch and combine, in the forward and again in the backward.
 EP_ALL_TO_ALLS_PER_LAYER = 4
+# Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
+MOE_TOKEN_PASSES = 12
 # Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
 CP_RING_KV_PASSES = 3
 # Each micro-batch's activation goes forward and its gradient comes back, per model chunk.
@@ -95,6 +101,11 @@ class EstimateOptions:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     grad_reduce_in_bf16: bool = False  # bf16 gradient buffers and reduction (NeMo performance recipes)
+    # MoE: the flex dispatcher (DeepEP / HybridEP, `--moe-token-dispatcher-type flex`) instead of alltoall;
+    # the expert all-to-all overlap (`--overlap-moe-expert-parallel-comm`), None = on where the EP group leaves the
+    # NVLink domain and Megatron allows it. Off by default, as in Megatron and in megapilot's launch scripts.
+    moe_flex_dispatcher: bool = False
+    moe_a2a_overlap: bool | None = False
     efficiency: EfficiencyParams = CALIBRATED
 
     @property
@@ -215,10 +226,14 @@ def layer_cost(
         local_experts = moe.num_experts / p.ep
         gemms_s += local_experts * _mlp_gemms_s(
             model, per_expert_tokens, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
-        )
+        ) / eff.grouped_gemm_fraction
+        # The dispatcher's host-device synchronisations (token counts for the all-to-all splits) drain the
+        # GPU's queue: the kernels after each wait for the host to launch them.
+        gemms_s += eff.moe_layer_sync_us * 1e-6
         gemms_s += _mlp_gemms_s(model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
-        sent_bytes = tokens * moe.router_topk * h * ACTIVATION_BYTES * p.expert_tp / p.tp
-        ep_s = EP_ALL_TO_ALLS_PER_LAYER * comm.expert_all_to_all_s(sent_bytes, cluster, p.ep, stride=p.expert_tp)
+        gemms_s += _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # router logits (kept 16-bit)
+        core_s += _moe_token_passes_s(model, gpu, p, tokens)
+        ep_s = _expert_all_to_all_s(model, cluster, p, options, tokens)
     else:
         gemms_s += _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
     glue_s = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
@@ -227,6 +242,10 @@ def layer_cost(
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)
     if kind != "transformer":
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
+    if ep_s and _moe_a2a_overlapped(cluster, p, options):
+        # The dispatch/combine of one micro-batch runs under the other's compute (the forward of the next
+        # is merged with the backward of the last): only what outlasts that compute is exposed.
+        ep_s = max(0.0, ep_s - compute_s)
     if p.recompute == "full" and recomputed:
         recompute_s = compute_s / PASSES_PER_FORWARD_BACKWARD
         tp_s *= TP_RECOMPUTE_COMM_FACTOR
@@ -235,6 +254,48 @@ def layer_cost(
     else:
         recompute_s = 0.0
     return LayerCost(compute_s, recompute_s, tp_s, _cp_comm_exposed_s(model, cluster, p, tokens, core_s), ep_s)
+
+
+def _expert_all_to_all_s(
+    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, tokens: float
+) -> float:
+    """Dispatch + combine, forward and backward, of one MoE layer: top-k copies of each token leave the rank.
+
+    With the flex dispatcher a token crosses to each remote NVLink domain once, however many of its experts
+    sit there, and is copied to them over NVLink: the cross-domain bytes shrink to the expected number of
+    domains its top-k touch (balanced routing) over k."""
+    moe = model.moe
+    assert moe is not None
+    sent_bytes = tokens * moe.router_topk * model.hidden_size * ACTIVATION_BYTES * p.expert_tp / p.tp
+    share = 1.0
+    ranks_per_domain = max(1, min(p.ep, comm.scaleup_domain(cluster) // p.expert_tp))
+    if options.moe_flex_dispatcher and p.ep > ranks_per_domain:
+        domains = p.ep / ranks_per_domain
+        share = comm.expected_groups_touched(moe.num_experts, moe.router_topk, round(domains)) / moe.router_topk
+    return EP_ALL_TO_ALLS_PER_LAYER * comm.expert_all_to_all_s(
+        sent_bytes, cluster, p.ep, stride=p.expert_tp, cross_domain_share=share)
+
+
+def _moe_token_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float) -> float:
+    """HBM time of the passes that move each token's top-k copies between the router and the experts.
+
+    Forward: permute (write k copies), sort them by local expert after the all-to-all (read + write), unsort
+    (read + write), unpermute with the routing weights (read); the backward runs the same six in reverse:
+    twelve passes over k copies of the token, none of them in the stored-activation glue. An ETP group
+    dispatches its tokens once for the group."""
+    moe = model.moe
+    assert moe is not None
+    copies_bytes = tokens * moe.router_topk * model.hidden_size * ACTIVATION_BYTES * p.expert_tp / p.tp
+    return MOE_TOKEN_PASSES * copies_bytes / (gpu.hbm_bw_tbps * 1e12)
+
+
+def _moe_a2a_overlapped(cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
+    """`--overlap-moe-expert-parallel-comm`: as set, or (None) on where the expert group leaves the NVLink domain
+    and Megatron allows it (no full recompute; VPP whenever PP > 1)."""
+    if options.moe_a2a_overlap is not None:
+        return options.moe_a2a_overlap
+    crosses = p.ep * p.expert_tp > comm.scaleup_domain(cluster)
+    return crosses and p.recompute != "full" and (p.pp == 1 or p.vpp > 1)
 
 
 def _mamba_mixer_s(
@@ -317,7 +378,8 @@ def attention_windows(model: ModelSpec) -> tuple[int | None, ...]:
                  else hash(model.layer_kind(i)) for i in range(model.num_layers))
 
 
-# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute only, which
+# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (and, for the
+# expert all-to-all overlap, on whether PP > 1 runs without VPP) only, which
 # thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed by the inputs' identities;
 # each entry keeps the inputs alive, so an id is never reused while its entry stands.
 _LAYER_COST_CACHE: dict[tuple[object, ...], tuple[object, object, object, object, LayerCost]] = {}
@@ -330,7 +392,7 @@ def _shared_layer_cost(
 ) -> LayerCost:
     kind = (moe_flags(model)[layer_index], attention_windows(model)[layer_index])  # layers of a kind cost the same
     key = (id(model), id(cluster), id(training), id(options), kind, recomputed, p.tp, p.cp, p.ep,
-           p.expert_tp, p.mbs, p.recompute, p.sequence_parallel)
+           p.expert_tp, p.mbs, p.recompute, p.sequence_parallel, p.pp == 1 or p.vpp > 1)
     entry = _LAYER_COST_CACHE.get(key)
     if entry is not None and entry[0] is model and entry[1] is cluster and entry[2] is training \
             and entry[3] is options:

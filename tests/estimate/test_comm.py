@@ -113,3 +113,21 @@ def test_an_expert_all_to_all_across_nodes_is_limited_by_each_ranks_own_nic():
     # ETP 2 spreads EP 8 over 16 GPUs: half of each rank's peers sit on the other node.
     assert expert_all_to_all_s(sent, cluster, 8, stride=2) == pytest.approx(
         4 / 8 * sent / (gpu.scaleout_bw_gbps * 1e9 * COLLECTIVE_BW_EFFICIENCY))
+
+
+def test_a_tokens_top_k_experts_touch_fewer_domains_than_k():
+    """DeepSeek-V3's 256 experts over 8 domains, top-8: a domain of 32 is missed with probability
+    C(224, 8) / C(256, 8) = 0.338, so a token reaches 8 x 0.662 = 5.29 domains, not 8."""
+    assert comm.expected_groups_touched(256, 8, 8) == pytest.approx(5.29, abs=0.01)
+    assert comm.expected_groups_touched(256, 8, 1) == 1.0
+    assert comm.expected_groups_touched(64, 1, 8) == pytest.approx(1.0)  # top-1 always touches one domain
+    assert comm.expected_groups_touched(16, 9, 2) == pytest.approx(2.0)  # 9 of 16 cannot stay in one half of 8
+
+
+def test_a_dispatcher_that_sends_once_per_domain_shrinks_only_the_cross_domain_share():
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 64)
+    full = comm.expert_all_to_all_s(1e9, cluster, 32)
+    halved = comm.expert_all_to_all_s(1e9, cluster, 32, cross_domain_share=0.5)
+    assert halved == pytest.approx(full / 2)  # the NIC share sets the time across nodes
+    inside = comm.expert_all_to_all_s(1e9, cluster, 8)
+    assert comm.expert_all_to_all_s(1e9, cluster, 8, cross_domain_share=0.5) == inside  # nothing leaves the node

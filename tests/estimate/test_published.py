@@ -49,3 +49,22 @@ def test_the_rows_the_issue_names_need_the_split_megatron_offers():
 def test_only_the_split_and_the_expert_tp_are_retyped():
     refusal = MegapilotError("tp=16 does not divide num_attention_heads=8", field="tp", fix="use a TP from: 1, 2")
     assert retype_from_refusal(refusal) is None
+
+
+def test_moe_rows_take_the_recipes_expert_tp_of_one_and_dense_rows_keep_etp_equal_to_tp():
+    moe_tp2 = [row for row in LAYOUT_ROWS if row.moe and (row.tp or 1) > 1]
+    assert moe_tp2 and all(enter_published_run(row).case.parallel.expert_tp == 1 for row in moe_tp2)
+    dense_tp4 = next(row for row in LAYOUT_ROWS if not row.moe and row.tp == 4)
+    assert enter_published_run(dense_tp4).case.parallel.expert_tp == 4
+
+
+def test_the_tables_unprinted_recompute_is_the_lightest_that_fits():
+    """Llama 3 8B on 8 H100s fits without recompute; Llama 3 70B FSDP on GB200 needs more than none (its
+    activations for 80 layers of 8k tokens outgrow 186 GiB) and takes selective, the heaviest the rule tries."""
+    entries = {row.id: enter_published_run(row) for row in LAYOUT_ROWS if row.id.startswith(
+        ("bridge-25.09-pretrain-DGX-H100-LLAMA3_8B", "nemo-25.04-DGX-GB200-LLAMA3-70B"))}
+    by_prefix = {row_id.split("-FP8")[0]: entry for row_id, entry in entries.items()}
+    small = by_prefix["bridge-25.09-pretrain-DGX-H100-LLAMA3_8B"]
+    assert small.case.parallel.recompute == "none" and small.result.fits
+    large = by_prefix["nemo-25.04-DGX-GB200-LLAMA3-70B"]
+    assert large.case.parallel.recompute == "selective"

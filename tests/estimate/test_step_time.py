@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
@@ -59,7 +61,9 @@ def test_pipeline_bubble_follows_pp_minus_one_over_microbatches_and_shrinks_with
     microbatches = 512 // 2
     per_microbatch = (plain.step_time_s - plain.breakdown_s["pp_bubble"] - plain.breakdown_s["dp_comm"]
                       - plain.breakdown_s["optimizer"]) / microbatches
-    assert plain.breakdown_s["pp_bubble"] == pytest.approx(3 * per_microbatch, rel=0.05)
+    # The slowest (last) stage sets the micro-batch time; the bubble counts the three lighter ones, without the
+    # logits and cross-entropy: a little under 3 micro-batches.
+    assert 0.9 * 3 * per_microbatch < plain.breakdown_s["pp_bubble"] < 3 * per_microbatch
     assert interleaved.breakdown_s["pp_bubble"] == pytest.approx(plain.breakdown_s["pp_bubble"] / 5, rel=0.1)
 
 
@@ -191,3 +195,71 @@ def test_full_recompute_re_runs_a_third_of_each_recomputed_layer():
     kept = layer_cost(LLAMA3_70B, 0, _h100s(64), SEQ_4K, layout, EstimateOptions(), recomputed=False)
     assert cost.recompute == pytest.approx(cost.compute / PASSES_PER_FORWARD_BACKWARD)
     assert kept.recompute == 0.0 and cost.tp_comm == pytest.approx(1.5 * kept.tp_comm)
+
+
+QWEN3_30B_LIKE = ModelSpec(
+    name="qwen3-30b-like", num_layers=4, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
+    num_query_groups=4, kv_channels=128, vocab_size=151936,
+    moe=MoESpec(num_experts=128, router_topk=8, moe_ffn_hidden_size=768),
+)
+
+
+def _moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: ParallelConfig, options: EstimateOptions):
+    from megapilot.estimate.step_time import layer_cost
+
+    training = TrainingSpec(seq_length=4096, global_batch_size=512, precision="fp8")
+    return layer_cost(model, 0, cluster, training, layout, options, recomputed=False)
+
+
+def test_moe_token_passes_move_twelve_times_the_top_k_copies_through_hbm():
+    """Qwen3-30B-A3B-like layer, 4096 tokens, top-8, h 2048: 12 x 4096 x 8 x 2048 x 2 B = 1.61 GB per micro-batch,
+    0.20 ms at the B200's 8 TB/s."""
+    from megapilot.estimate.step_time import _moe_token_passes_s
+
+    b200 = get_gpu("b200")
+    seconds = _moe_token_passes_s(QWEN3_30B_LIKE, b200, ParallelConfig(tp=1, dp=8, ep=8), 4096)
+    assert seconds == pytest.approx(12 * 4096 * 8 * 2048 * 2 / (b200.hbm_bw_tbps * 1e12))
+    assert seconds == pytest.approx(0.20e-3, rel=0.02)
+
+
+def test_routed_experts_run_at_the_grouped_fraction_and_each_moe_layer_pays_its_sync():
+    from megapilot.estimate.efficiency import CALIBRATED
+
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
+    layout = ParallelConfig(tp=1, dp=8, ep=8)
+    plain = replace(CALIBRATED, grouped_gemm_fraction=1.0, moe_layer_sync_us=0.0)
+    base = _moe_layer(QWEN3_30B_LIKE, cluster, layout, EstimateOptions(efficiency=plain)).compute
+    half = _moe_layer(QWEN3_30B_LIKE, cluster, layout,
+                      EstimateOptions(efficiency=replace(plain, grouped_gemm_fraction=0.5))).compute
+    synced = _moe_layer(QWEN3_30B_LIKE, cluster, layout,
+                        EstimateOptions(efficiency=replace(plain, moe_layer_sync_us=500.0))).compute
+    assert synced - base == pytest.approx(500e-6)
+    # Half the fraction doubles the experts' GEMMs: 16 local experts x (2048 tokens x 2048 x 1536 + x 768 x 2048),
+    # six FP8 passes each; their time is what the layer gains.
+    from megapilot.estimate.step_time import _mlp_gemms_s
+
+    experts = 16 * _mlp_gemms_s(QWEN3_30B_LIKE, 2048, 768, 1, cluster, "fp8", plain)
+    assert half - base == pytest.approx(experts)
+    assert 0.1 < experts / base < 0.6  # a real share of the layer, not all of it
+
+
+def test_the_flex_dispatcher_and_the_all_to_all_overlap_shrink_the_exposed_cross_node_all_to_all():
+    """DeepSeek-V3-like MoE layer, EP 64 over 8 H100 nodes: the flex dispatcher sends a token once per node it
+    reaches (5.29 of 8 nodes for top-8 of 256), and the overlap hides what the layer's compute covers."""
+    model = ModelSpec(name="dsv3-like", num_layers=4, hidden_size=7168, ffn_hidden_size=18432,
+                      num_attention_heads=128, vocab_size=129280,
+                      moe=MoESpec(num_experts=256, router_topk=8, moe_ffn_hidden_size=2048,
+                                  shared_expert_ffn_hidden_size=2048))
+    cluster = _h100s(64)
+    layout = ParallelConfig(tp=1, dp=64, ep=64)
+    alltoall = _moe_layer(model, cluster, layout, EstimateOptions())
+    flex = _moe_layer(model, cluster, layout, EstimateOptions(moe_flex_dispatcher=True))
+    assert flex.ep_comm == pytest.approx(alltoall.ep_comm * 5.29 / 8, rel=0.01)  # NIC-bound: the remote share
+    overlapped = _moe_layer(model, cluster, layout, EstimateOptions(moe_a2a_overlap=True))
+    assert overlapped.ep_comm == pytest.approx(max(0.0, alltoall.ep_comm - alltoall.compute))
+    assert overlapped.compute == alltoall.compute
+    # None: on only where the expert group leaves the NVLink domain (here it does; EP 8 inside a node does not).
+    assert _moe_layer(model, cluster, layout, EstimateOptions(moe_a2a_overlap=None)).ep_comm == overlapped.ep_comm
+    in_node = ParallelConfig(tp=1, dp=64, ep=8)
+    assert _moe_layer(model, cluster, in_node, EstimateOptions(moe_a2a_overlap=None)).ep_comm == \
+        _moe_layer(model, cluster, in_node, EstimateOptions()).ep_comm > 0
