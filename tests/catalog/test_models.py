@@ -19,6 +19,8 @@ REQUIRED_PRESETS = [
     "mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b",
     "nemotron4-340b", "gpt3-175b", "gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b",
     "gpt-145.6b", "gpt-310.1b", "gpt-529.6b", "gpt-1t", "gpt-22b", "tiny",
+    "gpt-oss-20b", "gpt-oss-120b", "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "kimi-k2", "phi3-mini",
+    "phi3-medium", "qwen2.5-7b", "qwen2.5-72b", "nemotron3-nano-30b-a3b", "nemotron-h-8b", "nemotron-h-56b",
 ]
 
 # preset → vendored HF config of the same model.
