@@ -38,6 +38,10 @@ class ModelPreset:
     # Parameters the published size counts that the spec does not build (Llama 4's vision encoder and projector):
     # added to the spec's count before the two are compared, so that like is compared with like.
     published_extra_params: int = 0
+    # The active size its publisher states, and whether that figure counts the input embedding (publishers
+    # differ: Llama 4's 17B does, GPT-OSS's, DeepSeek's and Kimi's do not).
+    published_active_params_b: float | None = None
+    published_active_counts_input_embedding: bool = True
 
 
 def lookup_key(name: str) -> str:
@@ -63,9 +67,11 @@ def _preset_from_entry(entry: dict[str, Any]) -> ModelPreset:
     aliases = tuple(entry.pop("aliases", ()) or ())
     published = entry.pop("published_params_b", None)
     extra = int(entry.pop("published_extra_params", 0))
+    active = entry.pop("published_active_params_b", None)
+    active_with_embedding = not entry.pop("published_active_without_input_embedding", False)
     spec = ModelSpec(**entry)
     keys = tuple(lookup_key(n) for n in (spec.name, *aliases))
-    return ModelPreset(spec, source, aliases, published, keys, extra)
+    return ModelPreset(spec, source, aliases, published, keys, extra, active, active_with_embedding)
 
 
 @lru_cache(maxsize=1)

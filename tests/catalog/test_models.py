@@ -62,6 +62,27 @@ def test_preset_counts_match_the_size_its_publisher_states(name):
     assert abs(counted_b - published) <= max(0.005 * published, _half_unit_of_last_digit(published))
 
 
+@pytest.mark.parametrize("name", [n for n, p in load_presets().items() if p.published_active_params_b is not None])
+def test_preset_active_counts_match_the_active_size_its_publisher_states(name):
+    preset = load_presets()[name]
+    published = preset.published_active_params_b
+    counts = count_params(preset.spec)
+    counted = counts.active if preset.published_active_counts_input_embedding else counts.active_without_input_embedding
+    assert abs(counted / 1e9 - published) <= max(0.005 * published, _half_unit_of_last_digit(published))
+
+
+def test_active_conventions_differ_between_publishers():
+    # Each stated active size fits one convention only: a test that would pass either way checks nothing.
+    for name in ("llama4-scout", "gpt-oss-20b", "kimi-k2", "deepseek-v3"):
+        preset = get_preset(name)
+        counts = count_params(preset.spec)
+        published = preset.published_active_params_b
+        fits = [abs(c / 1e9 - published) <= _half_unit_of_last_digit(published)
+                for c in (counts.active, counts.active_without_input_embedding)]
+        assert fits == [preset.published_active_counts_input_embedding,
+                        not preset.published_active_counts_input_embedding], name
+
+
 @pytest.mark.parametrize("preset_name", sorted(HF_TWINS))
 def test_preset_equals_its_hugging_face_config(preset_name):
     preset = get_model(preset_name)
