@@ -22,6 +22,11 @@ import typer
 MODEL_HELP = ("Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B), config.json or "
               "model spec file.")
 
+# Texts `plan` shares too, where its options mean the same but default to a value (`--seq-len 4096`).
+GBS_HELP = "Global batch size, sequences."
+SEQ_LEN_HELP = "Sequence length, tokens."
+PRECISION_HELP = "bf16 | fp16 | fp8 | mxfp8 | nvfp4"
+
 Model = Annotated[str | None, typer.Option(help=MODEL_HELP)]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name or alias, e.g. h100 or mi300x.")]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="Total GPUs.")]
@@ -65,9 +70,9 @@ class LayoutFlags:
     ep: Annotated[int | None, _option("Expert parallel size (default 1).")] = None
     etp: Annotated[int | None, _option("Expert tensor parallel size (default: tp).")] = None
     mbs: Annotated[int | None, _option("Micro-batch size (default 1).")] = None
-    gbs: Annotated[int | None, _option("Global batch size, sequences.")] = None
-    seq_len: Annotated[int | None, _option("Sequence length, tokens.")] = None
-    precision: Annotated[str | None, _option("bf16 | fp16 | fp8 | mxfp8 | nvfp4 (default bf16).")] = None
+    gbs: Annotated[int | None, _option(GBS_HELP)] = None
+    seq_len: Annotated[int | None, _option(SEQ_LEN_HELP)] = None
+    precision: Annotated[str | None, _option(f"{PRECISION_HELP} (default bf16).")] = None
     recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
     recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
     sequence_parallel: SequenceParallel = None

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from megapilot.cli.layout_options import MODEL_HELP, Gpu, Gpus, GpusPerNode
+from megapilot.cli.layout_options import (
+    GBS_HELP,
+    MODEL_HELP,
+    PRECISION_HELP,
+    SEQ_LEN_HELP,
+    Gpu,
+    Gpus,
+    GpusPerNode,
+)
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -108,9 +116,9 @@ def plan_command(
     gpu: Gpu = None,
     gpus: Gpus = None,
     gpus_per_node: GpusPerNode = None,
-    seq_len: int = typer.Option(4096, "--seq-len", help="Sequence length, tokens."),
-    gbs: int = typer.Option(1024, "--gbs", help="Global batch size, sequences."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4."),
+    seq_len: int = typer.Option(4096, "--seq-len", help=SEQ_LEN_HELP),
+    gbs: int = typer.Option(1024, "--gbs", help=GBS_HELP),
+    precision: str = typer.Option("bf16", "--precision", help=f"{PRECISION_HELP}."),
     top: int = typer.Option(5, "--top", help="How many layouts to show."),
     tp: int | None = _pin("--tp", "tensor parallel size"),
     pp: int | None = _pin("--pp", "pipeline parallel size"),
