@@ -475,10 +475,29 @@ def _crash(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None)
                        cause, [], occurrences=len(records))
     if raised is not None:
         return _exception_crash(records, raised, severity)
+    reported = next((r for r in records if r.details.get("launcher_exitcode", "-")[:1].isdigit()), None)
+    if reported is not None:
+        return _launcher_reported_exit(records, reported, severity)
     cause = ("A training process exited abnormally (non-zero exit code, signal, or abort). No other error line was "
              "found: look at the lines just before it, dmesg (OOM killer), and the node.")
     fixes = [Fix("add", "dmesg -T | grep -iE 'killed process|oom'", None,
                  "the host OOM killer (CPU RAM) kills without a Python error", kind="command")]
+    return Finding("process_crash", severity, f"Training process crashed{_ranks(records)}", _evidence(records), cause,
+                   fixes, occurrences=len(records))
+
+
+def _launcher_reported_exit(records: list[ErrorRecord], reported: ErrorRecord, severity: Severity) -> Finding:
+    """Only torchrun's failure summary, with a positive exit code: the rank ended itself (an exception, sys.exit),
+    it was not killed, and its traceback is in its own output, which the summary does not carry."""
+    rank = reported.rank if reported.rank is not None else "?"
+    host = reported.details.get("launcher_host") or "its node"
+    code = reported.details["launcher_exitcode"].split(" ")[0]
+    cause = (f"torchrun reports that rank {rank} on {host} exited with code {code}: the rank ended itself (a Python "
+             "exception or sys.exit), it was not killed by a signal. The launcher's summary carries no traceback "
+             "(`error_file: <N/A>` unless the entry point is decorated with torch.distributed.elastic's `@record`): "
+             "the rank's own stderr holds the cause.")
+    fixes = [Fix("add", f"grep -n -A30 Traceback <the stderr or log of rank {rank} on {host}>", None,
+                 "the rank's own traceback names the failure", kind="command")]
     return Finding("process_crash", severity, f"Training process crashed{_ranks(records)}", _evidence(records), cause,
                    fixes, occurrences=len(records))
 

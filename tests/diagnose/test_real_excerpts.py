@@ -104,6 +104,10 @@ def test_torchrun_summary_alone_names_the_root_cause_rank_and_says_its_cause_lef
     # the launcher only reports the exit: the rank's own stderr (not in this file) holds the cause
     assert result.story[0].startswith("earliest error (itself a consequence: its cause left no line): rank 0 "
                                       "exited with code 1, as the launcher reported")
+    (finding,) = result.findings
+    assert "exited with code 1: the rank ended itself" in finding.cause and "n136-117-136.byted.org" in finding.cause
+    assert [f.flag for f in finding.fixes] == ["grep -n -A30 Traceback <the stderr or log of rank 0 on "
+                                               "n136-117-136.byted.org>"]
 
 
 def test_zip_writer_failure_in_a_deepspeed_save_is_a_failed_save_not_a_crash():
