@@ -163,46 +163,38 @@ static int may_lead_with_time(const unsigned char *p, Py_ssize_t n) {
 }
 
 /* ---- numbers ---------------------------------------------------------------------------------------------- */
-/* float() of text[0:n] (digits, optional sign, point and exponent, as matched), exactly. */
-static int to_double(const char *text, Py_ssize_t n, double *out) {
-    Py_ssize_t i = 0;
-    int negative = 0, significant = 0, exponent = 0, exponent_negative = 0, exponent_digits = 0;
-    uint64_t mantissa = 0;
-    if (text[i] == '+' || text[i] == '-') negative = text[i++] == '-';
-    for (; i < n && is_digit((unsigned char)text[i]); i++) {
-        if (mantissa || text[i] != '0') significant++;
-        mantissa = mantissa * 10 + (uint64_t)(text[i] - '0');
-        if (significant > 15) goto slow;
-    }
-    if (i < n && text[i] == '.') {
-        for (i++; i < n && is_digit((unsigned char)text[i]); i++) {
-            if (mantissa || text[i] != '0') significant++;
-            mantissa = mantissa * 10 + (uint64_t)(text[i] - '0');
-            exponent--;
-            if (significant > 15) goto slow;
-        }
-    }
-    if (i < n && (text[i] == 'e' || text[i] == 'E')) {
-        int value = 0;
-        i++;
-        if (text[i] == '+' || text[i] == '-') exponent_negative = text[i++] == '-';
-        for (; i < n && is_digit((unsigned char)text[i]); i++, exponent_digits++) {
-            value = value * 10 + (text[i] - '0');
-            if (exponent_digits > 4) goto slow;
-        }
-        exponent += exponent_negative ? -value : value;
-    }
+/* A decimal being read digit by digit: float() of it is one exact IEEE operation when it has at most 15
+   significant digits and a power of ten within 1e±22 (both operands exact, one correct rounding). */
+typedef struct {
+    uint64_t mantissa;
+    int significant, exponent, slow;
+} Decimal;
+
+static inline void take_digit(Decimal *d, char ch, int in_fraction) {
+    if (d->mantissa || ch != '0') d->significant++;
+    if (d->significant > 15) d->slow = 1;
+    else d->mantissa = d->mantissa * 10 + (uint64_t)(ch - '0');
+    d->exponent -= in_fraction;
+}
+
+static int float_of_text(const char *text, Py_ssize_t n, double *out);
+
+/* float(text[0:n]) where text[0:n] was read into d (sign included in text; negative: it is '-') */
+static inline int decimal_value(const Decimal *d, int negative, const char *text, Py_ssize_t n, double *out) {
 #if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ != 0
-    goto slow; /* excess precision (x87): one rounding is not guaranteed */
+    int exact = 0; /* excess precision (x87): one rounding is not guaranteed */
+#else
+    int exact = !d->slow && d->exponent >= -22 && d->exponent <= 22;
 #endif
-    if (exponent < -22 || exponent > 22) goto slow;
-    {
-        double value = (double)mantissa; /* exact: at most 15 digits */
-        value = exponent < 0 ? value / POWERS_OF_TEN[-exponent] : value * POWERS_OF_TEN[exponent];
-        *out = negative ? -value : value;
-        return 0;
-    }
-slow: {
+    if (!exact) return float_of_text(text, n, out);
+    double value = (double)d->mantissa; /* exact: at most 15 digits */
+    value = d->exponent < 0 ? value / POWERS_OF_TEN[-d->exponent] : value * POWERS_OF_TEN[d->exponent];
+    *out = negative ? -value : value;
+    return 0;
+}
+
+/* float(text[0:n]) by the function float() itself calls (correctly rounded, locale-independent) */
+static int float_of_text(const char *text, Py_ssize_t n, double *out) {
     char *end = NULL;
     double value = PyOS_string_to_double(text, &end, NULL);
     if (value == -1.0 && PyErr_Occurred()) return -1;
@@ -213,7 +205,6 @@ slow: {
     *out = value;
     return 0;
 }
-}
 
 /* ---- the iteration line matcher (a strict reading of FAST_ITERATION_RE) ----------------------------------- */
 typedef struct {
@@ -223,10 +214,24 @@ typedef struct {
 /* a == b over n bytes, eight at a time (inlined: the literals' lengths are constants) */
 static inline int same_bytes(const char *a, const char *b, Py_ssize_t n) {
     uint64_t x, y;
-    for (; n >= 8; n -= 8, a += 8, b += 8) {
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y) return 0;
+    uint32_t u, v;
+    if (n >= 8) { /* whole words, then the last eight bytes (overlapping) */
+        for (Py_ssize_t i = 0; i + 8 <= n; i += 8) {
+            memcpy(&x, a + i, 8);
+            memcpy(&y, b + i, 8);
+            if (x != y) return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        if (u != v) return 0;
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return u == v;
     }
     for (; n > 0; n--)
         if (*a++ != *b++) return 0;
@@ -247,7 +252,7 @@ static Py_ssize_t spaces(Cursor *c) {
 }
 
 /* [0-9]{1,15} */
-static int integer(Cursor *c, long long *out) {
+static inline int integer(Cursor *c, long long *out) {
     long long value = 0;
     Py_ssize_t n = 0;
     while (c->p < c->end && is_digit((unsigned char)*c->p)) {
@@ -259,23 +264,25 @@ static int integer(Cursor *c, long long *out) {
 }
 
 /* ` +INT \|` */
-static int spaced_integer(Cursor *c, long long *out) {
+static inline int spaced_integer(Cursor *c, long long *out) {
     return spaces(c) >= 1 && integer(c, out) && LITERAL(c, " |");
 }
 
 /* [0-9]{1,15}(?:\.[0-9]{1,15})? followed by ` |` */
-static int number(Cursor *c, double *out) {
+static inline int number(Cursor *c, double *out) {
     const char *start = c->p;
+    Decimal d = {0, 0, 0, 0};
     Py_ssize_t n = 0;
-    while (c->p < c->end && is_digit((unsigned char)*c->p)) n++, c->p++;
+    for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++, n++) take_digit(&d, *c->p, 0);
     if (n < 1 || n > 15) return 0;
     if (c->p < c->end && *c->p == '.') {
         c->p++;
-        for (n = 0; c->p < c->end && is_digit((unsigned char)*c->p); n++) c->p++;
+        for (n = 0; c->p < c->end && is_digit((unsigned char)*c->p); c->p++, n++) take_digit(&d, *c->p, 1);
         if (n < 1 || n > 15) return 0;
     }
-    if (to_double(start, c->p - start, out) < 0) return -1;
-    return LITERAL(c, " |");
+    Py_ssize_t length = c->p - start;
+    if (!LITERAL(c, " |")) return 0;
+    return decimal_value(&d, 0, start, length, out) < 0 ? -1 : 1;
 }
 
 static int one_of(Cursor *c, const char *a, const char *b, const char *d) {
@@ -285,22 +292,29 @@ static int one_of(Cursor *c, const char *a, const char *b, const char *d) {
 /* [-+]?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|nan|NaN|NAN|inf|Inf|INF) followed by ` |` */
 static int loss_value(Cursor *c, Row *row) {
     const char *start = c->p;
-    if (c->p < c->end && (*c->p == '-' || *c->p == '+')) c->p++;
+    int negative = 0;
+    if (c->p < c->end && (*c->p == '-' || *c->p == '+')) negative = *c->p++ == '-';
     if (c->p < c->end && is_digit((unsigned char)*c->p)) {
-        while (c->p < c->end && is_digit((unsigned char)*c->p)) c->p++;
+        Decimal d = {0, 0, 0, 0};
+        for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++) take_digit(&d, *c->p, 0);
         if (c->p < c->end && *c->p == '.') {
             const char *point = ++c->p;
-            while (c->p < c->end && is_digit((unsigned char)*c->p)) c->p++;
+            for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++) take_digit(&d, *c->p, 1);
             if (c->p == point) return 0;
         }
         if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+            int exponent_negative = 0, value = 0;
             c->p++;
-            if (c->p < c->end && (*c->p == '-' || *c->p == '+')) c->p++;
+            if (c->p < c->end && (*c->p == '-' || *c->p == '+')) exponent_negative = *c->p++ == '-';
             const char *digits = c->p;
-            while (c->p < c->end && is_digit((unsigned char)*c->p)) c->p++;
+            for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++) {
+                if (c->p - digits >= 4) d.slow = 1; /* a long exponent: float() reads it */
+                else value = value * 10 + (*c->p - '0');
+            }
             if (c->p == digits) return 0;
+            d.exponent += exponent_negative ? -value : value;
         }
-        if (to_double(start, c->p - start, &row->loss) < 0) return -1;
+        if (decimal_value(&d, negative, start, c->p - start, &row->loss) < 0) return -1;
         row->loss_finite = isfinite(row->loss);
     } else if (one_of(c, "nan", "NaN", "NAN") || one_of(c, "inf", "Inf", "INF")) {
         row->loss_finite = 0;
@@ -329,6 +343,10 @@ static const unsigned char KEY_BYTES[256] = {
 
 /* ` KEY:VALUE|` of the free-field loop: KEY is [a-z0-9_]+(?: [a-z0-9_]+)* and not one of the summary's keys. */
 static int free_field(const Scanner *self, Cursor *c) {
+    /* the usual keys, spelled out as the regex spells them: valid keys, none of them excluded */
+    if (LITERAL(c, " loss scale:") || LITERAL(c, " grad norm:") || LITERAL(c, " num zeros:") ||
+        LITERAL(c, " params norm:"))
+        return value_then_bar(c);
     if (!LITERAL(c, " ")) return 0;
     const char *key = c->p;
     char previous = ' ';
@@ -962,19 +980,11 @@ static PyObject *stop(int kind, Py_ssize_t line_start, Py_ssize_t line_end, long
     return Py_BuildValue("(innLL)", kind, line_start, line_end, newlines, rows);
 }
 
-/* scan(block, start, end, summary, shape, awaits_step_line) -> (stop, line_start, line_end, newlines, rows) */
-static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
-    PyObject *block, *summary, *shape_object;
-    Py_ssize_t start, end;
-    int awaits_step_line;
+static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, Py_ssize_t end, PyObject *summary,
+                            PyObject *shape_object, int awaits_step_line) {
     State st;
     Shape shape;
-    if (!PyArg_ParseTuple(args, "SnnOOp", &block, &start, &end, &summary, &shape_object, &awaits_step_line))
-        return NULL;
-    if (start < 0 || end > PyBytes_GET_SIZE(block) || start > end || (end > start && PyBytes_AS_STRING(block)[end - 1] != '\n')) {
-        PyErr_SetString(PyExc_ValueError, "the range must be whole lines of the block");
-        return NULL;
-    }
+    memset(&st, 0, sizeof(st));
     self->times.size = self->counted.size = 0;
     if (load_shape(shape_object, &shape) < 0 || load_state(self, summary, &st) < 0) {
         release_state(&st);
@@ -982,7 +992,6 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         PyErr_Clear(); /* a state C cannot hold (an int past 64 bits): Python reads this source from now on */
         return stop(STOP_FALLBACK, start, start, 0, 0);
     }
-    const char *base = PyBytes_AS_STRING(block);
     const unsigned char *ubase = (const unsigned char *)base;
     long long newlines = 0, rows = 0;
     Py_ssize_t pos = start;
@@ -1029,6 +1038,26 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
 error:
     release_state(&st);
     return NULL;
+}
+
+/* scan(block, start, end, summary, shape, awaits_step_line) -> (stop, line_start, line_end, newlines, rows);
+   block is any contiguous bytes-like object (the reader's reused buffer), block[start:end] whole lines. */
+static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
+    Py_buffer block;
+    PyObject *summary, *shape_object, *result;
+    Py_ssize_t start, end;
+    int awaits_step_line;
+    if (!PyArg_ParseTuple(args, "y*nnOOp", &block, &start, &end, &summary, &shape_object, &awaits_step_line))
+        return NULL;
+    const char *base = block.buf;
+    if (start < 0 || end > block.len || start > end || (end > start && base[end - 1] != '\n')) {
+        PyErr_SetString(PyExc_ValueError, "the range must be whole lines of the block");
+        result = NULL;
+    } else {
+        result = scan_lines(self, base, start, end, summary, shape_object, awaits_step_line);
+    }
+    PyBuffer_Release(&block);
+    return result;
 }
 
 static PyObject *pop_span(Spans *spans, int with_kind) {

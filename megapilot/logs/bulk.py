@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -223,16 +224,40 @@ class BulkReader:
         self._time_candidates: list[bytes | tuple[int, int]] = []
         self._counted_prefixes: list[bytes] = []
         self._rows: list[IterationRow] = []  # iteration lines not yet handed to the summary (see `_flush_rows`)
-        self._block = b""
+        self._block: bytes | bytearray = b""
         self._line_pos = 0
         self._line_no = 0
         self._lines_done = 0
         self._splitter = _BlockSplitter()
 
     def read(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> SourceEnd:
+        readinto: Callable[[memoryview], int | None] | None = getattr(stream, "readinto", None)
+        if self._scanner is not None and readinto is not None:
+            return self._read_into_buffer(readinto, chunk_bytes)
         while chunk := stream.read(chunk_bytes):
             self.feed(chunk)
         return self.end()
+
+    def _read_into_buffer(self, readinto: Callable[[memoryview], int | None], chunk_bytes: int) -> SourceEnd:
+        """`feed` chunk by chunk, but into one reused buffer: a fresh 1 MiB object per chunk costs the compiled
+        engine more (page faults, a copy to join the tail) than scanning it. The same blocks as `_BlockSplitter`:
+        the unfinished line stays at the buffer's start, cut to MAX_LINE_BYTES when a chunk does not end it."""
+        buffer = bytearray(MAX_LINE_BYTES + chunk_bytes)
+        filled = 0
+        with memoryview(buffer) as view:
+            while got := readinto(view[filled:filled + chunk_bytes]):
+                filled += got
+                cut = buffer.rfind(b"\n", 0, filled)
+                if cut < 0:
+                    filled = min(filled, MAX_LINE_BYTES)
+                    continue
+                self._read_block(buffer, cut + 1)
+                tail = min(filled - cut - 1, MAX_LINE_BYTES)
+                view[:tail] = view[cut + 1:cut + 1 + tail]
+                filled = tail
+        if filled:
+            self._read_block(bytes(buffer[:filled]) + b"\n", filled + 1)
+        return self._end()
 
     def feed(self, chunk: bytes) -> None:
         """More bytes of the stream (any size; a line split across chunks is joined). Lets a follower hand over
@@ -249,7 +274,7 @@ class BulkReader:
         return self._end()
 
     # ---- one block of complete lines --------------------------------------------------------------
-    def _read_block(self, block: bytes, end: int) -> None:
+    def _read_block(self, block: bytes | bytearray, end: int) -> None:
         """block[:end] holds the next complete lines of the file, each ending with a newline."""
         self._block = block
         self._line_pos, self._line_no = 0, self._lines_done + 1
@@ -327,7 +352,7 @@ class BulkReader:
         for found in FAST_ITERATION_RE.finditer(block, start, end):
             match_start = found.start()
             line_start = rfind(b"\n", 0, match_start) + 1
-            prefix = block[line_start:match_start]
+            prefix = bytes(block[line_start:match_start])  # a copy when the block is the reader's reused buffer
             if prefix and (not prefix.isascii() or b"\x1b" in prefix or b"\r" in prefix or b"iteration" in prefix
                            or b"[rank-" in prefix or prefix[-1] in word_bytes):
                 continue  # stays in the gap: the line parser reads it (ANSI, \r, Primus prefix, no word boundary)
@@ -414,10 +439,10 @@ class BulkReader:
         self._flush_rows()
         if self._time_candidates:
             for candidate in reversed(self._time_candidates):
-                if type(candidate) is bytes:
-                    time_s = prefix_time(candidate.decode("ascii"))
-                else:
+                if isinstance(candidate, tuple):
                     time_s = self._last_leading_time(*candidate)
+                else:
+                    time_s = prefix_time(candidate.decode("ascii"))
                 if time_s is not None:
                     self.parser.last_time_s = time_s
                     break
@@ -445,7 +470,7 @@ class BulkReader:
         return None
 
     # ---- what the line path counts at the end -------------------------------------------------------
-    def _note_tail(self, block: bytes, end: int, last_line_no: int) -> None:
+    def _note_tail(self, block: bytes | bytearray, end: int, last_line_no: int) -> None:
         lines_read, last_line = _last_line_facts(block, end, last_line_no)
         if lines_read is not None:
             self.lines_read = lines_read
@@ -458,7 +483,7 @@ class BulkReader:
                          self.parser.last_time_s, self.parser.framework_hints)
 
 
-def _last_line_facts(data: bytes, end: int, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
+def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
     """Within data[:end] (lines without the final newline, the last one numbered `last_line_no`): the number
     of the last line the line path yields (a line of nothing but `\r` yields no segment), and the
     (number, text) of the last non-empty line or `\r` segment. Walks back from the end."""
