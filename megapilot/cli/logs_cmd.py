@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from megapilot.diagnose.optimize import OptimizeReport
     from megapilot.logs import ParsedLog
     from megapilot.logs.parser import ParseOptions
-    from megapilot.logs.records import Record
+    from megapilot.logs.records import IterationRecord, Record
     from megapilot.spec import GPUSpec
 
 logs_app = typer.Typer(help="Parse training logs (Megatron-LM, Megatron-Bridge, Primus).", no_args_is_help=True)
@@ -163,7 +163,14 @@ def _follow_several(paths: list[str], options: ParseOptions, *, summary_only: bo
             name = labels.get(record.file, Path(record.file).name)
             out.print(f"{escape(name)}  {escape(line)}", highlight=False)
 
-    follow_run(list(paths), options=options, on_record=show, timeout_s=timeout_s, idle_timeout_s=idle_timeout_s)
+    def hang(silent_s: float, last: IterationRecord) -> None:
+        name = labels.get(last.file, Path(last.file).name)
+        out.print(f"no new iteration in any file for {silent_s:.0f} s (last: {escape(name)} iteration "
+                  f"{last.iteration}): a hang? `py-spy dump --pid <pid>` on each rank shows where it waits",
+                  highlight=False)
+
+    follow_run(list(paths), options=options, on_record=show, on_hang=hang, timeout_s=timeout_s,
+               idle_timeout_s=idle_timeout_s)
     return parse_logs([path for path in paths if Path(path).exists()], options=options, summary_only=summary_only)
 
 
