@@ -6,6 +6,10 @@ the first hit wins, so specific text comes before generic text (an NCCL "Cuda fa
 memory'" is an `oom`, not an `nccl_error`; a DataLoader worker killed by a bus error is
 `shm_insufficient`, not `dataloader_error`).
 
+Wordings found on real failure text (tests/data/logs/real): c10's `!!!!!!! Segfault encountered !!!!!!!` (no
+"segmentation fault"), a driver that prints `NVRM: fallen off the bus` without an Xid (over three lines: the
+third one matches), amdgpu's `uncorrectable hardware error(...)`.
+
 Categories decided from metrics rather than single lines (`nan_loss`, `loss_spike`,
 `loss_divergence`, `hang`, `low_throughput`, `slowdown`) live in `megapilot.diagnose.rules`.
 
