@@ -148,3 +148,24 @@ def test_a_count_past_64_bits_hands_the_source_to_python():
     assert compiled.summary.nan_iterations == 999999999999999 * 9399 > 2**63
     assert reader.engine == "python"
     assert _facts(compiled) == _facts(_line_path(data))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 400_000])
+def test_over_long_lines_are_cut_as_the_line_path_cuts_them(chunk_bytes: int):
+    """Lines past MAX_LINE_BYTES (1 MiB) keep the bytes the line path keeps, whether read whole or fed in pieces."""
+    rows = [_line(iteration) for iteration in range(1, 61)]
+    long_line = "y" * (2_600_000 + chunk_bytes // 3) + " Step Time : 9.07s"  # past the cut: never read
+    data = ("\n".join([*rows, long_line, *(_line(it) for it in range(61, 70))]) + "\n" + "z" * 1_500_000).encode()
+    collector = LogCollector()
+    _feed(collector, LineParser("f.log"), read_lines(io.BytesIO(data), chunk_bytes=chunk_bytes), None)
+    expected = _facts(collector.finish())
+    for engine in ENGINES:
+        whole = LogCollector(summary_only=True)
+        whole.end_source(BulkReader(whole, LineParser("f.log"), engine).read(io.BytesIO(data), chunk_bytes))
+        assert _facts(whole.finish()) == expected, engine
+        pieces = LogCollector(summary_only=True)
+        reader = BulkReader(pieces, LineParser("f.log"), engine)
+        for start in range(0, len(data), chunk_bytes):
+            reader.feed(data[start:start + chunk_bytes])
+        pieces.end_source(reader.end())
+        assert _facts(pieces.finish()) == expected, engine
