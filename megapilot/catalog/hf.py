@@ -9,7 +9,8 @@ Supported (by `architectures[0]`, else `model_type`):
 - GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head);
 - newer families: Phi3ForCausalLM, GptOssForCausalLM, Llama4ForConditionalGeneration (its text model),
   NemotronHForCausalLM (Nemotron-H and Nemotron 3 Mamba-2 hybrids; Nemotron 3 Super's latent MoE and hybrid
-  MTP are refused by field), and Qwen3NextForCausalLM, recognised only to be refused by field.
+  MTP are refused by field), DeciLMForCausalLM (Llama-Nemotron: one block shape imports as a Llama, per-layer
+  `block_configs` are refused by field), and Qwen3NextForCausalLM, recognised only to be refused by field.
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
 YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
@@ -624,8 +625,11 @@ def _decilm_block_shape(block: Any, index: int, heads: int, hidden: int) -> tupl
     """(KV heads or 'no-op'/'linear', MLP width or 'no-op'/'linear') of one DeciLM block, by Megatron-Core's rules
     (heterogeneous_config.py: KV heads = heads // n_heads_in_group; width = int(2 * ffn_mult * hidden / 3) rounded
     up to a multiple of 256)."""
-    attention = (block or {}).get("attention") or {}
-    mlp = (block or {}).get("ffn") or (block or {}).get("mlp") or {}
+    attention = block.get("attention") if isinstance(block, dict) else None
+    mlp = (block.get("ffn") or block.get("mlp")) if isinstance(block, dict) else None
+    if not isinstance(attention, dict) or not isinstance(mlp, dict):
+        raise MegapilotError(f"block_configs[{index}]={block!r} has no attention and ffn objects",
+                             field=f"block_configs[{index}]", fix="copy block_configs from the model's config.json")
     kv: int | str = "no-op" if attention.get("no_op") else "linear" if attention.get("replace_with_linear") else 0
     width: int | str = "no-op" if mlp.get("no_op") else "linear" if mlp.get("replace_with_linear") else 0
     if kv == 0:

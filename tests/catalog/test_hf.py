@@ -459,3 +459,6 @@ def test_decilm_with_one_block_shape_imports_as_the_llama_it_is():
     assert count_params(model).total < count_params(llama).total
     bad_group = NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(7, 5.25)] * 8}
     assert _refusal(bad_group).field == "block_configs[0].attention.n_heads_in_group"
+    assert _refusal(NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(8, 5.25), "attention"]}).field \
+        == "block_configs[1]"
+    assert _refusal(NEMOTRON_SUPER_49B | {"block_configs": []}).field == "block_configs"
