@@ -587,12 +587,19 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
 def _refuse_nemotron3_super_parts(config: HFConfig) -> None:
     """Nemotron 3 Super's latent MoE and hybrid MTP block: a ModelSpec has neither, so a count would be wrong."""
     if config.get("moe_latent_size"):
-        raise _refuse("moe_latent_size", "latent MoE (experts run in a moe_latent_size space between a down and an "
-                      "up projection, Nemotron 3 Super) is not modelled: its projections would be missing from the "
-                      "parameter, FLOP and memory estimates")
+        raise MegapilotError(
+            "latent MoE (routed experts run in a moe_latent_size space between a down and an up projection, "
+            "Nemotron 3 Super) is not modelled: its projections would be missing from the parameter, FLOP and "
+            "memory estimates", field="moe_latent_size",
+            fix="no faithful plan exists for it yet; a ModelSpec YAML file with experts at the full width gives an "
+                "upper bound (their weights grow by hidden_size / moe_latent_size)",
+        )
     if config.get("num_nextn_predict_layers"):  # a default mtp_hybrid_override_pattern alone builds nothing
-        raise _refuse("num_nextn_predict_layers", "multi-token prediction in a Mamba hybrid is not modelled "
-                      "(Megatron-Core 0.16's MambaModel has no MTP block)")
+        raise MegapilotError(
+            "multi-token prediction in a Mamba hybrid is not modelled (Megatron-Core 0.16's MambaModel has no MTP "
+            "block)", field="num_nextn_predict_layers",
+            fix="set num_nextn_predict_layers to 0 in a copy of the config to plan the main model alone",
+        )
 
 
 def _nemotron_nas(config: HFConfig) -> dict[str, Any]:
