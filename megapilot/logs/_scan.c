@@ -25,9 +25,6 @@ PyOS_string_to_double, the function float() itself uses. Build without -ffast-ma
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -315,7 +312,8 @@ static int loss_value(Cursor *c, Row *row) {
             d.exponent += exponent_negative ? -value : value;
         }
         if (decimal_value(&d, negative, start, c->p - start, &row->loss) < 0) return -1;
-        row->loss_finite = isfinite(row->loss);
+        /* finite unless float() read it (a fast value is finite: reading it back here would wait for the division) */
+        row->loss_finite = !d.slow && d.exponent >= -22 && d.exponent <= 22 ? 1 : isfinite(row->loss);
     } else if (one_of(c, "nan", "NaN", "NAN") || one_of(c, "inf", "Inf", "INF")) {
         row->loss_finite = 0;
     } else {
@@ -325,11 +323,14 @@ static int loss_value(Cursor *c, Row *row) {
     return LITERAL(c, " |");
 }
 
-/* `_VALUE\|`: printable ASCII but `|`, then `|` (the matcher only sees lines of printable ASCII) */
-static int value_then_bar(Cursor *c) {
-    const char *bar = memchr(c->p, '|', (size_t)(c->end - c->p));
-    if (bar == NULL) return 0;
-    c->p = bar + 1;
+/* `_VALUE\|`: printable ASCII but `|`, then `|` */
+static inline int value_then_bar(Cursor *c) {
+    for (; c->p < c->end && *c->p != '|'; c->p++) { /* values are short: a loop beats a call to memchr */
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch < 0x20 || ch > 0x7e) return 0;
+    }
+    if (c->p == c->end) return 0;
+    c->p++;
     return 1;
 }
 
@@ -397,38 +398,16 @@ static int match_iteration(const Scanner *self, const char *at, const char *line
     return c->p == c->end;
 }
 
-/* The prefix rules of the Python engine, on a line of printable ASCII (stricter: a tab sends the line to Python):
-   no `[rank-`, no word byte before `iteration`. */
+/* The prefix rules of the Python engine, stricter: printable ASCII only (a tab sends the line to Python), no
+   `[rank-`, no word byte before `iteration`. */
 static int prefix_ok(const unsigned char *p, Py_ssize_t n) {
-    for (const unsigned char *bracket = memchr(p, '[', (size_t)n); bracket != NULL;
-         bracket = memchr(bracket + 1, '[', (size_t)(p + n - bracket - 1)))
-        if (p + n - bracket >= 6 && memcmp(bracket, "[rank-", 6) == 0) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < 0x20 || p[i] > 0x7e) return 0;
+        if (p[i] == '[' && n - i >= 6 && memcmp(p + i, "[rank-", 6) == 0) return 0;
+    }
     if (n == 0) return 1;
     unsigned char last = p[n - 1];
     return !((last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z') || is_digit(last) || last == '_');
-}
-
-/* The newline ending the line at p (the block's range always ends with one), and whether every byte before it is
-   printable ASCII (0x20-0x7e): what the matcher and the needle filter may assume. Sixteen bytes at a time. */
-static const char *line_end(const char *p, const char *end, int *printable) {
-#if defined(__SSE2__)
-    const __m128i space = _mm_set1_epi8(0x20), delete = _mm_set1_epi8(0x7f);
-    for (; end - p >= 16; p += 16) {
-        __m128i bytes = _mm_loadu_si128((const __m128i *)p);
-        /* signed compare: 0x80-0xff are negative, so below 0x20 too */
-        int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(bytes, space), _mm_cmpeq_epi8(bytes, delete)));
-        if (mask) {
-            p += __builtin_ctz((unsigned)mask);
-            break;
-        }
-    }
-#endif
-    for (; p < end; p++) {
-        unsigned char ch = (unsigned char)*p;
-        if (ch < 0x20 || ch > 0x7e) break;
-    }
-    *printable = p < end && *p == '\n';
-    return *printable ? p : memchr(p, '\n', (size_t)(end - p));
 }
 
 static const char *find_iteration(const char *p, const char *end) {
@@ -498,19 +477,17 @@ static int live_needle_at(const Scanner *self, const unsigned char *p, Py_ssize_
 }
 
 /* Whether the line parser must see the line p[0:n]: a needle occurrence that is not inert, or a control or
-   non-ASCII byte (a tab is allowed). `printable`: the line is known to hold printable ASCII only. */
-static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n, int printable) {
-    if (printable && !self->has_short_needle) { /* the usual case: most positions fail the two-byte filter */
-        for (Py_ssize_t i = 0; i + 1 < n; i++) {
-            unsigned pair = (unsigned)lower(p[i]) << 8 | lower(p[i + 1]);
-            if ((self->pairs[pair >> 6] >> (pair & 63) & 1) && live_needle_at(self, p, i, n)) return 1;
-        }
-        return 0;
-    }
+   non-ASCII byte (a tab is allowed). Most positions fail the two-byte filter of the needles' starts. */
+static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char ch = p[i];
         if ((ch < 0x20 && ch != '\t') || ch > 0x7e) return 1;
-        if (live_needle_at(self, p, i, n)) return 1;
+        if (self->has_short_needle || i + 1 == n) {
+            if (live_needle_at(self, p, i, n)) return 1;
+            continue;
+        }
+        unsigned pair = (unsigned)lower(ch) << 8 | lower(p[i + 1]);
+        if ((self->pairs[pair >> 6] >> (pair & 63) & 1) && live_needle_at(self, p, i, n)) return 1;
     }
     return 0;
 }
@@ -998,10 +975,9 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
     int kind = STOP_END;
     Py_ssize_t stop_start = end, stop_end = end;
     while (pos < end) {
-        int printable;
-        const char *line = base + pos, *newline = line_end(line, base + end, &printable);
+        const char *line = base + pos, *newline = memchr(line, '\n', (size_t)(end - pos));
         Py_ssize_t length = newline - line;
-        const char *at = printable ? find_iteration(line, newline) : NULL;
+        const char *at = find_iteration(line, newline);
         Row row;
         int matched = 0;
         if (at != NULL && !awaits_step_line && prefix_ok(ubase + pos, at - line)) {
@@ -1017,7 +993,7 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
             if (counted < 0) goto error;
             if (counted && timed && spans_push(&self->counted, pos, at - base, TIME_PREFIX) < 0) goto error;
             rows++;
-        } else if (needs_parser(self, ubase + pos, length, printable)) {
+        } else if (needs_parser(self, ubase + pos, length)) {
             goto to_python;
         } else if (may_lead_with_time(ubase + pos, length) &&
                    spans_push(&self->times, pos, newline - base, TIME_LINE) < 0) {
