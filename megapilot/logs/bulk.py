@@ -326,15 +326,16 @@ class BulkReader:
         time, the last counted prefix with one the summary's."""
         assert self._scanner is not None
         scanner, block = self._scanner, self._block
+        read: dict[tuple[int, int], float | None] = {}  # the last row's prefix is usually both kinds' answer
         while (candidate := scanner.pop_time()) is not None:
             kind, start, end = candidate
             text = block[start:end].decode("ascii")
-            time_s = prefix_time(text) if kind == _scan.TIME_PREFIX else leading_time(text)
+            time_s = read[start, end] = prefix_time(text) if kind == _scan.TIME_PREFIX else leading_time(text)
             if time_s is not None:
                 self.parser.last_time_s = time_s
                 break
         while (span := scanner.pop_counted()) is not None:
-            time_s = prefix_time(block[span[0]:span[1]].decode("ascii"))
+            time_s = read[span] if span in read else prefix_time(block[span[0]:span[1]].decode("ascii"))
             if time_s is not None:
                 self.summary.note_last_time(time_s)
                 break
