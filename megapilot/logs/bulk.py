@@ -1,38 +1,52 @@
-"""Bulk reading of whole logs in summary-only mode: regexes over byte blocks, not Python per line.
+"""Bulk reading of whole logs in summary-only mode: byte blocks through a compiled scanner, not Python per line.
 
-`parse_logs(..., summary_only=True)` without `on_record` reads here. The result is exactly that of
-the line path (`collect._feed`, every line through `LineParser.feed`): the same summary, dialect
-counts, errors, checkpoint operations, lines read, last line and last timestamp. That holds because a
-line skips the line parser only where the line parser could not have done anything with it:
+`parse_logs(..., summary_only=True)` without `on_record` reads here, and `RunFollower` follows files through
+the same reader. The result is exactly that of the line path (`collect._feed`, every line through
+`LineParser.feed`): the same summary, dialect counts, errors, checkpoint operations, lines read, last line and
+last timestamp. That holds because a line skips the line parser only where the line parser could not have done
+anything with it:
 
-- Canonical Megatron-LM iteration lines (the fixed field order of `training_log`, printable ASCII,
-  no ANSI code, no Primus logger prefix) are found by one bytes regex per block, whose groups are the
-  summary's values; they go straight into the summary, no record is built. A variant the regex does
-  not accept in full (another field order, a Primus `inst/avg` pair, a mangled value) goes to the
+- Canonical Megatron-LM iteration lines (FAST_ITERATION_RE: the fixed field order of `training_log`, printable
+  ASCII, no ANSI code, no Primus logger prefix) go straight into the summary, no record is built. A variant the
+  matcher does not accept in full (another field order, a Primus `inst/avg` pair, a mangled value) goes to the
   line parser.
-- Between two such lines, a line goes to the line parser if it holds a needle the parser reacts to
-  (`RECORD_NEEDLES`, the error signatures' triggers, case-insensitive), any control or non-ASCII byte
-  (ANSI codes, `\\r` progress lines, undecodable bytes), or while a Python traceback is being read.
-  The other lines are skipped: one regex search per gap finds the next line worth parsing.
-- Skipped and iteration lines can still move the parser's "latest timestamp" (checkpoint lines
-  without a timestamp of their own use it). Those timestamps are parsed lazily: only the last one
-  before a line that goes to the parser, and at the end of each block.
+- Any other line goes to the line parser if it holds a needle the parser reacts to (`PARSER_NEEDLES`: the
+  record needles and the error signatures' triggers, case-insensitive), any control or non-ASCII byte (ANSI
+  codes, `\\r` progress lines, undecodable bytes), or while a traceback or an `arguments` block is being read.
+  The other lines are skipped.
+- Skipped and iteration lines can still move the parser's "latest timestamp" (checkpoint lines without a
+  timestamp of their own use it). Those timestamps are parsed lazily: only the last one before a line that goes
+  to the parser, and at the end of each block.
 
-Lines come from the same `LineSplitter`, with the same chunk size, as the line path, so over-long
-lines are cut the same way and memory stays bounded by the chunk size (1 MiB) plus the longest line.
-Iteration lines reach the summary in batches (`SummaryBuilder.add_rows`, the same floats as one by one).
+Two engines do this, chosen once per reader (`choose_engine`: the compiled one when it is built, else Python;
+MEGAPILOT_LOG_ENGINE=python forces the pure-Python engine; `ENGINE` says which readers use):
 
-Speed (bench/log_parse, results.json): ~50 MB per CPU-second on a 1 GB Megatron log, 3.6x the line-by-line
-path but ~0.01x `grep -c`, which counts lines at memchr speed. The cost left is per iteration line (~7 us for
-2.9 M lines per GB), in Python: the regex match (~2 us, the sre engine on a 350-byte line), the number
-conversions and the row (~3 us), the running statistics (~1.3 us). One process, no multiprocessing: the summary
-is sequential (Welford, a seeded reservoir), so splitting the file would change its floats, and CPU seconds
-would not drop anyway. A vectorised engine was measured on the same lines before choosing: polars' Rust-regex
-`str.extract_groups` with the same captures spends ~4 us per iteration line too (88 MB per CPU-second on the
-134 MB file, after 0.2 s to split it into lines), so it would add a dependency for under 2x and lose the
-bit-exact equality with the line path; hyperscan reports match offsets without captures and RE2's bindings pay
-the same per-match Python cost. Reaching a quarter of grep needs a compiled scanner that also keeps the running
-statistics, which this package does not have.
+- compiled (`megapilot/logs/_scan.c`): one C call walks a block line by line. Its matcher reads FAST_ITERATION_RE's
+  language by hand and folds each row into the summary's state with the statements of `SummaryBuilder.add_rows`
+  (the same doubles: built without -ffast-math and with -ffp-contract=off; reservoir replacements draw from the
+  summary's own generator). It also skips needle occurrences that are inert in summary-only mode
+  (`SUMMARY_INERT_NEEDLES`: timer lines, `memory (MB)` reports, `iterations` that cannot start a record).
+  Whatever needs Python ends the call at that line: a live needle, a line the matcher is not sure of, a row bound
+  for the warm-up head or carrying the run's first timestamp, a count past 64 bits (then Python reads the rest of
+  the source). Python handles that line exactly as the Python engine does, then the scan goes on.
+- python: one bytes regex per block finds the canonical lines (its groups are the summary's values, handed over
+  in batches through `add_rows`), one needle regex per gap finds the next line worth parsing.
+
+Blocks are cut as `LineSplitter` cuts them, with the same chunk size as the line path, so over-long lines are cut
+the same way and memory stays bounded by the chunk size (1 MiB) plus the longest line; the compiled engine reads
+into one reused buffer (a fresh 1 MiB object per chunk cost it more in page faults and copies than the scan).
+
+Speed (bench/log_parse, results.json, a synthetic 1 GB Megatron log on a shared 2-core machine): the compiled
+engine reads ~1,200 MB per CPU-second, 0.22x `grep -c iteration` in CPU seconds (grep: ~5,400 MB per CPU-second,
+memchr speed), ~14x the Python engine (~47 MB per CPU-second) and ~50x the line path. Where its ~0.9 CPU-seconds
+go: ~0.32 s in the C matcher (~110 ns per 350-byte iteration line: digit runs, literals, three float conversions),
+~0.2 s in the kernel copying the file in (what grep's whole time is), ~0.2 s in the line parser for the 1,172
+checkpoint lines (each runs every error signature's regex, ~170 us), ~0.12 s for Python's start and imports, the
+rest in the running statistics, the reservoir's draws and the per-block Python. One process, no multiprocessing:
+the summary is sequential (Welford, a seeded reservoir), so splitting the file would change its floats, and CPU
+seconds would not drop anyway. Engines measured and rejected before the C scanner: polars' Rust-regex
+`str.extract_groups` (~4 us per iteration line, 88 MB per CPU-second, a dependency for under 2x, and not
+bit-exact), hyperscan (match offsets without captures), RE2's bindings (the same per-match Python cost).
 """
 
 from __future__ import annotations
