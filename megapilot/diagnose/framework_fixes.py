@@ -11,8 +11,13 @@ Allocator settings are environment variables: PyTorch reads `PYTORCH_HIP_ALLOC_C
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 from megapilot.diagnose.findings import Fix
 from megapilot.logs.collect import ParsedLog
+from megapilot.logs.framework import takes_megatron_flags
+from megapilot.logs.parser import PRIMUS_HINT
 
 _MEMORY: dict[str, list[Fix]] = {
     "torchtitan": [
@@ -91,10 +96,16 @@ _DIVERGENCE: dict[str, list[Fix]] = {
 
 
 def runs_on_rocm(log: ParsedLog) -> bool:
-    """Whether the log names a ROCm device (HIP errors, AMD Primus's `hip mem usage`, amdgpu lines)."""
-    if log.dialect in ("primus-megatron", "primus-torchtitan"):
+    """Whether the log names a ROCm device: Primus's Megatron lines or Primus frames (Primus is AMD's), HIP or
+    amdgpu errors. torchtitan's step line reads the same upstream (on CUDA) and under Primus, so that dialect alone
+    does not say ROCm."""
+    if log.dialect == "primus-megatron" or log.frame_hints.get(PRIMUS_HINT):
         return True
-    return any("hip" in error.text.lower() or "amdgpu" in error.text.lower() for error in log.errors)
+    return any(_ROCM_WORD_RE.search(error.text) for error in log.errors)
+
+
+# `HIP out of memory`, `hipErrorNoDevice`, `amdgpu: ...`, `/opt/rocm/...`; a word start, so "chip" does not count
+_ROCM_WORD_RE = re.compile(r"\b(?:hip|amdgpu|rocm)", re.IGNORECASE)
 
 
 def allocator_fix(log: ParsedLog) -> Fix:
@@ -111,3 +122,21 @@ def memory_fixes(framework: str) -> list[Fix] | None:
 def divergence_fixes(framework: str) -> list[Fix] | None:
     """The framework's own learning-rate, warm-up and clipping settings; None for Megatron-LM flag frameworks."""
     return list(_DIVERGENCE[framework]) if framework in _DIVERGENCE else None
+
+
+# Each framework's switch for asynchronous checkpoint saves (Megatron-LM `--async-save`; NeMo 2's
+# MegatronStrategy(ckpt_async_save=...); Megatron-Bridge's CheckpointConfig.async_save; torchtitan's
+# [checkpoint] async_mode). GPT-NeoX and DeepSpeed save synchronously: nothing to turn off.
+_SYNCHRONOUS_SAVE: dict[str, Fix] = {
+    "megatron": Fix("remove", "--async-save", None, ""),
+    "nemo": Fix("set", "trainer.strategy.ckpt_async_save", "false", "", kind="config"),
+    "megatron-bridge": Fix("set", "checkpoint.async_save", "false", "", kind="config"),
+    "torchtitan": Fix("set", "--checkpoint.async_mode", "disabled", "", kind="config"),
+}
+
+
+def synchronous_save_fix(framework: str, reason: str) -> Fix | None:
+    """The framework's own way to save checkpoints synchronously, or None where saves are already synchronous."""
+    key = "megatron" if takes_megatron_flags(framework) else framework
+    template = _SYNCHRONOUS_SAVE.get(key)
+    return None if template is None else replace(template, reason=reason)

@@ -49,6 +49,7 @@ from megapilot.diagnose.framework_fixes import (
     allocator_fix,
     divergence_fixes,
     memory_fixes,
+    synchronous_save_fix,
 )
 from megapilot.diagnose.options import (
     LayoutOption,
@@ -391,21 +392,17 @@ def _checkpoint_writer_cause(records: list[ErrorRecord], config: RunConfig | Non
     """What the failing writer says about the cause: a short write, a version mismatch, a native crash."""
     text = " ".join(r.text + " " + r.details.get("frame", "") for r in records)
     signatures = {r.signature for r in records}
-    megatron = takes_megatron_flags(log.framework)
     if "_write_item" in text or "filesystem_async" in text:
         fixes = [Fix("add", "pip list | grep -iE '^(torch|megatron-core) '", None, "the async writer overrides a "
                      "torch.distributed.checkpoint method whose signature changed between releases", kind="command")]
-        if megatron:
-            fixes.append(Fix("remove", "--async-save", None, "save synchronously until the versions match"))
+        fixes += _synchronous_save(log, "save synchronously until the versions match")
         return ("Megatron-Core's asynchronous filesystem writer (torch_dist format) failed inside torch.distributed"
                 ".checkpoint: a TypeError from `_write_item()` is a Megatron-Core / PyTorch version mismatch, not "
                 "a disk problem."), fixes
     if "crash_in_checkpoint_writer" in signatures:
         fixes = [Fix("add", "dmesg -T | tail -50", None, "a native crash in the writer: look for the kernel's view "
                      "(OOM killer, NFS/Lustre errors, GPU Xid)", kind="command")]
-        if megatron:
-            fixes.append(Fix("remove", "--async-save", None, "the async writer's worker process is where such "
-                             "crashes happen; a synchronous save isolates it"))
+        fixes += _synchronous_save(log, ASYNC_WRITER_CRASH)
         return ("A rank died while the checkpoint was being written (its stack is in the checkpoint writer: CRC32 of "
                 "a record, PytorchStreamWriter, the torch_dist writer): the save crashed the process, and every "
                 "other rank's error follows from it."), fixes
@@ -416,14 +413,20 @@ def _checkpoint_writer_cause(records: list[ErrorRecord], config: RunConfig | Non
                 "the writer (its memory, the filesystem client) often prints no frame of its own. Every other rank's "
                 "error follows from it."), [
             Fix("add", "dmesg -T | tail -50", None, "the kernel's view of the crash (OOM killer, NFS/Lustre errors, "
-                "GPU Xid)", kind="command")] + (
-            [Fix("remove", "--async-save", None, "the async writer's worker process is where such crashes happen; a "
-                 "synchronous save isolates it")] if megatron else [])
+                "GPU Xid)", kind="command"), *_synchronous_save(log, ASYNC_WRITER_CRASH)]
     if "unexpected pos" in text or "pytorchstreamwriter" in text.lower():
         return ("PyTorch's zip writer (PytorchStreamWriter) wrote fewer bytes than it meant to ('unexpected pos A vs "
                 "B'): the filesystem refused or truncated the write — disk full, over quota, or a network "
                 "filesystem that dropped the write."), []
     return "Writing the checkpoint failed: disk full or over quota, no permission, or a filesystem error.", []
+
+
+ASYNC_WRITER_CRASH = "the async writer's worker process is where such crashes happen; a synchronous save isolates it"
+
+
+def _synchronous_save(log: ParsedLog, reason: str) -> list[Fix]:
+    fix = synchronous_save_fix(log.framework, reason)
+    return [] if fix is None else [fix]
 
 
 def _checkpoint_load(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:

@@ -67,6 +67,9 @@ class ParsedLog:
     errors_dropped: int = 0
     arguments: ArgumentsRecord | None = None  # the latest Megatron-LM `arguments` block read
     framework: Framework = UNKNOWN_FRAMEWORK  # who wrote the log (see `megapilot.logs.framework`)
+    # Traceback frames and logger prefixes per framework or platform seen (`LineParser.framework_hints`); not in
+    # the JSON schema: `framework` is what a user reads, these are its evidence.
+    frame_hints: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable `--json` schema of `megapilot logs parse`."""
@@ -196,6 +199,7 @@ class LogCollector:
         self.log.dialect_counts = dict(self.dialects)
         self.log.dialect = _file_dialect(self.dialects)
         self.log.framework = detect_framework(self.log.dialect, self._frame_hints, self.dialects)
+        self.log.frame_hints = dict(self._frame_hints)
         return self.log
 
 

@@ -109,6 +109,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     "root cause (first observed failure)", "traceback (most recent call last)", "memory (", "checkpoint", ".:",
     "time (ms)",
     "in billions", "emory footprint", "step time", "training ...", ARGUMENTS_NEEDLE,
+    "[nemo ",  # NeMo's logger prefix names the framework (`LineParser.feed`)
     *(needle.lower() for needle, _ in _MARKERS),
 )
 
@@ -361,6 +362,10 @@ class LineParser:
             handled = self._argument_line(line_no, text)
             if handled is not None:
                 return handled
+        if text.startswith(NEMO_LOGGER_PREFIX):
+            # NeMo's logger prefixes every message. Counted here, past the iteration dialects, on lines that both
+            # reading paths hand to the parser (the prefix is one of its needles), so the hint is the same either way.
+            self.framework_hints["nemo"] += 1
         return self._error_or_structured(line_no, text)
 
     def _error_or_structured(self, line_no: int, text: str) -> tuple[Record, ...]:
@@ -563,6 +568,8 @@ class LineParser:
         return None
 
     def _note_framework(self, frame: str) -> None:
+        if PRIMUS_FRAME_NEEDLE in frame.lower():  # a platform, not a framework: Primus runs on ROCm
+            self.framework_hints[PRIMUS_HINT] += 1
         for needle, framework in FRAMEWORK_FRAME_NEEDLES:
             if needle in frame:
                 self.framework_hints[framework] += 1
@@ -790,6 +797,11 @@ FRAMEWORK_FRAME_NEEDLES: tuple[tuple[str, str], ...] = (
     ("/megatron_llm/", "megatron-lm"), ("/megatron/neox/", "gpt-neox"), ("/gpt-neox/", "gpt-neox"),
     ("/deepspeed/", "deepspeed"), ("/megatron/", "megatron-lm"),
 )
+#: AMD's Primus wraps Megatron-LM and torchtitan (`/workspace/Primus/primus/...` frames); its runs are on ROCm.
+PRIMUS_FRAME_NEEDLE = "/primus/"
+PRIMUS_HINT = "primus"
+#: NeMo's logger: `[NeMo I 2025-10-08 23:27:54 nemo_logging:393] ...` (I/W/E/D for the level).
+NEMO_LOGGER_PREFIX = "[NeMo "
 CRASH_STACK_LINES = 200  # a faulthandler dump of all threads of a rank is ~100 lines; a c10 backtrace ~40
 LAUNCHER_SUMMARY_NEEDLE = "Root Cause (first observed failure)"
 LAUNCHER_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode)\s*:\s*(.*?)\s*$")

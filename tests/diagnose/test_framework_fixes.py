@@ -6,7 +6,13 @@ from typing import get_args
 
 import pytest
 
-from megapilot.diagnose.framework_fixes import allocator_fix, divergence_fixes, memory_fixes, runs_on_rocm
+from megapilot.diagnose.framework_fixes import (
+    allocator_fix,
+    divergence_fixes,
+    memory_fixes,
+    runs_on_rocm,
+    synchronous_save_fix,
+)
 from megapilot.logs.collect import parse_text
 from megapilot.logs.framework import Framework, takes_megatron_flags
 
@@ -17,6 +23,8 @@ HIP_OOM = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB
 CUDA_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has 79 GiB"
 PRIMUS_STEP = ("[rank-0/8][INFO] iteration        5/     100 | consumed samples:           40 | "
                "elapsed time per iteration (ms): 1000.0/1000.0 | lm loss: 1.0E+01 |")
+PRIMUS_FRAME = ("Traceback (most recent call last):\n"
+                '  File "/workspace/Primus/primus/modules/trainer/torchtitan/pre_trainer.py", line 92, in run')
 TITAN_STEP = "step:  5  loss:  8.1  memory: 61.2GiB(32.1%)  tps: 1,234  tflops: 100.0  mfu: 20.0%"
 
 
@@ -55,12 +63,27 @@ def test_the_lists_handed_out_are_copies():
     ([HIP_OOM], "PYTORCH_HIP_ALLOC_CONF"),
     ([CUDA_OOM], "PYTORCH_CUDA_ALLOC_CONF"),
     ([PRIMUS_STEP, CUDA_OOM], "PYTORCH_HIP_ALLOC_CONF"),  # Primus runs on ROCm, whatever a message says
-    pytest.param([TITAN_STEP], "PYTORCH_CUDA_ALLOC_CONF", marks=pytest.mark.xfail(
-        strict=True, reason="upstream torchtitan's step line reads as the primus-torchtitan dialect, which "
-                            "runs_on_rocm takes for ROCm; nothing in this log says ROCm")),
+    ([TITAN_STEP], "PYTORCH_CUDA_ALLOC_CONF"),  # upstream torchtitan prints the same step line, on CUDA
+    ([TITAN_STEP, PRIMUS_FRAME, CUDA_OOM], "PYTORCH_HIP_ALLOC_CONF"),  # a Primus frame says ROCm
+    (["RuntimeError: the chip reported an error"], "PYTORCH_CUDA_ALLOC_CONF"),  # "chip" is not HIP
 ])
 def test_the_allocator_variable_follows_the_device_the_log_names(lines, variable):
     log = parse_text("\n".join(lines))
     fix = allocator_fix(log)
     assert (fix.flag, fix.value, fix.kind) == (variable, "expandable_segments:True", "env")
     assert runs_on_rocm(log) is (variable == "PYTORCH_HIP_ALLOC_CONF")
+
+
+@pytest.mark.parametrize(("framework", "flag", "kind"), [
+    ("megatron-lm", "--async-save", "megatron_flag"), ("primus-megatron", "--async-save", "megatron_flag"),
+    ("nemo", "trainer.strategy.ckpt_async_save", "config"), ("megatron-bridge", "checkpoint.async_save", "config"),
+    ("torchtitan", "--checkpoint.async_mode", "config"),
+])
+def test_a_synchronous_save_is_each_frameworks_own_switch(framework, flag, kind):
+    fix = synchronous_save_fix(framework, "isolate the writer")
+    assert fix is not None and (fix.flag, fix.kind, fix.reason) == (flag, kind, "isolate the writer")
+
+
+@pytest.mark.parametrize("framework", ["gpt-neox", "deepspeed"])
+def test_frameworks_that_save_synchronously_get_no_switch(framework):
+    assert synchronous_save_fix(framework, "why") is None

@@ -41,7 +41,8 @@ CASES = [
     Case("46_ckpt_async_write_item_signature_rocm_megatron.log", "checkpoint_save_failure",
          "_write_item() missing 1 required positional argument"),
     Case("47_ckpt_segfault_crc32_writerecord_bridge_gb200.log", "checkpoint_save_failure", "crc32_16bytes"),
-    Case("48_ckpt_crash_right_after_async_save_nemo.log", "checkpoint_save_failure", "mz_zip_writer_add_mem_ex_v2"),
+    Case("48_ckpt_crash_right_after_async_save_nemo.log", "checkpoint_save_failure", "mz_zip_writer_add_mem_ex_v2",
+         framework="nemo"),  # only its logger prefix, `[NeMo I ...]`, says NeMo
     # (3) a progressive slowdown in the Megatron-LLM dialect, (4) a GPT-NeoX loss jump after the first update
     Case("50_megatron_llm_progressive_slowdown.log", "slowdown", "elapsed time per iteration (ms): 150526.9",
          framework="megatron-lm"),
