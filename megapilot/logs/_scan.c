@@ -117,9 +117,9 @@ static int spans_push(Spans *spans, Py_ssize_t start, Py_ssize_t end, int kind) 
 }
 
 /* ---- timestamps: a necessary condition of TIMESTAMP_RE (\d{4}-?\d\d-?\d\d[ T_]\d\d:\d\d:\d\d) --------------- */
-static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-static int digits_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n, Py_ssize_t count) {
+static inline int digits_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n, Py_ssize_t count) {
     if (at + count > n) return 0;
     for (Py_ssize_t i = 0; i < count; i++)
         if (!is_digit(p[at + i])) return 0;
@@ -127,18 +127,18 @@ static int digits_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n, Py_ssi
 }
 
 /* Whether a timestamp's shape starts at p[at] and ends by p[n]: date with or without dashes, then the time. */
-static int clock_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+static inline int clock_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
     if (at >= n || (p[at] != ' ' && p[at] != 'T' && p[at] != '_')) return 0;
     return digits_at(p, at + 1, n, 2) && at + 3 < n && p[at + 3] == ':' && digits_at(p, at + 4, n, 2) &&
            at + 6 < n && p[at + 6] == ':' && digits_at(p, at + 7, n, 2);
 }
 
-static int day_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+static inline int day_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
     if (at < n && p[at] == '-' && digits_at(p, at + 1, n, 2) && clock_at(p, at + 3, n)) return 1;
     return digits_at(p, at, n, 2) && clock_at(p, at + 2, n);
 }
 
-static int timestamp_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+static inline int timestamp_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
     if (!digits_at(p, at, n, 4)) return 0;
     at += 4;
     if (at < n && p[at] == '-' && digits_at(p, at + 1, n, 2) && day_at(p, at + 3, n)) return 1;
@@ -160,19 +160,13 @@ static int may_lead_with_time(const unsigned char *p, Py_ssize_t n) {
 }
 
 /* ---- numbers ---------------------------------------------------------------------------------------------- */
-/* A decimal being read digit by digit: float() of it is one exact IEEE operation when it has at most 15
-   significant digits and a power of ten within 1e±22 (both operands exact, one correct rounding). */
+/* A decimal as mantissa x 10**exponent: float() of it is one exact IEEE operation when the mantissa has at most 15
+   digits and the power of ten is within 1e±22 (both operands exact, one correct rounding); else `slow`. */
 typedef struct {
     uint64_t mantissa;
     int significant, exponent, slow;
 } Decimal;
 
-static inline void take_digit(Decimal *d, char ch, int in_fraction) {
-    if (d->mantissa || ch != '0') d->significant++;
-    if (d->significant > 15) d->slow = 1;
-    else d->mantissa = d->mantissa * 10 + (uint64_t)(ch - '0');
-    d->exponent -= in_fraction;
-}
 
 static int float_of_text(const char *text, Py_ssize_t n, double *out);
 
@@ -242,22 +236,68 @@ static inline int literal(Cursor *c, const char *text, Py_ssize_t n) {
 }
 #define LITERAL(cursor, text) literal(cursor, text, (Py_ssize_t)sizeof(text) - 1)
 
-static Py_ssize_t spaces(Cursor *c) {
+/* ---- eight bytes at a time (SWAR) where the byte order allows it ---- */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR 1
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t load8(const char *p) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+#else
+#define SWAR 0
+#endif
+
+static const uint64_t POWERS_OF_TEN_INT[16] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL,
+                                               10000000ULL, 100000000ULL, 1000000000ULL, 10000000000ULL,
+                                               100000000000ULL, 1000000000000ULL, 10000000000000ULL,
+                                               100000000000000ULL, 1000000000000000ULL};
+
+/* digits[.digits] read as two runs: at most 15 digits in all make an exact mantissa (below 2**53); more go to
+   float() (exact either way). */
+static inline void decimal_from_runs(Decimal *d, Py_ssize_t whole_digits, uint64_t whole, Py_ssize_t fraction_digits,
+                                     uint64_t fraction) {
+    d->slow = whole_digits + fraction_digits > 15;
+    d->mantissa = d->slow ? 0 : whole * POWERS_OF_TEN_INT[fraction_digits] + fraction;
+    d->exponent = -(int)fraction_digits;
+}
+
+/* A run of ASCII digits: how many (any number), and their value when there are at most 19 (runs are short:
+   a byte loop beats eight-byte tricks here). */
+static inline Py_ssize_t digit_run(Cursor *c, uint64_t *value) {
     const char *start = c->p;
+    uint64_t v = 0;
+    for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++) v = v * 10 + (uint64_t)(*c->p - '0');
+    *value = v;
+    return c->p - start;
+}
+
+static inline Py_ssize_t spaces(Cursor *c) {
+    const char *start = c->p;
+#if SWAR
+    while (c->end - c->p >= 8) {
+        uint64_t others = load8(c->p) ^ (ONES * ' ');
+        if (others) {
+            c->p += __builtin_ctzll(others) >> 3;
+            return c->p - start;
+        }
+        c->p += 8;
+    }
+#endif
     while (c->p < c->end && *c->p == ' ') c->p++;
     return c->p - start;
 }
 
 /* [0-9]{1,15} */
 static inline int integer(Cursor *c, long long *out) {
-    long long value = 0;
-    Py_ssize_t n = 0;
-    while (c->p < c->end && is_digit((unsigned char)*c->p)) {
-        if (++n > 15) return 0;
-        value = value * 10 + (*c->p++ - '0');
-    }
-    *out = value;
-    return n > 0;
+    uint64_t value;
+    Py_ssize_t n = digit_run(c, &value);
+    *out = (long long)value;
+    return n >= 1 && n <= 15;
 }
 
 /* ` +INT \|` */
@@ -268,15 +308,16 @@ static inline int spaced_integer(Cursor *c, long long *out) {
 /* [0-9]{1,15}(?:\.[0-9]{1,15})? followed by ` |` */
 static inline int number(Cursor *c, double *out) {
     const char *start = c->p;
-    Decimal d = {0, 0, 0, 0};
-    Py_ssize_t n = 0;
-    for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++, n++) take_digit(&d, *c->p, 0);
-    if (n < 1 || n > 15) return 0;
+    Decimal d;
+    uint64_t whole, fraction = 0;
+    Py_ssize_t whole_digits = digit_run(c, &whole), fraction_digits = 0;
+    if (whole_digits < 1 || whole_digits > 15) return 0;
     if (c->p < c->end && *c->p == '.') {
         c->p++;
-        for (n = 0; c->p < c->end && is_digit((unsigned char)*c->p); c->p++, n++) take_digit(&d, *c->p, 1);
-        if (n < 1 || n > 15) return 0;
+        fraction_digits = digit_run(c, &fraction);
+        if (fraction_digits < 1 || fraction_digits > 15) return 0;
     }
+    decimal_from_runs(&d, whole_digits, whole, fraction_digits, fraction);
     Py_ssize_t length = c->p - start;
     if (!LITERAL(c, " |")) return 0;
     return decimal_value(&d, 0, start, length, out) < 0 ? -1 : 1;
@@ -292,13 +333,15 @@ static int loss_value(Cursor *c, Row *row) {
     int negative = 0;
     if (c->p < c->end && (*c->p == '-' || *c->p == '+')) negative = *c->p++ == '-';
     if (c->p < c->end && is_digit((unsigned char)*c->p)) {
-        Decimal d = {0, 0, 0, 0};
-        for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++) take_digit(&d, *c->p, 0);
+        Decimal d;
+        uint64_t whole, fraction = 0;
+        Py_ssize_t whole_digits = digit_run(c, &whole), fraction_digits = 0;
         if (c->p < c->end && *c->p == '.') {
-            const char *point = ++c->p;
-            for (; c->p < c->end && is_digit((unsigned char)*c->p); c->p++) take_digit(&d, *c->p, 1);
-            if (c->p == point) return 0;
+            c->p++;
+            fraction_digits = digit_run(c, &fraction);
+            if (fraction_digits == 0) return 0;
         }
+        decimal_from_runs(&d, whole_digits, whole, fraction_digits, fraction);
         if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
             int exponent_negative = 0, value = 0;
             c->p++;
