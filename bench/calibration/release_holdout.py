@@ -4,8 +4,8 @@
     .venv/bin/python bench/calibration/release_holdout.py     # writes release_holdout.md and .json here
 
 Each row is typed in as published (`megapilot.estimate.published`: the table's layout, ETP 1 on MoE rows as the
-MoE recipes set it, the lightest recompute that fits, retyped only with the pipeline split or expert TP a refusal
-offers); error = predicted / published tokens/s/GPU - 1. Judged rows are reported per family (dense / MoE /
+MoE recipes set it, the lightest recompute that fits, bf16 gradients; retyped only with the pipeline split or expert
+TP a refusal offers); error = predicted / published tokens/s/GPU - 1. Judged rows are reported per family (dense / MoE /
 hybrid), GPU, precision and release; the rows the fit saw are listed apart. Leave-one-source-out over both files
 is in results.md (bench/calibration/run.py).
 """
@@ -85,7 +85,8 @@ def write(rows: list[dict[str, Any]]) -> None:
         "`bench/calibration/run.py` on the papers, NeMo 24.07 and the NeMo " + " and ".join(TRAIN_RELEASES) + " rows "
         "only. Error = predicted /",
         "published tokens/s/GPU - 1; every row typed in as published (ETP 1 on MoE rows, the lightest recompute that",
-        "fits), retyped only with the pipeline split or expert TP a refusal offers. Groups: judged rows only.",
+        "fits, bf16 gradients as the NeMo/Bridge recipes keep them), retyped only with the pipeline split or expert",
+        "TP a refusal offers. Groups: judged rows only.",
         "",
         "| group | rows | median abs error | p90 abs error | mean signed |",
         "|---|---|---|---|---|",

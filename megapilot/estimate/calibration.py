@@ -50,7 +50,7 @@ from megapilot.estimate.cases import Case
 from megapilot.estimate.efficiency import EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.memory import memory_per_gpu
-from megapilot.estimate.published import PublishedLayout
+from megapilot.estimate.published import PUBLISHED_OPTIONS, PublishedLayout
 from megapilot.estimate.step_time import EstimateOptions, step_time
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, validate_layout
 from megapilot.spec.model import MlpActivation
@@ -66,7 +66,6 @@ PRIOR = EfficiencyParams(
     elementwise_passes=3.0,
     attention_peak_fraction=0.5,
     grouped_gemm_fraction=0.8,
-    moe_layer_sync_us=200.0,
 )
 PARAM_NAMES = tuple(asdict(PRIOR))
 # Physical ranges the fit must stay in (so that it cannot buy accuracy with impossible values):
@@ -79,7 +78,6 @@ BOUNDS = {
     "elementwise_passes": (0.5, 6.0),
     "attention_peak_fraction": (0.3, 0.95),
     "grouped_gemm_fraction": (0.3, 1.0),  # a grouped GEMM never beats the dense GEMM of its shape
-    "moe_layer_sync_us": (0.0, 3000.0),  # a few syncs, each exposing up to a few hundred microseconds of launches
 }
 OUT_OF_BOUNDS_LOSS = 1e9  # what the fit sees for parameters outside BOUNDS: worse than any real fit
 
@@ -295,7 +293,7 @@ def release_row(row_id: str, case: Case, published_tokens_per_s: float) -> Relea
 def release_error(row: ReleaseRow, params: EfficiencyParams) -> float:
     """Predicted / published tokens/s/GPU - 1 (the estimate a user gets, with these parameters)."""
     c = row.case
-    result = step_time(c.model, c.cluster, c.training, c.parallel, EstimateOptions(efficiency=params))
+    result = step_time(c.model, c.cluster, c.training, c.parallel, replace(PUBLISHED_OPTIONS, efficiency=params))
     return result.tokens_per_s_per_gpu / row.published_tokens_per_s - 1
 
 
@@ -362,7 +360,7 @@ def identifiable(rows: list[CalibrationRow], release: Iterable[ReleaseRow] = ())
         row.case.training.precision != "bf16" for row in release)
     has_moe = any(row.case.model.moe is not None for row in release)
     unidentified = set() if has_8bit else {"gemm_peak_fraction_8bit"}
-    unidentified |= set() if has_moe else {"grouped_gemm_fraction", "moe_layer_sync_us"}
+    unidentified |= set() if has_moe else {"grouped_gemm_fraction"}
     return tuple(name for name in PARAM_NAMES if name not in unidentified)
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import Case
+from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
 
@@ -32,6 +33,9 @@ MAX_RETYPES = 3  # at most the split and the expert TP are missing from a table
 # The tables do not print recompute: the lightest that fits by megapilot's memory model, the rule the older
 # calibration file's rows follow too.
 RECOMPUTE_LADDER = ("none", "selective")
+# NeMo's and Megatron-Bridge's performance recipes keep and reduce gradients in bf16 (the older file's NeMo rows
+# are costed the same way, megapilot.estimate.calibration).
+PUBLISHED_OPTIONS = EstimateOptions(grad_reduce_in_bf16=True)
 
 
 class PublishedMoE(BaseModel):
@@ -178,7 +182,7 @@ def _entered(model: ModelSpec, flags: dict[str, Any], retyped: list[str]) -> Pub
     for _ in range(MAX_RETYPES + 1):
         try:
             case = build_case(**flags)
-            result = estimate(case.model, case.cluster, case.training, case.parallel,
+            result = estimate(case.model, case.cluster, case.training, case.parallel, PUBLISHED_OPTIONS,
                               allow_tp_across_nodes=case.allow_tp_across_nodes)
             return PublishedEntry(model, flags, result, case, retyped)
         except MegapilotError as refusal:

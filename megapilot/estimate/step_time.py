@@ -39,6 +39,7 @@ from megapilot.estimate import comm
 from megapilot.estimate.coverage import CalibrationCoverage, coverage_for
 from megapilot.estimate.efficiency import (
     CALIBRATED,
+    EIGHT_BIT_PRECISIONS,
     EfficiencyParams,
     attention_time_s,
     elementwise_time_s,
@@ -82,6 +83,7 @@ TP_RECOMPUTE_COMM_FACTOR = 1.5
 EP_ALL_TO_ALLS_PER_LAYER = 4
 # Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
 MOE_TOKEN_PASSES = 12
+FP8_QUANTISE_BYTES_PER_ELEMENT = 6  # amax read (2 B), cast read (2 B), row- and column-wise FP8 writes (1 + 1 B)
 # Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
 CP_RING_KV_PASSES = 3
 # Each micro-batch's activation goes forward and its gradient comes back, per model chunk.
@@ -227,12 +229,9 @@ def layer_cost(
         gemms_s += local_experts * _mlp_gemms_s(
             model, per_expert_tokens, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
         ) / eff.grouped_gemm_fraction
-        # The dispatcher's host-device synchronisations (token counts for the all-to-all splits) drain the
-        # GPU's queue: the kernels after each wait for the host to launch them.
-        gemms_s += eff.moe_layer_sync_us * 1e-6
         gemms_s += _mlp_gemms_s(model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         gemms_s += _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # router logits (kept 16-bit)
-        core_s += _moe_token_passes_s(model, gpu, p, tokens)
+        core_s += _moe_token_passes_s(model, gpu, p, tokens, precision)
         ep_s = _expert_all_to_all_s(model, cluster, p, options, tokens)
     else:
         gemms_s += _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
@@ -276,17 +275,25 @@ def _expert_all_to_all_s(
         sent_bytes, cluster, p.ep, stride=p.expert_tp, cross_domain_share=share)
 
 
-def _moe_token_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float) -> float:
+def _moe_token_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, precision: str) -> float:
     """HBM time of the passes that move each token's top-k copies between the router and the experts.
 
     Forward: permute (write k copies), sort them by local expert after the all-to-all (read + write), unsort
     (read + write), unpermute with the routing weights (read); the backward runs the same six in reverse:
     twelve passes over k copies of the token, none of them in the stored-activation glue. An ETP group
-    dispatches its tokens once for the group."""
+    dispatches its tokens once for the group. Under FP8 each expert quantises its own GEMM inputs (fc1's and
+    fc2's, forward; their output gradients, backward): read for the scale, read again and write 1-byte row-
+    and column-wise copies, 6 bytes per element."""
     moe = model.moe
     assert moe is not None
-    copies_bytes = tokens * moe.router_topk * model.hidden_size * ACTIVATION_BYTES * p.expert_tp / p.tp
-    return MOE_TOKEN_PASSES * copies_bytes / (gpu.hbm_bw_tbps * 1e12)
+    copies = tokens * moe.router_topk * p.expert_tp / p.tp
+    moved = MOE_TOKEN_PASSES * copies * model.hidden_size * ACTIVATION_BYTES
+    if precision in EIGHT_BIT_PRECISIONS:
+        ffn = moe.moe_ffn_hidden_size / p.expert_tp
+        gated = 2 if model.gated_mlp else 1
+        quantised = 2 * model.hidden_size + ffn + gated * ffn  # fc1 in, fc2 in; fc2 grad-out (h), fc1 grad-out
+        moved += copies * quantised * FP8_QUANTISE_BYTES_PER_ELEMENT
+    return moved / (gpu.hbm_bw_tbps * 1e12)
 
 
 def _moe_a2a_overlapped(cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
