@@ -300,6 +300,14 @@ static inline int integer(Cursor *c, long long *out) {
     return n >= 1 && n <= 15;
 }
 
+/* ` +[0-9]{1,15} \|` whose value is not needed */
+static inline int spaced_digits(Cursor *c) {
+    if (spaces(c) < 1) return 0;
+    const char *start = c->p;
+    while (c->p < c->end && is_digit((unsigned char)*c->p)) c->p++;
+    return c->p - start >= 1 && c->p - start <= 15 && LITERAL(c, " |");
+}
+
 /* ` +INT \|` */
 static inline int spaced_integer(Cursor *c, long long *out) {
     return spaces(c) >= 1 && integer(c, out) && LITERAL(c, " |");
@@ -411,14 +419,13 @@ static int free_field(const Scanner *self, Cursor *c) {
 /* 1 when text[from "iteration" to the line end) is a whole canonical line (row filled), 0 when not sure, -1 on error. */
 static int match_iteration(const Scanner *self, const char *at, const char *line_end, Row *row) {
     Cursor cursor = {at + 9, line_end}, *c = &cursor;
-    long long ignored;
     int ok;
     memset(row, 0, sizeof(*row));
     if (spaces(c) < 1 || !integer(c, &row->iteration) || !LITERAL(c, "/")) return 0;
     spaces(c);
-    if (!integer(c, &row->train_iters) || !LITERAL(c, " | consumed samples:") || !spaced_integer(c, &ignored))
+    if (!integer(c, &row->train_iters) || !LITERAL(c, " | consumed samples:") || !spaced_digits(c))
         return 0;
-    if (LITERAL(c, " skipped samples:") && !spaced_integer(c, &ignored)) return 0;
+    if (LITERAL(c, " skipped samples:") && !spaced_digits(c)) return 0;
     if (!LITERAL(c, " elapsed time per iteration (ms): ")) return 0;
     if ((ok = number(c, &row->elapsed)) <= 0) return ok;
     if (LITERAL(c, " throughput per GPU (TFLOP/s/GPU): ")) {
@@ -444,10 +451,18 @@ static int match_iteration(const Scanner *self, const char *at, const char *line
 /* The prefix rules of the Python engine, stricter: printable ASCII only (a tab sends the line to Python), no
    `[rank-`, no word byte before `iteration`. */
 static int prefix_ok(const unsigned char *p, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (p[i] < 0x20 || p[i] > 0x7e) return 0;
-        if (p[i] == '[' && n - i >= 6 && memcmp(p + i, "[rank-", 6) == 0) return 0;
+    Py_ssize_t i = 0;
+#if SWAR
+    for (; i + 8 <= n; i += 8) { /* a byte below 0x20 or above 0x7e (0x7f-0xff included) marks its high bit */
+        uint64_t x = load8((const char *)p + i);
+        if ((((x - ONES * 0x20) & ~x) | ((x + ONES * (127 - 0x7e)) | x)) & HIGHS) return 0;
     }
+#endif
+    for (; i < n; i++)
+        if (p[i] < 0x20 || p[i] > 0x7e) return 0;
+    for (const unsigned char *bracket = memchr(p, '[', (size_t)n); bracket != NULL;
+         bracket = memchr(bracket + 1, '[', (size_t)(p + n - bracket - 1)))
+        if (p + n - bracket >= 6 && memcmp(bracket, "[rank-", 6) == 0) return 0;
     if (n == 0) return 1;
     unsigned char last = p[n - 1];
     return !((last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z') || is_digit(last) || last == '_');
