@@ -33,7 +33,6 @@ from megapilot.estimate.calibration import (
     calibration_rows,
     constant_mfu_errors,
     errors,
-    family_of,
     fit,
     k_fold,
     leave_one_source_out,
@@ -43,6 +42,7 @@ from megapilot.estimate.calibration import (
     split_by_release,
     summary,
 )
+from megapilot.estimate.coverage import family_of
 from megapilot.estimate.efficiency import CALIBRATED
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.published import PublishedLayout, enter_published_run

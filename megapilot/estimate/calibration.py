@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import Case
+from megapilot.estimate.coverage import family_of
 from megapilot.estimate.efficiency import EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.memory import memory_per_gpu
@@ -277,12 +278,6 @@ def release_source(row_id: str) -> str:
     if len(parts) < 2 or not re.fullmatch(r"\d\d\.\d\d", parts[1]):
         raise ValueError(f"{row_id}: no release in the id")
     return f"{parts[0]}-{parts[1]}"
-
-
-def family_of(model: ModelSpec) -> str:
-    if model.mamba is not None or any(model.layer_kind(i) != "transformer" for i in range(model.num_layers)):
-        return "hybrid"
-    return "moe" if model.moe is not None else "dense"
 
 
 def release_row(row_id: str, case: Case, published_tokens_per_s: float) -> ReleaseRow:

@@ -2,10 +2,10 @@
 
 `data/calibration_coverage.json` (written by `bench/calibration/release_holdout.py`) lists every calibrated
 cell - model family (dense / MoE / hybrid), GPU and precision - with its published runs and the model's
-median |error| there (the old file in-sample, the 2025 tables held out by release). An estimate is placed
-in its cell, or the nearest one (same family and precision on the same vendor's other GPUs, then the
-same family on any GPU); a case outside every calibrated family and vendor (AMD GPUs, hybrid Mamba models
-today) gets a caveat saying that no published run checks it.
+median |error| there (the old file and NeMo 25.02/25.04 in the fit, NeMo 25.07 and Megatron-Bridge 25.09 held
+out by release). An estimate is placed in its cell, or the nearest one (same family and precision on the same
+vendor's other GPUs, then the same family on any GPU); a case outside every calibrated family and vendor (AMD
+GPUs, hybrid Mamba models today) gets a caveat saying that no published run checks it.
 """
 
 from __future__ import annotations
