@@ -31,7 +31,9 @@ counted in `rejected` under its reason):
    as the all-reduce they replace.
 
 Ranking: predicted tokens/s/GPU (within 0.2 % counts as a tie), then lower memory, then the
-simpler layout. `tests/plan/test_search.py` checks the pruned search against brute force.
+simpler layout. `tests/plan/test_search.py` checks the pruned search against brute force. The planner
+then re-orders the best layout of each shape that lies within the estimator's own error of the fastest
+by the recipes' preferences (`preferences.py`).
 """
 
 from __future__ import annotations
@@ -208,6 +210,9 @@ class SearchOutcome:
     # The best fitting layout for each value of each dimension, e.g. ("tp", 4): what the reasons
     # compare the winner with ("the best layout with TP=4 is 8 % slower").
     best_by: dict[tuple[str, object], Fit] = field(default_factory=dict)
+    # The best fitting layout of every parallel shape (`shape_key`): what the recipe tie-break orders, so a
+    # shape inside the error band is never lost behind more than KEEP_PER_SEARCH faster variants of others.
+    best_by_shape: dict[ShapeKey, Fit] = field(default_factory=dict)
 
 
 # ---- ranking ----------------------------------------------------------------------------------
@@ -220,6 +225,12 @@ def simplicity(p: ParallelConfig) -> tuple[int, int, int]:
 
 
 RankKey = tuple[int, float, tuple[int, int, int]]
+ShapeKey = tuple[int, int, int, int, int | None, bool]
+
+
+def shape_key(p: ParallelConfig) -> ShapeKey:
+    """The parallel shape (TP, PP, CP, EP, ETP, FSDP): VPP, MBS and recompute are tuning of one shape."""
+    return p.tp, p.pp, p.cp, p.ep, p.etp, p.fsdp
 
 
 def rank_key(p: ParallelConfig, est: EstimateResult) -> RankKey:
@@ -265,6 +276,7 @@ class _Search:
         self.smallest_floor: tuple[ParallelConfig, MemoryCheck] | None = None
         self.best_by: dict[tuple[str, object], Fit] = {}
         self._best_by_key: dict[tuple[str, object], RankKey] = {}
+        self.best_by_shape: dict[ShapeKey, Fit] = {}
         # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without recompute)
         self._best_speed_at: dict[tuple[int, int], tuple[float, bool]] = {}
 
@@ -287,6 +299,9 @@ class _Search:
             if held_key is None or key < held_key:
                 self._best_by_key[dim_value] = key
                 self.best_by[dim_value] = Fit(parallel, est)
+        held = self.best_by_shape.get(shape_key(parallel))
+        if held is None or key < rank_key(*held):
+            self.best_by_shape[shape_key(parallel)] = Fit(parallel, est)
         entry = (_Inverted(key), self.counter, parallel, est)
         if len(self.heap) < KEEP_PER_SEARCH:
             heapq.heappush(self.heap, entry)
@@ -307,7 +322,7 @@ class _Search:
         ranked = [Fit(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)]
         return SearchOutcome(ranked=ranked, rejected=self.rejected, layouts_costed=self.cost.calls,
                              layouts_fitting=self.fitting, smallest_floor=self.smallest_floor, cost=self.cost,
-                             best_by=self.best_by)
+                             best_by=self.best_by, best_by_shape=self.best_by_shape)
 
     def _walk_pipeline(self, tp: int) -> None:
         """PP upwards, each with its layer splits (the even one, or a few uneven ones).
