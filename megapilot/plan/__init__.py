@@ -2,7 +2,9 @@
 
 `plan(model, cluster, training, top=5, pins=Pins(...))` → `PlanResult` (ranked `Candidate`s with their
 estimates and reasons, rejection counts, runner-up summary, `to_saved_plan()`). All numbers come
-from `megapilot.estimate`; this package owns the search, never a cost formula.
+from `megapilot.estimate`; this package owns the search, never a cost formula. Layouts predicted within
+the estimator's measured error of the fastest are ordered by the public recipes' preferences
+(`megapilot.plan.preferences`), and the winner's reasons say when that changed the order.
 """
 
 from megapilot.plan.cost import CostModel

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
 from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
+from megapilot.plan.preferences import ErrorBand, LayoutContext, deciding_rule, order_by_recipe, tie_break_reason
 from megapilot.plan.reasons import Explainer, layout_label
-from megapilot.plan.search import Candidate, Fit, PlanResult, RankKey, SearchOutcome, rank_key, search_layouts
+from megapilot.plan.search import (
+    TIE_BAND,
+    Candidate,
+    Fit,
+    PlanResult,
+    SearchOutcome,
+    ShapeKey,
+    rank_key,
+    search_layouts,
+    shape_key,
+)
 from megapilot.plan.space import Pins, RejectReason
-from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
+from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 if TYPE_CHECKING:
     from megapilot.estimate import EstimateOptions
@@ -50,7 +62,9 @@ def plan(
     if not outcome.ranked:
         raise _nothing_fits(cost, pins, outcome)
     band = model_error_band(model, cluster, training)
-    chosen = distinct_shapes(prefer_recipe_shapes(outcome.ranked, band), top)
+    context = LayoutContext.of(model, cluster)
+    by_speed = sorted(outcome.best_by_shape.values(), key=lambda fit: rank_key(*fit))
+    chosen = distinct_shapes(order_by_recipe(by_speed, band, context), top)
     explainer = Explainer(cost, outcome.best_by)
     candidates = []
     for rank, (parallel, _) in enumerate(chosen):
@@ -59,46 +73,46 @@ def plan(
         est = cost.validated(parallel)
         reasons = explainer.explain(parallel, est) + [f"note: {w}" for w in est.warnings]
         if rank == 0:
-            reasons += _recipe_preference_reason(chosen, band)
+            reasons += _tie_break_reasons(chosen[0], by_speed[0], band, context)
         candidates.append(Candidate(parallel=parallel, estimate=est, reasons=reasons))
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
         rejected={reason.value: count for reason, count in sorted(outcome.rejected.items(), key=lambda kv: -kv[1])},
-        summary=explainer.runners_up(chosen),
+        summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
 
 
-def model_error_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> float:
-    """The estimator's own median error where this case lies (its calibrated cell, or the nearest); 10 % when no
-    published run checks the case."""
+def model_error_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> ErrorBand:
+    """The estimator's own median |error| where this case lies (its calibrated cell, or the nearest); 10 %
+    when no published run checks the case."""
     from megapilot.estimate.coverage import coverage_for
 
     coverage = coverage_for(model, cluster.gpu, training.precision)
-    return coverage.nearest.median_abs_error if coverage.nearest is not None else UNCHECKED_ERROR_BAND
+    cell = coverage.nearest
+    if cell is None:
+        return ErrorBand(UNCHECKED_ERROR_BAND, f"no published run checks {coverage.family} models on this GPU "
+                                               f"vendor: a typical calibrated median assumed")
+    where = "" if coverage.exact else " (nearest calibrated cell)"
+    return ErrorBand(cell.median_abs_error, f"median |error| over {cell.runs} published runs of {cell.family} "
+                                            f"models on {cell.gpu} {cell.precision}{where}")
 
 
-def prefer_recipe_shapes(ranked: list[Fit], band: float) -> list[Fit]:
-    """Rank layouts the published recipes use (TP/PP/VPP with overlap) ahead of Megatron-FSDP ones that are
-    predicted faster by less than the model's own error: within that band the prediction cannot tell them
-    apart, and the recipe shape is the one measured at scale."""
-    return sorted(ranked, key=lambda fit: recipe_rank_key(fit[0], fit[1], band))
-
-
-def recipe_rank_key(p: ParallelConfig, est: EstimateResult, band: float) -> RankKey:
-    """`search.rank_key` with a non-FSDP layout's throughput credited by the error band."""
-    credited = est.tokens_per_s_per_gpu * (1.0 if p.fsdp else 1.0 + band)
-    return rank_key(p, est.model_copy(update={"tokens_per_s_per_gpu": credited}))
-
-
-def _recipe_preference_reason(chosen: list[Fit], band: float) -> list[str]:
-    best = chosen[0]
-    faster = [fit for fit in chosen[1:] if fit[0].fsdp and fit[1].tokens_per_s_per_gpu > best[1].tokens_per_s_per_gpu]
-    if best[0].fsdp or not faster:
+def _tie_break_reasons(winner: Fit, fastest: Fit, band: ErrorBand, context: LayoutContext) -> list[str]:
+    """Say so when the recipe tie-break put a slower layout first, naming the rule that decided."""
+    if winner.estimate.tokens_per_s_per_gpu * TIE_BAND >= fastest.estimate.tokens_per_s_per_gpu:
         return []
-    gain = faster[0][1].tokens_per_s_per_gpu / best[1].tokens_per_s_per_gpu - 1
-    return [f"a Megatron-FSDP layout ({layout_label(faster[0][0])}) is predicted {100 * gain:.1f} % faster, within "
-            f"the model's {100 * band:.0f} % median error here: the recipes' TP/PP shape is ranked first"]
+    reason = tie_break_reason(winner, fastest, band, context, f"{layout_label(fastest.parallel)}")
+    return [reason] if reason else []
+
+
+def _deciding_rule_against(winner: Fit, context: LayoutContext) -> Callable[[ParallelConfig], str | None]:
+    """For a runner-up: the name of the recipe rule that ranked the winner ahead of it, if one did."""
+    def name(other: ParallelConfig) -> str | None:
+        rule = deciding_rule(winner.parallel, other, context)
+        return f"{rule.name}: the recipes prefer {rule.prefers}" if rule else None
+
+    return name
 
 
 def distinct_shapes(ranked: list[Fit], top: int) -> list[Fit]:
@@ -107,11 +121,10 @@ def distinct_shapes(ranked: list[Fit], top: int) -> list[Fit]:
     Variants of one shape (another VPP, MBS or recompute) are tuning of the same choice; showing
     five of them would hide the real alternatives.
     """
-    seen: set[tuple[int, int, int, int, int | None, bool]] = set()
+    seen: set[ShapeKey] = set()
     chosen: list[Fit] = []
     for fit in ranked:
-        parallel = fit[0]
-        key = (parallel.tp, parallel.pp, parallel.cp, parallel.ep, parallel.etp, parallel.fsdp)
+        key = shape_key(fit[0])
         if key not in seen:
             seen.add(key)
             chosen.append(fit)

@@ -9,7 +9,7 @@ count, DP filling the rest) are therefore stated only where the cost model repro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
@@ -421,14 +421,22 @@ class Explainer:
         return []
 
     # -- summary across candidates
-    def runners_up(self, ranked: Sequence[tuple[ParallelConfig, EstimateResult]]) -> list[str]:
-        """Why each runner-up lost to the winner: the time component that grew the most."""
+    def runners_up(self, ranked: Sequence[tuple[ParallelConfig, EstimateResult]],
+                   ranked_lower_by: Callable[[ParallelConfig], str | None] | None = None) -> list[str]:
+        """Why each runner-up lost to the winner: the time component that grew the most, or for one predicted
+        faster, the tie-break rule `ranked_lower_by` names for it (the planner's recipe preferences)."""
         if not ranked:
             return []
         best = ranked[0][1]
         lines = []
         for index, (p, est) in enumerate(ranked[1:], start=2):
             delta = 1 - est.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu
+            rule = ranked_lower_by(p) if ranked_lower_by is not None and delta < TIE_FRACTION else None
+            if rule:
+                speed = "ties on speed" if delta > -TIE_FRACTION else (
+                    f"is predicted {_pct(-delta)} faster, within the model's error")
+                lines.append(f"#{index} {layout_label(p)} {speed}: ranked lower by the recipe tie-break ({rule})")
+                continue
             if delta < TIE_FRACTION:
                 lines.append(f"#{index} {layout_label(p)} ties on speed; ranked lower on memory "
                              f"({_gib(est.memory_gib.total)} vs {_gib(best.memory_gib.total)}) or simplicity")

@@ -19,8 +19,9 @@ import pytest
 
 from megapilot.catalog import get_gpu
 from megapilot.estimate import EstimateOptions
-from megapilot.plan import plan
+from megapilot.plan import plan, search_layouts
 from megapilot.plan.cost import CostModel
+from megapilot.plan.planner import model_error_band
 from megapilot.plan.reasons import layout_label
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, validate_layout
 
@@ -114,5 +115,11 @@ def test_planner_top5_beats_or_matches_the_published_layout(row):
         est = cand.estimate
         print(f"   #{rank:<9} {layout_label(cand.parallel):<44} {est.tokens_per_s_per_gpu:>9,.0f} tok/s/GPU "
               f"{est.memory_gib.total:6.1f} GiB")
+    # The search finds a layout at least as fast as the published one; the plan's first choice is that one or
+    # one the recipe tie-break preferred inside the model's own error of it.
+    fastest = search_layouts(model, cluster, training, cost=CostModel(model, cluster, training,
+                                                                        options=_options(row))).ranked[0].estimate
+    band = model_error_band(model, cluster, training)
+    assert result.best.estimate.tokens_per_s_per_gpu * (1 + band.fraction) >= fastest.tokens_per_s_per_gpu / 1.002
     if mine.fits:  # a published layout our memory model rejects is outside the space the planner may use
-        assert result.best.estimate.tokens_per_s_per_gpu >= mine.tokens_per_s_per_gpu / 1.002
+        assert fastest.tokens_per_s_per_gpu >= mine.tokens_per_s_per_gpu / 1.002

@@ -77,25 +77,3 @@ def test_a_headroom_shrinks_what_the_planner_may_fill():
     assert tight.memory(p).fits == tight.fits(est) == (est.memory_gib.total <= 0.5 * est.memory_gib.capacity)
     with pytest.raises(MegapilotError, match="headroom"):
         plan(model, cluster, training, headroom_fraction=1.0)
-
-
-def test_a_recipe_shape_is_ranked_ahead_of_an_fsdp_one_only_within_the_models_error():
-    from megapilot.plan.planner import model_error_band, prefer_recipe_shapes
-
-    model = get_model("llama3.1-70b")
-    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 64)
-    training = TrainingSpec(seq_length=8192, global_batch_size=512)
-    band = model_error_band(model, cluster, training)
-    assert 0 < band < 0.2  # dense on H100 bf16 is a calibrated cell
-    cost = CostModel(model, cluster, training)
-    recipe = ParallelConfig(tp=8, pp=2, dp=4, sequence_parallel=True)
-    fsdp = ParallelConfig(tp=8, pp=1, dp=8, sequence_parallel=True, fsdp=True)
-    base = cost(recipe)
-
-    def at(speed: float):
-        return base.model_copy(update={"tokens_per_s_per_gpu": speed})
-
-    within = prefer_recipe_shapes([(fsdp, at(100 * (1 + band / 2))), (recipe, at(100))], band)
-    assert within[0][0] == recipe
-    beyond = prefer_recipe_shapes([(fsdp, at(100 * (1 + 2 * band))), (recipe, at(100))], band)
-    assert beyond[0][0] == fsdp

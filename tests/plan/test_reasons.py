@@ -7,8 +7,9 @@ import re
 import pytest
 
 from megapilot.catalog import get_gpu, get_model
-from megapilot.plan import Pins, plan
-from megapilot.plan.reasons import component_share, exposed_comm_share, layout_label
+from megapilot.plan import Pins, plan, search_layouts
+from megapilot.plan.cost import CostModel
+from megapilot.plan.reasons import Explainer, component_share, exposed_comm_share, layout_label
 from megapilot.spec import ClusterSpec, TrainingSpec
 
 
@@ -108,11 +109,16 @@ def test_uneven_pipeline_split_is_planned_and_explained_for_126_layers():
     assert (best.parallel.account_for_embedding, best.parallel.account_for_loss) == (True, True)
     assert best.parallel.vpp > 1 and "PP16(+E+L)" in layout_label(best.parallel)
     assert _has(best.reasons, r"PP=16 with the embedding and loss counted as a layer \(128 slots")
-    uneven = next(c for c in result.candidates if c.parallel.first_stage_layers is not None)
-    assert (uneven.parallel.first_stage_layers, uneven.parallel.last_stage_layers) == (7, 7)
-    assert "PP16(7,…,7)" in layout_label(uneven.parallel)
-    assert _has(uneven.reasons, "PP=16 with 7 layers on the first and last stages: 126 layers do not divide by 16; "
-                                r"the embedding/output stages get fewer \(8 on each middle stage\)")
+    # The first/last split ties the account-for one on speed and memory at CP1 (one shape, so the plan shows
+    # one of them): its reasons are read from the search's own list.
+    outcome = search_layouts(result.model, result.cluster, result.training, pins=Pins(tp=8, pp=16))
+    uneven = next(fit.parallel for fit in outcome.ranked if fit.parallel.first_stage_layers is not None)
+    assert (uneven.first_stage_layers, uneven.last_stage_layers) == (7, 7)
+    assert "PP16(7,…,7)" in layout_label(uneven)
+    explainer = Explainer(CostModel(result.model, result.cluster, result.training), outcome.best_by)
+    reasons = explainer.explain(uneven, explainer.cost(uneven))
+    assert _has(reasons, "PP=16 with 7 layers on the first and last stages: 126 layers do not divide by 16; "
+                         r"the embedding/output stages get fewer \(8 on each middle stage\)")
 
 
 def test_pp_is_limited_by_num_layers_only_where_no_split_is_legal():

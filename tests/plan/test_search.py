@@ -11,8 +11,9 @@ from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
 from megapilot.plan import Pins, plan, search_layouts, space
 from megapilot.plan.cost import CostModel
-from megapilot.plan.planner import model_error_band, recipe_rank_key
-from megapilot.plan.search import FULL_RECOMPUTE, RecomputeRung, Shape, recompute_ladder
+from megapilot.plan.planner import model_error_band
+from megapilot.plan.preferences import LayoutContext, preference_key
+from megapilot.plan.search import FULL_RECOMPUTE, RecomputeRung, Shape, rank_key, recompute_ladder, shape_key
 from megapilot.plan.space import RejectReason, divisors, interleave_rule
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
 
@@ -37,15 +38,27 @@ def test_every_candidate_is_legal_fits_and_fills_the_cluster(llama70b_plan):
         assert cand.parallel.world_size == 64
 
 
-def test_candidates_are_ranked_by_throughput_then_memory(llama70b_plan):
-    """Throughput band, then memory; a Megatron-FSDP layout ahead of a recipe (TP/PP) one only when it is
-    predicted faster by more than the model's own error here."""
-    plan_result = llama70b_plan
-    band = model_error_band(plan_result.model, plan_result.cluster, plan_result.training)
-    keys = [recipe_rank_key(c.parallel, c.estimate, band) for c in plan_result.candidates]
+def test_candidates_are_ranked_by_recipe_preference_inside_the_error_band_and_by_speed_outside(llama70b_plan):
+    """Inside the model's own error of the fastest: the recipe preferences, in rule order; below it: speed."""
+    result = llama70b_plan
+    band = model_error_band(result.model, result.cluster, result.training)
+    context = LayoutContext.of(result.model, result.cluster)
+    fastest = max(c.estimate.tokens_per_s_per_gpu for c in result.candidates)
+    inside = [c for c in result.candidates if c.estimate.tokens_per_s_per_gpu >= fastest / (1 + band.fraction)]
+    assert inside and result.candidates[:len(inside)] == inside  # the band's layouts come first
+    keys = [preference_key(c.parallel, context) for c in inside]
     assert keys == sorted(keys)
-    speeds = [c.estimate.tokens_per_s_per_gpu * (1 if c.parallel.fsdp else 1 + band) for c in plan_result.candidates]
-    assert speeds[0] >= max(speeds) / 1.002
+    rest = [c.estimate.tokens_per_s_per_gpu for c in result.candidates[len(inside):]]
+    assert rest == sorted(rest, reverse=True)
+
+
+def test_the_search_keeps_the_best_layout_of_every_shape(llama70b_plan):
+    model, cluster, training = llama70b_plan.model, llama70b_plan.cluster, llama70b_plan.training
+    outcome = search_layouts(model, cluster, training)
+    assert len(outcome.best_by_shape) >= len({shape_key(fit.parallel) for fit in outcome.ranked})
+    for fit in outcome.ranked:  # no kept layout beats its shape's recorded best
+        best = outcome.best_by_shape[shape_key(fit.parallel)]
+        assert rank_key(*best) <= rank_key(*fit)
 
 
 def test_rejections_are_counted_by_rule(llama70b_plan):

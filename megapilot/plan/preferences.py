@@ -1,0 +1,180 @@
+"""The recipe tie-break: among layouts the cost model cannot tell apart, prefer what the public recipes prefer.
+
+The estimator is off by a measured amount: its median |error| against the published runs of the same model
+family, GPU and precision (`megapilot/estimate/data/calibration_coverage.json`, read through
+`megapilot.estimate.coverage`; e.g. 7.0 % for dense models on H100 in bf16 over 9 runs, 6.6 % in fp8 over 15,
+17.3 % for MoE on B200 in fp8 over 5; 10 % where no published run checks the case). Layouts predicted within
+that band of the fastest (throughput >= fastest / (1 + band)) are therefore a tie as far as the prediction can
+tell, and are ordered by the general preferences of the NVIDIA/AMD performance recipes (Megatron-Bridge perf
+recipes, NeMo recommended configs, Primus, the Megatron-MoE model zoo), one rule after the other, then by
+predicted speed. Outside the band the prediction decides alone.
+
+Each rule is a penalty on a layout (0 = what the recipes do) computed from the layout, the model's shape, the
+GPU's NVLink domain and the cluster size only: no rule names a model or a published row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig
+
+if TYPE_CHECKING:
+    from megapilot.plan.search import Fit
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """How far the estimator's throughput is off here (a fraction) and which published runs say so."""
+
+    fraction: float
+    source: str
+
+
+@dataclass(frozen=True)
+class LayoutContext:
+    """What the rules may look at besides the layout: the NVLink domain and the model's expert count."""
+
+    nvlink_gpus: int  # GPUs one NVLink (scale-up) domain gives this job
+    num_experts: int | None  # None for a dense model
+
+    @classmethod
+    def of(cls, model: ModelSpec, cluster: ClusterSpec) -> LayoutContext:
+        domain = min(cluster.gpu.scaleup_domain_gpus, cluster.world_size)
+        return cls(nvlink_gpus=domain, num_experts=model.moe.num_experts if model.moe else None)
+
+    @property
+    def expert_target(self) -> int:
+        """The EP the recipes aim for: the largest divisor of the expert count inside one NVLink domain."""
+        experts = self.num_experts or 1
+        return max(d for d in range(1, min(experts, self.nvlink_gpus) + 1) if experts % d == 0)
+
+
+@dataclass(frozen=True)
+class Preference:
+    """One recipe rule: a penalty per layout (lower is preferred), what it prefers, and why the recipes do."""
+
+    name: str
+    prefers: str
+    why: str
+    penalty: Callable[[ParallelConfig, LayoutContext], float]
+
+
+def _log2(x: float) -> float:
+    return math.log2(max(x, 1))
+
+
+def _fsdp(p: ParallelConfig, ctx: LayoutContext) -> float:
+    return float(p.fsdp)
+
+
+def _expert_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
+    """Distance, in doublings, from the EP that fills the NVLink domain (0 for a dense model)."""
+    if ctx.num_experts is None:
+        return 0.0
+    return abs(math.log2(p.ep / ctx.expert_target))
+
+
+def _dimensions_in_use(p: ParallelConfig, ctx: LayoutContext) -> float:
+    return float(sum(size > 1 for size in (p.tp, p.pp, p.cp)))
+
+
+def _context_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
+    return _log2(p.cp)
+
+
+def _model_parallel_size(p: ParallelConfig, ctx: LayoutContext) -> float:
+    return _log2(p.tp * p.pp)
+
+
+def _tensor_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
+    return _log2(p.tp)
+
+
+# First rule first; each later rule only orders layouts the earlier ones tie.
+PREFERENCES: tuple[Preference, ...] = (
+    Preference(
+        "distributed optimizer", "the distributed optimizer over Megatron-FSDP",
+        "almost every performance recipe uses the distributed optimizer with TP/PP/EP, MoE ones shard experts "
+        "with EP rather than FSDP, and Megatron-Bridge calls FSDP with TP/PP/CP/EP 'not benchmark-proven'",
+        _fsdp),
+    Preference(
+        "expert parallelism", "EP filling the NVLink domain",
+        "MoE recipes use EP as large as the expert count allows inside one NVLink domain (EP8 on 8-GPU "
+        "nodes, EP64 on NVL72): the token all-to-all stays on NVLink and each GPU holds fewer experts",
+        _expert_parallel),
+    Preference(
+        "fewer parallel dimensions", "fewer communication-heavy dimensions (TP, PP, CP)",
+        "each dimension in use puts its own communication on the critical path (TP collectives in every "
+        "layer, the PP bubble and send/recv, the CP ring), and the recipes turn one on only when memory "
+        "or scale asks for it",
+        _dimensions_in_use),
+    Preference(
+        "context parallelism", "CP=1",
+        "CP only when the sequence needs it for memory: it cuts every attention into ring send/recv steps "
+        "and shrinks the GEMMs",
+        _context_parallel),
+    Preference(
+        "model-parallel size", "the smaller TP×PP group (PP 4-8 with VPP rather than deeper)",
+        "every GPU left to data parallelism overlaps its gradient reduce with the backward pass; the "
+        "recipes use PP 4-8 with virtual stages rather than deeper pipelines and as much DP as fits",
+        _model_parallel_size),
+    Preference(
+        "tensor parallelism", "the smaller TP",
+        "TP stays inside the NVLink domain and as small as fits: its all-gathers/reduce-scatters sit on "
+        "the critical path of every layer, while pipeline send/recv is point-to-point",
+        _tensor_parallel),
+)
+
+
+def preference_key(p: ParallelConfig, ctx: LayoutContext,
+                   rules: Sequence[Preference] = PREFERENCES) -> tuple[float, ...]:
+    return tuple(rule.penalty(p, ctx) for rule in rules)
+
+
+def within_band(fits: Sequence[Fit], band: ErrorBand) -> float:
+    """The slowest throughput still inside the error band of the fastest layout."""
+    fastest = max(fit.estimate.tokens_per_s_per_gpu for fit in fits)
+    return fastest / (1 + band.fraction)
+
+
+def order_by_recipe(fits: Sequence[Fit], band: ErrorBand, ctx: LayoutContext,
+                    rules: Sequence[Preference] = PREFERENCES) -> list[Fit]:
+    """`fits` (ranked by the search's own key) with the ones inside the band of the fastest ordered by the
+    rules first, then by that key; the ones outside follow unchanged."""
+    if not fits:
+        return []
+    floor = within_band(fits, band)
+    inside = [fit for fit in fits if fit.estimate.tokens_per_s_per_gpu >= floor]
+    outside = [fit for fit in fits if fit.estimate.tokens_per_s_per_gpu < floor]
+    order = {id(fit): index for index, fit in enumerate(fits)}
+    inside.sort(key=lambda fit: (preference_key(fit.parallel, ctx, rules), order[id(fit)]))
+    return inside + outside
+
+
+def deciding_rule(winner: ParallelConfig, other: ParallelConfig, ctx: LayoutContext,
+                  rules: Sequence[Preference] = PREFERENCES) -> Preference | None:
+    """The first rule that ranks `winner` ahead of `other` (None when the rules tie them)."""
+    for rule in rules:
+        mine, theirs = rule.penalty(winner, ctx), rule.penalty(other, ctx)
+        if mine != theirs:
+            return rule if mine < theirs else None
+    return None
+
+
+def tie_break_reason(winner: Fit, faster: Fit, band: ErrorBand, ctx: LayoutContext, label: str) -> str | None:
+    """Why a slower layout ranks ahead of a faster one: the band, its source, and the rule that decided."""
+    rule = deciding_rule(winner.parallel, faster.parallel, ctx)
+    if rule is None:
+        return None
+    gain = _gain(faster.estimate, winner.estimate)
+    return (f"tie-break ({rule.name}): {label} is predicted {100 * gain:.1f} % faster, within the model's "
+            f"{100 * band.fraction:.1f} % error here ({band.source}); the recipes prefer {rule.prefers}: "
+            f"{rule.why}")
+
+
+def _gain(faster: EstimateResult, slower: EstimateResult) -> float:
+    return faster.tokens_per_s_per_gpu / slower.tokens_per_s_per_gpu - 1

@@ -1,0 +1,153 @@
+"""The recipe tie-break: inside the estimator's own error band the recipes' preferences order the layouts,
+each rule decides its own pair (so removing or reordering one fails here), outside the band speed decides,
+and the plan's reasons name the rule when it changed the order."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from megapilot.catalog import get_gpu, get_model
+from megapilot.estimate.coverage import coverage_for
+from megapilot.plan import plan
+from megapilot.plan.cost import CostModel
+from megapilot.plan.planner import UNCHECKED_ERROR_BAND, model_error_band
+from megapilot.plan.preferences import (
+    PREFERENCES,
+    ErrorBand,
+    LayoutContext,
+    deciding_rule,
+    order_by_recipe,
+)
+from megapilot.plan.search import Fit
+from megapilot.spec import ClusterSpec, EstimateResult, ParallelConfig, TrainingSpec
+
+BAND = ErrorBand(0.07, "test band")
+DENSE_ON_H100 = LayoutContext(nvlink_gpus=8, num_experts=None)
+MOE_128_ON_H100 = LayoutContext(nvlink_gpus=8, num_experts=128)
+MOE_256_ON_NVL72 = LayoutContext(nvlink_gpus=72, num_experts=256)
+
+
+@pytest.fixture(scope="module")
+def template() -> EstimateResult:
+    """A real estimate whose throughput the tests overwrite (the rules read only the layout)."""
+    model = get_model("llama3.1-8b")
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 8)
+    est = CostModel(model, cluster, TrainingSpec(seq_length=4096, global_batch_size=64))(ParallelConfig(dp=8))
+    half_full = est.memory_gib.model_copy(update={"total": est.memory_gib.capacity / 2})
+    return est.model_copy(update={"memory_gib": half_full})  # every stand-in layout fits
+
+
+def _fit(template: EstimateResult, parallel: ParallelConfig, speed: float) -> Fit:
+    return Fit(parallel, template.model_copy(update={"tokens_per_s_per_gpu": speed}))
+
+
+def _layout(**fields: object) -> ParallelConfig:
+    fields.setdefault("dp", 64 // math.prod(int(fields.get(k, 1)) for k in ("tp", "pp", "cp")))  # type: ignore[call-overload]  # test-only field bag
+    fields["sequence_parallel"] = int(fields.get("tp", 1)) > 1  # type: ignore[call-overload]  # test-only field bag
+    return ParallelConfig(**fields)  # type: ignore[arg-type]  # test-only field bag
+
+
+# (rule that must decide, context, the layout the recipes prefer, the one predicted slightly faster)
+DECISIONS = [
+    ("distributed optimizer", DENSE_ON_H100, _layout(tp=2), _layout(tp=2, fsdp=True)),
+    ("expert parallelism", MOE_128_ON_H100, _layout(ep=8), _layout(ep=2)),
+    ("expert parallelism", MOE_128_ON_H100, _layout(ep=8), _layout(ep=32)),  # EP beyond the NVLink domain
+    ("expert parallelism", MOE_256_ON_NVL72, _layout(ep=64), _layout(ep=8)),  # NVL72: EP64 fills the domain
+    ("fewer parallel dimensions", DENSE_ON_H100, _layout(tp=8), _layout(tp=2, pp=2)),
+    ("context parallelism", DENSE_ON_H100, _layout(tp=2), _layout(cp=2)),
+    ("model-parallel size", DENSE_ON_H100, _layout(tp=4, pp=4, vpp=5), _layout(tp=4, pp=16)),
+    ("tensor parallelism", DENSE_ON_H100, _layout(tp=1, pp=4), _layout(tp=4, pp=1)),
+]
+
+
+@pytest.mark.parametrize(("rule", "context", "preferred", "faster"), DECISIONS,
+                         ids=[f"{d[0]}-{i}" for i, d in enumerate(DECISIONS)])
+def test_each_rule_decides_its_pair_inside_the_band(template, rule, context, preferred, faster):
+    fits = [_fit(template, faster, 101.0), _fit(template, preferred, 100.0)]  # 1 % apart: inside a 7 % band
+    assert [fit.parallel for fit in order_by_recipe(fits, BAND, context)] == [preferred, faster]
+    decided_by = deciding_rule(preferred, faster, context)
+    assert decided_by is not None and decided_by.name == rule
+    without = tuple(r for r in PREFERENCES if r.name != rule)  # the rule removed: speed decides again
+    assert order_by_recipe(fits, BAND, context, without)[0].parallel == faster
+
+
+@pytest.mark.parametrize(("rule", "context", "preferred", "faster"), DECISIONS,
+                         ids=[f"{d[0]}-{i}" for i, d in enumerate(DECISIONS)])
+def test_outside_the_band_the_prediction_decides(template, rule, context, preferred, faster):
+    fits = [_fit(template, faster, 100.0 * (1 + 2 * BAND.fraction)), _fit(template, preferred, 100.0)]
+    assert order_by_recipe(fits, BAND, context)[0].parallel == faster
+
+
+def test_the_rules_apply_in_their_stated_order(template):
+    """FSDP loses to a plain layout with one more dimension; a CP layout loses to a deeper TP×PP one with
+    the same number of dimensions (CP comes before the group size)."""
+    first = [_fit(template, _layout(tp=2, fsdp=True), 101.0), _fit(template, _layout(tp=2, pp=2), 100.0)]
+    assert order_by_recipe(first, BAND, DENSE_ON_H100)[0].parallel.fsdp is False
+    second = [_fit(template, _layout(tp=2, cp=2), 101.0), _fit(template, _layout(tp=2, pp=8), 100.0)]
+    assert order_by_recipe(second, BAND, DENSE_ON_H100)[0].parallel.cp == 1
+
+
+def test_equal_preferences_keep_the_speed_order(template):
+    fits = [_fit(template, _layout(tp=2, mbs=2), 101.0), _fit(template, _layout(tp=2, mbs=1), 100.0)]
+    assert [fit.parallel.mbs for fit in order_by_recipe(fits, BAND, DENSE_ON_H100)] == [2, 1]
+    assert deciding_rule(fits[1].parallel, fits[0].parallel, DENSE_ON_H100) is None
+
+
+def test_the_expert_target_is_the_largest_expert_divisor_inside_the_nvlink_domain():
+    assert MOE_128_ON_H100.expert_target == 8
+    assert MOE_256_ON_NVL72.expert_target == 64
+    assert LayoutContext(nvlink_gpus=8, num_experts=6).expert_target == 6
+    small_job = LayoutContext.of(get_model("llama3.1-8b"), ClusterSpec.from_gpu_count(get_gpu("gb200"), 4))
+    assert small_job.nvlink_gpus == 4  # a job smaller than the domain only has its own GPUs
+
+
+def test_the_band_is_the_calibrated_median_error_of_the_case_and_says_where_from():
+    model = get_model("llama3.1-70b")
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 64)
+    band = model_error_band(model, cluster, TrainingSpec(seq_length=8192, global_batch_size=512))
+    cell = coverage_for(model, cluster.gpu, "bf16").nearest
+    assert cell is not None and band.fraction == cell.median_abs_error
+    assert f"{cell.runs} published runs" in band.source and "dense" in band.source
+    amd = ClusterSpec.from_gpu_count(get_gpu("mi300x"), 8)
+    assert coverage_for(model, amd.gpu, "bf16").nearest is None  # no published AMD run is calibrated
+    unchecked = model_error_band(model, amd, TrainingSpec(seq_length=4096, global_batch_size=64))
+    assert unchecked.fraction == UNCHECKED_ERROR_BAND and "no published run" in unchecked.source
+
+
+def _tp2_slightly_faster(template: EstimateResult):
+    """A stand-in estimator: TP=2 is 2 % faster than TP=1 (inside every calibrated band), all else equal."""
+    def estimate(p: ParallelConfig) -> EstimateResult:
+        speed = 100.0 * (1.02 if p.tp == 2 else 1.0) * (1.0 - 0.001 * (p.pp + p.cp + p.mbs + p.fsdp))
+        return template.model_copy(update={"tokens_per_s_per_gpu": speed})
+    return estimate
+
+
+def test_the_plan_names_the_tie_break_when_it_changed_the_order(template):
+    model = get_model("llama3.1-8b")
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=64)
+    result = plan(model, cluster, training, top=3, estimator=_tp2_slightly_faster(template))
+    best = result.best
+    assert (best.parallel.tp, best.parallel.pp, best.parallel.cp) == (1, 1, 1)
+    tie_break = [r for r in best.reasons if r.startswith("tie-break")]
+    assert len(tie_break) == 1
+    assert "faster, within the model's" in tie_break[0] and "published runs" in tie_break[0]
+    assert "tie-break (fewer parallel dimensions): TP2 " in tie_break[0]
+    runner_up = next(line for line in result.summary if "TP2 PP1" in line)
+    assert "predicted 2.0 % faster" in runner_up and "recipe tie-break (fewer parallel dimensions" in runner_up
+
+
+def test_no_tie_break_reason_when_the_fastest_layout_leads(template):
+    model = get_model("llama3.1-8b")
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=64)
+
+    def plain_is_fastest(p: ParallelConfig) -> EstimateResult:
+        speed = 100.0 * (1.0 - 0.01 * (p.tp + p.pp + p.cp + p.mbs + p.fsdp))
+        return template.model_copy(update={"tokens_per_s_per_gpu": speed})
+
+    result = plan(model, cluster, training, top=3, estimator=plain_is_fastest)
+    assert (result.best.parallel.tp, result.best.parallel.pp, result.best.parallel.cp) == (1, 1, 1)
+    assert not any(r.startswith("tie-break") for r in result.best.reasons)
