@@ -15,9 +15,10 @@ with regexes and SummaryBuilder.add_rows:
 
 Timestamps stay lazy: the spans of lines and prefixes that may hold one (a cheap shape test, a necessary
 condition of the Python regex) are kept, and Python reads only the last ones (pop_time, pop_counted).
-Numbers: decimal text with at most 15 significant digits and a small exponent is converted by one exact
-IEEE division or multiplication (correctly rounded, as Python's float() is); anything else goes through
-PyOS_string_to_double, the function float() itself uses. Build without -ffast-math and with
+Numbers: decimal text of at most 15 digits and a small exponent is converted by one exact IEEE division
+or multiplication (correctly rounded, as Python's float() is); anything else goes through
+PyOS_string_to_double, the function float() itself uses. Reservoir replacements past RESERVOIR_SIZE draw
+from the summary's own random.Random, in the order `_Running._reservoir_step` draws. Build without -ffast-math and with
 -ffp-contract=off: a fused multiply-add would change the Welford sums. */
 
 #define PY_SSIZE_T_CLEAN
@@ -164,7 +165,7 @@ static int may_lead_with_time(const unsigned char *p, Py_ssize_t n) {
    digits and the power of ten is within 1e±22 (both operands exact, one correct rounding); else `slow`. */
 typedef struct {
     uint64_t mantissa;
-    int significant, exponent, slow;
+    int exponent, slow;
 } Decimal;
 
 
