@@ -16,6 +16,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import load_release_rows  # bench/calibration/run.py: the rows as the fit saw them
 
-from megapilot.estimate.calibration import TRAIN_RELEASES, release_error
+from megapilot.estimate.calibration import TRAIN_RELEASES, ReleaseRow, release_error
 from megapilot.estimate.efficiency import CALIBRATED
+from megapilot.estimate.published import PUBLISHED_OPTIONS
+from megapilot.estimate.step_time import layer_terms, step_time
 
 OUT_DIR = Path(__file__).resolve().parent
 IN_SAMPLE = OUT_DIR / "results.json"  # bench/calibration/run.py's per-row errors on the older file
 COVERAGE = ROOT / "megapilot" / "estimate" / "data" / "calibration_coverage.json"
+
+
+WORST = 0.15  # judged rows above this |error| get their step and one layer printed term by term
 
 
 def evaluate() -> list[dict[str, Any]]:
@@ -47,8 +53,22 @@ def evaluate() -> list[dict[str, Any]]:
                     "recompute": row.case.parallel.recompute, "etp": row.case.parallel.expert_tp,
                     "predicted_tokens_per_s_per_gpu": round(row.published_tokens_per_s * (1 + error), 1),
                     "error": round(error, 4)}
+            if doc["judged"] and abs(error) > WORST:
+                doc["terms"] = _terms(row)
         rows.append(doc)
     return rows
+
+
+def _terms(row: ReleaseRow) -> dict[str, Any]:
+    """The step's terms (s) against the published step, and the last layer's terms (ms per micro-batch)."""
+    c = row.case
+    options = replace(PUBLISHED_OPTIONS, efficiency=CALIBRATED)
+    result = step_time(c.model, c.cluster, c.training, c.parallel, options)
+    layer = layer_terms(c.model, c.model.num_layers - 1, c.cluster, c.training, c.parallel, options, recomputed=False)
+    published_step_s = c.training.tokens_per_step / (row.published_tokens_per_s * c.cluster.world_size)
+    return {"step_s": round(result.step_time_s, 3), "published_step_s": round(published_step_s, 3),
+            "step_terms_s": {k: round(v, 3) for k, v in result.breakdown_s.items() if v >= 0.0005},
+            "last_layer_terms_ms": {k: round(1e3 * v, 3) for k, v in layer.items() if v >= 5e-7}}
 
 
 def _summary(errors: list[float]) -> dict[str, float]:
@@ -107,6 +127,16 @@ def write(rows: list[dict[str, Any]]) -> None:
             lines.append(f"| {row['id'][:70]} | {row['layout']}{' FSDP' if row['fsdp'] else ''} | {row['recompute']}"
                          f" | {row['published_tokens_per_s_per_gpu']} | {row['predicted_tokens_per_s_per_gpu']} | "
                          f"{_pct(row['error'])} | {'; '.join(row['retyped'])} |")
+    lines += ["", f"Judged rows off by more than {100 * WORST:.0f} %, term by term: the step (s) against the published",
+              "step, and one micro-batch of the last layer (ms).", "",
+              "| row | error | step s (published) | step terms, s | last layer, ms |", "|---|---|---|---|---|"]
+    for row in rows:
+        if "terms" in row:
+            t = row["terms"]
+            step = ", ".join(f"{k} {v}" for k, v in t["step_terms_s"].items())
+            layer = ", ".join(f"{k} {v}" for k, v in t["last_layer_terms_ms"].items())
+            lines.append(f"| {row['id'][:50]} | {_pct(row['error'])} | {t['step_s']} ({t['published_step_s']}) | "
+                         f"{step} | {layer} |")
     (OUT_DIR / "release_holdout.md").write_text("\n".join(lines) + "\n")
 
 

@@ -195,6 +195,78 @@ def _attention_gemms_s(
     return _gemm_s(tokens, h, qkv, gpu, precision, eff) + _gemm_s(tokens, q, h, gpu, precision, eff)
 
 
+# The compute terms `layer_terms` names (their sum is a layer's compute), then its other per-micro-batch terms.
+COMPUTE_TERMS = ("mixer_gemms", "mixer_core", "mlp_gemms", "router", "experts", "shared_experts",
+                 "moe_token_passes", "glue")
+LAYER_TERMS = COMPUTE_TERMS + ("recompute", "tp_comm", "cp_comm", "ep_comm")
+
+
+def layer_terms(
+    model: ModelSpec,
+    layer_index: int,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    options: EstimateOptions,
+    *,
+    recomputed: bool,
+) -> dict[str, float]:
+    """Seconds one GPU spends on one layer for one micro-batch (forward + backward), term by term.
+
+    mixer_gemms / mixer_core: the attention projections and fused core (a Mamba mixer's projections and scan);
+    mlp_gemms: a dense MLP; router, experts, shared_experts, moe_token_passes: a MoE block's router GEMM, routed
+    experts, shared experts and the HBM passes over each token's top-k copies; glue: memory-bound elementwise
+    work; recompute; tp/cp/ep_comm: exposed communication."""
+    p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
+    h = model.hidden_size
+    tokens = p.mbs * training.seq_length / p.cp
+    kind = model.layer_kind(layer_index)
+    terms = dict.fromkeys(LAYER_TERMS, 0.0)
+    core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
+    # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
+    # the per-token core FLOPs (at the full sequence length) already account for.
+    terms["mixer_core"] = attention_time_s(core_flops * tokens / p.tp, gpu, eff)
+    if kind in ("transformer", "attention"):
+        terms["mixer_gemms"] = _attention_gemms_s(model, tokens, p.tp, cluster, precision, eff)
+    if kind == "mamba":
+        terms["mixer_gemms"], terms["mixer_core"] = _mamba_mixer_s(model, tokens, p.tp, cluster, precision, eff)
+    elif kind == "attention":
+        pass
+    elif model.is_moe_layer(layer_index):
+        moe = model.moe
+        assert moe is not None
+        per_expert_tokens = max(1.0, tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
+        local_experts = moe.num_experts / p.ep
+        terms["experts"] = local_experts * _mlp_gemms_s(
+            model, per_expert_tokens, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
+        ) / eff.grouped_gemm_fraction
+        terms["shared_experts"] = _mlp_gemms_s(
+            model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
+        terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
+        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, tokens, precision)
+        terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, tokens)
+    else:
+        terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
+    terms["glue"] = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
+    compute_s = sum(terms[name] for name in COMPUTE_TERMS)
+
+    tp_s = _tp_comm_s(model, cluster, p, options, tokens)
+    if kind != "transformer":
+        tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
+    if terms["ep_comm"] and _moe_a2a_overlapped(cluster, p, options):
+        # The dispatch/combine of one micro-batch runs under the other's compute (the forward of the next
+        # is merged with the backward of the last): only what outlasts that compute is exposed.
+        terms["ep_comm"] = max(0.0, terms["ep_comm"] - compute_s)
+    if p.recompute == "full" and recomputed:
+        terms["recompute"] = compute_s / PASSES_PER_FORWARD_BACKWARD
+        tp_s *= TP_RECOMPUTE_COMM_FACTOR
+    elif p.recompute == "selective":
+        terms["recompute"] = terms["mixer_core"] / PASSES_PER_FORWARD_BACKWARD
+    terms["tp_comm"] = tp_s
+    terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"])
+    return terms
+
+
 def layer_cost(
     model: ModelSpec,
     layer_index: int,
@@ -205,54 +277,10 @@ def layer_cost(
     *,
     recomputed: bool,
 ) -> LayerCost:
-    """Seconds one GPU spends on one layer for one micro-batch (forward + backward)."""
-    p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
-    h = model.hidden_size
-    tokens = p.mbs * training.seq_length / p.cp
-    kind = model.layer_kind(layer_index)
-    core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
-    core_s = attention_time_s(core_flops * tokens / p.tp, gpu, eff)
-    # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
-    # the per-token core FLOPs (at the full sequence length) already account for.
-    gemms_s = _attention_gemms_s(model, tokens, p.tp, cluster, precision, eff) if kind in (
-        "transformer", "attention") else 0.0
-    ep_s = 0.0
-    if kind == "mamba":
-        gemms_s, core_s = _mamba_mixer_s(model, tokens, p.tp, cluster, precision, eff)
-    elif kind == "attention":
-        pass
-    elif model.is_moe_layer(layer_index):
-        moe = model.moe
-        assert moe is not None
-        per_expert_tokens = max(1.0, tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
-        local_experts = moe.num_experts / p.ep
-        gemms_s += local_experts * _mlp_gemms_s(
-            model, per_expert_tokens, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
-        ) / eff.grouped_gemm_fraction
-        gemms_s += _mlp_gemms_s(model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
-        gemms_s += _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # router logits (kept 16-bit)
-        core_s += _moe_token_passes_s(model, gpu, p, tokens, precision)
-        ep_s = _expert_all_to_all_s(model, cluster, p, options, tokens)
-    else:
-        gemms_s += _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
-    glue_s = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
-    compute_s = gemms_s + core_s + glue_s
-
-    tp_s = _tp_comm_s(model, cluster, p, options, tokens)
-    if kind != "transformer":
-        tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
-    if ep_s and _moe_a2a_overlapped(cluster, p, options):
-        # The dispatch/combine of one micro-batch runs under the other's compute (the forward of the next
-        # is merged with the backward of the last): only what outlasts that compute is exposed.
-        ep_s = max(0.0, ep_s - compute_s)
-    if p.recompute == "full" and recomputed:
-        recompute_s = compute_s / PASSES_PER_FORWARD_BACKWARD
-        tp_s *= TP_RECOMPUTE_COMM_FACTOR
-    elif p.recompute == "selective":
-        recompute_s = core_s / PASSES_PER_FORWARD_BACKWARD
-    else:
-        recompute_s = 0.0
-    return LayerCost(compute_s, recompute_s, tp_s, _cp_comm_exposed_s(model, cluster, p, tokens, core_s), ep_s)
+    """Seconds one GPU spends on one layer for one micro-batch (forward + backward): `layer_terms` summed."""
+    terms = layer_terms(model, layer_index, cluster, training, parallel, options, recomputed=recomputed)
+    return LayerCost(sum(terms[name] for name in COMPUTE_TERMS), terms["recompute"], terms["tp_comm"],
+                     terms["cp_comm"], terms["ep_comm"])
 
 
 def _expert_all_to_all_s(

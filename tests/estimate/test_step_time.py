@@ -264,3 +264,18 @@ def test_the_flex_dispatcher_and_the_all_to_all_overlap_shrink_the_exposed_cross
     in_node = ParallelConfig(tp=1, dp=64, ep=8)
     assert _moe_layer(model, cluster, in_node, EstimateOptions(moe_a2a_overlap=None)).ep_comm == \
         _moe_layer(model, cluster, in_node, EstimateOptions()).ep_comm > 0
+
+
+def test_a_layers_terms_add_up_to_its_cost_and_selective_recompute_reruns_only_the_attention_core():
+    from megapilot.estimate.step_time import COMPUTE_TERMS, layer_cost, layer_terms
+
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=512, precision="fp8")
+    layout = ParallelConfig(tp=1, dp=8, ep=8, recompute="selective")
+    terms = layer_terms(QWEN3_30B_LIKE, 0, cluster, training, layout, EstimateOptions(), recomputed=False)
+    cost = layer_cost(QWEN3_30B_LIKE, 0, cluster, training, layout, EstimateOptions(), recomputed=False)
+    assert sum(terms[name] for name in COMPUTE_TERMS) == pytest.approx(cost.compute)
+    assert (terms["recompute"], terms["ep_comm"]) == (cost.recompute, cost.ep_comm)
+    assert terms["recompute"] == pytest.approx(terms["mixer_core"] / 3)  # not the MoE token passes
+    assert min(terms[name] for name in ("router", "experts", "moe_token_passes", "glue", "ep_comm")) > 0
+    assert terms["mlp_gemms"] == terms["shared_experts"] == 0.0  # no dense MLP, no shared expert
