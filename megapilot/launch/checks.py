@@ -122,18 +122,21 @@ def _param_gather_needs_distributed_optimizer(values: dict[str, list[str]], gpu:
 
 
 def _low_precision_needs_te_and_hardware(values: dict[str, list[str]], gpu: GPUSpec) -> None:
-    for fmt_flag, precision in (("--fp8-format", "fp8"), ("--fp4-format", "nvfp4")):
-        if fmt_flag not in values:
-            continue
-        if values.get("--transformer-impl", ["transformer_engine"])[0] != "transformer_engine":
+    for fmt_flag in ("--fp8-format", "--fp4-format"):
+        if fmt_flag in values and values.get("--transformer-impl", ["transformer_engine"])[0] != "transformer_engine":
             raise MegapilotError(f"{fmt_flag} needs Transformer Engine", field="precision",
                                  fix="use --transformer-impl transformer_engine")
-        if not gpu.supports(precision):  # type: ignore[arg-type]  # validated precision
-            raise MegapilotError(f"{gpu.name} ({gpu.architecture}) has no {precision} tensor cores",
-                                 field="precision", fix="use --bf16 on this GPU")
     if "--fp8-format" in values and "--fp4-format" in values:
         raise MegapilotError("--fp8-format and --fp4-format exclude each other", field="precision",
                              fix="choose one")
+    if "--fp8-format" in values:
+        recipe = values.get("--fp8-recipe", ["delayed"])[0]  # Megatron's default recipe
+        if recipe == "mxfp8":
+            gpu.check_precision("mxfp8")
+        elif recipe != "custom":
+            gpu.check_precision("fp8", recipe)  # type: ignore[arg-type]  # a parser choice: delayed/tensorwise/blockwise
+    if "--fp4-format" in values and values.get("--fp4-recipe", ["nvfp4"])[0] == "nvfp4":
+        gpu.check_precision("nvfp4")
 
 
 def _grouped_gemm_needs_experts(values: dict[str, list[str]], gpu: GPUSpec) -> None:
@@ -271,6 +274,11 @@ def _fp8_param_gather_needs_sharded_weights(values: dict[str, list[str]], gpu: G
     if "--reuse-grad-buf-for-mxfp8-param-ag" in values and "--fp8-param-gather" not in values:
         raise MegapilotError("--reuse-grad-buf-for-mxfp8-param-ag needs --fp8-param-gather", field="fp8_param_gather",
                              fix="add --fp8-param-gather")
+    recipe = values.get("--fp8-recipe", ["delayed"])[0]
+    if "--reuse-grad-buf-for-mxfp8-param-ag" in values and recipe != "mxfp8":
+        # The shared param/grad buffer holds MXFP8 weights only; other recipes gather their own FP8 copies.
+        raise MegapilotError(f"--reuse-grad-buf-for-mxfp8-param-ag is for --fp8-recipe mxfp8, not {recipe}",
+                             field="fp8_param_gather", fix="drop --reuse-grad-buf-for-mxfp8-param-ag")
 
 
 def _tp_with_ep_needs_sequence_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:

@@ -116,33 +116,35 @@ def _recompute_section(p: ParallelConfig) -> ArgSection:
 
 
 # ---- precision -----------------------------------------------------------------------------
-_FP8_FLAGS = {
-    # precision -> (format flag, format, recipe); the recipe of plain fp8 comes from the training spec
-    "fp8": ("--fp8-format", "hybrid", None),
-    "mxfp8": ("--fp8-format", "e4m3", "mxfp8"),
-    "nvfp4": ("--fp4-format", "e2m1", "nvfp4"),
+# Megatron-LM's flags per quantised-GEMM flavour (core_v0.16.0 --fp8-recipe / --fp4-recipe choices). Per-tensor
+# and blockwise FP8 use the hybrid format (E4M3 forward, E5M2 gradients), as Bridge's fp8_ds / fp8_cs / fp8_sc
+# presets do; MXFP8 is E4M3 throughout (Bridge's fp8_mx). MXFP4 has no Megatron-LM flags: Primus only.
+MEGATRON_QUANT_FLAGS: dict[str, tuple[str, ...]] = {
+    "fp8-delayed": ("--fp8-format", "hybrid", "--fp8-recipe", "delayed"),
+    "fp8-tensorwise": ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"),
+    "fp8-blockwise": ("--fp8-format", "hybrid", "--fp8-recipe", "blockwise"),
+    "mxfp8": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"),
+    "nvfp4": ("--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"),
 }
+# Flavours whose GEMMs on AMD Instinct run only in Primus-Turbo's kernels, not in Transformer Engine on ROCm.
+PRIMUS_ONLY_ON_AMD = frozenset({"fp8-blockwise", "mxfp4"})
 
 
 def _precision_section(plan: SavedPlan, options: LaunchOptions) -> ArgSection:
-    precision = plan.training.precision
-    s = ArgSection(f"precision: {precision} on {plan.cluster.gpu.name}")
-    if not plan.cluster.gpu.supports(precision):
-        supported = ", ".join(sorted(plan.cluster.gpu.precisions))
-        raise MegapilotError(
-            f"{precision} is not supported on {plan.cluster.gpu.name} ({plan.cluster.gpu.architecture})",
-            field="precision", fix=f"use one of: {supported}",
-        )
-    s.add("--fp16" if precision == "fp16" else "--bf16")
-    if precision in _FP8_FLAGS:
-        format_flag, fmt, recipe = _FP8_FLAGS[precision]
-        s.add(format_flag, fmt)
-        s.add("--fp8-recipe" if format_flag == "--fp8-format" else "--fp4-recipe",
-              recipe or plan.training.fp8_recipe)
+    training, gpu = plan.training, plan.cluster.gpu
+    flavour = training.quant_flavour
+    gpu.check_precision(training.precision, training.fp8_recipe)
+    _check_launcher_runs(flavour, gpu.vendor, options)
+    s = ArgSection(f"precision: {training.precision} on {gpu.name}")
+    s.add("--fp16" if training.precision == "fp16" else "--bf16")
+    if flavour in MEGATRON_QUANT_FLAGS:
+        s.args.extend(MEGATRON_QUANT_FLAGS[flavour])
+    elif flavour == "mxfp4":
+        s.title += " (Primus keys fp4/fp4_recipe in the experiment; the Megatron arguments stay bf16)"
     if fp8_param_gather_applies(plan, options):
         # FP8 weights in the all-gather: half the bytes of bf16 (Bridge's fp8_cs / fp8_mx presets).
         s.add("--fp8-param-gather")
-        if precision == "mxfp8" and not plan.parallel.fsdp:
+        if training.precision == "mxfp8" and not plan.parallel.fsdp:
             # MXFP8 weights reuse the gradient buffer for their all-gather instead of a second copy.
             s.add("--reuse-grad-buf-for-mxfp8-param-ag")
     # Low-precision GEMMs and grouped expert GEMMs come from Transformer Engine.
@@ -150,6 +152,18 @@ def _precision_section(plan: SavedPlan, options: LaunchOptions) -> ArgSection:
     if plan.model.moe is not None:
         s.add("--moe-grouped-gemm")
     return s
+
+
+def _check_launcher_runs(flavour: str | None, vendor: str, options: LaunchOptions) -> None:
+    """MXFP4 exists only in Primus; blockwise FP8 on AMD Instinct only in Primus-Turbo's GEMMs."""
+    if flavour == "mxfp4" and options.launcher != "primus":
+        raise MegapilotError("mxfp4 has no Megatron-LM recipe (--fp4-recipe takes nvfp4 or custom); AMD Primus "
+                             "trains it with fp4_recipe mxfp4", field="precision",
+                             fix="launch with --launcher primus, or use precision mxfp8")
+    if vendor == "AMD" and flavour in PRIMUS_ONLY_ON_AMD and options.launcher != "primus":
+        raise MegapilotError(f"{flavour} on AMD Instinct runs only in Primus-Turbo's GEMMs (use_turbo_gemm), not "
+                             "in Transformer Engine on ROCm", field="fp8_recipe",
+                             fix="launch with --launcher primus, or use fp8_recipe tensorwise")
 
 
 def _cpu_section() -> ArgSection:

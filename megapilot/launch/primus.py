@@ -79,7 +79,23 @@ def primus_defaults(plan: SavedPlan) -> dict[str, object]:
     defaults["use_turbo_attention"] = plan.cluster.gpu.architecture == "cdna3"
     if plan.model.moe is not None:
         defaults["use_turbo_grouped_gemm"] = True
-    return defaults
+    return defaults | primus_precision_keys(plan)
+
+
+def primus_precision_keys(plan: SavedPlan) -> dict[str, object]:
+    """The Primus keys a low-precision flavour needs beyond Megatron's (AMD Instinct only).
+
+    MXFP4 has no Megatron flag: Primus reads `fp4: e2m1` with `fp4_recipe: mxfp4` and runs ROCm Transformer
+    Engine's MXFP4 linears (AMD's MI355X llama3.1_8B-MXFP4 config, `use_turbo_gemm: false`). Blockwise FP8 and
+    MXFP8 run in Primus-Turbo's GEMM (`use_turbo_gemm`, which takes tensorwise, blockwise and mxfp8 recipes and
+    refuses delayed: Primus `rocm_arg_validation.py`; AMD's MXFP8 config switches it on).
+    """
+    flavour = plan.training.quant_flavour
+    if flavour == "mxfp4":
+        return {"fp4": "e2m1", "fp4_recipe": "mxfp4", "use_turbo_gemm": False}
+    if flavour in ("fp8-blockwise", "mxfp8"):
+        return {"use_turbo_gemm": True}
+    return {}
 
 
 def _scalar(text: str) -> object:

@@ -6,21 +6,50 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from megapilot.spec.training import Precision
+from megapilot.spec.training import Fp8Recipe, Precision
 
 Vendor = Literal["NVIDIA", "AMD"]
 
-# Which low-precision GEMM formats each architecture runs natively. FP8 (E4M3/E5M2 with delayed
-# or current scaling) arrived with Hopper/Ada and CDNA3; block-scaled MXFP8 and NVFP4 with
-# Blackwell (MXFP8/MXFP4 on CDNA4).
+# Which low-precision GEMM formats each architecture trains in natively. FP8 (E4M3/E5M2 with per-tensor
+# scales) arrived with Ada/Hopper and CDNA3; the block-scaled MXFP8 and NVFP4 need Blackwell's fifth-generation
+# tensor cores (Transformer Engine support matrix: MXFP8 and NVFP4 on compute capability 10.x only). CDNA4
+# (MI355X) has MXFP8 and MXFP4 but no NVFP4; MXFP4 training exists only in Primus (Primus-Turbo/AITER GEMMs),
+# so it is listed for CDNA4 alone although Blackwell's tensor cores could multiply MXFP4 too.
 ARCH_PRECISIONS: dict[str, frozenset[str]] = {
     "ampere": frozenset({"bf16", "fp16"}),
     "ada": frozenset({"bf16", "fp16", "fp8"}),
     "hopper": frozenset({"bf16", "fp16", "fp8"}),
     "blackwell": frozenset({"bf16", "fp16", "fp8", "mxfp8", "nvfp4"}),
     "cdna3": frozenset({"bf16", "fp16", "fp8"}),
-    "cdna4": frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
+    "cdna4": frozenset({"bf16", "fp16", "fp8", "mxfp8", "mxfp4"}),
 }
+# The FP8 scaling recipes each architecture runs. Per-tensor (delayed, current) from compute capability 8.9;
+# Float8BlockScaling on Hopper and data-centre Blackwell, not Ada (Transformer Engine support matrix). On
+# AMD Instinct, blockwise FP8 runs in Primus-Turbo's GEMM (rocm_arg_validation: tensorwise, blockwise, mxfp8).
+ARCH_FP8_RECIPES: dict[str, frozenset[str]] = {
+    "ampere": frozenset(),
+    "ada": frozenset({"delayed", "tensorwise"}),
+    "hopper": frozenset({"delayed", "tensorwise", "blockwise"}),
+    "blackwell": frozenset({"delayed", "tensorwise", "blockwise"}),
+    "cdna3": frozenset({"delayed", "tensorwise", "blockwise"}),
+    "cdna4": frozenset({"delayed", "tensorwise", "blockwise"}),
+}
+# What a refused precision needs, and what to use instead where the GPU does not have it.
+_PRECISION_NEEDS: dict[str, str] = {
+    "fp8": "FP8 tensor cores (Ada, Hopper, Blackwell, CDNA3 or newer)",
+    "mxfp8": "block-scaled MXFP8 tensor cores (Blackwell or CDNA4/MI355X)",
+    "nvfp4": "Blackwell's NVFP4 tensor cores",
+    "mxfp4": "CDNA4 (MI355X) MXFP4 GEMMs through Primus; Megatron-LM has no MXFP4 recipe",
+}
+_PRECISION_ALTERNATIVE: dict[tuple[str, str], str] = {
+    ("mxfp8", "hopper"): "use precision fp8 with fp8_recipe blockwise (Hopper's per-block FP8 recipe)",
+    ("mxfp8", "cdna3"): "use precision fp8 with fp8_recipe blockwise (Primus-Turbo) or tensorwise",
+    ("nvfp4", "hopper"): "use precision fp8 (fp8_recipe blockwise for per-block scales)",
+    ("nvfp4", "cdna4"): "use precision mxfp4 (Primus launcher) or mxfp8",
+    ("mxfp4", "blackwell"): "use precision nvfp4, Blackwell's FP4 recipe in Megatron-LM",
+}
+
+
 Architecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
 
 
@@ -66,13 +95,38 @@ class GPUSpec(BaseModel):
     def supports(self, precision: Precision) -> bool:
         return precision in self.precisions
 
+    def supports_fp8_recipe(self, recipe: Fp8Recipe) -> bool:
+        return recipe in ARCH_FP8_RECIPES[self.architecture]
+
+    def check_precision(self, precision: Precision, fp8_recipe: Fp8Recipe | None = None) -> None:
+        """Refuse a GEMM precision, or an FP8 scaling recipe (with precision fp8), this GPU generation cannot
+        run; the error names the field and what runs here instead."""
+        from megapilot.errors import MegapilotError
+
+        where = f"{self.name} ({self.architecture})"
+        if not self.supports(precision):
+            alternative = _PRECISION_ALTERNATIVE.get((precision, self.architecture))
+            fix = alternative or f"use one of: {', '.join(sorted(self.precisions))}"
+            raise MegapilotError(f"{precision} is not supported on {where}: it needs {_PRECISION_NEEDS[precision]}",
+                                 field="precision", fix=fix)
+        if precision == "fp8" and fp8_recipe is not None and not self.supports_fp8_recipe(fp8_recipe):
+            recipes = ", ".join(sorted(ARCH_FP8_RECIPES[self.architecture]))
+            raise MegapilotError(f"fp8_recipe {fp8_recipe} does not run on {where}: Transformer Engine's "
+                                 "Float8BlockScaling needs Hopper or data-centre Blackwell",
+                                 field="fp8_recipe", fix=f"use one of: {recipes}")
+
     def peak_tflops(self, precision: Precision) -> float:
-        """Dense peak for the GEMM precision used, TF/s (the MFU denominator)."""
+        """Dense peak for the GEMM precision used, TF/s (the MFU denominator): the format's own datasheet
+        peak where the catalog has one, else its bit width's (FP8 for MXFP8, FP4 for NVFP4/MXFP4)."""
         if precision in ("bf16", "fp16"):
             return self.bf16_dense_tflops
-        if precision in ("fp8", "mxfp8"):
-            return self.fp8_dense_tflops or self.bf16_dense_tflops
-        return self.fp4_dense_tflops or self.fp8_dense_tflops or self.bf16_dense_tflops
+        fp8 = self.fp8_dense_tflops or self.bf16_dense_tflops
+        if precision == "fp8":
+            return fp8
+        if precision == "mxfp8":
+            return self.mxfp8_dense_tflops or fp8
+        own = self.nvfp4_dense_tflops if precision == "nvfp4" else self.mxfp4_dense_tflops
+        return own or self.fp4_dense_tflops or fp8
 
 
 class ClusterSpec(BaseModel):

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
-# Megatron-LM --fp8-recipe: "delayed" scaling (history of amax) or "tensorwise" current scaling.
-Fp8Recipe = Literal["delayed", "tensorwise"]
+# GEMM precision. mxfp8 (OCP E4M3, one E8M0 scale per 32 values) and nvfp4 (E2M1, one E4M3 scale per 16
+# values plus a per-tensor scale) are Megatron-LM recipes; mxfp4 (E2M1, one E8M0 scale per 32 values) exists
+# only in AMD Primus (Primus-Turbo / AITER GEMMs on CDNA4), Megatron-LM has no MXFP4 recipe.
+Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4"]
+# How plain fp8 scales its tensors (Megatron-LM --fp8-recipe): "delayed" keeps an amax history and scales with
+# last steps' maximum; "tensorwise" (current scaling) measures each tensor's amax before casting it;
+# "blockwise" (Float8BlockScaling) gives every 1x128 block of activations/gradients and every 128x128 block of
+# weights its own FP32 scale, the DeepSeek-V3 recipe.
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise"]
 LrDecayStyle = Literal["cosine", "linear", "constant", "WSD", "inverse-square-root"]
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4")
+FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise")
+DEFAULT_FP8_RECIPE: Fp8Recipe = "tensorwise"
+# One name per quantised-GEMM flavour: plain fp8 by its recipe, the block-scaled formats by their own name.
+QuantFlavour = Literal["fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4", "mxfp4"]
 
 
 class TrainingSpec(BaseModel):
@@ -22,9 +32,10 @@ class TrainingSpec(BaseModel):
     global_batch_size: int = Field(gt=0, description="Samples per optimizer step (--global-batch-size).")
     precision: Precision = Field(default="bf16", description="GEMM precision; master weights stay fp32.")
     fp8_recipe: Fp8Recipe = Field(
-        default="tensorwise",
+        default=DEFAULT_FP8_RECIPE,
         description="Scaling recipe when precision is fp8: per-tensor current scaling by default (Megatron-Bridge's "
-                    "fp8_cs, the recipe of its H100/B200 performance tables); delayed keeps an amax history.",
+                    "fp8_cs, the recipe of its H100/B200 performance tables); delayed keeps an amax history; "
+                    "blockwise scales 1x128 / 128x128 blocks (Bridge's fp8_sc).",
     )
     optimizer: Literal["adam"] = "adam"
     train_iters: int = Field(default=100, gt=0, description="--train-iters.")
@@ -39,6 +50,25 @@ class TrainingSpec(BaseModel):
     init_method_std: float = Field(default=0.02, gt=0)
     seed: int = 1234
 
+    @field_validator("fp8_recipe")
+    @classmethod
+    def _recipe_only_for_fp8(cls, recipe: Fp8Recipe, info: ValidationInfo) -> Fp8Recipe:
+        # The other low-precision formats carry their own scaling: a recipe beside them would be silently ignored.
+        precision = info.data.get("precision", "bf16")
+        if precision != "fp8" and recipe != DEFAULT_FP8_RECIPE:
+            raise ValueError(f"{recipe} applies only to precision fp8, not {precision}; drop the recipe, or train "
+                             "in precision fp8")
+        return recipe
+
     @property
     def tokens_per_step(self) -> int:
         return self.seq_length * self.global_batch_size
+
+    @property
+    def quant_flavour(self) -> QuantFlavour | None:
+        """The quantised-GEMM flavour of this run; None for bf16/fp16 GEMMs."""
+        if self.precision in ("bf16", "fp16"):
+            return None
+        if self.precision == "fp8":
+            return f"fp8-{self.fp8_recipe}"  # type: ignore[return-value]  # the three recipes name the three flavours
+        return self.precision  # type: ignore[return-value]  # mxfp8 / nvfp4 / mxfp4 are flavours themselves
