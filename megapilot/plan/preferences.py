@@ -2,8 +2,9 @@
 
 The estimator is off by a measured amount: its median |error| against the published runs of the same model
 family, GPU and precision (`megapilot/estimate/data/calibration_coverage.json`, read through
-`megapilot.estimate.coverage`; e.g. 7.0 % for dense models on H100 in bf16 over 9 runs, 6.6 % in fp8 over 15,
-17.3 % for MoE on B200 in fp8 over 5; 10 % where no published run checks the case). Layouts predicted within
+`megapilot.estimate.coverage`; when this was written e.g. 7.0 % for dense models on H100 in bf16 over 9 runs,
+6.6 % in fp8 over 15, 16-17 % for MoE on B200 in fp8 over 5; 10 % where no published run checks the case; a
+plan's reasons print the value and cell it used). Layouts predicted within
 that band of the fastest (throughput >= fastest / (1 + band)) are therefore a tie as far as the prediction can
 tell, and are ordered by the general preferences of the NVIDIA/AMD performance recipes (Megatron-Bridge perf
 recipes, NeMo recommended configs, Primus, the Megatron-MoE model zoo), one rule after the other, then by
@@ -94,7 +95,10 @@ def _tensor_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
     return _log2(p.tp)
 
 
-# First rule first; each later rule only orders layouts the earlier ones tie.
+# First rule first; each later rule only orders layouts the earlier ones tie. The optimizer and EP choices come
+# first because the recipes make them by one fixed rule whatever the model's size; then how many communicating
+# dimensions a layout uses; then how large they are, CP before TP×PP because CP is the one the recipes add only
+# for memory.
 PREFERENCES: tuple[Preference, ...] = (
     Preference(
         "distributed optimizer", "the distributed optimizer over Megatron-FSDP",
