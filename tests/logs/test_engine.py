@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.errors import MegapilotError
-from megapilot.logs import LineParser, ParseOptions
+from megapilot.logs import LineParser, ParseOptions, _scan
 from megapilot.logs.bulk import COMPILED_BUILT, ENGINE_ENV, ENGINES, BulkReader, choose_engine
 from megapilot.logs.collect import LogCollector, ParsedLog, _feed
 from megapilot.logs.follow import RunFollower
@@ -102,20 +102,41 @@ def test_both_engines_give_the_same_floats_across_the_head_and_the_reservoir(row
 FALLBACK_LINES = {  # lines the compiled matcher is not sure of: handed to Python, which reads them as it always did
     "ansi": "\x1b[32m" + _line(3, prefix=" "),
     "primus prefix": _line(3, prefix="[rank-0/8] "),
-    "other field order": _line(3).replace(" learning rate: 1.500000E-04 |", "").replace(
-        "grad norm:", "learning rate: 1.5E-04 | grad norm:"),
-    "nan loss": _line(3, loss="nan"),
+    "other field order": _line(3).replace(" global batch size:   128 |", "").replace(
+        "grad norm:", "global batch size: 128 | grad norm:"),
     "huge iteration": _line(3).replace("       3/", "1234567890123456/"),
     "tab in prefix": _line(3, prefix="\t[2026-01-01 00:00:27] "),
     "mangled number": _line(3, ms="9,070.1"),
+    "bridge memory report": "[Rank 0] (after 3 iterations) memory (GB) | allocated: 40.12",
+    "error trigger": "[2026-01-01 00:00:30] NCCL WARN Cuda failure 'unhandled cuda error'",
+}
+C_LINES = {  # variants the matcher reads itself (FAST_ITERATION_RE accepts them too)
+    "nan loss": _line(3, loss="nan"), "inf loss": _line(3, loss="-inf"), "no prefix": _line(3, prefix=" "),
+    "free fields moved": _line(3).replace(" loss scale: 1.0 |", "").replace("grad norm:",
+                                                                          "loss scale: 1.0 | grad norm:"),
+    "timer line": "    forward-backward ...............................: (9000.12, 9010.34)",
+    "allocator memory report": "[Rank 0] (after 3 iterations) memory (MB) | allocated: 12345.67",
 }
 
 
-@pytest.mark.parametrize("name", FALLBACK_LINES)
+@pytest.mark.parametrize(("name", "handed_back"), [*((name, True) for name in FALLBACK_LINES),
+                                                   *((name, False) for name in C_LINES)])
+def test_the_scanner_hands_back_exactly_the_lines_it_is_not_sure_of(name: str, handed_back: bool):
+    collector = LogCollector(summary_only=True)
+    reader = BulkReader(collector, LineParser("f.log"), "compiled")
+    reader.feed(("\n".join(_line(iteration) for iteration in range(1, WARMUP_CAP + 2)) + "\n").encode())
+    assert reader._scanner is not None and collector.summary.has_first_time  # past the head: C folds rows now
+    line = (FALLBACK_LINES | C_LINES)[name].replace("       3/", f"{WARMUP_CAP + 2:8d}/").encode() + b"\n"
+    stop, line_start, line_end, _, _ = reader._scanner.scan(line, 0, len(line), collector.summary, None, False)
+    assert (stop, line_start, line_end) == ((_scan.STOP_LINE, 0, len(line)) if handed_back else
+                                            (_scan.STOP_END, len(line), len(line))), name
+
+
+@pytest.mark.parametrize("name", [*FALLBACK_LINES, *C_LINES])
 def test_lines_the_matcher_is_not_sure_of_give_the_line_path_result(name: str):
     head = [_line(iteration) for iteration in range(1, WARMUP_CAP + 2)]
     tail = [_line(iteration) for iteration in range(WARMUP_CAP + 3, WARMUP_CAP + 6)]
-    line = FALLBACK_LINES[name].replace("       3/", f"{WARMUP_CAP + 2:8d}/")
+    line = (FALLBACK_LINES | C_LINES)[name].replace("       3/", f"{WARMUP_CAP + 2:8d}/")
     data = ("\n".join([*head, line, *tail]) + "\n").encode()
     for engine in ENGINES:
         assert _facts(_read(data, engine)[0]) == _facts(_line_path(data)), engine
