@@ -71,3 +71,17 @@ def test_reservoir_percentiles_stay_close_beyond_its_size():
     assert running.percentile(0.5) == pytest.approx(statistics.median(data), rel=0.02)
     assert running.percentile(0.95) == pytest.approx(statistics.quantiles(data, n=20)[-1], rel=0.02)
     assert running.mean == pytest.approx(statistics.fmean(data))
+
+
+@pytest.mark.parametrize("n", [RESERVOIR_SIZE, 1, 7, 1000, 2**40 + 3])
+def test_the_reservoir_index_draw_is_the_one_randrange_makes(n: int):
+    """`_below` spells out randrange's draw so the compiled scanner can make it in C: the summary's percentiles did
+    not change with it (the same generator state, the same indexes, seed for seed)."""
+    import random
+
+    from megapilot.logs.summary import _Running
+
+    for seed in range(3):
+        running, reference = _Running(seed), random.Random(seed)
+        assert [running._below(n) for _ in range(300)] == [reference.randrange(n) for _ in range(300)]
+        assert running._random.random() == reference.random()
