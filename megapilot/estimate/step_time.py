@@ -32,6 +32,7 @@ MFU = model FLOPs / (step time x world x dense peak of the precision used).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -83,6 +84,7 @@ TP_RECOMPUTE_COMM_FACTOR = 1.5
 EP_ALL_TO_ALLS_PER_LAYER = 4
 # Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
 MOE_TOKEN_PASSES = 12
+GROUPED_GEMM_TILE_ROWS = 128  # rows of a CTA tile of the grouped GEMM kernels (cuBLAS/CUTLASS 128 x N tiles)
 FP8_QUANTISE_BYTES_PER_ELEMENT = 6  # amax read (2 B), cast read (2 B), row- and column-wise FP8 writes (1 + 1 B)
 # Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
 CP_RING_KV_PASSES = 3
@@ -237,8 +239,10 @@ def layer_terms(
         assert moe is not None
         per_expert_tokens = max(1.0, tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
         local_experts = moe.num_experts / p.ep
+        # A grouped GEMM tiles each expert's rows on its own: a partly filled last tile costs a full one.
+        padded = math.ceil(per_expert_tokens / GROUPED_GEMM_TILE_ROWS) * GROUPED_GEMM_TILE_ROWS
         terms["experts"] = local_experts * _mlp_gemms_s(
-            model, per_expert_tokens, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
+            model, padded, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
         ) / eff.grouped_gemm_fraction
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)

@@ -279,3 +279,21 @@ def test_a_layers_terms_add_up_to_its_cost_and_selective_recompute_reruns_only_t
     assert terms["recompute"] == pytest.approx(terms["mixer_core"] / 3)  # not the MoE token passes
     assert min(terms[name] for name in ("router", "experts", "moe_token_passes", "glue", "ep_comm")) > 0
     assert terms["mlp_gemms"] == terms["shared_experts"] == 0.0  # no dense MLP, no shared expert
+
+
+def test_an_experts_partly_filled_last_tile_costs_a_full_one():
+    """EP 8 of 128 experts, top-8, 1,600 tokens per micro-batch: 800 rows per expert fill 6.25 tiles of 128,
+    priced as 7 (896 rows); 1,792 tokens give 896 rows, exactly 7 tiles: the same expert time."""
+    from megapilot.estimate.step_time import layer_terms
+
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
+    layout = ParallelConfig(tp=1, dp=8, ep=8)
+
+    def experts_s(seq: int) -> float:
+        training = TrainingSpec(seq_length=seq, global_batch_size=64, precision="fp8")
+        return layer_terms(QWEN3_30B_LIKE, 0, cluster, training, layout, EstimateOptions(), recomputed=False)[
+            "experts"]
+
+    assert experts_s(1600) == pytest.approx(experts_s(1792))
+    assert experts_s(1664) == pytest.approx(experts_s(1792))  # 832 rows: 6.5 tiles, priced as 7
+    assert experts_s(1536) < experts_s(1600)  # 768 rows: exactly 6 tiles
