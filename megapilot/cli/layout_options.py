@@ -25,7 +25,9 @@ MODEL_HELP = ("Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama
 # Texts `plan` shares too, where its options mean the same but default to a value (`--seq-len 4096`).
 GBS_HELP = "Global batch size, sequences."
 SEQ_LEN_HELP = "Sequence length, tokens."
-PRECISION_HELP = "bf16 | fp16 | fp8 | mxfp8 | nvfp4"
+PRECISION_HELP = "bf16 | fp16 | fp8 | mxfp8 | nvfp4 | mxfp4 (Primus on MI355X)"
+FP8_RECIPE_HELP = ("With --precision fp8: delayed | tensorwise | blockwise (--fp8-recipe; default tensorwise, "
+                   "blockwise needs Hopper or Blackwell).")
 
 Model = Annotated[str | None, typer.Option(help=MODEL_HELP)]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name or alias, e.g. h100 or mi300x.")]
@@ -73,6 +75,7 @@ class LayoutFlags:
     gbs: Annotated[int | None, _option(GBS_HELP)] = None
     seq_len: Annotated[int | None, _option(SEQ_LEN_HELP)] = None
     precision: Annotated[str | None, _option(f"{PRECISION_HELP} (default bf16).")] = None
+    fp8_recipe: Annotated[str | None, _option(FP8_RECIPE_HELP)] = None
     recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
     recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
     sequence_parallel: SequenceParallel = None

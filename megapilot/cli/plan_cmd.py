@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from megapilot.cli.layout_options import (
+    FP8_RECIPE_HELP,
     GBS_HELP,
     MODEL_HELP,
     PRECISION_HELP,
@@ -67,7 +68,7 @@ def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
 
 
 def _build_specs(
-    model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str
+    model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str, fp8_recipe: str | None = None,
 ) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
     from pydantic import ValidationError
 
@@ -78,11 +79,14 @@ def _build_specs(
     model = get_model(model_name)
     cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
     try:
-        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]  # TrainingSpec refuses others
+        recipe = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
+        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision, **recipe)  # type: ignore[arg-type]  # TrainingSpec refuses others
     except ValidationError as exc:
-        flags = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision"}
+        flags = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision",
+                 "fp8_recipe": "--fp8-recipe"}
         raise validation_error(exc, flags=flags) from None
-    return model, cluster, training  # precision vs GPU is checked by the planner
+    cluster.gpu.check_precision(training.precision, training.fp8_recipe)
+    return model, cluster, training
 
 
 # Options whose default the output states when it was used (the search's answer depends on them).
@@ -119,6 +123,7 @@ def plan_command(
     seq_len: int = typer.Option(4096, "--seq-len", help=SEQ_LEN_HELP),
     gbs: int = typer.Option(1024, "--gbs", help=GBS_HELP),
     precision: str = typer.Option("bf16", "--precision", help=f"{PRECISION_HELP}."),
+    fp8_recipe: str | None = typer.Option(None, "--fp8-recipe", help=FP8_RECIPE_HELP),
     top: int = typer.Option(5, "--top", help="How many layouts to show."),
     tp: int | None = _pin("--tp", "tensor parallel size"),
     pp: int | None = _pin("--pp", "pipeline parallel size"),
@@ -152,7 +157,7 @@ def plan_command(
     inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
     defaults = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision})
     try:
-        model_spec, cluster, training = _build_specs(model, inputs, seq_len, gbs, precision)
+        model_spec, cluster, training = _build_specs(model, inputs, seq_len, gbs, precision, fp8_recipe)
         pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute, fsdp=fsdp)
         result = plan(model_spec, cluster, training, top=top, pins=pins, headroom_fraction=headroom)
     except MegapilotError as exc:

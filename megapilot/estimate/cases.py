@@ -23,14 +23,14 @@ from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.training import PRECISIONS, TrainingSpec
+from megapilot.spec.training import FP8_RECIPES, PRECISIONS, TrainingSpec
 
 REQUIRED_FLAGS = ("model", "gpu", "gpus", "gbs", "seq_len")
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers")
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
               "account_for_embedding", "account_for_loss")
-STR_FLAGS = ("model", "gpu", "precision", "recompute", "recompute_method", "pp_layout")
+STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout")
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS)
 
 
@@ -52,6 +52,7 @@ def build_case(**flags: Any) -> Case:
     model = _resolve_model(flags["model"])
     cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
     training = _build_training(flags)
+    cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
     if flags.get("pp_layout") == "balanced":
         flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
     parallel = _resolve_parallel(flags, cluster.world_size)
@@ -151,11 +152,15 @@ def _layout_error(exc: ValueError) -> MegapilotError:
 
 def _build_training(flags: dict[str, Any]) -> TrainingSpec:
     try:
+        recipe = {"fp8_recipe": flags["fp8_recipe"]} if "fp8_recipe" in flags else {}
         return TrainingSpec(
-            seq_length=flags["seq_len"], global_batch_size=flags["gbs"], precision=flags.get("precision", "bf16")
+            seq_length=flags["seq_len"], global_batch_size=flags["gbs"], precision=flags.get("precision", "bf16"),
+            **recipe,
         )
     except ValueError as exc:
         error = from_validation_error(exc)
         flag = {"seq_length": "seq_len", "global_batch_size": "gbs"}.get(error.field or "", error.field)
-        fix = f"use one of: {', '.join(PRECISIONS)}" if flag == "precision" else error.fix
+        fix = {"precision": f"use one of: {', '.join(PRECISIONS)}",
+               "fp8_recipe": f"with precision fp8 use one of: {', '.join(FP8_RECIPES)}; otherwise drop it"}.get(
+            flag or "", error.fix)
         raise MegapilotError(error.problem, field=flag, fix=fix) from None

@@ -56,8 +56,8 @@ class TrainingSpec(BaseModel):
         # The other low-precision formats carry their own scaling: a recipe beside them would be silently ignored.
         precision = info.data.get("precision", "bf16")
         if precision != "fp8" and recipe != DEFAULT_FP8_RECIPE:
-            raise ValueError(f"{recipe} applies only to precision fp8, not {precision}; drop the recipe, or train "
-                             "in precision fp8")
+            raise ValueError(f"{recipe} applies only to precision fp8, not {precision} (which scales its own "
+                             "blocks or none)")
         return recipe
 
     @property
