@@ -277,6 +277,7 @@ class _Search:
         self.best_by: dict[tuple[str, object], Fit] = {}
         self._best_by_key: dict[tuple[str, object], RankKey] = {}
         self.best_by_shape: dict[ShapeKey, Fit] = {}
+        self._best_by_shape_key: dict[ShapeKey, RankKey] = {}
         # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without recompute)
         self._best_speed_at: dict[tuple[int, int], tuple[float, bool]] = {}
 
@@ -299,9 +300,11 @@ class _Search:
             if held_key is None or key < held_key:
                 self._best_by_key[dim_value] = key
                 self.best_by[dim_value] = Fit(parallel, est)
-        held = self.best_by_shape.get(shape_key(parallel))
-        if held is None or key < rank_key(*held):
-            self.best_by_shape[shape_key(parallel)] = Fit(parallel, est)
+        parallel_shape = shape_key(parallel)
+        held_shape_key = self._best_by_shape_key.get(parallel_shape)
+        if held_shape_key is None or key < held_shape_key:
+            self._best_by_shape_key[parallel_shape] = key
+            self.best_by_shape[parallel_shape] = Fit(parallel, est)
         entry = (_Inverted(key), self.counter, parallel, est)
         if len(self.heap) < KEEP_PER_SEARCH:
             heapq.heappush(self.heap, entry)
