@@ -417,8 +417,8 @@ def attention_windows(model: ModelSpec) -> tuple[int | None, ...]:
                  else hash(model.layer_kind(i)) for i in range(model.num_layers))
 
 
-# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (and, for the
-# expert all-to-all overlap, on whether PP > 1 runs without VPP) only, which
+# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (and, when the
+# expert all-to-all overlap is left to the layout, on whether PP > 1 runs without VPP) only, which
 # thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed by the inputs' identities;
 # each entry keeps the inputs alive, so an id is never reused while its entry stands.
 _LAYER_COST_CACHE: dict[tuple[object, ...], tuple[object, object, object, object, LayerCost]] = {}
@@ -431,7 +431,8 @@ def _shared_layer_cost(
 ) -> LayerCost:
     kind = (moe_flags(model)[layer_index], attention_windows(model)[layer_index])  # layers of a kind cost the same
     key = (id(model), id(cluster), id(training), id(options), kind, recomputed, p.tp, p.cp, p.ep,
-           p.expert_tp, p.mbs, p.recompute, p.sequence_parallel, p.pp == 1 or p.vpp > 1)
+           p.expert_tp, p.mbs, p.recompute, p.sequence_parallel,
+           (p.pp == 1 or p.vpp > 1) if options.moe_a2a_overlap is None else None)
     entry = _LAYER_COST_CACHE.get(key)
     if entry is not None and entry[0] is model and entry[1] is cluster and entry[2] is training \
             and entry[3] is options:
