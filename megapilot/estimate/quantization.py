@@ -1,0 +1,161 @@
+"""What each quantised-GEMM flavour costs physically: the HBM passes that cast GEMM inputs, the GEMM peak it
+runs at, and the memory its quantised copies and scales hold.
+
+A linear layer multiplies three tensors a low-precision recipe quantises from bf16: its input activation X
+(m x k), its weight W (k x n) and, in the backward, the gradient of its output dY (m x n). Every GEMM wants its
+operands scaled along its own reduction axis, so each tensor serves two GEMMs in two layouts:
+
+    X   rowwise for fprop (reduces over k)     columnwise for wgrad (reduces over m)
+    W   rowwise for fprop (reduces over k)     columnwise for dgrad (reduces over n)
+    dY  rowwise for dgrad (reduces over n)     columnwise for wgrad (reduces over m)
+
+Per-tensor scaling (delayed, current) has one scale, so one FP8 copy serves both where the tensor cores take
+either operand layout (Blackwell; Transformer Engine's non-TN FP8 GEMMs from compute capability 10.0); Hopper,
+Ada and CDNA need both operands K-major, so the cast also writes a transposed copy. Block scaling (blockwise,
+MXFP8, NVFP4, MXFP4) scales blocks that run along the reduction axis, so the two layouts are two quantisations.
+
+The passes over HBM, per element of the bf16 tensor (2 bytes per read):
+
+- the cast reads the bf16 tensor once and writes its copies (element bytes + scale bytes per block);
+- current (tensorwise) scaling reads it once more before, to reduce its amax; delayed scaling uses the amax
+  history instead (the cast records this step's amax for the next); blockwise, MXFP8 and MXFP4 compute each
+  block's scale inside the cast;
+- NVFP4 has a second-level per-tensor FP32 scale, hence an amax pass; its wgrad operands (X and dY) take a
+  16-point random Hadamard transform, cast in a pass of their own (the rowwise copy is cast without it);
+  its weights use 16 x 16 blocks, so one quantisation gives both layouts (the second is its transpose).
+  MXFP4 in Primus (ROCm Transformer Engine) applies no Hadamard transform unless NVTE_MXFP4_USE_HADAMARD=1.
+
+Weights are cast once per optimizer step (Transformer Engine keeps the cast across the micro-batches of a
+step); activations and gradients once per micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from megapilot.spec.hardware import GPUSpec
+from megapilot.spec.training import QuantFlavour
+
+Role = Literal["activation", "weight", "grad"]
+BF16_BYTES = 2
+# Blockwise FP8 on Hopper promotes the FP8 tensor-core partial sums to FP32 on CUDA cores every 128-deep K
+# slice to apply the block scales (DeepSeek-V3 technical report, section 3.3.2). The best public kernel,
+# DeepGEMM, reaches up to 1550 TFLOP/s on H800 (78 % of its 1979 dense FP8 peak; deepseek-ai/DeepGEMM README).
+# Assumption, not a measurement: blockwise GEMMs run 10 % below the per-tensor FP8 rate on Hopper and CDNA;
+# Blackwell's tensor cores apply block scales in the MMA itself, so there it runs at the FP8 rate.
+BLOCKWISE_RATE_WITHOUT_BLOCK_SCALED_MMA = 0.9
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How one flavour stores a quantised tensor, and the passes its cast needs."""
+
+    element_bytes: float
+    block_values: int | None  # values sharing one scale along the reduction axis; None = one scale per tensor
+    scale_bytes: float
+    amax_pass: bool  # a read of the bf16 tensor before the cast (current scaling, NVFP4's per-tensor scale)
+    hadamard_wgrad: bool = False  # X and dY pass a random Hadamard transform in their columnwise cast
+    weight_block_side: int | None = None  # square weight blocks: one quantisation serves both layouts
+
+
+SCHEMES: dict[QuantFlavour, QuantScheme] = {
+    "fp8-delayed": QuantScheme(element_bytes=1, block_values=None, scale_bytes=4, amax_pass=False),
+    "fp8-tensorwise": QuantScheme(element_bytes=1, block_values=None, scale_bytes=4, amax_pass=True),
+    # 1 x 128 blocks for activations and gradients, 128 x 128 for weights, FP32 scales (Float8BlockScaling)
+    "fp8-blockwise": QuantScheme(element_bytes=1, block_values=128, scale_bytes=4, amax_pass=False,
+                                 weight_block_side=128),
+    # OCP MX: 32 values per E8M0 scale (MXFP8BlockScaling; Primus's MXFP4)
+    "mxfp8": QuantScheme(element_bytes=1, block_values=32, scale_bytes=1, amax_pass=False),
+    "mxfp4": QuantScheme(element_bytes=0.5, block_values=32, scale_bytes=1, amax_pass=False),
+    # 16 values per E4M3 scale, a per-tensor FP32 scale above them, 16 x 16 weight blocks (NVFP4BlockScaling)
+    "nvfp4": QuantScheme(element_bytes=0.5, block_values=16, scale_bytes=1, amax_pass=True, hadamard_wgrad=True,
+                         weight_block_side=16),
+}
+
+
+def _scheme(flavour: QuantFlavour) -> QuantScheme:
+    return SCHEMES[flavour]
+
+
+def _per_tensor(flavour: QuantFlavour) -> bool:
+    return _scheme(flavour).block_values is None
+
+
+def copies_kept(flavour: QuantFlavour, architecture: str) -> int:
+    """Quantised copies of one tensor: one where a per-tensor copy serves both layouts (Blackwell), else two."""
+    return 1 if _per_tensor(flavour) and architecture == "blackwell" else 2
+
+
+def _scale_bytes_per_value(flavour: QuantFlavour, role: Role) -> float:
+    scheme = _scheme(flavour)
+    if scheme.block_values is None:
+        return 0.0  # one scale per tensor
+    if role == "weight" and scheme.weight_block_side is not None:
+        return scheme.scale_bytes / scheme.weight_block_side**2
+    return scheme.scale_bytes / scheme.block_values
+
+
+def copy_bytes_per_value(flavour: QuantFlavour, role: Role) -> float:
+    """Bytes one quantised copy holds per value: the element and its share of a block scale."""
+    return _scheme(flavour).element_bytes + _scale_bytes_per_value(flavour, role)
+
+
+def source_reads(flavour: QuantFlavour, role: Role) -> int:
+    """How often the bf16 tensor is read to quantise it: the cast, an amax pass, a Hadamard cast of its own."""
+    scheme = _scheme(flavour)
+    hadamard = scheme.hadamard_wgrad and role != "weight"
+    return 1 + int(scheme.amax_pass) + int(hadamard)
+
+
+def cast_bytes_per_value(flavour: QuantFlavour, role: Role, architecture: str) -> float:
+    """HBM bytes moved to quantise one bf16 value of a tensor in `role` (reads of the source, writes of copies)."""
+    reads = source_reads(flavour, role) * BF16_BYTES
+    return reads + copies_kept(flavour, architecture) * copy_bytes_per_value(flavour, role)
+
+
+def linear_cast_bytes(m: float, k: float, n: float, flavour: QuantFlavour, architecture: str,
+                      microbatches: int = 1) -> float:
+    """HBM bytes one micro-batch moves casting the operands of one linear layer (X: m x k, W: k x n, dY: m x n),
+    forward and backward; the weight's once-per-step cast is shared by the step's micro-batches."""
+    if microbatches < 1:
+        raise ValueError(f"microbatches must be >= 1, got {microbatches}")
+    activation = m * k * cast_bytes_per_value(flavour, "activation", architecture)
+    grad = m * n * cast_bytes_per_value(flavour, "grad", architecture)
+    weight = k * n * cast_bytes_per_value(flavour, "weight", architecture) / microbatches
+    return activation + grad + weight
+
+
+def cast_time_s(moved_bytes: float, gpu: GPUSpec) -> float:
+    """The casts are memory-bound: their bytes at the GPU's HBM bandwidth."""
+    return moved_bytes / (gpu.hbm_bw_tbps * 1e12)
+
+
+def gemm_peak_tflops(gpu: GPUSpec, flavour: QuantFlavour | None) -> float:
+    """Dense peak of the flavour's GEMMs, TF/s (None = bf16): the format's datasheet peak, with blockwise FP8
+    below the per-tensor rate where the tensor cores cannot apply block scales (see the constant)."""
+    if flavour is None:
+        return gpu.bf16_dense_tflops
+    if flavour.startswith("fp8-"):
+        peak = gpu.peak_tflops("fp8")
+        if flavour == "fp8-blockwise" and gpu.architecture != "blackwell":
+            return peak * BLOCKWISE_RATE_WITHOUT_BLOCK_SCALED_MMA
+        return peak
+    return gpu.peak_tflops(flavour)  # type: ignore[arg-type]  # mxfp8 / nvfp4 / mxfp4 are precisions too
+
+
+def weight_copy_bytes_per_param(flavour: QuantFlavour, architecture: str) -> float:
+    """Bytes the quantised weight copies hold per parameter, beside the bf16 weight (scales included)."""
+    return copies_kept(flavour, architecture) * copy_bytes_per_value(flavour, "weight")
+
+
+def saved_input_bytes_per_value(flavour: QuantFlavour) -> float:
+    """Bytes kept per GEMM-input value for the backward: the columnwise copy wgrad reads, with its scales."""
+    return copy_bytes_per_value(flavour, "activation")
+
+
+__all__ = [
+    "BLOCKWISE_RATE_WITHOUT_BLOCK_SCALED_MMA", "SCHEMES", "QuantScheme", "Role", "cast_bytes_per_value",
+    "cast_time_s", "copies_kept", "copy_bytes_per_value", "gemm_peak_tflops", "linear_cast_bytes",
+    "saved_input_bytes_per_value", "source_reads", "weight_copy_bytes_per_param",
+]

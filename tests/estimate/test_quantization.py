@@ -1,0 +1,99 @@
+"""Per-flavour quantisation costs: direction between flavours and magnitude on a worked example.
+
+Worked example: the FC1 GEMM of a Llama-3.1-8B layer at 8192 tokens per micro-batch, X 8192 x 4096,
+W 4096 x 14336, dY 8192 x 14336, one micro-batch per step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.estimate.quantization import (
+    SCHEMES,
+    cast_bytes_per_value,
+    cast_time_s,
+    gemm_peak_tflops,
+    linear_cast_bytes,
+    saved_input_bytes_per_value,
+    weight_copy_bytes_per_param,
+)
+
+M, K, N = 8192, 4096, 14336
+H100, B200, MI355X = get_gpu("h100"), get_gpu("b200"), get_gpu("mi355x")
+
+
+def test_current_scaling_pays_one_amax_read_that_delayed_scaling_does_not() -> None:
+    # Hopper: read bf16 (2 B) + FP8 copy and its transpose (1 + 1 B); current scaling reads the tensor once more
+    assert cast_bytes_per_value("fp8-delayed", "activation", "hopper") == 4
+    assert cast_bytes_per_value("fp8-tensorwise", "activation", "hopper") == 6
+
+
+def test_blackwell_needs_no_transposed_per_tensor_copy() -> None:
+    assert cast_bytes_per_value("fp8-delayed", "grad", "blackwell") == 3
+    assert cast_bytes_per_value("fp8-tensorwise", "grad", "blackwell") == 5
+    assert weight_copy_bytes_per_param("fp8-tensorwise", "blackwell") == 1
+    assert weight_copy_bytes_per_param("fp8-tensorwise", "hopper") == 2
+
+
+def test_block_scaled_formats_write_both_layouts_with_their_scales() -> None:
+    # blockwise: FP32 scale per 128 values; MXFP8: E8M0 per 32 -> the same 1/32 byte per value on each copy
+    assert cast_bytes_per_value("fp8-blockwise", "activation", "hopper") == pytest.approx(2 + 2 * (1 + 4 / 128))
+    assert cast_bytes_per_value("mxfp8", "activation", "blackwell") == pytest.approx(2 + 2 * (1 + 1 / 32))
+    # a 128 x 128 weight block carries one FP32 scale: 4 / 16384 B per value
+    assert cast_bytes_per_value("fp8-blockwise", "weight", "hopper") == pytest.approx(2 + 2 * (1 + 4 / 128**2))
+
+
+def test_nvfp4_pays_the_amax_and_hadamard_passes_but_writes_half_the_bytes() -> None:
+    # X and dY: amax read + rowwise cast read + Hadamard columnwise cast read, two 4-bit copies with E4M3 scales / 16
+    assert cast_bytes_per_value("nvfp4", "activation", "blackwell") == pytest.approx(3 * 2 + 2 * (0.5 + 1 / 16))
+    # weights: 16 x 16 blocks, no Hadamard transform
+    assert cast_bytes_per_value("nvfp4", "weight", "blackwell") == pytest.approx(2 * 2 + 2 * (0.5 + 1 / 256))
+    # MXFP4 (Primus) computes block scales in the cast and has no per-tensor scale: the cheapest block-scaled
+    # cast, though on Blackwell delayed FP8 (one copy, no amax read) moves fewer bytes still
+    block_scaled = [f for f in SCHEMES if SCHEMES[f].block_values is not None]
+    assert min(block_scaled, key=lambda f: cast_bytes_per_value(f, "activation", "blackwell")) == "mxfp4"
+    assert cast_bytes_per_value("fp8-delayed", "activation", "blackwell") < cast_bytes_per_value(
+        "mxfp4", "activation", "blackwell")
+    assert max(SCHEMES, key=lambda f: cast_bytes_per_value(f, "activation", "blackwell")) == "nvfp4"
+
+
+def test_worked_example_tensorwise_casts_cost_a_quarter_of_the_fp8_gemm_time_on_h100() -> None:
+    moved = linear_cast_bytes(M, K, N, "fp8-tensorwise", "hopper")
+    assert moved == pytest.approx(6 * (M * K + M * N + K * N))  # 1.26 GB
+    cast_s = cast_time_s(moved, H100)  # at 3.35 TB/s: 0.375 ms
+    gemm_s = 3 * 2 * M * K * N / (gemm_peak_tflops(H100, "fp8-tensorwise") * 1e12)  # fprop+dgrad+wgrad at peak
+    assert cast_s == pytest.approx(0.375e-3, rel=0.01)
+    assert 0.2 < cast_s / gemm_s < 0.3
+    # delayed scaling saves the amax reads: a third of the bytes
+    assert linear_cast_bytes(M, K, N, "fp8-delayed", "hopper") == pytest.approx(moved * 4 / 6)
+
+
+def test_weight_casts_are_shared_by_the_micro_batches_of_a_step() -> None:
+    one = linear_cast_bytes(M, K, N, "mxfp8", "blackwell", microbatches=1)
+    eight = linear_cast_bytes(M, K, N, "mxfp8", "blackwell", microbatches=8)
+    weight = K * N * cast_bytes_per_value("mxfp8", "weight", "blackwell")
+    assert one - eight == pytest.approx(weight * 7 / 8)
+    with pytest.raises(ValueError, match="microbatches"):
+        linear_cast_bytes(M, K, N, "mxfp8", "blackwell", microbatches=0)
+
+
+def test_gemm_peak_per_flavour() -> None:
+    assert gemm_peak_tflops(H100, None) == H100.bf16_dense_tflops
+    assert gemm_peak_tflops(H100, "fp8-delayed") == gemm_peak_tflops(H100, "fp8-tensorwise") == H100.fp8_dense_tflops
+    assert gemm_peak_tflops(H100, "fp8-blockwise") == pytest.approx(0.9 * H100.fp8_dense_tflops)  # type: ignore[operator]
+    assert gemm_peak_tflops(B200, "fp8-blockwise") == B200.fp8_dense_tflops  # block scales applied in the MMA
+    assert gemm_peak_tflops(B200, "nvfp4") == B200.nvfp4_dense_tflops == 2 * gemm_peak_tflops(B200, "mxfp8")
+    assert gemm_peak_tflops(MI355X, "mxfp4") == MI355X.mxfp4_dense_tflops
+
+
+def test_memory_kept_per_flavour() -> None:
+    # saved GEMM inputs: 1 B per value for per-tensor FP8, + 1/32 B of scales for MXFP8 and blockwise
+    assert saved_input_bytes_per_value("fp8-tensorwise") == 1
+    assert saved_input_bytes_per_value("mxfp8") == pytest.approx(1 + 1 / 32)
+    assert saved_input_bytes_per_value("nvfp4") == pytest.approx(0.5 + 1 / 16)
+    # weights: MXFP8 keeps a rowwise and a columnwise copy, NVFP4 two 4-bit copies: about half of MXFP8's
+    mx = weight_copy_bytes_per_param("mxfp8", "blackwell")
+    nv = weight_copy_bytes_per_param("nvfp4", "blackwell")
+    assert mx == pytest.approx(2 * (1 + 1 / 32))
+    assert nv == pytest.approx(2 * (0.5 + 1 / 256)) and nv < 0.51 * mx
