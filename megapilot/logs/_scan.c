@@ -636,6 +636,10 @@ static int load_state(const Scanner *self, PyObject *summary, State *st) {
     if (head == NULL) return -1;
     st->head_length = PyList_Check(head) ? PyList_GET_SIZE(head) : -1;
     Py_DECREF(head);
+    if (st->head_length < 0) {
+        PyErr_SetString(PyExc_TypeError, "the summary's head must be a list");
+        return -1;
+    }
     if ((first_time = PyObject_GetAttr(summary, s_first_time)) == NULL) return -1;
     st->needs_first_time = first_time == Py_None;
     Py_DECREF(first_time);
@@ -643,7 +647,7 @@ static int load_state(const Scanner *self, PyObject *summary, State *st) {
     if (pending == NULL) return -1;
     st->save_pending = PyObject_IsTrue(pending);
     Py_DECREF(pending);
-    if (st->save_pending < 0 || st->head_length < 0 ||
+    if (st->save_pending < 0 ||
         load_optional_int(summary, s_max_counted, &st->max_counted, &st->has_max) < 0 ||
         load_int(summary, s_counted, &st->counted) < 0 || load_int(summary, s_logged, &st->logged) < 0 ||
         load_optional_int(summary, s_train_iters, &st->train_iters, &st->has_train_iters) < 0 ||
