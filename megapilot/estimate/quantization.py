@@ -34,8 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from megapilot.estimate.flops import attention_linear_flops
 from megapilot.spec.hardware import GPUSpec
-from megapilot.spec.training import QuantFlavour
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import QuantFlavour, TrainingSpec
 
 Role = Literal["activation", "weight", "grad"]
 BF16_BYTES = 2
@@ -115,15 +118,17 @@ def cast_bytes_per_value(flavour: QuantFlavour, role: Role, architecture: str) -
 
 
 def linear_cast_bytes(m: float, k: float, n: float, flavour: QuantFlavour, architecture: str,
-                      microbatches: int = 1) -> float:
+                      microbatches: int | None = 1) -> float:
     """HBM bytes one micro-batch moves casting the operands of one linear layer (X: m x k, W: k x n, dY: m x n),
-    forward and backward; the weight's once-per-step cast is shared by the step's micro-batches."""
-    if microbatches < 1:
+    forward and backward; the weight's once-per-step cast is shared by the step's micro-batches (None: the
+    weight is left out, for a caller that prices it per step)."""
+    if microbatches is not None and microbatches < 1:
         raise ValueError(f"microbatches must be >= 1, got {microbatches}")
     activation = m * k * cast_bytes_per_value(flavour, "activation", architecture)
     grad = m * n * cast_bytes_per_value(flavour, "grad", architecture)
-    weight = k * n * cast_bytes_per_value(flavour, "weight", architecture) / microbatches
-    return activation + grad + weight
+    if microbatches is None:
+        return activation + grad
+    return activation + grad + k * n * cast_bytes_per_value(flavour, "weight", architecture) / microbatches
 
 
 def cast_time_s(moved_bytes: float, gpu: GPUSpec) -> float:
@@ -154,8 +159,69 @@ def saved_input_bytes_per_value(flavour: QuantFlavour) -> float:
     return copy_bytes_per_value(flavour, "activation")
 
 
-__all__ = [
-    "BLOCKWISE_RATE_WITHOUT_BLOCK_SCALED_MMA", "SCHEMES", "QuantScheme", "Role", "cast_bytes_per_value",
-    "cast_time_s", "copies_kept", "copy_bytes_per_value", "gemm_peak_tflops", "linear_cast_bytes",
-    "saved_input_bytes_per_value", "source_reads", "weight_copy_bytes_per_param",
-]
+# ---- against the calibrated recipe ----------------------------------------------------------------------------
+# The efficiency fit (efficiency.py) saw FP8 runs in per-tensor current scaling (Megatron-Bridge's fp8_cs, the
+# recipe of its performance tables), so its 8-bit GEMM fraction and glue passes already hold that recipe's
+# casts. The other plain-FP8 recipes are priced by their physical difference from it.
+CALIBRATED_FP8_FLAVOUR: QuantFlavour = "fp8-tensorwise"
+Linear = tuple[float, float, float]  # (m, k, n): X m x k, W k x n, per GPU and micro-batch
+
+
+def layer_linears(model: ModelSpec, layer_index: int, parallel: ParallelConfig, tokens: float) -> list[Linear]:
+    """The quantised linears of one layer on one GPU for one micro-batch of `tokens` rows (attention
+    projections, the dense MLP or the routed and shared experts); Mamba mixers are left out."""
+    kind = model.layer_kind(layer_index)
+    linears: list[Linear] = []
+    if kind in ("transformer", "attention"):
+        linears += _attention_linears(model, parallel.tp, tokens)
+    if kind != "transformer":
+        return linears
+    moe = model.moe
+    if model.is_moe_layer(layer_index) and moe is not None:
+        per_expert = tokens * moe.router_topk * parallel.ep * parallel.expert_tp / (moe.num_experts * parallel.tp)
+        for _ in range(moe.num_experts // parallel.ep):
+            linears += _mlp_linears(model, per_expert, moe.moe_ffn_hidden_size, parallel.expert_tp)
+        return linears + _mlp_linears(model, tokens, moe.shared_expert_ffn_hidden_size, parallel.tp)
+    return linears + _mlp_linears(model, tokens, model.ffn_hidden_size, parallel.tp)
+
+
+def _attention_linears(model: ModelSpec, tp: int, tokens: float) -> list[Linear]:
+    h = model.hidden_size
+    if model.mla is not None:  # one equivalent projection of the same FLOPs, as the step time prices it
+        return [(tokens, h, attention_linear_flops(model) / (6 * h) / tp)]
+    q = model.num_attention_heads * model.head_dim / tp
+    qkv = q + 2 * model.kv_heads * model.head_dim / tp
+    return [(tokens, h, qkv), (tokens, q, h)]
+
+
+def _mlp_linears(model: ModelSpec, tokens: float, ffn: int, shard: int) -> list[Linear]:
+    if ffn == 0:
+        return []
+    h = model.hidden_size
+    return [(tokens, h, ffn * (2 if model.gated_mlp else 1) / shard), (tokens, ffn / shard, h)]
+
+
+def recipe_delta_s(training: TrainingSpec, gpu: GPUSpec, linears: list[Linear], gemm_s: float,
+                   microbatches: int | None) -> float:
+    """Seconds one micro-batch of a layer spends beyond the calibrated FP8 recipe (negative = saved): the
+    difference in cast bytes at HBM bandwidth plus the GEMMs' time at the recipe's own rate. Zero for bf16 and
+    the block-scaled formats, whose fitted rows already price them."""
+    flavour = training.quant_flavour
+    if flavour is None or not flavour.startswith("fp8-") or flavour == CALIBRATED_FP8_FLAVOUR:
+        return 0.0
+    extra_bytes = sum(linear_cast_bytes(m, k, n, flavour, gpu.architecture, microbatches)
+                      - linear_cast_bytes(m, k, n, CALIBRATED_FP8_FLAVOUR, gpu.architecture, microbatches)
+                      for m, k, n in linears)
+    rate = gemm_peak_tflops(gpu, CALIBRATED_FP8_FLAVOUR) / gemm_peak_tflops(gpu, flavour)
+    return cast_time_s(extra_bytes, gpu) + gemm_s * (rate - 1)
+
+
+def layer_recipe_delta_s(model: ModelSpec, layer_index: int, training: TrainingSpec, parallel: ParallelConfig,
+                         gpu: GPUSpec, tokens: float, gemm_s: float) -> float:
+    """`recipe_delta_s` for one layer's linears (the step time's hook). The weights' casts are left out: they
+    are shared by a step's micro-batches, whose count the step time's per-layer cost does not depend on (its
+    cache is keyed without DP), and per step they are small beside the activations' and gradients'."""
+    if training.quant_flavour in (None, CALIBRATED_FP8_FLAVOUR):
+        return 0.0
+    linears = layer_linears(model, layer_index, parallel, tokens)
+    return recipe_delta_s(training, gpu, linears, gemm_s, microbatches=None)

@@ -54,6 +54,7 @@ from megapilot.estimate.flops import (
 )
 from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
 from megapilot.estimate.params import pipeline_stages
+from megapilot.estimate.quantization import layer_recipe_delta_s
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -252,6 +253,9 @@ def layer_terms(
     else:
         terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
     terms["glue"] = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
+    # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
+    gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
+    terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
     compute_s = sum(terms[name] for name in COMPUTE_TERMS)
 
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)

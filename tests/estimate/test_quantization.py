@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import pytest
 
+from megapilot.catalog import get_model
 from megapilot.catalog.gpus import get_gpu
+from megapilot.estimate import build_case, step_time
 from megapilot.estimate.quantization import (
     SCHEMES,
     cast_bytes_per_value,
     cast_time_s,
     gemm_peak_tflops,
+    layer_linears,
     linear_cast_bytes,
+    recipe_delta_s,
     saved_input_bytes_per_value,
     weight_copy_bytes_per_param,
 )
+from megapilot.spec import ParallelConfig, TrainingSpec
 
 M, K, N = 8192, 4096, 14336
 H100, B200, MI355X = get_gpu("h100"), get_gpu("b200"), get_gpu("mi355x")
@@ -97,3 +102,51 @@ def test_memory_kept_per_flavour() -> None:
     nv = weight_copy_bytes_per_param("nvfp4", "blackwell")
     assert mx == pytest.approx(2 * (1 + 1 / 32))
     assert nv == pytest.approx(2 * (0.5 + 1 / 256)) and nv < 0.51 * mx
+
+
+# ---- against the calibrated recipe (what the step time adds per layer) ------------------------------------------
+def _training(precision: str, recipe: str = "tensorwise") -> TrainingSpec:
+    return TrainingSpec(seq_length=8192, global_batch_size=8, precision=precision,  # type: ignore[arg-type]
+                        fp8_recipe=recipe)  # type: ignore[arg-type]  # test inputs
+
+
+def test_a_dense_layer_has_its_four_linears_per_gpu() -> None:
+    model = get_model("llama3.1-8b")
+    linears = layer_linears(model, 0, ParallelConfig.for_world(8, tp=2, mbs=1), tokens=M)
+    # QKV (4096 -> 6144 over TP 2), projection, gated FC1 (2 x 14336 over TP 2), FC2
+    assert linears == [(M, 4096, 3072), (M, 2048, 4096), (M, 4096, 14336), (M, 7168, 4096)]
+
+
+def test_moe_layers_add_each_local_expert_and_the_shared_expert() -> None:
+    model = get_model("deepseek-v2-lite")
+    layer = next(i for i in range(model.num_layers) if model.is_moe_layer(i))
+    linears = layer_linears(model, layer, ParallelConfig.for_world(8, ep=8, mbs=1), tokens=4096)
+    moe = model.moe
+    assert moe is not None
+    assert len(linears) == 1 + 2 * (moe.num_experts // 8) + 2  # MLA's one projection, 2 per expert, shared FC1/FC2
+    assert linears[1][0] == pytest.approx(4096 * moe.router_topk * 8 / moe.num_experts)  # tokens per local expert
+
+
+def test_delayed_saves_and_blockwise_costs_against_the_calibrated_tensorwise() -> None:
+    linears = [(M, K, N)]
+    gemm_s = 3 * 2 * M * K * N / (0.5 * H100.fp8_dense_tflops * 1e12)  # type: ignore[operator]  # at half peak
+    delayed = recipe_delta_s(_training("fp8", "delayed"), H100, linears, gemm_s, microbatches=1)
+    blockwise = recipe_delta_s(_training("fp8", "blockwise"), H100, linears, gemm_s, microbatches=1)
+    # delayed: two fewer bytes per value of X, dY and W, at 3.35 TB/s
+    assert delayed == pytest.approx(-2 * (M * K + M * N + K * N) / 3.35e12)
+    # blockwise: the GEMMs at 1/0.9 of their time, casts slightly cheaper (no amax read, a few scale bytes)
+    assert blockwise > 0
+    assert blockwise == pytest.approx(gemm_s / 9 + cast_time_s(
+        linear_cast_bytes(M, K, N, "fp8-blockwise", "hopper") - linear_cast_bytes(M, K, N, "fp8-tensorwise", "hopper"),
+        H100))
+    for calibrated in (_training("bf16"), _training("fp8"), _training("mxfp8")):
+        assert recipe_delta_s(calibrated, B200, linears, gemm_s, microbatches=1) == 0
+
+
+def test_the_step_time_of_a_recipe_moves_the_way_its_costs_do() -> None:
+    def step_s(recipe: str) -> float:
+        case = build_case(model="llama3.1-8b", gpu="h100", gpus=8, tp=2, gbs=64, seq_len=8192, precision="fp8",
+                          fp8_recipe=recipe)
+        return step_time(case.model, case.cluster, case.training, case.parallel).step_time_s
+
+    assert step_s("delayed") < step_s("tensorwise") < step_s("blockwise")
