@@ -281,6 +281,28 @@ def _fp8_param_gather_needs_sharded_weights(values: dict[str, list[str]], gpu: G
                              field="fp8_param_gather", fix="drop --reuse-grad-buf-for-mxfp8-param-ag")
 
 
+def _fp8_recipe_limits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """What Megatron refuses per FP8 recipe (arguments.py and TransformerConfig, core_v0.16.0)."""
+    if "--fp4-param-gather" in values and "--fp4-format" not in values:
+        raise MegapilotError("--fp4-param-gather without FP4 training", field="fp8_param_gather",
+                             fix="add --fp4-format e2m1 --fp4-recipe nvfp4, or drop it")
+    if "--fp8-format" not in values:
+        return
+    recipe = values.get("--fp8-recipe", ["delayed"])[0]
+    if "--optimizer-cpu-offload" in values and "--fp8-param-gather" in values and recipe != "delayed":
+        raise MegapilotError(f"--fp8-param-gather with --optimizer-cpu-offload needs --fp8-recipe delayed, not "
+                             f"{recipe}", field="fp8_recipe", fix="drop --fp8-param-gather, or use the delayed recipe")
+    if recipe != "delayed":
+        return
+    if "--first-last-layers-bf16" in values:
+        raise MegapilotError("delayed scaling does not keep the first and last layers in bf16", field="fp8_recipe",
+                             fix="use --fp8-recipe tensorwise, or drop --first-last-layers-bf16")
+    recomputed = {"moe_act", "layernorm"} & set(values.get("--recompute-modules", []))
+    if recomputed:
+        raise MegapilotError(f"delayed scaling does not recompute {', '.join(sorted(recomputed))} in fp8",
+                             field="fp8_recipe", fix="use --fp8-recipe tensorwise, or recompute other modules")
+
+
 def _tp_with_ep_needs_sequence_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     tp, ep = _int_value(values, "--tensor-model-parallel-size"), _int_value(values, "--expert-model-parallel-size")
     if tp > 1 and ep > 1 and "--sequence-parallel" not in values:
@@ -361,6 +383,7 @@ _COMBINATION_RULES = (
     _recompute_method_needs_full, _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
     _mtp_needs_rope, _expert_parallel_needs_experts, _megatron_fsdp_companions, _optimizer_step_overlap_needs,
     _tp_comm_overlap_needs_sp_and_te, _fused_kernels_need_te, _fp8_param_gather_needs_sharded_weights,
+    _fp8_recipe_limits,
     _tp_with_ep_needs_sequence_parallel, _flex_dispatcher_fits, _attention_backend_fits, _layers_split_over_pipeline,
     _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel,
 )

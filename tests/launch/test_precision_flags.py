@@ -113,3 +113,26 @@ def test_blockwise_fp8_is_refused_on_ada_by_the_flag_check() -> None:
     with pytest.raises(MegapilotError, match="Float8BlockScaling") as info:
         check_megatron_args(["--mock-data", "--fp8-format", "hybrid", "--fp8-recipe", "blockwise"], ada)
     assert info.value.field == "fp8_recipe"
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-param-gather", "--use-distributed-optimizer",
+      "--optimizer-cpu-offload"], "needs --fp8-recipe delayed, not tensorwise"),
+    (["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--first-last-layers-bf16"], "first and last layers"),
+    (["--fp8-format", "hybrid", "--recompute-modules", "core_attn", "moe_act"], "does not recompute moe_act"),
+    (["--fp4-param-gather"], "--fp4-param-gather without FP4 training"),
+])
+def test_megatrons_per_recipe_refusals(args: list[str], problem: str) -> None:
+    with pytest.raises(MegapilotError, match=problem) as info:
+        check_megatron_args(["--mock-data", *args], get_gpu("b200"))
+    assert info.value.fix
+
+
+@pytest.mark.parametrize("args", [
+    ["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-param-gather", "--use-distributed-optimizer",
+     "--optimizer-cpu-offload"],
+    ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--first-last-layers-bf16"],
+    ["--fp8-format", "hybrid", "--fp8-recipe", "blockwise", "--recompute-modules", "moe_act", "layernorm"],
+])
+def test_the_combinations_megatron_takes_pass(args: list[str]) -> None:
+    check_megatron_args(["--mock-data", *args], get_gpu("b200"))
