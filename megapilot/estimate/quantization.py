@@ -10,9 +10,10 @@ operands scaled along its own reduction axis, so each tensor serves two GEMMs in
     dY  rowwise for dgrad (reduces over n)     columnwise for wgrad (reduces over m)
 
 Per-tensor scaling (delayed, current) has one scale, so one FP8 copy serves both where the tensor cores take
-either operand layout (Blackwell; Transformer Engine's non-TN FP8 GEMMs from compute capability 10.0); Hopper,
-Ada and CDNA need both operands K-major, so the cast also writes a transposed copy. Block scaling (blockwise,
-MXFP8, NVFP4, MXFP4) scales blocks that run along the reduction axis, so the two layouts are two quantisations.
+either operand layout (Blackwell; Transformer Engine's non-TN FP8 GEMMs from compute capability 10.0); Hopper
+and Ada need both operands K-major, so the cast also writes a transposed copy (assumed for CDNA's hipBLASLt
+too). Block scaling (blockwise, MXFP8, NVFP4, MXFP4) scales blocks that run along the reduction axis, so the
+two layouts are two quantisations.
 
 The passes over HBM, per element of the bf16 tensor (2 bytes per read):
 
@@ -26,7 +27,13 @@ The passes over HBM, per element of the bf16 tensor (2 bytes per read):
   MXFP4 in Primus (ROCm Transformer Engine) applies no Hadamard transform unless NVTE_MXFP4_USE_HADAMARD=1.
 
 Weights are cast once per optimizer step (Transformer Engine keeps the cast across the micro-batches of a
-step); activations and gradients once per micro-batch.
+step); activations and gradients once per micro-batch. Not priced: the TP all-reduce of current scaling's amax
+under sequence parallelism (latency, not bytes), stochastic rounding of NVFP4 gradients (compute in the cast).
+
+The step time (step_time.layer_terms) adds `layer_recipe_delta_s`: the plain-FP8 recipes priced against the
+calibrated current scaling. The memory model does not read this module yet: `weight_copy_bytes_per_param` and
+`saved_input_bytes_per_value` are the per-flavour replacements of memory.py's one FP8 byte per weight and per
+saved GEMM input.
 """
 
 from __future__ import annotations
