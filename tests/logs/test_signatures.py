@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.logs import CATEGORIES, parse_logs, parse_text
-from megapilot.logs.signatures import SIGNATURES, match_line
+from megapilot.logs.signatures import SIGNATURES, TRIGGERS, match_line
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -230,3 +230,38 @@ def test_every_text_a_signature_matches_holds_a_trigger(signature):
         assert any(trigger in text.lower() for trigger in TRIGGERS), text
 
     holds_a_trigger()
+
+
+def _first_signature_by_search(text: str):
+    """match_line without the needle shortcut: every signature's regex, in order."""
+    lowered = text.lower()
+    if not any(trigger in lowered for trigger in TRIGGERS):
+        return None
+    if ("nccl info" in lowered or "rccl info" in lowered) and "fail" not in lowered:
+        return None
+    return next((s for s in SIGNATURES if s.pattern.search(text)), None)
+
+
+def _every_fixture_line() -> list[str]:
+    root = Path(__file__).resolve().parents[1] / "data" / "logs"
+    return [line for path in sorted(root.rglob("*.log"))
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+
+
+def test_the_needle_shortcut_never_changes_which_signature_a_line_matches():
+    lines = _every_fixture_line() + [line for _, line in POSITIVE] + NEGATIVE
+    assert len(lines) > 1000
+    matched = 0
+    for line in lines:
+        expected = _first_signature_by_search(line)
+        assert match_line(line) == expected, line
+        matched += expected is not None
+    assert matched > 50  # the fixtures and samples hold many error lines: the comparison is not vacuous
+
+
+def test_needles_are_read_off_each_alternative_and_skip_non_ascii_text():
+    oom = next(s for s in SIGNATURES if s.name == "nccl_cuda_oom")
+    assert oom.needles == (" failure 2 'out of memory'",)
+    assert all(s.needles is None or all(s.needles) for s in SIGNATURES)
+    # ignoring case, U+017F (long s) matches "s": no needle holds it, so the shortcut must not apply
+    assert match_line("error: \u017fegmentation fault") is not None
