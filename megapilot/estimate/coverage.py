@@ -18,7 +18,7 @@ from importlib import resources
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
 
-EIGHT_BIT = ("fp8", "mxfp8", "nvfp4")
+EIGHT_BIT = ("fp8", "mxfp8", "nvfp4", "mxfp4")
 
 
 @dataclass(frozen=True)
