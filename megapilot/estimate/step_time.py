@@ -12,6 +12,9 @@ Model (per GPU, seconds):
   with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling);
+- moe_fixed: what a MoE layer costs beyond its work (latency.py): a gap after each of its kernels (hundreds with
+  one GEMM and one FP8 cast per local expert), the alltoall dispatcher's host sync, and the launches after it
+  the host paces; the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
 - ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers; with the flex dispatcher
   a token crosses to each remote NVLink domain once; with the all-to-all overlap only what outlasts the
   layer's compute is exposed;
@@ -52,14 +55,20 @@ from megapilot.estimate.flops import (
     flops_per_step,
     layer_attention_core_flops,
 )
+from megapilot.estimate.latency import (
+    expert_wave_slowdown,
+    moe_fixed_latency_s,
+    moe_kernels,
+    sm_count,
+)
 from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
 from megapilot.estimate.params import pipeline_stages
-from megapilot.estimate.quantization import layer_recipe_delta_s
+from megapilot.estimate.quantization import CALIBRATED_FP8_FLAVOUR, cast_bytes_per_value, layer_recipe_delta_s
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit
-from megapilot.spec.training import TrainingSpec
+from megapilot.spec.training import QuantFlavour, TrainingSpec
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
@@ -86,7 +95,6 @@ EP_ALL_TO_ALLS_PER_LAYER = 4
 # Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
 MOE_TOKEN_PASSES = 12
 GROUPED_GEMM_TILE_ROWS = 128  # rows of a CTA tile of the grouped GEMM kernels (cuBLAS/CUTLASS 128 x N tiles)
-FP8_QUANTISE_BYTES_PER_ELEMENT = 6  # amax read (2 B), cast read (2 B), row- and column-wise FP8 writes (1 + 1 B)
 # Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
 CP_RING_KV_PASSES = 3
 # Each micro-batch's activation goes forward and its gradient comes back, per model chunk.
@@ -111,6 +119,9 @@ class EstimateOptions:
     # NVLink domain and Megatron allows it. Off by default, as in Megatron and in megapilot's launch scripts.
     moe_flex_dispatcher: bool = False
     moe_a2a_overlap: bool | None = False
+    # `--moe-use-legacy-grouped-gemm`: one CUTLASS grouped GEMM for all local experts instead of Transformer
+    # Engine's one cuBLAS GEMM per expert (Megatron's default with `--moe-grouped-gemm`).
+    moe_legacy_grouped_gemm: bool = False
     efficiency: EfficiencyParams = CALIBRATED
 
     @property
@@ -200,7 +211,7 @@ def _attention_gemms_s(
 
 # The compute terms `layer_terms` names (their sum is a layer's compute), then its other per-micro-batch terms.
 COMPUTE_TERMS = ("mixer_gemms", "mixer_core", "mlp_gemms", "router", "experts", "shared_experts",
-                 "moe_token_passes", "glue")
+                 "moe_token_passes", "moe_fixed", "glue")
 LAYER_TERMS = COMPUTE_TERMS + ("recompute", "tp_comm", "cp_comm", "ep_comm")
 
 
@@ -244,12 +255,13 @@ def layer_terms(
         padded = math.ceil(per_expert_tokens / GROUPED_GEMM_TILE_ROWS) * GROUPED_GEMM_TILE_ROWS
         terms["experts"] = local_experts * _mlp_gemms_s(
             model, padded, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
-        ) / eff.grouped_gemm_fraction
+        ) / eff.grouped_gemm_fraction * _expert_wave_slowdown(model, padded, p, gpu)
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
-        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, tokens, precision)
+        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, tokens, training.quant_flavour)
         terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, tokens)
+        terms["moe_fixed"] = _moe_fixed_s(model, p, options, precision, terms)
     else:
         terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
     terms["glue"] = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
@@ -311,25 +323,62 @@ def _expert_all_to_all_s(
         sent_bytes, cluster, p.ep, stride=p.expert_tp, cross_domain_share=share)
 
 
-def _moe_token_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, precision: str) -> float:
+def _moe_token_passes_s(
+    model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, flavour: QuantFlavour | None
+) -> float:
     """HBM time of the passes that move each token's top-k copies between the router and the experts.
 
     Forward: permute (write k copies), sort them by local expert after the all-to-all (read + write), unsort
     (read + write), unpermute with the routing weights (read); the backward runs the same six in reverse:
     twelve passes over k copies of the token, none of them in the stored-activation glue. An ETP group
-    dispatches its tokens once for the group. Under FP8 each expert quantises its own GEMM inputs (fc1's and
-    fc2's, forward; their output gradients, backward): read for the scale, read again and write 1-byte row-
-    and column-wise copies, 6 bytes per element."""
+    dispatches its tokens once for the group. A quantised recipe makes each expert cast its own GEMM inputs
+    (fc1's and fc2's, forward; their output gradients, backward) at quantization.py's bytes per value: plain FP8
+    at the calibrated current scaling's (the step time's recipe hook adds another FP8 recipe's difference), the
+    block-scaled formats at their own."""
     moe = model.moe
     assert moe is not None
     copies = tokens * moe.router_topk * p.expert_tp / p.tp
     moved = MOE_TOKEN_PASSES * copies * model.hidden_size * ACTIVATION_BYTES
-    if precision in EIGHT_BIT_PRECISIONS:
+    if flavour is not None:
+        priced = CALIBRATED_FP8_FLAVOUR if flavour.startswith("fp8-") else flavour
         ffn = moe.moe_ffn_hidden_size / p.expert_tp
         gated = 2 if model.gated_mlp else 1
-        quantised = 2 * model.hidden_size + ffn + gated * ffn  # fc1 in, fc2 in; fc2 grad-out (h), fc1 grad-out
-        moved += copies * quantised * FP8_QUANTISE_BYTES_PER_ELEMENT
+        inputs = model.hidden_size + ffn  # fc1 in, fc2 in
+        grads = model.hidden_size + gated * ffn  # fc2 grad-out (h), fc1 grad-out
+        moved += copies * (inputs * cast_bytes_per_value(priced, "activation", gpu.architecture)
+                           + grads * cast_bytes_per_value(priced, "grad", gpu.architecture))
     return moved / (gpu.hbm_bw_tbps * 1e12)
+
+
+def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu: GPUSpec) -> float:
+    """Wave quantisation of the expert GEMMs (latency.py): fc1's and fc2's three GEMMs each, weighted by their
+    FLOPs. The local experts' tiles share the waves: the legacy grouped GEMM tiles them in one launch, and
+    Transformer Engine's streams start an expert's GEMM on the SMs its predecessors' last tiles leave free, so
+    only the group's last wave is partly filled."""
+    moe = model.moe
+    assert moe is not None
+    concurrent = moe.num_experts // p.ep
+    h, ffn, sms = model.hidden_size, moe.moe_ffn_hidden_size / p.expert_tp, sm_count(gpu)
+    gated = 2 if model.gated_mlp else 1
+    fc1 = expert_wave_slowdown(rows, h, gated * ffn, sms, concurrent)
+    fc2 = expert_wave_slowdown(rows, ffn, h, sms, concurrent)
+    return (gated * fc1 + fc2) / (gated + 1)
+
+
+def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, precision: str,
+                 terms: dict[str, float]) -> float:
+    """Kernel gaps and the dispatcher's host sync of one MoE layer (latency.py). The alltoall dispatcher syncs
+    whenever tokens leave the rank or several local experts split them (Megatron's dropless path); the flex
+    dispatcher keeps the split sizes on the GPU. After the sync the GPU runs the forward's dispatch, experts
+    and combine: their forward third and the two forward all-to-alls."""
+    moe = model.moe
+    assert moe is not None
+    local_experts = moe.num_experts // p.ep
+    kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
+                          fp8_casts=precision in EIGHT_BIT_PRECISIONS)
+    host_sync = not options.moe_flex_dispatcher and (p.ep > 1 or local_experts > 1)
+    after_sync_s = FORWARD_SHARE * (terms["experts"] + terms["moe_token_passes"]) + terms["ep_comm"] / 2
+    return moe_fixed_latency_s(kernels, host_sync=host_sync, forward_after_sync_gpu_s=after_sync_s)
 
 
 def _moe_a2a_overlapped(cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
