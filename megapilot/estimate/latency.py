@@ -11,8 +11,10 @@ The bandwidth and FLOP terms of the step time scale with the work; three MoE cos
   all-to-all's split sizes are host arguments), so each MoE layer's forward copies them to the host and waits
   (`cuda_sync_point`, megatron/core/transformer/moe/token_dispatcher.py). The queue drains: the kernels after the
   sync run no faster than the host launches them, 3.8 us each at best (same measurement), and the sync itself
-  costs the 9.6 - 3.8 = 5.8 us that the blog measured for a stream synchronisation after a kernel. A dispatcher
-  with device-side split sizes (`--moe-token-dispatcher-type flex`: DeepEP / HybridEP) has none.
+  costs the 9.6 - 3.8 = 5.8 us that the blog measured for a stream synchronisation after a kernel. The flex
+  dispatcher (`--moe-token-dispatcher-type flex`) is priced without it: HybridEP sizes its buffers statically and
+  DeepEP can (`num_worst_tokens`); DeepEP's normal mode still waits on the host for its receive counts, which
+  this leaves out (one sync, microseconds, unless the launches after it outlast the GPU's work).
 - wave quantisation: a GEMM runs as tiles, one tile per SM at a time; a last, partly filled wave of tiles costs a
   full one. Transformer Engine's GroupedLinear (Megatron's default `--moe-grouped-gemm` path) runs one cuBLAS GEMM
   per local expert, spread over 4 compute streams (`num_streams = 4`, transformer_engine/common/include/
