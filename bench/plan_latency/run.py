@@ -137,8 +137,8 @@ def exhaustive_baseline(case: dict) -> dict:
     started = time.perf_counter()
     planned = plan(model, cluster, training, top=5)
     planner_s = time.perf_counter() - started
-    # The search's own optimum: the plan shows a recipe (TP/PP) shape first when a faster FSDP one is ahead by
-    # less than the model's error, which is a ranking choice made after the search, not a search miss.
+    # The search's own optimum: inside the model's own error of the fastest layout the plan orders shapes by the
+    # recipes' preferences (megapilot/plan/preferences.py), a ranking choice made after the search, not a miss.
     from megapilot.plan import search_layouts
     from megapilot.plan.space import Pins
 
