@@ -105,8 +105,11 @@ def diagnose(
     return diagnose_log(log, config, gpu)
 
 
-def parse_for_rules(paths: list[str], options: ParseOptions | None) -> ParsedLog:
+def parse_for_rules(paths: list[str], options: ParseOptions | None, *, bulk: bool = True) -> ParsedLog:
     """The logs parsed with only what the rules read kept (`megapilot.diagnose.series`): memory stays flat
-    whatever the logs' size."""
+    whatever the logs' size. `bulk`: canonical iteration lines are read in bulk and only the kept ones become
+    records (~10x faster on a long log); False feeds every line to the line parser (the same result, the
+    reference the tests compare with)."""
     kept = RuleRecords()
-    return kept.fill(parse_logs(paths, options=options, summary_only=True, on_record=kept.add))
+    on_row = kept.add_row if bulk else None
+    return kept.fill(parse_logs(paths, options=options, summary_only=True, on_record=kept.add, on_row=on_row))

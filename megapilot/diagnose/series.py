@@ -1,7 +1,9 @@
 """What `diagnose` keeps of a log's records: only what the rules read, bounded whatever the log's size.
 
-The parser streams records (`parse_logs(..., summary_only=True, on_record=kept.add)`: the summary and the error and
-checkpoint records are bounded by the collector); `RuleRecords` keeps the rest the rules need:
+The logs are read in bulk (`parse_logs(..., summary_only=True, on_record=kept.add, on_row=kept.add_row)`: the
+summary and the error and checkpoint records are bounded by the collector); canonical Megatron-LM iteration lines
+arrive as rows (`megapilot.logs.bulk.RowLine`), decided on from their values and built into records only when kept
+(when the row cannot tell an anomaly field, at once); `RuleRecords` keeps the rest the rules need:
 
 - iteration records: every one while there are at most `SERIES_CAPACITY`; beyond that an evenly decimated series
   (every `stride`-th record, the stride doubling each time the series fills up), plus, whatever the stride, the
@@ -24,9 +26,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass
 
 from megapilot.diagnose.rules import NEAR_FULL_PCT, SPIKE_FACTOR, WINDOW
+from megapilot.logs.bulk import RowLine
 from megapilot.logs.collect import HANG_FLOOR_S, ParsedLog
 from megapilot.logs.records import IterationRecord, MemoryRecord, ProgressMarker, Record, TheoreticalMemoryRecord
 
@@ -38,11 +40,23 @@ MARKER_CAPACITY = 256
 THEORETICAL_CAPACITY = 256  # a few lines per start-up
 
 
-@dataclass
 class _Kept:
-    ordinal: int
-    record: IterationRecord
-    protected: bool
+    """One iteration in the series: its record, or the bulk-read line that builds it when the series is filled."""
+
+    __slots__ = ("_line", "_record", "ordinal", "protected")
+
+    def __init__(self, ordinal: int, record: IterationRecord | None = None, line: RowLine | None = None) -> None:
+        self.ordinal = ordinal
+        self.protected = ordinal < HEAD
+        self._record = record
+        self._line = line
+
+    @property
+    def record(self) -> IterationRecord:
+        if self._record is None:
+            assert self._line is not None, "an entry holds a record or a line"
+            self._record, self._line = self._line.record(), None
+        return self._record
 
 
 class RuleRecords:
@@ -56,6 +70,7 @@ class RuleRecords:
         self._anomalies = 0
         self._tail: deque[_Kept] = deque(maxlen=TAIL)
         self._previous: _Kept | None = None
+        self._previous_time_s: float | None = None  # the previous iteration's timestamp (the gap rule)
         self._recent_losses: deque[float] = deque(maxlen=WINDOW)
         self._highest_iteration = -1
         self._had_loss = False
@@ -92,10 +107,25 @@ class RuleRecords:
         return log
 
     # ---- iterations ---------------------------------------------------------------------------------
+    def add_row(self, line: RowLine) -> None:
+        """A canonical iteration line read in bulk: kept or not on the row's values as `add` decides on the record's
+        (the same fields), the record built only for what `fill` returns; a line the row cannot tell is built now."""
+        if not line.plain:
+            self._iteration(line.record())
+            return
+        # a plain line's loss is finite or None: no NaN/Inf, no memory usage (`RowLine`)
+        anomaly = self._is_anomaly(line.iteration, line.loss, False, line.nan_iterations, None,
+                                   line.time_s)
+        self._step(_Kept(self.seen, line=line), anomaly)
+
     def _iteration(self, record: IterationRecord) -> None:
-        entry = _Kept(self.seen, record, protected=self.seen < HEAD)
+        anomaly = self._is_anomaly(record.iteration, record.lm_loss, record.has_nonfinite, record.nan_iterations,
+                                   record.memory_usage_pct, record.time_s)
+        self._step(_Kept(self.seen, record=record), anomaly)
+
+    def _step(self, entry: _Kept, anomaly: bool) -> None:
         self.seen += 1
-        if self._is_anomaly(record) and self._anomalies < self.capacity // 2:
+        if anomaly and self._anomalies < self.capacity // 2:
             self._anomalies += 1
             entry.protected = True
             self._keep_previous()
@@ -119,17 +149,21 @@ class RuleRecords:
         self.stride *= 2
         self._kept = [entry for entry in self._kept if entry.protected or entry.ordinal % self.stride == 0]
 
-    def _is_anomaly(self, record: IterationRecord) -> bool:
-        previous = self._previous.record if self._previous is not None else None
-        loss = record.lm_loss
-        anomaly = (record.has_nonfinite or bool(record.nan_iterations)
+    def _is_anomaly(self, iteration: int, loss: float | None, nonfinite: bool, nan_iterations: int | None,
+                    memory_usage_pct: float | None, time_s: float | None) -> bool:
+        """Whether a rule would flag this iteration (its record's fields, or the same values read off its row)."""
+        previous_time_s, self._previous_time_s = self._previous_time_s, time_s
+        anomaly = (nonfinite or bool(nan_iterations)
                    or (self._had_loss and loss is None)
-                   or (record.memory_usage_pct is not None and record.memory_usage_pct >= NEAR_FULL_PCT)
-                   or _gap_s(previous, record) >= HANG_FLOOR_S)
-        if record.iteration > self._highest_iteration and loss is not None and math.isfinite(loss):
-            self._highest_iteration = record.iteration  # the loss rules read one record per iteration number
+                   or (memory_usage_pct is not None and memory_usage_pct >= NEAR_FULL_PCT)
+                   or (previous_time_s is not None and time_s is not None
+                       and time_s - previous_time_s >= HANG_FLOOR_S))
+        if iteration > self._highest_iteration and loss is not None and math.isfinite(loss):
+            self._highest_iteration = iteration  # the loss rules read one record per iteration number
             recent = self._recent_losses
-            anomaly = anomaly or (len(recent) == WINDOW and loss > SPIKE_FACTOR * statistics.median(recent))
+            # the median is at least the minimum: a loss within SPIKE_FACTOR x the minimum is no spike (cheap test)
+            anomaly = anomaly or (len(recent) == WINDOW and loss > SPIKE_FACTOR * min(recent)
+                                  and loss > SPIKE_FACTOR * statistics.median(recent))
             recent.append(loss)
         self._had_loss = self._had_loss or loss is not None
         return anomaly
@@ -143,9 +177,3 @@ class RuleRecords:
         self._memory_seen += 1
         if self._memory_seen <= MEMORY_CAPACITY:
             self._memory.append(record)
-
-
-def _gap_s(before: IterationRecord | None, after: IterationRecord) -> float:
-    if before is None or before.time_s is None or after.time_s is None:
-        return 0.0
-    return after.time_s - before.time_s

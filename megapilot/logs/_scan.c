@@ -13,6 +13,10 @@ with regexes and SummaryBuilder.add_rows:
   matcher is not sure of, a row bound for the warm-up head or carrying the first timestamp, a number that
   would overflow. Python handles that line exactly as the pure-Python engine does, then scans on.
 
+With a row list (scan's rows_out: a reader with a row hook, bulk.py RowLine), each row folded is also handed
+over: its offsets and values, whether its other fields leave those values the record's anomaly fields, and its
+prefix's time when the prefix has the usual one-timestamp shape (the arithmetic of calendar.timegm).
+
 Timestamps stay lazy: the spans of lines and prefixes that may hold one (a cheap shape test, a necessary
 condition of the Python regex) are kept, and Python reads only the last ones (pop_time, pop_counted).
 Numbers: decimal text of at most 15 digits and a small exponent is converted by one exact IEEE division
@@ -87,6 +91,7 @@ typedef struct {
     long long iteration, train_iters, gbs, skipped, nan;
     double elapsed, tflops, loss;
     int has_tflops, loss_finite, has_loss;
+    const char *fields_start, *fields_end; /* the fields after the loss, before ` number of skipped iterations:` */
 } Row;
 
 static PyObject *s_max_counted, *s_counted, *s_logged, *s_train_iters, *s_first_iteration, *s_first_loss;
@@ -440,8 +445,12 @@ static int match_iteration(const Scanner *self, const char *at, const char *line
         if (spaces(c) < 1) return 0;
         if ((ok = loss_value(c, row)) <= 0) return ok;
     }
-    while (!LITERAL(c, " number of skipped iterations:"))
+    row->fields_start = c->p;
+    for (;;) {
+        row->fields_end = c->p;
+        if (LITERAL(c, " number of skipped iterations:")) break;
         if (!free_field(self, c)) return 0;
+    }
     if (!spaced_integer(c, &row->skipped) || !LITERAL(c, " number of nan iterations:") ||
         !spaced_integer(c, &row->nan))
         return 0;
@@ -1020,8 +1029,106 @@ static PyObject *stop(int kind, Py_ssize_t line_start, Py_ssize_t line_end, long
     return Py_BuildValue("(innLL)", kind, line_start, line_end, newlines, rows);
 }
 
+/* ---- rows handed to a reader with a row hook (megapilot.logs.bulk.RowLine) ---------------------------------- */
+static long long number_of(const unsigned char *p, int count) {
+    long long value = 0;
+    for (int i = 0; i < count; i++) value = value * 10 + (p[i] - '0');
+    return value;
+}
+
+/* Days from 1970-01-01 to year-month-01 in the proleptic Gregorian calendar (date(y, m, 1).toordinal() - 719163). */
+static long long days_to_month(long long year, long long month) {
+    year -= month <= 2;
+    long long era = (year >= 0 ? year : year - 399) / 400, year_of_era = year - era * 400;
+    long long day_of_year = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5;
+    return era * 146097 + year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year - 719468;
+}
+
+/* prefix_time of the usual prefix ` [YYYY-MM-DD HH:MM:SS(.f{1,9})?] ` (spaces around optional): 1 with *out set,
+   0 for any other prefix (Python reads it). The arithmetic of calendar.timegm and _timestamp_from_match: whole
+   seconds as an integer, plus int(fraction) / 10**len(fraction), one correctly rounded division and sum. */
+static int plain_prefix_time(const unsigned char *p, Py_ssize_t n, double *out) {
+    Py_ssize_t i = 0, fraction_digits = 0;
+    while (i < n && p[i] == ' ') i++;
+    if (n - i < 21 || p[i] != '[' || !digits_at(p, i + 1, n, 4) || p[i + 5] != '-' || !digits_at(p, i + 6, n, 2) ||
+        p[i + 8] != '-' || !digits_at(p, i + 9, n, 2) || p[i + 11] != ' ' || !digits_at(p, i + 12, n, 2) ||
+        p[i + 14] != ':' || !digits_at(p, i + 15, n, 2) || p[i + 17] != ':' || !digits_at(p, i + 18, n, 2))
+        return 0;
+    const unsigned char *at = p + i + 1;
+    Py_ssize_t j = i + 20;
+    long long fraction = 0;
+    if (j < n && p[j] == '.') {
+        for (j++; j < n && is_digit(p[j]) && fraction_digits < 10; j++, fraction_digits++)
+            fraction = fraction * 10 + (p[j] - '0');
+        if (fraction_digits == 0 || fraction_digits > 9) return 0;
+    }
+    if (j >= n || p[j] != ']') return 0;
+    for (j++; j < n && p[j] == ' '; j++) {
+    }
+    long long year = number_of(at, 4), month = number_of(at + 5, 2), day = number_of(at + 8, 2);
+    if (j != n || year < 1 || month < 1 || month > 12 || day < 1 || day > 31) return 0;
+    long long whole = (days_to_month(year, month) + day - 1) * 86400 + number_of(at + 11, 2) * 3600 +
+                      number_of(at + 14, 2) * 60 + number_of(at + 17, 2);
+    *out = fraction_digits ? (double)whole + (double)fraction / POWERS_OF_TEN[fraction_digits] : (double)whole;
+    return 1;
+}
+
+static int lower_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t at, const char *word) {
+    Py_ssize_t length = (Py_ssize_t)strlen(word);
+    return at + length <= n && lower_equal(p + at, word, length);
+}
+
+/* Whether the fields after a row's loss leave its record's anomaly fields as the row's values (bulk.py
+   `_DOUBT_WORDS`): no NaN/Inf, no float that overflows to one (a 3-digit exponent, 300 digits), no memory usage,
+   no loss key that `lm_loss` reads before `loss`. A match is only a doubt: Python then builds the record. */
+static int fields_are_plain(const unsigned char *p, Py_ssize_t n) {
+    Py_ssize_t run = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char ch = lower(p[i]);
+        run = is_digit(ch) || ch == '_' ? run + 1 : 0;
+        if (run >= 300) return 0;
+        if ((ch == 'n' && lower_at(p, n, i, "nan")) || (ch == 'i' && lower_at(p, n, i, "inf")) ||
+            (ch == 'm' && lower_at(p, n, i, "mem usage")) || (ch == 'l' && lower_at(p, n, i, "lm_loss")) ||
+            (ch == 'r' && lower_at(p, n, i, "reduced_train_loss")))
+            return 0;
+        if (ch == 'e') {
+            Py_ssize_t j = i + 1;
+            if (j < n && (p[j] == '-' || p[j] == '+')) j++;
+            if (j + 3 <= n && (is_digit(p[j]) || p[j] == '_') && (is_digit(p[j + 1]) || p[j + 1] == '_') &&
+                (is_digit(p[j + 2]) || p[j + 2] == '_'))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* What a reader with a row hook gets of a row folded in C: (line_start, prefix_end, line_end, newlines before it in
+   this scan, iteration, loss (None if absent or not finite), plain (`fields_are_plain` and a finite or no loss),
+   NaN count, time (prefix_time of the usual prefix, else None), 1 if that time was read here). */
+static int hand_row(PyObject *rows_out, const char *base, Py_ssize_t line_start, const char *at, const char *newline,
+                    long long newlines, const Row *row) {
+    const unsigned char *ubase = (const unsigned char *)base;
+    double time = 0.0;
+    int timed = plain_prefix_time(ubase + line_start, at - base - line_start, &time);
+    int plain = (!row->has_loss || row->loss_finite) &&
+                fields_are_plain((const unsigned char *)row->fields_start, row->fields_end - row->fields_start);
+    PyObject *loss = row->has_loss && row->loss_finite ? PyFloat_FromDouble(row->loss) : Py_NewRef(Py_None);
+    if (loss == NULL) return -1;
+    PyObject *time_s = timed ? PyFloat_FromDouble(time) : Py_NewRef(Py_None);
+    if (time_s == NULL) {
+        Py_DECREF(loss);
+        return -1;
+    }
+    PyObject *item = Py_BuildValue("(nnnLLNiLNi)", line_start, (Py_ssize_t)(at - base), (Py_ssize_t)(newline - base),
+                                   newlines, row->iteration, loss, plain, row->nan, time_s, timed);
+    if (item == NULL) return -1;
+    int failed = PyList_Append(rows_out, item);
+    Py_DECREF(item);
+    return failed;
+}
+
 static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, Py_ssize_t end, PyObject *summary,
-                            PyObject *shape_object, int awaits_step_line) {
+                            PyObject *shape_object, int awaits_step_line, PyObject *rows_out) {
     State st;
     Shape shape;
     memset(&st, 0, sizeof(st));
@@ -1055,6 +1162,7 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
             int counted = add_row(self, &st, &row, tokens, has_tokens);
             if (counted < 0) goto error;
             if (counted && timed && spans_push(&self->counted, pos, at - base, TIME_PREFIX) < 0) goto error;
+            if (rows_out != NULL && hand_row(rows_out, base, pos, at, newline, newlines, &row) < 0) goto error;
             rows++;
         } else if (needs_parser(self, ubase + pos, length)) {
             goto to_python;
@@ -1079,21 +1187,29 @@ error:
     return NULL;
 }
 
-/* scan(block, start, end, summary, shape, awaits_step_line) -> (stop, line_start, line_end, newlines, rows);
-   block is any contiguous bytes-like object (the reader's reused buffer), block[start:end] whole lines. */
+/* scan(block, start, end, summary, shape, awaits_step_line[, rows_out]) -> (stop, line_start, line_end, newlines,
+   rows); block is any contiguous bytes-like object (the reader's reused buffer), block[start:end] whole lines;
+   rows_out, a list: each row folded is appended to it (`hand_row`). */
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Py_buffer block;
-    PyObject *summary, *shape_object, *result;
+    PyObject *summary, *shape_object, *result, *rows_out = Py_None;
     Py_ssize_t start, end;
     int awaits_step_line;
-    if (!PyArg_ParseTuple(args, "y*nnOOp", &block, &start, &end, &summary, &shape_object, &awaits_step_line))
+    if (!PyArg_ParseTuple(args, "y*nnOOp|O", &block, &start, &end, &summary, &shape_object, &awaits_step_line,
+                          &rows_out))
         return NULL;
+    if (rows_out != Py_None && !PyList_Check(rows_out)) {
+        PyBuffer_Release(&block);
+        PyErr_SetString(PyExc_TypeError, "rows_out must be a list or None");
+        return NULL;
+    }
     const char *base = block.buf;
     if (start < 0 || end > block.len || start > end || (end > start && base[end - 1] != '\n')) {
         PyErr_SetString(PyExc_ValueError, "the range must be whole lines of the block");
         result = NULL;
     } else {
-        result = scan_lines(self, base, start, end, summary, shape_object, awaits_step_line);
+        result = scan_lines(self, base, start, end, summary, shape_object, awaits_step_line,
+                            rows_out == Py_None ? NULL : rows_out);
     }
     PyBuffer_Release(&block);
     return result;

@@ -32,6 +32,13 @@ MEGAPILOT_LOG_ENGINE=python forces the pure-Python engine; `ENGINE` says which r
 - python: one bytes regex per block finds the canonical lines (its groups are the summary's values, handed over
   in batches through `add_rows`), one needle regex per gap finds the next line worth parsing.
 
+A reader that wants some iteration records (`diagnose` keeps a bounded series, `megapilot.diagnose.series`) passes
+`on_row`: each canonical line then reaches it as a `RowLine` (iteration, loss, NaN count, time, whether those are the
+record's anomaly fields, and the line's text with a copy of the parser's state to build the record on demand),
+in log order among the records the sink gets. The compiled engine hands its rows over as a list after each scan
+(offsets, values, the prefix's time read in C for the usual ` [YYYY-MM-DD HH:MM:SS.ffffff] ` prefix, the "plain"
+test in C) and stops at `memory (MB)` lines too (their records are kept then); the Python engine calls it per row.
+
 Blocks are cut as `LineSplitter` cuts them, with the same chunk size as the line path, so over-long lines are cut
 the same way and memory stays bounded by the chunk size (1 MiB) plus the longest line; the compiled engine reads
 into one reused buffer (a fresh 1 MiB object per chunk cost it more in page faults and copies than the scan).
@@ -54,12 +61,14 @@ captures), RE2's bindings (the same per-match Python cost).
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, NamedTuple, Protocol
 
 from megapilot.errors import MegapilotError
 from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES
@@ -70,7 +79,7 @@ from megapilot.logs.parser import (
     leading_time,
     prefix_time,
 )
-from megapilot.logs.records import Evidence, Record
+from megapilot.logs.records import Evidence, IterationRecord, Record
 from megapilot.logs.signatures import TRIGGERS
 from megapilot.logs.summary import RESERVOIR_SIZE, WARMUP_CAP, IterationRow, SummaryBuilder
 
@@ -123,6 +132,44 @@ class SourceEnd:
     last_time_s: float | None
     framework_hints: Counter[str]
 
+
+class RowLine(NamedTuple):
+    """A canonical iteration line read in bulk, for a reader that wants some of their records (`on_row`): a few of
+    the row's values, and what builds the line's record on demand (`record`), exactly as `LineParser.feed` built it
+    on reaching the line. `plain`: the values are the record's anomaly fields (its `iteration`, its `lm_loss` is
+    `loss`, finite or None, `nan_iterations`; no other loss nor the grad norm is NaN/Inf, no memory usage); when
+    not, only `record()` tells. `time_s` is the record's always."""
+
+    iteration: int
+    loss: float | None
+    nan_iterations: int
+    time_s: float | None
+    line_no: int
+    text: bytes
+    parser: LineParser  # a copy of the file's parser as it was at this line (its state decides dialect and tokens)
+    plain: bool
+
+    def record(self) -> IterationRecord:
+        record = self.parser.iteration_record(self.line_no, self.text.decode("ascii"))
+        if record is None:  # ITERATION_RE matches every line FAST_ITERATION_RE accepts
+            raise AssertionError(f"line {self.line_no} is not an iteration line")
+        return record
+
+
+def _row_is_plain(fields: bytes) -> bool:
+    """Whether a row's values are its record's anomaly fields, from the bytes after its loss (`_DOUBT_WORDS`)."""
+    low = fields.lower()
+    for word in _DOUBT_WORDS:
+        if word in low:
+            return False
+    return _OVERFLOW_RE.search(low) is None and (len(low) < 300 or _DIGIT_RUN_RE.search(low) is None)
+
+
+RowHook = Callable[[RowLine], None]
+# A row as the compiled scan hands it over: (line start, prefix end, line end, newlines before it in the scan,
+# iteration, finite loss or None, plain, NaN count, the prefix's time if read in C, whether it was).
+ScannedRow = tuple[int, int, int, int, int, float | None, int, int, float | None, int]
+
 _VALUE = rb"[\x20-\x7b\x7d\x7e]*"  # printable ASCII but `|`
 _INT = rb"[0-9]{1,15}"  # short enough that int(float(text)) == int(text), as the line parser computes it
 _NUMBER = rb"[0-9]{1,15}(?:\.[0-9]{1,15})?"
@@ -155,6 +202,13 @@ FAST_ITERATION_RE = re.compile(
     rb" number of nan iterations: +(" + _INT + rb") \| *\n"
 )
 _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+# A row's record can differ from its values in the anomaly fields only through the fields after its loss (before
+# them come fixed keys the rules do not read): another loss or the grad norm NaN/Inf, or a float that overflows to
+# one (a 3-digit exponent, 300 digits), a memory usage, a loss key `lm_loss` reads first. Doubts only (an `info`
+# key, say): the record is then built.
+_DOUBT_WORDS = (b"nan", b"inf", b"mem usage", b"lm_loss", b"reduced_train_loss")
+_OVERFLOW_RE = re.compile(rb"e[-+]?[0-9_]{3}")
+_DIGIT_RUN_RE = re.compile(rb"[0-9_]{300}")
 _TIMESTAMP_RE = re.compile(rb"\d{4}-?\d\d-?\d\d[ T_]\d\d:\d\d:\d\d")
 
 
@@ -189,12 +243,15 @@ SUMMARY_INERT_NEEDLES: dict[str, tuple[str, str]] = {
 }
 
 
-def _new_scanner() -> _scan.Scanner:
+def _new_scanner(keeps_memory: bool = False) -> _scan.Scanner:
+    """`keeps_memory`: `memory (MB)` reports stop the scan (their records go to the sink) instead of being inert."""
     rules = {"always": _scan.INERT_ALWAYS, "before suffix": _scan.INERT_BEFORE_SUFFIX,
              "unless iteration record": _scan.INERT_UNLESS_ITERATION}
     needles = []
     for needle in PARSER_NEEDLES:
         rule, suffix = SUMMARY_INERT_NEEDLES.get(needle, ("never", ""))
+        if keeps_memory and needle == "memory (":
+            rule = "never"
         inert = _scan.INERT_NEVER if needle in TRIGGERS else rules.get(rule, _scan.INERT_NEVER)
         needles.append((needle.encode("latin-1"), inert, suffix.encode("latin-1")))
     keys = tuple(key.encode("latin-1") for key in SUMMARY_KEY_NAMES)
@@ -227,13 +284,18 @@ class BulkReader:
     """Reads one binary stream into a sink, with one `LineParser` for the file's state, by the engine chosen
     (`choose_engine`): the compiled scanner, or the pure-Python one it falls back to."""
 
-    def __init__(self, sink: RecordSink, parser: LineParser, engine: str | None = None) -> None:
+    def __init__(self, sink: RecordSink, parser: LineParser, engine: str | None = None,
+                 on_row: RowHook | None = None) -> None:
+        """`on_row`: called with each canonical iteration line's `RowLine`, in log order among the records the
+        sink gets (the compiled engine hands its rows over after each scan, before the line it stopped at)."""
         self.sink = sink
         self.parser = parser
         self.summary = sink.summary
         self.dialects = sink.dialects
         self.engine = choose_engine(engine)
-        self._scanner = _new_scanner() if self.engine == "compiled" else None
+        self._on_row = on_row
+        self._parser_at_row: LineParser | None = None  # the parser's state for `RowLine`s, copied once per gap
+        self._scanner = _new_scanner(keeps_memory=on_row is not None) if self.engine == "compiled" else None
         self.lines_read = 0
         self.last_line: tuple[int, str] | None = None
         # Lazy timestamps of the current block: the parser's latest-time candidates (prefix bytes of
@@ -314,9 +376,12 @@ class BulkReader:
                 continue
             assert self._scanner is not None
             self._resolve_times()  # rows and times the Python side holds reach the summary first
-            self._line_number_at(pos)
+            first_line_no = self._line_number_at(pos)
+            handed: list[ScannedRow] | None = [] if self._on_row is not None else None
             stop, line_start, line_end, newlines, rows = self._scanner.scan(
-                block, pos, end, self.summary, self._token_shape(), self.parser.awaits_step_line)
+                block, pos, end, self.summary, self._token_shape(), self.parser.awaits_step_line, handed)
+            if handed:
+                self._hand_scanned_rows(handed, first_line_no)
             self._line_no += newlines
             self._line_pos = line_start
             if rows:
@@ -330,6 +395,19 @@ class BulkReader:
                 return
             self._python_range(line_start, line_end)
             pos = line_end
+
+    def _hand_scanned_rows(self, rows: list[ScannedRow], first_line_no: int) -> None:
+        """The compiled scan's rows to `on_row` (the parser was fed no line during the scan: one state for all)."""
+        block, on_row = self._block, self._on_row
+        assert on_row is not None
+        if self._parser_at_row is None:
+            self._parser_at_row = copy.copy(self.parser)
+        parser = self._parser_at_row
+        for start, prefix_end, end, line_offset, iteration, loss, plain, nan, time_s, timed in rows:
+            if not timed:  # not the usual prefix: the parser's own reading
+                time_s = prefix_time(bytes(block[start:prefix_end]).decode("ascii"))
+            on_row(RowLine(iteration, loss, nan, time_s, first_line_no + line_offset, bytes(block[start:end]), parser,
+                           bool(plain)))
 
     def _token_shape(self) -> tuple[int, int, int] | None:
         """What `LineParser.computed_tokens_per_s` computes from: (seq, world, default GBS; 0 for unknown)."""
@@ -365,6 +443,7 @@ class BulkReader:
         rows_append, time_candidates_append = self._rows.append, self._time_candidates.append
         computes_tokens = parser.computes_tokens
         needs_first_time = not summary.has_first_time
+        on_row = self._on_row
         word_bytes, rfind = _WORD_BYTES, block.rfind
         pos = start
         for found in FAST_ITERATION_RE.finditer(block, start, end):
@@ -389,6 +468,8 @@ class BulkReader:
                                parser.computed_tokens_per_s(int(gbs), elapsed_ms) if computes_tokens else None,
                                None if tflops is None else float(tflops), None if loss is None else float(loss),
                                0 if nan == b"0" else int(nan), 0 if skipped == b"0" else int(skipped), prefix)
+            if on_row is not None:
+                on_row(self._row_line(row, found, line_start))
             time_candidates_append(prefix)
             if needs_first_time:  # until a counted line has a timestamp, read each one at once
                 self._add_with_time(row)
@@ -397,6 +478,17 @@ class BulkReader:
                 rows_append(row)
         if pos < end:
             self._gap(pos, end)
+
+    def _row_line(self, row: IterationRow, found: re.Match[bytes], line_start: int) -> RowLine:
+        block = self._block
+        if self._parser_at_row is None:
+            self._parser_at_row = copy.copy(self.parser)
+        after_loss = found.end(6) if found.start(6) >= 0 else found.end(5)
+        loss = row.loss
+        plain = (loss is None or math.isfinite(loss)) and _row_is_plain(bytes(block[after_loss:found.start(7)]))
+        return RowLine(row.iteration, loss, row.nan_iterations or 0, prefix_time(row.time_key.decode("ascii")),
+                       self._line_number_at(line_start), bytes(block[line_start:found.end() - 1]), self._parser_at_row,
+                       plain)
 
     def _add_with_time(self, row: IterationRow) -> None:
         self.summary.add_row(row, time_s=prefix_time(row.time_key.decode("ascii")))
@@ -445,6 +537,7 @@ class BulkReader:
                     for record in feed(line_no, segment):
                         add(record)
             line_no += 1
+        self._parser_at_row = None  # the lines may have changed the parser's state
 
     def _line_number_at(self, pos: int) -> int:
         self._line_no += self._block.count(b"\n", self._line_pos, pos)
@@ -526,6 +619,6 @@ def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tu
 
 
 def read_bulk(sink: RecordSink, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES,
-              engine: str | None = None) -> SourceEnd:
+              engine: str | None = None, on_row: RowHook | None = None) -> SourceEnd:
     """Parse a whole binary stream in summary-only mode into `sink` (see the module docstring)."""
-    return BulkReader(sink, parser, engine).read(stream, chunk_bytes)
+    return BulkReader(sink, parser, engine, on_row).read(stream, chunk_bytes)

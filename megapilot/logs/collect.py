@@ -4,7 +4,9 @@
 per-record list is kept (records still stream through `on_record` if given), so memory stays flat
 whatever the log size; errors and checkpoint operations are kept but bounded. Summary-only without
 `on_record` reads in bulk (`megapilot.logs.bulk`: regexes over byte blocks, the same result as
-feeding every line to the line parser, which every other mode does).
+feeding every line to the line parser, which every other mode does). Summary-only with `on_row` reads in bulk
+too: canonical iteration lines reach `on_row` as `RowLine`s (a record built only on demand), every other record
+`on_record`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.bulk import SourceEnd, read_bulk
+from megapilot.logs.bulk import RecordSink, RowHook, SourceEnd, read_bulk
 from megapilot.logs.framework import UNKNOWN_FRAMEWORK, Framework, detect_framework
 from megapilot.logs.lines import follow_lines, read_lines, split_carriage_returns
 from megapilot.logs.parser import LineParser, ParseOptions
@@ -251,20 +253,40 @@ def parse_logs(
     options: ParseOptions | None = None,
     summary_only: bool = False,
     on_record: Callable[[Record], None] | None = None,
+    on_row: RowHook | None = None,
 ) -> ParsedLog:
-    """Parse log files (or `-` for stdin) of one run into one `ParsedLog`."""
+    """Parse log files (or `-` for stdin) of one run into one `ParsedLog`.
+
+    `on_record` gets every record built. `on_row` (summary-only): read in bulk, each canonical Megatron-LM
+    iteration line reaches `on_row` as a `RowLine` (no record built unless asked), in log order among the records
+    `on_record` gets; without `summary_only` every iteration line is a record for `on_record`."""
     collector = LogCollector(summary_only=summary_only)
     for path in paths:
         name = str(path)
         collector.log.files.append(name)
         # rank 0 prints the arguments, the last rank the iterations: a block read from an earlier file serves later ones
         parser = LineParser(name if name != "-" else "<stdin>", options, collector.log.arguments)
-        if summary_only and on_record is None:
+        if summary_only and (on_record is None or on_row is not None):
+            sink: RecordSink = collector if on_record is None else _ForwardingSink(collector, on_record)
             with _binary_source(name) as stream:
-                collector.end_source(read_bulk(collector, parser, stream))
+                collector.end_source(read_bulk(sink, parser, stream, on_row=on_row))
         else:
             _feed(collector, parser, _open_source(name), on_record)
     return collector.finish()
+
+
+class _ForwardingSink:
+    """The collector as a bulk reader's sink, each record also handed to `on_record`."""
+
+    def __init__(self, collector: LogCollector, on_record: Callable[[Record], None]) -> None:
+        self.summary = collector.summary
+        self.dialects = collector.dialects
+        self._collect = collector.add
+        self._on_record = on_record
+
+    def add(self, record: Record) -> None:
+        self._collect(record)
+        self._on_record(record)
 
 
 @contextmanager

@@ -388,6 +388,25 @@ class LineParser:
 
     # ---- iteration lines --------------------------------------------------------------------------
     def _iteration(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
+        record = self._iteration_record(line_no, text, found)
+        if self._pending_step_time_s is not None:  # the Bridge `Step Time` line is used up by this line
+            self._pending_step_time_s = self._pending_bridge_tflops = None
+        if record.time_s is not None:
+            self.last_time_s = record.time_s
+        return record
+
+    def iteration_record(self, line_no: int, text: str) -> IterationRecord | None:
+        """The record `feed` builds from an iteration line (None if `text` is not one), without `feed`'s effects on
+        the parser (its latest timestamp, a Bridge `Step Time` used up): for a reader that already accounted for the
+        line's effects (bulk reading) and builds records only for some lines. ANSI-free text only."""
+        if "iteration" not in text:
+            return None
+        found = ITERATION_RE.search(text)
+        if found is None:
+            return None
+        return self._iteration_record(line_no, text, found)
+
+    def _iteration_record(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
         prefix = text[: found.start()]
         fields = IterationFields()
         if "[rank-" in prefix:
@@ -402,7 +421,7 @@ class LineParser:
             raw = raw.strip()
             if key and raw:
                 self._iteration_field(fields, key, raw)
-        return self._build_iteration(line_no, text, found, self._time_in_prefix(prefix), fields)
+        return self._build_iteration(line_no, text, found, prefix_time(prefix), fields)
 
     @staticmethod
     def _iteration_field(fields: IterationFields, key: str, raw: str) -> None:
@@ -426,13 +445,13 @@ class LineParser:
 
     def _build_iteration(self, line_no: int, text: str, found: re.Match[str], time_s: float | None,
                          fields: IterationFields) -> IterationRecord:
+        """The record of an iteration line, the parser left as it is (`_iteration` applies the line's effects)."""
         values = fields.values
         if self._pending_step_time_s is not None:  # Megatron-Bridge prints `Step Time` just before
             if values.get("elapsed_ms") is None:
                 values["elapsed_ms"] = self._pending_step_time_s * 1000.0
             if values.get("tflops_per_gpu") is None:
                 values["tflops_per_gpu"] = self._pending_bridge_tflops
-            self._pending_step_time_s = self._pending_bridge_tflops = None
         if values.get("tokens_per_s_per_gpu") is not None:
             values["tokens_source"] = "printed"
         else:
