@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPEATS = 5  # grep/parse pairs on the 1 GB file; the median pair is reported
 ITERATION = (" [2026-01-01 {h:02d}:{m:02d}:{s:02d}.{us:06d}] iteration {it:8d}/{total:8d} | "
              "consumed samples: {cs:12d} | "
              "elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | "
@@ -170,8 +171,13 @@ def main() -> None:
         generate(small, size // 8)
         mb = big.stat().st_size / 1e6
         small_mb = small.stat().st_size / 1e6
-        grep_wall_s, grep_cpu_s, grep_count = timed_child(["grep", "-c", "iteration", str(big)])
-        bulk_wall_s, bulk_cpu_s, bulk = parse_in_child(big, "bulk")
+        # Interleaved repeats on the same file: a shared machine moves single readings by +-20 %, so the ratio is
+        # the median of the per-pair ratios, with the lowest and highest pair stated beside it.
+        pairs = [(timed_child(["grep", "-c", "iteration", str(big)]), parse_in_child(big, "bulk"))
+                 for _ in range(REPEATS)]
+        ratios = sorted(grep[1] / parse[1] for grep, parse in pairs)
+        (grep_wall_s, grep_cpu_s, grep_count), (bulk_wall_s, bulk_cpu_s, bulk) = sorted(
+            pairs, key=lambda pair: pair[0][1] / pair[1][1])[REPEATS // 2]
         _, small_bulk_cpu_s, small_bulk = parse_in_child(small, "bulk")
         _, small_python_cpu_s, small_python = parse_in_child(small, "bulk", engine="python")
         _, small_line_cpu_s, small_line = parse_in_child(small, "line")
@@ -190,6 +196,8 @@ def main() -> None:
             "bulk_wall_s": round(bulk_wall_s, 3), "bulk_cpu_s": round(bulk_cpu_s, 3),
             "bulk_mb_per_cpu_s": round(mb / bulk_cpu_s, 1),
             "bulk_vs_grep_speed_cpu": round(grep_cpu_s / bulk_cpu_s, 4),
+            "bulk_vs_grep_repeats": REPEATS, "bulk_vs_grep_lowest": round(ratios[0], 4),
+            "bulk_vs_grep_highest": round(ratios[-1], 4),
             "required_parse_vs_grep": 0.25, "goal_parse_vs_grep": 0.5,
             "python_startup_cpu_s": round(start_cpu_s, 3),
             "parsed_iterations": bulk["iterations"], "parsed_p50_ms": bulk["p50_ms"],

@@ -44,14 +44,15 @@ the same way and memory stays bounded by the chunk size (1 MiB) plus the longest
 into one reused buffer (a fresh 1 MiB object per chunk cost it more in page faults and copies than the scan).
 
 Speed (bench/log_parse, results.json, a synthetic 1 GB Megatron log on a shared 2-core machine): the compiled
-engine reads ~1,270 MB per CPU-second, 0.26x `grep -c iteration` in CPU seconds (grep: ~4,900 MB per CPU-second,
-memchr speed), ~13x the Python engine (~53 MB per CPU-second) and ~50x the line path. CPU seconds still grow when
-the two cores are busy with other jobs (shared caches and execution units): a rerun beside them read 0.19x.
-Where its ~0.84 CPU-seconds go: ~0.3 s in the C matcher (~105 ns per 350-byte
-iteration line: digit runs, literals, three float conversions), ~0.2 s in the kernel copying the file in (about
-grep's whole time), ~0.2 s in the line parser for the 1,172 checkpoint lines (each runs every error signature's
-regex, ~170 us), ~0.09 s for Python's start and imports, the rest in the running statistics, the reservoir's
-draws and the per-block Python. One process, no multiprocessing: the summary is sequential (Welford, a seeded
+engine reads ~1,550 MB per CPU-second, 0.29x `grep -c iteration` in CPU seconds (the median of 5 interleaved
+grep/parse pairs, 0.25x to 0.34x; grep: ~5,000 MB per CPU-second, memchr speed), ~25x the Python engine (~53 MB per
+CPU-second) and ~100x the line path. CPU seconds still grow when the two cores are busy with other jobs (shared
+caches and execution units): a single reading beside them once read 0.19x. Where its ~0.7 CPU-seconds go: ~0.3 s
+in the C matcher (~105 ns per 350-byte iteration line: digit runs, literals, three float conversions), ~0.2 s in
+the kernel copying the file in (about grep's whole time), ~0.09 s for Python's start and imports, the rest in the
+line parser for the 1,172 checkpoint lines (each now searches only the error signatures whose required literals
+it holds, ~57 us instead of ~310 us), the running statistics, the reservoir's draws and the per-block Python.
+One process, no multiprocessing: the summary is sequential (Welford, a seeded
 reservoir), so splitting the file would change its floats, and CPU seconds would not drop anyway.
 
 Engines measured and rejected before the C scanner: polars' Rust-regex `str.extract_groups` (~4 us per iteration
