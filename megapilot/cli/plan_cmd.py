@@ -142,7 +142,8 @@ def plan_command(
     profile: Path | None = PROFILE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Search every legal parallel layout and rank them by predicted tokens/s/GPU."""
+    """Search every legal parallel layout and rank them by predicted tokens/s/GPU; layouts within the estimate's own
+    calibrated error of the fastest are ordered as the public recipes prefer (the reasons name the rule)."""
     from megapilot.cli.common import emit_json, print_assumptions, require_positive
     from megapilot.errors import MegapilotError
     from megapilot.plan import Pins, plan
