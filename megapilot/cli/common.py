@@ -43,8 +43,9 @@ class OutputConsole(Console):
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]  # the base property's setter
 
 
-console = OutputConsole()
-err_console = OutputConsole(stderr=True)
+# No emoji codes: log evidence is full of `host:pid:tid` (`node-3:1234:5678`), which rich would turn into emoji.
+console = OutputConsole(emoji=False)
+err_console = OutputConsole(stderr=True, emoji=False)
 
 
 def _default(obj: object) -> object:

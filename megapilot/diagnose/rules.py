@@ -276,10 +276,26 @@ def _nccl_timeout(records: list[ErrorRecord], log: ParsedLog, config: RunConfig 
     return Finding("nccl_timeout", "critical", title, _evidence(records), cause, fixes, occurrences=len(records))
 
 
+_IB_COMPLETION_STATUS = re.compile(r"net/ib.*completion.*status=(\d+)")
+# ibv_wc_status values NCCL's IB transport prints (verbs.h, rdma-core)
+_IB_STATUS_MEANING = {
+    5: "work request flushed: the queue pair had already failed",
+    10: "remote access error",
+    12: "transport retry counter exceeded: the peer stopped acknowledging (link down, peer dead, fabric congestion)",
+    13: "receiver-not-ready retry exceeded: the peer could not take the data",
+}
+
+
 def _nccl_error(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     text = " ".join(r.text for r in records).lower()
     if "ncclremoteerror" in text or "network error" in text:
         cause = "A peer failed or the network between ranks did (ncclRemoteError): check the NICs and the remote node."
+    elif (ib_status := _IB_COMPLETION_STATUS.search(text)) is not None:
+        status = int(ib_status.group(1))
+        meaning = _IB_STATUS_MEANING.get(status, "an InfiniBand work-completion error")
+        cause = (f"An InfiniBand transfer failed (work completion status {status}: {meaning}): the link, the switch "
+                 "path or the peer node dropped out; the other ranks' NCCL aborts follow from it. Check the ports "
+                 "and error counters of both named hosts and the fabric between them.")
     elif "invalidusage" in text or "invalidargument" in text:
         cause = ("Ranks called different collectives or with different sizes (ncclInvalidUsage): a code/config "
                  "mismatch between ranks.")

@@ -124,7 +124,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl_error", "nccl_error",
          r"\bnccl(?:InternalError|RemoteError|InvalidUsage|InvalidArgument|SystemError|UnhandledCudaError)\b|"
          r"unhandled (?:cuda|hip) error|\b[NR]CCL error\b|\b[NR]CCL WARN\b.*(?:fail|error|abort)|"
-         r"DistBackendError"),
+         # an InfiniBand work completion with an error status (ibv_wc_status: 12 = transport retry counter
+         # exceeded, 13 = RNR retry exceeded, ...): NCCL's IB transport prints it without the word "error"
+         r"\b[NR]CCL WARN\b.*NET/IB.*completion.*status=[1-9]|"
+         r"DistBackendError|[NR]CCL communicator was aborted"),
     # --- rendezvous / launch ---------------------------------------------------------------------
     _sig("rendezvous", "rendezvous_failure",
          r"Rendezvous(?:Timeout|Connection|Closed|State)Error|rendezvous.*(?:timed out|failed|timeout)|"

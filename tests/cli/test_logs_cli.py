@@ -202,3 +202,13 @@ def test_logs_parse_follow_of_a_glob_sends_the_live_lines_to_stderr_under_json(c
 def test_logs_parse_cannot_follow_stdin(cli):
     result = cli("logs", "parse", "-", "--follow", "--timeout", "0.1")
     assert result.exit_code == 2 and "standard input cannot be followed" in result.stderr
+
+
+def test_evidence_is_printed_as_the_log_wrote_it_no_emoji_codes(cli, tmp_path):
+    # NCCL prefixes its lines `host:pid:tid`; rich would read `:1234:` as an emoji code
+    log = tmp_path / "nccl.err"
+    log.write_text("node-3:1234:5678 [2] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.1.2.3<43219> "
+                   "failed : Software caused connection abort\n")
+    result = cli("diagnose", str(log))
+    assert result.exit_code == 0
+    assert "node-3:1234:5678 [2]" in result.stdout

@@ -297,3 +297,18 @@ def test_low_throughput_from_the_estimator_when_the_log_prints_no_tflops():
     assert "MFU on h100" in finding.title
     healthy = parse_text("\n".join(line.replace("60000.0", "9000.0") for line in lines))
     assert "low_throughput" not in [f.category for f in diagnose_log(healthy, config).findings]
+
+
+IB_RETRY_EXCEEDED = [
+    "node-3:1234:5678 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.4<54321> with "
+    "status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.0.0.3 remoteGids::ffff:10.0.0.4 hca mlx5_2",
+    "node-3:1234:5678 [2] NCCL INFO transport/net.cc:1134 -> 6",
+    "RuntimeError: NCCL communicator was aborted on rank 18.",
+]
+
+
+def test_an_infiniband_completion_error_is_the_cause_and_names_its_status():
+    (finding,) = diagnose_log(parse_text("\n".join(IB_RETRY_EXCEEDED)), None).findings
+    assert finding.category == "nccl_error"
+    assert "status 12: transport retry counter exceeded" in finding.cause
+    assert [e.line for e in finding.evidence][:2] == [1, 3]

@@ -19,6 +19,9 @@ POSITIVE = [
     ("oom", "RuntimeError: CUDA error: out of memory"),
     ("oom", "host:123:456 [3] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'"),
     ("oom", "hipErrorOutOfMemory returned from hipMalloc"),
+    ("nccl_error", "node-3:1234:5678 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+                   "10.0.0.4<54321> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_2"),
+    ("nccl_error", "RuntimeError: NCCL communicator was aborted on rank 18."),
     ("nccl_timeout", "[rank0]:[E ProcessGroupNCCL.cpp:754] [Rank 0] Watchdog caught collective operation timeout: "
                      "WorkNCCL(SeqNum=305, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600528 "
                      "milliseconds before timing out."),
