@@ -468,6 +468,27 @@ def _dataloader(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | 
 
 
 def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    by_signature = {r.signature for r in records}
+    if "token_out_of_vocab" in by_signature:
+        return Finding("config_error", "critical", "A token id is past the embedding table", _evidence(records),
+                       "An embedding lookup read a token id at or beyond the vocabulary size (the device-side assert "
+                       "`srcIndex < srcSelectDimSize`): the data was tokenized with another tokenizer or vocabulary "
+                       "than the model's (--tokenizer-model / --vocab-size, or a padded vocabulary cut too small).",
+                       [Fix("add", "python -c 'import numpy as np; print(np.memmap(\"<prefix>.bin\", "
+                                   "dtype=np.int32).max())'", None, "the largest token id in the data (its dtype is "
+                                   "in the .idx header) must be below the model's vocabulary size", kind="command")],
+                       occurrences=len(records))
+    if "environment" in by_signature:
+        return Finding("config_error", "critical", "The software stack does not fit the GPUs", _evidence(records),
+                       "The job could not use the GPUs it was given: no GPU visible to the process, a driver older "
+                       "than the CUDA/ROCm build needs, or kernels built for another GPU architecture (or a precision "
+                       "the GPU does not have). Nothing in the training configuration is at fault.",
+                       [Fix("add", "nvidia-smi (or rocm-smi) && python -c 'import torch; print(torch.version.cuda, "
+                                   "torch.version.hip, torch.cuda.is_available())'", None,
+                            "compare the driver and the build on the failing node", kind="command"),
+                        Fix("set", "CUDA_VISIBLE_DEVICES", "<the GPUs SLURM/torchrun assigned>", "a rank that sees no "
+                            "GPU was started outside its allocation", kind="env")],
+                       occurrences=len(records))
     fixes: list[Fix] = []
     for record in records:
         if "unrecognized arguments:" in record.text:

@@ -110,6 +110,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     "time (ms)",
     "in billions", "emory footprint", "step time", "training ...", ARGUMENTS_NEEDLE,
     "[nemo ",  # NeMo's logger prefix names the framework (`LineParser.feed`)
+    "exception",  # `SomeException: ...` alone (`LineParser._lone_exception`); `...Error:` holds the trigger "error"
     *(needle.lower() for needle, _ in _MARKERS),
 )
 
@@ -576,7 +577,7 @@ class LineParser:
             if in_writer is not None:
                 return in_writer
         if self._traceback_frames is None:
-            return None
+            return self._lone_exception(line_no, text)
         bare = strip_prefix(text)
         if bare.lstrip().startswith("File ") or bare.startswith((" ", "\t")):
             self._traceback_frames.append(bare)
@@ -585,6 +586,19 @@ class LineParser:
         if is_exception_line(bare):
             return self._exception(line_no, text, bare)
         return None
+
+    def _lone_exception(self, line_no: int, text: str) -> ErrorRecord | None:
+        """`RuntimeError: ...` with no traceback above it (an excerpt, a launcher's echo, a rank that printed only
+        the message): still the exception that ended the process, named by itself. Only a line that starts with the
+        exception's name and carries a message counts, so a log message that mentions an error does not."""
+        bare = strip_prefix(text)
+        found = LONE_EXCEPTION_RE.match(bare)
+        if found is None:
+            return None
+        category, exception_name = classify_exception(bare, []) or ("process_crash", found.group(1))
+        return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
+                           signature=f"exception:{exception_name}", rank=rank_of(text), details={"frame": ""},
+                           time_s=self._own_time(text))
 
     def _note_framework(self, frame: str) -> None:
         if PRIMUS_FRAME_NEEDLE in frame.lower():  # a platform, not a framework: Primus runs on ROCm
@@ -816,6 +830,8 @@ FRAMEWORK_FRAME_NEEDLES: tuple[tuple[str, str], ...] = (
     ("/megatron_llm/", "megatron-lm"), ("/megatron/neox/", "gpt-neox"), ("/gpt-neox/", "gpt-neox"),
     ("/deepspeed/", "deepspeed"), ("/megatron/", "megatron-lm"),
 )
+#: A line that is an exception on its own: a dotted CamelCase name ending in Error or Exception, a colon, a message.
+LONE_EXCEPTION_RE = re.compile(r"(?:[a-z_][\w]*\.)*((?:[A-Z][a-z0-9]*)+(?:Error|Exception)): \S")
 #: AMD's Primus wraps Megatron-LM and torchtitan (`/workspace/Primus/primus/...` frames); its runs are on ROCm.
 PRIMUS_FRAME_NEEDLE = "/primus/"
 PRIMUS_HINT = "primus"

@@ -126,13 +126,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"unhandled (?:cuda|hip) error|\b[NR]CCL error\b|\b[NR]CCL WARN\b.*(?:fail|error|abort)|"
          # an InfiniBand work completion with an error status (ibv_wc_status: 12 = transport retry counter
          # exceeded, 13 = RNR retry exceeded, ...): NCCL's IB transport prints it without the word "error"
-         r"\b[NR]CCL WARN\b.*NET/IB.*completion.*status=[1-9]|"
+         r"\b[NR]CCL WARN\b.*NET/IB.*completion.*status=[1-9]|\b[NR]CCL WARN\b.*connection closed by remote peer|"
          r"DistBackendError|[NR]CCL communicator was aborted"),
     # --- rendezvous / launch ---------------------------------------------------------------------
     _sig("rendezvous", "rendezvous_failure",
          r"Rendezvous(?:Timeout|Connection|Closed|State)Error|rendezvous.*(?:timed out|failed|timeout)|"
          r"DistNetworkError|DistStoreError|client socket has timed out|TCPStore.*(?:fail|timeout|timed out)|"
-         r"address already in use|EADDRINUSE|connect\(\) to .* failed|Connection refused.*(?:store|c10d|rdzv)"),
+         r"address already in use|EADDRINUSE|connect\(\) to .* failed|Connection refused.*(?:store|c10d|rdzv)|"
+         r"store based barrier|retrieving ncclUniqueId from .* via c10d key-value store"),
     # --- checkpoints -----------------------------------------------------------------------------
     _sig("checkpoint_save", "checkpoint_save_failure",
          r"(?:fail|error|exception|unable)\w*[^|]{0,80}\bsav(?:e|ing)\b[^|]{0,40}checkpoint|"
@@ -154,6 +155,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"error: unrecognized arguments|error: argument --|error: the following arguments are required|"
          r"usage: (?:pretrain_\w+|train|torchrun)\S* \[|is not divisible by|must be divisible by|"
          r"should be divisible by|^\s*(?:\S+: )?error: --[\w-]+: "),
+    # --- the software stack does not fit the GPUs (driver, build, visibility) --------------------------
+    _sig("environment", "config_error",
+         r"no CUDA GPUs are available|NVIDIA driver on your system is too old|hipErrorNoBinaryForGpu|"
+         r"no kernel image is available for execution on the device|requires compute capability|"
+         r"CUDA driver version is insufficient|found no NVIDIA driver on your system"),
+    # --- a token id past the embedding table: the data's tokenizer is not the model's vocabulary -------
+    _sig("token_out_of_vocab", "config_error", r"srcIndex < srcSelectDimSize"),
     # --- process crashes ---------------------------------------------------------------------------
     _sig("slurm", "process_crash",
          r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT|srun: error: .*task \d+: (?:Killed|Exited with exit code|"
@@ -186,6 +194,8 @@ TRIGGERS: tuple[str, ...] = (
     "distbackend", "rendezvous", "distnetwork", "diststore", "socket", "tcpstore", "address already",
     "eaddrinuse", "connect", "checkpoint", "no space", "quota", "state_dict", "size mismatch",
     "dataloader", "dataset", "no such file", ".bin", ".idx", "data file", "error", "usage:", "divisible",
+    "no cuda gpus", "driver", "kernel image", "compute capability", "srcselectdimsize", "store based barrier",
+    "nccluniqueid",
     "childfailed", "exitcode", "exit", "segmentation", "sigsegv", "sigkill", "sigabrt", "core dumped",
     "fatal", "terminate", "pure virtual", "killed", "oom",
 )

@@ -312,3 +312,20 @@ def test_an_infiniband_completion_error_is_the_cause_and_names_its_status():
     assert finding.category == "nccl_error"
     assert "status 12: transport retry counter exceeded" in finding.cause
     assert [e.line for e in finding.evidence][:2] == [1, 3]
+
+
+
+def test_an_embedding_index_assert_is_the_data_tokenizer_against_the_vocabulary():
+    text = ("/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1289: indexSelectLargeIndex: block: [12,0,0], thread: "
+            "[64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n"
+            "RuntimeError: CUDA error: device-side assert triggered")
+    first = diagnose_log(parse_text(text), None).findings[0]
+    assert (first.category, first.title) == ("config_error", "First failure: A token id is past the embedding table "
+                                                             "(<text>:1)")
+    assert "--vocab-size" in first.cause
+
+
+def test_no_visible_gpu_is_the_environment_not_the_configuration():
+    (finding,) = diagnose_log(parse_text("RuntimeError: No CUDA GPUs are available"), None).findings
+    assert finding.title.startswith("First failure: The software stack does not fit the GPUs")
+    assert any(fix.flag == "CUDA_VISIBLE_DEVICES" for fix in finding.fixes)

@@ -22,6 +22,16 @@ POSITIVE = [
     ("nccl_error", "node-3:1234:5678 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
                    "10.0.0.4<54321> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_2"),
     ("nccl_error", "RuntimeError: NCCL communicator was aborted on rank 18."),
+    ("nccl_error", "node2:77:88 [5] NCCL WARN Net : Connection closed by remote peer 10.0.0.9<41234>"),
+    ("rendezvous_failure", "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
+                           "key: store_based_barrier_key:1 (world_size=16, worker_count=8, timeout=0:30:00)"),
+    ("rendezvous_failure", "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+                           "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
+    ("config_error", "RuntimeError: No CUDA GPUs are available"),
+    ("config_error", "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"),
+    ("config_error", "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)."),
+    ("config_error", "Indexing.cu:1289: indexSelectLargeIndex: block: [12,0,0], thread: [64,0,0] Assertion "
+                     "`srcIndex < srcSelectDimSize` failed."),
     ("nccl_timeout", "[rank0]:[E ProcessGroupNCCL.cpp:754] [Rank 0] Watchdog caught collective operation timeout: "
                      "WorkNCCL(SeqNum=305, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600528 "
                      "milliseconds before timing out."),
@@ -268,3 +278,24 @@ def test_needles_are_read_off_each_alternative_and_skip_non_ascii_text():
     assert all(s.needles is None or all(s.needles) for s in SIGNATURES)
     # ignoring case, U+017F (long s) matches "s": no needle holds it, so the shortcut must not apply
     assert match_line("error: \u017fegmentation fault") is not None
+
+
+@pytest.mark.parametrize(("line", "name"), [
+    ("RuntimeError: expected scalar type BFloat16 but found Float", "RuntimeError"),
+    ("[rank3]: ImportError: cannot import name 'get_cpu_offload_context' from 'transformer_engine'", "ImportError"),
+    ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 12345 got signal: 15",
+     "SignalException"),
+])
+def test_an_exception_line_without_its_traceback_is_still_the_crash(line: str, name: str):
+    (error,) = parse_text(line).errors
+    assert (error.category, error.signature) == ("process_crash", f"exception:{name}")
+
+
+@pytest.mark.parametrize("line", [
+    "loading checkpoint; a RuntimeError: here would be bad",  # not at the start of the line
+    "RuntimeError",  # no message: not a line an exception prints alone
+    "UserWarning: this API is deprecated",  # a warning, not an exception
+    "ErrorHandler: installed",  # the name does not end in Error/Exception
+])
+def test_lines_that_only_mention_an_exception_are_not_one(line: str):
+    assert parse_text(line).errors == []
