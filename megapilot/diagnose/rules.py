@@ -518,12 +518,53 @@ def _crash(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None)
     reported = next((r for r in records if r.details.get("launcher_exitcode", "-")[:1].isdigit()), None)
     if reported is not None:
         return _launcher_reported_exit(records, reported, severity)
+    cancelled = next((r for r in records if _SLURM_CANCELLED.search(r.text)), None)
+    if cancelled is not None:
+        return _slurm_cancelled(records, cancelled, severity, log)
     cause = ("A training process exited abnormally (non-zero exit code, signal, or abort). No other error line was "
              "found: look at the lines just before it, dmesg (OOM killer), and the node.")
     fixes = [Fix("add", "dmesg -T | grep -iE 'killed process|oom'", None,
                  "the host OOM killer (CPU RAM) kills without a Python error", kind="command")]
     return Finding("process_crash", severity, f"Training process crashed{_ranks(records)}", _evidence(records), cause,
                    fixes, occurrences=len(records))
+
+
+_SLURM_CANCELLED = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
+
+
+def _slurm_cancelled(records: list[ErrorRecord], cancelled: ErrorRecord, severity: Severity,
+                     log: ParsedLog) -> Finding:
+    """SLURM ended the job (slurmstepd's `*** JOB n ON node CANCELLED AT t [DUE TO reason] ***`): the processes did
+    not crash, they were stopped, and the reason decides what to change."""
+    found = _SLURM_CANCELLED.search(cancelled.text)
+    assert found is not None
+    job, node, reason = found.group(1), found.group(2), (found.group(3) or "").strip()
+    history = Fix("add", f"sacct -j {job.split('.')[0]} -o JobID,State,ExitCode,Elapsed,Timelimit,NodeList", None,
+                  "SLURM's own record of how the job ended", kind="command")
+    if reason == "TIME LIMIT":
+        cause = (f"SLURM stopped job {job} on {node} at its time limit: the run was not finished (or hung until the "
+                 "limit: look for a stall before this line). Whatever was not checkpointed is lost.")
+        fixes = [Fix("set", "--exit-duration-in-mins", "<the limit in minutes - the save time - a margin>",
+                     "Megatron saves a checkpoint and exits cleanly before SLURM kills it")
+                 ] if takes_megatron_flags(log.framework) else []
+        fixes += [Fix("set", "#SBATCH --time", "<longer, within the partition's MaxTime>", "more time per job",
+                      kind="command"), history]
+    elif reason == "PREEMPTION":
+        cause = (f"SLURM preempted job {job} on {node} for a job of higher priority: nothing failed. The run resumes "
+                 "from its last checkpoint when requeued.")
+        fixes = [Fix("set", "#SBATCH --requeue", None, "let SLURM put the job back in the queue", kind="command"),
+                 Fix("set", "--save-interval", "<fewer iterations>", "lose less work at each preemption"), history]
+    elif reason == "NODE FAILURE":
+        cause = (f"SLURM ended job {job} because a node failed ({node} reported it): a hardware or node-health "
+                 "problem, not the training.")
+        fixes = [Fix("add", f"scontrol show node {node}", None, "the node's state and reason", kind="command"),
+                 Fix("set", "#SBATCH --exclude", node, "keep the next run off that node", kind="command"), history]
+    else:
+        cause = (f"Job {job} was cancelled on {node}{f' due to {reason.lower()}' if reason else ''}: by scancel (a "
+                 "user, an administrator or a workflow tool), not by a failure of the training.")
+        fixes = [history]
+    return Finding("process_crash", severity, f"SLURM cancelled the job{f' ({reason.lower()})' if reason else ''}",
+                   _evidence(records), cause, fixes, occurrences=len(records))
 
 
 def _launcher_reported_exit(records: list[ErrorRecord], reported: ErrorRecord, severity: Severity) -> Finding:

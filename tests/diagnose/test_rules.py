@@ -329,3 +329,17 @@ def test_no_visible_gpu_is_the_environment_not_the_configuration():
     (finding,) = diagnose_log(parse_text("RuntimeError: No CUDA GPUs are available"), None).findings
     assert finding.title.startswith("First failure: The software stack does not fit the GPUs")
     assert any(fix.flag == "CUDA_VISIBLE_DEVICES" for fix in finding.fixes)
+
+
+
+@pytest.mark.parametrize(("reason", "title", "fix"), [
+    (" DUE TO TIME LIMIT", "SLURM cancelled the job (time limit)", "--exit-duration-in-mins"),
+    (" DUE TO PREEMPTION", "SLURM cancelled the job (preemption)", "#SBATCH --requeue"),
+    (" DUE TO NODE FAILURE", "SLURM cancelled the job (node failure)", "#SBATCH --exclude"),
+    ("", "SLURM cancelled the job", "sacct -j 4242 -o JobID,State,ExitCode,Elapsed,Timelimit,NodeList"),
+])
+def test_a_slurm_cancellation_says_why_slurm_stopped_the_job(reason: str, title: str, fix: str):
+    line = f"slurmstepd: error: *** JOB 4242 ON gpu-07 CANCELLED AT 2026-01-01T00:00:00{reason} ***"
+    (finding,) = diagnose_log(parse_text(line), None).findings
+    assert finding.title.endswith(title + " (<text>:1)") or finding.title == title
+    assert fix in [f.flag for f in finding.fixes]
