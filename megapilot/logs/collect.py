@@ -25,6 +25,7 @@ from megapilot.logs.bulk import RecordSink, RowHook, SourceEnd, read_bulk
 from megapilot.logs.framework import UNKNOWN_FRAMEWORK, Framework, detect_framework
 from megapilot.logs.lines import follow_lines, read_lines, split_carriage_returns
 from megapilot.logs.parser import LineParser, ParseOptions
+from megapilot.logs.record_reader import RecordReader
 from megapilot.logs.records import (
     DIALECTS,
     UNKNOWN_DIALECT,
@@ -219,20 +220,10 @@ def _file_dialect(counts: Counter[str]) -> str:
 
 def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int, str]],
           on_record: Callable[[Record], None] | None) -> None:
-    add = collector.add
-    feed = parser.feed
-    last: tuple[int, str] | None = None
-    count = 0
-    for line_no, text in lines:
-        count = line_no
-        if text:
-            last = (line_no, text)
-        for record in feed(line_no, text):
-            add(record)
-            if on_record is not None:
-                on_record(record)
-    collector.end_source(SourceEnd(count, None if last is None else Evidence(parser.file, last[0], last[1]),
-                                   parser.last_time_s, parser.framework_hints))
+    """The line path: every line through the parser (`RecordReader`, as a follower reads a growing file)."""
+    reader = RecordReader(collector, parser, on_record)
+    reader.read_lines(lines)
+    collector.end_source(reader.end())
 
 
 def _open_source(path: str) -> Iterator[tuple[int, str]]:

@@ -19,7 +19,7 @@ from megapilot.logs.records import Evidence, Record
 class RecordReader:
     """One file's bytes → lines → records: each record goes to the sink, then to `on_record`."""
 
-    def __init__(self, sink: RecordSink, parser: LineParser, on_record: Callable[[Record], None]) -> None:
+    def __init__(self, sink: RecordSink, parser: LineParser, on_record: Callable[[Record], None] | None = None) -> None:
         self.sink = sink
         self.parser = parser
         self.on_record = on_record
@@ -29,19 +29,22 @@ class RecordReader:
 
     def feed(self, chunk: bytes) -> None:
         """More bytes of the file (any size; a line split across chunks is joined)."""
-        self._lines(self._splitter.feed(chunk))
+        self.read_lines(self._splitter.feed(chunk))
 
     def end(self) -> SourceEnd:
         """The file ended: its unterminated last line is read; what it contributes beyond records is returned."""
-        self._lines(self._splitter.flush())
+        self.read_lines(self._splitter.flush())
         last = None if self._last is None else Evidence(self.parser.file, self._last[0], self._last[1])
         return SourceEnd(self._lines_read, last, self.parser.last_time_s, self.parser.framework_hints)
 
-    def _lines(self, lines: Iterable[tuple[int, str]]) -> None:
+    def read_lines(self, lines: Iterable[tuple[int, str]]) -> None:
+        """Lines already split and numbered (a whole file's, or text held in memory)."""
+        add, feed, on_record = self.sink.add, self.parser.feed, self.on_record
         for line_no, text in lines:
             self._lines_read = line_no
             if text:
                 self._last = (line_no, text)
-            for record in self.parser.feed(line_no, text):
-                self.sink.add(record)
-                self.on_record(record)
+            for record in feed(line_no, text):
+                add(record)
+                if on_record is not None:
+                    on_record(record)
