@@ -17,8 +17,7 @@ from importlib import resources
 
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
-
-EIGHT_BIT = ("fp8", "mxfp8", "nvfp4", "mxfp4")
+from megapilot.spec.training import QUANTIZED_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def family_of(model: ModelSpec) -> str:
 
 
 def precision_class(precision: str) -> str:
-    return "fp8" if precision in EIGHT_BIT else "bf16"
+    return "fp8" if precision in QUANTIZED_PRECISIONS else "bf16"
 
 
 @lru_cache(maxsize=1)

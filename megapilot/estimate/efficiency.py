@@ -26,9 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megapilot.spec.hardware import GPUSpec
+from megapilot.spec.training import QUANTIZED_PRECISIONS
 
 COLLECTIVE_BW_EFFICIENCY = 0.75
-EIGHT_BIT_PRECISIONS = ("fp8", "mxfp8", "nvfp4", "mxfp4")  # FP4 priced as NVFP4 is: the 8-bit fit
+EIGHT_BIT_PRECISIONS = QUANTIZED_PRECISIONS  # FP4 priced as NVFP4 is: the 8-bit fit
 
 
 @dataclass(frozen=True)

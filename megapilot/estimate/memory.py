@@ -41,7 +41,7 @@ from megapilot.estimate.params import (
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit
-from megapilot.spec.training import TrainingSpec
+from megapilot.spec.training import QUANTIZED_PRECISIONS, TrainingSpec
 
 GIB = 2**30
 MIB = 2**20
@@ -130,7 +130,7 @@ def _shard_params(
 
 def weights_gib(shard: ShardParams, parallel: ParallelConfig, precision: str) -> float:
     """bf16 weights (+ an FP8 copy under FP8 recipes); Megatron-FSDP shards them over DP (expert-DP)."""
-    per_param = PARAM_BYTES + (FP8_WEIGHT_COPY_BYTES if precision in ("fp8", "mxfp8", "nvfp4") else 0)
+    per_param = PARAM_BYTES + (FP8_WEIGHT_COPY_BYTES if precision in QUANTIZED_PRECISIONS else 0)
     return _bytes_by_sharding(shard, parallel, per_param, sharded=parallel.fsdp) / GIB
 
 
@@ -216,7 +216,7 @@ def _layer_bytes_per_token(
 ) -> float:
     """`layer_activation_bytes` per token; cached: the planner asks for the same few (kind, TP, SP, ETP) often."""
     h = model.hidden_size
-    gemm_input = 1 if precision in ("fp8", "mxfp8", "nvfp4") else 2  # bytes per saved GEMM-input element
+    gemm_input = 1 if precision in QUANTIZED_PRECISIONS else 2  # bytes per saved GEMM-input element
     kind = model.layer_kind(layer_index)
     # Per sublayer: its norm input (2h), the GEMM input after the norm and a 1-byte dropout mask; a
     # transformer layer has two sublayers, a hybrid layer one.

@@ -17,6 +17,9 @@ Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise"]
 LrDecayStyle = Literal["cosine", "linear", "constant", "WSD", "inverse-square-root"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4")
+# Precisions whose GEMM inputs are 8 bits or fewer (FP8 and the block-scaled formats): a quantised copy of each
+# weight, one-byte saved GEMM inputs, the 8-bit GEMM fit.
+QUANTIZED_PRECISIONS: tuple[str, ...] = ("fp8", "mxfp8", "nvfp4", "mxfp4")
 FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise")
 DEFAULT_FP8_RECIPE: Fp8Recipe = "tensorwise"
 # One name per quantised-GEMM flavour: plain fp8 by its recipe, the block-scaled formats by their own name.

@@ -107,6 +107,12 @@ def test_fp8_keeps_an_extra_one_byte_weight_copy():
                                                                                            "bf16"))
 
 
+@pytest.mark.parametrize("precision", ["mxfp8", "nvfp4", "mxfp4"])
+def test_every_quantised_precision_keeps_the_same_weight_copy_as_fp8(precision: str):
+    shard = shard_params(LLAMA3_70B, LLAMA_TP8_PP4_DP2, 0)
+    assert weights_gib(shard, LLAMA_TP8_PP4_DP2, precision) == weights_gib(shard, LLAMA_TP8_PP4_DP2, "fp8")
+
+
 def test_full_recompute_keeps_only_layer_inputs():
     selective = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2, 80.0)
     full = memory_per_gpu(LLAMA3_70B, SEQ_4K, LLAMA_TP8_PP4_DP2.model_copy(update={"recompute": "full"}), 80.0)
