@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES
+from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, BlockSplitter
 from megapilot.logs.parser import (
     DEEPSPEED_FORK_KEYS,
     RECORD_NEEDLES,
@@ -259,28 +259,6 @@ def _new_scanner(keeps_memory: bool = False) -> _scan.Scanner:
     return _scan.Scanner(tuple(needles), keys, RESERVOIR_SIZE, WARMUP_CAP)
 
 
-class _BlockSplitter:
-    """`LineSplitter.feed_bytes` without its newline count and its copy of the block: the same blocks, the same cut
-    of over-long lines, as (buffer, end) with buffer[:end] the complete lines; the reader counts lines as it reads."""
-
-    def __init__(self) -> None:
-        self._tail = b""
-
-    def feed(self, chunk: bytes) -> tuple[bytes, int] | None:
-        buffer = self._tail + chunk if self._tail else chunk
-        cut = buffer.rfind(b"\n")
-        if cut < 0:
-            self._tail = buffer[:MAX_LINE_BYTES]
-            return None
-        self._tail = buffer[cut + 1:cut + 1 + MAX_LINE_BYTES]
-        return buffer, cut + 1
-
-    def flush(self) -> bytes | None:
-        """The unterminated last line, if any."""
-        tail, self._tail = self._tail, b""
-        return tail or None
-
-
 class BulkReader:
     """Reads one binary stream into a sink, with one `LineParser` for the file's state, by the engine chosen
     (`choose_engine`): the compiled scanner, or the pure-Python one it falls back to."""
@@ -308,7 +286,7 @@ class BulkReader:
         self._line_pos = 0
         self._line_no = 0
         self._lines_done = 0
-        self._splitter = _BlockSplitter()
+        self._splitter = BlockSplitter()
 
     def read(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> SourceEnd:
         readinto: Callable[[memoryview], int | None] | None = getattr(stream, "readinto", None)
@@ -320,7 +298,7 @@ class BulkReader:
 
     def _read_into_buffer(self, readinto: Callable[[memoryview], int | None], chunk_bytes: int) -> SourceEnd:
         """`feed` chunk by chunk, but into one reused buffer: a fresh 1 MiB object per chunk costs the compiled
-        engine more (page faults, a copy to join the tail) than scanning it. The same blocks as `_BlockSplitter`:
+        engine more (page faults, a copy to join the tail) than scanning it. The same blocks as `BlockSplitter`:
         the unfinished line stays at the buffer's start, cut to MAX_LINE_BYTES when a chunk does not end it."""
         buffer = bytearray(MAX_LINE_BYTES + chunk_bytes)
         filled = 0

@@ -33,56 +33,52 @@ def _split_text(text: str, first_line_no: int) -> Iterator[tuple[int, str]]:
     return split_carriage_returns(enumerate(text.split("\n"), start=first_line_no))
 
 
+class BlockSplitter:
+    """Incremental bytes → blocks of complete lines, as (buffer, end) with buffer[:end] the lines (each ending with
+    its newline); the unfinished line waits for the next chunk, cut to `MAX_LINE_BYTES` so memory stays bounded."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> tuple[bytes, int] | None:
+        """The complete lines the chunk finishes, or None when it finishes none."""
+        buffer = self._tail + chunk if self._tail else chunk
+        cut = buffer.rfind(b"\n")
+        if cut < 0:
+            self._tail = buffer[:MAX_LINE_BYTES]
+            return None
+        self._tail = buffer[cut + 1:cut + 1 + MAX_LINE_BYTES]
+        return buffer, cut + 1
+
+    def flush(self) -> bytes | None:
+        """The unterminated last line, if any."""
+        tail, self._tail = self._tail, b""
+        return tail or None
+
+
 class LineSplitter:
     """Incremental bytes → (line_no, text) splitter; `feed` chunks, then `flush` at the end."""
 
     def __init__(self) -> None:
         self.lines_done = 0
-        self._tail = b""
-        self._dropping_overlong = False
+        self._blocks = BlockSplitter()
 
     def feed(self, chunk: bytes) -> Iterator[tuple[int, str]]:
-        block = self.feed_block(chunk)
-        if block is not None:
-            yield from _split_text(block[1], block[0])
-
-    def feed_block(self, chunk: bytes) -> tuple[int, str] | None:
-        """The complete lines the chunk finishes, as (number of the first line, decoded text without the
-        final newline); None when the chunk completes no line. For callers that split lines themselves."""
-        block = self.feed_bytes(chunk)
-        return None if block is None else (block[0], block[1].decode("utf-8", "replace"))
-
-    def feed_bytes(self, chunk: bytes) -> tuple[int, bytes] | None:
-        """As `feed_block`, undecoded: the complete lines' bytes without the final newline."""
-        buffer = self._tail + chunk if self._tail else chunk
-        cut = buffer.rfind(b"\n")
-        if cut < 0:
-            self._tail = self._bounded(buffer)
-            return None
-        self._tail = self._bounded(buffer[cut + 1:])
-        complete = buffer[:cut]
+        block = self._blocks.feed(chunk)
+        if block is None:
+            return
+        buffer, end = block
+        complete = buffer[:end - 1]  # without the final newline
         first = self.lines_done + 1
         self.lines_done += complete.count(b"\n") + 1
-        return first, complete
-
-    def flush_bytes(self) -> tuple[int, bytes] | None:
-        """The unterminated last line, if any, as (its number, its bytes)."""
-        if not self._tail:
-            return None
-        tail, self._tail = self._tail, b""
-        self.lines_done += 1
-        return self.lines_done, tail
+        yield from _split_text(complete.decode("utf-8", "replace"), first)
 
     def flush(self) -> Iterator[tuple[int, str]]:
         """Yield the unterminated last line, if any."""
-        if self._tail:
-            tail, self._tail = self._tail, b""
+        tail = self._blocks.flush()
+        if tail is not None:
             yield from _split_text(tail.decode("utf-8", "replace"), self.lines_done + 1)
             self.lines_done += 1
-
-    @staticmethod
-    def _bounded(tail: bytes) -> bytes:
-        return tail[:MAX_LINE_BYTES] if len(tail) > MAX_LINE_BYTES else tail
 
 
 def read_lines(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, str]]:
