@@ -591,6 +591,8 @@ class LineParser:
         """`RuntimeError: ...` with no traceback above it (an excerpt, a launcher's echo, a rank that printed only
         the message): still the exception that ended the process, named by itself. Only a line that starts with the
         exception's name and carries a message counts, so a log message that mentions an error does not."""
+        if "Error: " not in text and "Exception: " not in text:  # every line reaches here: a substring test first
+            return None
         bare = strip_prefix(text)
         found = LONE_EXCEPTION_RE.match(bare)
         if found is None:
