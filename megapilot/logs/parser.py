@@ -59,8 +59,9 @@ LIGHTNING_FIELD_RE = re.compile(r"([A-Za-z_][\w ]*?)=\s*([-+\w.]+)")
 # A decimal number captured whole: "8..03" must not reach float() (mangled lines).
 NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 BRIDGE_STEP_TIME_RE = re.compile(r"Step Time\s*:\s*" + NUMBER + r"\s*s\b(?:.*?GPU utilization:\s*" + NUMBER + r")?")
-MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|(.*)",
-                       re.IGNORECASE)
+# A report's head; its `| key: value` fields run to the next head or the line's end (ranks printing at once glue
+# their reports onto one line when their writes interleave, e.g. under PYTHONUNBUFFERED).
+MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*memory \((MB|GB)\)\s*\|", re.IGNORECASE)
 # `2026-01-01 12:00:00.123`, ISO `T`, torchrun's failure summary `2026-01-01_12:00:00`, Primus `20260101 12:00:00`.
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 # glog (torch's C++ and torchrun's own lines): `E1201 08:39:32.049000 28171 torch/...`: no year printed.
@@ -342,7 +343,9 @@ class LineParser:
         if "iteration" in text:
             found = ITERATION_RE.search(text)
             if found:
-                return (self._iteration(line_no, text, found),)
+                record = self._iteration(line_no, text, found)
+                # another rank's memory report written into the middle of this line
+                return (record, *self._memory_reports(line_no, text)) if "memory (" in text else (record,)
         if "step:" in text:
             found = TITAN_STEP_RE.search(text)
             if found:
@@ -372,7 +375,7 @@ class LineParser:
     def _error_or_structured(self, line_no: int, text: str) -> tuple[Record, ...]:
         error = self._error(line_no, text)
         if error is not None:
-            return (error,)
+            return (error, *self._memory_reports(line_no, text)) if "memory (" in text else (error,)
         return self._structured(line_no, text)
 
     @property
@@ -705,9 +708,9 @@ class LineParser:
 
     def _structured(self, line_no: int, text: str) -> tuple[Record, ...]:
         if "memory (" in text:
-            found = MEMORY_RE.search(text)
-            if found:
-                return (self._memory(line_no, text, found),)
+            reports = self._memory_reports(line_no, text)
+            if reports:
+                return reports
         if "checkpoint" in text:
             event = self._checkpoint(line_no, text)
             if event is not None:
@@ -738,12 +741,19 @@ class LineParser:
                                    time_s=self.last_time_s),)
         return _NO_RECORDS
 
-    def _memory(self, line_no: int, text: str, found: re.Match[str]) -> MemoryRecord:
+    def _memory_reports(self, line_no: int, text: str) -> tuple[MemoryRecord, ...]:
+        """Every memory report on the line, each with the fields up to the next report's head."""
+        heads = list(MEMORY_RE.finditer(text))
+        ends = [head.start() for head in heads[1:]] + [len(text)]
+        return tuple(self._memory(line_no, text, head, text[head.end():end])
+                     for head, end in zip(heads, ends[:len(heads)], strict=True))
+
+    def _memory(self, line_no: int, text: str, found: re.Match[str], fields: str) -> MemoryRecord:
         to_gib = 1 / 1024.0 if found.group(3).upper() == "MB" else 1.0  # Megatron's "MB" is MiB; Bridge's GB is GiB
         if found.group(3).upper() == "GB":
             self.bridge_seen = True
         slots: dict[str, float] = {}
-        for part in found.group(4).split("|"):
+        for part in fields.split("|"):
             key, sep, raw = part.partition(":")
             number = _to_float(raw.strip()) if sep else None
             if number is None:

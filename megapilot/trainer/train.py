@@ -48,7 +48,14 @@ def log(line: str, *, rank_zero_only: bool = False, last_rank_only: bool = False
         return
     if last_rank_only and rank != world - 1:
         return
-    print(line, flush=True)
+    emit(line)
+
+
+def emit(line: str) -> None:
+    """Write one line in one write: ranks share the log, and print()'s separate write of the newline (unbuffered
+    stdout, PYTHONUNBUFFERED) lets another rank's line land between a line and its end."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 # ----------------------------------------------------------------------------- process groups
@@ -183,8 +190,8 @@ class Trainer:
         from megatron.core import parallel_state
 
         if self.dp_rank == 0:
-            print(logfmt.parameter_count_line(parallel_state.get_tensor_model_parallel_rank(),
-                                              parallel_state.get_pipeline_model_parallel_rank(), count), flush=True)
+            emit(logfmt.parameter_count_line(parallel_state.get_tensor_model_parallel_rank(),
+                                             parallel_state.get_pipeline_model_parallel_rank(), count))
 
     # ------------------------------------------------------------------ data
     def _iterators(self, dataset: GPTDataset, first_sample: int) -> BatchStreams:
@@ -286,9 +293,8 @@ class Trainer:
             peak_mib = max(peak_mib, rss_mib)
             values = (rss_mib, peak_mib, rss_mib, peak_mib)
             if rank == 0:
-                print("memory report on CPU: allocated/reserved = process RSS, max = peak RSS (no CUDA allocator)",
-                      flush=True)
-        print(logfmt.memory_line(rank, iteration, *values), flush=True)
+                emit("memory report on CPU: allocated/reserved = process RSS, max = peak RSS (no CUDA allocator)")
+        emit(logfmt.memory_line(rank, iteration, *values))
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
@@ -386,7 +392,7 @@ class Trainer:
 # ----------------------------------------------------------------------------- entry
 def _announce_cpu_mode(rewrites: RewriteLog) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
-        print(rewrites.summary(), flush=True)
+        emit(rewrites.summary())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         log("\n".join(logfmt.arguments_lines(arguments)), rank_zero_only=True)
         Trainer(config, on_gpu).run()
         if not on_gpu and torch.distributed.get_rank() == 0:
-            print(cpu_compat.REWRITES.rewrite_summary(), flush=True)
+            emit(cpu_compat.REWRITES.rewrite_summary())
     except MegapilotError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

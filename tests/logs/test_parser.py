@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.logs import ParseOptions, parse_logs, parse_text
+from megapilot.logs.records import MemoryRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -59,6 +60,30 @@ def test_megatron_2025_memory_report_per_rank():
     assert memory.rank == 0 and memory.after_iterations == 1
     assert memory.max_allocated_gib == pytest.approx(63409.05810546875 / 1024)
     assert memory.peak_gib == pytest.approx(64162.0 / 1024)
+
+
+@pytest.mark.parametrize("engine", [None, "compiled", "python"])
+def test_memory_reports_glued_by_interleaved_ranks_are_each_read(tmp_path, engine, monkeypatch):
+    # Ranks printing at once with unbuffered stdout write a line and its newline apart, so one rank's report can
+    # land on the end of another's line, or of the last rank's iteration line.
+    rank = "[Rank {0}] (after 5 iterations) memory (MB) | allocated: {1}.00 | max allocated: {1}.50 | " \
+           "reserved: 300.00 | max reserved: 310.00"
+    iteration = (" [2026-12-01 22:00:00] iteration        5/      30 | consumed samples:           40 | "
+                 "elapsed time per iteration (ms): 120.0 | lm loss: 5.000000E+00 | loss scale: 1.0 | "
+                 "number of skipped iterations:   0 | number of nan iterations:   0 |")
+    path = tmp_path / "glued.log"
+    path.write_text(rank.format(0, 100) + rank.format(1, 200) + "\n" + iteration + rank.format(2, 400) + "\n"
+                    + "RuntimeError: boom" + rank.format(3, 800) + "\n\n")
+    records: list = []
+    if engine is None:  # the line path
+        log = parse_logs([path], on_record=records.append)
+    else:  # read in bulk, keeping rows (diagnose's way), by either engine
+        monkeypatch.setenv("MEGAPILOT_LOG_ENGINE", engine)
+        log = parse_logs([path], summary_only=True, on_record=records.append, on_row=lambda row: None)
+    memory = [r for r in records if isinstance(r, MemoryRecord)]
+    assert [(m.rank, m.allocated_gib * 1024, m.max_allocated_gib * 1024) for m in memory] == [
+        (0, 100, 100.5), (1, 200, 200.5), (2, 400, 400.5), (3, 800, 800.5)]
+    assert log.summary.iterations_logged == 1 and log.summary.final_loss == 5.0
 
 
 def test_bridge_2026_mtp_and_sequence_balancing_losses_in_loss_dict():
