@@ -319,6 +319,32 @@ def install_missing_te_fixes() -> bool:
     return True
 
 
+def install_biased_expert_fix() -> bool:
+    """Biased experts of Megatron's local (non-TE) spec fail in every backward when their group has one rank.
+
+    With tensor and expert parallel 1 a local expert's `RowParallelLinear` hands its output through
+    `_ReduceFromModelParallelRegion`, which returns its input itself for a one-rank group (autograd makes that
+    a view); the expert MLP then adds its bias in place (`output += bias * probs`, megatron/core/transformer/
+    mlp.py), which autograd forbids on a custom Function's view. A one-rank reduce now returns a copy. Called
+    only for MoE models with biased linears that do not use Transformer Engine."""
+    from megatron.core.tensor_parallel import mappings
+
+    region = mappings._ReduceFromModelParallelRegion
+    if getattr(region.forward, "_megapilot_copy", False):
+        return False
+    original = region.forward
+
+    def forward(ctx: Any, input_: torch.Tensor, group: Any) -> torch.Tensor:
+        if group is not None and group.size() == 1:
+            return input_.clone()
+        return original(ctx, input_, group)
+
+    forward._megapilot_copy = True  # type: ignore[attr-defined]  # marks the patch as installed
+    region.forward = staticmethod(forward)  # type: ignore[assignment]  # the patch is the point
+    REWRITES.installed.append("one-rank expert reduce returns a copy (biased local experts)")
+    return True
+
+
 def ensure_optimizer_state(optimizer: MegatronOptimizer) -> None:
     """Give every torch Adam parameter a zero state before a checkpoint load.
 

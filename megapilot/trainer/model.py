@@ -116,7 +116,8 @@ def _mla_options(config: TrainerConfig) -> dict[str, object]:
     )
 
 
-def _use_transformer_engine(on_gpu: bool) -> bool:
+def uses_transformer_engine(on_gpu: bool) -> bool:
+    """Whether the layers are built with Transformer Engine (on a GPU where it is installed)."""
     if not on_gpu:
         return False
     try:
@@ -130,7 +131,7 @@ def layer_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bool,
                vp_stage: int | None) -> ModuleSpec | TransformerBlockSubmodules:
     """The decoder's layer spec as Megatron-LM's gpt_builder chooses it (a block spec for MoE models,
     so dense-first layers and --moe-layer-freq patterns are honoured)."""
-    use_te = _use_transformer_engine(on_gpu)
+    use_te = uses_transformer_engine(on_gpu)
     if config.is_moe:
         spec = get_gpt_decoder_block_spec(tconfig, use_transformer_engine=use_te,
                                           normalization=config.normalization, vp_stage=vp_stage)
@@ -157,7 +158,7 @@ def mtp_block_spec(config: TrainerConfig, tconfig: TransformerConfig, on_gpu: bo
     """MTP modules built like the last decoder layer (gpt_builder's rule); None without MTP."""
     if not config.mtp_num_layers:
         return None
-    use_te = _use_transformer_engine(on_gpu)
+    use_te = uses_transformer_engine(on_gpu)
     last_layer = _local_mla(get_gpt_decoder_layer_specs(tconfig, use_transformer_engine=use_te,
                                                         normalization=config.normalization)[-1], config, use_te)
     return get_gpt_mtp_block_spec(tconfig, last_layer, use_transformer_engine=use_te, vp_stage=vp_stage)

@@ -410,11 +410,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     from megapilot.trainer import cpu_compat
+    from megapilot.trainer.model import uses_transformer_engine
 
     if not on_gpu:
         cpu_compat.enable_cpu_mode()
     cpu_compat.install_distributed_optimizer_fixes()
     cpu_compat.install_missing_te_fixes()
+    if config.is_moe and config.add_bias_linear and not uses_transformer_engine(on_gpu):
+        cpu_compat.install_biased_expert_fix()
     if cpu_compat.REWRITES.installed:
         _announce_cpu_mode(cpu_compat.REWRITES)
     init_distributed(config, on_gpu)

@@ -108,3 +108,23 @@ def test_distributed_optimizer_state_load_copies_values_keeps_step_and_unshares_
     assert torch.equal(param.detach(), loaded["param"])
     assert torch.equal(state["exp_avg"], loaded["exp_avg"]) and torch.equal(state["exp_avg_sq"], loaded["exp_avg_sq"])
     assert state["step"].item() == 5.0 and state["step"] is not shared_step
+
+
+@pytest.mark.slow
+def test_biased_moe_in_one_process_trains(tmp_path):
+    # Tensor and expert parallel 1 with biased local experts: Megatron's in-place bias add on the one-rank
+    # reduce's view fails every backward unless the reduce returns a copy.
+    import os
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "megapilot.trainer", "--num-layers", "1", "--hidden-size", "16",
+            "--num-attention-heads", "2", "--seq-length", "16", "--max-position-embeddings", "16",
+            "--micro-batch-size", "1", "--global-batch-size", "2", "--train-iters", "2", "--lr", "1e-4",
+            "--eval-iters", "0", "--log-interval", "1", "--mock-data", "--num-experts", "4",
+            "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16"]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "one-rank expert reduce returns a copy" in done.stdout
+    assert "iteration        2/       2 |" in done.stdout
