@@ -343,9 +343,9 @@ class LineParser:
         if "iteration" in text:
             found = ITERATION_RE.search(text)
             if found:
-                record = self._iteration(line_no, text, found)
+                iteration = self._iteration(line_no, text, found)
                 # another rank's memory report written into the middle of this line
-                return (record, *self._memory_reports(line_no, text)) if "memory (" in text else (record,)
+                return (iteration, *self._memory_reports(line_no, text)) if "memory (" in text else (iteration,)
         if "step:" in text:
             found = TITAN_STEP_RE.search(text)
             if found:
