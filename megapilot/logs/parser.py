@@ -66,7 +66,10 @@ MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*me
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 # glog (torch's C++ and torchrun's own lines): `E1201 08:39:32.049000 28171 torch/...`: no year printed.
 GLOG_TIME_RE = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
-RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |:\d+:\d+ \[(\d+)\] ")
+RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): ")
+# NCCL's own prefix `host:pid:tid [dev]`: the bracket is the process's CUDA device (its local index on the host),
+# not a rank: device 3 exists on every node.
+NCCL_PREFIX_RE = re.compile(r"([\w.\-]+):(\d+):\d+ \[(\d+)\] (?=\S)")
 TIMER_RE = re.compile(r"([A-Za-z][\w\-/]*(?: [\w\-/]+)*) \.*: \(?\s*" + NUMBER + r"(?:,\s*" + NUMBER + r"\))?")
 SAVE_START_RE = re.compile(r"saving checkpoint at iteration\s+(\d+) to (\S+)", re.IGNORECASE)
 SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+) to (\S+)", re.IGNORECASE)
@@ -300,7 +303,8 @@ def _pair(value: str) -> tuple[float | None, float | None]:
 
 
 def rank_of(text: str) -> int | None:
-    """The rank a line names in its prefix (`[rank3]:`, `[Rank 3]`, `[rank-3/8]`, `3: `, NCCL `[3]`)."""
+    """The rank a line names in its prefix (`[rank3]:`, `[Rank 3]`, `[rank-3/8]`, `3: `); NCCL's `host:pid:tid [3]`
+    names a device, not a rank (`_details` keeps it)."""
     found = RANK_RE.search(text)
     if not found:
         return None
@@ -883,6 +887,8 @@ def _details(text: str) -> dict[str, str]:
         details["ran_for_ms"] = found.group(1)
     if found := _LOCAL_RANK_RE.search(text):
         details["local_rank"] = found.group(1)
+    if "NCCL" in text and (found := NCCL_PREFIX_RE.search(text)):
+        details.update(host=found.group(1), pid=found.group(2), cuda_device=found.group(3))
     if found := _AT_ITERATION_RE.search(text):
         details["iteration"] = found.group(1)
     return details

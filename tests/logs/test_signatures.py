@@ -164,7 +164,11 @@ def test_real_nccl_watchdog_excerpt_names_op_seq_and_every_rank():
 def test_real_oom_through_nccl_found_on_every_rank_in_the_excerpt():
     log = parse_logs([DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"])
     assert {e.category for e in log.errors} == {"oom"}
-    assert sorted(e.rank for e in log.errors) == [0, 1, 3, 4, 6, 7]  # the six ranks the excerpt shows
+    # NCCL's `host:pid:tid [dev]` names the host and the CUDA device of the six processes the excerpt shows,
+    # not their ranks (device 3 exists on every node)
+    assert all(e.rank is None for e in log.errors)
+    assert {e.details["host"] for e in log.errors} == {"cw-dfw-h100-001-132-026"}
+    assert sorted(int(e.details["cuda_device"]) for e in log.errors) == [0, 1, 3, 4, 6, 7]
 
 
 def test_real_bus_error_is_shared_memory_not_a_generic_crash():
