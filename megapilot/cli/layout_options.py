@@ -19,6 +19,8 @@ from typing import Annotated, Any, get_args, get_type_hints
 
 import typer
 
+from megapilot.case_flags import REQUIRED_FLAGS
+
 MODEL_HELP = ("Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B), config.json or "
               "model spec file.")
 
@@ -87,9 +89,6 @@ class LayoutFlags:
     account_for_embedding: AccountForEmbedding = False
     account_for_loss: AccountForLoss = False
     pp_layout: PpLayout = None
-
-    #: What `build_case` cannot do without (`megapilot.estimate.cases.REQUIRED_FLAGS`).
-    REQUIRED = ("model", "gpu", "gpus", "gbs", "seq_len")
 
     def case_flags(self) -> dict[str, Any]:
         """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
@@ -162,7 +161,7 @@ def _layout_parameters(required_note: str, notes: Mapping[str, str]) -> list[ins
     for item in fields(LayoutFlags):
         value_type, option = get_args(hints[item.name])
         option = copy(option)
-        if required_note and item.name in LayoutFlags.REQUIRED:
+        if required_note and item.name in REQUIRED_FLAGS:
             option.help = f"{required_note} {option.help}"
         if item.name in notes:
             option.help = f"{option.help} {notes[item.name]}"

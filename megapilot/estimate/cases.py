@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from megapilot.case_flags import REQUIRED_FLAGS
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.training import FP8_RECIPES, PRECISIONS, TrainingSpec
 
-REQUIRED_FLAGS = ("model", "gpu", "gpus", "gbs", "seq_len")
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers")
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
