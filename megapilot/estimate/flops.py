@@ -41,8 +41,8 @@ def _mlp_matrices(model: ModelSpec) -> int:
 def attention_linear_flops(model: ModelSpec) -> float:
     """Token-linear attention GEMMs of one layer, per token.
 
-    Standard/GQA attention: 6 * [h * (q + 2 kv) + q * h], q = heads * kv_channels,
-    kv = query_groups * kv_channels (Megatron `num_floating_point_operations`).
+    Standard/GQA attention: 6 * [h * (q + 2 kv + g) + q * h], q = heads * kv_channels,
+    kv = query_groups * kv_channels, g = q with an output gate, else 0 (Megatron `num_floating_point_operations`).
     MLA (DeepSeek-V2, arXiv 2405.04434 Sec. 2.1; Megatron's MLA branch):
     6 * [q_term + kv_lora * (h + heads * (qk_head + v_head) + 1) + h * qk_rope + heads * v_head * h].
     """
@@ -57,7 +57,8 @@ def attention_linear_flops(model: ModelSpec) -> float:
         return GEMM_PASSES_FLOPS * (q_term + kv_term + rope_key + output)
     q = model.num_attention_heads * model.head_dim
     kv = model.kv_heads * model.head_dim
-    return GEMM_PASSES_FLOPS * (h * (q + 2 * kv) + q * h)
+    gate = q if model.attention_output_gate else 0
+    return GEMM_PASSES_FLOPS * (h * (q + 2 * kv + gate) + q * h)
 
 
 def attention_core_flops(
@@ -126,23 +127,48 @@ def mamba_mixer_flops(model: ModelSpec, seq_length: int) -> float:
     return in_proj + 7 * inner * mamba.state_dim + GEMM_PASSES_FLOPS * inner * h
 
 
+def gated_delta_net_flops(model: ModelSpec) -> tuple[float, float]:
+    """(projections, the rest) of one Gated DeltaNet mixer, per token, as Megatron counts them
+    (training.py `num_floating_point_operations`, gated_delta_net branch): in_proj 6 h (2 qk + 2 v + 2 Hv) and
+    out_proj 6 h v; the conv 6 K (2 qk + v) and the gated delta rule 6 x 4 Hv dv^2 (KK^T, VK^T, the state
+    update and SQ). No sequence-length term: the state is fixed-size."""
+    assert model.gated_delta_net is not None
+    gdn, h = model.gated_delta_net, model.hidden_size
+    projections = GEMM_PASSES_FLOPS * h * (gdn.in_proj_width + gdn.value_width)
+    conv = GEMM_PASSES_FLOPS * gdn.conv_kernel * gdn.conv_channels
+    delta_rule = GEMM_PASSES_FLOPS * 4 * gdn.value_heads * gdn.value_head_dim ** 2
+    return projections, conv + delta_rule
+
+
 # ---- whole model -------------------------------------------------------------------------------
 
 
 def layer_attention_core_flops(
     model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron"
 ) -> float:
-    """The attention core of layer `layer_index`: windowed where the model slides or chunks there."""
+    """The attention core of layer `layer_index`: windowed where the model slides or chunks there; a Gated
+    DeltaNet layer's conv and delta rule (its sequence mixing, linear in the tokens)."""
     if not has_attention(model, layer_index):
         return 0.0
+    if model.is_linear_attention_layer(layer_index):
+        return gated_delta_net_flops(model)[1]
     return attention_core_flops(model, seq_length, convention, model.attention_window(layer_index))
+
+
+def layer_attention_linear_flops(model: ModelSpec, layer_index: int) -> float:
+    """The token-linear projections of layer `layer_index`'s sequence mixer: attention's, or Gated DeltaNet's."""
+    if not has_attention(model, layer_index):
+        return 0.0
+    if model.is_linear_attention_layer(layer_index):
+        return gated_delta_net_flops(model)[0]
+    return attention_linear_flops(model)
 
 
 def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron") -> float:
     """One layer, per token: attention (linear + core) + MLP; a hybrid layer only its own block."""
     if model.layer_kind(layer_index) == "mamba":
         return mamba_mixer_flops(model, seq_length)
-    linear = attention_linear_flops(model) if has_attention(model, layer_index) else 0.0
+    linear = layer_attention_linear_flops(model, layer_index)
     return linear + layer_attention_core_flops(model, layer_index, seq_length, convention) + mlp_flops(
         model, layer_index)
 
@@ -192,7 +218,7 @@ def flops_per_token(
     """Model FLOPs per trained token, by part (padded vocab for `tp`). Cached: the planner asks often."""
     mlp_total = sum(mlp_flops(model, i) for i in range(model.num_layers))
     return FlopsPerToken(
-        attention_linear=sum(has_attention(model, i) for i in range(model.num_layers)) * attention_linear_flops(model),
+        attention_linear=sum(layer_attention_linear_flops(model, i) for i in range(model.num_layers)),
         attention_core=sum(layer_attention_core_flops(model, i, seq_length, convention)
                            for i in range(model.num_layers)),
         mlp=mlp_total,

@@ -96,8 +96,10 @@ class ShardParams:
 
 @lru_cache(maxsize=64)
 def layer_kinds(model: ModelSpec) -> tuple[tuple[bool, str], ...]:
-    """(holds MoE, layer kind) of every layer, found once per model: activations are costed once per kind."""
-    return tuple((model.is_moe_layer(i), model.layer_kind(i)) for i in range(model.num_layers))
+    """(holds MoE, layer kind) of every layer, found once per model: activations are costed once per kind
+    (a transformer layer mixing with Gated DeltaNet is a kind of its own)."""
+    return tuple((model.is_moe_layer(i), "transformer-gdn" if model.is_linear_attention_layer(i)
+                  else model.layer_kind(i)) for i in range(model.num_layers))
 
 
 @lru_cache(maxsize=64)
@@ -225,6 +227,9 @@ def _layer_bytes_per_token(
     if kind == "mamba":
         split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs
         return split + _mamba_mixer_bytes(model, gemm_input) / tp
+    if model.is_linear_attention_layer(layer_index):
+        return _with_mlp(model, layer_index, kind, _gated_delta_net_bytes(model, gemm_input), gemm_input, expert_tp,
+                         norm_and_inputs / tp if sequence_parallel else norm_and_inputs, tp)
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
@@ -235,6 +240,18 @@ def _layer_bytes_per_token(
         kv_bytes = 4 * model.kv_heads * model.head_dim
         out = q
     attention: float = 2 * q + kv_bytes + gemm_input * out + 4 * model.num_attention_heads
+    if model.attention_output_gate:
+        attention += 2 * q  # the gate's projection, kept for the gating's backward
+    if kind in ("mlp", "moe"):
+        attention = 0.0
+    return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp,
+                     norm_and_inputs / tp if sequence_parallel else norm_and_inputs, tp)
+
+
+def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, gemm_input: int, expert_tp: int,
+              split: float, tp: int) -> float:
+    """A layer's bytes per token: the sequence-parallel-split part, the mixer's and the MLP's (TP-split)."""
+    h = model.hidden_size
     if kind == "attention":
         mlp: float = 0.0
     elif model.is_moe_layer(layer_index):
@@ -248,10 +265,23 @@ def _layer_bytes_per_token(
         mlp += 4 * moe.num_experts
     else:
         mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size, gemm_input)
-    if kind in ("mlp", "moe"):
-        attention = 0.0
-    split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs
     return split + (attention + mlp) / tp
+
+
+# Tokens per chunk of the chunked gated delta rule (flash-linear-attention's chunk_gated_delta_rule, which
+# Megatron's GatedDeltaNet calls): its per-chunk WY matrices are saved for the backward.
+GDN_CHUNK = 64
+
+
+def _gated_delta_net_bytes(model: ModelSpec, gemm_input: int) -> float:
+    """Per token inside a Gated DeltaNet mixer (before TP): in_proj's output (q, k, v, z, beta, alpha) and the
+    conv's output in bf16, the L2-normed q and k, the fp32 decay and beta per value head, the chunk's fp32 WY
+    matrix row (GDN_CHUNK per value head), the rule's output and the gated norm's output (out_proj's input,
+    `gemm_input` bytes). The chunk states are recomputed in the backward, not kept."""
+    assert model.gated_delta_net is not None
+    gdn = model.gated_delta_net
+    return (2 * gdn.in_proj_width + 2 * gdn.conv_channels + 2 * 2 * gdn.key_width + 4 * 2 * gdn.value_heads
+            + 4 * GDN_CHUNK * gdn.value_heads + 2 * gdn.value_width + gemm_input * gdn.value_width)
 
 
 def _mamba_mixer_bytes(model: ModelSpec, gemm_input: int) -> float:

@@ -155,7 +155,8 @@ def _standard_attention_params(model: ModelSpec) -> tuple[int, int]:
     h = model.hidden_size
     q_width = model.num_attention_heads * model.head_dim
     kv_width = model.kv_heads * model.head_dim
-    qkv_outputs = q_width + 2 * kv_width
+    # an output gate is one more query-wide projection out of QKV (Megatron's linear_qkv_out_dim)
+    qkv_outputs = q_width * (2 if model.attention_output_gate else 1) + 2 * kv_width
     qkv = h * qkv_outputs + (qkv_outputs if model.add_bias_linear or model.add_qkv_bias else 0)
     output = _linear(model, q_width, h)
     qk_norms = 2 * norm_params(model, model.head_dim) if model.qk_layernorm else 0
@@ -208,6 +209,18 @@ def mamba_mixer_params(model: ModelSpec) -> int:
     return in_proj + conv + 3 * heads + inner + inner * h
 
 
+def gated_delta_net_params(model: ModelSpec) -> tuple[int, int]:
+    """(weights, norm) of one Gated DeltaNet mixer (Megatron's GatedDeltaNet): in_proj h -> (q, k, v, z, beta,
+    alpha), the depthwise causal conv over q, k and v (no conv bias), dt_bias and A_log per value head, out_proj
+    v -> h; the gated RMSNorm's scale is one value head wide, shared by the heads."""
+    assert model.gated_delta_net is not None
+    gdn, h = model.gated_delta_net, model.hidden_size
+    in_proj = _linear(model, h, gdn.in_proj_width)
+    conv = gdn.conv_channels * gdn.conv_kernel
+    out_proj = _linear(model, gdn.value_width, h)
+    return in_proj + conv + 2 * gdn.value_heads + out_proj, norm_params(model, gdn.value_head_dim)
+
+
 def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
     """Parameters of the 0-based `layer_index`-th layer (dense or MoE, MHA/GQA or MLA; or one hybrid block).
 
@@ -220,6 +233,8 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
         return LayerParams(mamba_mixer_params(model), 0, 0, 0, 0, 0, pre_norm)
     if model.mla is not None:
         attention, attention_norms = _mla_attention_params(model)
+    elif model.is_linear_attention_layer(layer_index):
+        attention, attention_norms = gated_delta_net_params(model)  # the sequence mixer, split over TP likewise
     else:
         attention, attention_norms = _standard_attention_params(model)
     if kind == "attention":

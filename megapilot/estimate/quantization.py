@@ -180,7 +180,7 @@ def layer_linears(model: ModelSpec, layer_index: int, parallel: ParallelConfig, 
     kind = model.layer_kind(layer_index)
     linears: list[Linear] = []
     if kind in ("transformer", "attention"):
-        linears += _attention_linears(model, parallel.tp, tokens)
+        linears += mixer_linears(model, layer_index, parallel.tp, tokens)
     if kind != "transformer":
         return linears
     moe = model.moe
@@ -192,12 +192,18 @@ def layer_linears(model: ModelSpec, layer_index: int, parallel: ParallelConfig, 
     return linears + _mlp_linears(model, tokens, model.ffn_hidden_size, parallel.tp)
 
 
-def _attention_linears(model: ModelSpec, tp: int, tokens: float) -> list[Linear]:
+def mixer_linears(model: ModelSpec, layer_index: int, tp: int, tokens: float) -> list[Linear]:
+    """The projections of layer `layer_index`'s sequence mixer on one GPU: QKV (with the output gate's share)
+    and output; MLA as one equivalent projection of the same FLOPs; Gated DeltaNet's in_proj and out_proj."""
     h = model.hidden_size
-    if model.mla is not None:  # one equivalent projection of the same FLOPs, as the step time prices it
+    gdn = model.gated_delta_net
+    if gdn is not None and model.is_linear_attention_layer(layer_index):
+        return [(tokens, h, gdn.in_proj_width / tp), (tokens, gdn.value_width / tp, h)]
+    if model.mla is not None:
         return [(tokens, h, attention_linear_flops(model) / (6 * h) / tp)]
     q = model.num_attention_heads * model.head_dim / tp
-    qkv = q + 2 * model.kv_heads * model.head_dim / tp
+    gate = q if model.attention_output_gate else 0
+    qkv = q + gate + 2 * model.kv_heads * model.head_dim / tp
     return [(tokens, h, qkv), (tokens, q, h)]
 
 

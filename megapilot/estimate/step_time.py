@@ -51,7 +51,6 @@ from megapilot.estimate.efficiency import (
 )
 from megapilot.estimate.flops import (
     FlopConvention,
-    attention_linear_flops,
     flops_per_step,
     layer_attention_core_flops,
 )
@@ -63,7 +62,12 @@ from megapilot.estimate.latency import (
 )
 from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
 from megapilot.estimate.params import pipeline_stages
-from megapilot.estimate.quantization import CALIBRATED_FP8_FLAVOUR, cast_bytes_per_value, layer_recipe_delta_s
+from megapilot.estimate.quantization import (
+    CALIBRATED_FP8_FLAVOUR,
+    cast_bytes_per_value,
+    layer_recipe_delta_s,
+    mixer_linears,
+)
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -196,17 +200,11 @@ def _mlp_gemms_s(
     return up + down
 
 
-def _attention_gemms_s(
-    model: ModelSpec, tokens: float, tp: int, cluster: ClusterSpec, precision: str, eff: EfficiencyParams
-) -> float:
-    """QKV and output projections (MLA: one equivalent GEMM of the same FLOPs), forward + backward."""
-    h, gpu = model.hidden_size, cluster.gpu
-    if model.mla is not None:
-        width = attention_linear_flops(model) / (TRAIN_FLOPS_PER_MULTIPLY_ADD * h) / tp
-        return _gemm_s(tokens, h, width, gpu, precision, eff)
-    q = model.num_attention_heads * model.head_dim / tp
-    qkv = q + 2 * model.kv_heads * model.head_dim / tp
-    return _gemm_s(tokens, h, qkv, gpu, precision, eff) + _gemm_s(tokens, q, h, gpu, precision, eff)
+def _mixer_gemms_s(model: ModelSpec, layer_index: int, tokens: float, tp: int, cluster: ClusterSpec, precision: str,
+                   eff: EfficiencyParams) -> float:
+    """The sequence mixer's projections (quantization.mixer_linears), forward + backward."""
+    linears = mixer_linears(model, layer_index, tp, tokens)
+    return sum(_gemm_s(m, k, n, cluster.gpu, precision, eff) for m, k, n in linears)
 
 
 # The compute terms `layer_terms` names (their sum is a layer's compute), then its other per-micro-batch terms.
@@ -241,7 +239,7 @@ def layer_terms(
     # the per-token core FLOPs (at the full sequence length) already account for.
     terms["mixer_core"] = attention_time_s(core_flops * tokens / p.tp, gpu, eff)
     if kind in ("transformer", "attention"):
-        terms["mixer_gemms"] = _attention_gemms_s(model, tokens, p.tp, cluster, precision, eff)
+        terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
     if kind == "mamba":
         terms["mixer_gemms"], terms["mixer_core"] = _mamba_mixer_s(model, tokens, p.tp, cluster, precision, eff)
     elif kind == "attention":

@@ -154,6 +154,50 @@ class MambaSpec(_Spec):
         return self.heads(hidden_size) * self.head_dim
 
 
+class GatedDeltaNetSpec(_Spec):
+    """Gated DeltaNet linear attention in place of attention on most layers (Qwen3-Next; Megatron-Core 0.16
+    `--experimental-attention-variant gated_delta_net`, megatron/core/ssm/gated_delta_net.py)."""
+
+    key_heads: int = Field(default=16, gt=0, description="Query/key heads (--linear-num-key-heads).")
+    value_heads: int = Field(default=32, gt=0, description="Value heads (--linear-num-value-heads).")
+    key_head_dim: int = Field(default=128, gt=0, description="--linear-key-head-dim.")
+    value_head_dim: int = Field(default=128, gt=0, description="--linear-value-head-dim.")
+    conv_kernel: int = Field(default=4, gt=0, description="Depthwise causal conv width (--linear-conv-kernel-dim).")
+    full_attention_freq: int = Field(
+        default=4, ge=1,
+        description="Every N-th layer (1-based) keeps full attention, the others are Gated DeltaNet "
+        "(--linear-attention-freq; HF full_attention_interval).",
+    )
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> GatedDeltaNetSpec:
+        if self.value_heads % self.key_heads:
+            raise ValueError(
+                f"value_heads={self.value_heads} is not a multiple of key_heads={self.key_heads} (Megatron-Core "
+                "shares each key head over value_heads / key_heads value heads); choose a multiple"
+            )
+        return self
+
+    @property
+    def key_width(self) -> int:
+        """All key heads together (the query has the same width)."""
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """in_proj's outputs: q, k, v, the output gate z (as wide as v), and beta and alpha per value head."""
+        return 2 * self.key_width + 2 * self.value_width + 2 * self.value_heads
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels the causal conv runs over: q, k and v."""
+        return 2 * self.key_width + self.value_width
+
+
 # One character per layer of a hybrid model, as --hybrid-override-pattern spells it.
 HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE = "M", "*", "-", "E"
 LayerKind = Literal["transformer", "mamba", "attention", "mlp", "moe"]
@@ -236,6 +280,13 @@ class ModelSpec(_Spec):
     norm_epsilon: float = Field(default=1e-5, gt=0)
     position_embedding: PositionEmbedding = "rope"
     rotary_base: int = Field(default=10000, gt=0, description="--rotary-base.")
+    rotary_percent: float = Field(
+        default=1.0, gt=0, le=1,
+        description="Share of each head's channels RoPE rotates (--rotary-percent; HF partial_rotary_factor).",
+    )
+    norm_zero_centered: bool = Field(
+        default=False, description="Norm scales stored as 1 + weight (--apply-layernorm-1p; Qwen3-Next's RMSNorm).",
+    )
     rope_scaling: RopeScaling | None = Field(
         default=None, description="RoPE frequency scaling for long context (HF `rope_scaling`); None = plain RoPE.",
     )
@@ -275,6 +326,13 @@ class ModelSpec(_Spec):
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     mamba: MambaSpec | None = Field(default=None, description="The Mamba-2 mixer of a hybrid model.")
+    gated_delta_net: GatedDeltaNetSpec | None = Field(
+        default=None, description="Gated DeltaNet linear attention on all layers but every full_attention_freq-th.",
+    )
+    attention_output_gate: bool = Field(
+        default=False,
+        description="A sigmoid gate on the attention output, projected by QKV (Qwen3-Next; --attention-output-gate).",
+    )
     hybrid_override_pattern: str | None = Field(
         default=None,
         description="Hybrid layer mix, one character per layer: M Mamba-2, * attention, - MLP, E MoE "
@@ -314,6 +372,9 @@ class ModelSpec(_Spec):
             self._check_hybrid(self.hybrid_override_pattern)
         if self.sliding_window_skip_freq is not None and self.sliding_window is None:
             raise ValueError("sliding_window_skip_freq needs sliding_window; set the window or drop the frequency")
+        if self.gated_delta_net is not None and (self.mla is not None or self.hybrid_override_pattern is not None):
+            raise ValueError("gated_delta_net replaces standard attention on a transformer stack; it does not combine "
+                             "with mla or a hybrid_override_pattern")
         if self.rope_scaling is not None and self.position_embedding != "rope":
             raise ValueError(
                 f"rope_scaling needs position_embedding='rope' (got {self.position_embedding!r}); drop rope_scaling"
@@ -349,6 +410,12 @@ class ModelSpec(_Spec):
         if self.hybrid_override_pattern is None:
             return "transformer"
         return _HYBRID_KINDS[self.hybrid_override_pattern[layer_index]]
+
+    def is_linear_attention_layer(self, layer_index: int) -> bool:
+        """Whether 0-based `layer_index` mixes tokens with Gated DeltaNet instead of attention (Megatron's
+        pattern: every full_attention_freq-th layer, 1-based, keeps attention)."""
+        gdn = self.gated_delta_net
+        return gdn is not None and (layer_index + 1) % gdn.full_attention_freq != 0
 
     @property
     def head_dim(self) -> int:

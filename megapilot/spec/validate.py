@@ -32,6 +32,7 @@ def validate_layout(
     _check_pipeline(model, parallel)
     _check_sequence(model, training)
     _check_context_parallel(training, parallel)
+    _check_gated_delta_net(model, parallel)
     _check_experts(model, parallel)
     _check_batch(training, parallel)
     _check_precision(cluster, training)
@@ -144,6 +145,21 @@ def _check_context_parallel(training: TrainingSpec, p: ParallelConfig) -> None:
             field="seq_length",
             fix=f"use a sequence length that is a multiple of {2 * p.cp}, or a smaller cp",
         )
+
+
+def _check_gated_delta_net(model: ModelSpec, p: ParallelConfig) -> None:
+    """Megatron-Core 0.16's GatedDeltaNet: whole key and value heads per TP rank, no context parallelism."""
+    gdn = model.gated_delta_net
+    if gdn is None:
+        return
+    if gdn.key_heads % p.tp or gdn.value_heads % p.tp:
+        raise MegapilotError(
+            f"tp={p.tp} does not divide Gated DeltaNet's {gdn.key_heads} key heads and {gdn.value_heads} value "
+            "heads; Megatron shards whole heads", field="tp", fix=f"use a TP from: {_divisors(gdn.key_heads)}")
+    if p.cp > 1:
+        raise MegapilotError(
+            f"cp={p.cp}: Megatron-Core's Gated DeltaNet has no context parallelism (TransformerConfig asserts "
+            "context_parallel_size == 1)", field="cp", fix="use cp 1 (split long sequences with TP and SP instead)")
 
 
 def _check_experts(model: ModelSpec, p: ParallelConfig) -> None:

@@ -117,3 +117,23 @@ def test_both_conventions_match_the_calibration_files_independent_restatement(ro
     full = flops_per_token(model, row["seq_len"], convention="megatron_full_attention").total
     assert causal == pytest.approx(check["megatron_style_flops_per_token_causal"], rel=1e-3)
     assert full == pytest.approx(check["megatron_style_flops_per_token_full_attention"], rel=1e-3)
+
+
+def test_qwen3_next_counts_gated_deltanet_and_gated_attention_as_megatron_does():
+    # Megatron-LM training.py `num_floating_point_operations` (core_v0.16.0), its gated_delta_net branch and its
+    # gate_projection_size for an attention output gate, written out for one layer of each kind, per token.
+    from megapilot.catalog.models import get_model
+    from megapilot.estimate.flops import layer_flops, mlp_flops
+
+    model = get_model("qwen3-next-80b-a3b")
+    h, s = model.hidden_size, 4096
+    qk, v, hv, dv, conv = 16 * 128, 32 * 128, 32, 128, 4
+    deltanet = 6 * (h * (2 * qk + 2 * v + 2 * hv) + conv * (2 * qk + v) + hv * dv ** 2 * 4 + h * v)
+    q, kv = 16 * 256, 2 * 256
+    attention = 6 * (h * (q + 2 * kv + q) + q * s / 2 * 2 + q * h)
+    moe = 6 * h * (512 * 10 + 512) * 3
+    assert mlp_flops(model, 0) == moe
+    assert layer_flops(model, 0, s) == pytest.approx(deltanet + moe, rel=1e-12)
+    assert layer_flops(model, 3, s) == pytest.approx(attention + moe, rel=1e-12)
+    per_token = flops_per_token(model, s)
+    assert per_token.layers == pytest.approx(12 * (3 * deltanet + attention + 4 * moe), rel=1e-12)

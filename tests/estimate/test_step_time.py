@@ -305,3 +305,23 @@ def test_an_experts_partly_filled_last_tile_costs_a_full_one():
     assert experts_s(1600) == pytest.approx(experts_s(1792))
     assert experts_s(1664) == pytest.approx(experts_s(1792))  # 832 rows: 6.5 tiles, priced as 7
     assert experts_s(1536) < experts_s(1600)  # 768 rows: exactly 6 tiles
+
+
+def test_gated_deltanet_layers_mix_tokens_in_linear_time_unlike_their_attention_layers():
+    from megapilot.catalog.models import get_model
+    from megapilot.estimate.step_time import layer_terms
+
+    model = get_model("qwen3-next-80b-a3b")
+    layout = _layout(tp=2, ep=8, mbs=1)
+    cluster = _h100s(64)
+
+    def per_token_ms(layer: int, seq: int, term: str) -> float:
+        training = TrainingSpec(seq_length=seq, global_batch_size=512, precision="bf16")
+        terms = layer_terms(model, layer, cluster, training, layout, EstimateOptions(), recomputed=False)
+        return terms[term] * 1e3 / seq
+
+    # the delta rule's state is fixed-size: per token its cost does not grow with the sequence
+    assert per_token_ms(0, 32768, "mixer_core") == pytest.approx(per_token_ms(0, 4096, "mixer_core"), rel=1e-9)
+    assert per_token_ms(3, 32768, "mixer_core") > 4 * per_token_ms(3, 4096, "mixer_core")  # causal attention
+    # its projections are in_proj (q, k, v, z, beta, alpha) and out_proj, wider than the gated QKV here
+    assert per_token_ms(0, 4096, "mixer_gemms") > per_token_ms(3, 4096, "mixer_gemms")
