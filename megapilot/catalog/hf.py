@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import (
+    GatedDeltaNetSpec,
     LinearRopeScaling,
     Llama3RopeScaling,
     MambaSpec,
@@ -660,15 +661,23 @@ def _describe(shape: tuple[int | str, int | str]) -> str:
 
 
 def _qwen3_next(config: HFConfig) -> dict[str, Any]:
-    raise MegapilotError(
-        "Qwen3-Next's gated DeltaNet layers (3 of every 4; linear_num_key_heads, linear_num_value_heads, "
-        "linear_conv_kernel_dim) and its gated attention output are not modelled: Megatron-Core 0.16 builds them "
-        "as an experimental attention variant (--experimental-attention-variant gated_delta_net "
-        "--linear-attention-freq 4), but a ModelSpec has no linear-attention layer, so parameter, FLOP and memory "
-        "estimates would be wrong", field="linear_num_key_heads",
-        fix="plan a Qwen3 MoE of the same width instead (qwen3-30b-a3b, qwen3-235b-a22b) or write the model as a "
-            "ModelSpec YAML file",
+    """Qwen3-Next: Qwen's MoE with a gated shared expert, Gated DeltaNet on all layers but every
+    full_attention_interval-th, gated attention (a sigmoid output gate projected with Q) with per-head q/k norms
+    and no QKV bias, RoPE on partial_rotary_factor of each head, zero-centred RMSNorm scales (1 + weight)."""
+    fields = _qwen_moe(config, shared_expert=True)
+    fields.update(
+        add_qkv_bias=bool(config.get("attention_bias", False)), qk_layernorm=True, attention_output_gate=True,
+        rotary_percent=_optional_float(config, "partial_rotary_factor") or 1.0, norm_zero_centered=True,
+        gated_delta_net=GatedDeltaNetSpec(
+            key_heads=_required_int(config, "linear_num_key_heads"),
+            value_heads=_required_int(config, "linear_num_value_heads"),
+            key_head_dim=_required_int(config, "linear_key_head_dim"),
+            value_head_dim=_required_int(config, "linear_value_head_dim"),
+            conv_kernel=_optional_int(config, "linear_conv_kernel_dim") or 4,
+            full_attention_freq=_required_int(config, "full_attention_interval"),
+        ),
     )
+    return fields
 
 
 _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {

@@ -242,7 +242,7 @@ def test_llama4_published_total_is_text_model_plus_vision_encoder_and_projector(
     assert missing.value.field == "vision_config"
 
 
-def test_phi3_maps_like_llama_and_qwen3_next_is_refused_naming_its_deltanet_field():
+def test_phi3_maps_like_llama():
     phi3 = {"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "num_hidden_layers": 32,
             "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
             "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
@@ -251,7 +251,26 @@ def test_phi3_maps_like_llama_and_qwen3_next_is_refused_naming_its_deltanet_fiel
 
     assert count_params(from_hf_config(phi3, "phi3-mini")).total == 3_821_079_552  # published 3.8B
     assert _refusal(phi3 | {"partial_rotary_factor": 0.75}).field == "partial_rotary_factor"
-    assert _refusal(_config("Qwen3-Next-80B-A3B-Instruct")).field == "linear_num_key_heads"
+
+
+def test_qwen3_next_maps_its_gated_deltanet_gated_attention_and_gated_shared_expert():
+    from megapilot.estimate.params import count_params
+
+    model = from_hf_config(_config("Qwen3-Next-80B-A3B-Instruct"), "qwen3-next")
+    gdn = model.gated_delta_net
+    assert (gdn.key_heads, gdn.value_heads, gdn.key_head_dim, gdn.value_head_dim, gdn.conv_kernel,
+            gdn.full_attention_freq) == (16, 32, 128, 128, 4, 4)
+    assert [model.is_linear_attention_layer(i) for i in range(8)] == [True, True, True, False] * 2
+    assert model.attention_output_gate and model.qk_layernorm and not model.add_qkv_bias
+    assert model.head_dim == 256 and model.kv_heads == 2 and model.rotary_percent == 0.25
+    assert model.norm_zero_centered and not model.tie_embeddings
+    moe = model.moe
+    assert (moe.num_experts, moe.router_topk, moe.moe_ffn_hidden_size) == (512, 10, 512)
+    assert moe.shared_expert_ffn_hidden_size == 512 and moe.shared_expert_gate and not moe.router_pre_softmax
+    counted = count_params(model)
+    assert abs(counted.total / 1e9 - 80) <= 0.4  # the model card's "80B in total" (0.5 %)
+    # "3B activated": the top-10 experts, the shared expert and the mixers, embeddings and output layer apart
+    assert 3.0 <= (counted.active - counted.embedding - counted.output_layer) / 1e9 < 3.5
 
 
 def test_nemotron3_nano_hybrid_counts_its_mamba_moe_and_attention_layers_to_the_published_size():
