@@ -31,6 +31,7 @@ from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
+    GatedDeltaNetSpec,
     Llama3RopeScaling,
     LoadBalancing,
     MlpActivation,
@@ -408,6 +409,22 @@ def _mla(flags: LaunchFlags) -> MLASpec | None:
     )
 
 
+def _gated_delta_net(flags: LaunchFlags) -> GatedDeltaNetSpec | None:
+    """--experimental-attention-variant gated_delta_net and its shape (core_v0.16.0's defaults where unstated)."""
+    if flags.get("--experimental-attention-variant") != "gated_delta_net":
+        return None
+    defaults = GatedDeltaNetSpec()
+    return GatedDeltaNetSpec(
+        key_heads=flags.get_int("--linear-num-key-heads", defaults.key_heads) or defaults.key_heads,
+        value_heads=flags.get_int("--linear-num-value-heads", defaults.value_heads) or defaults.value_heads,
+        key_head_dim=flags.get_int("--linear-key-head-dim", defaults.key_head_dim) or defaults.key_head_dim,
+        value_head_dim=flags.get_int("--linear-value-head-dim", defaults.value_head_dim) or defaults.value_head_dim,
+        conv_kernel=flags.get_int("--linear-conv-kernel-dim", defaults.conv_kernel) or defaults.conv_kernel,
+        full_attention_freq=flags.get_int("--linear-attention-freq", defaults.full_attention_freq)
+        or defaults.full_attention_freq,
+    )
+
+
 # Megatron-LM core_v0.16.0 values the rope-scaling flags leave at their defaults (arguments.py,
 # MLATransformerConfig): what the model is when a script does not state them.
 _ROPE_SCALING_FACTOR_DEFAULT = 8.0
@@ -470,6 +487,9 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         norm_epsilon=flags.get_float("--norm-epsilon", 1e-5) or 1e-5,
         position_embedding=_position_embedding(flags),
         rotary_base=flags.get_int("--rotary-base", 10000) or 10000,
+        rotary_percent=flags.get_float("--rotary-percent", 1.0) or 1.0,
+        norm_zero_centered=flags.has("--apply-layernorm-1p"),
+        attention_output_gate=flags.has("--attention-output-gate"), gated_delta_net=_gated_delta_net(flags),
         tie_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
         add_bias_linear=not flags.has("--disable-bias-linear"),
         add_qkv_bias=flags.has("--add-qkv-bias"),

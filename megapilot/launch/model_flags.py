@@ -36,9 +36,13 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     s.add("--ffn-hidden-size", model.ffn_hidden_size)
     s.add("--num-attention-heads", model.num_attention_heads)
     _add_attention(s, model)
+    if model.gated_delta_net is not None:
+        _add_gated_delta_net(s, model, cpu=cpu)
     _add_activation(s, model)
     s.add("--normalization", model.normalization)
     s.add("--norm-epsilon", model.norm_epsilon)
+    if model.norm_zero_centered:
+        s.add("--apply-layernorm-1p")
     _add_position(s, model)
     s.add("--max-position-embeddings", model.max_position_embeddings)
     s.add("--make-vocab-size-divisible-by", model.make_vocab_size_divisible_by)
@@ -95,6 +99,8 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
             s.add("--num-query-groups", model.num_query_groups)
     if model.add_qkv_bias:
         s.add("--add-qkv-bias")
+    if model.attention_output_gate:
+        s.add("--attention-output-gate")
     # Under MLA, Megatron's --qk-layernorm builds the q/kv latent norms instead of per-head ones.
     if model.qk_layernorm or (model.mla is not None and model.mla.latent_layernorms):
         s.add("--qk-layernorm")
@@ -113,6 +119,24 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
             "flag for (only Megatron-Bridge's Llama 4 layer spec builds it)",
             field="model.attention_chunk_size", fix="launch through Megatron-Bridge, or drop attention_chunk_size "
             "to train with full attention")
+
+
+def _add_gated_delta_net(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
+    """Gated DeltaNet on all layers but every full_attention_freq-th (core_v0.16.0's experimental variant)."""
+    gdn = model.gated_delta_net
+    assert gdn is not None
+    if cpu:
+        raise MegapilotError(
+            f"{model.name} mixes tokens with Gated DeltaNet, which Megatron-Core builds only with Transformer Engine "
+            "and runs with flash-linear-attention's GPU kernels: the embedded CPU trainer cannot train it",
+            field="model.gated_delta_net", fix="write the script for GPUs (drop --cpu), or try a Qwen3 MoE on CPU")
+    s.add("--experimental-attention-variant", "gated_delta_net")
+    s.add("--linear-attention-freq", gdn.full_attention_freq)
+    s.add("--linear-num-key-heads", gdn.key_heads)
+    s.add("--linear-num-value-heads", gdn.value_heads)
+    s.add("--linear-key-head-dim", gdn.key_head_dim)
+    s.add("--linear-value-head-dim", gdn.value_head_dim)
+    s.add("--linear-conv-kernel-dim", gdn.conv_kernel)
 
 
 def _add_activation(s: ArgSection, model: ModelSpec) -> None:
@@ -141,6 +165,8 @@ def _add_position(s: ArgSection, model: ModelSpec) -> None:
     if model.position_embedding != "rope":
         return
     s.add("--rotary-base", model.rotary_base)
+    if model.rotary_percent != 1.0:
+        s.add("--rotary-percent", model.rotary_percent)
     if model.mla is not None:
         _add_mla_rope(s, model)
     elif isinstance(model.rope_scaling, Llama3RopeScaling):

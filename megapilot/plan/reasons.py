@@ -184,7 +184,7 @@ class Explainer:
                              **changes)
 
     def _rules(self, p: ParallelConfig) -> Iterable[space.Rejection | None]:
-        yield space.cp_rule(self.training, p.tp, p.cp)
+        yield space.cp_rule(self.model, self.training, p.tp, p.cp)
         yield space.pp_rule(self.model, p.pp, p.vpp, p.pipeline_split)
         yield space.batch_rule(self.training, p.dp, p.mbs)
         yield space.interleave_rule(self.training, p.pp, p.vpp, p.dp, p.mbs)

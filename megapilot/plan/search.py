@@ -366,7 +366,7 @@ class _Search:
         world = self.cluster.world_size
         settled: set[tuple[int, int, bool]] = set()  # (ep, etp, fsdp) that fit without relief at a smaller CP
         for cp in space.cp_values(world // (tp * pp), self.pins):
-            if self._reject(space.cp_rule(self.training, tp, cp)):
+            if self._reject(space.cp_rule(self.model, self.training, tp, cp)):
                 continue
             dp = world // (tp * cp * pp)
             if self._reject(space.batch_rule(self.training, dp)):

@@ -49,6 +49,7 @@ class RejectReason(str, Enum):
     TP_KV_HEADS = "tp does not divide KV heads"
     TP_NODE = "tp exceeds GPUs per node"
     CP_SEQUENCE = "seq_length not divisible by 2*cp"
+    CP_LINEAR_ATTENTION = "cp on a Gated DeltaNet model"
     SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
     PP_LAYERS = "num_layers not divisible by pp*vpp"
     PP_SPLIT = "uneven pipeline split refused"
@@ -132,6 +133,11 @@ def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None
         return Rejection(RejectReason.TP_KV_HEADS, "tp",
                          f"tp={tp} does not divide the {model.kv_heads} KV heads (num_query_groups)",
                          f"use a TP from: {_list(divisors(model.kv_heads))}")
+    gdn = model.gated_delta_net
+    if gdn is not None and (gdn.key_heads % tp or gdn.value_heads % tp):
+        return Rejection(RejectReason.TP_HEADS, "tp",
+                         f"tp={tp} does not divide Gated DeltaNet's {gdn.key_heads} key heads",
+                         f"use a TP from: {_list(divisors(gdn.key_heads))}")
     if tp > cluster.gpus_per_node:
         return Rejection(RejectReason.TP_NODE, "tp",
                          f"tp={tp} exceeds {cluster.gpus_per_node} GPUs per node",
@@ -139,8 +145,12 @@ def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None
     return None
 
 
-def cp_rule(training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
-    """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP."""
+def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
+    """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP. Megatron-Core's
+    Gated DeltaNet has no CP."""
+    if cp > 1 and model.gated_delta_net is not None:
+        return Rejection(RejectReason.CP_LINEAR_ATTENTION, "cp", f"cp={cp}: Gated DeltaNet has no context parallelism",
+                         "use cp 1")
     if cp > 1 and training.seq_length % (2 * cp):
         return Rejection(RejectReason.CP_SEQUENCE, "cp",
                          f"seq_length={training.seq_length} is not divisible by 2*cp={2 * cp}",
@@ -351,7 +361,7 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     if failure is None and pins.tp:
         failure = tp_rule(model, cluster, pins.tp)
     if failure is None and pins.cp:
-        failure = cp_rule(training, pins.tp or 1, pins.cp)
+        failure = cp_rule(model, training, pins.tp or 1, pins.cp)
     if failure is None and (pins.pp or pins.vpp):
         if pins.vpp and pins.vpp > 1 and pins.pp == 1:
             raise MegapilotError("vpp > 1 needs pp > 1", field="vpp", fix="drop --vpp or set --pp above 1")

@@ -47,6 +47,7 @@ CPU_TRAINER = LaunchOptions(mock_data=True, entrypoint="megapilot", cpu=True, ch
 HF_PUBLISHED_B = {
     "Llama-3.1-8B": 8.03, "Llama-3.1-70B": 70.6, "Llama-3.1-405B": 405.9, "Mixtral-8x7B-v0.1": 46.7,
     "DeepSeek-V2-Lite": 15.7, "DeepSeek-V3": 671, "Qwen3-30B-A3B": 30.5, "gpt2": 0.124, "gpt-oss-20b": 20.9,
+    "Qwen3-Next-80B-A3B-Instruct": 80,
 }
 
 #: Models whose script is refused before it is written, or that pretrain_gpt.py does not build (field or reason).
@@ -61,11 +62,14 @@ NOT_BUILT_BY_PRETRAIN_GPT = {
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "pretrain_mamba.py",
     "nemotron-h-8b": "pretrain_mamba.py",
     "nemotron-h-56b": "pretrain_mamba.py",
+    # Gated DeltaNet: Megatron-Core builds it with Transformer Engine only (its mixers are checked module by module)
+    "qwen3-next-80b-a3b": "model.gated_delta_net",
+    "Qwen3-Next-80B-A3B-Instruct": "model.gated_delta_net",
 }
 
 
 #: Vendored configs the HF importer refuses, by the field it names.
-IMPORT_REFUSED = {"Qwen3-Next-80B-A3B-Instruct": "linear_num_key_heads"}  # gated DeltaNet: no 0.16 CLI path
+IMPORT_REFUSED: dict[str, str] = {}
 
 
 def _cases() -> dict[str, tuple[ModelSpec, float | None]]:
@@ -185,6 +189,59 @@ def test_megatron_builds_the_model_megapilot_counts_and_its_publisher_states(nam
     if published_b is not None:
         main_b = count_params(spec).main_model / 1e9
         assert abs(main_b - published_b) <= max(0.005 * published_b, _half_unit_of_last_digit(published_b))
+
+
+def _megatron_config_of(spec: ModelSpec) -> object:
+    """Megatron-Core's TransformerConfig for `spec`'s mixers, field by field as the flags `script` writes set it
+    (the trainer cannot take them: the experimental variant needs Transformer Engine)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    gdn = spec.gated_delta_net
+    assert gdn is not None
+    return TransformerConfig(
+        num_layers=gdn.full_attention_freq, hidden_size=spec.hidden_size, ffn_hidden_size=spec.ffn_hidden_size,
+        num_attention_heads=spec.num_attention_heads, num_query_groups=spec.num_query_groups,
+        kv_channels=spec.head_dim, normalization=spec.normalization, add_bias_linear=spec.add_bias_linear,
+        qk_layernorm=spec.qk_layernorm, attention_output_gate=spec.attention_output_gate,
+        experimental_attention_variant="gated_delta_net", linear_attention_freq=gdn.full_attention_freq,
+        linear_conv_kernel_dim=gdn.conv_kernel, linear_key_head_dim=gdn.key_head_dim,
+        linear_value_head_dim=gdn.value_head_dim, linear_num_key_heads=gdn.key_heads,
+        linear_num_value_heads=gdn.value_heads, use_cpu_initialization=True, gradient_accumulation_fusion=False,
+        perform_initialization=False)  # shapes only (meta device)
+
+
+def test_qwen3_next_mixers_are_what_megatron_core_builds(one_process_group: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Megatron-Core 0.16.1's GatedDeltaNet and its gated SelfAttention, built on the meta device with local
+    linears (its spec function asks for Transformer Engine; the parameters are the modules' own either way, and
+    TE's fused input norm is the layer's pre-norm, counted apart). GatedDeltaNet refuses to start without
+    flash-linear-attention's kernels, which only its forward calls: the flag is lifted for the construction."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.ssm import gated_delta_net
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.spec_utils import build_module
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from megapilot.estimate.params import layer_params, norm_params
+
+    spec = load_hf_config(HF_CONFIGS / "Qwen3-Next-80B-A3B-Instruct.json")
+    config = _megatron_config_of(spec)
+    monkeypatch.setattr(gated_delta_net, "HAVE_FLA", True)
+    with torch.device("meta"):
+        mixer = gated_delta_net.GatedDeltaNet(
+            config, gated_delta_net.GatedDeltaNetSubmodules(in_proj=ColumnParallelLinear, out_norm=WrappedTorchNorm,
+                                                            out_proj=RowParallelLinear),
+            layer_number=1, pg_collection=ProcessGroupCollection.use_mpu_process_groups(), conv_init=0.1)
+        local = get_gpt_layer_local_spec(qk_layernorm=True, normalization=spec.normalization)
+        attention = build_module(local.submodules.self_attention, config=config, layer_number=4)
+    pre_norms = 2 * norm_params(spec, spec.hidden_size)  # input and pre-MLP norms, outside the mixers
+    linear, full = layer_params(spec, 0), layer_params(spec, 3)
+    assert spec.is_linear_attention_layer(0) and not spec.is_linear_attention_layer(3)
+    assert sum(p.numel() for p in mixer.parameters()) == linear.attention + linear.norms - pre_norms
+    assert sum(p.numel() for p in attention.parameters()) == full.attention + full.norms - pre_norms
+    gate_width = spec.num_attention_heads * spec.head_dim
+    assert attention.linear_qkv.weight.shape[0] == 2 * gate_width + 2 * spec.kv_heads * spec.head_dim
 
 
 # ---- the model's meaning, read back from what Megatron-Core built -----------------------------------------

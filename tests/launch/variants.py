@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from megapilot.launch import LaunchOptions
 from megapilot.spec import ModelSpec, MoESpec, SavedPlan, TrainingSpec
-from megapilot.spec.model import MambaSpec
+from megapilot.spec.model import GatedDeltaNetSpec, MambaSpec
 from tests.launch.plans import (
     DEEPSEEK_V2_LITE,
     GOLDEN_PLANS,
@@ -75,12 +75,20 @@ HYBRID_MAMBA = ModelSpec(
     hybrid_override_pattern="M-M*M-ME", mamba=MambaSpec(num_heads=32, head_dim=64, num_groups=8, state_dim=128),
     moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=1024, shared_expert_ffn_hidden_size=2048),
 )
+# Qwen3-Next's semantics: Gated DeltaNet on three layers of four, a gated attention with partial RoPE, zero-centred
+# norms (its experimental variant needs Transformer Engine: rendered for Megatron-LM only).
+GATED_DELTANET = MIXTRAL_8X7B.model_copy(update={
+    "name": "gated-deltanet", "num_layers": 8, "qk_layernorm": True, "attention_output_gate": True,
+    "rotary_percent": 0.25, "norm_zero_centered": True,
+    "gated_delta_net": GatedDeltaNetSpec(key_heads=8, value_heads=16, key_head_dim=64, value_head_dim=64),
+})
 _MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
 
 # Options that apply to some plans only (a flex MoE dispatcher is refused on a dense model): rendered on their own.
 PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
+    (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
      LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_flex_dispatcher="deepep",
                    check_paths_exist=False)),

@@ -35,10 +35,21 @@ def test_tp_rule_follows_kv_heads_and_node_size(llama70b, h100x64):
     assert space.tp_rule(gpt, h100x64, 5).category == "tp does not divide attention heads"
 
 
-def test_cp_rule_needs_two_cp_chunks_per_sequence():
+def test_cp_rule_needs_two_cp_chunks_per_sequence(llama70b):
     training = TrainingSpec(seq_length=6, global_batch_size=8)
-    assert space.cp_rule(training, 1, 3) is None
-    assert space.cp_rule(training, 1, 2).category == "seq_length not divisible by 2*cp"
+    assert space.cp_rule(llama70b, training, 1, 3) is None
+    assert space.cp_rule(llama70b, training, 1, 2).category == "seq_length not divisible by 2*cp"
+
+
+def test_gated_delta_net_takes_no_cp_and_whole_linear_heads_per_tp_rank(h100x64):
+    qwen3_next = get_model("qwen3-next-80b-a3b")  # 16 key / 32 value heads of Gated DeltaNet, 2 KV groups
+    training = TrainingSpec(seq_length=4096, global_batch_size=8)
+    assert space.cp_rule(qwen3_next, training, 1, 1) is None
+    assert space.cp_rule(qwen3_next, training, 1, 2).category == "cp on a Gated DeltaNet model"
+    assert space.tp_rule(qwen3_next, h100x64, 2) is None
+    shrunk = qwen3_next.model_copy(update={"gated_delta_net": qwen3_next.gated_delta_net.model_copy(
+        update={"key_heads": 3, "value_heads": 6})})
+    assert space.tp_rule(shrunk, h100x64, 2).category == "tp does not divide attention heads"
 
 
 def test_expert_rule_checks_expert_count_and_group_product():
