@@ -202,6 +202,7 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
         "norm_epsilon": float(config.get("rms_norm_eps") or 1e-6),
         "position_embedding": "rope",
         "rotary_base": int(config.get("rope_theta") or 10000),
+        "rotary_percent": _optional_float(config, "partial_rotary_factor") or 1.0,
         "rope_scaling": _rope_scaling(config),
         "tie_embeddings": bool(config.get("tie_word_embeddings", tied_default)),
         "add_bias_linear": bool(config.get("attention_bias") and config.get("mlp_bias")),
@@ -453,10 +454,8 @@ def _gpt2(config: HFConfig) -> dict[str, Any]:
 
 
 def _phi3(config: HFConfig) -> dict[str, Any]:
-    """Phi-3: Llama's shapes with fused qkv_proj and gate_up_proj (the same weights, concatenated)."""
-    rotary_fraction = _optional_float(config, "partial_rotary_factor")
-    if rotary_fraction is not None and rotary_fraction != 1.0:
-        raise _refuse("partial_rotary_factor", "partial rotary embeddings are not modelled for Phi-3")
+    """Phi-3: Llama's shapes with fused qkv_proj and gate_up_proj (the same weights, concatenated); RoPE on
+    partial_rotary_factor of each head where the config says (Phi-3.5/4-mini-style), --rotary-percent."""
     return _llama_core(config) | _full_sliding_window(config)
 
 
@@ -667,7 +666,7 @@ def _qwen3_next(config: HFConfig) -> dict[str, Any]:
     fields = _qwen_moe(config, shared_expert=True)
     fields.update(
         add_qkv_bias=bool(config.get("attention_bias", False)), qk_layernorm=True, attention_output_gate=True,
-        rotary_percent=_optional_float(config, "partial_rotary_factor") or 1.0, norm_zero_centered=True,
+        norm_zero_centered=True,
         gated_delta_net=GatedDeltaNetSpec(
             key_heads=_required_int(config, "linear_num_key_heads"),
             value_heads=_required_int(config, "linear_num_value_heads"),

@@ -250,7 +250,7 @@ def test_phi3_maps_like_llama():
     from megapilot.estimate.params import count_params
 
     assert count_params(from_hf_config(phi3, "phi3-mini")).total == 3_821_079_552  # published 3.8B
-    assert _refusal(phi3 | {"partial_rotary_factor": 0.75}).field == "partial_rotary_factor"
+    assert from_hf_config(phi3 | {"partial_rotary_factor": 0.75}, "phi-partial").rotary_percent == 0.75
 
 
 def test_qwen3_next_maps_its_gated_deltanet_gated_attention_and_gated_shared_expert():
