@@ -89,11 +89,17 @@ class LayoutFlags:
     account_for_embedding: AccountForEmbedding = False
     account_for_loss: AccountForLoss = False
     pp_layout: PpLayout = None
+    moe_capacity_factor: Annotated[float | None, _option(
+        "MoE token dropping: each expert takes at most this times its even share of the tokens "
+        "(--moe-expert-capacity-factor; default: dropless).")] = None
+    moe_pad_to_capacity: Annotated[bool, typer.Option(
+        "--moe-pad-to-capacity", help="With --moe-capacity-factor: pad every expert's input to its capacity "
+        "(--moe-pad-expert-input-to-capacity; static shapes, no dispatcher host sync).")] = False
 
     def case_flags(self) -> dict[str, Any]:
         """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
         flags = {item.name: getattr(self, item.name) for item in fields(self)}
-        for switch in ("account_for_embedding", "account_for_loss"):
+        for switch in ("account_for_embedding", "account_for_loss", "moe_pad_to_capacity"):
             flags[switch] = True if flags[switch] else None
         return flags
 

@@ -394,7 +394,15 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
         router_num_groups=flags.get_int("--moe-router-num-groups"),
         router_group_topk=flags.get_int("--moe-router-group-topk"),
         router_dtype=_ROUTER_DTYPES.get(router_dtype or ""),
+        capacity_factor=_capacity_factor(flags),
+        pad_to_capacity=flags.has("--moe-pad-expert-input-to-capacity") and _capacity_factor(flags) is not None,
     )
+
+
+def _capacity_factor(flags: LaunchFlags) -> float | None:
+    """--moe-expert-capacity-factor; a negative one means dropless, as Megatron reads it."""
+    factor = flags.get_float("--moe-expert-capacity-factor")
+    return factor if factor is not None and factor > 0 else None
 
 
 def _mla(flags: LaunchFlags) -> MLASpec | None:

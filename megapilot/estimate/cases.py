@@ -29,9 +29,10 @@ from megapilot.spec.training import FP8_RECIPES, PRECISIONS, TrainingSpec
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers")
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
-              "account_for_embedding", "account_for_loss")
+              "account_for_embedding", "account_for_loss", "moe_pad_to_capacity")
+FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout")
-KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS)
+KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def build_case(**flags: Any) -> Case:
     """Resolve layout flags (see module doc) into specs; raises MegapilotError on the first bad flag."""
     flags = {k: v for k, v in flags.items() if v is not None}
     _check_flag_names_and_types(flags)
-    model = _resolve_model(flags["model"])
+    model = _with_token_dropping(_resolve_model(flags["model"]), flags)
     cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
@@ -84,6 +85,28 @@ def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
         value = flags.get(name)
         if value is not None and not isinstance(value, str):
             raise MegapilotError(f"must be a string, got {value!r}", field=name, fix=f"give {name} as text")
+    for name in FLOAT_FLAGS:
+        value = flags.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise MegapilotError(f"must be a positive number, got {value!r}", field=name,
+                                 fix=f"give {name} as a number above 0, e.g. 1.0")
+
+
+def _with_token_dropping(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
+    """The model with the token dropping the flags ask for (--moe-capacity-factor, --moe-pad-to-capacity)."""
+    factor, pad = flags.get("moe_capacity_factor"), flags.get("moe_pad_to_capacity", False)
+    if factor is None and not pad:
+        return model
+    if model.moe is None:
+        raise MegapilotError(f"{model.name} has no experts to drop tokens at", field="moe_capacity_factor",
+                             fix="drop --moe-capacity-factor and --moe-pad-to-capacity for a dense model")
+    if pad and factor is None and model.moe.capacity_factor is None:
+        raise MegapilotError("padding to capacity needs a capacity", field="moe_pad_to_capacity",
+                             fix="add --moe-capacity-factor, e.g. 1.0")
+    update: dict[str, Any] = {"pad_to_capacity": pad or model.moe.pad_to_capacity}
+    if factor is not None:
+        update["capacity_factor"] = float(factor)
+    return model.model_copy(update={"moe": model.moe.model_copy(update=update)})
 
 
 def _resolve_model(name_or_path: str) -> ModelSpec:

@@ -259,7 +259,7 @@ def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, g
         assert moe is not None
         # Each token is kept top-k times; an ETP group shares its tokens (4h: dispatched input + combine
         # output) and splits the expert width.
-        routed = moe.router_topk * (
+        routed = moe.router_topk * moe.expert_load_factor * (  # padded to capacity: the padding is kept too
             4 * h * expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size, gemm_input))
         mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size, gemm_input)
         mlp += 4 * moe.num_experts

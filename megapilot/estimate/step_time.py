@@ -247,7 +247,9 @@ def layer_terms(
     elif model.is_moe_layer(layer_index):
         moe = model.moe
         assert moe is not None
-        per_expert_tokens = max(1.0, tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
+        # padded to capacity, an expert computes and receives capacity_factor x its even share (padding included)
+        routed_tokens = tokens * moe.expert_load_factor
+        per_expert_tokens = max(1.0, routed_tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
         local_experts = moe.num_experts / p.ep
         # A grouped GEMM tiles each expert's rows on its own: a partly filled last tile costs a full one.
         padded = math.ceil(per_expert_tokens / GROUPED_GEMM_TILE_ROWS) * GROUPED_GEMM_TILE_ROWS
@@ -257,8 +259,8 @@ def layer_terms(
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
-        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, tokens, training.quant_flavour)
-        terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, tokens)
+        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour)
+        terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
         terms["moe_fixed"] = _moe_fixed_s(model, p, options, precision, terms)
     else:
         terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
@@ -366,15 +368,17 @@ def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu:
 def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, precision: str,
                  terms: dict[str, float]) -> float:
     """Kernel gaps and the dispatcher's host sync of one MoE layer (latency.py). The alltoall dispatcher syncs
-    whenever tokens leave the rank or several local experts split them (Megatron's dropless path); the flex
-    dispatcher keeps the split sizes on the GPU. After the sync the GPU runs the forward's dispatch, experts
-    and combine: their forward third and the two forward all-to-alls."""
+    whenever tokens leave the rank or several local experts split them (Megatron's dropless path, and token
+    dropping without padding); the flex dispatcher and inputs padded to capacity keep the split sizes static.
+    After the sync the GPU runs the forward's dispatch, experts and combine: their forward third and the two
+    forward all-to-alls."""
     moe = model.moe
     assert moe is not None
     local_experts = moe.num_experts // p.ep
     kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
                           fp8_casts=precision in EIGHT_BIT_PRECISIONS)
-    host_sync = not options.moe_flex_dispatcher and (p.ep > 1 or local_experts > 1)
+    # padded to capacity the split sizes are static: Megatron's alltoall dispatcher skips the sync (drop_and_pad)
+    host_sync = not options.moe_flex_dispatcher and not moe.pad_to_capacity and (p.ep > 1 or local_experts > 1)
     after_sync_s = FORWARD_SHARE * (terms["experts"] + terms["moe_token_passes"]) + terms["ep_comm"] / 2
     return moe_fixed_latency_s(kernels, host_sync=host_sync, forward_after_sync_gpu_s=after_sync_s)
 

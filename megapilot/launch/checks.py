@@ -322,6 +322,11 @@ def _flex_dispatcher_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     if tp * ep == 1:
         raise MegapilotError("the flex token dispatcher needs TP x EP > 1", field="moe_flex_dispatcher",
                              fix="use --moe-token-dispatcher-type alltoall with TP = EP = 1")
+    backend = values.get("--moe-flex-dispatcher-backend", ["deepep"])[0]
+    if backend == "deepep" and "--moe-pad-expert-input-to-capacity" in values:
+        raise MegapilotError("the flex dispatcher's DeepEP backend does not pad expert inputs to capacity "
+                             "(Megatron-Core refuses moe_pad_expert_input_to_capacity with it)",
+                             field="moe_flex_dispatcher", fix="use --moe-flex-dispatcher hybridep, or drop the padding")
 
 
 def _attention_backend_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:

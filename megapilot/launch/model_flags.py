@@ -242,6 +242,10 @@ def _add_moe(s: ArgSection, model: ModelSpec, *, cpu: bool = False) -> None:
             s.add("--moe-shared-expert-gate")
     s.add("--moe-layer-freq", moe_layer_pattern(model))
     _add_router(s, model)
+    if moe.capacity_factor is not None:
+        s.add("--moe-expert-capacity-factor", moe.capacity_factor)
+        if moe.pad_to_capacity:
+            s.add("--moe-pad-expert-input-to-capacity")
     # alltoall moves only the routed tokens; allgather (the default) replicates every token to every EP rank.
     # Megatron-Core's alltoall dispatcher needs CUDA streams, so a CPU run keeps allgather.
     s.add("--moe-token-dispatcher-type", "allgather" if cpu else "alltoall")

@@ -86,6 +86,16 @@ class MoESpec(_Spec):
         description="Precision of the router GEMM and scores; None = the model's dtype. DeepSeek computes its "
         "gate in fp32. --moe-router-dtype.",
     )
+    capacity_factor: float | None = Field(
+        default=None, gt=0,
+        description="Token dropping: an expert takes at most this times its even share of the tokens "
+        "(--moe-expert-capacity-factor); None = dropless (Megatron's default).",
+    )
+    pad_to_capacity: bool = Field(
+        default=False,
+        description="Pad every expert's input to its capacity (--moe-pad-expert-input-to-capacity): static shapes, "
+        "no host sync in the dispatcher, padded rows computed and sent.",
+    )
 
     @model_validator(mode="after")
     def _topk_within_experts(self) -> MoESpec:
@@ -94,7 +104,19 @@ class MoESpec(_Spec):
                 f"router_topk={self.router_topk} exceeds num_experts={self.num_experts}; "
                 "set router_topk <= num_experts"
             )
+        if self.capacity_factor is not None and self.load_balancing_type == "sinkhorn":
+            raise ValueError("capacity_factor (token dropping) works with aux_loss, seq_aux_loss or none load "
+                             "balancing in Megatron-Core, not sinkhorn; choose one of those or drop capacity_factor")
+        if self.pad_to_capacity and self.capacity_factor is None:
+            raise ValueError("pad_to_capacity needs a capacity_factor (Megatron pads to the capacity it sets); set "
+                             "capacity_factor, e.g. 1.0")
         return self
+
+    @property
+    def expert_load_factor(self) -> float:
+        """Rows an expert computes and receives per even share of tokens: the capacity factor when inputs are
+        padded to capacity, else 1 (dropless, or dropping only what exceeds capacity under even routing)."""
+        return self.capacity_factor if self.pad_to_capacity and self.capacity_factor is not None else 1.0
 
     @model_validator(mode="after")
     def _router_rules(self) -> MoESpec:

@@ -86,3 +86,12 @@ def test_missing_script_and_bad_quotes_are_user_errors(tmp_path: Path):
         read_flags(script=tmp_path / "nope.sh")
     with pytest.raises(MegapilotError, match="flags"):
         read_flags(flags='--save "/unterminated')
+
+
+def test_token_dropping_flags_read_back_into_the_moe_spec():
+    moe = ("--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --num-experts 8 "
+           "--moe-router-topk 2 --moe-ffn-hidden-size 256")
+    padded = run_config(read_flags(flags=moe + " --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"))
+    assert padded.model.moe.capacity_factor == 1.25 and padded.model.moe.pad_to_capacity
+    dropless = run_config(read_flags(flags=moe + " --moe-expert-capacity-factor -1"))  # negative: Megatron's dropless
+    assert dropless.model.moe.capacity_factor is None and not dropless.model.moe.pad_to_capacity

@@ -49,6 +49,10 @@ def test_given_flags_reach_the_specs():
     ({"vpp": 2}, "vpp"),  # needs pp > 1
     ({"recompute_num_layers": 2}, "recompute_num_layers"),  # only with full recompute
     ({"pp_layout": "balanced"}, "pp_layout"),  # needs pp > 1
+    ({"moe_capacity_factor": 1.0}, "moe_capacity_factor"),  # a dense model drops no tokens
+    ({"moe_capacity_factor": 0, "model": "mixtral-8x7b"}, "moe_capacity_factor"),
+    ({"moe_capacity_factor": "1", "model": "mixtral-8x7b"}, "moe_capacity_factor"),
+    ({"moe_pad_to_capacity": True, "model": "mixtral-8x7b"}, "moe_pad_to_capacity"),  # padding needs a capacity
 ])
 def test_bad_flags_are_refused_naming_the_flag(flags, field):
     if field is None:  # an odd global batch is legal input; whether it divides is the layout check's job
@@ -83,3 +87,9 @@ def test_a_balanced_layout_is_computed_and_carried_as_its_string():
 
 def test_known_flags_cover_every_documented_flag():
     assert {"seq_len", "gpus_per_node", "recompute_num_layers", "pp_layout", "account_for_loss"} <= KNOWN_FLAGS
+
+
+def test_token_dropping_reaches_the_model_spec():
+    case = build_case(**{**BASE, "model": "mixtral-8x7b", "moe_capacity_factor": 1.25, "moe_pad_to_capacity": True})
+    assert case.model.moe.capacity_factor == 1.25 and case.model.moe.pad_to_capacity
+    assert build_case(**{**BASE, "model": "mixtral-8x7b"}).model.moe.capacity_factor is None  # dropless default

@@ -247,3 +247,19 @@ def test_uneven_405b_pp16_peak_memory_is_on_the_first_middle_rank():
     assert by_stage[0].dense * 8 + by_stage[0].replicated == pytest.approx(7 * layer + embedding)
     assert memory.stage == 1
     assert memory.weights_gib == pytest.approx((8 * layer - 8 * 2 * 16384) / 8 * 2 / GIB + 8 * 2 * 16384 * 2 / GIB)
+
+
+def test_experts_padded_to_capacity_keep_their_padding_in_memory():
+    moe = MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=1024)
+    model = ModelSpec(name="m", num_layers=4, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=8,
+                      vocab_size=32000, moe=moe)
+    layout = ParallelConfig(tp=1, pp=1, dp=8, ep=8, mbs=1)
+    training = TrainingSpec(seq_length=4096, global_batch_size=64)
+
+    def activations(capacity: float | None, pad: bool) -> float:
+        dropping = model.model_copy(update={"moe": moe.model_copy(update={"capacity_factor": capacity,
+                                                                          "pad_to_capacity": pad})})
+        return layer_activation_bytes(dropping, 0, layout, training.seq_length, training.precision)
+
+    assert activations(2.0, False) == activations(None, False)
+    assert activations(2.0, True) > activations(1.0, True) == activations(None, False)

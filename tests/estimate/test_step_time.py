@@ -325,3 +325,24 @@ def test_gated_deltanet_layers_mix_tokens_in_linear_time_unlike_their_attention_
     assert per_token_ms(3, 32768, "mixer_core") > 4 * per_token_ms(3, 4096, "mixer_core")  # causal attention
     # its projections are in_proj (q, k, v, z, beta, alpha) and out_proj, wider than the gated QKV here
     assert per_token_ms(0, 4096, "mixer_gemms") > per_token_ms(3, 4096, "mixer_gemms")
+
+
+def test_padding_experts_to_capacity_costs_its_rows_and_saves_the_dispatcher_host_sync():
+    from megapilot.catalog.models import get_model
+    from megapilot.estimate.step_time import layer_terms
+
+    model = get_model("qwen3-30b-a3b")
+    layout = ParallelConfig(tp=1, pp=1, dp=8, ep=8, mbs=1)
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
+
+    def terms(capacity: float | None, pad: bool) -> dict[str, float]:
+        moe = model.moe.model_copy(update={"capacity_factor": capacity, "pad_to_capacity": pad})
+        dropping = model.model_copy(update={"moe": moe})
+        return layer_terms(dropping, 0, cluster, SEQ_4K, layout, EstimateOptions(), recomputed=False)
+
+    dropless, padded, wide = terms(None, False), terms(1.0, True), terms(1.5, True)
+    assert terms(1.5, False) == dropless  # dropping without padding: evenly routed tokens fit their capacity
+    assert padded["moe_fixed"] < dropless["moe_fixed"]  # static splits: no device-to-host sync per layer
+    assert padded["experts"] == pytest.approx(dropless["experts"])
+    assert wide["ep_comm"] == pytest.approx(1.5 * padded["ep_comm"], rel=1e-6)  # padding rows are sent too
+    assert wide["experts"] > 1.3 * padded["experts"]

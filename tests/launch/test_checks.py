@@ -104,6 +104,8 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _without(_with_value(a, "--tensor-model-parallel-size", "1"), "--sequence-parallel", "--tp-comm-overlap")
      + ["--moe-token-dispatcher-type", "flex"],
      "moe_flex_dispatcher", "needs TP x EP > 1"),
+    (lambda a: a + ["--moe-token-dispatcher-type", "flex", "--moe-expert-capacity-factor", "1.0",
+                    "--moe-pad-expert-input-to-capacity"], "moe_flex_dispatcher", "does not pad expert inputs"),
     (lambda a: a + ["--attention-backend", "local"], "attention_backend", "only with --spec local"),
     (lambda a: _with_value(a, "--context-parallel-size", "2") + ["--attention-backend", "unfused"],
      "attention_backend", "runs only in TE's flash or fused attention"),

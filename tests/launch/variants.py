@@ -89,6 +89,8 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
+    (make_plan(MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
+        update={"capacity_factor": 1.0, "pad_to_capacity": True})}), "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
      LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_flex_dispatcher="deepep",
                    check_paths_exist=False)),

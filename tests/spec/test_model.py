@@ -82,3 +82,16 @@ def test_mla_takes_latent_norms_not_per_head_qk_norms_and_scaling_needs_rope():
         _model(position_embedding="learned_absolute", rope_scaling=Llama3RopeScaling(factor=8.0))
     scaled = _model(rope_scaling={"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096})
     assert scaled.rope_scaling is not None and scaled.rope_scaling.type == "yarn"
+
+
+def test_token_dropping_follows_megatron_rules():
+    from megapilot.spec import MoESpec
+
+    with pytest.raises(ValueError, match="pad_to_capacity needs a capacity_factor"):
+        MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64, pad_to_capacity=True)
+    with pytest.raises(ValueError, match="not sinkhorn"):
+        MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64, capacity_factor=1.0,
+                load_balancing_type="sinkhorn")
+    dropping = MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64, capacity_factor=1.5)
+    assert dropping.expert_load_factor == 1.0  # drops beyond capacity; evenly routed, nothing is dropped or padded
+    assert dropping.model_copy(update={"pad_to_capacity": True}).expert_load_factor == 1.5
