@@ -25,6 +25,7 @@ from megatron.core.transformer.multi_token_prediction import MultiTokenPredictio
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
+from megapilot.errors import MegapilotError
 from megapilot.trainer import cpu_compat
 from megapilot.trainer.config import TrainerConfig
 
@@ -67,9 +68,15 @@ def transformer_config(config: TrainerConfig, on_gpu: bool) -> TransformerConfig
         **_moe_options(config), **_mtp_options(config),
         **({} if on_gpu else cpu_compat.transformer_overrides()),
     )
-    if config.multi_latent_attention:
-        return MLATransformerConfig(**common, **_mla_options(config))
-    return TransformerConfig(**common)
+    try:
+        if config.multi_latent_attention:
+            return MLATransformerConfig(**common, **_mla_options(config))
+        return TransformerConfig(**common)
+    except (ValueError, AssertionError) as refused:
+        # Megatron-Core's own checks of the combination (e.g. top-1 routing needs --moe-router-pre-softmax):
+        # a user error in the flags, said in Megatron's words, not a traceback.
+        raise MegapilotError(f"Megatron-Core refuses these flags: {refused}", field="flags",
+                             fix="change the flags the message names (a TransformerConfig rule)") from None
 
 
 def _activation(config: TrainerConfig) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -34,6 +34,17 @@ def test_megatron_core_transformer_config_takes_the_uneven_split():
 
 
 @pytest.mark.slow
+def test_a_combination_megatron_core_refuses_is_a_user_error_in_its_words():
+    from megapilot.errors import MegapilotError
+    from megapilot.trainer.model import transformer_config
+
+    top1 = ["--num-experts", "4", "--moe-router-topk", "1", "--moe-ffn-hidden-size", "64"]
+    with pytest.raises(MegapilotError, match="--moe-router-pre-softmax when topk is 1") as refused:
+        transformer_config(build_config(TINY + top1), on_gpu=False)
+    assert refused.value.field == "flags"
+    transformer_config(build_config(TINY + top1 + ["--moe-router-pre-softmax"]), on_gpu=False)  # as it asks
+
+
 def test_pp2_uneven_split_learns_and_each_rank_holds_what_the_estimator_counts(
     tmp_path, corpus_prefix,  # noqa: F811  (pytest passes the imported fixture)
 ):
