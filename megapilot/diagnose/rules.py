@@ -41,6 +41,7 @@ import re
 import statistics
 from collections import defaultdict
 from itertools import pairwise
+from pathlib import Path
 
 from megapilot.diagnose.cascade import failure_kind
 from megapilot.diagnose.findings import Finding, Fix, Severity
@@ -62,7 +63,7 @@ from megapilot.diagnose.options import (
 from megapilot.diagnose.predict import Prediction
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
-from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord
+from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord, ProgressMarker
 from megapilot.spec import GPUSpec
 from megapilot.spec.training import Precision
 
@@ -541,6 +542,9 @@ def _slurm_cancelled(records: list[ErrorRecord], cancelled: ErrorRecord, severit
     job, node, reason = found.group(1), found.group(2), (found.group(3) or "").strip()
     history = Fix("add", f"sacct -j {job.split('.')[0]} -o JobID,State,ExitCode,Elapsed,Timelimit,NodeList", None,
                   "SLURM's own record of how the job ended", kind="command")
+    done = _training_done_before(log, cancelled)
+    if reason == "TIME LIMIT" and done is not None:
+        return _hung_at_exit(records, cancelled, done, severity, job, node, history)
     if reason == "TIME LIMIT":
         cause = (f"SLURM stopped job {job} on {node} at its time limit: the run was not finished (or hung until the "
                  "limit: look for a stall before this line). Whatever was not checkpointed is lost.")
@@ -565,6 +569,45 @@ def _slurm_cancelled(records: list[ErrorRecord], cancelled: ErrorRecord, severit
         fixes = [history]
     return Finding("process_crash", severity, f"SLURM cancelled the job{f' ({reason.lower()})' if reason else ''}",
                    _evidence(records), cause, fixes, occurrences=len(records))
+
+
+def _training_done_before(log: ParsedLog, cancelled: ErrorRecord) -> ProgressMarker | None:
+    """Megatron's `[after training is done]` printed before the cancellation (same file: an earlier line; another
+    file: an earlier time when both are known), else None."""
+    for marker in log.markers:
+        if marker.marker != "training_done":
+            continue
+        if marker.file == cancelled.file and marker.line < cancelled.line:
+            return marker
+        if marker.time_s is not None and cancelled.time_s is not None and marker.time_s < cancelled.time_s:
+            return marker
+    return None
+
+
+def _hung_at_exit(records: list[ErrorRecord], cancelled: ErrorRecord, done: ProgressMarker, severity: Severity,
+                  job: str, node: str, history: Fix) -> Finding:
+    """Training finished, then the job sat until SLURM's time limit: the processes did not exit. More time would
+    not help; what runs after training (a profiler's shutdown, a final save, process-group teardown) hangs."""
+    waited = (f" {_duration(cancelled.time_s - done.time_s)} later" if done.time_s is not None
+              and cancelled.time_s is not None and cancelled.time_s > done.time_s else "")
+    cause = (f"Training had finished (`[after training is done]`, {Path(done.file).name}:{done.line}) but the "
+             f"processes did not exit: SLURM stopped job {job} on {node} at its time limit{waited}. The iterations "
+             "are complete; what runs after training hung: a profiler's shutdown (nsys), a final or asynchronous "
+             "checkpoint save, dataloader workers or the process-group teardown. A longer time limit only waits "
+             "longer.")
+    fixes = [Fix("add", f"py-spy dump --pid <a rank's pid> (on {node}, while it hangs)", None,
+                 "the Python stack shows what the process waits for after training", kind="command"),
+             Fix("add", "timeout --signal=TERM <minutes> around the launch, or scancel once `[after training is done]` "
+                 "is logged", None, "free the nodes instead of holding them until the limit", kind="command"),
+             history]
+    evidence = [Evidence(done.file, done.line, done.text.strip()), *_evidence(records)]
+    return Finding("process_crash", severity, "Job hung after training finished until the SLURM time limit",
+                   evidence, cause, fixes, occurrences=len(records))
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:.0f} min" if minutes >= 1 else f"{seconds:.0f} s"
 
 
 def _launcher_reported_exit(records: list[ErrorRecord], reported: ErrorRecord, severity: Severity) -> Finding:

@@ -48,6 +48,9 @@ CASES = [
          framework="megatron-lm"),
     Case("51_gpt_neox_loss_jump_after_first_update_bf16.log", "loss_spike", "steps: 2 loss: 11.4175",
          framework="gpt-neox"),
+    # a SLURM time limit reached after training had finished: a hang at exit
+    Case("52_slurm_time_limit_after_training_done_bridge_qwen3.log", "process_crash",
+         "CANCELLED AT 2025-12-03T14:53:02 DUE TO TIME LIMIT"),
     # (6) a torchtitan HIP OOM (Primus's torchtitan backend on MI350)
     Case("49_hip_oom_primus_torchtitan_root_cause.log", "oom", "HIP out of memory. Tried to allocate 11.74 GiB",
          framework="torchtitan"),
@@ -172,3 +175,16 @@ def test_xid_codes_are_named_and_an_application_only_fault_says_so():
     lines = (REAL / "41_nvrm_xid_dmesg_pt_main_thread.log").read_text().splitlines()
     (only_43,) = diagnose_log(parse_text(lines[3] + "\n"), None).findings
     assert "usually come from the application" in only_43.cause
+
+
+def test_a_time_limit_reached_after_training_finished_is_a_hang_at_exit_not_a_short_limit():
+    (finding,) = diagnose([REAL / "52_slurm_time_limit_after_training_done_bridge_qwen3.log"]).findings
+    assert finding.title == "Job hung after training finished until the SLURM time limit"
+    assert "8 min later" in finding.cause and "A longer time limit only waits longer" in finding.cause
+    assert "[after training is done]" in finding.evidence[0].text
+    assert not any(fix.flag == "#SBATCH --time" for fix in finding.fixes)
+    # the same cancellation with no finished training before it is a run that needed more time
+    lines = (REAL / "52_slurm_time_limit_after_training_done_bridge_qwen3.log").read_text().splitlines()
+    (short,) = diagnose_log(parse_text("\n".join(lines[3:]) + "\n"), None).findings
+    assert short.title == "SLURM cancelled the job (time limit)"
+    assert any(fix.flag == "#SBATCH --time" for fix in short.fixes)
