@@ -5,7 +5,9 @@ memory_gib {weights, gradients, optimizer, activations, overhead, total, capacit
 step_time_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, time_breakdown_s {compute, recompute,
 tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, dp_comm, optimizer}, warnings, bubble_fraction,
 exposed_comm_fraction, flop_convention (`--flop-convention megatron_full_attention` counts the
-attention core over the full s x s matrix, as Megatron-Core <= 0.11 and older NeMo did).
+attention core over the full s x s matrix, as Megatron-Core <= 0.11 and older NeMo did), calibration (the
+published runs behind the estimate: its calibrated family/GPU/precision or the nearest, with the median |error|
+there, or a caveat when none checks it).
 
 `--batch cases.jsonl`: one JSON object per line whose keys are the long flag names, spelled either way
 (`seq-len` or `seq_len`; `{"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 4, "gbs": 1024,
@@ -214,6 +216,9 @@ def _print_result(result: EstimateResult, case: Case) -> None:
         f"model FLOPs/step {result.flops_per_step:.3e} ({convention} convention) · "
         f"bubble {bubble:.1%} · exposed comm {exposed:.1%}"
     )
+    calibration = getattr(result, "calibration", None)
+    if calibration and calibration not in result.warnings:  # a caveat prints once, as a warning
+        console.print(calibration, markup=False, highlight=False)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
 

@@ -139,6 +139,7 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
         bubble_fraction=round(time.bubble_fraction, 4),
         exposed_comm_fraction=round(time.exposed_comm_fraction, 4),
         flop_convention=fast.convention,
+        calibration=time.coverage.statement() if time.coverage is not None else None,
     )
 
 

@@ -46,12 +46,26 @@ class CalibrationCoverage:
         """No published run of this family on this vendor's GPUs was ever used to check the model."""
         return self.nearest is None
 
+    @property
+    def precision_unchecked(self) -> bool:
+        """A 4-bit format: no published run checks its GEMM rate (the bf16 and 8-bit fits share one model)."""
+        return self.precision == "fp4" and self.nearest is not None and self.nearest.precision != "fp4"
+
+    @property
+    def needs_caveat(self) -> bool:
+        return self.outside or self.precision_unchecked
+
     def statement(self) -> str:
         case = f"{self.family} on {self.gpu} {self.precision}"
         if self.nearest is None:
             return (f"calibration: no published run of a {self.family} model on this GPU vendor checks this "
                     f"estimate ({case}); treat it as physics without a measured error")
         cell = self.nearest
+        if self.precision_unchecked:
+            return (f"calibration: no published {self.precision} run checks this estimate ({case}); nearest: "
+                    f"{cell.family} on {cell.gpu} {cell.precision} ({cell.runs} published runs, median |error| "
+                    f"{100 * cell.median_abs_error:.1f} %): its {self.precision} GEMM rate is the datasheet peak at "
+                    "the fitted 8-bit efficiency, unmeasured")
         where = "calibrated" if self.exact else (
             f"not calibrated; nearest: {cell.family} on {cell.gpu} {cell.precision}")
         return (f"calibration: {case} {where} ({cell.runs} published runs, median |error| "
@@ -64,7 +78,13 @@ def family_of(model: ModelSpec) -> str:
     return "moe" if model.moe is not None else "dense"
 
 
+FOUR_BIT_PRECISIONS = ("nvfp4", "mxfp4")
+
+
 def precision_class(precision: str) -> str:
+    """bf16 (and fp16), fp8 (every 8-bit recipe, MXFP8 included) or fp4 (NVFP4, MXFP4): the fit saw the first two."""
+    if precision in FOUR_BIT_PRECISIONS:
+        return "fp4"
     return "fp8" if precision in QUANTIZED_PRECISIONS else "bf16"
 
 
@@ -83,13 +103,15 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
 def _coverage(family: str, gpu: str, vendor: str, klass: str) -> CalibrationCoverage:
     cells = calibrated_cells()
     same_vendor = {cell.gpu for cell in cells} & _vendor_gpus(vendor)
+    leans_on = "fp8" if klass == "fp4" else None  # no 4-bit run exists: its GEMMs use the 8-bit fit
     for exact, candidates in (
         (True, [c for c in cells if (c.family, c.gpu, c.precision) == (family, gpu, klass)]),
         (False, [c for c in cells if c.family == family and c.precision == klass and c.gpu in same_vendor]),
+        (False, [c for c in cells if (c.family, c.gpu, c.precision) == (family, gpu, leans_on)]),
         (False, [c for c in cells if c.family == family and c.gpu in same_vendor]),
     ):
         if candidates:
-            best = max(candidates, key=lambda c: c.runs)
+            best = max(candidates, key=lambda c: (c.precision == leans_on, c.runs))
             return CalibrationCoverage(family, gpu, klass, best, exact)
     return CalibrationCoverage(family, gpu, klass, None, False)
 

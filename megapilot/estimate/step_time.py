@@ -685,7 +685,7 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s) + ([coverage.statement()] if coverage.outside else []),
+        warnings=_warnings(breakdown, total_s) + ([coverage.statement()] if coverage.needs_caveat else []),
         coverage=coverage,
     )
 

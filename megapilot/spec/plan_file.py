@@ -54,6 +54,9 @@ class EstimateResult(BaseModel):
     exposed_comm_fraction: float | None = Field(
         default=None, description="Communication not hidden behind compute, as a share of the step.")
     flop_convention: str | None = Field(default=None, description="How flops_per_step and MFU count FLOPs.")
+    calibration: str | None = Field(
+        default=None, description="The published runs behind this estimate: its calibrated cell (family, GPU, "
+        "precision) or the nearest one, with the model's median |error| there; or that none checks it.")
 
 
 class SavedPlan(BaseModel):

@@ -35,3 +35,19 @@ def test_the_cells_cover_both_calibration_files():
     assert ("dense", "A100-SXM4-80GB", "bf16") in cells  # papers (in-sample)
     assert ("moe", "GB200", "fp8") in cells  # Megatron-Bridge 25.09 (held out by release)
     assert all(c.runs > 0 and 0 <= c.median_abs_error < 1 for c in calibrated_cells())
+
+
+def test_four_bit_formats_lean_on_the_8_bit_fit_and_every_estimate_says_where_it_stands():
+    llama = get_model("llama3.1-8b")
+    nvfp4 = coverage_for(llama, get_gpu("b200"), "nvfp4")
+    assert nvfp4.precision == "fp4" and nvfp4.needs_caveat and not nvfp4.outside
+    assert (nvfp4.nearest.gpu, nvfp4.nearest.precision) == ("B200", "fp8")  # same GPU, the fit it leans on
+    assert "no published fp4 run checks this estimate" in nvfp4.statement()
+    fp8 = coverage_for(llama, get_gpu("b200"), "mxfp8")
+    assert fp8.precision == "fp8" and not fp8.needs_caveat
+    flags = {"model": "llama3.1-8b", "gpu": "b200", "gpus": 8, "gbs": 128, "seq_len": 8192}
+    for precision, caveat in (("bf16", False), ("fp8", False), ("nvfp4", True)):
+        case = build_case(**flags, precision=precision)
+        result = estimate(case.model, case.cluster, case.training, case.parallel)
+        assert result.calibration.startswith("calibration: ")
+        assert (result.calibration in result.warnings) is caveat
