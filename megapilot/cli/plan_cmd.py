@@ -209,6 +209,8 @@ def _render(result: PlanResult, saved: Path | None) -> None:
     console.print("[bold]Why #1:[/]")
     for reason in result.best.reasons:
         console.print(f"  • {reason}", highlight=False, soft_wrap=True)
+    if result.best.estimate.calibration:  # how far the numbers above were off on published runs like this one
+        console.print(result.best.estimate.calibration, markup=False, highlight=False, soft_wrap=True)
     if result.summary:
         console.print("[bold]Why the others lost:[/]")
         for line in result.summary:

@@ -39,6 +39,7 @@ def test_plan_table_shows_ranked_layouts_shell_block_and_product(cli):
     for heading in ("layout", "memory", "GiB / cap", "step", "tokens/s", "/GPU", "MFU", "bubble", "exposed", "comm %"):
         assert heading in out
     assert "Why #1:" in out and "DP=" in out
+    assert "calibration: " in out and "median |error|" in out  # the published runs behind #1's numbers
     assert "TP×PP×CP×DP = " in out and "= 16 GPUs" in out
     assert "GBS=128" in out
 
