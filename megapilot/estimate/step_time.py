@@ -2,7 +2,9 @@
 
 Model (per GPU, seconds):
 - compute: every GEMM priced by its shape (`efficiency.gemm_time_s`), the fused attention core at
-  the BF16 attention rate, memory-bound glue at HBM bandwidth (`efficiency.elementwise_time_s`);
+  the BF16 attention rate, memory-bound glue at HBM bandwidth (`efficiency.elementwise_time_s`); a Gated
+  DeltaNet layer's in_proj/out_proj as GEMMs and its conv + chunked delta rule (linear in the tokens) at the
+  attention rate;
 - recompute: selective re-runs the attention core's forward, full re-runs the recomputed layers'
   forward (Korthikanti et al. 2022, Sec. 5);
 - tp_comm: with SP 4 all-gathers + 4 reduce-scatters of the layer activation per layer per
