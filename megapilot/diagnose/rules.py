@@ -183,6 +183,8 @@ def _during(crash: ErrorRecord, save: CheckpointOp) -> bool:
 
 
 def _rerun_nan(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    if all(r.signature != "rerun_state_machine" for r in records):
+        return _reported_nan(records, log, config)
     first = records[0]
     iteration = first.details.get("iteration")
     what = "found NaN/Inf" if "found" in first.text.lower() else "an unexpected (NaN/Inf) result"
@@ -196,6 +198,18 @@ def _rerun_nan(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | N
         Fix("add", "nvidia-smi -q -d ECC,PAGE_RETIREMENT  (AMD: amd-smi metric --ecc)", None,
             "rule out a faulty GPU on the reporting rank's node", kind="command")]
     return Finding("nan_loss", "critical", title, _evidence(records), cause, fixes, occurrences=len(records))
+
+
+def _reported_nan(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    """A NaN/Inf loss or gradient norm said in a line of its own (a trainer's check, not Megatron's validation)."""
+    cause = ("The run stopped on a NaN/Inf loss or gradient norm: the numerics diverged (learning rate or warm-up, "
+             "initialisation, fp16 without loss scaling, a bad batch), or a faulty GPU corrupted a value. Megatron's "
+             "--check-for-nan-in-loss-and-grad with the rerun machinery tells the two apart.")
+    fixes = _divergence_fixes(config, log) + [
+        Fix("add", "nvidia-smi -q -d ECC,PAGE_RETIREMENT  (AMD: amd-smi metric --ecc)", None,
+            "rule out a faulty GPU on the reporting rank's node", kind="command")]
+    return Finding("nan_loss", "critical", f"NaN/Inf loss or gradient norm{_ranks(records)}", _evidence(records),
+                   cause, fixes, occurrences=len(records))
 
 
 def _oom(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:

@@ -101,6 +101,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Unexpected result [-+]?(?:nan|inf|tensor\(\s*[-+]?(?:nan|inf))|"
          r"found (?:NaN|Inf) in local (?:grad norm|forward loss)|\bloss is NaN\b|Possible persistent error|"
          r"Correct result \(but possible Application error\)"),
+    # --- a NaN/Inf loss or gradient norm that a trainer's own check reports (not the RerunStateMachine) ----------
+    _sig("nan_value", "nan_loss", r"\b(?:grad(?:ient)?[ _]norm|loss) is (?:NaN|Inf)\b"),
     # --- checkpoint writers that fail without saying "checkpoint" -------------------------------------
     _sig("checkpoint_writer", "checkpoint_save_failure",
          r"PytorchStreamWriter failed|unexpected pos \d+ vs \d+|_write_item\(\) (?:takes|got|missing)|"
@@ -117,6 +119,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"hipErrorLaunchFailure|cudaErrorLaunchFailure|an illegal memory access was encountered|"
          r"amdgpu: .*(?:fatal|hang)|GPU is lost"),
     # --- NCCL / RCCL -----------------------------------------------------------------------------
+    # a rank waiting in the c10d store for the NCCL id or a barrier: the rendezvous, though raised as an NCCL error
+    _sig("store_wait", "rendezvous_failure",
+         r"store based barrier|retrieving ncclUniqueId from .* via c10d key-value store"),
     _sig("nccl_watchdog", "nccl_timeout",
          r"watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out|"
          r"\bNCCL timeout\b|ProcessGroupNCCL.*(?:timed out|timeout)|heartbeat monitor.*(?:timed out|timeout)|"
@@ -132,8 +137,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("rendezvous", "rendezvous_failure",
          r"Rendezvous(?:Timeout|Connection|Closed|State)Error|rendezvous.*(?:timed out|failed|timeout)|"
          r"DistNetworkError|DistStoreError|client socket has timed out|TCPStore.*(?:fail|timeout|timed out)|"
-         r"address already in use|EADDRINUSE|connect\(\) to .* failed|Connection refused.*(?:store|c10d|rdzv)|"
-         r"store based barrier|retrieving ncclUniqueId from .* via c10d key-value store"),
+         r"address already in use|EADDRINUSE|connect\(\) to .* failed|Connection refused.*(?:store|c10d|rdzv)"),
     # --- checkpoints -----------------------------------------------------------------------------
     _sig("checkpoint_save", "checkpoint_save_failure",
          r"(?:fail|error|exception|unable)\w*[^|]{0,80}\bsav(?:e|ing)\b[^|]{0,40}checkpoint|"
@@ -143,7 +147,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:fail|error|exception|unable)\w*[^|]{0,80}\bload(?:ing)?\b[^|]{0,40}checkpoint|"
          r"checkpoint[^|]{0,40}\bload(?:ing)?\b[^|]{0,40}(?:fail|error)|"
          r"(?:missing|unexpected) key\(s\) in state_dict|size mismatch for [\w.]+: copying a param|"
-         r"CheckpointingException"),
+         r"CheckpointingException|checkpoint not found at|No such file or directory:? '?[^']*"
+         r"latest_checkpointed_iteration\.txt"),
     # --- data --------------------------------------------------------------------------------------
     _sig("dataloader_worker", "dataloader_error",
          r"DataLoader worker \(pid[^)]*\) (?:exited unexpectedly|is killed)|"
@@ -185,7 +190,8 @@ CRASH_DUMP_SIGNATURES = frozenset({"signal", "bus_error"})
 # patterns allow: a line that passes costs a search of every signature (~150 us on a 140-character line),
 # so Megatron's per-rank `memory (MB) | allocated: ...` reports must not pass on "memory" or "allocate".
 TRIGGERS: tuple[str, ...] = (
-    "unexpected result", "found nan", "found inf", "loss is nan", "persistent error", "application error",
+    "unexpected result", "found nan", "found inf", "loss is nan", "loss is inf", "norm is nan", "norm is inf",
+    "persistent error", "application error",
     "pytorchstreamwriter", "unexpected pos", "_write_item", "filesystemwriterasync", "ras", "hardware error",
     "poison", "cancelled", "fallen off the bus", "segfault",
     "shm", "bus error", "signal", "sigbus", "shared memory", "out of memory", "memory access", "to allocate",

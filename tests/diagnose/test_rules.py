@@ -343,3 +343,9 @@ def test_a_slurm_cancellation_says_why_slurm_stopped_the_job(reason: str, title:
     (finding,) = diagnose_log(parse_text(line), None).findings
     assert finding.title.endswith(title + " (<text>:1)") or finding.title == title
     assert fix in [f.flag for f in finding.fixes]
+
+
+def test_a_nan_said_by_a_trainer_check_is_divergence_or_a_faulty_gpu_not_the_rerun_machinery():
+    (finding,) = diagnose_log(parse_text("Exception: Gradient norm is NaN on rank 3\n"), None).findings
+    assert finding.category == "nan_loss" and "NaN/Inf loss or gradient norm" in finding.title
+    assert "RerunStateMachine" not in finding.title and any("ECC" in fix.flag for fix in finding.fixes)

@@ -27,6 +27,14 @@ POSITIVE = [
                            "key: store_based_barrier_key:1 (world_size=16, worker_count=8, timeout=0:30:00)"),
     ("rendezvous_failure", "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
                            "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
+    ("rendezvous_failure", "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving "
+                           "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: "
+                           "Socket Timeout"),  # raised as an NCCL backend error, the wait is the rendezvous
+    ("nan_loss", "Exception: Gradient norm is NaN on rank 3"),
+    ("nan_loss", "ValueError: loss is inf at step 120"),
+    ("checkpoint_load_failure", "[rank0]: AssertionError: Checkpoint not found at /ckpt/iter_0001000"),
+    ("checkpoint_load_failure", "FileNotFoundError: [Errno 2] No such file or directory: "
+                                "'/ckpt/latest_checkpointed_iteration.txt'"),
     ("config_error", "RuntimeError: No CUDA GPUs are available"),
     ("config_error", "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"),
     ("config_error", "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)."),
