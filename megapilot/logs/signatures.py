@@ -136,7 +136,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- rendezvous / launch ---------------------------------------------------------------------
     _sig("rendezvous", "rendezvous_failure",
          r"Rendezvous(?:Timeout|Connection|Closed|State)Error|rendezvous.*(?:timed out|failed|timeout)|"
-         r"DistNetworkError|DistStoreError|client socket has timed out|TCPStore.*(?:fail|timeout|timed out)|"
+         r"DistNetworkError|DistStoreError|client socket has (?:timed out|failed to connect)|"
+         r"TCPStore.*(?:fail|timeout|timed out)|"
          r"address already in use|EADDRINUSE|connect\(\) to .* failed|Connection refused.*(?:store|c10d|rdzv)"),
     # --- checkpoints -----------------------------------------------------------------------------
     _sig("checkpoint_save", "checkpoint_save_failure",

@@ -30,6 +30,8 @@ POSITIVE = [
     ("rendezvous_failure", "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving "
                            "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: "
                            "Socket Timeout"),  # raised as an NCCL backend error, the wait is the rendezvous
+    ("rendezvous_failure", "[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-0]:29500 "
+                           "(errno: 110 - Connection timed out)."),
     ("nan_loss", "Exception: Gradient norm is NaN on rank 3"),
     ("nan_loss", "ValueError: loss is inf at step 120"),
     ("checkpoint_load_failure", "[rank0]: AssertionError: Checkpoint not found at /ckpt/iter_0001000"),
