@@ -658,6 +658,8 @@ _EXCEPTION_FIXES: dict[str, Fix] = {
 def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: Severity) -> Finding:
     """A rank ended by a Python exception: the exception and its last frame are the cause."""
     name = raised.signature.removeprefix("exception:")
+    if name == "SignalException":
+        return _stopped_by_signal(records, raised, severity)
     frame = raised.details.get("frame", "")
     cause = (f"A rank raised {name}" + (f" in {frame}" if frame else "") + ": the traceback's last frames say where; "
              "the other ranks' errors, if any, followed it.")
@@ -666,6 +668,29 @@ def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: 
             "name the failing call and its arguments", kind="command")]
     return Finding("process_crash", severity, f"{name} ended the run{_ranks(records)}", _evidence(records), cause,
                    fixes, occurrences=len(records))
+
+
+_GOT_SIGNAL = re.compile(r"got signal:?\s*(\d+)")
+_SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}
+
+
+def _stopped_by_signal(records: list[ErrorRecord], raised: ErrorRecord, severity: Severity) -> Finding:
+    """torchrun's agent got a signal (`SignalException: Process N got signal: 15`) and stopped its workers: the job
+    was stopped from outside, which this line does not explain."""
+    found = _GOT_SIGNAL.search(raised.text)
+    number = int(found.group(1)) if found else None
+    signal = _SIGNAL_NAMES.get(number, f"signal {number}") if number is not None else "a signal"
+    cause = (f"torchrun's agent received {signal} and stopped its training processes: the job was ended from "
+             "outside, not by a failure on this node. SLURM sends SIGTERM at scancel, a time limit or a preemption; "
+             "a multi-node launcher stops the other nodes the same way once one node's rank failed. The first error "
+             "of the run, on another node or earlier in time, is the cause.")
+    fixes = [Fix("add", "sacct -j <job id> -o JobID,State,ExitCode,Elapsed,Timelimit,NodeList", None,
+                 "whether SLURM cancelled the job (State CANCELLED, TIMEOUT, PREEMPTED)", kind="command"),
+             Fix("add", "megapilot diagnose <every node's log>", None,
+                 "the first failing rank across the nodes, which this node's stop followed", kind="command")]
+    return Finding("process_crash", "warning" if severity == "error" else severity,
+                   f"Stopped by {signal} from outside{_ranks(records)}", _evidence(records), cause, fixes,
+                   occurrences=len(records))
 
 
 def _wall_clock_hang(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:

@@ -349,3 +349,11 @@ def test_a_nan_said_by_a_trainer_check_is_divergence_or_a_faulty_gpu_not_the_rer
     (finding,) = diagnose_log(parse_text("Exception: Gradient norm is NaN on rank 3\n"), None).findings
     assert finding.category == "nan_loss" and "NaN/Inf loss or gradient norm" in finding.title
     assert "RerunStateMachine" not in finding.title and any("ECC" in fix.flag for fix in finding.fixes)
+
+
+def test_torchrun_stopped_by_sigterm_is_an_outside_stop_that_points_at_the_first_error_elsewhere():
+    log = parse_text("torch.distributed.elastic.multiprocessing.api.SignalException: Process 12345 got signal: 15\n")
+    (finding,) = diagnose_log(log, None).findings
+    assert finding.category == "process_crash" and "received SIGTERM" in finding.cause
+    assert "not by a failure on this node" in finding.cause
+    assert any(fix.flag.startswith("sacct -j") for fix in finding.fixes)
