@@ -495,9 +495,11 @@ def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None
                        occurrences=len(records))
     if "environment" in by_signature:
         return Finding("config_error", "critical", "The software stack does not fit the GPUs", _evidence(records),
-                       "The job could not use the GPUs it was given: no GPU visible to the process, a driver older "
-                       "than the CUDA/ROCm build needs, or kernels built for another GPU architecture (or a precision "
-                       "the GPU does not have). Nothing in the training configuration is at fault.",
+                       "The job could not use the GPUs it was given: no GPU visible to the process (or a rank asking "
+                       "for a GPU index the node does not have: more processes per node than visible GPUs), a driver "
+                       "older than the CUDA/ROCm build needs, kernels built for another GPU architecture (or a "
+                       "precision the GPU does not have), or a kernel extension that does not compile against the "
+                       "installed CUDA/ROCm and torch. Nothing in the training configuration is at fault.",
                        [Fix("add", "nvidia-smi (or rocm-smi) && python -c 'import torch; print(torch.version.cuda, "
                                    "torch.version.hip, torch.cuda.is_available())'", None,
                             "compare the driver and the build on the failing node", kind="command"),

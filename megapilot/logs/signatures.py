@@ -165,7 +165,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("environment", "config_error",
          r"no CUDA GPUs are available|NVIDIA driver on your system is too old|hipErrorNoBinaryForGpu|"
          r"no kernel image is available for execution on the device|requires compute capability|"
-         r"CUDA driver version is insufficient|found no NVIDIA driver on your system"),
+         r"CUDA driver version is insufficient|found no NVIDIA driver on your system|invalid device ordinal|"
+         # a kernel extension compiled at start-up (Megatron's fused kernels, Apex, a JIT op) that does not build
+         r"ninja: build stopped|Error building extension '\w+'|error: command '[^']*nvcc' failed"),
     # --- a token id past the embedding table: the data's tokenizer is not the model's vocabulary -------
     _sig("token_out_of_vocab", "config_error", r"srcIndex < srcSelectDimSize"),
     # --- process crashes ---------------------------------------------------------------------------
@@ -202,6 +204,7 @@ TRIGGERS: tuple[str, ...] = (
     "eaddrinuse", "connect", "checkpoint", "no space", "quota", "state_dict", "size mismatch",
     "dataloader", "dataset", "no such file", ".bin", ".idx", "data file", "error", "usage:", "divisible",
     "no cuda gpus", "driver", "kernel image", "compute capability", "srcselectdimsize", "store based barrier",
+    "device ordinal", "ninja", "building extension", "nvcc",
     "nccluniqueid",
     "childfailed", "exitcode", "exit", "segmentation", "sigsegv", "sigkill", "sigabrt", "core dumped",
     "fatal", "terminate", "pure virtual", "killed", "oom",

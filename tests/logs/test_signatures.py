@@ -38,6 +38,9 @@ POSITIVE = [
     ("checkpoint_load_failure", "FileNotFoundError: [Errno 2] No such file or directory: "
                                 "'/ckpt/latest_checkpointed_iteration.txt'"),
     ("config_error", "RuntimeError: No CUDA GPUs are available"),
+    ("config_error", "RuntimeError: CUDA error: invalid device ordinal"),
+    ("config_error", "ninja: build stopped: subcommand failed."),
+    ("config_error", "RuntimeError: Error building extension 'fused_mix_prec_layer_norm_cuda'"),
     ("config_error", "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"),
     ("config_error", "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)."),
     ("config_error", "Indexing.cu:1289: indexSelectLargeIndex: block: [12,0,0], thread: [64,0,0] Assertion "
