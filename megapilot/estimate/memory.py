@@ -224,12 +224,12 @@ def _layer_bytes_per_token(
     # transformer layer has two sublayers, a hybrid layer one.
     sublayers = 2 if kind == "transformer" else 1
     norm_and_inputs = sublayers * (3 * h + gemm_input * h)
+    split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs  # only sequence parallelism splits it
     if kind == "mamba":
-        split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs
         return split + _mamba_mixer_bytes(model, gemm_input) / tp
     if model.is_linear_attention_layer(layer_index):
         return _with_mlp(model, layer_index, kind, _gated_delta_net_bytes(model, gemm_input), gemm_input, expert_tp,
-                         norm_and_inputs / tp if sequence_parallel else norm_and_inputs, tp)
+                         split, tp)
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
@@ -244,8 +244,7 @@ def _layer_bytes_per_token(
         attention += 2 * q  # the gate's projection, kept for the gating's backward
     if kind in ("mlp", "moe"):
         attention = 0.0
-    return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp,
-                     norm_and_inputs / tp if sequence_parallel else norm_and_inputs, tp)
+    return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp)
 
 
 def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, gemm_input: int, expert_tp: int,
