@@ -185,8 +185,7 @@ def layer_linears(model: ModelSpec, layer_index: int, parallel: ParallelConfig, 
         return linears
     moe = model.moe
     if model.is_moe_layer(layer_index) and moe is not None:
-        per_expert = (tokens * moe.expert_load_factor * moe.router_topk * parallel.ep * parallel.expert_tp
-                      / (moe.num_experts * parallel.tp))
+        per_expert = moe.tokens_per_expert(tokens, tp=parallel.tp, ep=parallel.ep, expert_tp=parallel.expert_tp)
         for _ in range(moe.num_experts // parallel.ep):
             linears += _mlp_linears(model, per_expert, moe.moe_ffn_hidden_size, parallel.expert_tp)
         return linears + _mlp_linears(model, tokens, moe.shared_expert_ffn_hidden_size, parallel.tp)

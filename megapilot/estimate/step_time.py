@@ -251,7 +251,7 @@ def layer_terms(
         assert moe is not None
         # padded to capacity, an expert computes and receives capacity_factor x its even share (padding included)
         routed_tokens = tokens * moe.expert_load_factor
-        per_expert_tokens = max(1.0, routed_tokens * moe.router_topk * p.ep * p.expert_tp / (moe.num_experts * p.tp))
+        per_expert_tokens = max(1.0, moe.tokens_per_expert(tokens, tp=p.tp, ep=p.ep, expert_tp=p.expert_tp))
         local_experts = moe.num_experts / p.ep
         # A grouped GEMM tiles each expert's rows on its own: a partly filled last tile costs a full one.
         padded = math.ceil(per_expert_tokens / GROUPED_GEMM_TILE_ROWS) * GROUPED_GEMM_TILE_ROWS

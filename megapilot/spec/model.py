@@ -118,6 +118,11 @@ class MoESpec(_Spec):
         padded to capacity, else 1 (dropless, or dropping only what exceeds capacity under even routing)."""
         return self.capacity_factor if self.pad_to_capacity and self.capacity_factor is not None else 1.0
 
+    def tokens_per_expert(self, tokens: float, *, tp: int, ep: int, expert_tp: int) -> float:
+        """Rows each local expert computes for `tokens` tokens of a TP rank's micro-batch: top-k copies spread
+        evenly over the experts, gathered from the EP x ETP ranks of its group, padding to capacity included."""
+        return tokens * self.expert_load_factor * self.router_topk * ep * expert_tp / (self.num_experts * tp)
+
     @model_validator(mode="after")
     def _router_rules(self) -> MoESpec:
         """The routing rules Megatron-Core's TransformerConfig enforces, checked where the spec is made."""
