@@ -348,8 +348,7 @@ class LineParser:
             found = ITERATION_RE.search(text)
             if found:
                 iteration = self._iteration(line_no, text, found)
-                # another rank's memory report written into the middle of this line
-                return (iteration, *self._memory_reports(line_no, text)) if "memory (" in text else (iteration,)
+                return (iteration, *self._memory_reports(line_no, text))  # another rank's report glued on
         if "step:" in text:
             found = TITAN_STEP_RE.search(text)
             if found:
@@ -379,7 +378,7 @@ class LineParser:
     def _error_or_structured(self, line_no: int, text: str) -> tuple[Record, ...]:
         error = self._error(line_no, text)
         if error is not None:
-            return (error, *self._memory_reports(line_no, text)) if "memory (" in text else (error,)
+            return (error, *self._memory_reports(line_no, text))
         return self._structured(line_no, text)
 
     @property
@@ -711,10 +710,9 @@ class LineParser:
             self.last_time_s = time_s
 
     def _structured(self, line_no: int, text: str) -> tuple[Record, ...]:
-        if "memory (" in text:
-            reports = self._memory_reports(line_no, text)
-            if reports:
-                return reports
+        reports = self._memory_reports(line_no, text)
+        if reports:
+            return reports
         if "checkpoint" in text:
             event = self._checkpoint(line_no, text)
             if event is not None:
@@ -746,11 +744,14 @@ class LineParser:
         return _NO_RECORDS
 
     def _memory_reports(self, line_no: int, text: str) -> tuple[MemoryRecord, ...]:
-        """Every memory report on the line, each with the fields up to the next report's head."""
+        """Every memory report on the line, each with the fields up to the next report's head (ranks printing at once
+        glue their reports onto one line, or onto an iteration or error line)."""
+        if "memory (" not in text:
+            return ()
         heads = list(MEMORY_RE.finditer(text))
-        ends = [head.start() for head in heads[1:]] + [len(text)]
+        ends = [head.start() for head in heads[1:]] + [len(text)]  # one more end than heads only when there are none
         return tuple(self._memory(line_no, text, head, text[head.end():end])
-                     for head, end in zip(heads, ends[:len(heads)], strict=True))
+                     for head, end in zip(heads, ends, strict=False))
 
     def _memory(self, line_no: int, text: str, found: re.Match[str], fields: str) -> MemoryRecord:
         to_gib = 1 / 1024.0 if found.group(3).upper() == "MB" else 1.0  # Megatron's "MB" is MiB; Bridge's GB is GiB
