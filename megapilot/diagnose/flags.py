@@ -379,6 +379,7 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
     first_dense, frequency = moe_layer_placement(flags.get("--moe-layer-freq"))
     balancing = flags.get("--moe-router-load-balancing-type", "aux_loss")
     router_dtype = flags.get("--moe-router-dtype")
+    capacity = _capacity_factor(flags)
     return MoESpec(
         num_experts=experts, router_topk=flags.get_int("--moe-router-topk", 2) or 2,
         moe_ffn_hidden_size=flags.get_int("--moe-ffn-hidden-size") or ffn,
@@ -394,8 +395,8 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
         router_num_groups=flags.get_int("--moe-router-num-groups"),
         router_group_topk=flags.get_int("--moe-router-group-topk"),
         router_dtype=_ROUTER_DTYPES.get(router_dtype or ""),
-        capacity_factor=_capacity_factor(flags),
-        pad_to_capacity=flags.has("--moe-pad-expert-input-to-capacity") and _capacity_factor(flags) is not None,
+        capacity_factor=capacity,
+        pad_to_capacity=flags.has("--moe-pad-expert-input-to-capacity") and capacity is not None,
     )
 
 
