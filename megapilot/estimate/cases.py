@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from megapilot.case_flags import REQUIRED_FLAGS
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.hardware import ClusterSpec
-from megapilot.spec.model import ModelSpec
+from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.training import FP8_RECIPES, PRECISIONS, TrainingSpec
 
@@ -106,7 +108,11 @@ def _with_token_dropping(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
     update: dict[str, Any] = {"pad_to_capacity": pad or model.moe.pad_to_capacity}
     if factor is not None:
         update["capacity_factor"] = float(factor)
-    return model.model_copy(update={"moe": model.moe.model_copy(update=update)})
+    try:  # validated, not copied: MoESpec's own rules apply (token dropping needs an aux-loss or no balancing)
+        moe = MoESpec.model_validate(model.moe.model_dump() | update)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="moe") from None
+    return model.model_copy(update={"moe": moe})
 
 
 def _resolve_model(name_or_path: str) -> ModelSpec:

@@ -93,3 +93,16 @@ def test_token_dropping_reaches_the_model_spec():
     case = build_case(**{**BASE, "model": "mixtral-8x7b", "moe_capacity_factor": 1.25, "moe_pad_to_capacity": True})
     assert case.model.moe.capacity_factor == 1.25 and case.model.moe.pad_to_capacity
     assert build_case(**{**BASE, "model": "mixtral-8x7b"}).model.moe.capacity_factor is None  # dropless default
+
+
+def test_token_dropping_keeps_the_moe_spec_rules(tmp_path):
+    from megapilot.catalog import get_model
+
+    mixtral = get_model("mixtral-8x7b")
+    sinkhorn = mixtral.model_copy(update={"name": "sinkhorn-moe",
+                                          "moe": mixtral.moe.model_copy(update={"load_balancing_type": "sinkhorn"})})
+    path = tmp_path / "sinkhorn.json"
+    path.write_text(sinkhorn.model_dump_json())
+    with pytest.raises(MegapilotError, match="not sinkhorn") as refused:
+        build_case(**{**BASE, "model": str(path), "moe_capacity_factor": 1.0})
+    assert refused.value.field.startswith("moe")
