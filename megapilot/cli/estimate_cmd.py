@@ -216,9 +216,8 @@ def _print_result(result: EstimateResult, case: Case) -> None:
         f"model FLOPs/step {result.flops_per_step:.3e} ({convention} convention) · "
         f"bubble {bubble:.1%} · exposed comm {exposed:.1%}"
     )
-    calibration = getattr(result, "calibration", None)
-    if calibration and calibration not in result.warnings:  # a caveat prints once, as a warning
-        console.print(calibration, markup=False, highlight=False)
+    if result.calibration and result.calibration not in result.warnings:  # a caveat prints once, as a warning
+        console.print(result.calibration, markup=False, highlight=False)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
 
