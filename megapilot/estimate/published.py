@@ -7,7 +7,8 @@ ETP = TP; the MoE recipes set 1). `enter_published_run` estimates the row as pri
 estimator refuses it, retypes it with the first fix its refusal offers - what a user reading the message
 would do - recording each retype. Any other refusal propagates: it names a Megatron rule the row breaks.
 Recompute, which no table prints, is the lightest that fits by megapilot's memory model (none, selective, full).
-MoE rows take ETP 1, the expert TP of the MoE recipes, where the table's TP is larger.
+MoE rows take ETP 1, the expert TP of the MoE recipes, where the table's TP is larger; a row labelled "tokendrop"
+takes the capacity settings of Megatron-Bridge's token-drop helper (factor 1.0, padded to capacity).
 
 The model is the catalog preset of the row's shape (layers, width, heads, experts), else one built from
 the row's own architecture fields, else the preset its name starts with.
@@ -30,6 +31,11 @@ from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
 
 MAX_RETYPES = 3  # at most the split and the expert TP are missing from a table
+# A row labelled "tokendrop" ran Megatron-Bridge's `apply_moe_token_drop`, whose defaults its performance recipes keep:
+# capacity factor 1.0, each expert's input padded to capacity
+# (src/megatron/bridge/training/utils/moe_token_drop.py; scripts/performance/configs/*/ call it without arguments).
+TOKEN_DROP_CAPACITY_FACTOR = 1.0
+TOKEN_DROP_PAD_TO_CAPACITY = True
 # The tables do not print recompute: the lightest that fits by megapilot's memory model, the rule the older
 # calibration file's rows follow too.
 RECOMPUTE_LADDER = ("none", "selective")
@@ -72,11 +78,13 @@ class PublishedLayout(BaseModel):
     gbs: int | None = None
     precision: str | None = None
     fsdp: bool = False
+    token_drop: bool = False  # the table labels the run "tokendrop"
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> PublishedLayout:
         derived = row.get("derived") or {}
-        return cls.model_validate(row | {"fsdp": bool(derived.get("published_fsdp"))})
+        token_drop = "tokendrop" in _key(str(row.get("model", "")))
+        return cls.model_validate(row | {"fsdp": bool(derived.get("published_fsdp")), "token_drop": token_drop})
 
     @property
     def has_layout(self) -> bool:
@@ -136,7 +144,14 @@ def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> 
         "precision": "fp8" if "fp8" in (row.precision or "").lower() else "bf16",
         "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
         "force_tp_across_nodes": True, "etp": 1 if model.moe and (row.tp or 1) > 1 else None,
-    }
+    } | _token_drop_flags(row, model)
+
+
+def _token_drop_flags(row: PublishedLayout, model: ModelSpec) -> dict[str, Any]:
+    """The capacity settings of a "tokendrop" run (Bridge's defaults); none for a dropless one."""
+    if not (row.token_drop and model.moe):
+        return {}
+    return {"moe_capacity_factor": TOKEN_DROP_CAPACITY_FACTOR, "moe_pad_to_capacity": TOKEN_DROP_PAD_TO_CAPACITY}
 
 
 def retype_from_refusal(refusal: MegapilotError) -> dict[str, Any] | None:

@@ -68,3 +68,24 @@ def test_the_tables_unprinted_recompute_is_the_lightest_that_fits():
     assert small.case.parallel.recompute == "none" and small.result.fits
     large = by_prefix["nemo-25.04-DGX-GB200-LLAMA3-70B"]
     assert large.case.parallel.recompute == "selective"
+
+
+def test_tokendrop_rows_run_bridges_token_drop_and_dropless_rows_do_not():
+    """Megatron-Bridge's `apply_moe_token_drop` defaults: capacity factor 1.0, inputs padded to capacity."""
+    tokendrop = [row for row in LAYOUT_ROWS if row.token_drop]
+    dropless = [row for row in LAYOUT_ROWS if row.moe and not row.token_drop]
+    assert len(tokendrop) == 8 and dropless
+    for row in tokendrop:
+        moe = enter_published_run(row).case.model.moe
+        assert moe is not None and (moe.capacity_factor, moe.pad_to_capacity) == (1.0, True)
+    for row in dropless:
+        moe = enter_published_run(row).case.model.moe
+        assert moe is not None and moe.capacity_factor is None and not moe.pad_to_capacity
+
+
+def test_qwen3_30b_fits_without_recompute_where_bridges_recipe_turns_it_off():
+    """Bridge's Qwen3-30B-A3B recipe sets no recompute and runs micro-batch 4 on GB200: megapilot's MoE activations
+    (one dispatched token per routed copy, as Megatron-Core keeps it) fit there."""
+    row = next(row for row in LAYOUT_ROWS if "GB200-Qwen3_30B" in row.id)
+    entry = enter_published_run(row)
+    assert row.mbs == 4 and entry.case.parallel.recompute == "none" and entry.result.fits
