@@ -194,8 +194,8 @@ def layer_activation_bytes(
     sequence parallelism splits over TP (two norm inputs 4h, QKV and MLP inputs 4h, two 1-byte
     dropout masks 2h); Q, K, V (GQA-sized), the attention output and fp32 softmax statistics
     (fused attention: no s x s scores); the MLP intermediates. On MoE layers every token is kept
-    top-k times (dispatched input, expert intermediates, combine output), shared experts like a
-    dense MLP, and fp32 router logits. Under FP8 recipes Transformer Engine saves the GEMM inputs
+    top-k times (`routed_copy_bytes`: the dispatched input and the expert intermediates), shared experts
+    like a dense MLP, and fp32 router logits. Under FP8 recipes Transformer Engine saves the GEMM inputs
     (QKV and MLP inputs, attention output, MLP activation output) in FP8: 1 byte instead of 2.
     """
     p = parallel
@@ -250,21 +250,30 @@ def _layer_bytes_per_token(
 def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, gemm_input: int, expert_tp: int,
               split: float, tp: int) -> float:
     """A layer's bytes per token: the sequence-parallel-split part, the mixer's and the MLP's (TP-split)."""
-    h = model.hidden_size
     if kind == "attention":
         mlp: float = 0.0
     elif model.is_moe_layer(layer_index):
         moe = model.moe
         assert moe is not None
-        # Each token is kept top-k times; an ETP group shares its tokens (4h: dispatched input + combine
-        # output) and splits the expert width.
-        routed = moe.router_topk * moe.expert_load_factor * (  # padded to capacity: the padding is kept too
-            4 * h * expert_tp + _mlp_intermediate_bytes(model, moe.moe_ffn_hidden_size, gemm_input))
+        # Each token is kept top-k times (padded to capacity: the padding is kept too).
+        routed = moe.router_topk * moe.expert_load_factor * routed_copy_bytes(model, gemm_input, expert_tp)
         mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size, gemm_input)
         mlp += 4 * moe.num_experts
     else:
         mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size, gemm_input)
     return split + (attention + mlp) / tp
+
+
+def routed_copy_bytes(model: ModelSpec, gemm_input: int, expert_tp: int = 1) -> float:
+    """Bytes one routed copy of a token keeps for backward: the dispatched token as fc1's saved input
+    (`gemm_input` bytes per value: Transformer Engine keeps it quantised under FP8; an ETP group holds the
+    whole token on every rank, which the caller's / TP undoes) and the expert MLP's intermediates. Nothing
+    of the combine: Megatron-Core applies the routing weights inside the experts' activation, so the
+    unpermute's backward needs no expert output, and the all-to-all and permutation buffers are not kept."""
+    moe = model.moe
+    assert moe is not None
+    return gemm_input * model.hidden_size * expert_tp + _mlp_intermediate_bytes(
+        model, moe.moe_ffn_hidden_size, gemm_input)
 
 
 # Tokens per chunk of the chunked gated delta rule (flash-linear-attention's chunk_gated_delta_rule, which
