@@ -53,6 +53,29 @@ PpLayout = Annotated[str | None, typer.Option(
 SequenceParallel = Annotated[bool | None, typer.Option(
     "--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Default: on when tp > 1.")]
 
+# Megatron-LM's own spelling of each option, accepted as well: a user pastes them from a launch script, and the
+# refusals' fixes quote them (`--account-for-embedding-in-pipeline-split`, `--expert-tensor-parallel-size`).
+MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "tp": ("--tensor-model-parallel-size",),
+    "pp": ("--pipeline-model-parallel-size",),
+    "vpp": ("--virtual-pipeline-model-parallel-size",),
+    "cp": ("--context-parallel-size",),
+    "ep": ("--expert-model-parallel-size",),
+    "etp": ("--expert-tensor-parallel-size",),
+    "mbs": ("--micro-batch-size",),
+    "gbs": ("--global-batch-size",),
+    "seq_len": ("--seq-length",),
+    "recompute": ("--recompute-granularity",),
+    "fsdp": ("--use-megatron-fsdp",),
+    "first_stage_layers": ("--decoder-first-pipeline-num-layers",),
+    "last_stage_layers": ("--decoder-last-pipeline-num-layers",),
+    "account_for_embedding": ("--account-for-embedding-in-pipeline-split",),
+    "account_for_loss": ("--account-for-loss-in-pipeline-split",),
+    "pp_layout": ("--pipeline-model-parallel-layout",),
+    "moe_capacity_factor": ("--moe-expert-capacity-factor",),
+    "moe_pad_to_capacity": ("--moe-pad-expert-input-to-capacity",),
+}
+
 
 def _option(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
     """An option named after its field (`seq_len` -> `--seq-len`)."""
@@ -160,6 +183,16 @@ def layout_options(*, required_note: str = "", notes: Mapping[str, str] | None =
     return decorate
 
 
+def _declared_names(option: Any, name: str) -> tuple[str, ...]:
+    """The names an option declares beyond its first: under `Annotated` typer reads a first positional name as
+    the option's `default`; an option declaring none is named after its parameter."""
+    if option.param_decls:
+        return tuple(option.param_decls)
+    if isinstance(option.default, str) and option.default.startswith("-"):
+        return ()
+    return (f"--{name.replace('_', '-')}",)
+
+
 def _layout_parameters(required_note: str, notes: Mapping[str, str]) -> list[inspect.Parameter]:
     """`LayoutFlags`'s fields as typer parameters, each help with the command's note."""
     hints = get_type_hints(LayoutFlags, include_extras=True)
@@ -171,6 +204,8 @@ def _layout_parameters(required_note: str, notes: Mapping[str, str]) -> list[ins
             option.help = f"{required_note} {option.help}"
         if item.name in notes:
             option.help = f"{option.help} {notes[item.name]}"
+        if item.name in MEGATRON_SPELLINGS:
+            option.param_decls = (*_declared_names(option, item.name), *MEGATRON_SPELLINGS[item.name])
         assert item.default is not MISSING  # every layout option has a default: left out = not given
         parameters.append(inspect.Parameter(item.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                             default=item.default,

@@ -42,3 +42,24 @@ def test_batch_lines_take_the_same_flags(cli, tmp_path):
     batch.write_text("\n".join(json.dumps(line) for line in lines))
     results = cli("estimate", "--batch", str(batch), "--json").json()
     assert [("error" in r) for r in results] == [False, False]
+
+
+def test_megatron_spellings_of_the_layout_flags_mean_the_same(cli):
+    """Flags pasted from a Megatron-LM launch script, and those the refusals' fixes quote, are accepted."""
+    ours = ("--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8", "--ep", "64",
+            "--etp", "1", "--mbs", "1", "--gbs", "8192", "--seq-len", "4096", "--precision", "fp8",
+            "--pp-layout", "Et*2|(t*2|)*29t|mL", "--moe-capacity-factor", "1.0", "--moe-pad-to-capacity",
+            "--recompute", "selective", "--json")
+    megatron = ("--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tensor-model-parallel-size", "2",
+                "--pipeline-model-parallel-size", "8", "--expert-model-parallel-size", "64",
+                "--expert-tensor-parallel-size", "1", "--micro-batch-size", "1", "--global-batch-size", "8192",
+                "--seq-length", "4096", "--precision", "fp8", "--pipeline-model-parallel-layout", "Et*2|(t*2|)*29t|mL",
+                "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity",
+                "--recompute-granularity", "selective", "--json")
+    a, b = cli("estimate", *ours), cli("estimate", *megatron)
+    assert a.exit_code == 0 and b.exit_code == 0, a.stderr + b.stderr
+    assert a.json() == b.json()
+    split = cli("estimate", *LLAMA_405B_PP16, "--decoder-first-pipeline-num-layers", "7",
+                "--decoder-last-pipeline-num-layers", "7", "--json")
+    assert split.exit_code == 0 and split.json() == cli(
+        "estimate", *LLAMA_405B_PP16, "--first-stage-layers", "7", "--last-stage-layers", "7", "--json").json()
