@@ -112,6 +112,8 @@ class LayoutFlags:
     account_for_embedding: AccountForEmbedding = False
     account_for_loss: AccountForLoss = False
     pp_layout: PpLayout = None
+    mtp_num_layers: Annotated[int | None, _option(
+        "Multi-token-prediction modules (--mtp-num-layers; default: the model's own, 0 = none).")] = None
     moe_capacity_factor: Annotated[float | None, _option(
         "MoE token dropping: each expert takes at most this times its even share of the tokens "
         "(--moe-expert-capacity-factor; default: dropless).")] = None

@@ -34,7 +34,8 @@ BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_ac
               "account_for_embedding", "account_for_loss", "moe_pad_to_capacity")
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout")
-KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
+COUNT_FLAGS = ("mtp_num_layers",)  # whole numbers from 0: a model's MTP modules, 0 = none
+KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS + COUNT_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def build_case(**flags: Any) -> Case:
     """Resolve layout flags (see module doc) into specs; raises MegapilotError on the first bad flag."""
     flags = {k: v for k, v in flags.items() if v is not None}
     _check_flag_names_and_types(flags)
-    model = _with_token_dropping(_resolve_model(flags["model"]), flags)
+    model = _with_mtp(_with_token_dropping(_resolve_model(flags["model"]), flags), flags)
     cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
@@ -87,6 +88,11 @@ def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
         value = flags.get(name)
         if value is not None and not isinstance(value, str):
             raise MegapilotError(f"must be a string, got {value!r}", field=name, fix=f"give {name} as text")
+    for name in COUNT_FLAGS:
+        value = flags.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise MegapilotError(f"must be a whole number from 0, got {value!r}", field=name,
+                                 fix=f"give {name} as 0 (none) or a positive number")
     for name in FLOAT_FLAGS:
         value = flags.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
@@ -113,6 +119,18 @@ def _with_token_dropping(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="moe") from None
     return model.model_copy(update={"moe": moe})
+
+
+def _with_mtp(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
+    """The model with the multi-token-prediction modules the flags ask for (--mtp-num-layers; 0 = none), e.g. a
+    DeepSeek-V3 run without its MTP module."""
+    layers = flags.get("mtp_num_layers")
+    if layers is None or layers == model.mtp_num_layers:
+        return model
+    try:  # validated: the spec's own rules on MTP apply
+        return ModelSpec.model_validate(model.model_dump() | {"mtp_num_layers": layers})
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
 
 
 def _resolve_model(name_or_path: str) -> ModelSpec:

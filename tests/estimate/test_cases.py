@@ -53,6 +53,8 @@ def test_given_flags_reach_the_specs():
     ({"moe_capacity_factor": 0, "model": "mixtral-8x7b"}, "moe_capacity_factor"),
     ({"moe_capacity_factor": "1", "model": "mixtral-8x7b"}, "moe_capacity_factor"),
     ({"moe_pad_to_capacity": True, "model": "mixtral-8x7b"}, "moe_pad_to_capacity"),  # padding needs a capacity
+    ({"mtp_num_layers": -1}, "mtp_num_layers"),
+    ({"mtp_num_layers": True}, "mtp_num_layers"),
 ])
 def test_bad_flags_are_refused_naming_the_flag(flags, field):
     if field is None:  # an odd global batch is legal input; whether it divides is the layout check's job
@@ -106,3 +108,17 @@ def test_token_dropping_keeps_the_moe_spec_rules(tmp_path):
     with pytest.raises(MegapilotError, match="not sinkhorn") as refused:
         build_case(**{**BASE, "model": str(path), "moe_capacity_factor": 1.0})
     assert refused.value.field.startswith("moe")
+
+
+def test_the_mtp_modules_can_be_set_and_removed():
+    """DeepSeek-V3 as published without its MTP module (`--mtp-num-layers 0`), and MTP added to a dense model."""
+    from megapilot.estimate import estimate
+
+    flags = {**BASE, "model": "deepseek-v3", "gpus": 1024, "tp": 2, "pp": 8, "ep": 64, "gbs": 8192,
+             "pp_layout": "balanced", "precision": "fp8"}
+    with_mtp, without = build_case(**flags), build_case(**flags, mtp_num_layers=0)
+    assert with_mtp.model.mtp_num_layers == 1 and without.model.mtp_num_layers == 0
+    assert "m" in (with_mtp.parallel.pipeline_layout or "") and "m" not in (without.parallel.pipeline_layout or "")
+    flops = [estimate(c.model, c.cluster, c.training, c.parallel).flops_per_step for c in (with_mtp, without)]
+    assert flops[1] < flops[0]
+    assert build_case(**BASE, mtp_num_layers=2).model.mtp_num_layers == 2
