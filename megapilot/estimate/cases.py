@@ -29,13 +29,13 @@ from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.training import FP8_RECIPES, PRECISIONS, TrainingSpec
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
-             "recompute_num_layers", "first_stage_layers", "last_stage_layers")
+             "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
+INT_MINIMUM = {"mtp_num_layers": 0}  # a model's MTP modules: 0 = none; every other whole-number flag is >= 1
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
               "account_for_embedding", "account_for_loss", "moe_pad_to_capacity")
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout")
-COUNT_FLAGS = ("mtp_num_layers",)  # whole numbers from 0: a model's MTP modules, 0 = none
-KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS + COUNT_FLAGS)
+KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,10 @@ def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
         value = flags.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise MegapilotError(f"must be an integer, got {value!r}", field=name, fix=f"give {name} as a whole number")
-        if value is not None and value < 1:
-            raise MegapilotError(f"must be >= 1, got {value}", field=name, fix=f"give {name} as a positive number")
+        low = INT_MINIMUM.get(name, 1)
+        if value is not None and value < low:
+            raise MegapilotError(f"must be >= {low}, got {value}", field=name,
+                                 fix=f"give {name} as a positive number" + (" or 0 (none)" if low == 0 else ""))
     for name in BOOL_FLAGS:
         value = flags.get(name)
         if value is not None and not isinstance(value, bool):
@@ -88,11 +90,6 @@ def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
         value = flags.get(name)
         if value is not None and not isinstance(value, str):
             raise MegapilotError(f"must be a string, got {value!r}", field=name, fix=f"give {name} as text")
-    for name in COUNT_FLAGS:
-        value = flags.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise MegapilotError(f"must be a whole number from 0, got {value!r}", field=name,
-                                 fix=f"give {name} as 0 (none) or a positive number")
     for name in FLOAT_FLAGS:
         value = flags.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
