@@ -8,8 +8,8 @@ Supported (by `architectures[0]`, else `model_type`):
 - DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM;
 - GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head);
 - newer families: Phi3ForCausalLM, GptOssForCausalLM, Llama4ForConditionalGeneration (its text model),
-  NemotronHForCausalLM (Nemotron-H and Nemotron 3 Mamba-2 hybrids; Nemotron 3 Super's latent MoE and hybrid
-  MTP are refused by field), DeciLMForCausalLM (Llama-Nemotron: one block shape imports as a Llama, per-layer
+  NemotronHForCausalLM (Nemotron-H and Nemotron 3 Mamba-2 hybrids, Nemotron 3 Super's latent MoE and its
+  hybrid MTP modules included), DeciLMForCausalLM (Llama-Nemotron: one block shape imports as a Llama, per-layer
   `block_configs` are refused by field), and Qwen3NextForCausalLM, recognised only to be refused by field.
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
@@ -549,8 +549,8 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
         raise _refuse("mlp_hidden_act", f"mlp_hidden_act={activation!r} is not modelled for Nemotron-H (relu2 is)")
     if any(config.get(key) for key in ("mamba_proj_bias", "use_bias", "attention_bias", "mlp_bias")):
         raise _refuse("use_bias", "linear biases in a Mamba hybrid are not modelled")
-    _refuse_nemotron3_super_parts(config)
     fields: dict[str, Any] = {
+        **_hybrid_mtp(config),
         **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": "squared_relu",
         "normalization": "RMSNorm",
@@ -580,26 +580,26 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
             load_balancing_type="seq_aux_loss",
             aux_loss_coeff=1e-4,
             router_dtype="fp32",
+            latent_size=_optional_int(config, "moe_latent_size") or None,  # Nemotron 3 Super's latent MoE
         )
     return fields
 
 
-def _refuse_nemotron3_super_parts(config: HFConfig) -> None:
-    """Nemotron 3 Super's latent MoE and hybrid MTP block: a ModelSpec has neither, so a count would be wrong."""
-    if config.get("moe_latent_size"):
+def _hybrid_mtp(config: HFConfig) -> dict[str, Any]:
+    """Nemotron 3 Super's MTP: `num_nextn_predict_layers` modules, each the layers of `mtp_hybrid_override_pattern`
+    (its checkpoint: '*E', attention then MoE) between the eh-projection and the final norm. Megatron-Bridge
+    refuses a depth without a pattern, and so does this."""
+    depth = _optional_int(config, "num_nextn_predict_layers") or 0
+    if not depth:
+        return {}
+    pattern = config.get("mtp_hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
         raise MegapilotError(
-            "latent MoE (routed experts run in a moe_latent_size space between a down and an up projection, "
-            "Nemotron 3 Super) is not modelled: its projections would be missing from the parameter, FLOP and "
-            "memory estimates", field="moe_latent_size",
-            fix="no faithful plan exists for it yet; a ModelSpec YAML file with experts at the full width gives an "
-                "upper bound (their weights grow by hidden_size / moe_latent_size)",
-        )
-    if config.get("num_nextn_predict_layers"):  # a default mtp_hybrid_override_pattern alone builds nothing
-        raise MegapilotError(
-            "multi-token prediction in a Mamba hybrid is not modelled (Megatron-Core 0.16's MambaModel has no MTP "
-            "block)", field="num_nextn_predict_layers",
-            fix="set num_nextn_predict_layers to 0 in a copy of the config to plan the main model alone",
-        )
+            f"num_nextn_predict_layers={depth} but no mtp_hybrid_override_pattern says what an MTP module holds",
+            field="mtp_hybrid_override_pattern",
+            fix="copy mtp_hybrid_override_pattern from the checkpoint's config.json (Nemotron 3 Super: \"*E\"), "
+                "or set num_nextn_predict_layers to 0 to plan the main model alone")
+    return {"mtp_num_layers": depth, "mtp_hybrid_pattern": pattern}
 
 
 def _nemotron_nas(config: HFConfig) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from megapilot.spec.model import (
     GatedDeltaNetSpec,
     Llama3RopeScaling,
     LoadBalancing,
+    MambaSpec,
     MlpActivation,
     PositionEmbedding,
     RouterDtype,
@@ -383,6 +384,7 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
     return MoESpec(
         num_experts=experts, router_topk=flags.get_int("--moe-router-topk", 2) or 2,
         moe_ffn_hidden_size=flags.get_int("--moe-ffn-hidden-size") or ffn,
+        latent_size=flags.get_int("--moe-latent-size") or None,
         shared_expert_ffn_hidden_size=flags.get_int("--moe-shared-expert-intermediate-size", 0) or 0,
         first_k_dense_layers=first_dense, moe_layer_freq=frequency,
         shared_expert_gate=flags.has("--moe-shared-expert-gate"),
@@ -415,6 +417,24 @@ def _mla(flags: LaunchFlags) -> MLASpec | None:
         qk_pos_emb_head_dim=flags.get_int("--qk-pos-emb-head-dim", 64) or 64,
         v_head_dim=flags.get_int("--v-head-dim", 128) or 128,
         latent_layernorms=flags.has("--qk-layernorm"),  # under MLA, Megatron's --qk-layernorm builds the latent norms
+    )
+
+
+def _hybrid_pattern(flags: LaunchFlags) -> str | None:
+    """A Mamba hybrid's layer pattern (pretrain_mamba.py; renamed --hybrid-layer-pattern in later releases)."""
+    return flags.get("--hybrid-override-pattern") or flags.get("--hybrid-layer-pattern") or None
+
+
+def _mamba(flags: LaunchFlags) -> MambaSpec | None:
+    """A hybrid's Mamba-2 mixer, Megatron's defaults where unstated; None without Mamba layers."""
+    if "M" not in (_hybrid_pattern(flags) or ""):
+        return None
+    defaults = MambaSpec()
+    return MambaSpec(
+        state_dim=flags.get_int("--mamba-state-dim", defaults.state_dim) or defaults.state_dim,
+        head_dim=flags.get_int("--mamba-head-dim", defaults.head_dim) or defaults.head_dim,
+        num_groups=flags.get_int("--mamba-num-groups", defaults.num_groups) or defaults.num_groups,
+        num_heads=flags.get_int("--mamba-num-heads"),
     )
 
 
@@ -506,6 +526,9 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         rope_scaling=_rope_scaling(flags), sliding_window=_sliding_window(flags),
         moe=_moe(flags, ffn), mla=_mla(flags), mtp_num_layers=flags.get_int("--mtp-num-layers", 0) or 0,
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", 0.1) or 0.0,
+        mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
+        hybrid_override_pattern=_hybrid_pattern(flags), mamba=_mamba(flags),
+        mtp_hybrid_pattern=(flags.get("--mtp-hybrid-override-pattern") or None) if _hybrid_pattern(flags) else None,
     )
 
 

@@ -96,12 +96,17 @@ def dense_mlp_flops(model: ModelSpec) -> float:
 def moe_mlp_flops(model: ModelSpec) -> float:
     """MoE block of one layer, per token: 6 * h * (moe_ffn * topk + shared_ffn) * (3 if gated else 2).
 
-    Only the top-k routed experts a token visits count; the router GEMM is not counted (Megatron).
+    Only the top-k routed experts a token visits count; the router GEMM is not counted (Megatron). A latent MoE's
+    routed experts run in the latent width l, and its two projections add 6 * 2 h l (Megatron's
+    `moe_layer_flops`).
     """
     assert model.moe is not None
-    moe = model.moe
-    width = moe.moe_ffn_hidden_size * moe.router_topk + moe.shared_expert_ffn_hidden_size
-    return GEMM_PASSES_FLOPS * model.hidden_size * width * _mlp_matrices(model)
+    moe, h = model.moe, model.hidden_size
+    routed_width = moe.routed_width(h)
+    routed = routed_width * moe.moe_ffn_hidden_size * moe.router_topk
+    shared = h * moe.shared_expert_ffn_hidden_size
+    latent_projections = 2 * h * routed_width if moe.latent_size is not None else 0
+    return GEMM_PASSES_FLOPS * ((routed + shared) * _mlp_matrices(model) + latent_projections)
 
 
 def mlp_flops(model: ModelSpec, layer_index: int) -> float:
@@ -179,7 +184,8 @@ def logits_flops(model: ModelSpec, tp: int = 1) -> float:
 
 
 def mtp_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
-    """MTP modules, per token: k layers like the last layer + 6 k (3h + 2h^2) for norms and eh-projection.
+    """MTP modules, per token: k modules of layers like the last (a hybrid's MTP pattern) + 6 k (3h + 2h^2) for
+    norms and eh-projection.
 
     (DeepSeek-V3, arXiv 2412.19437 Sec. 2.2; Megatron's MTP branch.) Their logits are in `logits_flops`.
     """
@@ -187,8 +193,8 @@ def mtp_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "m
     if k == 0:
         return 0.0
     h = model.hidden_size
-    last_layer = layer_flops(model, model.num_layers - 1, seq_length, convention)
-    return k * last_layer + GEMM_PASSES_FLOPS * k * (3 * h + 2 * h * h)
+    module_layers = sum(layer_flops(model, index, seq_length, convention) for index in model.mtp_layer_indices)
+    return k * module_layers + GEMM_PASSES_FLOPS * k * (3 * h + 2 * h * h)
 
 
 @dataclass(frozen=True)

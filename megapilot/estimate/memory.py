@@ -259,6 +259,10 @@ def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, g
         routed = moe.router_topk * moe.expert_load_factor * routed_copy_bytes(model, gemm_input, expert_tp)
         mlp = routed + _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size, gemm_input)
         mlp += 4 * moe.num_experts
+        if moe.latent_size is not None:
+            # fc2_latent_proj's saved input: the combined output, in the latent width (fc1_latent_proj's input is
+            # the MLP input the sublayer already counts; its output is the dispatched copies, counted above)
+            mlp += gemm_input * moe.latent_size
     else:
         mlp = _mlp_intermediate_bytes(model, model.ffn_hidden_size, gemm_input)
     return split + (attention + mlp) / tp
@@ -267,12 +271,13 @@ def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, g
 def routed_copy_bytes(model: ModelSpec, gemm_input: int, expert_tp: int = 1) -> float:
     """Bytes one routed copy of a token keeps for backward: the dispatched token as fc1's saved input
     (`gemm_input` bytes per value: Transformer Engine keeps it quantised under FP8; an ETP group holds the
-    whole token on every rank, which the caller's / TP undoes) and the expert MLP's intermediates. Nothing
+    whole token on every rank, which the caller's / TP undoes; a latent MoE dispatches latent-sized tokens) and
+    the expert MLP's intermediates. Nothing
     of the combine: Megatron-Core applies the routing weights inside the experts' activation, so the
     unpermute's backward needs no expert output, and the all-to-all and permutation buffers are not kept."""
     moe = model.moe
     assert moe is not None
-    return gemm_input * model.hidden_size * expert_tp + _mlp_intermediate_bytes(
+    return gemm_input * moe.routed_width(model.hidden_size) * expert_tp + _mlp_intermediate_bytes(
         model, moe.moe_ffn_hidden_size, gemm_input)
 
 
@@ -390,7 +395,7 @@ def _mtp_activation_bytes(model: ModelSpec, p: ParallelConfig, tokens: float) ->
     """MTP modules (on the last rank, or where a layout puts them): a layer and one more logits pass each."""
     if not model.mtp_num_layers:
         return 0.0
-    mtp_layer = layer_activation_bytes(model, model.num_layers - 1, p, tokens)
+    mtp_layer = sum(layer_activation_bytes(model, index, p, tokens) for index in model.mtp_layer_indices)
     return model.mtp_num_layers * (mtp_layer + _logits_bytes(model, p, tokens) + 4 * model.hidden_size * tokens / p.tp)
 
 

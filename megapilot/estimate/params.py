@@ -6,12 +6,14 @@ the same model) allocates:
 - attention: Q/K/V and output projections (+ biases); MLA: the q LoRA pair (or a full-rank q), the
   joint KV down-projection with the shared rotary key, the KV up-projection and the output projection;
 - MLP: dense (2 matrices, 3 with a gated unit), routed experts, shared experts (+ their optional gate h→1),
-  router h→E (+ the optional per-expert routing bias);
+  router h→E (+ the optional per-expert routing bias); a latent MoE's routed experts in the latent width and
+  its two projections h→latent→h;
 - norms: one weight (RMSNorm) or weight + bias (LayerNorm) per norm — the two per-layer norms, the
   q/k norms of `qk_layernorm` and MLA's q/kv LoRA norms all land in `LayerParams.norms`;
 - embeddings: the word embedding (+ learned absolute positions), an output layer unless tied, a final norm;
-- MTP: each multi-token-prediction module is one transformer layer of the last layer's kind, its enorm,
-  hnorm and final norm, and the eh-projection 2h→h; it shares the embedding and output layer.
+- MTP: each multi-token-prediction module is one transformer layer of the last layer's kind (a hybrid's: the
+  layers of its MTP pattern), its enorm, hnorm and final norm, and the eh-projection 2h→h; it shares the
+  embedding and output layer; with a repeated layer one module's weights serve every depth.
 
 Published counts use the tokenizer's vocab; Megatron allocates the padded one (`padded_vocab=True`).
 
@@ -52,16 +54,21 @@ class LayerParams:
     shared_experts: int
     router: int
     norms: int
+    # A latent MoE's h -> latent and latent -> h projections around the dispatch ("duplicated": whole on every
+    # TP rank, Megatron's parallel_mode="duplicated").
+    latent_projections: int = 0
 
     @property
     def total(self) -> int:
-        return self.attention + self.mlp + self.routed_experts + self.shared_experts + self.router + self.norms
+        return (self.attention + self.mlp + self.routed_experts + self.shared_experts + self.router + self.norms
+                + self.latent_projections)
 
     @property
     def active(self) -> int:
         """Weights one token touches in this layer: routed top-k instead of every expert."""
         return (
             self.attention + self.mlp + self.active_routed_experts + self.shared_experts + self.router + self.norms
+            + self.latent_projections
         )
 
     @property
@@ -69,7 +76,7 @@ class LayerParams:
         """The same weights grouped by how Megatron splits them over GPUs."""
         return ParamsBySharding(
             tp_sharded=self.attention + self.mlp + self.shared_experts,
-            replicated=self.norms + self.router,
+            replicated=self.norms + self.router + self.latent_projections,
             expert=self.routed_experts,
         )
 
@@ -142,12 +149,14 @@ def _linear(model: ModelSpec, in_features: int, out_features: int) -> int:
     return in_features * out_features + (out_features if model.add_bias_linear else 0)
 
 
-def _mlp_params(model: ModelSpec, ffn_hidden_size: int) -> int:
-    """Up (+ gate) projection and down projection of one MLP of width `ffn_hidden_size`."""
+def _mlp_params(model: ModelSpec, ffn_hidden_size: int, width: int | None = None) -> int:
+    """Up (+ gate) projection and down projection of one MLP of width `ffn_hidden_size` between tokens of
+    `width` (h unless given: a latent MoE's routed experts take and give latent-sized tokens)."""
     if ffn_hidden_size == 0:
         return 0
+    width = model.hidden_size if width is None else width
     up_outputs = ffn_hidden_size * (2 if model.gated_mlp else 1)
-    return _linear(model, model.hidden_size, up_outputs) + _linear(model, ffn_hidden_size, model.hidden_size)
+    return _linear(model, width, up_outputs) + _linear(model, ffn_hidden_size, width)
 
 
 def _standard_attention_params(model: ModelSpec) -> tuple[int, int]:
@@ -251,7 +260,9 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
 
     moe = model.moe
     assert moe is not None
-    one_expert = _mlp_params(model, moe.moe_ffn_hidden_size)
+    h, width = model.hidden_size, moe.routed_width(model.hidden_size)
+    one_expert = _mlp_params(model, moe.moe_ffn_hidden_size, width)
+    latent_projections = _linear(model, h, width) + _linear(model, width, h) if moe.latent_size is not None else 0
     return LayerParams(
         attention=attention,
         mlp=0,
@@ -261,6 +272,7 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
         + (model.hidden_size if moe.shared_expert_gate else 0),
         router=_router_params(model),
         norms=norms,
+        latent_projections=latent_projections,
     )
 
 
@@ -280,7 +292,8 @@ def output_layer_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int
 
 
 def mtp_module_params(model: ModelSpec) -> int:
-    """One MTP module: a transformer layer like the last decoder layer, enorm + hnorm + final norm, eh-proj 2h→h.
+    """One MTP module: a transformer layer like the last decoder layer (a hybrid's: the layers of its
+    `mtp_hybrid_pattern`), enorm + hnorm + final norm, eh-proj 2h→h.
 
     The embedding and output layer are shared with the main model, so they are not counted here.
     """
@@ -290,7 +303,11 @@ def mtp_module_params(model: ModelSpec) -> int:
 def _mtp_module_by_sharding(model: ModelSpec) -> ParamsBySharding:
     h = model.hidden_size
     norms_and_projection = ParamsBySharding(tp_sharded=2 * h * h, replicated=3 * norm_params(model, h), expert=0)
-    return layers_by_sharding(model)[-1] + norms_and_projection
+    layers = layers_by_sharding(model)
+    module = norms_and_projection
+    for index in model.mtp_layer_indices:
+        module = module + layers[index]
+    return module
 
 
 @lru_cache(maxsize=64)
@@ -306,7 +323,7 @@ def count_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -
     output_layer = output_layer_params(model, padded_vocab=padded_vocab, tp=tp)
     layers = sum(layer.total for layer in per_layer)
     final_norm = norm_params(model, model.hidden_size)
-    mtp = model.mtp_num_layers * mtp_module_params(model)
+    mtp = model.mtp_weight_copies * mtp_module_params(model)
     active = embedding + sum(layer.active for layer in per_layer) + final_norm + output_layer
     return ParamBreakdown(
         embedding=embedding,
@@ -398,7 +415,7 @@ def stage_params_by_sharding(
         if model.tie_embeddings and stage != embedding_rank:
             held += ParamsBySharding(model.padded_vocab_size(tp) * model.hidden_size, 0, 0)
     if stage == mtp_rank:
-        held += _mtp_module_by_sharding(model).scaled(model.mtp_num_layers)
+        held += _mtp_module_by_sharding(model).scaled(model.mtp_weight_copies)
         if stage != embedding_rank:
             held += embedding
     return held

@@ -176,18 +176,23 @@ Linear = tuple[float, float, float]  # (m, k, n): X m x k, W k x n, per GPU and 
 
 def layer_linears(model: ModelSpec, layer_index: int, parallel: ParallelConfig, tokens: float) -> list[Linear]:
     """The quantised linears of one layer on one GPU for one micro-batch of `tokens` rows (attention
-    projections, the dense MLP or the routed and shared experts); Mamba mixers are left out."""
+    projections, the dense MLP or the routed and shared experts, a latent MoE's projections); Mamba mixers are
+    left out. A hybrid layer has only its own block."""
     kind = model.layer_kind(layer_index)
     linears: list[Linear] = []
     if kind in ("transformer", "attention"):
         linears += mixer_linears(model, layer_index, parallel.tp, tokens)
-    if kind != "transformer":
+    if kind in ("mamba", "attention"):
         return linears
     moe = model.moe
     if model.is_moe_layer(layer_index) and moe is not None:
+        width = moe.routed_width(model.hidden_size)
         per_expert = moe.tokens_per_expert(tokens, tp=parallel.tp, ep=parallel.ep, expert_tp=parallel.expert_tp)
         for _ in range(moe.num_experts // parallel.ep):
-            linears += _mlp_linears(model, per_expert, moe.moe_ffn_hidden_size, parallel.expert_tp)
+            linears += _mlp_linears(model, per_expert, moe.moe_ffn_hidden_size, parallel.expert_tp, width)
+        if moe.latent_size is not None:
+            h, rows = model.hidden_size, tokens / parallel.tp
+            linears += [(rows, h, width), (rows, width, h)]
         return linears + _mlp_linears(model, tokens, moe.shared_expert_ffn_hidden_size, parallel.tp)
     return linears + _mlp_linears(model, tokens, model.ffn_hidden_size, parallel.tp)
 
@@ -207,10 +212,10 @@ def mixer_linears(model: ModelSpec, layer_index: int, tp: int, tokens: float) ->
     return [(tokens, h, qkv), (tokens, q, h)]
 
 
-def _mlp_linears(model: ModelSpec, tokens: float, ffn: int, shard: int) -> list[Linear]:
+def _mlp_linears(model: ModelSpec, tokens: float, ffn: int, shard: int, width: int | None = None) -> list[Linear]:
     if ffn == 0:
         return []
-    h = model.hidden_size
+    h = model.hidden_size if width is None else width
     return [(tokens, h, ffn * (2 if model.gated_mlp else 1) / shard), (tokens, ffn / shard, h)]
 
 

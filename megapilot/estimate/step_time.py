@@ -13,7 +13,8 @@ Model (per GPU, seconds):
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
   with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
-  (grouped / per-expert kernels, per-expert FP8 scaling);
+  (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
+  move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
 - moe_fixed: what a MoE layer costs beyond its work (latency.py): a gap after each of its kernels (hundreds with
   one GEMM and one FP8 cast per local expert), the alltoall dispatcher's host sync, and the launches after it
   the host paces; the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
@@ -189,12 +190,13 @@ def _gemm_s(m: float, k: float, n: float, gpu: GPUSpec, precision: str, eff: Eff
 
 def _mlp_gemms_s(
     model: ModelSpec, tokens: float, ffn: int, shard: int, cluster: ClusterSpec, precision: str,
-    eff: EfficiencyParams,
+    eff: EfficiencyParams, width: int | None = None,
 ) -> float:
-    """Forward + backward GEMMs of an MLP of width `ffn` split `shard` ways, for `tokens` rows."""
+    """Forward + backward GEMMs of an MLP of width `ffn` split `shard` ways, for `tokens` rows of `width` (h unless
+    given: a latent MoE's routed experts)."""
     if ffn == 0:
         return 0.0
-    h, gpu = model.hidden_size, cluster.gpu
+    h, gpu = model.hidden_size if width is None else width, cluster.gpu
     up_width = ffn * (2 if model.gated_mlp else 1) / shard
     down_width = ffn / shard
     up = _gemm_s(tokens, h, up_width, gpu, precision, eff)
@@ -210,8 +212,8 @@ def _mixer_gemms_s(model: ModelSpec, layer_index: int, tokens: float, tp: int, c
 
 
 # The compute terms `layer_terms` names (their sum is a layer's compute), then its other per-micro-batch terms.
-COMPUTE_TERMS = ("mixer_gemms", "mixer_core", "mlp_gemms", "router", "experts", "shared_experts",
-                 "moe_token_passes", "moe_fixed", "glue")
+COMPUTE_TERMS = ("mixer_gemms", "mixer_core", "mlp_gemms", "router", "latent_projections", "experts",
+                 "shared_experts", "moe_token_passes", "moe_fixed", "glue")
 LAYER_TERMS = COMPUTE_TERMS + ("recompute", "tp_comm", "cp_comm", "ep_comm")
 
 
@@ -228,8 +230,9 @@ def layer_terms(
     """Seconds one GPU spends on one layer for one micro-batch (forward + backward), term by term.
 
     mixer_gemms / mixer_core: the attention projections and fused core (a Mamba mixer's projections and scan);
-    mlp_gemms: a dense MLP; router, experts, shared_experts, moe_token_passes: a MoE block's router GEMM, routed
-    experts, shared experts and the HBM passes over each token's top-k copies; glue: memory-bound elementwise
+    mlp_gemms: a dense MLP; router, latent_projections, experts, shared_experts, moe_token_passes: a MoE block's
+    router GEMM, a latent MoE's h -> latent -> h projections, routed experts, shared experts and the HBM passes
+    over each token's top-k copies; glue: memory-bound elementwise
     work; recompute; tp/cp/ep_comm: exposed communication."""
     p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
     h = model.hidden_size
@@ -255,9 +258,13 @@ def layer_terms(
         local_experts = moe.num_experts / p.ep
         # A grouped GEMM tiles each expert's rows on its own: a partly filled last tile costs a full one.
         padded = math.ceil(per_expert_tokens / GROUPED_GEMM_TILE_ROWS) * GROUPED_GEMM_TILE_ROWS
+        width = moe.routed_width(h)
         terms["experts"] = local_experts * _mlp_gemms_s(
-            model, padded, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff
+            model, padded, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff, width
         ) / eff.grouped_gemm_fraction * _expert_wave_slowdown(model, padded, p, gpu)
+        if moe.latent_size is not None:  # h -> latent before the dispatch, latent -> h after the combine
+            terms["latent_projections"] = (_gemm_s(tokens / p.tp, h, width, gpu, precision, eff)
+                                           + _gemm_s(tokens / p.tp, width, h, gpu, precision, eff))
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
@@ -315,7 +322,7 @@ def _expert_all_to_all_s(
     domains its top-k touch (balanced routing) over k."""
     moe = model.moe
     assert moe is not None
-    sent_bytes = tokens * moe.router_topk * model.hidden_size * ACTIVATION_BYTES * p.expert_tp / p.tp
+    sent_bytes = tokens * moe.router_topk * moe.routed_width(model.hidden_size) * ACTIVATION_BYTES * p.expert_tp / p.tp
     share = 1.0
     ranks_per_domain = max(1, min(p.ep, comm.scaleup_domain(cluster) // p.expert_tp))
     if options.moe_flex_dispatcher and p.ep > ranks_per_domain:
@@ -340,13 +347,14 @@ def _moe_token_passes_s(
     moe = model.moe
     assert moe is not None
     copies = tokens * moe.router_topk * p.expert_tp / p.tp
-    moved = MOE_TOKEN_PASSES * copies * model.hidden_size * ACTIVATION_BYTES
+    width = moe.routed_width(model.hidden_size)
+    moved = MOE_TOKEN_PASSES * copies * width * ACTIVATION_BYTES
     if flavour is not None:
         priced = CALIBRATED_FP8_FLAVOUR if flavour.startswith("fp8-") else flavour
         ffn = moe.moe_ffn_hidden_size / p.expert_tp
         gated = 2 if model.gated_mlp else 1
-        inputs = model.hidden_size + ffn  # fc1 in, fc2 in
-        grads = model.hidden_size + gated * ffn  # fc2 grad-out (h), fc1 grad-out
+        inputs = width + ffn  # fc1 in, fc2 in
+        grads = width + gated * ffn  # fc2 grad-out, fc1 grad-out
         moved += copies * (inputs * cast_bytes_per_value(priced, "activation", gpu.architecture)
                            + grads * cast_bytes_per_value(priced, "grad", gpu.architecture))
     return moved / (gpu.hbm_bw_tbps * 1e12)
@@ -360,7 +368,7 @@ def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu:
     moe = model.moe
     assert moe is not None
     concurrent = moe.num_experts // p.ep
-    h, ffn, sms = model.hidden_size, moe.moe_ffn_hidden_size / p.expert_tp, sm_count(gpu)
+    h, ffn, sms = moe.routed_width(model.hidden_size), moe.moe_ffn_hidden_size / p.expert_tp, sm_count(gpu)
     gated = 2 if model.gated_mlp else 1
     fc1 = expert_wave_slowdown(rows, h, gated * ffn, sms, concurrent)
     fc2 = expert_wave_slowdown(rows, ffn, h, sms, concurrent)
@@ -528,9 +536,11 @@ def stage_costs(
                 total = total + cost_of(layer_index, is_recomputed).scaled(count)
             if composition.loss:
                 total = total + LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
-            if composition.mtp:  # each MTP module: a layer of the last kind and its own logits
-                mtp_logits = LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
-                total = total + (cost_of(model.num_layers - 1, False) + mtp_logits).scaled(model.mtp_num_layers)
+            if composition.mtp:  # each MTP module: its layers (like the last, or a hybrid's pattern), its logits
+                module = LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+                for index in model.mtp_layer_indices:
+                    module = module + cost_of(index, False)
+                total = total + module.scaled(model.mtp_num_layers)
             by_composition[composition] = total
         costs.append(by_composition[composition])
     return costs

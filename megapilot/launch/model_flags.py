@@ -60,6 +60,10 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     if model.mtp_num_layers:
         s.add("--mtp-num-layers", model.mtp_num_layers)
         s.add("--mtp-loss-scaling-factor", model.mtp_loss_scaling_factor)
+        if model.mtp_hybrid_pattern is not None:  # a hybrid's MTP module (Megatron-LM 0.17 on)
+            s.add("--mtp-hybrid-override-pattern", model.mtp_hybrid_pattern)
+        if model.mtp_repeated_layer:
+            s.add("--mtp-use-repeated-layer")
     if model.is_hybrid:
         _add_hybrid(s, model)
     return s
@@ -236,6 +240,8 @@ def _add_moe(s: ArgSection, model: ModelSpec, *, cpu: bool = False) -> None:
     s.add("--num-experts", moe.num_experts)
     s.add("--moe-router-topk", moe.router_topk)
     s.add("--moe-ffn-hidden-size", moe.moe_ffn_hidden_size)
+    if moe.latent_size is not None:
+        s.add("--moe-latent-size", moe.latent_size)
     if moe.shared_expert_ffn_hidden_size:
         s.add("--moe-shared-expert-intermediate-size", moe.shared_expert_ffn_hidden_size)
         if moe.shared_expert_gate:

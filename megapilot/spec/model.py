@@ -96,6 +96,12 @@ class MoESpec(_Spec):
         description="Pad every expert's input to its capacity (--moe-pad-expert-input-to-capacity): static shapes, "
         "no host sync in the dispatcher, padded rows computed and sent.",
     )
+    latent_size: int | None = Field(
+        default=None, gt=0,
+        description="Latent MoE (Nemotron 3 Super, HF `moe_latent_size`): tokens are projected h -> latent_size "
+        "before dispatch and back after the combine; the routed experts run in that width, the router and the "
+        "shared experts in h. None = experts in h. --moe-latent-size.",
+    )
 
     @model_validator(mode="after")
     def _topk_within_experts(self) -> MoESpec:
@@ -117,6 +123,10 @@ class MoESpec(_Spec):
         """Rows an expert computes and receives per even share of tokens: the capacity factor when inputs are
         padded to capacity, else 1 (dropless, or dropping only what exceeds capacity under even routing)."""
         return self.capacity_factor if self.pad_to_capacity and self.capacity_factor is not None else 1.0
+
+    def routed_width(self, hidden_size: int) -> int:
+        """Width of a dispatched token and of the routed experts' input and output: the latent size, else h."""
+        return self.latent_size if self.latent_size is not None else hidden_size
 
     def tokens_per_expert(self, tokens: float, *, tp: int, ep: int, expert_tp: int) -> float:
         """Rows each local expert computes for `tokens` tokens of a TP rank's micro-batch: top-k copies spread
@@ -370,6 +380,17 @@ class ModelSpec(_Spec):
         default=0.1, ge=0,
         description="Weight of the MTP loss beside the LM loss (--mtp-loss-scaling-factor; Megatron's default 0.1).",
     )
+    mtp_hybrid_pattern: str | None = Field(
+        default=None,
+        description="The layers of each MTP module of a hybrid model, in hybrid_override_pattern symbols (HF "
+        "`mtp_hybrid_override_pattern`, --mtp-hybrid-override-pattern; Nemotron 3 Super: '*E', attention then MoE). "
+        "None = one layer like the model's last.",
+    )
+    mtp_repeated_layer: bool = Field(
+        default=False,
+        description="Every MTP depth reuses one module's weights (--mtp-use-repeated-layer): the compute grows with "
+        "mtp_num_layers, the weights do not.",
+    )
     hf_architecture: str | None = Field(default=None, description="Source architecture when imported from HF.")
 
     @model_validator(mode="after")
@@ -397,6 +418,7 @@ class ModelSpec(_Spec):
             )
         if self.hybrid_override_pattern is not None:
             self._check_hybrid(self.hybrid_override_pattern)
+        self._check_mtp_pattern()
         if self.sliding_window_skip_freq is not None and self.sliding_window is None:
             raise ValueError("sliding_window_skip_freq needs sliding_window; set the window or drop the frequency")
         if self.gated_delta_net is not None and (self.mla is not None or self.hybrid_override_pattern is not None):
@@ -421,6 +443,18 @@ class ModelSpec(_Spec):
         if HYBRID_MOE in pattern and self.moe is None:
             raise ValueError("hybrid_override_pattern has MoE layers (E) but no moe settings; set moe")
 
+    def _check_mtp_pattern(self) -> None:
+        pattern = self.mtp_hybrid_pattern
+        if pattern is None:
+            return
+        if self.hybrid_override_pattern is None:
+            raise ValueError("mtp_hybrid_pattern describes a hybrid model's MTP module; this model has no "
+                             "hybrid_override_pattern, so drop mtp_hybrid_pattern")
+        missing = sorted(set(pattern) - set(self.hybrid_override_pattern))
+        if not pattern or missing:
+            raise ValueError(f"mtp_hybrid_pattern={pattern!r} needs layer kinds the main model has (missing: "
+                             f"{missing or 'every layer'}); write it in the symbols of hybrid_override_pattern")
+
     def __hash__(self) -> int:
         """A few defining fields only: equal specs still hash equal, and the estimator's caches, keyed by the
         spec thousands of times per plan, skip pydantic's walk over every nested field."""
@@ -431,6 +465,19 @@ class ModelSpec(_Spec):
     def is_hybrid(self) -> bool:
         """A Mamba hybrid (pretrain_mamba.py), whose layers each hold one block: mixer, attention, MLP or MoE."""
         return self.hybrid_override_pattern is not None
+
+    @property
+    def mtp_layer_indices(self) -> tuple[int, ...]:
+        """The layers of one MTP module, each named by a main-model layer of the same kind (it has the same
+        weights, work and activations): the model's last layer, or a hybrid's `mtp_hybrid_pattern`."""
+        if self.mtp_hybrid_pattern is None or self.hybrid_override_pattern is None:
+            return (self.num_layers - 1,)
+        return tuple(self.hybrid_override_pattern.index(symbol) for symbol in self.mtp_hybrid_pattern)
+
+    @property
+    def mtp_weight_copies(self) -> int:
+        """MTP modules whose weights exist: one when every depth repeats it, else one per depth."""
+        return min(1, self.mtp_num_layers) if self.mtp_repeated_layer else self.mtp_num_layers
 
     def layer_kind(self, layer_index: int) -> LayerKind:
         """What layer `layer_index` holds: a transformer layer (attention + MLP/MoE), or one hybrid block."""

@@ -239,6 +239,7 @@ GPU_ONLY_FLAGS: dict[str, str] = {
     "--cuda-graph-impl": "CUDA graphs need a GPU",
     "--enable-cuda-graph": "CUDA graphs need a GPU",
     "--use-precision-aware-optimizer": "needs Transformer Engine's fused Adam",
+    "--moe-latent-size": "Megatron-Core builds latent MoE projections with Transformer Engine only",
 }
 
 #: Megatron-LM flags this trainer does not implement (on any device).

@@ -411,27 +411,32 @@ def test_nemotron_h_56b_has_the_layer_mix_its_card_states():
     assert model.mamba is not None and model.mamba.inner_size(model.hidden_size) == 2 * model.hidden_size
 
 
-# NVIDIA-Nemotron-3-Super-120B-A12B's shape as Megatron-Bridge's Nemotron3SuperProvider states it (88 layers: 40
-# Mamba-2, 40 latent MoE, 8 attention; 512 experts, top-22, latent width 1024; an "*E" MTP block), over the Nano's
-# config for the fields the two share.
-NEMOTRON3_SUPER = _config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {
-    "num_hidden_layers": 88, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2,
-    "hybrid_override_pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
-                               "EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
-    "mamba_num_heads": 128, "intermediate_size": 2688, "moe_intermediate_size": 2688, "n_routed_experts": 512,
-    "num_experts_per_tok": 22, "moe_shared_expert_intermediate_size": 5376, "routed_scaling_factor": 5.0,
-    "moe_latent_size": 1024, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E",
-}
+def test_nemotron3_super_counts_its_latent_moe_and_hybrid_mtp_module_to_the_published_size():
+    """The checkpoint's safetensors headers: 123,611,012,096 BF16 weights, 2,942,324,736 of them in the MTP module,
+    12.77B active; the 41 fp32 routing-bias buffers (512 each) are kept apart there and counted here."""
+    from megapilot.estimate.params import count_params, layer_params
+
+    model = from_hf_config(_config("NVIDIA-Nemotron-3-Super-120B-A12B-BF16"), "nemotron3-super")
+    assert model.moe is not None and model.moe.latent_size == 1024 and model.num_moe_layers == 40
+    assert (model.mtp_num_layers, model.mtp_hybrid_pattern) == (1, "*E")
+    assert [model.layer_kind(i) for i in model.mtp_layer_indices] == ["attention", "moe"]
+    routing_buffers = 41 * 512
+    counts = count_params(model)
+    assert counts.total == 123_611_012_096 + routing_buffers
+    assert counts.mtp == 2_942_324_736 + 512
+    assert counts.active == 12_770_216_960 + 40 * 512
+    moe_layer = layer_params(model, 1)
+    # experts 1024 -> 2688 -> 1024 (squared ReLU, two matrices); projections 4096 -> 1024 -> 4096, whole per TP rank
+    assert moe_layer.routed_experts == 512 * 2 * 1024 * 2688
+    assert moe_layer.latent_projections == 2 * 4096 * 1024
+    assert moe_layer.by_sharding.replicated == moe_layer.norms + moe_layer.router + moe_layer.latent_projections
 
 
-def test_nemotron3_super_latent_moe_and_hybrid_mtp_are_refused_by_field():
-    assert _refusal(NEMOTRON3_SUPER).field == "moe_latent_size"
-    without_latent = NEMOTRON3_SUPER | {"moe_latent_size": None}
-    assert _refusal(without_latent).field == "num_nextn_predict_layers"
-    # What is left once both are gone is a hybrid the importer builds; a default MTP pattern alone builds nothing.
-    plain = without_latent | {"num_nextn_predict_layers": 0}
-    model = from_hf_config(plain, "super-without-latent-and-mtp")
-    assert model.moe is not None and model.moe.num_experts == 512 and model.num_moe_layers == 40
+def test_a_hybrid_mtp_depth_without_its_pattern_is_refused_by_field():
+    config = _config("NVIDIA-Nemotron-3-Super-120B-A12B-BF16")
+    assert _refusal(config | {"mtp_hybrid_override_pattern": None}).field == "mtp_hybrid_override_pattern"
+    main_only = from_hf_config(config | {"num_nextn_predict_layers": 0}, "super-main-model")
+    assert main_only.mtp_num_layers == 0
 
 
 # ---- Llama-Nemotron (DeciLM block configs) ---------------------------------------------------------------------

@@ -28,6 +28,7 @@ HF_TWINS = {
     "llama3.1-8b": "Llama-3.1-8B", "llama3.1-70b": "Llama-3.1-70B", "llama3.1-405b": "Llama-3.1-405B",
     "mixtral-8x7b": "Mixtral-8x7B-v0.1", "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3",
     "qwen3-30b-a3b": "Qwen3-30B-A3B", "gpt2-124m": "gpt2",
+    "nemotron3-super-120b-a12b": "NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
 }
 # Training settings rather than architecture: a config.json may leave them to the library's default.
 NOT_ARCHITECTURE = {"name", "aux_loss_coeff", "load_balancing_type"}

@@ -95,3 +95,21 @@ def test_token_dropping_flags_read_back_into_the_moe_spec():
     assert padded.model.moe.capacity_factor == 1.25 and padded.model.moe.pad_to_capacity
     dropless = run_config(read_flags(flags=moe + " --moe-expert-capacity-factor -1"))  # negative: Megatron's dropless
     assert dropless.model.moe.capacity_factor is None and not dropless.model.moe.pad_to_capacity
+
+
+@pytest.mark.parametrize("variant", ["HYBRID_MAMBA", "LATENT_HYBRID"])
+def test_a_hybrids_pattern_mixer_latent_moe_and_mtp_module_read_back_from_its_flags(variant: str):
+    """The flags `script` writes for a Mamba hybrid (pretrain_mamba.py), one with Nemotron 3 Super's latent MoE and
+    a repeated attention + MoE MTP module among them, read back as the same model."""
+    import shlex
+
+    from megapilot.launch import render_megatron_args
+    from tests.launch import variants
+
+    model = getattr(variants, variant)
+    plan = next(plan for plan, _ in variants.PAIRED_VARIANTS if plan.model is model)
+    args = render_megatron_args(plan, variants.PAIRED_VARIANTS[0][1])
+    config = run_config(read_flags(flags=shlex.join(args)), gpus=plan.cluster.world_size)
+    assert config.model is not None, config.notes
+    ignored = {"name", "vocab_size", "hf_architecture", "kv_channels"}
+    assert config.model.model_dump(exclude=ignored) == model.model_dump(exclude=ignored)

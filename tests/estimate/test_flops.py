@@ -87,6 +87,25 @@ def test_mtp_adds_a_layer_its_projection_and_another_logits_pass():
     assert extra == pytest.approx(last_layer + 6 * (3 * h + 2 * h * h) + 6 * h * 102400)
 
 
+def test_a_latent_hybrids_moe_and_mtp_module_count_as_megatrons_formula_counts_them():
+    """Nemotron 3 Super, per token: a latent MoE layer is 6 (l x ffn x k x 2 + h x shared x 2 + 2 h l) - experts
+    in the latent width, squared ReLU (two matrices), the projections h -> l -> h (Megatron's moe_layer_flops: 4 T l
+    ffn k, 4 T h shared, 4 T h l forward); its MTP module is an attention and a latent-MoE layer, the eh-projection
+    and one more logits pass, at each of the two depths the recipe repeats it."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.flops import layer_flops, moe_mlp_flops
+
+    model = get_model("nemotron3-super")
+    h, latent, ffn, shared, k, s = 4096, 1024, 2688, 5376, 22, 8192
+    assert moe_mlp_flops(model) == 6 * (latent * ffn * k * 2 + h * shared * 2 + 2 * h * latent)
+    attention_layer, moe_layer = model.hybrid_override_pattern.index("*"), 1
+    twice = model.model_copy(update={"mtp_num_layers": 2, "mtp_repeated_layer": True})
+    main = flops_per_token(model.model_copy(update={"mtp_num_layers": 0}), s)
+    module = (layer_flops(model, attention_layer, s) + layer_flops(model, moe_layer, s)
+              + 6 * (3 * h + 2 * h * h) + 6 * h * model.padded_vocab_size(1))
+    assert flops_per_token(twice, s).total - main.total == pytest.approx(2 * module)
+
+
 def test_logits_use_the_vocab_padded_for_tp():
     # 51200 is a multiple of 128*8, 50257 is not: padded to 50304 (tp=1) and 51200 (tp=8)
     gpt2ish = GPT_22B.model_copy(update={"vocab_size": 50257})

@@ -263,3 +263,26 @@ def test_experts_padded_to_capacity_keep_their_padding_in_memory():
 
     assert activations(2.0, False) == activations(None, False)
     assert activations(2.0, True) > activations(1.0, True) == activations(None, False)
+
+
+def test_a_latent_moe_keeps_latent_sized_routed_copies_and_a_repeated_mtp_module_one_copy_of_weights():
+    """Nemotron 3 Super: a routed copy keeps fc1's input in the latent width (1024, not 4096) and the experts'
+    intermediates; the combined output is kept once more, 1024 wide, for fc2_latent_proj's backward. Two MTP depths
+    that repeat one module hold its weights once and its activations twice."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.memory import routed_copy_bytes
+    from megapilot.estimate.params import count_params, mtp_module_params
+
+    model = get_model("nemotron3-super")
+    full_width = model.model_copy(update={"moe": model.moe.model_copy(update={"latent_size": None})})
+    assert routed_copy_bytes(full_width, 2) - routed_copy_bytes(model, 2) == 2 * (4096 - 1024)
+    layout = ParallelConfig(tp=1, ep=8, dp=8)
+    difference = layer_activation_bytes(full_width, 1, layout, 1.0) - layer_activation_bytes(model, 1, layout, 1.0)
+    assert difference == 22 * 2 * (4096 - 1024) - 2 * 1024  # top-22 copies narrower, one latent output more
+
+    repeated = model.model_copy(update={"mtp_num_layers": 2, "mtp_repeated_layer": True})
+    separate = repeated.model_copy(update={"mtp_repeated_layer": False})
+    one_module = mtp_module_params(model)
+    assert count_params(separate).mtp == 2 * one_module and count_params(repeated).mtp == one_module
+    last = ParallelConfig(tp=1, pp=1, ep=8, dp=8)
+    assert shard_params(separate, last, 0).expert - shard_params(repeated, last, 0).expert > 0

@@ -346,3 +346,37 @@ def test_padding_experts_to_capacity_costs_its_rows_and_saves_the_dispatcher_hos
     assert padded["experts"] == pytest.approx(dropless["experts"])
     assert wide["ep_comm"] == pytest.approx(1.5 * padded["ep_comm"], rel=1e-6)  # padding rows are sent too
     assert wide["experts"] > 1.3 * padded["experts"]
+
+
+def test_a_latent_moe_moves_and_computes_latent_sized_tokens_and_pays_its_two_projections():
+    """Nemotron 3 Super's MoE block at EP 8 on B200: tokens leave the rank, are permuted and reach the experts 1024
+    wide instead of 4096, so the all-to-all and the token passes shrink by 4 (bf16) and the experts compute on
+    1024-wide rows; the projections 4096 -> 1024 -> 4096 are two dense GEMMs over the rank's tokens."""
+    from megapilot.estimate.step_time import _gemm_s, _mlp_gemms_s, layer_terms
+
+    full = ModelSpec(name="super-like", num_layers=2, hidden_size=4096, ffn_hidden_size=2688, num_attention_heads=32,
+                     num_query_groups=2, kv_channels=128, vocab_size=131072, mlp_activation="squared_relu",
+                     moe=MoESpec(num_experts=512, router_topk=22, moe_ffn_hidden_size=2688,
+                                 shared_expert_ffn_hidden_size=5376))
+    latent = full.model_copy(update={"moe": full.moe.model_copy(update={"latent_size": 1024})})
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=64, precision="bf16")
+    layout = ParallelConfig(tp=1, dp=8, ep=8)
+
+    def terms(model: ModelSpec) -> dict[str, float]:
+        return layer_terms(model, 0, cluster, training, layout, EstimateOptions(), recomputed=False)
+
+    wide, narrow = terms(full), terms(latent)
+    assert narrow["ep_comm"] == pytest.approx(wide["ep_comm"] / 4)
+    assert narrow["moe_token_passes"] == pytest.approx(wide["moe_token_passes"] / 4)
+    assert wide["latent_projections"] == 0.0
+    b200 = get_gpu("b200")
+    plain = EstimateOptions().efficiency
+    assert narrow["latent_projections"] == pytest.approx(
+        _gemm_s(4096, 4096, 1024, b200, "bf16", plain) + _gemm_s(4096, 1024, 4096, b200, "bf16", plain))
+    per_expert_rows = 4096 * 22 * 8 / 512  # 1408: 11 full tiles
+    width_ratio = (_mlp_gemms_s(latent, per_expert_rows, 2688, 1, cluster, "bf16", plain, 1024)
+                   / _mlp_gemms_s(full, per_expert_rows, 2688, 1, cluster, "bf16", plain))
+    assert 0.25 <= width_ratio < 0.4  # a quarter of the FLOPs, at a GEMM efficiency no better than the wide one's
+    assert narrow["experts"] < 0.4 * wide["experts"]
+    assert narrow["shared_experts"] == wide["shared_experts"]  # the shared expert stays at full width

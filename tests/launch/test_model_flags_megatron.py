@@ -60,6 +60,8 @@ NOT_BUILT_BY_PRETRAIN_GPT = {
     "Llama-4-Scout-17B-16E-Instruct": "model.attention_chunk_size",
     "nemotron3-nano-30b-a3b": "pretrain_mamba.py",  # a hybrid: MambaModel, not GPTModel
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "pretrain_mamba.py",
+    "nemotron3-super-120b-a12b": "pretrain_mamba.py",
+    "NVIDIA-Nemotron-3-Super-120B-A12B-BF16": "pretrain_mamba.py",
     "nemotron-h-8b": "pretrain_mamba.py",
     "nemotron-h-56b": "pretrain_mamba.py",
     # Gated DeltaNet: Megatron-Core builds it with Transformer Engine only (its mixers are checked module by module)

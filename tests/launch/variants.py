@@ -75,6 +75,11 @@ HYBRID_MAMBA = ModelSpec(
     hybrid_override_pattern="M-M*M-ME", mamba=MambaSpec(num_heads=32, head_dim=64, num_groups=8, state_dim=128),
     moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=1024, shared_expert_ffn_hidden_size=2048),
 )
+# Nemotron 3 Super's semantics: latent MoE and an attention + MoE MTP module repeated at both depths.
+LATENT_HYBRID = HYBRID_MAMBA.model_copy(update={
+    "name": "latent-hybrid", "moe": HYBRID_MAMBA.moe.model_copy(update={"latent_size": 256}),
+    "mtp_num_layers": 2, "mtp_hybrid_pattern": "*E", "mtp_repeated_layer": True,
+})
 # Qwen3-Next's semantics: Gated DeltaNet on three layers of four, a gated attention with partial RoPE, zero-centred
 # norms (its experimental variant needs Transformer Engine: rendered for Megatron-LM only).
 GATED_DELTANET = MIXTRAL_8X7B.model_copy(update={
@@ -88,6 +93,7 @@ _MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM",
 PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
+    (make_plan(LATENT_HYBRID, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
         update={"capacity_factor": 1.0, "pad_to_capacity": True})}), "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),

@@ -95,3 +95,22 @@ def test_token_dropping_follows_megatron_rules():
     dropping = MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64, capacity_factor=1.5)
     assert dropping.expert_load_factor == 1.0  # drops beyond capacity; evenly routed, nothing is dropped or padded
     assert dropping.model_copy(update={"pad_to_capacity": True}).expert_load_factor == 1.5
+
+
+def test_a_hybrid_mtp_pattern_names_layer_kinds_of_the_main_model():
+    from megapilot.spec.model import MambaSpec
+
+    hybrid = ModelSpec(name="h", num_layers=4, hidden_size=512, ffn_hidden_size=1024, num_attention_heads=8,
+                       vocab_size=1000, hybrid_override_pattern="M*ME", mamba=MambaSpec(num_heads=16),
+                       moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=256, latent_size=128),
+                       mtp_num_layers=2, mtp_hybrid_pattern="*E", mtp_repeated_layer=True)
+    assert hybrid.mtp_layer_indices == (1, 3) and hybrid.mtp_weight_copies == 1
+    assert hybrid.moe.routed_width(512) == 128
+    assert hybrid.model_copy(update={"mtp_hybrid_pattern": None}).mtp_layer_indices == (3,)  # like the last layer
+    with pytest.raises(ValidationError, match="missing"):
+        ModelSpec(**(hybrid.model_dump() | {"mtp_hybrid_pattern": "*-"}))  # no MLP layer in the main model
+    with pytest.raises(ValidationError, match="no hybrid_override_pattern"):
+        ModelSpec(name="t", num_layers=2, hidden_size=512, ffn_hidden_size=1024, num_attention_heads=8,
+                  vocab_size=1000, mtp_num_layers=1, mtp_hybrid_pattern="*")
+    with pytest.raises(ValidationError, match="latent_size"):
+        MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=256, latent_size=0)
