@@ -74,6 +74,7 @@ MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
     "pp_layout": ("--pipeline-model-parallel-layout",),
     "moe_capacity_factor": ("--moe-expert-capacity-factor",),
     "moe_pad_to_capacity": ("--moe-pad-expert-input-to-capacity",),
+    "mtp_repeated_layer": ("--mtp-use-repeated-layer",),
 }
 
 
@@ -114,6 +115,9 @@ class LayoutFlags:
     pp_layout: PpLayout = None
     mtp_num_layers: Annotated[int | None, _option(
         "Multi-token-prediction modules (--mtp-num-layers; default: the model's own, 0 = none).")] = None
+    mtp_repeated_layer: Annotated[bool, typer.Option(
+        "--mtp-repeated-layer", help="Every MTP depth reuses one module's weights (--mtp-use-repeated-layer; "
+        "Nemotron 3 Super's recipe runs 2 depths of its one module).")] = False
     moe_capacity_factor: Annotated[float | None, _option(
         "MoE token dropping: each expert takes at most this times its even share of the tokens "
         "(--moe-expert-capacity-factor; default: dropless).")] = None
@@ -124,7 +128,7 @@ class LayoutFlags:
     def case_flags(self) -> dict[str, Any]:
         """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
         flags = {item.name: getattr(self, item.name) for item in fields(self)}
-        for switch in ("account_for_embedding", "account_for_loss", "moe_pad_to_capacity"):
+        for switch in ("account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer"):
             flags[switch] = True if flags[switch] else None
         return flags
 

@@ -32,7 +32,7 @@ INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs
              "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
 INT_MINIMUM = {"mtp_num_layers": 0}  # a model's MTP modules: 0 = none; every other whole-number flag is >= 1
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
-              "account_for_embedding", "account_for_loss", "moe_pad_to_capacity")
+              "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer")
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout")
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
@@ -120,12 +120,12 @@ def _with_token_dropping(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
 
 def _with_mtp(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
     """The model with the multi-token-prediction modules the flags ask for (--mtp-num-layers; 0 = none), e.g. a
-    DeepSeek-V3 run without its MTP module."""
-    layers = flags.get("mtp_num_layers")
-    if layers is None or layers == model.mtp_num_layers:
+    DeepSeek-V3 run without its MTP module, and whether its depths repeat one module (--mtp-use-repeated-layer)."""
+    update = {key: flags[key] for key in ("mtp_num_layers", "mtp_repeated_layer") if key in flags}
+    if all(getattr(model, key) == value for key, value in update.items()):
         return model
     try:  # validated: the spec's own rules on MTP apply
-        return ModelSpec.model_validate(model.model_dump() | {"mtp_num_layers": layers})
+        return ModelSpec.model_validate(model.model_dump() | update)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
 

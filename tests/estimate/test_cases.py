@@ -122,3 +122,17 @@ def test_the_mtp_modules_can_be_set_and_removed():
     flops = [estimate(c.model, c.cluster, c.training, c.parallel).flops_per_step for c in (with_mtp, without)]
     assert flops[1] < flops[0]
     assert build_case(**BASE, mtp_num_layers=2).model.mtp_num_layers == 2
+
+
+def test_mtp_depths_can_repeat_one_module_as_nemotron_3_supers_recipe_runs_it():
+    """Two MTP depths of Nemotron 3 Super's one module (`--mtp-num-layers 2 --mtp-use-repeated-layer`): the second
+    depth adds work but no weights."""
+    from megapilot.estimate import estimate
+
+    flags = {**BASE, "model": "nemotron3-super", "gpu": "gb200", "gpus": 64, "tp": 2, "ep": 64, "etp": 1,
+             "seq_len": 8192, "gbs": 512, "recompute": "none"}
+    one, repeated = build_case(**flags), build_case(**flags, mtp_num_layers=2, mtp_repeated_layer=True)
+    assert (repeated.model.mtp_num_layers, repeated.model.mtp_repeated_layer) == (2, True)
+    results = [estimate(c.model, c.cluster, c.training, c.parallel) for c in (one, repeated)]
+    assert results[1].flops_per_step > results[0].flops_per_step
+    assert results[1].params.total == results[0].params.total
