@@ -85,7 +85,8 @@ def estimate_fast(
     `convention` only changes how FLOPs are counted for TFLOP/s and MFU ("megatron_full_attention"
     to compare with publishers of that era); the step time is the same.
     """
-    memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib, main_grad_bytes=options.main_grad_bytes)
+    memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib, main_grad_bytes=options.main_grad_bytes,
+                            architecture=cluster.gpu.architecture)
     time = step_time(model, cluster, training, parallel, options, convention=convention)
     return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention)
 

@@ -316,7 +316,8 @@ def resolve_layout(row: CalibrationRow) -> tuple[ParallelConfig, bool]:
     for recompute in choices:
         layout = row.base.model_copy(update={"mbs": mbs, "recompute": recompute})
         memory = memory_per_gpu(row.model, row.training, layout, row.cluster.gpu.hbm_gib,
-                                main_grad_bytes=row.options.main_grad_bytes)
+                                main_grad_bytes=row.options.main_grad_bytes,
+                                architecture=row.cluster.gpu.architecture)
         if memory.fits:
             return layout, True
     return layout, False

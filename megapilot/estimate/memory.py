@@ -38,18 +38,19 @@ from megapilot.estimate.params import (
     pipeline_stages,
     stage_params_by_sharding,
 )
+from megapilot.estimate.quantization import saved_input_bytes_per_value, weight_copy_bytes_per_param
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit
-from megapilot.spec.training import QUANTIZED_PRECISIONS, TrainingSpec
+from megapilot.spec.training import QuantFlavour, TrainingSpec
 
 GIB = 2**30
 MIB = 2**20
 
 PARAM_BYTES = 2  # bf16 model weights
+BF16_GEMM_INPUT_BYTES = 2  # a saved GEMM input outside quantised recipes
 MAIN_GRAD_BYTES = 4  # fp32 gradient buffer (Megatron DDP accumulates in fp32)
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam exp_avg + exp_avg_sq
-FP8_WEIGHT_COPY_BYTES = 1
 
 # Overhead allowance (default mode). CUDA context + cuBLAS/cuDNN workspaces ~1 GiB on Hopper-class
 # GPUs; NCCL keeps ~0.25 GiB of buffers per communicator it uses; the caching allocator loses about
@@ -130,9 +131,17 @@ def _shard_params(
 # ---- weights, gradients, optimizer ---------------------------------------------------------------
 
 
-def weights_gib(shard: ShardParams, parallel: ParallelConfig, precision: str) -> float:
-    """bf16 weights (+ an FP8 copy under FP8 recipes); Megatron-FSDP shards them over DP (expert-DP)."""
-    per_param = PARAM_BYTES + (FP8_WEIGHT_COPY_BYTES if precision in QUANTIZED_PRECISIONS else 0)
+def weights_gib(shard: ShardParams, parallel: ParallelConfig, flavour: QuantFlavour | None = None,
+                architecture: str | None = None) -> float:
+    """bf16 weights, plus under a quantised recipe the copies Transformer Engine keeps across the step's
+    micro-batches (quantization.weight_copy_bytes_per_param: one FP8 copy per-tensor on Blackwell, a transposed
+    one more on Hopper, a row- and a column-wise block-scaled copy with their scales); Megatron-FSDP shards them
+    over DP (expert-DP)."""
+    per_param: float = PARAM_BYTES
+    if flavour is not None:
+        if architecture is None:
+            raise ValueError(f"a {flavour} recipe's weight copies depend on the GPU architecture; pass it")
+        per_param += weight_copy_bytes_per_param(flavour, architecture)
     return _bytes_by_sharding(shard, parallel, per_param, sharded=parallel.fsdp) / GIB
 
 
@@ -179,14 +188,14 @@ def _bytes_by_sharding(shard: ShardParams, parallel: ParallelConfig, per_param: 
 # ---- activations (default mode) ------------------------------------------------------------------
 
 
-def _mlp_intermediate_bytes(model: ModelSpec, ffn: int, gemm_input: int = 2) -> float:
+def _mlp_intermediate_bytes(model: ModelSpec, ffn: int, gemm_input: float = 2) -> float:
     """Bytes per token kept inside one MLP: gate + up outputs (bf16) and the activation output (the
     down-projection's input, `gemm_input` bytes)."""
     return ffn * (2 * (2 if model.gated_mlp else 1) + gemm_input)
 
 
 def layer_activation_bytes(
-    model: ModelSpec, layer_index: int, parallel: ParallelConfig, tokens: float, precision: str = "bf16"
+    model: ModelSpec, layer_index: int, parallel: ParallelConfig, tokens: float, flavour: QuantFlavour | None = None
 ) -> float:
     """Activations one layer keeps for backward, for `tokens` tokens of a micro-batch (no recompute).
 
@@ -195,12 +204,19 @@ def layer_activation_bytes(
     dropout masks 2h); Q, K, V (GQA-sized), the attention output and fp32 softmax statistics
     (fused attention: no s x s scores); the MLP intermediates. On MoE layers every token is kept
     top-k times (`routed_copy_bytes`: the dispatched input and the expert intermediates), shared experts
-    like a dense MLP, and fp32 router logits. Under FP8 recipes Transformer Engine saves the GEMM inputs
-    (QKV and MLP inputs, attention output, MLP activation output) in FP8: 1 byte instead of 2.
+    like a dense MLP, and fp32 router logits. Under a quantised recipe Transformer Engine saves the GEMM inputs
+    (QKV and MLP inputs, attention output, MLP activation output) as the column-wise copy wgrad reads
+    (quantization.saved_input_bytes_per_value: 1 byte in FP8, about 0.56 in NVFP4, with the block scales).
     """
     p = parallel
     representative = _first_of_kind(model)[layer_kinds(model)[layer_index]]
-    return _layer_bytes_per_token(model, representative, p.tp, p.sequence_parallel, p.expert_tp, precision) * tokens
+    saved = saved_gemm_input_bytes(flavour)
+    return _layer_bytes_per_token(model, representative, p.tp, p.sequence_parallel, p.expert_tp, saved) * tokens
+
+
+def saved_gemm_input_bytes(flavour: QuantFlavour | None) -> float:
+    """Bytes kept per saved GEMM-input value: bf16, or the flavour's quantised column-wise copy."""
+    return BF16_GEMM_INPUT_BYTES if flavour is None else saved_input_bytes_per_value(flavour)
 
 
 @lru_cache(maxsize=64)
@@ -214,11 +230,11 @@ def _first_of_kind(model: ModelSpec) -> dict[tuple[bool, str], int]:
 
 @lru_cache(maxsize=4096)
 def _layer_bytes_per_token(
-    model: ModelSpec, layer_index: int, tp: int, sequence_parallel: bool, expert_tp: int, precision: str
+    model: ModelSpec, layer_index: int, tp: int, sequence_parallel: bool, expert_tp: int, gemm_input: float
 ) -> float:
-    """`layer_activation_bytes` per token; cached: the planner asks for the same few (kind, TP, SP, ETP) often."""
+    """`layer_activation_bytes` per token (`gemm_input`: bytes per saved GEMM-input value); cached: the planner
+    asks for the same few (kind, TP, SP, ETP) often."""
     h = model.hidden_size
-    gemm_input = 1 if precision in QUANTIZED_PRECISIONS else 2  # bytes per saved GEMM-input element
     kind = model.layer_kind(layer_index)
     # Per sublayer: its norm input (2h), the GEMM input after the norm and a 1-byte dropout mask; a
     # transformer layer has two sublayers, a hybrid layer one.
@@ -247,7 +263,7 @@ def _layer_bytes_per_token(
     return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp)
 
 
-def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, gemm_input: int, expert_tp: int,
+def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, gemm_input: float, expert_tp: int,
               split: float, tp: int) -> float:
     """A layer's bytes per token: the sequence-parallel-split part, the mixer's and the MLP's (TP-split)."""
     if kind == "attention":
@@ -268,7 +284,7 @@ def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, g
     return split + (attention + mlp) / tp
 
 
-def routed_copy_bytes(model: ModelSpec, gemm_input: int, expert_tp: int = 1) -> float:
+def routed_copy_bytes(model: ModelSpec, gemm_input: float, expert_tp: int = 1) -> float:
     """Bytes one routed copy of a token keeps for backward: the dispatched token as fc1's saved input
     (`gemm_input` bytes per value: Transformer Engine keeps it quantised under FP8; an ETP group holds the
     whole token on every rank, which the caller's / TP undoes; a latent MoE dispatches latent-sized tokens) and
@@ -286,7 +302,7 @@ def routed_copy_bytes(model: ModelSpec, gemm_input: int, expert_tp: int = 1) -> 
 GDN_CHUNK = 64
 
 
-def _gated_delta_net_bytes(model: ModelSpec, gemm_input: int) -> float:
+def _gated_delta_net_bytes(model: ModelSpec, gemm_input: float) -> float:
     """Per token inside a Gated DeltaNet mixer (before TP): in_proj's output (q, k, v, z, beta, alpha) and the
     conv's output in bf16, the L2-normed q and k, the fp32 decay and beta per value head, the chunk's fp32 WY
     matrix row (GDN_CHUNK per value head), the rule's output and the gated norm's output (out_proj's input,
@@ -297,7 +313,7 @@ def _gated_delta_net_bytes(model: ModelSpec, gemm_input: int) -> float:
             + 4 * GDN_CHUNK * gdn.value_heads + 2 * gdn.value_width + gemm_input * gdn.value_width)
 
 
-def _mamba_mixer_bytes(model: ModelSpec, gemm_input: int) -> float:
+def _mamba_mixer_bytes(model: ModelSpec, gemm_input: float) -> float:
     """Per token inside a Mamba-2 mixer: the in_proj output (z, x, B, C, dt), the conv output, the scan
     output and the gated norm's input and output (bf16), and out_proj's input (`gemm_input` bytes)."""
     assert model.mamba is not None
@@ -342,7 +358,7 @@ def activations_gib(
     kinds = layer_kinds(model)
     by_kind = {  # each layer kind (dense, MoE, hybrid blocks) costed once
         kind: tokens * _layer_bytes_per_token(model, first, p.tp, p.sequence_parallel, p.expert_tp,
-                                              training.precision)
+                                              saved_gemm_input_bytes(training.quant_flavour))
         for kind, first in _first_of_kind(model).items()
     }
     full = [by_kind[kinds[i]] for i in layers]
@@ -468,24 +484,27 @@ def memory_per_gpu(
     *,
     megatron_formula: bool = False,
     main_grad_bytes: int = MAIN_GRAD_BYTES,
+    architecture: str | None = None,
 ) -> MemoryBreakdown:
     """Memory of the most-loaded GPU (GiB), default mode or Megatron's formula (see module doc).
 
     `main_grad_bytes`: 4 for fp32 gradient buffers (Megatron's default with bf16), 2 when gradients
-    are kept and reduced in bf16 (`--grad-reduce-in-bf16`, NeMo performance recipes).
+    are kept and reduced in bf16 (`--grad-reduce-in-bf16`, NeMo performance recipes). `architecture`: the GPU's,
+    which decides how many quantised weight copies a low-precision recipe keeps (needed with one).
     """
     if megatron_formula:
         return _megatron_memory(model, training, parallel, capacity_gib)
-    return _most_loaded(model, training, parallel, capacity_gib, main_grad_bytes)
+    return _most_loaded(model, training, parallel, capacity_gib, main_grad_bytes, architecture)
 
 
 @lru_cache(maxsize=8192)
 def _most_loaded(
-    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, capacity_gib: float, main_grad_bytes: int
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, capacity_gib: float, main_grad_bytes: int,
+    architecture: str | None,
 ) -> MemoryBreakdown:
     """Cached: the planner checks a layout's memory first and its estimate asks again for the same layout."""
     candidates = [
-        _stage_memory(model, training, parallel, stage, capacity_gib, main_grad_bytes)
+        _stage_memory(model, training, parallel, stage, capacity_gib, main_grad_bytes, architecture)
         for stage in _stages_to_cost(model, parallel)
     ]
     return max(candidates, key=lambda m: m.total_gib)
@@ -527,12 +546,13 @@ def _stages_to_cost_for(model: ModelSpec, pp: int, vpp: int, split: PipelineSpli
 
 def _stage_memory(
     model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int, capacity_gib: float,
-    main_grad_bytes: int,
+    main_grad_bytes: int, architecture: str | None,
 ) -> MemoryBreakdown:
     shard = shard_params(model, parallel, stage)
     activations = activations_gib(model, training, parallel, stage)
     return MemoryBreakdown(
-        weights_gib=weights_gib(shard, parallel, training.precision) + fsdp_unsharded_gib(model, parallel),
+        weights_gib=weights_gib(shard, parallel, training.quant_flavour, architecture)
+        + fsdp_unsharded_gib(model, parallel),
         gradients_gib=gradients_gib(shard, parallel, main_grad_bytes),
         optimizer_gib=optimizer_gib(shard, parallel),
         activations_gib=activations,

@@ -31,9 +31,8 @@ step); activations and gradients once per micro-batch. Not priced: the TP all-re
 under sequence parallelism (latency, not bytes), stochastic rounding of NVFP4 gradients (compute in the cast).
 
 The step time (step_time.layer_terms) adds `layer_recipe_delta_s`: the plain-FP8 recipes priced against the
-calibrated current scaling. The memory model does not read this module yet: `weight_copy_bytes_per_param` and
-`saved_input_bytes_per_value` are the per-flavour replacements of memory.py's one FP8 byte per weight and per
-saved GEMM input.
+calibrated current scaling. The memory model reads `weight_copy_bytes_per_param` (the quantised weight copies
+kept beside the bf16 weights) and `saved_input_bytes_per_value` (each GEMM input kept for the backward).
 """
 
 from __future__ import annotations

@@ -86,12 +86,14 @@ class CostModel:
         from megapilot.estimate import EstimateOptions, memory_per_gpu
 
         model, training, capacity = self.model, self.training, self.cluster.gpu.hbm_gib
+        architecture = self.cluster.gpu.architecture
         # The same arguments `estimate_fast` passes (tests/plan/test_cost.py checks that both stages
         # agree on every verdict).
         main_grad_bytes = (self.options or EstimateOptions()).main_grad_bytes
 
         def memory(parallel: ParallelConfig) -> MemoryCheck:
-            m = memory_per_gpu(model, training, parallel, capacity, main_grad_bytes=main_grad_bytes)
+            m = memory_per_gpu(model, training, parallel, capacity, main_grad_bytes=main_grad_bytes,
+                               architecture=architecture)
             return MemoryCheck(m.total_gib, self._usable(m.capacity_gib), m.activations_gib,
                                m.weights_gib + m.gradients_gib + m.optimizer_gib)
 

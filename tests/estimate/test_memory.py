@@ -101,16 +101,30 @@ def test_expert_parallel_shards_expert_weights_and_expert_dp_their_optimizer():
     assert optimizer_gib(s8, p8) * GIB == pytest.approx((s8.dense + s8.replicated) / 8 * 12 + s8.expert * 12)
 
 
-def test_fp8_keeps_an_extra_one_byte_weight_copy():
+@pytest.mark.parametrize(("flavour", "architecture", "copy_bytes"), [
+    ("fp8-tensorwise", "blackwell", 1.0),  # one FP8 copy serves both layouts
+    ("fp8-tensorwise", "hopper", 2.0),  # Hopper's FP8 GEMMs take K-major operands only: a transposed copy too
+    ("fp8-delayed", "hopper", 2.0),
+    ("fp8-blockwise", "hopper", 2 * (1 + 4 / 128**2)),  # 128 x 128 blocks, fp32 scales, both layouts
+    ("mxfp8", "blackwell", 2 * (1 + 1 / 32)),  # a row- and a column-wise MXFP8 copy, an E8M0 scale per 32
+    ("nvfp4", "blackwell", 2 * (0.5 + 1 / 256)),  # FP4 elements, an E4M3 scale per 16 x 16 block
+])
+def test_a_quantised_recipe_keeps_its_own_weight_copies_beside_the_bf16_weights(flavour, architecture, copy_bytes):
     shard = shard_params(LLAMA3_70B, LLAMA_TP8_PP4_DP2, 0)
-    assert weights_gib(shard, LLAMA_TP8_PP4_DP2, "fp8") == pytest.approx(1.5 * weights_gib(shard, LLAMA_TP8_PP4_DP2,
-                                                                                           "bf16"))
+    bf16 = weights_gib(shard, LLAMA_TP8_PP4_DP2)
+    assert weights_gib(shard, LLAMA_TP8_PP4_DP2, flavour, architecture) == pytest.approx(bf16 * (2 + copy_bytes) / 2)
+    with pytest.raises(ValueError, match="architecture"):
+        weights_gib(shard, LLAMA_TP8_PP4_DP2, flavour)
 
 
-@pytest.mark.parametrize("precision", ["mxfp8", "nvfp4", "mxfp4"])
-def test_every_quantised_precision_keeps_the_same_weight_copy_as_fp8(precision: str):
-    shard = shard_params(LLAMA3_70B, LLAMA_TP8_PP4_DP2, 0)
-    assert weights_gib(shard, LLAMA_TP8_PP4_DP2, precision) == weights_gib(shard, LLAMA_TP8_PP4_DP2, "fp8")
+def test_saved_gemm_inputs_take_the_recipes_column_wise_bytes():
+    """Llama-3-70B layer, TP 8 with SP: each saved GEMM input (QKV and MLP inputs, attention output, the MLP's
+    activation output) shrinks from 2 bytes to the recipe's column-wise copy: 1 in FP8, 0.5 + 1/16 in NVFP4."""
+    layout = LLAMA_TP8_PP4_DP2
+    bf16, fp8, nvfp4 = (layer_activation_bytes(LLAMA3_70B, 0, layout, 4096, flavour)
+                        for flavour in (None, "fp8-tensorwise", "nvfp4"))
+    assert bf16 > fp8 > nvfp4
+    assert (fp8 - nvfp4) / (bf16 - fp8) == pytest.approx((1 - 0.5625) / (2 - 1))
 
 
 def test_full_recompute_keeps_only_layer_inputs():
@@ -206,7 +220,7 @@ def test_mtp_last_stage_weights_hold_the_input_embedding_copy_megatron_core_buil
     assert shard_params(model, layout, 0) == shard_params(without_mtp, layout, 0)
 
     copy_gib = embedding_copy / tp * 2 / GIB  # bf16 weights of the copy on one GPU
-    weights_delta = weights_gib(last, layout, "bf16") - weights_gib(no_mtp_last, layout, "bf16")
+    weights_delta = weights_gib(last, layout) - weights_gib(no_mtp_last, layout)
     assert weights_delta > copy_gib
     # Without a pipeline the one rank reads the model's own embedding: no copy.
     single = ParallelConfig(tp=tp, pp=1, ep=ep, dp=2 * ep, sequence_parallel=True)
@@ -259,7 +273,7 @@ def test_experts_padded_to_capacity_keep_their_padding_in_memory():
     def activations(capacity: float | None, pad: bool) -> float:
         dropping = model.model_copy(update={"moe": moe.model_copy(update={"capacity_factor": capacity,
                                                                           "pad_to_capacity": pad})})
-        return layer_activation_bytes(dropping, 0, layout, training.seq_length, training.precision)
+        return layer_activation_bytes(dropping, 0, layout, training.seq_length, training.quant_flavour)
 
     assert activations(2.0, False) == activations(None, False)
     assert activations(2.0, True) > activations(1.0, True) == activations(None, False)
