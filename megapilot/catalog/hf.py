@@ -10,7 +10,7 @@ Supported (by `architectures[0]`, else `model_type`):
 - newer families: Phi3ForCausalLM, GptOssForCausalLM, Llama4ForConditionalGeneration (its text model),
   NemotronHForCausalLM (Nemotron-H and Nemotron 3 Mamba-2 hybrids, Nemotron 3 Super's latent MoE and its
   hybrid MTP modules included), DeciLMForCausalLM (Llama-Nemotron: one block shape imports as a Llama, per-layer
-  `block_configs` are refused by field), and Qwen3NextForCausalLM, recognised only to be refused by field.
+  `block_configs` as a Llama with `layer_blocks`), and Qwen3NextForCausalLM, recognised only to be refused by field.
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
 YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import (
     GatedDeltaNetSpec,
+    LayerBlock,
     LinearRopeScaling,
     Llama3RopeScaling,
     MambaSpec,
@@ -605,7 +606,9 @@ def _hybrid_mtp(config: HFConfig) -> dict[str, Any]:
 def _nemotron_nas(config: HFConfig) -> dict[str, Any]:
     """Llama-Nemotron (DeciLM, `nemotron-nas`): a Llama whose `block_configs` give each layer its own attention
     (GQA width, no-op or a linear replacement) and MLP width (`ffn_mult`). One shape for every layer imports as a
-    Llama; per-layer shapes (Llama-3.3-Nemotron-Super-49B, -Ultra-253B) are refused by field."""
+    Llama; per-layer shapes (Llama-3.3-Nemotron-Super-49B, -Ultra-253B) as a Llama with `layer_blocks`, as
+    Megatron-Core builds them (--heterogeneous-layers-config-path). The model-wide KV heads and MLP width are
+    the most common full layer's."""
     blocks = _required(config, "block_configs")
     if not isinstance(blocks, list) or not blocks:
         raise MegapilotError(f"block_configs={blocks!r} is not a list of layer blocks", field="block_configs",
@@ -613,19 +616,36 @@ def _nemotron_nas(config: HFConfig) -> dict[str, Any]:
     hidden = _required_int(config, "hidden_size")
     heads = _required_int(config, "num_attention_heads")
     shapes = [_decilm_block_shape(block, i, heads, hidden) for i, block in enumerate(blocks)]
-    differing = next((i for i, shape in enumerate(shapes) if shape != shapes[0]), None)
-    kv_heads, ffn_hidden_size = shapes[0]
-    if differing is not None or isinstance(kv_heads, str) or isinstance(ffn_hidden_size, str):
-        other = differing if differing is not None else 0
-        raise MegapilotError(
-            f"layers are not all one Llama layer (layer 0: {_describe(shapes[0])}; layer {other}: "
-            f"{_describe(shapes[other])}); Megatron-Core builds such per-layer blocks "
-            "(--heterogeneous-layers-config-path) but a ModelSpec holds one layer shape, so its estimates would be "
-            "wrong", field="block_configs",
-            fix="plan with a ModelSpec YAML file of one layer shape (the widest block gives an upper bound), or "
-                "pick a model whose layers share one shape",
-        )
-    return _llama_core(config | {"num_key_value_heads": kv_heads, "intermediate_size": ffn_hidden_size})
+    kv_heads = _most_common([kv for kv, _ in shapes if isinstance(kv, int)]) or heads
+    ffn_hidden_size = _most_common([width for _, width in shapes if isinstance(width, int)]) or hidden
+    fields = _llama_core(config | {"num_key_value_heads": kv_heads, "intermediate_size": ffn_hidden_size})
+    if any(shape != (kv_heads, ffn_hidden_size) for shape in shapes):
+        fields["layer_blocks"] = tuple(_layer_block(kv, width) for kv, width in shapes)
+    return fields
+
+
+def layer_blocks_from_block_configs(blocks: Any, num_attention_heads: int, hidden_size: int) -> tuple[LayerBlock, ...]:
+    """Llama-Nemotron `block_configs` (a checkpoint's, or the file Megatron-LM reads through
+    --heterogeneous-layers-config-path) as one LayerBlock per layer; refused by field when malformed."""
+    if not isinstance(blocks, list) or not blocks:
+        raise MegapilotError(f"block_configs={blocks!r} is not a list of layer blocks", field="block_configs",
+                             fix="copy block_configs from the model's config.json")
+    return tuple(_layer_block(*_decilm_block_shape(block, i, num_attention_heads, hidden_size))
+                 for i, block in enumerate(blocks))
+
+
+def _most_common(values: list[int]) -> int | None:
+    return max(values, key=values.count) if values else None
+
+
+def _layer_block(kv: int | str, width: int | str) -> LayerBlock:
+    """A DeciLM block as megapilot's LayerBlock: 'no-op' -> none, 'linear' -> linear, a number -> full."""
+    return LayerBlock(
+        attention="full" if isinstance(kv, int) else "none" if kv == "no-op" else "linear",
+        kv_heads=kv if isinstance(kv, int) else None,
+        mlp="full" if isinstance(width, int) else "none" if width == "no-op" else "linear",
+        ffn_hidden_size=width if isinstance(width, int) else None,
+    )
 
 
 def _decilm_block_shape(block: Any, index: int, heads: int, hidden: int) -> tuple[int | str, int | str]:
@@ -645,18 +665,14 @@ def _decilm_block_shape(block: Any, index: int, heads: int, hidden: int) -> tupl
             raise _refuse(f"block_configs[{index}].attention.n_heads_in_group",
                           f"n_heads_in_group={group} does not divide num_attention_heads={heads}")
         kv = heads // group
+    if width == 0 and _optional_int(mlp, "ffn_hidden_size"):  # Megatron's own key, beside HF's ffn_mult
+        width = _required_int(mlp, "ffn_hidden_size")
     if width == 0:
         multiplier = _optional_float(mlp, "ffn_mult")
         if multiplier is None:
             raise _refuse(f"block_configs[{index}].ffn.ffn_mult", f"layer {index}'s MLP has no ffn_mult")
         width = -(-int(2 * multiplier * hidden / 3) // 256) * 256
     return kv, width
-
-
-def _describe(shape: tuple[int | str, int | str]) -> str:
-    kv, width = shape
-    attention = f"attention {kv}" if isinstance(kv, str) else f"{kv} KV heads"
-    return f"{attention}, MLP {width}" if isinstance(width, str) else f"{attention}, MLP width {width}"
 
 
 def _qwen3_next(config: HFConfig) -> dict[str, Any]:

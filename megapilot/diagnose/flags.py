@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import re
 import shlex
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import get_args
 
+from megapilot.catalog.hf import layer_blocks_from_block_configs
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
@@ -32,6 +34,7 @@ from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
     GatedDeltaNetSpec,
+    LayerBlock,
     Llama3RopeScaling,
     LoadBalancing,
     MambaSpec,
@@ -420,6 +423,19 @@ def _mla(flags: LaunchFlags) -> MLASpec | None:
     )
 
 
+def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, notes: list[str]) -> tuple[LayerBlock, ...] | None:
+    """A heterogeneous model's per-layer shapes, from the block-config file its flags name (when it is here)."""
+    path = flags.get("--heterogeneous-layers-config-path")
+    if not path:
+        return None
+    try:
+        blocks = json.loads(Path(path).read_text()).get("block_configs")
+        return layer_blocks_from_block_configs(blocks, heads, hidden)
+    except (OSError, ValueError, AttributeError, MegapilotError) as error:
+        notes.append(f"--heterogeneous-layers-config-path {path} not read ({error}): layers taken as one shape")
+        return None
+
+
 def _hybrid_pattern(flags: LaunchFlags) -> str | None:
     """A Mamba hybrid's layer pattern (pretrain_mamba.py; renamed --hybrid-layer-pattern in later releases)."""
     return flags.get("--hybrid-override-pattern") or flags.get("--hybrid-layer-pattern") or None
@@ -528,6 +544,7 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", 0.1) or 0.0,
         mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
         hybrid_override_pattern=_hybrid_pattern(flags), mamba=_mamba(flags),
+        layer_blocks=_layer_blocks(flags, heads, hidden, notes),
         mtp_hybrid_pattern=(flags.get("--mtp-hybrid-override-pattern") or None) if _hybrid_pattern(flags) else None,
     )
 

@@ -38,7 +38,7 @@ def _mlp_matrices(model: ModelSpec) -> int:
 # ---- attention ---------------------------------------------------------------------------------
 
 
-def attention_linear_flops(model: ModelSpec) -> float:
+def attention_linear_flops(model: ModelSpec, kv_heads: int | None = None) -> float:
     """Token-linear attention GEMMs of one layer, per token.
 
     Standard/GQA attention: 6 * [h * (q + 2 kv + g) + q * h], q = heads * kv_channels,
@@ -56,7 +56,7 @@ def attention_linear_flops(model: ModelSpec) -> float:
         output = heads * mla.v_head_dim * h
         return GEMM_PASSES_FLOPS * (q_term + kv_term + rope_key + output)
     q = model.num_attention_heads * model.head_dim
-    kv = model.kv_heads * model.head_dim
+    kv = (kv_heads or model.kv_heads) * model.head_dim
     gate = q if model.attention_output_gate else 0
     return GEMM_PASSES_FLOPS * (h * (q + 2 * kv + gate) + q * h)
 
@@ -88,9 +88,15 @@ def attention_core_flops(
 # ---- MLP ---------------------------------------------------------------------------------------
 
 
-def dense_mlp_flops(model: ModelSpec) -> float:
-    """Dense MLP of one layer, per token: 6 * h * ffn * (3 if gated else 2)."""
-    return GEMM_PASSES_FLOPS * model.hidden_size * model.ffn_hidden_size * _mlp_matrices(model)
+def dense_mlp_flops(model: ModelSpec, ffn_hidden_size: int | None = None) -> float:
+    """Dense MLP of one layer, per token: 6 * h * ffn * (3 if gated else 2) (`ffn_hidden_size`: a heterogeneous
+    layer's own width, else the model's)."""
+    return GEMM_PASSES_FLOPS * model.hidden_size * (ffn_hidden_size or model.ffn_hidden_size) * _mlp_matrices(model)
+
+
+def _linear_replacement_flops(model: ModelSpec) -> float:
+    """A heterogeneous layer's sublayer replaced by one h -> h linear, per token."""
+    return GEMM_PASSES_FLOPS * model.hidden_size * model.hidden_size
 
 
 def moe_mlp_flops(model: ModelSpec) -> float:
@@ -114,11 +120,18 @@ def mlp_flops(model: ModelSpec, layer_index: int) -> float:
     attention layers)."""
     if model.layer_kind(layer_index) in ("mamba", "attention"):
         return 0.0
-    return moe_mlp_flops(model) if model.is_moe_layer(layer_index) else dense_mlp_flops(model)
+    if model.is_moe_layer(layer_index):
+        return moe_mlp_flops(model)
+    block = model.layer_block(layer_index).mlp
+    if block != "full":
+        return _linear_replacement_flops(model) if block == "linear" else 0.0
+    return dense_mlp_flops(model, model.layer_ffn_hidden_size(layer_index))
 
 
 def has_attention(model: ModelSpec, layer_index: int) -> bool:
-    return model.layer_kind(layer_index) in ("transformer", "attention")
+    """Layer `layer_index` runs an attention (a heterogeneous layer's may be a linear or nothing)."""
+    return model.layer_kind(layer_index) in ("transformer", "attention") \
+        and model.layer_block(layer_index).attention == "full"
 
 
 def mamba_mixer_flops(model: ModelSpec, seq_length: int) -> float:
@@ -161,12 +174,15 @@ def layer_attention_core_flops(
 
 
 def layer_attention_linear_flops(model: ModelSpec, layer_index: int) -> float:
-    """The token-linear projections of layer `layer_index`'s sequence mixer: attention's, or Gated DeltaNet's."""
+    """The token-linear projections of layer `layer_index`'s sequence mixer: attention's, Gated DeltaNet's, or a
+    heterogeneous layer's linear replacement."""
+    if model.layer_block(layer_index).attention == "linear":
+        return _linear_replacement_flops(model)
     if not has_attention(model, layer_index):
         return 0.0
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[0]
-    return attention_linear_flops(model)
+    return attention_linear_flops(model, model.layer_kv_heads(layer_index))
 
 
 def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron") -> float:

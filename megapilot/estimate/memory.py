@@ -98,9 +98,12 @@ class ShardParams:
 @lru_cache(maxsize=64)
 def layer_kinds(model: ModelSpec) -> tuple[tuple[bool, str], ...]:
     """(holds MoE, layer kind) of every layer, found once per model: activations are costed once per kind
-    (a transformer layer mixing with Gated DeltaNet is a kind of its own)."""
-    return tuple((model.is_moe_layer(i), "transformer-gdn" if model.is_linear_attention_layer(i)
-                  else model.layer_kind(i)) for i in range(model.num_layers))
+    (a transformer layer mixing with Gated DeltaNet, or of its own heterogeneous shape, is a kind of its own)."""
+    def kind(i: int) -> str:
+        if model.layer_blocks is not None:  # a heterogeneous layer is a kind of its own shape
+            return f"transformer-{model.layer_blocks[i]!r}"
+        return "transformer-gdn" if model.is_linear_attention_layer(i) else model.layer_kind(i)
+    return tuple((model.is_moe_layer(i), kind(i)) for i in range(model.num_layers))
 
 
 @lru_cache(maxsize=64)
@@ -243,6 +246,8 @@ def _layer_bytes_per_token(
     split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs  # only sequence parallelism splits it
     if kind == "mamba":
         return split + _mamba_mixer_bytes(model, gemm_input) / tp
+    if model.layer_blocks is not None:
+        return _heterogeneous_layer_bytes(model, layer_index, gemm_input, tp, sequence_parallel)
     if model.is_linear_attention_layer(layer_index):
         return _with_mlp(model, layer_index, kind, _gated_delta_net_bytes(model, gemm_input), gemm_input, expert_tp,
                          split, tp)
@@ -251,16 +256,37 @@ def _layer_bytes_per_token(
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
         kv_bytes = 2 * (q + heads * mla.v_head_dim) + 2 * mla.kv_lora_rank
         out = heads * mla.v_head_dim
+        attention = 2 * q + kv_bytes + gemm_input * out + 4 * heads
     else:
-        q = model.num_attention_heads * model.head_dim
-        kv_bytes = 4 * model.kv_heads * model.head_dim
-        out = q
-    attention: float = 2 * q + kv_bytes + gemm_input * out + 4 * model.num_attention_heads
-    if model.attention_output_gate:
-        attention += 2 * q  # the gate's projection, kept for the gating's backward
+        attention = _attention_bytes(model, model.kv_heads, gemm_input)
     if kind in ("mlp", "moe"):
         attention = 0.0
     return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp)
+
+
+def _attention_bytes(model: ModelSpec, kv_heads: int, gemm_input: float) -> float:
+    """Per token inside (GQA) attention, before TP: Q (bf16, kept twice: the rotary input and output), K and V
+    (4 kv bytes), the core's output as the output projection's input, and fp32 softmax statistics per head."""
+    q = model.num_attention_heads * model.head_dim
+    attention = 2 * q + 4 * kv_heads * model.head_dim + gemm_input * q + 4 * model.num_attention_heads
+    if model.attention_output_gate:
+        attention += 2 * q  # the gate's projection, kept for the gating's backward
+    return attention
+
+
+def _heterogeneous_layer_bytes(model: ModelSpec, layer_index: int, gemm_input: float, tp: int,
+                               sequence_parallel: bool) -> float:
+    """A layer of its own shape: a norm input, GEMM input and dropout mask per sublayer it keeps; its attention
+    with its own KV heads, and its MLP with its own width; a linear replacement keeps only its GEMM input."""
+    block, h = model.layer_block(layer_index), model.hidden_size
+    sublayers = (block.attention != "none") + (block.mlp != "none")
+    norm_and_inputs = sublayers * (3 * h + gemm_input * h)
+    split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs
+    attention = _attention_bytes(model, model.layer_kv_heads(layer_index), gemm_input) \
+        if block.attention == "full" else 0.0
+    mlp = _mlp_intermediate_bytes(model, model.layer_ffn_hidden_size(layer_index), gemm_input) \
+        if block.mlp == "full" else 0.0
+    return split + (attention + mlp) / tp
 
 
 def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, gemm_input: float, expert_tp: int,

@@ -159,11 +159,12 @@ def _mlp_params(model: ModelSpec, ffn_hidden_size: int, width: int | None = None
     return _linear(model, width, up_outputs) + _linear(model, ffn_hidden_size, width)
 
 
-def _standard_attention_params(model: ModelSpec) -> tuple[int, int]:
-    """(projection weights and biases, q/k norms) of multi-head / grouped-query attention."""
+def _standard_attention_params(model: ModelSpec, kv_heads: int | None = None) -> tuple[int, int]:
+    """(projection weights and biases, q/k norms) of multi-head / grouped-query attention (`kv_heads`: a
+    heterogeneous layer's own, else the model's)."""
     h = model.hidden_size
     q_width = model.num_attention_heads * model.head_dim
-    kv_width = model.kv_heads * model.head_dim
+    kv_width = (kv_heads or model.kv_heads) * model.head_dim
     # an output gate is one more query-wide projection out of QKV (Megatron's linear_qkv_out_dim)
     qkv_outputs = q_width * (2 if model.attention_output_gate else 1) + 2 * kv_width
     qkv = h * qkv_outputs + (qkv_outputs if model.add_bias_linear or model.add_qkv_bias else 0)
@@ -240,6 +241,8 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
     pre_norm = norm_params(model, model.hidden_size)
     if kind == "mamba":
         return LayerParams(mamba_mixer_params(model), 0, 0, 0, 0, 0, pre_norm)
+    if model.layer_blocks is not None:
+        return _heterogeneous_layer_params(model, layer_index)
     if model.mla is not None:
         attention, attention_norms = _mla_attention_params(model)
     elif model.is_linear_attention_layer(layer_index):
@@ -274,6 +277,22 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
         norms=norms,
         latent_projections=latent_projections,
     )
+
+
+def _heterogeneous_layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
+    """A layer of its own shape (Megatron-Core's heterogeneous layer spec): full attention with its KV heads, or
+    one h -> h linear, or nothing; likewise the MLP with its width. A removed sublayer has no norm either."""
+    block, h = model.layer_block(layer_index), model.hidden_size
+    if block.attention == "full":
+        attention, qk_norms = _standard_attention_params(model, model.layer_kv_heads(layer_index))
+    else:
+        attention, qk_norms = (_linear(model, h, h) if block.attention == "linear" else 0), 0
+    if block.mlp == "full":
+        mlp = _mlp_params(model, model.layer_ffn_hidden_size(layer_index))
+    else:
+        mlp = _linear(model, h, h) if block.mlp == "linear" else 0
+    sublayers = (block.attention != "none") + (block.mlp != "none")
+    return LayerParams(attention, mlp, 0, 0, 0, 0, qk_norms + sublayers * norm_params(model, h))
 
 
 def embedding_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -> int:

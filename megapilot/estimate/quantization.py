@@ -193,7 +193,11 @@ def layer_linears(model: ModelSpec, layer_index: int, parallel: ParallelConfig, 
             h, rows = model.hidden_size, tokens / parallel.tp
             linears += [(rows, h, width), (rows, width, h)]
         return linears + _mlp_linears(model, tokens, moe.shared_expert_ffn_hidden_size, parallel.tp)
-    return linears + _mlp_linears(model, tokens, model.ffn_hidden_size, parallel.tp)
+    block = model.layer_block(layer_index).mlp
+    if block != "full":  # a heterogeneous layer's MLP: one h -> h linear, or none
+        h = model.hidden_size
+        return linears + ([(tokens, h, h / parallel.tp)] if block == "linear" else [])
+    return linears + _mlp_linears(model, tokens, model.layer_ffn_hidden_size(layer_index), parallel.tp)
 
 
 def mixer_linears(model: ModelSpec, layer_index: int, tp: int, tokens: float) -> list[Linear]:
@@ -201,13 +205,16 @@ def mixer_linears(model: ModelSpec, layer_index: int, tp: int, tokens: float) ->
     and output; MLA as one equivalent projection of the same FLOPs; Gated DeltaNet's in_proj and out_proj."""
     h = model.hidden_size
     gdn = model.gated_delta_net
+    block = model.layer_block(layer_index).attention
+    if block != "full":  # a heterogeneous layer's attention: one h -> h linear, or none
+        return [(tokens, h, h / tp)] if block == "linear" else []
     if gdn is not None and model.is_linear_attention_layer(layer_index):
         return [(tokens, h, gdn.in_proj_width / tp), (tokens, gdn.value_width / tp, h)]
     if model.mla is not None:
         return [(tokens, h, attention_linear_flops(model) / (6 * h) / tp)]
     q = model.num_attention_heads * model.head_dim / tp
     gate = q if model.attention_output_gate else 0
-    qkv = q + gate + 2 * model.kv_heads * model.head_dim / tp
+    qkv = q + gate + 2 * model.layer_kv_heads(layer_index) * model.head_dim / tp
     return [(tokens, h, qkv), (tokens, q, h)]
 
 

@@ -39,6 +39,7 @@ MFU = model FLOPs / (step time x world x dense peak of the precision used).
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -238,6 +239,7 @@ def layer_terms(
     h = model.hidden_size
     tokens = p.mbs * training.seq_length / p.cp
     kind = model.layer_kind(layer_index)
+    block = model.layer_block(layer_index)
     terms = dict.fromkeys(LAYER_TERMS, 0.0)
     core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
     # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
@@ -271,8 +273,11 @@ def layer_terms(
         terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour)
         terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
         terms["moe_fixed"] = _moe_fixed_s(model, p, options, precision, terms)
-    else:
-        terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.ffn_hidden_size, p.tp, cluster, precision, eff)
+    elif block.mlp == "full":
+        terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.layer_ffn_hidden_size(layer_index), p.tp, cluster,
+                                          precision, eff)
+    elif block.mlp == "linear":  # a heterogeneous layer's MLP replaced by one h -> h linear
+        terms["mlp_gemms"] = _gemm_s(tokens, h, h / p.tp, gpu, precision, eff)
     terms["glue"] = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
     # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
@@ -282,6 +287,8 @@ def layer_terms(
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)
     if kind != "transformer":
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
+    else:
+        tp_s *= ((block.attention != "none") + (block.mlp != "none")) / 2  # a removed sublayer communicates nothing
     if terms["ep_comm"] and _moe_a2a_overlapped(cluster, p, options):
         # The dispatch/combine of one micro-batch runs under the other's compute (the forward of the next
         # is merged with the backward of the last): only what outlasts that compute is exposed.
@@ -292,7 +299,9 @@ def layer_terms(
     elif p.recompute == "selective":
         terms["recompute"] = terms["mixer_core"] / PASSES_PER_FORWARD_BACKWARD
     terms["tp_comm"] = tp_s
-    terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"])
+    if block.attention == "full":
+        terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
+                                              model.layer_kv_heads(layer_index))
     return terms
 
 
@@ -432,16 +441,16 @@ def _tp_comm_s(
 
 
 def _cp_comm_exposed_s(
-    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float, core_s: float
+    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float, core_s: float, kv_heads: int
 ) -> float:
-    """Ring-attention K/V traffic beyond what the attention core hides."""
+    """Ring-attention K/V traffic beyond what the attention core hides (`kv_heads`: the layer's)."""
     if p.cp == 1:
         return 0.0
     if model.mla is not None:
         kv_width = model.num_attention_heads * (model.mla.qk_head_dim + model.mla.qk_pos_emb_head_dim
                                                 + model.mla.v_head_dim) / 2
     else:
-        kv_width = model.kv_heads * model.head_dim
+        kv_width = kv_heads * model.head_dim
     kv_bytes = tokens * 2 * kv_width * ACTIVATION_BYTES / p.tp  # K and V
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
     traffic_s = CP_RING_KV_PASSES * (p.cp - 1) * comm.p2p_s(kv_bytes, bandwidth)
@@ -476,10 +485,14 @@ def _output_cost(
 
 
 @lru_cache(maxsize=64)
-def attention_windows(model: ModelSpec) -> tuple[int | None, ...]:
-    """Each layer's attention window (None: global), with its kind: layers differing in either cost apart."""
-    return tuple(model.attention_window(i) if model.layer_kind(i) in ("transformer", "attention")
-                 else hash(model.layer_kind(i)) for i in range(model.num_layers))
+def attention_windows(model: ModelSpec) -> tuple[Hashable, ...]:
+    """Each layer's attention window (None: global), with its kind and, in a model of heterogeneous layers, its
+    block: layers differing in any of them cost apart."""
+    def key(i: int) -> Hashable:
+        window = model.attention_window(i) if model.layer_kind(i) in ("transformer", "attention") \
+            else hash(model.layer_kind(i))
+        return window if model.layer_blocks is None else (window, model.layer_blocks[i])
+    return tuple(key(i) for i in range(model.num_layers))
 
 
 # Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (and, when the
@@ -515,7 +528,7 @@ def stage_costs(
 ) -> list[LayerCost]:
     """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once)."""
     p = parallel
-    cache: dict[tuple[bool, int | None, bool], LayerCost] = {}
+    cache: dict[tuple[bool, Hashable, bool], LayerCost] = {}
     is_moe = moe_flags(model)
     windows = attention_windows(model)
 
@@ -551,7 +564,7 @@ class StageComposition:
     """What one pipeline rank runs per micro-batch: (layer kind, a layer of it, how many), and whether it
     holds the loss and the MTP modules."""
 
-    kinds: tuple[tuple[tuple[bool, int | None, bool], int, int], ...]
+    kinds: tuple[tuple[tuple[bool, Hashable, bool], int, int], ...]
     loss: bool
     mtp: bool
 
@@ -571,7 +584,7 @@ def _stage_compositions(
         layers = stages.decoder_layers(stage)
         recomputed = _recomputed_layers(recompute, recompute_method, recompute_num_layers, vpp, len(layers))
         # (moe, attention window, recomputed) -> (a layer of that kind, how many)
-        kinds: dict[tuple[bool, int | None, bool], tuple[int, int]] = {}
+        kinds: dict[tuple[bool, Hashable, bool], tuple[int, int]] = {}
         for position, layer_index in enumerate(layers):
             key = (is_moe[layer_index], windows[layer_index], position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))

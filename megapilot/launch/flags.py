@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from megapilot.errors import MegapilotError
+from megapilot.launch import heterogeneous
+from megapilot.launch.heterogeneous import layer_config_json, layer_config_path
 from megapilot.launch.model_flags import model_section
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.perf_flags import (
@@ -31,7 +33,8 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
 def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """All argument sections, in the order a reader looks for them."""
     return [
-        _with_dispatcher(model_section(plan.model, cpu=options.cpu), flex_dispatcher_backend(plan, options)),
+        _with_layer_blocks(_with_dispatcher(model_section(plan.model, cpu=options.cpu),
+                                            flex_dispatcher_backend(plan, options)), plan.model, options),
         _parallel_section(plan.model, plan.parallel, cpu=options.cpu),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
@@ -42,6 +45,14 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
         _checkpoint_section(plan, options),
         *performance_sections(plan, options),
     ]
+
+
+def _with_layer_blocks(section: ArgSection, model: ModelSpec, options: LaunchOptions) -> ArgSection:
+    """A model of per-layer shapes names its block-config file (written by the script, heterogeneous.py)."""
+    if model.layer_blocks is not None:
+        layer_config_json(model)  # refused by field before a path is asked for
+        section.add(heterogeneous.FLAG, layer_config_path(options.script_path))
+    return section
 
 
 # ---- parallelism ---------------------------------------------------------------------------

@@ -129,11 +129,13 @@ def primus_experiment(plan: SavedPlan, megatron_args: list[str], options: Launch
 
 
 def render_primus(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],
-                  experiment_yaml: str, config_path: str) -> str:
+                  experiment_yaml: str, config_path: str, prelude: list[str] | None = None) -> str:
+    """The Primus launch; `prelude`: shell lines run before it (files the model needs)."""
     if HEREDOC_END in experiment_yaml:
         raise ValueError("experiment text contains the heredoc terminator")
     release = resolve_flag_table(options).label()
     lines = header(plan, nodes, "AMD Primus launch", release=release) + strict_mode() + env_block(env)
+    lines += prelude or []
     lines += [
         "# ---- node wiring: primus-cli reads these; run this script on every node",
         f"export NNODES={nodes}",

@@ -11,6 +11,7 @@ import re
 from pathlib import PurePosixPath
 
 from megapilot.errors import MegapilotError
+from megapilot.launch import heterogeneous
 from megapilot.launch.checks import (
     check_absolute_path,
     check_environment,
@@ -63,20 +64,21 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     env = launch_environment(plan, options)
     check_environment(megatron_args, {v.name: None if v.unset else v.value for v in env}, plan.cluster.gpu,
                       cpu=options.cpu, table=table)
-    files: dict[str, str] = {}
+    files = _model_files(plan, options)  # written by the script itself too (every node runs it)
+    prelude = [line for path, text in files.items() for line in heterogeneous.heredoc(path, text)]
     directories: list[str] = []
     if options.launcher == "torchrun":
-        script = render_torchrun(plan, options, nodes, env, sections)
+        script = render_torchrun(plan, options, nodes, env, sections, prelude)
     elif options.launcher == "slurm":
         log_dir = _log_dir(options)
-        script = render_sbatch(plan, options, nodes, env, sections, log_dir)
+        script = render_sbatch(plan, options, nodes, env, sections, log_dir, prelude)
         directories.append(log_dir)
         notes.append(_slurm_log_note(log_dir, options))
     else:
         config_path = _primus_config_path(options)
         experiment = primus_experiment(plan, megatron_args, options.model_copy(update={"log_dir": _log_dir(options)}))
         files[config_path] = experiment
-        script = render_primus(plan, options, nodes, env, experiment, config_path)
+        script = render_primus(plan, options, nodes, env, experiment, config_path, prelude)
     check_no_placeholder("script", script)
     script = _allow_literal_dollars(script, megatron_args)
     return LaunchScript(
@@ -84,6 +86,13 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
         env={var.name: var.value for var in env if not var.unset}, nodes=nodes, gpus_per_node=gpus_per_node,
         files=files, directories=directories, notes=notes, megatron_release=table.label(),
     )
+
+
+def _model_files(plan: SavedPlan, options: LaunchOptions) -> dict[str, str]:
+    """Files the model needs beside its flags: a model of per-layer shapes, its block configs."""
+    if plan.model.layer_blocks is None:
+        return {}
+    return {heterogeneous.layer_config_path(options.script_path): heterogeneous.layer_config_json(plan.model)}
 
 
 # ---- option checks -------------------------------------------------------------------------

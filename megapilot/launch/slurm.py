@@ -33,11 +33,13 @@ def sbatch_directives(nodes: int, gpus_per_node: int, options: LaunchOptions, lo
 
 
 def render_sbatch(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],
-                  sections: list[ArgSection], log_dir: str) -> str:
+                  sections: list[ArgSection], log_dir: str, prelude: list[str] | None = None) -> str:
+    """The sbatch script; `prelude`: shell lines run before the launch (files the model needs, written on the
+    batch host, which shares the script's directory with the nodes)."""
     gpus = plan.cluster.gpus_per_node
     head = header(plan, nodes, "SLURM sbatch launch", release=resolve_flag_table(options).label())
     lines = [head[0], *sbatch_directives(nodes, gpus, options, log_dir), *head[1:]] + strict_mode()
-    lines += env_block(env)
+    lines += env_block(env) + (prelude or [])
     lines += [
         "# ---- rendezvous: the first node of the allocation hosts it; one torchrun per node joins",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',

@@ -44,10 +44,12 @@ def torchrun_args(nodes: int, gpus_per_node: int, options: LaunchOptions) -> tup
 
 
 def render_torchrun(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],
-                    sections: list[ArgSection]) -> str:
+                    sections: list[ArgSection], prelude: list[str] | None = None) -> str:
+    """The torchrun script; `prelude`: shell lines run before the launch (files the model needs)."""
     gpus = plan.cluster.gpus_per_node
     release = resolve_flag_table(options).label()
     lines = header(plan, nodes, "torchrun launch", release=release) + strict_mode() + env_block(env)
+    lines += prelude or []
     if nodes > 1:
         lines += _node_wiring(nodes, options)
     launcher_args, raw = torchrun_args(nodes, gpus, options)

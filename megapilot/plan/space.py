@@ -129,10 +129,10 @@ def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None
         return Rejection(RejectReason.TP_HEADS, "tp",
                          f"tp={tp} does not divide num_attention_heads={model.num_attention_heads}",
                          f"use a TP from: {_list(divisors(model.num_attention_heads))}")
-    if model.mla is None and model.kv_heads % tp:
+    if model.mla is None and model.shardable_kv_heads % tp:
         return Rejection(RejectReason.TP_KV_HEADS, "tp",
-                         f"tp={tp} does not divide the {model.kv_heads} KV heads (num_query_groups)",
-                         f"use a TP from: {_list(divisors(model.kv_heads))}")
+                         f"tp={tp} does not divide the {model.shardable_kv_heads} KV heads (num_query_groups)",
+                         f"use a TP from: {_list(divisors(model.shardable_kv_heads))}")
     gdn = model.gated_delta_net
     if gdn is not None and (gdn.key_heads % tp or gdn.value_heads % tp):
         return Rejection(RejectReason.TP_HEADS, "tp",

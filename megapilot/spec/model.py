@@ -8,6 +8,7 @@ covered. Only validation lives here; counting and costing live in `megapilot.est
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -243,6 +244,20 @@ _HYBRID_KINDS: dict[str, LayerKind] = {
 }
 
 
+BlockPart = Literal["full", "linear", "none"]
+
+
+class LayerBlock(_Spec):
+    """One layer's own attention and MLP, for models whose layers differ (Llama-Nemotron's `block_configs`;
+    Megatron-Core's heterogeneous layers, --heterogeneous-layers-config-path). `linear` replaces the sublayer by
+    one h -> h linear (with its norm), `none` removes it (and its norm)."""
+
+    attention: BlockPart = Field(default="full", description="full attention, a linear h -> h, or none.")
+    kv_heads: int | None = Field(default=None, gt=0, description="This layer's KV heads; None = the model's.")
+    mlp: BlockPart = Field(default="full", description="full MLP, a linear h -> h, or none.")
+    ffn_hidden_size: int | None = Field(default=None, gt=0, description="This layer's MLP width; None = the model's.")
+
+
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
 
@@ -366,6 +381,11 @@ class ModelSpec(_Spec):
     gated_delta_net: GatedDeltaNetSpec | None = Field(
         default=None, description="Gated DeltaNet linear attention on all layers but every full_attention_freq-th.",
     )
+    layer_blocks: tuple[LayerBlock, ...] | None = Field(
+        default=None,
+        description="Per-layer attention and MLP shapes when layers differ (Llama-3.3-Nemotron-Super-49B; "
+        "--heterogeneous-layers-config-path); None = every layer is the model's.",
+    )
     attention_output_gate: bool = Field(
         default=False,
         description="A sigmoid gate on the attention output, projected by QKV (Qwen3-Next; --attention-output-gate).",
@@ -419,6 +439,7 @@ class ModelSpec(_Spec):
         if self.hybrid_override_pattern is not None:
             self._check_hybrid(self.hybrid_override_pattern)
         self._check_mtp_pattern()
+        self._check_layer_blocks()
         if self.sliding_window_skip_freq is not None and self.sliding_window is None:
             raise ValueError("sliding_window_skip_freq needs sliding_window; set the window or drop the frequency")
         if self.gated_delta_net is not None and (self.mla is not None or self.hybrid_override_pattern is not None):
@@ -443,6 +464,24 @@ class ModelSpec(_Spec):
         if HYBRID_MOE in pattern and self.moe is None:
             raise ValueError("hybrid_override_pattern has MoE layers (E) but no moe settings; set moe")
 
+    def _check_layer_blocks(self) -> None:
+        blocks = self.layer_blocks
+        if blocks is None:
+            return
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"layer_blocks has {len(blocks)} blocks but num_layers={self.num_layers}; give one per "
+                             "layer")
+        others = [name for name, value in (("moe", self.moe), ("mla", self.mla), ("gated_delta_net",
+                  self.gated_delta_net), ("hybrid_override_pattern", self.hybrid_override_pattern)) if value]
+        if others:
+            raise ValueError(f"layer_blocks (heterogeneous dense layers) do not combine with {', '.join(others)} in "
+                             "Megatron-Core; drop one of them")
+        for index, block in enumerate(blocks):
+            kv_heads = block.kv_heads or self.kv_heads
+            if self.num_attention_heads % kv_heads:
+                raise ValueError(f"layer_blocks[{index}].kv_heads={kv_heads} does not divide "
+                                 f"num_attention_heads={self.num_attention_heads}")
+
     def _check_mtp_pattern(self) -> None:
         pattern = self.mtp_hybrid_pattern
         if pattern is None:
@@ -465,6 +504,25 @@ class ModelSpec(_Spec):
     def is_hybrid(self) -> bool:
         """A Mamba hybrid (pretrain_mamba.py), whose layers each hold one block: mixer, attention, MLP or MoE."""
         return self.hybrid_override_pattern is not None
+
+    def layer_block(self, layer_index: int) -> LayerBlock:
+        """Layer `layer_index`'s attention and MLP shape: its own block, or the model's."""
+        return self.layer_blocks[layer_index] if self.layer_blocks is not None else _UNIFORM_BLOCK
+
+    @property
+    def shardable_kv_heads(self) -> int:
+        """The KV-head count TP must divide: the model's, or the GCD of its heterogeneous layers' (each layer's
+        KV groups are split whole)."""
+        if self.layer_blocks is None:
+            return self.kv_heads
+        return math.gcd(*(self.layer_kv_heads(i) for i in range(self.num_layers)
+                          if self.layer_blocks[i].attention == "full"), self.kv_heads)
+
+    def layer_kv_heads(self, layer_index: int) -> int:
+        return self.layer_block(layer_index).kv_heads or self.kv_heads
+
+    def layer_ffn_hidden_size(self, layer_index: int) -> int:
+        return self.layer_block(layer_index).ffn_hidden_size or self.ffn_hidden_size
 
     @property
     def mtp_layer_indices(self) -> tuple[int, ...]:
@@ -547,3 +605,6 @@ class ModelSpec(_Spec):
         """Vocab after Megatron's padding to a multiple of make_vocab_size_divisible_by * TP."""
         multiple = self.make_vocab_size_divisible_by * tp
         return -(-self.vocab_size // multiple) * multiple
+
+
+_UNIFORM_BLOCK = LayerBlock()

@@ -58,12 +58,12 @@ def _check_tensor_parallel(
             field="tp",
             fix=f"use a TP from: {_divisors(model.num_attention_heads)}",
         )
-    if model.mla is None and model.kv_heads % p.tp:
+    if model.mla is None and model.shardable_kv_heads % p.tp:
         raise MegapilotError(
-            f"tp={p.tp} does not divide the {model.kv_heads} KV heads (num_query_groups); Megatron "
+            f"tp={p.tp} does not divide the {model.shardable_kv_heads} KV heads (num_query_groups); Megatron "
             "shards whole KV groups",
             field="tp",
-            fix=f"use a TP from: {_divisors(model.kv_heads)}",
+            fix=f"use a TP from: {_divisors(model.shardable_kv_heads)}",
         )
     if p.tp > cluster.gpus_per_node and not allow_across:
         raise MegapilotError(

@@ -249,6 +249,8 @@ UNSUPPORTED_FLAGS: dict[str, str] = {
     "--num-layers-per-stage": "per-stage layer lists are not implemented (use "
                               "--decoder-first/last-pipeline-num-layers)",
     "--ckpt-convert-format": "checkpoint conversion is not implemented",
+    "--heterogeneous-layers-config-path": "layers of differing shapes (Llama-Nemotron block configs) are not "
+                                          "built",
 }
 
 _FLAGS_BY_NAME = {flag.name: flag for flag in FLAGS}

@@ -462,13 +462,23 @@ NEMOTRON_SUPER_49B = {
 }
 
 
-def test_llama_nemotron_super_49b_per_layer_blocks_are_refused_naming_block_configs():
-    error = _refusal(NEMOTRON_SUPER_49B)
-    assert error.field == "block_configs"
-    # Megatron-Core's widths: int(2 * 2.625 * 8192 / 3) = 14336, int(2 * 5.25 * 8192 / 3) = 28672.
-    assert "layer 0: 8 KV heads, MLP width 14336" in str(error) and "layer 1: 8 KV heads, MLP width 28672" in str(error)
-    no_attention = NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(None, 2.625, attention_no_op=True)] * 8}
-    assert "attention no-op" in str(_refusal(no_attention))
+def test_llama_nemotron_per_layer_blocks_import_as_megatron_cores_widths_and_kv_heads():
+    from megapilot.estimate.params import layer_params
+
+    model = from_hf_config(NEMOTRON_SUPER_49B, "nas-8")
+    assert model.layer_blocks is not None
+    # Megatron-Core's widths: int(2 * 2.625 * 8192 / 3) = 14336, int(2 * 5.25 * 8192 / 3) = 28672; the model-wide
+    # width and KV heads are the most common full layer's
+    assert [model.layer_ffn_hidden_size(i) for i in range(8)] == [14336] + [28672] * 5 + [14336] * 2
+    assert (model.ffn_hidden_size, model.kv_heads) == (28672, 8)
+    assert [block.attention for block in model.layer_blocks] == ["full"] * 6 + ["none"] * 2
+    no_attention = layer_params(model, 6)
+    assert no_attention.attention == 0 and no_attention.norms == 8192  # the pre-MLP norm only
+    linear = NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(8, 5.25)] * 7 + [
+        {"attention": {"n_heads_in_group": None, "no_op": False, "replace_with_linear": True},
+         "ffn": {"ffn_mult": None, "no_op": True, "replace_with_linear": False}}]}
+    replaced = layer_params(from_hf_config(linear, "nas-linear"), 7)
+    assert (replaced.attention, replaced.mlp, replaced.norms) == (8192 * 8192, 0, 8192)
 
 
 def test_decilm_with_one_block_shape_imports_as_the_llama_it_is():

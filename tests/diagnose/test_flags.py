@@ -9,6 +9,7 @@ import pytest
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose import read_flags, run_config
 from megapilot.errors import MegapilotError
+from megapilot.spec import ModelSpec
 
 SCRIPT = r"""#!/bin/bash
 # SYNTHETIC launch script in the style of Megatron-LM's examples/llama/train_llama3_8b.sh
@@ -113,3 +114,30 @@ def test_a_hybrids_pattern_mixer_latent_moe_and_mtp_module_read_back_from_its_fl
     assert config.model is not None, config.notes
     ignored = {"name", "vocab_size", "hf_architecture", "kv_channels"}
     assert config.model.model_dump(exclude=ignored) == model.model_dump(exclude=ignored)
+
+
+def test_a_heterogeneous_models_blocks_read_back_from_the_file_its_flags_name(tmp_path: Path):
+    """A Llama-Nemotron-style model's script names its block-config file; diagnose reads the per-layer shapes
+    from it, and says so when the file is not here."""
+    from megapilot.launch import render_launch
+    from tests.launch.test_heterogeneous import OPTIONS, _plan, _tiny
+
+    model = _tiny()
+    script = tmp_path / "train.sh"
+    launch = render_launch(_plan(model), OPTIONS.model_copy(update={"script_path": str(script)}))
+    script.write_text(launch.script)
+    for path, text in launch.files.items():
+        Path(path).write_text(text)
+    config = run_config(read_flags(script=script), gpus=1)
+
+    def shapes(spec: ModelSpec) -> list[tuple[object, ...]]:
+        return [(spec.layer_block(i).attention, spec.layer_kv_heads(i), spec.layer_block(i).mlp,
+                 spec.layer_ffn_hidden_size(i)) for i in range(spec.num_layers)]
+
+    assert config.model is not None and config.model.layer_blocks is not None
+    assert shapes(config.model) == shapes(model)
+    for path in launch.files:
+        Path(path).unlink()
+    missing = run_config(read_flags(script=script), gpus=1)
+    assert missing.model is not None and missing.model.layer_blocks is None
+    assert any("--heterogeneous-layers-config-path" in note for note in missing.notes)

@@ -156,3 +156,20 @@ def test_qwen3_next_counts_gated_deltanet_and_gated_attention_as_megatron_does()
     assert layer_flops(model, 3, s) == pytest.approx(attention + moe, rel=1e-12)
     per_token = flops_per_token(model, s)
     assert per_token.layers == pytest.approx(12 * (3 * deltanet + attention + 4 * moe), rel=1e-12)
+
+
+def test_heterogeneous_layers_count_their_own_attention_and_mlp():
+    """Llama-Nemotron-style layers, per token: a layer without attention has no projections and no core, a linear
+    replacement is one 6 h^2 GEMM, each MLP runs its own width."""
+    from megapilot.estimate.flops import layer_flops
+    from megapilot.spec.model import LayerBlock, Llama3RopeScaling
+
+    h, heads, kv, s = 1024, 16, 4, 2048
+    model = ModelSpec(name="nas", num_layers=3, hidden_size=h, ffn_hidden_size=4096, num_attention_heads=heads,
+                      num_query_groups=kv, vocab_size=32000, rope_scaling=Llama3RopeScaling(factor=8.0),
+                      layer_blocks=(LayerBlock(ffn_hidden_size=2048), LayerBlock(attention="none"),
+                                    LayerBlock(attention="linear", mlp="none")))
+    attention = 6 * (h * (h + 2 * kv * 64) + h * h) + 6 * h * s  # projections + causal core
+    assert layer_flops(model, 0, s) == attention + 6 * h * 2048 * 3
+    assert layer_flops(model, 1, s) == 6 * h * 4096 * 3
+    assert layer_flops(model, 2, s) == 6 * h * h

@@ -380,3 +380,21 @@ def test_a_latent_moe_moves_and_computes_latent_sized_tokens_and_pays_its_two_pr
     assert 0.25 <= width_ratio < 0.4  # a quarter of the FLOPs, at a GEMM efficiency no better than the wide one's
     assert narrow["experts"] < 0.4 * wide["experts"]
     assert narrow["shared_experts"] == wide["shared_experts"]  # the shared expert stays at full width
+
+
+def test_a_heterogeneous_layer_without_attention_pays_no_attention_time_and_half_the_tp_collectives():
+    from megapilot.estimate.step_time import layer_terms
+    from megapilot.spec.model import LayerBlock, Llama3RopeScaling
+
+    model = ModelSpec(name="nas", num_layers=2, hidden_size=8192, ffn_hidden_size=28672, num_attention_heads=64,
+                      num_query_groups=8, vocab_size=128256, rope_scaling=Llama3RopeScaling(factor=8.0),
+                      layer_blocks=(LayerBlock(), LayerBlock(attention="none", ffn_hidden_size=14336)))
+    cluster = _h100s(16)
+    training = TrainingSpec(seq_length=8192, global_batch_size=64, precision="bf16")
+    layout = ParallelConfig(tp=8, cp=2, dp=1, sequence_parallel=True)
+    full, mlp_only = (layer_terms(model, i, cluster, training, layout, EstimateOptions(), recomputed=False)
+                      for i in (0, 1))
+    assert mlp_only["mixer_gemms"] == mlp_only["mixer_core"] == mlp_only["cp_comm"] == 0.0
+    assert full["mixer_core"] > 0 and full["cp_comm"] >= 0
+    assert mlp_only["tp_comm"] == pytest.approx(full["tp_comm"] / 2)
+    assert mlp_only["mlp_gemms"] == pytest.approx(full["mlp_gemms"] / 2, rel=0.05)  # half the width
