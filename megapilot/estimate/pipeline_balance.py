@@ -23,7 +23,8 @@ def stage_weights(model: ModelSpec, seq_length: int) -> StageWeights:
     unit = sum(layers) / len(layers)
     h = model.hidden_size
     logits = GEMM_PASSES_FLOPS * h * model.padded_vocab_size() * 4 / 3  # + cross-entropy, ~1/3 of the GEMM
-    mtp = layers[-1] + GEMM_PASSES_FLOPS * (3 * h + 2 * h * h) + logits if model.mtp_num_layers else 0.0
+    module = sum(layers[i] for i in model.mtp_layer_indices)  # the last layer's kind, or a hybrid's MTP pattern
+    mtp = module + GEMM_PASSES_FLOPS * (3 * h + 2 * h * h) + logits if model.mtp_num_layers else 0.0
     return StageWeights(decoder=tuple(x / unit for x in layers), embedding=0.0, loss=logits / unit, mtp=mtp / unit)
 
 
