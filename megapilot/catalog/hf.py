@@ -620,7 +620,10 @@ def _nemotron_nas(config: HFConfig) -> dict[str, Any]:
     ffn_hidden_size = _most_common([width for _, width in shapes if isinstance(width, int)]) or hidden
     fields = _llama_core(config | {"num_key_value_heads": kv_heads, "intermediate_size": ffn_hidden_size})
     if any(shape != (kv_heads, ffn_hidden_size) for shape in shapes):
-        fields["layer_blocks"] = tuple(_layer_block(kv, width) for kv, width in shapes)
+        # a block states only where it differs from the model-wide shape
+        fields["layer_blocks"] = tuple(_layer_block(None if kv == kv_heads else kv,
+                                                    None if width == ffn_hidden_size else width)
+                                       for kv, width in shapes)
     return fields
 
 
@@ -638,12 +641,13 @@ def _most_common(values: list[int]) -> int | None:
     return max(values, key=values.count) if values else None
 
 
-def _layer_block(kv: int | str, width: int | str) -> LayerBlock:
-    """A DeciLM block as megapilot's LayerBlock: 'no-op' -> none, 'linear' -> linear, a number -> full."""
+def _layer_block(kv: int | str | None, width: int | str | None) -> LayerBlock:
+    """A DeciLM block as megapilot's LayerBlock: 'no-op' -> none, 'linear' -> linear, a number (or None: the
+    model's) -> full."""
     return LayerBlock(
-        attention="full" if isinstance(kv, int) else "none" if kv == "no-op" else "linear",
+        attention="none" if kv == "no-op" else "linear" if kv == "linear" else "full",
         kv_heads=kv if isinstance(kv, int) else None,
-        mlp="full" if isinstance(width, int) else "none" if width == "no-op" else "linear",
+        mlp="none" if width == "no-op" else "linear" if width == "linear" else "full",
         ffn_hidden_size=width if isinstance(width, int) else None,
     )
 

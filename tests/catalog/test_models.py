@@ -29,6 +29,7 @@ HF_TWINS = {
     "mixtral-8x7b": "Mixtral-8x7B-v0.1", "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3",
     "qwen3-30b-a3b": "Qwen3-30B-A3B", "gpt2-124m": "gpt2",
     "nemotron3-super-120b-a12b": "NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
+    "llama3.3-nemotron-super-49b": "Llama-3_3-Nemotron-Super-49B-v1",
 }
 # Training settings rather than architecture: a config.json may leave them to the library's default.
 NOT_ARCHITECTURE = {"name", "aux_loss_coeff", "load_balancing_type"}

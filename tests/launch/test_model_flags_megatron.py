@@ -64,6 +64,7 @@ NOT_BUILT_BY_PRETRAIN_GPT = {
     "NVIDIA-Nemotron-3-Super-120B-A12B-BF16": "pretrain_mamba.py",
     # per-layer shapes: the block-config file goes beside a script (-o), checked in test_heterogeneous.py
     "Llama-3_3-Nemotron-Super-49B-v1": "output",
+    "llama3.3-nemotron-super-49b": "output",
     "nemotron-h-8b": "pretrain_mamba.py",
     "nemotron-h-56b": "pretrain_mamba.py",
     # Gated DeltaNet: Megatron-Core builds it with Transformer Engine only (its mixers are checked module by module)
