@@ -447,11 +447,16 @@ def _mamba(flags: LaunchFlags) -> MambaSpec | None:
         return None
     defaults = MambaSpec()
     return MambaSpec(
-        state_dim=flags.get_int("--mamba-state-dim", defaults.state_dim) or defaults.state_dim,
-        head_dim=flags.get_int("--mamba-head-dim", defaults.head_dim) or defaults.head_dim,
-        num_groups=flags.get_int("--mamba-num-groups", defaults.num_groups) or defaults.num_groups,
+        state_dim=_int_or(flags, "--mamba-state-dim", defaults.state_dim),
+        head_dim=_int_or(flags, "--mamba-head-dim", defaults.head_dim),
+        num_groups=_int_or(flags, "--mamba-num-groups", defaults.num_groups),
         num_heads=flags.get_int("--mamba-num-heads"),
     )
+
+
+def _int_or(flags: LaunchFlags, name: str, default: int) -> int:
+    """A whole-number flag, or Megatron's default when it is absent, unreadable or 0."""
+    return flags.get_int(name, default) or default
 
 
 def _gated_delta_net(flags: LaunchFlags) -> GatedDeltaNetSpec | None:
@@ -460,13 +465,12 @@ def _gated_delta_net(flags: LaunchFlags) -> GatedDeltaNetSpec | None:
         return None
     defaults = GatedDeltaNetSpec()
     return GatedDeltaNetSpec(
-        key_heads=flags.get_int("--linear-num-key-heads", defaults.key_heads) or defaults.key_heads,
-        value_heads=flags.get_int("--linear-num-value-heads", defaults.value_heads) or defaults.value_heads,
-        key_head_dim=flags.get_int("--linear-key-head-dim", defaults.key_head_dim) or defaults.key_head_dim,
-        value_head_dim=flags.get_int("--linear-value-head-dim", defaults.value_head_dim) or defaults.value_head_dim,
-        conv_kernel=flags.get_int("--linear-conv-kernel-dim", defaults.conv_kernel) or defaults.conv_kernel,
-        full_attention_freq=flags.get_int("--linear-attention-freq", defaults.full_attention_freq)
-        or defaults.full_attention_freq,
+        key_heads=_int_or(flags, "--linear-num-key-heads", defaults.key_heads),
+        value_heads=_int_or(flags, "--linear-num-value-heads", defaults.value_heads),
+        key_head_dim=_int_or(flags, "--linear-key-head-dim", defaults.key_head_dim),
+        value_head_dim=_int_or(flags, "--linear-value-head-dim", defaults.value_head_dim),
+        conv_kernel=_int_or(flags, "--linear-conv-kernel-dim", defaults.conv_kernel),
+        full_attention_freq=_int_or(flags, "--linear-attention-freq", defaults.full_attention_freq),
     )
 
 
