@@ -233,8 +233,8 @@ def layer_terms(
     mixer_gemms / mixer_core: the attention projections and fused core (a Mamba mixer's projections and scan);
     mlp_gemms: a dense MLP; router, latent_projections, experts, shared_experts, moe_token_passes: a MoE block's
     router GEMM, a latent MoE's h -> latent -> h projections, routed experts, shared experts and the HBM passes
-    over each token's top-k copies; glue: memory-bound elementwise
-    work; recompute; tp/cp/ep_comm: exposed communication."""
+    over each token's top-k copies; glue: memory-bound elementwise work; recompute; tp/cp/ep_comm: exposed
+    communication. A heterogeneous layer (`layer_blocks`) runs only the attention and MLP its block keeps."""
     p, eff, precision, gpu = parallel, options.efficiency, training.precision, cluster.gpu
     h = model.hidden_size
     tokens = p.mbs * training.seq_length / p.cp
@@ -377,10 +377,10 @@ def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu:
     moe = model.moe
     assert moe is not None
     concurrent = moe.num_experts // p.ep
-    h, ffn, sms = moe.routed_width(model.hidden_size), moe.moe_ffn_hidden_size / p.expert_tp, sm_count(gpu)
+    width, ffn, sms = moe.routed_width(model.hidden_size), moe.moe_ffn_hidden_size / p.expert_tp, sm_count(gpu)
     gated = 2 if model.gated_mlp else 1
-    fc1 = expert_wave_slowdown(rows, h, gated * ffn, sms, concurrent)
-    fc2 = expert_wave_slowdown(rows, ffn, h, sms, concurrent)
+    fc1 = expert_wave_slowdown(rows, width, gated * ffn, sms, concurrent)
+    fc2 = expert_wave_slowdown(rows, ffn, width, sms, concurrent)
     return (gated * fc1 + fc2) / (gated + 1)
 
 
