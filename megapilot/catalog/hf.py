@@ -10,7 +10,8 @@ Supported (by `architectures[0]`, else `model_type`):
 - newer families: Phi3ForCausalLM, GptOssForCausalLM, Llama4ForConditionalGeneration (its text model),
   NemotronHForCausalLM (Nemotron-H and Nemotron 3 Mamba-2 hybrids, Nemotron 3 Super's latent MoE and its
   hybrid MTP modules included), DeciLMForCausalLM (Llama-Nemotron: one block shape imports as a Llama, per-layer
-  `block_configs` as a Llama with `layer_blocks`), and Qwen3NextForCausalLM, recognised only to be refused by field.
+  `block_configs` as a Llama with `layer_blocks`), and Qwen3NextForCausalLM (Gated DeltaNet on three layers of
+  four, gated attention, zero-centred norms).
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
 YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
