@@ -423,17 +423,23 @@ def _mla(flags: LaunchFlags) -> MLASpec | None:
     )
 
 
-def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, notes: list[str]) -> tuple[LayerBlock, ...] | None:
-    """A heterogeneous model's per-layer shapes, from the block-config file its flags name (when it is here)."""
+def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, ffn: int,
+                  notes: list[str]) -> tuple[LayerBlock, ...] | None:
+    """A heterogeneous model's per-layer shapes, from the block-config file its flags name (when it is here); a
+    block states only what differs from the flags' model-wide KV heads and MLP width."""
     path = flags.get("--heterogeneous-layers-config-path")
     if not path:
         return None
     try:
-        blocks = json.loads(Path(path).read_text()).get("block_configs")
-        return layer_blocks_from_block_configs(blocks, heads, hidden)
+        blocks = layer_blocks_from_block_configs(json.loads(Path(path).read_text()).get("block_configs"), heads,
+                                                 hidden)
     except (OSError, ValueError, AttributeError, MegapilotError) as error:
         notes.append(f"--heterogeneous-layers-config-path {path} not read ({error}): layers taken as one shape")
         return None
+    kv_heads = flags.get_int("--num-query-groups", heads) if flags.has("--group-query-attention") else heads
+    return tuple(block.model_copy(update={"kv_heads": None if block.kv_heads == kv_heads else block.kv_heads,
+                                          "ffn_hidden_size": None if block.ffn_hidden_size == ffn
+                                          else block.ffn_hidden_size}) for block in blocks)
 
 
 def _hybrid_pattern(flags: LaunchFlags) -> str | None:
@@ -548,7 +554,7 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", 0.1) or 0.0,
         mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
         hybrid_override_pattern=_hybrid_pattern(flags), mamba=_mamba(flags),
-        layer_blocks=_layer_blocks(flags, heads, hidden, notes),
+        layer_blocks=_layer_blocks(flags, heads, hidden, ffn, notes),
         mtp_hybrid_pattern=(flags.get("--mtp-hybrid-override-pattern") or None) if _hybrid_pattern(flags) else None,
     )
 

@@ -2,8 +2,8 @@
 
 Megatron-Core reads DeciLM block configs itself (HeterogeneousTransformerConfig, the heterogeneous GPT layer
 spec with local modules), so the importer's reading of each block (KV heads from n_heads_in_group, MLP width from
-ffn_mult) and its Llama for one-shape models are checked against the model Megatron-Core builds, in a subprocess
-(one gloo process group, CPU).
+ffn_mult), its per-layer model and its Llama for one-shape models are checked against the model Megatron-Core
+builds, in a subprocess (one gloo process group, CPU).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import sys
 import pytest
 
 from megapilot.catalog.hf import _decilm_block_shape, from_hf_config
-from megapilot.errors import MegapilotError
 from megapilot.estimate.params import count_params
 
 pytest.importorskip("megatron.core")
@@ -89,9 +88,10 @@ def test_decilm_blocks_read_as_megatron_core_builds_them():
     ours = [list(_decilm_block_shape(block, i, heads, hidden)) for i, block in enumerate(PER_LAYER["block_configs"])]
     megatron = [[kv if kv is not None else "no-op", width] for kv, width in built["per_layer"]["blocks"]]
     assert ours == megatron == [[8, 256], [4, 512], ["no-op", 512], [2, 256]]
-    with pytest.raises(MegapilotError) as refused:  # the per-layer model is refused, naming the field
-        from_hf_config(PER_LAYER, "per-layer")
-    assert refused.value.field == "block_configs"
+    # The per-layer model imports with its blocks, and counts what Megatron-Core builds from them.
+    per_layer = from_hf_config(PER_LAYER, "per-layer")
+    assert per_layer.layer_blocks is not None
+    assert count_params(per_layer, padded_vocab=True).total == built["per_layer"]["params"]
     # One shape for every block: the Llama the importer makes has exactly the parameters Megatron-Core builds.
     llama = from_hf_config(ONE_SHAPE, "one-shape")
     assert count_params(llama, padded_vocab=True).total == built["one_shape"]["params"]

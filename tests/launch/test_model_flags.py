@@ -93,25 +93,31 @@ def test_rope_scalings_pretrain_gpt_cannot_build_are_refused_by_field(model_name
     assert err.value.field == field
 
 
-@pytest.mark.parametrize("name", sorted(n for n, p in load_presets().items() if not p.spec.is_hybrid))
-def test_the_flags_read_back_to_the_same_model(name):
+@pytest.mark.parametrize("name", sorted(load_presets()))
+def test_the_flags_read_back_to_the_same_model(name, tmp_path):
     """What `script` writes, read by `diagnose`'s flag reader, is the model that was planned (one model for
-    estimate, script and diagnose). Hybrid Mamba flags are not read back by the reader yet."""
+    estimate, script and diagnose): hybrids' patterns and mixers, and per-layer shapes from the block-config file
+    the script writes, included."""
+    from pathlib import Path
+
     from megapilot.catalog.gpus import get_gpu
     from megapilot.diagnose.flags import collect_flags, run_config
-    from megapilot.launch import LaunchOptions, render_megatron_args
+    from megapilot.launch import LaunchOptions, heterogeneous, render_megatron_args
     from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
 
     model = load_presets()[name].spec
     plan = SavedPlan(model=model, cluster=ClusterSpec(gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=8),
                      training=TrainingSpec(seq_length=4096, global_batch_size=64),
                      parallel=ParallelConfig.for_world(8))
+    script = str(tmp_path / "train.sh")
     try:
         args = render_megatron_args(plan, LaunchOptions(mock_data=True, megatron_path="/opt/M",
-                                                        check_paths_exist=False))
+                                                        check_paths_exist=False, script_path=script))
     except MegapilotError as refused:  # refused by field, tested above
         assert refused.field and refused.field.startswith("model.")
         return
+    if model.layer_blocks is not None:  # the block-config file the script writes beside itself
+        Path(heterogeneous.layer_config_path(script)).write_text(heterogeneous.layer_config_json(model))
     read_back = run_config(collect_flags(args)).model
     assert read_back is not None
     ignored = {"name", "hf_architecture", "vocab_size"}  # mock data gives the vocabulary as NullTokenizer's size
