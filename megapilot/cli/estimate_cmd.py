@@ -51,6 +51,9 @@ def estimate(
     flop_convention: Annotated[
         str, typer.Option(help="megatron (causal, current) | megatron_full_attention (core <= 0.11, NeMo < 2025-08).")
     ] = "megatron",
+    moe_flex_dispatcher: Annotated[str | None, typer.Option(
+        help="MoE tokens through Megatron's flex dispatcher: deepep or hybridep (as `script --moe-flex-dispatcher` "
+             "writes it; default alltoall).")] = None,
     batch: Annotated[Path | None, typer.Option(
         help="JSONL file, one case per line: keys are the flag names (seq-len or seq_len), plus an optional id. "
              "Exit 1 when any line failed.")] = None,
@@ -63,7 +66,8 @@ def estimate(
         if any(row.error is not None for row in rows):
             raise typer.Exit(EXIT_SOME_ROWS_FAILED)
         return
-    flags = layout.case_flags() | {"force_tp_across_nodes": force_tp_across_nodes}
+    flags = layout.case_flags() | {"force_tp_across_nodes": force_tp_across_nodes,
+                                   "moe_flex_dispatcher": moe_flex_dispatcher}
     case, result = estimate_case(flags, flop_convention)
     if json_output:
         emit_json(result.model_dump(mode="json"))
@@ -81,7 +85,8 @@ def estimate_case(flags: dict[str, Any], flop_convention: str = "megatron") -> t
         raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
     case = build_case(**flags)
-    result = run_estimate(case.model, case.cluster, case.training, case.parallel, convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS above
+    result = run_estimate(case.model, case.cluster, case.training, case.parallel, case.options,
+                          convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS above
                           allow_tp_across_nodes=case.allow_tp_across_nodes)
     split = case.parallel.pipeline_split
     if not split.is_even:  # say which split was costed (the string a balanced request resolved to)
@@ -111,6 +116,8 @@ def defaults_assumed(flags: dict[str, Any], case: Case) -> list[str]:
         assumed.append(f"{p.recompute} recompute")
     if "sequence_parallel" not in given and p.tp > 1:
         assumed.append("sequence parallel on")
+    if case.model.moe is not None and "moe_flex_dispatcher" not in given:
+        assumed.append("alltoall MoE dispatcher")
     return [f"{', '.join(assumed)} (defaults)"] if assumed else []
 
 

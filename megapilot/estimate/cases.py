@@ -16,13 +16,14 @@ spanning nodes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from megapilot.case_flags import REQUIRED_FLAGS
 from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
@@ -34,7 +35,11 @@ INT_MINIMUM = {"mtp_num_layers": 0}  # a model's MTP modules: 0 = none; every ot
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
               "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer")
 FLOAT_FLAGS = ("moe_capacity_factor",)
-STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout")
+STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout",
+             "moe_flex_dispatcher")
+# Megatron's flex MoE dispatcher backends (`--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend X`), as
+# `script --moe-flex-dispatcher` writes them; left out = the alltoall dispatcher.
+FLEX_DISPATCHER_BACKENDS = ("deepep", "hybridep")
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
 
 
@@ -47,6 +52,8 @@ class Case:
     training: TrainingSpec
     parallel: ParallelConfig
     allow_tp_across_nodes: bool = False
+    # run features the layout does not say (the MoE dispatcher); the step-time model's defaults otherwise
+    options: EstimateOptions = field(default_factory=EstimateOptions)
 
 
 def build_case(**flags: Any) -> Case:
@@ -61,7 +68,22 @@ def build_case(**flags: Any) -> Case:
         flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
     parallel = _resolve_parallel(flags, cluster.world_size)
     return Case(model, cluster, training, parallel,
-                allow_tp_across_nodes=flags.get("force_tp_across_nodes", False))
+                allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=_options(model, flags))
+
+
+def _options(model: ModelSpec, flags: dict[str, Any]) -> EstimateOptions:
+    """The run features the flags name: the flex MoE dispatcher (a token crosses to each remote NVLink domain
+    once, no host sync), on a model with experts to dispatch to."""
+    backend = flags.get("moe_flex_dispatcher")
+    if backend is None:
+        return EstimateOptions()
+    if backend not in FLEX_DISPATCHER_BACKENDS:
+        raise MegapilotError(f"unknown flex dispatcher backend {backend!r}", field="moe_flex_dispatcher",
+                             fix=f"use one of: {', '.join(FLEX_DISPATCHER_BACKENDS)} (or leave it out: alltoall)")
+    if model.moe is None:
+        raise MegapilotError(f"{model.name} has no experts to dispatch tokens to", field="moe_flex_dispatcher",
+                             fix="drop --moe-flex-dispatcher for a dense model")
+    return EstimateOptions(moe_flex_dispatcher=True)
 
 
 def _check_flag_names_and_types(flags: dict[str, Any]) -> None:

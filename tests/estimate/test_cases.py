@@ -136,3 +136,22 @@ def test_mtp_depths_can_repeat_one_module_as_nemotron_3_supers_recipe_runs_it():
     results = [estimate(c.model, c.cluster, c.training, c.parallel) for c in (one, repeated)]
     assert results[1].flops_per_step > results[0].flops_per_step
     assert results[1].params.total == results[0].params.total
+
+
+def test_the_flex_dispatcher_is_priced_where_asked_and_refused_where_nothing_is_dispatched():
+    """DeepSeek-V3 at EP 64 over eight H100 nodes: `--moe-flex-dispatcher hybridep` (as `script` writes it) sends a
+    token to each remote node once, so the exposed all-to-all shrinks; a dense model or another backend is
+    refused by field."""
+    from megapilot.estimate import estimate
+
+    flags = {**BASE, "model": "deepseek-v3", "gpus": 1024, "tp": 2, "pp": 8, "ep": 64, "gbs": 8192,
+             "pp_layout": "balanced", "precision": "fp8"}
+    alltoall, flex = build_case(**flags), build_case(**flags, moe_flex_dispatcher="hybridep")
+    assert not alltoall.options.moe_flex_dispatcher and flex.options.moe_flex_dispatcher
+    times = [estimate(c.model, c.cluster, c.training, c.parallel, c.options).step_time_s for c in (alltoall, flex)]
+    assert times[1] < times[0]
+    for bad, field in (({"moe_flex_dispatcher": "nccl"}, "moe_flex_dispatcher"),
+                       ({"model": "llama3.1-8b", "ep": 1, "moe_flex_dispatcher": "deepep"}, "moe_flex_dispatcher")):
+        with pytest.raises(MegapilotError) as refused:
+            build_case(**(flags | bad))
+        assert refused.value.field == field
