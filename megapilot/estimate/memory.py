@@ -240,14 +240,14 @@ def _layer_bytes_per_token(
     h = model.hidden_size
     kind = model.layer_kind(layer_index)
     # Per sublayer: its norm input (2h), the GEMM input after the norm and a 1-byte dropout mask; a
-    # transformer layer has two sublayers, a hybrid layer one.
-    sublayers = 2 if kind == "transformer" else 1
+    # transformer layer has two sublayers (a heterogeneous one those its block keeps), a hybrid layer one.
+    sublayers = model.layer_block(layer_index).sublayers if kind == "transformer" else 1
     norm_and_inputs = sublayers * (3 * h + gemm_input * h)
     split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs  # only sequence parallelism splits it
     if kind == "mamba":
         return split + _mamba_mixer_bytes(model, gemm_input) / tp
     if model.layer_blocks is not None:
-        return _heterogeneous_layer_bytes(model, layer_index, gemm_input, tp, sequence_parallel)
+        return split + _heterogeneous_layer_bytes(model, layer_index, gemm_input) / tp
     if model.is_linear_attention_layer(layer_index):
         return _with_mlp(model, layer_index, kind, _gated_delta_net_bytes(model, gemm_input), gemm_input, expert_tp,
                          split, tp)
@@ -274,19 +274,15 @@ def _attention_bytes(model: ModelSpec, kv_heads: int, gemm_input: float) -> floa
     return attention
 
 
-def _heterogeneous_layer_bytes(model: ModelSpec, layer_index: int, gemm_input: float, tp: int,
-                               sequence_parallel: bool) -> float:
-    """A layer of its own shape: a norm input, GEMM input and dropout mask per sublayer it keeps; its attention
-    with its own KV heads, and its MLP with its own width; a linear replacement keeps only its GEMM input."""
-    block, h = model.layer_block(layer_index), model.hidden_size
-    sublayers = (block.attention != "none") + (block.mlp != "none")
-    norm_and_inputs = sublayers * (3 * h + gemm_input * h)
-    split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs
+def _heterogeneous_layer_bytes(model: ModelSpec, layer_index: int, gemm_input: float) -> float:
+    """Per token inside a layer of its own shape, before TP: its attention with its own KV heads and its MLP with
+    its own width; a linear replacement keeps only the GEMM input its sublayer already counts."""
+    block = model.layer_block(layer_index)
     attention = _attention_bytes(model, model.layer_kv_heads(layer_index), gemm_input) \
         if block.attention == "full" else 0.0
     mlp = _mlp_intermediate_bytes(model, model.layer_ffn_hidden_size(layer_index), gemm_input) \
         if block.mlp == "full" else 0.0
-    return split + (attention + mlp) / tp
+    return attention + mlp
 
 
 def _with_mlp(model: ModelSpec, layer_index: int, kind: str, attention: float, gemm_input: float, expert_tp: int,

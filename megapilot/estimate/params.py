@@ -291,8 +291,7 @@ def _heterogeneous_layer_params(model: ModelSpec, layer_index: int) -> LayerPara
         mlp = _mlp_params(model, model.layer_ffn_hidden_size(layer_index))
     else:
         mlp = _linear(model, h, h) if block.mlp == "linear" else 0
-    sublayers = (block.attention != "none") + (block.mlp != "none")
-    return LayerParams(attention, mlp, 0, 0, 0, 0, qk_norms + sublayers * norm_params(model, h))
+    return LayerParams(attention, mlp, 0, 0, 0, 0, qk_norms + block.sublayers * norm_params(model, h))
 
 
 def embedding_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -> int:

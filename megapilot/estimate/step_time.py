@@ -288,7 +288,7 @@ def layer_terms(
     if kind != "transformer":
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     else:
-        tp_s *= ((block.attention != "none") + (block.mlp != "none")) / 2  # a removed sublayer communicates nothing
+        tp_s *= block.sublayers / 2  # a removed sublayer communicates nothing
     if terms["ep_comm"] and _moe_a2a_overlapped(cluster, p, options):
         # The dispatch/combine of one micro-batch runs under the other's compute (the forward of the next
         # is merged with the backward of the last): only what outlasts that compute is exposed.

@@ -257,6 +257,11 @@ class LayerBlock(_Spec):
     mlp: BlockPart = Field(default="full", description="full MLP, a linear h -> h, or none.")
     ffn_hidden_size: int | None = Field(default=None, gt=0, description="This layer's MLP width; None = the model's.")
 
+    @property
+    def sublayers(self) -> int:
+        """Sublayers the layer keeps (each with its norm, residual and TP collectives): 2 for a full layer."""
+        return (self.attention != "none") + (self.mlp != "none")
+
 
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
