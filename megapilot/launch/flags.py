@@ -11,7 +11,6 @@ from pathlib import PurePosixPath
 
 from megapilot.errors import MegapilotError
 from megapilot.launch import heterogeneous
-from megapilot.launch.heterogeneous import layer_config_json, layer_config_path
 from megapilot.launch.model_flags import model_section
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.perf_flags import (
@@ -50,8 +49,8 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
 def _with_layer_blocks(section: ArgSection, model: ModelSpec, options: LaunchOptions) -> ArgSection:
     """A model of per-layer shapes names its block-config file (written by the script, heterogeneous.py)."""
     if model.layer_blocks is not None:
-        layer_config_json(model)  # refused by field before a path is asked for
-        section.add(heterogeneous.FLAG, layer_config_path(options.script_path))
+        heterogeneous.check_megatron_rules(model)  # refused by field before a path is asked for
+        section.add(heterogeneous.FLAG, heterogeneous.layer_config_path(options.script_path))
     return section
 
 

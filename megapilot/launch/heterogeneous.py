@@ -13,7 +13,6 @@ so every node running it has its own copy) and `script -o` saves it too.
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import PurePosixPath
 
 from megapilot.errors import MegapilotError
@@ -22,6 +21,7 @@ from megapilot.spec.model import LayerBlock, Llama3RopeScaling
 
 HEREDOC_END = "MEGAPILOT_LAYER_BLOCKS_JSON"
 FLAG = "--heterogeneous-layers-config-path"
+COMMENT = "# ---- the model's per-layer shapes, read by --heterogeneous-layers-config-path"
 
 
 def layer_config_path(script_path: str | None) -> str:
@@ -34,7 +34,7 @@ def layer_config_path(script_path: str | None) -> str:
 
 def layer_config_json(model: ModelSpec) -> str:
     """The block-config file Megatron-LM reads for `model` (refused by field where Megatron would refuse)."""
-    _check_megatron_rules(model)
+    check_megatron_rules(model)
     assert model.layer_blocks is not None and isinstance(model.rope_scaling, Llama3RopeScaling)
     fields = {
         "hidden_act": "silu",
@@ -51,16 +51,6 @@ def layer_config_json(model: ModelSpec) -> str:
     return "{\n" + head + ' "block_configs": [\n' + blocks + "\n ]\n}\n"
 
 
-def heredoc(path: str, text: str) -> list[str]:
-    """Shell lines that write `text` to `path` (quoted heredoc: nothing in it is expanded)."""
-    if HEREDOC_END in text:
-        raise ValueError("block-config text contains the heredoc terminator")
-    quoted = shlex.quote(path)
-    quoted = shlex.quote(path)
-    return ["# ---- the model's per-layer shapes, read by --heterogeneous-layers-config-path",
-            f'mkdir -p "$(dirname {quoted})"', f"cat > {quoted} <<'{HEREDOC_END}'", text.rstrip("\n"), HEREDOC_END, ""]
-
-
 def _block_config(model: ModelSpec, block: LayerBlock) -> dict[str, dict[str, object]]:
     groups = model.num_attention_heads // (block.kv_heads or model.kv_heads) if block.attention == "full" else None
     return {
@@ -71,7 +61,7 @@ def _block_config(model: ModelSpec, block: LayerBlock) -> dict[str, dict[str, ob
     }
 
 
-def _check_megatron_rules(model: ModelSpec) -> None:
+def check_megatron_rules(model: ModelSpec) -> None:
     """core_v0.16.0's checks of a heterogeneous config against the flags, as refusals naming the model field."""
     rules = (
         (model.mlp_activation == "swiglu", "model.mlp_activation", "the MLP must be SwiGLU (hidden_act silu)"),

@@ -15,7 +15,7 @@ import yaml
 from megapilot.launch.environment import EnvVar
 from megapilot.launch.megatron_args import FlagTable, flag_table, split_args
 from megapilot.launch.options import LaunchOptions
-from megapilot.launch.shell import env_block, header, q, strict_mode
+from megapilot.launch.shell import env_block, header, q, strict_mode, write_file
 from megapilot.launch.versions import resolve_flag_table
 from megapilot.spec import SavedPlan
 
@@ -131,8 +131,6 @@ def primus_experiment(plan: SavedPlan, megatron_args: list[str], options: Launch
 def render_primus(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list[EnvVar],
                   experiment_yaml: str, config_path: str, prelude: list[str] | None = None) -> str:
     """The Primus launch; `prelude`: shell lines run before it (files the model needs)."""
-    if HEREDOC_END in experiment_yaml:
-        raise ValueError("experiment text contains the heredoc terminator")
     release = resolve_flag_table(options).label()
     lines = header(plan, nodes, "AMD Primus launch", release=release) + strict_mode() + env_block(env)
     lines += prelude or []
@@ -154,10 +152,7 @@ def render_primus(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list
         "",
         "# ---- the experiment file (a quoted heredoc: nothing in it is expanded by the shell)",
         f"CONFIG={q(config_path)}",
-        'mkdir -p "$(dirname "$CONFIG")"',
-        f"cat > \"$CONFIG\" <<'{HEREDOC_END}'",
-        experiment_yaml.rstrip("\n"),
-        HEREDOC_END,
+        *write_file('"$CONFIG"', experiment_yaml, HEREDOC_END),
         "",
         f"cd {q(options.primus_path)}",
         'exec bash runner/primus-cli direct -- train pretrain --config "$CONFIG"',

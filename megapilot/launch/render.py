@@ -23,6 +23,7 @@ from megapilot.launch.environment import launch_environment
 from megapilot.launch.flags import ArgSection, megatron_arg_sections
 from megapilot.launch.options import LaunchOptions, LaunchScript
 from megapilot.launch.primus import primus_experiment, render_primus
+from megapilot.launch.shell import q, write_file
 from megapilot.launch.slurm import render_sbatch
 from megapilot.launch.torchrun import render_torchrun
 from megapilot.launch.versions import adapt_sections, resolve_flag_table
@@ -65,7 +66,8 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     check_environment(megatron_args, {v.name: None if v.unset else v.value for v in env}, plan.cluster.gpu,
                       cpu=options.cpu, table=table)
     files = _model_files(plan, options)  # written by the script itself too (every node runs it)
-    prelude = [line for path, text in files.items() for line in heterogeneous.heredoc(path, text)]
+    prelude = [line for path, text in files.items()
+               for line in [heterogeneous.COMMENT, *write_file(q(path), text, heterogeneous.HEREDOC_END), ""]]
     directories: list[str] = []
     if options.launcher == "torchrun":
         script = render_torchrun(plan, options, nodes, env, sections, prelude)

@@ -33,6 +33,14 @@ def header(plan: SavedPlan, nodes: int, what: str, *, release: str = MEGATRON_RE
     ]
 
 
+def write_file(target: str, text: str, end: str) -> list[str]:
+    """Shell lines that write `text` to the file `target` names (a quoted shell word, e.g. `"$CONFIG"`): its
+    folder made, then a quoted heredoc ending at `end`, so nothing in the text is expanded."""
+    if end in text:
+        raise ValueError(f"file text contains the heredoc terminator {end}")
+    return [f'mkdir -p "$(dirname {target})"', f"cat > {target} <<'{end}'", text.rstrip("\n"), end]
+
+
 def strict_mode() -> list[str]:
     return ["set -euo pipefail", ""]
 
