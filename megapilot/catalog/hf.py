@@ -610,47 +610,46 @@ def _nemotron_nas(config: HFConfig) -> dict[str, Any]:
     Llama; per-layer shapes (Llama-3.3-Nemotron-Super-49B, -Ultra-253B) as a Llama with `layer_blocks`, as
     Megatron-Core builds them (--heterogeneous-layers-config-path). The model-wide KV heads and MLP width are
     the most common full layer's."""
-    blocks = _required(config, "block_configs")
-    if not isinstance(blocks, list) or not blocks:
-        raise MegapilotError(f"block_configs={blocks!r} is not a list of layer blocks", field="block_configs",
-                             fix="copy block_configs from the model's config.json")
     hidden = _required_int(config, "hidden_size")
     heads = _required_int(config, "num_attention_heads")
-    shapes = [_decilm_block_shape(block, i, heads, hidden) for i, block in enumerate(blocks)]
+    shapes = _decilm_shapes(_required(config, "block_configs"), heads, hidden)
     kv_heads = _most_common([kv for kv, _ in shapes if isinstance(kv, int)]) or heads
     ffn_hidden_size = _most_common([width for _, width in shapes if isinstance(width, int)]) or hidden
     fields = _llama_core(config | {"num_key_value_heads": kv_heads, "intermediate_size": ffn_hidden_size})
     if any(shape != (kv_heads, ffn_hidden_size) for shape in shapes):
-        # a block states only where it differs from the model-wide shape
-        fields["layer_blocks"] = tuple(_layer_block(None if kv == kv_heads else kv,
-                                                    None if width == ffn_hidden_size else width)
-                                       for kv, width in shapes)
+        fields["layer_blocks"] = _layer_blocks(shapes, kv_heads, ffn_hidden_size)
     return fields
 
 
-def layer_blocks_from_block_configs(blocks: Any, num_attention_heads: int, hidden_size: int) -> tuple[LayerBlock, ...]:
+def layer_blocks_from_block_configs(blocks: Any, num_attention_heads: int, hidden_size: int, kv_heads: int,
+                                    ffn_hidden_size: int) -> tuple[LayerBlock, ...]:
     """Llama-Nemotron `block_configs` (a checkpoint's, or the file Megatron-LM reads through
-    --heterogeneous-layers-config-path) as one LayerBlock per layer; refused by field when malformed."""
+    --heterogeneous-layers-config-path) as one LayerBlock per layer, each stating only what differs from the
+    model-wide `kv_heads` and `ffn_hidden_size`; refused by field when malformed."""
+    return _layer_blocks(_decilm_shapes(blocks, num_attention_heads, hidden_size), kv_heads, ffn_hidden_size)
+
+
+def _decilm_shapes(blocks: Any, heads: int, hidden: int) -> list[tuple[int | str, int | str]]:
     if not isinstance(blocks, list) or not blocks:
         raise MegapilotError(f"block_configs={blocks!r} is not a list of layer blocks", field="block_configs",
                              fix="copy block_configs from the model's config.json")
-    return tuple(_layer_block(*_decilm_block_shape(block, i, num_attention_heads, hidden_size))
-                 for i, block in enumerate(blocks))
+    return [_decilm_block_shape(block, i, heads, hidden) for i, block in enumerate(blocks)]
 
 
 def _most_common(values: list[int]) -> int | None:
     return max(values, key=values.count) if values else None
 
 
-def _layer_block(kv: int | str | None, width: int | str | None) -> LayerBlock:
-    """A DeciLM block as megapilot's LayerBlock: 'no-op' -> none, 'linear' -> linear, a number (or None: the
-    model's) -> full."""
-    return LayerBlock(
+def _layer_blocks(shapes: list[tuple[int | str, int | str]], kv_heads: int,
+                  ffn_hidden_size: int) -> tuple[LayerBlock, ...]:
+    """DeciLM block shapes as LayerBlocks ('no-op' -> none, 'linear' -> linear, a number -> full), a block
+    stating a KV-head count or width only where it differs from the model-wide one."""
+    return tuple(LayerBlock(
         attention="none" if kv == "no-op" else "linear" if kv == "linear" else "full",
-        kv_heads=kv if isinstance(kv, int) else None,
+        kv_heads=kv if isinstance(kv, int) and kv != kv_heads else None,
         mlp="none" if width == "no-op" else "linear" if width == "linear" else "full",
-        ffn_hidden_size=width if isinstance(width, int) else None,
-    )
+        ffn_hidden_size=width if isinstance(width, int) and width != ffn_hidden_size else None,
+    ) for kv, width in shapes)
 
 
 def _decilm_block_shape(block: Any, index: int, heads: int, hidden: int) -> tuple[int | str, int | str]:

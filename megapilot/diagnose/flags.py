@@ -430,16 +430,13 @@ def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, ffn: int,
     path = flags.get("--heterogeneous-layers-config-path")
     if not path:
         return None
+    kv_heads = flags.get_int("--num-query-groups", heads) if flags.has("--group-query-attention") else heads
     try:
-        blocks = layer_blocks_from_block_configs(json.loads(Path(path).read_text()).get("block_configs"), heads,
-                                                 hidden)
+        block_configs = json.loads(Path(path).read_text()).get("block_configs")
+        return layer_blocks_from_block_configs(block_configs, heads, hidden, kv_heads or heads, ffn)
     except (OSError, ValueError, AttributeError, MegapilotError) as error:
         notes.append(f"--heterogeneous-layers-config-path {path} not read ({error}): layers taken as one shape")
         return None
-    kv_heads = flags.get_int("--num-query-groups", heads) if flags.has("--group-query-attention") else heads
-    return tuple(block.model_copy(update={"kv_heads": None if block.kv_heads == kv_heads else block.kv_heads,
-                                          "ffn_hidden_size": None if block.ffn_hidden_size == ffn
-                                          else block.ffn_hidden_size}) for block in blocks)
 
 
 def _hybrid_pattern(flags: LaunchFlags) -> str | None:
@@ -447,9 +444,9 @@ def _hybrid_pattern(flags: LaunchFlags) -> str | None:
     return flags.get("--hybrid-override-pattern") or flags.get("--hybrid-layer-pattern") or None
 
 
-def _mamba(flags: LaunchFlags) -> MambaSpec | None:
-    """A hybrid's Mamba-2 mixer, Megatron's defaults where unstated; None without Mamba layers."""
-    if "M" not in (_hybrid_pattern(flags) or ""):
+def _mamba(flags: LaunchFlags, pattern: str | None) -> MambaSpec | None:
+    """A hybrid's Mamba-2 mixer, Megatron's defaults where unstated; None without Mamba layers in `pattern`."""
+    if "M" not in (pattern or ""):
         return None
     defaults = MambaSpec()
     return MambaSpec(
@@ -528,6 +525,7 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         return None
     ffn = _ffn_hidden_size(flags, hidden)
     kv_channels = flags.get_int("--kv-channels")
+    pattern = _hybrid_pattern(flags)
     if kv_channels is not None and kv_channels * heads == hidden:
         kv_channels = None  # Megatron's default: hidden / heads
     return ModelSpec(
@@ -553,9 +551,9 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         moe=_moe(flags, ffn), mla=_mla(flags), mtp_num_layers=flags.get_int("--mtp-num-layers", 0) or 0,
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", 0.1) or 0.0,
         mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
-        hybrid_override_pattern=_hybrid_pattern(flags), mamba=_mamba(flags),
+        hybrid_override_pattern=pattern, mamba=_mamba(flags, pattern),
         layer_blocks=_layer_blocks(flags, heads, hidden, ffn, notes),
-        mtp_hybrid_pattern=(flags.get("--mtp-hybrid-override-pattern") or None) if _hybrid_pattern(flags) else None,
+        mtp_hybrid_pattern=(flags.get("--mtp-hybrid-override-pattern") or None) if pattern else None,
     )
 
 
