@@ -68,10 +68,12 @@ def _legal_at(model, cluster, training, tp, pp, cp, dp, split, experts):
     """The legal layouts of one (TP, PP, CP) and layer split."""
     from megapilot.errors import MegapilotError
     from megapilot.plan.search import recompute_ladder
-    from megapilot.plan.space import MAX_MBS, Pins, divisors, interleave_rule, vpp_values
+    from megapilot.plan.space import MAX_MBS, Pins, divisors, interleave_rule, split_at_vpp, vpp_values
     from megapilot.spec import ParallelConfig, validate_layout
 
-    for vpp in vpp_values(model, pp, Pins(), split):
+    at_vpp1 = split
+    for vpp in vpp_values(model, pp, Pins(), at_vpp1):
+        split = split_at_vpp(model, pp, at_vpp1, vpp)  # the balanced layout string, cut for this VPP
         for ep, etp, mbs, fsdp in itertools.product(divisors(experts), sorted({1, tp}),
                                                     [m for m in divisors(MAX_MBS)], (False, True)):
             if (fsdp and dp == 1) or (model.moe is None and etp != tp):
@@ -83,7 +85,8 @@ def _legal_at(model, cluster, training, tp, pp, cp, dp, split, experts):
                                        first_stage_layers=split.first_stage_layers,
                                        last_stage_layers=split.last_stage_layers,
                                        account_for_embedding=split.account_for_embedding,
-                                       account_for_loss=split.account_for_loss, recompute=step.recompute,
+                                       account_for_loss=split.account_for_loss, pipeline_layout=split.layout,
+                                       recompute=step.recompute,
                                        recompute_method=step.method, recompute_num_layers=step.num_layers)
                     validate_layout(model, cluster, training, p)
                 except (MegapilotError, ValueError):

@@ -378,12 +378,9 @@ def activations_gib(
     stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
     layers = stages.decoder_layers(stage)
     kinds = layer_kinds(model)
-    by_kind = {  # each layer kind (dense, MoE, hybrid blocks) costed once
-        kind: tokens * _layer_bytes_per_token(model, first, p.tp, p.sequence_parallel, p.expert_tp,
-                                              saved_gemm_input_bytes(training.quant_flavour))
-        for kind, first in _first_of_kind(model).items()
-    }
-    full = [by_kind[kinds[i]] for i in layers]
+    by_kind = _bytes_per_token_by_kind(model, p.tp, p.sequence_parallel, p.expert_tp,
+                                       saved_gemm_input_bytes(training.quant_flavour))
+    full = [tokens * by_kind[kinds[i]] for i in layers]
     per_microbatch, working_set = _recompute_policy(model, p, full, tokens)
     if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
         per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
@@ -394,6 +391,14 @@ def activations_gib(
     if stage == stages.rank_of(MTP):
         total += _mtp_activation_bytes(model, p, tokens)
     return total / GIB
+
+
+@lru_cache(maxsize=1024)  # asked for by every stage of every memory check the planner makes
+def _bytes_per_token_by_kind(model: ModelSpec, tp: int, sequence_parallel: bool, expert_tp: int,
+                             saved_input_bytes: float) -> dict[tuple[bool, str], float]:
+    """Stored bytes per token of each layer kind (dense, MoE, hybrid blocks), each costed once."""
+    return {kind: _layer_bytes_per_token(model, first, tp, sequence_parallel, expert_tp, saved_input_bytes)
+            for kind, first in _first_of_kind(model).items()}
 
 
 def _recompute_policy(

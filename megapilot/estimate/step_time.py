@@ -710,7 +710,8 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s) + ([coverage.statement()] if coverage.needs_caveat else []),
+        warnings=_warnings(breakdown, total_s, ep_inside_domain=p.ep * p.expert_tp <= comm.scaleup_domain(cluster))
+        + ([coverage.statement()] if coverage.needs_caveat else []),
         coverage=coverage,
     )
 
@@ -722,12 +723,16 @@ _STEP_SHARE_WARNINGS = (
     ("ep_comm", 0.20, "expert all-to-all", ": keep ep*etp inside the NVLink domain"),
     ("tp_comm", 0.15, "tensor-parallel communication", ""),
 )
+# An expert group already inside the NVLink domain cannot move closer: what is left is hiding its all-to-all.
+_EP_INSIDE_DOMAIN_ADVICE = (": it runs inside the NVLink domain already; --overlap-moe-expert-parallel-comm (with "
+                            "VPP when pp > 1) hides it behind another micro-batch's compute")
 
 
-def _warnings(breakdown: dict[str, float], total_s: float) -> list[str]:
+def _warnings(breakdown: dict[str, float], total_s: float, *, ep_inside_domain: bool) -> list[str]:
     """One line per term that takes a larger share of the step than its threshold."""
     return [
-        f"{words} is {breakdown[term] / total_s:.0%} of the step{advice}"
+        f"{words} is {breakdown[term] / total_s:.0%} of the step"
+        + (_EP_INSIDE_DOMAIN_ADVICE if term == "ep_comm" and ep_inside_domain else advice)
         for term, threshold, words, advice in _STEP_SHARE_WARNINGS
         if breakdown[term] > threshold * total_s
     ]

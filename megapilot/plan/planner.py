@@ -61,10 +61,10 @@ def plan(
         raise MegapilotError(f"must be in [0, 1), got {headroom_fraction}", field="headroom",
                              fix="give the share of HBM to leave free, e.g. 0.05")
     cost = CostModel(model, cluster, training, estimator, options, headroom_fraction)
-    outcome = search_layouts(model, cluster, training, pins=pins, cost=cost)
+    band = model_error_band(model, cluster, training)
+    outcome = search_layouts(model, cluster, training, pins=pins, cost=cost, reach=band.fraction)
     if not outcome.ranked:
         raise _nothing_fits(cost, pins, outcome)
-    band = model_error_band(model, cluster, training)
     context = LayoutContext.of(model, cluster)
     by_speed = sorted(outcome.best_by_shape.values(), key=lambda fit: rank_key(*fit))
     chosen = distinct_shapes(order_by_recipe(by_speed, band, context), top)

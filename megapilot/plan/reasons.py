@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate.comm import scaleup_domain
 from megapilot.estimate.units import format_duration
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel
@@ -349,8 +350,8 @@ class Explainer:
             return []
         experts = moe.num_experts
         span = p.ep * p.expert_tp
-        where = ("inside one NVLink domain" if span <= self.cluster.gpu.scaleup_domain_gpus
-                 and span <= self.cluster.gpus_per_node else "across nodes")
+        # the domain the cost model prices (comm.scaleup_domain): the node, or the NVL72 rack across its trays
+        where = "inside one NVLink domain" if span <= scaleup_domain(self.cluster) else "across NVLink domains"
         out = [f"EP={p.ep}: {experts} experts / {p.ep} = {experts // p.ep} per rank (EP divides the expert "
                f"count); all-to-all {where}, {_pct(component_share(est, 'ep'))} of step time"]
         if p.ep > 1:
@@ -372,14 +373,14 @@ class Explainer:
         return out
 
     def _ep_other_side_of_the_node(self, p: ParallelConfig, est: EstimateResult, *, inside: bool) -> str | None:
-        """Compare with the best layout whose expert group sits on the other side of the node boundary."""
-        node = min(self.cluster.gpus_per_node, self.cluster.gpu.scaleup_domain_gpus)
+        """Compare with the best layout whose expert group sits on the other side of the NVLink domain's boundary."""
+        domain = scaleup_domain(self.cluster)
         others = [(q, e) for (dim, _), (q, e) in self.best_by.items()
-                  if dim == "ep" and (q.ep * q.expert_tp <= node) != inside]
+                  if dim == "ep" and (q.ep * q.expert_tp <= domain) != inside]
         if not others:
             return None
         q, other = max(others, key=lambda pair: pair[1].tokens_per_s_per_gpu)
-        side = "across nodes" if inside else "inside one node"
+        side = "across NVLink domains" if inside else "inside one NVLink domain"
         return (f"EP={p.ep}: the best layout with the all-to-all {side} ({layout_label(q)}) is "
                 f"{self._speed_delta(est, other)} (EP all-to-all {_pct(component_share(other, 'ep'))} of its step)")
 

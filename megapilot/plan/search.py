@@ -94,8 +94,9 @@ class Shape:
     split: space.PipelineSplit
     vpp: int = 1
 
-    def with_vpp(self, vpp: int) -> Shape:
-        return Shape(self.tp, self.cp, self.pp, self.dp, self.ep, self.etp, self.fsdp, self.split, vpp)
+    def with_vpp(self, vpp: int, split: space.PipelineSplit) -> Shape:
+        """The shape at `vpp`, running `split` (a layout string cut for that VPP)."""
+        return Shape(self.tp, self.cp, self.pp, self.dp, self.ep, self.etp, self.fsdp, split, vpp)
 
     def layout(self, mbs: int, rung: RecomputeRung) -> ParallelConfig:
         return ParallelConfig(
@@ -265,10 +266,11 @@ def recompute_ladder(
 
 
 class _Search:
-    def __init__(self, cost: CostModel, pins: Pins):
+    def __init__(self, cost: CostModel, pins: Pins, reach: float | None = None):
         self.cost = cost
         self.model, self.cluster, self.training = cost.model, cost.cluster, cost.training
         self.pins = pins
+        self.reach = reach
         self.rejected: Counter[RejectReason] = Counter()
         self.heap: list[tuple[_Inverted, int, ParallelConfig, EstimateResult]] = []  # the best so far, worst on top
         self.fitting = 0
@@ -280,6 +282,7 @@ class _Search:
         self._best_by_shape_key: dict[ShapeKey, RankKey] = {}
         # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without recompute)
         self._best_speed_at: dict[tuple[int, int], tuple[float, bool]] = {}
+        self._best_bubble_at: dict[tuple[int, int], float] = {}  # (tp, pp) -> that best layout's bubble share
 
     # -- bookkeeping
     def _reject(self, rejection: Rejection | None, count: int = 1) -> bool:
@@ -292,6 +295,7 @@ class _Search:
         shape = (parallel.tp, parallel.pp)
         if est.tokens_per_s_per_gpu > self._best_speed_at.get(shape, (0.0, False))[0]:
             self._best_speed_at[shape] = (est.tokens_per_s_per_gpu, parallel.recompute == "none")
+            self._best_bubble_at[shape] = bubble_share(est)
         self.fitting += 1
         self.counter += 1
         key = rank_key(parallel, est)
@@ -347,6 +351,9 @@ class _Search:
                 self.rejected[RejectReason.DOMINATED_PP] += len(splits)
                 continue
             for split in splits:
+                if self._interleaving_cannot_reach(tp, pp, split):
+                    self.rejected[RejectReason.DOMINATED_VPP] += 1
+                    continue
                 self._walk_context_parallel(tp, pp, split)
             here = self._best_speed_at.get((tp, pp))
             if here is None:
@@ -355,6 +362,21 @@ class _Search:
                 fell = True
             if best_so_far is None or here[0] > best_so_far[0]:
                 best_so_far = here
+
+    def _interleaving_cannot_reach(self, tp: int, pp: int, split: space.PipelineSplit) -> bool:
+        """Beside a first/last split the balanced layout string is walked for its interleaving only (VPP > 1),
+        which removes at most the bubble: skip it where the best layout at this TP and PP, its whole bubble
+        gone, would still be slower than the fastest layout so far by more than `reach`."""
+        if self.reach is None or not space.is_balanced_layout(self.model, pp, split):
+            return False
+        if space.vpp_values(self.model, pp, self.pins, split)[0] == 1:  # the only split here, or a pinned VPP 1
+            return False
+        here = self._best_speed_at.get((tp, pp))
+        if here is None:
+            return False
+        fastest = max(speed for speed, _ in self._best_speed_at.values())
+        bubble_free = here[0] / (1 - min(self._best_bubble_at[(tp, pp)], 0.99))
+        return bubble_free * TIE_BAND < fastest / (1 + self.reach)
 
     def _walk_context_parallel(self, tp: int, pp: int, split: space.PipelineSplit) -> None:
         """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it.
@@ -431,9 +453,10 @@ class _Search:
         best_so_far: float | None = None
         vpps = space.vpp_values(self.model, shape.pp, self.pins, shape.split)
         for index, vpp in enumerate(vpps):
-            if self._reject(space.pp_rule(self.model, shape.pp, vpp, shape.split)):
+            split = space.split_at_vpp(self.model, shape.pp, shape.split, vpp)
+            if self._reject(space.pp_rule(self.model, shape.pp, vpp, split)):
                 continue
-            best, binding = self._walk_microbatches(shape.with_vpp(vpp))
+            best, binding = self._walk_microbatches(shape.with_vpp(vpp, split))
             bound_any |= binding.bound_any
             bound_smallest |= binding.bound_smallest
             if best is None or index + 1 == len(vpps):
@@ -548,9 +571,11 @@ def search_layouts(
     pins: Pins | None = None,
     estimator: LayoutEstimator | None = None,
     cost: CostModel | None = None,
+    reach: float | None = None,
 ) -> SearchOutcome:
-    """Every legal layout that fits, best first (at most KEEP_PER_SEARCH kept), plus the rejections."""
+    """Every legal layout that fits, best first (at most KEEP_PER_SEARCH kept), plus the rejections. `reach`:
+    how much slower than the fastest a layout may be and still matter (the planner's error band); None = any."""
     pins = pins or Pins()
     space.check_pins(model, cluster, training, pins)
     cost = cost or CostModel(model, cluster, training, estimator)
-    return _Search(cost, pins).run()
+    return _Search(cost, pins, reach).run()

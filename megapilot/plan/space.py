@@ -29,6 +29,8 @@ MAX_CP = 32
 # The sequence the planner's balanced layouts weigh layers at: only the attention core's share of a layer
 # varies with it, and the split it gives is the same for any pretraining length of that order.
 BALANCE_SEQ_LENGTH = 4096
+# The most virtual stages per rank the planner cuts a balanced layout string into: the recipes' layouts use 2-4.
+MAX_LAYOUT_VPP = 4
 
 
 @lru_cache(maxsize=512)
@@ -245,12 +247,32 @@ def pp_values(rest: int, model: ModelSpec, pins: Pins) -> tuple[int, ...]:
 
 
 def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVEN_SPLIT) -> tuple[int, ...]:
-    """Interleaving needs PP > 1; any number of chunks that splits every rank's layers evenly is legal."""
+    """Interleaving needs PP > 1; any number of chunks that splits every rank's layers evenly is legal. The
+    balanced layout string is re-cut for each VPP (`split_at_vpp`): up to a layer per virtual stage."""
     if pins.vpp:
         return (pins.vpp,)
+    if pp > 1 and is_balanced_layout(model, pp, split):
+        # beside a first/last split (as balanced at VPP 1) the layout string is costed where only it goes: VPP > 1
+        lowest = 1 if len(pipeline_splits(model, pp)) == 1 else 2
+        return tuple(range(lowest, min(MAX_LAYOUT_VPP, model.num_layers // pp) + 1))
     if pp == 1 or model.is_hybrid or split.layout is not None or (split.is_even and model.num_layers % pp):
         return (1,)  # a layout string fixes its own VPP (its stage count / PP)
     return divisors(math.gcd(*_rank_slots(model, pp, split)))
+
+
+def is_balanced_layout(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
+    """Whether `split` is the planner's balanced layout string at this PP (which it re-cuts for each VPP)."""
+    return split.layout is not None and split == _balanced_layout(model, pp)
+
+
+@lru_cache(maxsize=1024)  # a bisection per cut, asked for by every (TP, CP, EP) shape that walks this PP
+def split_at_vpp(model: ModelSpec, pp: int, split: PipelineSplit, vpp: int) -> PipelineSplit:
+    """The split a layout at `vpp` runs: the balanced layout string cut into PP x VPP stages; any other as is."""
+    if vpp == 1 or not is_balanced_layout(model, pp, split):
+        return split
+    from megapilot.estimate.pipeline_balance import balanced_split
+
+    return balanced_split(model, pp, vpp, BALANCE_SEQ_LENGTH)
 
 
 @lru_cache(maxsize=1024)
@@ -268,8 +290,10 @@ def _rank_slots(model: ModelSpec, pp: int, split: PipelineSplit) -> tuple[int, .
 def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
     """The layer splits worth costing at this PP: the even one when PP divides the layers, else the
     account-for splits that make it divide (what NVIDIA's recipes use: 126 + E + L = 128 slots for Llama
-    3.1 405B, which also admits interleaving) and a few uneven ones (--decoder-first/last-pipeline-num-layers);
-    when none of those is legal, the most balanced layout string. Hybrid Mamba stacks only split evenly.
+    3.1 405B, which also admits interleaving), a few uneven ones (--decoder-first/last-pipeline-num-layers),
+    and, where no account-for split interleaves, the most balanced layout string (at VPP 1 here;
+    `split_at_vpp` re-cuts it for each VPP, the way DeepSeek-V3's recipes interleave 61 layers and an MTP
+    module). Hybrid Mamba stacks only split evenly.
 
     The end ranks carry more than layers: rank 0 the input embedding (memory), the last rank the
     output layer and the loss (time and memory). Each is worth `_end_rank_extra_layers` layers; for
@@ -298,11 +322,13 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
         if uneven is not None and (not middle_ranks or max(first, left - first) <= middle) \
                 and uneven not in splits and _split_is_legal(model, pp, uneven):
             splits.append(uneven)
-    if not splits and pp <= layers:  # only a layout string expresses it: the most balanced one
+    accounted = any(split.account_for_embedding or split.account_for_loss for split in splits)
+    if pp <= layers and not accounted:  # the most balanced layout string: it interleaves any layer count
         splits.append(_balanced_layout(model, pp))
     return tuple(splits)
 
 
+@lru_cache(maxsize=1024)
 def _balanced_layout(model: ModelSpec, pp: int) -> PipelineSplit:
     """`--pipeline-model-parallel-layout` with each rank's items weighted by their FLOPs (the split
     `--pp-layout balanced` gives), for a PP no even, account-for or first/last split reaches."""
@@ -365,9 +391,10 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     if failure is None and (pins.pp or pins.vpp):
         if pins.vpp and pins.vpp > 1 and pins.pp == 1:
             raise MegapilotError("vpp > 1 needs pp > 1", field="vpp", fix="drop --vpp or set --pp above 1")
-        pp = pins.pp or 1
-        splits = pipeline_splits(model, pp)
-        failure = pp_rule(model, pp, pins.vpp or 1, splits[0] if splits else EVEN_SPLIT)
+        pp, vpp = pins.pp or 1, pins.vpp or 1
+        tried = [pp_rule(model, pp, vpp, split_at_vpp(model, pp, split, vpp))
+                 for split in pipeline_splits(model, pp) or (EVEN_SPLIT,)]
+        failure = None if None in tried else tried[0]
     if failure is None and pins.ep:
         if model.moe is None and pins.ep > 1:
             failure = expert_rule(model, 1, 1, 1, pins.ep, 1)

@@ -398,3 +398,16 @@ def test_a_heterogeneous_layer_without_attention_pays_no_attention_time_and_half
     assert full["mixer_core"] > 0 and full["cp_comm"] >= 0
     assert mlp_only["tp_comm"] == pytest.approx(full["tp_comm"] / 2)
     assert mlp_only["mlp_gemms"] == pytest.approx(full["mlp_gemms"] / 2, rel=0.05)  # half the width
+
+
+def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
+    """A heavy expert all-to-all across NVLink domains: keep the group inside one. Already inside: overlap it."""
+    from megapilot.estimate.step_time import _warnings
+
+    breakdown = {"pp_bubble": 0.0, "dp_comm": 0.0, "ep_comm": 3.0, "tp_comm": 0.0}
+    across, = _warnings(breakdown, 10.0, ep_inside_domain=False)
+    inside, = _warnings(breakdown, 10.0, ep_inside_domain=True)
+    assert across == "expert all-to-all is 30% of the step: keep ep*etp inside the NVLink domain"
+    assert inside.startswith("expert all-to-all is 30% of the step: it runs inside the NVLink domain already")
+    assert "--overlap-moe-expert-parallel-comm" in inside
+    assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_inside_domain=False) == []

@@ -72,7 +72,7 @@ def test_ep_divides_the_experts_and_its_memory_saving_is_quantified():
     ep = best.parallel.ep
     assert 8 % ep == 0
     assert _has(best.reasons, rf"EP={ep}: 8 experts / {ep} = {8 // ep} per rank \(EP divides the expert count\); "
-                              r"all-to-all (inside one NVLink domain|across nodes)")
+                              r"all-to-all (inside one NVLink domain|across NVLink domains)")
     if ep > 1:
         assert _has(best.reasons, rf"weights\+grads\+optimizer \d+\.\d GiB per GPU at EP=1 vs \d+\.\d GiB at EP={ep}")
     assert _has(best.reasons, r"router: top-2 of 8, load balancing aux_loss, aux-loss coefficient 0.02")
@@ -129,6 +129,17 @@ def test_pp_is_limited_by_num_layers_only_where_no_split_is_legal():
     # 61 layers at PP=32: no even, account-for or first/last split, but a layout string (E, t, m, L over 32
     # stages) is legal - so PP=32 is costed, not blocked; the 32-layer Llama 3.1 8B on 64 GPUs stops at PP=32.
     best = _plan("deepseek-v3", "h100", 2048, 4096, 15360, Pins(tp=2, ep=64)).best
-    assert _has(best.reasons, r"PP is limited by num_layers=61: PP=64, 128, 256 would divide the GPUs")  # not 32
+    # not 32 (512 when the winner runs CP 2)
+    assert _has(best.reasons, r"PP is limited by num_layers=61: PP=64, 128, 256(, 512)? would divide the GPUs")
     best = _plan("llama3.1-8b", "h100", 64, 4096, 512, Pins(tp=1)).best
     assert _has(best.reasons, r"PP is limited by num_layers=32: PP=64 would divide the GPUs")
+
+
+def test_an_expert_group_across_gb200_trays_is_inside_the_nvl72_domain():
+    """Two 4-GPU GB200 trays share one NVLink domain: EP=8 over them is not "across nodes", and the all-to-all
+    warning does not advise keeping it inside the domain it is already in."""
+    best = _plan("qwen3-30b-a3b", "gb200", 8, 4096, 512, Pins(tp=1, ep=8, pp=1)).best
+    assert _has(best.reasons, r"EP=8: 128 experts / 8 = 16 per rank .*all-to-all inside one NVLink domain")
+    assert not any("keep ep*etp inside the NVLink domain" in reason for reason in best.reasons)
+    across = _plan("qwen3-30b-a3b", "h100", 16, 4096, 512, Pins(tp=1, ep=16, pp=1)).best
+    assert _has(across.reasons, r"EP=16: .*all-to-all across NVLink domains")

@@ -174,7 +174,8 @@ def test_rejection_counts_are_keyed_by_the_reasons_stable_names(llama70b_plan):
 
 
 def test_a_shape_becomes_the_layout_its_rung_and_mbs_say():
-    shape = Shape(tp=4, cp=2, pp=2, dp=8, ep=1, etp=None, fsdp=False, split=space.EVEN_SPLIT).with_vpp(2)
+    shape = Shape(tp=4, cp=2, pp=2, dp=8, ep=1, etp=None, fsdp=False, split=space.EVEN_SPLIT)
+    shape = shape.with_vpp(2, space.EVEN_SPLIT)
     rung = recompute_ladder(get_model("llama3.1-70b"), pp=2, vpp=2)[2]  # the first partial full recompute
     layout = shape.layout(4, rung)
     assert (layout.tp, layout.cp, layout.pp, layout.vpp, layout.dp, layout.mbs) == (4, 2, 2, 2, 8, 4)

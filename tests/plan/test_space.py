@@ -100,3 +100,25 @@ def test_interleaving_needs_a_multiple_of_pp_micro_batches():
     assert space.interleave_rule(training, pp=4, vpp=1, dp=32, mbs=1) is None  # 2, but no interleaving
     rejection = space.interleave_rule(training, pp=4, vpp=2, dp=32, mbs=1)  # 2 micro-batches < PP
     assert rejection.category == "micro-batches not a multiple of pp (interleaved schedule)"
+
+
+def test_the_balanced_layout_is_re_cut_for_each_vpp_the_way_deepseek_recipes_interleave():
+    """61 layers + MTP at PP 8: first/last splits cannot interleave, the balanced layout string can (Bridge's
+    DeepSeek-V3 H100 recipe runs PP 8 VP 4 with a layout)."""
+    model = get_model("deepseek-v3")
+    splits = space.pipeline_splits(model, 8)
+    layout = [split for split in splits if split.layout is not None]
+    assert len(layout) == 1 and space.is_balanced_layout(model, 8, layout[0])
+    assert 4 in space.vpp_values(model, 8, space.Pins(), layout[0])
+    cut = space.split_at_vpp(model, 8, layout[0], 4)
+    assert cut.layout is not None and cut != layout[0]
+    assert space.pp_rule(model, 8, 4, cut) is None
+    uneven = [split for split in splits if split.first_stage_layers is not None]
+    assert uneven and space.split_at_vpp(model, 8, uneven[0], 4) == uneven[0]  # only the layout string is re-cut
+
+
+def test_a_pinned_vpp_is_legal_where_only_the_layout_string_interleaves():
+    model = get_model("deepseek-v3")
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 1024)
+    training = TrainingSpec(seq_length=4096, global_batch_size=8192)
+    space.check_pins(model, cluster, training, space.Pins(tp=2, pp=8, vpp=4, ep=64))  # no error
