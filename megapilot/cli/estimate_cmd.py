@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from megapilot.cli.common import console, emit_json, print_assumptions
-from megapilot.cli.layout_options import LayoutFlags, layout_options
+from megapilot.cli.layout_options import NO_FEATURES, FeatureFlags, LayoutFlags, feature_options, layout_options
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -42,18 +42,17 @@ def register(app: typer.Typer) -> None:
     app.command("estimate")(estimate)
 
 
+@feature_options()
 @layout_options(required_note=REQUIRED)
 def estimate(
     layout: LayoutFlags,
+    features: FeatureFlags = NO_FEATURES,
     force_tp_across_nodes: Annotated[
         bool, typer.Option("--force-tp-across-nodes", help="Cost a TP group larger than a node instead of refusing.")
     ] = False,
     flop_convention: Annotated[
         str, typer.Option(help="megatron (causal, current) | megatron_full_attention (core <= 0.11, NeMo < 2025-08).")
     ] = "megatron",
-    moe_flex_dispatcher: Annotated[str | None, typer.Option(
-        help="MoE tokens through Megatron's flex dispatcher: deepep or hybridep (as `script --moe-flex-dispatcher` "
-             "writes it; default alltoall).")] = None,
     batch: Annotated[Path | None, typer.Option(
         help="JSONL file, one case per line: keys are the flag names (seq-len or seq_len), plus an optional id. "
              "Exit 1 when any line failed.")] = None,
@@ -66,8 +65,7 @@ def estimate(
         if any(row.error is not None for row in rows):
             raise typer.Exit(EXIT_SOME_ROWS_FAILED)
         return
-    flags = layout.case_flags() | {"force_tp_across_nodes": force_tp_across_nodes,
-                                   "moe_flex_dispatcher": moe_flex_dispatcher}
+    flags = layout.case_flags() | features.case_flags() | {"force_tp_across_nodes": force_tp_across_nodes}
     case, result = estimate_case(flags, flop_convention)
     if json_output:
         emit_json(result.model_dump(mode="json"))

@@ -1,11 +1,14 @@
 """The layout options — model, hardware, parallel sizes, batch, precision, memory savers, pipeline split —
-declared once, as the fields of `LayoutFlags`, for `estimate`, `script` and (the hardware ones) `plan`.
+declared once, as the fields of `LayoutFlags`, for `estimate`, `script` and (the hardware ones) `plan`; and the
+run's model features — MTP modules, MoE token dropping, the MoE dispatcher — declared once, as the fields of
+`FeatureFlags`, for all three (`plan` searches layouts for the run they describe).
 
 Each field's type is a typer option (`Annotated`) and its default is the option's default, so the name, help
-and default of an option live in one place. `@layout_options()` puts the fields into a command's signature
-where it takes `layout: LayoutFlags`, and hands the command one typed object. `LayoutFlags.case_flags` gives
-the `build_case` keys (`--batch` lines use the same names, with `-` or `_`; their meaning is
-`megapilot.estimate.cases`, the pipeline split's `megapilot.spec.pipeline.PipelineSplit`).
+and default of an option live in one place. `@layout_options()` puts `LayoutFlags`'s fields into a command's
+signature where it takes `layout: LayoutFlags`, `@feature_options()` `FeatureFlags`'s where it takes
+`features: FeatureFlags`, and each hands the command one typed object. `case_flags()` gives the `build_case`
+keys (`--batch` lines use the same names, with `-` or `_`; their meaning is `megapilot.estimate.cases`, the
+pipeline split's `megapilot.spec.pipeline.PipelineSplit`).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
     "moe_capacity_factor": ("--moe-expert-capacity-factor",),
     "moe_pad_to_capacity": ("--moe-pad-expert-input-to-capacity",),
     "mtp_repeated_layer": ("--mtp-use-repeated-layer",),
+    "moe_flex_dispatcher": ("--moe-flex-dispatcher-backend",),
 }
 
 
@@ -113,6 +117,22 @@ class LayoutFlags:
     account_for_embedding: AccountForEmbedding = False
     account_for_loss: AccountForLoss = False
     pp_layout: PpLayout = None
+
+    def case_flags(self) -> dict[str, Any]:
+        """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
+        flags = {item.name: getattr(self, item.name) for item in fields(self)}
+        return _switches_given_or_none(flags, ("account_for_embedding", "account_for_loss"))
+
+    def given(self) -> list[str]:
+        """The options whose value is not their default, as typed (`--tp`, `--no-distributed-optimizer`)."""
+        return _given(self)
+
+
+@dataclass(frozen=True)
+class FeatureFlags:
+    """What the run makes of its model beyond the layout: MTP modules, MoE token dropping, the MoE dispatcher.
+    None (or the default) = not given: the model's own (no token dropping, the alltoall dispatcher)."""
+
     mtp_num_layers: Annotated[int | None, _option(
         "Multi-token-prediction modules (--mtp-num-layers; default: the model's own, 0 = none).")] = None
     mtp_repeated_layer: Annotated[bool, typer.Option(
@@ -124,23 +144,40 @@ class LayoutFlags:
     moe_pad_to_capacity: Annotated[bool, typer.Option(
         "--moe-pad-to-capacity", help="With --moe-capacity-factor: pad every expert's input to its capacity "
         "(--moe-pad-expert-input-to-capacity; static shapes, no dispatcher host sync).")] = False
+    moe_flex_dispatcher: Annotated[str | None, _option(
+        "MoE tokens through Megatron's flex dispatcher: deepep or hybridep (--moe-token-dispatcher-type flex "
+        "--moe-flex-dispatcher-backend X; default alltoall).")] = None
 
     def case_flags(self) -> dict[str, Any]:
-        """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
+        """The `build_case` keys (None: not given; a switch counts as given when on)."""
         flags = {item.name: getattr(self, item.name) for item in fields(self)}
-        for switch in ("account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer"):
-            flags[switch] = True if flags[switch] else None
-        return flags
+        return _switches_given_or_none(flags, ("moe_pad_to_capacity", "mtp_repeated_layer"))
 
     def given(self) -> list[str]:
-        """The options whose value is not their default, as typed (`--tp`, `--no-distributed-optimizer`)."""
-        return [("--no-" if getattr(self, item.name) is False else "--") + item.name.replace("_", "-")
-                for item in fields(self) if getattr(self, item.name) != item.default]
+        """The options whose value is not their default, as typed (`--moe-capacity-factor`)."""
+        return _given(self)
+
+    def model_changes(self) -> list[str]:
+        """The given options that change the model itself (all but the dispatcher, a launch choice)."""
+        return [flag for flag in self.given() if flag != "--moe-flex-dispatcher"]
+
+
+def _switches_given_or_none(flags: dict[str, Any], switches: tuple[str, ...]) -> dict[str, Any]:
+    """`build_case` reads a switch left off as not given (None), so a default of the model's own applies."""
+    for switch in switches:
+        flags[switch] = True if flags[switch] else None
+    return flags
+
+
+def _given(flags: LayoutFlags | FeatureFlags) -> list[str]:
+    return [("--no-" if getattr(flags, item.name) is False else "--") + item.name.replace("_", "-")
+            for item in fields(flags) if getattr(flags, item.name) != item.default]
 
 
 #: A layout with no option given; the placeholder default of a command's `layout` parameter where one before it
 #: has a default (the decorator replaces the parameter, so it is never used as a value).
 NOTHING_GIVEN = LayoutFlags()
+NO_FEATURES = FeatureFlags()
 
 
 def split_flags(
@@ -163,28 +200,40 @@ def layout_options(*, required_note: str = "", notes: Mapping[str, str] | None =
     `required_note` starts the help of the fields `build_case` requires (estimate: "Required (unless --batch).");
     `notes` ends the help of the fields it names, for what one command adds (script: where `--gpus` comes from).
     """
+    return _flag_options(LayoutFlags, "layout", required_note, notes)
+
+
+def feature_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Replace a command's `features: FeatureFlags` parameter by the options of `FeatureFlags`, in field order."""
+    return _flag_options(FeatureFlags, "features", "", None)
+
+
+def _flag_options(cls: type[LayoutFlags | FeatureFlags], parameter_name: str, required_note: str,
+                  notes: Mapping[str, str] | None) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Replace a command's `parameter_name: cls` parameter by `cls`'s fields as options, and hand the command
+    one `cls` built from them."""
     notes = dict(notes or {})
-    unknown = set(notes) - {item.name for item in fields(LayoutFlags)}
+    unknown = set(notes) - {item.name for item in fields(cls)}
     if unknown:
         raise TypeError(f"notes for {sorted(unknown)}: no such layout option")
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(command, eval_str=True)
         own = list(signature.parameters.values())
-        at = [parameter.name for parameter in own].index("layout")
-        options = _layout_parameters(required_note, notes)
+        at = [parameter.name for parameter in own].index(parameter_name)
+        options = _option_parameters(cls, required_note, notes)
         names = [parameter.name for parameter in options]
 
         @functools.wraps(command)
-        def with_layout(**values: Any) -> None:
-            layout = LayoutFlags(**{name: values.pop(name) for name in names})
-            command(layout=layout, **values)
+        def with_flags(**values: Any) -> None:
+            flags = cls(**{name: values.pop(name) for name in names})
+            command(**{parameter_name: flags}, **values)
 
         parameters = own[:at] + options + own[at + 1:]
         # typer reads the options from the signature and the types from the annotations
-        with_layout.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # read by inspect.signature
-        with_layout.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
-        return with_layout
+        with_flags.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # read by inspect.signature
+        with_flags.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+        return with_flags
 
     return decorate
 
@@ -199,11 +248,12 @@ def _declared_names(option: Any, name: str) -> tuple[str, ...]:
     return (f"--{name.replace('_', '-')}",)
 
 
-def _layout_parameters(required_note: str, notes: Mapping[str, str]) -> list[inspect.Parameter]:
-    """`LayoutFlags`'s fields as typer parameters, each help with the command's note."""
-    hints = get_type_hints(LayoutFlags, include_extras=True)
+def _option_parameters(cls: type[LayoutFlags | FeatureFlags], required_note: str, notes: Mapping[str, str],
+                       ) -> list[inspect.Parameter]:
+    """`cls`'s fields as typer parameters, each help with the command's note."""
+    hints = get_type_hints(cls, include_extras=True)
     parameters = []
-    for item in fields(LayoutFlags):
+    for item in fields(cls):
         value_type, option = get_args(hints[item.name])
         option = copy(option)
         if required_note and item.name in REQUIRED_FLAGS:
@@ -212,7 +262,7 @@ def _layout_parameters(required_note: str, notes: Mapping[str, str]) -> list[ins
             option.help = f"{option.help} {notes[item.name]}"
         if item.name in MEGATRON_SPELLINGS:
             option.param_decls = (*_declared_names(option, item.name), *MEGATRON_SPELLINGS[item.name])
-        assert item.default is not MISSING  # every layout option has a default: left out = not given
+        assert item.default is not MISSING  # every option has a default: left out = not given
         parameters.append(inspect.Parameter(item.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                             default=item.default,
                                             annotation=Annotated[value_type, option]))

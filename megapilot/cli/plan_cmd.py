@@ -11,16 +11,21 @@ import typer
 from megapilot.cli.layout_options import (
     FP8_RECIPE_HELP,
     GBS_HELP,
+    MEGATRON_SPELLINGS,
     MODEL_HELP,
+    NO_FEATURES,
     PRECISION_HELP,
     SEQ_LEN_HELP,
+    FeatureFlags,
     Gpu,
     Gpus,
     GpusPerNode,
+    feature_options,
 )
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
+    from megapilot.estimate import EstimateOptions
     from megapilot.plan import PlanResult
     from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
     from megapilot.store.profile import Profile
@@ -32,9 +37,10 @@ PROFILE_OPTION = typer.Option(None, "--profile",
 JSON_OPTION = typer.Option(False, "--json", help="Machine output.")
 
 
-def _pin(flag: str, what: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
-    """A `plan` option that fixes one dimension of the search (left out: the planner chooses)."""
-    return typer.Option(None, flag, help=f"Pin {what}.")
+def _pin(name: str, what: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
+    """A `plan` option that fixes one dimension of the search (left out: the planner chooses), under its short
+    name and Megatron-LM's (`--tp`, `--tensor-model-parallel-size`), as `estimate` and `script` take it."""
+    return typer.Option(None, f"--{name}", *MEGATRON_SPELLINGS.get(name, ()), help=f"Pin {what}.")
 
 
 @dataclass
@@ -67,16 +73,30 @@ def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
     return _Inputs(str(merged["gpu"]), int(merged["gpus"]), merged["gpus_per_node"], notes)  # type: ignore[arg-type]  # int | None from the profile
 
 
+@dataclass(frozen=True)
+class _Specs:
+    """What the search runs on: the model as the run's features make it, the cluster, the batch, and the
+    estimator's run options (the MoE dispatcher)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    options: EstimateOptions
+
+
 def _build_specs(
     model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str, fp8_recipe: str | None = None,
-) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
+    features: FeatureFlags = NO_FEATURES,
+) -> _Specs:
     from pydantic import ValidationError
 
     from megapilot.catalog import get_gpu, get_model
     from megapilot.cli.common import validation_error
+    from megapilot.estimate import run_options, with_features
     from megapilot.spec import ClusterSpec, TrainingSpec
 
-    model = get_model(model_name)
+    flags = features.case_flags()
+    model = with_features(get_model(model_name), flags)
     cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
     try:
         recipe = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
@@ -86,7 +106,7 @@ def _build_specs(
                  "fp8_recipe": "--fp8-recipe"}
         raise validation_error(exc, flags=flags) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
-    return model, cluster, training
+    return _Specs(model, cluster, training, run_options(model, flags))
 
 
 # Options whose default the output states when it was used (the search's answer depends on them).
@@ -114,6 +134,7 @@ def _naming_defaults(error: MegapilotError, defaults: list[str]) -> MegapilotErr
     return MegapilotError(f"{error.problem} (from {', '.join(named)})", field=error.field, fix=fix)
 
 
+@feature_options()
 def plan_command(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", help=MODEL_HELP),
@@ -125,15 +146,16 @@ def plan_command(
     precision: str = typer.Option("bf16", "--precision", help=f"{PRECISION_HELP}."),
     fp8_recipe: str | None = typer.Option(None, "--fp8-recipe", help=FP8_RECIPE_HELP),
     top: int = typer.Option(5, "--top", help="How many layouts to show."),
-    tp: int | None = _pin("--tp", "tensor parallel size"),
-    pp: int | None = _pin("--pp", "pipeline parallel size"),
-    vpp: int | None = _pin("--vpp", "virtual pipeline stages"),
-    cp: int | None = _pin("--cp", "context parallel size"),
-    ep: int | None = _pin("--ep", "expert parallel size"),
-    etp: int | None = _pin("--etp", "expert tensor parallel size"),
-    mbs: int | None = _pin("--mbs", "micro-batch size"),
-    recompute: str | None = _pin("--recompute", "recompute: none, selective or full"),
+    tp: int | None = _pin("tp", "tensor parallel size"),
+    pp: int | None = _pin("pp", "pipeline parallel size"),
+    vpp: int | None = _pin("vpp", "virtual pipeline stages"),
+    cp: int | None = _pin("cp", "context parallel size"),
+    ep: int | None = _pin("ep", "expert parallel size"),
+    etp: int | None = _pin("etp", "expert tensor parallel size"),
+    mbs: int | None = _pin("mbs", "micro-batch size"),
+    recompute: str | None = _pin("recompute", "recompute: none, selective or full"),
     fsdp: bool | None = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
+    features: FeatureFlags = NO_FEATURES,  # the run the layouts are searched for: MTP, token dropping, dispatcher
     headroom: float = typer.Option(
         0.0, "--headroom",
         help="Share of each GPU's HBM a planned layout leaves free beyond the estimate's own overhead allowance "
@@ -158,13 +180,16 @@ def plan_command(
     inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
     defaults = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision})
     try:
-        model_spec, cluster, training = _build_specs(model, inputs, seq_len, gbs, precision, fp8_recipe)
+        specs = _build_specs(model, inputs, seq_len, gbs, precision, fp8_recipe, features)
         pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute, fsdp=fsdp)
-        result = plan(model_spec, cluster, training, top=top, pins=pins, headroom_fraction=headroom)
+        result = plan(specs.model, specs.cluster, specs.training, top=top, pins=pins, options=specs.options,
+                      headroom_fraction=headroom)
     except MegapilotError as exc:
         raise _naming_defaults(exc, defaults) from None
+    if specs.model.moe is not None and features.moe_flex_dispatcher is None:
+        defaults.append("alltoall MoE dispatcher (default)")
     if save is not None:
-        _save_plan(result, save)
+        _save_plan(result, save, features)
     assumed = defaults + inputs.notes
     if as_json:
         emit_json({**result.to_json(), "defaults": assumed, "saved": str(save) if save else None})
@@ -173,11 +198,13 @@ def plan_command(
     print_assumptions(assumed)
 
 
-def _save_plan(result: PlanResult, path: Path) -> None:
+def _save_plan(result: PlanResult, path: Path, features: FeatureFlags) -> None:
+    """The winner as a plan file, with the dispatcher it was costed with (the launch script writes it)."""
     from megapilot.errors import MegapilotError
 
+    saved = result.to_saved_plan().model_copy(update={"moe_flex_dispatcher": features.moe_flex_dispatcher})
     try:
-        path.write_text(result.to_saved_plan().model_dump_json(indent=2) + "\n")
+        path.write_text(saved.model_dump_json(indent=2) + "\n")
     except OSError as exc:
         raise MegapilotError(f"cannot write {path} ({exc.strerror})", field="--save",
                              fix="pass a path in a writable directory") from None

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from megapilot.cli.common import console, emit_json, err_console, print_assumptions
-from megapilot.cli.layout_options import NOTHING_GIVEN, LayoutFlags, layout_options
+from megapilot.cli.layout_options import (
+    NO_FEATURES,
+    NOTHING_GIVEN,
+    FeatureFlags,
+    LayoutFlags,
+    feature_options,
+    layout_options,
+)
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
@@ -27,10 +34,12 @@ ENTRYPOINTS = ("megatron", "megapilot")
 GPUS_NOTE = "Default: --nodes x GPUs per node, else the profile's."
 
 
+@feature_options()
 @layout_options(notes={"gpus": GPUS_NOTE})
 def script(
     plan: Annotated[Path | None, typer.Option("--plan", help="Saved plan JSON (`megapilot plan --save`).")] = None,
     layout: LayoutFlags = NOTHING_GIVEN,  # the layout flags (instead of --plan)
+    features: FeatureFlags = NO_FEATURES,  # the model's run features (with --plan: only the dispatcher)
     train_iters: Annotated[int | None, typer.Option(help="Training iterations (overrides the plan's).")] = None,
     # ---- launch
     launcher: Annotated[str, typer.Option(help="torchrun, slurm or primus.")] = "torchrun",
@@ -68,8 +77,6 @@ def script(
     log_dir: Annotated[str | None, typer.Option(help="Absolute log directory (default: next to the script).")] = None,
     primus_path: Annotated[str, typer.Option(help="Absolute Primus checkout.")] = "/workspace/Primus",
     primus_config: Annotated[str | None, typer.Option(help="Where the Primus experiment YAML goes.")] = None,
-    moe_flex_dispatcher: Annotated[str | None, typer.Option(
-        help="MoE flex dispatcher backend: deepep or hybridep (must be in the image; default alltoall).")] = None,
     remote: Annotated[bool, typer.Option(
         "--remote", help="Drafted for another machine: paths checked for form only, no folder created here.")] = False,
     profile: Annotated[Path | None, typer.Option(help="Profile file (default: the saved user profile).")] = None,
@@ -87,10 +94,10 @@ def script(
     notes: list[str] = []
     assumed: list[str] = []  # profile values read and layout defaults taken: one line of output, `assumed` in JSON
     if plan is not None:
-        _refuse_layout_with_plan(layout)
+        _refuse_layout_with_plan(layout, features)
         saved = _read_plan(plan)
     else:
-        saved = _plan_from_flags(user_profile, notes, layout, nodes=nodes, assumed=assumed)
+        saved = _plan_from_flags(user_profile, notes, layout, features, nodes=nodes, assumed=assumed)
     if mock_data and data_path is not None:
         raise MegapilotError("--mock-data and --data-path exclude each other", field="--data-path",
                              fix="pass --data-path PREFIX for real data, or --mock-data alone")
@@ -112,7 +119,7 @@ def script(
         master_port=master_port, network_interface=network_interface, ib_hca=ib_hca, job_name=job_name,
         time_limit=time_limit, partition=partition, account=account, log_dir=log_dir, primus_path=primus_path,
         primus_config_path=primus_config, script_path=script_path, remote=remote,
-        moe_flex_dispatcher=moe_flex_dispatcher, **fills,
+        moe_flex_dispatcher=features.moe_flex_dispatcher or saved.moe_flex_dispatcher, **fills,
     )
     launch = render_launch(saved, options)
     if output is not None and not remote:
@@ -140,9 +147,10 @@ def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _refuse_layout_with_plan(layout: LayoutFlags) -> None:
-    """A plan file fixes the model, hardware and layout; a layout flag beside it would be silently ignored."""
-    given = layout.given()
+def _refuse_layout_with_plan(layout: LayoutFlags, features: FeatureFlags) -> None:
+    """A plan file fixes the model, hardware and layout; a layout flag beside it would be silently ignored. The MoE
+    dispatcher is a launch choice: given, it replaces the plan's."""
+    given = layout.given() + features.model_changes()
     if given:
         flags = ", ".join(given)
         raise MegapilotError(f"{flags} cannot change a saved plan", field="--plan",
@@ -171,7 +179,7 @@ def _read_plan(path: Path) -> SavedPlan:
     return load_plan_file(path)
 
 
-def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags,
+def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags, features: FeatureFlags,
                      nodes: int | None, assumed: list[str]) -> SavedPlan:
     """Layout flags -> specs through `build_case`, as `megapilot estimate` resolves them.
 
@@ -184,7 +192,7 @@ def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags,
 
     if given.model is None:
         raise MegapilotError("no plan given", field="plan", fix="pass --plan plan.json or --model NAME with a layout")
-    layout = given.case_flags()
+    layout = given.case_flags() | features.case_flags()
     for name in ("gpu", "gpus_per_node"):
         if layout[name] is None:
             layout[name] = _from_profile(profile, name, assumed)
@@ -197,7 +205,8 @@ def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags,
     case = build_case(**layout)
     assumed += defaults_assumed(layout, case)
     notes += validate_layout(case.model, case.cluster, case.training, case.parallel)
-    return SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel)
+    return SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel,
+                     moe_flex_dispatcher=features.moe_flex_dispatcher)  # type: ignore[arg-type]  # build_case checked it
 
 
 def _default_gpus_per_node(gpu: object) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from megapilot.estimate.cases import Case, build_case
+from megapilot.estimate.cases import Case, build_case, run_options, with_features
 from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.flops import FLOP_CONVENTIONS, FlopConvention, flops_per_step, flops_per_token
 from megapilot.estimate.memory import MemoryBreakdown, memory_per_gpu
@@ -52,8 +52,10 @@ __all__ = [
     "flops_per_token",
     "memory_per_gpu",
     "memory_savers_not_on",
+    "run_options",
     "step_time",
     "to_result",
+    "with_features",
 ]
 
 

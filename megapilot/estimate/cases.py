@@ -17,7 +17,7 @@ spanning nodes).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -27,6 +27,7 @@ from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.plan_file import FlexDispatcher
 from megapilot.spec.training import FP8_RECIPES, PRECISIONS, TrainingSpec
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
@@ -37,10 +38,12 @@ BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_ac
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout",
              "moe_flex_dispatcher")
-# Megatron's flex MoE dispatcher backends (`--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend X`), as
-# `script --moe-flex-dispatcher` writes them; left out = the alltoall dispatcher.
-FLEX_DISPATCHER_BACKENDS = ("deepep", "hybridep")
+# Megatron's flex MoE dispatcher backends, as `script --moe-flex-dispatcher` writes them; left out = alltoall.
+FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
+# What the run makes of its model beyond the layout (`with_features`, `run_options`): the same for a search.
+FEATURE_FLAGS = ("mtp_num_layers", "mtp_repeated_layer", "moe_capacity_factor", "moe_pad_to_capacity",
+                 "moe_flex_dispatcher")
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def build_case(**flags: Any) -> Case:
     """Resolve layout flags (see module doc) into specs; raises MegapilotError on the first bad flag."""
     flags = {k: v for k, v in flags.items() if v is not None}
     _check_flag_names_and_types(flags)
-    model = _with_mtp(_with_token_dropping(_resolve_model(flags["model"]), flags), flags)
+    model = with_features(_resolve_model(flags["model"]), flags)
     cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
@@ -68,10 +71,18 @@ def build_case(**flags: Any) -> Case:
         flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
     parallel = _resolve_parallel(flags, cluster.world_size)
     return Case(model, cluster, training, parallel,
-                allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=_options(model, flags))
+                allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=run_options(model, flags))
 
 
-def _options(model: ModelSpec, flags: dict[str, Any]) -> EstimateOptions:
+def with_features(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
+    """The model as the run's feature flags make it (`FEATURE_FLAGS`: MTP modules, MoE token dropping); the
+    planner applies them as `build_case` does."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    _check_types(given)
+    return _with_mtp(_with_token_dropping(model, given), given)
+
+
+def run_options(model: ModelSpec, flags: dict[str, Any]) -> EstimateOptions:
     """The run features the flags name: the flex MoE dispatcher (a token crosses to each remote NVLink domain
     once, no host sync), on a model with experts to dispatch to."""
     backend = flags.get("moe_flex_dispatcher")
@@ -96,6 +107,10 @@ def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
     for name in REQUIRED_FLAGS:
         if name not in flags:
             raise MegapilotError("is required", field=name, fix=f"pass --{name.replace('_', '-')}")
+    _check_types(flags)
+
+
+def _check_types(flags: dict[str, Any]) -> None:
     for name in INT_FLAGS:
         value = flags.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):

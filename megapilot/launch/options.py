@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.spec.plan_file import FlexDispatcher
+
 Launcher = Literal["torchrun", "slurm", "primus"]
 Entrypoint = Literal["megatron", "megapilot"]
 Rendezvous = Literal["static", "c10d"]
@@ -62,7 +64,7 @@ class LaunchOptions(BaseModel):
     primus_config_path: str | None = Field(
         default=None, description="Where the Primus experiment YAML goes; None = next to the script.",
     )
-    moe_flex_dispatcher: Literal["deepep", "hybridep"] | None = Field(
+    moe_flex_dispatcher: FlexDispatcher | None = Field(
         default=None,
         description="MoE tokens through Megatron's flex dispatcher with DeepEP or HybridEP (the library must be in "
                     "the image; it cannot be checked from here); None = the alltoall dispatcher.",

@@ -3,7 +3,7 @@
 from megapilot.spec.hardware import ARCH_PRECISIONS, ClusterSpec, GPUSpec, default_gpus_per_node
 from megapilot.spec.model import MLASpec, ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts, SavedPlan
+from megapilot.spec.plan_file import EstimateResult, FlexDispatcher, MemoryGiB, ParamCounts, SavedPlan
 from megapilot.spec.training import PRECISIONS, Precision, TrainingSpec
 from megapilot.spec.validate import validate_layout
 
@@ -12,6 +12,7 @@ __all__ = [
     "PRECISIONS",
     "ClusterSpec",
     "EstimateResult",
+    "FlexDispatcher",
     "GPUSpec",
     "MLASpec",
     "MemoryGiB",

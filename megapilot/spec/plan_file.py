@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.spec.hardware import ClusterSpec
@@ -10,6 +12,9 @@ from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.training import TrainingSpec
 
 PLAN_FILE_VERSION = 1
+
+# Megatron's flex MoE dispatcher backends (`--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend X`).
+FlexDispatcher = Literal["deepep", "hybridep"]
 
 
 class ParamCounts(BaseModel):
@@ -71,3 +76,6 @@ class SavedPlan(BaseModel):
     parallel: ParallelConfig
     estimate: EstimateResult | None = None
     reasons: list[str] = Field(default_factory=list)
+    moe_flex_dispatcher: FlexDispatcher | None = Field(
+        default=None, description="The flex MoE dispatcher the plan was costed with (None: alltoall); the launch "
+        "script writes it unless told otherwise.")

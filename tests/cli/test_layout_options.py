@@ -167,3 +167,33 @@ def test_estimate_script_and_plan_show_one_text_for_each_shared_option():
         plan["--gpu"]
     assert plan["--gpus-per-node"] == script["--gpus-per-node"]
     assert script["--gpus"].startswith(plan["--gpus"]) and "--nodes" in script["--gpus"]
+
+
+def test_the_run_features_are_one_declaration_in_estimate_plan_and_script():
+    """MTP, token dropping and the dispatcher: the same options, the same text, in all three commands (the
+    flex dispatcher was declared twice, and plan had none of them)."""
+    from megapilot.cli.layout_options import FeatureFlags
+
+    helps = [_option_help(name) for name in ("estimate", "script", "plan")]
+    for item in fields(FeatureFlags):
+        flag = "--" + item.name.replace("_", "-")
+        assert helps[0][flag] == helps[1][flag] == helps[2][flag], flag
+    assert {item.name for item in fields(FeatureFlags)} <= KNOWN_FLAGS
+    assert helps[2]["--tensor-model-parallel-size"] == helps[2]["--tp"]  # plan's pins take Megatron's spellings
+
+
+def test_a_script_with_the_flex_dispatcher_does_not_say_it_assumed_alltoall(cli):
+    args = ("script", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--gbs", "64",
+            "--seq-len", "4096", "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote", "--json")
+    assert any("alltoall MoE dispatcher" in line for line in cli(*args).json()["assumed"])
+    flex = cli(*args, "--moe-flex-dispatcher", "deepep").json()["assumed"]
+    assert not any("dispatcher" in line for line in flex)
+
+
+def test_a_saved_plan_keeps_its_model_and_the_script_refuses_to_change_it(cli, tmp_path):
+    target = tmp_path / "plan.json"
+    assert cli("plan", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--gbs", "64", "--top", "1",
+               "--save", str(target)).exit_code == 0
+    changed = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                  "--moe-capacity-factor", "1.0")
+    assert changed.exit_code == 2 and "--moe-capacity-factor cannot change a saved plan" in changed.stderr

@@ -139,3 +139,66 @@ def test_an_error_about_a_default_value_says_it_was_the_default(cli):
     assert defaulted.exit_code == 2 and "(from seq-len 4096 (default))" in defaulted.stderr
     typed = cli("plan", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--seq-len", "4096")
     assert typed.exit_code == 2 and "default" not in typed.stderr
+
+
+# ---- the run's features: the search costs the run they describe, and the saved plan carries them -------------
+
+QWEN = ("plan", "--model", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--gbs", "512", "--precision", "fp8",
+        "--ep", "8", "--top", "1", "--json")
+
+
+def _best(cli, *args) -> dict:
+    result = cli(*args)
+    assert result.exit_code == 0, result.stderr
+    return result.json()["candidates"][0]["estimate"]
+
+
+def test_token_dropping_padded_to_capacity_is_the_model_the_search_costs(cli):
+    """Padded to capacity, the alltoall dispatcher has static split sizes: no host sync per MoE layer, so the same
+    pinned layout is predicted faster than dropless."""
+    dropless = _best(cli, *QWEN, "--mbs", "1", "--tp", "1")
+    padded = _best(cli, *QWEN, "--mbs", "1", "--tp", "1", "--moe-expert-capacity-factor", "1.0",
+                   "--moe-pad-expert-input-to-capacity")
+    assert padded["tokens_per_s_per_gpu"] > dropless["tokens_per_s_per_gpu"]
+
+
+def test_mtp_modules_are_searched_for_as_asked(cli):
+    args = ("plan", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--gbs", "8192", "--tp", "2",
+            "--pp", "8", "--ep", "64", "--top", "1", "--json")
+    with_mtp, without = _best(cli, *args), _best(cli, *args, "--mtp-num-layers", "0")
+    assert without["params"]["total"] < with_mtp["params"]["total"]
+
+
+def test_the_flex_dispatcher_is_costed_saved_and_written_by_script(cli, tmp_path):
+    args = ("plan", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--gbs", "8192", "--tp", "2",
+            "--pp", "8", "--vpp", "4", "--ep", "64", "--mbs", "1", "--top", "1")
+    alltoall = cli(*args, "--json")
+    assert "alltoall MoE dispatcher (default)" in alltoall.json()["defaults"]
+    target = tmp_path / "plan.json"
+    flex = cli(*args, "--moe-flex-dispatcher", "deepep", "--save", str(target), "--json")
+    assert flex.exit_code == 0, flex.stderr
+    assert not any("dispatcher" in line for line in flex.json()["defaults"])
+    speed = [doc.json()["candidates"][0]["estimate"]["tokens_per_s_per_gpu"] for doc in (alltoall, flex)]
+    assert speed[1] > speed[0]  # a token crosses to each remote node once
+    assert SavedPlan.model_validate_json(target.read_text()).moe_flex_dispatcher == "deepep"
+    script = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                 "--json")
+    assert script.exit_code == 0, script.stderr
+    megatron_args = script.json()["megatron_args"]
+    assert megatron_args[megatron_args.index("--moe-flex-dispatcher-backend") + 1] == "deepep"
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), [
+    ("--moe-flex-dispatcher", "deepep", "moe_flex_dispatcher"),
+    ("--moe-capacity-factor", "1.0", "moe_capacity_factor"),
+    ("--mtp-num-layers", "-1", "mtp_num_layers"),
+])
+def test_a_feature_the_model_cannot_take_is_one_line_naming_it(cli, flag, value, field):
+    result = cli(*SMALL, flag, value)
+    assert result.exit_code == 2 and f"{field}:" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_pins_take_megatron_spellings(cli):
+    doc = cli(*SMALL, "--tensor-model-parallel-size", "2", "--micro-batch-size", "1", "--top", "1", "--json").json()
+    assert (doc["candidates"][0]["parallel"]["tp"], doc["candidates"][0]["parallel"]["mbs"]) == (2, 1)
