@@ -106,6 +106,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
 
 def from_hf_config(config: HFConfig, name: str) -> ModelSpec:
     """Map a Hugging Face config dict onto a ModelSpec (Megatron-Core's vocabulary)."""
+    config = _with_rope_parameters_read(config)
     family = _family(config)
     architecture = (config.get("architectures") or [None])[0] or config.get("model_type")
     try:
@@ -132,6 +133,44 @@ def _family(config: HFConfig) -> str:
         f"model_type {model_type!r} is not supported (and no `architectures` given)", field="model_type",
         fix=_SUPPORTED_HINT,
     )
+
+
+# Keys of a transformers >= 5 `rope_parameters` object that older configs keep at the top level.
+_ROPE_TOP_LEVEL_KEYS = ("rope_theta", "partial_rotary_factor")
+
+
+def _with_rope_parameters_read(config: HFConfig) -> HFConfig:
+    """The config with its `rope_parameters` (how transformers >= 5 writes RoPE: base, rotary share and scaling
+    in one object) also read as the top-level `rope_theta`, `partial_rotary_factor` and `rope_scaling` that
+    older configs carry, so a config saved by either reads the same; a multimodal `text_config` likewise."""
+    config = _rope_parameters_as_top_level(config)
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        config = {**config, "text_config": _rope_parameters_as_top_level(text)}
+    return config
+
+
+def _rope_parameters_as_top_level(config: HFConfig) -> HFConfig:
+    parameters = config.get("rope_parameters")
+    if parameters is None:
+        return config
+    if not isinstance(parameters, dict):
+        raise MegapilotError(f"rope_parameters={parameters!r} is not an object", field="rope_parameters",
+                             fix="set rope_parameters to the object the model card gives, or drop it")
+    per_layer_type = [value for value in parameters.values() if isinstance(value, dict)]
+    if per_layer_type:  # one object per attention kind (sliding / full): they must agree to be one Megatron RoPE
+        if any(value != per_layer_type[0] for value in per_layer_type):
+            raise _refuse("rope_parameters", "its attention kinds use different RoPE (base or scaling); Megatron "
+                                             "applies one RoPE to every layer")
+        parameters = per_layer_type[0]
+    read = dict(config)
+    for key in _ROPE_TOP_LEVEL_KEYS:
+        if read.get(key) is None and parameters.get(key) is not None:
+            read[key] = parameters[key]
+    kind = parameters.get("rope_type") or parameters.get("type") or "default"
+    if read.get("rope_scaling") is None and kind != "default":
+        read["rope_scaling"] = {k: v for k, v in parameters.items() if k not in _ROPE_TOP_LEVEL_KEYS}
+    return read
 
 
 # ---- field access ------------------------------------------------------------------------------

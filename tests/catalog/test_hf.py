@@ -496,3 +496,35 @@ def test_decilm_with_one_block_shape_imports_as_the_llama_it_is():
     assert _refusal(NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(8, 5.25), "attention"]}).field \
         == "block_configs[1]"
     assert _refusal(NEMOTRON_SUPER_49B | {"block_configs": []}).field == "block_configs"
+
+
+# ---- transformers >= 5 writes RoPE as one `rope_parameters` object ----------------------------------------------
+
+
+def _as_rope_parameters(config: dict) -> dict:
+    """The config as transformers >= 5 saves it: base, rotary share and scaling moved into `rope_parameters`."""
+    moved = {key: config.pop(key) for key in ("rope_theta", "partial_rotary_factor") if key in config}
+    scaling = config.pop("rope_scaling", None) or {"rope_type": "default"}
+    return config | {"rope_parameters": moved | scaling}
+
+
+@pytest.mark.parametrize("name", ["Llama-3.1-8B", "Qwen3-30B-A3B", "gpt-oss-20b",
+                                  "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"])
+def test_a_config_saved_with_rope_parameters_reads_as_the_same_model(name):
+    """A silent default here would put the wrong --rotary-base (and RoPE scaling) into the launch script."""
+    old = from_hf_config(_config(name), name)
+    new = from_hf_config(_as_rope_parameters(_config(name)), name)
+    assert new == old
+    assert "rope_theta" not in _as_rope_parameters(_config(name))
+
+
+def test_rope_parameters_per_attention_kind_must_agree():
+    config = _as_rope_parameters(_config("Llama-3.1-8B"))
+    same = config | {"rope_parameters": {"full_attention": config["rope_parameters"],
+                                         "sliding_attention": config["rope_parameters"]}}
+    assert from_hf_config(same, "m").rotary_base == 500_000
+    local = config["rope_parameters"] | {"rope_theta": 10_000.0}
+    differ = config | {"rope_parameters": {"full_attention": config["rope_parameters"], "sliding_attention": local}}
+    with pytest.raises(MegapilotError) as refused:
+        from_hf_config(differ, "m")
+    assert refused.value.field == "rope_parameters"
