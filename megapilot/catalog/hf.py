@@ -6,6 +6,8 @@ Supported (by `architectures[0]`, else `model_type`):
   Qwen3ForCausalLM (q/k norm), GemmaForCausalLM and Gemma2ForCausalLM (gated GELU, tied head);
 - MoE: MixtralForCausalLM, Qwen2MoeForCausalLM (gated shared expert), Qwen3MoeForCausalLM;
 - DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM;
+- GLM-4.5 (Glm4MoeForCausalLM): GQA with QKV bias, optional q/k norm and RoPE on half the head, DeepSeek-V3's
+  MoE (dense first layers, a shared expert, sigmoid routing with an expert bias) and MTP modules;
 - GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head);
 - newer families: Phi3ForCausalLM, GptOssForCausalLM, Llama4ForConditionalGeneration (its text model),
   NemotronHForCausalLM (Nemotron-H and Nemotron 3 Mamba-2 hybrids, Nemotron 3 Super's latent MoE and its
@@ -63,6 +65,7 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "Glm4MoeForCausalLM": "glm4_moe",
     "GPT2LMHeadModel": "gpt2",
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
@@ -426,6 +429,48 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
     return fields
 
 
+# GLM-4.5's RoPE covers half of each head when the config does not say (transformers' Glm4MoeConfig default).
+GLM4_MOE_PARTIAL_ROTARY = 0.5
+# Megatron-Bridge's GLM 4.5 bridge balances the experts with a sequence aux loss of this weight beside the bias
+# (the HF config has no aux-loss field: its router balances by the bias alone).
+GLM4_MOE_AUX_LOSS_COEFF = 1e-3
+
+
+def _glm4_moe(config: HFConfig) -> dict[str, Any]:
+    """GLM-4.5 / GLM-4.5-Air (Glm4MoeForCausalLM), as Megatron-Bridge's GLM 4.5 bridge maps it: GQA attention
+    whose q/k/v projections carry `attention_bias` (the output projection none: Megatron's QKV bias), q/k
+    RMSNorm when `use_qk_norm`, RoPE on `partial_rotary_factor` of the head; the first `first_k_dense_replace`
+    layers dense, then MoE with `n_shared_experts` shared experts of the routed width and DeepSeek-V3's router
+    (sigmoid scores, an expert bias, group-limited top-k, renormalised and scaled weights); MTP modules from
+    `num_nextn_predict_layers`."""
+    fields = _llama_core({**config, "attention_bias": False})  # the biases are the QKV ones, read next
+    fields["add_qkv_bias"] = bool(config.get("attention_bias"))
+    fields["qk_layernorm"] = bool(config.get("use_qk_norm"))
+    fields["rotary_percent"] = _optional_float(config, "partial_rotary_factor") or GLM4_MOE_PARTIAL_ROTARY
+    fields["mtp_num_layers"] = (_optional_int(config, "num_nextn_predict_layers")
+                                or _optional_int(config, "num_mtp_layers") or 0)
+    experts = _required_int(config, "n_routed_experts")
+    first_dense = _optional_int(config, "first_k_dense_replace") or 0
+    first_k_dense, freq = _moe_placement(fields["num_layers"], lambda i: i >= first_dense, "first_k_dense_replace")
+    moe_ffn = _required_int(config, "moe_intermediate_size")
+    # The router is DeepSeek-V3's noaux_tc gate (transformers' Glm4MoeTopkRouter): read it as one.
+    router = _deepseek_router({**config, "scoring_func": "sigmoid", "topk_method": "noaux_tc"}, experts)
+    fields["moe"] = MoESpec(
+        num_experts=experts,
+        router_topk=_required_int(config, "num_experts_per_tok"),
+        moe_ffn_hidden_size=moe_ffn,
+        shared_expert_ffn_hidden_size=(_optional_int(config, "n_shared_experts") or 0) * moe_ffn,
+        first_k_dense_layers=first_k_dense,
+        moe_layer_freq=freq,
+        router_expert_bias=True,
+        load_balancing_type="seq_aux_loss",
+        aux_loss_coeff=GLM4_MOE_AUX_LOSS_COEFF,
+        router_dtype="fp32",
+        **router,
+    )
+    return fields
+
+
 def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
     """DeepSeek's MoEGate (V2 and V3 modeling code) in Megatron's router vocabulary."""
     score = str(config.get("scoring_func") or "softmax")
@@ -756,6 +801,7 @@ _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "qwen3_moe": lambda config: _qwen_moe(config, shared_expert=False),
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "glm4_moe": _glm4_moe,
     "gpt2": _gpt2,
 }
 

@@ -528,3 +528,48 @@ def test_rope_parameters_per_attention_kind_must_agree():
     with pytest.raises(MegapilotError) as refused:
         from_hf_config(differ, "m")
     assert refused.value.field == "rope_parameters"
+
+
+# ---- GLM-4.5 (Glm4MoeForCausalLM) ---------------------------------------------------------------------------
+
+# transformers 5.24's Glm4MoeConfig defaults, written out as a config.json would hold them (its docstring: "a
+# configuration similar to GLM-4.5-Air"); `partial_rotary_factor` is the 0.5 its __post_init__ sets.
+GLM4_MOE_DEFAULTS = {
+    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 4096,
+    "intermediate_size": 10944, "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8,
+    "hidden_act": "silu", "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "attention_bias": False, "moe_intermediate_size": 1408, "num_experts_per_tok": 8, "n_shared_experts": 1,
+    "n_routed_experts": 128, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+    "first_k_dense_replace": 1, "norm_topk_prob": True, "use_qk_norm": False, "num_nextn_predict_layers": 1,
+    "partial_rotary_factor": 0.5, "head_dim": 128, "rope_theta": 1000000,
+}
+
+
+def test_glm4_moe_reads_as_megatron_bridge_maps_it():
+    model = from_hf_config(GLM4_MOE_DEFAULTS, "glm-4.5-air-shaped")
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_query_groups,
+            model.kv_channels) == (46, 4096, 96, 8, 128)
+    assert model.rotary_percent == 0.5 and model.mtp_num_layers == 1 and model.rotary_base == 1_000_000
+    assert not model.add_qkv_bias and not model.qk_layernorm and not model.add_bias_linear
+    moe = model.moe
+    assert moe is not None
+    assert (moe.num_experts, moe.router_topk, moe.moe_ffn_hidden_size, moe.shared_expert_ffn_hidden_size) == \
+        (128, 8, 1408, 1408)
+    assert (moe.first_k_dense_layers, moe.moe_layer_freq) == (1, 1)
+    assert moe.router_score_function == "sigmoid" and moe.router_expert_bias and not moe.router_pre_softmax
+    assert moe.router_topk_scaling_factor is None and moe.router_num_groups is None
+    # GLM-4.5 (355B-A32B): QKV bias, q/k norm, 2.5x routed scaling, three dense layers, group-limited routing
+    big = from_hf_config(GLM4_MOE_DEFAULTS | {"attention_bias": True, "use_qk_norm": True, "first_k_dense_replace": 3,
+                                             "routed_scaling_factor": 2.5, "n_group": 8, "topk_group": 4}, "glm")
+    assert big.add_qkv_bias and big.qk_layernorm and not big.add_bias_linear
+    assert big.moe is not None and big.moe.first_k_dense_layers == 3
+    assert big.moe.router_topk_scaling_factor == 2.5
+    assert (big.moe.router_num_groups, big.moe.router_group_topk) == (8, 4)
+
+
+def test_glm4_moe_air_shape_has_the_published_total_and_active_parameters():
+    """GLM-4.5-Air's model card: 106B total, 12B active (the decoder, without its MTP module and embeddings)."""
+    counts = count_params(from_hf_config(GLM4_MOE_DEFAULTS | {"num_nextn_predict_layers": 0}, "air"))
+    embedding = 2 * 151552 * 4096  # input embedding and untied output layer
+    assert counts.total == pytest.approx(106e9, rel=0.01)
+    assert counts.active - embedding == pytest.approx(12e9, rel=0.02)

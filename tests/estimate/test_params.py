@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from megapilot.catalog.hf import load_hf_config
+from megapilot.catalog.hf import from_hf_config, load_hf_config
 from megapilot.errors import MegapilotError
 from megapilot.estimate.params import (
     LayerParams,
@@ -270,6 +270,7 @@ def build(spec):
             moe_shared_expert_intermediate_size=moe["shared_expert_ffn_hidden_size"] or None,
             moe_shared_expert_gate=moe["shared_expert_gate"],
             moe_router_score_function=moe["router_score_function"], moe_router_pre_softmax=moe["router_pre_softmax"],
+            moe_router_enable_expert_bias=moe["router_expert_bias"],
             moe_layer_freq=[int(i >= first and (i - first) % freq == 0) for i in range(spec["num_layers"])])
     config = TransformerConfig(**config)
     if moe:
@@ -288,7 +289,12 @@ def build(spec):
 torch.cuda.current_device = lambda: "cpu"
 dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:0")
 parallel_state.initialize_model_parallel(1, 1)
-counts = {name: sum(p.numel() for p in build(spec).parameters()) for name, spec in json.load(sys.stdin).items()}
+def count(model):
+    """Parameters, and the expert bias Megatron keeps as a buffer but checkpoints (and megapilot counts)."""
+    bias = sum(b.numel() for name, b in model.named_buffers() if name.endswith("expert_bias"))
+    return sum(p.numel() for p in model.parameters()) + bias
+
+counts = {name: count(build(spec)) for name, spec in json.load(sys.stdin).items()}
 parallel_state.destroy_model_parallel()
 dist.destroy_process_group()
 print(json.dumps(counts))
@@ -323,7 +329,16 @@ def _megatron_variants() -> dict[str, ModelSpec]:
             num_experts=4, router_topk=1, moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=32,
             first_k_dense_layers=1, moe_layer_freq=2, router_score_function="sigmoid")),
     }
-    return {name: ModelSpec(name=name, **(base | fields)) for name, fields in variants.items()}
+    specs = {name: ModelSpec(name=name, **(base | fields)) for name, fields in variants.items()}
+    # GLM-4.5 as the importer reads it: QKV bias, q/k norm on 32-wide heads, a dense first layer, a shared expert of
+    # the routed width, sigmoid routing with an expert bias, one MTP module.
+    glm = {"architectures": ["Glm4MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+           "vocab_size": 1000, "max_position_embeddings": 128, "attention_bias": True, "use_qk_norm": True,
+           "moe_intermediate_size": 32, "num_experts_per_tok": 2, "n_shared_experts": 1, "n_routed_experts": 4,
+           "first_k_dense_replace": 1, "norm_topk_prob": True, "num_nextn_predict_layers": 1}
+    specs["glm45_qkv_bias_qk_norm_shared_mtp"] = from_hf_config(glm, "glm45_qkv_bias_qk_norm_shared_mtp")
+    return specs
 
 
 @pytest.mark.slow
