@@ -109,8 +109,9 @@ class LayoutFlags:
     recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
     recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
     sequence_parallel: SequenceParallel = None
-    distributed_optimizer: Annotated[bool, typer.Option(
-        "--distributed-optimizer/--no-distributed-optimizer", help="Shard optimizer state over DP.")] = True
+    distributed_optimizer: Annotated[bool | None, typer.Option(
+        "--distributed-optimizer/--no-distributed-optimizer",
+        help="Shard optimizer state over DP (default: on with Adam; Megatron refuses it with Muon).")] = None
     fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False
     first_stage_layers: FirstStageLayers = None
     last_stage_layers: LastStageLayers = None
@@ -144,6 +145,9 @@ class FeatureFlags:
     moe_pad_to_capacity: Annotated[bool, typer.Option(
         "--moe-pad-to-capacity", help="With --moe-capacity-factor: pad every expert's input to its capacity "
         "(--moe-pad-expert-input-to-capacity; static shapes, no dispatcher host sync).")] = False
+    optimizer: Annotated[str | None, _option(
+        "adam | muon | dist_muon (--optimizer; default adam). Muon keeps one fp32 momentum per 2-D weight and runs "
+        "Newton-Schulz on it each step; dist_muon shards that work and state over DP.")] = None
     moe_flex_dispatcher: Annotated[str | None, _option(
         "MoE tokens through Megatron's flex dispatcher: deepep or hybridep (--moe-token-dispatcher-type flex "
         "--moe-flex-dispatcher-backend X; default alltoall).")] = None

@@ -100,10 +100,11 @@ def _build_specs(
     cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
     try:
         recipe = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
+        recipe |= {"optimizer": features.optimizer} if features.optimizer is not None else {}
         training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision, **recipe)  # type: ignore[arg-type]  # TrainingSpec refuses others
     except ValidationError as exc:
         flags = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision",
-                 "fp8_recipe": "--fp8-recipe"}
+                 "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
         raise validation_error(exc, flags=flags) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
     return _Specs(model, cluster, training, run_options(model, flags))
@@ -219,8 +220,9 @@ def _render(result: PlanResult, saved: Path | None) -> None:
 
     c = result.cluster
     t = result.training
+    optimizer = "" if t.optimizer == "adam" else f", {t.optimizer}"
     table = Table(title=f"{result.model.name} on {c.world_size} × {c.gpu.alias.upper()} — seq {t.seq_length:,}, "
-                        f"GBS {t.global_batch_size:,}, {t.precision}")
+                        f"GBS {t.global_batch_size:,}, {t.precision}{optimizer}")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("layout", overflow="fold", min_width=14)  # the one column that may fold
     # Two-line headings keep the table inside an 80-column terminal.

@@ -43,7 +43,7 @@ from megapilot.spec.model import (
     RouterDtype,
     YarnRopeScaling,
 )
-from megapilot.spec.training import Precision
+from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
@@ -578,7 +578,17 @@ def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | Non
         min_lr=flags.get_float("--min-lr", 0.0) or 0.0, lr_warmup_iters=warmup or 0,
         clip_grad=flags.get_float("--clip-grad", 1.0) or 0.0,
         init_method_std=flags.get_float("--init-method-std", 0.02) or 0.02,
+        optimizer=_optimizer(flags, notes),
     )
+
+
+def _optimizer(flags: LaunchFlags, notes: list[str]) -> Optimizer:
+    """`--optimizer` as priced (Adam, Muon, Muon sharded layer-wise); any other is read as Adam, and said so."""
+    name = flags.get("--optimizer") or "adam"
+    if name in OPTIMIZERS:
+        return name  # type: ignore[return-value]  # one of the Optimizer literals
+    notes.append(f"--optimizer {name} is not modelled: its state and step are priced as Adam's")
+    return "adam"
 
 
 def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> ParallelConfig:

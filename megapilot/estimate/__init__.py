@@ -29,7 +29,7 @@ from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts
-from megapilot.spec.training import TrainingSpec
+from megapilot.spec.training import Optimizer, TrainingSpec
 from megapilot.spec.validate import validate_layout
 
 __all__ = [
@@ -67,6 +67,7 @@ class FastEstimate:
     time: StepTime
     parallel: ParallelConfig  # the layout estimated: the memory advice names what it does not use yet
     convention: FlopConvention = "megatron"
+    optimizer: Optimizer = "adam"  # which memory savers the advice may name (Muon refuses two)
 
     @property
     def fits(self) -> bool:
@@ -90,7 +91,8 @@ def estimate_fast(
     memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib, main_grad_bytes=options.main_grad_bytes,
                             architecture=cluster.gpu.architecture)
     time = step_time(model, cluster, training, parallel, options, convention=convention)
-    return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention)
+    return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention,
+                        optimizer=training.optimizer)
 
 
 def estimate(
@@ -122,7 +124,8 @@ def _param_counts(model: ModelSpec) -> ParamCounts:
 def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None = None) -> EstimateResult:
     """The public `EstimateResult` of a fast estimate (numbers rounded for display stability)."""
     memory, time = fast.memory, fast.time
-    all_warnings = list(warnings or []) + _memory_warnings(memory, model, fast.parallel) + time.warnings
+    all_warnings = list(warnings or []) + _memory_warnings(memory, model, fast.parallel, fast.optimizer) \
+        + time.warnings
     return EstimateResult(
         params=_param_counts(model),
         flops_per_step=time.model_flops_per_step,
@@ -146,13 +149,14 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
     )
 
 
-def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: ParallelConfig) -> list[str]:
+def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: ParallelConfig,
+                     optimizer: Optimizer) -> list[str]:
     if memory.fits:
         headroom = memory.capacity_gib - memory.total_gib
         if headroom < 0.05 * memory.capacity_gib:
             return [f"only {headroom:.1f} GiB of {memory.capacity_gib:.0f} GiB left: allocator spikes may OOM"]
         return []
-    savers = memory_savers_not_on(model, parallel)
+    savers = memory_savers_not_on(model, parallel, optimizer)
     advice = ("not yet used: " + ", ".join(savers)) if savers else \
         "every memory saver is already on: more GPUs, a shorter sequence or a smaller model"
     return [
@@ -161,20 +165,24 @@ def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: Parall
     ]
 
 
-def memory_savers_not_on(model: ModelSpec, p: ParallelConfig) -> list[str]:
+def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimizer = "adam") -> list[str]:
     """The memory savers this layout does not use yet, cheapest in throughput first.
 
     Advice that names a switch already on (the distributed optimizer under Megatron-FSDP, recompute
-    when every layer is recomputed) sends the user looking for a change that does not exist.
+    when every layer is recomputed) sends the user looking for a change that does not exist, and so does a
+    switch Megatron refuses beside Muon (the distributed optimizer, Megatron-FSDP): there it names dist_muon.
     """
     savers: list[str] = []
-    if p.dp > 1 and not (p.distributed_optimizer or p.fsdp):
+    muon = optimizer != "adam"
+    if p.dp > 1 and optimizer == "muon":
+        savers.append("Muon's state sharded over DP (--optimizer dist_muon)")
+    if p.dp > 1 and not muon and not (p.distributed_optimizer or p.fsdp):
         savers.append("the distributed optimizer (--use-distributed-optimizer)")
     if p.tp > 1 and not p.sequence_parallel:
         savers.append("sequence parallelism (--sequence-parallel)")
     if p.mbs > 1:
         savers.append(f"a smaller micro-batch (now {p.mbs})")
-    if p.dp > 1 and not p.fsdp:
+    if p.dp > 1 and not p.fsdp and not muon:
         savers.append("Megatron-FSDP (--use-megatron-fsdp" + (", with PP 1)" if p.pp > 1 else ")"))
     if p.recompute != "full":
         savers.append("full activation recompute (--recompute-granularity full)")

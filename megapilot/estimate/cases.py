@@ -28,7 +28,7 @@ from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
-from megapilot.spec.training import FP8_RECIPES, PRECISIONS, TrainingSpec
+from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
@@ -37,13 +37,13 @@ BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_ac
               "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer")
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout",
-             "moe_flex_dispatcher")
+             "moe_flex_dispatcher", "optimizer")
 # Megatron's flex MoE dispatcher backends, as `script --moe-flex-dispatcher` writes them; left out = alltoall.
 FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
 # What the run makes of its model beyond the layout (`with_features`, `run_options`): the same for a search.
 FEATURE_FLAGS = ("mtp_num_layers", "mtp_repeated_layer", "moe_capacity_factor", "moe_pad_to_capacity",
-                 "moe_flex_dispatcher")
+                 "moe_flex_dispatcher", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def build_case(**flags: Any) -> Case:
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
     if flags.get("pp_layout") == "balanced":
         flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
-    parallel = _resolve_parallel(flags, cluster.world_size)
+    parallel = _resolve_parallel(flags, cluster.world_size, training)
     return Case(model, cluster, training, parallel,
                 allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=run_options(model, flags))
 
@@ -179,7 +179,7 @@ def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> Clu
     return ClusterSpec.from_gpu_count(get_gpu(gpu_name), gpus, gpus_per_node)
 
 
-def _resolve_parallel(flags: dict[str, Any], world_size: int) -> ParallelConfig:
+def _resolve_parallel(flags: dict[str, Any], world_size: int, training: TrainingSpec) -> ParallelConfig:
     tp = flags.get("tp", 1)
     recompute = flags.get("recompute", "selective")
     layout = {
@@ -189,7 +189,7 @@ def _resolve_parallel(flags: dict[str, Any], world_size: int) -> ParallelConfig:
         "recompute": recompute,
         "recompute_method": flags.get("recompute_method", "uniform"),
         "recompute_num_layers": flags.get("recompute_num_layers"),
-        "distributed_optimizer": flags.get("distributed_optimizer", True),
+        "distributed_optimizer": _distributed_optimizer(flags, training),
         "fsdp": flags.get("fsdp", False),
         "first_stage_layers": flags.get("first_stage_layers"),
         "last_stage_layers": flags.get("last_stage_layers"),
@@ -203,6 +203,20 @@ def _resolve_parallel(flags: dict[str, Any], world_size: int) -> ParallelConfig:
         raise
     except ValueError as exc:
         raise _layout_error(exc) from None
+
+
+def _distributed_optimizer(flags: dict[str, Any], training: TrainingSpec) -> bool:
+    """On by default with Adam; off with Muon, which Megatron refuses beside it (and beside Megatron-FSDP)."""
+    if not training.uses_muon:
+        return bool(flags.get("distributed_optimizer", True))
+    if flags.get("distributed_optimizer"):
+        raise MegapilotError(f"{training.optimizer} does not run with the distributed optimizer (Megatron refuses "
+                             "it)", field="distributed_optimizer",
+                             fix="drop --distributed-optimizer; --optimizer dist_muon shards Muon's state over DP")
+    if flags.get("fsdp"):
+        raise MegapilotError(f"{training.optimizer} does not run with Megatron-FSDP (Megatron refuses it)",
+                             field="fsdp", fix="drop --fsdp, or use --optimizer adam")
+    return False
 
 
 def _balanced_layout(model: ModelSpec, flags: dict[str, Any], seq_length: int) -> str:
@@ -236,12 +250,13 @@ def _build_training(flags: dict[str, Any]) -> TrainingSpec:
         recipe = {"fp8_recipe": flags["fp8_recipe"]} if "fp8_recipe" in flags else {}
         return TrainingSpec(
             seq_length=flags["seq_len"], global_batch_size=flags["gbs"], precision=flags.get("precision", "bf16"),
-            **recipe,
+            optimizer=flags.get("optimizer", "adam"), **recipe,
         )
     except ValueError as exc:
         error = from_validation_error(exc)
         flag = {"seq_length": "seq_len", "global_batch_size": "gbs"}.get(error.field or "", error.field)
         fix = {"precision": f"use one of: {', '.join(PRECISIONS)}",
-               "fp8_recipe": f"with precision fp8 use one of: {', '.join(FP8_RECIPES)}; otherwise drop it"}.get(
+               "fp8_recipe": f"with precision fp8 use one of: {', '.join(FP8_RECIPES)}; otherwise drop it",
+               "optimizer": f"use one of: {', '.join(OPTIMIZERS)}"}.get(
             flag or "", error.fix)
         raise MegapilotError(error.problem, field=flag, fix=fix) from None

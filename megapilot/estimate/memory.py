@@ -37,12 +37,13 @@ from megapilot.estimate.params import (
     norm_params,
     pipeline_stages,
     stage_params_by_sharding,
+    stage_vocab_params,
 )
 from megapilot.estimate.quantization import saved_input_bytes_per_value, weight_copy_bytes_per_param
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit
-from megapilot.spec.training import QuantFlavour, TrainingSpec
+from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
 
 GIB = 2**30
 MIB = 2**20
@@ -51,6 +52,7 @@ PARAM_BYTES = 2  # bf16 model weights
 BF16_GEMM_INPUT_BYTES = 2  # a saved GEMM input outside quantised recipes
 MAIN_GRAD_BYTES = 4  # fp32 gradient buffer (Megatron DDP accumulates in fp32)
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam exp_avg + exp_avg_sq
+MUON_BYTES = 8  # fp32 master weights + Muon's momentum buffer
 
 # Overhead allowance (default mode). CUDA context + cuBLAS/cuDNN workspaces ~1 GiB on Hopper-class
 # GPUs; NCCL keeps ~0.25 GiB of buffers per communicator it uses; the caching allocator loses about
@@ -93,6 +95,7 @@ class ShardParams:
     dense: float  # attention, dense MLP, shared experts, embeddings, output layer, MTP projections: split over TP
     replicated: float  # norms, router: whole on every TP rank
     expert: float  # routed experts: split over EP x ETP
+    vocab: float = 0.0  # of `dense`: the embedding and output-layer weights (Muon leaves them to Adam)
 
 
 @lru_cache(maxsize=64)
@@ -128,7 +131,9 @@ def _shard_params(
     model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int, stage: int, split: PipelineSplit = EVEN_SPLIT,
 ) -> ShardParams:
     held = stage_params_by_sharding(model, pp, vpp, stage, tp=tp, split=split)
-    return ShardParams(dense=held.tp_sharded / tp, replicated=held.replicated, expert=held.expert / (ep * etp))
+    vocab = stage_vocab_params(model, pp, vpp, stage, tp=tp, split=split)
+    return ShardParams(dense=held.tp_sharded / tp, replicated=held.replicated, expert=held.expert / (ep * etp),
+                       vocab=vocab / tp)
 
 
 # ---- weights, gradients, optimizer ---------------------------------------------------------------
@@ -172,13 +177,22 @@ def gradients_gib(shard: ShardParams, parallel: ParallelConfig, main_grad_bytes:
     return _bytes_by_sharding(shard, parallel, main_grad_bytes, sharded=parallel.fsdp) / GIB
 
 
-def optimizer_gib(shard: ShardParams, parallel: ParallelConfig) -> float:
+def optimizer_gib(shard: ShardParams, parallel: ParallelConfig, optimizer: Optimizer = "adam") -> float:
     """fp32 master + Adam moments: 12 B/param, divided by DP (expert-DP for experts) when sharded.
 
-    ZeRO-1 / distributed optimizer: Rajbhandari et al. 2020 (arXiv 1910.02054) stage 1.
+    ZeRO-1 / distributed optimizer: Rajbhandari et al. 2020 (arXiv 1910.02054) stage 1. Muon (Megatron's
+    `get_megatron_muon_optimizer`) keeps an fp32 master and one fp32 momentum, 8 B, for every 2-D weight but
+    the embedding and output layer, which with the norms and biases stay on Adam's 12 B; `dist_muon` shards
+    both over DP layer by layer (even shares: Megatron balances the layers it deals out), `muon` not at all.
     """
-    sharded = parallel.distributed_optimizer or parallel.fsdp
-    return _bytes_by_sharding(shard, parallel, OPTIMIZER_BYTES, sharded=sharded) / GIB
+    if optimizer == "adam":
+        sharded = parallel.distributed_optimizer or parallel.fsdp
+        return _bytes_by_sharding(shard, parallel, OPTIMIZER_BYTES, sharded=sharded) / GIB
+    on_adam = ShardParams(dense=shard.vocab, replicated=shard.replicated, expert=0.0)
+    on_muon = ShardParams(dense=shard.dense - shard.vocab, replicated=0.0, expert=shard.expert)
+    sharded = optimizer == "dist_muon"
+    return (_bytes_by_sharding(on_adam, parallel, OPTIMIZER_BYTES, sharded=sharded)
+            + _bytes_by_sharding(on_muon, parallel, MUON_BYTES, sharded=sharded)) / GIB
 
 
 def _bytes_by_sharding(shard: ShardParams, parallel: ParallelConfig, per_param: float, *, sharded: bool) -> float:
@@ -581,7 +595,7 @@ def _stage_memory(
         weights_gib=weights_gib(shard, parallel, training.quant_flavour, architecture)
         + fsdp_unsharded_gib(model, parallel),
         gradients_gib=gradients_gib(shard, parallel, main_grad_bytes),
-        optimizer_gib=optimizer_gib(shard, parallel),
+        optimizer_gib=optimizer_gib(shard, parallel, training.optimizer),
         activations_gib=activations,
         overhead_gib=overhead_gib(parallel, activations),
         capacity_gib=capacity_gib,

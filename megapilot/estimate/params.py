@@ -423,19 +423,33 @@ def stage_params_by_sharding(
     held = ParamsBySharding(0, 0, 0)
     for i in stage_layer_indices(model, pp, vpp, stage, split=resolved):
         held += layers[i]
-    embedding_rank, loss_rank, mtp_rank = (stages.rank_of(item) for item in (EMBEDDING, LOSS, MTP))
-    embedding = ParamsBySharding(embedding_params(model, padded_vocab=True, tp=tp), 0, 0)
-    if stage == embedding_rank:
-        held += embedding
-    if stage == loss_rank:
-        held += ParamsBySharding(output_layer_params(model, padded_vocab=True, tp=tp),
-                                 norm_params(model, model.hidden_size), 0)
-        if model.tie_embeddings and stage != embedding_rank:
-            held += ParamsBySharding(model.padded_vocab_size(tp) * model.hidden_size, 0, 0)
-    if stage == mtp_rank:
+    held += ParamsBySharding(_vocab_params_held(model, stages, stage, tp), 0, 0)
+    if stage == stages.rank_of(LOSS):
+        held += ParamsBySharding(0, norm_params(model, model.hidden_size), 0)
+    if stage == stages.rank_of(MTP):
         held += _mtp_module_by_sharding(model).scaled(model.mtp_weight_copies)
-        if stage != embedding_rank:
-            held += embedding
+    return held
+
+
+def stage_vocab_params(model: ModelSpec, pp: int, vpp: int = 1, stage: int = 0, *, tp: int = 1,
+                       split: PipelineSplit | None = None) -> int:
+    """The embedding and output-layer weights pipeline rank `stage` holds (before TP splits them): what an
+    optimizer that treats them apart (Muon's scalar optimizer) sees."""
+    return _vocab_params_held(model, pipeline_stages(model, pp, vpp, _split_of(split, None, None)), stage, tp)
+
+
+def _vocab_params_held(model: ModelSpec, stages: PipelineStages, stage: int, tp: int) -> int:
+    """Rank 0's embedding, the last rank's output layer (a copy of a tied embedding), and the MTP rank's
+    embedding copy."""
+    embedding_rank, loss_rank, mtp_rank = (stages.rank_of(item) for item in (EMBEDDING, LOSS, MTP))
+    embedding = embedding_params(model, padded_vocab=True, tp=tp)
+    held = embedding if stage == embedding_rank else 0
+    if stage == loss_rank:
+        held += output_layer_params(model, padded_vocab=True, tp=tp)
+        if model.tie_embeddings and stage != embedding_rank:
+            held += model.padded_vocab_size(tp) * model.hidden_size
+    if stage == mtp_rank and stage != embedding_rank:
+        held += embedding
     return held
 
 

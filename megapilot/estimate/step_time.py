@@ -65,10 +65,11 @@ from megapilot.estimate.latency import (
     sm_count,
 )
 from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
-from megapilot.estimate.params import pipeline_stages
+from megapilot.estimate.params import pipeline_stages, stage_layer_indices
 from megapilot.estimate.quantization import (
     CALIBRATED_FP8_FLAVOUR,
     cast_bytes_per_value,
+    layer_linears,
     layer_recipe_delta_s,
     mixer_linears,
 )
@@ -76,7 +77,7 @@ from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit
-from megapilot.spec.training import QuantFlavour, TrainingSpec
+from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
@@ -614,9 +615,12 @@ def _pp_comm_s(
 
 def _dp_comm_s(
     model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, stage0_microbatch_s: float,
-    num_microbatches: int,
+    num_microbatches: int, optimizer: Optimizer = "adam",
 ) -> tuple[float, float]:
-    """(exposed seconds, total seconds) of the gradient reduction and parameter gather of stage 0."""
+    """(exposed seconds, total seconds) of the gradient reduction and parameter gather of stage 0. Muon
+    all-reduces the gradients; Megatron refuses to overlap that with plain `muon`, and `dist_muon` all-gathers
+    the weights each rank updated (its layer-wise shard) after the step, exposed (the launch script does not
+    ask Megatron to overlap it: 0.16 refuses that)."""
     shard = shard_params(model, p, 0)
     dense, expert = shard.dense + shard.replicated, shard.expert
     grad_bytes = options.main_grad_bytes
@@ -634,8 +638,13 @@ def _dp_comm_s(
         reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
             expert * grad_bytes, expert_group, bandwidth)
         gather_s = 0.0
-    backward_window = BACKWARD_SHARE * stage0_microbatch_s if options.overlap_grad_reduce else 0.0
-    forward_window = FORWARD_SHARE * stage0_microbatch_s if options.overlap_param_gather else 0.0
+        if optimizer == "dist_muon":
+            gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
+                expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
+    reduce_hides = options.overlap_grad_reduce and optimizer != "muon"  # Megatron refuses it with plain muon
+    gather_hides = options.overlap_param_gather and optimizer == "adam"  # dist_muon's: from Megatron-LM 0.17 on
+    backward_window = BACKWARD_SHARE * stage0_microbatch_s if reduce_hides else 0.0
+    forward_window = FORWARD_SHARE * stage0_microbatch_s if gather_hides else 0.0
     exposed = max(0.0, reduce_s - backward_window) + max(0.0, gather_s - forward_window)
     return exposed, reduce_s + gather_s
 
@@ -655,10 +664,55 @@ def _fsdp_exposed_s(
     return max(0.0, total - m * microbatch_s) + unhidden_edges, total
 
 
-def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig) -> float:
-    """Adam's memory-bound update of this GPU's shard of the master weights."""
+def _newton_schulz_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, optimizer: Optimizer) -> float:
+    """Muon's orthogonalisation of stage 0's 2-D weights: `MUON_NS_STEPS` quintic Newton-Schulz steps per matrix
+    (on each rank's TP block, Megatron's default `--muon-tp-mode blockwise`), GEMMs that run in fp32 at
+    `medium` matmul precision, priced at the BF16 rate of a large GEMM. `muon` repeats it on every DP rank;
+    `dist_muon` deals the matrices out over DP (the experts' over expert-DP)."""
+    if optimizer == "adam":
+        return 0.0
+    dense, expert = newton_schulz_flops(model, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, p.pipeline_split)
+    if optimizer == "dist_muon":
+        dense, expert = dense / (p.dp * p.cp), expert / p.expert_dp
+    gpu = cluster.gpu
+    rate = gpu.bf16_dense_tflops * 1e12 * CALIBRATED.gemm_peak_fraction_16bit
+    return (dense + expert) / rate
+
+
+MUON_NS_STEPS = 5  # --muon-num-ns-steps default
+
+
+@lru_cache(maxsize=1024)
+def newton_schulz_flops(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int,
+                        split: PipelineSplit) -> tuple[float, float]:
+    """(dense, routed-expert) FLOPs of one Muon step's Newton-Schulz iterations on pipeline rank 0's 2-D weights,
+    each as its TP / EP block: a quintic step on an m x N matrix (m <= N) is X X^T (2 m^2 N), the polynomial
+    in it (2 m^3) and its product with X (2 m^2 N)."""
+    layout = ParallelConfig(tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, dp=ep * etp, sequence_parallel=tp > 1,
+                            first_stage_layers=split.first_stage_layers, last_stage_layers=split.last_stage_layers,
+                            account_for_embedding=split.account_for_embedding,
+                            account_for_loss=split.account_for_loss, pipeline_layout=split.layout)
+    total = expert = 0.0
+    for index in stage_layer_indices(model, pp, vpp, 0, split=split):
+        total += sum(_newton_schulz_flops(k, n) for _, k, n in layer_linears(model, index, layout, 1.0))
+        if model.is_moe_layer(index) and model.moe is not None:
+            moe = model.moe
+            width, ffn = moe.routed_width(model.hidden_size), moe.moe_ffn_hidden_size / etp
+            fc1 = _newton_schulz_flops(width, ffn * (2 if model.gated_mlp else 1))
+            expert += moe.num_experts // ep * (fc1 + _newton_schulz_flops(ffn, width))
+    return total - expert, expert
+
+
+def _newton_schulz_flops(k: float, n: float) -> float:
+    m, wide = min(k, n), max(k, n)
+    return MUON_NS_STEPS * (4 * m * m * wide + 2 * m ** 3)
+
+
+def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, optimizer: Optimizer = "adam") -> float:
+    """The memory-bound update of this GPU's shard of the master weights (Adam's bytes; Muon's momentum update
+    moves fewer, its Newton-Schulz GEMMs are `_newton_schulz_s`)."""
     shard = shard_params(model, p, 0)
-    sharded = p.distributed_optimizer or p.fsdp
+    sharded = p.distributed_optimizer or p.fsdp or optimizer == "dist_muon"
     dense = (shard.dense + shard.replicated) / (p.dp * p.cp if sharded else 1)
     expert = shard.expert / (p.expert_dp if sharded else 1)
     return (dense + expert) * ADAM_STEP_BYTES_PER_PARAM / (cluster.gpu.hbm_bw_tbps * 1e12)
@@ -682,8 +736,9 @@ def step_time(
     per_microbatch_s = slowest.total + pp_comm_s
     other_stages_s = sum(c.total for c in stages) - slowest.total + (p.pp - 1) * pp_comm_s
     bubble_s = other_stages_s / p.vpp
-    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, stages[0].total, m)
-    optimizer_s = _optimizer_s(model, cluster, p)
+    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, stages[0].total, m, training.optimizer)
+    optimizer_s = _optimizer_s(model, cluster, p, training.optimizer) \
+        + _newton_schulz_s(model, cluster, p, training.optimizer)
     breakdown = {
         "compute": m * slowest.compute,
         "recompute": m * slowest.recompute,

@@ -34,7 +34,7 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
     return [
         _with_layer_blocks(_with_dispatcher(model_section(plan.model, cpu=options.cpu),
                                             flex_dispatcher_backend(plan, options)), plan.model, options),
-        _parallel_section(plan.model, plan.parallel, cpu=options.cpu),
+        _parallel_section(plan.model, plan.parallel, plan.training, cpu=options.cpu),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
         _cpu_section() if options.cpu else _precision_section(plan, options),
@@ -55,7 +55,7 @@ def _with_layer_blocks(section: ArgSection, model: ModelSpec, options: LaunchOpt
 
 
 # ---- parallelism ---------------------------------------------------------------------------
-def _parallel_section(model: ModelSpec, p: ParallelConfig, *, cpu: bool = False) -> ArgSection:
+def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, cpu: bool = False) -> ArgSection:
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
     s.add("--tensor-model-parallel-size", p.tp)
     s.add("--pipeline-model-parallel-size", p.pp)
@@ -76,8 +76,9 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, *, cpu: bool = False)
         s.add("--sequence-parallel")
     if p.distributed_optimizer or p.fsdp:  # Megatron-FSDP's sharded steps run inside the distributed optimizer
         s.add("--use-distributed-optimizer")
-    s.add("--overlap-grad-reduce")
-    if p.distributed_optimizer or p.fsdp:
+    if t.optimizer != "muon":  # "Muon optimizer does not support overlap grad reduce. Use dist_muon instead."
+        s.add("--overlap-grad-reduce")
+    if p.distributed_optimizer or p.fsdp:  # (dist_muon may overlap its gather only from Megatron-LM 0.17 on)
         s.add("--overlap-param-gather")
     return s
 
@@ -197,6 +198,8 @@ def _training_section(t: TrainingSpec, p: ParallelConfig) -> ArgSection:
     s.add("--lr-warmup-iters", t.lr_warmup_iters)
     s.add("--weight-decay", t.weight_decay)
     s.add("--clip-grad", t.clip_grad)
+    if t.optimizer != "adam":  # Megatron's default; Muon's embeddings, norms and biases still take the Adam betas
+        s.add("--optimizer", t.optimizer)
     s.add("--adam-beta1", t.adam_beta1)
     s.add("--adam-beta2", t.adam_beta2)
     s.add("--init-method-std", t.init_method_std)

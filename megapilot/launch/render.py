@@ -51,6 +51,9 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
         notes.append("drafted for another machine (--remote): paths were checked for form only, not for existence "
                      "here, and no directory was created here")
 
+    if plan.training.uses_muon:
+        notes.append(f"--optimizer {plan.training.optimizer} needs the emerging_optimizers package in the image "
+                     "(Megatron-LM imports its Newton-Schulz from there); it cannot be checked from here")
     if options.launcher == "primus" and plan.cluster.gpu.vendor != "AMD":
         notes.append(f"Primus targets AMD Instinct GPUs (ROCm images); this plan is for {plan.cluster.gpu.name}")
 

@@ -93,15 +93,17 @@ class Shape:
     fsdp: bool
     split: space.PipelineSplit
     vpp: int = 1
+    distributed_optimizer: bool = True  # off with Muon, which Megatron refuses beside it
 
     def with_vpp(self, vpp: int, split: space.PipelineSplit) -> Shape:
         """The shape at `vpp`, running `split` (a layout string cut for that VPP)."""
-        return Shape(self.tp, self.cp, self.pp, self.dp, self.ep, self.etp, self.fsdp, split, vpp)
+        return Shape(self.tp, self.cp, self.pp, self.dp, self.ep, self.etp, self.fsdp, split, vpp,
+                     self.distributed_optimizer)
 
     def layout(self, mbs: int, rung: RecomputeRung) -> ParallelConfig:
         return ParallelConfig(
             tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp, vpp=self.vpp,
-            sequence_parallel=self.tp > 1, distributed_optimizer=True, fsdp=self.fsdp,
+            sequence_parallel=self.tp > 1, distributed_optimizer=self.distributed_optimizer, fsdp=self.fsdp,
             first_stage_layers=self.split.first_stage_layers, last_stage_layers=self.split.last_stage_layers,
             account_for_embedding=self.split.account_for_embedding, account_for_loss=self.split.account_for_loss,
             pipeline_layout=self.split.layout, mbs=mbs,
@@ -419,7 +421,7 @@ class _Search:
                     self.rejected[floor_failed_for[(etp, fsdp)]] += 1
                     continue
                 shape = Shape(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=None if etp == tp else etp, fsdp=fsdp,
-                              split=split)
+                              split=split, distributed_optimizer=not self.training.uses_muon)
                 floor = self._floor(shape)
                 if not floor.fits:
                     if floor.static_gib > floor.capacity_gib:  # weights alone overflow: CP cannot help
@@ -433,7 +435,10 @@ class _Search:
                     settled.add((ep, etp, fsdp))
 
     def _fsdp_options(self, dp: int, pp: int) -> tuple[bool, ...]:
-        """Megatron-FSDP only with DP to shard over and without pipelining, which it does not support."""
+        """Megatron-FSDP only with DP to shard over and without pipelining, which it does not support, and not
+        with Muon (Megatron refuses it)."""
+        if self.training.uses_muon:
+            return (False,)
         if self.pins.fsdp is not None:
             return () if self.pins.fsdp and pp > 1 else (self.pins.fsdp,)
         return (False, True) if dp > 1 and pp == 1 else (False,)

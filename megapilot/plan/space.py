@@ -377,6 +377,9 @@ def expert_values(model: ModelSpec, tp: int, pins: Pins) -> tuple[tuple[int, int
 
 def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins) -> None:
     """Refuse pinned values that no layout can use, with the rule that fails and its fix."""
+    if pins.fsdp and training.uses_muon:
+        raise MegapilotError(f"{training.optimizer} does not run with Megatron-FSDP (Megatron refuses it)",
+                             field="fsdp", fix="drop --fsdp, or plan with --optimizer adam")
     failure = precision_rule(cluster, training)
     world = cluster.world_size
     for name in ("tp", "pp", "cp"):

@@ -21,6 +21,10 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4")
 # weight, one-byte saved GEMM inputs, the 8-bit GEMM fit.
 QUANTIZED_PRECISIONS: tuple[str, ...] = ("fp8", "mxfp8", "nvfp4", "mxfp4")
 FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise")
+# Megatron-LM's --optimizer choices megapilot prices: Adam, and Muon on one rank's weights or sharded layer-wise.
+Optimizer = Literal["adam", "muon", "dist_muon"]
+OPTIMIZERS: tuple[str, ...] = ("adam", "muon", "dist_muon")
+MUON_OPTIMIZERS = ("muon", "dist_muon")
 DEFAULT_FP8_RECIPE: Fp8Recipe = "tensorwise"
 # One name per quantised-GEMM flavour: plain fp8 by its recipe, the block-scaled formats by their own name.
 QuantFlavour = Literal["fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4", "mxfp4"]
@@ -40,7 +44,12 @@ class TrainingSpec(BaseModel):
                     "fp8_cs, the recipe of its H100/B200 performance tables); delayed keeps an amax history; "
                     "blockwise scales 1x128 / 128x128 blocks (Bridge's fp8_sc).",
     )
-    optimizer: Literal["adam"] = "adam"
+    optimizer: Optimizer = Field(
+        default="adam",
+        description="--optimizer: adam; muon orthogonalises each 2-D weight's momentum by Newton-Schulz iterations "
+                    "(one fp32 momentum; embeddings, output layer, norms and biases stay on Adam) and cannot use "
+                    "the distributed optimizer; dist_muon shards that state layer by layer over data parallel.",
+    )
     train_iters: int = Field(default=100, gt=0, description="--train-iters.")
     lr: float = Field(default=3e-4, gt=0)
     min_lr: float = Field(default=3e-5, ge=0)
@@ -62,6 +71,18 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"{recipe} applies only to precision fp8, not {precision} (which scales its own "
                              "blocks or none)")
         return recipe
+
+    @field_validator("optimizer")
+    @classmethod
+    def _muon_runs_bf16(cls, optimizer: Optimizer, info: ValidationInfo) -> Optimizer:
+        # Megatron's get_megatron_muon_optimizer: "muon with fp16 is not supported".
+        if optimizer in MUON_OPTIMIZERS and info.data.get("precision") == "fp16":
+            raise ValueError(f"{optimizer} does not run with fp16 (Megatron refuses it); use bf16 or an fp8 recipe")
+        return optimizer
+
+    @property
+    def uses_muon(self) -> bool:
+        return self.optimizer in MUON_OPTIMIZERS
 
     @property
     def tokens_per_step(self) -> int:

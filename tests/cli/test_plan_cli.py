@@ -202,3 +202,26 @@ def test_a_feature_the_model_cannot_take_is_one_line_naming_it(cli, flag, value,
 def test_pins_take_megatron_spellings(cli):
     doc = cli(*SMALL, "--tensor-model-parallel-size", "2", "--micro-batch-size", "1", "--top", "1", "--json").json()
     assert (doc["candidates"][0]["parallel"]["tp"], doc["candidates"][0]["parallel"]["mbs"]) == (2, 1)
+
+
+def test_a_muon_run_is_planned_without_the_distributed_optimizer_and_scripted_as_megatron_takes_it(cli, tmp_path):
+    target = tmp_path / "plan.json"
+    args = ("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--seq-len", "8192",
+            "--optimizer", "dist_muon", "--top", "3", "--save", str(target), "--json")
+    doc = cli(*args).json()
+    layouts = [candidate["parallel"] for candidate in doc["candidates"]]
+    assert layouts and not any(p["distributed_optimizer"] or p["fsdp"] for p in layouts)
+    assert SavedPlan.model_validate_json(target.read_text()).training.optimizer == "dist_muon"
+    script = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                 "--json").json()
+    megatron_args = script["megatron_args"]
+    assert megatron_args[megatron_args.index("--optimizer") + 1] == "dist_muon"
+    assert "--use-distributed-optimizer" not in megatron_args and "--overlap-param-gather" not in megatron_args
+    assert any("emerging_optimizers" in note for note in script["notes"])
+    plain = cli("script", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--seq-len",
+                "8192", "--optimizer", "muon", "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                "--json").json()["megatron_args"]
+    assert "--overlap-grad-reduce" not in plain  # "Muon optimizer does not support overlap grad reduce"
+    old = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+              "--megatron-version", "0.15")
+    assert old.exit_code == 2 and "added in Megatron-LM core_v0.16.0" in old.stderr

@@ -141,3 +141,12 @@ def test_a_heterogeneous_models_blocks_read_back_from_the_file_its_flags_name(tm
     missing = run_config(read_flags(script=script), gpus=1)
     assert missing.model is not None and missing.model.layer_blocks is None
     assert any("--heterogeneous-layers-config-path" in note for note in missing.notes)
+
+
+def test_the_optimizer_reads_back_and_an_unmodelled_one_is_said():
+    dense = "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --global-batch-size 8"
+    muon = run_config(read_flags(flags=dense + " --optimizer dist_muon"))
+    assert muon.training.optimizer == "dist_muon"
+    assert run_config(read_flags(flags=dense)).training.optimizer == "adam"
+    lion = run_config(read_flags(flags=dense + " --optimizer lion"))
+    assert lion.training.optimizer == "adam" and any("--optimizer lion is not modelled" in n for n in lion.notes)
