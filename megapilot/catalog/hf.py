@@ -410,23 +410,35 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
         first_k_dense, freq = _moe_placement(
             fields["num_layers"], lambda i: i >= first_dense and i % every == 0, "moe_layer_freq",
         )
-        moe_ffn = _required_int(config, "moe_intermediate_size")
-        fields["moe"] = MoESpec(
-            num_experts=experts,
-            router_topk=_required_int(config, "num_experts_per_tok"),
-            moe_ffn_hidden_size=moe_ffn,
-            shared_expert_ffn_hidden_size=(_optional_int(config, "n_shared_experts") or 0) * moe_ffn,
-            first_k_dense_layers=first_k_dense,
-            moe_layer_freq=freq,
+        fields["moe"] = _deepseek_moe(
+            config, (first_k_dense, freq),
             # noaux_tc routing (V3) balances experts with a learned-free per-expert bias.
             router_expert_bias=config.get("topk_method") == "noaux_tc",
             load_balancing_type="seq_aux_loss" if config.get("seq_aux", True) else "aux_loss",
             aux_loss_coeff=float(config.get("aux_loss_alpha") or 0.0),
-            # DeepSeek's MoEGate computes its logits from fp32 copies of the input and weight.
-            router_dtype="fp32",
-            **_deepseek_router(config, experts),
         )
     return fields
+
+
+def _deepseek_moe(config: HFConfig, placement: tuple[int, int], **balancing: Any) -> MoESpec:
+    """DeepSeek's MoE block as V2, V3 and GLM-4.5 configs state it: `n_routed_experts` of
+    `moe_intermediate_size`, `n_shared_experts` shared ones of the same width, placed as (first dense layers,
+    MoE every k-th), routed by DeepSeek's MoEGate, whose logits come from fp32 copies of the input and weight;
+    `balancing`: its expert bias and aux loss."""
+    experts = _required_int(config, "n_routed_experts")
+    moe_ffn = _required_int(config, "moe_intermediate_size")
+    first_k_dense, freq = placement
+    return MoESpec(
+        num_experts=experts,
+        router_topk=_required_int(config, "num_experts_per_tok"),
+        moe_ffn_hidden_size=moe_ffn,
+        shared_expert_ffn_hidden_size=(_optional_int(config, "n_shared_experts") or 0) * moe_ffn,
+        first_k_dense_layers=first_k_dense,
+        moe_layer_freq=freq,
+        router_dtype="fp32",
+        **balancing,
+        **_deepseek_router(config, experts),
+    )
 
 
 # GLM-4.5's RoPE covers half of each head when the config does not say (transformers' Glm4MoeConfig default).
@@ -449,25 +461,12 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
     fields["rotary_percent"] = _optional_float(config, "partial_rotary_factor") or GLM4_MOE_PARTIAL_ROTARY
     fields["mtp_num_layers"] = (_optional_int(config, "num_nextn_predict_layers")
                                 or _optional_int(config, "num_mtp_layers") or 0)
-    experts = _required_int(config, "n_routed_experts")
     first_dense = _optional_int(config, "first_k_dense_replace") or 0
-    first_k_dense, freq = _moe_placement(fields["num_layers"], lambda i: i >= first_dense, "first_k_dense_replace")
-    moe_ffn = _required_int(config, "moe_intermediate_size")
+    placement = _moe_placement(fields["num_layers"], lambda i: i >= first_dense, "first_k_dense_replace")
     # The router is DeepSeek-V3's noaux_tc gate (transformers' Glm4MoeTopkRouter): read it as one.
-    router = _deepseek_router({**config, "scoring_func": "sigmoid", "topk_method": "noaux_tc"}, experts)
-    fields["moe"] = MoESpec(
-        num_experts=experts,
-        router_topk=_required_int(config, "num_experts_per_tok"),
-        moe_ffn_hidden_size=moe_ffn,
-        shared_expert_ffn_hidden_size=(_optional_int(config, "n_shared_experts") or 0) * moe_ffn,
-        first_k_dense_layers=first_k_dense,
-        moe_layer_freq=freq,
-        router_expert_bias=True,
-        load_balancing_type="seq_aux_loss",
-        aux_loss_coeff=GLM4_MOE_AUX_LOSS_COEFF,
-        router_dtype="fp32",
-        **router,
-    )
+    as_deepseek = {**config, "scoring_func": "sigmoid", "topk_method": "noaux_tc"}
+    fields["moe"] = _deepseek_moe(as_deepseek, placement, router_expert_bias=True,
+                                  load_balancing_type="seq_aux_loss", aux_loss_coeff=GLM4_MOE_AUX_LOSS_COEFF)
     return fields
 
 
