@@ -154,12 +154,10 @@ def _with_rope_parameters_read(config: HFConfig) -> HFConfig:
 
 
 def _rope_parameters_as_top_level(config: HFConfig) -> HFConfig:
-    parameters = config.get("rope_parameters")
+    parameters = _optional_object(config, "rope_parameters", "set rope_parameters to the object the model card "
+                                                             "gives, or drop it")
     if parameters is None:
         return config
-    if not isinstance(parameters, dict):
-        raise MegapilotError(f"rope_parameters={parameters!r} is not an object", field="rope_parameters",
-                             fix="set rope_parameters to the object the model card gives, or drop it")
     per_layer_type = [value for value in parameters.values() if isinstance(value, dict)]
     if per_layer_type:  # one object per attention kind (sliding / full): they must agree to be one Megatron RoPE
         if any(value != per_layer_type[0] for value in per_layer_type):
@@ -198,6 +196,13 @@ def _required_int(config: HFConfig, key: str) -> int:
 
 def _optional_int(config: HFConfig, key: str) -> int | None:
     return None if config.get(key) is None else _required_int(config, key)
+
+
+def _optional_object(config: HFConfig, key: str, fix: str) -> dict[str, Any] | None:
+    value = config.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise MegapilotError(f"{key}={value!r} is not an object", field=key, fix=fix)
+    return value
 
 
 def _optional_float(config: HFConfig, key: str) -> float | None:
@@ -255,12 +260,10 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
 
 def _rope_scaling(config: HFConfig) -> RopeScaling | None:
     """HF `rope_scaling` → the ModelSpec's scaling; kinds with no Megatron equivalent are refused by name."""
-    scaling = config.get("rope_scaling")
+    scaling = _optional_object(config, "rope_scaling", "set rope_scaling to null or to the object the model card "
+                                                       "gives")
     if scaling is None:
         return None
-    if not isinstance(scaling, dict):
-        raise MegapilotError(f"rope_scaling={scaling!r} is not an object", field="rope_scaling",
-                             fix="set rope_scaling to null or to the object the model card gives")
     kind = scaling.get("rope_type") or scaling.get("type") or "default"
     if kind == "default":
         return None
