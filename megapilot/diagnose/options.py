@@ -56,6 +56,8 @@ def _layout(config: RunConfig, **update: object) -> ParallelConfig | None:
     fields = config.parallel.model_dump(exclude={"dp"}) | update
     if fields["tp"] == 1:
         fields["sequence_parallel"] = False
+    if config.training.uses_muon and (fields["distributed_optimizer"] or fields["fsdp"]):
+        return None  # Megatron refuses both beside Muon (validate_layout says so when the GPU is known)
     try:
         parallel = ParallelConfig.for_world(config.world_size, **fields)  # MegapilotError if TP*PP*CP does not divide
         if config.cluster is not None:
@@ -94,6 +96,17 @@ def proposed_layout(config: RunConfig, label: str, parallel: ParallelConfig | No
                         prediction=prediction, modelled=modelled)
 
 
+def _muon_sharded(config: RunConfig, reason: str) -> LayoutOption | None:
+    """Plain Muon -> dist_muon: its state and Newton-Schulz work shared over DP, its all-reduce overlappable
+    (the distributed optimizer and Megatron-FSDP, Adam's ways to shard, are refused beside Muon)."""
+    assert config.training is not None and config.parallel is not None
+    if config.training.optimizer != "muon" or config.parallel.dp == 1:
+        return None
+    sharded = config.training.model_copy(update={"optimizer": "dist_muon"})
+    return proposed_layout(config, "Muon sharded over DP (dist_muon)", config.parallel, sharded,
+                           reasons={"--optimizer": reason})
+
+
 def current_prediction(config: RunConfig) -> Prediction | None:
     if not config.complete:
         return None
@@ -121,9 +134,10 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
         yield proposed_layout(config, "selective recompute", _layout(config, recompute="selective"), reasons={
             "--recompute-activations":
                 "recompute the attention core in the backward pass instead of storing it (small compute cost)"})
-    if not p.distributed_optimizer and not p.fsdp and p.dp > 1:
+    if not p.distributed_optimizer and not p.fsdp and p.dp > 1:  # (with Muon, _layout refuses both)
         yield proposed_layout(config, "distributed optimizer", _layout(config, distributed_optimizer=True), reasons={
             "--use-distributed-optimizer": f"shard the fp32 optimizer states over the {p.dp} DP ranks"})
+    yield _muon_sharded(config, f"deal Muon's fp32 state out over the {p.dp} DP ranks, layer by layer")
     if not p.fsdp and p.pp == 1 and p.dp > 1:
         yield proposed_layout(config, "Megatron-FSDP", _layout(config, fsdp=True, distributed_optimizer=True), reasons={
             "--use-megatron-fsdp": f"shard weights, gradients and optimizer states over the {p.dp} DP ranks"})
@@ -194,7 +208,13 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
         yield proposed_layout(config, "TP communication overlap", p, modelled=False, extra=(change(
             flags, "--tp-comm-overlap", None,
             "overlap TP all-gather/reduce-scatter with GEMMs (needs SP, Transformer Engine)"),))
-    if p.dp > 1 and not flags.has("--overlap-grad-reduce"):
+    if p.dp > 1 and config.training is not None and config.training.optimizer == "muon":
+        yield _muon_sharded(config, "Megatron overlaps the gradient all-reduce with dist_muon, never with muon")
+    elif p.dp > 1 and config.training is not None and config.training.uses_muon:
+        if not flags.has("--overlap-grad-reduce"):
+            yield proposed_layout(config, "DP communication overlap", p, modelled=False, extra=(change(
+                flags, "--overlap-grad-reduce", None, "overlap the gradient all-reduce with the backward pass"),))
+    elif p.dp > 1 and not flags.has("--overlap-grad-reduce"):
         # the param all-gather overlap needs sharded parameters: the distributed optimizer comes with it
         sharded = _layout(config, distributed_optimizer=True) if not (p.distributed_optimizer or p.fsdp) else p
         yield proposed_layout(config, "DP communication overlap", sharded, modelled=False, reasons={

@@ -132,3 +132,31 @@ def test_no_pipeline_option_is_offered_to_a_megatron_fsdp_run():
     assert "pipeline parallel 2" not in labels and "Megatron-FSDP" not in labels
     combined = combined_memory_option(config)
     assert combined is None or combined.parallel.pp == 1
+
+
+def test_a_muon_run_is_offered_dist_muon_not_what_megatron_refuses_beside_it():
+    muon = LLAMA3_8B + " --optimizer muon"
+    for gpu in (None, "h100"):
+        labels = [o.label for o in memory_options(_config(muon, gpu=gpu))]
+        assert "Muon sharded over DP (dist_muon)" in labels
+        assert "distributed optimizer" not in labels and "Megatron-FSDP" not in labels
+    sharded = next(o for o in memory_options(_config(muon)) if o.label.startswith("Muon sharded"))
+    assert ("--optimizer", "dist_muon") in [(f.flag, f.value) for f in sharded.changes]
+    assert not {"--use-distributed-optimizer", "--use-megatron-fsdp"} & {f.flag for f in sharded.changes}
+    throughput = [o.label for o in throughput_options(_config(muon))]
+    assert "Muon sharded over DP (dist_muon)" in throughput and "DP communication overlap" not in throughput
+    dist = [o for o in throughput_options(_config(LLAMA3_8B + " --optimizer dist_muon"))
+            if o.label == "DP communication overlap"]
+    assert dist and [f.flag for f in dist[0].changes] == ["--overlap-grad-reduce"]
+
+
+def test_validate_layout_refuses_the_distributed_optimizer_beside_muon():
+    import pytest
+
+    from megapilot.errors import MegapilotError
+
+    config = _config(LLAMA3_8B + " --optimizer muon")
+    sharded = ParallelConfig.for_world(8, tp=2, mbs=2, distributed_optimizer=True)
+    with pytest.raises(MegapilotError) as refused:
+        validate_layout(config.model, config.cluster, config.training, sharded)
+    assert refused.value.field == "distributed_optimizer"
