@@ -680,6 +680,8 @@ def _newton_schulz_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, 
 
 
 MUON_NS_STEPS = 5  # --muon-num-ns-steps default
+MUON_CAVEAT = ("Muon is priced from Megatron-LM's implementation (its state, its Newton-Schulz GEMMs at the BF16 rate "
+               "of a large GEMM, its all-reduce); no published Muon run checks those terms")
 
 
 @lru_cache(maxsize=1024)
@@ -766,7 +768,7 @@ def step_time(
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
         warnings=_warnings(breakdown, total_s, ep_inside_domain=p.ep * p.expert_tp <= comm.scaleup_domain(cluster))
-        + ([coverage.statement()] if coverage.needs_caveat else []),
+        + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else []),
         coverage=coverage,
     )
 

@@ -80,3 +80,12 @@ def test_vocabulary_share_of_a_shard_is_where_the_embedding_and_output_layer_sit
     assert first.vocab == embedding_params(case.model, padded_vocab=True)
     assert last.vocab == output_layer_params(case.model, padded_vocab=True)
     assert ShardParams(dense=1, replicated=0, expert=0).vocab == 0
+
+
+def test_a_muon_estimate_says_no_published_run_checks_it():
+    from megapilot.estimate import estimate
+
+    for optimizer, caveat in (("dist_muon", True), ("adam", False)):
+        case = build_case(**LLAMA_8B, optimizer=optimizer)
+        result = estimate(case.model, case.cluster, case.training, case.parallel, case.options)
+        assert any("no published Muon run checks" in w for w in result.warnings) is caveat
