@@ -439,9 +439,34 @@ def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, ffn: int,
         return None
 
 
-def _hybrid_pattern(flags: LaunchFlags) -> str | None:
-    """A Mamba hybrid's layer pattern (pretrain_mamba.py; renamed --hybrid-layer-pattern in later releases)."""
-    return flags.get("--hybrid-override-pattern") or flags.get("--hybrid-layer-pattern") or None
+@dataclass(frozen=True)
+class HybridPattern:
+    """A hybrid's `--hybrid-layer-pattern` (Megatron-LM >= 0.18; `--hybrid-override-pattern` before) in
+    Megatron's unified grammar: the decoder's layers, cut into pipeline segments by '|', then after each '/'
+    one MTP depth's pattern (all alike; `hybrid_layer_allocation.parse_hybrid_pattern`)."""
+
+    layers: str
+    segment_sizes: tuple[int, ...] = ()
+    mtp: str | None = None
+    mtp_depths: int = 0
+
+    @property
+    def segments(self) -> int:
+        return max(1, len(self.segment_sizes))
+
+
+def _hybrid_pattern(flags: LaunchFlags) -> HybridPattern | None:
+    """A Mamba hybrid's layer pattern, with the older flags for its MTP module where the pattern has none."""
+    raw = flags.get("--hybrid-override-pattern") or flags.get("--hybrid-layer-pattern")
+    if not raw:
+        return None
+    main, *depths = raw.split("/")
+    depths = [depth for depth in depths if depth]
+    if any(depth != depths[0] for depth in depths):
+        raise MegapilotError(f"the MTP patterns after '/' differ: {'/'.join(depths)}", field="--hybrid-layer-pattern",
+                             fix="give every MTP depth the same pattern, as Megatron-LM requires")
+    mtp = depths[0] if depths else flags.get("--mtp-hybrid-override-pattern") or None
+    return HybridPattern(main.replace("|", ""), tuple(len(part) for part in main.split("|")), mtp, len(depths))
 
 
 def _mamba(flags: LaunchFlags, pattern: str | None) -> MambaSpec | None:
@@ -520,12 +545,17 @@ def _position_embedding(flags: LaunchFlags) -> PositionEmbedding:
 
 def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> ModelSpec | None:
     layers, hidden, heads = (flags.get_int(n) for n in ("--num-layers", "--hidden-size", "--num-attention-heads"))
+    hybrid = _hybrid_pattern(flags)
+    layers = layers or (len(hybrid.layers) if hybrid else None)  # Megatron >= 0.18 counts them from the pattern
+    if hybrid is not None and len(set(hybrid.segment_sizes)) > 1:
+        notes.append(f"the hybrid pattern's pipeline segments hold {'/'.join(map(str, hybrid.segment_sizes))} "
+                     "layers: costed as an even split")
     if not (layers and hidden and heads):
         notes.append("model shape incomplete (need --num-layers, --hidden-size, --num-attention-heads)")
         return None
     ffn = _ffn_hidden_size(flags, hidden)
     kv_channels = flags.get_int("--kv-channels")
-    pattern = _hybrid_pattern(flags)
+    pattern = hybrid.layers if hybrid else None
     if kv_channels is not None and kv_channels * heads == hidden:
         kv_channels = None  # Megatron's default: hidden / heads
     return ModelSpec(
@@ -548,12 +578,13 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         add_qkv_bias=flags.has("--add-qkv-bias"),
         qk_layernorm=flags.has("--qk-layernorm") and not flags.has("--multi-latent-attention"),
         rope_scaling=_rope_scaling(flags), sliding_window=_sliding_window(flags),
-        moe=_moe(flags, ffn), mla=_mla(flags), mtp_num_layers=flags.get_int("--mtp-num-layers", 0) or 0,
+        moe=_moe(flags, ffn), mla=_mla(flags),
+        mtp_num_layers=flags.get_int("--mtp-num-layers") or (hybrid.mtp_depths if hybrid else 0),
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", 0.1) or 0.0,
         mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
         hybrid_override_pattern=pattern, mamba=_mamba(flags, pattern),
         layer_blocks=_layer_blocks(flags, heads, hidden, ffn, notes),
-        mtp_hybrid_pattern=(flags.get("--mtp-hybrid-override-pattern") or None) if pattern else None,
+        mtp_hybrid_pattern=hybrid.mtp if hybrid else None,
     )
 
 
@@ -591,10 +622,18 @@ def _optimizer(flags: LaunchFlags, notes: list[str]) -> Optimizer:
     return "adam"
 
 
+def _hybrid_virtual_stages(flags: LaunchFlags, pp: int) -> int:
+    """A hybrid pattern's '|' segments are its PP x VPP pipeline stages (Megatron-LM >= 0.18)."""
+    hybrid = _hybrid_pattern(flags)
+    if hybrid is None or hybrid.segments == 1 or hybrid.segments % pp:
+        return 1
+    return hybrid.segments // pp
+
+
 def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> ParallelConfig:
     tp = flags.get_int("--tensor-model-parallel-size", 1) or 1
     pp = flags.get_int("--pipeline-model-parallel-size", 1) or 1
-    vpp = flags.get_int("--num-virtual-stages-per-pipeline-rank") or 1
+    vpp = flags.get_int("--num-virtual-stages-per-pipeline-rank") or _hybrid_virtual_stages(flags, pp)
     per_virtual = flags.get_int("--num-layers-per-virtual-pipeline-stage")
     if per_virtual and num_layers and pp > 1:
         accounted = sum(flags.has(name) for name in ("--account-for-embedding-in-pipeline-split",

@@ -150,3 +150,22 @@ def test_the_optimizer_reads_back_and_an_unmodelled_one_is_said():
     assert run_config(read_flags(flags=dense)).training.optimizer == "adam"
     lion = run_config(read_flags(flags=dense + " --optimizer lion"))
     assert lion.training.optimizer == "adam" and any("--optimizer lion is not modelled" in n for n in lion.notes)
+
+
+@pytest.mark.parametrize(("pattern", "pp", "vpp", "uneven"), [
+    ("M-M*|M-ME/*E/*E", 2, 1, False),  # Megatron-LM >= 0.18: '|' pipeline segments, '/' one MTP depth each
+    ("M-|M*|M-|ME/*E/*E", 2, 2, False),  # four segments on two ranks: two virtual stages each
+    ("M-M*M|-ME/*E/*E", 2, 1, True),  # uneven segments: said, costed as an even split
+])
+def test_the_unified_hybrid_pattern_reads_its_layers_stages_and_mtp_depths(pattern: str, pp: int, vpp: int,
+                                                                          uneven: bool):
+    hybrid = ("--hidden-size 1024 --ffn-hidden-size 2048 --num-attention-heads 8 --seq-length 1024 "
+              "--global-batch-size 8 --mamba-num-heads 32 --num-experts 8 --moe-router-topk 2 "
+              f"--moe-ffn-hidden-size 512 --pipeline-model-parallel-size {pp} --hybrid-layer-pattern '{pattern}'")
+    config = run_config(read_flags(flags=hybrid), gpus=pp)
+    assert config.model.num_layers == 8 and config.model.hybrid_override_pattern == "M-M*M-ME"  # no --num-layers
+    assert (config.model.mtp_hybrid_pattern, config.model.mtp_num_layers) == ("*E", 2)
+    assert (config.parallel.pp, config.parallel.vpp) == (pp, vpp)
+    assert any("costed as an even split" in note for note in config.notes) is uneven
+    with pytest.raises(MegapilotError, match="MTP patterns after '/' differ"):
+        run_config(read_flags(flags=hybrid.replace("/*E/*E", "/*E/*-")), gpus=pp)
