@@ -222,7 +222,8 @@ class Explainer:
     # -- per-dimension reasons
     def explain(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
         reasons = [self._memory(est)]
-        for part in (self._tp, self._pp, self._cp, self._experts, self._dp, self._mbs, self._recompute, self._fsdp):
+        for part in (self._tp, self._pp, self._cp, self._experts, self._dp, self._mbs, self._recompute, self._fsdp,
+                     self._optimizer):
             reasons += [r for r in part(p, est) if r]
         return reasons
 
@@ -420,6 +421,15 @@ class Explainer:
         if plain:
             return [f"FSDP over DP={p.dp}; plain distributed optimizer would be {self._speed_delta(est, plain[1])}"]
         return []
+
+    def _optimizer(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        """Muon: what it costs per step, and why the layouts run without Adam's sharding."""
+        if not self.training.uses_muon:
+            return []
+        sharing = f"dealt out over DP={p.dp}" if self.training.optimizer == "dist_muon" else "on every DP rank"
+        return [f"optimizer {self.training.optimizer}: its step, Newton-Schulz {sharing}, takes "
+                f"{_pct(component_share(est, 'optimizer'))} of step time; no distributed optimizer or Megatron-FSDP "
+                "(Megatron refuses them beside Muon)"]
 
     # -- summary across candidates
     def runners_up(self, ranked: Sequence[tuple[ParallelConfig, EstimateResult]],

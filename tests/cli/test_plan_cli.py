@@ -211,6 +211,8 @@ def test_a_muon_run_is_planned_without_the_distributed_optimizer_and_scripted_as
     doc = cli(*args).json()
     layouts = [candidate["parallel"] for candidate in doc["candidates"]]
     assert layouts and not any(p["distributed_optimizer"] or p["fsdp"] for p in layouts)
+    assert any(r.startswith("optimizer dist_muon: its step, Newton-Schulz dealt out over DP=")
+               for r in doc["candidates"][0]["reasons"])
     assert SavedPlan.model_validate_json(target.read_text()).training.optimizer == "dist_muon"
     script = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
                  "--json").json()
