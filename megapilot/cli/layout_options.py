@@ -1,7 +1,7 @@
 """The layout options — model, hardware, parallel sizes, batch, precision, memory savers, pipeline split —
 declared once, as the fields of `LayoutFlags`, for `estimate`, `script` and (the hardware ones) `plan`; and the
-run's model features — MTP modules, MoE token dropping, the MoE dispatcher — declared once, as the fields of
-`FeatureFlags`, for all three (`plan` searches layouts for the run they describe).
+run's features — MTP modules, MoE token dropping, the MoE dispatcher, the optimizer — declared once, as the
+fields of `FeatureFlags`, for all three (`plan` searches layouts for the run they describe).
 
 Each field's type is a typer option (`Annotated`) and its default is the option's default, so the name, help
 and default of an option live in one place. `@layout_options()` puts `LayoutFlags`'s fields into a command's
@@ -131,8 +131,8 @@ class LayoutFlags:
 
 @dataclass(frozen=True)
 class FeatureFlags:
-    """What the run makes of its model beyond the layout: MTP modules, MoE token dropping, the MoE dispatcher.
-    None (or the default) = not given: the model's own (no token dropping, the alltoall dispatcher)."""
+    """What the run makes of its model beyond the layout: MTP modules, MoE token dropping, the optimizer, the MoE
+    dispatcher. None (or the default) = not given: the model's own (no token dropping), Adam, alltoall."""
 
     mtp_num_layers: Annotated[int | None, _option(
         "Multi-token-prediction modules (--mtp-num-layers; default: the model's own, 0 = none).")] = None
@@ -162,7 +162,7 @@ class FeatureFlags:
         return _given(self)
 
     def model_changes(self) -> list[str]:
-        """The given options that change the model itself (all but the dispatcher, a launch choice)."""
+        """The given options that change the model or its training (all but the dispatcher, a launch choice)."""
         return [flag for flag in self.given() if flag != "--moe-flex-dispatcher"]
 
 

@@ -75,8 +75,8 @@ def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
 
 @dataclass(frozen=True)
 class _Specs:
-    """What the search runs on: the model as the run's features make it, the cluster, the batch, and the
-    estimator's run options (the MoE dispatcher)."""
+    """What the search runs on: the model as the run's features make it, the cluster, the batch and optimizer,
+    and the estimator's run options (the MoE dispatcher)."""
 
     model: ModelSpec
     cluster: ClusterSpec
@@ -103,9 +103,9 @@ def _build_specs(
         recipe |= {"optimizer": features.optimizer} if features.optimizer is not None else {}
         training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision, **recipe)  # type: ignore[arg-type]  # TrainingSpec refuses others
     except ValidationError as exc:
-        flags = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision",
+        names = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision",
                  "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
-        raise validation_error(exc, flags=flags) from None
+        raise validation_error(exc, flags=names) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
     return _Specs(model, cluster, training, run_options(model, flags))
 
@@ -156,7 +156,7 @@ def plan_command(
     mbs: int | None = _pin("mbs", "micro-batch size"),
     recompute: str | None = _pin("recompute", "recompute: none, selective or full"),
     fsdp: bool | None = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
-    features: FeatureFlags = NO_FEATURES,  # the run the layouts are searched for: MTP, token dropping, dispatcher
+    features: FeatureFlags = NO_FEATURES,  # the run the layouts are searched for (MTP, token drop, optimizer, ...)
     headroom: float = typer.Option(
         0.0, "--headroom",
         help="Share of each GPU's HBM a planned layout leaves free beyond the estimate's own overhead allowance "

@@ -30,7 +30,9 @@ Model (per GPU, seconds):
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
   (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last);
-- optimizer: Adam reads/writes ~32 B per local shard parameter at HBM bandwidth.
+- optimizer: Adam reads/writes ~32 B per local shard parameter at HBM bandwidth; Muon adds its Newton-Schulz
+  GEMMs on each rank's weight blocks (every DP rank with `muon`, a 1/DP share with `dist_muon`) and all-reduces
+  its gradients (without overlap under plain `muon`, as Megatron requires).
 
 Step = m x (slowest stage's micro-batch time) + bubble + exposed dp_comm + optimizer.
 MFU = model FLOPs / (step time x world x dense peak of the precision used).
