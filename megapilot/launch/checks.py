@@ -110,6 +110,22 @@ def _vpp_needs_pp(values: dict[str, list[str]], gpu: GPUSpec) -> None:
                              fix="drop the virtual-pipeline flag or raise PP")
 
 
+def _muon_runs_on_plain_ddp(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """Megatron-LM's arguments.py, for every Muon variant: no distributed optimizer, no FSDP; and plain `muon`
+    overlaps neither the gradient reduction nor the parameter gather ("Use dist_muon instead")."""
+    optimizer = (values.get("--optimizer") or ["adam"])[0]
+    if "muon" not in optimizer:
+        return
+    for flag in ("--use-distributed-optimizer", "--use-megatron-fsdp", "--use-torch-fsdp2"):
+        if flag in values:
+            raise MegapilotError(f"--optimizer {optimizer} does not run with {flag} (Megatron asserts it)",
+                                 field="optimizer", fix=f"drop {flag}; --optimizer dist_muon shards Muon's state")
+    for flag in ("--overlap-grad-reduce", "--overlap-param-gather"):
+        if optimizer == "muon" and flag in values:
+            raise MegapilotError(f"--optimizer muon does not support {flag} (Megatron asserts it)", field="optimizer",
+                                 fix=f"drop {flag}, or use --optimizer dist_muon")
+
+
 def _param_gather_needs_distributed_optimizer(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     if "--overlap-param-gather" not in values:
         return
@@ -383,7 +399,7 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
-    _sequence_parallel_needs_tp, _vpp_needs_pp, _param_gather_needs_distributed_optimizer,
+    _sequence_parallel_needs_tp, _vpp_needs_pp, _muon_runs_on_plain_ddp, _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,
     _recompute_method_needs_full, _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
     _mtp_needs_rope, _expert_parallel_needs_experts, _megatron_fsdp_companions, _optimizer_step_overlap_needs,

@@ -109,6 +109,10 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: a + ["--attention-backend", "local"], "attention_backend", "only with --spec local"),
     (lambda a: _with_value(a, "--context-parallel-size", "2") + ["--attention-backend", "unfused"],
      "attention_backend", "runs only in TE's flash or fused attention"),
+    # Muon: plain DDP only, and plain muon overlaps nothing
+    (lambda a: a + ["--optimizer", "dist_muon"], "optimizer", "does not run with --use-distributed-optimizer"),
+    (lambda a: _without(a, "--use-distributed-optimizer", "--overlap-param-gather") + ["--optimizer", "muon"],
+     "optimizer", "does not support --overlap-grad-reduce"),
     # how the model splits over the parallel sizes
     (lambda a: _with_value(a, "--pipeline-model-parallel-size", "3"), "pp", "do not split evenly over PP=3"),
     (lambda a: a + ["--num-layers-per-virtual-pipeline-stage", "3"], "vpp", "do not split into chunks of 3"),
