@@ -19,7 +19,8 @@ Every field that changes the model and that Megatron can express is read: RoPE s
 YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
 norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax
 vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing,
-aux-loss-free expert bias, the fp32 gate of DeepSeek).
+aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same as
+its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists.
 
 What a ModelSpec does not model is either refused with a `MegapilotError` naming the field (a
 Qwen sliding window on some layers only, MoE layer placements Megatron cannot express, attention-only
@@ -627,7 +628,13 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     """Nemotron-H / Nemotron 3: a Mamba-2 hybrid (`hybrid_override_pattern` over M, *, -, E), squared-ReLU MLPs,
     attention without position embeddings, and (Nemotron 3) MoE layers with a shared expert and a sigmoid router
     with DeepSeek's aux-loss-free expert bias."""
-    pattern = str(_required(config, "hybrid_override_pattern"))
+    pattern = _hybrid_layer_pattern(config, "hybrid_override_pattern", ("layers_block_type", "layer_types"))
+    if pattern is None:
+        raise MegapilotError("the config has neither 'hybrid_override_pattern' nor 'layers_block_type'",
+                             field="hybrid_override_pattern",
+                             fix="copy the layer pattern from the model's config.json on its hub page")
+    # transformers >= 5 counts the layers from their list (its num_hidden_layers is deprecated and ignored)
+    config = {**config, "num_hidden_layers": len(pattern)}
     heads = _required_int(config, "num_attention_heads")
     kv_heads = _optional_int(config, "num_key_value_heads") or heads
     hidden = _required_int(config, "hidden_size")
@@ -680,14 +687,40 @@ def _hybrid_mtp(config: HFConfig) -> dict[str, Any]:
     depth = _optional_int(config, "num_nextn_predict_layers") or 0
     if not depth:
         return {}
-    pattern = config.get("mtp_hybrid_override_pattern")
-    if not isinstance(pattern, str) or not pattern:
+    pattern = _hybrid_layer_pattern(config, "mtp_hybrid_override_pattern",
+                                    ("mtp_layers_block_type", "mtp_layer_types"))
+    if not pattern:
         raise MegapilotError(
             f"num_nextn_predict_layers={depth} but no mtp_hybrid_override_pattern says what an MTP module holds",
             field="mtp_hybrid_override_pattern",
             fix="copy mtp_hybrid_override_pattern from the checkpoint's config.json (Nemotron 3 Super: \"*E\"), "
                 "or set num_nextn_predict_layers to 0 to plan the main model alone")
     return {"mtp_num_layers": depth, "mtp_hybrid_pattern": pattern}
+
+
+# transformers >= 5 writes a hybrid's layers as a list of kinds (`layers_block_type`); older configs as a string
+# over M, *, -, E. Both the legacy kind names and transformers' current ones.
+_LAYER_KIND_SYMBOLS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                       "moe": "E"}
+
+
+def _hybrid_layer_pattern(config: HFConfig, pattern_key: str, list_keys: tuple[str, ...]) -> str | None:
+    """A hybrid's layer pattern from its string (`pattern_key`) or its list of layer kinds (`list_keys`)."""
+    pattern = config.get(pattern_key)
+    if isinstance(pattern, str) and pattern:
+        return pattern
+    for key in list_keys:
+        kinds = config.get(key)
+        if kinds is None:
+            continue
+        if not isinstance(kinds, list):
+            raise _refuse(key, f"{key}={kinds!r} is not a list of layer kinds")
+        unknown = sorted({str(kind) for kind in kinds if kind not in _LAYER_KIND_SYMBOLS})
+        if unknown:
+            known = ", ".join(_LAYER_KIND_SYMBOLS)
+            raise _refuse(key, f"layer kinds {', '.join(unknown)} are not modelled (known: {known})")
+        return "".join(_LAYER_KIND_SYMBOLS[kind] for kind in kinds) or None
+    return None
 
 
 def _nemotron_nas(config: HFConfig) -> dict[str, Any]:

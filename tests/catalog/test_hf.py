@@ -573,3 +573,28 @@ def test_glm4_moe_air_shape_has_the_published_total_and_active_parameters():
     embedding = 2 * 151552 * 4096  # input embedding and untied output layer
     assert counts.total == pytest.approx(106e9, rel=0.01)
     assert counts.active - embedding == pytest.approx(12e9, rel=0.02)
+
+
+def _as_layer_lists(config: dict) -> dict:
+    """A Nemotron-H config as transformers >= 5 saves it: the pattern strings as lists of layer kinds, and no
+    layer count (it follows from the list)."""
+    kinds = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    saved = {k: v for k, v in config.items() if k not in ("hybrid_override_pattern", "num_hidden_layers",
+                                                            "mtp_hybrid_override_pattern")}
+    saved["layers_block_type"] = [kinds[c] for c in config["hybrid_override_pattern"]]
+    if config.get("mtp_hybrid_override_pattern"):
+        saved["mtp_layers_block_type"] = [kinds[c] for c in config["mtp_hybrid_override_pattern"]]
+    return saved
+
+
+@pytest.mark.parametrize("name", ["NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "NVIDIA-Nemotron-3-Super-120B-A12B-BF16"])
+def test_a_hybrid_saved_with_layer_kind_lists_reads_as_the_same_model(name):
+    assert from_hf_config(_as_layer_lists(_config(name)), name) == from_hf_config(_config(name), name)
+
+
+def test_an_unknown_layer_kind_is_refused_by_field():
+    config = _as_layer_lists(_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"))
+    config["layers_block_type"][0] = "indexed_attention"
+    with pytest.raises(MegapilotError) as refused:
+        from_hf_config(config, "m")
+    assert refused.value.field == "layers_block_type" and "indexed_attention" in refused.value.problem
