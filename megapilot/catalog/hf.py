@@ -812,10 +812,29 @@ def _qwen3_next(config: HFConfig) -> dict[str, Any]:
             key_head_dim=_required_int(config, "linear_key_head_dim"),
             value_head_dim=_required_int(config, "linear_value_head_dim"),
             conv_kernel=_optional_int(config, "linear_conv_kernel_dim") or 4,
-            full_attention_freq=_required_int(config, "full_attention_interval"),
+            full_attention_freq=_full_attention_interval(config),
         ),
     )
     return fields
+
+
+def _full_attention_interval(config: HFConfig) -> int:
+    """Every how many layers Qwen3-Next runs full attention: `full_attention_interval`, or (a config saved by
+    transformers >= 5, which drops it) read off `layer_types`, which must repeat that way for Megatron's
+    --linear-attention-freq to express it."""
+    interval = _optional_int(config, "full_attention_interval")
+    if interval is not None:
+        return interval
+    kinds = config.get("layer_types")
+    if not isinstance(kinds, list) or "full_attention" not in kinds:
+        raise MegapilotError("the config has neither 'full_attention_interval' nor 'layer_types'",
+                             field="full_attention_interval",
+                             fix="copy it from the model's config.json (Qwen3-Next: 4)")
+    every = kinds.index("full_attention") + 1
+    if kinds != ["linear_attention" if (i + 1) % every else "full_attention" for i in range(len(kinds))]:
+        raise _refuse("layer_types", "full attention does not come every k-th layer, which Megatron's "
+                                     "--linear-attention-freq needs")
+    return every
 
 
 _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {

@@ -598,3 +598,16 @@ def test_an_unknown_layer_kind_is_refused_by_field():
     with pytest.raises(MegapilotError) as refused:
         from_hf_config(config, "m")
     assert refused.value.field == "layers_block_type" and "indexed_attention" in refused.value.problem
+
+
+def test_qwen3_next_saved_with_layer_types_reads_as_the_same_model():
+    """transformers >= 5 drops full_attention_interval for the list of layer kinds it stands for."""
+    config = _as_rope_parameters(_config("Qwen3-Next-80B-A3B-Instruct"))
+    every = config.pop("full_attention_interval")
+    config["layer_types"] = ["linear_attention" if (i + 1) % every else "full_attention"
+                             for i in range(config["num_hidden_layers"])]
+    assert from_hf_config(config, "q") == from_hf_config(_config("Qwen3-Next-80B-A3B-Instruct"), "q")
+    config["layer_types"][0] = "full_attention"
+    with pytest.raises(MegapilotError) as refused:
+        from_hf_config(config, "q")
+    assert refused.value.field == "layer_types"
