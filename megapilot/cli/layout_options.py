@@ -79,6 +79,7 @@ MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
     "moe_pad_to_capacity": ("--moe-pad-expert-input-to-capacity",),
     "mtp_repeated_layer": ("--mtp-use-repeated-layer",),
     "moe_flex_dispatcher": ("--moe-flex-dispatcher-backend",),
+    "moe_a2a_overlap": ("--overlap-moe-expert-parallel-comm",),
 }
 
 
@@ -151,19 +152,28 @@ class FeatureFlags:
     moe_flex_dispatcher: Annotated[str | None, _option(
         "MoE tokens through Megatron's flex dispatcher: deepep or hybridep (--moe-token-dispatcher-type flex "
         "--moe-flex-dispatcher-backend X; default alltoall).")] = None
+    moe_a2a_overlap: Annotated[bool, typer.Option(
+        "--moe-a2a-overlap", help="Overlap the expert all-to-all with another micro-batch's compute "
+        "(--overlap-moe-expert-parallel-comm, with --delay-wgrad-compute) wherever Megatron allows it: EP > 1, no "
+        "full recompute, VPP when PP > 1.")] = False
 
     def case_flags(self) -> dict[str, Any]:
         """The `build_case` keys (None: not given; a switch counts as given when on)."""
         flags = {item.name: getattr(self, item.name) for item in fields(self)}
-        return _switches_given_or_none(flags, ("moe_pad_to_capacity", "mtp_repeated_layer"))
+        return _switches_given_or_none(flags, ("moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap"))
 
     def given(self) -> list[str]:
         """The options whose value is not their default, as typed (`--moe-capacity-factor`)."""
         return _given(self)
 
     def model_changes(self) -> list[str]:
-        """The given options that change the model or its training (all but the dispatcher, a launch choice)."""
-        return [flag for flag in self.given() if flag != "--moe-flex-dispatcher"]
+        """The given options that change the model or its training (all but the MoE dispatcher and all-to-all
+        overlap, launch choices)."""
+        return [flag for flag in self.given() if flag not in LAUNCH_CHOICES]
+
+
+# Feature options a saved plan takes beside it in `script`: they change how it launches, not what it trains.
+LAUNCH_CHOICES = ("--moe-flex-dispatcher", "--moe-a2a-overlap")
 
 
 def _switches_given_or_none(flags: dict[str, Any], switches: tuple[str, ...]) -> dict[str, Any]:

@@ -200,10 +200,12 @@ def plan_command(
 
 
 def _save_plan(result: PlanResult, path: Path, features: FeatureFlags) -> None:
-    """The winner as a plan file, with the dispatcher it was costed with (the launch script writes it)."""
+    """The winner as a plan file, with the dispatcher and all-to-all overlap it was costed with (the launch
+    script writes them)."""
     from megapilot.errors import MegapilotError
 
-    saved = result.to_saved_plan().model_copy(update={"moe_flex_dispatcher": features.moe_flex_dispatcher})
+    saved = result.to_saved_plan().model_copy(update={"moe_flex_dispatcher": features.moe_flex_dispatcher,
+                                                      "moe_a2a_overlap": features.moe_a2a_overlap})
     try:
         path.write_text(saved.model_dump_json(indent=2) + "\n")
     except OSError as exc:

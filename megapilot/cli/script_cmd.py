@@ -119,7 +119,8 @@ def script(
         master_port=master_port, network_interface=network_interface, ib_hca=ib_hca, job_name=job_name,
         time_limit=time_limit, partition=partition, account=account, log_dir=log_dir, primus_path=primus_path,
         primus_config_path=primus_config, script_path=script_path, remote=remote,
-        moe_flex_dispatcher=features.moe_flex_dispatcher or saved.moe_flex_dispatcher, **fills,
+        moe_flex_dispatcher=features.moe_flex_dispatcher or saved.moe_flex_dispatcher,
+        moe_a2a_overlap=features.moe_a2a_overlap or saved.moe_a2a_overlap, **fills,
     )
     launch = render_launch(saved, options)
     if output is not None and not remote:
@@ -149,7 +150,7 @@ def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
 
 def _refuse_layout_with_plan(layout: LayoutFlags, features: FeatureFlags) -> None:
     """A plan file fixes the model, hardware and layout; a layout flag beside it would be silently ignored. The MoE
-    dispatcher is a launch choice: given, it replaces the plan's."""
+    dispatcher and the all-to-all overlap are launch choices: given, they replace the plan's."""
     given = layout.given() + features.model_changes()
     if given:
         flags = ", ".join(given)
@@ -206,7 +207,8 @@ def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags, fea
     assumed += defaults_assumed(layout, case)
     notes += validate_layout(case.model, case.cluster, case.training, case.parallel)
     return SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel,
-                     moe_flex_dispatcher=features.moe_flex_dispatcher)  # type: ignore[arg-type]  # build_case checked it
+                     moe_flex_dispatcher=features.moe_flex_dispatcher,  # type: ignore[arg-type]  # build_case checked it
+                     moe_a2a_overlap=features.moe_a2a_overlap)
 
 
 def _default_gpus_per_node(gpu: object) -> int:

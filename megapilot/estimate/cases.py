@@ -29,12 +29,14 @@ from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
 from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
+from megapilot.spec.validate import moe_a2a_overlap_refusal
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
 INT_MINIMUM = {"mtp_num_layers": 0}  # a model's MTP modules: 0 = none; every other whole-number flag is >= 1
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
-              "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer")
+              "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer",
+              "moe_a2a_overlap")
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout",
              "moe_flex_dispatcher", "optimizer")
@@ -43,7 +45,7 @@ FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
 # What the run makes of its model beyond the layout (`with_features`, `run_options`): the same for a search.
 FEATURE_FLAGS = ("mtp_num_layers", "mtp_repeated_layer", "moe_capacity_factor", "moe_pad_to_capacity",
-                 "moe_flex_dispatcher", "optimizer")
+                 "moe_flex_dispatcher", "moe_a2a_overlap", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def build_case(**flags: Any) -> Case:
     if flags.get("pp_layout") == "balanced":
         flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
     parallel = _resolve_parallel(flags, cluster.world_size, training)
+    if flags.get("moe_a2a_overlap"):
+        _check_a2a_overlap(model, parallel)
     return Case(model, cluster, training, parallel,
                 allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=run_options(model, flags))
 
@@ -82,19 +86,32 @@ def with_features(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
     return _with_mtp(_with_token_dropping(model, given), given)
 
 
+def _check_a2a_overlap(model: ModelSpec, parallel: ParallelConfig) -> None:
+    """The expert all-to-all overlap asked for on one layout: refused by field where Megatron refuses it."""
+    refusal = moe_a2a_overlap_refusal(model, parallel)
+    if refusal is not None:
+        raise MegapilotError(f"--overlap-moe-expert-parallel-comm: {refusal} (Megatron asserts it)",
+                             field="moe_a2a_overlap", fix="drop --moe-a2a-overlap, or change the layout as it says")
+
+
 def run_options(model: ModelSpec, flags: dict[str, Any]) -> EstimateOptions:
     """The run features the flags name: the flex MoE dispatcher (a token crosses to each remote NVLink domain
-    once, no host sync), on a model with experts to dispatch to."""
+    once, no host sync) and the expert all-to-all overlap (on every layout Megatron allows it on), on a model
+    with experts."""
+    if flags.get("moe_a2a_overlap") and model.moe is None:
+        raise MegapilotError(f"{model.name} has no experts whose all-to-all could overlap", field="moe_a2a_overlap",
+                             fix="drop --moe-a2a-overlap for a dense model")
+    overlap: bool | None = True if flags.get("moe_a2a_overlap") else EstimateOptions().moe_a2a_overlap
     backend = flags.get("moe_flex_dispatcher")
     if backend is None:
-        return EstimateOptions()
+        return EstimateOptions(moe_a2a_overlap=overlap)
     if backend not in FLEX_DISPATCHER_BACKENDS:
         raise MegapilotError(f"unknown flex dispatcher backend {backend!r}", field="moe_flex_dispatcher",
                              fix=f"use one of: {', '.join(FLEX_DISPATCHER_BACKENDS)} (or leave it out: alltoall)")
     if model.moe is None:
         raise MegapilotError(f"{model.name} has no experts to dispatch tokens to", field="moe_flex_dispatcher",
                              fix="drop --moe-flex-dispatcher for a dense model")
-    return EstimateOptions(moe_flex_dispatcher=True)
+    return EstimateOptions(moe_flex_dispatcher=True, moe_a2a_overlap=overlap)
 
 
 def _check_flag_names_and_types(flags: dict[str, Any]) -> None:

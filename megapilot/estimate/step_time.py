@@ -80,6 +80,7 @@ from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit
 from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
+from megapilot.spec.validate import moe_a2a_overlap_refusal
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
@@ -126,8 +127,8 @@ class EstimateOptions:
     overlap_param_gather: bool = True
     grad_reduce_in_bf16: bool = False  # bf16 gradient buffers and reduction (NeMo performance recipes)
     # MoE: the flex dispatcher (DeepEP / HybridEP, `--moe-token-dispatcher-type flex`) instead of alltoall;
-    # the expert all-to-all overlap (`--overlap-moe-expert-parallel-comm`), None = on where the EP group leaves the
-    # NVLink domain and Megatron allows it. Off by default, as in Megatron and in megapilot's launch scripts.
+    # the expert all-to-all overlap (`--overlap-moe-expert-parallel-comm`): True = on wherever Megatron allows it,
+    # None = on where the EP group also leaves the NVLink domain. Off by default, as in Megatron.
     moe_flex_dispatcher: bool = False
     moe_a2a_overlap: bool | None = False
     # `--moe-use-legacy-grouped-gemm`: one CUTLASS grouped GEMM for all local experts instead of Transformer
@@ -292,7 +293,7 @@ def layer_terms(
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     else:
         tp_s *= block.sublayers / 2  # a removed sublayer communicates nothing
-    if terms["ep_comm"] and _moe_a2a_overlapped(cluster, p, options):
+    if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
         # The dispatch/combine of one micro-batch runs under the other's compute (the forward of the next
         # is merged with the backward of the last): only what outlasts that compute is exposed.
         terms["ep_comm"] = max(0.0, terms["ep_comm"] - compute_s)
@@ -405,13 +406,13 @@ def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, 
     return moe_fixed_latency_s(kernels, host_sync=host_sync, forward_after_sync_gpu_s=after_sync_s)
 
 
-def _moe_a2a_overlapped(cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
-    """`--overlap-moe-expert-parallel-comm`: as set, or (None) on where the expert group leaves the NVLink domain
-    and Megatron allows it (no full recompute; VPP whenever PP > 1)."""
-    if options.moe_a2a_overlap is not None:
-        return options.moe_a2a_overlap
-    crosses = p.ep * p.expert_tp > comm.scaleup_domain(cluster)
-    return crosses and p.recompute != "full" and (p.pp == 1 or p.vpp > 1)
+def _moe_a2a_overlapped(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
+    """`--overlap-moe-expert-parallel-comm`: off (False); on wherever Megatron allows it (True: no full recompute,
+    VPP whenever PP > 1, one MTP layer at most, `spec.moe_a2a_overlap_refusal`); or (None) on only where the
+    expert group also leaves the NVLink domain."""
+    if options.moe_a2a_overlap is False or moe_a2a_overlap_refusal(model, p) is not None:
+        return False
+    return options.moe_a2a_overlap is True or p.ep * p.expert_tp > comm.scaleup_domain(cluster)
 
 
 def _mamba_mixer_s(
@@ -513,7 +514,7 @@ def _shared_layer_cost(
     kind = (moe_flags(model)[layer_index], attention_windows(model)[layer_index])  # layers of a kind cost the same
     key = (id(model), id(cluster), id(training), id(options), kind, recomputed, p.tp, p.cp, p.ep,
            p.expert_tp, p.mbs, p.recompute, p.sequence_parallel,
-           (p.pp == 1 or p.vpp > 1) if options.moe_a2a_overlap is None else None)
+           (p.pp == 1 or p.vpp > 1) if options.moe_a2a_overlap is not False else None)  # Megatron's VPP rule
     entry = _LAYER_COST_CACHE.get(key)
     if entry is not None and entry[0] is model and entry[1] is cluster and entry[2] is training \
             and entry[3] is options:

@@ -126,6 +126,35 @@ def _muon_runs_on_plain_ddp(values: dict[str, list[str]], gpu: GPUSpec) -> None:
                                  fix=f"drop {flag}, or use --optimizer dist_muon")
 
 
+def _a2a_overlap_needs(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """Megatron-Core's TransformerConfig for --overlap-moe-expert-parallel-comm and --delay-wgrad-compute."""
+    field, overlap = "moe_a2a_overlap", "--overlap-moe-expert-parallel-comm"
+    if "--delay-wgrad-compute" in values and overlap not in values:
+        raise MegapilotError(f"--delay-wgrad-compute needs {overlap}", field=field, fix=f"add {overlap} or drop it")
+    if "--delay-wgrad-compute" in values and "--moe-use-legacy-grouped-gemm" in values:
+        raise MegapilotError("--delay-wgrad-compute does not run with --moe-use-legacy-grouped-gemm", field=field,
+                             fix="drop --moe-use-legacy-grouped-gemm")
+    if overlap not in values:
+        return
+    pp = _int_value(values, "--pipeline-model-parallel-size")
+    mtp = _int_value(values, "--mtp-num-layers", 0)
+    refusals = [
+        (_int_value(values, "--expert-model-parallel-size") < 2, "needs expert parallelism (EP > 1)"),
+        ((values.get("--recompute-granularity") or [""])[0] == "full" or "--recompute-method" in values
+         or "--recompute-num-layers" in values, "does not run with full recompute"),
+        (pp > 1 and not _VPP_FLAGS & values.keys(), "needs virtual pipeline stages when PP > 1"),
+        (mtp > 1, f"takes at most one MTP layer, not {mtp}"),
+        (mtp == 1 and pp == 1, "with an MTP layer needs PP > 1"),
+        ("--moe-shared-expert-overlap" in values, "does not run with --moe-shared-expert-overlap"),
+        ((values.get("--moe-token-dispatcher-type") or ["alltoall"])[0] not in ("alltoall", "flex"),
+         "needs the alltoall or flex token dispatcher"),
+    ]
+    for refused, why in refusals:
+        if refused:
+            raise MegapilotError(f"{overlap} {why} (Megatron asserts it)", field=field,
+                                 fix=f"drop {overlap} and --delay-wgrad-compute, or change the layout")
+
+
 def _param_gather_needs_distributed_optimizer(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     if "--overlap-param-gather" not in values:
         return
@@ -399,7 +428,8 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
-    _sequence_parallel_needs_tp, _vpp_needs_pp, _muon_runs_on_plain_ddp, _param_gather_needs_distributed_optimizer,
+    _sequence_parallel_needs_tp, _vpp_needs_pp, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
+    _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,
     _recompute_method_needs_full, _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
     _mtp_needs_rope, _expert_parallel_needs_experts, _megatron_fsdp_companions, _optimizer_step_overlap_needs,

@@ -69,6 +69,11 @@ class LaunchOptions(BaseModel):
         description="MoE tokens through Megatron's flex dispatcher with DeepEP or HybridEP (the library must be in "
                     "the image; it cannot be checked from here); None = the alltoall dispatcher.",
     )
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Overlap the expert all-to-all with another micro-batch's compute (--overlap-moe-expert-parallel-"
+                    "comm with --delay-wgrad-compute) where Megatron allows it; elsewhere a note says why not.",
+    )
     # --- multi-node wiring
     rendezvous: Rendezvous = Field(default="static", description="Multi-node torchrun: static ranks or c10d.")
     master_port: int = Field(default=DEFAULT_MASTER_PORT, gt=1024, lt=65536)

@@ -18,7 +18,7 @@ import re
 from megapilot.errors import MegapilotError
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
-from megapilot.spec import SavedPlan
+from megapilot.spec import SavedPlan, moe_a2a_overlap_refusal
 
 # Megatron's own default for --distributed-timeout-minutes; what one node needs.
 BASE_TIMEOUT_MIN = 10
@@ -122,6 +122,20 @@ def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | No
     return backend
 
 
+def a2a_overlap_applies(plan: SavedPlan, options: LaunchOptions) -> bool:
+    """The expert all-to-all overlap asked for, in Megatron-LM, on a layout Megatron-Core allows it on."""
+    return options.moe_a2a_overlap and gpu_kernels_available(options) and \
+        moe_a2a_overlap_refusal(plan.model, plan.parallel) is None
+
+
+def a2a_overlap_note(plan: SavedPlan, options: LaunchOptions) -> str | None:
+    """Why an all-to-all overlap asked for is left out of the script (None when it is in, or not asked for)."""
+    if not options.moe_a2a_overlap or a2a_overlap_applies(plan, options):
+        return None
+    refusal = moe_a2a_overlap_refusal(plan.model, plan.parallel) or "the embedded trainer and CPU runs have none"
+    return f"--overlap-moe-expert-parallel-comm left out: {refusal}"
+
+
 def performance_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """The recipe-grade flags that apply to this plan and launch, each in a section titled by its reason."""
     sections: list[ArgSection] = []
@@ -146,6 +160,10 @@ def performance_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSec
         sections.append(_one(f"performance: MoE tokens through the flex dispatcher's fused {backend} all-to-all "
                              "(fewer copies than alltoall; needs the library in the image)",
                              "--moe-flex-dispatcher-backend", backend))
+    if a2a_overlap_applies(plan, options):
+        sections.append(_one("performance: the expert all-to-all of one micro-batch runs under another's compute "
+                             "(the weight gradients wait to make room; with --overlap-grad-reduce, TE >= 2.8)",
+                             "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"))
     if not options.cpu:
         sections.append(_one(f"performance: Python GC only every {MANUAL_GC_INTERVAL} steps, in step with all "
                              "ranks (a rank collecting on its own stalls every collective)",

@@ -22,6 +22,7 @@ from megapilot.launch.checks import (
 from megapilot.launch.environment import launch_environment
 from megapilot.launch.flags import ArgSection, megatron_arg_sections
 from megapilot.launch.options import LaunchOptions, LaunchScript
+from megapilot.launch.perf_flags import a2a_overlap_note
 from megapilot.launch.primus import primus_experiment, render_primus
 from megapilot.launch.shell import q, write_file
 from megapilot.launch.slurm import render_sbatch
@@ -51,6 +52,9 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
         notes.append("drafted for another machine (--remote): paths were checked for form only, not for existence "
                      "here, and no directory was created here")
 
+    overlap_note = a2a_overlap_note(plan, options)
+    if overlap_note is not None:
+        notes.append(overlap_note)
     if plan.training.uses_muon:
         notes.append(f"--optimizer {plan.training.optimizer} needs the emerging_optimizers package in the image "
                      "(Megatron-LM imports its Newton-Schulz from there); it cannot be checked from here")

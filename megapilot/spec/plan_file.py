@@ -79,3 +79,6 @@ class SavedPlan(BaseModel):
     moe_flex_dispatcher: FlexDispatcher | None = Field(
         default=None, description="The flex MoE dispatcher the plan was costed with (None: alltoall); the launch "
         "script writes it unless told otherwise.")
+    moe_a2a_overlap: bool = Field(
+        default=False, description="Whether the plan was costed with the expert all-to-all overlapped "
+        "(--overlap-moe-expert-parallel-comm, where Megatron allows it); the launch script writes it.")

@@ -240,3 +240,21 @@ def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> li
     if p.tp > 1 and not p.sequence_parallel:
         warnings.append("tp > 1 without sequence parallel replicates LayerNorm/dropout activations")
     return warnings
+
+
+def moe_a2a_overlap_refusal(model: ModelSpec, p: ParallelConfig) -> str | None:
+    """Why Megatron-Core refuses `--overlap-moe-expert-parallel-comm` for this model and layout (its
+    TransformerConfig asserts), or None where it runs."""
+    if model.moe is None:
+        return f"{model.name} has no experts"
+    if p.ep == 1:
+        return "it needs expert parallelism (EP > 1)"
+    if p.recompute == "full":
+        return "it does not run with full recompute"
+    if p.pp > 1 and p.vpp == 1:
+        return "with PP > 1 it needs virtual pipeline stages (VPP > 1)"
+    if model.mtp_num_layers > 1:
+        return f"it takes at most one MTP layer, not {model.mtp_num_layers}"
+    if model.mtp_num_layers == 1 and p.pp == 1:
+        return "with an MTP layer it needs PP > 1"
+    return None

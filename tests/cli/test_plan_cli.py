@@ -227,3 +227,23 @@ def test_a_muon_run_is_planned_without_the_distributed_optimizer_and_scripted_as
     old = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
               "--megatron-version", "0.15")
     assert old.exit_code == 2 and "added in Megatron-LM core_v0.16.0" in old.stderr
+
+
+def test_the_all_to_all_overlap_is_planned_saved_and_scripted_where_megatron_allows_it(cli, tmp_path):
+    target = tmp_path / "plan.json"
+    args = ("plan", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--gbs", "8192", "--tp", "2",
+            "--pp", "8", "--vpp", "4", "--ep", "64", "--mbs", "1", "--top", "1", "--precision", "fp8",
+            "--moe-flex-dispatcher", "deepep", "--json")
+    plain = cli(*args).json()["candidates"][0]["estimate"]
+    overlapped = cli(*args, "--overlap-moe-expert-parallel-comm", "--save", str(target)).json()
+    assert overlapped["candidates"][0]["estimate"]["time_breakdown_s"]["ep_comm"] < plain["time_breakdown_s"]["ep_comm"]
+    assert SavedPlan.model_validate_json(target.read_text()).moe_a2a_overlap
+    script = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                 "--json").json()["megatron_args"]
+    assert "--overlap-moe-expert-parallel-comm" in script and "--delay-wgrad-compute" in script
+    # asked for on a layout Megatron refuses it on: one line naming the rule
+    full = cli("script", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--gbs", "64",
+               "--seq-len", "4096", "--recompute", "full", "--mock-data", "--megatron-path", "/opt/Megatron-LM",
+               "--remote", "--moe-a2a-overlap")
+    assert full.exit_code == 2 and "moe_a2a_overlap: --overlap-moe-expert-parallel-comm: it does not run with full" \
+        in full.stderr

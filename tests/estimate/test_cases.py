@@ -155,3 +155,40 @@ def test_the_flex_dispatcher_is_priced_where_asked_and_refused_where_nothing_is_
         with pytest.raises(MegapilotError) as refused:
             build_case(**(flags | bad))
         assert refused.value.field == field
+
+
+# ---- the expert all-to-all overlap (--overlap-moe-expert-parallel-comm) ----------------------------------------
+
+DSV3_H100 = dict(model="deepseek-v3", gpu="h100", gpus=1024, gbs=8192, seq_len=4096, tp=2, pp=8, vpp=4,
+                 pp_layout="balanced", ep=64, precision="fp8", mtp_num_layers=1)
+
+
+def test_the_all_to_all_overlap_hides_the_expert_traffic_where_megatron_allows_it():
+    from megapilot.estimate import estimate
+
+    def ep_comm(**extra):
+        case = build_case(**(DSV3_H100 | extra))
+        return estimate(case.model, case.cluster, case.training, case.parallel, case.options).time_breakdown_s[
+            "ep_comm"]
+
+    assert build_case(**DSV3_H100, moe_a2a_overlap=True).options.moe_a2a_overlap is True
+    assert ep_comm(moe_a2a_overlap=True) < ep_comm()
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"recompute": "full"}, "full recompute"),
+    ({"vpp": 1, "pp_layout": None, "first_stage_layers": 7, "last_stage_layers": 6}, "virtual pipeline stages"),
+    ({"ep": 1, "pp": 1, "vpp": 1, "pp_layout": None, "gpus": 16, "tp": 8, "gbs": 64, "mtp_num_layers": 0},
+     "expert parallelism"),
+    ({"mtp_num_layers": 2}, "at most one MTP layer"),
+])
+def test_the_all_to_all_overlap_is_refused_where_megatron_refuses_it(extra, words):
+    with pytest.raises(MegapilotError) as refused:
+        build_case(**(DSV3_H100 | extra | {"moe_a2a_overlap": True}))
+    assert refused.value.field == "moe_a2a_overlap" and words in refused.value.problem
+
+
+def test_the_all_to_all_overlap_needs_experts():
+    with pytest.raises(MegapilotError) as refused:
+        build_case(model="llama3.1-8b", gpu="h100", gpus=8, gbs=64, seq_len=4096, moe_a2a_overlap=True)
+    assert refused.value.field == "moe_a2a_overlap"

@@ -109,6 +109,11 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: a + ["--attention-backend", "local"], "attention_backend", "only with --spec local"),
     (lambda a: _with_value(a, "--context-parallel-size", "2") + ["--attention-backend", "unfused"],
      "attention_backend", "runs only in TE's flash or fused attention"),
+    # the expert all-to-all overlap: Megatron-Core's TransformerConfig rules
+    (lambda a: a + ["--delay-wgrad-compute"], "moe_a2a_overlap", "needs --overlap-moe-expert-parallel-comm"),
+    (lambda a: a + ["--overlap-moe-expert-parallel-comm"], "moe_a2a_overlap", "needs expert parallelism"),
+    (lambda a: a + ["--overlap-moe-expert-parallel-comm", "--num-experts", "8", "--expert-model-parallel-size", "2",
+                    "--recompute-granularity", "full"], "moe_a2a_overlap", "does not run with full recompute"),
     # Muon: plain DDP only, and plain muon overlaps nothing
     (lambda a: a + ["--optimizer", "dist_muon"], "optimizer", "does not run with --use-distributed-optimizer"),
     (lambda a: _without(a, "--use-distributed-optimizer", "--overlap-param-gather") + ["--optimizer", "muon"],

@@ -253,3 +253,17 @@ def test_the_embedded_trainer_on_gpus_accepts_what_is_left_and_the_notes_say_wha
     launch = render_launch(plan, EMBEDDED_GPU.model_copy(update={"save": "/ckpt"}))  # its own argument check runs
     assert "--manual-gc" in launch.megatron_args and "--distributed-timeout-minutes" in launch.megatron_args
     assert any("GPU kernel flags" in note and "left out" in note for note in launch.notes)
+
+
+# ---- the expert all-to-all overlap (opt-in, where Megatron-Core allows it) -----------------------------------
+def test_a2a_overlap_is_written_where_allowed_and_a_note_says_why_not_elsewhere() -> None:
+    overlap = MEGATRON.model_copy(update={"moe_a2a_overlap": True})
+    moe = make_plan(MIXTRAL_8X7B, "h100", 2, TRAIN, ep=8, etp=1, recompute="selective")
+    args = _args(moe, overlap)
+    assert "--overlap-moe-expert-parallel-comm" in args and "--delay-wgrad-compute" in args
+    assert "--overlap-moe-expert-parallel-comm" not in _args(moe)  # off unless asked for
+    recomputed = make_plan(MIXTRAL_8X7B, "h100", 2, TRAIN, ep=8, etp=1, recompute="full")
+    launch = render_launch(recomputed, overlap)
+    assert "--overlap-moe-expert-parallel-comm" not in launch.megatron_args
+    assert any(note.startswith("--overlap-moe-expert-parallel-comm left out: it does not run with full recompute")
+               for note in launch.notes)

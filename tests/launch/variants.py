@@ -100,6 +100,8 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
      LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_flex_dispatcher="deepep",
                    check_paths_exist=False)),
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
+     LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_a2a_overlap=True, check_paths_exist=False)),
     # Muon: Megatron-LM's optimizer (the embedded trainer runs Adam and SGD), without the distributed optimizer.
     (make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"optimizer": "dist_muon"}), tp=2,
                distributed_optimizer=False), _MEGATRON_MOCK),
