@@ -88,6 +88,11 @@ def _option(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
     return typer.Option(help=help)
 
 
+def _switch(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
+    """An on-only switch named after its field (`moe_a2a_overlap` -> `--moe-a2a-overlap`; no `--no-` form)."""
+    return typer.Option(is_flag=True, help=help)
+
+
 @dataclass(frozen=True)
 class LayoutFlags:
     """The layout a command was given; None (or the default) = not given, `build_case`'s default applies."""
@@ -137,25 +142,24 @@ class FeatureFlags:
 
     mtp_num_layers: Annotated[int | None, _option(
         "Multi-token-prediction modules (--mtp-num-layers; default: the model's own, 0 = none).")] = None
-    mtp_repeated_layer: Annotated[bool, typer.Option(
-        "--mtp-repeated-layer", help="Every MTP depth reuses one module's weights (--mtp-use-repeated-layer; "
-        "Nemotron 3 Super's recipe runs 2 depths of its one module).")] = False
+    mtp_repeated_layer: Annotated[bool, _switch(
+        "Every MTP depth reuses one module's weights (--mtp-use-repeated-layer; Nemotron 3 Super's recipe runs 2 "
+        "depths of its one module).")] = False
     moe_capacity_factor: Annotated[float | None, _option(
         "MoE token dropping: each expert takes at most this times its even share of the tokens "
         "(--moe-expert-capacity-factor; default: dropless).")] = None
-    moe_pad_to_capacity: Annotated[bool, typer.Option(
-        "--moe-pad-to-capacity", help="With --moe-capacity-factor: pad every expert's input to its capacity "
-        "(--moe-pad-expert-input-to-capacity; static shapes, no dispatcher host sync).")] = False
+    moe_pad_to_capacity: Annotated[bool, _switch(
+        "With --moe-capacity-factor: pad every expert's input to its capacity (--moe-pad-expert-input-to-capacity; "
+        "static shapes, no dispatcher host sync).")] = False
     optimizer: Annotated[str | None, _option(
         "adam | muon | dist_muon (--optimizer; default adam). Muon keeps one fp32 momentum per 2-D weight and runs "
         "Newton-Schulz on it each step; dist_muon shards that work and state over DP.")] = None
     moe_flex_dispatcher: Annotated[str | None, _option(
         "MoE tokens through Megatron's flex dispatcher: deepep or hybridep (--moe-token-dispatcher-type flex "
         "--moe-flex-dispatcher-backend X; default alltoall).")] = None
-    moe_a2a_overlap: Annotated[bool, typer.Option(
-        "--moe-a2a-overlap", help="Overlap the expert all-to-all with another micro-batch's compute "
-        "(--overlap-moe-expert-parallel-comm, with --delay-wgrad-compute) wherever Megatron allows it: EP > 1, no "
-        "full recompute, VPP when PP > 1.")] = False
+    moe_a2a_overlap: Annotated[bool, _switch(
+        "Overlap the expert all-to-all with another micro-batch's compute (--overlap-moe-expert-parallel-comm, with "
+        "--delay-wgrad-compute) wherever Megatron allows it: EP > 1, no full recompute, VPP when PP > 1.")] = False
 
     def case_flags(self) -> dict[str, Any]:
         """The `build_case` keys (None: not given; a switch counts as given when on)."""
