@@ -30,6 +30,7 @@ from megapilot.catalog.hf import layer_blocks_from_block_configs
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.estimate import EstimateOptions
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
@@ -283,6 +284,20 @@ class RunConfig:
     precision_flag: str  # what the flags ask for: fp32 | fp16 | bf16 | fp8
     notes: list[str] = field(default_factory=list)
     world_size_assumed: bool = False  # neither --gpus nor the launcher said it: TP x PP x CP was taken
+
+    @property
+    def options(self) -> EstimateOptions:
+        """The run switches the flags turn on, as the estimator prices them: the TP and DP overlaps, bf16
+        gradient reduction, the flex dispatcher, the expert all-to-all overlap, the legacy grouped GEMM."""
+        flags = self.flags
+        return EstimateOptions(
+            tp_comm_overlap=flags.has("--tp-comm-overlap"), overlap_grad_reduce=flags.has("--overlap-grad-reduce"),
+            overlap_param_gather=flags.has("--overlap-param-gather"),
+            grad_reduce_in_bf16=flags.has("--grad-reduce-in-bf16"),
+            moe_flex_dispatcher=flags.get("--moe-token-dispatcher-type") == "flex",
+            moe_a2a_overlap=flags.has("--overlap-moe-expert-parallel-comm"),
+            moe_legacy_grouped_gemm=flags.has("--moe-use-legacy-grouped-gemm"),
+        )
 
     @property
     def cluster(self) -> ClusterSpec | None:

@@ -19,7 +19,7 @@ from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, run_co
 from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import Prediction, predict
 from megapilot.errors import MegapilotError
-from megapilot.spec import ParallelConfig, TrainingSpec, validate_layout
+from megapilot.spec import ParallelConfig, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class LayoutOption:
     parallel: ParallelConfig
     training: TrainingSpec
     prediction: Prediction | None
-    modelled: bool = True  # False: the estimator does not model this switch; prediction = current layout
+    modelled: bool = True  # False: the estimator does not price this switch; prediction = the layout's
 
     def fixes(self) -> list[Fix]:
         """The flag edits, each carrying the option's label and prediction."""
@@ -91,7 +91,7 @@ def proposed_layout(config: RunConfig, label: str, parallel: ParallelConfig | No
     prediction = None
     if proposed.complete:
         assert proposed.model is not None and proposed.cluster is not None
-        prediction = predict(proposed.model, proposed.cluster, proposed.training, proposed.parallel)
+        prediction = predict(proposed.model, proposed.cluster, proposed.training, proposed.parallel, proposed.options)
     return LayoutOption(label=label, changes=changes, parallel=proposed.parallel, training=proposed.training,
                         prediction=prediction, modelled=modelled)
 
@@ -111,7 +111,7 @@ def current_prediction(config: RunConfig) -> Prediction | None:
     if not config.complete:
         return None
     assert config.model and config.cluster and config.training and config.parallel
-    return predict(config.model, config.cluster, config.training, config.parallel)
+    return predict(config.model, config.cluster, config.training, config.parallel, config.options)
 
 
 def memory_options(config: RunConfig) -> list[LayoutOption]:
@@ -201,28 +201,35 @@ def _throughput_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
 
 
 def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
-    """Switches the step-time estimate does not model: offered with the prediction of their layout."""
+    """Switches offered with the prediction of the flags they leave: the overlaps (priced: the estimate reads them
+    from the flags), the alltoall dispatcher and grouped GEMM (not priced: their prediction is the layout's)."""
     flags, p, model = config.flags, config.parallel, config.model
     assert p is not None and model is not None
     if p.tp > 1 and not flags.has("--tp-comm-overlap") and p.sequence_parallel:
-        yield proposed_layout(config, "TP communication overlap", p, modelled=False, extra=(change(
+        yield proposed_layout(config, "TP communication overlap", p, extra=(change(
             flags, "--tp-comm-overlap", None,
             "overlap TP all-gather/reduce-scatter with GEMMs (needs SP, Transformer Engine)"),))
     if p.dp > 1 and config.training is not None and config.training.optimizer == "muon":
         yield _muon_sharded(config, "Megatron overlaps the gradient all-reduce with dist_muon, never with muon")
     elif p.dp > 1 and config.training is not None and config.training.uses_muon:
         if not flags.has("--overlap-grad-reduce"):
-            yield proposed_layout(config, "DP communication overlap", p, modelled=False, extra=(change(
+            yield proposed_layout(config, "DP communication overlap", p, extra=(change(
                 flags, "--overlap-grad-reduce", None, "overlap the gradient all-reduce with the backward pass"),))
     elif p.dp > 1 and not flags.has("--overlap-grad-reduce"):
         # the param all-gather overlap needs sharded parameters: the distributed optimizer comes with it
         sharded = _layout(config, distributed_optimizer=True) if not (p.distributed_optimizer or p.fsdp) else p
-        yield proposed_layout(config, "DP communication overlap", sharded, modelled=False, reasons={
+        yield proposed_layout(config, "DP communication overlap", sharded, reasons={
             "--use-distributed-optimizer": "needed for the param all-gather overlap"}, extra=(
             change(flags, "--overlap-grad-reduce", None, "overlap the gradient reduce-scatter with the backward pass"),
             change(flags, "--overlap-param-gather", None, "overlap the parameter all-gather with the forward pass")))
     if model.is_moe:
-        if flags.get("--moe-token-dispatcher-type") != "alltoall":
+        if p.ep > 1 and not flags.has("--overlap-moe-expert-parallel-comm") and (
+                moe_a2a_overlap_refusal(model, p) is None):
+            yield proposed_layout(config, "expert all-to-all overlap", p, extra=(
+                change(flags, "--overlap-moe-expert-parallel-comm", None,
+                       "run one micro-batch's expert all-to-all under another's compute"),
+                change(flags, "--delay-wgrad-compute", None, "the weight gradients wait to make room")))
+        if flags.get("--moe-token-dispatcher-type") not in ("alltoall", "flex"):  # Megatron's default: allgather
             yield proposed_layout(config, "all-to-all token dispatcher", p, modelled=False, extra=(change(
                 flags, "--moe-token-dispatcher-type", "alltoall",
                 "all-to-all dispatch scales with EP; allgather does not"),))

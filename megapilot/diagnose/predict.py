@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megapilot.errors import MegapilotError
-from megapilot.estimate import estimate
+from megapilot.estimate import EstimateOptions, estimate
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -29,11 +29,12 @@ class Prediction:
         return self.memory_gib <= self.capacity_gib
 
 
-def predict(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-            parallel: ParallelConfig) -> Prediction | None:
-    """The estimator's answer for exactly this layout, or None when it refuses the layout."""
+def predict(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
+            options: EstimateOptions | None = None) -> Prediction | None:
+    """The estimator's answer for exactly this layout and these run switches (the overlaps and dispatcher the
+    flags turn on; None: the estimator's defaults), or None when it refuses the layout."""
     try:
-        result = estimate(model, cluster, training, parallel)
+        result = estimate(model, cluster, training, parallel, options or EstimateOptions())
     except MegapilotError:
         return None
     return Prediction(memory_gib=result.memory_gib.total, capacity_gib=result.memory_gib.capacity,

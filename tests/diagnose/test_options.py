@@ -21,6 +21,13 @@ LLAMA3_8B = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-a
              "--micro-batch-size 2 --bf16 --swiglu --vocab-size 128256 --tensor-model-parallel-size 2")
 
 
+# Mixtral-8x7B's shape with 8 experts over EP 8 on two nodes, TP 1.
+MIXTRAL = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+           "--group-query-attention --num-query-groups 8 --seq-length 4096 --global-batch-size 256 "
+           "--micro-batch-size 1 --bf16 --swiglu --vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
+           "--expert-model-parallel-size 8 --use-distributed-optimizer")
+
+
 def _config(flags: str = LLAMA3_8B, gpus: int = 8, gpu: str | None = "h100"):
     return run_config(read_flags(flags=flags), gpu=get_gpu(gpu) if gpu else None, gpus=gpus)
 
@@ -73,8 +80,27 @@ def test_fixes_carry_the_option_label_and_prediction_but_unmodelled_switches_no_
     (larger_batch,) = options["micro-batch 4"].fixes()
     assert larger_batch.option == "micro-batch 4" and larger_batch.flag == "--micro-batch-size"
     assert larger_batch.predicted_memory_gib == options["micro-batch 4"].prediction.memory_gib
+    # the overlaps are priced: the estimate reads them from the flags, so adding one predicts its gain
     overlap = options["TP communication overlap"]
-    assert not overlap.modelled and all(f.predicted_tokens_per_s_per_gpu is None for f in overlap.fixes())
+    now = current_prediction(_config(LLAMA3_8B + " --sequence-parallel"))
+    assert overlap.modelled and overlap.prediction.tokens_per_s_per_gpu > now.tokens_per_s_per_gpu
+    assert all(f.predicted_tokens_per_s_per_gpu == overlap.prediction.tokens_per_s_per_gpu for f in overlap.fixes())
+    # a switch the estimator does not price carries no throughput
+    moe = {o.label: o for o in throughput_options(_config(MIXTRAL + " --moe-token-dispatcher-type alltoall"))}
+    grouped = moe["grouped GEMM for experts"]
+    assert not grouped.modelled and all(f.predicted_tokens_per_s_per_gpu is None for f in grouped.fixes())
+
+
+def test_the_run_switches_in_the_flags_are_what_the_prediction_prices():
+    plain = _config(MIXTRAL + " --moe-token-dispatcher-type alltoall")
+    assert not plain.options.tp_comm_overlap and not plain.options.moe_a2a_overlap
+    switched = _config(MIXTRAL + " --moe-token-dispatcher-type flex --overlap-moe-expert-parallel-comm "
+                                 "--tp-comm-overlap --overlap-grad-reduce")
+    assert switched.options.moe_flex_dispatcher and switched.options.moe_a2a_overlap
+    assert switched.options.tp_comm_overlap and switched.options.overlap_grad_reduce
+    labels = {o.label for o in throughput_options(switched)}
+    assert "all-to-all token dispatcher" not in labels  # flex is not switched back to alltoall
+    assert "expert all-to-all overlap" in {o.label for o in throughput_options(plain)}
 
 
 def test_fp8_is_offered_only_on_a_gpu_that_has_it():
