@@ -20,6 +20,7 @@ from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import Prediction, predict
 from megapilot.errors import MegapilotError
 from megapilot.spec import ParallelConfig, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
+from megapilot.spec.validate import check_optimizer
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,9 @@ def _layout(config: RunConfig, **update: object) -> ParallelConfig | None:
     fields = config.parallel.model_dump(exclude={"dp"}) | update
     if fields["tp"] == 1:
         fields["sequence_parallel"] = False
-    if config.training.uses_muon and (fields["distributed_optimizer"] or fields["fsdp"]):
-        return None  # Megatron refuses both beside Muon (validate_layout says so when the GPU is known)
     try:
         parallel = ParallelConfig.for_world(config.world_size, **fields)  # MegapilotError if TP*PP*CP does not divide
+        check_optimizer(config.training, parallel)  # what validate_layout refuses beside Muon, GPU known or not
         if config.cluster is not None:
             validate_layout(config.model, config.cluster, config.training, parallel)
     except (MegapilotError, ValueError):

@@ -29,7 +29,7 @@ from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
 from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
-from megapilot.spec.validate import moe_a2a_overlap_refusal
+from megapilot.spec.validate import check_optimizer, moe_a2a_overlap_refusal
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
@@ -43,9 +43,6 @@ STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_
 # Megatron's flex MoE dispatcher backends, as `script --moe-flex-dispatcher` writes them; left out = alltoall.
 FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
-# What the run makes of its model beyond the layout (`with_features`, `run_options`): the same for a search.
-FEATURE_FLAGS = ("mtp_num_layers", "mtp_repeated_layer", "moe_capacity_factor", "moe_pad_to_capacity",
-                 "moe_flex_dispatcher", "moe_a2a_overlap", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -72,6 +69,7 @@ def build_case(**flags: Any) -> Case:
     if flags.get("pp_layout") == "balanced":
         flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
     parallel = _resolve_parallel(flags, cluster.world_size, training)
+    check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
     if flags.get("moe_a2a_overlap"):
         _check_a2a_overlap(model, parallel)
     return Case(model, cluster, training, parallel,
@@ -79,8 +77,8 @@ def build_case(**flags: Any) -> Case:
 
 
 def with_features(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
-    """The model as the run's feature flags make it (`FEATURE_FLAGS`: MTP modules, MoE token dropping); the
-    planner applies them as `build_case` does."""
+    """The model as the run's feature flags make it (MTP modules, MoE token dropping); the planner applies them
+    as `build_case` does."""
     given = {k: v for k, v in flags.items() if v is not None}
     _check_types(given)
     return _with_mtp(_with_token_dropping(model, given), given)
@@ -223,17 +221,8 @@ def _resolve_parallel(flags: dict[str, Any], world_size: int, training: Training
 
 
 def _distributed_optimizer(flags: dict[str, Any], training: TrainingSpec) -> bool:
-    """On by default with Adam; off with Muon, which Megatron refuses beside it (and beside Megatron-FSDP)."""
-    if not training.uses_muon:
-        return bool(flags.get("distributed_optimizer", True))
-    if flags.get("distributed_optimizer"):
-        raise MegapilotError(f"{training.optimizer} does not run with the distributed optimizer (Megatron refuses "
-                             "it)", field="distributed_optimizer",
-                             fix="drop --distributed-optimizer; --optimizer dist_muon shards Muon's state over DP")
-    if flags.get("fsdp"):
-        raise MegapilotError(f"{training.optimizer} does not run with Megatron-FSDP (Megatron refuses it)",
-                             field="fsdp", fix="drop --fsdp, or use --optimizer adam")
-    return False
+    """On by default with Adam; off by default with Muon, which Megatron refuses beside it (`check_optimizer`)."""
+    return bool(flags.get("distributed_optimizer", not training.uses_muon))
 
 
 def _balanced_layout(model: ModelSpec, flags: dict[str, Any], seq_length: int) -> str:

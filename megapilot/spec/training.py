@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -23,7 +23,7 @@ QUANTIZED_PRECISIONS: tuple[str, ...] = ("fp8", "mxfp8", "nvfp4", "mxfp4")
 FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise")
 # Megatron-LM's --optimizer choices megapilot prices: Adam, and Muon on one rank's weights or sharded layer-wise.
 Optimizer = Literal["adam", "muon", "dist_muon"]
-OPTIMIZERS: tuple[str, ...] = ("adam", "muon", "dist_muon")
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 MUON_OPTIMIZERS = ("muon", "dist_muon")
 DEFAULT_FP8_RECIPE: Fp8Recipe = "tensorwise"
 # One name per quantised-GEMM flavour: plain fp8 by its recipe, the block-scaled formats by their own name.

@@ -36,11 +36,11 @@ def validate_layout(
     _check_experts(model, parallel)
     _check_batch(training, parallel)
     _check_precision(cluster, training)
-    _check_optimizer(training, parallel)
+    check_optimizer(training, parallel)
     return _warnings(model, training, parallel)
 
 
-def _check_optimizer(training: TrainingSpec, p: ParallelConfig) -> None:
+def check_optimizer(training: TrainingSpec, p: ParallelConfig) -> None:
     """Megatron-LM's arguments.py: "Muon optimizer does not support distributed optimizer for now" (nor
     Megatron-FSDP); dist_muon is Muon's own sharding over DP."""
     if training.uses_muon and (p.distributed_optimizer or p.fsdp):
