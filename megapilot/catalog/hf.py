@@ -5,7 +5,8 @@ Supported (by `architectures[0]`, else `model_type`):
 - Llama-style dense: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (QKV bias),
   Qwen3ForCausalLM (q/k norm), GemmaForCausalLM and Gemma2ForCausalLM (gated GELU, tied head);
 - MoE: MixtralForCausalLM, Qwen2MoeForCausalLM (gated shared expert), Qwen3MoeForCausalLM;
-- DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM;
+- DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, and DeepseekV32ForCausalLM (V3 with
+  DeepSeek Sparse Attention: its lightning indexer's `index_n_heads`, `index_head_dim`, `index_topk`);
 - GLM-4.5 (Glm4MoeForCausalLM): GQA with QKV bias, optional q/k norm and RoPE on half the head, DeepSeek-V3's
   MoE (dense first layers, a shared expert, sigmoid routing with an expert bias) and MTP modules;
 - GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head);
@@ -41,6 +42,7 @@ from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import (
+    DSASpec,
     GatedDeltaNetSpec,
     LayerBlock,
     LinearRopeScaling,
@@ -66,6 +68,7 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GPT2LMHeadModel": "gpt2",
     "GemmaForCausalLM": "gemma",
@@ -405,6 +408,7 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
         qk_head_dim=_required_int(config, "qk_nope_head_dim"),
         qk_pos_emb_head_dim=_required_int(config, "qk_rope_head_dim"),
         v_head_dim=_required_int(config, "v_head_dim"),
+        dsa=_dsa(config),
     )
     fields["mtp_num_layers"] = _optional_int(config, "num_nextn_predict_layers") or 0
     experts = _optional_int(config, "n_routed_experts")
@@ -422,6 +426,19 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
             aux_loss_coeff=float(config.get("aux_loss_alpha") or 0.0),
         )
     return fields
+
+
+def _dsa(config: HFConfig) -> DSASpec | None:
+    """DeepSeek Sparse Attention's indexer, when the config has one (DeepSeek-V3.2: all three `index_*` fields)."""
+    fields = ("index_n_heads", "index_head_dim", "index_topk")
+    present = [name for name in fields if config.get(name) is not None]
+    if not present:
+        return None
+    if len(present) < len(fields):
+        missing = sorted(set(fields) - set(present))
+        raise _refuse(missing[0], f"DeepSeek Sparse Attention needs {', '.join(fields)}; {', '.join(missing)} missing")
+    return DSASpec(indexer_heads=_required_int(config, "index_n_heads"),
+                   indexer_head_dim=_required_int(config, "index_head_dim"), topk=_required_int(config, "index_topk"))
 
 
 def _deepseek_moe(config: HFConfig, placement: tuple[int, int], **balancing: Any) -> MoESpec:
@@ -855,6 +872,7 @@ _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "qwen3_moe": lambda config: _qwen_moe(config, shared_expert=False),
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "deepseek_v32": _deepseek,
     "glm4_moe": _glm4_moe,
     "gpt2": _gpt2,
 }

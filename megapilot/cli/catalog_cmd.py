@@ -2,7 +2,7 @@
 
 `megapilot models --json` prints one object per model (a list without a MODEL argument): name,
 aliases, source, hf_architecture, num_layers, hidden_size, ffn_hidden_size, num_attention_heads,
-kv_heads (null under MLA), attention ("MHA" | "GQA" | "MLA"), num_experts, router_topk (null when
+kv_heads (null under MLA), attention ("MHA" | "GQA" | "MLA" | "MLA+DSA", the last with DeepSeek Sparse Attention), num_experts, router_topk (null when
 dense), vocab_size, params {total, main_model, active, active_without_input_embedding, embedding,
 output_layer, layers, final_norm, mtp} (exact integers, unpadded vocab; `total` includes MTP,
 `main_model` does not), total_params_b, active_params_b, and spec (the full ModelSpec).
@@ -59,6 +59,12 @@ def _billions(count: int) -> float:
     return round(count / 1e9, 3)
 
 
+def _attention_kind(spec: ModelSpec) -> str:
+    if spec.mla is not None:
+        return "MLA+DSA" if spec.dsa is not None else "MLA"
+    return "GQA" if spec.is_gqa else "MHA"
+
+
 def _model_row(spec: ModelSpec, source: str = "", aliases: tuple[str, ...] = ()) -> dict[str, Any]:
     """The stable JSON row of one model: shape, parameter counts (published convention: unpadded vocab)."""
     from megapilot.estimate.params import count_params
@@ -75,7 +81,7 @@ def _model_row(spec: ModelSpec, source: str = "", aliases: tuple[str, ...] = ())
         "ffn_hidden_size": spec.ffn_hidden_size,
         "num_attention_heads": spec.num_attention_heads,
         "kv_heads": None if spec.mla else spec.kv_heads,
-        "attention": "MLA" if spec.mla else ("GQA" if spec.is_gqa else "MHA"),
+        "attention": _attention_kind(spec),
         "num_experts": moe.num_experts if moe else None,
         "router_topk": moe.router_topk if moe else None,
         "vocab_size": spec.vocab_size,
@@ -151,7 +157,7 @@ def _models_table(rows: list[dict[str, Any]]) -> Table:
     for column in ("layers", "hidden", "heads/kv", "experts", "total B", "active B"):
         table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
-        kv = "MLA" if row["attention"] == "MLA" else str(row["kv_heads"])
+        kv = str(row["attention"]) if row["kv_heads"] is None else str(row["kv_heads"])
         experts = f"{row['num_experts']}/{row['router_topk']}" if row["num_experts"] else "—"
         table.add_row(
             row["name"], str(row["num_layers"]), str(row["hidden_size"]),

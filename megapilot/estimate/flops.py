@@ -12,6 +12,10 @@ Convention (Megatron-LM `megatron/training/training.py`, core >= v0.12):
 published TFLOP/s of that era can be compared. Nothing else changes between the two conventions here
 (core <= v0.11 also counted MoE as top-k x ffn_hidden_size in every layer; we keep the MoE layout).
 
+DeepSeek Sparse Attention counts what its layers compute: MLA's core over the indexer's top-k keys, the
+indexer's own projections and scores, and its KL loss's score recomputation (`dsa_core_flops`); Megatron's
+formula counts such a layer as dense MLA.
+
 Units: FLOPs (not FLOP/s). All terms are per token unless the name says otherwise.
 """
 
@@ -54,7 +58,7 @@ def attention_linear_flops(model: ModelSpec, kv_heads: int | None = None) -> flo
         kv_term = mla.kv_lora_rank * (h + heads * (mla.qk_head_dim + mla.v_head_dim) + 1)
         rope_key = h * mla.qk_pos_emb_head_dim
         output = heads * mla.v_head_dim * h
-        return GEMM_PASSES_FLOPS * (q_term + kv_term + rope_key + output)
+        return GEMM_PASSES_FLOPS * (q_term + kv_term + rope_key + output) + dsa_indexer_linear_flops(model)
     q = model.num_attention_heads * model.head_dim
     kv = (kv_heads or model.kv_heads) * model.head_dim
     gate = q if model.attention_output_gate else 0
@@ -83,6 +87,42 @@ def attention_core_flops(
     else:
         full = 12 * model.num_attention_heads * model.head_dim * seq_length
     return full if convention == "megatron_full_attention" else full / 2
+
+
+# ---- DeepSeek Sparse Attention -------------------------------------------------------------------
+# The indexer's inputs (MLA's q latent and the layer input) are detached: its projections run forward and
+# weight-gradient only (2 of the 3 GEMM passes).
+INDEXER_LINEAR_PASSES_FLOPS = 4
+
+
+def dsa_indexer_linear_flops(model: ModelSpec) -> float:
+    """The lightning indexer's projections, per token (0 without DSA): q latent -> heads x dim, h -> dim (its one
+    key) and h -> heads (per-head weights), forward and weight gradient."""
+    dsa = model.dsa
+    if dsa is None:
+        return 0.0
+    assert model.mla is not None
+    q_source = model.mla.q_lora_rank or model.hidden_size
+    width = q_source * dsa.indexer_heads * dsa.indexer_head_dim
+    return INDEXER_LINEAR_PASSES_FLOPS * (width + model.hidden_size * (dsa.indexer_head_dim + dsa.indexer_heads))
+
+
+def dsa_core_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
+    """One DSA layer's sequence mixing, per token: MLA's core over the `topk` tokens the indexer keeps (a query
+    at position t attends min(t, topk) keys, the count of a sliding window of topk), the indexer's scores over
+    every earlier key (forward, and the gradients to its q and k that its KL loss sends back: 3 x 2 FLOPs per
+    head-dim product, halved for the causal mask as the core is) and the KL loss's recomputation of the main
+    heads' QK^T scores over the kept keys (forward only: its query and key are detached)."""
+    dsa, mla = model.dsa, model.mla
+    assert dsa is not None and mla is not None
+    window = min(dsa.topk, seq_length)
+    sparse = attention_core_flops(model.model_copy(update={"mla": mla.model_copy(update={"dsa": None})}),
+                                  seq_length, convention, window)
+    causal = 1 if convention == "megatron_full_attention" else 0.5
+    indexer = GEMM_PASSES_FLOPS * dsa.indexer_heads * dsa.indexer_head_dim * seq_length * causal
+    mean_keys = window - window * window / (2 * seq_length) if convention == "megatron" else window
+    kl_scores = 2 * model.num_attention_heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) * mean_keys
+    return sparse + indexer + kl_scores
 
 
 # ---- MLP ---------------------------------------------------------------------------------------
@@ -170,6 +210,8 @@ def layer_attention_core_flops(
         return 0.0
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[1]
+    if model.dsa is not None:
+        return dsa_core_flops(model, seq_length, convention)
     return attention_core_flops(model, seq_length, convention, model.attention_window(layer_index))
 
 

@@ -274,8 +274,19 @@ def _layer_bytes_per_token(
     else:
         attention = _attention_bytes(model, model.kv_heads, gemm_input)
     if kind in ("mlp", "moe"):
-        attention = 0.0
-    return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp)
+        return _with_mlp(model, layer_index, kind, 0.0, gemm_input, expert_tp, split, tp)
+    return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp) + dsa_indexer_bytes(model)
+
+
+def dsa_indexer_bytes(model: ModelSpec) -> float:
+    """Per token, whole on every TP rank (the indexer runs on the gathered sequence): what DeepSeek Sparse
+    Attention keeps for backward with fused kernels - the indexer's q (bf16, heads x dim), its key (bf16) and
+    fp32 head weights, and the top-k indices (int32) the sparse core reads again in its backward. 0 without DSA."""
+    dsa = model.dsa
+    if dsa is None:
+        return 0.0
+    return 2 * dsa.indexer_heads * dsa.indexer_head_dim + 2 * dsa.indexer_head_dim + 4 * dsa.indexer_heads \
+        + 4 * dsa.topk
 
 
 def _attention_bytes(model: ModelSpec, kv_heads: int, gemm_input: float) -> float:

@@ -5,6 +5,7 @@ the same model) allocates:
 
 - attention: Q/K/V and output projections (+ biases); MLA: the q LoRA pair (or a full-rank q), the
   joint KV down-projection with the shared rotary key, the KV up-projection and the output projection;
+  DeepSeek Sparse Attention adds its lightning indexer (`LayerParams.indexer`, whole on every TP rank);
 - MLP: dense (2 matrices, 3 with a gated unit), routed experts, shared experts (+ their optional gate h→1),
   router h→E (+ the optional per-expert routing bias); a latent MoE's routed experts in the latent width and
   its two projections h→latent→h;
@@ -57,18 +58,21 @@ class LayerParams:
     # A latent MoE's h -> latent and latent -> h projections around the dispatch ("duplicated": whole on every
     # TP rank, Megatron's parallel_mode="duplicated").
     latent_projections: int = 0
+    # DeepSeek Sparse Attention's lightning indexer (its q, k and head-weight projections and its key LayerNorm),
+    # whole on every TP rank like the latent projections (Megatron builds it "duplicated").
+    indexer: int = 0
 
     @property
     def total(self) -> int:
         return (self.attention + self.mlp + self.routed_experts + self.shared_experts + self.router + self.norms
-                + self.latent_projections)
+                + self.latent_projections + self.indexer)
 
     @property
     def active(self) -> int:
         """Weights one token touches in this layer: routed top-k instead of every expert."""
         return (
             self.attention + self.mlp + self.active_routed_experts + self.shared_experts + self.router + self.norms
-            + self.latent_projections
+            + self.latent_projections + self.indexer
         )
 
     @property
@@ -76,7 +80,7 @@ class LayerParams:
         """The same weights grouped by how Megatron splits them over GPUs."""
         return ParamsBySharding(
             tp_sharded=self.attention + self.mlp + self.shared_experts,
-            replicated=self.norms + self.router + self.latent_projections,
+            replicated=self.norms + self.router + self.latent_projections + self.indexer,
             expert=self.routed_experts,
         )
 
@@ -192,6 +196,20 @@ def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
     return query + kv_down + kv_up + output, lora_norms if mla.latent_layernorms else 0
 
 
+def dsa_indexer_params(model: ModelSpec) -> int:
+    """DeepSeek Sparse Attention's lightning indexer in one layer (0 without DSA), as Megatron-Core's DSAIndexer
+    and DeepSeek's reference `Indexer` build it: q from MLA's q latent (latent -> heads x head_dim), one key from
+    the layer input (h -> head_dim) through a LayerNorm (weight and bias), and per-head weights (h -> heads); no
+    biases."""
+    dsa = model.dsa
+    if dsa is None:
+        return 0
+    assert model.mla is not None
+    q_source = model.mla.q_lora_rank or model.hidden_size
+    return (q_source * dsa.indexer_heads * dsa.indexer_head_dim + model.hidden_size * dsa.indexer_head_dim
+            + 2 * dsa.indexer_head_dim + model.hidden_size * dsa.indexer_heads)
+
+
 def _router_params(model: ModelSpec) -> int:
     """Router h→E (+ its bias when the model uses linear biases, GPT-OSS), plus DeepSeek-V3's per-expert routing
     bias when the model has one.
@@ -258,8 +276,9 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
     layer_norms = 2 * pre_norm if kind == "transformer" else pre_norm  # input norm (+ pre-MLP norm)
     norms = layer_norms + attention_norms
 
+    indexer = dsa_indexer_params(model)
     if not model.is_moe_layer(layer_index):
-        return LayerParams(attention, _mlp_params(model, model.ffn_hidden_size), 0, 0, 0, 0, norms)
+        return LayerParams(attention, _mlp_params(model, model.ffn_hidden_size), 0, 0, 0, 0, norms, indexer=indexer)
 
     moe = model.moe
     assert moe is not None
@@ -276,6 +295,7 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
         router=_router_params(model),
         norms=norms,
         latent_projections=latent_projections,
+        indexer=indexer,
     )
 
 

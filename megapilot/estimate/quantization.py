@@ -40,7 +40,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from megapilot.estimate.flops import attention_linear_flops
+from megapilot.estimate.flops import (
+    GEMM_PASSES_FLOPS,
+    INDEXER_LINEAR_PASSES_FLOPS,
+    attention_linear_flops,
+    dsa_indexer_linear_flops,
+)
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -211,11 +216,26 @@ def mixer_linears(model: ModelSpec, layer_index: int, tp: int, tokens: float) ->
     if gdn is not None and model.is_linear_attention_layer(layer_index):
         return [(tokens, h, gdn.in_proj_width / tp), (tokens, gdn.value_width / tp, h)]
     if model.mla is not None:
-        return [(tokens, h, attention_linear_flops(model) / (6 * h) / tp)]
+        mla_flops = attention_linear_flops(model) - dsa_indexer_linear_flops(model)
+        return [(tokens, h, mla_flops / (6 * h) / tp)] + _dsa_indexer_linears(model, tokens)
     q = model.num_attention_heads * model.head_dim / tp
     gate = q if model.attention_output_gate else 0
     qkv = q + gate + 2 * model.layer_kv_heads(layer_index) * model.head_dim / tp
     return [(tokens, h, qkv), (tokens, q, h)]
+
+
+def _dsa_indexer_linears(model: ModelSpec, tokens: float) -> list[Linear]:
+    """DeepSeek Sparse Attention's indexer projections: whole on every TP rank (Megatron builds them duplicated
+    and gathers the sequence-parallel input first), over every token; run forward and weight-gradient only (their
+    inputs are detached), which the three-pass GEMM price takes as 2/3 of the output width."""
+    dsa = model.dsa
+    if dsa is None:
+        return []
+    assert model.mla is not None
+    two_passes = INDEXER_LINEAR_PASSES_FLOPS / GEMM_PASSES_FLOPS
+    q_source = model.mla.q_lora_rank or model.hidden_size
+    return [(tokens, q_source, dsa.indexer_heads * dsa.indexer_head_dim * two_passes),
+            (tokens, model.hidden_size, (dsa.indexer_head_dim + dsa.indexer_heads) * two_passes)]
 
 
 def _mlp_linears(model: ModelSpec, tokens: float, ffn: int, shard: int, width: int | None = None) -> list[Linear]:

@@ -686,6 +686,10 @@ MUON_NS_STEPS = 5  # --muon-num-ns-steps default
 MUON_CAVEAT = ("Muon is priced from Megatron-LM's implementation (its state, its Newton-Schulz GEMMs at the BF16 rate "
                "of a large GEMM, its all-reduce); no published Muon run checks those terms")
 
+DSA_CAVEAT = ("DeepSeek Sparse Attention is priced as Megatron-Core's fused kernels run it (--dsa-kernel-backend, "
+              "core_v0.19.0 on): MLA over each query's top-k keys plus the indexer's scores over every earlier key; "
+              "earlier releases run it unfused, with fp32 score matrices of every head over the whole sequence, "
+              "far slower and larger than this; no published DSA run checks these terms")
 
 @lru_cache(maxsize=1024)
 def newton_schulz_flops(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int,
@@ -771,7 +775,8 @@ def step_time(
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
         warnings=_warnings(breakdown, total_s, ep_inside_domain=p.ep * p.expert_tp <= comm.scaleup_domain(cluster))
-        + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else []),
+        + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
+        + ([DSA_CAVEAT] if model.dsa is not None else []),
         coverage=coverage,
     )
 

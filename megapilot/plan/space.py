@@ -52,6 +52,7 @@ class RejectReason(str, Enum):
     TP_NODE = "tp exceeds GPUs per node"
     CP_SEQUENCE = "seq_length not divisible by 2*cp"
     CP_LINEAR_ATTENTION = "cp on a Gated DeltaNet model"
+    CP_SPARSE_ATTENTION = "cp on a DeepSeek Sparse Attention model"
     SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
     PP_LAYERS = "num_layers not divisible by pp*vpp"
     PP_SPLIT = "uneven pipeline split refused"
@@ -149,10 +150,13 @@ def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None
 
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
     """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP. Megatron-Core's
-    Gated DeltaNet has no CP."""
+    Gated DeltaNet and DeepSeek Sparse Attention have no CP."""
     if cp > 1 and model.gated_delta_net is not None:
         return Rejection(RejectReason.CP_LINEAR_ATTENTION, "cp", f"cp={cp}: Gated DeltaNet has no context parallelism",
                          "use cp 1")
+    if cp > 1 and model.dsa is not None:
+        return Rejection(RejectReason.CP_SPARSE_ATTENTION, "cp",
+                         f"cp={cp}: DeepSeek Sparse Attention has no context parallelism", "use cp 1")
     if cp > 1 and training.seq_length % (2 * cp):
         return Rejection(RejectReason.CP_SEQUENCE, "cp",
                          f"seq_length={training.seq_length} is not divisible by 2*cp={2 * cp}",

@@ -263,6 +263,17 @@ class LayerBlock(_Spec):
         return (self.attention != "none") + (self.mlp != "none")
 
 
+class DSASpec(_Spec):
+    """DeepSeek Sparse Attention (DeepSeek-V3.2; Megatron `--experimental-attention-variant dsa`, MLA only): a
+    lightning indexer scores every earlier token with a few small heads (ReLU(q.k) weighted per head) and each
+    query attends, through MLA, to the `topk` best only. The indexer's q comes from MLA's q latent, its single
+    key and per-head weights from the layer input; it learns from a KL loss against the attention it imitates."""
+
+    indexer_heads: int = Field(gt=0, description="Indexer heads (--dsa-indexer-n-heads, HF index_n_heads).")
+    indexer_head_dim: int = Field(gt=0, description="Indexer head dim (--dsa-indexer-head-dim, HF index_head_dim).")
+    topk: int = Field(gt=0, description="Tokens each query attends to (--dsa-indexer-topk, HF index_topk).")
+
+
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
 
@@ -277,6 +288,8 @@ class MLASpec(_Spec):
         description="RMSNorm on the compressed q and kv latents (DeepSeek's q_a_layernorm/kv_a_layernorm); "
         "Megatron builds them with --qk-layernorm under MLA.",
     )
+    dsa: DSASpec | None = Field(
+        default=None, description="DeepSeek Sparse Attention over the MLA heads (DeepSeek-V3.2); None = dense MLA.")
 
 
 class Llama3RopeScaling(_Spec):
@@ -553,6 +566,11 @@ class ModelSpec(_Spec):
         pattern: every full_attention_freq-th layer, 1-based, keeps attention)."""
         gdn = self.gated_delta_net
         return gdn is not None and (layer_index + 1) % gdn.full_attention_freq != 0
+
+    @property
+    def dsa(self) -> DSASpec | None:
+        """DeepSeek Sparse Attention's indexer settings, when the MLA layers attend sparsely."""
+        return self.mla.dsa if self.mla is not None else None
 
     @property
     def head_dim(self) -> int:

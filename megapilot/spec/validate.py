@@ -33,6 +33,7 @@ def validate_layout(
     _check_sequence(model, training)
     _check_context_parallel(training, parallel)
     _check_gated_delta_net(model, parallel)
+    _check_sparse_attention(model, parallel)
     _check_experts(model, parallel)
     _check_batch(training, parallel)
     _check_precision(cluster, training)
@@ -171,6 +172,15 @@ def _check_gated_delta_net(model: ModelSpec, p: ParallelConfig) -> None:
         raise MegapilotError(
             f"cp={p.cp}: Megatron-Core's Gated DeltaNet has no context parallelism (TransformerConfig asserts "
             "context_parallel_size == 1)", field="cp", fix="use cp 1 (split long sequences with TP and SP instead)")
+
+
+def _check_sparse_attention(model: ModelSpec, p: ParallelConfig) -> None:
+    """Megatron-Core's DSAttention runs without context parallelism (TransformerConfig asserts it)."""
+    if model.dsa is not None and p.cp > 1:
+        raise MegapilotError(
+            f"cp={p.cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism (TransformerConfig "
+            "asserts context_parallel_size == 1 with experimental_attention_variant dsa)", field="cp",
+            fix="use cp 1 (DSA's top-k already bounds each query's keys; split the sequence with TP and SP)")
 
 
 def _check_experts(model: ModelSpec, p: ParallelConfig) -> None:

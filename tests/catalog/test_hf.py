@@ -52,6 +52,27 @@ def test_deepseek_v3_maps_mla_moe_and_mtp():
     assert moe.router_expert_bias and moe.num_experts == 256 and moe.router_topk == 8
 
 
+def test_deepseek_v32_is_v3_with_sparse_attention_and_685b_as_deepseek_counts():
+    v3, v32 = load_hf_config(HF_CONFIGS / "DeepSeek-V3.json"), load_hf_config(HF_CONFIGS / "DeepSeek-V3.2.json")
+    assert v32.dsa is not None and (v32.dsa.indexer_heads, v32.dsa.indexer_head_dim, v32.dsa.topk) == (64, 128, 2048)
+    assert v3.dsa is None
+    assert v32.model_dump(exclude={"name", "hf_architecture", "mla"}) == v3.model_dump(
+        exclude={"name", "hf_architecture", "mla"})
+    counts = count_params(v32)
+    indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64  # wq_b, wk, k_norm (weight + bias), weights_proj
+    assert counts.main_model - count_params(v3).main_model == 61 * indexer
+    # the card's 685B counts the MTP module with its own embedding and output-layer copies
+    assert abs((counts.total + counts.embedding + counts.output_layer) / 685e9 - 1) < 0.005
+
+
+def test_a_sparse_attention_config_missing_an_indexer_field_is_refused_by_that_field():
+    config = _config("DeepSeek-V3.2")
+    del config["index_topk"]
+    with pytest.raises(MegapilotError) as err:
+        from_hf_config(config, "partial")
+    assert err.value.field == "index_topk"
+
+
 def test_deepseek_v2_lite_has_full_rank_query_and_two_shared_experts():
     model = load_hf_config(HF_CONFIGS / "DeepSeek-V2-Lite.json")  # tab-indented upstream
     assert model.mla is not None and model.mla.q_lora_rank is None

@@ -173,3 +173,22 @@ def test_heterogeneous_layers_count_their_own_attention_and_mlp():
     assert layer_flops(model, 0, s) == attention + 6 * h * 2048 * 3
     assert layer_flops(model, 1, s) == 6 * h * 4096 * 3
     assert layer_flops(model, 2, s) == 6 * h * h
+
+
+def test_sparse_attention_adds_the_indexer_and_attends_over_topk_keys_only():
+    from megapilot.catalog import get_model
+    from megapilot.estimate.flops import attention_core_flops, dsa_core_flops
+
+    dense, sparse = get_model("deepseek-v3"), get_model("deepseek-v3.2")
+    dsa = sparse.dsa
+    assert dsa is not None
+    indexer_linear = 4 * (1536 * 64 * 128 + 7168 * (128 + 64))  # forward + weight gradient: detached inputs
+    assert flops_per_token(sparse, 4096).attention_linear - flops_per_token(dense, 4096).attention_linear \
+        == pytest.approx(61 * indexer_linear)
+    # up to topk tokens every query keeps every earlier key: dense MLA's core, plus the indexer's causal scores
+    # (3 passes x 2 FLOPs x heads x dim x s / 2) and the KL loss's forward QK^T over the same keys
+    s = 2048
+    kl = 2 * 128 * 192 * (s - s / 2)
+    assert dsa_core_flops(sparse, s) == pytest.approx(attention_core_flops(dense, s) + 3 * 64 * 128 * s + kl)
+    # at 128K a query attends to 2,048 keys, not 64K on average: the core shrinks by more than 4x
+    assert flops_per_token(sparse, 131072).attention_core < flops_per_token(dense, 131072).attention_core / 4

@@ -411,3 +411,21 @@ def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
     assert inside.startswith("expert all-to-all is 30% of the step: it runs inside the NVLink domain already")
     assert "--overlap-moe-expert-parallel-comm" in inside
     assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_inside_domain=False) == []
+
+
+def test_sparse_attention_pays_its_indexer_at_4k_and_wins_at_64k_with_its_caveat_stated():
+    from megapilot.catalog import get_model
+    from megapilot.estimate.step_time import DSA_CAVEAT
+
+    cluster = ClusterSpec(gpu=get_gpu("gb200"), num_nodes=64, gpus_per_node=4)
+    layout = ParallelConfig(tp=4, pp=4, ep=16, dp=16, etp=1, first_stage_layers=13, last_stage_layers=16,
+                            sequence_parallel=True, recompute="full")
+
+    def step(name: str, seq: int) -> float:
+        training = TrainingSpec(seq_length=seq, global_batch_size=64, precision="fp8")
+        result = step_time(get_model(name), cluster, training, layout, EstimateOptions())
+        assert (DSA_CAVEAT in result.warnings) == (name == "deepseek-v3.2")
+        return result.step_time_s
+
+    assert step("deepseek-v3.2", 4096) > step("deepseek-v3", 4096)
+    assert step("deepseek-v3.2", 65536) < 0.8 * step("deepseek-v3", 65536)

@@ -52,6 +52,14 @@ def test_gated_delta_net_takes_no_cp_and_whole_linear_heads_per_tp_rank(h100x64)
     assert space.tp_rule(shrunk, h100x64, 2).category == "tp does not divide attention heads"
 
 
+def test_sparse_attention_takes_no_cp():
+    v32 = get_model("deepseek-v3.2")
+    training = TrainingSpec(seq_length=4096, global_batch_size=8)
+    assert space.cp_rule(v32, training, 1, 1) is None
+    assert space.cp_rule(v32, training, 1, 2).category == "cp on a DeepSeek Sparse Attention model"
+    assert space.cp_rule(get_model("deepseek-v3"), training, 1, 2) is None
+
+
 def test_expert_rule_checks_expert_count_and_group_product():
     mixtral = get_model("mixtral-8x7b")
     assert space.expert_rule(mixtral, 2, 1, 4, 8, 1) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from megapilot.catalog import get_gpu
+from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
 from megapilot.spec import ClusterSpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec, validate_layout
 
@@ -154,3 +154,15 @@ def test_a_hybrid_mamba_model_takes_no_interleaving_and_no_split():
     with pytest.raises(MegapilotError, match="splits num_layers evenly"):
         validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2, account_for_loss=True,
                                                                    account_for_embedding=True))
+
+
+def test_deepseek_sparse_attention_refuses_context_parallelism_by_field():
+    model = get_model("deepseek-v3.2")
+    cluster = ClusterSpec(gpu=get_gpu("h100"), num_nodes=32, gpus_per_node=8)
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
+    layout = ParallelConfig(tp=2, pp=8, cp=2, ep=32, etp=1, dp=8, vpp=1, first_stage_layers=7, last_stage_layers=6,
+                            sequence_parallel=True)
+    with pytest.raises(MegapilotError) as err:
+        validate_layout(model, cluster, training, layout)
+    assert err.value.field == "cp" and "Sparse Attention" in str(err.value)
+    validate_layout(model, cluster, training, layout.model_copy(update={"cp": 1, "dp": 16}))
