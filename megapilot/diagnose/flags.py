@@ -34,6 +34,7 @@ from megapilot.estimate import EstimateOptions
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
+    DSASpec,
     GatedDeltaNetSpec,
     LayerBlock,
     Llama3RopeScaling,
@@ -435,7 +436,20 @@ def _mla(flags: LaunchFlags) -> MLASpec | None:
         qk_pos_emb_head_dim=flags.get_int("--qk-pos-emb-head-dim", 64) or 64,
         v_head_dim=flags.get_int("--v-head-dim", 128) or 128,
         latent_layernorms=flags.has("--qk-layernorm"),  # under MLA, Megatron's --qk-layernorm builds the latent norms
+        dsa=_dsa(flags),
     )
+
+
+def _dsa(flags: LaunchFlags) -> DSASpec | None:
+    """--experimental-attention-variant dsa and its indexer; Megatron has no default for the indexer's shape, so a
+    script that leaves one out (it would not start) is read as dense MLA."""
+    if flags.get("--experimental-attention-variant") != "dsa":
+        return None
+    heads, dim, topk = (flags.get_int(name) for name in ("--dsa-indexer-n-heads", "--dsa-indexer-head-dim",
+                                                         "--dsa-indexer-topk"))
+    if not (heads and dim and topk):
+        return None
+    return DSASpec(indexer_heads=heads, indexer_head_dim=dim, topk=topk)
 
 
 def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, ffn: int,

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 
 from megapilot.errors import MegapilotError
 from megapilot.launch import heterogeneous
-from megapilot.launch.model_flags import model_section
+from megapilot.launch.model_flags import dsa_kernel_args, model_section
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.perf_flags import (
     flex_dispatcher_backend,
@@ -21,6 +21,7 @@ from megapilot.launch.perf_flags import (
     performance_sections,
 )
 from megapilot.launch.sections import ArgSection
+from megapilot.launch.versions import resolve_flag_table
 from megapilot.spec import ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
 
 
@@ -32,8 +33,9 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
 def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """All argument sections, in the order a reader looks for them."""
     return [
-        _with_layer_blocks(_with_dispatcher(model_section(plan.model, cpu=options.cpu),
-                                            flex_dispatcher_backend(plan, options)), plan.model, options),
+        _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model_section(plan.model, cpu=options.cpu),
+                                                              flex_dispatcher_backend(plan, options)), plan.model,
+                                             options), plan.model, options),
         _parallel_section(plan.model, plan.parallel, plan.training, cpu=options.cpu),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
@@ -44,6 +46,14 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
         _checkpoint_section(plan, options),
         *performance_sections(plan, options),
     ]
+
+
+def _with_dsa_kernels(section: ArgSection, model: ModelSpec, options: LaunchOptions) -> ArgSection:
+    """DeepSeek Sparse Attention's fused kernels, where the release the script is for has them."""
+    kernels = dsa_kernel_args(model, resolve_flag_table(options).flags) if model.dsa is not None else []
+    if kernels:
+        section.add(*kernels)
+    return section
 
 
 def _with_layer_blocks(section: ArgSection, model: ModelSpec, options: LaunchOptions) -> ArgSection:

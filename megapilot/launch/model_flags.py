@@ -13,6 +13,8 @@ Where a value has no flag, the constant Megatron-Core uses is what the model mus
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from megapilot.errors import MegapilotError
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import ModelSpec
@@ -55,6 +57,8 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     s.add("--hidden-dropout", 0.0)
     if model.mla is not None:
         _add_mla(s, model)
+    if model.dsa is not None:
+        _add_dsa(s, model, cpu=cpu)
     if model.moe is not None:
         _add_moe(s, model, cpu=cpu)
     if model.mtp_num_layers:
@@ -232,6 +236,41 @@ def _add_mla(s: ArgSection, model: ModelSpec) -> None:
     s.add("--qk-head-dim", mla.qk_head_dim)
     s.add("--qk-pos-emb-head-dim", mla.qk_pos_emb_head_dim)
     s.add("--v-head-dim", mla.v_head_dim)
+
+
+#: DeepSeek Sparse Attention's indexer loss weight: Megatron-Core has no default (None fails at the first step), so
+#: it is written out; 0.01 with the sparse (top-k) KL loss is what Megatron-LM's DSA functional test and
+#: Megatron-Bridge's DSA training recipes use.
+DSA_INDEXER_LOSS_COEFF = 0.01
+#: The fused DSA kernels the public recipes choose (--dsa-kernel-backend, core_v0.19.0 on; Megatron-Bridge's DSA
+#: recipes set cudnn); earlier releases have only the unfused PyTorch path.
+DSA_KERNEL_BACKEND = "cudnn"
+
+
+def _add_dsa(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
+    """DeepSeek Sparse Attention over MLA (core_v0.16.0's experimental attention variant)."""
+    dsa = model.dsa
+    assert dsa is not None
+    if cpu:
+        raise MegapilotError(
+            f"{model.name} attends through DeepSeek Sparse Attention, which Megatron-Core builds only with Transformer "
+            "Engine: the embedded CPU trainer cannot train it",
+            field="model.mla.dsa", fix="write the script for GPUs (drop --cpu), or try DeepSeek-V2-Lite (dense MLA) on "
+            "CPU")
+    s.add("--experimental-attention-variant", "dsa")
+    s.add("--dsa-indexer-n-heads", dsa.indexer_heads)
+    s.add("--dsa-indexer-head-dim", dsa.indexer_head_dim)
+    s.add("--dsa-indexer-topk", dsa.topk)
+    s.add("--dsa-indexer-loss-coeff", DSA_INDEXER_LOSS_COEFF)
+    s.add("--dsa-indexer-use-sparse-loss")
+    s.add("--no-rope-fusion")  # TransformerConfig asserts RoPE fusion is off under DSA
+
+
+def dsa_kernel_args(model: ModelSpec, release_flags: Collection[str]) -> list[str]:
+    """`--dsa-kernel-backend` for a DSA model where the release has it; [] otherwise (unfused, or no DSA)."""
+    if model.dsa is None or "--dsa-kernel-backend" not in release_flags:
+        return []
+    return ["--dsa-kernel-backend", DSA_KERNEL_BACKEND]
 
 
 def _add_moe(s: ArgSection, model: ModelSpec, *, cpu: bool = False) -> None:

@@ -18,10 +18,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from megapilot.errors import MegapilotError
-from megapilot.launch.flags import ArgSection
 from megapilot.launch.megatron_args import FlagTable, Version, committed_tables, flag_table, parse_version
 from megapilot.launch.megatron_source import read_checkout_table, read_checkout_version
 from megapilot.launch.options import LaunchOptions
+from megapilot.launch.sections import ArgSection
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,19 @@ def test_what_core_v0_16_cannot_build_is_refused_naming_the_field():
     assert args[args.index("--no-rope-freq") + 1] == "4"
 
 
+def test_deepseek_v32_writes_sparse_attention_with_what_megatron_needs_to_start_it():
+    args = _flags("deepseek-v3.2")
+    for flag, value in (("--experimental-attention-variant", "dsa"), ("--dsa-indexer-n-heads", "64"),
+                        ("--dsa-indexer-head-dim", "128"), ("--dsa-indexer-topk", "2048"),
+                        ("--dsa-indexer-loss-coeff", "0.01")):  # no default: None fails at the first step
+        assert args[args.index(flag) + 1] == value
+    assert "--no-rope-fusion" in args and "--dsa-indexer-use-sparse-loss" in args and "--multi-latent-attention" in args
+    split_args(args)  # every flag exists in the pinned core_v0.16.0 parser and takes what it is given
+    with pytest.raises(MegapilotError) as err:
+        model_section(get_model("deepseek-v3.2"), cpu=True)  # Transformer Engine only
+    assert err.value.field == "model.mla.dsa"
+
+
 # ---- rope scaling, router and MLA semantics (core_v0.16.0's pretrain_gpt.py) ----------------------------------
 def _value(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]

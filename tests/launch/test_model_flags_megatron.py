@@ -67,6 +67,9 @@ NOT_BUILT_BY_PRETRAIN_GPT = {
     "llama3.3-nemotron-super-49b": "output",
     "nemotron-h-8b": "pretrain_mamba.py",
     "nemotron-h-56b": "pretrain_mamba.py",
+    # DeepSeek Sparse Attention: Transformer Engine only (its indexer is checked module by module below)
+    "deepseek-v3.2": "model.mla.dsa",
+    "DeepSeek-V3.2": "model.mla.dsa",
     # Gated DeltaNet: Megatron-Core builds it with Transformer Engine only (its mixers are checked module by module)
     "qwen3-next-80b-a3b": "model.gated_delta_net",
     "Qwen3-Next-80B-A3B-Instruct": "model.gated_delta_net",
@@ -247,6 +250,44 @@ def test_qwen3_next_mixers_are_what_megatron_core_builds(one_process_group: None
     assert sum(p.numel() for p in attention.parameters()) == full.attention + full.norms - pre_norms
     gate_width = spec.num_attention_heads * spec.head_dim
     assert attention.linear_qkv.weight.shape[0] == 2 * gate_width + 2 * spec.kv_heads * spec.head_dim
+
+
+class _DuplicatedLinear(torch.nn.Module):
+    """Stand-in for Transformer Engine's `Linear` (not installable without a GPU) as DSAIndexer builds it with
+    parallel_mode="duplicated": the whole in x out weight on every rank, the bias only when asked for."""
+
+    def __init__(self, input_size: int, output_size: int, *, bias: bool, **_: object) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(output_size, input_size))
+        self.bias = torch.nn.Parameter(torch.empty(output_size)) if bias else None
+
+
+def test_deepseek_v32_indexer_is_what_megatron_core_builds(one_process_group: None) -> None:
+    """Megatron-Core 0.16.1's DSAIndexer for DeepSeek-V3.2's config, built on the meta device: its projections
+    (Transformer Engine's duplicated Linear, stood in for) and its key LayerNorm (Megatron's own local norm)."""
+    from megatron.core.transformer.experimental_attention_variant.dsa import DSAIndexer, DSAIndexerSubmodules
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    from megapilot.estimate.params import dsa_indexer_params, layer_params
+
+    spec = load_hf_config(HF_CONFIGS / "DeepSeek-V3.2.json")
+    mla, dsa = spec.mla, spec.dsa
+    assert mla is not None and dsa is not None
+    config = MLATransformerConfig(
+        num_layers=1, hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
+        q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank, qk_head_dim=mla.qk_head_dim,
+        qk_pos_emb_head_dim=mla.qk_pos_emb_head_dim, v_head_dim=mla.v_head_dim, normalization="RMSNorm",
+        experimental_attention_variant="dsa", dsa_indexer_n_heads=dsa.indexer_heads,
+        dsa_indexer_head_dim=dsa.indexer_head_dim, dsa_indexer_topk=dsa.topk, apply_rope_fusion=False,
+        use_cpu_initialization=True, gradient_accumulation_fusion=False, perform_initialization=False)
+    with torch.device("meta"):
+        indexer = DSAIndexer(config, DSAIndexerSubmodules(
+            linear_wq_b=_DuplicatedLinear, linear_wk=_DuplicatedLinear, k_norm=WrappedTorchNorm,
+            linear_weights_proj=_DuplicatedLinear))
+    assert sum(p.numel() for p in indexer.parameters()) == dsa_indexer_params(spec) == 13_959_424
+    assert indexer.linear_wq_b.weight.shape == (dsa.indexer_heads * dsa.indexer_head_dim, mla.q_lora_rank)
+    assert layer_params(spec, 0).indexer == dsa_indexer_params(spec)  # every layer attends through it
 
 
 # ---- the model's meaning, read back from what Megatron-Core built -----------------------------------------

@@ -216,3 +216,16 @@ def test_remote_skips_existence_checks_even_for_a_local_looking_launch(tmp_path:
         render_launch(plan, options.model_copy(update={"remote": True, "data_path": "relative/corpus"}))
     remote_slurm = render_launch(PLAN_70B, _options(launcher="slurm", log_dir="/cluster/logs", remote=True))
     assert any("create /cluster/logs on the cluster before sbatch" in note for note in remote_slurm.notes)
+
+
+def test_sparse_attention_gets_fused_kernels_where_the_release_has_them_and_a_note_where_not() -> None:
+    from megapilot.catalog import get_model
+
+    plan = PLAN_DEEPSEEK.model_copy(update={"model": get_model("deepseek-v3.2").model_copy(update={"num_layers": 4})})
+    newest = render_launch(plan, _options())
+    kernel = newest.megatron_args.index("--dsa-kernel-backend")
+    assert newest.megatron_args[kernel + 1] == "cudnn" and not any("unfused" in n for n in newest.notes)
+    older = render_launch(plan, _options(megatron_version="0.16.0"))
+    assert "--dsa-kernel-backend" not in older.megatron_args and "--experimental-attention-variant" in \
+        older.megatron_args
+    assert any("runs DeepSeek Sparse Attention unfused" in n for n in older.notes)

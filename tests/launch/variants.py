@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from megapilot.launch import LaunchOptions
 from megapilot.spec import ModelSpec, MoESpec, SavedPlan, TrainingSpec
-from megapilot.spec.model import GatedDeltaNetSpec, MambaSpec
+from megapilot.spec.model import DSASpec, GatedDeltaNetSpec, MambaSpec
 from tests.launch.plans import (
     DEEPSEEK_V2_LITE,
     GOLDEN_PLANS,
@@ -87,6 +87,11 @@ GATED_DELTANET = MIXTRAL_8X7B.model_copy(update={
     "rotary_percent": 0.25, "norm_zero_centered": True,
     "gated_delta_net": GatedDeltaNetSpec(key_heads=8, value_heads=16, key_head_dim=64, value_head_dim=64),
 })
+# DeepSeek-V3.2's semantics: MLA attending through DeepSeek Sparse Attention's indexer (Transformer Engine only).
+SPARSE_MLA = DEEPSEEK_Q_LORA.model_copy(update={
+    "name": "sparse-mla", "mla": DEEPSEEK_Q_LORA.mla.model_copy(update={
+        "dsa": DSASpec(indexer_heads=16, indexer_head_dim=64, topk=512)}),
+})
 _MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
 
 # Options that apply to some plans only (a flex MoE dispatcher is refused on a dense model): rendered on their own.
@@ -95,6 +100,7 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(LATENT_HYBRID, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
+    (make_plan(SPARSE_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
         update={"capacity_factor": 1.0, "pad_to_capacity": True})}), "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
