@@ -2,10 +2,11 @@
 
 `megapilot models --json` prints one object per model (a list without a MODEL argument): name,
 aliases, source, hf_architecture, num_layers, hidden_size, ffn_hidden_size, num_attention_heads,
-kv_heads (null under MLA), attention ("MHA" | "GQA" | "MLA" | "MLA+DSA", the last with DeepSeek Sparse Attention), num_experts, router_topk (null when
-dense), vocab_size, params {total, main_model, active, active_without_input_embedding, embedding,
-output_layer, layers, final_norm, mtp} (exact integers, unpadded vocab; `total` includes MTP,
-`main_model` does not), total_params_b, active_params_b, and spec (the full ModelSpec).
+kv_heads (null under MLA), attention ("MHA" | "GQA" | "MLA" | "MLA+DSA", the last with DeepSeek Sparse
+Attention), num_experts, router_topk (null when dense), vocab_size, params {total, main_model, active,
+active_without_input_embedding, embedding, output_layer, layers, final_norm, mtp} (exact integers, unpadded
+vocab; `total` includes MTP, `main_model` does not), total_params_b, active_params_b, and spec (the full
+ModelSpec).
 """
 
 from __future__ import annotations

@@ -107,6 +107,16 @@ def dsa_indexer_linear_flops(model: ModelSpec) -> float:
     return INDEXER_LINEAR_PASSES_FLOPS * (width + model.hidden_size * (dsa.indexer_head_dim + dsa.indexer_heads))
 
 
+def dsa_indexer_score_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
+    """The indexer's q.k scores over every earlier key, per token (0 without DSA): forward and the gradients to
+    its q and k, 3 x 2 FLOPs per head-dim product, halved for the causal mask as the core is."""
+    dsa = model.dsa
+    if dsa is None:
+        return 0.0
+    causal = 1 if convention == "megatron_full_attention" else 0.5
+    return GEMM_PASSES_FLOPS * dsa.indexer_heads * dsa.indexer_head_dim * seq_length * causal
+
+
 def dsa_core_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
     """One DSA layer's sequence mixing, per token: MLA's core over the `topk` tokens the indexer keeps (a query
     at position t attends min(t, topk) keys, the count of a sliding window of topk), the indexer's scores over
@@ -118,8 +128,7 @@ def dsa_core_flops(model: ModelSpec, seq_length: int, convention: FlopConvention
     window = min(dsa.topk, seq_length)
     sparse = attention_core_flops(model.model_copy(update={"mla": mla.model_copy(update={"dsa": None})}),
                                   seq_length, convention, window)
-    causal = 1 if convention == "megatron_full_attention" else 0.5
-    indexer = GEMM_PASSES_FLOPS * dsa.indexer_heads * dsa.indexer_head_dim * seq_length * causal
+    indexer = dsa_indexer_score_flops(model, seq_length, convention)
     mean_keys = window - window * window / (2 * seq_length) if convention == "megatron" else window
     kl_scores = 2 * model.num_attention_heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) * mean_keys
     return sparse + indexer + kl_scores

@@ -57,7 +57,9 @@ from megapilot.estimate.efficiency import (
 )
 from megapilot.estimate.flops import (
     FlopConvention,
+    dsa_indexer_score_flops,
     flops_per_step,
+    has_attention,
     layer_attention_core_flops,
 )
 from megapilot.estimate.latency import (
@@ -248,7 +250,11 @@ def layer_terms(
     core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
     # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
     # the per-token core FLOPs (at the full sequence length) already account for.
-    terms["mixer_core"] = attention_time_s(core_flops * tokens / p.tp, gpu, eff)
+    # DeepSeek Sparse Attention's indexer scores every token on every TP rank (its heads are not split).
+    whole_on_every_rank = dsa_indexer_score_flops(model, training.seq_length) if has_attention(model, layer_index) \
+        else 0.0
+    terms["mixer_core"] = attention_time_s(((core_flops - whole_on_every_rank) / p.tp + whole_on_every_rank) * tokens,
+                                           gpu, eff)
     if kind in ("transformer", "attention"):
         terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
     if kind == "mamba":

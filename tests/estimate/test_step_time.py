@@ -418,10 +418,10 @@ def test_sparse_attention_pays_its_indexer_at_4k_and_wins_at_64k_with_its_caveat
     from megapilot.estimate.step_time import DSA_CAVEAT
 
     cluster = ClusterSpec(gpu=get_gpu("gb200"), num_nodes=64, gpus_per_node=4)
-    layout = ParallelConfig(tp=4, pp=4, ep=16, dp=16, etp=1, first_stage_layers=13, last_stage_layers=16,
-                            sequence_parallel=True, recompute="full")
 
-    def step(name: str, seq: int) -> float:
+    def step(name: str, seq: int, tp: int = 1) -> float:
+        layout = ParallelConfig(tp=tp, pp=4, ep=16, dp=64 // tp, etp=1, first_stage_layers=13,
+                                last_stage_layers=16, sequence_parallel=tp > 1, recompute="full")
         training = TrainingSpec(seq_length=seq, global_batch_size=64, precision="fp8")
         result = step_time(get_model(name), cluster, training, layout, EstimateOptions())
         assert (DSA_CAVEAT in result.warnings) == (name == "deepseek-v3.2")
@@ -429,3 +429,7 @@ def test_sparse_attention_pays_its_indexer_at_4k_and_wins_at_64k_with_its_caveat
 
     assert step("deepseek-v3.2", 4096) > step("deepseek-v3", 4096)
     assert step("deepseek-v3.2", 65536) < 0.8 * step("deepseek-v3", 65536)
+    # TP splits MLA's heads but not the indexer, which every TP rank runs whole: TP4 gains less than TP1 did
+    saved_tp1 = step("deepseek-v3", 65536) - step("deepseek-v3.2", 65536)
+    saved_tp4 = step("deepseek-v3", 65536, tp=4) - step("deepseek-v3.2", 65536, tp=4)
+    assert saved_tp4 < saved_tp1 / 2
