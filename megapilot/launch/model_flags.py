@@ -129,15 +129,20 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
             "to train with full attention")
 
 
+def _gpu_only(model: ModelSpec, why: str, field: str, cpu_alternative: str) -> MegapilotError:
+    """The refusal of a mixer the embedded CPU trainer cannot build."""
+    return MegapilotError(f"{model.name} {why}: the embedded CPU trainer cannot train it", field=field,
+                          fix=f"write the script for GPUs (drop --cpu), or try {cpu_alternative} on CPU")
+
+
 def _add_gated_delta_net(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
     """Gated DeltaNet on all layers but every full_attention_freq-th (core_v0.16.0's experimental variant)."""
     gdn = model.gated_delta_net
     assert gdn is not None
     if cpu:
-        raise MegapilotError(
-            f"{model.name} mixes tokens with Gated DeltaNet, which Megatron-Core builds only with Transformer Engine "
-            "and runs with flash-linear-attention's GPU kernels: the embedded CPU trainer cannot train it",
-            field="model.gated_delta_net", fix="write the script for GPUs (drop --cpu), or try a Qwen3 MoE on CPU")
+        raise _gpu_only(model, "mixes tokens with Gated DeltaNet, which Megatron-Core builds only with Transformer "
+                        "Engine and runs with flash-linear-attention's GPU kernels", "model.gated_delta_net",
+                        "a Qwen3 MoE")
     s.add("--experimental-attention-variant", "gated_delta_net")
     s.add("--linear-attention-freq", gdn.full_attention_freq)
     s.add("--linear-num-key-heads", gdn.key_heads)
@@ -252,11 +257,8 @@ def _add_dsa(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
     dsa = model.dsa
     assert dsa is not None
     if cpu:
-        raise MegapilotError(
-            f"{model.name} attends through DeepSeek Sparse Attention, which Megatron-Core builds only with Transformer "
-            "Engine: the embedded CPU trainer cannot train it",
-            field="model.mla.dsa", fix="write the script for GPUs (drop --cpu), or try DeepSeek-V2-Lite (dense MLA) on "
-            "CPU")
+        raise _gpu_only(model, "attends through DeepSeek Sparse Attention, which Megatron-Core builds only with "
+                        "Transformer Engine", "model.mla.dsa", "DeepSeek-V2-Lite (dense MLA)")
     s.add("--experimental-attention-variant", "dsa")
     s.add("--dsa-indexer-n-heads", dsa.indexer_heads)
     s.add("--dsa-indexer-head-dim", dsa.indexer_head_dim)
