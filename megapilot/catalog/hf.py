@@ -428,17 +428,18 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
     return fields
 
 
+# transformers' DeepseekV32Config defaults, which a deepseek_v32 config.json may leave unstated.
+_DSA_DEFAULTS = {"index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}
+
+
 def _dsa(config: HFConfig) -> DSASpec | None:
-    """DeepSeek Sparse Attention's indexer, when the config has one (DeepSeek-V3.2: all three `index_*` fields)."""
-    fields = ("index_n_heads", "index_head_dim", "index_topk")
-    present = [name for name in fields if config.get(name) is not None]
-    if not present:
+    """DeepSeek Sparse Attention's indexer: every deepseek_v32 model has one (fields it leaves out take
+    transformers' defaults); another DeepSeek config has one only if it states an `index_*` field."""
+    if _family(config) != "deepseek_v32" and all(config.get(name) is None for name in _DSA_DEFAULTS):
         return None
-    if len(present) < len(fields):
-        missing = sorted(set(fields) - set(present))
-        raise _refuse(missing[0], f"DeepSeek Sparse Attention needs {', '.join(fields)}; {', '.join(missing)} missing")
-    return DSASpec(indexer_heads=_required_int(config, "index_n_heads"),
-                   indexer_head_dim=_required_int(config, "index_head_dim"), topk=_required_int(config, "index_topk"))
+    stated = {**_DSA_DEFAULTS, **{name: config[name] for name in _DSA_DEFAULTS if config.get(name) is not None}}
+    return DSASpec(indexer_heads=_required_int(stated, "index_n_heads"),
+                   indexer_head_dim=_required_int(stated, "index_head_dim"), topk=_required_int(stated, "index_topk"))
 
 
 def _deepseek_moe(config: HFConfig, placement: tuple[int, int], **balancing: Any) -> MoESpec:

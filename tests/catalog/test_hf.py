@@ -65,11 +65,15 @@ def test_deepseek_v32_is_v3_with_sparse_attention_and_685b_as_deepseek_counts():
     assert abs((counts.total + counts.embedding + counts.output_layer) / 685e9 - 1) < 0.005
 
 
-def test_a_sparse_attention_config_missing_an_indexer_field_is_refused_by_that_field():
+def test_a_deepseek_v32_config_leaving_indexer_fields_out_takes_transformers_defaults():
     config = _config("DeepSeek-V3.2")
-    del config["index_topk"]
+    del config["index_topk"], config["index_n_heads"]
+    config["index_head_dim"] = 64
+    dsa = from_hf_config(config, "partial").dsa
+    assert dsa is not None and (dsa.indexer_heads, dsa.indexer_head_dim, dsa.topk) == (64, 64, 2048)
+    config["index_topk"] = "2048"
     with pytest.raises(MegapilotError) as err:
-        from_hf_config(config, "partial")
+        from_hf_config(config, "bad")
     assert err.value.field == "index_topk"
 
 
