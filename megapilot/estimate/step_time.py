@@ -249,8 +249,8 @@ def layer_terms(
     terms = dict.fromkeys(LAYER_TERMS, 0.0)
     core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
     # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
-    # the per-token core FLOPs (at the full sequence length) already account for.
-    # DeepSeek Sparse Attention's indexer scores every token on every TP rank (its heads are not split).
+    # the per-token core FLOPs (at the full sequence length) already account for. TP splits the heads, but
+    # DeepSeek Sparse Attention's indexer scores every token on every TP rank.
     whole_on_every_rank = dsa_indexer_score_flops(model, training.seq_length) if has_attention(model, layer_index) \
         else 0.0
     terms["mixer_core"] = attention_time_s(((core_flops - whole_on_every_rank) / p.tp + whole_on_every_rank) * tokens,
@@ -696,6 +696,7 @@ DSA_CAVEAT = ("DeepSeek Sparse Attention is priced as Megatron-Core's fused kern
               "core_v0.19.0 on): MLA over each query's top-k keys plus the indexer's scores over every earlier key; "
               "earlier releases run it unfused, with fp32 score matrices of every head over the whole sequence, "
               "far slower and larger than this; no published DSA run checks these terms")
+
 
 @lru_cache(maxsize=1024)
 def newton_schulz_flops(model: ModelSpec, tp: int, pp: int, vpp: int, ep: int, etp: int,
