@@ -69,6 +69,7 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV32ForCausalLM": "deepseek_v32",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GPT2LMHeadModel": "gpt2",
     "GemmaForCausalLM": "gemma",
@@ -432,14 +433,82 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
 _DSA_DEFAULTS = {"index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}
 
 
-def _dsa(config: HFConfig) -> DSASpec | None:
-    """DeepSeek Sparse Attention's indexer: every deepseek_v32 model has one (fields it leaves out take
-    transformers' defaults); another DeepSeek config has one only if it states an `index_*` field."""
-    if _family(config) != "deepseek_v32" and all(config.get(name) is None for name in _DSA_DEFAULTS):
+def _dsa(config: HFConfig, defaults: dict[str, int] = _DSA_DEFAULTS, **semantics: Any) -> DSASpec | None:
+    """DeepSeek Sparse Attention's indexer: every deepseek_v32 and glm_moe_dsa model has one (fields it leaves out
+    take transformers' defaults for its family); another DeepSeek config has one only if it states an `index_*`
+    field. `semantics`: the family's indexer rules (GLM-5's RoPE, rotation and top-k sharing)."""
+    if _family(config) not in ("deepseek_v32", "glm_moe_dsa") and all(config.get(n) is None for n in defaults):
         return None
-    stated = {**_DSA_DEFAULTS, **{name: config[name] for name in _DSA_DEFAULTS if config.get(name) is not None}}
+    stated = {**defaults, **{name: config[name] for name in defaults if config.get(name) is not None}}
     return DSASpec(indexer_heads=_required_int(stated, "index_n_heads"),
-                   indexer_head_dim=_required_int(stated, "index_head_dim"), topk=_required_int(stated, "index_topk"))
+                   indexer_head_dim=_required_int(stated, "index_head_dim"), topk=_required_int(stated, "index_topk"),
+                   **semantics)
+
+
+# transformers' GlmMoeDsaConfig: its indexer defaults and the top-k sharing offset it assumes when a config gives
+# only `index_topk_freq`.
+_GLM5_DSA_DEFAULTS = {"index_n_heads": 32, "index_head_dim": 128, "index_topk": 2048}
+_GLM5_SKIP_TOPK_OFFSET = 2
+
+
+def _glm_moe_dsa(config: HFConfig) -> dict[str, Any]:
+    """GLM-5 (GlmMoeDsaForCausalLM), as transformers builds it and Megatron-Bridge's GLM-5 bridge maps it:
+    DeepSeek-V3.2's MLA and sparse attention with GLM's indexer (interleaved RoPE, no Hadamard rotation, top-k
+    shared across layers where `indexer_types` says "shared"), the first `first_k_dense_replace` layers dense
+    (or as `mlp_layer_types` lists them), then MoE with DeepSeek-V3's sigmoid router and expert bias."""
+    layers = _required_int(config, "num_hidden_layers")
+    rope = config.get("qk_rope_head_dim")
+    if config.get("qk_head_dim") is not None:  # transformers may point qk_rope_head_dim at head_dim (GLM-5.2)
+        rope = _required_int(config, "qk_head_dim") - _required_int(config, "qk_nope_head_dim")
+    as_deepseek = {**config, "qk_rope_head_dim": rope, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+                   "first_k_dense_replace": _glm5_dense_layers(config, layers)}
+    for name in _GLM5_DSA_DEFAULTS:  # read by _dsa below, with GLM's own defaults
+        as_deepseek.pop(name, None)
+    fields = _deepseek(as_deepseek)
+    freq, offset = _glm5_topk_sharing(config, layers)
+    fields["mla"] = fields["mla"].model_copy(update={"dsa": _dsa(
+        config, _GLM5_DSA_DEFAULTS, topk_freq=freq, skip_topk_offset=offset,
+        rope_interleaved=bool(config.get("indexer_rope_interleave", True)), rotate_activation=False)})
+    return fields
+
+
+def _glm5_dense_layers(config: HFConfig, layers: int) -> int:
+    """The leading dense layers: `mlp_layer_types` ("dense" then "sparse") when given, else
+    `first_k_dense_replace` (transformers' default 3)."""
+    kinds = config.get("mlp_layer_types")
+    if kinds is None:
+        first = config.get("first_k_dense_replace")
+        return 3 if first is None else _required_int(config, "first_k_dense_replace")
+    dense = next((i for i, kind in enumerate(kinds) if kind != "dense"), len(kinds))
+    if len(kinds) != layers or any(kind != "sparse" for kind in kinds[dense:]):
+        raise _refuse("mlp_layer_types", "Megatron places MoE layers after a dense prefix only; write one 'dense' "
+                                         "or 'sparse' per layer, dense ones first")
+    return dense
+
+
+def _glm5_topk_sharing(config: HFConfig, layers: int) -> tuple[int, int]:
+    """(topk_freq, skip_topk_offset) in Megatron's rule for GLM-5's per-layer indexer kinds: `indexer_types`,
+    else `index_topk_pattern` ("F"/"S"), else transformers' schedule from `index_topk_freq` and
+    `index_skip_topk_offset`. A pattern Megatron's rule cannot express is refused by field."""
+    kinds = config.get("indexer_types")
+    pattern = config.get("index_topk_pattern")
+    if kinds is None and isinstance(pattern, str):
+        kinds = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
+    if kinds is None:
+        freq = max(int(config.get("index_topk_freq") or 1), 1)
+        offset = int(config.get("index_skip_topk_offset", _GLM5_SKIP_TOPK_OFFSET))
+        kinds = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(layers)]
+    field = "indexer_types" if config.get("indexer_types") is not None else "index_topk_freq"
+    if len(kinds) != layers or set(kinds) - {"full", "shared"}:
+        raise _refuse(field, "write one 'full' or 'shared' indexer kind per layer")
+    full = [kind == "full" for kind in kinds]
+    for freq in range(1, layers + 1):
+        for offset in range(layers + 1):
+            probe = DSASpec(indexer_heads=1, indexer_head_dim=1, topk=1, topk_freq=freq, skip_topk_offset=offset)
+            if [probe.runs_indexer(i) for i in range(layers)] == full:
+                return freq, offset
+    raise _refuse(field, "this mix of indexer and shared top-k layers is not one Megatron's "
+                         "--dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset can express")
 
 
 def _deepseek_moe(config: HFConfig, placement: tuple[int, int], **balancing: Any) -> MoESpec:
@@ -874,6 +943,7 @@ _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "deepseek_v32": _deepseek,
+    "glm_moe_dsa": _glm_moe_dsa,
     "glm4_moe": _glm4_moe,
     "gpt2": _gpt2,
 }

@@ -449,7 +449,12 @@ def _dsa(flags: LaunchFlags) -> DSASpec | None:
                                                          "--dsa-indexer-topk"))
     if not (heads and dim and topk):
         return None
-    return DSASpec(indexer_heads=heads, indexer_head_dim=dim, topk=topk)
+    return DSASpec(indexer_heads=heads, indexer_head_dim=dim, topk=topk,
+                   topk_freq=_int_or(flags, "--dsa-indexer-topk-freq", 1),
+                   skip_topk_offset=flags.get_int("--dsa-indexer-skip-topk-offset", 0) or 0,
+                   rope_interleaved=flags.has("--dsa-indexer-rope-interleaved"),
+                   rotate_activation=not (flags.has("--no-dsa-indexer-rotate-activation")
+                                          or flags.has("--disable-dsa-indexer-rotate-activation")))
 
 
 def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, ffn: int,

@@ -58,7 +58,7 @@ def attention_linear_flops(model: ModelSpec, kv_heads: int | None = None) -> flo
         kv_term = mla.kv_lora_rank * (h + heads * (mla.qk_head_dim + mla.v_head_dim) + 1)
         rope_key = h * mla.qk_pos_emb_head_dim
         output = heads * mla.v_head_dim * h
-        return GEMM_PASSES_FLOPS * (q_term + kv_term + rope_key + output) + dsa_indexer_linear_flops(model)
+        return GEMM_PASSES_FLOPS * (q_term + kv_term + rope_key + output)
     q = model.num_attention_heads * model.head_dim
     kv = (kv_heads or model.kv_heads) * model.head_dim
     gate = q if model.attention_output_gate else 0
@@ -117,17 +117,21 @@ def dsa_indexer_score_flops(model: ModelSpec, seq_length: int, convention: FlopC
     return GEMM_PASSES_FLOPS * dsa.indexer_heads * dsa.indexer_head_dim * seq_length * causal
 
 
-def dsa_core_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
+def dsa_core_flops(model: ModelSpec, layer_index: int, seq_length: int,
+                   convention: FlopConvention = "megatron") -> float:
     """One DSA layer's sequence mixing, per token: MLA's core over the `topk` tokens the indexer keeps (a query
     at position t attends min(t, topk) keys, the count of a sliding window of topk), the indexer's scores over
     every earlier key (forward, and the gradients to its q and k that its KL loss sends back: 3 x 2 FLOPs per
     head-dim product, halved for the causal mask as the core is) and the KL loss's recomputation of the main
-    heads' QK^T scores over the kept keys (forward only: its query and key are detached)."""
+    heads' QK^T scores over the kept keys (forward only: its query and key are detached). A layer that reuses an
+    earlier layer's top-k (cross-layer sharing) runs no indexer and no KL loss."""
     dsa, mla = model.dsa, model.mla
     assert dsa is not None and mla is not None
     window = min(dsa.topk, seq_length)
     sparse = attention_core_flops(model.model_copy(update={"mla": mla.model_copy(update={"dsa": None})}),
                                   seq_length, convention, window)
+    if not dsa.runs_indexer(layer_index):
+        return sparse
     indexer = dsa_indexer_score_flops(model, seq_length, convention)
     mean_keys = window - window * window / (2 * seq_length) if convention == "megatron" else window
     kl_scores = 2 * model.num_attention_heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) * mean_keys
@@ -220,7 +224,7 @@ def layer_attention_core_flops(
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[1]
     if model.dsa is not None:
-        return dsa_core_flops(model, seq_length, convention)
+        return dsa_core_flops(model, layer_index, seq_length, convention)
     return attention_core_flops(model, seq_length, convention, model.attention_window(layer_index))
 
 
@@ -233,7 +237,8 @@ def layer_attention_linear_flops(model: ModelSpec, layer_index: int) -> float:
         return 0.0
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[0]
-    return attention_linear_flops(model, model.layer_kv_heads(layer_index))
+    indexer = dsa_indexer_linear_flops(model) if model.runs_dsa_indexer(layer_index) else 0.0
+    return attention_linear_flops(model, model.layer_kv_heads(layer_index)) + indexer
 
 
 def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron") -> float:

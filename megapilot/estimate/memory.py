@@ -101,11 +101,16 @@ class ShardParams:
 @lru_cache(maxsize=64)
 def layer_kinds(model: ModelSpec) -> tuple[tuple[bool, str], ...]:
     """(holds MoE, layer kind) of every layer, found once per model: activations are costed once per kind
-    (a transformer layer mixing with Gated DeltaNet, or of its own heterogeneous shape, is a kind of its own)."""
+    (a transformer layer mixing with Gated DeltaNet, or of its own heterogeneous shape, or reusing an earlier layer's
+    DSA top-k, is a kind of its own)."""
     def kind(i: int) -> str:
         if model.layer_blocks is not None:  # a heterogeneous layer is a kind of its own shape
             return f"transformer-{model.layer_blocks[i]!r}"
-        return "transformer-gdn" if model.is_linear_attention_layer(i) else model.layer_kind(i)
+        if model.is_linear_attention_layer(i):
+            return "transformer-gdn"
+        if model.dsa is not None and not model.runs_dsa_indexer(i):
+            return "transformer-shared-topk"  # reuses an earlier layer's DSA top-k: no indexer activations
+        return model.layer_kind(i)
     return tuple((model.is_moe_layer(i), kind(i)) for i in range(model.num_layers))
 
 
@@ -275,18 +280,20 @@ def _layer_bytes_per_token(
         attention = _attention_bytes(model, model.kv_heads, gemm_input)
     if kind in ("mlp", "moe"):
         return _with_mlp(model, layer_index, kind, 0.0, gemm_input, expert_tp, split, tp)
-    return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp) + dsa_indexer_bytes(model)
+    return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp) \
+        + dsa_indexer_bytes(model, layer_index)
 
 
-def dsa_indexer_bytes(model: ModelSpec) -> float:
+def dsa_indexer_bytes(model: ModelSpec, layer_index: int) -> float:
     """Per token, whole on every TP rank (the indexer runs on the gathered sequence): what DeepSeek Sparse
-    Attention keeps for backward with fused kernels - the indexer's q (bf16, heads x dim), its key (bf16) and
-    fp32 head weights, and the top-k indices (int32) the sparse core reads again in its backward. 0 without DSA."""
+    Attention keeps for backward with fused kernels - the top-k indices (int32) the sparse core reads again in its
+    backward and, on a layer that runs its own indexer, the indexer's q (bf16, heads x dim), its key (bf16) and fp32
+    head weights. 0 without DSA."""
     dsa = model.dsa
     if dsa is None:
         return 0.0
-    return 2 * dsa.indexer_heads * dsa.indexer_head_dim + 2 * dsa.indexer_head_dim + 4 * dsa.indexer_heads \
-        + 4 * dsa.topk
+    indexer = 2 * dsa.indexer_heads * dsa.indexer_head_dim + 2 * dsa.indexer_head_dim + 4 * dsa.indexer_heads
+    return 4 * dsa.topk + (indexer if dsa.runs_indexer(layer_index) else 0)
 
 
 def _attention_bytes(model: ModelSpec, kv_heads: int, gemm_input: float) -> float:

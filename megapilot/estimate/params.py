@@ -197,10 +197,10 @@ def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
 
 
 def dsa_indexer_params(model: ModelSpec) -> int:
-    """DeepSeek Sparse Attention's lightning indexer in one layer (0 without DSA), as Megatron-Core's DSAIndexer
-    and DeepSeek's reference `Indexer` build it: q from MLA's q latent (latent -> heads x head_dim), one key from
-    the layer input (h -> head_dim) through a LayerNorm (weight and bias), and per-head weights (h -> heads); no
-    biases."""
+    """DeepSeek Sparse Attention's lightning indexer of a layer that runs one (0 without DSA), as Megatron-Core's
+    DSAIndexer and DeepSeek's reference `Indexer` build it: q from MLA's q latent (latent -> heads x head_dim), one
+    key from the layer input (h -> head_dim) through a LayerNorm (weight and bias), and per-head weights
+    (h -> heads); no biases."""
     dsa = model.dsa
     if dsa is None:
         return 0
@@ -276,7 +276,7 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
     layer_norms = 2 * pre_norm if kind == "transformer" else pre_norm  # input norm (+ pre-MLP norm)
     norms = layer_norms + attention_norms
 
-    indexer = dsa_indexer_params(model)
+    indexer = dsa_indexer_params(model) if model.runs_dsa_indexer(layer_index) else 0
     if not model.is_moe_layer(layer_index):
         return LayerParams(attention, _mlp_params(model, model.ffn_hidden_size), 0, 0, 0, 0, norms, indexer=indexer)
 

@@ -44,7 +44,6 @@ from megapilot.estimate.flops import (
     GEMM_PASSES_FLOPS,
     INDEXER_LINEAR_PASSES_FLOPS,
     attention_linear_flops,
-    dsa_indexer_linear_flops,
 )
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
@@ -216,8 +215,8 @@ def mixer_linears(model: ModelSpec, layer_index: int, tp: int, tokens: float) ->
     if gdn is not None and model.is_linear_attention_layer(layer_index):
         return [(tokens, h, gdn.in_proj_width / tp), (tokens, gdn.value_width / tp, h)]
     if model.mla is not None:
-        mla_flops = attention_linear_flops(model) - dsa_indexer_linear_flops(model)
-        return [(tokens, h, mla_flops / (6 * h) / tp)] + _dsa_indexer_linears(model, tokens)
+        indexer = _dsa_indexer_linears(model, tokens) if model.runs_dsa_indexer(layer_index) else []
+        return [(tokens, h, attention_linear_flops(model) / (6 * h) / tp)] + indexer
     q = model.num_attention_heads * model.head_dim / tp
     gate = q if model.attention_output_gate else 0
     qkv = q + gate + 2 * model.layer_kv_heads(layer_index) * model.head_dim / tp

@@ -251,8 +251,8 @@ def layer_terms(
     # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
     # the per-token core FLOPs (at the full sequence length) already account for. TP splits the heads, but
     # DeepSeek Sparse Attention's indexer scores every token on every TP rank.
-    whole_on_every_rank = dsa_indexer_score_flops(model, training.seq_length) if has_attention(model, layer_index) \
-        else 0.0
+    whole_on_every_rank = dsa_indexer_score_flops(model, training.seq_length) \
+        if has_attention(model, layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
     terms["mixer_core"] = attention_time_s(((core_flops - whole_on_every_rank) / p.tp + whole_on_every_rank) * tokens,
                                            gpu, eff)
     if kind in ("transformer", "attention"):

@@ -250,6 +250,9 @@ DSA_INDEXER_LOSS_COEFF = 0.01
 #: The fused DSA kernels the public recipes choose (--dsa-kernel-backend, core_v0.19.0 on; Megatron-Bridge's DSA
 #: recipes set cudnn); earlier releases have only the unfused PyTorch path.
 DSA_KERNEL_BACKEND = "cudnn"
+#: The indexer key LayerNorm's epsilon in DeepSeek's and GLM's modeling code (transformers' DeepseekV32Indexer and
+#: GlmMoeDsaIndexer: nn.LayerNorm(head_dim, eps=1e-6)).
+DSA_INDEXER_K_NORM_EPSILON = 1e-6
 
 
 def _add_dsa(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
@@ -266,6 +269,16 @@ def _add_dsa(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
     s.add("--dsa-indexer-loss-coeff", DSA_INDEXER_LOSS_COEFF)
     s.add("--dsa-indexer-use-sparse-loss")
     s.add("--no-rope-fusion")  # TransformerConfig asserts RoPE fusion is off under DSA
+    # GLM-5's indexer (flags of core_v0.19.0 on: an older release's table refuses them, naming the release)
+    if dsa.topk_freq > 1:
+        s.add("--dsa-indexer-topk-freq", dsa.topk_freq)
+        s.add("--dsa-indexer-skip-topk-offset", dsa.skip_topk_offset)
+    if dsa.rope_interleaved:
+        s.add("--dsa-indexer-rope-interleaved")
+    if not dsa.rotate_activation:
+        s.add("--no-dsa-indexer-rotate-activation")
+    if model.norm_epsilon != DSA_INDEXER_K_NORM_EPSILON:  # Megatron's key norm takes the model's epsilon otherwise
+        s.add("--dsa-indexer-k-norm-epsilon", DSA_INDEXER_K_NORM_EPSILON)
 
 
 def dsa_kernel_args(model: ModelSpec, release_flags: Collection[str]) -> list[str]:

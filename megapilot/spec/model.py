@@ -272,6 +272,23 @@ class DSASpec(_Spec):
     indexer_heads: int = Field(gt=0, description="Indexer heads (--dsa-indexer-n-heads, HF index_n_heads).")
     indexer_head_dim: int = Field(gt=0, description="Indexer head dim (--dsa-indexer-head-dim, HF index_head_dim).")
     topk: int = Field(gt=0, description="Tokens each query attends to (--dsa-indexer-topk, HF index_topk).")
+    topk_freq: int = Field(
+        default=1, gt=0,
+        description="Cross-layer top-k sharing (GLM-5; --dsa-indexer-topk-freq, core_v0.19.0 on): 1-based layer L "
+        "runs its own indexer when max(L - max(skip_topk_offset, 1), 0) is a multiple of this; the others reuse that "
+        "layer's top-k and hold no indexer.")
+    skip_topk_offset: int = Field(default=0, ge=0, description="--dsa-indexer-skip-topk-offset (see topk_freq).")
+    rope_interleaved: bool = Field(
+        default=False, description="The indexer's RoPE in interleaved pairs (GLM-5; --dsa-indexer-rope-interleaved, "
+        "core_v0.19.0 on); DeepSeek-V3.2 rotates half-split.")
+    rotate_activation: bool = Field(
+        default=True, description="A Hadamard rotation of the indexer's q and k before scoring (DeepSeek-V3.2); "
+        "GLM-5 scores without it (--no-dsa-indexer-rotate-activation, core_v0.19.0 on).")
+
+    def runs_indexer(self, layer_index: int) -> bool:
+        """Whether 0-based layer `layer_index` runs its own indexer (Megatron-Core's is_dsa_skip_topk_layer)."""
+        offset = max(self.skip_topk_offset, 1)
+        return max(layer_index + 1 - offset, 0) % self.topk_freq == 0
 
 
 class MLASpec(_Spec):
@@ -571,6 +588,11 @@ class ModelSpec(_Spec):
     def dsa(self) -> DSASpec | None:
         """DeepSeek Sparse Attention's indexer settings, when the MLA layers attend sparsely."""
         return self.mla.dsa if self.mla is not None else None
+
+    def runs_dsa_indexer(self, layer_index: int) -> bool:
+        """Whether 0-based layer `layer_index` runs a DeepSeek Sparse Attention indexer of its own."""
+        dsa = self.dsa
+        return dsa is not None and dsa.runs_indexer(layer_index)
 
     @property
     def head_dim(self) -> int:

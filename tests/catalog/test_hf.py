@@ -77,6 +77,39 @@ def test_a_deepseek_v32_config_leaving_indexer_fields_out_takes_transformers_def
     assert err.value.field == "index_topk"
 
 
+def test_glm5_reads_as_mla_with_glms_sparse_attention_and_deepseek_v3s_router():
+    model = load_hf_config(HF_CONFIGS / "GLM-5.json")
+    mla, dsa, moe = model.mla, model.dsa, model.moe
+    assert mla is not None and (mla.qk_head_dim, mla.qk_pos_emb_head_dim, mla.v_head_dim) == (192, 64, 256)
+    assert dsa is not None and (dsa.indexer_heads, dsa.indexer_head_dim, dsa.topk) == (32, 128, 2048)
+    assert dsa.rope_interleaved and not dsa.rotate_activation and dsa.topk_freq == 1
+    assert moe is not None and moe.router_score_function == "sigmoid" and moe.router_expert_bias
+    assert moe.first_k_dense_layers == 3 and model.rotary_base == 1_000_000 and model.mtp_num_layers == 1
+
+
+def _glm5_shrunk(**changes: object) -> dict:
+    return {**_config("GLM-5"), "num_hidden_layers": 8, **changes}
+
+
+def test_glm5_shared_topk_layers_map_to_megatrons_freq_and_offset():
+    # transformers' schedule: index_topk_freq with its default offset 2, or an explicit per-layer list
+    dsa = from_hf_config(_glm5_shrunk(index_topk_freq=2), "f").dsa
+    assert dsa is not None and (dsa.topk_freq, dsa.skip_topk_offset) == (2, 2)
+    kinds = ["full", "full", "full", "shared", "shared", "shared", "full", "shared"]
+    dsa = from_hf_config(_glm5_shrunk(indexer_types=kinds), "l").dsa
+    assert dsa is not None and [dsa.runs_indexer(i) for i in range(8)] == [k == "full" for k in kinds]
+    with pytest.raises(MegapilotError) as err:  # no (freq, offset) of Megatron's rule gives this mix
+        from_hf_config(_glm5_shrunk(indexer_types=["full", "shared", "full", "full"] + ["full"] * 4), "x")
+    assert err.value.field == "indexer_types"
+
+
+def test_glm5_shared_layers_hold_no_indexer():
+    shared = from_hf_config(_glm5_shrunk(index_topk_freq=4, index_skip_topk_offset=3), "s")
+    full = from_hf_config(_glm5_shrunk(), "f")
+    from megapilot.estimate.params import dsa_indexer_params
+    assert count_params(full).main_model - count_params(shared).main_model == 4 * dsa_indexer_params(full)
+
+
 def test_deepseek_v2_lite_has_full_rank_query_and_two_shared_experts():
     model = load_hf_config(HF_CONFIGS / "DeepSeek-V2-Lite.json")  # tab-indented upstream
     assert model.mla is not None and model.mla.q_lora_rank is None

@@ -27,7 +27,7 @@ REQUIRED_PRESETS = [
 HF_TWINS = {
     "llama3.1-8b": "Llama-3.1-8B", "llama3.1-70b": "Llama-3.1-70B", "llama3.1-405b": "Llama-3.1-405B",
     "mixtral-8x7b": "Mixtral-8x7B-v0.1", "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3",
-    "qwen3-30b-a3b": "Qwen3-30B-A3B", "gpt2-124m": "gpt2", "deepseek-v3.2": "DeepSeek-V3.2",
+    "qwen3-30b-a3b": "Qwen3-30B-A3B", "gpt2-124m": "gpt2", "deepseek-v3.2": "DeepSeek-V3.2", "glm-5": "GLM-5",
     "nemotron3-super-120b-a12b": "NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
     "llama3.3-nemotron-super-49b": "Llama-3_3-Nemotron-Super-49B-v1",
 }

@@ -189,6 +189,19 @@ def test_sparse_attention_adds_the_indexer_and_attends_over_topk_keys_only():
     # (3 passes x 2 FLOPs x heads x dim x s / 2) and the KL loss's forward QK^T over the same keys
     s = 2048
     kl = 2 * 128 * 192 * (s - s / 2)
-    assert dsa_core_flops(sparse, s) == pytest.approx(attention_core_flops(dense, s) + 3 * 64 * 128 * s + kl)
+    assert dsa_core_flops(sparse, 5, s) == pytest.approx(attention_core_flops(dense, s) + 3 * 64 * 128 * s + kl)
     # at 128K a query attends to 2,048 keys, not 64K on average: the core shrinks by more than 4x
     assert flops_per_token(sparse, 131072).attention_core < flops_per_token(dense, 131072).attention_core / 4
+
+
+def test_a_layer_reusing_an_earlier_layers_topk_runs_no_indexer_and_no_kl_loss():
+    from megapilot.catalog import get_model
+    from megapilot.estimate.flops import dsa_core_flops, layer_attention_linear_flops
+
+    glm5 = get_model("glm-5")
+    assert glm5.dsa is not None
+    shared = glm5.model_copy(update={"mla": glm5.mla.model_copy(update={"dsa": glm5.dsa.model_copy(
+        update={"topk_freq": 4, "skip_topk_offset": 3})})})
+    assert shared.runs_dsa_indexer(2) and not shared.runs_dsa_indexer(3)
+    assert layer_attention_linear_flops(shared, 3) < layer_attention_linear_flops(shared, 2)
+    assert dsa_core_flops(shared, 3, 8192) < dsa_core_flops(shared, 2, 8192) == dsa_core_flops(glm5, 3, 8192)

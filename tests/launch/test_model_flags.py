@@ -7,7 +7,7 @@ import pytest
 from megapilot.catalog import get_model
 from megapilot.catalog.models import load_presets
 from megapilot.errors import MegapilotError
-from megapilot.launch.megatron_args import split_args
+from megapilot.launch.megatron_args import flag_table, split_args
 from megapilot.launch.model_flags import model_section, training_script
 
 
@@ -56,10 +56,26 @@ def test_deepseek_v32_writes_sparse_attention_with_what_megatron_needs_to_start_
                         ("--dsa-indexer-loss-coeff", "0.01")):  # no default: None fails at the first step
         assert args[args.index(flag) + 1] == value
     assert "--no-rope-fusion" in args and "--dsa-indexer-use-sparse-loss" in args and "--multi-latent-attention" in args
-    split_args(args)  # every flag exists in the pinned core_v0.16.0 parser and takes what it is given
+    split_args(args, table=flag_table("core_v0.16.0"))  # every flag exists in core_v0.16.0 and takes its value
     with pytest.raises(MegapilotError) as err:
         model_section(get_model("deepseek-v3.2"), cpu=True)  # Transformer Engine only
     assert err.value.field == "model.mla.dsa"
+
+
+def test_glm5_writes_its_indexer_semantics_which_core_v0_16_has_no_flags_for():
+    args = _flags("glm-5")
+    assert {"--dsa-indexer-rope-interleaved", "--no-dsa-indexer-rotate-activation"} <= set(args)
+    assert args[args.index("--dsa-indexer-k-norm-epsilon") + 1] == "1e-06"  # GLM's norms use 1e-5, its key norm not
+    shared = get_model("glm-5")
+    assert shared.dsa is not None
+    args = model_section(shared.model_copy(update={"mla": shared.mla.model_copy(update={"dsa": shared.dsa.model_copy(
+        update={"topk_freq": 4, "skip_topk_offset": 3})})})).args
+    assert args[args.index("--dsa-indexer-topk-freq") + 1] == "4"
+    assert args[args.index("--dsa-indexer-skip-topk-offset") + 1] == "3"
+    split_args(args, table=flag_table("core_v0.19.0"))
+    with pytest.raises(MegapilotError) as err:
+        split_args(args, table=flag_table("core_v0.16.0"))
+    assert "core_v0.19.0" in str(err.value)
 
 
 # ---- rope scaling, router and MLA semantics (core_v0.16.0's pretrain_gpt.py) ----------------------------------

@@ -70,6 +70,8 @@ NOT_BUILT_BY_PRETRAIN_GPT = {
     # DeepSeek Sparse Attention: Transformer Engine only (its indexer is checked module by module below)
     "deepseek-v3.2": "model.mla.dsa",
     "DeepSeek-V3.2": "model.mla.dsa",
+    "glm-5": "model.mla.dsa",
+    "GLM-5": "model.mla.dsa",
     # Gated DeltaNet: Megatron-Core builds it with Transformer Engine only (its mixers are checked module by module)
     "qwen3-next-80b-a3b": "model.gated_delta_net",
     "Qwen3-Next-80B-A3B-Instruct": "model.gated_delta_net",

@@ -92,6 +92,12 @@ SPARSE_MLA = DEEPSEEK_Q_LORA.model_copy(update={
     "name": "sparse-mla", "mla": DEEPSEEK_Q_LORA.mla.model_copy(update={
         "dsa": DSASpec(indexer_heads=16, indexer_head_dim=64, topk=512)}),
 })
+# GLM-5's indexer: interleaved RoPE, no Hadamard rotation, one layer's top-k shared with the next three.
+SHARED_TOPK_MLA = SPARSE_MLA.model_copy(update={
+    "name": "shared-topk-mla", "norm_epsilon": 1e-5, "mla": SPARSE_MLA.mla.model_copy(update={
+        "dsa": SPARSE_MLA.mla.dsa.model_copy(update={"topk_freq": 4, "skip_topk_offset": 3, "rope_interleaved": True,
+                                                   "rotate_activation": False})}),
+})
 _MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
 
 # Options that apply to some plans only (a flex MoE dispatcher is refused on a dense model): rendered on their own.
@@ -101,6 +107,7 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(LATENT_HYBRID, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(SPARSE_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+    (make_plan(SHARED_TOPK_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
         update={"capacity_factor": 1.0, "pad_to_capacity": True})}), "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
