@@ -19,6 +19,7 @@ from functools import lru_cache
 from megapilot.errors import MegapilotError
 from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
+from megapilot.spec.validate import topk_sharing_refusal
 
 __all__ = ["EVEN_SPLIT", "PipelineSplit"]  # the planner's splits are the spec's one typed pipeline split
 
@@ -56,6 +57,7 @@ class RejectReason(str, Enum):
     SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
     PP_LAYERS = "num_layers not divisible by pp*vpp"
     PP_SPLIT = "uneven pipeline split refused"
+    PP_TOPK_SHARING = "a pipeline stage starts on a layer sharing an earlier DSA top-k"
     BATCH = "global batch not divisible by mbs*dp"
     INTERLEAVE = "micro-batches not a multiple of pp (interleaved schedule)"
     EP_DENSE = "ep on a dense model"
@@ -178,12 +180,19 @@ def pp_rule(
             return Rejection(RejectReason.PP_LAYERS, field,
                              f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}",
                              f"use pp*vpp from: {_list(divisors(model.num_layers))}")
-        return None
+        return _topk_sharing_rule(model, pp, vpp, split)
     try:
         split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
     except MegapilotError as error:
         return Rejection(RejectReason.PP_SPLIT, error.field or "pp", error.problem, error.fix or "")
-    return None
+    return _topk_sharing_rule(model, pp, vpp, split)
+
+
+def _topk_sharing_rule(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> Rejection | None:
+    refusal = topk_sharing_refusal(model, pp, vpp, split)
+    if refusal is None:
+        return None
+    return Rejection(RejectReason.PP_TOPK_SHARING, "pp", refusal.problem, refusal.fix or "")
 
 
 def batch_rule(training: TrainingSpec, dp: int, mbs: int = 1) -> Rejection | None:

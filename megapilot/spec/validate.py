@@ -10,7 +10,7 @@ from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.pipeline import PipelineSplit
+from megapilot.spec.pipeline import DECODER, PipelineSplit
 from megapilot.spec.training import TrainingSpec
 
 
@@ -174,8 +174,38 @@ def _check_gated_delta_net(model: ModelSpec, p: ParallelConfig) -> None:
             "context_parallel_size == 1)", field="cp", fix="use cp 1 (split long sequences with TP and SP instead)")
 
 
+def topk_sharing_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:
+    """Megatron-Core's cross-layer DSA top-k sharing stays inside a model chunk: every (virtual) pipeline stage
+    must start on a layer that runs its own indexer (core_v0.19.0's _validate_dsa_index_share_pipeline_split).
+    The refusal, or None where the split keeps every shared layer's source local."""
+    dsa = model.dsa
+    if dsa is None or dsa.topk_freq == 1:
+        return None
+    first = 0
+    for stage in split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp).stages:
+        layers = stage.count(DECODER)
+        if layers and not dsa.runs_indexer(first):
+            starts = [i + 1 for i in range(model.num_layers) if dsa.runs_indexer(i)]
+            return MegapilotError(
+                f"a pipeline stage starts at layer {first + 1}, which reuses an earlier layer's DSA top-k: "
+                "Megatron-Core does not share top-k indices across pipeline stages", field="pp",
+                fix=f"split so that every stage starts on a layer that runs its indexer ({_list(starts)}), e.g. with "
+                    "--pipeline-model-parallel-layout, or use fewer stages")
+        first += layers
+    return None
+
+
+def _list(numbers: list[int]) -> str:
+    shown = ", ".join(map(str, numbers[:12]))
+    return shown + (", ..." if len(numbers) > 12 else "")
+
+
 def _check_sparse_attention(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core's DSAttention runs without context parallelism (TransformerConfig asserts it)."""
+    """Megatron-Core's DSAttention runs without context parallelism (TransformerConfig asserts it), and shares a
+    layer's top-k only within a pipeline stage."""
+    refusal = topk_sharing_refusal(model, p.pp, p.vpp, p.pipeline_split)
+    if refusal is not None:
+        raise refusal
     if model.dsa is not None and p.cp > 1:
         raise MegapilotError(
             f"cp={p.cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism (TransformerConfig "

@@ -130,3 +130,12 @@ def test_a_pinned_vpp_is_legal_where_only_the_layout_string_interleaves():
     cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 1024)
     training = TrainingSpec(seq_length=4096, global_batch_size=8192)
     space.check_pins(model, cluster, training, space.Pins(tp=2, pp=8, vpp=4, ep=64))  # no error
+
+
+def test_pp_rule_keeps_dsa_topk_sharing_inside_each_stage():
+    glm5 = get_model("glm-5")
+    shared = glm5.model_copy(update={"mla": glm5.mla.model_copy(update={"dsa": glm5.dsa.model_copy(
+        update={"topk_freq": 2, "skip_topk_offset": 2})})})  # 1-based layers 1, 2, 4, 6, ... run the indexer
+    assert space.pp_rule(shared, 2) is None  # the second stage starts at layer 40
+    assert space.pp_rule(shared, 3).category == "a pipeline stage starts on a layer sharing an earlier DSA top-k"
+    assert space.pp_rule(glm5, 3) is None

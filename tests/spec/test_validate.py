@@ -166,3 +166,21 @@ def test_deepseek_sparse_attention_refuses_context_parallelism_by_field():
         validate_layout(model, cluster, training, layout)
     assert err.value.field == "cp" and "Sparse Attention" in str(err.value)
     validate_layout(model, cluster, training, layout.model_copy(update={"cp": 1, "dp": 16}))
+
+
+def test_dsa_topk_sharing_stays_inside_a_pipeline_stage():
+    glm5 = get_model("glm-5")
+    assert glm5.dsa is not None
+    shared = glm5.model_copy(update={"mla": glm5.mla.model_copy(update={"dsa": glm5.dsa.model_copy(
+        update={"topk_freq": 2, "skip_topk_offset": 2})})})  # layers 1, 2, 4, 6, ... run the indexer (1-based)
+    cluster = ClusterSpec(gpu=get_gpu("gb200"), num_nodes=48, gpus_per_node=4)
+    training = TrainingSpec(seq_length=4096, global_batch_size=256)
+    # PP 3 of 78: stages start at layers 1, 27 and 53; 27 reuses layer 26's top-k
+    layout = ParallelConfig(tp=1, pp=3, ep=64, etp=1, dp=64)
+    with pytest.raises(MegapilotError) as err:
+        validate_layout(shared, cluster, training, layout)
+    assert err.value.field == "pp" and "layer 27" in str(err.value)
+    validate_layout(glm5, cluster, training, layout)  # every GLM-5 layer runs its own indexer
+    # 37 / 20 / 21 layers: stages start at layers 38 and 58, both running their indexer
+    validate_layout(shared, cluster, training, layout.model_copy(update={"first_stage_layers": 37,
+                                                                         "last_stage_layers": 21}))
