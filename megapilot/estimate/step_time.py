@@ -68,7 +68,7 @@ from megapilot.estimate.latency import (
     moe_kernels,
     sm_count,
 )
-from megapilot.estimate.memory import layer_activation_bytes, moe_flags, shard_params
+from megapilot.estimate.memory import layer_activation_bytes, layer_kinds, moe_flags, shard_params
 from megapilot.estimate.params import pipeline_stages, stage_layer_indices
 from megapilot.estimate.quantization import (
     CALIBRATED_FP8_FLAVOUR,
@@ -496,12 +496,14 @@ def _output_cost(
 
 @lru_cache(maxsize=64)
 def attention_windows(model: ModelSpec) -> tuple[Hashable, ...]:
-    """Each layer's attention window (None: global), with its kind and, in a model of heterogeneous layers, its
-    block: layers differing in any of them cost apart."""
+    """Each layer's attention window (None: global) with its kind as the memory model tells kinds apart (hybrid
+    blocks, a heterogeneous layer's block, Gated DeltaNet or attention, a DSA indexer of its own or a shared
+    top-k): layers differing in any of them cost apart."""
+    kinds = layer_kinds(model)
+
     def key(i: int) -> Hashable:
-        window = model.attention_window(i) if model.layer_kind(i) in ("transformer", "attention") \
-            else hash(model.layer_kind(i))
-        return window if model.layer_blocks is None else (window, model.layer_blocks[i])
+        window = model.attention_window(i) if model.layer_kind(i) in ("transformer", "attention") else None
+        return window, kinds[i][1]
     return tuple(key(i) for i in range(model.num_layers))
 
 

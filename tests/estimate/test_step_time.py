@@ -433,3 +433,23 @@ def test_sparse_attention_pays_its_indexer_at_4k_and_wins_at_64k_with_its_caveat
     saved_tp1 = step("deepseek-v3", 65536) - step("deepseek-v3.2", 65536)
     saved_tp4 = step("deepseek-v3", 65536, tp=4) - step("deepseek-v3.2", 65536, tp=4)
     assert saved_tp4 < saved_tp1 / 2
+
+
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "glm-5-shared-topk"])
+def test_a_stage_costs_its_layers_each_priced_as_its_own_mixer(name):
+    """Layers of one window but another mixer (Gated DeltaNet or attention; a DSA indexer of its own or a shared
+    top-k) are costed apart: stage 0 (no loss) is the sum of its layers' costs."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.step_time import layer_cost, stage_costs
+
+    if name == "glm-5-shared-topk":
+        glm5 = get_model("glm-5")
+        model = glm5.model_copy(update={"mla": glm5.mla.model_copy(update={"dsa": glm5.dsa.model_copy(
+            update={"topk_freq": 2, "skip_topk_offset": 2})})})
+    else:
+        model = get_model(name)
+    cluster, training = _h100s(16), TrainingSpec(seq_length=4096, global_batch_size=64)
+    layout = ParallelConfig(tp=1, pp=2, ep=8, etp=1, dp=8)
+    layers = sum(layer_cost(model, i, cluster, training, layout, EstimateOptions(), recomputed=False).compute
+                 for i in range(model.num_layers // 2))
+    assert stage_costs(model, cluster, training, layout, EstimateOptions())[0].compute == pytest.approx(layers)
