@@ -53,6 +53,7 @@ from megapilot.spec.model import (
     MoESpec,
     RopeScaling,
     YarnRopeScaling,
+    runs_own_indexer,
 )
 
 HFConfig = dict[str, Any]
@@ -396,8 +397,9 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
     return fields
 
 
-def _deepseek(config: HFConfig) -> dict[str, Any]:
-    """DeepSeek V2/V3: MLA attention, dense-first MoE with shared experts, optional MTP modules."""
+def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
+    """DeepSeek V2/V3/V3.2: MLA attention (with V3.2's sparse attention, or `dsa` as another family reads it),
+    dense-first MoE with shared experts, optional MTP modules."""
     if config.get("attention_bias"):
         raise _refuse("attention_bias", "MLA with attention biases is not modelled")
     fields = _llama_core(config)
@@ -409,7 +411,7 @@ def _deepseek(config: HFConfig) -> dict[str, Any]:
         qk_head_dim=_required_int(config, "qk_nope_head_dim"),
         qk_pos_emb_head_dim=_required_int(config, "qk_rope_head_dim"),
         v_head_dim=_required_int(config, "v_head_dim"),
-        dsa=_dsa(config),
+        dsa=dsa or _dsa(config),
     )
     fields["mtp_num_layers"] = _optional_int(config, "num_nextn_predict_layers") or 0
     experts = _optional_int(config, "n_routed_experts")
@@ -462,14 +464,10 @@ def _glm_moe_dsa(config: HFConfig) -> dict[str, Any]:
         rope = _required_int(config, "qk_head_dim") - _required_int(config, "qk_nope_head_dim")
     as_deepseek = {**config, "qk_rope_head_dim": rope, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
                    "first_k_dense_replace": _glm5_dense_layers(config, layers)}
-    for name in _GLM5_DSA_DEFAULTS:  # read by _dsa below, with GLM's own defaults
-        as_deepseek.pop(name, None)
-    fields = _deepseek(as_deepseek)
     freq, offset = _glm5_topk_sharing(config, layers)
-    fields["mla"] = fields["mla"].model_copy(update={"dsa": _dsa(
-        config, _GLM5_DSA_DEFAULTS, topk_freq=freq, skip_topk_offset=offset,
-        rope_interleaved=bool(config.get("indexer_rope_interleave", True)), rotate_activation=False)})
-    return fields
+    return _deepseek(as_deepseek, _dsa(config, _GLM5_DSA_DEFAULTS, topk_freq=freq, skip_topk_offset=offset,
+                                       rope_interleaved=bool(config.get("indexer_rope_interleave", True)),
+                                       rotate_activation=False))
 
 
 def _glm5_dense_layers(config: HFConfig, layers: int) -> int:
@@ -504,8 +502,7 @@ def _glm5_topk_sharing(config: HFConfig, layers: int) -> tuple[int, int]:
     full = [kind == "full" for kind in kinds]
     for freq in range(1, layers + 1):
         for offset in range(layers + 1):
-            probe = DSASpec(indexer_heads=1, indexer_head_dim=1, topk=1, topk_freq=freq, skip_topk_offset=offset)
-            if [probe.runs_indexer(i) for i in range(layers)] == full:
+            if [runs_own_indexer(i, freq, offset) for i in range(layers)] == full:
                 return freq, offset
     raise _refuse(field, "this mix of indexer and shared top-k layers is not one Megatron's "
                          "--dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset can express")

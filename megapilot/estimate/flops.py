@@ -96,15 +96,9 @@ INDEXER_LINEAR_PASSES_FLOPS = 4
 
 
 def dsa_indexer_linear_flops(model: ModelSpec) -> float:
-    """The lightning indexer's projections, per token (0 without DSA): q latent -> heads x dim, h -> dim (its one
-    key) and h -> heads (per-head weights), forward and weight gradient."""
-    dsa = model.dsa
-    if dsa is None:
-        return 0.0
-    assert model.mla is not None
-    q_source = model.mla.q_lora_rank or model.hidden_size
-    width = q_source * dsa.indexer_heads * dsa.indexer_head_dim
-    return INDEXER_LINEAR_PASSES_FLOPS * (width + model.hidden_size * (dsa.indexer_head_dim + dsa.indexer_heads))
+    """The lightning indexer's projections (`ModelSpec.dsa_indexer_projections`), per token, forward and weight
+    gradient (0 without DSA)."""
+    return INDEXER_LINEAR_PASSES_FLOPS * sum(n_in * n_out for n_in, n_out in model.dsa_indexer_projections)
 
 
 def dsa_indexer_score_flops(model: ModelSpec, seq_length: int, convention: FlopConvention = "megatron") -> float:
@@ -128,8 +122,7 @@ def dsa_core_flops(model: ModelSpec, layer_index: int, seq_length: int,
     dsa, mla = model.dsa, model.mla
     assert dsa is not None and mla is not None
     window = min(dsa.topk, seq_length)
-    sparse = attention_core_flops(model.model_copy(update={"mla": mla.model_copy(update={"dsa": None})}),
-                                  seq_length, convention, window)
+    sparse = attention_core_flops(model, seq_length, convention, window)
     if not dsa.runs_indexer(layer_index):
         return sparse
     indexer = dsa_indexer_score_flops(model, seq_length, convention)

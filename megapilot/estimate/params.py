@@ -198,16 +198,12 @@ def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
 
 def dsa_indexer_params(model: ModelSpec) -> int:
     """DeepSeek Sparse Attention's lightning indexer of a layer that runs one (0 without DSA), as Megatron-Core's
-    DSAIndexer and DeepSeek's reference `Indexer` build it: q from MLA's q latent (latent -> heads x head_dim), one
-    key from the layer input (h -> head_dim) through a LayerNorm (weight and bias), and per-head weights
-    (h -> heads); no biases."""
+    DSAIndexer and DeepSeek's reference `Indexer` build it: its projections (`ModelSpec.dsa_indexer_projections`,
+    no biases) and its key's LayerNorm (weight and bias)."""
     dsa = model.dsa
     if dsa is None:
         return 0
-    assert model.mla is not None
-    q_source = model.mla.q_lora_rank or model.hidden_size
-    return (q_source * dsa.indexer_heads * dsa.indexer_head_dim + model.hidden_size * dsa.indexer_head_dim
-            + 2 * dsa.indexer_head_dim + model.hidden_size * dsa.indexer_heads)
+    return sum(n_in * n_out for n_in, n_out in model.dsa_indexer_projections) + 2 * dsa.indexer_head_dim
 
 
 def _router_params(model: ModelSpec) -> int:

@@ -227,14 +227,8 @@ def _dsa_indexer_linears(model: ModelSpec, tokens: float) -> list[Linear]:
     """DeepSeek Sparse Attention's indexer projections: whole on every TP rank (Megatron builds them duplicated
     and gathers the sequence-parallel input first), over every token; run forward and weight-gradient only (their
     inputs are detached), which the three-pass GEMM price takes as 2/3 of the output width."""
-    dsa = model.dsa
-    if dsa is None:
-        return []
-    assert model.mla is not None
     two_passes = INDEXER_LINEAR_PASSES_FLOPS / GEMM_PASSES_FLOPS
-    q_source = model.mla.q_lora_rank or model.hidden_size
-    return [(tokens, q_source, dsa.indexer_heads * dsa.indexer_head_dim * two_passes),
-            (tokens, model.hidden_size, (dsa.indexer_head_dim + dsa.indexer_heads) * two_passes)]
+    return [(tokens, n_in, n_out * two_passes) for n_in, n_out in model.dsa_indexer_projections]
 
 
 def _mlp_linears(model: ModelSpec, tokens: float, ffn: int, shard: int, width: int | None = None) -> list[Linear]:

@@ -286,9 +286,14 @@ class DSASpec(_Spec):
         "GLM-5 scores without it (--no-dsa-indexer-rotate-activation, core_v0.19.0 on).")
 
     def runs_indexer(self, layer_index: int) -> bool:
-        """Whether 0-based layer `layer_index` runs its own indexer (Megatron-Core's is_dsa_skip_topk_layer)."""
-        offset = max(self.skip_topk_offset, 1)
-        return max(layer_index + 1 - offset, 0) % self.topk_freq == 0
+        """Whether 0-based layer `layer_index` runs its own indexer."""
+        return runs_own_indexer(layer_index, self.topk_freq, self.skip_topk_offset)
+
+
+def runs_own_indexer(layer_index: int, topk_freq: int, skip_topk_offset: int) -> bool:
+    """Megatron-Core's is_dsa_skip_topk_layer, negated: 0-based layer `layer_index` runs a DSA indexer of its own
+    under top-k sharing every `topk_freq` layers after `skip_topk_offset`."""
+    return max(layer_index + 1 - max(skip_topk_offset, 1), 0) % topk_freq == 0
 
 
 class MLASpec(_Spec):
@@ -588,6 +593,16 @@ class ModelSpec(_Spec):
     def dsa(self) -> DSASpec | None:
         """DeepSeek Sparse Attention's indexer settings, when the MLA layers attend sparsely."""
         return self.mla.dsa if self.mla is not None else None
+
+    @property
+    def dsa_indexer_projections(self) -> tuple[tuple[int, int], ...]:
+        """(in, out) of the DSA indexer's projections, none without DSA: MLA's q latent (the input without a q
+        LoRA) -> heads x head_dim, and the layer input -> its one key (head_dim) and per-head weights (heads)."""
+        dsa, mla = self.dsa, self.mla
+        if dsa is None or mla is None:
+            return ()
+        return ((mla.q_lora_rank or self.hidden_size, dsa.indexer_heads * dsa.indexer_head_dim),
+                (self.hidden_size, dsa.indexer_head_dim + dsa.indexer_heads))
 
     def runs_dsa_indexer(self, layer_index: int) -> bool:
         """Whether 0-based layer `layer_index` runs a DeepSeek Sparse Attention indexer of its own."""
