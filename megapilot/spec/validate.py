@@ -219,19 +219,19 @@ def _check_experts(model: ModelSpec, p: ParallelConfig) -> None:
             raise MegapilotError(
                 f"ep={p.ep} on a dense model", field="ep", fix="use ep=1 for models without experts"
             )
-        return
-    if model.moe.num_experts % p.ep:
+    elif model.moe.num_experts % p.ep:
         raise MegapilotError(
             f"ep={p.ep} does not divide num_experts={model.moe.num_experts}",
             field="ep",
             fix=f"use an EP from: {_divisors(model.moe.num_experts)}",
         )
+    # Megatron builds the expert groups for a dense model too, so an ETP that does not fit is refused there as well
     ranks_per_stage = p.tp * p.cp * p.dp
     if ranks_per_stage % (p.ep * p.expert_tp):
         raise MegapilotError(
             f"ep*etp = {p.ep}*{p.expert_tp} does not divide tp*cp*dp = {ranks_per_stage}, the ranks of "
-            "one pipeline stage that Megatron carves the expert groups from",
-            field="ep",
+            "one pipeline stage that Megatron carves the expert groups from (initialize_model_parallel)",
+            field="ep" if p.ep > 1 else "etp",
             fix=_expert_fix(p, ranks_per_stage),
         )
 

@@ -72,6 +72,16 @@ def test_dense_model_refuses_expert_parallel():
     assert err.value.field == "ep"
 
 
+def test_dense_model_refuses_an_expert_tp_its_stage_cannot_hold():
+    """Megatron's initialize_model_parallel builds the expert groups for a dense model too: ETP 2 on one GPU per
+    stage fails there (it used to divide by a zero expert-DP in the memory model)."""
+    with pytest.raises(MegapilotError) as err:
+        validate_layout(LLAMA_70B, _cluster(gpus=1), TrainingSpec(seq_length=4096, global_batch_size=8),
+                        _layout(world=1, etp=2))
+    assert err.value.field == "etp"
+    assert "set etp to one of 1" in err.value.fix
+
+
 def test_pipeline_that_never_fills_warns():
     warnings = validate_layout(LLAMA_70B, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=4),
                                _layout(tp=8, pp=8, sequence_parallel=True))
