@@ -30,6 +30,7 @@ def validate_layout(
     _check_world(cluster, parallel)
     _check_tensor_parallel(model, cluster, training, parallel, allow_tp_across_nodes)
     _check_pipeline(model, parallel)
+    _check_fsdp(parallel)
     _check_sequence(model, training)
     _check_context_parallel(training, parallel)
     _check_gated_delta_net(model, parallel)
@@ -104,6 +105,15 @@ def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
                 field="recompute_num_layers",
                 fix=f"use at most {layers_per_chunk}",
             )
+
+
+def _check_fsdp(p: ParallelConfig) -> None:
+    """Megatron-FSDP shards each layer over DP x CP and gathers it per micro-batch; its guide lists TP, CP and EP
+    beside it, never pipelining, and Megatron-Core's FSDP v2 adapter raises on PP > 1 (as `script` and `plan`
+    refuse it)."""
+    if p.fsdp and p.pp > 1:
+        raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (pp={p.pp})", field="pp",
+                             fix="use pp=1 with Megatron-FSDP, or drop FSDP and keep the distributed optimizer")
 
 
 def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:

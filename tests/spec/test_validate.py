@@ -43,6 +43,7 @@ def test_valid_llama70b_layout_passes():
         (LLAMA_70B, dict(tp=8), dict(precision="fp8"), "a100", "precision"),
         (MOE, dict(ep=3), {}, "h100", "ep"),
         (MOE, dict(tp=8, pp=4, ep=8, dp=2), {}, "h100", "ep"),
+        (MOE, dict(pp=2, dp=32, fsdp=True), {}, "h100", "pp"),  # Megatron-FSDP does not pipeline
     ],
 )
 def test_broken_rule_names_field_and_fix(model, kw, training, gpu, field):
