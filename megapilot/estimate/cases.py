@@ -72,6 +72,9 @@ def build_case(**flags: Any) -> Case:
     check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
     if flags.get("moe_a2a_overlap"):
         _check_a2a_overlap(model, parallel)
+    if flags.get("moe_flex_dispatcher") and parallel.tp * parallel.ep == 1:
+        raise MegapilotError("the flex dispatcher needs TP x EP > 1 (Megatron asserts it)", field="moe_flex_dispatcher",
+                             fix="drop --moe-flex-dispatcher (the alltoall dispatcher stays), or use EP > 1")
     return Case(model, cluster, training, parallel,
                 allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=run_options(model, flags))
 
@@ -176,6 +179,10 @@ def _with_mtp(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
     update = {key: flags[key] for key in ("mtp_num_layers", "mtp_repeated_layer") if key in flags}
     if all(getattr(model, key) == value for key, value in update.items()):
         return model
+    if update.get("mtp_num_layers") and model.position_embedding not in ("rope", "none"):
+        raise MegapilotError(f"multi-token prediction needs rope or no position embedding; {model.name} has "
+                             f"{model.position_embedding} (Megatron asserts it)", field="mtp_num_layers",
+                             fix="drop --mtp-num-layers")
     try:  # validated: the spec's own rules on MTP apply
         return ModelSpec.model_validate(model.model_dump() | update)
     except ValidationError as exc:

@@ -122,6 +122,9 @@ def test_the_mtp_modules_can_be_set_and_removed():
     flops = [estimate(c.model, c.cluster, c.training, c.parallel).flops_per_step for c in (with_mtp, without)]
     assert flops[1] < flops[0]
     assert build_case(**BASE, mtp_num_layers=2).model.mtp_num_layers == 2
+    with pytest.raises(MegapilotError) as refused:  # arguments.py asserts rope (or none) under MTP
+        build_case(**{**BASE, "model": "gpt3-175b", "seq_len": 2048, "mtp_num_layers": 1})
+    assert refused.value.field == "mtp_num_layers"
 
 
 def test_mtp_depths_can_repeat_one_module_as_nemotron_3_supers_recipe_runs_it():
@@ -151,7 +154,10 @@ def test_the_flex_dispatcher_is_priced_where_asked_and_refused_where_nothing_is_
     times = [estimate(c.model, c.cluster, c.training, c.parallel, c.options).step_time_s for c in (alltoall, flex)]
     assert times[1] < times[0]
     for bad, field in (({"moe_flex_dispatcher": "nccl"}, "moe_flex_dispatcher"),
-                       ({"model": "llama3.1-8b", "ep": 1, "moe_flex_dispatcher": "deepep"}, "moe_flex_dispatcher")):
+                       ({"model": "llama3.1-8b", "ep": 1, "moe_flex_dispatcher": "deepep"}, "moe_flex_dispatcher"),
+                       # Megatron's flex dispatcher asserts TP x EP > 1
+                       ({"gpus": 64, "tp": 1, "pp": 8, "ep": 1, "moe_flex_dispatcher": "hybridep"},
+                        "moe_flex_dispatcher")):
         with pytest.raises(MegapilotError) as refused:
             build_case(**(flags | bad))
         assert refused.value.field == field
