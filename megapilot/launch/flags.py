@@ -32,10 +32,10 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
 
 def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """All argument sections, in the order a reader looks for them."""
+    model = _with_positions_for(model_section(plan.model, cpu=options.cpu), plan.model, plan.training)
     return [
-        _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model_section(plan.model, cpu=options.cpu),
-                                                              flex_dispatcher_backend(plan, options)), plan.model,
-                                             options), plan.model, options),
+        _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),
+                                             plan.model, options), plan.model, options),
         _parallel_section(plan.model, plan.parallel, plan.training, cpu=options.cpu),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
@@ -46,6 +46,25 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
         _checkpoint_section(plan, options),
         *performance_sections(plan, options),
     ]
+
+
+def positions_raised_to(model: ModelSpec, training: TrainingSpec) -> int | None:
+    """The `--max-position-embeddings` a run longer than the model's context needs, where raising it changes no
+    weight: RoPE (or no) positions are computed per token, and Megatron reads the value only to size a learned
+    position table (LanguageModelEmbedding) and to assert it is at least --seq-length. None: the model's holds."""
+    if training.seq_length <= model.max_position_embeddings or model.position_embedding == "learned_absolute":
+        return None
+    return training.seq_length
+
+
+def _with_positions_for(section: ArgSection, model: ModelSpec, training: TrainingSpec) -> ArgSection:
+    """The model section with `--max-position-embeddings` raised to a longer run's sequence (context extension)."""
+    raised = positions_raised_to(model, training)
+    if raised is None:
+        return section
+    args = list(section.args)
+    args[args.index("--max-position-embeddings") + 1] = str(raised)
+    return ArgSection(section.title, args)
 
 
 def _with_dsa_kernels(section: ArgSection, model: ModelSpec, options: LaunchOptions) -> ArgSection:

@@ -20,7 +20,7 @@ from megapilot.launch.checks import (
     check_world,
 )
 from megapilot.launch.environment import launch_environment
-from megapilot.launch.flags import ArgSection, megatron_arg_sections
+from megapilot.launch.flags import ArgSection, megatron_arg_sections, positions_raised_to
 from megapilot.launch.megatron_args import FlagTable
 from megapilot.launch.model_flags import dsa_kernel_args
 from megapilot.launch.options import LaunchOptions, LaunchScript
@@ -67,6 +67,12 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)
     notes += adapt_sections(sections, table)
     notes += _dsa_unfused_note(plan.model, table)
+    raised = positions_raised_to(plan.model, plan.training)
+    if raised is not None:
+        notes.append(f"--max-position-embeddings {raised}: raised from {plan.model.name}'s "
+                     f"{plan.model.max_position_embeddings} to the sequence length, as Megatron asserts; its "
+                     f"{plan.model.position_embedding} positions are computed, so no weight changes, but the model "
+                     "was trained on shorter sequences (context extension)")
     megatron_args = [token for section in sections for token in section.args]
     check_megatron_args(megatron_args, plan.cluster.gpu, table)
     if options.entrypoint == "megapilot":

@@ -229,3 +229,17 @@ def test_sparse_attention_gets_fused_kernels_where_the_release_has_them_and_a_no
     assert "--dsa-kernel-backend" not in older.megatron_args and "--experimental-attention-variant" in \
         older.megatron_args
     assert any("runs DeepSeek Sparse Attention unfused" in n for n in older.notes)
+
+
+def test_a_sequence_longer_than_a_rope_models_context_raises_its_positions_with_a_note() -> None:
+    """Megatron asserts max_position_embeddings >= seq_length; a RoPE model reads the value for nothing else, so a
+    context-extension run gets the sequence length, said in a note; a run within the context keeps the model's."""
+    longer = PLAN_8B.model_copy(update={"training": PLAN_8B.training.model_copy(update={"seq_length": 262144})})
+    launch = render_launch(longer, _options())
+    flat = launch.megatron_args
+    assert flat[flat.index("--max-position-embeddings") + 1] == "262144"
+    assert any("--max-position-embeddings 262144: raised from" in note for note in launch.notes)
+    own = render_launch(PLAN_8B, _options())
+    assert own.megatron_args[own.megatron_args.index("--max-position-embeddings") + 1] == str(
+        PLAN_8B.model.max_position_embeddings)
+    assert not any("raised from" in note for note in own.notes)
