@@ -152,23 +152,28 @@ def _binding(outcome: SearchOutcome) -> tuple[RejectReason, int] | None:
 
 
 def _what_bites(outcome: SearchOutcome) -> str:
+    """What stopped every layout: the rule that cut the most, and the smallest footprint of the legal layouts, which
+    comes first where a layout rule cut more (every legal layout overflowed, so memory is what a user must change)."""
     binding = _binding(outcome)
     if binding is None:
         return "no layout passes the rules"
     reason, count = binding
-    text = f"{count} layouts cut by '{reason.value}'"
-    if outcome.smallest_floor is not None:
-        parallel, memory = outcome.smallest_floor
-        text += (f"; the smallest footprint found ({layout_label(parallel)}) needs "
-                 f"{memory.total_gib:.1f} GiB per GPU of {memory.capacity_gib:.1f} GiB")
-    return text
+    cut = f"{count} layouts cut by '{reason.value}'"
+    if outcome.smallest_floor is None:
+        return cut
+    parallel, memory = outcome.smallest_floor
+    floor = (f"the smallest footprint found ({layout_label(parallel)}) needs {memory.total_gib:.1f} GiB per GPU "
+             f"of {memory.capacity_gib:.1f} GiB")
+    return f"{cut}; {floor}" if reason.memory else f"{floor}; {cut}"
 
 
 def _bite_field(outcome: SearchOutcome) -> str:
     binding = _binding(outcome)
     if binding is None:
         return "parallel"
-    return "memory" if binding[0].memory else binding[0].value.split()[0]
+    if outcome.smallest_floor is not None or binding[0].memory:
+        return "memory"
+    return binding[0].value.split()[0]
 
 
 def _fits(cost: CostModel, pins: Pins) -> bool:

@@ -69,6 +69,15 @@ def test_nothing_fits_names_memory_and_the_smallest_change_that_fits():
     assert "GPUs (" in info.value.fix  # e.g. "use 64 GPUs (8× more)"
 
 
+def test_nothing_fits_names_memory_even_when_a_layout_rule_cut_more_layouts():
+    """DeepSeek-V3 on one A100 node: most EP x ETP candidates break Megatron's group rule, but every legal one
+    overflows HBM, so memory is what the user must change (the rule's count stays as a detail)."""
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("deepseek-v3", 8, 4096, 8, gpu="a100"))
+    assert info.value.field == "memory"
+    assert "no layout fits: the smallest footprint found" in str(info.value)
+
+
 def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
     with pytest.raises(MegapilotError) as info:
         plan(*_inputs("llama3.1-8b", 8, 1048576, 8))
