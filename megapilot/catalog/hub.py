@@ -10,7 +10,8 @@ Users name models the way the hub does. The config is read, in order, from:
    then the token file `huggingface-cli login` writes); it is never printed: a failure's reason is
    shown with any token value masked.
 
-When neither works the one error names both ways.
+When neither works, a preset read from that repository's config.json stands in (catalog/models.py); for any
+other repository one error names both ways.
 """
 
 from __future__ import annotations

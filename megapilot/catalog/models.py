@@ -112,10 +112,25 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
 
 
 def _hub_model(repo_id: str) -> ModelSpec:
-    """A hub id's config.json (cache or download), named after the repository (not its snapshot hash)."""
+    """A hub id's config.json (cache or download), named after the repository (not its snapshot hash). Where
+    neither can give it (offline, gated), the preset read from that very config.json stands in, under the preset's
+    name, so the substitution shows in every output."""
     from megapilot.catalog.hub import resolve_hub_config
 
-    return from_hf_config(_read_mapping(resolve_hub_config(repo_id)), repo_id.split("/", 1)[1])
+    try:
+        config = resolve_hub_config(repo_id)
+    except MegapilotError:
+        preset = preset_of_hub_repo(repo_id)
+        if preset is None:
+            raise
+        return preset.spec
+    return from_hf_config(_read_mapping(config), repo_id.split("/", 1)[1])
+
+
+def preset_of_hub_repo(repo_id: str) -> ModelPreset | None:
+    """The preset whose source is `repo_id`'s config.json on the hub (its first source, as models.yaml cites it)."""
+    prefix = f"https://huggingface.co/{repo_id}/blob/main/config.json".lower()
+    return next((preset for preset in load_presets().values() if preset.source.lower().startswith(prefix)), None)
 
 
 def close_presets(name: str, limit: int = 4) -> list[str]:

@@ -68,11 +68,20 @@ def test_a_snapshot_without_refs_main_is_still_found(hub_env: Path):
 
 def test_neither_cache_nor_download_is_one_error_naming_both_ways(hub_env: Path):
     with pytest.raises(MegapilotError) as err:
-        get_model("meta-llama/Llama-3.1-70B")
+        get_model("meta-llama/Llama-3.2-1B")  # no preset was read from its config
     message = str(err.value)
     assert err.value.field == "model"
     assert str(hub_env) in message and "HF_HUB_OFFLINE" in message  # where it looked, why it did not download
-    assert "huggingface-cli download meta-llama/Llama-3.1-70B" in message and "config.json" in message
+    assert "huggingface-cli download meta-llama/Llama-3.2-1B" in message and "config.json" in message
+
+
+def test_offline_a_hub_id_a_preset_was_read_from_gives_that_preset_under_its_name(hub_env: Path):
+    """No cache, no hub: deepseek-ai/DeepSeek-V3 is the deepseek-v3 preset (read from that config.json); a cached
+    config still wins, named after the repository."""
+    assert get_model("deepseek-ai/DeepSeek-V3") == get_model("deepseek-v3")
+    assert get_model("Qwen/qwen3-30b-a3b").name == "qwen3-30b-a3b"  # the hub's ids are case-insensitive
+    _cache_snapshot(hub_env, REPO, CONFIGS / "Llama-3.1-8B.json", "e" * 40)
+    assert get_model(REPO).name == "Llama-3.1-8B"
 
 
 def test_cli_names_the_hub_id_error_on_one_line(cli):
