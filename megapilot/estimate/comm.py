@@ -10,6 +10,8 @@ Latency terms are left out: Megatron's buckets and activations are megabytes, wh
 
 from __future__ import annotations
 
+import math
+
 from megapilot.estimate.efficiency import COLLECTIVE_BW_EFFICIENCY
 from megapilot.spec.hardware import ClusterSpec, default_gpus_per_node
 
@@ -92,15 +94,38 @@ def p2p_s(message_bytes: float, bandwidth: float) -> float:
     return message_bytes / bandwidth
 
 
-def expected_groups_touched(experts: int, topk: int, groups: int) -> float:
+def expected_groups_touched(experts: int, topk: int, groups: int, routing_groups: int | None = None,
+                            routing_group_topk: int | None = None) -> float:
     """Expected number of `groups` equal blocks of experts that a token's top-k distinct experts fall in.
 
     With the k experts drawn uniformly without replacement (balanced routing), a block of E/G experts is
-    missed with probability C(E - E/G, k) / C(E, k)."""
+    missed with probability C(E - E/G, k) / C(E, k). Group-limited routing (`--moe-router-num-groups` R,
+    `--moe-router-group-topk` r: DeepSeek-V3's node-limited routing) first picks r of the R routing groups, then
+    the k experts among theirs; where each block holds whole routing groups (R a multiple of G), a block is missed
+    when none of its groups is picked or none of the k experts falls in the picked ones it holds; where a routing
+    group spans blocks (G a multiple of R), only the picked groups' blocks can be touched."""
     if groups <= 1:
         return 1.0
-    per_group = experts / groups
+    if routing_groups is None or routing_group_topk is None or (routing_groups % groups and groups % routing_groups):
+        return groups * _missed_fraction_complement(experts, topk, experts / groups)
+    if groups % routing_groups == 0:  # a routing group spans blocks: the k experts fall in the picked groups' blocks
+        blocks = routing_group_topk * groups // routing_groups
+        pool = routing_group_topk * experts / routing_groups
+        return blocks * _missed_fraction_complement(pool, topk, experts / groups)
+    held = routing_groups // groups  # routing groups per block
+    per_routing_group = experts / routing_groups
+    pool = routing_group_topk * per_routing_group  # the experts of the picked groups
+    missed = 0.0
+    for picked_here in range(0, min(held, routing_group_topk) + 1):
+        ways = math.comb(held, picked_here) * math.comb(routing_groups - held, routing_group_topk - picked_here)
+        chance = ways / math.comb(routing_groups, routing_group_topk)
+        missed += chance * (1 - _missed_fraction_complement(pool, topk, picked_here * per_routing_group))
+    return groups * (1 - missed)
+
+
+def _missed_fraction_complement(pool: float, topk: int, block: float) -> float:
+    """Probability that k experts drawn without replacement from `pool` include one of a `block` of them."""
     missed = 1.0
     for i in range(topk):
-        missed *= max(0.0, (experts - per_group - i) / (experts - i))
-    return groups * (1 - missed)
+        missed *= max(0.0, (pool - block - i) / (pool - i)) if pool - i > 0 else 0.0
+    return 1 - missed

@@ -338,7 +338,8 @@ def _expert_all_to_all_s(
 
     With the flex dispatcher a token crosses to each remote NVLink domain once, however many of its experts
     sit there, and is copied to them over NVLink: the cross-domain bytes shrink to the expected number of
-    domains its top-k touch (balanced routing) over k."""
+    domains its top-k touch (balanced routing, within the routing groups a group-limited router opens: DeepSeek-V3
+    reaches at most 4 of 8 nodes) over k."""
     moe = model.moe
     assert moe is not None
     sent_bytes = tokens * moe.router_topk * moe.routed_width(model.hidden_size) * ACTIVATION_BYTES * p.expert_tp / p.tp
@@ -346,7 +347,9 @@ def _expert_all_to_all_s(
     ranks_per_domain = max(1, min(p.ep, comm.scaleup_domain(cluster) // p.expert_tp))
     if options.moe_flex_dispatcher and p.ep > ranks_per_domain:
         domains = p.ep / ranks_per_domain
-        share = comm.expected_groups_touched(moe.num_experts, moe.router_topk, round(domains)) / moe.router_topk
+        touched = comm.expected_groups_touched(moe.num_experts, moe.router_topk, round(domains),
+                                               moe.router_num_groups, moe.router_group_topk)
+        share = touched / moe.router_topk
     return EP_ALL_TO_ALLS_PER_LAYER * comm.expert_all_to_all_s(
         sent_bytes, cluster, p.ep, stride=p.expert_tp, cross_domain_share=share)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
@@ -122,6 +124,29 @@ def test_a_tokens_top_k_experts_touch_fewer_domains_than_k():
     assert comm.expected_groups_touched(256, 8, 1) == 1.0
     assert comm.expected_groups_touched(64, 1, 8) == pytest.approx(1.0)  # top-1 always touches one domain
     assert comm.expected_groups_touched(16, 9, 2) == pytest.approx(2.0)  # 9 of 16 cannot stay in one half of 8
+
+
+def _simulated_domains_touched(experts: int, topk: int, domains: int, groups: int, group_topk: int) -> float:
+    """Group-limited routing drawn at random: r of the R groups, then k experts among theirs (balanced)."""
+    rng = random.Random(7)
+    per_group, per_domain, draws, touched = experts // groups, experts // domains, 20000, 0
+    for _ in range(draws):
+        picked = rng.sample(range(groups), group_topk)
+        pool = [g * per_group + i for g in picked for i in range(per_group)]
+        touched += len({expert // per_domain for expert in rng.sample(pool, topk)})
+    return touched / draws
+
+
+@pytest.mark.parametrize("domains", [2, 4, 8, 16, 32])
+def test_node_limited_routing_bounds_the_domains_a_token_reaches(domains: int):
+    """DeepSeek-V3 routes each token within 4 of 8 expert groups (`--moe-router-num-groups 8
+    --moe-router-group-topk 4`): over 8 domains, one group each, a token reaches about 3.6 of them, not the 5.3
+    of free routing; the closed form matches a random draw of the routing for blocks that hold or split groups."""
+    exact = comm.expected_groups_touched(256, 8, domains, 8, 4)
+    assert exact == pytest.approx(_simulated_domains_touched(256, 8, domains, 8, 4), rel=0.02)
+    assert exact <= comm.expected_groups_touched(256, 8, domains) + 1e-9
+    assert comm.expected_groups_touched(256, 8, domains, 8, 8) == pytest.approx(
+        comm.expected_groups_touched(256, 8, domains))  # every group open: free routing
 
 
 def test_a_dispatcher_that_sends_once_per_domain_shrinks_only_the_cross_domain_share():
