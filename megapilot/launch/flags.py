@@ -36,7 +36,8 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
     return [
         _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),
                                              plan.model, options), plan.model, options),
-        _parallel_section(plan.model, plan.parallel, plan.training, cpu=options.cpu),
+        _parallel_section(plan.model, plan.parallel, plan.training, cpu=options.cpu,
+                          dist_muon_overlaps=dist_muon_overlaps(resolve_flag_table(options).version)),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
         _cpu_section() if options.cpu else _precision_section(plan, options),
@@ -84,7 +85,18 @@ def _with_layer_blocks(section: ArgSection, model: ModelSpec, options: LaunchOpt
 
 
 # ---- parallelism ---------------------------------------------------------------------------
-def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, cpu: bool = False) -> ArgSection:
+# core_v0.16's arguments.py asserts "Muon optimizer does not support overlap grad reduce for now" for every Muon
+# variant; from core_v0.17 on only plain `muon` is refused ("Use dist_muon instead").
+DIST_MUON_OVERLAP_SINCE = (0, 17, 0)
+
+
+def dist_muon_overlaps(release: tuple[int, ...]) -> bool:
+    """Whether `--optimizer dist_muon` may overlap its gradient reduction in this Megatron-LM release."""
+    return release >= DIST_MUON_OVERLAP_SINCE
+
+
+def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, cpu: bool = False,
+                      dist_muon_overlaps: bool = True) -> ArgSection:
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
     s.add("--tensor-model-parallel-size", p.tp)
     s.add("--pipeline-model-parallel-size", p.pp)
@@ -105,7 +117,7 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, c
         s.add("--sequence-parallel")
     if p.distributed_optimizer or p.fsdp:  # Megatron-FSDP's sharded steps run inside the distributed optimizer
         s.add("--use-distributed-optimizer")
-    if t.optimizer != "muon":  # "Muon optimizer does not support overlap grad reduce. Use dist_muon instead."
+    if not t.uses_muon or (t.optimizer == "dist_muon" and dist_muon_overlaps):
         s.add("--overlap-grad-reduce")
     if p.distributed_optimizer or p.fsdp:  # (dist_muon may overlap its gather only from Megatron-LM 0.17 on)
         s.add("--overlap-param-gather")

@@ -20,7 +20,7 @@ from megapilot.launch.checks import (
     check_world,
 )
 from megapilot.launch.environment import launch_environment
-from megapilot.launch.flags import ArgSection, megatron_arg_sections, positions_raised_to
+from megapilot.launch.flags import ArgSection, dist_muon_overlaps, megatron_arg_sections, positions_raised_to
 from megapilot.launch.megatron_args import FlagTable
 from megapilot.launch.model_flags import dsa_kernel_args
 from megapilot.launch.options import LaunchOptions, LaunchScript
@@ -67,6 +67,10 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)
     notes += adapt_sections(sections, table)
     notes += _dsa_unfused_note(plan.model, table)
+    if plan.training.optimizer == "dist_muon" and not dist_muon_overlaps(table.version):
+        notes.append(f"--overlap-grad-reduce left out: Megatron-LM {table.label()} asserts it off for every Muon "
+                     "variant (dist_muon overlaps it from core_v0.17.0 on), so the gradient reduction follows the "
+                     "backward")
     raised = positions_raised_to(plan.model, plan.training)
     if raised is not None:
         notes.append(f"--max-position-embeddings {raised}: raised from {plan.model.name}'s "

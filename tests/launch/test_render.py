@@ -243,3 +243,17 @@ def test_a_sequence_longer_than_a_rope_models_context_raises_its_positions_with_
     assert own.megatron_args[own.megatron_args.index("--max-position-embeddings") + 1] == str(
         PLAN_8B.model.max_position_embeddings)
     assert not any("raised from" in note for note in own.notes)
+
+
+def test_dist_muon_overlaps_its_gradient_reduction_only_where_megatron_allows_it() -> None:
+    """core_v0.16's arguments.py asserts no --overlap-grad-reduce for every Muon variant; core_v0.17 on refuses it
+    only for plain muon. The script for 0.16 leaves it out and says so."""
+    muon = PLAN_8B.model_copy(update={
+        "training": PLAN_8B.training.model_copy(update={"optimizer": "dist_muon"}),
+        "parallel": PLAN_8B.parallel.model_copy(update={"distributed_optimizer": False})})
+    older = render_launch(muon, _options(megatron_version="core_v0.16.0"))
+    newer = render_launch(muon, _options(megatron_version="core_v0.19.0"))
+    assert "--overlap-grad-reduce" not in older.megatron_args
+    assert any("--overlap-grad-reduce left out" in note for note in older.notes)
+    assert "--overlap-grad-reduce" in newer.megatron_args
+    assert not any("--overlap-grad-reduce left out" in note for note in newer.notes)
