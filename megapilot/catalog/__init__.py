@@ -2,7 +2,15 @@
 
 from megapilot.catalog.gpus import get_gpu, load_gpus
 from megapilot.catalog.hf import SUPPORTED_ARCHITECTURES, from_hf_config, load_hf_config
-from megapilot.catalog.models import ModelPreset, get_model, get_preset, list_models, load_presets
+from megapilot.catalog.models import (
+    ModelPreset,
+    get_model,
+    get_preset,
+    list_models,
+    load_presets,
+    preset_by_unique_prefix,
+    preset_of_hub_repo,
+)
 
 __all__ = [
     "SUPPORTED_ARCHITECTURES",
@@ -15,4 +23,6 @@ __all__ = [
     "load_gpus",
     "load_hf_config",
     "load_presets",
+    "preset_by_unique_prefix",
+    "preset_of_hub_repo",
 ]

@@ -133,6 +133,16 @@ def preset_of_hub_repo(repo_id: str) -> ModelPreset | None:
     return next((preset for preset in load_presets().values() if preset.source.lower().startswith(prefix)), None)
 
 
+def preset_by_unique_prefix(name: str) -> ModelPreset | None:
+    """The one preset whose name (or alias) continues `name` (`qwen3_30B` -> qwen3-30b-a3b), None when none or
+    several do."""
+    key = lookup_key(name)
+    if len(key) < 4:
+        return None
+    found = {preset.spec.name: preset for k, preset in _presets_by_key().items() if k.startswith(key)}
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
 def close_presets(name: str, limit: int = 4) -> list[str]:
     """Preset names a mistyped or shortened `name` probably meant.
 

@@ -60,11 +60,17 @@ def _as_str(value: Any) -> Any:
     return value
 
 
+# CVS's per-model suites (before its Aug 2026 refactor) named the Transformer Engine recipes TE_FP8 and TE_BF16.
+PRECISION_ALIASES = {"TE_FP8": "FP8", "TE_BF16": "BF16"}
+
+
 def normalise_precision(value: Any) -> str:
-    """`fp8`, `Fp8`, `FP8` -> `FP8`; anything outside CVS's precisions is refused."""
-    if not isinstance(value, str) or value.strip().upper() not in PRECISION_NAMES:
+    """`fp8`, `Fp8`, `FP8`, `TE_FP8` -> `FP8` (`TE_BF16` -> `BF16`); anything outside CVS's precisions is refused."""
+    name = value.strip().upper() if isinstance(value, str) else None
+    name = PRECISION_ALIASES.get(name, name) if name is not None else None
+    if name not in PRECISION_NAMES:
         raise ValueError(f"unknown precision {value!r}; use one of {', '.join(PRECISION_NAMES)}")
-    return value.strip().upper()
+    return name
 
 
 IntLike = Annotated[int, BeforeValidator(_as_int)]

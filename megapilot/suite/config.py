@@ -1,5 +1,5 @@
-"""The suite configuration: CVS Megatron configs (Sep 2026 schema) accepted as they are, plus megapilot's
-own optional `megapilot:` block.
+"""The suite configuration: CVS Megatron configs (Sep 2026 schema, and schema v1 read into it by schema_v1.py)
+accepted as they are, plus megapilot's own optional `megapilot:` block.
 
     loaded = load_suite("mi3xx_megatron_llama-3.1-8b_single.json", cluster_path="cluster.json")
     check = check_suite(path)          # every problem at once, for `megapilot suite check`
@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from megapilot.catalog import ModelPreset
 from megapilot.errors import MegapilotError
 from megapilot.spec import GPUSpec, ModelSpec
 from megapilot.suite.cells import (
@@ -37,14 +38,19 @@ from megapilot.suite.cells import (
     SweepCell,
     TrainParams,
     default_cell,
+    normalise_precision,
     parse_cell_key,
     smoke_cell,
     sweep_cell,
 )
 from megapilot.suite.cluster import CvsCluster, load_cluster, resolve_user, strip_comments, substitute_user
+from megapilot.suite.schema_v1 import Upgrade, is_legacy_nested, is_schema_v1, legacy_problem, upgrade_v1
 from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable
 
 CHANGEME = "<changeme>"
+V1_READ_NOTE = ("schema v1 (Aug 2026) config: read into the Sep 2026 names (gpu_arch -> gpu_name, config -> paths / "
+                "train_params / container.env, model_params -> train_params, combination ids -> "
+                "MBS=..,GBS=..,PRECISION=.. keys)")
 CPU_GPU_NAME = "CPU"
 DEFAULT_MEGATRON_PATH = "/workspace/Megatron-LM"  # where CVS's Megatron-LM images keep the checkout
 DEFAULT_PRIMUS_PATH = "/workspace/Primus"
@@ -52,6 +58,8 @@ THRESHOLD_SUFFIX = "threshold.json"
 Backend = Literal["megatron-lm", "primus", "megapilot"]
 ExecutorName = Literal["local", "slurm", "ssh"]
 Device = Literal["auto", "cpu", "gpu"]
+# The short names CVS's earlier configs and file names use for the AMD GPUs (mi325, mi35x).
+CVS_GPU_NAMES = {"MI300": "MI300X", "MI325": "MI325X", "MI355": "MI355X", "MI35X": "MI355X"}
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.\-]+)\}")
 
@@ -263,8 +271,32 @@ def check_suite(config_path: str | Path, cluster_path: str | Path | None = None)
     config_path = Path(config_path)
     cluster = _read_cluster(cluster_path, check)
     raw = _read_config(config_path, check)
+    raw, upgrade = _in_current_schema(raw, check) if raw is not None else (None, None)
     if raw is None:
         return check
+    _check_current_schema(raw, config_path, cluster, cluster_path, check)
+    if upgrade is not None:  # problems name the paths the file has
+        check.problems = [p.model_copy(update={"path": upgrade.original_path(p.path)}) for p in check.problems]
+    return check
+
+
+def _in_current_schema(raw: dict[str, Any], check: SuiteCheck) -> tuple[dict[str, Any] | None, Upgrade | None]:
+    """The config in the Sep 2026 names: a schema v1 one read into them (schema_v1.py), the legacy nested form
+    refused."""
+    if is_legacy_nested(raw):
+        message, fix = legacy_problem()
+        check.add("model_params", message, fix)
+        return None, None
+    if not is_schema_v1(raw):
+        return raw, None
+    upgrade = upgrade_v1(raw)
+    check.warnings.append(V1_READ_NOTE)
+    check.warnings.extend(upgrade.warnings)
+    return upgrade.config, upgrade
+
+
+def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCluster | None,
+                          cluster_path: str | Path | None, check: SuiteCheck) -> None:
     user = cluster.username if cluster is not None else resolve_user(None)
     raw = resolve_placeholders(raw, user, config_path.parent)
     _exempt_unused_checkpoint(raw)
@@ -274,14 +306,13 @@ def check_suite(config_path: str | Path, cluster_path: str | Path | None = None)
     raw = _drop_unknown_top_level(raw, check)
     config = _validate(raw, changeme, check)
     if config is None:
-        return check
+        return
     thresholds, threshold_path = _read_thresholds(config, config_path, changeme, check)
     cells = _build_cells(config, raw, check)
     _check_threshold_coverage(config, cells, thresholds, threshold_path, check)
     suite = _resolve(config, cluster, config_path, cluster_path, thresholds, threshold_path, cells, check)
     if not check.problems:
         check.suite = suite
-    return check
 
 
 # ---- reading ------------------------------------------------------------------------------------
@@ -464,13 +495,24 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())})",
+        check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())}){_trailing_comma(exc)}",
                   "point threshold_json at a JSON threshold file")
         return {}, path
     if not isinstance(raw, dict):
         check.add("threshold_json", f"{path} does not hold a mapping of cells", "write cell key -> metric -> spec")
         return {}, path
     return _threshold_table(raw, check), path
+
+
+def _trailing_comma(exc: Exception) -> str:
+    """A hint where JSON stopped at a comma before a closing brace or bracket (some CVS threshold files have one)."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return ""
+    before = exc.doc[:exc.pos].rstrip()
+    if before.endswith(",") and exc.doc[exc.pos:exc.pos + 1] in "}]":
+        line = exc.doc.count("\n", 0, len(before) - 1) + 1
+        return f": the comma ending line {line} comes before a closing bracket, which JSON does not allow"
+    return ""
 
 
 def _threshold_file(config: SuiteConfig, config_path: Path, check: SuiteCheck) -> Path | None:
@@ -587,12 +629,20 @@ def _overlay_agrees(key: Any, overlay: dict[str, Any], where: str, check: SuiteC
             continue
         expected = getattr(key, attribute)
         given = str(overlay[field]).strip()
-        given = given.upper() if field == "precision" else given
+        given = _precision_or_self(given) if field == "precision" else given
         if given != str(expected):
             check.add(f"{where}.{field}", f"{overlay[field]!r} disagrees with the key ({expected})",
                       "make the body match the key, or drop it from the body")
             agrees = False
     return agrees
+
+
+def _precision_or_self(text: str) -> str:
+    """The precision's canonical name (`te_fp8` -> FP8), or the text as given when it names none."""
+    try:
+        return normalise_precision(text)
+    except ValueError:
+        return text.upper()
 
 
 def _merge(base: dict[str, Any], overlay: dict[str, Any], from_key: dict[str, Any], where: str,
@@ -678,8 +728,9 @@ def _resolve_device(config: SuiteConfig, check: SuiteCheck) -> tuple[GPUSpec | N
         return None, "cpu"
     from megapilot.catalog.gpus import get_gpu
 
+    name = config.gpu_name.strip().upper()
     try:
-        gpu = get_gpu(config.gpu_name)
+        gpu = get_gpu(CVS_GPU_NAMES.get(name, name))
     except MegapilotError as exc:
         check.add("gpu_name", exc.problem, f"{exc.fix}, or CPU with megapilot.device cpu")
         return None, None
@@ -711,10 +762,27 @@ def _resolve_model(config: SuiteConfig, config_dir: Path, check: SuiteCheck) -> 
         preset = get_preset(candidate)
         if preset is not None:
             return preset.spec
+    guessed = _preset_from_names(params.model_name, params.tokenizer_model)
+    if guessed is not None:
+        check.warnings.append(f"train_params: {params.model_name!r} read as the {guessed.spec.name} preset "
+                              f"(tokenizer_model {params.tokenizer_model!r}); set megapilot.model to choose another")
+        return guessed.spec
     check.add("train_params.model_name", f"{params.model_name!r} (size {params.model_size or '?'}) names no model "
               "megapilot knows", "set megapilot.model to a preset (`megapilot models`), a Hugging Face config.json "
               "or a ModelSpec file")
     return None
+
+
+def _preset_from_names(model_name: str | None, tokenizer_model: str | None) -> ModelPreset | None:
+    """CVS names models loosely (`qwen3_30B`) but gives the HF repository of the tokenizer, which is the model's
+    own for most: the preset read from that repository's config.json, else the one preset the name begins."""
+    from megapilot.catalog import preset_by_unique_prefix, preset_of_hub_repo
+
+    if tokenizer_model:
+        preset = preset_of_hub_repo(tokenizer_model.strip())
+        if preset is not None:
+            return preset
+    return preset_by_unique_prefix(model_name) if model_name else None
 
 
 def _resolve_nodes(block: MegapilotBlock, cluster: CvsCluster | None, check: SuiteCheck) -> int:

@@ -179,7 +179,8 @@ def test_backend_rule_and_model_override(tmp_path: Path) -> None:
 
 
 def test_unmapped_model_name_asks_for_megapilot_model(tmp_path: Path) -> None:
-    check = _check_with(tmp_path, lambda raw: raw["train_params"].update(model_name="mystery", model_size="3"))
+    check = _check_with(tmp_path, lambda raw: raw["train_params"].update(
+        model_name="mystery", model_size="3", tokenizer_model="NousResearch/Meta-Llama-3-8B"))  # a tokenizer-only repo
     assert _paths(check) == {"train_params.model_name"} and "megapilot.model" in check.problems[0].fix
 
 
