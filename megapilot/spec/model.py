@@ -485,10 +485,6 @@ class ModelSpec(_Spec):
         if self.gated_delta_net is not None and (self.mla is not None or self.hybrid_override_pattern is not None):
             raise ValueError("gated_delta_net replaces standard attention on a transformer stack; it does not combine "
                              "with mla or a hybrid_override_pattern")
-        if self.mtp_num_layers and self.position_embedding not in ("rope", "none"):
-            # arguments.py: "Multi-Token Prediction (MTP) is not supported with {type} position embedding type."
-            raise ValueError(f"multi-token prediction (mtp_num_layers={self.mtp_num_layers}) needs rope or no position "
-                             f"embedding, not {self.position_embedding}; Megatron asserts it: drop MTP")
         if self.rope_scaling is not None and self.position_embedding != "rope":
             raise ValueError(
                 f"rope_scaling needs position_embedding='rope' (got {self.position_embedding!r}); drop rope_scaling"
