@@ -19,6 +19,7 @@ from megapilot.diagnose.flags import RunConfig
 from megapilot.diagnose.layout_flags import rendered_launch
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.options import LayoutOption, current_prediction, proposed_layout, throughput_options
+from megapilot.diagnose.predict import refusal
 from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog
 from megapilot.plan import plan
@@ -116,7 +117,9 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
     report.measured_step_time_s = measured_step_time_s
     _note_unrenderable(report, config)
     if current is None or current.tokens_per_s_per_gpu is None:
-        report.notes.append("the estimator refuses the current layout: changes listed unranked")
+        assert config.model is not None and config.cluster is not None
+        why = refusal(config.model, config.cluster, config.training, config.parallel, config.options)
+        report.notes.append(f"the estimator refuses the current layout ({why}): changes listed unranked")
         report.changes = [_ranked(o, None, 1.0) for o in throughput_options(config)]
         return report
     scale = 1.0

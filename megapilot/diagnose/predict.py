@@ -40,3 +40,13 @@ def predict(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, para
     return Prediction(memory_gib=result.memory_gib.total, capacity_gib=result.memory_gib.capacity,
                       step_time_s=result.step_time_s, tokens_per_s_per_gpu=result.tokens_per_s_per_gpu,
                       mfu=result.mfu)
+
+
+def refusal(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
+            options: EstimateOptions | None = None) -> str | None:
+    """Why the estimator refuses this layout (the rule and its fix), or None when it answers."""
+    try:
+        estimate(model, cluster, training, parallel, options or EstimateOptions())
+    except MegapilotError as exc:
+        return str(exc)
+    return None

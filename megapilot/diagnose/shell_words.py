@@ -5,7 +5,9 @@ Launch scripts hold their flags in several shapes: one long command continued wi
 (`MEGATRON_ARGS=( ... )`, expanded as `"${MEGATRON_ARGS[@]}"`). `script_words(text)` lexes the
 script as bash does for these cases — quotes, escapes, comments, continuations, arrays, here-documents —
 and expands the variables it has seen assigned, so `"${ARR[@]}"` becomes one word per element and an
-unquoted `$VAR` is split on whitespace. What cannot be known without running it (command
+unquoted `$VAR` is split on whitespace. A `case "$VAR" in ... esac` runs the branch its known subject matches
+(`MODEL_SCALE="800M"; case ... "800M") TP=1 ;; "8B") TP=4 ;; esac` reads TP=1); with an unknown subject every
+branch is read, the last assignment winning. What cannot be known without running it (command
 substitution, variables set elsewhere) stays as its literal text, e.g. `$NODE_RANK`.
 
 `#SBATCH` lines set what sbatch would put in the job's environment (`SLURM_NNODES`, ...), so
@@ -15,6 +17,7 @@ Primus launch writes its experiment YAML with one).
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -55,6 +58,7 @@ class _Reference:
 _Part = _Text | _Reference
 _Word = list[_Part]
 _OPEN, _CLOSE = "(", ")"  # array parentheses, as bare tokens
+_PIPE = "|"  # ends a command piped into the next (or one alternative of a case pattern)
 
 
 @dataclass
@@ -101,6 +105,8 @@ class _Lexer:
                 continue
             if ch in "\n;&|":
                 word = self._end_word(command, word)
+                if ch == "|" and command:  # kept as a token: `a|b)` is one case pattern with two alternatives
+                    command.append(_PIPE)
                 if command:
                     self.commands.append(command)
                 command = []
@@ -354,12 +360,63 @@ def _sbatch_environment(text: str) -> tuple[dict[str, str], dict[str, list[str]]
     return options, env
 
 
+@dataclass
+class _Case:
+    """A `case SUBJECT in ... esac` being read: its subject's value (None: unknown) and whether the branch being
+    read runs. An unknown subject runs every branch (the last assignment wins, as before `case` was read)."""
+
+    subject: str | None
+    matched: bool = False
+    active: bool = True
+    alternatives: list[str] = field(default_factory=list)  # `a|` read before the `b)` that closes the pattern
+
+
+def _case_step(command: list[_Word | str], cases: list[_Case],
+               variables: dict[str, list[str]]) -> list[_Word | str] | None:
+    """Follow `case` / `pattern)` / `esac` through the commands; the part of `command` left to run (None: none)."""
+    head = _literal(command[0])
+    if head == "case" and len(command) >= 2 and isinstance(command[1], list):
+        subject = _expand(command[1], variables)
+        known = len(subject) == 1 and "$" not in subject[0]
+        running = all(case.active for case in cases)
+        cases.append(_Case(subject[0] if known and running else None, active=running))
+        rest = command[3:] if len(command) > 3 and _literal(command[2]) == "in" else []
+        return _case_step(rest, cases, variables) if rest else None  # `case $X in a) ...` on one line
+    if head == "esac" and cases:
+        cases.pop()
+        return None
+    if not cases:
+        return command
+    case = cases[-1]
+    if len(command) in (2, 3) and command[-1] == _PIPE and isinstance(command[-2], list) \
+            and (len(command) == 2 or command[0] == _OPEN):
+        case.alternatives.append(" ".join(_expand(command[-2], variables)))
+        return None
+    close = command.index(_CLOSE) if _CLOSE in command else -1
+    if close in (1, 2) and all(isinstance(item, list) or item == _OPEN for item in command[:close]):
+        patterns = case.alternatives + [" ".join(_expand(command[close - 1], variables))]  # type: ignore[arg-type]
+        case.alternatives = []
+        outer = all(c.active for c in cases[:-1])
+        if case.subject is None:
+            case.active = outer
+        else:
+            case.active = outer and not case.matched and any(
+                fnmatch.fnmatchcase(case.subject, pattern) for pattern in patterns)
+            case.matched = case.matched or case.active
+        command = command[close + 1:]
+    return command if command and case.active else None
+
+
 def script_words(text: str) -> ScriptWords:
     """Lex and expand a bash script (see the module doc)."""
     sbatch, variables = _sbatch_environment(text)
     lexer = _Lexer(text)
     words: list[str] = []
-    for command in lexer.run():
+    cases: list[_Case] = []
+    for whole in lexer.run():
+        command = _case_step(whole, cases, variables)
+        if command is None:
+            continue
         index = 0
         if _literal(command[0]) in _DECLARATION_WORDS:  # export A=1, declare -a ARR=(...)
             index = 1

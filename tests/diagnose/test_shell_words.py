@@ -25,6 +25,11 @@ SAME_AS_BASH = {
     "adjacent_parts": "P=/ckpt\ncmd --save=$P/x \"--y=${P}\" ${P}z\n",
     "hash_inside_a_word": "cmd a#b # a comment\n",
     "first_element_of_array": "ARR=(first second)\ncmd $ARR \"${ARR}\"\n",
+    # Megatron-LM's examples/mamba/train.sh picks its model size this way
+    "case_runs_the_branch_its_subject_matches": (
+        "SCALE=8B\ncase \"${SCALE}\" in\n  \"800M\")\n    TP=1\n    ;;\n  8B|16B)\n    TP=4\n"
+        "    case $TP in 4) IN=yes ;; *) IN=no ;; esac\n    ;;\n  (*) TP=99 ;;\nesac\ncmd --tp $TP $IN\n"),
+    "case_falls_to_its_catch_all": "S=x\ncase $S in a) cmd a ;; b|c) cmd bc ;; *) cmd star ;; esac\ncmd after\n",
 }
 
 
@@ -45,6 +50,12 @@ def test_what_only_running_would_know_stays_literal() -> None:
     read = script_words("torchrun --node-rank $NODE_RANK --master-addr $(hostname -i) --x `date` \"${#ARR[@]}\"\n")
     assert read.words == ["torchrun", "--node-rank", "$NODE_RANK", "--master-addr", "$(hostname -i)",
                           "--x", "`date`", "${#ARR[@]}"]
+
+
+def test_a_case_on_an_unknown_subject_reads_every_branch() -> None:
+    """Without the subject's value no branch can be chosen: each is read, the last assignment winning."""
+    read = script_words("case $MODEL in small) TP=1 ;; large) TP=8 ;; esac\npython train.py --tp $TP\n")
+    assert read.words == ["python", "train.py", "--tp", "8"]
 
 
 def test_assignments_are_variables_not_words() -> None:
