@@ -17,7 +17,10 @@ Two modes:
     core-attention recompute saves nothing more; fp32 softmax statistics are kept;
   * Megatron-FSDP: weights, gradients and optimizer sharded over DP, plus the two gathered layers
     and one layer of full gradients it holds while computing;
-  * FP8 recipes: GEMM inputs saved for backward in FP8, and a 1-byte FP8 copy of the weights;
+  * quantised recipes: GEMM inputs saved for backward in the recipe's bytes, and the recipe's weight copies
+    (FP8 and its transpose on Hopper, one copy on Blackwell, both block-scaled layouts) beside the bf16
+    weights; FP8 and MXFP8 on NVIDIA with a sharded optimizer keep the weights only in FP8
+    (`--fp8-param-gather`, as `script` and the Bridge fp8_cs / fp8_mx presets run), no bf16 copy;
   * an overhead allowance: CUDA context + workspaces (1 GiB), NCCL buffers (0.25 GiB per
     communicator in use), allocator fragmentation (10 % of activations).
 
@@ -39,7 +42,11 @@ from megapilot.estimate.params import (
     stage_params_by_sharding,
     stage_vocab_params,
 )
-from megapilot.estimate.quantization import saved_input_bytes_per_value, weight_copy_bytes_per_param
+from megapilot.estimate.quantization import (
+    keeps_fp8_primary_weights,
+    saved_input_bytes_per_value,
+    weight_copy_bytes_per_param,
+)
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit
@@ -145,15 +152,18 @@ def _shard_params(
 
 
 def weights_gib(shard: ShardParams, parallel: ParallelConfig, flavour: QuantFlavour | None = None,
-                architecture: str | None = None) -> float:
+                architecture: str | None = None, *, fp8_primary: bool = False) -> float:
     """bf16 weights, plus under a quantised recipe the copies Transformer Engine keeps across the step's
     micro-batches (quantization.weight_copy_bytes_per_param: one FP8 copy per-tensor on Blackwell, a transposed
-    one more on Hopper, a row- and a column-wise block-scaled copy with their scales); Megatron-FSDP shards them
-    over DP (expert-DP)."""
+    one more on Hopper, a row- and a column-wise block-scaled copy with their scales); with FP8 primary weights
+    (`--fp8-param-gather`, quantization.keeps_fp8_primary_weights) those copies are the weights, without the bf16
+    one. Megatron-FSDP shards them over DP (expert-DP)."""
     per_param: float = PARAM_BYTES
     if flavour is not None:
         if architecture is None:
             raise ValueError(f"a {flavour} recipe's weight copies depend on the GPU architecture; pass it")
+        if fp8_primary:
+            per_param = 0.0
         per_param += weight_copy_bytes_per_param(flavour, architecture)
     return _bytes_by_sharding(shard, parallel, per_param, sharded=parallel.fsdp) / GIB
 
@@ -609,8 +619,10 @@ def _stage_memory(
 ) -> MemoryBreakdown:
     shard = shard_params(model, parallel, stage)
     activations = activations_gib(model, training, parallel, stage)
+    fp8_primary = keeps_fp8_primary_weights(training.precision, architecture,
+                                            sharded_optimizer=parallel.distributed_optimizer or parallel.fsdp)
     return MemoryBreakdown(
-        weights_gib=weights_gib(shard, parallel, training.quant_flavour, architecture)
+        weights_gib=weights_gib(shard, parallel, training.quant_flavour, architecture, fp8_primary=fp8_primary)
         + fsdp_unsharded_gib(model, parallel),
         gradients_gib=gradients_gib(shard, parallel, main_grad_bytes),
         optimizer_gib=optimizer_gib(shard, parallel, training.optimizer),

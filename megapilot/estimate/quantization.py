@@ -159,6 +159,18 @@ def gemm_peak_tflops(gpu: GPUSpec, flavour: QuantFlavour | None) -> float:
     return gpu.peak_tflops(flavour)  # type: ignore[arg-type]  # mxfp8 / nvfp4 / mxfp4 are precisions too
 
 
+# Transformer Engine's FP8 primary weights (`--fp8-param-gather`: Megatron builds the model under fp8_model_init) on
+# NVIDIA GPUs; Megatron asserts the distributed optimizer or an FSDP beside it, whose fp32 master copy the optimizer
+# step casts from. Megatron-Bridge's fp8_cs and fp8_mx presets turn it on, and `megapilot script` writes it there.
+FP8_PRIMARY_WEIGHT_PRECISIONS = ("fp8", "mxfp8")
+NVIDIA_ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
+
+
+def keeps_fp8_primary_weights(precision: str, architecture: str | None, *, sharded_optimizer: bool) -> bool:
+    """Whether the run keeps its weights only in FP8 (`--fp8-param-gather`): no bf16 copy beside the FP8 one."""
+    return precision in FP8_PRIMARY_WEIGHT_PRECISIONS and architecture in NVIDIA_ARCHITECTURES and sharded_optimizer
+
+
 def weight_copy_bytes_per_param(flavour: QuantFlavour, architecture: str) -> float:
     """Bytes the quantised weight copies hold per parameter, beside the bf16 weight (scales included)."""
     return copies_kept(flavour, architecture) * copy_bytes_per_value(flavour, "weight")

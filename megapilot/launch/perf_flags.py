@@ -16,6 +16,7 @@ import math
 import re
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate.quantization import keeps_fp8_primary_weights
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import SavedPlan, moe_a2a_overlap_refusal
@@ -68,8 +69,8 @@ def fp8_param_gather_applies(plan: SavedPlan, options: LaunchOptions) -> bool:
     """Keep the weights in FP8 for the all-gather (half the bytes of bf16): Megatron asserts the
     distributed optimizer or an FSDP; Bridge's fp8_cs and fp8_mx presets switch it on (fp8_sc does not)."""
     p = plan.parallel
-    return (gpu_kernels_available(options) and plan.cluster.gpu.vendor == "NVIDIA"
-            and plan.training.precision in ("fp8", "mxfp8") and (p.distributed_optimizer or p.fsdp))
+    return gpu_kernels_available(options) and keeps_fp8_primary_weights(
+        plan.training.precision, plan.cluster.gpu.architecture, sharded_optimizer=p.distributed_optimizer or p.fsdp)
 
 
 def meta_device_init_needed(plan: SavedPlan) -> bool:

@@ -117,6 +117,23 @@ def test_a_quantised_recipe_keeps_its_own_weight_copies_beside_the_bf16_weights(
         weights_gib(shard, LLAMA_TP8_PP4_DP2, flavour)
 
 
+@pytest.mark.parametrize(("precision", "architecture", "distributed_optimizer", "per_param"), [
+    ("fp8", "hopper", True, 2.0),  # FP8 weights and their transpose, no bf16 copy (--fp8-param-gather)
+    ("fp8", "blackwell", True, 1.0),  # one per-tensor FP8 copy serves both layouts
+    ("mxfp8", "blackwell", True, 2 * (1 + 1 / 32)),  # row- and column-wise MXFP8, the weights themselves
+    ("fp8", "hopper", False, 4.0),  # without a sharded optimizer Megatron refuses FP8 params: bf16 + copies
+    ("fp8", "cdna3", True, 4.0),  # AMD: Primus keeps the bf16 weights beside its FP8 copies
+    ("nvfp4", "blackwell", True, 2 + 2 * (0.5 + 1 / 256)),  # NVFP4 weights are cast per step from bf16
+])
+def test_fp8_runs_keep_their_weights_only_in_fp8_where_megatron_gathers_them_so(precision, architecture,
+                                                                                 distributed_optimizer, per_param):
+    layout = LLAMA_TP8_PP4_DP2.model_copy(update={"distributed_optimizer": distributed_optimizer})
+    training = SEQ_4K.model_copy(update={"precision": precision})
+    memory = memory_per_gpu(LLAMA3_70B, training, layout, 80.0, architecture=architecture)
+    bf16 = memory_per_gpu(LLAMA3_70B, SEQ_4K, layout, 80.0)
+    assert memory.weights_gib == pytest.approx(bf16.weights_gib * per_param / 2)
+
+
 def test_saved_gemm_inputs_take_the_recipes_column_wise_bytes():
     """Llama-3-70B layer, TP 8 with SP: each saved GEMM input (QKV and MLP inputs, attention output, the MLP's
     activation output) shrinks from 2 bytes to the recipe's column-wise copy: 1 in FP8, 0.5 + 1/16 in NVFP4."""
