@@ -13,6 +13,8 @@ root cause is chosen by two rules, in this order:
    before a traceback was printed earlier than the failure, so it would put consequences first.
 
 The other errors are grouped into steps (category and kind, e.g. "lost a peer") told after the root, in time.
+An abort that follows an NCCL watchdog timeout in the same file (PyTorch's watchdog takes its own process down:
+`terminate called`, SIGABRT, exit code -6) is that timeout's consequence, told after it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ _SIGNAL_NAME_RE = re.compile(r"\b(SIG[A-Z]+)\b|[Ss]ignal (\d+)")  # UCX prints "
 # c10's "Segfault encountered" and UCX's "Caught signal 11 (Segmentation fault: ...)" name the signal in words
 _SEGFAULT_RE = re.compile(r"segfault|segmentation fault", re.IGNORECASE)
 _EXIT_CODE_RE = re.compile(r"exitcode\s*:?\s*(-?\d+)")
+# how a process the NCCL watchdog takes down dies: std::terminate -> abort()
+_ABORT_RE = re.compile(r"SIGABRT|Signal 6\b|exitcode\s*:?\s*-6\b|terminate called|\bAborted\b", re.IGNORECASE)
+WATCHDOG_ABORT = "watchdog_abort"  # ErrorRecord.details key: this death is the watchdog's own abort
+_WATCHDOG_WHAT = "taken down by its NCCL watchdog after the timeout"
 
 Kind = Literal["self-explaining", "killed", "exception", "communication", "lost peer", "launcher exit", "hang"]
 MAX_EVIDENCE_LINES = 5
@@ -64,6 +70,8 @@ _KIND_RANK: dict[Kind, int] = {"self-explaining": 0, "killed": 1, "exception": 2
 
 def failure_kind(record: ErrorRecord) -> Kind:
     """What role an error line can play in a cascade (see the module docstring)."""
+    if record.details.get(WATCHDOG_ABORT):
+        return "lost peer"
     if record.category in SELF_EXPLAINING:
         return "self-explaining"
     if record.category == "hang" or record.category == "nccl_timeout":
@@ -76,6 +84,23 @@ def failure_kind(record: ErrorRecord) -> Kind:
             return "killed"
         return "exception" if record.signature.startswith("exception:") else "launcher exit"
     return "communication"
+
+
+def _watchdog_aborts(errors: list[ErrorRecord]) -> list[ErrorRecord]:
+    """The errors, with each abort that follows an NCCL watchdog timeout in the same file marked as the watchdog's
+    own: PyTorch's watchdog takes the process down itself ("we are taking the entire process down": SIGABRT,
+    `terminate called`, exit code -6), so that death is the timeout's consequence, not a cause."""
+    first_timeout: dict[str, int] = {}
+    for record in errors:
+        if record.category == "nccl_timeout":
+            first_timeout[record.file] = min(first_timeout.get(record.file, record.line), record.line)
+    marked = []
+    for record in errors:
+        after = record.file in first_timeout and record.line > first_timeout[record.file]
+        if after and failure_kind(record) == "killed" and _ABORT_RE.search(record.text):
+            record = replace(record, details={**record.details, WATCHDOG_ABORT: "1"})
+        marked.append(record)
+    return marked
 
 
 def cause_rank(record: ErrorRecord) -> int:
@@ -124,8 +149,9 @@ def build_cascade(errors: list[ErrorRecord], files: list[str]) -> Cascade | None
     if not errors:
         return None
     order = {name: index for index, name in enumerate(files)}
-    ordered = sorted(errors, key=lambda r: _when(r, order))
-    root = min(ordered, key=lambda r: (cause_rank(r), *_when(r, order)))
+    ordered = sorted(_watchdog_aborts(errors), key=lambda r: _when(r, order))
+    # a watchdog's abort comes after the timeout that caused it, whatever its line's timestamp says
+    root = min(ordered, key=lambda r: (cause_rank(r), WATCHDOG_ABORT in r.details, *_when(r, order)))
     root_group = [r for r in ordered if _same_incident(r, root)]
     rest = [r for r in ordered if not _same_incident(r, root)]
     steps: dict[tuple[str, Kind], list[ErrorRecord]] = {}
@@ -133,7 +159,8 @@ def build_cascade(errors: list[ErrorRecord], files: list[str]) -> Cascade | None
         steps.setdefault((record.category, failure_kind(record)), []).append(record)
     # what a failure caused before what only reports it (a launcher's summary of its children's exit comes last)
     consequences = sorted((_step(group) for group in steps.values()),
-                          key=lambda s: (_KIND_RANK[s.kind], s.time_s is None, s.time_s or 0.0))
+                          key=lambda s: (_KIND_RANK[s.kind], s.what.startswith(_WATCHDOG_WHAT), s.time_s is None,
+                                         s.time_s or 0.0))
     return Cascade(_step(root_group, root), tuple(consequences))
 
 
@@ -189,6 +216,8 @@ def _what(record: ErrorRecord, records: list[ErrorRecord]) -> str:
         return f"{_killed(records)} during the checkpoint save started at {record.details['save_started']}"
     if kind == "killed":
         return _killed(records)
+    if record.details.get(WATCHDOG_ABORT):
+        return f"{_WATCHDOG_WHAT}: {_killed(records)}"
     if kind == "lost peer":
         waited = record.category in ("nccl_timeout", "hang")
         return ("timed out waiting in a collective: " if waited else "lost a peer: ") + _short(record.text)

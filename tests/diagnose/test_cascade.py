@@ -95,6 +95,27 @@ def test_a_watchdog_timeout_rethrown_as_dist_backend_error_is_still_a_consequenc
     assert cascade is not None and not cascade.root_is_cause
 
 
+def test_the_abort_the_nccl_watchdog_takes_its_process_down_with_follows_the_timeout():
+    """Older PyTorch: the watchdog times out, says it is "taking the entire process down", throws std::runtime_error
+    (terminate -> SIGABRT) and torchrun reports exit code -6, with a timestamp the timeout lines lack (the shape of
+    Megatron-LM issue #1051's log). The abort is the timeout's consequence; an abort before any timeout stays a
+    cause."""
+    timeout = ("[E ProcessGroupNCCL.cpp:737] [Rank 7] Watchdog caught collective operation timeout: WorkNCCL(SeqNum="
+               "749, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800258 milliseconds before timing out.")
+    abort = ["terminate called after throwing an instance of 'std::runtime_error'",
+             "[2024-08-30 10:00:01,123] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) "
+             "local_rank: 7 (pid: 1234) of binary: /usr/bin/python"]
+    teardown = ("[E ProcessGroupNCCL.cpp:414] Some NCCL operations have failed or timed out. To avoid this "
+                "inconsistency, we are taking the entire process down.")
+    log = parse_text("\n".join([timeout, teardown, *abort]))
+    cascade = build_cascade(log.errors, log.files)
+    assert cascade is not None and not cascade.root_is_cause
+    assert cascade.root.category == "nccl_timeout"
+    assert any(step.what.startswith("taken down by its NCCL watchdog") for step in cascade.consequences)
+    first = build_cascade(*(lambda x: (x.errors, x.files))(parse_text("\n".join([*abort, timeout]))))
+    assert first is not None and first.root.kind == "killed" and first.root_is_cause
+
+
 def test_a_slurm_oom_kill_names_host_memory_not_a_signal():
     log = parse_text("slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been "
                      "OOM Killed.\nsrun: error: gpu-03: task 7: Killed")
