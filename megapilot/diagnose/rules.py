@@ -212,9 +212,48 @@ def _reported_nan(records: list[ErrorRecord], log: ParsedLog, config: RunConfig 
                    cause, fixes, occurrences=len(records))
 
 
+_SIZE_UNITS_GIB = {"b": 2**-30, "kb": 2**-20, "kib": 2**-20, "mb": 2**-10, "mib": 2**-10, "gb": 1.0, "gib": 1.0,
+                   "tb": 2**10, "tib": 2**10}
+# PyTorch's OOM message: `(GPU 3; 79.21 GiB total capacity; ...` (before 2.1), `GPU 0 has a total capacity of 79.15 GiB`
+_TOTAL_CAPACITY_RE = re.compile(r"([\d.]+) ?GiB total capacity|total capac\w* of ([\d.]+) ?GiB")
+
+
+def _gib(size: str) -> float | None:
+    """`37631.79 GiB`, `296.00 MiB` -> GiB."""
+    found = re.fullmatch(r"([\d.]+) ?([KMGT]?i?B)", size.strip(), re.IGNORECASE)
+    return float(found.group(1)) * _SIZE_UNITS_GIB[found.group(2).lower()] if found else None
+
+
+def _gpu_capacity_gib(records: list[ErrorRecord], config: RunConfig | None) -> float | None:
+    """The GPU's memory as the OOM message states it, else the configured GPU's."""
+    for record in records:
+        if found := _TOTAL_CAPACITY_RE.search(record.text):
+            return float(found.group(1) or found.group(2))
+    return config.cluster.gpu.hbm_gib if config is not None and config.cluster is not None else None
+
+
+def _oversized_allocation(records: list[ErrorRecord], log: ParsedLog, asked: str, capacity: float) -> Finding:
+    """One allocation larger than the whole GPU: no layout change fits it, a tensor's shape is wrong."""
+    cause = (f"One allocation of {asked} is larger than the whole GPU ({capacity:.0f} GiB): no recompute, micro-batch "
+             "or parallel layout fits it. A tensor's shape is wrong: a sequence length, vocabulary or batch far larger "
+             "than meant, or an s x s attention mask built in the data loader (get_ltor_masks_and_position_ids) for a "
+             "long sequence.")
+    fixes = [Fix("set", "--seq-length / --micro-batch-size / --vocab-size", "<the sizes meant>",
+                 "the tensor's size follows from them: one of them is not what was meant")]
+    if takes_megatron_flags(log.framework):
+        fixes.append(Fix("add", "--no-create-attention-mask-in-dataloader", None,
+                         "causal attention needs no s x s mask from the data loader (fused attention builds its own)"))
+    return Finding("oom", "critical", f"GPU out of memory{_ranks(records)}: one allocation of {asked}, larger than "
+                   "the GPU", _evidence(records), cause, fixes, occurrences=len(records))
+
+
 def _oom(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     via_nccl = any(r.signature == "nccl_cuda_oom" for r in records)
     asked = next((r.details["tried_to_allocate"] for r in records if "tried_to_allocate" in r.details), None)
+    capacity = _gpu_capacity_gib(records, config)
+    asked_gib = _gib(asked) if asked else None
+    if asked and asked_gib is not None and capacity is not None and asked_gib > capacity:
+        return _oversized_allocation(records, log, asked, capacity)
     title = f"GPU out of memory{_ranks(records)}" + (f" (tried to allocate {asked})" if asked else "")
     cause = ("The most-loaded GPU ran out of memory: weights + gradients + optimizer states + activations of the "
              "in-flight micro-batches exceed the HBM.")

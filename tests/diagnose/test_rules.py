@@ -223,6 +223,24 @@ def test_root_cause_ranks_above_its_consequences():
     assert findings[-1].severity == "warning" and "oom" in findings[-1].cause
 
 
+@pytest.mark.parametrize("line", [
+    # PyTorch before 2.1 (the shape of a Megatron-DeepSpeed data-loader OOM: an s x s mask of a huge sequence)
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 37631.79 GiB (GPU 3; 79.21 GiB total "
+    "capacity; 50.52 GiB already allocated; 24.67 GiB free; 52.32 GiB reserved in total by PyTorch)",
+    # PyTorch 2.1 on
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 TiB. GPU 0 has a total capacity of 79.15 GiB "
+    "of which 161.62 MiB is free.",
+])
+def test_an_allocation_larger_than_the_gpu_is_a_wrong_shape_not_a_layout_to_shrink(line: str):
+    finding = diagnose_log(parse_text(line), None).findings[0]
+    assert finding.category == "oom" and "larger than the GPU" in finding.title
+    assert "--recompute-granularity" not in {fix.flag for fix in finding.fixes}
+    assert any("--seq-length" in fix.flag for fix in finding.fixes)
+    ordinary = diagnose_log(parse_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+                                       "has a total capacity of 79.15 GiB of which 1.2 GiB is free."), None)
+    assert "larger than the GPU" not in ordinary.findings[0].title
+
+
 # SYNTHETIC one-line logs for the categories the shared excerpts do not cover.
 LINE_CASES = [
     ("gpu_hw_fault", "[Mon Jan  1 00:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
