@@ -330,7 +330,8 @@ def _nccl_timeout(records: list[ErrorRecord], log: ParsedLog, config: RunConfig 
     return Finding("nccl_timeout", "critical", title, _evidence(records), cause, fixes, occurrences=len(records))
 
 
-_IB_COMPLETION_STATUS = re.compile(r"net/ib.*completion.*status=(\d+)")
+# NCCL prints the ibv_wc status as `with status=12 opcode=...` or (older releases) `with error 12, opcode 0`
+_IB_COMPLETION_STATUS = re.compile(r"net/ib.*completion.*(?:status=|with error )(\d+)")
 # ibv_wc_status values NCCL's IB transport prints (verbs.h, rdma-core)
 _IB_STATUS_MEANING = {
     5: "work request flushed: the queue pair had already failed",

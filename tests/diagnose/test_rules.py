@@ -325,8 +325,10 @@ IB_RETRY_EXCEEDED = [
 ]
 
 
-def test_an_infiniband_completion_error_is_the_cause_and_names_its_status():
-    (finding,) = diagnose_log(parse_text("\n".join(IB_RETRY_EXCEEDED)), None).findings
+@pytest.mark.parametrize("status", ["status=12 opcode=0 len=0", "error 12, opcode 0, len 0,"])  # both NCCL forms
+def test_an_infiniband_completion_error_is_the_cause_and_names_its_status(status: str):
+    lines = [IB_RETRY_EXCEEDED[0].replace("status=12 opcode=0 len=0", status), *IB_RETRY_EXCEEDED[1:]]
+    (finding,) = diagnose_log(parse_text("\n".join(lines)), None).findings
     assert finding.category == "nccl_error"
     assert "status 12: transport retry counter exceeded" in finding.cause
     assert [e.line for e in finding.evidence][:2] == [1, 3]
