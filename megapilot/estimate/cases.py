@@ -29,7 +29,7 @@ from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
 from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
-from megapilot.spec.validate import check_optimizer, moe_a2a_overlap_refusal
+from megapilot.spec.validate import check_optimizer, flex_dispatcher_refusal, moe_a2a_overlap_refusal
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
@@ -72,8 +72,8 @@ def build_case(**flags: Any) -> Case:
     check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
     if flags.get("moe_a2a_overlap"):
         _check_a2a_overlap(model, parallel)
-    if flags.get("moe_flex_dispatcher") and parallel.tp * parallel.ep == 1:
-        raise MegapilotError("the flex dispatcher needs TP x EP > 1 (Megatron asserts it)", field="moe_flex_dispatcher",
+    if flags.get("moe_flex_dispatcher") and (refusal := flex_dispatcher_refusal(parallel)) is not None:
+        raise MegapilotError(refusal, field="moe_flex_dispatcher",
                              fix="drop --moe-flex-dispatcher (the alltoall dispatcher stays), or use EP > 1")
     return Case(model, cluster, training, parallel,
                 allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=run_options(model, flags))

@@ -19,7 +19,7 @@ from megapilot.errors import MegapilotError
 from megapilot.estimate.quantization import keeps_fp8_primary_weights
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
-from megapilot.spec import SavedPlan, moe_a2a_overlap_refusal
+from megapilot.spec import SavedPlan, flex_dispatcher_refusal, moe_a2a_overlap_refusal
 
 # Megatron's own default for --distributed-timeout-minutes; what one node needs.
 BASE_TIMEOUT_MIN = 10
@@ -118,8 +118,8 @@ def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | No
             backend == "deepep" and gpu.scaleup_domain_gpus > plan.cluster.gpus_per_node):
         raise MegapilotError(f"{backend} does not run on {gpu.name}", field=field,
                              fix="use --moe-flex-dispatcher hybridep" if backend == "deepep" else fix)
-    if p.tp * p.ep == 1:
-        raise MegapilotError("the flex dispatcher needs TP x EP > 1 (Megatron asserts it)", field=field, fix=fix)
+    if (refusal := flex_dispatcher_refusal(p)) is not None:
+        raise MegapilotError(refusal, field=field, fix=fix)
     return backend
 
 

@@ -292,6 +292,11 @@ def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> li
     return warnings
 
 
+def flex_dispatcher_refusal(p: ParallelConfig) -> str | None:
+    """Why Megatron-Core refuses the flex token dispatcher on this layout, or None where it runs."""
+    return "the flex dispatcher needs TP x EP > 1 (Megatron asserts it)" if p.tp * p.ep == 1 else None
+
+
 def moe_a2a_overlap_refusal(model: ModelSpec, p: ParallelConfig) -> str | None:
     """Why Megatron-Core refuses `--overlap-moe-expert-parallel-comm` for this model and layout (its
     TransformerConfig asserts), or None where it runs."""
