@@ -158,10 +158,10 @@ def build_cascade(errors: list[ErrorRecord], files: list[str]) -> Cascade | None
     for record in rest:
         steps.setdefault((record.category, failure_kind(record)), []).append(record)
     # what a failure caused before what only reports it (a launcher's summary of its children's exit comes last)
-    consequences = sorted((_step(group) for group in steps.values()),
-                          key=lambda s: (_KIND_RANK[s.kind], s.what.startswith(_WATCHDOG_WHAT), s.time_s is None,
-                                         s.time_s or 0.0))
-    return Cascade(_step(root_group, root), tuple(consequences))
+    # (a watchdog's abort after the timeouts it follows, as for the root)
+    told = sorted(((any(WATCHDOG_ABORT in r.details for r in group), _step(group)) for group in steps.values()),
+                  key=lambda pair: (_KIND_RANK[pair[1].kind], pair[0], pair[1].time_s is None, pair[1].time_s or 0.0))
+    return Cascade(_step(root_group, root), tuple(step for _, step in told))
 
 
 def _when(record: ErrorRecord, order: dict[str, int]) -> tuple[bool, float, int, int]:
