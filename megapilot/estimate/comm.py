@@ -107,11 +107,11 @@ def expected_groups_touched(experts: int, topk: int, groups: int, routing_groups
     if groups <= 1:
         return 1.0
     if routing_groups is None or routing_group_topk is None or (routing_groups % groups and groups % routing_groups):
-        return groups * _missed_fraction_complement(experts, topk, experts / groups)
+        return groups * _touch_probability(experts, topk, experts / groups)
     if groups % routing_groups == 0:  # a routing group spans blocks: the k experts fall in the picked groups' blocks
         blocks = routing_group_topk * groups // routing_groups
         pool = routing_group_topk * experts / routing_groups
-        return blocks * _missed_fraction_complement(pool, topk, experts / groups)
+        return blocks * _touch_probability(pool, topk, experts / groups)
     held = routing_groups // groups  # routing groups per block
     per_routing_group = experts / routing_groups
     pool = routing_group_topk * per_routing_group  # the experts of the picked groups
@@ -119,11 +119,11 @@ def expected_groups_touched(experts: int, topk: int, groups: int, routing_groups
     for picked_here in range(0, min(held, routing_group_topk) + 1):
         ways = math.comb(held, picked_here) * math.comb(routing_groups - held, routing_group_topk - picked_here)
         chance = ways / math.comb(routing_groups, routing_group_topk)
-        missed += chance * (1 - _missed_fraction_complement(pool, topk, picked_here * per_routing_group))
+        missed += chance * (1 - _touch_probability(pool, topk, picked_here * per_routing_group))
     return groups * (1 - missed)
 
 
-def _missed_fraction_complement(pool: float, topk: int, block: float) -> float:
+def _touch_probability(pool: float, topk: int, block: float) -> float:
     """Probability that k experts drawn without replacement from `pool` include one of a `block` of them."""
     missed = 1.0
     for i in range(topk):

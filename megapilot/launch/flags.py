@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 
 from megapilot.errors import MegapilotError
 from megapilot.launch import heterogeneous
+from megapilot.launch.megatron_args import FlagTable
 from megapilot.launch.model_flags import dsa_kernel_args, model_section
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.perf_flags import (
@@ -32,12 +33,13 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
 
 def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
     """All argument sections, in the order a reader looks for them."""
+    table = resolve_flag_table(options)
     model = _with_positions_for(model_section(plan.model, cpu=options.cpu), plan.model, plan.training)
     return [
         _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),
-                                             plan.model, options), plan.model, options),
+                                             plan.model, options), plan.model, table),
         _parallel_section(plan.model, plan.parallel, plan.training, cpu=options.cpu,
-                          dist_muon_overlaps=dist_muon_overlaps(resolve_flag_table(options).version)),
+                          dist_muon_overlaps=dist_muon_overlaps(table.version)),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
         _cpu_section() if options.cpu else _precision_section(plan, options),
@@ -68,9 +70,9 @@ def _with_positions_for(section: ArgSection, model: ModelSpec, training: Trainin
     return ArgSection(section.title, args)
 
 
-def _with_dsa_kernels(section: ArgSection, model: ModelSpec, options: LaunchOptions) -> ArgSection:
+def _with_dsa_kernels(section: ArgSection, model: ModelSpec, table: FlagTable) -> ArgSection:
     """DeepSeek Sparse Attention's fused kernels, where the release the script is for has them."""
-    kernels = dsa_kernel_args(model, resolve_flag_table(options).flags) if model.dsa is not None else []
+    kernels = dsa_kernel_args(model, table.flags) if model.dsa is not None else []
     if kernels:
         section.add(*kernels)
     return section
