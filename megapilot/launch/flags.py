@@ -173,8 +173,12 @@ def _recompute_section(p: ParallelConfig) -> ArgSection:
 # Megatron-LM's flags per quantised-GEMM flavour (core_v0.16.0 --fp8-recipe / --fp4-recipe choices). Per-tensor
 # and blockwise FP8 use the hybrid format (E4M3 forward, E5M2 gradients), as Bridge's fp8_ds / fp8_cs / fp8_sc
 # presets do; MXFP8 is E4M3 throughout (Bridge's fp8_mx). MXFP4 has no Megatron-LM flags: Primus only.
+# Delayed scaling takes its scale from the largest amax of the last 1024 steps (Bridge's fp8_ds preset, Megatron-LM's
+# examples/llama/train_llama3_8b_h100_fp8.sh): Megatron's own default, the last step's amax alone, lets one quiet
+# step set a scale that the next step's outliers overflow.
 MEGATRON_QUANT_FLAGS: dict[str, tuple[str, ...]] = {
-    "fp8-delayed": ("--fp8-format", "hybrid", "--fp8-recipe", "delayed"),
+    "fp8-delayed": ("--fp8-format", "hybrid", "--fp8-recipe", "delayed",
+                    "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"),
     "fp8-tensorwise": ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"),
     "fp8-blockwise": ("--fp8-format", "hybrid", "--fp8-recipe", "blockwise"),
     "mxfp8": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"),

@@ -16,7 +16,8 @@ MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_pat
 PRIMUS = LaunchOptions(launcher="primus", mock_data=True, primus_config_path="/exp/run.yaml",
                        check_paths_exist=False)
 PRECISION_FLAGS = ("--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
-                   "--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag")
+                   "--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag", "--fp8-amax-history-len",
+                   "--fp8-amax-compute-algo")
 
 
 def _plan(gpu: str, precision: str, recipe: str = "tensorwise", **layout: object):  # type: ignore[no-untyped-def]
@@ -32,7 +33,9 @@ def _precision_flags(args: list[str]) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize(("gpu", "precision", "recipe", "expected"), [
     ("h100", "bf16", "tensorwise", {"--bf16": []}),
-    ("h100", "fp8", "delayed", {"--bf16": [], "--fp8-format": ["hybrid"], "--fp8-recipe": ["delayed"]}),
+    # Delayed scaling: the largest amax of 1024 steps, as Bridge's fp8_ds preset and Megatron-LM's FP8 example.
+    ("h100", "fp8", "delayed", {"--bf16": [], "--fp8-format": ["hybrid"], "--fp8-recipe": ["delayed"],
+                                "--fp8-amax-history-len": ["1024"], "--fp8-amax-compute-algo": ["max"]}),
     ("h100", "fp8", "tensorwise", {"--bf16": [], "--fp8-format": ["hybrid"], "--fp8-recipe": ["tensorwise"]}),
     ("h100", "fp8", "blockwise", {"--bf16": [], "--fp8-format": ["hybrid"], "--fp8-recipe": ["blockwise"]}),
     ("b200", "fp8", "blockwise", {"--bf16": [], "--fp8-format": ["hybrid"], "--fp8-recipe": ["blockwise"]}),

@@ -48,6 +48,8 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
     "mxfp8_b200": make_plan(LLAMA31_8B, "b200", 1, _TRAIN.model_copy(update={"precision": "mxfp8"}), tp=2,
                             recompute="full", recompute_method="block", recompute_num_layers=2),
     "nvfp4_b200": make_plan(QWEN_STYLE, "b200", 1, _TRAIN.model_copy(update={"precision": "nvfp4"}), tp=1),
+    "fp8_delayed": make_plan(LLAMA31_8B, "h100", 1,
+                             _TRAIN.model_copy(update={"precision": "fp8", "fp8_recipe": "delayed"})),
     "fp8_tensorwise": make_plan(LLAMA31_8B, "h100", 1,
                                 _TRAIN.model_copy(update={"precision": "fp8", "fp8_recipe": "tensorwise"})),
     "fsdp": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, fsdp=True, distributed_optimizer=False),
