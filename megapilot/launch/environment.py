@@ -126,6 +126,10 @@ def _amd(plan: SavedPlan) -> list[EnvVar]:
     if plan.cluster.gpu.architecture == "cdna3":
         env.append(EnvVar("NVTE_CK_IS_V3_ATOMIC_FP32", "1",
                           "CK v3 attention backward with fp32 atomics: the setting AMD uses on MI300X/MI325X"))
+    if plan.training.quant_flavour == "mxfp8":
+        env.append(EnvVar("NVTE_ROCM_ENABLE_MXFP8", "1",
+                          "ROCm Transformer Engine's MXFP8 GEMMs are off unless asked for (Primus refuses mxfp8 "
+                          "without it)"))
     return env
 
 

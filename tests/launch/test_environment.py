@@ -49,6 +49,12 @@ def test_the_ck_attention_atomics_setting_is_only_for_cdna3() -> None:
     assert "NVTE_CK_IS_V3_ATOMIC_FP32" not in _names(_env("mi355x"))  # cdna4
 
 
+def test_mxfp8_on_amd_unlocks_rocm_transformer_engines_mxfp8_gemms() -> None:
+    mxfp8 = make_plan(LLAMA31_8B, "mi355x", 1, TRAINING.model_copy(update={"precision": "mxfp8"}))
+    assert _values(launch_environment(mxfp8, LaunchOptions()))["NVTE_ROCM_ENABLE_MXFP8"] == "1"
+    assert "NVTE_ROCM_ENABLE_MXFP8" not in _names(_env("mi355x"))  # bf16: left to the image
+
+
 def test_megatron_fsdp_unsets_cuda_device_max_connections() -> None:
     var = next(v for v in _env("h100", fsdp=True) if v.name == "CUDA_DEVICE_MAX_CONNECTIONS")
     assert var.unset and "FSDP" in var.why
