@@ -20,44 +20,54 @@ from megapilot.launch.versions import resolve_flag_table
 from megapilot.spec import SavedPlan
 
 HEREDOC_END = "PRIMUS_EXPERIMENT_YAML"
-# Switches whose Primus base-config default may differ from Megatron's: always written out.
+# Primus merges its base experiment (AMD-AGI/Primus v26.5.1 configs/modules/megatron/trainer_base.yaml and
+# pre_trainer.yaml, configs/models/megatron/language_model.yaml) under the overrides and hands every key Megatron
+# knows to Megatron as is. Where that base departs from Megatron's defaults in a way that changes training, the
+# experiment states Megatron's value, so it trains as the same pretrain_gpt.py arguments would.
 _EXPLICIT_SWITCHES = (
     "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
     "--swiglu", "--group-query-attention", "--qk-layernorm", "--add-qkv-bias", "--disable-bias-linear",
     "--untie-embeddings-and-output-weights", "--multi-latent-attention", "--mock-data", "--moe-grouped-gemm",
-    "--bf16", "--fp16",  # Primus's trainer_base.yaml turns bf16 on by default
+    "--bf16", "--fp16",  # the base turns bf16 on
+    "--no-position-embedding",  # the base turns it off, which Megatron refuses for learned absolute positions
+    "--override-opt-param-scheduler",  # the base turns it on: a resumed run would drop the checkpoint's schedule
+    "--no-manual-gc-eval",  # the base skips the collection after each evaluation
 )
-# Primus names a few keys after the flag rather than Megatron's internal destination.
-_PRIMUS_KEY = {"layernorm_epsilon": "norm_epsilon"}
-# nargs lists that Primus keeps as lists even with one item; others take a scalar for one value.
-_ALWAYS_LISTS = frozenset({"data_path"})
+# Valued arguments the base sets away from Megatron's default (core_v0.16 arguments.py), and Megatron's value.
+_MEGATRON_DEFAULT_VALUES: tuple[tuple[str, object], ...] = (
+    ("--eval-iters", 100),  # the base: 0, no validation at all
+    ("--dataloader-type", "single"),  # the base: cyclic; Megatron resolves its None to single
+)
+# Muon's momentum (the base: 0.95), written only where the run uses a Muon optimizer.
+_MUON_MOMENTUM = ("--muon-momentum", 0.9)
 # The base model config every experiment extends; all model dimensions are overridden.
 PRIMUS_BASE_MODEL = "language_model.yaml"
 
 
 def primus_overrides(megatron_args: list[str], table: FlagTable | None = None) -> dict[str, object]:
-    """Megatron arguments -> Primus `overrides`, typed as YAML scalars, keyed by the destinations of the
-    release the image runs (`table`; None = the newest)."""
+    """Megatron arguments -> Primus `overrides`, typed as argparse would type them, keyed by Megatron's own
+    destinations in the release the image runs (`table`; None = the newest): Primus passes on only the keys
+    Megatron's parser defines, and passes them without parsing."""
     flags = dict((table or flag_table()).flags)
     overrides: dict[str, object] = {}
     given = split_args(megatron_args, table)
     for name, values in given:
         spec = flags[name]
-        key = _PRIMUS_KEY.get(spec.dest, spec.dest)
         if spec.action == "store_true":
-            overrides[key] = True
+            overrides[spec.dest] = True
         elif spec.action == "store_false":
-            overrides[key] = False
-        elif spec.takes_many and (len(values) > 1 or spec.dest in _ALWAYS_LISTS):
-            overrides[key] = [_scalar(v) for v in values]
+            overrides[spec.dest] = False
+        elif spec.takes_many:
+            overrides[spec.dest] = [_scalar(v) for v in values]  # argparse's list, even for one value
         else:
-            overrides[key] = _scalar(values[0])
+            overrides[spec.dest] = _scalar(values[0])
     present = {name for name, _ in given}
-    for name in (n for n in _EXPLICIT_SWITCHES if n in flags):
-        spec = flags[name]
-        key = _PRIMUS_KEY.get(spec.dest, spec.dest)
-        if name not in present:
-            overrides[key] = spec.action == "store_false"
+    for name in (n for n in _EXPLICIT_SWITCHES if n in flags and n not in present):
+        overrides[flags[name].dest] = flags[name].action == "store_false"
+    muon = any(name == "--optimizer" and "muon" in values[0] for name, values in given)
+    for name, value in _MEGATRON_DEFAULT_VALUES + ((_MUON_MOMENTUM,) if muon else ()):
+        if name in flags and name not in present:
+            overrides[flags[name].dest] = value
     if "--load" in present:
         # Megatron starts from scratch when --load holds no checkpoint yet; Primus defaults to exiting.
         overrides["exit_on_missing_checkpoint"] = False
@@ -68,11 +78,15 @@ def primus_defaults(plan: SavedPlan) -> dict[str, object]:
     """Primus-only keys: pretraining semantics and the Primus Turbo kernels AMD's own configs switch on.
 
     `finetune: false`: a requeued pretraining job resumes its iteration count and optimizer from --load
-    instead of starting again at iteration 0. Turbo (AMD-AGI/Primus `primus_turbo.yaml`, off by
-    default): the model YAMLs enable it, with Turbo attention on MI300X-class GPUs (off on MI355X in
-    those YAMLs) and the Turbo grouped GEMM for expert layers.
+    instead of starting again at iteration 0. `model_type: mamba` for a hybrid (Primus
+    `megatron_pretrain_trainer.py`, as its Mamba model configs set it). Turbo (AMD-AGI/Primus
+    `primus_turbo.yaml`, off by default): the model YAMLs enable it, with Turbo attention on MI300X-class GPUs
+    (off on MI355X in those YAMLs) and the Turbo grouped GEMM for expert layers.
     """
     defaults: dict[str, object] = {"finetune": False}
+    if plan.model.is_hybrid:
+        # Primus builds a GPT model unless told otherwise; `mamba` takes pretrain_mamba.py's provider and steps.
+        defaults["model_type"] = "mamba"
     if plan.cluster.gpu.vendor != "AMD":
         return defaults
     defaults["enable_primus_turbo"] = True

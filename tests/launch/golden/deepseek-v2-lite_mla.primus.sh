@@ -63,7 +63,7 @@ modules:
       qk_layernorm: true
       swiglu: true
       normalization: RMSNorm
-      norm_epsilon: 1.0e-06
+      layernorm_epsilon: 1.0e-06
       position_embedding_type: rope
       rotary_base: 10000
       rope_type: yarn
@@ -89,8 +89,10 @@ modules:
       moe_router_score_function: softmax
       moe_router_pre_softmax: true
       moe_router_dtype: fp32
-      moe_router_load_balancing_type: seq_aux_loss
-      moe_aux_loss_coeff: 0.001
+      moe_router_load_balancing_type:
+      - seq_aux_loss
+      moe_aux_loss_coeff:
+      - 0.001
       moe_token_dispatcher_type: alltoall
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1
@@ -146,6 +148,11 @@ modules:
       add_qkv_bias: false
       mock_data: false
       fp16: false
+      add_position_embedding: true
+      override_opt_param_scheduler: false
+      manual_gc_eval: true
+      eval_iters: 100
+      dataloader_type: single
       exit_on_missing_checkpoint: false
       finetune: false
       enable_primus_turbo: true

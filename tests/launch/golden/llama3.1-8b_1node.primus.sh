@@ -49,7 +49,7 @@ modules:
       num_query_groups: 8
       swiglu: true
       normalization: RMSNorm
-      norm_epsilon: 1.0e-05
+      layernorm_epsilon: 1.0e-05
       position_embedding_type: rope
       rotary_base: 500000
       use_rope_scaling: true
@@ -115,6 +115,11 @@ modules:
       mock_data: false
       moe_grouped_gemm: false
       fp16: false
+      add_position_embedding: true
+      override_opt_param_scheduler: false
+      manual_gc_eval: true
+      eval_iters: 100
+      dataloader_type: single
       exit_on_missing_checkpoint: false
       finetune: false
 PRIMUS_EXPERIMENT_YAML

@@ -54,7 +54,7 @@ modules:
       num_query_groups: 8
       swiglu: true
       normalization: RMSNorm
-      norm_epsilon: 1.0e-05
+      layernorm_epsilon: 1.0e-05
       position_embedding_type: rope
       rotary_base: 1000000
       max_position_embeddings: 32768
@@ -68,8 +68,10 @@ modules:
       moe_ffn_hidden_size: 14336
       moe_layer_freq: 1
       moe_router_score_function: softmax
-      moe_router_load_balancing_type: aux_loss
-      moe_aux_loss_coeff: 0.01
+      moe_router_load_balancing_type:
+      - aux_loss
+      moe_aux_loss_coeff:
+      - 0.01
       moe_token_dispatcher_type: alltoall
       tensor_model_parallel_size: 2
       pipeline_model_parallel_size: 1
@@ -128,6 +130,11 @@ modules:
       multi_latent_attention: false
       mock_data: false
       fp16: false
+      add_position_embedding: true
+      override_opt_param_scheduler: false
+      manual_gc_eval: true
+      eval_iters: 100
+      dataloader_type: single
       exit_on_missing_checkpoint: false
       finetune: false
 PRIMUS_EXPERIMENT_YAML
