@@ -149,8 +149,11 @@ def performance_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSec
                              "(interleaved PP, no checkpoint format constraint: this run saves none)",
                              "--overlap-param-gather-with-optimizer-step"))
     if kernels:
-        sections.append(_one("performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy",
-                             "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"))
+        # Megatron's own fused kernel, not TE's: Megatron-LM disabled TE's "due to stability issues" and asserts
+        # it off from core_v0.18.2 on (arguments.py, ModelParallelConfig); its MoE README now names native.
+        sections.append(_one("performance: fused vocab-parallel cross entropy (Megatron's native kernel; "
+                             "Megatron-LM disabled TE's for stability)",
+                             "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "native"))
         sections.append(_one("performance: TE/flash attention builds the causal mask itself; the dataloader "
                              "need not make a seq x seq mask per sample", "--no-create-attention-mask-in-dataloader"))
     if kernels and plan.model.moe is not None and plan.cluster.gpu.vendor == "NVIDIA":

@@ -90,7 +90,8 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _without(a, "--overlap-param-gather") + ["--overlap-param-gather-with-optimizer-step"],
      "overlap_param_gather", "needs --overlap-param-gather"),
     (lambda a: _without(a, "--sequence-parallel"), "tp_comm_overlap", "needs --sequence-parallel"),
-    (lambda a: _with_value(a, "--transformer-impl", "local") + ["--moe-permute-fusion"], "transformer_impl",
+    (lambda a: _with_value(_with_value(a, "--transformer-impl", "local"), "--cross-entropy-fusion-impl", "te")
+     + ["--moe-permute-fusion"], "transformer_impl",
      "--tp-comm-overlap, --moe-permute-fusion, --cross-entropy-fusion-impl need Transformer Engine"),
     (lambda a: a + ["--fp8-param-gather"], "fp8_param_gather", "without FP8 training"),
     (lambda a: _without(a, "--use-distributed-optimizer", "--overlap-param-gather") + ["--fp8-param-gather"],

@@ -105,7 +105,7 @@ def test_param_gather_overlaps_the_optimizer_step_only_with_vpp_and_no_checkpoin
 def test_fused_kernels_only_where_transformer_engine_runs() -> None:
     plan = make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN, ep=8, etp=1)
     gpu = _args(plan)
-    assert _value(gpu, "--cross-entropy-fusion-impl") == "te" and "--cross-entropy-loss-fusion" in gpu
+    assert _value(gpu, "--cross-entropy-fusion-impl") == "native" and "--cross-entropy-loss-fusion" in gpu
     assert "--no-create-attention-mask-in-dataloader" in gpu and "--moe-permute-fusion" in gpu
     dense = _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN))
     assert "--moe-permute-fusion" not in dense  # no experts

@@ -140,9 +140,9 @@ MEGATRON_ARGS=(
   --save-interval 100
   --load /lustre/checkpoints/deepseek-v2-lite_mla
   --ckpt-format torch_dist
-  # performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy
+  # performance: fused vocab-parallel cross entropy (Megatron's native kernel; Megatron-LM disabled TE's for stability)
   --cross-entropy-loss-fusion
-  --cross-entropy-fusion-impl te
+  --cross-entropy-fusion-impl native
   # performance: TE/flash attention builds the causal mask itself; the dataloader need not make a seq x seq mask per sample
   --no-create-attention-mask-in-dataloader
   # performance: Python GC only every 100 steps, in step with all ranks (a rank collecting on its own stalls every collective)

@@ -117,9 +117,9 @@ MEGATRON_ARGS=(
   --ckpt-format torch_dist
   # performance: overlap TP all-gather/reduce-scatter with the GEMMs (TE userbuffers; needs SP)
   --tp-comm-overlap
-  # performance: fused vocab-parallel cross entropy (TE kernel), no fp32 logits copy
+  # performance: fused vocab-parallel cross entropy (Megatron's native kernel; Megatron-LM disabled TE's for stability)
   --cross-entropy-loss-fusion
-  --cross-entropy-fusion-impl te
+  --cross-entropy-fusion-impl native
   # performance: TE/flash attention builds the causal mask itself; the dataloader need not make a seq x seq mask per sample
   --no-create-attention-mask-in-dataloader
   # performance: Python GC only every 100 steps, in step with all ranks (a rank collecting on its own stalls every collective)

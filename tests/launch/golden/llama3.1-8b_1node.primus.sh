@@ -102,7 +102,7 @@ modules:
       load: /lustre/checkpoints/llama3.1-8b_1node
       ckpt_format: torch_dist
       cross_entropy_loss_fusion: true
-      cross_entropy_fusion_impl: te
+      cross_entropy_fusion_impl: native
       create_attention_mask_in_dataloader: false
       manual_gc: true
       manual_gc_interval: 100

@@ -109,7 +109,7 @@ modules:
       ckpt_format: torch_dist
       tp_comm_overlap: true
       cross_entropy_loss_fusion: true
-      cross_entropy_fusion_impl: te
+      cross_entropy_fusion_impl: native
       create_attention_mask_in_dataloader: false
       manual_gc: true
       manual_gc_interval: 100
