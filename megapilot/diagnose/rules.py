@@ -61,6 +61,7 @@ from megapilot.diagnose.options import (
     throughput_options,
 )
 from megapilot.diagnose.predict import Prediction
+from megapilot.diagnose.refusal import changes_named_in
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
 from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord, ProgressMarker
@@ -546,18 +547,22 @@ def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None
                         Fix("set", "CUDA_VISIBLE_DEVICES", "<the GPUs SLURM/torchrun assigned>", "a rank that sees no "
                             "GPU was started outside its allocation", kind="env")],
                        occurrences=len(records))
-    fixes: list[Fix] = []
-    for record in records:
-        if "unrecognized arguments:" in record.text:
-            for word in record.text.split("unrecognized arguments:", 1)[1].split():
-                if word.startswith("--"):
-                    fixes.append(Fix("remove", word, None, "not a flag of this Megatron-LM version"))
+    fixes = _refusal_fixes(records)
     if not fixes:
         fixes.append(Fix("add", "megapilot script --check", None, "re-check the flags against Megatron's rules",
                          kind="command"))
     return Finding("config_error", "critical", "Megatron refused the configuration", _evidence(records),
                    "Argument parsing or validation failed before training started; the quoted line names the rule.",
                    fixes, occurrences=len(records))
+
+
+def _refusal_fixes(records: list[ErrorRecord]) -> list[Fix]:
+    """The changes the refusal's own words name. Kept even where the given launch flags seem to have made them
+    already: the log shows what the run was given, and a refusal that fired says it lacked them."""
+    changes = [change for record in records for change in changes_named_in(record.text)]
+    ways = len({change.alternative for change in changes})
+    return [Fix(change.action, change.flag, change.value, change.reason, kind=change.kind,
+                option=f"way {change.alternative + 1} of {ways}" if ways > 1 else None) for change in changes]
 
 
 def _crash(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:

@@ -377,3 +377,21 @@ def test_torchrun_stopped_by_sigterm_is_an_outside_stop_that_points_at_the_first
     assert finding.category == "process_crash" and "received SIGTERM" in finding.cause
     assert "not by a failure on this node" in finding.cause
     assert any(fix.flag.startswith("sacct -j") for fix in finding.fixes)
+
+
+def test_a_refusal_gets_the_changes_its_message_names_as_ways_out():
+    log = parse_text("Traceback (most recent call last):\n"
+                     '  File "/opt/Megatron-LM/megatron/training/arguments.py", line 1643, in validate_args\n'
+                     "AssertionError: Transformer Engine cross entropy loss fusion is disabled due to stability "
+                     "issues. Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion.")
+    (finding,) = diagnose_log(log, None).findings
+    assert finding.category == "config_error"
+    assert [(f.action, f.flag, f.value, f.option) for f in finding.fixes] == [
+        ("set", "--cross-entropy-fusion-impl", "native", "way 1 of 2"),
+        ("remove", "--cross-entropy-loss-fusion", None, "way 2 of 2")]
+
+
+def test_a_refusal_that_names_no_flag_sends_the_user_to_the_flag_check():
+    (finding,) = diagnose_log(parse_text("AssertionError: num_layers (80) must be divisible by "
+                                         "pipeline_model_parallel_size (3)"), None).findings
+    assert finding.category == "config_error" and finding.fixes[0].flag == "megapilot script --check"

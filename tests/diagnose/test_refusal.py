@@ -1,0 +1,59 @@
+"""Reading the way out of a refusal's own words: messages quoted from Megatron-LM (core_v0.19.0
+megatron/training/arguments.py and ModelParallelConfig), argparse and Primus's ROCm argument check."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.diagnose.refusal import changes_named_in
+
+
+def _changes(message: str) -> list[tuple[int, str, str, str | None]]:
+    return [(c.alternative, c.action, c.flag, c.value) for c in changes_named_in(message)]
+
+
+@pytest.mark.parametrize(("message", "expected"), [
+    ("Transformer Engine cross entropy loss fusion is disabled due to stability issues. Use "
+     "--cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion.",
+     [(0, "set", "--cross-entropy-fusion-impl", "native"), (1, "remove", "--cross-entropy-loss-fusion", None)]),
+    ("--enable-cuda-graph is deprecated, use --cuda-graph-impl=local instead.",
+     [(0, "remove", "--enable-cuda-graph", None), (0, "set", "--cuda-graph-impl", "local")]),
+    ("--hybrid-override-pattern is deprecated; use --hybrid-layer-pattern instead.",
+     [(0, "remove", "--hybrid-override-pattern", None), (0, "add", "--hybrid-layer-pattern", None)]),
+    ("Do not use --enable-cuda-graph or --external-cuda-graph with --cuda-graph-impl.",
+     [(0, "remove", "--enable-cuda-graph", None), (0, "remove", "--external-cuda-graph", None)]),
+    ("--pipeline-model-parallel-layout should not be used with --hybrid-layer-pattern.",
+     [(0, "remove", "--pipeline-model-parallel-layout", None)]),
+    ("Must use --overlap-param-gather with --overlap-grad-reduce", [(0, "add", "--overlap-param-gather", None)]),
+    ("--use-checkpoint-args requires --load or --pretrained-checkpoint argument",
+     [(0, "add", "--load", None), (1, "add", "--pretrained-checkpoint", None)]),
+    ("--use-torch-fsdp2 requires --ckpt-format torch_dist or torch_dcp", [(0, "set", "--ckpt-format", "torch_dist")]),
+    ("--fp4-param-gather must be used together with --fp4-format.", [(0, "add", "--fp4-format", None)]),
+    ("--logits-save-top-k is required when --logits-save-dir is set.", [(0, "add", "--logits-save-top-k", None)]),
+    ("--mrope-section should be set when using --position-embedding-type mrope.",
+     [(0, "add", "--mrope-section", None)]),
+    ("Muon optimizer does not support overlap grad reduce for now. Use --optimizer muon "
+     "--use-distributed-optimizer instead.",
+     [(0, "set", "--optimizer", "muon"), (0, "add", "--use-distributed-optimizer", None)]),
+    ("The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`, as the hybrid "
+     "device optimizer reuses the code path of this flag.", [(0, "add", "--use-precision-aware-optimizer", None)]),
+    ("pretrain_gpt.py: error: the following arguments are required: --num-layers, --hidden-size",
+     [(0, "add", "--num-layers", None), (0, "add", "--hidden-size", None)]),
+    ("pretrain_gpt.py: error: unrecognized arguments: --foo-bar 3 --baz",
+     [(0, "remove", "--foo-bar", None), (0, "remove", "--baz", None)]),
+    ("pretrain_gpt.py: error: argument --fp8-recipe: invalid choice: 'foo' (choose from 'tensorwise', 'delayed')",
+     [(0, "set", "--fp8-recipe", None)]),
+    # environment variables the message asks for
+    ("Please set `NVTE_ROCM_ENABLE_MXFP8=1` to enable `mxfp8` recipe.", [(0, "set", "NVTE_ROCM_ENABLE_MXFP8", "1")]),
+    ("Using tensor model parallelism or context parallelism require setting the environment variable "
+     "CUDA_DEVICE_MAX_CONNECTIONS to 1", [(0, "set", "CUDA_DEVICE_MAX_CONNECTIONS", "1")]),
+    # a rule that names no flag: nothing to read
+    ("num_layers (80) must be divisible by pipeline_model_parallel_size (3)", []),
+])
+def test_the_changes_a_refusal_names(message: str, expected: list[tuple[int, str, str, str | None]]) -> None:
+    assert _changes(message) == expected
+
+
+def test_an_environment_change_is_marked_as_one() -> None:
+    (change,) = changes_named_in("Please set `NVTE_ROCM_ENABLE_MXFP8=1` to enable `mxfp8` recipe.")
+    assert change.kind == "env"
