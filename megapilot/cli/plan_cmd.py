@@ -57,7 +57,7 @@ def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
                    gpus_per_node: int | None) -> _Inputs:
     """Flags win; a flag left out is taken from the profile, with a note saying so."""
     from megapilot.cli.common import load_profile_checked
-    from megapilot.errors import MegapilotError
+    from megapilot.estimate.cases import missing_inputs_error
 
     profile = load_profile_checked(profile_file)
     notes: list[str] = []
@@ -66,10 +66,12 @@ def _merge_profile(profile_file: Path | None, gpu: str | None, gpus: int | None,
         if value is None and getattr(profile, name) is not None:
             merged[name] = getattr(profile, name)
             notes.append(profile.default_note(name))
-    for name in ("gpu", "gpus"):
-        if merged[name] is None:
-            raise MegapilotError("is required", field=name,
-                                 fix=f"pass --{name} or store it with `megapilot profile set --{name} ...`")
+    missing = [name for name in ("gpu", "gpus") if merged[name] is None]
+    if missing:
+        stored = " ".join(f"--{name} ..." for name in missing)
+        raise missing_inputs_error(missing, fix=f"pass {' and '.join(f'--{name}' for name in missing)} or store "
+                                                f"{'them' if len(missing) > 1 else 'it'} with "
+                                                f"`megapilot profile set {stored}`")
     return _Inputs(str(merged["gpu"]), int(merged["gpus"]), merged["gpus_per_node"], notes)  # type: ignore[arg-type]  # int | None from the profile
 
 

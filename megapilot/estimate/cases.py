@@ -122,10 +122,21 @@ def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
             f"unknown flag(s) {', '.join(unknown)}", field=unknown[0],
             fix=f"use only: {', '.join(sorted(KNOWN_FLAGS))}",
         )
-    for name in REQUIRED_FLAGS:
-        if name not in flags:
-            raise MegapilotError("is required", field=name, fix=f"pass --{name.replace('_', '-')}")
+    missing = [name for name in REQUIRED_FLAGS if name not in flags]
+    if missing:
+        missing_flags = [f"--{name.replace('_', '-')}" for name in missing]
+        raise missing_inputs_error(missing, fix=f"pass {_and_list(missing_flags)}")
     _check_types(flags)
+
+
+def missing_inputs_error(missing: list[str], fix: str) -> MegapilotError:
+    """All the missing inputs in one error, named by the first: one run of the command shows them all."""
+    others = f"; so {'is' if len(missing) == 2 else 'are'} {_and_list(missing[1:])}" if len(missing) > 1 else ""
+    return MegapilotError(f"is required{others}", field=missing[0], fix=fix)
+
+
+def _and_list(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _check_types(flags: dict[str, Any]) -> None:

@@ -73,6 +73,13 @@ def test_each_required_flag_is_named_when_missing(missing):
     assert info.value.field == missing and f"--{missing.replace('_', '-')}" in (info.value.fix or "")
 
 
+def test_every_missing_flag_is_named_in_one_error():
+    with pytest.raises(MegapilotError) as info:
+        build_case(model=BASE["model"], gpu=BASE["gpu"])
+    assert info.value.field == "gpus" and "so are gbs and seq_len" in info.value.problem
+    assert info.value.fix == "pass --gpus, --gbs and --seq-len"
+
+
 def test_the_precision_error_lists_the_precisions():
     with pytest.raises(MegapilotError) as info:
         build_case(**BASE, precision="fp6")
