@@ -124,6 +124,7 @@ _FIELD_SLOTS: dict[str, str] = {
     "skipped samples": "skipped_samples",
     "elapsed time per iteration (ms)": "elapsed_ms",
     "throughput per gpu (tflop/s/gpu)": "tflops_per_gpu",
+    "compute per gpu (tflop/s/gpu)": "tflops_per_gpu",  # Primus from mid-2026: `412.3 (avg 410.0)`
     "tflops": "tflops_per_gpu",  # the Megatron-DeepSpeed fork: `TFLOPs: 120.37` (per GPU)
     "approx flops per gpu": "tflops_per_gpu",  # GPT-NeoX: `approx flops per GPU: 51.5TFLOPS`
     "tokens/s/gpu inst/harmonic mean": "tokens_per_s_per_gpu",
@@ -295,7 +296,10 @@ def _scaled_flops(raw: str) -> float | None:
 
 
 def _pair(value: str) -> tuple[float | None, float | None]:
-    """`654.5/735.1` → (654.5, 735.1); `658.3` → (658.3, None)."""
+    """`654.5/735.1` → (654.5, 735.1); `412.3 (avg 410.0)` → (412.3, 410.0); `658.3` → (658.3, None)."""
+    if value.endswith(")") and "(avg " in value:
+        first, _, second = value[:-1].partition("(avg ")
+        return _to_float(first.strip()), _to_float(second.strip())
     if "/" in value:
         first, _, second = value.partition("/")
         return _to_float(first.strip()), _to_float(second.strip())

@@ -131,6 +131,19 @@ def test_synthetic_primus_hip_and_rocm_memory_fields_and_old_tokens_key():
     assert log.markers[-1].marker == "training_done"
 
 
+def test_primus_compute_per_gpu_with_its_running_average():
+    # Primus v26.5's training-log patch (print_rank_last_patches.py) renamed the TFLOP field and prints its
+    # average in parentheses; tokens/s/GPU follows in the same segment.
+    line = ("[20261202 10:11:17][rank-7/8][INFO] [-----------training.py:100] : iteration       10/     100 | "
+            "consumed samples:         1280 | elapsed time per iteration (ms): 5100.0/5125.0 | hip mem "
+            "usage/free/total/usage_ratio: 150.23GB/105.77GB/256.00GB/58.68% | compute per GPU (TFLOP/s/GPU): 414.2 "
+            "(avg 410.4)  | tokens/s/GPU inst/harmonic mean: 12850.0/12790.0 | learning rate: 1.000000E-04 | global "
+            "batch size:   128 | lm loss: 7.023456E+00 | loss scale: 1.0 | grad norm: 2.145 |")
+    (record,) = parse_text(line).iterations
+    assert (record.tflops_per_gpu, record.tflops_avg_per_gpu) == (414.2, 410.4)
+    assert (record.tokens_per_s_per_gpu, record.elapsed_avg_ms, record.memory_used_gib) == (12850.0, 5125.0, 150.23)
+
+
 def test_synthetic_core016_theory_memory_timers_checkpoints_and_moe_fields():
     log = parse("synthetic_megatron_core016_full.log")
     quantities = {r.quantity: r.value for r in log.theoretical_memory}
