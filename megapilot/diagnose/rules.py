@@ -401,6 +401,8 @@ def _xid_note(codes: list[int]) -> str:
 
 
 def _gpu_fault(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    if all(record.signature == "illegal_access" for record in records):
+        return _kernel_fault(records, config)
     cause = ("The GPU or its driver reported a hardware-level fault (Xid, ECC, GPU hang/reset, memory access fault, "
              "launch failure). Training cannot continue on that GPU; a software bug can also show as an illegal "
              "memory access, so check whether it repeats on other nodes.") + _xid_note(_xid_codes(records))
@@ -413,6 +415,38 @@ def _gpu_fault(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | N
     ]
     return Finding("gpu_hw_fault", "critical", f"GPU hardware fault{_ranks(records)}", _evidence(records), cause, fixes,
                    occurrences=len(records))
+
+
+# Code a kernel fault's traceback can name, and the Megatron-LM switch that runs the same step without that kernel.
+_FUSED_PATHS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("grouped_gemm", "gmm(", "GroupedMLP", "grouped_linear", "GroupedLinear"), "--moe-grouped-gemm",
+     "the experts one GEMM at a time: slower, but it shows whether the grouped GEMM faults"),
+    (("permute", "moe_utils"), "--moe-permute-fusion", "token permutation in plain PyTorch"),
+    (("cross_entropy",), "--cross-entropy-loss-fusion", "the unfused cross entropy"),
+    (("rotary", "rope"), "--apply-rope-fusion", "the unfused rotary embedding"),
+)
+
+
+def _kernel_fault(records: list[ErrorRecord], config: RunConfig | None) -> Finding:
+    """An illegal or misaligned memory access with no hardware error beside it: a kernel first, the GPU second."""
+    frames = " ".join(record.details.get("frames", "") for record in records)
+    where = next((record.details["frames"].split(" | ")[-1] for record in records if record.details.get("frames")),
+                 "")
+    cause = ("A GPU kernel read or wrote outside its memory" + (f", reported in `{where}`" if where else "") + ". With "
+             "no Xid, ECC or RAS error in the log this is most often a software fault (a fused or custom kernel, an "
+             "index computed on the GPU), not the hardware; CUDA reports it asynchronously, so the frame is where it "
+             "surfaced, not necessarily the kernel that faulted. If it follows one node across runs, treat the GPU as "
+             "faulty.")
+    fixes = [Fix("set", "CUDA_LAUNCH_BLOCKING", "1", "one diagnostic rerun: the traceback then names the kernel that "
+                                                     "faulted (slow; not for training; AMD: AMD_SERIALIZE_KERNEL=3)",
+                 kind="env"),
+             Fix("add", "dmesg -T | grep -iE 'xid|amdgpu'", None, "Xid 13/31/43 point at the kernel, Xid 48/63/64/74/"
+                 "79/94/95 at the GPU or its links", kind="command")]
+    for needles, flag, reason in _FUSED_PATHS:
+        if any(needle in frames for needle in needles) and (config is None or config.flags.has(flag)):
+            fixes.append(Fix("remove", flag, None, f"to confirm: {reason}"))
+    return Finding("gpu_hw_fault", "critical", f"GPU kernel fault: illegal memory access{_ranks(records)}",
+                   _evidence(records), cause, fixes, occurrences=len(records))
 
 
 def _rendezvous(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:

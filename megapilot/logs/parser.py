@@ -319,6 +319,8 @@ def strip_prefix(text: str) -> str:
     """The line without logger prefixes (ranks, timestamps, log levels)."""
     found = PREFIX_RE.match(text)
     return text[found.end():] if found else text
+# Lines of a traceback kept with the error a signature matched inside it (its innermost frames and their code).
+TRACEBACK_FRAMES_KEPT = 6
 
 
 class LineParser:
@@ -621,11 +623,14 @@ class LineParser:
                 return
 
     def _signature_error(self, line_no: int, text: str, signature: Signature) -> ErrorRecord:
+        frames = self._traceback_frames
         if signature.category != "oom":  # an OOM line may sit inside a traceback; anything else ends it
             self._traceback_frames = None
         if signature.name in CRASH_DUMP_SIGNATURES:
             self._crash_lines_left, self._crash_in_writer_reported = CRASH_STACK_LINES, False
         rank, details = rank_of(text), _details(text)
+        if frames:  # the code the error was raised in: its last frames, innermost last
+            details["frames"] = " | ".join(frame.strip() for frame in list(frames)[-TRACEBACK_FRAMES_KEPT:])
         if self._launcher_summary and signature.category == "process_crash":
             rank = _int_or_none(self._launcher_summary.get("rank")) if rank is None else rank
             details.update({f"launcher_{key}": value for key, value in self._launcher_summary.items()})

@@ -116,8 +116,12 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("gpu_exception", "gpu_hw_fault",
          r"HW Exception by GPU|\bGPU Hang\b|memory access fault by GPU|Memory access fault|"
          r"fallen off the bus|GPU reset|unspecified launch failure|"
-         r"hipErrorLaunchFailure|cudaErrorLaunchFailure|an illegal memory access was encountered|"
+         r"hipErrorLaunchFailure|cudaErrorLaunchFailure|"
          r"amdgpu: .*(?:fatal|hang)|GPU is lost"),
+    # a kernel that read or wrote outside its memory: a faulty GPU can do it, a faulty kernel far more often
+    _sig("illegal_access", "gpu_hw_fault",
+         r"an illegal memory access was encountered|misaligned address|cudaErrorIllegalAddress|"
+         r"hipErrorIllegalAddress|cudaErrorMisalignedAddress"),
     # --- NCCL / RCCL -----------------------------------------------------------------------------
     # a rank waiting in the c10d store for the NCCL id or a barrier: the rendezvous, though raised as an NCCL error
     _sig("store_wait", "rendezvous_failure",
@@ -198,7 +202,7 @@ TRIGGERS: tuple[str, ...] = (
     "pytorchstreamwriter", "unexpected pos", "_write_item", "filesystemwriterasync", "ras", "hardware error",
     "poison", "cancelled", "fallen off the bus", "segfault",
     "shm", "bus error", "signal", "sigbus", "shared memory", "out of memory", "memory access", "to allocate",
-    "alloc_failed", "xid", "ecc", "gpu",
+    "alloc_failed", "xid", "ecc", "gpu", "misaligned",
     "launch failure", "illegal", "amdgpu", "timeout", "timed out", "timing out", "nccl", "rccl", "unhandled",
     "distbackend", "rendezvous", "distnetwork", "diststore", "socket", "tcpstore", "address already",
     "eaddrinuse", "connect", "checkpoint", "no space", "quota", "state_dict", "size mismatch",

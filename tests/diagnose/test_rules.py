@@ -395,3 +395,30 @@ def test_a_refusal_that_names_no_flag_sends_the_user_to_the_flag_check():
     (finding,) = diagnose_log(parse_text("AssertionError: num_layers (80) must be divisible by "
                                          "pipeline_model_parallel_size (3)"), None).findings
     assert finding.category == "config_error" and finding.fixes[0].flag == "megapilot script --check"
+
+
+ILLEGAL_ACCESS_IN_THE_EXPERTS = (
+    "Traceback (most recent call last):\n"
+    '  File "/megatron/core/pipeline_parallel/schedules.py", line 219, in forward_step\n'
+    "    output_tensor, loss_func = forward_step_func(data_iterator, model)\n"
+    '  File "/megatron/core/transformer/moe/experts.py", line 210, in forward\n'
+    "    fc1_output = gg.ops.gmm(\n"
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+
+
+def test_an_illegal_memory_access_alone_is_a_kernel_fault_with_the_fused_path_to_confirm_it():
+    from megapilot.diagnose import read_flags, run_config
+
+    config = run_config(read_flags(flags="--moe-grouped-gemm --tensor-model-parallel-size 1"), gpus=1)
+    (finding,) = diagnose_log(parse_text(ILLEGAL_ACCESS_IN_THE_EXPERTS), config).findings
+    assert "GPU kernel fault" in finding.title and "gg.ops.gmm(" in finding.cause
+    assert ("set", "CUDA_LAUNCH_BLOCKING", "1") in [(f.action, f.flag, f.value) for f in finding.fixes]
+    assert ("remove", "--moe-grouped-gemm") in [(f.action, f.flag) for f in finding.fixes]
+    assert not any("drain" in f.flag for f in finding.fixes)
+
+
+def test_an_illegal_memory_access_beside_an_xid_stays_a_hardware_fault():
+    log = parse_text(ILLEGAL_ACCESS_IN_THE_EXPERTS + "NVRM: Xid (PCI:0000:1b:00): 48, pid=1234, An uncorrectable "
+                                                     "double bit error (DBE) has been detected on GPU\n")
+    (finding,) = diagnose_log(log, None).findings
+    assert "GPU hardware fault" in finding.title and any("drain" in f.flag for f in finding.fixes)
