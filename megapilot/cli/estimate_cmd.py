@@ -30,7 +30,7 @@ from megapilot.cli.layout_options import NO_FEATURES, FeatureFlags, LayoutFlags,
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
-    from megapilot.estimate import Case
+    from megapilot.estimate import Case, CaseFlags
     from megapilot.spec import EstimateResult
 
 EXIT_SOME_ROWS_FAILED = 1
@@ -65,7 +65,10 @@ def estimate(
         if any(row.error is not None for row in rows):
             raise typer.Exit(EXIT_SOME_ROWS_FAILED)
         return
-    flags = layout.case_flags() | features.case_flags() | {"force_tp_across_nodes": force_tp_across_nodes}
+    from megapilot.estimate import CaseFlags
+
+    flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
+                            | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
     if json_output:
         emit_json(result.model_dump(mode="json"))
@@ -74,15 +77,15 @@ def estimate(
         print_assumptions(defaults_assumed(flags, case))
 
 
-def estimate_case(flags: dict[str, Any], flop_convention: str = "megatron") -> tuple[Case, EstimateResult]:
+def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[Case, EstimateResult]:
     """Flags -> the resolved case and its estimate (MegapilotError on any bad flag or impossible layout)."""
-    from megapilot.estimate import FLOP_CONVENTIONS, build_case
+    from megapilot.estimate import FLOP_CONVENTIONS, case_from
     from megapilot.estimate import estimate as run_estimate
 
     if flop_convention not in FLOP_CONVENTIONS:
         raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
-    case = build_case(**flags)
+    case = case_from(flags)
     result = run_estimate(case.model, case.cluster, case.training, case.parallel, case.options,
                           convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS above
                           allow_tp_across_nodes=case.allow_tp_across_nodes)
@@ -92,15 +95,15 @@ def estimate_case(flags: dict[str, Any], flop_convention: str = "megatron") -> t
     return case, result
 
 
-def estimate_flags(flags: dict[str, Any], flop_convention: str = "megatron") -> EstimateResult:
+def estimate_flags(flags: CaseFlags, flop_convention: str = "megatron") -> EstimateResult:
     """Flags -> the estimate (MegapilotError on any bad flag or impossible layout)."""
     return estimate_case(flags, flop_convention)[1]
 
 
-def defaults_assumed(flags: dict[str, Any], case: Case) -> list[str]:
+def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     """What the estimate took for the flags left out, read back from the resolved case (so it cannot drift
-    from `build_case`'s defaults)."""
-    p, given = case.parallel, {name for name, value in flags.items() if value is not None}
+    from `case_from`'s defaults)."""
+    p, given = case.parallel, flags.given()
     dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
     if case.model.moe is not None:
         dims += [("ep", p.ep), ("etp", p.etp)]
@@ -158,9 +161,11 @@ def _one_line(line: str, number: int, flop_convention: str) -> BatchRow:
     if not isinstance(raw, dict):
         return BatchRow(number, error=MegapilotError("must be a JSON object of flags", field="batch",
                                                      fix='write {"model": ...} per line'))
+    from megapilot.estimate import CaseFlags
+
     case_id = raw.pop("id", None)
     try:
-        return BatchRow(number, case_id, result=estimate_flags(_flag_names(raw), flop_convention))
+        return BatchRow(number, case_id, result=estimate_flags(CaseFlags.parse(_flag_names(raw)), flop_convention))
     except MegapilotError as exc:
         return BatchRow(number, case_id, error=exc)
 

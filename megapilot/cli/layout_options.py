@@ -18,11 +18,14 @@ import inspect
 from collections.abc import Callable, Mapping
 from copy import copy
 from dataclasses import MISSING, dataclass, fields
-from typing import Annotated, Any, get_args, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_type_hints
 
 import typer
 
 from megapilot.case_flags import REQUIRED_FLAGS
+
+if TYPE_CHECKING:
+    from megapilot.estimate import CaseFeatures
 
 MODEL_HELP = ("Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B), config.json or "
               "model spec file.")
@@ -162,9 +165,16 @@ class FeatureFlags:
         "--delay-wgrad-compute) wherever Megatron allows it: EP > 1, no full recompute, VPP when PP > 1.")] = False
 
     def case_flags(self) -> dict[str, Any]:
-        """The `build_case` keys (None: not given; a switch counts as given when on)."""
+        """The `CaseFlags` keys (None: not given; a switch counts as given when on)."""
         flags = {item.name: getattr(self, item.name) for item in fields(self)}
         return _switches_given_or_none(flags, ("moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap"))
+
+    def case_features(self) -> CaseFeatures:
+        """The features alone, checked, as the planner applies them to its model (no layout)."""
+        from megapilot.estimate import CaseFeatures
+
+        flags = self.case_flags()
+        return CaseFeatures(**{name: flags[name] for name in (item.name for item in fields(CaseFeatures))})
 
     def given(self) -> list[str]:
         """The options whose value is not their default, as typed (`--moe-capacity-factor`)."""

@@ -97,8 +97,8 @@ def _build_specs(
     from megapilot.estimate import run_options, with_features
     from megapilot.spec import ClusterSpec, TrainingSpec
 
-    flags = features.case_flags()
-    model = with_features(get_model(model_name), flags)
+    given = features.case_features()
+    model = with_features(get_model(model_name), given)
     cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
     try:
         recipe = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
@@ -109,7 +109,7 @@ def _build_specs(
                  "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
         raise validation_error(exc, flags=names) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
-    return _Specs(model, cluster, training, run_options(model, flags))
+    return _Specs(model, cluster, training, run_options(model, given))
 
 
 # Options whose default the output states when it was used (the search's answer depends on them).

@@ -188,7 +188,7 @@ def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags, fea
     profile (noted), and `--nodes N` as N x GPUs per node.
     """
     from megapilot.cli.estimate_cmd import defaults_assumed
-    from megapilot.estimate import build_case
+    from megapilot.estimate import CaseFlags, case_from
     from megapilot.spec import SavedPlan, validate_layout
 
     if given.model is None:
@@ -203,8 +203,9 @@ def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags, fea
                                   _default_gpus_per_node(layout["gpu"]))
     if layout["gpus"] is None:
         layout["gpus"] = _from_profile(profile, "gpus", assumed)
-    case = build_case(**layout)
-    assumed += defaults_assumed(layout, case)
+    flags = CaseFlags.parse(layout)
+    case = case_from(flags)
+    assumed += defaults_assumed(flags, case)
     notes += validate_layout(case.model, case.cluster, case.training, case.parallel)
     return SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel,
                      moe_flex_dispatcher=features.moe_flex_dispatcher,  # type: ignore[arg-type]  # build_case checked it

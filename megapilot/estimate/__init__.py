@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from megapilot.estimate.cases import Case, build_case, run_options, with_features
+from megapilot.estimate.cases import Case, CaseFeatures, CaseFlags, build_case, case_from, run_options, with_features
 from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.flops import FLOP_CONVENTIONS, FlopConvention, flops_per_step, flops_per_token
 from megapilot.estimate.memory import MemoryBreakdown, memory_per_gpu
@@ -37,6 +37,8 @@ __all__ = [
     "CALIBRATED",
     "FLOP_CONVENTIONS",
     "Case",
+    "CaseFeatures",
+    "CaseFlags",
     "EfficiencyParams",
     "EstimateOptions",
     "FastEstimate",
@@ -45,6 +47,7 @@ __all__ = [
     "ParamBreakdown",
     "StepTime",
     "build_case",
+    "case_from",
     "count_params",
     "estimate",
     "estimate_fast",

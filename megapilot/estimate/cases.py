@@ -1,9 +1,11 @@
 """Layout flags -> typed specs: the one place `--model --gpu --gpus --tp ...` become objects.
 
 `megapilot estimate`, its `--batch` lines, the planner and the launch-script command accept the same
-flags; they all call `build_case(**flags)`. Flag names are the long CLI names with `_`
-(`seq_len`, `gpus_per_node`, `recompute_num_layers`, ...). Every bad value raises `MegapilotError`
-naming the flag.
+flags. They arrive as a mapping (`CaseFlags.parse`: names, types and the required ones checked) and cross
+into the estimate as a typed `CaseFlags`, which `case_from` resolves (`build_case(**flags)` does both). Flag
+names are the long CLI names with `_` (`seq_len`, `gpus_per_node`, `recompute_num_layers`, ...). Every bad
+value raises `MegapilotError` naming the flag. The run features a model takes beyond the layout (MTP modules,
+token dropping, the MoE dispatcher) are a `CaseFeatures` of their own, which the planner gives without a layout.
 
 Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
 optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline
@@ -16,8 +18,9 @@ spanning nodes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, get_args
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar, get_args
 
 from pydantic import ValidationError
 
@@ -43,6 +46,7 @@ STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_
 # Megatron's flex MoE dispatcher backends, as `script --moe-flex-dispatcher` writes them; left out = alltoall.
 FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,33 +62,107 @@ class Case:
     options: EstimateOptions = field(default_factory=EstimateOptions)
 
 
-def build_case(**flags: Any) -> Case:
-    """Resolve layout flags (see module doc) into specs; raises MegapilotError on the first bad flag."""
-    flags = {k: v for k, v in flags.items() if v is not None}
-    _check_flag_names_and_types(flags)
-    model = with_features(_resolve_model(flags["model"]), flags)
-    cluster = _resolve_cluster(flags["gpu"], flags["gpus"], flags.get("gpus_per_node"))
+@dataclass(frozen=True)
+class CaseFeatures:
+    """What the run makes of its model beyond the layout; None = not given (the model's own, alltoall)."""
+
+    mtp_num_layers: int | None = None
+    mtp_repeated_layer: bool | None = None
+    moe_capacity_factor: float | None = None
+    moe_pad_to_capacity: bool | None = None
+    moe_a2a_overlap: bool | None = None
+    moe_flex_dispatcher: str | None = None
+
+
+@dataclass(frozen=True)
+class CaseFlags:
+    """One case as the flags give it (None = not given: `case_from` applies the module doc's defaults)."""
+
+    model: str
+    gpu: str
+    gpus: int
+    gbs: int
+    seq_len: int
+    gpus_per_node: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    vpp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    mbs: int | None = None
+    precision: str | None = None
+    fp8_recipe: str | None = None
+    optimizer: str | None = None
+    recompute: str | None = None
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    sequence_parallel: bool | None = None
+    distributed_optimizer: bool | None = None
+    fsdp: bool | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    account_for_embedding: bool | None = None
+    account_for_loss: bool | None = None
+    pp_layout: str | None = None
+    force_tp_across_nodes: bool | None = None
+    mtp_num_layers: int | None = None
+    mtp_repeated_layer: bool | None = None
+    moe_capacity_factor: float | None = None
+    moe_pad_to_capacity: bool | None = None
+    moe_a2a_overlap: bool | None = None
+    moe_flex_dispatcher: str | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, object]) -> CaseFlags:
+        """The flags of a mapping (a `--batch` line, the CLI's options): unknown names, missing required ones and
+        wrong types are refused by field."""
+        given = {name: value for name, value in raw.items() if value is not None}
+        _check_flag_names_and_types(given)
+        return cls(**given)  # type: ignore[arg-type]  # names and types checked just above
+
+    def changed(self, changes: Mapping[str, object]) -> CaseFlags:
+        """These flags with some changed (None: no longer given), checked as `parse` checks them."""
+        return CaseFlags.parse({item.name: getattr(self, item.name) for item in fields(self)} | dict(changes))
+
+    def given(self) -> frozenset[str]:
+        """The flags that were given (not None)."""
+        return frozenset(item.name for item in fields(self) if getattr(self, item.name) is not None)
+
+    @property
+    def features(self) -> CaseFeatures:
+        return CaseFeatures(**{item.name: getattr(self, item.name) for item in fields(CaseFeatures)})
+
+
+def build_case(**raw: object) -> Case:
+    """Resolve flags given as keywords (see module doc) into specs; raises MegapilotError on the first bad flag."""
+    return case_from(CaseFlags.parse(raw))
+
+
+def case_from(flags: CaseFlags) -> Case:
+    """Resolve checked flags into specs; raises MegapilotError on a value or layout Megatron would refuse."""
+    model = with_features(_resolve_model(flags.model), flags.features)
+    cluster = _resolve_cluster(flags.gpu, flags.gpus, flags.gpus_per_node)
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
-    if flags.get("pp_layout") == "balanced":
-        flags["pp_layout"] = _balanced_layout(model, flags, training.seq_length)
+    if flags.pp_layout == "balanced":
+        flags = replace(flags, pp_layout=_balanced_layout(model, flags, training.seq_length))
     parallel = _resolve_parallel(flags, cluster.world_size, training)
     check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
-    if flags.get("moe_a2a_overlap"):
+    if flags.moe_a2a_overlap:
         _check_a2a_overlap(model, parallel)
-    if flags.get("moe_flex_dispatcher") and (refusal := flex_dispatcher_refusal(parallel)) is not None:
+    if flags.moe_flex_dispatcher and (refusal := flex_dispatcher_refusal(parallel)) is not None:
         raise MegapilotError(refusal, field="moe_flex_dispatcher",
                              fix="drop --moe-flex-dispatcher (the alltoall dispatcher stays), or use EP > 1")
-    return Case(model, cluster, training, parallel,
-                allow_tp_across_nodes=flags.get("force_tp_across_nodes", False), options=run_options(model, flags))
+    return Case(model, cluster, training, parallel, allow_tp_across_nodes=bool(flags.force_tp_across_nodes),
+                options=run_options(model, flags.features))
 
 
-def with_features(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
-    """The model as the run's feature flags make it (MTP modules, MoE token dropping); the planner applies them
-    as `build_case` does."""
-    given = {k: v for k, v in flags.items() if v is not None}
-    _check_types(given)
-    return _with_mtp(_with_token_dropping(model, given), given)
+def with_features(model: ModelSpec, features: CaseFeatures) -> ModelSpec:
+    """The model as the run's features make it (MTP modules, MoE token dropping); the planner applies them
+    as `case_from` does."""
+    _check_types({item.name: getattr(features, item.name) for item in fields(features)})
+    return _with_mtp(_with_token_dropping(model, features), features)
 
 
 def _check_a2a_overlap(model: ModelSpec, parallel: ParallelConfig) -> None:
@@ -95,15 +173,15 @@ def _check_a2a_overlap(model: ModelSpec, parallel: ParallelConfig) -> None:
                              field="moe_a2a_overlap", fix="drop --moe-a2a-overlap, or change the layout as it says")
 
 
-def run_options(model: ModelSpec, flags: dict[str, Any]) -> EstimateOptions:
+def run_options(model: ModelSpec, features: CaseFeatures) -> EstimateOptions:
     """The run features the flags name: the flex MoE dispatcher (a token crosses to each remote NVLink domain
     once, no host sync) and the expert all-to-all overlap (on every layout Megatron allows it on), on a model
     with experts."""
-    if flags.get("moe_a2a_overlap") and model.moe is None:
+    if features.moe_a2a_overlap and model.moe is None:
         raise MegapilotError(f"{model.name} has no experts whose all-to-all could overlap", field="moe_a2a_overlap",
                              fix="drop --moe-a2a-overlap for a dense model")
-    overlap: bool | None = True if flags.get("moe_a2a_overlap") else EstimateOptions().moe_a2a_overlap
-    backend = flags.get("moe_flex_dispatcher")
+    overlap: bool | None = True if features.moe_a2a_overlap else EstimateOptions().moe_a2a_overlap
+    backend = features.moe_flex_dispatcher
     if backend is None:
         return EstimateOptions(moe_a2a_overlap=overlap)
     if backend not in FLEX_DISPATCHER_BACKENDS:
@@ -115,7 +193,7 @@ def run_options(model: ModelSpec, flags: dict[str, Any]) -> EstimateOptions:
     return EstimateOptions(moe_flex_dispatcher=True, moe_a2a_overlap=overlap)
 
 
-def _check_flag_names_and_types(flags: dict[str, Any]) -> None:
+def _check_flag_names_and_types(flags: Mapping[str, object]) -> None:
     unknown = sorted(set(flags) - KNOWN_FLAGS)
     if unknown:
         raise MegapilotError(
@@ -139,7 +217,7 @@ def _and_list(words: list[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
-def _check_types(flags: dict[str, Any]) -> None:
+def _check_types(flags: Mapping[str, object]) -> None:
     for name in INT_FLAGS:
         value = flags.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -163,9 +241,9 @@ def _check_types(flags: dict[str, Any]) -> None:
                                  fix=f"give {name} as a number above 0, e.g. 1.0")
 
 
-def _with_token_dropping(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
+def _with_token_dropping(model: ModelSpec, features: CaseFeatures) -> ModelSpec:
     """The model with the token dropping the flags ask for (--moe-capacity-factor, --moe-pad-to-capacity)."""
-    factor, pad = flags.get("moe_capacity_factor"), flags.get("moe_pad_to_capacity", False)
+    factor, pad = features.moe_capacity_factor, bool(features.moe_pad_to_capacity)
     if factor is None and not pad:
         return model
     if model.moe is None:
@@ -184,10 +262,11 @@ def _with_token_dropping(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
     return model.model_copy(update={"moe": moe})
 
 
-def _with_mtp(model: ModelSpec, flags: dict[str, Any]) -> ModelSpec:
+def _with_mtp(model: ModelSpec, features: CaseFeatures) -> ModelSpec:
     """The model with the multi-token-prediction modules the flags ask for (--mtp-num-layers; 0 = none), e.g. a
     DeepSeek-V3 run without its MTP module, and whether its depths repeat one module (--mtp-use-repeated-layer)."""
-    update = {key: flags[key] for key in ("mtp_num_layers", "mtp_repeated_layer") if key in flags}
+    update = {key: getattr(features, key) for key in ("mtp_num_layers", "mtp_repeated_layer")
+              if getattr(features, key) is not None}
     if all(getattr(model, key) == value for key, value in update.items()):
         return model
     if update.get("mtp_num_layers") and model.position_embedding not in ("rope", "none"):
@@ -212,23 +291,22 @@ def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> Clu
     return ClusterSpec.from_gpu_count(get_gpu(gpu_name), gpus, gpus_per_node)
 
 
-def _resolve_parallel(flags: dict[str, Any], world_size: int, training: TrainingSpec) -> ParallelConfig:
-    tp = flags.get("tp", 1)
-    recompute = flags.get("recompute", "selective")
+def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec) -> ParallelConfig:
+    tp = _or(flags.tp, 1)
     layout = {
-        "tp": tp, "pp": flags.get("pp", 1), "vpp": flags.get("vpp", 1), "cp": flags.get("cp", 1),
-        "ep": flags.get("ep", 1), "etp": flags.get("etp"), "mbs": flags.get("mbs", 1),
-        "sequence_parallel": flags.get("sequence_parallel", tp > 1),
-        "recompute": recompute,
-        "recompute_method": flags.get("recompute_method", "uniform"),
-        "recompute_num_layers": flags.get("recompute_num_layers"),
-        "distributed_optimizer": _distributed_optimizer(flags, training),
-        "fsdp": flags.get("fsdp", False),
-        "first_stage_layers": flags.get("first_stage_layers"),
-        "last_stage_layers": flags.get("last_stage_layers"),
-        "account_for_embedding": flags.get("account_for_embedding", False),
-        "account_for_loss": flags.get("account_for_loss", False),
-        "pipeline_layout": flags.get("pp_layout"),
+        "tp": tp, "pp": _or(flags.pp, 1), "vpp": _or(flags.vpp, 1), "cp": _or(flags.cp, 1),
+        "ep": _or(flags.ep, 1), "etp": flags.etp, "mbs": _or(flags.mbs, 1),
+        "sequence_parallel": _or(flags.sequence_parallel, tp > 1),
+        "recompute": _or(flags.recompute, "selective"),
+        "recompute_method": _or(flags.recompute_method, "uniform"),
+        "recompute_num_layers": flags.recompute_num_layers,
+        "distributed_optimizer": _or(flags.distributed_optimizer, not training.uses_muon),
+        "fsdp": bool(flags.fsdp),
+        "first_stage_layers": flags.first_stage_layers,
+        "last_stage_layers": flags.last_stage_layers,
+        "account_for_embedding": bool(flags.account_for_embedding),
+        "account_for_loss": bool(flags.account_for_loss),
+        "pipeline_layout": flags.pp_layout,
     }
     try:
         return ParallelConfig.for_world(world_size, **layout)
@@ -238,16 +316,17 @@ def _resolve_parallel(flags: dict[str, Any], world_size: int, training: Training
         raise _layout_error(exc) from None
 
 
-def _distributed_optimizer(flags: dict[str, Any], training: TrainingSpec) -> bool:
-    """On by default with Adam; off by default with Muon, which Megatron refuses beside it (`check_optimizer`)."""
-    return bool(flags.get("distributed_optimizer", not training.uses_muon))
+def _or(value: T | None, default: T) -> T:
+    """A flag's value, or its default when it was not given. (The distributed optimizer is on by default with
+    Adam and off with Muon, which Megatron refuses beside it: `check_optimizer`.)"""
+    return default if value is None else value
 
 
-def _balanced_layout(model: ModelSpec, flags: dict[str, Any], seq_length: int) -> str:
+def _balanced_layout(model: ModelSpec, flags: CaseFlags, seq_length: int) -> str:
     """`--pp-layout balanced`: the layout string of the most balanced split for this PP x VPP."""
     from megapilot.estimate.pipeline_balance import balanced_split
 
-    pp, vpp = flags.get("pp", 1), flags.get("vpp", 1)
+    pp, vpp = _or(flags.pp, 1), _or(flags.vpp, 1)
     if pp == 1:
         raise MegapilotError("a balanced pipeline layout needs pp > 1", field="pp_layout",
                              fix="drop --pp-layout or raise --pp")
@@ -269,13 +348,12 @@ def _layout_error(exc: ValueError) -> MegapilotError:
     return converted
 
 
-def _build_training(flags: dict[str, Any]) -> TrainingSpec:
+def _build_training(flags: CaseFlags) -> TrainingSpec:
     try:
-        recipe = {"fp8_recipe": flags["fp8_recipe"]} if "fp8_recipe" in flags else {}
-        return TrainingSpec(
-            seq_length=flags["seq_len"], global_batch_size=flags["gbs"], precision=flags.get("precision", "bf16"),
-            optimizer=flags.get("optimizer", "adam"), **recipe,
-        )
+        chosen: dict[str, Any] = {"precision": _or(flags.precision, "bf16"), "optimizer": _or(flags.optimizer, "adam")}
+        if flags.fp8_recipe is not None:
+            chosen["fp8_recipe"] = flags.fp8_recipe
+        return TrainingSpec(seq_length=flags.seq_len, global_batch_size=flags.gbs, **chosen)  # TrainingSpec checks them
     except ValueError as exc:
         error = from_validation_error(exc)
         flag = {"seq_length": "seq_len", "global_batch_size": "gbs"}.get(error.field or "", error.field)
@@ -284,3 +362,7 @@ def _build_training(flags: dict[str, Any]) -> TrainingSpec:
                "optimizer": f"use one of: {', '.join(OPTIMIZERS)}"}.get(
             flag or "", error.fix)
         raise MegapilotError(error.problem, field=flag, fix=fix) from None
+
+
+if {item.name for item in fields(CaseFlags)} != KNOWN_FLAGS:  # one list of flags: the typed case and its checks
+    raise TypeError("CaseFlags and the flag type lists disagree")

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
-from megapilot.estimate.cases import Case
+from megapilot.estimate.cases import Case, CaseFlags
 from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
@@ -97,7 +97,7 @@ class PublishedEntry:
     """The estimate of a published row, and what had to be retyped to get it."""
 
     model: ModelSpec
-    flags: dict[str, Any]
+    flags: CaseFlags
     result: EstimateResult
     case: Case  # the specs the row resolved to: what a fit re-estimates without re-validating
     retyped: list[str] = field(default_factory=list)
@@ -135,26 +135,30 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> dict[str, Any]:
+def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> CaseFlags:
     """The estimate flags the row prints (TP may span nodes on purpose: the tables are what ran)."""
-    return {
+    return CaseFlags.parse({
         "model": model_path, "gpu": row.gpu, "gpus": row.num_gpus, "tp": row.tp, "pp": row.pp,
         "vpp": row.vp if row.vp and row.vp > 1 else None, "cp": row.cp,
         "ep": row.ep if model.moe else None, "mbs": row.mbs, "gbs": row.gbs, "seq_len": row.seq_len,
         "precision": "fp8" if "fp8" in (row.precision or "").lower() else "bf16",
         "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
         "force_tp_across_nodes": True, "etp": 1 if model.moe and (row.tp or 1) > 1 else None,
-    } | _token_drop_flags(row, model)
+    } | _token_drop_flags(row, model))
 
 
-def _token_drop_flags(row: PublishedLayout, model: ModelSpec) -> dict[str, Any]:
+def _token_drop_flags(row: PublishedLayout, model: ModelSpec) -> dict[str, float | bool]:
     """The capacity settings of a "tokendrop" run (Bridge's defaults); none for a dropless one."""
     if not (row.token_drop and model.moe):
         return {}
     return {"moe_capacity_factor": TOKEN_DROP_CAPACITY_FACTOR, "moe_pad_to_capacity": TOKEN_DROP_PAD_TO_CAPACITY}
 
 
-def retype_from_refusal(refusal: MegapilotError) -> dict[str, Any] | None:
+# A refusal's fix as `CaseFlags` changes: field name -> new value.
+Retype = dict[str, int | bool | str | None]
+
+
+def retype_from_refusal(refusal: MegapilotError) -> Retype | None:
     """The flags a refusal's first fix supplies (a pipeline split or an expert TP); None if it offers neither."""
     fix = refusal.fix or ""
     if refusal.field == "ep":
@@ -183,20 +187,20 @@ def enter_published_run(row: PublishedLayout) -> PublishedEntry:
         flags = published_flags(row, str(path), model)
         retyped: list[str] = []
         for recompute in RECOMPUTE_LADDER:
-            entry = _entered(model, flags | {"recompute": recompute}, retyped)
+            entry = _entered(model, flags.changed({"recompute": recompute}), retyped)
             if entry.result.fits:
                 break
             flags, retyped = entry.flags, entry.retyped  # what was retyped holds for the next recompute
         return entry
 
 
-def _entered(model: ModelSpec, flags: dict[str, Any], retyped: list[str]) -> PublishedEntry:
-    from megapilot.estimate import build_case, estimate
+def _entered(model: ModelSpec, flags: CaseFlags, retyped: list[str]) -> PublishedEntry:
+    from megapilot.estimate import case_from, estimate
 
     retyped = list(retyped)
     for _ in range(MAX_RETYPES + 1):
         try:
-            case = build_case(**flags)
+            case = case_from(flags)
             result = estimate(case.model, case.cluster, case.training, case.parallel, PUBLISHED_OPTIONS,
                               allow_tp_across_nodes=case.allow_tp_across_nodes)
             return PublishedEntry(model, flags, result, case, retyped)
@@ -205,5 +209,5 @@ def _entered(model: ModelSpec, flags: dict[str, Any], retyped: list[str]) -> Pub
             if extra is None or len(retyped) == MAX_RETYPES:
                 raise
             retyped.append(", ".join(f"{name}={value}" for name, value in extra.items() if value is not None))
-            flags = flags | extra
+            flags = flags.changed(extra)
     raise AssertionError("unreachable")  # the loop returns or raises
