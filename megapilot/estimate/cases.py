@@ -74,9 +74,10 @@ class CaseFeatures:
     moe_flex_dispatcher: str | None = None
 
 
-@dataclass(frozen=True)
-class CaseFlags:
-    """One case as the flags give it (None = not given: `case_from` applies the module doc's defaults)."""
+@dataclass(frozen=True, kw_only=True)
+class CaseFlags(CaseFeatures):
+    """One case as the flags give it: the layout, the batch and the run's features (None = not given: `case_from`
+    applies the module doc's defaults)."""
 
     model: str
     gpu: str
@@ -106,12 +107,6 @@ class CaseFlags:
     account_for_loss: bool | None = None
     pp_layout: str | None = None
     force_tp_across_nodes: bool | None = None
-    mtp_num_layers: int | None = None
-    mtp_repeated_layer: bool | None = None
-    moe_capacity_factor: float | None = None
-    moe_pad_to_capacity: bool | None = None
-    moe_a2a_overlap: bool | None = None
-    moe_flex_dispatcher: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, object]) -> CaseFlags:
