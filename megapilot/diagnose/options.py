@@ -205,7 +205,8 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
     from the flags), the alltoall dispatcher and grouped GEMM (not priced: their prediction is the layout's)."""
     flags, p, model = config.flags, config.parallel, config.model
     assert p is not None and model is not None
-    if p.tp > 1 and not flags.has("--tp-comm-overlap") and p.sequence_parallel:
+    userbuffers = config.gpu is None or config.gpu.vendor == "NVIDIA"  # TE's userbuffers are CUDA-only
+    if p.tp > 1 and not flags.has("--tp-comm-overlap") and p.sequence_parallel and userbuffers:
         yield proposed_layout(config, "TP communication overlap", p, extra=(change(
             flags, "--tp-comm-overlap", None,
             "overlap TP all-gather/reduce-scatter with GEMMs (needs SP, Transformer Engine)"),))

@@ -103,6 +103,12 @@ def test_the_run_switches_in_the_flags_are_what_the_prediction_prices():
     assert "expert all-to-all overlap" in {o.label for o in throughput_options(plain)}
 
 
+def test_tp_communication_overlap_is_offered_only_where_userbuffers_exist():
+    flags = LLAMA3_8B + " --sequence-parallel"
+    assert "TP communication overlap" in {o.label for o in throughput_options(_config(flags))}
+    assert "TP communication overlap" not in {o.label for o in throughput_options(_config(flags, gpu="mi300x"))}
+
+
 def test_fp8_is_offered_only_on_a_gpu_that_has_it():
     assert "FP8 GEMMs" in {o.label for o in throughput_options(_config())}
     assert "FP8 GEMMs" not in {o.label for o in throughput_options(_config(gpu="a100"))}
