@@ -9,7 +9,7 @@ Model (per GPU, seconds):
   forward (Korthikanti et al. 2022, Sec. 5);
 - tp_comm: with SP 4 all-gathers + 4 reduce-scatters of the layer activation per layer per
   micro-batch (without SP: 4 all-reduces, the same volume), Korthikanti Sec. 4.2.2; with
-  `tp_comm_overlap` (userbuffers/TE) 80 % of it is hidden behind the GEMMs;
+  `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs;
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
   with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
@@ -449,8 +449,9 @@ def _tp_comm_s(
         return 0.0
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.tp)
     total = TP_COLLECTIVES_PER_LAYER * comm.all_gather_s(tokens * model.hidden_size * ACTIVATION_BYTES, p.tp, bandwidth)
-    hidden = TP_OVERLAP_HIDDEN_FRACTION if options.tp_comm_overlap and p.sequence_parallel else 0.0
-    return total * (1 - hidden)
+    # Transformer Engine's userbuffers overlap is CUDA-only: AMD Instinct runs (and their scripts) go without it
+    overlaps = options.tp_comm_overlap and p.sequence_parallel and cluster.gpu.vendor == "NVIDIA"
+    return total * (1 - (TP_OVERLAP_HIDDEN_FRACTION if overlaps else 0.0))
 
 
 def _cp_comm_exposed_s(

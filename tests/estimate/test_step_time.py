@@ -83,6 +83,13 @@ def test_tp_overlap_hides_most_of_the_tp_communication():
     assert hidden.breakdown_s["tp_comm"] == pytest.approx(exposed.breakdown_s["tp_comm"] * 0.2)
 
 
+def test_amd_instinct_has_no_userbuffers_to_hide_tp_communication_behind():
+    mi300x = ClusterSpec.from_gpu_count(get_gpu("mi300x"), 64)
+    asked = step_time(LLAMA3_70B, mi300x, SEQ_4K, _layout())
+    exposed = step_time(LLAMA3_70B, mi300x, SEQ_4K, _layout(), EstimateOptions(tp_comm_overlap=False))
+    assert asked.breakdown_s["tp_comm"] == exposed.breakdown_s["tp_comm"] > 0
+
+
 def test_expert_all_to_all_is_slower_across_nodes():
     train = TrainingSpec(seq_length=4096, global_batch_size=256)
     inside = step_time(MIXTRAL, _h100s(64), train, ParallelConfig(tp=1, dp=64, ep=8))
