@@ -32,7 +32,13 @@ from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
 from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
-from megapilot.spec.validate import check_optimizer, flex_dispatcher_refusal, moe_a2a_overlap_refusal
+from megapilot.spec.validate import (
+    KEEP_ALLTOALL,
+    check_optimizer,
+    flex_backend_refusal,
+    flex_dispatcher_refusal,
+    moe_a2a_overlap_refusal,
+)
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
              "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
@@ -138,6 +144,9 @@ def case_from(flags: CaseFlags) -> Case:
     """Resolve checked flags into specs; raises MegapilotError on a value or layout Megatron would refuse."""
     model = with_features(_resolve_model(flags.model), flags.features)
     cluster = _resolve_cluster(flags.gpu, flags.gpus, flags.gpus_per_node)
+    if flags.moe_flex_dispatcher in FLEX_DISPATCHER_BACKENDS and (
+            unavailable := flex_backend_refusal(flags.moe_flex_dispatcher, cluster)) is not None:
+        raise unavailable
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
     if flags.pp_layout == "balanced":
@@ -147,8 +156,7 @@ def case_from(flags: CaseFlags) -> Case:
     if flags.moe_a2a_overlap:
         _check_a2a_overlap(model, parallel)
     if flags.moe_flex_dispatcher and (refusal := flex_dispatcher_refusal(parallel)) is not None:
-        raise MegapilotError(refusal, field="moe_flex_dispatcher",
-                             fix="drop --moe-flex-dispatcher (the alltoall dispatcher stays), or use EP > 1")
+        raise MegapilotError(refusal, field="moe_flex_dispatcher", fix=f"{KEEP_ALLTOALL}, or use EP > 1")
     return Case(model, cluster, training, parallel, allow_tp_across_nodes=bool(flags.force_tp_across_nodes),
                 options=run_options(model, flags.features))
 

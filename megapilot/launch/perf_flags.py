@@ -19,7 +19,8 @@ from megapilot.errors import MegapilotError
 from megapilot.estimate.quantization import keeps_fp8_primary_weights
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
-from megapilot.spec import SavedPlan, flex_dispatcher_refusal, moe_a2a_overlap_refusal
+from megapilot.spec import SavedPlan, flex_backend_refusal, flex_dispatcher_refusal, moe_a2a_overlap_refusal
+from megapilot.spec.validate import KEEP_ALLTOALL
 
 # Megatron's own default for --distributed-timeout-minutes; what one node needs.
 BASE_TIMEOUT_MIN = 10
@@ -92,11 +93,6 @@ def meta_device_init_needed(plan: SavedPlan) -> bool:
 
 # Architectures each flex backend runs on (Megatron-Bridge's flex_dispatcher_backend.py gate: DeepEP on
 # SM 8.x/9.x and B200-class Blackwell, HybridEP on SM 8/9/10).
-_FLEX_BACKEND_ARCHITECTURES = {
-    "deepep": ("ampere", "hopper", "blackwell"), "hybridep": ("ampere", "hopper", "blackwell"),
-}
-
-
 def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | None:
     """The flex dispatcher backend asked for, once it is known to apply; a request that cannot run is refused.
 
@@ -107,19 +103,16 @@ def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | No
     backend = options.moe_flex_dispatcher
     if backend is None:
         return None
-    gpu, p = plan.cluster.gpu, plan.parallel
-    field, fix = "moe_flex_dispatcher", "drop --moe-flex-dispatcher (the alltoall dispatcher stays)"
+    field = "moe_flex_dispatcher"
     if plan.model.moe is None:
-        raise MegapilotError(f"{plan.model.name} has no experts to dispatch", field=field, fix=fix)
-    if not gpu_kernels_available(options) or gpu.vendor != "NVIDIA":
+        raise MegapilotError(f"{plan.model.name} has no experts to dispatch", field=field, fix=KEEP_ALLTOALL)
+    if not gpu_kernels_available(options):
         raise MegapilotError(f"the {backend} flex dispatcher runs only in Megatron-LM on NVIDIA GPUs", field=field,
-                             fix=fix)
-    if gpu.architecture not in _FLEX_BACKEND_ARCHITECTURES[backend] or (
-            backend == "deepep" and gpu.scaleup_domain_gpus > plan.cluster.gpus_per_node):
-        raise MegapilotError(f"{backend} does not run on {gpu.name}", field=field,
-                             fix="use --moe-flex-dispatcher hybridep" if backend == "deepep" else fix)
-    if (refusal := flex_dispatcher_refusal(p)) is not None:
-        raise MegapilotError(refusal, field=field, fix=fix)
+                             fix=KEEP_ALLTOALL)
+    if (unavailable := flex_backend_refusal(backend, plan.cluster)) is not None:
+        raise unavailable
+    if (refusal := flex_dispatcher_refusal(plan.parallel)) is not None:
+        raise MegapilotError(refusal, field=field, fix=KEEP_ALLTOALL)
     return backend
 
 

@@ -5,7 +5,12 @@ from megapilot.spec.model import MLASpec, ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import EstimateResult, FlexDispatcher, MemoryGiB, ParamCounts, SavedPlan
 from megapilot.spec.training import PRECISIONS, Precision, TrainingSpec
-from megapilot.spec.validate import flex_dispatcher_refusal, moe_a2a_overlap_refusal, validate_layout
+from megapilot.spec.validate import (
+    flex_backend_refusal,
+    flex_dispatcher_refusal,
+    moe_a2a_overlap_refusal,
+    validate_layout,
+)
 
 __all__ = [
     "ARCH_PRECISIONS",
@@ -24,6 +29,7 @@ __all__ = [
     "SavedPlan",
     "TrainingSpec",
     "default_gpus_per_node",
+    "flex_backend_refusal",
     "flex_dispatcher_refusal",
     "moe_a2a_overlap_refusal",
     "validate_layout",

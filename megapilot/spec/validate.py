@@ -292,6 +292,28 @@ def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> li
     return warnings
 
 
+# The GPU architectures each flex dispatcher backend library is built for (DeepEP and HybridEP: CUDA only).
+FLEX_BACKEND_ARCHITECTURES = {
+    "deepep": ("ampere", "hopper", "blackwell"), "hybridep": ("ampere", "hopper", "blackwell"),
+}
+KEEP_ALLTOALL = "drop --moe-flex-dispatcher (the alltoall dispatcher stays)"
+
+
+def flex_backend_refusal(backend: str, cluster: ClusterSpec) -> MegapilotError | None:
+    """Why a flex dispatcher backend does not run on these GPUs (field moe_flex_dispatcher), or None. DeepEP and
+    HybridEP are CUDA libraries; Bridge gates DeepEP to B200-class Blackwell, not the NVL72 GB200/GB300, where only
+    HybridEP spans the rack's NVLink domain."""
+    gpu = cluster.gpu
+    if gpu.vendor != "NVIDIA":
+        return MegapilotError(f"the {backend} flex dispatcher runs only in Megatron-LM on NVIDIA GPUs",
+                              field="moe_flex_dispatcher", fix=KEEP_ALLTOALL)
+    if gpu.architecture not in FLEX_BACKEND_ARCHITECTURES.get(backend, ()) or (
+            backend == "deepep" and gpu.scaleup_domain_gpus > cluster.gpus_per_node):
+        return MegapilotError(f"{backend} does not run on {gpu.name}", field="moe_flex_dispatcher",
+                              fix="use --moe-flex-dispatcher hybridep" if backend == "deepep" else KEEP_ALLTOALL)
+    return None
+
+
 def flex_dispatcher_refusal(p: ParallelConfig) -> str | None:
     """Why Megatron-Core refuses the flex token dispatcher on this layout, or None where it runs."""
     return "the flex dispatcher needs TP x EP > 1 (Megatron asserts it)" if p.tp * p.ep == 1 else None

@@ -205,3 +205,13 @@ def test_the_all_to_all_overlap_needs_experts():
     with pytest.raises(MegapilotError) as refused:
         build_case(model="llama3.1-8b", gpu="h100", gpus=8, gbs=64, seq_len=4096, moe_a2a_overlap=True)
     assert refused.value.field == "moe_a2a_overlap"
+
+
+@pytest.mark.parametrize(("gpu", "backend", "problem"), [
+    ("mi300x", "deepep", "runs only in Megatron-LM on NVIDIA GPUs"),
+    ("gb200", "deepep", "deepep does not run on GB200"),
+])
+def test_a_flex_dispatcher_backend_the_gpus_cannot_run_is_refused_as_script_refuses_it(gpu, backend, problem):
+    with pytest.raises(MegapilotError, match=problem) as info:
+        build_case(model="mixtral-8x7b", gpu=gpu, gpus=16, gbs=64, seq_len=4096, ep=8, moe_flex_dispatcher=backend)
+    assert info.value.field == "moe_flex_dispatcher"
