@@ -42,7 +42,7 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
                           dist_muon_overlaps=dist_muon_overlaps(table.version)),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
-        _cpu_section() if options.cpu else _precision_section(plan, options),
+        _cpu_section() if options.cpu else _precision_section(plan, options, table),
         _training_section(plan.training, plan.parallel),
         _data_section(plan.model, options),
         _logging_section(options),
@@ -188,7 +188,7 @@ MEGATRON_QUANT_FLAGS: dict[str, tuple[str, ...]] = {
 PRIMUS_ONLY_ON_AMD = frozenset({"fp8-blockwise", "mxfp4"})
 
 
-def _precision_section(plan: SavedPlan, options: LaunchOptions) -> ArgSection:
+def _precision_section(plan: SavedPlan, options: LaunchOptions, table: FlagTable) -> ArgSection:
     training, gpu = plan.training, plan.cluster.gpu
     flavour = training.quant_flavour
     gpu.check_precision(training.precision, training.fp8_recipe)
@@ -197,6 +197,8 @@ def _precision_section(plan: SavedPlan, options: LaunchOptions) -> ArgSection:
     s.add("--fp16" if training.precision == "fp16" else "--bf16")
     if flavour in MEGATRON_QUANT_FLAGS:
         s.args.extend(MEGATRON_QUANT_FLAGS[flavour])
+        if plan.model.moe is not None:
+            s.add(_routing_padding_flag(table))
     elif flavour == "mxfp4":
         s.title += " (Primus keys fp4/fp4_recipe in the experiment; the Megatron arguments stay bf16)"
     if fp8_param_gather_applies(plan, options):
@@ -210,6 +212,14 @@ def _precision_section(plan: SavedPlan, options: LaunchOptions) -> ArgSection:
     if plan.model.moe is not None:
         s.add("--moe-grouped-gemm")
     return s
+
+
+def _routing_padding_flag(table: FlagTable) -> str:
+    """Quantised expert GEMMs need each expert's token count a multiple of 16/32: the router pads its routing map
+    to it, instead of the grouped MLP padding every expert's tokens in a pass of its own (Megatron-LM's MoE README,
+    Bridge's MoE performance recipes). core_v0.16 renamed the flag; the old name stays as an alias there."""
+    new_name = "--moe-router-padding-for-quantization"
+    return new_name if new_name in table.flags else "--moe-router-padding-for-fp8"
 
 
 def _check_launcher_runs(flavour: str | None, vendor: str, options: LaunchOptions) -> None:

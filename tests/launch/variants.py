@@ -117,6 +117,10 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
                    check_paths_exist=False)),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
      LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_a2a_overlap=True, check_paths_exist=False)),
+    # FP8 experts: the router pads their token counts for the quantised GEMMs, under each release's flag name
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN.model_copy(update={"precision": "fp8"}), ep=8, etp=1), _MEGATRON_MOCK),
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN.model_copy(update={"precision": "fp8"}), ep=8, etp=1),
+     _MEGATRON_MOCK.model_copy(update={"megatron_version": "core_v0.15.0"})),
     # Muon: Megatron-LM's optimizer (the embedded trainer runs Adam and SGD), without the distributed optimizer.
     (make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"optimizer": "dist_muon"}), tp=2,
                distributed_optimizer=False), _MEGATRON_MOCK),
