@@ -42,6 +42,7 @@ import statistics
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
+from typing import Literal
 
 from megapilot.diagnose.cascade import failure_kind
 from megapilot.diagnose.findings import Finding, Fix, Severity
@@ -417,13 +418,14 @@ def _gpu_fault(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | N
                    occurrences=len(records))
 
 
-# Code a kernel fault's traceback can name, and the Megatron-LM switch that runs the same step without that kernel.
-_FUSED_PATHS: tuple[tuple[tuple[str, ...], str, str], ...] = (
-    (("grouped_gemm", "gmm(", "GroupedMLP", "grouped_linear", "GroupedLinear"), "--moe-grouped-gemm",
+# Code a kernel fault's traceback can name, and the Megatron-LM switch that runs the same step without that kernel:
+# an opt-in fusion is removed, RoPE's (on by default) switched off.
+_FUSED_PATHS: tuple[tuple[tuple[str, ...], Literal["add", "remove"], str, str], ...] = (
+    (("grouped_gemm", "gmm(", "GroupedMLP", "grouped_linear", "GroupedLinear"), "remove", "--moe-grouped-gemm",
      "the experts one GEMM at a time: slower, but it shows whether the grouped GEMM faults"),
-    (("permute", "moe_utils"), "--moe-permute-fusion", "token permutation in plain PyTorch"),
-    (("cross_entropy",), "--cross-entropy-loss-fusion", "the unfused cross entropy"),
-    (("rotary", "rope"), "--apply-rope-fusion", "the unfused rotary embedding"),
+    (("permute", "moe_utils"), "remove", "--moe-permute-fusion", "token permutation in plain PyTorch"),
+    (("cross_entropy",), "remove", "--cross-entropy-loss-fusion", "the unfused cross entropy"),
+    (("rotary", "rope"), "add", "--no-rope-fusion", "the unfused rotary embedding"),
 )
 
 
@@ -442,9 +444,10 @@ def _kernel_fault(records: list[ErrorRecord], config: RunConfig | None) -> Findi
                  kind="env"),
              Fix("add", "dmesg -T | grep -iE 'xid|amdgpu'", None, "Xid 13/31/43 point at the kernel, Xid 48/63/64/74/"
                  "79/94/95 at the GPU or its links", kind="command")]
-    for needles, flag, reason in _FUSED_PATHS:
-        if any(needle in frames for needle in needles) and (config is None or config.flags.has(flag)):
-            fixes.append(Fix("remove", flag, None, f"to confirm: {reason}"))
+    for needles, action, flag, reason in _FUSED_PATHS:
+        in_use = config is None or config.flags.has(flag) == (action == "remove")
+        if any(needle in frames for needle in needles) and in_use:
+            fixes.append(Fix(action, flag, None, f"to confirm: {reason}"))
     return Finding("gpu_hw_fault", "critical", f"GPU kernel fault: illegal memory access{_ranks(records)}",
                    _evidence(records), cause, fixes, occurrences=len(records))
 

@@ -422,3 +422,12 @@ def test_an_illegal_memory_access_beside_an_xid_stays_a_hardware_fault():
                                                      "double bit error (DBE) has been detected on GPU\n")
     (finding,) = diagnose_log(log, None).findings
     assert "GPU hardware fault" in finding.title and any("drain" in f.flag for f in finding.fixes)
+
+
+def test_a_kernel_fault_in_the_rotary_embedding_switches_its_default_fusion_off():
+    log = parse_text("Traceback (most recent call last):\n"
+                     '  File "/megatron/core/models/common/embeddings/rope_utils.py", line 80, in apply_rope\n'
+                     "    return fused_apply_rotary_pos_emb(t, freqs)\n"
+                     "RuntimeError: CUDA error: misaligned address\n")
+    (finding,) = diagnose_log(log, None).findings
+    assert ("add", "--no-rope-fusion") in [(f.action, f.flag) for f in finding.fixes]
