@@ -34,7 +34,10 @@ _JOINERS = {",", "or", "and", ":", "(", ")", "the", "flag", "flags", "argument",
 _NOT_VALUES = {"or", "and", "with", "when", "to", "instead", "for", "if", "in", "is", "are", "only", "as", "together",
                "must", "should", "cannot", "can", "not", "be", "argument", "flag", "which", "that", "but", "on", "at",
                "by", "of", "from", "it", "this", "so", "because", "since", "unless", "while", "then", "was",
-               *_ASKS, *_FORBIDS}
+               "without", *_ASKS, *_FORBIDS}
+# A switch's state said after it ("requires --ddp-average-in-collective off"): not a value, the action.
+_SWITCH_STATES: dict[str, Action] = {"off": "remove", "false": "remove", "disabled": "remove", "on": "add",
+                                     "true": "add", "enabled": "add"}
 _SUBJECT_REMOVED = re.compile(
     r"^(?:is|are) (?:deprecated|no longer (?:valid|supported|used)|not (?:supported|allowed|compatible)|disabled|"
     r"obsolete|removed)|^should not be (?:used|set)|^(?:can ?not|must not) be used", re.IGNORECASE)
@@ -101,6 +104,8 @@ def _worded_changes(message: str) -> list[NamedChange]:
                 if after_or and mode != "remove" and changes:  # "requires --load or --pretrained-checkpoint"
                     alternative += 1
                 action: Action = "remove" if mode == "remove" else ("set" if value is not None else "add")
+                if value is not None and value.lower() in _SWITCH_STATES and mode != "remove":
+                    action, value = _SWITCH_STATES[value.lower()], None
                 changes.append(NamedChange(action, flag, None if mode == "remove" else value,
                                            "named in the refusal", alternative=alternative))
             elif subject is not None:
@@ -122,6 +127,8 @@ def _mode_after(lower: str, words: list[str], index: int, mode: Action | None) -
     """The verb's reach after this word: asked-for flags, forbidden ones, or none."""
     previous = words[index - 1].lower() if index else ""
     if lower in _ASKS:
+        if previous == "to":  # "To use --x without UVM, ...": a condition, not an instruction
+            return None
         return "remove" if previous in _NEGATIONS else "add"
     if lower == "with" and previous in _ASKS_WITH:  # but not "should not be used with --x"
         return None if _NEGATIONS & {w.lower() for w in words[max(0, index - 4):index]} else "add"

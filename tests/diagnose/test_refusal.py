@@ -47,6 +47,11 @@ def _changes(message: str) -> list[tuple[int, str, str, str | None]]:
     ("Please set `NVTE_ROCM_ENABLE_MXFP8=1` to enable `mxfp8` recipe.", [(0, "set", "NVTE_ROCM_ENABLE_MXFP8", "1")]),
     ("Using tensor model parallelism or context parallelism require setting the environment variable "
      "CUDA_DEVICE_MAX_CONNECTIONS to 1", [(0, "set", "CUDA_DEVICE_MAX_CONNECTIONS", "1")]),
+    # a switch's state after it is the action; "to use --x" is a condition, not an instruction
+    ("GTP requires --ddp-average-in-collective off (the default)",
+     [(0, "remove", "--ddp-average-in-collective", None)]),
+    ("To use --rl-offload-inference-model-weights-when-idle without UVM, set --rl-inference-tensor-parallel-size",
+     [(0, "add", "--rl-inference-tensor-parallel-size", None)]),
     # a rule that names no flag: nothing to read
     ("num_layers (80) must be divisible by pipeline_model_parallel_size (3)", []),
 ])
