@@ -111,7 +111,7 @@ def _build_specs(
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
     options = run_options(model, given)  # refuses an unknown backend by name first
     if given.moe_flex_dispatcher is not None and (
-            unavailable := flex_backend_refusal(given.moe_flex_dispatcher, cluster)) is not None:
+            unavailable := flex_backend_refusal(given.moe_flex_dispatcher, cluster, model)) is not None:
         raise unavailable
     return _Specs(model, cluster, training, options)
 

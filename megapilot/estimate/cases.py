@@ -145,7 +145,7 @@ def case_from(flags: CaseFlags) -> Case:
     model = with_features(_resolve_model(flags.model), flags.features)
     cluster = _resolve_cluster(flags.gpu, flags.gpus, flags.gpus_per_node)
     if flags.moe_flex_dispatcher in FLEX_DISPATCHER_BACKENDS and (
-            unavailable := flex_backend_refusal(flags.moe_flex_dispatcher, cluster)) is not None:
+            unavailable := flex_backend_refusal(flags.moe_flex_dispatcher, cluster, model)) is not None:
         raise unavailable
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU

@@ -19,6 +19,7 @@ from pathlib import Path
 from megapilot.errors import MegapilotError
 from megapilot.launch.megatron_args import MEGATRON_RELEASE, FlagTable, flag_table
 from megapilot.spec import GPUSpec, ParallelConfig
+from megapilot.spec.validate import DEEPEP_REFUSES_PADDING, flex_layout_refusal
 
 PLACEHOLDER = re.compile(
     r"<\s*(change ?me|changeme|fill[ _-]?me|your[^>]*|path[^>]*|todo|fixme|placeholder)\s*>"
@@ -364,14 +365,17 @@ def _flex_dispatcher_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     if dispatcher != "flex":
         return
     tp, ep = _int_value(values, "--tensor-model-parallel-size"), _int_value(values, "--expert-model-parallel-size")
-    if tp * ep == 1:
-        raise MegapilotError("the flex token dispatcher needs TP x EP > 1", field="moe_flex_dispatcher",
+    if (refusal := flex_layout_refusal(tp, ep)) is not None:
+        raise MegapilotError(refusal, field="moe_flex_dispatcher",
                              fix="use --moe-token-dispatcher-type alltoall with TP = EP = 1")
+    if gpu.vendor != "NVIDIA":
+        raise MegapilotError(f"the flex dispatcher's backends (DeepEP, HybridEP) are CUDA libraries, not for "
+                             f"{gpu.name}", field="moe_flex_dispatcher",
+                             fix="use --moe-token-dispatcher-type alltoall")
     backend = values.get("--moe-flex-dispatcher-backend", ["deepep"])[0]
     if backend == "deepep" and "--moe-pad-expert-input-to-capacity" in values:
-        raise MegapilotError("the flex dispatcher's DeepEP backend does not pad expert inputs to capacity "
-                             "(Megatron-Core refuses moe_pad_expert_input_to_capacity with it)",
-                             field="moe_flex_dispatcher", fix="use --moe-flex-dispatcher hybridep, or drop the padding")
+        raise MegapilotError(DEEPEP_REFUSES_PADDING, field="moe_flex_dispatcher",
+                             fix="use --moe-flex-dispatcher hybridep, or drop the padding")
 
 
 def _attention_backend_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:

@@ -109,7 +109,7 @@ def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | No
     if not gpu_kernels_available(options):
         raise MegapilotError(f"the {backend} flex dispatcher runs only in Megatron-LM on NVIDIA GPUs", field=field,
                              fix=KEEP_ALLTOALL)
-    if (unavailable := flex_backend_refusal(backend, plan.cluster)) is not None:
+    if (unavailable := flex_backend_refusal(backend, plan.cluster, plan.model)) is not None:
         raise unavailable
     if (refusal := flex_dispatcher_refusal(plan.parallel)) is not None:
         raise MegapilotError(refusal, field=field, fix=KEEP_ALLTOALL)

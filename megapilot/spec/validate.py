@@ -299,10 +299,13 @@ FLEX_BACKEND_ARCHITECTURES = {
 KEEP_ALLTOALL = "drop --moe-flex-dispatcher (the alltoall dispatcher stays)"
 
 
-def flex_backend_refusal(backend: str, cluster: ClusterSpec) -> MegapilotError | None:
-    """Why a flex dispatcher backend does not run on these GPUs (field moe_flex_dispatcher), or None. DeepEP and
-    HybridEP are CUDA libraries; Bridge gates DeepEP to B200-class Blackwell, not the NVL72 GB200/GB300, where only
-    HybridEP spans the rack's NVLink domain."""
+def flex_backend_refusal(backend: str, cluster: ClusterSpec, model: ModelSpec) -> MegapilotError | None:
+    """Why a flex dispatcher backend does not run on these GPUs or for this model (field moe_flex_dispatcher), or
+    None. DeepEP and HybridEP are CUDA libraries; Bridge gates DeepEP to B200-class Blackwell, not the NVL72
+    GB200/GB300, where only HybridEP spans the rack's NVLink domain; DeepEP does not pad expert inputs to capacity."""
+    if backend == "deepep" and model.moe is not None and model.moe.pad_to_capacity:
+        return MegapilotError(DEEPEP_REFUSES_PADDING, field="moe_flex_dispatcher",
+                              fix="use --moe-flex-dispatcher hybridep, or drop the padding to capacity")
     gpu = cluster.gpu
     if gpu.vendor != "NVIDIA":
         return MegapilotError(f"the {backend} flex dispatcher runs only in Megatron-LM on NVIDIA GPUs",
@@ -314,9 +317,18 @@ def flex_backend_refusal(backend: str, cluster: ClusterSpec) -> MegapilotError |
     return None
 
 
+DEEPEP_REFUSES_PADDING = ("the flex dispatcher's DeepEP backend does not pad expert inputs to capacity "
+                          "(Megatron-Core refuses moe_pad_expert_input_to_capacity with it)")
+
+
 def flex_dispatcher_refusal(p: ParallelConfig) -> str | None:
     """Why Megatron-Core refuses the flex token dispatcher on this layout, or None where it runs."""
-    return "the flex dispatcher needs TP x EP > 1 (Megatron asserts it)" if p.tp * p.ep == 1 else None
+    return flex_layout_refusal(p.tp, p.ep)
+
+
+def flex_layout_refusal(tp: int, ep: int) -> str | None:
+    """`flex_dispatcher_refusal` for the sizes alone (what a hand-written script's flags say)."""
+    return "the flex dispatcher needs TP x EP > 1 (Megatron asserts it)" if tp * ep == 1 else None
 
 
 def moe_a2a_overlap_refusal(model: ModelSpec, p: ParallelConfig) -> str | None:

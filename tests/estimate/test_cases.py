@@ -215,3 +215,10 @@ def test_a_flex_dispatcher_backend_the_gpus_cannot_run_is_refused_as_script_refu
     with pytest.raises(MegapilotError, match=problem) as info:
         build_case(model="mixtral-8x7b", gpu=gpu, gpus=16, gbs=64, seq_len=4096, ep=8, moe_flex_dispatcher=backend)
     assert info.value.field == "moe_flex_dispatcher"
+
+
+def test_deepep_with_expert_inputs_padded_to_capacity_is_refused_as_megatron_refuses_it():
+    with pytest.raises(MegapilotError, match="does not pad expert inputs to capacity") as info:
+        build_case(model="mixtral-8x7b", gpu="h100", gpus=16, gbs=64, seq_len=4096, ep=8, moe_flex_dispatcher="deepep",
+                   moe_capacity_factor=1.0, moe_pad_to_capacity=True)
+    assert info.value.field == "moe_flex_dispatcher" and "hybridep" in (info.value.fix or "")
