@@ -91,6 +91,8 @@ def check_megatron_args(args: list[str], gpu: GPUSpec, table: FlagTable | None =
             check_no_placeholder(name, value)
     for rule in _COMBINATION_RULES:
         rule(values, gpu)
+    if (table or flag_table()).version < SEQUENCE_PARALLEL_WITH_EP_WARNS_SINCE:
+        _tp_with_ep_needs_sequence_parallel(values, gpu)
 
 
 def _int_value(values: dict[str, list[str]], name: str, default: int = 1) -> int:
@@ -349,11 +351,17 @@ def _fp8_recipe_limits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
                              field="fp8_recipe", fix="use --fp8-recipe tensorwise, or recompute other modules")
 
 
+# ModelParallelConfig raised on TP > 1 with EP > 1 and no sequence parallelism up to core_v0.14; from core_v0.15 on
+# it only warns ("sequence parallelism must be used").
+SEQUENCE_PARALLEL_WITH_EP_WARNS_SINCE = (0, 15, 0)
+
+
 def _tp_with_ep_needs_sequence_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     tp, ep = _int_value(values, "--tensor-model-parallel-size"), _int_value(values, "--expert-model-parallel-size")
     if tp > 1 and ep > 1 and "--sequence-parallel" not in values:
         raise MegapilotError(f"expert parallelism (EP={ep}) with tensor parallelism (TP={tp}) needs sequence "
-                             "parallelism (Megatron-Core: 'sequence parallelism must be used')",
+                             "parallelism before Megatron-LM core_v0.15 (Megatron-Core: 'sequence parallelism must "
+                             "be used')",
                              field="sequence_parallel", fix="add --sequence-parallel")
 
 
@@ -439,7 +447,7 @@ _COMBINATION_RULES = (
     _mtp_needs_rope, _expert_parallel_needs_experts, _megatron_fsdp_companions, _optimizer_step_overlap_needs,
     _tp_comm_overlap_needs_sp_and_te, _fused_kernels_need_te, _fp8_param_gather_needs_sharded_weights,
     _fp8_recipe_limits,
-    _tp_with_ep_needs_sequence_parallel, _flex_dispatcher_fits, _attention_backend_fits, _layers_split_over_pipeline,
+    _flex_dispatcher_fits, _attention_backend_fits, _layers_split_over_pipeline,
     _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel,
 )
 

@@ -19,6 +19,7 @@ from megapilot.launch.checks import (
     check_environment,
     check_no_placeholder,
 )
+from megapilot.launch.megatron_args import flag_table
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import GOLDEN_PLANS, LLAMA31_8B, make_plan
 
@@ -98,8 +99,6 @@ def test_rendered_arguments_pass_all_checks() -> None:
      "fp8_param_gather", "needs the distributed optimizer or Megatron-FSDP"),
     (lambda a: a + ["--fp8-format", "hybrid", "--reuse-grad-buf-for-mxfp8-param-ag"], "fp8_param_gather",
      "needs --fp8-param-gather"),
-    (lambda a: _without(a, "--sequence-parallel", "--tp-comm-overlap") + ["--num-experts", "8",
-     "--expert-model-parallel-size", "2"], "sequence_parallel", "needs sequence parallelism"),
     (lambda a: a + ["--moe-flex-dispatcher-backend", "deepep"], "moe_flex_dispatcher",
      "has no effect with the allgather"),
     (lambda a: _without(_with_value(a, "--tensor-model-parallel-size", "1"), "--sequence-parallel", "--tp-comm-overlap")
@@ -130,6 +129,15 @@ def test_flag_combination_rules_fire(mutate, field: str, problem: str) -> None:
     with pytest.raises(MegapilotError, match=problem) as info:
         check_megatron_args(mutate(_base_args()), H100)
     assert info.value.field == field and info.value.fix
+
+
+def test_tp_with_ep_without_sequence_parallel_is_refused_only_where_megatron_raised_on_it() -> None:
+    args = _without(_base_args(), "--sequence-parallel", "--tp-comm-overlap") + [
+        "--num-experts", "8", "--expert-model-parallel-size", "2"]
+    with pytest.raises(MegapilotError, match=r"needs sequence parallelism before Megatron-LM core_v0\.15") as info:
+        check_megatron_args(args, H100, flag_table("core_v0.14.0"))
+    assert info.value.field == "sequence_parallel"
+    check_megatron_args(args, H100, flag_table("core_v0.16.0"))  # core_v0.15 on: a warning, not an error
 
 
 def test_fp8_refused_on_hardware_without_it() -> None:
