@@ -95,7 +95,7 @@ def _build_specs(
     from megapilot.catalog import get_gpu, get_model
     from megapilot.cli.common import validation_error
     from megapilot.estimate import run_options, with_features
-    from megapilot.spec import ClusterSpec, TrainingSpec, flex_backend_refusal
+    from megapilot.spec import ClusterSpec, TrainingSpec
 
     given = features.case_features()
     model = with_features(get_model(model_name), given)
@@ -109,11 +109,7 @@ def _build_specs(
                  "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
         raise validation_error(exc, flags=names) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
-    options = run_options(model, given)  # refuses an unknown backend by name first
-    if given.moe_flex_dispatcher is not None and (
-            unavailable := flex_backend_refusal(given.moe_flex_dispatcher, cluster, model)) is not None:
-        raise unavailable
-    return _Specs(model, cluster, training, options)
+    return _Specs(model, cluster, training, run_options(model, given, cluster))
 
 
 # Options whose default the output states when it was used (the search's answer depends on them).

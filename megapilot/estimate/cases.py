@@ -144,9 +144,7 @@ def case_from(flags: CaseFlags) -> Case:
     """Resolve checked flags into specs; raises MegapilotError on a value or layout Megatron would refuse."""
     model = with_features(_resolve_model(flags.model), flags.features)
     cluster = _resolve_cluster(flags.gpu, flags.gpus, flags.gpus_per_node)
-    if flags.moe_flex_dispatcher in FLEX_DISPATCHER_BACKENDS and (
-            unavailable := flex_backend_refusal(flags.moe_flex_dispatcher, cluster, model)) is not None:
-        raise unavailable
+    options = run_options(model, flags.features, cluster)
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
     if flags.pp_layout == "balanced":
@@ -158,7 +156,7 @@ def case_from(flags: CaseFlags) -> Case:
     if flags.moe_flex_dispatcher and (refusal := flex_dispatcher_refusal(parallel)) is not None:
         raise MegapilotError(refusal, field="moe_flex_dispatcher", fix=f"{KEEP_ALLTOALL}, or use EP > 1")
     return Case(model, cluster, training, parallel, allow_tp_across_nodes=bool(flags.force_tp_across_nodes),
-                options=run_options(model, flags.features))
+                options=options)
 
 
 def with_features(model: ModelSpec, features: CaseFeatures) -> ModelSpec:
@@ -176,10 +174,10 @@ def _check_a2a_overlap(model: ModelSpec, parallel: ParallelConfig) -> None:
                              field="moe_a2a_overlap", fix="drop --moe-a2a-overlap, or change the layout as it says")
 
 
-def run_options(model: ModelSpec, features: CaseFeatures) -> EstimateOptions:
+def run_options(model: ModelSpec, features: CaseFeatures, cluster: ClusterSpec) -> EstimateOptions:
     """The run features the flags name: the flex MoE dispatcher (a token crosses to each remote NVLink domain
-    once, no host sync) and the expert all-to-all overlap (on every layout Megatron allows it on), on a model
-    with experts."""
+    once, no host sync; refused where its backend cannot run, as `script` refuses it) and the expert all-to-all
+    overlap (on every layout Megatron allows it on), on a model with experts."""
     if features.moe_a2a_overlap and model.moe is None:
         raise MegapilotError(f"{model.name} has no experts whose all-to-all could overlap", field="moe_a2a_overlap",
                              fix="drop --moe-a2a-overlap for a dense model")
@@ -193,6 +191,8 @@ def run_options(model: ModelSpec, features: CaseFeatures) -> EstimateOptions:
     if model.moe is None:
         raise MegapilotError(f"{model.name} has no experts to dispatch tokens to", field="moe_flex_dispatcher",
                              fix="drop --moe-flex-dispatcher for a dense model")
+    if (unavailable := flex_backend_refusal(backend, cluster, model)) is not None:
+        raise unavailable
     return EstimateOptions(moe_flex_dispatcher=True, moe_a2a_overlap=overlap)
 
 

@@ -91,8 +91,6 @@ def meta_device_init_needed(plan: SavedPlan) -> bool:
     return unsharded_gib > plan.cluster.gpu.hbm_gib / 2
 
 
-# Architectures each flex backend runs on (Megatron-Bridge's flex_dispatcher_backend.py gate: DeepEP on
-# SM 8.x/9.x and B200-class Blackwell, HybridEP on SM 8/9/10).
 def flex_dispatcher_backend(plan: SavedPlan, options: LaunchOptions) -> str | None:
     """The flex dispatcher backend asked for, once it is known to apply; a request that cannot run is refused.
 

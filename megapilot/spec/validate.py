@@ -292,11 +292,14 @@ def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> li
     return warnings
 
 
-# The GPU architectures each flex dispatcher backend library is built for (DeepEP and HybridEP: CUDA only).
+# Architectures each flex backend runs on (Megatron-Bridge's flex_dispatcher_backend.py gate: DeepEP on
+# SM 8.x/9.x and B200-class Blackwell, HybridEP on SM 8/9/10); both are CUDA libraries.
 FLEX_BACKEND_ARCHITECTURES = {
     "deepep": ("ampere", "hopper", "blackwell"), "hybridep": ("ampere", "hopper", "blackwell"),
 }
 KEEP_ALLTOALL = "drop --moe-flex-dispatcher (the alltoall dispatcher stays)"
+DEEPEP_REFUSES_PADDING = ("the flex dispatcher's DeepEP backend does not pad expert inputs to capacity "
+                          "(Megatron-Core refuses moe_pad_expert_input_to_capacity with it)")
 
 
 def flex_backend_refusal(backend: str, cluster: ClusterSpec, model: ModelSpec) -> MegapilotError | None:
@@ -316,9 +319,6 @@ def flex_backend_refusal(backend: str, cluster: ClusterSpec, model: ModelSpec) -
                               fix="use --moe-flex-dispatcher hybridep" if backend == "deepep" else KEEP_ALLTOALL)
     return None
 
-
-DEEPEP_REFUSES_PADDING = ("the flex dispatcher's DeepEP backend does not pad expert inputs to capacity "
-                          "(Megatron-Core refuses moe_pad_expert_input_to_capacity with it)")
 
 
 def flex_dispatcher_refusal(p: ParallelConfig) -> str | None:
