@@ -114,14 +114,19 @@ def test_plan_is_rendered_for_the_trainer_and_multi_node_refused_locally(cli, tm
 def test_interrupting_megapilot_stops_the_run_and_prints_it_cancelled(tmp_path, signum):
     import psutil
 
-    script = launch_script(tmp_path, "--iters", "200", "--interval-s", "0.1", "--spawn-children", "1")
+    # long enough (200 s) that a loaded host cannot finish the run before the signal lands
+    script = launch_script(tmp_path, "--iters", "2000", "--interval-s", "0.1", "--spawn-children", "1")
     command = [sys.executable, "-m", "megapilot", "run", str(script), "--run-dir", str(tmp_path), "--combo", "i",
                "--json"]
-    cli_process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored: give the CLI the
+    # default disposition, as an interactive terminal does, whatever started this test run.
+    cli_process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = tmp_path / "i" / "out-node0" / "training.log"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "iteration        2/" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.1)
+    assert cli_process.poll() is None, "the run ended before it could be interrupted"
     cli_process.send_signal(signum)
     out, err = cli_process.communicate(timeout=30)
 
