@@ -19,8 +19,8 @@ Model (per GPU, seconds):
   one GEMM and one FP8 cast per local expert), the alltoall dispatcher's host sync, and the launches after it
   the host paces; the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
 - ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers; with the flex dispatcher
-  a token crosses to each remote NVLink domain once; with the all-to-all overlap only what outlasts the
-  layer's compute is exposed;
+  a token crosses to each remote NVLink domain once; with the all-to-all overlap each all-to-all hides only
+  under the compute Megatron pairs it with, and slows that compute by the SMs its kernels hold;
 - pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk; blocking
   under 1F1B, overlapped with compute under the interleaved schedule;
 - pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2). The slowest stage sets
@@ -106,6 +106,11 @@ TP_COLLECTIVES_PER_LAYER = 8
 TP_RECOMPUTE_COMM_FACTOR = 1.5
 # Token dispatch and combine, in the forward and again in the backward.
 EP_ALL_TO_ALLS_PER_LAYER = 4
+# SMs the expert dispatcher's kernels hold while they move tokens: DeepSeek-V3's overlapped all-to-all uses 20 of
+# the H800's 132 ("only 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink", DeepSeek-V3
+# technical report, Sec. 3.2.2), DeepEP's default and Megatron's historical `moe_deepep_num_sms`; HybridEP takes
+# DeepEP's default. Assumed the same for NCCL's all-to-all, whose channels each hold an SM's block.
+ALL_TO_ALL_SMS = 20
 # Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
 MOE_TOKEN_PASSES = 12
 GROUPED_GEMM_TILE_ROWS = 128  # rows of a CTA tile of the grouped GEMM kernels (cuBLAS/CUTLASS 128 x N tiles)
@@ -300,9 +305,7 @@ def layer_terms(
     else:
         tp_s *= block.sublayers / 2  # a removed sublayer communicates nothing
     if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
-        # The dispatch/combine of one micro-batch runs under the other's compute (the forward of the next
-        # is merged with the backward of the last): only what outlasts that compute is exposed.
-        terms["ep_comm"] = max(0.0, terms["ep_comm"] - compute_s)
+        terms["ep_comm"] = _overlapped_all_to_all_exposed_s(terms, gpu)
     if p.recompute == "full" and recomputed:
         terms["recompute"] = compute_s / PASSES_PER_FORWARD_BACKWARD
         tp_s *= TP_RECOMPUTE_COMM_FACTOR
@@ -313,6 +316,32 @@ def layer_terms(
         terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
                                               model.layer_kv_heads(layer_index))
     return terms
+
+
+def _overlapped_all_to_all_exposed_s(terms: dict[str, float], gpu: GPUSpec) -> float:
+    """What the expert all-to-all still costs under `--overlap-moe-expert-parallel-comm`.
+
+    Megatron merges one micro-batch's forward of a layer with another's backward of it and runs the
+    communication on a stream of its own, in three windows (TransformerLayerSchedulePlan.run,
+    megatron/core/models/common/model_chunk_schedule_plan.py):
+
+        comm:    combine bwd       | dispatch fwd  | dispatch bwd           | combine fwd
+        compute: pre-dispatch fwd  | MLP dgrad     | MLP wgrad, MLP fwd     | pre-dispatch bwd
+
+    (the dispatch backward sends what the MLP's dgrad returns, so it waits for it; the backward's thirds are
+    the dgrad and the wgrad). Each window lasts as long as the longer of its two sides: an all-to-all hides
+    only under its own window's compute. And while the dispatcher's kernels run they hold SMs the compute then
+    lacks (`ALL_TO_ALL_SMS`), so even a fully hidden all-to-all slows its window by that share of its length."""
+    pre_dispatch = (terms["mixer_gemms"] + terms["mixer_core"] + terms["router"] + terms["latent_projections"]
+                    + (terms["glue"] + terms["moe_token_passes"]) / 2)  # permute before the dispatch
+    mlp = (terms["experts"] + terms["shared_experts"] + terms["moe_fixed"]
+           + (terms["glue"] + terms["moe_token_passes"]) / 2)  # sort, unsort and unpermute around the experts
+    comm = terms["ep_comm"] / EP_ALL_TO_ALLS_PER_LAYER  # one all-to-all
+    third = FORWARD_SHARE  # the forward, the dgrad and the wgrad each take a third of a block's compute
+    windows = ((comm, third * pre_dispatch), (comm, third * mlp), (comm, 2 * third * mlp),
+               (comm, 2 * third * pre_dispatch))
+    sm_share = min(1.0, ALL_TO_ALL_SMS / sm_count(gpu))
+    return sum(max(comm_s - compute_s, sm_share * comm_s) for comm_s, compute_s in windows)
 
 
 def layer_cost(
