@@ -117,6 +117,9 @@ class LayoutFlags:
     fp8_recipe: Annotated[str | None, _option(FP8_RECIPE_HELP)] = None
     recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
     recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
+    recompute_modules: Annotated[str | None, _option(
+        "With selective recompute: what to rerun in the backward, comma-separated, from core_attn, moe_act, "
+        "layernorm, mla_up_proj, mlp, moe, shared_experts (--recompute-modules; default core_attn).")] = None
     sequence_parallel: SequenceParallel = None
     distributed_optimizer: Annotated[bool | None, typer.Option(
         "--distributed-optimizer/--no-distributed-optimizer",

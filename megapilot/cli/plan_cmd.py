@@ -157,6 +157,8 @@ def plan_command(
     etp: int | None = _pin("etp", "expert tensor parallel size"),
     mbs: int | None = _pin("mbs", "micro-batch size"),
     recompute: str | None = _pin("recompute", "recompute: none, selective or full"),
+    recompute_modules: str | None = _pin(
+        "recompute-modules", "selective recompute of these modules, comma-separated (--recompute-modules)"),
     fsdp: bool | None = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
     features: FeatureFlags = NO_FEATURES,  # the run the layouts are searched for (MTP, token drop, optimizer, ...)
     headroom: float = typer.Option(
@@ -171,6 +173,7 @@ def plan_command(
     calibrated error of the fastest are ordered as the public recipes prefer (the reasons name the rule)."""
     from megapilot.cli.common import emit_json, print_assumptions, require_positive
     from megapilot.errors import MegapilotError
+    from megapilot.estimate.cases import parse_recompute_modules
     from megapilot.plan import Pins, plan
 
     # A zero or negative size is refused here: the search would divide by it or silently ignore the pin.
@@ -184,7 +187,8 @@ def plan_command(
     defaults = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision})
     try:
         specs = _build_specs(model, inputs, seq_len, gbs, precision, fp8_recipe, features)
-        pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute, fsdp=fsdp)
+        pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
+                    recompute_modules=parse_recompute_modules(recompute_modules), fsdp=fsdp)
         result = plan(specs.model, specs.cluster, specs.training, top=top, pins=pins, options=specs.options,
                       headroom_fraction=headroom)
     except MegapilotError as exc:

@@ -45,6 +45,7 @@ from megapilot.spec.model import (
     RouterDtype,
     YarnRopeScaling,
 )
+from megapilot.spec.parallel import RECOMPUTE_MODULES
 from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
@@ -59,6 +60,8 @@ _POSITION_EMBEDDINGS: dict[str, PositionEmbedding] = {name: name for name in get
 _FLAG_PRECISIONS: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}  # what _precision reads
 # Megatron-FSDP's switch; Megatron-LM before core_v0.14 called it --use-custom-fsdp.
 FSDP_SWITCHES = ("--use-megatron-fsdp", "--use-custom-fsdp")
+# Flags whose several values are read (the others keep their first value): the list of recompute modules.
+LIST_FLAGS = frozenset({"--recompute-modules"})
 _TORCHRUN_VALUE_FLAGS = frozenset({"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
                                    "--master-addr", "--master_addr", "--master-port", "--master_port",
                                    "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend", "--rdzv_backend",
@@ -234,6 +237,11 @@ def _collect(tokens: list[str], source: str) -> LaunchFlags:
             values[name] = inline
             continue
         takes_value = name in _TORCHRUN_VALUE_FLAGS or name not in switches
+        if name in LIST_FLAGS:  # nargs '*': every word up to the next flag, kept space-separated
+            listed = list(itertools.takewhile(lambda word: not word.startswith("--"), tokens[index:]))
+            values[name] = " ".join(listed) or None
+            index += len(listed)
+            continue
         following = tokens[index] if index < len(tokens) else None
         if takes_value and following is not None and not (following.startswith("--") and len(following) > 2
                                                           and not following[2].isdigit()):
@@ -676,6 +684,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
     selective = "selective" if flags.has("--recompute-activations") else "none"
     recompute = flags.get("--recompute-granularity") or selective
     method = flags.get("--recompute-method")
+    modules = tuple((flags.get("--recompute-modules") or "").split())
     return ParallelConfig.for_world(
         world, tp=tp, pp=pp, vpp=vpp, cp=flags.get_int("--context-parallel-size", 1),
         ep=flags.get_int("--expert-model-parallel-size", 1), etp=flags.get_int("--expert-tensor-parallel-size"),
@@ -683,6 +692,8 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         recompute=recompute if recompute in ("none", "selective", "full") else "none",
         recompute_method=method if recompute == "full" and method in ("uniform", "block") else "uniform",
         recompute_num_layers=flags.get_int("--recompute-num-layers") if recompute == "full" else None,
+        recompute_modules=modules if recompute == "selective" and modules and set(modules) <= set(RECOMPUTE_MODULES)
+        else None,
         distributed_optimizer=flags.has("--use-distributed-optimizer"),
         fsdp=any(flags.has(name) for name in FSDP_SWITCHES),
         first_stage_layers=flags.get_int("--decoder-first-pipeline-num-layers"),

@@ -20,7 +20,7 @@ from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import Prediction, predict
 from megapilot.errors import MegapilotError
 from megapilot.spec import ParallelConfig, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
-from megapilot.spec.validate import check_optimizer
+from megapilot.spec.validate import check_optimizer, light_recompute_modules
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,8 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
         yield proposed_layout(config, "selective recompute", _layout(config, recompute="selective"), reasons={
             "--recompute-activations":
                 "recompute the attention core in the backward pass instead of storing it (small compute cost)"})
+    yield _light_recompute(config, "rerun {modules} in the backward instead of storing their outputs (a forward "
+                                   "pass over small or memory-bound tensors)")
     if not p.distributed_optimizer and not p.fsdp and p.dp > 1:  # (with Muon, _layout refuses both)
         yield proposed_layout(config, "distributed optimizer", _layout(config, distributed_optimizer=True), reasons={
             "--use-distributed-optimizer": f"shard the fp32 optimizer states over the {p.dp} DP ranks"})
@@ -164,6 +166,24 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
         "--sequence-parallel": "with TP > 1, also split the sequence"})
 
 
+def _light_recompute(config: RunConfig, reason: str) -> LayoutOption | None:
+    """Selective recompute of the modules MoE and MLA recipes rerun (`light_recompute_modules`), added to the
+    modules recomputed now; None where the model has none or they are recomputed already."""
+    p, model, training = config.parallel, config.model, config.training
+    assert p is not None and model is not None and training is not None
+    light = light_recompute_modules(model, training.quant_flavour)
+    if not light or set(light) <= p.recomputed_modules:
+        return None
+    kept = p.recompute_modules or () if p.recompute == "selective" else ()
+    modules = tuple(dict.fromkeys((*kept, *light)))
+    listed = ", ".join(modules)
+    return proposed_layout(config, f"recompute {listed}", _layout(
+        config, recompute="selective", recompute_modules=modules, recompute_method="uniform",
+        recompute_num_layers=None), reasons={
+        "--recompute-granularity": "selective: rerun chosen modules, not whole layers",
+        "--recompute-modules": reason.format(modules=listed)})
+
+
 def throughput_options(config: RunConfig) -> list[LayoutOption]:
     """Ways to raise tokens/s, for `optimize` and low-throughput findings."""
     if not (config.model and config.training and config.parallel):
@@ -185,6 +205,8 @@ def _throughput_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
             yield proposed_layout(config, "interleaved pipeline (VPP 2)", _layout(config, vpp=2), reasons={
                 "--num-layers-per-virtual-pipeline-stage": "two virtual stages per rank: half the pipeline bubble"})
     if p.recompute == "full":
+        yield _light_recompute(config, "recompute only {modules}, as the MoE and MLA recipes do, instead of whole "
+                                       "layers")
         yield proposed_layout(config, "selective instead of full recompute",
                       _layout(config, recompute="selective", recompute_num_layers=None), reasons={
                           "--recompute-activations": "recompute only the attention core",

@@ -29,7 +29,7 @@ from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
-from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.parallel import RECOMPUTE_MODULES, ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
 from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
 from megapilot.spec.validate import (
@@ -47,8 +47,8 @@ BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_ac
               "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer",
               "moe_a2a_overlap")
 FLOAT_FLAGS = ("moe_capacity_factor",)
-STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "pp_layout",
-             "moe_flex_dispatcher", "optimizer")
+STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "recompute_modules",
+             "pp_layout", "moe_flex_dispatcher", "optimizer")
 # Megatron's flex MoE dispatcher backends, as `script --moe-flex-dispatcher` writes them; left out = alltoall.
 FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
@@ -104,6 +104,7 @@ class CaseFlags(CaseFeatures):
     recompute: str | None = None
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
+    recompute_modules: str | None = None  # names separated by commas or spaces, as --recompute-modules lists them
     sequence_parallel: bool | None = None
     distributed_optimizer: bool | None = None
     fsdp: bool | None = None
@@ -119,6 +120,9 @@ class CaseFlags(CaseFeatures):
         """The flags of a mapping (a `--batch` line, the CLI's options): unknown names, missing required ones and
         wrong types are refused by field."""
         given = {name: value for name, value in raw.items() if value is not None}
+        modules = given.get("recompute_modules")
+        if isinstance(modules, (list, tuple)) and all(isinstance(name, str) for name in modules):
+            given["recompute_modules"] = " ".join(modules)  # a --batch line may list them
         _check_flag_names_and_types(given)
         return cls(**given)  # type: ignore[arg-type]  # names and types checked just above
 
@@ -303,6 +307,7 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec)
         "recompute": _or(flags.recompute, "selective"),
         "recompute_method": _or(flags.recompute_method, "uniform"),
         "recompute_num_layers": flags.recompute_num_layers,
+        "recompute_modules": parse_recompute_modules(flags.recompute_modules),
         "distributed_optimizer": _or(flags.distributed_optimizer, not training.uses_muon),
         "fsdp": bool(flags.fsdp),
         "first_stage_layers": flags.first_stage_layers,
@@ -317,6 +322,18 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec)
         raise
     except ValueError as exc:
         raise _layout_error(exc) from None
+
+
+def parse_recompute_modules(listed: str | None) -> tuple[str, ...] | None:
+    """`--recompute-modules moe_act,layernorm` (or space-separated) as the names Megatron takes."""
+    if listed is None:
+        return None
+    names = tuple(dict.fromkeys(listed.replace(",", " ").split()))
+    unknown = [name for name in names if name not in RECOMPUTE_MODULES]
+    if unknown or not names:
+        raise MegapilotError(f"unknown recompute module(s) {', '.join(unknown) or repr(listed)}",
+                             field="recompute_modules", fix=f"use some of: {', '.join(RECOMPUTE_MODULES)}")
+    return names
 
 
 def _or(value: T | None, default: T) -> T:
@@ -345,10 +362,15 @@ def _layout_error(exc: ValueError) -> MegapilotError:
         if "pipeline_layout" in converted.problem or "account-for" in converted.problem:
             return MegapilotError(converted.problem, field="pp_layout" if "layout" in converted.problem
                                   else "account_for_embedding")
-        for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute", "tp", "pp"):
+        for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute_modules",
+                     "recompute", "tp", "pp"):
             if converted.problem.startswith(name):
-                return MegapilotError(converted.problem, field=name)
+                return MegapilotError(converted.problem, field=name, fix=_LAYOUT_FIXES.get(name))
     return converted
+
+
+_LAYOUT_FIXES = {"recompute_modules": "drop --recompute-modules, or use --recompute selective",
+                 "recompute_num_layers": "drop --recompute-num-layers, or use --recompute full"}
 
 
 def _build_training(flags: CaseFlags) -> TrainingSpec:

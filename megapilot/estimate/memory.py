@@ -294,6 +294,47 @@ def _layer_bytes_per_token(
         + dsa_indexer_bytes(model, layer_index)
 
 
+def recomputed_bytes_per_token(model: ModelSpec, layer_index: int, tp: int, sequence_parallel: bool,
+                               expert_tp: int, gemm_input: float, modules: frozenset[str]) -> float:
+    """What selective recompute's `--recompute-modules` drop from `_layer_bytes_per_token`, per token.
+
+    Megatron-Core (TransformerLayer, MoELayer) checkpoints each module on its input, which stays stored:
+    - layernorm: the outputs of the norms that are modules of their own - MLA's input norm and a MoE layer's
+      pre-MLP norm (the router reads it); the others are fused into Transformer Engine's norm + linear and
+      have no output to drop;
+    - mla_up_proj: MLA's query, key and value after the up-projections and RoPE;
+    - mlp: a dense MLP's input after its fused norm and its intermediates (MoE layers: not at all);
+    - moe: everything a MoE layer keeps past its input (routed copies, shared experts, router logits);
+      moe_act: only the experts' activation outputs; shared_experts: only the shared experts' intermediates;
+    - core_attn: nothing that fused attention keeps (its input Q, K, V stays; it keeps no scores)."""
+    h = model.hidden_size
+    kind = model.layer_kind(layer_index)
+    if kind in ("mamba", "attention") or model.layer_blocks is not None:
+        return 0.0
+    moe_layer = model.is_moe_layer(layer_index)
+    own_norms = int(model.mla is not None and kind == "transformer") + int(moe_layer)
+    split_part = own_norms * gemm_input * h if "layernorm" in modules else 0.0
+    per_rank = 0.0
+    if "mla_up_proj" in modules and model.mla is not None and kind == "transformer":
+        mla, heads = model.mla, model.num_attention_heads
+        q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
+        per_rank += 2 * q + 2 * (q + heads * mla.v_head_dim)
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        if "moe" in modules:
+            kept = _with_mlp(model, layer_index, kind, 0.0, gemm_input, expert_tp, 0.0, 1)
+            per_rank += kept
+        else:
+            if "moe_act" in modules:
+                per_rank += moe.router_topk * moe.expert_load_factor * moe.moe_ffn_hidden_size * gemm_input
+            if "shared_experts" in modules:
+                per_rank += _mlp_intermediate_bytes(model, moe.shared_expert_ffn_hidden_size, gemm_input)
+    elif "mlp" in modules and not moe_layer:
+        split_part += gemm_input * h
+        per_rank += _mlp_intermediate_bytes(model, model.layer_ffn_hidden_size(layer_index), gemm_input)
+    return (split_part / tp if sequence_parallel else split_part) + per_rank / tp
+
+
 def dsa_indexer_bytes(model: ModelSpec, layer_index: int) -> float:
     """Per token, whole on every TP rank (the indexer runs on the gathered sequence): what DeepSeek Sparse
     Attention keeps for backward with fused kernels - the top-k indices (int32) the sparse core reads again in its
@@ -420,10 +461,16 @@ def activations_gib(
     stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
     layers = stages.decoder_layers(stage)
     kinds = layer_kinds(model)
-    by_kind = _bytes_per_token_by_kind(model, p.tp, p.sequence_parallel, p.expert_tp,
-                                       saved_gemm_input_bytes(training.quant_flavour))
+    saved_input = saved_gemm_input_bytes(training.quant_flavour)
+    by_kind = _bytes_per_token_by_kind(model, p.tp, p.sequence_parallel, p.expert_tp, saved_input)
     full = [tokens * by_kind[kinds[i]] for i in layers]
     per_microbatch, working_set = _recompute_policy(model, p, full, tokens)
+    if p.recompute_modules is not None and p.recomputed_modules - {"core_attn"}:
+        dropped_by_kind = _recomputed_per_token_by_kind(model, p, saved_input)
+        dropped = [tokens * dropped_by_kind[kinds[i]] for i in layers]
+        # kept: each layer's input of the modules; while one layer's backward reruns them, their outputs live again
+        per_microbatch -= sum(dropped)
+        working_set = max(dropped, default=0.0)
     if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
         per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
     in_flight = in_flight_microbatches(p, p.num_microbatches(training.global_batch_size), stage)
@@ -440,6 +487,20 @@ def _bytes_per_token_by_kind(model: ModelSpec, tp: int, sequence_parallel: bool,
                              saved_input_bytes: float) -> dict[tuple[bool, str], float]:
     """Stored bytes per token of each layer kind (dense, MoE, hybrid blocks), each costed once."""
     return {kind: _layer_bytes_per_token(model, first, tp, sequence_parallel, expert_tp, saved_input_bytes)
+            for kind, first in _first_of_kind(model).items()}
+
+
+def _recomputed_per_token_by_kind(model: ModelSpec, p: ParallelConfig,
+                                  saved_input_bytes: float) -> dict[tuple[bool, str], float]:
+    """`recomputed_bytes_per_token` of each layer kind, each costed once."""
+    return _recomputed_by_kind(model, p.tp, p.sequence_parallel, p.expert_tp, saved_input_bytes, p.recomputed_modules)
+
+
+@lru_cache(maxsize=1024)  # the planner's memory checks ask for the same few (kind, TP, SP, ETP, modules)
+def _recomputed_by_kind(model: ModelSpec, tp: int, sequence_parallel: bool, expert_tp: int, saved_input_bytes: float,
+                        modules: frozenset[str]) -> dict[tuple[bool, str], float]:
+    return {kind: recomputed_bytes_per_token(model, first, tp, sequence_parallel, expert_tp, saved_input_bytes,
+                                             modules)
             for kind, first in _first_of_kind(model).items()}
 
 

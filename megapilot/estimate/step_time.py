@@ -71,6 +71,7 @@ from megapilot.estimate.latency import (
 from megapilot.estimate.memory import layer_activation_bytes, layer_kinds, moe_flags, shard_params
 from megapilot.estimate.params import pipeline_stages, stage_layer_indices
 from megapilot.estimate.quantization import (
+    BF16_BYTES,
     CALIBRATED_FP8_FLAVOUR,
     cast_bytes_per_value,
     layer_linears,
@@ -304,18 +305,57 @@ def layer_terms(
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     else:
         tp_s *= block.sublayers / 2  # a removed sublayer communicates nothing
-    if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
-        terms["ep_comm"] = _overlapped_all_to_all_exposed_s(terms, gpu)
     if p.recompute == "full" and recomputed:
         terms["recompute"] = compute_s / PASSES_PER_FORWARD_BACKWARD
         tp_s *= TP_RECOMPUTE_COMM_FACTOR
     elif p.recompute == "selective":
-        terms["recompute"] = terms["mixer_core"] / PASSES_PER_FORWARD_BACKWARD
+        terms["recompute"] = _selective_recompute_s(model, layer_index, terms, p, gpu, tokens, precision, eff)
+    if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
+        terms["ep_comm"] = _overlapped_all_to_all_exposed_s(terms, gpu)
     terms["tp_comm"] = tp_s
     if block.attention == "full":
         terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
                                               model.layer_kv_heads(layer_index))
     return terms
+
+
+def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, float], p: ParallelConfig,
+                           gpu: GPUSpec, tokens: float, precision: str, eff: EfficiencyParams) -> float:
+    """The forward passes `--recompute-modules` rerun in the backward (memory.recomputed_bytes_per_token says
+    what each drops): the attention core; the norms that are modules of their own (a read and a write of the
+    activation each); MLA's up-projection GEMMs; a dense MLP's GEMMs; a MoE layer whole (its GEMMs, the forward
+    halves of its token passes and fixed costs, and its dispatch and combine all-to-alls once more), or its
+    experts' activation function (a pass over each routed copy's gate and up outputs), or its shared experts."""
+    modules, h = p.recomputed_modules, model.hidden_size
+    third = 1 / PASSES_PER_FORWARD_BACKWARD
+    kind = model.layer_kind(layer_index)
+    moe_layer = model.is_moe_layer(layer_index) and kind in ("transformer", "moe")
+    hbm = gpu.hbm_bw_tbps * 1e12
+    seconds = terms["mixer_core"] * third if "core_attn" in modules else 0.0
+    if "layernorm" in modules and kind in ("transformer", "moe") and model.layer_blocks is None:
+        norms = int(model.mla is not None and kind == "transformer") + int(moe_layer)
+        seconds += norms * 2 * BF16_BYTES * h * tokens / (p.tp if p.sequence_parallel else 1) / hbm
+    if "mla_up_proj" in modules and model.mla is not None and kind == "transformer":
+        mla, heads = model.mla, model.num_attention_heads
+        q_up = _gemm_s(tokens, mla.q_lora_rank, heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) / p.tp, gpu,
+                       precision, eff) if mla.q_lora_rank is not None else 0.0
+        kv_up = _gemm_s(tokens, mla.kv_lora_rank, heads * (mla.qk_head_dim + mla.v_head_dim) / p.tp, gpu,
+                        precision, eff)
+        seconds += (q_up + kv_up) * third
+    if "mlp" in modules and not moe_layer:
+        seconds += terms["mlp_gemms"] * third
+    if moe_layer and "moe" in modules:
+        moe_s = (terms["experts"] + terms["shared_experts"] + terms["router"] + terms["latent_projections"]) * third
+        seconds += moe_s + (terms["moe_token_passes"] + terms["moe_fixed"] + terms["ep_comm"]) / 2
+    elif moe_layer and model.moe is not None:
+        if "shared_experts" in modules:
+            seconds += terms["shared_experts"] * third
+        if "moe_act" in modules:
+            moe = model.moe
+            copies = tokens * moe.router_topk * moe.expert_load_factor * p.expert_tp / p.tp
+            gated = 2 if model.gated_mlp else 1
+            seconds += copies * (gated + 1) * BF16_BYTES * moe.moe_ffn_hidden_size / p.expert_tp / hbm
+    return seconds
 
 
 def _overlapped_all_to_all_exposed_s(terms: dict[str, float], gpu: GPUSpec) -> float:

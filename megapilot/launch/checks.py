@@ -212,6 +212,18 @@ def _recompute_method_needs_full(values: dict[str, list[str]], gpu: GPUSpec) -> 
                              field="recompute", fix="add --recompute-granularity full")
 
 
+def _recompute_modules_need_their_parts(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """TransformerConfig raises on MoE activation recompute without the grouped GEMM, and on MLA up-projection
+    recompute without MLA."""
+    modules = set(values.get("--recompute-modules", []))
+    if "moe_act" in modules and "--moe-grouped-gemm" not in values:
+        raise MegapilotError("--recompute-modules moe_act needs --moe-grouped-gemm (Megatron raises)",
+                             field="recompute_modules", fix="add --moe-grouped-gemm, or drop moe_act")
+    if "mla_up_proj" in modules and "--multi-latent-attention" not in values:
+        raise MegapilotError("--recompute-modules mla_up_proj needs --multi-latent-attention (Megatron raises)",
+                             field="recompute_modules", fix="drop mla_up_proj on a model without MLA")
+
+
 def _data_source_given(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     has_path, has_mock = "--data-path" in values, "--mock-data" in values
     if has_path == has_mock:
@@ -443,7 +455,8 @@ _COMBINATION_RULES = (
     _sequence_parallel_needs_tp, _vpp_needs_pp, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
     _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,
-    _recompute_method_needs_full, _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
+    _recompute_method_needs_full, _recompute_modules_need_their_parts,
+    _data_source_given, _seq_length_within_positions, _min_lr_not_above_lr,
     _mtp_needs_rope, _expert_parallel_needs_experts, _megatron_fsdp_companions, _optimizer_step_overlap_needs,
     _tp_comm_overlap_needs_sp_and_te, _fused_kernels_need_te, _fp8_param_gather_needs_sharded_weights,
     _fp8_recipe_limits,

@@ -160,7 +160,11 @@ def _fsdp_section(plan: SavedPlan) -> ArgSection:
 
 def _recompute_section(p: ParallelConfig) -> ArgSection:
     s = ArgSection(f"activation recompute: {p.recompute}")
-    if p.recompute == "selective":
+    if p.recompute == "selective" and p.recompute_modules is not None:
+        s.title += f" ({', '.join(p.recompute_modules)})"
+        s.add("--recompute-granularity", "selective")
+        s.add("--recompute-modules", *p.recompute_modules)
+    elif p.recompute == "selective":
         s.add("--recompute-activations")
     elif p.recompute == "full":
         s.add("--recompute-granularity", "full")

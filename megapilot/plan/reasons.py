@@ -113,6 +113,8 @@ def split_label(p: ParallelConfig) -> str:
 
 
 def _recompute_label(p: ParallelConfig) -> str:
+    if p.recompute == "selective" and p.recompute_modules is not None:
+        return f"selective({','.join(p.recompute_modules)})"
     if p.recompute != "full":
         return p.recompute
     if p.recompute_method == "block":

@@ -59,6 +59,8 @@ from megapilot.spec import (
     TrainingSpec,
 )
 from megapilot.spec.parallel import Recompute, RecomputeMethod
+from megapilot.spec.training import QuantFlavour
+from megapilot.spec.validate import light_recompute_modules
 
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
@@ -70,6 +72,7 @@ class RecomputeRung(NamedTuple):
     recompute: Recompute
     method: RecomputeMethod = "uniform"
     num_layers: int | None = None
+    modules: tuple[str, ...] | None = None  # selective: --recompute-modules (None: Megatron's core_attn)
 
 
 # The smallest footprint any layout can have: every layer's forward recomputed.
@@ -108,6 +111,7 @@ class Shape:
             account_for_embedding=self.split.account_for_embedding, account_for_loss=self.split.account_for_loss,
             pipeline_layout=self.split.layout, mbs=mbs,
             recompute=rung.recompute, recompute_method=rung.method, recompute_num_layers=rung.num_layers,
+            recompute_modules=rung.modules,  # type: ignore[arg-type]  # names from light_recompute_modules
         )
 
 
@@ -251,16 +255,21 @@ def dimension_values(p: ParallelConfig) -> tuple[tuple[str, object], ...]:
 # ---- the search -------------------------------------------------------------------------------
 
 def recompute_ladder(
-    model: ModelSpec, pp: int, vpp: int, split: space.PipelineSplit = space.EVEN_SPLIT
+    model: ModelSpec, pp: int, vpp: int, split: space.PipelineSplit = space.EVEN_SPLIT,
+    flavour: QuantFlavour | None = None,
 ) -> list[RecomputeRung]:
     """Recompute settings from the cheapest in time to the smallest in memory.
 
-    Block recompute counts layers per model chunk; with an uneven split the largest chunk (a middle
-    rank's) sets the choices, and the lighter end ranks recompute all of theirs when asked for more.
+    After the attention core (selective), the light modules the MoE and MLA recipes recompute
+    (`light_recompute_modules`); then block recompute, which counts layers per model chunk: with an uneven
+    split the largest chunk (a middle rank's) sets the choices, and the lighter end ranks recompute all of
+    theirs when asked for more.
     """
     stages = split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
     layers_per_chunk = max(stage.count("t") for stage in stages.stages)
     ladder = [RecomputeRung("none"), RecomputeRung("selective")]
+    if light := light_recompute_modules(model, flavour):
+        ladder.append(RecomputeRung("selective", modules=light))
     partial = sorted({max(1, layers_per_chunk * q // 4) for q in (1, 2, 3)} - {layers_per_chunk})
     ladder += [RecomputeRung("full", "block", k) for k in partial]
     ladder.append(FULL_RECOMPUTE)
@@ -511,7 +520,9 @@ class _Search:
         return MicrobatchWalk(best, MemoryBinding(bound_any, bool(bound_smallest)))
 
     def _ladder(self, pp: int, vpp: int, split: space.PipelineSplit) -> list[RecomputeRung]:
-        ladder = recompute_ladder(self.model, pp, vpp, split)
+        ladder = recompute_ladder(self.model, pp, vpp, split, self.training.quant_flavour)
+        if self.pins.recompute_modules:
+            return [RecomputeRung("selective", modules=self.pins.recompute_modules)]
         if self.pins.recompute:
             ladder = [rung for rung in ladder if rung.recompute == self.pins.recompute]
         return ladder

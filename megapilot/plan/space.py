@@ -110,6 +110,7 @@ class Pins:
     etp: int | None = None
     mbs: int | None = None
     recompute: str | None = None
+    recompute_modules: tuple[str, ...] | None = None  # pinned --recompute-modules (selective recompute)
     fsdp: bool | None = None
 
     def __post_init__(self) -> None:
@@ -117,6 +118,9 @@ class Pins:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise MegapilotError(f"must be at least 1, got {value}", field=name, fix=f"pass --{name} 1 or more")
+        if self.recompute_modules and self.recompute not in (None, "selective"):
+            raise MegapilotError(f"--recompute-modules needs selective recompute, not {self.recompute}",
+                                 field="recompute_modules", fix="drop --recompute, or --recompute-modules")
         if self.fsdp and self.pp is not None and self.pp > 1:
             raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (pp={self.pp})", field="fsdp",
                                  fix="drop --pp (FSDP layouts use pp 1) or drop --fsdp")

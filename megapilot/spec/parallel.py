@@ -8,7 +8,7 @@ TP x CP x DP; EP is not an extra factor of the world size.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -21,6 +21,11 @@ from megapilot.spec.pipeline import (
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
+# Megatron-Core's `--recompute-modules` (TransformerConfig.recompute_modules, core_v0.14 to v0.19), with
+# `--recompute-granularity selective`: the parts of a layer rerun in the backward instead of kept.
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)  # Megatron's default
 
 
 class ParallelConfig(BaseModel):
@@ -41,6 +46,11 @@ class ParallelConfig(BaseModel):
     recompute_method: RecomputeMethod = Field(default="uniform", description="With full recompute.")
     recompute_num_layers: int | None = Field(
         default=None, ge=1, description="With full recompute: layers per chunk (uniform) or per stage (block).",
+    )
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None, min_length=1,
+        description="With selective recompute: the modules rerun in the backward (--recompute-modules); "
+        "None = Megatron's default, the attention core.",
     )
     distributed_optimizer: bool = Field(default=True, description="Shard optimizer states over DP (ZeRO-1).")
     fsdp: bool = Field(default=False, description="Megatron-FSDP: shard weights, grads and optimizer over DP.")
@@ -87,6 +97,9 @@ class ParallelConfig(BaseModel):
             raise ValueError("vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
         if self.recompute_num_layers is not None and self.recompute != "full":
             raise ValueError("recompute_num_layers applies only to recompute='full'")
+        if self.recompute_modules is not None and self.recompute != "selective":
+            raise ValueError(f"recompute_modules applies only to selective recompute, not {self.recompute!r} "
+                             "(Megatron reads --recompute-modules with --recompute-granularity selective)")
         if self.uneven_pipeline and self.pp == 1:
             raise ValueError("first_stage_layers/last_stage_layers need pp > 1; drop them or raise pp")
         try:  # building the split refuses mixing its vocabularies (layout + counts, counts + account-for)
@@ -94,6 +107,13 @@ class ParallelConfig(BaseModel):
         except ValidationError as exc:
             raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self
+
+    @property
+    def recomputed_modules(self) -> frozenset[str]:
+        """The modules selective recompute reruns (none without it; the attention core by default)."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules or DEFAULT_RECOMPUTE_MODULES)
 
     @property
     def pipeline_split(self) -> PipelineSplit:

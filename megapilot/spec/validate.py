@@ -11,7 +11,7 @@ from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import DECODER, PipelineSplit
-from megapilot.spec.training import TrainingSpec
+from megapilot.spec.training import QuantFlavour, TrainingSpec
 
 
 def _divisors(n: int) -> str:
@@ -36,6 +36,7 @@ def validate_layout(
     _check_gated_delta_net(model, parallel)
     _check_sparse_attention(model, parallel)
     _check_experts(model, parallel)
+    _check_recompute_modules(model, training, parallel)
     _check_batch(training, parallel)
     _check_precision(cluster, training)
     check_optimizer(training, parallel)
@@ -253,6 +254,47 @@ def _expert_fix(p: ParallelConfig, ranks_per_stage: int) -> str:
         return "choose ep and etp whose product divides tp*cp*dp"
     return (f"set etp to one of {', '.join(map(str, etps))} (--expert-tensor-parallel-size; it defaults to tp), "
             "or choose ep and etp whose product divides tp*cp*dp")
+
+
+def _check_recompute_modules(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> None:
+    """`--recompute-modules` Megatron-Core refuses for this model and recipe (TransformerConfig raises), or that
+    name a part the model has not."""
+    if (refusal := recompute_modules_refusal(model, training, p)) is not None:
+        raise MegapilotError(refusal, field="recompute_modules",
+                             fix="drop that module from --recompute-modules")
+
+
+def recompute_modules_refusal(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> str | None:
+    """Why these recompute modules cannot run on this model and recipe, or None."""
+    modules = p.recomputed_modules
+    if "mla_up_proj" in modules and model.mla is None:
+        return f"mla_up_proj needs multi-latent attention, which {model.name} does not use (Megatron raises)"
+    experts = ("moe_act", "moe", "shared_experts")
+    if model.moe is None and (named := sorted(modules.intersection(experts))):
+        return f"{', '.join(named)} recompute{'s' if len(named) == 1 else ''} MoE layers; {model.name} has none"
+    if "shared_experts" in modules and model.moe is not None and not model.moe.shared_expert_ffn_hidden_size:
+        return f"shared_experts recomputes shared experts; {model.name} has none"
+    if training.fp8_recipe == "delayed" and training.precision == "fp8" and (
+            named := sorted(modules.intersection(("moe_act", "layernorm")))):
+        return f"FP8 delayed scaling does not support {' and '.join(named)} recompute (Megatron raises)"
+    return None
+
+
+def light_recompute_modules(model: ModelSpec, flavour: QuantFlavour | None) -> tuple[str, ...]:
+    """The modules Megatron's MoE and MLA recipes recompute before any whole layer: MLA's up-projections, the
+    experts' activation and the norms that are modules of their own (MLA's input norm, a MoE layer's pre-MLP
+    norm), each a forward pass over memory-bound or small tensors. Megatron refuses the last two under FP8
+    delayed scaling. Dense models without MLA have none: their norms are fused into the next linear."""
+    modules: list[str] = []
+    if model.mla is not None:
+        modules.append("mla_up_proj")
+    if model.moe is not None:
+        modules.append("moe_act")
+    if modules and flavour == "fp8-delayed":
+        modules = [name for name in modules if name != "moe_act"]
+    elif modules:
+        modules.append("layernorm")
+    return tuple(modules)
 
 
 def _check_batch(training: TrainingSpec, p: ParallelConfig) -> None:

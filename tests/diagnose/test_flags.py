@@ -169,3 +169,13 @@ def test_the_unified_hybrid_pattern_reads_its_layers_stages_and_mtp_depths(patte
     assert any("costed as an even split" in note for note in config.notes) is uneven
     with pytest.raises(MegapilotError, match="MTP patterns after '/' differ"):
         run_config(read_flags(flags=hybrid.replace("/*E/*E", "/*E/*-")), gpus=pp)
+
+
+def test_the_recompute_modules_of_a_script_are_read_as_its_list():
+    flags = read_flags(flags="--recompute-granularity selective --recompute-modules mla_up_proj moe_act --bf16 "
+                             "--num-layers 4")
+    assert flags.get("--recompute-modules") == "mla_up_proj moe_act" and flags.has("--bf16")
+    config = run_config(flags, gpu=get_gpu("h100"), gpus=8)
+    assert config.parallel.recompute_modules == ("mla_up_proj", "moe_act")
+    bare = run_config(read_flags(flags="--recompute-activations --num-layers 4"), gpu=get_gpu("h100"), gpus=8)
+    assert bare.parallel.recompute == "selective" and bare.parallel.recompute_modules is None

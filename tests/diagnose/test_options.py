@@ -192,3 +192,16 @@ def test_validate_layout_refuses_the_distributed_optimizer_beside_muon():
     with pytest.raises(MegapilotError) as refused:
         validate_layout(config.model, config.cluster, config.training, sharded)
     assert refused.value.field == "distributed_optimizer"
+
+
+def test_a_moe_run_short_of_memory_is_offered_the_light_modules_and_one_in_full_recompute_a_way_out():
+    config = _config(MIXTRAL, gpus=16)
+    option = {o.label: o for o in memory_options(config)}["recompute moe_act, layernorm"]
+    assert option.parallel.recompute_modules == ("moe_act", "layernorm")
+    assert {f.flag for f in option.fixes()} >= {"--recompute-granularity", "--recompute-modules"}
+    full = _config(MIXTRAL + " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+                   gpus=16)
+    faster = {o.label: o for o in throughput_options(full)}["recompute moe_act, layernorm"]
+    assert faster.prediction.tokens_per_s_per_gpu > current_prediction(full).tokens_per_s_per_gpu
+    already = _config(MIXTRAL + " --recompute-granularity selective --recompute-modules moe_act layernorm", gpus=16)
+    assert not any(o.label.startswith("recompute moe_act") for o in memory_options(already))

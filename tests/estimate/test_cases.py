@@ -222,3 +222,29 @@ def test_deepep_with_expert_inputs_padded_to_capacity_is_refused_as_megatron_ref
         build_case(model="mixtral-8x7b", gpu="h100", gpus=16, gbs=64, seq_len=4096, ep=8, moe_flex_dispatcher="deepep",
                    moe_capacity_factor=1.0, moe_pad_to_capacity=True)
     assert info.value.field == "moe_flex_dispatcher" and "hybridep" in (info.value.fix or "")
+
+
+# ---- --recompute-modules -----------------------------------------------------------------------------------------
+
+MOE_BASE = {"model": "qwen3-30b-a3b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 4096, "ep": 8}
+
+
+@pytest.mark.parametrize("given", ["moe_act,layernorm", "moe_act layernorm", ["moe_act", "layernorm"],
+                                   "moe_act, layernorm,moe_act"])
+def test_recompute_modules_are_read_as_megatron_lists_them_and_imply_selective_recompute(given):
+    p = build_case(**MOE_BASE, recompute_modules=given).parallel
+    assert p.recompute == "selective" and p.recompute_modules == ("moe_act", "layernorm")
+    assert p.recomputed_modules == {"moe_act", "layernorm"}
+    assert build_case(**MOE_BASE).parallel.recomputed_modules == {"core_attn"}  # Megatron's default
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"recompute_modules": "moe_act,attention"}, "unknown recompute module(s) attention"),
+    ({"recompute_modules": " , "}, "unknown recompute module"),
+    ({"recompute_modules": "moe", "recompute": "full"}, "only to selective recompute"),
+    ({"recompute_modules": 3}, "must be a string"),
+])
+def test_bad_recompute_modules_are_refused_by_field(extra, words):
+    with pytest.raises(MegapilotError) as refused:
+        build_case(**(MOE_BASE | extra))
+    assert refused.value.field == "recompute_modules" and words in refused.value.problem and refused.value.fix

@@ -330,3 +330,38 @@ def test_sparse_attention_keeps_its_indexer_activations_whole_on_every_tp_rank()
         layout = ParallelConfig(tp=tp, pp=1, dp=1, sequence_parallel=tp > 1)
         extra = layer_activation_bytes(sparse, 5, layout, 4096) - layer_activation_bytes(dense, 5, layout, 4096)
         assert extra == pytest.approx(4096 * dsa_indexer_bytes(sparse, 5))
+
+
+# ---- selective recompute of modules (--recompute-modules) -----------------------------------------------------
+
+def _activations(model: ModelSpec, p: ParallelConfig) -> float:
+    return memory_per_gpu(model, SEQ_4K.model_copy(update={"global_batch_size": 8}), p, 80.0).activations_gib
+
+
+def test_recomputing_the_experts_activation_drops_its_output_for_every_routed_copy():
+    """Mixtral on one rank, 4096 tokens, top-2: the SwiGLU output (bf16, 14336 per copy) of two copies per token
+    goes; the gate and up outputs it is rerun from stay. The rerun's own output lives again for one layer."""
+    kept, dropped = ParallelConfig(dp=1, recompute="none"), ParallelConfig(dp=1, recompute_modules=("moe_act",))
+    per_layer = 4096 * 2 * 14336 * 2 / GIB
+    assert _activations(MIXTRAL, kept) - _activations(MIXTRAL, dropped) == pytest.approx(31 * per_layer, rel=1e-6)
+
+
+def test_recomputing_norms_drops_only_those_that_are_modules_of_their_own():
+    """Transformer Engine fuses a dense layer's norms into the next linear: nothing to drop on Llama. A MoE layer's
+    pre-MLP norm feeds the router on its own: its output (bf16, h per token) goes, split by sequence parallelism."""
+    p = ParallelConfig(tp=8, dp=1, sequence_parallel=True, recompute_modules=("layernorm",))
+    none = ParallelConfig(tp=8, dp=1, sequence_parallel=True, recompute="none")
+    assert _activations(LLAMA3_70B, p) == pytest.approx(_activations(LLAMA3_70B, none))
+    per_layer = 4096 * 4096 * 2 / 8 / GIB
+    assert _activations(MIXTRAL, none) - _activations(MIXTRAL, p) == pytest.approx(31 * per_layer, rel=1e-6)
+
+
+def test_recomputing_the_moe_layer_drops_more_than_its_parts_and_a_dense_mlp_drops_its_intermediates():
+    whole = ParallelConfig(dp=1, recompute_modules=("moe",))
+    parts = ParallelConfig(dp=1, recompute_modules=("moe_act", "layernorm"))
+    assert _activations(MIXTRAL, whole) < _activations(MIXTRAL, parts) < _activations(MIXTRAL, ParallelConfig(dp=1))
+    mlp = ParallelConfig(tp=8, dp=1, sequence_parallel=True, recompute_modules=("mlp",))
+    none = ParallelConfig(tp=8, dp=1, sequence_parallel=True, recompute="none")
+    # the fc1 input after the fused norm (bf16 h) and gate, up and activation outputs (3 x 2 bytes x ffn), / TP 8
+    per_layer = 4096 * (2 * 8192 + 6 * 28672) / 8 / GIB
+    assert _activations(LLAMA3_70B, none) - _activations(LLAMA3_70B, mlp) == pytest.approx(79 * per_layer, rel=1e-6)

@@ -328,6 +328,31 @@ def test_a_layers_terms_add_up_to_its_cost_and_selective_recompute_reruns_only_t
     assert terms["mlp_gemms"] == terms["shared_experts"] == 0.0  # no dense MLP, no shared expert
 
 
+def test_recomputed_modules_rerun_their_forward_and_a_recomputed_moe_layer_its_all_to_alls_too():
+    """Qwen3-30B-like MoE layer on 8 B200: each module's forward third comes back in the backward; the whole MoE
+    layer reruns its GEMMs' forward, half of its token passes and fixed costs, and its two forward all-to-alls."""
+    from megapilot.estimate.step_time import layer_terms
+
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=512, precision="fp8")
+
+    def terms(*modules: str) -> dict[str, float]:
+        layout = ParallelConfig(tp=1, dp=8, ep=8, recompute_modules=modules)
+        return layer_terms(QWEN3_30B_LIKE, 0, cluster, training, layout, EstimateOptions(), recomputed=False)
+
+    base = terms("core_attn")
+    moe = terms("moe")
+    gemms = base["experts"] + base["router"]  # no shared expert
+    assert moe["recompute"] == pytest.approx(
+        gemms / 3 + (base["moe_token_passes"] + base["moe_fixed"] + base["ep_comm"]) / 2)
+    both = terms("core_attn", "moe")
+    assert both["recompute"] == pytest.approx(base["recompute"] + moe["recompute"])
+    # the activation and the pre-MLP norm: passes over memory, a small share of the layer
+    light = terms("moe_act", "layernorm")["recompute"]
+    assert 0 < light < 0.1 * sum(base[name] for name in ("experts", "mixer_core", "mixer_gemms"))
+    assert terms("mlp")["recompute"] == 0.0  # no dense MLP on a MoE layer
+
+
 def test_an_experts_partly_filled_last_tile_costs_a_full_one():
     """EP 8 of 128 experts, top-8, 1,600 tokens per micro-batch: 800 rows per expert fill 6.25 tiles of 128,
     priced as 7 (896 rows); 1,792 tokens give 896 rows, exactly 7 tiles: the same expert time."""

@@ -122,7 +122,12 @@ def test_blockwise_fp8_is_refused_on_ada_by_the_flag_check() -> None:
     (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-param-gather", "--use-distributed-optimizer",
       "--optimizer-cpu-offload"], "needs --fp8-recipe delayed, not tensorwise"),
     (["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--first-last-layers-bf16"], "first and last layers"),
-    (["--fp8-format", "hybrid", "--recompute-modules", "core_attn", "moe_act"], "does not recompute moe_act"),
+    (["--fp8-format", "hybrid", "--num-experts", "8", "--moe-grouped-gemm", "--recompute-modules", "core_attn",
+      "moe_act"], "does not recompute moe_act"),
+    (["--recompute-granularity", "selective", "--num-experts", "8", "--recompute-modules", "moe_act"],
+     "moe_act needs --moe-grouped-gemm"),
+    (["--recompute-granularity", "selective", "--recompute-modules", "mla_up_proj"],
+     "mla_up_proj needs --multi-latent-attention"),
     (["--fp4-param-gather"], "--fp4-param-gather without FP4 training"),
 ])
 def test_megatrons_per_recipe_refusals(args: list[str], problem: str) -> None:
@@ -135,7 +140,8 @@ def test_megatrons_per_recipe_refusals(args: list[str], problem: str) -> None:
     ["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-param-gather", "--use-distributed-optimizer",
      "--optimizer-cpu-offload"],
     ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--first-last-layers-bf16"],
-    ["--fp8-format", "hybrid", "--fp8-recipe", "blockwise", "--recompute-modules", "moe_act", "layernorm"],
+    ["--fp8-format", "hybrid", "--fp8-recipe", "blockwise", "--num-experts", "8", "--moe-grouped-gemm",
+     "--recompute-modules", "moe_act", "layernorm"],
 ])
 def test_the_combinations_megatron_takes_pass(args: list[str]) -> None:
     check_megatron_args(["--mock-data", *args], get_gpu("b200"))

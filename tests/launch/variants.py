@@ -58,6 +58,9 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
                                 tp=8, sequence_parallel=True, fsdp=True),
     "no_dist_opt": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, distributed_optimizer=False),
     "mla_q_lora": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1),
+    # the modules DeepSeek-V3's recipes recompute (--recompute-granularity selective --recompute-modules ...)
+    "mla_recompute_modules": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1,
+                                       recompute_modules=("mla_up_proj", "moe_act", "layernorm")),
     "moe_shared_gate": make_plan(QWEN_MOE, "h100", 1, _TRAIN, ep=8, etp=1),
     # Uneven split with interleaving: 32 layers, PP4 x VPP2, 6 on the first and last ranks (10 in between).
     "uneven_vpp": make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"global_batch_size": 64}), tp=2,

@@ -192,3 +192,15 @@ def test_the_recompute_ladder_runs_from_no_recompute_to_full_on_every_layer():
     partial = [rung.num_layers for rung in ladder[2:-1]]
     assert partial == sorted(partial) and all(rung.method == "block" for rung in ladder[2:-1])
     assert partial == [5, 10, 15]  # a quarter, half and three quarters of a 20-layer chunk
+
+
+def test_moe_and_mla_models_climb_through_the_light_modules_before_whole_layers():
+    from megapilot.spec.validate import light_recompute_modules
+
+    dsv3, mixtral = get_model("deepseek-v3"), get_model("mixtral-8x7b")
+    assert light_recompute_modules(dsv3, None) == ("mla_up_proj", "moe_act", "layernorm")
+    assert light_recompute_modules(mixtral, "fp8-delayed") == ()  # Megatron refuses both under delayed scaling
+    assert light_recompute_modules(get_model("llama3.1-70b"), None) == ()  # fused norms, nothing light to rerun
+    ladder = recompute_ladder(mixtral, pp=4, vpp=1, flavour="fp8-tensorwise")
+    assert ladder[2] == RecomputeRung("selective", modules=("moe_act", "layernorm"))
+    assert ladder[3].recompute == "full"

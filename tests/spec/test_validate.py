@@ -195,3 +195,23 @@ def test_dsa_topk_sharing_stays_inside_a_pipeline_stage():
     # 37 / 20 / 21 layers: stages start at layers 38 and 58, both running their indexer
     validate_layout(shared, cluster, training, layout.model_copy(update={"first_stage_layers": 37,
                                                                          "last_stage_layers": 21}))
+
+
+@pytest.mark.parametrize(("model", "modules", "training", "words"), [
+    (LLAMA_70B, ("mla_up_proj",), {}, "needs multi-latent attention"),
+    (LLAMA_70B, ("core_attn", "moe_act"), {}, "moe_act recomputes MoE layers"),
+    (MOE, ("shared_experts",), {}, "has none"),
+    (MOE, ("moe_act", "layernorm"), {"precision": "fp8", "fp8_recipe": "delayed"},
+     "delayed scaling does not support layernorm and moe_act"),
+])
+def test_recompute_modules_megatron_refuses_or_that_name_a_missing_part_are_refused(model, modules, training, words):
+    layout = _layout(tp=1, pp=1, ep=8 if model.moe else 1, recompute_modules=modules)
+    spec = TrainingSpec(seq_length=4096, global_batch_size=1024, **training)
+    with pytest.raises(MegapilotError, match=words) as refused:
+        validate_layout(model, _cluster(), spec, layout)
+    assert refused.value.field == "recompute_modules" and refused.value.fix
+
+
+def test_recompute_modules_the_model_has_pass():
+    layout = _layout(tp=1, ep=8, recompute_modules=("moe_act", "layernorm", "moe", "core_attn"))
+    validate_layout(MOE, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024, precision="fp8"), layout)
