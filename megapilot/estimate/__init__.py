@@ -85,14 +85,17 @@ def estimate_fast(
     options: EstimateOptions = EstimateOptions(),
     *,
     convention: FlopConvention = "megatron",
+    memory: MemoryBreakdown | None = None,
 ) -> FastEstimate:
     """Memory + step time without layout validation (the caller guarantees a valid layout).
 
     `convention` only changes how FLOPs are counted for TFLOP/s and MFU ("megatron_full_attention"
-    to compare with publishers of that era); the step time is the same.
+    to compare with publishers of that era); the step time is the same. `memory`: this layout's
+    `memory_per_gpu`, when the caller has computed it already (the planner's memory stage).
     """
-    memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib, main_grad_bytes=options.main_grad_bytes,
-                            architecture=cluster.gpu.architecture)
+    if memory is None:
+        memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib,
+                                main_grad_bytes=options.main_grad_bytes, architecture=cluster.gpu.architecture)
     time = step_time(model, cluster, training, parallel, options, convention=convention)
     return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention,
                         optimizer=training.optimizer)

@@ -38,6 +38,7 @@ kept beside the bf16 weights) and `saved_input_bytes_per_value` (each GEMM input
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from megapilot.estimate.flops import (
@@ -109,6 +110,7 @@ def _scale_bytes_per_value(flavour: QuantFlavour, role: Role) -> float:
     return scheme.scale_bytes / scheme.block_values
 
 
+@lru_cache(maxsize=64)  # asked for by every memory check of the planner, for a handful of (flavour, role)
 def copy_bytes_per_value(flavour: QuantFlavour, role: Role) -> float:
     """Bytes one quantised copy holds per value: the element and its share of a block scale."""
     return _scheme(flavour).element_bytes + _scale_bytes_per_value(flavour, role)

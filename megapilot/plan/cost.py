@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
 
 if TYPE_CHECKING:
-    from megapilot.estimate import EstimateOptions
+    from megapilot.estimate import EstimateOptions, MemoryBreakdown
 
 LayoutEstimator = Callable[[ParallelConfig], EstimateResult]
 
@@ -68,6 +68,7 @@ class CostModel:
         self.options = options  # run features the layout does not say (None: the estimator's defaults)
         self.headroom_fraction = headroom_fraction  # share of HBM a planned layout must leave free
         self._injected = estimator
+        self._breakdowns: dict[ParallelConfig, MemoryBreakdown] = {}  # the memory stage's, for the estimate
         self._estimator = estimator or self._default_estimator()
         self._memory_fn = None if estimator else self._default_memory()
         self._estimates: dict[ParallelConfig, EstimateResult] = {}
@@ -80,7 +81,9 @@ class CostModel:
 
         model, cluster, training = self.model, self.cluster, self.training
         options = self.options or EstimateOptions()
-        return lambda parallel: to_result(model, estimate_fast(model, cluster, training, parallel, options))
+        # the memory stage's breakdown of the layout, when it ran: the estimate would compute the same again
+        return lambda parallel: to_result(model, estimate_fast(model, cluster, training, parallel, options,
+                                                               memory=self._breakdowns.get(parallel)))
 
     def _default_memory(self) -> Callable[[ParallelConfig], MemoryCheck]:
         from megapilot.estimate import EstimateOptions, memory_per_gpu
@@ -92,8 +95,8 @@ class CostModel:
         main_grad_bytes = (self.options or EstimateOptions()).main_grad_bytes
 
         def memory(parallel: ParallelConfig) -> MemoryCheck:
-            m = memory_per_gpu(model, training, parallel, capacity, main_grad_bytes=main_grad_bytes,
-                               architecture=architecture)
+            m = self._breakdowns[parallel] = memory_per_gpu(model, training, parallel, capacity,
+                                                            main_grad_bytes=main_grad_bytes, architecture=architecture)
             return MemoryCheck(m.total_gib, self._usable(m.capacity_gib), m.activations_gib,
                                m.weights_gib + m.gradients_gib + m.optimizer_gib)
 
