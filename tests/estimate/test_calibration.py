@@ -115,3 +115,23 @@ def test_a_release_rows_source_is_its_publisher_and_release():
     assert release_source("bridge-25.09-pretrain-DGX-H100-LLAMA3_8B-FP8 (x)-271") == "bridge-25.09"
     with pytest.raises(ValueError, match="no release"):
         release_source("narayanan2021-t1-1.7b")
+
+
+def test_the_committed_parameters_are_where_the_fit_lands(published, release_rows):
+    """A change to the model moves the fit's minimum; the committed parameters must move with it (run
+    bench/calibration/run.py and commit what it fits). No 3 % step of one parameter may lower the fit's loss by
+    more than 0.001 (the loss is flat along the ridge multiplier: a step there moves it by 1e-4)."""
+    from dataclasses import asdict
+
+    from megapilot.estimate.calibration import split_by_release
+
+    rows, _ = calibration_rows(published)
+    seen, _ = split_by_release(release_rows)
+    layouts = {row.id: resolve_layout(row)[0] for row in rows}
+    free = identifiable(rows, seen)
+    at = [asdict(CALIBRATED)[name] for name in free]
+    committed = loss(rows, layouts, free, at, seen)
+    for index, name in enumerate(free):
+        for step in (0.97, 1.03):
+            moved = [value * step if i == index else value for i, value in enumerate(at)]
+            assert loss(rows, layouts, free, moved, seen) > committed - 0.001, (name, step)
