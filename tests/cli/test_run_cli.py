@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.signals import interruptible
+
 PRINTER = Path(__file__).parents[1] / "execute" / "programs" / "iteration_printer.py"
 RESULT_KEYS = {"combo", "executor", "job_id", "state", "exit_code", "reason", "iterations_reached", "train_iters",
                "step_time_s", "started_at", "ended_at", "duration_s", "job_dir", "logs"}
@@ -118,10 +120,8 @@ def test_interrupting_megapilot_stops_the_run_and_prints_it_cancelled(tmp_path, 
     script = launch_script(tmp_path, "--iters", "2000", "--interval-s", "0.1", "--spawn-children", "1")
     command = [sys.executable, "-m", "megapilot", "run", str(script), "--run-dir", str(tmp_path), "--combo", "i",
                "--json"]
-    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored: give the CLI the
-    # default disposition, as an interactive terminal does, whatever started this test run.
     cli_process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                   preexec_fn=interruptible)
     log = tmp_path / "i" / "out-node0" / "training.log"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "iteration        2/" not in (log.read_text() if log.exists() else ""):

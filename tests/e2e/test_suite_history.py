@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.signals import interruptible
+
 pytestmark = pytest.mark.slow
 
 FIRST, SECOND = "MBS=1,GBS=8,PRECISION=BF16", "MBS=2,GBS=8,PRECISION=BF16"
@@ -81,7 +83,7 @@ def test_an_interrupted_run_resumed_reruns_only_the_unfinished_combo(tmp_path: P
     _set_iterations(config, {FIRST: 10, SECOND: 400})
     process = subprocess.Popen([sys.executable, "-m", "megapilot.cli.app", "suite", "run", str(config), "--out",
                                 str(tmp_path / "runs2"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=_env(tmp_path))
+                               text=True, env=_env(tmp_path), preexec_fn=interruptible)
     log = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
