@@ -30,6 +30,7 @@ take 2 bytes with `main_grad_bytes=2` (bf16 gradient buffers, as NeMo's performa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -456,7 +457,47 @@ def activations_gib(
     model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int
 ) -> float:
     """Peak activations of pipeline rank `stage`, default (complete) mode."""
-    p = parallel
+    (parts,) = _activation_bytes_by_stage(model, training, parallel, (stage,))
+    return _peak_activations_gib(parallel, training, stage, parts)
+
+
+def _peak_activations_gib(p: ParallelConfig, training: TrainingSpec, stage: int,
+                          parts: tuple[float, float, float]) -> float:
+    """A rank's activations at its 1F1B peak: what each in-flight micro-batch keeps, plus what it holds once."""
+    kept, working_set, once = parts
+    in_flight = in_flight_microbatches(p, p.num_microbatches(training.global_batch_size), stage)
+    return (kept * in_flight + working_set + once) / GIB
+
+
+# Ranks' activation bytes by what they depend on: the planner checks the memory of layouts that differ in EP, DP,
+# FSDP and the optimizer's sharding over the same stages, whose activations are the same. Keyed by the model's
+# identity (each entry keeps the model alive, so its id is never reused while the entry stands).
+_STAGE_ACTIVATIONS: dict[tuple[object, ...], tuple[ModelSpec, tuple[tuple[float, float, float], ...]]] = {}
+_STAGE_ACTIVATIONS_CACHE_SIZE = 16384
+
+
+def _activation_bytes_by_stage(
+    model: ModelSpec, training: TrainingSpec, p: ParallelConfig, stages: tuple[int, ...]
+) -> tuple[tuple[float, float, float], ...]:
+    """`_stage_activation_bytes` of each of `stages`, cached."""
+    key = (id(model), training.seq_length, training.quant_flavour, p.tp, p.sequence_parallel, p.expert_tp, p.cp,
+           p.mbs, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
+           p.pipeline_layout, p.recompute, p.recompute_method, p.recompute_num_layers, p.recompute_modules, stages)
+    entry = _STAGE_ACTIVATIONS.get(key)
+    if entry is not None and entry[0] is model:
+        return entry[1]
+    parts = tuple(_stage_activation_bytes(model, training, p, stage) for stage in stages)
+    if len(_STAGE_ACTIVATIONS) >= _STAGE_ACTIVATIONS_CACHE_SIZE:
+        _STAGE_ACTIVATIONS.clear()
+    _STAGE_ACTIVATIONS[key] = (model, parts)
+    return parts
+
+
+def _stage_activation_bytes(
+    model: ModelSpec, training: TrainingSpec, p: ParallelConfig, stage: int
+) -> tuple[float, float, float]:
+    """(bytes kept per in-flight micro-batch, transient bytes while a chunk is recomputed, bytes held once: the
+    loss and MTP modules' activations) of pipeline rank `stage`."""
     tokens = p.mbs * training.seq_length / p.cp
     stages = pipeline_stages(model, p.pp, p.vpp, p.pipeline_split)
     layers = stages.decoder_layers(stage)
@@ -473,13 +514,12 @@ def activations_gib(
         working_set = max(dropped, default=0.0)
     if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
         per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
-    in_flight = in_flight_microbatches(p, p.num_microbatches(training.global_batch_size), stage)
-    total = per_microbatch * in_flight + working_set
+    once = 0.0
     if stage == stages.rank_of(LOSS):
-        total += _output_activation_bytes(model, p, tokens)
+        once += _output_activation_bytes(model, p, tokens)
     if stage == stages.rank_of(MTP):
-        total += _mtp_activation_bytes(model, p, tokens)
-    return total / GIB
+        once += _mtp_activation_bytes(model, p, tokens)
+    return per_microbatch, working_set, once
 
 
 @lru_cache(maxsize=1024)  # asked for by every stage of every memory check the planner makes
@@ -633,11 +673,28 @@ def _most_loaded(
     architecture: str | None,
 ) -> MemoryBreakdown:
     """Cached: the planner checks a layout's memory first and its estimate asks again for the same layout."""
-    candidates = [
-        _stage_memory(model, training, parallel, stage, capacity_gib, main_grad_bytes, architecture)
-        for stage in _stages_to_cost(model, parallel)
-    ]
-    return max(candidates, key=lambda m: m.total_gib)
+    p = parallel
+    stages = _stages_to_cost(model, p)
+    statics = _static_gib_by_stage(model, training, p, stages, main_grad_bytes, architecture)
+    activations = _activation_bytes_by_stage(model, training, p, stages)
+    # totals first, in MemoryBreakdown.total_gib's order, and a breakdown for the heaviest rank only
+    heaviest_total, heaviest = -math.inf, 0
+    for index, ((weights, gradients, optimizer), parts) in enumerate(zip(statics, activations, strict=True)):
+        stage_activations = _peak_activations_gib(p, training, stages[index], parts)
+        total = weights + gradients + optimizer + stage_activations + overhead_gib(p, stage_activations)
+        if total > heaviest_total:
+            heaviest_total, heaviest = total, index
+    weights, gradients, optimizer = statics[heaviest]
+    stage_activations = _peak_activations_gib(p, training, stages[heaviest], activations[heaviest])
+    return MemoryBreakdown(
+        weights_gib=weights,
+        gradients_gib=gradients,
+        optimizer_gib=optimizer,
+        activations_gib=stage_activations,
+        overhead_gib=overhead_gib(p, stage_activations),
+        capacity_gib=capacity_gib,
+        stage=stages[heaviest],
+    )
 
 
 def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
@@ -674,24 +731,33 @@ def _stages_to_cost_for(model: ModelSpec, pp: int, vpp: int, split: PipelineSpli
     return tuple(stages)
 
 
-def _stage_memory(
-    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int, capacity_gib: float,
-    main_grad_bytes: int, architecture: str | None,
-) -> MemoryBreakdown:
-    shard = shard_params(model, parallel, stage)
-    activations = activations_gib(model, training, parallel, stage)
+# (weights, gradients, optimizer) GiB of the costed stages, by what they depend on: the planner checks every
+# micro-batch size and recompute setting of a shape, which all hold the same parameters. Keyed like
+# _STAGE_ACTIVATIONS.
+_STATIC_STAGE_GIB: dict[tuple[object, ...], tuple[ModelSpec, tuple[tuple[float, float, float], ...]]] = {}
+_STATIC_STAGE_CACHE_SIZE = 16384
+
+
+def _static_gib_by_stage(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, stages: tuple[int, ...],
+                         main_grad_bytes: int, architecture: str | None) -> tuple[tuple[float, float, float], ...]:
+    key = (id(model), training.precision, training.quant_flavour, training.optimizer, p.tp, p.pp, p.vpp, p.cp, p.ep,
+           p.expert_tp, p.dp, p.fsdp, p.distributed_optimizer, p.first_stage_layers, p.last_stage_layers,
+           p.account_for_embedding, p.account_for_loss, p.pipeline_layout, stages, main_grad_bytes, architecture)
+    entry = _STATIC_STAGE_GIB.get(key)
+    if entry is not None and entry[0] is model:
+        return entry[1]
     fp8_primary = keeps_fp8_primary_weights(training.precision, architecture,
-                                            sharded_optimizer=parallel.distributed_optimizer or parallel.fsdp)
-    return MemoryBreakdown(
-        weights_gib=weights_gib(shard, parallel, training.quant_flavour, architecture, fp8_primary=fp8_primary)
-        + fsdp_unsharded_gib(model, parallel),
-        gradients_gib=gradients_gib(shard, parallel, main_grad_bytes),
-        optimizer_gib=optimizer_gib(shard, parallel, training.optimizer),
-        activations_gib=activations,
-        overhead_gib=overhead_gib(parallel, activations),
-        capacity_gib=capacity_gib,
-        stage=stage,
-    )
+                                            sharded_optimizer=p.distributed_optimizer or p.fsdp)
+    statics = []
+    for stage in stages:
+        shard = shard_params(model, p, stage)
+        statics.append((weights_gib(shard, p, training.quant_flavour, architecture, fp8_primary=fp8_primary)
+                        + fsdp_unsharded_gib(model, p),
+                        gradients_gib(shard, p, main_grad_bytes), optimizer_gib(shard, p, training.optimizer)))
+    if len(_STATIC_STAGE_GIB) >= _STATIC_STAGE_CACHE_SIZE:
+        _STATIC_STAGE_GIB.clear()
+    _STATIC_STAGE_GIB[key] = (model, tuple(statics))
+    return _STATIC_STAGE_GIB[key][1]
 
 
 def _megatron_memory(

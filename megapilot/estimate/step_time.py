@@ -41,7 +41,7 @@ MFU = model FLOPs / (step time x world x dense peak of the precision used).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -580,27 +580,27 @@ def attention_windows(model: ModelSpec) -> tuple[Hashable, ...]:
     return tuple(key(i) for i in range(model.num_layers))
 
 
-# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (and, when the
-# expert all-to-all overlap is left to the layout, on whether PP > 1 runs without VPP) only, which
-# thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed by the inputs' identities;
-# each entry keeps the inputs alive, so an id is never reused while its entry stands.
+# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (granularity
+# and modules) only (and, when the expert all-to-all overlap is left to the layout, on whether PP > 1 runs without
+# VPP), which thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed by the inputs'
+# identities; each entry keeps the inputs alive, so an id is never reused while its entry stands.
 _LAYER_COST_CACHE: dict[tuple[object, ...], tuple[object, object, object, object, LayerCost]] = {}
 _LAYER_COST_CACHE_SIZE = 16384
 
 
 def _shared_layer_cost(
-    model: ModelSpec, layer_index: int, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig,
-    options: EstimateOptions, recomputed: bool,
+    model: ModelSpec, layer_index: int, kind: tuple[bool, Hashable, bool], cluster: ClusterSpec,
+    training: TrainingSpec, p: ParallelConfig, options: EstimateOptions,
 ) -> LayerCost:
-    kind = (moe_flags(model)[layer_index], attention_windows(model)[layer_index])  # layers of a kind cost the same
-    key = (id(model), id(cluster), id(training), id(options), kind, recomputed, p.tp, p.cp, p.ep,
-           p.expert_tp, p.mbs, p.recompute, p.sequence_parallel,
+    """The cost of a layer of `kind` (moe, attention window, recomputed): layers of a kind cost the same."""
+    key = (id(model), id(cluster), id(training), id(options), kind, p.tp, p.cp, p.ep,
+           p.expert_tp, p.mbs, p.recompute, p.recompute_modules, p.sequence_parallel,
            (p.pp == 1 or p.vpp > 1) if options.moe_a2a_overlap is not False else None)  # Megatron's VPP rule
     entry = _LAYER_COST_CACHE.get(key)
     if entry is not None and entry[0] is model and entry[1] is cluster and entry[2] is training \
             and entry[3] is options:
         return entry[4]
-    cost = layer_cost(model, layer_index, cluster, training, p, options, recomputed=recomputed)
+    cost = layer_cost(model, layer_index, cluster, training, p, options, recomputed=kind[2])
     if len(_LAYER_COST_CACHE) >= _LAYER_COST_CACHE_SIZE:
         _LAYER_COST_CACHE.clear()
     _LAYER_COST_CACHE[key] = (model, cluster, training, options, cost)
@@ -611,60 +611,86 @@ def stage_costs(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
     options: EstimateOptions,
 ) -> list[LayerCost]:
-    """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once)."""
+    """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once, ranks holding the same
+    layers once)."""
     p = parallel
     cache: dict[tuple[bool, Hashable, bool], LayerCost] = {}
-    is_moe = moe_flags(model)
-    windows = attention_windows(model)
 
-    def cost_of(layer_index: int, recomputed: bool) -> LayerCost:
-        key = (is_moe[layer_index], windows[layer_index], recomputed)
-        if key not in cache:
-            cache[key] = _shared_layer_cost(model, layer_index, cluster, training, p, options, recomputed)
-        return cache[key]
+    def cost_of(kind: tuple[bool, Hashable, bool], layer_index: int) -> LayerCost:
+        cost = cache.get(kind)
+        if cost is None:
+            cost = cache[kind] = _shared_layer_cost(model, layer_index, kind, cluster, training, p, options)
+        return cost
 
-    compositions = _stage_compositions(model, p.pp, p.vpp, p.pipeline_split, p.recompute, p.recompute_method,
-                                       p.recompute_num_layers)
-    by_composition: dict[StageComposition, LayerCost] = {}  # ranks holding the same layers cost the same
-    costs = []
-    for composition in compositions:
-        if composition not in by_composition:
-            total = LayerCost()
-            for (_, _, is_recomputed), layer_index, count in composition.kinds:
-                total = total + cost_of(layer_index, is_recomputed).scaled(count)
-            if composition.loss:
-                total = total + LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
-            if composition.mtp:  # each MTP module: its layers (like the last, or a hybrid's pattern), its logits
-                module = LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
-                for index in model.mtp_layer_indices:
-                    module = module + cost_of(index, False)
-                total = total + module.scaled(model.mtp_num_layers)
-            by_composition[composition] = total
-        costs.append(by_composition[composition])
-    return costs
+    plan = _stage_compositions(model, p.pp, p.vpp, p.pipeline_split, p.recompute, p.recompute_method,
+                               p.recompute_num_layers)
+    distinct = [_composition_cost(composition, cost_of, model, cluster, training, p, options)
+                for composition in plan.compositions]
+    return [distinct[i] for i in plan.rank_composition]
+
+
+def _composition_cost(
+    composition: StageComposition, cost_of: Callable[[tuple[bool, Hashable, bool], int], LayerCost],
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, options: EstimateOptions,
+) -> LayerCost:
+    """One rank's layers, its loss and its MTP modules, summed term by term (the planner's hottest sum)."""
+    compute = recompute = tp_comm = cp_comm = ep_comm = 0.0
+    for kind, layer_index, count in composition.kinds:
+        c = cost_of(kind, layer_index)
+        compute += c.compute * count
+        recompute += c.recompute * count
+        tp_comm += c.tp_comm * count
+        cp_comm += c.cp_comm * count
+        ep_comm += c.ep_comm * count
+    mtp_kinds = composition.mtp_kinds
+    output_s = _output_cost(model, cluster, training, p, options.efficiency) \
+        if composition.loss or mtp_kinds is not None else 0.0
+    if composition.loss:
+        compute += output_s
+    if mtp_kinds is not None:  # each MTP module: its layers (like the last, or a hybrid's pattern), its logits
+        module = LayerCost(compute=output_s)
+        for kind, index in mtp_kinds:
+            module = module + cost_of(kind, index)
+        k = model.mtp_num_layers
+        compute += module.compute * k
+        recompute += module.recompute * k
+        tp_comm += module.tp_comm * k
+        cp_comm += module.cp_comm * k
+        ep_comm += module.ep_comm * k
+    return LayerCost(compute, recompute, tp_comm, cp_comm, ep_comm)
 
 
 @dataclass(frozen=True)
 class StageComposition:
-    """What one pipeline rank runs per micro-batch: (layer kind, a layer of it, how many), and whether it
-    holds the loss and the MTP modules."""
+    """What one pipeline rank runs per micro-batch: (layer kind, a layer of it, how many), whether it holds the loss,
+    and the kinds of the MTP modules' layers when it holds them."""
 
     kinds: tuple[tuple[tuple[bool, Hashable, bool], int, int], ...]
     loss: bool
-    mtp: bool
+    mtp_kinds: tuple[tuple[tuple[bool, Hashable, bool], int], ...] | None
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The distinct rank compositions of a layout, and which of them each pipeline rank runs."""
+
+    compositions: tuple[StageComposition, ...]
+    rank_composition: tuple[int, ...]
 
 
 @lru_cache(maxsize=4096)
 def _stage_compositions(
     model: ModelSpec, pp: int, vpp: int, split: PipelineSplit, recompute: str, recompute_method: str,
     recompute_num_layers: int | None,
-) -> tuple[StageComposition, ...]:
+) -> StagePlan:
     """Every rank's composition, found once per (model, split, recompute): the planner costs thousands of
     layouts that differ only in sizes the composition does not depend on."""
     is_moe = moe_flags(model)
     windows = attention_windows(model)
     stages = pipeline_stages(model, pp, vpp, split)
-    compositions = []
+    mtp_kinds = tuple(((is_moe[i], windows[i], False), i) for i in model.mtp_layer_indices)
+    distinct: dict[StageComposition, int] = {}
+    rank_composition = []
     for stage in range(pp):
         layers = stages.decoder_layers(stage)
         recomputed = _recomputed_layers(recompute, recompute_method, recompute_num_layers, vpp, len(layers))
@@ -674,10 +700,11 @@ def _stage_compositions(
             key = (is_moe[layer_index], windows[layer_index], position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
-        compositions.append(StageComposition(
+        composition = StageComposition(
             kinds=tuple((key, first, count) for key, (first, count) in kinds.items()),
-            loss=stage == stages.rank_of(LOSS), mtp=stage == stages.rank_of(MTP)))
-    return tuple(compositions)
+            loss=stage == stages.rank_of(LOSS), mtp_kinds=mtp_kinds if stage == stages.rank_of(MTP) else None)
+        rank_composition.append(distinct.setdefault(composition, len(distinct)))
+    return StagePlan(compositions=tuple(distinct), rank_composition=tuple(rank_composition))
 
 
 def _pp_comm_s(
@@ -822,12 +849,14 @@ def step_time(
     p = parallel
     m = p.num_microbatches(training.global_batch_size)
     stages = stage_costs(model, cluster, training, p, options)
-    slowest = max(stages, key=lambda c: c.total)
+    totals = [c.total for c in stages]
+    slowest_total = max(totals)
+    slowest = stages[totals.index(slowest_total)]
     pp_comm_s = _pp_comm_s(model, cluster, training, p, slowest.compute)
-    per_microbatch_s = slowest.total + pp_comm_s
-    other_stages_s = sum(c.total for c in stages) - slowest.total + (p.pp - 1) * pp_comm_s
+    per_microbatch_s = slowest_total + pp_comm_s
+    other_stages_s = sum(totals) - slowest_total + (p.pp - 1) * pp_comm_s
     bubble_s = other_stages_s / p.vpp
-    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, stages[0].total, m, training.optimizer)
+    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, totals[0], m, training.optimizer)
     optimizer_s = _optimizer_s(model, cluster, p, training.optimizer) \
         + _newton_schulz_s(model, cluster, p, training.optimizer)
     breakdown = {

@@ -63,6 +63,12 @@ class PipelineSplit(BaseModel):
         default=None, description="--pipeline-model-parallel-layout string, or 'balanced' to compute one.",
     )
 
+    def __hash__(self) -> int:
+        """Its five fields as a plain tuple: the estimator's caches are keyed by the split on every layout the planner
+        costs, and pydantic's hash walks the model each time."""
+        return hash((self.first_stage_layers, self.last_stage_layers, self.account_for_embedding,
+                     self.account_for_loss, self.layout))
+
     @model_validator(mode="after")
     def _one_vocabulary(self) -> PipelineSplit:
         uneven = self.first_stage_layers is not None or self.last_stage_layers is not None

@@ -353,6 +353,21 @@ def test_recomputed_modules_rerun_their_forward_and_a_recomputed_moe_layer_its_a
     assert terms("mlp")["recompute"] == 0.0  # no dense MLP on a MoE layer
 
 
+def test_layouts_that_differ_only_in_their_recomputed_modules_do_not_share_a_cached_layer_cost():
+    """The planner costs both rungs with the same model, cluster and options: the second must not get the first's
+    cached layer cost (the cache key once left the modules out)."""
+    from megapilot.estimate.step_time import step_time
+
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=512, precision="fp8")
+    options = EstimateOptions()
+    light, whole_moe = (ParallelConfig(tp=1, dp=8, ep=8, recompute_modules=modules)
+                        for modules in (("core_attn",), ("core_attn", "moe")))
+    first = step_time(QWEN3_30B_LIKE, cluster, training, light, options).breakdown_s["recompute"]
+    second = step_time(QWEN3_30B_LIKE, cluster, training, whole_moe, options).breakdown_s["recompute"]
+    assert second > 2 * first > 0
+
+
 def test_an_experts_partly_filled_last_tile_costs_a_full_one():
     """EP 8 of 128 experts, top-8, 1,600 tokens per micro-batch: 800 rows per expert fill 6.25 tiles of 128,
     priced as 7 (896 rows); 1,792 tokens give 896 rows, exactly 7 tiles: the same expert time."""
