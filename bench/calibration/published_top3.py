@@ -63,9 +63,10 @@ def main() -> int:
             total += 1
             model = catalog_model(row)
             want = _shape(row.tp or 1, row.pp or 1, row.cp or 1, (row.ep or 1) if model.moe else 1, row.fsdp)
-            precision = "fp8" if "fp8" in (row.precision or "").lower() else "bf16"
+            gemm = row.gemm_precision
             cluster = ClusterSpec.from_gpu_count(get_gpu(row.gpu), row.num_gpus)
-            training = TrainingSpec(seq_length=row.seq_len, global_batch_size=row.gbs or 1, precision=precision)
+            training = TrainingSpec(seq_length=row.seq_len, global_batch_size=row.gbs or 1, precision=gemm.precision,
+                                    **({"fp8_recipe": gemm.fp8_recipe} if gemm.fp8_recipe else {}))
             try:
                 result = plan(model, cluster, training, top=3, options=_options(row))
             except MegapilotError as refusal:

@@ -42,7 +42,7 @@ from megapilot.estimate.calibration import (
     split_by_release,
     summary,
 )
-from megapilot.estimate.coverage import family_of
+from megapilot.estimate.coverage import family_of, precision_class
 from megapilot.estimate.efficiency import CALIBRATED
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.published import PublishedLayout, enter_published_run
@@ -69,7 +69,7 @@ def load_release_rows() -> tuple[list[ReleaseRow], dict[str, dict[str, Any]]]:
         published = (raw.get("measured") or {}).get("tokens_per_sec_per_gpu")
         note: dict[str, Any] = {
             "model": layout.model, "gpu": layout.gpu, "fsdp": layout.fsdp, "published_tokens_per_s_per_gpu": published,
-            "precision": "fp8" if "fp8" in (layout.precision or "").lower() else "bf16",
+            "precision": precision_class(layout.gemm_precision.precision),
             "layout": f"TP{layout.tp} PP{layout.pp} VP{layout.vp or 1} CP{layout.cp} EP{layout.ep or 1} "
                       f"MBS{layout.mbs} GBS{layout.gbs}"}
         notes[layout.id] = note

@@ -20,7 +20,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -29,6 +29,7 @@ from megapilot.estimate.cases import Case, CaseFlags
 from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
+from megapilot.spec.training import Fp8Recipe, Precision
 
 MAX_RETYPES = 3  # at most the split and the expert TP are missing from a table
 # A row labelled "tokendrop" ran Megatron-Bridge's `apply_moe_token_drop`, whose defaults its performance recipes keep:
@@ -42,6 +43,38 @@ RECOMPUTE_LADDER = ("none", "selective")
 # NeMo's and Megatron-Bridge's performance recipes keep and reduce gradients in bf16 (the older file's NeMo rows
 # are costed the same way, megapilot.estimate.calibration).
 PUBLISHED_OPTIONS = EstimateOptions(grad_reduce_in_bf16=True)
+
+
+class PublishedPrecision(NamedTuple):
+    """A table's precision label as `--precision` (and `--fp8-recipe`, None for the default or a non-FP8 format)."""
+
+    precision: Precision
+    fp8_recipe: Fp8Recipe | None = None
+
+
+# Label words -> the format they name, first match wins (4-bit before 8-bit: "NVFP4" holds no "fp8", but "MXFP8"
+# does). Megatron-Bridge's tables print FP8-CS (per-tensor current scaling), FP8-MX (MXFP8: one E8M0 scale per 32
+# values), FP8-SC / FP8-BLK / FP8-DS-style "128x128" (DeepSeek's blockwise sub-channel scaling), FP8-DS (delayed).
+_PRECISION_WORDS: tuple[tuple[tuple[str, ...], PublishedPrecision], ...] = (
+    (("nvfp4",), PublishedPrecision("nvfp4")),
+    (("mxfp4",), PublishedPrecision("mxfp4")),
+    (("fp8mx", "mxfp8"), PublishedPrecision("mxfp8")),
+    (("fp8sc", "fp8blk", "blockwise", "subchannel", "128x128"), PublishedPrecision("fp8", "blockwise")),
+    (("fp8ds", "delayed"), PublishedPrecision("fp8", "delayed")),
+    (("fp8cs", "currentscaling", "tensorwise"), PublishedPrecision("fp8", "tensorwise")),
+    (("fp8",), PublishedPrecision("fp8")),
+    (("fp16",), PublishedPrecision("fp16")),
+)
+
+
+def published_precision(label: str | None) -> PublishedPrecision:
+    """The format a table's precision label names. Only the label before any parenthesis counts: "FP8-CS (FP8-MX)"
+    prints FP8-CS figures with the MXFP8 ones in parentheses, and the calibration files keep their notes there."""
+    main = _key((label or "").split("(")[0])
+    for words, found in _PRECISION_WORDS:
+        if any(word in main for word in words):
+            return found
+    return PublishedPrecision("bf16")
 
 
 class PublishedMoE(BaseModel):
@@ -85,6 +118,11 @@ class PublishedLayout(BaseModel):
         derived = row.get("derived") or {}
         token_drop = "tokendrop" in _key(str(row.get("model", "")))
         return cls.model_validate(row | {"fsdp": bool(derived.get("published_fsdp")), "token_drop": token_drop})
+
+    @property
+    def gemm_precision(self) -> PublishedPrecision:
+        """The GEMM format and FP8 recipe the row names (`published_precision`)."""
+        return published_precision(self.precision)
 
     @property
     def has_layout(self) -> bool:
@@ -141,7 +179,7 @@ def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> 
         "model": model_path, "gpu": row.gpu, "gpus": row.num_gpus, "tp": row.tp, "pp": row.pp,
         "vpp": row.vp if row.vp and row.vp > 1 else None, "cp": row.cp,
         "ep": row.ep if model.moe else None, "mbs": row.mbs, "gbs": row.gbs, "seq_len": row.seq_len,
-        "precision": "fp8" if "fp8" in (row.precision or "").lower() else "bf16",
+        "precision": row.gemm_precision.precision, "fp8_recipe": row.gemm_precision.fp8_recipe,
         "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
         "force_tp_across_nodes": True, "etp": 1 if model.moe and (row.tp or 1) > 1 else None,
     } | _token_drop_flags(row, model))

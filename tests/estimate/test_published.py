@@ -15,6 +15,7 @@ import pytest
 from megapilot.errors import MegapilotError
 from megapilot.estimate.published import (
     PublishedLayout,
+    published_precision,
     enter_published_run,
     retype_from_refusal,
 )
@@ -89,3 +90,28 @@ def test_qwen3_30b_fits_without_recompute_where_bridges_recipe_turns_it_off():
     row = next(row for row in LAYOUT_ROWS if "GB200-Qwen3_30B" in row.id)
     entry = enter_published_run(row)
     assert row.mbs == 4 and entry.case.parallel.recompute == "none" and entry.result.fits
+
+
+@pytest.mark.parametrize(("label", "expected"), [
+    ("FP8-CS (FP8-MX)", ("fp8", "tensorwise")),  # Bridge 25.11: the figure outside the parentheses is FP8-CS
+    ("FP8-MX", ("mxfp8", None)),
+    ("NVFP4", ("nvfp4", None)),
+    ("FP8-SC", ("fp8", "blockwise")),
+    ("FP8 per-tensor current scaling ('per-tensor FP8 quantization')", ("fp8", "tensorwise")),
+    ("FP8 (25.09 tables have no precision column; page note says parenthesized values use different FP8 "
+     "quantization granularity)", ("fp8", None)),
+    ("BF16", ("bf16", None)),
+    ("16-bit mixed precision", ("bf16", None)),
+    (None, ("bf16", None)),
+])
+def test_a_tables_precision_label_names_the_format_and_recipe_a_user_would_type(label, expected):
+    assert tuple(published_precision(label)) == expected
+
+
+def test_a_row_labelled_mxfp8_is_estimated_in_mxfp8_and_one_labelled_fp8_cs_in_current_scaling():
+    row = next(row for row in LAYOUT_ROWS if row.id == "nemo-25.02-DGX-B200-LLAMA3-8B")
+    row = row.model_copy(update={"precision": "FP8-MX"})
+    assert enter_published_run(row).case.training.precision == "mxfp8"
+    row = row.model_copy(update={"precision": "FP8-CS"})
+    training = enter_published_run(row).case.training
+    assert (training.precision, training.fp8_recipe) == ("fp8", "tensorwise")
