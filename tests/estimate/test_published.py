@@ -15,8 +15,8 @@ import pytest
 from megapilot.errors import MegapilotError
 from megapilot.estimate.published import (
     PublishedLayout,
-    published_precision,
     enter_published_run,
+    published_precision,
     retype_from_refusal,
 )
 
