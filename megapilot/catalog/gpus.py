@@ -22,6 +22,15 @@ from megapilot.spec.hardware import GPUSpec
 GPU_FILE_ENV = "MEGAPILOT_GPU_FILE"
 
 
+# The GPU's link to host memory, per GPU per direction (GB/s): PCIe Gen4 x16 carries 32, Gen5 x16 64 (PCI-SIG
+# specifications: 16 and 32 GT/s per lane). A Grace superchip links its Grace CPU to its GPUs over NVLink-C2C,
+# 900 GB/s bidirectional (NVIDIA GH200 / GB200 datasheets); on GB200 and GB300 one Grace serves two GPUs, so each
+# gets 225 GB/s per direction when both offload at once, as data-parallel ranks do.
+PCIE_GEN4_X16_GBPS = 32.0
+PCIE_GEN5_X16_GBPS = 64.0
+GRACE_C2C_PER_GPU_GBPS = 900.0 / 2 / 2
+
+
 @dataclass(frozen=True)
 class _Topology:
     alias: str
@@ -29,12 +38,13 @@ class _Topology:
     scaleout_bw_gbps: float  # per GPU per direction: one 400 Gb/s NIC per GPU = 50 GB/s
     fill_in: dict[str, float]  # values hardware.json leaves null, with the reason in `note`
     note: str = ""
+    host_link_gbps: float = PCIE_GEN5_X16_GBPS  # HGX B300's host CPUs are PCIe Gen5 too
 
 
 # Fields neither data file carries. Scale-out is one NIC per GPU: 200 Gb/s HDR on A100 systems,
 # 400 Gb/s NDR/CX7 on Hopper and MI300-class, 800 Gb/s CX8 on Blackwell Ultra.
 GPU_TOPOLOGY: dict[str, _Topology] = {
-    "A100-SXM4-80GB": _Topology("a100", "ampere", 25.0, {}),
+    "A100-SXM4-80GB": _Topology("a100", "ampere", 25.0, {}, host_link_gbps=PCIE_GEN4_X16_GBPS),
     "H100-SXM5-80GB": _Topology("h100", "hopper", 50.0, {}),
     "H200-SXM-141GB": _Topology("h200", "hopper", 50.0, {}),
     "H800-SXM5-80GB": _Topology(
@@ -44,9 +54,9 @@ GPU_TOPOLOGY: dict[str, _Topology] = {
         note="H800 peaks taken as H100 SXM (same GH100 die); NVLink export-limited to 400 GB/s bidirectional",
     ),
     "B200": _Topology("b200", "blackwell", 50.0, {}),
-    "GB200": _Topology("gb200", "blackwell", 50.0, {}),
+    "GB200": _Topology("gb200", "blackwell", 50.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS),
     "B300": _Topology("b300", "blackwell", 100.0, {}),
-    "GB300": _Topology("gb300", "blackwell", 100.0, {}),
+    "GB300": _Topology("gb300", "blackwell", 100.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS),
     "MI300X": _Topology(
         "mi300x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
         note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
@@ -112,6 +122,7 @@ def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
         gpus_per_node=value["gpus_per_node"],
         scaleup_bw_gbps=value["scaleup_bw_gbps_bidir_per_gpu"] / 2,
         scaleout_bw_gbps=topo.scaleout_bw_gbps,
+        host_link_gbps=topo.host_link_gbps,
         source=source,
     )
 

@@ -3,7 +3,7 @@
 `--json` prints the `EstimateResult` schema: params {total, active, embedding}, flops_per_step,
 memory_gib {weights, gradients, optimizer, activations, overhead, total, capacity, stage}, fits,
 step_time_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, time_breakdown_s {compute, recompute,
-tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, dp_comm, optimizer}, warnings, bubble_fraction,
+tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, cpu_offload, dp_comm, optimizer}, warnings, bubble_fraction,
 exposed_comm_fraction, flop_convention (`--flop-convention megatron_full_attention` counts the
 attention core over the full s x s matrix, as Megatron-Core <= 0.11 and older NeMo did), calibration (the
 published runs behind the estimate: its calibrated family/GPU/precision or the nearest, with the median |error|

@@ -120,6 +120,9 @@ class LayoutFlags:
     recompute_modules: Annotated[str | None, _option(
         "With selective recompute: what to rerun in the backward, comma-separated, from core_attn, moe_act, "
         "layernorm, mla_up_proj, mlp, moe, shared_experts (--recompute-modules; default core_attn).")] = None
+    cpu_offloading_num_layers: Annotated[int | None, _option(
+        "Move the activations of the first N transformer layers to host memory in the forward and back for the "
+        "backward (--cpu-offloading-num-layers; Megatron runs it with pp 1 and no recompute; default 0).")] = None
     sequence_parallel: SequenceParallel = None
     distributed_optimizer: Annotated[bool | None, typer.Option(
         "--distributed-optimizer/--no-distributed-optimizer",

@@ -685,6 +685,10 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
     recompute = flags.get("--recompute-granularity") or selective
     method = flags.get("--recompute-method")
     modules = tuple((flags.get("--recompute-modules") or "").split())
+    # Megatron refuses offloading beside PP or recompute (ParallelConfig too): such a script never trained with it
+    offloaded = flags.get_int("--cpu-offloading-num-layers") or 0
+    if pp > 1 or recompute != "none" or (num_layers is not None and offloaded >= num_layers):
+        offloaded = 0
     return ParallelConfig.for_world(
         world, tp=tp, pp=pp, vpp=vpp, cp=flags.get_int("--context-parallel-size", 1),
         ep=flags.get_int("--expert-model-parallel-size", 1), etp=flags.get_int("--expert-tensor-parallel-size"),
@@ -701,6 +705,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         account_for_embedding=flags.has("--account-for-embedding-in-pipeline-split"),
         account_for_loss=flags.has("--account-for-loss-in-pipeline-split"),
         pipeline_layout=flags.get("--pipeline-model-parallel-layout"),
+        cpu_offloading_num_layers=offloaded,
     )
 
 

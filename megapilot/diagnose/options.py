@@ -136,6 +136,12 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
                 "recompute the attention core in the backward pass instead of storing it (small compute cost)"})
     yield _light_recompute(config, "rerun {modules} in the backward instead of storing their outputs (a forward "
                                    "pass over small or memory-bound tensors)")
+    if p.recompute == "none" and p.pp == 1 and 2 * p.cpu_offloading_num_layers < model.num_layers:
+        offloaded = max(model.num_layers // 2, 2 * p.cpu_offloading_num_layers)
+        yield proposed_layout(config, f"offload {offloaded} layers' activations", _layout(
+            config, cpu_offloading_num_layers=offloaded), reasons={
+            "--cpu-offloading-num-layers": f"move the activations of the first {offloaded} layers to host memory "
+                                           "between their forward and backward (copies overlap the other layers)"})
     if not p.distributed_optimizer and not p.fsdp and p.dp > 1:  # (with Muon, _layout refuses both)
         yield proposed_layout(config, "distributed optimizer", _layout(config, distributed_optimizer=True), reasons={
             "--use-distributed-optimizer": f"shard the fp32 optimizer states over the {p.dp} DP ranks"})

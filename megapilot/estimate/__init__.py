@@ -190,6 +190,9 @@ def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimiz
         savers.append(f"a smaller micro-batch (now {p.mbs})")
     if p.dp > 1 and not p.fsdp and not muon:
         savers.append("Megatron-FSDP (--use-megatron-fsdp" + (", with PP 1)" if p.pp > 1 else ")"))
+    if p.pp == 1 and p.recompute == "none" and p.cpu_offloading_num_layers < model.num_layers - 1:
+        now = f", now {p.cpu_offloading_num_layers}" if p.cpu_offloading_num_layers else ""
+        savers.append(f"activations offloaded to host memory (--cpu-offloading-num-layers{now})")
     if p.recompute != "full":
         savers.append("full activation recompute (--recompute-granularity full)")
     elif p.recompute_method == "uniform" and (p.recompute_num_layers or 1) > 1:

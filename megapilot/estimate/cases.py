@@ -41,8 +41,9 @@ from megapilot.spec.validate import (
 )
 
 INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
-             "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers")
-INT_MINIMUM = {"mtp_num_layers": 0}  # a model's MTP modules: 0 = none; every other whole-number flag is >= 1
+             "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers",
+             "cpu_offloading_num_layers")
+INT_MINIMUM = {"mtp_num_layers": 0, "cpu_offloading_num_layers": 0}  # 0 = none; every other count is >= 1
 BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
               "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer",
               "moe_a2a_overlap")
@@ -104,6 +105,7 @@ class CaseFlags(CaseFeatures):
     recompute: str | None = None
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
+    cpu_offloading_num_layers: int | None = None
     recompute_modules: str | None = None  # names separated by commas or spaces, as --recompute-modules lists them
     sequence_parallel: bool | None = None
     distributed_optimizer: bool | None = None
@@ -308,6 +310,7 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec)
         "recompute_method": _or(flags.recompute_method, "uniform"),
         "recompute_num_layers": flags.recompute_num_layers,
         "recompute_modules": parse_recompute_modules(flags.recompute_modules),
+        "cpu_offloading_num_layers": flags.cpu_offloading_num_layers,
         "distributed_optimizer": _or(flags.distributed_optimizer, not training.uses_muon),
         "fsdp": bool(flags.fsdp),
         "first_stage_layers": flags.first_stage_layers,
@@ -363,14 +366,16 @@ def _layout_error(exc: ValueError) -> MegapilotError:
             return MegapilotError(converted.problem, field="pp_layout" if "layout" in converted.problem
                                   else "account_for_embedding")
         for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute_modules",
-                     "recompute", "tp", "pp"):
+                     "cpu_offloading_num_layers", "recompute", "tp", "pp"):
             if converted.problem.startswith(name):
                 return MegapilotError(converted.problem, field=name, fix=_LAYOUT_FIXES.get(name))
     return converted
 
 
 _LAYOUT_FIXES = {"recompute_modules": "drop --recompute-modules, or use --recompute selective",
-                 "recompute_num_layers": "drop --recompute-num-layers, or use --recompute full"}
+                 "recompute_num_layers": "drop --recompute-num-layers, or use --recompute full",
+                 "cpu_offloading_num_layers": "pass --recompute none and --pp 1 with it, or drop "
+                                              "--cpu-offloading-num-layers"}
 
 
 def _build_training(flags: CaseFlags) -> TrainingSpec:

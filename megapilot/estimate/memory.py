@@ -482,7 +482,8 @@ def _activation_bytes_by_stage(
     """`_stage_activation_bytes` of each of `stages`, cached."""
     key = (id(model), training.seq_length, training.quant_flavour, p.tp, p.sequence_parallel, p.expert_tp, p.cp,
            p.mbs, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
-           p.pipeline_layout, p.recompute, p.recompute_method, p.recompute_num_layers, p.recompute_modules, stages)
+           p.pipeline_layout, p.recompute, p.recompute_method, p.recompute_num_layers, p.recompute_modules,
+           p.cpu_offloading_num_layers, stages)
     entry = _STAGE_ACTIVATIONS.get(key)
     if entry is not None and entry[0] is model:
         return entry[1]
@@ -512,6 +513,13 @@ def _stage_activation_bytes(
         # kept: each layer's input of the modules; while one layer's backward reruns them, their outputs live again
         per_microbatch -= sum(dropped)
         working_set = max(dropped, default=0.0)
+    if p.cpu_offloading_num_layers:
+        # Megatron offloads the first N layers (PP 1): each leaves the GPU once its forward ends and comes back
+        # ahead of its backward, so only the one in transit stays
+        offloaded = [stored for layer_index, stored in zip(layers, full, strict=True)
+                     if layer_index < p.cpu_offloading_num_layers]
+        per_microbatch -= sum(offloaded)
+        working_set = max(working_set, max(offloaded, default=0.0))
     if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
         per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
     once = 0.0
@@ -520,6 +528,18 @@ def _stage_activation_bytes(
     if stage == stages.rank_of(MTP):
         once += _mtp_activation_bytes(model, p, tokens)
     return per_microbatch, working_set, once
+
+
+def offloaded_layer_bytes(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[tuple[int, float]]:
+    """(layer, bytes its activations take to host memory and back per micro-batch) of each layer
+    `--cpu-offloading-num-layers` offloads."""
+    if not p.cpu_offloading_num_layers:
+        return []
+    tokens = p.mbs * training.seq_length / p.cp
+    kinds = layer_kinds(model)
+    by_kind = _bytes_per_token_by_kind(model, p.tp, p.sequence_parallel, p.expert_tp,
+                                       saved_gemm_input_bytes(training.quant_flavour))
+    return [(i, tokens * by_kind[kinds[i]]) for i in range(min(p.cpu_offloading_num_layers, model.num_layers))]
 
 
 @lru_cache(maxsize=1024)  # asked for by every stage of every memory check the planner makes

@@ -30,11 +30,14 @@ Model (per GPU, seconds):
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
   (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last);
+- cpu_offload: `--cpu-offloading-num-layers` copies each offloaded layer's activations to host memory during the
+  next layers' forward and back during the later layers' backward (`GPUSpec.host_link_gbps`, PCIe or a Grace
+  superchip's NVLink-C2C, at `HOST_COPY_EFFICIENCY`); a copy longer than its layer's forward (backward) is exposed;
 - optimizer: Adam reads/writes ~32 B per local shard parameter at HBM bandwidth; Muon adds its Newton-Schulz
   GEMMs on each rank's weight blocks (every DP rank with `muon`, a 1/DP share with `dist_muon`) and all-reduces
   its gradients (without overlap under plain `muon`, as Megatron requires).
 
-Step = m x (slowest stage's micro-batch time) + bubble + exposed dp_comm + optimizer.
+Step = m x (slowest stage's micro-batch time, with cpu_offload) + bubble + exposed dp_comm + optimizer.
 MFU = model FLOPs / (step time x world x dense peak of the precision used).
 """
 
@@ -68,7 +71,13 @@ from megapilot.estimate.latency import (
     moe_kernels,
     sm_count,
 )
-from megapilot.estimate.memory import layer_activation_bytes, layer_kinds, moe_flags, shard_params
+from megapilot.estimate.memory import (
+    layer_activation_bytes,
+    layer_kinds,
+    moe_flags,
+    offloaded_layer_bytes,
+    shard_params,
+)
 from megapilot.estimate.params import pipeline_stages, stage_layer_indices
 from megapilot.estimate.quantization import (
     BF16_BYTES,
@@ -99,6 +108,9 @@ TRAIN_FLOPS_PER_MULTIPLY_ADD = 6
 PASSES_PER_FORWARD_BACKWARD = 3
 FORWARD_SHARE = 1 / 3
 BACKWARD_SHARE = 2 / 3
+# Copies between HBM and pinned host memory reach about 80 % of the link's nominal rate (PCIe packet headers and
+# flow control take the rest); taken for NVLink-C2C too. A stated constant, not fitted.
+HOST_COPY_EFFICIENCY = 0.8
 # Megatron-FSDP gathers each layer's weights for its forward and again for its backward.
 FSDP_GATHERS_PER_MICROBATCH = 2
 # Sequence-parallel TP: 4 all-gathers + 4 reduce-scatters of the layer activation per layer and
@@ -707,6 +719,26 @@ def _stage_compositions(
     return StagePlan(compositions=tuple(distinct), rank_composition=tuple(rank_composition))
 
 
+def _cpu_offload_s(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, options: EstimateOptions
+) -> float:
+    """Exposed seconds per micro-batch of `--cpu-offloading-num-layers`: each offloaded layer's activations go to
+    host memory while the following layers run their forward and come back while the later layers run their
+    backward; what a layer's copy takes beyond its own forward (backward) the next one waits for."""
+    offloaded = offloaded_layer_bytes(model, training, p)
+    if not offloaded:
+        return 0.0
+    bandwidth = cluster.gpu.host_link_gbps * 1e9 * HOST_COPY_EFFICIENCY
+    is_moe, windows = moe_flags(model), attention_windows(model)
+    exposed = 0.0
+    for index, stored in offloaded:
+        compute = _shared_layer_cost(model, index, (is_moe[index], windows[index], False), cluster, training, p,
+                                     options).compute
+        copy_s = stored / bandwidth
+        exposed += max(0.0, copy_s - FORWARD_SHARE * compute) + max(0.0, copy_s - BACKWARD_SHARE * compute)
+    return exposed
+
+
 def _pp_comm_s(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, microbatch_compute_s: float
 ) -> float:
@@ -853,7 +885,8 @@ def step_time(
     slowest_total = max(totals)
     slowest = stages[totals.index(slowest_total)]
     pp_comm_s = _pp_comm_s(model, cluster, training, p, slowest.compute)
-    per_microbatch_s = slowest_total + pp_comm_s
+    offload_s = _cpu_offload_s(model, cluster, training, p, options)  # PP 1 only: the one stage is the slowest
+    per_microbatch_s = slowest_total + pp_comm_s + offload_s
     other_stages_s = sum(totals) - slowest_total + (p.pp - 1) * pp_comm_s
     bubble_s = other_stages_s / p.vpp
     dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, totals[0], m, training.optimizer)
@@ -867,6 +900,7 @@ def step_time(
         "ep_comm": m * slowest.ep_comm,
         "pp_comm": m * pp_comm_s,
         "pp_bubble": bubble_s,
+        "cpu_offload": m * offload_s,
         "dp_comm": dp_exposed_s,
         "optimizer": optimizer_s,
     }
@@ -898,6 +932,8 @@ _STEP_SHARE_WARNINGS = (
     ("dp_comm", 0.10, "exposed data-parallel communication", ""),
     ("ep_comm", 0.20, "expert all-to-all", ": keep ep*etp inside the NVLink domain"),
     ("tp_comm", 0.15, "tensor-parallel communication", ""),
+    ("cpu_offload", 0.10, "waiting on activation copies to host memory",
+     ": offload fewer layers (--cpu-offloading-num-layers) or recompute some instead"),
 )
 # An expert group already inside the NVLink domain cannot move closer: what is left is hiding its all-to-all.
 _EP_INSIDE_DOMAIN_ADVICE = (": it runs inside the NVLink domain already; --overlap-moe-expert-parallel-comm (with "
@@ -905,10 +941,10 @@ _EP_INSIDE_DOMAIN_ADVICE = (": it runs inside the NVLink domain already; --overl
 
 
 def _warnings(breakdown: dict[str, float], total_s: float, *, ep_inside_domain: bool) -> list[str]:
-    """One line per term that takes a larger share of the step than its threshold."""
+    """One line per term that takes a larger share of the step than its threshold (a term left out is none)."""
     return [
         f"{words} is {breakdown[term] / total_s:.0%} of the step"
         + (_EP_INSIDE_DOMAIN_ADVICE if term == "ep_comm" and ep_inside_domain else advice)
         for term, threshold, words, advice in _STEP_SHARE_WARNINGS
-        if breakdown[term] > threshold * total_s
+        if breakdown.get(term, 0.0) > threshold * total_s
     ]

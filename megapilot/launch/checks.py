@@ -113,6 +113,21 @@ def _vpp_needs_pp(values: dict[str, list[str]], gpu: GPUSpec) -> None:
                              fix="drop the virtual-pipeline flag or raise PP")
 
 
+def _cpu_offloading_alone(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """Megatron-Core's TransformerConfig refuses activation offloading beside pipelining or recompute."""
+    if _int_value(values, "--cpu-offloading-num-layers", 0) < 1:
+        return
+    if _int_value(values, "--pipeline-model-parallel-size") > 1:
+        raise MegapilotError("--cpu-offloading-num-layers does not run with --pipeline-model-parallel-size > 1 "
+                             "(Megatron: 'Currently there is no support for Pipeline parallelism with CPU offloading')",
+                             field="cpu_offloading_num_layers", fix="drop it, or use PP 1")
+    recompute = {"--recompute-activations", "--recompute-granularity"} & values.keys()
+    if recompute:
+        raise MegapilotError(f"--cpu-offloading-num-layers does not run with {', '.join(sorted(recompute))} (Megatron: "
+                             "'CPU offloading does not work when activation recomputation is enabled')",
+                             field="cpu_offloading_num_layers", fix="drop the recompute flags, or the offloading")
+
+
 def _muon_runs_on_plain_ddp(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     """Megatron-LM's arguments.py, for every Muon variant: no distributed optimizer, no FSDP; and plain `muon`
     overlaps neither the gradient reduction nor the parameter gather ("Use dist_muon instead")."""
@@ -452,7 +467,7 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
-    _sequence_parallel_needs_tp, _vpp_needs_pp, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
+    _sequence_parallel_needs_tp, _vpp_needs_pp, _cpu_offloading_alone, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
     _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,
     _recompute_method_needs_full, _recompute_modules_need_their_parts,

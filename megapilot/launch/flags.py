@@ -42,6 +42,7 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
                           dist_muon_overlaps=dist_muon_overlaps(table.version)),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
+        *_offload_sections(plan.parallel),
         _cpu_section() if options.cpu else _precision_section(plan, options, table),
         _training_section(plan.training, plan.parallel),
         _data_section(plan.model, options),
@@ -171,6 +172,15 @@ def _recompute_section(p: ParallelConfig) -> ArgSection:
         s.add("--recompute-method", p.recompute_method)
         s.add("--recompute-num-layers", p.recompute_num_layers or 1)
     return s
+
+
+def _offload_sections(p: ParallelConfig) -> list[ArgSection]:
+    """Megatron-Core's activation offloading to host memory (the flag from core_v0.16; it turns cpu_offloading on)."""
+    if not p.cpu_offloading_num_layers:
+        return []
+    s = ArgSection(f"activation offloading: the first {p.cpu_offloading_num_layers} layers to host memory")
+    s.add("--cpu-offloading-num-layers", p.cpu_offloading_num_layers)
+    return [s]
 
 
 # ---- precision -----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the search imports this module at run time
 # name its entries e.g. `tp_comm_exposed` or `pipeline_bubble` and still be read.
 COMPONENT_WORDS: tuple[tuple[str, str], ...] = (
     ("bubble", "pipeline bubble"),
+    ("offload", "activation offload copies"),
     ("recompute", "activation recompute"),
     ("tp", "TP communication"),
     ("cp", "CP communication"),

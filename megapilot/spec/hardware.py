@@ -86,6 +86,10 @@ class GPUSpec(BaseModel):
     )
     scaleup_bw_gbps: float = Field(gt=0, description="Scale-up bandwidth per GPU per direction, GB/s.")
     scaleout_bw_gbps: float = Field(gt=0, description="Scale-out (IB/RoCE) bandwidth per GPU per direction, GB/s.")
+    host_link_gbps: float = Field(
+        default=64.0, gt=0,
+        description="GPU <-> host-memory bandwidth per GPU per direction, GB/s, what activation offloading moves "
+                    "over: PCIe Gen5 x16 (64) unless the catalog states the GPU's own link.")
     source: str = Field(default="", description="Where the numbers come from.")
 
     @property

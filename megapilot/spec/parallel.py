@@ -52,6 +52,11 @@ class ParallelConfig(BaseModel):
         description="With selective recompute: the modules rerun in the backward (--recompute-modules); "
         "None = Megatron's default, the attention core.",
     )
+    cpu_offloading_num_layers: int = Field(
+        default=0, ge=0,
+        description="Activations of the first N transformer layers move to host memory in the forward and come back "
+        "for the backward (--cpu-offloading-num-layers, Megatron's cpu_offloading; 0 = off).",
+    )
     distributed_optimizer: bool = Field(default=True, description="Shard optimizer states over DP (ZeRO-1).")
     fsdp: bool = Field(default=False, description="Megatron-FSDP: shard weights, grads and optimizer over DP.")
     first_stage_layers: int | None = Field(
@@ -100,6 +105,12 @@ class ParallelConfig(BaseModel):
         if self.recompute_modules is not None and self.recompute != "selective":
             raise ValueError(f"recompute_modules applies only to selective recompute, not {self.recompute!r} "
                              "(Megatron reads --recompute-modules with --recompute-granularity selective)")
+        if self.cpu_offloading_num_layers and self.recompute != "none":
+            raise ValueError(f"cpu_offloading_num_layers needs recompute 'none', not {self.recompute!r} (Megatron: "
+                             "'CPU offloading does not work when activation recomputation is enabled')")
+        if self.cpu_offloading_num_layers and self.pp > 1:
+            raise ValueError(f"cpu_offloading_num_layers needs pp 1, not {self.pp} (Megatron: 'Currently there is no "
+                             "support for Pipeline parallelism with CPU offloading')")
         if self.uneven_pipeline and self.pp == 1:
             raise ValueError("first_stage_layers/last_stage_layers need pp > 1; drop them or raise pp")
         try:  # building the split refuses mixing its vocabularies (layout + counts, counts + account-for)
@@ -179,6 +190,8 @@ class ParallelConfig(BaseModel):
             block += " PP_ACCOUNT_LOSS=1"
         if self.pipeline_layout is not None:
             block += f" PP_LAYOUT='{self.pipeline_layout}'"
+        if self.cpu_offloading_num_layers:
+            block += f" CPU_OFFLOAD_LAYERS={self.cpu_offloading_num_layers}"
         return block
 
     @classmethod

@@ -31,6 +31,7 @@ def validate_layout(
     _check_tensor_parallel(model, cluster, training, parallel, allow_tp_across_nodes)
     _check_pipeline(model, parallel)
     _check_fsdp(parallel)
+    _check_cpu_offloading(model, parallel)
     _check_sequence(model, training)
     _check_context_parallel(training, parallel)
     _check_gated_delta_net(model, parallel)
@@ -115,6 +116,16 @@ def _check_fsdp(p: ParallelConfig) -> None:
     if p.fsdp and p.pp > 1:
         raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (pp={p.pp})", field="pp",
                              fix="use pp=1 with Megatron-FSDP, or drop FSDP and keep the distributed optimizer")
+
+
+def _check_cpu_offloading(model: ModelSpec, p: ParallelConfig) -> None:
+    """Megatron-Core's TransformerConfig: "CPU offloading can be done only for layers less than num_layers" (the
+    PP and recompute rules need no model: ParallelConfig states them)."""
+    if p.cpu_offloading_num_layers >= model.num_layers:
+        raise MegapilotError(
+            f"cpu_offloading_num_layers={p.cpu_offloading_num_layers} offloads every layer of {model.name} "
+            f"({model.num_layers}); Megatron offloads only fewer than num_layers",
+            field="cpu_offloading_num_layers", fix=f"use at most {model.num_layers - 1}")
 
 
 def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:

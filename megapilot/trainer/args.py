@@ -238,6 +238,8 @@ GPU_ONLY_FLAGS: dict[str, str] = {
     "--moe-grouped-gemm": "grouped GEMM needs CUDA kernels",
     "--cuda-graph-impl": "CUDA graphs need a GPU",
     "--enable-cuda-graph": "CUDA graphs need a GPU",
+    "--cpu-offloading-num-layers": "activation offloading moves GPU memory to the host (Transformer Engine's offload "
+                                   "handler)",
     "--use-precision-aware-optimizer": "needs Transformer Engine's fused Adam",
     "--moe-latent-size": "Megatron-Core builds latent MoE projections with Transformer Engine only",
 }

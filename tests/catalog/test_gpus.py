@@ -105,3 +105,10 @@ def test_a_figure_that_disagrees_with_hardware_json_without_naming_it_is_refused
     named = formats["B200"] | {"fp8_dense_tflops": 4400.0, "replaces": {"fp8_dense_tflops": 4500.0}}
     monkeypatch.setattr(gpus, "gpu_formats", lambda: formats | {"B200": named})
     assert gpus._row_to_spec(row).fp8_dense_tflops == 4400.0
+
+
+def test_the_host_link_is_pcie_on_hgx_and_a_share_of_nvlink_c2c_on_a_grace_superchip():
+    assert get_gpu("a100").host_link_gbps == 32.0  # PCIe Gen4 x16
+    assert get_gpu("h100").host_link_gbps == get_gpu("b200").host_link_gbps == 64.0  # PCIe Gen5 x16
+    # 900 GB/s bidirectional per Grace, which serves two GPUs: 225 per GPU per direction
+    assert get_gpu("gb200").host_link_gbps == get_gpu("gb300").host_link_gbps == 225.0

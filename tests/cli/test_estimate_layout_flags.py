@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 LLAMA_405B_PP16 = ("--model", "llama3.1-405b", "--gpu", "h200", "--gpus", "2048", "--tp", "8", "--pp", "16",
                    "--gbs", "2048", "--seq-len", "8192", "--recompute", "full")
 GPT3_175B = ("--model", "gpt3-175b", "--gpu", "h100", "--gpus", "256", "--pp", "8", "--gbs", "512",
@@ -63,3 +65,30 @@ def test_megatron_spellings_of_the_layout_flags_mean_the_same(cli):
                 "--decoder-last-pipeline-num-layers", "7", "--json")
     assert split.exit_code == 0 and split.json() == cli(
         "estimate", *LLAMA_405B_PP16, "--first-stage-layers", "7", "--last-stage-layers", "7", "--json").json()
+
+
+LLAMA_70B_GB200_FSDP = ("--model", "llama3.1-70b", "--gpu", "gb200", "--gpus", "64", "--fsdp", "--mbs", "2",
+                        "--gbs", "256", "--seq-len", "8192", "--precision", "fp8")
+
+
+def test_offloaded_layers_lower_the_activations_and_add_their_exposed_copies(cli):
+    """Megatron-Bridge's GB200 recipe for Llama 3 70B offloads the activations of 40 layers to the Grace's memory."""
+    kept = cli("estimate", *LLAMA_70B_GB200_FSDP, "--recompute", "none", "--json").json()
+    offloaded = cli("estimate", *LLAMA_70B_GB200_FSDP, "--recompute", "none", "--cpu-offloading-num-layers", "40",
+                    "--json").json()
+    assert offloaded["memory_gib"]["activations"] < 0.6 * kept["memory_gib"]["activations"]
+    assert offloaded["time_breakdown_s"]["cpu_offload"] > 0 == kept["time_breakdown_s"]["cpu_offload"]
+    assert offloaded["step_time_s"] > kept["step_time_s"]
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ((), "needs recompute 'none'"),  # the default is selective recompute
+    (("--recompute", "none", "--pp", "2"), "needs pp 1"),
+    (("--recompute", "none", "--cpu-offloading-num-layers", "80"), "at most 79"),
+])
+def test_offloading_megatron_refuses_is_a_one_line_error_naming_the_flag(cli, extra, words):
+    flags = ("--cpu-offloading-num-layers", "8", *extra) if "--cpu-offloading-num-layers" not in extra else extra
+    result = cli("estimate", *LLAMA_70B_GB200_FSDP, *flags)
+    assert result.exit_code == 2
+    assert "cpu_offloading_num_layers" in result.stderr and words in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -179,3 +179,12 @@ def test_the_recompute_modules_of_a_script_are_read_as_its_list():
     assert config.parallel.recompute_modules == ("mla_up_proj", "moe_act")
     bare = run_config(read_flags(flags="--recompute-activations --num-layers 4"), gpu=get_gpu("h100"), gpus=8)
     assert bare.parallel.recompute == "selective" and bare.parallel.recompute_modules is None
+
+
+def test_a_scripts_activation_offloading_is_read_where_megatron_runs_it():
+    shape = "--num-layers 8 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024"
+    offloaded = run_config(read_flags(flags=f"{shape} --cpu-offloading-num-layers 4 --micro-batch-size 1"))
+    assert offloaded.parallel.cpu_offloading_num_layers == 4
+    # beside recompute Megatron refuses it, so such a script never trained with it
+    beside = run_config(read_flags(flags=f"{shape} --cpu-offloading-num-layers 4 --recompute-activations"))
+    assert beside.parallel.cpu_offloading_num_layers == 0 and beside.parallel.recompute == "selective"

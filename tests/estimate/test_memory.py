@@ -10,6 +10,7 @@ from megapilot.estimate.memory import (
     in_flight_microbatches,
     layer_activation_bytes,
     memory_per_gpu,
+    offloaded_layer_bytes,
     optimizer_gib,
     shard_params,
     weights_gib,
@@ -365,3 +366,21 @@ def test_recomputing_the_moe_layer_drops_more_than_its_parts_and_a_dense_mlp_dro
     # the fc1 input after the fused norm (bf16 h) and gate, up and activation outputs (3 x 2 bytes x ffn), / TP 8
     per_layer = 4096 * (2 * 8192 + 6 * 28672) / 8 / GIB
     assert _activations(LLAMA3_70B, none) - _activations(LLAMA3_70B, mlp) == pytest.approx(79 * per_layer, rel=1e-6)
+
+
+def test_offloaded_layers_leave_the_gpu_but_the_one_in_transit():
+    """Llama-70B-like on 64 GB200, PP 1, no recompute: each offloaded layer frees its activations, except that one
+    layer's stay while it moves; the weights, gradients and optimizer do not change."""
+    training = TrainingSpec(seq_length=8192, global_batch_size=256, precision="fp8")
+
+    def memory(offloaded: int):
+        layout = ParallelConfig.for_world(64, mbs=2, recompute="none", fsdp=True, cpu_offloading_num_layers=offloaded)
+        return memory_per_gpu(LLAMA3_70B, training, layout, 186.0, architecture="blackwell"), layout
+
+    none, _ = memory(0)
+    forty, layout = memory(40)
+    per_layer = offloaded_layer_bytes(LLAMA3_70B, training, layout)
+    assert [index for index, _ in per_layer] == list(range(40))
+    assert none.activations_gib - forty.activations_gib == pytest.approx(39 * per_layer[0][1] / GIB)
+    assert (forty.weights_gib, forty.gradients_gib, forty.optimizer_gib) == \
+        (none.weights_gib, none.gradients_gib, none.optimizer_gib)

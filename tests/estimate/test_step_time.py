@@ -532,3 +532,31 @@ def test_a_stage_costs_its_layers_each_priced_as_its_own_mixer(name):
     layers = sum(layer_cost(model, i, cluster, training, layout, EstimateOptions(), recomputed=False).compute
                  for i in range(model.num_layers // 2))
     assert stage_costs(model, cluster, training, layout, EstimateOptions())[0].compute == pytest.approx(layers)
+
+
+def test_offloaded_activations_cost_what_their_copies_take_beyond_their_layers_forward_and_backward():
+    """Llama-3-70B-like, PP 1, MBS 2 x 8K: each offloaded layer's activations cross the host link twice. Over PCIe
+    Gen5 (H100) a copy outlasts the layer's forward and backward; over a GB200's NVLink-C2C share it outlasts only
+    the forward. What is exposed is the copy time beyond the layer's own work, per micro-batch."""
+    from megapilot.estimate.memory import offloaded_layer_bytes
+    from megapilot.estimate.step_time import BACKWARD_SHARE, FORWARD_SHARE, HOST_COPY_EFFICIENCY, layer_cost
+
+    training = TrainingSpec(seq_length=8192, global_batch_size=256, precision="fp8")
+    options = EstimateOptions()
+
+    def offload(gpu: str, layers: int) -> tuple[float, float, float]:
+        cluster = ClusterSpec.from_gpu_count(get_gpu(gpu), 64)
+        layout = ParallelConfig.for_world(64, mbs=2, recompute="none", fsdp=True, cpu_offloading_num_layers=layers)
+        result = step_time(LLAMA3_70B, cluster, training, layout, options)
+        copy_s = offloaded_layer_bytes(LLAMA3_70B, training, layout)[0][1] / (
+            cluster.gpu.host_link_gbps * 1e9 * HOST_COPY_EFFICIENCY) if layers else 0.0
+        compute = layer_cost(LLAMA3_70B, 0, cluster, training, layout, options, recomputed=False).compute
+        expected = layers * (max(0.0, copy_s - FORWARD_SHARE * compute) + max(0.0, copy_s - BACKWARD_SHARE * compute))
+        return result.breakdown_s["cpu_offload"], expected * layout.num_microbatches(256), result.step_time_s
+
+    for gpu in ("h100", "gb200"):
+        exposed, expected, step = offload(gpu, 40)
+        assert exposed == pytest.approx(expected) and exposed > 0
+        assert step == pytest.approx(offload(gpu, 0)[2] + exposed)
+    assert offload("gb200", 40)[0] < offload("h100", 40)[0] / 3  # 225 GB/s of C2C against 64 of PCIe
+    assert offload("h100", 0)[0] == 0.0

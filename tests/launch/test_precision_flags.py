@@ -129,6 +129,8 @@ def test_blockwise_fp8_is_refused_on_ada_by_the_flag_check() -> None:
     (["--recompute-granularity", "selective", "--recompute-modules", "mla_up_proj"],
      "mla_up_proj needs --multi-latent-attention"),
     (["--fp4-param-gather"], "--fp4-param-gather without FP4 training"),
+    (["--cpu-offloading-num-layers", "4", "--pipeline-model-parallel-size", "2"], "no support for Pipeline"),
+    (["--cpu-offloading-num-layers", "4", "--recompute-activations"], "does not work when activation recomputation"),
 ])
 def test_megatrons_per_recipe_refusals(args: list[str], problem: str) -> None:
     with pytest.raises(MegapilotError, match=problem) as info:
@@ -140,6 +142,7 @@ def test_megatrons_per_recipe_refusals(args: list[str], problem: str) -> None:
     ["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-param-gather", "--use-distributed-optimizer",
      "--optimizer-cpu-offload"],
     ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--first-last-layers-bf16"],
+    ["--cpu-offloading-num-layers", "4", "--use-distributed-optimizer"],
     ["--fp8-format", "hybrid", "--fp8-recipe", "blockwise", "--num-experts", "8", "--moe-grouped-gemm",
      "--recompute-modules", "moe_act", "layernorm"],
 ])

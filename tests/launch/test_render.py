@@ -257,3 +257,17 @@ def test_dist_muon_overlaps_its_gradient_reduction_only_where_megatron_allows_it
     assert any("--overlap-grad-reduce left out" in note for note in older.notes)
     assert "--overlap-grad-reduce" in newer.megatron_args
     assert not any("--overlap-grad-reduce left out" in note for note in newer.notes)
+
+
+def test_activation_offloading_is_written_for_the_releases_that_take_it() -> None:
+    """--cpu-offloading-num-layers turns Megatron-Core's cpu_offloading on from core_v0.16; core_v0.15 had no flag for
+    it, so its script is refused naming the release that has one."""
+    from tests.launch.variants import VARIANT_PLANS
+
+    plan = VARIANT_PLANS["offload_activations"]
+    args = render_launch(plan, _options()).megatron_args
+    assert args[args.index("--cpu-offloading-num-layers") + 1] == "8"
+    assert not {"--recompute-activations", "--recompute-granularity"} & set(args)
+    with pytest.raises(MegapilotError, match=r"added in Megatron-LM core_v0\.16\.0") as old:
+        render_launch(plan, _options(megatron_version="0.15"))
+    assert old.value.field == "megatron_version"

@@ -62,6 +62,9 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
     "mla_recompute_modules": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1,
                                        recompute_modules=("mla_up_proj", "moe_act", "layernorm")),
     "moe_shared_gate": make_plan(QWEN_MOE, "h100", 1, _TRAIN, ep=8, etp=1),
+    # Megatron-Bridge's GB200 recipes offload activations to the Grace's memory (--cpu-offloading-num-layers, PP 1,
+    # no recompute)
+    "offload_activations": make_plan(LLAMA31_8B, "gb200", 1, _TRAIN, recompute="none", cpu_offloading_num_layers=8),
     # Uneven split with interleaving: 32 layers, PP4 x VPP2, 6 on the first and last ranks (10 in between).
     "uneven_vpp": make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"global_batch_size": 64}), tp=2,
                             pp=4, vpp=2, first_stage_layers=6, last_stage_layers=6),

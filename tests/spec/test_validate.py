@@ -215,3 +215,17 @@ def test_recompute_modules_megatron_refuses_or_that_name_a_missing_part_are_refu
 def test_recompute_modules_the_model_has_pass():
     layout = _layout(tp=1, ep=8, recompute_modules=("moe_act", "layernorm", "moe", "core_attn"))
     validate_layout(MOE, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024, precision="fp8"), layout)
+
+
+def test_activation_offloading_takes_only_fewer_layers_than_the_model_has_and_never_beside_pp_or_recompute():
+    """Megatron-Core's TransformerConfig: fewer than num_layers layers, no pipeline parallelism, no recompute."""
+    training = TrainingSpec(seq_length=4096, global_batch_size=1024)
+    validate_layout(LLAMA_70B, _cluster(), training, _layout(tp=8, recompute="none", cpu_offloading_num_layers=79))
+    with pytest.raises(MegapilotError) as every_layer:
+        validate_layout(LLAMA_70B, _cluster(), training,
+                        _layout(tp=8, recompute="none", cpu_offloading_num_layers=80))
+    assert every_layer.value.field == "cpu_offloading_num_layers" and "at most 79" in (every_layer.value.fix or "")
+    with pytest.raises(ValueError, match="needs pp 1"):
+        _layout(tp=8, pp=2, recompute="none", cpu_offloading_num_layers=4)
+    with pytest.raises(ValueError, match="needs recompute 'none'"):
+        _layout(tp=8, recompute="selective", cpu_offloading_num_layers=4)
