@@ -136,12 +136,8 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
                 "recompute the attention core in the backward pass instead of storing it (small compute cost)"})
     yield _light_recompute(config, "rerun {modules} in the backward instead of storing their outputs (a forward "
                                    "pass over small or memory-bound tensors)")
-    if p.recompute == "none" and p.pp == 1 and 2 * p.cpu_offloading_num_layers < model.num_layers:
-        offloaded = max(model.num_layers // 2, 2 * p.cpu_offloading_num_layers)
-        yield proposed_layout(config, f"offload {offloaded} layers' activations", _layout(
-            config, cpu_offloading_num_layers=offloaded), reasons={
-            "--cpu-offloading-num-layers": f"move the activations of the first {offloaded} layers to host memory "
-                                           "between their forward and backward (copies overlap the other layers)"})
+    if p.recompute == "none" and p.pp == 1 and p.cpu_offloading_num_layers < model.num_layers - 1:
+        yield _offloading(config)
     if not p.distributed_optimizer and not p.fsdp and p.dp > 1:  # (with Muon, _layout refuses both)
         yield proposed_layout(config, "distributed optimizer", _layout(config, distributed_optimizer=True), reasons={
             "--use-distributed-optimizer": f"shard the fp32 optimizer states over the {p.dp} DP ranks"})
@@ -170,6 +166,25 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
     yield proposed_layout(config, f"tensor parallel {p.tp * 2}", more_tp, reasons={
         "--tensor-model-parallel-size": "split every weight and activation over twice the ranks",
         "--sequence-parallel": "with TP > 1, also split the sequence"})
+
+
+def _offloading(config: RunConfig) -> LayoutOption | None:
+    """Activation offloading of the fewest layers that fit by the estimate, from a quarter, half and three quarters of
+    the model's layers; all but one (Megatron's most) when none of those does or nothing is predicted."""
+    p, model = config.parallel, config.model
+    assert p is not None and model is not None
+    layers = model.num_layers
+    counts = sorted(n for n in {layers // 4, layers // 2, 3 * layers // 4, layers - 1}
+                    if p.cpu_offloading_num_layers < n < layers)
+    option = None
+    for offloaded in counts:
+        option = proposed_layout(config, f"offload {offloaded} layers' activations", _layout(
+            config, cpu_offloading_num_layers=offloaded), reasons={
+            "--cpu-offloading-num-layers": f"move the activations of the first {offloaded} layers to host memory "
+                                           "between their forward and backward (copies overlap the other layers)"})
+        if option is not None and option.prediction is not None and option.prediction.fits:
+            return option
+    return option
 
 
 def _light_recompute(config: RunConfig, reason: str) -> LayoutOption | None:

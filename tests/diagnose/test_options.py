@@ -41,17 +41,21 @@ def test_change_sets_a_flag_the_launch_has_and_adds_one_it_lacks():
 
 def test_memory_options_cover_every_saver_the_layout_still_lacks():
     labels = [o.label for o in memory_options(_config(gpu=None))]  # no GPU: nothing predicted, nothing filtered
-    assert labels == ["selective recompute", "offload 16 layers' activations", "distributed optimizer",
+    assert labels == ["selective recompute", "offload 31 layers' activations", "distributed optimizer",
                       "Megatron-FSDP", "sequence parallel", "micro-batch 1", "full recompute", "pipeline parallel 2",
                       "tensor parallel 4"]
 
 
-def test_offloading_is_offered_beside_no_recompute_on_one_pipeline_stage_and_writes_its_one_flag():
-    """Megatron runs --cpu-offloading-num-layers only with PP 1 and no recompute."""
-    option = next(o for o in memory_options(_config()) if o.label.startswith("offload"))
-    assert [(c.action, c.flag, c.value) for c in option.changes] == [("add", "--cpu-offloading-num-layers", "16")]
-    assert option.parallel.cpu_offloading_num_layers == 16
-    assert option.prediction is not None and option.prediction.memory_gib < current_prediction(_config()).memory_gib
+def test_offloading_is_offered_for_the_fewest_layers_that_fit_and_writes_its_one_flag():
+    """Megatron runs --cpu-offloading-num-layers only with PP 1 and no recompute. With the distributed optimizer,
+    8 of the 32 layers bring the 8B under 80 GiB; without it even 31 of 32 are needed (Megatron's most)."""
+    sharded = _config(LLAMA3_8B + " --use-distributed-optimizer")
+    option = next(o for o in memory_options(sharded) if o.label.startswith("offload"))
+    assert [(c.action, c.flag, c.value) for c in option.changes] == [("add", "--cpu-offloading-num-layers", "8")]
+    assert option.parallel.cpu_offloading_num_layers == 8 and option.prediction is not None
+    assert option.prediction.fits and not current_prediction(sharded).fits
+    most = next(o for o in memory_options(_config()) if o.label.startswith("offload"))
+    assert most.parallel.cpu_offloading_num_layers == 31
     for other in (LLAMA3_8B + " --recompute-activations", LLAMA3_8B + " --pipeline-model-parallel-size 2"):
         assert not any(o.label.startswith("offload") for o in memory_options(_config(other)))
 
