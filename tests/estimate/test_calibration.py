@@ -135,3 +135,31 @@ def test_the_committed_parameters_are_where_the_fit_lands(published, release_row
         for step in (0.97, 1.03):
             moved = [value * step if i == index else value for i, value in enumerate(at)]
             assert loss(rows, layouts, free, moved, seen) > committed - 0.001, (name, step)
+
+
+def test_the_committed_coverage_cells_are_the_committed_parameters_errors(published, release_rows):
+    """Every estimate quotes calibration_coverage.json, and the planner's tie-break band is its median error: the
+    file must be what the committed parameters give (bench/calibration/release_holdout.py writes it), per
+    family, GPU and precision class, over the older file's rows and the newer releases'."""
+    from collections import defaultdict
+    from importlib import resources
+
+    from megapilot.estimate.calibration import release_error
+    from megapilot.estimate.coverage import precision_class
+
+    rows, _ = calibration_rows(published)
+    layouts = {row.id: resolve_layout(row)[0] for row in rows}
+    by_cell: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for row in rows:
+        by_cell[("dense", row.cluster.gpu.name, precision_class(row.training.precision))].append(
+            errors([row], layouts, CALIBRATED)[row.id])
+    for release in release_rows:
+        by_cell[(release.family, release.case.cluster.gpu.name,
+                 precision_class(release.case.training.precision))].append(release_error(release, CALIBRATED))
+    expected = {cell: (len(errs), round(statistics.median(abs(e) for e in errs), 4)) for cell, errs in by_cell.items()}
+    text = resources.files("megapilot.estimate").joinpath("data").joinpath("calibration_coverage.json").read_text()
+    committed = {(c["family"], c["gpu"], c["precision"]): (c["runs"], c["median_abs_error"])
+                 for c in json.loads(text)["cells"]}
+    assert committed.keys() == expected.keys()
+    for cell, (runs, median) in expected.items():  # the bench rounds each row's error before the median
+        assert committed[cell][0] == runs and committed[cell][1] == pytest.approx(median, abs=0.0005), cell
