@@ -592,6 +592,15 @@ def attention_windows(model: ModelSpec) -> tuple[Hashable, ...]:
     return tuple(key(i) for i in range(model.num_layers))
 
 
+# A layer's cost kind: (holds MoE, its attention window, recomputed). Layers of a kind cost the same, so every cost
+# cache is keyed by it.
+LayerKind = tuple[bool, Hashable, bool]
+
+
+def layer_cost_kind(model: ModelSpec, layer_index: int, recomputed: bool = False) -> LayerKind:
+    return moe_flags(model)[layer_index], attention_windows(model)[layer_index], recomputed
+
+
 # Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (granularity
 # and modules) only (and, when the expert all-to-all overlap is left to the layout, on whether PP > 1 runs without
 # VPP), which thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed by the inputs'
@@ -601,7 +610,7 @@ _LAYER_COST_CACHE_SIZE = 16384
 
 
 def _shared_layer_cost(
-    model: ModelSpec, layer_index: int, kind: tuple[bool, Hashable, bool], cluster: ClusterSpec,
+    model: ModelSpec, layer_index: int, kind: LayerKind, cluster: ClusterSpec,
     training: TrainingSpec, p: ParallelConfig, options: EstimateOptions,
 ) -> LayerCost:
     """The cost of a layer of `kind` (moe, attention window, recomputed): layers of a kind cost the same."""
@@ -626,9 +635,9 @@ def stage_costs(
     """Per-micro-batch cost of every pipeline rank (layers of the same kind are costed once, ranks holding the same
     layers once)."""
     p = parallel
-    cache: dict[tuple[bool, Hashable, bool], LayerCost] = {}
+    cache: dict[LayerKind, LayerCost] = {}
 
-    def cost_of(kind: tuple[bool, Hashable, bool], layer_index: int) -> LayerCost:
+    def cost_of(kind: LayerKind, layer_index: int) -> LayerCost:
         cost = cache.get(kind)
         if cost is None:
             cost = cache[kind] = _shared_layer_cost(model, layer_index, kind, cluster, training, p, options)
@@ -642,10 +651,10 @@ def stage_costs(
 
 
 def _composition_cost(
-    composition: StageComposition, cost_of: Callable[[tuple[bool, Hashable, bool], int], LayerCost],
+    composition: StageComposition, cost_of: Callable[[LayerKind, int], LayerCost],
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, options: EstimateOptions,
 ) -> LayerCost:
-    """One rank's layers, its loss and its MTP modules, summed term by term (the planner's hottest sum)."""
+    """One rank's layers (summed term by term: the planner's hottest sum), its loss and its MTP modules."""
     compute = recompute = tp_comm = cp_comm = ep_comm = 0.0
     for kind, layer_index, count in composition.kinds:
         c = cost_of(kind, layer_index)
@@ -654,22 +663,15 @@ def _composition_cost(
         tp_comm += c.tp_comm * count
         cp_comm += c.cp_comm * count
         ep_comm += c.ep_comm * count
-    mtp_kinds = composition.mtp_kinds
-    output_s = _output_cost(model, cluster, training, p, options.efficiency) \
-        if composition.loss or mtp_kinds is not None else 0.0
+    total = LayerCost(compute, recompute, tp_comm, cp_comm, ep_comm)
     if composition.loss:
-        compute += output_s
-    if mtp_kinds is not None:  # each MTP module: its layers (like the last, or a hybrid's pattern), its logits
-        module = LayerCost(compute=output_s)
-        for kind, index in mtp_kinds:
+        total = total + LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+    if composition.mtp_kinds is not None:  # each MTP module: its layers (like the last, or a hybrid's pattern), logits
+        module = LayerCost(compute=_output_cost(model, cluster, training, p, options.efficiency))
+        for kind, index in composition.mtp_kinds:
             module = module + cost_of(kind, index)
-        k = model.mtp_num_layers
-        compute += module.compute * k
-        recompute += module.recompute * k
-        tp_comm += module.tp_comm * k
-        cp_comm += module.cp_comm * k
-        ep_comm += module.ep_comm * k
-    return LayerCost(compute, recompute, tp_comm, cp_comm, ep_comm)
+        total = total + module.scaled(model.mtp_num_layers)
+    return total
 
 
 @dataclass(frozen=True)
@@ -677,9 +679,9 @@ class StageComposition:
     """What one pipeline rank runs per micro-batch: (layer kind, a layer of it, how many), whether it holds the loss,
     and the kinds of the MTP modules' layers when it holds them."""
 
-    kinds: tuple[tuple[tuple[bool, Hashable, bool], int, int], ...]
+    kinds: tuple[tuple[LayerKind, int, int], ...]
     loss: bool
-    mtp_kinds: tuple[tuple[tuple[bool, Hashable, bool], int], ...] | None
+    mtp_kinds: tuple[tuple[LayerKind, int], ...] | None
 
 
 @dataclass(frozen=True)
@@ -697,19 +699,16 @@ def _stage_compositions(
 ) -> StagePlan:
     """Every rank's composition, found once per (model, split, recompute): the planner costs thousands of
     layouts that differ only in sizes the composition does not depend on."""
-    is_moe = moe_flags(model)
-    windows = attention_windows(model)
     stages = pipeline_stages(model, pp, vpp, split)
-    mtp_kinds = tuple(((is_moe[i], windows[i], False), i) for i in model.mtp_layer_indices)
+    mtp_kinds = tuple((layer_cost_kind(model, i), i) for i in model.mtp_layer_indices)
     distinct: dict[StageComposition, int] = {}
     rank_composition = []
     for stage in range(pp):
         layers = stages.decoder_layers(stage)
         recomputed = _recomputed_layers(recompute, recompute_method, recompute_num_layers, vpp, len(layers))
-        # (moe, attention window, recomputed) -> (a layer of that kind, how many)
-        kinds: dict[tuple[bool, Hashable, bool], tuple[int, int]] = {}
+        kinds: dict[LayerKind, tuple[int, int]] = {}  # -> (a layer of that kind, how many)
         for position, layer_index in enumerate(layers):
-            key = (is_moe[layer_index], windows[layer_index], position in recomputed)
+            key = layer_cost_kind(model, layer_index, position in recomputed)
             first, count = kinds.get(key, (layer_index, 0))
             kinds[key] = (first, count + 1)
         composition = StageComposition(
@@ -729,11 +728,9 @@ def _cpu_offload_s(
     if not offloaded:
         return 0.0
     bandwidth = cluster.gpu.host_link_gbps * 1e9 * HOST_COPY_EFFICIENCY
-    is_moe, windows = moe_flags(model), attention_windows(model)
     exposed = 0.0
     for index, stored in offloaded:
-        compute = _shared_layer_cost(model, index, (is_moe[index], windows[index], False), cluster, training, p,
-                                     options).compute
+        compute = _shared_layer_cost(model, index, layer_cost_kind(model, index), cluster, training, p, options).compute
         copy_s = stored / bandwidth
         exposed += max(0.0, copy_s - FORWARD_SHARE * compute) + max(0.0, copy_s - BACKWARD_SHARE * compute)
     return exposed
