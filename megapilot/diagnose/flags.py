@@ -47,6 +47,7 @@ from megapilot.spec.model import (
 )
 from megapilot.spec.parallel import RECOMPUTE_MODULES
 from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
+from megapilot.spec.validate import most_offloaded_layers
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
@@ -685,9 +686,9 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
     recompute = flags.get("--recompute-granularity") or selective
     method = flags.get("--recompute-method")
     modules = tuple((flags.get("--recompute-modules") or "").split())
-    # Megatron refuses offloading beside PP or recompute (ParallelConfig too): such a script never trained with it
+    # beyond Megatron's most (none beside PP or recompute) the script never trained with it
     offloaded = flags.get_int("--cpu-offloading-num-layers") or 0
-    if pp > 1 or recompute != "none" or (num_layers is not None and offloaded >= num_layers):
+    if offloaded > most_offloaded_layers(num_layers if num_layers is not None else offloaded + 1, pp, recompute):
         offloaded = 0
     return ParallelConfig.for_world(
         world, tp=tp, pp=pp, vpp=vpp, cp=flags.get_int("--context-parallel-size", 1),

@@ -20,7 +20,7 @@ from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import Prediction, predict
 from megapilot.errors import MegapilotError
 from megapilot.spec import ParallelConfig, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
-from megapilot.spec.validate import check_optimizer, light_recompute_modules
+from megapilot.spec.validate import check_optimizer, light_recompute_modules, most_offloaded_layers
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,7 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
                 "recompute the attention core in the backward pass instead of storing it (small compute cost)"})
     yield _light_recompute(config, "rerun {modules} in the backward instead of storing their outputs (a forward "
                                    "pass over small or memory-bound tensors)")
-    if p.recompute == "none" and p.pp == 1 and p.cpu_offloading_num_layers < model.num_layers - 1:
-        yield _offloading(config)
+    yield _offloading(config)
     if not p.distributed_optimizer and not p.fsdp and p.dp > 1:  # (with Muon, _layout refuses both)
         yield proposed_layout(config, "distributed optimizer", _layout(config, distributed_optimizer=True), reasons={
             "--use-distributed-optimizer": f"shard the fp32 optimizer states over the {p.dp} DP ranks"})
@@ -170,12 +169,13 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
 
 def _offloading(config: RunConfig) -> LayoutOption | None:
     """Activation offloading of the fewest layers that fit by the estimate, from a quarter, half and three quarters of
-    the model's layers; all but one (Megatron's most) when none of those does or nothing is predicted."""
+    the model's layers; Megatron's most when none of those does or nothing is predicted; None where Megatron
+    offloads no more than now (beside PP or recompute)."""
     p, model = config.parallel, config.model
     assert p is not None and model is not None
-    layers = model.num_layers
-    counts = sorted(n for n in {layers // 4, layers // 2, 3 * layers // 4, layers - 1}
-                    if p.cpu_offloading_num_layers < n < layers)
+    layers, most = model.num_layers, most_offloaded_layers(model.num_layers, p.pp, p.recompute)
+    counts = sorted(n for n in {layers // 4, layers // 2, 3 * layers // 4, most}
+                    if p.cpu_offloading_num_layers < n <= most)
     option = None
     for offloaded in counts:
         option = proposed_layout(config, f"offload {offloaded} layers' activations", _layout(

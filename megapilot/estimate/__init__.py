@@ -30,7 +30,7 @@ from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts
 from megapilot.spec.training import Optimizer, TrainingSpec
-from megapilot.spec.validate import validate_layout
+from megapilot.spec.validate import most_offloaded_layers, validate_layout
 
 __all__ = [
     "BREAKDOWN_TERMS",
@@ -190,7 +190,7 @@ def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimiz
         savers.append(f"a smaller micro-batch (now {p.mbs})")
     if p.dp > 1 and not p.fsdp and not muon:
         savers.append("Megatron-FSDP (--use-megatron-fsdp" + (", with PP 1)" if p.pp > 1 else ")"))
-    if p.pp == 1 and p.recompute == "none" and p.cpu_offloading_num_layers < model.num_layers - 1:
+    if p.cpu_offloading_num_layers < most_offloaded_layers(model.num_layers, p.pp, p.recompute):
         now = f", now {p.cpu_offloading_num_layers}" if p.cpu_offloading_num_layers else ""
         savers.append(f"activations offloaded to host memory (--cpu-offloading-num-layers{now})")
     if p.recompute != "full":

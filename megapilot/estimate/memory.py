@@ -513,11 +513,10 @@ def _stage_activation_bytes(
         # kept: each layer's input of the modules; while one layer's backward reruns them, their outputs live again
         per_microbatch -= sum(dropped)
         working_set = max(dropped, default=0.0)
-    if p.cpu_offloading_num_layers:
-        # Megatron offloads the first N layers (PP 1): each leaves the GPU once its forward ends and comes back
-        # ahead of its backward, so only the one in transit stays
-        offloaded = [stored for layer_index, stored in zip(layers, full, strict=True)
-                     if layer_index < p.cpu_offloading_num_layers]
+    if p.cpu_offloading_num_layers:  # PP 1: this rank holds every layer
+        # each offloaded layer leaves the GPU once its forward ends and comes back ahead of its backward, so only
+        # the one in transit stays
+        offloaded = [stored for _, stored in offloaded_layer_bytes(model, training, p)]
         per_microbatch -= sum(offloaded)
         working_set = max(working_set, max(offloaded, default=0.0))
     if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
@@ -532,7 +531,7 @@ def _stage_activation_bytes(
 
 def offloaded_layer_bytes(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[tuple[int, float]]:
     """(layer, bytes its activations take to host memory and back per micro-batch) of each layer
-    `--cpu-offloading-num-layers` offloads."""
+    `--cpu-offloading-num-layers` offloads: Megatron's first N (it runs them with PP 1 only)."""
     if not p.cpu_offloading_num_layers:
         return []
     tokens = p.mbs * training.seq_length / p.cp

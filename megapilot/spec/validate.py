@@ -118,14 +118,20 @@ def _check_fsdp(p: ParallelConfig) -> None:
                              fix="use pp=1 with Megatron-FSDP, or drop FSDP and keep the distributed optimizer")
 
 
+def most_offloaded_layers(num_layers: int, pp: int, recompute: str) -> int:
+    """The most layers `--cpu-offloading-num-layers` may name, by Megatron-Core's TransformerConfig: fewer than
+    num_layers ("CPU offloading can be done only for layers less than num_layers"), and none beside pipeline
+    parallelism or recompute (ParallelConfig refuses those with Megatron's words)."""
+    return num_layers - 1 if pp == 1 and recompute == "none" else 0
+
+
 def _check_cpu_offloading(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core's TransformerConfig: "CPU offloading can be done only for layers less than num_layers" (the
-    PP and recompute rules need no model: ParallelConfig states them)."""
-    if p.cpu_offloading_num_layers >= model.num_layers:
+    most = most_offloaded_layers(model.num_layers, p.pp, p.recompute)
+    if p.cpu_offloading_num_layers > most:
         raise MegapilotError(
             f"cpu_offloading_num_layers={p.cpu_offloading_num_layers} offloads every layer of {model.name} "
             f"({model.num_layers}); Megatron offloads only fewer than num_layers",
-            field="cpu_offloading_num_layers", fix=f"use at most {model.num_layers - 1}")
+            field="cpu_offloading_num_layers", fix=f"use at most {most}")
 
 
 def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
