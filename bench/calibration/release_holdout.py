@@ -165,7 +165,8 @@ def write(rows: list[dict[str, Any]]) -> None:
 
 
 def write_coverage(rows: list[dict[str, Any]]) -> None:
-    """Per (family, GPU, precision): published runs and median |error|, for every estimate's coverage line."""
+    """Per (family, GPU, precision): published runs, median |error| and median signed error, for every estimate's
+    coverage line."""
     from megapilot.catalog.gpus import get_gpu
 
     errors: dict[tuple[str, str, str], list[float]] = defaultdict(list)
@@ -176,7 +177,8 @@ def write_coverage(rows: list[dict[str, Any]]) -> None:
         if row.get("error") is not None:
             errors[(row["family"], get_gpu(row["gpu"]).name, row["precision"])].append(row["error"])
     cells = [{"family": family, "gpu": gpu, "precision": precision, "runs": len(errs),
-              "median_abs_error": round(statistics.median(abs(e) for e in errs), 4)}
+              "median_abs_error": round(statistics.median(abs(e) for e in errs), 4),
+              "median_signed_error": round(statistics.median(errs), 4)}
              for (family, gpu, precision), errs in sorted(errors.items())]
     COVERAGE.write_text(json.dumps({
         "source": "bench/calibration/release_holdout.py: bench/calibration/results.json (papers, NeMo <= 24.07, "

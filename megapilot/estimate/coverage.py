@@ -1,9 +1,10 @@
 """Calibration coverage: which published runs stand behind an estimate, and how far off they were.
 
 `data/calibration_coverage.json` (written by `bench/calibration/release_holdout.py`) lists every calibrated
-cell - model family (dense / MoE / hybrid), GPU and precision - with its published runs and the model's
-median |error| there (the old file and NeMo 25.02/25.04 in the fit, NeMo 25.07 and Megatron-Bridge 25.09 held
-out by release). An estimate is placed in its cell, or the nearest one (same family and precision on the same
+cell - model family (dense / MoE / hybrid), GPU and precision - with its published runs (the old file and NeMo
+25.02/25.04 in the fit, NeMo 25.07 and Megatron-Bridge 25.09 held out by release), the model's median |error|
+there and its median signed error: which way the estimates leaned, stated where the lean is a pattern (MoE on
+Blackwell ran high). An estimate is placed in its cell, or the nearest one (same family and precision on the same
 vendor's other GPUs, then the same family on any GPU); a case outside every calibrated family and vendor (AMD
 GPUs, hybrid Mamba models today) gets a caveat saying that no published run checks it.
 """
@@ -29,6 +30,19 @@ class CoverageCell:
     precision: str
     runs: int
     median_abs_error: float
+    median_signed_error: float  # of predicted / published tokens/s - 1: > 0 the estimates ran fast
+
+    def lean(self) -> str:
+        """Which way the estimates leaned in this cell, when the lean is a pattern rather than noise (the median
+        signed error at least half the median |error| and at least LEAN_FLOOR; a median, so that one outlier
+        does not set the direction): ', throughput predicted high: median +18.1 %' or ''."""
+        lean = self.median_signed_error
+        if abs(lean) < max(LEAN_FLOOR, self.median_abs_error / 2):
+            return ""
+        return f", throughput predicted {'high' if lean > 0 else 'low'}: median {100 * lean:+.1f} %"
+
+
+LEAN_FLOOR = 0.03  # a median signed error below 3 % is within the spread of any cell: not stated
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,7 @@ class CalibrationCoverage:
         where = "calibrated" if self.exact else (
             f"not calibrated; nearest: {cell.family} on {cell.gpu} {cell.precision}")
         return (f"calibration: {case} {where} ({cell.runs} published runs, median |error| "
-                f"{100 * cell.median_abs_error:.1f} %)")
+                f"{100 * cell.median_abs_error:.1f} %{cell.lean()})")
 
 
 def family_of(model: ModelSpec) -> str:

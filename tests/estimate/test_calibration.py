@@ -156,10 +156,12 @@ def test_the_committed_coverage_cells_are_the_committed_parameters_errors(publis
     for release in release_rows:
         by_cell[(release.family, release.case.cluster.gpu.name,
                  precision_class(release.case.training.precision))].append(release_error(release, CALIBRATED))
-    expected = {cell: (len(errs), round(statistics.median(abs(e) for e in errs), 4)) for cell, errs in by_cell.items()}
+    expected = {cell: (len(errs), statistics.median(abs(e) for e in errs), statistics.median(errs))
+                for cell, errs in by_cell.items()}
     text = resources.files("megapilot.estimate").joinpath("data").joinpath("calibration_coverage.json").read_text()
-    committed = {(c["family"], c["gpu"], c["precision"]): (c["runs"], c["median_abs_error"])
+    committed = {(c["family"], c["gpu"], c["precision"]): (c["runs"], c["median_abs_error"], c["median_signed_error"])
                  for c in json.loads(text)["cells"]}
     assert committed.keys() == expected.keys()
-    for cell, (runs, median) in expected.items():  # the bench rounds each row's error before the median
-        assert committed[cell][0] == runs and committed[cell][1] == pytest.approx(median, abs=0.0005), cell
+    for cell, (runs, median, signed) in expected.items():  # the bench rounds each row's error before the median
+        assert committed[cell][0] == runs, cell
+        assert committed[cell][1:] == pytest.approx((median, signed), abs=0.0005), cell

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.estimate import build_case, estimate
-from megapilot.estimate.coverage import calibrated_cells, coverage_for
+from megapilot.estimate.coverage import CoverageCell, calibrated_cells, coverage_for
 
 
 def test_a_calibrated_cell_states_its_runs_and_median_error():
@@ -51,3 +51,22 @@ def test_four_bit_formats_lean_on_the_8_bit_fit_and_every_estimate_says_where_it
         result = estimate(case.model, case.cluster, case.training, case.parallel)
         assert result.calibration.startswith("calibration: ")
         assert (result.calibration in result.warnings) is caveat
+
+
+def test_a_cell_states_which_way_its_estimates_leaned_only_when_the_lean_is_a_pattern():
+    def cell(median_abs: float, median_signed: float) -> CoverageCell:
+        return CoverageCell("moe", "B200", "fp8", 5, median_abs, median_signed)
+
+    assert cell(0.18, 0.18).lean() == ", throughput predicted high: median +18.0 %"
+    assert cell(0.066, -0.049).lean() == ", throughput predicted low: median -4.9 %"
+    assert cell(0.107, -0.023).lean() == ""  # mixed signs around one outlier: the median sits near zero
+    assert cell(0.02, 0.02).lean() == ""  # within any cell's spread
+    for calibrated in calibrated_cells():  # the committed cells: every estimate's line carries its lean
+        statement = coverage_for_cell(calibrated).statement()
+        assert statement.endswith(calibrated.lean() + ")"), statement
+
+
+def coverage_for_cell(cell: CoverageCell):
+    from megapilot.estimate.coverage import CalibrationCoverage
+
+    return CalibrationCoverage(cell.family, cell.gpu, cell.precision, cell, exact=True)
