@@ -5,8 +5,9 @@ cell - model family (dense / MoE / hybrid), GPU and precision - with its publish
 25.02/25.04 in the fit, NeMo 25.07 and Megatron-Bridge 25.09 held out by release), the model's median |error|
 there and its median signed error: which way the estimates leaned, stated where the lean is a pattern (MoE on
 Blackwell ran high). An estimate is placed in its cell, or the nearest one (same family and precision on the same
-vendor's other GPUs, then the same family on any GPU); a case outside every calibrated family and vendor (AMD
-GPUs, hybrid Mamba models today) gets a caveat saying that no published run checks it.
+vendor's other GPUs, then the same family on any GPU; among several, this GPU's own, then its generation's, then
+the one with more runs); a case outside every calibrated family and vendor (AMD GPUs, hybrid Mamba models today)
+gets a caveat saying that no published run checks it.
 """
 
 from __future__ import annotations
@@ -110,11 +111,11 @@ def calibrated_cells() -> tuple[CoverageCell, ...]:
 
 def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationCoverage:
     """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one)."""
-    return _coverage(family_of(model), gpu.name, gpu.vendor, precision_class(precision))
+    return _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
 
 
 @lru_cache(maxsize=256)
-def _coverage(family: str, gpu: str, vendor: str, klass: str) -> CalibrationCoverage:
+def _coverage(family: str, gpu: str, vendor: str, architecture: str, klass: str) -> CalibrationCoverage:
     cells = calibrated_cells()
     same_vendor = {cell.gpu for cell in cells} & _vendor_gpus(vendor)
     leans_on = "fp8" if klass == "fp4" else None  # no 4-bit run exists: its GEMMs use the 8-bit fit
@@ -125,7 +126,9 @@ def _coverage(family: str, gpu: str, vendor: str, klass: str) -> CalibrationCove
         (False, [c for c in cells if c.family == family and c.gpu in same_vendor]),
     ):
         if candidates:
-            best = max(candidates, key=lambda c: (c.precision == leans_on, c.runs))
+            # nearest: the precision a 4-bit case leans on, then this GPU, then its generation, then more runs
+            best = max(candidates, key=lambda c: (c.precision == leans_on, c.gpu == gpu,
+                                                  _architecture(c.gpu) == architecture, c.runs))
             return CalibrationCoverage(family, gpu, klass, best, exact)
     return CalibrationCoverage(family, gpu, klass, None, False)
 
@@ -134,3 +137,9 @@ def _vendor_gpus(vendor: str) -> set[str]:
     from megapilot.catalog.gpus import load_gpus
 
     return {other.name for other in load_gpus().values() if other.vendor == vendor}
+
+
+def _architecture(gpu_name: str) -> str | None:
+    from megapilot.catalog.gpus import load_gpus
+
+    return next((gpu.architecture for gpu in load_gpus().values() if gpu.name == gpu_name), None)

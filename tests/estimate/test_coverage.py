@@ -14,10 +14,17 @@ def test_a_calibrated_cell_states_its_runs_and_median_error():
     assert "calibrated (" in coverage.statement() and "median |error|" in coverage.statement()
 
 
-def test_an_uncalibrated_nvidia_gpu_names_the_nearest_calibrated_cell():
+def test_an_uncalibrated_nvidia_gpu_names_the_nearest_calibrated_cell_of_its_own_generation():
     coverage = coverage_for(get_model("llama3.1-70b"), get_gpu("h200"), "bf16")
     assert not coverage.exact and not coverage.outside
-    assert "nearest: dense on" in coverage.statement()
+    # the A100 cell has more runs; the H200 is a Hopper, as the H100 is
+    assert "nearest: dense on H100-SXM5-80GB bf16" in coverage.statement()
+
+
+def test_an_uncalibrated_precision_leans_on_its_own_gpu_before_a_busier_cell_elsewhere():
+    coverage = coverage_for(get_model("mixtral-8x7b"), get_gpu("h100"), "bf16")
+    assert coverage.nearest is not None and not coverage.exact
+    assert (coverage.nearest.gpu, coverage.nearest.precision) == ("H100-SXM5-80GB", "fp8")
 
 
 def test_amd_and_hybrid_models_lie_outside_every_calibrated_family_and_the_estimate_says_so():
