@@ -162,6 +162,11 @@ def _loso_groups(report: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {name: _summary_doc(errs) for name, errs in sorted(grouped.items())}
 
 
+def _parameter(name: str, value: float) -> str:
+    """A fitted parameter as the report prints it: seconds in microseconds, the fractions to 3 decimals."""
+    return f"{name}={1e6 * value:.2f} us" if name.endswith("_s") else f"{name}={value:.3f}"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -202,7 +207,8 @@ def _markdown(report: dict[str, Any]) -> str:
         for name, s in _loso_groups(report).items():
             lines.append(f"| {name} | {s['rows']} | {_pct(s['median_abs_error'])} | {_pct(s['max_abs_error'])} | "
                          f"{_pct(s['mean_signed_error'])} |")
-        lines += ["", "Fitted parameters: " + ", ".join(f"{k}={v:.3f}" for k, v in report["fitted_parameters"].items())]
+        fitted = report["fitted_parameters"].items()
+        lines += ["", "Fitted parameters: " + ", ".join(_parameter(name, value) for name, value in fitted)]
     lines += ["", "The older file covers dense GPT/Llama/Nemotron models on A100 (BF16) and H100 (BF16, FP8); the",
               "fitted newer releases add B200/GB200 FP8, Mixtral MoE and Megatron-FSDP. No row covers AMD GPUs.", ""]
     lines += ["| row | layout (tp/pp/vpp/cp/dp, mbs, recompute) | published | predicted | error |",

@@ -1,16 +1,21 @@
-"""Fixed costs of a MoE layer that do not shrink with a faster GPU or a smaller micro-batch.
+"""Fixed costs of a layer that do not shrink with a faster GPU or a smaller micro-batch.
 
-The bandwidth and FLOP terms of the step time scale with the work; three MoE costs do not:
+The bandwidth and FLOP terms of the step time scale with the work; three costs do not:
 
-- kernel gaps: every kernel the MoE block launches leaves the GPU idle between the end of one kernel and the start
-  of the next, even when the host has queued it in advance. NVIDIA measured a 2.9 us kernel at 3.8 us per kernel
-  launched back to back on one stream ("Getting Started with CUDA Graphs", NVIDIA Technical Blog, A. Gray, 2019):
-  0.9 us per kernel that no faster GPU removes. A MoE layer launches hundreds (per local expert: its GEMMs and the
-  FP8 casts of their inputs), a dense MLP a dozen.
+- kernel overhead: every kernel a layer runs costs a fixed time beyond its work: the gap between one kernel's end
+  and the next one's start even when the host has queued it (NVIDIA measured a 2.9 us kernel at 3.8 us per kernel
+  launched back to back on one stream: "Getting Started with CUDA Graphs", NVIDIA Technical Blog, A. Gray, 2019),
+  its first wave's ramp-up and its last wave's drain. The seconds per kernel are fitted
+  (`EfficiencyParams.kernel_overhead_s`, at most 5 us); the counts are Megatron-Core's layer (`layer_kernels`): a
+  dense layer runs a few dozen kernels, a MoE layer hundreds (per local expert: its GEMMs and the FP8 casts of
+  their inputs). A small model, or a MoE model with many narrow experts, spends a larger share of its step on
+  them, the more so the faster the GPU. The host's own dispatch of each kernel (a Transformer Engine Linear
+  forward takes 37-100 us of CPU on a Grace host: TransformerEngine issue #2053) is left out: the host queues
+  ahead of the GPU except after the dispatcher's sync (below).
 - the host sync: Megatron's alltoall dispatcher needs the tokens each rank sends and receives on the host (the
   all-to-all's split sizes are host arguments), so each MoE layer's forward copies them to the host and waits
   (`cuda_sync_point`, megatron/core/transformer/moe/token_dispatcher.py). The queue drains: the kernels after the
-  sync run no faster than the host launches them, 3.8 us each at best (same measurement), and the sync itself
+  sync run no faster than the host launches them, 3.8 us each at best (same blog), and the sync itself
   costs the 9.6 - 3.8 = 5.8 us that the blog measured for a stream synchronisation after a kernel. The flex
   dispatcher (`--moe-token-dispatcher-type flex`) is priced without it: HybridEP sizes its buffers statically and
   DeepEP can (`num_worst_tokens`); DeepEP's normal mode still waits on the host for its receive counts, which
@@ -22,10 +27,10 @@ The bandwidth and FLOP terms of the step time scale with the work; three MoE cos
   CUTLASS grouped GEMM (`--moe-use-legacy-grouped-gemm`, the `grouped_gemm` package) tiles every local expert in
   one launch.
 
-Counts of kernels are those of Megatron-Core's MoE layer with fused router (`--moe-router-fusion`) and fused
-permutation (`--moe-permute-fusion`), as the NeMo/Bridge performance recipes set them; FP8 current scaling casts
-each expert's GEMM input on its own (amax, scale, cast: three kernels per tensor, Transformer Engine's
-`split_quantize`).
+Counts of kernels are those of Megatron-Core's Transformer Engine layer, forward and backward, with the fused
+router (`--moe-router-fusion`) and fused permutation (`--moe-permute-fusion`) the NeMo/Bridge performance recipes
+set; FP8 current scaling casts each GEMM input (an expert's on its own) with three kernels (amax, scale, cast:
+Transformer Engine's `split_quantize`), and the other 8-bit recipes are counted alike.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from megapilot.spec.hardware import GPUSpec
+from megapilot.spec.model import LayerBlock, ModelSpec
 
-KERNEL_GAP_S = 0.9e-6  # GPU idle between back-to-back queued kernels (CUDA Graphs blog: 3.8 - 2.9 us)
 HOST_LAUNCH_FLOOR_S = 3.8e-6  # a kernel the host launches while the GPU waits takes at least this (same blog)
 HOST_SYNC_S = 5.8e-6  # a stream synchronisation beyond a queued launch (same blog: 9.6 - 3.8 us)
 TE_GROUPED_GEMM_STREAMS = 4  # Transformer Engine's multi-stream cuBLAS grouped GEMM
@@ -55,6 +60,18 @@ EXPERT_GEMMS_FORWARD = 2  # fc1, fc2
 EXPERT_GEMMS_BACKWARD = 4  # dgrad and wgrad of each
 EXPERT_CASTS_FORWARD = 2  # fc1's and fc2's inputs
 EXPERT_CASTS_BACKWARD = 2  # their output gradients
+
+# Kernels of a layer's other parts, forward + backward:
+NORM_AND_RESIDUAL_KERNELS = 4  # a sublayer's norm and its bias-dropout-add, each forward and backward
+LINEAR_KERNELS = 3  # fprop, dgrad, wgrad
+LINEAR_CAST_KERNELS = 2 * FP8_CAST_KERNELS_PER_TENSOR  # an 8-bit linear's input (forward) and output gradient
+ATTENTION_CORE_KERNELS = 4  # fused attention forward; its backward's preprocess, main kernel and dq conversion
+ROPE_KERNELS = 4  # q and k rotated, forward and backward
+QK_NORM_KERNELS = 4  # per-head q and k norms (Qwen3) or MLA's q and kv latent norms, forward and backward
+ACTIVATION_KERNELS = 2  # an MLP's fused activation, forward and backward
+DSA_INDEXER_KERNELS = 6  # DeepSeek Sparse Attention's index scores, top-k and its KL loss, forward and backward
+MAMBA_MIXER_KERNELS = 17  # causal conv1d (2), the chunked SSD scan (5 forward, 8 backward), the gated norm (2)
+GDN_MIXER_KERNELS = 24  # causal conv1d (2), q/k L2 norms (4), chunked gated delta rule (6 + 10), gated norm (2)
 
 # Streaming multiprocessors (NVIDIA) / compute units (AMD) per GPU, with the vendor's number and source.
 SM_COUNTS: dict[str, tuple[int, str]] = {
@@ -130,13 +147,50 @@ def moe_kernels(local_experts: int, *, per_expert_gemms: bool, fp8_casts: bool) 
     )
 
 
-def moe_fixed_latency_s(kernels: MoeKernels, *, host_sync: bool, forward_after_sync_gpu_s: float) -> float:
-    """Seconds per micro-batch one MoE layer spends beyond its work: a gap after each kernel and, with a host
-    sync, the sync itself and whatever the host's launches after it (the queue is empty) take beyond the GPU's
-    work and gaps over the same kernels."""
-    gaps = kernels.serial * KERNEL_GAP_S
-    if not host_sync:
-        return gaps
+def moe_host_sync_s(kernels: MoeKernels, *, forward_after_sync_gpu_s: float, kernel_overhead_s: float) -> float:
+    """Seconds per micro-batch one MoE layer's dispatcher host sync costs: the sync itself and whatever the
+    host's launches after it (the queue is empty) take beyond the GPU's work and kernel overheads over the same
+    kernels."""
     host_paced = kernels.forward_after_sync_launches * HOST_LAUNCH_FLOOR_S
-    gpu_paced = forward_after_sync_gpu_s + kernels.forward_after_sync_serial * KERNEL_GAP_S
-    return gaps + HOST_SYNC_S + max(0.0, host_paced - gpu_paced)
+    gpu_paced = forward_after_sync_gpu_s + kernels.forward_after_sync_serial * kernel_overhead_s
+    return HOST_SYNC_S + max(0.0, host_paced - gpu_paced)
+
+
+def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: bool, per_expert_gemms: bool) -> int:
+    """Kernels layer `layer_index` runs one after another per micro-batch, forward + backward, each paying the
+    fixed kernel overhead: its sequence mixer, then its dense MLP or MoE block (a hybrid layer has one block)."""
+    linear = LINEAR_KERNELS + (LINEAR_CAST_KERNELS if eight_bit else 0)
+    kind, block = model.layer_kind(layer_index), model.layer_block(layer_index)
+    count = 0
+    if kind in ("transformer", "attention") and block.attention != "none":
+        count += NORM_AND_RESIDUAL_KERNELS + _mixer_kernels(model, layer_index, block, linear)
+    if kind == "mamba":
+        count += NORM_AND_RESIDUAL_KERNELS + MAMBA_MIXER_KERNELS + 2 * linear
+    if kind in ("mamba", "attention"):
+        return count
+    moe = model.moe
+    if model.is_moe_layer(layer_index) and moe is not None:
+        block_kernels = moe_kernels(moe.num_experts // ep, per_expert_gemms=per_expert_gemms, fp8_casts=eight_bit)
+        shared = 2 * linear + ACTIVATION_KERNELS if moe.shared_expert_ffn_hidden_size else 0
+        latent = 2 * linear if moe.latent_size is not None else 0
+        return count + NORM_AND_RESIDUAL_KERNELS + block_kernels.serial + shared + latent
+    if block.mlp == "full":
+        return count + NORM_AND_RESIDUAL_KERNELS + 2 * linear + ACTIVATION_KERNELS
+    return count + (NORM_AND_RESIDUAL_KERNELS + linear if block.mlp == "linear" else 0)
+
+
+def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear: int) -> int:
+    """Kernels of a layer's sequence mixer without its norm: attention (standard or MLA), Gated DeltaNet, or a
+    heterogeneous layer's one linear."""
+    if block.attention == "linear":
+        return linear
+    if model.gated_delta_net is not None and model.is_linear_attention_layer(layer_index):
+        return GDN_MIXER_KERNELS + 2 * linear
+    rope = ROPE_KERNELS if model.position_embedding == "rope" else 0
+    mla = model.mla
+    if mla is None:
+        return ATTENTION_CORE_KERNELS + rope + 2 * linear + (QK_NORM_KERNELS if model.qk_layernorm else 0)
+    linears = (2 if mla.q_lora_rank else 1) + 2 + 1  # q (down, up), kv down and up, output
+    indexer = DSA_INDEXER_KERNELS + 2 * linear if model.runs_dsa_indexer(layer_index) else 0
+    norms = QK_NORM_KERNELS if mla.latent_layernorms else 0
+    return ATTENTION_CORE_KERNELS + rope + linears * linear + norms + indexer

@@ -15,9 +15,10 @@ Model (per GPU, seconds):
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
   move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
-- moe_fixed: what a MoE layer costs beyond its work (latency.py): a gap after each of its kernels (hundreds with
-  one GEMM and one FP8 cast per local expert), the alltoall dispatcher's host sync, and the launches after it
-  the host paces; the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
+- kernels: every kernel a layer runs costs a fixed time beyond its work (latency.py; fitted): a few dozen per
+  dense layer, hundreds per MoE layer with one GEMM and one FP8 cast per local expert;
+- moe_fixed: the alltoall dispatcher's host sync of a MoE layer and the launches after it the host paces
+  (latency.py); the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
 - ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers; with the flex dispatcher
   a token crosses to each remote NVLink domain once; with the all-to-all overlap each all-to-all hides only
   under the compute Megatron pairs it with, and slows that compute by the SMs its kernels hold;
@@ -67,7 +68,8 @@ from megapilot.estimate.flops import (
 )
 from megapilot.estimate.latency import (
     expert_wave_slowdown,
-    moe_fixed_latency_s,
+    layer_kernels,
+    moe_host_sync_s,
     moe_kernels,
     sm_count,
 )
@@ -238,7 +240,7 @@ def _mixer_gemms_s(model: ModelSpec, layer_index: int, tokens: float, tp: int, c
 
 # The compute terms `layer_terms` names (their sum is a layer's compute), then its other per-micro-batch terms.
 COMPUTE_TERMS = ("mixer_gemms", "mixer_core", "mlp_gemms", "router", "latent_projections", "experts",
-                 "shared_experts", "moe_token_passes", "moe_fixed", "glue")
+                 "shared_experts", "moe_token_passes", "moe_fixed", "glue", "kernels")
 LAYER_TERMS = COMPUTE_TERMS + ("recompute", "tp_comm", "cp_comm", "ep_comm")
 
 
@@ -310,6 +312,9 @@ def layer_terms(
     # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
     terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
+    terms["kernels"] = eff.kernel_overhead_s * layer_kernels(
+        model, layer_index, p.ep, eight_bit=precision in EIGHT_BIT_PRECISIONS,
+        per_expert_gemms=not options.moe_legacy_grouped_gemm)
     compute_s = sum(terms[name] for name in COMPUTE_TERMS)
 
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)
@@ -359,6 +364,7 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
     if moe_layer and "moe" in modules:
         moe_s = (terms["experts"] + terms["shared_experts"] + terms["router"] + terms["latent_projections"]) * third
         seconds += moe_s + (terms["moe_token_passes"] + terms["moe_fixed"] + terms["ep_comm"]) / 2
+        seconds += terms["kernels"] * third  # its forward's kernels (most of a MoE layer's), priced as a third
     elif moe_layer and model.moe is not None:
         if "shared_experts" in modules:
             seconds += terms["shared_experts"] * third
@@ -385,9 +391,9 @@ def _overlapped_all_to_all_exposed_s(terms: dict[str, float], gpu: GPUSpec) -> f
     only under its own window's compute. And while the dispatcher's kernels run they hold SMs the compute then
     lacks (`ALL_TO_ALL_SMS`), so even a fully hidden all-to-all slows its window by that share of its length."""
     pre_dispatch = (terms["mixer_gemms"] + terms["mixer_core"] + terms["router"] + terms["latent_projections"]
-                    + (terms["glue"] + terms["moe_token_passes"]) / 2)  # permute before the dispatch
+                    + (terms["glue"] + terms["moe_token_passes"] + terms["kernels"]) / 2)  # permute before it
     mlp = (terms["experts"] + terms["shared_experts"] + terms["moe_fixed"]
-           + (terms["glue"] + terms["moe_token_passes"]) / 2)  # sort, unsort and unpermute around the experts
+           + (terms["glue"] + terms["moe_token_passes"] + terms["kernels"]) / 2)  # sort, unsort, unpermute
     comm = terms["ep_comm"] / EP_ALL_TO_ALLS_PER_LAYER  # one all-to-all
     third = FORWARD_SHARE  # the forward, the dgrad and the wgrad each take a third of a block's compute
     windows = ((comm, third * pre_dispatch), (comm, third * mlp), (comm, 2 * third * mlp),
@@ -480,7 +486,7 @@ def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu:
 
 def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, precision: str,
                  terms: dict[str, float]) -> float:
-    """Kernel gaps and the dispatcher's host sync of one MoE layer (latency.py). The alltoall dispatcher syncs
+    """The dispatcher's host sync of one MoE layer (latency.py), where it syncs: the alltoall dispatcher syncs
     whenever tokens leave the rank or several local experts split them (Megatron's dropless path, and token
     dropping without padding); the flex dispatcher and inputs padded to capacity keep the split sizes static.
     After the sync the GPU runs the forward's dispatch, experts and combine: their forward third and the two
@@ -488,12 +494,14 @@ def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, 
     moe = model.moe
     assert moe is not None
     local_experts = moe.num_experts // p.ep
+    # padded to capacity the split sizes are static: Megatron's alltoall dispatcher skips the sync (drop_and_pad)
+    if options.moe_flex_dispatcher or moe.pad_to_capacity or (p.ep == 1 and local_experts == 1):
+        return 0.0
     kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
                           fp8_casts=precision in EIGHT_BIT_PRECISIONS)
-    # padded to capacity the split sizes are static: Megatron's alltoall dispatcher skips the sync (drop_and_pad)
-    host_sync = not options.moe_flex_dispatcher and not moe.pad_to_capacity and (p.ep > 1 or local_experts > 1)
     after_sync_s = FORWARD_SHARE * (terms["experts"] + terms["moe_token_passes"]) + terms["ep_comm"] / 2
-    return moe_fixed_latency_s(kernels, host_sync=host_sync, forward_after_sync_gpu_s=after_sync_s)
+    return moe_host_sync_s(kernels, forward_after_sync_gpu_s=after_sync_s,
+                           kernel_overhead_s=options.efficiency.kernel_overhead_s)
 
 
 def _moe_a2a_overlapped(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:

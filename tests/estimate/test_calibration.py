@@ -88,8 +88,8 @@ def release_rows():
 
 def test_the_newer_rows_split_by_release_and_the_judged_ones_hold_within_the_stated_error(release_rows):
     """Fit on <= 25.04, judge on 25.07 and 25.09 (release_holdout.md): the committed parameters must keep the
-    held-out median |error| where it stands, 7.03 % overall and 21.0 % on MoE rows, against goals of 7 % and
-    10 % that it misses (the fine-grained MoE rows fit without recompute and run slower than priced)."""
+    held-out median |error| within the goals, 7 % overall and 10 % on MoE rows (6.8 % and 9.1 % when the
+    per-kernel overhead was fitted: a fine-grained MoE layer runs hundreds of kernels per micro-batch)."""
     from megapilot.estimate.calibration import TRAIN_RELEASES, release_error, split_by_release
 
     seen, judged = split_by_release(release_rows)
@@ -97,8 +97,8 @@ def test_the_newer_rows_split_by_release_and_the_judged_ones_hold_within_the_sta
     assert {r.release for r in judged} == {"25.07", "25.09"} and len(judged) == 21
     assert {r.source for r in judged} == {"nemo-25.07", "bridge-25.09"}
     errs = {r.id: release_error(r, CALIBRATED) for r in judged}
-    assert statistics.median(abs(e) for e in errs.values()) <= 0.071
-    assert statistics.median(abs(errs[r.id]) for r in judged if r.family == "moe") <= 0.215
+    assert statistics.median(abs(e) for e in errs.values()) <= 0.070
+    assert statistics.median(abs(errs[r.id]) for r in judged if r.family == "moe") <= 0.10
 
 
 def test_the_grouped_gemm_fraction_is_fitted_only_when_a_moe_row_is_in_the_fit(published, release_rows):

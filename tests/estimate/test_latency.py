@@ -1,16 +1,18 @@
-"""Fixed MoE costs: kernel gaps, the dispatcher's host sync and wave quantisation, on worked examples."""
+"""Fixed costs: each layer's kernels, the MoE dispatcher's host sync and wave quantisation, on worked examples."""
 
 from __future__ import annotations
 
 import pytest
 
+from megapilot.catalog import get_model
 from megapilot.catalog.gpus import get_gpu
+from megapilot.estimate.efficiency import CALIBRATED
 from megapilot.estimate.latency import (
     HOST_LAUNCH_FLOOR_S,
     HOST_SYNC_S,
-    KERNEL_GAP_S,
     expert_wave_slowdown,
-    moe_fixed_latency_s,
+    layer_kernels,
+    moe_host_sync_s,
     moe_kernels,
     sm_count,
     wave_efficiency,
@@ -61,14 +63,29 @@ def test_te_launches_one_gemm_per_local_expert_and_fp8_casts_each_experts_inputs
 
 def test_the_host_sync_costs_its_round_trip_and_the_host_paced_launches_beyond_the_gpu_work():
     kernels = moe_kernels(16, per_expert_gemms=True, fp8_casts=True)
-    gaps = 247 * KERNEL_GAP_S
-    assert moe_fixed_latency_s(kernels, host_sync=False, forward_after_sync_gpu_s=0.0) == pytest.approx(gaps)
-    busy = moe_fixed_latency_s(kernels, host_sync=True, forward_after_sync_gpu_s=1e-3)
-    assert busy == pytest.approx(gaps + HOST_SYNC_S)  # the GPU's work outlasts 134 launches
-    idle = moe_fixed_latency_s(kernels, host_sync=True, forward_after_sync_gpu_s=0.0)
-    host_paced = 134 * HOST_LAUNCH_FLOOR_S - 110 * KERNEL_GAP_S
-    assert idle == pytest.approx(gaps + HOST_SYNC_S + host_paced)
-    assert idle == pytest.approx(0.636e-3, rel=0.01)
+    overhead = 1e-6
+    busy = moe_host_sync_s(kernels, forward_after_sync_gpu_s=1e-3, kernel_overhead_s=overhead)
+    assert busy == pytest.approx(HOST_SYNC_S)  # the GPU's work outlasts 134 launches
+    idle = moe_host_sync_s(kernels, forward_after_sync_gpu_s=0.0, kernel_overhead_s=overhead)
+    assert idle == pytest.approx(HOST_SYNC_S + 134 * HOST_LAUNCH_FLOOR_S - 110 * overhead)
+
+
+def test_a_layer_counts_its_kernels_forward_and_backward_and_a_moe_layer_hundreds():
+    llama = get_model("llama3.1-8b")
+    # attention: norm + residual 4, core 4, RoPE 4, QKV and output linears 2 x 3; MLP: 4 + 2 x 3 + activation 2
+    assert layer_kernels(llama, 0, 1, eight_bit=False, per_expert_gemms=True) == 4 + 4 + 4 + 6 + 4 + 6 + 2
+    # FP8: each of the 4 linears casts its input and its output gradient, 3 kernels each
+    assert layer_kernels(llama, 0, 1, eight_bit=True, per_expert_gemms=True) == 30 + 4 * 6
+    qwen3 = layer_kernels(QWEN3_30B_LIKE, 0, 8, eight_bit=True, per_expert_gemms=True)
+    attention = 4 + 4 + 4 + 2 * 9
+    assert qwen3 == attention + 4 + moe_kernels(16, per_expert_gemms=True, fp8_casts=True).serial
+    with_qk_norms = QWEN3_30B_LIKE.model_copy(update={"qk_layernorm": True})  # Qwen3's per-head q and k norms
+    assert layer_kernels(with_qk_norms, 0, 8, eight_bit=True, per_expert_gemms=True) == qwen3 + 4
+    # fewer local experts, fewer kernels; DeepSeek-V3's dense-first layers run an MLP
+    assert layer_kernels(QWEN3_30B_LIKE, 0, 64, eight_bit=True, per_expert_gemms=True) < qwen3
+    dsv3 = get_model("deepseek-v3")
+    assert layer_kernels(dsv3, 0, 64, eight_bit=True, per_expert_gemms=True) < 100
+    assert layer_kernels(dsv3, 3, 64, eight_bit=True, per_expert_gemms=True) > 100
 
 
 def _moe_terms(options: EstimateOptions, mbs: int = 1, gpu: str = "b200") -> dict[str, float]:
@@ -77,17 +94,19 @@ def _moe_terms(options: EstimateOptions, mbs: int = 1, gpu: str = "b200") -> dic
     return layer_terms(QWEN3_30B_LIKE, 0, cluster, FP8_4K, layout, options, recomputed=False)
 
 
-def test_a_qwen3_30b_moe_layer_pays_a_quarter_millisecond_of_fixed_latency_whatever_the_micro_batch():
+def test_a_qwen3_30b_moe_layer_pays_its_kernels_and_its_sync_whatever_the_micro_batch():
     small, large = _moe_terms(EstimateOptions()), _moe_terms(EstimateOptions(), mbs=4)
-    # 247 kernel gaps + one sync: the GPU's work after the sync outlasts the host's 134 launches.
-    assert small["moe_fixed"] == pytest.approx(247 * KERNEL_GAP_S + HOST_SYNC_S)
-    assert large["moe_fixed"] == small["moe_fixed"]
-    assert small["moe_fixed"] / sum(small.values()) > 3 * large["moe_fixed"] / sum(large.values())
+    kernels = layer_kernels(QWEN3_30B_LIKE, 0, 8, eight_bit=True, per_expert_gemms=True)
+    assert small["kernels"] == pytest.approx(kernels * CALIBRATED.kernel_overhead_s) == large["kernels"]
+    # one sync: the GPU's work after it outlasts the host's 134 launches
+    assert small["moe_fixed"] == pytest.approx(HOST_SYNC_S) == large["moe_fixed"]
+    fixed = ("kernels", "moe_fixed")
+    assert sum(small[k] for k in fixed) / sum(small.values()) > 2 * sum(large[k] for k in fixed) / sum(large.values())
     flex = _moe_terms(EstimateOptions(moe_flex_dispatcher=True))
-    assert small["moe_fixed"] - flex["moe_fixed"] == pytest.approx(HOST_SYNC_S)
+    assert flex["moe_fixed"] == 0.0 and flex["kernels"] == small["kernels"]
     legacy = _moe_terms(EstimateOptions(moe_legacy_grouped_gemm=True))
     # One grouped GEMM per kind instead of 4 rounds of 4 streams: 3 fewer rounds for fc1, fc2 and their 4 backward.
-    assert small["moe_fixed"] - legacy["moe_fixed"] == pytest.approx(18 * KERNEL_GAP_S)
+    assert small["kernels"] - legacy["kernels"] == pytest.approx(18 * CALIBRATED.kernel_overhead_s)
 
 
 def test_expert_gemms_pay_wave_quantisation_on_the_gpus_sm_count():
@@ -102,9 +121,10 @@ def test_expert_gemms_pay_wave_quantisation_on_the_gpus_sm_count():
     assert b200["experts"] > 0 and h100["experts"] > 0
 
 
-def test_a_dense_layer_has_no_moe_fixed_latency():
+def test_a_dense_layer_has_no_moe_sync_and_pays_only_its_few_dozen_kernels():
     dense = ModelSpec(name="dense", num_layers=2, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=16,
                       vocab_size=32000)
     cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
     terms = layer_terms(dense, 0, cluster, FP8_4K, ParallelConfig(tp=1, dp=8), EstimateOptions(), recomputed=False)
     assert terms["moe_fixed"] == 0.0
+    assert terms["kernels"] == pytest.approx(54 * CALIBRATED.kernel_overhead_s)

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
+from megapilot.estimate.efficiency import CALIBRATED
 from megapilot.estimate.step_time import EstimateOptions, step_time
 from megapilot.spec import ClusterSpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 
@@ -241,11 +242,10 @@ def test_moe_token_passes_move_twelve_times_the_top_k_copies_through_hbm_and_fp8
 
 
 def test_routed_experts_run_at_the_grouped_fraction_of_a_dense_gemm_of_their_shape():
-    from megapilot.estimate.efficiency import CALIBRATED
 
     cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
     layout = ParallelConfig(tp=1, dp=8, ep=8)
-    plain = replace(CALIBRATED, grouped_gemm_fraction=1.0)
+    plain = replace(CALIBRATED, grouped_gemm_fraction=1.0, kernel_overhead_s=0.0)  # the layer's work alone
     base = _moe_layer(QWEN3_30B_LIKE, cluster, layout, EstimateOptions(efficiency=plain)).compute
     half = _moe_layer(QWEN3_30B_LIKE, cluster, layout,
                       EstimateOptions(efficiency=replace(plain, grouped_gemm_fraction=0.5))).compute
@@ -307,8 +307,9 @@ def test_an_all_to_all_hides_only_under_the_compute_of_its_own_window():
                       num_attention_heads=32, vocab_size=32000,
                       moe=MoESpec(num_experts=8, router_topk=1, moe_ffn_hidden_size=128))
     cluster, layout = _h100s(16), ParallelConfig(tp=1, dp=16, ep=16)
-    alone = _moe_layer(model, cluster, layout, EstimateOptions())
-    overlapped = _moe_layer(model, cluster, layout, EstimateOptions(moe_a2a_overlap=True))
+    work = replace(CALIBRATED, kernel_overhead_s=0.0)  # the GEMMs and passes alone: the kernels' fixed costs aside
+    alone = _moe_layer(model, cluster, layout, EstimateOptions(efficiency=work))
+    overlapped = _moe_layer(model, cluster, layout, EstimateOptions(efficiency=work, moe_a2a_overlap=True))
     assert alone.ep_comm < alone.compute  # the layer as a whole would hide it
     assert overlapped.ep_comm > alone.ep_comm * 20 / 132 * 1.5  # but the MLP's windows do not
 
@@ -330,7 +331,8 @@ def test_a_layers_terms_add_up_to_its_cost_and_selective_recompute_reruns_only_t
 
 def test_recomputed_modules_rerun_their_forward_and_a_recomputed_moe_layer_its_all_to_alls_too():
     """Qwen3-30B-like MoE layer on 8 B200: each module's forward third comes back in the backward; the whole MoE
-    layer reruns its GEMMs' forward, half of its token passes and fixed costs, and its two forward all-to-alls."""
+    layer reruns its GEMMs' forward, half of its token passes and host sync, its forward's kernels and its two
+    forward all-to-alls."""
     from megapilot.estimate.step_time import layer_terms
 
     cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
@@ -344,7 +346,7 @@ def test_recomputed_modules_rerun_their_forward_and_a_recomputed_moe_layer_its_a
     moe = terms("moe")
     gemms = base["experts"] + base["router"]  # no shared expert
     assert moe["recompute"] == pytest.approx(
-        gemms / 3 + (base["moe_token_passes"] + base["moe_fixed"] + base["ep_comm"]) / 2)
+        (gemms + base["kernels"]) / 3 + (base["moe_token_passes"] + base["moe_fixed"] + base["ep_comm"]) / 2)
     both = terms("core_attn", "moe")
     assert both["recompute"] == pytest.approx(base["recompute"] + moe["recompute"])
     # the activation and the pre-MLP norm: passes over memory, a small share of the layer
