@@ -85,6 +85,16 @@ def load_release_rows() -> tuple[list[ReleaseRow], dict[str, dict[str, Any]]]:
     return rows, notes
 
 
+def _held_out_by_release(judged: list[ReleaseRow]) -> dict[str, dict[str, float]]:
+    """The committed parameters on the releases the fit never saw, all rows and per family
+    (release_holdout.md lists them row by row)."""
+    errs = {r.id: release_error(r, CALIBRATED) for r in judged}
+    groups = {"all": list(errs.values())} | {
+        f"family={family}": [errs[r.id] for r in judged if r.family == family]
+        for family in sorted({r.family for r in judged})}
+    return {name: _summary_doc(values) for name, values in groups.items()}
+
+
 def _summary_doc(errs: list[float]) -> dict[str, float]:
     return _as_doc(summary(errs))
 
@@ -100,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, excluded = load_rows()
     release, _ = load_release_rows()
-    seen, _judged = split_by_release(release)
+    seen, judged = split_by_release(release)
     resolved = {row.id: resolve_layout(row) for row in rows}
     layouts = {row_id: layout for row_id, (layout, _) in resolved.items()}
     committed = errors(rows, layouts, CALIBRATED)
@@ -108,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                               "train_releases": list(TRAIN_RELEASES),
                               "committed_parameters": asdict(CALIBRATED),
                               "committed_summary": _summary_doc(list(committed.values())),
-                              "release_rows_in_fit": {r.id: round(release_error(r, CALIBRATED), 4) for r in seen}}
+                              "release_rows_in_fit": {r.id: round(release_error(r, CALIBRATED), 4) for r in seen},
+                              "held_out_by_release": _held_out_by_release(judged)}
     if not args.no_fit:
         fitted = fit(rows, layouts, seen)
         fitted_errors = errors(rows, layouts, fitted)
@@ -183,6 +194,11 @@ def _markdown(report: dict[str, Any]) -> str:
                  f"newer-file rows in the fit: {len(report['release_rows_in_fit'])}")
     lines.append(f"- committed parameters on the older file: median |error| {_pct(c['median_abs_error'])}, "
                  f"max |error| {_pct(c['max_abs_error'])}, mean signed {_pct(c['mean_signed_error'])}")
+    held = report["held_out_by_release"]
+    lines.append("- committed parameters held out by release (the releases after "
+                 f"{report['train_releases'][-1]}, unseen by the fit; release_holdout.md): median |error| "
+                 + ", ".join(f"{_pct(group['median_abs_error'])} {name.removeprefix('family=')} ({group['rows']} rows)"
+                             for name, group in held.items()))
     if "fitted_summary" in report:
         f, p = report["fitted_summary"], report["prior_summary"]
         b = report["constant_mfu_baseline"]
