@@ -148,13 +148,13 @@ def test_full_attention_convention_reports_more_tflops_for_the_same_step(cli):
     assert bad.exit_code == 2 and "flop_convention" in bad.stderr
 
 
-def test_a_tiny_model_shows_its_step_and_terms_in_microseconds_not_zero_seconds(cli):
+def test_a_tiny_model_shows_its_step_in_milliseconds_and_terms_in_microseconds_not_zero_seconds(cli):
     tiny = ("estimate", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--tp", "2", "--seq-len", "128",
             "--gbs", "16")
     result = cli(*tiny)
     assert result.exit_code == 0, result.stderr
     step_s = cli(*tiny, "--json").json()["step_time_s"]
-    assert step_s < 1e-3  # the case this guards: a step far below what "0.00 s" can show
+    assert step_s < 0.05  # the case this guards: a step (its kernels' fixed costs, mostly) that "0.0 s" would hide
     from megapilot.estimate.units import format_duration
 
     assert f"{format_duration(step_s)}/step" in result.stdout.splitlines()[0]
