@@ -142,4 +142,5 @@ def _vendor_gpus(vendor: str) -> set[str]:
 def _architecture(gpu_name: str) -> str | None:
     from megapilot.catalog.gpus import load_gpus
 
-    return next((gpu.architecture for gpu in load_gpus().values() if gpu.name == gpu_name), None)
+    gpu = load_gpus().get(gpu_name)  # the catalog is keyed by the names the cells carry
+    return gpu.architecture if gpu is not None else None
