@@ -105,6 +105,15 @@ def timers_lines(title: str, min_max_ms: dict[str, tuple[float, float]]) -> list
     return lines
 
 
+def rank_compute_line(compute_ms: list[float], node_of_rank: list[int]) -> str:
+    """Each rank's compute time per iteration before it enters the gradient collectives, with the node it runs on
+    (`rank@node=ms`). In synchronous data parallelism every rank's *step* takes as long as the slowest rank's, so the
+    step time cannot name a straggler; the time before the collective wait can (megapilot.logs.stragglers)."""
+    pairs = enumerate(zip(compute_ms, node_of_rank, strict=True))
+    cells = " ".join(f"{rank}@{node}={ms:.2f}" for rank, (ms, node) in pairs)
+    return f" compute time before collectives per rank (ms) [rank@node]: {cells}"
+
+
 def validation_lines(iteration: int, losses: dict[str, float]) -> list[str]:
     """The validation block of `evaluate_and_print_results`."""
     text = f" validation loss at iteration {iteration} | "

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -130,6 +130,7 @@ class IntervalTotals:
     skipped: int = 0
     nan: int = 0
     forward_backward_s: float = 0.0
+    compute_s: float = 0.0  # forward-backward up to the gradient collectives (see `_wire_schedule_hooks`)
     optimizer_s: float = 0.0
     moe_sums: dict[str, float] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -163,6 +164,7 @@ class Trainer:
                                                    config.tensor_model_parallel_size)
         self.model = model_lib.build_model(config, self.vocab_size_padded, on_gpu)
         self.optimizer, self.scheduler = model_lib.build_optimizer(config, self.model)
+        self._compute_done_at: float | None = None
         self._wire_schedule_hooks()
         self.datasets = data_loading.build_datasets(config, self.tokenizer, self.dp_size)
         self.forward_backward = get_forward_backward_func()
@@ -176,7 +178,14 @@ class Trainer:
 
         model_config = get_model_config(self.model[0])
         model_config.grad_scale_func = self.optimizer.scale_loss
-        model_config.finalize_model_grads_func = finalize_model_grads
+
+        def finalize_timed(*args: Any, **kwargs: Any) -> Any:
+            # The moment a rank reaches its gradient collectives: what it did before is its own compute (a
+            # straggler's is long), what follows includes waiting for the slowest rank.
+            self._compute_done_at = time.monotonic()
+            return finalize_model_grads(*args, **kwargs)
+
+        model_config.finalize_model_grads_func = finalize_timed
         if self.config.overlap_grad_reduce:
             no_sync = [chunk.no_sync for chunk in self.model]
             grad_sync = [chunk.start_grad_sync for chunk in self.model]
@@ -209,18 +218,20 @@ class Trainer:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         started = time.monotonic()
+        self._compute_done_at = None
         losses_reduced = self.forward_backward(
             forward_step_func=partial(_forward_step, self.on_gpu), data_iterator=data_iterator, model=self.model,
             num_microbatches=self.num_microbatches, seq_length=self.config.seq_length,
             micro_batch_size=self.config.micro_batch_size, forward_only=False)
         forward_backward_s = time.monotonic() - started
+        compute_s = (self._compute_done_at - started) if self._compute_done_at is not None else forward_backward_s
         started = time.monotonic()
         update_successful, grad_norm, _ = self.optimizer.step()
         if update_successful:
             self.scheduler.step(increment=self.config.global_batch_size)
         optimizer_s = time.monotonic() - started
         loss = _reduce_reported_loss(losses_reduced)
-        self._last_timings_s = (forward_backward_s, optimizer_s)
+        self._last_timings_s = (forward_backward_s, optimizer_s, compute_s)
         return loss, bool(update_successful), grad_norm
 
     def evaluate(self, data_iterator: BatchStreams) -> float | None:
@@ -275,6 +286,16 @@ class Trainer:
         timers = {"forward-backward": (low[0].item(), high[0].item()), "optimizer": (low[1].item(), high[1].item())}
         for line in logfmt.timers_lines("(min, max) time across ranks (ms):", timers):
             log(line, last_rank_only=True)
+        if self.world_size > 1:
+            self._log_rank_compute(totals.compute_s * 1000 / counted)
+
+    def _log_rank_compute(self, compute_ms: float) -> None:
+        """Every rank's compute before its collectives, gathered on the rank that prints (collective)."""
+        mine = torch.tensor([compute_ms, float(os.environ.get("GROUP_RANK", "0"))], dtype=torch.float64)
+        gathered = [torch.zeros(2, dtype=torch.float64) for _ in range(self.world_size)]
+        torch.distributed.all_gather(gathered, mine)
+        log(logfmt.rank_compute_line([float(t[0]) for t in gathered], [int(t[1]) for t in gathered]),
+            last_rank_only=True)
 
     def _report_memory(self, iteration: int) -> None:
         """Megatron's memory report; on CPU the values are this process's RSS (current and peak)."""
@@ -354,6 +375,7 @@ class Trainer:
             totals.moe_sums[key] = totals.moe_sums.get(key, 0.0) + value
         totals.forward_backward_s += self._last_timings_s[0]
         totals.optimizer_s += self._last_timings_s[1]
+        totals.compute_s += self._last_timings_s[2]
         # Megatron-LM logs every `log_interval` iterations; the final iteration is logged too so that a
         # run's end can be read from its log.
         if state.iteration % self.config.log_interval == 0 or state.iteration == self.config.train_iters:
