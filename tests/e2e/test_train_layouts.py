@@ -21,6 +21,7 @@ pytest.importorskip("megatron.core")
 
 from megapilot.execute.process import free_port
 from megapilot.logs import ParsedLog, parse_logs
+from megapilot.logs.stragglers import read_straggler_lines
 from megapilot.trainer.corpus import default_dataset_prefix
 from tests.e2e.process_tree import run_tree
 
@@ -88,6 +89,9 @@ def test_tp2_learns_and_logs_every_megatron_line_kind(tmp_path, corpus_prefix, c
     assert all(r.tflops_per_gpu is not None and r.tflops_per_gpu >= 0 for r in run.parsed.iterations)
     assert {m.rank for m in run.parsed.memory} == {0, 1}, run.output[-3000:]  # one report per TP rank (DP rank 0)
     assert any(t.name == "forward-backward" for t in run.parsed.timers)
+    # every rank's compute time before its collectives, each log interval (what names a straggler)
+    rank_times = read_straggler_lines("tp2.log", run.output.splitlines()).rank_times
+    assert len(rank_times) == 6 and all(len(t.compute_ms) == 2 and min(t.compute_ms) > 0 for t in rank_times)
     assert run.output.count("validation loss at iteration") == 2
     # The CPU rewrites are announced at start and counted at the end.
     assert "cpu-compat: installed" in run.output

@@ -1,0 +1,107 @@
+"""A node really slowed names itself: two torchrun nodes on this machine, one of them stopped and continued on a
+duty cycle (SIGSTOP/SIGCONT to its ranks, what a throttled GPU or a noisy neighbour does to a node's compute), then
+the per-rank compute line of a real Megatron-Core run and the collectives probe are read by the verdicts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("megatron.core")
+
+from megapilot.diagnose.nodes import blame_links, stragglers_from_rank_times
+from megapilot.execute.process import free_port
+from megapilot.logs.collectives import parse_collectives
+from megapilot.logs.stragglers import read_straggler_lines
+from megapilot.trainer.corpus import default_dataset_prefix
+from tests.e2e.process_tree import started_tree
+from tests.e2e.test_train_layouts import TINY_GPT
+
+pytestmark = pytest.mark.slow
+
+
+class DutyCycle:
+    """Stops and continues every descendant of `pid` (the node's workers) on a fixed cycle until closed."""
+
+    def __init__(self, pid: int, stopped_s: float, running_s: float):
+        self.pid, self.stopped_s, self.running_s = pid, stopped_s, running_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._cycle, daemon=True)
+        self.thread.start()
+
+    def _workers(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def _signal(self, workers: list[psutil.Process], sig: signal.Signals) -> None:
+        for worker in workers:
+            try:
+                worker.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+
+    def _cycle(self) -> None:
+        while not self.done.is_set():
+            workers = self._workers()
+            self._signal(workers, signal.SIGSTOP)
+            time.sleep(self.stopped_s)
+            self._signal(workers, signal.SIGCONT)
+            time.sleep(self.running_s)
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self._signal(self._workers(), signal.SIGCONT)
+
+
+def run_two_nodes(tmp_path: Path, nproc_per_node: int, module_argv: list[str], slow_node: int = 1,
+                  timeout_s: float = 300) -> list[Path]:
+    """Both nodes' torchrun to completion with `slow_node`'s workers on a 50 % duty cycle; each node's log."""
+    port = free_port()
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    logs = [tmp_path / f"node{k}.log" for k in range(2)]
+    with ExitStack() as stack:
+        processes = [stack.enter_context(started_tree(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(k),
+             "--nproc-per-node", str(nproc_per_node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+             *module_argv], log_path=logs[k], cwd=tmp_path, env=env)) for k in range(2)]
+        cycle = DutyCycle(processes[slow_node].pid, stopped_s=0.04, running_s=0.04)
+        try:
+            codes = [p.wait(timeout=timeout_s) for p in processes]
+        finally:
+            cycle.close()
+    assert codes == [0, 0], "\n".join(log.read_text()[-2000:] for log in logs)
+    return logs
+
+
+def test_the_slowed_node_is_the_straggler_of_a_real_training_run(tmp_path):
+    prefix = default_dataset_prefix(tmp_path / "corpus")
+    logs = run_two_nodes(tmp_path, 1, ["-m", "megapilot.trainer", *TINY_GPT, "--data-path", prefix,
+                                       "--train-iters", "12", "--log-interval", "2", "--timing-log-level", "1"])
+    found = read_straggler_lines("node1.log", logs[1].read_text().splitlines())  # the last rank prints
+    assert len(found.rank_times) == 6 and all(t.node_of_rank == (0, 1) for t in found.rank_times)
+    verdict = stragglers_from_rank_times(found.rank_times)
+    assert [n.name for n in verdict.slow_nodes] == ["node1"], verdict
+    assert [r.name for r in verdict.slow_ranks] == ["rank1"], verdict
+
+
+def test_the_probe_measures_the_slowed_nodes_own_ring_lower_and_blames_it(tmp_path):
+    logs = run_two_nodes(tmp_path, 2, ["-m", "megapilot.trainer.collectives", "-b", "64K", "-e", "1M",
+                                       "-n", "8", "--collectives", "all_reduce,alltoall"])
+    text = "\n".join(log.read_text() for log in logs).splitlines()
+    runs = {(run.collective, run.scope): run for run in parse_collectives(text)}
+    assert {("all_reduce", ""), ("alltoall", ""), ("all_reduce", "node0"), ("all_reduce", "node1"),
+            ("sendrecv", "node0-node1")} <= set(runs)
+    assert runs[("all_reduce", "")].ranks == 4 and runs[("all_reduce", "")].nodes == 2
+    assert runs[("all_reduce", "node1")].peak_busbw_gbps() < runs[("all_reduce", "node0")].peak_busbw_gbps()
+    assert blame_links(list(runs.values()))[0].name == "node1"
