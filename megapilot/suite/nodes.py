@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from megapilot.diagnose.nodes import NodeLists
 from megapilot.suite.preflight import PROBE_SCRIPT, NodeProbe, PreflightExpectations, judge, parse_probe
-from megapilot.suite.results import MetricRow
+from megapilot.suite.results import MetricRow, Verdict
 
 if TYPE_CHECKING:
     from megapilot.suite.config import LoadedSuite
@@ -30,6 +31,7 @@ class NodeOutput:
     node: int
     text: str
     error: str = ""
+    name: str = ""  # what a scheduler or the host list calls the node (ssh: its host); else its hostname
 
 
 def probe_nodes(suite: LoadedSuite, run_dir: Path) -> list[MetricRow]:
@@ -48,7 +50,25 @@ def probe_nodes(suite: LoadedSuite, run_dir: Path) -> list[MetricRow]:
         probe = parse_probe(output.node, output.text)
         probe.error = output.error
         probes.append(probe)
-    return judge(probes, expectations(suite))
+    rows = judge(probes, expectations(suite))
+    write_node_lists(run_dir, [output.name or probe.host for output, probe in zip(outputs, probes, strict=True)],
+                     rows)
+    return rows
+
+
+def write_node_lists(run_dir: Path, names: list[str], rows: list[MetricRow]) -> NodeLists:
+    """`passing_nodes.txt` and `failing_nodes.txt` in the run directory, one node a line, for `srun --exclude`
+    or the next run's host list. A row names its node by its `nodeK.` prefix (none with one node)."""
+    failed: dict[int, list[str]] = {}
+    for row in rows:
+        if row.verdict is Verdict.FAIL:
+            index, _, check = row.name.partition(".") if row.name.startswith("node") else ("node0", "", row.name)
+            failed.setdefault(int(index[4:]) if index[4:].isdigit() else 0, []).append(f"{check}: {row.reason}")
+    lists = NodeLists([name for k, name in enumerate(names) if k not in failed],
+                      {name: failed[k] for k, name in enumerate(names) if k in failed})
+    (run_dir / "passing_nodes.txt").write_text(lists.passing_text(), encoding="utf-8")
+    (run_dir / "failing_nodes.txt").write_text(lists.failing_text(), encoding="utf-8")
+    return lists
 
 
 def expectations(suite: LoadedSuite) -> PreflightExpectations:
@@ -66,22 +86,22 @@ def run_on_nodes(suite: LoadedSuite, script: str, args: list[str]) -> list[NodeO
         from megapilot.suite.executors import ssh_nodes
 
         # ssh joins the remote words into one shell line: each argument is quoted to arrive as one word.
-        return [_run(index, [*node.ssh_argv(), "bash", "-s", "--", *(shlex.quote(a) for a in args)], script)
-                for index, node in enumerate(ssh_nodes(suite))]
+        return [_run(index, [*node.ssh_argv(), "bash", "-s", "--", *(shlex.quote(a) for a in args)], script,
+                     name=node.host) for index, node in enumerate(ssh_nodes(suite))]
     if suite.executor == "slurm":
         return _run_srun(suite, script, args)
     return [_run(0, ["bash", "-s", "--", *args], script)]
 
 
-def _run(node: int, argv: list[str], script: str) -> NodeOutput:
+def _run(node: int, argv: list[str], script: str, name: str = "") -> NodeOutput:
     try:
         done = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
     except FileNotFoundError:
-        return NodeOutput(node, "", f"{argv[0]} is not installed here")
+        return NodeOutput(node, "", f"{argv[0]} is not installed here", name)
     except subprocess.TimeoutExpired:
-        return NodeOutput(node, "", f"no answer within {PROBE_TIMEOUT_S:g} s")
+        return NodeOutput(node, "", f"no answer within {PROBE_TIMEOUT_S:g} s", name)
     error = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-    return NodeOutput(node, done.stdout, error)
+    return NodeOutput(node, done.stdout, error, name)
 
 
 def _run_srun(suite: LoadedSuite, script: str, args: list[str]) -> list[NodeOutput]:
@@ -111,4 +131,4 @@ def _run_srun(suite: LoadedSuite, script: str, args: list[str]) -> list[NodeOutp
             for n in range(suite.nodes)]
 
 
-__all__ = ["NodeOutput", "expectations", "probe_nodes", "run_on_nodes"]
+__all__ = ["NodeOutput", "expectations", "probe_nodes", "run_on_nodes", "write_node_lists"]

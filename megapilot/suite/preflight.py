@@ -11,7 +11,13 @@ here, each a `MetricRow` (PASS / FAIL / SKIPPED with the reading in the reason):
     shm.size_gib     /dev/shm large enough for NCCL's shared-memory transport and data-loader workers
     memlock          `ulimit -l` unlimited (RDMA registers pinned memory; a small limit fails NCCL IB)
     disk.free_gib    free space where logs and checkpoints go
-CVS checks none of these before training; a bad node then shows up as a slow or failed combo.
+    gpus.health      every GPU's temperature and uncorrected ECC count (nvidia-smi's query), where a GPU is used
+    kernel.faults    GPU hardware faults in the kernel log (NVRM Xid, AMD RAS, ECC); Xid codes the application
+                     causes (13, 31, 43) do not fail the node; SKIPPED where dmesg cannot be read
+    versions         GPU driver, CUDA/ROCm and kernel release the same as on the other nodes
+CVS checks none of these before training; a bad node then shows up as a slow or failed combo. A node's failed
+check fails that node's own row (`node1.kernel.faults`) and puts it in `failing_nodes.txt`
+(megapilot.diagnose.nodes judges the health readings).
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from megapilot.diagnose.nodes import HealthCheck, check_gpus, check_kernel, check_versions
+from megapilot.logs.health import GPU_QUERY, GpuState, KernelFault, kernel_faults, parse_gpu_query
 from megapilot.suite.results import MetricRow, Verdict
 
 # Why these floors: NCCL's SHM transport and PyTorch data-loader workers allocate in /dev/shm; Docker's
@@ -31,10 +39,13 @@ MIN_FREE_DISK_GIB = 1.0
 PROBE_SCRIPT = r"""
 probe() { printf '%s=%s\n' "$1" "$2"; }
 probe host "$(hostname 2>/dev/null || echo unknown)"
+probe kernel_release "$(uname -r 2>/dev/null)"
 if command -v nvidia-smi >/dev/null 2>&1; then
   probe gpu_vendor nvidia
   probe gpu_count "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
   probe gpu_driver "$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1)"
+  probe gpu_runtime "cuda $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n1)"
+  nvidia-smi --query-gpu=__GPU_QUERY__ --format=csv,noheader,nounits 2>/dev/null | sed 's/^/gpu_query=/'
 elif command -v amd-smi >/dev/null 2>&1 || command -v rocm-smi >/dev/null 2>&1; then
   probe gpu_vendor amd
   if command -v amd-smi >/dev/null 2>&1; then
@@ -44,9 +55,17 @@ elif command -v amd-smi >/dev/null 2>&1 || command -v rocm-smi >/dev/null 2>&1; 
     probe gpu_count "$(rocm-smi --showid 2>/dev/null | grep -cE '^GPU\[[0-9]+\]' )"
     probe gpu_driver "$(cat /sys/module/amdgpu/version 2>/dev/null)"
   fi
+  [ -r /opt/rocm/.info/version ] && probe gpu_runtime "rocm $(cat /opt/rocm/.info/version)"
 else
   probe gpu_vendor none
   probe gpu_count 0
+fi
+# The kernel's GPU fault lines (a node's Xid between jobs is invisible to the job's own log).
+if kernel_log=$(dmesg 2>/dev/null); then
+  probe kernel_log readable
+  printf '%s\n' "$kernel_log" | grep -E 'NVRM|Xid|amdgpu|RAS|Hardware Error|ECC' | tail -n 200 | sed 's/^/kernel=/'
+else
+  probe kernel_log unreadable
 fi
 probe shm_kib "$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $2}')"
 probe memlock "$(ulimit -l 2>/dev/null)"
@@ -66,7 +85,7 @@ for nic in /sys/class/net/*; do
   probe "net:$name" "$(cat "$nic/operstate" 2>/dev/null) $(cat "$nic/speed" 2>/dev/null)"
 done
 exit 0
-"""
+""".replace("__GPU_QUERY__", GPU_QUERY)
 
 
 @dataclass
@@ -93,7 +112,22 @@ class NodeProbe:
     disk_free_gib: dict[str, float] = field(default_factory=dict)
     ib_ports: list[NicPort] = field(default_factory=list)
     net_ports: list[NicPort] = field(default_factory=list)
+    kernel_release: str = ""
+    gpu_runtime: str = ""
+    gpu_query: list[str] = field(default_factory=list)  # nvidia-smi's CSV rows
+    kernel_readable: bool = False
+    kernel_lines: list[str] = field(default_factory=list)  # the kernel log's GPU-related lines
     error: str = ""
+
+    def gpu_states(self) -> list[GpuState] | None:
+        return parse_gpu_query("\n".join(self.gpu_query)) if self.gpu_vendor == "nvidia" else None
+
+    def kernel_faults(self) -> list[KernelFault] | None:
+        return kernel_faults(f"node{self.node} dmesg", self.kernel_lines) if self.kernel_readable else None
+
+    def versions(self) -> dict[str, str]:
+        found = {"GPU driver": self.gpu_driver, "GPU runtime": self.gpu_runtime, "kernel": self.kernel_release}
+        return {key: value for key, value in found.items() if value}
 
 
 @dataclass(frozen=True)
@@ -118,6 +152,9 @@ def parse_probe(node: int, text: str) -> NodeProbe:
         key, sep, value = line.partition("=")
         if not sep:
             continue
+        if key == "kernel":  # a whole kernel line, kept as printed
+            probe.kernel_lines.append(value)
+            continue
         value = value.strip()
         _read_value(probe, key.strip(), value)
     return probe
@@ -126,6 +163,14 @@ def parse_probe(node: int, text: str) -> NodeProbe:
 def _read_value(probe: NodeProbe, key: str, value: str) -> None:
     if key == "host":
         probe.host = value
+    elif key == "kernel_release":
+        probe.kernel_release = value
+    elif key == "gpu_runtime":
+        probe.gpu_runtime = value if len(value.split()) == 2 else ""  # "cuda 12.4"; "cuda" alone read nothing
+    elif key == "gpu_query":
+        probe.gpu_query.append(value)
+    elif key == "kernel_log":
+        probe.kernel_readable = value == "readable"
     elif key == "gpu_vendor":
         probe.gpu_vendor = value
     elif key == "gpu_count":
@@ -152,6 +197,9 @@ def _read_value(probe: NodeProbe, key: str, value: str) -> None:
 def judge(probes: list[NodeProbe], expect: PreflightExpectations) -> list[MetricRow]:
     """Every check on every node, one row each (node named in the row name when there are several)."""
     rows: list[MetricRow] = []
+    reached = [probe for probe in probes if not probe.error]
+    versions = {probe.node: check for probe, check in zip(
+        reached, check_versions({f"node{p.node}": p.versions() for p in reached}), strict=True)}
     for probe in probes:
         prefix = f"node{probe.node}." if len(probes) > 1 else ""
         if probe.error:
@@ -159,9 +207,19 @@ def judge(probes: list[NodeProbe], expect: PreflightExpectations) -> list[Metric
                                   reason=f"could not read node {probe.node}: {probe.error}"))
             continue
         for row in (_gpus(probe, expect), _driver(probe, expect), _shm(probe, expect), _memlock(probe, expect),
-                    *_disk(probe, expect), *_nics(probe, expect)):
+                    *_disk(probe, expect), *_nics(probe, expect), *_health(probe, expect, versions[probe.node])):
             rows.append(row.model_copy(update={"name": prefix + row.name}))
     return rows
+
+
+def _health(probe: NodeProbe, expect: PreflightExpectations, versions: HealthCheck) -> list[MetricRow]:
+    """The node's own health: its GPUs (where a GPU is used), its kernel log, its versions against the others."""
+    gpus = (HealthCheck(f"node{probe.node}", "gpus", "SKIPPED", "CPU run: GPU health not needed")
+            if expect.device == "cpu" else check_gpus(f"node{probe.node}", probe.gpu_states(), expect.gpus_per_node))
+    named = {"gpus": "gpus.health", "kernel": "kernel.faults", "versions": "versions"}
+    return [MetricRow(name=named[check.check], verdict=Verdict(check.status),
+                      reason=check.reason + "".join(f" | {e.text}" for e in check.evidence[:1]))
+            for check in (gpus, check_kernel(f"node{probe.node}", probe.kernel_faults()), versions)]
 
 
 def _gpus(probe: NodeProbe, expect: PreflightExpectations) -> MetricRow:

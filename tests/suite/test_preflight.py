@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from megapilot.suite.preflight import PROBE_SCRIPT, NicPort, NodeProbe, PreflightExpectations, judge, parse_probe
 from megapilot.suite.results import Verdict
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nodes"
 
 
 def _rows(probes, **expect):
@@ -65,3 +68,49 @@ def test_several_nodes_are_named_and_an_unreachable_one_fails():
     rows = _rows([good, bad], gpus_per_node=8, device="gpu")
     assert rows["node0.gpus.visible"].verdict is Verdict.PASS
     assert rows["node1.probe"].verdict is Verdict.FAIL and "Connection refused" in rows["node1.probe"].reason
+
+
+def _fake_tool(directory, name: str, output_file) -> None:
+    """A named fake of a node tool (no GPU and no kernel Xid can exist here): prints a fixture file."""
+    tool = directory / name
+    tool.write_text(f"#!/bin/sh\ncat {output_file}\n")
+    tool.chmod(0o755)
+
+
+def test_a_fake_dmesg_with_xid_79_fails_that_nodes_kernel_row_and_lists_it_as_failing(tmp_path):
+    from megapilot.suite.nodes import write_node_lists
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_tool(bin_dir, "dmesg", DATA / "fake_dmesg_xid79.txt")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    sick = subprocess.run(["bash", "-s"], input=PROBE_SCRIPT, text=True, capture_output=True, check=True,
+                          env=env).stdout
+    # the same node without its fault lines
+    healthy = "\n".join(line for line in sick.splitlines() if "Xid" not in line and "fallen off" not in line)
+    probes = [parse_probe(0, healthy), parse_probe(1, sick)]
+    assert probes[1].kernel_readable and any("Xid" in line for line in probes[1].kernel_lines)
+    rows = _rows(probes, gpus_per_node=1, device="cpu")
+    assert rows["node1.kernel.faults"].verdict is Verdict.FAIL
+    assert "Xid 79 (GPU has fallen off the bus)" in rows["node1.kernel.faults"].reason
+    assert rows["node0.kernel.faults"].verdict is Verdict.PASS
+    lists = write_node_lists(tmp_path, ["n1", "n2"], list(rows.values()))
+    assert (tmp_path / "failing_nodes.txt").read_text() == "n2\n"
+    assert (tmp_path / "passing_nodes.txt").read_text() == "n1\n"
+    assert any("Xid 79" in reason for reason in lists.failing["n2"])
+
+
+def test_an_unreadable_kernel_log_is_skipped_not_failed():
+    rows = _rows([parse_probe(0, "kernel_log=unreadable\n")], gpus_per_node=1, device="cpu")
+    assert rows["kernel.faults"].verdict is Verdict.SKIPPED
+
+
+def test_gpu_health_and_versions_are_judged_per_node():
+    query = "".join(f"gpu_query={line}\n" for line in (DATA / "fake_nvidia_smi.csv").read_text().splitlines())
+    common = "gpu_vendor=nvidia\ngpu_count=8\nkernel_release=6.1.0\nkernel_log=readable\n"
+    probes = [parse_probe(k, common + query + f"gpu_driver={driver}\ngpu_runtime=cuda 12.4\n")
+              for k, driver in enumerate(["550.90.07", "550.90.07", "535.104.05"])]
+    rows = _rows(probes, gpus_per_node=8, device="gpu")
+    assert rows["node0.gpus.health"].verdict is Verdict.FAIL and "GPU 2 at 92 C" in rows["node0.gpus.health"].reason
+    assert rows["node2.versions"].verdict is Verdict.FAIL and "GPU driver 535.104.05" in rows["node2.versions"].reason
+    assert rows["node0.versions"].verdict is Verdict.PASS
