@@ -31,6 +31,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # Prior standard deviations of the corrections, against the typical relative error of one measured step
 # (NOISE): compute efficiency moves most with a new container or cluster; collectives are less well known but
@@ -134,6 +135,28 @@ class Corrections:
 
 NONE = Corrections()
 
+COMPUTE_TERMS = ("compute", "recompute", "cpu_offload", "pp_bubble")
+SCALEUP_TERMS = ("tp_comm", "cp_comm", "ep_comm")
+NODE_CROSSING_TERMS = ("dp_comm", "pp_comm")
+
+
+def scaled_breakdown(breakdown_s: Mapping[str, float], corrections: Corrections, *, multi_node: bool
+                     ) -> dict[str, float]:
+    """The step-time model's terms as calibrated (`fixed`, when present, takes the added overhead)."""
+    scaled = {}
+    for term, value in breakdown_s.items():
+        if term in COMPUTE_TERMS:
+            factor = corrections.compute
+        elif term in SCALEUP_TERMS or (term in NODE_CROSSING_TERMS and not multi_node):
+            factor = corrections.scaleup_comm
+        elif term in NODE_CROSSING_TERMS:
+            factor = corrections.scaleout_comm
+        else:
+            factor = 1.0
+        scaled[term] = value * factor
+    scaled["fixed"] = scaled.get("fixed", 0.0) + corrections.overhead_s
+    return scaled
+
 
 @dataclass(frozen=True)
 class HeldOut:
@@ -206,17 +229,19 @@ def nearness(case: RunKey, run: RunKey) -> float:
 # ---- the fit -------------------------------------------------------------------------------------------
 
 _NAMES = ("compute", "scaleup_comm", "scaleout_comm", "overhead")
+CORRECTIONS = _NAMES
 
 
-def fit(runs: Sequence[MeasuredRun], weights: Sequence[float]) -> Corrections:
+def fit(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS) -> Corrections:
     """The corrections that best explain the runs (weighted relative residuals), shrunk toward `NONE`.
 
     Linear in the corrections, so the normal equations are solved directly; a factor the bounds refuse is
-    held at its bound and the rest refitted."""
+    held at its bound and the rest refitted. `free`: the corrections fitted (the others stay uncalibrated)."""
     if not runs or sum(weights) <= 0:
         return NONE
     scale_s = _weighted_median([r.measured_step_time_s for r in runs], weights)
-    held: dict[int, float] = {}
+    held: dict[int, float] = {i: (0.0 if name == "overhead" else 1.0) for i, name in enumerate(_NAMES)
+                              if name not in free}
     for _ in range(len(_NAMES)):
         theta = _solve(runs, weights, scale_s, held)
         clipped = False
@@ -308,17 +333,90 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
                       corrections.scaled(predicted), ids, rounded, held_out, band)
 
 
-def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float]) -> HeldOut:
+def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS
+                  ) -> HeldOut:
     """Each run predicted by the fit on the others (weighted by their nearness to it), and by the plain model."""
     calibrated, uncalibrated = [], []
     for index, run in enumerate(runs):
         others = [r for i, r in enumerate(runs) if i != index]
         other_weights = [nearness(run.key, r.key) for r in others]
-        corrections = fit(others, other_weights) if others else NONE
+        corrections = fit(others, other_weights, free) if others else NONE
         measured = run.measured_step_time_s
         calibrated.append(abs(corrections.apply(run.predicted) / measured - 1))
         uncalibrated.append(abs(run.predicted.total_s / measured - 1))
     return HeldOut(tuple(calibrated), tuple(uncalibrated))
+
+
+@dataclass(frozen=True)
+class GroupFit:
+    """A cluster's runs of one GPU, precision class and family: the corrections fitted on all of them, and the
+    held-out error with every correction, with none, and with each one alone (how much each one improves it)."""
+
+    gpu: str
+    precision: str
+    family: str
+    runs: int
+    corrections: Corrections
+    held_out: HeldOut
+    median_by_correction: dict[str, float]  # held-out median |error| with only that correction fitted
+
+
+def cluster_fits(runs: Sequence[MeasuredRun]) -> list[GroupFit]:
+    """`history calibration`: one fit per (GPU, precision class, family) of a cluster's runs."""
+    groups: dict[tuple[str, str, str], list[MeasuredRun]] = {}
+    for run in runs:
+        groups.setdefault((run.key.gpu, run.key.precision, run.key.family), []).append(run)
+    fits = []
+    for (gpu, precision, family), members in sorted(groups.items()):
+        weights = [1.0] * len(members)
+        held_out = leave_one_out(members, weights)
+        alone = {name: leave_one_out(members, weights, (name,)).median for name in CORRECTIONS}
+        fits.append(GroupFit(gpu, precision, family, len(members), fit(members, weights), held_out, alone))
+    return fits
+
+
+def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], cluster: str
+                       ) -> tuple[Any, dict[str, Any]]:
+    """An `EstimateResult` of a `Case`, calibrated on a cluster's runs: (the result with calibrated step time,
+    tokens/s, TFLOP/s, MFU and breakdown; the `calibration_from_history` object that names the cluster, the
+    uncalibrated figures, the corrections, the runs used and the band)."""
+    from megapilot.estimate.coverage import family_of, precision_class
+
+    p = case.parallel
+    key = RunKey(model=case.model.name, family=family_of(case.model), precision=precision_class(
+        case.training.precision), gpu=case.cluster.gpu.name, gpus=case.cluster.world_size, tp=p.tp, pp=p.pp, cp=p.cp,
+        ep=p.ep, vpp=p.vpp or 1, mbs=p.mbs, gbs=case.training.global_batch_size, seq_len=case.training.seq_length)
+    multi_node = case.cluster.num_nodes > 1
+    components = StepComponents.from_breakdown(result.time_breakdown_s, result.step_time_s, multi_node=multi_node)
+    calibrated = calibrate(key, components, runs)
+    factor = calibrated.factor
+    about = {
+        "cluster": cluster, "applied": calibrated.applied, "reason": calibrated.reason,
+        "uncalibrated": {"step_time_s": result.step_time_s, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
+                         "tflops_per_gpu": result.tflops_per_gpu, "mfu": result.mfu},
+        "corrections": {"compute": calibrated.corrections.compute,
+                        "scaleup_comm": calibrated.corrections.scaleup_comm,
+                        "scaleout_comm": calibrated.corrections.scaleout_comm,
+                        "overhead_s": calibrated.corrections.overhead_s},
+        "runs_used": [{"id": run_id, "weight": weight} for run_id, weight in
+                      zip(calibrated.runs_used, calibrated.weights, strict=True)],
+        "band_pct": None if calibrated.band is None else round(100 * calibrated.band, 2),
+        "held_out_median_pct": _pct_or_none(calibrated.held_out.median),
+        "uncalibrated_held_out_median_pct": _pct_or_none(calibrated.held_out.uncalibrated_median),
+    }
+    if not calibrated.applied:
+        return result, about
+    breakdown = scaled_breakdown(result.time_breakdown_s, calibrated.corrections, multi_node=multi_node)
+    breakdown["overhead"] = breakdown.pop("fixed")  # the per-step time the runs show beyond every modelled term
+    updated = result.model_copy(update={
+        "step_time_s": calibrated.step_time_s, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu / factor,
+        "tflops_per_gpu": result.tflops_per_gpu / factor, "mfu": result.mfu / factor,
+        "time_breakdown_s": {k: round(v, 6) for k, v in breakdown.items()}})
+    return updated, about
+
+
+def _pct_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else round(100 * value, 2)
 
 
 def single_factor(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun]) -> float:
@@ -360,15 +458,19 @@ __all__ = [
     "NONE",
     "Calibrated",
     "Corrections",
+    "GroupFit",
     "HeldOut",
     "MeasuredRun",
     "RunKey",
     "StepComponents",
     "calibrate",
+    "calibrate_estimate",
+    "cluster_fits",
     "fit",
     "leave_one_out",
     "nearness",
     "quantile",
+    "scaled_breakdown",
     "single_factor",
     "without",
 ]
