@@ -103,3 +103,18 @@ def test_a_cvs_run_deck_is_imported(cli, history, tmp_path):
     assert answer.exit_code == 0, answer.stderr
     [row] = answer.json()["imported"]
     assert row["gpu"] == "MI300X" and row["measured_step_time_s"] == pytest.approx(14.4)
+
+
+def test_plan_shows_each_layout_calibrated_on_the_cluster(cli, history):
+    assert cli("history", "import", str(DATA / "published_rows.jsonl")).exit_code == 0
+    args = ("plan", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--seq-len", "8192", "--gbs", "256",
+            "--precision", "fp8", "--top", "2", "--json")
+    plain = cli(*args).json()
+    calibrated = cli(*args, "--cluster", CLUSTER).json()
+    assert [c["parallel"] for c in calibrated["candidates"]] == [c["parallel"] for c in plain["candidates"]]
+    for before, after in zip(plain["candidates"], calibrated["candidates"], strict=True):
+        about = after["calibration_from_history"]
+        assert about["applied"]
+        plain_tokens = before["estimate"]["tokens_per_s_per_gpu"]
+        assert about["uncalibrated"]["tokens_per_s_per_gpu"] == pytest.approx(plain_tokens)
+        assert after["estimate"]["tokens_per_s_per_gpu"] > plain_tokens  # the cluster ran faster than predicted
