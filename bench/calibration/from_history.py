@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from megapilot.errors import MegapilotError
 from megapilot.estimate.calibration import (
+    PRIOR,
     CalibrationRow,
     PublishedRun,
     calibration_rows,
@@ -38,7 +39,7 @@ from megapilot.estimate.calibration import (
     resolve_layout,
 )
 from megapilot.estimate.coverage import family_of, precision_class
-from megapilot.estimate.efficiency import CALIBRATED
+from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.history_calibration import (
     MeasuredRun,
     RunKey,
@@ -63,7 +64,7 @@ def _key(name: str, model: Any, gpu: str, precision: str, p: Any, gbs: int, seq:
                   tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vpp=p.vpp or 1, mbs=p.mbs, gbs=gbs, seq_len=seq)
 
 
-def older_runs() -> list[MeasuredRun]:
+def older_runs(params: EfficiencyParams = CALIBRATED) -> list[MeasuredRun]:
     """The papers' and NeMo 24.07 rows: measured step = predicted step x predicted / published TFLOP/s (same
     FLOPs in the publisher's convention on both sides)."""
     published = [PublishedRun.model_validate(raw) for raw in json.loads(DATA.read_text())]
@@ -71,14 +72,14 @@ def older_runs() -> list[MeasuredRun]:
     rows, _ = calibration_rows(published)
     runs = []
     for row in rows:
-        runs.append(_older(row, names[row.id]))
+        runs.append(_older(row, names[row.id], params))
     return runs
 
 
-def _older(row: CalibrationRow, name: str) -> MeasuredRun:
+def _older(row: CalibrationRow, name: str, params: EfficiencyParams) -> MeasuredRun:
     layout, _ = resolve_layout(row)
-    time = step_time(row.model, row.cluster, row.training, layout, replace(row.options, efficiency=CALIBRATED))
-    ratio = predicted_publisher_tflops(row, layout, CALIBRATED) / row.published_tflops
+    time = step_time(row.model, row.cluster, row.training, layout, replace(row.options, efficiency=params))
+    ratio = predicted_publisher_tflops(row, layout, params) / row.published_tflops
     components = StepComponents.from_breakdown(time.breakdown_s, time.step_time_s,
                                                multi_node=row.cluster.num_nodes > 1)
     key = _key(name, row.model, row.cluster.gpu.name, row.training.precision, layout,
@@ -86,7 +87,7 @@ def _older(row: CalibrationRow, name: str) -> MeasuredRun:
     return MeasuredRun(row.id, key, components, time.step_time_s * ratio)
 
 
-def release_runs() -> list[MeasuredRun]:
+def release_runs(params: EfficiencyParams = CALIBRATED) -> list[MeasuredRun]:
     """The NeMo 25.xx / Megatron-Bridge rows typed in as published: measured step from their tokens/s/GPU."""
     runs = []
     for raw in json.loads(RELEASE_DATA.read_text()):
@@ -99,7 +100,7 @@ def release_runs() -> list[MeasuredRun]:
         except MegapilotError:
             continue
         time = step_time(case.model, case.cluster, case.training, case.parallel,
-                         replace(PUBLISHED_OPTIONS, efficiency=CALIBRATED))
+                         replace(PUBLISHED_OPTIONS, efficiency=params))
         measured_s = case.training.tokens_per_step / (published * case.cluster.world_size)
         components = StepComponents.from_breakdown(time.breakdown_s, time.step_time_s,
                                                    multi_node=case.cluster.num_nodes > 1)
@@ -153,7 +154,11 @@ def evaluate(runs: list[MeasuredRun], k: int, with_cluster: bool) -> dict[str, A
 def main() -> None:
     runs = older_runs() + release_runs()
     results = [evaluate(runs, k, with_cluster) for k in KS for with_cluster in (False, True)]
-    (OUT_DIR / "from_history.json").write_text(json.dumps({"runs": len(runs), "results": results}, indent=2) + "\n")
+    # the same, with the physics' unfitted prior parameters: a model that has never seen these rows (out of sample)
+    prior_runs = older_runs(PRIOR) + release_runs(PRIOR)
+    prior = [evaluate(prior_runs, k, with_cluster) for k in KS for with_cluster in (False, True)]
+    (OUT_DIR / "from_history.json").write_text(json.dumps({"runs": len(runs), "results": results,
+                                                           "prior_parameters": prior}, indent=2) + "\n")
     lines = [
         "# Calibration from a cluster's own runs (bench/calibration/from_history.py)",
         "",
@@ -164,15 +169,30 @@ def main() -> None:
         "| k | history | groups | predictions | uncalibrated | single factor | calibrated | applied |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    lines += _table(results)
+    lines += ["", "The same with the step-time model's unfitted prior parameters (`calibration.PRIOR`): physics that "
+              "has never seen these rows, as on a new release or cluster:", "",
+              "| k | history | groups | predictions | uncalibrated | single factor | calibrated | applied |",
+              "|---|---|---|---|---|---|---|---|", *_table(prior)]
+    lines += ["", "Goal (the issue): median <= 4 %, p90 <= 15 %, never worse than uncalibrated on median or p90.", "",
+              "Read with care: the committed efficiency parameters were fitted on these same rows, so the "
+              "uncalibrated column is in-sample (optimistic) here; only 9 model/GPU/precision groups have two runs or "
+              "more and one has four, so the k = 3 rows rest on 4 predictions. The published runs a user has not "
+              "seen (later containers) are not in the repository; this bench measures the mechanism, not that "
+              "claim."]
+    (OUT_DIR / "from_history.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _table(results: list[dict[str, Any]]) -> list[str]:
+    lines = []
     for r in results:
         cells = [f"{r[n]['median_pct']:.1f} % / {r[n]['p90_pct']:.1f} %" if r[n] else "-"
                  for n in ("uncalibrated", "single_factor", "calibrated")]
         history = "k runs + the GPU's other models" if r["with_cluster"] else "k runs of the model only"
         lines.append(f"| {r['k']} | {history} | {r['groups']} | {r['predictions']} | {' | '.join(cells)} | "
                      f"{r['calibration_applied']}/{r['predictions']} |")
-    lines += ["", "Goal (the issue): median <= 4 %, p90 <= 15 %, never worse than uncalibrated on median or p90."]
-    (OUT_DIR / "from_history.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":
