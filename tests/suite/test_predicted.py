@@ -31,6 +31,13 @@ def test_the_timer_furthest_from_its_prediction_is_named():
     assert found.sentence == "step 18 % slower than predicted; the measured data-parallel time is 2.1x its prediction"
 
 
+def test_the_component_named_is_the_one_that_explains_the_departure_not_the_largest_ratio():
+    # a data-path stall inside forward-backward: +2 s there, +10 ms on a 40 ms optimizer step
+    found = departure(_prediction(), 3000.0, {"forward-backward": 2850.0, "optimizer": 150.0})
+    assert found is not None and found.component == "forward-backward time"
+    assert found.sentence.endswith("the measured forward-backward time is 3.4x its prediction")
+
+
 def test_without_timers_the_total_step_is_all_it_says():
     found = departure(_prediction(), 2000.0, {})
     assert found is not None and found.component is None
