@@ -211,7 +211,7 @@ def measure_combo(
                                                 and source.parsed.summary else None)
     shape = _Shape.resolve(logs, records, world_size=world_size, seq_length=seq_length, gbs=gbs)
     _step_metrics(measurement, source, records, shape)
-    measurement.timers_ms = _timers(source.parsed.timers if source and source.parsed else [])
+    measurement.timers_ms = timers_ms(source.parsed.timers if source and source.parsed else [])
     _memory_metrics(measurement, logs, gpu)
     _mfu(measurement, gpu, precision, model_flops_per_token)
     _loss_metrics(measurement, logs, source, records)
@@ -226,7 +226,7 @@ def measure_combo(
 
 # ---- reading the nodes --------------------------------------------------------------------------------
 
-def _timers(records: list[TimerRecord]) -> dict[str, float]:
+def timers_ms(records: list[TimerRecord]) -> dict[str, float]:
     """Each timer's per-iteration time (ms, max across ranks): the median over the log's intervals, the first one
     (warm-up: compilation, first allocations) left out when there are more."""
     by_name: dict[str, list[float]] = {}
@@ -600,4 +600,5 @@ __all__ = [
     "measure_combo",
     "measure_convergence",
     "scaling_efficiency_pct",
+    "timers_ms",
 ]
