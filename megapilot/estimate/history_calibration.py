@@ -47,6 +47,7 @@ OTHER_PRECISION_WEIGHT = 0.1
 OTHER_FAMILY_WEIGHT = 0.3
 LAYOUT_SCALE = 0.25
 MIN_WEIGHT = 1e-3  # runs below it are not "used"
+MAX_RUNS = 40  # the nearest runs of a large history: the rest weigh little and the held-out check is quadratic
 BAND_QUANTILE = 0.9
 
 
@@ -308,7 +309,7 @@ def _gauss(a: list[list[float]], b: list[float]) -> list[float]:
 def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun]) -> Calibrated:
     """The case's step time calibrated on the runs (those of its GPU, weighted by nearness)."""
     used = [(run, nearness(key, run.key)) for run in runs if run.measured_step_time_s > 0]
-    used = [(run, weight) for run, weight in used if weight >= MIN_WEIGHT]
+    used = sorted([(run, weight) for run, weight in used if weight >= MIN_WEIGHT], key=lambda pair: -pair[1])[:MAX_RUNS]
     uncalibrated = predicted.total_s
     if not used:
         return Calibrated(uncalibrated, uncalibrated, False, f"no measured run on {key.gpu} in this cluster's history",
