@@ -72,7 +72,7 @@ def predict_combo(plan: SavedPlan, gpu: GPUSpec | None, runs: Sequence[MeasuredR
             device = host_cpu()
         cluster = ClusterSpec(gpu=device, num_nodes=plan.cluster.num_nodes, gpus_per_node=plan.cluster.gpus_per_node)
         result = estimate(plan.model, cluster, plan.training, plan.parallel)
-    except MegapilotError as exc:
+    except (MegapilotError, ValueError, ArithmeticError) as exc:  # a combo the estimator cannot price still runs
         return Prediction(note=f"not estimated: {exc}")
     return calibrated_prediction(plan, cluster, result, runs if calibrate else ())
 
