@@ -7,7 +7,8 @@
 #               (same-step loss continuity), a 2-combo sweep with gates on tokens/s, step time, loss and the
 #               loss-curve slope, every node's log scanned for error signatures — real Megatron-Core on CPU;
 #   3. report   one self-contained HTML report, the run deck JSON (with its JSON Schema) and JUnit XML;
-#   4. history  the run is recorded (SQLite); from the second demo on, it is compared with the last one.
+#   4. history  the run is recorded (SQLite); from the second demo on, it is compared with the last one, and
+#               each combo's prediction (this machine's CPU, measured) is calibrated on the runs before it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MP=.venv/bin/megapilot
@@ -35,9 +36,23 @@ suite_status=0
 read -r latest run_dir < <("$MP" history list --limit 1 --json | .venv/bin/python -c \
   'import json,sys; run=json.load(sys.stdin)[0]; print(run["run_id"], run["run_dir"])')
 
-step "3/4 report: $run_dir/report.html"
+step "3/4 report: $run_dir/report.html (predicted vs measured per combo)"
+.venv/bin/python - "$run_dir/suite.json" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+for combo in result["combos"]:
+    predicted = combo.get("predicted") or {}
+    measured = next((m["value"] for m in combo["metrics"] if m["name"] == "training.tokens_per_gpu"), None)
+    if predicted.get("tokens_per_s_per_gpu") and measured:
+        how = (f"calibrated on {len(predicted['calibration_runs'])} run(s)" if predicted.get("calibration_runs")
+               else "uncalibrated")
+        error = (measured - predicted["tokens_per_s_per_gpu"]) / predicted["tokens_per_s_per_gpu"] * 100
+        print(f"{combo['key']}: predicted {predicted['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({how}), "
+              f"measured {measured:,.0f} ({error:+.0f} %)")
+PY
 step "4/4 history: this run and the ones before it"
 "$MP" history list --limit 5
+"$MP" history calibration --cluster local || true
 if [ -n "$previous" ]; then
   "$MP" history compare "$previous" "$latest"
 else

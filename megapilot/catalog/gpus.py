@@ -160,8 +160,12 @@ def load_gpus(extra_file: str | None = None) -> dict[str, GPUSpec]:
 
 
 def get_gpu(name: str, extra_file: str | None = None) -> GPUSpec:
-    """Find a GPU by catalog name or alias (case-insensitive)."""
+    """Find a GPU by catalog name or alias (case-insensitive); `cpu` is this machine's CPU, measured (host.py)."""
     key = name.strip().lower()
+    from megapilot.catalog.host import host_cpu, is_host_name
+
+    if is_host_name(key):
+        return host_cpu()
     for spec in load_gpus(extra_file).values():
         if key in (spec.name.lower(), spec.alias):
             return spec

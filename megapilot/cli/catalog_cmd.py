@@ -25,13 +25,26 @@ if TYPE_CHECKING:
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def gpus(json_output: JsonFlag = False) -> None:
-    """List the GPU catalog: dense peaks, HBM and interconnect."""
+MeasureHostFlag = Annotated[bool, typer.Option("--measure-host",
+                                                help="Measure this machine's CPU again (matmul and memory probes) "
+                                                     "instead of reading its cached rates.")]
+
+
+def gpus(json_output: JsonFlag = False, measure_host: MeasureHostFlag = False) -> None:
+    """List the GPU catalog: dense peaks, HBM and interconnect; last, this machine's CPU (`cpu`), measured on it."""
     from rich.table import Table
 
     from megapilot.catalog import load_gpus
+    from megapilot.catalog.host import host_cpu
+    from megapilot.errors import MegapilotError
 
     specs = list(load_gpus().values())
+    try:
+        specs.append(host_cpu(remeasure=measure_host))
+    except MegapilotError as exc:  # no numpy: the CPU is not a device here
+        if measure_host:
+            raise
+        console.print(f"[dim]this machine's CPU is not listed: {exc}[/dim]")
     if json_output:
         emit_json([s.model_dump(mode="json") | {"precisions": sorted(s.precisions)} for s in specs])
         return
@@ -41,10 +54,13 @@ def gpus(json_output: JsonFlag = False) -> None:
         table.add_column(column, justify="right" if "/" in column or "GiB" in column else "left")
     for s in specs:
         table.add_row(
-            s.alias, s.name, s.architecture, f"{s.bf16_dense_tflops:,.0f}",
+            s.alias, s.name, s.architecture,
+            f"{s.bf16_dense_tflops:,.0f}" if s.bf16_dense_tflops >= 10 else f"{s.bf16_dense_tflops:.4f}",
             f"{s.fp8_dense_tflops:,.0f}" if s.fp8_dense_tflops else "—",
             f"{s.fp4_dense_tflops:,.0f}" if s.fp4_dense_tflops else "—",
-            f"{s.hbm_gib:.0f}", f"{s.hbm_bw_tbps:.2f}", f"{s.scaleup_domain_gpus} GPUs", f"{s.scaleup_bw_gbps:.0f}",
+            f"{s.hbm_gib:.0f}", f"{s.hbm_bw_tbps:.2f}" if s.hbm_bw_tbps >= 0.1 else f"{s.hbm_bw_tbps:.4f}",
+            f"{s.scaleup_domain_gpus} GPUs", f"{s.scaleup_bw_gbps:.0f}" if s.scaleup_bw_gbps >= 10
+            else f"{s.scaleup_bw_gbps:.2f}",
         )
     console.print(table)
 

@@ -14,6 +14,12 @@ there, or a caveat when none checks it).
 "seq-len": 4096}`), with an optional `id` the answer carries back. Prints a list in line order: each
 row is `{"line", "id"?}` plus the estimate above, or `{"line", "id"?, "error", "field", "fix"}` for a
 bad line; exits 1 when any line failed (the list still holds every line).
+
+`--cluster NAME` (batch key `cluster`) calibrates the estimate on that cluster's measured runs in the history
+(`megapilot history import`, every `suite run`): the figures above become the calibrated ones and
+`calibration_from_history` keeps the uncalibrated figures, the corrections, the runs used (with their weights), the
+error band (p90 of the held-out |error|) and, when the calibration made held-out runs worse, why it was not applied.
+`--calibration none` turns it off.
 """
 
 from __future__ import annotations
@@ -57,10 +63,17 @@ def estimate(
         help="JSONL file, one case per line: keys are the flag names (seq-len or seq_len), plus an optional id. "
              "Exit 1 when any line failed.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    cluster: Annotated[str | None, typer.Option(
+        "--cluster", help="Calibrate on this cluster's measured runs in the history (batch key: cluster).")] = None,
+    calibration: Annotated[str, typer.Option(
+        "--calibration", help="history (with --cluster) or none: the uncalibrated model.")] = "history",
 ) -> None:
     """Estimate memory, step time, tokens/s and MFU of one parallel layout (or of each line of --batch)."""
+    if calibration not in ("history", "none"):
+        raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")
+    calibrator = ClusterCalibrator(enabled=calibration == "history")
     if batch is not None:
-        rows = run_batch(batch, flop_convention)
+        rows = run_batch(batch, flop_convention, calibrator=calibrator, cluster=cluster)
         emit_json([row.to_json() for row in rows]) if json_output else _print_batch(rows)
         if any(row.error is not None for row in rows):
             raise typer.Exit(EXIT_SOME_ROWS_FAILED)
@@ -70,11 +83,55 @@ def estimate(
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
                             | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
+    result, about = calibrator.apply(case, result, cluster)
     if json_output:
-        emit_json(result.model_dump(mode="json"))
+        emit_json(result.model_dump(mode="json") | ({"calibration_from_history": about} if about else {}))
     else:
         _print_result(result, case)
+        if about:
+            _print_calibration(about)
         print_assumptions(defaults_assumed(flags, case))
+
+
+class ClusterCalibrator:
+    """Applies a cluster's calibration from the history (opened once, each cluster's runs read once)."""
+
+    def __init__(self, *, enabled: bool = True):
+        self.enabled = enabled
+        self._runs: dict[str, tuple[Any, ...]] = {}
+
+    def runs(self, cluster: str) -> tuple[Any, ...]:
+        if cluster not in self._runs:
+            from megapilot.store.history import open_history
+
+            with open_history() as history:
+                known = history.clusters()
+                if cluster not in known:
+                    raise MegapilotError(f"no measured run of cluster {cluster!r} in the history at "
+                                         f"{history.location}", field="cluster",
+                                         fix=("use one of: " + ", ".join(known)) if known else
+                                         "record runs with `megapilot suite run` or `megapilot history import`")
+                self._runs[cluster] = history.calibration_runs(cluster)
+        return self._runs[cluster]
+
+    def apply(self, case: Case, result: EstimateResult, cluster: str | None
+              ) -> tuple[EstimateResult, dict[str, Any] | None]:
+        if cluster is None or not self.enabled:
+            return result, None
+        from megapilot.estimate.history_calibration import calibrate_estimate
+
+        return calibrate_estimate(case, result, self.runs(cluster), cluster)
+
+
+def _print_calibration(about: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    uncalibrated = about["uncalibrated"]
+    band = f", band +/-{about['band_pct']:.1f} %" if about["band_pct"] is not None else ""
+    head = (f"calibrated on cluster {about['cluster']}" if about["applied"]
+            else f"cluster {about['cluster']}: not calibrated")
+    console.print(f"{escape(head)}: {escape(about['reason'])}{band}; uncalibrated "
+                  f"{uncalibrated['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, step {uncalibrated['step_time_s']:.3f} s")
 
 
 def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[Case, EstimateResult]:
@@ -133,26 +190,32 @@ class BatchRow:
     id: object = None
     result: EstimateResult | None = None
     error: MegapilotError | None = None
+    calibration: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, object]:
         label: dict[str, object] = {"line": self.line} | ({"id": self.id} if self.id is not None else {})
         if self.error is not None:
             return label | self.error.to_dict()
         assert self.result is not None  # a row holds one of the two
-        return label | self.result.model_dump(mode="json")
+        return label | self.result.model_dump(mode="json") | (
+            {"calibration_from_history": self.calibration} if self.calibration else {})
 
 
-def run_batch(path: Path, flop_convention: str = "megatron") -> list[BatchRow]:
+def run_batch(path: Path, flop_convention: str = "megatron", *, calibrator: ClusterCalibrator | None = None,
+              cluster: str | None = None) -> list[BatchRow]:
     """Estimate every line of a JSONL file; a bad line yields its error row, not a failed batch."""
     from megapilot.cli.common import read_text_file
 
     lines = read_text_file(path, flag="batch", what="a JSONL file", fix="pass a readable JSONL file").splitlines()
     if not any(line.strip() for line in lines):
         raise MegapilotError(f"{path} holds no case", field="batch", fix='write one {"model": ...} object per line')
-    return [_one_line(line, number, flop_convention) for number, line in enumerate(lines, start=1) if line.strip()]
+    calibrator = calibrator or ClusterCalibrator(enabled=False)
+    return [_one_line(line, number, flop_convention, calibrator, cluster)
+            for number, line in enumerate(lines, start=1) if line.strip()]
 
 
-def _one_line(line: str, number: int, flop_convention: str) -> BatchRow:
+def _one_line(line: str, number: int, flop_convention: str, calibrator: ClusterCalibrator,
+              cluster: str | None) -> BatchRow:
     try:
         raw = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -164,8 +227,11 @@ def _one_line(line: str, number: int, flop_convention: str) -> BatchRow:
     from megapilot.estimate import CaseFlags
 
     case_id = raw.pop("id", None)
+    line_cluster = raw.pop("cluster", None) or cluster
     try:
-        return BatchRow(number, case_id, result=estimate_flags(CaseFlags.parse(_flag_names(raw)), flop_convention))
+        case, result = estimate_case(CaseFlags.parse(_flag_names(raw)), flop_convention)
+        result, about = calibrator.apply(case, result, str(line_cluster) if line_cluster else None)
+        return BatchRow(number, case_id, result=result, calibration=about)
     except MegapilotError as exc:
         return BatchRow(number, case_id, error=exc)
 

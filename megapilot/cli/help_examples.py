@@ -16,6 +16,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "gpus": (
         "megapilot gpus",
         "megapilot gpus --json",
+        "megapilot gpus --measure-host",
     ),
     "models": (
         "megapilot models",
@@ -78,6 +79,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "suite init": (
         "megapilot suite init tiny-local -o suite.json",
         "megapilot suite init tiny-local -o suite.json --force",
+        "megapilot suite init tiny-local -o suite.json --gates predicted",
     ),
     "suite run": (
         "megapilot suite run suite.json",
@@ -103,6 +105,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "history calibration": (
         "megapilot history calibration",
         "megapilot history calibration --json",
+        "megapilot history calibration --cluster my-h100-cluster --json",
+    ),
+    "history import": (
+        "megapilot history import runs.jsonl --cluster my-h100-cluster",
+        "megapilot history import megatron_run_deck.json --cluster mi300x-lab --seq-len 8192 --json",
     ),
     "data prepare": (
         "megapilot data prepare docs.jsonl --output-prefix /data/mydocs",

@@ -1,4 +1,9 @@
-"""`megapilot history list|show|compare|calibration`: the run history that `megapilot suite run` records.
+"""`megapilot history list|show|compare|calibration|import`: the run history that `megapilot suite run` records.
+
+`history import FILE...` adds measured runs from outside (JSON list or JSON Lines of `estimate --batch` cases with
+`"measured"`, `"cluster"`, optional `"software"`; megapilot's and CVS's run decks) to a cluster's history: the
+calibration `estimate --cluster`, `plan --cluster` and `suite run` use. `history calibration` adds, per cluster,
+the corrections fitted on its runs and the held-out error with and without them.
 
 The database is `--db` (a SQLite path or a postgresql:// URL), else $MEGAPILOT_HISTORY, else the SQLite
 file in the user data dir. A RUN is a run id, a unique prefix of one, or `latest`. Every command has
@@ -8,6 +13,7 @@ megapilot.store.history's RunRow, RunDetail, RunComparison and CalibrationRow.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -17,6 +23,7 @@ from megapilot.cli.common import console, emit_json
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from megapilot.estimate.history_calibration import GroupFit
     from megapilot.store.history import CalibrationRow, ComboRow, History, RunComparison, RunDetail, RunRow
 
 history_app = typer.Typer(help="Past suite runs: list, show, compare, and how far predictions were off.",
@@ -90,18 +97,82 @@ def compare_runs(run_a: RunArg, run_b: RunArg, db: DbOpt = None, as_json: JsonFl
 
 
 @history_app.command("calibration")
-def calibration(db: DbOpt = None, as_json: JsonFlag = False) -> None:
-    """How far predicted step time and tokens/s were from measured, by GPU and model family."""
+def calibration(db: DbOpt = None, as_json: JsonFlag = False,
+                cluster: Annotated[str | None, typer.Option(
+                    "--cluster", help="Show the corrections fitted on this cluster's runs (--json: that object).")
+                ] = None) -> None:
+    """How far predicted step time and tokens/s were from measured, by GPU and model family; per cluster, the
+    corrections fitted on its runs and how much each improves the held-out error."""
+    from megapilot.estimate.history_calibration import cluster_fits
+
     with _open(db) as history:
         rows = history.calibration()
         location = history.location
+        clusters = [cluster] if cluster else history.clusters()
+        fits = {name: cluster_fits(history.calibration_runs(name)) for name in clusters}
+    if as_json and cluster:
+        emit_json({"cluster": cluster, "groups": [_fit_json(f) for f in fits[cluster]]})
+        return
     if as_json:
         emit_json(rows)
         return
-    if not rows:
+    if not rows and not any(fits.values()):
         console.print(f"no combo in {location} has both a prediction and a measurement yet")
         return
-    console.print(_calibration_table(rows))
+    if rows:
+        console.print(_calibration_table(rows))
+    for name, groups in fits.items():
+        if groups:
+            console.print(_cluster_table(name, groups))
+
+
+@history_app.command("import")
+def import_runs(
+    files: Annotated[list[Path], typer.Argument(help="JSON list, JSON Lines, or run deck files.", show_default=False)],
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster of records that name none.")] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="Sequence length of records that give none "
+                                                                   "(CVS run decks).")] = None,
+    db: DbOpt = None, as_json: JsonFlag = False,
+) -> None:
+    """Add measured runs from outside to a cluster's history; a bad record is refused alone, with one line."""
+    from megapilot.cli.common import err_console
+    from megapilot.store.importer import import_files
+
+    outcome = import_files(list(files), cluster=cluster, defaults={"seq_len": seq_len})
+    with _open(db) as history:
+        history.record_measured(outcome.kept)
+        location = history.location
+    for refused in outcome.refused:
+        err_console.print(f"refused {refused.line()}", markup=False, highlight=False)
+    if as_json:
+        emit_json({"imported": [{"id": r.id, "cluster": r.cluster, "model": r.model, "gpu": r.gpu,
+                                 "predicted_step_time_s": r.predicted_step_time_s,
+                                 "measured_step_time_s": r.measured_step_time_s} for r in outcome.kept],
+                   "refused": [{"record": r.record, "field": r.field, "problem": r.problem} for r in outcome.refused]})
+    else:
+        by_cluster: dict[str, int] = {}
+        for row in outcome.kept:
+            by_cluster[row.cluster] = by_cluster.get(row.cluster, 0) + 1
+        counts = ", ".join(f"{n} into {name}" for name, n in sorted(by_cluster.items())) or "nothing"
+        console.print(f"imported {counts} ({len(outcome.refused)} refused) in {location}")
+    if outcome.refused and not outcome.kept:
+        raise typer.Exit(2)
+
+
+def _fit_json(group: GroupFit) -> dict[str, object]:
+    held = group.held_out
+    return {"gpu": group.gpu, "precision": group.precision, "family": group.family, "runs": group.runs,
+            "corrections": {"compute": group.corrections.compute, "scaleup_comm": group.corrections.scaleup_comm,
+                            "scaleout_comm": group.corrections.scaleout_comm,
+                            "overhead_s": group.corrections.overhead_s},
+            "held_out_median_pct": _pct100(held.median), "held_out_p90_pct": _pct100(held.p90),
+            "uncalibrated_median_pct": _pct100(held.uncalibrated_median),
+            "uncalibrated_p90_pct": _pct100(held.uncalibrated_p90),
+            "held_out_median_pct_by_correction": {k: _pct100(v) for k, v in group.median_by_correction.items()}}
+
+
+def _pct100(value: float) -> float | None:
+    return None if value != value else round(100 * value, 2)  # NaN (no held-out run): null
 
 
 # ---- rendering ------------------------------------------------------------------------------------
@@ -225,3 +296,24 @@ def _calibration_table(rows: list[CalibrationRow]) -> Table:
         table.add_row(escape(row.gpu), escape(row.model_family), QUANTITY_LABELS[row.quantity], str(row.count),
                       f"{row.median_abs_error_pct:.1f} %", _pct(row.mean_signed_error_pct))
     return table
+
+
+def _cluster_table(cluster: str, groups: list[GroupFit]) -> Table:
+    from rich.markup import escape
+
+    table = _table(f"cluster {cluster}: corrections fitted on its runs; held-out median |error| (leave-one-out)",
+                   ("GPU/prec/family", "runs", "compute", "comm up/out", "overhead", "uncal.", "calib.",
+                    "best alone"))
+    for g in groups:
+        c = g.corrections
+        known = {name: value for name, value in g.median_by_correction.items() if value == value}
+        best = min(known, key=known.__getitem__) if known else None
+        alone = f"{best} {100 * known[best]:.1f} %" if best else ""
+        table.add_row(escape(f"{g.gpu} / {g.precision} / {g.family}"), str(g.runs), f"x{c.compute:.2f}",
+                      f"x{c.scaleup_comm:.2f}/x{c.scaleout_comm:.2f}", f"{1000 * c.overhead_s:.1f} ms",
+                      _held(g.held_out.uncalibrated_median), _held(g.held_out.median), alone or "-")
+    return table
+
+
+def _held(value: float) -> str:
+    return "-" if value != value else f"{100 * value:.1f} %"

@@ -168,6 +168,9 @@ def plan_command(
     save: Path | None = typer.Option(None, "--save", help="Write the winner as a plan file (JSON)."),
     profile: Path | None = PROFILE_OPTION,
     as_json: bool = JSON_OPTION,
+    cluster: str | None = typer.Option(None, "--cluster", help="Calibrate the figures on this cluster's measured "
+                                                               "runs in the history."),
+    calibration: str = typer.Option("history", "--calibration", help="history (with --cluster) or none."),
 ) -> None:
     """Search every legal parallel layout and rank them by predicted tokens/s/GPU; layouts within the estimate's own
     calibrated error of the fastest are ordered as the public recipes prefer (the reasons name the rule)."""
@@ -195,14 +198,48 @@ def plan_command(
         raise _naming_defaults(exc, defaults) from None
     if specs.model.moe is not None and features.moe_flex_dispatcher is None:
         defaults.append("alltoall MoE dispatcher (default)")
+    if calibration not in ("history", "none"):
+        raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")
+    calibrations: list[dict[str, Any] | None] = [None] * len(result.candidates)
+    if cluster is not None and calibration == "history":
+        result, calibrations = _calibrated(result, cluster)
     if save is not None:
         _save_plan(result, save, features)
     assumed = defaults + inputs.notes
     if as_json:
-        emit_json({**result.to_json(), "defaults": assumed, "saved": str(save) if save else None})
+        document = result.to_json()
+        if cluster is not None and calibration == "history":
+            for candidate, about in zip(document["candidates"], calibrations, strict=True):  # type: ignore[call-overload]  # a list of dicts
+                candidate["calibration_from_history"] = about
+        emit_json({**document, "defaults": assumed, "saved": str(save) if save else None})
         return
     _render(result, save)
+    if any(calibrations):
+        from megapilot.cli.common import console
+
+        about = calibrations[0] or {}
+        console.print(f"figures calibrated on cluster {cluster}: {about.get('reason', '')}; the ranking is the "
+                      "planner's (uncalibrated)", markup=False, highlight=False, soft_wrap=True)
     print_assumptions(assumed)
+
+
+def _calibrated(result: PlanResult, cluster: str) -> tuple[PlanResult, list[dict[str, Any] | None]]:
+    """Each candidate's figures calibrated on the cluster's runs (the planner's order kept)."""
+    from types import SimpleNamespace
+
+    from megapilot.cli.estimate_cmd import ClusterCalibrator
+    from megapilot.estimate.history_calibration import calibrate_estimate
+
+    runs = ClusterCalibrator().runs(cluster)
+    candidates = []
+    calibrations: list[dict[str, Any] | None] = []
+    for candidate in result.candidates:
+        case = SimpleNamespace(model=result.model, cluster=result.cluster, training=result.training,
+                               parallel=candidate.parallel)
+        estimate, about = calibrate_estimate(case, candidate.estimate, runs, cluster)
+        candidates.append(candidate.model_copy(update={"estimate": estimate}))
+        calibrations.append(about)
+    return result.model_copy(update={"candidates": candidates}), calibrations
 
 
 def _save_plan(result: PlanResult, path: Path, features: FeatureFlags) -> None:

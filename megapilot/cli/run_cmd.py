@@ -9,7 +9,9 @@ Python. `--device auto` (the default) renders for CPUs — gloo, fp32, without w
 there (sequence parallelism, the alltoall dispatcher) — unless a GPU is seen (`nvidia-smi`,
 `rocm-smi`, `/dev/nvidia0`, `/dev/kfd`; torch is not imported). Data is Megatron's mock data unless
 `--data-path PREFIX` (from `megapilot data prepare`, read with the byte tokenizer) is given;
-`--train-iters` also sets how many iterations the plan trains.
+`--train-iters` also sets how many iterations the plan trains. A plan's run is predicted before it starts (its GPU,
+or this machine's CPU, measured, when rendered for CPUs) and the prediction printed beside the measured step with
+where it departs (`--json`: `predicted` and `prediction_departure` beside the JobResult).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from megapilot.execute.base import JobResult, JobSpec, JobStatus, ProgressCallback
     from megapilot.launch import LaunchScript
     from megapilot.spec import SavedPlan
+    from megapilot.suite.results import Prediction
 
 EXECUTORS = ("local",)
 DEVICES = ("auto", "cpu", "gpu")
@@ -77,15 +80,45 @@ def run(
     if not json_output:
         for note in notes:
             err_console.print(f"note: {note}", highlight=False)
+    prediction = _plan_prediction(plan, plan_data) if plan is not None else None
     result, interrupted = _run_and_follow(job, show_progress=not json_output)
+    departure = _departure(prediction, result)
     if json_output:
-        emit_json(result.model_dump(mode="json"))
+        extra = {} if prediction is None else {"predicted": prediction.model_dump(mode="json"),
+                                              "prediction_departure": departure}
+        emit_json(result.model_dump(mode="json") | extra)
     else:
         _print_result(result)
+        if prediction is not None and prediction.step_time_ms is not None:
+            console.print(f"predicted step {prediction.step_time_ms / 1000:.3f} s on {prediction.device}"
+                          + (f": {departure}" if departure else ""), highlight=False, soft_wrap=True)
     if interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
     if not result.ok:
         raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def _plan_prediction(plan: Path, plan_data: _PlanData) -> Prediction:
+    """What megapilot predicts for the plan's run before it starts: on the plan's GPU, or on this machine's CPU
+    (measured) when the plan is rendered for CPUs."""
+    from megapilot.suite.predicted import predict_combo
+
+    saved_plan = _load_plan(plan)
+    cpu = plan_data.device == "cpu" or (plan_data.device == "auto" and not gpu_present())
+    return predict_combo(saved_plan, None if cpu else saved_plan.cluster.gpu)
+
+
+def _departure(prediction: Prediction | None, result: JobResult) -> str | None:
+    """By how much, and in which component (Megatron's timers in the log), the run departs from the prediction."""
+    if prediction is None or not result.step_time_s:
+        return None
+    from megapilot.logs import parse_logs
+    from megapilot.suite.metrics import timers_ms
+    from megapilot.suite.predicted import departure
+
+    timers = timers_ms(parse_logs(list(result.logs)).timers) if result.logs else {}
+    found = departure(prediction, result.step_time_s * 1000, timers)
+    return found.sentence if found is not None else None
 
 
 def register(app: typer.Typer) -> None:

@@ -140,16 +140,25 @@ def init(
     output: Annotated[Path, typer.Option("-o", "--output", help="Config file to write; its threshold files go "
                                                                   "next to it.")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite files that exist.")] = False,
+    gates: Annotated[str, typer.Option(
+        "--gates", help="template: the template's threshold files; predicted: one file gating tokens/s, step time "
+                        "and memory against megapilot's prediction calibrated on this cluster's runs "
+                        "(kind predicted, min_ratio 0.9).")] = "template",
 ) -> None:
     """Copy a template config and its threshold files to start a suite."""
     import shutil
 
     from megapilot.suite.templates import template_path, threshold_paths
 
+    if gates not in ("template", "predicted"):
+        raise MegapilotError(f"unknown gates {gates!r}", field="--gates", fix="use template or predicted")
     source = template_path(name)
     folder = output.parent
     if output.is_dir():
         raise MegapilotError(f"{output} is a directory", field="--output", fix="pass a file name, e.g. suite.json")
+    if gates == "predicted":
+        _init_predicted(source, output, force=force)
+        return
     targets = [(source, output)] + [(p, folder / p.name) for p in threshold_paths(name)]
     existing = [str(target) for _, target in targets if target.exists()]
     if existing and not force:
@@ -159,6 +168,38 @@ def init(
     for src, target in targets:
         shutil.copyfile(src, target)
     console.print(f"wrote {output} and {len(targets) - 1} threshold file(s) in {folder}; "
+                  f"next: megapilot suite check {output}", highlight=False, soft_wrap=True)
+
+
+PREDICTED_GATES = {
+    "training.tokens_per_gpu": {"kind": "predicted", "min_ratio": 0.9},
+    "training.elapsed_time_per_iteration": {"kind": "predicted", "min_ratio": 0.9},
+    "training.max_allocated_gib": {"kind": "predicted", "min_ratio": 0.8, "optional": True},
+}
+
+
+def _init_predicted(source: Path, output: Path, *, force: bool) -> None:
+    """The template's config with one threshold file of `predicted` gates for each of its sweep cells."""
+    import json
+
+    config = json.loads(source.read_text(encoding="utf-8"))
+    thresholds = output.with_name(f"{output.stem}_predicted_threshold.json")
+    existing = [str(path) for path in (output, thresholds) if path.exists()]
+    if existing and not force:
+        raise MegapilotError(f"would overwrite {', '.join(existing)}", field="--output",
+                             fix="choose another -o path, or pass --force")
+    cells = list((config.get("sweep") or {}).get("combinations") or {}) or ["default"]
+    table: dict[str, object] = {
+        "_comment": "Gates from megapilot's prediction of each combo, calibrated on this cluster's runs in the history "
+                    "(kind predicted: measured >= min_ratio x predicted tokens/s; step time and memory <= predicted / "
+                    "min_ratio). Until the cluster has a measured run, they record instead of gating.",
+        **{cell: PREDICTED_GATES for cell in cells}}
+    config["threshold_json"] = thresholds.name
+    config.pop("_threshold_json_comment", None)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    thresholds.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    console.print(f"wrote {output} and {thresholds.name} (predicted gates) in {output.parent}; "
                   f"next: megapilot suite check {output}", highlight=False, soft_wrap=True)
 
 

@@ -7,6 +7,7 @@ row are still written).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -48,6 +49,12 @@ def run(
     megatron_version: Annotated[str | None, typer.Option(
         help="Megatron-LM release the launches are for, e.g. 0.14 (default: the config's megapilot.megatron_version, "
              "else the checkout's own, else the newest table).")] = None,
+    cluster_name: Annotated[str | None, typer.Option(
+        "--cluster-name", help="Record (and calibrate) this run under this cluster (default: the cluster file's "
+                               "name; `local` for a CPU suite without one).")] = None,
+    calibration: Annotated[str, typer.Option(
+        "--calibration", help="history: calibrate each combo's prediction on the cluster's runs in the history; "
+                              "none: the uncalibrated model.")] = "history",
 ) -> None:
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
     from megapilot.suite.config import load_suite
@@ -72,7 +79,8 @@ def run(
             _print_dry_run(plan)
         return
     result = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
-                  use_history=not no_history, quiet=json_output)
+                  use_history=not no_history, quiet=json_output, cluster_name=cluster_name,
+                  calibrate=_calibration_mode(calibration))
     if json_output:
         from megapilot.suite.summary import result_json
 
@@ -108,14 +116,19 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
-         use_history: bool, quiet: bool) -> SuiteResult:
+         use_history: bool, quiet: bool, cluster_name: str | None = None, calibrate: bool = True) -> SuiteResult:
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
 
     history = _open_history(db) if use_history else None
     previous = _previous_run(resume, history, out) if resume else None
+    from megapilot.suite.lifecycle import cluster_name as cluster_of
+
     request = RunRequest(out_dir=out.resolve(), only_stage=stage, only_combo=combo, resume_from=previous,
-                         baseline=_baseline_source(history))
+                         baseline=_baseline_source(history), cluster_name=cluster_name, calibrate=calibrate)
+    name = cluster_of(suite, request)
+    if history is not None and name is not None and calibrate:
+        request = replace(request, history_runs=history.calibration_runs(name))
     executor = make_executor(suite)
     on_event = None if quiet else (lambda message: err_console.print(f"[dim]{message}[/]", highlight=False,
                                                                      markup=True, soft_wrap=True))
@@ -138,6 +151,14 @@ def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> 
         err_console.print(f"report: {files.html}", highlight=False, soft_wrap=True)
         err_console.print(f"run deck: {files.run_deck}", highlight=False, soft_wrap=True)
     return result
+
+
+def _calibration_mode(value: str) -> bool:
+    if value not in ("history", "none"):
+        from megapilot.errors import MegapilotError
+
+        raise MegapilotError(f"unknown calibration {value!r}", field="--calibration", fix="use history or none")
+    return value == "history"
 
 
 def _open_history(db: str | None) -> History:

@@ -79,6 +79,8 @@ class ComboView:
     metrics: list[MetricView]
     predictions: list[PredictionView]
     prediction_note: str
+    departure: str
+    components: list[PredictionView]
     charts: list[Chart]
     logs: list[LinkView]
     log_tail: list[str]
@@ -120,6 +122,40 @@ def _result_rows(result: SuiteResult, anchors: dict[str, str]) -> list[ResultRow
     return rows
 
 
+def _prediction_note(combo: ComboResult) -> str:
+    predicted = combo.predicted
+    if predicted is None:
+        return ""
+    parts = [predicted.note] if predicted.note else []
+    if predicted.calibration_runs:
+        band = f", band +/-{predicted.band_pct:g} %" if predicted.band_pct is not None else ""
+        parts.append(f"calibrated on {len(predicted.calibration_runs)} run(s) of this cluster{band}; uncalibrated "
+                     f"step {format_number(predicted.uncalibrated_step_time_ms)} ms")
+    elif predicted.calibration:
+        parts.append(f"uncalibrated ({predicted.calibration})")
+    return "; ".join(parts)
+
+
+def _component_views(combo: ComboResult) -> list[PredictionView]:
+    """The predicted step's components; Megatron's timers beside the terms each one measures."""
+    from megapilot.suite.predicted import TIMER_TERMS, components_ms
+
+    if combo.predicted is None or not combo.predicted.components_ms:
+        return []
+    labels = {"compute": "Compute", "exposed_comm": "Exposed communication", "pipeline_bubble": "Pipeline bubble",
+              "fixed_overheads": "Fixed overheads"}
+    views = [PredictionView(label=labels[name], unit="ms", predicted=format_number(value), measured="",
+                            error="") for name, value in components_ms(combo.predicted).items()]
+    for timer, (terms, words) in TIMER_TERMS.items():
+        if timer in combo.timers_ms:
+            predicted = sum(combo.predicted.components_ms.get(t, 0.0) for t in terms)
+            error = (combo.timers_ms[timer] - predicted) / predicted * 100 if predicted > 0 else None
+            views.append(PredictionView(label=f"{words.capitalize()} (timer {timer})", unit="ms",
+                                        predicted=format_number(predicted),
+                                        measured=format_number(combo.timers_ms[timer]), error=_percent(error)))
+    return views
+
+
 def _combo_view(index: int, combo: ComboResult, charts: list[Chart], links: list[LogLink],
                 capacity_gib: float | None) -> ComboView:
     checks = measures.prediction_checks(combo, capacity_gib)
@@ -127,7 +163,9 @@ def _combo_view(index: int, combo: ComboResult, charts: list[Chart], links: list
         combo=combo, anchor=f"combo-{index}", metrics=[_metric_view(row) for row in combo.metrics],
         predictions=[PredictionView(label=c.quantity.label, unit=c.quantity.unit, predicted=format_number(c.predicted),
                                     measured=format_number(c.measured), error=_percent(c.error_pct)) for c in checks],
-        prediction_note=combo.predicted.note if combo.predicted else "",
+        prediction_note=_prediction_note(combo),
+        departure=measures.departure_sentence(combo),
+        components=_component_views(combo),
         charts=charts,
         logs=[LinkView(label=f"node {link.node}", href=quote(link.href)) for link in links],
         log_tail=[xml_text(line) for line in combo.log_tail])

@@ -61,9 +61,31 @@ def _combo_cases(suite: ET.Element, combo: ComboResult) -> None:
     case = _case(suite, combo.key, "training", combo.duration_s)
     if combo.job:
         _properties(case, job_state=combo.job.state, exit_code=_optional(combo.job.exit_code))
+    _prediction_properties(case, combo)
     _outcome(case, combo.verdict, combo.reason, detail="\n".join(combo.log_tail))
     for row in combo.metrics:
         _metric_case(suite, combo.key, row)
+
+
+def _prediction_properties(case: ET.Element, combo: ComboResult) -> None:
+    """What megapilot predicted for the combo beside what it measured, and where the two part."""
+    from megapilot.suite.predicted import components_ms
+
+    if combo.predicted is None:
+        return
+    values: dict[str, str] = {}
+    for check in measures.prediction_checks(combo):
+        values[f"predicted_{check.quantity.key}"] = _optional(check.predicted)
+        values[f"measured_{check.quantity.key}"] = _optional(check.measured)
+    if combo.predicted.components_ms:
+        values |= {f"predicted_{name}_ms": _optional(value) for name, value in components_ms(combo.predicted).items()}
+    values |= {f"measured_timer_{name}_ms": _optional(value) for name, value in combo.timers_ms.items()}
+    if combo.predicted.uncalibrated_step_time_ms is not None:
+        values["uncalibrated_step_time_ms"] = _optional(combo.predicted.uncalibrated_step_time_ms)
+    sentence = measures.departure_sentence(combo)
+    if sentence:
+        values["prediction_departure"] = sentence
+    _properties(case, **values)
 
 
 def _metric_case(suite: ET.Element, owner: str, row: MetricRow) -> None:

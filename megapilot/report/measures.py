@@ -120,6 +120,16 @@ def prediction_checks(combo: ComboResult, capacity_gib: float | None = None) -> 
     return checks
 
 
+def departure_sentence(combo: ComboResult) -> str:
+    """By how much, and in which component, the combo's measurement departs from its prediction ('' when nothing
+    can be compared)."""
+    from megapilot.suite.predicted import departure
+
+    step = measured(combo, STEP_TIME_MS)
+    found = departure(combo.predicted, step, combo.timers_ms)
+    return found.sentence if found is not None else ""
+
+
 def gpu_capacity_gib(gpu_name: str) -> float | None:
     """HBM of the run's GPU from the catalog; None for a GPU the catalog does not know (the chart says so)."""
     from megapilot.catalog.gpus import get_gpu
@@ -144,6 +154,7 @@ __all__ = [
     "PredictionCheck",
     "Quantity",
     "curve",
+    "departure_sentence",
     "finite",
     "finite_points",
     "gpu_capacity_gib",

@@ -118,6 +118,15 @@ class DeckPredicted(_Strict):
 
     note: str = Field(description="What the prediction assumed (convention, peak used).")
     comparisons: list[DeckComparison] = Field(description="One entry per predicted quantity.")
+    device: str = Field(description="The GPU (or this machine's CPU, measured) the prediction modelled.")
+    components_ms: dict[str, float] = Field(
+        description="The predicted step in components, ms: compute, exposed_comm, pipeline_bubble, fixed_overheads.")
+    timers_ms: dict[str, float] = Field(description="Megatron's timers as measured, ms per iteration.")
+    uncalibrated_step_time_ms: float | None = Field(description="The step before calibration on the cluster's runs.")
+    calibration: str = Field(description="How the prediction was calibrated on the cluster's runs, or why not.")
+    calibration_runs: list[str] = Field(description="The runs the calibration used.")
+    band_pct: float | None = Field(description="Error band: p90 of the held-out |error| of the calibration, %.")
+    departure: str = Field(description="By how much, and in which component, the measurement departs.")
 
 
 class DeckEvidence(_Strict):
@@ -379,7 +388,14 @@ def _predicted(combo: ComboResult, capacity: float | None) -> DeckPredicted | No
     comparisons = [DeckComparison(quantity=check.quantity.key, label=check.quantity.label, unit=check.quantity.unit,
                                   predicted=check.predicted, measured=check.measured, error_pct=check.error_pct)
                    for check in measures.prediction_checks(combo, capacity) if check.predicted is not None]
-    return DeckPredicted(note=combo.predicted.note, comparisons=comparisons)
+    from megapilot.suite.predicted import components_ms
+
+    predicted = combo.predicted
+    return DeckPredicted(note=predicted.note, comparisons=comparisons, device=predicted.device,
+                         components_ms=components_ms(predicted) if predicted.components_ms else {},
+                         timers_ms=dict(combo.timers_ms), uncalibrated_step_time_ms=predicted.uncalibrated_step_time_ms,
+                         calibration=predicted.calibration, calibration_runs=list(predicted.calibration_runs),
+                         band_pct=predicted.band_pct, departure=measures.departure_sentence(combo))
 
 
 def _finding(cell_id: str, finding: Finding) -> DeckFinding:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.spec.training import Fp8Recipe, Precision
 
-Vendor = Literal["NVIDIA", "AMD"]
+Vendor = Literal["NVIDIA", "AMD", "CPU"]  # CPU: this machine's CPU, measured (catalog/host.py)
 
 # Which low-precision GEMM formats each architecture trains in natively. FP8 (E4M3/E5M2 with per-tensor
 # scales) arrived with Ada/Hopper and CDNA3; the block-scaled MXFP8 and NVFP4 need Blackwell's fifth-generation
@@ -22,6 +22,7 @@ ARCH_PRECISIONS: dict[str, frozenset[str]] = {
     "blackwell": frozenset({"bf16", "fp16", "fp8", "mxfp8", "nvfp4"}),
     "cdna3": frozenset({"bf16", "fp16", "fp8"}),
     "cdna4": frozenset({"bf16", "fp16", "fp8", "mxfp8", "mxfp4"}),
+    "cpu": frozenset({"bf16", "fp16"}),  # the embedded trainer computes in fp32 on CPU whatever it is asked
 }
 # The FP8 scaling recipes each architecture runs. Per-tensor (delayed, current) from compute capability 8.9;
 # Float8BlockScaling on Hopper and data-centre Blackwell, not Ada (Transformer Engine support matrix). On
@@ -33,6 +34,7 @@ ARCH_FP8_RECIPES: dict[str, frozenset[str]] = {
     "blackwell": frozenset({"delayed", "tensorwise", "blockwise"}),
     "cdna3": frozenset({"delayed", "tensorwise", "blockwise"}),
     "cdna4": frozenset({"delayed", "tensorwise", "blockwise"}),
+    "cpu": frozenset(),
 }
 # What a refused precision needs, and what to use instead where the GPU does not have it.
 _PRECISION_NEEDS: dict[str, str] = {
@@ -50,7 +52,7 @@ _PRECISION_ALTERNATIVE: dict[tuple[str, str], str] = {
 }
 
 
-Architecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
+Architecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4", "cpu"]
 
 
 class GPUSpec(BaseModel):

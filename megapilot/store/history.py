@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
+from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
 from megapilot.store.schema import Database, apply_migrations
 from megapilot.suite.results import ComboResult, SuiteResult, Verdict
@@ -410,6 +411,33 @@ class History:
                                   [row for c in combos for row in _metric_values(result.run_id, c)])
             self._db.execute_many(_insert("predictions", _PREDICTION_COLUMNS),
                                   [_prediction_values(result.run_id, c) for c in combos if c.predicted])
+            # the run's combos as measured runs of its cluster: the next prediction's calibration
+            self._db.execute("DELETE FROM measured_runs WHERE origin = 'suite' AND source = ?", (result.run_id,))
+            now = _iso(datetime.now(timezone.utc)) or ""
+            rows = [row for c in combos if c.key != "smoke"
+                    and (row := measured_runs.from_combo(result, c, now)) is not None]
+            self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in rows])
+
+    def record_measured(self, rows: Sequence[measured_runs.MeasuredRow]) -> None:
+        """Store imported measured runs (an id recorded again is replaced)."""
+        with self._db.write():
+            for row in rows:
+                self._db.execute("DELETE FROM measured_runs WHERE id = ?", (row.id,))
+            self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in rows])
+
+    def measured(self, cluster: str | None = None) -> list[measured_runs.MeasuredRow]:
+        """The measured runs of a cluster (every cluster's when None), oldest first."""
+        where, params = ("WHERE cluster = ? ", (cluster,)) if cluster is not None else ("", ())
+        rows = self._db.query(f"SELECT {', '.join(measured_runs.COLUMNS)} FROM measured_runs {where}"
+                              "ORDER BY recorded_at, id", params)
+        return [measured_runs.MeasuredRow.from_values(row) for row in rows]
+
+    def clusters(self) -> list[str]:
+        return [str(row[0]) for row in self._db.query("SELECT DISTINCT cluster FROM measured_runs ORDER BY cluster")]
+
+    def calibration_runs(self, cluster: str) -> tuple[Any, ...]:
+        """The cluster's runs the calibration fits on (measured and predicted, not failed), as `MeasuredRun`s."""
+        return tuple(measured_runs.to_calibration_run(row) for row in self.measured(cluster) if row.calibrates)
 
     # -- reading --
 

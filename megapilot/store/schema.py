@@ -133,9 +133,42 @@ def _v2(dialect: str) -> list[str]:
     ]
 
 
+def _v3(dialect: str) -> list[str]:
+    """Measured runs by cluster (suite combos and imported runs), each with the uncalibrated prediction of its own
+    layout: the calibration's rows (megapilot.store.measured)."""
+    real = _float_type(dialect)
+    integers = ",\n".join(f"            {name} INTEGER" for name in
+                          ("gpus", "tp", "pp", "cp", "ep", "vpp", "mbs", "gbs", "seq_len", "multi_node"))
+    reals = ",\n".join(f"            {name} {real}" for name in (
+        "predicted_step_time_s", "predicted_compute_s", "predicted_bubble_s", "predicted_scaleup_comm_s",
+        "predicted_scaleout_comm_s", "predicted_fixed_s", "predicted_tokens_per_s_per_gpu",
+        "predicted_tflops_per_gpu", "predicted_memory_gib", "measured_step_time_s", "measured_tokens_per_s_per_gpu",
+        "measured_tflops_per_gpu", "measured_memory_gib"))
+    return [
+        f"""CREATE TABLE measured_runs (
+            id TEXT PRIMARY KEY,
+            cluster TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            source TEXT NOT NULL DEFAULT '',
+            verdict TEXT NOT NULL DEFAULT 'RECORD',
+            recorded_at TEXT NOT NULL,
+            model TEXT NOT NULL,
+            family TEXT NOT NULL DEFAULT '',
+            precision TEXT NOT NULL DEFAULT '',
+            gpu TEXT NOT NULL,
+{integers},
+            case_json TEXT NOT NULL DEFAULT '{{}}',
+            software_json TEXT NOT NULL DEFAULT '{{}}',
+{reals}
+        )""",
+        "CREATE INDEX measured_runs_by_cluster ON measured_runs (cluster, gpu)",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, combos, metrics", _v1),
     Migration(2, "predictions; run model family and git commit; combo job state", _v2),
+    Migration(3, "measured runs by cluster: the calibration's rows", _v3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

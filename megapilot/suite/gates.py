@@ -25,12 +25,16 @@ import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from megapilot.suite.curves import LossCurveGate, loss_slope
 from megapilot.suite.metrics import METRICS, ComboMeasurement, ConvergenceGate, measure_convergence
 from megapilot.suite.results import MetricRow, Verdict
 from megapilot.suite.thresholds import ThresholdSpec
+
+if TYPE_CHECKING:
+    from megapilot.suite.predicted import Departure
+    from megapilot.suite.results import Prediction
 
 
 @dataclass(frozen=True)
@@ -59,18 +63,21 @@ class _Outcome:
 def evaluate(
     actuals: Mapping[str, float | None], units: Mapping[str, str], cell_specs: Mapping[str, ThresholdSpec] | None,
     *, enforce: bool, baseline: BaselineLookup | None = None, record_only: Mapping[str, str] | None = None,
-    why_missing: Mapping[str, str] | None = None,
+    why_missing: Mapping[str, str] | None = None, prediction: Prediction | None = None,
+    departure: Departure | None = None,
 ) -> list[MetricRow]:
     """Rows for every spec'd metric (spec order), then every other known metric (actuals order).
 
     `record_only`: metric → why it is never gated (e.g. a CPU run's memory); `why_missing`: metric → why
-    it has no value (used in SKIPPED/FAIL reasons). Both come from `ComboMeasurement`.
+    it has no value (used in SKIPPED/FAIL reasons). Both come from `ComboMeasurement`. `prediction` and
+    `departure`: the combo's prediction and where the measurement departs from it (`predicted` kind).
     """
     specs = dict(cell_specs or {})
     record_only = record_only or {}
     why_missing = why_missing or {}
     rows = [_gated_row(name, spec, actuals, units, enforce=enforce, baseline=baseline,
-                       record_reason=record_only.get(name), missing_reason=why_missing.get(name))
+                       record_reason=record_only.get(name), missing_reason=why_missing.get(name),
+                       prediction=(prediction, departure))
             for name, spec in specs.items()]
     for name, value in actuals.items():
         if name not in specs:
@@ -81,9 +88,10 @@ def evaluate(
 
 def _gated_row(name: str, spec: ThresholdSpec, actuals: Mapping[str, float | None], units: Mapping[str, str], *,
                enforce: bool, baseline: BaselineLookup | None, record_reason: str | None,
-               missing_reason: str | None) -> MetricRow:
+               missing_reason: str | None,
+               prediction: tuple[Prediction | None, Departure | None] = (None, None)) -> MetricRow:
     value = actuals.get(name)
-    outcome = _outcome(name, spec, value, actuals, baseline, missing_reason)
+    outcome = _outcome(name, spec, value, actuals, baseline, missing_reason, prediction)
     if record_reason is not None and outcome.verdict in (Verdict.PASS, Verdict.FAIL):
         outcome = _Outcome(Verdict.RECORD, f"{record_reason}; not gated (would {outcome.verdict.value}: "
                                            f"{outcome.reason})", outcome.margin_pct)
@@ -119,7 +127,8 @@ def _json_safe(value: float | None) -> float | None:
 # ---- one spec ---------------------------------------------------------------------------------------------
 
 def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mapping[str, float | None],
-             baseline: BaselineLookup | None, missing_reason: str | None) -> _Outcome:
+             baseline: BaselineLookup | None, missing_reason: str | None,
+             prediction: tuple[Prediction | None, Departure | None] = (None, None)) -> _Outcome:
     if name not in actuals and name not in METRICS:
         return _Outcome(Verdict.FAIL, _unknown_name(name, actuals))
     if spec.kind == "info":
@@ -137,6 +146,11 @@ def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mappi
         return _band(value, spec.value, spec.tolerance_pct, "")  # type: ignore[arg-type]  # these kinds carry a float value
     if spec.kind == "min_ratio":
         return _ratio(value, spec, actuals)
+    if spec.kind == "predicted":
+        from megapilot.suite.predicted import PredictedThreshold
+
+        judged = PredictedThreshold.judge(name, value, spec.min_ratio or 0.0, *prediction)
+        return _Outcome(judged.verdict, judged.reason, judged.margin_pct)
     return _baseline(name, value, spec, baseline)
 
 

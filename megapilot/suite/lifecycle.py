@@ -29,7 +29,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
 from megapilot.suite.results import (
     ComboResult,
@@ -46,6 +45,7 @@ from megapilot.suite.results import (
 from megapilot.suite.watch import FatalWatch
 
 if TYPE_CHECKING:
+    from megapilot.estimate.history_calibration import MeasuredRun
     from megapilot.suite.baseline import BaselineSource
     from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
@@ -73,6 +73,9 @@ class RunRequest:
     resume_from: SuiteResult | None = None
     run_id: str | None = None
     baseline: BaselineSource | None = None  # the run history, for `baseline` thresholds
+    cluster_name: str | None = None  # recorded under it; None: the cluster file's name
+    history_runs: tuple[MeasuredRun, ...] = ()  # this cluster's measured runs: the predictions' calibration
+    calibrate: bool = True
 
 
 @dataclass
@@ -100,7 +103,8 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     run_dir = (request.out_dir / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc)
-    result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=_run_card(suite),
+    card = _run_card(suite).model_copy(update={"cluster_name": cluster_name(suite, request)})
+    result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=card,
                          started_at=request.resume_from.started_at if request.resume_from else started)
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None))
     clock = time.monotonic()
@@ -122,6 +126,16 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
             result.reason = _failure_summary(result)
         result.write(run_dir)
     return result
+
+
+def cluster_name(suite: LoadedSuite, request: RunRequest) -> str | None:
+    """The cluster a run is recorded (and calibrated) under: --cluster-name, else the cluster file's name (its
+    stem), else `local` for a suite that runs on this machine without one."""
+    if request.cluster_name:
+        return request.cluster_name
+    if suite.cluster_path is not None:
+        return Path(suite.cluster_path).stem
+    return "local" if suite.device == "cpu" else None
 
 
 def _failure_summary(result: SuiteResult) -> str:
@@ -383,9 +397,10 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
         return _skipped_combo(cell, launch.skipped, suite.backend).model_copy(update={"directory": directory})
     _write_files(launch.files)
     combo = _combo_shell(cell, launch, directory)
+    prediction = _predict(ctx, launch)  # before it runs: what megapilot expected of exactly this layout
     job = _job_spec(ctx, launch, directory, train_iters or cell.train_iters)
     job_result, fatal = _run_job(ctx, job)
-    return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates)
+    return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates, prediction=prediction)
 
 
 def _write_files(files: dict[str, str]) -> None:
@@ -461,7 +476,7 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
 
 
 def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: CellLaunch, job: JobResult,
-                    fatal: Finding | None, *, gates: bool) -> ComboResult:
+                    fatal: Finding | None, *, gates: bool, prediction: Prediction) -> ComboResult:
     from megapilot.suite.measure import measure_and_gate
 
     logs = [Path(p) for p in job.logs]
@@ -469,7 +484,8 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
                          reason=job.reason, iterations_reached=job.iterations_reached, train_iters=job.train_iters,
                          duration_s=round(job.duration_s, 3),
                          logs=[_relative(p, ctx.run_dir) for p in logs])
-    outcome = measure_and_gate(ctx.suite, cell, launch, logs, gates=gates, baseline=_baseline_lookup(ctx, combo))
+    outcome = measure_and_gate(ctx.suite, cell, launch, logs, gates=gates, baseline=_baseline_lookup(ctx, combo),
+                               prediction=prediction)
     findings = ([fatal] if fatal else []) + [f for f in outcome.findings if not _same(f, fatal)]
     rows = outcome.rows + [_reap_strays(ctx, job.job_dir)]
     reason = _combo_reason(job, fatal, rows)
@@ -477,7 +493,7 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
                                any(r.verdict is Verdict.FAIL for r in rows)) else Verdict.PASS
     return combo.model_copy(update={
         "verdict": verdict, "reason": reason, "metrics": rows, "curves": outcome.curves,
-        "predicted": _predict(ctx.suite, launch), "findings": findings, "job": summary,
+        "predicted": prediction, "timers_ms": outcome.timers_ms, "findings": findings, "job": summary,
         "log_tail": _log_tail(logs) if verdict is Verdict.FAIL else [],
     })
 
@@ -513,23 +529,14 @@ def _value_text(row: MetricRow) -> str:
     return "missing" if row.value is None else f"{row.value:g}{(' ' + row.unit) if row.unit else ''}"
 
 
-def _predict(suite: LoadedSuite, launch: CellLaunch) -> Prediction:
-    """The estimator's view of this combo, to show beside what was measured."""
-    if suite.gpu is None:
-        return Prediction(note="no estimate on CPU: the estimator models GPUs")
-    from megapilot.estimate import estimate
+def _predict(ctx: _Context, launch: CellLaunch) -> Prediction:
+    """The estimator's view of this combo (a CPU suite: on this machine's CPU, measured), calibrated on the
+    cluster's runs in the history, to show and gate beside what is measured."""
+    from megapilot.suite.predicted import predict_combo
 
-    plan = launch.plan
-    if plan is None:
+    if launch.plan is None:
         return Prediction(note="not rendered, not estimated")
-    try:
-        result = estimate(plan.model, plan.cluster, plan.training, plan.parallel)
-    except MegapilotError as exc:
-        return Prediction(note=f"not estimated: {exc}")
-    return Prediction(step_time_ms=round(result.step_time_s * 1000, 3),
-                      tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu, 2),
-                      tflops_per_gpu=round(result.tflops_per_gpu, 2), mfu_pct=round(result.mfu * 100, 2),
-                      memory_gib=round(result.memory_gib.total, 2))
+    return predict_combo(launch.plan, ctx.suite.gpu, ctx.request.history_runs, calibrate=ctx.request.calibrate)
 
 
 def _log_tail(logs: list[Path]) -> list[str]:

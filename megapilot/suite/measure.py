@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
     from megapilot.suite.render import CellLaunch
+    from megapilot.suite.results import Prediction
 
 
 @dataclass
@@ -29,6 +30,7 @@ class ComboOutcome:
     rows: list[MetricRow] = field(default_factory=list)
     curves: list[Curve] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    timers_ms: dict[str, float] = field(default_factory=dict)
 
 
 def cell_thresholds(suite: LoadedSuite, cell: SweepCell) -> dict[str, ThresholdSpec] | None:
@@ -37,12 +39,15 @@ def cell_thresholds(suite: LoadedSuite, cell: SweepCell) -> dict[str, ThresholdS
 
 
 def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, logs: list[Path], *,
-                     gates: bool, baseline: BaselineLookup | None = None) -> ComboOutcome:
+                     gates: bool, baseline: BaselineLookup | None = None,
+                     prediction: Prediction | None = None) -> ComboOutcome:
     """Measure the logs; with `gates`, judge them against the cell's thresholds and the built-in gates.
 
     Without `gates` (smoke and checkpoint runs) only the built-in gates apply: no error signature,
-    finite loss, final iteration reached.
+    finite loss, final iteration reached. `prediction`: what megapilot predicted for the combo (`predicted` gates).
     """
+    from megapilot.suite.predicted import departure
+
     config = suite.config
     plan = launch.plan
     assert plan is not None  # only combos that were launched from a plan reach measurement
@@ -66,10 +71,21 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
         keep = {"gate.no_errors", "gate.finite_loss", "gate.completed"}
         rows = [r for r in built_in if r.name in keep]
     else:
+        why = departure(prediction, measured_step_ms(measurement.actuals), measurement.timers_ms)
         rows = evaluate(measurement.actuals, measurement.units, cell_thresholds(suite, cell),
                         enforce=bool(config.enforce_thresholds), baseline=baseline,
-                        record_only=measurement.record_only, why_missing=measurement.why_missing) + built_in
-    return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.errors + measurement.anomalies)
+                        record_only=measurement.record_only, why_missing=measurement.why_missing,
+                        prediction=prediction, departure=why) + built_in
+    return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.errors + measurement.anomalies,
+                        timers_ms=measurement.timers_ms)
+
+
+STEP_TIME_METRICS = ("training.step_time_p50_ms", "training.elapsed_time_per_iteration")
+
+
+def measured_step_ms(actuals: dict[str, float | None]) -> float | None:
+    """The combo's steady step time, ms: the median when measured, else Megatron's elapsed time per iteration."""
+    return next((v for name in STEP_TIME_METRICS if (v := actuals.get(name)) is not None), None)
 
 
 def _flops_per_token(plan: SavedPlan) -> float | None:
@@ -83,4 +99,4 @@ def _flops_per_token(plan: SavedPlan) -> float | None:
         return None
 
 
-__all__ = ["ComboOutcome", "cell_thresholds", "measure_and_gate"]
+__all__ = ["ComboOutcome", "cell_thresholds", "measure_and_gate", "measured_step_ms"]

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from megapilot.logs import ErrorRecord, IterationRecord, ParsedLog, ParseOptions, parse_logs
+from megapilot.logs import ErrorRecord, IterationRecord, ParsedLog, ParseOptions, TimerRecord, parse_logs
 from megapilot.spec.hardware import GPUSpec
 from megapilot.suite.curves import LossCurveGate, Point, loss_slope
 from megapilot.suite.results import Curve, EvidenceLine, Finding
@@ -160,6 +161,7 @@ class ComboMeasurement:
     notes: list[str] = field(default_factory=list)
     planned_iters: int | None = None
     iteration_node: int | None = None  # the node whose iteration lines were read
+    timers_ms: dict[str, float] = field(default_factory=dict)  # Megatron's timers: max across ranks, median
 
     @property
     def findings(self) -> list[Finding]:
@@ -209,6 +211,7 @@ def measure_combo(
                                                 and source.parsed.summary else None)
     shape = _Shape.resolve(logs, records, world_size=world_size, seq_length=seq_length, gbs=gbs)
     _step_metrics(measurement, source, records, shape)
+    measurement.timers_ms = timers_ms(source.parsed.timers if source and source.parsed else [])
     _memory_metrics(measurement, logs, gpu)
     _mfu(measurement, gpu, precision, model_flops_per_token)
     _loss_metrics(measurement, logs, source, records)
@@ -222,6 +225,16 @@ def measure_combo(
 
 
 # ---- reading the nodes --------------------------------------------------------------------------------
+
+def timers_ms(records: list[TimerRecord]) -> dict[str, float]:
+    """Each timer's per-iteration time (ms, max across ranks): the median over the log's intervals, the first one
+    (warm-up: compilation, first allocations) left out when there are more."""
+    by_name: dict[str, list[float]] = {}
+    for record in records:
+        by_name.setdefault(record.name, []).append(record.max_ms)
+    return {name: round(statistics.median(values[1:] if len(values) > 1 else values), 4)
+            for name, values in by_name.items()}
+
 
 def _parse_nodes(paths: list[Path], *, world_size: int, seq_length: int | None, gbs: int | None) -> list[_NodeLog]:
     """Each node on its own, node 0 first: rank 0's arguments block gives the shape to later nodes."""
@@ -587,4 +600,5 @@ __all__ = [
     "measure_combo",
     "measure_convergence",
     "scaling_efficiency_pct",
+    "timers_ms",
 ]

@@ -202,7 +202,8 @@ def _command(suite: LoadedSuite, options: LaunchOptions, megatron_args: list[str
 def _notes(suite: LoadedSuite) -> list[str]:
     notes = []
     if suite.device == "cpu":
-        notes.append(f"CPU suite: the plan carries {CPU_STAND_IN_GPU} as a stand-in GPU; no estimate on CPU")
+        notes.append(f"CPU suite: the plan carries {CPU_STAND_IN_GPU} as a stand-in GPU; predictions model this "
+                     "machine's CPU, measured (`megapilot gpus`)")
     if suite.config.megapilot.data_path is None:
         notes.append("mock data (Megatron's synthetic tokens): loss gates are weak evidence")
     return notes

@@ -107,6 +107,18 @@ class Prediction(BaseModel):
     mfu_pct: float | None = None
     memory_gib: float | None = None
     note: str = ""
+    device: str = Field(default="", description="The GPU (or this machine's CPU) the prediction modelled.")
+    family: str = Field(default="", description="dense, moe or hybrid: what the calibration matches runs on.")
+    components_ms: dict[str, float] = Field(
+        default_factory=dict, description="The step-time model's terms, ms per step (compute, recompute, tp_comm, "
+                                          "cp_comm, ep_comm, pp_comm, pp_bubble, cpu_offload, dp_comm, optimizer, "
+                                          "fixed), as calibrated.")
+    uncalibrated_step_time_ms: float | None = None
+    uncalibrated_tokens_per_s_per_gpu: float | None = None
+    uncalibrated_components_ms: dict[str, float] = Field(default_factory=dict)
+    calibration: str = Field(default="", description="How it was calibrated on the cluster's runs, or why not.")
+    calibration_runs: list[str] = Field(default_factory=list, description="The runs the calibration used.")
+    band_pct: float | None = Field(default=None, description="Error band: p90 of the held-out |error|, %.")
 
 
 class JobSummary(BaseModel):
@@ -151,6 +163,9 @@ class ComboResult(BaseModel):
     metrics: list[MetricRow] = Field(default_factory=list)
     curves: list[Curve] = Field(default_factory=list)
     predicted: Prediction | None = None
+    timers_ms: dict[str, float] = Field(default_factory=dict,
+                                        description="Megatron's timers (max across ranks, median over the log's "
+                                                    "intervals after the first), ms per iteration.")
     findings: list[Finding] = Field(default_factory=list)
     job: JobSummary | None = None
     log_tail: list[str] = Field(default_factory=list, description="Last lines of the last node's log on failure.")
@@ -202,6 +217,8 @@ class RunCard(BaseModel):
     host: str = ""
     config_file: str = ""
     cluster_file: str | None = None
+    cluster_name: str | None = Field(default=None, description="The cluster the run is recorded under (the cluster "
+                                                                "file's name, or --cluster-name).")
     threshold_file: str | None = None
     config_hash: str = Field(default="", description="sha256 of the resolved config (secrets excluded).")
     enforce_thresholds: bool = True

@@ -17,6 +17,8 @@ Kinds (CVS's, plus `baseline`):
     info              recorded, never gated
     baseline          within tolerance_pct of the median of the last `last_n` passing runs of the same
                       model/layout/GPU in the run history (no history yet: RECORD)
+    predicted         at least `min_ratio` of megapilot's (calibrated) prediction for the combo, in the metric's
+                      good direction: `{"kind": "predicted", "min_ratio": 0.9}` (megapilot.suite.predicted)
 `optional: true`: a metric that is missing is SKIPPED instead of FAIL. Keys starting with `_` are comments.
 """
 
@@ -26,8 +28,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ThresholdKind = Literal["min", "min_tok_s", "max", "max_ms", "within", "min_ratio", "info", "baseline"]
-THRESHOLD_KINDS: tuple[str, ...] = ("min", "min_tok_s", "max", "max_ms", "within", "min_ratio", "info", "baseline")
+ThresholdKind = Literal["min", "min_tok_s", "max", "max_ms", "within", "min_ratio", "info", "baseline", "predicted"]
+THRESHOLD_KINDS: tuple[str, ...] = ("min", "min_tok_s", "max", "max_ms", "within", "min_ratio", "info", "baseline",
+                                    "predicted")
 DEFAULT_CELL = "default"
 
 
@@ -42,6 +45,8 @@ class ThresholdSpec(BaseModel):
     reference: str | None = Field(default=None, description="min_ratio: the metric the ratio is taken against.")
     optional: bool = False
     last_n: int = Field(default=5, ge=1, description="baseline: how many earlier passing runs make the median.")
+    min_ratio: float | None = Field(default=None, gt=0, le=1,
+                                    description="predicted: the least measured / predicted ratio (good direction).")
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> ThresholdSpec:
@@ -49,6 +54,8 @@ class ThresholdSpec(BaseModel):
             raise ValueError(f"kind {self.kind!r} needs a numeric 'value'")
         if self.kind in ("within", "baseline") and self.tolerance_pct is None:
             raise ValueError(f"kind {self.kind!r} needs 'tolerance_pct'")
+        if self.kind == "predicted" and self.min_ratio is None:
+            raise ValueError("kind 'predicted' needs 'min_ratio' (e.g. 0.9: within 10 % of the prediction)")
         if self.kind == "min_ratio" and not self.reference:
             raise ValueError("kind 'min_ratio' needs 'reference' (the metric the ratio is taken against)")
         return self
@@ -66,6 +73,10 @@ class ThresholdSpec(BaseModel):
             return f"{value} +/-{_short(self.tolerance_pct)}%"
         if self.kind == "min_ratio":
             return f">= {value} x {self.reference}"
+        if self.kind == "predicted":
+            from megapilot.suite.predicted import PredictedThreshold
+
+            return PredictedThreshold.describe(self.min_ratio or 0.0)
         if self.kind == "baseline":
             return f"median of last {self.last_n} passing runs +/-{_short(self.tolerance_pct)}%"
         return "info" if self.value is None else f"info ({value})"

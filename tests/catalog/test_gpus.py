@@ -42,7 +42,7 @@ def test_user_file_overrides_catalog(tmp_path):
 def test_gpus_cli_json(cli):
     result = cli("gpus", "--json")
     assert result.exit_code == 0
-    assert {g["alias"] for g in result.json()} == set(ALIASES)
+    assert {g["alias"] for g in result.json()} == set(ALIASES) | {"cpu"}  # this machine's CPU, measured
 
 
 # ---- block-scaled format peaks, node and NVLink-domain sizes (gpu_formats.json) ---------------------------------

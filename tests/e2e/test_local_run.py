@@ -126,6 +126,9 @@ def test_megapilot_run_trains_a_saved_plan_with_the_embedded_trainer(cli, tmp_pa
     payload = result.json()
     assert result.exit_code == 0, payload["reason"]
     assert payload["state"] == "COMPLETED" and payload["iterations_reached"] == payload["train_iters"] == 4
+    # predicted before it started, on this machine's CPU (measured), and said where the run departs from it
+    assert payload["predicted"]["device"].startswith("CPU") and payload["predicted"]["step_time_ms"] > 0
+    assert payload["prediction_departure"].startswith("step ")
     assert "-m megapilot.trainer" in (tmp_path / "plan" / "launch.sh").read_text()
     parsed = parse_logs([Path(payload["logs"][0])])
     assert [r.iteration for r in parsed.iterations] == [1, 2, 3, 4]

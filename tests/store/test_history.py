@@ -325,7 +325,7 @@ def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(tmp_path):
         assert history.run("new-run").combos[0].prediction is not None  # the v2 table exists
     check = _RawSqlite(path)
     assert schema_version(check) == SCHEMA_VERSION
-    assert [row[0] for row in check.query("SELECT version FROM schema_version ORDER BY version")] == [1, 2]
+    assert [row[0] for row in check.query("SELECT version FROM schema_version ORDER BY version")] == [1, 2, 3]
 
 
 def test_a_database_from_a_newer_megapilot_is_refused(tmp_path):

@@ -86,7 +86,7 @@ def test_tiny_local_renders_trainer_args_the_trainer_accepts(tmp_path: Path) -> 
     assert (_arg(launch.megatron_args, "--micro-batch-size"), _arg(launch.megatron_args, "--seq-length")) == ("2",
                                                                                                                 "128")
     assert "--mock-data" in launch.megatron_args
-    assert any("no estimate on CPU" in note for note in launch.notes)
+    assert any("predictions model this machine's CPU" in note for note in launch.notes)
 
 
 def test_secret_named_container_env_never_reaches_the_launch(tmp_path: Path) -> None:

@@ -1,0 +1,158 @@
+"""This machine's CPU as a device the estimator knows: peak rates measured on it, cached per machine.
+
+The embedded trainer runs Megatron-Core on CPU processes (gloo, fp32 compute). To predict those runs the estimator
+needs the CPU's rates the way it needs a GPU's datasheet: a dense matmul rate (its "tensor peak"), a memory
+bandwidth (its "HBM"), and what gloo moves between local ranks. They are measured here, not looked up:
+
+    matmul      the best of a few fp32 matmuls of 512 x 512 (numpy: BLAS, every core it is allowed)
+    memory      the best of a few copies of a 64 MiB array (read + write, bytes counted once each way)
+    gloo        collectives between ranks of one machine go through shared memory over loopback: modelled
+                as memory-bandwidth-bound, each byte written and read by the sender and the receiver
+                (GLOO_MEMORY_PASSES copies), so the link rate is memory bandwidth / GLOO_MEMORY_PASSES
+
+The result is cached as JSON in the user's cache folder, one file per machine (hostname and CPU model); `megapilot
+gpus --measure-host` measures again. numpy comes with the `train` extra (the only place CPU runs happen); without
+it the CPU is not listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from megapilot.errors import MegapilotError
+from megapilot.spec.hardware import GPUSpec
+
+HOST_ALIAS = "cpu"
+HOST_NAMES = ("cpu", "host", "host-cpu")
+CACHE_ENV = "MEGAPILOT_HOST_CACHE"  # a folder instead of the user's cache folder (tests)
+MATMUL_N = 512
+MATMUL_REPEATS = 5
+COPY_MIB = 64
+COPY_REPEATS = 5
+GLOO_MEMORY_PASSES = 4.0
+HOST_LINK_GBPS = 1000.0  # activations "offloaded to host memory" already are in host memory: never the limit
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def cache_path() -> Path:
+    """This machine's cache file (hostname and CPU model in its name: a shared home folder holds several)."""
+    import platformdirs
+
+    folder = Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("megapilot"))
+    machine = hashlib.sha256(f"{platform.node()}|{_cpu_model()}|{_cores()}".encode()).hexdigest()[:12]
+    return folder / f"host-cpu-{machine}.json"
+
+
+def probe() -> dict[str, float]:
+    """Measure the matmul rate (TFLOP/s) and memory bandwidth (TB/s) of this machine now (about a second)."""
+    try:
+        import numpy as np
+    except ImportError:
+        raise MegapilotError("measuring this machine's CPU needs numpy", field="gpu",
+                             fix="install the train extra (pip install 'megapilot[train]')") from None
+    a = np.random.default_rng(0).standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
+    a @ b  # first call: BLAS threads start
+    best_s = min(_timed(lambda: a @ b) for _ in range(MATMUL_REPEATS))
+    matmul_tflops = 2 * MATMUL_N**3 / best_s / 1e12
+    source = np.ones(COPY_MIB * 1024 * 1024 // 8)
+    target = np.empty_like(source)
+    np.copyto(target, source)
+    best_copy_s = min(_timed(lambda: np.copyto(target, source)) for _ in range(COPY_REPEATS))
+    memory_tbps = 2 * source.nbytes / best_copy_s / 1e12
+    return {"matmul_tflops": matmul_tflops, "memory_tbps": memory_tbps}
+
+
+def _timed(work: object) -> float:
+    started = time.perf_counter()
+    work()  # type: ignore[operator]  # a thunk
+    return max(time.perf_counter() - started, 1e-9)
+
+
+def _memory_gib() -> float:
+    import psutil
+
+    return float(psutil.virtual_memory().total) / 2**30
+
+
+def host_spec(rates: dict[str, float]) -> GPUSpec:
+    """The CPU as a GPUSpec from its measured rates: one "GPU" per local rank, all of them in one scale-up domain."""
+    memory_tbps = rates["memory_tbps"]
+    gloo_gbps = memory_tbps * 1000 / GLOO_MEMORY_PASSES
+    cores = _cores()
+    return GPUSpec(
+        name=f"CPU ({_cpu_model()}, {cores} cores)", alias=HOST_ALIAS, vendor="CPU", architecture="cpu",
+        bf16_dense_tflops=rates["matmul_tflops"], hbm_gib=_memory_gib(), hbm_bw_tbps=memory_tbps,
+        scaleup_domain_gpus=max(cores, 1), gpus_per_node=max(cores, 1), scaleup_bw_gbps=gloo_gbps,
+        scaleout_bw_gbps=gloo_gbps, host_link_gbps=HOST_LINK_GBPS,
+        source=f"measured on this machine: fp32 matmul {MATMUL_N}^3 (numpy) and a {COPY_MIB} MiB copy; gloo between "
+               f"local ranks modelled as memory-bandwidth-bound (/{GLOO_MEMORY_PASSES:g})",
+    )
+
+
+def host_cpu(*, remeasure: bool = False) -> GPUSpec:
+    """This machine's CPU: from the cache, else measured (and cached); `remeasure` measures again."""
+    path = cache_path()
+    if not remeasure:
+        cached = _cached_rates(path)
+        if cached is not None:
+            return host_spec(cached)
+        return _host_cpu_cached()
+    _host_cpu_cached.cache_clear()
+    rates = probe()
+    _write(path, rates)
+    return host_spec(rates)
+
+
+@lru_cache(maxsize=1)
+def _host_cpu_cached() -> GPUSpec:
+    rates = probe()
+    _write(cache_path(), rates)
+    return host_spec(rates)
+
+
+def _cached_rates(path: Path) -> dict[str, float] | None:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        rates = {"matmul_tflops": float(raw["matmul_tflops"]), "memory_tbps": float(raw["memory_tbps"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rates if all(v > 0 for v in rates.values()) else None
+
+
+def _write(path: Path, rates: dict[str, float]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rates | {"measured_at": time.time(), "cpu": _cpu_model()}) + "\n",
+                        encoding="utf-8")
+    except OSError:
+        pass  # an unwritable cache only means measuring again next time
+
+
+def is_host_name(name: str) -> bool:
+    return name.strip().lower() in HOST_NAMES
+
+
+__all__ = ["HOST_ALIAS", "cache_path", "host_cpu", "host_spec", "is_host_name", "probe"]

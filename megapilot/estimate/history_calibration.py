@@ -1,0 +1,477 @@
+"""Calibration from a cluster's own runs: per-component corrections of the step-time model, fitted on measured runs.
+
+Pure functions over typed run records (no I/O): the store supplies `MeasuredRun`s (each with the uncalibrated
+components megapilot predicts for its layout), `calibrate` fits corrections for one case and returns the
+calibrated step time with its error band, or says why it kept the uncalibrated one.
+
+The model. The predicted step splits into components (`StepComponents`): compute (GEMMs, attention, glue,
+recompute, activation offload) with the pipeline bubble (idle time of the other stages' compute, so it scales
+with compute), exposed communication inside the scale-up domain (TP, CP, EP; DP and PP on a single node) and
+across it (DP, PP across nodes), and fixed per-step time (optimizer step and what the model does not split).
+A calibrated step is
+
+    step = compute_factor x (compute + bubble) + scaleup_factor x scale-up comm
+           + scaleout_factor x scale-out comm + fixed + overhead_s
+
+Fit: weighted least squares on relative residuals (measured step / calibrated step - 1) with a Gaussian prior
+on every correction centred on the uncalibrated model (factors 1, no overhead): with few runs, or runs far from
+the case, the prior wins and the calibrated figure stays near the uncalibrated one. The weight of a run is its
+nearness to the case: same model, same precision class, same family (dense / MoE / hybrid) and a similar layout
+(TP, PP, CP, EP, VPP, micro-batch, GPUs, sequence) weigh most; a run of another GPU does not count. Separate
+compute factors per precision class and family come from that weighting: a bf16 run hardly moves an fp8 case.
+
+Held out: every run used is predicted by the fit on the others (leave-one-out). The band is the 90th percentile
+of those |residuals|. When the held-out median or p90 error is worse than the uncalibrated model's on the same
+runs, the calibration is not applied and the result says so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Prior standard deviations of the corrections, against the typical relative error of one measured step
+# (NOISE): compute efficiency moves most with a new container or cluster; collectives are less well known but
+# a smaller share of the step, so they take a correction only when runs with different layouts disagree; the
+# fixed overhead is in units of the runs' own step time.
+NOISE = 0.05
+PRIOR_SD = {"compute": 0.3, "scaleup_comm": 0.5, "scaleout_comm": 0.5, "overhead": 0.1}
+FACTOR_BOUNDS = (0.2, 5.0)  # a correction outside is a different machine, not a calibration
+# Nearness: a run of another model, precision class or family counts this much as one of the same;
+# each factor-of-two difference in a layout dimension divides the weight by e^LAYOUT_SCALE.
+OTHER_MODEL_WEIGHT = 0.3
+OTHER_PRECISION_WEIGHT = 0.1
+OTHER_FAMILY_WEIGHT = 0.3
+LAYOUT_SCALE = 0.25
+MIN_WEIGHT = 1e-3  # runs below it are not "used"
+MAX_RUNS = 40  # the nearest runs of a large history: the rest weigh little and the held-out check is quadratic
+BAND_QUANTILE = 0.9
+
+
+@dataclass(frozen=True)
+class StepComponents:
+    """A step split into what each correction scales, seconds."""
+
+    compute_s: float
+    bubble_s: float
+    scaleup_comm_s: float
+    scaleout_comm_s: float
+    fixed_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.bubble_s + self.scaleup_comm_s + self.scaleout_comm_s + self.fixed_s
+
+    @property
+    def comm_s(self) -> float:
+        return self.scaleup_comm_s + self.scaleout_comm_s
+
+    @classmethod
+    def from_breakdown(cls, breakdown_s: Mapping[str, float], step_time_s: float, *, multi_node: bool
+                       ) -> StepComponents:
+        """The step-time model's breakdown (`StepTime.breakdown_s`) grouped by correction; what the breakdown does
+        not name (the step minus its terms) is fixed time, so that the components add up to the step."""
+        get = breakdown_s.get
+        compute = get("compute", 0.0) + get("recompute", 0.0) + get("cpu_offload", 0.0)
+        bubble = get("pp_bubble", 0.0)
+        scaleup = get("tp_comm", 0.0) + get("cp_comm", 0.0) + get("ep_comm", 0.0)
+        node_crossing = get("dp_comm", 0.0) + get("pp_comm", 0.0)
+        scaleout = node_crossing if multi_node else 0.0
+        scaleup += 0.0 if multi_node else node_crossing
+        fixed = max(0.0, step_time_s - compute - bubble - scaleup - scaleout)
+        return cls(compute, bubble, scaleup, scaleout, fixed)
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """What makes two runs near: the model, its precision class and family, the GPU and the layout."""
+
+    model: str
+    family: str  # dense / moe / hybrid
+    precision: str  # bf16 / fp8 / fp4 (coverage.precision_class)
+    gpu: str
+    gpus: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    gbs: int = 1
+    seq_len: int = 1
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured run of the history with the uncalibrated prediction of its own layout."""
+
+    run_id: str
+    key: RunKey
+    predicted: StepComponents
+    measured_step_time_s: float
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """Multipliers on the components and an added per-step overhead; `NONE` is the uncalibrated model."""
+
+    compute: float = 1.0
+    scaleup_comm: float = 1.0
+    scaleout_comm: float = 1.0
+    overhead_s: float = 0.0
+
+    def apply(self, c: StepComponents) -> float:
+        return (self.compute * (c.compute_s + c.bubble_s) + self.scaleup_comm * c.scaleup_comm_s
+                + self.scaleout_comm * c.scaleout_comm_s + c.fixed_s + self.overhead_s)
+
+    def scaled(self, c: StepComponents) -> StepComponents:
+        """The components as calibrated (the overhead joins the fixed time)."""
+        return StepComponents(self.compute * c.compute_s, self.compute * c.bubble_s,
+                              self.scaleup_comm * c.scaleup_comm_s, self.scaleout_comm * c.scaleout_comm_s,
+                              c.fixed_s + self.overhead_s)
+
+
+NONE = Corrections()
+
+COMPUTE_TERMS = ("compute", "recompute", "cpu_offload", "pp_bubble")
+SCALEUP_TERMS = ("tp_comm", "cp_comm", "ep_comm")
+NODE_CROSSING_TERMS = ("dp_comm", "pp_comm")
+
+
+def scaled_breakdown(breakdown_s: Mapping[str, float], corrections: Corrections, *, multi_node: bool
+                     ) -> dict[str, float]:
+    """The step-time model's terms as calibrated (`fixed`, when present, takes the added overhead)."""
+    scaled = {}
+    for term, value in breakdown_s.items():
+        if term in COMPUTE_TERMS:
+            factor = corrections.compute
+        elif term in SCALEUP_TERMS or (term in NODE_CROSSING_TERMS and not multi_node):
+            factor = corrections.scaleup_comm
+        elif term in NODE_CROSSING_TERMS:
+            factor = corrections.scaleout_comm
+        else:
+            factor = 1.0
+        scaled[term] = value * factor
+    scaled["fixed"] = scaled.get("fixed", 0.0) + corrections.overhead_s
+    return scaled
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Leave-one-out over the runs used: |error| of each run predicted without it, calibrated and not."""
+
+    calibrated: tuple[float, ...]
+    uncalibrated: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.calibrated) if self.calibrated else math.nan
+
+    @property
+    def p90(self) -> float:
+        return quantile(self.calibrated, BAND_QUANTILE)
+
+    @property
+    def uncalibrated_median(self) -> float:
+        return statistics.median(self.uncalibrated) if self.uncalibrated else math.nan
+
+    @property
+    def uncalibrated_p90(self) -> float:
+        return quantile(self.uncalibrated, BAND_QUANTILE)
+
+    @property
+    def worse(self) -> bool:
+        """The calibration predicts held-out runs worse than the uncalibrated model, on median or p90."""
+        if not self.calibrated:
+            return False
+        return self.median > self.uncalibrated_median + 1e-9 or self.p90 > self.uncalibrated_p90 + 1e-9
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """One case's step time, calibrated on the runs named, or the uncalibrated one and why."""
+
+    uncalibrated_step_time_s: float
+    step_time_s: float
+    applied: bool
+    reason: str
+    corrections: Corrections
+    components: StepComponents  # as calibrated (the uncalibrated ones when not applied)
+    runs_used: tuple[str, ...]
+    weights: tuple[float, ...]
+    held_out: HeldOut
+    band: float | None  # relative: the p90 of the held-out |error|; None without runs
+
+    @property
+    def factor(self) -> float:
+        """Calibrated / uncalibrated step time."""
+        return self.step_time_s / self.uncalibrated_step_time_s
+
+
+# ---- nearness ------------------------------------------------------------------------------------------
+
+def nearness(case: RunKey, run: RunKey) -> float:
+    """How much a run counts for a case, in [0, 1]: 0 for another GPU."""
+    if case.gpu.lower() != run.gpu.lower():
+        return 0.0
+    weight = 1.0
+    weight *= 1.0 if case.model == run.model else OTHER_MODEL_WEIGHT
+    weight *= 1.0 if case.precision == run.precision else OTHER_PRECISION_WEIGHT
+    weight *= 1.0 if case.family == run.family else OTHER_FAMILY_WEIGHT
+    distance = sum(abs(math.log2(max(1, getattr(case, name)) / max(1, getattr(run, name))))
+                   for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "gpus", "seq_len"))
+    distance += 0.5 * abs(math.log2(max(1, case.gbs) / max(1, run.gbs)))
+    return weight * math.exp(-LAYOUT_SCALE * distance)
+
+
+# ---- the fit -------------------------------------------------------------------------------------------
+
+_NAMES = ("compute", "scaleup_comm", "scaleout_comm", "overhead")
+CORRECTIONS = _NAMES
+
+
+def fit(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS) -> Corrections:
+    """The corrections that best explain the runs (weighted relative residuals), shrunk toward `NONE`.
+
+    Linear in the corrections, so the normal equations are solved directly; a factor the bounds refuse is
+    held at its bound and the rest refitted. `free`: the corrections fitted (the others stay uncalibrated)."""
+    if not runs or sum(weights) <= 0:
+        return NONE
+    scale_s = _weighted_median([r.measured_step_time_s for r in runs], weights)
+    held: dict[int, float] = {i: (0.0 if name == "overhead" else 1.0) for i, name in enumerate(_NAMES)
+                              if name not in free}
+    for _ in range(len(_NAMES)):
+        theta = _solve(runs, weights, scale_s, held)
+        clipped = False
+        for index, value in enumerate(theta):
+            low, high = (0.0, math.inf) if index == 3 else FACTOR_BOUNDS
+            if index not in held and not low <= value <= high:
+                held[index] = min(max(value, low), high)
+                clipped = True
+        if not clipped:
+            break
+    theta = _solve(runs, weights, scale_s, held)
+    return Corrections(theta[0], theta[1], theta[2], max(0.0, theta[3]) * scale_s)
+
+
+def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, held: Mapping[int, float]
+           ) -> list[float]:
+    """argmin sum w (x.theta + fixed - m)^2 / m^2 / NOISE^2 + sum ((theta - prior) / sd)^2, some theta held."""
+    n = len(_NAMES)
+    prior = [1.0, 1.0, 1.0, 0.0]
+    normal = [[0.0] * n for _ in range(n)]
+    rhs = [0.0] * n
+    for run, weight in zip(runs, weights, strict=True):
+        c, m = run.predicted, run.measured_step_time_s
+        x = [(c.compute_s + c.bubble_s) / m, c.scaleup_comm_s / m, c.scaleout_comm_s / m, scale_s / m]
+        y = (m - c.fixed_s) / m
+        w = weight / NOISE**2
+        for i in range(n):
+            rhs[i] += w * x[i] * y
+            for j in range(n):
+                normal[i][j] += w * x[i] * x[j]
+    for i, name in enumerate(_NAMES):
+        precision = 1.0 / PRIOR_SD[name] ** 2
+        normal[i][i] += precision
+        rhs[i] += precision * prior[i]
+    for i, value in held.items():  # a held correction: its row says theta_i = value
+        normal[i] = [1.0 if j == i else 0.0 for j in range(n)]
+        rhs[i] = value
+        for k in range(n):
+            if k != i:
+                rhs[k] -= normal[k][i] * value
+                normal[k][i] = 0.0
+    return _gauss(normal, rhs)
+
+
+def _gauss(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve a x = b (a symmetric positive definite, small) by Gaussian elimination with partial pivoting."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for k in range(col, n + 1):
+                m[r][k] -= f * m[col][k]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))) / m[r][r]
+    return x
+
+
+# ---- one case -------------------------------------------------------------------------------------------
+
+def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun]) -> Calibrated:
+    """The case's step time calibrated on the runs (those of its GPU, weighted by nearness)."""
+    used = [(run, nearness(key, run.key)) for run in runs if run.measured_step_time_s > 0]
+    used = sorted([(run, weight) for run, weight in used if weight >= MIN_WEIGHT], key=lambda pair: -pair[1])[:MAX_RUNS]
+    uncalibrated = predicted.total_s
+    if not used:
+        return Calibrated(uncalibrated, uncalibrated, False, f"no measured run on {key.gpu} in this cluster's history",
+                          NONE, predicted, (), (), HeldOut((), ()), None)
+    runs_used = [run for run, _ in used]
+    weights = [weight for _, weight in used]
+    corrections = fit(runs_used, weights)
+    held_out = leave_one_out(runs_used, weights)
+    ids = tuple(run.run_id for run in runs_used)
+    rounded = tuple(round(w, 4) for w in weights)
+    if held_out.worse:
+        return Calibrated(uncalibrated, uncalibrated, False,
+                          f"not applied: on held-out runs it was worse than the uncalibrated model (median "
+                          f"{100 * held_out.median:.1f} % vs {100 * held_out.uncalibrated_median:.1f} %, p90 "
+                          f"{100 * held_out.p90:.1f} % vs {100 * held_out.uncalibrated_p90:.1f} %)",
+                          NONE, predicted, ids, rounded, held_out, held_out.uncalibrated_p90)
+    band = held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90
+    reason = (f"calibrated on {len(runs_used)} run(s)" + (
+        f"; held out: median {100 * held_out.median:.1f} % (uncalibrated {100 * held_out.uncalibrated_median:.1f} %)"
+        if len(runs_used) > 1 else "; one run: no held-out check, the band is its uncalibrated error"))
+    return Calibrated(uncalibrated, corrections.apply(predicted), True, reason, corrections,
+                      corrections.scaled(predicted), ids, rounded, held_out, band)
+
+
+def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS
+                  ) -> HeldOut:
+    """Each run predicted by the fit on the others (weighted by their nearness to it), and by the plain model."""
+    calibrated, uncalibrated = [], []
+    for index, run in enumerate(runs):
+        others = [r for i, r in enumerate(runs) if i != index]
+        other_weights = [nearness(run.key, r.key) for r in others]
+        corrections = fit(others, other_weights, free) if others else NONE
+        measured = run.measured_step_time_s
+        calibrated.append(abs(corrections.apply(run.predicted) / measured - 1))
+        uncalibrated.append(abs(run.predicted.total_s / measured - 1))
+    return HeldOut(tuple(calibrated), tuple(uncalibrated))
+
+
+@dataclass(frozen=True)
+class GroupFit:
+    """A cluster's runs of one GPU, precision class and family: the corrections fitted on all of them, and the
+    held-out error with every correction, with none, and with each one alone (how much each one improves it)."""
+
+    gpu: str
+    precision: str
+    family: str
+    runs: int
+    corrections: Corrections
+    held_out: HeldOut
+    median_by_correction: dict[str, float]  # held-out median |error| with only that correction fitted
+
+
+def cluster_fits(runs: Sequence[MeasuredRun]) -> list[GroupFit]:
+    """`history calibration`: one fit per (GPU, precision class, family) of a cluster's runs."""
+    groups: dict[tuple[str, str, str], list[MeasuredRun]] = {}
+    for run in runs:
+        groups.setdefault((run.key.gpu, run.key.precision, run.key.family), []).append(run)
+    fits = []
+    for (gpu, precision, family), members in sorted(groups.items()):
+        weights = [1.0] * len(members)
+        held_out = leave_one_out(members, weights)
+        alone = {name: leave_one_out(members, weights, (name,)).median for name in CORRECTIONS}
+        fits.append(GroupFit(gpu, precision, family, len(members), fit(members, weights), held_out, alone))
+    return fits
+
+
+def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], cluster: str
+                       ) -> tuple[Any, dict[str, Any]]:
+    """An `EstimateResult` of a `Case`, calibrated on a cluster's runs: (the result with calibrated step time,
+    tokens/s, TFLOP/s, MFU and breakdown; the `calibration_from_history` object that names the cluster, the
+    uncalibrated figures, the corrections, the runs used and the band)."""
+    from megapilot.estimate.coverage import family_of, precision_class
+
+    p = case.parallel
+    key = RunKey(model=case.model.name, family=family_of(case.model), precision=precision_class(
+        case.training.precision), gpu=case.cluster.gpu.name, gpus=case.cluster.world_size, tp=p.tp, pp=p.pp, cp=p.cp,
+        ep=p.ep, vpp=p.vpp or 1, mbs=p.mbs, gbs=case.training.global_batch_size, seq_len=case.training.seq_length)
+    multi_node = case.cluster.num_nodes > 1
+    components = StepComponents.from_breakdown(result.time_breakdown_s, result.step_time_s, multi_node=multi_node)
+    calibrated = calibrate(key, components, runs)
+    factor = calibrated.factor
+    about = {
+        "cluster": cluster, "applied": calibrated.applied, "reason": calibrated.reason,
+        "uncalibrated": {"step_time_s": result.step_time_s, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
+                         "tflops_per_gpu": result.tflops_per_gpu, "mfu": result.mfu},
+        "corrections": {"compute": calibrated.corrections.compute,
+                        "scaleup_comm": calibrated.corrections.scaleup_comm,
+                        "scaleout_comm": calibrated.corrections.scaleout_comm,
+                        "overhead_s": calibrated.corrections.overhead_s},
+        "runs_used": [{"id": run_id, "weight": weight} for run_id, weight in
+                      zip(calibrated.runs_used, calibrated.weights, strict=True)],
+        "band_pct": None if calibrated.band is None else round(100 * calibrated.band, 2),
+        "held_out_median_pct": _pct_or_none(calibrated.held_out.median),
+        "uncalibrated_held_out_median_pct": _pct_or_none(calibrated.held_out.uncalibrated_median),
+    }
+    if not calibrated.applied:
+        return result, about
+    breakdown = scaled_breakdown(result.time_breakdown_s, calibrated.corrections, multi_node=multi_node)
+    breakdown["overhead"] = breakdown.pop("fixed")  # the per-step time the runs show beyond every modelled term
+    updated = result.model_copy(update={
+        "step_time_s": calibrated.step_time_s, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu / factor,
+        "tflops_per_gpu": result.tflops_per_gpu / factor, "mfu": result.mfu / factor,
+        "time_breakdown_s": {k: round(v, 6) for k, v in breakdown.items()}})
+    return updated, about
+
+
+def _pct_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else round(100 * value, 2)
+
+
+def single_factor(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun]) -> float:
+    """The baseline: the step scaled by the median measured / predicted ratio of the runs of the same model, GPU
+    and precision (the uncalibrated step when there is none)."""
+    ratios = [r.measured_step_time_s / r.predicted.total_s for r in runs
+              if r.key.model == key.model and r.key.gpu.lower() == key.gpu.lower() and r.key.precision == key.precision]
+    return predicted.total_s * (statistics.median(ratios) if ratios else 1.0)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile (NaN for none)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    pairs = sorted(zip(values, weights, strict=True))
+    half = sum(weights) / 2
+    running = 0.0
+    for value, weight in pairs:
+        running += weight
+        if running >= half:
+            return value
+    return pairs[-1][0]
+
+
+def without(runs: Iterable[MeasuredRun], run_id: str) -> list[MeasuredRun]:
+    """The runs, less one (a run is never calibrated on itself)."""
+    return [r for r in runs if r.run_id != run_id]
+
+
+__all__ = [
+    "NONE",
+    "Calibrated",
+    "Corrections",
+    "GroupFit",
+    "HeldOut",
+    "MeasuredRun",
+    "RunKey",
+    "StepComponents",
+    "calibrate",
+    "calibrate_estimate",
+    "cluster_fits",
+    "fit",
+    "leave_one_out",
+    "nearness",
+    "quantile",
+    "scaled_breakdown",
+    "single_factor",
+    "without",
+]

@@ -1,0 +1,193 @@
+"""`megapilot history import FILE...`: measured runs from outside, into a cluster's history.
+
+Accepted files:
+    records   a JSON list, or JSON Lines, of objects with the keys of an `estimate --batch` case (`model`, `gpu`,
+              `gpus`, `gpus_per_node`, `tp`, `pp`, `cp`, `ep`, `vpp`, `mbs`, `gbs`, `seq_len`, `precision`,
+              `recompute`, `fsdp`, ...) plus `"measured": {...}` (any of tokens_per_s_per_gpu, step_time_s,
+              tflops_per_gpu, peak_memory_gib), `"cluster": NAME` (or --cluster), optional `"software":
+              {"container": ..., "megatron": ...}` and `"id"`;
+    run decks megapilot's `megatron_run_deck.json` and CVS's Megatron Run Deck: one run per cell that passed or was
+              recorded (its model, GPU, nodes, layout and `actuals`); CVS cells carry no sequence length, so
+              `--seq-len` (or the record default) gives it.
+A bad record is refused alone, one line naming the record and the field; the good ones are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from megapilot.errors import MegapilotError
+from megapilot.store.measured import MEASURED_KEYS, MeasuredRow, from_case
+
+NOT_FLAGS = ("measured", "cluster", "software", "id", "name", "source", "notes")
+# A run deck cell's actuals, as the measured keys of a record (CVS's names; megapilot's deck uses the same).
+DECK_ACTUALS = {
+    "training.tokens_per_gpu": ("tokens_per_s_per_gpu", 1.0),
+    "training.throughput_per_gpu": ("tflops_per_gpu", 1.0),
+    "training.elapsed_time_per_iteration": ("step_time_s", 1e-3),  # ms (CVS's unit table says s; the value is ms)
+    "training.max_allocated_gib": ("peak_memory_gib", 1.0),
+}
+CVS_GPUS_PER_NODE = 8  # CVS's deck names nodes only; its suite runs 8 GPUs per node
+IMPORTABLE_STATUS = ("pass", "record")
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A record that was not imported, and why: one line naming the record and the field."""
+
+    record: str
+    field: str
+    problem: str
+
+    def line(self) -> str:
+        return f"{self.record}: {self.field}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class ImportOutcome:
+    kept: list[MeasuredRow]
+    refused: list[Refused]
+
+
+def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Mapping[str, object] | None = None
+                 ) -> ImportOutcome:
+    """Every record of every file, estimated and paired with its measurement; bad ones refused one by one."""
+    kept: list[MeasuredRow] = []
+    refused: list[Refused] = []
+    now = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    for path in paths:
+        try:
+            records = read_records(path)
+        except MegapilotError as exc:
+            refused.append(Refused(str(path), exc.field or "file", exc.problem))
+            continue
+        for name, raw in records:
+            try:
+                kept.append(_row(name, raw, path, cluster, defaults or {}, now))
+            except MegapilotError as exc:
+                refused.append(Refused(name, exc.field or "record", exc.problem + (f" ({exc.fix})" if exc.fix else "")))
+    return ImportOutcome(kept, refused)
+
+
+def read_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(name, record) pairs of a file: a JSON list, JSON Lines, or a run deck (one record per importable cell)."""
+    if not path.is_file():
+        raise MegapilotError(f"{path} is not a file", field="FILE", fix="pass JSON, JSON Lines or run deck files")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        return _json_lines(path, text)
+    if isinstance(whole, dict) and isinstance(whole.get("cells"), list):
+        return _deck_records(path, whole)
+    if isinstance(whole, dict):
+        whole = [whole]
+    if not isinstance(whole, list):
+        raise MegapilotError(f"{path} holds a JSON {type(whole).__name__}", field="FILE",
+                             fix="give a list of records, JSON Lines, or a run deck")
+    return [(f"{path.name}[{index}]", record) for index, record in enumerate(whole)]
+
+
+def _json_lines(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    records: list[tuple[str, dict[str, Any]]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((f"{path.name}:{number}", json.loads(line)))
+        except ValueError as exc:
+            records.append((f"{path.name}:{number}", {"_unreadable": str(exc)}))
+    return records
+
+
+def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A megapilot or CVS run deck: each cell that passed or was recorded, as a record."""
+    nodes = _deck_nodes(deck)
+    records: list[tuple[str, dict[str, Any]]] = []
+    for index, cell in enumerate(deck["cells"]):
+        if not isinstance(cell, dict):
+            continue
+        name = f"{path.name} cell {cell.get('cell_id', index)}"
+        status = str(cell.get("status", "pass")).lower()
+        if status not in IMPORTABLE_STATUS:
+            records.append((name, {"_refused": ("status", f"the cell's status is {status}: not a measurement "
+                                                          "to calibrate on")}))
+            continue
+        cell_nodes = int(cell.get("nodes") or nodes or 1)
+        per_node = int(cell.get("gpus_per_node") or CVS_GPUS_PER_NODE)
+        record: dict[str, Any] = {"model": cell.get("model"), "gpu": cell.get("gpu"), "gpus": cell_nodes * per_node,
+                                  "gpus_per_node": per_node}
+        for key in ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs"):
+            if cell.get(key) is not None:
+                record[key] = cell[key]
+        if cell.get("seq_length") is not None:
+            record["seq_len"] = cell["seq_length"]
+        if cell.get("precision"):
+            record["precision"] = str(cell["precision"]).lower()
+        actuals = cell.get("actuals") or {}
+        record["measured"] = {key: actuals[metric] * scale for metric, (key, scale) in DECK_ACTUALS.items()
+                              if isinstance(actuals.get(metric), (int, float)) and actuals[metric] > 0}
+        records.append((name, record))
+    return records
+
+
+def _deck_nodes(deck: Mapping[str, Any]) -> int | None:
+    """Nodes from CVS's run card rows (`["Nodes", "2", false]`; megapilot's reads "2 x 8 GPUs")."""
+    for row in deck.get("run_card_display") or []:
+        if isinstance(row, (list, tuple)) and len(row) >= 2 and str(row[0]).lower() == "nodes":
+            head = str(row[1]).split()[0] if str(row[1]).split() else ""
+            if head.isdigit():
+                return int(head)
+    return None
+
+
+def _row(name: str, raw: object, path: Path, cluster: str | None, defaults: Mapping[str, object], now: str
+         ) -> MeasuredRow:
+    from megapilot.estimate.cases import CaseFlags, case_from
+
+    if not isinstance(raw, dict):
+        raise MegapilotError(f"is a JSON {type(raw).__name__}, not an object", field="record",
+                             fix="give one object per record")
+    if "_unreadable" in raw:
+        raise MegapilotError(f"not JSON ({raw['_unreadable']})", field="line", fix="one JSON object per line")
+    if "_refused" in raw:
+        field, problem = raw["_refused"]
+        raise MegapilotError(problem, field=field)
+    measured = _measured(raw.get("measured"))
+    run_cluster = raw.get("cluster") or cluster
+    if not isinstance(run_cluster, str) or not run_cluster.strip():
+        raise MegapilotError("no cluster", field="cluster",
+                             fix="give \"cluster\": NAME in the record or --cluster NAME")
+    software = raw.get("software") or {}
+    if not isinstance(software, dict):
+        raise MegapilotError("must be an object", field="software", fix='e.g. {"container": "nemo:25.09"}')
+    flags = {**{k: v for k, v in defaults.items() if v is not None},
+             **{k: v for k, v in raw.items() if k not in NOT_FLAGS and v is not None}}
+    case = case_from(CaseFlags.parse(flags))
+    row_id = str(raw.get("id") or raw.get("name") or f"{path.name}#{name}")
+    return from_case(row_id, run_cluster.strip(), str(path), case, flags, measured, software, now)
+
+
+def _measured(raw: object) -> dict[str, float]:
+    if not isinstance(raw, dict) or not raw:
+        raise MegapilotError("no measurement", field="measured",
+                             fix=f"give \"measured\": {{...}} with any of {', '.join(MEASURED_KEYS)}")
+    measured: dict[str, float] = {}
+    for key, value in raw.items():
+        if key not in MEASURED_KEYS:
+            raise MegapilotError(f"unknown key {key!r}", field=f"measured.{key}",
+                                 fix=f"use {', '.join(MEASURED_KEYS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise MegapilotError(f"{value!r} is not a positive number", field=f"measured.{key}",
+                                 fix="give the measured figure as a number")
+        measured[key] = float(value)
+    return measured
+
+
+__all__ = ["ImportOutcome", "Refused", "import_files", "read_records"]

@@ -1,0 +1,208 @@
+"""Measured runs by cluster: what the history keeps for calibration, from suite combos and from imported files.
+
+Every row is one measured run with the uncalibrated prediction of its own layout, made when it was recorded
+(suite combos: before they ran; imported runs: on import): step time split into the components the calibration
+corrects, tokens/s, TFLOP/s and memory, beside what was measured. `to_calibration_run` turns a row into the
+`megapilot.estimate.history_calibration.MeasuredRun` the calibration fits on. `from_combo` and `from_case` build
+rows; `megapilot.store.history.History` writes and reads them (table `measured_runs`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from megapilot.suite.results import ComboResult, SuiteResult, Verdict
+
+if TYPE_CHECKING:
+    from megapilot.estimate.cases import Case
+    from megapilot.estimate.history_calibration import MeasuredRun
+
+MEASURED_KEYS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "peak_memory_gib")
+COLUMNS = ("id", "cluster", "origin", "source", "verdict", "recorded_at", "model", "family", "precision", "gpu",
+           "gpus", "tp", "pp", "cp", "ep", "vpp", "mbs", "gbs", "seq_len", "multi_node", "case_json",
+           "software_json", "predicted_step_time_s", "predicted_compute_s", "predicted_bubble_s",
+           "predicted_scaleup_comm_s", "predicted_scaleout_comm_s", "predicted_fixed_s",
+           "predicted_tokens_per_s_per_gpu", "predicted_tflops_per_gpu", "predicted_memory_gib",
+           "measured_step_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_memory_gib")
+# A suite combo's measured figures, by the metric that measures them (the first present wins).
+_COMBO_METRICS = {
+    "step_time_s": ("training.step_time_p50_ms", "training.elapsed_time_per_iteration"),
+    "tokens_per_s_per_gpu": ("training.tokens_per_gpu",),
+    "tflops_per_gpu": ("training.throughput_per_gpu",),
+    "memory_gib": ("training.max_allocated_gib",),
+}
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One measured run of a cluster and the uncalibrated prediction of its layout (seconds, per GPU)."""
+
+    id: str
+    cluster: str
+    origin: str  # suite / import
+    source: str  # the suite run id, or the file imported
+    verdict: str
+    recorded_at: str
+    model: str
+    family: str
+    precision: str  # precision class: bf16 / fp8 / fp4
+    gpu: str
+    gpus: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int
+    mbs: int
+    gbs: int
+    seq_len: int
+    multi_node: bool
+    case: dict[str, Any] = field(default_factory=dict)
+    software: dict[str, Any] = field(default_factory=dict)
+    predicted_step_time_s: float | None = None
+    predicted_compute_s: float | None = None
+    predicted_bubble_s: float | None = None
+    predicted_scaleup_comm_s: float | None = None
+    predicted_scaleout_comm_s: float | None = None
+    predicted_fixed_s: float | None = None
+    predicted_tokens_per_s_per_gpu: float | None = None
+    predicted_tflops_per_gpu: float | None = None
+    predicted_memory_gib: float | None = None
+    measured_step_time_s: float | None = None
+    measured_tokens_per_s_per_gpu: float | None = None
+    measured_tflops_per_gpu: float | None = None
+    measured_memory_gib: float | None = None
+
+    def values(self) -> tuple[object, ...]:
+        raw = asdict(self)
+        raw["multi_node"] = int(self.multi_node)
+        raw["case_json"] = json.dumps(raw.pop("case"), sort_keys=True)
+        raw["software_json"] = json.dumps(raw.pop("software"), sort_keys=True)
+        return tuple(_finite(raw[name]) for name in COLUMNS)
+
+    @classmethod
+    def from_values(cls, row: tuple[Any, ...]) -> MeasuredRow:
+        raw = dict(zip(COLUMNS, row, strict=True))
+        raw["multi_node"] = bool(raw["multi_node"])
+        raw["case"] = json.loads(raw.pop("case_json") or "{}")
+        raw["software"] = json.loads(raw.pop("software_json") or "{}")
+        return cls(**raw)
+
+    @property
+    def calibrates(self) -> bool:
+        """Usable by the calibration: a measured and a predicted step, from a run that did not fail."""
+        return bool(self.measured_step_time_s and self.predicted_step_time_s and self.verdict != Verdict.FAIL.value)
+
+
+def _finite(value: object) -> object:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def to_calibration_run(row: MeasuredRow) -> MeasuredRun:
+    from megapilot.estimate.history_calibration import MeasuredRun, RunKey, StepComponents
+
+    key = RunKey(model=row.model, family=row.family, precision=row.precision, gpu=row.gpu, gpus=row.gpus, tp=row.tp,
+                 pp=row.pp, cp=row.cp, ep=row.ep, vpp=row.vpp, mbs=row.mbs, gbs=row.gbs, seq_len=row.seq_len)
+    components = StepComponents(row.predicted_compute_s or 0.0, row.predicted_bubble_s or 0.0,
+                                row.predicted_scaleup_comm_s or 0.0, row.predicted_scaleout_comm_s or 0.0,
+                                row.predicted_fixed_s or 0.0)
+    return MeasuredRun(row.id, key, components, row.measured_step_time_s or 0.0)
+
+
+# ---- rows from a suite combo ------------------------------------------------------------------------------
+
+def from_combo(result: SuiteResult, combo: ComboResult, recorded_at: str) -> MeasuredRow | None:
+    """A suite combo as a measured run of its cluster; None without a cluster, a prediction or a measurement."""
+    from megapilot.estimate.coverage import precision_class
+    from megapilot.estimate.history_calibration import StepComponents
+
+    predicted = combo.predicted
+    cluster = result.card.cluster_name
+    if cluster is None or predicted is None or not predicted.uncalibrated_step_time_ms or not predicted.device:
+        return None
+    measured = {name: _combo_value(combo, metrics) for name, metrics in _COMBO_METRICS.items()}
+    if measured["step_time_s"] is None and measured["tokens_per_s_per_gpu"] is None:
+        return None
+    step_ms = measured["step_time_s"]
+    terms_s = {name: value / 1000 for name, value in predicted.uncalibrated_components_ms.items()}
+    step_s = predicted.uncalibrated_step_time_ms / 1000
+    multi_node = combo.nodes > 1
+    components = StepComponents.from_breakdown(terms_s, step_s, multi_node=multi_node)
+    world = combo.nodes * combo.gpus_per_node
+    factor = predicted.step_time_ms / predicted.uncalibrated_step_time_ms if predicted.step_time_ms else 1.0
+    return MeasuredRow(
+        id=f"{result.run_id}/{combo.key}", cluster=cluster, origin="suite", source=result.run_id,
+        verdict=combo.verdict.value, recorded_at=recorded_at, model=result.card.model, family=predicted.family,
+        precision=precision_class((combo.precision or "bf16").lower()), gpu=predicted.device, gpus=world,
+        tp=combo.tp, pp=combo.pp, cp=combo.cp, ep=combo.ep, vpp=combo.vpp or 1, mbs=combo.mbs or 1,
+        gbs=combo.gbs or 1, seq_len=combo.seq_length or 1, multi_node=multi_node,
+        case={"model": result.card.model, "gpu": predicted.device, "gpus": world, "tp": combo.tp, "pp": combo.pp,
+              "cp": combo.cp, "ep": combo.ep, "mbs": combo.mbs, "gbs": combo.gbs, "seq_len": combo.seq_length,
+              "precision": (combo.precision or "bf16").lower()},
+        predicted_step_time_s=step_s, predicted_compute_s=components.compute_s,
+        predicted_bubble_s=components.bubble_s, predicted_scaleup_comm_s=components.scaleup_comm_s,
+        predicted_scaleout_comm_s=components.scaleout_comm_s, predicted_fixed_s=components.fixed_s,
+        predicted_tokens_per_s_per_gpu=predicted.uncalibrated_tokens_per_s_per_gpu,
+        predicted_tflops_per_gpu=(predicted.tflops_per_gpu or 0) * factor or None,
+        predicted_memory_gib=predicted.memory_gib,
+        measured_step_time_s=step_ms / 1000 if step_ms is not None else _step_from_tokens(
+            combo, measured["tokens_per_s_per_gpu"]),
+        measured_tokens_per_s_per_gpu=measured["tokens_per_s_per_gpu"],
+        measured_tflops_per_gpu=measured["tflops_per_gpu"], measured_memory_gib=measured["memory_gib"])
+
+
+def _combo_value(combo: ComboResult, metrics: tuple[str, ...]) -> float | None:
+    for name in metrics:
+        value = combo.actual(name)
+        if value is not None and math.isfinite(value) and value > 0:
+            return value
+    return None
+
+
+def _step_from_tokens(combo: ComboResult, tokens_per_s_per_gpu: float | None) -> float | None:
+    if not tokens_per_s_per_gpu or not combo.gbs or not combo.seq_length:
+        return None
+    return combo.gbs * combo.seq_length / (tokens_per_s_per_gpu * combo.nodes * combo.gpus_per_node)
+
+
+# ---- rows from a case and its measurement (imports) -------------------------------------------------------
+
+def from_case(row_id: str, cluster: str, source: str, case: Case, flags: Mapping[str, object],
+              measured: Mapping[str, float], software: Mapping[str, Any], recorded_at: str) -> MeasuredRow:
+    """An imported run: the case estimated now (uncalibrated), its measured step from whichever figure it gives
+    (step time, else tokens/s, else TFLOP/s through the model's FLOPs per step)."""
+    from megapilot.estimate import estimate
+    from megapilot.estimate.coverage import family_of, precision_class
+    from megapilot.estimate.history_calibration import StepComponents
+
+    result = estimate(case.model, case.cluster, case.training, case.parallel, case.options,
+                      allow_tp_across_nodes=case.allow_tp_across_nodes)
+    world = case.cluster.world_size
+    multi_node = case.cluster.num_nodes > 1
+    components = StepComponents.from_breakdown(result.time_breakdown_s, result.step_time_s, multi_node=multi_node)
+    step_s = measured.get("step_time_s")
+    if step_s is None and measured.get("tokens_per_s_per_gpu"):
+        step_s = case.training.tokens_per_step / (measured["tokens_per_s_per_gpu"] * world)
+    if step_s is None and measured.get("tflops_per_gpu"):
+        step_s = result.flops_per_step / (measured["tflops_per_gpu"] * 1e12 * world)
+    p = case.parallel
+    return MeasuredRow(
+        id=row_id, cluster=cluster, origin="import", source=source, verdict=Verdict.RECORD.value,
+        recorded_at=recorded_at, model=case.model.name, family=family_of(case.model),
+        precision=precision_class(case.training.precision), gpu=case.cluster.gpu.name, gpus=world, tp=p.tp, pp=p.pp,
+        cp=p.cp, ep=p.ep, vpp=p.vpp or 1, mbs=p.mbs, gbs=case.training.global_batch_size,
+        seq_len=case.training.seq_length, multi_node=multi_node, case=dict(flags), software=dict(software),
+        predicted_step_time_s=result.step_time_s, predicted_compute_s=components.compute_s,
+        predicted_bubble_s=components.bubble_s, predicted_scaleup_comm_s=components.scaleup_comm_s,
+        predicted_scaleout_comm_s=components.scaleout_comm_s, predicted_fixed_s=components.fixed_s,
+        predicted_tokens_per_s_per_gpu=result.tokens_per_s_per_gpu, predicted_tflops_per_gpu=result.tflops_per_gpu,
+        predicted_memory_gib=result.memory_gib.total, measured_step_time_s=step_s,
+        measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
+        measured_tflops_per_gpu=measured.get("tflops_per_gpu"), measured_memory_gib=measured.get("peak_memory_gib"))
+
+
+__all__ = ["COLUMNS", "MEASURED_KEYS", "MeasuredRow", "from_case", "from_combo", "to_calibration_run"]

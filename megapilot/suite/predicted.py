@@ -1,0 +1,247 @@
+"""Predicted vs measured for a combo: the estimate made before it ran, where the measurement departs from it, and
+the `predicted` threshold kind that gates on it.
+
+`predict_combo` estimates the combo's exact layout on its GPU (this machine's CPU, measured, for a CPU suite) and,
+with the cluster's runs from the history, calibrates it (`megapilot.estimate.history_calibration`); the uncalibrated
+figures stay beside the calibrated ones. `departure` says by how much the step departs and in which component:
+Megatron's timers when the log has them (forward-backward against compute + TP/CP/EP/PP communication + bubble,
+the data-parallel gradient sync against the exposed DP time, the optimizer against the optimizer step), else the
+total step. `PredictedThreshold` is the `predicted` kind: `{"kind": "predicted", "min_ratio": 0.9}` on tokens/s,
+step time or memory passes when the measurement is at least `min_ratio` of the prediction in the good direction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from megapilot.errors import MegapilotError
+from megapilot.suite.results import Prediction, Verdict
+
+if TYPE_CHECKING:
+    from megapilot.estimate.history_calibration import MeasuredRun, RunKey, StepComponents
+    from megapilot.spec import ClusterSpec, EstimateResult, GPUSpec, SavedPlan
+
+# The step-time model's terms each Megatron timer measures, and the timer in words.
+TIMER_TERMS: dict[str, tuple[tuple[str, ...], str]] = {
+    "forward-backward": (("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble",
+                          "cpu_offload"), "forward-backward time"),
+    "all-grads-sync": (("dp_comm",), "data-parallel time"),
+    "grads-all-reduce": (("dp_comm",), "data-parallel time"),
+    "grads-reduce-scatter": (("dp_comm",), "data-parallel time"),
+    "optimizer": (("optimizer", "fixed"), "optimizer-step time"),
+}
+DEPARTED_RATIO = 1.25  # a timer this far from its prediction (either way) is named as where the step departs
+MIN_PREDICTED_MS = 1e-3  # a term predicted at (almost) nothing has no ratio
+
+
+@dataclass(frozen=True)
+class PredictedMetric:
+    """A metric the `predicted` kind gates, the Prediction field it is compared with, and its good direction."""
+
+    field: str
+    higher_is_better: bool
+    words: str
+
+
+PREDICTED_METRICS: dict[str, PredictedMetric] = {
+    "training.tokens_per_gpu": PredictedMetric("tokens_per_s_per_gpu", True, "tokens/s/GPU"),
+    "training.throughput_per_gpu": PredictedMetric("tflops_per_gpu", True, "TFLOP/s/GPU"),
+    "training.mfu_pct": PredictedMetric("mfu_pct", True, "MFU"),
+    "training.elapsed_time_per_iteration": PredictedMetric("step_time_ms", False, "step time"),
+    "training.step_time_p50_ms": PredictedMetric("step_time_ms", False, "step time"),
+    "training.max_allocated_gib": PredictedMetric("memory_gib", False, "memory"),
+}
+
+
+# ---- the prediction ---------------------------------------------------------------------------------------
+
+def predict_combo(plan: SavedPlan, gpu: GPUSpec | None, runs: Sequence[MeasuredRun] = (),
+                  *, calibrate: bool = True) -> Prediction:
+    """The estimator's view of this combo before it runs; `gpu` None: this machine's CPU (measured)."""
+    from megapilot.estimate import estimate
+    from megapilot.spec import ClusterSpec
+
+    try:
+        device = gpu
+        if device is None:
+            from megapilot.catalog.host import host_cpu
+
+            device = host_cpu()
+        cluster = ClusterSpec(gpu=device, num_nodes=plan.cluster.num_nodes, gpus_per_node=plan.cluster.gpus_per_node)
+        result = estimate(plan.model, cluster, plan.training, plan.parallel)
+    except (MegapilotError, ValueError, ArithmeticError) as exc:  # a combo the estimator cannot price still runs
+        return Prediction(note=f"not estimated: {exc}")
+    return calibrated_prediction(plan, cluster, result, runs if calibrate else ())
+
+
+def calibrated_prediction(plan: SavedPlan, cluster: ClusterSpec, result: EstimateResult,
+                          runs: Sequence[MeasuredRun]) -> Prediction:
+    """The estimate as a Prediction, calibrated on `runs` (none: the uncalibrated one)."""
+    from megapilot.estimate.coverage import family_of
+    from megapilot.estimate.history_calibration import calibrate, scaled_breakdown
+
+    key = run_key(plan, cluster.gpu.name)
+    multi_node = cluster.num_nodes > 1
+    breakdown = with_fixed(result.time_breakdown_s, result.step_time_s)
+    components = components_of(breakdown, result.step_time_s, multi_node)
+    calibration = calibrate(key, components, runs)
+    factor = calibration.factor
+    calibrated = scaled_breakdown(breakdown, calibration.corrections, multi_node=multi_node)
+    step_s = calibration.step_time_s
+    note = "" if calibration.applied else ("uncalibrated: " + calibration.reason if runs else "")
+    return Prediction(
+        step_time_ms=round(step_s * 1000, 3), tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu / factor, 2),
+        tflops_per_gpu=round(result.tflops_per_gpu / factor, 4), mfu_pct=round(result.mfu * 100 / factor, 2),
+        memory_gib=round(result.memory_gib.total, 2), note=note, device=cluster.gpu.name,
+        family=family_of(plan.model), components_ms=_ms(calibrated),
+        uncalibrated_step_time_ms=round(result.step_time_s * 1000, 3),
+        uncalibrated_tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu, 2),
+        uncalibrated_components_ms=_ms(breakdown),
+        calibration=calibration.reason if runs else "no runs of this cluster in the history yet",
+        calibration_runs=list(calibration.runs_used) if calibration.applied else [],
+        band_pct=round(100 * calibration.band, 1) if calibration.band is not None and calibration.applied else None)
+
+
+def run_key(plan: SavedPlan, gpu_name: str) -> RunKey:
+    from megapilot.estimate.coverage import family_of, precision_class
+    from megapilot.estimate.history_calibration import RunKey
+
+    p = plan.parallel
+    return RunKey(model=plan.model.name, family=family_of(plan.model), precision=precision_class(
+        plan.training.precision), gpu=gpu_name, gpus=plan.cluster.world_size, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
+        vpp=p.vpp or 1, mbs=p.mbs, gbs=plan.training.global_batch_size, seq_len=plan.training.seq_length)
+
+
+def with_fixed(breakdown_s: Mapping[str, float], step_time_s: float) -> dict[str, float]:
+    """The breakdown plus `fixed`: the part of the step no term names, so that the terms add up to the step."""
+    terms = dict(breakdown_s)
+    exposed = sum(terms.values())
+    terms["fixed"] = max(0.0, step_time_s - exposed)
+    return terms
+
+
+def components_of(breakdown_s: Mapping[str, float], step_time_s: float, multi_node: bool) -> StepComponents:
+    from megapilot.estimate.history_calibration import StepComponents
+
+    return StepComponents.from_breakdown(breakdown_s, step_time_s, multi_node=multi_node)
+
+
+def _ms(terms: Mapping[str, float]) -> dict[str, float]:
+    return {name: round(value * 1000, 4) for name, value in terms.items()}
+
+
+# The step's components as the report and JUnit name them, and the model terms behind each.
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    "compute": ("compute", "recompute", "cpu_offload"),
+    "exposed_comm": ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"),
+    "pipeline_bubble": ("pp_bubble",),
+    "fixed_overheads": ("optimizer", "fixed", "overhead"),
+}
+
+
+def components_ms(prediction: Prediction) -> dict[str, float]:
+    """The predicted step in four components (compute, exposed communication, pipeline bubble, fixed overheads)."""
+    terms = prediction.components_ms
+    return {name: round(sum(terms.get(t, 0.0) for t in members), 4) for name, members in COMPONENTS.items()}
+
+
+# ---- where the measurement departs ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Departure:
+    """How far the measured step is from the prediction, and the component that departs most."""
+
+    step_pct: float | None  # (measured - predicted) / predicted x 100, step time
+    component: str | None  # the timer in words ("data-parallel time"), None without timers
+    ratio: float | None  # measured timer / its predicted terms
+    sentence: str
+
+
+def departure(prediction: Prediction | None, measured_step_ms: float | None,
+              timers_ms: Mapping[str, float]) -> Departure | None:
+    """None when there is nothing to compare (no prediction or no measured step)."""
+    if prediction is None or prediction.step_time_ms is None or not measured_step_ms or \
+            not math.isfinite(measured_step_ms):
+        return None
+    step_pct = (measured_step_ms - prediction.step_time_ms) / prediction.step_time_ms * 100
+    way = "slower" if step_pct >= 0 else "faster"
+    head = f"step {abs(step_pct):.0f} % {way} than predicted"
+    # the timer that explains most of the step's departure: the largest excess (or shortfall) in milliseconds, not
+    # the largest ratio (a 4 ms optimizer step measured at 14 ms is 3.4x, and 10 ms of a 2 s departure)
+    worst: tuple[float, str, float] | None = None
+    for timer, (terms, words) in TIMER_TERMS.items():
+        measured = timers_ms.get(timer)
+        predicted = sum(prediction.components_ms.get(term, 0.0) for term in terms)
+        if measured is None or predicted < MIN_PREDICTED_MS:
+            continue
+        excess_ms = abs(measured - predicted)
+        if worst is None or excess_ms > worst[0]:
+            worst = (excess_ms, words, measured / predicted)
+    if worst is None:
+        tail = ("; the log has no Megatron timers (--timing-log-level 1) to say in which component"
+                if abs(step_pct) >= (DEPARTED_RATIO - 1) * 100 else "")
+        return Departure(step_pct, None, None, head + tail)
+    _, words, ratio = worst
+    if max(ratio, 1 / ratio) < DEPARTED_RATIO:
+        return Departure(step_pct, None, None, head + "; every timed component within "
+                         f"{(DEPARTED_RATIO - 1) * 100:.0f} % of its prediction")
+    return Departure(step_pct, words, ratio, f"{head}; the measured {words} is {ratio:.1f}x its prediction")
+
+
+# ---- the `predicted` threshold kind -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PredictedOutcome:
+    verdict: Verdict
+    reason: str
+    margin_pct: float | None
+
+
+class PredictedThreshold:
+    """`{"kind": "predicted", "min_ratio": 0.9}`: the measurement within `min_ratio` of the calibrated prediction,
+    in the metric's good direction (tokens/s at least 0.9x predicted; step time and memory at most 1/0.9x)."""
+
+    kind = "predicted"
+
+    @staticmethod
+    def describe(min_ratio: float) -> str:
+        return f">= {min_ratio:g} x predicted"
+
+    @staticmethod
+    def judge(name: str, value: float, min_ratio: float, prediction: Prediction | None,
+              why: Departure | None) -> PredictedOutcome:
+        metric = PREDICTED_METRICS.get(name)
+        if metric is None:
+            known = ", ".join(PREDICTED_METRICS)
+            return PredictedOutcome(Verdict.FAIL, f"megapilot predicts no {name}: gate one of {known}", None)
+        predicted = getattr(prediction, metric.field) if prediction is not None else None
+        if prediction is None or predicted is None or not predicted > 0:
+            note = prediction.note if prediction is not None and prediction.note else "no prediction for this combo"
+            return PredictedOutcome(Verdict.RECORD, f"not gated: {note}", None)
+        if not prediction.calibration_runs:  # physics alone is no gate: the cluster's own runs make it one
+            return PredictedOutcome(Verdict.RECORD, f"not gated: the prediction is not calibrated on this cluster yet "
+                                                    f"({prediction.calibration or 'no runs'}); recorded, it "
+                                                    "calibrates the next run's", None)
+        ratio = value / predicted if metric.higher_is_better else predicted / value if value > 0 else math.inf
+        passed = ratio >= min_ratio
+        text = (f"{value:g} is {value / predicted:.2f}x the calibrated prediction {predicted:g} "
+                f"({'>=' if passed else '<'} {min_ratio:g} in the good direction)")
+        if not passed and why is not None:
+            text += f": {why.sentence}"
+        return PredictedOutcome(Verdict.PASS if passed else Verdict.FAIL, text,
+                                (ratio - min_ratio) / min_ratio * 100 if min_ratio else None)
+
+
+__all__ = [
+    "COMPONENTS",
+    "PREDICTED_METRICS",
+    "Departure",
+    "PredictedThreshold",
+    "calibrated_prediction",
+    "components_ms",
+    "departure",
+    "predict_combo",
+]

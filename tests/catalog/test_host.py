@@ -1,0 +1,48 @@
+"""This machine's CPU as a device: measured by real probes, cached per machine, measured again on demand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from megapilot.catalog import host
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(host.CACHE_ENV, str(tmp_path))
+    host._host_cpu_cached.cache_clear()
+    yield tmp_path
+    host._host_cpu_cached.cache_clear()
+
+
+def test_the_cpu_is_measured_once_and_read_from_the_cache_after(cache):
+    spec = host.host_cpu()
+    assert spec.architecture == "cpu" and spec.alias == "cpu"
+    assert spec.bf16_dense_tflops > 0 and spec.hbm_bw_tbps > 0
+    assert spec.scaleup_bw_gbps == pytest.approx(spec.hbm_bw_tbps * 1000 / host.GLOO_MEMORY_PASSES)
+    path = host.cache_path()
+    assert path.parent == cache and path.is_file()
+    # the cache is what a later call reads (written here with rates no probe would give)
+    path.write_text(json.dumps({"matmul_tflops": 123.0, "memory_tbps": 4.5}))
+    assert host.host_cpu().bf16_dense_tflops == 123.0
+    # measuring again replaces it
+    assert host.host_cpu(remeasure=True).bf16_dense_tflops < 100
+    assert json.loads(path.read_text())["matmul_tflops"] < 100
+
+
+def test_the_estimator_predicts_a_run_on_the_cpu(cache):
+    from megapilot.catalog.gpus import get_gpu
+    from megapilot.estimate import build_case, estimate
+
+    assert get_gpu("CPU").architecture == "cpu"
+    case = build_case(model="tiny", gpu="cpu", gpus=2, seq_len=128, gbs=8, mbs=1)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.step_time_s > 0 and result.tokens_per_s_per_gpu > 0
+
+
+def test_gpus_lists_the_cpu_and_measures_it_again_on_demand(cli, cache):
+    rows = cli("gpus", "--json", "--measure-host").json()
+    cpu = [row for row in rows if row["alias"] == "cpu"]
+    assert len(cpu) == 1 and "measured on this machine" in cpu[0]["source"]

@@ -1,0 +1,120 @@
+"""`megapilot history import` from the CLI: JSON Lines of published rows, megapilot's run deck and CVS's run deck;
+then `estimate --cluster` calibrated on what was imported, and `history calibration` showing the fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from megapilot.report import render_report
+from tests.report.factory import suite_result
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "history_import"
+CLUSTER = "nvidia-dgx-gb200"
+
+
+@pytest.fixture
+def history(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "history.sqlite"
+    monkeypatch.setenv("MEGAPILOT_HISTORY", str(path))
+    return path
+
+
+def test_a_jsonl_of_published_rows_is_imported_and_a_bad_record_refused_alone(cli, history):
+    result = cli("history", "import", str(DATA / "published_rows.jsonl"), "--json")
+    assert result.exit_code == 0, result.stderr
+    answer = result.json()
+    assert [row["id"] for row in answer["imported"]] == [
+        "nemo-25.04-DGX-GB200-LLAMA3-8B", "nemo-25.07-DGX-GB200-LLAMA3-8B", "nemo-25.04-DGX-GB200-LLAMA3-70B",
+        "nemo-25.07-DGX-GB200-LLAMA3-70B"]
+    assert all(row["cluster"] == CLUSTER and row["predicted_step_time_s"] > 0 for row in answer["imported"])
+    # 128 x 8192 tokens per step over 8 GPUs at 33099 tokens/s/GPU
+    assert answer["imported"][0]["measured_step_time_s"] == pytest.approx(128 * 8192 / (8 * 33099))
+    [refused] = answer["refused"]
+    assert (refused["record"], refused["field"]) == ("published_rows.jsonl:5", "measured.tokens_per_second")
+    assert refused["problem"].startswith("unknown key 'tokens_per_second' (use tokens_per_s_per_gpu")
+    assert "refused published_rows.jsonl:5: measured.tokens_per_second" in result.stderr
+
+    # the cluster's runs now calibrate an estimate of another layout of the same model
+    estimate = cli("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--mbs", "2", "--gbs",
+                   "256", "--seq-len", "8192", "--precision", "fp8", "--cluster", CLUSTER, "--json").json()
+    about = estimate["calibration_from_history"]
+    assert about["applied"] and about["cluster"] == CLUSTER
+    assert {run["id"] for run in about["runs_used"]} >= {"nemo-25.04-DGX-GB200-LLAMA3-8B"}
+    assert about["band_pct"] is not None and about["held_out_median_pct"] <= about["uncalibrated_held_out_median_pct"]
+    assert estimate["tokens_per_s_per_gpu"] != pytest.approx(about["uncalibrated"]["tokens_per_s_per_gpu"])
+    # measured 31.7-33.1k tokens/s/GPU on 8 GPUs: the calibrated figure is within 10 % of them, the plain one is not
+    assert estimate["tokens_per_s_per_gpu"] == pytest.approx(32400, rel=0.1)
+    off = cli("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--mbs", "2", "--gbs", "256",
+              "--seq-len", "8192", "--precision", "fp8", "--cluster", CLUSTER, "--calibration", "none", "--json")
+    assert "calibration_from_history" not in off.json()
+
+    fits = cli("history", "calibration", "--cluster", CLUSTER, "--json").json()
+    group = fits["groups"][0]
+    assert (group["gpu"], group["precision"], group["family"], group["runs"]) == ("GB200", "fp8", "dense", 4)
+    assert group["held_out_median_pct"] < group["uncalibrated_median_pct"]
+
+
+def test_a_batch_line_names_its_cluster_and_an_unknown_cluster_is_refused(cli, history, tmp_path):
+    assert cli("history", "import", str(DATA / "published_rows.jsonl")).exit_code == 0
+    batch = tmp_path / "cases.jsonl"
+    batch.write_text(json.dumps({"model": "llama3.1-8b", "gpu": "gb200", "gpus": 8, "gbs": 128, "mbs": 2,
+                                 "seq_len": 8192, "precision": "fp8", "cluster": CLUSTER}) + "\n"
+                     + json.dumps({"model": "llama3.1-8b", "gpu": "gb200", "gpus": 8, "gbs": 128, "seq_len": 8192,
+                                   "cluster": "nowhere"}) + "\n")
+    result = cli("estimate", "--batch", str(batch), "--json")
+    first, second = result.json()
+    assert first["calibration_from_history"]["applied"]
+    assert second["field"] == "cluster" and "nowhere" in second["error"]
+    assert result.exit_code == 1
+
+
+def test_a_megapilot_run_deck_is_imported(cli, history, tmp_path):
+    result = suite_result(tmp_path)
+    result.card = result.card.model_copy(update={"model": "llama3.1-8b"})
+    files = render_report(result, tmp_path)
+    deck = files.run_deck
+    answer = cli("history", "import", str(deck), "--cluster", "lab-h100", "--json")
+    assert answer.exit_code == 0, answer.stderr
+    imported = answer.json()["imported"]
+    assert [row["cluster"] for row in imported] == ["lab-h100"]  # the passing cell; the failed one is refused
+    assert imported[0]["measured_step_time_s"] == pytest.approx(1.122)
+    refused = answer.json()["refused"]
+    assert len(refused) == 1 and refused[0]["field"] == "status"
+
+
+def test_a_cvs_run_deck_is_imported(cli, history, tmp_path):
+    # CVS's Megatron Run Deck payload (cvs/lib/report/profiles/megatron.json): nodes on the run card, no sequence
+    # length in a cell, elapsed time per iteration in ms
+    deck = {"schema_version": 1, "suite_id": "megatron", "cvs_version": "1.4.0", "overall_status": "pass",
+            "run_card_display": [["Model", "llama3.1-8b", False], ["GPU", "MI300X", False], ["Nodes", "1", False]],
+            "cells": [{"model": "llama3.1-8b", "gpu": "MI300X", "policy": "thresholds", "host": "cluster",
+                       "cell_id": "MBS=2,GBS=128,PRECISION=BF16", "label": "MBS=2,GBS=128,PRECISION=BF16",
+                       "mbs": 2, "gbs": 128, "precision": "BF16", "tp": 1, "pp": 1, "status": "pass",
+                       "actuals": {"training.throughput_per_gpu": 420.5, "training.tokens_per_gpu": 9100.0,
+                                   "training.elapsed_time_per_iteration": 14400.0}}]}
+    path = tmp_path / "megatron_run_deck.json"
+    path.write_text(json.dumps(deck))
+    missing = cli("history", "import", str(path), "--cluster", "mi300x-lab", "--json")
+    assert missing.exit_code == 2 and missing.json()["refused"][0]["field"] == "seq_len"
+    answer = cli("history", "import", str(path), "--cluster", "mi300x-lab", "--seq-len", "8192", "--json")
+    assert answer.exit_code == 0, answer.stderr
+    [row] = answer.json()["imported"]
+    assert row["gpu"] == "MI300X" and row["measured_step_time_s"] == pytest.approx(14.4)
+
+
+def test_plan_shows_each_layout_calibrated_on_the_cluster(cli, history):
+    assert cli("history", "import", str(DATA / "published_rows.jsonl")).exit_code == 0
+    args = ("plan", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--seq-len", "8192", "--gbs", "256",
+            "--precision", "fp8", "--top", "2", "--json")
+    plain = cli(*args).json()
+    calibrated = cli(*args, "--cluster", CLUSTER).json()
+    assert [c["parallel"] for c in calibrated["candidates"]] == [c["parallel"] for c in plain["candidates"]]
+    for before, after in zip(plain["candidates"], calibrated["candidates"], strict=True):
+        about = after["calibration_from_history"]
+        assert about["applied"]
+        plain_tokens = before["estimate"]["tokens_per_s_per_gpu"]
+        assert about["uncalibrated"]["tokens_per_s_per_gpu"] == pytest.approx(plain_tokens)
+        assert after["estimate"]["tokens_per_s_per_gpu"] > plain_tokens  # the cluster ran faster than predicted

@@ -1,0 +1,75 @@
+"""Predicted vs measured: where a measurement departs from its prediction, and the `predicted` threshold kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.suite.gates import evaluate
+from megapilot.suite.predicted import PredictedThreshold, components_ms, departure
+from megapilot.suite.results import Prediction, Verdict
+from megapilot.suite.thresholds import ThresholdSpec
+
+TERMS_MS = {"compute": 800.0, "recompute": 0.0, "tp_comm": 50.0, "pp_bubble": 0.0, "dp_comm": 100.0,
+            "optimizer": 40.0, "fixed": 10.0}
+
+
+def _prediction(*, calibrated: bool = True) -> Prediction:
+    return Prediction(step_time_ms=1000.0, tokens_per_s_per_gpu=4096.0, memory_gib=40.0, components_ms=TERMS_MS,
+                      calibration="calibrated on 2 run(s)" if calibrated else "no runs of this cluster yet",
+                      calibration_runs=["r1", "r2"] if calibrated else [])
+
+
+def test_the_step_splits_into_four_components_that_add_up():
+    parts = components_ms(_prediction())
+    assert parts == {"compute": 800.0, "exposed_comm": 150.0, "pipeline_bubble": 0.0, "fixed_overheads": 50.0}
+    assert sum(parts.values()) == pytest.approx(1000.0)
+
+
+def test_the_timer_furthest_from_its_prediction_is_named():
+    found = departure(_prediction(), 1180.0, {"forward-backward": 860.0, "all-grads-sync": 210.0, "optimizer": 45.0})
+    assert found is not None and found.step_pct == pytest.approx(18.0)
+    assert found.sentence == "step 18 % slower than predicted; the measured data-parallel time is 2.1x its prediction"
+
+
+def test_the_component_named_is_the_one_that_explains_the_departure_not_the_largest_ratio():
+    # a data-path stall inside forward-backward: +2 s there, +10 ms on a 40 ms optimizer step
+    found = departure(_prediction(), 3000.0, {"forward-backward": 2850.0, "optimizer": 150.0})
+    assert found is not None and found.component == "forward-backward time"
+    assert found.sentence.endswith("the measured forward-backward time is 3.4x its prediction")
+
+
+def test_without_timers_the_total_step_is_all_it_says():
+    found = departure(_prediction(), 2000.0, {})
+    assert found is not None and found.component is None
+    assert found.sentence.startswith("step 100 % slower than predicted; the log has no Megatron timers")
+    assert departure(_prediction(), None, {}) is None
+
+
+def test_a_predicted_gate_fails_a_slow_combo_and_names_the_component():
+    spec = ThresholdSpec(kind="predicted", min_ratio=0.9)
+    why = departure(_prediction(), 2500.0, {"forward-backward": 2350.0, "optimizer": 45.0})
+    rows = evaluate({"training.tokens_per_gpu": 1640.0, "training.elapsed_time_per_iteration": 2500.0},
+                    {}, {"training.tokens_per_gpu": spec, "training.elapsed_time_per_iteration": spec},
+                    enforce=True, prediction=_prediction(), departure=why)
+    tokens, step = rows[0], rows[1]
+    assert tokens.verdict is Verdict.FAIL and step.verdict is Verdict.FAIL
+    assert tokens.threshold == ">= 0.9 x predicted" and tokens.kind == "predicted"
+    assert "0.40x the calibrated prediction 4096" in tokens.reason
+    assert "forward-backward time is 2.8x its prediction" in step.reason
+    assert step.margin_pct == pytest.approx((0.4 - 0.9) / 0.9 * 100)
+
+
+def test_a_predicted_gate_passes_within_its_ratio_and_records_without_a_calibration():
+    spec = ThresholdSpec(kind="predicted", min_ratio=0.9)
+    passing = PredictedThreshold.judge("training.elapsed_time_per_iteration", 1050.0, 0.9, _prediction(), None)
+    assert passing.verdict is Verdict.PASS
+    first = PredictedThreshold.judge("training.tokens_per_gpu", 10.0, 0.9, _prediction(calibrated=False), None)
+    assert first.verdict is Verdict.RECORD and "not calibrated on this cluster yet" in first.reason
+    unknown = PredictedThreshold.judge("training.lm_loss", 3.0, 0.9, _prediction(), None)
+    assert unknown.verdict is Verdict.FAIL and "megapilot predicts no training.lm_loss" in unknown.reason
+    assert spec.describe() == ">= 0.9 x predicted"
+
+
+def test_a_predicted_gate_needs_its_ratio():
+    with pytest.raises(ValueError, match="needs 'min_ratio'"):
+        ThresholdSpec(kind="predicted")
