@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_json, budget_options, print_budget
 from megapilot.cli.common import console, emit_json, print_assumptions
 from megapilot.cli.layout_options import NO_FEATURES, FeatureFlags, LayoutFlags, feature_options, layout_options
 from megapilot.errors import MegapilotError
@@ -42,11 +43,13 @@ def register(app: typer.Typer) -> None:
     app.command("estimate")(estimate)
 
 
+@budget_options()
 @feature_options()
 @layout_options(required_note=REQUIRED)
 def estimate(
     layout: LayoutFlags,
     features: FeatureFlags = NO_FEATURES,
+    budget: BudgetFlags = NO_BUDGET,  # --tokens 15.6T: the whole run (megapilot.estimate.budget)
     force_tp_across_nodes: Annotated[
         bool, typer.Option("--force-tp-across-nodes", help="Cost a TP group larger than a node instead of refusing.")
     ] = False,
@@ -70,10 +73,18 @@ def estimate(
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
                             | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
+    request = budget.request()
+    run = None
+    if request is not None:
+        from megapilot.plan.budget import run_budget
+
+        run = run_budget(request, case.model, case.cluster, case.training, case.parallel, case.options)
     if json_output:
-        emit_json(result.model_dump(mode="json"))
+        emit_json(result.model_dump(mode="json") | budget_json(run))
     else:
         _print_result(result, case)
+        if run is not None:
+            print_budget(run)
         print_assumptions(defaults_assumed(flags, case))
 
 
