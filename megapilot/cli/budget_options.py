@@ -18,6 +18,7 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.estimate.budget import BudgetRequest, TimeToTrain
     from megapilot.plan.budget import BudgetedPlan
+    from megapilot.spec import SavedPlan
 
 
 @dataclass(frozen=True)
@@ -122,17 +123,22 @@ def print_budget(run: TimeToTrain, title: str = "") -> None:
         interval = f"{format_duration(g.checkpoint_interval_s)}" + (
             f" = every {g.checkpoint_interval_iters:,} steps" if g.checkpoint_interval_iters else "")
         lines += [
-            f"goodput: {g.expected_interruptions:,.0f} expected interruptions (one every {g.mtbf_s / 3600:.3g} h; "
+            f"goodput: {_count(g.expected_interruptions)} expected interruptions (one every {g.mtbf_s / 3600:.3g} h; "
             f"{g.failure.source}); effective training time {g.effective_training_time_pct:.1f} %",
             f"checkpoint every {interval} (Daly's optimum for a {format_duration(g.checkpoint.save_s)} save, "
             f"{g.checkpoint.source}); lost: restarts {g.lost_restart_s / 86400:.1f} days, recomputation "
             f"{g.lost_recompute_s / 86400:.1f} days, saves {g.checkpoint_overhead_s / 86400:.1f} days",
             f"spare nodes: {g.spares.recommended} held back ({g.spares.held_share:.1%} of the GPUs) cover the "
             f"repairs; without them, waits for repair add {g.spares.wait_without_s / 86400:,.1f} days "
-            f"({g.spares.hardware_interruptions:,.0f} hardware interruptions x {g.failure.repair_h:g} h)",
+            f"({g.spares.wait_without_share:.1%}; {_count(g.spares.hardware_interruptions)} hardware interruptions x "
+            f"{g.failure.repair_h:g} h): {g.spares.cheaper} costs less",
         ]
     for line in lines:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
 
 
 def budget_json(run: TimeToTrain | None) -> dict[str, Any]:
@@ -159,3 +165,30 @@ def print_budget_ranking(budgeted: BudgetedPlan) -> None:
                       "-" if cost is None else f"${cost.value:,.0f}", f"{r.goodput.effective_training_time_pct:.1f}")
     console.print(table)
     print_budget(run, title=f"#1: {layout_label(budgeted.plan.candidates[0].parallel)}")
+
+
+def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: int | None,
+                         save_interval: int | None, notes: list[str]) -> tuple[int | None, int | None]:
+    """`script`'s --train-iters and --save-interval from a budget: the steps of the budget's main phase, and Daly's
+    checkpoint interval in steps (each only where not given; no budget option given: both as they were)."""
+    request = budget.request() if budget.tokens is not None or budget.given else None
+    if request is None:
+        return train_iters, save_interval
+    from megapilot.estimate.units import format_duration
+    from megapilot.plan.budget import run_budget
+
+    run = run_budget(request, plan.model, plan.cluster, plan.training, plan.parallel)
+    main = next(s for s in run.segments if s.name == "main")
+    if train_iters is None:
+        train_iters = max(1, round(main.iterations))
+        also = "; the phases and batch warm-up need their own scripts" if len(run.segments) > 1 else ""
+        notes.append(f"--train-iters {train_iters:,}: the budget's main phase, {main.tokens / 1e9:,.1f} B tokens "
+                     f"at GBS {main.shape.gbs:,} x seq {main.shape.seq_len:,}{also}")
+    g = run.goodput
+    if save_interval is None and g.checkpoint_interval_iters is not None:
+        save_interval = g.checkpoint_interval_iters
+        notes.append(f"--save-interval {save_interval:,}: Daly's optimal checkpoint interval "
+                     f"({format_duration(g.checkpoint_interval_s)}) for a {format_duration(g.checkpoint.save_s)} save "
+                     f"and one interruption every {g.mtbf_s / 3600:.3g} h; effective training time "
+                     f"{g.effective_training_time_pct:.1f} %")
+    return train_iters, save_interval

@@ -321,7 +321,20 @@ def _segment(name: str, tokens: float, shape: Shape, cost: StepCost) -> Segment:
                    answer.layout_label)
 
 
-def time_to_train(request: BudgetRequest, training: TrainingSpec, cluster: ClusterSpec, cost: StepCost, *,
+@dataclass(frozen=True)
+class Fleet:
+    """The GPUs the run holds: how many, per node, and each one's TDP (None: unknown, no energy figure)."""
+
+    gpus: int
+    gpus_per_node: int
+    tdp_w: float | None
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec) -> Fleet:
+        return cls(cluster.world_size, cluster.gpus_per_node, cluster.gpu.tdp_w)
+
+
+def time_to_train(request: BudgetRequest, training: TrainingSpec, fleet: Fleet, cost: StepCost, *,
                   checkpoint: CheckpointCost, band: tuple[float, str]) -> TimeToTrain:
     """The plan of the whole run. `cost` answers a step time per shape; `checkpoint` is the one to save (the
     request's measured one wins); `band` is (relative error, where it comes from)."""
@@ -329,12 +342,12 @@ def time_to_train(request: BudgetRequest, training: TrainingSpec, cluster: Clust
     compute_s = sum(s.seconds for s in segments)
     main = next((s for s in segments if s.name == "main"), segments[-1])
     used = request.measured_checkpoint or checkpoint
-    run = goodput(compute_s, cluster.world_size, used, request.failure, gpus_per_node=cluster.gpus_per_node,
+    run = goodput(compute_s, fleet.gpus, used, request.failure, gpus_per_node=fleet.gpus_per_node,
                   step_time_s=main.step_time_s)
     return TimeToTrain(
         tokens=sum(s.tokens for s in segments), iterations=sum(s.iterations for s in segments),
-        segments=tuple(segments), gpus=cluster.world_size, band_fraction=band[0], band_source=band[1],
-        goodput=run, tdp_w=cluster.gpu.tdp_w, cost_per_gpu_hour=request.cost_per_gpu_hour,
+        segments=tuple(segments), gpus=fleet.gpus, band_fraction=band[0], band_source=band[1],
+        goodput=run, tdp_w=fleet.tdp_w, cost_per_gpu_hour=request.cost_per_gpu_hour,
     )
 
 

@@ -122,6 +122,12 @@ class SpareNodes:
     held_share: float  # of the job's GPUs: what running those nodes as spares (not training) costs
     hardware_interruptions: float
     wait_without_s: float  # expected wait for repairs over the run, with no spare
+    wait_without_share: float  # that wait as a share of the run's elapsed time
+
+    @property
+    def cheaper(self) -> str:
+        """"spares" when holding them back costs less of the run than waiting for repairs, else "waiting"."""
+        return "spares" if self.held_share < self.wait_without_share else "waiting"
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,7 @@ class Goodput:
                             "held_pct": round(100 * self.spares.held_share, 2),
                             "hardware_interruptions": round(self.spares.hardware_interruptions, 1),
                             "wait_without_days": round(self.spares.wait_without_s / 86400, 2),
+                            "cheaper": self.spares.cheaper,
                             "repair_h": self.failure.repair_h},
         }
 
@@ -219,8 +226,9 @@ def _spares(interruptions: float, gpus: int, gpus_per_node: int, failure: Failur
     in_repair = hardware / elapsed_s * failure.repair_h * 3600 if elapsed_s > 0 else 0.0  # Little's law
     recommended = _poisson_quantile(in_repair, SPARE_COVERAGE)
     held = recommended * gpus_per_node
-    return SpareNodes(recommended, held, held / gpus if gpus else 0.0, hardware,
-                      wait_without_s=hardware * failure.repair_h * 3600)
+    wait_s = hardware * failure.repair_h * 3600
+    return SpareNodes(recommended, held, held / gpus if gpus else 0.0, hardware, wait_without_s=wait_s,
+                      wait_without_share=wait_s / elapsed_s if elapsed_s > 0 else 0.0)
 
 
 def _poisson_quantile(mean: float, coverage: float) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megapilot.estimate.budget import BudgetRequest, TimeToTrain, estimate_band, layout_step_cost, time_to_train
+from megapilot.estimate.budget import BudgetRequest, Fleet, TimeToTrain, estimate_band, layout_step_cost, time_to_train
 from megapilot.estimate.goodput import checkpoint_bytes, estimated_checkpoint
 from megapilot.estimate.params import count_params
 from megapilot.plan.search import Candidate, PlanResult
@@ -24,10 +24,12 @@ def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, t
     from megapilot.estimate.goodput import DEFAULT_CHECKPOINT_GBPS_PER_GPU
 
     size = checkpoint_bytes(count_params(model).total, training.optimizer)
-    gbps = request.checkpoint_gbps or DEFAULT_CHECKPOINT_GBPS_PER_GPU * cluster.world_size
+    gbps = DEFAULT_CHECKPOINT_GBPS_PER_GPU * cluster.world_size if request.checkpoint_gbps is None \
+        else request.checkpoint_gbps
     checkpoint = estimated_checkpoint(size, gbps)
-    return time_to_train(request, training, cluster, layout_step_cost(model, cluster, training, parallel, options),
-                         checkpoint=checkpoint, band=estimate_band(model, cluster, training))
+    cost = layout_step_cost(model, cluster, training, parallel, options)
+    return time_to_train(request, training, Fleet.of(cluster), cost, checkpoint=checkpoint,
+                         band=estimate_band(model, cluster, training))
 
 
 @dataclass(frozen=True)
