@@ -57,22 +57,23 @@ class BudgetProjection(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tokens: float
+    tokens: float = Field(description="The budget, tokens.")
     combo: str | None = Field(default=None, description="The combo whose step time was projected.")
-    gpus: int | None = None
-    step_time_s: float | None = None
-    checkpoint_save_s: float | None = None
-    checkpoint_load_s: float | None = None
-    checkpoint_source: str = ""
-    days: float | None = None
-    days_band: tuple[float, float] | None = None
-    gpu_hours: float | None = None
-    energy_mwh: float | None = None
-    cost: float | None = None
-    expected_interruptions: float | None = None
-    checkpoint_interval_s: float | None = None
-    checkpoint_interval_iters: int | None = None
-    effective_training_time_pct: float | None = None
+    gpus: int | None = Field(default=None, description="GPUs the combo ran on (the projection's fleet).")
+    step_time_s: float | None = Field(default=None, description="The combo's measured mean step time, seconds.")
+    checkpoint_save_s: float | None = Field(default=None, description="Checkpoint save time used, seconds.")
+    checkpoint_load_s: float | None = Field(default=None, description="Checkpoint restore time used, seconds.")
+    checkpoint_source: str = Field(default="", description="Measured by the checkpoint stage, or estimated.")
+    days: float | None = Field(default=None, description="Expected wall-clock days, failures included.")
+    days_band: tuple[float, float] | None = Field(default=None, description="Low and high days (step-time spread).")
+    gpu_hours: float | None = Field(default=None, description="Expected GPU-hours, failures included.")
+    energy_mwh: float | None = Field(default=None, description="GPU-hours x the GPU's TDP, MWh (null: no TDP).")
+    cost: float | None = Field(default=None, description="GPU-hours x the config's price (null: no price).")
+    expected_interruptions: float | None = Field(default=None, description="Interruptions expected over the run.")
+    checkpoint_interval_s: float | None = Field(default=None, description="Daly's optimal checkpoint interval, s.")
+    checkpoint_interval_iters: int | None = Field(default=None, description="That interval in steps.")
+    effective_training_time_pct: float | None = Field(
+        default=None, description="Failure-free training time over the expected elapsed time, percent.")
     notes: list[str] = Field(default_factory=list, description="Where each input came from, or why no projection.")
 
 
