@@ -131,7 +131,7 @@ def print_budget(run: TimeToTrain, title: str = "") -> None:
             f"spare nodes: {g.spares.recommended} held back ({g.spares.held_share:.1%} of the GPUs) cover the "
             f"repairs; without them, waits for repair add {g.spares.wait_without_s / 86400:,.1f} days "
             f"({g.spares.wait_without_share:.1%}; {_count(g.spares.hardware_interruptions)} hardware interruptions x "
-            f"{g.failure.repair_h:g} h): {g.spares.cheaper} costs less",
+            f"{g.failure.repair_h:g} h); cheaper: {g.spares.cheaper}",
         ]
     for line in lines:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
