@@ -7,7 +7,7 @@ Their meaning is `megapilot.estimate.budget` and `megapilot.estimate.goodput`; t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -63,12 +63,11 @@ class RunBudgetFlags:
         if self.tokens is not None and iters is not None:
             raise MegapilotError("--tokens and --train-iters both give the budget", field="tokens",
                                  fix="pass one of them")
-        failure = FailureModel()
-        changes = {"failures_per_gpu_hour": self.failures_per_gpu_hour,
-                   "restart_s": None if self.restart_min is None else self.restart_min * 60, "repair_h": self.repair_h}
+        changes: dict[str, Any] = {"failures_per_gpu_hour": self.failures_per_gpu_hour, "repair_h": self.repair_h,
+                                   "restart_s": None if self.restart_min is None else self.restart_min * 60}
         if self.failures_per_gpu_hour is not None:
-            changes["source"] = "given (--failures-per-gpu-hour)"  # type: ignore[assignment]  # a string field
-        failure = FailureModel(**{**failure.__dict__, **{k: v for k, v in changes.items() if v is not None}})
+            changes["source"] = "given (--failures-per-gpu-hour)"
+        failure = replace(FailureModel(), **{k: v for k, v in changes.items() if v is not None})
         return BudgetRequest(
             tokens=None if self.tokens is None else parse_tokens(self.tokens), train_iters=iters,
             phases=tuple(parse_phase(text) for text in self.phase or ()),

@@ -63,6 +63,9 @@ def estimate(
 ) -> None:
     """Estimate memory, step time, tokens/s and MFU of one parallel layout (or of each line of --batch)."""
     if batch is not None:
+        if budget.given:
+            raise MegapilotError("the budget options price one layout, not a --batch", field="tokens",
+                                 fix="drop --tokens and the budget options, or --batch")
         rows = run_batch(batch, flop_convention)
         emit_json([row.to_json() for row in rows]) if json_output else _print_batch(rows)
         if any(row.error is not None for row in rows):

@@ -89,8 +89,8 @@ def project_budget(budget: BudgetConfig | None, model: ModelSpec, gpu: GPUSpec |
                                                              "project"])
     try:
         run = _run(budget, model, gpu, result, combo)
-    except MegapilotError as exc:
-        return BudgetProjection(tokens=budget.tokens, combo=combo.key, notes=[str(exc)])
+    except (MegapilotError, ValueError) as exc:  # a projection never costs the suite its result
+        return BudgetProjection(tokens=budget.tokens, combo=combo.key, notes=[f"no projection: {exc}"])
     g = run.goodput
     notes = [f"step time: combo {combo.key}, measured mean {run.segments[0].step_time_s:.4g} s "
              f"(GBS {combo.gbs}, seq {combo.seq_length}, {run.gpus} GPUs); band: {run.band_source}",

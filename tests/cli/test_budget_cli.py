@@ -35,6 +35,13 @@ def test_llama31_405b_as_trained_is_within_25_percent_of_the_card(cli):
     assert budget["cost"]["value"] == pytest.approx(hours * 2, rel=1e-3)
     assert budget["expected_interruptions"] > 0 and 90 < budget["effective_training_time_pct"] < 100
     assert budget["checkpoint_interval_s"] > 0 and budget["checkpoint_interval_iters"] >= 1
+    # the default failure rate over the paper's 54-day window on these 16,384 GPUs
+    in_54_days = budget["expected_interruptions"] * 54 / budget["days"]["value"]
+    print(f"{in_54_days:.0f} interruptions per 54 days (paper: 419 unexpected); effective training time "
+          f"{budget['effective_training_time_pct']:.1f} % with a checkpoint every "
+          f"{budget['checkpoint_interval_s']:.0f} s "
+          f"({budget['checkpoint_interval_iters']} steps)")
+    assert 419 / 1.5 <= in_54_days <= 419 * 1.5
 
 
 @pytest.mark.parametrize("model", ["llama3.1-8b", "llama3.1-70b"])
@@ -109,9 +116,17 @@ def test_script_derives_train_iters_and_save_interval_from_the_budget(cli, tmp_p
     (("--tokens", "1T", "--train-iters", "10"), "tokens"),
     (("--tokens", "1T", "--rampup-batch-size", "100", "64", "1000"), "rampup_batch_size"),
     (("--tokens", "1T", "--checkpoint-gbps", "0"), "checkpoint_gbps"),
+    (("--tokens", "1T", "--failures-per-gpu-hour", "-1"), "failures_per_gpu_hour"),
 ])
 def test_bad_budget_input_is_one_line_and_exit_2(cli, extra, field):
     result = cli("estimate", *SMALL, *extra)
     assert result.exit_code == 2, result.stdout
     assert field in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_budget_with_batch_is_refused(cli, tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq-len": 4096}\n')
+    result = cli("estimate", "--batch", str(cases), "--tokens", "1T")
+    assert result.exit_code == 2 and "tokens" in result.stderr and "Traceback" not in result.stderr
