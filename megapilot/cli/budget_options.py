@@ -18,7 +18,7 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.estimate.budget import BudgetRequest, TimeToTrain
     from megapilot.plan.budget import BudgetedPlan
-    from megapilot.spec import SavedPlan
+    from megapilot.spec import GPUSpec, SavedPlan
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class RunBudgetFlags:
     failures_per_gpu_hour: Annotated[float | None, typer.Option(
         help="Interruptions per GPU-hour (default 1.97e-5: Llama 3's 419 in 54 days on 16,384 H100s; 0 = none).")] \
         = None
+    failures_from_history: Annotated[bool, typer.Option(
+        "--failures-from-history", help="Learn the failure rate from the run history's failed and hung jobs on this "
+        "GPU (at least 1,000 GPU-hours; else the default, said so).")] = False
     checkpoint_gbps: Annotated[float | None, typer.Option(
         help="Storage bandwidth for checkpoints, GB/s aggregate (default: Llama 3's 2 TB/s for 16,384 GPUs, "
              "pro rata).")] = None
@@ -49,8 +52,9 @@ class RunBudgetFlags:
     def given(self) -> bool:
         return any(getattr(self, item.name) not in (None, item.default) for item in fields(self))
 
-    def request(self, train_iters: int | None = None) -> BudgetRequest | None:
-        """The budget asked for, or None when no budget option was given (a failure option alone is refused)."""
+    def request(self, train_iters: int | None = None, gpu: GPUSpec | None = None) -> BudgetRequest | None:
+        """The budget asked for, or None when no budget option was given (a failure option alone is refused);
+        `gpu`: whose history `--failures-from-history` reads."""
         from megapilot.estimate.budget import BatchRampup, BudgetRequest, parse_phase, parse_tokens
         from megapilot.estimate.goodput import FailureModel
 
@@ -67,6 +71,11 @@ class RunBudgetFlags:
                                    "restart_s": None if self.restart_min is None else self.restart_min * 60}
         if self.failures_per_gpu_hour is not None:
             changes["source"] = "given (--failures-per-gpu-hour)"
+        if self.failures_from_history:
+            if self.failures_per_gpu_hour is not None:
+                raise MegapilotError("--failures-from-history and --failures-per-gpu-hour both set the rate",
+                                     field="failures_per_gpu_hour", fix="pass one of them")
+            changes |= _history_rate(gpu)
         failure = replace(FailureModel(), **{k: v for k, v in changes.items() if v is not None})
         return BudgetRequest(
             tokens=None if self.tokens is None else parse_tokens(self.tokens), train_iters=iters,
@@ -83,6 +92,27 @@ class BudgetFlags(RunBudgetFlags):
         = None
 
 
+def _history_rate(gpu: GPUSpec | None) -> dict[str, Any]:
+    """The failure rate and its source from the run history's jobs on this GPU: every FAILED or HUNG job an
+    interruption, every job's duration x GPUs its exposure."""
+    from megapilot.estimate.goodput import failure_model_from_history
+    from megapilot.store.history import open_history
+
+    names = {gpu.name.lower(), gpu.alias} if gpu is not None else set()
+    interruptions, gpu_hours, runs = 0, 0.0, 0
+    with open_history() as history:
+        for row in history.runs(limit=HISTORY_RUNS_READ):
+            if row.gpu.lower() not in names:
+                continue
+            runs += 1
+            for combo in history.run(row.run_id).combos:
+                gpu_hours += combo.duration_s * combo.nodes * combo.gpus_per_node / 3600
+                interruptions += combo.job_state in ("FAILED", "HUNG")
+    model, _learned = failure_model_from_history(interruptions, gpu_hours, runs)
+    return {"failures_per_gpu_hour": model.failures_per_gpu_hour, "source": model.source}
+
+
+HISTORY_RUNS_READ = 1000  # the newest runs the history rate reads
 NO_BUDGET = BudgetFlags()
 NO_RUN_BUDGET = RunBudgetFlags()
 
@@ -170,7 +200,7 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
                          save_interval: int | None, notes: list[str]) -> tuple[int | None, int | None]:
     """`script`'s --train-iters and --save-interval from a budget: the steps of the budget's main phase, and Daly's
     checkpoint interval in steps (each only where not given; no budget option given: both as they were)."""
-    request = budget.request() if budget.tokens is not None or budget.given else None
+    request = budget.request(gpu=plan.cluster.gpu) if budget.tokens is not None or budget.given else None
     if request is None:
         return train_iters, save_interval
     from megapilot.estimate.units import format_duration

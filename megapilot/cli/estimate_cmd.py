@@ -76,7 +76,7 @@ def estimate(
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
                             | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
-    request = budget.request()
+    request = budget.request(gpu=case.cluster.gpu)
     run = None
     if request is not None:
         from megapilot.plan.budget import run_budget

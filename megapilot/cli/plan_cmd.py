@@ -219,7 +219,7 @@ def _budgeted(result: PlanResult, budget: BudgetFlags, options: EstimateOptions)
     """With a budget, the candidates ranked by time to train, each with its run."""
     from megapilot.plan.budget import rank_by_time_to_train
 
-    request = budget.request()
+    request = budget.request(gpu=result.cluster.gpu)
     return None if request is None else rank_by_time_to_train(result, request, options)
 
 

@@ -72,6 +72,25 @@ class FailureModel:
                                      fix=f"pass --{name.replace('_', '-')} 0 or more")
 
 
+# A rate learned from the run history needs this much of it: with fewer GPU-hours or interruptions, one more failure
+# would move the rate by a large factor.
+HISTORY_MIN_GPU_HOURS = 1000.0
+HISTORY_MIN_INTERRUPTIONS = 3
+
+
+def failure_model_from_history(interruptions: int, gpu_hours: float, runs: int) -> tuple[FailureModel, bool]:
+    """(the failure model, whether the history set it): interruptions per GPU-hour of the history's jobs when it
+    holds at least HISTORY_MIN_GPU_HOURS and HISTORY_MIN_INTERRUPTIONS, else the default, saying why."""
+    if gpu_hours >= HISTORY_MIN_GPU_HOURS and interruptions >= HISTORY_MIN_INTERRUPTIONS:
+        return FailureModel(failures_per_gpu_hour=interruptions / gpu_hours,
+                            source=f"the run history: {interruptions} failed or hung jobs in {gpu_hours:,.0f} "
+                                   f"GPU-hours of {runs} runs (an upper bound: a job failed by its configuration "
+                                   "counts too)"), True
+    return FailureModel(source=f"{DEFAULT_FAILURE_SOURCE}; the history's {gpu_hours:,.0f} GPU-hours and "
+                               f"{interruptions} interruptions are too few (need {HISTORY_MIN_GPU_HOURS:,.0f} and "
+                               f"{HISTORY_MIN_INTERRUPTIONS})"), False
+
+
 @dataclass(frozen=True)
 class CheckpointCost:
     """One checkpoint: its size and the time to save (blocking training) and to restore it."""

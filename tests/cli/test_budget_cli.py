@@ -130,3 +130,33 @@ def test_a_budget_with_batch_is_refused(cli, tmp_path):
     cases.write_text('{"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq-len": 4096}\n')
     result = cli("estimate", "--batch", str(cases), "--tokens", "1T")
     assert result.exit_code == 2 and "tokens" in result.stderr and "Traceback" not in result.stderr
+
+
+def _history_of(path, runs: int, job_s: float) -> None:
+    """`runs` suite runs on H100s, each a completed and a failed 2-GPU job of `job_s` seconds, in a real SQLite
+    history."""
+    from megapilot.store.history import open_history
+    from tests.report.factory import suite_result
+
+    with open_history(str(path)) as history:
+        for index in range(runs):
+            result = suite_result(path.parent)
+            result.run_id = f"run-{index:03d}"
+            for combo in result.combos:
+                combo.duration_s = job_s
+            history.record(result)
+
+
+@pytest.mark.parametrize(("runs", "job_s", "learned"), [(10, 100_000.0, True), (1, 600.0, False)])
+def test_the_failure_rate_is_learned_from_a_large_enough_history(cli, tmp_path, monkeypatch, runs, job_s, learned):
+    path = tmp_path / "history.sqlite"
+    _history_of(path, runs, job_s)
+    monkeypatch.setenv("MEGAPILOT_HISTORY", str(path))
+    budget = cli("estimate", *SMALL, "--tokens", "1T", "--failures-from-history", "--json").json()["budget"]
+    gpu_hours = runs * 2 * job_s * 2 / 3600
+    if learned:  # one failed job per run
+        assert budget["failures_per_gpu_hour"] == pytest.approx(runs / gpu_hours)
+        assert "run history" in budget["failure_source"]
+    else:
+        assert budget["failures_per_gpu_hour"] == pytest.approx(419 / (54 * 24 * 16_384))
+        assert "too few" in budget["failure_source"]
