@@ -27,8 +27,10 @@ class RunBudgetFlags:
     own `--train-iters` sets the steps); `estimate` and `plan` take `BudgetFlags`, with `--train-iters` too."""
 
     tokens: Annotated[str | None, typer.Option(
+        metavar="COUNT",
         help="Token budget, e.g. 15.6T (K, M, B, T): prints days, GPU-hours, energy, cost and goodput.")] = None
     phase: Annotated[list[str] | None, typer.Option(
+        metavar="KEY=VALUE,...",
         help="The last tokens of the budget at another shape, repeatable: tokens=800B,seq_len=131072,cp=16 "
              "(keys: tokens, seq_len, gbs, tp, pp, vpp, cp, mbs).")] = None
     rampup_batch_size: Annotated[tuple[int, int, int] | None, typer.Option(
