@@ -50,8 +50,9 @@ GPU_TOPOLOGY: dict[str, _Topology] = {
     "H800-SXM5-80GB": _Topology(
         "h800", "hopper", 50.0,
         {"bf16_dense_tflops": 989.4, "fp8_dense_tflops": 1978.9, "hbm_bw_tbps": 3.35,
-         "scaleup_bw_gbps_bidir_per_gpu": 400.0},
-        note="H800 peaks taken as H100 SXM (same GH100 die); NVLink export-limited to 400 GB/s bidirectional",
+         "scaleup_bw_gbps_bidir_per_gpu": 400.0, "tdp_w": 700.0},
+        note="H800 peaks and TDP taken as H100 SXM (same GH100 die); NVLink export-limited to 400 GB/s "
+             "bidirectional",
     ),
     "B200": _Topology("b200", "blackwell", 50.0, {}),
     "GB200": _Topology("gb200", "blackwell", 50.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS),
@@ -62,8 +63,9 @@ GPU_TOPOLOGY: dict[str, _Topology] = {
         note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
     ),
     "MI325X": _Topology(
-        "mi325x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
-        note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
+        "mi325x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0, "tdp_w": 1000.0},
+        note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified); TDP 1000 W (AMD Instinct MI325X product page, "
+             "total board power)",
     ),
     "MI355X": _Topology(
         "mi355x", "cdna4", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 1075.0},
@@ -123,6 +125,7 @@ def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
         scaleup_bw_gbps=value["scaleup_bw_gbps_bidir_per_gpu"] / 2,
         scaleout_bw_gbps=topo.scaleout_bw_gbps,
         host_link_gbps=topo.host_link_gbps,
+        tdp_w=value.get("tdp_w"),  # hardware.json's tdp_w column, sourced with its row
         source=source,
     )
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_json, budget_options, print_budget
 from megapilot.cli.common import console, emit_json, print_assumptions
 from megapilot.cli.layout_options import NO_FEATURES, FeatureFlags, LayoutFlags, feature_options, layout_options
 from megapilot.errors import MegapilotError
@@ -48,11 +49,13 @@ def register(app: typer.Typer) -> None:
     app.command("estimate")(estimate)
 
 
+@budget_options()
 @feature_options()
 @layout_options(required_note=REQUIRED)
 def estimate(
     layout: LayoutFlags,
     features: FeatureFlags = NO_FEATURES,
+    budget: BudgetFlags = NO_BUDGET,  # --tokens 15.6T: the whole run (megapilot.estimate.budget)
     force_tp_across_nodes: Annotated[
         bool, typer.Option("--force-tp-across-nodes", help="Cost a TP group larger than a node instead of refusing.")
     ] = False,
@@ -73,6 +76,9 @@ def estimate(
         raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")
     calibrator = ClusterCalibrator(enabled=calibration == "history")
     if batch is not None:
+        if budget.given:
+            raise MegapilotError("the budget options price one layout, not a --batch", field="tokens",
+                                 fix="drop --tokens and the budget options, or --batch")
         rows = run_batch(batch, flop_convention, calibrator=calibrator, cluster=cluster)
         emit_json([row.to_json() for row in rows]) if json_output else _print_batch(rows)
         if any(row.error is not None for row in rows):
@@ -84,12 +90,21 @@ def estimate(
                             | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
     result, about = calibrator.apply(case, result, cluster)
+    request = budget.request(gpu=case.cluster.gpu)
+    run = None
+    if request is not None:
+        from megapilot.plan.budget import run_budget
+
+        run = run_budget(request, case.model, case.cluster, case.training, case.parallel, case.options)
     if json_output:
-        emit_json(result.model_dump(mode="json") | ({"calibration_from_history": about} if about else {}))
+        emit_json(result.model_dump(mode="json") | ({"calibration_from_history": about} if about else {})
+                  | budget_json(run))
     else:
         _print_result(result, case)
         if about:
             _print_calibration(about)
+        if run is not None:
+            print_budget(run)
         print_assumptions(defaults_assumed(flags, case))
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_options
 from megapilot.cli.layout_options import (
     FP8_RECIPE_HELP,
     GBS_HELP,
@@ -27,6 +28,7 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.estimate import EstimateOptions
     from megapilot.plan import PlanResult
+    from megapilot.plan.budget import BudgetedPlan
     from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
     from megapilot.store.profile import Profile
 
@@ -137,6 +139,7 @@ def _naming_defaults(error: MegapilotError, defaults: list[str]) -> MegapilotErr
     return MegapilotError(f"{error.problem} (from {', '.join(named)})", field=error.field, fix=fix)
 
 
+@budget_options()
 @feature_options()
 def plan_command(
     ctx: typer.Context,
@@ -161,6 +164,7 @@ def plan_command(
         "recompute-modules", "selective recompute of these modules, comma-separated (--recompute-modules)"),
     fsdp: bool | None = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
     features: FeatureFlags = NO_FEATURES,  # the run the layouts are searched for (MTP, token drop, optimizer, ...)
+    budget: BudgetFlags = NO_BUDGET,  # --tokens 15.6T: rank by time to train (megapilot.plan.budget)
     headroom: float = typer.Option(
         0.0, "--headroom",
         help="Share of each GPU's HBM a planned layout leaves free beyond the estimate's own overhead allowance "
@@ -194,6 +198,8 @@ def plan_command(
                     recompute_modules=parse_recompute_modules(recompute_modules), fsdp=fsdp)
         result = plan(specs.model, specs.cluster, specs.training, top=top, pins=pins, options=specs.options,
                       headroom_fraction=headroom)
+        budgeted = _budgeted(result, budget, specs.options)
+        result = budgeted.plan if budgeted else result
     except MegapilotError as exc:
         raise _naming_defaults(exc, defaults) from None
     if specs.model.moe is not None and features.moe_flex_dispatcher is None:
@@ -207,13 +213,17 @@ def plan_command(
         _save_plan(result, save, features)
     assumed = defaults + inputs.notes
     if as_json:
-        document = result.to_json()
+        document = (replace(budgeted, plan=result) if budgeted else result).to_json()
         if cluster is not None and calibration == "history":
             for candidate, about in zip(document["candidates"], calibrations, strict=True):  # type: ignore[call-overload]  # a list of dicts
                 candidate["calibration_from_history"] = about
         emit_json({**document, "defaults": assumed, "saved": str(save) if save else None})
         return
     _render(result, save)
+    if budgeted is not None:
+        from megapilot.cli.budget_options import print_budget_ranking
+
+        print_budget_ranking(replace(budgeted, plan=result))
     if any(calibrations):
         from megapilot.cli.common import console
 
@@ -221,6 +231,14 @@ def plan_command(
         console.print(f"figures calibrated on cluster {cluster}: {about.get('reason', '')}; the ranking is the "
                       "planner's (uncalibrated)", markup=False, highlight=False, soft_wrap=True)
     print_assumptions(assumed)
+
+
+def _budgeted(result: PlanResult, budget: BudgetFlags, options: EstimateOptions) -> BudgetedPlan | None:
+    """With a budget, the candidates ranked by time to train, each with its run."""
+    from megapilot.plan.budget import rank_by_time_to_train
+
+    request = budget.request(gpu=result.cluster.gpu)
+    return None if request is None else rank_by_time_to_train(result, request, options)
 
 
 def _calibrated(result: PlanResult, cluster: str) -> tuple[PlanResult, list[dict[str, Any] | None]]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from megapilot.cli.budget_options import NO_RUN_BUDGET, RunBudgetFlags, budget_options, schedule_from_budget
 from megapilot.cli.common import console, emit_json, err_console, print_assumptions
 from megapilot.cli.layout_options import (
     NO_FEATURES,
@@ -34,6 +35,7 @@ ENTRYPOINTS = ("megatron", "megapilot")
 GPUS_NOTE = "Default: --nodes x GPUs per node, else the profile's."
 
 
+@budget_options(RunBudgetFlags)
 @feature_options()
 @layout_options(notes={"gpus": GPUS_NOTE})
 def script(
@@ -41,6 +43,7 @@ def script(
     layout: LayoutFlags = NOTHING_GIVEN,  # the layout flags (instead of --plan)
     features: FeatureFlags = NO_FEATURES,  # the model's run features (with --plan: only the dispatcher)
     train_iters: Annotated[int | None, typer.Option(help="Training iterations (overrides the plan's).")] = None,
+    budget: RunBudgetFlags = NO_RUN_BUDGET,  # --tokens: --train-iters and --save-interval follow from the budget
     # ---- launch
     launcher: Annotated[str, typer.Option(help="torchrun, slurm or primus.")] = "torchrun",
     nodes: Annotated[int | None, typer.Option(help="Nodes to launch (default: the plan's).")] = None,
@@ -102,6 +105,7 @@ def script(
         raise MegapilotError("--mock-data and --data-path exclude each other", field="--data-path",
                              fix="pass --data-path PREFIX for real data, or --mock-data alone")
     require_positive("--train-iters", train_iters)
+    train_iters, save_interval = schedule_from_budget(budget, saved, train_iters, save_interval, notes)
     if train_iters is not None:
         saved = saved.model_copy(update={"training": saved.training.model_copy(update={"train_iters": train_iters})})
 

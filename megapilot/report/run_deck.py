@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.report import measures
 from megapilot.report.log_copies import LogLink
+from megapilot.suite.budget import BudgetProjection
 from megapilot.suite.results import ComboResult, Finding, MetricRow, SuiteResult, Verdict
 
 RUN_DECK_SCHEMA_VERSION: Literal[1] = 1
@@ -259,6 +260,9 @@ class RunDeck(_Strict):
     regressions: list[DeckRegression] = Field(description="Metrics that moved against the run history.")
     findings: list[DeckFinding] = Field(description="Every cell's findings in one list.")
     summary: DeckSummary = Field(description="Counts of cells by status.")
+    budget: BudgetProjection | None = Field(
+        default=None, description="The config's token budget projected from what the run measured: days, GPU-hours, "
+                                  "energy, cost, goodput (null without a budget).")
 
 
 # ---- building a deck from a SuiteResult ---------------------------------------------------------------------
@@ -289,6 +293,7 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
                                     message=r.message) for r in result.regressions],
         findings=[finding for cell in cells for finding in cell.findings],
         summary=_summary(result),
+        budget=result.budget,
     )
 
 

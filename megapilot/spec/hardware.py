@@ -92,6 +92,8 @@ class GPUSpec(BaseModel):
         default=64.0, gt=0,
         description="GPU <-> host-memory bandwidth per GPU per direction, GB/s, what activation offloading moves "
                     "over: PCIe Gen5 x16 (64) unless the catalog states the GPU's own link.")
+    tdp_w: float | None = Field(
+        default=None, gt=0, description="Board power at TDP, W (the budget's energy: GPU-hours x TDP); None = unknown.")
     source: str = Field(default="", description="Where the numbers come from.")
 
     @property

@@ -29,6 +29,7 @@ from pydantic_core import ErrorDetails
 from megapilot.catalog import ModelPreset
 from megapilot.errors import MegapilotError
 from megapilot.spec import GPUSpec, ModelSpec
+from megapilot.suite.budget import BudgetConfig
 from megapilot.suite.cells import (
     DEFAULT_CELL_KEY,
     BoolLike,
@@ -193,6 +194,8 @@ class SuiteConfig(_Forbid):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     sweep: Sweep = Field(default_factory=Sweep)
     megapilot: MegapilotBlock = Field(default_factory=MegapilotBlock)
+    budget: BudgetConfig | None = Field(default=None, description="Token budget: the report projects the run onto "
+                                                                  "it (megapilot.suite.budget).")
 
 
 # ---- what checking and loading return -------------------------------------------------------------

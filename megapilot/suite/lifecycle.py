@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
+from megapilot.suite.budget import project_budget
 from megapilot.suite.results import (
     ComboResult,
     Finding,
@@ -124,6 +125,8 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
             result.verdict = Verdict.FAIL
         elif result.verdict is Verdict.FAIL:
             result.reason = _failure_summary(result)
+        # the config's token budget, projected from what was measured
+        result.budget = project_budget(suite.config.budget, suite.model, suite.gpu, result)
         result.write(run_dir)
     return result
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.compat import StrEnum
+from megapilot.suite.budget import BudgetProjection
 
 # NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
 # null would not read back into a float field.
@@ -258,6 +259,8 @@ class SuiteResult(BaseModel):
     combos: list[ComboResult] = Field(default_factory=list)
     regressions: list[Regression] = Field(default_factory=list, description="Filled from the run history.")
     notes: list[str] = Field(default_factory=list, description="What the user should know (defaults taken...).")
+    budget: BudgetProjection | None = Field(default=None, description="The config's token budget, projected from "
+                                                                      "what the run measured.")
 
     def combo(self, key: str) -> ComboResult | None:
         for combo in self.combos:

@@ -1,0 +1,423 @@
+"""The whole run, not one step: time to train a token budget, GPU-hours, energy and cost, with goodput.
+
+A budget is a token count (or a step count) at the run's sequence length and batch, plus what changes along the
+way:
+- phases: the last tokens of the budget at another sequence length, batch or layout (a long-context phase,
+  `seq_len=131072,tokens=800B,cp=16`). Phase tokens are part of the budget: the main phase trains the rest;
+- a batch-size warm-up, Megatron's `--rampup-batch-size START INCREMENT SAMPLES`: the batch grows from START by
+  INCREMENT in equal shares of SAMPLES, each step at its batch's estimated time (fewer micro-batches, a larger
+  pipeline bubble).
+
+Each piece's step time is the estimator's own (`megapilot.estimate.estimate`); failure-free time is the sum of
+steps x step time. The elapsed time adds what failures cost (`goodput`). GPU-hours = elapsed x GPUs; energy =
+GPU-hours x the GPU's TDP (board power only: hosts, network and cooling - the PUE - are not counted, and a GPU
+seldom draws its full TDP, so it is an upper bound of the GPUs' own draw); cost = GPU-hours x the price.
+
+Each figure carries the band of the step-time estimate behind it: +/- the median |error| of throughput on the
+published runs of the estimate's calibration cell (its family, GPU and precision, or the nearest), so about half
+of those runs fell inside it; a case outside every cell gets UNCALIBRATED_BAND and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from megapilot.errors import MegapilotError
+from megapilot.estimate.goodput import CheckpointCost, FailureModel, Goodput, goodput
+from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import TrainingSpec
+
+TOKEN_SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+UNCALIBRATED_BAND = 0.30  # no published run checks the estimate: a wide band, stated as such
+PHASE_LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "mbs")
+PHASE_KEYS = ("tokens", "seq_len", "gbs", *PHASE_LAYOUT_KEYS)
+
+
+def parse_tokens(text: str | float | int, field_name: str = "tokens") -> float:
+    """`15.6T`, `800B`, `252M`, `4K` or a plain number -> tokens."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGTkmbgt]?)\s*", str(text))
+        if match is None:
+            raise MegapilotError(f"cannot read {text!r} as a token count", field=field_name,
+                                 fix="write a number with an optional K, M, B or T suffix, e.g. 15.6T")
+        value = float(match.group(1)) * TOKEN_SUFFIXES.get(match.group(2).upper(), 1.0)
+    if not value > 0 or not math.isfinite(value):
+        raise MegapilotError(f"must be > 0, not {text!r}", field=field_name, fix="pass a positive count, e.g. 15.6T")
+    return value
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The last `tokens` of the budget trained differently: another sequence length, batch or layout (None: the
+    main run's)."""
+
+    tokens: float
+    seq_len: int | None = None
+    gbs: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    vpp: int | None = None
+    cp: int | None = None
+    mbs: int | None = None
+
+    def label(self) -> str:
+        given = [f"{key} {getattr(self, key):,}" for key in PHASE_KEYS[1:] if getattr(self, key) is not None]
+        return ", ".join(given) or "as the main run"
+
+    def layout_changes(self) -> dict[str, int]:
+        return {key: getattr(self, key) for key in PHASE_LAYOUT_KEYS if getattr(self, key) is not None}
+
+
+def parse_phase(text: str, field_name: str = "phase") -> Phase:
+    """`seq_len=131072,tokens=800B,cp=16` -> Phase (keys: tokens, seq_len, gbs, tp, pp, vpp, cp, mbs)."""
+    pairs: dict[str, str] = {}
+    for part in (p for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise MegapilotError(f"{part.strip()!r} is not KEY=VALUE", field=field_name,
+                                 fix="write e.g. --phase seq_len=131072,tokens=800B,cp=16")
+        pairs[key.strip().replace("-", "_")] = value.strip()
+    return phase_from_mapping(pairs, field_name)
+
+
+def phase_from_mapping(raw: Mapping[str, object], field_name: str = "phase") -> Phase:
+    """A phase from a mapping (a suite config's `budget.phases` item, or parsed `--phase`)."""
+    unknown = sorted(set(raw) - set(PHASE_KEYS))
+    if unknown:
+        raise MegapilotError(f"unknown key {unknown[0]!r}", field=field_name, fix=f"use {', '.join(PHASE_KEYS)}")
+    if "tokens" not in raw:
+        raise MegapilotError("a phase needs its tokens", field=field_name, fix="add tokens=800B")
+    sizes: dict[str, int] = {}
+    for key in PHASE_KEYS[1:]:
+        if key in raw:
+            try:
+                sizes[key] = int(str(raw[key]))
+            except ValueError:
+                raise MegapilotError(f"{key}={raw[key]!r} is not a whole number", field=field_name,
+                                     fix=f"write {key}=<integer>") from None
+            if sizes[key] <= 0:
+                raise MegapilotError(f"{key} must be > 0", field=field_name, fix=f"write {key}=<positive integer>")
+    return Phase(parse_tokens(raw["tokens"], field_name), **sizes)  # type: ignore[arg-type]  # keys checked above
+
+
+@dataclass(frozen=True)
+class BatchRampup:
+    """Megatron's `--rampup-batch-size START INCREMENT SAMPLES`: the batch starts at START and grows by INCREMENT
+    after each of the (GBS - START) / INCREMENT equal shares of SAMPLES."""
+
+    start: int
+    increment: int
+    samples: int
+
+    def levels(self, final_gbs: int) -> list[tuple[int, float]]:
+        """(batch, samples trained at it) for each step of the warm-up, as Megatron's calculator runs it."""
+        if self.start <= 0 or self.increment <= 0 or self.samples <= 0:
+            raise MegapilotError("START, INCREMENT and SAMPLES must be > 0", field="rampup_batch_size",
+                                 fix="pass e.g. --rampup-batch-size 256 256 1000000")
+        if self.start >= final_gbs or (final_gbs - self.start) % self.increment:
+            raise MegapilotError(
+                f"GBS {final_gbs} - START {self.start} is not a positive multiple of INCREMENT {self.increment}",
+                field="rampup_batch_size", fix="Megatron needs (GBS - START) divisible by INCREMENT, START < GBS")
+        count = (final_gbs - self.start) // self.increment
+        return [(self.start + i * self.increment, self.samples / count) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one piece of the run trains at: sequence length, batch and layout changes."""
+
+    seq_len: int
+    gbs: int
+    layout: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ShapeCost:
+    """The estimator's answer for one shape."""
+
+    step_time_s: float
+    fits: bool
+    layout_label: str = ""
+
+
+StepCost = Callable[[Shape], ShapeCost]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of the run: its tokens, steps and failure-free time."""
+
+    name: str
+    tokens: float
+    shape: Shape
+    iterations: float
+    step_time_s: float
+    fits: bool
+    layout_label: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.iterations * self.step_time_s
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "tokens": self.tokens, "seq_len": self.shape.seq_len, "gbs": self.shape.gbs,
+                "layout": dict(self.shape.layout), "iterations": round(self.iterations, 1),
+                "step_time_s": round(self.step_time_s, 6), "days": round(self.seconds / 86400, 3),
+                "fits": self.fits}
+
+
+@dataclass(frozen=True)
+class Band:
+    """A figure with its band: value x (1 -/+ the estimate's relative error)."""
+
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def around(cls, value: float, fraction: float) -> Band:
+        return cls(value, value * (1 - fraction), value * (1 + fraction))
+
+    def to_json(self, digits: int = 3) -> dict[str, float]:
+        return {"value": _round(self.value, digits), "low": _round(self.low, digits),
+                "high": _round(self.high, digits)}
+
+
+def _round(value: float, digits: int) -> float:
+    return float(f"{value:.{digits + 3}g}")
+
+
+@dataclass(frozen=True)
+class BudgetRequest:
+    """What the user asked: tokens (or steps), phases, a batch warm-up, a price, and the failure inputs."""
+
+    tokens: float | None = None
+    train_iters: int | None = None
+    phases: tuple[Phase, ...] = ()
+    rampup: BatchRampup | None = None
+    cost_per_gpu_hour: float | None = None
+    failure: FailureModel = field(default_factory=FailureModel)
+    checkpoint_gbps: float | None = None  # None: the stated default
+    measured_checkpoint: CheckpointCost | None = None  # the suite's checkpoint stage: replaces the estimate
+
+    def __post_init__(self) -> None:
+        if (self.tokens is None) == (self.train_iters is None):
+            raise MegapilotError("give the budget as tokens or as iterations, one of them", field="tokens",
+                                 fix="pass --tokens 15.6T or --train-iters N")
+        if self.train_iters is not None and self.train_iters <= 0:
+            raise MegapilotError("must be > 0", field="train_iters", fix="pass --train-iters N with N > 0")
+        if self.cost_per_gpu_hour is not None and not (self.cost_per_gpu_hour >= 0):
+            raise MegapilotError("must be >= 0", field="cost_per_gpu_hour", fix="pass the price of one GPU-hour")
+
+
+@dataclass(frozen=True)
+class TimeToTrain:
+    """The run's plan: its pieces, failure-free time, goodput, and the headline figures with their bands."""
+
+    tokens: float
+    iterations: float
+    segments: tuple[Segment, ...]
+    gpus: int
+    band_fraction: float
+    band_source: str
+    goodput: Goodput
+    tdp_w: float | None
+    cost_per_gpu_hour: float | None
+
+    @property
+    def compute_s(self) -> float:
+        return sum(s.seconds for s in self.segments)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.goodput.elapsed_s
+
+    @property
+    def days(self) -> Band:
+        return Band.around(self.elapsed_s / 86400, self.band_fraction)
+
+    @property
+    def gpu_hours(self) -> Band:
+        return Band.around(self.elapsed_s / 3600 * self.gpus, self.band_fraction)
+
+    @property
+    def energy_mwh(self) -> Band | None:
+        if self.tdp_w is None:
+            return None
+        return Band.around(self.gpu_hours.value * self.tdp_w / 1e6, self.band_fraction)
+
+    @property
+    def cost(self) -> Band | None:
+        if self.cost_per_gpu_hour is None:
+            return None
+        return Band.around(self.gpu_hours.value * self.cost_per_gpu_hour, self.band_fraction)
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.segments)
+
+    def to_json(self) -> dict[str, object]:
+        energy, cost = self.energy_mwh, self.cost
+        return {
+            "tokens": self.tokens, "iterations": round(self.iterations, 1),
+            "days": self.days.to_json(), "gpu_hours": self.gpu_hours.to_json(),
+            "energy_mwh": energy.to_json() if energy else None, "cost": cost.to_json() if cost else None,
+            "compute_days": round(self.compute_s / 86400, 3),
+            "band_pct": round(100 * self.band_fraction, 2), "band_source": self.band_source,
+            "tdp_w": self.tdp_w, "cost_per_gpu_hour": self.cost_per_gpu_hour,
+            "segments": [s.to_json() for s in self.segments],
+            **self.goodput.to_json(),
+        }
+
+    def summary(self) -> str:
+        """One line: `83.2 days (±6.6 %) · 32.7 M GPU-hours · 22.9 GWh ...`."""
+        parts = [f"{self.days.value:,.1f} days", f"{self.gpu_hours.value / 1e6:,.3g} M GPU-hours"]
+        if self.energy_mwh is not None:
+            parts.append(f"{self.energy_mwh.value:,.0f} MWh at TDP")
+        if self.cost is not None:
+            parts.append(f"${self.cost.value:,.0f}")
+        return " · ".join(parts) + f" (each ±{100 * self.band_fraction:.1f} %, {self.band_source})"
+
+
+def segments_for(request: BudgetRequest, training: TrainingSpec, cost: StepCost) -> list[Segment]:
+    """The run cut in pieces: the batch warm-up, the main phase and each later phase, each costed by `cost`."""
+    seq, gbs = training.seq_length, training.global_batch_size
+    if request.tokens is not None:
+        total = request.tokens
+    else:
+        assert request.train_iters is not None  # BudgetRequest holds one of the two
+        total = request.train_iters * seq * gbs
+    phase_tokens = sum(p.tokens for p in request.phases)
+    if phase_tokens >= total:
+        raise MegapilotError(f"the phases' {phase_tokens:.4g} tokens leave none of the {total:.4g} budget",
+                             field="phase", fix="phase tokens are part of --tokens: give fewer, or a larger budget")
+    segments: list[Segment] = []
+    main_tokens = total - phase_tokens
+    if request.rampup is not None:
+        for level_gbs, samples in request.rampup.levels(gbs):
+            tokens = min(samples * seq, main_tokens)
+            if tokens <= 0:
+                break
+            segments.append(_segment(f"batch warm-up {level_gbs:,}", tokens, Shape(seq, level_gbs), cost))
+            main_tokens -= tokens
+    if main_tokens > 0:
+        segments.append(_segment("main", main_tokens, Shape(seq, gbs), cost))
+    for index, phase in enumerate(request.phases, start=1):
+        shape = Shape(phase.seq_len or seq, phase.gbs or gbs, tuple(sorted(phase.layout_changes().items())))
+        segments.append(_segment(f"phase {index}: {phase.label()}", phase.tokens, shape, cost))
+    return segments
+
+
+def _segment(name: str, tokens: float, shape: Shape, cost: StepCost) -> Segment:
+    answer = cost(shape)
+    return Segment(name, tokens, shape, tokens / (shape.seq_len * shape.gbs), answer.step_time_s, answer.fits,
+                   answer.layout_label)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The GPUs the run holds: how many, per node, and each one's TDP (None: unknown, no energy figure)."""
+
+    gpus: int
+    gpus_per_node: int
+    tdp_w: float | None
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec) -> Fleet:
+        return cls(cluster.world_size, cluster.gpus_per_node, cluster.gpu.tdp_w)
+
+
+def time_to_train(request: BudgetRequest, training: TrainingSpec, fleet: Fleet, cost: StepCost, *,
+                  checkpoint: CheckpointCost, band: tuple[float, str]) -> TimeToTrain:
+    """The plan of the whole run. `cost` answers a step time per shape; `checkpoint` is the one to save (the
+    request's measured one wins); `band` is (relative error, where it comes from)."""
+    segments = segments_for(request, training, cost)
+    compute_s = sum(s.seconds for s in segments)
+    main = next((s for s in segments if s.name == "main"), segments[-1])
+    used = request.measured_checkpoint or checkpoint
+    run = goodput(compute_s, fleet.gpus, used, request.failure, gpus_per_node=fleet.gpus_per_node,
+                  step_time_s=main.step_time_s)
+    return TimeToTrain(
+        tokens=sum(s.tokens for s in segments), iterations=sum(s.iterations for s in segments),
+        segments=tuple(segments), gpus=fleet.gpus, band_fraction=band[0], band_source=band[1],
+        goodput=run, tdp_w=fleet.tdp_w, cost_per_gpu_hour=request.cost_per_gpu_hour,
+    )
+
+
+# ---- the estimator as a StepCost -------------------------------------------------------------------
+
+
+def estimate_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> tuple[float, str]:
+    """(relative error, source): the median |error| of the estimate's calibration cell, or UNCALIBRATED_BAND."""
+    from megapilot.estimate.coverage import coverage_for
+
+    coverage = coverage_for(model, cluster.gpu, training.precision)
+    cell = coverage.nearest
+    if cell is None or coverage.needs_caveat:
+        return UNCALIBRATED_BAND, "no published run checks this estimate: a stated ±30 %"
+    where = "" if coverage.exact else f"nearest cell {cell.family} on {cell.gpu} {cell.precision}, "
+    return cell.median_abs_error, f"{where}median |error| of {cell.runs} published runs"
+
+
+def layout_step_cost(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
+                     options: object | None = None) -> StepCost:
+    """A StepCost from the estimator, for one layout: a shape's layout changes replace the layout's sizes (DP
+    follows from the GPUs; a pipeline size change takes the balanced split when the layout had an explicit one,
+    else the even one). A shape Megatron would refuse raises MegapilotError naming the phase."""
+    from megapilot.estimate import EstimateOptions, estimate
+
+    run_options = options if isinstance(options, EstimateOptions) else EstimateOptions()
+    cache: dict[Shape, ShapeCost] = {}
+
+    def cost(shape: Shape) -> ShapeCost:
+        if shape not in cache:
+            changed_training = training.model_copy(update={"seq_length": shape.seq_len,
+                                                           "global_batch_size": shape.gbs})
+            layout = _changed_layout(model, cluster, parallel, dict(shape.layout), shape.seq_len)
+            try:
+                result = estimate(model, cluster, changed_training, layout, run_options)
+            except MegapilotError as exc:
+                raise MegapilotError(f"seq {shape.seq_len}, GBS {shape.gbs}: {exc.problem}", field="phase",
+                                     fix=exc.fix) from None
+            cache[shape] = ShapeCost(result.step_time_s, result.fits, _label(layout) if shape.layout else "")
+        return cache[shape]
+
+    return cost
+
+
+def _changed_layout(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig, changes: dict[str, int],
+                    seq_len: int) -> ParallelConfig:
+    if not changes:
+        return parallel
+    merged = parallel.model_dump() | changes
+    model_parallel = merged["tp"] * merged["pp"] * merged["cp"]
+    if cluster.world_size % model_parallel:
+        raise MegapilotError(f"TP x PP x CP = {model_parallel} does not divide {cluster.world_size} GPUs",
+                             field="phase", fix="pick phase sizes whose product divides the GPU count")
+    merged["dp"] = cluster.world_size // model_parallel
+    if merged["tp"] == 1:
+        merged["sequence_parallel"] = False
+    if ("pp" in changes or "vpp" in changes) and (merged["pp"], merged["vpp"]) != (parallel.pp, parallel.vpp):
+        had_layout = parallel.pipeline_layout is not None
+        merged |= {"first_stage_layers": None, "last_stage_layers": None, "pipeline_layout": None}
+        if had_layout and merged["pp"] > 1:
+            from megapilot.estimate.pipeline_balance import balanced_split
+
+            merged["pipeline_layout"] = balanced_split(model, merged["pp"], merged["vpp"], seq_len).layout
+    try:
+        return ParallelConfig.model_validate(merged)
+    except ValueError as exc:
+        raise MegapilotError(f"the phase's layout is refused ({exc})".replace("\n", " "), field="phase",
+                             fix="change the phase's tp/pp/vpp/cp") from None
+
+
+def _label(p: ParallelConfig) -> str:
+    return f"TP{p.tp} PP{p.pp}" + (f" VPP{p.vpp}" if p.vpp > 1 else "") + (f" CP{p.cp}" if p.cp > 1 else "") \
+        + f" DP{p.dp}"

@@ -1,0 +1,61 @@
+"""The plan for a token budget: each candidate's time to train (`megapilot.estimate.budget`), and the candidates
+ranked by it. Per-step throughput ranks layouts for one step; over a budget, a layout that is slower in a
+long-context phase or during the batch warm-up can lose its lead, so with a budget the elapsed time decides
+(ties keep the planner's order)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megapilot.estimate.budget import BudgetRequest, Fleet, TimeToTrain, estimate_band, layout_step_cost, time_to_train
+from megapilot.estimate.goodput import checkpoint_bytes, estimated_checkpoint
+from megapilot.estimate.params import count_params
+from megapilot.plan.search import Candidate, PlanResult
+from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import TrainingSpec
+
+
+def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+               parallel: ParallelConfig, options: object | None = None) -> TimeToTrain:
+    """One layout's whole run: phases costed by the estimator, the checkpoint estimated from the model's size
+    over the storage bandwidth (or the request's measured one), the band from the estimate's calibration."""
+    from megapilot.estimate.goodput import DEFAULT_CHECKPOINT_GBPS_PER_GPU
+
+    size = checkpoint_bytes(count_params(model).total, training.optimizer)
+    gbps = DEFAULT_CHECKPOINT_GBPS_PER_GPU * cluster.world_size if request.checkpoint_gbps is None \
+        else request.checkpoint_gbps
+    checkpoint = estimated_checkpoint(size, gbps)
+    cost = layout_step_cost(model, cluster, training, parallel, options)
+    return time_to_train(request, training, Fleet.of(cluster), cost, checkpoint=checkpoint,
+                         band=estimate_band(model, cluster, training))
+
+
+@dataclass(frozen=True)
+class BudgetedPlan:
+    """The plan's candidates in time-to-train order, each with its run."""
+
+    plan: PlanResult  # candidates reordered
+    runs: tuple[TimeToTrain, ...]  # aligned with plan.candidates
+
+    def to_json(self) -> dict[str, object]:
+        document = self.plan.to_json()
+        rows: list[dict[str, object]] = document["candidates"]  # type: ignore[assignment]  # to_json's list
+        document["candidates"] = [row | {"budget": run.to_json()} for row, run in zip(rows, self.runs, strict=True)]
+        document["ranked_by"] = "time_to_train"
+        return document
+
+
+def rank_by_time_to_train(result: PlanResult, request: BudgetRequest, options: object | None = None) -> BudgetedPlan:
+    """Each candidate's run for the budget, the candidates ordered by expected elapsed time (stable)."""
+    runs = [run_budget(request, result.model, result.cluster, result.training, c.parallel, options)
+            for c in result.candidates]
+    order = sorted(range(len(runs)), key=lambda i: runs[i].elapsed_s)
+    candidates: list[Candidate] = [result.candidates[i] for i in order]
+    if order and order[0] != 0:  # the budget moved another layout first: say why
+        first, fastest = runs[order[0]], runs[0]
+        note = (f"first by time to train: {first.days.value:,.1f} days against {fastest.days.value:,.1f} for the "
+                "layout with the fastest main step (its other phases or batch warm-up cost it the lead)")
+        candidates[0] = candidates[0].model_copy(update={"reasons": [note, *candidates[0].reasons]})
+    return BudgetedPlan(result.model_copy(update={"candidates": candidates}), tuple(runs[i] for i in order))

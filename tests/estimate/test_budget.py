@@ -1,0 +1,74 @@
+"""Time to train a budget: token counts, phases, the batch warm-up, and the bands."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.estimate.budget import (
+    BatchRampup,
+    BudgetRequest,
+    Fleet,
+    ShapeCost,
+    parse_phase,
+    parse_tokens,
+    time_to_train,
+)
+from megapilot.estimate.goodput import CheckpointCost, FailureModel
+from megapilot.spec import TrainingSpec
+
+
+def test_token_counts():
+    assert parse_tokens("15.6T") == pytest.approx(15.6e12)
+    assert parse_tokens("800b") == 800e9 and parse_tokens("4K") == 4000 and parse_tokens(1e6) == 1e6
+    for bad in ("15X", "", "-1T", "0"):
+        with pytest.raises(MegapilotError):
+            parse_tokens(bad)
+
+
+def test_phase_parsing_names_the_problem():
+    phase = parse_phase("seq_len=131072,tokens=800B,cp=16")
+    assert (phase.tokens, phase.seq_len, phase.cp, phase.tp) == (800e9, 131072, 16, None)
+    for bad, said in (("seq_len=8192", "tokens"), ("tokens=1B,foo=2", "foo"), ("tokens=1B,cp=x", "cp"),
+                      ("tokens", "KEY=VALUE")):
+        with pytest.raises(MegapilotError, match=said):
+            parse_phase(bad)
+
+
+def _fixed(seconds_per_sample: float):
+    # a step costs its batch's samples plus a fixed 1 s (so the warm-up's smaller batches cost more per token)
+    return lambda shape: ShapeCost(1.0 + seconds_per_sample * shape.gbs * shape.seq_len / 1024, True)
+
+
+NO_FAILURES = FailureModel(failures_per_gpu_hour=0.0)
+CHECKPOINT = CheckpointCost(1e9, 1.0, 1.0, "test")
+
+
+def test_phases_come_out_of_the_budget_and_the_warm_up_follows_megatron():
+    training = TrainingSpec(seq_length=1024, global_batch_size=64)
+    request = BudgetRequest(tokens=1e9, phases=(parse_phase("tokens=100M,seq_len=4096"),),
+                            rampup=BatchRampup(16, 16, 48_000), failure=NO_FAILURES)
+    run = time_to_train(request, training, Fleet(8, 8, 700.0), _fixed(0.01), checkpoint=CHECKPOINT,
+                        band=(0.1, "test"))
+    names = [s.name for s in run.segments]
+    assert names == ["batch warm-up 16", "batch warm-up 32", "batch warm-up 48", "main",
+                     "phase 1: seq_len 4,096"]
+    assert run.tokens == pytest.approx(1e9)
+    assert [s.tokens for s in run.segments[:3]] == pytest.approx([16_000 * 1024] * 3)
+    assert run.segments[-1].shape.seq_len == 4096 and run.segments[-1].iterations == pytest.approx(1e8 / 4096 / 64)
+    assert run.compute_s == pytest.approx(sum(s.iterations * s.step_time_s for s in run.segments))
+    assert run.days.low == pytest.approx(run.days.value * 0.9) and run.days.high == pytest.approx(run.days.value * 1.1)
+    assert run.energy_mwh is not None and run.energy_mwh.value == pytest.approx(run.gpu_hours.value * 700 / 1e6)
+    assert run.cost is None
+
+
+def test_bad_budgets_are_refused():
+    training = TrainingSpec(seq_length=1024, global_batch_size=64)
+    with pytest.raises(MegapilotError, match="leave none"):
+        time_to_train(BudgetRequest(tokens=1e6, phases=(parse_phase("tokens=2M"),)), training, Fleet(8, 8, None),
+                      _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+    with pytest.raises(MegapilotError, match="INCREMENT"):
+        time_to_train(BudgetRequest(tokens=1e9, rampup=BatchRampup(10, 20, 1000)), training, Fleet(8, 8, None),
+                      _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+    with pytest.raises(MegapilotError, match="one of them"):
+        BudgetRequest(tokens=1e9, train_iters=10)

@@ -1,0 +1,71 @@
+"""Goodput under failures: Daly's interval, the elapsed-time model, spares; the default rate against Llama 3."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.estimate.goodput import (
+    DEFAULT_CHECKPOINT_GBPS_PER_GPU,
+    CheckpointCost,
+    FailureModel,
+    checkpoint_bytes,
+    daly_interval_s,
+    estimated_checkpoint,
+    expected_interruptions,
+    goodput,
+)
+
+DAY_S = 86_400.0
+
+
+def test_daly_interval_starts_from_youngs_and_is_the_minimum_of_the_elapsed_time():
+    save_s, mtbf_s = 60.0, 3 * 3600.0
+    interval = daly_interval_s(save_s, mtbf_s)
+    assert math.sqrt(2 * save_s * mtbf_s) - save_s < interval < math.sqrt(2 * save_s * mtbf_s) * 1.1
+    checkpoint = CheckpointCost(1e12, save_s, 30.0, "test")
+    failure = FailureModel(failures_per_gpu_hour=1 / (mtbf_s / 3600) / 1024, restart_s=300.0)
+
+    def elapsed(tau: float) -> float:  # the model's own elapsed time at another interval
+        per_failure = failure.restart_s + checkpoint.load_s + (tau + save_s) / 2
+        return (1 + save_s / tau) / (1 - per_failure / mtbf_s)
+
+    assert elapsed(interval) <= min(elapsed(interval * 0.7), elapsed(interval * 1.4))
+    run = goodput(DAY_S, 1024, checkpoint, failure)
+    assert run.checkpoint_interval_s == pytest.approx(interval)
+    assert run.elapsed_s == pytest.approx(DAY_S * elapsed(interval))
+
+
+def test_daly_interval_limits():
+    assert daly_interval_s(100.0, 40.0) == 40.0  # a save longer than 2M: checkpoint every M
+    assert daly_interval_s(10.0, math.inf) == math.inf
+
+
+def test_llama3_default_rate_gives_its_419_interruptions_in_54_days_and_over_90_percent_effective_time():
+    interruptions = expected_interruptions(16_384, 54 * DAY_S)
+    assert 419 / 1.5 <= interruptions <= 419 * 1.5
+    # The 405B checkpoint (bf16 weights + fp32 Adam state) over the default storage: what goodput that leaves over
+    # a 54-day run, and the interval that achieves it.
+    checkpoint = estimated_checkpoint(checkpoint_bytes(405_853_388_800), DEFAULT_CHECKPOINT_GBPS_PER_GPU * 16_384)
+    compute_s = 54 * DAY_S * 0.9
+    run = goodput(compute_s, 16_384, checkpoint, step_time_s=7.0)
+    print(f"\n16,384 GPUs: {run.expected_interruptions:.0f} interruptions over {run.elapsed_s / DAY_S:.1f} days, "
+          f"checkpoint every {run.checkpoint_interval_s:.0f} s ({run.checkpoint_interval_iters} steps, "
+          f"{checkpoint.save_s:.1f} s save), effective training time {run.effective_training_time_pct:.1f} %")
+    assert 90 < run.effective_training_time_pct < 100
+    assert run.elapsed_s == pytest.approx(run.compute_s + run.lost_restart_s + run.lost_recompute_s
+                                          + run.checkpoint_overhead_s)
+    assert run.spares.recommended >= 1 and run.spares.wait_without_s > 0
+
+
+def test_no_failures_no_loss():
+    run = goodput(DAY_S, 64, CheckpointCost(1e9, 1.0, 1.0, "test"), FailureModel(failures_per_gpu_hour=0.0))
+    assert run.elapsed_s == DAY_S and run.expected_interruptions == 0 and run.effective_training_time_pct == 100
+
+
+def test_failures_faster_than_a_restart_are_refused():
+    with pytest.raises(MegapilotError, match="never finishes"):
+        goodput(DAY_S, 100_000, CheckpointCost(1e12, 600.0, 600.0, "test"),
+                FailureModel(failures_per_gpu_hour=1e-3, restart_s=3600.0))
