@@ -206,6 +206,17 @@ def int_default(flag: str) -> int:
     return value
 
 
+def field_value(root: object, path: str) -> object:
+    """The value of a spec field named by its path (`parallel.mbs`) on anything that holds the specs as
+    attributes (a SavedPlan, a run read back from flags); None where a part on the way is None."""
+    value: object = root
+    for name in path.split("."):
+        if value is None:
+            return None
+        value = getattr(value, name)
+    return value
+
+
 def float_default(flag: str) -> float:
     """A float flag's default (a flag without one is a programming error here)."""
     value = _BY_FLAG[flag].default
