@@ -32,9 +32,10 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
     return [token for section in megatron_arg_sections(plan, options) for token in section.args]
 
 
-def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
-    """All argument sections, in the order a reader looks for them."""
-    table = resolve_flag_table(options)
+def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTable | None = None) -> list[ArgSection]:
+    """All argument sections, in the order a reader looks for them, for `table`'s release (None: the one the
+    options name, `versions.resolve_flag_table`)."""
+    table = table or resolve_flag_table(options)
     model = _with_positions_for(model_section(plan.model, cpu=options.cpu), plan.model, plan.training)
     return [
         _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),
@@ -51,6 +52,27 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
         _checkpoint_section(plan, options),
         *performance_sections(plan, options),
     ]
+
+
+def argument_notes(plan: SavedPlan, table: FlagTable) -> list[str]:
+    """What the user should know about the arguments written for this release: an unfused DSA, an overlap left
+    out, positions raised past the model's own."""
+    notes = []
+    if plan.model.dsa is not None and not dsa_kernel_args(plan.model, table.flags):
+        notes.append(f"Megatron-LM {table.release} runs DeepSeek Sparse Attention unfused (fp32 score matrices of "
+                     "every head over the whole sequence): far slower and larger than the estimate, which prices the "
+                     "fused kernels of core_v0.19.0 on (--dsa-kernel-backend)")
+    if plan.training.optimizer == "dist_muon" and not dist_muon_overlaps(table.version):
+        notes.append(f"--overlap-grad-reduce left out: Megatron-LM {table.label()} asserts it off for every Muon "
+                     "variant (dist_muon overlaps it from core_v0.17.0 on), so the gradient reduction follows the "
+                     "backward")
+    raised = positions_raised_to(plan.model, plan.training)
+    if raised is not None:
+        notes.append(f"--max-position-embeddings {raised}: raised from {plan.model.name}'s "
+                     f"{plan.model.max_position_embeddings} to the sequence length, as Megatron asserts; its "
+                     f"{plan.model.position_embedding} positions are computed, so no weight changes, but the model "
+                     "was trained on shorter sequences (context extension)")
+    return notes
 
 
 def positions_raised_to(model: ModelSpec, training: TrainingSpec) -> int | None:
