@@ -12,7 +12,7 @@ demo: setup
 # cluster, sshd, PostgreSQL, a trained tiny model) or a module run on one worker (tests/conftest.py).
 PYTEST_WORKERS ?= auto
 test: lint
-	@.venv/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+	@.venv/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
 
 # Style and bug patterns (ruff) and the annotations (mypy over megapilot/); settings in pyproject.toml.
 lint: setup
@@ -21,4 +21,4 @@ lint: setup
 
 # Everything but the tests marked slow.
 test-fast: setup
-	@.venv/bin/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadgroup
+	@.venv/bin/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadscope

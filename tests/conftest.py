@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -40,40 +43,50 @@ def cli(capsys):
     return run
 
 
-# Tests that start the same expensive session fixture run on one worker under pytest-xdist (`make test` runs
-# `-n auto --dist loadgroup`), so each fixture starts once per run as it does without xdist: the SLURM clusters
-# (three fixtures, one group: their daemons share the host's name), the loopback sshd, the PostgreSQL server and
-# the tiny model the suite tests train once.
-_SHARED_FIXTURE_GROUPS = {
-    "slurm_cluster": "slurm", "slurm_host_node": "slurm", "slurm_two_runnable_nodes": "slurm",
-    "loopback_sshd": "sshd", "postgres_server": "postgres", "postgres_url": "postgres",
+# Under pytest-xdist (`make test` runs `-n auto --dist loadscope`) tests are scheduled in groups, so that every
+# expensive fixture is still built once per run: a module that uses one of these session fixtures runs with the
+# other modules that use it (one group for the SLURM clusters and sshd: a module such as the remote suite test uses
+# both), a module with fixtures scoped to it (or a conftest above it with such fixtures) runs as one unit, and
+# every other test is scheduled on its own.
+_SESSION_FIXTURE_GROUPS = {
+    "slurm_cluster": "daemons", "slurm_host_node": "daemons", "slurm_two_runnable_nodes": "daemons",
+    "loopback_sshd": "daemons", "postgres_server": "postgres", "postgres_url": "postgres",
     "trainer_runs": "trainer-runs",
 }
+_SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](?:module|class|package)["']""")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses an expensive session fixture joins that fixture's xdist group; one that uses a fixture
-    scoped to its module (or class) joins its module's group, so the fixture is built once, on one worker; every
-    other test is free to run on any worker. Without xdist the marks do nothing."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        fixtures = getattr(item, "fixturenames", ())
-        shared = sorted({group for name, group in _SHARED_FIXTURE_GROUPS.items() if name in fixtures})
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
-        elif _uses_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+@functools.cache
+def _source(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
-def _uses_module_fixture(item: pytest.Item) -> bool:
-    """Whether a fixture the test uses lives for its module or class (pytest's fixture info; a test without it,
-    a doctest say, is taken to use one, the safe side)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return True
-    return any(definitions[-1].scope in ("module", "class", "package")
-               for definitions in info.name2fixturedefs.values() if definitions)
+def xdist_scope(root: Path, nodeid: str) -> str:
+    """The unit a test is scheduled in: a session fixture's group, its module, or the test alone."""
+    module = nodeid.split("::", 1)[0]
+    source = _source(root / module)
+    for fixture, group in _SESSION_FIXTURE_GROUPS.items():
+        if re.search(rf"\b{fixture}\b", source):
+            return group
+    conftests = [directory / "conftest.py" for directory in (root / module).parents if root in directory.parents]
+    if any(_SHARED_SCOPE.search(text) for text in (source, *map(_source, conftests))):
+        return module
+    return nodeid
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadscope` with the scopes above (xdist's own `loadgroup` marks are lost on pytest >= 9.2, which no
+    longer reads the node ids xdist rewrites)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FixtureScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(config.rootpath, nodeid)
+
+    return FixtureScopeScheduling(config, log)
 
 
 def _hypothesis_profiles() -> None:
