@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import get_args
 
+from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.hf import layer_blocks_from_block_configs
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
@@ -734,8 +735,6 @@ def _gpu_named_in_header(flags: LaunchFlags, notes: list[str]) -> GPUSpec | None
     """The GPU a script from `megapilot script` names in its header, unless it runs over gloo (a CPU run)."""
     if flags.gpu_hint is None or flags.get("--distributed-backend") == "gloo":
         return None
-    from megapilot.catalog.gpus import get_gpu
-
     try:
         gpu = get_gpu(flags.gpu_hint)
     except MegapilotError:
