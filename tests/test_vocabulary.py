@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from megapilot.launch.megatron_args import committed_tables
+from megapilot.spec import ModelSpec, ParallelConfig, TrainingSpec
 from megapilot.trainer.args import FLAGS
 from megapilot.vocabulary import TERMS, Term, term
 
@@ -58,3 +61,32 @@ def test_a_default_is_stated_once_and_read_back_from_a_script_that_leaves_the_fl
     assert config.model.moe.router_topk == term("--moe-router-topk").default
     assert config.model.mla.kv_lora_rank == term("--kv-lora-rank").default
     assert config.model.norm_epsilon == term("--norm-epsilon").default
+
+
+def _classes(annotation: object) -> list[type]:
+    """The classes an annotation admits, through Optional, unions and Annotated."""
+    if isinstance(annotation, type):
+        return [annotation]
+    return [cls for arg in typing.get_args(annotation) for cls in _classes(arg)]
+
+
+def _has_field(owner: type, path: list[str]) -> bool:
+    """Whether a spec class has the field path, through optional and union-typed sub-specs."""
+    fields = getattr(owner, "model_fields", {})
+    if path[0] not in fields:
+        return False
+    return len(path) == 1 or any(_has_field(cls, path[1:]) for cls in _classes(fields[path[0]].annotation)
+                                 if hasattr(cls, "model_fields"))
+
+
+@pytest.mark.parametrize("row", [row for row in TERMS if row.field], ids=lambda row: row.flag)
+def test_every_field_path_names_a_spec_field(row: Term) -> None:
+    roots = {"model": ModelSpec, "parallel": ParallelConfig, "training": TrainingSpec}
+    root, *path = (row.field or "").split(".")
+    assert _has_field(roots[root], path), f"{row.flag}: {row.field} is not a field of the specs"
+
+
+def test_the_training_section_is_written_from_the_rows() -> None:
+    from megapilot.launch.flags import TRAINING_FLAGS
+
+    assert all(term(flag).field for flag in TRAINING_FLAGS)
