@@ -8,9 +8,10 @@ demo: setup
 	@bash scripts/demo.sh
 
 # Lint first (ruff and mypy, below), then the whole suite, slow end-to-end tests included
-# (CI runs exactly this). One pytest-xdist worker per core; tests sharing an expensive fixture (a SLURM
-# cluster, sshd, PostgreSQL, a trained tiny model) or a module run on one worker (tests/conftest.py).
-PYTEST_WORKERS ?= auto
+# (CI runs exactly this). One pytest-xdist worker per CPU (logical core); tests sharing an expensive
+# fixture (a SLURM cluster, sshd, PostgreSQL, a trained tiny model) or a module-scoped one run on one
+# worker (tests/conftest.py).
+PYTEST_WORKERS ?= logical
 test: lint
 	@.venv/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
 

@@ -43,7 +43,7 @@ def cli(capsys):
     return run
 
 
-# Under pytest-xdist (`make test` runs `-n auto --dist loadscope`) tests are scheduled in groups, so that every
+# Under pytest-xdist (`make test` runs `-n logical --dist loadscope`) tests are scheduled in groups, so that every
 # expensive fixture is still built once per run: a module that uses one of these session fixtures runs with the
 # other modules that use it (one group for the SLURM clusters and sshd: a module such as the remote suite test uses
 # both), a module with fixtures scoped to it (or a conftest above it with such fixtures) runs as one unit, and
