@@ -36,6 +36,10 @@ class Term:
     since: str | None = None  # first release with the flag; None: in every release megapilot has a table for
     until: str | None = None  # last release with it; None: still in the newest
     argument: str | None = None  # Megatron's destination where it is not the flag's name (store_false switches)
+    # A release from which Megatron's own default no longer holds what the renderers rely on, and why: from it on,
+    # the default above is written out (launch.versions).
+    pinned_from: str | None = None
+    pinned_why: str = ""
 
     @property
     def dest(self) -> str:
@@ -184,6 +188,11 @@ TERMS: tuple[Term, ...] = (
     _float("--adam-beta2", "training.adam_beta2", 0.999, "Adam beta2"),
     _float("--init-method-std", "training.init_method_std", 0.02, "standard deviation of the weight initialization"),
     _int("--seed", "training.seed", 1234, "random seed"),
+    # core_v0.16.0 moved --eval-interval into TrainingConfig with default None (it was 1000), but
+    # get_train_valid_test_num_samples still computes train_iters // eval_interval: a run by --train-iters without
+    # the flag stops with a TypeError before its first step.
+    _int("--eval-interval", None, 1000, "iterations between validation runs", pinned_from="core_v0.16.0",
+         pinned_why="the default became None in core_v0.16.0 and training by iterations divides by it"),
 )
 
 _BY_FLAG = {term.flag: term for term in TERMS}

@@ -194,7 +194,7 @@ FLAGS: tuple[Flag, ...] = (
     _int("--log-interval", 100, "iterations between iteration lines"),
     _bool("--log-throughput", "print TFLOP/s/GPU in the iteration line"),
     _int("--timing-log-level", 0, "timer detail (0: none; 1, 2: forward-backward and optimizer timers)"),
-    _int("--eval-interval", 1000, "iterations between validation runs"),
+    _megatron("--eval-interval"),
     _int("--eval-iters", 100, "iterations per validation run (0 disables validation)"),
     _str("--save", None, "checkpoint directory to save into"),
     _str("--load", None, "checkpoint directory to resume from"),
