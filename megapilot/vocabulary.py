@@ -7,12 +7,16 @@ Its readers:
   from here (what the run then trained with);
 - `diagnose.mismatch` compares a log's arguments block (keyed by `Term.dest`) with the script's specs by field;
 - `trainer.args` accepts these flags with these types, defaults and meanings;
-- `launch.megatron_args` holds the per-release parser tables; a test checks every row's `since`/`until` and kind
-  against them, so the vocabulary cannot drift from the releases it names.
+- `launch.versions` writes out the defaults a release changed under the renderers (`pinned_from`);
+- `launch.megatron_args` holds the per-release parser tables; tests/test_vocabulary.py checks every row's
+  `since`/`until`, kind and destination against them, and its field path against the specs, so the vocabulary
+  cannot drift from the releases or the specs it names.
 
-A default is Megatron-LM's argparse default (None: the flag has none, the run needs it or derives it). Where a
+A default is Megatron-LM's argparse default (None: the flag has none, the run needs it or derives it; a pinned row
+keeps the value it had before `pinned_from`). Where a
 reader assumes something else for a missing flag (a guessed learning rate), that assumption is its own and says so.
-Kept free of imports beyond the standard library: the trainer and the CLI read it without loading the specs.
+Kept free of imports beyond the standard library: the torch-free trainer flag table reads it without loading the
+specs (or pydantic).
 """
 
 from __future__ import annotations
