@@ -13,8 +13,8 @@ Its readers:
   cannot drift from the releases or the specs it names.
 
 A default is Megatron-LM's argparse default (None: the flag has none, the run needs it or derives it; a pinned row
-keeps the value it had before `pinned_from`). Where a
-reader assumes something else for a missing flag (a guessed learning rate), that assumption is its own and says so.
+keeps the value it had before `pinned_from`). Where a reader assumes something else for a missing flag (a guessed
+learning rate), that assumption is its own and says so.
 Kept free of imports beyond the standard library: the torch-free trainer flag table reads it without loading the
 specs (or pydantic).
 """
