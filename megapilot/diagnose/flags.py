@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import get_args
 
+from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.hf import layer_blocks_from_block_configs
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
@@ -48,6 +49,7 @@ from megapilot.spec.model import (
 from megapilot.spec.parallel import RECOMPUTE_MODULES
 from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
 from megapilot.spec.validate import most_offloaded_layers
+from megapilot.vocabulary import default, float_default, int_default
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
@@ -406,11 +408,11 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
     if not experts or experts <= 1:
         return None
     first_dense, frequency = moe_layer_placement(flags.get("--moe-layer-freq"))
-    balancing = flags.get("--moe-router-load-balancing-type", "aux_loss")
+    balancing = flags.get("--moe-router-load-balancing-type", _str_default("--moe-router-load-balancing-type"))
     router_dtype = flags.get("--moe-router-dtype")
     capacity = _capacity_factor(flags)
     return MoESpec(
-        num_experts=experts, router_topk=flags.get_int("--moe-router-topk", 2) or 2,
+        num_experts=experts, router_topk=_megatron_int(flags, "--moe-router-topk"),
         moe_ffn_hidden_size=flags.get_int("--moe-ffn-hidden-size") or ffn,
         latent_size=flags.get_int("--moe-latent-size") or None,
         shared_expert_ffn_hidden_size=flags.get_int("--moe-shared-expert-intermediate-size", 0) or 0,
@@ -418,7 +420,7 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
         shared_expert_gate=flags.has("--moe-shared-expert-gate"),
         router_expert_bias=flags.has("--moe-router-enable-expert-bias"),
         load_balancing_type=_LOAD_BALANCING.get(balancing or "", "aux_loss"),
-        aux_loss_coeff=flags.get_float("--moe-aux-loss-coeff", 0.0) or 0.0,
+        aux_loss_coeff=_megatron_float(flags, "--moe-aux-loss-coeff"),
         router_score_function="sigmoid" if flags.get("--moe-router-score-function") == "sigmoid" else "softmax",
         router_pre_softmax=flags.has("--moe-router-pre-softmax"),
         router_topk_scaling_factor=flags.get_float("--moe-router-topk-scaling-factor"),
@@ -440,10 +442,10 @@ def _mla(flags: LaunchFlags) -> MLASpec | None:
     if not flags.has("--multi-latent-attention"):
         return None
     return MLASpec(
-        q_lora_rank=flags.get_int("--q-lora-rank"), kv_lora_rank=flags.get_int("--kv-lora-rank", 32) or 32,
-        qk_head_dim=flags.get_int("--qk-head-dim", 128) or 128,
-        qk_pos_emb_head_dim=flags.get_int("--qk-pos-emb-head-dim", 64) or 64,
-        v_head_dim=flags.get_int("--v-head-dim", 128) or 128,
+        q_lora_rank=flags.get_int("--q-lora-rank"), kv_lora_rank=_megatron_int(flags, "--kv-lora-rank"),
+        qk_head_dim=_megatron_int(flags, "--qk-head-dim"),
+        qk_pos_emb_head_dim=_megatron_int(flags, "--qk-pos-emb-head-dim"),
+        v_head_dim=_megatron_int(flags, "--v-head-dim"),
         latent_layernorms=flags.has("--qk-layernorm"),  # under MLA, Megatron's --qk-layernorm builds the latent norms
         dsa=_dsa(flags),
     )
@@ -530,6 +532,22 @@ def _int_or(flags: LaunchFlags, name: str, default: int) -> int:
     return flags.get_int(name, default) or default
 
 
+def _megatron_int(flags: LaunchFlags, name: str) -> int:
+    """A whole-number flag, or its default in the Megatron vocabulary when it is absent, unreadable or 0."""
+    return _int_or(flags, name, int_default(name))
+
+
+def _megatron_float(flags: LaunchFlags, name: str) -> float:
+    """A float flag, or its default in the Megatron vocabulary when it is absent, unreadable or 0."""
+    return flags.get_float(name, float_default(name)) or float_default(name)
+
+
+def _str_default(name: str) -> str:
+    value = default(name)
+    assert isinstance(value, str), name
+    return value
+
+
 def _gated_delta_net(flags: LaunchFlags) -> GatedDeltaNetSpec | None:
     """--experimental-attention-variant gated_delta_net and its shape (core_v0.16.0's defaults where unstated)."""
     if flags.get("--experimental-attention-variant") != "gated_delta_net":
@@ -545,9 +563,7 @@ def _gated_delta_net(flags: LaunchFlags) -> GatedDeltaNetSpec | None:
     )
 
 
-# Megatron-LM core_v0.16.0 values the rope-scaling flags leave at their defaults (arguments.py,
-# MLATransformerConfig): what the model is when a script does not state them.
-_ROPE_SCALING_FACTOR_DEFAULT = 8.0
+# MLATransformerConfig's YaRN original context, which no flag sets: what the model is under `--rope-type yarn`.
 _YARN_ORIGINAL_MAX_POSITIONS = 4096
 
 
@@ -556,14 +572,13 @@ def _rope_scaling(flags: LaunchFlags) -> Llama3RopeScaling | YarnRopeScaling | N
     if flags.has("--multi-latent-attention"):
         if flags.get("--rope-type") != "yarn":
             return None
-        return YarnRopeScaling(factor=flags.get_float("--rotary-scaling-factor", 1.0) or 1.0,
+        return YarnRopeScaling(factor=_megatron_float(flags, "--rotary-scaling-factor"),
                                original_max_position_embeddings=_YARN_ORIGINAL_MAX_POSITIONS,
-                               mscale=flags.get_float("--mscale", 1.0) or 1.0,
-                               mscale_all_dim=flags.get_float("--mscale-all-dim", 0.0) or 0.0)
+                               mscale=_megatron_float(flags, "--mscale"),
+                               mscale_all_dim=_megatron_float(flags, "--mscale-all-dim"))
     if not flags.has("--use-rope-scaling"):
         return None
-    return Llama3RopeScaling(factor=flags.get_float("--rope-scaling-factor", _ROPE_SCALING_FACTOR_DEFAULT)
-                             or _ROPE_SCALING_FACTOR_DEFAULT)
+    return Llama3RopeScaling(factor=_megatron_float(flags, "--rope-scaling-factor"))
 
 
 def _sliding_window(flags: LaunchFlags) -> int | None:
@@ -583,7 +598,8 @@ def _position_embedding(flags: LaunchFlags) -> PositionEmbedding:
         return "rope"
     if flags.has("--no-position-embedding"):
         return "none"
-    return _POSITION_EMBEDDINGS.get(flags.get("--position-embedding-type") or "learned_absolute", "rope")
+    given = flags.get("--position-embedding-type") or _str_default("--position-embedding-type")
+    return _POSITION_EMBEDDINGS.get(given, "rope")
 
 
 def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> ModelSpec | None:
@@ -604,16 +620,17 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
     return ModelSpec(
         name=Path(flags.source).stem if flags.source != "<flags>" else "from-flags",
         num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
-        num_query_groups=flags.get_int("--num-query-groups", 1) if flags.has("--group-query-attention") else None,
+        num_query_groups=(flags.get_int("--num-query-groups", int_default("--num-query-groups"))
+                          if flags.has("--group-query-attention") else None),
         kv_channels=kv_channels, vocab_size=_vocab_size(flags, notes),
-        make_vocab_size_divisible_by=flags.get_int("--make-vocab-size-divisible-by", 128) or 128,
+        make_vocab_size_divisible_by=_megatron_int(flags, "--make-vocab-size-divisible-by"),
         max_position_embeddings=flags.get_int("--max-position-embeddings") or seq_length or 4096,
         mlp_activation=_activation(flags),
         normalization="RMSNorm" if flags.get("--normalization") == "RMSNorm" else "LayerNorm",
-        norm_epsilon=flags.get_float("--norm-epsilon", 1e-5) or 1e-5,
+        norm_epsilon=_megatron_float(flags, "--norm-epsilon"),
         position_embedding=_position_embedding(flags),
-        rotary_base=flags.get_int("--rotary-base", 10000) or 10000,
-        rotary_percent=flags.get_float("--rotary-percent", 1.0) or 1.0,
+        rotary_base=_megatron_int(flags, "--rotary-base"),
+        rotary_percent=_megatron_float(flags, "--rotary-percent"),
         norm_zero_centered=flags.has("--apply-layernorm-1p"),
         attention_output_gate=flags.has("--attention-output-gate"), gated_delta_net=_gated_delta_net(flags),
         tie_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
@@ -623,7 +640,8 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         rope_scaling=_rope_scaling(flags), sliding_window=_sliding_window(flags),
         moe=_moe(flags, ffn), mla=_mla(flags),
         mtp_num_layers=flags.get_int("--mtp-num-layers") or (hybrid.mtp_depths if hybrid else 0),
-        mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", 0.1) or 0.0,
+        mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", float_default("--mtp-loss-scaling-factor"))
+        or 0.0,
         mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
         hybrid_override_pattern=pattern, mamba=_mamba(flags, pattern),
         layer_blocks=_layer_blocks(flags, heads, hidden, ffn, notes),
@@ -649,9 +667,9 @@ def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | Non
         seq_length=seq, global_batch_size=gbs,
         precision=_FLAG_PRECISIONS.get(precision, "bf16"),
         train_iters=train_iters, lr=flags.get_float("--lr", 3e-4) or 3e-4,
-        min_lr=flags.get_float("--min-lr", 0.0) or 0.0, lr_warmup_iters=warmup or 0,
-        clip_grad=flags.get_float("--clip-grad", 1.0) or 0.0,
-        init_method_std=flags.get_float("--init-method-std", 0.02) or 0.02,
+        min_lr=_megatron_float(flags, "--min-lr"), lr_warmup_iters=warmup or 0,
+        clip_grad=flags.get_float("--clip-grad", float_default("--clip-grad")) or 0.0,
+        init_method_std=_megatron_float(flags, "--init-method-std"),
         optimizer=_optimizer(flags, notes),
     )
 
@@ -674,8 +692,8 @@ def _hybrid_virtual_stages(flags: LaunchFlags, pp: int) -> int:
 
 
 def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> ParallelConfig:
-    tp = flags.get_int("--tensor-model-parallel-size", 1) or 1
-    pp = flags.get_int("--pipeline-model-parallel-size", 1) or 1
+    tp = _megatron_int(flags, "--tensor-model-parallel-size")
+    pp = _megatron_int(flags, "--pipeline-model-parallel-size")
     vpp = flags.get_int("--num-virtual-stages-per-pipeline-rank") or _hybrid_virtual_stages(flags, pp)
     per_virtual = flags.get_int("--num-layers-per-virtual-pipeline-stage")
     if per_virtual and num_layers and pp > 1:
@@ -691,9 +709,12 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
     if offloaded > most_offloaded_layers(num_layers if num_layers is not None else offloaded + 1, pp, recompute):
         offloaded = 0
     return ParallelConfig.for_world(
-        world, tp=tp, pp=pp, vpp=vpp, cp=flags.get_int("--context-parallel-size", 1),
-        ep=flags.get_int("--expert-model-parallel-size", 1), etp=flags.get_int("--expert-tensor-parallel-size"),
-        mbs=flags.get_int("--micro-batch-size", 1), sequence_parallel=flags.has("--sequence-parallel") and tp > 1,
+        world, tp=tp, pp=pp, vpp=vpp,
+        cp=flags.get_int("--context-parallel-size", int_default("--context-parallel-size")),
+        ep=flags.get_int("--expert-model-parallel-size", int_default("--expert-model-parallel-size")),
+        etp=flags.get_int("--expert-tensor-parallel-size"),
+        mbs=flags.get_int("--micro-batch-size", int_default("--micro-batch-size")),
+        sequence_parallel=flags.has("--sequence-parallel") and tp > 1,
         recompute=recompute if recompute in ("none", "selective", "full") else "none",
         recompute_method=method if recompute == "full" and method in ("uniform", "block") else "uniform",
         recompute_num_layers=flags.get_int("--recompute-num-layers") if recompute == "full" else None,
@@ -714,8 +735,6 @@ def _gpu_named_in_header(flags: LaunchFlags, notes: list[str]) -> GPUSpec | None
     """The GPU a script from `megapilot script` names in its header, unless it runs over gloo (a CPU run)."""
     if flags.gpu_hint is None or flags.get("--distributed-backend") == "gloo":
         return None
-    from megapilot.catalog.gpus import get_gpu
-
     try:
         gpu = get_gpu(flags.gpu_hint)
     except MegapilotError:
@@ -728,9 +747,8 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     """The typed run the flags describe (parts left None where the flags are silent)."""
     notes: list[str] = []
     precision = _precision(flags)
-    tp = flags.get_int("--tensor-model-parallel-size", 1) or 1
-    pp = flags.get_int("--pipeline-model-parallel-size", 1) or 1
-    cp = flags.get_int("--context-parallel-size", 1) or 1
+    tp, pp, cp = (_megatron_int(flags, name) for name in ("--tensor-model-parallel-size",
+                                                         "--pipeline-model-parallel-size", "--context-parallel-size"))
     world = _world_size(flags, gpus)
     world_size_assumed = world is None
     if world is None:

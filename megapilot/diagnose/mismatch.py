@@ -19,6 +19,7 @@ from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.flags import RunConfig
 from megapilot.logs import ParsedLog
 from megapilot.logs.records import ArgumentsRecord, Evidence
+from megapilot.vocabulary import field_value, term
 
 # The argument block lists its ~500 arguments just above the line it is recorded at; the search for
 # one argument's own line looks back no further than this.
@@ -56,25 +57,34 @@ def _gbs(config: RunConfig) -> int | None:
     return config.training.global_batch_size if (given and config.training) else None
 
 
-def _of_parallel(name: str) -> Callable[[RunConfig], int | None]:
+def _of_field(path: str) -> Callable[[RunConfig], int | None]:
     def value(config: RunConfig) -> int | None:
-        return int(getattr(config.parallel, name)) if config.parallel is not None else None
+        found = field_value(config, path)  # every checked field is a whole number
+        return found if isinstance(found, int) else None
     return value
+
+
+def _of_flag(label: str, flag: str) -> _Check:
+    """A field checked by its flag in the Megatron vocabulary: the log's argument is the flag's destination."""
+    row = term(flag)
+    assert row.field is not None, flag
+    return _Check(label, row.dest, row.flag, _of_field(row.field))
 
 
 _CHECKS: tuple[_Check, ...] = (
     _Check("world size", "world_size", "--nnodes x --nproc-per-node", _world),
-    _Check("TP", "tensor_model_parallel_size", "--tensor-model-parallel-size", _of_parallel("tp")),
-    _Check("PP", "pipeline_model_parallel_size", "--pipeline-model-parallel-size", _of_parallel("pp")),
+    _of_flag("TP", "--tensor-model-parallel-size"),
+    _of_flag("PP", "--pipeline-model-parallel-size"),
+    # Megatron logs the virtual stage count under its own name, whichever of the two VPP flags set it
     _Check("VPP", "virtual_pipeline_model_parallel_size", "--num-layers-per-virtual-pipeline-stage",
-           _of_parallel("vpp")),
-    _Check("CP", "context_parallel_size", "--context-parallel-size", _of_parallel("cp")),
-    _Check("EP", "expert_model_parallel_size", "--expert-model-parallel-size", _of_parallel("ep")),
+           _of_field("parallel.vpp")),
+    _of_flag("CP", "--context-parallel-size"),
+    _of_flag("EP", "--expert-model-parallel-size"),
     _Check("global batch size", "global_batch_size", "--global-batch-size", _gbs),
-    _Check("micro-batch size", "micro_batch_size", "--micro-batch-size", _of_parallel("mbs")),
-    _Check("sequence length", "seq_length", "--seq-length", lambda c: c.training.seq_length if c.training else None),
-    _Check("layers", "num_layers", "--num-layers", lambda c: c.model.num_layers if c.model else None),
-    _Check("hidden size", "hidden_size", "--hidden-size", lambda c: c.model.hidden_size if c.model else None),
+    _of_flag("micro-batch size", "--micro-batch-size"),
+    _of_flag("sequence length", "--seq-length"),
+    _of_flag("layers", "--num-layers"),
+    _of_flag("hidden size", "--hidden-size"),
 )
 # Megatron prints `None` for a VPP it did not set: one virtual stage.
 _NONE_MEANS_ONE = frozenset({"virtual_pipeline_model_parallel_size"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from megapilot import vocabulary
 from megapilot.errors import MegapilotError
 from megapilot.launch import heterogeneous
 from megapilot.launch.megatron_args import FlagTable
@@ -31,9 +32,10 @@ def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
     return [token for section in megatron_arg_sections(plan, options) for token in section.args]
 
 
-def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:
-    """All argument sections, in the order a reader looks for them."""
-    table = resolve_flag_table(options)
+def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTable | None = None) -> list[ArgSection]:
+    """All argument sections, in the order a reader looks for them, for `table`'s release (None: the one the
+    options name, `versions.resolve_flag_table`)."""
+    table = table or resolve_flag_table(options)
     model = _with_positions_for(model_section(plan.model, cpu=options.cpu), plan.model, plan.training)
     return [
         _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),
@@ -44,12 +46,33 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSe
         _recompute_section(plan.parallel),
         *_offload_sections(plan.parallel),
         _cpu_section() if options.cpu else _precision_section(plan, options, table),
-        _training_section(plan.training, plan.parallel),
+        _training_section(plan),
         _data_section(plan.model, options),
         _logging_section(options),
         _checkpoint_section(plan, options),
         *performance_sections(plan, options),
     ]
+
+
+def argument_notes(plan: SavedPlan, table: FlagTable) -> list[str]:
+    """What the user should know about the arguments written for this release: an unfused DSA, an overlap left
+    out, positions raised past the model's own."""
+    notes = []
+    if plan.model.dsa is not None and not dsa_kernel_args(plan.model, table.flags):
+        notes.append(f"Megatron-LM {table.release} runs DeepSeek Sparse Attention unfused (fp32 score matrices of "
+                     "every head over the whole sequence): far slower and larger than the estimate, which prices the "
+                     "fused kernels of core_v0.19.0 on (--dsa-kernel-backend)")
+    if plan.training.optimizer == "dist_muon" and not dist_muon_overlaps(table.version):
+        notes.append(f"--overlap-grad-reduce left out: Megatron-LM {table.label()} asserts it off for every Muon "
+                     "variant (dist_muon overlaps it from core_v0.17.0 on), so the gradient reduction follows the "
+                     "backward")
+    raised = positions_raised_to(plan.model, plan.training)
+    if raised is not None:
+        notes.append(f"--max-position-embeddings {raised}: raised from {plan.model.name}'s "
+                     f"{plan.model.max_position_embeddings} to the sequence length, as Megatron asserts; its "
+                     f"{plan.model.position_embedding} positions are computed, so no weight changes, but the model "
+                     "was trained on shorter sequences (context extension)")
+    return notes
 
 
 def positions_raised_to(model: ModelSpec, training: TrainingSpec) -> int | None:
@@ -257,24 +280,25 @@ def _cpu_section() -> ArgSection:
 
 
 # ---- training ------------------------------------------------------------------------------
-def _training_section(t: TrainingSpec, p: ParallelConfig) -> ArgSection:
+# The training section, in the order it is written: each flag's value is its spec field (the Megatron vocabulary's
+# row). All are written, so a script states its schedule whatever the release's defaults, except `--optimizer`,
+# left out at Megatron's default (Adam); Muon's embeddings, norms and biases still take the Adam betas.
+TRAINING_FLAGS = ("--micro-batch-size", "--global-batch-size", "--seq-length", "--train-iters", "--lr", "--min-lr",
+                  "--lr-decay-style", "--lr-warmup-iters", "--weight-decay", "--clip-grad", "--optimizer",
+                  "--adam-beta1", "--adam-beta2", "--init-method-std", "--seed")
+_LEFT_OUT_AT_DEFAULT = frozenset({"--optimizer"})
+
+
+def _training_section(plan: SavedPlan) -> ArgSection:
+    t = plan.training
     s = ArgSection(f"training: {t.global_batch_size} x {t.seq_length} tokens per step")
-    s.add("--micro-batch-size", p.mbs)
-    s.add("--global-batch-size", t.global_batch_size)
-    s.add("--seq-length", t.seq_length)
-    s.add("--train-iters", t.train_iters)
-    s.add("--lr", t.lr)
-    s.add("--min-lr", t.min_lr)
-    s.add("--lr-decay-style", t.lr_decay_style)
-    s.add("--lr-warmup-iters", t.lr_warmup_iters)
-    s.add("--weight-decay", t.weight_decay)
-    s.add("--clip-grad", t.clip_grad)
-    if t.optimizer != "adam":  # Megatron's default; Muon's embeddings, norms and biases still take the Adam betas
-        s.add("--optimizer", t.optimizer)
-    s.add("--adam-beta1", t.adam_beta1)
-    s.add("--adam-beta2", t.adam_beta2)
-    s.add("--init-method-std", t.init_method_std)
-    s.add("--seed", t.seed)
+    for flag in TRAINING_FLAGS:
+        row = vocabulary.term(flag)
+        assert row.field is not None, flag
+        value = vocabulary.field_value(plan, row.field)
+        if flag in _LEFT_OUT_AT_DEFAULT and value == row.default:
+            continue
+        s.add(flag, value)
     return s
 
 

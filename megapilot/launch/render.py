@@ -20,17 +20,16 @@ from megapilot.launch.checks import (
     check_world,
 )
 from megapilot.launch.environment import launch_environment
-from megapilot.launch.flags import ArgSection, dist_muon_overlaps, megatron_arg_sections, positions_raised_to
-from megapilot.launch.megatron_args import FlagTable
-from megapilot.launch.model_flags import dsa_kernel_args
+from megapilot.launch.flags import argument_notes, megatron_arg_sections
 from megapilot.launch.options import LaunchOptions, LaunchScript
 from megapilot.launch.perf_flags import a2a_overlap_note
 from megapilot.launch.primus import primus_experiment, render_primus
+from megapilot.launch.sections import ArgSection
 from megapilot.launch.shell import q, write_file
 from megapilot.launch.slurm import render_sbatch
 from megapilot.launch.torchrun import render_torchrun
 from megapilot.launch.versions import adapt_sections, resolve_flag_table
-from megapilot.spec import ModelSpec, SavedPlan
+from megapilot.spec import SavedPlan
 
 # Values sbatch reads from `#SBATCH` lines itself (no shell quoting possible there).
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9._%/:=@+,-]+$")
@@ -64,19 +63,9 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
         notes.append(f"Primus targets AMD Instinct GPUs (ROCm images); this plan is for {plan.cluster.gpu.name}")
 
     table = resolve_flag_table(options)
-    sections = _sections_for_entrypoint(megatron_arg_sections(plan, options), options)
+    sections = _sections_for_entrypoint(megatron_arg_sections(plan, options, table), options)
     notes += adapt_sections(sections, table)
-    notes += _dsa_unfused_note(plan.model, table)
-    if plan.training.optimizer == "dist_muon" and not dist_muon_overlaps(table.version):
-        notes.append(f"--overlap-grad-reduce left out: Megatron-LM {table.label()} asserts it off for every Muon "
-                     "variant (dist_muon overlaps it from core_v0.17.0 on), so the gradient reduction follows the "
-                     "backward")
-    raised = positions_raised_to(plan.model, plan.training)
-    if raised is not None:
-        notes.append(f"--max-position-embeddings {raised}: raised from {plan.model.name}'s "
-                     f"{plan.model.max_position_embeddings} to the sequence length, as Megatron asserts; its "
-                     f"{plan.model.position_embedding} positions are computed, so no weight changes, but the model "
-                     "was trained on shorter sequences (context extension)")
+    notes += argument_notes(plan, table)
     megatron_args = [token for section in sections for token in section.args]
     check_megatron_args(megatron_args, plan.cluster.gpu, table)
     if options.entrypoint == "megapilot":
@@ -108,15 +97,6 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
         env={var.name: var.value for var in env if not var.unset}, nodes=nodes, gpus_per_node=gpus_per_node,
         files=files, directories=directories, notes=notes, megatron_release=table.label(),
     )
-
-
-def _dsa_unfused_note(model: ModelSpec, table: FlagTable) -> list[str]:
-    """A DSA model on a release without fused DSA kernels: what it runs, against what the estimate priced."""
-    if model.dsa is None or dsa_kernel_args(model, table.flags):
-        return []
-    return [f"Megatron-LM {table.release} runs DeepSeek Sparse Attention unfused (fp32 score matrices of every head "
-            "over the whole sequence): far slower and larger than the estimate, which prices the fused kernels of "
-            "core_v0.19.0 on (--dsa-kernel-backend)"]
 
 
 def _model_files(plan: SavedPlan, options: LaunchOptions) -> dict[str, str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import shlex
 
 from megapilot.launch.environment import EnvVar
-from megapilot.launch.flags import ArgSection
 from megapilot.launch.megatron_args import MEGATRON_RELEASE
+from megapilot.launch.sections import ArgSection
 from megapilot.spec import SavedPlan
 
 

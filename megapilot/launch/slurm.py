@@ -7,8 +7,8 @@ are restricted to characters that need no quoting (checked in render.py).
 from __future__ import annotations
 
 from megapilot.launch.environment import EnvVar
-from megapilot.launch.flags import ArgSection
 from megapilot.launch.options import LaunchOptions
+from megapilot.launch.sections import ArgSection
 from megapilot.launch.shell import bash_array, env_block, header, megatron_args_array, q, strict_mode
 from megapilot.launch.torchrun import entrypoint_words
 from megapilot.launch.versions import resolve_flag_table

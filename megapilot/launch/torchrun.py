@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from megapilot.launch.environment import EnvVar
-from megapilot.launch.flags import ArgSection
 from megapilot.launch.model_flags import training_script
 from megapilot.launch.options import LaunchOptions
+from megapilot.launch.sections import ArgSection
 from megapilot.launch.shell import (
     bash_array,
     env_block,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from megapilot import vocabulary
 from megapilot.errors import MegapilotError
 from megapilot.launch.megatron_args import FlagTable, Version, committed_tables, flag_table, parse_version
 from megapilot.launch.megatron_source import read_checkout_table, read_checkout_version
@@ -34,13 +35,9 @@ class PinnedDefault:
     why: str
 
 
-PINNED_DEFAULTS = (
-    # core_v0.16.0 moved --eval-interval into TrainingConfig with default None (it was 1000), but
-    # get_train_valid_test_num_samples still computes train_iters // eval_interval: a run by
-    # --train-iters without the flag stops with a TypeError before its first step.
-    PinnedDefault("--eval-interval", ("1000",), (0, 16, 0),
-                  "the default became None in core_v0.16.0 and training by iterations divides by it"),
-)
+# From the Megatron vocabulary's rows that say from which release their default must be written out.
+PINNED_DEFAULTS = tuple(PinnedDefault(row.flag, (str(row.default),), parse_version(row.pinned_from), row.pinned_why)
+                        for row in vocabulary.TERMS if row.pinned_from is not None)
 
 
 def resolve_flag_table(options: LaunchOptions) -> FlagTable:

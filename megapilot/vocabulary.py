@@ -1,0 +1,237 @@
+"""The Megatron-LM flag vocabulary: which spec field each `pretrain_gpt.py` flag carries, its type, Megatron's own
+default, the releases that have it and what it means. One row per flag, stated once.
+
+Its readers:
+- `launch` renders the spec into these flags (the training section straight from the rows);
+- `diagnose.flags` reads a script's flags back into specs, taking Megatron's default for a flag a script leaves out
+  from here (what the run then trained with);
+- `diagnose.mismatch` compares a log's arguments block (keyed by `Term.dest`) with the script's specs by field;
+- `trainer.args` accepts these flags with these types, defaults and meanings;
+- `launch.versions` writes out the defaults a release changed under the renderers (`pinned_from`);
+- `launch.megatron_args` holds the per-release parser tables; tests/test_vocabulary.py checks every row's
+  `since`/`until`, kind and destination against them, and its field path against the specs, so the vocabulary
+  cannot drift from the releases or the specs it names.
+
+A default is Megatron-LM's argparse default (None: the flag has none, the run needs it or derives it; a pinned row
+keeps the value it had before `pinned_from`). Where a reader assumes something else for a missing flag (a guessed
+learning rate), that assumption is its own and says so.
+Kept free of imports beyond the standard library: the torch-free trainer flag table reads it without loading the
+specs (or pydantic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["int", "float", "str", "bool"]
+Default = int | float | str | bool | None
+
+
+@dataclass(frozen=True)
+class Term:
+    """One Megatron-LM flag and what it means to megapilot."""
+
+    flag: str  # --moe-router-topk
+    field: str | None  # the spec field it carries, as a path from a SavedPlan: model.moe.router_topk; None: no field
+    kind: Kind  # bool: a store_true switch (its default is False)
+    default: Default  # Megatron-LM's own default
+    meaning: str
+    since: str | None = None  # first release with the flag; None: in every release megapilot has a table for
+    until: str | None = None  # last release with it; None: still in the newest
+    argument: str | None = None  # Megatron's destination where it is not the flag's name (store_false switches)
+    # A release from which Megatron's own default no longer holds what the renderers rely on, and why: from it on,
+    # the default above is written out (launch.versions).
+    pinned_from: str | None = None
+    pinned_why: str = ""
+
+    @property
+    def dest(self) -> str:
+        """The argument's name in Megatron's parsed arguments (and its log's arguments block)."""
+        return self.argument or self.flag.removeprefix("--").replace("-", "_")
+
+
+def _int(flag: str, field: str | None, default: int | None, meaning: str, **extra: str) -> Term:
+    return Term(flag, field, "int", default, meaning, **extra)
+
+
+def _float(flag: str, field: str | None, default: float | None, meaning: str, **extra: str) -> Term:
+    return Term(flag, field, "float", default, meaning, **extra)
+
+
+def _str(flag: str, field: str | None, default: str | None, meaning: str, **extra: str) -> Term:
+    return Term(flag, field, "str", default, meaning, **extra)
+
+
+def _switch(flag: str, field: str | None, meaning: str, **extra: str) -> Term:
+    return Term(flag, field, "bool", False, meaning, **extra)
+
+
+TERMS: tuple[Term, ...] = (
+    # --- model shape
+    _int("--num-layers", "model.num_layers", None, "number of transformer layers"),
+    _int("--hidden-size", "model.hidden_size", None, "transformer hidden size"),
+    _int("--ffn-hidden-size", "model.ffn_hidden_size", None, "MLP hidden size (default 4 x hidden size)"),
+    _int("--num-attention-heads", "model.num_attention_heads", None, "number of attention heads"),
+    _int("--kv-channels", "model.kv_channels", None, "projection size per head (default hidden / heads)"),
+    _switch("--group-query-attention", None, "use grouped-query attention (with --num-query-groups)"),
+    _int("--num-query-groups", "model.num_query_groups", 1, "number of key/value groups with --group-query-attention"),
+    _switch("--swiglu", "model.mlp_activation", "use the gated SwiGLU MLP"),
+    _switch("--squared-relu", "model.mlp_activation", "squared-ReLU MLP activation (Nemotron)"),
+    _str("--normalization", "model.normalization", "LayerNorm", "normalization layer"),
+    _float("--norm-epsilon", "model.norm_epsilon", 1e-5, "epsilon of the normalization layers",
+           argument="layernorm_epsilon"),
+    _str("--position-embedding-type", "model.position_embedding", "learned_absolute", "position embedding"),
+    _int("--rotary-base", "model.rotary_base", 10000, "RoPE base"),
+    _float("--rotary-percent", "model.rotary_percent", 1.0, "fraction of each head rotated by RoPE"),
+    _int("--max-position-embeddings", "model.max_position_embeddings", None,
+         "maximum sequence length of the position embedding"),
+    _int("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by", 128,
+         "pad the vocabulary to a multiple of this (times TP)"),
+    _switch("--disable-bias-linear", "model.add_bias_linear", "no bias in linear layers", argument="add_bias_linear"),
+    _switch("--untie-embeddings-and-output-weights", "model.tie_embeddings",
+            "separate input embedding and output layer"),
+    _switch("--qk-layernorm", "model.qk_layernorm", "normalize queries and keys (under MLA: the q/kv latents)"),
+    _switch("--add-qkv-bias", "model.add_qkv_bias", "bias on the QKV projection only"),
+    _str("--window-size", "model.sliding_window", None,
+         "sliding-window attention: 'left,right' keys around each query", since="core_v0.15.0"),
+    _float("--attention-dropout", None, 0.1, "dropout on attention probabilities"),
+    _float("--hidden-dropout", None, 0.1, "dropout on hidden states"),
+    # --- RoPE scaling
+    _switch("--use-rope-scaling", "model.rope_scaling", "Llama 3.x frequency-dependent RoPE scaling"),
+    _float("--rope-scaling-factor", "model.rope_scaling.factor", 8.0, "factor of the Llama 3.x RoPE scaling"),
+    _str("--rope-type", None, None, "RoPE of multi-latent attention (default yarn, as Megatron)"),
+    _float("--rotary-scaling-factor", "model.rope_scaling.factor", 1.0, "YaRN context-extension factor (MLA)"),
+    _float("--mscale", "model.rope_scaling.mscale", 1.0, "YaRN mscale (MLA)"),
+    _float("--mscale-all-dim", "model.rope_scaling.mscale_all_dim", 0.0, "YaRN mscale over all dims (MLA)"),
+    # --- multi-latent attention and multi-token prediction
+    _switch("--multi-latent-attention", "model.mla", "DeepSeek multi-latent attention"),
+    _int("--q-lora-rank", "model.mla.q_lora_rank", None, "rank of the compressed query (none: full-rank query)"),
+    _int("--kv-lora-rank", "model.mla.kv_lora_rank", 32, "rank of the compressed keys and values"),
+    _int("--qk-head-dim", "model.mla.qk_head_dim", 128, "per-head query/key dim without RoPE"),
+    _int("--qk-pos-emb-head-dim", "model.mla.qk_pos_emb_head_dim", 64, "per-head query/key dim with RoPE"),
+    _int("--v-head-dim", "model.mla.v_head_dim", 128, "per-head value dim"),
+    _int("--mtp-num-layers", "model.mtp_num_layers", None, "multi-token-prediction depth"),
+    _float("--mtp-loss-scaling-factor", "model.mtp_loss_scaling_factor", 0.1, "weight of the MTP loss"),
+    _str("--mtp-hybrid-override-pattern", "model.mtp_hybrid_pattern", None, "a hybrid's MTP layer pattern",
+         since="core_v0.17.0"),
+    # --- mixture of experts
+    _int("--num-experts", "model.moe.num_experts", None, "number of experts (MoE)"),
+    _int("--moe-router-topk", "model.moe.router_topk", 2, "experts per token"),
+    _int("--moe-ffn-hidden-size", "model.moe.moe_ffn_hidden_size", None, "hidden size of each expert"),
+    _str("--moe-router-load-balancing-type", "model.moe.load_balancing_type", "aux_loss", "load-balancing loss"),
+    _float("--moe-aux-loss-coeff", "model.moe.aux_loss_coeff", 0.0, "weight of the auxiliary load-balancing loss"),
+    _str("--moe-token-dispatcher-type", None, "allgather", "token dispatcher"),
+    _int("--moe-shared-expert-intermediate-size", "model.moe.shared_expert_ffn_hidden_size", None,
+         "hidden size of the shared expert"),
+    _str("--moe-layer-freq", "model.moe.moe_layer_freq", "1",
+         "every n-th layer is MoE, or a list expression such as ([0]*1+[1]*3)"),
+    _str("--moe-router-dtype", "model.moe.router_dtype", None, "router precision"),
+    _switch("--moe-shared-expert-gate", "model.moe.shared_expert_gate", "sigmoid gate on the shared expert's output",
+            since="core_v0.16.0"),
+    _str("--moe-router-score-function", "model.moe.router_score_function", "softmax", "router score function"),
+    _switch("--moe-router-pre-softmax", "model.moe.router_pre_softmax", "softmax over all experts before the top-k"),
+    _float("--moe-router-topk-scaling-factor", "model.moe.router_topk_scaling_factor", None,
+           "multiplier on the routing weights"),
+    _int("--moe-router-num-groups", "model.moe.router_num_groups", None, "expert groups of group-limited routing"),
+    _int("--moe-router-group-topk", "model.moe.router_group_topk", None, "groups each token may route to"),
+    _switch("--moe-router-enable-expert-bias", "model.moe.router_expert_bias",
+            "per-expert routing bias (aux-loss-free balancing)"),
+    _float("--moe-router-bias-update-rate", None, 1e-3, "update rate of the expert bias"),
+    _int("--moe-latent-size", "model.moe.latent_size", None, "latent width of the expert projections",
+         since="core_v0.16.0"),
+    _switch("--moe-router-padding-for-quantization", None,
+            "pad each expert's routed tokens to the quantised GEMM's multiple", since="core_v0.16.0"),
+    # --- parallelism
+    _int("--tensor-model-parallel-size", "parallel.tp", 1, "tensor-parallel size (TP)"),
+    _int("--pipeline-model-parallel-size", "parallel.pp", 1, "pipeline-parallel size (PP)"),
+    _int("--num-layers-per-virtual-pipeline-stage", None, None, "layers per virtual stage (interleaved 1F1B)"),
+    _int("--num-virtual-stages-per-pipeline-rank", "parallel.vpp", None,
+         "virtual stages per pipeline rank (Megatron-LM's name)"),
+    _int("--decoder-first-pipeline-num-layers", "parallel.first_stage_layers", None,
+         "layers on the first pipeline stage (uneven split)"),
+    _int("--decoder-last-pipeline-num-layers", "parallel.last_stage_layers", None,
+         "layers on the last pipeline stage (uneven split)"),
+    _switch("--account-for-embedding-in-pipeline-split", "parallel.account_for_embedding",
+            "the embedding takes one layer slot of the pipeline split"),
+    _switch("--account-for-loss-in-pipeline-split", "parallel.account_for_loss",
+            "the loss takes one layer slot of the pipeline split"),
+    _str("--pipeline-model-parallel-layout", "parallel.pipeline_layout", None,
+         "explicit placement of layers on pipeline stages (E/t/m/L grammar)"),
+    _int("--context-parallel-size", "parallel.cp", 1, "context-parallel size (CP)"),
+    _int("--expert-model-parallel-size", "parallel.ep", 1, "expert-parallel size (EP)"),
+    _int("--expert-tensor-parallel-size", "parallel.etp", None, "tensor-parallel size inside experts"),
+    _switch("--sequence-parallel", "parallel.sequence_parallel", "sequence parallelism (with TP > 1)"),
+    _switch("--use-distributed-optimizer", "parallel.distributed_optimizer",
+            "shard optimizer state over data-parallel ranks (ZeRO-1)"),
+    _switch("--use-megatron-fsdp", "parallel.fsdp", "Megatron-FSDP: shard weights, gradients and optimizer state"),
+    _switch("--overlap-grad-reduce", None, "overlap the gradient reduce with the backward pass"),
+    _switch("--overlap-param-gather", None, "overlap the parameter all-gather (distributed optimizer)"),
+    # --- activation recomputation and offloading
+    _str("--recompute-granularity", "parallel.recompute", None, "recompute activations"),
+    _str("--recompute-method", "parallel.recompute_method", None, "how layers are recomputed with full granularity"),
+    _int("--recompute-num-layers", "parallel.recompute_num_layers", None,
+         "layers recomputed per stage with full granularity"),
+    _switch("--recompute-activations", "parallel.recompute", "same as --recompute-granularity selective"),
+    _int("--cpu-offloading-num-layers", "parallel.cpu_offloading_num_layers", 0,
+         "activations of the first N layers move to host memory", since="core_v0.16.0"),
+    # --- batch, schedule and optimizer
+    _int("--micro-batch-size", "parallel.mbs", 1, "samples per micro-batch per data-parallel rank"),
+    _int("--global-batch-size", "training.global_batch_size", None,
+         "samples per iteration over all data-parallel ranks"),
+    _int("--seq-length", "training.seq_length", None, "training sequence length in tokens"),
+    _int("--train-iters", "training.train_iters", None, "number of training iterations"),
+    _float("--lr", "training.lr", None, "peak learning rate"),
+    _float("--min-lr", "training.min_lr", 0.0, "final learning rate"),
+    _str("--lr-decay-style", "training.lr_decay_style", "linear", "learning-rate decay"),
+    _int("--lr-warmup-iters", "training.lr_warmup_iters", 0, "linear warm-up iterations"),
+    _float("--weight-decay", "training.weight_decay", 0.01, "weight decay"),
+    _float("--clip-grad", "training.clip_grad", 1.0, "gradient clipping by global norm (0 disables)"),
+    _str("--optimizer", "training.optimizer", "adam", "optimizer"),
+    _float("--adam-beta1", "training.adam_beta1", 0.9, "Adam beta1"),
+    _float("--adam-beta2", "training.adam_beta2", 0.999, "Adam beta2"),
+    _float("--init-method-std", "training.init_method_std", 0.02, "standard deviation of the weight initialization"),
+    _int("--seed", "training.seed", 1234, "random seed"),
+    # core_v0.16.0 moved --eval-interval into TrainingConfig with default None (it was 1000), but
+    # get_train_valid_test_num_samples still computes train_iters // eval_interval: a run by --train-iters without
+    # the flag stops with a TypeError before its first step.
+    _int("--eval-interval", None, 1000, "iterations between validation runs", pinned_from="core_v0.16.0",
+         pinned_why="the default became None in core_v0.16.0 and training by iterations divides by it"),
+)
+
+_BY_FLAG = {term.flag: term for term in TERMS}
+
+
+def term(flag: str) -> Term:
+    """The row of one flag (KeyError for a flag the vocabulary does not hold: a programming error)."""
+    return _BY_FLAG[flag]
+
+
+def default(flag: str) -> Default:
+    """Megatron-LM's default for `flag`: what a run whose script leaves the flag out trains with."""
+    return _BY_FLAG[flag].default
+
+
+def int_default(flag: str) -> int:
+    """An integer flag's default (a flag without one is a programming error here)."""
+    value = _BY_FLAG[flag].default
+    assert isinstance(value, int) and not isinstance(value, bool), flag
+    return value
+
+
+def field_value(root: object, path: str) -> object:
+    """The value of a spec field named by its path (`parallel.mbs`) on anything that holds the specs as
+    attributes (a SavedPlan, a run read back from flags); None where a part on the way is None."""
+    value: object = root
+    for name in path.split("."):
+        if value is None:
+            return None
+        value = getattr(value, name)
+    return value
+
+
+def float_default(flag: str) -> float:
+    """A float flag's default (a flag without one is a programming error here)."""
+    value = _BY_FLAG[flag].default
+    assert isinstance(value, (int, float)) and not isinstance(value, bool), flag
+    return float(value)

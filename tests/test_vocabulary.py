@@ -1,0 +1,92 @@
+"""The Megatron vocabulary against the per-release parser tables it names, and against its readers."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from megapilot.launch.megatron_args import committed_tables
+from megapilot.spec import ModelSpec, ParallelConfig, TrainingSpec
+from megapilot.trainer.args import FLAGS
+from megapilot.vocabulary import TERMS, Term, term
+
+TABLES = committed_tables()
+
+
+def _releases_with(flag: str) -> list[str]:
+    return [table.release for table in TABLES if flag in table.flags]
+
+
+@pytest.mark.parametrize("row", TERMS, ids=lambda row: row.flag)
+def test_every_row_names_the_releases_that_have_its_flag(row: Term) -> None:
+    have = _releases_with(row.flag)
+    assert have, f"{row.flag} is in no committed release"
+    first = None if have[0] == TABLES[0].release else have[0]
+    last = None if have[-1] == TABLES[-1].release else have[-1]
+    assert (row.since, row.until) == (first, last)
+    # and every release between them has it (no gap a since/until pair cannot say)
+    names = [table.release for table in TABLES]
+    assert have == names[names.index(have[0]):names.index(have[-1]) + 1]
+
+
+@pytest.mark.parametrize("row", TERMS, ids=lambda row: row.flag)
+def test_every_row_has_the_parsers_kind_and_destination(row: Term) -> None:
+    parsed = next(table for table in reversed(TABLES) if row.flag in table.flags).flags[row.flag]
+    assert parsed.dest == row.dest
+    assert (row.kind == "bool") == (not parsed.takes_value)
+    assert (row.kind == "bool") == (row.default is False)
+
+
+def test_flags_are_stated_once() -> None:
+    flags = [row.flag for row in TERMS]
+    assert len(flags) == len(set(flags))
+
+
+def test_the_trainer_takes_type_default_and_meaning_from_the_vocabulary() -> None:
+    shared = [flag for flag in FLAGS if any(row.flag == flag.name for row in TERMS)]
+    assert len(shared) > 80
+    for flag in shared:
+        row = term(flag.name)
+        assert (flag.kind, flag.default, flag.help) == (row.kind, row.default, row.meaning)
+
+
+def test_a_default_is_stated_once_and_read_back_from_a_script_that_leaves_the_flag_out() -> None:
+    from megapilot.diagnose.flags import collect_flags, run_config
+
+    flags = collect_flags(["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                           "--seq-length", "32", "--num-experts", "4", "--multi-latent-attention"])
+    config = run_config(flags, gpus=1)
+    assert config.model is not None and config.model.moe is not None and config.model.mla is not None
+    assert config.model.moe.router_topk == term("--moe-router-topk").default
+    assert config.model.mla.kv_lora_rank == term("--kv-lora-rank").default
+    assert config.model.norm_epsilon == term("--norm-epsilon").default
+
+
+def _classes(annotation: object) -> list[type]:
+    """The classes an annotation admits, through Optional, unions and Annotated."""
+    if isinstance(annotation, type):
+        return [annotation]
+    return [cls for arg in typing.get_args(annotation) for cls in _classes(arg)]
+
+
+def _has_field(owner: type, path: list[str]) -> bool:
+    """Whether a spec class has the field path, through optional and union-typed sub-specs."""
+    fields = getattr(owner, "model_fields", {})
+    if path[0] not in fields:
+        return False
+    return len(path) == 1 or any(_has_field(cls, path[1:]) for cls in _classes(fields[path[0]].annotation)
+                                 if hasattr(cls, "model_fields"))
+
+
+@pytest.mark.parametrize("row", [row for row in TERMS if row.field], ids=lambda row: row.flag)
+def test_every_field_path_names_a_spec_field(row: Term) -> None:
+    roots = {"model": ModelSpec, "parallel": ParallelConfig, "training": TrainingSpec}
+    root, *path = (row.field or "").split(".")
+    assert _has_field(roots[root], path), f"{row.flag}: {row.field} is not a field of the specs"
+
+
+def test_the_training_section_is_written_from_the_rows() -> None:
+    from megapilot.launch.flags import TRAINING_FLAGS
+
+    assert all(term(flag).field for flag in TRAINING_FLAGS)
