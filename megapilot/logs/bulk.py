@@ -26,6 +26,11 @@ MEGAPILOT_LOG_ENGINE=python forces the pure-Python engine; `ENGINE` says which r
   (the same doubles: built without -ffast-math and with -ffp-contract=off; reservoir replacements draw from the
   summary's own generator). It also skips needle occurrences that are inert in summary-only mode
   (`SUMMARY_INERT_NEEDLES`: timer lines, `memory (MB)` reports, `iterations` that cannot start a record).
+  Multi-rank noise stays in C too: on NCCL/RCCL chatter (`NCCL INFO` without `fail`, where no error signature
+  can match) a needle that is only a signature's trigger is inert (`CHATTER_INERT_TRIGGERS`: `nccl`, `gpu`,
+  `socket`, `connect`, ...), and a line cut by `\r` (a progress bar) is skipped when no segment holds a live
+  needle, its time read per segment (`line_time`). A filter of the needles' first three bytes, four positions per
+  step, keeps the per-byte cost of such lines low; the chatter filter holds only the needles live there.
   Whatever needs Python ends the call at that line: a live needle, a line the matcher is not sure of, a row bound
   for the warm-up head or carrying the run's first timestamp, a count past 64 bits (then Python reads the rest of
   the source). Python handles that line exactly as the Python engine does, then the scan goes on.
@@ -244,6 +249,13 @@ SUMMARY_INERT_NEEDLES: dict[str, tuple[str, str]] = {
 }
 
 
+# Needles that are only an error signature's trigger: on NCCL/RCCL chatter (`NCCL INFO` without `fail`, as
+# `signatures.match_line` tells it) no signature matches, so the compiled engine skips them there (`nccl` itself,
+# `socket`, `gpu`, `connect`, `timeout`, ... in `NCCL INFO Setting affinity for GPU 3`). `error` stays live: it is
+# also `_lone_exception`'s test (`RuntimeError: ` behind any prefix).
+CHATTER_INERT_TRIGGERS: frozenset[str] = frozenset(TRIGGERS) - set(RECORD_NEEDLES) - {"error"}
+
+
 def _new_scanner(keeps_memory: bool = False) -> _scan.Scanner:
     """`keeps_memory`: `memory (MB)` reports stop the scan (their records go to the sink) instead of being inert."""
     rules = {"always": _scan.INERT_ALWAYS, "before suffix": _scan.INERT_BEFORE_SUFFIX,
@@ -253,7 +265,10 @@ def _new_scanner(keeps_memory: bool = False) -> _scan.Scanner:
         rule, suffix = SUMMARY_INERT_NEEDLES.get(needle, ("never", ""))
         if keeps_memory and needle == "memory (":
             rule = "never"
-        inert = _scan.INERT_NEVER if needle in TRIGGERS else rules.get(rule, _scan.INERT_NEVER)
+        if needle in TRIGGERS:
+            inert = _scan.INERT_IN_CHATTER if needle in CHATTER_INERT_TRIGGERS else _scan.INERT_NEVER
+        else:
+            inert = rules.get(rule, _scan.INERT_NEVER)
         needles.append((needle.encode("latin-1"), inert, suffix.encode("latin-1")))
     keys = tuple(key.encode("latin-1") for key in SUMMARY_KEY_NAMES)
     return _scan.Scanner(tuple(needles), keys, RESERVOIR_SIZE, WARMUP_CAP)
@@ -404,7 +419,7 @@ class BulkReader:
         while (candidate := scanner.pop_time()) is not None:
             kind, start, end = candidate
             text = block[start:end].decode("ascii")
-            time_s = read[start, end] = prefix_time(text) if kind == _scan.TIME_PREFIX else leading_time(text)
+            time_s = read[start, end] = prefix_time(text) if kind == _scan.TIME_PREFIX else line_time(text)
             if time_s is not None:
                 self.parser.last_time_s = time_s
                 break
@@ -571,6 +586,18 @@ class BulkReader:
         last = self.last_line
         return SourceEnd(self.lines_read, None if last is None else Evidence(self.parser.file, last[0], last[1]),
                          self.parser.last_time_s, self.parser.framework_hints)
+
+
+def line_time(text: str) -> float | None:
+    """The time a skipped line sets, as the line path reads it: a line with `\r` is its segments, each a line of
+    its own (the last segment with a time sets it)."""
+    if "\r" not in text:
+        return leading_time(text)
+    for segment in reversed(text.split("\r")):
+        time_s = leading_time(segment)
+        if time_s is not None:
+            return time_s
+    return None
 
 
 def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
