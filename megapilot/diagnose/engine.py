@@ -80,6 +80,8 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
         notes.append("no training progress found (no iteration line): only error lines were read")
     if mismatch is not None:
         notes.append("the log is not of the run the script describes: the script's flags were not used")
+    for skipped in log.binary_skipped:  # a crash's NUL padding or garbage: the text around it was read
+        notes.append(f"{labels.get(skipped.file, Path(skipped.file).name)}: {skipped.describe()}")
     if not findings:
         notes.append("no problem found in the log")
     return Diagnosis(findings=findings, log=log, config=config, notes=notes, cascade=cascade, labels=labels)

@@ -841,8 +841,10 @@ def _nan_finding(log: ParsedLog, config: RunConfig | None) -> Finding | None:
     had_loss = False
     for record in log.iterations:
         interval = record.iteration - previous.iteration if previous else None
+        # a line cut short (a crash tore the write: NULs follow) lacks its closing counters too: not a NaN
+        torn = previous is not None and previous.nan_iterations is not None and record.nan_iterations is None
         vanished = (had_loss and record.lm_loss is None and interval is not None and interval > 0
-                    and (record.skipped_iterations or 0) < interval and not record.losses)
+                    and (record.skipped_iterations or 0) < interval and not record.losses and not torn)
         counted = bool(record.nan_iterations)
         if record.has_nonfinite or counted or vanished:
             bad.append(record)

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, BlockSplitter
+from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, BinaryTally, BlockSplitter, decode_log_text
 from megapilot.logs.parser import (
     DEEPSPEED_FORK_KEYS,
     RECORD_NEEDLES,
@@ -137,6 +137,7 @@ class SourceEnd:
     last_line: Evidence | None
     last_time_s: float | None
     framework_hints: Counter[str]
+    binary: BinaryTally | None = None
 
 
 class RowLine(NamedTuple):
@@ -291,6 +292,7 @@ class BulkReader:
         self._parser_at_row: LineParser | None = None  # the parser's state for `RowLine`s, copied once per gap
         self._scanner = _new_scanner(keeps_memory=on_row is not None) if self.engine == "compiled" else None
         self.lines_read = 0
+        self.binary = BinaryTally()  # binary runs cut out of the lines the line parser reads
         self.last_line: tuple[int, str] | None = None
         # Lazy timestamps of the current block: the parser's latest-time candidates (prefix bytes of
         # iteration lines, or (start, end) of skipped lines) and the prefixes of counted iteration lines.
@@ -522,7 +524,7 @@ class BulkReader:
         self._resolve_times()
         line_no = self._line_number_at(start)
         feed, add = self.parser.feed, self.sink.add
-        lines = self._block[start:end].decode("utf-8", "replace").split("\n")
+        lines = decode_log_text(self._block[start:end], line_no, self.binary).split("\n")
         lines.pop()  # the empty text after the last newline
         for text in lines:
             segments = text.split("\r") if "\r" in text else (text,)
@@ -585,7 +587,7 @@ class BulkReader:
     def _end(self) -> SourceEnd:
         last = self.last_line
         return SourceEnd(self.lines_read, None if last is None else Evidence(self.parser.file, last[0], last[1]),
-                         self.parser.last_time_s, self.parser.framework_hints)
+                         self.parser.last_time_s, self.parser.framework_hints, self.binary)
 
 
 def line_time(text: str) -> float | None:
@@ -609,16 +611,16 @@ def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tu
     line_no = last_line_no
     while True:
         start = data.rfind(b"\n", 0, end) + 1
-        line = data[start:end]
-        if b"\r" in line:
-            segments = [s for s in line.decode("utf-8", "replace").split("\r") if s]
+        line = decode_log_text(data[start:end])
+        if "\r" in line:
+            segments = [s for s in line.split("\r") if s]
             if segments:
                 lines_read = lines_read or line_no
                 last = (line_no, segments[-1])
         else:
             lines_read = lines_read or line_no
             if line:
-                last = (line_no, line.decode("utf-8", "replace"))
+                last = (line_no, line)
         if last is not None or start == 0:
             return lines_read, last
         end, line_no = start - 1, line_no - 1
