@@ -484,7 +484,13 @@ static int prefix_ok(const unsigned char *p, Py_ssize_t n) {
 }
 
 static const char *find_iteration(const char *p, const char *end) {
-    return end - p >= 9 ? memmem(p, (size_t)(end - p), "iteration", 9) : NULL;
+    while (end - p >= 9) {
+        p = memchr(p, 'i', (size_t)(end - p - 8));
+        if (p == NULL) return NULL;
+        if (memcmp(p, "iteration", 9) == 0) return p;
+        p++;
+    }
+    return NULL;
 }
 
 /* ---- other lines: does the line parser have anything to do with it? --------------------------------------- */
