@@ -42,6 +42,13 @@ class OutputConsole(Console):
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]  # the base property's setter
 
+    def on_broken_pipe(self) -> None:
+        """The reader of a pipe went away (`megapilot plan | head`): it had what it wanted, so stop quietly with
+        exit code 0 (rich's own handler exits 1); stdout goes to /dev/null so the final flush cannot fail."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(0)
+
 
 # No emoji codes: log evidence is full of `host:pid:tid` (`node-3:1234:5678`), which rich would turn into emoji.
 console = OutputConsole(emoji=False)
