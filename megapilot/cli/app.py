@@ -137,9 +137,7 @@ def _one_line_usage_errors() -> None:
 
 def _pipe_closed() -> bool:
     """Whether stdout's reader went away (`megapilot plan | head`): click then wraps it to swallow the EPIPE."""
-    import click
-
-    return isinstance(sys.stdout, click.utils.PacifyFlushWrapper)
+    return type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper"  # click's private class, renamed in 8.2
 
 
 def main(argv: list[str] | None = None) -> None:
