@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import typer
 
@@ -135,6 +136,30 @@ def _one_line_usage_errors() -> None:
     rich_utils.rich_format_error = one_line  # type: ignore[assignment]  # see the docstring
 
 
+def _help_tables_fold() -> None:
+    """typer's help tables cut a long option name to `--tp,--tensor-model-pa…` on an 80-column terminal: their
+    cells fold onto a second line instead, so every name can still be read and typed."""
+    from rich.table import Table
+    from rich.text import Text
+    from typer import rich_utils
+
+    def fold(renderable: Any) -> None:
+        if isinstance(renderable, Text):
+            renderable.overflow = "fold"
+        for part in getattr(renderable, "renderables", ()):
+            fold(part)
+
+    class FoldingTable(Table):
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            for renderable in renderables:
+                fold(renderable)
+            super().add_row(*renderables, **kwargs)
+            for column in self.columns:
+                column.overflow, column.no_wrap = "fold", False
+
+    rich_utils.Table = FoldingTable  # type: ignore[misc]  # see the docstring
+
+
 def _pipe_closed() -> bool:
     """Whether stdout's reader went away (`megapilot plan | head`): click then wraps it to swallow the EPIPE."""
     return type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper"  # click's private class, renamed in 8.2
@@ -150,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args or "--help" in args:
         _help_width_off_a_terminal()
     _one_line_usage_errors()
+    _help_tables_fold()
     try:
         app(args=args, prog_name="megapilot", standalone_mode=True)
     except SystemExit as exit_:
