@@ -70,10 +70,14 @@ def estimate(
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
                             | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
+    from megapilot.catalog import resolve_model
+
+    resolved = resolve_model(flags.model)  # what --model became and where from (an alias, a hub id offline)
     if json_output:
-        emit_json(result.model_dump(mode="json"))
+        emit_json({**result.model_dump(mode="json"), "model": resolved.to_dict()})
     else:
         _print_result(result, case)
+        console.print(f"model: {resolved.describe()}", highlight=False)
         print_assumptions(defaults_assumed(flags, case))
 
 
