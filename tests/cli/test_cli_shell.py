@@ -50,3 +50,13 @@ def test_a_closed_pipe_ends_quietly_with_exit_0(extra: tuple[str, ...]):
     plan.stdout.close()  # `| head -1`
     assert plan.wait(timeout=120) == 0
     assert plan.stderr is not None and b"Error" not in plan.stderr.read()
+
+
+def test_a_missing_suite_field_says_which_and_how_to_add_it(cli, tmp_path):
+    config = tmp_path / "suite.json"
+    config.write_text('{"name": "x"}')
+    result = cli("suite", "check", str(config))
+    assert result.exit_code != 0
+    text = result.stdout + result.stderr
+    assert "gpu_name: Field required — fix: add `gpu_name`" in text
+    assert "type or spelling" not in text
