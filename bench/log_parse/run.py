@@ -72,6 +72,114 @@ def generate(path: Path, size_bytes: int) -> int:
     return it
 
 
+# A multi-rank job's log as `NCCL_DEBUG=INFO` leaves it (SYNTHETIC, the layouts of NCCL 2.2x's INFO lines and of
+# torchrun's `[rankN]:` prefix): every other line is NCCL chatter behind a logger timestamp and NCCL's own
+# `host:pid:tid [dev]` prefix; the last rank prints the iteration lines; a Python warning (two lines) every 250
+# iterations; a `\r` progress line every 1000; timers, memory reports and saves as in the clean log.
+NCCL_CHATTER = (
+    "NCCL INFO Channel {c:02d}/0 : {r}[{d}] -> {n}[{d}] [send] via NET/IB/{d}/GDRDMA",
+    "NCCL INFO Channel {c:02d}/1 : {r}[{d}] -> {n}[{d}] via P2P/IPC/read",
+    "NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+    "NCCL INFO comm 0x5581a3c0 rank {r} nRanks 64 nNodes 8 localRanks 8 localRank {d} MNNVL 0",
+    "NCCL INFO Setting affinity for GPU {d} to ffff,ffffffff,00000000",
+    "NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0",
+    "NCCL INFO [Service thread] Connection closed by localRank {d}",
+    "NCCL INFO ncclCommInitRank comm 0x5581a3c0 rank {r} nranks 64 cudaDev {d} nvmlDev {d} busId 1b000 "
+    "commId 0x9f3c1e2d4a5b6c7d - Init COMPLETE",
+    "NCCL INFO Init timings - ncclCommInitRank: rank {r} nranks 64 total 0.61 (kernels 0.17, alloc 0.02, "
+    "bootstrap 0.05, allgathers 0.01, topo 0.09, graphs 0.01, connections 0.24, rest 0.02)",
+    "NCCL INFO Using network IB",
+    "NCCL INFO P2P Chunksize set to 131072",
+)
+WARNING = ("[rank{r}]: /usr/local/lib/python3.12/dist-packages/torch/autograd/graph.py:825: UserWarning: "
+           "c10d::allreduce_: an autograd kernel was not registered to the Autograd key(s) but we are trying to "
+           "backprop through it.\n"
+           "[rank{r}]:   return Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the "
+           "backward pass\n")
+PROGRESS = "[{ts}] > building indices  10%\r[{ts}] > building indices  60%\r[{ts}] > building indices 100%\n"
+
+
+def generate_noisy(path: Path, size_bytes: int) -> int:
+    """Write a SYNTHETIC multi-rank log of about `size_bytes` (NCCL chatter every other line); returns the number
+    of iteration lines."""
+    it = written = 0
+    with open(path, "w") as out:
+        while written < size_bytes:
+            block = []
+            for _ in range(1000):
+                it += 1
+                seconds = it * 9
+                h, m, s = (seconds // 3600) % 24, (seconds // 60) % 60, seconds % 60
+                stamp = f"2026-01-01 {h:02d}:{m:02d}:{s:02d}"
+                rank = it % 64
+                device = rank % 8
+                chatter = NCCL_CHATTER[it % len(NCCL_CHATTER)].format(c=it % 32, r=rank, d=device, n=(rank + 8) % 64)
+                block.append(f"[{stamp},{it % 1000:03d}] [rank{rank}]:node{rank // 8:03d}:{4100 + device}:"
+                             f"{4200 + device} [{device}] {chatter}\n")
+                block.append("[rank63]:" + ITERATION.format(
+                    h=h, m=m, s=s, us=it % 1000000, it=it, total=10**7, cs=it * 128, ms=9070.0 + (it % 13),
+                    tf=744.0 - (it % 7) * 0.1, loss=7.0 - (it % 1000) * 1e-4, gn=1.0 + (it % 5) * 0.01))
+                if it % 100 == 0:
+                    block.append(EXTRA.format(it=it))
+                if it % 250 == 0:
+                    block.append(WARNING.format(r=rank))
+                if it % 1000 == 0:
+                    block.append(PROGRESS.format(ts=stamp))
+                if it % 5000 == 0:
+                    block.append(SAVE.format(it=it))
+            text = "".join(block)
+            out.write(text)
+            written += len(text)
+    return it
+
+
+def timed_rusage(argv: list[str]) -> tuple[float, float, str]:
+    """CPU seconds (user + sys), peak RSS in MiB and stdout of one child, read from its own rusage (wait4)."""
+    with tempfile.TemporaryFile() as stdout:
+        child = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL)  # a pipe: grep -c reads it all
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0 and not (argv[0] == "grep" and child.returncode == 1):  # grep: 1 = no match
+            raise RuntimeError(f"{argv} exited with {child.returncode}")
+        stdout.seek(0)
+        return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout.read().decode()
+
+
+def cli_noisy(tmp: Path, size_mb: int) -> dict:
+    """The CLI on the noisy multi-rank log against `grep -c iteration`, both net of their start-up (each command's
+    CPU time on a three-line log subtracted); the median of interleaved pairs. The summary it prints is compared
+    with the line path's on a file 1/8 the size."""
+    noisy, small, tiny = tmp / "noisy.log", tmp / "noisy_small.log", tmp / "three.log"
+    iterations = generate_noisy(noisy, size_mb * 1024 * 1024)
+    generate_noisy(small, size_mb * 1024 * 1024 // 8)
+    tiny.write_text("one\ntwo\nthree\n")
+    cli = [str(Path(sys.executable).with_name("megapilot")), "logs", "parse", "--summary-only", "--json"]
+    grep = ["grep", "-c", "iteration"]
+    start_cli = sorted(timed_rusage([*cli, str(tiny)])[0] for _ in range(REPEATS))[REPEATS // 2]
+    start_grep = sorted(timed_rusage([*grep, str(tiny)])[0] for _ in range(REPEATS))[REPEATS // 2]
+    pairs = [(timed_rusage([*grep, str(noisy)]), timed_rusage([*cli, str(noisy)])) for _ in range(REPEATS)]
+    ratios = sorted((g[0] - start_grep) / (c[0] - start_cli) for g, c in pairs)
+    grep_run, cli_run = sorted(pairs, key=lambda pair: (pair[0][0] - start_grep) / (pair[1][0] - start_cli))[
+        REPEATS // 2]
+    printed = json.loads(cli_run[2])
+    _, small_rss_mib, small_out = timed_rusage([*cli, str(small)])
+    line_path = parse_in_child(small, "line")[2]
+    mb = noisy.stat().st_size / 1e6
+    cli_net_s = cli_run[0] - start_cli
+    return {
+        "noisy_file_mb": round(mb, 1), "noisy_iteration_lines": iterations,
+        "noisy_grep_cpu_s": round(grep_run[0], 3), "noisy_grep_net_cpu_s": round(grep_run[0] - start_grep, 3),
+        "noisy_cli_cpu_s": round(cli_run[0], 3), "noisy_cli_net_cpu_s": round(cli_net_s, 3),
+        "noisy_cli_mb_per_net_cpu_s": round(mb / cli_net_s, 1),
+        "noisy_cli_vs_grep_speed_cpu_net": round(ratios[REPEATS // 2], 4),
+        "noisy_cli_vs_grep_lowest": round(ratios[0], 4), "noisy_cli_vs_grep_highest": round(ratios[-1], 4),
+        "cli_startup_cpu_s": round(start_cli, 3), "grep_startup_cpu_s": round(start_grep, 3),
+        "noisy_cli_peak_rss_mib": round(cli_run[1], 1), "noisy_cli_peak_rss_mib_eighth_file": round(small_rss_mib, 1),
+        "noisy_cli_iterations": printed["summary"]["iterations_logged"],
+        "noisy_same_summary_as_line_path": json.loads(small_out)["summary"] == line_path["summary"],
+    }
+
+
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -162,6 +270,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--follow-nodes", type=int, default=64)
     parser.add_argument("--follow-mb-per-node", type=int, default=16)
+    parser.add_argument("--noisy-mb", type=int, default=160, help="size of the noisy multi-rank log (CLI timing)")
     parser.add_argument("--results", type=Path, default=HERE / "results.json", help="where to write the results")
     args = parser.parse_args()
     size = args.size_mb * 1024 * 1024
@@ -185,7 +294,8 @@ def main() -> None:
         start_cpu_s = startup_cpu_s()
         node_log = Path(tmp) / "node.log"
         generate(node_log, args.follow_mb_per_node * 1024 * 1024)
-        big.unlink()  # room for the followed files
+        big.unlink()  # room for the followed files and the noisy log
+        noisy = cli_noisy(Path(tmp), args.noisy_mb)
         follow = follow_in_child(node_log, Path(tmp) / "follow", args.follow_nodes, args.follow_mb_per_node)
         follow_mb = follow["bytes"] / 1e6
         results = {
@@ -220,6 +330,7 @@ def main() -> None:
             "follow_idle_poll_ms_all_nodes": round(follow["idle_poll_s"] * 1000, 3),
             "follow_peak_rss_mib": round(follow["rss_kib"] / 1024, 1),
             "follow_iterations": follow["iterations"],
+            **noisy,
             "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "note": ("summary-only mode; bulk = megapilot.logs.parse_logs (megapilot.logs.bulk) with the engine named "
                      "in `engine` (compiled = the C scanner megapilot.logs._scan, python = the pure-Python engine, "
@@ -234,6 +345,8 @@ def main() -> None:
         assert results["same_summary_both_paths"], "bulk and line-by-line paths must agree"
         assert results["same_summary_both_engines"], "the compiled and the pure-Python engines must agree"
         assert results["python_engine_check"] == "python", "MEGAPILOT_LOG_ENGINE=python must select the Python engine"
+        assert results["noisy_same_summary_as_line_path"], "the CLI must print the line path's summary"
+        assert results["noisy_cli_iterations"] == results["noisy_iteration_lines"], "every iteration line counted"
     args.results.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 

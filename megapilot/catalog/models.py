@@ -89,6 +89,45 @@ def get_preset(name: str) -> ModelPreset | None:
     return _presets_by_key().get(lookup_key(name))
 
 
+@dataclass(frozen=True)
+class ResolvedModel:
+    """What `--model X` became, and where it came from: `preset` (an alias said aloud), `file`, `hub` (the
+    Hugging Face cache or a download) or `preset for hub id` (offline: the preset read from that repository's
+    config.json stands in)."""
+
+    spec: ModelSpec
+    requested: str
+    source: str
+
+    def describe(self) -> str:
+        """`llama3.1-70b (preset; 'llama3-70b' is its alias)`."""
+        said = self.requested.strip()
+        alias = f"; '{said}' is its alias" if self.source == "preset" and lookup_key(said) != lookup_key(
+            self.spec.name) else ""
+        origin = "" if self.source in ("preset", "file") or said == self.spec.name else f" {said}"
+        return f"{self.spec.name} ({self.source}{origin}{alias})"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.spec.name, "requested": self.requested, "source": self.source}
+
+
+def resolve_model(name_or_path: str | Path) -> ResolvedModel:
+    """`get_model`, saying where the model came from."""
+    text = str(name_or_path).strip()
+    preset = None if not text or "/" in text or "\\" in text else get_preset(text)
+    if preset is not None:
+        return ResolvedModel(preset.spec, text, "preset")
+    path = Path(text).expanduser() if text else None
+    if path is not None and (path.is_dir() or path.is_file()):
+        return ResolvedModel(get_model(text), text, "file")
+    spec = get_model(text)
+    if looks_like_hub_id(text):
+        stand_in = preset_of_hub_repo(text)
+        source = "preset for hub id" if stand_in is not None and spec == stand_in.spec else "hub"
+        return ResolvedModel(spec, text, source)
+    return ResolvedModel(spec, text, "file")
+
+
 def get_model(name_or_path: str | Path) -> ModelSpec:
     """Resolve a preset name, a HF config.json (file or directory) or a ModelSpec JSON/YAML file."""
     text = str(name_or_path).strip()

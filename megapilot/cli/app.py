@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import typer
 
@@ -28,13 +29,27 @@ EXIT_INTERNAL_ERROR = 1
 DEBUG_ENV = "MEGAPILOT_DEBUG"
 
 
-@app.callback()
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("megapilot")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            installed = "unknown (not installed)"
+        typer.echo(f"megapilot {installed}")
+        raise typer.Exit()
+
+
+@app.callback()  # its examples: help_examples.GROUP_EXAMPLES
 def _root(
     debug: bool = typer.Option(False, "--debug",
                                help=f"Show the traceback of an internal error (or set {DEBUG_ENV}=1)."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print megapilot's version and exit."),
 ) -> None:
     """Plan, script, run, validate and diagnose Megatron-Core training runs."""
-    del debug  # read by main() from the arguments: an error can come before this callback runs
+    del debug, version  # read by main() from the arguments: an error can come before this callback runs
 
 
 def _debug_enabled(argv: list[str]) -> bool:
@@ -103,6 +118,53 @@ def _help_width_off_a_terminal() -> None:
     rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
 
 
+def _one_line_usage_errors() -> None:
+    """click prints a usage error (a mistyped command, `--gpus x`) as a usage line, a hint and a four-line box;
+    like every other user error it is one line here (`error: ... — see megapilot plan --help`), exit code 2."""
+    from typer import rich_utils
+
+    from megapilot.cli.common import err_console
+
+    def one_line(error: Exception) -> None:
+        from rich.markup import escape
+
+        message = " ".join(getattr(error, "format_message", lambda: str(error))().split())
+        context = getattr(error, "ctx", None)
+        where = f" — see {context.command_path} --help" if context is not None else ""
+        err_console.print(f"[bold red]error:[/] {escape(message)}{where}", highlight=False, soft_wrap=True)
+
+    rich_utils.rich_format_error = one_line  # type: ignore[assignment]  # see the docstring
+
+
+def _help_tables_fold() -> None:
+    """typer's help tables cut a long option name to `--tp,--tensor-model-pa…` on an 80-column terminal: their
+    cells fold onto a second line instead, so every name can still be read and typed."""
+    from rich.table import Table
+    from rich.text import Text
+    from typer import rich_utils
+
+    def fold(renderable: Any) -> None:
+        if isinstance(renderable, Text):
+            renderable.overflow = "fold"
+        for part in getattr(renderable, "renderables", ()):
+            fold(part)
+
+    class FoldingTable(Table):
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            for renderable in renderables:
+                fold(renderable)
+            super().add_row(*renderables, **kwargs)
+            for column in self.columns:
+                column.overflow, column.no_wrap = "fold", False
+
+    rich_utils.Table = FoldingTable  # type: ignore[misc]  # see the docstring
+
+
+def _pipe_closed() -> bool:
+    """Whether stdout's reader went away (`megapilot plan | head`): click then wraps it to swallow the EPIPE."""
+    return type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper"  # click's private class, renamed in 8.2
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     from rich.markup import escape
@@ -112,8 +174,16 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or "--help" in args:
         _help_width_off_a_terminal()
+    _one_line_usage_errors()
+    _help_tables_fold()
     try:
-        app(args=args, standalone_mode=True)
+        app(args=args, prog_name="megapilot", standalone_mode=True)
+    except SystemExit as exit_:
+        if exit_.code == 1 and _pipe_closed():  # the reader had what it wanted: not a failure
+            sys.exit(0)
+        raise
+    except BrokenPipeError:
+        sys.exit(0)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: nothing escapes as a bare traceback
         user_error = exc if isinstance(exc, MegapilotError) else _file_error(exc)
         if user_error is not None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleDimensions
+from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:  # types only: importing these at start-up would cost every command their load time
     from pathlib import Path
@@ -41,6 +43,61 @@ class OutputConsole(Console):
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]  # the base property's setter
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # the same call, tables made uncut
+        super().print(*(self._uncut(renderable) for renderable in objects), **kwargs)
+
+    def _uncut(self, renderable: Any) -> Any:
+        """A table that fits folds its cells; one that cannot fit even folded becomes one block per row."""
+        if not isinstance(renderable, Table):
+            return renderable
+        fold_instead_of_cut(renderable)
+        # rich's own layout of the columns (private, stable since rich 10): wider than the terminal is cropped
+        widths = renderable._calculate_column_widths(self, self.options)
+        if sum(widths) + renderable._extra_width <= self.width:
+            return renderable
+        return as_records(renderable)
+
+    def on_broken_pipe(self) -> None:
+        """The reader of a pipe went away (`megapilot plan | head`): it had what it wanted, so stop quietly with
+        exit code 0 (rich's own handler exits 1); stdout goes to /dev/null so the final flush cannot fail."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(0)
+
+
+def fold_instead_of_cut(table: Table) -> None:
+    """A table narrower than its text (an 80-column terminal) folds its cells onto more lines instead of cutting
+    them to `A100…`; its first column (the names a user types: GPU aliases, model and template names) keeps its
+    longest value whole."""
+    for column in table.columns:
+        column.overflow = "fold"
+        column.no_wrap = False
+    if table.columns:
+        first = table.columns[0]
+        widest = max((_plain_width(cell) for cell in first._cells), default=0)
+        first.min_width = max(first.min_width or 0, widest)
+
+
+def as_records(table: Table) -> Table:
+    """The table as one block per row (`name` first, then `header  value` lines): what an 80-column terminal shows
+    of a table too wide for it, every value whole."""
+    headers = [" ".join(Text.from_markup(str(column.header)).plain.split()) for column in table.columns]
+    records = Table(title=table.title, show_header=False, box=None, pad_edge=False)
+    records.add_column(style="dim", overflow="fold")
+    records.add_column(overflow="fold")
+    for number, row in enumerate(zip(*(column._cells for column in table.columns), strict=True)):
+        if number:
+            records.add_row("", "")
+        records.add_row(headers[0] or "name", row[0])
+        for header, value in zip(headers[1:], row[1:], strict=True):
+            records.add_row(header, value)
+    return records
+
+
+def _plain_width(cell: object) -> int:
+    text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+    return max((len(line) for line in text.splitlines()), default=0)
 
 
 # No emoji codes: log evidence is full of `host:pid:tid` (`node-3:1234:5678`), which rich would turn into emoji.

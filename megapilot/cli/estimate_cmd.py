@@ -96,11 +96,15 @@ def estimate(
         from megapilot.plan.budget import run_budget
 
         run = run_budget(request, case.model, case.cluster, case.training, case.parallel, case.options)
+    from megapilot.catalog import resolve_model
+
+    resolved = resolve_model(flags.model)  # what --model became and where from (an alias, a hub id offline)
     if json_output:
-        emit_json(result.model_dump(mode="json") | ({"calibration_from_history": about} if about else {})
-                  | budget_json(run))
+        emit_json({**result.model_dump(mode="json"), "model": resolved.to_dict()}
+                  | ({"calibration_from_history": about} if about else {}) | budget_json(run))
     else:
         _print_result(result, case)
+        console.print(f"model: {resolved.describe()}", highlight=False)
         if about:
             _print_calibration(about)
         if run is not None:

@@ -119,6 +119,22 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
+# A group's help (`megapilot --help`, `megapilot suite --help`) shows the first example of some of its commands
+# (checked with them by the tests): "" is the top level.
+GROUP_EXAMPLES: dict[str, tuple[str, ...]] = {
+    "": ("plan", "diagnose", "suite run"),
+    "suite": ("suite templates", "suite init", "suite run"),
+    "history": ("history list", "history show", "history compare"),
+}
+
+
+def group_epilog(group: str) -> str:
+    """The examples shown on a group's help page, as `epilog` writes them."""
+    lines = ["  " + line.replace("[", r"\[") for path in GROUP_EXAMPLES[group]
+             for line in EXAMPLES[path][0].splitlines()]
+    return "\n".join(["", "Examples:", *lines])
+
+
 def epilog(command: str) -> str:
     """The examples of `command` (its path below `megapilot`, e.g. "suite run") as a help epilog, each line of a
     multi-line example (a `\\` continuation) indented as written.
@@ -139,6 +155,12 @@ def add_examples(app: typer.Typer, prefix: str = "") -> None:
         path = f"{prefix}{command.name}"
         if command.epilog is None and path in EXAMPLES:
             command.epilog = epilog(path)
+    if prefix == "":
+        app.info.epilog = group_epilog("")
     for group in app.registered_groups:
+        path = f"{prefix}{group.name}"
+        if path in GROUP_EXAMPLES and group.typer_instance is not None:
+            group.typer_instance.info.epilog = group_epilog(path)
+            group.epilog = group_epilog(path)
         if group.typer_instance is not None:
-            add_examples(group.typer_instance, f"{prefix}{group.name} ")
+            add_examples(group.typer_instance, f"{path} ")

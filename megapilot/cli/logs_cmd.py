@@ -256,6 +256,10 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
 
         err_console.print("note: no iteration line found: no step time, throughput or loss (did training start? "
                           "with pipeline parallelism the last stage's rank prints them)", highlight=False)
+    for skipped in log.binary_skipped:  # a crash's NUL padding or garbage: the text around it was read
+        from megapilot.cli.common import err_console
+
+        err_console.print(f"note: {Path(skipped.file).name}: {skipped.describe()}", highlight=False)
     if log.errors:
         errors = Table(title="error lines (first 10)")
         for column in ("category", "rank", "file:line", "text"):
@@ -268,7 +272,7 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
         for error in log.errors[:10]:
             where = f"{labels.get(error.file, Path(error.file).name)}:{error.line}"
             errors.add_row(error.category, "—" if error.rank is None else str(error.rank), escape(where),
-                           escape(error.text.strip()[:160]))
+                           escape(error.text.strip()))
         console.print(errors)
 
 
@@ -296,10 +300,19 @@ def diagnose_command(
     result = diagnose(files, script=script, flags=flags, gpu=_gpu(gpu), gpus=gpus)
     if not result.findings:
         _refuse_empty(result.log)  # "no problem found" in nothing at all would mislead
+    not_a_log = not result.findings and not result.log.arguments and _nothing_recognised(result.log)
     if json_output:
-        emit_json(result.to_dict())
-        return
-    _print_diagnosis(result)
+        emit_json({**result.to_dict(), "training_log": not not_a_log})
+    elif not_a_log:  # "no problem found" in a file that is no training log would mislead
+        from megapilot.cli.common import err_console
+
+        names = ", ".join(result.labels.get(name, name) for name in result.log.files)
+        err_console.print(f"{names}: this is not a training log: none of its {result.log.lines_read:,} lines is an "
+                          "iteration, error, checkpoint or start-up line of a training framework", highlight=False)
+    else:
+        _print_diagnosis(result)
+    if not_a_log:
+        raise typer.Exit(1)
 
 
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "info": "dim"}
@@ -323,7 +336,8 @@ def _print_diagnosis(result: Diagnosis) -> None:
         console.print(f"[{style}]{number}. {finding.severity.upper()} {finding.category}[/]: {escape(finding.title)}")
         for evidence in finding.evidence[:3]:
             name = result.labels.get(evidence.file, Path(evidence.file).name)
-            console.print(f"   [dim]{escape(name)}:{evidence.line}[/] {escape(evidence.text[:150])}", highlight=False)
+            # the whole line, folded by the terminal: a cut (`| throu`) hides the value the finding is about
+            console.print(f"   [dim]{escape(name)}:{evidence.line}[/] {escape(evidence.text.strip())}", highlight=False)
         console.print(f"   cause: {escape(finding.cause)}", highlight=False)
         if finding.fixes:
             fixes = Table(show_edge=False, pad_edge=False)

@@ -26,6 +26,7 @@ from megapilot.cli.layout_options import (
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
+    from megapilot.catalog import ResolvedModel
     from megapilot.estimate import EstimateOptions
     from megapilot.plan import PlanResult
     from megapilot.plan.budget import BudgetedPlan
@@ -86,6 +87,7 @@ class _Specs:
     cluster: ClusterSpec
     training: TrainingSpec
     options: EstimateOptions
+    resolved: ResolvedModel  # what --model became and where it came from
 
 
 def _build_specs(
@@ -94,13 +96,14 @@ def _build_specs(
 ) -> _Specs:
     from pydantic import ValidationError
 
-    from megapilot.catalog import get_gpu, get_model
+    from megapilot.catalog import get_gpu, resolve_model
     from megapilot.cli.common import validation_error
     from megapilot.estimate import run_options, with_features
     from megapilot.spec import ClusterSpec, TrainingSpec
 
     given = features.case_features()
-    model = with_features(get_model(model_name), given)
+    resolved = resolve_model(model_name)
+    model = with_features(resolved.spec, given)
     cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
     try:
         recipe = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
@@ -111,7 +114,7 @@ def _build_specs(
                  "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
         raise validation_error(exc, flags=names) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
-    return _Specs(model, cluster, training, run_options(model, given, cluster))
+    return _Specs(model, cluster, training, run_options(model, given, cluster), resolved)
 
 
 # Options whose default the output states when it was used (the search's answer depends on them).
@@ -178,7 +181,7 @@ def plan_command(
 ) -> None:
     """Search every legal parallel layout and rank them by predicted tokens/s/GPU; layouts within the estimate's own
     calibrated error of the fastest are ordered as the public recipes prefer (the reasons name the rule)."""
-    from megapilot.cli.common import emit_json, print_assumptions, require_positive
+    from megapilot.cli.common import console, emit_json, print_assumptions, require_positive
     from megapilot.errors import MegapilotError
     from megapilot.estimate.cases import parse_recompute_modules
     from megapilot.plan import Pins, plan
@@ -217,8 +220,10 @@ def plan_command(
         if cluster is not None and calibration == "history":
             for candidate, about in zip(document["candidates"], calibrations, strict=True):  # type: ignore[call-overload]  # a list of dicts
                 candidate["calibration_from_history"] = about
-        emit_json({**document, "defaults": assumed, "saved": str(save) if save else None})
+        emit_json({**document, "model": specs.resolved.to_dict(), "defaults": assumed,
+                   "saved": str(save) if save else None})
         return
+    console.print(f"model: {specs.resolved.describe()}", highlight=False)
     _render(result, save)
     if budgeted is not None:
         from megapilot.cli.budget_options import print_budget_ranking

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
+from megapilot.diagnose.device import CPU_RUN_EVIDENCE, trained_on_cpu
 from megapilot.diagnose.findings import Finding, ranked
-from megapilot.diagnose.flags import RunConfig, read_flags, run_config
+from megapilot.diagnose.flags import LaunchFlags, RunConfig, read_flags, run_config
 from megapilot.diagnose.megatron_version import recognise_megatron_version
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.release_names import in_release_names, release_note
@@ -64,6 +65,9 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     A log of another run than the script describes is a finding of its own, and the rules then read
     the log alone: the script's layout would size fixes and predictions for a run the log is not of.
     """
+    on_cpu = trained_on_cpu(config, log)
+    if on_cpu and (gpu is not None or (config is not None and config.gpu is not None)):
+        gpu, config = None, replace(config, gpu=None) if config is not None else None
     mismatch = mismatch_finding(log_mismatches(log, config)) if config is not None else None
     rules_config = None if mismatch is not None else config
     findings = ranked(line_findings(log, rules_config) + metric_findings(log, rules_config, gpu)
@@ -73,16 +77,32 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     findings = lead_with_root(findings, cascade, labels)
     version = recognise_megatron_version(log)
     findings, release_notes = in_release_names(findings, version)
+    if on_cpu:
+        findings = [_without_gpu_fixes(finding) for finding in findings]
     notes = list(config.notes) if config else ["no --script/--flags given: fixes are generic"]
+    if on_cpu:
+        notes.append(f"the run trained on CPU ({CPU_RUN_EVIDENCE}): no GPU throughput, MFU or precision advice")
     if any(fix.kind == "megatron_flag" for finding in findings for fix in finding.fixes):
         notes += release_note(version) + release_notes
     if not (log.iterations or (log.summary and log.summary.iterations_logged)):
         notes.append("no training progress found (no iteration line): only error lines were read")
     if mismatch is not None:
         notes.append("the log is not of the run the script describes: the script's flags were not used")
+    for skipped in log.binary_skipped:  # a crash's NUL padding or garbage: the text around it was read
+        notes.append(f"{labels.get(skipped.file, Path(skipped.file).name)}: {skipped.describe()}")
     if not findings:
         notes.append("no problem found in the log")
     return Diagnosis(findings=findings, log=log, config=config, notes=notes, cascade=cascade, labels=labels)
+
+
+# Fixes that only a GPU run can take (its tools, its precisions, its overlap switches): not offered to a CPU run.
+GPU_ONLY_FIX_WORDS = ("nvidia-smi", "amd-smi", "rocm-smi", "fp8", "tp-comm-overlap", "nccl_", "cuda_device_max")
+
+
+def _without_gpu_fixes(finding: Finding) -> Finding:
+    fixes = [fix for fix in finding.fixes
+             if not any(word in f"{fix.flag} {fix.value or ''}".lower() for word in GPU_ONLY_FIX_WORDS)]
+    return finding if len(fixes) == len(finding.fixes) else replace(finding, fixes=fixes)
 
 
 def diagnose(
@@ -100,9 +120,25 @@ def diagnose(
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
     paths = expand_log_paths([str(path) for path in paths])
     log = parse_for_rules(paths, parse_options_for(config))
+    told = _tokenizer_from_log(launch, log) if launch is not None else None
+    if told is not None:  # the vocabulary the run used, not an assumed one
+        config = run_config(told, gpu=gpu, gpus=gpus)
+        config.notes.append("tokenizer/vocabulary from the log's arguments block")
     if config is not None and log_mismatches(log, config):
         log = parse_for_rules(paths, None)  # the log's own arguments block, not the script, sizes its tokens/s
     return diagnose_log(log, config, gpu)
+
+
+def _tokenizer_from_log(launch: LaunchFlags, log: ParsedLog) -> LaunchFlags | None:
+    """The launch flags plus the tokenizer and vocabulary size the log's arguments block printed, where the flags
+    are silent (a script that leaves the tokenizer to its trainer's default); None when that adds nothing."""
+    printed = log.arguments.values if log.arguments is not None else {}
+    extra: dict[str, str | None] = {}
+    if not launch.has("--tokenizer-type") and printed.get("tokenizer_type") not in (None, "None"):
+        extra["--tokenizer-type"] = printed["tokenizer_type"]
+    if not launch.has("--vocab-size") and (printed.get("vocab_size") or "").isdigit():
+        extra["--vocab-size"] = printed["vocab_size"]
+    return replace(launch, values={**launch.values, **extra}) if extra else None
 
 
 def parse_for_rules(paths: list[str], options: ParseOptions | None, *, bulk: bool = True) -> ParsedLog:

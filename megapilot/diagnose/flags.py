@@ -364,6 +364,10 @@ def _vocab_size(flags: LaunchFlags, notes: list[str]) -> int:
     tokenizer = (flags.get("--tokenizer-model") or "").lower()
     if "llama-3" in tokenizer or "llama3" in tokenizer:
         return 128256
+    if flags.get("--tokenizer-type") == "ByteTokenizer":  # megapilot's byte tokenizer: 256 bytes + EOD + pad
+        from megapilot.data.tokenizer import ByteTokenizer
+
+        return ByteTokenizer().vocab_size
     notes.append("vocab size not in the flags: assumed 32000 (pass --vocab-size to refine)")
     return 32000
 

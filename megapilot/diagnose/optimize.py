@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from megapilot.diagnose.device import CPU_RUN_EVIDENCE, trained_on_cpu
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.flags import RunConfig
 from megapilot.diagnose.layout_flags import rendered_launch
@@ -113,6 +114,10 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
         current_memory_gib=current.memory_gib if current else None, measured_step_time_s=None,
         calibration_scale=None, best_layout=None, best_tokens_per_s_per_gpu=None, notes=list(config.notes),
     )
+    if trained_on_cpu(config, log):
+        report.notes.append(f"the run trained on CPU ({CPU_RUN_EVIDENCE}): {config.gpu.name} throughput changes do "
+                            "not apply to it and its step time calibrates no GPU prediction; pass a GPU run's script")
+        return report
     measured_step_time_s = _measured_step(report, config, log, measured_step_time_s)
     report.measured_step_time_s = measured_step_time_s
     _note_unrenderable(report, config)
@@ -139,7 +144,11 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
             report.best_tokens_per_s_per_gpu = option.prediction.tokens_per_s_per_gpu / scale
         if option is not None and option.changes:
             changes.append(_ranked(option, current_tokens, scale, source="planner"))
-    report.changes = sorted(changes, key=_rank_key)
+    slower = [change_ for change_ in changes if change_.gain_pct is not None and change_.gain_pct < 0]
+    if slower:  # a change the model predicts slower is no optimisation: never proposed
+        report.notes.append(f"{len(slower)} change{'s' if len(slower) > 1 else ''} the model predicts slower left "
+                            f"out ({', '.join(f'{c.label} {c.gain_pct:+.1f} %' for c in slower[:3])})")
+    report.changes = sorted((c for c in changes if c not in slower), key=_rank_key)
     return report
 
 

@@ -65,7 +65,9 @@ from megapilot.diagnose.predict import Prediction
 from megapilot.diagnose.refusal import changes_named_in
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
+from megapilot.logs.parser import strip_prefix
 from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord, ProgressMarker
+from megapilot.logs.signatures import EXTENSION_LOADER_FRAMES
 from megapilot.spec import GPUSpec
 from megapilot.spec.training import Precision
 
@@ -556,7 +558,10 @@ def _dataloader(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | 
     data_path = config.flags.get("--data-path") if config else None
     fixes = [Fix("add", f"ls -l {data_path or '<data prefix>'}.bin {data_path or '<data prefix>'}.idx", None,
                  "--data-path takes the prefix without .bin/.idx; both files must exist on every node", kind="command")]
-    return Finding("dataloader_error", "critical", f"Data loading failed{_ranks(records)}", _evidence(records),
+    raised = next((r for r in records if r.signature.startswith("exception:")), None)
+    named = f": {raised.signature.removeprefix('exception:')}{_where_bare(raised)}" \
+        if raised is not None and _where_bare(raised) else ""
+    return Finding("dataloader_error", "critical", f"Data loading failed{_ranks(records)}{named}", _evidence(records),
                    "The dataset could not be opened or a DataLoader worker died.", fixes, occurrences=len(records))
 
 
@@ -571,6 +576,17 @@ def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None
                                    "dtype=np.int32).max())'", None, "the largest token id in the data (its dtype is "
                                    "in the .idx header) must be below the model's vocabulary size", kind="command")],
                        occurrences=len(records))
+    built = [r for r in records if r.signature == "extension_build_mismatch"
+             or any(frame in r.details.get("raised_at", "") + r.details.get("frame", "")
+                    for frame in EXTENSION_LOADER_FRAMES)]
+    if built:
+        return Finding("config_error", "critical", "A compiled extension is missing or built for another torch/CUDA",
+                       _evidence(built),
+                       "A compiled extension (Megatron's fused kernels, Apex, Transformer Engine, flash-attention) was "
+                       "built against another torch or CUDA than the one installed: its shared object asks for a "
+                       "symbol the installed torch does not export. This is no crash of the training code and no "
+                       "configuration error: rebuild (or reinstall) the extension for the installed torch.",
+                       _rebuild_fixes(built), occurrences=len(built))
     if "environment" in by_signature:
         return Finding("config_error", "critical", "The software stack does not fit the GPUs", _evidence(records),
                        "The job could not use the GPUs it was given: no GPU visible to the process (or a rank asking "
@@ -591,6 +607,32 @@ def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None
     return Finding("config_error", "critical", "Megatron refused the configuration", _evidence(records),
                    "Argument parsing or validation failed before training started; the quoted line names the rule.",
                    fixes, occurrences=len(records))
+
+
+# Extension (by a word of its shared object's path or its frames) → how to rebuild it for the installed torch.
+_REBUILDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("fused_kernels", "scaled_upper_triang", "scaled_masked_softmax", "scaled_softmax", "fused_mix_prec"),
+     "rm -rf <Megatron-LM>/megatron/legacy/fused_kernels/build",
+     "Megatron builds its fused kernels again at the next start, against the installed torch"),
+    (("transformer_engine",), "pip install --no-build-isolation --force-reinstall --no-cache-dir "
+     "'transformer_engine[pytorch]'", "Transformer Engine rebuilt for the installed torch and CUDA"),
+    (("flash_attn",), "pip install --no-build-isolation --force-reinstall --no-cache-dir flash-attn",
+     "flash-attention rebuilt for the installed torch and CUDA"),
+    (("apex", "amp_c", "fused_layer_norm_cuda", "fused_adam"),
+     "pip install -v --no-build-isolation --no-cache-dir --config-settings '--build-option=--cpp_ext' "
+     "--config-settings '--build-option=--cuda_ext' git+https://github.com/NVIDIA/apex",
+     "Apex rebuilt from source against the installed torch"),
+)
+
+
+def _rebuild_fixes(records: list[ErrorRecord]) -> list[Fix]:
+    said = " ".join(f"{r.text} {r.details.get('frames', '')} {r.details.get('frame', '')} "
+                    f"{r.details.get('raised_at', '')}" for r in records).lower()
+    fixes = [Fix("add", command, None, reason, kind="command")
+             for words, command, reason in _REBUILDS if any(word in said for word in words)]
+    fixes.append(Fix("add", "python -c 'import torch; print(torch.__version__, torch.version.cuda)'", None,
+                     "the torch and CUDA the extension must be built against", kind="command"))
+    return fixes
 
 
 def _refusal_fixes(records: list[ErrorRecord]) -> list[Fix]:
@@ -750,8 +792,18 @@ def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: 
     fixes = [_EXCEPTION_FIXES[name]] if name in _EXCEPTION_FIXES else [
         Fix("add", "read the traceback above the exception line", None, "the last frames inside the training code "
             "name the failing call and its arguments", kind="command")]
-    return Finding("process_crash", severity, f"{name} ended the run{_ranks(records)}", _evidence(records), cause,
-                   fixes, occurrences=len(records))
+    return Finding("process_crash", severity, f"{name}{_where_bare(raised)} ended the run{_ranks(records)}",
+                   _evidence(records), cause, fixes, occurrences=len(records))
+
+
+def _where_bare(raised: ErrorRecord | None) -> str:
+    """` in file.py:260 in function (code)` for an exception that prints no message (a bare `AssertionError`,
+    `StopIteration`): the frames above it name it; empty for one that says what went wrong itself."""
+    if raised is None or not raised.details.get("raised_at"):
+        return ""
+    name = raised.signature.removeprefix("exception:")
+    message = strip_prefix(raised.text).strip().removeprefix(name).lstrip(":").strip()
+    return "" if message else f" in {raised.details['raised_at']}"
 
 
 _GOT_SIGNAL = re.compile(r"got signal:?\s*(\d+)")
@@ -778,6 +830,9 @@ def _stopped_by_signal(records: list[ErrorRecord], raised: ErrorRecord, severity
 
 
 def _wall_clock_hang(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    dumps = [r for r in records if r.signature == "stack_dump"]
+    if dumps:
+        return _stuck_stack(dumps, log)
     details = records[0].details
     return Finding("hang", "critical",
                    f"No progress for {details.get('silent_s', '?')} s after iteration "
@@ -785,6 +840,23 @@ def _wall_clock_hang(records: list[ErrorRecord], log: ParsedLog, config: RunConf
                    _evidence(records),
                    "No iteration line arrived for many times the usual step time while following the log.",
                    _hang_fixes(), occurrences=len(records))
+
+
+def _stuck_stack(dumps: list[ErrorRecord], log: ParsedLog) -> Finding:
+    """A stack dump of a stuck process (py-spy dump, faulthandler): its main thread's innermost frame is where it
+    waits; a wait inside a collective or a CUDA synchronisation is a rank waiting for the others."""
+    where = dumps[0].details.get("waits_in", "?")
+    collective = any(word in where.lower() for word in ("synchronize", "all_reduce", "allreduce", "barrier", "wait",
+                                                         "all_gather", "reduce_scatter", "broadcast", "recv"))
+    cause = (f"The process was stuck when its stack was dumped: its main thread waits in {where}. "
+             + ("A rank waiting in a collective or a device synchronisation waits for the other ranks: the rank "
+                "that is not there (dead, slower, or in another collective) is the cause; dump every rank's stack."
+                if collective else "That call did not return: the frames under it say what it waits for."))
+    fixes = [Fix("add", "py-spy dump --native --pid <pid of each rank>", None,
+                 "the same dump on every rank shows which one is elsewhere", kind="command"), *_hang_fixes()]
+    return Finding("hang", "critical", f"Hang: the main thread waits in {where}{_ranks(dumps)}",
+                   [Evidence(r.file, r.line, r.text.strip()) for r in dumps[:MAX_EVIDENCE]]
+                   + [Evidence(dumps[0].file, dumps[0].line + 1, where)], cause, fixes, occurrences=len(dumps))
 
 
 _LINE_RULES = {
@@ -841,8 +913,10 @@ def _nan_finding(log: ParsedLog, config: RunConfig | None) -> Finding | None:
     had_loss = False
     for record in log.iterations:
         interval = record.iteration - previous.iteration if previous else None
+        # a line cut short (a crash tore the write: NULs follow) lacks its closing counters too: not a NaN
+        torn = previous is not None and previous.nan_iterations is not None and record.nan_iterations is None
         vanished = (had_loss and record.lm_loss is None and interval is not None and interval > 0
-                    and (record.skipped_iterations or 0) < interval and not record.losses)
+                    and (record.skipped_iterations or 0) < interval and not record.losses and not torn)
         counted = bool(record.nan_iterations)
         if record.has_nonfinite or counted or vanished:
             bad.append(record)

@@ -25,6 +25,7 @@ PyOS_string_to_double, the function float() itself uses. Reservoir replacements 
 from the summary's own random.Random, in the order `_Running._reservoir_step` draws. Build without -ffast-math and with
 -ffp-contract=off: a fused multiply-add would change the Welford sums. */
 
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -37,7 +38,7 @@ from the summary's own random.Random, in the order `_Running._reservoir_step` dr
 
 enum { STOP_END = 0, STOP_LINE = 1, STOP_FALLBACK = 2 };
 enum { TIME_PREFIX = 0, TIME_LINE = 1 };
-enum { INERT_NEVER = 0, INERT_ALWAYS = 1, INERT_BEFORE_SUFFIX = 2, INERT_UNLESS_ITERATION = 3 };
+enum { INERT_NEVER = 0, INERT_ALWAYS = 1, INERT_BEFORE_SUFFIX = 2, INERT_UNLESS_ITERATION = 3, INERT_IN_CHATTER = 4 };
 
 #define MAX_EXACT_INT 9007199254740992LL /* 2**53 */
 
@@ -66,6 +67,10 @@ typedef struct {
     Py_ssize_t first_start[257]; /* needles sorted by first byte: those starting with byte b are [first_start[b], first_start[b + 1]) */
     uint64_t pairs[1024];        /* bit (a << 8 | b): some needle starts with the two bytes a, b */
     int has_short_needle;        /* a needle of one byte: the pair filter cannot be used */
+    int has_pair_needle;         /* a needle of two bytes that can be live: the gram filters cannot be used */
+    uint64_t grams4[1024];       /* hashed 4-byte windows (case folded) of needles of 5 bytes or more, at offsets 0, 1 */
+    uint64_t grams3[1024];       /* hashed first 3 bytes (case folded) of the needles that can be live */
+    uint64_t chatter_grams3[1024]; /* the same, of those that can be live on NCCL/RCCL chatter */
     char **keys;                 /* field keys the free-field loop must not accept (the summary's own) */
     Py_ssize_t *key_lengths;
     Py_ssize_t key_count;
@@ -519,7 +524,33 @@ static int iteration_record_follows(const unsigned char *p, Py_ssize_t at, Py_ss
     return i < n && p[i] == '|';
 }
 
-static int occurrence_is_inert(const Needle *needle, const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+/* Whether p[0:n] holds `text` (lowercase), ignoring case. */
+static int holds_lower(const unsigned char *p, Py_ssize_t n, const char *text, Py_ssize_t length) {
+    for (Py_ssize_t i = 0; i + length <= n; i++)
+        if (lower(p[i]) == (unsigned char)text[0] && lower_equal(p + i, text, length)) return 1;
+    return 0;
+}
+
+/* NCCL/RCCL chatter, as `signatures.match_line` tells it: `nccl info` or `rccl info` and no `fail` (one segment:
+   a `\r` would make each segment a line of its own). On it no error signature matches, so a needle that is only a
+   signature's trigger does nothing. -1: not decided yet. */
+static int holds_fail(const unsigned char *p, Py_ssize_t n) {
+    for (int upper = 0; upper < 2; upper++) /* each `a` (or `A`) with `f` before and `il` after, in any case */
+        for (const unsigned char *a = memchr(p, upper ? 'A' : 'a', (size_t)n); a != NULL;
+             a = memchr(a + 1, upper ? 'A' : 'a', (size_t)(p + n - a - 1)))
+            if (a > p && p + n - a >= 3 && lower(a[-1]) == 'f' && lower(a[1]) == 'i' && lower(a[2]) == 'l') return 1;
+    return 0;
+}
+
+static int is_chatter(const unsigned char *p, Py_ssize_t n) {
+    if (memchr(p, '\r', (size_t)n) != NULL) return 0;
+    int named = memmem(p, (size_t)n, "NCCL INFO", 9) != NULL || memmem(p, (size_t)n, "RCCL INFO", 9) != NULL ||
+                holds_lower(p, n, "nccl info", 9) || holds_lower(p, n, "rccl info", 9);
+    return named && !holds_fail(p, n);
+}
+
+static int occurrence_is_inert(const Needle *needle, const unsigned char *p, Py_ssize_t at, Py_ssize_t n,
+                               int *chatter) {
     Py_ssize_t after = at + needle->length;
     switch (needle->rule) {
     case INERT_ALWAYS:
@@ -528,36 +559,87 @@ static int occurrence_is_inert(const Needle *needle, const unsigned char *p, Py_
         return n - after >= needle->suffix_length && lower_equal(p + after, needle->suffix, needle->suffix_length);
     case INERT_UNLESS_ITERATION: /* the parser's test is case-sensitive: only the lowercase word can start a record */
         return memcmp(p + at, needle->text, (size_t)needle->length) != 0 || !iteration_record_follows(p, after, n);
+    case INERT_IN_CHATTER:
+        if (*chatter < 0) *chatter = is_chatter(p, n);
+        return *chatter;
     default:
         return 0;
     }
 }
 
-static int live_needle_at(const Scanner *self, const unsigned char *p, Py_ssize_t i, Py_ssize_t n) {
+static int live_needle_at(const Scanner *self, const unsigned char *p, Py_ssize_t i, Py_ssize_t n, int *chatter) {
     unsigned char first = lower(p[i]);
     for (Py_ssize_t k = self->first_start[first]; k < self->first_start[first + 1]; k++) {
         const Needle *needle = &self->needles[k];
         if (n - i >= needle->length && lower_equal(p + i, needle->text, needle->length) &&
-            !occurrence_is_inert(needle, p, i, n))
+            !occurrence_is_inert(needle, p, i, n, chatter))
             return 1;
     }
     return 0;
 }
 
+/* Case folding of the gram filters: OR 0x20 lowers every ASCII letter (and moves some other bytes: more hits,
+   never fewer, as the needles are folded the same way). */
+#define FOLD4 0x20202020U
+static inline unsigned gram_hash(uint32_t gram) { return (unsigned)((gram * 0x9E3779B1U) >> 16); }
+static inline int gram_in(const uint64_t *table, uint32_t gram) {
+    unsigned h = gram_hash(gram);
+    return (int)(table[h >> 6] >> (h & 63) & 1);
+}
+
 /* Whether the line parser must see the line p[0:n]: a needle occurrence that is not inert, or a control or
-   non-ASCII byte (a tab is allowed). Most positions fail the two-byte filter of the needles' starts. */
-static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
+   non-ASCII byte (a tab is allowed, and `\r`: the line parser reads the segments between them as lines, and a
+   needle in a segment is in the line). Most positions fail the two-byte filter of the needles' starts. */
+static int needs_parser_bytewise(const Scanner *self, const unsigned char *p, Py_ssize_t from, Py_ssize_t n,
+                                 int *chatter) {
+    for (Py_ssize_t i = from; i < n; i++) {
         unsigned char ch = p[i];
-        if ((ch < 0x20 && ch != '\t') || ch > 0x7e) return 1;
+        if ((ch < 0x20 && ch != '\t' && ch != '\r') || ch > 0x7e) return 1;
         if (self->has_short_needle || i + 1 == n) {
-            if (live_needle_at(self, p, i, n)) return 1;
+            if (live_needle_at(self, p, i, n, chatter)) return 1;
             continue;
         }
         unsigned pair = (unsigned)lower(ch) << 8 | lower(p[i + 1]);
-        if ((self->pairs[pair >> 6] >> (pair & 63) & 1) && live_needle_at(self, p, i, n)) return 1;
+        if ((self->pairs[pair >> 6] >> (pair & 63) & 1) && live_needle_at(self, p, i, n, chatter)) return 1;
     }
     return 0;
+}
+
+/* The same answer, every second position only: a needle of 5 bytes or more holds a 4-byte window starting at an even
+   position (its own start or the next), one of 3 or 4 bytes starts at an even position or the next; so each even
+   position tests one hashed 4-byte window and two 3-byte starts, and a hit is checked needle by needle. */
+static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
+    int chatter = -1;
+#if SWAR
+    if (self->has_short_needle || self->has_pair_needle) return needs_parser_bytewise(self, p, 0, n, &chatter);
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* a byte below 0x20 or above 0x7e marks its high bit (tab and \r allowed below) */
+        uint64_t x = load8((const char *)p + i);
+        if ((((x - ONES * 0x20) & ~x) | ((x + ONES * (127 - 0x7e)) | x)) & HIGHS) {
+            for (int k = 0; k < 8; k++) {
+                unsigned char ch = p[i + k];
+                if ((ch < 0x20 && ch != '\t' && ch != '\r') || ch > 0x7e) return 1;
+            }
+        }
+    }
+    /* NCCL's own lines name themselves early: on them fewer needles can be live, a sparser filter */
+    const uint64_t *grams = self->grams3;
+    if (n > 24 && memmem(p, (size_t)(n < 96 ? n : 96), "CCL INFO ", 9) != NULL) {
+        chatter = is_chatter(p, n);
+        if (chatter) grams = self->chatter_grams3;
+    }
+    Py_ssize_t q = 0;
+    for (; q + 8 <= n; q += 4) {
+        uint64_t w = load8((const char *)p + q) | ((uint64_t)FOLD4 << 32 | FOLD4);
+        for (int k = 0; k < 4; k++)
+            if (gram_in(grams, (uint32_t)(w >> (8 * k)) & 0xFFFFFFU) && live_needle_at(self, p, q + k, n, &chatter))
+                return 1;
+    }
+    /* the last bytes one by one */
+    return needs_parser_bytewise(self, p, q, n, &chatter);
+#else
+    return needs_parser_bytewise(self, p, 0, n, &chatter);
+#endif
 }
 
 /* ---- loading and storing the summary's state -------------------------------------------------------------- */
@@ -997,6 +1079,16 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
         }
         unsigned pair = (unsigned)text[0] << 8 | text[1];
         self->pairs[pair >> 6] |= (uint64_t)1 << (pair & 63);
+        Py_ssize_t length = self->needles[k].length;
+        if (self->needles[k].rule == INERT_ALWAYS) continue; /* never makes a line live: not in the gram filters */
+        if (length == 2) {
+            self->has_pair_needle = 1;
+            continue;
+        }
+        uint32_t gram = (uint32_t)text[0] | (uint32_t)text[1] << 8 | (uint32_t)text[2] << 16;
+        unsigned h = gram_hash(gram | (FOLD4 & 0xFFFFFFU));
+        self->grams3[h >> 6] |= (uint64_t)1 << (h & 63);
+        if (self->needles[k].rule != INERT_IN_CHATTER) self->chatter_grams3[h >> 6] |= (uint64_t)1 << (h & 63);
     }
     for (int b = 0, k = 0; b <= 256; b++) {
         while (k < count && (unsigned char)self->needles[k].text[0] < b) k++;
@@ -1166,7 +1258,8 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
             rows++;
         } else if (needs_parser(self, ubase + pos, length)) {
             goto to_python;
-        } else if (may_lead_with_time(ubase + pos, length) &&
+        } else if ((length > 0 && memchr(line, '\r', (size_t)length) != NULL ? has_timestamp(ubase + pos, length)
+                                                               : may_lead_with_time(ubase + pos, length)) &&
                    spans_push(&self->times, pos, newline - base, TIME_LINE) < 0) {
             goto error;
         }
@@ -1302,7 +1395,8 @@ PyMODINIT_FUNC PyInit__scan(void) {
         PyModule_AddIntConstant(module, "INERT_NEVER", INERT_NEVER) < 0 ||
         PyModule_AddIntConstant(module, "INERT_ALWAYS", INERT_ALWAYS) < 0 ||
         PyModule_AddIntConstant(module, "INERT_BEFORE_SUFFIX", INERT_BEFORE_SUFFIX) < 0 ||
-        PyModule_AddIntConstant(module, "INERT_UNLESS_ITERATION", INERT_UNLESS_ITERATION) < 0) {
+        PyModule_AddIntConstant(module, "INERT_UNLESS_ITERATION", INERT_UNLESS_ITERATION) < 0 ||
+        PyModule_AddIntConstant(module, "INERT_IN_CHATTER", INERT_IN_CHATTER) < 0) {
         Py_DECREF(module);
         return NULL;
     }

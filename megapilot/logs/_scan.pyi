@@ -11,6 +11,7 @@ INERT_NEVER: int
 INERT_ALWAYS: int
 INERT_BEFORE_SUFFIX: int
 INERT_UNLESS_ITERATION: int
+INERT_IN_CHATTER: int
 
 class Scanner:
     def __init__(self, needles: tuple[tuple[bytes, int, bytes], ...], keys: tuple[bytes, ...], reservoir_size: int,

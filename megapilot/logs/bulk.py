@@ -26,6 +26,11 @@ MEGAPILOT_LOG_ENGINE=python forces the pure-Python engine; `ENGINE` says which r
   (the same doubles: built without -ffast-math and with -ffp-contract=off; reservoir replacements draw from the
   summary's own generator). It also skips needle occurrences that are inert in summary-only mode
   (`SUMMARY_INERT_NEEDLES`: timer lines, `memory (MB)` reports, `iterations` that cannot start a record).
+  Multi-rank noise stays in C too: on NCCL/RCCL chatter (`NCCL INFO` without `fail`, where no error signature
+  can match) a needle that is only a signature's trigger is inert (`CHATTER_INERT_TRIGGERS`: `nccl`, `gpu`,
+  `socket`, `connect`, ...), and a line cut by `\r` (a progress bar) is skipped when no segment holds a live
+  needle, its time read per segment (`line_time`). A filter of the needles' first three bytes, four positions per
+  step, keeps the per-byte cost of such lines low; the chatter filter holds only the needles live there.
   Whatever needs Python ends the call at that line: a live needle, a line the matcher is not sure of, a row bound
   for the warm-up head or carrying the run's first timestamp, a count past 64 bits (then Python reads the rest of
   the source). Python handles that line exactly as the Python engine does, then the scan goes on.
@@ -72,7 +77,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, BlockSplitter
+from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, BinaryTally, BlockSplitter, decode_log_text
 from megapilot.logs.parser import (
     DEEPSPEED_FORK_KEYS,
     RECORD_NEEDLES,
@@ -132,6 +137,7 @@ class SourceEnd:
     last_line: Evidence | None
     last_time_s: float | None
     framework_hints: Counter[str]
+    binary: BinaryTally | None = None
 
 
 class RowLine(NamedTuple):
@@ -244,6 +250,13 @@ SUMMARY_INERT_NEEDLES: dict[str, tuple[str, str]] = {
 }
 
 
+# Needles that are only an error signature's trigger: on NCCL/RCCL chatter (`NCCL INFO` without `fail`, as
+# `signatures.match_line` tells it) no signature matches, so the compiled engine skips them there (`nccl` itself,
+# `socket`, `gpu`, `connect`, `timeout`, ... in `NCCL INFO Setting affinity for GPU 3`). `error` stays live: it is
+# also `_lone_exception`'s test (`RuntimeError: ` behind any prefix).
+CHATTER_INERT_TRIGGERS: frozenset[str] = frozenset(TRIGGERS) - set(RECORD_NEEDLES) - {"error"}
+
+
 def _new_scanner(keeps_memory: bool = False) -> _scan.Scanner:
     """`keeps_memory`: `memory (MB)` reports stop the scan (their records go to the sink) instead of being inert."""
     rules = {"always": _scan.INERT_ALWAYS, "before suffix": _scan.INERT_BEFORE_SUFFIX,
@@ -253,7 +266,10 @@ def _new_scanner(keeps_memory: bool = False) -> _scan.Scanner:
         rule, suffix = SUMMARY_INERT_NEEDLES.get(needle, ("never", ""))
         if keeps_memory and needle == "memory (":
             rule = "never"
-        inert = _scan.INERT_NEVER if needle in TRIGGERS else rules.get(rule, _scan.INERT_NEVER)
+        if needle in TRIGGERS:
+            inert = _scan.INERT_IN_CHATTER if needle in CHATTER_INERT_TRIGGERS else _scan.INERT_NEVER
+        else:
+            inert = rules.get(rule, _scan.INERT_NEVER)
         needles.append((needle.encode("latin-1"), inert, suffix.encode("latin-1")))
     keys = tuple(key.encode("latin-1") for key in SUMMARY_KEY_NAMES)
     return _scan.Scanner(tuple(needles), keys, RESERVOIR_SIZE, WARMUP_CAP)
@@ -276,6 +292,7 @@ class BulkReader:
         self._parser_at_row: LineParser | None = None  # the parser's state for `RowLine`s, copied once per gap
         self._scanner = _new_scanner(keeps_memory=on_row is not None) if self.engine == "compiled" else None
         self.lines_read = 0
+        self.binary = BinaryTally()  # binary runs cut out of the lines the line parser reads
         self.last_line: tuple[int, str] | None = None
         # Lazy timestamps of the current block: the parser's latest-time candidates (prefix bytes of
         # iteration lines, or (start, end) of skipped lines) and the prefixes of counted iteration lines.
@@ -404,7 +421,7 @@ class BulkReader:
         while (candidate := scanner.pop_time()) is not None:
             kind, start, end = candidate
             text = block[start:end].decode("ascii")
-            time_s = read[start, end] = prefix_time(text) if kind == _scan.TIME_PREFIX else leading_time(text)
+            time_s = read[start, end] = prefix_time(text) if kind == _scan.TIME_PREFIX else line_time(text)
             if time_s is not None:
                 self.parser.last_time_s = time_s
                 break
@@ -507,7 +524,7 @@ class BulkReader:
         self._resolve_times()
         line_no = self._line_number_at(start)
         feed, add = self.parser.feed, self.sink.add
-        lines = self._block[start:end].decode("utf-8", "replace").split("\n")
+        lines = decode_log_text(self._block[start:end], line_no, self.binary).split("\n")
         lines.pop()  # the empty text after the last newline
         for text in lines:
             segments = text.split("\r") if "\r" in text else (text,)
@@ -570,7 +587,19 @@ class BulkReader:
     def _end(self) -> SourceEnd:
         last = self.last_line
         return SourceEnd(self.lines_read, None if last is None else Evidence(self.parser.file, last[0], last[1]),
-                         self.parser.last_time_s, self.parser.framework_hints)
+                         self.parser.last_time_s, self.parser.framework_hints, self.binary)
+
+
+def line_time(text: str) -> float | None:
+    """The time a skipped line sets, as the line path reads it: a line with `\r` is its segments, each a line of
+    its own (the last segment with a time sets it)."""
+    if "\r" not in text:
+        return leading_time(text)
+    for segment in reversed(text.split("\r")):
+        time_s = leading_time(segment)
+        if time_s is not None:
+            return time_s
+    return None
 
 
 def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tuple[int | None, tuple[int, str] | None]:
@@ -582,16 +611,16 @@ def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tu
     line_no = last_line_no
     while True:
         start = data.rfind(b"\n", 0, end) + 1
-        line = data[start:end]
-        if b"\r" in line:
-            segments = [s for s in line.decode("utf-8", "replace").split("\r") if s]
+        line = decode_log_text(data[start:end])
+        if "\r" in line:
+            segments = [s for s in line.split("\r") if s]
             if segments:
                 lines_read = lines_read or line_no
                 last = (line_no, segments[-1])
         else:
             lines_read = lines_read or line_no
             if line:
-                last = (line_no, line.decode("utf-8", "replace"))
+                last = (line_no, line)
         if last is not None or start == 0:
             return lines_read, last
         end, line_no = start - 1, line_no - 1

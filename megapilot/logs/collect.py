@@ -11,6 +11,7 @@ too: canonical iteration lines reach `on_row` as `RowLine`s (a record built only
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import Counter
@@ -23,7 +24,7 @@ from typing import Any, BinaryIO
 from megapilot.errors import MegapilotError
 from megapilot.logs.bulk import RecordSink, RowHook, SourceEnd, read_bulk
 from megapilot.logs.framework import UNKNOWN_FRAMEWORK, Framework, detect_framework
-from megapilot.logs.lines import follow_lines, read_lines, split_carriage_returns
+from megapilot.logs.lines import BinaryTally, follow_lines, read_lines, split_carriage_returns
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.record_reader import RecordReader
 from megapilot.logs.records import (
@@ -47,6 +48,33 @@ MAX_KEPT_ERRORS = 2000  # a crash on 1000 ranks prints the same line 1000 times;
 MAX_KEPT_CHECKPOINTS = 1000
 HANG_FACTOR = 10.0  # no progress for this many times the typical step time is a hang
 HANG_FLOOR_S = 120.0  # ... and never less than this (start-up, evaluation and saves are slow)
+
+
+@dataclass(frozen=True)
+class BinarySkipped:
+    """Binary data a file held (a crash's NUL padding, garbage) that was cut out of its lines, the text around it
+    read: bytes in all and the first stretches as (first line, last line, bytes)."""
+
+    file: str
+    bytes_skipped: int
+    runs: list[tuple[int, int, int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "bytes": self.bytes_skipped,
+                "runs": [{"first_line": a, "last_line": b, "bytes": n} for a, b, n in self.runs]}
+
+    def describe(self) -> str:
+        """`skipped 20 KB of binary data on lines 120-121, 300`."""
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b, _ in self.runs)
+        lines = "lines" if "," in where or "-" in where else "line"
+        return f"skipped {_size_text(self.bytes_skipped)} of binary data on {lines} {where}"
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.0f} {unit}" if size / scale >= 10 else f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 @dataclass
@@ -73,6 +101,7 @@ class ParsedLog:
     # Traceback frames and logger prefixes per framework or platform seen (`LineParser.framework_hints`); not in
     # the JSON schema: `framework` is what a user reads, these are its evidence.
     frame_hints: dict[str, int] = field(default_factory=dict)
+    binary_skipped: list[BinarySkipped] = field(default_factory=list)  # per file with binary runs cut out
 
     def to_dict(self) -> dict[str, Any]:
         """The stable `--json` schema of `megapilot logs parse`."""
@@ -91,6 +120,7 @@ class ParsedLog:
             "markers": [r.to_dict() for r in self.markers],
             "summary": self.summary.to_dict() if self.summary else None,
             "arguments": self.arguments.to_dict() if self.arguments else None,
+            "binary_skipped": [skipped.to_dict() for skipped in self.binary_skipped],
         }
 
 
@@ -140,6 +170,9 @@ class LogCollector:
         if end.last_time_s is not None:
             self.log.last_time_s = max(self.log.last_time_s or end.last_time_s, end.last_time_s)
         self._frame_hints.update(end.framework_hints)
+        if end.binary is not None and end.binary.bytes_skipped:
+            self.log.binary_skipped.append(BinarySkipped(self.log.files[-1] if self.log.files else "",
+                                                         end.binary.bytes_skipped, list(end.binary.runs)))
 
     def add_error(self, record: ErrorRecord) -> None:
         if len(self.log.errors) < MAX_KEPT_ERRORS:
@@ -219,23 +252,25 @@ def _file_dialect(counts: Counter[str]) -> str:
 
 
 def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int, str]],
-          on_record: Callable[[Record], None] | None) -> None:
-    """The line path: every line through the parser (`RecordReader`, as a follower reads a growing file)."""
+          on_record: Callable[[Record], None] | None, binary: BinaryTally | None = None) -> None:
+    """The line path: every line through the parser (`RecordReader`, as a follower reads a growing file);
+    `binary`: what the lines' reader cut out of them."""
     reader = RecordReader(collector, parser, on_record)
     reader.read_lines(lines)
-    collector.end_source(reader.end())
+    end = reader.end()
+    collector.end_source(end if binary is None else dataclasses.replace(end, binary=binary))
 
 
-def _open_source(path: str) -> Iterator[tuple[int, str]]:
+def _open_source(path: str, binary: BinaryTally | None = None) -> Iterator[tuple[int, str]]:
     if path == "-":
-        yield from read_lines(sys.stdin.buffer)
+        yield from read_lines(sys.stdin.buffer, tally=binary)
         return
     file = Path(path)
     if not file.is_file():
         raise MegapilotError(f"no such log file: {path}", field="FILE",
                              fix="pass the path of a training log, or - for stdin")
     with open(file, "rb") as stream:
-        yield from read_lines(stream)
+        yield from read_lines(stream, tally=binary)
 
 
 def parse_logs(
@@ -262,7 +297,8 @@ def parse_logs(
             with _binary_source(name) as stream:
                 collector.end_source(read_bulk(sink, parser, stream, on_row=on_row))
         else:
-            _feed(collector, parser, _open_source(name), on_record)
+            binary = BinaryTally()
+            _feed(collector, parser, _open_source(name, binary), on_record, binary)
     return collector.finish()
 
 

@@ -2,20 +2,78 @@
 
 Line numbers count `\\n`-terminated lines, as an editor does, so evidence can be found again. A
 `\\r` inside a line (progress bars, CRLF files) splits it into segments that share the line number;
-empty segments are dropped. Bytes that are not UTF-8 become U+FFFD. A truncated last line (no
+empty segments are dropped. Binary runs (NUL padding, garbage: `decode_log_text`) are cut out like a `\r`
+and counted; other bytes that are not UTF-8 become U+FFFD. A truncated last line (no
 final newline) is still yielded. Memory is bounded by the chunk size plus the longest line, and a
 line longer than `MAX_LINE_BYTES` is cut (the rest of it is dropped, not kept in memory).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20
+
+# What a node that died mid-write leaves in its log: runs of NUL bytes (blocks the filesystem allocated but the
+# write never filled), or binary garbage. Invalid UTF-8 bytes arrive as lone surrogates (`surrogateescape`).
+# A run is NULs, or at least four bad bytes (NUL, control bytes a terminal does not use, invalid UTF-8) each within
+# three bytes of the next, inside one line; a single invalid byte (a Latin-1 `é`) is text that is not UTF-8 and
+# stays (as U+FFFD). A run becomes `\r`: the text on either side of it is read as segments of the same line.
+_BAD = "\x00-\x07\x0b\x0e-\x1a\x1c-\x1f\x7f\udc80-\udcff"
+BINARY_RUN_RE = re.compile(f"\x00+|[{_BAD}](?:[^\n]{{0,3}}[{_BAD}]){{3,}}")
+_CONTROL_RE = re.compile("[\x00-\x07\x0b\x0e-\x1a\x1c-\x1f\x7f]")
+_ESCAPED_RE = re.compile("[\udc80-\udcff]+")
+MAX_BINARY_RUNS_KEPT = 20
+
+
+@dataclass
+class BinaryTally:
+    """Binary data skipped in one source: bytes in all, and where (first line, last line, bytes) for the first
+    `MAX_BINARY_RUNS_KEPT` stretches (runs on consecutive lines are one stretch)."""
+
+    bytes_skipped: int = 0
+    runs: list[tuple[int, int, int]] = field(default_factory=list)
+    runs_dropped: int = 0
+
+    def add(self, line_no: int, size: int) -> None:
+        self.bytes_skipped += size
+        if self.runs and self.runs[-1][1] + 1 >= line_no:
+            first, _, total = self.runs[-1]
+            self.runs[-1] = (first, line_no, total + size)
+        elif len(self.runs) < MAX_BINARY_RUNS_KEPT:
+            self.runs.append((line_no, line_no, size))
+        else:
+            self.runs_dropped += 1
+
+
+def decode_log_text(raw: bytes | bytearray, first_line_no: int = 1, tally: BinaryTally | None = None) -> str:
+    """Bytes of whole lines → text, binary runs cut out (`BINARY_RUN_RE`, each counted in `tally` with its line) and
+    other undecodable bytes as U+FFFD. The one decoding of both reading paths, so they read the same text."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "surrogateescape")
+    else:
+        if _CONTROL_RE.search(text) is None:
+            return text
+    if BINARY_RUN_RE.search(text) is not None:
+        pieces, pos = [], 0
+        for found in BINARY_RUN_RE.finditer(text):
+            if tally is not None:
+                size = len(found.group().encode("utf-8", "surrogateescape"))
+                tally.add(first_line_no + text.count("\n", 0, found.start()), size)
+            pieces.append(text[pos:found.start()])
+            pieces.append("\r")
+            pos = found.end()
+        pieces.append(text[pos:])
+        text = "".join(pieces)
+    return _ESCAPED_RE.sub(lambda found: "\ufffd" * len(found.group()), text)
 
 
 def split_carriage_returns(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
@@ -59,9 +117,10 @@ class BlockSplitter:
 class LineSplitter:
     """Incremental bytes → (line_no, text) splitter; `feed` chunks, then `flush` at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, tally: BinaryTally | None = None) -> None:
         self.lines_done = 0
         self._blocks = BlockSplitter()
+        self.tally = tally
 
     def feed(self, chunk: bytes) -> Iterator[tuple[int, str]]:
         block = self._blocks.feed(chunk)
@@ -71,19 +130,20 @@ class LineSplitter:
         complete = buffer[:end - 1]  # without the final newline
         first = self.lines_done + 1
         self.lines_done += complete.count(b"\n") + 1
-        yield from _split_text(complete.decode("utf-8", "replace"), first)
+        yield from _split_text(decode_log_text(complete, first, self.tally), first)
 
     def flush(self) -> Iterator[tuple[int, str]]:
         """Yield the unterminated last line, if any."""
         tail = self._blocks.flush()
         if tail is not None:
-            yield from _split_text(tail.decode("utf-8", "replace"), self.lines_done + 1)
+            yield from _split_text(decode_log_text(tail, self.lines_done + 1, self.tally), self.lines_done + 1)
             self.lines_done += 1
 
 
-def read_lines(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, str]]:
-    """All lines of a binary stream (a file or stdin's buffer), to its end."""
-    splitter = LineSplitter()
+def read_lines(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES,
+               tally: BinaryTally | None = None) -> Iterator[tuple[int, str]]:
+    """All lines of a binary stream (a file or stdin's buffer), to its end (binary runs counted in `tally`)."""
+    splitter = LineSplitter(tally)
     while chunk := stream.read(chunk_bytes):
         yield from splitter.feed(chunk)
     yield from splitter.flush()

@@ -66,7 +66,7 @@ MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*me
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 # glog (torch's C++ and torchrun's own lines): `E1201 08:39:32.049000 28171 torch/...`: no year printed.
 GLOG_TIME_RE = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
-RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): ")
+RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |^\([\w.\- ]*,? ?rank=(\d+)")
 # NCCL's own prefix `host:pid:tid [dev]`: the bracket is the process's CUDA device (its local index on the host),
 # not a rank: device 3 exists on every node.
 NCCL_PREFIX_RE = re.compile(r"([\w.\-]+):(\d+):\d+ \[(\d+)\] (?=\S)")
@@ -88,7 +88,9 @@ ARGUMENT_RE = re.compile(r"(?:^|[\s:\]])([A-Za-z_]\w*) (?:\.+ |(?<=\w{48} ) )(.*
 ARGUMENTS_NEEDLE = "arguments --"  # in both `---- arguments ----` and `---- end of arguments ----`
 MAX_ARGUMENT_BLOCK_LINES = 5000  # Megatron-LM prints ~600; a block never closed ends here
 PREFIX_RE = re.compile(
-    r"^(?:\s*(?:\[rank\d+\]:|\d+:(?=\s)|\[?\d{4}-?\d\d-?\d\d[ T][\d:.,]+Z?\]?|\[rank-\d+/\d+\]|"
+    # Ray's worker prefix `(RayTrainWorker pid=48213, ip=10.0.3.17)` / `(worker, rank=0, pid=7)` first
+    r"^(?:\s*(?:\([\w.\-]+(?:,? (?:rank|pid|ip|node_id|local_rank|world_rank)=[\w.:\-]+)+\)|"
+    r"\[rank\d+\]:|\d+:(?=\s)|\[?\d{4}-?\d\d-?\d\d[ T][\d:.,]+Z?\]?|\[rank-\d+/\d+\]|"
     r"\[(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s*\]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[\w.]+:))+\s?"
 )
 
@@ -114,6 +116,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     "time (ms)",
     "in billions", "emory footprint", "step time", "training ...", ARGUMENTS_NEEDLE,
     "[nemo ",  # NeMo's logger prefix names the framework (`LineParser.feed`)
+    "mainthread", "current thread 0x",  # the head of a stuck process's stack dump (`STACK_DUMP_HEAD_RE`)
     "exception",  # `SomeException: ...` alone (`LineParser._lone_exception`); `...Error:` holds the trigger "error"
     *(needle.lower() for needle, _ in _MARKERS),
 )
@@ -344,6 +347,7 @@ class LineParser:
         self._crash_lines_left = 0  # lines after a segfault/abort still read as its stack dump
         self._crash_in_writer_reported = False
         self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
+        self._stack_dump: ErrorRecord | None = None  # a stuck process's stack dump head, waiting for its first frame
 
     # ---- entry point ----------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> tuple[Record, ...]:
@@ -566,7 +570,7 @@ class LineParser:
         """Whether the next line must reach `feed` whatever it says: inside a traceback, a crash's stack dump,
         a launcher's failure summary or an `arguments` block (bulk reading otherwise skips needle-free lines)."""
         return (self._traceback_frames is not None or self._argument_values is not None
-                or self._crash_lines_left > 0 or self._launcher_summary is not None)
+                or self._crash_lines_left > 0 or self._launcher_summary is not None or self._stack_dump is not None)
 
     @property
     def awaits_step_line(self) -> bool:
@@ -574,6 +578,13 @@ class LineParser:
         return self._pending_step_time_s is not None
 
     def _error(self, line_no: int, text: str) -> ErrorRecord | None:
+        if self._stack_dump is not None:
+            return self._stack_dump_frame(text)
+        if ("MainThread" in text or "Current thread" in text) and STACK_DUMP_HEAD_RE.match(strip_prefix(text)):
+            self._stack_dump = ErrorRecord(file=self.file, line=line_no, text=text, category="hang",
+                                           signature="stack_dump", rank=rank_of(text), details={},
+                                           time_s=self._own_time(text))
+            return None
         if self._launcher_summary is not None:
             self._launcher_summary_line(text)
         elif LAUNCHER_SUMMARY_NEEDLE in text:
@@ -598,6 +609,17 @@ class LineParser:
         if is_exception_line(bare):
             return self._exception(line_no, text, bare)
         return None
+
+    def _stack_dump_frame(self, text: str) -> ErrorRecord | None:
+        """The innermost frame under a stuck thread's head (py-spy `wait (threading.py:320)`, faulthandler
+        `  File "threading.py", line 320 in wait`): where the process waits."""
+        head, self._stack_dump = self._stack_dump, None
+        assert head is not None
+        frame = strip_prefix(text).strip()
+        if not frame:
+            return None
+        return ErrorRecord(file=head.file, line=head.line, text=head.text, category="hang", signature="stack_dump",
+                           rank=head.rank, details={"waits_in": frame}, time_s=head.time_s)
 
     def _lone_exception(self, line_no: int, text: str) -> ErrorRecord | None:
         """`RuntimeError: ...` with no traceback above it (an excerpt, a launcher's echo, a rank that printed only
@@ -648,9 +670,13 @@ class LineParser:
         if classified is None:
             return None
         category, exception_name = classified
+        details = {"frame": frames[-1].strip() if frames else ""}
+        raised_at = _raised_at(frames)
+        if raised_at:
+            details["raised_at"] = raised_at
         return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
                            signature=f"exception:{exception_name}", rank=rank_of(text),
-                           details={"frame": frames[-1].strip() if frames else ""}, time_s=self._own_time(text))
+                           details=details, time_s=self._own_time(text))
 
     def _crash_stack_line(self, line_no: int, text: str) -> ErrorRecord | None:
         """A line of the stack a segfault/abort dumps (faulthandler, c10 or glibc backtrace): a frame inside the
@@ -858,6 +884,11 @@ FRAMEWORK_FRAME_NEEDLES: tuple[tuple[str, str], ...] = (
 )
 #: A line that is an exception on its own: a dotted CamelCase name ending in Error or Exception, a colon, a message.
 LONE_EXCEPTION_RE = re.compile(r"(?:[a-z_][\w]*\.)*((?:[A-Z][a-z0-9]*)+(?:Error|Exception)): \S")
+#: The head of a stuck process's stack dump, the main thread's (its first frame is where it waits): py-spy dump's
+#: `Thread 1853 (idle): "MainThread"`, faulthandler's `Current thread 0x00007f... (most recent call first):` (what
+#: `faulthandler.dump_traceback_later` or SIGUSR1 with `faulthandler.register` print for a hung rank).
+STACK_DUMP_HEAD_RE = re.compile(r'^(?:Thread \d+ \((?:idle|active|active\+gil|gil)\): "MainThread"|'
+                                r"Current thread 0x[0-9a-f]+ \(most recent call first\):)")
 #: AMD's Primus wraps Megatron-LM and torchtitan (`/workspace/Primus/primus/...` frames); its runs are on ROCm.
 PRIMUS_FRAME_NEEDLE = "/primus/"
 PRIMUS_HINT = "primus"
@@ -872,6 +903,23 @@ _ALLOC_RE = re.compile(r"[Tt]ried to allocate ([\d.]+ ?[KMGT]i?B)")
 _RAN_FOR_RE = re.compile(r"ran for (\d+) milliseconds")
 _LOCAL_RANK_RE = re.compile(r"\blocal_rank:\s*(\d+)")  # torchrun: `failed (exitcode: -9) local_rank: 1 (pid: 7)`
 _AT_ITERATION_RE = re.compile(r"\biteration #?(\d+)\b")  # RerunStateMachine: `at iteration #120`
+
+
+_FRAME_RE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _raised_at(frames: list[str]) -> str:
+    """Where a traceback's exception was raised, from its innermost frame: `file.py:260 in function (code)`; what
+    names a bare exception (`AssertionError`, `StopIteration`) that prints no message of its own."""
+    for index in range(len(frames) - 1, -1, -1):
+        found = _FRAME_RE.match(frames[index])
+        if found is None:
+            continue
+        path, line, function = found.groups()
+        code = frames[index + 1].strip() if index + 1 < len(frames) and not _FRAME_RE.match(frames[index + 1]) else ""
+        where = f"{'/'.join(path.split('/')[-2:])}:{line} in {function}"
+        return f"{where} ({code})" if code else where
+    return ""
 
 
 def _int_or_none(value: str | None) -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from megapilot.logs.bulk import RecordSink, SourceEnd
-from megapilot.logs.lines import LineSplitter
+from megapilot.logs.lines import BinaryTally, LineSplitter
 from megapilot.logs.parser import LineParser
 from megapilot.logs.records import Evidence, Record
 
@@ -23,7 +23,8 @@ class RecordReader:
         self.sink = sink
         self.parser = parser
         self.on_record = on_record
-        self._splitter = LineSplitter()
+        self.binary = BinaryTally()
+        self._splitter = LineSplitter(self.binary)
         self._lines_read = 0
         self._last: tuple[int, str] | None = None
 
@@ -35,7 +36,7 @@ class RecordReader:
         """The file ended: its unterminated last line is read; what it contributes beyond records is returned."""
         self.read_lines(self._splitter.flush())
         last = None if self._last is None else Evidence(self.parser.file, self._last[0], self._last[1])
-        return SourceEnd(self._lines_read, last, self.parser.last_time_s, self.parser.framework_hints)
+        return SourceEnd(self._lines_read, last, self.parser.last_time_s, self.parser.framework_hints, self.binary)
 
     def read_lines(self, lines: Iterable[tuple[int, str]]) -> None:
         """Lines already split and numbered (a whole file's, or text held in memory)."""

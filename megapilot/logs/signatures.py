@@ -165,6 +165,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"error: unrecognized arguments|error: argument --|error: the following arguments are required|"
          r"usage: (?:pretrain_\w+|train|torchrun)\S* \[|is not divisible by|must be divisible by|"
          r"should be divisible by|^\s*(?:\S+: )?error: --[\w-]+: "),
+    # --- a compiled extension built for another torch/CUDA (fused kernels, Apex, Transformer Engine, flash-attn):
+    # its shared object asks the installed torch for a symbol it no longer has, or names another ABI -----------
+    _sig("extension_build_mismatch", "config_error",
+         r"\.so\S*: undefined symbol: \w+|undefined symbol: _ZN\w+|"
+         r"was compiled against (?:a different|an incompatible) (?:version of )?(?:torch|pytorch|cuda)|"
+         r"compiled (?:with|for) (?:CUDA|PyTorch|torch) [\d.]+ but .* (?:is|has) (?:CUDA|PyTorch|torch) [\d.]+|"
+         r"CUDA version mismatch|version of Transformer Engine .* does not match"),
     # --- the software stack does not fit the GPUs (driver, build, visibility) --------------------------
     _sig("environment", "config_error",
          r"no CUDA GPUs are available|NVIDIA driver on your system is too old|hipErrorNoBinaryForGpu|"
@@ -208,7 +215,8 @@ TRIGGERS: tuple[str, ...] = (
     "eaddrinuse", "connect", "checkpoint", "no space", "quota", "state_dict", "size mismatch",
     "dataloader", "dataset", "no such file", ".bin", ".idx", "data file", "error", "usage:", "divisible",
     "no cuda gpus", "driver", "kernel image", "compute capability", "srcselectdimsize", "store based barrier",
-    "device ordinal", "ninja", "building extension", "nvcc",
+    "device ordinal", "ninja", "building extension", "nvcc", "undefined symbol", "compiled against", "compiled with",
+    "compiled for", "version mismatch", "does not match",
     "nccluniqueid",
     "childfailed", "exitcode", "exit", "segmentation", "sigsegv", "sigkill", "sigabrt", "core dumped",
     "fatal", "terminate", "pure virtual", "killed", "oom",
@@ -222,9 +230,15 @@ CHECKPOINT_WRITER_FRAMES: tuple[str, ...] = (
     "dist_checkpointing/strategies/torch", "_save_zero_checkpoint",
 )
 
+# Frames of a compiled extension's loader: an exception there is a missing or mismatched build.
+EXTENSION_LOADER_FRAMES: tuple[str, ...] = ("transformer_engine/common/__init__", "_load_library",
+                                           "fused_kernels/__init__", "flash_attn_2_cuda", "amp_C")
+
 # Exceptions at the end of a Python traceback, classified by the frames above them.
-_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception))\b:?\s*(.*)$")
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)|StopIteration|StopAsyncIteration)\b:?\s*(.*)$")
 _FRAME_CATEGORY: tuple[tuple[str, str], ...] = (
+    # a compiled library's loader (Transformer Engine looks for its .so): the install, not the training code
+    *((needle, "config_error") for needle in EXTENSION_LOADER_FRAMES),
     ("validate_args", "config_error"),
     ("arguments.py", "config_error"),
     *((needle, "checkpoint_save_failure") for needle in CHECKPOINT_WRITER_FRAMES),

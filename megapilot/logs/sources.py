@@ -18,8 +18,15 @@ import re
 from pathlib import Path
 
 from megapilot.errors import MegapilotError
+from megapilot.logs.lines import BINARY_RUN_RE
 
 SNIFF_BYTES = 8192
+SNIFF_SPAN_BYTES = 1 << 20  # a crash's NUL padding can fill the start of a log: text is looked for this far
+# A line a person could read: 16 printable characters in a row, a space among them (the strings of a checkpoint's
+# zip and pickle, `archive/data.pkl`, `_rebuild_tensor_v2`, have none).
+TEXT_LINE_RE = re.compile(r"(?=[\x21-\x7e\t ]{16})[\x21-\x7e]*[\t ]")
+MAX_GARBAGE_FRACTION = 0.5  # binary runs in a crash log's text (random bytes and checkpoints are nearly all runs)
+NUL_RUN_RE = re.compile("\x00+")
 MIN_PRINTABLE_FRACTION = 0.9  # ANSI colours and a few mangled bytes still read as text; binary data is far below
 LOG_SUFFIXES = frozenset({".log", ".out", ".err", ".txt", ".stdout", ".stderr", ".trace"})
 LOG_NAMES = re.compile(r"^(?:stdout|stderr|dmesg|console|output|error)(?:[._-].*)?$", re.IGNORECASE)
@@ -30,16 +37,29 @@ _GLOB_CHARS = frozenset("*?[")
 
 
 def is_text(path: Path) -> bool:
-    """Whether the file's first bytes read as text (an empty file is text: a log that has not started)."""
+    """Whether the file holds text (an empty file is text: a log that has not started). A crashed node's log may
+    hold blocks of NULs between its lines, or some garbage (`lines.decode_log_text` cuts both out): NUL runs are
+    left out of the judgement, and at most half of the rest may be garbage; a file with no text at all (NULs only,
+    a checkpoint, random bytes) is not text: it holds no line of words (`TEXT_LINE_RE`)."""
     with open(path, "rb") as stream:
         head = stream.read(SNIFF_BYTES)
-    if b"\x00" in head:
-        return False
+        if b"\x00" in head:  # padding can fill the start of a log: look further for its text
+            head += stream.read(SNIFF_SPAN_BYTES - len(head))
     if not head:
         return True
-    decoded = head.decode("utf-8", "replace")
-    unreadable = decoded.count("\ufffd") + sum(1 for ch in decoded if ch < " " and ch not in "\t\n\r\x1b\x08\x0c")
-    return unreadable <= (1 - MIN_PRINTABLE_FRACTION) * len(decoded)
+    text = head.decode("utf-8", "surrogateescape")
+    if "\x00" not in text and _readable(text):
+        return True
+    text = NUL_RUN_RE.sub("", text)
+    if TEXT_LINE_RE.search(text) is None:
+        return False
+    garbage = sum(len(found.group()) for found in BINARY_RUN_RE.finditer(text))
+    return _readable(text) or garbage <= MAX_GARBAGE_FRACTION * len(text)
+
+
+def _readable(text: str) -> bool:
+    unreadable = sum(1 for ch in text if (ch < " " and ch not in "\t\n\r\x1b\x08\x0c") or "\udc80" <= ch <= "\udcff")
+    return unreadable <= (1 - MIN_PRINTABLE_FRACTION) * len(text)
 
 
 def _looks_like_log(path: Path) -> bool:

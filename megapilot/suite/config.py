@@ -467,7 +467,7 @@ def _validate(raw: dict[str, Any], changeme: list[str], check: SuiteCheck) -> Su
             path = _dotted(error["loc"])
             if any(path == c or path.startswith(c + ".") for c in changeme):
                 continue  # already reported as an unfilled placeholder
-            check.add(path, _message(error), "fix the value's type or spelling" if path else "")
+            check.add(path, _message(error), _fix_of(error, path))
         return None
 
 
@@ -476,6 +476,16 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+def _fix_of(error: ErrorDetails, path: str) -> str:
+    """What to do about one validation error: a missing field is added, not respelled."""
+    if not path:
+        return ""
+    if error.get("type") == "missing":
+        return f"add `{path.rsplit('.', 1)[-1]}` under `{path.rsplit('.', 1)[0]}`" if "." in path \
+            else f"add `{path}` (`megapilot suite init` writes a complete config to start from)"
+    return "fix the value's type or spelling"
 
 
 def _message(error: ErrorDetails) -> str:

@@ -59,7 +59,7 @@ def test_models_list_and_one(cli, workdir):
 
 def test_estimate_and_its_batch(cli, workdir):
     result = json_of(cli, "estimate", *TINY, "--json")
-    assert set(result) == ESTIMATE_KEYS
+    assert set(result) == ESTIMATE_KEYS | {"model"}  # the model it ran on, resolved
     assert {"weights", "gradients", "optimizer", "activations", "overhead", "total", "capacity"} <= set(
         result["memory_gib"])
     cases = workdir / "cases.jsonl"
@@ -73,7 +73,7 @@ def test_estimate_and_its_batch(cli, workdir):
 def test_plan(cli, workdir):
     result = json_of(cli, "plan", *TINY, "--json")
     assert set(result) == {"candidates", "rejected", "shell", "summary", "layouts_costed", "layouts_fitting",
-                           "memory_checks", "product_check", "defaults", "saved"}
+                           "memory_checks", "product_check", "defaults", "saved", "model"}
     assert {"parallel", "estimate", "reasons"} <= set(result["candidates"][0])
     assert set(result["candidates"][0]["estimate"]) >= ESTIMATE_KEYS - {"flop_convention"}
 
@@ -91,12 +91,13 @@ def test_logs_parse(cli, workdir):
     result = json_of(cli, "logs", "parse", str(LOG), "--json")
     assert set(result) == {"dialect", "framework", "files", "dialect_counts", "lines_read", "iterations", "memory",
                            "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments",
-                           "megatron_version"}
+                           "megatron_version", "binary_skipped"}
 
 
 def test_diagnose(cli, workdir):
     result = json_of(cli, "diagnose", str(LOG), "--json")
-    assert set(result) == {"findings", "dialect", "framework", "files", "story", "summary", "notes", "megatron_version"}
+    assert set(result) == {"findings", "dialect", "framework", "files", "story", "summary", "notes", "megatron_version",
+                           "training_log"}
 
 
 def test_optimize(cli, workdir):

@@ -136,6 +136,22 @@ OTHER_LINES = [
     "[2026-01-01 00:35:00] forward-backward ...............: (9000.12, 9010.34)", "time (ms) | forward: 132.49",
     "time (ms) | save-checkpoint: 1250.0", "[Rank 0] (after 10 iterations) Memory (GB) | allocated: 40.12",
     "  iteration 7/ 10 | not a canonical line", "(after 20 iterations) memory (MB) | max allocated: 45678.90",
+    # multi-rank noise: NCCL chatter (skipped by the compiled engine unless it can be more than chatter), Python
+    # warnings, progress lines cut by carriage returns (each segment a line of its own for the line path)
+    "[2026-01-01 00:36:00,001] [rank7]:node012:4107:4207 [7] NCCL INFO Setting affinity for GPU 7 to ffff,ffff",
+    "node012:3:3 [3] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0",
+    "node012:3:3 [3] NCCL INFO [Service thread] Connection closed by localRank 3",
+    "node012:3:3 [3] nccl info Init timings: rank 3 nranks 16 total 0.61 (connect 0.24, rest 0.02) timeout 30",
+    "node012:3:3 [3] NCCL INFO Connection failed: timed out after 30 s",
+    "node012:3:3 [3] NCCL INFO saving checkpoint at iteration     100 to /ckpt",
+    "node012:3:3 [3] NCCL INFO RuntimeError: NCCL INFO is not an error line",
+    "node012:3:3 [3] RCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/IPC gpu",
+    "node012:3:3 [3] NCCL INFO\rnode012:3:3 [3] GPU fault",
+    "node012:3:3 [3] NCCL WARN NET/IB : Got completion from peer with error 12",
+    "[rank0]: /usr/lib/python3/dist-packages/torch/autograd/graph.py:825: UserWarning: c10d::allreduce_: an autograd "
+    "kernel was not registered", "[rank0]:   return Variable._execution_engine.run_backward(  # Calls into the C++",
+    "[2026-01-01 00:37:00] building index  10%\r[2026-01-01 00:38:00] building index 100%",
+    "no time\r[2026-01-01 00:39:00] a time in the second segment\r", "x\r\r[2026-01-01 00:39:30] after empties",
 ]
 TRACEBACKS = [  # frames without any needle: only the open traceback sends them to the parser
     ["Traceback (most recent call last):", '  File "megatron/training/arguments.py", line 5, in validate_args',
@@ -280,3 +296,49 @@ def test_a_save_without_timestamp_is_timed_from_the_iteration_line_before_it(eng
     bulk = _bulk_path(data, engine=engine)
     assert bulk.checkpoints[0].duration_s == 30.0 and bulk.summary.wall_time_s == 10.0
     assert _facts(bulk) == _facts(_line_path(data))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_multi_rank_noise_skips_the_line_parser(tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch):
+    """On a multi-rank log (NCCL chatter every other line, rank and timestamp prefixes, Python warnings, progress
+    lines with carriage returns) the compiled engine hands the line parser nothing but the lines that can hold a
+    record or a failure: here the checkpoint line and the NCCL line that reports a failure."""
+    chatter = ["NCCL INFO Channel 05/0 : 3[3] -> 11[3] [send] via NET/IB/3/GDRDMA",
+               "NCCL INFO Setting affinity for GPU 3 to ffff,ffffffff", "NCCL INFO Connected all rings",
+               "NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0",
+               "NCCL INFO [Service thread] Connection closed by localRank 3",
+               "NCCL INFO Init timings: rank 3 nranks 64 total 0.61 (kernels 0.17, connections 0.24, rest 0.02)"]
+    lines = []
+    for iteration in range(1, 201):
+        stamp = f"2026-01-01 00:{iteration // 60 % 60:02d}:{iteration % 60:02d}"
+        lines.append(f"[{stamp},001] [rank{iteration % 64}]:node{iteration % 8:03d}:41{iteration % 8:02d}:42 "
+                     f"[{iteration % 8}] {chatter[iteration % len(chatter)]}")
+        lines.append(f"[rank63]: [{stamp}] " + CANONICAL.format(
+            it=iteration, total=1000, cs=iteration * 128, ms=f"{9000 + iteration % 7}.0", tf="744.0",
+            loss="7.0E+00", skipped=0, nan=0))
+        if iteration % 40 == 0:
+            lines.append(f"[rank{iteration % 64}]: /usr/lib/python3/dist-packages/torch/autograd/graph.py:825: "
+                         "UserWarning: an autograd kernel was not registered to the Autograd key(s)")
+            lines.append(f"[rank{iteration % 64}]:   return Variable._execution_engine.run_backward(")
+            lines.append(f"[{stamp}] building  10%\r[{stamp}] building  60%\r[{stamp}] building 100%")
+    lines.insert(300, "[2026-01-01 00:02:30] saving checkpoint at iteration     150 to /ckpt")
+    lines.insert(100, "node003:4103:4203 [3] NCCL INFO Call to connect failed: Connection refused")
+    log_file = tmp_path / "train.log"
+    log_file.write_text("\n".join(lines) + "\n")
+    fed: list[str] = []
+    original_feed = LineParser.feed
+
+    def counting_feed(self, line_no, text):
+        fed.append(text)
+        return original_feed(self, line_no, text)
+
+    monkeypatch.setenv("MEGAPILOT_LOG_ENGINE", engine)
+    monkeypatch.setattr(LineParser, "feed", counting_feed)
+    bulk = parse_logs([log_file], summary_only=True)
+    monkeypatch.setattr(LineParser, "feed", original_feed)
+    if engine == "compiled":
+        assert fed == [lines[100], lines[301]]
+    else:  # the Python engine's needle regex sends every chatter line and every `\r` segment to the parser
+        assert len(fed) > 200
+    assert bulk.summary.iterations_counted == 200
+    assert _facts(bulk) == _facts(parse_logs([log_file]))

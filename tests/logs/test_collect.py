@@ -153,7 +153,8 @@ def test_missing_file_is_a_user_error(tmp_path: Path, summary_only: bool):
 def test_json_schema_is_stable():
     data = parse_text(ITERATION.format(it=1, ms=10.0)).to_dict()
     assert list(data) == ["dialect", "framework", "files", "dialect_counts", "lines_read", "iterations", "memory",
-                          "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments"]
+                          "theoretical_memory", "timers", "checkpoints", "errors", "markers", "summary", "arguments",
+                          "binary_skipped"]
     assert data["dialect_counts"] == {"megatron-lm": 1}
 
 

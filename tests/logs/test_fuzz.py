@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from megapilot.logs import LineParser
 from megapilot.logs.bulk import ENGINES, read_bulk
 from megapilot.logs.collect import LogCollector, ParsedLog, _feed
-from megapilot.logs.lines import read_lines
+from megapilot.logs.lines import BINARY_RUN_RE, read_lines
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 REAL_LINES = [
@@ -22,11 +22,13 @@ REAL_LINES = [
 
 def _lines_with_text_or_empty(data: bytes) -> int:
     """Lines as the reader counts them: every `\\n`-terminated line and a truncated last one, except that
-    trailing lines made only of `\\r` are empty segments, dropped (lines.py), so they end no count."""
+    trailing lines made only of `\\r` are empty segments, dropped (lines.py), so they end no count; a binary run
+    (NULs, garbage: `BINARY_RUN_RE`) is cut out like a `\\r`."""
     lines = data.split(b"\n")
     if data.endswith(b"\n") or not data:
         lines.pop()
-    while lines and lines[-1] and not lines[-1].strip(b"\r"):
+    while lines and lines[-1] and not BINARY_RUN_RE.sub("\r", lines[-1].decode("utf-8", "surrogateescape")).strip(
+            "\r"):
         lines.pop()
     return len(lines)
 

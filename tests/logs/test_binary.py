@@ -1,0 +1,75 @@
+"""Logs as crashes leave them: NUL padding and binary garbage between the lines are cut out with a count, the text
+around them is read (both reading paths alike); a file with no text at all is still refused."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.logs import parse_logs
+from megapilot.logs.lines import BinaryTally, decode_log_text
+from megapilot.logs.sources import expand_log_paths, is_text
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
+CRASH = DATA / "synthetic_crash_nul_padded.log"  # SYNTHETIC: see tests/data/logs/INDEX.md
+
+
+@pytest.mark.parametrize("summary_only", [False, True])
+def test_a_nul_padded_crash_log_gives_its_iterations_and_its_failure(summary_only: bool):
+    log = parse_logs(expand_log_paths([str(CRASH)]), summary_only=summary_only)
+    assert log.summary is not None and log.summary.iterations_logged == 26  # the torn line 21 included
+    assert [(error.category, error.line) for error in log.errors] == [("oom", 28)]
+    [skipped] = log.binary_skipped
+    assert [run[:2] for run in skipped.runs] == [(21, 21), (27, 27)]
+    # the NUL block whole; the 2 KB of garbage but the printable bytes at its very edges
+    assert skipped.runs[0][2] == 20480 and 1800 < skipped.runs[1][2] <= 2048
+    assert skipped.describe() == "skipped 22 KB of binary data on lines 21, 27"
+    assert log.to_dict()["binary_skipped"][0]["bytes"] == skipped.bytes_skipped
+
+
+def test_binary_runs_become_segment_breaks_and_a_lone_latin1_byte_stays():
+    tally = BinaryTally()
+    text = decode_log_text(b"iteration 5 | lm lo\x00\x00\x00\x00[2026-01-01] restart\ncaf\xe9 ok\n", 10, tally)
+    assert text == "iteration 5 | lm lo\r[2026-01-01] restart\ncaf\ufffd ok\n"
+    assert tally.bytes_skipped == 4 and tally.runs == [(10, 10, 4)]
+    garbage = random.Random(1).randbytes(300).replace(b"\n", b"\x01")
+    tally = BinaryTally()
+    text = decode_log_text(b"before\n" + garbage + b"\nafter\n", 1, tally)
+    assert text.startswith("before\n") and text.endswith("\nafter\n") and tally.runs[0][:2] == (2, 2)
+    assert tally.bytes_skipped > 200  # all of it but the printable bytes at its very edges
+
+
+def test_a_file_without_text_is_still_refused(tmp_path: Path):
+    nuls, noise = tmp_path / "nuls.log", tmp_path / "noise.log"
+    nuls.write_bytes(b"\x00" * 100_000)
+    noise.write_bytes(random.Random(2).randbytes(50_000))
+    assert is_text(CRASH) and not is_text(nuls) and not is_text(noise)
+    for path in (nuls, noise):
+        with pytest.raises(MegapilotError, match="not a text file"):
+            expand_log_paths([str(path)])
+    padded_start = tmp_path / "padded.log"  # the padding fills the start: the text after it is found
+    padded_start.write_bytes(b"\x00" * 40_000 + CRASH.read_bytes())
+    assert is_text(padded_start)
+    assert parse_logs([padded_start]).summary.iterations_logged == 26
+
+
+def test_diagnose_reads_the_crash_and_says_what_it_skipped(cli):
+    result = cli("diagnose", str(CRASH), "--json")
+    assert result.exit_code == 0
+    data = result.json()
+    assert data["findings"][0]["category"] == "oom"
+    assert "nan_loss" not in [finding["category"] for finding in data["findings"]]  # a torn line is no NaN
+    assert any("skipped 22 KB of binary data on lines 21, 27" in note for note in data["notes"])
+
+
+def test_diagnose_says_a_file_is_not_a_training_log(cli, tmp_path: Path):
+    readme = tmp_path / "README.txt"
+    readme.write_text("How to run the job\n\nSubmit it with sbatch and wait for the e-mail.\n")
+    result = cli("diagnose", str(readme))
+    assert result.exit_code == 1
+    assert "README.txt: this is not a training log" in result.stderr
+    assert "No problem found" not in result.stdout + result.stderr
+    assert cli("diagnose", str(readme), "--json").json()["training_log"] is False
