@@ -120,23 +120,6 @@ class DeckPredicted(_Strict):
     comparisons: list[DeckComparison] = Field(description="One entry per predicted quantity.")
 
 
-class DeckEvidence(_Strict):
-    file: str = Field(description="Log file, relative to the run directory.")
-    line: int = Field(description="1-based line number in that file.")
-    text: str = Field(description="The line as logged.")
-
-
-class DeckFinding(_Strict):
-    """An error signature or rule hit in a cell's logs."""
-
-    cell_id: str = Field(description="The cell whose logs hold the finding.")
-    category: str = Field(description="oom, nccl_timeout, nan_loss, hang, process_crash, ...")
-    message: str = Field(description="What was found, for a person.")
-    node: int | None = Field(description="Node index, when known.")
-    rank: int | None = Field(description="Global rank, when known.")
-    evidence: list[DeckEvidence] = Field(description="Log lines that back the finding.")
-
-
 class DeckJob(_Strict):
     """How the cell's training job ended."""
 
@@ -185,7 +168,7 @@ class DeckCell(_Strict):
     step_time_curve: list[Point] = Field(description="[[iteration, step time ms], ...]")
     predicted: DeckPredicted | None = Field(
         description="The estimator's prediction against the measurement; null when nothing was predicted.")
-    findings: list[DeckFinding] = Field(description="Error signatures and rule hits in the cell's logs.")
+    findings: list[Finding] = Field(description="diagnose's findings in the cell's logs (`megapilot diagnose`'s).")
     job: DeckJob | None = Field(description="How the job ended; null when it never started.")
     log_files: list[str] = Field(description="Copied node logs, relative to the run directory (logs/...).")
     log_tail: list[str] = Field(description="Last lines of the last node's log when the cell failed.")
@@ -248,7 +231,7 @@ class RunDeck(_Strict):
     cells: list[DeckCell] = Field(description="One entry per sweep cell.")
     results_table: DeckResultsTable = Field(description="The full results table.")
     regressions: list[DeckRegression] = Field(description="Metrics that moved against the run history.")
-    findings: list[DeckFinding] = Field(description="Every cell's findings in one list.")
+    findings: dict[str, list[Finding]] = Field(description="Cell id to its findings, for every cell with one.")
     summary: DeckSummary = Field(description="Counts of cells by status.")
 
 
@@ -278,7 +261,7 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
         regressions=[DeckRegression(cell_id=r.combo, metric=r.metric, value=r.value, baseline_median=r.baseline_median,
                                     change_pct=r.change_pct, runs_compared=r.runs_compared, worse=r.worse,
                                     message=r.message) for r in result.regressions],
-        findings=[finding for cell in cells for finding in cell.findings],
+        findings={cell.cell_id: cell.findings for cell in cells if cell.findings},
         summary=_summary(result),
     )
 
@@ -357,7 +340,7 @@ def _cell(result: SuiteResult, combo: ComboResult, links: list[LogLink], capacit
         grad_norm_curve=_points(combo, "grad_norm"), throughput_curve=_points(combo, "tflops_per_gpu"),
         tokens_curve=_points(combo, "tokens_per_s_per_gpu"), step_time_curve=_points(combo, "step_time_ms"),
         predicted=_predicted(combo, capacity),
-        findings=[_finding(combo.key, finding) for finding in combo.findings],
+        findings=list(combo.findings),
         job=DeckJob(**combo.job.model_dump(exclude={"logs"})) if combo.job else None,
         log_files=[link.href for link in links], log_tail=list(combo.log_tail), duration_s=combo.duration_s)
 
@@ -380,12 +363,6 @@ def _predicted(combo: ComboResult, capacity: float | None) -> DeckPredicted | No
                                   predicted=check.predicted, measured=check.measured, error_pct=check.error_pct)
                    for check in measures.prediction_checks(combo, capacity) if check.predicted is not None]
     return DeckPredicted(note=combo.predicted.note, comparisons=comparisons)
-
-
-def _finding(cell_id: str, finding: Finding) -> DeckFinding:
-    return DeckFinding(cell_id=cell_id, category=finding.category, message=finding.message, node=finding.node,
-                       rank=finding.rank,
-                       evidence=[DeckEvidence(file=e.file, line=e.line, text=e.text) for e in finding.evidence])
 
 
 RESULTS_HEADERS = ["Cell", "Status", "Nodes", "MBS", "GBS", "Precision", "TFLOP/s/GPU", "Tokens/s/GPU",

@@ -237,7 +237,7 @@ def _no_errors(m: ComboMeasurement) -> MetricRow:
 
 
 def _finite_loss(m: ComboMeasurement) -> MetricRow:
-    bad = [f for f in m.anomalies if f.category == "nan_loss"]
+    bad = m.nan_findings
     if bad:
         return _gate("gate.finite_loss", Verdict.FAIL, "; ".join(f.message for f in bad))
     if m.actuals.get("training.lm_loss") is None:

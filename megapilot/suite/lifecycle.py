@@ -41,6 +41,7 @@ from megapilot.suite.results import (
     StageResult,
     SuiteResult,
     Verdict,
+    error_findings,
     overall_verdict,
 )
 from megapilot.suite.watch import FatalWatch
@@ -335,11 +336,12 @@ def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
         return [StageResult(name=n, combo=combo.key, verdict=Verdict.SKIPPED,
                             reason=combo.reason) for n in COMBO_STAGES]
     job_ok = combo.job is not None and combo.job.state == JobState.COMPLETED.value
+    blocking = error_findings(combo.findings)
     train = StageResult(name="train", combo=combo.key, started_at=started,
                         duration_s=combo.job.duration_s if combo.job else 0.0,
-                        verdict=Verdict.PASS if job_ok and not combo.findings else Verdict.FAIL,
+                        verdict=Verdict.PASS if job_ok and not blocking else Verdict.FAIL,
                         reason=(combo.job.reason or combo.job.state) if combo.job and not job_ok
-                        else "; ".join(f.message for f in combo.findings[:2]))
+                        else "; ".join(f.message for f in blocking[:2]))
     gated = [r for r in combo.metrics if not r.name.startswith("gate.loss_slope")]
     metrics = StageResult(name="metrics", combo=combo.key, checks=gated,
                           verdict=_verdict_of(gated), reason=_fail_reasons(gated))

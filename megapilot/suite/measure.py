@@ -69,7 +69,7 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
         rows = evaluate(measurement.actuals, measurement.units, cell_thresholds(suite, cell),
                         enforce=bool(config.enforce_thresholds), baseline=baseline,
                         record_only=measurement.record_only, why_missing=measurement.why_missing) + built_in
-    return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.errors + measurement.anomalies)
+    return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.findings)
 
 
 def _flops_per_token(plan: SavedPlan) -> float | None:

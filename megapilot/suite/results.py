@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.compat import StrEnum
+from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
 
 # NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
 # null would not read back into a float field.
@@ -64,26 +65,13 @@ class MetricRow(BaseModel):
     enforced: bool = True
 
 
-class EvidenceLine(BaseModel):
-    """A line of a log that backs a finding."""
-
-    model_config = _STRICT
-
-    file: str
-    line: int
-    text: str
+# The loss's own health is judged by the loss gates (finite loss, slope, convergence), not as an error.
+LOSS_CATEGORIES = frozenset({"nan_loss", "loss_spike", "loss_divergence"})
 
 
-class Finding(BaseModel):
-    """An error signature or rule hit in a combo's logs (node/rank named when known)."""
-
-    model_config = _STRICT
-
-    category: str = Field(description="oom, nccl_timeout, nan_loss, hang, process_crash, ...")
-    message: str
-    node: int | None = None
-    rank: int | None = None
-    evidence: list[EvidenceLine] = Field(default_factory=list)
+def error_findings(findings: list[Finding]) -> list[Finding]:
+    """The findings that fail a combo's `gate.no_errors` and its train stage: blocking, and not about the loss."""
+    return [f for f in findings if f.blocking and f.category not in LOSS_CATEGORIES]
 
 
 class Curve(BaseModel):
@@ -284,10 +272,10 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
 
 
 __all__ = [
+    "LOSS_CATEGORIES",
     "SUITE_RESULT_NAME",
     "ComboResult",
     "Curve",
-    "EvidenceLine",
     "Finding",
     "JobSummary",
     "MetricRow",
@@ -297,6 +285,7 @@ __all__ = [
     "StageResult",
     "SuiteResult",
     "Verdict",
+    "error_findings",
     "overall_verdict",
     "read_suite_result",
 ]

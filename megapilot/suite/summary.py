@@ -44,7 +44,7 @@ def result_json(result: SuiteResult) -> dict[str, object]:
                     "directory": c.directory, "metrics": _rows(c.metrics),
                     "predicted": c.predicted.model_dump() if c.predicted else None,
                     "job": c.job.model_dump() if c.job else None,
-                    "findings": [f.model_dump() for f in c.findings]} for c in result.combos],
+                    "findings": [f.to_dict() for f in c.findings]} for c in result.combos],
         "regressions": [r.model_dump() for r in result.regressions],
     }
 

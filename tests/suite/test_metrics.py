@@ -50,7 +50,7 @@ def test_real_mixtral_excerpt_steady_state_and_computed_tokens():
     assert m.actuals["training.lm_loss_first"] == records[0].lm_loss
     assert m.actuals["training.grad_norm"] == records[-1].grad_norm
     assert m.actuals["training.iterations_reached"] == 12
-    assert m.actuals["training.nan_iterations"] == 0 and m.errors == [] and m.anomalies == []
+    assert m.actuals["training.nan_iterations"] == 0 and m.errors == [] and m.nan_findings == []
     assert m.units["training.elapsed_time_per_iteration"] == "ms"  # not "s" as CVS's table says
     assert set(m.actuals) == set(METRICS) == set(m.units)
 
@@ -165,9 +165,9 @@ def test_nan_losses_and_megatron_counters_become_findings(log_file):
              Step(6, 5.5, skipped_iterations=2), Step(7, 5.4)]
     m = measure_one(log_file("training.log", iteration_lines(steps, train_iters=7)), gpu=None, world_size=1,
                     seq_length=64, gbs=8)
-    categories = sorted(f.category for f in m.anomalies)
-    assert categories == ["nan_loss", "nan_loss", "skipped_iterations"]
-    assert all(f.node == 0 and f.evidence for f in m.anomalies)
+    # diagnose's NaN rule, the one the suite reads: one finding for the node, with its lines
+    assert [(f.category, f.node) for f in m.nan_findings] == [("nan_loss", 0)]
+    assert m.nan_findings[0].evidence and m.nan_findings[0].blocking
     assert m.actuals["training.nan_iterations"] == 1 and m.actuals["training.skipped_iterations"] == 2
     assert m.actuals["training.lm_loss"] == pytest.approx(5.4)
     assert [s for s, _ in m.curve("loss").points] == [1, 2, 3, 4, 6, 7]  # the NaN point left out
@@ -240,4 +240,4 @@ def test_a_real_cpu_run_of_the_embedded_trainer(trainer_runs):
         kind="max", value=0.001)}, enforce=True, record_only=m.record_only, why_missing=m.why_missing)}
     assert rows["training.max_allocated_gib"].verdict is Verdict.RECORD
     assert rows["training.throughput_per_gpu"].verdict is Verdict.RECORD
-    assert m.errors == [] and m.anomalies == []
+    assert m.errors == [] and m.nan_findings == []
