@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.report import measures
 from megapilot.report.log_copies import LogLink
+from megapilot.suite.metric_table import metric_info
 from megapilot.suite.results import ComboResult, Finding, MetricRow, SuiteResult, Verdict
 
 RUN_DECK_SCHEMA_VERSION: Literal[1] = 1
@@ -315,8 +316,8 @@ def _stage_label(name: str, combo: str | None) -> str:
 
 
 def metric_label(name: str) -> str:
-    """'training.tokens_per_gpu' -> 'tokens per gpu': the metric's name without its namespace."""
-    return name.rsplit(".", 1)[-1].replace("_", " ")
+    """'training.tokens_per_gpu' -> 'tokens/s/GPU': the metric table's label (a built-in gate: its name)."""
+    return metric_info(name).label
 
 
 def deck_metric(row: MetricRow) -> DeckMetric:

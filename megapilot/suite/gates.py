@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from megapilot.suite.curves import LossCurveGate, loss_slope
-from megapilot.suite.metrics import METRICS, ComboMeasurement, ConvergenceGate, measure_convergence
+from megapilot.suite.metric_table import METRICS
+from megapilot.suite.metrics import ComboMeasurement, ConvergenceGate, measure_convergence
 from megapilot.suite.results import MetricRow, Verdict
 from megapilot.suite.thresholds import ThresholdSpec
 
@@ -150,7 +151,7 @@ def _unknown_name(name: str, actuals: Mapping[str, float | None]) -> str:
 def _missing(name: str, spec: ThresholdSpec, missing_reason: str | None) -> _Outcome:
     if spec.optional:
         return _Outcome(Verdict.SKIPPED, f"optional, not measured ({missing_reason or 'not in the log'})")
-    expected = METRICS[name].expected_line if name in METRICS else "a line that reports it"
+    expected = (METRICS[name].expected_line if name in METRICS else None) or "a line that reports it"
     why = f" ({missing_reason})" if missing_reason else ""
     return _Outcome(Verdict.FAIL, f"missing from the log{why}; expected {expected}")
 

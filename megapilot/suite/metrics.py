@@ -33,51 +33,11 @@ from megapilot.logs import IterationRecord, ParsedLog, ParseOptions, parse_logs
 from megapilot.logs.records import Evidence
 from megapilot.spec.hardware import GPUSpec
 from megapilot.suite.curves import LossCurveGate, Point, loss_slope
+from megapilot.suite.metric_table import MEASURED_METRICS, METRICS
 from megapilot.suite.results import Curve, error_findings
 
 PREFIX = "training."
 
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """A metric this module measures: its unit and the log line it comes from (named when it is missing)."""
-
-    unit: str
-    expected_line: str
-
-
-_STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
-
-METRICS: dict[str, MetricInfo] = {
-    "training.throughput_per_gpu": MetricInfo(
-        "TFLOP/s/GPU", "iteration lines with `throughput per GPU (TFLOP/s/GPU): X` (Megatron's --log-throughput)"),
-    "training.tokens_per_gpu": MetricInfo(
-        "tok/s/GPU", "iteration lines with `tokens/s/GPU`, or a step time plus GBS and sequence length "
-                     "(arguments block or the combo's settings)"),
-    "training.elapsed_time_per_iteration": MetricInfo("ms", _STEP_TIME_LINE),
-    "training.step_time_p50_ms": MetricInfo("ms", _STEP_TIME_LINE),
-    "training.step_time_p95_ms": MetricInfo("ms", _STEP_TIME_LINE),
-    "training.step_time_cv": MetricInfo("", _STEP_TIME_LINE),
-    "training.mem_usage": MetricInfo(
-        "fraction", "iteration lines with `mem usages: X` (or Primus `hip mem usage/...`), or a "
-                    "`[Rank r] (after N iterations) memory (MB)` report on a known GPU"),
-    "training.max_allocated_gib": MetricInfo(
-        "GiB", "a `[Rank r] (after N iterations) memory (MB) | max allocated: X` report"),
-    "training.mfu_pct": MetricInfo(
-        "%", "a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
-    "training.lm_loss": MetricInfo("", "iteration lines with `lm loss: X`"),
-    "training.lm_loss_first": MetricInfo("", "iteration lines with `lm loss: X`"),
-    "training.grad_norm": MetricInfo("", "iteration lines with `grad norm: X`"),
-    "training.nan_iterations": MetricInfo("iterations", "iteration lines with `number of nan iterations: N`"),
-    "training.skipped_iterations": MetricInfo("iterations", "iteration lines with `number of skipped iterations: N`"),
-    "training.iterations_reached": MetricInfo("iterations", "an `iteration N/M |` line"),
-    "training.scaling_efficiency_pct": MetricInfo(
-        "%", "tokens/s/GPU and a scaling baseline (tokens_per_sec_total > 0)"),
-    "training.loss_slope": MetricInfo("loss/iteration", "at least 2 sampled `lm loss` points after the warm-up"),
-    "training.steps_to_target": MetricInfo("iterations", "a loss at or below the convergence target"),
-    "training.time_to_target_s": MetricInfo("s", "a loss at or below the convergence target, with step times"),
-    "training.final_loss_vs_target": MetricInfo("loss", "a final loss and a convergence target (> 0)"),
-}
 
 # Metrics read from iteration lines (all missing when no node prints one).
 ITERATION_METRICS: tuple[str, ...] = (
@@ -205,8 +165,8 @@ def measure_combo(
     """
     targets = targets or CurveTargets()
     logs = _parse_nodes(node_logs, world_size=world_size, seq_length=seq_length, gbs=gbs)
-    measurement = ComboMeasurement(actuals={name: None for name in METRICS},
-                                   units={name: info.unit for name, info in METRICS.items()})
+    measurement = ComboMeasurement(actuals={name: None for name in MEASURED_METRICS},
+                                   units={name: METRICS[name].unit for name in MEASURED_METRICS})
     measurement.findings = _findings(logs, gpu)
     source = _iteration_node(logs)
     records = _counted(source.parsed.iterations) if source and source.parsed else []
@@ -546,11 +506,9 @@ def _span(points: list[Point], index: int) -> int:
 
 
 __all__ = [
-    "METRICS",
     "ComboMeasurement",
     "Convergence",
     "ConvergenceGate",
-    "MetricInfo",
     "ScalingBaseline",
     "measure_combo",
     "measure_convergence",
