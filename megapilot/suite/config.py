@@ -45,7 +45,7 @@ from megapilot.suite.cells import (
 )
 from megapilot.suite.cluster import CvsCluster, load_cluster, resolve_user, strip_comments, substitute_user
 from megapilot.suite.schema_v1 import Upgrade, is_legacy_nested, is_schema_v1, legacy_problem, upgrade_v1
-from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable
+from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable, parse_threshold
 
 CHANGEME = "<changeme>"
 V1_READ_NOTE = ("schema v1 (Aug 2026) config: read into the Sep 2026 names (gpu_arch -> gpu_name, config -> paths / "
@@ -555,10 +555,9 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck) -> ThresholdTable:
             if metric.startswith("_"):
                 continue
             try:
-                specs[metric] = ThresholdSpec.model_validate(spec)
-            except ValidationError as exc:
-                error = exc.errors()[0]
-                check.add(f"thresholds.{cell}.{metric}", _message(error),
+                specs[metric] = parse_threshold(spec)
+            except ValueError as exc:
+                check.add(f"thresholds.{cell}.{metric}", str(exc),
                           "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/baseline with its fields")
         table[_canonical_key(cell)] = specs
     return table

@@ -44,6 +44,7 @@ from megapilot.suite.results import (
     error_findings,
     overall_verdict,
 )
+from megapilot.suite.thresholds import BaselineThreshold
 from megapilot.suite.watch import FatalWatch
 
 if TYPE_CHECKING:
@@ -493,7 +494,7 @@ def _baseline_lookup(ctx: _Context, combo: ComboResult) -> BaselineLookup | None
         return None
     cell = next((c for c in ctx.suite.cells if c.key == combo.key), None)
     specs = cell_thresholds(ctx.suite, cell) if cell is not None else None
-    last_n = max((s.last_n for s in (specs or {}).values() if s.kind == "baseline"), default=5)
+    last_n = max((s.last_n for s in (specs or {}).values() if isinstance(s, BaselineThreshold)), default=5)
     return source.lookup_for(ctx.result.card, combo, run_id=ctx.result.run_id, last_n=last_n)
 
 

@@ -21,7 +21,7 @@ from megapilot.suite.metrics import (
     scaling_efficiency_pct,
 )
 from megapilot.suite.results import Verdict
-from megapilot.suite.thresholds import ThresholdSpec
+from megapilot.suite.thresholds import threshold
 from megapilot.trainer import logfmt
 from tests.suite.conftest import DATA, Step, falling_steps, iteration_lines
 
@@ -122,7 +122,7 @@ def test_tokens_are_missing_with_a_reason_when_no_sequence_length_is_known(log_f
                       train_iters=20)
     assert m.actuals["training.tokens_per_gpu"] is None
     assert "sequence length" in m.why_missing["training.tokens_per_gpu"]
-    row = next(r for r in evaluate(m.actuals, m.units, {"training.tokens_per_gpu": ThresholdSpec(kind="min_tok_s",
+    row = next(r for r in evaluate(m.actuals, m.units, {"training.tokens_per_gpu": threshold(kind="min_tok_s",
                                                                                                 value=1)},
                                    enforce=True, why_missing=m.why_missing) if r.name == "training.tokens_per_gpu")
     assert row.verdict is Verdict.FAIL and "tokens/s/GPU" in row.reason
@@ -236,7 +236,7 @@ def test_a_real_cpu_run_of_the_embedded_trainer(trainer_runs):
     assert m.actuals["training.mfu_pct"] is None and m.actuals["training.mem_usage"] is None
     assert "RSS" in m.why_missing["training.mem_usage"]
     assert m.actuals["training.max_allocated_gib"] > 0
-    rows = {r.name: r for r in evaluate(m.actuals, m.units, {"training.max_allocated_gib": ThresholdSpec(
+    rows = {r.name: r for r in evaluate(m.actuals, m.units, {"training.max_allocated_gib": threshold(
         kind="max", value=0.001)}, enforce=True, record_only=m.record_only, why_missing=m.why_missing)}
     assert rows["training.max_allocated_gib"].verdict is Verdict.RECORD
     assert rows["training.throughput_per_gpu"].verdict is Verdict.RECORD
