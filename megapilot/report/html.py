@@ -21,6 +21,7 @@ from megapilot.report.charts import Chart, ReportCharts, plotly_js
 from megapilot.report.junit import xml_text
 from megapilot.report.log_copies import LogLink
 from megapilot.report.run_deck import RESULTS_HEADERS, format_number, metric_label, results_rows, run_card_rows
+from megapilot.suite.outcome import run_outcome
 from megapilot.suite.results import ComboResult, MetricRow, SuiteResult
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def render_html(result: SuiteResult, charts: ReportCharts, log_links: dict[str, 
     combos = [_combo_view(index, combo, charts.per_combo.get(combo.key, []), log_links.get(combo.key, []),
                           capacity_gib) for index, combo in enumerate(result.combos)]
     return template.render(
-        result=result, card_rows=run_card_rows(result), generated_at=generated_at,
+        result=result, outcome=run_outcome(result), card_rows=run_card_rows(result), generated_at=generated_at,
         results=_result_rows(result, {view.combo.key: view.anchor for view in combos}),
         summary_headers=RESULTS_HEADERS, summary_rows=results_rows(result, capacity_gib),
         overview_charts=charts.overview, combos=combos, other_files=other_files,

@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from megapilot.report import measures
 from megapilot.report.log_copies import LogLink
 from megapilot.suite.metric_table import metric_info
+from megapilot.suite.outcome import RunOutcome, run_outcome
+from megapilot.suite.outcome import RunStatus as Outcome
 from megapilot.suite.results import ComboResult, Finding, MetricRow, SuiteResult, Verdict
 
 RUN_DECK_SCHEMA_VERSION: Literal[1] = 1
@@ -35,6 +37,7 @@ SCHEMA_ID = "urn:megapilot:run-deck:1"
 
 MetricStatus = Literal["pass", "fail", "record", "skip"]
 RunStatus = Literal["pass", "fail", "record", "na"]
+OverallStatus = Literal["pass", "warn", "fail", "record", "na"]
 Point = tuple[int, float]
 
 _METRIC_STATUS: dict[Verdict, MetricStatus] = {
@@ -217,8 +220,12 @@ class RunDeck(_Strict):
     run_id: str = Field(description="The suite run's id.")
     generated_at: datetime = Field(description="When the deck was rendered (ISO 8601).")
     megapilot_version: str = Field(description="megapilot version that rendered the deck.")
-    overall_status: RunStatus = Field(description="pass, fail, record or na for the whole run.")
+    overall_status: OverallStatus = Field(description="pass, warn (gates passed, a regression not enforced), fail, "
+                                                      "record or na for the whole run.")
     overall_reason: str = Field(description="Why the run failed (or what to know about it).")
+    verdict: str = Field(description="The run's one verdict: PASS, WARN, FAIL, RECORD, SKIPPED or INTERRUPTED; the "
+                                     "banner, the terminal and JUnit say the same.")
+    exit_code: int = Field(description="The exit code `megapilot suite run` gave (0, 1, or 130 when interrupted).")
     finished: bool = Field(description="False when the suite was interrupted or is still running.")
     started_at: datetime = Field(description="When the suite run started.")
     ended_at: datetime | None = Field(description="When it ended; null while running or when interrupted.")
@@ -242,12 +249,14 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
                    junit_href: str, generated_at: datetime | None = None) -> RunDeck:
     """The run deck of a suite result; `log_links` are the copied node logs by combo key."""
     card = result.card
+    outcome = run_outcome(result)
     capacity = measures.gpu_capacity_gib(card.gpu)
     cells = [_cell(result, combo, log_links.get(combo.key, []), capacity) for combo in result.combos]
     return RunDeck(
         suite_id=card.suite_name, run_id=result.run_id,
         generated_at=generated_at or datetime.now(timezone.utc), megapilot_version=card.megapilot_version,
-        overall_status=_RUN_STATUS[result.verdict], overall_reason=result.reason, finished=result.finished,
+        overall_status=_overall_status(outcome, result), overall_reason=outcome.summary, verdict=outcome.status.value,
+        exit_code=outcome.exit_code, finished=result.finished,
         started_at=result.started_at, ended_at=result.ended_at, duration_s=result.duration_s,
         report=DeckReport(title=f"{card.suite_name}: {card.model}", subtitle=_subtitle(result),
                           headline_metric=measures.TFLOPS_PER_GPU.metrics[0]),
@@ -265,6 +274,16 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
         findings={cell.cell_id: cell.findings for cell in cells if cell.findings},
         summary=_summary(result),
     )
+
+
+_OVERALL: dict[Outcome, OverallStatus] = {Outcome.PASS: "pass", Outcome.WARN: "warn", Outcome.FAIL: "fail",
+                                          Outcome.RECORD: "record", Outcome.SKIPPED: "na"}
+
+
+def _overall_status(outcome: RunOutcome, result: SuiteResult) -> OverallStatus:
+    """CVS's word for the run, with `warn` for a regression that was not enforced (never `pass`); an interrupted
+    run is what its gates said so far (`finished` is false)."""
+    return _OVERALL.get(outcome.status) or _RUN_STATUS[result.verdict]
 
 
 def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:

@@ -140,6 +140,13 @@ class ScalingBaseline(_Forbid):
     num_nodes: IntLike = Field(default=1, gt=0)
 
 
+class RegressionsConfig(_Forbid):
+    """What a regression against the run history does to the verdict (megapilot.suite.outcome)."""
+
+    enforce: BoolLike = Field(default=False, description="true: a regression beyond its band fails the run "
+                                                         "(exit 1); false: it is a WARN.")
+
+
 class Sweep(_Forbid):
     """Combination key -> overlay of train_params (checked cell by cell), and the ordered runs."""
 
@@ -192,6 +199,7 @@ class SuiteConfig(_Forbid):
     convergence: ConvergenceConfig = Field(default_factory=ConvergenceConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     sweep: Sweep = Field(default_factory=Sweep)
+    regressions: RegressionsConfig = Field(default_factory=RegressionsConfig)
     megapilot: MegapilotBlock = Field(default_factory=MegapilotBlock)
 
 

@@ -228,6 +228,8 @@ class SuiteResult(BaseModel):
     stages: list[StageResult] = Field(default_factory=list)
     combos: list[ComboResult] = Field(default_factory=list)
     regressions: list[Regression] = Field(default_factory=list, description="Filled from the run history.")
+    regressions_enforced: bool = Field(default=False, description="A regression beyond its band fails the run "
+                                                                  "(regressions.enforce / --enforce-regressions).")
     notes: list[str] = Field(default_factory=list, description="What the user should know (defaults taken...).")
 
     def combo(self, key: str) -> ComboResult | None:

@@ -6,11 +6,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from megapilot.suite.outcome import RunStatus, run_outcome
 from megapilot.suite.results import MetricRow, SuiteResult, Verdict
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+OUTCOME_STYLE = {RunStatus.PASS: "bold green", RunStatus.WARN: "bold dark_orange", RunStatus.FAIL: "bold red",
+                 RunStatus.RECORD: "dim", RunStatus.SKIPPED: "yellow", RunStatus.INTERRUPTED: "bold yellow"}
 VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.RECORD: "dim", Verdict.SKIPPED: "yellow"}
 
 
@@ -32,9 +35,12 @@ def _rows(rows: list[MetricRow]) -> list[dict[str, object]]:
 
 def result_json(result: SuiteResult) -> dict[str, object]:
     """The stable `megapilot suite run --json` schema: verdict first, then stages, combos, run directory."""
+    outcome = run_outcome(result)
     return {
-        "verdict": result.verdict.value,
-        "reason": result.reason,
+        "verdict": outcome.status.value,
+        "reason": outcome.summary,
+        "exit_code": outcome.exit_code,
+        "gates_verdict": result.verdict.value,
         "finished": result.finished,
         "run_id": result.run_id,
         "run_dir": result.run_dir,
@@ -71,9 +77,10 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     for regression in result.regressions:
         marker = "[bold red]regression[/]" if regression.worse else "[green]improvement[/]"
         console.print(f"{marker} {escape(regression.combo)}: {escape(regression.message)}", highlight=False)
-    style = VERDICT_STYLE[result.verdict]
-    console.print(f"\n[{style}]{result.verdict.value}[/] — {escape(result.reason) if result.reason else ''}"
-                  f" run directory: {escape(result.run_dir)}", highlight=False, soft_wrap=True)
+    outcome = run_outcome(result)
+    style = OUTCOME_STYLE[outcome.status]
+    console.print(f"\n[{style}]{outcome.status.value}[/] — {escape(outcome.summary)}"
+                  f"\nrun directory: {escape(result.run_dir)}", highlight=False, soft_wrap=True)
 
 
 __all__ = ["print_summary", "result_json"]
