@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from megapilot.cli.common import console, emit_json, err_console
+from megapilot.cli.common import console, emit_json
 
 if TYPE_CHECKING:
+    from megapilot.report import ReportFiles
     from megapilot.store.history import History
     from megapilot.store.regress import HistoryBaselines
     from megapilot.suite.config import LoadedSuite
@@ -43,6 +44,8 @@ def run(
                                                         "(default: the user data dir, or $MEGAPILOT_HISTORY).")] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not record this run in the history.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the results (or the dry run) as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress while it runs: only the summary and the "
+                                                               "paths of the report, run deck and JUnit.")] = False,
     enforce_regressions: Annotated[bool | None, typer.Option(
         "--enforce-regressions/--warn-regressions",
         help="A regression beyond its band against the history fails the run (exit 1), or is a WARN (default: the "
@@ -75,14 +78,17 @@ def run(
             _print_dry_run(plan)
         return
     enforce = suite.config.regressions.enforce if enforce_regressions is None else enforce_regressions
-    result = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
-                  use_history=not no_history, quiet=json_output, enforce_regressions=bool(enforce))
+    result, files = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
+                         use_history=not no_history, quiet=quiet or json_output, enforce_regressions=bool(enforce))
     if json_output:
         from megapilot.suite.summary import result_json
 
         emit_json(result_json(result))
     else:
         _print_result(result)
+        from megapilot.cli.suite_progress import print_paths
+
+        print_paths(files.html, files.run_deck, files.junit)  # last, where the eye ends
     exit_code = run_outcome(result).exit_code  # the verdict the banner, deck and JUnit show
     if exit_code:
         raise typer.Exit(exit_code)
@@ -111,7 +117,7 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
-         use_history: bool, quiet: bool, enforce_regressions: bool) -> SuiteResult:
+         use_history: bool, quiet: bool, enforce_regressions: bool) -> tuple[SuiteResult, ReportFiles]:
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
 
@@ -119,15 +125,17 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
     previous = _previous_run(resume, history, out) if resume else None
     request = RunRequest(out_dir=out.resolve(), only_stage=stage, only_combo=combo, resume_from=previous,
                          baseline=_baseline_source(history))
+    from megapilot.cli.suite_progress import suite_display
+
     executor = make_executor(suite)
-    on_event = None if quiet else (lambda message: err_console.print(f"[dim]{message}[/]", highlight=False,
-                                                                     markup=True, soft_wrap=True))
-    result = run_suite(suite, request, executor, on_event)
+    with suite_display(quiet=quiet) as display:
+        result = run_suite(suite, request, executor, display.event if display else None,
+                           display.job if display else None)
     result.regressions_enforced = enforce_regressions
-    return _after_run(result, history, quiet=quiet)
+    return _after_run(result, history)
 
 
-def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> SuiteResult:
+def _after_run(result: SuiteResult, history: History | None) -> tuple[SuiteResult, ReportFiles]:
     """Regressions against the history, the history row, the report: each even when training failed."""
     from megapilot.report import render_report
 
@@ -138,10 +146,7 @@ def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> 
         history.record(result)
     result.write()  # with the regressions and their policy, so `suite report` renders the same verdict
     files = render_report(result, Path(result.run_dir))
-    if not quiet:
-        err_console.print(f"report: {files.html}", highlight=False, soft_wrap=True)
-        err_console.print(f"run deck: {files.run_deck}", highlight=False, soft_wrap=True)
-    return result
+    return result, files
 
 
 def _open_history(db: str | None) -> History:

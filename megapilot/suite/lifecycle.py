@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
-from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
+from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
 from megapilot.suite.results import (
     ComboResult,
     Finding,
@@ -66,6 +66,19 @@ EventCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """One poll of a running combo's job, for a live display: which combo, on how many nodes, the log followed."""
+
+    combo: str
+    nodes: int
+    log: Path | None
+    status: JobStatus
+
+
+ProgressCallback = Callable[[JobProgress], None]
+
+
+@dataclass(frozen=True)
 class RunRequest:
     """What `megapilot suite run` asks for."""
 
@@ -85,6 +98,8 @@ class _Context:
     result: SuiteResult
     run_dir: Path
     on_event: EventCallback
+    on_progress: ProgressCallback | None = None
+    steps_done: int = 0  # stages and combos begun, for "N/M"
     failed_stage: str | None = None
     interrupted: bool = False
     handles: list[JobHandle] = field(default_factory=list)
@@ -96,7 +111,7 @@ def new_run_id() -> str:
 
 
 def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
-              on_event: EventCallback | None = None) -> SuiteResult:
+              on_event: EventCallback | None = None, on_progress: ProgressCallback | None = None) -> SuiteResult:
     """Run every stage in order; return the result (also written to `<run_dir>/suite.json`)."""
     run_id = request.run_id or (request.resume_from.run_id if request.resume_from else new_run_id())
     run_dir = (request.out_dir / run_id).resolve()
@@ -104,7 +119,7 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     started = datetime.now(timezone.utc)
     result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=_run_card(suite),
                          started_at=request.resume_from.started_at if request.resume_from else started)
-    ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None))
+    ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None), on_progress)
     clock = time.monotonic()
     try:
         _run_stages(ctx)
@@ -159,13 +174,14 @@ def _wanted(ctx: _Context, name: str) -> bool:
 
 def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) -> StageResult:
     """Run one stage (or record why it is skipped), time it, and save the result file."""
+    step = _step(ctx)
     if not _wanted(ctx, name):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED,
                             reason=f"not selected (--stage {ctx.request.only_stage})")
     elif ctx.failed_stage is not None and name not in ("results", "teardown"):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED, reason=f"skipped: stage {ctx.failed_stage} failed")
     else:
-        ctx.on_event(f"stage {name}")
+        ctx.on_event(f"{step} stage {name}")
         started, clock = datetime.now(timezone.utc), time.monotonic()
         stage = body(ctx)
         stage.started_at = started
@@ -174,7 +190,7 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
             ctx.failed_stage = name
     ctx.result.stages.append(stage)
     ctx.result.write(ctx.run_dir)
-    ctx.on_event(f"stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
+    ctx.on_event(f"{step} stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
     return stage
 
 
@@ -302,6 +318,7 @@ _EARLY: dict[str, Callable[[_Context], StageResult]] = {
 
 def _combo(ctx: _Context, cell: SweepCell) -> None:
     """train → metrics → loss_curve of one cell; a finished cell of the resumed run is kept as it was."""
+    step = _step(ctx)
     resumed = ctx.request.resume_from
     previous = resumed.combo(cell.key) if resumed else None
     if resumed is not None and previous is not None and previous.verdict in (Verdict.PASS, Verdict.FAIL,
@@ -320,7 +337,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
             ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED, reason=reason))
         ctx.result.write(ctx.run_dir)
         return
-    ctx.on_event(f"combo {cell.key}")
+    ctx.on_event(f"{step} combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
     combo = _run_cell(ctx, cell, directory=cell.slug, gates=True)
     combo.started_at, combo.duration_s = started, round(time.monotonic() - clock, 3)
@@ -328,7 +345,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     for stage in _combo_stages(combo, started):
         ctx.result.stages.append(stage)
     ctx.result.write(ctx.run_dir)
-    ctx.on_event(f"combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+    ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
 
 
 def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
@@ -437,6 +454,13 @@ def _read_token(suite: LoadedSuite) -> str | None:
     return text or None
 
 
+def _step(ctx: _Context) -> str:
+    """'[4/9]': this stage or combo among every early stage, combo and closing stage of the run."""
+    ctx.steps_done += 1
+    combos = sum(1 for c in ctx.suite.cells if not ctx.request.only_combo or c.key == ctx.request.only_combo)
+    return f"[{ctx.steps_done}/{len(EARLY_STAGES) + combos + 2}]"
+
+
 def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
     """Submit, poll, watch every node's log; stop the job at the first fatal error line."""
     executor = ctx.executor
@@ -447,7 +471,10 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
     try:
         while True:
             status = executor.poll(handle)
-            fatal = watch.scan(executor.logs(handle))
+            logs = executor.logs(handle)
+            if ctx.on_progress is not None:
+                ctx.on_progress(JobProgress(job.combo, job.nodes, logs[-1] if logs else None, status))
+            fatal = watch.scan(logs)
             if fatal is not None:
                 ctx.on_event(f"  fatal: {fatal.message}")
                 executor.cancel(handle)

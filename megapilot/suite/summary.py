@@ -39,9 +39,9 @@ def result_json(result: SuiteResult) -> dict[str, object]:
     return {
         "verdict": outcome.status.value,
         "reason": outcome.summary,
+        "finished": result.finished,
         "exit_code": outcome.exit_code,
         "gates_verdict": result.verdict.value,
-        "finished": result.finished,
         "run_id": result.run_id,
         "run_dir": result.run_dir,
         "stages": [{"name": s.name, "combo": s.combo, "verdict": s.verdict.value, "reason": s.reason,
