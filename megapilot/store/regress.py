@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 NOISE_SIGMAS = 3.0  # a healthy run lands beyond 3 sigma of its own history about 0.3 % of the time
 NOISE_MIN_RUNS = 3  # below three runs a spread says nothing
 _MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution is 0.6745 sigma
-Change = Literal["better", "worse", "same", "unknown"]
+# B against A: no move at all, a move inside the metric's regression band (noise), or a real move either way.
+Change = Literal["better", "worse", "within band", "unchanged", "unknown"]
 
 
 def change_pct(value: float, reference: float) -> float | None:
@@ -37,12 +38,16 @@ def change_pct(value: float, reference: float) -> float | None:
 
 
 def judge(name: str, delta_pct: float | None) -> Change:
-    """Whether a change of delta_pct in this metric is better or worse, by the metric's direction."""
-    direction = metric_info(name).direction
+    """Whether a change of delta_pct in this metric is unchanged, within its band, better or worse (by its
+    direction); unknown without a direction or a percentage."""
+    if delta_pct == 0:
+        return "unchanged"
+    info = metric_info(name)
+    direction = info.direction
     if delta_pct is None or direction is None:
         return "unknown"
-    if delta_pct == 0:
-        return "same"
+    if abs(delta_pct) <= info.band_pct:
+        return "within band"
     went_up = delta_pct > 0
     return "better" if went_up == (direction == "higher") else "worse"
 

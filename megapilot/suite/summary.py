@@ -60,7 +60,9 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"suite {result.card.suite_name} — {result.run_id}", show_lines=False)
+    name = result.card.suite_name
+    title = f"{name} — {result.run_id}" if "suite" in name.lower() else f"suite {name} — {result.run_id}"
+    table = Table(title=title, show_lines=False)
     for column in ("stage", "combo", "verdict", "time (s)", "reason"):
         table.add_column(column, overflow="fold")
     for stage in result.stages:
