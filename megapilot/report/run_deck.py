@@ -294,6 +294,7 @@ def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:
         ("GPU", card.gpu, False),
         ("Nodes", f"{card.nodes} x {card.gpus_per_node} GPUs", False),
         ("Parallelism", card.layout or "-", False),
+        ("Device", card.device or "-", False),
         ("Precision", card.precision or "-", False),
         ("Backend", card.backend, False),
         ("Executor", card.executor, False),

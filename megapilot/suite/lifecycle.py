@@ -642,6 +642,18 @@ def _stray_check(ctx: _Context) -> MetricRow:
 
 # ---- the run card -----------------------------------------------------------------------------
 
+def _precision_ran(suite: LoadedSuite) -> str:
+    """What the cells trained in: on CPUs the trainer computes in fp32 whatever the cell names."""
+    asked = ",".join(sorted({c.precision for c in suite.cells}))
+    return f"FP32 (CPU run; the cells name {asked})" if suite.device == "cpu" else asked
+
+
+def _device(suite: LoadedSuite) -> str:
+    if suite.device == "cpu":
+        return "CPU"
+    return f"GPU ({suite.gpu.name})" if suite.gpu else "GPU"
+
+
 def _run_card(suite: LoadedSuite) -> RunCard:
     import platform
     import socket
@@ -655,7 +667,7 @@ def _run_card(suite: LoadedSuite) -> RunCard:
     return RunCard(suite_name=Path(suite.config_path).stem, model=suite.model.name, model_family=_family(suite),
                    gpu=suite.gpu.name if suite.gpu else "CPU", nodes=suite.nodes, gpus_per_node=suite.gpus_per_node,
                    executor=suite.executor, backend=suite.backend, layout=layout,
-                   precision=",".join(sorted({c.precision for c in suite.cells})),
+                   precision=_precision_ran(suite), device=_device(suite),
                    megapilot_version=megapilot_version, git_commit=_git_commit(),
                    megatron_version=_package_version("megatron-core") if suite.backend == "megapilot" else None,
                    torch_version=_package_version("torch") if suite.backend == "megapilot" else None,

@@ -181,7 +181,8 @@ class RunCard(BaseModel):
     executor: str
     backend: str
     layout: str = Field(default="", description="e.g. 'TP=1,PP=1,CP=1,EP=1,DP=2'.")
-    precision: str = ""
+    precision: str = Field(default="", description="What the cells trained in (FP32 on a CPU run, whatever asked).")
+    device: str = Field(default="", description="CPU, or GPU (its name): where the training ran.")
     megapilot_version: str = ""
     git_commit: str | None = None
     megatron_version: str | None = None
