@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# pytest-xdist hands its workers COLUMNS=80 (the controller's terminal); a serial run on a pipe has none. The CLI
+# reads COLUMNS as the user's own width, so every worker starts as a serial run does; a test that wants a width
+# sets it itself.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 
 # The real SLURM cluster and loopback sshd fixtures, available to every test that names them (each
 # starts its daemons only when a test asks for it).

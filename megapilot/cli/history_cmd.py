@@ -36,7 +36,7 @@ DbOpt = Annotated[str | None, typer.Option(
 RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of one, or `latest`.", show_default=False)]
 
 VERDICT_STYLES = {"PASS": "green", "FAIL": "red", "RECORD": "dim", "SKIPPED": "yellow"}
-CHANGE_STYLES = {"better": "green", "worse": "red", "same": "dim", "unknown": "dim"}
+CHANGE_STYLES = {"better": "green", "worse": "red", "within band": "dim", "unchanged": "dim", "unknown": "dim"}
 
 
 def register(app: typer.Typer) -> None:
@@ -272,7 +272,7 @@ def _print_comparison(comparison: RunComparison) -> None:
     from rich.markup import escape
 
     a, b = comparison.run_a, comparison.run_b
-    table = _table(f"B = {b.run_id} against A = {a.run_id}", ("combo", "metric", "A", "B", "change", ""),
+    table = _table(f"B = {b.run_id} against A = {a.run_id}", ("combo", "metric", "A", "B", "change", "verdict"),
                    wrap=("metric",))
     previous = None
     for delta in comparison.deltas:

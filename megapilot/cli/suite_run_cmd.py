@@ -1,8 +1,9 @@
 """`megapilot suite run`: run a validation suite end to end, then write its report and history row.
 
-Exit codes: 0 every row PASS (or RECORD/SKIPPED), 1 any FAIL, 2 a config error (nothing ran),
-130 interrupted with Ctrl-C (the running job is stopped; finished results, the report and the history
-row are still written).
+Exit codes (megapilot.suite.outcome, the one verdict): 0 PASS, WARN (a regression not enforced), RECORD or
+SKIPPED; 1 FAIL (a gate, or a regression with `regressions.enforce` / `--enforce-regressions`); 2 a config error
+(nothing ran); 130 interrupted with Ctrl-C (the running job is stopped; finished results, the report and the
+history row are still written).
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from megapilot.cli.common import console, emit_json, err_console
+from megapilot.cli.common import console, emit_json
 
 if TYPE_CHECKING:
+    from megapilot.report import ReportFiles
     from megapilot.store.history import History
     from megapilot.store.regress import HistoryBaselines
     from megapilot.suite.config import LoadedSuite
     from megapilot.suite.dry_run import DryRunPlan
     from megapilot.suite.results import SuiteResult
-
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 
 ConfigArg = Annotated[Path, typer.Argument(help="Suite config (CVS Megatron JSON/YAML, or a megapilot template).",
                                            show_default=False)]
@@ -46,6 +45,12 @@ def run(
                                                         "(default: the user data dir, or $MEGAPILOT_HISTORY).")] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not record this run in the history.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the results (or the dry run) as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress while it runs: only the summary and the "
+                                                               "paths of the report, run deck and JUnit.")] = False,
+    enforce_regressions: Annotated[bool | None, typer.Option(
+        "--enforce-regressions/--warn-regressions",
+        help="A regression beyond its band against the history fails the run (exit 1), or is a WARN (default: the "
+             "config's regressions.enforce, else WARN).")] = None,
     megatron_version: Annotated[str | None, typer.Option(
         help="Megatron-LM release the launches are for, e.g. 0.14 (default: the config's megapilot.megatron_version, "
              "else the checkout's own, else the newest table).")] = None,
@@ -59,6 +64,7 @@ def run(
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
     from megapilot.suite.config import load_suite
     from megapilot.suite.lifecycle import STAGES
+    from megapilot.suite.outcome import run_outcome
 
     if stage is not None and stage not in STAGES:
         from megapilot.errors import MegapilotError
@@ -78,19 +84,22 @@ def run(
         else:
             _print_dry_run(plan)
         return
-    result = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
-                  use_history=not no_history, quiet=json_output, cluster_name=cluster_name,
-                  calibrate=_calibration_mode(calibration))
+    enforce = suite.config.regressions.enforce if enforce_regressions is None else enforce_regressions
+    result, files = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
+                         use_history=not no_history, quiet=quiet or json_output, enforce_regressions=bool(enforce),
+                         cluster_name=cluster_name, calibrate=_calibration_mode(calibration))
     if json_output:
         from megapilot.suite.summary import result_json
 
         emit_json(result_json(result))
     else:
         _print_result(result)
-    if not result.finished:
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if result.verdict.value == "FAIL":
-        raise typer.Exit(EXIT_FAILED)
+        from megapilot.cli.suite_progress import print_paths
+
+        print_paths(files.html, files.run_deck, files.junit)  # last, where the eye ends
+    exit_code = run_outcome(result).exit_code  # the verdict the banner, deck and JUnit show
+    if exit_code:
+        raise typer.Exit(exit_code)
 
 
 def register(suite_app: typer.Typer) -> None:
@@ -116,7 +125,8 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
-         use_history: bool, quiet: bool, cluster_name: str | None = None, calibrate: bool = True) -> SuiteResult:
+         use_history: bool, quiet: bool, enforce_regressions: bool, cluster_name: str | None = None,
+         calibrate: bool = True) -> tuple[SuiteResult, ReportFiles]:
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
 
@@ -129,14 +139,17 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
     name = cluster_of(suite, request)
     if history is not None and name is not None and calibrate:
         request = replace(request, history_runs=history.calibration_runs(name))
+    from megapilot.cli.suite_progress import suite_display
+
     executor = make_executor(suite)
-    on_event = None if quiet else (lambda message: err_console.print(f"[dim]{message}[/]", highlight=False,
-                                                                     markup=True, soft_wrap=True))
-    result = run_suite(suite, request, executor, on_event)
-    return _after_run(result, history, quiet=quiet)
+    with suite_display(quiet=quiet) as display:
+        result = run_suite(suite, request, executor, display.event if display else None,
+                           display.job if display else None)
+    result.regressions_enforced = enforce_regressions
+    return _after_run(result, history)
 
 
-def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> SuiteResult:
+def _after_run(result: SuiteResult, history: History | None) -> tuple[SuiteResult, ReportFiles]:
     """Regressions against the history, the history row, the report: each even when training failed."""
     from megapilot.report import render_report
 
@@ -144,13 +157,10 @@ def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> 
         from megapilot.store.regress import find_regressions
 
         result.regressions = find_regressions(result, history)
-        result.write()
         history.record(result)
+    result.write()  # with the regressions and their policy, so `suite report` renders the same verdict
     files = render_report(result, Path(result.run_dir))
-    if not quiet:
-        err_console.print(f"report: {files.html}", highlight=False, soft_wrap=True)
-        err_console.print(f"run deck: {files.run_deck}", highlight=False, soft_wrap=True)
-    return result
+    return result, files
 
 
 def _calibration_mode(value: str) -> bool:

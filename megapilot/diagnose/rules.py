@@ -145,7 +145,7 @@ def line_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
         by_category[error.category].append(error)
     findings = []
     for category, records in by_category.items():
-        builder = _LINE_RULES.get(category)
+        builder = LINE_RULES.get(category)
         if builder is not None:
             findings.append(builder(records, log, config))
     return findings
@@ -859,7 +859,7 @@ def _stuck_stack(dumps: list[ErrorRecord], log: ParsedLog) -> Finding:
                    + [Evidence(dumps[0].file, dumps[0].line + 1, where)], cause, fixes, occurrences=len(dumps))
 
 
-_LINE_RULES = {
+LINE_RULES = {  # category -> its rule; a test checks every line signature's category has one
     "oom": _oom, "nccl_timeout": _nccl_timeout, "nccl_error": _nccl_error, "gpu_hw_fault": _gpu_fault,
     "rendezvous_failure": _rendezvous, "shm_insufficient": _shm, "checkpoint_save_failure": _checkpoint_save,
     "checkpoint_load_failure": _checkpoint_load, "dataloader_error": _dataloader, "config_error": _config,
@@ -1205,7 +1205,7 @@ def _throughput_on_unknown_gpu(log: ParsedLog, precision: Precision) -> Finding 
     plausible = {alias: value for alias, value in mfu.items() if PLAUSIBLE_MIN_MFU <= value <= 1.0}
     low = sorted((alias for alias, value in plausible.items() if value < LOW_MFU_FLOOR), key=plausible.__getitem__,
                  reverse=True)
-    if len(low) < len(plausible) * LOW_ON_MOST_GPUS:
+    if not low or len(low) < len(plausible) * LOW_ON_MOST_GPUS:
         return None  # low only on the newest GPUs: nothing to say without knowing which one ran it
     fine = sorted(alias for alias in plausible if alias not in low)
     shown = ", ".join(f"{plausible[alias]:.1%} on {alias.upper()}" for alias in low[:4])

@@ -135,6 +135,7 @@ class JobStatus(BaseModel):
     iteration: int | None = Field(default=None, description="Last iteration seen in the log.")
     train_iters: int | None = Field(default=None, description="Final iteration expected.")
     step_time_s: float | None = Field(default=None, description="Observed wall time per iteration.")
+    loss: float | None = Field(default=None, description="Last training loss logged, for progress displays.")
     elapsed_s: float = 0.0
 
 

@@ -13,10 +13,9 @@ import signal
 from collections.abc import Sequence
 
 from megapilot.logs import ErrorRecord, IterationRecord
+from megapilot.logs.parser import LAUNCHER_FIELD_RE, LAUNCHER_SUMMARY_NEEDLE
 from megapilot.logs.records import Record
 
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
-_FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<value>.*?)\s*$")
 _RANK = re.compile(r"(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
 _EXITCODE = re.compile(r"(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)")
 # "[default0]:[rank0]: RuntimeError: ..." or a bare "ValueError: ..." at the end of a traceback.
@@ -60,14 +59,14 @@ class FailureClues:
             if isinstance(record, ErrorRecord) and record.category != "process_crash" and self.first_error is None:
                 self.first_error = record
         text = line.rstrip("\n")
-        if _ROOT_CAUSE.search(text):
+        if LAUNCHER_SUMMARY_NEEDLE in text:  # the block's header and fields as the log parser reads them
             self._in_root_cause = True
             self._root_cause = {}
             return
         if self._in_root_cause:
-            field = _FIELD.match(text)
+            field = LAUNCHER_FIELD_RE.match(text)
             if field:
-                self._root_cause[field["key"]] = field["value"]
+                self._root_cause[field.group(1)] = field.group(2)
             elif text.startswith("="):
                 self._in_root_cause = False
             return

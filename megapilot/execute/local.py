@@ -210,7 +210,7 @@ class LocalExecutor:
             state=state, exit_code=exit_code, reason=reason, iteration=job.tracker.iteration,
             train_iters=job.tracker.train_iters,
             step_time_s=round(job.tracker.step_time_s, 4) if job.tracker.step_time_s is not None else None,
-            elapsed_s=round(now_s - job.started_at_s, 3),
+            loss=job.tracker.loss, elapsed_s=round(now_s - job.started_at_s, 3),
         )
 
     def _stop(self, job: _LocalJob, state: JobState, reason: str) -> None:

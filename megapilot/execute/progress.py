@@ -62,6 +62,7 @@ class ProgressTracker:
         self.iteration: int | None = None
         self.printed_train_iters: int | None = None
         self.reported_step_time_ms: float | None = None
+        self.loss: float | None = None  # the last logged training loss, for a progress display
         self.log_interval: int | None = None
         self.last_iteration_at_s: float | None = None
         self._gaps_s: deque[float] = deque(maxlen=_RECENT_GAPS)
@@ -79,6 +80,7 @@ class ProgressTracker:
                 self._checkpoint_until_s = now_s + self.policy.checkpoint_allowance_s
             elif isinstance(record, IterationRecord) and (mark := _mark_of(record)) is not None:
                 self._advance(mark, now_s)
+                self.loss = record.lm_loss if record.lm_loss is not None else self.loss
         return records
 
     def _advance(self, mark: IterationMark, now_s: float) -> None:

@@ -110,7 +110,7 @@ class NodeLogs:
         return JobStatus(
             state=state, exit_code=exit_code, reason=reason, iteration=tracker.iteration,
             train_iters=tracker.train_iters, step_time_s=round(step_s, 4) if step_s is not None else None,
-            elapsed_s=round(max(0.0, now_s - started_at_s), 3),
+            loss=tracker.loss, elapsed_s=round(max(0.0, now_s - started_at_s), 3),
         )
 
     def paths(self) -> list[Path]:

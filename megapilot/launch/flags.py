@@ -259,14 +259,19 @@ def _routing_padding_flag(table: FlagTable) -> str:
     return new_name if new_name in table.flags else "--moe-router-padding-for-fp8"
 
 
+class LauncherCannotRun(MegapilotError):
+    """The chosen launcher (backend) has no way to train this precision on this GPU: a suite marks such a cell
+    SKIPPED with the reason (as CVS skips MXFP4 on MI300X) while its other cells run."""
+
+
 def _check_launcher_runs(flavour: str | None, vendor: str, options: LaunchOptions) -> None:
     """MXFP4 exists only in Primus; blockwise FP8 on AMD Instinct only in Primus-Turbo's GEMMs."""
     if flavour == "mxfp4" and options.launcher != "primus":
-        raise MegapilotError("mxfp4 has no Megatron-LM recipe (--fp4-recipe takes nvfp4 or custom); AMD Primus "
+        raise LauncherCannotRun("mxfp4 has no Megatron-LM recipe (--fp4-recipe takes nvfp4 or custom); AMD Primus "
                              "trains it with fp4_recipe mxfp4", field="precision",
                              fix="launch with --launcher primus, or use precision mxfp8")
     if vendor == "AMD" and flavour in PRIMUS_ONLY_ON_AMD and options.launcher != "primus":
-        raise MegapilotError(f"{flavour} on AMD Instinct runs only in Primus-Turbo's GEMMs (use_turbo_gemm), not "
+        raise LauncherCannotRun(f"{flavour} on AMD Instinct runs only in Primus-Turbo's GEMMs (use_turbo_gemm), not "
                              "in Transformer Engine on ROCm", field="fp8_recipe",
                              fix="launch with --launcher primus, or use fp8_recipe tensorwise")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 Dialect = Literal["megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan", "megatron-deepspeed",
                   "gpt-neox", "deepspeed", "nemo"]
@@ -54,9 +54,14 @@ class _Record:
 class Evidence(_Record):
     """One log line that supports a record or a finding."""
 
+    __pydantic_config__: ClassVar[dict[str, bool]] = {"use_attribute_docstrings": True}  # schemas that embed it
+
     file: str
+    """The log file."""
     line: int
+    """1-based line number in that file."""
     text: str
+    """The line as logged."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ import importlib
 import re
 import sys
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 # The standard library's regex parser (`re._parser` since 3.11, `sre_parse` before; neither is typed).
 _regex_parser = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
@@ -34,12 +35,15 @@ _regex_constants = importlib.import_module("re._constants" if sys.version_info >
 _BRANCH = _regex_constants.BRANCH
 _LITERAL = _regex_constants.LITERAL
 
-# The taxonomy: every category a finding can have, line-based and metric-based.
-CATEGORIES: tuple[str, ...] = (
+# The taxonomy: every category a finding can have, line-based and metric-based, plus the two the run
+# itself raises (a log of another run; a node that wrote no log). One list: `megapilot.diagnose` holds a
+# rule and an explanation for each (a test checks that none is missing).
+Category = Literal[
     "oom", "nccl_timeout", "nccl_error", "gpu_hw_fault", "nan_loss", "loss_spike", "loss_divergence",
     "hang", "rendezvous_failure", "shm_insufficient", "checkpoint_save_failure", "checkpoint_load_failure",
-    "dataloader_error", "process_crash", "config_error", "low_throughput", "slowdown",
-)
+    "dataloader_error", "process_crash", "config_error", "low_throughput", "slowdown", "log_mismatch", "missing_log",
+]
+CATEGORIES: tuple[str, ...] = get_args(Category)
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,12 @@ class Signature:
     the pattern by `required_needles`), or None where the pattern has a branch without a literal."""
 
     name: str
-    category: str
+    category: Category
     pattern: re.Pattern[str]
     needles: tuple[str, ...] | None = None
 
 
-def _sig(name: str, category: str, regex: str) -> Signature:
+def _sig(name: str, category: Category, regex: str) -> Signature:
     pattern = re.compile(regex, re.IGNORECASE)
     return Signature(name, category, pattern, required_needles(pattern))
 

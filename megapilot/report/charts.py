@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from megapilot.report import measures
+from megapilot.suite.cells import SMOKE_CELL_KEY
 from megapilot.suite.results import ComboResult, SuiteResult, Verdict
 
 if TYPE_CHECKING:
@@ -162,20 +163,22 @@ def predicted_vs_measured_chart(result: SuiteResult, capacity_gib: float | None)
 
 
 def sweep_chart(result: SuiteResult) -> Chart:
-    """The sweep at a glance: TFLOP/s/GPU and tokens/s/GPU across cells (CVS's throughput-vs-cells cards)."""
+    """The sweep at a glance: bars per cell (categorical, never joined by lines) for each throughput measured, one
+    panel per quantity; the smoke run is not a sweep cell, and a quantity no cell measured is not drawn."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    keys = [c.key for c in result.combos]
-    tflops = [measures.measured(c, measures.TFLOPS_PER_GPU) for c in result.combos]
-    tokens = [measures.measured(c, measures.TOKENS_PER_S_PER_GPU) for c in result.combos]
-    if not any(v is not None for v in tflops + tokens):
-        return _empty("chart-sweep", "sweep", "Sweep comparison", "no combo measured its throughput")
-    figure = go.Figure([
-        go.Scatter(name="TFLOP/s/GPU", x=keys, y=tflops, mode="lines+markers", marker_color=MEASURED_COLOUR),
-        go.Scatter(name="tokens/s/GPU", x=keys, y=tokens, mode="lines+markers", yaxis="y2",
-                   marker_color=VERDICT_COLOURS[Verdict.PASS])])
-    figure.update_layout(yaxis={"title": {"text": "TFLOP/s/GPU"}},
-                         yaxis2={"title": {"text": "tokens/s/GPU"}, "overlaying": "y", "side": "right"})
+    cells = [c for c in result.combos if c.key != SMOKE_CELL_KEY]  # a check, not a sweep cell
+    measured = [(quantity, [measures.measured(c, quantity) for c in cells])
+                for quantity in (measures.TOKENS_PER_S_PER_GPU, measures.TFLOPS_PER_GPU)]
+    measured = [(quantity, values) for quantity, values in measured if any(v is not None for v in values)]
+    if not measured:
+        return _empty("chart-sweep", "sweep", "Sweep comparison", "no sweep cell measured its throughput")
+    figure = make_subplots(rows=1, cols=len(measured), subplot_titles=[q.label for q, _ in measured])
+    for column, (quantity, values) in enumerate(measured, start=1):
+        figure.add_trace(go.Bar(name=quantity.label, x=[c.key for c in cells], y=values, showlegend=False,
+                                marker_color=[VERDICT_COLOURS[c.verdict] for c in cells]), row=1, col=column)
+        figure.update_yaxes(title_text=quantity.unit, row=1, col=column)
     return _chart("chart-sweep", "sweep", "Sweep comparison: throughput by cell", figure)
 
 

@@ -21,25 +21,13 @@ from megapilot.report.charts import Chart, ReportCharts, plotly_js
 from megapilot.report.junit import xml_text
 from megapilot.report.log_copies import LogLink
 from megapilot.report.run_deck import RESULTS_HEADERS, format_number, metric_label, results_rows, run_card_rows
-from megapilot.suite.results import ComboResult, MetricRow, SuiteResult
+from megapilot.suite.outcome import run_outcome
+from megapilot.suite.results import ComboResult, MetricRow, SuiteResult, Verdict
 
 if TYPE_CHECKING:
     from jinja2 import Environment
 
 REPORT_NAME = "report.html"
-
-
-@dataclass(frozen=True)
-class ResultRow:
-    """A row of the results table: a stage or a combo."""
-
-    kind: str
-    name: str
-    combo: str
-    verdict: str
-    duration_s: float
-    reason: str
-    anchor: str | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +41,8 @@ class MetricView:
     margin: str
     reason: str
     enforced: bool
+    against: str  # the reading as a person says it: '1,579 tok/s/GPU vs ≥ 50'
+    gated: bool  # a threshold judges it (shown first); the rest are records, folded
 
 
 @dataclass(frozen=True)
@@ -76,7 +66,7 @@ class ComboView:
 
     combo: ComboResult
     anchor: str
-    metrics: list[MetricView]
+    metrics: list[MetricView]  # gated first, then the records
     predictions: list[PredictionView]
     prediction_note: str
     departure: str
@@ -95,11 +85,11 @@ def render_html(result: SuiteResult, charts: ReportCharts, log_links: dict[str, 
     combos = [_combo_view(index, combo, charts.per_combo.get(combo.key, []), log_links.get(combo.key, []),
                           capacity_gib) for index, combo in enumerate(result.combos)]
     return template.render(
-        result=result, card_rows=run_card_rows(result), generated_at=generated_at,
-        results=_result_rows(result, {view.combo.key: view.anchor for view in combos}),
+        result=result, outcome=run_outcome(result), card_rows=run_card_rows(result), generated_at=generated_at,
+        anchors={view.combo.key: view.anchor for view in combos},
         summary_headers=RESULTS_HEADERS, summary_rows=results_rows(result, capacity_gib),
         overview_charts=charts.overview, combos=combos, other_files=other_files,
-        plotly_js=Markup(plotly_js()), fragment=lambda chart: Markup(chart.html or ""),
+        plotly_js=Markup(plotly_js()), fragment=lambda chart: Markup(chart.html or ""), label=metric_label,
     )
 
 
@@ -112,14 +102,6 @@ def _environment() -> Environment:  # jinja2 imported here: the core starts with
     environment.filters["seconds"] = _seconds
     environment.filters["plain"] = xml_text
     return environment
-
-
-def _result_rows(result: SuiteResult, anchors: dict[str, str]) -> list[ResultRow]:
-    rows = [ResultRow(kind="stage", name=s.name, combo=s.combo or "", verdict=s.verdict.value, duration_s=s.duration_s,
-                      reason=s.reason, anchor=anchors.get(s.combo or "")) for s in result.stages]
-    rows += [ResultRow(kind="combo", name="training", combo=c.key, verdict=c.verdict.value, duration_s=c.duration_s,
-                       reason=c.reason, anchor=anchors[c.key]) for c in result.combos]
-    return rows
 
 
 def _prediction_note(combo: ComboResult) -> str:
@@ -160,7 +142,8 @@ def _combo_view(index: int, combo: ComboResult, charts: list[Chart], links: list
                 capacity_gib: float | None) -> ComboView:
     checks = measures.prediction_checks(combo, capacity_gib)
     return ComboView(
-        combo=combo, anchor=f"combo-{index}", metrics=[_metric_view(row) for row in combo.metrics],
+        combo=combo, anchor=f"combo-{index}",
+        metrics=sorted((_metric_view(row) for row in combo.metrics), key=lambda view: not view.gated),
         predictions=[PredictionView(label=c.quantity.label, unit=c.quantity.unit, predicted=format_number(c.predicted),
                                     measured=format_number(c.measured), error=_percent(c.error_pct)) for c in checks],
         prediction_note=_prediction_note(combo),
@@ -172,9 +155,19 @@ def _combo_view(index: int, combo: ComboResult, charts: list[Chart], links: list
 
 
 def _metric_view(row: MetricRow) -> MetricView:
-    return MetricView(name=row.name, label=metric_label(row.name), actual=_actual(row.value),
-                      unit=row.unit, threshold=row.threshold or "not gated", verdict=row.verdict.value,
-                      margin=_percent(row.margin_pct), reason=row.reason, enforced=row.enforced)
+    actual = _actual(row.value)
+    gate = _symbols(row.threshold) if row.threshold else ""
+    reading = f"{actual} {row.unit}".strip() if actual != "-" else "not measured"
+    return MetricView(name=row.name, label=metric_label(row.name), actual=actual,
+                      unit=row.unit, threshold=gate or "not gated", verdict=row.verdict.value,
+                      margin=_percent(row.margin_pct), reason=row.reason, enforced=row.enforced,
+                      against=f"{reading} vs {gate}" if gate else reading,
+                      gated=row.threshold is not None and row.verdict is not Verdict.RECORD)
+
+
+def _symbols(threshold: str) -> str:
+    """'>= 50' -> '≥ 50', '<= 500 ms' -> '≤ 500 ms', '+/-5%' -> '±5%': the gate as it is written by hand."""
+    return threshold.replace(">=", "\u2265").replace("<=", "\u2264").replace("+/-", "\u00b1")
 
 
 def _actual(value: float | None) -> str:

@@ -18,6 +18,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from megapilot.report import measures
+from megapilot.suite.outcome import RunOutcome, run_outcome
 from megapilot.suite.results import ComboResult, MetricRow, StageResult, SuiteResult, Verdict
 
 JUNIT_NAME = "junit.xml"
@@ -36,14 +37,17 @@ def build_junit(result: SuiteResult) -> str:
     """The JUnit XML document of a suite result."""
     suite = ET.Element("testsuite", name=xml_text(f"{CLASS_PREFIX}.{result.card.suite_name}"),
                        timestamp=result.started_at.isoformat(), time=_seconds(result.duration_s))
+    outcome = run_outcome(result)
     properties = ET.SubElement(suite, "properties")
     for label, value in (("run_id", result.run_id), ("model", result.card.model), ("gpu", result.card.gpu),
-                         ("verdict", result.verdict.value)):
+                         ("verdict", outcome.status.value), ("verdict_reason", outcome.summary),
+                         ("exit_code", str(outcome.exit_code))):
         ET.SubElement(properties, "property", name=label, value=xml_text(value))
     for stage in result.stages:
         _stage_case(suite, stage)
     for combo in result.combos:
         _combo_cases(suite, combo)
+    _regression_cases(suite, outcome)
     _count(suite)
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
@@ -86,6 +90,19 @@ def _prediction_properties(case: ET.Element, combo: ComboResult) -> None:
     if sentence:
         values["prediction_departure"] = sentence
     _properties(case, **values)
+
+
+def _regression_cases(suite: ET.Element, outcome: RunOutcome) -> None:
+    """One case per metric that regressed beyond its band: a failure when enforced, else skipped with a WARN
+    message (what CI dashboards show in yellow: never a green pass)."""
+    for regression in outcome.regressions:
+        case = _case(suite, regression.combo, f"regression {regression.metric}", 0.0)
+        _properties(case, value=_optional(regression.value), baseline_median=_optional(regression.baseline_median),
+                    change_pct=_optional(regression.change_pct), verdict=outcome.status.value)
+        if outcome.regressions_enforced:
+            ET.SubElement(case, "failure", message=xml_text(regression.message), type="REGRESSION")
+        else:
+            ET.SubElement(case, "skipped", message=xml_text(f"WARN: {regression.message} (regressions not enforced)"))
 
 
 def _metric_case(suite: ET.Element, owner: str, row: MetricRow) -> None:

@@ -26,6 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from megapilot.report import measures
 from megapilot.report.log_copies import LogLink
 from megapilot.suite.budget import BudgetProjection
+from megapilot.suite.metric_table import metric_info
+from megapilot.suite.outcome import RunOutcome, run_outcome
+from megapilot.suite.outcome import RunStatus as Outcome
 from megapilot.suite.results import ComboResult, Finding, MetricRow, SuiteResult, Verdict
 
 RUN_DECK_SCHEMA_VERSION: Literal[1] = 1
@@ -35,6 +38,7 @@ SCHEMA_ID = "urn:megapilot:run-deck:1"
 
 MetricStatus = Literal["pass", "fail", "record", "skip"]
 RunStatus = Literal["pass", "fail", "record", "na"]
+OverallStatus = Literal["pass", "warn", "fail", "record", "na"]
 Point = tuple[int, float]
 
 _METRIC_STATUS: dict[Verdict, MetricStatus] = {
@@ -130,23 +134,6 @@ class DeckPredicted(_Strict):
     departure: str = Field(description="By how much, and in which component, the measurement departs.")
 
 
-class DeckEvidence(_Strict):
-    file: str = Field(description="Log file, relative to the run directory.")
-    line: int = Field(description="1-based line number in that file.")
-    text: str = Field(description="The line as logged.")
-
-
-class DeckFinding(_Strict):
-    """An error signature or rule hit in a cell's logs."""
-
-    cell_id: str = Field(description="The cell whose logs hold the finding.")
-    category: str = Field(description="oom, nccl_timeout, nan_loss, hang, process_crash, ...")
-    message: str = Field(description="What was found, for a person.")
-    node: int | None = Field(description="Node index, when known.")
-    rank: int | None = Field(description="Global rank, when known.")
-    evidence: list[DeckEvidence] = Field(description="Log lines that back the finding.")
-
-
 class DeckJob(_Strict):
     """How the cell's training job ended."""
 
@@ -195,7 +182,7 @@ class DeckCell(_Strict):
     step_time_curve: list[Point] = Field(description="[[iteration, step time ms], ...]")
     predicted: DeckPredicted | None = Field(
         description="The estimator's prediction against the measurement; null when nothing was predicted.")
-    findings: list[DeckFinding] = Field(description="Error signatures and rule hits in the cell's logs.")
+    findings: list[Finding] = Field(description="diagnose's findings in the cell's logs (`megapilot diagnose`'s).")
     job: DeckJob | None = Field(description="How the job ended; null when it never started.")
     log_files: list[str] = Field(description="Copied node logs, relative to the run directory (logs/...).")
     log_tail: list[str] = Field(description="Last lines of the last node's log when the cell failed.")
@@ -243,8 +230,12 @@ class RunDeck(_Strict):
     run_id: str = Field(description="The suite run's id.")
     generated_at: datetime = Field(description="When the deck was rendered (ISO 8601).")
     megapilot_version: str = Field(description="megapilot version that rendered the deck.")
-    overall_status: RunStatus = Field(description="pass, fail, record or na for the whole run.")
+    overall_status: OverallStatus = Field(description="pass, warn (gates passed, a regression not enforced), fail, "
+                                                      "record or na for the whole run.")
     overall_reason: str = Field(description="Why the run failed (or what to know about it).")
+    verdict: str = Field(description="The run's one verdict: PASS, WARN, FAIL, RECORD, SKIPPED or INTERRUPTED; the "
+                                     "banner, the terminal and JUnit say the same.")
+    exit_code: int = Field(description="The exit code `megapilot suite run` gave (0, 1, or 130 when interrupted).")
     finished: bool = Field(description="False when the suite was interrupted or is still running.")
     started_at: datetime = Field(description="When the suite run started.")
     ended_at: datetime | None = Field(description="When it ended; null while running or when interrupted.")
@@ -258,7 +249,7 @@ class RunDeck(_Strict):
     cells: list[DeckCell] = Field(description="One entry per sweep cell.")
     results_table: DeckResultsTable = Field(description="The full results table.")
     regressions: list[DeckRegression] = Field(description="Metrics that moved against the run history.")
-    findings: list[DeckFinding] = Field(description="Every cell's findings in one list.")
+    findings: dict[str, list[Finding]] = Field(description="Cell id to its findings, for every cell with one.")
     summary: DeckSummary = Field(description="Counts of cells by status.")
     budget: BudgetProjection | None = Field(
         default=None, description="The config's token budget projected from what the run measured: days, GPU-hours, "
@@ -271,12 +262,14 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
                    junit_href: str, generated_at: datetime | None = None) -> RunDeck:
     """The run deck of a suite result; `log_links` are the copied node logs by combo key."""
     card = result.card
+    outcome = run_outcome(result)
     capacity = measures.gpu_capacity_gib(card.gpu)
     cells = [_cell(result, combo, log_links.get(combo.key, []), capacity) for combo in result.combos]
     return RunDeck(
         suite_id=card.suite_name, run_id=result.run_id,
         generated_at=generated_at or datetime.now(timezone.utc), megapilot_version=card.megapilot_version,
-        overall_status=_RUN_STATUS[result.verdict], overall_reason=result.reason, finished=result.finished,
+        overall_status=_overall_status(outcome, result), overall_reason=outcome.summary, verdict=outcome.status.value,
+        exit_code=outcome.exit_code, finished=result.finished,
         started_at=result.started_at, ended_at=result.ended_at, duration_s=result.duration_s,
         report=DeckReport(title=f"{card.suite_name}: {card.model}", subtitle=_subtitle(result),
                           headline_metric=measures.TFLOPS_PER_GPU.metrics[0]),
@@ -291,10 +284,20 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
         regressions=[DeckRegression(cell_id=r.combo, metric=r.metric, value=r.value, baseline_median=r.baseline_median,
                                     change_pct=r.change_pct, runs_compared=r.runs_compared, worse=r.worse,
                                     message=r.message) for r in result.regressions],
-        findings=[finding for cell in cells for finding in cell.findings],
+        findings={cell.cell_id: cell.findings for cell in cells if cell.findings},
         summary=_summary(result),
         budget=result.budget,
     )
+
+
+_OVERALL: dict[Outcome, OverallStatus] = {Outcome.PASS: "pass", Outcome.WARN: "warn", Outcome.FAIL: "fail",
+                                          Outcome.RECORD: "record", Outcome.SKIPPED: "na"}
+
+
+def _overall_status(outcome: RunOutcome, result: SuiteResult) -> OverallStatus:
+    """CVS's word for the run, with `warn` for a regression that was not enforced (never `pass`); an interrupted
+    run is what its gates said so far (`finished` is false)."""
+    return _OVERALL.get(outcome.status) or _RUN_STATUS[result.verdict]
 
 
 def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:
@@ -305,6 +308,7 @@ def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:
         ("GPU", card.gpu, False),
         ("Nodes", f"{card.nodes} x {card.gpus_per_node} GPUs", False),
         ("Parallelism", card.layout or "-", False),
+        ("Device", card.device or "-", False),
         ("Precision", card.precision or "-", False),
         ("Backend", card.backend, False),
         ("Executor", card.executor, False),
@@ -346,8 +350,8 @@ def _stage_label(name: str, combo: str | None) -> str:
 
 
 def metric_label(name: str) -> str:
-    """'training.tokens_per_gpu' -> 'tokens per gpu': the metric's name without its namespace."""
-    return name.rsplit(".", 1)[-1].replace("_", " ")
+    """'training.tokens_per_gpu' -> 'tokens/s/GPU': the metric table's label (a built-in gate: its name)."""
+    return metric_info(name).label
 
 
 def deck_metric(row: MetricRow) -> DeckMetric:
@@ -371,7 +375,7 @@ def _cell(result: SuiteResult, combo: ComboResult, links: list[LogLink], capacit
         grad_norm_curve=_points(combo, "grad_norm"), throughput_curve=_points(combo, "tflops_per_gpu"),
         tokens_curve=_points(combo, "tokens_per_s_per_gpu"), step_time_curve=_points(combo, "step_time_ms"),
         predicted=_predicted(combo, capacity),
-        findings=[_finding(combo.key, finding) for finding in combo.findings],
+        findings=list(combo.findings),
         job=DeckJob(**combo.job.model_dump(exclude={"logs"})) if combo.job else None,
         log_files=[link.href for link in links], log_tail=list(combo.log_tail), duration_s=combo.duration_s)
 
@@ -401,12 +405,6 @@ def _predicted(combo: ComboResult, capacity: float | None) -> DeckPredicted | No
                          timers_ms=dict(combo.timers_ms), uncalibrated_step_time_ms=predicted.uncalibrated_step_time_ms,
                          calibration=predicted.calibration, calibration_runs=list(predicted.calibration_runs),
                          band_pct=predicted.band_pct, departure=measures.departure_sentence(combo))
-
-
-def _finding(cell_id: str, finding: Finding) -> DeckFinding:
-    return DeckFinding(cell_id=cell_id, category=finding.category, message=finding.message, node=finding.node,
-                       rank=finding.rank,
-                       evidence=[DeckEvidence(file=e.file, line=e.line, text=e.text) for e in finding.evidence])
 
 
 RESULTS_HEADERS = ["Cell", "Status", "Nodes", "MBS", "GBS", "Precision", "TFLOP/s/GPU", "Tokens/s/GPU",

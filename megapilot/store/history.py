@@ -646,6 +646,8 @@ def _metric_deltas(key: str, a: ComboRow, b: ComboRow) -> list[MetricDelta]:
         value_a = first.value if first else None
         value_b = second.value if second else None
         delta = change_pct(value_b, value_a) if value_a is not None and value_b is not None else None
+        if value_a is not None and value_a == value_b:
+            delta = 0.0  # 0 -> 0 too: unchanged, not a percentage of nothing
         unit = (first or second).unit  # type: ignore[union-attr]  # the name came from one of them
         deltas.append(MetricDelta(combo=key, metric=name, label=metric_info(name).label, unit=unit,
                                   value_a=value_a, value_b=value_b, delta_pct=delta, change=judge(name, delta)))

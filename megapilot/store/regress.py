@@ -14,74 +14,20 @@ not raise a "regression" at 6 %, while a quiet cluster keeps the tight fixed ban
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from megapilot.suite.metric_table import HEADLINE_METRICS, METRICS, Direction, MetricInfo, metric_info
 from megapilot.suite.results import ComboResult, Regression, RunCard, SuiteResult
 
 if TYPE_CHECKING:
     from megapilot.store.history import BaselineStats, History
     from megapilot.suite.gates import BaselineLookup
 
-Direction = Literal["higher", "lower"]
-
 NOISE_SIGMAS = 3.0  # a healthy run lands beyond 3 sigma of its own history about 0.3 % of the time
 NOISE_MIN_RUNS = 3  # below three runs a spread says nothing
 _MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution is 0.6745 sigma
-Change = Literal["better", "worse", "same", "unknown"]
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """What a metric name means for history: a short label, which way is better, and whether it is a headline."""
-
-    name: str
-    label: str
-    direction: Direction | None
-    headline: bool = False
-    quantity: str | None = None  # the Prediction field it is measured against, for calibration
-
-
-_KNOWN = (
-    # headline: what find_regressions watches (CVS's gated trio, the step-time median, memory)
-    MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "higher", headline=True, quantity="tokens_per_s_per_gpu"),
-    MetricInfo("training.throughput_per_gpu", "TFLOP/s/GPU", "higher", headline=True, quantity="tflops_per_gpu"),
-    MetricInfo("training.elapsed_time_per_iteration", "step time (mean)", "lower", headline=True,
-               quantity="step_time_ms"),
-    MetricInfo("training.step_time_p50_ms", "step time p50", "lower", headline=True, quantity="step_time_ms"),
-    MetricInfo("training.max_allocated_gib", "memory (max allocated GiB)", "lower", headline=True,
-               quantity="memory_gib"),
-    MetricInfo("training.mem_usage", "memory (fraction)", "lower", headline=True),
-    # the same quantities under the names other dialects and older suites use
-    MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "higher", headline=True,
-               quantity="tokens_per_s_per_gpu"),
-    MetricInfo("training.tflops_per_gpu", "TFLOP/s/GPU", "higher", headline=True, quantity="tflops_per_gpu"),
-    MetricInfo("training.step_time_ms", "step time (mean)", "lower", headline=True, quantity="step_time_ms"),
-    MetricInfo("training.memory_gib", "memory GiB", "lower", headline=True, quantity="memory_gib"),
-    MetricInfo("training.peak_memory_gib", "memory GiB", "lower", headline=True, quantity="memory_gib"),
-    # compared with a direction, not watched for regressions
-    MetricInfo("training.step_time_p95_ms", "step time p95", "lower"),
-    MetricInfo("training.step_time_cv", "step time CV", "lower"),
-    MetricInfo("training.mfu_pct", "MFU %", "higher", quantity="mfu_pct"),
-    MetricInfo("training.scaling_efficiency_pct", "scaling efficiency %", "higher"),
-    MetricInfo("training.hip_mem_usage_ratio", "HIP memory ratio", "lower"),
-    MetricInfo("training.rocm_mem_usage_ratio", "ROCm memory ratio", "lower"),
-    MetricInfo("training.lm_loss", "LM loss", "lower"),
-    MetricInfo("training.loss_slope", "loss slope", "lower"),
-    MetricInfo("training.final_loss_vs_target", "final loss - target", "lower"),
-    MetricInfo("training.steps_to_target", "steps to target", "lower"),
-    MetricInfo("training.time_to_target_s", "time to target", "lower"),
-    MetricInfo("training.nan_iterations", "NaN iterations", "lower"),
-    MetricInfo("training.skipped_iterations", "skipped iterations", "lower"),
-    MetricInfo("training.iterations_reached", "iterations reached", "higher"),
-)
-METRICS: dict[str, MetricInfo] = {info.name: info for info in _KNOWN}
-HEADLINE_METRICS: tuple[str, ...] = tuple(info.name for info in _KNOWN if info.headline)
-
-
-def metric_info(name: str) -> MetricInfo:
-    """The table's entry, or a neutral one (no direction: a change is neither better nor worse)."""
-    return METRICS.get(name) or MetricInfo(name, name.removeprefix("training."), None)
+# B against A: no move at all, a move inside the metric's regression band (noise), or a real move either way.
+Change = Literal["better", "worse", "within band", "unchanged", "unknown"]
 
 
 def change_pct(value: float, reference: float) -> float | None:
@@ -92,12 +38,16 @@ def change_pct(value: float, reference: float) -> float | None:
 
 
 def judge(name: str, delta_pct: float | None) -> Change:
-    """Whether a change of delta_pct in this metric is better or worse, by the metric's direction."""
-    direction = metric_info(name).direction
+    """Whether a change of delta_pct in this metric is unchanged, within its band, better or worse (by its
+    direction); unknown without a direction or a percentage."""
+    if delta_pct == 0:
+        return "unchanged"
+    info = metric_info(name)
+    direction = info.direction
     if delta_pct is None or direction is None:
         return "unknown"
-    if delta_pct == 0:
-        return "same"
+    if abs(delta_pct) <= info.band_pct:
+        return "within band"
     went_up = delta_pct > 0
     return "better" if went_up == (direction == "higher") else "worse"
 
@@ -111,8 +61,9 @@ def combo_layout(combo: ComboResult) -> str:
 
 
 def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,
-                     threshold_pct: float = 5.0) -> list[Regression]:
-    """Headline metrics of every combo that moved more than threshold_pct from their history median.
+                     threshold_pct: float | None = None) -> list[Regression]:
+    """Headline metrics of every combo that moved beyond their band from their history median (each metric's
+    `band_pct` of the metric table, or `threshold_pct` for all).
 
     Both directions are returned (`worse` tells them apart), regressions first. The run itself is
     left out of its own baseline, so this can be called before or after `history.record(result)`.
@@ -123,21 +74,22 @@ def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,
 
 
 def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History, *, last_n: int,
-                       threshold_pct: float) -> list[Regression]:
+                       threshold_pct: float | None) -> list[Regression]:
     regressions = []
     for row in combo.metrics:
         if row.name not in HEADLINE_METRICS or row.value is None:
             continue
+        fixed_pct = METRICS[row.name].band_pct if threshold_pct is None else threshold_pct
         stats = history.baseline(row.name, model=result.card.model, layout=combo_layout(combo), gpu=result.card.gpu,
                                  combo_key=combo.key, last_n=last_n, exclude_run=result.run_id)
         if stats is None:
             continue
         delta = change_pct(row.value, stats.median)
-        band = regression_band_pct(stats, threshold_pct)
+        band = regression_band_pct(stats, fixed_pct)
         if delta is None or abs(delta) <= band:
             continue
         message = regression_message(row.name, delta, stats.count)
-        if band > threshold_pct:
+        if band > fixed_pct:
             message += f" (beyond their own \u00b1{band:.1f} % spread)"
         regressions.append(Regression(
             combo=combo.key, metric=row.name, value=row.value, baseline_median=stats.median, change_pct=delta,

@@ -46,7 +46,7 @@ from megapilot.suite.cells import (
 )
 from megapilot.suite.cluster import CvsCluster, load_cluster, resolve_user, strip_comments, substitute_user
 from megapilot.suite.schema_v1 import Upgrade, is_legacy_nested, is_schema_v1, legacy_problem, upgrade_v1
-from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable
+from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable, parse_threshold
 
 CHANGEME = "<changeme>"
 V1_READ_NOTE = ("schema v1 (Aug 2026) config: read into the Sep 2026 names (gpu_arch -> gpu_name, config -> paths / "
@@ -141,6 +141,13 @@ class ScalingBaseline(_Forbid):
     num_nodes: IntLike = Field(default=1, gt=0)
 
 
+class RegressionsConfig(_Forbid):
+    """What a regression against the run history does to the verdict (megapilot.suite.outcome)."""
+
+    enforce: BoolLike = Field(default=False, description="true: a regression beyond its band fails the run "
+                                                         "(exit 1); false: it is a WARN.")
+
+
 class Sweep(_Forbid):
     """Combination key -> overlay of train_params (checked cell by cell), and the ordered runs."""
 
@@ -193,6 +200,7 @@ class SuiteConfig(_Forbid):
     convergence: ConvergenceConfig = Field(default_factory=ConvergenceConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     sweep: Sweep = Field(default_factory=Sweep)
+    regressions: RegressionsConfig = Field(default_factory=RegressionsConfig)
     megapilot: MegapilotBlock = Field(default_factory=MegapilotBlock)
     budget: BudgetConfig | None = Field(default=None, description="Token budget: the report projects the run onto "
                                                                   "it (megapilot.suite.budget).")
@@ -568,10 +576,9 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck) -> ThresholdTable:
             if metric.startswith("_"):
                 continue
             try:
-                specs[metric] = ThresholdSpec.model_validate(spec)
-            except ValidationError as exc:
-                error = exc.errors()[0]
-                check.add(f"thresholds.{cell}.{metric}", _message(error),
+                specs[metric] = parse_threshold(spec)
+            except ValueError as exc:
+                check.add(f"thresholds.{cell}.{metric}", str(exc),
                           "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/baseline with its fields")
         table[_canonical_key(cell)] = specs
     return table

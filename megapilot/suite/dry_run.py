@@ -7,6 +7,7 @@ as `megapilot script`), so what the dry run prints is what the run would launch.
 from __future__ import annotations
 
 import shlex
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,18 +72,26 @@ def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path) -> DryRunCombo:
     if cell.skip_reason:
         return DryRunCombo(key=key, backend=backend, skipped=cell.skip_reason, nodes=suite.nodes,
                            gpus_per_node=suite.gpus_per_node)
-    # The launch checks the job directory exists (it holds the logs): an empty one is made under
-    # <out>/dry-run/, the only thing a dry run writes.
-    job_dir = out_dir / "dry-run" / cell.slug
-    job_dir.mkdir(parents=True, exist_ok=True)
-    launch = render_cell(suite, cell, job_dir=job_dir)
+    # The launch checks the job directory exists (it holds the logs): it is rendered in a throwaway directory,
+    # and the launch shown names where a run would put it, `<out>/<run-id>/<slug>`: a dry run writes nothing.
+    would_be = str(out_dir / "<run-id>" / cell.slug)
+    with tempfile.TemporaryDirectory(prefix="megapilot-dry-run-") as scratch:
+        job_dir = Path(scratch) / cell.slug
+        job_dir.mkdir()
+        launch = render_cell(suite, cell, job_dir=job_dir)
+        throwaway = str(job_dir.absolute())
     if launch.error:
         return DryRunCombo(key=key, backend=backend, skipped=f"cannot render: {launch.error}", nodes=suite.nodes,
                            gpus_per_node=suite.gpus_per_node)
-    env = {**_container_env(suite), **launch.env}
+
+    def shown(text: str) -> str:
+        return text.replace(throwaway, would_be)
+
+    env = {**_container_env(suite), **{name: shown(value) for name, value in launch.env.items()}}
+    args = [shown(arg) for arg in launch.megatron_args]
     return DryRunCombo(key=key, backend=launch.backend, skipped=launch.skipped, nodes=launch.nodes,
-                       gpus_per_node=launch.gpus_per_node, megatron_args=launch.megatron_args, env=env,
-                       command=launch.command or shlex.join(launch.megatron_args))
+                       gpus_per_node=launch.gpus_per_node, megatron_args=args, env=env,
+                       command=shown(launch.command) if launch.command else shlex.join(args))
 
 
 def _container_env(suite: LoadedSuite) -> dict[str, str]:

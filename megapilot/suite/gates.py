@@ -21,43 +21,26 @@ reason says what the verdict would have been. Measured metrics without a spec ar
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from megapilot.suite.curves import LossCurveGate, loss_slope
-from megapilot.suite.metrics import METRICS, ComboMeasurement, ConvergenceGate, measure_convergence
+from megapilot.suite.metric_table import METRICS
+from megapilot.suite.metrics import ComboMeasurement, ConvergenceGate, measure_convergence
 from megapilot.suite.results import MetricRow, Verdict
-from megapilot.suite.thresholds import ThresholdSpec
+from megapilot.suite.thresholds import (
+    BaselineLookup,
+    BaselineStats,
+    GateInput,
+    Outcome,
+    ThresholdSpec,
+    unknown_name,
+)
 
 if TYPE_CHECKING:
     from megapilot.suite.predicted import Departure
     from megapilot.suite.results import Prediction
-
-
-@dataclass(frozen=True)
-class BaselineStats:
-    """What the run history says about one metric: the median of its last passing runs."""
-
-    median: float
-    runs: int
-
-
-class BaselineLookup(Protocol):
-    """The caller's view of history: a metric's baseline, or None when there is none yet."""
-
-    def __call__(self, metric: str) -> BaselineStats | None: ...
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """A gate's result before enforcement: PASS/FAIL (or RECORD/SKIPPED) with its reason and margin."""
-
-    verdict: Verdict
-    reason: str = ""
-    margin_pct: float | None = None
 
 
 def evaluate(
@@ -93,10 +76,10 @@ def _gated_row(name: str, spec: ThresholdSpec, actuals: Mapping[str, float | Non
     value = actuals.get(name)
     outcome = _outcome(name, spec, value, actuals, baseline, missing_reason, prediction)
     if record_reason is not None and outcome.verdict in (Verdict.PASS, Verdict.FAIL):
-        outcome = _Outcome(Verdict.RECORD, f"{record_reason}; not gated (would {outcome.verdict.value}: "
+        outcome = Outcome(Verdict.RECORD, f"{record_reason}; not gated (would {outcome.verdict.value}: "
                                            f"{outcome.reason})", outcome.margin_pct)
     elif not enforce and outcome.verdict in (Verdict.PASS, Verdict.FAIL):
-        outcome = _Outcome(Verdict.RECORD, f"thresholds not enforced; would {outcome.verdict.value}: {outcome.reason}",
+        outcome = Outcome(Verdict.RECORD, f"thresholds not enforced; would {outcome.verdict.value}: {outcome.reason}",
                            outcome.margin_pct)
     return MetricRow(name=name, value=_json_safe(value), unit=units.get(name, METRICS[name].unit if name in METRICS
                                                                            else ""),
@@ -128,94 +111,10 @@ def _json_safe(value: float | None) -> float | None:
 
 def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mapping[str, float | None],
              baseline: BaselineLookup | None, missing_reason: str | None,
-             prediction: tuple[Prediction | None, Departure | None] = (None, None)) -> _Outcome:
+             prediction: tuple[Prediction | None, Departure | None] = (None, None)) -> Outcome:
     if name not in actuals and name not in METRICS:
-        return _Outcome(Verdict.FAIL, _unknown_name(name, actuals))
-    if spec.kind == "info":
-        return _Outcome(Verdict.RECORD, "info: recorded, never gated" if value is not None
-                        else f"info: not measured ({missing_reason or 'not in the log'})")
-    if value is None:
-        return _missing(name, spec, missing_reason)
-    if not math.isfinite(value):
-        return _Outcome(Verdict.FAIL, f"value is {value} (not a finite number)")
-    if spec.kind in ("min", "min_tok_s"):
-        return _lower_bound(value, spec.value)  # type: ignore[arg-type]  # these kinds carry a float value
-    if spec.kind in ("max", "max_ms"):
-        return _upper_bound(value, spec.value, " ms" if spec.kind == "max_ms" else "")  # type: ignore[arg-type]  # these kinds carry a float value
-    if spec.kind == "within":
-        return _band(value, spec.value, spec.tolerance_pct, "")  # type: ignore[arg-type]  # these kinds carry a float value
-    if spec.kind == "min_ratio":
-        return _ratio(value, spec, actuals)
-    if spec.kind == "predicted":
-        from megapilot.suite.predicted import PredictedThreshold
-
-        judged = PredictedThreshold.judge(name, value, spec.min_ratio or 0.0, *prediction)
-        return _Outcome(judged.verdict, judged.reason, judged.margin_pct)
-    return _baseline(name, value, spec, baseline)
-
-
-def _unknown_name(name: str, actuals: Mapping[str, float | None]) -> str:
-    known = sorted(set(METRICS) | set(actuals))
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; known metrics: {', '.join(known)}"
-    return f"unknown metric {name!r}: nothing measures it{hint}"
-
-
-def _missing(name: str, spec: ThresholdSpec, missing_reason: str | None) -> _Outcome:
-    if spec.optional:
-        return _Outcome(Verdict.SKIPPED, f"optional, not measured ({missing_reason or 'not in the log'})")
-    expected = METRICS[name].expected_line if name in METRICS else "a line that reports it"
-    why = f" ({missing_reason})" if missing_reason else ""
-    return _Outcome(Verdict.FAIL, f"missing from the log{why}; expected {expected}")
-
-
-def _margin(distance: float, scale: float) -> float | None:
-    return distance / abs(scale) * 100.0 if scale else None
-
-
-def _lower_bound(value: float, bound: float) -> _Outcome:
-    passed = value >= bound
-    return _Outcome(Verdict.PASS if passed else Verdict.FAIL,
-                    f"{value:g} {'>=' if passed else '<'} {bound:g}", _margin(value - bound, bound))
-
-
-def _upper_bound(value: float, bound: float, unit: str) -> _Outcome:
-    passed = value <= bound
-    return _Outcome(Verdict.PASS if passed else Verdict.FAIL,
-                    f"{value:g}{unit} {'<=' if passed else '>'} {bound:g}{unit}", _margin(bound - value, bound))
-
-
-def _band(value: float, centre: float, tolerance_pct: float, what: str) -> _Outcome:
-    low, high = centre * (1 - tolerance_pct / 100.0), centre * (1 + tolerance_pct / 100.0)
-    low, high = min(low, high), max(low, high)
-    passed = low <= value <= high
-    inside = min(value - low, high - value)
-    text = f"{value:g} {'inside' if passed else 'outside'} [{low:g}, {high:g}] ({centre:g} +/-{tolerance_pct:g}%{what})"
-    return _Outcome(Verdict.PASS if passed else Verdict.FAIL, text, _margin(inside, centre))
-
-
-def _ratio(value: float, spec: ThresholdSpec, actuals: Mapping[str, float | None]) -> _Outcome:
-    reference = spec.reference or ""
-    ref_value = actuals.get(reference)
-    if reference not in actuals and reference not in METRICS:
-        return _Outcome(Verdict.FAIL, f"reference {_unknown_name(reference, actuals)}")
-    if ref_value is None or not math.isfinite(ref_value) or ref_value == 0:
-        if spec.optional:
-            return _Outcome(Verdict.SKIPPED, f"optional; reference {reference} is {ref_value}, no ratio")
-        return _Outcome(Verdict.FAIL, f"reference {reference} is {ref_value}: no ratio can be taken")
-    ratio = value / ref_value
-    bound = spec.value or 0.0
-    passed = ratio >= bound
-    return _Outcome(Verdict.PASS if passed else Verdict.FAIL,
-                    f"{value:g} / {reference} {ref_value:g} = {ratio:g} {'>=' if passed else '<'} {bound:g}",
-                    _margin(ratio - bound, bound))
-
-
-def _baseline(name: str, value: float, spec: ThresholdSpec, baseline: BaselineLookup | None) -> _Outcome:
-    stats = baseline(name) if baseline is not None else None
-    if stats is None or stats.runs <= 0:
-        return _Outcome(Verdict.RECORD, "no history yet for this model/layout/GPU: recorded as the first baseline")
-    return _band(value, stats.median, spec.tolerance_pct or 0.0, f" of the median of {stats.runs} run(s)")
+        return Outcome(Verdict.FAIL, unknown_name(name, actuals))
+    return spec.judge(GateInput(name, value, actuals, baseline, missing_reason, *prediction))
 
 
 # ---- built-in gates -----------------------------------------------------------------------------------------
@@ -251,7 +150,7 @@ def _no_errors(m: ComboMeasurement) -> MetricRow:
 
 
 def _finite_loss(m: ComboMeasurement) -> MetricRow:
-    bad = [f for f in m.anomalies if f.category == "nan_loss"]
+    bad = m.nan_findings
     if bad:
         return _gate("gate.finite_loss", Verdict.FAIL, "; ".join(f.message for f in bad))
     if m.actuals.get("training.lm_loss") is None:

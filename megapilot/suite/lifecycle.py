@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
+from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
 from megapilot.suite.budget import project_budget
 from megapilot.suite.results import (
     ComboResult,
@@ -41,8 +41,10 @@ from megapilot.suite.results import (
     StageResult,
     SuiteResult,
     Verdict,
+    error_findings,
     overall_verdict,
 )
+from megapilot.suite.thresholds import BaselineThreshold
 from megapilot.suite.watch import FatalWatch
 
 if TYPE_CHECKING:
@@ -62,6 +64,19 @@ LOG_TAIL_LINES = 50
 STRAY_GRACE_S = 5.0
 
 EventCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """One poll of a running combo's job, for a live display: which combo, on how many nodes, the log followed."""
+
+    combo: str
+    nodes: int
+    log: Path | None
+    status: JobStatus
+
+
+ProgressCallback = Callable[[JobProgress], None]
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,8 @@ class _Context:
     result: SuiteResult
     run_dir: Path
     on_event: EventCallback
+    on_progress: ProgressCallback | None = None
+    steps_done: int = 0  # stages and combos begun, for "N/M"
     failed_stage: str | None = None
     interrupted: bool = False
     handles: list[JobHandle] = field(default_factory=list)
@@ -98,7 +115,7 @@ def new_run_id() -> str:
 
 
 def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
-              on_event: EventCallback | None = None) -> SuiteResult:
+              on_event: EventCallback | None = None, on_progress: ProgressCallback | None = None) -> SuiteResult:
     """Run every stage in order; return the result (also written to `<run_dir>/suite.json`)."""
     run_id = request.run_id or (request.resume_from.run_id if request.resume_from else new_run_id())
     run_dir = (request.out_dir / run_id).resolve()
@@ -107,7 +124,7 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     card = _run_card(suite).model_copy(update={"cluster_name": cluster_name(suite, request)})
     result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=card,
                          started_at=request.resume_from.started_at if request.resume_from else started)
-    ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None))
+    ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None), on_progress)
     clock = time.monotonic()
     try:
         _run_stages(ctx)
@@ -174,13 +191,14 @@ def _wanted(ctx: _Context, name: str) -> bool:
 
 def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) -> StageResult:
     """Run one stage (or record why it is skipped), time it, and save the result file."""
+    step = _step(ctx)
     if not _wanted(ctx, name):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED,
                             reason=f"not selected (--stage {ctx.request.only_stage})")
     elif ctx.failed_stage is not None and name not in ("results", "teardown"):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED, reason=f"skipped: stage {ctx.failed_stage} failed")
     else:
-        ctx.on_event(f"stage {name}")
+        ctx.on_event(f"{step} stage {name}")
         started, clock = datetime.now(timezone.utc), time.monotonic()
         stage = body(ctx)
         stage.started_at = started
@@ -189,7 +207,7 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
             ctx.failed_stage = name
     ctx.result.stages.append(stage)
     ctx.result.write(ctx.run_dir)
-    ctx.on_event(f"stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
+    ctx.on_event(f"{step} stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
     return stage
 
 
@@ -317,6 +335,7 @@ _EARLY: dict[str, Callable[[_Context], StageResult]] = {
 
 def _combo(ctx: _Context, cell: SweepCell) -> None:
     """train → metrics → loss_curve of one cell; a finished cell of the resumed run is kept as it was."""
+    step = _step(ctx)
     resumed = ctx.request.resume_from
     previous = resumed.combo(cell.key) if resumed else None
     if resumed is not None and previous is not None and previous.verdict in (Verdict.PASS, Verdict.FAIL,
@@ -335,7 +354,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
             ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED, reason=reason))
         ctx.result.write(ctx.run_dir)
         return
-    ctx.on_event(f"combo {cell.key}")
+    ctx.on_event(f"{step} combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
     combo = _run_cell(ctx, cell, directory=cell.slug, gates=True)
     combo.started_at, combo.duration_s = started, round(time.monotonic() - clock, 3)
@@ -343,7 +362,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     for stage in _combo_stages(combo, started):
         ctx.result.stages.append(stage)
     ctx.result.write(ctx.run_dir)
-    ctx.on_event(f"combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+    ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
 
 
 def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
@@ -352,11 +371,12 @@ def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
         return [StageResult(name=n, combo=combo.key, verdict=Verdict.SKIPPED,
                             reason=combo.reason) for n in COMBO_STAGES]
     job_ok = combo.job is not None and combo.job.state == JobState.COMPLETED.value
+    blocking = error_findings(combo.findings)
     train = StageResult(name="train", combo=combo.key, started_at=started,
                         duration_s=combo.job.duration_s if combo.job else 0.0,
-                        verdict=Verdict.PASS if job_ok and not combo.findings else Verdict.FAIL,
+                        verdict=Verdict.PASS if job_ok and not blocking else Verdict.FAIL,
                         reason=(combo.job.reason or combo.job.state) if combo.job and not job_ok
-                        else "; ".join(f.message for f in combo.findings[:2]))
+                        else "; ".join(f.message for f in blocking[:2]))
     gated = [r for r in combo.metrics if not r.name.startswith("gate.loss_slope")]
     metrics = StageResult(name="metrics", combo=combo.key, checks=gated,
                           verdict=_verdict_of(gated), reason=_fail_reasons(gated))
@@ -452,6 +472,13 @@ def _read_token(suite: LoadedSuite) -> str | None:
     return text or None
 
 
+def _step(ctx: _Context) -> str:
+    """'[4/9]': this stage or combo among every early stage, combo and closing stage of the run."""
+    ctx.steps_done += 1
+    combos = sum(1 for c in ctx.suite.cells if not ctx.request.only_combo or c.key == ctx.request.only_combo)
+    return f"[{ctx.steps_done}/{len(EARLY_STAGES) + combos + 2}]"
+
+
 def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
     """Submit, poll, watch every node's log; stop the job at the first fatal error line."""
     executor = ctx.executor
@@ -462,7 +489,10 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
     try:
         while True:
             status = executor.poll(handle)
-            fatal = watch.scan(executor.logs(handle))
+            logs = executor.logs(handle)
+            if ctx.on_progress is not None:
+                ctx.on_progress(JobProgress(job.combo, job.nodes, logs[-1] if logs else None, status))
+            fatal = watch.scan(logs)
             if fatal is not None:
                 ctx.on_event(f"  fatal: {fatal.message}")
                 executor.cancel(handle)
@@ -510,7 +540,7 @@ def _baseline_lookup(ctx: _Context, combo: ComboResult) -> BaselineLookup | None
         return None
     cell = next((c for c in ctx.suite.cells if c.key == combo.key), None)
     specs = cell_thresholds(ctx.suite, cell) if cell is not None else None
-    last_n = max((s.last_n for s in (specs or {}).values() if s.kind == "baseline"), default=5)
+    last_n = max((s.last_n for s in (specs or {}).values() if isinstance(s, BaselineThreshold)), default=5)
     return source.lookup_for(ctx.result.card, combo, run_id=ctx.result.run_id, last_n=last_n)
 
 
@@ -622,6 +652,18 @@ def _stray_check(ctx: _Context) -> MetricRow:
 
 # ---- the run card -----------------------------------------------------------------------------
 
+def _precision_ran(suite: LoadedSuite) -> str:
+    """What the cells trained in: on CPUs the trainer computes in fp32 whatever the cell names."""
+    asked = ",".join(sorted({c.precision for c in suite.cells}))
+    return f"FP32 (CPU run; the cells name {asked})" if suite.device == "cpu" else asked
+
+
+def _device(suite: LoadedSuite) -> str:
+    if suite.device == "cpu":
+        return "CPU"
+    return f"GPU ({suite.gpu.name})" if suite.gpu else "GPU"
+
+
 def _run_card(suite: LoadedSuite) -> RunCard:
     import platform
     import socket
@@ -635,7 +677,7 @@ def _run_card(suite: LoadedSuite) -> RunCard:
     return RunCard(suite_name=Path(suite.config_path).stem, model=suite.model.name, model_family=_family(suite),
                    gpu=suite.gpu.name if suite.gpu else "CPU", nodes=suite.nodes, gpus_per_node=suite.gpus_per_node,
                    executor=suite.executor, backend=suite.backend, layout=layout,
-                   precision=",".join(sorted({c.precision for c in suite.cells})),
+                   precision=_precision_ran(suite), device=_device(suite),
                    megapilot_version=megapilot_version, git_commit=_git_commit(),
                    megatron_version=_package_version("megatron-core") if suite.backend == "megapilot" else None,
                    torch_version=_package_version("torch") if suite.backend == "megapilot" else None,

@@ -76,7 +76,7 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
                         enforce=bool(config.enforce_thresholds), baseline=baseline,
                         record_only=measurement.record_only, why_missing=measurement.why_missing,
                         prediction=prediction, departure=why) + built_in
-    return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.errors + measurement.anomalies,
+    return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.findings,
                         timers_ms=measurement.timers_ms)
 
 

@@ -22,61 +22,23 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from megapilot.logs import ErrorRecord, IterationRecord, ParsedLog, ParseOptions, TimerRecord, parse_logs
+from megapilot.diagnose.engine import diagnose_log
+from megapilot.diagnose.findings import EXPLANATIONS, Finding, ranked
+from megapilot.logs import IterationRecord, ParsedLog, ParseOptions, TimerRecord, parse_logs
+from megapilot.logs.records import Evidence
 from megapilot.spec.hardware import GPUSpec
 from megapilot.suite.curves import LossCurveGate, Point, loss_slope
-from megapilot.suite.results import Curve, EvidenceLine, Finding
+from megapilot.suite.metric_table import MEASURED_METRICS, METRICS
+from megapilot.suite.results import Curve, error_findings
 
 PREFIX = "training."
-MAX_EVIDENCE_LINES = 5
 
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """A metric this module measures: its unit and the log line it comes from (named when it is missing)."""
-
-    unit: str
-    expected_line: str
-
-
-_STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
-
-METRICS: dict[str, MetricInfo] = {
-    "training.throughput_per_gpu": MetricInfo(
-        "TFLOP/s/GPU", "iteration lines with `throughput per GPU (TFLOP/s/GPU): X` (Megatron's --log-throughput)"),
-    "training.tokens_per_gpu": MetricInfo(
-        "tok/s/GPU", "iteration lines with `tokens/s/GPU`, or a step time plus GBS and sequence length "
-                     "(arguments block or the combo's settings)"),
-    "training.elapsed_time_per_iteration": MetricInfo("ms", _STEP_TIME_LINE),
-    "training.step_time_p50_ms": MetricInfo("ms", _STEP_TIME_LINE),
-    "training.step_time_p95_ms": MetricInfo("ms", _STEP_TIME_LINE),
-    "training.step_time_cv": MetricInfo("", _STEP_TIME_LINE),
-    "training.mem_usage": MetricInfo(
-        "fraction", "iteration lines with `mem usages: X` (or Primus `hip mem usage/...`), or a "
-                    "`[Rank r] (after N iterations) memory (MB)` report on a known GPU"),
-    "training.max_allocated_gib": MetricInfo(
-        "GiB", "a `[Rank r] (after N iterations) memory (MB) | max allocated: X` report"),
-    "training.mfu_pct": MetricInfo(
-        "%", "a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
-    "training.lm_loss": MetricInfo("", "iteration lines with `lm loss: X`"),
-    "training.lm_loss_first": MetricInfo("", "iteration lines with `lm loss: X`"),
-    "training.grad_norm": MetricInfo("", "iteration lines with `grad norm: X`"),
-    "training.nan_iterations": MetricInfo("iterations", "iteration lines with `number of nan iterations: N`"),
-    "training.skipped_iterations": MetricInfo("iterations", "iteration lines with `number of skipped iterations: N`"),
-    "training.iterations_reached": MetricInfo("iterations", "an `iteration N/M |` line"),
-    "training.scaling_efficiency_pct": MetricInfo(
-        "%", "tokens/s/GPU and a scaling baseline (tokens_per_sec_total > 0)"),
-    "training.loss_slope": MetricInfo("loss/iteration", "at least 2 sampled `lm loss` points after the warm-up"),
-    "training.steps_to_target": MetricInfo("iterations", "a loss at or below the convergence target"),
-    "training.time_to_target_s": MetricInfo("s", "a loss at or below the convergence target, with step times"),
-    "training.final_loss_vs_target": MetricInfo("loss", "a final loss and a convergence target (> 0)"),
-}
 
 # Metrics read from iteration lines (all missing when no node prints one).
 ITERATION_METRICS: tuple[str, ...] = (
@@ -154,8 +116,7 @@ class ComboMeasurement:
     actuals: dict[str, float | None]
     units: dict[str, str]
     curves: list[Curve] = field(default_factory=list)
-    errors: list[Finding] = field(default_factory=list)  # error signatures, one per node and signature
-    anomalies: list[Finding] = field(default_factory=list)  # NaN/Inf values, Megatron's nan/skipped counters
+    findings: list[Finding] = field(default_factory=list)  # diagnose's findings, every node's log on its own
     record_only: dict[str, str] = field(default_factory=dict)  # metric -> why it is recorded, never gated
     why_missing: dict[str, str] = field(default_factory=dict)  # metric -> why it has no value
     notes: list[str] = field(default_factory=list)
@@ -164,8 +125,13 @@ class ComboMeasurement:
     timers_ms: dict[str, float] = field(default_factory=dict)  # Megatron's timers: max across ranks, median
 
     @property
-    def findings(self) -> list[Finding]:
-        return [*self.errors, *self.anomalies]
+    def errors(self) -> list[Finding]:
+        """What fails `gate.no_errors` (the loss's own findings go to the loss gates)."""
+        return error_findings(self.findings)
+
+    @property
+    def nan_findings(self) -> list[Finding]:
+        return [f for f in self.findings if f.category == "nan_loss"]
 
     def curve(self, name: str) -> Curve | None:
         return next((c for c in self.curves if c.name == name), None)
@@ -183,7 +149,7 @@ class _NodeLog:
     path: Path
     parsed: ParsedLog | None
     eval_losses: dict[int, float] = field(default_factory=dict)
-    eval_evidence: dict[int, EvidenceLine] = field(default_factory=dict)
+    eval_evidence: dict[int, Evidence] = field(default_factory=dict)
     cpu_memory_report: bool = False
 
 
@@ -201,9 +167,9 @@ def measure_combo(
     """
     targets = targets or CurveTargets()
     logs = _parse_nodes(node_logs, world_size=world_size, seq_length=seq_length, gbs=gbs)
-    measurement = ComboMeasurement(actuals={name: None for name in METRICS},
-                                   units={name: info.unit for name, info in METRICS.items()})
-    measurement.errors = _error_findings(logs)
+    measurement = ComboMeasurement(actuals={name: None for name in MEASURED_METRICS},
+                                   units={name: METRICS[name].unit for name in MEASURED_METRICS})
+    measurement.findings = _findings(logs, gpu)
     source = _iteration_node(logs)
     records = _counted(source.parsed.iterations) if source and source.parsed else []
     measurement.iteration_node = source.index if source else None
@@ -266,7 +232,7 @@ def _scan_extra_lines(node: _NodeLog) -> None:
                 if found and value is not None:
                     step = int(found.group(1))
                     node.eval_losses[step] = value
-                    node.eval_evidence[step] = EvidenceLine(file=str(node.path), line=line_no, text=text.rstrip("\n"))
+                    node.eval_evidence[step] = Evidence(file=str(node.path), line=line_no, text=text.rstrip("\n"))
             elif CPU_MEMORY_NEEDLE in text:
                 node.cpu_memory_report = True
 
@@ -320,63 +286,26 @@ class _Shape:
 
 # ---- findings -----------------------------------------------------------------------------------------
 
-def _error_findings(logs: list[_NodeLog]) -> list[Finding]:
-    """One finding per node and error signature, with the first lines as evidence; a missing log is one too."""
+def _findings(logs: list[_NodeLog], gpu: GPUSpec | None) -> list[Finding]:
+    """diagnose's findings on each node's log, the node named on each; a node without a log is one too.
+
+    The suite analyses no log itself: the NaN rule, the error signatures and the rest are diagnose's, so
+    `megapilot diagnose` on a node's log says what the suite's gates read."""
     findings: list[Finding] = []
     for node in logs:
         if node.parsed is None:
-            findings.append(Finding(category="missing_log", node=node.index,
-                                    message=f"node {node.index} wrote no training log ({node.path})"))
+            findings.append(Finding("missing_log", "critical", f"node {node.index} wrote no training log",
+                                    [], f"{EXPLANATIONS['missing_log']} ({node.path})", node=node.index))
             continue
-        groups: dict[str, list[ErrorRecord]] = {}
-        for error in node.parsed.errors:
-            groups.setdefault(error.signature, []).append(error)
-        for signature, errors in groups.items():
-            findings.append(_error_finding(node.index, signature, errors))
-    return findings
+        diagnosis = diagnose_log(node.parsed, None, gpu)
+        findings += [replace(f, node=node.index, rank=_first_rank(node.parsed, f)) for f in diagnosis.findings]
+    return ranked(findings)
 
 
-def _error_finding(node: int, signature: str, errors: list[ErrorRecord]) -> Finding:
-    first = errors[0]
-    ranks = sorted({e.rank for e in errors if e.rank is not None})
-    rank_text = f", ranks {', '.join(map(str, ranks))}" if ranks else ""
-    return Finding(
-        category=first.category, node=node, rank=ranks[0] if ranks else None,
-        message=f"{first.category} ({signature}) on node {node}{rank_text}: {len(errors)} line(s), "
-                f"first at {Path(first.file).name}:{first.line}",
-        evidence=[EvidenceLine(file=e.file, line=e.line, text=e.text) for e in errors[:MAX_EVIDENCE_LINES]],
-    )
-
-
-def _anomaly_findings(logs: list[_NodeLog]) -> list[Finding]:
-    """NaN/Inf losses or grad norms, and Megatron's own nan/skipped counters, per node."""
-    findings: list[Finding] = []
-    for node in logs:
-        if node.parsed is None:
-            continue
-        records = node.parsed.iterations
-        nonfinite = [r for r in records if r.has_nonfinite]
-        if nonfinite:
-            findings.append(_records_finding(node.index, "nan_loss", nonfinite,
-                                             f"{len(nonfinite)} iteration line(s) with a NaN/Inf loss or grad norm"))
-        nan_counted = [r for r in records if r.nan_iterations]
-        if nan_counted:
-            total = sum(r.nan_iterations or 0 for r in _counted(nan_counted))
-            findings.append(_records_finding(node.index, "nan_loss", nan_counted,
-                                             f"Megatron counted {total} NaN iteration(s)"))
-        skipped = [r for r in records if r.skipped_iterations]
-        if skipped:
-            total = sum(r.skipped_iterations or 0 for r in _counted(skipped))
-            findings.append(_records_finding(node.index, "skipped_iterations", skipped,
-                                             f"Megatron skipped {total} iteration(s) (loss-scale overflow or a "
-                                             "non-finite gradient)"))
-    return findings
-
-
-def _records_finding(node: int, category: str, records: list[IterationRecord], what: str) -> Finding:
-    return Finding(category=category, node=node, rank=next((r.rank for r in records if r.rank is not None), None),
-                   message=f"{what} on node {node}, first at iteration {records[0].iteration}",
-                   evidence=[EvidenceLine(file=r.file, line=r.line, text=r.text) for r in records[:MAX_EVIDENCE_LINES]])
+def _first_rank(log: ParsedLog, finding: Finding) -> int | None:
+    """The rank of the first error record behind a finding's evidence (None when no record names one)."""
+    lines = {(e.file, e.line) for e in finding.evidence}
+    return next((r.rank for r in log.errors if r.rank is not None and (r.file, r.line) in lines), None)
 
 
 # ---- step time, throughput, tokens --------------------------------------------------------------------
@@ -468,7 +397,6 @@ def _mfu(m: ComboMeasurement, gpu: GPUSpec | None, precision: str, model_flops_p
 
 def _loss_metrics(m: ComboMeasurement, logs: list[_NodeLog], source: _NodeLog | None,
                   records: list[IterationRecord]) -> None:
-    m.anomalies = _anomaly_findings(logs)
     summaries = [n.parsed.summary for n in logs if n.parsed is not None and n.parsed.summary is not None]
     if source is not None and source.parsed is not None and source.parsed.summary is not None:
         m.actuals["training.lm_loss"] = source.parsed.summary.final_loss
@@ -591,11 +519,9 @@ def _span(points: list[Point], index: int) -> int:
 
 
 __all__ = [
-    "METRICS",
     "ComboMeasurement",
     "Convergence",
     "ConvergenceGate",
-    "MetricInfo",
     "ScalingBaseline",
     "measure_combo",
     "measure_convergence",

@@ -6,8 +6,9 @@ with the cluster's runs from the history, calibrates it (`megapilot.estimate.his
 figures stay beside the calibrated ones. `departure` says by how much the step departs and in which component:
 Megatron's timers when the log has them (forward-backward against compute + TP/CP/EP/PP communication + bubble,
 the data-parallel gradient sync against the exposed DP time, the optimizer against the optimizer step), else the
-total step. `PredictedThreshold` is the `predicted` kind: `{"kind": "predicted", "min_ratio": 0.9}` on tokens/s,
-step time or memory passes when the measurement is at least `min_ratio` of the prediction in the good direction.
+total step. `judge_predicted` is the rule of the `predicted` threshold kind: `{"kind": "predicted", "min_ratio":
+0.9}` on tokens/s, step time or memory passes when the measurement is at least `min_ratio` of the prediction in
+the good direction.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
 from megapilot.suite.results import Prediction, Verdict
+from megapilot.suite.thresholds import Outcome
 
 if TYPE_CHECKING:
     from megapilot.estimate.history_calibration import MeasuredRun, RunKey, StepComponents
@@ -193,55 +195,40 @@ def departure(prediction: Prediction | None, measured_step_ms: float | None,
 
 # ---- the `predicted` threshold kind -----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PredictedOutcome:
-    verdict: Verdict
-    reason: str
-    margin_pct: float | None
-
-
-class PredictedThreshold:
-    """`{"kind": "predicted", "min_ratio": 0.9}`: the measurement within `min_ratio` of the calibrated prediction,
-    in the metric's good direction (tokens/s at least 0.9x predicted; step time and memory at most 1/0.9x)."""
-
-    kind = "predicted"
-
-    @staticmethod
-    def describe(min_ratio: float) -> str:
-        return f">= {min_ratio:g} x predicted"
-
-    @staticmethod
-    def judge(name: str, value: float, min_ratio: float, prediction: Prediction | None,
-              why: Departure | None) -> PredictedOutcome:
-        metric = PREDICTED_METRICS.get(name)
-        if metric is None:
-            known = ", ".join(PREDICTED_METRICS)
-            return PredictedOutcome(Verdict.FAIL, f"megapilot predicts no {name}: gate one of {known}", None)
-        predicted = getattr(prediction, metric.field) if prediction is not None else None
-        if prediction is None or predicted is None or not predicted > 0:
-            note = prediction.note if prediction is not None and prediction.note else "no prediction for this combo"
-            return PredictedOutcome(Verdict.RECORD, f"not gated: {note}", None)
-        if not prediction.calibration_runs:  # physics alone is no gate: the cluster's own runs make it one
-            return PredictedOutcome(Verdict.RECORD, f"not gated: the prediction is not calibrated on this cluster yet "
-                                                    f"({prediction.calibration or 'no runs'}); recorded, it "
-                                                    "calibrates the next run's", None)
-        ratio = value / predicted if metric.higher_is_better else predicted / value if value > 0 else math.inf
-        passed = ratio >= min_ratio
-        text = (f"{value:g} is {value / predicted:.2f}x the calibrated prediction {predicted:g} "
-                f"({'>=' if passed else '<'} {min_ratio:g} in the good direction)")
-        if not passed and why is not None:
-            text += f": {why.sentence}"
-        return PredictedOutcome(Verdict.PASS if passed else Verdict.FAIL, text,
-                                (ratio - min_ratio) / min_ratio * 100 if min_ratio else None)
+def judge_predicted(name: str, value: float, min_ratio: float, prediction: Prediction | None,
+                    why: Departure | None) -> Outcome:
+    """The `predicted` kind's rule (`megapilot.suite.thresholds.PredictedThreshold`): tokens/s at least `min_ratio`
+    of the calibrated prediction, step time and memory at most 1/`min_ratio` of it. An uncalibrated prediction only
+    records: physics alone is no gate, the cluster's own runs make it one."""
+    metric = PREDICTED_METRICS.get(name)
+    if metric is None:
+        known = ", ".join(PREDICTED_METRICS)
+        return Outcome(Verdict.FAIL, f"megapilot predicts no {name}: gate one of {known}")
+    predicted = getattr(prediction, metric.field) if prediction is not None else None
+    if prediction is None or predicted is None or not predicted > 0:
+        note = prediction.note if prediction is not None and prediction.note else "no prediction for this combo"
+        return Outcome(Verdict.RECORD, f"not gated: {note}")
+    if not prediction.calibration_runs:
+        return Outcome(Verdict.RECORD, f"not gated: the prediction is not calibrated on this cluster yet "
+                                       f"({prediction.calibration or 'no runs'}); recorded, it calibrates the next "
+                                       "run's")
+    ratio = value / predicted if metric.higher_is_better else predicted / value if value > 0 else math.inf
+    passed = ratio >= min_ratio
+    text = (f"{value:g} is {value / predicted:.2f}x the calibrated prediction {predicted:g} "
+            f"({'>=' if passed else '<'} {min_ratio:g} in the good direction)")
+    if not passed and why is not None:
+        text += f": {why.sentence}"
+    return Outcome(Verdict.PASS if passed else Verdict.FAIL, text,
+                   (ratio - min_ratio) / min_ratio * 100 if min_ratio else None)
 
 
 __all__ = [
     "COMPONENTS",
     "PREDICTED_METRICS",
     "Departure",
-    "PredictedThreshold",
     "calibrated_prediction",
     "components_ms",
     "departure",
+    "judge_predicted",
     "predict_combo",
 ]

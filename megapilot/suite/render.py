@@ -73,12 +73,15 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
     if cell.skip_reason:
         return base.model_copy(update={"skipped": cell.skip_reason})
     from megapilot.launch import render_launch
+    from megapilot.launch.flags import LauncherCannotRun
 
     try:
         plan = build_plan(suite, cell, train_iters=train_iters)
         options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
                                  load_dir=load_dir, load_step=load_step)
         launch = render_launch(plan, options)
+    except LauncherCannotRun as exc:  # this backend cannot train the cell at all: skipped, the others run
+        return base.model_copy(update={"skipped": f"the {suite.backend} backend cannot run it: {exc.problem}"})
     except (MegapilotError, ValueError) as exc:  # ValueError: a spec refusing the merged values
         return base.model_copy(update={"error": " ".join(str(exc).split())})
     return base.model_copy(update={

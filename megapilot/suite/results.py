@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.compat import StrEnum
+from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
 from megapilot.suite.budget import BudgetProjection
 
 # NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
@@ -65,26 +66,13 @@ class MetricRow(BaseModel):
     enforced: bool = True
 
 
-class EvidenceLine(BaseModel):
-    """A line of a log that backs a finding."""
-
-    model_config = _STRICT
-
-    file: str
-    line: int
-    text: str
+# The loss's own health is judged by the loss gates (finite loss, slope, convergence), not as an error.
+LOSS_CATEGORIES = frozenset({"nan_loss", "loss_spike", "loss_divergence"})
 
 
-class Finding(BaseModel):
-    """An error signature or rule hit in a combo's logs (node/rank named when known)."""
-
-    model_config = _STRICT
-
-    category: str = Field(description="oom, nccl_timeout, nan_loss, hang, process_crash, ...")
-    message: str
-    node: int | None = None
-    rank: int | None = None
-    evidence: list[EvidenceLine] = Field(default_factory=list)
+def error_findings(findings: list[Finding]) -> list[Finding]:
+    """The findings that fail a combo's `gate.no_errors` and its train stage: blocking, and not about the loss."""
+    return [f for f in findings if f.blocking and f.category not in LOSS_CATEGORIES]
 
 
 class Curve(BaseModel):
@@ -209,7 +197,8 @@ class RunCard(BaseModel):
     executor: str
     backend: str
     layout: str = Field(default="", description="e.g. 'TP=1,PP=1,CP=1,EP=1,DP=2'.")
-    precision: str = ""
+    precision: str = Field(default="", description="What the cells trained in (FP32 on a CPU run, whatever asked).")
+    device: str = Field(default="", description="CPU, or GPU (its name): where the training ran.")
     megapilot_version: str = ""
     git_commit: str | None = None
     megatron_version: str | None = None
@@ -258,6 +247,8 @@ class SuiteResult(BaseModel):
     stages: list[StageResult] = Field(default_factory=list)
     combos: list[ComboResult] = Field(default_factory=list)
     regressions: list[Regression] = Field(default_factory=list, description="Filled from the run history.")
+    regressions_enforced: bool = Field(default=False, description="A regression beyond its band fails the run "
+                                                                  "(regressions.enforce / --enforce-regressions).")
     notes: list[str] = Field(default_factory=list, description="What the user should know (defaults taken...).")
     budget: BudgetProjection | None = Field(default=None, description="The config's token budget, projected from "
                                                                       "what the run measured.")
@@ -304,10 +295,10 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
 
 
 __all__ = [
+    "LOSS_CATEGORIES",
     "SUITE_RESULT_NAME",
     "ComboResult",
     "Curve",
-    "EvidenceLine",
     "Finding",
     "JobSummary",
     "MetricRow",
@@ -317,6 +308,7 @@ __all__ = [
     "StageResult",
     "SuiteResult",
     "Verdict",
+    "error_findings",
     "overall_verdict",
     "read_suite_result",
 ]

@@ -6,11 +6,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from megapilot.suite.outcome import RunStatus, run_outcome
 from megapilot.suite.results import MetricRow, SuiteResult, Verdict
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+OUTCOME_STYLE = {RunStatus.PASS: "bold green", RunStatus.WARN: "bold dark_orange", RunStatus.FAIL: "bold red",
+                 RunStatus.RECORD: "dim", RunStatus.SKIPPED: "yellow", RunStatus.INTERRUPTED: "bold yellow"}
 VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.RECORD: "dim", Verdict.SKIPPED: "yellow"}
 
 
@@ -32,10 +35,13 @@ def _rows(rows: list[MetricRow]) -> list[dict[str, object]]:
 
 def result_json(result: SuiteResult) -> dict[str, object]:
     """The stable `megapilot suite run --json` schema: verdict first, then stages, combos, run directory."""
+    outcome = run_outcome(result)
     return {
-        "verdict": result.verdict.value,
-        "reason": result.reason,
+        "verdict": outcome.status.value,
+        "reason": outcome.summary,
         "finished": result.finished,
+        "exit_code": outcome.exit_code,
+        "gates_verdict": result.verdict.value,
         "run_id": result.run_id,
         "run_dir": result.run_dir,
         "stages": [{"name": s.name, "combo": s.combo, "verdict": s.verdict.value, "reason": s.reason,
@@ -44,7 +50,7 @@ def result_json(result: SuiteResult) -> dict[str, object]:
                     "directory": c.directory, "metrics": _rows(c.metrics),
                     "predicted": c.predicted.model_dump() if c.predicted else None,
                     "job": c.job.model_dump() if c.job else None,
-                    "findings": [f.model_dump() for f in c.findings]} for c in result.combos],
+                    "findings": [f.to_dict() for f in c.findings]} for c in result.combos],
         "regressions": [r.model_dump() for r in result.regressions],
     }
 
@@ -54,7 +60,9 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"suite {result.card.suite_name} — {result.run_id}", show_lines=False)
+    name = result.card.suite_name
+    title = f"{name} — {result.run_id}" if "suite" in name.lower() else f"suite {name} — {result.run_id}"
+    table = Table(title=title, show_lines=False)
     for column in ("stage", "combo", "verdict", "time (s)", "reason"):
         table.add_column(column, overflow="fold")
     for stage in result.stages:
@@ -71,9 +79,10 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     for regression in result.regressions:
         marker = "[bold red]regression[/]" if regression.worse else "[green]improvement[/]"
         console.print(f"{marker} {escape(regression.combo)}: {escape(regression.message)}", highlight=False)
-    style = VERDICT_STYLE[result.verdict]
-    console.print(f"\n[{style}]{result.verdict.value}[/] — {escape(result.reason) if result.reason else ''}"
-                  f" run directory: {escape(result.run_dir)}", highlight=False, soft_wrap=True)
+    outcome = run_outcome(result)
+    style = OUTCOME_STYLE[outcome.status]
+    console.print(f"\n[{style}]{outcome.status.value}[/] — {escape(outcome.summary)}"
+                  f"\nrun directory: {escape(result.run_dir)}", highlight=False, soft_wrap=True)
 
 
 __all__ = ["print_summary", "result_json"]

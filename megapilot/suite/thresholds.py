@@ -9,7 +9,9 @@
       }
     }
 
-Kinds (CVS's, plus `baseline`):
+Kinds (CVS's, plus `baseline`), one class each: the spec is a discriminated union on `kind`, and each class
+says how its gate reads (`describe`) and judges a measured value (`judge`). A new kind is one class added to
+`ThresholdSpec`.
     min / min_tok_s   actual >= value
     max / max_ms      actual <= value
     within            value*(1-p/100) <= actual <= value*(1+p/100), p = tolerance_pct
@@ -20,75 +22,261 @@ Kinds (CVS's, plus `baseline`):
     predicted         at least `min_ratio` of megapilot's (calibrated) prediction for the combo, in the metric's
                       good direction: `{"kind": "predicted", "min_ratio": 0.9}` (megapilot.suite.predicted)
 `optional: true`: a metric that is missing is SKIPPED instead of FAIL. Keys starting with `_` are comments.
+Margins are in %, positive inside the gate and negative outside; a value at the bound passes with margin 0.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-ThresholdKind = Literal["min", "min_tok_s", "max", "max_ms", "within", "min_ratio", "info", "baseline", "predicted"]
-THRESHOLD_KINDS: tuple[str, ...] = ("min", "min_tok_s", "max", "max_ms", "within", "min_ratio", "info", "baseline",
-                                    "predicted")
+from megapilot.suite.metric_table import METRICS
+from megapilot.suite.results import Verdict
+
+if TYPE_CHECKING:
+    from megapilot.suite.predicted import Departure
+    from megapilot.suite.results import Prediction
+
 DEFAULT_CELL = "default"
 
 
-class ThresholdSpec(BaseModel):
-    """One metric's gate inside a threshold cell."""
+@dataclass(frozen=True)
+class BaselineStats:
+    """What the run history says about one metric: the median of its last passing runs."""
+
+    median: float
+    runs: int
+
+
+class BaselineLookup(Protocol):
+    """The caller's view of history: a metric's baseline, or None when there is none yet."""
+
+    def __call__(self, metric: str) -> BaselineStats | None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A gate's result before enforcement: PASS/FAIL (or RECORD/SKIPPED) with its reason and margin."""
+
+    verdict: Verdict
+    reason: str = ""
+    margin_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class GateInput:
+    """What a gate judges: the metric, its value, the cell's other actuals, the history, why it may be missing."""
+
+    name: str
+    value: float | None
+    actuals: Mapping[str, float | None]
+    baseline: BaselineLookup | None = None
+    missing_reason: str | None = None
+    prediction: Prediction | None = None  # what megapilot predicted for the combo, before it ran
+    departure: Departure | None = None  # where the measured step departs from that prediction
+
+
+class _Threshold(BaseModel):
+    """What every kind shares: `optional`, CVS's extra keys kept, and the order of the checks."""
 
     model_config = ConfigDict(extra="allow")  # CVS files carry comments and future fields; unknown keys are kept
 
-    kind: ThresholdKind
-    value: float | None = None
-    tolerance_pct: float | None = Field(default=None, ge=0)
-    reference: str | None = Field(default=None, description="min_ratio: the metric the ratio is taken against.")
     optional: bool = False
-    last_n: int = Field(default=5, ge=1, description="baseline: how many earlier passing runs make the median.")
-    min_ratio: float | None = Field(default=None, gt=0, le=1,
-                                    description="predicted: the least measured / predicted ratio (good direction).")
-
-    @model_validator(mode="after")
-    def _fields_of_kind(self) -> ThresholdSpec:
-        if self.kind in ("min", "min_tok_s", "max", "max_ms", "within", "min_ratio") and self.value is None:
-            raise ValueError(f"kind {self.kind!r} needs a numeric 'value'")
-        if self.kind in ("within", "baseline") and self.tolerance_pct is None:
-            raise ValueError(f"kind {self.kind!r} needs 'tolerance_pct'")
-        if self.kind == "predicted" and self.min_ratio is None:
-            raise ValueError("kind 'predicted' needs 'min_ratio' (e.g. 0.9: within 10 % of the prediction)")
-        if self.kind == "min_ratio" and not self.reference:
-            raise ValueError("kind 'min_ratio' needs 'reference' (the metric the ratio is taken against)")
-        return self
 
     def describe(self) -> str:
-        """The gate as a short text: '>= 100', '<= 500 ms', '100 +/-5%', '>= 0.9 x ref', 'info'."""
-        value = _short(self.value)
-        if self.kind in ("min", "min_tok_s"):
-            return f">= {value}"
-        if self.kind == "max":
-            return f"<= {value}"
-        if self.kind == "max_ms":
-            return f"<= {value} ms"
-        if self.kind == "within":
-            return f"{value} +/-{_short(self.tolerance_pct)}%"
-        if self.kind == "min_ratio":
-            return f">= {value} x {self.reference}"
-        if self.kind == "predicted":
-            from megapilot.suite.predicted import PredictedThreshold
+        raise NotImplementedError
 
-            return PredictedThreshold.describe(self.min_ratio or 0.0)
-        if self.kind == "baseline":
-            return f"median of last {self.last_n} passing runs +/-{_short(self.tolerance_pct)}%"
-        return "info" if self.value is None else f"info ({value})"
+    def judge(self, gate: GateInput) -> Outcome:
+        """Missing, then not finite, then the kind's own rule on a finite value."""
+        if gate.value is None:
+            return self._missing(gate)
+        if not math.isfinite(gate.value):
+            return Outcome(Verdict.FAIL, f"value is {gate.value} (not a finite number)")
+        return self.judge_value(gate.value, gate)
 
+    def judge_value(self, value: float, gate: GateInput) -> Outcome:
+        raise NotImplementedError
 
-def _short(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value:g}"
+    def _missing(self, gate: GateInput) -> Outcome:
+        if self.optional:
+            return Outcome(Verdict.SKIPPED, f"optional, not measured ({gate.missing_reason or 'not in the log'})")
+        expected = (METRICS[gate.name].expected_line if gate.name in METRICS else None) or "a line that reports it"
+        why = f" ({gate.missing_reason})" if gate.missing_reason else ""
+        return Outcome(Verdict.FAIL, f"missing from the log{why}; expected {expected}")
 
 
+class MinThreshold(_Threshold):
+    kind: Literal["min", "min_tok_s"]
+    value: float
+
+    def describe(self) -> str:
+        return f">= {self.value:g}"
+
+    def judge_value(self, value: float, gate: GateInput) -> Outcome:
+        passed = value >= self.value
+        return Outcome(Verdict.PASS if passed else Verdict.FAIL,
+                       f"{value:g} {'>=' if passed else '<'} {self.value:g}", _margin(value - self.value, self.value))
+
+
+class MaxThreshold(_Threshold):
+    kind: Literal["max", "max_ms"]
+    value: float
+
+    @property
+    def unit(self) -> str:
+        return " ms" if self.kind == "max_ms" else ""
+
+    def describe(self) -> str:
+        return f"<= {self.value:g}{self.unit}"
+
+    def judge_value(self, value: float, gate: GateInput) -> Outcome:
+        passed = value <= self.value
+        return Outcome(Verdict.PASS if passed else Verdict.FAIL,
+                       f"{value:g}{self.unit} {'<=' if passed else '>'} {self.value:g}{self.unit}",
+                       _margin(self.value - value, self.value))
+
+
+class WithinThreshold(_Threshold):
+    kind: Literal["within"]
+    value: float
+    tolerance_pct: float = Field(ge=0)
+
+    def describe(self) -> str:
+        return f"{self.value:g} +/-{self.tolerance_pct:g}%"
+
+    def judge_value(self, value: float, gate: GateInput) -> Outcome:
+        return band(value, self.value, self.tolerance_pct, "")
+
+
+class MinRatioThreshold(_Threshold):
+    kind: Literal["min_ratio"]
+    value: float
+    reference: str = Field(min_length=1, description="The metric the ratio is taken against.")
+
+    def describe(self) -> str:
+        return f">= {self.value:g} x {self.reference}"
+
+    def judge_value(self, value: float, gate: GateInput) -> Outcome:
+        reference, actuals = self.reference, gate.actuals
+        ref_value = actuals.get(reference)
+        if reference not in actuals and reference not in METRICS:
+            return Outcome(Verdict.FAIL, f"reference {unknown_name(reference, actuals)}")
+        if ref_value is None or not math.isfinite(ref_value) or ref_value == 0:
+            if self.optional:
+                return Outcome(Verdict.SKIPPED, f"optional; reference {reference} is {ref_value}, no ratio")
+            return Outcome(Verdict.FAIL, f"reference {reference} is {ref_value}: no ratio can be taken")
+        ratio = value / ref_value
+        passed = ratio >= self.value
+        return Outcome(Verdict.PASS if passed else Verdict.FAIL,
+                       f"{value:g} / {reference} {ref_value:g} = {ratio:g} {'>=' if passed else '<'} {self.value:g}",
+                       _margin(ratio - self.value, self.value))
+
+
+class InfoThreshold(_Threshold):
+    kind: Literal["info"]
+    value: float | None = None
+
+    def describe(self) -> str:
+        return "info" if self.value is None else f"info ({self.value:g})"
+
+    def judge(self, gate: GateInput) -> Outcome:
+        return Outcome(Verdict.RECORD, "info: recorded, never gated" if gate.value is not None
+                       else f"info: not measured ({gate.missing_reason or 'not in the log'})")
+
+
+class BaselineThreshold(_Threshold):
+    kind: Literal["baseline"]
+    tolerance_pct: float = Field(ge=0)
+    last_n: int = Field(default=5, ge=1, description="How many earlier passing runs make the median.")
+
+    def describe(self) -> str:
+        return f"median of last {self.last_n} passing runs +/-{self.tolerance_pct:g}%"
+
+    def judge_value(self, value: float, gate: GateInput) -> Outcome:
+        stats = gate.baseline(gate.name) if gate.baseline is not None else None
+        if stats is None or stats.runs <= 0:
+            return Outcome(Verdict.RECORD, "no history yet for this model/layout/GPU: recorded as the first baseline")
+        return band(value, stats.median, self.tolerance_pct, f" of the median of {stats.runs} run(s)")
+
+
+class PredictedThreshold(_Threshold):
+    """The measurement within `min_ratio` of the combo's calibrated prediction, in the metric's good direction."""
+
+    kind: Literal["predicted"]
+    min_ratio: float = Field(gt=0, le=1, description="The least measured / predicted ratio (good direction).")
+
+    def describe(self) -> str:
+        return f">= {self.min_ratio:g} x predicted"
+
+    def judge_value(self, value: float, gate: GateInput) -> Outcome:
+        from megapilot.suite.predicted import judge_predicted
+
+        return judge_predicted(gate.name, value, self.min_ratio, gate.prediction, gate.departure)
+
+
+ThresholdSpec = Annotated[
+    MinThreshold | MaxThreshold | WithinThreshold | MinRatioThreshold | InfoThreshold | BaselineThreshold
+    | PredictedThreshold,
+    Field(discriminator="kind"),
+]
+_SPEC = TypeAdapter(ThresholdSpec)
+THRESHOLD_KINDS: tuple[str, ...] = tuple(
+    kind for spec in get_args(get_args(ThresholdSpec)[0]) for kind in get_args(spec.model_fields["kind"].annotation))
 # A threshold table: cell key -> metric name -> spec. Comment keys (leading `_`) are dropped on load.
 ThresholdTable = dict[str, dict[str, ThresholdSpec]]
 
-__all__ = ["DEFAULT_CELL", "THRESHOLD_KINDS", "ThresholdKind", "ThresholdSpec", "ThresholdTable"]
+
+def parse_threshold(data: Any) -> ThresholdSpec:
+    """One spec from a threshold file; a ValueError naming what its kind needs when it is incomplete."""
+    try:
+        return _SPEC.validate_python(data)
+    except ValidationError as exc:
+        raise ValueError(_problem(exc.errors()[0], data)) from None
+
+
+def threshold(**fields: Any) -> ThresholdSpec:
+    """A spec from keyword fields: `threshold(kind="min", value=100)`."""
+    return parse_threshold(fields)
+
+
+def _problem(error: Any, data: Any) -> str:
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        return f"kind {kind!r} is not a threshold kind (use one of {', '.join(THRESHOLD_KINDS)})"
+    field = ".".join(str(part) for part in error["loc"][1:])
+    if error["type"] == "missing":
+        what = "a numeric 'value'" if field == "value" else repr(field)
+        return f"kind {kind!r} needs {what}"
+    return f"{field}: {error['msg']}"
+
+
+def band(value: float, centre: float, tolerance_pct: float, what: str) -> Outcome:
+    """Inside [centre(1-p), centre(1+p)]; the margin is the distance to the nearer bound."""
+    low, high = centre * (1 - tolerance_pct / 100.0), centre * (1 + tolerance_pct / 100.0)
+    low, high = min(low, high), max(low, high)
+    passed = low <= value <= high
+    inside = min(value - low, high - value)
+    text = f"{value:g} {'inside' if passed else 'outside'} [{low:g}, {high:g}] ({centre:g} +/-{tolerance_pct:g}%{what})"
+    return Outcome(Verdict.PASS if passed else Verdict.FAIL, text, _margin(inside, centre))
+
+
+def unknown_name(name: str, actuals: Mapping[str, float | None]) -> str:
+    known = sorted(set(METRICS) | set(actuals))
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known metrics: {', '.join(known)}"
+    return f"unknown metric {name!r}: nothing measures it{hint}"
+
+
+def _margin(distance: float, scale: float) -> float | None:
+    return distance / abs(scale) * 100.0 if scale else None
+
+
+__all__ = ["DEFAULT_CELL", "THRESHOLD_KINDS", "BaselineLookup", "BaselineStats", "BaselineThreshold", "GateInput",
+           "InfoThreshold", "MaxThreshold", "MinRatioThreshold", "MinThreshold", "Outcome", "PredictedThreshold",
+           "ThresholdSpec",
+           "ThresholdTable", "WithinThreshold", "band", "parse_threshold", "threshold", "unknown_name"]

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from megapilot.diagnose.findings import EXPLANATIONS, Finding
+from megapilot.logs.records import Evidence
 from megapilot.logs.signatures import match_line
-from megapilot.suite.results import EvidenceLine, Finding
 
 # Categories after which a training job cannot finish well. process_crash is left to the executor
 # (it sees the exit code and names the rank); config_error ends the job by itself within seconds.
@@ -64,10 +65,11 @@ class FatalWatch:
             text = raw.decode("utf-8", "replace").rstrip("\r")
             signature = match_line(text)
             if signature is not None and signature.category in FATAL_CATEGORIES:
-                evidence = EvidenceLine(file=str(path), line=cursor.line_no, text=text[:MAX_LINE_CHARS])
-                return Finding(category=signature.category, node=node, evidence=[evidence],
-                               message=f"{signature.category} on node {node} ({path.name} line {cursor.line_no}): "
-                                       f"{text.strip()[:300]}")
+                evidence = Evidence(file=str(path), line=cursor.line_no, text=text[:MAX_LINE_CHARS])
+                return Finding(category=signature.category, severity="critical",
+                               title=f"{signature.category} ({path.name} line {cursor.line_no}): "
+                                     f"{text.strip()[:300]}",
+                               evidence=[evidence], cause=EXPLANATIONS[signature.category], node=node)
         return None
 
 

@@ -97,7 +97,8 @@ def test_an_interrupted_run_resumed_reruns_only_the_unfinished_combo(tmp_path: P
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-2000:]
     interrupted = json.loads(stdout)
-    assert interrupted["finished"] is False and interrupted["verdict"] == "FAIL"
+    assert interrupted["finished"] is False and interrupted["verdict"] == "INTERRUPTED"
+    assert interrupted["gates_verdict"] == "FAIL" and interrupted["exit_code"] == 130
     assert [c["key"] for c in interrupted["combos"]] == [FIRST]  # the finished combo is kept
     assert Path(interrupted["run_dir"], "report.html").is_file()
 

@@ -251,3 +251,19 @@ def _marker_under(proc: psutil.Process, run_dir: Path) -> bool:
         return proc.environ().get("MEGAPILOT_JOB_DIR", "").startswith(str(run_dir))
     except (psutil.Error, OSError):
         return False
+
+
+def test_piped_run_shows_stages_progress_and_ends_with_the_paths(tmp_path: Path) -> None:
+    config = _tiny_local(tmp_path)
+
+    first = json.loads(config.read_text())["sweep"]["runs"][0]
+    done = _megapilot("suite", "run", str(config), "--out", str(tmp_path / "runs"), "--stage", "train",
+                      "--combo", first, env=_env(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert any(line.startswith("[1/") and "stage prepare" in line for line in lines), done.stderr[-3000:]
+    assert any("following " in line and line.endswith("training.log") for line in lines)
+    progress = [line for line in lines if ": iteration " in line]
+    assert progress and all(" s/it" in line or "iteration 0/" in line for line in progress[1:])
+    assert [line.split(":")[0] for line in lines[-3:]] == ["report", "run deck", "JUnit"]
+    assert all(Path(line.split(": ", 1)[1]).is_file() for line in lines[-3:])

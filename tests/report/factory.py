@@ -12,10 +12,10 @@ import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from megapilot.logs.records import Evidence
 from megapilot.suite.results import (
     ComboResult,
     Curve,
-    EvidenceLine,
     Finding,
     JobSummary,
     MetricRow,
@@ -101,10 +101,11 @@ def failing_combo() -> ComboResult:
         curves=_curves(6, base_ms=2050.0, tokens=1900.0) + [Curve(name="lr", points=[(1, 1e-4), (2, float("nan"))])],
         predicted=Prediction(step_time_ms=1900.0, tokens_per_s_per_gpu=4300.0, memory_gib=78.0,
                              note="predicted to fit with 2 GiB to spare"),
-        findings=[Finding(category="oom", message="CUDA out of memory while allocating 2.00 GiB", node=0, rank=1,
-                          evidence=[EvidenceLine(file="MBS=2,GBS=16,PRECISION=FP8/out-node0/training.log",
+        findings=[Finding(category="oom", severity="critical", title="CUDA out of memory while allocating 2.00 GiB",
+                          cause="a GPU ran out of memory", node=0, rank=1,
+                          evidence=[Evidence(file="MBS=2,GBS=16,PRECISION=FP8/out-node0/training.log",
                                                  line=oom_line, text=ANSI_LINE),
-                                    EvidenceLine(file="MBS=2,GBS=16,PRECISION=FP8/out-node0/training.log",
+                                    Evidence(file="MBS=2,GBS=16,PRECISION=FP8/out-node0/training.log",
                                                  line=oom_line + 1, text=HOSTILE_LINE)])],
         job=JobSummary(executor="local", job_id="4712", state="FAILED", exit_code=1, reason="rank 1 exited with 1",
                        iterations_reached=6, train_iters=20, duration_s=40.2,
@@ -139,7 +140,8 @@ def suite_result(run_dir: Path) -> SuiteResult:
         reason="1 of 2 combos failed: MBS=2,GBS=16,PRECISION=FP8 (CUDA out of memory)",
         card=RunCard(suite_name="megatron-single-node", model="llama3-tiny", model_family="llama", gpu="H100",
                      nodes=1, gpus_per_node=2, executor="local", backend="megapilot", layout="TP=1,PP=1,CP=1,EP=1,DP=2",
-                     precision="BF16", megapilot_version="0.1.0", git_commit="0123456789abcdef0123456789abcdef01234567",
+                     precision="BF16", device="GPU (H100)",
+                     megapilot_version="0.1.0", git_commit="0123456789abcdef0123456789abcdef01234567",
                      megatron_version="0.16.1", torch_version="2.13.0", python_version="3.11.9", host="node-a",
                      config_file="examples/suites/single_node.json", cluster_file="examples/clusters/local.json",
                      threshold_file="examples/suites/thresholds.json", config_hash="ab" * 32),

@@ -34,3 +34,18 @@ def test_memory_chart_names_an_unknown_capacity(tmp_path):
     result.card.gpu = "mystery-gpu"
     memory = build_charts(result, capacity_gib=None).overview[2]
     assert "capacity of mystery-gpu unknown to the catalog" in memory.title
+
+
+def test_sweep_chart_draws_bars_for_what_was_measured_and_leaves_smoke_out(tmp_path):
+    from megapilot.report.charts import sweep_chart
+
+    result = suite_result(tmp_path)
+    smoke = result.combos[0].model_copy(update={"key": "smoke"})
+    result.combos = [smoke, *result.combos]
+    for combo in result.combos:  # a run that measured no TFLOP/s: no TFLOP/s panel (no -1..1 axis)
+        combo.metrics = [row for row in combo.metrics if row.name != "training.throughput_per_gpu"]
+        combo.curves = [curve for curve in combo.curves if curve.name != "tflops_per_gpu"]
+    html = sweep_chart(result).html or ""
+    assert '"type":"bar"' in html and '"mode":"lines' not in html  # categorical cells: bars, never joined
+    assert "TFLOP" not in html and '"text":"Tokens\\u002fs\\u002fGPU"' in html  # plotly writes / as \u002f
+    assert '"smoke"' not in html  # a check, not a sweep cell

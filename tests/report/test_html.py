@@ -76,9 +76,10 @@ def test_banner_run_card_and_results_table(rendered, page):
     for text in ("0123456789abcdef0123456789abcdef01234567", "examples/suites/thresholds.json", "ab" * 32,
                  "TP=1,PP=1,CP=1,EP=1,DP=2", "examples/clusters/local.json"):
         assert text in html
-    rows = page.with_class("result-row")
-    assert len(rows) == len(rendered.result.stages) + len(rendered.result.combos)
-    assert {row["data-verdict"] for row in rows} == {"PASS", "FAIL", "SKIPPED", "RECORD"}
+    rows = page.with_class("result-row")  # one per combo: the stages are the lifecycle table's, not listed twice
+    assert len(rows) == len(rendered.result.combos)
+    assert {row["data-verdict"] for row in rows} == {"PASS", "FAIL"}
+    assert "suite suite" not in html and "Device" in html
 
 
 def test_metric_panels_show_every_verdict_with_threshold_and_margin(rendered, page):
@@ -86,9 +87,15 @@ def test_metric_panels_show_every_verdict_with_threshold_and_margin(rendered, pa
     assert len(rows) == sum(len(c.metrics) for c in rendered.result.combos)
     assert {row["data-verdict"] for row in rows} == {"PASS", "FAIL", "SKIPPED", "RECORD"}
     html = rendered.html
-    assert "&gt;= 3000" in html and "+21.7 %" in html and "-37.1 %" in html
+    # the gate as a person reads it, with the metric's label and unit; the margin stays as the cell's title
+    assert "3,650 tokens/s vs \u2265 3000" in html and "+21.7 %" in html and "-37.1 %" in html
+    assert "tokens/s/GPU</td>" in html
     assert "optional metric missing from the log" in html
-    assert ">nan<" in html  # a NaN loss is shown as such, not as a number
+    assert ">nan" in html  # a NaN loss is shown as such, not as a number
+    for panel in html.split('<div class="metric-panel"')[1:]:
+        gates, _, recorded = panel.partition('<details class="recorded">')
+        assert 'data-verdict="RECORD"' not in gates  # records are folded below the gates
+        assert "not gated" in recorded.split("</details>")[0] or not recorded
 
 
 def test_predictions_regressions_and_findings(rendered):

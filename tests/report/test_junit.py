@@ -36,7 +36,7 @@ def _cases(suite) -> dict[tuple[str, str], object]:
 def test_one_case_per_stage_combo_and_metric_row(suite, rendered):
     result = rendered.result
     expected = (len(result.stages) + sum(len(s.checks) for s in result.stages) + len(result.combos)
-                + sum(len(c.metrics) for c in result.combos))
+                + sum(len(c.metrics) for c in result.combos) + sum(r.worse for r in result.regressions))
     assert suite.tests == expected == len(list(suite))
     cases = _cases(suite)
     assert ("megapilot.suite.prepare", "prepare") in cases
@@ -54,8 +54,9 @@ def test_fail_is_a_failure_skipped_is_skipped_record_passes_with_a_property(suit
                              (f"megapilot.suite.{FAILING}", "training.tokens_per_gpu")])
     skipped = sorted(key for key, case in cases.items() if any(isinstance(r, Skipped) for r in case.result))
     assert skipped == sorted([("megapilot.suite.tokenizer", "tokenizer"),
-                              (f"megapilot.suite.{PASSING}", "training.grad_norm")])
-    assert (suite.failures, suite.skipped, suite.errors) == (4, 2, 0)
+                              (f"megapilot.suite.{PASSING}", "training.grad_norm"),
+                              (f"megapilot.suite.{PASSING}", "regression training.tokens_per_gpu")])  # a WARN
+    assert (suite.failures, suite.skipped, suite.errors) == (4, 3, 0)
     recorded = cases[(f"megapilot.suite.{PASSING}", "training.lm_loss")]
     assert recorded.is_passed
     assert properties[(f"megapilot.suite.{PASSING}", "training.lm_loss")]["verdict"] == "RECORD"

@@ -134,8 +134,9 @@ def test_predicted_against_measured(deck):
 def test_regressions_findings_and_summary(deck):
     assert deck["regressions"][0]["message"] == "tokens/s -8.3 % vs the median of the last 5 runs"
     assert deck["regressions"][0]["cell_id"] == PASSING
-    assert [(f["cell_id"], f["category"], f["rank"]) for f in deck["findings"]] == [(FAILING, "oom", 1)]
-    assert deck["findings"][0]["evidence"][0]["line"] == 412
+    assert [(cell, f["category"], f["rank"]) for cell, found in deck["findings"].items() for f in found] == [
+        (FAILING, "oom", 1)]
+    assert deck["findings"][FAILING][0]["evidence"][0]["line"] == 412
     assert deck["summary"] == {"mode": "sweep", "total_cells": 2, "passed": 1, "failed": 1, "recorded": 0,
                                "not_run": 0}
 

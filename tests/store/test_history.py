@@ -168,9 +168,17 @@ def test_compare_gives_delta_and_direction_per_combo_and_metric(history: History
     assert (tokens.value_a, tokens.value_b, tokens.change) == (1000.0, 900.0, "worse")
     assert tokens.delta_pct == pytest.approx(-10.0)
     assert step.delta_pct == pytest.approx(-10.0) and step.change == "better"  # faster steps are better
-    assert tflops.change == "same"
+    assert tflops.change == "unchanged"
     assert comparison.combos_only_in_a == ["only-a"] and comparison.combos_only_in_b == ["only-b"]
     assert (comparison.run_a.run_id, comparison.run_b.run_id) == ("a", "b")
+
+
+def test_compare_calls_zero_to_zero_unchanged_and_a_move_inside_the_band_within_band(history: History):
+    history.record(make_suite_result("a", combos=[make_combo(tokens=1000.0, tflops=0.0)]))
+    history.record(make_suite_result("b", hour=1, combos=[make_combo(tokens=1020.0, tflops=0.0)]))
+    by_metric = {d.metric: d for d in history.compare("a", "b").deltas}
+    assert (by_metric[TFLOPS].delta_pct, by_metric[TFLOPS].change) == (0.0, "unchanged")
+    assert by_metric[TOKENS].change == "within band"  # +2 % inside the 5 % band: noise, not "better"
 
 
 # ---- resume ---------------------------------------------------------------------------------------

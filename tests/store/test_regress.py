@@ -104,10 +104,12 @@ def test_other_layouts_gpus_and_models_are_separate_histories(history):
 
 
 def test_direction_table_judges_changes_for_compare_and_regress():
-    assert judge(STEP, 5.0) == "worse" and judge(STEP, -5.0) == "better"
-    assert judge(TOKENS, -5.0) == "worse" and judge(TFLOPS, 5.0) == "better"
-    assert judge("training.max_allocated_gib", 3.0) == "worse"
-    assert judge(TOKENS, 0.0) == "same"
+    assert judge(STEP, 6.0) == "worse" and judge(STEP, -6.0) == "better"
+    assert judge(TOKENS, -6.0) == "worse" and judge(TFLOPS, 6.0) == "better"
+    assert judge("training.max_allocated_gib", 6.0) == "worse"
+    # inside a metric's regression band (5 %) a move is noise, neither better nor worse
+    assert judge("training.max_allocated_gib", -0.2) == "within band" and judge(TOKENS, 5.0) == "within band"
+    assert judge(TOKENS, 0.0) == "unchanged"
     assert judge("training.grad_norm", 50.0) == "unknown"  # no direction: neither better nor worse
     assert judge(TOKENS, None) == "unknown"
     assert all(METRICS[name].direction for name in HEADLINE_METRICS)

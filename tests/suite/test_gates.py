@@ -11,7 +11,7 @@ from megapilot.suite.curves import LossCurveGate
 from megapilot.suite.gates import BaselineStats, builtin_gates, evaluate
 from megapilot.suite.metrics import ConvergenceGate, measure_combo
 from megapilot.suite.results import MetricRow, Verdict
-from megapilot.suite.thresholds import ThresholdSpec
+from megapilot.suite.thresholds import threshold
 from tests.suite.conftest import DATA, Step, falling_steps, iteration_lines
 
 TPUT = "training.throughput_per_gpu"
@@ -20,7 +20,7 @@ UNITS = {TPUT: "TFLOP/s/GPU", STEP: "ms"}
 
 
 def one(value: float | None, spec: dict, *, name: str = TPUT, enforce: bool = True, **kwargs) -> MetricRow:
-    rows = evaluate({name: value}, UNITS, {name: ThresholdSpec(**spec)}, enforce=enforce, **kwargs)
+    rows = evaluate({name: value}, UNITS, {name: threshold(**spec)}, enforce=enforce, **kwargs)
     return next(row for row in rows if row.name == name)
 
 
@@ -59,7 +59,7 @@ def test_within_passes_on_both_edges_and_fails_just_outside_either():
 
 
 def test_min_ratio_divides_by_another_actual_of_the_cell():
-    specs = {TPUT: ThresholdSpec(kind="min_ratio", value=0.9, reference="training.baseline_tput")}
+    specs = {TPUT: threshold(kind="min_ratio", value=0.9, reference="training.baseline_tput")}
     rows = {r.name: r for r in evaluate({TPUT: 90.0, "training.baseline_tput": 100.0}, UNITS, specs, enforce=True)}
     assert rows[TPUT].verdict is Verdict.PASS and rows[TPUT].margin_pct == pytest.approx(0.0, abs=1e-9)
     rows = {r.name: r for r in evaluate({TPUT: 89.0, "training.baseline_tput": 100.0}, UNITS, specs, enforce=True)}
@@ -109,7 +109,7 @@ def test_missing_metric_fails_naming_the_expected_log_line_unless_optional():
 
 
 def test_unknown_metric_name_fails_naming_close_names():
-    rows = evaluate({TPUT: 120.0}, UNITS, {"training.throughput_per_gpus": ThresholdSpec(kind="min", value=1)},
+    rows = evaluate({TPUT: 120.0}, UNITS, {"training.throughput_per_gpus": threshold(kind="min", value=1)},
                     enforce=True)
     wrong = next(r for r in rows if r.name == "training.throughput_per_gpus")
     assert wrong.verdict is Verdict.FAIL and "unknown metric" in wrong.reason and TPUT in wrong.reason
@@ -136,7 +136,7 @@ def test_non_finite_values_fail_with_or_without_a_threshold(bad):
 
 def test_every_measured_metric_without_a_spec_is_recorded_and_unmeasured_ones_skipped():
     rows = evaluate({TPUT: 120.0, STEP: 300.0, "training.mfu_pct": None}, UNITS,
-                    {TPUT: ThresholdSpec(kind="min", value=100)}, enforce=True,
+                    {TPUT: threshold(kind="min", value=100)}, enforce=True,
                     why_missing={"training.mfu_pct": "no GPU"})
     by_name = {r.name: r for r in rows}
     assert [r.name for r in rows] == [TPUT, STEP, "training.mfu_pct"]

@@ -11,8 +11,8 @@ import pytest
 from megapilot.catalog.gpus import get_gpu
 from megapilot.logs import parse_logs
 from megapilot.suite.gates import evaluate
+from megapilot.suite.metric_table import MEASURED_METRICS
 from megapilot.suite.metrics import (
-    METRICS,
     ConvergenceGate,
     CurveTargets,
     ScalingBaseline,
@@ -21,7 +21,7 @@ from megapilot.suite.metrics import (
     scaling_efficiency_pct,
 )
 from megapilot.suite.results import Verdict
-from megapilot.suite.thresholds import ThresholdSpec
+from megapilot.suite.thresholds import threshold
 from megapilot.trainer import logfmt
 from tests.suite.conftest import DATA, Step, falling_steps, iteration_lines
 
@@ -50,9 +50,9 @@ def test_real_mixtral_excerpt_steady_state_and_computed_tokens():
     assert m.actuals["training.lm_loss_first"] == records[0].lm_loss
     assert m.actuals["training.grad_norm"] == records[-1].grad_norm
     assert m.actuals["training.iterations_reached"] == 12
-    assert m.actuals["training.nan_iterations"] == 0 and m.errors == [] and m.anomalies == []
+    assert m.actuals["training.nan_iterations"] == 0 and m.errors == [] and m.nan_findings == []
     assert m.units["training.elapsed_time_per_iteration"] == "ms"  # not "s" as CVS's table says
-    assert set(m.actuals) == set(METRICS) == set(m.units)
+    assert set(m.actuals) == set(MEASURED_METRICS) == set(m.units)
 
 
 def test_fp8_mfu_uses_the_fp8_peak():
@@ -122,7 +122,7 @@ def test_tokens_are_missing_with_a_reason_when_no_sequence_length_is_known(log_f
                       train_iters=20)
     assert m.actuals["training.tokens_per_gpu"] is None
     assert "sequence length" in m.why_missing["training.tokens_per_gpu"]
-    row = next(r for r in evaluate(m.actuals, m.units, {"training.tokens_per_gpu": ThresholdSpec(kind="min_tok_s",
+    row = next(r for r in evaluate(m.actuals, m.units, {"training.tokens_per_gpu": threshold(kind="min_tok_s",
                                                                                                 value=1)},
                                    enforce=True, why_missing=m.why_missing) if r.name == "training.tokens_per_gpu")
     assert row.verdict is Verdict.FAIL and "tokens/s/GPU" in row.reason
@@ -165,9 +165,9 @@ def test_nan_losses_and_megatron_counters_become_findings(log_file):
              Step(6, 5.5, skipped_iterations=2), Step(7, 5.4)]
     m = measure_one(log_file("training.log", iteration_lines(steps, train_iters=7)), gpu=None, world_size=1,
                     seq_length=64, gbs=8)
-    categories = sorted(f.category for f in m.anomalies)
-    assert categories == ["nan_loss", "nan_loss", "skipped_iterations"]
-    assert all(f.node == 0 and f.evidence for f in m.anomalies)
+    # diagnose's NaN rule, the one the suite reads: one finding for the node, with its lines
+    assert [(f.category, f.node) for f in m.nan_findings] == [("nan_loss", 0)]
+    assert m.nan_findings[0].evidence and m.nan_findings[0].blocking
     assert m.actuals["training.nan_iterations"] == 1 and m.actuals["training.skipped_iterations"] == 2
     assert m.actuals["training.lm_loss"] == pytest.approx(5.4)
     assert [s for s, _ in m.curve("loss").points] == [1, 2, 3, 4, 6, 7]  # the NaN point left out
@@ -236,8 +236,8 @@ def test_a_real_cpu_run_of_the_embedded_trainer(trainer_runs):
     assert m.actuals["training.mfu_pct"] is None and m.actuals["training.mem_usage"] is None
     assert "RSS" in m.why_missing["training.mem_usage"]
     assert m.actuals["training.max_allocated_gib"] > 0
-    rows = {r.name: r for r in evaluate(m.actuals, m.units, {"training.max_allocated_gib": ThresholdSpec(
+    rows = {r.name: r for r in evaluate(m.actuals, m.units, {"training.max_allocated_gib": threshold(
         kind="max", value=0.001)}, enforce=True, record_only=m.record_only, why_missing=m.why_missing)}
     assert rows["training.max_allocated_gib"].verdict is Verdict.RECORD
     assert rows["training.throughput_per_gpu"].verdict is Verdict.RECORD
-    assert m.errors == [] and m.anomalies == []
+    assert m.errors == [] and m.nan_findings == []

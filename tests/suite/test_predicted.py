@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from megapilot.suite.gates import evaluate
-from megapilot.suite.predicted import PredictedThreshold, components_ms, departure
+from megapilot.suite.predicted import components_ms, departure, judge_predicted
 from megapilot.suite.results import Prediction, Verdict
-from megapilot.suite.thresholds import ThresholdSpec
+from megapilot.suite.thresholds import threshold
 
 TERMS_MS = {"compute": 800.0, "recompute": 0.0, "tp_comm": 50.0, "pp_bubble": 0.0, "dp_comm": 100.0,
             "optimizer": 40.0, "fixed": 10.0}
@@ -46,7 +46,7 @@ def test_without_timers_the_total_step_is_all_it_says():
 
 
 def test_a_predicted_gate_fails_a_slow_combo_and_names_the_component():
-    spec = ThresholdSpec(kind="predicted", min_ratio=0.9)
+    spec = threshold(kind="predicted", min_ratio=0.9)
     why = departure(_prediction(), 2500.0, {"forward-backward": 2350.0, "optimizer": 45.0})
     rows = evaluate({"training.tokens_per_gpu": 1640.0, "training.elapsed_time_per_iteration": 2500.0},
                     {}, {"training.tokens_per_gpu": spec, "training.elapsed_time_per_iteration": spec},
@@ -60,16 +60,16 @@ def test_a_predicted_gate_fails_a_slow_combo_and_names_the_component():
 
 
 def test_a_predicted_gate_passes_within_its_ratio_and_records_without_a_calibration():
-    spec = ThresholdSpec(kind="predicted", min_ratio=0.9)
-    passing = PredictedThreshold.judge("training.elapsed_time_per_iteration", 1050.0, 0.9, _prediction(), None)
+    spec = threshold(kind="predicted", min_ratio=0.9)
+    passing = judge_predicted("training.elapsed_time_per_iteration", 1050.0, 0.9, _prediction(), None)
     assert passing.verdict is Verdict.PASS
-    first = PredictedThreshold.judge("training.tokens_per_gpu", 10.0, 0.9, _prediction(calibrated=False), None)
+    first = judge_predicted("training.tokens_per_gpu", 10.0, 0.9, _prediction(calibrated=False), None)
     assert first.verdict is Verdict.RECORD and "not calibrated on this cluster yet" in first.reason
-    unknown = PredictedThreshold.judge("training.lm_loss", 3.0, 0.9, _prediction(), None)
+    unknown = judge_predicted("training.lm_loss", 3.0, 0.9, _prediction(), None)
     assert unknown.verdict is Verdict.FAIL and "megapilot predicts no training.lm_loss" in unknown.reason
     assert spec.describe() == ">= 0.9 x predicted"
 
 
 def test_a_predicted_gate_needs_its_ratio():
     with pytest.raises(ValueError, match="needs 'min_ratio'"):
-        ThresholdSpec(kind="predicted")
+        threshold(kind="predicted")

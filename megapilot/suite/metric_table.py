@@ -1,0 +1,99 @@
+"""The one metric table: every metric's name, label, unit, which way is better and its regression band.
+
+The gates (units, the log line a missing metric comes from), the run history (directions, headline metrics,
+regression bands, the predicted quantity a metric is measured against), the run deck and the report (labels)
+all read this table. A metric the suite measures has `expected_line`; the others are the names other dialects
+and older suites use for the same quantities, known to history only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["higher", "lower"]
+DEFAULT_BAND_PCT = 5.0  # a move within 5 % of the history median is noise on a quiet cluster
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """One metric: what a person calls it, its unit, which way is better, how far it may move unnoticed."""
+
+    name: str
+    label: str
+    unit: str
+    direction: Direction | None  # None: a change is neither better nor worse
+    band_pct: float = DEFAULT_BAND_PCT  # regression band against the history median, in %
+    headline: bool = False  # watched for regressions against the history
+    quantity: str | None = None  # the prediction it is measured against, for calibration
+    expected_line: str | None = None  # the log line the suite measures it from (None: not measured by the suite)
+
+
+_STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
+_LOSS_LINE = "iteration lines with `lm loss: X`"
+
+_TABLE = (
+    # measured by the suite (megapilot.suite.metrics), in the order its rows are shown
+    MetricInfo("training.throughput_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU", "higher", headline=True,
+               quantity="tflops_per_gpu", expected_line="iteration lines with `throughput per GPU (TFLOP/s/GPU): X` "
+                                                        "(Megatron's --log-throughput)"),
+    MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True,
+               quantity="tokens_per_s_per_gpu",
+               expected_line="iteration lines with `tokens/s/GPU`, or a step time plus GBS and sequence length "
+                             "(arguments block or the combo's settings)"),
+    MetricInfo("training.elapsed_time_per_iteration", "step time (mean)", "ms", "lower", headline=True,
+               quantity="step_time_ms", expected_line=_STEP_TIME_LINE),
+    MetricInfo("training.step_time_p50_ms", "step time p50", "ms", "lower", headline=True, quantity="step_time_ms",
+               expected_line=_STEP_TIME_LINE),
+    MetricInfo("training.step_time_p95_ms", "step time p95", "ms", "lower", expected_line=_STEP_TIME_LINE),
+    MetricInfo("training.step_time_cv", "step time CV", "", "lower", expected_line=_STEP_TIME_LINE),
+    MetricInfo("training.mem_usage", "memory (fraction)", "fraction", "lower", headline=True,
+               expected_line="iteration lines with `mem usages: X` (or Primus `hip mem usage/...`), or a "
+                             "`[Rank r] (after N iterations) memory (MB)` report on a known GPU"),
+    MetricInfo("training.max_allocated_gib", "memory (max allocated GiB)", "GiB", "lower", headline=True,
+               quantity="memory_gib", expected_line="a `[Rank r] (after N iterations) memory (MB) | max allocated: X` "
+                                                    "report"),
+    MetricInfo("training.mfu_pct", "MFU %", "%", "higher", quantity="mfu_pct",
+               expected_line="a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
+    MetricInfo("training.lm_loss", "LM loss", "", "lower", expected_line=_LOSS_LINE),
+    MetricInfo("training.lm_loss_first", "first LM loss", "", None, expected_line=_LOSS_LINE),
+    MetricInfo("training.grad_norm", "grad norm", "", None, expected_line="iteration lines with `grad norm: X`"),
+    MetricInfo("training.nan_iterations", "NaN iterations", "iterations", "lower",
+               expected_line="iteration lines with `number of nan iterations: N`"),
+    MetricInfo("training.skipped_iterations", "skipped iterations", "iterations", "lower",
+               expected_line="iteration lines with `number of skipped iterations: N`"),
+    MetricInfo("training.iterations_reached", "iterations reached", "iterations", "higher",
+               expected_line="an `iteration N/M |` line"),
+    MetricInfo("training.scaling_efficiency_pct", "scaling efficiency %", "%", "higher",
+               expected_line="tokens/s/GPU and a scaling baseline (tokens_per_sec_total > 0)"),
+    MetricInfo("training.loss_slope", "loss slope", "loss/iteration", "lower",
+               expected_line="at least 2 sampled `lm loss` points after the warm-up"),
+    MetricInfo("training.steps_to_target", "steps to target", "iterations", "lower",
+               expected_line="a loss at or below the convergence target"),
+    MetricInfo("training.time_to_target_s", "time to target", "s", "lower",
+               expected_line="a loss at or below the convergence target, with step times"),
+    MetricInfo("training.final_loss_vs_target", "final loss - target", "loss", "lower",
+               expected_line="a final loss and a convergence target (> 0)"),
+    # the same quantities under the names other dialects and older suites use (history only)
+    MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True,
+               quantity="tokens_per_s_per_gpu"),
+    MetricInfo("training.tflops_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU", "higher", headline=True,
+               quantity="tflops_per_gpu"),
+    MetricInfo("training.step_time_ms", "step time (mean)", "ms", "lower", headline=True, quantity="step_time_ms"),
+    MetricInfo("training.memory_gib", "memory GiB", "GiB", "lower", headline=True, quantity="memory_gib"),
+    MetricInfo("training.peak_memory_gib", "memory GiB", "GiB", "lower", headline=True, quantity="memory_gib"),
+    MetricInfo("training.hip_mem_usage_ratio", "HIP memory ratio", "fraction", "lower"),
+    MetricInfo("training.rocm_mem_usage_ratio", "ROCm memory ratio", "fraction", "lower"),
+)
+METRICS: dict[str, MetricInfo] = {info.name: info for info in _TABLE}
+MEASURED_METRICS: tuple[str, ...] = tuple(info.name for info in _TABLE if info.expected_line is not None)
+HEADLINE_METRICS: tuple[str, ...] = tuple(info.name for info in _TABLE if info.headline)
+
+
+def metric_info(name: str) -> MetricInfo:
+    """The table's entry, or a neutral one named after the metric (no direction, no unit)."""
+    return METRICS.get(name) or MetricInfo(name, name.removeprefix("training.").replace("_", " "), "", None)
+
+
+__all__ = ["DEFAULT_BAND_PCT", "HEADLINE_METRICS", "MEASURED_METRICS", "METRICS", "Direction", "MetricInfo",
+           "metric_info"]

@@ -1,0 +1,51 @@
+"""One concept, one place, read from the source with `ast`: one Finding, one Evidence, one metric table, and the
+suite reading diagnose's findings rather than analysing logs itself."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "megapilot"
+
+
+def _definitions() -> list[tuple[str, str]]:
+    """(module path, name) of every class and module-level assignment in megapilot/."""
+    found = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                found.append((str(path.relative_to(PACKAGE_ROOT)), node.name))
+            elif isinstance(node, ast.AnnAssign | ast.Assign):
+                targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+                found += [(str(path.relative_to(PACKAGE_ROOT)), t.id) for t in targets if isinstance(t, ast.Name)]
+    return found
+
+
+DEFINITIONS = _definitions()
+
+
+def _where(name_part: str, *, exact: bool = False) -> list[str]:
+    return sorted(f"{path}:{name}" for path, name in DEFINITIONS
+                  if (name == name_part if exact else name_part in name))
+
+
+def test_one_finding_and_one_evidence_type():
+    assert _where("Finding") == ["diagnose/findings.py:Finding"]
+    assert _where("Evidence") == ["logs/records.py:Evidence"]
+
+
+def test_one_metric_table():
+    assert _where("METRICS", exact=True) == ["suite/metric_table.py:METRICS"]
+    assert _where("MetricInfo", exact=True) == ["suite/metric_table.py:MetricInfo"]
+
+
+def test_one_failure_category_list():
+    assert _where("Category", exact=True) == ["logs/signatures.py:Category"]
+
+
+def test_the_suite_reads_diagnose():
+    source = (PACKAGE_ROOT / "suite" / "metrics.py").read_text()
+    assert "from megapilot.diagnose.engine import diagnose_log" in source
+    assert "ErrorRecord" not in source and "has_nonfinite" not in source  # no error or NaN rule of its own
