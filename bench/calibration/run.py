@@ -376,9 +376,9 @@ def _markdown(report: dict[str, Any]) -> str:
             beats = _beats(m, b)
             lines.append(f"| {name} | {m['rows']} | {_pct(m['median_abs_error'])} | {_pct(m['p90_abs_error'])} | "
                          f"{_pct(b['median_abs_error'])} | {_pct(b['p90_abs_error'])} | {cov} | {beats} |")
-        losses = [f"{name} ({_beats(e['model'], e['baseline']).removeprefix('NO ')})"
+        losses = [f"{name} {_beats(e['model'], e['baseline']).removeprefix('NO ')}"
                   for name, e in report["splits"].items() if _beats(e["model"], e["baseline"]) != "yes"]
-        losses += [f"{name} {group} ({_beats(e['model'], e['baseline']).removeprefix('NO ')})"
+        losses += [f"{name} {group} {_beats(e['model'], e['baseline']).removeprefix('NO ')}"
                    for name in ("leave-one-family-out", "leave-one-GPU-out")
                    for group, e in report["splits"][name]["by_group"].items()
                    if _beats(e["model"], e["baseline"]) != "yes"]

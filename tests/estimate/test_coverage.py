@@ -110,3 +110,11 @@ def test_every_estimate_carries_its_80_percent_interval_around_the_prediction():
     assert wide.tokens_per_s_per_gpu_p90 / wide.tokens_per_s_per_gpu_p10 > \
         result.tokens_per_s_per_gpu_p90 / result.tokens_per_s_per_gpu_p10
 
+
+
+def test_every_committed_cell_carries_its_runs_held_out_errors_by_family_and_by_gpu():
+    """The interval's residuals: each run of a cell gives two, its error without its family and without its GPU
+    in the fit (bench/calibration/run.py -> release_holdout.py)."""
+    cells = calibrated_cells()
+    assert all(len(cell.heldout_errors) == 2 * cell.runs for cell in cells)
+    assert all(-0.9 < error < 2.0 for cell in cells for error in cell.heldout_errors)
