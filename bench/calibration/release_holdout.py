@@ -176,14 +176,22 @@ def write_coverage(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if row.get("error") is not None:
             errors[(row["family"], get_gpu(row["gpu"]).name, row["precision"])].append(row["error"])
+    # each row's errors when the fit saw neither its model family nor its GPU (run.py): the interval's residuals
+    in_sample = json.loads(IN_SAMPLE.read_text())
+    heldout: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for row_id, pair in in_sample["heldout_residuals"].items():
+        family, gpu, precision = in_sample["heldout_cells"][row_id]
+        heldout[(family, gpu, precision)].extend(pair)
     cells = [{"family": family, "gpu": gpu, "precision": precision, "runs": len(errs),
               "median_abs_error": round(statistics.median(abs(e) for e in errs), 4),
-              "median_signed_error": round(statistics.median(errs), 4)}
+              "median_signed_error": round(statistics.median(errs), 4),
+              "heldout_errors": heldout.get((family, gpu, precision), [])}
              for (family, gpu, precision), errs in sorted(errors.items())]
     COVERAGE.write_text(json.dumps({
         "source": "bench/calibration/release_holdout.py: bench/calibration/results.json (papers, NeMo <= 24.07, "
                   "in-sample) and the NeMo 25.02-25.09 / Megatron-Bridge tables (25.02, 25.04 in the fit; 25.07, "
-                  "25.09 held out by release)",
+                  "25.09 held out by release); heldout_errors: each run's error when its model family, then its GPU, "
+                  "was left out of the fit (bench/calibration/run.py), the residuals of every estimate's 80 % interval",
         "cells": cells}, indent=1) + "\n")
 
 

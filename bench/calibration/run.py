@@ -2,6 +2,12 @@
 
     .venv/bin/python bench/calibration/run.py            # fit, hold-out checks, write results
     .venv/bin/python bench/calibration/run.py --no-fit   # only score the committed parameters (writes nothing)
+    .venv/bin/python bench/calibration/run.py --render   # rewrite results.md from results.json
+
+Splits: in-sample, release hold-out, leave-one-source-out, leave-one-family-out, leave-one-GPU-out, each with the
+constant-MFU baseline (one MFU per precision class x dense/MoE, fitted on the same training side) and, for the
+held-out ones, the coverage of the 80 % interval every estimate states (its residuals exclude the row's group).
+The fits (about 20) run in a few processes; then run release_holdout.py, which writes the coverage cells.
 
 Data: tests/data/calibration/published_calibration.json (copy of the project's shared calibration file).
 The row rules, the prediction in each publisher's FLOP convention, the fit and the hold-out checks are
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -26,24 +33,37 @@ from megapilot.estimate.calibration import (
     PRIOR,
     PUBLISHER_CONVENTION,
     TRAIN_RELEASES,
+    AnyRow,
     CalibrationRow,
+    ConstantMfu,
     ErrorSummary,
+    Fitter,
     PublishedRun,
     ReleaseRow,
+    baseline_held_out,
     calibration_rows,
     constant_mfu_errors,
     errors,
     fit,
-    k_fold,
+    gpu_of,
+    leave_one_family_out,
+    leave_one_gpu_out,
     leave_one_source_out,
+    model_family,
     release_error,
     release_row,
     resolve_layout,
     split_by_release,
     summary,
 )
-from megapilot.estimate.coverage import family_of, precision_class
-from megapilot.estimate.efficiency import CALIBRATED
+from megapilot.estimate.coverage import (
+    CoverageCell,
+    error_band,
+    family_of,
+    nearest_coverage,
+    precision_class,
+)
+from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.published import PublishedLayout, enter_published_run
 from megapilot.spec import ParallelConfig
@@ -106,7 +126,11 @@ def _as_doc(found: ErrorSummary) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-fit", action="store_true", help="score the committed CALIBRATED parameters only")
+    parser.add_argument("--render", action="store_true", help="rewrite results.md from results.json, fitting nothing")
     args = parser.parse_args(argv)
+    if args.render:
+        (OUT_DIR / "results.md").write_text(_markdown(json.loads((OUT_DIR / "results.json").read_text())))
+        return 0
 
     rows, excluded = load_rows()
     release, _ = load_release_rows()
@@ -121,20 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                               "release_rows_in_fit": {r.id: round(release_error(r, CALIBRATED), 4) for r in seen},
                               "held_out_by_release": _held_out_by_release(judged)}
     if not args.no_fit:
-        fitted = fit(rows, layouts, seen)
-        fitted_errors = errors(rows, layouts, fitted)
-        report["fitted_parameters"] = asdict(fitted)
-        report["fitted_summary"] = _summary_doc(list(fitted_errors.values())
-                                                + [release_error(r, fitted) for r in seen])
-        report["leave_one_source_out"] = {
-            source: {"held_out": _as_doc(fold.held_out), "fitted": asdict(fold.fitted),
-                     "errors": {k: round(v, 4) for k, v in fold.errors.items()}}
-            for source, fold in leave_one_source_out(rows, layouts, release).items()
-        }
-        report["five_fold"] = _as_doc(k_fold(rows, layouts, k=5, release=seen))
-        report["prior_summary"] = _summary_doc(list(errors(rows, layouts, PRIOR).values())
-                                               + [release_error(r, PRIOR) for r in seen])
-        report["constant_mfu_baseline"] = _summary_doc(constant_mfu_errors(rows))
+        fits = ParallelFits(rows, layouts, release)
+        _fit_report(report, rows, release, seen, judged, layouts, fits.record)  # learn which fits are needed
+        fits.run()
+        _fit_report(report, rows, release, seen, judged, layouts, fits.record)
     report["row_groups"] = {row.id: [f"family={family_of(row.model)}", f"gpu={row.cluster.gpu.name}",
                                      f"precision={row.training.precision}"] for row in rows} | {
         r.id: [f"family={r.family}", f"gpu={r.case.cluster.gpu.name}", f"precision={r.case.training.precision}"]
@@ -145,6 +159,64 @@ def main(argv: list[str] | None = None) -> int:
         (OUT_DIR / "results.md").write_text(_markdown(report))
     print(_markdown(report))
     return 0
+
+
+def _fit_report(report: dict[str, Any], rows: list[CalibrationRow], release: list[ReleaseRow],
+                seen: list[ReleaseRow], judged: list[ReleaseRow], layouts: dict[str, ParallelConfig],
+                fitter: Fitter) -> None:
+    """The fit, every hold-out split and the baseline beside them, into `report`."""
+    fitted = fitter(rows, layouts, seen)
+    fitted_errors = errors(rows, layouts, fitted)
+    report["fitted_parameters"] = asdict(fitted)
+    report["fitted_summary"] = _summary_doc(list(fitted_errors.values())
+                                            + [release_error(r, fitted) for r in seen])
+    report["leave_one_source_out"] = {
+        source: {"held_out": _as_doc(fold.held_out), "fitted": asdict(fold.fitted),
+                 "errors": {k: round(v, 4) for k, v in fold.errors.items()}}
+        for source, fold in leave_one_source_out(rows, layouts, release, fitter).items()
+    }
+    report["prior_summary"] = _summary_doc(list(errors(rows, layouts, PRIOR).values())
+                                           + [release_error(r, PRIOR) for r in seen])
+    report["constant_mfu_baseline"] = _summary_doc(constant_mfu_errors(rows))
+    report["splits"] = _splits(report, rows, release, seen, judged, layouts, fitted, fitted_errors, fitter)
+
+
+# ---- every fit once, in a few processes ----------------------------------------------------------------
+# The splits need about 20 fits of ~25 s each; they are independent, so a small pool runs them side by side.
+# The rows reach the forked workers as module state (only ids cross the pipe).
+
+FIT_WORKERS = 5
+_STATE: dict[str, Any] = {}
+FitKey = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def _fit_by_ids(key: FitKey) -> EfficiencyParams:
+    rows, release, layouts = _STATE["rows"], _STATE["release"], _STATE["layouts"]
+    return fit([rows[i] for i in key[0]], layouts, [release[i] for i in key[1]])
+
+
+class ParallelFits:
+    """A `fit` stand-in that first records the training sets asked for (answering the prior), then, after `run`,
+    answers each with its fitted parameters."""
+
+    def __init__(self, rows: list[CalibrationRow], layouts: dict[str, ParallelConfig],
+                 release: list[ReleaseRow]) -> None:
+        _STATE.update(rows={r.id: r for r in rows}, release={r.id: r for r in release}, layouts=layouts)
+        self.wanted: dict[FitKey, None] = {}
+        self.done: dict[FitKey, EfficiencyParams] = {}
+
+    def record(self, rows: list[CalibrationRow], layouts: dict[str, ParallelConfig],
+               release: list[ReleaseRow]) -> EfficiencyParams:
+        key = (tuple(r.id for r in rows), tuple(r.id for r in release))
+        if key in self.done:
+            return self.done[key]
+        self.wanted[key] = None
+        return PRIOR
+
+    def run(self) -> None:
+        keys = [key for key in self.wanted if key not in self.done]
+        with multiprocessing.get_context("fork").Pool(FIT_WORKERS) as pool:
+            self.done.update(zip(keys, pool.map(_fit_by_ids, keys), strict=True))
 
 
 def _row_record(row: CalibrationRow, layout: ParallelConfig, fits: bool, error: float) -> dict[str, Any]:
@@ -161,6 +233,83 @@ def _row_record(row: CalibrationRow, layout: ParallelConfig, fits: bool, error: 
         "error": round(error, 4),
         "flops_per_token_vs_file_check": None if check is None else round(ours_full / check, 4),
     }
+
+
+SPLIT_KEYS = {"leave-one-source-out": lambda r: r.source, "leave-one-family-out": model_family,
+              "leave-one-GPU-out": gpu_of}
+
+
+def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[ReleaseRow], seen: list[ReleaseRow],
+            judged: list[ReleaseRow], layouts: dict[str, ParallelConfig], fitted: Any,
+            fitted_errors: dict[str, float], fitter: Fitter) -> dict[str, Any]:
+    """Every split, the model beside the constant-MFU baseline (fitted on the same training side), and how often
+    the true value fell inside the stated 80 % interval when the interval's residuals never saw the row's group."""
+    every: list[AnyRow] = [*rows, *release]
+    cells = {r.id: _cell(r) for r in every}
+    model: dict[str, dict[str, float]] = {
+        "in-sample": fitted_errors | {r.id: release_error(r, fitted) for r in seen},
+        "release hold-out": {r.id: release_error(r, fitted) for r in judged},
+        "leave-one-source-out": {k: v for fold in report["leave_one_source_out"].values()
+                                 for k, v in fold["errors"].items()},
+    }
+    family_folds = leave_one_family_out(rows, layouts, release, fitter)
+    gpu_folds = leave_one_gpu_out(rows, layouts, release, fitter)
+    model["leave-one-family-out"] = {k: v for fold in family_folds.values() for k, v in fold.errors.items()}
+    model["leave-one-GPU-out"] = {k: v for fold in gpu_folds.values() for k, v in fold.errors.items()}
+    trained = [*rows, *seen]
+    in_sample_baseline = ConstantMfu.fitted(trained)
+    release_baseline = ConstantMfu.fitted(trained)
+    baseline: dict[str, dict[str, float]] = {
+        "in-sample": {r.id: in_sample_baseline.error(r) for r in trained},
+        "release hold-out": {r.id: release_baseline.error(r) for r in judged},
+    } | {name: baseline_held_out(every, key) for name, key in SPLIT_KEYS.items()}
+    # the interval's residuals: each row's errors when its family, then its GPU, was held out
+    residuals = {r.id: (model["leave-one-family-out"][r.id], model["leave-one-GPU-out"][r.id]) for r in every}
+    judged_ids = {r.id for r in judged}
+    groups: dict[str, Any] = {"release hold-out": lambda r: "judged" if r.id in judged_ids else "seen"} | SPLIT_KEYS
+    by_id = {r.id: r for r in every}
+    result: dict[str, Any] = {}
+    for name, errs in model.items():
+        entry: dict[str, Any] = {"model": _summary_doc(list(errs.values())),
+                                 "baseline": _summary_doc([baseline[name][k] for k in errs])}
+        if name in groups:
+            key = groups[name]
+            inside = []
+            for row_id, error in errs.items():
+                group = key(by_id[row_id])
+                kept = {k: v for k, v in residuals.items() if key(by_id[k]) != group}
+                inside.append(_covered(cells, kept, by_id[row_id], error))
+            entry["interval_coverage"] = sum(inside) / len(inside)
+            entry["by_group"] = {
+                group: {"model": _summary_doc([errs[r.id] for r in every if r.id in errs and key(r) == group]),
+                        "baseline": _summary_doc([baseline[name][r.id] for r in every
+                                                  if r.id in errs and key(r) == group])}
+                for group in dict.fromkeys(key(by_id[k]) for k in errs)}
+        result[name] = entry
+    report["heldout_residuals"] = {k: [round(v, 4) for v in pair] for k, pair in residuals.items()}
+    report["heldout_cells"] = {k: list(v) for k, v in cells.items()}
+    return result
+
+
+def _cell(row: AnyRow) -> tuple[str, str, str]:
+    """(family dense/moe/hybrid, GPU, precision class): the coverage cell a row belongs to."""
+    if isinstance(row, CalibrationRow):
+        return family_of(row.model), row.cluster.gpu.name, precision_class(row.training.precision)
+    return row.family, row.case.cluster.gpu.name, precision_class(row.case.training.precision)
+
+
+def _covered(cells: dict[str, tuple[str, str, str]], residuals: dict[str, tuple[float, float]], row: AnyRow,
+             error: float) -> bool:
+    """Whether the row's held-out error lies in the 80 % band the product would state from `residuals` alone."""
+    grouped: dict[tuple[str, str, str], list[float]] = {}
+    for row_id, pair in residuals.items():
+        grouped.setdefault(cells[row_id], []).extend(pair)
+    table = tuple(CoverageCell(family, gpu, precision, len(errs) // 2, 0.0, 0.0, tuple(errs))
+                  for (family, gpu, precision), errs in grouped.items())
+    family, gpu_name, klass = cells[row.id]
+    gpu = (row.cluster if isinstance(row, CalibrationRow) else row.case.cluster).gpu
+    band = error_band(table, nearest_coverage(table, family, gpu_name, gpu.vendor, gpu.architecture, klass))
+    return band.p10_error <= error <= band.p90_error
 
 
 def _loso_groups(report: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -180,6 +329,13 @@ def _parameter(name: str, value: float) -> str:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
+
+
+def _beats(model: dict[str, float], baseline: dict[str, float]) -> str:
+    """'yes' when the model is below the baseline on median and p90, else which of the two it loses."""
+    lost = [name for name, key in (("median", "median_abs_error"), ("p90", "p90_abs_error"))
+            if model[key] >= baseline[key]]
+    return "yes" if not lost else "NO (" + ", ".join(lost) + ")"
 
 
 def _markdown(report: dict[str, Any]) -> str:
@@ -208,9 +364,35 @@ def _markdown(report: dict[str, Any]) -> str:
                      f"{_pct(p['max_abs_error'])}")
         lines.append(f"- fitted now (all fitted rows): median |error| {_pct(f['median_abs_error'])}, max "
                      f"{_pct(f['max_abs_error'])}")
-        kf = report["five_fold"]
-        lines.append(f"- 5-fold hold-out (all fitted rows): median |error| {_pct(kf['median_abs_error'])}, max "
-                     f"{_pct(kf['max_abs_error'])}")
+        lines += ["", "Every split, the model beside the constant-MFU baseline (one MFU per precision class x "
+                  "dense/MoE,", "the median of the training side of the same split); coverage = share of held-out "
+                  "rows whose true", "throughput lies inside the stated 80 % interval, the interval built without "
+                  "the row's group:", "",
+                  "| split | rows | model median | model p90 | baseline median | baseline p90 | 80 % interval "
+                  "coverage | model beats baseline |", "|---|---|---|---|---|---|---|---|"]
+        for name, entry in report["splits"].items():
+            m, b = entry["model"], entry["baseline"]
+            cov = f"{100 * entry['interval_coverage']:.0f} %" if "interval_coverage" in entry else "-"
+            beats = _beats(m, b)
+            lines.append(f"| {name} | {m['rows']} | {_pct(m['median_abs_error'])} | {_pct(m['p90_abs_error'])} | "
+                         f"{_pct(b['median_abs_error'])} | {_pct(b['p90_abs_error'])} | {cov} | {beats} |")
+        losses = [f"{name} {_beats(e['model'], e['baseline']).removeprefix('NO ')}"
+                  for name, e in report["splits"].items() if _beats(e["model"], e["baseline"]) != "yes"]
+        losses += [f"{name} {group} {_beats(e['model'], e['baseline']).removeprefix('NO ')}"
+                   for name in ("leave-one-family-out", "leave-one-GPU-out")
+                   for group, e in report["splits"][name]["by_group"].items()
+                   if _beats(e["model"], e["baseline"]) != "yes"]
+        lines += ["", "Where the model does not beat the baseline (on the median or p90 named): "
+                  + ("; ".join(losses) if losses else "nowhere") + "."]
+        for name in ("leave-one-family-out", "leave-one-GPU-out"):
+            lines += ["", f"{name}, by held-out group (model / baseline):", "",
+                      "| held out | rows | model median | model p90 | baseline median | baseline p90 | beats |",
+                      "|---|---|---|---|---|---|---|"]
+            for group, entry in report["splits"][name]["by_group"].items():
+                m, b = entry["model"], entry["baseline"]
+                lines.append(f"| {group} | {m['rows']} | {_pct(m['median_abs_error'])} | "
+                             f"{_pct(m['p90_abs_error'])} | {_pct(b['median_abs_error'])} | "
+                             f"{_pct(b['p90_abs_error'])} | {_beats(m, b)} |")
         lines += ["", "Leave one source out over both files (fit on every other source, predict this one):", "",
                   "| held-out source | rows | median abs error | max abs error | mean signed |",
                   "|---|---|---|---|---|"]

@@ -86,6 +86,26 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
 
+# Architectures read and recognised, but with a piece Megatron-Core (0.16) has no module for: the refusal names the
+# config key of the first such piece and lists the rest, so that a user knows what a port would have to add.
+# DeepSeek-V4 (public config, `model_type` deepseek_v4): `hc_mult` > 1 widens the residual stream into that many
+# streams mixed by manifold-constrained hyper-connections (Sinkhorn-normalised, `hc_sinkhorn_iters`);
+# Megatron-Core's TransformerLayer adds each sublayer's output to one residual stream and has no config field for
+# more. Its other pieces are missing too: attention over compressed KV (`compress_ratios` per layer, a 4x and a
+# 128x pooled branch beside a 128-token sliding window, plus a top-k index over the compressed keys), the first
+# `num_hash_layers` MoE layers routed by a hash of the token id instead of a learned gate, the `sqrtsoftplus` router
+# score (Megatron's moe_router_score_function is softmax or sigmoid) and the grouped low-rank output projection
+# (`o_groups`, `o_lora_rank`).
+_UNBUILDABLE: dict[str, tuple[str, str]] = {
+    "DeepseekV4ForCausalLM": (
+        "hc_mult",
+        "DeepSeek-V4's manifold-constrained hyper-connections (hc_mult={hc_mult}: {hc_mult} residual streams mixed "
+        "by Sinkhorn-normalised matrices) have no Megatron-Core module: its TransformerLayer keeps one residual "
+        "stream; also missing: compressed sparse attention (compress_ratios), hash-routed first MoE layers "
+        "(num_hash_layers={num_hash_layers}), the sqrtsoftplus router score and the grouped low-rank output "
+        "projection (o_groups)"),
+}
+
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face `config.json` (or a directory holding one) into a ModelSpec named after it."""
@@ -129,6 +149,9 @@ def _family(config: HFConfig) -> str:
     architectures = config.get("architectures") or []
     if architectures:
         family = _ARCHITECTURE_FAMILY.get(architectures[0])
+        if architectures[0] in _UNBUILDABLE:
+            key, why = _UNBUILDABLE[architectures[0]]
+            raise _refuse(key, why.format_map(_Missing(config)))
         if family is None:
             raise MegapilotError(
                 f"architecture {architectures[0]!r} is not supported", field="architectures",
@@ -218,6 +241,13 @@ def _optional_float(config: HFConfig, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise MegapilotError(f"{key}={value!r} is not a number", field=key, fix=f"set {key!r} to a number")
     return float(value)
+
+
+class _Missing(dict[str, Any]):
+    """A config for `str.format_map`: a key the config lacks reads as '?'."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
 
 
 def _refuse(key: str, why: str) -> MegapilotError:

@@ -270,6 +270,12 @@ def _flag_names(raw: dict[str, object]) -> dict[str, Any]:
 # ---- human output --------------------------------------------------------------------------------
 
 
+def _interval_text(result: EstimateResult) -> str:
+    """' (80 %: 9,100-11,800)' after the tokens/s, or '' when the estimate carries no interval."""
+    low, high = result.tokens_per_s_per_gpu_p10, result.tokens_per_s_per_gpu_p90
+    return "" if low is None or high is None else f" (80 %: {low:,.0f}-{high:,.0f})"
+
+
 def _print_result(result: EstimateResult, case: Case) -> None:
     from rich.table import Table
 
@@ -280,8 +286,8 @@ def _print_result(result: EstimateResult, case: Case) -> None:
     console.print(
         f"[bold]{case.model.name}[/] on {case.cluster.world_size} x {case.cluster.gpu.alias}: {verdict} "
         f"{memory.total:.1f} / {memory.capacity:.0f} GiB · {format_duration(result.step_time_s)}/step · "
-        f"{result.tokens_per_s_per_gpu:,.0f} tok/s/GPU · {result.tflops_per_gpu:.0f} TFLOP/s/GPU · "
-        f"MFU {result.mfu:.1%}"
+        f"{result.tokens_per_s_per_gpu:,.0f} tok/s/GPU{_interval_text(result)} · "
+        f"{result.tflops_per_gpu:.0f} TFLOP/s/GPU · MFU {result.mfu:.1%}"
     )
     table = Table(show_header=True, header_style="bold")
     table.add_column("memory (GiB, most-loaded GPU)")

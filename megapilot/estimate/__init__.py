@@ -132,6 +132,7 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
     memory, time = fast.memory, fast.time
     all_warnings = list(warnings or []) + _memory_warnings(memory, model, fast.parallel, fast.optimizer) \
         + time.warnings
+    interval = time.tokens_interval()
     return EstimateResult(
         params=_param_counts(model),
         flops_per_step=time.model_flops_per_step,
@@ -152,6 +153,9 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
         exposed_comm_fraction=round(time.exposed_comm_fraction, 4),
         flop_convention=fast.convention,
         calibration=time.coverage.statement() if time.coverage is not None else None,
+        tokens_per_s_per_gpu_p10=None if interval is None else round(interval[0], 1),
+        tokens_per_s_per_gpu_p90=None if interval is None else round(interval[1], 1),
+        interval_basis=None if time.band is None else time.band.basis,
     )
 
 

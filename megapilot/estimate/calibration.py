@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import Case
-from megapilot.estimate.coverage import family_of
+from megapilot.estimate.coverage import family_of, precision_class
 from megapilot.estimate.efficiency import EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.memory import memory_per_gpu
@@ -361,7 +361,10 @@ def identifiable(rows: list[CalibrationRow], release: Iterable[ReleaseRow] = ())
     has_8bit = any(row.training.precision != "bf16" for row in rows) or any(
         row.case.training.precision != "bf16" for row in release)
     has_moe = any(row.case.model.moe is not None for row in release)
+    has_16bit = any(row.training.precision == "bf16" for row in rows) or any(
+        row.case.training.precision == "bf16" for row in release)
     unidentified = set() if has_8bit else {"gemm_peak_fraction_8bit"}
+    unidentified |= set() if has_16bit else {"gemm_peak_fraction_16bit"}
     unidentified |= set() if has_moe else {"grouped_gemm_fraction"}
     return tuple(name for name in PARAM_NAMES if name not in unidentified)
 
@@ -445,11 +448,18 @@ class ErrorSummary(NamedTuple):
     max_abs_error: float
     mean_signed_error: float
     rows: int
+    p90_abs_error: float = 0.0
+
+
+def p90(values: Iterable[float]) -> float:
+    """The 90th percentile by the nearest-rank rule (the value 90 % of the list lies at or below)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
 
 def summary(errs: list[float]) -> ErrorSummary:
     absolute = [abs(e) for e in errs]
-    return ErrorSummary(statistics.median(absolute), max(absolute), statistics.fmean(errs), len(errs))
+    return ErrorSummary(statistics.median(absolute), max(absolute), statistics.fmean(errs), len(errs), p90(absolute))
 
 
 class HeldOutSource(NamedTuple):
@@ -460,42 +470,150 @@ class HeldOutSource(NamedTuple):
     errors: dict[str, float]  # row id -> predicted / published - 1, the row unseen by the fit
 
 
-def leave_one_source_out(
-    rows: list[CalibrationRow], layouts: Layouts, release: Iterable[ReleaseRow] = ()
+AnyRow = CalibrationRow | ReleaseRow
+GroupKey = Callable[[AnyRow], str]
+
+
+Fitter = Callable[[list[CalibrationRow], Layouts, list[ReleaseRow]], EfficiencyParams]
+
+
+def leave_group_out(
+    rows: list[CalibrationRow], layouts: Layouts, release: Iterable[ReleaseRow], key: GroupKey,
+    fitter: Fitter | None = None,
 ) -> dict[str, HeldOutSource]:
-    """Fit on every other source of both files, predict this one; the held-out errors keep each row's id."""
+    """For every group `key` names: fit on every other group of both files, predict this one. `fitter` (default
+    `fit`) lets a caller run the fits elsewhere, e.g. in parallel, and hand back their parameters."""
+    fitter = fitter or fit
     release = list(release)
     result = {}
-    for source in SOURCES + tuple(dict.fromkeys(r.source for r in release)):
-        train = [r for r in rows if r.source != source]
-        test = [r for r in rows if r.source == source]
-        params = fit(train, layouts, [r for r in release if r.source != source])
-        held = errors(test, layouts, params) | {r.id: release_error(r, params) for r in release if r.source == source}
-        result[source] = HeldOutSource(summary(list(held.values())), params, held)
+    every: list[AnyRow] = [*rows, *release]
+    for group in dict.fromkeys(key(r) for r in every):
+        params = fitter([r for r in rows if key(r) != group], layouts, [r for r in release if key(r) != group])
+        held = errors([r for r in rows if key(r) == group], layouts, params) | {
+            r.id: release_error(r, params) for r in release if key(r) == group}
+        result[group] = HeldOutSource(summary(list(held.values())), params, held)
     return result
 
 
-def k_fold(rows: list[CalibrationRow], layouts: Layouts, *, k: int, release: Iterable[ReleaseRow] = ()) -> ErrorSummary:
+def leave_one_source_out(
+    rows: list[CalibrationRow], layouts: Layouts, release: Iterable[ReleaseRow] = (), fitter: Fitter | None = None
+) -> dict[str, HeldOutSource]:
+    """Fit on every other source of both files, predict this one; the held-out errors keep each row's id."""
+    return leave_group_out(rows, layouts, release, lambda r: r.source, fitter)
+
+
+# Model families for the leave-one-family-out split: the first prefix a model's name starts with (Llama 4 is a
+# MoE apart from the dense Llama 2/3). A split of the rows, never an input of the model.
+MODEL_FAMILIES = ("llama4", "llama", "gpt", "nemotron", "mixtral", "qwen", "deepseek")
+
+
+def model_family(row: AnyRow) -> str:
+    """The family in the published model name (a release row's id names it; its preset may be called otherwise)."""
+    if isinstance(row, CalibrationRow):
+        name = row.model.name.lower()
+        return next((family for family in MODEL_FAMILIES if name.startswith(family)), name.split("-")[0])
+    published = row.id.lower().removeprefix(row.source)
+    return next((family for family in MODEL_FAMILIES if family in published), row.case.model.name.lower())
+
+
+def gpu_of(row: AnyRow) -> str:
+    return (row.cluster if isinstance(row, CalibrationRow) else row.case.cluster).gpu.name
+
+
+def leave_one_family_out(
+    rows: list[CalibrationRow], layouts: Layouts, release: Iterable[ReleaseRow] = (), fitter: Fitter | None = None
+) -> dict[str, HeldOutSource]:
+    """Fit without a model family (every GPU, release and precision of it), predict it: a new architecture."""
+    return leave_group_out(rows, layouts, release, model_family, fitter)
+
+
+def leave_one_gpu_out(
+    rows: list[CalibrationRow], layouts: Layouts, release: Iterable[ReleaseRow] = (), fitter: Fitter | None = None
+) -> dict[str, HeldOutSource]:
+    """Fit without a GPU, predict its runs: a machine the parameters never saw."""
+    return leave_group_out(rows, layouts, release, gpu_of, fitter)
+
+
+def k_fold(rows: list[CalibrationRow], layouts: Layouts, *, k: int, release: Iterable[ReleaseRow] = (),
+           fitter: Fitter | None = None) -> ErrorSummary:
     """Errors of every row predicted by parameters fitted without its fold (seeded shuffle of both kinds)."""
+    fitter = fitter or fit
     shuffled: list[CalibrationRow | ReleaseRow] = [*rows, *release]
     random.Random(0).shuffle(shuffled)
     held_out: list[float] = []
     for fold in range(k):
         test = shuffled[fold::k]
         train = [r for r in shuffled if r not in test]
-        params = fit([r for r in train if isinstance(r, CalibrationRow)], layouts,
-                     [r for r in train if isinstance(r, ReleaseRow)])
+        params = fitter([r for r in train if isinstance(r, CalibrationRow)], layouts,
+                        [r for r in train if isinstance(r, ReleaseRow)])
         held_out += list(errors([r for r in test if isinstance(r, CalibrationRow)], layouts, params).values())
         held_out += [release_error(r, params) for r in test if isinstance(r, ReleaseRow)]
     return summary(held_out)
 
 
-def constant_mfu_errors(rows: list[CalibrationRow]) -> list[float]:
-    """Baseline: every run reaches the median published fraction of its precision's peak (in-sample)."""
-    def fraction(row: CalibrationRow) -> float:
-        return row.published_tflops / row.cluster.gpu.peak_tflops(row.training.precision)
+# ---- the constant-MFU baseline ----------------------------------------------------------------------
 
-    by_precision: dict[str, float] = {}
-    for precision in {r.training.precision for r in rows}:
-        by_precision[precision] = statistics.median(fraction(r) for r in rows if r.training.precision == precision)
-    return [by_precision[r.training.precision] / fraction(r) - 1 for r in rows]
+
+def baseline_cell(row: AnyRow) -> tuple[str, str]:
+    """(precision class, dense / moe): the cells of the baseline, one MFU each."""
+    model, training = (row.model, row.training) if isinstance(row, CalibrationRow) else (row.case.model,
+                                                                                         row.case.training)
+    return precision_class(training.precision), "moe" if model.moe is not None else "dense"
+
+
+def row_mfu(row: AnyRow) -> float:
+    """The published run's model FLOPs (Megatron convention, causal attention) per second over its precision's peak.
+    The older rows' TFLOP/s are turned into tokens/s in their publisher's convention first."""
+    if isinstance(row, CalibrationRow):
+        model, training, gpu = row.model, row.training, row.cluster.gpu
+        tokens_per_s = row.published_tflops * 1e12 / publisher_flops_per_token(row)
+    else:
+        model, training, gpu = row.case.model, row.case.training, row.case.cluster.gpu
+        tokens_per_s = row.published_tokens_per_s
+    flops = flops_per_token(model, training.seq_length).total
+    return tokens_per_s * flops / (gpu.peak_tflops(training.precision) * 1e12)
+
+
+@dataclass(frozen=True)
+class ConstantMfu:
+    """Baseline: every run reaches its cell's median published MFU (cell: precision class x dense / MoE); a
+    cell no training row fills falls back to its precision's median, then to every row's."""
+
+    by_cell: dict[tuple[str, str], float]
+    by_precision: dict[str, float]
+    overall: float
+
+    @classmethod
+    def fitted(cls, rows: Iterable[AnyRow]) -> ConstantMfu:
+        rows = list(rows)
+        cells: dict[tuple[str, str], list[float]] = {}
+        for row in rows:
+            cells.setdefault(baseline_cell(row), []).append(row_mfu(row))
+        precisions: dict[str, list[float]] = {}
+        for (precision, _), values in cells.items():
+            precisions.setdefault(precision, []).extend(values)
+        return cls({k: statistics.median(v) for k, v in cells.items()},
+                   {k: statistics.median(v) for k, v in precisions.items()},
+                   statistics.median(row_mfu(r) for r in rows))
+
+    def error(self, row: AnyRow) -> float:
+        """Predicted / published throughput - 1 (the same in TFLOP/s and tokens/s)."""
+        cell = baseline_cell(row)
+        mfu = self.by_cell.get(cell, self.by_precision.get(cell[0], self.overall))
+        return mfu / row_mfu(row) - 1
+
+
+def baseline_held_out(rows: Iterable[AnyRow], key: GroupKey) -> dict[str, float]:
+    """The baseline's error on every row, fitted without the row's group (by row id)."""
+    rows = list(rows)
+    result: dict[str, float] = {}
+    for group in dict.fromkeys(key(r) for r in rows):
+        baseline = ConstantMfu.fitted(r for r in rows if key(r) != group)
+        result |= {r.id: baseline.error(r) for r in rows if key(r) == group}
+    return result
+
+
+def constant_mfu_errors(rows: list[CalibrationRow]) -> list[float]:
+    """Baseline, in-sample on the older file."""
+    baseline = ConstantMfu.fitted(rows)
+    return [baseline.error(r) for r in rows]

@@ -13,6 +13,7 @@ gets a caveat saying that no published run checks it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -32,6 +33,9 @@ class CoverageCell:
     runs: int
     median_abs_error: float
     median_signed_error: float  # of predicted / published tokens/s - 1: > 0 the estimates ran fast
+    # The same error on this cell's runs when the fit never saw their model family, then their GPU
+    # (bench/calibration/run.py's leave-one-family-out and leave-one-GPU-out): what the next model or machine gets.
+    heldout_errors: tuple[float, ...] = ()
 
     def lean(self) -> str:
         """Which way the estimates leaned in this cell, when the lean is a pattern rather than noise (the median
@@ -106,7 +110,8 @@ def precision_class(precision: str) -> str:
 @lru_cache(maxsize=1)
 def calibrated_cells() -> tuple[CoverageCell, ...]:
     text = resources.files("megapilot.estimate").joinpath("data").joinpath("calibration_coverage.json").read_text()
-    return tuple(CoverageCell(**cell) for cell in json.loads(text)["cells"])
+    return tuple(CoverageCell(**(cell | {"heldout_errors": tuple(cell.get("heldout_errors", ()))}))
+                 for cell in json.loads(text)["cells"])
 
 
 def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationCoverage:
@@ -116,7 +121,12 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
 
 @lru_cache(maxsize=256)
 def _coverage(family: str, gpu: str, vendor: str, architecture: str, klass: str) -> CalibrationCoverage:
-    cells = calibrated_cells()
+    return nearest_coverage(calibrated_cells(), family, gpu, vendor, architecture, klass)
+
+
+def nearest_coverage(cells: tuple[CoverageCell, ...], family: str, gpu: str, vendor: str, architecture: str,
+                     klass: str) -> CalibrationCoverage:
+    """The case's own cell among `cells`, or the nearest (see the module doc); None when outside them all."""
     same_vendor = {cell.gpu for cell in cells} & _vendor_gpus(vendor)
     leans_on = "fp8" if klass == "fp4" else None  # no 4-bit run exists: its GEMMs use the 8-bit fit
     for exact, candidates in (
@@ -131,6 +141,72 @@ def _coverage(family: str, gpu: str, vendor: str, architecture: str, klass: str)
                                                   _architecture(c.gpu) == architecture, c.runs))
             return CalibrationCoverage(family, gpu, klass, best, exact)
     return CalibrationCoverage(family, gpu, klass, None, False)
+
+
+# ---- the 80 % interval -------------------------------------------------------------------------------------
+#
+# An estimate's interval is the spread of the model's errors where it was held out: the errors its calibrated cell's
+# runs got when the fit saw neither their model family nor their GPU. A cell with fewer than INTERVAL_MIN_RUNS such
+# errors borrows its family's (every GPU), then every cell's; a case placed in a nearest cell, not its own, gets the
+# band widened by WIDEN_NEAREST, a case no published run checks (another vendor, a family never calibrated, a 4-bit
+# format) by WIDEN_OUTSIDE. The coverage these rules reach on rows held out of them is in
+# bench/calibration/results.md.
+INTERVAL_MIN_RUNS = 8
+WIDEN_NEAREST = 1.5
+WIDEN_OUTSIDE = 2.0
+MIN_HALF_WIDTH = 0.05  # in log throughput: a handful of errors never claims better than about +-5 %
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """p10 and p90 of predicted / true throughput - 1 for an estimate, and the residuals they came from."""
+
+    p10_error: float
+    p90_error: float
+    basis: str
+
+    def tokens_interval(self, predicted: float) -> tuple[float, float]:
+        """(p10, p90) of the true tokens/s given the predicted one: a high error means the truth is lower."""
+        return predicted / (1 + self.p90_error), predicted / (1 + self.p10_error)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def error_band(cells: tuple[CoverageCell, ...], coverage: CalibrationCoverage) -> ErrorBand:
+    """The 80 % band of an estimate placed by `coverage` among `cells` (the rules above)."""
+    nearest = coverage.nearest
+    pools = []
+    if nearest is not None:
+        pools.append((f"{nearest.family} on {nearest.gpu} {nearest.precision}", list(nearest.heldout_errors)))
+    pools.append((f"{coverage.family} models", [e for c in cells if c.family == coverage.family
+                                                for e in c.heldout_errors]))
+    pools.append(("every calibrated cell", [e for c in cells for e in c.heldout_errors]))
+    basis, errors = next(((b, e) for b, e in pools if len(e) >= INTERVAL_MIN_RUNS), pools[-1])
+    if not errors:
+        errors = [0.0]
+    logs = [math.log1p(e) for e in errors]
+    centre = _quantile(logs, 0.5)
+    widen = WIDEN_OUTSIDE if coverage.needs_caveat else (1.0 if coverage.exact else WIDEN_NEAREST)
+    below = widen * max(centre - _quantile(logs, 0.1), MIN_HALF_WIDTH)
+    above = widen * max(_quantile(logs, 0.9) - centre, MIN_HALF_WIDTH)
+    return ErrorBand(math.expm1(centre - below), math.expm1(centre + above),
+                     f"{basis}: {len(errors)} held-out errors" + ("" if widen == 1.0 else f", widened x{widen}"))
+
+
+def band_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> ErrorBand:
+    """The 80 % band of an estimate for this model's family on this GPU and precision."""
+    return _band(coverage_for(model, gpu, precision))
+
+
+@lru_cache(maxsize=256)
+def _band(coverage: CalibrationCoverage) -> ErrorBand:
+    return error_band(calibrated_cells(), coverage)
 
 
 def _vendor_gpus(vendor: str) -> set[str]:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from megapilot.estimate import comm
-from megapilot.estimate.coverage import CalibrationCoverage, coverage_for
+from megapilot.estimate.coverage import CalibrationCoverage, ErrorBand, band_for, coverage_for
 from megapilot.estimate.efficiency import (
     CALIBRATED,
     EIGHT_BIT_PRECISIONS,
@@ -179,6 +179,12 @@ class StepTime:
     warnings: list[str] = field(default_factory=list)
     # The published runs behind this estimate (its calibrated cell, or the nearest); outside all: a warning.
     coverage: CalibrationCoverage | None = None
+    # The 80 % band of predicted / true - 1 (coverage.error_band): the interval of tokens/s around this estimate.
+    band: ErrorBand | None = None
+
+    def tokens_interval(self) -> tuple[float, float] | None:
+        """(p10, p90) of tokens/s/GPU, or None without a band."""
+        return None if self.band is None else self.band.tokens_interval(self.tokens_per_s_per_gpu)
 
 
 @dataclass(frozen=True)
@@ -928,6 +934,7 @@ def step_time(
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
         + ([DSA_CAVEAT] if model.dsa is not None else []),
         coverage=coverage,
+        band=band_for(model, cluster.gpu, training.precision),
     )
 
 

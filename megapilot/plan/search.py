@@ -232,12 +232,13 @@ def simplicity(p: ParallelConfig) -> tuple[int, int, int]:
 
 
 RankKey = tuple[int, float, tuple[int, int, int]]
-ShapeKey = tuple[int, int, int, int, int | None, bool]
+ShapeKey = tuple[int, int, int, int, bool]
 
 
 def shape_key(p: ParallelConfig) -> ShapeKey:
-    """The parallel shape (TP, PP, CP, EP, ETP, FSDP): VPP, MBS and recompute are tuning of one shape."""
-    return p.tp, p.pp, p.cp, p.ep, p.etp, p.fsdp
+    """The parallel shape (TP, PP, CP, EP, FSDP or not): VPP, MBS, recompute and the experts' TP are tuning of one
+    shape; two candidates that differ only there are one alternative shown twice."""
+    return p.tp, p.pp, p.cp, p.ep, p.fsdp
 
 
 def rank_key(p: ParallelConfig, est: EstimateResult) -> RankKey:

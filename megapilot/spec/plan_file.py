@@ -62,6 +62,11 @@ class EstimateResult(BaseModel):
     calibration: str | None = Field(
         default=None, description="The published runs behind this estimate: its calibrated cell (family, GPU, "
         "precision) or the nearest one, with the model's median |error| there; or that none checks it.")
+    tokens_per_s_per_gpu_p10: float | None = Field(
+        default=None, description="Low end of the 80 % interval of tokens/s/GPU: from the model's errors on published "
+        "runs of the nearest family/GPU/precision when their family or GPU was held out of the fit, wider outside.")
+    tokens_per_s_per_gpu_p90: float | None = Field(default=None, description="High end of the same 80 % interval.")
+    interval_basis: str | None = Field(default=None, description="The held-out errors the interval comes from.")
 
 
 class SavedPlan(BaseModel):

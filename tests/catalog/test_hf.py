@@ -669,3 +669,14 @@ def test_qwen3_next_saved_with_layer_types_reads_as_the_same_model():
     with pytest.raises(MegapilotError) as refused:
         from_hf_config(config, "q")
     assert refused.value.field == "layer_types"
+
+
+def test_deepseek_v4_is_refused_naming_the_piece_megatron_core_cannot_build():
+    """DeepSeek-V4's hyper-connections widen the residual stream (hc_mult streams); Megatron-Core's layer has one.
+    The refusal names that key first and lists the other missing pieces."""
+    with pytest.raises(MegapilotError) as refused:
+        load_hf_config(HF_CONFIGS / "DeepSeek-V4-Flash.json")
+    assert refused.value.field == "hc_mult"
+    message = str(refused.value)
+    assert "hc_mult=4" in message and "one residual stream" in message
+    assert all(piece in message for piece in ("compress_ratios", "num_hash_layers=3", "sqrtsoftplus", "o_groups"))

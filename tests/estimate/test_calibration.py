@@ -165,3 +165,35 @@ def test_the_committed_coverage_cells_are_the_committed_parameters_errors(publis
     for cell, (runs, median, signed) in expected.items():  # the bench rounds each row's error before the median
         assert committed[cell][0] == runs, cell
         assert committed[cell][1:] == pytest.approx((median, signed), abs=0.0005), cell
+
+
+def test_the_constant_mfu_baseline_predicts_each_cells_median_mfu_and_falls_back_to_its_precision(
+        published, release_rows):
+    """One MFU per precision class x dense/MoE, fitted on the rows it is given: a row whose cell no training row
+    fills takes its precision's median; a row at its cell's median MFU is predicted exactly."""
+    from megapilot.estimate.calibration import ConstantMfu, baseline_cell, row_mfu
+
+    rows, _ = calibration_rows(published)
+    dense_fp8 = [r for r in release_rows if baseline_cell(r) == ("fp8", "dense")]
+    baseline = ConstantMfu.fitted(dense_fp8)
+    middle = sorted(dense_fp8, key=row_mfu)[len(dense_fp8) // 2]
+    assert abs(baseline.error(middle)) < 0.05 or len(dense_fp8) % 2 == 0
+    moe = next(r for r in release_rows if r.case.model.moe is not None)
+    assert baseline.error(moe) == pytest.approx(baseline.by_precision["fp8"] / row_mfu(moe) - 1)
+    assert all(0.05 < row_mfu(r) < 0.8 for r in [*rows, *release_rows])  # MFUs a GPU can reach
+
+
+def test_every_row_falls_in_one_model_family_and_one_gpu_for_the_held_out_splits(published, release_rows):
+    from megapilot.estimate.calibration import MODEL_FAMILIES, gpu_of, model_family
+
+    rows, _ = calibration_rows(published)
+    families = {model_family(r) for r in [*rows, *release_rows]}
+    assert families <= set(MODEL_FAMILIES) and {"gpt", "llama", "qwen", "deepseek", "mixtral"} <= families
+    # a release row's preset may carry another name (Nemotron-15B runs as mcore-gpt-16b): the published name counts
+    assert {model_family(r) for r in release_rows if "Nemotron" in r.id} == {"nemotron"}
+    assert {gpu_of(r) for r in [*rows, *release_rows]} == {"A100-SXM4-80GB", "H100-SXM5-80GB", "B200", "GB200"}
+
+
+def test_summary_states_the_90th_percentile_of_the_absolute_errors():
+    found = summary([0.01 * i for i in range(1, 11)])
+    assert found.p90_abs_error == pytest.approx(0.09)

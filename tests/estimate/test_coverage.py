@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from megapilot.catalog import get_gpu, get_model
 from megapilot.estimate import build_case, estimate
 from megapilot.estimate.coverage import CoverageCell, calibrated_cells, coverage_for
@@ -77,3 +79,42 @@ def coverage_for_cell(cell: CoverageCell):
     from megapilot.estimate.coverage import CalibrationCoverage
 
     return CalibrationCoverage(cell.family, cell.gpu, cell.precision, cell, exact=True)
+
+
+def test_the_interval_is_the_held_out_spread_of_the_cell_and_wider_outside_it():
+    from megapilot.estimate.coverage import CalibrationCoverage, error_band
+
+    spread = tuple(0.01 * i - 0.1 for i in range(21))  # -10 % .. +10 %
+    cell = CoverageCell("dense", "H100-SXM5-80GB", "fp8", 10, 0.05, 0.0, spread)
+    cells = (cell,)
+    own = error_band(cells, CalibrationCoverage("dense", "H100-SXM5-80GB", "fp8", cell, True))
+    assert own.p10_error == pytest.approx(-0.08, abs=0.005) and own.p90_error == pytest.approx(0.08, abs=0.005)
+    nearest = error_band(cells, CalibrationCoverage("dense", "H200", "fp8", cell, False))
+    outside = error_band(cells, CalibrationCoverage("dense", "MI300X", "fp8", None, False))
+    assert nearest.p10_error < own.p10_error and nearest.p90_error > own.p90_error
+    assert outside.p10_error < nearest.p10_error and outside.p90_error > nearest.p90_error
+    assert "widened" in outside.basis
+    low, high = own.tokens_interval(1000.0)
+    assert low < 1000.0 < high  # an estimate that runs high has its truth below it: p10 divides by 1 + p90 error
+
+
+def test_every_estimate_carries_its_80_percent_interval_around_the_prediction():
+    case = build_case(model="llama3.1-70b", gpu="h100", gpus=64, tp=4, pp=4, gbs=512, seq_len=8192,
+                      precision="fp8")
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.tokens_per_s_per_gpu_p10 is not None and result.tokens_per_s_per_gpu_p90 is not None
+    assert result.tokens_per_s_per_gpu_p10 < result.tokens_per_s_per_gpu < result.tokens_per_s_per_gpu_p90
+    assert result.interval_basis and "held-out errors" in result.interval_basis
+    amd = build_case(model="llama3.1-70b", gpu="mi300x", gpus=64, tp=8, pp=2, gbs=512, seq_len=8192)
+    wide = estimate(amd.model, amd.cluster, amd.training, amd.parallel)
+    assert wide.tokens_per_s_per_gpu_p90 / wide.tokens_per_s_per_gpu_p10 > \
+        result.tokens_per_s_per_gpu_p90 / result.tokens_per_s_per_gpu_p10
+
+
+
+def test_every_committed_cell_carries_its_runs_held_out_errors_by_family_and_by_gpu():
+    """The interval's residuals: each run of a cell gives two, its error without its family and without its GPU
+    in the fit (bench/calibration/run.py -> release_holdout.py)."""
+    cells = calibrated_cells()
+    assert all(len(cell.heldout_errors) == 2 * cell.runs for cell in cells)
+    assert all(-0.9 < error < 2.0 for cell in cells for error in cell.heldout_errors)

@@ -33,7 +33,7 @@ def test_distinct_shapes_keeps_the_best_of_each_shape_in_rank_order():
 
 def test_candidates_are_distinct_shapes_at_most_top_each_with_reasons(llama8b_plan):
     candidates = llama8b_plan.candidates
-    shapes = {(c.parallel.tp, c.parallel.pp, c.parallel.cp, c.parallel.ep, c.parallel.etp, c.parallel.fsdp)
+    shapes = {(c.parallel.tp, c.parallel.pp, c.parallel.cp, c.parallel.ep, c.parallel.fsdp)
               for c in candidates}
     assert 1 <= len(candidates) <= 4 and len(shapes) == len(candidates)
     assert all(c.reasons for c in candidates)
@@ -84,3 +84,19 @@ def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
     message = str(info.value)
     assert "activations exceed HBM even at the smallest MBS with full recompute" in message
     assert "--seq-len 262144" in info.value.fix or "--seq-len 524288" in info.value.fix
+
+
+def test_runners_up_inside_the_top_picks_interval_are_called_ties_with_the_memory_they_leave():
+    from megapilot.plan.planner import _ties
+    from megapilot.plan.search import Candidate
+
+    result = plan(*_inputs("llama3.1-70b", 64, 8192, 512), top=4)
+    best = result.best.estimate
+    assert best.tokens_per_s_per_gpu_p10 < best.tokens_per_s_per_gpu < best.tokens_per_s_per_gpu_p90
+    # a runner-up moved to the middle of #1's interval is a tie; one far below it is not
+    runner = result.candidates[1]
+    inside = runner.estimate.model_copy(update={"tokens_per_s_per_gpu": best.tokens_per_s_per_gpu * 0.999})
+    outside = runner.estimate.model_copy(update={"tokens_per_s_per_gpu": best.tokens_per_s_per_gpu_p10 * 0.5})
+    tied = _ties([result.candidates[0], Candidate(parallel=runner.parallel, estimate=inside, reasons=["x"])])
+    assert len(tied) >= 1 and "#2 (" in tied[0] and "GiB free" in tied[0]
+    assert _ties([result.candidates[0], Candidate(parallel=runner.parallel, estimate=outside, reasons=["x"])]) == []
