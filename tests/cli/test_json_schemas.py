@@ -13,7 +13,8 @@ TINY = ("--model", "tiny", "--gpu", "h100", "--gpus", "8", "--seq-len", "128", "
 
 ESTIMATE_KEYS = {"params", "flops_per_step", "memory_gib", "fits", "step_time_s", "tokens_per_s_per_gpu",
                  "tflops_per_gpu", "mfu", "time_breakdown_s", "warnings", "bubble_fraction", "exposed_comm_fraction",
-                 "flop_convention", "calibration"}
+                 "flop_convention", "calibration", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90",
+                 "interval_basis"}
 MODEL_KEYS = {"name", "aliases", "source", "hf_architecture", "num_layers", "hidden_size", "ffn_hidden_size",
               "num_attention_heads", "kv_heads", "attention", "num_experts", "router_topk", "vocab_size", "params",
               "total_params_b", "active_params_b", "spec"}
