@@ -2,7 +2,8 @@
 
 Exit codes: 0 only when the run COMPLETED (exit 0 and the final iteration logged); 1 when it
 failed, hung, timed out or was cancelled; 2 for a user error (missing script, bad plan...);
-130 when interrupted with Ctrl-C (the run is stopped first, its result still printed).
+128 + N when stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP): the run's whole process tree is
+stopped first, its result still printed.
 
 `run --plan plan.json` renders the plan as a torchrun script for the embedded trainer, run by this
 Python. `--device auto` (the default) renders for CPUs — gloo, fp32, without what the trainer refuses
@@ -15,7 +16,6 @@ there (sequence parallelism, the alltoall dispatcher) — unless a GPU is seen (
 from __future__ import annotations
 
 import shutil
-import signal
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +30,6 @@ from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from types import FrameType
 
     from megapilot.execute.base import JobResult, JobSpec, JobStatus, ProgressCallback
     from megapilot.launch import LaunchScript
@@ -83,7 +82,10 @@ def run(
     else:
         _print_result(result)
     if interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        from megapilot.execute.interrupt import received_signal
+
+        signum = received_signal()
+        raise typer.Exit(128 + signum if signum is not None else EXIT_INTERRUPTED)
     if not result.ok:
         raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -211,32 +213,16 @@ def gpu_present() -> bool:
 
 # ---- running and following ---------------------------------------------------------------
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While a run is followed, SIGTERM to megapilot stops the run the same way Ctrl-C does."""
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _run_and_follow(job: JobSpec, *, show_progress: bool) -> tuple[JobResult, bool]:
     """Submit, follow with a progress bar, and return (result, interrupted)."""
+    from megapilot.execute.interrupt import stop_on_signals
     from megapilot.execute.local import LocalExecutor
 
     executor = LocalExecutor()
     handle = executor.submit(job)
     if show_progress:
         err_console.print(f"[bold]running[/] {job.combo}: log {executor.logs(handle)[0]}", highlight=False)
-    with _sigterm_as_interrupt(), _progress_display(show_progress) as on_progress:
+    with stop_on_signals(), _progress_display(show_progress) as on_progress:
         try:
             return executor.wait(handle, on_progress=on_progress), False
         except KeyboardInterrupt:  # wait() has already stopped the run

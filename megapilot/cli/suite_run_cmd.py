@@ -1,8 +1,9 @@
 """`megapilot suite run`: run a validation suite end to end, then write its report and history row.
 
 Exit codes: 0 every row PASS (or RECORD/SKIPPED), 1 any FAIL, 2 a config error (nothing ran),
-130 interrupted with Ctrl-C (the running job is stopped; finished results, the report and the history
-row are still written).
+128 + N when stopped by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM (`timeout`, systemd, scancel), 129 SIGHUP
+(a closed SSH session). Every job is stopped first; finished results, the report, the run deck, JUnit and
+the history row are still written, and the last line is the command that resumes the run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from megapilot.suite.results import SuiteResult
 
 EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C; another signal N exits 128 + N
+LATEST = "latest"
 
 ConfigArg = Annotated[Path, typer.Argument(help="Suite config (CVS Megatron JSON/YAML, or a megapilot template).",
                                            show_default=False)]
@@ -39,8 +41,9 @@ def run(
     out: Annotated[Path, typer.Option("--out", help="Parent directory of the run directory.")] = Path("runs/suite"),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the stages and each combo's exact launch; "
                                                             "run nothing.")] = False,
-    resume: Annotated[str | None, typer.Option("--resume", help="Run id (or run directory) of an interrupted run: "
-                                                                "finished combos are kept, the rest run.")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Run id, run directory or 'latest' (the newest run "
+                                                                "under --out) of an interrupted run: finished stages "
+                                                                "and combos are kept, the rest run.")] = None,
     db: Annotated[str | None, typer.Option("--db", help="History database: a SQLite path or postgresql:// URL "
                                                         "(default: the user data dir, or $MEGAPILOT_HISTORY).")] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not record this run in the history.")] = False,
@@ -71,8 +74,18 @@ def run(
         else:
             _print_dry_run(plan)
         return
-    result = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
-                  use_history=not no_history, quiet=json_output)
+    from megapilot.execute.interrupt import Interrupted, stop_on_signals
+
+    resume_command = _resume_command(config, cluster, out, stage, combo, megatron_version)
+    try:
+        with stop_on_signals():
+            result = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
+                          use_history=not no_history, quiet=json_output)
+    except Interrupted as exc:  # before the run started or after it ended: nothing to stop or to resume
+        err_console.print(f"stopped: {exc.name}", highlight=False)
+        raise typer.Exit(exc.exit_code) from None
+    if result is None:
+        return  # a finished run resumed: nothing to do
     if json_output:
         from megapilot.suite.summary import result_json
 
@@ -80,9 +93,32 @@ def run(
     else:
         _print_result(result)
     if not result.finished:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        err_console.print(f"resume with: {resume_command} --resume {result.run_id}", highlight=False, markup=False,
+                          soft_wrap=True)
+        raise typer.Exit(_interrupted_exit_code())
     if result.verdict.value == "FAIL":
         raise typer.Exit(EXIT_FAILED)
+
+
+def _interrupted_exit_code() -> int:
+    from megapilot.execute.interrupt import received_signal
+
+    signum = received_signal()
+    return 128 + signum if signum is not None else EXIT_INTERRUPTED
+
+
+def _resume_command(config: Path, cluster: Path | None, out: Path, stage: str | None, combo: str | None,
+                    megatron_version: str | None) -> str:
+    """The exact command line that resumes this run, shell-quoted, with absolute paths (any directory works)."""
+    import shlex
+
+    argv = ["megapilot", "suite", "run", str(config.absolute())]
+    argv += ["--cluster", str(cluster.absolute())] if cluster else []
+    argv += ["--out", str(out.absolute())]
+    argv += ["--stage", stage] if stage else []
+    argv += ["--combo", combo] if combo else []
+    argv += ["--megatron-version", megatron_version] if megatron_version else []
+    return shlex.join(argv)
 
 
 def register(suite_app: typer.Typer) -> None:
@@ -108,36 +144,96 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
-         use_history: bool, quiet: bool) -> SuiteResult:
+         use_history: bool, quiet: bool) -> SuiteResult | None:
+    """Run (or resume) the suite; None when the run to resume had already finished."""
+    from rich.markup import escape
+
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
+    from megapilot.suite.resume import check_resumable
 
     history = _open_history(db) if use_history else None
+    if history is not None:
+        history.check()  # a damaged, locked, read-only or full history is found now, before anything trains
     previous = _previous_run(resume, history, out) if resume else None
+    if previous is not None:
+        if previous.finished:
+            err_console.print(f"run {previous.run_id} finished ({previous.verdict.value}): nothing to do",
+                              highlight=False, markup=False, soft_wrap=True)
+            return None
+        check_resumable(previous, suite)
     request = RunRequest(out_dir=out.resolve(), only_stage=stage, only_combo=combo, resume_from=previous,
                          baseline=_baseline_source(history))
     executor = make_executor(suite)
-    on_event = None if quiet else (lambda message: err_console.print(f"[dim]{message}[/]", highlight=False,
+    # Reasons carry paths and log lines (`[/tmp/x]`, `[rank0]:`): printed as text, never read as markup.
+    on_event = None if quiet else (lambda message: err_console.print(f"[dim]{escape(message)}[/]", highlight=False,
                                                                      markup=True, soft_wrap=True))
     result = run_suite(suite, request, executor, on_event)
     return _after_run(result, history, quiet=quiet)
 
 
 def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> SuiteResult:
-    """Regressions against the history, the history row, the report: each even when training failed."""
+    """Regressions against the history, the report, then the history row: the report, run deck and JUnit come
+    first, so a history that breaks now costs only its own row, which is retried and else queued."""
     from megapilot.report import render_report
 
     if history is not None:
-        from megapilot.store.regress import find_regressions
-
-        result.regressions = find_regressions(result, history)
-        result.write()
-        history.record(result)
+        _add_regressions(result, history)
+    result.write()
     files = render_report(result, Path(result.run_dir))
     if not quiet:
-        err_console.print(f"report: {files.html}", highlight=False, soft_wrap=True)
-        err_console.print(f"run deck: {files.run_deck}", highlight=False, soft_wrap=True)
+        err_console.print(f"report: {files.html}", highlight=False, markup=False, soft_wrap=True)
+        err_console.print(f"run deck: {files.run_deck}", highlight=False, markup=False, soft_wrap=True)
+    if history is not None:
+        _record(result, history)
     return result
+
+
+HISTORY_RETRIES = 3
+HISTORY_RETRY_WAIT_S = 1.0
+
+
+def _add_regressions(result: SuiteResult, history: History) -> None:
+    from megapilot.store.regress import find_regressions
+
+    try:
+        result.regressions = find_regressions(result, history)
+    except Exception as exc:  # noqa: BLE001 - a history that broke mid-run costs the comparison, not the report
+        result.notes.append(f"no comparison with the history: it could not be read ({_one_line(exc)})")
+
+
+def _record(result: SuiteResult, history: History) -> None:
+    """The history row, tried a few times; when it still cannot be written, queued in the run directory for
+    `megapilot history record RUN_DIR` (the run's own files are all written by then)."""
+    import json
+    import time
+
+    from megapilot.files import atomic_write_text
+    from megapilot.store.history import PENDING_NAME
+
+    error: Exception | None = None
+    for attempt in range(HISTORY_RETRIES):
+        try:
+            history.record(result)
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure of the database: retried, then queued
+            error = exc
+            if attempt + 1 < HISTORY_RETRIES:
+                time.sleep(HISTORY_RETRY_WAIT_S)
+    pending = Path(result.run_dir) / PENDING_NAME
+    payload = json.dumps({"run_id": result.run_id, "db": history.location, "error": _one_line(error)}, indent=2)
+    try:
+        atomic_write_text(pending, payload + "\n")
+        queued = f"queued in {pending}"
+    except OSError as exc:
+        queued = f"not queued either ({_one_line(exc)})"
+    err_console.print(f"warning: the history row of run {result.run_id} was not written to {history.location} "
+                      f"({_one_line(error)}); {queued}; write it later with: megapilot history record "
+                      f"{result.run_dir} --db {history.location}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split()) if exc is not None else "unknown error"
 
 
 def _open_history(db: str | None) -> History:
@@ -155,10 +251,14 @@ def _baseline_source(history: History | None) -> HistoryBaselines | None:
 
 
 def _previous_run(resume: str, history: History | None, out: Path) -> SuiteResult:
-    """The result of the run to resume: a run directory, a run id under --out, or a run id in the history."""
+    """The result of the run to resume: 'latest' (the newest run under --out), a run directory, a run id under
+    --out, or a run id in the history."""
     from megapilot.errors import MegapilotError
     from megapilot.suite.results import SUITE_RESULT_NAME, read_suite_result
+    from megapilot.suite.resume import latest_run_dir
 
+    if resume == LATEST:
+        return read_suite_result(latest_run_dir(out))
     for candidate in (Path(resume), out / resume):
         if (candidate / SUITE_RESULT_NAME).is_file():
             return read_suite_result(candidate)
@@ -170,7 +270,8 @@ def _previous_run(resume: str, history: History | None, out: Path) -> SuiteResul
         if detail is not None and (Path(detail.run.run_dir) / SUITE_RESULT_NAME).is_file():
             return read_suite_result(Path(detail.run.run_dir))
     raise MegapilotError(f"no run {resume!r} to resume", field="--resume",
-                         fix="pass a run id from `megapilot history list` or the run directory `suite run` printed")
+                         fix="pass 'latest', a run id from `megapilot history list` or the run directory `suite run` "
+                             "printed")
 
 
 def _print_dry_run(plan: DryRunPlan) -> None:

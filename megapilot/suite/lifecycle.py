@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
+from megapilot.execute.interrupt import Interrupted, describe_interruption
 from megapilot.suite.results import (
     ComboResult,
     Finding,
@@ -86,6 +88,7 @@ class _Context:
     failed_stage: str | None = None
     interrupted: bool = False
     handles: list[JobHandle] = field(default_factory=list)
+    new_work: int = 0  # stages and combos this process finished (a resume that finished none is undone)
 
 
 def new_run_id() -> str:
@@ -95,33 +98,72 @@ def new_run_id() -> str:
 
 def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
               on_event: EventCallback | None = None) -> SuiteResult:
-    """Run every stage in order; return the result (also written to `<run_dir>/suite.json`)."""
-    run_id = request.run_id or (request.resume_from.run_id if request.resume_from else new_run_id())
+    """Run every stage in order; return the result (also written to `<run_dir>/suite.json`).
+
+    With `request.resume_from` (an interrupted run), every stage and combo that run finished is kept as it
+    was and not re-run; the one it was interrupted in runs again from scratch, in a clean directory. A
+    resume that fails before anything new finished leaves the run's suite.json exactly as it was."""
+    previous = request.resume_from
+    run_id = request.run_id or (previous.run_id if previous else new_run_id())
     run_dir = (request.out_dir / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    original = _saved_state(run_dir) if previous is not None else None
     started = datetime.now(timezone.utc)
     result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=_run_card(suite),
-                         started_at=request.resume_from.started_at if request.resume_from else started)
+                         started_at=previous.started_at if previous else started,
+                         notes=list(previous.notes) if previous else [])
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None))
     clock = time.monotonic()
+    completed = False
     try:
         _run_stages(ctx)
-    except KeyboardInterrupt:
+        completed = True
+    except KeyboardInterrupt as exc:
         ctx.interrupted = True
-        result.reason = "interrupted (Ctrl-C): the running job was stopped; finished results are kept"
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        result.reason = f"{describe_interruption(signum)}: the running job was stopped; finished results are kept"
         ctx.on_event(result.reason)
-    finally:
+    except BaseException:
         _stop_all(ctx)
-        result.ended_at = datetime.now(timezone.utc)
-        result.duration_s = round(time.monotonic() - clock, 3)
-        result.finished = not ctx.interrupted
-        result.recompute_verdict()
-        if ctx.interrupted:
-            result.verdict = Verdict.FAIL
-        elif result.verdict is Verdict.FAIL:
-            result.reason = _failure_summary(result)
-        result.write(run_dir)
+        if original is not None and ctx.new_work == 0:
+            _restore_state(run_dir, original)  # a failed resume leaves the run as it was
+            raise
+        result.reason = "stopped by an internal error; finished results are kept"
+        _close(ctx, clock, completed=False)
+        raise
+    _stop_all(ctx)
+    _close(ctx, clock, completed=completed)
     return result
+
+
+def _close(ctx: _Context, clock: float, *, completed: bool) -> None:
+    """The run's end: its verdict, and finished only when every stage ran (an interrupted run is resumable)."""
+    result = ctx.result
+    result.ended_at = datetime.now(timezone.utc)
+    previous = ctx.request.resume_from
+    result.duration_s = round(time.monotonic() - clock + (previous.duration_s if previous else 0.0), 3)
+    result.finished = completed and not ctx.interrupted
+    result.recompute_verdict()
+    if not result.finished:
+        result.verdict = Verdict.FAIL
+    elif result.verdict is Verdict.FAIL:
+        result.reason = _failure_summary(result)
+    result.write(ctx.run_dir)
+
+
+def _saved_state(run_dir: Path) -> bytes | None:
+    from megapilot.suite.results import SUITE_RESULT_NAME
+
+    path = run_dir / SUITE_RESULT_NAME
+    return path.read_bytes() if path.is_file() else None
+
+
+def _restore_state(run_dir: Path, original: bytes | None) -> None:
+    from megapilot.files import atomic_write_bytes
+    from megapilot.suite.results import SUITE_RESULT_NAME
+
+    if original is not None:
+        atomic_write_bytes(run_dir / SUITE_RESULT_NAME, original)
 
 
 def _failure_summary(result: SuiteResult) -> str:
@@ -157,6 +199,15 @@ def _wanted(ctx: _Context, name: str) -> bool:
 
 def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) -> StageResult:
     """Run one stage (or record why it is skipped), time it, and save the result file."""
+    kept = _kept_stage(ctx, name)
+    if kept is not None:
+        ctx.result.stages.append(kept)
+        if name == "smoke" and (smoke := ctx.request.resume_from.combo("smoke")) is not None:  # type: ignore[union-attr]
+            ctx.result.combos.append(smoke)
+        if kept.verdict is Verdict.FAIL and name in EARLY_STAGES:
+            ctx.failed_stage = name
+        ctx.on_event(f"stage {name}: {kept.verdict.value} (kept: finished before the interruption)")
+        return kept
     if not _wanted(ctx, name):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED,
                             reason=f"not selected (--stage {ctx.request.only_stage})")
@@ -171,9 +222,19 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
         if stage.verdict is Verdict.FAIL and name in EARLY_STAGES:
             ctx.failed_stage = name
     ctx.result.stages.append(stage)
+    ctx.new_work += 1
     ctx.result.write(ctx.run_dir)
     ctx.on_event(f"stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
     return stage
+
+
+def _kept_stage(ctx: _Context, name: str) -> StageResult | None:
+    """The early stage as the resumed run finished it (None: it did not, or this is not a resume).
+    results and teardown always run again: they sum up and clean up the whole run."""
+    previous = ctx.request.resume_from
+    if previous is None or name not in EARLY_STAGES:
+        return None
+    return next((s for s in previous.stages if s.name == name and s.combo is None), None)
 
 
 def _prepare_stage(ctx: _Context) -> StageResult:
@@ -234,6 +295,9 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
     if cell.skip_reason:
         return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="no runnable cell to checkpoint")
     save_dir = _checkpoint_dir(ctx)
+    if ctx.request.resume_from is not None:  # the interrupted attempt's checkpoints are not this one's
+        for stale in (save_dir, save_dir.with_name(save_dir.name + "-resumed")):
+            shutil.rmtree(stale, ignore_errors=True)
     if suite.executor == "local":
         save_dir.parent.mkdir(parents=True, exist_ok=True)
     saved = _run_cell(ctx, cell, directory="checkpoint-save", gates=False, train_iters=settings.save_iters,
@@ -300,15 +364,12 @@ _EARLY: dict[str, Callable[[_Context], StageResult]] = {
 
 def _combo(ctx: _Context, cell: SweepCell) -> None:
     """train → metrics → loss_curve of one cell; a finished cell of the resumed run is kept as it was."""
-    resumed = ctx.request.resume_from
-    previous = resumed.combo(cell.key) if resumed else None
-    if resumed is not None and previous is not None and previous.verdict in (Verdict.PASS, Verdict.FAIL,
-                                                                              Verdict.SKIPPED):
-        ctx.result.combos.append(previous)
-        for name in COMBO_STAGES:
-            ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED,
-                                                 reason=f"finished in run {resumed.run_id}: "
-                                                        f"{previous.verdict.value}"))
+    kept = _kept_combo(ctx, cell.key)
+    if kept is not None:
+        combo, stages = kept
+        ctx.result.combos.append(combo)
+        ctx.result.stages.extend(stages)
+        ctx.on_event(f"combo {cell.key}: {combo.verdict.value} (kept: finished before the interruption)")
         return
     if ctx.failed_stage is not None or not _wanted(ctx, "train"):
         reason = (f"skipped: stage {ctx.failed_stage} failed" if ctx.failed_stage
@@ -325,8 +386,24 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     ctx.result.combos.append(combo)
     for stage in _combo_stages(combo, started):
         ctx.result.stages.append(stage)
+    ctx.new_work += 1
     ctx.result.write(ctx.run_dir)
     ctx.on_event(f"combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+
+
+def _kept_combo(ctx: _Context, key: str) -> tuple[ComboResult, list[StageResult]] | None:
+    """The resumed run's finished combo `key` with its stage rows; a key listed twice in sweep.runs is
+    matched listing by listing."""
+    previous = ctx.request.resume_from
+    if previous is None:
+        return None
+    done_here = sum(c.key == key for c in ctx.result.combos)
+    finished = [c for c in previous.combos if c.key == key]
+    if len(finished) <= done_here:
+        return None
+    stages = [s for s in previous.stages if s.combo == key]
+    per_combo = len(COMBO_STAGES)
+    return finished[done_here], stages[done_here * per_combo:(done_here + 1) * per_combo]
 
 
 def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
@@ -373,6 +450,8 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
     if cell.skip_reason:
         return _skipped_combo(cell, cell.skip_reason, suite.backend)
     job_dir = ctx.run_dir / directory
+    if ctx.request.resume_from is not None and job_dir.exists():
+        shutil.rmtree(job_dir)  # what the interrupted attempt left: this one starts from scratch
     job_dir.mkdir(parents=True, exist_ok=True)
     launch = render_cell(suite, cell, job_dir=job_dir, train_iters=train_iters, save_dir=save_dir,
                          save_interval=save_interval, load_dir=load_dir, load_step=load_step)
