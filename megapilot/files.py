@@ -29,6 +29,11 @@ class DiskFullError(OSError):
         return str(self.strerror)
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """An OSError that says the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def free_bytes(path: Path) -> int:
     """Free bytes on the file system of `path` (or of its nearest existing parent)."""
     probe = Path(path)
@@ -67,7 +72,7 @@ def atomic_write_bytes(target: Path, data: bytes, *, mode: int = 0o644) -> Path:
             os.unlink(temporary)
         except OSError:
             pass
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if is_disk_full(exc):
             raise DiskFullError(target, len(data)) from None
         raise
     _sync_directory(target.parent)
@@ -88,4 +93,4 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["DiskFullError", "atomic_write_bytes", "atomic_write_text", "free_bytes"]
+__all__ = ["DiskFullError", "atomic_write_bytes", "atomic_write_text", "free_bytes", "is_disk_full"]

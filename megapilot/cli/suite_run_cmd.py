@@ -175,15 +175,25 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
 def _after_run(result: SuiteResult, history: History | None, *, quiet: bool) -> SuiteResult:
     """Regressions against the history, the report, then the history row: the report, run deck and JUnit come
     first, so a history that breaks now costs only its own row, which is retried and else queued."""
+    from megapilot.files import is_disk_full
     from megapilot.report import render_report
+    from megapilot.suite.results import Verdict
 
     if history is not None:
         _add_regressions(result, history)
-    result.write()
-    files = render_report(result, Path(result.run_dir))
-    if not quiet:
-        err_console.print(f"report: {files.html}", highlight=False, markup=False, soft_wrap=True)
-        err_console.print(f"run deck: {files.run_deck}", highlight=False, markup=False, soft_wrap=True)
+    try:
+        result.write()
+        files = render_report(result, Path(result.run_dir))
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        # Nothing more fits on that disk: the verdict says so, the terminal and the history keep the results.
+        result.verdict = Verdict.FAIL
+        result.reason = "; ".join(p for p in (result.reason, f"report not written: {exc}") if p)
+    else:
+        if not quiet:
+            err_console.print(f"report: {files.html}", highlight=False, markup=False, soft_wrap=True)
+            err_console.print(f"run deck: {files.run_deck}", highlight=False, markup=False, soft_wrap=True)
     if history is not None:
         _record(result, history)
     return result

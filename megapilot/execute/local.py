@@ -242,8 +242,10 @@ class LocalExecutor:
         self._update_status(job, state, now_s, exit_code=exit_code, reason="; ".join(notes) or None)
         job.record.ended_at = utc_now()
         self._record_processes(job)
-        self._save_record(job)
-        self._end_watchdog(job)
+        try:
+            self._save_record(job)
+        finally:  # even when job.json cannot be written (a full disk), the job is settled
+            self._end_watchdog(job)
 
     @staticmethod
     def _end_watchdog(job: _LocalJob) -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
 from megapilot.execute.interrupt import Interrupted, describe_interruption
+from megapilot.files import DiskFullError, free_bytes, is_disk_full
 from megapilot.suite.results import (
     ComboResult,
     Finding,
@@ -103,16 +104,20 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     With `request.resume_from` (an interrupted run), every stage and combo that run finished is kept as it
     was and not re-run; the one it was interrupted in runs again from scratch, in a clean directory. A
     resume that fails before anything new finished leaves the run's suite.json exactly as it was."""
+    from megapilot.suite.config import describe_hang_window
+    from megapilot.suite.secrets import holds_secrets
+
     previous = request.resume_from
     run_id = request.run_id or (previous.run_id if previous else new_run_id())
     run_dir = (request.out_dir / run_id).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _make_run_dir(run_dir, private=holds_secrets(suite))
     original = _saved_state(run_dir) if previous is not None else None
     started = datetime.now(timezone.utc)
     result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=_run_card(suite),
                          started_at=previous.started_at if previous else started,
                          notes=list(previous.notes) if previous else [])
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None))
+    _note_once(result, describe_hang_window(suite.config.megapilot))
     clock = time.monotonic()
     completed = False
     try:
@@ -136,6 +141,11 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     return result
 
 
+def _note_once(result: SuiteResult, note: str) -> None:
+    if note not in result.notes:
+        result.notes.append(note)
+
+
 def _close(ctx: _Context, clock: float, *, completed: bool) -> None:
     """The run's end: its verdict, and finished only when every stage ran (an interrupted run is resumable)."""
     result = ctx.result
@@ -149,6 +159,14 @@ def _close(ctx: _Context, clock: float, *, completed: bool) -> None:
     elif result.verdict is Verdict.FAIL:
         result.reason = _failure_summary(result)
     result.write(ctx.run_dir)
+
+
+def _make_run_dir(run_dir: Path, *, private: bool) -> None:
+    """The run directory; only its owner may enter it when the suite holds a secret (its jobs' environment,
+    their logs and scripts live there)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if private:
+        run_dir.chmod(0o700)
 
 
 def _saved_state(run_dir: Path) -> bytes | None:
@@ -216,14 +234,19 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
     else:
         ctx.on_event(f"stage {name}")
         started, clock = datetime.now(timezone.utc), time.monotonic()
-        stage = body(ctx)
+        try:
+            stage = body(ctx)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            stage = StageResult(name=name, verdict=Verdict.FAIL, reason=_disk_full_reason(ctx, exc))
         stage.started_at = started
         stage.duration_s = round(time.monotonic() - clock, 3)
         if stage.verdict is Verdict.FAIL and name in EARLY_STAGES:
             ctx.failed_stage = name
     ctx.result.stages.append(stage)
     ctx.new_work += 1
-    ctx.result.write(ctx.run_dir)
+    _save(ctx)
     ctx.on_event(f"stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
     return stage
 
@@ -238,15 +261,16 @@ def _kept_stage(ctx: _Context, name: str) -> StageResult | None:
 
 
 def _prepare_stage(ctx: _Context) -> StageResult:
-    """Copy the inputs (never the token file) next to the results and prepare containers."""
+    """Copy the inputs (never the token file; every secret masked) next to the results and prepare containers."""
     from megapilot.suite.containers import prepare_containers
+    from megapilot.suite.secrets import write_masked_copy
 
     inputs = ctx.run_dir / "inputs"
     inputs.mkdir(exist_ok=True)
     suite = ctx.suite
     for source in (suite.config_path, suite.cluster_path, suite.threshold_path):
         if source is not None and Path(source).is_file():
-            shutil.copy2(source, inputs / Path(source).name)
+            write_masked_copy(Path(source), inputs / Path(source).name, suite)  # secrets masked
     checks = prepare_containers(suite)
     verdict = Verdict.FAIL if any(c.verdict is Verdict.FAIL for c in checks) else Verdict.PASS
     reason = "; ".join(c.reason for c in checks if c.verdict is Verdict.FAIL) or f"run directory {ctx.run_dir}"
@@ -387,7 +411,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     for stage in _combo_stages(combo, started):
         ctx.result.stages.append(stage)
     ctx.new_work += 1
-    ctx.result.write(ctx.run_dir)
+    _save(ctx)
     ctx.on_event(f"combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
 
 
@@ -443,7 +467,23 @@ def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
 def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
               save_dir: str | None = None, load_dir: str | None = None, load_step: int | None = None,
               save_interval: int | None = None) -> ComboResult:
-    """Render, run, watch and measure one cell; never raises for what the cell itself got wrong."""
+    """Render, run, watch and measure one cell; never raises for what the cell itself got wrong, nor for a disk
+    that fills up while it runs (the cell FAILs saying where, how much was free and what was being written)."""
+    try:
+        return _run_cell_on_disk(ctx, cell, directory=directory, gates=gates, train_iters=train_iters,
+                                 save_dir=save_dir, load_dir=load_dir, load_step=load_step,
+                                 save_interval=save_interval)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        _stop_all(ctx)
+        return _skipped_combo(cell, _disk_full_reason(ctx, exc), ctx.suite.backend).model_copy(
+            update={"verdict": Verdict.FAIL, "directory": directory})
+
+
+def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None,
+                      save_dir: str | None, load_dir: str | None, load_step: int | None,
+                      save_interval: int | None) -> ComboResult:
     from megapilot.suite.render import render_cell
 
     suite = ctx.suite
@@ -467,6 +507,33 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
     return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates)
 
 
+def _save(ctx: _Context) -> None:
+    """suite.json after a stage; a full disk is left to the stage that needs the space to say (the run's end
+    writes it again)."""
+    try:
+        ctx.result.write(ctx.run_dir)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        ctx.on_event(f"cannot save the run state: {exc}")
+
+
+def _disk_full_reason(ctx: _Context, exc: OSError) -> str:
+    """What filled up, how much is free, what was being written; then this run's checkpoints are removed, so
+    that the report still fits (a resume writes them again)."""
+    reason = str(exc) if isinstance(exc, DiskFullError) else (
+        f"no space left on the device of {exc.filename or ctx.run_dir}: "
+        f"{free_bytes(Path(exc.filename or ctx.run_dir)) / 2**20:.1f} MiB free ({exc.strerror})")
+    freed = 0
+    saved = _checkpoint_dir(ctx)
+    for directory in (saved, saved.with_name(saved.name + "-resumed"), ctx.run_dir / "checkpoints"):
+        if directory.is_dir():
+            freed += sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+            shutil.rmtree(directory, ignore_errors=True)
+    return f"disk full: {reason}" + (f"; removed this run's checkpoints ({freed / 2**20:.1f} MiB) to write the "
+                                     "report" if freed else "")
+
+
 def _write_files(files: dict[str, str]) -> None:
     """Files the launch reads (a Primus experiment YAML), at the absolute paths it names."""
     for path, text in files.items():
@@ -487,7 +554,7 @@ def _combo_shell(cell: SweepCell, launch: CellLaunch, directory: str) -> ComboRe
 def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: int | None) -> JobSpec:
     block = ctx.suite.config.megapilot
     hang = HangPolicy(startup_s=block.startup_timeout_s, factor=block.hang_factor,
-                      min_window_s=min(HangPolicy().min_window_s, block.startup_timeout_s))
+                      min_window_s=min(block.hang_min_window_s, block.startup_timeout_s))
     return JobSpec(combo=directory, run_dir=ctx.run_dir, script_text=launch.script_text, env=_job_env(ctx),
                    nodes=launch.nodes, gpus_per_node=launch.gpus_per_node, train_iters=train_iters,
                    hang=hang, timeout_s=block.job_timeout_s)

@@ -34,7 +34,8 @@ DEFAULT_CELL = "default"
 class ThresholdSpec(BaseModel):
     """One metric's gate inside a threshold cell."""
 
-    model_config = ConfigDict(extra="allow")  # CVS files carry comments and future fields; unknown keys are kept
+    # CVS files carry comments and future fields: unknown keys are kept. A NaN or infinite bound gates nothing.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     kind: ThresholdKind
     value: float | None = None
