@@ -74,3 +74,42 @@ def test_sigterm_to_suite_run_stops_everything_writes_the_report_and_exits_143(t
     assert [s["name"] for s in state["stages"]] == ["prepare", "preflight", "tokenizer"]  # smoke was interrupted
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("resume with: megapilot suite run ") and last.endswith(f"--resume {run_dir.name}"), last
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_each_stop_signal_stops_megapilot_run_with_128_plus_n(tmp_path: Path, signum: int) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\n{sys.executable} {PRINTER} --iters 2000 --interval-s 0.1 --spawn-children 1\n")
+    head = subprocess.Popen(megapilot_argv("run", str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "s",
+                                           "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
+    job_dir = tmp_path / "runs" / "s"
+    wait_for_iteration(job_dir / "out-node0" / "training.log", within_s=60)
+    head.send_signal(signum)
+    out, err = head.communicate(timeout=30)
+    assert head.returncode == 128 + signum, err
+    assert json.loads(out)["state"] == "CANCELLED"
+    assert wait_until_gone(job_dir.parent, within_s=10) == []
+
+
+def test_a_second_signal_forces_the_stop_without_the_grace_period(tmp_path: Path) -> None:
+    """The job ignores SIGTERM, so a polite stop waits its whole grace period (10 s) before SIGKILL; a second
+    SIGINT SIGKILLs it at once."""
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\ntrap '' TERM\n{sys.executable} {PRINTER} --iters 2000 --interval-s 0.1 "
+                      "--ignore-sigterm\n")
+    head = subprocess.Popen(megapilot_argv("run", str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "f",
+                                           "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
+    job_dir = tmp_path / "runs" / "f"
+    wait_for_iteration(job_dir / "out-node0" / "training.log", within_s=60)
+    sent = time.monotonic()
+    head.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    head.send_signal(signal.SIGINT)
+    _out, err = head.communicate(timeout=30)
+    took_s = time.monotonic() - sent
+    assert head.returncode == 130, err
+    assert took_s < 8.0, f"the forced stop took {took_s:.1f} s"
+    assert "SIGINT again" in err
+    assert wait_until_gone(job_dir.parent, within_s=5) == []
