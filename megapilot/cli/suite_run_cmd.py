@@ -86,15 +86,19 @@ def run(
         raise typer.Exit(exc.exit_code) from None
     if result is None:
         return  # a finished run resumed: nothing to do
-    if json_output:
-        from megapilot.suite.summary import result_json
+    try:
+        if json_output:
+            from megapilot.suite.summary import result_json
 
-        emit_json(result_json(result))
-    else:
-        _print_result(result)
+            emit_json(result_json(result))
+        else:
+            _print_result(result)
+        if not result.finished:
+            err_console.print(f"resume with: {resume_command} --resume {result.run_id}", highlight=False,
+                              markup=False, soft_wrap=True)
+    except OSError:  # the terminal is gone (SIGHUP of a closed SSH session): every file is written already
+        pass
     if not result.finished:
-        err_console.print(f"resume with: {resume_command} --resume {result.run_id}", highlight=False, markup=False,
-                          soft_wrap=True)
         raise typer.Exit(_interrupted_exit_code())
     if result.verdict.value == "FAIL":
         raise typer.Exit(EXIT_FAILED)
