@@ -128,12 +128,12 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         result.reason = f"{describe_interruption(signum)}: the running job was stopped; finished results are kept"
         ctx.on_event(result.reason)
-    except BaseException:
+    except BaseException as exc:
         _stop_all(ctx)
         if original is not None and ctx.new_work == 0:
             _restore_state(run_dir, original)  # a failed resume leaves the run as it was
             raise
-        result.reason = "stopped by an internal error; finished results are kept"
+        result.reason = f"stopped by an error ({' '.join(str(exc).split())[:300]}); finished results are kept"
         _close(ctx, clock, completed=False)
         raise
     _stop_all(ctx)

@@ -9,6 +9,7 @@ time through every later resume), no process outlives an interruption, and resum
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,8 +24,6 @@ from megapilot.suite.config import load_suite
 from megapilot.suite.lifecycle import RunRequest, run_suite
 from megapilot.suite.results import SuiteResult
 from tests.faults.helpers import fault_env, left_of, megapilot_argv, tiny_suite, wait_for_iteration
-
-pytestmark = pytest.mark.slow
 
 
 def _run(config: Path, out: Path, previous: SuiteResult | None = None, *, stop_in: str | None = None) -> SuiteResult:
@@ -67,6 +66,7 @@ def _outline(result: SuiteResult) -> list[tuple[str, str | None, str]]:
         [("combo", c.key, c.verdict.value) for c in result.combos]
 
 
+@pytest.mark.slow
 def test_interrupted_at_every_point_and_resumed_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
     config = tiny_suite(tmp_path)
     reference = _run(config, tmp_path / "reference")
@@ -98,3 +98,51 @@ def test_interrupted_at_every_point_and_resumed_ends_as_an_uninterrupted_run(tmp
     assert done.returncode == 0, done.stderr
     assert "nothing to do" in done.stderr
     assert Path(result.run_dir, "suite.json").read_bytes() == state
+
+
+@pytest.mark.slow  # sbatch takes about a minute to give up looking for a configuration
+def test_a_failed_resume_leaves_the_run_exactly_as_it_was(tmp_path: Path) -> None:
+    """sbatch without a SLURM configuration refuses every job: the run stops at smoke, unfinished; resuming it
+    fails the same way and must not touch its state (it once rewrote it as a finished PASS with no combos)."""
+    config = tiny_suite(tmp_path)
+    data = json.loads(config.read_text())
+    data["megapilot"]["executor"] = "slurm"
+    config.write_text(json.dumps(data))
+    env = {**fault_env(tmp_path), "SLURM_CONF": str(tmp_path / "no-slurm.conf")}
+    out = tmp_path / "runs"
+    first = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--no-history", "--stage",
+                                          "smoke"),
+                           capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert first.returncode == 2 and "sbatch" in first.stderr, first.stderr
+    (run_dir,) = out.iterdir()
+    before = (run_dir / "suite.json").read_bytes()
+    state = json.loads(before)
+    assert state["finished"] is False and [s["name"] for s in state["stages"]] == ["prepare", "preflight",
+                                                                                  "tokenizer"]
+    again = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--no-history", "--stage",
+                                          "smoke", "--resume", "latest"), capture_output=True, text=True, env=env,
+                           timeout=120, check=False)
+    assert again.returncode == 2 and "internal error" not in again.stderr, again.stderr
+    assert (run_dir / "suite.json").read_bytes() == before
+
+
+def test_a_resume_with_another_config_is_refused_and_touches_nothing(tmp_path: Path) -> None:
+    config = tiny_suite(tmp_path)
+    out = tmp_path / "runs"
+    run = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--no-history", "--stage",
+                                        "preflight"), capture_output=True, text=True, env=fault_env(tmp_path),
+                         timeout=300, check=False)
+    (run_dir,) = out.iterdir()
+    state = json.loads((run_dir / "suite.json").read_text())
+    state["finished"] = False  # as a run interrupted after preflight would be
+    (run_dir / "suite.json").write_text(json.dumps(state))
+    before = (run_dir / "suite.json").read_bytes()
+    data = json.loads(config.read_text())
+    data["megapilot"]["hang_factor"] = 30
+    config.write_text(json.dumps(data))
+    again = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--no-history",
+                                          "--resume", run_dir.name), capture_output=True, text=True,
+                           env=fault_env(tmp_path), timeout=120, check=False)
+    assert run.returncode in (0, 1), run.stderr
+    assert again.returncode == 2 and "another config" in again.stderr, again.stderr
+    assert (run_dir / "suite.json").read_bytes() == before
