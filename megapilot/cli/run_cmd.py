@@ -75,7 +75,7 @@ def run(
                                  startup_timeout_s, timeout_s, train_iters, plan_data)
     if not json_output:
         for note in notes:
-            err_console.print(f"note: {note}", highlight=False)
+            err_console.print(f"note: {note}", highlight=False, markup=False)
     result, interrupted = _run_and_follow(job, show_progress=not json_output)
     if json_output:
         emit_json(result.model_dump(mode="json"))
@@ -221,7 +221,10 @@ def _run_and_follow(job: JobSpec, *, show_progress: bool) -> tuple[JobResult, bo
     executor = LocalExecutor()
     handle = executor.submit(job)
     if show_progress:
-        err_console.print(f"[bold]running[/] {job.combo}: log {executor.logs(handle)[0]}", highlight=False)
+        from rich.markup import escape
+
+        err_console.print(f"[bold]running[/] {escape(job.combo)}: log {escape(str(executor.logs(handle)[0]))}",
+                          highlight=False)
     with stop_on_signals(), _progress_display(show_progress) as on_progress:
         try:
             return executor.wait(handle, on_progress=on_progress), False
@@ -259,6 +262,7 @@ _STATE_STYLE = {"COMPLETED": "bold green", "RUNNING": "bold", "PENDING": "bold"}
 
 def _print_result(result: JobResult) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"run {result.combo}", show_header=False, title_justify="left")
     table.add_column("field", style="dim")
@@ -269,10 +273,10 @@ def _print_result(result: JobResult) -> None:
     table.add_row("iterations", f"{reached} / {result.train_iters or '?'}")
     table.add_row("exit code", "—" if result.exit_code is None else str(result.exit_code))
     if result.reason:
-        table.add_row("reason", result.reason)
+        table.add_row("reason", Text(result.reason))  # log lines and paths: text, never markup
     if result.step_time_s:
         table.add_row("step time", f"{result.step_time_s:.3f} s")
     table.add_row("duration", f"{result.duration_s:.1f} s")
-    table.add_row("log", str(result.logs[0]) if result.logs else "—")
-    table.add_row("job dir", str(result.job_dir))
+    table.add_row("log", Text(str(result.logs[0])) if result.logs else "—")
+    table.add_row("job dir", Text(str(result.job_dir)))
     console.print(table)

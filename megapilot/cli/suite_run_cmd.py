@@ -289,17 +289,20 @@ def _previous_run(resume: str, history: History | None, out: Path) -> SuiteResul
 
 
 def _print_dry_run(plan: DryRunPlan) -> None:
+    from rich.markup import escape
+
     from megapilot.cli.common import console
 
     for stage in plan.stages:
-        console.print(f"stage {stage.name}" + (f" [{stage.combo}]" if stage.combo else ""), highlight=False)
+        console.print(f"stage {stage.name}" + (f" [{stage.combo}]" if stage.combo else ""), highlight=False,
+                      markup=False)
     for combo in plan.combos:
-        console.print(f"\n[bold]{combo.key}[/] backend={combo.backend} nodes={combo.nodes} "
+        console.print(f"\n[bold]{escape(combo.key)}[/] backend={combo.backend} nodes={combo.nodes} "
                       f"gpus_per_node={combo.gpus_per_node}", highlight=False)
         if combo.skipped:
-            console.print(f"  SKIPPED: {combo.skipped}", highlight=False)
+            console.print(f"  SKIPPED: {combo.skipped}", highlight=False, markup=False)
         else:
-            console.print(f"  {combo.command}", highlight=False, soft_wrap=True)
+            console.print(f"  {combo.command}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_result(result: SuiteResult) -> None:

@@ -158,7 +158,7 @@ def _close(ctx: _Context, clock: float, *, completed: bool) -> None:
         result.verdict = Verdict.FAIL
     elif result.verdict is Verdict.FAIL:
         result.reason = _failure_summary(result)
-    result.write(ctx.run_dir)
+    _save(ctx)  # on a full disk the caller, writing the report, says what could not be written
 
 
 def _make_run_dir(run_dir: Path, *, private: bool) -> None:
@@ -401,7 +401,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
         ctx.result.combos.append(_skipped_combo(cell, reason, ctx.suite.backend))
         for name in COMBO_STAGES:
             ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED, reason=reason))
-        ctx.result.write(ctx.run_dir)
+        _save(ctx)
         return
     ctx.on_event(f"combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
