@@ -724,9 +724,6 @@ def _resolve(config: SuiteConfig, cluster: CvsCluster | None, config_path: Path,
     gpu, device = _resolve_device(config, check)
     model = _resolve_model(config, config_path.parent, check)
     nodes = _resolve_nodes(block, cluster, check)
-    if block.executor == "local" and nodes > 1:
-        check.add("megapilot.nodes" if block.nodes else "cluster", f"the local executor runs on one node, not {nodes}",
-                  "set megapilot.nodes to 1, or use executor slurm or ssh for several nodes")
     if block.executor in ("ssh",) and cluster is None:
         check.add("megapilot.executor", "the ssh executor needs the nodes of a cluster file",
                   "pass --cluster cluster.json, or use executor local")
