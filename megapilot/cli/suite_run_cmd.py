@@ -152,6 +152,7 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
     """Run (or resume) the suite; None when the run to resume had already finished."""
     from rich.markup import escape
 
+    from megapilot.execute.interrupt import finishing
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
     from megapilot.suite.resume import check_resumable
@@ -173,6 +174,7 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
     on_event = None if quiet else (lambda message: err_console.print(f"[dim]{escape(message)}[/]", highlight=False,
                                                                      markup=True, soft_wrap=True))
     result = run_suite(suite, request, executor, on_event)
+    finishing()  # a signal from here on waits for the report and the history row
     return _after_run(result, history, quiet=quiet)
 
 

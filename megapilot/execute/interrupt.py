@@ -80,10 +80,21 @@ def _force_stop_all() -> None:
             pass
 
 
+_raising: list[bool] = [True]
+
+
+def finishing() -> None:
+    """From now on a first signal is only recorded, not raised: the caller is writing its results (report,
+    history) and a half-written report helps nobody; a second signal still forces the stop."""
+    _raising[0] = False
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     if len(_received) == 1:
-        raise Interrupted(signum)
+        if _raising[0]:
+            raise Interrupted(signum)
+        return
     if len(_received) == 2:
         sys.stderr.write(f"\n{signal_name(signum)} again: stopping every job now (SIGKILL)\n")
         _force_stop_all()
@@ -98,6 +109,7 @@ def stop_on_signals() -> Iterator[None]:
         yield
         return
     _received.clear()
+    _raising[0] = True
     previous = {signum: signal.signal(signum, _handler) for signum in STOP_SIGNALS}
     try:
         yield
@@ -182,5 +194,5 @@ if __name__ == "__main__":  # the watchdog: python -m megapilot.execute.interrup
     _watch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
 
 
-__all__ = ["STOP_SIGNALS", "Interrupted", "describe_interruption", "die_with_parent", "received_signal",
+__all__ = ["STOP_SIGNALS", "Interrupted", "describe_interruption", "die_with_parent", "finishing", "received_signal",
            "register_force_stop", "signal_name", "start_watchdog", "stop_on_signals", "unregister_force_stop"]
