@@ -167,7 +167,9 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
                               highlight=False, markup=False, soft_wrap=True)
             return None
         check_resumable(previous, suite)
-    request = RunRequest(out_dir=out.resolve(), only_stage=stage, only_combo=combo, resume_from=previous,
+    # A resumed run stays in its own directory, wherever --out points now (found by id in the history).
+    out_dir = Path(previous.run_dir).parent if previous is not None else out.resolve()
+    request = RunRequest(out_dir=out_dir, only_stage=stage, only_combo=combo, resume_from=previous,
                          baseline=_baseline_source(history))
     executor = make_executor(suite)
     # Reasons carry paths and log lines (`[/tmp/x]`, `[rank0]:`): printed as text, never read as markup.
