@@ -1,9 +1,12 @@
-"""`megapilot history list|show|compare|calibration|import`: the run history that `megapilot suite run` records.
+"""`megapilot history list|show|compare|calibration|import|record`: the run history that `megapilot suite run` records.
 
 `history import FILE...` adds measured runs from outside (JSON list or JSON Lines of `estimate --batch` cases with
 `"measured"`, `"cluster"`, optional `"software"`; megapilot's and CVS's run decks) to a cluster's history: the
 calibration `estimate --cluster`, `plan --cluster` and `suite run` use. `history calibration` adds, per cluster,
 the corrections fitted on its runs and the held-out error with and without them.
+
+`history record RUN_DIR` writes a suite run's row that could not reach the history when it ended (queued in
+`RUN_DIR/history-pending.json`).
 
 The database is `--db` (a SQLite path or a postgresql:// URL), else $MEGAPILOT_HISTORY, else the SQLite
 file in the user data dir. A RUN is a run id, a unique prefix of one, or `latest`. Every command has
@@ -48,6 +51,26 @@ def _open(db: str | None) -> History:
     from megapilot.store.history import open_history
 
     return open_history(db)
+
+
+@history_app.command("record")
+def record_run(
+    run_dir: Annotated[str, typer.Argument(help="Run directory of a suite run (holds suite.json).",
+                                           show_default=False)],
+    db: DbOpt = None,
+) -> None:
+    """Record (or re-record) a suite run in the history, e.g. one whose row could not be written when it ran."""
+    from pathlib import Path
+
+    from megapilot.store.history import PENDING_NAME
+    from megapilot.suite.results import read_suite_result
+
+    result = read_suite_result(Path(run_dir))
+    with _open(db) as history:
+        history.record(result)
+        location = history.location
+    (Path(run_dir) / PENDING_NAME).unlink(missing_ok=True)
+    console.print(f"recorded run {result.run_id} in {location}", highlight=False, markup=False)
 
 
 @history_app.command("list")

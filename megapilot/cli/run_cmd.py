@@ -2,7 +2,8 @@
 
 Exit codes: 0 only when the run COMPLETED (exit 0 and the final iteration logged); 1 when it
 failed, hung, timed out or was cancelled; 2 for a user error (missing script, bad plan...);
-130 when interrupted with Ctrl-C (the run is stopped first, its result still printed).
+128 + N when stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP): the run's whole process tree is
+stopped first, its result still printed.
 
 `run --plan plan.json` renders the plan as a torchrun script for the embedded trainer, run by this
 Python. `--device auto` (the default) renders for CPUs — gloo, fp32, without what the trainer refuses
@@ -17,7 +18,6 @@ where it departs (`--json`: `predicted` and `prediction_departure` beside the Jo
 from __future__ import annotations
 
 import shutil
-import signal
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +32,6 @@ from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from types import FrameType
 
     from megapilot.execute.base import JobResult, JobSpec, JobStatus, ProgressCallback
     from megapilot.launch import LaunchScript
@@ -79,7 +78,7 @@ def run(
                                  startup_timeout_s, timeout_s, train_iters, plan_data)
     if not json_output:
         for note in notes:
-            err_console.print(f"note: {note}", highlight=False)
+            err_console.print(f"note: {note}", highlight=False, markup=False)
     prediction = _plan_prediction(plan, plan_data) if plan is not None else None
     result, interrupted = _run_and_follow(job, show_progress=not json_output)
     departure = _departure(prediction, result)
@@ -93,7 +92,10 @@ def run(
             console.print(f"predicted step {prediction.step_time_ms / 1000:.3f} s on {prediction.device}"
                           + (f": {departure}" if departure else ""), highlight=False, soft_wrap=True)
     if interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        from megapilot.execute.interrupt import received_signal
+
+        signum = received_signal()
+        raise typer.Exit(128 + signum if signum is not None else EXIT_INTERRUPTED)
     if not result.ok:
         raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -244,32 +246,19 @@ def gpu_present() -> bool:
 
 # ---- running and following ---------------------------------------------------------------
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While a run is followed, SIGTERM to megapilot stops the run the same way Ctrl-C does."""
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _run_and_follow(job: JobSpec, *, show_progress: bool) -> tuple[JobResult, bool]:
     """Submit, follow with a progress bar, and return (result, interrupted)."""
+    from megapilot.execute.interrupt import stop_on_signals
     from megapilot.execute.local import LocalExecutor
 
     executor = LocalExecutor()
     handle = executor.submit(job)
     if show_progress:
-        err_console.print(f"[bold]running[/] {job.combo}: log {executor.logs(handle)[0]}", highlight=False)
-    with _sigterm_as_interrupt(), _progress_display(show_progress) as on_progress:
+        from rich.markup import escape
+
+        err_console.print(f"[bold]running[/] {escape(job.combo)}: log {escape(str(executor.logs(handle)[0]))}",
+                          highlight=False)
+    with stop_on_signals(), _progress_display(show_progress) as on_progress:
         try:
             return executor.wait(handle, on_progress=on_progress), False
         except KeyboardInterrupt:  # wait() has already stopped the run
@@ -306,6 +295,7 @@ _STATE_STYLE = {"COMPLETED": "bold green", "RUNNING": "bold", "PENDING": "bold"}
 
 def _print_result(result: JobResult) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"run {result.combo}", show_header=False, title_justify="left")
     table.add_column("field", style="dim")
@@ -316,10 +306,10 @@ def _print_result(result: JobResult) -> None:
     table.add_row("iterations", f"{reached} / {result.train_iters or '?'}")
     table.add_row("exit code", "—" if result.exit_code is None else str(result.exit_code))
     if result.reason:
-        table.add_row("reason", result.reason)
+        table.add_row("reason", Text(result.reason))  # log lines and paths: text, never markup
     if result.step_time_s:
         table.add_row("step time", f"{result.step_time_s:.3f} s")
     table.add_row("duration", f"{result.duration_s:.1f} s")
-    table.add_row("log", str(result.logs[0]) if result.logs else "—")
-    table.add_row("job dir", str(result.job_dir))
+    table.add_row("log", Text(str(result.logs[0])) if result.logs else "—")
+    table.add_row("job dir", Text(str(result.job_dir)))
     console.print(table)

@@ -3,7 +3,7 @@
 `check` exits 0 when the suite would run (cells, backend, executor, threshold file and warnings printed)
 and 2 listing every problem with its dotted path; it also renders every cell, so a flag Megatron would
 refuse shows up here rather than on the cluster. `--json` prints
-`{"ok", "problems": [{"path", "message", "fix"}], "warnings", "cells", "backend", "executor"}`.
+`{"ok", "problems": [{"path", "message", "fix"}], "warnings", "cells", "backend", "executor", "hang_window"}`.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def _render_problems(launches: list[CellLaunch]) -> list[dict[str, str]]:
 
 def check_payload(result: SuiteCheck, launches: list[CellLaunch]) -> dict[str, object]:
     """The stable `suite check --json` document."""
+    from megapilot.suite.config import describe_hang_window
+
     problems = [p.model_dump() for p in result.problems] + _render_problems(launches)
     suite = result.suite
     return {
@@ -77,6 +79,7 @@ def check_payload(result: SuiteCheck, launches: list[CellLaunch]) -> dict[str, o
         "model": suite.model.name if suite else None,
         "threshold_file": str(suite.threshold_path) if suite and suite.threshold_path else None,
         "config_hash": suite.config_hash if suite else None,
+        "hang_window": describe_hang_window(suite.config.megapilot) if suite else None,
     }
 
 
@@ -88,6 +91,8 @@ def _cell_json(launch: CellLaunch) -> dict[str, object]:
 def _print_check(result: SuiteCheck, launches: list[CellLaunch]) -> None:
     from rich.markup import escape
     from rich.table import Table
+
+    from megapilot.suite.config import describe_hang_window
 
     problems = [(p.path, p.message, p.fix) for p in result.problems]
     problems += [(p["path"], p["message"], p["fix"]) for p in _render_problems(launches)]
@@ -102,7 +107,8 @@ def _print_check(result: SuiteCheck, launches: list[CellLaunch]) -> None:
         return
     console.print(f"backend {suite.backend}, executor {suite.executor}, device {suite.device}, "
                   f"{suite.nodes} node(s) x {suite.gpus_per_node}, model {suite.model.name}", highlight=False)
-    console.print(f"thresholds: {suite.threshold_path or 'none (record only)'}", highlight=False)
+    console.print(f"thresholds: {suite.threshold_path or 'none (record only)'}", highlight=False, markup=False)
+    console.print(describe_hang_window(suite.config.megapilot), highlight=False, markup=False, soft_wrap=True)
     table = Table(title="cells", title_justify="left")
     for column in ("cell", "status", "launch"):
         table.add_column(column, overflow="fold")

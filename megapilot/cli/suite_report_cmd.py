@@ -31,11 +31,11 @@ def report(run_dir: RunDirArg, as_json: JsonFlag = False) -> None:
     if as_json:
         emit_json(files.as_json())
         return
-    console.print(f"report    {files.html}", highlight=False, soft_wrap=True)
-    console.print(f"run deck  {files.run_deck}", highlight=False, soft_wrap=True)
-    console.print(f"junit     {files.junit}", highlight=False, soft_wrap=True)
+    console.print(f"report    {files.html}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"run deck  {files.run_deck}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"junit     {files.junit}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"logs      {files.logs_dir} ({len(files.log_files)} file{'s' if len(files.log_files) != 1 else ''})",
-                  highlight=False, soft_wrap=True)
+                  highlight=False, markup=False, soft_wrap=True)
 
 
 def register(suite_app: typer.Typer) -> None:

@@ -2,8 +2,9 @@
 
 Exit codes (megapilot.suite.outcome, the one verdict): 0 PASS, WARN (a regression not enforced), RECORD or
 SKIPPED; 1 FAIL (a gate, or a regression with `regressions.enforce` / `--enforce-regressions`); 2 a config error
-(nothing ran); 130 interrupted with Ctrl-C (the running job is stopped; finished results, the report and the
-history row are still written).
+(nothing ran); 128 + N when stopped by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM (`timeout`, systemd, scancel),
+129 SIGHUP (a closed SSH session). Every job is stopped first; finished results, the report, the run deck, JUnit
+and the history row are still written, and the last line is the command that resumes the run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from megapilot.cli.common import console, emit_json
+from megapilot.cli.common import console, emit_json, err_console
 
 if TYPE_CHECKING:
     from megapilot.report import ReportFiles
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from megapilot.suite.config import LoadedSuite
     from megapilot.suite.dry_run import DryRunPlan
     from megapilot.suite.results import SuiteResult
+
+EXIT_INTERRUPTED = 130  # Ctrl-C; another signal N exits 128 + N
+LATEST = "latest"
 
 ConfigArg = Annotated[Path, typer.Argument(help="Suite config (CVS Megatron JSON/YAML, or a megapilot template).",
                                            show_default=False)]
@@ -39,8 +43,9 @@ def run(
     out: Annotated[Path, typer.Option("--out", help="Parent directory of the run directory.")] = Path("runs/suite"),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the stages and each combo's exact launch; "
                                                             "run nothing.")] = False,
-    resume: Annotated[str | None, typer.Option("--resume", help="Run id (or run directory) of an interrupted run: "
-                                                                "finished combos are kept, the rest run.")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Run id, run directory or 'latest' (the newest run "
+                                                                "under --out) of an interrupted run: finished stages "
+                                                                "and combos are kept, the rest run.")] = None,
     db: Annotated[str | None, typer.Option("--db", help="History database: a SQLite path or postgresql:// URL "
                                                         "(default: the user data dir, or $MEGAPILOT_HISTORY).")] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not record this run in the history.")] = False,
@@ -84,22 +89,64 @@ def run(
         else:
             _print_dry_run(plan)
         return
+    from megapilot.execute.interrupt import Interrupted, stop_on_signals
+
     enforce = suite.config.regressions.enforce if enforce_regressions is None else enforce_regressions
-    result, files = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
-                         use_history=not no_history, quiet=quiet or json_output, enforce_regressions=bool(enforce),
-                         cluster_name=cluster_name, calibrate=_calibration_mode(calibration))
-    if json_output:
-        from megapilot.suite.summary import result_json
+    calibrate = _calibration_mode(calibration)
+    resume_command = _resume_command(config, cluster, out, stage, combo, megatron_version)
+    try:
+        with stop_on_signals():
+            ran = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
+                       use_history=not no_history, quiet=quiet or json_output, enforce_regressions=bool(enforce),
+                       cluster_name=cluster_name, calibrate=calibrate)
+    except Interrupted as exc:  # before the run started or after it ended: nothing to stop or to resume
+        err_console.print(f"stopped: {exc.name}", highlight=False)
+        raise typer.Exit(exc.exit_code) from None
+    if ran is None:
+        return  # a finished run resumed: nothing to do
+    result, files = ran
+    try:
+        if json_output:
+            from megapilot.suite.summary import result_json
 
-        emit_json(result_json(result))
-    else:
-        _print_result(result)
-        from megapilot.cli.suite_progress import print_paths
+            emit_json(result_json(result))
+        else:
+            _print_result(result)
+            if files is not None:
+                from megapilot.cli.suite_progress import print_paths
 
-        print_paths(files.html, files.run_deck, files.junit)  # last, where the eye ends
+                print_paths(files.html, files.run_deck, files.junit)  # last, where the eye ends
+        if not result.finished:
+            err_console.print(f"resume with: {resume_command} --resume {result.run_id}", highlight=False,
+                              markup=False, soft_wrap=True)
+    except OSError:  # the terminal is gone (SIGHUP of a closed SSH session): every file is written already
+        pass
+    if not result.finished:
+        raise typer.Exit(_interrupted_exit_code())
     exit_code = run_outcome(result).exit_code  # the verdict the banner, deck and JUnit show
     if exit_code:
         raise typer.Exit(exit_code)
+
+
+def _interrupted_exit_code() -> int:
+    from megapilot.execute.interrupt import received_signal
+
+    signum = received_signal()
+    return 128 + signum if signum is not None else EXIT_INTERRUPTED
+
+
+def _resume_command(config: Path, cluster: Path | None, out: Path, stage: str | None, combo: str | None,
+                    megatron_version: str | None) -> str:
+    """The exact command line that resumes this run, shell-quoted, with absolute paths (any directory works)."""
+    import shlex
+
+    argv = ["megapilot", "suite", "run", str(config.absolute())]
+    argv += ["--cluster", str(cluster.absolute())] if cluster else []
+    argv += ["--out", str(out.absolute())]
+    argv += ["--stage", stage] if stage else []
+    argv += ["--combo", combo] if combo else []
+    argv += ["--megatron-version", megatron_version] if megatron_version else []
+    return shlex.join(argv)
 
 
 def register(suite_app: typer.Typer) -> None:
@@ -126,40 +173,64 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
          use_history: bool, quiet: bool, enforce_regressions: bool, cluster_name: str | None = None,
-         calibrate: bool = True) -> tuple[SuiteResult, ReportFiles]:
+         calibrate: bool = True) -> tuple[SuiteResult, ReportFiles | None] | None:
+    """Run (or resume) the suite; None when the run to resume had already finished."""
+    from megapilot.cli.suite_progress import suite_display
+    from megapilot.execute.interrupt import finishing
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
+    from megapilot.suite.resume import check_resumable
 
     history = _open_history(db) if use_history else None
+    if history is not None:
+        history.check()  # a damaged, locked, read-only or full history is found now, before anything trains
     previous = _previous_run(resume, history, out) if resume else None
+    if previous is not None:
+        if previous.finished:
+            err_console.print(f"run {previous.run_id} finished ({previous.verdict.value}): nothing to do",
+                              highlight=False, markup=False, soft_wrap=True)
+            return None
+        check_resumable(previous, suite)
+    # A resumed run stays in its own directory, wherever --out points now (found by id in the history).
+    out_dir = Path(previous.run_dir).parent if previous is not None else out.resolve()
     from megapilot.suite.lifecycle import cluster_name as cluster_of
 
-    request = RunRequest(out_dir=out.resolve(), only_stage=stage, only_combo=combo, resume_from=previous,
+    request = RunRequest(out_dir=out_dir, only_stage=stage, only_combo=combo, resume_from=previous,
                          baseline=_baseline_source(history), cluster_name=cluster_name, calibrate=calibrate)
     name = cluster_of(suite, request)
     if history is not None and name is not None and calibrate:
         request = replace(request, history_runs=history.calibration_runs(name))
-    from megapilot.cli.suite_progress import suite_display
-
     executor = make_executor(suite)
+    # The display prints reasons (paths, log lines: `[/tmp/x]`, `[rank0]:`) as text, never as markup.
     with suite_display(quiet=quiet) as display:
         result = run_suite(suite, request, executor, display.event if display else None,
                            display.job if display else None)
+    finishing()  # a signal from here on waits for the report and the history row
     result.regressions_enforced = enforce_regressions
     return _after_run(result, history)
 
 
-def _after_run(result: SuiteResult, history: History | None) -> tuple[SuiteResult, ReportFiles]:
-    """Regressions against the history, the history row, the report: each even when training failed."""
+def _after_run(result: SuiteResult, history: History | None) -> tuple[SuiteResult, ReportFiles | None]:
+    """Regressions against the history, the report, then the history row: the report, run deck and JUnit come
+    first, so a history that breaks now costs only its own row, which is retried and else queued."""
+    from megapilot.files import is_disk_full
     from megapilot.report import render_report
+    from megapilot.suite.results import Verdict
 
     if history is not None:
-        from megapilot.store.regress import find_regressions
-
-        result.regressions = find_regressions(result, history)
-        history.record(result)
-    result.write()  # with the regressions and their policy, so `suite report` renders the same verdict
-    files = render_report(result, Path(result.run_dir))
+        _add_regressions(result, history)
+    files: ReportFiles | None = None
+    try:
+        result.write()  # with the regressions and their policy, so `suite report` renders the same verdict
+        files = render_report(result, Path(result.run_dir))
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        # Nothing more fits on that disk: the verdict says so, the terminal and the history keep the results.
+        result.verdict = Verdict.FAIL
+        result.reason = "; ".join(p for p in (result.reason, f"report not written: {exc}") if p)
+    if history is not None:
+        _record(result, history)
     return result, files
 
 
@@ -169,6 +240,53 @@ def _calibration_mode(value: str) -> bool:
 
         raise MegapilotError(f"unknown calibration {value!r}", field="--calibration", fix="use history or none")
     return value == "history"
+
+
+HISTORY_RETRIES = 3
+HISTORY_RETRY_WAIT_S = 1.0
+
+
+def _add_regressions(result: SuiteResult, history: History) -> None:
+    from megapilot.store.regress import find_regressions
+
+    try:
+        result.regressions = find_regressions(result, history)
+    except Exception as exc:  # noqa: BLE001 - a history that broke mid-run costs the comparison, not the report
+        result.notes.append(f"no comparison with the history: it could not be read ({_one_line(exc)})")
+
+
+def _record(result: SuiteResult, history: History) -> None:
+    """The history row, tried a few times; when it still cannot be written, queued in the run directory for
+    `megapilot history record RUN_DIR` (the run's own files are all written by then)."""
+    import json
+    import time
+
+    from megapilot.files import atomic_write_text
+    from megapilot.store.history import PENDING_NAME
+
+    error: Exception | None = None
+    for attempt in range(HISTORY_RETRIES):
+        try:
+            history.record(result)
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure of the database: retried, then queued
+            error = exc
+            if attempt + 1 < HISTORY_RETRIES:
+                time.sleep(HISTORY_RETRY_WAIT_S)
+    pending = Path(result.run_dir) / PENDING_NAME
+    payload = json.dumps({"run_id": result.run_id, "db": history.location, "error": _one_line(error)}, indent=2)
+    try:
+        atomic_write_text(pending, payload + "\n")
+        queued = f"queued in {pending}"
+    except OSError as exc:
+        queued = f"not queued either ({_one_line(exc)})"
+    err_console.print(f"warning: the history row of run {result.run_id} was not written to {history.location} "
+                      f"({_one_line(error)}); {queued}; write it later with: megapilot history record "
+                      f"{result.run_dir} --db {history.location}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split()) if exc is not None else "unknown error"
 
 
 def _open_history(db: str | None) -> History:
@@ -186,10 +304,14 @@ def _baseline_source(history: History | None) -> HistoryBaselines | None:
 
 
 def _previous_run(resume: str, history: History | None, out: Path) -> SuiteResult:
-    """The result of the run to resume: a run directory, a run id under --out, or a run id in the history."""
+    """The result of the run to resume: 'latest' (the newest run under --out), a run directory, a run id under
+    --out, or a run id in the history."""
     from megapilot.errors import MegapilotError
     from megapilot.suite.results import SUITE_RESULT_NAME, read_suite_result
+    from megapilot.suite.resume import latest_run_dir
 
+    if resume == LATEST:
+        return read_suite_result(latest_run_dir(out))
     for candidate in (Path(resume), out / resume):
         if (candidate / SUITE_RESULT_NAME).is_file():
             return read_suite_result(candidate)
@@ -201,21 +323,25 @@ def _previous_run(resume: str, history: History | None, out: Path) -> SuiteResul
         if detail is not None and (Path(detail.run.run_dir) / SUITE_RESULT_NAME).is_file():
             return read_suite_result(Path(detail.run.run_dir))
     raise MegapilotError(f"no run {resume!r} to resume", field="--resume",
-                         fix="pass a run id from `megapilot history list` or the run directory `suite run` printed")
+                         fix="pass 'latest', a run id from `megapilot history list` or the run directory `suite run` "
+                             "printed")
 
 
 def _print_dry_run(plan: DryRunPlan) -> None:
+    from rich.markup import escape
+
     from megapilot.cli.common import console
 
     for stage in plan.stages:
-        console.print(f"stage {stage.name}" + (f" [{stage.combo}]" if stage.combo else ""), highlight=False)
+        console.print(f"stage {stage.name}" + (f" [{stage.combo}]" if stage.combo else ""), highlight=False,
+                      markup=False)
     for combo in plan.combos:
-        console.print(f"\n[bold]{combo.key}[/] backend={combo.backend} nodes={combo.nodes} "
+        console.print(f"\n[bold]{escape(combo.key)}[/] backend={combo.backend} nodes={combo.nodes} "
                       f"gpus_per_node={combo.gpus_per_node}", highlight=False)
         if combo.skipped:
-            console.print(f"  SKIPPED: {combo.skipped}", highlight=False)
+            console.print(f"  SKIPPED: {combo.skipped}", highlight=False, markup=False)
         else:
-            console.print(f"  {combo.command}", highlight=False, soft_wrap=True)
+            console.print(f"  {combo.command}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_result(result: SuiteResult) -> None:

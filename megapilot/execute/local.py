@@ -36,6 +36,7 @@ from megapilot.execute.base import (
     wait_by_polling,
 )
 from megapilot.execute.failure import FailureClues
+from megapilot.execute.interrupt import register_force_stop, start_watchdog, unregister_force_stop
 from megapilot.execute.process import ProcessTreeWatch, free_port, start_process_group
 from megapilot.execute.progress import ProgressTracker
 from megapilot.execute.remote import utc_now
@@ -71,6 +72,7 @@ class _LocalJob:
     started_at_s: float = field(default_factory=time.monotonic)
     last_snapshot_s: float = 0.0
     stop_cause: tuple[JobState, str] | None = None
+    watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def status(self) -> JobStatus:
@@ -125,6 +127,8 @@ class LocalExecutor:
             started_at_s=started_at_s,
         )
         self._jobs[handle.job_id] = local_job
+        local_job.watchdog = start_watchdog(process.pid, JOB_MARKER_VARIABLE, env[JOB_MARKER_VARIABLE])
+        register_force_stop(process.pid, lambda: local_job.watch.stop(0.0))
         self._save_record(local_job)
         return handle
 
@@ -238,7 +242,18 @@ class LocalExecutor:
         self._update_status(job, state, now_s, exit_code=exit_code, reason="; ".join(notes) or None)
         job.record.ended_at = utc_now()
         self._record_processes(job)
-        self._save_record(job)
+        try:
+            self._save_record(job)
+        finally:  # even when job.json cannot be written (a full disk), the job is settled
+            self._end_watchdog(job)
+
+    @staticmethod
+    def _end_watchdog(job: _LocalJob) -> None:
+        """The job is settled: its watchdog has nothing left to guard."""
+        unregister_force_stop(job.process.pid)
+        if job.watchdog is not None and job.watchdog.poll() is None:
+            job.watchdog.kill()
+            job.watchdog.wait(timeout=5.0)
 
     def _verdict(self, job: _LocalJob, exit_code: int | None) -> tuple[JobState, str | None]:
         if job.stop_cause is not None:

@@ -39,11 +39,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start argv as the leader of a new session, stdout and stderr appended to log_path."""
+    """Start argv as the leader of a new session, stdout and stderr appended to log_path.
+
+    The leader dies with megapilot (PR_SET_PDEATHSIG); the rest of its tree is the watchdog's
+    (megapilot.execute.interrupt), since the kernel does not pass that setting on to grandchildren."""
+    from megapilot.execute.interrupt import die_with_parent
+
     with open(log_path, "ab", buffering=0) as log:
         return subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
+            start_new_session=True, close_fds=True, preexec_fn=die_with_parent,
         )
 
 

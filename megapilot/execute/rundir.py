@@ -23,10 +23,8 @@ Environment values are never written here (they may hold tokens); job.json lists
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -134,11 +132,9 @@ def write_launch_script(job: JobSpec, job_directory: Path) -> Path:
 
 def write_job_record(job_directory: Path, record: JobRecord) -> None:
     """Replace job.json atomically, so a reader never sees half a file."""
-    payload = record.model_dump_json(indent=2)
-    fd, tmp = tempfile.mkstemp(prefix=".job.", suffix=".json", dir=job_directory)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(payload + "\n")
-    os.replace(tmp, job_record_path(job_directory))
+    from megapilot.files import atomic_write_text
+
+    atomic_write_text(job_record_path(job_directory), record.model_dump_json(indent=2) + "\n")
 
 
 def read_job_record(job_directory: Path) -> JobRecord:

@@ -7,8 +7,6 @@ Files are written whole and then moved into place: a reader never sees half a re
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,12 +62,9 @@ def render_run_dir(run_dir: Path) -> ReportFiles:
 
 
 def _write(target: Path, text: str) -> Path:
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(temporary, 0o644)  # mkstemp makes it private; a report is meant to be read by others
-    os.replace(temporary, target)
-    return target
+    from megapilot.files import atomic_write_text
+
+    return atomic_write_text(target, text)  # 0644: a report is meant to be read by others
 
 
 __all__ = ["ReportFiles", "render_report", "render_run_dir"]

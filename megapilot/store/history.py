@@ -34,6 +34,8 @@ from megapilot.store.schema import Database, apply_migrations
 from megapilot.suite.results import ComboResult, SuiteResult, Verdict
 
 HISTORY_ENV = "MEGAPILOT_HISTORY"
+# Left in a run directory whose history row could not be written: `megapilot history record RUN_DIR` writes it.
+PENDING_NAME = "history-pending.json"
 HISTORY_FILE_NAME = "history.sqlite"
 BUSY_TIMEOUT_S = 30.0
 PG_WRITE_LOCK = 0x6D70_6869  # one advisory-lock key for every megapilot history writer
@@ -217,9 +219,32 @@ def _migrate(database: Database) -> None:
 
     try:
         apply_migrations(database)
+    except sqlite3.OperationalError as exc:
+        raise _sqlite_problem(database.location, exc) from None
     except sqlite3.DatabaseError as exc:
         raise MegapilotError(f"{database.location} is not a megapilot history ({exc})", field="--db",
                              fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path") from None
+
+
+def _sqlite_problem(location: str, exc: Exception) -> MegapilotError:
+    """An OperationalError said plainly: locked, read-only, full, or damaged."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return MegapilotError(f"{location} is locked by another process (still after {BUSY_TIMEOUT_S:g} s)",
+                              field="--db", fix="wait for the other megapilot (or sqlite3 shell) to finish, or use "
+                                                "another --db")
+    if "readonly" in text or "read-only" in text:
+        return MegapilotError(f"{location} cannot be written ({text})", field="--db",
+                              fix="make the file and its folder writable, or use another --db")
+    if "full" in text:
+        return MegapilotError(f"the disk under {location} is full ({text})", field="--db",
+                              fix="free space there, or use another --db")
+    return MegapilotError(f"{location} cannot be used as the history ({text})", field="--db",
+                          fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path")
+
+
+# A suite writes a few hundred KiB of rows at most; less free space than this fails before training.
+MIN_FREE_BYTES = 16 << 20
 
 
 class _SqliteDatabase:
@@ -397,6 +422,35 @@ class History:
         self._db.close()
 
     # -- writing --
+
+    def check(self) -> None:
+        """Before anything trains: the history is whole, writable, not locked, and its disk has room. One
+        MegapilotError naming the problem, so a damaged history is found before a suite, not after it."""
+        import shutil
+        import sqlite3
+
+        try:
+            if self._db.dialect == "sqlite":
+                rows = self._db.query("PRAGMA quick_check")
+                problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+                if problems:
+                    raise MegapilotError(f"{self.location} is damaged (integrity check: {'; '.join(problems[:3])})",
+                                         field="--db", fix="restore it from a backup, move it aside for a new one, "
+                                                           "or use another --db")
+            with self._db.write():  # takes the write lock, writes nothing
+                pass
+        except sqlite3.OperationalError as exc:
+            raise _sqlite_problem(self.location, exc) from None
+        except sqlite3.DatabaseError as exc:
+            raise MegapilotError(f"{self.location} is damaged ({exc})", field="--db",
+                                 fix="restore it from a backup, move it aside for a new one, or use another "
+                                     "--db") from None
+        if self._db.dialect == "sqlite":
+            free = shutil.disk_usage(Path(self.location).parent).free
+            if free < MIN_FREE_BYTES:
+                raise MegapilotError(f"the disk under {self.location} has {free / 2**20:.1f} MiB free; a run's rows "
+                                     f"need up to {MIN_FREE_BYTES >> 20} MiB", field="--db",
+                                     fix="free space there, or use another --db")
 
     def record(self, result: SuiteResult) -> None:
         """Store a run; recording the same run id again (after a resume) replaces all of its rows."""
@@ -656,6 +710,7 @@ def _metric_deltas(key: str, a: ComboRow, b: ComboRow) -> list[MetricDelta]:
 
 __all__ = [
     "HISTORY_ENV",
+    "PENDING_NAME",
     "BaselineStats",
     "CalibrationRow",
     "ComboRow",

@@ -25,6 +25,10 @@ DEFAULT_CELL_KEY = "default"
 SMOKE_CELL_KEY = "smoke"
 SINGLE_NODE_SMOKE_GBS = 8
 MULTI_NODE_SMOKE_GBS = 16
+# Bounds a real suite stays far inside; a typo beyond them is refused by `suite check`.
+MAX_TRAIN_ITERATIONS = 10_000_000
+MAX_SEQUENCE_LENGTH = 1 << 24
+MAX_BATCH = 1 << 24
 # CVS's parse of a combination key (PR #405).
 _SWEEP_KEY = re.compile(r"^MBS=(?P<mbs>[^,]+),GBS=(?P<gbs>[^,]+),PRECISION=(?P<precision>[^,]+)\Z")
 
@@ -82,12 +86,12 @@ PrecisionName = Annotated[str, BeforeValidator(normalise_precision)]
 class TrainParams(BaseModel):
     """CVS `train_params` (and a sweep overlay merged onto it), typed. Unknown keys are kept as given."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     model_name: StrLike
     tokenizer_model: StrLike = ""
     model_size: StrLike = ""
-    sequence_length: IntLike = Field(gt=0)
+    sequence_length: IntLike = Field(gt=0, le=MAX_SEQUENCE_LENGTH)
     recompute: BoolLike = False
     fsdp: BoolLike = False
     tensor_parallelism: IntLike = Field(default=1, ge=1)
@@ -96,9 +100,9 @@ class TrainParams(BaseModel):
     context_parallelism: IntLike = Field(default=1, ge=1)
     expert_parallelism: IntLike = Field(default=1, ge=1)
     virtual_pipeline_parallelism: IntLike | None = Field(default=None, ge=2)
-    training_iterations: IntLike = Field(gt=0)
-    micro_batch_size: IntLike | None = Field(default=None, gt=0)
-    global_batch_size: IntLike | None = Field(default=None, gt=0)
+    training_iterations: IntLike = Field(gt=0, le=MAX_TRAIN_ITERATIONS)
+    micro_batch_size: IntLike | None = Field(default=None, gt=0, le=MAX_BATCH)
+    global_batch_size: IntLike | None = Field(default=None, gt=0, le=MAX_BATCH)
     precision: PrecisionName | None = None
 
     def extras(self) -> dict[str, str]:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
 from megapilot.catalog import ModelPreset
@@ -61,12 +61,21 @@ ExecutorName = Literal["local", "slurm", "ssh"]
 Device = Literal["auto", "cpu", "gpu"]
 # The short names CVS's earlier configs and file names use for the AMD GPUs (mi325, mi35x).
 CVS_GPU_NAMES = {"MI300": "MI300X", "MI325": "MI325X", "MI355": "MI355X", "MI35X": "MI355X"}
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.\-]+)\}")
 
 
 class _Forbid(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# Bounds of what `suite run` uses: generous for any real suite, and a typo (10^30 iterations, a timeout of a
+# million years) is refused by `suite check` instead of starting a run that cannot end.
+MAX_ITERATIONS = 10_000_000
+MAX_TIMEOUT_S = 30 * 24 * 3600.0  # 30 days
+MAX_HANG_FACTOR = 1000.0
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 64
+DEFAULT_HANG_MIN_WINDOW_S = 120.0
 
 
 # ---- the CVS schema ---------------------------------------------------------------------------
@@ -81,7 +90,7 @@ class SuitePaths(_Forbid):
 class RuntimeArgs(BaseModel):
     """`container.runtime.args`: the docker/podman flags CVS knows; other keys are kept for the runtime."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     network: str | None = None
     ipc: str | None = None
@@ -109,15 +118,16 @@ class ContainerSpec(_Forbid):
 
 class SmokeConfig(_Forbid):
     enabled: BoolLike = True
-    iters: IntLike = Field(default=10, gt=0)
+    iters: IntLike = Field(default=10, gt=0, le=MAX_ITERATIONS)
     micro_batch_size: IntLike = Field(default=1, gt=0)
     global_batch_size: Annotated[int | None, BeforeValidator(lambda v: None if v in ("", None) else v)] = None
     precision: PrecisionName = "BF16"
 
 
 class LossCurveConfig(_Forbid):
-    sample_every: IntLike = Field(default=10, gt=0)
-    milestone_steps: list[int] = Field(default_factory=lambda: [100, 500, 1000, 5000])
+    sample_every: IntLike = Field(default=10, gt=0, le=MAX_ITERATIONS)
+    milestone_steps: list[Annotated[int, Field(gt=0, le=MAX_ITERATIONS)]] = Field(
+        default_factory=lambda: [100, 500, 1000, 5000])
     max_slope: float = 0.0
     enforce: BoolLike = True
 
@@ -129,11 +139,18 @@ class ConvergenceConfig(_Forbid):
 
 class CheckpointConfig(_Forbid):
     enforce: BoolLike = False
-    save_interval: IntLike = Field(default=20, gt=0)
-    save_iters: IntLike = Field(default=21, gt=0)
-    resume_iters: IntLike = Field(default=25, gt=0)
-    loss_rtol: float = Field(default=0.05, ge=0)
+    save_interval: IntLike = Field(default=20, gt=0, le=MAX_ITERATIONS)
+    save_iters: IntLike = Field(default=21, gt=0, le=MAX_ITERATIONS)
+    resume_iters: IntLike = Field(default=25, gt=0, le=MAX_ITERATIONS)
+    loss_rtol: float = Field(default=0.05, ge=0, le=1, description="Relative: 0.05 is 5 %.")
     checkpoint_dir: str = ""
+
+    @model_validator(mode="after")
+    def _resume_goes_past_the_save(self) -> CheckpointConfig:
+        if self.resume_iters <= self.save_iters:
+            raise ValueError(f"resume_iters ({self.resume_iters}) must be past save_iters ({self.save_iters}): "
+                             "the resumed run has to train beyond the checkpoint")
+        return self
 
 
 class ScalingBaseline(_Forbid):
@@ -164,8 +181,9 @@ class MegapilotBlock(_Forbid):
     backend: Backend | None = Field(default=None, description="None = CVS's rule: image with 'primus' -> primus, "
                                                               "else megatron-lm; no image + local -> megapilot.")
     device: Device = "auto"
-    nodes: int | None = Field(default=None, gt=0, description="None = cluster file node count, else 1.")
-    gpus_per_node: int | None = Field(default=None, gt=0, description="None = the GPU catalog's default (8).")
+    nodes: int | None = Field(default=None, gt=0, le=MAX_NODES, description="None = cluster file node count, else 1.")
+    gpus_per_node: int | None = Field(default=None, gt=0, le=MAX_GPUS_PER_NODE,
+                                      description="None = the GPU catalog's default (8).")
     data_path: str | None = Field(default=None, description="Megatron data prefix; None = mock data.")
     tokenizer_type: str | None = None
     megatron_path: str = DEFAULT_MEGATRON_PATH
@@ -174,14 +192,22 @@ class MegapilotBlock(_Forbid):
                                   "megatron_path's own arguments.py when it is on this machine, else the newest table.")
     primus_path: str = DEFAULT_PRIMUS_PATH
     python: str | None = Field(default=None, description="None = this interpreter (backend megapilot), else python3.")
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    hang_factor: float = Field(default=10.0, gt=0)
-    job_timeout_s: float | None = Field(default=None, gt=0)
-    expected_nic_gbps: float | None = Field(default=None, gt=0)
-    log_interval: int = Field(default=1, gt=0)
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_TIMEOUT_S)
+    hang_factor: float = Field(default=10.0, gt=1, le=MAX_HANG_FACTOR,
+                               description="Hung after this many times the observed step time (> 1).")
+    hang_min_window_s: float = Field(default=DEFAULT_HANG_MIN_WINDOW_S, gt=0, le=MAX_TIMEOUT_S,
+                                     description="The shortest hang window after the first iteration, whatever "
+                                                 "hang_factor x step time gives (never longer than "
+                                                 "startup_timeout_s).")
+    job_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
+    expected_nic_gbps: float | None = Field(default=None, gt=0, le=100_000)
+    log_interval: int = Field(default=1, gt=0, le=MAX_ITERATIONS)
     partition: str | None = None
     account: str | None = None
     time_limit: str | None = None
+    secrets: list[str] = Field(default_factory=list, description="Names of container.env / cluster env_vars "
+                                                                 "variables whose values are secrets, beyond those "
+                                                                 "whose names say so (TOKEN, KEY, PASSWORD...).")
 
 
 class SuiteConfig(_Forbid):
@@ -345,8 +371,16 @@ def _read_config(path: Path, check: SuiteCheck) -> dict[str, Any] | None:
         check.add("config", f"cannot read {path} ({getattr(exc, 'strerror', None) or exc})", fix)
         return None
     duplicates: list[str] = []
+    from megapilot.suite.parsing import ParseLimitError
+
     try:
         raw = _parse_text(text, path, duplicates)
+    except ParseLimitError as exc:
+        if exc.path:  # a value at a path: named like any other bad value
+            check.add(exc.path, str(exc), "write a finite number")
+        else:
+            check.add("config", f"{path} cannot be read safely ({exc})", fix)
+        return None
     except ValueError as exc:
         check.add("config", f"{path} is not valid {_format_name(path)} ({' '.join(str(exc).split())})", fix)
         return None
@@ -364,13 +398,10 @@ def _format_name(path: Path) -> str:
 
 
 def _parse_text(text: str, path: Path, duplicates: list[str]) -> Any:
-    if _format_name(path) == "YAML":
-        import yaml
+    from megapilot.suite.parsing import parse_json, parse_yaml
 
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ValueError(str(exc)) from None
+    if _format_name(path) == "YAML":
+        return parse_yaml(text)
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
@@ -380,7 +411,7 @@ def _parse_text(text: str, path: Path, duplicates: list[str]) -> Any:
             seen[key] = value
         return seen
 
-    return json.loads(text, object_pairs_hook=pairs)
+    return parse_json(text, object_pairs_hook=pairs)
 
 
 # ---- substitution -------------------------------------------------------------------------------
@@ -500,9 +531,15 @@ def _message(error: ErrorDetails) -> str:
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
         return "not a known setting here"
-    if "input" in error and error.get("type") != "missing":
-        return f"{message} (got {error['input']!r})"
+    if "input" in error and error.get("type") != "missing" and "got " not in message:
+        return f"{message} (got {_short_repr(error['input'])})"
     return message
+
+
+def _short_repr(value: Any) -> str:
+    """The offending value, cut short: a message names it, it does not reprint a huge one."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # ---- thresholds ---------------------------------------------------------------------------------
@@ -513,8 +550,10 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     path = _threshold_file(config, config_path, check)
     if path is None:
         return {}, None
+    from megapilot.suite.parsing import parse_json
+
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())}){_trailing_comma(exc)}",
                   "point threshold_json at a JSON threshold file")
@@ -832,20 +871,37 @@ def config_hash(config: SuiteConfig, thresholds: ThresholdTable) -> str:
     data = config.model_dump(mode="json")
     data["paths"].pop("hf_token_file", None)
     if data.get("container"):
-        data["container"]["env"] = {k: v for k, v in data["container"]["env"].items() if not _SECRET_NAME.search(k)}
+        named = set(config.megapilot.secrets)
+        data["container"]["env"] = {k: v for k, v in data["container"]["env"].items()
+                                    if not (k in named or is_secret_name(k))}
     data["_thresholds"] = {cell: {m: s.model_dump(mode="json") for m, s in specs.items()}
                            for cell, specs in thresholds.items()}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
+def describe_hang_window(block: MegapilotBlock) -> str:
+    """The hang rule a suite's jobs run under, each number with where it came from (the config or the default)."""
+    def origin(name: str) -> str:
+        return "config" if name in block.model_fields_set else "default"
+
+    floor_s = min(block.hang_min_window_s, block.startup_timeout_s)
+    return (f"hang window: {block.startup_timeout_s:g} s before the first iteration (megapilot.startup_timeout_s, "
+            f"{origin('startup_timeout_s')}); then {block.hang_factor:g} x the observed step time "
+            f"(megapilot.hang_factor, {origin('hang_factor')}), at least {floor_s:g} s "
+            f"(megapilot.hang_min_window_s, {origin('hang_min_window_s')})")
+
+
 def is_secret_name(name: str) -> bool:
-    """Environment names that hold credentials: never rendered, logged or stored."""
-    return bool(_SECRET_NAME.search(name))
+    """Environment names that hold credentials: never rendered, logged or stored (megapilot.suite.secrets)."""
+    from megapilot.suite.secrets import is_secret_name as secret_name
+
+    return secret_name(name)
 
 
 __all__ = [
     "Backend", "CheckpointConfig", "ConfigProblem", "ContainerSpec", "ConvergenceConfig", "LoadedSuite",
     "LossCurveConfig", "MegapilotBlock", "ScalingBaseline", "SmokeConfig", "SuiteCheck", "SuiteConfig",
-    "SuitePaths", "Sweep", "changeme_paths", "check_suite", "config_hash", "is_secret_name", "load_suite",
+    "SuitePaths", "Sweep", "changeme_paths", "check_suite", "config_hash", "describe_hang_window", "is_secret_name",
+    "load_suite",
     "resolve_placeholders",
 ]

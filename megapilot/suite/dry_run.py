@@ -96,7 +96,12 @@ def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path) -> DryRunCombo:
 
 def _container_env(suite: LoadedSuite) -> dict[str, str]:
     container = suite.config.container
-    return {k: str(v) for k, v in container.env.items()} if container else {}
+    if container is None:
+        return {}
+    from megapilot.suite.secrets import MASK, is_secret_name
+
+    named = set(suite.config.megapilot.secrets)  # a secret is shown as set, never its value
+    return {k: MASK if is_secret_name(k, named) else str(v) for k, v in container.env.items()}
 
 
 __all__ = ["DryRunCombo", "DryRunPlan", "DryRunStage", "dry_run_plan"]

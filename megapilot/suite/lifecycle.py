@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
+from megapilot.execute.interrupt import Interrupted, describe_interruption
+from megapilot.files import DiskFullError, free_bytes, is_disk_full
 from megapilot.suite.budget import project_budget
 from megapilot.suite.results import (
     ComboResult,
@@ -107,6 +110,7 @@ class _Context:
     failed_stage: str | None = None
     interrupted: bool = False
     handles: list[JobHandle] = field(default_factory=list)
+    new_work: int = 0  # stages and combos this process finished (a resume that finished none is undone)
 
 
 def new_run_id() -> str:
@@ -116,36 +120,92 @@ def new_run_id() -> str:
 
 def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
               on_event: EventCallback | None = None, on_progress: ProgressCallback | None = None) -> SuiteResult:
-    """Run every stage in order; return the result (also written to `<run_dir>/suite.json`)."""
-    run_id = request.run_id or (request.resume_from.run_id if request.resume_from else new_run_id())
+    """Run every stage in order; return the result (also written to `<run_dir>/suite.json`).
+
+    With `request.resume_from` (an interrupted run), every stage and combo that run finished is kept as it
+    was and not re-run; the one it was interrupted in runs again from scratch, in a clean directory. A
+    resume that fails before anything new finished leaves the run's suite.json exactly as it was."""
+    from megapilot.suite.config import describe_hang_window
+    from megapilot.suite.secrets import holds_secrets
+
+    previous = request.resume_from
+    run_id = request.run_id or (previous.run_id if previous else new_run_id())
     run_dir = (request.out_dir / run_id).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _make_run_dir(run_dir, private=holds_secrets(suite))
+    original = _saved_state(run_dir) if previous is not None else None
     started = datetime.now(timezone.utc)
     card = _run_card(suite).model_copy(update={"cluster_name": cluster_name(suite, request)})
     result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=card,
-                         started_at=request.resume_from.started_at if request.resume_from else started)
+                         started_at=previous.started_at if previous else started,
+                         notes=list(previous.notes) if previous else [])
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None), on_progress)
+    _note_once(result, describe_hang_window(suite.config.megapilot))
     clock = time.monotonic()
+    completed = False
     try:
         _run_stages(ctx)
-    except KeyboardInterrupt:
+        completed = True
+    except KeyboardInterrupt as exc:
         ctx.interrupted = True
-        result.reason = "interrupted (Ctrl-C): the running job was stopped; finished results are kept"
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        result.reason = f"{describe_interruption(signum)}: the running job was stopped; finished results are kept"
         ctx.on_event(result.reason)
-    finally:
+    except BaseException as exc:
         _stop_all(ctx)
-        result.ended_at = datetime.now(timezone.utc)
-        result.duration_s = round(time.monotonic() - clock, 3)
-        result.finished = not ctx.interrupted
-        result.recompute_verdict()
-        if ctx.interrupted:
-            result.verdict = Verdict.FAIL
-        elif result.verdict is Verdict.FAIL:
-            result.reason = _failure_summary(result)
-        # the config's token budget, projected from what was measured
-        result.budget = project_budget(suite.config.budget, suite.model, suite.gpu, result)
-        result.write(run_dir)
+        if original is not None and ctx.new_work == 0:
+            _restore_state(run_dir, original)  # a failed resume leaves the run as it was
+            raise
+        result.reason = f"stopped by an error ({' '.join(str(exc).split())[:300]}); finished results are kept"
+        _close(ctx, clock, completed=False)
+        raise
+    _stop_all(ctx)
+    _close(ctx, clock, completed=completed)
     return result
+
+
+def _note_once(result: SuiteResult, note: str) -> None:
+    if note not in result.notes:
+        result.notes.append(note)
+
+
+def _close(ctx: _Context, clock: float, *, completed: bool) -> None:
+    """The run's end: its verdict, and finished only when every stage ran (an interrupted run is resumable)."""
+    result = ctx.result
+    result.ended_at = datetime.now(timezone.utc)
+    previous = ctx.request.resume_from
+    result.duration_s = round(time.monotonic() - clock + (previous.duration_s if previous else 0.0), 3)
+    result.finished = completed and not ctx.interrupted
+    result.recompute_verdict()
+    if not result.finished:
+        result.verdict = Verdict.FAIL
+    elif result.verdict is Verdict.FAIL:
+        result.reason = _failure_summary(result)
+    # the config's token budget, projected from what was measured
+    result.budget = project_budget(ctx.suite.config.budget, ctx.suite.model, ctx.suite.gpu, result)
+    _save(ctx)  # on a full disk the caller, writing the report, says what could not be written
+
+
+def _make_run_dir(run_dir: Path, *, private: bool) -> None:
+    """The run directory; only its owner may enter it when the suite holds a secret (its jobs' environment,
+    their logs and scripts live there)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if private:
+        run_dir.chmod(0o700)
+
+
+def _saved_state(run_dir: Path) -> bytes | None:
+    from megapilot.suite.results import SUITE_RESULT_NAME
+
+    path = run_dir / SUITE_RESULT_NAME
+    return path.read_bytes() if path.is_file() else None
+
+
+def _restore_state(run_dir: Path, original: bytes | None) -> None:
+    from megapilot.files import atomic_write_bytes
+    from megapilot.suite.results import SUITE_RESULT_NAME
+
+    if original is not None:
+        atomic_write_bytes(run_dir / SUITE_RESULT_NAME, original)
 
 
 def cluster_name(suite: LoadedSuite, request: RunRequest) -> str | None:
@@ -192,6 +252,15 @@ def _wanted(ctx: _Context, name: str) -> bool:
 def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) -> StageResult:
     """Run one stage (or record why it is skipped), time it, and save the result file."""
     step = _step(ctx)
+    kept = _kept_stage(ctx, name)
+    if kept is not None:
+        ctx.result.stages.append(kept)
+        if name == "smoke" and (smoke := ctx.request.resume_from.combo("smoke")) is not None:  # type: ignore[union-attr]
+            ctx.result.combos.append(smoke)
+        if kept.verdict is Verdict.FAIL and name in EARLY_STAGES:
+            ctx.failed_stage = name
+        ctx.on_event(f"{step} stage {name}: {kept.verdict.value} (kept: finished before the interruption)")
+        return kept
     if not _wanted(ctx, name):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED,
                             reason=f"not selected (--stage {ctx.request.only_stage})")
@@ -200,27 +269,43 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
     else:
         ctx.on_event(f"{step} stage {name}")
         started, clock = datetime.now(timezone.utc), time.monotonic()
-        stage = body(ctx)
+        try:
+            stage = body(ctx)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            stage = StageResult(name=name, verdict=Verdict.FAIL, reason=_disk_full_reason(ctx, exc))
         stage.started_at = started
         stage.duration_s = round(time.monotonic() - clock, 3)
         if stage.verdict is Verdict.FAIL and name in EARLY_STAGES:
             ctx.failed_stage = name
     ctx.result.stages.append(stage)
-    ctx.result.write(ctx.run_dir)
+    ctx.new_work += 1
+    _save(ctx)
     ctx.on_event(f"{step} stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
     return stage
 
 
+def _kept_stage(ctx: _Context, name: str) -> StageResult | None:
+    """The early stage as the resumed run finished it (None: it did not, or this is not a resume).
+    results and teardown always run again: they sum up and clean up the whole run."""
+    previous = ctx.request.resume_from
+    if previous is None or name not in EARLY_STAGES:
+        return None
+    return next((s for s in previous.stages if s.name == name and s.combo is None), None)
+
+
 def _prepare_stage(ctx: _Context) -> StageResult:
-    """Copy the inputs (never the token file) next to the results and prepare containers."""
+    """Copy the inputs (never the token file; every secret masked) next to the results and prepare containers."""
     from megapilot.suite.containers import prepare_containers
+    from megapilot.suite.secrets import write_masked_copy
 
     inputs = ctx.run_dir / "inputs"
     inputs.mkdir(exist_ok=True)
     suite = ctx.suite
     for source in (suite.config_path, suite.cluster_path, suite.threshold_path):
         if source is not None and Path(source).is_file():
-            shutil.copy2(source, inputs / Path(source).name)
+            write_masked_copy(Path(source), inputs / Path(source).name, suite)  # secrets masked
     checks = prepare_containers(suite)
     verdict = Verdict.FAIL if any(c.verdict is Verdict.FAIL for c in checks) else Verdict.PASS
     reason = "; ".join(c.reason for c in checks if c.verdict is Verdict.FAIL) or f"run directory {ctx.run_dir}"
@@ -269,6 +354,9 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
     if cell.skip_reason:
         return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="no runnable cell to checkpoint")
     save_dir = _checkpoint_dir(ctx)
+    if ctx.request.resume_from is not None:  # the interrupted attempt's checkpoints are not this one's
+        for stale in (save_dir, save_dir.with_name(save_dir.name + "-resumed")):
+            shutil.rmtree(stale, ignore_errors=True)
     if suite.executor == "local":
         save_dir.parent.mkdir(parents=True, exist_ok=True)
     saved = _run_cell(ctx, cell, directory="checkpoint-save", gates=False, train_iters=settings.save_iters,
@@ -336,15 +424,12 @@ _EARLY: dict[str, Callable[[_Context], StageResult]] = {
 def _combo(ctx: _Context, cell: SweepCell) -> None:
     """train → metrics → loss_curve of one cell; a finished cell of the resumed run is kept as it was."""
     step = _step(ctx)
-    resumed = ctx.request.resume_from
-    previous = resumed.combo(cell.key) if resumed else None
-    if resumed is not None and previous is not None and previous.verdict in (Verdict.PASS, Verdict.FAIL,
-                                                                              Verdict.SKIPPED):
-        ctx.result.combos.append(previous)
-        for name in COMBO_STAGES:
-            ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED,
-                                                 reason=f"finished in run {resumed.run_id}: "
-                                                        f"{previous.verdict.value}"))
+    kept = _kept_combo(ctx, cell.key)
+    if kept is not None:
+        combo, stages = kept
+        ctx.result.combos.append(combo)
+        ctx.result.stages.extend(stages)
+        ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value} (kept: finished before the interruption)")
         return
     if ctx.failed_stage is not None or not _wanted(ctx, "train"):
         reason = (f"skipped: stage {ctx.failed_stage} failed" if ctx.failed_stage
@@ -352,7 +437,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
         ctx.result.combos.append(_skipped_combo(cell, reason, ctx.suite.backend))
         for name in COMBO_STAGES:
             ctx.result.stages.append(StageResult(name=name, combo=cell.key, verdict=Verdict.SKIPPED, reason=reason))
-        ctx.result.write(ctx.run_dir)
+        _save(ctx)
         return
     ctx.on_event(f"{step} combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
@@ -361,8 +446,24 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     ctx.result.combos.append(combo)
     for stage in _combo_stages(combo, started):
         ctx.result.stages.append(stage)
-    ctx.result.write(ctx.run_dir)
+    ctx.new_work += 1
+    _save(ctx)
     ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+
+
+def _kept_combo(ctx: _Context, key: str) -> tuple[ComboResult, list[StageResult]] | None:
+    """The resumed run's finished combo `key` with its stage rows; a key listed twice in sweep.runs is
+    matched listing by listing."""
+    previous = ctx.request.resume_from
+    if previous is None:
+        return None
+    done_here = sum(c.key == key for c in ctx.result.combos)
+    finished = [c for c in previous.combos if c.key == key]
+    if len(finished) <= done_here:
+        return None
+    stages = [s for s in previous.stages if s.combo == key]
+    per_combo = len(COMBO_STAGES)
+    return finished[done_here], stages[done_here * per_combo:(done_here + 1) * per_combo]
 
 
 def _combo_stages(combo: ComboResult, started: datetime) -> list[StageResult]:
@@ -403,13 +504,31 @@ def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
 def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
               save_dir: str | None = None, load_dir: str | None = None, load_step: int | None = None,
               save_interval: int | None = None) -> ComboResult:
-    """Render, run, watch and measure one cell; never raises for what the cell itself got wrong."""
+    """Render, run, watch and measure one cell; never raises for what the cell itself got wrong, nor for a disk
+    that fills up while it runs (the cell FAILs saying where, how much was free and what was being written)."""
+    try:
+        return _run_cell_on_disk(ctx, cell, directory=directory, gates=gates, train_iters=train_iters,
+                                 save_dir=save_dir, load_dir=load_dir, load_step=load_step,
+                                 save_interval=save_interval)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        _stop_all(ctx)
+        return _skipped_combo(cell, _disk_full_reason(ctx, exc), ctx.suite.backend).model_copy(
+            update={"verdict": Verdict.FAIL, "directory": directory})
+
+
+def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None,
+                      save_dir: str | None, load_dir: str | None, load_step: int | None,
+                      save_interval: int | None) -> ComboResult:
     from megapilot.suite.render import render_cell
 
     suite = ctx.suite
     if cell.skip_reason:
         return _skipped_combo(cell, cell.skip_reason, suite.backend)
     job_dir = ctx.run_dir / directory
+    if ctx.request.resume_from is not None and job_dir.exists():
+        shutil.rmtree(job_dir)  # what the interrupted attempt left: this one starts from scratch
     job_dir.mkdir(parents=True, exist_ok=True)
     launch = render_cell(suite, cell, job_dir=job_dir, train_iters=train_iters, save_dir=save_dir,
                          save_interval=save_interval, load_dir=load_dir, load_step=load_step)
@@ -424,6 +543,33 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
     job = _job_spec(ctx, launch, directory, train_iters or cell.train_iters)
     job_result, fatal = _run_job(ctx, job)
     return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates, prediction=prediction)
+
+
+def _save(ctx: _Context) -> None:
+    """suite.json after a stage; a full disk is left to the stage that needs the space to say (the run's end
+    writes it again)."""
+    try:
+        ctx.result.write(ctx.run_dir)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        ctx.on_event(f"cannot save the run state: {exc}")
+
+
+def _disk_full_reason(ctx: _Context, exc: OSError) -> str:
+    """What filled up, how much is free, what was being written; then this run's checkpoints are removed, so
+    that the report still fits (a resume writes them again)."""
+    reason = str(exc) if isinstance(exc, DiskFullError) else (
+        f"no space left on the device of {exc.filename or ctx.run_dir}: "
+        f"{free_bytes(Path(exc.filename or ctx.run_dir)) / 2**20:.1f} MiB free ({exc.strerror})")
+    freed = 0
+    saved = _checkpoint_dir(ctx)
+    for directory in (saved, saved.with_name(saved.name + "-resumed"), ctx.run_dir / "checkpoints"):
+        if directory.is_dir():
+            freed += sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+            shutil.rmtree(directory, ignore_errors=True)
+    return f"disk full: {reason}" + (f"; removed this run's checkpoints ({freed / 2**20:.1f} MiB) to write the "
+                                     "report" if freed else "")
 
 
 def _write_files(files: dict[str, str]) -> None:
@@ -446,7 +592,7 @@ def _combo_shell(cell: SweepCell, launch: CellLaunch, directory: str) -> ComboRe
 def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: int | None) -> JobSpec:
     block = ctx.suite.config.megapilot
     hang = HangPolicy(startup_s=block.startup_timeout_s, factor=block.hang_factor,
-                      min_window_s=min(HangPolicy().min_window_s, block.startup_timeout_s))
+                      min_window_s=min(block.hang_min_window_s, block.startup_timeout_s))
     return JobSpec(combo=directory, run_dir=ctx.run_dir, script_text=launch.script_text, env=_job_env(ctx),
                    nodes=launch.nodes, gpus_per_node=launch.gpus_per_node, train_iters=train_iters,
                    hang=hang, timeout_s=block.job_timeout_s)

@@ -179,7 +179,8 @@ def _job_env(suite: LoadedSuite, launch_env: dict[str, str]) -> dict[str, str]:
     container = suite.config.container
     extra = dict(container.env) if container is not None else {}
     merged = {**extra, **launch_env}
-    return {name: value for name, value in merged.items() if not is_secret_name(name)}
+    named = set(suite.config.megapilot.secrets)
+    return {name: value for name, value in merged.items() if not (name in named or is_secret_name(name))}
 
 
 def _command(suite: LoadedSuite, options: LaunchOptions, megatron_args: list[str], job_dir: Path) -> str:

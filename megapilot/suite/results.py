@@ -15,8 +15,6 @@ Verdicts, and what each means for a row:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -266,15 +264,13 @@ class SuiteResult(BaseModel):
         return self.verdict
 
     def write(self, run_dir: Path | None = None) -> Path:
-        """Write atomically to `<run_dir>/suite.json` (a reader never sees half a file)."""
+        """Write atomically and durably to `<run_dir>/suite.json` (a reader, or a resume after a reboot, never
+        sees half a file)."""
+        from megapilot.files import atomic_write_text
+
         directory = Path(run_dir or self.run_dir)
         directory.mkdir(parents=True, exist_ok=True)
-        target = directory / SUITE_RESULT_NAME
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".suite.", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(self.model_dump_json(indent=2))
-        os.replace(tmp, target)
-        return target
+        return atomic_write_text(directory / SUITE_RESULT_NAME, self.model_dump_json(indent=2))
 
 
 def read_suite_result(run_dir: Path) -> SuiteResult:

@@ -84,7 +84,8 @@ class GateInput:
 class _Threshold(BaseModel):
     """What every kind shares: `optional`, CVS's extra keys kept, and the order of the checks."""
 
-    model_config = ConfigDict(extra="allow")  # CVS files carry comments and future fields; unknown keys are kept
+    # CVS files carry comments and future fields: unknown keys are kept. A NaN or infinite bound gates nothing.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     optional: bool = False
 
