@@ -185,6 +185,11 @@ def _print_dry_run(plan: DryRunPlan) -> None:
             console.print(f"  SKIPPED: {combo.skipped}", highlight=False)
         else:
             console.print(f"  {combo.command}", highlight=False, soft_wrap=True)
+    if plan.scripts:
+        console.print(f"\n{len(plan.scripts)} launch script(s) written under {plan.folder}:", highlight=False,
+                      soft_wrap=True)
+        for script in plan.scripts:
+            console.print(f"  {script}", highlight=False, soft_wrap=True)
 
 
 def _print_result(result: SuiteResult) -> None:

@@ -495,7 +495,7 @@ class SshExecutor:
         A local ssh client killed by a signal (negative exit) leaves the remote job's fate unknown; exit 255 is
         ssh's own failure unless the job itself exited 255, which ssh's message tells apart."""
         if exit_code is not None and exit_code < 0:
-            return f"the ssh client was ended by {describe_exit_code(exit_code)}"
+            return f"the ssh client was {describe_exit_code(exit_code)}"
         if exit_code != SSH_FAILURE_EXIT:
             return None
         said = next((line.strip() for line in reversed(_last_lines(job.logs.nodes[index].tail.path))

@@ -27,4 +27,9 @@ def test_tiny_local_dry_run_lists_stages_and_launches(tmp_path):
     assert "megapilot.trainer" in combo.command
     only_train = dry_run_plan(suite, out_dir=tmp_path / "out", only_stage="smoke")
     assert [s.name for s in only_train.stages] == ["prepare", "smoke", "results", "teardown"]
-    assert not list((tmp_path / "out").glob("*/*/*"))  # only empty job folders were made
+    # what the dry run shows is written: the smoke job's script and the combo's, under the folder it names
+    assert plan.folder == str(tmp_path / "out" / "dry-run")
+    assert only_train.scripts[0] == str(tmp_path / "out" / "dry-run" / "smoke" / "launch.sh")
+    assert combo.script == str(tmp_path / "out" / "dry-run" / "MBS2_GBS8_BF16" / "launch.sh")
+    written = (tmp_path / "out" / "dry-run" / "MBS2_GBS8_BF16" / "launch.sh").read_text()
+    assert "megapilot.trainer" in written and "--micro-batch-size 2" in written
