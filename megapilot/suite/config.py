@@ -169,9 +169,11 @@ class MegapilotBlock(_Forbid):
     primus_path: str = DEFAULT_PRIMUS_PATH
     python: str | None = Field(default=None, description="None = the interpreter megapilot runs under, where the "
                                                          "nodes share this machine's file system; else python3.")
-    startup_timeout_s: float = Field(default=900.0, gt=0)
+    startup_timeout_s: float = Field(default=900.0, gt=0, description="Seconds a job may take to its first "
+                                                                      "iteration line before it counts as hung.")
     hang_factor: float = Field(default=10.0, gt=0)
-    job_timeout_s: float | None = Field(default=None, gt=0)
+    job_timeout_s: float | None = Field(default=None, gt=0, description="Wall-clock limit of each job in seconds; "
+                                                                         "None = none (SLURM time_limit still holds).")
     expected_nic_gbps: float | None = Field(default=None, gt=0)
     log_interval: int = Field(default=1, gt=0)
     partition: str | None = Field(default=None, description="SLURM partition; None = the cluster's default.")
