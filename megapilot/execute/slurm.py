@@ -22,6 +22,7 @@ caller (or a test) can point them at a cluster with SLURM_CONF.
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import time
@@ -255,6 +256,7 @@ class SlurmExecutor:
         self.cancel_wait_s = cancel_wait_s
         self._jobs: dict[str, _SlurmJob] = {}
         self._requests: dict[bool, LaunchRequest] = {}
+        atexit.register(self.close)
 
     @classmethod
     def from_settings(cls, settings: ExecutorSettings) -> SlurmExecutor:
@@ -339,7 +341,7 @@ class SlurmExecutor:
                                    f"--output={folder}/out", *self.sbatch_options, str(script))
         if done.returncode == 0:
             return None
-        return _sbatch_words(done)
+        return f"sbatch --test-only said: {_sbatch_words(done)}"
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -423,6 +425,13 @@ class SlurmExecutor:
         job = self._jobs.get(handle.job_id)
         record = job.record if job is not None else read_job_record(handle.job_dir)
         return result_from_record(record, handle, self.logs(handle))
+
+    def close(self) -> None:
+        """scancel every job of this executor still queued or running (also run at interpreter exit), so a
+        megapilot that ends while jobs run leaves nothing in the queue."""
+        for job in list(self._jobs.values()):
+            if not job.status.state.is_terminal:
+                self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -65,7 +65,8 @@ def test_a_gpu_suite_and_a_refused_job_fail_preflight_with_slurms_words(slurm_cp
     assert done.returncode == 1, done.stderr[-3000:]
     result = json.loads(done.stdout)
     row = _rows(result, "preflight")["scheduler.submission"]
-    assert row["verdict"] == "FAIL" and "sbatch: error:" in row["reason"], row
+    assert row["verdict"] == "FAIL", row
+    assert "sbatch --test-only said: allocation failure: Invalid feature specification" in row["reason"]
     assert "megapilot.sbatch_options" in row["reason"]
     assert (Path(result["run_dir"]) / "report.html").is_file()
     queue = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, check=False)
