@@ -275,7 +275,7 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
                       save_dir=str(save_dir), save_interval=settings.save_interval)
     if saved.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"save run: {saved.reason}",
-                           checks=saved.metrics)
+                           checks=saved.metrics, jobs=[saved.job] if saved.job else [])
     # Megatron also saves at the last iteration, so the latest checkpoint is save_iters, a step the
     # save run never went past. Resuming from the last interval save (CVS's floor rule) instead lets the
     # resumed run's first step be compared with the same step of the save run. The resumed run saves
@@ -286,14 +286,16 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
                         load_step=resume_from, save_interval=settings.save_interval)
     if resumed.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"resume run: {resumed.reason}",
-                           checks=resumed.metrics)
+                           checks=resumed.metrics, jobs=[j for j in (saved.job, resumed.job) if j is not None])
+    jobs = [combo.job for combo in (saved, resumed) if combo.job is not None]
     rows = check_continuity(read_checkpoint_run(_abs_logs(ctx, saved)), read_checkpoint_run(_abs_logs(ctx, resumed)),
                             checkpoint_dir=save_dir, save_iters=settings.save_iters,
                             save_interval=settings.save_interval, loss_rtol=settings.loss_rtol,
                             resume_from=resume_from)
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
     reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or "; ".join(r.reason for r in rows[:2])
-    return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows)
+    return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows,
+                       jobs=jobs)
 
 
 def _checkpoint_dir(ctx: _Context) -> Path:
