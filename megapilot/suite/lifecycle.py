@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
-from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, SubmissionRefused
+from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
 from megapilot.suite.results import (
     ComboResult,
     Finding,
@@ -424,7 +424,7 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
     job = _job_spec(ctx, launch, directory, train_iters or cell.train_iters)
     try:
         job_result, fatal = _run_job(ctx, job)
-    except SubmissionRefused as exc:  # the scheduler's words, and what to change
+    except MegapilotError as exc:  # refused by the scheduler (its words), or by the executor: this combo fails
         return combo.model_copy(update={"verdict": Verdict.FAIL, "reason": f"{exc.problem}; fix: {exc.fix}"})
     return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates)
 
