@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState
+from megapilot.execute.process import free_port
 from megapilot.suite.results import (
     ComboResult,
     Finding,
@@ -412,8 +413,12 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
     job_dir = ctx.run_dir / directory
     job_dir.mkdir(parents=True, exist_ok=True)
     request = ctx.executor.launch_request(gpus=suite.device == "gpu")
+    # An sbatch script names its rendezvous port: a fixed one would collide with any other job sharing the node
+    # (CPU jobs are not exclusive), so each job gets a port free at submission.
+    port = free_port() if request.launcher == "slurm" else None
     launch = render_cell(suite, cell, job_dir=job_dir, train_iters=train_iters, save_dir=save_dir,
-                         save_interval=save_interval, load_dir=load_dir, load_step=load_step, request=request)
+                         save_interval=save_interval, load_dir=load_dir, load_step=load_step, request=request,
+                         master_port=port)
     if launch.error or launch.plan is None:
         return _skipped_combo(cell, f"cannot render: {launch.error}", suite.backend).model_copy(
             update={"verdict": Verdict.FAIL, "directory": directory})

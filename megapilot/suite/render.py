@@ -68,7 +68,7 @@ class CellLaunch(BaseModel):
 def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_iters: int | None = None,
                 save_dir: str | None = None, save_interval: int | None = None,
                 load_dir: str | None = None, load_step: int | None = None,
-                request: LaunchRequest | None = None) -> CellLaunch:
+                request: LaunchRequest | None = None, master_port: int | None = None) -> CellLaunch:
     """Render `cell` for `suite` into a launch whose files go under `job_dir` (the job is named after that
     directory: smoke, checkpoint-save, a combo's slug). `request`: what the executor asks its scheduler for
     (None: what its capabilities imply, GPUs per node for a GPU suite)."""
@@ -81,7 +81,7 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
     try:
         plan = build_plan(suite, cell, train_iters=train_iters)
         options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
-                                 load_dir=load_dir, load_step=load_step, request=request)
+                                 load_dir=load_dir, load_step=load_step, request=request, master_port=master_port)
         launch = render_launch(plan, options)
     except (MegapilotError, ValueError) as exc:  # ValueError: a spec refusing the merged values
         return base.model_copy(update={"error": " ".join(str(exc).split())})
@@ -129,7 +129,8 @@ def _training_precision(cell_precision: str) -> Precision:
 
 def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_dir: str | None = None,
                    save_interval: int | None = None, load_dir: str | None = None,
-                   load_step: int | None = None, request: LaunchRequest | None = None) -> LaunchOptions:
+                   load_step: int | None = None, request: LaunchRequest | None = None,
+                   master_port: int | None = None) -> LaunchOptions:
     """LaunchOptions for the suite's backend and executor."""
     from megapilot.launch import LaunchOptions
 
@@ -148,6 +149,8 @@ def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_d
         check_paths_exist=suite.capabilities.runs_here and (container is None or not container.image),
         **_data_fields(suite, cell),
     )
+    if master_port is not None:
+        fields["master_port"] = master_port
     if suite.backend == "megatron-lm":
         fields["megatron_path"] = block.megatron_path
     if block.megatron_version is not None:
