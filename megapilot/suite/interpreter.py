@@ -78,8 +78,8 @@ def _row(name: str, node: int, python: str, text: str, error: str) -> MetricRow:
         return MetricRow(name=name, verdict=Verdict.FAIL,
                          reason=f"node {node}: {python} cannot import what the jobs need ({what}); fix: {FIX}")
     modules = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith("module=")]
-    return MetricRow(name=name, verdict=Verdict.PASS,
-                     reason=f"node {node}: {found['python']}" + (f"; {', '.join(modules)}" if modules else ""))
+    versions = f"; {', '.join(modules)}" if modules else ""
+    return MetricRow(name=name, verdict=Verdict.PASS, reason=f"node {node}: {python} is {found['python']}{versions}")
 
 
 __all__ = ["INTERPRETER_PROBE", "interpreter_rows", "required_modules"]
