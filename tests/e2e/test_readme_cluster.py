@@ -66,7 +66,10 @@ def test_the_slurm_commands_run_on_a_cluster_without_gpus(slurm_cpu_node, tmp_pa
         assert "on 1 node(s) x 2 CPU ranks\n" in script
     preflight = next(s for s in result["stages"] if s["name"] == "preflight")
     rows = {r["name"]: r for r in preflight["checks"]}
-    assert rows["python"]["verdict"] == "PASS" and sys.executable in rows["python"]["reason"]
+    # the interpreter `megapilot` runs under (the installation's), with what the jobs import
+    python = rows["python"]["reason"]
+    assert rows["python"]["verdict"] == "PASS" and ".venv/bin/python" in python
+    assert "torch 2" in python and "megatron.core 0" in python
     assert rows["scheduler.submission"]["verdict"] == "PASS"
     for combo in result["combos"]:
         assert combo["job"]["executor"] == "slurm" and combo["job"]["job_id"].isdigit()
