@@ -12,7 +12,9 @@
 Everything lives under one short temporary root (config, state, spool, logs, munge socket and key);
 nothing in /etc is touched. Nodes `node1..nodeN` share this host (Debian's slurmd is built with
 MULTIPLE_SLURMD: one `NodeName` line per node with its own port), each with `Gres=gpu:G` backed by
-/dev/tty0..7 so `--gpus-per-node` is schedulable. Settings follow what was measured on this kind of
+/dev/tty0..7 so `--gpus-per-node` is schedulable; with `gpus_per_node=0` the nodes declare no GPU gres
+at all, as a CPU cluster does (a job asking for GPUs is refused). Every node declares this machine's
+CPUs and memory. Settings follow what was measured on this kind of
 machine: linuxproc tracking, no task plugin, `batch_sched_delay=0` (no 3 s hold per batch job),
 `EnforcePartLimits=ALL` (an impossible request fails instead of pending forever).
 
@@ -226,16 +228,19 @@ class LocalSlurmCluster:
             "MpiDefault=none",
         ]
         cpus = os.cpu_count() or 1
+        memory_mb = _memory_mb()
+        gres = f" Gres=gpu:{self.gpus_per_node}" if self.gpus_per_node else ""
         for name in self.node_names:
             # With explicit names one node may be called like this host, and then no other node
             # may claim this host as its NodeHostname; the others' need not resolve (NodeAddr does).
             node_host = name if self.names else host
             lines.append(f"NodeName={name} NodeHostname={node_host} NodeAddr=127.0.0.1 Port={free_port()} "
-                         f"CPUs={cpus} RealMemory=1000 Gres=gpu:{self.gpus_per_node} State=UNKNOWN")
+                         f"CPUs={cpus} RealMemory={memory_mb}{gres} State=UNKNOWN")
         lines.append(f"PartitionName=main Nodes={','.join(self.node_names)} Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
-        last_tty = self.gpus_per_node - 1
-        (r / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File=/dev/tty[0-{last_tty}]\n")
+        if self.gpus_per_node:
+            last_tty = self.gpus_per_node - 1
+            (r / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File=/dev/tty[0-{last_tty}]\n")
 
     def _wait_until_idle(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -248,6 +253,27 @@ class LocalSlurmCluster:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"nodes not idle after {START_TIMEOUT_S} s\n{self.log_tail()}")
+
+
+def _memory_mb() -> int:
+    """This machine's memory in MB, as slurmd reads it, less 5 % (a node may not declare more than it has)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 95 // 100 // 1024  # a little under: slurmd refuses a node that overstates
+    return 1000
+
+
+@pytest.fixture(scope="session")
+def slurm_cpu_node():
+    """A started one-node cluster named after this host that declares no GPUs: a CPU cluster, jobs really run."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = LocalSlurmCluster(nodes=1, gpus_per_node=0, host_named=True).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

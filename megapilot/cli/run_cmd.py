@@ -33,12 +33,11 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from megapilot.execute.base import JobResult, JobSpec, JobStatus, ProgressCallback
+    from megapilot.execute.base import JobResult, JobSpec, JobStatus, Launcher, ProgressCallback
     from megapilot.launch import LaunchScript
     from megapilot.spec import SavedPlan
     from megapilot.suite.results import Prediction
 
-EXECUTORS = ("local",)
 DEVICES = ("auto", "cpu", "gpu")
 PLAN_TOKENIZERS = ("ByteTokenizer", "NullTokenizer")
 EXIT_RUN_FAILED = 1
@@ -50,7 +49,8 @@ def run(
         help="Bash launch script to run (e.g. one written by `megapilot script`).", show_default=False)] = None,
     plan: Annotated[Path | None, typer.Option(
         "--plan", help="Saved plan (`megapilot plan --save`), rendered for the embedded trainer.")] = None,
-    executor: Annotated[str, typer.Option(help="Where to run: " + ", ".join(EXECUTORS) + ".")] = "local",
+    executor: Annotated[str, typer.Option(help="Where to run: a registered executor that needs no cluster file "
+                                                "(local, slurm; ssh runs through `suite run --cluster`).")] = "local",
     run_dir: Annotated[Path, typer.Option(help="Parent directory of the run's files.")] = Path("runs"),
     combo: Annotated[str | None, typer.Option(
         help="Name of this run inside --run-dir (default: script/plan name + time).")] = None,
@@ -80,7 +80,7 @@ def run(
         for note in notes:
             err_console.print(f"note: {note}", highlight=False, markup=False)
     prediction = _plan_prediction(plan, plan_data) if plan is not None else None
-    result, interrupted = _run_and_follow(job, show_progress=not json_output)
+    result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
     departure = _departure(prediction, result)
     if json_output:
         extra = {} if prediction is None else {"predicted": prediction.model_dump(mode="json"),
@@ -161,10 +161,12 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
 
     from megapilot.cli.common import require_positive, validation_error
     from megapilot.execute.base import HangPolicy, job_spec_or_error
+    from megapilot.execute.registry import executor_class
 
-    if executor not in EXECUTORS:
-        raise MegapilotError(f"unknown executor {executor!r}", field="executor",
-                             fix="use one of: " + ", ".join(EXECUTORS))
+    capabilities = executor_class(executor, field="--executor").capabilities
+    if capabilities.needs_node_list:
+        raise MegapilotError(f"the {executor} executor needs the nodes of a cluster file", field="--executor",
+                             fix="run it as a suite: megapilot suite run suite.json --cluster cluster.json")
     if (script is None) == (plan is None):
         raise MegapilotError("give a launch script or --plan, not both and not neither", field="script",
                              fix="megapilot run train.sh, or megapilot run --plan plan.json")
@@ -190,9 +192,10 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
     if train_iters is not None:
         saved_plan = saved_plan.model_copy(
             update={"training": saved_plan.training.model_copy(update={"train_iters": train_iters})})
-    launch = _render_plan(saved_plan, plan_data)
+    name = combo or _default_combo(plan.stem)
+    launch = _render_plan(saved_plan, plan_data, capabilities.launcher, run_dir / name)
     job = _job_spec(
-        job_spec_or_error, combo=combo or _default_combo(plan.stem), script_text=launch.script, nodes=launch.nodes,
+        job_spec_or_error, combo=name, script_text=launch.script, nodes=launch.nodes,
         gpus_per_node=launch.gpus_per_node, train_iters=saved_plan.training.train_iters, **common,
     )
     return job, launch.notes
@@ -221,9 +224,11 @@ def _load_plan(path: Path) -> SavedPlan:
     return load_plan_file(path)
 
 
-def _render_plan(saved_plan: SavedPlan, plan_data: _PlanData) -> LaunchScript:
-    """The plan as a torchrun script for the embedded trainer, run by this Python: on CPUs (gloo, fp32, what
-    the trainer refuses there left out) when no GPU is present, on mock data unless --data-path is given."""
+def _render_plan(saved_plan: SavedPlan, plan_data: _PlanData, launcher: Launcher = "torchrun",
+                 job_dir: Path | None = None) -> LaunchScript:
+    """The plan as a script for the embedded trainer, run by this Python: on CPUs (gloo, fp32, what the trainer
+    refuses there left out) when no GPU is present, on mock data unless --data-path is given. A torchrun script,
+    or an sbatch script where the executor submits to SLURM (its output next to the job)."""
     from megapilot.launch import LaunchOptions, render_launch
 
     cpu = plan_data.device == "cpu" or (plan_data.device == "auto" and not gpu_present())
@@ -231,7 +236,9 @@ def _render_plan(saved_plan: SavedPlan, plan_data: _PlanData) -> LaunchScript:
     if plan_data.data_path is not None:
         data = {"data_path": str(plan_data.data_path.expanduser().absolute()),
                 "tokenizer_type": plan_data.tokenizer_type or "ByteTokenizer"}
-    options = LaunchOptions(launcher="torchrun", entrypoint="megapilot", python=sys.executable, cpu=cpu,
+    if launcher == "slurm" and job_dir is not None:
+        data.update(log_dir=str(job_dir.absolute()), exclusive=not cpu, remote=True)
+    options = LaunchOptions(launcher=launcher, entrypoint="megapilot", python=sys.executable, cpu=cpu,
                             **data)  # type: ignore[arg-type]  # path fields by name; pydantic checks them
     return render_launch(saved_plan, options)
 
@@ -246,12 +253,12 @@ def gpu_present() -> bool:
 
 # ---- running and following ---------------------------------------------------------------
 
-def _run_and_follow(job: JobSpec, *, show_progress: bool) -> tuple[JobResult, bool]:
+def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress: bool) -> tuple[JobResult, bool]:
     """Submit, follow with a progress bar, and return (result, interrupted)."""
     from megapilot.execute.interrupt import stop_on_signals
-    from megapilot.execute.local import LocalExecutor
+    from megapilot.execute.registry import make_executor
 
-    executor = LocalExecutor()
+    executor = make_executor(executor_name)
     handle = executor.submit(job)
     if show_progress:
         from rich.markup import escape

@@ -150,11 +150,23 @@ def init(
         "--gates", help="template: the template's threshold files; predicted: one file gating tokens/s, step time "
                         "and memory against megapilot's prediction calibrated on this cluster's runs "
                         "(kind predicted, min_ratio 0.9).")] = "template",
+    executor: Annotated[str | None, typer.Option(
+        help="Run with this executor (local, slurm, ssh): its settings are written with their defaults and "
+             "comments, and for one that needs nodes a cluster.json beside the config.")] = None,
+    nodes: Annotated[str | None, typer.Option(help="With --executor ssh: the nodes, comma-separated, node 0 first.")
+                     ] = None,
+    ssh_user: Annotated[str | None, typer.Option(help="With --executor ssh: the ssh user.")] = None,
+    ssh_port: Annotated[int | None, typer.Option(help="With --executor ssh: the ssh port of every node.")] = None,
+    ssh_key: Annotated[str | None, typer.Option(help="With --executor ssh: the private key file.")] = None,
+    ssh_option: Annotated[list[str] | None, typer.Option(
+        help="With --executor ssh: an `ssh -o` option for every node (repeat it).")] = None,
 ) -> None:
-    """Copy a template config and its threshold files to start a suite."""
+    """Copy a template config and its threshold files to start a suite (and, with --executor, the settings of
+    that executor and a cluster file)."""
+    import json
     import shutil
 
-    from megapilot.suite.templates import template_path, threshold_paths
+    from megapilot.suite.templates import cluster_file, for_executor, template_path, threshold_paths
 
     if gates not in ("template", "predicted"):
         raise MegapilotError(f"unknown gates {gates!r}", field="--gates", fix="use template or predicted")
@@ -166,15 +178,35 @@ def init(
         _init_predicted(source, output, force=force)
         return
     targets = [(source, output)] + [(p, folder / p.name) for p in threshold_paths(name)]
-    existing = [str(target) for _, target in targets if target.exists()]
+    needs_nodes = executor is not None and _executor_needs_nodes(executor)
+    cluster = folder / "cluster.json"
+    existing = [str(target) for _, target in targets if target.exists()] + (
+        [str(cluster)] if needs_nodes and cluster.exists() else [])
     if existing and not force:
         raise MegapilotError(f"would overwrite {', '.join(existing)}", field="--output",
                              fix="choose another -o path, or pass --force")
     folder.mkdir(parents=True, exist_ok=True)
     for src, target in targets:
         shutil.copyfile(src, target)
-    console.print(f"wrote {output} and {len(targets) - 1} threshold file(s) in {folder}; "
-                  f"next: megapilot suite check {output}", highlight=False, soft_wrap=True)
+    written = f"wrote {output} and {len(targets) - 1} threshold file(s) in {folder}"
+    check_command = f"megapilot suite check {output}"
+    if executor is not None:
+        config = for_executor(json.loads(source.read_text(encoding="utf-8")), executor)
+        output.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        written += f", set to run with the {executor} executor"
+    if needs_nodes:
+        hosts = [h.strip() for h in (nodes or "").split(",") if h.strip()]
+        data = cluster_file(hosts, user=ssh_user, port=ssh_port, key=ssh_key, options=list(ssh_option or []))
+        cluster.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        written += f", and {cluster}" + ("" if hosts else " (fill in the nodes)")
+        check_command += f" --cluster {cluster}"
+    console.print(f"{written}; next: {check_command}", highlight=False, soft_wrap=True)
+
+
+def _executor_needs_nodes(name: str) -> bool:
+    from megapilot.execute.registry import executor_class
+
+    return executor_class(name, field="--executor").capabilities.needs_node_list
 
 
 PREDICTED_GATES = {

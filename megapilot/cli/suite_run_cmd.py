@@ -342,6 +342,11 @@ def _print_dry_run(plan: DryRunPlan) -> None:
             console.print(f"  SKIPPED: {combo.skipped}", highlight=False, markup=False)
         else:
             console.print(f"  {combo.command}", highlight=False, markup=False, soft_wrap=True)
+    if plan.scripts:
+        console.print(f"\n{len(plan.scripts)} launch script(s) written under {plan.folder}:", highlight=False,
+                      markup=False, soft_wrap=True)
+        for script in plan.scripts:
+            console.print(f"  {script}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_result(result: SuiteResult) -> None:

@@ -1,10 +1,12 @@
 """Executors: run a training job somewhere, follow it, stop it cleanly, and say how it ended.
 
-Public API: the protocol and its objects (`megapilot.execute.base`), the run-directory layout
-(`megapilot.execute.rundir`) and the executors, imported lazily (they pull in psutil and
-subprocess machinery): `LocalExecutor` (megapilot.execute.local), `SlurmExecutor`
-(megapilot.execute.slurm), `SshExecutor` with `SshNode` and `ContainerWrapper`
-(megapilot.execute.ssh).
+Public API: the protocol and its objects (`megapilot.execute.base`: the job calls, and the capabilities
+and per-node calls the suite asks instead of an executor's name), the registry
+(`megapilot.execute.registry`: every module of this package that defines a `@register_executor` class
+adds an executor), the run-directory layout (`megapilot.execute.rundir`) and the executors, imported
+lazily (they pull in psutil and subprocess machinery): `LocalExecutor` (megapilot.execute.local),
+`SlurmExecutor` (megapilot.execute.slurm), `SshExecutor` with `SshNode` (megapilot.execute.ssh) and
+`ContainerWrapper` (megapilot.execute.container).
 """
 
 from typing import Any
@@ -31,7 +33,7 @@ _LAZY = {
     "SlurmExecutor": "megapilot.execute.slurm",
     "SshExecutor": "megapilot.execute.ssh",
     "SshNode": "megapilot.execute.ssh",
-    "ContainerWrapper": "megapilot.execute.ssh",
+    "ContainerWrapper": "megapilot.execute.container",
 }
 
 

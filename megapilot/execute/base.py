@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from megapilot.compat import StrEnum
+from megapilot.errors import MegapilotError
 
 # A combo name becomes a directory name: keep it to characters every filesystem and shell accepts.
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "name\n" through.
@@ -167,14 +169,121 @@ class JobResult(BaseModel):
 ProgressCallback = Callable[[JobStatus], None]
 
 
-@runtime_checkable
-class Executor(Protocol):
-    """Runs jobs somewhere. Implementations: `LocalExecutor` (megapilot.execute.local)."""
+Launcher = Literal["torchrun", "slurm"]
+GpuRequest = Literal["gpus-per-node", "gres", "none"]
 
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an executor can do, asked by the suite instead of comparing executor names.
+
+    A new executor states these once, in its own module, and every stage follows them.
+    """
+
+    #: The launch script it runs: a torchrun script, or an sbatch script (one srun torchrun per node).
+    launcher: Launcher
+    #: Jobs run on this machine: inputs are checked and the tokenizer fetched here, leftover processes seen here.
+    runs_here: bool
+    #: Every node sees this machine's paths (one file system): the same interpreter, run directory and checkpoints.
+    shares_file_system: bool
+    #: The nodes come from the cluster file (the executor reaches each one itself).
+    needs_node_list: bool
+    #: More than one node per job.
+    multi_node: bool
+    #: The suite starts a container on every node (`prepare`) and jobs enter it; False: the launch script's
+    #: launcher starts it (pyxis/enroot `--container-image` under SLURM).
+    starts_containers: bool
+    #: A scheduler allocates CPUs, GPUs and memory for each job (what to ask is in `LaunchRequest`).
+    allocates_resources: bool
+    #: One line for `--help` and the README.
+    summary: str
+
+
+class NodeAddress(BaseModel):
+    """How to reach one node of a cluster file (host, user, port, key); executors that need nodes take these."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str
+    user: str | None = None
+    port: int | None = Field(default=None, gt=0, lt=65536)
+    identity_file: Path | None = None
+    options: tuple[str, ...] = Field(default=(), description="Extra `-o Key=Value` ssh options.")
+    address: str | None = Field(default=None, description="Address the other nodes reach it at; default: host.")
+
+
+class ContainerEntry(BaseModel):
+    """A container every job enters on its node: `<runtime> exec NAME` (docker, podman) or `enroot start NAME`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runtime: Literal["docker", "podman", "enroot"]
     name: str
 
+
+class ExecutorSettings(BaseModel):
+    """What a user configures about where jobs run, for any executor (each reads the parts it needs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: tuple[NodeAddress, ...] = Field(default=(), description="The cluster file's nodes, node 0 first.")
+    container: ContainerEntry | None = None
+    scheduler_options: tuple[str, ...] = Field(
+        default=(), description="Scheduler words for every job and probe (--partition=..., --qos=..., ...).")
+
+
+@dataclass(frozen=True)
+class NodeOutput:
+    """What a small command printed on one node, or why the node could not be reached."""
+
+    node: int
+    text: str
+    error: str = ""
+    name: str = ""  # what a scheduler or a host list calls the node (ssh: its host); "" = its own hostname
+
+
+@dataclass(frozen=True)
+class ProcessesLeft:
+    """After a job (or a whole run): how many of its processes are still alive, and what was done about them.
+
+    `count` None: nothing can be counted from here; `reason` then says who ended the processes."""
+
+    count: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What the launch script asks the executor's scheduler for, decided by the executor from the cluster."""
+
+    launcher: Launcher
+    gpu_request: GpuRequest = "none"
+    #: Why this request (the scheduler's own words: what it offers), for the report.
+    note: str = ""
+    #: A problem that stops any job from being accepted (no GPUs on a cluster for a GPU suite), with its fix.
+    problem: str | None = None
+    fix: str | None = None
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs jobs somewhere. Implementations register themselves (`megapilot.execute.registry`).
+
+    Class attributes: `name` (what `megapilot.executor` says) and `capabilities`; `from_settings`
+    builds one from the user's settings. The rest is per job (submit, poll, logs, cancel, wait,
+    result) and per node (run a small command on every node, count the processes left).
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> Executor:
+        """An executor for these settings; MegapilotError naming the missing setting when it cannot be built."""
+        ...
+
     def submit(self, job: JobSpec) -> JobHandle:
-        """Start the job (or queue it) and return at once."""
+        """Start the job (or queue it) and return at once; `SubmissionRefused` when the scheduler refuses it."""
         ...
 
     def poll(self, handle: JobHandle) -> JobStatus:
@@ -197,6 +306,27 @@ class Executor(Protocol):
     def result(self, handle: JobHandle) -> JobResult:
         """How the job ended (its status so far if it has not), without waiting."""
         ...
+
+    def run_on_nodes(self, script: str, args: list[str], nodes: int) -> list[NodeOutput]:
+        """`bash -s ARGS <<< script` on each of the first `nodes` nodes the jobs get; node 0 first."""
+        ...
+
+    def processes_left(self, directory: Path, *, inside: bool = False, kill: bool = True) -> ProcessesLeft:
+        """Processes of the job in `directory` (with `inside`: of every job under it) still alive; with `kill`
+        they are killed, and the answer says so."""
+        ...
+
+    def launch_request(self, *, gpus: bool) -> LaunchRequest:
+        """What a launch script for this executor asks for (GPUs or CPUs), read from the cluster when it has one."""
+        ...
+
+    def check_submission(self, job: JobSpec) -> str | None:
+        """Would the scheduler accept this job? None when it would (or there is no scheduler), else its words."""
+        ...
+
+
+class SubmissionRefused(MegapilotError):
+    """The scheduler refused a job (its own words in the message)."""
 
 
 def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[JobHandle], JobResult],
@@ -237,6 +367,25 @@ def job_spec_or_error(**fields: object) -> JobSpec:
 
 
 __all__ = [
-    "COMBO_NAME_PATTERN", "Executor", "HangPolicy", "JobHandle", "JobResult", "JobSpec", "JobState",
-    "JobStatus", "ProgressCallback", "job_spec_or_error", "wait_by_polling",
+    "COMBO_NAME_PATTERN",
+    "Capabilities",
+    "ContainerEntry",
+    "Executor",
+    "ExecutorSettings",
+    "GpuRequest",
+    "HangPolicy",
+    "JobHandle",
+    "JobResult",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "LaunchRequest",
+    "Launcher",
+    "NodeAddress",
+    "NodeOutput",
+    "ProcessesLeft",
+    "ProgressCallback",
+    "SubmissionRefused",
+    "job_spec_or_error",
+    "wait_by_polling",
 ]

@@ -23,6 +23,9 @@ _RANK_PREFIX = re.compile(r"^(?:\[[^\]]*\]:\s?)+")
 _EXCEPTION_LINE = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*))?$")
 _MAX_REASON_CHARS = 400
+# A launch that failed before Python raised anything: the interpreter lacks a module, a file or a command.
+_LAUNCH_FAILURE = re.compile(r"No module named \S+|can't open file|command not found|No such file or directory|"
+                             r"Permission denied|cannot execute")
 
 
 def signal_name(signum: int) -> str:
@@ -50,6 +53,7 @@ class FailureClues:
         self.last_exception: str | None = None
         self.last_line: str | None = None
         self.first_error: ErrorRecord | None = None
+        self.first_failure: str | None = None
 
     def feed(self, line: str, records: Sequence[Record] = ()) -> None:
         """One log line, with the records `megapilot.logs` parsed from it (see ProgressTracker.feed)."""
@@ -76,6 +80,8 @@ class FailureClues:
         exception = _EXCEPTION_LINE.match(bare)
         if exception and "ChildFailedError" not in exception["type"]:
             self.last_exception = bare[:_MAX_REASON_CHARS]
+        if self.first_failure is None and (exception or _LAUNCH_FAILURE.search(bare)):
+            self.first_failure = bare[:_MAX_REASON_CHARS]
 
     @property
     def root_cause(self) -> str | None:
@@ -106,6 +112,8 @@ class FailureClues:
         if self.first_error is not None and not killed and error_line != self.last_exception:
             parts.append(f"log shows {self.first_error.category} ({self.first_error.signature}): "
                          f"{(error_line or '')[:200]}")
+        if not parts and self.first_failure:
+            parts.append(self.first_failure)
         if not parts and self.last_line:
             parts.append(f"last output: {self.last_line}")
         if launcher_exit_code is not None:

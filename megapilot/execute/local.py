@@ -24,22 +24,30 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import (
+    Capabilities,
+    ExecutorSettings,
     JobHandle,
     JobResult,
     JobSpec,
     JobState,
     JobStatus,
+    LaunchRequest,
+    NodeOutput,
+    ProcessesLeft,
     ProgressCallback,
     wait_by_polling,
 )
+from megapilot.execute.container import ContainerWrapper
 from megapilot.execute.failure import FailureClues
 from megapilot.execute.interrupt import register_force_stop, start_watchdog, unregister_force_stop
-from megapilot.execute.process import ProcessTreeWatch, free_port, start_process_group
+from megapilot.execute.process import ProcessTreeWatch, free_port, marked_processes, start_process_group
 from megapilot.execute.progress import ProgressTracker
-from megapilot.execute.remote import utc_now
+from megapilot.execute.registry import register_executor
+from megapilot.execute.remote import run_node_script, utc_now
 from megapilot.execute.rundir import (
     JOB_MARKER_VARIABLE,
     JobRecord,
@@ -79,16 +87,52 @@ class _LocalJob:
         return self.record.status
 
 
+@register_executor
 class LocalExecutor:
     """Runs jobs as local process trees. One instance can run several jobs at once."""
 
-    name = "local"
+    name: ClassVar[str] = "local"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        launcher="torchrun", runs_here=True, shares_file_system=True, needs_node_list=False, multi_node=False,
+        starts_containers=True, allocates_resources=False,
+        summary="torchrun on this machine (one node)")
 
-    def __init__(self, *, snapshot_interval_s: float = 1.0, master_addr: str = LOOPBACK):
+    def __init__(self, *, snapshot_interval_s: float = 1.0, master_addr: str = LOOPBACK,
+                 container: ContainerWrapper | None = None):
         self.snapshot_interval_s = snapshot_interval_s
         self.master_addr = master_addr
+        self.container = container
         self._jobs: dict[str, _LocalJob] = {}
         atexit.register(self.close)
+
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> LocalExecutor:
+        return cls(container=ContainerWrapper.entering(settings.container) if settings.container else None)
+
+    # -- per node -----------------------------------------------------------------------------
+
+    def run_on_nodes(self, script: str, args: list[str], nodes: int) -> list[NodeOutput]:
+        return [run_node_script(0, ["bash", "-s", "--", *args], script)]
+
+    def processes_left(self, directory: Path, *, inside: bool = False, kill: bool = True) -> ProcessesLeft:
+        left = marked_processes(JOB_MARKER_VARIABLE, str(directory.resolve()), inside=inside)
+        if not kill:
+            return ProcessesLeft(len(left), f"{len(left)} processes alive: pids {[p.pid for p in left][:10]}")
+        for proc in left:
+            try:
+                proc.kill()
+            except Exception:  # noqa: BLE001 - it may have exited meanwhile
+                pass
+        if left:
+            return ProcessesLeft(len(left), f"{len(left)} processes outlived the job and were killed: pids "
+                                            f"{[p.pid for p in left][:10]}")
+        return ProcessesLeft(0, "no process outlived the job")
+
+    def launch_request(self, *, gpus: bool) -> LaunchRequest:
+        return LaunchRequest(launcher="torchrun", note="torchrun uses what this machine has")
+
+    def check_submission(self, job: JobSpec) -> str | None:
+        return None
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -101,7 +145,10 @@ class LocalExecutor:
         log_path = node_log_path(directory, 0)
         master_port = int(job.env.get("MASTER_PORT") or free_port(self.master_addr))
         env = self._environment(job, master_port)
-        argv = ["bash", str(launch_script.resolve())]
+        # Inside a container the job's own variables pass by name (`-e NAME`); the host's environment stays out.
+        names = sorted(name for name in env if os.environ.get(name) != env[name])
+        prefix = self.container.argv_prefix(names, str(directory)) if self.container is not None else []
+        argv = [*prefix, "bash", str(launch_script.resolve())]
         cwd = (job.cwd or Path.cwd()).resolve()
         submitted_at = utc_now()
         try:

@@ -10,19 +10,34 @@ every node's tracker has the same start-up deadline, so node 0 stands in.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from megapilot.execute.base import HangPolicy, JobState, JobStatus
+from megapilot.execute.base import HangPolicy, JobState, JobStatus, NodeOutput
 from megapilot.execute.failure import FailureClues
 from megapilot.execute.progress import ProgressTracker
 from megapilot.execute.rundir import node_log_path
 from megapilot.execute.tail import LogTail
 
+NODE_COMMAND_TIMEOUT_S = 60.0
+
 
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def run_node_script(node: int, argv: list[str], script: str, timeout_s: float = NODE_COMMAND_TIMEOUT_S) -> NodeOutput:
+    """Run `argv` (a `bash -s` here, through ssh, ...) with `script` on its stdin; what it printed, or why not."""
+    try:
+        done = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        return NodeOutput(node, "", f"{argv[0]} is not installed here")
+    except subprocess.TimeoutExpired:
+        return NodeOutput(node, "", f"no answer within {timeout_s:g} s")
+    error = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return NodeOutput(node, done.stdout, error)
 
 
 @dataclass
@@ -89,7 +104,7 @@ class NodeLogs:
             return self.nodes[node].clues.reason(exit_code)
         for candidate in self.nodes:
             clues = candidate.clues
-            if clues.root_cause or clues.last_exception or clues.first_error:
+            if clues.root_cause or clues.last_exception or clues.first_error or clues.first_failure:
                 return f"node {candidate.node}: {clues.reason(exit_code)}"
         return self.nodes[0].clues.reason(exit_code)
 

@@ -22,25 +22,34 @@ caller (or a test) can point them at a cluster with SLURM_CONF.
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import (
+    Capabilities,
+    ExecutorSettings,
     JobHandle,
     JobResult,
     JobSpec,
     JobState,
     JobStatus,
+    LaunchRequest,
+    NodeOutput,
+    ProcessesLeft,
     ProgressCallback,
+    SubmissionRefused,
     wait_by_polling,
 )
 from megapilot.execute.failure import describe_exit_code
-from megapilot.execute.remote import NodeLogs, utc_now
+from megapilot.execute.registry import register_executor
+from megapilot.execute.remote import NODE_COMMAND_TIMEOUT_S, NodeLogs, utc_now
 from megapilot.execute.rundir import (
     JOB_MARKER_VARIABLE,
     JobRecord,
@@ -69,6 +78,11 @@ _ENDED: dict[str, tuple[JobState, str]] = {
     "SPECIAL_EXIT": (JobState.FAILED, "special exit (requeue hold)"),
 }
 _NODE_NAMED = {"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"}
+# sbatch options that choose where a job runs; srun takes them too, so the preflight probe lands where jobs do.
+_PLACEMENT_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C",
+                      "--exclude", "-x", "--nodelist", "-w", "--clusters", "-M")
+REFUSAL_FIX = ("give sbatch what the cluster offers: megapilot.partition, megapilot.account, megapilot.time_limit, "
+               "megapilot.exclusive, or megapilot.sbatch_options (--qos=..., --reservation=..., --constraint=...)")
 
 
 @dataclass(frozen=True)
@@ -117,16 +131,18 @@ class SlurmClient:
         self.env = dict(env or {})
         self.timeout_s = timeout_s
 
-    def run(self, *argv: str, extra_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(self, *argv: str, extra_env: Mapping[str, str] | None = None,
+            timeout_s: float | None = None) -> subprocess.CompletedProcess[str]:
         environment = {**os.environ, **self.env, **(extra_env or {})}
+        timeout_s = timeout_s or self.timeout_s
         try:
             return subprocess.run(list(argv), env=environment, capture_output=True, text=True,
-                                  timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+                                  timeout=timeout_s, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise MegapilotError(f"{argv[0]} not found", field="executor",
                                  fix="run on a SLURM login node (sbatch, squeue, sacct and scancel on PATH)") from None
         except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]} timed out after {self.timeout_s:g} s")
+            return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]} timed out after {timeout_s:g} s")
 
     def queue(self, job_ids: Sequence[str]) -> dict[str, SlurmJobState] | None:
         """Jobs still in the queue (pending or running); None when squeue could not answer."""
@@ -214,6 +230,7 @@ class _SlurmJob:
         return self.record.status
 
 
+@register_executor
 class SlurmExecutor:
     """Runs jobs through a SLURM controller. One instance follows many jobs.
 
@@ -223,7 +240,11 @@ class SlurmExecutor:
     neither squeue nor sacct/scontrol before it counts as lost.
     """
 
-    name = "slurm"
+    name: ClassVar[str] = "slurm"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        launcher="slurm", runs_here=False, shares_file_system=True, needs_node_list=False, multi_node=True,
+        starts_containers=False, allocates_resources=True,
+        summary="sbatch one job per run, srun one torchrun per node (from a SLURM login node; shared file system)")
 
     def __init__(self, *, env: Mapping[str, str] | None = None, sbatch_options: Sequence[str] = (),
                  refresh_s: float = 2.0, max_lookup_interval_s: float = 30.0, vanish_grace_s: float = 120.0,
@@ -234,6 +255,93 @@ class SlurmExecutor:
         self.vanish_grace_s = vanish_grace_s
         self.cancel_wait_s = cancel_wait_s
         self._jobs: dict[str, _SlurmJob] = {}
+        self._requests: dict[bool, LaunchRequest] = {}
+        atexit.register(self.close)
+
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> SlurmExecutor:
+        return cls(sbatch_options=settings.scheduler_options)
+
+    # -- per node -----------------------------------------------------------------------------
+
+    def run_on_nodes(self, script: str, args: list[str], nodes: int) -> list[NodeOutput]:
+        """One task per node with `--label`, so each output line says which node printed it."""
+        placement = [o for o in self.sbatch_options if o.split("=", 1)[0] in _PLACEMENT_OPTIONS]
+        argv = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", f"--ntasks={nodes}", "--label",
+                "--kill-on-bad-exit=0", *placement, "bash", "-c", script, "probe", *args]
+        try:
+            done = self.client.run(*argv, timeout_s=NODE_COMMAND_TIMEOUT_S * 5)
+        except MegapilotError as exc:  # srun is not installed here
+            return [NodeOutput(n, "", exc.problem) for n in range(nodes)]
+        per_node: dict[int, list[str]] = {}
+        for line in done.stdout.splitlines():
+            label, sep, rest = line.partition(": ")
+            if sep and label.strip().isdigit():
+                per_node.setdefault(int(label), []).append(rest)
+        said = done.stderr.strip().splitlines() or [f"srun exit {done.returncode}"]
+        error = "" if done.returncode == 0 else said[-1]
+        return [NodeOutput(n, "\n".join(per_node.get(n, [])), error if n not in per_node else "") for n in range(nodes)]
+
+    def processes_left(self, directory: Path, *, inside: bool = False, kill: bool = True) -> ProcessesLeft:
+        """SLURM owns a job's processes: what counts is whether any job of `directory` is still queued."""
+        directory = directory.resolve()
+        mine = [job for job in self._jobs.values()
+                if job.handle.job_dir == directory or (inside and directory in job.handle.job_dir.parents)]
+        queued = self.client.queue([job.handle.job_id for job in mine]) if mine else {}
+        if queued is None:
+            return ProcessesLeft(None, "squeue did not answer; the jobs' processes could not be checked")
+        alive = [f"{job_id} ({state.state})" for job_id, state in queued.items()
+                 if state.base_state in _WAITING | _RUNNING]
+        if alive and kill:
+            for job_id in queued:
+                self.client.cancel(job_id)
+        if alive:
+            done = "scancelled" if kill else "not cancelled yet"
+            return ProcessesLeft(len(alive), f"SLURM job(s) {', '.join(alive)} still queued; {done}")
+        ended = ", ".join(f"{job.handle.job_id} {job.status.state.value}" for job in mine)
+        return ProcessesLeft(0, f"no SLURM job left in the queue (job {ended}); slurmd ends a job's processes"
+                             if ended else "no SLURM job of this run")
+
+    def launch_request(self, *, gpus: bool) -> LaunchRequest:
+        """CPUs and memory for a CPU run; for GPUs, whichever request the cluster takes, read from its config."""
+        if gpus not in self._requests:
+            self._requests[gpus] = self._read_request(gpus)
+        return self._requests[gpus]
+
+    def _read_request(self, gpus: bool) -> LaunchRequest:
+        if not gpus:
+            return LaunchRequest(launcher="slurm", gpu_request="none", note="CPU ranks: CPUs and memory, no GPUs")
+        config = self.client.run("scontrol", "show", "config")
+        select = next((line.split("=", 1)[1].strip() for line in config.stdout.splitlines()
+                       if line.split("=", 1)[0].strip() == "SelectType"), "")
+        partition = next((o.split("=", 1)[1] for o in self.sbatch_options if o.startswith("--partition=")), None)
+        shown = self.client.run("sinfo", "-h", "-o", "%P %G", *(["-p", partition] if partition else []))
+        gres = " ".join(line.split(maxsplit=1)[1] for line in shown.stdout.splitlines() if len(line.split()) > 1)
+        where = f"partition {partition}" if partition else "the cluster"
+        if shown.returncode == 0 and "gpu" not in gres:
+            return LaunchRequest(launcher="slurm", problem=f"{where} declares no GPUs (sinfo %G: {gres or 'none'})",
+                                 fix="set gpu_name CPU to run on CPU ranks, or megapilot.partition to a GPU "
+                                     "partition")
+        # --gpus-per-node needs the cons_tres selector; older clusters (cons_res, linear) take --gres=gpu:N.
+        if "cons_tres" in select or config.returncode != 0:
+            return LaunchRequest(launcher="slurm", gpu_request="gpus-per-node",
+                                 note=f"--gpus-per-node ({select or 'SelectType unknown'}; gres {gres or '?'})")
+        return LaunchRequest(launcher="slurm", gpu_request="gres", note=f"--gres=gpu:N ({select}; gres {gres})")
+
+    def check_submission(self, job: JobSpec) -> str | None:
+        """`sbatch --test-only` with the options `submit` would use: sbatch's own words when it would refuse."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="mp-sbatch-") as folder:
+            script = Path(folder) / "launch.sh"
+            script.write_text(job.script_text if job.script_text is not None else
+                              job.script.read_text(encoding="utf-8") if job.script is not None else "#!/bin/bash\n",
+                              encoding="utf-8")
+            done = self.client.run("sbatch", "--test-only", f"--nodes={job.nodes}", f"--chdir={folder}",
+                                   f"--output={folder}/out", *self.sbatch_options, str(script))
+        if done.returncode == 0:
+            return None
+        return f"sbatch --test-only said: {_sbatch_words(done)}"
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -247,9 +355,8 @@ class SlurmExecutor:
         submitted_at = utc_now()
         done = self.client.run(*argv, extra_env=self._job_environment(job, directory))
         if done.returncode != 0:
-            message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-            raise MegapilotError(f"sbatch refused the job: {message}", field="script",
-                                 fix="check the #SBATCH lines (partition, nodes, time) against the cluster")
+            raise SubmissionRefused(f"sbatch refused the job: {_sbatch_words(done)}", field="script",
+                                    fix=REFUSAL_FIX)
         job_id = done.stdout.strip().split(";")[0]
         handle = JobHandle(executor=self.name, combo=job.combo, job_id=job_id, job_dir=directory,
                            submitted_at=submitted_at)
@@ -318,6 +425,13 @@ class SlurmExecutor:
         job = self._jobs.get(handle.job_id)
         record = job.record if job is not None else read_job_record(handle.job_dir)
         return result_from_record(record, handle, self.logs(handle))
+
+    def close(self) -> None:
+        """scancel every job of this executor still queued or running (also run at interpreter exit), so a
+        megapilot that ends while jobs run leaves nothing in the queue."""
+        for job in list(self._jobs.values()):
+            if not job.status.state.is_terminal:
+                self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -392,8 +506,18 @@ def slurm_verdict(slurm: SlurmJobState, logs: NodeLogs, require_final_iteration:
     how = describe_exit_code(slurm.exit_code) if slurm.exit_code is not None else "an unknown exit"
     if slurm.signal:
         how += f", signal {slurm.signal}"
+    # The first failure in the logs is the reason; what SLURM says is context (srun's "Terminating StepId"
+    # is a consequence, never the cause).
     clue = logs.failure_reason(None, None)
-    return JobState.FAILED, f"SLURM {word}: {how}" + (f"; {clue}" if clue != "failed" else "")
+    scheduler = f"SLURM {word}: {how}"
+    return JobState.FAILED, f"{clue} ({scheduler})" if clue != "failed" else scheduler
+
+
+def _sbatch_words(done: subprocess.CompletedProcess[str]) -> str:
+    """sbatch's error lines, as it said them (the last few), or its exit code."""
+    lines = [line.strip() for line in done.stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()] or lines
+    return " / ".join(errors[-3:]) if errors else f"exit {done.returncode}"
 
 
 def _check_slurm_path(directory: Path) -> None:

@@ -33,25 +33,33 @@ import shlex
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import (
+    Capabilities,
+    ExecutorSettings,
     JobHandle,
     JobResult,
     JobSpec,
     JobState,
     JobStatus,
+    LaunchRequest,
+    NodeAddress,
+    NodeOutput,
+    ProcessesLeft,
     ProgressCallback,
     wait_by_polling,
 )
+from megapilot.execute.container import ContainerWrapper
 from megapilot.execute.failure import describe_exit_code
 from megapilot.execute.process import free_port
-from megapilot.execute.remote import NodeLogs, utc_now
+from megapilot.execute.registry import register_executor
+from megapilot.execute.remote import NodeLogs, run_node_script, utc_now
 from megapilot.execute.rundir import (
     JOB_MARKER_VARIABLE,
     JobRecord,
@@ -66,6 +74,13 @@ from megapilot.execute.rundir import (
 
 JOB_TOKEN_VARIABLE = "MEGAPILOT_JOB_TOKEN"
 SSH_FAILURE_EXIT = 255
+# A silent network partition is noticed in about a minute (4 unanswered keepalives 15 s apart), not only when
+# the hang watchdog fires; a node's own `options` override these.
+KEEPALIVE_OPTIONS = ("ServerAliveInterval=15", "ServerAliveCountMax=4")
+# What ssh prints when it loses its connection (it then exits 255).
+_LOST_CONNECTION = re.compile(r"Connection to \S+ closed by remote host|Timeout, server \S+ not responding|"
+                              r"client_loop: send disconnect|Broken pipe|Connection reset by peer|"
+                              r"packet_write_wait|Connection timed out during banner exchange")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _PID_LINE = re.compile(r"^megapilot-ssh: node (?P<node>\d+) pid (?P<pid>\d+) on (?P<host>\S*)")
 
@@ -116,6 +131,22 @@ if [ -n "$left" ]; then echo "still alive after SIGKILL: $left"; exit 3; fi
 """
 
 
+_LEFT_PROGRAM = r"""marker=$1 inside=$2 kill=$3
+for f in $(grep -lzsF -- "MEGAPILOT_JOB_DIR=$marker" /proc/[0-9]*/environ 2>/dev/null); do
+  p=${f#/proc/}; p=${p%/environ}
+  [ "$p" = "$$" ] && continue
+  value=$(tr '\0' '\n' < "$f" 2>/dev/null | sed -n 's/^MEGAPILOT_JOB_DIR=//p' | head -n1)
+  if [ "$value" = "$marker" ] || { [ "$inside" = 1 ] && [ "${value#"$marker"/}" != "$value" ]; }; then
+    state=$(awk '/^State:/ {print $2}' "/proc/$p/status" 2>/dev/null)
+    [ -n "$state" ] && [ "$state" != Z ] || continue
+    [ "$kill" = 1 ] && kill -s KILL "$p" 2>/dev/null
+    echo "$p"
+  fi
+done
+exit 0
+"""
+
+
 class SshNode(BaseModel):
     """One node as ssh reaches it. Unset fields fall back to the user's ssh config."""
 
@@ -150,58 +181,22 @@ class SshNode(BaseModel):
             argv += ["-i", str(self.identity_file)]
         if self.user is not None:
             argv += ["-l", self.user]
-        for option in (*extra_options, *self.options):
+        # ssh keeps the first value it reads for an option: the node's own options come first, so they override
+        # the executor's defaults (keepalives, connect timeout).
+        for option in (*self.options, *extra_options):
             argv += ["-o", option]
         return [*argv, self.host]
 
+    def where(self) -> str:
+        """`host port P` (and the key), for messages."""
+        port = f" port {self.port}" if self.port is not None else ""
+        key = f" with key {self.identity_file}" if self.identity_file is not None else ""
+        return f"{self.host}{port}{key}"
 
-ContainerRuntime = Literal["docker", "podman", "enroot"]
-
-
-class ContainerWrapper(BaseModel):
-    """Run the launch script inside a container on each node.
-
-    docker/podman `exec` enter a running container (its name in `target`); `run` starts a fresh one
-    from an image (`target`), host network and IPC, the job directory mounted at the same path;
-    enroot `start` starts a container created with `enroot create` (`target`), job directory mounted.
-    Environment variables are passed by name only (`-e NAME`), so their values come from the
-    environment of the wrapper, never from its argv. The job directory must exist at the same path
-    inside the container (for `exec`, mount it when the container is created).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    runtime: ContainerRuntime
-    mode: Literal["exec", "run", "start"]
-    target: str = Field(description="Container name (exec, enroot start) or image (run).")
-    extra_args: tuple[str, ...] = Field(default=(), description="More runtime options, before the target.")
-
-    @model_validator(mode="after")
-    def _mode_fits_runtime(self) -> ContainerWrapper:
-        allowed = ("start",) if self.runtime == "enroot" else ("exec", "run")
-        if self.mode not in allowed:
-            raise ValueError(f"{self.runtime} supports {' or '.join(allowed)}, not {self.mode}")
-        if not self.target or self.target.startswith("-"):
-            raise ValueError(f"{self.target!r} is not a container or image name")
-        return self
-
-    def argv_prefix(self, env_names: list[str], job_directory: str) -> list[str]:
-        """The words before `bash launch.sh`."""
-        if self.runtime == "enroot":
-            words = ["enroot", "start", "--mount", f"{job_directory}:{job_directory}"]
-            for name in env_names:
-                words += ["--env", name]
-            return [*words, *self.extra_args, self.target]
-        words = [self.runtime, self.mode]
-        if self.mode == "run":
-            words += ["--rm", "--network=host", "--ipc=host", "-v", f"{job_directory}:{job_directory}"]
-        for name in env_names:
-            words += ["-e", name]
-        return [*words, *self.extra_args, self.target]
-
-    def render(self, env_names: list[str], job_directory: str) -> str:
-        """The prefix as one shell-quoted line (what a user would type)."""
-        return shlex.join(self.argv_prefix(env_names, job_directory))
+    @classmethod
+    def of(cls, address: NodeAddress) -> SshNode:
+        return cls(host=address.host, user=address.user, port=address.port, identity_file=address.identity_file,
+                   options=address.options, address=address.address)
 
 
 @dataclass
@@ -226,16 +221,22 @@ class _SshJob:
     started_at_s: float = field(default_factory=time.monotonic)
     stop_cause: tuple[JobState, str] | None = None
     failed_node: int | None = None
+    lost_nodes: list[int] = field(default_factory=list)
 
     @property
     def status(self) -> JobStatus:
         return self.record.status
 
 
+@register_executor
 class SshExecutor:
     """Runs a job on N nodes over ssh (node 0 the master). One instance can run several jobs."""
 
-    name = "ssh"
+    name: ClassVar[str] = "ssh"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        launcher="torchrun", runs_here=False, shares_file_system=True, needs_node_list=True, multi_node=True,
+        starts_containers=True, allocates_resources=False,
+        summary="one torchrun per node of the cluster file, over the system ssh client (same paths on every node)")
 
     def __init__(self, nodes: list[SshNode], *, container: ContainerWrapper | None = None,
                  master_addr: str | None = None, remote_root: str | None = None, ssh_binary: str = "ssh",
@@ -249,9 +250,47 @@ class SshExecutor:
         self.master_addr = master_addr or self.nodes[0].reach_address
         self.remote_root = remote_root
         self.ssh_binary = ssh_binary
-        self._ssh_options = (f"ConnectTimeout={max(1, math.ceil(connect_timeout_s))}",)
+        self._ssh_options = (f"ConnectTimeout={max(1, math.ceil(connect_timeout_s))}", *KEEPALIVE_OPTIONS)
         self._jobs: dict[str, _SshJob] = {}
         atexit.register(self.close)
+
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> SshExecutor:
+        if not settings.nodes:
+            raise MegapilotError("the ssh executor needs the nodes", field="--cluster",
+                                 fix="pass the CVS cluster file (username, priv_key_file, node_dict) with --cluster")
+        container = ContainerWrapper.entering(settings.container) if settings.container else None
+        return cls([SshNode.of(node) for node in settings.nodes], container=container)
+
+    # -- per node -----------------------------------------------------------------------------
+
+    def run_on_nodes(self, script: str, args: list[str], nodes: int) -> list[NodeOutput]:
+        # ssh joins the remote words into one shell line: each argument is quoted to arrive as one word.
+        return [replace(run_node_script(index, [*node.ssh_argv(self.ssh_binary, self._ssh_options), "--", "bash",
+                                                "-s", "--", *(shlex.quote(a) for a in args)], script), name=node.host)
+                for index, node in enumerate(self.nodes[:nodes])]
+
+    def processes_left(self, directory: Path, *, inside: bool = False, kill: bool = True) -> ProcessesLeft:
+        """Every node is asked over a new connection; with `kill`, what is found there is killed."""
+        marker = str(directory.resolve())
+        flags = ["1" if inside else "0", "1" if kill else "0"]
+        outputs = self.run_on_nodes(_LEFT_PROGRAM, [marker, *flags], len(self.nodes))
+        found = {o.node: o.text.split() for o in outputs if o.text.split()}
+        unreachable = [f"node {o.node} ({self.nodes[o.node].host}): {o.error}" for o in outputs if o.error]
+        if unreachable:
+            return ProcessesLeft(None, "could not check over ssh: " + "; ".join(unreachable))
+        if found:
+            count = sum(len(pids) for pids in found.values())
+            where = ", ".join(f"node {n} pids {pids[:10]}" for n, pids in sorted(found.items()))
+            done = "were killed over ssh" if kill else "are alive"
+            return ProcessesLeft(count, f"{count} processes outlived the job and {done}: {where}")
+        return ProcessesLeft(0, f"no process left on {len(outputs)} node(s), checked over a new ssh connection")
+
+    def launch_request(self, *, gpus: bool) -> LaunchRequest:
+        return LaunchRequest(launcher="torchrun", note="torchrun on each node uses what the node has")
+
+    def check_submission(self, job: JobSpec) -> str | None:
+        return None
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -364,7 +403,8 @@ class SshExecutor:
             raise MegapilotError(
                 f"cannot copy the job to node {index} ({node.host}): ssh exit {done.returncode}"
                 + (f": {detail[-1]}" if detail else ""), field="nodes",
-                fix=f"check `ssh -o BatchMode=yes {node.host} true` works without a password prompt")
+                fix=f"check that `{shlex.join([*node.ssh_argv(self.ssh_binary), 'true'])}` works without a prompt "
+                    "(a new host key: accept it once, or add it to the known_hosts file the options name)")
 
     def _start_node(self, index: int, node: SshNode, job: JobSpec, remote_dir: str, cwd: str,
                     directory: Path) -> _NodeRun:
@@ -420,6 +460,9 @@ class SshExecutor:
         state, reason = cause
         notes = [reason] if reason else []
         notes += problems
+        if job.lost_nodes and not problems:
+            lost = ", ".join(f"node {n}" for n in job.lost_nodes)
+            notes.append(f"the processes on {lost} were stopped over a new ssh connection")
         job.record.status = job.logs.status(state, now_s, job.started_at_s, exit_code=exit_code,
                                             reason="; ".join(notes) or None)
         job.record.ended_at = utc_now()
@@ -427,12 +470,15 @@ class SshExecutor:
 
     def _node_failure(self, job: _SshJob, index: int, exit_code: int | None) -> str:
         run = job.runs[index]
-        how = describe_exit_code(exit_code) if exit_code is not None else "an unknown exit"
-        if exit_code == SSH_FAILURE_EXIT:
-            how += " (ssh lost the connection, or the job exited 255)"
         job.logs.read_rest(time.monotonic())
-        clue = job.logs.failure_reason(index, None)
         others = [f"node {r.node}" for r in job.runs if r.node != index and r.process.poll() is None]
+        lost = self._lost_connection(job, index, exit_code)
+        if lost is not None:
+            job.lost_nodes.append(index)
+            text = f"lost the connection to node {index} ({run.ssh.where()}): {lost}"
+            return text + (f"; stopped {', '.join(others)}" if others else "")
+        how = describe_exit_code(exit_code) if exit_code is not None else "an unknown exit"
+        clue = job.logs.failure_reason(index, None)
         text = f"node {index} ({run.ssh.host}) failed with {how}"
         if clue and clue != "failed":
             text += f": {clue}"
@@ -441,6 +487,20 @@ class SshExecutor:
         return text
 
     # -- helpers ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _lost_connection(job: _SshJob, index: int, exit_code: int | None) -> str | None:
+        """ssh's own words when the node's connection (not its job) ended; None for a job that failed.
+
+        A local ssh client killed by a signal (negative exit) leaves the remote job's fate unknown; exit 255 is
+        ssh's own failure unless the job itself exited 255, which ssh's message tells apart."""
+        if exit_code is not None and exit_code < 0:
+            return f"the ssh client was {describe_exit_code(exit_code)}"
+        if exit_code != SSH_FAILURE_EXIT:
+            return None
+        said = next((line.strip() for line in reversed(_last_lines(job.logs.nodes[index].tail.path))
+                     if _LOST_CONNECTION.search(line)), None)
+        return f"ssh exited 255: {said}" if said else None
 
     def _nodes_for(self, job: JobSpec) -> list[SshNode]:
         if job.nodes > len(self.nodes):
@@ -480,6 +540,16 @@ class SshExecutor:
                 for run in job.runs if run.remote_pid is not None
             ]
         return changed
+
+
+def _last_lines(path: Path, size_bytes: int = 4096) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - size_bytes))
+            return handle.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _check_env_names(env: dict[str, str]) -> None:

@@ -84,6 +84,13 @@ class LaunchOptions(BaseModel):
     time_limit: str = Field(default="04:00:00", description="#SBATCH --time (HH:MM:SS or D-HH:MM:SS).")
     partition: str | None = Field(default=None, description="#SBATCH --partition; None = the cluster default.")
     account: str | None = Field(default=None, description="#SBATCH --account.")
+    gpu_request: Literal["gpus-per-node", "gres", "none"] = Field(
+        default="gpus-per-node", description="How a GPU job asks SLURM for its GPUs: --gpus-per-node=N (cons_tres) "
+                                             "or --gres=gpu:N (older selectors); a CPU launch asks for none.")
+    exclusive: bool = Field(default=True, description="#SBATCH --exclusive: the nodes to this job alone.")
+    cpu_memory_gib: float | None = Field(default=None, gt=0, description="#SBATCH --mem of a CPU launch (GiB).")
+    sbatch_options: tuple[str, ...] = Field(default=(), description="More #SBATCH lines, each one option as sbatch "
+                                                                    "takes it (--qos=high, --constraint=a100).")
     log_dir: str | None = Field(default=None, description="Absolute directory for logs; None = next to the script.")
     container_image: str | None = Field(default=None, description="pyxis/enroot image for srun.")
     container_mounts: tuple[str, ...] = Field(default=(), description="SRC:DST pairs, both absolute.")

@@ -33,6 +33,8 @@ from megapilot.spec import SavedPlan
 
 # Values sbatch reads from `#SBATCH` lines itself (no shell quoting possible there).
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9._%/:=@+,-]+$")
+# A free-form option: one word, `-x` or `--name[=value]`; constraints may use & | [ ] ( ) * ! (sbatch reads them).
+_SBATCH_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(?:=[A-Za-z0-9._%/:=@+,&|\[\]()*!-]+)?$")
 # Flags that pick a GPU kernel rather than change the model; the embedded CPU trainer has no such kernels.
 _GPU_KERNEL_FLAGS = frozenset({"--moe-grouped-gemm"})
 
@@ -198,6 +200,12 @@ def _check_sbatch_values(o: LaunchOptions) -> None:
             raise MegapilotError(
                 f"{value!r} cannot go on an #SBATCH line (sbatch does not read shell quoting)",
                 field=field, fix="use letters, digits and . _ - / : only",
+            )
+    for option in o.sbatch_options:
+        if not _SBATCH_OPTION.match(option):
+            raise MegapilotError(
+                f"{option!r} cannot go on an #SBATCH line (one option as sbatch takes it, no spaces or quotes)",
+                field="sbatch_options", fix="write each as --name=value, e.g. --qos=high or --constraint=a100",
             )
     if o.log_dir is None and o.script_path is None:
         raise MegapilotError("an sbatch script needs a directory for its output", field="log_dir",

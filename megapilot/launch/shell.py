@@ -22,12 +22,14 @@ def q(value: str) -> str:
     return quoted
 
 
-def header(plan: SavedPlan, nodes: int, what: str, *, release: str = MEGATRON_RELEASE) -> list[str]:
+def header(plan: SavedPlan, nodes: int, what: str, *, release: str = MEGATRON_RELEASE, cpu: bool = False) -> list[str]:
     """Shebang and a comment that says what this draft launches and how it was derived."""
     p, c = plan.parallel, plan.cluster
+    # A CPU launch's plan carries a stand-in GPU; the script says what really runs.
+    per_node = f"{c.gpus_per_node} CPU ranks" if cpu else f"{c.gpus_per_node} {c.gpu.name}"
     return [
         "#!/usr/bin/env bash",
-        f"# {what}: {plan.model.name} on {nodes} node(s) x {c.gpus_per_node} {c.gpu.name}",
+        f"# {what}: {plan.model.name} on {nodes} node(s) x {per_node}",
         f"# Layout {p.shell_block(plan.training.global_batch_size)}; precision {plan.training.precision}.",
         f"# Flags checked against Megatron-LM {release}. Drafted by megapilot: review, then run.",
     ]

@@ -6,6 +6,8 @@ are restricted to characters that need no quoting (checked in render.py).
 
 from __future__ import annotations
 
+import math
+
 from megapilot.launch.environment import EnvVar
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
@@ -16,12 +18,24 @@ from megapilot.spec import SavedPlan
 
 
 def sbatch_directives(nodes: int, gpus_per_node: int, options: LaunchOptions, log_dir: str) -> list[str]:
+    """What the job asks SLURM for: GPUs the way the cluster takes them, or for CPU ranks CPUs and memory."""
     lines = [
         f"#SBATCH --job-name={options.job_name}",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={gpus_per_node}",
-        "#SBATCH --exclusive",
+    ]
+    if options.cpu:
+        # One task per node runs torchrun, which starts a rank per CPU asked for.
+        lines.append(f"#SBATCH --cpus-per-task={gpus_per_node}")
+        if options.cpu_memory_gib is not None:
+            lines.append(f"#SBATCH --mem={math.ceil(options.cpu_memory_gib)}G")
+    elif options.gpu_request == "gres":
+        lines.append(f"#SBATCH --gres=gpu:{gpus_per_node}")
+    elif options.gpu_request == "gpus-per-node":
+        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    if options.exclusive:
+        lines.append("#SBATCH --exclusive")
+    lines += [
         f"#SBATCH --time={options.time_limit}",
         f"#SBATCH --output={log_dir}/%x-%j.out",
     ]
@@ -29,6 +43,7 @@ def sbatch_directives(nodes: int, gpus_per_node: int, options: LaunchOptions, lo
         lines.append(f"#SBATCH --partition={options.partition}")
     if options.account:
         lines.append(f"#SBATCH --account={options.account}")
+    lines += [f"#SBATCH {option}" for option in options.sbatch_options]
     return lines
 
 
@@ -37,7 +52,7 @@ def render_sbatch(plan: SavedPlan, options: LaunchOptions, nodes: int, env: list
     """The sbatch script; `prelude`: shell lines run before the launch (files the model needs, written on the
     batch host, which shares the script's directory with the nodes)."""
     gpus = plan.cluster.gpus_per_node
-    head = header(plan, nodes, "SLURM sbatch launch", release=resolve_flag_table(options).label())
+    head = header(plan, nodes, "SLURM sbatch launch", release=resolve_flag_table(options).label(), cpu=options.cpu)
     lines = [head[0], *sbatch_directives(nodes, gpus, options, log_dir), *head[1:]] + strict_mode()
     lines += env_block(env) + (prelude or [])
     lines += [

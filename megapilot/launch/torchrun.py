@@ -48,7 +48,7 @@ def render_torchrun(plan: SavedPlan, options: LaunchOptions, nodes: int, env: li
     """The torchrun script; `prelude`: shell lines run before the launch (files the model needs)."""
     gpus = plan.cluster.gpus_per_node
     release = resolve_flag_table(options).label()
-    lines = header(plan, nodes, "torchrun launch", release=release) + strict_mode() + env_block(env)
+    lines = header(plan, nodes, "torchrun launch", release=release, cpu=options.cpu) + strict_mode() + env_block(env)
     lines += prelude or []
     if nodes > 1:
         lines += _node_wiring(nodes, options)

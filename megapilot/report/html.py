@@ -77,7 +77,8 @@ class ComboView:
 
 
 def render_html(result: SuiteResult, charts: ReportCharts, log_links: dict[str, list[LogLink]], *,
-                capacity_gib: float | None, generated_at: datetime, other_files: list[LinkView]) -> str:
+                capacity_gib: float | None, generated_at: datetime, other_files: list[LinkView],
+                stage_links: dict[str, list[LogLink]] | None = None) -> str:
     """The report page as text."""
     from markupsafe import Markup
 
@@ -89,6 +90,8 @@ def render_html(result: SuiteResult, charts: ReportCharts, log_links: dict[str, 
         anchors={view.combo.key: view.anchor for view in combos},
         summary_headers=RESULTS_HEADERS, summary_rows=results_rows(result, capacity_gib),
         overview_charts=charts.overview, combos=combos, other_files=other_files,
+        stage_logs={name: [LinkView(label=link.href.split("/")[-2] + f" node {link.node}", href=quote(link.href))
+                           for link in links] for name, links in (stage_links or {}).items()},
         plotly_js=Markup(plotly_js()), fragment=lambda chart: Markup(chart.html or ""), label=metric_label,
     )
 

@@ -33,8 +33,22 @@ def copy_combo_logs(result: SuiteResult, run_dir: Path) -> dict[str, list[LogLin
     """Copy every combo's node logs under `<run_dir>/logs/`; returns the links by combo key."""
     links: dict[str, list[LogLink]] = {}
     for combo in result.combos:
-        links[combo.key] = [_copy(combo, source, index, run_dir)
+        links[combo.key] = [_copy(combo.key, combo.directory, source, index, run_dir)
                             for index, source in enumerate(_node_logs(combo, run_dir))]
+    return links
+
+
+def copy_stage_logs(result: SuiteResult, run_dir: Path) -> dict[str, list[LogLink]]:
+    """Copy the logs of the stages' own jobs (checkpoint save and resume) under `<run_dir>/logs/<job dir>/`;
+    returns the links by stage name."""
+    root = run_dir.resolve()
+    links: dict[str, list[LogLink]] = {}
+    for stage in result.stages:
+        for job in stage.jobs:
+            sources = [run_dir / name for name in job.logs]
+            for index, source in enumerate(p for p in sources if _inside(p, root) and p.is_file()):
+                folder = PurePosixPath(job.logs[0]).parts[0] if job.logs else stage.name
+                links.setdefault(stage.name, []).append(_copy(stage.name, folder, source, index, run_dir))
     return links
 
 
@@ -59,14 +73,14 @@ def _node_number(path: Path, fallback: int = 0) -> int:
     return int(match.group(1)) if match else fallback
 
 
-def _copy(combo: ComboResult, source: Path, index: int, run_dir: Path) -> LogLink:
+def _copy(key: str, directory: str, source: Path, index: int, run_dir: Path) -> LogLink:
     node = _node_number(source, fallback=index)  # a log outside out-node<N> is numbered by its place in the list
-    folder = _UNSAFE_NAME.sub("_", PurePosixPath(combo.directory).name or combo.key) or "combo"
+    folder = _UNSAFE_NAME.sub("_", PurePosixPath(directory).name or key) or "combo"
     relative = PurePosixPath(LOGS_DIR_NAME, folder, f"node{node}.log")
     target = run_dir / relative
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
-    return LogLink(combo=combo.key, node=node, href=str(relative))
+    return LogLink(combo=key, node=node, href=str(relative))
 
 
-__all__ = ["LOGS_DIR_NAME", "LogLink", "copy_combo_logs"]
+__all__ = ["LOGS_DIR_NAME", "LogLink", "copy_combo_logs", "copy_stage_logs"]

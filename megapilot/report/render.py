@@ -15,7 +15,7 @@ from megapilot.report import measures
 from megapilot.report.charts import build_charts
 from megapilot.report.html import REPORT_NAME, LinkView, render_html
 from megapilot.report.junit import JUNIT_NAME, build_junit
-from megapilot.report.log_copies import LOGS_DIR_NAME, copy_combo_logs
+from megapilot.report.log_copies import LOGS_DIR_NAME, copy_combo_logs, copy_stage_logs
 from megapilot.report.run_deck import RUN_DECK_NAME, build_run_deck, deck_json
 from megapilot.suite.results import SuiteResult, read_suite_result
 
@@ -42,16 +42,18 @@ def render_report(result: SuiteResult, run_dir: Path, *, generated_at: datetime 
     run_dir.mkdir(parents=True, exist_ok=True)
     when = generated_at or datetime.now(timezone.utc)
     links = copy_combo_logs(result, run_dir)
+    stage_links = copy_stage_logs(result, run_dir)
     capacity_gib = measures.gpu_capacity_gib(result.card.gpu)
 
     deck = build_run_deck(result, links, report_href=REPORT_NAME, junit_href=JUNIT_NAME, generated_at=when)
     deck_path = _write(run_dir / RUN_DECK_NAME, deck_json(deck))
     junit_path = _write(run_dir / JUNIT_NAME, build_junit(result))
-    html = render_html(result, build_charts(result, capacity_gib), links, capacity_gib=capacity_gib,
+    html = render_html(result, build_charts(result, capacity_gib), links, stage_links=stage_links,
+                       capacity_gib=capacity_gib,
                        generated_at=when, other_files=[LinkView("run deck (JSON)", RUN_DECK_NAME),
                                                        LinkView("JUnit XML", JUNIT_NAME)])
     html_path = _write(run_dir / REPORT_NAME, html)
-    log_files = tuple(run_dir / link.href for combo_links in links.values() for link in combo_links)
+    log_files = tuple(run_dir / link.href for group in (*links.values(), *stage_links.values()) for link in group)
     return ReportFiles(html=html_path.resolve(), run_deck=deck_path.resolve(), junit=junit_path.resolve(),
                        logs_dir=(run_dir / LOGS_DIR_NAME).resolve(), log_files=tuple(p.resolve() for p in log_files))
 

@@ -306,7 +306,7 @@ def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:
     rows: list[tuple[str, str, bool]] = [
         ("Model", f"{card.model} ({card.model_family})" if card.model_family else card.model, False),
         ("GPU", card.gpu, False),
-        ("Nodes", f"{card.nodes} x {card.gpus_per_node} GPUs", False),
+        ("Nodes", f"{card.nodes} x {card.gpus_per_node} {per_node_unit(card.gpu)}", False),
         ("Parallelism", card.layout or "-", False),
         ("Device", card.device or "-", False),
         ("Precision", card.precision or "-", False),
@@ -327,10 +327,17 @@ def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:
     return rows
 
 
+def per_node_unit(gpu: str) -> str:
+    """What runs on each node: a CPU suite's processes are CPU ranks, not GPUs."""
+    from megapilot.suite.config import CPU_GPU_NAME
+
+    return "CPU ranks" if gpu == CPU_GPU_NAME else "GPUs"
+
+
 def _subtitle(result: SuiteResult) -> str:
     card = result.card
     layout = f", {card.layout}" if card.layout else ""
-    return f"{card.gpu}, {card.nodes} node(s) x {card.gpus_per_node} GPUs{layout}"
+    return f"{card.gpu}, {card.nodes} node(s) x {card.gpus_per_node} {per_node_unit(card.gpu)}{layout}"
 
 
 def _provenance(result: SuiteResult, report_href: str, junit_href: str) -> DeckProvenance:
@@ -363,7 +370,7 @@ def deck_metric(row: MetricRow) -> DeckMetric:
 def _cell(result: SuiteResult, combo: ComboResult, links: list[LogLink], capacity: float | None) -> DeckCell:
     card = result.card
     return DeckCell(
-        cell_id=combo.key, label=combo.key, subtitle=_cell_subtitle(combo), status=_RUN_STATUS[combo.verdict],
+        cell_id=combo.key, label=combo.key, subtitle=_cell_subtitle(combo, card.gpu), status=_RUN_STATUS[combo.verdict],
         reason=combo.reason, model=card.model, gpu=card.gpu, host="cluster", backend=combo.backend, nodes=combo.nodes,
         gpus_per_node=combo.gpus_per_node, mbs=combo.mbs, gbs=combo.gbs, precision=combo.precision,
         seq_length=combo.seq_length, tp=combo.tp, pp=combo.pp, cp=combo.cp, ep=combo.ep, vpp=combo.vpp,
@@ -380,11 +387,11 @@ def _cell(result: SuiteResult, combo: ComboResult, links: list[LogLink], capacit
         log_files=[link.href for link in links], log_tail=list(combo.log_tail), duration_s=combo.duration_s)
 
 
-def _cell_subtitle(combo: ComboResult) -> str:
+def _cell_subtitle(combo: ComboResult, gpu: str) -> str:
     layout = f"TP={combo.tp},PP={combo.pp},CP={combo.cp},EP={combo.ep}"
     if combo.vpp:
         layout += f",VPP={combo.vpp}"
-    return f"{combo.backend}, {combo.nodes} x {combo.gpus_per_node} GPUs, {layout}"
+    return f"{combo.backend}, {combo.nodes} x {combo.gpus_per_node} {per_node_unit(gpu)}, {layout}"
 
 
 def _points(combo: ComboResult, name: str) -> list[Point]:

@@ -23,11 +23,13 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from megapilot.catalog import ModelPreset
 from megapilot.errors import MegapilotError
+from megapilot.execute.base import Capabilities
+from megapilot.execute.registry import capabilities as executor_capabilities
 from megapilot.spec import GPUSpec, ModelSpec
 from megapilot.suite.budget import BudgetConfig
 from megapilot.suite.cells import (
@@ -57,7 +59,7 @@ DEFAULT_MEGATRON_PATH = "/workspace/Megatron-LM"  # where CVS's Megatron-LM imag
 DEFAULT_PRIMUS_PATH = "/workspace/Primus"
 THRESHOLD_SUFFIX = "threshold.json"
 Backend = Literal["megatron-lm", "primus", "megapilot"]
-ExecutorName = Literal["local", "slurm", "ssh"]
+ExecutorName = str  # a registered executor (megapilot.execute.registry); checked when the suite is resolved
 Device = Literal["auto", "cpu", "gpu"]
 # The short names CVS's earlier configs and file names use for the AMD GPUs (mi325, mi35x).
 CVS_GPU_NAMES = {"MI300": "MI300X", "MI325": "MI325X", "MI355": "MI355X", "MI35X": "MI355X"}
@@ -191,23 +193,44 @@ class MegapilotBlock(_Forbid):
         default=None, description="Megatron-LM release the launches are checked against (0.14 ... 0.19); None = "
                                   "megatron_path's own arguments.py when it is on this machine, else the newest table.")
     primus_path: str = DEFAULT_PRIMUS_PATH
-    python: str | None = Field(default=None, description="None = this interpreter (backend megapilot), else python3.")
-    startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_TIMEOUT_S)
+    python: str | None = Field(default=None, description="None = the interpreter megapilot runs under, where the "
+                                                         "nodes share this machine's file system; else python3.")
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_TIMEOUT_S,
+                                     description="Seconds a job may take to its first iteration line before it "
+                                                 "counts as hung.")
     hang_factor: float = Field(default=10.0, gt=1, le=MAX_HANG_FACTOR,
                                description="Hung after this many times the observed step time (> 1).")
     hang_min_window_s: float = Field(default=DEFAULT_HANG_MIN_WINDOW_S, gt=0, le=MAX_TIMEOUT_S,
                                      description="The shortest hang window after the first iteration, whatever "
                                                  "hang_factor x step time gives (never longer than "
                                                  "startup_timeout_s).")
-    job_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
+    job_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S,
+                                        description="Wall-clock limit of each job in seconds; None = none (SLURM "
+                                                    "time_limit still holds).")
     expected_nic_gbps: float | None = Field(default=None, gt=0, le=100_000)
     log_interval: int = Field(default=1, gt=0, le=MAX_ITERATIONS)
-    partition: str | None = None
-    account: str | None = None
-    time_limit: str | None = None
+    partition: str | None = Field(default=None, description="SLURM partition; None = the cluster's default.")
+    account: str | None = Field(default=None, description="SLURM account; None = the user's default.")
+    time_limit: str | None = Field(default=None, description="SLURM --time; None = 04:00:00.")
+    exclusive: bool | None = Field(default=None, description="SLURM --exclusive; None = for a GPU suite, not for a "
+                                                             "CPU one.")
+    memory_per_node_gib: float | None = Field(default=None, gt=0, description="SLURM --mem of a CPU suite; None = "
+                                                                             "from the model and ranks per node.")
+    sbatch_options: list[str] = Field(default_factory=list, description="More sbatch options, one per item, as "
+                                                                        "sbatch takes them: --qos=high, "
+                                                                        "--reservation=r1, --constraint=a100.")
     secrets: list[str] = Field(default_factory=list, description="Names of container.env / cluster env_vars "
                                                                  "variables whose values are secrets, beyond those "
                                                                  "whose names say so (TOKEN, KEY, PASSWORD...).")
+
+    @field_validator("executor")
+    @classmethod
+    def _registered_executor(cls, name: str) -> str:
+        from megapilot.execute.registry import executor_names
+
+        if name not in executor_names():
+            raise ValueError(f"unknown executor {name!r}; use one of: {', '.join(executor_names())}")
+        return name
 
 
 class SuiteConfig(_Forbid):
@@ -267,11 +290,17 @@ class LoadedSuite(BaseModel):
     hf_token_file: Path = Field(description="Where the token is read at run time; its content is never loaded.")
 
     @property
+    def capabilities(self) -> Capabilities:
+        """What the suite's executor can do (the suite asks this, never the executor's name)."""
+        return executor_capabilities(self.executor)
+
+    @property
     def python(self) -> str:
-        """The interpreter launch scripts start."""
+        """The interpreter launch scripts start: the one megapilot runs under where the nodes share this
+        machine's files (preflight checks it on every node), else the nodes' python3."""
         if self.config.megapilot.python:
             return self.config.megapilot.python
-        return sys.executable if self.backend == "megapilot" and self.executor == "local" else "python3"
+        return sys.executable if self.capabilities.shares_file_system else "python3"
 
 
 class SuiteCheck(BaseModel):
@@ -744,9 +773,17 @@ def _resolve(config: SuiteConfig, cluster: CvsCluster | None, config_path: Path,
     gpu, device = _resolve_device(config, check)
     model = _resolve_model(config, config_path.parent, check)
     nodes = _resolve_nodes(block, cluster, check)
-    if block.executor in ("ssh",) and cluster is None:
-        check.add("megapilot.executor", "the ssh executor needs the nodes of a cluster file",
-                  "pass --cluster cluster.json, or use executor local")
+    try:
+        capabilities = executor_capabilities(block.executor)
+    except MegapilotError as exc:
+        check.add("megapilot.executor", exc.problem, exc.fix or "")
+        return None
+    if capabilities.needs_node_list and cluster is None:
+        check.add("megapilot.executor", f"the {block.executor} executor needs the nodes of a cluster file",
+                  "pass --cluster cluster.json (`megapilot suite init --executor ssh` writes one to fill in)")
+    if not capabilities.multi_node and nodes > 1:
+        check.warnings.append(f"megapilot.nodes: the {block.executor} executor runs one node, not {nodes}; its jobs "
+                              "would be refused (a dry run still shows them)")
     if config.container is not None and "NNODES" in config.container.env:
         check.warnings.append("container.env.NNODES: set from the node count at run time; this value is ignored")
     if model is None or device is None:
@@ -861,7 +898,7 @@ def _resolve_backend(config: SuiteConfig) -> Backend:
     image = config.container.image if config.container is not None else ""
     if "primus" in image.lower():
         return "primus"
-    if not image and config.megapilot.executor == "local":
+    if not image and executor_capabilities(config.megapilot.executor).runs_here:
         return "megapilot"
     return "megatron-lm"
 

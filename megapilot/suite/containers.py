@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from megapilot.suite.results import MetricRow, Verdict
 
 if TYPE_CHECKING:
-    from megapilot.execute.ssh import ContainerRuntime
+    from megapilot.execute.base import Executor
+    from megapilot.execute.container import ContainerRuntime
     from megapilot.suite.config import LoadedSuite
 
 
@@ -28,7 +29,7 @@ def container_runtime(suite: LoadedSuite) -> ContainerRuntime:
 
 def uses_container(suite: LoadedSuite) -> bool:
     container = suite.config.container
-    return bool(container and container.image) and suite.executor in ("ssh", "local") and suite.backend != "megapilot"
+    return bool(container and container.image) and suite.capabilities.starts_containers and suite.backend != "megapilot"
 
 
 def run_argv(suite: LoadedSuite) -> list[str]:
@@ -73,7 +74,7 @@ def _runtime_args(suite: LoadedSuite) -> dict[str, Any]:
     return container.runtime.args.model_dump(exclude_none=True) if container else {}
 
 
-def prepare_containers(suite: LoadedSuite) -> list[MetricRow]:
+def prepare_containers(suite: LoadedSuite, executor: Executor) -> list[MetricRow]:
     from megapilot.suite.nodes import run_on_nodes
 
     if not uses_container(suite):
@@ -90,7 +91,7 @@ def prepare_containers(suite: LoadedSuite) -> list[MetricRow]:
     else:
         script = f"{running} && echo running || echo 'not running'"
     rows = []
-    for output in run_on_nodes(suite, script, []):
+    for output in run_on_nodes(suite, executor, script, []):
         ok = "running" in output.text.split() and "not running" not in output.text and not output.error
         rows.append(MetricRow(name=f"container.node{output.node}", verdict=Verdict.PASS if ok else Verdict.FAIL,
                               reason=f"{container.name} ({lifetime}) on node {output.node}: "
@@ -98,7 +99,7 @@ def prepare_containers(suite: LoadedSuite) -> list[MetricRow]:
     return rows
 
 
-def teardown_containers(suite: LoadedSuite) -> list[MetricRow]:
+def teardown_containers(suite: LoadedSuite, executor: Executor) -> list[MetricRow]:
     from megapilot.suite.nodes import run_on_nodes
 
     container = suite.config.container
@@ -107,7 +108,7 @@ def teardown_containers(suite: LoadedSuite) -> list[MetricRow]:
     script = f"{container_runtime(suite)} rm -f {shlex.quote(container.name)} >/dev/null 2>&1; echo removed"
     return [MetricRow(name=f"container.removed.node{o.node}", verdict=Verdict.PASS if not o.error else Verdict.FAIL,
                       reason=o.error or f"{container.name} removed on node {o.node}")
-            for o in run_on_nodes(suite, script, [])]
+            for o in run_on_nodes(suite, executor, script, [])]
 
 
 def _why_no_container(suite: LoadedSuite) -> str:
@@ -115,7 +116,8 @@ def _why_no_container(suite: LoadedSuite) -> str:
         return "the embedded trainer runs in this Python environment, no container"
     if not (suite.config.container and suite.config.container.image):
         return "no container.image in the config: jobs run on the host"
-    return "SLURM jobs start their container through the launch script (pyxis --container-image)"
+    return (f"the {suite.executor} executor's launch script starts the container itself (SLURM: pyxis/enroot "
+            "--container-image)")
 
 
 __all__ = ["container_runtime", "exec_prefix", "prepare_containers", "run_argv", "teardown_containers",

@@ -1,12 +1,13 @@
-"""The executor a suite runs its jobs with, built from the config's `megapilot.executor` and the cluster file."""
+"""The executor a suite runs its jobs with: the one `megapilot.executor` names (megapilot.execute.registry),
+built from the cluster file's nodes, the container the suite starts, and the scheduler options of the config."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megapilot.errors import MegapilotError
-from megapilot.execute.base import Executor
+from megapilot.execute.base import ContainerEntry, Executor, ExecutorSettings, NodeAddress
+from megapilot.execute.registry import make_executor as make_registered
 
 if TYPE_CHECKING:
     from megapilot.execute.ssh import ContainerWrapper, SshNode
@@ -14,43 +15,55 @@ if TYPE_CHECKING:
 
 
 def make_executor(suite: LoadedSuite) -> Executor:
-    if suite.executor == "local":
-        from megapilot.execute.local import LocalExecutor
-
-        return LocalExecutor()
-    if suite.executor == "slurm":
-        from megapilot.execute.slurm import SlurmExecutor
-
-        return SlurmExecutor()
-    from megapilot.execute.ssh import SshExecutor
-
-    return SshExecutor(ssh_nodes(suite), container=container_wrapper(suite))
+    return make_registered(suite.executor, executor_settings(suite))
 
 
-def ssh_nodes(suite: LoadedSuite) -> list[SshNode]:
-    """The cluster file's nodes, in file order (node 0 = master), as the ssh executor reaches them."""
-    from megapilot.execute.ssh import SshNode
+def executor_settings(suite: LoadedSuite) -> ExecutorSettings:
+    """Everything an executor may need from the suite; each executor reads its own part."""
+    return ExecutorSettings(nodes=tuple(node_addresses(suite)), container=container_entry(suite),
+                            scheduler_options=tuple(scheduler_options(suite)))
 
+
+def node_addresses(suite: LoadedSuite) -> list[NodeAddress]:
+    """The cluster file's nodes, in file order (node 0 = master), as many as the suite runs on."""
     if suite.cluster is None:
-        raise MegapilotError("the ssh executor needs the nodes", field="--cluster",
-                             fix="pass the CVS cluster file (username, priv_key_file, node_dict) with --cluster")
-    return [SshNode(host=node.host, user=node.user, port=node.port,
-                    identity_file=Path(node.key_file) if node.key_file else None,
-                    address=node.vpc_ip or node.host, options=tuple(suite.cluster.ssh_options))
+        return []
+    return [NodeAddress(host=node.host, user=node.user, port=node.port,
+                        identity_file=Path(node.key_file) if node.key_file else None,
+                        address=node.vpc_ip or node.host, options=tuple(suite.cluster.ssh_options))
             for node in suite.cluster.nodes()][: suite.nodes]
 
 
-def container_wrapper(suite: LoadedSuite) -> ContainerWrapper | None:
+def scheduler_options(suite: LoadedSuite) -> list[str]:
+    """Where a scheduler places the jobs (and the preflight probe): partition, account, then sbatch_options."""
+    block = suite.config.megapilot
+    words = [f"--partition={block.partition}"] if block.partition else []
+    words += [f"--account={block.account}"] if block.account else []
+    return words + list(block.sbatch_options)
+
+
+def container_entry(suite: LoadedSuite) -> ContainerEntry | None:
     """Jobs enter the container `prepare` started (`<runtime> exec NAME`), as CVS's jobs do."""
-    from megapilot.execute.ssh import ContainerWrapper
     from megapilot.suite.containers import container_runtime, uses_container
 
     if not uses_container(suite) or suite.config.container is None:
         return None
-    runtime = container_runtime(suite)
-    if runtime == "enroot":
-        return ContainerWrapper(runtime="enroot", mode="start", target=suite.config.container.name)
-    return ContainerWrapper(runtime=runtime, mode="exec", target=suite.config.container.name)
+    return ContainerEntry(runtime=container_runtime(suite), name=suite.config.container.name)
 
 
-__all__ = ["container_wrapper", "make_executor", "ssh_nodes"]
+def ssh_nodes(suite: LoadedSuite) -> list[SshNode]:
+    """The cluster file's nodes as the ssh client reaches them."""
+    from megapilot.execute.ssh import SshNode
+
+    return [SshNode.of(node) for node in node_addresses(suite)]
+
+
+def container_wrapper(suite: LoadedSuite) -> ContainerWrapper | None:
+    from megapilot.execute.container import ContainerWrapper
+
+    entry = container_entry(suite)
+    return ContainerWrapper.entering(entry) if entry is not None else None
+
+
+__all__ = ["container_entry", "container_wrapper", "executor_settings", "make_executor", "node_addresses",
+           "scheduler_options", "ssh_nodes"]

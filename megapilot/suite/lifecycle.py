@@ -30,8 +30,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
 from megapilot.execute.interrupt import Interrupted, describe_interruption
+from megapilot.execute.process import free_port
 from megapilot.files import DiskFullError, free_bytes, is_disk_full
 from megapilot.suite.budget import project_budget
 from megapilot.suite.results import (
@@ -306,19 +308,54 @@ def _prepare_stage(ctx: _Context) -> StageResult:
     for source in (suite.config_path, suite.cluster_path, suite.threshold_path):
         if source is not None and Path(source).is_file():
             write_masked_copy(Path(source), inputs / Path(source).name, suite)  # secrets masked
-    checks = prepare_containers(suite)
+    checks = prepare_containers(suite, ctx.executor)
     verdict = Verdict.FAIL if any(c.verdict is Verdict.FAIL for c in checks) else Verdict.PASS
     reason = "; ".join(c.reason for c in checks if c.verdict is Verdict.FAIL) or f"run directory {ctx.run_dir}"
     return StageResult(name="prepare", verdict=verdict, reason=reason, checks=checks)
 
 
 def _preflight_stage(ctx: _Context) -> StageResult:
+    from megapilot.suite.interpreter import interpreter_rows
     from megapilot.suite.nodes import probe_nodes
 
-    rows = probe_nodes(ctx.suite, ctx.run_dir)
+    rows = probe_nodes(ctx.suite, ctx.executor, ctx.run_dir)
+    rows += interpreter_rows(ctx.suite, ctx.executor)
+    rows += _submission_rows(ctx)
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
     reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or f"{len(rows)} readings, none failed"
     return StageResult(name="preflight", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows)
+
+
+SUBMISSION_FIX = ("ask for what the cluster offers: megapilot.partition, megapilot.account, megapilot.time_limit, "
+                  "megapilot.exclusive, megapilot.memory_per_node_gib or megapilot.sbatch_options (--qos=..., "
+                  "--reservation=..., --constraint=...)")
+
+
+def _submission_rows(ctx: _Context) -> list[MetricRow]:
+    """Where a scheduler allocates the jobs: what it is asked for, and whether it would accept the first job."""
+    from megapilot.suite.render import render_cell
+
+    suite = ctx.suite
+    if not suite.capabilities.allocates_resources:
+        return []
+    request = ctx.executor.launch_request(gpus=suite.device == "gpu")
+    if request.problem is not None:
+        return [MetricRow(name="scheduler.resources", verdict=Verdict.FAIL,
+                          reason=f"{request.problem}; fix: {request.fix or SUBMISSION_FIX}")]
+    cell = suite.smoke if suite.config.smoke.enabled and not suite.smoke.skip_reason else next(
+        (c for c in suite.cells if not c.skip_reason), None)
+    if cell is None:
+        return []
+    launch = render_cell(suite, cell, job_dir=ctx.run_dir / "preflight" / "submission", request=request)
+    if not launch.runnable:
+        return []  # the cell's own stage says why it cannot render
+    job = _job_spec(ctx, launch, "preflight-submission", cell.train_iters)
+    refused = ctx.executor.check_submission(job)
+    if refused is not None:
+        return [MetricRow(name="scheduler.submission", verdict=Verdict.FAIL,
+                          reason=f"{suite.executor} refuses the jobs: {refused}; fix: {SUBMISSION_FIX}")]
+    return [MetricRow(name="scheduler.submission", verdict=Verdict.PASS,
+                      reason=f"the first job would be accepted ({request.note})")]
 
 
 def _tokenizer_stage(ctx: _Context) -> StageResult:
@@ -357,13 +394,13 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
     if ctx.request.resume_from is not None:  # the interrupted attempt's checkpoints are not this one's
         for stale in (save_dir, save_dir.with_name(save_dir.name + "-resumed")):
             shutil.rmtree(stale, ignore_errors=True)
-    if suite.executor == "local":
+    if suite.capabilities.shares_file_system:
         save_dir.parent.mkdir(parents=True, exist_ok=True)
     saved = _run_cell(ctx, cell, directory="checkpoint-save", gates=False, train_iters=settings.save_iters,
                       save_dir=str(save_dir), save_interval=settings.save_interval)
     if saved.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"save run: {saved.reason}",
-                           checks=saved.metrics)
+                           checks=saved.metrics, jobs=[saved.job] if saved.job else [])
     # Megatron also saves at the last iteration, so the latest checkpoint is save_iters, a step the
     # save run never went past. Resuming from the last interval save (CVS's floor rule) instead lets the
     # resumed run's first step be compared with the same step of the save run. The resumed run saves
@@ -374,14 +411,16 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
                         load_step=resume_from, save_interval=settings.save_interval)
     if resumed.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"resume run: {resumed.reason}",
-                           checks=resumed.metrics)
+                           checks=resumed.metrics, jobs=[j for j in (saved.job, resumed.job) if j is not None])
+    jobs = [combo.job for combo in (saved, resumed) if combo.job is not None]
     rows = check_continuity(read_checkpoint_run(_abs_logs(ctx, saved)), read_checkpoint_run(_abs_logs(ctx, resumed)),
                             checkpoint_dir=save_dir, save_iters=settings.save_iters,
                             save_interval=settings.save_interval, loss_rtol=settings.loss_rtol,
                             resume_from=resume_from)
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
     reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or "; ".join(r.reason for r in rows[:2])
-    return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows)
+    return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows,
+                       jobs=jobs)
 
 
 def _checkpoint_dir(ctx: _Context) -> Path:
@@ -405,7 +444,7 @@ def _teardown_stage(ctx: _Context) -> StageResult:
     from megapilot.suite.containers import teardown_containers
 
     _stop_all(ctx)
-    rows = [_stray_check(ctx)] + teardown_containers(ctx.suite)
+    rows = [_stray_check(ctx)] + teardown_containers(ctx.suite, ctx.executor)
     if ctx.failed_stage is None and ctx.suite.config.checkpoint.enforce:
         shutil.rmtree(ctx.run_dir / "checkpoints", ignore_errors=True)  # kept for a post-mortem when anything failed
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
@@ -530,8 +569,13 @@ def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: 
     if ctx.request.resume_from is not None and job_dir.exists():
         shutil.rmtree(job_dir)  # what the interrupted attempt left: this one starts from scratch
     job_dir.mkdir(parents=True, exist_ok=True)
+    request = ctx.executor.launch_request(gpus=suite.device == "gpu")
+    # An sbatch script names its rendezvous port: a fixed one would collide with any other job sharing the node
+    # (CPU jobs are not exclusive), so each job gets a port free at submission.
+    port = free_port() if request.launcher == "slurm" else None
     launch = render_cell(suite, cell, job_dir=job_dir, train_iters=train_iters, save_dir=save_dir,
-                         save_interval=save_interval, load_dir=load_dir, load_step=load_step)
+                         save_interval=save_interval, load_dir=load_dir, load_step=load_step, request=request,
+                         master_port=port)
     if launch.error or launch.plan is None:
         return _skipped_combo(cell, f"cannot render: {launch.error}", suite.backend).model_copy(
             update={"verdict": Verdict.FAIL, "directory": directory})
@@ -541,9 +585,11 @@ def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: 
     combo = _combo_shell(cell, launch, directory)
     prediction = _predict(ctx, launch)  # before it runs: what megapilot expected of exactly this layout
     job = _job_spec(ctx, launch, directory, train_iters or cell.train_iters)
-    job_result, fatal = _run_job(ctx, job)
+    try:
+        job_result, fatal = _run_job(ctx, job)
+    except MegapilotError as exc:  # refused by the scheduler (its words), or by the executor: this combo fails
+        return combo.model_copy(update={"verdict": Verdict.FAIL, "reason": f"{exc.problem}; fix: {exc.fix}"})
     return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates, prediction=prediction)
-
 
 def _save(ctx: _Context) -> None:
     """suite.json after a stage; a full disk is left to the stage that needs the space to say (the run's end
@@ -666,7 +712,7 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
     outcome = measure_and_gate(ctx.suite, cell, launch, logs, gates=gates, baseline=_baseline_lookup(ctx, combo),
                                prediction=prediction)
     findings = ([fatal] if fatal else []) + [f for f in outcome.findings if not _same(f, fatal)]
-    rows = outcome.rows + [_reap_strays(ctx, job.job_dir)]
+    rows = outcome.rows + [_reap_strays(ctx, job.job_dir, job.state)]
     reason = _combo_reason(job, fatal, rows)
     verdict = Verdict.FAIL if (job.state is not JobState.COMPLETED or fatal or
                                any(r.verdict is Verdict.FAIL for r in rows)) else Verdict.PASS
@@ -755,45 +801,33 @@ def _stop_all(ctx: _Context) -> None:
             pass
 
 
-def _reap_strays(ctx: _Context, job_dir: Path) -> MetricRow:
-    """Between combos: nothing of the job that ended may outlive it (killed here if it does)."""
+def _reap_strays(ctx: _Context, job_dir: Path, state: JobState) -> MetricRow:
+    """Between combos: nothing of the job that ended may outlive it (killed by its executor if it does)."""
     name = "gate.processes_left"
-    if ctx.suite.executor != "local":
-        return MetricRow(name=name, verdict=Verdict.PASS, reason=f"the {ctx.suite.executor} executor stopped the job")
-    from megapilot.execute.process import marked_processes
-    from megapilot.execute.rundir import JOB_MARKER_VARIABLE
-
-    left = marked_processes(JOB_MARKER_VARIABLE, str(job_dir.resolve()))
-    for proc in left:
-        try:
-            proc.kill()
-        except Exception:  # noqa: BLE001 - it may have exited meanwhile
-            pass
-    if left:
-        return MetricRow(name=name, value=len(left), threshold="== 0", verdict=Verdict.FAIL,
-                         reason=f"{len(left)} processes outlived the job and were killed: pids "
-                                f"{[p.pid for p in left][:10]}")
-    return MetricRow(name=name, value=0, threshold="== 0", verdict=Verdict.PASS, reason="no process outlived the job")
+    left = ctx.executor.processes_left(job_dir)
+    if left.count is None:
+        how = "stopped" if state in (JobState.CANCELLED, JobState.HUNG, JobState.TIMEOUT) else "ended"
+        return MetricRow(name=name, verdict=Verdict.PASS, reason=f"job {how}: {left.reason}")
+    return MetricRow(name=name, value=left.count, threshold="== 0",
+                     verdict=Verdict.FAIL if left.count else Verdict.PASS, reason=left.reason)
 
 
 def _stray_check(ctx: _Context) -> MetricRow:
-    """No process of any job of this run is alive (local jobs carry a marker in their environment)."""
-    if ctx.suite.executor != "local":
-        return MetricRow(name="processes.left", verdict=Verdict.PASS,
-                         reason=f"every {ctx.suite.executor} job was stopped through its executor")
-    from megapilot.execute.process import marked_processes
-    from megapilot.execute.rundir import JOB_MARKER_VARIABLE
-
+    """No process of any job of this run is alive: a short grace for those exiting, then the rest are killed."""
     deadline = time.monotonic() + STRAY_GRACE_S
     while True:
-        left = marked_processes(JOB_MARKER_VARIABLE, str(ctx.run_dir), inside=True)
-        if not left or time.monotonic() > deadline:
+        left = ctx.executor.processes_left(ctx.run_dir, inside=True, kill=False)
+        if not left.count or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    if left:
-        return MetricRow(name="processes.left", value=len(left), verdict=Verdict.FAIL,
-                         reason=f"{len(left)} processes of this run still alive: pids {[p.pid for p in left][:10]}")
-    return MetricRow(name="processes.left", value=0, verdict=Verdict.PASS, reason="no process of this run is left")
+    if left.count:
+        left = ctx.executor.processes_left(ctx.run_dir, inside=True)
+    if left.count is None:
+        return MetricRow(name="processes.left", verdict=Verdict.PASS, reason=left.reason)
+    return MetricRow(name="processes.left", value=left.count,
+                     verdict=Verdict.FAIL if left.count else Verdict.PASS,
+                     reason=f"{left.reason} (still alive {STRAY_GRACE_S:g} s after the jobs ended)" if left.count
+                     else f"no process of this run is left ({left.reason})")
 
 
 # ---- the run card -----------------------------------------------------------------------------

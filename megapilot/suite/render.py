@@ -8,9 +8,9 @@ ParallelConfig from TP, PP, recompute (`1` = full recompute, `0` = none), FSDP, 
 `context_parallelism` / `expert_parallelism` / `virtual_pipeline_parallelism` keys (CVS's schema has none), with
 DP derived from nodes x GPUs per node. Backend and executor pick the launch: the embedded trainer (`megapilot`, `--cpu`
 on a CPU suite, mock data unless `megapilot.data_path`), Megatron-LM's pretrain_gpt.py under
-`megatron_path`, or the Primus launcher; the slurm executor renders an sbatch script, local and ssh a
-torchrun script. Paths must exist here only for the local executor without a container (anything else
-runs where those paths live).
+`megatron_path`, or the Primus launcher; the executor's capabilities say which script (an sbatch script
+asking for what its `LaunchRequest` says, or a torchrun script). Paths must exist here only for an
+executor whose jobs run here, without a container (anything else runs where those paths live).
 
 A cell that cannot run (precision the GPU lacks) or cannot be rendered (a layout that does not fill the
 GPUs, a flag Megatron would refuse) comes back with `skipped` or `error` set; it never raises, so the
@@ -32,6 +32,7 @@ from megapilot.suite.cells import SweepCell
 from megapilot.suite.config import Backend, LoadedSuite, is_secret_name
 
 if TYPE_CHECKING:
+    from megapilot.execute.base import LaunchRequest
     from megapilot.launch import LaunchOptions
 
 CPU_STAND_IN_GPU = "h100"  # a CPU plan still needs a GPUSpec; its peaks are never used for a CPU run
@@ -66,8 +67,11 @@ class CellLaunch(BaseModel):
 
 def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_iters: int | None = None,
                 save_dir: str | None = None, save_interval: int | None = None,
-                load_dir: str | None = None, load_step: int | None = None) -> CellLaunch:
-    """Render `cell` for `suite` into a launch whose files go under `job_dir`."""
+                load_dir: str | None = None, load_step: int | None = None,
+                request: LaunchRequest | None = None, master_port: int | None = None) -> CellLaunch:
+    """Render `cell` for `suite` into a launch whose files go under `job_dir` (the job is named after that
+    directory: smoke, checkpoint-save, a combo's slug). `request`: what the executor asks its scheduler for
+    (None: what its capabilities imply, GPUs per node for a GPU suite)."""
     base = CellLaunch(key=cell.key, slug=cell.slug, backend=suite.backend, nodes=suite.nodes,
                       gpus_per_node=suite.gpus_per_node)
     if cell.skip_reason:
@@ -78,7 +82,7 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
     try:
         plan = build_plan(suite, cell, train_iters=train_iters)
         options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
-                                 load_dir=load_dir, load_step=load_step)
+                                 load_dir=load_dir, load_step=load_step, request=request, master_port=master_port)
         launch = render_launch(plan, options)
     except LauncherCannotRun as exc:  # this backend cannot train the cell at all: skipped, the others run
         return base.model_copy(update={"skipped": f"the {suite.backend} backend cannot run it: {exc.problem}"})
@@ -128,24 +132,28 @@ def _training_precision(cell_precision: str) -> Precision:
 
 def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_dir: str | None = None,
                    save_interval: int | None = None, load_dir: str | None = None,
-                   load_step: int | None = None) -> LaunchOptions:
+                   load_step: int | None = None, request: LaunchRequest | None = None,
+                   master_port: int | None = None) -> LaunchOptions:
     """LaunchOptions for the suite's backend and executor."""
     from megapilot.launch import LaunchOptions
 
     block = suite.config.megapilot
     container = suite.config.container
     env = container.env if container is not None else {}
-    launcher = "slurm" if suite.executor == "slurm" else "primus" if suite.backend == "primus" else "torchrun"
+    request = request or default_request(suite)
+    launcher = "slurm" if request.launcher == "slurm" else "primus" if suite.backend == "primus" else "torchrun"
     job_dir = job_dir.absolute()
     fields: dict[str, object] = dict(
         launcher=launcher, entrypoint="megapilot" if suite.backend == "megapilot" else "megatron",
         python=suite.python, cpu=suite.device == "cpu", log_interval=block.log_interval,
         save=save_dir, save_interval=save_interval, load=load_dir, load_step=load_step,
-        script_path=str(job_dir / SCRIPT_NAME), log_dir=str(job_dir), job_name=f"mp-{cell.slug}",
+        script_path=str(job_dir / SCRIPT_NAME), log_dir=str(job_dir), job_name=f"mp-{job_dir.name}",
         network_interface=env.get("NCCL_SOCKET_IFNAME"), ib_hca=env.get("NCCL_IB_HCA"),
-        check_paths_exist=suite.executor == "local" and (container is None or not container.image),
+        check_paths_exist=suite.capabilities.runs_here and (container is None or not container.image),
         **_data_fields(suite, cell),
     )
+    if master_port is not None:
+        fields["master_port"] = master_port
     if suite.backend == "megatron-lm":
         fields["megatron_path"] = block.megatron_path
     if block.megatron_version is not None:
@@ -155,9 +163,37 @@ def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_d
     if launcher == "slurm":
         fields.update({k: v for k, v in (("partition", block.partition), ("account", block.account),
                                          ("time_limit", block.time_limit)) if v is not None})
+        fields.update(gpu_request=request.gpu_request, sbatch_options=tuple(block.sbatch_options),
+                      exclusive=block.exclusive if block.exclusive is not None else suite.device == "gpu")
+        if suite.device == "cpu":
+            fields["cpu_memory_gib"] = block.memory_per_node_gib or cpu_memory_gib(suite)
         if container is not None and container.image:
             fields["container_image"] = container.image
     return LaunchOptions(**fields)  # type: ignore[arg-type]  # LaunchOptions fields by name; pydantic checks them
+
+
+def default_request(suite: LoadedSuite) -> LaunchRequest:
+    """What a launch asks for before the executor has read the cluster (a dry run, `suite check`)."""
+    from megapilot.execute.base import LaunchRequest
+
+    launcher = suite.capabilities.launcher
+    return LaunchRequest(launcher=launcher, gpu_request="gpus-per-node" if suite.device == "gpu" else "none")
+
+
+# What a CPU rank holds beyond the model: the Python interpreter with torch and Megatron-Core imported (measured
+# about 0.6 GiB resident), gloo buffers and the data loader; and per parameter: fp32 weights, gradients and
+# Adam's two moments.
+CPU_RANK_RUNTIME_GIB = 1.0
+CPU_BYTES_PER_PARAMETER = 16
+
+
+def cpu_memory_gib(suite: LoadedSuite) -> float:
+    """The memory a CPU suite asks per node: every rank's runtime plus its share of the model's training state."""
+    from megapilot.estimate import count_params
+
+    parameters = count_params(suite.model).total
+    per_rank = CPU_RANK_RUNTIME_GIB + parameters * CPU_BYTES_PER_PARAMETER / 1024**3
+    return round(suite.gpus_per_node * per_rank, 2)
 
 
 def _data_fields(suite: LoadedSuite, cell: SweepCell) -> dict[str, object]:

@@ -179,6 +179,8 @@ class StageResult(BaseModel):
     started_at: datetime | None = None
     duration_s: float = 0.0
     checks: list[MetricRow] = Field(default_factory=list, description="Readings (preflight) or checks (checkpoint).")
+    jobs: list[JobSummary] = Field(default_factory=list, description="The stage's own jobs (checkpoint save and "
+                                                                      "resume), with their logs.")
 
 
 class RunCard(BaseModel):

@@ -44,9 +44,10 @@ def prepare_tokenizer(suite: LoadedSuite) -> MetricRow:
 
 def _download(suite: LoadedSuite, repo_id: str) -> MetricRow:
     name = "tokenizer"
-    if suite.executor != "local":
+    if not suite.capabilities.runs_here:
         return MetricRow(name=name, verdict=Verdict.RECORD,
-                         reason=f"{repo_id}: fetched by the jobs on the nodes with HF_TOKEN (remote executor)")
+                         reason=f"{repo_id}: fetched by the jobs on the nodes with HF_TOKEN (the {suite.executor} "
+                                "executor's jobs run elsewhere)")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:

@@ -30,9 +30,21 @@ def test_python_exception_is_the_reason_without_a_torchrun_summary():
     assert clues.reason(1) == "ValueError: bad flag --foo; launcher exit code 1"
 
 
-def test_last_output_line_when_nothing_else_explains():
+def test_a_launch_that_failed_before_python_names_its_first_failure():
     clues = clues_of(["launch.sh: line 3: torchrun: command not found"])
-    assert clues.reason(127) == "last output: launch.sh: line 3: torchrun: command not found; launcher exit code 127"
+    assert clues.reason(127) == "launch.sh: line 3: torchrun: command not found; launcher exit code 127"
+
+
+def test_the_first_failure_not_the_schedulers_last_words():
+    clues = clues_of(["/usr/bin/python3: No module named torch",
+                      "srun: error: node1: task 0: Exited with exit code 1",
+                      "srun: launch/slurm: _step_signal: Terminating StepId=3.0"])
+    assert clues.reason(None) == "/usr/bin/python3: No module named torch"
+
+
+def test_last_output_line_when_nothing_else_explains():
+    clues = clues_of(["loading the model", "still loading"])
+    assert clues.reason(1) == "last output: still loading; launcher exit code 1"
 
 
 def test_exit_codes_are_described_as_signals_when_they_are():

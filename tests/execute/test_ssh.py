@@ -91,9 +91,20 @@ def test_more_nodes_than_the_executor_has_and_bad_env_names_are_user_errors(tmp_
 
 def test_an_unreachable_node_is_a_user_error_naming_it(tmp_path):
     port = free_port()  # nobody listens there
-    executor = SshExecutor([SshNode(host="127.0.0.1", port=port)], connect_timeout_s=5)
-    with pytest.raises(MegapilotError, match=r"cannot copy the job to node 0 \(127\.0\.0\.1\)"):
+    executor = SshExecutor([SshNode(host="127.0.0.1", port=port, identity_file=tmp_path / "id")], connect_timeout_s=5)
+    with pytest.raises(MegapilotError, match=r"cannot copy the job to node 0 \(127\.0\.0\.1\)") as caught:
         executor.submit(JobSpec(combo="a", run_dir=tmp_path, argv=["true"]))
+    # the hint is the command to try, with the port and key actually used
+    fix = caught.value.fix or ""
+    assert f"-p {port} -i {tmp_path / 'id'}" in fix and "127.0.0.1 true" in fix
+
+
+def test_keepalives_are_on_by_default_and_a_nodes_own_options_override_them(tmp_path):
+    executor = SshExecutor([SshNode(host="n0"), SshNode(host="n1", options=("ServerAliveInterval=5",))])
+    plain, own = (executor._ssh(node, "true", "label") for node in executor.nodes)
+    assert "ServerAliveInterval=15" in plain and "ServerAliveCountMax=4" in plain
+    # ssh keeps the first value it reads for an option: the node's comes before the default
+    assert own.index("ServerAliveInterval=5") < own.index("ServerAliveInterval=15")
 
 
 # ---- against the loopback sshd --------------------------------------------------------------
@@ -159,6 +170,24 @@ def test_a_killed_rank_fails_the_job_naming_its_node_and_nothing_is_left(loopbac
     assert result.reason.startswith("node 1 (127.0.0.2) failed with exit code 137 (SIGKILL)"), result.reason
     assert "stopped node 0" in result.reason
     assert marked_alive(handle.job_dir) == []
+
+
+@pytest.mark.slow
+def test_a_lost_connection_is_reported_as_lost_and_the_node_is_cleaned_over_a_new_one(loopback_sshd, tmp_path):
+    executor = SshExecutor(loopback_sshd.nodes(2))
+    job = JobSpec(combo="lost", run_dir=tmp_path, nodes=2, **QUICK,
+                  argv=[sys.executable, str(PRINTER), "--iters", "1000", "--interval-s", "0.1"])
+    handle = executor.submit(job)
+    wait_for_iteration(executor, handle)
+    executor._jobs[handle.job_id].runs[1].process.kill()  # the ssh client to node 1 dies; its job does not
+    result = executor.wait(handle, poll_interval_s=0.1)
+    assert result.state is JobState.FAILED
+    node = loopback_sshd.nodes(2)[1]
+    assert result.reason.startswith(f"lost the connection to node 1 (127.0.0.2 port {node.port} with key "
+                                    f"{node.identity_file}): the ssh client was killed by SIGKILL"), result.reason
+    assert "processes on node 1 were stopped over a new ssh connection" in result.reason
+    assert marked_alive(handle.job_dir) == []
+    assert executor.processes_left(handle.job_dir).count == 0
 
 
 @pytest.mark.slow

@@ -37,3 +37,24 @@ def test_a_path_outside_the_run_directory_is_not_copied(tmp_path):
 def test_missing_logs_give_no_links(tmp_path):
     result = suite_result(tmp_path)  # nothing written
     assert copy_combo_logs(result, tmp_path) == {PASSING: [], FAILING: []}
+
+
+def test_the_checkpoint_jobs_logs_are_copied_and_linked_from_the_lifecycle_table(tmp_path):
+    from megapilot.report import render_report
+    from megapilot.report.log_copies import copy_stage_logs
+    from megapilot.suite.results import JobSummary
+
+    result = write_run_dir(tmp_path)
+    checkpoint = next(s for s in result.stages if s.name == "checkpoint")
+    for job in ("checkpoint-save", "checkpoint-resume"):
+        log = tmp_path / job / "out-node0" / "training.log"
+        log.parent.mkdir(parents=True)
+        log.write_text(f"{job} iteration 1\n")
+        checkpoint.jobs.append(JobSummary(executor="slurm", job_id="7", state="COMPLETED",
+                                          logs=[f"{job}/out-node0/training.log"]))
+    links = copy_stage_logs(result, tmp_path)
+    assert [link.href for link in links["checkpoint"]] == ["logs/checkpoint-save/node0.log",
+                                                           "logs/checkpoint-resume/node0.log"]
+    assert (tmp_path / "logs" / "checkpoint-resume" / "node0.log").read_text() == "checkpoint-resume iteration 1\n"
+    html = render_report(result, tmp_path).html.read_text()
+    assert 'href="logs/checkpoint-save/node0.log"' in html and 'href="logs/checkpoint-resume/node0.log"' in html

@@ -7,7 +7,7 @@ import shlex
 
 from megapilot.suite.config import load_suite
 from megapilot.suite.containers import exec_prefix, prepare_containers, run_argv, uses_container
-from megapilot.suite.executors import container_wrapper, ssh_nodes
+from megapilot.suite.executors import container_wrapper, make_executor, ssh_nodes
 from megapilot.suite.results import Verdict
 from tests.suite.cvs_files import SINGLE_8B, filled_in, raw_cvs, write_suite
 
@@ -53,5 +53,5 @@ def test_ssh_nodes_come_from_the_cluster_file_head_node_first(tmp_path):
 def test_no_container_for_slurm_jobs_said_in_the_prepare_row(tmp_path):
     suite = _suite(tmp_path, "slurm")
     assert not uses_container(suite) and container_wrapper(suite) is None
-    [row] = prepare_containers(suite)
+    [row] = prepare_containers(suite, make_executor(suite))
     assert row.verdict is Verdict.SKIPPED and "pyxis" in row.reason

@@ -27,16 +27,19 @@ def test_tiny_local_dry_run_lists_stages_and_launches(tmp_path):
     assert "megapilot.trainer" in combo.command
     only_train = dry_run_plan(suite, out_dir=tmp_path / "out", only_stage="smoke")
     assert [s.name for s in only_train.stages] == ["prepare", "smoke", "results", "teardown"]
-    assert not list((tmp_path / "out").glob("*/*/*"))  # only empty job folders were made
+    # what the dry run shows is written: the smoke job's script and the combo's, under the folder it names
+    assert plan.folder == str(tmp_path / "out" / "dry-run")
+    assert only_train.scripts[0] == str(tmp_path / "out" / "dry-run" / "smoke" / "launch.sh")
+    assert combo.script == str(tmp_path / "out" / "dry-run" / "MBS2_GBS8_BF16" / "launch.sh")
+    written = (tmp_path / "out" / "dry-run" / "MBS2_GBS8_BF16" / "launch.sh").read_text()
+    assert "megapilot.trainer" in written and "--micro-batch-size 2" in written
 
 
-def test_a_dry_run_creates_no_folder_and_shows_where_a_run_would_write(tmp_path):
+def test_a_dry_run_makes_no_run_folder_only_the_dry_run_folder_it_names(tmp_path):
     shutil.copy(template_path("tiny-local"), tmp_path / "suite.json")
     for path in threshold_paths("tiny-local"):
         shutil.copy(path, tmp_path / path.name)
     suite = load_suite(tmp_path / "suite.json")
     out = tmp_path / "out"
-    plan = dry_run_plan(suite, out_dir=out)
-    assert not out.exists()  # nothing written: not even an empty run or dry-run folder
-    rendered = [combo for combo in plan.combos if combo.megatron_args]
-    assert rendered and all("megapilot-dry-run-" not in combo.command for combo in rendered)
+    dry_run_plan(suite, out_dir=out)
+    assert [p.name for p in out.iterdir()] == ["dry-run"]  # no timestamped run folder
