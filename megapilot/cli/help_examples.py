@@ -111,6 +111,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "megapilot history import runs.jsonl --cluster my-h100-cluster",
         "megapilot history import megatron_run_deck.json --cluster mi300x-lab --seq-len 8192 --json",
     ),
+    "history record": (
+        "megapilot history record runs/suite/20261205-031500-ab12",
+        "megapilot history record runs/suite/20261205-031500-ab12 --db postgresql://megapilot@db/history",
+    ),
     "data prepare": (
         "megapilot data prepare docs.jsonl --output-prefix /data/mydocs",
         "megapilot data prepare book.txt.gz --output-prefix /data/book --json",

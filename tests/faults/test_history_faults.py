@@ -73,7 +73,7 @@ def test_a_history_that_breaks_after_training_costs_only_its_row_which_is_queued
     result.write(run_dir)
     history = open_history(str(db))
     history._db._connection.close()  # type: ignore[attr-defined]  # the database goes away mid-run
-    suite_run_cmd._after_run(result, history, quiet=True)
+    suite_run_cmd._after_run(result, history)
     for name in ("report.html", "megatron_run_deck.json", "junit.xml"):
         assert (run_dir / name).is_file(), name  # the run's own files come first
     assert (run_dir / PENDING_NAME).is_file()
