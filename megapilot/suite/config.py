@@ -167,6 +167,14 @@ class RegressionsConfig(_Forbid):
                                                          "(exit 1); false: it is a WARN.")
 
 
+class StragglerConfig(_Forbid):
+    """The per-node straggler gate of every combo (megapilot.suite.stragglers)."""
+
+    max_ratio: float = Field(default=1.15, gt=1, le=10, description="A node whose compute time is more than this "
+                                                                     "times the other nodes' median fails.")
+    enforce: BoolLike = True
+
+
 class Sweep(_Forbid):
     """Combination key -> overlay of train_params (checked cell by cell), and the ordered runs."""
 
@@ -250,6 +258,7 @@ class SuiteConfig(_Forbid):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     sweep: Sweep = Field(default_factory=Sweep)
     regressions: RegressionsConfig = Field(default_factory=RegressionsConfig)
+    straggler: StragglerConfig = Field(default_factory=StragglerConfig)
     megapilot: MegapilotBlock = Field(default_factory=MegapilotBlock)
     budget: BudgetConfig | None = Field(default=None, description="Token budget: the report projects the run onto "
                                                                   "it (megapilot.suite.budget).")

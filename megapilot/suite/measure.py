@@ -15,6 +15,7 @@ from megapilot.suite.curves import LossCurveGate
 from megapilot.suite.gates import BaselineLookup, builtin_gates, evaluate
 from megapilot.suite.metrics import ConvergenceGate, CurveTargets, ScalingBaseline, measure_combo
 from megapilot.suite.results import Curve, Finding, MetricRow
+from megapilot.suite.stragglers import straggler_rows
 from megapilot.suite.thresholds import DEFAULT_CELL, ThresholdSpec
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
                         enforce=bool(config.enforce_thresholds), baseline=baseline,
                         record_only=measurement.record_only, why_missing=measurement.why_missing,
                         prediction=prediction, departure=why) + built_in
+        rows += straggler_rows(logs, max_ratio=config.straggler.max_ratio, enforce=bool(config.straggler.enforce),
+                               ranks_per_node=launch.gpus_per_node)
     return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.findings,
                         timers_ms=measurement.timers_ms)
 

@@ -1,0 +1,57 @@
+"""The straggler gate of a combo: which node (and rank) computed slower than its peers, from what the job printed.
+
+Sources, in order: the embedded trainer's per-rank compute time before the gradient collectives (every log
+interval, on the last rank), else Megatron-LM's `--log-straggler` reports (megapilot.logs.stragglers). Each node
+gets a row `straggler.nodeK`: its compute time over the median of the other nodes' (1.00 = as fast), gated at
+`straggler.max_ratio` (default 1.15: a node 15 % slow costs a synchronous job 15 %). Ranks are named in the rows'
+reasons and recorded, not gated: ranks of one node share its CPU or GPU clocks, so a rank apart from its node's
+others is a data or placement question, not a bad machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from megapilot.diagnose.nodes import StragglerVerdict, stragglers_from_rank_times, stragglers_from_reports
+from megapilot.logs.stragglers import RankTimes, StragglerReport, read_straggler_lines
+from megapilot.suite.results import MetricRow, Verdict
+
+ROW_PREFIX = "straggler."
+
+
+def straggler_rows(logs: list[Path], *, max_ratio: float, enforce: bool,
+                   ranks_per_node: int | None = None) -> list[MetricRow]:
+    """One row per node (a SKIPPED row when no log holds per-rank timings)."""
+    verdict = read_verdict(logs, max_ratio=max_ratio, ranks_per_node=ranks_per_node)
+    if verdict is None:
+        return [MetricRow(name=f"{ROW_PREFIX}max_ratio", verdict=Verdict.SKIPPED, enforced=False,
+                          reason="no per-rank timing in the logs (the embedded trainer prints it each log "
+                                 "interval; Megatron-LM with --log-straggler)")]
+    slow_ranks = ", ".join(f"{r.name} {r.ratio:.2f}x" for r in verdict.slow_ranks[:4])
+    rows = []
+    for node in sorted(verdict.nodes, key=lambda s: s.name):
+        failed = node.ratio > max_ratio
+        peers = "one node: no peers to compare with" if len(verdict.nodes) == 1 else \
+            f"{node.ratio:.2f}x the other nodes' median compute time ({node.median_ms:.1f} ms)"
+        reason = f"{peers}; from {verdict.source}" + (f"; slow ranks: {slow_ranks}" if slow_ranks else "")
+        if node.evidence:
+            reason += f" | {node.evidence[0].file}:{node.evidence[0].line}"
+        status = (Verdict.FAIL if failed else Verdict.PASS) if enforce else Verdict.RECORD
+        rows.append(MetricRow(name=f"{ROW_PREFIX}{node.name}", value=round(node.ratio, 3), unit="x",
+                              threshold=f"<= {max_ratio:g}", verdict=status, reason=reason, enforced=enforce,
+                              margin_pct=round((max_ratio - node.ratio) / max_ratio * 100, 1)))
+    return rows
+
+
+def read_verdict(logs: list[Path], *, max_ratio: float, ranks_per_node: int | None = None) -> StragglerVerdict | None:
+    times: list[RankTimes] = []
+    reports: list[StragglerReport] = []
+    for path in logs:
+        if not path.is_file():
+            continue
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            found = read_straggler_lines(path.parent.name + "/" + path.name, lines)
+        times += found.rank_times
+        reports += found.reports
+    return (stragglers_from_rank_times(times, max_ratio)
+            or stragglers_from_reports(reports, ranks_per_node=ranks_per_node, max_ratio=max_ratio))
