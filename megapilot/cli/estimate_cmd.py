@@ -89,13 +89,19 @@ def estimate(
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
                             | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
+    uncalibrated_step_s = result.step_time_s
     result, about = calibrator.apply(case, result, cluster)
     request = budget.request(gpu=case.cluster.gpu)
     run = None
     if request is not None:
-        from megapilot.plan.budget import run_budget
+        from megapilot.plan.budget import ClusterCorrection, run_budget
 
-        run = run_budget(request, case.model, case.cluster, case.training, case.parallel, case.options)
+        correction = None
+        if about and about.get("applied") and about.get("band_pct") is not None:  # the cluster's runs decide
+            correction = ClusterCorrection(result.step_time_s / uncalibrated_step_s, about["band_pct"] / 100,
+                                           f"calibrated on cluster {cluster}: {about['reason']}")
+        run = run_budget(request, case.model, case.cluster, case.training, case.parallel, case.options,
+                         correction)
     from megapilot.catalog import resolve_model
 
     resolved = resolve_model(flags.model)  # what --model became and where from (an alias, a hub id offline)

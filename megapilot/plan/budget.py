@@ -5,9 +5,19 @@ long-context phase or during the batch warm-up can lose its lead, so with a budg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from megapilot.estimate.budget import BudgetRequest, Fleet, TimeToTrain, estimate_band, layout_step_cost, time_to_train
+from megapilot.estimate.budget import (
+    BudgetRequest,
+    Fleet,
+    Shape,
+    ShapeCost,
+    StepCost,
+    TimeToTrain,
+    estimate_band,
+    layout_step_cost,
+    time_to_train,
+)
 from megapilot.estimate.goodput import checkpoint_bytes, estimated_checkpoint
 from megapilot.estimate.params import count_params
 from megapilot.plan.search import Candidate, PlanResult
@@ -17,10 +27,22 @@ from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.training import TrainingSpec
 
 
+@dataclass(frozen=True)
+class ClusterCorrection:
+    """The cluster's own runs' say on a layout (megapilot.estimate.history_calibration): its calibrated step over
+    the estimator's, and the band of the calibration's held-out errors."""
+
+    step_scale: float
+    band_fraction: float
+    source: str
+
+
 def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-               parallel: ParallelConfig, options: object | None = None) -> TimeToTrain:
+               parallel: ParallelConfig, options: object | None = None,
+               correction: ClusterCorrection | None = None) -> TimeToTrain:
     """One layout's whole run: phases costed by the estimator, the checkpoint estimated from the model's size
-    over the storage bandwidth (or the request's measured one), the band from the estimate's calibration."""
+    over the storage bandwidth (or the request's measured one), the band from the estimate's calibration; with a
+    `correction` from the cluster's runs, every phase's step scaled by it and the band its own."""
     from megapilot.estimate.goodput import DEFAULT_CHECKPOINT_GBPS_PER_GPU
 
     size = checkpoint_bytes(count_params(model).total, training.optimizer)
@@ -28,8 +50,18 @@ def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, t
         else request.checkpoint_gbps
     checkpoint = estimated_checkpoint(size, gbps)
     cost = layout_step_cost(model, cluster, training, parallel, options)
-    return time_to_train(request, training, Fleet.of(cluster), cost, checkpoint=checkpoint,
-                         band=estimate_band(model, cluster, training))
+    band = estimate_band(model, cluster, training)
+    if correction is not None:
+        cost, band = _scaled(cost, correction.step_scale), (correction.band_fraction, correction.source)
+    return time_to_train(request, training, Fleet.of(cluster), cost, checkpoint=checkpoint, band=band)
+
+
+def _scaled(cost: StepCost, scale: float) -> StepCost:
+    def scaled(shape: Shape) -> ShapeCost:
+        found = cost(shape)
+        return replace(found, step_time_s=found.step_time_s * scale)
+
+    return scaled
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,13 @@ def test_a_jsonl_of_published_rows_is_imported_and_a_bad_record_refused_alone(cl
     assert estimate["tokens_per_s_per_gpu"] != pytest.approx(about["uncalibrated"]["tokens_per_s_per_gpu"])
     # measured 31.7-33.1k tokens/s/GPU on 8 GPUs: the calibrated figure is within 10 % of them, the plain one is not
     assert estimate["tokens_per_s_per_gpu"] == pytest.approx(32400, rel=0.1)
+    # a token budget on that layout is priced with the calibrated step and carries the calibration's band
+    budgeted = cli("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--mbs", "2", "--gbs",
+                   "256", "--seq-len", "8192", "--precision", "fp8", "--cluster", CLUSTER, "--tokens", "1T",
+                   "--json").json()["budget"]
+    assert budgeted["band_pct"] == pytest.approx(about["band_pct"], abs=0.01)
+    assert budgeted["band_source"].startswith(f"calibrated on cluster {CLUSTER}")
+    assert budgeted["segments"][0]["step_time_s"] == pytest.approx(estimate["step_time_s"], rel=1e-3)
     off = cli("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--mbs", "2", "--gbs", "256",
               "--seq-len", "8192", "--precision", "fp8", "--cluster", CLUSTER, "--calibration", "none", "--json")
     assert "calibration_from_history" not in off.json()
