@@ -105,7 +105,23 @@ rm -f -- "$dir/.env-node$node"
 cd -- "$cwd" || exit 96
 echo "megapilot-ssh: node $node pid $$ on $(hostname)"
 "$@" bash "$dir/launch.sh" </dev/null &
-wait "$!"
+job=$!
+# megapilot holds this session's stdin open while the job runs: its end means megapilot is gone (killed, even with
+# SIGKILL, or its host lost), and the job goes with it: the session's process group, then every process carrying
+# the job's token (torchrun starts its workers in sessions of their own).
+(
+  while IFS= read -r _; do :; done
+  kill -s TERM -- "-$$" 2>/dev/null
+  for f in $(grep -lzxsF -- "MEGAPILOT_JOB_TOKEN=$MEGAPILOT_JOB_TOKEN" /proc/[0-9]*/environ); do
+    p=${f#/proc/}; p=${p%/environ}
+    [ "$p" = "$BASHPID" ] || kill -s TERM "$p" 2>/dev/null
+  done
+) <&0 >/dev/null 2>&1 &  # `<&0`: a background list's input is /dev/null unless it names its own
+watcher=$!
+wait "$job"
+status=$?
+kill "$watcher" 2>/dev/null
+exit "$status"
 """
 
 _STOP_PROGRAM = r"""pgid=$1 token=$2 grace=$3
@@ -413,7 +429,8 @@ class SshExecutor:
         argv = self._ssh(node, _RUN_PROGRAM, "megapilot-node", remote_dir, str(index), cwd, *prefix)
         log_path = node_log_path(directory, index)
         with open(log_path, "ab", buffering=0) as log:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            # stdin stays open, unwritten, for the job's life: the remote side stops the job at its end (megapilot gone)
+            process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True, close_fds=True)
         return _NodeRun(node=index, ssh=node, process=process, argv=argv)
 

@@ -245,3 +245,41 @@ def test_hostile_paths_names_and_values_pass_through_and_nothing_is_executed(loo
     record = (handle.job_dir / "job.json").read_text()
     assert "secret" not in record and "secret" not in " ".join(json.loads(record)["command"])
     assert not list(handle.job_dir.glob(".env-node*"))
+
+
+_HOLDER = """
+import json, sys, time
+from pathlib import Path
+from megapilot.execute.base import HangPolicy, JobSpec
+from megapilot.execute.ssh import SshExecutor, SshNode
+nodes = [SshNode.model_validate(n) for n in json.loads(sys.argv[1])]
+job = JobSpec(combo="orphan", run_dir=Path(sys.argv[2]), nodes=2, stop_grace_s=1.0,
+              hang=HangPolicy(startup_s=60, fixed_window_s=30), argv=sys.argv[3:])
+handle = SshExecutor(nodes).submit(job)
+print(handle.job_dir, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkilled_megapilot_leaves_no_remote_job_behind(loopback_sshd, tmp_path):
+    """SIGKILL runs no handler and no atexit: the remote side sees the ssh session's input end and stops the job."""
+    import os
+    import signal
+    import subprocess
+
+    nodes = json.dumps([n.model_dump(mode="json") for n in loopback_sshd.nodes(2)])
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, nodes, str(tmp_path), sys.executable, str(PRINTER),
+                               "--iters", "100000", "--interval-s", "0.1"], stdout=subprocess.PIPE, text=True,
+                              env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    job_dir = Path(holder.stdout.readline().strip())  # type: ignore[union-attr]  # stdout is a pipe
+    deadline = time.monotonic() + 60
+    while len(marked_alive(job_dir)) < 2:  # a printer on each node
+        assert time.monotonic() < deadline, "the job did not start on both nodes"
+        time.sleep(0.2)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    deadline = time.monotonic() + 30
+    while (alive := marked_alive(job_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive == [], f"outlived megapilot: {alive}"
