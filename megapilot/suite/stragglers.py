@@ -5,7 +5,9 @@ interval, on the last rank), else Megatron-LM's `--log-straggler` reports (megap
 gets a row `straggler.nodeK`: its compute time over the median of the other nodes' (1.00 = as fast), gated at
 `straggler.max_ratio` (default 1.15: a node 15 % slow costs a synchronous job 15 %). Ranks are named in the rows'
 reasons and recorded, not gated: ranks of one node share its CPU or GPU clocks, so a rank apart from its node's
-others is a data or placement question, not a bad machine.
+others is a data or placement question, not a bad machine. A CPU run's rows are recorded, not gated: its ranks share
+cores with the host's every other process (and, for "nodes" on one host, with each other), so their compute times
+say more about the host's load than about a machine.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from megapilot.suite.results import MetricRow, Verdict
 ROW_PREFIX = "straggler."
 
 
-def straggler_rows(logs: list[Path], *, max_ratio: float, enforce: bool,
-                   ranks_per_node: int | None = None) -> list[MetricRow]:
+def straggler_rows(logs: list[Path], *, max_ratio: float, enforce: bool, ranks_per_node: int | None = None,
+                   cpu: bool = False) -> list[MetricRow]:
     """One row per node (a SKIPPED row when no log holds per-rank timings)."""
     verdict = read_verdict(logs, max_ratio=max_ratio, ranks_per_node=ranks_per_node)
     if verdict is None:
@@ -36,9 +38,12 @@ def straggler_rows(logs: list[Path], *, max_ratio: float, enforce: bool,
         reason = f"{peers}; from {verdict.source}" + (f"; slow ranks: {slow_ranks}" if slow_ranks else "")
         if node.evidence:
             reason += f" | {node.evidence[0].file}:{node.evidence[0].line}"
-        status = (Verdict.FAIL if failed else Verdict.PASS) if enforce else Verdict.RECORD
+        gated = enforce and not cpu
+        if cpu and enforce:
+            reason = f"CPU run: recorded, not gated (would {'FAIL' if failed else 'PASS'}); " + reason
+        status = (Verdict.FAIL if failed else Verdict.PASS) if gated else Verdict.RECORD
         rows.append(MetricRow(name=f"{ROW_PREFIX}{node.name}", value=round(node.ratio, 3), unit="x",
-                              threshold=f"<= {max_ratio:g}", verdict=status, reason=reason, enforced=enforce,
+                              threshold=f"<= {max_ratio:g}", verdict=status, reason=reason, enforced=gated,
                               margin_pct=round((max_ratio - node.ratio) / max_ratio * 100, 1)))
     return rows
 

@@ -103,9 +103,9 @@ def test_interrupted_at_every_point_and_resumed_ends_as_an_uninterrupted_run(tmp
 
 
 @pytest.mark.slow  # sbatch takes about a minute to give up looking for a configuration
-def test_a_failed_resume_leaves_the_run_exactly_as_it_was(tmp_path: Path) -> None:
-    """sbatch without a SLURM configuration refuses every job: the run stops at smoke, unfinished; resuming it
-    fails the same way and must not touch its state (it once rewrote it as a finished PASS with no combos)."""
+def test_a_refused_job_fails_its_stage_and_resuming_the_run_touches_nothing(tmp_path: Path) -> None:
+    """sbatch without a SLURM configuration refuses every job: smoke FAILs quoting sbatch and the run ends (it once
+    ended unfinished, and a resume rewrote it as a finished PASS with no combos); resuming it changes nothing."""
     config = tiny_suite(tmp_path)
     data = json.loads(config.read_text())
     data["megapilot"]["executor"] = "slurm"
@@ -115,16 +115,17 @@ def test_a_failed_resume_leaves_the_run_exactly_as_it_was(tmp_path: Path) -> Non
     first = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--no-history", "--stage",
                                           "smoke"),
                            capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert first.returncode == 2 and "sbatch" in first.stderr, first.stderr
+    assert first.returncode == 1 and "sbatch refused the job" in first.stderr, first.stderr
     (run_dir,) = out.iterdir()
     before = (run_dir / "suite.json").read_bytes()
     state = json.loads(before)
-    assert state["finished"] is False and [s["name"] for s in state["stages"]] == ["prepare", "preflight",
-                                                                                  "tokenizer"]
+    smoke = next(s for s in state["stages"] if s["name"] == "smoke")
+    assert state["verdict"] == "FAIL" and smoke["verdict"] == "FAIL" and "sbatch" in smoke["reason"]
+    assert all(c["verdict"] == "SKIPPED" for c in state["combos"] if c["key"] != "smoke")
     again = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--no-history", "--stage",
                                           "smoke", "--resume", "latest"), capture_output=True, text=True, env=env,
                            timeout=120, check=False)
-    assert again.returncode == 2 and "internal error" not in again.stderr, again.stderr
+    assert again.returncode == 0 and "nothing to do" in again.stderr, again.stderr
     assert (run_dir / "suite.json").read_bytes() == before
 
 

@@ -28,6 +28,9 @@ def test_the_slow_node_fails_its_own_row_and_the_other_passes(tmp_path):
     assert rows["straggler.node0"].verdict is Verdict.PASS and rows["straggler.node0"].threshold == "<= 1.15"
     recorded = straggler_rows(logs, max_ratio=1.15, enforce=False)
     assert {r.verdict for r in recorded} == {Verdict.RECORD}
+    on_cpu = {r.name: r for r in straggler_rows(logs, max_ratio=1.15, enforce=True, cpu=True)}
+    assert on_cpu["straggler.node1"].verdict is Verdict.RECORD and not on_cpu["straggler.node1"].enforced
+    assert on_cpu["straggler.node1"].reason.startswith("CPU run: recorded, not gated (would FAIL)")
 
 
 def test_one_node_has_no_peers_and_passes(tmp_path):
