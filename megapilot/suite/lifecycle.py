@@ -570,9 +570,9 @@ def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: 
         shutil.rmtree(job_dir)  # what the interrupted attempt left: this one starts from scratch
     job_dir.mkdir(parents=True, exist_ok=True)
     request = ctx.executor.launch_request(gpus=suite.device == "gpu")
-    # An sbatch script names its rendezvous port: a fixed one would collide with any other job sharing the node
-    # (CPU jobs are not exclusive), so each job gets a port free at submission.
-    port = free_port() if request.launcher == "slurm" else None
+    # A launch script names its rendezvous port: a fixed one collides with any other job on the same node (CPU jobs
+    # are not exclusive; two suites on one machine), so each job gets a port free when it is rendered.
+    port = free_port()
     launch = render_cell(suite, cell, job_dir=job_dir, train_iters=train_iters, save_dir=save_dir,
                          save_interval=save_interval, load_dir=load_dir, load_step=load_step, request=request,
                          master_port=port)
