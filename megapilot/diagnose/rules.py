@@ -65,6 +65,7 @@ from megapilot.diagnose.predict import Prediction
 from megapilot.diagnose.refusal import changes_named_in
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
+from megapilot.logs.health import XID_CODE
 from megapilot.logs.parser import strip_prefix
 from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord, ProgressMarker
 from megapilot.logs.signatures import EXTENSION_LOADER_FRAMES
@@ -382,11 +383,10 @@ XID_MEANING: dict[int, tuple[str, str]] = {
     94: ("contained ECC error", "hardware"), 95: ("uncontained ECC error", "hardware"),
     119: ("GSP RPC timeout", "driver/firmware"), 120: ("GSP error", "driver/firmware"),
 }
-_XID_RE = re.compile(r"\bXid\b(?: \(PCI:[^)]*\))?:? (\d+)")
 
 
 def _xid_codes(records: list[ErrorRecord]) -> list[int]:
-    codes = (int(found.group(1)) for r in records if (found := _XID_RE.search(r.text)) is not None)
+    codes = (int(found.group(1)) for r in records if (found := XID_CODE.search(r.text)) is not None)
     return list(dict.fromkeys(codes))
 
 

@@ -62,7 +62,8 @@ class KernelFault:
     evidence: Evidence
 
 
-_XID = re.compile(r"\bXid\b(?: \(PCI:[^)]*\))?:? (\d+)")
+# `NVRM: Xid (PCI:0000:9a:00): 79, ...`: the code a line names (diagnose's rules read it with this one pattern too)
+XID_CODE = re.compile(r"\bXid\b(?: \(PCI:[^)]*\))?:? (\d+)")
 
 
 def kernel_faults(file: str, lines: Iterable[str]) -> list[KernelFault]:
@@ -73,7 +74,7 @@ def kernel_faults(file: str, lines: Iterable[str]) -> list[KernelFault]:
         signature = match_line(text)
         if signature is None or signature.category != "gpu_hw_fault":
             continue
-        xid = _XID.search(text)
+        xid = XID_CODE.search(text)
         faults.append(KernelFault(signature.name, int(xid.group(1)) if xid else None,
                                   Evidence(file, number, text.strip())))
     return faults
