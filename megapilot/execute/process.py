@@ -15,6 +15,7 @@ init reaps it is not ours to decide.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,14 +29,42 @@ import psutil
 TORCHRUN_DEFAULT_PORT = 29500
 
 
+# Ports handed out for rendezvous stores lie below the kernel's ephemeral range: a port there is never given to an
+# outgoing connection, so nothing but another listener can take it between the moment it is chosen (when a launch
+# script is rendered) and the moment the store binds it (after the job is staged, seconds later on a busy node).
+# An ephemeral port chosen by bind(0) can be taken in that window by any connect() on the machine (gloo opens
+# hundreds), and both nodes then fail their rendezvous.
+_LISTEN_PORTS = (20000, 32768)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it), never torchrun's default 29500."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((host, 0))
-            port = int(probe.getsockname()[1])  # an AF_INET address is (host, port); typeshed types it Any
-        if port != TORCHRUN_DEFAULT_PORT:
+    """A TCP port nobody holds right now, outside the ephemeral range, never torchrun's default 29500."""
+    low, high = _LISTEN_PORTS
+    ephemeral_low = _ephemeral_low()
+    high = min(high, ephemeral_low) if ephemeral_low > low else high
+    for _ in range(200):
+        port = random.randrange(low, high)
+        if port != TORCHRUN_DEFAULT_PORT and _bindable(host, port):
             return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # every port of the range taken: the OS picks
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])  # an AF_INET address is (host, port); typeshed types it Any
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:

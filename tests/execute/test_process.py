@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -35,6 +36,13 @@ def test_free_port_is_bindable_and_not_torchrun_default():
     assert port != TORCHRUN_DEFAULT_PORT
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_free_port_lies_below_the_ephemeral_range_so_no_outgoing_connection_takes_it():
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(50)}
+    assert all(port < low for port in ports)
+    assert len(ports) > 40  # chosen at random: two suites rendering at once do not pick the same one
 
 
 def test_stop_kills_whole_tree_even_detached_and_sigterm_ignoring(tmp_path):
