@@ -35,6 +35,7 @@ from megapilot.suite.budget import BudgetConfig
 from megapilot.suite.cells import (
     DEFAULT_CELL_KEY,
     BoolLike,
+    CellKey,
     IntLike,
     PrecisionName,
     StrLike,
@@ -702,9 +703,10 @@ def _combinations(config: SuiteConfig, check: SuiteCheck) -> dict[str, tuple[str
     for raw_key, overlay in config.sweep.combinations.items():
         where = f"sweep.combinations.{raw_key}"
         try:
-            key = parse_cell_key(raw_key)
+            key = _combination_key(raw_key, overlay)
         except ValueError as exc:
-            check.add(where, str(exc), "write the key as MBS=<mbs>,GBS=<gbs>,PRECISION=<precision>")
+            check.add(where, str(exc), "write the key as MBS=<mbs>,GBS=<gbs>,PRECISION=<precision>, or give "
+                                       "the body micro_batch_size, global_batch_size and precision")
             continue
         if key.key in canonical_seen:
             check.add(where, f"the same cell as {canonical_seen[key.key]!r}", "keep one combination per cell")
@@ -717,6 +719,20 @@ def _combinations(config: SuiteConfig, check: SuiteCheck) -> dict[str, tuple[str
         if params is not None:
             merged[raw_key] = (key.key, params)
     return merged
+
+
+def _combination_key(raw_key: str, overlay: dict[str, Any]) -> CellKey:
+    """The cell of a combination: its `MBS=..,GBS=..,PRECISION=..` key, or, for a free-form id whose body names all
+    three fields, the cell the body names, as CVS's loader derived the threshold key (`MegatronVariantConfig.cell_key()`
+    at ROCm/cvs 15ea03dd, the form its mi355x files still use: `"llama3_1_8b-mi355x-bs128-mbs4-fp8": {"name": ..,
+    "micro_batch_size": "4", ...}`). ValueError (the key's own) when neither gives one."""
+    try:
+        return parse_cell_key(raw_key)
+    except ValueError:
+        values = [overlay.get(field) for field, _ in _KEY_FIELDS]
+        if any(value is None for value in values):
+            raise
+        return parse_cell_key("MBS={},GBS={},PRECISION={}".format(*(str(v).strip() for v in values)))
 
 
 def _overlay_agrees(key: Any, overlay: dict[str, Any], where: str, check: SuiteCheck) -> bool:

@@ -10,7 +10,16 @@ import yaml
 
 from megapilot.errors import MegapilotError
 from megapilot.suite.config import check_suite, load_suite, resolve_placeholders
-from tests.suite.cvs_files import CVS_DIR, DISTRIBUTED_70B, SINGLE_8B, filled_in, raw_cvs, write_suite
+from tests.suite.cvs_files import (
+    CVS_DIR,
+    DISTRIBUTED_70B,
+    MEGATRON_LM_IMAGE,
+    SINGLE_8B,
+    filled_in,
+    raw_cvs,
+    write_filled,
+    write_suite,
+)
 
 
 def _paths(check) -> set[str]:
@@ -128,6 +137,21 @@ def test_sweep_key_problems(tmp_path: Path) -> None:
             "sweep.combinations.MBS=2,GBS=64,PRECISION=FP8.micro_batch_size",
             "sweep.combinations.MBS=2,GBS=64,PRECISION=FP8.precision",
             "sweep.combinations.MBS=4,GBS=128,PRECISION=fp8", "sweep.runs[4]"} <= _paths(check)
+
+
+def test_free_form_combination_ids_take_their_cell_from_the_body(tmp_path: Path) -> None:
+    # CVS's mi355x files keep ids such as llama3_1_8b-mi355x-bs128-mbs4-fp8 with MBS, GBS and precision in the body;
+    # CVS derived the threshold cell from the body, and so does megapilot
+    config, _ = write_filled(tmp_path, "mi355x_megatron_llama-3.1-8b_single.json", gpu="MI355X",
+                             image=MEGATRON_LM_IMAGE, nodes=1)
+    suite = load_suite(config)
+    assert [cell.key for cell in suite.cells] == [f"MBS=4,GBS=128,PRECISION={p}" for p in ("FP8", "BF16", "MXFP4",
+                                                                                          "MXFP8")]
+    assert suite.cells[0].extra["name"] == "llama3_1_8b_mbs4_gbs128_FP8"
+    raw = json.loads(config.read_text())
+    del raw["sweep"]["combinations"]["llama3_1_8b-mi355x-bs128-mbs4-fp8"]["precision"]
+    config.write_text(json.dumps(raw))
+    assert "sweep.combinations.llama3_1_8b-mi355x-bs128-mbs4-fp8" in _paths(check_suite(config))
 
 
 def test_combinations_without_runs_is_a_problem(tmp_path: Path) -> None:
