@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.errors import MegapilotError
 from megapilot.spec import SavedPlan
+from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
 from megapilot.spec.training import PRECISIONS, Precision
 from megapilot.suite.cells import SweepCell
 from megapilot.suite.config import Backend, LoadedSuite, is_secret_name
@@ -115,9 +116,47 @@ def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None =
     parallel = ParallelConfig.for_world(
         cluster.world_size, tp=cell.tp, pp=cell.pp, cp=cell.cp, ep=cell.ep, vpp=cell.vpp, mbs=cell.mbs,
         recompute="full" if cell.recompute else "none", fsdp=cell.fsdp, sequence_parallel=cell.tp > 1,
+        **_split_fields(pipeline_split(suite, cell)),
     )
     validate_layout(suite.model, cluster, training, parallel)
     return SavedPlan(model=suite.model, cluster=cluster, training=training, parallel=parallel)
+
+
+def pipeline_split(suite: LoadedSuite, cell: SweepCell) -> PipelineSplit:
+    """The layer split a cell's PP runs: even where PP x VPP divides the layers, else the first split Megatron
+    accepts among those the planner costs (`plan.space.pipeline_splits`).
+
+    A CVS file says only `pipeline_parallelism` and leaves the layout to the trainer: Llama 3.1 405B's 126 layers
+    on PP 4 (CVS's distributed 405B config, run by Primus). Primus's own 405B experiments
+    (AMD-AGI/Primus examples/megatron/configs/MI3*X/llama3.1_405B-*-pretrain.yaml) set no split, and Primus
+    wraps Megatron-LM's validate_args without replacing it: with no first/last counts, Megatron needs
+    (num_layers + embedding slot + loss slot) divisible by PP. So the first choice is the embedding and the
+    loss each taking a layer slot (--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split,
+    what NVIDIA's 405B recipes use): 126 + 2 = 128 slots = 32 per rank, i.e. 31 + 32 + 32 + 31 layers. The
+    embedded trainer reads only first/last counts, so there the first uneven split is taken.
+    """
+    from megapilot.plan.space import pipeline_splits
+
+    model = suite.model
+    vpp = cell.vpp or 1
+    if cell.pp == 1 or model.num_layers % (cell.pp * vpp) == 0:
+        return EVEN_SPLIT
+    candidates = pipeline_splits(model, cell.pp)
+    if suite.backend == "megapilot":
+        candidates = tuple(s for s in candidates if s.first_stage_layers is not None or s.last_stage_layers is not None)
+    for split in candidates:
+        try:
+            split.resolve(model.num_layers, model.mtp_num_layers, cell.pp, vpp)
+        except MegapilotError:
+            continue
+        return split
+    return EVEN_SPLIT  # none fits: validate_layout refuses the cell, naming every legal option
+
+
+def _split_fields(split: PipelineSplit) -> dict[str, object]:
+    return {"first_stage_layers": split.first_stage_layers, "last_stage_layers": split.last_stage_layers,
+            "account_for_embedding": split.account_for_embedding, "account_for_loss": split.account_for_loss,
+            "pipeline_layout": split.layout}
 
 
 def _training_precision(cell_precision: str) -> Precision:
@@ -249,4 +288,4 @@ def _notes(suite: LoadedSuite) -> list[str]:
     return notes
 
 
-__all__ = ["CellLaunch", "build_plan", "launch_options", "render_cell", "render_cells"]
+__all__ = ["CellLaunch", "build_plan", "launch_options", "pipeline_split", "render_cell", "render_cells"]

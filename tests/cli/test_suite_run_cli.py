@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.suite.cvs_files import DISTRIBUTED_70B, SINGLE_8B, filled_in, raw_cvs, write_suite
+from tests.suite.cvs_files import (
+    DISTRIBUTED_70B,
+    LLAMA_405B,
+    PRIMUS_IMAGE,
+    SINGLE_8B,
+    filled_in,
+    raw_cvs,
+    write_filled,
+    write_suite,
+)
 
 
 def test_dry_run_of_a_real_cvs_config_gives_megatron_args_per_combo(cli, tmp_path: Path) -> None:
@@ -76,3 +85,17 @@ def test_megatron_version_reaches_every_combo_and_an_unknown_one_is_refused(cli,
     assert all("--eval-interval" in c["megatron_args"] for c in new.json()["combos"] if c["skipped"] is None)
     unknown = cli("suite", "run", str(config), "--dry-run", "--out", out, "--megatron-version", "0.99")
     assert unknown.exit_code == 2 and "no flag table for Megatron-LM 0.99" in unknown.stderr
+
+
+def test_dry_run_of_the_405b_config_on_primus_renders_its_uneven_pipeline_split(cli, tmp_path: Path) -> None:
+    config, cluster = write_filled(tmp_path, LLAMA_405B, gpu="MI325X", image=PRIMUS_IMAGE, nodes=4)
+    result = cli("suite", "run", str(config), "--cluster", str(cluster), "--dry-run", "--json",
+                 "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.stderr
+    combos = result.json()["combos"]
+    assert [c["key"] for c in combos] == ["MBS=1,GBS=64,PRECISION=FP8", "MBS=1,GBS=64,PRECISION=BF16"]
+    for combo in combos:
+        args = combo["megatron_args"]
+        assert combo["skipped"] is None and combo["backend"] == "primus" and combo["nodes"] == 4
+        assert args[args.index("--pipeline-model-parallel-size") + 1] == "4"
+        assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"} <= set(args)

@@ -5,11 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from megapilot.estimate.memory import shard_params
 from megapilot.suite.config import load_suite
-from megapilot.suite.render import render_cell, render_cells
+from megapilot.suite.render import pipeline_split, render_cell, render_cells
 from megapilot.suite.templates import template_path
 from megapilot.trainer.config import build_config
-from tests.suite.cvs_files import DISTRIBUTED_70B, SINGLE_8B, filled_in, raw_cvs, write_suite
+from tests.suite.cvs_files import (
+    DISTRIBUTED_70B,
+    LLAMA_405B,
+    MEGATRON_LM_IMAGE,
+    PRIMUS_IMAGE,
+    SINGLE_8B,
+    filled_in,
+    raw_cvs,
+    write_filled,
+    write_suite,
+)
 
 
 def _arg(args: list[str], flag: str) -> str:
@@ -123,3 +134,44 @@ def test_expert_parallelism_on_a_dense_model_fails_only_its_cell(tmp_path: Path)
     launches = {launch.key: launch for launch in render_cells(suite, tmp_path / "run", with_smoke=False)}
     assert launches["MBS=1,GBS=64,PRECISION=FP8"].error
     assert launches["MBS=1,GBS=64,PRECISION=BF16"].runnable
+
+
+def test_llama_405b_on_pp4_runs_the_split_megatron_accepts_and_memory_follows_it(tmp_path: Path) -> None:
+    # CVS's 405B config: 126 layers, TP 8 x PP 4 on 4 nodes, run by Primus; neither it nor Primus's 405B experiment
+    # names a split, and Megatron needs (126 + embedding + loss) divisible by PP: 31 + 32 + 32 + 31
+    config, cluster = write_filled(tmp_path, LLAMA_405B, gpu="MI325X", image=PRIMUS_IMAGE, nodes=4)
+    suite = load_suite(config, cluster)
+    launch = render_cell(suite, suite.cells[0], job_dir=tmp_path / "job")
+    assert launch.runnable and launch.backend == "primus", launch.error
+    args = launch.megatron_args
+    assert "--account-for-embedding-in-pipeline-split" in args and "--account-for-loss-in-pipeline-split" in args
+    experiment = next(text for path, text in launch.files.items() if path.endswith("primus_experiment.yaml"))
+    assert "account_for_embedding_in_pipeline_split: true" in experiment
+    assert "account_for_loss_in_pipeline_split: true" in experiment
+    parallel = launch.plan.parallel
+    assert parallel.rank_layer_counts(suite.model.num_layers) == (31, 32, 32, 31)
+    # the memory model holds each rank's own layers: a middle rank 32, the first 31 (plus the embedding)
+    per_layer = [shard_params(suite.model, parallel, stage).dense - shard_params(suite.model, parallel, stage).vocab
+                 for stage in range(4)]
+    assert per_layer[1] == per_layer[2] and abs(per_layer[0] / per_layer[1] - 31 / 32) < 1e-3
+    assert abs(per_layer[3] / per_layer[1] - 31 / 32) < 1e-3
+    # the same file on the Megatron-LM image renders the same split
+    megatron = load_suite(write_filled(tmp_path / "lm", LLAMA_405B, gpu="MI325X", image=MEGATRON_LM_IMAGE,
+                                       nodes=4)[0], cluster)
+    lm = render_cell(megatron, megatron.cells[0], job_dir=tmp_path / "lm-job")
+    assert lm.runnable and "--account-for-loss-in-pipeline-split" in lm.megatron_args
+
+
+def test_a_split_no_end_slot_can_fix_falls_back_to_first_and_last_counts(tmp_path: Path) -> None:
+    # 126 layers on PP 8: 126 + 2 = 128 slots divide; on PP 5 no end-slot split divides (126..128 % 5), so the
+    # planner's first/last counts are taken
+    def pp(value):
+        def edit(raw):
+            raw["train_params"]["pipeline_parallelism"] = str(value)
+            raw["train_params"]["tensor_parallelism"] = "1"
+        return edit
+    for value, expected in ((8, "+E+L"), (5, "first")):
+        config, cluster = write_filled(tmp_path / str(value), LLAMA_405B, gpu="MI325X", image=PRIMUS_IMAGE, nodes=5,
+                                       edit=pp(value))
+        suite = load_suite(config, cluster)
+        assert pipeline_split(suite, suite.cells[0]).label().startswith(expected)
