@@ -6,8 +6,10 @@
 Mapping: ModelSpec from the suite; TrainingSpec from seq length, GBS, precision and iterations;
 ParallelConfig from TP, PP, recompute (`1` = full recompute, `0` = none), FSDP, and megapilot's own
 `context_parallelism` / `expert_parallelism` / `virtual_pipeline_parallelism` keys (CVS's schema has none), with
-DP derived from nodes x GPUs per node. Backend and executor pick the launch: the embedded trainer (`megapilot`, `--cpu`
-on a CPU suite, mock data unless `megapilot.data_path`), Megatron-LM's pretrain_gpt.py under
+DP derived from nodes x GPUs per node, and the layer split a PP that does not divide the layers needs
+(`pipeline_split`: Llama 3.1 405B's 126 layers on PP 4 run 31 + 32 + 32 + 31). Backend and executor pick the
+launch: the embedded trainer (`megapilot`, `--cpu` on a CPU suite, mock data unless `megapilot.data_path`),
+Megatron-LM's pretrain_gpt.py under
 `megatron_path`, or the Primus launcher; the executor's capabilities say which script (an sbatch script
 asking for what its `LaunchRequest` says, or a torchrun script). Paths must exist here only for an
 executor whose jobs run here, without a container (anything else runs where those paths live).
