@@ -21,6 +21,7 @@ import pytest
 
 from megapilot.execute.interrupt import stop_on_signals
 from megapilot.execute.local import LocalExecutor
+from megapilot.report import render_report
 from megapilot.suite.config import load_suite
 from megapilot.suite.lifecycle import RunRequest, run_suite
 from megapilot.suite.results import SuiteResult
@@ -68,6 +69,14 @@ def _outline(result: SuiteResult) -> list[tuple[str, str | None, str]]:
         [("combo", c.key, c.verdict.value) for c in result.combos]
 
 
+def _deck_outline(result: SuiteResult) -> tuple[object, ...]:
+    """What the run deck rendered from `result` says of its stages and verdicts (not its times)."""
+    deck = json.loads(render_report(result, Path(result.run_dir)).run_deck.read_text())
+    return (deck["overall_status"], deck["verdict"], deck["exit_code"],
+            [(s["label"], s["status"]) for s in deck["lifecycle_stages"]],
+            [(c["cell_id"], c["status"], [(m["metric"], m["status"]) for m in c["metrics"]]) for c in deck["cells"]])
+
+
 @pytest.mark.slow
 def test_interrupted_at_every_point_and_resumed_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
     config = tiny_suite(tmp_path)
@@ -92,6 +101,7 @@ def test_interrupted_at_every_point_and_resumed_ends_as_an_uninterrupted_run(tmp
     assert result is not None and result.finished
     assert _outline(result) == _outline(reference)
     assert result.verdict == reference.verdict
+    assert _deck_outline(result) == _deck_outline(reference)  # the rendered run decks say the same
 
     state = Path(result.run_dir, "suite.json").read_bytes()
     done = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--resume", "latest",
