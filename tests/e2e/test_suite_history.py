@@ -143,8 +143,11 @@ def test_a_run_slowed_in_its_data_path_is_flagged_as_a_regression(tmp_path: Path
         control_noise += [_log_ratio(r["change_pct"]) for r in json.loads(done.stdout)["regressions"]
                           if r["metric"] == "training.tokens_per_gpu"]
     slowed_env = _env(tmp_path, PYTHONPATH=str(site), MEGAPILOT_TEST_SAMPLE_DELAY_S="0.3")
-    done = _suite_run(config, tmp_path, "--combo", FIRST, env=slowed_env)
+    done = _suite_run(config, tmp_path, "--combo", FIRST, "--enforce-regressions", env=slowed_env)
     result = json.loads(done.stdout)
+    # an enforced regression fails the run whatever its gates said: exit 1, never green
+    assert done.returncode == 1 and (result["verdict"], result["exit_code"]) == ("FAIL", 1), result["reason"]
+    assert result["gates_verdict"] != "PASS" or "regressed beyond its band" in result["reason"]
     regression = next(r for r in result["regressions"] if r["metric"] == "training.tokens_per_gpu")
     assert regression["worse"] and regression["change_pct"] < -20 and regression["runs_compared"] == 2
     assert _log_ratio(regression["change_pct"]) > 2 * max(control_noise)  # the slowdown stands clear of the noise
