@@ -127,10 +127,12 @@ def models(
 
     With MODEL, show that one model (a preset, a HF config.json or its folder, a ModelSpec file).
     """
-    from megapilot.catalog import get_model, load_presets
+    from megapilot.catalog import get_model, get_preset, load_presets
 
     if model is None:
         rows = [_model_row(p.spec, p.source, p.aliases) for p in load_presets().values()]
+    elif (preset := get_preset(model) if "/" not in model and "\\" not in model else None) is not None:
+        rows = [_model_row(preset.spec, preset.source, preset.aliases)]  # the same row as in the list
     else:
         rows = [_model_row(get_model(model))]
     if json_output:

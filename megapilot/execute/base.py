@@ -230,6 +230,10 @@ class ExecutorSettings(BaseModel):
     container: ContainerEntry | None = None
     scheduler_options: tuple[str, ...] = Field(
         default=(), description="Scheduler words for every job and probe (--partition=..., --qos=..., ...).")
+    job_lease_s: float | None = Field(
+        default=None, ge=0, description="A scheduler's job scancels itself once megapilot has not renewed its "
+                                        "lease for this long (megapilot was killed); None = the executor's "
+                                        "default, 0 = no lease (the job keeps running when megapilot is gone).")
 
 
 @dataclass(frozen=True)

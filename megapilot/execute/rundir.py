@@ -8,6 +8,8 @@ Layout (reports, the validation suite and `megapilot logs` read it; every execut
                                   rendered script, or one that runs the given argv, shell-quoted)
         job.json                  a `JobRecord`: what was run, where, the PIDs seen, start/end time,
                                   exit code, state and reason; rewritten as the job progresses
+        megapilot.lease           SLURM: rewritten every few seconds while megapilot follows the job;
+                                  the job scancels itself once it goes stale (execute/slurm.py)
         out-node0/training.log    stdout+stderr of node 0: the launcher and all of its ranks
         out-node0/ranks/...       torchrun's own per-rank files: <run id>/attempt_<n>/<local rank>/
                                   {stdout,stderr}.log (local executor, when the launcher is torchrun)

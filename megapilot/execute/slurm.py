@@ -15,6 +15,16 @@ How a SLURM job runs:
    once a job has left the queue, with a backoff), reads the new log lines for progress, and
    enforces the hang window and the wall-clock limit with `scancel`.
 3. A finished SLURM state maps to a JobState; COMPLETED still needs the final iteration in a log.
+4. A job does not outlive megapilot. Signals and a normal exit scancel every job (`close`); a SIGKILL runs
+   no cleanup, so each job also holds a lease: megapilot rewrites `<job_dir>/megapilot.lease` every few
+   seconds from a thread of its own (`JobLeases`), and the submitted launch.sh carries a watcher, inserted
+   after its `#SBATCH` lines (`with_lease_watch`), that runs beside srun in the batch step and scancels
+   `$SLURM_JOB_ID` once the lease has not changed for `lease_s` (default 120 s) by the batch node's own
+   clock. It compares the file's content, not its mtime, so clock skew between the login and batch nodes
+   does not matter, and reading opens the file, which NFS revalidates (close-to-open) instead of trusting
+   its attribute cache. A job that starts after megapilot died runs at most `lease_s` before it cancels
+   itself. `lease_s` None leaves the script as given: a job that is meant to keep running when its submitter
+   is gone.
 
 The SLURM client commands run with the constructor's environment on top of this process's, so a
 caller (or a test) can point them at a cluster with SLURM_CONF.
@@ -23,8 +33,11 @@ caller (or a test) can point them at a cluster with SLURM_CONF.
 from __future__ import annotations
 
 import atexit
+import math
 import os
+import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +94,11 @@ _NODE_NAMED = {"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"}
 # sbatch options that choose where a job runs; srun takes them too, so the preflight probe lands where jobs do.
 _PLACEMENT_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C",
                       "--exclude", "-x", "--nodelist", "-w", "--clusters", "-M")
+LEASE_FILE_NAME = "megapilot.lease"
+DEFAULT_LEASE_S = 120.0
+MIN_LEASE_S = 10.0
+# The watcher's line in node 0's log when it scancels; the verdict reads it back as the reason.
+LEASE_EXPIRED_MARK = "megapilot lease expired:"
 REFUSAL_FIX = ("give sbatch what the cluster offers: megapilot.partition, megapilot.account, megapilot.time_limit, "
                "megapilot.exclusive, or megapilot.sbatch_options (--qos=..., --reservation=..., --constraint=...)")
 
@@ -214,6 +232,86 @@ class SlurmQueue:
         return found
 
 
+def lease_renew_interval_s(lease_s: float) -> float:
+    """How often the lease is renewed and checked: a quarter of the window, at most every 5 s."""
+    return min(5.0, lease_s / 4)
+
+
+def with_lease_watch(script: str, lease: Path, lease_s: float) -> str:
+    """`script` with a watcher that scancels the job once `lease` stops changing for `lease_s`.
+
+    The lines go after the shebang, comments and `#SBATCH` lines (sbatch reads directives only up to the
+    first command), so every directive still counts; the script's own commands follow unchanged."""
+    window_s = math.ceil(lease_s)
+    check_s = f"{lease_renew_interval_s(lease_s):g}"
+    block = f"""\
+# megapilot: scancel this job when megapilot stops renewing its lease for {window_s} s (megapilot was killed;
+# a SIGKILL runs no cleanup). The content is compared, not the mtime: clock skew does not matter.
+(
+  lease={shlex.quote(str(lease))}; seen=""; renewed_s=$SECONDS
+  while kill -0 $$ 2>/dev/null; do
+    now=$(cat -- "$lease" 2>/dev/null || true)
+    if [ -n "$now" ] && [ "$now" != "$seen" ]; then
+      seen=$now; renewed_s=$SECONDS
+    elif (( SECONDS - renewed_s > {window_s} )); then
+      echo "{LEASE_EXPIRED_MARK} $lease not renewed for {window_s} s (megapilot is gone); scancel $SLURM_JOB_ID"
+      scancel "$SLURM_JOB_ID"
+      exit 0
+    fi
+    sleep {check_s}
+  done
+) </dev/null &
+"""
+    lines = script.splitlines(keepends=True)
+    header = 0
+    while header < len(lines) and (not lines[header].strip() or lines[header].lstrip().startswith("#")):
+        header += 1
+    head = "".join(lines[:header])
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return head + block + "".join(lines[header:])
+
+
+class JobLeases:
+    """Renews the lease file of every job this process follows, from a daemon thread, every `renew_s`.
+
+    A thread, not `poll`: a caller may block for minutes between polls (another stage, a long wait), and
+    that must not cost the jobs their lease; the thread stops only with the process."""
+
+    def __init__(self, renew_s: float):
+        self.renew_s = renew_s
+        self._paths: set[Path] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._count = 0
+
+    def hold(self, path: Path) -> None:
+        with self._lock:
+            self._paths.add(path)
+            self._renew(path)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="megapilot-slurm-leases", daemon=True)
+                self._thread.start()
+
+    def release(self, path: Path) -> None:
+        with self._lock:
+            self._paths.discard(path)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.renew_s)
+            with self._lock:
+                for path in list(self._paths):
+                    self._renew(path)
+
+    def _renew(self, path: Path) -> None:
+        self._count += 1
+        try:
+            path.write_text(f"{time.time():.3f} {os.getpid()} {self._count}\n", encoding="utf-8")
+        except OSError:  # a full or flaky file system: one renewal missed; the window spans several
+            pass
+
+
 @dataclass
 class _SlurmJob:
     spec: JobSpec
@@ -237,7 +335,8 @@ class SlurmExecutor:
     `env`: extra environment for every SLURM command (e.g. {"SLURM_CONF": ...}); `sbatch_options`:
     more sbatch words (`--partition=gpu`, `--account=...`) put before the script; `refresh_s`:
     at most one squeue per this many seconds; `vanish_grace_s`: how long a job may be known to
-    neither squeue nor sacct/scontrol before it counts as lost.
+    neither squeue nor sacct/scontrol before it counts as lost; `lease_s`: how long a job runs on once
+    this process stops renewing its lease (None: the job keeps running when megapilot is gone).
     """
 
     name: ClassVar[str] = "slurm"
@@ -248,7 +347,13 @@ class SlurmExecutor:
 
     def __init__(self, *, env: Mapping[str, str] | None = None, sbatch_options: Sequence[str] = (),
                  refresh_s: float = 2.0, max_lookup_interval_s: float = 30.0, vanish_grace_s: float = 120.0,
-                 command_timeout_s: float = 60.0, cancel_wait_s: float = 60.0):
+                 command_timeout_s: float = 60.0, cancel_wait_s: float = 60.0,
+                 lease_s: float | None = DEFAULT_LEASE_S):
+        if lease_s is not None and not lease_s >= MIN_LEASE_S:
+            raise MegapilotError(f"a job lease of {lease_s:g} s is too short to renew over a shared file system",
+                                 field="job_lease_s", fix=f"give at least {MIN_LEASE_S:g} s, or 0 for no lease")
+        self.lease_s = lease_s
+        self.leases = JobLeases(lease_renew_interval_s(lease_s)) if lease_s is not None else None
         self.client = SlurmClient(env, timeout_s=command_timeout_s)
         self.queue = SlurmQueue(self.client, refresh_s, max_lookup_interval_s)
         self.sbatch_options = list(sbatch_options)
@@ -260,7 +365,8 @@ class SlurmExecutor:
 
     @classmethod
     def from_settings(cls, settings: ExecutorSettings) -> SlurmExecutor:
-        return cls(sbatch_options=settings.scheduler_options)
+        lease_s = DEFAULT_LEASE_S if settings.job_lease_s is None else settings.job_lease_s or None
+        return cls(sbatch_options=settings.scheduler_options, lease_s=lease_s)
 
     # -- per node -----------------------------------------------------------------------------
 
@@ -349,12 +455,18 @@ class SlurmExecutor:
         directory = prepare_job_dir(job).resolve()
         _check_slurm_path(directory)
         launch = write_launch_script(job, directory)
+        if self.leases is not None and self.lease_s is not None:
+            lease = directory / LEASE_FILE_NAME
+            self.leases.hold(lease)  # renewed before the job can start: the watcher's first read finds it
+            launch.write_text(with_lease_watch(launch.read_text(encoding="utf-8"), lease, self.lease_s),
+                              encoding="utf-8")
         cwd = (job.cwd or directory).resolve()
         argv = ["sbatch", "--parsable", f"--chdir={cwd}", f"--nodes={job.nodes}",
                 f"--output={node_log_path(directory, 0)}", "--open-mode=append", *self.sbatch_options, str(launch)]
         submitted_at = utc_now()
         done = self.client.run(*argv, extra_env=self._job_environment(job, directory))
         if done.returncode != 0:
+            self._release_lease(directory)
             raise SubmissionRefused(f"sbatch refused the job: {_sbatch_words(done)}", field="script",
                                     fix=REFUSAL_FIX)
         job_id = done.stdout.strip().split(";")[0]
@@ -484,12 +596,20 @@ class SlurmExecutor:
                                             reason=reason)
         job.record.ended_at = utc_now()
         write_job_record(job.handle.job_dir, job.record)
+        self._release_lease(job.handle.job_dir)
+
+    def _release_lease(self, directory: Path) -> None:
+        if self.leases is not None:
+            self.leases.release(directory / LEASE_FILE_NAME)
 
     def _verdict(self, job: _SlurmJob, slurm: SlurmJobState | None) -> tuple[JobState, str | None]:
         if job.stop_cause is not None:
             return job.stop_cause
         assert slurm is not None
-        return slurm_verdict(slurm, job.logs, job.spec.require_final_iteration)
+        state, reason = slurm_verdict(slurm, job.logs, job.spec.require_final_iteration)
+        if state is JobState.CANCELLED and (expired := lease_expiry_line(job.handle.job_dir)) is not None:
+            reason = f"scancelled by its own lease watcher: {expired}"
+        return state, reason
 
 
 def slurm_verdict(slurm: SlurmJobState, logs: NodeLogs, require_final_iteration: bool = True,
@@ -511,6 +631,19 @@ def slurm_verdict(slurm: SlurmJobState, logs: NodeLogs, require_final_iteration:
     clue = logs.failure_reason(None, None)
     scheduler = f"SLURM {word}: {how}"
     return JobState.FAILED, f"{clue} ({scheduler})" if clue != "failed" else scheduler
+
+
+def lease_expiry_line(job_dir: Path) -> str | None:
+    """The watcher's words in node 0's log when it scancelled the job for a lease megapilot stopped renewing."""
+    try:
+        with node_log_path(job_dir, 0).open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 65536))
+            tail = log.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = [line for line in tail.splitlines() if line.startswith(LEASE_EXPIRED_MARK)]
+    return found[-1][len(LEASE_EXPIRED_MARK):].strip() if found else None
 
 
 def _sbatch_words(done: subprocess.CompletedProcess[str]) -> str:

@@ -216,6 +216,11 @@ class MegapilotBlock(_Forbid):
     job_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S,
                                         description="Wall-clock limit of each job in seconds; None = none (SLURM "
                                                     "time_limit still holds).")
+    job_lease_s: float | None = Field(
+        default=None, ge=0, le=MAX_TIMEOUT_S,
+        description="SLURM: a job scancels itself once megapilot has not renewed its lease for this long "
+                    "(megapilot was killed); None = 120 s, 0 = no lease (the job keeps running when megapilot "
+                    "is gone).")
     expected_nic_gbps: float | None = Field(default=None, gt=0, le=100_000)
     log_interval: int = Field(default=1, gt=0, le=MAX_ITERATIONS)
     partition: str | None = Field(default=None, description="SLURM partition; None = the cluster's default.")
@@ -231,6 +236,16 @@ class MegapilotBlock(_Forbid):
     secrets: list[str] = Field(default_factory=list, description="Names of container.env / cluster env_vars "
                                                                  "variables whose values are secrets, beyond those "
                                                                  "whose names say so (TOKEN, KEY, PASSWORD...).")
+
+    @field_validator("job_lease_s")
+    @classmethod
+    def _lease_long_enough(cls, lease_s: float | None) -> float | None:
+        from megapilot.execute.slurm import MIN_LEASE_S
+
+        if lease_s and lease_s < MIN_LEASE_S:
+            raise ValueError(f"must be 0 (no lease) or at least {MIN_LEASE_S:g} s, long enough to renew the lease "
+                             f"over a shared file system")
+        return lease_s
 
     @field_validator("executor")
     @classmethod

@@ -21,7 +21,8 @@ def make_executor(suite: LoadedSuite) -> Executor:
 def executor_settings(suite: LoadedSuite) -> ExecutorSettings:
     """Everything an executor may need from the suite; each executor reads its own part."""
     return ExecutorSettings(nodes=tuple(node_addresses(suite)), container=container_entry(suite),
-                            scheduler_options=tuple(scheduler_options(suite)))
+                            scheduler_options=tuple(scheduler_options(suite)),
+                            job_lease_s=suite.config.megapilot.job_lease_s)
 
 
 def node_addresses(suite: LoadedSuite) -> list[NodeAddress]:

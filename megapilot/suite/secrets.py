@@ -22,13 +22,16 @@ MASK = "***"
 # Short values ("1", "yes") are not masked inside other text: a secret is long, and masking "1" everywhere
 # would garble the copy. Under a secret's own key any value is masked.
 MIN_MASKED_LENGTH = 6
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|API_?KEY|PRIVATE_KEY|ACCESS_KEY"
-                          r"|(^|_)KEY$", re.IGNORECASE)
+# TOKEN as a word of its own: TOKENIZER_MODEL, TOKENIZERS_PARALLELISM and MAX_TOKENS hold no credential.
+_SECRET_NAME = re.compile(r"TOKEN(?![A-Z])|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|API_?KEY|PRIVATE_KEY"
+                          r"|ACCESS_KEY|(^|_)KEY$", re.IGNORECASE)
+# Where a secret is kept (hf_token_file, SSH_PRIVATE_KEY_PATH), not the secret: such values stay readable.
+_LOCATION_NAME = re.compile(r"_(FILE|PATH|DIR)$", re.IGNORECASE)
 
 
 def is_secret_name(name: str, named: frozenset[str] | set[str] = frozenset()) -> bool:
     """Whether a variable or key of this name holds a credential (by its name, or listed in `named`)."""
-    return name in named or bool(_SECRET_NAME.search(name))
+    return name in named or (bool(_SECRET_NAME.search(name)) and not _LOCATION_NAME.search(name))
 
 
 def secret_names(suite: LoadedSuite) -> frozenset[str]:

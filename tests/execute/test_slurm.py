@@ -7,7 +7,10 @@ sbatch script really trains across the two nodes (one srun torchrun per node, c1
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,7 +23,17 @@ from megapilot.errors import MegapilotError
 from megapilot.execute.base import HangPolicy, JobSpec, JobState
 from megapilot.execute.process import free_port
 from megapilot.execute.remote import NodeLogs
-from megapilot.execute.slurm import SlurmExecutor, SlurmJobState, parse_exit_code, parse_scontrol_job, slurm_verdict
+from megapilot.execute.slurm import (
+    LEASE_EXPIRED_MARK,
+    JobLeases,
+    SlurmExecutor,
+    SlurmJobState,
+    lease_expiry_line,
+    parse_exit_code,
+    parse_scontrol_job,
+    slurm_verdict,
+    with_lease_watch,
+)
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
 
@@ -92,6 +105,89 @@ def test_a_run_directory_slurm_would_read_as_a_pattern_is_refused(tmp_path):
         executor.submit(JobSpec(combo="x", run_dir=tmp_path / "100%", argv=["true"]))
 
 
+def test_the_lease_watcher_goes_after_the_sbatch_lines_and_keeps_the_script_whole(tmp_path):
+    script = "#!/bin/bash\n#SBATCH --nodes=2\n# a comment\n\n#SBATCH --time=01:00:00\nset -euo pipefail\necho hi\n"
+    watched = with_lease_watch(script, tmp_path / "a b" / "megapilot.lease", 30)
+    head, _, rest = watched.partition("# megapilot: scancel this job")
+    # sbatch reads directives up to the first command: both #SBATCH lines stay before the watcher.
+    assert head == "#!/bin/bash\n#SBATCH --nodes=2\n# a comment\n\n#SBATCH --time=01:00:00\n"
+    assert rest.endswith(") </dev/null &\nset -euo pipefail\necho hi\n")
+    assert f"lease='{tmp_path}/a b/megapilot.lease'" in rest and "> 30 ))" in rest
+    assert subprocess.run(["bash", "-n"], input=watched, text=True).returncode == 0
+
+
+def _run_watcher(tmp_path: Path, lease_s: float, renew: bool) -> tuple[float, str]:
+    """Run a watched script under bash with a recording stand-in for `scancel` (the real one is in the slow
+    test below); the script ends when "scancel" is called. Returns the seconds taken and what it printed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scancel").write_text(f"#!/bin/sh\necho \"$1\" > {tmp_path}/cancelled\n")
+    (bin_dir / "scancel").chmod(0o755)
+    lease = tmp_path / "megapilot.lease"
+    script = with_lease_watch("#!/bin/bash\nwhile [ ! -e " + str(tmp_path / "cancelled") + " ]; do sleep 0.1; done\n",
+                              lease, lease_s)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    leases = JobLeases(renew_s=0.5)
+    if renew:
+        leases.hold(lease)
+    started_s = time.monotonic()
+    try:
+        done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=lease_s * 2)
+    except subprocess.TimeoutExpired:
+        return time.monotonic() - started_s, ""
+    finally:
+        leases.release(lease)
+    return time.monotonic() - started_s, done.stdout
+
+
+def test_a_job_whose_lease_stops_changing_is_scancelled_after_the_window(tmp_path):
+    (tmp_path / "megapilot.lease").write_text("written once, never renewed\n")
+    took_s, said = _run_watcher(tmp_path, lease_s=2, renew=False)
+    assert (tmp_path / "cancelled").read_text() == "4242\n"
+    assert 2 <= took_s < 6, took_s
+    assert said.startswith(f"{LEASE_EXPIRED_MARK} {tmp_path}/megapilot.lease not renewed for 2 s")
+
+
+def test_a_renewed_lease_keeps_the_job_running(tmp_path):
+    took_s, said = _run_watcher(tmp_path, lease_s=2, renew=True)
+    assert not (tmp_path / "cancelled").exists() and said == "" and took_s >= 4
+
+
+def test_leases_are_renewed_by_their_own_thread_until_released(tmp_path):
+    leases = JobLeases(renew_s=0.05)
+    lease = tmp_path / "megapilot.lease"
+    leases.hold(lease)
+    seen = {lease.read_text()}
+    deadline = time.monotonic() + 5
+    while len(seen) < 3 and time.monotonic() < deadline:
+        seen.add(lease.read_text())
+        time.sleep(0.01)
+    assert len(seen) >= 3  # renewed without anyone polling
+    leases.release(lease)
+    time.sleep(0.2)
+    last = lease.read_text()
+    time.sleep(0.3)
+    assert lease.read_text() == last
+
+
+def test_a_lease_too_short_to_renew_is_refused_and_zero_turns_it_off():
+    from megapilot.execute.base import ExecutorSettings
+
+    with pytest.raises(MegapilotError, match="job_lease_s"):
+        SlurmExecutor(lease_s=3)
+    assert SlurmExecutor.from_settings(ExecutorSettings(job_lease_s=0)).leases is None
+    assert SlurmExecutor.from_settings(ExecutorSettings()).lease_s == 120
+
+
+def test_the_watchers_log_line_becomes_the_reason(tmp_path):
+    log = tmp_path / "out-node0" / "training.log"
+    log.parent.mkdir()
+    log.write_text("iteration 3/9 |\n" + f"{LEASE_EXPIRED_MARK} /x/megapilot.lease not renewed for 120 s\n")
+    assert lease_expiry_line(tmp_path) == "/x/megapilot.lease not renewed for 120 s"
+    log.write_text("iteration 3/9 |\n")
+    assert lease_expiry_line(tmp_path) is None and lease_expiry_line(tmp_path / "none") is None
+
+
 # ---- against the real cluster ---------------------------------------------------------------
 
 @pytest.mark.slow
@@ -119,7 +215,10 @@ def test_rendered_sbatch_script_trains_across_two_nodes(slurm_two_runnable_nodes
     assert (result.iterations_reached, result.train_iters) == (6, 6)
     assert seen[0].state in (JobState.PENDING, JobState.RUNNING) and seen[-1].state is JobState.COMPLETED
     record = (handle.job_dir / "job.json").read_text()
-    assert '"state": "COMPLETED"' in record and (handle.job_dir / "launch.sh").read_text() == launch.script
+    assert '"state": "COMPLETED"' in record
+    # launch.sh is the rendered script with the lease watcher after its #SBATCH lines, nothing else changed.
+    lease = handle.job_dir / "megapilot.lease"
+    assert (handle.job_dir / "launch.sh").read_text() == with_lease_watch(launch.script, lease, 120)
 
 
 @pytest.mark.slow
@@ -175,3 +274,55 @@ def test_cancel_scancels_and_waits_for_the_job_to_leave_the_queue(slurm_two_runn
     executor.cancel(handle)
     assert executor.poll(handle).state is JobState.CANCELLED and executor.result(handle).reason == "cancelled"
     assert slurm_two_runnable_nodes.run("squeue", "-h", "-j", handle.job_id, "-o", "%T").stdout.strip() == ""
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from megapilot.execute.base import HangPolicy, JobSpec
+from megapilot.execute.slurm import SlurmExecutor
+executor = SlurmExecutor(env={"SLURM_CONF": sys.argv[1]}, lease_s=float(sys.argv[2]))
+job = JobSpec(combo="orphan", run_dir=Path(sys.argv[3]), stop_grace_s=1.0,
+              hang=HangPolicy(startup_s=60, fixed_window_s=30), argv=sys.argv[4:])
+handle = executor.submit(job)
+print(handle.job_id, handle.job_dir, flush=True)
+time.sleep(600)  # holds the job without polling: only the lease thread runs
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkilled_megapilot_leaves_no_slurm_job_behind(slurm_two_runnable_nodes, tmp_path):
+    """SIGKILL runs no handler and no atexit: the job's own watcher scancels it once the lease goes stale."""
+    cluster, lease_s = slurm_two_runnable_nodes, 10.0
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(cluster.conf), str(lease_s), str(tmp_path),
+                               sys.executable, str(PRINTER), "--iters", "100000", "--interval-s", "0.2"],
+                              stdout=subprocess.PIPE, text=True,
+                              env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        job_id, job_dir = holder.stdout.readline().split()  # type: ignore[union-attr]  # stdout is a pipe
+        log = Path(job_dir) / "out-node0" / "training.log"
+
+        def queued() -> str:
+            return cluster.run("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip()
+
+        deadline = time.monotonic() + 60
+        while not (log.is_file() and ITERATION.search(log.read_text())):
+            assert time.monotonic() < deadline, f"the job never printed an iteration ({queued()})"
+            time.sleep(0.2)
+        # Alive but not polling for longer than the window: the lease thread keeps the job.
+        time.sleep(lease_s * 1.5)
+        assert queued() == "RUNNING"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        killed_s = time.monotonic()
+        while queued() and time.monotonic() - killed_s < lease_s * 3:
+            time.sleep(0.5)
+        gone_s = time.monotonic() - killed_s
+        print(f"job {job_id} left the queue {gone_s:.1f} s after megapilot was SIGKILLed (lease {lease_s:g} s)")
+        assert queued() == "", f"job {job_id} outlived megapilot by {gone_s:.0f} s"
+        assert gone_s < lease_s + 10, gone_s
+        assert cluster.final_state(job_id) == "CANCELLED"
+        assert f"{LEASE_EXPIRED_MARK} {job_dir}/megapilot.lease not renewed for 10 s" in log.read_text()
+    finally:
+        holder.kill()
+        holder.wait()

@@ -36,6 +36,8 @@ def _problems(path: Path) -> list[tuple[str, str]]:
     (("checkpoint", "loss_rtol"), float("inf"), "checkpoint.loss_rtol"),
     (("megapilot", "startup_timeout_s"), 1e30, "megapilot.startup_timeout_s"),
     (("megapilot", "job_timeout_s"), -1, "megapilot.job_timeout_s"),
+    (("megapilot", "job_lease_s"), 3, "megapilot.job_lease_s"),
+    (("megapilot", "job_lease_s"), float("nan"), "megapilot.job_lease_s"),
     (("checkpoint", "resume_iters"), 3, "checkpoint"),
 ])
 def test_out_of_bounds_values_are_refused_by_check(tmp_path: Path, where: tuple[str, str], value: object,

@@ -7,7 +7,7 @@ import shlex
 
 from megapilot.suite.config import load_suite
 from megapilot.suite.containers import exec_prefix, prepare_containers, run_argv, uses_container
-from megapilot.suite.executors import container_wrapper, make_executor, ssh_nodes
+from megapilot.suite.executors import container_wrapper, make_executor
 from megapilot.suite.results import Verdict
 from tests.suite.cvs_files import SINGLE_8B, filled_in, raw_cvs, write_suite
 
@@ -38,16 +38,6 @@ def test_docker_run_follows_the_cvs_runtime_args_and_names_env_without_values(tm
     for name, value in container.env.items():
         assert f"-e {name}" in text and f"{name}={value}" not in text  # values come from the environment
     assert exec_prefix(suite)[:2] == ["docker", "exec"] and exec_prefix(suite)[-1] == container.name
-
-
-def test_ssh_nodes_come_from_the_cluster_file_head_node_first(tmp_path):
-    suite = _suite(tmp_path, "ssh")
-    nodes = ssh_nodes(suite)
-    assert [n.host for n in nodes] == ["10.0.0.2", "10.0.0.1"]
-    assert nodes[0].reach_address == "192.168.0.2" and nodes[0].port == 2222 and nodes[0].user == "ops"
-    assert nodes[0].options == ("StrictHostKeyChecking=accept-new",)
-    wrapper = container_wrapper(suite)
-    assert wrapper is not None and (wrapper.runtime, wrapper.mode) == ("docker", "exec")
 
 
 def test_no_container_for_slurm_jobs_said_in_the_prepare_row(tmp_path):

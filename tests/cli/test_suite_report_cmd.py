@@ -1,4 +1,4 @@
-"""`megapilot suite report RUN_DIR [--json]` through the real entry point (the CLI module owned by the report)."""
+"""`megapilot suite report RUN_DIR [--json]` through the real entry point (cli.suite_report_cmd)."""
 
 from __future__ import annotations
 

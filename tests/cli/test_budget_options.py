@@ -1,0 +1,75 @@
+"""cli.budget_options: the budget options read into one BudgetRequest, and refused when they contradict."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.cli.budget_options import NO_BUDGET, NO_RUN_BUDGET, BudgetFlags, RunBudgetFlags, budget_json
+from megapilot.errors import MegapilotError
+from megapilot.estimate.goodput import FailureModel
+
+
+def test_no_option_is_no_budget():
+    assert not NO_BUDGET.given and not NO_RUN_BUDGET.given
+    assert NO_BUDGET.request() is None and budget_json(None) == {}
+
+
+def test_tokens_phases_warm_up_price_and_failure_inputs_become_one_request():
+    flags = BudgetFlags(tokens="15.6T", phase=["tokens=800B,seq_len=131072,cp=16"], rampup_batch_size=(32, 32, 1000),
+                        cost_per_gpu_hour=2.5, failures_per_gpu_hour=1e-5, restart_min=15.0, repair_h=48.0,
+                        checkpoint_gbps=500.0)
+    request = flags.request()
+    assert request is not None and flags.given
+    assert request.tokens == pytest.approx(15.6e12) and request.train_iters is None
+    [phase] = request.phases
+    assert (phase.tokens, phase.seq_len, phase.cp) == (pytest.approx(800e9), 131072, 16)
+    assert (request.rampup.start, request.rampup.increment, request.rampup.samples) == (32, 32, 1000)
+    assert (request.cost_per_gpu_hour, request.checkpoint_gbps) == (2.5, 500.0)
+    failure = request.failure
+    assert (failure.failures_per_gpu_hour, failure.restart_s, failure.repair_h) == (1e-5, 900.0, 48.0)
+    assert failure.source == "given (--failures-per-gpu-hour)"
+
+
+def test_unset_failure_inputs_keep_the_models_defaults():
+    request = BudgetFlags(train_iters=1000).request()
+    assert request is not None and request.train_iters == 1000 and request.tokens is None
+    assert request.failure == FailureModel()
+
+
+def test_script_gives_the_steps_itself():
+    request = RunBudgetFlags(cost_per_gpu_hour=2.0).request(train_iters=500)
+    assert request is not None and request.train_iters == 500
+
+
+@pytest.mark.parametrize(("flags", "field"), [
+    (BudgetFlags(cost_per_gpu_hour=2.0), "tokens"),  # a budget option without a budget
+    (BudgetFlags(tokens="1T", train_iters=10), "tokens"),
+    (BudgetFlags(tokens="1T", failures_per_gpu_hour=1e-5, failures_from_history=True), "failures_per_gpu_hour"),
+    (BudgetFlags(tokens="1T", restart_min=-1.0), "restart_s"),
+    (BudgetFlags(tokens="many"), "tokens"),
+])
+def test_contradicting_or_bad_options_name_the_field(flags, field):
+    with pytest.raises(MegapilotError) as caught:
+        flags.request()
+    assert caught.value.field == field
+
+
+def test_the_history_rate_reads_only_this_gpus_runs(tmp_path, monkeypatch):
+    from megapilot.store.history import HISTORY_ENV, open_history
+    from tests.report.factory import suite_result
+
+    path = tmp_path / "history.sqlite"
+    with open_history(str(path)) as history:
+        for index in range(10):  # H100 runs: one failed 2-GPU job of 100,000 s each
+            result = suite_result(tmp_path)
+            result.run_id = f"run-{index:03d}"
+            for combo in result.combos:
+                combo.duration_s = 100_000.0
+            history.record(result)
+    monkeypatch.setenv(HISTORY_ENV, str(path))
+    learned = BudgetFlags(tokens="1T", failures_from_history=True).request(gpu=get_gpu("h100"))
+    assert learned is not None and "run history" in learned.failure.source
+    assert learned.failure.failures_per_gpu_hour == pytest.approx(10 / (10 * 2 * 100_000 * 2 / 3600))
+    other = BudgetFlags(tokens="1T", failures_from_history=True).request(gpu=get_gpu("mi300x"))
+    assert other is not None and "run history" not in other.failure.source

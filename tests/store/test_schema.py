@@ -1,0 +1,86 @@
+"""store.schema: ordered migrations bring any older history up to date once, and a newer one is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+
+import pytest
+
+from megapilot.errors import MegapilotError
+from megapilot.store.schema import MIGRATIONS, SCHEMA_VERSION, apply_migrations, schema_version
+
+
+class _Sqlite:
+    """A plain SQLite connection speaking the schema's Database protocol (what the history wraps)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path):
+        self.location = str(path)
+        self.connection = sqlite3.connect(path, isolation_level=None)
+
+    def execute(self, sql, params=()):
+        self.connection.execute(sql, tuple(params))
+
+    def execute_many(self, sql, rows):
+        self.connection.executemany(sql, rows)
+
+    def query(self, sql, params=()):
+        return self.connection.execute(sql, tuple(params)).fetchall()
+
+    @contextmanager
+    def write(self):
+        self.connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.connection.execute("ROLLBACK")
+            raise
+        self.connection.execute("COMMIT")
+
+    def close(self):
+        self.connection.close()
+
+    def tables(self) -> set[str]:
+        return {row[0] for row in self.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_versions_are_consecutive_and_the_schema_version_is_the_last():
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert MIGRATIONS[-1].version == SCHEMA_VERSION
+
+
+def test_an_empty_database_gets_every_migration_once(tmp_path):
+    db = _Sqlite(tmp_path / "h.sqlite")
+    assert schema_version(db) == 0
+    assert apply_migrations(db) == list(range(1, SCHEMA_VERSION + 1))
+    assert apply_migrations(db) == [] and schema_version(db) == SCHEMA_VERSION
+    rows = db.query("SELECT version, description FROM schema_version ORDER BY version")
+    assert rows == [(m.version, m.description) for m in MIGRATIONS]
+    assert {"runs", "combos", "metrics", "predictions", "measured_runs"} <= db.tables()
+
+
+def test_an_older_database_is_brought_up_from_where_it_stands(tmp_path):
+    db = _Sqlite(tmp_path / "old.sqlite")
+    assert apply_migrations(db, target=1) == [1]
+    assert "runs" in db.tables() and "measured_runs" not in db.tables()
+    assert apply_migrations(db) == list(range(2, SCHEMA_VERSION + 1)) and "measured_runs" in db.tables()
+
+
+def test_a_database_from_a_newer_megapilot_is_refused_and_left_as_it_was(tmp_path):
+    db = _Sqlite(tmp_path / "future.sqlite")
+    apply_migrations(db)
+    db.execute("INSERT INTO schema_version VALUES (?, 'from the future', 'now')", (SCHEMA_VERSION + 1,))
+    with pytest.raises(MegapilotError) as caught:
+        apply_migrations(db)
+    assert caught.value.field == "--db" and str(tmp_path / "future.sqlite") in caught.value.problem
+    assert schema_version(db) == SCHEMA_VERSION + 1
+
+
+def test_a_failing_migration_leaves_no_half_applied_version(tmp_path):
+    db = _Sqlite(tmp_path / "clash.sqlite")
+    db.execute("CREATE TABLE predictions (x INTEGER)")  # in the way of version 2's table
+    with pytest.raises(sqlite3.OperationalError):
+        apply_migrations(db)
+    assert schema_version(db) == 0 and "runs" not in db.tables()

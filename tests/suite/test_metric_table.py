@@ -1,0 +1,43 @@
+"""suite.metric_table: one entry per metric, and entries for the same quantity that agree with each other."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from megapilot.store.history import PREDICTED_QUANTITIES
+from megapilot.suite import metric_table
+from megapilot.suite.metric_table import HEADLINE_METRICS, MEASURED_METRICS, METRICS, metric_info
+
+
+def test_every_metric_is_named_once():
+    names = [info.name for info in metric_table._TABLE]
+    assert len(names) == len(set(names)) == len(METRICS)
+    assert all(name.startswith("training.") for name in names)
+
+
+def test_a_watched_metric_has_a_direction_and_a_positive_band():
+    # a regression is a move in the bad direction beyond the band: a headline metric needs both
+    for name in HEADLINE_METRICS:
+        assert METRICS[name].direction in ("higher", "lower"), name
+    assert all(info.band_pct > 0 for info in METRICS.values())
+
+
+def test_names_of_one_predicted_quantity_agree_on_direction_and_unit():
+    by_quantity = defaultdict(set)
+    for info in METRICS.values():
+        if info.quantity is not None:
+            by_quantity[info.quantity].add((info.direction, info.unit))
+    assert set(by_quantity) <= set(PREDICTED_QUANTITIES)
+    assert {quantity: len(kinds) for quantity, kinds in by_quantity.items()} == dict.fromkeys(by_quantity, 1)
+
+
+def test_measured_metrics_say_which_log_line_they_come_from_in_table_order():
+    assert MEASURED_METRICS[0] == "training.throughput_per_gpu"
+    assert [name for name in METRICS if METRICS[name].expected_line] == list(MEASURED_METRICS)
+    assert "training.tokens_per_s_per_gpu" in METRICS and "training.tokens_per_s_per_gpu" not in MEASURED_METRICS
+
+
+def test_an_unknown_metric_gets_a_neutral_entry_named_after_it():
+    info = metric_info("training.all_reduce_bus_gbps")
+    assert (info.label, info.unit, info.direction, info.headline) == ("all reduce bus gbps", "", None, False)
+    assert metric_info("training.step_time_p95_ms") is METRICS["training.step_time_p95_ms"]
