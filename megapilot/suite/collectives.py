@@ -54,15 +54,35 @@ class Links:
     name: str
 
 
-def links_for(gpu: GPUSpec | None, nodes: int, ranks_per_node: int, *, crosses_nodes: bool) -> Links:
-    """The slowest link a ring of these ranks crosses: NVLink/xGMI inside one scale-up domain (a GB200 NVL72's
-    domain spans nodes), else the NIC bandwidth per GPU."""
+def links_for(gpu: GPUSpec | None, collective: str, *, nodes: int, ranks_per_node: int) -> Links:
+    """The bus bandwidth the slowest link of this group allows, per the catalog's per-GPU, per-direction figures.
+
+    Inside one scale-up domain (one node, or nodes of one NVL72 rack): the NVLink/xGMI bandwidth. Across domains:
+    a ring (all-reduce, all-gather, reduce-scatter) leaves each node once per channel, and NCCL runs a channel per
+    NIC, so the node's NICs together (ranks per node x the NIC figure) bound it, never above NVLink/xGMI; all-to-all
+    sends every rank's off-node share through its own NIC: NIC x (n-1)/(n - ranks per node); a send/recv between
+    two GPUs has one NIC."""
     if gpu is None:
         return Links(None, "CPU: gloo over host memory and loopback (no catalog figure)")
     fabric = "xGMI" if gpu.vendor == "AMD" else "NVLink"
-    if not crosses_nodes or nodes * ranks_per_node <= gpu.scaleup_domain_gpus:
-        return Links(gpu.scaleup_bw_gbps, f"{fabric} ({gpu.name}: {gpu.scaleup_bw_gbps:g} GB/s per GPU per direction)")
-    return Links(gpu.scaleout_bw_gbps, f"NIC ({gpu.name}: {gpu.scaleout_bw_gbps:g} GB/s per GPU per direction)")
+    scaleup = Links(gpu.scaleup_bw_gbps, f"{fabric} ({gpu.name}: {gpu.scaleup_bw_gbps:g} GB/s per GPU per direction)")
+    one_domain = nodes == 1 or (gpu.scaleup_domain_gpus > gpu.gpus_per_node and
+                                nodes * gpu.gpus_per_node <= gpu.scaleup_domain_gpus)
+    if one_domain:
+        return scaleup
+    nic = gpu.scaleout_bw_gbps
+    total = nodes * ranks_per_node
+    if collective == "sendrecv":
+        return Links(nic, f"one NIC ({gpu.name}: {nic:g} GB/s per GPU per direction)")
+    if collective == "alltoall":
+        bound = nic * (total - 1) / (total - ranks_per_node)
+        how = f"NIC {nic:g} GB/s x {total - 1}/{total - ranks_per_node} (each rank's off-node share)"
+    else:
+        bound = nic * ranks_per_node
+        how = f"{ranks_per_node} NICs x {nic:g} GB/s per node (a ring channel per NIC)"
+    if bound >= gpu.scaleup_bw_gbps:
+        return scaleup
+    return Links(bound, f"{how}, {gpu.name}")
 
 
 @dataclass(frozen=True)
@@ -93,18 +113,21 @@ def judge(runs: Sequence[CollectiveRun], settings: CollectivesConfig, gpu: GPUSp
     per pair of nodes (`collectives.link.nodeI-nodeJ`) when measured. `source` says what measured."""
     cpu = gpu is None
     whole = [run for run in runs if not run.scope]
-    job_gate = gate_for(settings, links_for(gpu, nodes, ranks_per_node, crosses_nodes=nodes > 1), cpu=cpu)
-    rows = [_row(f"{ROW_PREFIX}{run.collective}", run, job_gate, source) for run in whole]
-    node_gate = gate_for(settings, links_for(gpu, 1, ranks_per_node, crosses_nodes=False), cpu=cpu)
-    pair_gate = gate_for(settings, links_for(gpu, 2, 1, crosses_nodes=True), cpu=cpu)
+    job_gates = {run.collective: gate_for(settings, links_for(gpu, run.collective, nodes=nodes,
+                                                              ranks_per_node=ranks_per_node), cpu=cpu)
+                 for run in whole}
+    rows = [_row(f"{ROW_PREFIX}{run.collective}", run, job_gates[run.collective], source) for run in whole]
+    node_gate = gate_for(settings, links_for(gpu, "all_reduce", nodes=1, ranks_per_node=ranks_per_node), cpu=cpu)
+    pair_gate = gate_for(settings, links_for(gpu, "sendrecv", nodes=2, ranks_per_node=1), cpu=cpu)
     pairs = [run for run in runs if "-" in run.scope]
     own = {run.scope: run for run in runs if run.scope and "-" not in run.scope}
-    floor = job_gate.floor_gbps
-    short_job = [run.collective for run in whole if floor is not None and run.peak_busbw_gbps() < floor]
+    short_job = [run.collective for run in whole if (floor := job_gates[run.collective].floor_gbps) is not None
+                 and run.peak_busbw_gbps() < floor]
+    job_gated = any(gate.gated for gate in job_gates.values())
     blamed = _blamed(runs) if short_job else {}
     bisectable = bool(own or pairs)
     for index in range(nodes):
-        rows.append(_node_row(f"node{index}", own.get(f"node{index}"), node_gate, job_gate, blamed, short_job,
+        rows.append(_node_row(f"node{index}", own.get(f"node{index}"), node_gate, job_gated, blamed, short_job,
                               bisectable))
     rows += [_row(f"{ROW_PREFIX}link.{run.scope}", run, pair_gate, source, link=True) for run in pairs]
     return rows
@@ -136,7 +159,7 @@ def _blamed(runs: Sequence[CollectiveRun]) -> dict[str, float]:
     return {s.name: s.ratio for s in blame_links(runs) if s.ratio > BLAME_RATIO}
 
 
-def _node_row(node: str, own: CollectiveRun | None, gate: Gate, job_gate: Gate, blamed: dict[str, float],
+def _node_row(node: str, own: CollectiveRun | None, gate: Gate, job_gated: bool, blamed: dict[str, float],
               short_job: list[str], bisectable: bool) -> MetricRow:
     """One node's verdict: its own ranks' all-reduce against the NVLink/xGMI floor, and, when the job's collectives
     fall short, whether the bisection points at it."""
@@ -152,8 +175,8 @@ def _node_row(node: str, own: CollectiveRun | None, gate: Gate, job_gate: Gate, 
         parts.append(f"its own {own.ranks} ranks: all-reduce {own.peak_busbw_gbps():.3f} GB/s")
     if node in blamed:
         parts.insert(0, f"the bisection names {node}: its groups measure {blamed[node]:.2f}x below the others' "
-                        f"median while the job's {', '.join(short_job)} fell short of {job_gate.says}")
-        failed, would_fail = failed or job_gate.gated, True
+                        f"median while the job's {', '.join(short_job)} fell short of its gate")
+        failed, would_fail = failed or job_gated, True
     elif short_job and not bisectable:
         parts.append("no per-node measurement to bisect with")
     elif short_job:
@@ -164,7 +187,7 @@ def _node_row(node: str, own: CollectiveRun | None, gate: Gate, job_gate: Gate, 
     reason = "; ".join(parts)
     if failed:
         return MetricRow(name=name, value=value, unit="GB/s", verdict=Verdict.FAIL, reason=reason)
-    if not (gate.gated or job_gate.gated):
+    if not (gate.gated or job_gated):
         note = f"recorded, not gated (would {'FAIL' if would_fail else 'PASS'})"
         return MetricRow(name=name, value=value, unit="GB/s", verdict=Verdict.RECORD, enforced=False,
                          reason=f"{note}: {reason}")

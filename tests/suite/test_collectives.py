@@ -1,0 +1,142 @@
+"""The collectives stage's gate and bisection, on named fakes of nccl-tests output (no GPU or NIC here), its launch
+scripts, and its config block."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.launch.options import LaunchOptions
+from megapilot.launch.probe import ProbeSweep, render_probe_script
+from megapilot.logs.collectives import parse_collectives
+from megapilot.suite.collectives import curves, judge, links_for
+from megapilot.suite.config import CollectivesConfig
+from megapilot.suite.nodes import write_node_lists
+from megapilot.suite.results import MetricRow, Verdict
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "collectives"
+H100 = get_gpu("h100")
+
+
+def _rows(name: str, nodes: int, settings: CollectivesConfig | None = None, *, gpu=H100) -> dict[str, MetricRow]:
+    runs = parse_collectives((DATA / name).read_text().splitlines())
+    rows = judge(runs, settings or CollectivesConfig(), gpu, nodes=nodes, ranks_per_node=8, source="nccl-tests")
+    return {row.name: row for row in rows}
+
+
+def _node_lists(tmp_path: Path, rows: dict[str, MetricRow], names: list[str]) -> tuple[str, str]:
+    write_node_lists(tmp_path, names, [row for name, row in rows.items() if name.startswith("node")])
+    return (tmp_path / "failing_nodes.txt").read_text(), (tmp_path / "passing_nodes.txt").read_text()
+
+
+def test_the_catalog_links_bound_each_collective():
+    assert links_for(H100, "all_reduce", nodes=1, ranks_per_node=8).busbw_gbps == 450  # NVLink
+    ring = links_for(H100, "all_gather", nodes=2, ranks_per_node=8)
+    assert ring.busbw_gbps == 400 and "8 NICs" in ring.name  # a ring channel per NIC leaves the node
+    assert links_for(H100, "alltoall", nodes=2, ranks_per_node=8).busbw_gbps == pytest.approx(50 * 15 / 8)
+    assert links_for(H100, "sendrecv", nodes=2, ranks_per_node=1).busbw_gbps == 50  # one NIC
+    assert links_for(get_gpu("gb200"), "all_reduce", nodes=2, ranks_per_node=4).busbw_gbps == 900  # one NVL72
+    assert "xGMI" in links_for(get_gpu("mi300x"), "all_reduce", nodes=1, ranks_per_node=8).name
+    assert links_for(None, "all_reduce", nodes=2, ranks_per_node=2).busbw_gbps is None
+
+
+def test_a_healthy_pair_of_nodes_passes_every_gate(tmp_path):
+    rows = _rows("fake_nccl_tests_h100_2nodes_healthy.txt", nodes=2)
+    assert set(rows) == {"collectives.all_reduce", "collectives.all_gather", "collectives.reduce_scatter",
+                         "collectives.alltoall", "node0.collectives", "node1.collectives",
+                         "collectives.link.node0-node1"}
+    assert all(row.verdict is Verdict.PASS for row in rows.values()), rows
+    assert rows["collectives.all_reduce"].threshold == ">= 280"  # 70 % of 8 NICs x 50 GB/s
+    assert rows["collectives.all_reduce"].value == pytest.approx(359.19)  # the peak, at 1 GiB
+    assert _node_lists(tmp_path, rows, ["gpu-a", "gpu-b"]) == ("", "gpu-a\ngpu-b\n")
+
+
+def test_a_node_with_a_slow_nvlink_is_named_and_listed_as_failing(tmp_path):
+    rows = _rows("fake_nccl_tests_h100_2nodes_node1_nvlink_slow.txt", nodes=2)
+    assert rows["collectives.all_reduce"].verdict is Verdict.FAIL
+    assert rows["collectives.alltoall"].verdict is Verdict.FAIL  # 60 GB/s < 70 % of 50 x 15/8
+    node1 = rows["node1.collectives"]
+    assert node1.verdict is Verdict.FAIL and "the bisection names node1" in node1.reason
+    assert rows["node0.collectives"].verdict is Verdict.PASS, rows["node0.collectives"].reason
+    assert rows["collectives.link.node0-node1"].verdict is Verdict.PASS  # the NICs are fine
+    assert _node_lists(tmp_path, rows, ["gpu-a", "gpu-b"]) == ("gpu-b\n", "gpu-a\n")
+
+
+def test_the_node_in_every_slow_pair_is_named_among_four(tmp_path):
+    rows = _rows("fake_nccl_tests_h100_4nodes_node2_nic_slow.txt", nodes=4)
+    failed = sorted(name for name, row in rows.items() if row.verdict is Verdict.FAIL)
+    assert failed == ["collectives.all_gather", "collectives.all_reduce", "collectives.alltoall",
+                      "collectives.link.node0-node2", "collectives.link.node1-node2", "collectives.link.node2-node3",
+                      "collectives.reduce_scatter", "node2.collectives"]
+    assert "the bisection names node2" in rows["node2.collectives"].reason
+    assert "not named by the bisection" in rows["node0.collectives"].reason
+    failing, _ = _node_lists(tmp_path, rows, ["gpu-a", "gpu-b", "gpu-c", "gpu-d"])
+    assert failing == "gpu-c\n"
+
+
+def test_the_gate_follows_the_config():
+    loose = _rows("fake_nccl_tests_h100_2nodes_node1_nvlink_slow.txt", nodes=2, settings=CollectivesConfig(
+        min_fraction=0.3))
+    assert all(row.verdict is Verdict.PASS for row in loose.values())  # 139 GB/s >= 30 % of 450
+    floor = _rows("fake_nccl_tests_h100_2nodes_healthy.txt", nodes=2, settings=CollectivesConfig(
+        min_busbw_gbps=370))
+    assert floor["collectives.all_reduce"].verdict is Verdict.FAIL and floor["collectives.all_reduce"].threshold == \
+        ">= 370"
+    recorded = _rows("fake_nccl_tests_h100_2nodes_node1_nvlink_slow.txt", nodes=2, settings=CollectivesConfig(
+        enforce=False))
+    assert all(row.verdict is Verdict.RECORD and not row.enforced for row in recorded.values())
+    assert "would FAIL" in recorded["node1.collectives"].reason
+
+
+def test_a_cpu_run_is_recorded_not_gated_but_still_names_the_slow_node():
+    # gloo on shared cores: no catalog figure, and a floor the user sets is reported as what it would have done
+    rows = _rows("fake_nccl_tests_h100_2nodes_node1_nvlink_slow.txt", nodes=2, gpu=None,
+                 settings=CollectivesConfig(min_busbw_gbps=200))
+    assert all(row.verdict is Verdict.RECORD for row in rows.values())
+    assert "would FAIL" in rows["collectives.all_reduce"].reason
+    assert "the bisection names node1" in rows["node1.collectives"].reason
+    unset = _rows("fake_nccl_tests_h100_2nodes_healthy.txt", nodes=2, gpu=None)
+    assert "no catalog figure" in unset["collectives.all_reduce"].reason
+
+
+def test_the_chart_curves_are_the_whole_jobs_measured_points():
+    runs = parse_collectives((DATA / "fake_nccl_tests_h100_2nodes_healthy.txt").read_text().splitlines())
+    series = {curve.name: curve for curve in curves(runs)}
+    assert set(series) == {"all_reduce", "all_gather", "reduce_scatter", "alltoall"}  # no node or pair scope
+    assert series["all_reduce"].points[0] == (1024, 0.04) and series["all_reduce"].points[-1] == (1073741824, 359.19)
+
+
+def test_the_config_block_defaults_and_refusals():
+    settings = CollectivesConfig()
+    assert settings.runs_on("gpu") and not settings.runs_on("cpu")  # auto: a GPU suite only
+    assert CollectivesConfig(enabled="true").runs_on("cpu") and not CollectivesConfig(enabled=False).runs_on("gpu")
+    assert settings.largest_bytes("gpu") == 2**30 and settings.largest_bytes("cpu") == 4 * 2**20
+    with pytest.raises(ValidationError, match="max_bytes"):
+        CollectivesConfig(min_bytes=4096, max_bytes=1024)
+    with pytest.raises(ValidationError):
+        CollectivesConfig(ops=["broadcast"])
+
+
+SWEEP = ProbeSweep(("all_reduce", "alltoall"), 1024, 2**20, 10)
+
+
+@pytest.mark.parametrize(("launcher", "nodes", "nccl_tests", "expected"), [
+    ("torchrun", 1, False, "--standalone"),
+    ("torchrun", 2, False, 'NODE_RANK:?'),
+    ("torchrun", 1, True, "alltoall_perf -b 1024 -e 1048576 -f 2 -g 8"),
+    ("slurm", 2, False, "--rdzv-backend c10d"),
+    ("slurm", 2, True, "sendrecv_perf"),
+])
+def test_the_probe_scripts_are_valid_bash(tmp_path, launcher, nodes, nccl_tests, expected):
+    options = LaunchOptions(launcher=launcher, python="/usr/bin/python3", master_port=29999,
+                            job_name="mp-collectives", log_dir=str(tmp_path), time_limit="00:10:00")
+    script = render_probe_script(options, nodes, 8, SWEEP, nccl_tests=nccl_tests)
+    assert expected in script
+    assert ("megapilot.trainer.collectives" in script) is not nccl_tests
+    assert ("#SBATCH --nodes=2" in script) is (launcher == "slurm")
+    checked = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
+    assert checked.returncode == 0, checked.stderr
