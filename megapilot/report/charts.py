@@ -64,7 +64,9 @@ def plotly_js() -> str:
 def build_charts(result: SuiteResult, capacity_gib: float | None) -> ReportCharts:
     """Every chart of the report."""
     overview = [lifecycle_chart(result), tokens_chart(result), memory_chart(result, capacity_gib),
-                predicted_vs_measured_chart(result, capacity_gib), sweep_chart(result), collectives_chart(result)]
+                predicted_vs_measured_chart(result, capacity_gib), sweep_chart(result)]
+    if any(stage.name == "collectives" and stage.curves for stage in result.stages):  # off by default on CPUs
+        overview.append(collectives_chart(result))
     per_combo = {combo.key: [loss_chart(combo, index), step_time_chart(combo, index)]
                  for index, combo in enumerate(result.combos)}
     return ReportCharts(overview=overview, per_combo=per_combo)
