@@ -6,11 +6,12 @@ job (one node, or under SLURM's srun), else megapilot's torch.distributed probe 
 launched through the suite's executor like every other job. Both print nccl-tests' table, read by
 megapilot.logs.collectives.
 
-What it gates: each collective's peak bus bandwidth over the sweep against `min_fraction` of what the GPU catalog's
-links give per GPU per direction (nccl-tests doc/PERFORMANCE.md: busbw is comparable with a link's speed): the
-NVLink/xGMI figure when every rank of the job is in one scale-up domain, the NIC figure (IB/RoCE per GPU) when the
-job crosses nodes; `min_busbw_gbps` replaces that with a fixed floor. Small messages are latency-bound: the peak
-comes from the large ones, and the report draws the whole curve.
+What it gates: each collective's peak bus bandwidth over the sweep (nccl-tests doc/PERFORMANCE.md: busbw compares
+with a link's speed) against `min_fraction` (default 0.7) of what the GPU catalog's links allow per GPU per
+direction (`links_for`): NVLink/xGMI inside one scale-up domain; across nodes, a ring channel per NIC for the ring
+collectives, each GPU's own NIC for all-to-all's off-node share, one NIC for a send/recv. `min_busbw_gbps` replaces
+that with a fixed floor. Small messages are latency-bound: the peak comes from the large ones, and the report draws
+the whole curve.
 
 Which node: the probe (or nccl-tests under srun) also measures each node's own ranks and every pair of nodes. When
 a collective of the whole job falls short, the node whose own groups measure below the others' (blame_links) fails
