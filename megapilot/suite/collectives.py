@@ -126,6 +126,8 @@ def judge(runs: Sequence[CollectiveRun], settings: CollectivesConfig, gpu: GPUSp
                  and run.peak_busbw_gbps() < floor]
     job_gated = any(gate.gated for gate in job_gates.values())
     blamed = _blamed(runs) if short_job else {}
+    if short_job and nodes == 1:  # the job ran on this node alone: what fell short is its own
+        blamed = {"node0": 0.0}  # no ratio: named because it is the only node
     bisectable = bool(own or pairs)
     for index in range(nodes):
         rows.append(_node_row(f"node{index}", own.get(f"node{index}"), node_gate, job_gated, blamed, short_job,
@@ -175,8 +177,10 @@ def _node_row(node: str, own: CollectiveRun | None, gate: Gate, job_gated: bool,
     elif own is not None:
         parts.append(f"its own {own.ranks} ranks: all-reduce {own.peak_busbw_gbps():.3f} GB/s")
     if node in blamed:
-        parts.insert(0, f"the bisection names {node}: its groups measure {blamed[node]:.2f}x below the others' "
-                        f"median while the job's {', '.join(short_job)} fell short of its gate")
+        how = "the job ran on it alone" if blamed[node] == 0.0 else \
+            f"its groups measure {blamed[node]:.2f}x below the others' median"
+        parts.insert(0, f"the bisection names {node}: {how} while the job's {', '.join(short_job)} fell short of "
+                        "its gate")
         failed, would_fail = failed or job_gated, True
     elif short_job and not bisectable:
         parts.append("no per-node measurement to bisect with")

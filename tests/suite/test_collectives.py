@@ -3,6 +3,8 @@ scripts, and its config block."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from megapilot.launch.options import LaunchOptions
 from megapilot.launch.probe import ProbeSweep, render_probe_script
 from megapilot.logs.collectives import parse_collectives
 from megapilot.suite.collectives import curves, judge, links_for
-from megapilot.suite.config import CollectivesConfig
+from megapilot.suite.config import CollectivesConfig, load_suite
 from megapilot.suite.nodes import write_node_lists
 from megapilot.suite.results import MetricRow, Verdict
 
@@ -140,3 +142,55 @@ def test_the_probe_scripts_are_valid_bash(tmp_path, launcher, nodes, nccl_tests,
     assert ("#SBATCH --nodes=2" in script) is (launcher == "slurm")
     checked = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
     assert checked.returncode == 0, checked.stderr
+
+
+FAKE_PERF = DATA / "fake_nccl_tests_perf.sh"
+
+
+def _gpu_suite(tmp_path: Path) -> Path:
+    config = {
+        "gpu_name": "H100", "enforce_thresholds": False,
+        "paths": {"hf_token_file": "hf_token", "log_dir": "logs", "scripts_dir": "scripts", "data_cache_dir": "cache"},
+        "train_params": {"model_name": "tiny", "sequence_length": "128", "recompute": "0", "fsdp": "0",
+                         "tensor_parallelism": "1", "pipeline_parallelism": "1", "training_iterations": "4"},
+        "smoke": {"enabled": False},
+        "collectives": {"min_bytes": 1024, "max_bytes": 2**30},
+        "megapilot": {"model": "tiny", "executor": "local", "backend": "megapilot", "device": "gpu", "nodes": 1,
+                      "gpus_per_node": 8},
+    }
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize(("peak_gbps", "verdict"), [(380, Verdict.PASS), (200, Verdict.FAIL)])
+def test_a_gpu_suite_runs_the_nodes_nccl_tests_through_its_executor(tmp_path, monkeypatch, peak_gbps, verdict):
+    """The stage end to end on a GPU suite (on by default there) with the fake nccl-tests binaries on PATH: found
+    by the detection, run by the local executor, read, gated against NVLink, and the node listed when short."""
+    from megapilot.suite.executors import make_executor
+    from megapilot.suite.lifecycle import RunRequest, run_suite
+
+    binaries = tmp_path / "bin"
+    binaries.mkdir()
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "alltoall"):
+        (binaries / f"{op}_perf").symlink_to(FAKE_PERF)
+    monkeypatch.setenv("PATH", f"{binaries}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_PEAK_BUSBW_GBPS", str(peak_gbps))
+    suite = load_suite(_gpu_suite(tmp_path))
+    result = run_suite(suite, RunRequest(out_dir=tmp_path / "runs", only_stage="collectives"), make_executor(suite))
+    stage = next(s for s in result.stages if s.name == "collectives")
+    assert stage.verdict is verdict, stage.reason
+    rows = {row.name: row for row in stage.checks}
+    all_reduce = rows["collectives.all_reduce"]
+    assert all_reduce.threshold == ">= 315" and "nccl-tests" in all_reduce.reason
+    assert [curve.name for curve in stage.curves] == ["all_reduce", "all_gather", "reduce_scatter", "alltoall"]
+    assert len(stage.curves[0].points) == 21  # 1 KiB .. 1 GiB, doubling
+    run_dir = Path(result.run_dir)
+    assert "all_reduce_perf -b 1024 -e 1073741824 -f 2 -g 8" in (run_dir / "collectives" / "launch.sh").read_text()
+    failing = (run_dir / "failing_nodes.txt").read_text()
+    if verdict is Verdict.FAIL:
+        assert rows["node0.collectives"].verdict is Verdict.FAIL
+        assert "the job ran on it alone" in rows["node0.collectives"].reason
+        assert failing.strip() and failing.count("\n") == 1  # this machine, by its hostname
+    else:
+        assert failing == ""
