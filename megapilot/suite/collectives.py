@@ -280,9 +280,19 @@ def run_collectives_stage(suite: LoadedSuite, executor: Executor, run_dir: Path,
     if write_lists is not None:
         write_lists(tools.names, [r for r in rows if r.name.startswith("node")])
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
-    reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or _summary(rows, tools.note)
+    reason = _failures(failed) if failed else _summary(rows, tools.note)
     return StageResult(name=STAGE, verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows,
                        jobs=[summary], curves=curves(runs))
+
+
+def _failures(failed: list[MetricRow]) -> str:
+    """One line: what fell short of which gate, then the nodes named (each row's reason says why)."""
+    short = [f"{r.name.removeprefix(ROW_PREFIX)} {r.value:g} GB/s ({r.threshold})" for r in failed
+             if r.name.startswith(ROW_PREFIX) and r.value is not None]
+    nodes = [r.name.split(".")[0] for r in failed if not r.name.startswith(ROW_PREFIX)]
+    parts = [f"below the gate: {', '.join(short)}"] if short else []
+    parts += [f"failing node(s): {', '.join(nodes)} (their rows say why; in failing_nodes.txt)"] if nodes else []
+    return "; ".join(parts)
 
 
 def _summary(rows: list[MetricRow], note: str) -> str:

@@ -191,6 +191,7 @@ def test_a_gpu_suite_runs_the_nodes_nccl_tests_through_its_executor(tmp_path, mo
     if verdict is Verdict.FAIL:
         assert rows["node0.collectives"].verdict is Verdict.FAIL
         assert "the job ran on it alone" in rows["node0.collectives"].reason
+        assert stage.reason.startswith("below the gate: all_reduce 199.") and "failing node(s): node0" in stage.reason
         assert failing.strip() and failing.count("\n") == 1  # this machine, by its hostname
     else:
         assert failing == ""
