@@ -240,7 +240,7 @@ def detect_tools(suite: LoadedSuite, executor: Executor, ops: Sequence[str]) -> 
     return NodeTools(names, True, "nccl-tests / rccl-tests binaries found on every node")
 
 
-RunJob = Callable[[JobSpec], JobResult]
+RunJob = Callable[[JobSpec], tuple[JobResult, "str | None"]]  # how the job ended, and the fatal line that stopped it
 
 
 def run_collectives_stage(suite: LoadedSuite, executor: Executor, run_dir: Path, *, run_job: RunJob,
@@ -266,16 +266,17 @@ def run_collectives_stage(suite: LoadedSuite, executor: Executor, run_dir: Path,
     job = JobSpec(combo=JOB_DIR, run_dir=run_dir, script_text=script, env=env, nodes=suite.nodes,
                   gpus_per_node=suite.gpus_per_node, require_final_iteration=False,
                   hang=HangPolicy(startup_s=block.startup_timeout_s), timeout_s=block.job_timeout_s)
-    result = run_job(job)
+    result, fatal = run_job(job)
     summary = JobSummary(executor=result.executor, job_id=result.job_id, state=result.state.value,
                          exit_code=result.exit_code, reason=result.reason, duration_s=round(result.duration_s, 3),
                          logs=[_relative(Path(p), run_dir) for p in result.logs])
     runs = read_runs([Path(p) for p in result.logs])
     source = "nccl-tests" if tools.nccl_tests else f"torch probe ({'gloo' if suite.device == 'cpu' else 'NCCL/RCCL'})"
     if result.state is not JobState.COMPLETED or not any(not run.scope for run in runs):
+        why = f"stopped at a fatal line: {fatal}" if fatal else (result.reason or "no reason given")
         return StageResult(name=STAGE, verdict=Verdict.FAIL, jobs=[summary], curves=curves(runs),
-                           reason=f"the probe job {result.state.value.lower()} without a full table "
-                                  f"({result.reason or 'no reason given'}); {tools.note}")
+                           reason=f"the probe job {result.state.value.lower()} without a full table ({why}); "
+                                  f"{tools.note}")
     rows = judge(runs, settings, suite.gpu, nodes=suite.nodes, ranks_per_node=suite.gpus_per_node, source=source)
     if write_lists is not None:
         write_lists(tools.names, [r for r in rows if r.name.startswith("node")])

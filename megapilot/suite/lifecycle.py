@@ -367,9 +367,13 @@ def _collectives_stage(ctx: _Context) -> StageResult:
     from megapilot.suite.nodes import write_node_lists
 
     preflight = next((s.checks for s in ctx.result.stages if s.name == "preflight"), [])
+
+    def run_job(job: JobSpec) -> tuple[JobResult, str | None]:
+        result, fatal = _run_job(ctx, job)
+        return result, fatal.message if fatal else None
+
     return run_collectives_stage(
-        ctx.suite, ctx.executor, ctx.run_dir, run_job=lambda job: _run_job(ctx, job)[0], env=_job_env(ctx),
-        master_port=free_port(),
+        ctx.suite, ctx.executor, ctx.run_dir, run_job=run_job, env=_job_env(ctx), master_port=free_port(),
         write_lists=lambda names, rows: write_node_lists(ctx.run_dir, names, [*preflight, *rows]))
 
 

@@ -195,3 +195,22 @@ def test_a_gpu_suite_runs_the_nodes_nccl_tests_through_its_executor(tmp_path, mo
         assert failing.strip() and failing.count("\n") == 1  # this machine, by its hostname
     else:
         assert failing == ""
+
+
+def test_a_probe_job_that_dies_fails_the_stage_with_its_reason(tmp_path, monkeypatch):
+    from megapilot.suite.executors import make_executor
+    from megapilot.suite.lifecycle import RunRequest, run_suite
+
+    binaries = tmp_path / "bin"
+    binaries.mkdir()
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "alltoall"):
+        (binaries / f"{op}_perf").symlink_to(FAKE_PERF)
+    monkeypatch.setenv("PATH", f"{binaries}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_NCCL_FAILURE", "1")
+    suite = load_suite(_gpu_suite(tmp_path))
+    result = run_suite(suite, RunRequest(out_dir=tmp_path / "runs", only_stage="collectives"), make_executor(suite))
+    stage = next(s for s in result.stages if s.name == "collectives")
+    assert stage.verdict is Verdict.FAIL and stage.reason.startswith("the probe job "), stage.reason
+    assert "stopped at a fatal line: nccl_error" in stage.reason and "Connection closed" in stage.reason
+    assert stage.jobs and stage.jobs[0].logs
+    assert result.verdict is Verdict.FAIL

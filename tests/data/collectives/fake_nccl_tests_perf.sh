@@ -2,8 +2,14 @@
 # A named fake of nccl-tests' `<collective>_perf` binaries, for a machine without GPUs: installed under each binary's
 # name, it prints what the real one prints (banner, one `#  Rank` line per GPU, the table in nccl-tests' columns with
 # out-of-place and in-place halves, `# Avg bus bandwidth`) for the sizes asked (-b .. -e, doubling), with a bus
-# bandwidth rising to FAKE_PEAK_BUSBW_GBPS (default 380) for large messages. Only the numbers are made up.
+# bandwidth rising to FAKE_PEAK_BUSBW_GBPS (default 380) for large messages. Only the numbers are made up. With
+# FAKE_NCCL_FAILURE set it dies as a binary whose peer went away does (NCCL's WARN line, then exit 1).
 set -euo pipefail
+if [ -n "${FAKE_NCCL_FAILURE:-}" ]; then
+  echo "$(hostname):$$:$$ [0] misc/socket.cc:484 NCCL WARN Net : Connection closed by remote peer 10.0.0.2<50362>"
+  echo "$(hostname): Test NCCL failure common.cu:1005 'unhandled system error (run with NCCL_DEBUG=INFO for details)'"
+  exit 1
+fi
 name=$(basename "$0")
 op=${name%_perf}
 gpus=1 min=8 max=1048576 iters=20 warmup=5
