@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from megapilot.catalog.gpus import get_gpu
-from megapilot.launch.options import LaunchOptions
-from megapilot.launch.probe import ProbeSweep, render_probe_script
 from megapilot.logs.collectives import parse_collectives
 from megapilot.suite.collectives import curves, judge, links_for
 from megapilot.suite.config import CollectivesConfig, load_suite
@@ -121,27 +118,6 @@ def test_the_config_block_defaults_and_refusals():
         CollectivesConfig(min_bytes=4096, max_bytes=1024)
     with pytest.raises(ValidationError):
         CollectivesConfig(ops=["broadcast"])
-
-
-SWEEP = ProbeSweep(("all_reduce", "alltoall"), 1024, 2**20, 10)
-
-
-@pytest.mark.parametrize(("launcher", "nodes", "nccl_tests", "expected"), [
-    ("torchrun", 1, False, "--standalone"),
-    ("torchrun", 2, False, 'NODE_RANK:?'),
-    ("torchrun", 1, True, "alltoall_perf -b 1024 -e 1048576 -f 2 -g 8"),
-    ("slurm", 2, False, "--rdzv-backend c10d"),
-    ("slurm", 2, True, "sendrecv_perf"),
-])
-def test_the_probe_scripts_are_valid_bash(tmp_path, launcher, nodes, nccl_tests, expected):
-    options = LaunchOptions(launcher=launcher, python="/usr/bin/python3", master_port=29999,
-                            job_name="mp-collectives", log_dir=str(tmp_path), time_limit="00:10:00")
-    script = render_probe_script(options, nodes, 8, SWEEP, nccl_tests=nccl_tests)
-    assert expected in script
-    assert ("megapilot.trainer.collectives" in script) is not nccl_tests
-    assert ("#SBATCH --nodes=2" in script) is (launcher == "slurm")
-    checked = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
-    assert checked.returncode == 0, checked.stderr
 
 
 FAKE_PERF = DATA / "fake_nccl_tests_perf.sh"
