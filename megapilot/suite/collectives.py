@@ -128,7 +128,7 @@ def judge(runs: Sequence[CollectiveRun], settings: CollectivesConfig, gpu: GPUSp
     blamed = _blamed(runs) if short_job else {}
     if short_job and nodes == 1:  # the job ran on this node alone: what fell short is its own
         blamed = {"node0": 0.0}  # no ratio: named because it is the only node
-    bisectable = bool(own or pairs)
+    bisectable = bool(own) or len(pairs) > 1  # one pair alone cannot say which end is slow
     for index in range(nodes):
         rows.append(_node_row(f"node{index}", own.get(f"node{index}"), node_gate, job_gated, blamed, short_job,
                               bisectable))
@@ -183,7 +183,8 @@ def _node_row(node: str, own: CollectiveRun | None, gate: Gate, job_gated: bool,
                         "its gate")
         failed, would_fail = failed or job_gated, True
     elif short_job and not bisectable:
-        parts.append("no per-node measurement to bisect with")
+        parts.append("nothing to bisect with: no node has a group of its own (one rank each) and one pair cannot "
+                     "say which end is slow")
     elif short_job:
         parts.append("not named by the bisection")
     if not parts:

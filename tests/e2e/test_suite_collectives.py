@@ -2,6 +2,8 @@
 
 - on this machine (local executor, one node, two gloo ranks): the torch probe's table becomes the stage's rows, its
   curves and the report's chart;
+- on a real two-node SLURM cluster on this machine (sbatch, one srun torchrun per node): the same rows per node and
+  for the node pair;
 - on "two nodes" over ssh on loopback (real sshd), with node 1's ranks stopped and continued on a duty cycle (what a
   throttled GPU or a noisy neighbour does to a node): the bisection names node 1, and no other.
 
@@ -29,7 +31,7 @@ COLLECTIVES = {"enabled": True, "ops": ["all_reduce", "alltoall"], "min_bytes": 
                "iters": 8, "min_busbw_gbps": 1000}
 
 
-def _suite(directory: Path, executor: str, nodes: int) -> Path:
+def _suite(directory: Path, executor: str, nodes: int, ranks_per_node: int = 2) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     config = {
         "gpu_name": "CPU",
@@ -40,15 +42,16 @@ def _suite(directory: Path, executor: str, nodes: int) -> Path:
         "smoke": {"enabled": False},
         "collectives": COLLECTIVES,
         "megapilot": {"model": "tiny", "executor": executor, "backend": "megapilot", "device": "cpu",
-                      "nodes": nodes, "gpus_per_node": 2, "startup_timeout_s": 240, "python": sys.executable},
+                      "nodes": nodes, "gpus_per_node": ranks_per_node, "startup_timeout_s": 240,
+                      "time_limit": "00:10:00", "python": sys.executable},
     }
     path = directory / "suite.json"
     path.write_text(json.dumps(config, indent=2))
     return path
 
 
-def _run(config: Path, out: Path, *extra: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def _run(config: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> dict:
+    env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "megapilot.cli.app", "suite", "run", str(config), "--out", str(out),
                            "--stage", "collectives", "--json", "--no-history", *extra], capture_output=True,
                           text=True, timeout=600, env=env, check=False)
@@ -157,3 +160,20 @@ def test_a_slowed_node_is_named_by_the_bisection_over_ssh(loopback_sshd, tmp_pat
     run_dir = Path(result["run_dir"])
     logs = sorted(p.name for p in (run_dir / "collectives").glob("out-node*"))
     assert logs == ["out-node0", "out-node1"]
+
+
+def test_the_stage_runs_under_slurm_on_two_nodes(slurm_two_runnable_nodes, tmp_path):
+    result = _run(_suite(tmp_path / "suite", "slurm", 2, ranks_per_node=1), tmp_path / "runs",
+                  env=slurm_two_runnable_nodes.env)
+    stage = _stage(result)
+    assert stage["verdict"] == "PASS", stage["reason"]
+    rows = {row["name"]: row for row in stage["rows"]}
+    assert {"collectives.all_reduce", "collectives.alltoall", "node0.collectives", "node1.collectives",
+            "collectives.link.node0-node1"} == set(rows), rows
+    assert "2 ranks on 2 node(s)" in rows["collectives.all_reduce"]["reason"]
+    assert rows["collectives.link.node0-node1"]["value"] > 0
+    # one rank a node: no group of its own, and one pair cannot say which end would be slow
+    assert "nothing to bisect with" in rows["node1.collectives"]["reason"]
+    run_dir = Path(result["run_dir"])
+    script = (run_dir / "collectives" / "launch.sh").read_text()
+    assert "#SBATCH --nodes=2" in script and "srun" in script
