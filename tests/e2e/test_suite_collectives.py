@@ -118,9 +118,13 @@ class DutyCycle:
                 pass
 
     def _cycle(self) -> None:
+        workers: list[psutil.Process] = []
+        looked_at = 0.0
         while not self.done.is_set():
-            workers = self._workers()
-            self.seen |= {w.pid for w in workers}
+            # looking through every process's environment takes long on a busy machine: once a second, not a cycle
+            if not workers or time.monotonic() - looked_at > 1.0:
+                workers, looked_at = self._workers(), time.monotonic()
+                self.seen |= {w.pid for w in workers}
             self._signal(workers, signal.SIGSTOP)
             time.sleep(self.stopped_s)
             self._signal(workers, signal.SIGCONT)
