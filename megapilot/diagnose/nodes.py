@@ -261,23 +261,27 @@ def check_collective(run: CollectiveRun, expected_busbw_gbps: float | None, min_
 
 
 def blame_links(runs: Sequence[CollectiveRun]) -> list[Slowdown]:
-    """Which node makes collectives slow, from the probe's per-node groups and node pairs: a node's slowdown is
-    the median bandwidth of the groups without it over that of the groups with it (slowest first). With two nodes
-    the one pair says nothing about which end is slow; each node's own group does."""
+    """Which node makes collectives slow, from the probe's per-node groups and node pairs (slowest first).
+
+    Like is compared with like: a node's own group with the other nodes' groups (NVLink/xGMI inside a node), and the
+    node pairs it is in with the pairs it is not in (the NICs and the fabric between nodes); its slowdown is the
+    larger of the two ratios (the others' median bandwidth over its own). With two nodes the one pair says nothing
+    about which end is slow; each node's own group does."""
     per_node = {run.scope: run.peak_busbw_gbps() for run in runs if run.scope and "-" not in run.scope}
     pairs = {tuple(run.scope.split("-")): run.peak_busbw_gbps() for run in runs if "-" in run.scope}
     nodes = sorted(set(per_node) | {node for pair in pairs for node in pair})
     blamed = []
     for node in nodes:
-        own = [per_node[node]] if node in per_node else []
-        own += [bw for pair, bw in pairs.items() if node in pair]
+        ratios = []
         others = [bw for other, bw in per_node.items() if other != node]
-        others += [bw for pair, bw in pairs.items() if node not in pair]
-        if not own or not others:
-            continue
-        mine, theirs = statistics.median(own), statistics.median(others)
-        if mine > 0:
-            blamed.append(Slowdown(node, theirs / mine, 0.0))
+        if node in per_node and others and per_node[node] > 0:
+            ratios.append(statistics.median(others) / per_node[node])
+        own_pairs = [bw for pair, bw in pairs.items() if node in pair]
+        other_pairs = [bw for pair, bw in pairs.items() if node not in pair]
+        if own_pairs and other_pairs and statistics.median(own_pairs) > 0:
+            ratios.append(statistics.median(other_pairs) / statistics.median(own_pairs))
+        if ratios:
+            blamed.append(Slowdown(node, max(ratios), 0.0))
     return sorted(blamed, key=lambda s: -s.ratio)
 
 

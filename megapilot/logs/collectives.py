@@ -88,6 +88,8 @@ _NCCL_RANKS = re.compile(r"^#\s+Rank\s+\d+\s+Group")
 _ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\S+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+# torchrun's per-rank prefix (`[default0]:`, with --tee) or Megatron's (`[rank0]:`) in front of a printed line
+_RANK_PREFIX = re.compile(r"^\[(?:default|rank)\d+\]:")
 
 
 def parse_collectives(lines: Iterable[str], collective: str | None = None,
@@ -110,7 +112,7 @@ def parse_collectives(lines: Iterable[str], collective: str | None = None,
         samples = []
 
     for number, raw in enumerate(lines, start=1):
-        text = raw.rstrip("\n")
+        text = _RANK_PREFIX.sub("", raw.rstrip("\n"), count=1)
         if header := _HEADER.match(text):
             close(None)
             current, scope = header.group(1), header.group(2) or ""

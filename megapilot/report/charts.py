@@ -65,6 +65,8 @@ def build_charts(result: SuiteResult, capacity_gib: float | None) -> ReportChart
     """Every chart of the report."""
     overview = [lifecycle_chart(result), tokens_chart(result), memory_chart(result, capacity_gib),
                 predicted_vs_measured_chart(result, capacity_gib), sweep_chart(result)]
+    if any(stage.name == "collectives" and stage.curves for stage in result.stages):  # off by default on CPUs
+        overview.append(collectives_chart(result))
     per_combo = {combo.key: [loss_chart(combo, index), step_time_chart(combo, index)]
                  for index, combo in enumerate(result.combos)}
     return ReportCharts(overview=overview, per_combo=per_combo)
@@ -180,6 +182,25 @@ def sweep_chart(result: SuiteResult) -> Chart:
                                 marker_color=[VERDICT_COLOURS[c.verdict] for c in cells]), row=1, col=column)
         figure.update_yaxes(title_text=quantity.unit, row=1, col=column)
     return _chart("chart-sweep", "sweep", "Sweep comparison: throughput by cell", figure)
+
+
+def collectives_chart(result: SuiteResult) -> Chart:
+    """The collectives stage's bus bandwidth against message size, one line per collective of the whole job, as
+    measured (log-scaled sizes: the sweep doubles them); its gates are the stage's rows."""
+    import plotly.graph_objects as go
+
+    stage = next((s for s in result.stages if s.name == "collectives" and s.curves), None)
+    if stage is None:
+        return _empty("chart-collectives", "collectives", "Collective bus bandwidth",
+                      "the collectives stage did not run or measured nothing")
+    figure = go.Figure()
+    for series in stage.curves:
+        figure.add_trace(go.Scatter(x=[size for size, _ in series.points], y=[bw for _, bw in series.points],
+                                    mode="lines+markers", name=series.name,
+                                    hovertemplate="%{x:,} B: %{y:.3f} GB/s<extra>" + series.name + "</extra>"))
+    figure.update_xaxes(type="log")
+    return _chart("chart-collectives", "collectives", "Collective bus bandwidth by message size (whole job)",
+                  figure, x_title="message size (bytes)", y_title="bus bandwidth (GB/s)")
 
 
 def _measured_combos(result: SuiteResult, quantity: measures.Quantity) -> tuple[list[ComboResult], list[float]]:

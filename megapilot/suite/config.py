@@ -21,7 +21,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -176,6 +176,41 @@ class StragglerConfig(_Forbid):
     enforce: BoolLike = True
 
 
+CollectiveName = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall"]
+
+
+class CollectivesConfig(_Forbid):
+    """The `collectives` stage: bus bandwidth of each collective over a sweep of message sizes, before training
+    (megapilot.suite.collectives). nccl-tests / rccl-tests where the nodes have them, else megapilot's
+    torch.distributed probe."""
+
+    enabled: Literal["auto"] | BoolLike = Field(
+        default="auto", description="auto: on for a GPU suite (a minute before hours of training), off for a CPU "
+                                    "suite (gloo on shared cores says nothing about a machine); false turns it off.")
+    ops: list[CollectiveName] = Field(default_factory=lambda: list(get_args(CollectiveName)), min_length=1)
+    min_bytes: int = Field(default=1024, ge=64, description="Smallest message, bytes.")
+    max_bytes: int | None = Field(default=None, gt=0, description="Largest message, bytes; None = 1 GiB on GPUs, "
+                                                                   "4 MiB on CPUs.")
+    iters: int = Field(default=20, gt=0, le=10_000, description="Timed calls per message size.")
+    min_busbw_gbps: float | None = Field(default=None, gt=0, description="A fixed bus-bandwidth floor, GB/s; None "
+                                                                         "= min_fraction of the catalog's links.")
+    min_fraction: float = Field(default=0.7, gt=0, le=1, description="Of the bus bandwidth the GPU catalog's links "
+                                                                     "give (NVLink/xGMI in a node, the NIC across).")
+    enforce: BoolLike = True
+
+    @model_validator(mode="after")
+    def _sizes_in_order(self) -> CollectivesConfig:
+        if self.max_bytes is not None and self.max_bytes < self.min_bytes:
+            raise ValueError(f"max_bytes ({self.max_bytes}) must be at least min_bytes ({self.min_bytes})")
+        return self
+
+    def runs_on(self, device: str) -> bool:
+        return device == "gpu" if self.enabled == "auto" else bool(self.enabled)
+
+    def largest_bytes(self, device: str) -> int:
+        return self.max_bytes or (2**30 if device == "gpu" else 4 * 2**20)
+
+
 class Sweep(_Forbid):
     """Combination key -> overlay of train_params (checked cell by cell), and the ordered runs."""
 
@@ -275,6 +310,7 @@ class SuiteConfig(_Forbid):
     sweep: Sweep = Field(default_factory=Sweep)
     regressions: RegressionsConfig = Field(default_factory=RegressionsConfig)
     straggler: StragglerConfig = Field(default_factory=StragglerConfig)
+    collectives: CollectivesConfig = Field(default_factory=CollectivesConfig)
     megapilot: MegapilotBlock = Field(default_factory=MegapilotBlock)
     budget: BudgetConfig | None = Field(default=None, description="Token budget: the report projects the run onto "
                                                                   "it (megapilot.suite.budget).")

@@ -2,6 +2,8 @@
 
     prepare     run directory, copies of the inputs, the container where the executor has one
     preflight   every node's GPUs, driver, NIC speed, /dev/shm, memlock, free disk (megapilot.suite.preflight)
+    collectives bus bandwidth per collective and message size, gated against the catalog's links; the node a
+                short collective is blamed on joins failing_nodes.txt (megapilot.suite.collectives)
     tokenizer   the tokenizer present locally, or downloaded with the token from paths.hf_token_file
     smoke       a short run of the smoke cell: it must reach its last iteration with no error signature
     checkpoint  save at k, resume from k: resumed step == k+1, same-step loss within tolerance (every backend)
@@ -10,7 +12,8 @@
     teardown    stray processes gone, containers removed
 
 A failed early stage (prepare, preflight, smoke, checkpoint) skips every later stage with that reason,
-as CVS does. A failed combo is isolated: its rows FAIL, the next combo still runs (CVS's first unified
+as CVS does; a failed collectives stage fails the run but not the training after it, which still measures (and
+names stragglers). A failed combo is isolated: its rows FAIL, the next combo still runs (CVS's first unified
 suite skipped every later cell after one failure). Processes left by a job are killed and checked gone
 before the next one starts. `suite.json` is rewritten after every stage, so an interrupted run keeps
 everything that finished; Ctrl-C stops the current job and ends the run as interrupted.
@@ -60,10 +63,11 @@ if TYPE_CHECKING:
     from megapilot.suite.gates import BaselineLookup
     from megapilot.suite.render import CellLaunch
 
-STAGES: tuple[str, ...] = ("prepare", "preflight", "tokenizer", "smoke", "checkpoint", "train", "metrics",
-                           "loss_curve", "results", "teardown")
+STAGES: tuple[str, ...] = ("prepare", "preflight", "collectives", "tokenizer", "smoke", "checkpoint", "train",
+                           "metrics", "loss_curve", "results", "teardown")
 COMBO_STAGES = ("train", "metrics", "loss_curve")
-EARLY_STAGES = ("prepare", "preflight", "tokenizer", "smoke", "checkpoint")
+EARLY_STAGES = ("prepare", "preflight", "collectives", "tokenizer", "smoke", "checkpoint")
+NON_BLOCKING_STAGES = ("collectives",)  # a FAIL here fails the run, not the stages after it
 POLL_INTERVAL_S = 0.5
 LOG_TAIL_LINES = 50
 STRAY_GRACE_S = 5.0
@@ -259,7 +263,7 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
         ctx.result.stages.append(kept)
         if name == "smoke" and (smoke := ctx.request.resume_from.combo("smoke")) is not None:  # type: ignore[union-attr]
             ctx.result.combos.append(smoke)
-        if kept.verdict is Verdict.FAIL and name in EARLY_STAGES:
+        if kept.verdict is Verdict.FAIL and name in EARLY_STAGES and name not in NON_BLOCKING_STAGES:
             ctx.failed_stage = name
         ctx.on_event(f"{step} stage {name}: {kept.verdict.value} (kept: finished before the interruption)")
         return kept
@@ -279,7 +283,7 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
             stage = StageResult(name=name, verdict=Verdict.FAIL, reason=_disk_full_reason(ctx, exc))
         stage.started_at = started
         stage.duration_s = round(time.monotonic() - clock, 3)
-        if stage.verdict is Verdict.FAIL and name in EARLY_STAGES:
+        if stage.verdict is Verdict.FAIL and name in EARLY_STAGES and name not in NON_BLOCKING_STAGES:
             ctx.failed_stage = name
     ctx.result.stages.append(stage)
     ctx.new_work += 1
@@ -356,6 +360,21 @@ def _submission_rows(ctx: _Context) -> list[MetricRow]:
                           reason=f"{suite.executor} refuses the jobs: {refused}; fix: {SUBMISSION_FIX}")]
     return [MetricRow(name="scheduler.submission", verdict=Verdict.PASS,
                       reason=f"the first job would be accepted ({request.note})")]
+
+
+def _collectives_stage(ctx: _Context) -> StageResult:
+    from megapilot.suite.collectives import run_collectives_stage
+    from megapilot.suite.nodes import write_node_lists
+
+    preflight = next((s.checks for s in ctx.result.stages if s.name == "preflight"), [])
+
+    def run_job(job: JobSpec) -> tuple[JobResult, str | None]:
+        result, fatal = _run_job(ctx, job)
+        return result, fatal.message if fatal else None
+
+    return run_collectives_stage(
+        ctx.suite, ctx.executor, ctx.run_dir, run_job=run_job, env=_job_env(ctx), master_port=free_port(),
+        write_lists=lambda names, rows: write_node_lists(ctx.run_dir, names, [*preflight, *rows]))
 
 
 def _tokenizer_stage(ctx: _Context) -> StageResult:
@@ -453,7 +472,8 @@ def _teardown_stage(ctx: _Context) -> StageResult:
 
 
 _EARLY: dict[str, Callable[[_Context], StageResult]] = {
-    "prepare": _prepare_stage, "preflight": _preflight_stage, "tokenizer": _tokenizer_stage,
+    "prepare": _prepare_stage, "preflight": _preflight_stage, "collectives": _collectives_stage,
+    "tokenizer": _tokenizer_stage,
     "smoke": _smoke_stage, "checkpoint": _checkpoint_stage,
 }
 

@@ -181,6 +181,8 @@ class StageResult(BaseModel):
     checks: list[MetricRow] = Field(default_factory=list, description="Readings (preflight) or checks (checkpoint).")
     jobs: list[JobSummary] = Field(default_factory=list, description="The stage's own jobs (checkpoint save and "
                                                                       "resume), with their logs.")
+    curves: list[Curve] = Field(default_factory=list, description="Series the stage measured: the collectives "
+                                                                  "stage's bus bandwidth (GB/s) by message bytes.")
 
 
 class RunCard(BaseModel):

@@ -25,7 +25,7 @@ def test_dry_run_of_a_real_cvs_config_gives_megatron_args_per_combo(cli, tmp_pat
     cvs_runs = raw_cvs(SINGLE_8B)["sweep"]["runs"]
     assert [c["key"] for c in plan["combos"]] == cvs_runs
     names = [s["name"] for s in plan["stages"]]
-    assert names[:5] == ["prepare", "preflight", "tokenizer", "smoke", "checkpoint"]
+    assert names[:6] == ["prepare", "preflight", "collectives", "tokenizer", "smoke", "checkpoint"]
     assert names[-2:] == ["results", "teardown"]
     runnable = [c for c in plan["combos"] if c["skipped"] is None]
     assert runnable, plan["combos"]

@@ -140,6 +140,15 @@ def test_the_node_whose_own_group_and_pairs_are_slow_is_blamed():
     assert all(b.ratio < 1 for b in blamed[1:])
 
 
+def test_a_slow_nic_is_blamed_by_its_pairs_not_by_comparing_pairs_with_groups():
+    # four nodes, every node's own group healthy (NVLink, ~380), every pair with node2 at half the others' (NIC)
+    runs = [_run(f"node{k}", 380.0 + k) for k in range(4)]
+    runs += [_run(f"node{i}-node{j}", 22.0 if 2 in (i, j) else 48.0) for i in range(4) for j in range(i + 1, 4)]
+    blamed = blame_links(runs)
+    assert blamed[0].name == "node2" and blamed[0].ratio == pytest.approx(48.0 / 22.0)
+    assert all(b.ratio < 1.15 for b in blamed[1:]), blamed
+
+
 def test_probe_output_blames_through_the_parser():
     sample = CollectiveSample("all_reduce", 4096, 1.0, 1.0, 1.0, 0, 2, 0)
     slow = CollectiveSample("all_reduce", 4096, 3.0, 0.3, 0.3, 0, 2, 0)

@@ -58,3 +58,11 @@ def test_probe_sections_round_trip_with_their_scope():
 
 def test_rows_without_a_named_collective_are_not_guessed():
     assert parse_collectives((DATA / "fake_all_reduce_perf.txt").read_text().splitlines()) == []
+
+
+def test_torchruns_rank_prefix_is_read_through():
+    sample = CollectiveSample("alltoall", 4096, 12.5, 0.33, 0.25, 0, 4, 0)
+    text = [f"[default0]:{line}" for line in (*format_header("alltoall", 4, 2), format_row(sample, 1024, redop="none"),
+                                              format_average(0.25))]
+    [run] = parse_collectives(text)
+    assert run.collective == "alltoall" and run.nodes == 2 and run.samples[0].busbw_gbps == 0.25

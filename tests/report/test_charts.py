@@ -49,3 +49,26 @@ def test_sweep_chart_draws_bars_for_what_was_measured_and_leaves_smoke_out(tmp_p
     assert '"type":"bar"' in html and '"mode":"lines' not in html  # categorical cells: bars, never joined
     assert "TFLOP" not in html and '"text":"Tokens\\u002fs\\u002fGPU"' in html  # plotly writes / as \u002f
     assert '"smoke"' not in html  # a check, not a sweep cell
+
+
+def test_collectives_chart_draws_each_collectives_measured_curve_and_the_page_lists_its_rows(tmp_path):
+    from megapilot.report.render import render_report
+    from megapilot.suite.results import Curve, MetricRow, StageResult, Verdict
+
+    result = suite_result(tmp_path)
+    assert "chart-collectives" not in [c.chart_id for c in build_charts(result, 80.0).overview]  # the stage was off
+    rows = [MetricRow(name="collectives.all_reduce", value=359.19, unit="GB/s", threshold=">= 280", kind="min",
+                      verdict=Verdict.PASS, reason="peak 359.190 GB/s"),
+            MetricRow(name="node1.collectives", value=139.0, unit="GB/s", verdict=Verdict.FAIL,
+                      reason="the bisection names node1")]
+    curves = [Curve(name="all_reduce", unit="GB/s", points=[(1024, 0.04), (2**30, 359.19)]),
+              Curve(name="alltoall", unit="GB/s", points=[(1024, 0.02), (2**30, 77.4)])]
+    result.stages.insert(2, StageResult(name="collectives", verdict=Verdict.FAIL, reason="node1", checks=rows,
+                                        curves=curves))
+    [chart] = [c for c in build_charts(result, 80.0).overview if c.chart_id == "chart-collectives"]
+    html = chart.html or ""
+    assert html.count('"mode":"lines+markers"') == 2 and '"type":"log"' in html
+    assert "359.19" in html and "77.4" in html
+    page = render_report(result, tmp_path).html.read_text()
+    assert 'id="chart-collectives"' in page and 'id="collectives"' in page
+    assert 'data-metric="node1.collectives" data-verdict="FAIL"' in page

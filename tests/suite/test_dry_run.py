@@ -16,7 +16,8 @@ def test_tiny_local_dry_run_lists_stages_and_launches(tmp_path):
     suite = load_suite(tmp_path / "suite.json")
     plan = dry_run_plan(suite, out_dir=tmp_path / "out", only_combo="MBS=2,GBS=8,PRECISION=BF16")
     assert [(s.name, s.combo) for s in plan.stages] == [
-        ("prepare", None), ("preflight", None), ("tokenizer", None), ("smoke", None), ("checkpoint", None),
+        ("prepare", None), ("preflight", None), ("collectives", None), ("tokenizer", None), ("smoke", None),
+        ("checkpoint", None),
         ("train", "MBS=2,GBS=8,PRECISION=BF16"), ("metrics", "MBS=2,GBS=8,PRECISION=BF16"),
         ("loss_curve", "MBS=2,GBS=8,PRECISION=BF16"), ("results", None), ("teardown", None)]
     [combo] = plan.combos

@@ -52,5 +52,5 @@ def test_the_failure_summary_names_failed_stages_then_combos():
 
 def test_run_ids_sort_by_time_and_stages_keep_cvs_order():
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", new_run_id())
-    assert STAGES == ("prepare", "preflight", "tokenizer", "smoke", "checkpoint", "train", "metrics", "loss_curve",
-                      "results", "teardown")
+    assert STAGES == ("prepare", "preflight", "collectives", "tokenizer", "smoke", "checkpoint", "train", "metrics",
+                      "loss_curve", "results", "teardown")
