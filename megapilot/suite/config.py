@@ -41,6 +41,7 @@ from megapilot.suite.cells import (
     StrLike,
     SweepCell,
     TrainParams,
+    cell_key_text,
     default_cell,
     normalise_precision,
     parse_cell_key,
@@ -783,7 +784,7 @@ def _combination_key(raw_key: str, overlay: dict[str, Any]) -> CellKey:
         values = [overlay.get(field) for field, _ in _KEY_FIELDS]
         if any(value is None for value in values):
             raise
-        return parse_cell_key("MBS={},GBS={},PRECISION={}".format(*(str(v).strip() for v in values)))
+        return parse_cell_key(cell_key_text(*values))
 
 
 def _overlay_agrees(key: Any, overlay: dict[str, Any], where: str, check: SuiteCheck) -> bool:
