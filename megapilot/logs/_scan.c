@@ -433,7 +433,7 @@ static int free_field(const Scanner *self, Cursor *c) {
 static int match_iteration(const Scanner *self, const char *at, const char *line_end, Row *row) {
     Cursor cursor = {at + 9, line_end}, *c = &cursor;
     int ok;
-    memset(row, 0, sizeof(*row));
+    *row = (Row){0}; /* a compound literal: stores the compiler sizes, not a `rep stos` for 100 bytes */
     if (spaces(c) < 1 || !integer(c, &row->iteration) || !LITERAL(c, "/")) return 0;
     spaces(c);
     if (!integer(c, &row->train_iters) || !LITERAL(c, " | consumed samples:") || !spaced_digits(c))
@@ -567,6 +567,12 @@ static int is_chatter(const unsigned char *p, Py_ssize_t n) {
     return names_ccl_info(p, n) && !holds_fail(p, n);
 }
 
+/* is_chatter for a line whose `CCL INFO ` at `at` is known: named when the byte before is N or R (any case) */
+static int is_chatter_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t at) {
+    if (at < 1 || (lower(p[at - 1]) != 'n' && lower(p[at - 1]) != 'r')) return is_chatter(p, n);
+    return memchr(p, '\r', (size_t)n) == NULL && !holds_fail(p, n);
+}
+
 static int occurrence_is_inert(const Needle *needle, const unsigned char *p, Py_ssize_t at, Py_ssize_t n,
                                int *chatter) {
     Py_ssize_t after = at + needle->length;
@@ -626,11 +632,11 @@ static int needs_parser_bytewise(const Scanner *self, const unsigned char *p, Py
 /* The same answer, every second position only: a needle of 5 bytes or more holds a 4-byte window starting at an even
    position (its own start or the next), one of 3 or 4 bytes starts at an even position or the next; so each even
    position tests one hashed 4-byte window and two 3-byte starts, and a hit is checked needle by needle. */
-/* NCCL's own lines name themselves early: `CCL INFO ` in the first bytes */
-static int names_ccl_early(const unsigned char *p, Py_ssize_t n) {
+/* NCCL's own lines name themselves early: where `CCL INFO ` starts in the first bytes, or -1 */
+static Py_ssize_t names_ccl_early(const unsigned char *p, Py_ssize_t n) {
     for (Py_ssize_t i = 0; (i = find_pair(p, i, n, 'C', 'C', 0)) >= 0 && i + 9 <= n; i++)
-        if (memcmp(p + i, "CCL INFO ", 9) == 0) return 1;
-    return 0;
+        if (memcmp(p + i, "CCL INFO ", 9) == 0) return i;
+    return -1;
 }
 
 static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
@@ -649,8 +655,9 @@ static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t 
     }
     /* NCCL's own lines name themselves early: on them fewer needles can be live, a sparser filter */
     const uint64_t *grams = self->grams3;
-    if (n > 24 && names_ccl_early(p, n < 96 ? n : 96)) {
-        chatter = is_chatter(p, n);
+    Py_ssize_t ccl_at = n > 24 ? names_ccl_early(p, n < 96 ? n : 96) : -1;
+    if (ccl_at >= 0) {
+        chatter = is_chatter_at(p, n, ccl_at);
         if (chatter && self->chatter_stride2) { /* every needle live there has 5 bytes or more: a stride of 2 */
             for (Py_ssize_t w = 0; w + 4 <= n; w += 2) {
                 uint32_t gram;
