@@ -134,7 +134,8 @@ def parse(
         _refuse_empty(log)  # (not under --follow: a followed file may still be empty at its timeout)
     if json_output:
         version = None
-        if log.arguments is not None or log.iterations:  # what a release is told by (flag tables load slowly)
+        if log.arguments is not None or log.iterations or any(m.marker.startswith("release:") for m in log.markers):
+            # what a release is told by (the flag tables load slowly: only then)
             from megapilot.diagnose.megatron_version import recognise_megatron_version
 
             version = recognise_megatron_version(log)
