@@ -16,6 +16,7 @@ from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.release_names import in_release_names, release_note
 from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings, slower_than_predicted
 from megapilot.diagnose.series import RuleRecords
+from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog, ParseOptions, parse_logs
 from megapilot.logs.sources import expand_log_paths, source_labels
 from megapilot.spec import GPUSpec
@@ -136,7 +137,11 @@ def _config_from_arguments(log: ParsedLog, gpu: GPUSpec) -> RunConfig | None:
     """The run the log's own `arguments` block describes, on `gpu` (no script given): what a prediction needs."""
     if log.arguments is None or not log.arguments.values:
         return None
-    return run_config(flags_from_arguments(log.arguments.values, f"{log.arguments.file}:{log.arguments.line}"), gpu=gpu)
+    try:
+        return run_config(flags_from_arguments(log.arguments.values, f"{log.arguments.file}:{log.arguments.line}"),
+                          gpu=gpu)
+    except MegapilotError:  # a block whose values make no run the estimator can price: no prediction, no finding
+        return None
 
 
 def _tokenizer_from_log(launch: LaunchFlags, log: ParsedLog) -> LaunchFlags | None:

@@ -1234,7 +1234,8 @@ def slower_than_predicted(log: ParsedLog, config: RunConfig | None) -> Finding |
         f"(+{over:.0%}, beyond the estimate's ±{band:.0%})", evidence,
         f"The median steady-state step ({summary.iterations_counted} iterations) is slower than the estimator's "
         f"prediction for this layout on {config.cluster.world_size} x {config.cluster.gpu.alias} even at the "
-        f"slow end of its error band ({band_source}), and no error line says why. Likely causes: {causes}.", fixes)
+        f"slow end of its error band ({band_source}), and no error line says why. Likely causes: {causes}."
+        + (f" The prediction assumed: {'; '.join(config.notes)}." if config.notes else ""), fixes)
 
 
 def _precision(config: RunConfig | None) -> Precision:
