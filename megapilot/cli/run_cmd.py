@@ -85,6 +85,10 @@ def run(
     if json_output:
         extra = {} if prediction is None else {"predicted": prediction.model_dump(mode="json"),
                                               "prediction_departure": departure}
+        if plan is not None:  # a launch script names no model megapilot could resolve
+            from megapilot.cli.common import planned_model
+
+            extra["model"] = planned_model(plan, _load_plan(plan))
         emit_json(result.model_dump(mode="json") | extra)
     else:
         _print_result(result)

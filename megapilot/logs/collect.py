@@ -57,17 +57,21 @@ class BinarySkipped:
 
     file: str
     bytes_skipped: int
-    runs: list[tuple[int, int, int]]
+    runs: list[tuple[int, int, int, int]]
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "bytes": self.bytes_skipped,
-                "runs": [{"first_line": a, "last_line": b, "bytes": n} for a, b, n in self.runs]}
+                "runs": [{"first_line": a, "last_line": b, "bytes": n, "offset": offset}
+                         for a, b, n, offset in self.runs]}
 
     def describe(self) -> str:
-        """`skipped 20 KB of binary data on lines 120-121, 300`."""
-        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b, _ in self.runs)
+        """`skipped 20 KB of binary data on lines 120-121, 300 at byte offsets 81920, 120000` (each stretch's first
+        byte, counted from 0, as `dd skip=` and `xxd -s` take it)."""
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b, _, _ in self.runs)
         lines = "lines" if "," in where or "-" in where else "line"
-        return f"skipped {_size_text(self.bytes_skipped)} of binary data on {lines} {where}"
+        offsets = ", ".join(str(offset) for _, _, _, offset in self.runs)
+        at = "at byte offsets" if len(self.runs) > 1 else "at byte offset"
+        return f"skipped {_size_text(self.bytes_skipped)} of binary data on {lines} {where} {at} {offsets}"
 
 
 def _size_text(size: int) -> str:

@@ -108,6 +108,18 @@ _MARKERS: tuple[tuple[str, str], ...] = (
     ("compiling dataset index builder", "stall_point:dataset_index_build"),
 )
 
+# Lines that say which release runs (`release:<what>` markers; `megapilot.diagnose.megatron_version` reads them): a
+# megatron-core version as pip, `megatron.core.__version__` or a launcher prints it, a Megatron-Bridge version, an NGC
+# NeMo container (its image tag, or its banner's `NVIDIA Release YY.MM` line after `== NeMo Framework ==`).
+RELEASE_NEEDLES: tuple[str, ...] = ("megatron-core", "megatron_core", "megatron core", "megatron.core",
+                                    "megatron-bridge", "megatron_bridge", "megatron.bridge", "megatron version",
+                                    "nvidia release", "nvidia/nemo:", "nemo framework")
+RELEASE_LINE_RE = re.compile(
+    r"(?P<what>megatron[-_. ]core|megatron[-_. ]bridge|megatron)(?:\.__version__|\s+version|\s*==|:)\s*[:=]?\s*"
+    r"v?(?P<version>\d+\.\d+(?:\.\d+)?(?:rc\d+)?)\b|"
+    r"nvcr\.io/nvidia/(?P<image>nemo):(?P<tag>\d\d\.\d\d(?:\.\d+)?)|"
+    r"NVIDIA Release (?P<release>\d\d\.\d\d(?:\.\d+)?)", re.IGNORECASE)
+
 # Lowercase substrings without which `LineParser.feed` finds no record on a line and changes no state
 # but the latest timestamp (bulk reading skips such lines; keep in step with `feed` and `_structured`).
 RECORD_NEEDLES: tuple[str, ...] = (
@@ -119,6 +131,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     "mainthread", "current thread 0x",  # the head of a stuck process's stack dump (`STACK_DUMP_HEAD_RE`)
     "exception",  # `SomeException: ...` alone (`LineParser._lone_exception`); `...Error:` holds the trigger "error"
     *(needle.lower() for needle, _ in _MARKERS),
+    *RELEASE_NEEDLES,
 )
 
 # Iteration-line field keys (lowercase) → the `IterationRecord` field they fill, or a raw slot (`_RAW_SLOTS`).
@@ -344,6 +357,7 @@ class LineParser:
         self._pending_bridge_tflops: float | None = None
         self._traceback_frames: deque[str] | None = None
         self.framework_hints: Counter[str] = Counter()  # frameworks named by traceback frames' paths
+        self._nemo_banner = False  # NeMo's container banner seen: its `NVIDIA Release` line names the container
         self._crash_lines_left = 0  # lines after a segfault/abort still read as its stack dump
         self._crash_in_writer_reported = False
         self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
@@ -769,6 +783,9 @@ class LineParser:
             self._argument_values = {}
             self._arguments_start_line = line_no
             return _NO_RECORDS
+        release = self._release(text)
+        if release is not None:
+            return (ProgressMarker(file=self.file, line=line_no, text=text, marker=release, time_s=self.last_time_s),)
         for needle, marker in _MARKERS:
             if needle in text:
                 return (ProgressMarker(file=self.file, line=line_no, text=text, marker=marker,
@@ -777,6 +794,27 @@ class LineParser:
             return (ProgressMarker(file=self.file, line=line_no, text=text, marker="training_started",
                                    time_s=self.last_time_s),)
         return _NO_RECORDS
+
+    def _release(self, text: str) -> str | None:
+        """`release:megatron-core=0.16.1`, `release:megatron-bridge=0.2.0`, `release:nemo-container=25.02` for a line
+        that names the release running (RELEASE_LINE_RE), else None."""
+        lowered = text.lower()
+        if "nemo framework" in lowered and "==" in text:  # the NGC banner's head: its `NVIDIA Release` line follows
+            self._nemo_banner = True
+            return None
+        if not any(needle in lowered for needle in RELEASE_NEEDLES):
+            return None
+        found = RELEASE_LINE_RE.search(text)
+        if found is None:
+            return None
+        if found.group("version"):
+            what = found.group("what").lower().replace("_", "-").replace(".", "-").replace(" ", "-")
+            return f"release:{'megatron-core' if what == 'megatron' else what}={found.group('version')}"
+        if found.group("tag"):
+            return f"release:nemo-container={found.group('tag')}"
+        if self._nemo_banner:
+            return f"release:nemo-container={found.group('release')}"
+        return None
 
     def _memory_reports(self, line_no: int, text: str) -> tuple[MemoryRecord, ...]:
         """Every memory report on the line, each with the fields up to the next report's head (ranks printing at once

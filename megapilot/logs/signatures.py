@@ -108,9 +108,16 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- a NaN/Inf loss or gradient norm that a trainer's own check reports (not the RerunStateMachine) ----------
     _sig("nan_value", "nan_loss", r"\b(?:grad(?:ient)?[ _]norm|loss) is (?:NaN|Inf)\b"),
     # --- checkpoint writers that fail without saying "checkpoint" -------------------------------------
+    # Megatron-Core's async torch_dist writer (dist_checkpointing/strategies/filesystem_async.py) reports a worker's
+    # error as `Local process N encountered an error: ...`, then raises `Worker failure: ...`, `Incomplete worker
+    # results (expected N, got M. ...` or `An error is caught while a proc N is created`; torch.distributed.checkpoint's
+    # FileSystemWriter refuses an existing one (`Checkpoint already exists and self.overwrite=False.`). A read-only
+    # file system only refuses writes.
     _sig("checkpoint_writer", "checkpoint_save_failure",
          r"PytorchStreamWriter failed|unexpected pos \d+ vs \d+|_write_item\(\) (?:takes|got|missing)|"
-         r"FileSystemWriterAsync.*(?:fail|error)"),
+         r"FileSystemWriterAsync.*(?:fail|error)|Local process \d+ encountered an error|\bWorker failure: |"
+         r"Incomplete worker results \(expected|An error is caught while a proc \d+ is created|"
+         r"Checkpoint already exists and self\.overwrite|Read-only file system"),
     # --- GPU hardware ----------------------------------------------------------------------------
     _sig("xid", "gpu_hw_fault", r"\bNVRM: Xid\b|\bXid \(PCI:|\bXid\s+\d+\b"),
     _sig("amd_ras", "gpu_hw_fault",
@@ -211,6 +218,7 @@ TRIGGERS: tuple[str, ...] = (
     "unexpected result", "found nan", "found inf", "loss is nan", "loss is inf", "norm is nan", "norm is inf",
     "persistent error", "application error",
     "pytorchstreamwriter", "unexpected pos", "_write_item", "filesystemwriterasync", "ras", "hardware error",
+    "worker failure", "incomplete worker results", "read-only file system",
     "poison", "cancelled", "fallen off the bus", "segfault",
     "shm", "bus error", "signal", "sigbus", "shared memory", "out of memory", "memory access", "to allocate",
     "alloc_failed", "xid", "ecc", "gpu", "misaligned",
@@ -232,6 +240,9 @@ CHECKPOINT_WRITER_FRAMES: tuple[str, ...] = (
     "save_checkpoint", "filesystem_async", "_write_item", "write_preloaded_data", "FileSystemWriterAsync",
     "writeRecord", "PytorchStreamWriter", "write_record", "mz_zip_writer", "crc32", "async_save",
     "dist_checkpointing/strategies/torch", "_save_zero_checkpoint",
+    # Megatron-Core finishing an async save (`save_state_dict_async_finalize` raises torch.distributed.checkpoint's
+    # `CheckpointException("write", ...)`), torch.distributed.checkpoint's own saver
+    "save_state_dict_async_finalize", "finalize_async_save", "state_dict_saver", "_save_state_dict",
 )
 
 # Frames of a compiled extension's loader: an exception there is a missing or mismatched build.

@@ -129,6 +129,7 @@ def test_megapilot_run_trains_a_saved_plan_with_the_embedded_trainer(cli, tmp_pa
     # predicted before it started, on this machine's CPU (measured), and said where the run departs from it
     assert payload["predicted"]["device"].startswith("CPU") and payload["predicted"]["step_time_ms"] > 0
     assert payload["prediction_departure"].startswith("step ")
+    assert payload["model"] == {"name": "tiny", "requested": str(tmp_path / "plan.json"), "source": "plan file"}
     assert "-m megapilot.trainer" in (tmp_path / "plan" / "launch.sh").read_text()
     parsed = parse_logs([Path(payload["logs"][0])])
     assert [r.iteration for r in parsed.iterations] == [1, 2, 3, 4]
