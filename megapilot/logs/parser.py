@@ -28,7 +28,9 @@ from megapilot.logs.records import (
     IterationRecord,
     MemoryRecord,
     ProgressMarker,
+    RankTimes,
     Record,
+    StragglerReport,
     TheoreticalMemoryRecord,
     TimerRecord,
 )
@@ -40,6 +42,8 @@ from megapilot.logs.signatures import (
     is_exception_line,
     match_line,
 )
+from megapilot.logs.stragglers import NEEDLES as STRAGGLER_NEEDLES
+from megapilot.logs.stragglers import amended_report, rank_times_line, straggler_report_line
 
 _NO_RECORDS: tuple[Record, ...] = ()
 
@@ -118,6 +122,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     "[nemo ",  # NeMo's logger prefix names the framework (`LineParser.feed`)
     "mainthread", "current thread 0x",  # the head of a stuck process's stack dump (`STACK_DUMP_HEAD_RE`)
     "exception",  # `SomeException: ...` alone (`LineParser._lone_exception`); `...Error:` holds the trigger "error"
+    *STRAGGLER_NEEDLES,  # per-rank compute times and `--log-straggler` reports (`LineParser._straggler`)
     *(needle.lower() for needle, _ in _MARKERS),
 )
 
@@ -348,6 +353,7 @@ class LineParser:
         self._crash_in_writer_reported = False
         self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
         self._stack_dump: ErrorRecord | None = None  # a stuck process's stack dump head, waiting for its first frame
+        self._straggler_report: StragglerReport | None = None  # the last `--log-straggler` report, for its `Bottom N`
 
     # ---- entry point ----------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> tuple[Record, ...]:
@@ -769,6 +775,10 @@ class LineParser:
             self._argument_values = {}
             self._arguments_start_line = line_no
             return _NO_RECORDS
+        if "[rank@node]" in text or "Rtt/Rnk" in text or "^^^^ Bottom" in text:
+            straggler = self._straggler(line_no, text)
+            if straggler is not None:
+                return (straggler,)
         for needle, marker in _MARKERS:
             if needle in text:
                 return (ProgressMarker(file=self.file, line=line_no, text=text, marker=marker,
@@ -777,6 +787,18 @@ class LineParser:
             return (ProgressMarker(file=self.file, line=line_no, text=text, marker="training_started",
                                    time_s=self.last_time_s),)
         return _NO_RECORDS
+
+    def _straggler(self, line_no: int, text: str) -> RankTimes | StragglerReport | None:
+        """A per-rank timing line; a `Bottom N` line gives the report before it again, amended (same evidence)."""
+        if (times := rank_times_line(self.file, line_no, text)) is not None:
+            return times
+        if (report := straggler_report_line(self.file, line_no, text)) is not None:
+            self._straggler_report = report
+            return report
+        if self._straggler_report is not None and (amended := amended_report(self._straggler_report, text)):
+            self._straggler_report = amended
+            return amended
+        return None
 
     def _memory_reports(self, line_no: int, text: str) -> tuple[MemoryRecord, ...]:
         """Every memory report on the line, each with the fields up to the next report's head (ranks printing at once

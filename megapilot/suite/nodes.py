@@ -42,12 +42,13 @@ def probe_nodes(suite: LoadedSuite, executor: Executor, run_dir: Path) -> list[M
 
 def write_node_lists(run_dir: Path, names: list[str], rows: list[MetricRow]) -> NodeLists:
     """`passing_nodes.txt` and `failing_nodes.txt` in the run directory, one node a line, for `srun --exclude`
-    or the next run's host list. A row names its node by its `nodeK.` prefix (none with one node)."""
+    or the next run's host list (`suite run --exclude-failing`). Each failed row names its node in `row.node`; a
+    failed row about no node (None) fails none."""
     failed: dict[int, list[str]] = {}
     for row in rows:
-        if row.verdict is Verdict.FAIL:
-            index, _, check = row.name.partition(".") if row.name.startswith("node") else ("node0", "", row.name)
-            failed.setdefault(int(index[4:]) if index[4:].isdigit() else 0, []).append(f"{check}: {row.reason}")
+        if row.verdict is Verdict.FAIL and row.node is not None:
+            check = row.name.removeprefix(f"node{row.node}.")
+            failed.setdefault(row.node, []).append(f"{check}: {row.reason}")
     lists = NodeLists([name for k, name in enumerate(names) if k not in failed],
                       {name: failed[k] for k, name in enumerate(names) if k in failed})
     (run_dir / "passing_nodes.txt").write_text(lists.passing_text(), encoding="utf-8")

@@ -5,11 +5,24 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from megapilot.logs import parse_logs
+from megapilot.logs.stragglers import StragglerLines
 from megapilot.suite.results import Verdict
-from megapilot.suite.stragglers import straggler_rows
+from megapilot.suite.stragglers import straggler_rows as rows_of
 from megapilot.trainer import logfmt
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nodes"
+
+
+def straggler_rows(logs: list[Path], **gate) -> list:
+    """The rows from what the log parser records of each node's log (the measure step's one reading)."""
+    lines = StragglerLines([], [])
+    for path in logs:
+        if path.is_file():
+            parsed = parse_logs([path])
+            lines.rank_times += parsed.rank_times
+            lines.reports += parsed.straggler_reports
+    return rows_of(lines, **gate)
 
 
 def _log(tmp_path: Path, node: str, *lines: str) -> Path:
