@@ -227,6 +227,9 @@ class MegapilotBlock(_Forbid):
     sbatch_options: list[str] = Field(default_factory=list, description="More sbatch options, one per item, as "
                                                                         "sbatch takes them: --qos=high, "
                                                                         "--reservation=r1, --constraint=a100.")
+    exclude_failing: str | None = Field(default=None, description="Leave out the nodes in failing_nodes.txt of this "
+                                                                  "run ('latest' under --out, a run directory or id), "
+                                                                  "as `suite run --exclude-failing` does.")
     secrets: list[str] = Field(default_factory=list, description="Names of container.env / cluster env_vars "
                                                                  "variables whose values are secrets, beyond those "
                                                                  "whose names say so (TOKEN, KEY, PASSWORD...).")

@@ -97,6 +97,7 @@ class RunRequest:
     cluster_name: str | None = None  # recorded under it; None: the cluster file's name
     history_runs: tuple[MeasuredRun, ...] = ()  # this cluster's measured runs: the predictions' calibration
     calibrate: bool = True
+    notes: tuple[str, ...] = ()  # what the run's notes must say from the start (the nodes left out, and why)
 
 
 @dataclass
@@ -142,6 +143,8 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
                          notes=list(previous.notes) if previous else [])
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None), on_progress)
     _note_once(result, describe_hang_window(suite.config.megapilot))
+    for note in request.notes:
+        _note_once(result, note)
     clock = time.monotonic()
     completed = False
     try:

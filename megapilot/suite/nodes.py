@@ -7,6 +7,7 @@ of the protocol): here, over ssh (BatchMode, so a node that asks for a password 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,7 @@ def write_node_lists(run_dir: Path, names: list[str], rows: list[MetricRow]) -> 
                       {name: failed[k] for k, name in enumerate(names) if k in failed})
     (run_dir / "passing_nodes.txt").write_text(lists.passing_text(), encoding="utf-8")
     (run_dir / "failing_nodes.txt").write_text(lists.failing_text(), encoding="utf-8")
+    (run_dir / "failing_nodes.json").write_text(json.dumps(lists.failing, indent=1) + "\n", encoding="utf-8")
     return lists
 
 
