@@ -440,7 +440,23 @@ def _results_stage(ctx: _Context) -> StageResult:
         return StageResult(name="results", verdict=Verdict.SKIPPED, reason="no combo ran")
     passed = sum(c.verdict is Verdict.PASS for c in combos)
     reason = f"{passed} of {len(combos)} combos PASS" + (f"; FAIL: {', '.join(failed)}" if failed else "")
-    return StageResult(name="results", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason)
+    nic = _nic_counter_rows(ctx)
+    failed += [r.name for r in nic if r.verdict is Verdict.FAIL]
+    reason += "".join(f"; {r.name}: {r.reason}" for r in nic if r.verdict is Verdict.FAIL)
+    return StageResult(name="results", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=nic)
+
+
+def _nic_counter_rows(ctx: _Context) -> list[MetricRow]:
+    """Each node's NIC fault counters after the last combo against the preflight's snapshot; a node whose counters
+    grew joins failing_nodes.txt."""
+    from megapilot.suite.nic_counters import counter_rows, take_snapshot
+    from megapilot.suite.nodes import add_failing
+
+    names = take_snapshot(ctx.suite, ctx.executor, ctx.run_dir, "after")
+    rows = counter_rows(ctx.run_dir, ctx.suite.nodes, cpu=ctx.suite.device == "cpu")
+    if any(r.verdict is Verdict.FAIL for r in rows):
+        add_failing(ctx.run_dir, names, rows)
+    return rows
 
 
 def _teardown_stage(ctx: _Context) -> StageResult:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from megapilot.diagnose.nodes import NodeLists
 from megapilot.execute.base import Executor, NodeOutput
+from megapilot.suite.nic_counters import take_snapshot
 from megapilot.suite.preflight import PROBE_SCRIPT, NodeProbe, PreflightExpectations, judge, parse_probe
 from megapilot.suite.results import MetricRow, Verdict
 
@@ -25,6 +26,7 @@ def probe_nodes(suite: LoadedSuite, executor: Executor, run_dir: Path) -> list[M
     log_dir = getattr(suite.config.paths, "log_dir", None)
     if log_dir and not suite.capabilities.runs_here:
         directories.append(str(log_dir))
+    take_snapshot(suite, executor, run_dir, "before")  # NIC counters, compared after the last combo
     outputs = run_on_nodes(suite, executor, PROBE_SCRIPT, directories)
     folder = run_dir / "preflight"
     folder.mkdir(exist_ok=True)
@@ -58,6 +60,25 @@ def write_node_lists(run_dir: Path, names: list[str], rows: list[MetricRow]) -> 
     return lists
 
 
+def add_failing(run_dir: Path, names: list[str], rows: list[MetricRow]) -> NodeLists:
+    """The node lists again, with the nodes that `rows` (a later check: the NIC counters after the run) failed
+    added to those the preflight failed."""
+    reasons_file = run_dir / "failing_nodes.json"
+    earlier: dict[str, list[str]] = {}
+    if reasons_file.is_file():
+        earlier = {str(k): list(v) for k, v in json.loads(reasons_file.read_text(encoding="utf-8")).items()}
+    earlier_rows = [MetricRow(name=f"node{k}.{check}", node=k, verdict=Verdict.FAIL, reason=reason)
+                    for k, name in enumerate(names) for check, _, reason in
+                    (why.partition(": ") for why in earlier.pop(name, []))]
+    lists = write_node_lists(run_dir, names, earlier_rows + rows)
+    for name, why in earlier.items():  # a node failed earlier under a name not seen now: kept failing
+        lists.failing[name] = why
+    if earlier:
+        (run_dir / "failing_nodes.txt").write_text(lists.failing_text(), encoding="utf-8")
+        (run_dir / "failing_nodes.json").write_text(json.dumps(lists.failing, indent=1) + "\n", encoding="utf-8")
+    return lists
+
+
 def expectations(suite: LoadedSuite) -> PreflightExpectations:
     block = suite.config.megapilot
     env = suite.config.container.env if suite.config.container else {}
@@ -72,4 +93,4 @@ def run_on_nodes(suite: LoadedSuite, executor: Executor, script: str, args: list
     return executor.run_on_nodes(script, args, suite.nodes)
 
 
-__all__ = ["NodeOutput", "expectations", "probe_nodes", "run_on_nodes", "write_node_lists"]
+__all__ = ["NodeOutput", "add_failing", "expectations", "probe_nodes", "run_on_nodes", "write_node_lists"]
