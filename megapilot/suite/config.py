@@ -180,6 +180,10 @@ class Sweep(_Forbid):
 
     combinations: dict[str, dict[str, Any]] = Field(default_factory=dict)
     runs: list[str] = Field(default_factory=list)
+    repeats: int = Field(default=1, ge=1, le=100, description="Run every combo this many times; its gates read the "
+                                                              "median run (megapilot.suite.repeats).")
+    max_cv_pct: float = Field(default=5.0, gt=0, le=100, description="With repeats: the step time's coefficient of "
+                                                                     "variation across them may be at most this (%).")
 
 
 class MegapilotBlock(_Forbid):

@@ -499,7 +499,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
         return
     ctx.on_event(f"{step} combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
-    combo = _run_cell(ctx, cell, directory=cell.slug, gates=True)
+    combo = _run_repeats(ctx, cell)
     combo.started_at, combo.duration_s = started, round(time.monotonic() - clock, 3)
     ctx.result.combos.append(combo)
     for stage in _combo_stages(combo, started):
@@ -507,6 +507,17 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     ctx.new_work += 1
     _save(ctx)
     ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+
+
+def _run_repeats(ctx: _Context, cell: SweepCell) -> ComboResult:
+    """The cell run `sweep.repeats` times, each in its own directory, and judged on its median run."""
+    from megapilot.suite.repeats import combine_repeats, repeat_directory
+
+    sweep = ctx.suite.config.sweep
+    runs = [_run_cell(ctx, cell, directory=repeat_directory(cell.slug, k), gates=True) for k in range(sweep.repeats)]
+    if len(runs) == 1:
+        return runs[0]
+    return combine_repeats(runs, max_cv_pct=sweep.max_cv_pct, cpu=ctx.suite.device == "cpu")
 
 
 def _kept_combo(ctx: _Context, key: str) -> tuple[ComboResult, list[StageResult]] | None:
