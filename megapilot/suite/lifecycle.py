@@ -448,15 +448,10 @@ def _results_stage(ctx: _Context) -> StageResult:
 
 def _nic_counter_rows(ctx: _Context) -> list[MetricRow]:
     """Each node's NIC fault counters after the last combo against the preflight's snapshot; a node whose counters
-    grew joins failing_nodes.txt."""
-    from megapilot.suite.nic_counters import counter_rows, take_snapshot
-    from megapilot.suite.nodes import add_failing
+    grew, or that a gated straggler row failed, joins failing_nodes.txt."""
+    from megapilot.suite.nodes import close_node_lists
 
-    names = take_snapshot(ctx.suite, ctx.executor, ctx.run_dir, "after")
-    rows = counter_rows(ctx.run_dir, ctx.suite.nodes, cpu=ctx.suite.device == "cpu")
-    if any(r.verdict is Verdict.FAIL for r in rows):
-        add_failing(ctx.run_dir, names, rows)
-    return rows
+    return close_node_lists(ctx.suite, ctx.executor, ctx.run_dir, ctx.result.combos)
 
 
 def _teardown_stage(ctx: _Context) -> StageResult:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from megapilot.diagnose.nodes import NodeLists
 from megapilot.execute.base import Executor, NodeOutput
-from megapilot.suite.nic_counters import take_snapshot
+from megapilot.suite.nic_counters import counter_rows, take_snapshot
 from megapilot.suite.preflight import PROBE_SCRIPT, NodeProbe, PreflightExpectations, judge, parse_probe
-from megapilot.suite.results import MetricRow, Verdict
+from megapilot.suite.results import ComboResult, MetricRow, Verdict
+from megapilot.suite.stragglers import ROW_PREFIX as STRAGGLER_PREFIX
 
 if TYPE_CHECKING:
     from megapilot.suite.config import LoadedSuite
@@ -60,6 +61,20 @@ def write_node_lists(run_dir: Path, names: list[str], rows: list[MetricRow]) -> 
     return lists
 
 
+def close_node_lists(suite: LoadedSuite, executor: Executor, run_dir: Path,
+                     combos: list[ComboResult]) -> list[MetricRow]:
+    """After the last combo: each node's NIC counters against the preflight's snapshot (the rows returned), and the
+    node lists again with every node those counters or a gated straggler row failed."""
+    names = take_snapshot(suite, executor, run_dir, "after")
+    rows = counter_rows(run_dir, suite.nodes, cpu=suite.device == "cpu")
+    stragglers = [r for combo in combos for r in combo.metrics
+                  if r.name.startswith(STRAGGLER_PREFIX) and r.verdict is Verdict.FAIL and r.node is not None]
+    if any(r.verdict is Verdict.FAIL for r in rows) or stragglers:
+        add_failing(run_dir, names, rows + [r.model_copy(update={"name": f"node{r.node}.{r.name}"})
+                                            for r in stragglers])
+    return rows
+
+
 def add_failing(run_dir: Path, names: list[str], rows: list[MetricRow]) -> NodeLists:
     """The node lists again, with the nodes that `rows` (a later check: the NIC counters after the run) failed
     added to those the preflight failed."""
@@ -93,4 +108,5 @@ def run_on_nodes(suite: LoadedSuite, executor: Executor, script: str, args: list
     return executor.run_on_nodes(script, args, suite.nodes)
 
 
-__all__ = ["NodeOutput", "add_failing", "expectations", "probe_nodes", "run_on_nodes", "write_node_lists"]
+__all__ = ["NodeOutput", "add_failing", "close_node_lists", "expectations", "probe_nodes", "run_on_nodes",
+           "write_node_lists"]

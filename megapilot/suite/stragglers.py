@@ -45,6 +45,7 @@ def straggler_rows(lines: StragglerLines, *, max_ratio: float, enforce: bool, ra
         status = (Verdict.FAIL if failed else Verdict.PASS) if gated else Verdict.RECORD
         rows.append(MetricRow(name=f"{ROW_PREFIX}{node.name}", value=round(node.ratio, 3), unit="x",
                               threshold=f"<= {max_ratio:g}", verdict=status, reason=reason, enforced=gated,
+                              node=node.index,
                               margin_pct=round((max_ratio - node.ratio) / max_ratio * 100, 1)))
     return rows
 
