@@ -5,7 +5,7 @@ and `failing_nodes.json` (each node with the checks it failed). Excluding them:
 - under a scheduler that allocates the nodes (SLURM): `--exclude=a,b` joins the sbatch options of every job and of
   the preflight probe's `srun`, so the scheduler picks the others;
 - where the suite reaches each node of the cluster file itself (SSH): those hosts leave the node list, and the
-  job runs on the first `nodes` of the rest.
+  job runs on the first `megapilot.nodes` of the rest (on all of the rest where that key is unset).
 Too few nodes left for the suite's `nodes` is a user error (exit 2), said before anything runs. The run's notes (in
 the report and the run deck) name each excluded node, the run it came from and the checks it failed.
 """
@@ -99,17 +99,19 @@ def exclude_nodes(suite: LoadedSuite, excluded: ExcludedNodes) -> LoadedSuite:
         raise MegapilotError(f"{', '.join(unknown)} in {excluded.source / FAILING_NODES} is no host of the cluster "
                              "file", field=FIELD, fix="pass the run made with this cluster file, or edit the list")
     left = [host for host in hosts if host not in excluded.reasons]
-    if len(left) < suite.nodes:
+    # Without megapilot.nodes the job spans the cluster file's nodes: now those left.
+    nodes = suite.nodes if suite.config.megapilot.nodes is not None else min(suite.nodes, len(left))
+    if len(left) < nodes or not left:
         raise MegapilotError(
             f"{len(left)} node(s) left of {len(hosts)} after excluding {', '.join(excluded.names)} (from "
-            f"{excluded.source / FAILING_NODES}), the suite needs {suite.nodes}", field=FIELD,
+            f"{excluded.source / FAILING_NODES}), the suite needs {max(nodes, 1)}", field=FIELD,
             fix="add healthy nodes to the cluster file, lower megapilot.nodes, or repair the failing nodes")
     kept = {host: entry for host, entry in cluster.node_dict.items() if host not in excluded.reasons}
     head = cluster.head_node_dict
     if head.mgmt_ip in excluded.reasons:  # the master moves to the first healthy node
         head = head.model_copy(update={"mgmt_ip": left[0]})
     trimmed = cluster.model_copy(update={"node_dict": kept, "head_node_dict": head})
-    return suite.model_copy(update={"cluster": trimmed})
+    return suite.model_copy(update={"cluster": trimmed, "nodes": nodes})
 
 
 __all__ = ["FAILING_NODES", "FAILING_REASONS", "ExcludedNodes", "exclude_nodes", "failing_run_dir", "read_failing"]

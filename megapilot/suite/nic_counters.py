@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megapilot.diagnose.nodes import check_nic
+from megapilot.errors import MegapilotError
 from megapilot.logs.health import grown_fault_counters
 from megapilot.suite.results import MetricRow, Verdict
 
@@ -82,8 +83,13 @@ def take_snapshot(suite: LoadedSuite, executor: Executor, run_dir: Path, phase: 
     holds its error); each node's name as the node lists write it (the executor's, else its hostname)."""
     folder = run_dir / FOLDER
     folder.mkdir(exist_ok=True)
-    names = []
-    for output in executor.run_on_nodes(COUNTERS_SCRIPT, ["/sys"], suite.nodes):
+    names: list[str] = []
+    try:
+        outputs = executor.run_on_nodes(COUNTERS_SCRIPT, ["/sys"], suite.nodes)
+    except (MegapilotError, OSError) as exc:  # the nodes cannot be reached now: the rows say the snapshot is missing
+        (folder / f"{phase}-error.txt").write_text(f"{exc}\n", encoding="utf-8")
+        return names
+    for output in outputs:
         error = f"\nerror={output.error}\n" if output.error else ""
         (folder / f"{phase}-node{output.node}.txt").write_text(output.text + error, encoding="utf-8")
         host = next((line[5:] for line in output.text.splitlines() if line.startswith("host=")), "")

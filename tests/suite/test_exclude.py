@@ -20,7 +20,7 @@ from megapilot.suite.results import MetricRow, Verdict
 HOSTS = ("10.0.0.1", "10.0.0.2", "10.0.0.3")
 
 
-def _suite(tmp_path: Path, executor: str, nodes: int) -> Path:
+def _suite(tmp_path: Path, executor: str, nodes: int | None) -> Path:
     config = {
         "gpu_name": "CPU", "enforce_thresholds": False,
         "paths": {"hf_token_file": "hf_token", "log_dir": "logs", "scripts_dir": "s", "data_cache_dir": "c"},
@@ -29,6 +29,8 @@ def _suite(tmp_path: Path, executor: str, nodes: int) -> Path:
         "megapilot": {"model": "tiny", "executor": executor, "backend": "megapilot", "device": "cpu",
                       "nodes": nodes, "gpus_per_node": 1},
     }
+    if nodes is None:
+        del config["megapilot"]["nodes"]
     (tmp_path / "suite.json").write_text(json.dumps(config))
     cluster = {"username": "u", "head_node_dict": {"mgmt_ip": HOSTS[0]},
                "node_dict": {h: {"bmc_ip": "NA", "vpc_ip": h} for h in HOSTS}}
@@ -80,3 +82,11 @@ def test_the_cli_refuses_with_exit_2_and_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "--exclude-failing" in done.stderr and "Traceback" not in done.stderr
     assert len([line for line in done.stderr.splitlines() if line.strip()]) <= 3
+
+
+def test_without_a_node_count_the_job_spans_the_nodes_left(tmp_path):
+    config = _suite(tmp_path, "ssh", nodes=None)
+    loaded = load_suite(config, tmp_path / "cluster.json")
+    assert loaded.nodes == 3
+    suite = exclude_nodes(loaded, read_failing(_failed_run(tmp_path, 2)))
+    assert suite.nodes == 2 and [n.host for n in executor_settings(suite).nodes] == ["10.0.0.1", "10.0.0.2"]
