@@ -80,8 +80,8 @@ def _completed_row(runs: list[ComboResult]) -> MetricRow:
 def _spread_rows(completed: list[ComboResult], runs: list[ComboResult]) -> list[MetricRow]:
     rows = []
     for name in SPREAD_METRICS:
-        values = [v for r in completed if (v := r.actual(name)) is not None]
-        if not values:
+        values = [v for r in completed if (v := r.actual(name)) is not None and v > 0]
+        if not values:  # a speed of 0 is a log that prints none (a CPU run's TFLOP/s), not a measurement
             continue
         unit = next((row.unit for r in completed for row in r.metrics if row.name == name), "")
         cv = cv_pct(values)
