@@ -38,7 +38,9 @@ from megapilot.logs.records import (
     IterationRecord,
     MemoryRecord,
     ProgressMarker,
+    RankTimes,
     Record,
+    StragglerReport,
     TheoreticalMemoryRecord,
     TimerRecord,
 )
@@ -106,6 +108,9 @@ class ParsedLog:
     # the JSON schema: `framework` is what a user reads, these are its evidence.
     frame_hints: dict[str, int] = field(default_factory=dict)
     binary_skipped: list[BinarySkipped] = field(default_factory=list)  # per file with binary runs cut out
+    # Per-rank timings (megapilot.logs.stragglers): the straggler verdict's input; not in the JSON schema yet.
+    rank_times: list[RankTimes] = field(default_factory=list)
+    straggler_reports: list[StragglerReport] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable `--json` schema of `megapilot logs parse`."""
@@ -165,6 +170,14 @@ class LogCollector:
             self.log.theoretical_memory.append(record)
         elif isinstance(record, ProgressMarker):
             self.log.markers.append(record)
+        elif isinstance(record, RankTimes):
+            self.log.rank_times.append(record)
+        elif isinstance(record, StragglerReport):
+            reports = self.log.straggler_reports
+            if reports and reports[-1].evidence == record.evidence:
+                reports[-1] = record  # amended by its `Bottom N` line
+            else:
+                reports.append(record)
 
     def end_source(self, end: SourceEnd) -> None:
         """A source was read to its end: count its lines, keep its last line and the run's latest timestamp."""

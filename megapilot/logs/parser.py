@@ -28,7 +28,9 @@ from megapilot.logs.records import (
     IterationRecord,
     MemoryRecord,
     ProgressMarker,
+    RankTimes,
     Record,
+    StragglerReport,
     TheoreticalMemoryRecord,
     TimerRecord,
 )
@@ -40,6 +42,8 @@ from megapilot.logs.signatures import (
     is_exception_line,
     match_line,
 )
+from megapilot.logs.stragglers import NEEDLES as STRAGGLER_NEEDLES
+from megapilot.logs.stragglers import amended_report, rank_times_line, straggler_report_line
 
 _NO_RECORDS: tuple[Record, ...] = ()
 
@@ -130,6 +134,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     "[nemo ",  # NeMo's logger prefix names the framework (`LineParser.feed`)
     "mainthread", "current thread 0x",  # the head of a stuck process's stack dump (`STACK_DUMP_HEAD_RE`)
     "exception",  # `SomeException: ...` alone (`LineParser._lone_exception`); `...Error:` holds the trigger "error"
+    *STRAGGLER_NEEDLES,  # per-rank compute times and `--log-straggler` reports (`LineParser._straggler`)
     *(needle.lower() for needle, _ in _MARKERS),
     *RELEASE_NEEDLES,
 )
@@ -362,6 +367,7 @@ class LineParser:
         self._crash_in_writer_reported = False
         self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
         self._stack_dump: ErrorRecord | None = None  # a stuck process's stack dump head, waiting for its first frame
+        self._straggler_report: StragglerReport | None = None  # the last `--log-straggler` report, for its `Bottom N`
 
     # ---- entry point ----------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> tuple[Record, ...]:
@@ -786,6 +792,10 @@ class LineParser:
         release = self._release(text)
         if release is not None:
             return (ProgressMarker(file=self.file, line=line_no, text=text, marker=release, time_s=self.last_time_s),)
+        if "[rank@node]" in text or "Rtt/Rnk" in text or "^^^^ Bottom" in text:
+            straggler = self._straggler(line_no, text)
+            if straggler is not None:
+                return (straggler,)
         for needle, marker in _MARKERS:
             if needle in text:
                 return (ProgressMarker(file=self.file, line=line_no, text=text, marker=marker,
@@ -814,6 +824,18 @@ class LineParser:
             return f"release:nemo-container={found.group('tag')}"
         if self._nemo_banner:
             return f"release:nemo-container={found.group('release')}"
+        return None
+
+    def _straggler(self, line_no: int, text: str) -> RankTimes | StragglerReport | None:
+        """A per-rank timing line; a `Bottom N` line gives the report before it again, amended (same evidence)."""
+        if (times := rank_times_line(self.file, line_no, text)) is not None:
+            return times
+        if (report := straggler_report_line(self.file, line_no, text)) is not None:
+            self._straggler_report = report
+            return report
+        if self._straggler_report is not None and (amended := amended_report(self._straggler_report, text)):
+            self._straggler_report = amended
+            return amended
         return None
 
     def _memory_reports(self, line_no: int, text: str) -> tuple[MemoryRecord, ...]:

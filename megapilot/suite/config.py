@@ -217,6 +217,10 @@ class Sweep(_Forbid):
 
     combinations: dict[str, dict[str, Any]] = Field(default_factory=dict)
     runs: list[str] = Field(default_factory=list)
+    repeats: int = Field(default=1, ge=1, le=100, description="Run every combo this many times; its gates read the "
+                                                              "median run (megapilot.suite.repeats).")
+    max_cv_pct: float = Field(default=5.0, gt=0, le=100, description="With repeats: the step time's coefficient of "
+                                                                     "variation across them may be at most this (%).")
 
 
 class MegapilotBlock(_Forbid):
@@ -269,6 +273,9 @@ class MegapilotBlock(_Forbid):
     sbatch_options: list[str] = Field(default_factory=list, description="More sbatch options, one per item, as "
                                                                         "sbatch takes them: --qos=high, "
                                                                         "--reservation=r1, --constraint=a100.")
+    exclude_failing: str | None = Field(default=None, description="Leave out the nodes in failing_nodes.txt of this "
+                                                                  "run ('latest' under --out, a run directory or id), "
+                                                                  "as `suite run --exclude-failing` does.")
     secrets: list[str] = Field(default_factory=list, description="Names of container.env / cluster env_vars "
                                                                  "variables whose values are secrets, beyond those "
                                                                  "whose names say so (TOKEN, KEY, PASSWORD...).")

@@ -101,6 +101,7 @@ class RunRequest:
     cluster_name: str | None = None  # recorded under it; None: the cluster file's name
     history_runs: tuple[MeasuredRun, ...] = ()  # this cluster's measured runs: the predictions' calibration
     calibrate: bool = True
+    notes: tuple[str, ...] = ()  # what the run's notes must say from the start (the nodes left out, and why)
 
 
 @dataclass
@@ -146,6 +147,8 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
                          notes=list(previous.notes) if previous else [])
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None), on_progress)
     _note_once(result, describe_hang_window(suite.config.megapilot))
+    for note in request.notes:
+        _note_once(result, note)
     clock = time.monotonic()
     completed = False
     try:
@@ -456,7 +459,18 @@ def _results_stage(ctx: _Context) -> StageResult:
         return StageResult(name="results", verdict=Verdict.SKIPPED, reason="no combo ran")
     passed = sum(c.verdict is Verdict.PASS for c in combos)
     reason = f"{passed} of {len(combos)} combos PASS" + (f"; FAIL: {', '.join(failed)}" if failed else "")
-    return StageResult(name="results", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason)
+    nic = _nic_counter_rows(ctx)
+    failed += [r.name for r in nic if r.verdict is Verdict.FAIL]
+    reason += "".join(f"; {r.name}: {r.reason}" for r in nic if r.verdict is Verdict.FAIL)
+    return StageResult(name="results", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=nic)
+
+
+def _nic_counter_rows(ctx: _Context) -> list[MetricRow]:
+    """Each node's NIC fault counters after the last combo against the preflight's snapshot; a node whose counters
+    grew, or that a gated straggler row failed, joins failing_nodes.txt."""
+    from megapilot.suite.nodes import close_node_lists
+
+    return close_node_lists(ctx.suite, ctx.executor, ctx.run_dir, ctx.result.combos)
 
 
 def _teardown_stage(ctx: _Context) -> StageResult:
@@ -500,7 +514,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
         return
     ctx.on_event(f"{step} combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
-    combo = _run_cell(ctx, cell, directory=cell.slug, gates=True)
+    combo = _run_repeats(ctx, cell)
     combo.started_at, combo.duration_s = started, round(time.monotonic() - clock, 3)
     ctx.result.combos.append(combo)
     for stage in _combo_stages(combo, started):
@@ -508,6 +522,17 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     ctx.new_work += 1
     _save(ctx)
     ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+
+
+def _run_repeats(ctx: _Context, cell: SweepCell) -> ComboResult:
+    """The cell run `sweep.repeats` times, each in its own directory, and judged on its median run."""
+    from megapilot.suite.repeats import combine_repeats, repeat_directory
+
+    sweep = ctx.suite.config.sweep
+    runs = [_run_cell(ctx, cell, directory=repeat_directory(cell.slug, k), gates=True) for k in range(sweep.repeats)]
+    if len(runs) == 1:
+        return runs[0]
+    return combine_repeats(runs, max_cv_pct=sweep.max_cv_pct, cpu=ctx.suite.device == "cpu")
 
 
 def _kept_combo(ctx: _Context, key: str) -> tuple[ComboResult, list[StageResult]] | None:

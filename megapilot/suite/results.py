@@ -62,6 +62,8 @@ class MetricRow(BaseModel):
     reason: str = ""
     margin_pct: float | None = Field(default=None, description="How far inside (+) or outside (-) the gate, in %.")
     enforced: bool = True
+    node: int | None = Field(default=None, description="The node (0-based, as launched) a per-node row judges; None "
+                                                        "for a row about the whole run.")
 
 
 # The loss's own health is judged by the loss gates (finite loss, slope, convergence), not as an error.
