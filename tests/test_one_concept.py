@@ -49,3 +49,19 @@ def test_the_suite_reads_diagnose():
     source = (PACKAGE_ROOT / "suite" / "metrics.py").read_text()
     assert "from megapilot.diagnose.engine import diagnose_log" in source
     assert "ErrorRecord" not in source and "has_nonfinite" not in source  # no error or NaN rule of its own
+
+
+def _regex_literals_naming_exceptions() -> list[str]:
+    """Where a string literal spells the alternation of Python exception-name endings (`Error|Exception`)."""
+    found = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "Error|Exception" in node.value:
+                found.append(f"{path.relative_to(PACKAGE_ROOT)}:{node.lineno}")
+    return found
+
+
+def test_one_exception_line_pattern():
+    assert [w for w in _where("EXCEPTION") if w.endswith("_RE")] == ["logs/signatures.py:EXCEPTION_LINE_RE"]
+    (where,) = _regex_literals_naming_exceptions()
+    assert where.startswith("logs/signatures.py:")
