@@ -65,3 +65,24 @@ def test_one_exception_line_pattern():
     assert [w for w in _where("EXCEPTION") if w.endswith("_RE")] == ["logs/signatures.py:EXCEPTION_LINE_RE"]
     (where,) = _regex_literals_naming_exceptions()
     assert where.startswith("logs/signatures.py:")
+
+
+def _classes_declaring(field: str, any_of: set[str]) -> list[str]:
+    """Classes that declare `field` and one of `any_of` as fields of their own."""
+    found = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                fields = {n.target.id for n in node.body
+                          if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+                if field in fields and fields & any_of:
+                    found.append(f"{path.relative_to(PACKAGE_ROOT)}:{node.name}")
+    return found
+
+
+def test_one_prediction_type():
+    assert _where("Prediction", exact=True) == ["spec/prediction.py:Prediction"]
+    # a predicted step and memory per GPU is a Prediction; EstimateResult is the estimator's whole answer it is read
+    # from, and the deck, history and report rows compare a Prediction's fields with measurements without copying it
+    assert _classes_declaring("memory_gib", {"step_time_ms", "step_time_s"}) == [
+        "spec/plan_file.py:EstimateResult", "spec/prediction.py:Prediction"]
