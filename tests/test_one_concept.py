@@ -86,3 +86,20 @@ def test_one_prediction_type():
     # from, and the deck, history and report rows compare a Prediction's fields with measurements without copying it
     assert _classes_declaring("memory_gib", {"step_time_ms", "step_time_s"}) == [
         "spec/plan_file.py:EstimateResult", "spec/prediction.py:Prediction"]
+
+
+def test_the_layout_has_one_name_per_field():
+    """A layout given in part (the planner's pins, the command line's flags, a `--batch` line) says each of its
+    fields by ParallelConfig's name; what is not a layout field (model, hardware, batch, run features) is named."""
+    from dataclasses import fields
+
+    from megapilot.cli.layout_options import LayoutFlags
+    from megapilot.estimate.cases import CaseFeatures, CaseFlags
+    from megapilot.plan.space import Pins
+    from megapilot.spec import ParallelConfig
+
+    not_layout = {"model", "gpu", "gpus", "gpus_per_node", "gbs", "seq_len", "precision", "fp8_recipe", "optimizer",
+                  "force_tp_across_nodes"} | {item.name for item in fields(CaseFeatures)}
+    layout = set(ParallelConfig.model_fields)
+    for partial in (CaseFlags, LayoutFlags, Pins):
+        assert {item.name for item in fields(partial)} - not_layout <= layout, partial.__name__
