@@ -103,3 +103,15 @@ def test_the_layout_has_one_name_per_field():
     layout = set(ParallelConfig.model_fields)
     for partial in (CaseFlags, LayoutFlags, Pins):
         assert {item.name for item in fields(partial)} - not_layout <= layout, partial.__name__
+
+
+def test_the_command_lines_options_are_the_estimates_flags_by_name():
+    """What `estimate`, `script` and `plan` take as options is handed to `build_case` under the same names."""
+    from dataclasses import fields
+
+    from megapilot.cli.layout_options import FeatureFlags, LayoutFlags
+    from megapilot.estimate.cases import CaseFlags
+
+    case_flags = {item.name for item in fields(CaseFlags)}
+    for options in (LayoutFlags, FeatureFlags):
+        assert {item.name for item in fields(options)} <= case_flags, options.__name__

@@ -109,7 +109,7 @@ class CaseFlags(CaseFeatures):
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
     cpu_offloading_num_layers: int | None = None
-    recompute_modules: str | None = None  # names separated by commas or spaces, as --recompute-modules lists them
+    recompute_modules: tuple[str, ...] | None = None  # given as --recompute-modules lists them (commas or spaces)
     sequence_parallel: bool | None = None
     distributed_optimizer: bool | None = None
     fsdp: bool | None = None
@@ -135,6 +135,8 @@ class CaseFlags(CaseFeatures):
         if isinstance(modules, (list, tuple)) and all(isinstance(name, str) for name in modules):
             given["recompute_modules"] = " ".join(modules)  # a --batch line may list them
         _check_flag_names_and_types(given)
+        if isinstance(listed := given.get("recompute_modules"), str):  # (a str: its type was checked just above)
+            given["recompute_modules"] = parse_recompute_modules(listed)  # the names ParallelConfig takes
         return cls(**given)  # type: ignore[arg-type]  # names and types checked just above
 
     def changed(self, changes: Mapping[str, object]) -> CaseFlags:
@@ -318,7 +320,7 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec)
         "recompute": _or(flags.recompute, "selective"),
         "recompute_method": _or(flags.recompute_method, "uniform"),
         "recompute_num_layers": flags.recompute_num_layers,
-        "recompute_modules": parse_recompute_modules(flags.recompute_modules),
+        "recompute_modules": flags.recompute_modules,
         "cpu_offloading_num_layers": flags.cpu_offloading_num_layers,
         "distributed_optimizer": _or(flags.distributed_optimizer, not training.uses_muon),
         "fsdp": bool(flags.fsdp),
