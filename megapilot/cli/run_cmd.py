@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 
     from megapilot.execute.base import JobResult, JobSpec, JobStatus, Launcher, ProgressCallback
     from megapilot.launch import LaunchScript
-    from megapilot.spec import SavedPlan
-    from megapilot.suite.results import Prediction
+    from megapilot.spec import Prediction, SavedPlan
 
 DEVICES = ("auto", "cpu", "gpu")
 PLAN_TOKENIZERS = ("ByteTokenizer", "NullTokenizer")

@@ -61,7 +61,6 @@ from megapilot.diagnose.options import (
     memory_options,
     throughput_options,
 )
-from megapilot.diagnose.predict import Prediction
 from megapilot.diagnose.refusal import changes_named_in
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
@@ -69,7 +68,7 @@ from megapilot.logs.health import XID_CODE
 from megapilot.logs.parser import strip_prefix
 from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord, ProgressMarker
 from megapilot.logs.signatures import EXTENSION_LOADER_FRAMES
-from megapilot.spec import GPUSpec
+from megapilot.spec import GPUSpec, Prediction
 from megapilot.spec.training import Precision
 
 CRASH_DURING_SAVE = "crash_during_save"  # the signature of a crash found inside a save's time window

@@ -38,6 +38,7 @@ from megapilot.logs.signatures import (
     CRASH_DUMP_SIGNATURES,
     Signature,
     classify_exception,
+    exception_fault,
     is_checkpoint_writer_frame,
     is_exception_line,
     match_line,
@@ -648,10 +649,10 @@ class LineParser:
         if "Error: " not in text and "Exception: " not in text:  # every line reaches here: a substring test first
             return None
         bare = strip_prefix(text)
-        found = LONE_EXCEPTION_RE.match(bare)
-        if found is None:
+        found = exception_fault(bare)
+        if found is None or not found["message"]:
             return None
-        category, exception_name = classify_exception(bare, []) or ("process_crash", found.group(1))
+        category, exception_name = classify_exception(bare, []) or ("process_crash", found["name"])
         return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
                            signature=f"exception:{exception_name}", rank=rank_of(text), details={"frame": ""},
                            time_s=self._own_time(text))
@@ -942,8 +943,6 @@ FRAMEWORK_FRAME_NEEDLES: tuple[tuple[str, str], ...] = (
     ("/megatron_llm/", "megatron-lm"), ("/megatron/neox/", "gpt-neox"), ("/gpt-neox/", "gpt-neox"),
     ("/deepspeed/", "deepspeed"), ("/megatron/", "megatron-lm"),
 )
-#: A line that is an exception on its own: a dotted CamelCase name ending in Error or Exception, a colon, a message.
-LONE_EXCEPTION_RE = re.compile(r"(?:[a-z_][\w]*\.)*((?:[A-Z][a-z0-9]*)+(?:Error|Exception)): \S")
 #: The head of a stuck process's stack dump, the main thread's (its first frame is where it waits): py-spy dump's
 #: `Thread 1853 (idle): "MainThread"`, faulthandler's `Current thread 0x00007f... (most recent call first):` (what
 #: `faulthandler.dump_traceback_later` or SIGUSR1 with `faulthandler.register` print for a hung rank).

@@ -249,8 +249,25 @@ CHECKPOINT_WRITER_FRAMES: tuple[str, ...] = (
 EXTENSION_LOADER_FRAMES: tuple[str, ...] = ("transformer_engine/common/__init__", "_load_library",
                                            "fused_kernels/__init__", "flash_attn_2_cuda", "amp_C")
 
+#: A Python exception line, the last line of a traceback or a rank's echo of it: `[package.module.]Name[: message]`,
+#: the name ending in Error, Exception, Interrupt or Exit (or StopIteration). The one pattern for it in megapilot:
+#: the log parser, the executors' failure reason and diagnose all read exceptions through it. A bare `Error:` is any
+#: program's message; Python's own `Error` classes are printed with their module (`binascii.Error: ...`).
+EXCEPTION_LINE_RE = re.compile(
+    r"^(?P<module>(?:[A-Za-z_]\w*\.)*)"
+    r"(?P<name>[A-Z]\w*(?:Error|Exception|Interrupt|Exit)|Exception|(?<=\.)Error|StopIteration|StopAsyncIteration)"
+    r"(?::\s*(?P<message>.*))?$")
+# KeyboardInterrupt, SystemExit: how a process was stopped, not a fault of the run.
+_STOP_EXCEPTION_SUFFIXES = ("Interrupt", "Exit")
+
+
+def exception_fault(line: str) -> re.Match[str] | None:
+    """The exception a (prefix-stripped) line names when it is a fault: not an interrupt or an exit."""
+    found = EXCEPTION_LINE_RE.match(line.strip())
+    return None if found is None or found["name"].endswith(_STOP_EXCEPTION_SUFFIXES) else found
+
+
 # Exceptions at the end of a Python traceback, classified by the frames above them.
-_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)|StopIteration|StopAsyncIteration)\b:?\s*(.*)$")
 _FRAME_CATEGORY: tuple[tuple[str, str], ...] = (
     # a compiled library's loader (Transformer Engine looks for its .so): the install, not the training code
     *((needle, "config_error") for needle in EXTENSION_LOADER_FRAMES),
@@ -291,10 +308,10 @@ def classify_exception(exception_line: str, frames: list[str]) -> tuple[str, str
     any other exception is a `process_crash` named by its exception (what a rank's stderr shows when no line
     signature names the cause); None only for a line that is not an exception.
     """
-    found = _EXCEPTION_LINE.match(exception_line.strip())
+    found = exception_fault(exception_line)
     if not found:
         return None
-    exception_name = found.group(1)
+    exception_name = found["name"]
     for frame in reversed(frames):
         for needle, category in _FRAME_CATEGORY:
             if needle in frame:
@@ -311,4 +328,4 @@ def is_checkpoint_writer_frame(text: str) -> bool:
 
 def is_exception_line(text: str) -> bool:
     """Whether a (prefix-stripped) line looks like `SomeError: message` closing a traceback."""
-    return bool(_EXCEPTION_LINE.match(text.strip())) and not text.startswith((" ", "\t"))
+    return exception_fault(text) is not None and not text.startswith((" ", "\t"))

@@ -38,13 +38,13 @@ from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, J
 from megapilot.execute.interrupt import Interrupted, describe_interruption
 from megapilot.execute.process import free_port
 from megapilot.files import DiskFullError, free_bytes, is_disk_full
+from megapilot.spec import Prediction
 from megapilot.suite.budget import project_budget
 from megapilot.suite.results import (
     ComboResult,
     Finding,
     JobSummary,
     MetricRow,
-    Prediction,
     RunCard,
     StageResult,
     SuiteResult,

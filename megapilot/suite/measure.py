@@ -19,11 +19,10 @@ from megapilot.suite.stragglers import straggler_rows
 from megapilot.suite.thresholds import DEFAULT_CELL, ThresholdSpec
 
 if TYPE_CHECKING:
-    from megapilot.spec import SavedPlan
+    from megapilot.spec import Prediction, SavedPlan
     from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
     from megapilot.suite.render import CellLaunch
-    from megapilot.suite.results import Prediction
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.logs import CATEGORIES, parse_logs, parse_text
-from megapilot.logs.signatures import SIGNATURES, TRIGGERS, match_line
+from megapilot.logs.signatures import EXCEPTION_LINE_RE, SIGNATURES, TRIGGERS, exception_fault, match_line
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -348,3 +348,31 @@ def test_an_exception_line_without_its_traceback_is_still_the_crash(line: str, n
 ])
 def test_lines_that_only_mention_an_exception_are_not_one(line: str):
     assert parse_text(line).errors == []
+
+
+@pytest.mark.parametrize(("line", "module", "name", "message"), [
+    ("torch.OutOfMemoryError: CUDA out of memory.", "torch.", "OutOfMemoryError", "CUDA out of memory."),
+    ("binascii.Error: Incorrect padding", "binascii.", "Error", "Incorrect padding"),  # Python's own `Error`s
+    ("Exception: raised by the training script", "", "Exception", "raised by the training script"),
+    ("AssertionError", "", "AssertionError", None),
+    ("StopIteration", "", "StopIteration", None),
+    ("KeyboardInterrupt", "", "KeyboardInterrupt", None),
+])
+def test_the_one_exception_line_pattern_names_module_exception_and_message(line, module, name, message):
+    found = EXCEPTION_LINE_RE.match(line)
+    assert found is not None and (found["module"], found["name"], found["message"]) == (module, name, message)
+
+
+@pytest.mark.parametrize("line", [
+    "Error: cannot open file",  # any program's message: Python's `Error` classes carry their module
+    "ncclInternalError: internal check failed",  # a library's return code, not a Python class (nccl_error reads it)
+    "RuntimeError something",  # Python always puts a colon between the name and the message
+])
+def test_lines_not_shaped_like_a_python_exception_are_not_matched(line: str):
+    assert EXCEPTION_LINE_RE.match(line) is None
+
+
+def test_an_interrupt_or_an_exit_closes_a_traceback_without_being_a_fault():
+    traceback = 'Traceback (most recent call last):\n  File "/m/megatron/training.py", line 3, in train\n    step()\n'
+    assert parse_text(traceback + "KeyboardInterrupt\n").errors == []
+    assert exception_fault("SystemExit: 1") is None and exception_fault("ValueError: x") is not None

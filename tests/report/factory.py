@@ -13,13 +13,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from megapilot.logs.records import Evidence
+from megapilot.spec import Prediction
 from megapilot.suite.results import (
     ComboResult,
     Curve,
     Finding,
     JobSummary,
     MetricRow,
-    Prediction,
     Regression,
     RunCard,
     StageResult,
