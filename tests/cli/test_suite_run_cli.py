@@ -99,3 +99,22 @@ def test_dry_run_of_the_405b_config_on_primus_renders_its_uneven_pipeline_split(
         assert combo["skipped"] is None and combo["backend"] == "primus" and combo["nodes"] == 4
         assert args[args.index("--pipeline-model-parallel-size") + 1] == "4"
         assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"} <= set(args)
+
+
+def test_the_dry_run_lists_the_checkpoint_jobs_it_writes(cli, tmp_path: Path) -> None:
+    import shutil
+
+    from megapilot.suite.templates import template_path, threshold_paths
+
+    shutil.copy(template_path("tiny-local"), tmp_path / "suite.json")
+    for path in threshold_paths("tiny-local"):
+        shutil.copy(path, tmp_path / path.name)
+    out = tmp_path / "out"
+    result = cli("suite", "run", str(tmp_path / "suite.json"), "--dry-run", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    for job in ("checkpoint-save", "checkpoint-resume"):
+        script = out / "dry-run" / job / "launch.sh"
+        assert f"\n{job} backend=megapilot" in result.stdout and str(script) in result.stdout
+        assert script.is_file()
+    document = cli("suite", "run", str(tmp_path / "suite.json"), "--dry-run", "--json", "--out", str(out)).json()
+    assert [job["key"] for job in document["checkpoint"]] == ["checkpoint-save", "checkpoint-resume"]
