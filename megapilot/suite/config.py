@@ -29,7 +29,7 @@ from megapilot.errors import MegapilotError
 from megapilot.execute.base import Capabilities
 from megapilot.execute.registry import capabilities as executor_capabilities
 from megapilot.spec import GPUSpec, ModelSpec
-from megapilot.suite.budget import BudgetConfig
+from megapilot.suite.budget import BudgetConfig, budget_problems
 from megapilot.suite.cells import (
     BoolLike,
     SweepCell,
@@ -226,6 +226,8 @@ def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCl
     cells = _build_cells(config, raw, check)
     _check_threshold_coverage(config, cells, thresholds, threshold_path, check)
     suite = _resolve(config, cluster, config_path, cluster_path, thresholds, threshold_path, cells, check)
+    for path, message, fix in budget_problems(suite) if suite is not None else []:
+        check.add(path, message, fix)
     if not check.problems:
         check.suite = suite
 

@@ -404,12 +404,13 @@ def _smoke_stage(ctx: _Context) -> StageResult:
 
 def _checkpoint_stage(ctx: _Context) -> StageResult:
     from megapilot.suite.continuity import check_continuity, read_checkpoint_run
+    from megapilot.suite.render import checkpoint_cell, checkpoint_jobs
 
     suite = ctx.suite
     settings = suite.config.checkpoint
     if not settings.enforce:
         return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="checkpoint.enforce is false")
-    cell = next((c for c in suite.cells if not c.skip_reason), None) or suite.smoke
+    cell = checkpoint_cell(suite)
     if cell.skip_reason:
         return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="no runnable cell to checkpoint")
     save_dir = _checkpoint_dir(ctx)
@@ -418,19 +419,15 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
             shutil.rmtree(stale, ignore_errors=True)
     if suite.capabilities.shares_file_system:
         save_dir.parent.mkdir(parents=True, exist_ok=True)
-    saved = _run_cell(ctx, cell, directory="checkpoint-save", gates=False, train_iters=settings.save_iters,
-                      save_dir=str(save_dir), save_interval=settings.save_interval)
+    save, resume = checkpoint_jobs(suite, save_dir)  # the jobs `suite run --dry-run` writes
+    saved = _run_cell(ctx, cell, directory=save.directory, gates=False, train_iters=save.train_iters,
+                      save_dir=save.save_dir, save_interval=save.save_interval)
     if saved.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"save run: {saved.reason}",
                            checks=saved.metrics, jobs=[saved.job] if saved.job else [])
-    # Megatron also saves at the last iteration, so the latest checkpoint is save_iters, a step the
-    # save run never went past. Resuming from the last interval save (CVS's floor rule) instead lets the
-    # resumed run's first step be compared with the same step of the save run. The resumed run saves
-    # elsewhere, so the saved checkpoint and its tracker file stay as the save run left them.
-    resume_from = (settings.save_iters // settings.save_interval) * settings.save_interval or settings.save_iters
-    resumed = _run_cell(ctx, cell, directory="checkpoint-resume", gates=False, train_iters=settings.resume_iters,
-                        save_dir=str(save_dir.with_name(save_dir.name + "-resumed")), load_dir=str(save_dir),
-                        load_step=resume_from, save_interval=settings.save_interval)
+    resumed = _run_cell(ctx, cell, directory=resume.directory, gates=False, train_iters=resume.train_iters,
+                        save_dir=resume.save_dir, load_dir=resume.load_dir, load_step=resume.load_step,
+                        save_interval=resume.save_interval)
     if resumed.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"resume run: {resumed.reason}",
                            checks=resumed.metrics, jobs=[j for j in (saved.job, resumed.job) if j is not None])
@@ -438,7 +435,7 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
     rows = check_continuity(read_checkpoint_run(_abs_logs(ctx, saved)), read_checkpoint_run(_abs_logs(ctx, resumed)),
                             checkpoint_dir=save_dir, save_iters=settings.save_iters,
                             save_interval=settings.save_interval, loss_rtol=settings.loss_rtol,
-                            resume_from=resume_from)
+                            resume_from=resume.load_step)
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
     reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or "; ".join(r.reason for r in rows[:2])
     return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows,
@@ -446,10 +443,9 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
 
 
 def _checkpoint_dir(ctx: _Context) -> Path:
-    configured = ctx.suite.config.checkpoint.checkpoint_dir
-    if configured and ctx.suite.nodes > 1:  # several nodes need a shared file system: the config names it
-        return Path(configured) / ctx.result.run_id
-    return ctx.run_dir / "checkpoints" / "saved"
+    from megapilot.suite.render import checkpoint_save_dir
+
+    return checkpoint_save_dir(ctx.suite, ctx.run_dir, ctx.result.run_id)
 
 
 def _results_stage(ctx: _Context) -> StageResult:
