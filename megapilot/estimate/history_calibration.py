@@ -29,10 +29,11 @@ compute factors per precision class and family come from that weighting: a bf16 
 
 Held out: every run used is predicted by the fit on the others (leave-one-out). The band is the 90th percentile
 of those |residuals|. When the held-out median or p90 error is worse than the uncalibrated model's on the same
-runs, the calibration is not applied and the result says so; nor when it is better by less than one run's noise
-over the square root of the runs (NOISE / sqrt(n), the noise of their median): the uncalibrated model already
-predicts those runs as well as they can be measured, and a fit on them would learn their noise (bench/calibration
-/from_history.md: a group whose runs the model predicts within 1-5 % was predicted worse after calibrating on 3).
+runs, the calibration is not applied and the result says so. When it is better by less than one run's noise over
+the square root of the runs (NOISE / sqrt(n), the noise of their median), the uncalibrated model already predicts
+those runs as well as they can be measured and a fit on them would learn their noise (bench/calibration/
+from_history.md: a group whose runs the model predicts within 1-5 % was predicted worse after calibrating on 3):
+the runs calibrate the case with no correction, and its band is the model's own error on them.
 """
 
 from __future__ import annotations
@@ -376,11 +377,11 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
                           NONE, predicted, ids, rounded, held_out, held_out.uncalibrated_p90)
     margin = NOISE / math.sqrt(len(runs_used))
     if len(runs_used) > 1 and not held_out.better_by(margin):
-        return Calibrated(uncalibrated, uncalibrated, False,
-                          f"not applied: on held-out runs it was no better than the uncalibrated model by more than "
-                          f"the runs' noise ({100 * margin:.1f} %; median {100 * held_out.median:.1f} % vs "
-                          f"{100 * held_out.uncalibrated_median:.1f} %, p90 {100 * held_out.p90:.1f} % vs "
-                          f"{100 * held_out.uncalibrated_p90:.1f} %): the model already predicts them within it",
+        # checked on the runs, the model stands as it is: a calibrated prediction with no correction
+        return Calibrated(uncalibrated, uncalibrated, True,
+                          f"calibrated on {len(runs_used)} run(s) with no correction: the uncalibrated model already "
+                          f"predicts them within their noise ({100 * margin:.1f} %; held out: median "
+                          f"{100 * held_out.uncalibrated_median:.1f} %, a fit {100 * held_out.median:.1f} %)",
                           NONE, predicted, ids, rounded, held_out, held_out.uncalibrated_p90)
     band = held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90
     reason = (f"calibrated on {len(runs_used)} run(s)" + (
