@@ -26,6 +26,8 @@ the case, the prior wins and the calibrated figure stays near the uncalibrated o
 nearness to the case: same model, same precision class, same family (dense / MoE / hybrid) and a similar layout
 (TP, PP, CP, EP, VPP, micro-batch, GPUs, sequence) weigh most; a run of another GPU does not count. Separate
 compute factors per precision class and family come from that weighting: a bf16 run hardly moves an fp8 case.
+The prior's widths are those of a model that misses a run by about 30 %; where the uncalibrated model misses the
+runs by more (a CPU, known to it by two probed rates), they widen in proportion (`prior_widening`).
 
 Held out: every run used is predicted by the fit on the others (leave-one-out). The band is the 90th percentile
 of those |residuals|. When the held-out median or p90 error is worse than the uncalibrated model's on the same
