@@ -169,9 +169,14 @@ class _Recorder:
                             completed=result.ok, recorded_at=datetime.now().astimezone().isoformat())
         if row is None:
             return None
-        with open_history(self.db) as history:
-            history.record_measured([row])
-            location = history.location
+        try:
+            with open_history(self.db) as history:
+                history.record_measured([row])
+                location = history.location
+        except MegapilotError as exc:  # the run's own result is still printed: a history that failed loses only this
+            err_console.print(f"warning: the run was not recorded in the history: {exc}", highlight=False,
+                              markup=False)
+            return None
         how = "calibrates the next predictions" if row.calibrates else "did not complete: listed, calibrates nothing"
         return {"id": run_id, "cluster": self.cluster, "location": location,
                 "message": f"recorded as {run_id} under cluster {self.cluster} in {location} ({how})"}
