@@ -151,8 +151,10 @@ def from_combo(result: SuiteResult, combo: ComboResult, recorded_at: str) -> Mea
         predicted_tokens_per_s_per_gpu=predicted.uncalibrated_tokens_per_s_per_gpu,
         predicted_tflops_per_gpu=(predicted.tflops_per_gpu or 0) * factor or None,
         predicted_memory_gib=predicted.memory_gib,
-        measured_step_time_s=step_ms / 1000 if step_ms is not None else _step_from_tokens(
-            combo, measured["tokens_per_s_per_gpu"]),
+        # the step the combo's tokens/s implies, what its gates and report compare with the prediction; its median
+        # step only without one (on a busy host the two differ by 10-20 %: a mean of rates against a median of times)
+        measured_step_time_s=_step_from_tokens(combo, measured["tokens_per_s_per_gpu"]) or (
+            step_ms / 1000 if step_ms is not None else None),
         measured_tokens_per_s_per_gpu=measured["tokens_per_s_per_gpu"],
         measured_tflops_per_gpu=measured["tflops_per_gpu"], measured_memory_gib=measured["memory_gib"])
 

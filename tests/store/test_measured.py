@@ -45,3 +45,19 @@ def test_a_run_that_did_not_complete_is_listed_and_calibrates_nothing() -> None:
     assert row is not None and row.verdict == "FAIL" and not row.calibrates
     assert from_plan_run("run/c@1", "lab", plan, predicted.model_copy(update={"uncalibrated_step_time_ms": None}),
                          0.5, completed=True, recorded_at="now") is None
+
+
+def test_a_suite_combo_calibrates_on_the_step_its_tokens_per_s_implies(tmp_path) -> None:
+    from megapilot.store.measured import from_combo
+    from megapilot.suite.results import Prediction
+    from tests.report.factory import passing_combo, suite_result
+
+    result = suite_result(tmp_path)
+    result = result.model_copy(update={"card": result.card.model_copy(update={"cluster_name": "lab"})})
+    combo = passing_combo().model_copy(update={"predicted": Prediction(
+        step_time_ms=1050.0, tokens_per_s_per_gpu=3900.0, device="H100-SXM5-80GB", family="dense",
+        uncalibrated_step_time_ms=1050.0, uncalibrated_components_ms={"compute": 1000.0, "optimizer": 50.0})})
+    row = from_combo(result, combo, "now")
+    # 8 x 1024 tokens a step over 2 GPUs at the 3650 tokens/s/GPU it reported, not its 1122 ms per iteration: the
+    # calibration fits the figure the gates and the report compare with the prediction
+    assert row is not None and row.measured_step_time_s == pytest.approx(8 * 1024 / (3650.0 * 2))
