@@ -92,7 +92,8 @@ def calibrated_prediction(plan: SavedPlan, cluster: ClusterSpec, result: Estimat
     components = components_of(breakdown, result.step_time_s, multi_node)
     calibration = calibrate(key, components, runs)
     factor = calibration.factor
-    calibrated = scaled_breakdown(breakdown, calibration.corrections, multi_node=multi_node)
+    calibrated = scaled_breakdown(breakdown, calibration.corrections, multi_node=multi_node,
+                                  microbatches=key.microbatches)
     step_s = calibration.step_time_s
     note = "" if calibration.applied else ("uncalibrated: " + calibration.reason if runs else "")
     return Prediction(
