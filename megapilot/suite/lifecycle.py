@@ -688,7 +688,9 @@ def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: in
 def _job_env(ctx: _Context) -> dict[str, str]:
     """The job's extra environment: the cluster file's env_vars, the config's container.env, and the HF
     token (its value is never written anywhere)."""
-    env = dict(ctx.suite.cluster.env_vars) if ctx.suite.cluster else {}
+    from megapilot.suite.nodes import node_env
+
+    env = node_env(ctx.suite)
     if ctx.suite.config.container:
         env.update({k: str(v) for k, v in ctx.suite.config.container.env.items()})
     token = _read_token(ctx.suite)

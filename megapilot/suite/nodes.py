@@ -8,6 +8,8 @@ of the protocol): here, over ssh (BatchMode, so a node that asks for a password 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +30,9 @@ def probe_nodes(suite: LoadedSuite, executor: Executor, run_dir: Path) -> list[M
     if log_dir and not suite.capabilities.runs_here:
         directories.append(str(log_dir))
     take_snapshot(suite, executor, run_dir, "before")  # NIC counters, compared after the last combo
-    outputs = run_on_nodes(suite, executor, PROBE_SCRIPT, directories)
+    # the probe sees each node with the environment the cluster file gives its jobs: a tool on that PATH (a
+    # cluster's module, a site's bin directory) is the one it runs
+    outputs = run_on_nodes(suite, executor, env_exports(node_env(suite)) + PROBE_SCRIPT, directories)
     folder = run_dir / "preflight"
     folder.mkdir(exist_ok=True)
     probes: list[NodeProbe] = []
@@ -94,6 +98,21 @@ def add_failing(run_dir: Path, names: list[str], rows: list[MetricRow]) -> NodeL
     return lists
 
 
+def node_env(suite: LoadedSuite) -> dict[str, str]:
+    """What the cluster file sets on its nodes for every job (env_vars); the jobs add the config's container.env
+    (for inside a container, not the node's own tools) and their secrets."""
+    return dict(suite.cluster.env_vars) if suite.cluster else {}
+
+
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_exports(env: dict[str, str]) -> str:
+    """`export NAME='value'` lines ahead of a node script (a name no shell takes is left out: the job refuses it)."""
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()
+                   if _SHELL_NAME.fullmatch(name))
+
+
 def expectations(suite: LoadedSuite) -> PreflightExpectations:
     block = suite.config.megapilot
     env = suite.config.container.env if suite.config.container else {}
@@ -108,5 +127,5 @@ def run_on_nodes(suite: LoadedSuite, executor: Executor, script: str, args: list
     return executor.run_on_nodes(script, args, suite.nodes)
 
 
-__all__ = ["NodeOutput", "add_failing", "close_node_lists", "expectations", "probe_nodes", "run_on_nodes",
-           "write_node_lists"]
+__all__ = ["NodeOutput", "add_failing", "close_node_lists", "env_exports", "expectations", "node_env", "probe_nodes",
+           "run_on_nodes", "write_node_lists"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,17 @@ from megapilot.suite.config_schema import ContainerSpec
 from megapilot.suite.nodes import (
     add_failing,
     close_node_lists,
+    env_exports,
     expectations,
     probe_nodes,
     run_on_nodes,
     write_node_lists,
 )
+from megapilot.suite.preflight import PROBE_SCRIPT, parse_probe
 from megapilot.suite.results import ComboResult, MetricRow, Verdict
 from megapilot.suite.templates import template_path
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nodes"
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +138,18 @@ def test_expectations_come_from_the_suite_and_its_container_env(tiny: LoadedSuit
         "container": ContainerSpec(name="c", image="rocm/megatron-lm:v25.9", env={"NCCL_SOCKET_IFNAME": "ens1"})})
     wired = expectations(tiny.model_copy(update={"config": config}))
     assert (wired.expected_nic_gbps, wired.socket_interface) == (400.0, "ens1")
+
+
+def test_the_probe_runs_the_dmesg_the_jobs_path_finds(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dmesg").write_text(f"#!/bin/sh\ncat {DATA / 'fake_dmesg_xid79.txt'}\n")  # a named fake
+    (bin_dir / "dmesg").chmod(0o755)
+    exports = env_exports({"PATH": f"{bin_dir}:/usr/bin:/bin", "QUOTED": "a 'b' $(touch pwned)", "bad-name": "x"})
+    assert "bad-name" not in exports
+    out = subprocess.run(["bash", "-s"], input=exports + 'printf "quoted=%s\\n" "$QUOTED"\n' + PROBE_SCRIPT,
+                         text=True, capture_output=True, check=True, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin"}).stdout
+    assert "quoted=a 'b' $(touch pwned)" in out and not (tmp_path / "pwned").exists()  # values arrive, unexpanded
+    probe = parse_probe(1, out)
+    assert probe.kernel_readable and any("Xid" in line and "79" in line for line in probe.kernel_lines)
