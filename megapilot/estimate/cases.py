@@ -213,6 +213,17 @@ def run_options(model: ModelSpec, features: CaseFeatures, cluster: ClusterSpec) 
     return EstimateOptions(moe_flex_dispatcher=True, moe_a2a_overlap=overlap)
 
 
+def cross_domain_flex_backend(model: ModelSpec, cluster: ClusterSpec) -> str | None:
+    """The flex dispatcher backend the planner costs an expert group that leaves the NVLink domain with: DeepEP
+    where it runs, else HybridEP (the NVL72 racks), else None (AMD GPUs, no experts: the alltoall dispatcher).
+    Megatron-Core's MoE guide pairs cross-node expert parallelism with these dispatchers: a token crosses to each
+    remote domain once and fans out over NVLink there, instead of one copy per remote expert."""
+    if model.moe is None:
+        return None
+    return next((backend for backend in FLEX_DISPATCHER_BACKENDS
+                 if flex_backend_refusal(backend, cluster, model) is None), None)
+
+
 def _check_flag_names_and_types(flags: Mapping[str, object]) -> None:
     unknown = sorted(set(flags) - KNOWN_FLAGS)
     if unknown:
