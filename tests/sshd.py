@@ -23,6 +23,7 @@ openssh-client (scripts/apt-packages.txt); otherwise `unavailable_reason()` says
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -98,6 +99,20 @@ class LoopbackSshd:
                              "IdentitiesOnly=yes", "LogLevel=ERROR"))
             for i in range(count)
         ]
+
+    def cluster_file(self, path: Path, hosts: tuple[str, ...] = LOOPBACK_NODES, **extra: object) -> Path:
+        """A CVS cluster file for this server, the first host as head node (`extra`: more keys, e.g. env_vars)."""
+        cluster = {
+            "username": "root", "priv_key_file": str(self.client_key),
+            "head_node_dict": {"mgmt_ip": hosts[0]},
+            "node_dict": {host: {"bmc_ip": "NA", "vpc_ip": host} for host in hosts},
+            "ssh_port": self.port,
+            "ssh_options": [f"UserKnownHostsFile={self.known_hosts}", "StrictHostKeyChecking=yes",
+                            "IdentitiesOnly=yes", "LogLevel=ERROR"],
+            **extra,
+        }
+        path.write_text(json.dumps(cluster))
+        return path
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> LoopbackSshd:

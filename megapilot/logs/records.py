@@ -270,8 +270,22 @@ ARGUMENT_INT_FIELDS: tuple[str, ...] = (
 )
 
 
+class _FromEvidence(_Record):
+    """A record read from one line it keeps as its evidence: it names its file and line as every other record does."""
+
+    evidence: Evidence
+
+    @property
+    def file(self) -> str:
+        return self.evidence.file
+
+    @property
+    def line(self) -> int:
+        return self.evidence.line
+
+
 @dataclass(frozen=True, slots=True)
-class RankTimes(_Record):
+class RankTimes(_FromEvidence):
     """One interval's per-rank compute times (ms) before the collectives, from one line (megapilot.logs.stragglers);
     `node_of_rank` is torchrun's node rank of each rank."""
 
@@ -280,17 +294,8 @@ class RankTimes(_Record):
     evidence: Evidence
 
 
-    @property
-    def file(self) -> str:  # as every other record names its source
-        return self.evidence.file
-
-    @property
-    def line(self) -> int:
-        return self.evidence.line
-
-
 @dataclass(frozen=True, slots=True)
-class StragglerReport(_Record):
+class StragglerReport(_FromEvidence):
     """One `--log-straggler` report: the extreme ranks of Megatron's StragglerDetector (megapilot.logs.stragglers)."""
 
     fastest_rank: int
@@ -299,15 +304,6 @@ class StragglerReport(_Record):
     slowest_ms: float
     lowest_throughput_ranks: tuple[int, ...]  # `Bottom N` line, else the MnEtpt rank alone
     evidence: Evidence
-
-
-    @property
-    def file(self) -> str:  # as every other record names its source
-        return self.evidence.file
-
-    @property
-    def line(self) -> int:
-        return self.evidence.line
 
 
 Record = (IterationRecord | MemoryRecord | TheoreticalMemoryRecord | TimerRecord | CheckpointEvent

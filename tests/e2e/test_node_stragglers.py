@@ -5,14 +5,10 @@ the per-rank compute line of a real Megatron-Core run and the collectives probe 
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import psutil
 import pytest
 
 pytest.importorskip("megatron.core")
@@ -22,46 +18,11 @@ from megapilot.execute.process import free_port
 from megapilot.logs.collectives import parse_collectives
 from megapilot.logs.stragglers import read_straggler_lines
 from megapilot.trainer.corpus import default_dataset_prefix
+from tests.e2e.duty_cycle import DutyCycle, descendants_of
 from tests.e2e.process_tree import started_tree
 from tests.e2e.test_train_layouts import TINY_GPT
 
 pytestmark = pytest.mark.slow
-
-
-class DutyCycle:
-    """Stops and continues every descendant of `pid` (the node's workers) on a fixed cycle until closed."""
-
-    def __init__(self, pid: int, stopped_s: float, running_s: float):
-        self.pid, self.stopped_s, self.running_s = pid, stopped_s, running_s
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._cycle, daemon=True)
-        self.thread.start()
-
-    def _workers(self) -> list[psutil.Process]:
-        try:
-            return psutil.Process(self.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-
-    def _signal(self, workers: list[psutil.Process], sig: signal.Signals) -> None:
-        for worker in workers:
-            try:
-                worker.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
-
-    def _cycle(self) -> None:
-        while not self.done.is_set():
-            workers = self._workers()
-            self._signal(workers, signal.SIGSTOP)
-            time.sleep(self.stopped_s)
-            self._signal(workers, signal.SIGCONT)
-            time.sleep(self.running_s)
-
-    def close(self) -> None:
-        self.done.set()
-        self.thread.join()
-        self._signal(self._workers(), signal.SIGCONT)
 
 
 def run_two_nodes(tmp_path: Path, nproc_per_node: int, module_argv: list[str], slow_node: int = 1,
@@ -75,7 +36,7 @@ def run_two_nodes(tmp_path: Path, nproc_per_node: int, module_argv: list[str], s
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(k),
              "--nproc-per-node", str(nproc_per_node), "--master-addr", "127.0.0.1", "--master-port", str(port),
              *module_argv], log_path=logs[k], cwd=tmp_path, env=env)) for k in range(2)]
-        cycle = DutyCycle(processes[slow_node].pid, stopped_s=0.04, running_s=0.04)
+        cycle = DutyCycle(descendants_of(processes[slow_node].pid), stopped_s=0.04, running_s=0.04)
         try:
             codes = [p.wait(timeout=timeout_s) for p in processes]
         finally:

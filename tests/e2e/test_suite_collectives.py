@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-import psutil
 import pytest
+
+from tests.e2e.duty_cycle import DutyCycle, ranks_of_node
 
 pytestmark = pytest.mark.slow
 
@@ -86,70 +84,11 @@ def test_the_stage_runs_the_gloo_probe_through_the_local_executor(tmp_path):
     assert (run_dir / "failing_nodes.txt").read_text() == ""  # recorded rows fail no node
 
 
-class DutyCycle:
-    """Stops and continues the probe's worker ranks of one node (found by the NODE_RANK their executor gave them)
-    on a fixed cycle, from the moment they start until closed."""
-
-    def __init__(self, node_rank: int, stopped_s: float = 0.05, running_s: float = 0.03):
-        self.node_rank, self.stopped_s, self.running_s = str(node_rank), stopped_s, running_s
-        self.seen: set[int] = set()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._cycle, daemon=True)
-        self.thread.start()
-
-    def _workers(self) -> list[psutil.Process]:
-        found = []
-        for process in psutil.process_iter(["cmdline"]):
-            try:
-                if "megapilot.trainer.collectives" not in " ".join(process.info["cmdline"] or []):
-                    continue
-                env = process.environ()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            if env.get("NODE_RANK") == self.node_rank and "LOCAL_RANK" in env:  # a worker, not its torchrun
-                found.append(process)
-        return found
-
-    def _signal(self, workers: list[psutil.Process], sig: signal.Signals) -> None:
-        for worker in workers:
-            try:
-                worker.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
-
-    def _cycle(self) -> None:
-        workers: list[psutil.Process] = []
-        looked_at = 0.0
-        while not self.done.is_set():
-            # looking through every process's environment takes long on a busy machine: once a second, not a cycle
-            if not workers or time.monotonic() - looked_at > 1.0:
-                workers, looked_at = self._workers(), time.monotonic()
-                self.seen |= {w.pid for w in workers}
-            self._signal(workers, signal.SIGSTOP)
-            time.sleep(self.stopped_s)
-            self._signal(workers, signal.SIGCONT)
-            time.sleep(self.running_s)
-
-    def close(self) -> None:
-        self.done.set()
-        self.thread.join()
-        self._signal(self._workers(), signal.SIGCONT)
-
-
 def test_a_slowed_node_is_named_by_the_bisection_over_ssh(loopback_sshd, tmp_path):
     config = _suite(tmp_path / "suite", "ssh", 2)
-    cluster = {
-        "username": "root", "priv_key_file": str(loopback_sshd.client_key),
-        "head_node_dict": {"mgmt_ip": "127.0.0.1"},
-        "node_dict": {"127.0.0.1": {"bmc_ip": "NA", "vpc_ip": "127.0.0.1"},
-                      "127.0.0.2": {"bmc_ip": "NA", "vpc_ip": "127.0.0.2"}},
-        "ssh_port": loopback_sshd.port,
-        "ssh_options": [f"UserKnownHostsFile={loopback_sshd.known_hosts}", "StrictHostKeyChecking=yes",
-                        "IdentitiesOnly=yes", "LogLevel=ERROR"],
-    }
-    cluster_file = tmp_path / "suite" / "cluster.json"
-    cluster_file.write_text(json.dumps(cluster))
-    cycle = DutyCycle(node_rank=1)
+    cluster_file = loopback_sshd.cluster_file(tmp_path / "suite" / "cluster.json")
+    cycle = DutyCycle(ranks_of_node(1, "megapilot.trainer.collectives"), stopped_s=0.05, running_s=0.03,
+                      rescan_s=1.0)
     try:
         result = _run(config, tmp_path / "runs", "--cluster", str(cluster_file))
     finally:

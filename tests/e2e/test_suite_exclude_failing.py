@@ -46,19 +46,9 @@ def _suite(directory: Path) -> Path:
 
 
 def _cluster(directory: Path, sshd, fake_bin: Path) -> Path:
-    cluster = {
-        "username": "root", "priv_key_file": str(sshd.client_key),
-        "head_node_dict": {"mgmt_ip": HEALTHY},
-        "node_dict": {HEALTHY: {"bmc_ip": "NA", "vpc_ip": HEALTHY}, SICK: {"bmc_ip": "NA", "vpc_ip": SICK}},
-        "ssh_port": sshd.port,
-        "ssh_options": [f"UserKnownHostsFile={sshd.known_hosts}", "StrictHostKeyChecking=yes",
-                        "IdentitiesOnly=yes", "LogLevel=ERROR"],
-        # what the jobs (and so the preflight probe) run on every node: the fake dmesg first
-        "env_vars": {"PATH": f"{fake_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
-    }
-    path = directory / "cluster.json"
-    path.write_text(json.dumps(cluster))
-    return path
+    # what the jobs (and so the preflight probe) run on every node: the fake dmesg first
+    return sshd.cluster_file(directory / "cluster.json", (HEALTHY, SICK),
+                             env_vars={"PATH": f"{fake_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
 
 
 def _run(config: Path, cluster: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:

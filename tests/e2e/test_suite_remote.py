@@ -121,18 +121,7 @@ def test_slurm_two_node_sweep_and_a_scancelled_combo(slurm_two_runnable_nodes, t
 def test_ssh_two_node_sweep_with_a_hostile_path(loopback_sshd, tmp_path):
     hostile = tmp_path / "a b 'q' $(touch pwned) `touch pwned2`"
     config = _suite(hostile / "suite", "ssh")
-    cluster = {
-        "username": "root",
-        "priv_key_file": str(loopback_sshd.client_key),
-        "head_node_dict": {"mgmt_ip": "127.0.0.1"},
-        "node_dict": {"127.0.0.1": {"bmc_ip": "NA", "vpc_ip": "127.0.0.1"},
-                      "127.0.0.2": {"bmc_ip": "NA", "vpc_ip": "127.0.0.2"}},
-        "ssh_port": loopback_sshd.port,
-        "ssh_options": [f"UserKnownHostsFile={loopback_sshd.known_hosts}", "StrictHostKeyChecking=yes",
-                        "IdentitiesOnly=yes", "LogLevel=ERROR"],
-    }
-    cluster_file = hostile / "cluster.json"
-    cluster_file.write_text(json.dumps(cluster))
+    cluster_file = loopback_sshd.cluster_file(hostile / "cluster.json")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = _run(config, hostile / "runs", env, "--cluster", str(cluster_file))
     assert done.returncode == 0, done.stderr[-3000:] + _reasons(done.stdout)

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from tests.e2e.test_node_stragglers import DutyCycle
+from tests.e2e.duty_cycle import DutyCycle, descendants_of
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ class SlowNodeOne:
                 if pid not in self.cycles:
                     # stopped 3/4 of the time: a node 4x slower stands out even when this machine's cores are
                     # shared with other work that slows both nodes' ranks unevenly
-                    self.cycles[pid] = DutyCycle(pid, stopped_s=0.09, running_s=0.03)
+                    self.cycles[pid] = DutyCycle(descendants_of(pid), stopped_s=0.09, running_s=0.03)
             time.sleep(0.2)
 
     def close(self) -> None:
@@ -92,17 +92,7 @@ class SlowNodeOne:
 
 def test_the_suite_names_the_slowed_node_over_ssh(loopback_sshd, tmp_path):
     config = _suite(tmp_path)
-    cluster = {
-        "username": "root", "priv_key_file": str(loopback_sshd.client_key),
-        "head_node_dict": {"mgmt_ip": "127.0.0.1"},
-        "node_dict": {"127.0.0.1": {"bmc_ip": "NA", "vpc_ip": "127.0.0.1"},
-                      "127.0.0.2": {"bmc_ip": "NA", "vpc_ip": "127.0.0.2"}},
-        "ssh_port": loopback_sshd.port,
-        "ssh_options": [f"UserKnownHostsFile={loopback_sshd.known_hosts}", "StrictHostKeyChecking=yes",
-                        "IdentitiesOnly=yes", "LogLevel=ERROR"],
-    }
-    cluster_file = tmp_path / "cluster.json"
-    cluster_file.write_text(json.dumps(cluster))
+    cluster_file = loopback_sshd.cluster_file(tmp_path / "cluster.json")
     out = tmp_path / "runs"
     slow = SlowNodeOne(out)
     try:
