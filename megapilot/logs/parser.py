@@ -71,6 +71,10 @@ MEMORY_RE = re.compile(r"(?:\[Rank (\d+)\]\s*)?\(?after (\d+) iterations\)?\s*me
 TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 # glog (torch's C++ and torchrun's own lines): `E1201 08:39:32.049000 28171 torch/...`: no year printed.
 GLOG_TIME_RE = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
+# A glog *warning* (torchrun's `W1201 08:39:32.049 ...`, c10's `[W1201 08:39:32.049 TCPStore.cpp:138] ...`), after any
+# rank prefix torchrun's tee adds (`[default0]:`): c10d prints these while it retries a store that is not up yet and
+# when a node's store goes away at the end of a job, so they are never fatal on their own.
+GLOG_WARNING_RE = re.compile(r"^\s*(?:\[\w+\]:)?\s*\[?W\d{4} \d\d:\d\d:\d\d\.\d+\s")
 RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |^\([\w.\- ]*,? ?rank=(\d+)")
 # NCCL's own prefix `host:pid:tid [dev]`: the bracket is the process's CUDA device (its local index on the host),
 # not a rank: device 3 exists on every node.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from megapilot.diagnose.findings import EXPLANATIONS, Finding
+from megapilot.logs.parser import GLOG_WARNING_RE
 from megapilot.logs.records import Evidence
 from megapilot.logs.signatures import match_line
 
@@ -63,7 +64,9 @@ class FatalWatch:
         for raw in lines:
             cursor.line_no += 1
             text = raw.decode("utf-8", "replace").rstrip("\r")
-            signature = match_line(text)
+            # a c10d warning (a store retried at start-up, a store gone at a node's end) is not the failure: if the
+            # job fails, its exit or the hang watchdog says so, and the diagnosis afterwards still reads the line
+            signature = None if GLOG_WARNING_RE.match(text) else match_line(text)
             if signature is not None and signature.category in FATAL_CATEGORIES:
                 evidence = Evidence(file=str(path), line=cursor.line_no, text=text[:MAX_LINE_CHARS])
                 return Finding(category=signature.category, severity="critical",

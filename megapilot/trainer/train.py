@@ -452,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         Trainer(config, on_gpu).run()
         if not on_gpu and torch.distributed.get_rank() == 0:
             emit(cpu_compat.REWRITES.rewrite_summary())
+        # every rank leaves together: a rank that tears its process group down while a peer on another node is still
+        # in its last collective can abort in gloo's threads ("terminate called without an active exception")
+        torch.distributed.barrier()
     except MegapilotError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -46,3 +46,21 @@ def test_non_fatal_categories_do_not_stop_a_job(tmp_path):
     log = tmp_path / "n0.log"
     log.write_text("error: unrecognized arguments: --foo\n")  # a config error ends the job by itself
     assert FatalWatch().scan([log]) is None
+
+
+def test_c10d_warnings_do_not_stop_a_job_but_its_errors_do(tmp_path):
+    log = tmp_path / "n1.log"
+    # what node 1 prints when node 0's store goes away at the end of a job, and while it waits for the store at start
+    log.write_text(
+        "[W1205 07:44:35.403684836 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl(fd=3, "
+        "addr=[::ffff:127.0.0.1]:60786, remote=[::ffff:127.0.0.1]:27235): Failed to recv, got 0 bytes. Connection "
+        "was likely closed. Did the remote server shutdown or crash?\n"
+        "[default0]:[W1205 07:44:01.1 socket.cpp:752] [c10d] The client socket has failed to connect to "
+        "[localhost]:29611 (errno: 111 - Connection refused).\n"
+        "W1205 07:44:02.049000 28171 torch/distributed/elastic/rendezvous/api.py:123] rendezvous timed out, retrying\n")
+    watch = FatalWatch()
+    assert watch.scan([log]) is None
+    with log.open("a") as handle:  # the rendezvous really failed: raised, not warned
+        handle.write("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n")
+    finding = watch.scan([log])
+    assert finding is not None and finding.category == "rendezvous_failure" and finding.evidence[0].line == 4
