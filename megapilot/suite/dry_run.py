@@ -39,6 +39,8 @@ class DryRunCombo(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Variables the launch sets (no secrets).")
     command: str = ""
     script: str | None = Field(default=None, description="Where the launch script was written.")
+    memory_warning: str | None = Field(
+        default=None, description="WARN line when the predicted memory exceeds the GPU's (the combo still runs).")
 
 
 class DryRunPlan(BaseModel):
@@ -99,6 +101,7 @@ def _selected(name: str, only_stage: str | None) -> bool:
 
 
 def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path) -> DryRunCombo:
+    from megapilot.suite.predicted import memory_warning
     from megapilot.suite.render import render_cell
 
     key, backend = cell.key, suite.backend
@@ -115,7 +118,8 @@ def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path) -> DryRunCombo:
     return DryRunCombo(key=key, backend=launch.backend, skipped=launch.skipped, nodes=launch.nodes,
                        gpus_per_node=launch.gpus_per_node, megatron_args=launch.megatron_args, env=env,
                        command=launch.command or shlex.join(launch.megatron_args),
-                       script=_write(launch, job_dir) if launch.runnable else None)
+                       script=_write(launch, job_dir) if launch.runnable else None,
+                       memory_warning=memory_warning(key, launch.plan, suite.gpu))
 
 
 def _container_env(suite: LoadedSuite) -> dict[str, str]:
