@@ -2,7 +2,8 @@
 default, the releases that have it and what it means. One row per flag, stated once.
 
 Its readers:
-- `launch` renders the spec into these flags (the training section straight from the rows);
+- `launch` renders the spec into these flags: the training section straight from the rows, the model and
+  parallelism sections every flag that carries its field as it is (`ArgSection.add_terms`);
 - `diagnose.flags` reads a script's flags back into specs, taking Megatron's default for a flag a script leaves out
   from here (what the run then trained with);
 - `diagnose.mismatch` compares a log's arguments block (keyed by `Term.dest`) with the script's specs by field;

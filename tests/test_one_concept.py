@@ -49,3 +49,69 @@ def test_the_suite_reads_diagnose():
     source = (PACKAGE_ROOT / "suite" / "metrics.py").read_text()
     assert "from megapilot.diagnose.engine import diagnose_log" in source
     assert "ErrorRecord" not in source and "has_nonfinite" not in source  # no error or NaN rule of its own
+
+
+def _regex_literals_naming_exceptions() -> list[str]:
+    """Where a string literal spells the alternation of Python exception-name endings (`Error|Exception`)."""
+    found = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "Error|Exception" in node.value:
+                found.append(f"{path.relative_to(PACKAGE_ROOT)}:{node.lineno}")
+    return found
+
+
+def test_one_exception_line_pattern():
+    assert [w for w in _where("EXCEPTION") if w.endswith("_RE")] == ["logs/signatures.py:EXCEPTION_LINE_RE"]
+    (where,) = _regex_literals_naming_exceptions()
+    assert where.startswith("logs/signatures.py:")
+
+
+def _classes_declaring(field: str, any_of: set[str]) -> list[str]:
+    """Classes that declare `field` and one of `any_of` as fields of their own."""
+    found = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                fields = {n.target.id for n in node.body
+                          if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+                if field in fields and fields & any_of:
+                    found.append(f"{path.relative_to(PACKAGE_ROOT)}:{node.name}")
+    return found
+
+
+def test_one_prediction_type():
+    assert _where("Prediction", exact=True) == ["spec/prediction.py:Prediction"]
+    # a predicted step and memory per GPU is a Prediction; EstimateResult is the estimator's whole answer it is read
+    # from, and the deck, history and report rows compare a Prediction's fields with measurements without copying it
+    assert _classes_declaring("memory_gib", {"step_time_ms", "step_time_s"}) == [
+        "spec/plan_file.py:EstimateResult", "spec/prediction.py:Prediction"]
+
+
+def test_the_layout_has_one_name_per_field():
+    """A layout given in part (the planner's pins, the command line's flags, a `--batch` line) says each of its
+    fields by ParallelConfig's name; what is not a layout field (model, hardware, batch, run features) is named."""
+    from dataclasses import fields
+
+    from megapilot.cli.layout_options import LayoutFlags
+    from megapilot.estimate.cases import CaseFeatures, CaseFlags
+    from megapilot.plan.space import Pins
+    from megapilot.spec import ParallelConfig
+
+    not_layout = {"model", "gpu", "gpus", "gpus_per_node", "gbs", "seq_len", "precision", "fp8_recipe", "optimizer",
+                  "force_tp_across_nodes"} | {item.name for item in fields(CaseFeatures)}
+    layout = set(ParallelConfig.model_fields)
+    for partial in (CaseFlags, LayoutFlags, Pins):
+        assert {item.name for item in fields(partial)} - not_layout <= layout, partial.__name__
+
+
+def test_the_command_lines_options_are_the_estimates_flags_by_name():
+    """What `estimate`, `script` and `plan` take as options is handed to `build_case` under the same names."""
+    from dataclasses import fields
+
+    from megapilot.cli.layout_options import FeatureFlags, LayoutFlags
+    from megapilot.estimate.cases import CaseFlags
+
+    case_flags = {item.name for item in fields(CaseFlags)}
+    for options in (LayoutFlags, FeatureFlags):
+        assert {item.name for item in fields(options)} <= case_flags, options.__name__

@@ -90,3 +90,43 @@ def test_the_training_section_is_written_from_the_rows() -> None:
     from megapilot.launch.flags import TRAINING_FLAGS
 
     assert all(term(flag).field for flag in TRAINING_FLAGS)
+
+
+# Flags of the model and parallelism sections whose value is not their row's field as it is: derived where the field
+# is left unset, inverted, or a value built from several fields (each written by its own rule in launch/).
+DERIVED_FLAGS = {
+    "--kv-channels": "hidden / heads where kv_channels is unset",
+    "--expert-tensor-parallel-size": "TP where etp is unset",
+    "--max-position-embeddings": "raised to a longer sequence (context extension)",
+    "--recompute-num-layers": "1 where unset",
+    "--recompute-activations": "the switch of selective recompute, a str field",
+    "--swiglu": "one value of mlp_activation", "--squared-relu": "one value of mlp_activation",
+    "--disable-bias-linear": "inverted", "--untie-embeddings-and-output-weights": "inverted",
+    "--use-rope-scaling": "an object field", "--multi-latent-attention": "an object field",
+    "--qk-layernorm": "also MLA's latent norms", "--window-size": "left,right from the window",
+    "--moe-layer-freq": "a pattern from the dense layers", "--use-distributed-optimizer": "FSDP implies it",
+}
+
+
+def test_the_model_and_parallel_sections_write_each_field_from_its_row() -> None:
+    from megapilot.launch.flags import megatron_arg_sections
+    from megapilot.vocabulary import field_value
+    from tests.launch.plans import GOLDEN_PLANS
+    from tests.launch.variants import _MEGATRON_MOCK, VARIANT_PLANS
+
+    checked = set()
+    for plan in [*GOLDEN_PLANS.values(), *VARIANT_PLANS.values()]:
+        sections = megatron_arg_sections(plan, _MEGATRON_MOCK)
+        args = [arg for section in sections if section.title.startswith(("model", "parallelism", "activation"))
+                for arg in section.args]
+        for index, flag in enumerate(args):
+            rows = [row for row in TERMS if row.flag == flag and row.field and flag not in DERIVED_FLAGS]
+            if not rows:
+                continue
+            value = field_value(plan, rows[0].field)
+            if rows[0].kind == "bool":
+                assert value is True, f"{flag} written while {rows[0].field} is {value!r}"
+            else:
+                assert args[index + 1] == str(value), f"{flag} {args[index + 1]} but {rows[0].field} is {value!r}"
+            checked.add(flag)
+    assert len(checked) >= 30  # the field-carrying flags of dense, GQA, MLA, MoE, hybrid and parallel layouts

@@ -24,7 +24,7 @@ from megapilot.estimate import EstimateOptions, estimate
 from megapilot.estimate.published import PublishedLayout, catalog_model, enter_published_run
 from megapilot.plan import plan, search_layouts
 from megapilot.plan.cost import CostModel
-from megapilot.plan.planner import distinct_shapes
+from megapilot.plan.planner import cross_domain_dispatcher, distinct_shapes
 from megapilot.plan.search import rank_key
 from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
 
@@ -49,16 +49,20 @@ def _shape(tp: int, pp: int, cp: int, ep: int, fsdp: bool) -> Shape:
 def _speed_only_top3(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                      options: EstimateOptions) -> list[Shape]:
     """The top 3 shapes by predicted speed alone (the search's own order, no recipe tie-break)."""
+    options = cross_domain_dispatcher(model, cluster, options)[0] or options
     outcome = search_layouts(model, cluster, training, cost=CostModel(model, cluster, training, options=options))
     by_speed = sorted(outcome.best_by_shape.values(), key=lambda fit: rank_key(*fit))
     return [_shape(p.tp, p.pp, p.cp, p.ep, p.fsdp) for p, _ in distinct_shapes(by_speed, 3)]
 
 
 def _published_tokens_per_s(row: PublishedLayout) -> float | None:
-    """The model's tokens/s/GPU for the layout as published (None when it is refused)."""
+    """The model's tokens/s/GPU for the layout as published (None when it is refused), with the dispatcher the
+    planner gives it (flex where its expert group leaves the NVLink domain), so the regret compares like with
+    like."""
     try:
         case = enter_published_run(row).case
-        return estimate(case.model, case.cluster, case.training, case.parallel, _options(row),
+        options, _ = cross_domain_dispatcher(case.model, case.cluster, _options(row))
+        return estimate(case.model, case.cluster, case.training, case.parallel, options or _options(row),
                         allow_tp_across_nodes=case.allow_tp_across_nodes).tokens_per_s_per_gpu
     except MegapilotError:
         return None

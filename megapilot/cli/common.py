@@ -157,6 +157,11 @@ def read_text_file(path: str | Path, *, flag: str, what: str, fix: str) -> str:
                              field=flag, fix=fix) from None
 
 
+def planned_model(path: str | Path, saved: SavedPlan) -> dict[str, str]:
+    """The model a plan file fixes, in the shape of `ResolvedModel.to_dict` (every `--json` names its model)."""
+    return {"name": saved.model.name, "requested": str(path), "source": "plan file"}
+
+
 def load_plan_file(path: str | Path, *, flag: str = "--plan") -> SavedPlan:
     """A `megapilot plan --save` file as a SavedPlan, or one MegapilotError naming what is wrong with it."""
     import json

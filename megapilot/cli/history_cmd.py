@@ -187,7 +187,8 @@ def _fit_json(group: GroupFit) -> dict[str, object]:
     return {"gpu": group.gpu, "precision": group.precision, "family": group.family, "runs": group.runs,
             "corrections": {"compute": group.corrections.compute, "scaleup_comm": group.corrections.scaleup_comm,
                             "scaleout_comm": group.corrections.scaleout_comm,
-                            "overhead_s": group.corrections.overhead_s},
+                            "overhead_s": group.corrections.overhead_s,
+                            "microbatch_overhead_s": group.corrections.microbatch_overhead_s},
             "held_out_median_pct": _pct100(held.median), "held_out_p90_pct": _pct100(held.p90),
             "uncalibrated_median_pct": _pct100(held.uncalibrated_median),
             "uncalibrated_p90_pct": _pct100(held.uncalibrated_p90),
@@ -325,15 +326,16 @@ def _cluster_table(cluster: str, groups: list[GroupFit]) -> Table:
     from rich.markup import escape
 
     table = _table(f"cluster {cluster}: corrections fitted on its runs; held-out median |error| (leave-one-out)",
-                   ("GPU/prec/family", "runs", "compute", "comm up/out", "overhead", "uncal.", "calib.",
-                    "best alone"))
+                   ("GPU/prec/family", "runs", "compute", "comm up/out", "overhead (step + mb)", "uncal.",
+                    "calib.", "best alone"))
     for g in groups:
         c = g.corrections
         known = {name: value for name, value in g.median_by_correction.items() if value == value}
         best = min(known, key=known.__getitem__) if known else None
         alone = f"{best} {100 * known[best]:.1f} %" if best else ""
         table.add_row(escape(f"{g.gpu} / {g.precision} / {g.family}"), str(g.runs), f"x{c.compute:.2f}",
-                      f"x{c.scaleup_comm:.2f}/x{c.scaleout_comm:.2f}", f"{1000 * c.overhead_s:.1f} ms",
+                      f"x{c.scaleup_comm:.2f}/x{c.scaleout_comm:.2f}",
+                      f"{1000 * c.overhead_s:.1f} + {1000 * c.microbatch_overhead_s:.1f}/mb ms",
                       _held(g.held_out.uncalibrated_median), _held(g.held_out.median), alone or "-")
     return table
 

@@ -77,7 +77,7 @@ MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
     "last_stage_layers": ("--decoder-last-pipeline-num-layers",),
     "account_for_embedding": ("--account-for-embedding-in-pipeline-split",),
     "account_for_loss": ("--account-for-loss-in-pipeline-split",),
-    "pp_layout": ("--pipeline-model-parallel-layout",),
+    "pipeline_layout": ("--pipeline-model-parallel-layout",),
     "moe_capacity_factor": ("--moe-expert-capacity-factor",),
     "moe_pad_to_capacity": ("--moe-pad-expert-input-to-capacity",),
     "mtp_repeated_layer": ("--mtp-use-repeated-layer",),
@@ -132,7 +132,7 @@ class LayoutFlags:
     last_stage_layers: LastStageLayers = None
     account_for_embedding: AccountForEmbedding = False
     account_for_loss: AccountForLoss = False
-    pp_layout: PpLayout = None
+    pipeline_layout: PpLayout = None
 
     def case_flags(self) -> dict[str, Any]:
         """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
@@ -204,8 +204,16 @@ def _switches_given_or_none(flags: dict[str, Any], switches: tuple[str, ...]) ->
 
 
 def _given(flags: LayoutFlags | FeatureFlags) -> list[str]:
-    return [("--no-" if getattr(flags, item.name) is False else "--") + item.name.replace("_", "-")
+    return [("--no-" if getattr(flags, item.name) is False else "--") + _option_name(type(flags), item.name)
             for item in fields(flags) if getattr(flags, item.name) != item.default]
+
+
+def _option_name(cls: type[LayoutFlags | FeatureFlags], name: str) -> str:
+    """A field's option as typed, without its dashes: the field's name, or the one its option declares
+    (`pipeline_layout` is `--pp-layout`)."""
+    option = get_args(get_type_hints(cls, include_extras=True)[name])[1]
+    declared = option.default if isinstance(option.default, str) and option.default.startswith("--") else ""
+    return declared[2:] if declared and "/" not in declared else name.replace("_", "-")
 
 
 #: A layout with no option given; the placeholder default of a command's `layout` parameter where one before it
@@ -216,15 +224,15 @@ NO_FEATURES = FeatureFlags()
 
 def split_flags(
     first_stage_layers: int | None, last_stage_layers: int | None, account_for_embedding: bool | None,
-    account_for_loss: bool | None, pp_layout: str | None,
+    account_for_loss: bool | None, pipeline_layout: str | None,
 ) -> dict[str, Any]:
     """The split options alone as `build_case` keys, as `LayoutFlags.case_flags` gives them."""
     layout = LayoutFlags(first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                          account_for_embedding=bool(account_for_embedding), account_for_loss=bool(account_for_loss),
-                         pp_layout=pp_layout)
+                         pipeline_layout=pipeline_layout)
     flags = layout.case_flags()
     return {name: flags[name] for name in
-            ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pp_layout")}
+            ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout")}
 
 
 def layout_options(*, required_note: str = "", notes: Mapping[str, str] | None = None,

@@ -133,9 +133,12 @@ def parse(
         log = parse_logs(expand_log_paths(files), options=options, summary_only=summary_only)
         _refuse_empty(log)  # (not under --follow: a followed file may still be empty at its timeout)
     if json_output:
-        from megapilot.diagnose.megatron_version import recognise_megatron_version
+        version = None
+        if log.arguments is not None or log.iterations or any(m.marker.startswith("release:") for m in log.markers):
+            # what a release is told by (the flag tables load slowly: only then)
+            from megapilot.diagnose.megatron_version import recognise_megatron_version
 
-        version = recognise_megatron_version(log)
+            version = recognise_megatron_version(log)
         emit_json({**log.to_dict(), "megatron_version": version.to_dict() if version else None})
     elif csv_output:
         _write_csv(log)

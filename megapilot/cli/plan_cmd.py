@@ -206,7 +206,8 @@ def plan_command(
     except MegapilotError as exc:
         raise _naming_defaults(exc, defaults) from None
     if specs.model.moe is not None and features.moe_flex_dispatcher is None:
-        defaults.append("alltoall MoE dispatcher (default)")
+        defaults.append("alltoall MoE dispatcher inside the NVLink domain, flex beyond it where a backend runs "
+                        "(default)")
     if calibration not in ("history", "none"):
         raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")
     calibrations: list[dict[str, Any] | None] = [None] * len(result.candidates)
@@ -270,8 +271,9 @@ def _save_plan(result: PlanResult, path: Path, features: FeatureFlags) -> None:
     script writes them)."""
     from megapilot.errors import MegapilotError
 
-    saved = result.to_saved_plan().model_copy(update={"moe_flex_dispatcher": features.moe_flex_dispatcher,
-                                                      "moe_a2a_overlap": features.moe_a2a_overlap})
+    saved = result.to_saved_plan()
+    saved = saved.model_copy(update={"moe_flex_dispatcher": features.moe_flex_dispatcher or saved.moe_flex_dispatcher,
+                                     "moe_a2a_overlap": features.moe_a2a_overlap})
     try:
         path.write_text(saved.model_dump_json(indent=2) + "\n")
     except OSError as exc:

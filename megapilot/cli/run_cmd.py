@@ -13,6 +13,11 @@ there (sequence parallelism, the alltoall dispatcher) — unless a GPU is seen (
 `--train-iters` also sets how many iterations the plan trains. A plan's run is predicted before it starts (its GPU,
 or this machine's CPU, measured, when rendered for CPUs) and the prediction printed beside the measured step with
 where it departs (`--json`: `predicted` and `prediction_departure` beside the JobResult).
+
+A plan's run is a measured run of its cluster, like a suite combo: its prediction is calibrated on that cluster's
+runs in the history (`--cluster-name`; `local` when it runs on this machine's CPU), and when it ends its measured
+step is recorded there beside that prediction, so that the next `estimate --cluster`, `plan --cluster` or suite
+calibrates on it too (`--no-history`: neither). A launch script has no layout megapilot knows: it is not recorded.
 """
 
 from __future__ import annotations
@@ -33,10 +38,10 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from megapilot.estimate.history_calibration import MeasuredRun
     from megapilot.execute.base import JobResult, JobSpec, JobStatus, Launcher, ProgressCallback
     from megapilot.launch import LaunchScript
-    from megapilot.spec import SavedPlan
-    from megapilot.suite.results import Prediction
+    from megapilot.spec import Prediction, SavedPlan
 
 DEVICES = ("auto", "cpu", "gpu")
 PLAN_TOKENIZERS = ("ByteTokenizer", "NullTokenizer")
@@ -71,26 +76,45 @@ def run(
         help="With --plan and --data-path: " + " or ".join(PLAN_TOKENIZERS) + " (default ByteTokenizer; "
              "NullTokenizer reads pre-tokenized ids below the plan's vocabulary).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the JobResult as JSON.")] = False,
+    db: Annotated[str | None, typer.Option("--db", help="History database: a SQLite path or postgresql:// URL "
+                                                        "(default: the user data dir, or $MEGAPILOT_HISTORY).")] = None,
+    no_history: Annotated[bool, typer.Option(
+        "--no-history", help="With --plan: neither calibrate the prediction on the history nor record the run there."
+    )] = False,
+    cluster_name: Annotated[str | None, typer.Option(
+        "--cluster-name", help="With --plan: record (and calibrate) the run under this cluster (default: `local` "
+                               "when it runs on this machine's CPU; a GPU run needs one to be recorded).")] = None,
 ) -> None:
     """Run a launch script or a plan locally; exit 0 only when training reached its final iteration."""
     plan_data = _PlanData(device=device, data_path=data_path, tokenizer_type=tokenizer_type)
     job, notes = _job_from_flags(script, plan, executor, run_dir, combo, hang_timeout_s, hang_factor,
                                  startup_timeout_s, timeout_s, train_iters, plan_data)
+    recorder = _Recorder.open(plan, plan_data, db, cluster_name) if plan is not None and not no_history else None
+    if recorder is None and plan is not None and not no_history:
+        notes = [*notes, "not recorded in the history: a run on GPUs is recorded under its cluster "
+                         "(--cluster-name NAME)"]
     if not json_output:
         for note in notes:
             err_console.print(f"note: {note}", highlight=False, markup=False)
-    prediction = _plan_prediction(plan, plan_data) if plan is not None else None
+    prediction = _plan_prediction(plan, plan_data, recorder) if plan is not None else None
     result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
     departure = _departure(prediction, result)
+    recorded = recorder.record(result, prediction) if recorder is not None and prediction is not None else None
     if json_output:
         extra = {} if prediction is None else {"predicted": prediction.model_dump(mode="json"),
-                                              "prediction_departure": departure}
+                                              "prediction_departure": departure, "history": recorded}
+        if plan is not None:  # a launch script names no model megapilot could resolve
+            from megapilot.cli.common import planned_model
+
+            extra["model"] = planned_model(plan, _load_plan(plan))
         emit_json(result.model_dump(mode="json") | extra)
     else:
         _print_result(result)
         if prediction is not None and prediction.step_time_ms is not None:
             console.print(f"predicted step {prediction.step_time_ms / 1000:.3f} s on {prediction.device}"
                           + (f": {departure}" if departure else ""), highlight=False, soft_wrap=True)
+        if recorded is not None:
+            console.print(recorded["message"], highlight=False, markup=False, soft_wrap=True)
     if interrupted:
         from megapilot.execute.interrupt import received_signal
 
@@ -100,14 +124,65 @@ def run(
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
-def _plan_prediction(plan: Path, plan_data: _PlanData) -> Prediction:
+def _plan_prediction(plan: Path, plan_data: _PlanData, recorder: _Recorder | None = None) -> Prediction:
     """What megapilot predicts for the plan's run before it starts: on the plan's GPU, or on this machine's CPU
-    (measured) when the plan is rendered for CPUs."""
+    (measured) when the plan is rendered for CPUs; calibrated on the cluster's runs when the run is recorded."""
     from megapilot.suite.predicted import predict_combo
 
     saved_plan = _load_plan(plan)
-    cpu = plan_data.device == "cpu" or (plan_data.device == "auto" and not gpu_present())
-    return predict_combo(saved_plan, None if cpu else saved_plan.cluster.gpu)
+    runs = recorder.calibration_runs() if recorder is not None else ()
+    return predict_combo(saved_plan, None if plan_data.on_cpu else saved_plan.cluster.gpu, runs)
+
+
+@dataclass(frozen=True)
+class _Recorder:
+    """Where a plan's run is recorded: the history, the cluster and the plan."""
+
+    db: str | None
+    cluster: str
+    plan_path: Path
+
+    @classmethod
+    def open(cls, plan: Path, plan_data: _PlanData, db: str | None, cluster_name: str | None) -> _Recorder | None:
+        """None when the run has no cluster to be recorded under (a GPU run without --cluster-name)."""
+        cluster = cluster_name or ("local" if plan_data.on_cpu else None)
+        if cluster is None:
+            return None
+        from megapilot.store.history import open_history
+
+        open_history(db).close()  # a history that cannot be opened is said before the run, not after it
+        return cls(db, cluster, plan)
+
+    def calibration_runs(self) -> tuple[MeasuredRun, ...]:
+        from megapilot.store.history import open_history
+
+        with open_history(self.db) as history:
+            return history.calibration_runs(self.cluster)
+
+    def record(self, result: JobResult, prediction: Prediction) -> dict[str, object] | None:
+        """The run's measured step beside its prediction, in the history; what was written (None: nothing)."""
+        from megapilot.store.history import open_history
+        from megapilot.store.measured import from_plan_run
+
+        if not result.step_time_s:
+            return None
+        started = (result.started_at or datetime.now()).strftime("%Y%m%d-%H%M%S")
+        run_id = f"run/{result.combo}@{started}"  # a combo name is unique in its --run-dir only
+        row = from_plan_run(run_id, self.cluster, _load_plan(self.plan_path), prediction, result.step_time_s,
+                            completed=result.ok, recorded_at=datetime.now().astimezone().isoformat())
+        if row is None:
+            return None
+        try:
+            with open_history(self.db) as history:
+                history.record_measured([row])
+                location = history.location
+        except MegapilotError as exc:  # the run's own result is still printed: a history that failed loses only this
+            err_console.print(f"warning: the run was not recorded in the history: {exc}", highlight=False,
+                              markup=False)
+            return None
+        how = "calibrates the next predictions" if row.calibrates else "did not complete: listed, calibrates nothing"
+        return {"id": run_id, "cluster": self.cluster, "location": location,
+                "message": f"recorded as {run_id} under cluster {self.cluster} in {location} ({how})"}
 
 
 def _departure(prediction: Prediction | None, result: JobResult) -> str | None:
@@ -137,6 +212,10 @@ class _PlanData:
     device: str = "auto"
     data_path: Path | None = None
     tokenizer_type: str | None = None
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device == "cpu" or (self.device == "auto" and not gpu_present())
 
     def check(self, with_plan: bool) -> None:
         if self.device not in DEVICES:
@@ -231,7 +310,7 @@ def _render_plan(saved_plan: SavedPlan, plan_data: _PlanData, launcher: Launcher
     or an sbatch script where the executor submits to SLURM (its output next to the job)."""
     from megapilot.launch import LaunchOptions, render_launch
 
-    cpu = plan_data.device == "cpu" or (plan_data.device == "auto" and not gpu_present())
+    cpu = plan_data.on_cpu
     data: dict[str, object] = {"mock_data": True}
     if plan_data.data_path is not None:
         data = {"data_path": str(plan_data.data_path.expanduser().absolute()),

@@ -97,10 +97,16 @@ def script(
     notes: list[str] = []
     assumed: list[str] = []  # profile values read and layout defaults taken: one line of output, `assumed` in JSON
     if plan is not None:
+        from megapilot.cli.common import planned_model
+
         _refuse_layout_with_plan(layout, features)
         saved = _read_plan(plan)
+        model = planned_model(plan, saved)
     else:
+        from megapilot.catalog import resolve_model
+
         saved = _plan_from_flags(user_profile, notes, layout, features, nodes=nodes, assumed=assumed)
+        model = resolve_model(str(layout.model)).to_dict()  # what --model became and where from
     if mock_data and data_path is not None:
         raise MegapilotError("--mock-data and --data-path exclude each other", field="--data-path",
                              fix="pass --data-path PREFIX for real data, or --mock-data alone")
@@ -133,7 +139,7 @@ def script(
     if output is not None:
         _write(Path(script_path), launch, force)  # type: ignore[arg-type]  # set whenever output is
     if json_output:
-        emit_json(launch.to_json() | {"assumed": assumed})
+        emit_json(launch.to_json() | {"assumed": assumed, "model": model})
         return
     _print_summary(saved, launch, Path(script_path) if script_path else None, assumed)
 

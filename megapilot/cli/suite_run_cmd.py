@@ -65,6 +65,10 @@ def run(
     calibration: Annotated[str, typer.Option(
         "--calibration", help="history: calibrate each combo's prediction on the cluster's runs in the history; "
                               "none: the uncalibrated model.")] = "history",
+    exclude_failing: Annotated[str | None, typer.Option(
+        "--exclude-failing", help="Leave out the nodes in failing_nodes.txt of this run: 'latest' (the newest under "
+                                  "--out), a run directory or run id (default: the config's "
+                                  "megapilot.exclude_failing).")] = None,
 ) -> None:
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
     from megapilot.suite.config import load_suite
@@ -80,6 +84,7 @@ def run(
         suite = _for_megatron_version(suite, megatron_version)
     if combo is not None:
         _check_combo(suite, combo)
+    suite, exclusion_notes, excluded_from = _excluding_failing(suite, exclude_failing, out)
     if dry_run:
         from megapilot.suite.dry_run import dry_run_plan
 
@@ -93,12 +98,12 @@ def run(
 
     enforce = suite.config.regressions.enforce if enforce_regressions is None else enforce_regressions
     calibrate = _calibration_mode(calibration)
-    resume_command = _resume_command(config, cluster, out, stage, combo, megatron_version)
+    resume_command = _resume_command(config, cluster, out, stage, combo, megatron_version, excluded_from)
     try:
         with stop_on_signals():
             ran = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
                        use_history=not no_history, quiet=quiet or json_output, enforce_regressions=bool(enforce),
-                       cluster_name=cluster_name, calibrate=calibrate)
+                       cluster_name=cluster_name, calibrate=calibrate, notes=exclusion_notes)
     except Interrupted as exc:  # before the run started or after it ended: nothing to stop or to resume
         err_console.print(f"stopped: {exc.name}", highlight=False)
         raise typer.Exit(exc.exit_code) from None
@@ -136,7 +141,7 @@ def _interrupted_exit_code() -> int:
 
 
 def _resume_command(config: Path, cluster: Path | None, out: Path, stage: str | None, combo: str | None,
-                    megatron_version: str | None) -> str:
+                    megatron_version: str | None, excluded_from: Path | None = None) -> str:
     """The exact command line that resumes this run, shell-quoted, with absolute paths (any directory works)."""
     import shlex
 
@@ -146,6 +151,8 @@ def _resume_command(config: Path, cluster: Path | None, out: Path, stage: str | 
     argv += ["--stage", stage] if stage else []
     argv += ["--combo", combo] if combo else []
     argv += ["--megatron-version", megatron_version] if megatron_version else []
+    # the run the nodes were excluded from, by its directory: `latest` would now be this run itself
+    argv += ["--exclude-failing", str(excluded_from.absolute())] if excluded_from else []
     return shlex.join(argv)
 
 
@@ -162,6 +169,19 @@ def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
     return suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
 
 
+def _excluding_failing(suite: LoadedSuite, run: str | None,
+                       out: Path) -> tuple[LoadedSuite, tuple[str, ...], Path | None]:
+    """The suite without the nodes an earlier run failed (`--exclude-failing`, else the config's key), and the notes
+    that say so; the suite as it is without either."""
+    from megapilot.suite.exclude import exclude_nodes, failing_run_dir, read_failing
+
+    run = run or suite.config.megapilot.exclude_failing
+    if not run:
+        return suite, (), None
+    excluded = read_failing(failing_run_dir(run, out))
+    return exclude_nodes(suite, excluded), tuple(excluded.notes()), excluded.source
+
+
 def _check_combo(suite: LoadedSuite, combo: str) -> None:
     from megapilot.errors import MegapilotError
 
@@ -173,7 +193,7 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
          use_history: bool, quiet: bool, enforce_regressions: bool, cluster_name: str | None = None,
-         calibrate: bool = True) -> tuple[SuiteResult, ReportFiles | None] | None:
+         calibrate: bool = True, notes: tuple[str, ...] = ()) -> tuple[SuiteResult, ReportFiles | None] | None:
     """Run (or resume) the suite; None when the run to resume had already finished."""
     from megapilot.cli.suite_progress import suite_display
     from megapilot.execute.interrupt import finishing
@@ -196,7 +216,8 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
     from megapilot.suite.lifecycle import cluster_name as cluster_of
 
     request = RunRequest(out_dir=out_dir, only_stage=stage, only_combo=combo, resume_from=previous,
-                         baseline=_baseline_source(history), cluster_name=cluster_name, calibrate=calibrate)
+                         baseline=_baseline_source(history), cluster_name=cluster_name, calibrate=calibrate,
+                         notes=notes)
     name = cluster_of(suite, request)
     if history is not None and name is not None and calibrate:
         request = replace(request, history_runs=history.calibration_runs(name))
@@ -335,7 +356,7 @@ def _print_dry_run(plan: DryRunPlan) -> None:
     for stage in plan.stages:
         console.print(f"stage {stage.name}" + (f" [{stage.combo}]" if stage.combo else ""), highlight=False,
                       markup=False)
-    for combo in plan.combos:
+    for combo in plan.checkpoint + plan.combos:
         console.print(f"\n[bold]{escape(combo.key)}[/] backend={combo.backend} nodes={combo.nodes} "
                       f"gpus_per_node={combo.gpus_per_node}", highlight=False)
         if combo.skipped:

@@ -6,7 +6,7 @@ Public API:
   `apply_fixes(flags, fixes) -> LaunchFlags` (the launch as it reads after a proposal's edits)
 - `optimize(config, log=, measured_step_time_s=) -> OptimizeReport` (a log of another run calibrates nothing)
 - `log_mismatches(log, config) -> list[LogMismatch]`: where a log's own record of its run differs from the flags
-- `Finding`, `Fix` (the `--json` shapes), `Prediction` (from `megapilot.estimate`)
+- `Finding`, `Fix` (the `--json` shapes); `predict(...) -> megapilot.spec.Prediction | None`
 """
 
 from megapilot.diagnose.engine import Diagnosis, diagnose, diagnose_log
@@ -14,8 +14,8 @@ from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, read_flags, run_config
 from megapilot.diagnose.mismatch import LogMismatch, log_mismatches
 from megapilot.diagnose.optimize import OptimizeReport, RankedChange, optimize
-from megapilot.diagnose.predict import Prediction, predict
+from megapilot.diagnose.predict import predict
 
-__all__ = ["Diagnosis", "Finding", "Fix", "LaunchFlags", "LogMismatch", "OptimizeReport", "Prediction", "RankedChange",
+__all__ = ["Diagnosis", "Finding", "Fix", "LaunchFlags", "LogMismatch", "OptimizeReport", "RankedChange",
            "RunConfig", "apply_fixes", "diagnose", "diagnose_log", "log_mismatches", "optimize", "predict",
            "read_flags", "run_config"]

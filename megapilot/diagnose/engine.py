@@ -10,12 +10,13 @@ from typing import Any
 from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
 from megapilot.diagnose.device import CPU_RUN_EVIDENCE, trained_on_cpu
 from megapilot.diagnose.findings import Finding, ranked
-from megapilot.diagnose.flags import LaunchFlags, RunConfig, read_flags, run_config
-from megapilot.diagnose.megatron_version import recognise_megatron_version
+from megapilot.diagnose.flags import LaunchFlags, RunConfig, flags_from_arguments, read_flags, run_config
+from megapilot.diagnose.megatron_version import recognise_megatron_version, release_lines
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.release_names import in_release_names, release_note
-from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings
+from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings, slower_than_predicted
 from megapilot.diagnose.series import RuleRecords
+from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog, ParseOptions, parse_logs
 from megapilot.logs.sources import expand_log_paths, source_labels
 from megapilot.spec import GPUSpec
@@ -70,8 +71,11 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
         gpu, config = None, replace(config, gpu=None) if config is not None else None
     mismatch = mismatch_finding(log_mismatches(log, config)) if config is not None else None
     rules_config = None if mismatch is not None else config
-    findings = ranked(line_findings(log, rules_config) + metric_findings(log, rules_config, gpu)
-                      + ([mismatch] if mismatch is not None else []))
+    found = line_findings(log, rules_config) + metric_findings(log, rules_config, gpu)
+    if config is None and gpu is not None and not on_cpu and not any(f.category == "low_throughput" for f in found):
+        slower = slower_than_predicted(log, _config_from_arguments(log, gpu))  # predicted for the logged run
+        found += [slower] if slower is not None else []
+    findings = ranked(found + ([mismatch] if mismatch is not None else []))
     labels = source_labels(log.files)
     cascade = build_cascade(cascade_errors(log), log.files)
     findings = lead_with_root(findings, cascade, labels)
@@ -83,7 +87,7 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     if on_cpu:
         notes.append(f"the run trained on CPU ({CPU_RUN_EVIDENCE}): no GPU throughput, MFU or precision advice")
     if any(fix.kind == "megatron_flag" for finding in findings for fix in finding.fixes):
-        notes += release_note(version) + release_notes
+        notes += release_note(version, release_lines(log)) + release_notes
     if not (log.iterations or (log.summary and log.summary.iterations_logged)):
         notes.append("no training progress found (no iteration line): only error lines were read")
     if mismatch is not None:
@@ -127,6 +131,17 @@ def diagnose(
     if config is not None and log_mismatches(log, config):
         log = parse_for_rules(paths, None)  # the log's own arguments block, not the script, sizes its tokens/s
     return diagnose_log(log, config, gpu)
+
+
+def _config_from_arguments(log: ParsedLog, gpu: GPUSpec) -> RunConfig | None:
+    """The run the log's own `arguments` block describes, on `gpu` (no script given): what a prediction needs."""
+    if log.arguments is None or not log.arguments.values:
+        return None
+    try:
+        return run_config(flags_from_arguments(log.arguments.values, f"{log.arguments.file}:{log.arguments.line}"),
+                          gpu=gpu)
+    except MegapilotError:  # a block whose values make no run the estimator can price: no prediction, no finding
+        return None
 
 
 def _tokenizer_from_log(launch: LaunchFlags, log: ParsedLog) -> LaunchFlags | None:

@@ -198,6 +198,27 @@ def _flags_from_overrides(overrides: dict[str, object]) -> dict[str, str | None]
     return values
 
 
+def flags_from_arguments(printed: dict[str, str], source: str) -> LaunchFlags:
+    """The launch a Megatron-LM `arguments` block describes (it prints `vars(args)`: every option by destination),
+    as flags: `True`/`False` become the switch that sets them, `None` and empty lists are left out."""
+    overrides: dict[str, object] = {}
+    for dest, text in printed.items():
+        text = text.strip()
+        if text in ("None", "[]", "") or text.startswith(("{", "(", "<")):
+            continue
+        if text in ("True", "False"):
+            overrides[dest] = text == "True"
+        elif text.startswith("[") and text.endswith("]"):
+            overrides[dest] = [item.strip(" '\"") for item in text[1:-1].split(",") if item.strip()]
+        else:
+            overrides[dest] = text
+    values = _flags_from_overrides(overrides)
+    world = printed.get("world_size", "")
+    if world.isdigit():  # the block's own world size, as torchrun gave it
+        values["--nproc-per-node"] = world
+    return LaunchFlags(values=values, source=source)
+
+
 def _flags_by_destination() -> dict[str, dict[str, str]]:
     """Megatron destination -> {action: flag name} from the pinned parser."""
     table: dict[str, dict[str, str]] = {}

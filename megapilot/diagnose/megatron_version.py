@@ -16,9 +16,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from megapilot.errors import MegapilotError
 from megapilot.launch.megatron_args import FlagTable, committed_tables, flag_table, parse_version
 from megapilot.logs import ParsedLog
-from megapilot.logs.records import ArgumentsRecord, IterationRecord
+from megapilot.logs.records import ArgumentsRecord, IterationRecord, ProgressMarker
 
 _ITERATION_TIME = re.compile(r"^\s*\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\]\s+iteration\s+\d+")
 _MICROSECONDS_SINCE = "core_v0.16.0"
@@ -29,7 +30,7 @@ class RecognisedVersion:
     """The release a log was written by (`release`: the committed table that matches it) and how it was told."""
 
     release: str
-    source: Literal["arguments", "format"]
+    source: Literal["version line", "arguments", "format"]
     exact: bool  # the block printed exactly that release's options (arguments), or the era is certain (format)
     detail: str  # what was seen, for the user
 
@@ -41,11 +42,44 @@ class RecognisedVersion:
 
 
 def recognise_megatron_version(log: ParsedLog) -> RecognisedVersion | None:
-    """The release that wrote the log, or None when it printed neither an arguments block nor a dated
-    Megatron-LM iteration line."""
+    """The release that wrote the log: the megatron-core version a line states (`release:megatron-core=` markers:
+    pip, `megatron.core.__version__`, a launcher's banner), else its arguments block, else the format of its dated
+    iteration lines; None when it tells none of those."""
+    stated = _from_version_line(log.markers)
+    if stated is not None:
+        return stated
     if log.arguments is not None and log.arguments.values:
         return _from_arguments(log.arguments)
     return _from_format(log.iterations)
+
+
+def release_lines(log: ParsedLog) -> list[str]:
+    """What the log says of the software that ran (`megatron-core 0.16.1`, `nemo-container 25.02`), for a note."""
+    return sorted({m.marker.removeprefix("release:").replace("=", " ") for m in log.markers
+                   if m.marker.startswith("release:")})
+
+
+def _from_version_line(markers: list[ProgressMarker]) -> RecognisedVersion | None:
+    """The committed flag table of the stated megatron-core version: the newest release at or below it (flags
+    change only with a release), exact when their numbers agree up to the patch level."""
+    for marker in markers:
+        if not marker.marker.startswith("release:megatron-core="):
+            continue
+        stated = marker.marker.split("=", 1)[1]
+        try:
+            version = parse_version(stated)
+        except MegapilotError:
+            continue
+        tables = [t for t in committed_tables() if t.version <= version]
+        if not tables:  # older than every committed table: the oldest is the closest
+            tables = list(committed_tables()[:1])
+        table = tables[-1]
+        exact = table.version[:2] == version[:2]
+        return RecognisedVersion(
+            release=table.release, source="version line", exact=exact,
+            detail=f"megatron-core {stated} printed at {marker.file}:{marker.line}"
+                   + ("" if exact else f"; {table.release} is the closest committed flag table"))
+    return None
 
 
 def _from_arguments(arguments: ArgumentsRecord) -> RecognisedVersion:

@@ -39,6 +39,7 @@ class Slowdown:
     ratio: float
     median_ms: float
     evidence: tuple[Evidence, ...] = ()
+    index: int | None = None  # the node's (or rank's) number; None where only a name is known
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,10 @@ def stragglers_from_rank_times(lines: Sequence[RankTimes],
     node_ms = {node: statistics.median(times) for node, times in per_node.items()}
     evidence = (lines[-1].evidence,)
     rank_ratio, node_ratio = _leave_one_out(per_rank), _leave_one_out(node_ms)
-    ranks = tuple(sorted((Slowdown(name, rank_ratio[name], per_rank[name], evidence) for name in per_rank),
-                         key=lambda s: -s.ratio))
-    nodes = tuple(sorted((Slowdown(name, node_ratio[name], node_ms[name], evidence) for name in node_ms),
-                         key=lambda s: -s.ratio))
+    ranks = tuple(sorted((Slowdown(f"rank{r}", rank_ratio[f"rank{r}"], per_rank[f"rank{r}"], evidence, r)
+                          for r in range(width)), key=lambda s: -s.ratio))
+    nodes = tuple(sorted((Slowdown(f"node{n}", node_ratio[f"node{n}"], node_ms[f"node{n}"], evidence, n)
+                          for n in sorted(set(node_of_rank))), key=lambda s: -s.ratio))
     return StragglerVerdict("per-rank compute time before the gradient collectives", max_ratio, nodes, ranks)
 
 
@@ -112,10 +113,10 @@ def stragglers_from_reports(reports: Sequence[StragglerReport], ranks_per_node: 
     ratio = statistics.median(r.slowest_ms / r.fastest_ms for r in own if r.fastest_ms > 0) if own else 1.0
     median_ms = statistics.median(r.slowest_ms for r in own)
     evidence = tuple(r.evidence for r in own[-3:])
-    slow = Slowdown(f"rank{rank}", ratio, median_ms, evidence)
+    slow = Slowdown(f"rank{rank}", ratio, median_ms, evidence, rank)
     nodes: tuple[Slowdown, ...] = ()
     if ranks_per_node:
-        nodes = (Slowdown(f"node{rank // ranks_per_node}", ratio, median_ms, evidence),)
+        nodes = (Slowdown(f"node{rank // ranks_per_node}", ratio, median_ms, evidence, rank // ranks_per_node),)
     return StragglerVerdict("Megatron --log-straggler reports (slowest vs fastest rank)", max_ratio, nodes, (slow,))
 
 

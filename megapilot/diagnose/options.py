@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, run_config
 from megapilot.diagnose.layout_flags import layout_flag_changes
-from megapilot.diagnose.predict import Prediction, predict
+from megapilot.diagnose.predict import predict
 from megapilot.errors import MegapilotError
-from megapilot.spec import ParallelConfig, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
+from megapilot.spec import ParallelConfig, Prediction, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
 from megapilot.spec.validate import check_optimizer, light_recompute_modules, most_offloaded_layers
 
 
@@ -123,8 +123,10 @@ def memory_options(config: RunConfig) -> list[LayoutOption]:
     if not (config.model and config.training and config.parallel):
         return []
     now = current_prediction(config)
+    now_gib = now.memory_gib if now else None
     return [o for o in _memory_candidates(config) if o is not None
-            and (now is None or o.prediction is None or o.prediction.memory_gib < now.memory_gib)]
+            and (now_gib is None or o.prediction is None or o.prediction.memory_gib is None
+                 or o.prediction.memory_gib < now_gib)]
 
 
 def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:

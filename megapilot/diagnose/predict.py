@@ -1,4 +1,4 @@
-"""Predictions for a layout, from `megapilot.estimate` (this package owns no formula).
+"""Predictions for a layout (`megapilot.spec.Prediction`), from `megapilot.estimate` (this package owns no formula).
 
 A layout the estimator refuses as a user error (`MegapilotError`: an impossible split, a layout
 Megatron would reject) has no prediction. Anything else the estimator raises is a defect of the
@@ -7,26 +7,9 @@ estimator and propagates: a silent "no prediction" would hide it from the tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from megapilot.errors import MegapilotError
 from megapilot.estimate import EstimateOptions, estimate
-from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What the estimators predict for one layout (per GPU, most-loaded rank for memory)."""
-
-    memory_gib: float
-    capacity_gib: float
-    step_time_s: float | None = None
-    tokens_per_s_per_gpu: float | None = None
-    mfu: float | None = None
-
-    @property
-    def fits(self) -> bool:
-        return self.memory_gib <= self.capacity_gib
+from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, Prediction, TrainingSpec
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -38,8 +21,8 @@ def predict(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, para
     except MegapilotError:
         return None
     return Prediction(memory_gib=result.memory_gib.total, capacity_gib=result.memory_gib.capacity,
-                      step_time_s=result.step_time_s, tokens_per_s_per_gpu=result.tokens_per_s_per_gpu,
-                      mfu=result.mfu)
+                      step_time_ms=result.step_time_s * 1000.0, tokens_per_s_per_gpu=result.tokens_per_s_per_gpu,
+                      tflops_per_gpu=result.tflops_per_gpu, mfu_pct=result.mfu * 100.0, device=cluster.gpu.name)
 
 
 def refusal(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,

@@ -43,10 +43,13 @@ def _in_release(fix: Fix, table: FlagTable, notes: list[str]) -> Fix:
     return replace(fix, reason=f"{fix.reason} (needs Megatron-LM {newer[0]} or newer: upgrade first)")
 
 
-def release_note(version: RecognisedVersion | None) -> list[str]:
-    """One note naming the release the fixes are written for."""
+def release_note(version: RecognisedVersion | None, seen: list[str] | None = None) -> list[str]:
+    """One note naming the release the fixes are written for; when the log tells none, that it does not (with what
+    it does name: a NeMo container, a Megatron-Bridge version) and which release's names the fixes use then."""
     if version is None:
-        return []
+        named = f" (it names {', '.join(seen)}, not its megatron-core version)" if seen else ""
+        return [f"the log does not say which Megatron-LM release ran{named}: fixes use the flag names of "
+                f"Megatron-LM {committed_tables()[-1].release}, the newest known; check them against yours"]
     closeness = "" if version.exact else ", the closest table"
     told = f"told by the log's {version.source}{closeness}"
     return [f"fixes use the flag names of Megatron-LM {version.release} ({told})"]

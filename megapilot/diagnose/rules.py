@@ -61,7 +61,6 @@ from megapilot.diagnose.options import (
     memory_options,
     throughput_options,
 )
-from megapilot.diagnose.predict import Prediction
 from megapilot.diagnose.refusal import changes_named_in
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
@@ -69,7 +68,7 @@ from megapilot.logs.health import XID_CODE
 from megapilot.logs.parser import strip_prefix
 from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, IterationRecord, ProgressMarker
 from megapilot.logs.signatures import EXTENSION_LOADER_FRAMES
-from megapilot.spec import GPUSpec
+from megapilot.spec import GPUSpec, Prediction
 from megapilot.spec.training import Precision
 
 CRASH_DURING_SAVE = "crash_during_save"  # the signature of a crash found inside a save's time window
@@ -1042,9 +1041,10 @@ _STALL_CAUSES = {
 
 
 def _startup_stall(log: ParsedLog) -> list[Finding]:
-    if log.iterations or log.errors or not log.markers or log.last_line is None:
+    progress = [marker for marker in log.markers if not marker.marker.startswith("release:")]  # not a start-up step
+    if log.iterations or log.errors or not progress or log.last_line is None:
         return []
-    last_marker = log.markers[-1]
+    last_marker = progress[-1]
     if not last_marker.marker.startswith("stall_point:") or log.last_line.line - last_marker.line > 3:
         return []
     cause, fixes = _STALL_CAUSES.get(last_marker.marker, (
@@ -1188,6 +1188,55 @@ def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | Non
                    f"Measured MFU is far below what this GPU should reach ({basis}; {source}).", fixes)
 
 
+# Why a run is slower than the estimator says with no error line: the causes the estimator does not model, each with
+# what shows it. Kept short: the finding's explanation lists them, the fixes are the checks.
+SLOWER_CAUSES = (
+    "a slow or degraded link (a NIC at lower speed, a failed NVLink, collectives over TCP instead of RDMA)",
+    "one slow node holding every step back (thermal or power throttling, another job on it)",
+    "input waiting (the data loader, a slow filesystem) or a save in every few steps",
+)
+
+
+def slower_than_predicted(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    """A run whose measured steady-state step is slower than the estimator's prediction for its layout by more
+    than the estimate's own error band (`estimate_band`: the median |error| of its calibration cell, else ±30 %),
+    with no error line to say why. Never on a CPU run (the estimator predicts GPUs), nor without a prediction."""
+    from megapilot.estimate.budget import estimate_band
+
+    summary = log.summary
+    if config is None or not config.complete or summary is None or not summary.step_time_p50_ms or log.errors:
+        return None
+    predicted = current_prediction(config)
+    if predicted is None or not predicted.step_time_s:
+        return None
+    assert config.model is not None and config.cluster is not None and config.training is not None
+    band, band_source = estimate_band(config.model, config.cluster, config.training)
+    measured_s = summary.step_time_p50_ms / 1000.0
+    slowest_predicted_s = predicted.step_time_s * (1.0 + band)
+    if measured_s <= slowest_predicted_s:
+        return None
+    over = measured_s / predicted.step_time_s - 1.0
+    evidence = [_ev(r) for r in _unique(log.iterations)[-2:]]
+    causes = "; ".join(SLOWER_CAUSES)
+    fixes = [
+        Fix("add", "megapilot suite run (its collectives stage and straggler rows)", None,
+            "measure each node's bus bandwidth and each rank's compute time: a slow link or node shows there",
+            kind="command"),
+        Fix("add", "nvidia-smi -q -d PERFORMANCE,CLOCK (on each node)", None,
+            "throttle reasons (power, thermal) and clocks below the GPU's", kind="command"),
+        Fix("add", "profile one step (torch.profiler or nsys/rocprof)", None,
+            "find whether the time goes to communication, idle bubbles, input waits or small kernels", kind="command"),
+    ]
+    return Finding(
+        "low_throughput", "warning",
+        f"Slower than predicted: {measured_s:.3g} s per step measured, {predicted.step_time_s:.3g} s predicted "
+        f"(+{over:.0%}, beyond the estimate's ±{band:.0%})", evidence,
+        f"The median steady-state step ({summary.iterations_counted} iterations) is slower than the estimator's "
+        f"prediction for this layout on {config.cluster.world_size} x {config.cluster.gpu.alias} even at the "
+        f"slow end of its error band ({band_source}), and no error line says why. Likely causes: {causes}."
+        + (f" The prediction assumed: {'; '.join(config.notes)}." if config.notes else ""), fixes)
+
+
 def _precision(config: RunConfig | None) -> Precision:
     return (config.training.precision if config is not None and config.training else
             "fp8" if config is not None and config.precision_flag == "fp8" else "bf16")
@@ -1252,7 +1301,7 @@ def metric_findings(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | Non
     # a first-update jump that then went NaN or diverged is told by that finding, with the same fixes
     if jump is not None and not any(f.category in ("nan_loss", "loss_divergence") for f in findings + loss_findings):
         findings.append(jump)
-    throughput = _low_throughput(log, config, gpu)
+    throughput = _low_throughput(log, config, gpu) or slower_than_predicted(log, config)
     if throughput is not None:
         findings.append(throughput)
     findings.extend(loss_findings)

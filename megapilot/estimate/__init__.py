@@ -19,7 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from megapilot.estimate.cases import Case, CaseFeatures, CaseFlags, build_case, case_from, run_options, with_features
+from megapilot.estimate.cases import (
+    Case,
+    CaseFeatures,
+    CaseFlags,
+    build_case,
+    case_from,
+    cross_domain_flex_backend,
+    run_options,
+    with_features,
+)
 from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.flops import FLOP_CONVENTIONS, FlopConvention, flops_per_step, flops_per_token
 from megapilot.estimate.memory import MemoryBreakdown, memory_per_gpu
@@ -49,6 +58,7 @@ __all__ = [
     "build_case",
     "case_from",
     "count_params",
+    "cross_domain_flex_backend",
     "estimate",
     "estimate_fast",
     "flops_per_step",

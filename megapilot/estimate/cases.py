@@ -10,10 +10,10 @@ token dropping, the MoE dispatcher) are a `CaseFeatures` of their own, which the
 Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
 optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline
 split (`first_stage_layers`/`last_stage_layers` give the end ranks their own layer counts;
-`account_for_embedding`/`account_for_loss` give the embedding/loss a layer slot each; `pp_layout` takes
-a Megatron layout string, or `balanced` for the most balanced layout, which is computed here and
-carried as its string), TP kept inside a node (`force_tp_across_nodes` lets the estimate cost a TP group
-spanning nodes).
+`account_for_embedding`/`account_for_loss` give the embedding/loss a layer slot each; `pipeline_layout`
+(`--pp-layout`, also accepted as `pp_layout`) takes a Megatron layout string, or `balanced` for the most
+balanced layout, which is computed here and carried as its string), TP kept inside a node
+(`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_ac
               "moe_a2a_overlap")
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "recompute_modules",
-             "pp_layout", "moe_flex_dispatcher", "optimizer")
+             "pipeline_layout", "moe_flex_dispatcher", "optimizer")
+# The command line's shorter name of a layout field, accepted in a mapping as well (`--batch` lines were written
+# with it); the field itself has ParallelConfig's name.
+CLI_SPELLINGS = {"pp_layout": "pipeline_layout"}
 # Megatron's flex MoE dispatcher backends, as `script --moe-flex-dispatcher` writes them; left out = alltoall.
 FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
 KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
@@ -106,7 +109,7 @@ class CaseFlags(CaseFeatures):
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
     cpu_offloading_num_layers: int | None = None
-    recompute_modules: str | None = None  # names separated by commas or spaces, as --recompute-modules lists them
+    recompute_modules: tuple[str, ...] | None = None  # given as --recompute-modules lists them (commas or spaces)
     sequence_parallel: bool | None = None
     distributed_optimizer: bool | None = None
     fsdp: bool | None = None
@@ -114,7 +117,7 @@ class CaseFlags(CaseFeatures):
     last_stage_layers: int | None = None
     account_for_embedding: bool | None = None
     account_for_loss: bool | None = None
-    pp_layout: str | None = None
+    pipeline_layout: str | None = None
     force_tp_across_nodes: bool | None = None
 
     @classmethod
@@ -122,10 +125,18 @@ class CaseFlags(CaseFeatures):
         """The flags of a mapping (a `--batch` line, the CLI's options): unknown names, missing required ones and
         wrong types are refused by field."""
         given = {name: value for name, value in raw.items() if value is not None}
+        for spelling, name in CLI_SPELLINGS.items():
+            if spelling in given:
+                if name in given:
+                    raise MegapilotError(f"{spelling!r} is given twice (as {name!r} too)", field=name,
+                                         fix="give each flag once, in either spelling")
+                given[name] = given.pop(spelling)
         modules = given.get("recompute_modules")
         if isinstance(modules, (list, tuple)) and all(isinstance(name, str) for name in modules):
             given["recompute_modules"] = " ".join(modules)  # a --batch line may list them
         _check_flag_names_and_types(given)
+        if isinstance(listed := given.get("recompute_modules"), str):  # (a str: its type was checked just above)
+            given["recompute_modules"] = parse_recompute_modules(listed)  # the names ParallelConfig takes
         return cls(**given)  # type: ignore[arg-type]  # names and types checked just above
 
     def changed(self, changes: Mapping[str, object]) -> CaseFlags:
@@ -153,8 +164,8 @@ def case_from(flags: CaseFlags) -> Case:
     options = run_options(model, flags.features, cluster)
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
-    if flags.pp_layout == "balanced":
-        flags = replace(flags, pp_layout=_balanced_layout(model, flags, training.seq_length))
+    if flags.pipeline_layout == "balanced":
+        flags = replace(flags, pipeline_layout=_balanced_layout(model, flags, training.seq_length))
     parallel = _resolve_parallel(flags, cluster.world_size, training)
     check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
     if flags.moe_a2a_overlap:
@@ -200,6 +211,17 @@ def run_options(model: ModelSpec, features: CaseFeatures, cluster: ClusterSpec) 
     if (unavailable := flex_backend_refusal(backend, cluster, model)) is not None:
         raise unavailable
     return EstimateOptions(moe_flex_dispatcher=True, moe_a2a_overlap=overlap)
+
+
+def cross_domain_flex_backend(model: ModelSpec, cluster: ClusterSpec) -> str | None:
+    """The flex dispatcher backend the planner costs an expert group that leaves the NVLink domain with: DeepEP
+    where it runs, else HybridEP (the NVL72 racks), else None (AMD GPUs, no experts: the alltoall dispatcher).
+    Megatron-Core's MoE guide pairs cross-node expert parallelism with these dispatchers: a token crosses to each
+    remote domain once and fans out over NVLink there, instead of one copy per remote expert."""
+    if model.moe is None:
+        return None
+    return next((backend for backend in FLEX_DISPATCHER_BACKENDS
+                 if flex_backend_refusal(backend, cluster, model) is None), None)
 
 
 def _check_flag_names_and_types(flags: Mapping[str, object]) -> None:
@@ -309,7 +331,7 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec)
         "recompute": _or(flags.recompute, "selective"),
         "recompute_method": _or(flags.recompute_method, "uniform"),
         "recompute_num_layers": flags.recompute_num_layers,
-        "recompute_modules": parse_recompute_modules(flags.recompute_modules),
+        "recompute_modules": flags.recompute_modules,
         "cpu_offloading_num_layers": flags.cpu_offloading_num_layers,
         "distributed_optimizer": _or(flags.distributed_optimizer, not training.uses_muon),
         "fsdp": bool(flags.fsdp),
@@ -317,7 +339,7 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec)
         "last_stage_layers": flags.last_stage_layers,
         "account_for_embedding": bool(flags.account_for_embedding),
         "account_for_loss": bool(flags.account_for_loss),
-        "pipeline_layout": flags.pp_layout,
+        "pipeline_layout": flags.pipeline_layout,
     }
     try:
         return ParallelConfig.for_world(world_size, **layout)
@@ -351,7 +373,7 @@ def _balanced_layout(model: ModelSpec, flags: CaseFlags, seq_length: int) -> str
 
     pp, vpp = _or(flags.pp, 1), _or(flags.vpp, 1)
     if pp == 1:
-        raise MegapilotError("a balanced pipeline layout needs pp > 1", field="pp_layout",
+        raise MegapilotError("a balanced pipeline layout needs pp > 1", field="pipeline_layout",
                              fix="drop --pp-layout or raise --pp")
     layout = balanced_split(model, pp, vpp, seq_length).layout
     assert layout is not None
@@ -363,7 +385,7 @@ def _layout_error(exc: ValueError) -> MegapilotError:
     converted = from_validation_error(exc)
     if converted.field is None:
         if "pipeline_layout" in converted.problem or "account-for" in converted.problem:
-            return MegapilotError(converted.problem, field="pp_layout" if "layout" in converted.problem
+            return MegapilotError(converted.problem, field="pipeline_layout" if "layout" in converted.problem
                                   else "account_for_embedding")
         for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute_modules",
                      "cpu_offloading_num_layers", "recompute", "tp", "pp"):

@@ -11,7 +11,14 @@ across it (DP, PP across nodes), and fixed per-step time (optimizer step and wha
 A calibrated step is
 
     step = compute_factor x (compute + bubble) + scaleup_factor x scale-up comm
-           + scaleout_factor x scale-out comm + fixed + overhead_s
+           + scaleout_factor x scale-out comm + fixed + overhead_s + micro-batches x microbatch_overhead_s
+
+The two added overheads are what the model leaves out: per step (data loading, logging, a slow optimizer) and per
+micro-batch (the host's work each micro-batch repeats whatever its size: Python, the schedule, op dispatch, the
+batch's own loading). Runs at different micro-batch sizes tell them apart from compute: a larger micro-batch
+moves the same tokens in fewer micro-batches, so its per-token compute stays and its per-micro-batch time shrinks.
+On a GPU the host queues ahead and the per-micro-batch term stays near zero; on a CPU it is a large share of the
+step, and a compute factor alone cannot say why MBS 2 runs faster than MBS 1.
 
 Fit: weighted least squares on relative residuals (measured step / calibrated step - 1) with a Gaussian prior
 on every correction centred on the uncalibrated model (factors 1, no overhead): with few runs, or runs far from
@@ -19,10 +26,16 @@ the case, the prior wins and the calibrated figure stays near the uncalibrated o
 nearness to the case: same model, same precision class, same family (dense / MoE / hybrid) and a similar layout
 (TP, PP, CP, EP, VPP, micro-batch, GPUs, sequence) weigh most; a run of another GPU does not count. Separate
 compute factors per precision class and family come from that weighting: a bf16 run hardly moves an fp8 case.
+The prior's widths are those of a model that misses a run by about 30 %; where the uncalibrated model misses the
+runs by more (a CPU, known to it by two probed rates), they widen in proportion (`prior_widening`).
 
 Held out: every run used is predicted by the fit on the others (leave-one-out). The band is the 90th percentile
 of those |residuals|. When the held-out median or p90 error is worse than the uncalibrated model's on the same
-runs, the calibration is not applied and the result says so.
+runs, the calibration is not applied and the result says so. When it is better by less than one run's noise over
+the square root of the runs (NOISE / sqrt(n), the noise of their median), the uncalibrated model already predicts
+those runs as well as they can be measured and a fit on them would learn their noise (bench/calibration/
+from_history.md: a group whose runs the model predicts within 1-5 % was predicted worse after calibrating on 3):
+the runs calibrate the case with no correction, and its band is the model's own error on them.
 """
 
 from __future__ import annotations
@@ -38,7 +51,12 @@ from typing import Any
 # a smaller share of the step, so they take a correction only when runs with different layouts disagree; the
 # fixed overhead is in units of the runs' own step time.
 NOISE = 0.05
-PRIOR_SD = {"compute": 0.3, "scaleup_comm": 0.5, "scaleout_comm": 0.5, "overhead": 0.1}
+# The two overheads share about a tenth of a step (runs at one count of micro-batches cannot tell them apart, and
+# then their sum has the prior of one overhead), the larger part per micro-batch: the host's work each micro-batch
+# repeats is the larger cost the model leaves out (the optimizer and the step's own fixed work are modelled).
+# Chosen on bench/calibration/from_history.py (k = 1, committed parameters): 0.05 / 0.1 gave 2.6 / 7.0 % median /
+# p90, an even 0.07 / 0.07 2.7 / 7.1 %.
+PRIOR_SD = {"compute": 0.3, "scaleup_comm": 0.5, "scaleout_comm": 0.5, "overhead": 0.05, "microbatch_overhead": 0.1}
 FACTOR_BOUNDS = (0.2, 5.0)  # a correction outside is a different machine, not a calibration
 # Nearness: a run of another model, precision class or family counts this much as one of the same;
 # each factor-of-two difference in a layout dimension divides the weight by e^LAYOUT_SCALE.
@@ -103,6 +121,12 @@ class RunKey:
     gbs: int = 1
     seq_len: int = 1
 
+    @property
+    def microbatches(self) -> float:
+        """Micro-batches each rank runs per step: GBS / (MBS x data-parallel ranks); at least one."""
+        dp = max(1, self.gpus // max(1, self.tp * self.pp * self.cp))
+        return max(1.0, self.gbs / (max(1, self.mbs) * dp))
+
 
 @dataclass(frozen=True)
 class MeasuredRun:
@@ -116,22 +140,28 @@ class MeasuredRun:
 
 @dataclass(frozen=True)
 class Corrections:
-    """Multipliers on the components and an added per-step overhead; `NONE` is the uncalibrated model."""
+    """Multipliers on the components, an added per-step overhead and an added per-micro-batch overhead; `NONE`
+    is the uncalibrated model."""
 
     compute: float = 1.0
     scaleup_comm: float = 1.0
     scaleout_comm: float = 1.0
     overhead_s: float = 0.0
+    microbatch_overhead_s: float = 0.0
 
-    def apply(self, c: StepComponents) -> float:
+    def added_s(self, microbatches: float) -> float:
+        """The step time the corrections add beyond the modelled terms (both overheads)."""
+        return self.overhead_s + microbatches * self.microbatch_overhead_s
+
+    def apply(self, c: StepComponents, microbatches: float) -> float:
         return (self.compute * (c.compute_s + c.bubble_s) + self.scaleup_comm * c.scaleup_comm_s
-                + self.scaleout_comm * c.scaleout_comm_s + c.fixed_s + self.overhead_s)
+                + self.scaleout_comm * c.scaleout_comm_s + c.fixed_s + self.added_s(microbatches))
 
-    def scaled(self, c: StepComponents) -> StepComponents:
-        """The components as calibrated (the overhead joins the fixed time)."""
+    def scaled(self, c: StepComponents, microbatches: float) -> StepComponents:
+        """The components as calibrated (the overheads join the fixed time)."""
         return StepComponents(self.compute * c.compute_s, self.compute * c.bubble_s,
                               self.scaleup_comm * c.scaleup_comm_s, self.scaleout_comm * c.scaleout_comm_s,
-                              c.fixed_s + self.overhead_s)
+                              c.fixed_s + self.added_s(microbatches))
 
 
 NONE = Corrections()
@@ -141,9 +171,9 @@ SCALEUP_TERMS = ("tp_comm", "cp_comm", "ep_comm")
 NODE_CROSSING_TERMS = ("dp_comm", "pp_comm")
 
 
-def scaled_breakdown(breakdown_s: Mapping[str, float], corrections: Corrections, *, multi_node: bool
-                     ) -> dict[str, float]:
-    """The step-time model's terms as calibrated (`fixed`, when present, takes the added overhead)."""
+def scaled_breakdown(breakdown_s: Mapping[str, float], corrections: Corrections, *, multi_node: bool,
+                     microbatches: float) -> dict[str, float]:
+    """The step-time model's terms as calibrated (`fixed`, when present, takes the added overheads)."""
     scaled = {}
     for term, value in breakdown_s.items():
         if term in COMPUTE_TERMS:
@@ -155,7 +185,7 @@ def scaled_breakdown(breakdown_s: Mapping[str, float], corrections: Corrections,
         else:
             factor = 1.0
         scaled[term] = value * factor
-    scaled["fixed"] = scaled.get("fixed", 0.0) + corrections.overhead_s
+    scaled["fixed"] = scaled.get("fixed", 0.0) + corrections.added_s(microbatches)
     return scaled
 
 
@@ -181,6 +211,11 @@ class HeldOut:
     @property
     def uncalibrated_p90(self) -> float:
         return quantile(self.uncalibrated, BAND_QUANTILE)
+
+    def better_by(self, margin: float) -> bool:
+        """The calibration predicts held-out runs better than the uncalibrated model by at least `margin` (relative
+        error) on median or p90: by less, the runs' own noise could be all it learned."""
+        return self.median <= self.uncalibrated_median - margin or self.p90 <= self.uncalibrated_p90 - margin
 
     @property
     def worse(self) -> bool:
@@ -229,7 +264,8 @@ def nearness(case: RunKey, run: RunKey) -> float:
 
 # ---- the fit -------------------------------------------------------------------------------------------
 
-_NAMES = ("compute", "scaleup_comm", "scaleout_comm", "overhead")
+_NAMES = ("compute", "scaleup_comm", "scaleout_comm", "overhead", "microbatch_overhead")
+_ADDED = (3, 4)  # the overheads: seconds >= 0, prior 0; the rest are factors, prior 1
 CORRECTIONS = _NAMES
 
 
@@ -241,32 +277,48 @@ def fit(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[st
     if not runs or sum(weights) <= 0:
         return NONE
     scale_s = _weighted_median([r.measured_step_time_s for r in runs], weights)
-    held: dict[int, float] = {i: (0.0 if name == "overhead" else 1.0) for i, name in enumerate(_NAMES)
-                              if name not in free}
+    scale_microbatches = _weighted_median([r.key.microbatches for r in runs], weights)
+    widen = prior_widening(runs, weights)
+    held: dict[int, float] = {i: (0.0 if i in _ADDED else 1.0) for i, name in enumerate(_NAMES) if name not in free}
     for _ in range(len(_NAMES)):
-        theta = _solve(runs, weights, scale_s, held)
+        theta = _solve(runs, weights, scale_s, scale_microbatches, held, widen)
         clipped = False
         for index, value in enumerate(theta):
-            low, high = (0.0, math.inf) if index == 3 else FACTOR_BOUNDS
+            low, high = (0.0, math.inf) if index in _ADDED else FACTOR_BOUNDS
             if index not in held and not low <= value <= high:
                 held[index] = min(max(value, low), high)
                 clipped = True
         if not clipped:
             break
-    theta = _solve(runs, weights, scale_s, held)
-    return Corrections(theta[0], theta[1], theta[2], max(0.0, theta[3]) * scale_s)
+    theta = _solve(runs, weights, scale_s, scale_microbatches, held, widen)
+    return Corrections(theta[0], theta[1], theta[2], max(0.0, theta[3]) * scale_s,
+                       max(0.0, theta[4]) * scale_s / scale_microbatches)
 
 
-def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, held: Mapping[int, float]
-           ) -> list[float]:
-    """argmin sum w (x.theta + fixed - m)^2 / m^2 / NOISE^2 + sum ((theta - prior) / sd)^2, some theta held."""
+def prior_widening(runs: Sequence[MeasuredRun], weights: Sequence[float]) -> float:
+    """How much wider than `PRIOR_SD` the prior is for these runs (empirical Bayes): the priors say how far the
+    corrections of a model that misses a run by about the compute prior's width may move; where the uncalibrated
+    model misses the runs by more (its weighted median |measured / predicted - 1|: a CPU, which the model knows
+    only by two probed rates, missed by 2x), the corrections are known that much less well, and a prior as narrow
+    as a GPU's would hold the calibrated step far from every run."""
+    miss = _weighted_median([abs(r.measured_step_time_s / r.predicted.total_s - 1) for r in runs], weights)
+    return max(1.0, miss / PRIOR_SD["compute"])
+
+
+def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, scale_microbatches: float,
+           held: Mapping[int, float], widen: float = 1.0) -> list[float]:
+    """argmin sum w (x.theta + fixed - m)^2 / m^2 / NOISE^2 + sum ((theta - prior) / sd)^2, some theta held.
+
+    The overheads are in units of the runs' typical step (`scale_s`): the per-step one as is, the per-micro-batch
+    one at the runs' typical count of micro-batches, so that both priors say "a tenth of a step"."""
     n = len(_NAMES)
-    prior = [1.0, 1.0, 1.0, 0.0]
+    prior = [1.0, 1.0, 1.0, 0.0, 0.0]
     normal = [[0.0] * n for _ in range(n)]
     rhs = [0.0] * n
     for run, weight in zip(runs, weights, strict=True):
         c, m = run.predicted, run.measured_step_time_s
-        x = [(c.compute_s + c.bubble_s) / m, c.scaleup_comm_s / m, c.scaleout_comm_s / m, scale_s / m]
+        x = [(c.compute_s + c.bubble_s) / m, c.scaleup_comm_s / m, c.scaleout_comm_s / m, scale_s / m,
+             run.key.microbatches / scale_microbatches * scale_s / m]
         y = (m - c.fixed_s) / m
         w = weight / NOISE**2
         for i in range(n):
@@ -274,7 +326,7 @@ def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float
             for j in range(n):
                 normal[i][j] += w * x[i] * x[j]
     for i, name in enumerate(_NAMES):
-        precision = 1.0 / PRIOR_SD[name] ** 2
+        precision = 1.0 / (widen * PRIOR_SD[name]) ** 2
         normal[i][i] += precision
         rhs[i] += precision * prior[i]
     for i, value in held.items():  # a held correction: its row says theta_i = value
@@ -326,12 +378,20 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
                           f"{100 * held_out.median:.1f} % vs {100 * held_out.uncalibrated_median:.1f} %, p90 "
                           f"{100 * held_out.p90:.1f} % vs {100 * held_out.uncalibrated_p90:.1f} %)",
                           NONE, predicted, ids, rounded, held_out, held_out.uncalibrated_p90)
+    margin = NOISE / math.sqrt(len(runs_used))
+    if len(runs_used) > 1 and not held_out.better_by(margin):
+        # checked on the runs, the model stands as it is: a calibrated prediction with no correction
+        return Calibrated(uncalibrated, uncalibrated, True,
+                          f"calibrated on {len(runs_used)} run(s) with no correction: the uncalibrated model already "
+                          f"predicts them within their noise ({100 * margin:.1f} %; held out: median "
+                          f"{100 * held_out.uncalibrated_median:.1f} %, a fit {100 * held_out.median:.1f} %)",
+                          NONE, predicted, ids, rounded, held_out, held_out.uncalibrated_p90)
     band = held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90
     reason = (f"calibrated on {len(runs_used)} run(s)" + (
         f"; held out: median {100 * held_out.median:.1f} % (uncalibrated {100 * held_out.uncalibrated_median:.1f} %)"
         if len(runs_used) > 1 else "; one run: no held-out check, the band is its uncalibrated error"))
-    return Calibrated(uncalibrated, corrections.apply(predicted), True, reason, corrections,
-                      corrections.scaled(predicted), ids, rounded, held_out, band)
+    return Calibrated(uncalibrated, corrections.apply(predicted, key.microbatches), True, reason, corrections,
+                      corrections.scaled(predicted, key.microbatches), ids, rounded, held_out, band)
 
 
 def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS
@@ -343,7 +403,7 @@ def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: S
         other_weights = [nearness(run.key, r.key) for r in others]
         corrections = fit(others, other_weights, free) if others else NONE
         measured = run.measured_step_time_s
-        calibrated.append(abs(corrections.apply(run.predicted) / measured - 1))
+        calibrated.append(abs(corrections.apply(run.predicted, run.key.microbatches) / measured - 1))
         uncalibrated.append(abs(run.predicted.total_s / measured - 1))
     return HeldOut(tuple(calibrated), tuple(uncalibrated))
 
@@ -398,7 +458,8 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
         "corrections": {"compute": calibrated.corrections.compute,
                         "scaleup_comm": calibrated.corrections.scaleup_comm,
                         "scaleout_comm": calibrated.corrections.scaleout_comm,
-                        "overhead_s": calibrated.corrections.overhead_s},
+                        "overhead_s": calibrated.corrections.overhead_s,
+                        "microbatch_overhead_s": calibrated.corrections.microbatch_overhead_s},
         "runs_used": [{"id": run_id, "weight": weight} for run_id, weight in
                       zip(calibrated.runs_used, calibrated.weights, strict=True)],
         "band_pct": None if calibrated.band is None else round(100 * calibrated.band, 2),
@@ -407,7 +468,8 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
     }
     if not calibrated.applied:
         return result, about
-    breakdown = scaled_breakdown(result.time_breakdown_s, calibrated.corrections, multi_node=multi_node)
+    breakdown = scaled_breakdown(result.time_breakdown_s, calibrated.corrections, multi_node=multi_node,
+                                 microbatches=key.microbatches)
     breakdown["overhead"] = breakdown.pop("fixed")  # the per-step time the runs show beyond every modelled term
     updated = result.model_copy(update={
         "step_time_s": calibrated.step_time_s, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu / factor,

@@ -212,7 +212,7 @@ def retype_from_refusal(refusal: MegapilotError) -> Retype | None:
         counts = [int(n) for n in re.findall(r"=(\d+)", first)]
         return {"first_stage_layers": counts[0], "last_stage_layers": counts[1]}
     layout = re.search(r'pipeline_layout "([^"]+)"', first)
-    return {"pp_layout": layout.group(1), "vpp": None} if layout else None
+    return {"pipeline_layout": layout.group(1), "vpp": None} if layout else None
 
 
 def enter_published_run(row: PublishedLayout) -> PublishedEntry:

@@ -148,10 +148,12 @@ class EstimateOptions:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     grad_reduce_in_bf16: bool = False  # bf16 gradient buffers and reduction (NeMo performance recipes)
-    # MoE: the flex dispatcher (DeepEP / HybridEP, `--moe-token-dispatcher-type flex`) instead of alltoall;
-    # the expert all-to-all overlap (`--overlap-moe-expert-parallel-comm`): True = on wherever Megatron allows it,
-    # None = on where the EP group also leaves the NVLink domain. Off by default, as in Megatron.
-    moe_flex_dispatcher: bool = False
+    # MoE: the flex dispatcher (DeepEP / HybridEP, `--moe-token-dispatcher-type flex`) instead of alltoall: True =
+    # on every layout, None = on the layouts whose expert group leaves the NVLink domain (the planner's choice where
+    # a backend runs: Megatron's MoE guide pairs cross-node EP with DeepEP / HybridEP); the expert all-to-all
+    # overlap (`--overlap-moe-expert-parallel-comm`): True = on wherever Megatron allows it, None = on where the
+    # EP group also leaves the NVLink domain. Both off by default, as in Megatron.
+    moe_flex_dispatcher: bool | None = False
     moe_a2a_overlap: bool | None = False
     # `--moe-use-legacy-grouped-gemm`: one CUTLASS grouped GEMM for all local experts instead of Transformer
     # Engine's one cuBLAS GEMM per expert (Megatron's default with `--moe-grouped-gemm`).
@@ -308,7 +310,7 @@ def layer_terms(
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
         terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour)
         terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
-        terms["moe_fixed"] = _moe_fixed_s(model, p, options, precision, terms)
+        terms["moe_fixed"] = _moe_fixed_s(model, cluster, p, options, precision, terms)
     elif block.mlp == "full":
         terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.layer_ffn_hidden_size(layer_index), p.tp, cluster,
                                           precision, eff)
@@ -438,7 +440,7 @@ def _expert_all_to_all_s(
     sent_bytes = tokens * moe.router_topk * moe.routed_width(model.hidden_size) * ACTIVATION_BYTES * p.expert_tp / p.tp
     share = 1.0
     ranks_per_domain = max(1, min(p.ep, comm.scaleup_domain(cluster) // p.expert_tp))
-    if options.moe_flex_dispatcher and p.ep > ranks_per_domain:
+    if flex_dispatched(cluster, p, options) and p.ep > ranks_per_domain:
         domains = p.ep / ranks_per_domain
         touched = comm.expected_groups_touched(moe.num_experts, moe.router_topk, round(domains),
                                                moe.router_num_groups, moe.router_group_topk)
@@ -490,8 +492,8 @@ def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu:
     return (gated * fc1 + fc2) / (gated + 1)
 
 
-def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, precision: str,
-                 terms: dict[str, float]) -> float:
+def _moe_fixed_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions,
+                 precision: str, terms: dict[str, float]) -> float:
     """The dispatcher's host sync of one MoE layer (latency.py), where it syncs: the alltoall dispatcher syncs
     whenever tokens leave the rank or several local experts split them (Megatron's dropless path, and token
     dropping without padding); the flex dispatcher and inputs padded to capacity keep the split sizes static.
@@ -501,7 +503,7 @@ def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, 
     assert moe is not None
     local_experts = moe.num_experts // p.ep
     # padded to capacity the split sizes are static: Megatron's alltoall dispatcher skips the sync (drop_and_pad)
-    if options.moe_flex_dispatcher or moe.pad_to_capacity or (p.ep == 1 and local_experts == 1):
+    if flex_dispatched(cluster, p, options) or moe.pad_to_capacity or (p.ep == 1 and local_experts == 1):
         return 0.0
     kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
                           fp8_casts=precision in EIGHT_BIT_PRECISIONS)
@@ -510,13 +512,26 @@ def _moe_fixed_s(model: ModelSpec, p: ParallelConfig, options: EstimateOptions, 
                            kernel_overhead_s=options.efficiency.kernel_overhead_s)
 
 
+def ep_leaves_domain(cluster: ClusterSpec, p: ParallelConfig) -> bool:
+    """Whether the expert group (EP x ETP ranks) spans more GPUs than one NVLink/xGMI domain holds."""
+    return p.ep * p.expert_tp > comm.scaleup_domain(cluster)
+
+
+def flex_dispatched(cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
+    """Whether this layout's tokens go through the flex dispatcher: always (True), never (False), or (None) where
+    its expert group leaves the NVLink domain."""
+    if options.moe_flex_dispatcher is None:
+        return ep_leaves_domain(cluster, p)
+    return options.moe_flex_dispatcher
+
+
 def _moe_a2a_overlapped(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
     """`--overlap-moe-expert-parallel-comm`: off (False); on wherever Megatron allows it (True: no full recompute,
     VPP whenever PP > 1, one MTP layer at most, `spec.moe_a2a_overlap_refusal`); or (None) on only where the
     expert group also leaves the NVLink domain."""
     if options.moe_a2a_overlap is False or moe_a2a_overlap_refusal(model, p) is not None:
         return False
-    return options.moe_a2a_overlap is True or p.ep * p.expert_tp > comm.scaleup_domain(cluster)
+    return options.moe_a2a_overlap is True or ep_leaves_domain(cluster, p)
 
 
 def _mamba_mixer_s(

@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from megapilot.logs import ErrorRecord, IterationRecord
 from megapilot.logs.parser import LAUNCHER_FIELD_RE, LAUNCHER_SUMMARY_NEEDLE
 from megapilot.logs.records import Record
+from megapilot.logs.signatures import EXCEPTION_LINE_RE
 
 _RANK = re.compile(r"(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
 _EXITCODE = re.compile(r"(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)")
 # "[default0]:[rank0]: RuntimeError: ..." or a bare "ValueError: ..." at the end of a traceback.
 _RANK_PREFIX = re.compile(r"^(?:\[[^\]]*\]:\s?)+")
-_EXCEPTION_LINE = re.compile(
-    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*))?$")
 _MAX_REASON_CHARS = 400
 # A launch that failed before Python raised anything: the interpreter lacks a module, a file or a command.
 _LAUNCH_FAILURE = re.compile(r"No module named \S+|can't open file|command not found|No such file or directory|"
@@ -77,8 +76,8 @@ class FailureClues:
         bare = _RANK_PREFIX.sub("", text).strip()
         if bare and not any(isinstance(r, IterationRecord) for r in records):  # progress is no failure clue
             self.last_line = bare[:_MAX_REASON_CHARS]
-        exception = _EXCEPTION_LINE.match(bare)
-        if exception and "ChildFailedError" not in exception["type"]:
+        exception = EXCEPTION_LINE_RE.match(bare)
+        if exception and exception["name"] != "ChildFailedError":
             self.last_exception = bare[:_MAX_REASON_CHARS]
         if self.first_failure is None and (exception or _LAUNCH_FAILURE.search(bare)):
             self.first_failure = bare[:_MAX_REASON_CHARS]

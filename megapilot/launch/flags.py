@@ -124,23 +124,22 @@ def dist_muon_overlaps(release: tuple[int, ...]) -> bool:
 def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, cpu: bool = False,
                       dist_muon_overlaps: bool = True) -> ArgSection:
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
-    s.add("--tensor-model-parallel-size", p.tp)
-    s.add("--pipeline-model-parallel-size", p.pp)
+    s.add_terms(p, "--tensor-model-parallel-size", "--pipeline-model-parallel-size")
     split = p.pipeline_split
     for flag, value in split.megatron_flags():  # uneven counts, account-for switches or a layout string
         s.add(flag, *(() if value is None else (value,)))
     if split.layout is not None:
         pass  # the layout's stage count is the VPP; Megatron refuses a VPP flag beside it
     elif p.vpp > 1 and not split.is_even:  # Megatron refuses layers-per-virtual-stage with an uneven split
-        s.add("--num-virtual-stages-per-pipeline-rank", p.vpp)
+        s.add_terms(p, "--num-virtual-stages-per-pipeline-rank")
     elif p.vpp > 1:
         s.add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (p.pp * p.vpp))
-    s.add("--context-parallel-size", p.cp)
+    s.add_terms(p, "--context-parallel-size")
     if model.moe is not None:
-        s.add("--expert-model-parallel-size", p.ep)
-        s.add("--expert-tensor-parallel-size", p.expert_tp)
-    if p.sequence_parallel and not cpu:  # torch's norms (no TE/Apex on a CPU) refuse sequence parallelism
-        s.add("--sequence-parallel")
+        s.add_terms(p, "--expert-model-parallel-size")
+        s.add("--expert-tensor-parallel-size", p.expert_tp)  # written out where etp is left to TP
+    if not cpu:  # torch's norms (no TE/Apex on a CPU) refuse sequence parallelism
+        s.add_terms(p, "--sequence-parallel")
     if p.distributed_optimizer or p.fsdp:  # Megatron-FSDP's sharded steps run inside the distributed optimizer
         s.add("--use-distributed-optimizer")
     if not t.uses_muon or (t.optimizer == "dist_muon" and dist_muon_overlaps):
@@ -186,14 +185,13 @@ def _recompute_section(p: ParallelConfig) -> ArgSection:
     s = ArgSection(f"activation recompute: {p.recompute}")
     if p.recompute == "selective" and p.recompute_modules is not None:
         s.title += f" ({', '.join(p.recompute_modules)})"
-        s.add("--recompute-granularity", "selective")
+        s.add_terms(p, "--recompute-granularity")
         s.add("--recompute-modules", *p.recompute_modules)
     elif p.recompute == "selective":
         s.add("--recompute-activations")
     elif p.recompute == "full":
-        s.add("--recompute-granularity", "full")
-        s.add("--recompute-method", p.recompute_method)
-        s.add("--recompute-num-layers", p.recompute_num_layers or 1)
+        s.add_terms(p, "--recompute-granularity", "--recompute-method")
+        s.add("--recompute-num-layers", p.recompute_num_layers or 1)  # Megatron has no default for it
     return s
 
 
@@ -202,7 +200,7 @@ def _offload_sections(p: ParallelConfig) -> list[ArgSection]:
     if not p.cpu_offloading_num_layers:
         return []
     s = ArgSection(f"activation offloading: the first {p.cpu_offloading_num_layers} layers to host memory")
-    s.add("--cpu-offloading-num-layers", p.cpu_offloading_num_layers)
+    s.add_terms(p, "--cpu-offloading-num-layers")
     return [s]
 
 

@@ -33,22 +33,17 @@ _MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast"
 def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     """The model's flags; `cpu` keeps the MoE dispatcher Megatron-Core can run without CUDA streams."""
     s = ArgSection(f"model: {model.name}")
-    s.add("--num-layers", model.num_layers)
-    s.add("--hidden-size", model.hidden_size)
-    s.add("--ffn-hidden-size", model.ffn_hidden_size)
-    s.add("--num-attention-heads", model.num_attention_heads)
+    s.add_terms(model, "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads")
     _add_attention(s, model)
     if model.gated_delta_net is not None:
         _add_gated_delta_net(s, model, cpu=cpu)
     _add_activation(s, model)
-    s.add("--normalization", model.normalization)
-    s.add("--norm-epsilon", model.norm_epsilon)
+    s.add_terms(model, "--normalization", "--norm-epsilon")
     if model.norm_zero_centered:
         s.add("--apply-layernorm-1p")
     _add_position(s, model)
-    s.add("--max-position-embeddings", model.max_position_embeddings)
-    s.add("--make-vocab-size-divisible-by", model.make_vocab_size_divisible_by)
-    if not model.tie_embeddings:
+    s.add_terms(model, "--max-position-embeddings", "--make-vocab-size-divisible-by")
+    if not model.tie_embeddings:  # (inverted switches: the field says what the flag turns off)
         s.add("--untie-embeddings-and-output-weights")
     if not model.add_bias_linear:
         s.add("--disable-bias-linear")
@@ -62,10 +57,8 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     if model.moe is not None:
         _add_moe(s, model, cpu=cpu)
     if model.mtp_num_layers:
-        s.add("--mtp-num-layers", model.mtp_num_layers)
-        s.add("--mtp-loss-scaling-factor", model.mtp_loss_scaling_factor)
-        if model.mtp_hybrid_pattern is not None:  # a hybrid's MTP module (Megatron-LM 0.17 on)
-            s.add("--mtp-hybrid-override-pattern", model.mtp_hybrid_pattern)
+        # (a hybrid's MTP module pattern, when it has one: Megatron-LM 0.17 on)
+        s.add_terms(model, "--mtp-num-layers", "--mtp-loss-scaling-factor", "--mtp-hybrid-override-pattern")
         if model.mtp_repeated_layer:
             s.add("--mtp-use-repeated-layer")
     if model.is_hybrid:
@@ -101,12 +94,11 @@ def training_script(model: ModelSpec) -> str:
 
 def _add_attention(s: ArgSection, model: ModelSpec) -> None:
     if model.mla is None:
-        s.add("--kv-channels", model.head_dim)
+        s.add("--kv-channels", model.head_dim)  # written out where kv_channels is left to hidden / heads
         if model.is_gqa:
             s.add("--group-query-attention")
-            s.add("--num-query-groups", model.num_query_groups)
-    if model.add_qkv_bias:
-        s.add("--add-qkv-bias")
+            s.add_terms(model, "--num-query-groups")
+    s.add_terms(model, "--add-qkv-bias")
     if model.attention_output_gate:
         s.add("--attention-output-gate")
     # Under MLA, Megatron's --qk-layernorm builds the q/kv latent norms instead of per-head ones.
@@ -174,18 +166,17 @@ def _add_activation(s: ArgSection, model: ModelSpec) -> None:
 
 # ---- position ------------------------------------------------------------------------------------
 def _add_position(s: ArgSection, model: ModelSpec) -> None:
-    s.add("--position-embedding-type", model.position_embedding)
+    s.add_terms(model, "--position-embedding-type")
     if model.position_embedding != "rope":
         return
-    s.add("--rotary-base", model.rotary_base)
-    if model.rotary_percent != 1.0:
-        s.add("--rotary-percent", model.rotary_percent)
+    s.add_terms(model, "--rotary-base")
+    s.add_terms(model, "--rotary-percent", left_out_at_default=True)
     if model.mla is not None:
         _add_mla_rope(s, model)
     elif isinstance(model.rope_scaling, Llama3RopeScaling):
         _require_megatron_values(model.rope_scaling, _MEGATRON_LLAMA3_SCALING, "Llama 3 RoPE scaling")
         s.add("--use-rope-scaling")
-        s.add("--rope-scaling-factor", model.rope_scaling.factor)
+        s.add_terms(model, "--rope-scaling-factor")
     elif model.rope_scaling is not None:
         raise MegapilotError(
             f"{model.rope_scaling.type} RoPE scaling is built by pretrain_gpt.py (core_v0.16.0) only for "
@@ -210,9 +201,7 @@ def _add_mla_rope(s: ArgSection, model: ModelSpec) -> None:
         )
     _require_megatron_values(scaling, _MEGATRON_YARN_DEFAULTS, "YaRN under MLA")
     s.add("--rope-type", "yarn")
-    s.add("--rotary-scaling-factor", scaling.factor)
-    s.add("--mscale", scaling.mscale)
-    s.add("--mscale-all-dim", scaling.mscale_all_dim)
+    s.add_terms(model, "--rotary-scaling-factor", "--mscale", "--mscale-all-dim")
 
 
 def _require_megatron_values(scaling: Llama3RopeScaling | YarnRopeScaling, fixed: dict[str, float],
@@ -235,12 +224,7 @@ def _add_mla(s: ArgSection, model: ModelSpec) -> None:
     mla = model.mla
     assert mla is not None
     s.add("--multi-latent-attention")
-    if mla.q_lora_rank is not None:
-        s.add("--q-lora-rank", mla.q_lora_rank)
-    s.add("--kv-lora-rank", mla.kv_lora_rank)
-    s.add("--qk-head-dim", mla.qk_head_dim)
-    s.add("--qk-pos-emb-head-dim", mla.qk_pos_emb_head_dim)
-    s.add("--v-head-dim", mla.v_head_dim)
+    s.add_terms(model, "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim")
 
 
 #: DeepSeek Sparse Attention's indexer loss weight: Megatron-Core has no default (None fails at the first step), so
@@ -291,15 +275,9 @@ def dsa_kernel_args(model: ModelSpec, release_flags: Collection[str]) -> list[st
 def _add_moe(s: ArgSection, model: ModelSpec, *, cpu: bool = False) -> None:
     moe = model.moe
     assert moe is not None
-    s.add("--num-experts", moe.num_experts)
-    s.add("--moe-router-topk", moe.router_topk)
-    s.add("--moe-ffn-hidden-size", moe.moe_ffn_hidden_size)
-    if moe.latent_size is not None:
-        s.add("--moe-latent-size", moe.latent_size)
+    s.add_terms(model, "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-latent-size")
     if moe.shared_expert_ffn_hidden_size:
-        s.add("--moe-shared-expert-intermediate-size", moe.shared_expert_ffn_hidden_size)
-        if moe.shared_expert_gate:
-            s.add("--moe-shared-expert-gate")
+        s.add_terms(model, "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate")
     s.add("--moe-layer-freq", moe_layer_pattern(model))
     _add_router(s, model)
     if moe.capacity_factor is not None:
@@ -315,20 +293,11 @@ def _add_router(s: ArgSection, model: ModelSpec) -> None:
     """How tokens pick experts and how the picked experts' outputs are weighted (the model's meaning)."""
     moe = model.moe
     assert moe is not None
-    s.add("--moe-router-score-function", moe.router_score_function)
-    if moe.router_pre_softmax:
-        s.add("--moe-router-pre-softmax")
-    if moe.router_topk_scaling_factor is not None:
-        s.add("--moe-router-topk-scaling-factor", moe.router_topk_scaling_factor)
+    s.add_terms(model, "--moe-router-score-function", "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor")
     if moe.router_num_groups is not None:
-        s.add("--moe-router-num-groups", moe.router_num_groups)
-        s.add("--moe-router-group-topk", moe.router_group_topk)
-    if moe.router_dtype is not None:
-        s.add("--moe-router-dtype", moe.router_dtype)
-    s.add("--moe-router-load-balancing-type", moe.load_balancing_type)
-    s.add("--moe-aux-loss-coeff", moe.aux_loss_coeff)
-    if moe.router_expert_bias:
-        s.add("--moe-router-enable-expert-bias")
+        s.add_terms(model, "--moe-router-num-groups", "--moe-router-group-topk")
+    s.add_terms(model, "--moe-router-dtype", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
+                "--moe-router-enable-expert-bias")
 
 
 def moe_layer_pattern(model: ModelSpec) -> str:

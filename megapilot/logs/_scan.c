@@ -71,6 +71,8 @@ typedef struct {
     uint64_t grams4[1024];       /* hashed 4-byte windows (case folded) of needles of 5 bytes or more, at offsets 0, 1 */
     uint64_t grams3[1024];       /* hashed first 3 bytes (case folded) of the needles that can be live */
     uint64_t chatter_grams3[1024]; /* the same, of those that can be live on NCCL/RCCL chatter */
+    uint64_t chatter_grams4[1024]; /* hashed 4-byte windows (case folded) of those at offsets 0 and 1 */
+    int chatter_stride2;           /* all of those have 5 bytes or more: chatter_grams4 at every second position */
     char **keys;                 /* field keys the free-field loop must not accept (the summary's own) */
     Py_ssize_t *key_lengths;
     Py_ssize_t key_count;
@@ -431,7 +433,7 @@ static int free_field(const Scanner *self, Cursor *c) {
 static int match_iteration(const Scanner *self, const char *at, const char *line_end, Row *row) {
     Cursor cursor = {at + 9, line_end}, *c = &cursor;
     int ok;
-    memset(row, 0, sizeof(*row));
+    *row = (Row){0}; /* a compound literal: stores the compiler sizes, not a `rep stos` for 100 bytes */
     if (spaces(c) < 1 || !integer(c, &row->iteration) || !LITERAL(c, "/")) return 0;
     spaces(c);
     if (!integer(c, &row->train_iters) || !LITERAL(c, " | consumed samples:") || !spaced_digits(c))
@@ -483,13 +485,32 @@ static int prefix_ok(const unsigned char *p, Py_ssize_t n) {
     return !((last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z') || is_digit(last) || last == '_');
 }
 
-static const char *find_iteration(const char *p, const char *end) {
-    while (end - p >= 9) {
-        p = memchr(p, 'i', (size_t)(end - p - 8));
-        if (p == NULL) return NULL;
-        if (memcmp(p, "iteration", 9) == 0) return p;
-        p++;
+/* The first i in [from, n - 1) with p[i] == a and p[i + 1] == b, or -1; `fold`: bytes OR 0x20 first (ASCII letters
+   compared without case). Eight positions per step: the lowest zero byte of (x ^ a) | (y ^ b) is a true hit (the
+   borrow of the zero-byte test only marks bytes above a true zero), so the first hit is exact. */
+static inline Py_ssize_t find_pair(const unsigned char *p, Py_ssize_t from, Py_ssize_t n, unsigned char a,
+                                   unsigned char b, int fold) {
+    Py_ssize_t i = from;
+    unsigned char f = fold ? 0x20 : 0;
+#if SWAR
+    uint64_t folds = ONES * f;
+    for (; i + 9 <= n; i += 8) {
+        uint64_t z = ((load8((const char *)p + i) | folds) ^ (ONES * a)) |
+                     ((load8((const char *)p + i + 1) | folds) ^ (ONES * b));
+        uint64_t hits = (z - ONES) & ~z & HIGHS;
+        if (hits) return i + (__builtin_ctzll(hits) >> 3);
     }
+#endif
+    for (; i + 1 < n; i++)
+        if ((p[i] | f) == a && (p[i + 1] | f) == b) return i;
+    return -1;
+}
+
+static const char *find_iteration(const char *p, const char *end) {
+    const unsigned char *u = (const unsigned char *)p;
+    Py_ssize_t n = end - p;
+    for (Py_ssize_t i = 0; (i = find_pair(u, i, n, 'i', 't', 0)) >= 0 && i + 9 <= n; i++)
+        if (memcmp(p + i, "iteration", 9) == 0) return p + i;
     return NULL;
 }
 
@@ -524,29 +545,32 @@ static int iteration_record_follows(const unsigned char *p, Py_ssize_t at, Py_ss
     return i < n && p[i] == '|';
 }
 
-/* Whether p[0:n] holds `text` (lowercase), ignoring case. */
-static int holds_lower(const unsigned char *p, Py_ssize_t n, const char *text, Py_ssize_t length) {
-    for (Py_ssize_t i = 0; i + length <= n; i++)
-        if (lower(p[i]) == (unsigned char)text[0] && lower_equal(p + i, text, length)) return 1;
-    return 0;
-}
-
 /* NCCL/RCCL chatter, as `signatures.match_line` tells it: `nccl info` or `rccl info` and no `fail` (one segment:
    a `\r` would make each segment a line of its own). On it no error signature matches, so a needle that is only a
    signature's trigger does nothing. -1: not decided yet. */
 static int holds_fail(const unsigned char *p, Py_ssize_t n) {
-    for (int upper = 0; upper < 2; upper++) /* each `a` (or `A`) with `f` before and `il` after, in any case */
-        for (const unsigned char *a = memchr(p, upper ? 'A' : 'a', (size_t)n); a != NULL;
-             a = memchr(a + 1, upper ? 'A' : 'a', (size_t)(p + n - a - 1)))
-            if (a > p && p + n - a >= 3 && lower(a[-1]) == 'f' && lower(a[1]) == 'i' && lower(a[2]) == 'l') return 1;
+    for (Py_ssize_t i = 0; (i = find_pair(p, i, n, 'a', 'i', 1)) >= 0; i++) /* `ai` with `f` before, `l` after */
+        if (i > 0 && i + 2 < n && lower(p[i - 1]) == 'f' && lower(p[i + 2]) == 'l') return 1;
+    return 0;
+}
+
+/* `nccl info` or `rccl info` in any case */
+static int names_ccl_info(const unsigned char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; (i = find_pair(p, i, n, 'c', 'c', 1)) >= 0; i++)
+        if (i + 8 <= n && (lower(p[i - 1]) == 'n' || lower(p[i - 1]) == 'r') && lower_equal(p + i + 2, "l info", 6))
+            return 1;
     return 0;
 }
 
 static int is_chatter(const unsigned char *p, Py_ssize_t n) {
     if (memchr(p, '\r', (size_t)n) != NULL) return 0;
-    int named = memmem(p, (size_t)n, "NCCL INFO", 9) != NULL || memmem(p, (size_t)n, "RCCL INFO", 9) != NULL ||
-                holds_lower(p, n, "nccl info", 9) || holds_lower(p, n, "rccl info", 9);
-    return named && !holds_fail(p, n);
+    return names_ccl_info(p, n) && !holds_fail(p, n);
+}
+
+/* is_chatter for a line whose `CCL INFO ` at `at` is known: named when the byte before is N or R (any case) */
+static int is_chatter_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t at) {
+    if (at < 1 || (lower(p[at - 1]) != 'n' && lower(p[at - 1]) != 'r')) return is_chatter(p, n);
+    return memchr(p, '\r', (size_t)n) == NULL && !holds_fail(p, n);
 }
 
 static int occurrence_is_inert(const Needle *needle, const unsigned char *p, Py_ssize_t at, Py_ssize_t n,
@@ -608,6 +632,13 @@ static int needs_parser_bytewise(const Scanner *self, const unsigned char *p, Py
 /* The same answer, every second position only: a needle of 5 bytes or more holds a 4-byte window starting at an even
    position (its own start or the next), one of 3 or 4 bytes starts at an even position or the next; so each even
    position tests one hashed 4-byte window and two 3-byte starts, and a hit is checked needle by needle. */
+/* NCCL's own lines name themselves early: where `CCL INFO ` starts in the first bytes, or -1 */
+static Py_ssize_t names_ccl_early(const unsigned char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; (i = find_pair(p, i, n, 'C', 'C', 0)) >= 0 && i + 9 <= n; i++)
+        if (memcmp(p + i, "CCL INFO ", 9) == 0) return i;
+    return -1;
+}
+
 static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
     int chatter = -1;
 #if SWAR
@@ -624,8 +655,19 @@ static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t 
     }
     /* NCCL's own lines name themselves early: on them fewer needles can be live, a sparser filter */
     const uint64_t *grams = self->grams3;
-    if (n > 24 && memmem(p, (size_t)(n < 96 ? n : 96), "CCL INFO ", 9) != NULL) {
-        chatter = is_chatter(p, n);
+    Py_ssize_t ccl_at = n > 24 ? names_ccl_early(p, n < 96 ? n : 96) : -1;
+    if (ccl_at >= 0) {
+        chatter = is_chatter_at(p, n, ccl_at);
+        if (chatter && self->chatter_stride2) { /* every needle live there has 5 bytes or more: a stride of 2 */
+            for (Py_ssize_t w = 0; w + 4 <= n; w += 2) {
+                uint32_t gram;
+                memcpy(&gram, p + w, 4);
+                if (gram_in(self->chatter_grams4, gram | FOLD4) &&
+                    ((w > 0 && live_needle_at(self, p, w - 1, n, &chatter)) || live_needle_at(self, p, w, n, &chatter)))
+                    return 1;
+            }
+            return 0;
+        }
         if (chatter) grams = self->chatter_grams3;
     }
     Py_ssize_t q = 0;
@@ -1071,6 +1113,7 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
         }
     }
     qsort(self->needles, (size_t)count, sizeof(Needle), compare_needles);
+    self->chatter_stride2 = 1;
     for (Py_ssize_t k = 0; k < count; k++) {
         const unsigned char *text = (const unsigned char *)self->needles[k].text;
         if (self->needles[k].length < 2) {
@@ -1088,7 +1131,16 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
         uint32_t gram = (uint32_t)text[0] | (uint32_t)text[1] << 8 | (uint32_t)text[2] << 16;
         unsigned h = gram_hash(gram | (FOLD4 & 0xFFFFFFU));
         self->grams3[h >> 6] |= (uint64_t)1 << (h & 63);
-        if (self->needles[k].rule != INERT_IN_CHATTER) self->chatter_grams3[h >> 6] |= (uint64_t)1 << (h & 63);
+        if (self->needles[k].rule != INERT_IN_CHATTER) {
+            self->chatter_grams3[h >> 6] |= (uint64_t)1 << (h & 63);
+            if (length < 5) self->chatter_stride2 = 0;
+            for (int offset = 0; offset < 2 && length >= 5; offset++) {
+                uint32_t window;
+                memcpy(&window, text + offset, 4);
+                h = gram_hash(window | FOLD4);
+                self->chatter_grams4[h >> 6] |= (uint64_t)1 << (h & 63);
+            }
+        }
     }
     for (int b = 0, k = 0; b <= 256; b++) {
         while (k < count && (unsigned char)self->needles[k].text[0] < b) k++;
@@ -1219,6 +1271,31 @@ static int hand_row(PyObject *rows_out, const char *base, Py_ssize_t line_start,
     return failed;
 }
 
+/* Whether a span may hold a time (the shape test, a necessary condition of the Python reading): a prefix or a line
+   with `\r` anywhere, another line at its start (`leading_time`). */
+static int span_may_hold_time(const Span *span, const unsigned char *base) {
+    const unsigned char *p = base + span->start;
+    Py_ssize_t n = span->end - span->start;
+    if (span->kind == TIME_PREFIX || (n > 0 && memchr(p, '\r', (size_t)n) != NULL)) return has_timestamp(p, n);
+    return may_lead_with_time(p, n);
+}
+
+/* Spans are pushed untested; Python pops the latest first and reads them itself (a span it cannot read is passed
+   over), so only the latest few need the shape test: from the end, spans failing it are dropped until TRIM_KEEP
+   pass; the earlier ones stay, untested, for the rare case Python's reading refuses all of those. */
+#define TRIM_KEEP 4
+static void trim_spans(Spans *spans, const unsigned char *base) {
+    Span keep[TRIM_KEEP];
+    int kept = 0;
+    Py_ssize_t i = spans->size;
+    while (i > 0 && kept < TRIM_KEEP) {
+        i--;
+        if (span_may_hold_time(&spans->items[i], base)) keep[kept++] = spans->items[i];
+    }
+    for (int k = kept - 1; k >= 0; k--) spans->items[i++] = keep[k];
+    spans->size = i;
+}
+
 static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, Py_ssize_t end, PyObject *summary,
                             PyObject *shape_object, int awaits_step_line, PyObject *rows_out) {
     State st;
@@ -1248,8 +1325,10 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
         }
         if (matched) {
             double tokens = 0.0;
-            int has_tokens, timed = has_timestamp(ubase + pos, at - line);
-            if (!row_fits(self, &st, &row, timed, &shape, &tokens, &has_tokens)) goto to_python;
+            /* the prefix's shape is tested here only while it decides the row; else when the spans are trimmed */
+            int has_tokens, timed = !st.needs_first_time || has_timestamp(ubase + pos, at - line);
+            if (!row_fits(self, &st, &row, st.needs_first_time && timed, &shape, &tokens, &has_tokens))
+                goto to_python;
             if (timed && spans_push(&self->times, pos, at - base, TIME_PREFIX) < 0) goto error;
             int counted = add_row(self, &st, &row, tokens, has_tokens);
             if (counted < 0) goto error;
@@ -1258,9 +1337,7 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
             rows++;
         } else if (needs_parser(self, ubase + pos, length)) {
             goto to_python;
-        } else if ((length > 0 && memchr(line, '\r', (size_t)length) != NULL ? has_timestamp(ubase + pos, length)
-                                                               : may_lead_with_time(ubase + pos, length)) &&
-                   spans_push(&self->times, pos, newline - base, TIME_LINE) < 0) {
+        } else if (spans_push(&self->times, pos, newline - base, TIME_LINE) < 0) { /* tested when trimmed */
             goto error;
         }
         newlines++;
@@ -1274,6 +1351,8 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
     }
     if (store_state(self, summary, &st) < 0) goto error;
     release_state(&st);
+    trim_spans(&self->times, ubase);
+    trim_spans(&self->counted, ubase);
     return stop(kind, stop_start, stop_end, newlines, rows);
 error:
     release_state(&st);

@@ -38,7 +38,9 @@ from megapilot.logs.records import (
     IterationRecord,
     MemoryRecord,
     ProgressMarker,
+    RankTimes,
     Record,
+    StragglerReport,
     TheoreticalMemoryRecord,
     TimerRecord,
 )
@@ -57,17 +59,21 @@ class BinarySkipped:
 
     file: str
     bytes_skipped: int
-    runs: list[tuple[int, int, int]]
+    runs: list[tuple[int, int, int, int]]
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "bytes": self.bytes_skipped,
-                "runs": [{"first_line": a, "last_line": b, "bytes": n} for a, b, n in self.runs]}
+                "runs": [{"first_line": a, "last_line": b, "bytes": n, "offset": offset}
+                         for a, b, n, offset in self.runs]}
 
     def describe(self) -> str:
-        """`skipped 20 KB of binary data on lines 120-121, 300`."""
-        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b, _ in self.runs)
+        """`skipped 20 KB of binary data on lines 120-121, 300 at byte offsets 81920, 120000` (each stretch's first
+        byte, counted from 0, as `dd skip=` and `xxd -s` take it)."""
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b, _, _ in self.runs)
         lines = "lines" if "," in where or "-" in where else "line"
-        return f"skipped {_size_text(self.bytes_skipped)} of binary data on {lines} {where}"
+        offsets = ", ".join(str(offset) for _, _, _, offset in self.runs)
+        at = "at byte offsets" if len(self.runs) > 1 else "at byte offset"
+        return f"skipped {_size_text(self.bytes_skipped)} of binary data on {lines} {where} {at} {offsets}"
 
 
 def _size_text(size: int) -> str:
@@ -102,6 +108,9 @@ class ParsedLog:
     # the JSON schema: `framework` is what a user reads, these are its evidence.
     frame_hints: dict[str, int] = field(default_factory=dict)
     binary_skipped: list[BinarySkipped] = field(default_factory=list)  # per file with binary runs cut out
+    # Per-rank timings (megapilot.logs.stragglers): the straggler verdict's input; not in the JSON schema yet.
+    rank_times: list[RankTimes] = field(default_factory=list)
+    straggler_reports: list[StragglerReport] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable `--json` schema of `megapilot logs parse`."""
@@ -161,6 +170,14 @@ class LogCollector:
             self.log.theoretical_memory.append(record)
         elif isinstance(record, ProgressMarker):
             self.log.markers.append(record)
+        elif isinstance(record, RankTimes):
+            self.log.rank_times.append(record)
+        elif isinstance(record, StragglerReport):
+            reports = self.log.straggler_reports
+            if reports and reports[-1].evidence == record.evidence:
+                reports[-1] = record  # amended by its `Bottom N` line
+            else:
+                reports.append(record)
 
     def end_source(self, end: SourceEnd) -> None:
         """A source was read to its end: count its lines, keep its last line and the run's latest timestamp."""

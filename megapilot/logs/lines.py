@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20
@@ -32,29 +32,50 @@ _ESCAPED_RE = re.compile("[\udc80-\udcff]+")
 MAX_BINARY_RUNS_KEPT = 20
 
 
+class Offsets(NamedTuple):
+    """Where a block's bytes lie in their file: byte i at `start + i`, `dropped` more from `cut_at` on (the rest of an
+    over-long line was dropped there; -1: nothing was)."""
+
+    start: int
+    cut_at: int = -1
+    dropped: int = 0
+
+    def at(self, i: int) -> int:
+        return self.start + i + (self.dropped if 0 <= self.cut_at <= i else 0)
+
+    def shifted(self, by: int) -> Offsets:
+        """The offsets of block[by:]."""
+        if self.cut_at < 0 or by >= self.cut_at:
+            return Offsets(self.at(by))
+        return Offsets(self.start + by, self.cut_at - by, self.dropped)
+
+
 @dataclass
 class BinaryTally:
-    """Binary data skipped in one source: bytes in all, and where (first line, last line, bytes) for the first
-    `MAX_BINARY_RUNS_KEPT` stretches (runs on consecutive lines are one stretch)."""
+    """Binary data skipped in one source: bytes in all, and where (first line, last line, bytes, byte offset in the
+    file of its first byte) for the first `MAX_BINARY_RUNS_KEPT` stretches (runs on consecutive lines are one
+    stretch)."""
 
     bytes_skipped: int = 0
-    runs: list[tuple[int, int, int]] = field(default_factory=list)
+    runs: list[tuple[int, int, int, int]] = field(default_factory=list)
     runs_dropped: int = 0
 
-    def add(self, line_no: int, size: int) -> None:
+    def add(self, line_no: int, size: int, offset: int) -> None:
         self.bytes_skipped += size
         if self.runs and self.runs[-1][1] + 1 >= line_no:
-            first, _, total = self.runs[-1]
-            self.runs[-1] = (first, line_no, total + size)
+            first, _, total, first_offset = self.runs[-1]
+            self.runs[-1] = (first, line_no, total + size, first_offset)
         elif len(self.runs) < MAX_BINARY_RUNS_KEPT:
-            self.runs.append((line_no, line_no, size))
+            self.runs.append((line_no, line_no, size, offset))
         else:
             self.runs_dropped += 1
 
 
-def decode_log_text(raw: bytes | bytearray, first_line_no: int = 1, tally: BinaryTally | None = None) -> str:
-    """Bytes of whole lines → text, binary runs cut out (`BINARY_RUN_RE`, each counted in `tally` with its line) and
-    other undecodable bytes as U+FFFD. The one decoding of both reading paths, so they read the same text."""
+def decode_log_text(raw: bytes | bytearray, first_line_no: int = 1, tally: BinaryTally | None = None,
+                    offsets: Offsets | None = None) -> str:
+    """Bytes of whole lines → text, binary runs cut out (`BINARY_RUN_RE`, each counted in `tally` with its line and
+    its byte offset in the file: `offsets` says where raw[0] lies, else 0) and other undecodable bytes as U+FFFD.
+    The one decoding of both reading paths, so they read the same text."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -63,11 +84,14 @@ def decode_log_text(raw: bytes | bytearray, first_line_no: int = 1, tally: Binar
         if _CONTROL_RE.search(text) is None:
             return text
     if BINARY_RUN_RE.search(text) is not None:
-        pieces, pos = [], 0
+        pieces, pos, byte_pos = [], 0, 0
         for found in BINARY_RUN_RE.finditer(text):
             if tally is not None:
+                byte_pos += len(text[pos:found.start()].encode("utf-8", "surrogateescape"))
                 size = len(found.group().encode("utf-8", "surrogateescape"))
-                tally.add(first_line_no + text.count("\n", 0, found.start()), size)
+                offset = offsets.at(byte_pos) if offsets is not None else byte_pos
+                tally.add(first_line_no + text.count("\n", 0, found.start()), size, offset)
+                byte_pos += size
             pieces.append(text[pos:found.start()])
             pieces.append("\r")
             pos = found.end()
@@ -97,20 +121,30 @@ class BlockSplitter:
 
     def __init__(self) -> None:
         self._tail = b""
+        self._tail_offsets = Offsets(0)
+        self.offsets = Offsets(0)  # where the last block returned (or the flushed line) lies in the file
 
     def feed(self, chunk: bytes) -> tuple[bytes, int] | None:
         """The complete lines the chunk finishes, or None when it finishes none."""
         buffer = self._tail + chunk if self._tail else chunk
+        offsets = self._tail_offsets
         cut = buffer.rfind(b"\n")
         if cut < 0:
             self._tail = buffer[:MAX_LINE_BYTES]
+            if len(buffer) > len(self._tail):
+                self._tail_offsets = Offsets(offsets.start, len(self._tail),
+                                             offsets.dropped + len(buffer) - len(self._tail))
             return None
         self._tail = buffer[cut + 1:cut + 1 + MAX_LINE_BYTES]
+        dropped = len(buffer) - cut - 1 - len(self._tail)
+        self._tail_offsets = Offsets(offsets.at(cut + 1), len(self._tail) if dropped else -1, dropped)
+        self.offsets = offsets
         return buffer, cut + 1
 
     def flush(self) -> bytes | None:
         """The unterminated last line, if any."""
         tail, self._tail = self._tail, b""
+        self.offsets = self._tail_offsets
         return tail or None
 
 
@@ -130,13 +164,14 @@ class LineSplitter:
         complete = buffer[:end - 1]  # without the final newline
         first = self.lines_done + 1
         self.lines_done += complete.count(b"\n") + 1
-        yield from _split_text(decode_log_text(complete, first, self.tally), first)
+        yield from _split_text(decode_log_text(complete, first, self.tally, self._blocks.offsets), first)
 
     def flush(self) -> Iterator[tuple[int, str]]:
         """Yield the unterminated last line, if any."""
         tail = self._blocks.flush()
         if tail is not None:
-            yield from _split_text(decode_log_text(tail, self.lines_done + 1, self.tally), self.lines_done + 1)
+            yield from _split_text(decode_log_text(tail, self.lines_done + 1, self.tally, self._blocks.offsets),
+                                   self.lines_done + 1)
             self.lines_done += 1
 
 

@@ -28,7 +28,9 @@ from megapilot.logs.records import (
     IterationRecord,
     MemoryRecord,
     ProgressMarker,
+    RankTimes,
     Record,
+    StragglerReport,
     TheoreticalMemoryRecord,
     TimerRecord,
 )
@@ -36,10 +38,13 @@ from megapilot.logs.signatures import (
     CRASH_DUMP_SIGNATURES,
     Signature,
     classify_exception,
+    exception_fault,
     is_checkpoint_writer_frame,
     is_exception_line,
     match_line,
 )
+from megapilot.logs.stragglers import NEEDLES as STRAGGLER_NEEDLES
+from megapilot.logs.stragglers import amended_report, rank_times_line, straggler_report_line
 
 _NO_RECORDS: tuple[Record, ...] = ()
 
@@ -108,6 +113,18 @@ _MARKERS: tuple[tuple[str, str], ...] = (
     ("compiling dataset index builder", "stall_point:dataset_index_build"),
 )
 
+# Lines that say which release runs (`release:<what>` markers; `megapilot.diagnose.megatron_version` reads them): a
+# megatron-core version as pip, `megatron.core.__version__` or a launcher prints it, a Megatron-Bridge version, an NGC
+# NeMo container (its image tag, or its banner's `NVIDIA Release YY.MM` line after `== NeMo Framework ==`).
+RELEASE_NEEDLES: tuple[str, ...] = ("megatron-core", "megatron_core", "megatron core", "megatron.core",
+                                    "megatron-bridge", "megatron_bridge", "megatron.bridge", "megatron version",
+                                    "nvidia release", "nvidia/nemo:", "nemo framework")
+RELEASE_LINE_RE = re.compile(
+    r"(?P<what>megatron[-_. ]core|megatron[-_. ]bridge|megatron)(?:\.__version__|\s+version|\s*==|:)\s*[:=]?\s*"
+    r"v?(?P<version>\d+\.\d+(?:\.\d+)?(?:rc\d+)?)\b|"
+    r"nvcr\.io/nvidia/(?P<image>nemo):(?P<tag>\d\d\.\d\d(?:\.\d+)?)|"
+    r"NVIDIA Release (?P<release>\d\d\.\d\d(?:\.\d+)?)", re.IGNORECASE)
+
 # Lowercase substrings without which `LineParser.feed` finds no record on a line and changes no state
 # but the latest timestamp (bulk reading skips such lines; keep in step with `feed` and `_structured`).
 RECORD_NEEDLES: tuple[str, ...] = (
@@ -118,7 +135,9 @@ RECORD_NEEDLES: tuple[str, ...] = (
     "[nemo ",  # NeMo's logger prefix names the framework (`LineParser.feed`)
     "mainthread", "current thread 0x",  # the head of a stuck process's stack dump (`STACK_DUMP_HEAD_RE`)
     "exception",  # `SomeException: ...` alone (`LineParser._lone_exception`); `...Error:` holds the trigger "error"
+    *STRAGGLER_NEEDLES,  # per-rank compute times and `--log-straggler` reports (`LineParser._straggler`)
     *(needle.lower() for needle, _ in _MARKERS),
+    *RELEASE_NEEDLES,
 )
 
 # Iteration-line field keys (lowercase) → the `IterationRecord` field they fill, or a raw slot (`_RAW_SLOTS`).
@@ -344,10 +363,12 @@ class LineParser:
         self._pending_bridge_tflops: float | None = None
         self._traceback_frames: deque[str] | None = None
         self.framework_hints: Counter[str] = Counter()  # frameworks named by traceback frames' paths
+        self._nemo_banner = False  # NeMo's container banner seen: its `NVIDIA Release` line names the container
         self._crash_lines_left = 0  # lines after a segfault/abort still read as its stack dump
         self._crash_in_writer_reported = False
         self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
         self._stack_dump: ErrorRecord | None = None  # a stuck process's stack dump head, waiting for its first frame
+        self._straggler_report: StragglerReport | None = None  # the last `--log-straggler` report, for its `Bottom N`
 
     # ---- entry point ----------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> tuple[Record, ...]:
@@ -628,10 +649,10 @@ class LineParser:
         if "Error: " not in text and "Exception: " not in text:  # every line reaches here: a substring test first
             return None
         bare = strip_prefix(text)
-        found = LONE_EXCEPTION_RE.match(bare)
-        if found is None:
+        found = exception_fault(bare)
+        if found is None or not found["message"]:
             return None
-        category, exception_name = classify_exception(bare, []) or ("process_crash", found.group(1))
+        category, exception_name = classify_exception(bare, []) or ("process_crash", found["name"])
         return ErrorRecord(file=self.file, line=line_no, text=text, category=category,
                            signature=f"exception:{exception_name}", rank=rank_of(text), details={"frame": ""},
                            time_s=self._own_time(text))
@@ -769,6 +790,13 @@ class LineParser:
             self._argument_values = {}
             self._arguments_start_line = line_no
             return _NO_RECORDS
+        release = self._release(text)
+        if release is not None:
+            return (ProgressMarker(file=self.file, line=line_no, text=text, marker=release, time_s=self.last_time_s),)
+        if "[rank@node]" in text or "Rtt/Rnk" in text or "^^^^ Bottom" in text:
+            straggler = self._straggler(line_no, text)
+            if straggler is not None:
+                return (straggler,)
         for needle, marker in _MARKERS:
             if needle in text:
                 return (ProgressMarker(file=self.file, line=line_no, text=text, marker=marker,
@@ -777,6 +805,39 @@ class LineParser:
             return (ProgressMarker(file=self.file, line=line_no, text=text, marker="training_started",
                                    time_s=self.last_time_s),)
         return _NO_RECORDS
+
+    def _release(self, text: str) -> str | None:
+        """`release:megatron-core=0.16.1`, `release:megatron-bridge=0.2.0`, `release:nemo-container=25.02` for a line
+        that names the release running (RELEASE_LINE_RE), else None."""
+        lowered = text.lower()
+        if "nemo framework" in lowered and "==" in text:  # the NGC banner's head: its `NVIDIA Release` line follows
+            self._nemo_banner = True
+            return None
+        if not any(needle in lowered for needle in RELEASE_NEEDLES):
+            return None
+        found = RELEASE_LINE_RE.search(text)
+        if found is None:
+            return None
+        if found.group("version"):
+            what = found.group("what").lower().replace("_", "-").replace(".", "-").replace(" ", "-")
+            return f"release:{'megatron-core' if what == 'megatron' else what}={found.group('version')}"
+        if found.group("tag"):
+            return f"release:nemo-container={found.group('tag')}"
+        if self._nemo_banner:
+            return f"release:nemo-container={found.group('release')}"
+        return None
+
+    def _straggler(self, line_no: int, text: str) -> RankTimes | StragglerReport | None:
+        """A per-rank timing line; a `Bottom N` line gives the report before it again, amended (same evidence)."""
+        if (times := rank_times_line(self.file, line_no, text)) is not None:
+            return times
+        if (report := straggler_report_line(self.file, line_no, text)) is not None:
+            self._straggler_report = report
+            return report
+        if self._straggler_report is not None and (amended := amended_report(self._straggler_report, text)):
+            self._straggler_report = amended
+            return amended
+        return None
 
     def _memory_reports(self, line_no: int, text: str) -> tuple[MemoryRecord, ...]:
         """Every memory report on the line, each with the fields up to the next report's head (ranks printing at once
@@ -882,8 +943,6 @@ FRAMEWORK_FRAME_NEEDLES: tuple[tuple[str, str], ...] = (
     ("/megatron_llm/", "megatron-lm"), ("/megatron/neox/", "gpt-neox"), ("/gpt-neox/", "gpt-neox"),
     ("/deepspeed/", "deepspeed"), ("/megatron/", "megatron-lm"),
 )
-#: A line that is an exception on its own: a dotted CamelCase name ending in Error or Exception, a colon, a message.
-LONE_EXCEPTION_RE = re.compile(r"(?:[a-z_][\w]*\.)*((?:[A-Z][a-z0-9]*)+(?:Error|Exception)): \S")
 #: The head of a stuck process's stack dump, the main thread's (its first frame is where it waits): py-spy dump's
 #: `Thread 1853 (idle): "MainThread"`, faulthandler's `Current thread 0x00007f... (most recent call first):` (what
 #: `faulthandler.dump_traceback_later` or SIGUSR1 with `faulthandler.register` print for a hung rank).

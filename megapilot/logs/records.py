@@ -270,5 +270,46 @@ ARGUMENT_INT_FIELDS: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class RankTimes(_Record):
+    """One interval's per-rank compute times (ms) before the collectives, from one line (megapilot.logs.stragglers);
+    `node_of_rank` is torchrun's node rank of each rank."""
+
+    compute_ms: tuple[float, ...]
+    node_of_rank: tuple[int, ...]
+    evidence: Evidence
+
+
+    @property
+    def file(self) -> str:  # as every other record names its source
+        return self.evidence.file
+
+    @property
+    def line(self) -> int:
+        return self.evidence.line
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerReport(_Record):
+    """One `--log-straggler` report: the extreme ranks of Megatron's StragglerDetector (megapilot.logs.stragglers)."""
+
+    fastest_rank: int
+    fastest_ms: float
+    slowest_rank: int
+    slowest_ms: float
+    lowest_throughput_ranks: tuple[int, ...]  # `Bottom N` line, else the MnEtpt rank alone
+    evidence: Evidence
+
+
+    @property
+    def file(self) -> str:  # as every other record names its source
+        return self.evidence.file
+
+    @property
+    def line(self) -> int:
+        return self.evidence.line
+
+
 Record = (IterationRecord | MemoryRecord | TheoreticalMemoryRecord | TimerRecord | CheckpointEvent
-          | ErrorRecord | ProgressMarker | ArgumentsRecord)
+          | ErrorRecord | ProgressMarker | ArgumentsRecord
+          | RankTimes | StragglerReport)

@@ -108,9 +108,16 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- a NaN/Inf loss or gradient norm that a trainer's own check reports (not the RerunStateMachine) ----------
     _sig("nan_value", "nan_loss", r"\b(?:grad(?:ient)?[ _]norm|loss) is (?:NaN|Inf)\b"),
     # --- checkpoint writers that fail without saying "checkpoint" -------------------------------------
+    # Megatron-Core's async torch_dist writer (dist_checkpointing/strategies/filesystem_async.py) reports a worker's
+    # error as `Local process N encountered an error: ...`, then raises `Worker failure: ...`, `Incomplete worker
+    # results (expected N, got M. ...` or `An error is caught while a proc N is created`; torch.distributed.checkpoint's
+    # FileSystemWriter refuses an existing one (`Checkpoint already exists and self.overwrite=False.`). A read-only
+    # file system only refuses writes.
     _sig("checkpoint_writer", "checkpoint_save_failure",
          r"PytorchStreamWriter failed|unexpected pos \d+ vs \d+|_write_item\(\) (?:takes|got|missing)|"
-         r"FileSystemWriterAsync.*(?:fail|error)"),
+         r"FileSystemWriterAsync.*(?:fail|error)|Local process \d+ encountered an error|\bWorker failure: |"
+         r"Incomplete worker results \(expected|An error is caught while a proc \d+ is created|"
+         r"Checkpoint already exists and self\.overwrite|Read-only file system"),
     # --- GPU hardware ----------------------------------------------------------------------------
     _sig("xid", "gpu_hw_fault", r"\bNVRM: Xid\b|\bXid \(PCI:|\bXid\s+\d+\b"),
     _sig("amd_ras", "gpu_hw_fault",
@@ -211,6 +218,7 @@ TRIGGERS: tuple[str, ...] = (
     "unexpected result", "found nan", "found inf", "loss is nan", "loss is inf", "norm is nan", "norm is inf",
     "persistent error", "application error",
     "pytorchstreamwriter", "unexpected pos", "_write_item", "filesystemwriterasync", "ras", "hardware error",
+    "worker failure", "incomplete worker results", "read-only file system",
     "poison", "cancelled", "fallen off the bus", "segfault",
     "shm", "bus error", "signal", "sigbus", "shared memory", "out of memory", "memory access", "to allocate",
     "alloc_failed", "xid", "ecc", "gpu", "misaligned",
@@ -232,14 +240,34 @@ CHECKPOINT_WRITER_FRAMES: tuple[str, ...] = (
     "save_checkpoint", "filesystem_async", "_write_item", "write_preloaded_data", "FileSystemWriterAsync",
     "writeRecord", "PytorchStreamWriter", "write_record", "mz_zip_writer", "crc32", "async_save",
     "dist_checkpointing/strategies/torch", "_save_zero_checkpoint",
+    # Megatron-Core finishing an async save (`save_state_dict_async_finalize` raises torch.distributed.checkpoint's
+    # `CheckpointException("write", ...)`), torch.distributed.checkpoint's own saver
+    "save_state_dict_async_finalize", "finalize_async_save", "state_dict_saver", "_save_state_dict",
 )
 
 # Frames of a compiled extension's loader: an exception there is a missing or mismatched build.
 EXTENSION_LOADER_FRAMES: tuple[str, ...] = ("transformer_engine/common/__init__", "_load_library",
                                            "fused_kernels/__init__", "flash_attn_2_cuda", "amp_C")
 
+#: A Python exception line, the last line of a traceback or a rank's echo of it: `[package.module.]Name[: message]`,
+#: the name ending in Error, Exception, Interrupt or Exit (or StopIteration). The one pattern for it in megapilot:
+#: the log parser, the executors' failure reason and diagnose all read exceptions through it. A bare `Error:` is any
+#: program's message; Python's own `Error` classes are printed with their module (`binascii.Error: ...`).
+EXCEPTION_LINE_RE = re.compile(
+    r"^(?P<module>(?:[A-Za-z_]\w*\.)*)"
+    r"(?P<name>[A-Z]\w*(?:Error|Exception|Interrupt|Exit)|Exception|(?<=\.)Error|StopIteration|StopAsyncIteration)"
+    r"(?::\s*(?P<message>.*))?$")
+# KeyboardInterrupt, SystemExit: how a process was stopped, not a fault of the run.
+_STOP_EXCEPTION_SUFFIXES = ("Interrupt", "Exit")
+
+
+def exception_fault(line: str) -> re.Match[str] | None:
+    """The exception a (prefix-stripped) line names when it is a fault: not an interrupt or an exit."""
+    found = EXCEPTION_LINE_RE.match(line.strip())
+    return None if found is None or found["name"].endswith(_STOP_EXCEPTION_SUFFIXES) else found
+
+
 # Exceptions at the end of a Python traceback, classified by the frames above them.
-_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)|StopIteration|StopAsyncIteration)\b:?\s*(.*)$")
 _FRAME_CATEGORY: tuple[tuple[str, str], ...] = (
     # a compiled library's loader (Transformer Engine looks for its .so): the install, not the training code
     *((needle, "config_error") for needle in EXTENSION_LOADER_FRAMES),
@@ -280,10 +308,10 @@ def classify_exception(exception_line: str, frames: list[str]) -> tuple[str, str
     any other exception is a `process_crash` named by its exception (what a rank's stderr shows when no line
     signature names the cause); None only for a line that is not an exception.
     """
-    found = _EXCEPTION_LINE.match(exception_line.strip())
+    found = exception_fault(exception_line)
     if not found:
         return None
-    exception_name = found.group(1)
+    exception_name = found["name"]
     for frame in reversed(frames):
         for needle, category in _FRAME_CATEGORY:
             if needle in frame:
@@ -300,4 +328,4 @@ def is_checkpoint_writer_frame(text: str) -> bool:
 
 def is_exception_line(text: str) -> bool:
     """Whether a (prefix-stripped) line looks like `SomeError: message` closing a traceback."""
-    return bool(_EXCEPTION_LINE.match(text.strip())) and not text.startswith((" ", "\t"))
+    return exception_fault(text) is not None and not text.startswith((" ", "\t"))

@@ -16,35 +16,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from megapilot.logs.records import Evidence
+from megapilot.logs.records import Evidence, RankTimes, StragglerReport
 
-
-@dataclass(frozen=True, slots=True)
-class RankTimes:
-    """One interval's per-rank compute times (ms) from one line; `node_of_rank` is torchrun's node rank."""
-
-    compute_ms: tuple[float, ...]
-    node_of_rank: tuple[int, ...]
-    evidence: Evidence
-
-
-@dataclass(frozen=True, slots=True)
-class StragglerReport:
-    """One `--log-straggler` report: the extreme ranks of Megatron's StragglerDetector."""
-
-    fastest_rank: int
-    fastest_ms: float
-    slowest_rank: int
-    slowest_ms: float
-    lowest_throughput_ranks: tuple[int, ...]  # `Bottom N` line, else the MnEtpt rank alone
-    evidence: Evidence
+# Lowercase substrings of the lines read here (the log parser's needles: `megapilot.logs.parser.RECORD_NEEDLES`).
+NEEDLES: tuple[str, ...] = ("[rank@node]", "mxrtt/rnk", "^^^^ bottom")
 
 
 @dataclass
 class StragglerLines:
-    """What one log's lines say about ranks."""
+    """What one log's lines say about ranks (the log parser collects the same records into `ParsedLog`)."""
 
     rank_times: list[RankTimes]
     reports: list[StragglerReport]
@@ -58,25 +40,51 @@ _BOTTOM = re.compile(r"\^\^\^\^ Bottom\s+\d+ Ranks with lowest\s+Etpt\(TF\):\s*(
 _ETPT_RANK = re.compile(r"[\d.]+TF/(\d+)")
 
 
+def rank_times_line(file: str, line_no: int, text: str) -> RankTimes | None:
+    """The embedded trainer's per-rank compute line, else None."""
+    times = _RANK_TIMES.search(text) if "[rank@node]" in text else None
+    if times is None:
+        return None
+    cells = sorted((int(r), int(n), float(ms)) for r, n, ms in _CELL.findall(times.group(1)))
+    if not cells:
+        return None
+    return RankTimes(tuple(c[2] for c in cells), tuple(c[1] for c in cells), Evidence(file, line_no, text.strip()))
+
+
+def straggler_report_line(file: str, line_no: int, text: str) -> StragglerReport | None:
+    """A `--log-straggler` report line (`MnRtt/Rnk ... MxRtt/Rnk ...`), else None."""
+    rtt = _RTT.search(text) if "MxRtt/Rnk" in text else None
+    if rtt is None:
+        return None
+    low = _MIN_ETPT.search(text)
+    return StragglerReport(fastest_rank=int(rtt.group(2)), fastest_ms=float(rtt.group(1)),
+                           slowest_rank=int(rtt.group(4)), slowest_ms=float(rtt.group(3)),
+                           lowest_throughput_ranks=(int(low.group(1)),) if low else (),
+                           evidence=Evidence(file, line_no, text.strip()))
+
+
+def amended_report(report: StragglerReport, text: str) -> StragglerReport | None:
+    """The report before a `^^^^ Bottom N Ranks with lowest Etpt(TF): ...` line, with those ranks; None when `text`
+    is no such line. It keeps the report's evidence, so a collector replaces the report it amends."""
+    bottom = _BOTTOM.search(text) if "Bottom" in text else None
+    if bottom is None:
+        return None
+    return replace(report, lowest_throughput_ranks=tuple(int(r) for r in _ETPT_RANK.findall(bottom.group(1))))
+
+
 def read_straggler_lines(file: str, lines: Iterable[str]) -> StragglerLines:
     """Every per-rank line in `lines` (a `Bottom N` line amends the report before it)."""
     found = StragglerLines([], [])
     for number, raw in enumerate(lines, start=1):
         text = raw.rstrip("\n")
-        if "[rank@node]" in text and (times := _RANK_TIMES.search(text)):
-            cells = sorted((int(r), int(n), float(ms)) for r, n, ms in _CELL.findall(times.group(1)))
-            if cells:
-                found.rank_times.append(RankTimes(tuple(c[2] for c in cells), tuple(c[1] for c in cells),
-                                                  Evidence(file, number, text.strip())))
-        elif "MxRtt/Rnk" in text and (rtt := _RTT.search(text)):
-            low = _MIN_ETPT.search(text)
-            found.reports.append(StragglerReport(
-                fastest_rank=int(rtt.group(2)), fastest_ms=float(rtt.group(1)), slowest_rank=int(rtt.group(4)),
-                slowest_ms=float(rtt.group(3)), lowest_throughput_ranks=(int(low.group(1)),) if low else (),
-                evidence=Evidence(file, number, text.strip())))
-        elif "Bottom" in text and found.reports and (bottom := _BOTTOM.search(text)):
-            last = found.reports[-1]
-            ranks = tuple(int(r) for r in _ETPT_RANK.findall(bottom.group(1)))
-            found.reports[-1] = StragglerReport(last.fastest_rank, last.fastest_ms, last.slowest_rank,
-                                                last.slowest_ms, ranks, last.evidence)
+        if (times := rank_times_line(file, number, text)) is not None:
+            found.rank_times.append(times)
+        elif (report := straggler_report_line(file, number, text)) is not None:
+            found.reports.append(report)
+        elif found.reports and (amended := amended_report(found.reports[-1], text)) is not None:
+            found.reports[-1] = amended
     return found
+
+
+__all__ = ["NEEDLES", "RankTimes", "StragglerLines", "StragglerReport", "amended_report", "rank_times_line",
+           "read_straggler_lines", "straggler_report_line"]

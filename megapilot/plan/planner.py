@@ -60,6 +60,9 @@ def plan(
     if not 0 <= headroom_fraction < 1:
         raise MegapilotError(f"must be in [0, 1), got {headroom_fraction}", field="headroom",
                              fix="give the share of HBM to leave free, e.g. 0.05")
+    from megapilot.estimate.step_time import ep_leaves_domain  # late: keeps start-up fast
+
+    options, cross_domain_backend = (options, None) if estimator else cross_domain_dispatcher(model, cluster, options)
     cost = CostModel(model, cluster, training, estimator, options, headroom_fraction)
     band = model_error_band(model, cluster, training)
     outcome = search_layouts(model, cluster, training, pins=pins, cost=cost, reach=band.fraction)
@@ -77,13 +80,35 @@ def plan(
         reasons = explainer.explain(parallel, est) + [f"note: {w}" for w in est.warnings]
         if rank == 0:
             reasons += _tie_break_reasons(chosen[0], by_speed[0], band, context)
-        candidates.append(Candidate(parallel=parallel, estimate=est, reasons=reasons))
+        backend = cross_domain_backend if cross_domain_backend and ep_leaves_domain(cluster, parallel) else None
+        if backend:
+            reasons.append(f"experts: EP×ETP = {parallel.ep * parallel.expert_tp} leaves the NVLink domain, so the "
+                           f"plan runs the flex dispatcher ({backend}): a token crosses to each remote domain once")
+        candidates.append(Candidate(parallel=parallel, estimate=est, reasons=reasons, moe_flex_dispatcher=backend))
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
         rejected={reason.value: count for reason, count in sorted(outcome.rejected.items(), key=lambda kv: -kv[1])},
         summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _ties(candidates),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
+
+
+def cross_domain_dispatcher(
+    model: ModelSpec, cluster: ClusterSpec, options: EstimateOptions | None
+) -> tuple[EstimateOptions | None, str | None]:
+    """The run options the search costs with, and the flex backend it gives expert groups that leave the NVLink
+    domain. With no dispatcher stated (alltoall everywhere), such a layout is costed, and later scripted, with the
+    flex dispatcher where a backend runs: pricing cross-node EP with one copy per remote expert would rule it out
+    for a dispatcher nobody runs it with. Inside the domain the layout keeps alltoall."""
+    from dataclasses import replace
+
+    from megapilot.estimate import EstimateOptions, cross_domain_flex_backend
+
+    stated = options or EstimateOptions()
+    backend = cross_domain_flex_backend(model, cluster)
+    if backend is None or stated.moe_flex_dispatcher is not False:
+        return options, None
+    return replace(stated, moe_flex_dispatcher=None), backend
 
 
 def model_error_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> ErrorBand:

@@ -151,6 +151,9 @@ class Candidate(BaseModel):
     parallel: ParallelConfig
     estimate: EstimateResult
     reasons: list[str] = Field(default_factory=list)
+    # The flex dispatcher backend the layout was costed with (its expert group leaves the NVLink domain); None:
+    # alltoall. The plan file carries it, and the launch script writes it.
+    moe_flex_dispatcher: str | None = None
 
 
 class PlanResult(BaseModel):
@@ -188,7 +191,8 @@ class PlanResult(BaseModel):
         chosen = self.candidates[index]
         return SavedPlan(model=self.model, cluster=self.cluster, training=self.training,
                          parallel=chosen.parallel, estimate=chosen.estimate,
-                         reasons=chosen.reasons + self.summary)
+                         reasons=chosen.reasons + self.summary,
+                         moe_flex_dispatcher=chosen.moe_flex_dispatcher)  # type: ignore[arg-type]  # a backend name
 
     def to_json(self) -> dict[str, object]:
         """The stable `megapilot plan --json` document."""

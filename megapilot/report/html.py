@@ -23,6 +23,7 @@ from megapilot.report.log_copies import LogLink
 from megapilot.report.run_deck import RESULTS_HEADERS, format_number, metric_label, results_rows, run_card_rows
 from megapilot.suite.outcome import run_outcome
 from megapilot.suite.results import ComboResult, MetricRow, SuiteResult, Verdict
+from megapilot.suite.stragglers import ROW_PREFIX as STRAGGLER_PREFIX
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -61,6 +62,18 @@ class LinkView:
 
 
 @dataclass(frozen=True)
+class HeatCell:
+    """One node of a combo's straggler heat strip: its measured slowdown and the colour it is drawn in."""
+
+    node: str
+    ratio: float  # compute time over the other nodes' median (1.00 = as fast)
+    label: str  # '1.29x'
+    fill: str  # green at the median, yellow at the gate, red at twice the gate's margin
+    verdict: str
+    title: str  # the row's reason, on hover
+
+
+@dataclass(frozen=True)
 class ComboView:
     """Everything the page shows about one combo."""
 
@@ -74,6 +87,7 @@ class ComboView:
     charts: list[Chart]
     logs: list[LinkView]
     log_tail: list[str]
+    heat_strip: list[HeatCell]  # one cell per node with a measured straggler ratio; empty: none measured
 
 
 def render_html(result: SuiteResult, charts: ReportCharts, log_links: dict[str, list[LogLink]], *,
@@ -154,7 +168,35 @@ def _combo_view(index: int, combo: ComboResult, charts: list[Chart], links: list
         components=_component_views(combo),
         charts=charts,
         logs=[LinkView(label=f"node {link.node}", href=quote(link.href)) for link in links],
-        log_tail=[xml_text(line) for line in combo.log_tail])
+        log_tail=[xml_text(line) for line in combo.log_tail],
+        heat_strip=heat_strip(combo))
+
+
+DEFAULT_STRAGGLER_GATE = 1.15  # the colour scale of a row without a readable gate (config's straggler.max_ratio)
+
+
+def heat_strip(combo: ComboResult) -> list[HeatCell]:
+    """The combo's `straggler.nodeK` rows that hold a measured ratio, node order, each coloured by how far above
+    the median it is relative to the gate (nothing drawn for a node without a measurement)."""
+    cells = []
+    for row in sorted(combo.metrics, key=lambda r: r.name):
+        if not row.name.startswith(STRAGGLER_PREFIX) or row.value is None or not measures.finite(row.value):
+            continue
+        gate = _gate_of(row.threshold) or DEFAULT_STRAGGLER_GATE
+        share = min(max((row.value - 1.0) / (2 * (gate - 1.0)), 0.0), 1.0)  # 0 at the median, 0.5 at the gate
+        fill = f"hsl({120 * (1 - share):.0f}, 65%, {85 - 35 * share:.0f}%)"
+        cells.append(HeatCell(node=row.name.removeprefix(STRAGGLER_PREFIX), ratio=row.value,
+                              label=f"{row.value:.2f}x", fill=fill, verdict=row.verdict.value, title=row.reason))
+    return cells
+
+
+def _gate_of(threshold: str | None) -> float | None:
+    """1.15 of '<= 1.15' (a gate above 1, else None)."""
+    try:
+        value = float((threshold or "").replace("<=", "").strip())
+    except ValueError:
+        return None
+    return value if value > 1.0 else None
 
 
 def _metric_view(row: MetricRow) -> MetricView:
@@ -192,4 +234,4 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s"
 
 
-__all__ = ["REPORT_NAME", "LinkView", "render_html"]
+__all__ = ["REPORT_NAME", "HeatCell", "LinkView", "heat_strip", "render_html"]

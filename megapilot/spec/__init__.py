@@ -4,6 +4,7 @@ from megapilot.spec.hardware import ARCH_PRECISIONS, ClusterSpec, GPUSpec, defau
 from megapilot.spec.model import MLASpec, ModelSpec, MoESpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.plan_file import EstimateResult, FlexDispatcher, MemoryGiB, ParamCounts, SavedPlan
+from megapilot.spec.prediction import Prediction
 from megapilot.spec.training import PRECISIONS, Precision, TrainingSpec
 from megapilot.spec.validate import (
     flex_backend_refusal,
@@ -26,6 +27,7 @@ __all__ = [
     "ParallelConfig",
     "ParamCounts",
     "Precision",
+    "Prediction",
     "SavedPlan",
     "TrainingSpec",
     "default_gpus_per_node",

@@ -1,10 +1,11 @@
-"""Measured runs by cluster: what the history keeps for calibration, from suite combos and from imported files.
+"""Measured runs by cluster: what the history keeps for calibration, from suite combos, `megapilot run --plan` and
+imported files.
 
 Every row is one measured run with the uncalibrated prediction of its own layout, made when it was recorded
 (suite combos: before they ran; imported runs: on import): step time split into the components the calibration
 corrects, tokens/s, TFLOP/s and memory, beside what was measured. `to_calibration_run` turns a row into the
-`megapilot.estimate.history_calibration.MeasuredRun` the calibration fits on. `from_combo` and `from_case` build
-rows; `megapilot.store.history.History` writes and reads them (table `measured_runs`).
+`megapilot.estimate.history_calibration.MeasuredRun` the calibration fits on. `from_combo`, `from_plan_run` and
+`from_case` build rows; `megapilot.store.history.History` writes and reads them (table `measured_runs`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from megapilot.suite.results import ComboResult, SuiteResult, Verdict
+from megapilot.suite.results import ComboResult, Prediction, SuiteResult, Verdict
 
 if TYPE_CHECKING:
     from megapilot.estimate.cases import Case
     from megapilot.estimate.history_calibration import MeasuredRun
+    from megapilot.spec import SavedPlan
 
 MEASURED_KEYS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "peak_memory_gib")
 COLUMNS = ("id", "cluster", "origin", "source", "verdict", "recorded_at", "model", "family", "precision", "gpu",
@@ -43,8 +45,8 @@ class MeasuredRow:
 
     id: str
     cluster: str
-    origin: str  # suite / import
-    source: str  # the suite run id, or the file imported
+    origin: str  # suite / run / import
+    source: str  # the suite run id, the run (`megapilot run`), or the file imported
     verdict: str
     recorded_at: str
     model: str
@@ -149,8 +151,10 @@ def from_combo(result: SuiteResult, combo: ComboResult, recorded_at: str) -> Mea
         predicted_tokens_per_s_per_gpu=predicted.uncalibrated_tokens_per_s_per_gpu,
         predicted_tflops_per_gpu=(predicted.tflops_per_gpu or 0) * factor or None,
         predicted_memory_gib=predicted.memory_gib,
-        measured_step_time_s=step_ms / 1000 if step_ms is not None else _step_from_tokens(
-            combo, measured["tokens_per_s_per_gpu"]),
+        # the step the combo's tokens/s implies, what its gates and report compare with the prediction; its median
+        # step only without one (on a busy host the two differ by 10-20 %: a mean of rates against a median of times)
+        measured_step_time_s=_step_from_tokens(combo, measured["tokens_per_s_per_gpu"]) or (
+            step_ms / 1000 if step_ms is not None else None),
         measured_tokens_per_s_per_gpu=measured["tokens_per_s_per_gpu"],
         measured_tflops_per_gpu=measured["tflops_per_gpu"], measured_memory_gib=measured["memory_gib"])
 
@@ -167,6 +171,43 @@ def _step_from_tokens(combo: ComboResult, tokens_per_s_per_gpu: float | None) ->
     if not tokens_per_s_per_gpu or not combo.gbs or not combo.seq_length:
         return None
     return combo.gbs * combo.seq_length / (tokens_per_s_per_gpu * combo.nodes * combo.gpus_per_node)
+
+
+# ---- rows from a `megapilot run --plan` -------------------------------------------------------------------
+
+def from_plan_run(run_id: str, cluster: str, plan: SavedPlan, predicted: Prediction, measured_step_time_s: float,
+                  *, completed: bool, recorded_at: str) -> MeasuredRow | None:
+    """A plan's run as a measured run of its cluster, its prediction (made before it started) beside its
+    measured step; None without an uncalibrated prediction to calibrate against. A run that did not complete is
+    kept as FAIL: it is listed, and calibrates nothing."""
+    from megapilot.estimate.coverage import precision_class
+    from megapilot.estimate.history_calibration import StepComponents
+
+    if not predicted.uncalibrated_step_time_ms or not predicted.device or not measured_step_time_s > 0:
+        return None
+    p, training = plan.parallel, plan.training
+    world = plan.cluster.world_size
+    multi_node = plan.cluster.num_nodes > 1
+    terms_s = {name: value / 1000 for name, value in predicted.uncalibrated_components_ms.items()}
+    step_s = predicted.uncalibrated_step_time_ms / 1000
+    components = StepComponents.from_breakdown(terms_s, step_s, multi_node=multi_node)
+    factor = predicted.step_time_ms / predicted.uncalibrated_step_time_ms if predicted.step_time_ms else 1.0
+    case = {"model": plan.model.name, "gpu": predicted.device, "gpus": world, "tp": p.tp, "pp": p.pp, "cp": p.cp,
+            "ep": p.ep, "vpp": p.vpp, "mbs": p.mbs, "gbs": training.global_batch_size, "seq_len": training.seq_length,
+            "precision": training.precision, "recompute": p.recompute}
+    return MeasuredRow(
+        id=run_id, cluster=cluster, origin="run", source=run_id,
+        verdict=(Verdict.PASS if completed else Verdict.FAIL).value, recorded_at=recorded_at,
+        model=plan.model.name, family=predicted.family, precision=precision_class(training.precision),
+        gpu=predicted.device, gpus=world, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vpp=p.vpp or 1, mbs=p.mbs,
+        gbs=training.global_batch_size, seq_len=training.seq_length, multi_node=multi_node, case=case,
+        predicted_step_time_s=step_s, predicted_compute_s=components.compute_s,
+        predicted_bubble_s=components.bubble_s, predicted_scaleup_comm_s=components.scaleup_comm_s,
+        predicted_scaleout_comm_s=components.scaleout_comm_s, predicted_fixed_s=components.fixed_s,
+        predicted_tokens_per_s_per_gpu=predicted.uncalibrated_tokens_per_s_per_gpu,
+        predicted_tflops_per_gpu=(predicted.tflops_per_gpu or 0) * factor or None,
+        predicted_memory_gib=predicted.memory_gib, measured_step_time_s=measured_step_time_s,
+        measured_tokens_per_s_per_gpu=training.tokens_per_step / (measured_step_time_s * world))
 
 
 # ---- rows from a case and its measurement (imports) -------------------------------------------------------
@@ -205,4 +246,4 @@ def from_case(row_id: str, cluster: str, source: str, case: Case, flags: Mapping
         measured_tflops_per_gpu=measured.get("tflops_per_gpu"), measured_memory_gib=measured.get("peak_memory_gib"))
 
 
-__all__ = ["COLUMNS", "MEASURED_KEYS", "MeasuredRow", "from_case", "from_combo", "to_calibration_run"]
+__all__ = ["COLUMNS", "MEASURED_KEYS", "MeasuredRow", "from_case", "from_combo", "from_plan_run", "to_calibration_run"]

@@ -8,25 +8,39 @@ onto the token budget - time to train, GPU-hours, energy, cost and goodput (`meg
       checkpoint_gbps: 200     # only used when the checkpoint stage measured no save time
       restart_min: 10
       repair_h: 24
+      phases:                  # optional; the last tokens at another shape, as `estimate --phase` takes them
+        - {tokens: 100B, seq_len: 131072, cp: 16}    # or "tokens=100B,seq_len=131072,cp=16"
+      rampup_batch_size: [256, 256, 1000000]         # optional; START INCREMENT SAMPLES, as --rampup-batch-size
 
 The step time is the first passing combo's measured mean (its GBS, sequence length and GPUs are the run's);
-the band is that combo's step-time spread (coefficient of variation), not an estimate's error. Checkpoint
+the band is that combo's step-time spread (coefficient of variation), not an estimate's error. A phase or a
+warm-up batch trains another shape, which the run did not measure: its step is the measured one scaled by the
+estimator's ratio of that shape's step to the measured shape's (`megapilot.estimate.budget.layout_step_cost`),
+so the estimator supplies only the relative cost. The phases and the warm-up are checked when the config is
+read, against every sweep cell, by the same code that cuts the run into pieces (`segments_for`). Checkpoint
 times are the checkpoint stage's `checkpoint.save_s` / `checkpoint.load_s` when it ran, else the estimated size
 over the bandwidth. The projection never fails the suite: a budget it cannot project says why.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate.budget import PHASE_KEYS, BatchRampup, Phase
 
 if TYPE_CHECKING:
-    from megapilot.estimate.budget import TimeToTrain
+    from megapilot.estimate.budget import StepCost, TimeToTrain
     from megapilot.spec import GPUSpec, ModelSpec
+    from megapilot.suite.config import LoadedSuite
     from megapilot.suite.results import ComboResult, SuiteResult
+
+PHASE_FIX = ("write each phase as {tokens: 100B, seq_len: 131072, cp: 16} or 'tokens=100B,seq_len=131072,cp=16' "
+             f"(keys: {', '.join(PHASE_KEYS)})")
+RAMPUP_FIX = "write START, INCREMENT and SAMPLES as --rampup-batch-size takes them, e.g. [256, 256, 1000000]"
 
 
 class BudgetConfig(BaseModel):
@@ -40,6 +54,44 @@ class BudgetConfig(BaseModel):
     checkpoint_gbps: float | None = Field(default=None, gt=0)
     restart_min: float | None = Field(default=None, ge=0)
     repair_h: float | None = Field(default=None, ge=0)
+    phases: tuple[Phase, ...] = Field(
+        default=(), description="The last tokens of the budget at another shape, as `--phase` takes them.")
+    rampup_batch_size: tuple[int, int, int] | None = Field(
+        default=None, description="Batch warm-up as Megatron's --rampup-batch-size: [START, INCREMENT, SAMPLES].")
+
+    @property
+    def rampup(self) -> BatchRampup | None:
+        return None if self.rampup_batch_size is None else BatchRampup(*self.rampup_batch_size)
+
+    @field_validator("phases", mode="before")
+    @classmethod
+    def _phases(cls, value: object) -> tuple[Phase, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{value!r} is not a list of phases ({PHASE_FIX})")
+        return tuple(_phase(item, index) for index, item in enumerate(value, start=1))
+
+    @field_validator("rampup_batch_size", mode="before")
+    @classmethod
+    def _rampup(cls, value: object) -> tuple[int, int, int] | None:
+        if value is None:
+            return None
+        items = value.split() if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or len(items) != 3 or not all(_whole(item) for item in items):
+            raise ValueError(f"{value!r} is not three whole numbers START INCREMENT SAMPLES ({RAMPUP_FIX})")
+        start, increment, samples = (int(item) for item in items)
+        if min(start, increment, samples) <= 0:  # the rest (START < GBS, the increment's steps) per sweep cell
+            raise ValueError(f"START, INCREMENT and SAMPLES must be > 0, not {value!r} ({RAMPUP_FIX})")
+        return start, increment, samples
+
+    @model_validator(mode="after")
+    def _phases_leave_a_main_run(self) -> BudgetConfig:
+        phase_tokens = sum(phase.tokens for phase in self.phases)
+        if self.phases and phase_tokens >= self.tokens:
+            raise ValueError(f"the phases' {phase_tokens:.4g} tokens leave none of the budget's {self.tokens:.4g} "
+                             "(phase tokens are part of budget.tokens: give fewer, or a larger budget)")
+        return self
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -50,6 +102,48 @@ class BudgetConfig(BaseModel):
             return parse_tokens(value, "budget.tokens")  # type: ignore[arg-type]  # parse_tokens refuses the rest
         except MegapilotError as exc:
             raise ValueError(f"{exc.problem} ({exc.fix})") from None
+
+
+def _phase(item: object, index: int) -> Phase:
+    """One `budget.phases` item, read as `--phase` is (`megapilot.estimate.budget.phase_from_mapping`)."""
+    from megapilot.estimate.budget import parse_phase, phase_from_mapping
+
+    if isinstance(item, Phase):
+        return item
+    field_name = f"budget.phases[{index - 1}]"
+    try:
+        if isinstance(item, str):
+            return parse_phase(item, field_name)
+        if isinstance(item, Mapping):  # a key written as null is a key not given (a dumped config reads back)
+            return phase_from_mapping({str(k): v for k, v in item.items() if v is not None}, field_name)
+    except MegapilotError as exc:
+        raise ValueError(f"phase {index}: {exc.problem} ({PHASE_FIX})") from None
+    raise ValueError(f"phase {index}: {item!r} is not a phase ({PHASE_FIX})")
+
+
+def _whole(item: object) -> bool:
+    if isinstance(item, bool):
+        return False
+    if isinstance(item, int):
+        return True
+    if isinstance(item, float):
+        return item.is_integer()
+    return isinstance(item, str) and item.strip().lstrip("-").isdigit()
+
+
+class BudgetSegment(BaseModel):
+    """One piece of the projected run (`megapilot.estimate.budget.Segment`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="main, batch warm-up <GBS>, or phase <n>: <what changes>.")
+    tokens: float = Field(description="Tokens trained in this piece.")
+    seq_len: int = Field(description="Its sequence length, tokens.")
+    gbs: int = Field(description="Its global batch size, sequences.")
+    iterations: float = Field(description="Its steps: tokens / (seq_len x gbs).")
+    step_time_s: float = Field(description="Measured (main), or measured x the estimator's ratio (other shapes).")
+    days: float = Field(description="Failure-free wall-clock days of this piece.")
+    fits: bool = Field(description="False: the estimate says this shape does not fit in GPU memory.")
 
 
 class BudgetProjection(BaseModel):
@@ -74,6 +168,8 @@ class BudgetProjection(BaseModel):
     checkpoint_interval_iters: int | None = Field(default=None, description="That interval in steps.")
     effective_training_time_pct: float | None = Field(
         default=None, description="Failure-free training time over the expected elapsed time, percent.")
+    segments: list[BudgetSegment] = Field(
+        default_factory=list, description="The run in pieces: batch warm-up steps, the main run, each phase.")
     notes: list[str] = Field(default_factory=list, description="Where each input came from, or why no projection.")
 
 
@@ -91,28 +187,39 @@ def project_budget(budget: BudgetConfig | None, model: ModelSpec, gpu: GPUSpec |
         run = _run(budget, model, gpu, result, combo)
     except (MegapilotError, ValueError) as exc:  # a projection never costs the suite its result
         return BudgetProjection(tokens=budget.tokens, combo=combo.key, notes=[f"no projection: {exc}"])
-    g = run.goodput
-    notes = [f"step time: combo {combo.key}, measured mean {run.segments[0].step_time_s:.4g} s "
+    g, step_s = run.goodput, _step_s(combo)
+    notes = [f"step time: combo {combo.key}, measured mean {step_s:.4g} s "
              f"(GBS {combo.gbs}, seq {combo.seq_length}, {run.gpus} GPUs); band: {run.band_source}",
              f"checkpoint: {g.checkpoint.source}", f"failures: {g.failure.source}"]
+    if len(run.segments) > 1:
+        notes.append("phases and batch warm-up: the measured step x the estimator's ratio of each shape's step to "
+                     "the measured shape's")
+    notes += [f"{s.name}: does not fit in GPU memory by the estimate" for s in run.segments if not s.fits]
     energy, cost = run.energy_mwh, run.cost
     return BudgetProjection(
-        tokens=budget.tokens, combo=combo.key, gpus=run.gpus, step_time_s=run.segments[0].step_time_s,
+        tokens=budget.tokens, combo=combo.key, gpus=run.gpus, step_time_s=step_s,
         checkpoint_save_s=g.checkpoint.save_s, checkpoint_load_s=g.checkpoint.load_s,
         checkpoint_source=g.checkpoint.source, days=run.days.value, days_band=(run.days.low, run.days.high),
         gpu_hours=run.gpu_hours.value, energy_mwh=energy.value if energy else None,
         cost=cost.value if cost else None, expected_interruptions=g.expected_interruptions,
         checkpoint_interval_s=g.checkpoint_interval_s, checkpoint_interval_iters=g.checkpoint_interval_iters,
-        effective_training_time_pct=g.effective_training_time_pct, notes=notes)
+        effective_training_time_pct=g.effective_training_time_pct, notes=notes,
+        segments=[BudgetSegment(name=s.name, tokens=s.tokens, seq_len=s.shape.seq_len, gbs=s.shape.gbs,
+                                iterations=s.iterations, step_time_s=s.step_time_s, days=s.seconds / 86400,
+                                fits=s.fits) for s in run.segments])
 
 
 def _step_ms(combo: ComboResult) -> float | None:
     return combo.actual("training.elapsed_time_per_iteration") or combo.actual("training.step_time_p50_ms")
 
 
+def _step_s(combo: ComboResult) -> float:
+    return (_step_ms(combo) or 0.0) / 1000
+
+
 def _run(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, result: SuiteResult,
          combo: ComboResult) -> TimeToTrain:
-    from megapilot.estimate.budget import BudgetRequest, Fleet, ShapeCost, time_to_train
+    from megapilot.estimate.budget import BudgetRequest, Fleet, time_to_train
     from megapilot.estimate.goodput import (
         DEFAULT_CHECKPOINT_GBPS_PER_GPU,
         CheckpointCost,
@@ -123,7 +230,7 @@ def _run(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, result: Su
     from megapilot.estimate.params import count_params
     from megapilot.spec.training import TrainingSpec
 
-    step_s = (_step_ms(combo) or 0.0) / 1000
+    step_s = _step_s(combo)
     gpus = combo.nodes * combo.gpus_per_node
     defaults = FailureModel()
     failure = FailureModel(
@@ -138,12 +245,12 @@ def _run(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, result: Su
     measured = None if save_s is None else CheckpointCost(
         size, save_s, load_s if load_s is not None else save_s,
         "measured by the checkpoint stage" + ("" if load_s is not None else " (save; load taken equal)"))
-    request = BudgetRequest(tokens=budget.tokens, cost_per_gpu_hour=budget.cost_per_gpu_hour, failure=failure,
-                            measured_checkpoint=measured)
+    request = BudgetRequest(tokens=budget.tokens, phases=budget.phases, rampup=budget.rampup,
+                            cost_per_gpu_hour=budget.cost_per_gpu_hour, failure=failure, measured_checkpoint=measured)
     training = TrainingSpec(seq_length=combo.seq_length or 1, global_batch_size=combo.gbs or 1)
     spread = combo.actual("training.step_time_cv") or 0.0
     return time_to_train(request, training, Fleet(gpus, combo.gpus_per_node, gpu.tdp_w if gpu else None),
-                         lambda _shape: ShapeCost(step_s, True), checkpoint=estimated,
+                         _measured_cost(budget, model, gpu, combo, step_s), checkpoint=estimated,
                          band=(spread, "the measured steps' coefficient of variation"))
 
 
@@ -153,3 +260,96 @@ def _measured_checkpoint(result: SuiteResult) -> tuple[float | None, float | Non
         return None, None
     values = {row.name: row.value for row in stage.checks}
     return values.get("checkpoint.save_s"), values.get("checkpoint.load_s")
+
+
+class _Layout(Protocol):
+    """What a sweep cell and a finished combo both say of their shape and layout."""
+
+    @property
+    def mbs(self) -> int | None: ...
+    @property
+    def gbs(self) -> int | None: ...
+    @property
+    def seq_length(self) -> int | None: ...
+    @property
+    def precision(self) -> str | None: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def vpp(self) -> int | None: ...
+
+
+def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, combo: ComboResult,
+                   step_s: float) -> StepCost:
+    """The measured step for the measured shape; another shape (a phase, a warm-up batch) scaled by the
+    estimator's ratio of its step to the measured shape's. Without phases or a warm-up the estimator is not asked."""
+    from megapilot.estimate.budget import Shape, ShapeCost
+
+    if not budget.phases and budget.rampup is None:
+        return lambda _shape: ShapeCost(step_s, True)
+    estimated = _estimated_cost(model, gpu, combo, combo.nodes, combo.gpus_per_node)
+    measured_shape = Shape(combo.seq_length or 1, combo.gbs or 1)
+    scale = step_s / estimated(measured_shape).step_time_s
+
+    def cost(shape: Shape) -> ShapeCost:
+        if shape == measured_shape:
+            return ShapeCost(step_s, True)
+        found = estimated(shape)
+        return ShapeCost(found.step_time_s * scale, found.fits, found.layout_label)
+
+    return cost
+
+
+def _estimated_cost(model: ModelSpec, gpu: GPUSpec | None, layout: _Layout, nodes: int,
+                    gpus_per_node: int) -> StepCost:
+    """The estimator's StepCost for a cell's or combo's layout (a CPU suite: the stand-in GPU the render uses)."""
+    from megapilot.catalog.gpus import get_gpu
+    from megapilot.estimate.budget import layout_step_cost
+    from megapilot.spec import ClusterSpec, ParallelConfig
+    from megapilot.spec.training import Precision, TrainingSpec
+    from megapilot.suite.render import CPU_STAND_IN_GPU
+
+    cluster = ClusterSpec(gpu=gpu or get_gpu(CPU_STAND_IN_GPU), num_nodes=nodes, gpus_per_node=gpus_per_node)
+    precisions: tuple[Precision, ...] = get_args(Precision)
+    ran: Precision = next((p for p in precisions if gpu is not None and p == (layout.precision or "").lower()), "bf16")
+    training = TrainingSpec(seq_length=layout.seq_length or 1, global_batch_size=layout.gbs or 1, precision=ran)
+    parallel = ParallelConfig.for_world(cluster.world_size, tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep,
+                                        vpp=layout.vpp, mbs=layout.mbs, sequence_parallel=layout.tp > 1)
+    return layout_step_cost(model, cluster, training, parallel)
+
+
+def budget_problems(suite: LoadedSuite) -> list[tuple[str, str, str]]:
+    """(path, problem, fix) for the budget's phases and warm-up that a sweep cell's run could not be cut into, by
+    the code that cuts the projected run (`segments_for`): a warm-up START not below the cell's GBS or not a
+    step of INCREMENT below it, a phase layout that does not divide the GPUs, a phase shape the estimator refuses.
+    A cell whose own layout the estimator cannot cost is left to the projection to say."""
+    from megapilot.estimate.budget import BudgetRequest, Shape, segments_for
+    from megapilot.spec.training import TrainingSpec
+
+    budget = suite.config.budget
+    if budget is None or (not budget.phases and budget.rampup is None):
+        return []
+    # the warm-up and the phases cut separately, so that a shape the estimator refuses is pinned on the right key
+    requests = {"budget.rampup_batch_size": BudgetRequest(tokens=budget.tokens, rampup=budget.rampup),
+                "budget.phases": BudgetRequest(tokens=budget.tokens, phases=budget.phases)}
+    problems: dict[str, tuple[str, str, str]] = {}
+    for cell in (c for c in suite.cells if not c.skip_reason):
+        try:
+            cost = _estimated_cost(suite.model, suite.gpu, cell, suite.nodes, suite.gpus_per_node)
+            cost(Shape(cell.seq_length, cell.gbs))
+        except (MegapilotError, ValueError):
+            continue  # the cell's own layout: its render or the projection says what is wrong with it
+        training = TrainingSpec(seq_length=cell.seq_length, global_batch_size=cell.gbs)
+        for path, request in requests.items():
+            try:
+                segments_for(request, training, cost)
+            except MegapilotError as exc:
+                fix = RAMPUP_FIX if "--rampup-batch-size" in (exc.fix or "") else exc.fix  # not the CLI's words
+                problems.setdefault(path, (path, f"{exc.problem} (combo {cell.key})", fix or ""))
+    return list(problems.values())

@@ -110,6 +110,11 @@ class TrainParams(BaseModel):
         return {key: str(value) for key, value in (self.model_extra or {}).items()}
 
 
+def cell_key_text(mbs: object, gbs: object, precision: object) -> str:
+    """The `MBS=..,GBS=..,PRECISION=..` form of a cell, as CVS writes its keys (not yet parsed or normalised)."""
+    return "MBS={},GBS={},PRECISION={}".format(*(str(value).strip() for value in (mbs, gbs, precision)))
+
+
 @dataclass(frozen=True)
 class CellKey:
     """A parsed `MBS=..,GBS=..,PRECISION=..` key."""
@@ -121,7 +126,7 @@ class CellKey:
     @property
     def key(self) -> str:
         """The canonical form threshold files are matched against."""
-        return f"MBS={self.mbs},GBS={self.gbs},PRECISION={self.precision}"
+        return cell_key_text(self.mbs, self.gbs, self.precision)
 
     @property
     def slug(self) -> str:

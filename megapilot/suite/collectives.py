@@ -130,8 +130,8 @@ def judge(runs: Sequence[CollectiveRun], settings: CollectivesConfig, gpu: GPUSp
         blamed = {"node0": 0.0}  # no ratio: named because it is the only node
     bisectable = bool(own) or len(pairs) > 1  # one pair alone cannot say which end is slow
     for index in range(nodes):
-        rows.append(_node_row(f"node{index}", own.get(f"node{index}"), node_gate, job_gated, blamed, short_job,
-                              bisectable))
+        row = _node_row(f"node{index}", own.get(f"node{index}"), node_gate, job_gated, blamed, short_job, bisectable)
+        rows.append(row.model_copy(update={"node": index}))  # the node lists read the node from the row
     rows += [_row(f"{ROW_PREFIX}link.{run.scope}", run, pair_gate, source, link=True) for run in pairs]
     return rows
 

@@ -2,8 +2,10 @@
 
 The same rendering as a real run (`megapilot.suite.render.render_cell`, checked by the same flag checks
 as `megapilot script`), so what the dry run prints is what the run would launch. Every script it shows is
-written, with the files it reads, under `<out>/dry-run/<job>/` (the smoke job and each combo; an sbatch
-script for SLURM), so `sbatch --test-only` or a reviewer can read exactly what would be submitted.
+written, with the files it reads, under `<out>/dry-run/<job>/` (the smoke job, the checkpoint stage's save and
+resume jobs, and each combo; an sbatch script for SLURM), so `sbatch --test-only` or a reviewer can read exactly
+what would be submitted. The checkpoint jobs are the stage's own (`megapilot.suite.render.checkpoint_jobs`); their
+checkpoints go under `<out>/dry-run/checkpoints/` (created empty; the save script fills it, the resume script loads it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
-    from megapilot.suite.render import CellLaunch
+    from megapilot.suite.render import CellLaunch, CheckpointJob
 
 
 class DryRunStage(BaseModel):
@@ -48,8 +50,12 @@ class DryRunPlan(BaseModel):
 
     stages: list[DryRunStage]
     combos: list[DryRunCombo]
+    checkpoint: list[DryRunCombo] = Field(
+        default_factory=list, description="The checkpoint stage's save and resume jobs (empty: the stage would not "
+                                          "run them).")
     folder: str = Field(default="", description="Where the scripts were written (<out>/dry-run).")
-    scripts: list[str] = Field(default_factory=list, description="Every launch script written, smoke first.")
+    scripts: list[str] = Field(default_factory=list, description="Every launch script written, in the order the "
+                                                                  "run submits them: smoke, checkpoint, combos.")
 
 
 def dry_run_plan(suite: LoadedSuite, *, out_dir: Path, only_stage: str | None = None,
@@ -63,8 +69,10 @@ def dry_run_plan(suite: LoadedSuite, *, out_dir: Path, only_stage: str | None = 
     stages += [DryRunStage(name="results"), DryRunStage(name="teardown")]
     combos = [_combo(suite, cell, out_dir) for cell in cells]
     smoke = _smoke_script(suite, out_dir) if _selected("smoke", only_stage) else None
-    scripts = ([smoke] if smoke else []) + [c.script for c in combos if c.script]
-    return DryRunPlan(stages=stages, combos=combos, folder=str(out_dir / DRY_RUN_DIR), scripts=scripts)
+    checkpoint = _checkpoint_jobs(suite, out_dir) if _selected("checkpoint", only_stage) else []
+    scripts = ([smoke] if smoke else []) + [c.script for c in checkpoint + combos if c.script]
+    return DryRunPlan(stages=stages, combos=combos, checkpoint=checkpoint, folder=str(out_dir / DRY_RUN_DIR),
+                      scripts=scripts)
 
 
 DRY_RUN_DIR = "dry-run"
@@ -100,17 +108,36 @@ def _selected(name: str, only_stage: str | None) -> bool:
     return name in COMBO_STAGES if only_stage in COMBO_STAGES else name == only_stage
 
 
-def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path) -> DryRunCombo:
+def _checkpoint_jobs(suite: LoadedSuite, out_dir: Path) -> list[DryRunCombo]:
+    """The checkpoint stage's save and resume jobs, rendered as the stage renders them (none when it is off)."""
+    from megapilot.suite.render import checkpoint_cell, checkpoint_jobs, checkpoint_save_dir
+
+    cell = checkpoint_cell(suite)
+    if not suite.config.checkpoint.enforce or cell.skip_reason:
+        return []
+    save_dir = checkpoint_save_dir(suite, out_dir / DRY_RUN_DIR, DRY_RUN_DIR)
+    if suite.capabilities.runs_here:  # the launch checks the save folder's parent and the folder to load: the save
+        save_dir.mkdir(parents=True, exist_ok=True)  # job would fill it, so running the two scripts in order works
+    jobs = checkpoint_jobs(suite, save_dir)
+    return [_combo(suite, cell, out_dir, job=job) for job in jobs]
+
+
+def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path, job: CheckpointJob | None = None) -> DryRunCombo:
+    """A sweep cell's launch, or (with `job`) one of the checkpoint stage's jobs of that cell."""
     from megapilot.suite.predicted import memory_warning
     from megapilot.suite.render import render_cell
 
-    key, backend = cell.key, suite.backend
+    key, backend = cell.key if job is None else job.directory, suite.backend
     if cell.skip_reason:
         return DryRunCombo(key=key, backend=backend, skipped=cell.skip_reason, nodes=suite.nodes,
                            gpus_per_node=suite.gpus_per_node)
-    job_dir = out_dir / DRY_RUN_DIR / cell.slug
+    job_dir = out_dir / DRY_RUN_DIR / (cell.slug if job is None else job.directory)
     job_dir.mkdir(parents=True, exist_ok=True)
-    launch = render_cell(suite, cell, job_dir=job_dir)
+    if job is None:
+        launch = render_cell(suite, cell, job_dir=job_dir)
+    else:
+        launch = render_cell(suite, cell, job_dir=job_dir, train_iters=job.train_iters, save_dir=job.save_dir,
+                             save_interval=job.save_interval, load_dir=job.load_dir, load_step=job.load_step)
     if launch.error:
         return DryRunCombo(key=key, backend=backend, skipped=f"cannot render: {launch.error}", nodes=suite.nodes,
                            gpus_per_node=suite.gpus_per_node)

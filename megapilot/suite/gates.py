@@ -39,8 +39,8 @@ from megapilot.suite.thresholds import (
 )
 
 if TYPE_CHECKING:
+    from megapilot.spec import Prediction
     from megapilot.suite.predicted import Departure
-    from megapilot.suite.results import Prediction
 
 
 def evaluate(

@@ -38,13 +38,13 @@ from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, J
 from megapilot.execute.interrupt import Interrupted, describe_interruption
 from megapilot.execute.process import free_port
 from megapilot.files import DiskFullError, free_bytes, is_disk_full
+from megapilot.spec import Prediction
 from megapilot.suite.budget import project_budget
 from megapilot.suite.results import (
     ComboResult,
     Finding,
     JobSummary,
     MetricRow,
-    Prediction,
     RunCard,
     StageResult,
     SuiteResult,
@@ -101,6 +101,7 @@ class RunRequest:
     cluster_name: str | None = None  # recorded under it; None: the cluster file's name
     history_runs: tuple[MeasuredRun, ...] = ()  # this cluster's measured runs: the predictions' calibration
     calibrate: bool = True
+    notes: tuple[str, ...] = ()  # what the run's notes must say from the start (the nodes left out, and why)
 
 
 @dataclass
@@ -146,6 +147,8 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
                          notes=list(previous.notes) if previous else [])
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None), on_progress)
     _note_once(result, describe_hang_window(suite.config.megapilot))
+    for note in request.notes:
+        _note_once(result, note)
     clock = time.monotonic()
     completed = False
     try:
@@ -401,12 +404,13 @@ def _smoke_stage(ctx: _Context) -> StageResult:
 
 def _checkpoint_stage(ctx: _Context) -> StageResult:
     from megapilot.suite.continuity import check_continuity, read_checkpoint_run
+    from megapilot.suite.render import checkpoint_cell, checkpoint_jobs
 
     suite = ctx.suite
     settings = suite.config.checkpoint
     if not settings.enforce:
         return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="checkpoint.enforce is false")
-    cell = next((c for c in suite.cells if not c.skip_reason), None) or suite.smoke
+    cell = checkpoint_cell(suite)
     if cell.skip_reason:
         return StageResult(name="checkpoint", verdict=Verdict.SKIPPED, reason="no runnable cell to checkpoint")
     save_dir = _checkpoint_dir(ctx)
@@ -415,19 +419,15 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
             shutil.rmtree(stale, ignore_errors=True)
     if suite.capabilities.shares_file_system:
         save_dir.parent.mkdir(parents=True, exist_ok=True)
-    saved = _run_cell(ctx, cell, directory="checkpoint-save", gates=False, train_iters=settings.save_iters,
-                      save_dir=str(save_dir), save_interval=settings.save_interval)
+    save, resume = checkpoint_jobs(suite, save_dir)  # the jobs `suite run --dry-run` writes
+    saved = _run_cell(ctx, cell, directory=save.directory, gates=False, train_iters=save.train_iters,
+                      save_dir=save.save_dir, save_interval=save.save_interval)
     if saved.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"save run: {saved.reason}",
                            checks=saved.metrics, jobs=[saved.job] if saved.job else [])
-    # Megatron also saves at the last iteration, so the latest checkpoint is save_iters, a step the
-    # save run never went past. Resuming from the last interval save (CVS's floor rule) instead lets the
-    # resumed run's first step be compared with the same step of the save run. The resumed run saves
-    # elsewhere, so the saved checkpoint and its tracker file stay as the save run left them.
-    resume_from = (settings.save_iters // settings.save_interval) * settings.save_interval or settings.save_iters
-    resumed = _run_cell(ctx, cell, directory="checkpoint-resume", gates=False, train_iters=settings.resume_iters,
-                        save_dir=str(save_dir.with_name(save_dir.name + "-resumed")), load_dir=str(save_dir),
-                        load_step=resume_from, save_interval=settings.save_interval)
+    resumed = _run_cell(ctx, cell, directory=resume.directory, gates=False, train_iters=resume.train_iters,
+                        save_dir=resume.save_dir, load_dir=resume.load_dir, load_step=resume.load_step,
+                        save_interval=resume.save_interval)
     if resumed.verdict is not Verdict.PASS:
         return StageResult(name="checkpoint", verdict=Verdict.FAIL, reason=f"resume run: {resumed.reason}",
                            checks=resumed.metrics, jobs=[j for j in (saved.job, resumed.job) if j is not None])
@@ -435,7 +435,7 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
     rows = check_continuity(read_checkpoint_run(_abs_logs(ctx, saved)), read_checkpoint_run(_abs_logs(ctx, resumed)),
                             checkpoint_dir=save_dir, save_iters=settings.save_iters,
                             save_interval=settings.save_interval, loss_rtol=settings.loss_rtol,
-                            resume_from=resume_from)
+                            resume_from=resume.load_step)
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
     reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or "; ".join(r.reason for r in rows[:2])
     return StageResult(name="checkpoint", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows,
@@ -443,10 +443,9 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
 
 
 def _checkpoint_dir(ctx: _Context) -> Path:
-    configured = ctx.suite.config.checkpoint.checkpoint_dir
-    if configured and ctx.suite.nodes > 1:  # several nodes need a shared file system: the config names it
-        return Path(configured) / ctx.result.run_id
-    return ctx.run_dir / "checkpoints" / "saved"
+    from megapilot.suite.render import checkpoint_save_dir
+
+    return checkpoint_save_dir(ctx.suite, ctx.run_dir, ctx.result.run_id)
 
 
 def _results_stage(ctx: _Context) -> StageResult:
@@ -456,7 +455,18 @@ def _results_stage(ctx: _Context) -> StageResult:
         return StageResult(name="results", verdict=Verdict.SKIPPED, reason="no combo ran")
     passed = sum(c.verdict is Verdict.PASS for c in combos)
     reason = f"{passed} of {len(combos)} combos PASS" + (f"; FAIL: {', '.join(failed)}" if failed else "")
-    return StageResult(name="results", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason)
+    nic = _nic_counter_rows(ctx)
+    failed += [r.name for r in nic if r.verdict is Verdict.FAIL]
+    reason += "".join(f"; {r.name}: {r.reason}" for r in nic if r.verdict is Verdict.FAIL)
+    return StageResult(name="results", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=nic)
+
+
+def _nic_counter_rows(ctx: _Context) -> list[MetricRow]:
+    """Each node's NIC fault counters after the last combo against the preflight's snapshot; a node whose counters
+    grew, or that a gated straggler row failed, joins failing_nodes.txt."""
+    from megapilot.suite.nodes import close_node_lists
+
+    return close_node_lists(ctx.suite, ctx.executor, ctx.run_dir, ctx.result.combos)
 
 
 def _teardown_stage(ctx: _Context) -> StageResult:
@@ -500,7 +510,7 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
         return
     ctx.on_event(f"{step} combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
-    combo = _run_cell(ctx, cell, directory=cell.slug, gates=True)
+    combo = _run_repeats(ctx, cell)
     combo.started_at, combo.duration_s = started, round(time.monotonic() - clock, 3)
     ctx.result.combos.append(combo)
     for stage in _combo_stages(combo, started):
@@ -508,6 +518,17 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
     ctx.new_work += 1
     _save(ctx)
     ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
+
+
+def _run_repeats(ctx: _Context, cell: SweepCell) -> ComboResult:
+    """The cell run `sweep.repeats` times, each in its own directory, and judged on its median run."""
+    from megapilot.suite.repeats import combine_repeats, repeat_directory
+
+    sweep = ctx.suite.config.sweep
+    runs = [_run_cell(ctx, cell, directory=repeat_directory(cell.slug, k), gates=True) for k in range(sweep.repeats)]
+    if len(runs) == 1:
+        return runs[0]
+    return combine_repeats(runs, max_cv_pct=sweep.max_cv_pct, cpu=ctx.suite.device == "cpu")
 
 
 def _kept_combo(ctx: _Context, key: str) -> tuple[ComboResult, list[StageResult]] | None:
@@ -667,7 +688,9 @@ def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: in
 def _job_env(ctx: _Context) -> dict[str, str]:
     """The job's extra environment: the cluster file's env_vars, the config's container.env, and the HF
     token (its value is never written anywhere)."""
-    env = dict(ctx.suite.cluster.env_vars) if ctx.suite.cluster else {}
+    from megapilot.suite.nodes import node_env
+
+    env = node_env(ctx.suite)
     if ctx.suite.config.container:
         env.update({k: str(v) for k, v in ctx.suite.config.container.env.items()})
     token = _read_token(ctx.suite)

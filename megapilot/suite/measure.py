@@ -19,11 +19,10 @@ from megapilot.suite.stragglers import straggler_rows
 from megapilot.suite.thresholds import DEFAULT_CELL, ThresholdSpec
 
 if TYPE_CHECKING:
-    from megapilot.spec import SavedPlan
+    from megapilot.spec import Prediction, SavedPlan
     from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
     from megapilot.suite.render import CellLaunch
-    from megapilot.suite.results import Prediction
 
 
 @dataclass
@@ -77,8 +76,9 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
                         enforce=bool(config.enforce_thresholds), baseline=baseline,
                         record_only=measurement.record_only, why_missing=measurement.why_missing,
                         prediction=prediction, departure=why) + built_in
-        rows += straggler_rows(logs, max_ratio=config.straggler.max_ratio, enforce=bool(config.straggler.enforce),
-                               ranks_per_node=launch.gpus_per_node, cpu=suite.device == "cpu")
+        rows += straggler_rows(measurement.stragglers, max_ratio=config.straggler.max_ratio,
+                               enforce=bool(config.straggler.enforce), ranks_per_node=launch.gpus_per_node,
+                               cpu=suite.device == "cpu")
     return ComboOutcome(rows=rows, curves=measurement.curves, findings=measurement.findings,
                         timers_ms=measurement.timers_ms)
 

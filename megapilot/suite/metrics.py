@@ -32,6 +32,7 @@ from megapilot.diagnose.engine import diagnose_log
 from megapilot.diagnose.findings import EXPLANATIONS, Finding, ranked
 from megapilot.logs import IterationRecord, ParsedLog, ParseOptions, TimerRecord, parse_logs
 from megapilot.logs.records import Evidence
+from megapilot.logs.stragglers import StragglerLines
 from megapilot.spec.hardware import GPUSpec
 from megapilot.suite.curves import LossCurveGate, Point, loss_slope
 from megapilot.suite.metric_table import MEASURED_METRICS, METRICS
@@ -123,6 +124,8 @@ class ComboMeasurement:
     planned_iters: int | None = None
     iteration_node: int | None = None  # the node whose iteration lines were read
     timers_ms: dict[str, float] = field(default_factory=dict)  # Megatron's timers: max across ranks, median
+    # every node's per-rank timing lines, as the log parser read them (the straggler gate's input)
+    stragglers: StragglerLines = field(default_factory=lambda: StragglerLines([], []))
 
     @property
     def errors(self) -> list[Finding]:
@@ -178,6 +181,10 @@ def measure_combo(
     shape = _Shape.resolve(logs, records, world_size=world_size, seq_length=seq_length, gbs=gbs)
     _step_metrics(measurement, source, records, shape)
     measurement.timers_ms = timers_ms(source.parsed.timers if source and source.parsed else [])
+    for node in logs:
+        if node.parsed is not None:
+            measurement.stragglers.rank_times += node.parsed.rank_times
+            measurement.stragglers.reports += node.parsed.straggler_reports
     _memory_metrics(measurement, logs, gpu)
     _mfu(measurement, gpu, precision, model_flops_per_token)
     _loss_metrics(measurement, logs, source, records)

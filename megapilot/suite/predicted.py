@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
-from megapilot.suite.results import Prediction, Verdict
+from megapilot.spec.prediction import Prediction
+from megapilot.suite.results import Verdict
 from megapilot.suite.thresholds import Outcome
 
 if TYPE_CHECKING:
@@ -91,14 +92,15 @@ def calibrated_prediction(plan: SavedPlan, cluster: ClusterSpec, result: Estimat
     components = components_of(breakdown, result.step_time_s, multi_node)
     calibration = calibrate(key, components, runs)
     factor = calibration.factor
-    calibrated = scaled_breakdown(breakdown, calibration.corrections, multi_node=multi_node)
+    calibrated = scaled_breakdown(breakdown, calibration.corrections, multi_node=multi_node,
+                                  microbatches=key.microbatches)
     step_s = calibration.step_time_s
     note = "" if calibration.applied else ("uncalibrated: " + calibration.reason if runs else "")
     return Prediction(
         step_time_ms=round(step_s * 1000, 3), tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu / factor, 2),
         tflops_per_gpu=round(result.tflops_per_gpu / factor, 4), mfu_pct=round(result.mfu * 100 / factor, 2),
-        memory_gib=round(result.memory_gib.total, 2), note=note, device=cluster.gpu.name,
-        family=family_of(plan.model), components_ms=_ms(calibrated),
+        memory_gib=round(result.memory_gib.total, 2), capacity_gib=round(result.memory_gib.capacity, 2), note=note,
+        device=cluster.gpu.name, family=family_of(plan.model), components_ms=_ms(calibrated),
         uncalibrated_step_time_ms=round(result.step_time_s * 1000, 3),
         uncalibrated_tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu, 2),
         uncalibrated_components_ms=_ms(breakdown),

@@ -203,12 +203,12 @@ def judge(probes: list[NodeProbe], expect: PreflightExpectations) -> list[Metric
     for probe in probes:
         prefix = f"node{probe.node}." if len(probes) > 1 else ""
         if probe.error:
-            rows.append(MetricRow(name=f"{prefix}probe", verdict=Verdict.FAIL,
+            rows.append(MetricRow(name=f"{prefix}probe", verdict=Verdict.FAIL, node=probe.node,
                                   reason=f"could not read node {probe.node}: {probe.error}"))
             continue
         for row in (_gpus(probe, expect), _driver(probe, expect), _shm(probe, expect), _memlock(probe, expect),
                     *_disk(probe, expect), *_nics(probe, expect), *_health(probe, expect, versions[probe.node])):
-            rows.append(row.model_copy(update={"name": prefix + row.name}))
+            rows.append(row.model_copy(update={"name": prefix + row.name, "node": probe.node}))
     return rows
 
 

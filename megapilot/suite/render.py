@@ -22,6 +22,7 @@ other cells still render.
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
@@ -102,6 +103,48 @@ def render_cells(suite: LoadedSuite, run_dir: Path, *, with_smoke: bool = True) 
     """The smoke cell (when enabled) and every sweep cell, each under `run_dir/<slug>`."""
     cells = ([suite.smoke] if with_smoke and suite.config.smoke.enabled else []) + suite.cells
     return [render_cell(suite, cell, job_dir=run_dir / cell.slug) for cell in cells]
+
+
+@dataclass(frozen=True)
+class CheckpointJob:
+    """One of the checkpoint stage's two jobs, as `render_cell` takes it: the save run, or the run resumed from it
+    (the real stage and the dry run both render these, so what the dry run shows is what the stage submits)."""
+
+    directory: str  # its job directory and job name: checkpoint-save, checkpoint-resume
+    train_iters: int
+    save_dir: str
+    save_interval: int
+    load_dir: str | None = None
+    load_step: int | None = None
+
+
+def checkpoint_cell(suite: LoadedSuite) -> SweepCell:
+    """The cell the checkpoint stage trains: the first runnable sweep cell, else the smoke cell."""
+    return next((c for c in suite.cells if not c.skip_reason), None) or suite.smoke
+
+
+def checkpoint_save_dir(suite: LoadedSuite, run_dir: Path, run_id: str) -> Path:
+    """Where the save run writes: several nodes need a shared file system, which the config names."""
+    configured = suite.config.checkpoint.checkpoint_dir
+    if configured and suite.nodes > 1:
+        return Path(configured) / run_id
+    return run_dir / "checkpoints" / "saved"
+
+
+def checkpoint_jobs(suite: LoadedSuite, save_dir: Path) -> tuple[CheckpointJob, CheckpointJob]:
+    """The save job and the resume job of the checkpoint stage.
+
+    Megatron also saves at the last iteration, so the latest checkpoint is save_iters, a step the save run never
+    went past. Resuming from the last interval save (CVS's floor rule) instead lets the resumed run's first step
+    be compared with the same step of the save run. The resumed run saves elsewhere, so the saved checkpoint and
+    its tracker file stay as the save run left them."""
+    settings = suite.config.checkpoint
+    resume_from = (settings.save_iters // settings.save_interval) * settings.save_interval or settings.save_iters
+    save = CheckpointJob("checkpoint-save", settings.save_iters, str(save_dir), settings.save_interval)
+    resumed_dir = save_dir.with_name(save_dir.name + "-resumed")
+    resume = CheckpointJob("checkpoint-resume", settings.resume_iters, str(resumed_dir), settings.save_interval,
+                           load_dir=str(save_dir), load_step=resume_from)
+    return save, resume
 
 
 # ---- specs ----------------------------------------------------------------------------------------

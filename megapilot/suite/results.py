@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.compat import StrEnum
 from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
+from megapilot.spec.prediction import Prediction  # the one prediction type, the estimator's
 from megapilot.suite.budget import BudgetProjection
 
 # NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
@@ -62,6 +63,8 @@ class MetricRow(BaseModel):
     reason: str = ""
     margin_pct: float | None = Field(default=None, description="How far inside (+) or outside (-) the gate, in %.")
     enforced: bool = True
+    node: int | None = Field(default=None, description="The node (0-based, as launched) a per-node row judges; None "
+                                                        "for a row about the whole run.")
 
 
 # The loss's own health is judged by the loss gates (finite loss, slope, convergence), not as an error.
@@ -81,31 +84,6 @@ class Curve(BaseModel):
     name: str = Field(description="loss, step_time_ms, tokens_per_s_per_gpu, tflops_per_gpu, grad_norm, lr, ...")
     unit: str = ""
     points: list[tuple[int, float]] = Field(default_factory=list)
-
-
-class Prediction(BaseModel):
-    """What megapilot's estimator predicted for a combo (None fields: not predicted)."""
-
-    model_config = _STRICT
-
-    step_time_ms: float | None = None
-    tokens_per_s_per_gpu: float | None = None
-    tflops_per_gpu: float | None = None
-    mfu_pct: float | None = None
-    memory_gib: float | None = None
-    note: str = ""
-    device: str = Field(default="", description="The GPU (or this machine's CPU) the prediction modelled.")
-    family: str = Field(default="", description="dense, moe or hybrid: what the calibration matches runs on.")
-    components_ms: dict[str, float] = Field(
-        default_factory=dict, description="The step-time model's terms, ms per step (compute, recompute, tp_comm, "
-                                          "cp_comm, ep_comm, pp_comm, pp_bubble, cpu_offload, dp_comm, optimizer, "
-                                          "fixed), as calibrated.")
-    uncalibrated_step_time_ms: float | None = None
-    uncalibrated_tokens_per_s_per_gpu: float | None = None
-    uncalibrated_components_ms: dict[str, float] = Field(default_factory=dict)
-    calibration: str = Field(default="", description="How it was calibrated on the cluster's runs, or why not.")
-    calibration_runs: list[str] = Field(default_factory=list, description="The runs the calibration used.")
-    band_pct: float | None = Field(default=None, description="Error band: p90 of the held-out |error|, %.")
 
 
 class JobSummary(BaseModel):
@@ -302,7 +280,6 @@ __all__ = [
     "Finding",
     "JobSummary",
     "MetricRow",
-    "Prediction",
     "Regression",
     "RunCard",
     "StageResult",

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from megapilot.suite.cells import cell_key_text
+
 SCHEMA_V1 = 1
 _V1_PATHS = ("hf_token_file", "log_dir", "scripts_dir", "data_cache_dir", "rocm_dir")
 # config{} keys whose value is an environment variable of the container (CVS's later `container.env`)
@@ -174,7 +176,7 @@ def _upgrade_sweep(sweep: Any, train_params: dict[str, Any], done: Upgrade) -> A
         if not cell or any(value is None for value in cell.values()):
             combinations[combo_id] = body  # validation names what is missing
             continue
-        key = "MBS={},GBS={},PRECISION={}".format(*(str(cell[name]).strip() for name in _COMBO_CELL_FIELDS))
+        key = cell_key_text(*(cell[name] for name in _COMBO_CELL_FIELDS))
         if "result_dict" in body:
             done.warnings.append(f"sweep.combinations.{combo_id}.result_dict: not read; thresholds come from the "
                                  "threshold file")

@@ -39,8 +39,8 @@ from megapilot.suite.metric_table import METRICS
 from megapilot.suite.results import Verdict
 
 if TYPE_CHECKING:
+    from megapilot.spec import Prediction
     from megapilot.suite.predicted import Departure
-    from megapilot.suite.results import Prediction
 
 DEFAULT_CELL = "default"
 

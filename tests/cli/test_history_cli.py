@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from megapilot.spec import Prediction
 from megapilot.store.history import HISTORY_ENV, open_history
-from megapilot.suite.results import Prediction, Verdict
+from megapilot.suite.results import Verdict
 from tests.store.test_history import CELL, STEP, TOKENS, make_combo, make_suite_result
 
 RUN_KEYS = {"run_id", "started_at", "ended_at", "duration_s", "verdict", "reason", "suite_name", "model",

@@ -84,8 +84,9 @@ def test_script(cli, workdir):
                      "--json")
     assert set(result) == {"script", "launcher", "megatron_args", "env", "nodes", "gpus_per_node", "files",
                            "directories", "notes", "megatron_release",
-                           "assumed"}
+                           "assumed", "model"}
     assert result["script"].startswith("#!/usr/bin/env bash")
+    assert result["model"]["source"] == "plan file"
 
 
 def test_logs_parse(cli, workdir):

@@ -32,9 +32,9 @@ def _app(seen: list) -> typer.Typer:
     @app.command()
     def command(first_stage_layers: FirstStageLayers = None, last_stage_layers: LastStageLayers = None,
                 account_for_embedding: AccountForEmbedding = False, account_for_loss: AccountForLoss = False,
-                pp_layout: PpLayout = None, sequence_parallel: SequenceParallel = None) -> None:
+                pipeline_layout: PpLayout = None, sequence_parallel: SequenceParallel = None) -> None:
         seen.append((split_flags(first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss,
-                                 pp_layout), sequence_parallel))
+                                 pipeline_layout), sequence_parallel))
 
     return app
 
@@ -54,7 +54,7 @@ def test_a_layout_string_and_the_no_sp_spelling_pass_through():
     seen: list = []
     CliRunner().invoke(_app(seen), ["--pp-layout", "Et*3|(tt|)*29,m|L", "--no-sp"])
     flags, sequence_parallel = seen[0]
-    assert flags["pp_layout"] == "Et*3|(tt|)*29,m|L" and flags["account_for_loss"] is None
+    assert flags["pipeline_layout"] == "Et*3|(tt|)*29,m|L" and flags["account_for_loss"] is None
     assert sequence_parallel is False
 
 

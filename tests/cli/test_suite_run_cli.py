@@ -122,3 +122,39 @@ def test_dry_run_of_a_combo_that_fits_has_no_memory_warning(cli, tmp_path: Path)
                  "--out", str(tmp_path / "out"))
     assert result.exit_code == 0, result.stderr
     assert all(combo["memory_warning"] is None for combo in result.json()["combos"])
+
+
+def test_the_dry_run_lists_the_checkpoint_jobs_it_writes(cli, tmp_path: Path) -> None:
+    import shutil
+
+    from megapilot.suite.templates import template_path, threshold_paths
+
+    shutil.copy(template_path("tiny-local"), tmp_path / "suite.json")
+    for path in threshold_paths("tiny-local"):
+        shutil.copy(path, tmp_path / path.name)
+    out = tmp_path / "out"
+    result = cli("suite", "run", str(tmp_path / "suite.json"), "--dry-run", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    for job in ("checkpoint-save", "checkpoint-resume"):
+        script = out / "dry-run" / job / "launch.sh"
+        assert f"\n{job} backend=megapilot" in result.stdout and str(script) in result.stdout
+        assert script.is_file()
+    document = cli("suite", "run", str(tmp_path / "suite.json"), "--dry-run", "--json", "--out", str(out)).json()
+    assert [job["key"] for job in document["checkpoint"]] == ["checkpoint-save", "checkpoint-resume"]
+
+
+def test_a_budget_warm_up_the_sweep_cannot_run_is_exit_2_naming_the_field_and_the_fix(cli, tmp_path: Path) -> None:
+    import shutil
+
+    from megapilot.suite.templates import template_path, threshold_paths
+
+    data = json.loads(template_path("tiny-local").read_text())
+    data["budget"] = {"tokens": "10M", "rampup_batch_size": [6, 4, 64]}  # GBS 8 - 6 is no step of 4
+    (tmp_path / "suite.json").write_text(json.dumps(data))
+    for path in threshold_paths("tiny-local"):
+        shutil.copy(path, tmp_path / path.name)
+    result = cli("suite", "run", str(tmp_path / "suite.json"), "--dry-run", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "budget.rampup_batch_size" in result.stderr.replace("\n", ""), repr(result.stderr)
+    check = cli("suite", "check", str(tmp_path / "suite.json"))  # lists each problem with its own fix
+    assert check.exit_code == 2 and "divisible by INCREMENT" in check.stdout + check.stderr

@@ -48,3 +48,28 @@ def test_without_a_block_the_timestamp_format_tells_the_era(stamp: str, release:
 
 def test_a_log_with_neither_recognises_nothing() -> None:
     assert recognise_megatron_version(parse_text("step 10 loss 2.3\n")) is None
+
+
+@pytest.mark.parametrize(("line", "release", "exact"), [
+    ("megatron.core.__version__: 0.16.1", "core_v0.16.0", True),  # `python -c "import megatron.core; print(...)"`
+    ("megatron-core==0.14.0", "core_v0.14.0", True),  # pip freeze in a job's preamble
+    ("[rank0]: Megatron-Core version: 0.17.0rc0", "core_v0.17.0", True),
+    ("Detected Megatron version: 0.15.2", "core_v0.15.0", True),  # a launcher naming the version it found
+    ("megatron-core==0.20.1", "core_v0.19.0", False),  # newer than every committed table: the newest below it
+])
+def test_a_stated_megatron_core_version_names_its_release(line: str, release: str, exact: bool) -> None:
+    """A stated version wins over the arguments block and the line format (it says it outright)."""
+    log = parse_text(f"{line}\n" + _arguments_block("core_v0.19.0") + f" [2026-01-01 00:10:00] {_ITERATION}\n")
+    version = recognise_megatron_version(log)
+    assert version is not None and (version.release, version.source, version.exact) == (release, "version line", exact)
+    assert "printed at" in version.detail
+
+
+def test_a_nemo_container_without_its_core_version_is_named_but_tells_no_release() -> None:
+    banner = ("=====================\n== NeMo Framework ==\n=====================\n\n"
+              "NVIDIA Release 25.02 (build 139463421)\n")
+    log = parse_text(banner + "megatron_bridge version 0.2.0\nnot a version: nvidia release notes\n")
+    assert recognise_megatron_version(log) is None
+    from megapilot.diagnose.megatron_version import release_lines
+
+    assert release_lines(log) == ["megatron-bridge 0.2.0", "nemo-container 25.02"]

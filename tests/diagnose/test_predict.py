@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
-from megapilot.diagnose.predict import Prediction, predict
-from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from megapilot.diagnose.predict import predict
+from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, Prediction, TrainingSpec
 
 MODEL = ModelSpec(name="tiny", num_layers=4, hidden_size=256, num_attention_heads=8, ffn_hidden_size=1024,
                   vocab_size=32000)

@@ -6,6 +6,7 @@ from megapilot.diagnose.engine import diagnose_log
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.megatron_version import RecognisedVersion
 from megapilot.diagnose.release_names import in_release_names
+from megapilot.launch.megatron_args import committed_releases
 from megapilot.logs.collect import parse_text
 from megapilot.logs.records import Evidence
 from tests.diagnose.test_megatron_version import _ITERATION, _arguments_block
@@ -56,3 +57,21 @@ def test_a_script_for_an_older_release_reads_its_switches_right() -> None:
     flags = collect_flags(["--use-legacy-models", "--num-layers", "4", "--disable-tp-comm-overlap-ag"])
     assert flags.values["--num-layers"] == "4"
     assert "--use-legacy-models" in flags.values and "--disable-tp-comm-overlap-ag" in flags.values
+
+
+def test_an_unknown_release_is_said_with_what_the_log_names() -> None:
+    """A log that tells no Megatron-LM release gets a note saying so (and which names the fixes then use), not a
+    silent default; what it does name (a NeMo container) is in that note."""
+    from megapilot.diagnose.release_names import release_note
+
+    [note] = release_note(None, ["nemo-container 25.02"])
+    assert note.startswith("the log does not say which Megatron-LM release ran (it names nemo-container 25.02")
+    assert "flag names of Megatron-LM core_v" in note
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    notes = diagnose_log(parse_text("== NeMo Framework ==\nNVIDIA Release 25.02\n" + oom), None).notes
+    assert [n for n in notes if "Megatron-LM release" in n] == [
+        "the log does not say which Megatron-LM release ran (it names nemo-container 25.02, not its megatron-core "
+        f"version): fixes use the flag names of Megatron-LM {committed_releases()[-1]}, the newest known; check them "
+        "against yours"]
+    stated = diagnose_log(parse_text("megatron-core==0.14.0\n" + oom), None).notes
+    assert "fixes use the flag names of Megatron-LM core_v0.14.0 (told by the log's version line)" in stated

@@ -9,7 +9,7 @@ import pytest
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose import diagnose
 from megapilot.diagnose.engine import diagnose_log
-from megapilot.logs import parse_text
+from megapilot.logs import parse_logs, parse_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -431,3 +431,57 @@ def test_a_kernel_fault_in_the_rotary_embedding_switches_its_default_fusion_off(
                      "RuntimeError: CUDA error: misaligned address\n")
     (finding,) = diagnose_log(log, None).findings
     assert ("add", "--no-rope-fusion") in [(f.action, f.flag) for f in finding.fixes]
+
+
+# ---- a run slower than its prediction, with no error line ---------------------------------------------------------
+SLOW_ARGUMENTS = [
+    "------------------------ arguments ------------------------",
+    *(f"  {name} {'.' * (48 - len(name))} {value}" for name, value in (
+        ("bf16", "True"), ("context_parallel_size", "1"), ("ffn_hidden_size", "14336"), ("global_batch_size", "128"),
+        ("group_query_attention", "True"), ("hidden_size", "4096"), ("micro_batch_size", "1"),
+        ("num_attention_heads", "32"), ("num_layers", "32"), ("num_query_groups", "8"),
+        ("pipeline_model_parallel_size", "2"), ("seq_length", "4096"), ("swiglu", "True"),
+        ("tensor_model_parallel_size", "2"), ("use_distributed_optimizer", "True"), ("vocab_size", "128256"),
+        ("world_size", "8"))),
+    "-------------------- end of arguments ---------------------",
+]
+
+
+def _slow_log(tmp_path: Path, step_ms: float, name: str) -> Path:
+    lines = list(SLOW_ARGUMENTS)
+    for it in range(1, 41):  # no TFLOP/s printed: the step time alone says how fast it ran
+        lines.append(f" [2026-01-01 00:{it // 6:02d}:{it * 10 % 60:02d}] iteration {it:8d}/      40 | "
+                     f"consumed samples: {it * 128:12d} | elapsed time per iteration (ms): {step_ms:.1f} | "
+                     "learning rate: 1.5E-04 | "
+                     f"global batch size:   128 | lm loss: {7.0 - it * 0.01:.6E} | loss scale: 1.0 | grad norm: 1.0 | "
+                     "number of skipped iterations:   0 | number of nan iterations:   0 |")
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _predicted_step_ms(path: Path) -> float:
+    from megapilot.diagnose.flags import flags_from_arguments, run_config
+    from megapilot.diagnose.options import current_prediction
+
+    log = parse_logs([str(path)])
+    config = run_config(flags_from_arguments(log.arguments.values, "log"), gpu=get_gpu("h100"))
+    assert config.complete, config.notes
+    predicted = current_prediction(config)
+    assert predicted is not None and predicted.step_time_s
+    return predicted.step_time_s * 1000
+
+
+def test_a_run_slower_than_its_prediction_without_an_error_line_is_flagged(tmp_path: Path):
+    """The prediction is for the run the log's own arguments block describes, on --gpu; beyond the estimate's error
+    band a finding names both step times and the likely causes; within it, nothing."""
+    predicted_ms = _predicted_step_ms(_slow_log(tmp_path, 1000.0, "probe.log"))
+    slow = diagnose([_slow_log(tmp_path, predicted_ms * 1.6, "slow.log")], gpu=get_gpu("h100"))
+    [finding] = [f for f in slow.findings if f.category == "low_throughput"]
+    assert finding.title.startswith("Slower than predicted:") and "+60%" in finding.title
+    assert "no error line" in finding.cause and "slow node" in finding.cause
+    assert finding.evidence and "iteration" in finding.evidence[-1].text
+    on_time = diagnose([_slow_log(tmp_path, predicted_ms * 1.05, "on_time.log")], gpu=get_gpu("h100"))
+    assert not [f for f in on_time.findings if f.category == "low_throughput"]
+    unknown_gpu = diagnose([_slow_log(tmp_path, predicted_ms * 1.6, "no_gpu.log")])  # no GPU: no prediction
+    assert not [f for f in unknown_gpu.findings if f.title.startswith("Slower than predicted")]

@@ -105,10 +105,14 @@ def test_stalled_rank_is_detected_as_a_hang_and_the_job_stopped(tmp_path):
     assert_nothing_survives(handle.job_dir, int(handle.job_id))
 
 
-def test_megapilot_run_trains_a_saved_plan_with_the_embedded_trainer(cli, tmp_path):
+def test_megapilot_run_trains_a_saved_plan_with_the_embedded_trainer(cli, tmp_path, monkeypatch):
     """`megapilot run --plan`: a tiny GPT, TP=2 over 2 CPU ranks, rendered by megapilot.launch for the
-    embedded Megatron-Core trainer on Megatron's mock data, to its final iteration."""
+    embedded Megatron-Core trainer on Megatron's mock data, to its final iteration; recorded in the history
+    beside its prediction, it calibrates the next prediction of this machine."""
     pytest.importorskip("megatron.core")
+    from megapilot.store.history import HISTORY_ENV, open_history
+
+    monkeypatch.setenv(HISTORY_ENV, str(tmp_path / "history.sqlite"))
     from megapilot.catalog.gpus import get_gpu
     from megapilot.logs import parse_logs
     from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
@@ -129,8 +133,27 @@ def test_megapilot_run_trains_a_saved_plan_with_the_embedded_trainer(cli, tmp_pa
     # predicted before it started, on this machine's CPU (measured), and said where the run departs from it
     assert payload["predicted"]["device"].startswith("CPU") and payload["predicted"]["step_time_ms"] > 0
     assert payload["prediction_departure"].startswith("step ")
+    assert payload["model"] == {"name": "tiny", "requested": str(tmp_path / "plan.json"), "source": "plan file"}
     assert "-m megapilot.trainer" in (tmp_path / "plan" / "launch.sh").read_text()
     parsed = parse_logs([Path(payload["logs"][0])])
     assert [r.iteration for r in parsed.iterations] == [1, 2, 3, 4]
     assert all(r.lm_loss is not None and r.lm_loss > 0 for r in parsed.iterations)
     assert_nothing_survives(tmp_path / "plan", int(payload["job_id"]))
+    # the run is a measured run of this machine's cluster, its prediction beside its measured step
+    assert payload["history"]["cluster"] == "local" and payload["history"]["id"].startswith("run/plan@")
+    with open_history() as history:
+        [row] = history.measured("local")
+    assert row.origin == "run" and row.calibrates and row.mbs == 1 and row.tp == 2
+    assert row.measured_step_time_s == pytest.approx(payload["step_time_s"])
+    assert row.predicted_step_time_s == pytest.approx(payload["predicted"]["uncalibrated_step_time_ms"] / 1000)
+    # so `estimate --cluster local` and the next run's prediction calibrate on it; --no-history does neither
+    plan_again = cli("run", "--plan", str(tmp_path / "plan.json"), "--run-dir", str(tmp_path), "--combo", "again",
+                     "--startup-timeout-s", "300", "--json")
+    again = plan_again.json()
+    assert plan_again.exit_code == 0, again["reason"]
+    assert again["predicted"]["calibration_runs"] == [payload["history"]["id"]]
+    skipped = cli("run", "--plan", str(tmp_path / "plan.json"), "--run-dir", str(tmp_path), "--combo", "none",
+                  "--startup-timeout-s", "300", "--no-history", "--json").json()
+    assert skipped["history"] is None and skipped["predicted"]["calibration_runs"] == []
+    with open_history() as history:
+        assert len(history.measured("local")) == 2

@@ -40,7 +40,7 @@ def test_saved_plan_trains_through_run_and_its_script_reads_back(cli, tmp_path: 
     corpus = default_dataset_prefix(tmp_path / "corpus")
     ran = cli("run", "--plan", str(plan_path), "--data-path", corpus, "--train-iters", "20",
               "--run-dir", str(tmp_path / "runs"), "--combo", "tiny", "--startup-timeout-s", "120",
-              "--timeout-s", "120", "--json")
+              "--timeout-s", "120", "--no-history", "--json")
     result = ran.json()
     assert ran.exit_code == 0, (result["reason"], Path(result["logs"][0]).read_text()[-3000:])
     assert result["state"] == "COMPLETED" and result["iterations_reached"] == result["train_iters"] == 20

@@ -53,7 +53,8 @@ def test_the_slurm_commands_run_on_a_cluster_without_gpus(slurm_cpu_node, tmp_pa
     done = _run(slurm, tmp_path, slurm_cpu_node.env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     dry = tmp_path / "runs" / "suite" / "dry-run"
-    assert sorted(p.parent.name for p in dry.glob("*/launch.sh")) == ["MBS1_GBS8_BF16", "MBS2_GBS8_BF16", "smoke"]
+    assert sorted(p.parent.name for p in dry.glob("*/launch.sh")) == [
+        "MBS1_GBS8_BF16", "MBS2_GBS8_BF16", "checkpoint-resume", "checkpoint-save", "smoke"]
     assert str(dry) in done.stdout  # the dry run names the folder it wrote
     run_dir = _only_run(tmp_path)
     result = json.loads((run_dir / "suite.json").read_text())

@@ -222,6 +222,29 @@ def test_log_links_open_the_copied_logs(page):
         assert href.startswith(run_dir.resolve().as_uri() + "/logs/")
 
 
+def test_the_straggler_heat_strip_draws_a_labelled_cell_per_measured_node(tmp_path):
+    from tests.report.factory import with_stragglers
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    files = render_report(with_stragglers(write_run_dir(run_dir)), run_dir)
+    browser = DevTools(_chromium(), tmp_path / "profile")
+    try:
+        browser.open_page()
+        browser.call("Page.navigate", url=files.html.as_uri())
+        browser.wait_for_event("Page.loadEventFired")
+        cells = browser.evaluate(
+            "Array.from(document.querySelectorAll('figure.heat-strip g.heat-cell')).map(g => [g.dataset.node, "
+            "Array.from(g.querySelectorAll('text')).map(t => t.textContent).join(' '), "
+            "g.querySelector('rect').getBBox().width, getComputedStyle(g.querySelector('rect')).fill])")
+        assert [(node, text) for node, text, _, _ in cells] == [
+            ("node0", "node0 0.99x"), ("node1", "node1 1.01x"), ("node2", "node2 1.31x")]  # node3 measured nothing
+        assert all(width > 50 for _, _, width, _ in cells) and len({fill for *_, fill in cells}) == 3
+        assert browser.errors() == []
+    finally:
+        browser.close()
+
+
 def test_screenshot(page, tmp_path):
     browser, _ = page
     # the top of the page at half scale: verdict, run card, tables and the first charts

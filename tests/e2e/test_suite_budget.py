@@ -25,7 +25,8 @@ def test_the_report_projects_the_measured_run_onto_the_budget(tmp_path: Path) ->
     config = tmp_path / "suite.json"
     assert _megapilot("suite", "init", "tiny-local", "-o", str(config), env=env).returncode == 0
     data = json.loads(config.read_text())
-    data["budget"] = {"tokens": "10M", "cost_per_gpu_hour": 1.5}
+    data["budget"] = {"tokens": "10M", "cost_per_gpu_hour": 1.5, "phases": [{"tokens": "2M", "gbs": 16}],
+                      "rampup_batch_size": [4, 4, 64]}
     config.write_text(json.dumps(data))
     done = _megapilot("suite", "run", str(config), "--out", str(tmp_path / "runs"), "--json", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -35,6 +36,10 @@ def test_the_report_projects_the_measured_run_onto_the_budget(tmp_path: Path) ->
     assert budget["checkpoint_source"].startswith("measured by the checkpoint stage")
     assert budget["checkpoint_save_s"] > 0 and budget["energy_mwh"] is None  # a CPU run: no TDP
     assert budget["cost"] == pytest.approx(budget["gpu_hours"] * 1.5, rel=1e-6)
+    pieces = {piece["name"]: piece for piece in budget["segments"]}
+    assert list(pieces) == ["batch warm-up 4", "main", "phase 1: gbs 16"]
+    assert pieces["main"]["step_time_s"] == pytest.approx(budget["step_time_s"])  # the measured step
+    assert pieces["phase 1: gbs 16"]["tokens"] == pytest.approx(2e6)
     deck = json.loads((run_dir / "megatron_run_deck.json").read_text())
     assert deck["budget"]["days"] == pytest.approx(budget["days"])
     assert 'id="budget"' in (run_dir / "report.html").read_text(encoding="utf-8")

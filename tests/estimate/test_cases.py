@@ -26,6 +26,14 @@ def test_none_means_not_given():
     assert build_case(**BASE, tp=None, precision=None) == build_case(**BASE)
 
 
+def test_the_command_lines_pp_layout_is_the_pipeline_layout_field_under_its_short_name():
+    layout = "Et|(tt|)*3tL"
+    assert build_case(**BASE, pp=2, pp_layout=layout) == build_case(**BASE, pp=2, pipeline_layout=layout)
+    with pytest.raises(MegapilotError, match="given twice") as refused:
+        build_case(**BASE, pp=2, pp_layout=layout, pipeline_layout=layout)
+    assert refused.value.field == "pipeline_layout"
+
+
 def test_given_flags_reach_the_specs():
     case = build_case(**BASE, tp=2, pp=2, cp=2, mbs=2, recompute="full", recompute_method="block",
                       recompute_num_layers=4, precision="fp8", gpus_per_node=4, force_tp_across_nodes=True)
@@ -48,7 +56,7 @@ def test_given_flags_reach_the_specs():
     ({"sequence_parallel": True}, "sequence_parallel"),  # needs tp > 1
     ({"vpp": 2}, "vpp"),  # needs pp > 1
     ({"recompute_num_layers": 2}, "recompute_num_layers"),  # only with full recompute
-    ({"pp_layout": "balanced"}, "pp_layout"),  # needs pp > 1
+    ({"pipeline_layout": "balanced"}, "pipeline_layout"),  # needs pp > 1
     ({"moe_capacity_factor": 1.0}, "moe_capacity_factor"),  # a dense model drops no tokens
     ({"moe_capacity_factor": 0, "model": "mixtral-8x7b"}, "moe_capacity_factor"),
     ({"moe_capacity_factor": "1", "model": "mixtral-8x7b"}, "moe_capacity_factor"),
@@ -87,7 +95,7 @@ def test_the_precision_error_lists_the_precisions():
 
 
 def test_a_balanced_layout_is_computed_and_carried_as_its_string():
-    case = build_case(**BASE, pp=2, pp_layout="balanced")
+    case = build_case(**BASE, pp=2, pipeline_layout="balanced")
     layout = case.parallel.pipeline_layout
     assert layout is not None and layout != "balanced"
     assert layout.count("|") + 1 == 2  # one stage per PP rank (VPP 1)
@@ -95,7 +103,7 @@ def test_a_balanced_layout_is_computed_and_carried_as_its_string():
 
 
 def test_known_flags_cover_every_documented_flag():
-    assert {"seq_len", "gpus_per_node", "recompute_num_layers", "pp_layout", "account_for_loss"} <= KNOWN_FLAGS
+    assert {"seq_len", "gpus_per_node", "recompute_num_layers", "pipeline_layout", "account_for_loss"} <= KNOWN_FLAGS
 
 
 def test_token_dropping_reaches_the_model_spec():
@@ -122,7 +130,7 @@ def test_the_mtp_modules_can_be_set_and_removed():
     from megapilot.estimate import estimate
 
     flags = {**BASE, "model": "deepseek-v3", "gpus": 1024, "tp": 2, "pp": 8, "ep": 64, "gbs": 8192,
-             "pp_layout": "balanced", "precision": "fp8"}
+             "pipeline_layout": "balanced", "precision": "fp8"}
     with_mtp, without = build_case(**flags), build_case(**flags, mtp_num_layers=0)
     assert with_mtp.model.mtp_num_layers == 1 and without.model.mtp_num_layers == 0
     assert "m" in (with_mtp.parallel.pipeline_layout or "") and "m" not in (without.parallel.pipeline_layout or "")
@@ -155,7 +163,7 @@ def test_the_flex_dispatcher_is_priced_where_asked_and_refused_where_nothing_is_
     from megapilot.estimate import estimate
 
     flags = {**BASE, "model": "deepseek-v3", "gpus": 1024, "tp": 2, "pp": 8, "ep": 64, "gbs": 8192,
-             "pp_layout": "balanced", "precision": "fp8"}
+             "pipeline_layout": "balanced", "precision": "fp8"}
     alltoall, flex = build_case(**flags), build_case(**flags, moe_flex_dispatcher="hybridep")
     assert not alltoall.options.moe_flex_dispatcher and flex.options.moe_flex_dispatcher
     times = [estimate(c.model, c.cluster, c.training, c.parallel, c.options).step_time_s for c in (alltoall, flex)]
@@ -173,7 +181,7 @@ def test_the_flex_dispatcher_is_priced_where_asked_and_refused_where_nothing_is_
 # ---- the expert all-to-all overlap (--overlap-moe-expert-parallel-comm) ----------------------------------------
 
 DSV3_H100 = dict(model="deepseek-v3", gpu="h100", gpus=1024, gbs=8192, seq_len=4096, tp=2, pp=8, vpp=4,
-                 pp_layout="balanced", ep=64, precision="fp8", mtp_num_layers=1)
+                 pipeline_layout="balanced", ep=64, precision="fp8", mtp_num_layers=1)
 
 
 def test_the_all_to_all_overlap_hides_the_expert_traffic_where_megatron_allows_it():
@@ -190,8 +198,8 @@ def test_the_all_to_all_overlap_hides_the_expert_traffic_where_megatron_allows_i
 
 @pytest.mark.parametrize(("extra", "words"), [
     ({"recompute": "full"}, "full recompute"),
-    ({"vpp": 1, "pp_layout": None, "first_stage_layers": 7, "last_stage_layers": 6}, "virtual pipeline stages"),
-    ({"ep": 1, "pp": 1, "vpp": 1, "pp_layout": None, "gpus": 16, "tp": 8, "gbs": 64, "mtp_num_layers": 0},
+    ({"vpp": 1, "pipeline_layout": None, "first_stage_layers": 7, "last_stage_layers": 6}, "virtual pipeline stages"),
+    ({"ep": 1, "pp": 1, "vpp": 1, "pipeline_layout": None, "gpus": 16, "tp": 8, "gbs": 64, "mtp_num_layers": 0},
      "expert parallelism"),
     ({"mtp_num_layers": 2}, "at most one MTP layer"),
 ])

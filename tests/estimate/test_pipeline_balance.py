@@ -35,8 +35,8 @@ def test_a_balanced_layout_gives_the_lighter_layers_more_company():
     assert "".join(stages).count("t") == 20 and stages[-1].endswith("mL")
 
 
-def test_pp_layout_balanced_is_resolved_to_a_string_and_estimated():
-    case = build_case(**CASE, pp=16, pp_layout="balanced")
+def test_pipeline_layout_balanced_is_resolved_to_a_string_and_estimated():
+    case = build_case(**CASE, pp=16, pipeline_layout="balanced")
     layout = case.parallel.pipeline_layout
     assert layout is not None and layout != "balanced"
     assert sum(case.parallel.rank_layer_counts(126)) == 126
@@ -59,8 +59,8 @@ def test_with_both_slots_accounted_two_ranks_hold_63_layers_and_the_ends():
 
 @pytest.mark.parametrize(("extra", "field"), [
     ({"pp": 16}, "pp"),
-    ({"pp": 1, "pp_layout": "balanced"}, "pp_layout"),
-    ({"pp": 2, "pp_layout": "Et x|L"}, "pipeline_layout"),
+    ({"pp": 1, "pipeline_layout": "balanced"}, "pipeline_layout"),
+    ({"pp": 2, "pipeline_layout": "Et x|L"}, "pipeline_layout"),
     ({"pp": 4, "first_stage_layers": 30, "account_for_loss": True}, "account_for_embedding"),
 ])
 def test_bad_splits_are_user_errors_naming_the_field(extra, field):

@@ -562,3 +562,16 @@ def test_offloaded_activations_cost_what_their_copies_take_beyond_their_layers_f
         assert step == pytest.approx(offload(gpu, 0)[2] + exposed)
     assert offload("gb200", 40)[0] < offload("h100", 40)[0] / 3  # 225 GB/s of C2C against 64 of PCIe
     assert offload("h100", 0)[0] == 0.0
+
+
+def test_the_flex_dispatcher_left_to_the_layout_runs_where_the_expert_group_leaves_the_nvlink_domain():
+    from megapilot.estimate.step_time import flex_dispatched
+
+    cluster, planned = _h100s(32), EstimateOptions(moe_flex_dispatcher=None)
+    wide = ParallelConfig(tp=1, pp=1, dp=32, ep=16, etp=1)
+    narrow = ParallelConfig(tp=1, pp=1, dp=32, ep=8, etp=1)
+    assert flex_dispatched(cluster, wide, planned) and not flex_dispatched(cluster, narrow, planned)
+    model = MIXTRAL.model_copy(update={"moe": MoESpec(num_experts=64, router_topk=8, moe_ffn_hidden_size=1408)})
+    for layout, flex in ((wide, True), (narrow, False)):
+        assert step_time(model, cluster, SEQ_4K, layout, planned).step_time_s == pytest.approx(
+            step_time(model, cluster, SEQ_4K, layout, EstimateOptions(moe_flex_dispatcher=flex)).step_time_s)

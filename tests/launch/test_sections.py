@@ -29,3 +29,18 @@ def test_sections_do_not_share_their_argument_lists():
     first, second = ArgSection("a"), ArgSection("b")
     first.add("--x", 1)
     assert second.args == [] and first.title == "a"
+
+
+def test_a_field_carrying_flag_is_written_from_its_vocabulary_row():
+    from megapilot.spec import ModelSpec, ParallelConfig
+
+    section = ArgSection("rows")
+    parallel = ParallelConfig(tp=2, sequence_parallel=True)
+    section.add_terms(parallel, "--tensor-model-parallel-size", "--sequence-parallel", "--use-megatron-fsdp")
+    assert section.args == ["--tensor-model-parallel-size", "2", "--sequence-parallel"]  # a false switch: left out
+    model = ModelSpec(name="m", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,
+                      vocab_size=128, rotary_percent=1.0)
+    section.args.clear()
+    section.add_terms(model, "--num-layers", "--moe-router-topk", "--q-lora-rank")  # no MoE, no MLA: left out
+    section.add_terms(model, "--rotary-percent", left_out_at_default=True)  # Megatron's own 1.0
+    assert section.args == ["--num-layers", "2"]

@@ -10,7 +10,10 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.logs import parse_logs
-from megapilot.logs.lines import BinaryTally, decode_log_text
+from megapilot.logs.bulk import read_bulk
+from megapilot.logs.collect import LogCollector
+from megapilot.logs.lines import BinaryTally, LineSplitter, Offsets, decode_log_text
+from megapilot.logs.parser import LineParser
 from megapilot.logs.sources import expand_log_paths, is_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -26,15 +29,44 @@ def test_a_nul_padded_crash_log_gives_its_iterations_and_its_failure(summary_onl
     assert [run[:2] for run in skipped.runs] == [(21, 21), (27, 27)]
     # the NUL block whole; the 2 KB of garbage but the printable bytes at its very edges
     assert skipped.runs[0][2] == 20480 and 1800 < skipped.runs[1][2] <= 2048
-    assert skipped.describe() == "skipped 22 KB of binary data on lines 21, 27"
+    data = CRASH.read_bytes()
+    nul_at, garbage_at = skipped.runs[0][3], skipped.runs[1][3]
+    assert nul_at == data.index(b"\0") and data[nul_at:nul_at + 20480] == b"\0" * 20480
+    assert data.count(b"\n", 0, garbage_at) == 26 and not 0x20 <= data[garbage_at] <= 0x7e  # on line 27, a bad byte
+    assert skipped.describe() == f"skipped 22 KB of binary data on lines 21, 27 at byte offsets {nul_at}, {garbage_at}"
     assert log.to_dict()["binary_skipped"][0]["bytes"] == skipped.bytes_skipped
+    assert log.to_dict()["binary_skipped"][0]["runs"][0]["offset"] == nul_at
+
+
+@pytest.mark.parametrize("chunk_bytes", [97, 4096])
+def test_offsets_are_the_files_whatever_the_blocks(chunk_bytes: int):
+    """Blocks cut anywhere (both reading paths) report each run at its byte in the file."""
+    data = CRASH.read_bytes()
+    expected = [run[3] for run in parse_logs([str(CRASH)]).binary_skipped[0].runs]
+    collector = LogCollector(summary_only=True)
+    with open(CRASH, "rb") as stream:
+        end = read_bulk(collector, LineParser(str(CRASH)), stream, chunk_bytes=chunk_bytes, engine="python")
+    assert end.binary is not None and [run[3] for run in end.binary.runs] == expected
+    tally, splitter = BinaryTally(), LineSplitter()
+    splitter.tally = tally
+    for start in range(0, len(data), chunk_bytes):
+        list(splitter.feed(data[start:start + chunk_bytes]))
+    list(splitter.flush())
+    assert [run[3] for run in tally.runs] == expected
+
+
+def test_offsets_past_a_dropped_stretch_count_it():
+    """Past the cut of an over-long line (its rest dropped, not kept), a run's offset counts the dropped bytes."""
+    tally = BinaryTally()
+    decode_log_text(b"head\x00\x00\nmid\ntail\x00\x00\x00\n", 1, tally, Offsets(1000, cut_at=8, dropped=500))
+    assert [run[3] for run in tally.runs] == [1004, 1515]
 
 
 def test_binary_runs_become_segment_breaks_and_a_lone_latin1_byte_stays():
     tally = BinaryTally()
     text = decode_log_text(b"iteration 5 | lm lo\x00\x00\x00\x00[2026-01-01] restart\ncaf\xe9 ok\n", 10, tally)
     assert text == "iteration 5 | lm lo\r[2026-01-01] restart\ncaf\ufffd ok\n"
-    assert tally.bytes_skipped == 4 and tally.runs == [(10, 10, 4)]
+    assert tally.bytes_skipped == 4 and tally.runs == [(10, 10, 4, 19)]
     garbage = random.Random(1).randbytes(300).replace(b"\n", b"\x01")
     tally = BinaryTally()
     text = decode_log_text(b"before\n" + garbage + b"\nafter\n", 1, tally)
@@ -62,7 +94,7 @@ def test_diagnose_reads_the_crash_and_says_what_it_skipped(cli):
     data = result.json()
     assert data["findings"][0]["category"] == "oom"
     assert "nan_loss" not in [finding["category"] for finding in data["findings"]]  # a torn line is no NaN
-    assert any("skipped 22 KB of binary data on lines 21, 27" in note for note in data["notes"])
+    assert any("skipped 22 KB of binary data on lines 21, 27 at byte offsets 7200, " in note for note in data["notes"])
 
 
 def test_diagnose_says_a_file_is_not_a_training_log(cli, tmp_path: Path):
@@ -73,3 +105,13 @@ def test_diagnose_says_a_file_is_not_a_training_log(cli, tmp_path: Path):
     assert "README.txt: this is not a training log" in result.stderr
     assert "No problem found" not in result.stdout + result.stderr
     assert cli("diagnose", str(readme), "--json").json()["training_log"] is False
+
+
+def test_a_run_after_an_over_long_line_is_at_its_byte(tmp_path: Path):
+    """A line past MAX_LINE_BYTES is cut (its rest dropped): a run after it is still reported at its byte."""
+    long_line = b"x" * (3 << 20) + b"\n"
+    path = tmp_path / "long.log"
+    path.write_bytes(b"start\n" + long_line + b"ok\x00\x00\x00\x00\n")
+    for summary_only in (False, True):
+        [skipped] = parse_logs([str(path)], summary_only=summary_only).binary_skipped
+        assert skipped.runs == [(3, 3, 4, 6 + len(long_line) + 2)]

@@ -148,6 +148,11 @@ OTHER_LINES = [
     "node012:3:3 [3] RCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/IPC gpu",
     "node012:3:3 [3] NCCL INFO\rnode012:3:3 [3] GPU fault",
     "node012:3:3 [3] NCCL WARN NET/IB : Got completion from peer with error 12",
+    # chatter read two bytes at a time: live needles at odd and even offsets and at the very end, in any case
+    "node012:3:3 [3] NCCL INFO x error", "node012:3:3 [3] NCCL INFO xx ERROR", "n:3 [3] Nccl Info CheckPoint",
+    "n:3 [3] NCCL INFO comm 0x1 rank 3 FAIL", "n:3 [3] NCCL INFO Exception", "n:3 [3] xNCCL INFO iteration 5/ 9 |",
+    "n:3 [3] NCCL INFO x [NeMo x", "[2026-01-01 00:41:00] NCCL INFO  step: 4", "NCCL INFO memory (GB)",
+    "[2026-01-01 00:42:00] n:3 [3] NCCL INFO Ring 00 : 0 1 2 3", "NCCL INFO Channel 01/0 : 2026-01-01 00:43:00",
     "[rank0]: /usr/lib/python3/dist-packages/torch/autograd/graph.py:825: UserWarning: c10d::allreduce_: an autograd "
     "kernel was not registered", "[rank0]:   return Variable._execution_engine.run_backward(  # Calls into the C++",
     "[2026-01-01 00:37:00] building index  10%\r[2026-01-01 00:38:00] building index 100%",

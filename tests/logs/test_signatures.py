@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.logs import CATEGORIES, parse_logs, parse_text
-from megapilot.logs.signatures import SIGNATURES, TRIGGERS, match_line
+from megapilot.logs.signatures import EXCEPTION_LINE_RE, SIGNATURES, TRIGGERS, exception_fault, match_line
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -104,6 +104,17 @@ POSITIVE = [
     ("checkpoint_save_failure", "RuntimeError: [enforce fail at inline_container.cc:778] . PytorchStreamWriter failed "
                                 "writing file data/0: file write failed"),
     ("checkpoint_save_failure", "TypeError: _write_item() takes 5 positional arguments but 6 were given"),
+    # Megatron-Core's async torch_dist writer (filesystem_async.py) and torch.distributed.checkpoint's FileSystemWriter
+    ("checkpoint_save_failure", "[2026-03-02 11:40:09,120] megatron.core.dist_checkpointing.strategies."
+                                "filesystem_async ERROR: Local process 1 encountered an error: [Errno 116] Stale "
+                                "file handle"),
+    ("checkpoint_save_failure", "[rank2]: RuntimeError: Worker failure: [Errno 5] Input/output error"),
+    ("checkpoint_save_failure", "[rank5]: RuntimeError: Incomplete worker results (expected 2, got 1. This probably "
+                                "indicates a worker failure."),
+    ("checkpoint_save_failure", "RuntimeError: An error is caught while a proc 3 is created, error: [Errno 12] "
+                                "Cannot allocate memory"),
+    ("checkpoint_save_failure", "RuntimeError: Checkpoint already exists and self.overwrite=False."),
+    ("checkpoint_save_failure", "[rank0]: OSError: [Errno 30] Read-only file system: '/ckpt/iter_0000500'"),
     # AMD RAS / MCE (dmesg), SLURM's own summaries
     ("gpu_hw_fault", "amdgpu 0000:05:00.0: amdgpu: RAS: uncorrectable error detected in UMC block"),
     ("gpu_hw_fault", "mce: [Hardware Error]: Machine check events logged"),
@@ -211,6 +222,27 @@ def test_exception_raised_in_save_checkpoint_is_a_save_failure():
     assert [e.category for e in log.errors] == ["checkpoint_save_failure"]
 
 
+def test_a_failed_async_torch_dist_write_is_a_save_failure_at_its_checkpoint_exception():
+    """Megatron-Core finishing an async save raises torch.distributed.checkpoint's CheckpointException, whose text
+    holds each failed rank's own traceback; the frames above it say it was a save, not a load."""
+    log = parse_text("\n".join([
+        "[2026-03-02 11:40:01.000000] saving checkpoint at iteration     500 to /lustre/ckpt in torch_dist format",
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 1540, in train',
+        "[rank0]:     maybe_finalize_async_save(blocking=False)",
+        '[rank0]:   File "/usr/local/lib/python3.12/dist-packages/megatron/core/dist_checkpointing/strategies/'
+        'state_dict_saver.py", line 258, in save_state_dict_async_finalize',
+        '[rank0]:     raise CheckpointException("write", node_failures)',
+        "[rank0]: torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([3])",
+        "[rank0]: Traceback (most recent call last): (RANK 3)",
+        '[rank0]:   File "/usr/local/lib/python3.12/dist-packages/megatron/core/dist_checkpointing/strategies/'
+        'filesystem_async.py", line 380, in write_preloaded_data',
+        "[rank0]: OSError: [Errno 5] Input/output error: '/lustre/ckpt/iter_0000500/__3_0.distcp'",
+    ]))
+    assert log.errors and {e.category for e in log.errors} == {"checkpoint_save_failure"}
+    assert log.errors[0].line == 7
+
+
 def test_exception_raised_elsewhere_is_a_crash_named_by_its_exception_and_frame():
     log = parse_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nKeyError: 'a'")
     (error,) = log.errors
@@ -242,7 +274,7 @@ def test_torchrun_root_cause_block_gives_the_failed_rank_to_its_exit_line():
 
 
 def test_rerun_state_machine_report_names_rank_and_iteration():
-    (error,) = parse_text(POSITIVE[-10][1]).errors
+    (error,) = parse_text(next(line for _, line in POSITIVE if "Rank 3, node gpu-07" in line)).errors
     assert (error.signature, error.rank, error.details["iteration"]) == ("rerun_state_machine", 3, "1200")
 
 
@@ -316,3 +348,31 @@ def test_an_exception_line_without_its_traceback_is_still_the_crash(line: str, n
 ])
 def test_lines_that_only_mention_an_exception_are_not_one(line: str):
     assert parse_text(line).errors == []
+
+
+@pytest.mark.parametrize(("line", "module", "name", "message"), [
+    ("torch.OutOfMemoryError: CUDA out of memory.", "torch.", "OutOfMemoryError", "CUDA out of memory."),
+    ("binascii.Error: Incorrect padding", "binascii.", "Error", "Incorrect padding"),  # Python's own `Error`s
+    ("Exception: raised by the training script", "", "Exception", "raised by the training script"),
+    ("AssertionError", "", "AssertionError", None),
+    ("StopIteration", "", "StopIteration", None),
+    ("KeyboardInterrupt", "", "KeyboardInterrupt", None),
+])
+def test_the_one_exception_line_pattern_names_module_exception_and_message(line, module, name, message):
+    found = EXCEPTION_LINE_RE.match(line)
+    assert found is not None and (found["module"], found["name"], found["message"]) == (module, name, message)
+
+
+@pytest.mark.parametrize("line", [
+    "Error: cannot open file",  # any program's message: Python's `Error` classes carry their module
+    "ncclInternalError: internal check failed",  # a library's return code, not a Python class (nccl_error reads it)
+    "RuntimeError something",  # Python always puts a colon between the name and the message
+])
+def test_lines_not_shaped_like_a_python_exception_are_not_matched(line: str):
+    assert EXCEPTION_LINE_RE.match(line) is None
+
+
+def test_an_interrupt_or_an_exit_closes_a_traceback_without_being_a_fault():
+    traceback = 'Traceback (most recent call last):\n  File "/m/megatron/training.py", line 3, in train\n    step()\n'
+    assert parse_text(traceback + "KeyboardInterrupt\n").errors == []
+    assert exception_fault("SystemExit: 1") is None and exception_fault("ValueError: x") is not None

@@ -32,3 +32,12 @@ def test_megatron_straggler_reports_with_their_bottom_ranks():
     assert first.lowest_throughput_ranks == (5, 6)
     assert found.reports[2].lowest_throughput_ranks == (6,)  # no Bottom line: the MnEtpt rank alone
     assert found.rank_times == []
+
+
+def test_the_log_parser_records_the_timing_lines_so_a_log_is_read_once():
+    log = parse_text("\n".join(["iteration lines only", logfmt.rank_compute_line([1.0, 2.0], [0, 1]),
+                                 *(DATA / "fake_log_straggler.log").read_text().splitlines()]))
+    assert [t.compute_ms for t in log.rank_times] == [(1.0, 2.0)]
+    found = read_straggler_lines("train.log", (DATA / "fake_log_straggler.log").read_text().splitlines())
+    assert [(r.slowest_rank, r.lowest_throughput_ranks) for r in log.straggler_reports] == \
+        [(r.slowest_rank, r.lowest_throughput_ranks) for r in found.reports]  # each Bottom line amends its report

@@ -100,3 +100,21 @@ def test_runners_up_inside_the_top_picks_interval_are_called_ties_with_the_memor
     tied = _ties([result.candidates[0], Candidate(parallel=runner.parallel, estimate=inside, reasons=["x"])])
     assert len(tied) >= 1 and "#2 (" in tied[0] and "GiB free" in tied[0]
     assert _ties([result.candidates[0], Candidate(parallel=runner.parallel, estimate=outside, reasons=["x"])]) == []
+
+
+def test_an_expert_group_beyond_the_nvlink_domain_is_planned_with_the_flex_dispatcher_and_says_so():
+    model, cluster, training = _inputs("qwen3-30b-a3b", 32, 4096, 512)
+    result = plan(model, cluster, training, top=3, pins=Pins(ep=16))
+    assert result.candidates
+    for candidate in result.candidates:  # EP 16 over 8-GPU nodes: DeepEP runs on H100
+        assert candidate.moe_flex_dispatcher == "deepep"
+        assert any("leaves the NVLink domain" in reason for reason in candidate.reasons)
+    assert result.to_saved_plan().moe_flex_dispatcher == "deepep"
+    inside = plan(model, cluster, training, top=1, pins=Pins(ep=8))
+    assert inside.best.moe_flex_dispatcher is None
+
+
+def test_no_flex_dispatcher_is_planned_where_no_backend_runs():
+    model, cluster, training = _inputs("qwen3-30b-a3b", 32, 4096, 512, gpu="mi300x")
+    planned = plan(model, cluster, training, top=2, pins=Pins(ep=16))
+    assert all(c.moe_flex_dispatcher is None for c in planned.candidates)

@@ -72,7 +72,7 @@ def test_json_document_has_the_stable_schema(llama70b_plan):
     doc = llama70b_plan.to_json()
     assert set(doc) >= {"candidates", "rejected", "shell", "summary", "product_check"}
     first = doc["candidates"][0]
-    assert set(first) == {"parallel", "estimate", "reasons"}
+    assert set(first) == {"parallel", "estimate", "reasons", "moe_flex_dispatcher"}
     assert {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "recompute"} <= set(first["parallel"])
     assert {"memory_gib", "step_time_s", "tokens_per_s_per_gpu", "mfu", "time_breakdown_s"} <= set(first["estimate"])
     p = llama70b_plan.best.parallel

@@ -13,13 +13,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from megapilot.logs.records import Evidence
+from megapilot.spec import Prediction
 from megapilot.suite.results import (
     ComboResult,
     Curve,
     Finding,
     JobSummary,
     MetricRow,
-    Prediction,
     Regression,
     RunCard,
     StageResult,
@@ -173,3 +173,14 @@ def write_run_dir(run_dir: Path) -> SuiteResult:
             series.points = [(step, value) for step, value in series.points if math.isfinite(value)]
     stored.write(run_dir)
     return result
+
+
+def with_stragglers(result: SuiteResult) -> SuiteResult:
+    """The run with its passing combo measured on three nodes, node2 31 % slower than the others' median (its gate
+    1.15), and node3 with no measurement (no cell is drawn for it)."""
+    rows = [MetricRow(name=f"straggler.node{k}", value=ratio, unit="x", threshold="<= 1.15", verdict=verdict,
+                      reason=f"{ratio}x the other nodes' median compute time" if ratio else "no timing")
+            for k, ratio, verdict in ((0, 0.99, Verdict.PASS), (1, 1.01, Verdict.PASS), (2, 1.31, Verdict.FAIL))]
+    rows.append(MetricRow(name="straggler.node3", verdict=Verdict.SKIPPED, reason="no timing of node3"))
+    combos = [c.model_copy(update={"metrics": c.metrics + rows}) if c.key == PASSING else c for c in result.combos]
+    return result.model_copy(update={"combos": combos})

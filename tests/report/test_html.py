@@ -165,3 +165,19 @@ def test_rendering_twice_gives_the_same_files(tmp_path):
     second = render_report(result, tmp_path, generated_at=when)
     assert [Path(p).read_bytes() for p in (second.run_deck, second.junit)] == texts
     assert first == second
+
+
+def test_the_straggler_heat_strip_draws_each_measured_node_coloured_by_its_slowdown(tmp_path):
+    from megapilot.report.html import heat_strip
+    from tests.report.factory import with_stragglers
+
+    combo = next(c for c in with_stragglers(suite_result(tmp_path)).combos if c.key == PASSING)
+    cells = heat_strip(combo)
+    assert [(c.node, c.label, c.verdict) for c in cells] == [("node0", "0.99x", "PASS"), ("node1", "1.01x", "PASS"),
+                                                            ("node2", "1.31x", "FAIL")]  # node3: nothing measured
+    hues = [int(c.fill.split("(")[1].split(",")[0]) for c in cells]
+    assert hues[0] == 120 and hues[0] > hues[1] > hues[2] and hues[2] < 60  # past the gate: past yellow
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    text = render_report(with_stragglers(write_run_dir(run_dir)), run_dir).html.read_text()
+    assert text.count('class="heat-cell"') == 3 and 'data-node="node2"' in text and "1.31x" in text

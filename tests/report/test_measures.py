@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from megapilot.report import measures
-from megapilot.suite.results import ComboResult, Curve, MetricRow, Prediction, Verdict
+from megapilot.spec import Prediction
+from megapilot.suite.results import ComboResult, Curve, MetricRow, Verdict
 
 
 def _combo(**fields) -> ComboResult:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from megapilot.report import render_report
 from megapilot.report.junit import build_junit
 from megapilot.report.run_deck import build_run_deck
-from megapilot.suite.results import Prediction
+from megapilot.spec import Prediction
 from tests.report.factory import PASSING, suite_result
 
 SENTENCE = "step 7 % slower than predicted; the measured data-parallel time is 2.0x its prediction"

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from megapilot.errors import MegapilotError
+from megapilot.spec import Prediction
 from megapilot.store.history import HISTORY_ENV, History, history_url, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
-from megapilot.suite.results import ComboResult, JobSummary, MetricRow, Prediction, RunCard, SuiteResult, Verdict
+from megapilot.suite.results import ComboResult, JobSummary, MetricRow, RunCard, SuiteResult, Verdict
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CELL = "MBS=2,GBS=64,PRECISION=BF16"

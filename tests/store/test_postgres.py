@@ -11,9 +11,9 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.process import free_port
+from megapilot.spec import Prediction
 from megapilot.store.history import connect_database, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
-from megapilot.suite.results import Prediction
 from tests.store.test_history import (
     BASE,
     CELL,

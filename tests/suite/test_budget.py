@@ -71,3 +71,87 @@ def test_suite_config_takes_a_budget_and_names_a_bad_one(tmp_path):
     raw["budget"] = {"tokens": "12Q", "flops": 1}
     check = check_suite(write_suite(tmp_path, raw, SINGLE_8B))
     assert {p.path for p in check.problems} >= {"budget.tokens", "budget.flops"}
+
+
+def test_phases_and_a_batch_warm_up_scale_the_measured_step_by_the_estimators_ratio(tmp_path):
+    from megapilot.estimate.budget import Shape, layout_step_cost
+    from megapilot.spec import ClusterSpec, ParallelConfig
+    from megapilot.spec.training import TrainingSpec
+
+    result = _with_checkpoint_times(write_run_dir(tmp_path))
+    model, h100 = get_model("llama3.1-8b"), get_gpu("h100")
+    budget = BudgetConfig(tokens="2B", phases=[{"tokens": "200M", "seq_len": 4096}],  # type: ignore[arg-type]
+                          rampup_batch_size=[4, 2, 8000])  # type: ignore[arg-type]  # parsed by the model
+    projection = project_budget(budget, model, h100, result)
+    plain = project_budget(BudgetConfig(tokens="2B"), model, h100, result)  # type: ignore[arg-type]
+    assert projection is not None and plain is not None and projection.days is not None
+    names = [s.name for s in projection.segments]
+    assert names == ["batch warm-up 4", "batch warm-up 6", "main", "phase 1: seq_len 4,096"]
+    warm_4, warm_6, main, phase = projection.segments
+    assert main.step_time_s == pytest.approx(1.122) and projection.step_time_s == pytest.approx(1.122)
+    assert sum(s.tokens for s in projection.segments) == pytest.approx(2e9)
+    assert (warm_4.tokens, warm_6.tokens) == (4000 * 1024, 4000 * 1024)  # SAMPLES in equal shares of seq 1024
+    assert phase.tokens == pytest.approx(200e6) and phase.iterations == pytest.approx(200e6 / (4096 * 8))
+    # another shape: the measured step x the estimator's ratio for the combo's layout (1 node x 2 GPUs, TP 1)
+    estimated = layout_step_cost(model, ClusterSpec(gpu=h100, num_nodes=1, gpus_per_node=2),
+                                 TrainingSpec(seq_length=1024, global_batch_size=8),
+                                 ParallelConfig.for_world(2, tp=1, pp=1, mbs=1))
+    measured = estimated(Shape(1024, 8)).step_time_s
+    for piece, shape in ((warm_4, Shape(1024, 4)), (phase, Shape(4096, 8))):
+        assert piece.step_time_s == pytest.approx(1.122 * estimated(shape).step_time_s / measured, rel=1e-6)
+    assert warm_4.step_time_s < warm_6.step_time_s < main.step_time_s < phase.step_time_s
+    # the pieces' failure-free days are within the run's; without phases or warm-up, one piece at the measured step
+    assert sum(s.days for s in projection.segments) <= projection.days
+    assert projection.days != pytest.approx(plain.days, rel=1e-4) and len(plain.segments) == 1
+    assert plain.segments[0].days == pytest.approx(2e9 / (8 * 1024) * 1.122 / 86400)
+    assert any("phase 1: seq_len 4,096: does not fit" in note for note in projection.notes)  # as the estimate says
+    assert any("estimator's ratio" in note for note in projection.notes)
+    result.budget = projection
+    files = render_report(result, tmp_path)
+    assert "phase 1: seq_len 4,096" in files.html.read_text(encoding="utf-8")
+    deck = json.loads(files.run_deck.read_text(encoding="utf-8"))
+    assert [s["name"] for s in deck["budget"]["segments"]] == names
+
+
+def test_phases_and_warm_up_are_read_as_the_cli_reads_them():
+    written = BudgetConfig(tokens="2B", phases=["tokens=200M,seq_len=4096,cp=2"],  # type: ignore[arg-type]
+                           rampup_batch_size="4 2 8000")  # type: ignore[arg-type]
+    mapped = BudgetConfig(tokens="2B", phases=[{"tokens": 2e8, "seq_len": 4096, "cp": 2, "tp": None}],  # type: ignore[arg-type]
+                          rampup_batch_size=[4, 2, 8000])  # type: ignore[arg-type]
+    assert written == mapped and written.rampup is not None and written.rampup.levels(8) == [(4, 4000), (6, 4000)]
+    assert BudgetConfig.model_validate(written.model_dump()) == written  # a dumped config reads back
+
+
+@pytest.mark.parametrize(("budget", "path", "words", "fix"), [
+    ({"phases": [{"tokens": "1B", "flops": 2}]}, "budget.phases", "unknown key 'flops'", "keys: tokens, seq_len"),
+    ({"phases": [{"seq_len": 4096}]}, "budget.phases", "needs its tokens", "write each phase as"),
+    ({"phases": ["tokens=1B,seq_len=big"]}, "budget.phases", "not a whole number", "write each phase as"),
+    ({"phases": {"tokens": "1B"}}, "budget.phases", "not a list of phases", "write each phase as"),
+    ({"phases": [{"tokens": "20T"}]}, "budget", "leave none of the budget", "give fewer, or a larger budget"),
+    ({"rampup_batch_size": [16, 16]}, "budget.rampup_batch_size", "three whole numbers", "e.g. [256, 256"),
+    ({"rampup_batch_size": [0, 16, 1000]}, "budget.rampup_batch_size", "must be > 0", "e.g. [256, 256"),
+    # against the sweep's cells (GBS 128, MBS 4 on 8 GPUs), by the code that cuts the projected run
+    ({"rampup_batch_size": [128, 16, 1000]}, "budget.rampup_batch_size", "(combo MBS=4,GBS=128",
+     "START < GBS"),
+    ({"rampup_batch_size": [32, 36, 1000]}, "budget.rampup_batch_size", "not a positive multiple of INCREMENT 36",
+     "divisible by INCREMENT"),
+    ({"rampup_batch_size": [32, 24, 1000]}, "budget.rampup_batch_size", "GBS 56", "multiple of 32"),
+    ({"phases": [{"tokens": "1T", "tp": 3}]}, "budget.phases", "does not divide 8 GPUs", "product divides"),
+])
+def test_a_bad_phase_or_warm_up_is_named_with_its_fix(tmp_path, budget, path, words, fix):
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["budget"] = {"tokens": "15.6T", **budget}
+    check = check_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    problems = [p for p in check.problems if p.path == path]
+    assert len(problems) == 1 and len(check.problems) == 1, check.problems
+    assert words in problems[0].message and fix in problems[0].message + problems[0].fix
+
+
+def test_the_suite_config_takes_phases_and_a_warm_up_that_fit_its_cells(tmp_path):
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["budget"] = {"tokens": "15.6T", "phases": [{"tokens": "800B", "seq_len": 131072, "cp": 8}],
+                     "rampup_batch_size": [32, 32, 1000000]}
+    check = check_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    assert check.ok, check.problems
+    assert check.suite is not None and check.suite.config.budget is not None
+    assert check.suite.config.budget.phases[0].cp == 8

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from megapilot.errors import MegapilotError
-from megapilot.suite.config import check_suite, load_suite, resolve_placeholders
+from megapilot.suite.config import check_suite, load_suite
 from tests.suite.cvs_files import (
     CVS_DIR,
     DISTRIBUTED_70B,
@@ -88,17 +88,6 @@ def test_yaml_input_is_the_same_suite(tmp_path: Path) -> None:
     yaml_suite = load_suite(tmp_path / "suite.yaml")
     assert yaml_suite.cells == json_suite.cells
     assert yaml_suite.config_hash == json_suite.config_hash
-
-
-def test_placeholder_passes_user_paths_and_cross_block() -> None:
-    raw = {"paths": {"root": "/home/{user-id}/x", "log_dir": "{root}/logs", "deep": "{log_dir}/a",
-                     "rel": "data"},
-           "container": {"env": {"LOGS": "{paths.log_dir}", "OTHER": "{unknown}"}}}
-    out = resolve_placeholders(raw, "alice", Path("/cfg"))
-    assert out["paths"]["log_dir"] == "/home/alice/x/logs"
-    assert out["paths"]["deep"] == "/home/alice/x/logs/a"
-    assert out["paths"]["rel"] == "/cfg/data"
-    assert out["container"]["env"] == {"LOGS": "/home/alice/x/logs", "OTHER": "{unknown}"}
 
 
 def test_user_id_comes_from_the_cluster_file(tmp_path: Path) -> None:

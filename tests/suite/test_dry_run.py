@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+from pathlib import Path
 
 from megapilot.suite.config import load_suite
 from megapilot.suite.dry_run import dry_run_plan
@@ -44,3 +46,30 @@ def test_a_dry_run_makes_no_run_folder_only_the_dry_run_folder_it_names(tmp_path
     out = tmp_path / "out"
     dry_run_plan(suite, out_dir=out)
     assert [p.name for p in out.iterdir()] == ["dry-run"]  # no timestamped run folder
+
+
+def test_the_dry_run_writes_the_checkpoint_stages_save_and_resume_jobs(tmp_path):
+    shutil.copy(template_path("tiny-local"), tmp_path / "suite.json")
+    for path in threshold_paths("tiny-local"):
+        shutil.copy(path, tmp_path / path.name)
+    suite = load_suite(tmp_path / "suite.json")
+    folder = tmp_path / "out" / "dry-run"
+    plan = dry_run_plan(suite, out_dir=tmp_path / "out")
+    save, resume = plan.checkpoint
+    assert (save.key, resume.key) == ("checkpoint-save", "checkpoint-resume")
+    assert save.script == str(folder / "checkpoint-save" / "launch.sh")
+    assert resume.script == str(folder / "checkpoint-resume" / "launch.sh")
+    # listed in the order the run submits them: smoke, the two checkpoint jobs, then the combos
+    assert plan.scripts[:3] == [str(folder / "smoke" / "launch.sh"), save.script, resume.script]
+    for job in (save, resume):
+        assert subprocess.run(["bash", "-n", job.script], capture_output=True).returncode == 0
+    settings = suite.config.checkpoint
+    save_text, resume_text = Path(save.script).read_text(), Path(resume.script).read_text()
+    saved_to = str(folder / "checkpoints" / "saved")
+    assert f"--save {saved_to}" in save_text and f"--save-interval {settings.save_interval}" in save_text
+    assert f"--train-iters {settings.save_iters}" in save_text and "--ckpt-step" not in save_text
+    assert f"--load {saved_to}" in resume_text and f"--train-iters {settings.resume_iters}" in resume_text
+    assert f"--save {saved_to}-resumed" in resume_text and "--ckpt-step 10" in resume_text  # the last interval save
+    # not written where the stage would not run them
+    only_combos = dry_run_plan(suite, out_dir=tmp_path / "other", only_stage="train")
+    assert only_combos.checkpoint == [] and not (tmp_path / "other" / "dry-run" / "checkpoint-save").exists()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from megapilot.spec import Prediction
 from megapilot.suite.gates import evaluate
 from megapilot.suite.predicted import components_ms, departure, judge_predicted
-from megapilot.suite.results import Prediction, Verdict
+from megapilot.suite.results import Verdict
 from megapilot.suite.thresholds import threshold
 
 TERMS_MS = {"compute": 800.0, "recompute": 0.0, "tp_comm": 50.0, "pp_bubble": 0.0, "dp_comm": 100.0,

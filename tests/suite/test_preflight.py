@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from megapilot.suite.preflight import PROBE_SCRIPT, NicPort, NodeProbe, PreflightExpectations, judge, parse_probe
-from megapilot.suite.results import Verdict
+from megapilot.suite.results import MetricRow, Verdict
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nodes"
 
@@ -98,6 +98,10 @@ def test_a_fake_dmesg_with_xid_79_fails_that_nodes_kernel_row_and_lists_it_as_fa
     assert (tmp_path / "failing_nodes.txt").read_text() == "n2\n"
     assert (tmp_path / "passing_nodes.txt").read_text() == "n1\n"
     assert any("Xid 79" in reason for reason in lists.failing["n2"])
+    assert rows["node1.kernel.faults"].node == 1 and rows["node0.kernel.faults"].node == 0
+    # a failed row about the whole run (the interpreter, the submission) names no node and fails none
+    whole_run = MetricRow(name="python.interpreter", verdict=Verdict.FAIL, reason="no python3")
+    assert write_node_lists(tmp_path, ["n1", "n2"], [whole_run]).failing == {}
 
 
 def test_an_unreadable_kernel_log_is_skipped_not_failed():

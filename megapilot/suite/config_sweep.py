@@ -1,0 +1,250 @@
+"""A suite config's threshold file and sweep: the threshold table, the cells of `sweep.runs` with their overlays
+merged, and CVS's rule that every run cell has a threshold cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from megapilot.spec import GPUSpec
+from megapilot.suite.cells import (
+    DEFAULT_CELL_KEY,
+    CellKey,
+    SweepCell,
+    TrainParams,
+    cell_key_text,
+    default_cell,
+    normalise_precision,
+    parse_cell_key,
+    sweep_cell,
+)
+from megapilot.suite.config_read import _dotted, _message
+from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable, parse_threshold
+
+if TYPE_CHECKING:
+    from megapilot.suite.config import SuiteCheck, SuiteConfig
+
+
+THRESHOLD_SUFFIX = "threshold.json"
+
+
+# ---- thresholds ---------------------------------------------------------------------------------
+def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str],
+                     check: SuiteCheck) -> tuple[ThresholdTable, Path | None]:
+    if "threshold_json" in changeme:
+        return {}, None
+    path = _threshold_file(config, config_path, check)
+    if path is None:
+        return {}, None
+    from megapilot.suite.parsing import parse_json
+
+    try:
+        raw = parse_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())}){_trailing_comma(exc)}",
+                  "point threshold_json at a JSON threshold file")
+        return {}, path
+    if not isinstance(raw, dict):
+        check.add("threshold_json", f"{path} does not hold a mapping of cells", "write cell key -> metric -> spec")
+        return {}, path
+    return _threshold_table(raw, check), path
+
+
+def _trailing_comma(exc: Exception) -> str:
+    """A hint where JSON stopped at a comma before a closing brace or bracket (some CVS threshold files have one)."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return ""
+    before = exc.doc[:exc.pos].rstrip()
+    if before.endswith(",") and exc.doc[exc.pos:exc.pos + 1] in "}]":
+        line = exc.doc.count("\n", 0, len(before) - 1) + 1
+        return f": the comma ending line {line} comes before a closing bracket, which JSON does not allow"
+    return ""
+
+
+def _threshold_file(config: SuiteConfig, config_path: Path, check: SuiteCheck) -> Path | None:
+    folder = config_path.parent
+    if config.threshold_json:
+        path = Path(config.threshold_json).expanduser()
+        path = path if path.is_absolute() else folder / path
+        if not path.is_file():
+            check.add("threshold_json", f"{path} does not exist",
+                      "point threshold_json at the threshold file (relative to the config's folder)")
+            return None
+        return path
+    candidates = sorted(folder.glob(f"*{THRESHOLD_SUFFIX}"))
+    if len(candidates) > 1:
+        names = ", ".join(p.name for p in candidates)
+        check.add("threshold_json", f"empty, and several threshold files sit next to the config: {names}",
+                  "name the one to use in threshold_json")
+        return None
+    if not candidates:
+        message = "empty, and no *threshold.json sits next to the config"
+        if config.enforce_thresholds:
+            check.add("threshold_json", message, "add a threshold file, or set enforce_thresholds: false")
+        else:
+            check.warnings.append(f"threshold_json: {message}; every metric is recorded, none gated")
+        return None
+    return candidates[0]
+
+
+def _threshold_table(raw: dict[str, Any], check: SuiteCheck) -> ThresholdTable:
+    table: ThresholdTable = {}
+    for cell, metrics in raw.items():
+        if cell.startswith("_"):
+            continue
+        if not isinstance(metrics, dict):
+            check.add(f"thresholds.{cell}", "a threshold cell must map metric names to specs",
+                      '{"training.tokens_per_gpu": {"kind": "min", "value": 1000}}')
+            continue
+        specs: dict[str, ThresholdSpec] = {}
+        for metric, spec in metrics.items():
+            if metric.startswith("_"):
+                continue
+            try:
+                specs[metric] = parse_threshold(spec)
+            except ValueError as exc:
+                check.add(f"thresholds.{cell}.{metric}", str(exc),
+                          "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/baseline with its fields")
+        table[_canonical_key(cell)] = specs
+    return table
+
+
+def _canonical_key(key: str) -> str:
+    try:
+        return parse_cell_key(key).key
+    except ValueError:
+        return key
+
+
+# ---- cells --------------------------------------------------------------------------------------
+_KEY_FIELDS = (("micro_batch_size", "mbs"), ("global_batch_size", "gbs"), ("precision", "precision"))
+
+
+def _build_cells(config: SuiteConfig, raw: dict[str, Any], check: SuiteCheck) -> list[tuple[str, TrainParams]]:
+    """(canonical key, merged params) of every run, in run order; problems for every bad key or overlay."""
+    sweep = config.sweep
+    if not sweep.combinations and not sweep.runs:
+        return [(DEFAULT_CELL_KEY, config.train_params)]
+    merged = _combinations(config, check)
+    if sweep.combinations and not sweep.runs:
+        check.add("sweep.runs", "combinations are given but no runs select them",
+                  "list the combination keys to run, in order, under sweep.runs")
+    cells: list[tuple[str, TrainParams]] = []
+    for index, run in enumerate(sweep.runs):
+        if run not in sweep.combinations:
+            known = ", ".join(sweep.combinations) or "none"
+            check.add(f"sweep.runs[{index}]", f"{run!r} is not a key of sweep.combinations",
+                      f"use one of: {known}")
+        elif run in merged:
+            cells.append(merged[run])
+    seen = [key for key, _ in cells]
+    for key in sorted({k for k in seen if seen.count(k) > 1}):
+        check.warnings.append(f"sweep.runs: {key} is listed more than once; it runs once per listing")
+    return cells
+
+
+def _combinations(config: SuiteConfig, check: SuiteCheck) -> dict[str, tuple[str, TrainParams]]:
+    merged: dict[str, tuple[str, TrainParams]] = {}
+    canonical_seen: dict[str, str] = {}
+    base = config.train_params.model_dump()
+    for raw_key, overlay in config.sweep.combinations.items():
+        where = f"sweep.combinations.{raw_key}"
+        try:
+            key = _combination_key(raw_key, overlay)
+        except ValueError as exc:
+            check.add(where, str(exc), "write the key as MBS=<mbs>,GBS=<gbs>,PRECISION=<precision>, or give "
+                                       "the body micro_batch_size, global_batch_size and precision")
+            continue
+        if key.key in canonical_seen:
+            check.add(where, f"the same cell as {canonical_seen[key.key]!r}", "keep one combination per cell")
+            continue
+        canonical_seen[key.key] = raw_key
+        if not _overlay_agrees(key, overlay, where, check):
+            continue
+        params = _merge(base, overlay, {"micro_batch_size": key.mbs, "global_batch_size": key.gbs,
+                                        "precision": key.precision}, where, check)
+        if params is not None:
+            merged[raw_key] = (key.key, params)
+    return merged
+
+
+def _combination_key(raw_key: str, overlay: dict[str, Any]) -> CellKey:
+    """The cell of a combination: its `MBS=..,GBS=..,PRECISION=..` key, or, for a free-form id whose body names all
+    three fields, the cell the body names, as CVS's loader derived the threshold key (`MegatronVariantConfig.cell_key()`
+    at ROCm/cvs 15ea03dd, the form its mi355x files still use: `"llama3_1_8b-mi355x-bs128-mbs4-fp8": {"name": ..,
+    "micro_batch_size": "4", ...}`). ValueError (the key's own) when neither gives one."""
+    try:
+        return parse_cell_key(raw_key)
+    except ValueError:
+        values = [overlay.get(field) for field, _ in _KEY_FIELDS]
+        if any(value is None for value in values):
+            raise
+        return parse_cell_key(cell_key_text(*values))
+
+
+def _overlay_agrees(key: Any, overlay: dict[str, Any], where: str, check: SuiteCheck) -> bool:
+    agrees = True
+    for field, attribute in _KEY_FIELDS:
+        if field not in overlay:
+            continue
+        expected = getattr(key, attribute)
+        given = str(overlay[field]).strip()
+        given = _precision_or_self(given) if field == "precision" else given
+        if given != str(expected):
+            check.add(f"{where}.{field}", f"{overlay[field]!r} disagrees with the key ({expected})",
+                      "make the body match the key, or drop it from the body")
+            agrees = False
+    return agrees
+
+
+def _precision_or_self(text: str) -> str:
+    """The precision's canonical name (`te_fp8` -> FP8), or the text as given when it names none."""
+    try:
+        return normalise_precision(text)
+    except ValueError:
+        return text.upper()
+
+
+def _merge(base: dict[str, Any], overlay: dict[str, Any], from_key: dict[str, Any], where: str,
+           check: SuiteCheck) -> TrainParams | None:
+    try:
+        return TrainParams.model_validate({**base, **overlay, **from_key})
+    except ValidationError as exc:
+        for error in exc.errors():
+            field = _dotted(error["loc"])
+            path = f"{where}.{field}" if field in overlay else f"train_params.{field}"
+            check.add(path, _message(error), "fix the value's type")
+        return None
+
+
+def _check_threshold_coverage(config: SuiteConfig, cells: list[tuple[str, TrainParams]],
+                              thresholds: ThresholdTable, threshold_path: Path | None, check: SuiteCheck) -> None:
+    """CVS's rule: every run cell has a threshold cell and every threshold cell a run (warnings when not
+    enforced)."""
+    if threshold_path is None:
+        return
+    run_keys = {key for key, _ in cells}
+    name = threshold_path.name
+    findings = [(f"thresholds.{key}", f"run cell {key} has no threshold cell in {name}",
+                 f"add a {key!r} cell to {name}") for key in sorted(run_keys - set(thresholds))]
+    findings += [(f"thresholds.{key}", f"threshold cell {key} in {name} matches no run",
+                  "fix the key's spelling, add the cell to sweep.runs, or remove it")
+                 for key in sorted(set(thresholds) - run_keys)]
+    for path, message, fix in findings:
+        if config.enforce_thresholds:
+            check.add(path, message, fix)
+        else:
+            check.warnings.append(f"{path}: {message} (enforce_thresholds false: recorded only)")
+
+
+def _sweep_cells(cells: list[tuple[str, TrainParams]], gpu: GPUSpec | None, nodes: int) -> list[SweepCell]:
+    built = []
+    for key, params in cells:
+        if key == DEFAULT_CELL_KEY:
+            built.append(default_cell(params, gpu, nodes))
+        else:
+            built.append(sweep_cell(parse_cell_key(key), params, gpu))
+    return built

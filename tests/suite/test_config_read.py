@@ -1,0 +1,136 @@
+"""Reading a suite config as CVS does: the file and its format, placeholders, `<changeme>` values, the cluster file,
+and the words a validation error is reported in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from megapilot.suite.config import SuiteCheck
+from megapilot.suite.config_read import (
+    _dotted,
+    _exempt_unused_checkpoint,
+    _fix_of,
+    _message,
+    _read_cluster,
+    _read_config,
+    changeme_paths,
+    resolve_placeholders,
+)
+
+
+def _read(path: Path) -> tuple[dict | None, SuiteCheck]:
+    check = SuiteCheck()
+    return _read_config(path, check), check
+
+
+def test_json_and_yaml_by_suffix_with_comment_keys_dropped(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text('{"_comment": "x", "gpu_name": "MI325X", "smoke": {"_c": 1, "iters": 5}}')
+    (tmp_path / "a.YML").write_text("_comment: x\ngpu_name: MI325X\nsmoke:\n  _c: 1\n  iters: 5\n")
+    assert _read(tmp_path / "a.json")[0] == _read(tmp_path / "a.YML")[0] == {"gpu_name": "MI325X",
+                                                                             "smoke": {"iters": 5}}
+
+
+def test_each_unreadable_file_is_one_problem_at_config(tmp_path: Path) -> None:
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "broken.yaml").write_text("a: [1, 2\n")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{")
+    for name, words in (("missing.json", "cannot read"), ("list.json", "holds a list, not a mapping"),
+                        ("broken.yaml", "is not valid YAML"), ("binary.json", "cannot read")):
+        raw, check = _read(tmp_path / name)
+        assert raw is None and [p.path for p in check.problems] == ["config"], name
+        assert words in check.problems[0].message and "\n" not in check.problems[0].message, name
+
+
+def test_a_json_key_given_twice_is_a_problem_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "dup.json").write_text('{"gpu_name": "MI300X", "smoke": {}, "gpu_name": "MI325X"}')
+    raw, check = _read(tmp_path / "dup.json")
+    assert raw == {"gpu_name": "MI325X", "smoke": {}}  # as JSON reads it: the last one
+    assert [(p.path, p.message) for p in check.problems] == [
+        ("config", "key 'gpu_name' appears more than once; only the last one would count")]
+
+
+def test_a_non_finite_number_is_named_at_its_path(tmp_path: Path) -> None:
+    (tmp_path / "nan.json").write_text('{"loss_curve": {"max_slope": NaN}}')
+    raw, check = _read(tmp_path / "nan.json")
+    assert raw is None and [p.path for p in check.problems] == ["loss_curve.max_slope"]
+    assert check.problems[0].fix == "write a finite number"
+
+
+def test_placeholder_passes_user_paths_and_cross_block() -> None:
+    raw = {"paths": {"root": "/home/{user-id}/x", "log_dir": "{root}/logs", "deep": "{log_dir}/a",
+                     "rel": "data"},
+           "container": {"env": {"LOGS": "{paths.log_dir}", "OTHER": "{unknown}"}}}
+    out = resolve_placeholders(raw, "alice", Path("/cfg"))
+    assert out["paths"]["log_dir"] == "/home/alice/x/logs"
+    assert out["paths"]["deep"] == "/home/alice/x/logs/a"
+    assert out["paths"]["rel"] == "/cfg/data"
+    assert out["container"]["env"] == {"LOGS": "/home/alice/x/logs", "OTHER": "{unknown}"}
+
+
+def test_unfilled_home_and_absolute_paths_are_not_anchored() -> None:
+    paths = {"a": "<changeme>/x", "b": "~/data", "c": "/abs", "d": "", "e": "{missing}/y"}
+    assert resolve_placeholders({"paths": paths}, "u", Path("/cfg"))["paths"] == paths
+
+
+def test_an_unused_checkpoint_drops_its_dir_and_unfilled_volumes() -> None:
+    def raw(enforce: object) -> dict:
+        return {"checkpoint": {"enforce": enforce, "checkpoint_dir": "<changeme>"},
+                "container": {"runtime": {"args": {"volumes": ["/data:/data", "<changeme>:<changeme>"]}}}}
+    off = raw("false")
+    _exempt_unused_checkpoint(off)
+    assert off["checkpoint"] == {"enforce": "false"}
+    assert off["container"]["runtime"]["args"]["volumes"] == ["/data:/data"]
+    for enforced in (True, "yes", "1"):
+        on = raw(enforced)
+        _exempt_unused_checkpoint(on)
+        assert on == raw(enforced), enforced  # checkpoint testing on: every field must be filled
+
+
+def test_changeme_paths_are_dotted_with_list_indices_and_any_case() -> None:
+    raw = {"gpu_name": "<changeme>", "container": {"env": {"A": "x", "B": "10.0.0.1 <CHANGEME>"},
+                                                   "runtime": {"args": {"volumes": ["/a:/a", "<changeme>:/b"]}}},
+           "n": 3}
+    assert changeme_paths(raw) == ["gpu_name", "container.env.B", "container.runtime.args.volumes[1]"]
+    assert changeme_paths({"a": ["ok", {"b": "fine"}]}) == []
+
+
+def test_the_cluster_file_is_read_or_its_problem_reported(tmp_path: Path) -> None:
+    check = SuiteCheck()
+    assert _read_cluster(None, check) is None and check.problems == []
+    assert _read_cluster(tmp_path / "nope.json", check) is None
+    assert [p.path for p in check.problems] == ["cluster"]
+    (tmp_path / "cluster.json").write_text(json.dumps({"username": "bob", "head_node_dict": {"mgmt_ip": "n1"},
+                                                       "node_dict": {"n1": {}, "n2": {}}}))
+    cluster = _read_cluster(tmp_path / "cluster.json", SuiteCheck())
+    assert cluster is not None and cluster.username == "bob"
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    sizes: list[int]
+    inner: dict[str, int]
+
+
+def _errors(data: dict) -> dict:
+    try:
+        _Shape.model_validate(data)
+    except ValidationError as exc:
+        return {_dotted(e["loc"]): e for e in exc.errors()}
+    raise AssertionError("valid")
+
+
+def test_validation_errors_read_as_a_path_a_message_and_a_fix() -> None:
+    errors = _errors({"sizes": [1, "two"], "inner": {"k": "x" * 100}, "colour": "red"})
+    assert set(errors) == {"name", "sizes[1]", "inner.k", "colour"}
+    assert _fix_of(errors["name"], "name").startswith("add `name`")
+    assert _fix_of(errors["name"], "smoke.iters") == "add `iters` under `smoke`"
+    assert _fix_of(errors["sizes[1]"], "sizes[1]") == "fix the value's type or spelling"
+    assert _message(errors["colour"]) == "not a known setting here"
+    assert _message(errors["sizes[1]"]).endswith("(got 'two')")
+    long = _message(errors["inner.k"])
+    assert long.endswith("...)") and len(long) < 150  # a huge value is cut short, not reprinted
+    assert "got" not in _message(errors["name"])  # a missing field has no value to show

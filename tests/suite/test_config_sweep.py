@@ -1,0 +1,181 @@
+"""A suite config's threshold file and sweep: the threshold table read and checked, the run cells with their
+overlays merged, and CVS's rule that every run cell has a threshold cell. On the packaged tiny-local config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from megapilot.suite.cells import DEFAULT_CELL_KEY, TrainParams
+from megapilot.suite.config import SuiteCheck, SuiteConfig, load_suite
+from megapilot.suite.config_schema import Sweep
+from megapilot.suite.config_sweep import (
+    _build_cells,
+    _check_threshold_coverage,
+    _combination_key,
+    _read_thresholds,
+    _sweep_cells,
+    _threshold_table,
+    _trailing_comma,
+)
+from megapilot.suite.templates import template_path
+
+BF16 = "MBS=1,GBS=8,PRECISION=BF16"
+FP8 = "MBS=2,GBS=16,PRECISION=FP8"
+LOSS_MAX = {"training.lm_loss": {"kind": "max", "value": 12.0}}
+
+
+@pytest.fixture(scope="module")
+def base() -> SuiteConfig:
+    return load_suite(template_path("tiny-local")).config
+
+
+def _with(config: SuiteConfig, **update: object) -> SuiteConfig:
+    return config.model_copy(update=update)
+
+
+def _sweep(combinations: dict, runs: list[str]) -> Sweep:
+    return Sweep(combinations=combinations, runs=runs)
+
+
+def _paths(check: SuiteCheck) -> list[str]:
+    return [problem.path for problem in check.problems]
+
+
+# ---- thresholds ---------------------------------------------------------------------------------
+def test_the_threshold_table_skips_comments_and_names_each_bad_spec() -> None:
+    check = SuiteCheck()
+    table = _threshold_table({"_comment": "x", "MBS=1,GBS=8,PRECISION=bf16": {"_note": "y", **LOSS_MAX},
+                              "not-a-cell": LOSS_MAX, "MBS=2,GBS=8,PRECISION=BF16": ["wrong"],
+                              FP8: {"training.lm_loss": {"kind": "between", "value": 1}}}, check)
+    assert list(table) == [BF16, "not-a-cell", FP8]  # keys canonical where they parse; kept as given where not
+    assert list(table[BF16]) == ["training.lm_loss"] and table[FP8] == {}
+    assert _paths(check) == ["thresholds.MBS=2,GBS=8,PRECISION=BF16", f"thresholds.{FP8}.training.lm_loss"]
+
+
+def test_a_trailing_comma_is_pointed_at_by_its_line() -> None:
+    with pytest.raises(json.JSONDecodeError) as trailing:
+        json.loads('{\n "a": 1,\n "b": 2,\n}')
+    assert _trailing_comma(trailing.value) == (": the comma ending line 3 comes before a closing bracket, "
+                                               "which JSON does not allow")
+    with pytest.raises(json.JSONDecodeError) as other:
+        json.loads('{"a": }')
+    assert _trailing_comma(other.value) == "" and _trailing_comma(ValueError("x")) == ""
+
+
+def test_the_named_threshold_file_is_read_relative_to_the_config(base: SuiteConfig, tmp_path: Path) -> None:
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / "mine_threshold.json").write_text(json.dumps({BF16: LOSS_MAX}))
+    check = SuiteCheck()
+    table, path = _read_thresholds(_with(base, threshold_json="cells/mine_threshold.json"), tmp_path / "s.json", [],
+                                   check)
+    assert path == tmp_path / "cells" / "mine_threshold.json" and list(table) == [BF16] and check.problems == []
+    check = SuiteCheck()
+    assert _read_thresholds(_with(base, threshold_json="gone.json"), tmp_path / "s.json", [], check) == ({}, None)
+    assert _paths(check) == ["threshold_json"] and "does not exist" in check.problems[0].message
+
+
+def test_an_unfilled_threshold_json_is_not_read(base: SuiteConfig, tmp_path: Path) -> None:
+    (tmp_path / "x_threshold.json").write_text("not json")
+    check = SuiteCheck()
+    assert _read_thresholds(_with(base, threshold_json=""), tmp_path / "s.json", ["threshold_json"], check) == ({},
+                                                                                                                None)
+    assert check.problems == []  # its <changeme> is the problem already reported
+
+
+def test_an_empty_threshold_json_takes_the_one_file_beside_the_config(base: SuiteConfig, tmp_path: Path) -> None:
+    config = _with(base, threshold_json="")
+    check = SuiteCheck()
+    assert _read_thresholds(config, tmp_path / "s.json", [], check) == ({}, None)
+    assert _paths(check) == ["threshold_json"]  # enforced: a threshold file is needed
+    record_only = SuiteCheck()
+    _read_thresholds(_with(config, enforce_thresholds=False), tmp_path / "s.json", [], record_only)
+    assert record_only.problems == [] and "none gated" in record_only.warnings[0]
+    (tmp_path / "a_threshold.json").write_text(json.dumps({BF16: LOSS_MAX}))
+    table, path = _read_thresholds(config, tmp_path / "s.json", [], SuiteCheck())
+    assert path == tmp_path / "a_threshold.json" and list(table) == [BF16]
+    (tmp_path / "b_threshold.json").write_text("{}")
+    several = SuiteCheck()
+    assert _read_thresholds(config, tmp_path / "s.json", [], several) == ({}, None)
+    assert "several threshold files" in several.problems[0].message
+
+
+def test_a_threshold_file_that_is_not_a_mapping_is_a_problem(base: SuiteConfig, tmp_path: Path) -> None:
+    (tmp_path / "t_threshold.json").write_text("[1]")
+    check = SuiteCheck()
+    table, path = _read_thresholds(_with(base, threshold_json="t_threshold.json"), tmp_path / "s.json", [], check)
+    assert table == {} and path == tmp_path / "t_threshold.json" and _paths(check) == ["threshold_json"]
+
+
+# ---- cells --------------------------------------------------------------------------------------
+def test_no_sweep_is_the_default_cell_of_train_params(base: SuiteConfig) -> None:
+    config = _with(base, sweep=Sweep())
+    assert _build_cells(config, {}, SuiteCheck()) == [(DEFAULT_CELL_KEY, config.train_params)]
+
+
+def test_runs_in_order_with_the_key_and_overlay_merged(base: SuiteConfig) -> None:
+    config = _with(base, sweep=_sweep({FP8: {"sequence_length": "64"}, "MBS=1,GBS=8,PRECISION=bf16": {}},
+                                      [FP8, "MBS=1,GBS=8,PRECISION=bf16", FP8]))
+    check = SuiteCheck()
+    cells = _build_cells(config, {}, check)
+    assert [key for key, _ in cells] == [FP8, BF16, FP8]
+    fp8 = cells[0][1]
+    assert (fp8.micro_batch_size, fp8.global_batch_size, fp8.precision, fp8.sequence_length) == (2, 16, "FP8", 64)
+    assert cells[1][1].sequence_length == base.train_params.sequence_length  # no overlay: train_params'
+    assert check.problems == [] and check.warnings == [f"sweep.runs: {FP8} is listed more than once; it runs once "
+                                                       "per listing"]
+
+
+def test_each_bad_run_or_combination_is_a_problem_the_others_still_build(base: SuiteConfig) -> None:
+    config = _with(base, sweep=_sweep({FP8: {}, "MBS=x,GBS=8,PRECISION=BF16": {},
+                                       "MBS=2,GBS=16,PRECISION=fp8": {},  # the same cell as FP8
+                                       BF16: {"micro_batch_size": "4", "precision": "bf16"},
+                                       "MBS=4,GBS=8,PRECISION=BF16": {"sequence_length": "long"}},
+                                      [FP8, "MBS=9,GBS=9,PRECISION=BF16", BF16]))
+    check = SuiteCheck()
+    cells = _build_cells(config, {}, check)
+    assert [key for key, _ in cells] == [FP8]
+    assert _paths(check) == ["sweep.combinations.MBS=x,GBS=8,PRECISION=BF16",
+                             "sweep.combinations.MBS=2,GBS=16,PRECISION=fp8",
+                             f"sweep.combinations.{BF16}.micro_batch_size",  # the body disagrees with the key
+                             "sweep.combinations.MBS=4,GBS=8,PRECISION=BF16.sequence_length",
+                             "sweep.runs[1]"]
+    assert "use one of:" in check.problems[-1].fix
+
+
+def test_combinations_without_runs_is_a_problem(base: SuiteConfig) -> None:
+    check = SuiteCheck()
+    assert _build_cells(_with(base, sweep=_sweep({FP8: {}}, [])), {}, check) == [] and _paths(check) == ["sweep.runs"]
+
+
+def test_a_free_form_id_takes_its_cell_from_the_body() -> None:
+    body = {"micro_batch_size": "4", "global_batch_size": "128", "precision": "te_fp8"}
+    assert _combination_key("llama3_1_8b-mi355x-bs128-mbs4-fp8", body).key == "MBS=4,GBS=128,PRECISION=FP8"
+    with pytest.raises(ValueError):
+        _combination_key("llama3_1_8b-mi355x-bs128-mbs4-fp8", {"micro_batch_size": "4", "precision": "fp8"})
+
+
+def test_threshold_coverage_both_ways_enforced_or_recorded(base: SuiteConfig, tmp_path: Path) -> None:
+    cells = [(BF16, base.train_params), (FP8, base.train_params)]
+    thresholds = {BF16: {}, "MBS=8,GBS=8,PRECISION=BF16": {}}
+    path = tmp_path / "t_threshold.json"
+    check = SuiteCheck()
+    _check_threshold_coverage(base, cells, thresholds, path, check)
+    assert _paths(check) == [f"thresholds.{FP8}", "thresholds.MBS=8,GBS=8,PRECISION=BF16"]
+    assert check.problems[0].message == f"run cell {FP8} has no threshold cell in t_threshold.json"
+    recorded = SuiteCheck()
+    _check_threshold_coverage(_with(base, enforce_thresholds=False), cells, thresholds, path, recorded)
+    assert recorded.problems == [] and len(recorded.warnings) == 2
+    no_file = SuiteCheck()
+    _check_threshold_coverage(base, cells, thresholds, None, no_file)
+    assert no_file.problems == [] and no_file.warnings == []
+
+
+def test_sweep_cells_carry_the_key_and_the_merged_params(base: SuiteConfig) -> None:
+    params = TrainParams.model_validate({**base.train_params.model_dump(), "micro_batch_size": 2,
+                                         "global_batch_size": 16, "precision": "FP8"})
+    default, fp8 = _sweep_cells([(DEFAULT_CELL_KEY, base.train_params), (FP8, params)], None, 1)
+    assert default.key == DEFAULT_CELL_KEY and default.seq_length == 128
+    assert (fp8.key, fp8.mbs, fp8.gbs, fp8.precision, fp8.seq_length) == (FP8, 2, 16, "FP8", 128)
