@@ -32,7 +32,11 @@ def check(
     if json_output:
         emit_json(check_payload(result, launches))
     else:
+        from rich.markup import escape
+
         _print_check(result, launches)
+        for warning in memory_warnings(result, launches):
+            console.print(f"[bold yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
     if not result.ok or _render_problems(launches):
         raise typer.Exit(EXIT_USER_ERROR)
 
@@ -54,6 +58,14 @@ def run_check(config: Path, cluster: Path | None) -> tuple[SuiteCheck, list[Cell
         return result, render_cells(result.suite, Path(scratch))
 
 
+def memory_warnings(result: SuiteCheck, launches: list[CellLaunch]) -> list[str]:
+    """A WARN line for each cell whose predicted memory exceeds the GPU's (the suite still runs it as written)."""
+    from megapilot.suite.predicted import memory_warning
+
+    gpu = result.suite.gpu if result.suite is not None else None
+    return [line for launch in launches if (line := memory_warning(launch.key, launch.plan, gpu)) is not None]
+
+
 def _render_problems(launches: list[CellLaunch]) -> list[dict[str, str]]:
     return [{"path": f"cells.{launch.key}", "message": launch.error or "",
              "fix": "change the cell's layout or flags so Megatron accepts them"}
@@ -70,6 +82,7 @@ def check_payload(result: SuiteCheck, launches: list[CellLaunch]) -> dict[str, o
         "ok": not problems and suite is not None,
         "problems": problems,
         "warnings": result.warnings,
+        "memory_warnings": memory_warnings(result, launches),
         "cells": [_cell_json(launch) for launch in launches],
         "backend": suite.backend if suite else None,
         "executor": suite.executor if suite else None,

@@ -363,6 +363,8 @@ def _print_dry_run(plan: DryRunPlan) -> None:
             console.print(f"  SKIPPED: {combo.skipped}", highlight=False, markup=False)
         else:
             console.print(f"  {combo.command}", highlight=False, markup=False, soft_wrap=True)
+        if combo.memory_warning:
+            console.print(f"  [bold yellow]{escape(combo.memory_warning)}[/]", highlight=False, soft_wrap=True)
     if plan.scripts:
         console.print(f"\n{len(plan.scripts)} launch script(s) written under {plan.folder}:", highlight=False,
                       markup=False, soft_wrap=True)

@@ -30,7 +30,6 @@ take 2 bytes with `main_grad_bytes=2` (bf16 gradient buffers, as NeMo's performa
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -232,10 +231,12 @@ def layer_activation_bytes(
 ) -> float:
     """Activations one layer keeps for backward, for `tokens` tokens of a micro-batch (no recompute).
 
-    Korthikanti et al. 2022 (arXiv 2205.05198) Sec. 4.1, generalised: 10 h bytes/token that only
-    sequence parallelism splits over TP (two norm inputs 4h, QKV and MLP inputs 4h, two 1-byte
-    dropout masks 2h); Q, K, V (GQA-sized), the attention output and fp32 softmax statistics
-    (fused attention: no s x s scores); the MLP intermediates. On MoE layers every token is kept
+    Korthikanti et al. 2022 (arXiv 2205.05198) Sec. 4.1, generalised: 8 h bytes/token that only
+    sequence parallelism splits over TP (two norm inputs 4h, QKV and MLP inputs 4h; Korthikanti's two 1-byte
+    dropout masks are not kept: the launch scripts set --hidden-dropout 0 and --attention-dropout 0, and a dropout
+    of p = 0 returns its input without drawing a mask, in eager PyTorch and under torch.compile alike); Q, K, V
+    (GQA-sized), the attention output and fp32 softmax statistics (fused attention: no s x s scores); the MLP
+    intermediates. On MoE layers every token is kept
     top-k times (`routed_copy_bytes`: the dispatched input and the expert intermediates), shared experts
     like a dense MLP, and fp32 router logits. Under a quantised recipe Transformer Engine saves the GEMM inputs
     (QKV and MLP inputs, attention output, MLP activation output) as the column-wise copy wgrad reads
@@ -269,10 +270,10 @@ def _layer_bytes_per_token(
     asks for the same few (kind, TP, SP, ETP) often."""
     h = model.hidden_size
     kind = model.layer_kind(layer_index)
-    # Per sublayer: its norm input (2h), the GEMM input after the norm and a 1-byte dropout mask; a
+    # Per sublayer: its norm input (2h) and the GEMM input after the norm (no dropout mask: dropout is 0); a
     # transformer layer has two sublayers (a heterogeneous one those its block keeps), a hybrid layer one.
     sublayers = model.layer_block(layer_index).sublayers if kind == "transformer" else 1
-    norm_and_inputs = sublayers * (3 * h + gemm_input * h)
+    norm_and_inputs = sublayers * (2 * h + gemm_input * h)
     split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs  # only sequence parallelism splits it
     if kind == "mamba":
         return split + _mamba_mixer_bytes(model, gemm_input) / tp
@@ -519,8 +520,10 @@ def _stage_activation_bytes(
         offloaded = [stored for _, stored in offloaded_layer_bytes(model, training, p)]
         per_microbatch -= sum(offloaded)
         working_set = max(working_set, max(offloaded, default=0.0))
-    if stage == stages.rank_of(EMBEDDING):  # embedding output (+ dropout mask) and token ids
-        per_microbatch += 3 * model.hidden_size * tokens / (p.tp if p.sequence_parallel else 1) + 8 * tokens
+    if stage == stages.rank_of(EMBEDDING):
+        # the token ids (int64) the embedding's backward reads; its output is the first layer's input, which that
+        # layer's norm keeps (counted there), and with dropout 0 there is no mask
+        per_microbatch += 8 * tokens
     once = 0.0
     if stage == stages.rank_of(LOSS):
         once += _output_activation_bytes(model, p, tokens)
@@ -697,12 +700,8 @@ def _most_loaded(
     statics = _static_gib_by_stage(model, training, p, stages, main_grad_bytes, architecture)
     activations = _activation_bytes_by_stage(model, training, p, stages)
     # totals first, in MemoryBreakdown.total_gib's order, and a breakdown for the heaviest rank only
-    heaviest_total, heaviest = -math.inf, 0
-    for index, ((weights, gradients, optimizer), parts) in enumerate(zip(statics, activations, strict=True)):
-        stage_activations = _peak_activations_gib(p, training, stages[index], parts)
-        total = weights + gradients + optimizer + stage_activations + overhead_gib(p, stage_activations)
-        if total > heaviest_total:
-            heaviest_total, heaviest = total, index
+    totals = _stage_totals_gib(p, training, stages, statics, activations)
+    heaviest = max(range(len(stages)), key=lambda index: (totals[index], -index))
     weights, gradients, optimizer = statics[heaviest]
     stage_activations = _peak_activations_gib(p, training, stages[heaviest], activations[heaviest])
     return MemoryBreakdown(
@@ -714,6 +713,29 @@ def _most_loaded(
         capacity_gib=capacity_gib,
         stage=stages[heaviest],
     )
+
+
+def memory_by_stage(
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, *, main_grad_bytes: int = MAIN_GRAD_BYTES,
+    architecture: str | None = None,
+) -> tuple[tuple[int, float], ...]:
+    """(pipeline rank, total GiB) of every rank that can be the most loaded (`_stages_to_cost_for`: the first and
+    last ranks and each other layer mix), default mode; the heaviest is `memory_per_gpu`'s."""
+    p = parallel
+    stages = _stages_to_cost(model, p)
+    statics = _static_gib_by_stage(model, training, p, stages, main_grad_bytes, architecture)
+    activations = _activation_bytes_by_stage(model, training, p, stages)
+    return tuple(zip(stages, _stage_totals_gib(p, training, stages, statics, activations), strict=True))
+
+
+def _stage_totals_gib(p: ParallelConfig, training: TrainingSpec, stages: tuple[int, ...],
+                      statics: tuple[tuple[float, float, float], ...],
+                      activations: tuple[tuple[float, float, float], ...]) -> list[float]:
+    totals = []
+    for stage, (weights, gradients, optimizer), parts in zip(stages, statics, activations, strict=True):
+        stage_activations = _peak_activations_gib(p, training, stage, parts)
+        totals.append(weights + gradients + optimizer + stage_activations + overhead_gib(p, stage_activations))
+    return totals
 
 
 def _stages_to_cost(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:

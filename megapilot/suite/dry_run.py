@@ -41,6 +41,8 @@ class DryRunCombo(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Variables the launch sets (no secrets).")
     command: str = ""
     script: str | None = Field(default=None, description="Where the launch script was written.")
+    memory_warning: str | None = Field(
+        default=None, description="WARN line when the predicted memory exceeds the GPU's (the combo still runs).")
 
 
 class DryRunPlan(BaseModel):
@@ -122,6 +124,7 @@ def _checkpoint_jobs(suite: LoadedSuite, out_dir: Path) -> list[DryRunCombo]:
 
 def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path, job: CheckpointJob | None = None) -> DryRunCombo:
     """A sweep cell's launch, or (with `job`) one of the checkpoint stage's jobs of that cell."""
+    from megapilot.suite.predicted import memory_warning
     from megapilot.suite.render import render_cell
 
     key, backend = cell.key if job is None else job.directory, suite.backend
@@ -142,7 +145,8 @@ def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path, job: CheckpointJo
     return DryRunCombo(key=key, backend=launch.backend, skipped=launch.skipped, nodes=launch.nodes,
                        gpus_per_node=launch.gpus_per_node, megatron_args=launch.megatron_args, env=env,
                        command=launch.command or shlex.join(launch.megatron_args),
-                       script=_write(launch, job_dir) if launch.runnable else None)
+                       script=_write(launch, job_dir) if launch.runnable else None,
+                       memory_warning=memory_warning(key, launch.plan, suite.gpu))
 
 
 def _container_env(suite: LoadedSuite) -> dict[str, str]:

@@ -109,6 +109,33 @@ def calibrated_prediction(plan: SavedPlan, cluster: ClusterSpec, result: Estimat
         band_pct=round(100 * calibration.band, 1) if calibration.band is not None and calibration.applied else None)
 
 
+def memory_warning(key: str, plan: SavedPlan | None, gpu: GPUSpec | None) -> str | None:
+    """A WARN line when the cell's predicted memory (megapilot's default mode, every pipeline rank that can be the
+    most loaded) exceeds the GPU's capacity, naming the cell, each rank over it, the capacity and the fixes; None
+    when it fits, on a CPU suite, or without a plan. A warning, never a refusal: the config runs as written."""
+    if plan is None or gpu is None:
+        return None
+    from megapilot.estimate.memory import memory_by_stage
+
+    p, capacity = plan.parallel, gpu.hbm_gib
+    try:
+        by_stage = memory_by_stage(plan.model, plan.training, p, architecture=gpu.architecture)
+    except (MegapilotError, ValueError, ArithmeticError):  # a cell the estimator cannot price still runs
+        return None
+    over = sorted(((total, stage) for stage, total in by_stage if total > capacity), reverse=True)
+    if not over:
+        return None
+    stages = ", ".join(f"stage {stage} {total:.0f} GiB" for total, stage in over)
+    fixes = [] if p.recompute == "full" else ["full recompute (recompute 1)"]
+    fixes.append(f"more pipeline stages (pipeline_parallelism, now {p.pp})")
+    if p.tp < plan.cluster.gpus_per_node:  # TP stays inside a node
+        fixes.append(f"more tensor parallelism (tensor_parallelism, now {p.tp})")
+    if p.mbs > 1:
+        fixes.append(f"a smaller micro-batch (micro_batch_size, now {p.mbs})")
+    return (f"WARN cell {key}: predicted peak memory per GPU exceeds the {gpu.name}'s {capacity:.0f} GiB: {stages}; "
+            f"it runs as configured, and may run out of memory — to fit: {', '.join(fixes)}")
+
+
 def run_key(plan: SavedPlan, gpu_name: str) -> RunKey:
     from megapilot.estimate.coverage import family_of, precision_class
     from megapilot.estimate.history_calibration import RunKey
@@ -232,5 +259,6 @@ __all__ = [
     "components_ms",
     "departure",
     "judge_predicted",
+    "memory_warning",
     "predict_combo",
 ]

@@ -129,3 +129,23 @@ def test_every_cvs_config_filled_in_as_documented_checks_clean(cli, tmp_path: Pa
             assert cell["skipped"].startswith("the megatron-lm backend cannot run it: mxfp4"), cell
         else:
             assert cell["skipped"] is None and cell["error"] is None and cell["megatron_args"], cell
+
+
+def test_check_warns_of_a_cell_predicted_over_the_gpus_memory_without_refusing_it(cli, tmp_path: Path) -> None:
+    # CVS runs its 405B config as shipped (TP 8 x PP 4, no recompute, 8k tokens on MI325X): a WARN, exit 0
+    config, cluster = write_filled(tmp_path, "mi3xx_megatron_llama-3.1-405b_distributed.json", gpu="MI325X",
+                                   image=PRIMUS_IMAGE, nodes=4)
+    text = cli("suite", "check", str(config), "--cluster", str(cluster))
+    assert text.exit_code == 0, text.stdout
+    warns = [line for line in text.stdout.splitlines() if line.startswith("WARN cell MBS=1,GBS=64,PRECISION=BF16: ")]
+    assert len(warns) == 1 and "MI325X's 256 GiB: stage 0 " in warns[0] and "full recompute (recompute 1)" in warns[0]
+    payload = json.loads(cli("suite", "check", str(config), "--cluster", str(cluster), "--json").stdout)
+    assert payload["ok"] is True and not payload["problems"]
+    assert {line.split(":")[0] for line in payload["memory_warnings"]} >= {
+        "WARN cell MBS=1,GBS=64,PRECISION=BF16", "WARN cell MBS=1,GBS=64,PRECISION=FP8"}
+
+
+def test_check_of_a_cell_that_fits_prints_no_memory_warning(cli, tmp_path: Path) -> None:
+    path = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    payload = json.loads(cli("suite", "check", str(path), "--json").stdout)
+    assert payload["ok"] is True and payload["memory_warnings"] == []

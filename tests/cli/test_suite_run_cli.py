@@ -101,6 +101,29 @@ def test_dry_run_of_the_405b_config_on_primus_renders_its_uneven_pipeline_split(
         assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"} <= set(args)
 
 
+def test_dry_run_warns_of_a_combo_predicted_over_the_gpus_memory_and_still_shows_its_launch(cli, tmp_path: Path
+                                                                                            ) -> None:
+    # CVS's 405B runs TP 8 x PP 4 with no recompute on 4 MI325X nodes: predicted above 256 GiB on stage 0; CVS runs it
+    # as shipped, so the dry run warns and keeps the launch
+    config, cluster = write_filled(tmp_path, LLAMA_405B, gpu="MI325X", image=PRIMUS_IMAGE, nodes=4)
+    text = cli("suite", "run", str(config), "--cluster", str(cluster), "--dry-run", "--out", str(tmp_path / "out"))
+    assert text.exit_code == 0, text.stderr
+    warns = [line.strip() for line in text.stdout.splitlines() if line.strip().startswith("WARN cell")]
+    assert len(warns) == 2 and all("MI325X's 256 GiB: stage 0 " in line for line in warns), text.stdout
+    payload = cli("suite", "run", str(config), "--cluster", str(cluster), "--dry-run", "--json",
+                  "--out", str(tmp_path / "out-json")).json()
+    for combo in payload["combos"]:
+        assert combo["memory_warning"].startswith(f"WARN cell {combo['key']}: ") and combo["script"]
+
+
+def test_dry_run_of_a_combo_that_fits_has_no_memory_warning(cli, tmp_path: Path) -> None:
+    config, cluster = write_filled(tmp_path, DISTRIBUTED_70B, gpu="MI325X", image="rocm/megatron-lm:v25.9", nodes=2)
+    result = cli("suite", "run", str(config), "--cluster", str(cluster), "--dry-run", "--json",
+                 "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.stderr
+    assert all(combo["memory_warning"] is None for combo in result.json()["combos"])
+
+
 def test_the_dry_run_lists_the_checkpoint_jobs_it_writes(cli, tmp_path: Path) -> None:
     import shutil
 

@@ -60,15 +60,19 @@ def test_moe_rows_take_the_recipes_expert_tp_of_one_and_dense_rows_keep_etp_equa
 
 
 def test_the_tables_unprinted_recompute_is_the_lightest_that_fits():
-    """Llama 3 8B on 8 H100s fits without recompute; Llama 3 70B FSDP on GB200 needs more than none (its
-    activations for 80 layers of 8k tokens outgrow 186 GiB) and takes selective, the heaviest the rule tries."""
+    """Llama 3 8B on 8 H100s fits without recompute; Llama 3 70B FSDP on GB200 at MBS 1 fits without it too (80
+    layers of 8k tokens, about 178 of 186 GiB), while at MBS 2 (Megatron-Bridge 25.09) it needs more than none and
+    takes selective, the heaviest the rule tries."""
     entries = {row.id: enter_published_run(row) for row in LAYOUT_ROWS if row.id.startswith(
-        ("bridge-25.09-pretrain-DGX-H100-LLAMA3_8B", "nemo-25.04-DGX-GB200-LLAMA3-70B"))}
+        ("bridge-25.09-pretrain-DGX-H100-LLAMA3_8B", "nemo-25.04-DGX-GB200-LLAMA3-70B",
+         "bridge-25.09-pretrain-DGX-GB200-LLAMA3_70B"))}
     by_prefix = {row_id.split("-FP8")[0]: entry for row_id, entry in entries.items()}
     small = by_prefix["bridge-25.09-pretrain-DGX-H100-LLAMA3_8B"]
     assert small.case.parallel.recompute == "none" and small.result.fits
-    large = by_prefix["nemo-25.04-DGX-GB200-LLAMA3-70B"]
-    assert large.case.parallel.recompute == "selective"
+    mbs1 = by_prefix["nemo-25.04-DGX-GB200-LLAMA3-70B"]
+    assert mbs1.case.parallel.recompute == "none" and mbs1.result.fits
+    mbs2 = by_prefix["bridge-25.09-pretrain-DGX-GB200-LLAMA3_70B"]
+    assert mbs2.case.parallel.mbs == 2 and mbs2.case.parallel.recompute == "selective"
 
 
 def test_tokendrop_rows_run_bridges_token_drop_and_dropless_rows_do_not():

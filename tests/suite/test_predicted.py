@@ -74,3 +74,47 @@ def test_a_predicted_gate_passes_within_its_ratio_and_records_without_a_calibrat
 def test_a_predicted_gate_needs_its_ratio():
     with pytest.raises(ValueError, match="needs 'min_ratio'"):
         threshold(kind="predicted")
+
+
+# ---- the memory WARN of `suite check` / `suite run --dry-run` ----------------------------------------------------
+
+def _cvs_405b_launch(tmp_path, *, edit=None):
+    from megapilot.suite.config import load_suite
+    from megapilot.suite.render import render_cell
+    from tests.suite.cvs_files import LLAMA_405B, PRIMUS_IMAGE, write_filled
+
+    config, cluster = write_filled(tmp_path, LLAMA_405B, gpu="MI325X", image=PRIMUS_IMAGE, nodes=4, edit=edit)
+    suite = load_suite(config, cluster)
+    cell = next(c for c in suite.cells if c.key.endswith("BF16"))
+    return suite, render_cell(suite, cell, job_dir=tmp_path / "job")
+
+
+def test_a_cell_predicted_over_the_gpus_memory_gets_a_warn_line_naming_stage_capacity_and_fixes(tmp_path):
+    from megapilot.estimate.memory import memory_by_stage
+    from megapilot.suite.predicted import memory_warning
+
+    # CVS's Llama 3.1 405B: TP 8 x PP 4, no recompute, 8k tokens on MI325X (256 GiB): stage 0 holds 4 micro-batches
+    # of 31 layers' activations
+    suite, launch = _cvs_405b_launch(tmp_path)
+    plan = launch.plan
+    by_stage = dict(memory_by_stage(plan.model, plan.training, plan.parallel, architecture="cdna3"))
+    assert by_stage[0] > 256 and max(by_stage, key=lambda stage: by_stage[stage]) == 0
+    line = memory_warning(launch.key, plan, suite.gpu)
+    assert line is not None and line.startswith(f"WARN cell {launch.key}: ")
+    assert f"stage 0 {by_stage[0]:.0f} GiB" in line and "MI325X's 256 GiB" in line
+    assert "full recompute (recompute 1)" in line and "pipeline_parallelism, now 4" in line
+    assert "tensor_parallelism" not in line  # TP 8 already fills the node
+    assert "micro_batch_size" not in line  # MBS 1 has nowhere smaller to go
+
+
+def test_no_warn_when_the_cell_fits_on_a_cpu_suite_or_without_a_plan(tmp_path):
+    from megapilot.suite.predicted import memory_warning
+
+    def full_recompute(raw):
+        raw["train_params"]["recompute"] = "1"
+
+    suite, launch = _cvs_405b_launch(tmp_path, edit=full_recompute)
+    assert launch.plan is not None and launch.plan.parallel.recompute == "full"
+    assert memory_warning(launch.key, launch.plan, suite.gpu) is None  # fits: no line
+    assert memory_warning(launch.key, launch.plan, None) is None  # a CPU suite: no GPU to exceed
+    assert memory_warning(launch.key, None, suite.gpu) is None  # a cell that did not render
