@@ -270,7 +270,7 @@ ARGUMENT_INT_FIELDS: tuple[str, ...] = (
 )
 
 
-class _FromEvidence(_Record):
+class _OneLineRecord(_Record):
     """A record read from one line it keeps as its evidence: it names its file and line as every other record does."""
 
     evidence: Evidence
@@ -285,7 +285,7 @@ class _FromEvidence(_Record):
 
 
 @dataclass(frozen=True, slots=True)
-class RankTimes(_FromEvidence):
+class RankTimes(_OneLineRecord):
     """One interval's per-rank compute times (ms) before the collectives, from one line (megapilot.logs.stragglers);
     `node_of_rank` is torchrun's node rank of each rank."""
 
@@ -295,7 +295,7 @@ class RankTimes(_FromEvidence):
 
 
 @dataclass(frozen=True, slots=True)
-class StragglerReport(_FromEvidence):
+class StragglerReport(_OneLineRecord):
     """One `--log-straggler` report: the extreme ranks of Megatron's StragglerDetector (megapilot.logs.stragglers)."""
 
     fastest_rank: int
