@@ -48,9 +48,11 @@ def _suite(directory: Path) -> Path:
     return path
 
 
-def _node_one_launchers(out: Path) -> list[int]:
-    """torchrun of node rank 1 of a job under `out` (its workers are what the duty cycle stops)."""
-    found = []
+def _node_one_launchers(out: Path) -> dict[str, int]:
+    """torchrun of node rank 1 of each job under `out`, by the job's directory (its workers are what the duty cycle
+    stops). A process torchrun forks shows torchrun's command line until it execs: keyed by directory, it is not
+    taken for another job."""
+    found: dict[str, int] = {}
     for process in psutil.process_iter(["cmdline"]):
         words = process.info["cmdline"] or []
         if not any("torch.distributed.run" in w or w.endswith("torchrun") for w in words[:3]):
@@ -59,10 +61,11 @@ def _node_one_launchers(out: Path) -> list[int]:
         if ("--node-rank", "1") not in pairs and "--node-rank=1" not in words and "--node_rank=1" not in words:
             continue
         try:
-            if process.cwd().startswith(str(out)):
-                found.append(process.pid)
+            cwd = process.cwd()
         except psutil.Error:
             continue
+        if cwd.startswith(str(out)):
+            found[cwd] = min(found.get(cwd, process.pid), process.pid)
     return found
 
 
@@ -76,11 +79,11 @@ class SlowNodeOne:
 
     def _watch(self) -> None:
         while not self.done.is_set():
-            for pid in _node_one_launchers(self.out):
-                if pid not in self.cycles:
+            for job_dir, pid in _node_one_launchers(self.out).items():
+                if job_dir not in self.cycles:
                     # stopped 3/4 of the time: a node 4x slower stands out even when this machine's cores are
                     # shared with other work that slows both nodes' ranks unevenly
-                    self.cycles[pid] = DutyCycle(descendants_of(pid), stopped_s=0.09, running_s=0.03)
+                    self.cycles[job_dir] = DutyCycle(descendants_of(pid), stopped_s=0.09, running_s=0.03)
             time.sleep(0.2)
 
     def close(self) -> None:
