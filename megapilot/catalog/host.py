@@ -10,8 +10,9 @@ bandwidth (its "HBM"), and what gloo moves between local ranks. They are measure
                 as memory-bandwidth-bound, each byte written and read by the sender and the receiver
                 (GLOO_MEMORY_PASSES copies), so the link rate is memory bandwidth / GLOO_MEMORY_PASSES
 
-The result is cached as JSON in the user's cache folder, one file per machine (hostname and CPU model); `megapilot
-gpus --measure-host` measures again. numpy comes with the `train` extra (the only place CPU runs happen); without
+The result is cached as JSON in the user's cache folder, one file per machine (hostname and CPU model), measured
+again once it is an hour old and kept where it was better (a peak is only ever under-measured on a busy machine);
+`megapilot gpus --measure-host` measures again and replaces it. numpy comes with the `train` extra (the only place CPU runs happen); without
 it the CPU is not listed.
 """
 
@@ -35,6 +36,7 @@ MATMUL_N = 512
 MATMUL_REPEATS = 5
 COPY_MIB = 64
 COPY_REPEATS = 5
+REFRESH_S = 3600.0  # a cached measurement older than this is taken again (and kept only where it is better)
 GLOO_MEMORY_PASSES = 4.0
 HOST_LINK_GBPS = 1000.0  # activations "offloaded to host memory" already are in host memory: never the limit
 
@@ -113,33 +115,41 @@ def host_spec(rates: dict[str, float]) -> GPUSpec:
 
 
 def host_cpu(*, remeasure: bool = False) -> GPUSpec:
-    """This machine's CPU: from the cache, else measured (and cached); `remeasure` measures again."""
+    """This machine's CPU: from the cache, measured again once it is older than REFRESH_S (and cached); `remeasure`
+    measures again and replaces what was cached.
+
+    A rate is a peak, and other work on the machine can only make a measurement lower: an automatic measurement
+    keeps the better of the cached and the new figure, so one taken on a busy machine heals on the next one."""
     path = cache_path()
-    if not remeasure:
-        cached = _cached_rates(path)
-        if cached is not None:
-            return host_spec(cached)
-        return _host_cpu_cached()
-    _host_cpu_cached.cache_clear()
-    rates = probe()
+    if remeasure:
+        _host_rates.cache_clear()
+        rates = _host_rates()
+        _write(path, rates)
+        return host_spec(rates)
+    cached, measured_at = _cached_rates(path)
+    if cached is not None and time.time() - measured_at < REFRESH_S:
+        return host_spec(cached)
+    fresh = _host_rates()
+    rates = fresh if cached is None else {key: max(cached[key], fresh[key]) for key in fresh}
     _write(path, rates)
     return host_spec(rates)
 
 
 @lru_cache(maxsize=1)
-def _host_cpu_cached() -> GPUSpec:
-    rates = probe()
-    _write(cache_path(), rates)
-    return host_spec(rates)
+def _host_rates() -> dict[str, float]:
+    """One measurement per process."""
+    return probe()
 
 
-def _cached_rates(path: Path) -> dict[str, float] | None:
+def _cached_rates(path: Path) -> tuple[dict[str, float] | None, float]:
+    """The cached rates and when they were measured (0: unknown, so measured again)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         rates = {"matmul_tflops": float(raw["matmul_tflops"]), "memory_tbps": float(raw["memory_tbps"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return rates if all(v > 0 for v in rates.values()) else None
+        measured_at = float(raw.get("measured_at") or 0.0)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, 0.0
+    return (rates, measured_at) if all(v > 0 for v in rates.values()) else (None, 0.0)
 
 
 def _write(path: Path, rates: dict[str, float]) -> None:

@@ -12,9 +12,9 @@ from megapilot.catalog import host
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv(host.CACHE_ENV, str(tmp_path))
-    host._host_cpu_cached.cache_clear()
+    host._host_rates.cache_clear()
     yield tmp_path
-    host._host_cpu_cached.cache_clear()
+    host._host_rates.cache_clear()
 
 
 def test_the_cpu_is_measured_once_and_read_from_the_cache_after(cache):
@@ -46,3 +46,17 @@ def test_gpus_lists_the_cpu_and_measures_it_again_on_demand(cli, cache):
     rows = cli("gpus", "--json", "--measure-host").json()
     cpu = [row for row in rows if row["alias"] == "cpu"]
     assert len(cpu) == 1 and "measured on this machine" in cpu[0]["source"]
+
+
+def test_a_figure_measured_on_a_busy_machine_heals_when_it_is_measured_again(cache):
+    import time
+
+    path = host.cache_path()
+    fresh = host.host_cpu(remeasure=True).bf16_dense_tflops
+    low = {"matmul_tflops": fresh / 1000, "memory_tbps": 1e-6}
+    path.write_text(json.dumps(low | {"measured_at": time.time()}))  # recent: used as it is
+    assert host.host_cpu().bf16_dense_tflops == pytest.approx(fresh / 1000)
+    path.write_text(json.dumps(low | {"measured_at": time.time() - host.REFRESH_S - 1}))  # stale: taken again
+    healed = host.host_cpu()
+    assert healed.bf16_dense_tflops == pytest.approx(fresh) and healed.hbm_bw_tbps > 1e-6
+    assert json.loads(path.read_text())["matmul_tflops"] == pytest.approx(fresh)  # and cached
