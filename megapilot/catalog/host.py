@@ -12,8 +12,8 @@ bandwidth (its "HBM"), and what gloo moves between local ranks. They are measure
 
 The result is cached as JSON in the user's cache folder, one file per machine (hostname and CPU model), measured
 again once it is an hour old and kept where it was better (a peak is only ever under-measured on a busy machine);
-`megapilot gpus --measure-host` measures again and replaces it. numpy comes with the `train` extra (the only place CPU runs happen); without
-it the CPU is not listed.
+`megapilot gpus --measure-host` measures again and replaces it. numpy comes with the `train` extra (the only place
+CPU runs happen); without it the CPU is not listed.
 """
 
 from __future__ import annotations
