@@ -73,8 +73,10 @@ TIMESTAMP_RE = re.compile(r"(\d{4})-?(\d\d)-?(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[
 GLOG_TIME_RE = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
 # A glog *warning* (torchrun's `W1201 08:39:32.049 ...`, c10's `[W1201 08:39:32.049 TCPStore.cpp:138] ...`), after any
 # rank prefix torchrun's tee adds (`[default0]:`): c10d prints these while it retries a store that is not up yet and
-# when a node's store goes away at the end of a job, so they are never fatal on their own.
-GLOG_WARNING_RE = re.compile(r"^\s*(?:\[\w+\]:)?\s*\[?W\d{4} \d\d:\d\d:\d\d\.\d+\s")
+# when a node's store goes away at the end of a job, so they are never fatal on their own; nor are the C++ backtrace
+# lines c10 prints under them (`Exception raised from ...`, `frame #2: c10::DistNetworkError::...`).
+GLOG_WARNING_RE = re.compile(
+    r"^\s*(?:\[\w+\]:)?\s*(?:\[?W\d{4} \d\d:\d\d:\d\d\.\d+\s|frame #\d+: |Exception raised from )")
 RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |^\([\w.\- ]*,? ?rank=(\d+)")
 # NCCL's own prefix `host:pid:tid [dev]`: the bracket is the process's CUDA device (its local index on the host),
 # not a rank: device 3 exists on every node.

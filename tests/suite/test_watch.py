@@ -55,6 +55,9 @@ def test_c10d_warnings_do_not_stop_a_job_but_its_errors_do(tmp_path):
         "[W1205 07:44:35.403684836 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl(fd=3, "
         "addr=[::ffff:127.0.0.1]:60786, remote=[::ffff:127.0.0.1]:27235): Failed to recv, got 0 bytes. Connection "
         "was likely closed. Did the remote server shutdown or crash?\n"
+        "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:787 (most recent call "
+        "first):\n"
+        "frame #2: c10::DistNetworkError::DistNetworkError(c10::SourceLocation, std::string) + 0x72 (libc10.so)\n"
         "[default0]:[W1205 07:44:01.1 socket.cpp:752] [c10d] The client socket has failed to connect to "
         "[localhost]:29611 (errno: 111 - Connection refused).\n"
         "W1205 07:44:02.049000 28171 torch/distributed/elastic/rendezvous/api.py:123] rendezvous timed out, retrying\n")
@@ -63,4 +66,4 @@ def test_c10d_warnings_do_not_stop_a_job_but_its_errors_do(tmp_path):
     with log.open("a") as handle:  # the rendezvous really failed: raised, not warned
         handle.write("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n")
     finding = watch.scan([log])
-    assert finding is not None and finding.category == "rendezvous_failure" and finding.evidence[0].line == 4
+    assert finding is not None and finding.category == "rendezvous_failure" and finding.evidence[0].line == 6
