@@ -100,3 +100,20 @@ def write_filled(tmp_path: Path, name: str, *, gpu: str, image: str, nodes: int,
     config.write_text(json.dumps(raw))
     cluster.write_text(json.dumps(cluster_json(nodes)))
     return config, cluster
+
+
+def two_host_suite(tmp_path: Path, executor: str, **megapilot: object):
+    """The 8B single-node CVS config on `executor`, with a two-host SSH cluster file (head node 10.0.0.2, port
+    2222), loaded."""
+    from megapilot.suite.config import load_suite
+
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["megapilot"] = {"executor": executor, **megapilot}
+    config = write_suite(tmp_path, raw, SINGLE_8B)
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({
+        "username": "ops", "priv_key_file": "/home/ops/.ssh/id_ed25519", "head_node_dict": {"mgmt_ip": "10.0.0.2"},
+        "node_dict": {"10.0.0.1": {"bmc_ip": "NA", "vpc_ip": "192.168.0.1"},
+                      "10.0.0.2": {"bmc_ip": "NA", "vpc_ip": "192.168.0.2"}},
+        "ssh_port": 2222, "ssh_options": ["StrictHostKeyChecking=accept-new"]}))
+    return load_suite(config, cluster)

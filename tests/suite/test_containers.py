@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 
-from megapilot.suite.config import load_suite
 from megapilot.suite.containers import exec_prefix, prepare_containers, run_argv, uses_container
 from megapilot.suite.executors import container_wrapper, make_executor
 from megapilot.suite.results import Verdict
-from tests.suite.cvs_files import SINGLE_8B, filled_in, raw_cvs, write_suite
-
-
-def _suite(tmp_path, executor: str):
-    raw = filled_in(raw_cvs(SINGLE_8B))
-    raw["megapilot"] = {"executor": executor}
-    config = write_suite(tmp_path, raw, SINGLE_8B)
-    cluster = tmp_path / "cluster.json"
-    cluster.write_text(json.dumps({
-        "username": "ops", "priv_key_file": "/home/ops/.ssh/id_ed25519", "head_node_dict": {"mgmt_ip": "10.0.0.2"},
-        "node_dict": {"10.0.0.1": {"bmc_ip": "NA", "vpc_ip": "192.168.0.1"},
-                      "10.0.0.2": {"bmc_ip": "NA", "vpc_ip": "192.168.0.2"}},
-        "ssh_port": 2222, "ssh_options": ["StrictHostKeyChecking=accept-new"]}))
-    return load_suite(config, cluster)
+from tests.suite.cvs_files import two_host_suite
 
 
 def test_docker_run_follows_the_cvs_runtime_args_and_names_env_without_values(tmp_path):
-    suite = _suite(tmp_path, "ssh")
+    suite = two_host_suite(tmp_path, "ssh")
     assert uses_container(suite)
     argv = run_argv(suite)
     container = suite.config.container
@@ -41,7 +26,7 @@ def test_docker_run_follows_the_cvs_runtime_args_and_names_env_without_values(tm
 
 
 def test_no_container_for_slurm_jobs_said_in_the_prepare_row(tmp_path):
-    suite = _suite(tmp_path, "slurm")
+    suite = two_host_suite(tmp_path, "slurm")
     assert not uses_container(suite) and container_wrapper(suite) is None
     [row] = prepare_containers(suite, make_executor(suite))
     assert row.verdict is Verdict.SKIPPED and "pyxis" in row.reason
