@@ -32,7 +32,8 @@ def test_a_suite_on_fewer_nodes_than_the_cluster_file_takes_the_first(tmp_path):
 
 
 def test_scheduler_options_are_partition_account_then_the_sbatch_options_in_order(tmp_path):
-    suite = two_host_suite(tmp_path, "slurm", partition="gpu", account="proj7", sbatch_options=["--qos=high", "-C a100"])
+    suite = two_host_suite(tmp_path, "slurm", partition="gpu", account="proj7",
+                           sbatch_options=["--qos=high", "-C a100"])
     assert scheduler_options(suite) == ["--partition=gpu", "--account=proj7", "--qos=high", "-C a100"]
 
 
