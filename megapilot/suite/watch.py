@@ -9,6 +9,7 @@ for the hang watchdog would only waste the cluster's time.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,11 @@ FATAL_CATEGORIES = frozenset({"oom", "nccl_timeout", "nccl_error", "gpu_hw_fault
                               "rendezvous_failure", "checkpoint_save_failure", "checkpoint_load_failure"})
 MAX_LINE_CHARS = 2000  # evidence is for people; a megabyte-long line is cut
 MAX_READ_BYTES = 8 * 1024 * 1024  # per file per poll: a flood of output is read over several polls
+# torchrun's agent says its node's workers are done: past it, the agent only waits at its exit barrier for the other
+# nodes, and a store gone there (node 0 left first) is logged as an error with a DistNetworkError traceback that
+# torchrun itself ignores (it still exits 0). The job's exit code judges what follows, not this watch.
+NODE_DONE_RE = re.compile(r"worker group successfully finished|Local worker group finished|"
+                          r"Error waiting on exit barrier|Done waiting for other agents")
 
 
 @dataclass
@@ -30,6 +36,7 @@ class _FileCursor:
     offset: int = 0
     line_no: int = 0
     partial: bytes = b""
+    node_done: bool = False
 
 
 @dataclass
@@ -52,8 +59,8 @@ class FatalWatch:
         except OSError:
             return None
         if size < cursor.offset:  # truncated or replaced: start over
-            cursor.offset, cursor.line_no, cursor.partial = 0, 0, b""
-        if size == cursor.offset:
+            self.cursors[path] = cursor = _FileCursor()
+        if size == cursor.offset or cursor.node_done:
             return None
         with path.open("rb") as handle:
             handle.seek(cursor.offset)
@@ -64,6 +71,9 @@ class FatalWatch:
         for raw in lines:
             cursor.line_no += 1
             text = raw.decode("utf-8", "replace").rstrip("\r")
+            if NODE_DONE_RE.search(text):
+                cursor.node_done = True
+                return None
             # a c10d warning (a store retried at start-up, a store gone at a node's end) is not the failure: if the
             # job fails, its exit or the hang watchdog says so, and the diagnosis afterwards still reads the line
             signature = None if GLOG_WARNING_RE.match(text) else match_line(text)

@@ -67,3 +67,21 @@ def test_c10d_warnings_do_not_stop_a_job_but_its_errors_do(tmp_path):
         handle.write("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n")
     finding = watch.scan([log])
     assert finding is not None and finding.category == "rendezvous_failure" and finding.evidence[0].line == 6
+
+
+def test_a_store_gone_at_the_exit_barrier_does_not_stop_a_job(tmp_path):
+    log = tmp_path / "n1.log"
+    # node 1's torchrun after its workers finished, node 0's store already gone: torchrun logs it and exits 0
+    prefix = "E1205 09:15:40.230000 31095 torch/distributed/elastic/agent/server/api.py:1008]"
+    log.write_text(
+        " [default0]:[after training] iteration 15/15\n"
+        f"{prefix} Error waiting on exit barrier. Elapsed: 0.0123 seconds\n"
+        f"{prefix} Traceback (most recent call last):\n"
+        f"{prefix} torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. "
+        "Did the remote server shutdown or crash?\n")
+    watch = FatalWatch()
+    assert watch.scan([log]) is None
+    # without the agent's line before it, the same error is a failure
+    log.write_text(f"{prefix} torch.distributed.DistNetworkError: Failed to recv, got 0 bytes.\n")
+    finding = watch.scan([log])
+    assert finding is not None and finding.category == "rendezvous_failure"
