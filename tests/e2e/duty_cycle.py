@@ -4,8 +4,11 @@ descendants of a node's launcher, or the processes an executor started for one n
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import multiprocessing.queues
+import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 
@@ -31,7 +34,9 @@ def ranks_of_node(node_rank: int, command: str) -> Finder:
         found = []
         for process in psutil.process_iter(["cmdline"]):
             try:
-                if command not in " ".join(process.info["cmdline"] or []):
+                line = " ".join(process.info["cmdline"] or [])
+                # a process torchrun forked shows torchrun's command line until it execs: not a worker yet
+                if command not in line or "torch.distributed.run" in line or "torchrun" in line:
                     continue
                 env = process.environ()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -44,14 +49,20 @@ def ranks_of_node(node_rank: int, command: str) -> Finder:
 
 class DutyCycle:
     """Stops and continues what `find` returns on a fixed cycle until closed. `rescan_s` > 0 looks the workers up
-    again only that often (reading every process's environment takes long on a busy machine)."""
+    again only that often (reading every process's environment takes long on a busy machine).
+
+    The cycle runs in a process of its own, at a raised priority where the machine allows it: in a thread of the
+    test's process, on a machine busy with other tests, its wake-ups came late (the GIL, the scheduler) and the
+    "stopped" node ran most of the time, as fast as the other."""
 
     def __init__(self, find: Finder, stopped_s: float, running_s: float, rescan_s: float = 0.0):
         self.find, self.stopped_s, self.running_s, self.rescan_s = find, stopped_s, running_s, rescan_s
         self.seen: set[int] = set()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._cycle, daemon=True)
-        self.thread.start()
+        context = multiprocessing.get_context("fork")  # `find` is a closure: the child gets it by fork, not pickle
+        self.done = context.Event()
+        self.report: multiprocessing.queues.SimpleQueue[set[int]] = context.SimpleQueue()
+        self.process = context.Process(target=self._cycle, daemon=True)
+        self.process.start()
 
     @staticmethod
     def _signal(workers: list[psutil.Process], sig: signal.Signals) -> None:
@@ -62,18 +73,24 @@ class DutyCycle:
                 pass
 
     def _cycle(self) -> None:
+        with contextlib.suppress(OSError):  # not permitted: the cycle still runs, at the usual priority
+            os.setpriority(os.PRIO_PROCESS, 0, -15)
         workers: list[psutil.Process] = []
+        seen: set[int] = set()
         looked_at = 0.0
         while not self.done.is_set():
             if not workers or time.monotonic() - looked_at >= self.rescan_s:
                 workers, looked_at = self.find(), time.monotonic()
-                self.seen |= {w.pid for w in workers}
+                seen |= {w.pid for w in workers}
             self._signal(workers, signal.SIGSTOP)
             time.sleep(self.stopped_s)
             self._signal(workers, signal.SIGCONT)
             time.sleep(self.running_s)
+        self.report.put(seen)
 
     def close(self) -> None:
         self.done.set()
-        self.thread.join()
+        self.process.join(timeout=60)
+        if self.process.exitcode == 0:
+            self.seen = self.report.get()
         self._signal(self.find(), signal.SIGCONT)

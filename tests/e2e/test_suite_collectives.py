@@ -25,10 +25,11 @@ from tests.e2e.duty_cycle import DutyCycle, ranks_of_node
 
 pytestmark = pytest.mark.slow
 
-# Sizes up to 4 MiB and 10 calls each: a node's own timed window (its largest size) then spans several periods of
-# the duty cycle below, so the slowed node is measured slowed whatever the phase.
+# Sizes up to 4 MiB and 60 calls each: a node's own timed window (60 all-reduces of its largest size, 3 ms each on
+# this machine) then spans two periods of the duty cycle below (80 ms), so the slowed node is measured slowed
+# whatever the phase; with 10 calls the window fit inside one running phase and node 1 was measured the faster.
 COLLECTIVES = {"enabled": True, "ops": ["all_reduce", "alltoall"], "min_bytes": 65536, "max_bytes": 4194304,
-               "iters": 10, "min_busbw_gbps": 1000}
+               "iters": 60, "min_busbw_gbps": 1000}
 
 
 def _suite(directory: Path, executor: str, nodes: int, ranks_per_node: int = 2) -> Path:

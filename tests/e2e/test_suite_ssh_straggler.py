@@ -83,7 +83,8 @@ class SlowNodeOne:
                 if job_dir not in self.cycles:
                     # stopped 3/4 of the time: a node 4x slower stands out even when this machine's cores are
                     # shared with other work that slows both nodes' ranks unevenly
-                    self.cycles[job_dir] = DutyCycle(descendants_of(pid), stopped_s=0.09, running_s=0.03)
+                    self.cycles[job_dir] = DutyCycle(descendants_of(pid), stopped_s=0.09, running_s=0.03,
+                                                     rescan_s=1.0)
             time.sleep(0.2)
 
     def close(self) -> None:
