@@ -89,29 +89,34 @@ def test_one_prediction_type():
 
 
 def test_the_layout_has_one_name_per_field():
-    """A layout given in part (the command line's flags, a `--batch` line) says each of its fields by
-    ParallelConfig's name; what is not a layout field (model, hardware, batch, run features) is named."""
+    """A layout given in part on the command line says each of its fields by ParallelConfig's name; what is not a
+    layout field (model, hardware, batch, run features) is named."""
     from dataclasses import fields
 
     from megapilot.cli.layout_options import LayoutFlags
-    from megapilot.estimate.cases import CaseFeatures, CaseFlags
+    from megapilot.estimate.cases import CaseFeatures
     from megapilot.spec import ParallelConfig
 
     not_layout = {"model", "gpu", "gpus", "gpus_per_node", "gbs", "seq_len", "precision", "fp8_recipe", "optimizer",
                   "force_tp_across_nodes"} | {item.name for item in fields(CaseFeatures)}
-    layout = set(ParallelConfig.model_fields)
-    for partial in (CaseFlags, LayoutFlags):
-        assert {item.name for item in fields(partial)} - not_layout <= layout, partial.__name__
+    assert {item.name for item in fields(LayoutFlags)} - not_layout <= set(ParallelConfig.model_fields)
 
 
 def test_the_layout_is_one_type():
     """Where a layout is held in part it is a LayoutPins, whose fields are ParallelConfig's (tests/spec proves
-    that): the planner's pins."""
+    that): the planner's pins, the flags of an estimate."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from megapilot.estimate.cases import KNOWN_FLAGS, CaseFlags
     from megapilot.plan.space import SEARCHED_FIELDS, Pins
     from megapilot.spec import LAYOUT_FIELDS, LayoutPins
 
     assert issubclass(Pins, LayoutPins) and tuple(Pins.model_fields) == LAYOUT_FIELDS
     assert set(SEARCHED_FIELDS) <= set(LAYOUT_FIELDS)
+    assert get_type_hints(CaseFlags)["layout"] is LayoutPins
+    assert not {item.name for item in fields(CaseFlags)} & set(LAYOUT_FIELDS)  # no layout field of its own
+    assert set(LAYOUT_FIELDS) <= KNOWN_FLAGS
 
 
 def test_the_command_lines_options_are_the_estimates_flags_by_name():
@@ -119,8 +124,7 @@ def test_the_command_lines_options_are_the_estimates_flags_by_name():
     from dataclasses import fields
 
     from megapilot.cli.layout_options import FeatureFlags, LayoutFlags
-    from megapilot.estimate.cases import CaseFlags
+    from megapilot.estimate.cases import KNOWN_FLAGS
 
-    case_flags = {item.name for item in fields(CaseFlags)}
     for options in (LayoutFlags, FeatureFlags):
-        assert {item.name for item in fields(options)} <= case_flags, options.__name__
+        assert {item.name for item in fields(options)} <= KNOWN_FLAGS, options.__name__
