@@ -104,14 +104,17 @@ def test_the_layout_has_one_name_per_field():
 
 def test_the_layout_is_one_type():
     """Where a layout is held in part it is a LayoutPins, whose fields are ParallelConfig's (tests/spec proves
-    that): the planner's pins, the flags of an estimate."""
+    that): the planner's pins, the flags of an estimate, a suite's sweep cell."""
     from dataclasses import fields
     from typing import get_type_hints
 
     from megapilot.estimate.cases import KNOWN_FLAGS, CaseFlags
     from megapilot.plan.space import SEARCHED_FIELDS, Pins
     from megapilot.spec import LAYOUT_FIELDS, LayoutPins
+    from megapilot.suite.cells import SweepCell
 
+    assert SweepCell.model_fields["layout"].annotation is LayoutPins
+    assert not set(SweepCell.model_fields) & set(LAYOUT_FIELDS)
     assert issubclass(Pins, LayoutPins) and tuple(Pins.model_fields) == LAYOUT_FIELDS
     assert set(SEARCHED_FIELDS) <= set(LAYOUT_FIELDS)
     assert get_type_hints(CaseFlags)["layout"] is LayoutPins

@@ -241,7 +241,8 @@ class LayoutPins(BaseModel):
         the world size; MegapilotError when TP*PP*CP does not divide it, ValueError where ParallelConfig refuses)."""
         return ParallelConfig.for_world(world_size, **(defaults | self.given()))
 
-    if TYPE_CHECKING:  # the fields are ParallelConfig's, made at import: typed as it types them, not here
+    if TYPE_CHECKING:  # the fields are ParallelConfig's, made at import: checked as it types them, at run time
+        def __init__(self, **given: Any) -> None: ...
         def __getattr__(self, name: str) -> Any: ...
 
 
