@@ -131,3 +131,34 @@ def test_the_command_lines_options_are_the_estimates_flags_by_name():
 
     for options in (LayoutFlags, FeatureFlags):
         assert {item.name for item in fields(options)} <= KNOWN_FLAGS, options.__name__
+
+
+def _sample(annotation: object) -> tuple[object, object]:
+    """A legal value of a ParallelConfig field, as the command line types it and as ParallelConfig holds it."""
+    from typing import Literal, get_args, get_origin
+
+    if annotation in (int, int | None):
+        return 2, 2
+    if annotation is bool:
+        return True, True
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)[-1], get_args(annotation)[-1]
+    if annotation == str | None:
+        return "Et|tL", "Et|tL"
+    listed, _none = get_args(annotation)  # tuple[Literal[...], ...] | None: given as a comma-separated list
+    names = get_args(get_args(listed)[0])[:2]
+    return ",".join(names), names
+
+
+def test_every_layout_field_reaches_the_case_from_the_command_line_by_its_name():
+    """Each of ParallelConfig's fields (but DP) is a command-line option of the same name whose value reaches the
+    estimate's flags as the field's value: a field added to ParallelConfig without its option fails here."""
+    from megapilot.cli.layout_options import LayoutFlags
+    from megapilot.estimate.cases import CaseFlags
+    from megapilot.spec import LAYOUT_FIELDS, ParallelConfig
+
+    base = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 8, "seq_len": 4096}
+    for name in LAYOUT_FIELDS:
+        typed, held = _sample(ParallelConfig.model_fields[name].annotation)
+        flags = CaseFlags.parse(LayoutFlags(**{name: typed}).case_flags() | base)
+        assert flags.layout.given().get(name) == held, name

@@ -116,6 +116,8 @@ class LayoutFlags:
     precision: Annotated[str | None, _option(f"{PRECISION_HELP} (default bf16).")] = None
     fp8_recipe: Annotated[str | None, _option(FP8_RECIPE_HELP)] = None
     recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
+    recompute_method: Annotated[str | None, _option(
+        "With full recompute: uniform | block (--recompute-method; default uniform).")] = None
     recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
     recompute_modules: Annotated[str | None, _option(
         "With selective recompute: what to rerun in the backward, comma-separated, from core_attn, moe_act, "
