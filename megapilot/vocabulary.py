@@ -3,9 +3,11 @@ default, the releases that have it and what it means. One row per flag, stated o
 
 Its readers:
 - `launch` renders the spec into these flags: the training section straight from the rows, the model and
-  parallelism sections every flag that carries its field as it is (`ArgSection.add_terms`);
-- `diagnose.flags` reads a script's flags back into specs, taking Megatron's default for a flag a script leaves out
-  from here (what the run then trained with);
+  parallelism sections every flag whose row says how it carries its field (`ArgSection.add_terms`): as it is, or
+  by the row's `Derivation` (an inverted switch, a switch for one value of its field, a value written in
+  Megatron's own form);
+- `diagnose.flags` reads a script's flags back into specs by the same rows (`Term.read`), taking Megatron's default
+  for a flag a script leaves out from here (what the run then trained with);
 - `diagnose.mismatch` compares a log's arguments block (keyed by `Term.dest`) with the script's specs by field;
 - `trainer.args` accepts these flags with these types, defaults and meanings;
 - `launch.versions` writes out the defaults a release changed under the renderers (`pinned_from`);
@@ -22,11 +24,50 @@ specs (or pydantic).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["int", "float", "str", "bool"]
 Default = int | float | str | bool | None
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """How a flag says its field where it does not carry it as it is: both ways, so that what a script writes is
+    what reading the script back gives."""
+
+    how: str  # in words, for a reader of the table
+    to_flag: Callable[[Any], Any]  # the field's value -> the flag's (a switch: whether it is written; None: left out)
+    from_flag: Callable[[Any], Any]  # the flag as a script has it (a switch: whether it is there; else its text or
+    # None) -> the field's value (None: this flag does not say it)
+    examples: tuple[Any, ...]  # field values that go to the flag and back unchanged (tests/test_vocabulary.py)
+
+
+# A store_false switch: its field is true unless the switch is written.
+INVERTED = Derivation("written when the field is false", lambda value: not value, lambda present: not present,
+                      (True, False))
+
+
+def one_of(value: str) -> Derivation:
+    """A switch that says one value of its field (`--swiglu`: mlp_activation 'swiglu'); the field's other values
+    are said by other flags or Megatron's default."""
+    return Derivation(f"written when the field is {value!r}", lambda field: field == value,
+                      lambda present: value if present else None, (value,))
+
+
+def _window_flag(window: int | None) -> str | None:
+    return None if window is None else f"{window - 1},0"  # (left, right) keys, both ends included: W-1 to the left
+
+
+def _window_field(text: str | None) -> int | None:
+    left, _, _right = (text or "").partition(",")
+    return int(left) + 1 if left.strip().isdigit() else None
+
+
+# `--window-size LEFT,RIGHT` of a causal model: the last LEFT+1 tokens, the query's own included.
+CAUSAL_WINDOW = Derivation("the window of W tokens as Megatron's (left, right) = (W-1, 0)", _window_flag,
+                           _window_field, (4096, 128, None))
 
 
 @dataclass(frozen=True)
@@ -45,26 +86,41 @@ class Term:
     # the default above is written out (launch.versions).
     pinned_from: str | None = None
     pinned_why: str = ""
+    derived: Derivation | None = None  # how the flag says its field where it does not carry it as it is
 
     @property
     def dest(self) -> str:
         """The argument's name in Megatron's parsed arguments (and its log's arguments block)."""
         return self.argument or self.flag.removeprefix("--").replace("-", "_")
 
+    def rendered(self, value: object) -> object:
+        """The flag's value for its field's `value`: a switch, whether it is written; else the value (None: the
+        flag is left out)."""
+        return self.derived.to_flag(value) if self.derived is not None else value
 
-def _int(flag: str, field: str | None, default: int | None, meaning: str, **extra: str) -> Term:
+    def read(self, given: object) -> object:
+        """The field's value from the flag as a script has it: a switch, whether it is there; else its text (None:
+        absent, read as None: the reader applies `default` where the run fell back to it)."""
+        if self.derived is not None:
+            return self.derived.from_flag(given)
+        if self.kind == "bool" or given is None:
+            return given
+        return {"int": int, "float": float, "str": str}[self.kind](given)
+
+
+def _int(flag: str, field: str | None, default: int | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "int", default, meaning, **extra)
 
 
-def _float(flag: str, field: str | None, default: float | None, meaning: str, **extra: str) -> Term:
+def _float(flag: str, field: str | None, default: float | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "float", default, meaning, **extra)
 
 
-def _str(flag: str, field: str | None, default: str | None, meaning: str, **extra: str) -> Term:
+def _str(flag: str, field: str | None, default: str | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "str", default, meaning, **extra)
 
 
-def _switch(flag: str, field: str | None, meaning: str, **extra: str) -> Term:
+def _switch(flag: str, field: str | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "bool", False, meaning, **extra)
 
 
@@ -77,8 +133,9 @@ TERMS: tuple[Term, ...] = (
     _int("--kv-channels", "model.kv_channels", None, "projection size per head (default hidden / heads)"),
     _switch("--group-query-attention", None, "use grouped-query attention (with --num-query-groups)"),
     _int("--num-query-groups", "model.num_query_groups", 1, "number of key/value groups with --group-query-attention"),
-    _switch("--swiglu", "model.mlp_activation", "use the gated SwiGLU MLP"),
-    _switch("--squared-relu", "model.mlp_activation", "squared-ReLU MLP activation (Nemotron)"),
+    _switch("--swiglu", "model.mlp_activation", "use the gated SwiGLU MLP", derived=one_of("swiglu")),
+    _switch("--squared-relu", "model.mlp_activation", "squared-ReLU MLP activation (Nemotron)",
+            derived=one_of("squared_relu")),
     _str("--normalization", "model.normalization", "LayerNorm", "normalization layer"),
     _float("--norm-epsilon", "model.norm_epsilon", 1e-5, "epsilon of the normalization layers",
            argument="layernorm_epsilon"),
@@ -89,13 +146,15 @@ TERMS: tuple[Term, ...] = (
          "maximum sequence length of the position embedding"),
     _int("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by", 128,
          "pad the vocabulary to a multiple of this (times TP)"),
-    _switch("--disable-bias-linear", "model.add_bias_linear", "no bias in linear layers", argument="add_bias_linear"),
+    _switch("--disable-bias-linear", "model.add_bias_linear", "no bias in linear layers", argument="add_bias_linear",
+            derived=INVERTED),
     _switch("--untie-embeddings-and-output-weights", "model.tie_embeddings",
-            "separate input embedding and output layer"),
+            "separate input embedding and output layer", derived=INVERTED),
     _switch("--qk-layernorm", "model.qk_layernorm", "normalize queries and keys (under MLA: the q/kv latents)"),
     _switch("--add-qkv-bias", "model.add_qkv_bias", "bias on the QKV projection only"),
     _str("--window-size", "model.sliding_window", None,
-         "sliding-window attention: 'left,right' keys around each query", since="core_v0.15.0"),
+         "sliding-window attention: 'left,right' keys around each query", since="core_v0.15.0",
+         derived=CAUSAL_WINDOW),
     _float("--attention-dropout", None, 0.1, "dropout on attention probabilities"),
     _float("--hidden-dropout", None, 0.1, "dropout on hidden states"),
     # --- RoPE scaling

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.hf import layer_blocks_from_block_configs
@@ -49,7 +49,7 @@ from megapilot.spec.model import (
 from megapilot.spec.parallel import RECOMPUTE_MODULES
 from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
 from megapilot.spec.validate import most_offloaded_layers
-from megapilot.vocabulary import default, float_default, int_default
+from megapilot.vocabulary import default, float_default, int_default, term
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
@@ -606,16 +606,16 @@ def _rope_scaling(flags: LaunchFlags) -> Llama3RopeScaling | YarnRopeScaling | N
     return Llama3RopeScaling(factor=_megatron_float(flags, "--rope-scaling-factor"))
 
 
-def _sliding_window(flags: LaunchFlags) -> int | None:
-    """--window-size LEFT,RIGHT of a causal model: the last LEFT+1 tokens (the query's own included)."""
-    left, _, _right = (flags.get("--window-size") or "").partition(",")
-    return int(left) + 1 if left.strip().isdigit() else None
+def _read(flags: LaunchFlags, flag: str) -> Any:
+    """The field a flag says, read by its vocabulary row (the rule the launch script was written by): a switch by
+    whether it is there, a valued flag from its text (None: absent)."""
+    row = term(flag)
+    return row.read(flags.has(flag) if row.kind == "bool" else flags.get(flag))
 
 
 def _activation(flags: LaunchFlags) -> MlpActivation:
-    if flags.has("--swiglu"):
-        return "swiglu"
-    return "squared_relu" if flags.has("--squared-relu") else "gelu"
+    said = (_read(flags, flag) for flag in ("--swiglu", "--squared-relu"))
+    return next((activation for activation in said if activation is not None), "gelu")  # gelu: Megatron's default
 
 
 def _position_embedding(flags: LaunchFlags) -> PositionEmbedding:
@@ -658,11 +658,11 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         rotary_percent=_megatron_float(flags, "--rotary-percent"),
         norm_zero_centered=flags.has("--apply-layernorm-1p"),
         attention_output_gate=flags.has("--attention-output-gate"), gated_delta_net=_gated_delta_net(flags),
-        tie_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
-        add_bias_linear=not flags.has("--disable-bias-linear"),
+        tie_embeddings=_read(flags, "--untie-embeddings-and-output-weights"),
+        add_bias_linear=_read(flags, "--disable-bias-linear"),
         add_qkv_bias=flags.has("--add-qkv-bias"),
         qk_layernorm=flags.has("--qk-layernorm") and not flags.has("--multi-latent-attention"),
-        rope_scaling=_rope_scaling(flags), sliding_window=_sliding_window(flags),
+        rope_scaling=_rope_scaling(flags), sliding_window=_read(flags, "--window-size"),
         moe=_moe(flags, ffn), mla=_mla(flags),
         mtp_num_layers=flags.get_int("--mtp-num-layers") or (hybrid.mtp_depths if hybrid else 0),
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", float_default("--mtp-loss-scaling-factor"))

@@ -43,10 +43,8 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
         s.add("--apply-layernorm-1p")
     _add_position(s, model)
     s.add_terms(model, "--max-position-embeddings", "--make-vocab-size-divisible-by")
-    if not model.tie_embeddings:  # (inverted switches: the field says what the flag turns off)
-        s.add("--untie-embeddings-and-output-weights")
-    if not model.add_bias_linear:
-        s.add("--disable-bias-linear")
+    # (inverted switches: the field says what the flag turns off)
+    s.add_terms(model, "--untie-embeddings-and-output-weights", "--disable-bias-linear")
     # Modern decoder LLMs pretrain without dropout; Megatron's defaults (0.1) date from GPT-2/BERT.
     s.add("--attention-dropout", 0.0)
     s.add("--hidden-dropout", 0.0)
@@ -105,8 +103,7 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
     if model.qk_layernorm or (model.mla is not None and model.mla.latent_layernorms):
         s.add("--qk-layernorm")
     if model.sliding_window is not None:
-        # (left, right) keys around each query, both ends included: the last W tokens are W-1 to the left.
-        s.add("--window-size", f"{model.sliding_window - 1},0")
+        s.add_terms(model, "--window-size")  # (W-1, 0): the last W tokens, the query's own included
         if model.sliding_window_skip_freq is not None:
             s.add("--window-attn-skip-freq", model.sliding_window_skip_freq)
     if model.softmax_type != "vanilla":
@@ -145,11 +142,8 @@ def _add_gated_delta_net(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
 
 
 def _add_activation(s: ArgSection, model: ModelSpec) -> None:
-    if model.mlp_activation == "swiglu":
-        s.add("--swiglu")
-    elif model.mlp_activation == "squared_relu":
-        s.add("--squared-relu")
-    elif model.mlp_activation == "quick_geglu":
+    s.add_terms(model, "--swiglu", "--squared-relu")  # a switch each for its one activation
+    if model.mlp_activation == "quick_geglu":
         s.add("--quick-geglu")
         if model.glu_linear_offset:
             s.add("--glu-linear-offset", model.glu_linear_offset)
