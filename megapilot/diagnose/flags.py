@@ -489,8 +489,8 @@ def _dsa(flags: LaunchFlags) -> DSASpec | None:
                    topk_freq=_int_or(flags, "--dsa-indexer-topk-freq", 1),
                    skip_topk_offset=flags.get_int("--dsa-indexer-skip-topk-offset", 0) or 0,
                    rope_interleaved=flags.has("--dsa-indexer-rope-interleaved"),
-                   rotate_activation=not (flags.has("--no-dsa-indexer-rotate-activation")
-                                          or flags.has("--disable-dsa-indexer-rotate-activation")))
+                   rotate_activation=_read(flags, "--no-dsa-indexer-rotate-activation")
+                   and not flags.has("--disable-dsa-indexer-rotate-activation"))  # (Megatron's other spelling)
 
 
 def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, ffn: int,
@@ -725,7 +725,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         accounted = sum(flags.has(name) for name in ("--account-for-embedding-in-pipeline-split",
                                                      "--account-for-loss-in-pipeline-split"))
         vpp = max(1, (num_layers + accounted) // (pp * per_virtual))
-    selective = "selective" if flags.has("--recompute-activations") else "none"
+    selective = _read(flags, "--recompute-activations") or "none"
     recompute = flags.get("--recompute-granularity") or selective
     method = flags.get("--recompute-method")
     modules = tuple((flags.get("--recompute-modules") or "").split())

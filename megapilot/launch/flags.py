@@ -188,7 +188,7 @@ def _recompute_section(p: ParallelConfig) -> ArgSection:
         s.add_terms(p, "--recompute-granularity")
         s.add("--recompute-modules", *p.recompute_modules)
     elif p.recompute == "selective":
-        s.add("--recompute-activations")
+        s.add_terms(p, "--recompute-activations")
     elif p.recompute == "full":
         s.add_terms(p, "--recompute-granularity", "--recompute-method")
         s.add("--recompute-num-layers", p.recompute_num_layers or 1)  # Megatron has no default for it

@@ -253,8 +253,7 @@ def _add_dsa(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
         s.add("--dsa-indexer-skip-topk-offset", dsa.skip_topk_offset)
     if dsa.rope_interleaved:
         s.add("--dsa-indexer-rope-interleaved")
-    if not dsa.rotate_activation:
-        s.add("--no-dsa-indexer-rotate-activation")
+    s.add_terms(model, "--no-dsa-indexer-rotate-activation")
     if model.norm_epsilon != DSA_INDEXER_K_NORM_EPSILON:  # Megatron's key norm takes the model's epsilon otherwise
         s.add("--dsa-indexer-k-norm-epsilon", DSA_INDEXER_K_NORM_EPSILON)
 
