@@ -98,7 +98,12 @@ def _switch(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
 
 @dataclass(frozen=True)
 class LayoutFlags:
-    """The layout a command was given; None (or the default) = not given, `build_case`'s default applies."""
+    """The layout a command was given; None (or the default) = not given, `build_case`'s default applies.
+
+    The layout's options are ParallelConfig's fields (but DP), by name, declared here as options (their names,
+    Megatron's spellings, the help with the default the estimate takes) rather than made from ParallelConfig at
+    import: the command line parses without loading the specs. tests/test_one_concept.py walks every
+    ParallelConfig field from its option here to the estimate's LayoutPins, so a field without its option fails."""
 
     model: Model = None
     gpu: Gpu = None
