@@ -38,10 +38,14 @@ class Derivation:
     what reading the script back gives."""
 
     how: str  # in words, for a reader of the table
-    to_flag: Callable[[Any], Any]  # the field's value -> the flag's (a switch: whether it is written; None: left out)
-    from_flag: Callable[[Any], Any]  # the flag as a script has it (a switch: whether it is there; else its text or
-    # None) -> the field's value (None: this flag does not say it)
+    to_flag: Callable[..., Any]  # the field's value (then `context`'s) -> the flag's (a switch: whether it is
+    # written; None: left out)
+    from_flag: Callable[..., Any]  # the flag as a script has it (a switch: whether it is there; else its text or
+    # None), then `context`'s values -> the field's value (None: this flag does not say it)
     examples: tuple[Any, ...]  # field values that go to the flag and back unchanged (tests/test_vocabulary.py)
+    # fields beside the row's, in the same spec, that the derivation also reads, and their values for the examples
+    context: tuple[str, ...] = ()
+    example_context: tuple[Any, ...] = ()
 
 
 # A store_false switch: its field is true unless the switch is written.
@@ -70,6 +74,24 @@ CAUSAL_WINDOW = Derivation("the window of W tokens as Megatron's (left, right) =
                            _window_field, (4096, 128, None))
 
 
+def _kv_channels_flag(kv_channels: int | None, hidden_size: int, num_attention_heads: int) -> int:
+    return kv_channels or hidden_size // num_attention_heads
+
+
+def _kv_channels_field(text: str | None, hidden_size: int, num_attention_heads: int) -> int | None:
+    try:
+        kv_channels = None if text is None else int(float(text))
+    except ValueError:
+        return None
+    return None if kv_channels is None or kv_channels * num_attention_heads == hidden_size else kv_channels
+
+
+# Written out where kv_channels is unset (hidden / heads, Megatron's own default); read back unset when it is that.
+HEAD_DIM = Derivation("hidden / heads where the field is unset; unset where it is hidden / heads", _kv_channels_flag,
+                      _kv_channels_field, (None, 96), context=("hidden_size", "num_attention_heads"),
+                      example_context=(4096, 32))
+
+
 @dataclass(frozen=True)
 class Term:
     """One Megatron-LM flag and what it means to megapilot."""
@@ -93,16 +115,22 @@ class Term:
         """The argument's name in Megatron's parsed arguments (and its log's arguments block)."""
         return self.argument or self.flag.removeprefix("--").replace("-", "_")
 
-    def rendered(self, value: object) -> object:
-        """The flag's value for its field's `value`: a switch, whether it is written; else the value (None: the
-        flag is left out)."""
-        return self.derived.to_flag(value) if self.derived is not None else value
+    @property
+    def context_paths(self) -> tuple[str, ...]:
+        """The paths of the fields beside this row's that its derivation reads (`model.hidden_size`)."""
+        parent = (self.field or "").rpartition(".")[0]
+        return tuple(f"{parent}.{name}" for name in (self.derived.context if self.derived else ()))
 
-    def read(self, given: object) -> object:
+    def rendered(self, value: object, *context: object) -> object:
+        """The flag's value for its field's `value` (and the `context_paths` values): a switch, whether it is
+        written; else the value (None: the flag is left out)."""
+        return self.derived.to_flag(value, *context) if self.derived is not None else value
+
+    def read(self, given: object, *context: object) -> object:
         """The field's value from the flag as a script has it: a switch, whether it is there; else its text (None:
         absent, read as None: the reader applies `default` where the run fell back to it)."""
         if self.derived is not None:
-            return self.derived.from_flag(given)
+            return self.derived.from_flag(given, *context)
         if self.kind == "bool" or given is None:
             return given
         return {"int": int, "float": float, "str": str}[self.kind](given)
@@ -130,7 +158,8 @@ TERMS: tuple[Term, ...] = (
     _int("--hidden-size", "model.hidden_size", None, "transformer hidden size"),
     _int("--ffn-hidden-size", "model.ffn_hidden_size", None, "MLP hidden size (default 4 x hidden size)"),
     _int("--num-attention-heads", "model.num_attention_heads", None, "number of attention heads"),
-    _int("--kv-channels", "model.kv_channels", None, "projection size per head (default hidden / heads)"),
+    _int("--kv-channels", "model.kv_channels", None, "projection size per head (default hidden / heads)",
+         derived=HEAD_DIM),
     _switch("--group-query-attention", None, "use grouped-query attention (with --num-query-groups)"),
     _int("--num-query-groups", "model.num_query_groups", 1, "number of key/value groups with --group-query-attention"),
     _switch("--swiglu", "model.mlp_activation", "use the gated SwiGLU MLP", derived=one_of("swiglu")),

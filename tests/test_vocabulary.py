@@ -95,7 +95,6 @@ def test_the_training_section_is_written_from_the_rows() -> None:
 # Flags of the model and parallelism sections whose value is neither their row's field as it is nor the row's
 # `Derivation` of it: a value from several fields or the training (each written by its own rule in launch/).
 DERIVED_FLAGS = {
-    "--kv-channels": "hidden / heads where kv_channels is unset",
     "--expert-tensor-parallel-size": "TP where etp is unset",
     "--max-position-embeddings": "raised to a longer sequence (context extension)",
     "--recompute-num-layers": "1 where unset",
@@ -120,7 +119,8 @@ def test_the_model_and_parallel_sections_write_each_field_from_its_row() -> None
             rows = [row for row in TERMS if row.flag == flag and row.field and flag not in DERIVED_FLAGS]
             if not rows:
                 continue
-            value = rows[0].rendered(field_value(plan, rows[0].field))
+            context = (field_value(plan, path) for path in rows[0].context_paths)
+            value = rows[0].rendered(field_value(plan, rows[0].field), *context)
             if rows[0].kind == "bool":
                 assert value is True, f"{flag} written while {rows[0].field} is {value!r}"
             else:
@@ -140,8 +140,9 @@ _AS_IS_SAMPLES = {"int": (7,), "float": (0.25,), "str": ("RMSNorm",), "bool": (T
 @pytest.mark.parametrize("row", [row for row in TERMS if row.field], ids=lambda row: row.flag)
 def test_every_row_reads_back_what_it_renders(row: Term) -> None:
     values = row.derived.examples if row.derived is not None else _AS_IS_SAMPLES[row.kind]
+    context = row.derived.example_context if row.derived is not None else ()
     for value in values:
-        assert row.read(_as_a_script_has_it(row, row.rendered(value))) == value, (row.flag, value)
+        assert row.read(_as_a_script_has_it(row, row.rendered(value, *context)), *context) == value, (row.flag, value)
 
 
 def _with_field(spec: object, path: list[str], value: object) -> object:
@@ -164,6 +165,7 @@ def test_a_derived_model_flag_goes_through_the_script_and_back_to_its_field(row:
     for value in row.derived.examples:
         model = _with_field(base, path.split("."), value)
         written = model_section(model).args
-        assert (row.flag in written) == (row.rendered(value) not in (False, None)), (row.flag, value)
+        context = (field_value(model, path.removeprefix("model.")) for path in row.context_paths)
+        assert (row.flag in written) == (row.rendered(value, *context) not in (False, None)), (row.flag, value)
         read = run_config(collect_flags([*written, "--seq-length", "4096"]), gpus=1).model
         assert read is not None and field_value(read, path) == value, (row.flag, value)

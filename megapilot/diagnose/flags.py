@@ -606,11 +606,12 @@ def _rope_scaling(flags: LaunchFlags) -> Llama3RopeScaling | YarnRopeScaling | N
     return Llama3RopeScaling(factor=_megatron_float(flags, "--rope-scaling-factor"))
 
 
-def _read(flags: LaunchFlags, flag: str) -> Any:
+def _read(flags: LaunchFlags, flag: str, *context: object) -> Any:
     """The field a flag says, read by its vocabulary row (the rule the launch script was written by): a switch by
-    whether it is there, a valued flag from its text (None: absent)."""
+    whether it is there, a valued flag from its text (None: absent); `context`: the values of the row's
+    `context_paths`, read already."""
     row = term(flag)
-    return row.read(flags.has(flag) if row.kind == "bool" else flags.get(flag))
+    return row.read(flags.has(flag) if row.kind == "bool" else flags.get(flag), *context)
 
 
 def _activation(flags: LaunchFlags) -> MlpActivation:
@@ -638,10 +639,8 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         notes.append("model shape incomplete (need --num-layers, --hidden-size, --num-attention-heads)")
         return None
     ffn = _ffn_hidden_size(flags, hidden)
-    kv_channels = flags.get_int("--kv-channels")
+    kv_channels = _read(flags, "--kv-channels", hidden, heads)  # unset where it is Megatron's default, hidden / heads
     pattern = hybrid.layers if hybrid else None
-    if kv_channels is not None and kv_channels * heads == hidden:
-        kv_channels = None  # Megatron's default: hidden / heads
     return ModelSpec(
         name=Path(flags.source).stem if flags.source != "<flags>" else "from-flags",
         num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,

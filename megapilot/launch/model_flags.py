@@ -92,7 +92,7 @@ def training_script(model: ModelSpec) -> str:
 
 def _add_attention(s: ArgSection, model: ModelSpec) -> None:
     if model.mla is None:
-        s.add("--kv-channels", model.head_dim)  # written out where kv_channels is left to hidden / heads
+        s.add_terms(model, "--kv-channels")  # written out where kv_channels is left to hidden / heads
         if model.is_gqa:
             s.add("--group-query-attention")
             s.add_terms(model, "--num-query-groups")

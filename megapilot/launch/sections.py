@@ -33,7 +33,8 @@ class ArgSection:
         for flag in flags:
             row = vocabulary.term(flag)
             assert row.field is not None, flag
-            value = row.rendered(vocabulary.field_value(spec, row.field.partition(".")[2]))
+            context = (vocabulary.field_value(spec, path.partition(".")[2]) for path in row.context_paths)
+            value = row.rendered(vocabulary.field_value(spec, row.field.partition(".")[2]), *context)
             if row.kind == "bool":
                 assert isinstance(value, bool), flag  # a switch carries a yes/no field
                 if value:
