@@ -488,7 +488,7 @@ def _dsa(flags: LaunchFlags) -> DSASpec | None:
     return DSASpec(indexer_heads=heads, indexer_head_dim=dim, topk=topk,
                    topk_freq=_int_or(flags, "--dsa-indexer-topk-freq", 1),
                    skip_topk_offset=flags.get_int("--dsa-indexer-skip-topk-offset", 0) or 0,
-                   rope_interleaved=flags.has("--dsa-indexer-rope-interleaved"),
+                   rope_interleaved=_read(flags, "--dsa-indexer-rope-interleaved"),
                    rotate_activation=_read(flags, "--no-dsa-indexer-rotate-activation")
                    and not flags.has("--disable-dsa-indexer-rotate-activation"))  # (Megatron's other spelling)
 
@@ -615,7 +615,7 @@ def _read(flags: LaunchFlags, flag: str, *context: object) -> Any:
 
 
 def _activation(flags: LaunchFlags) -> MlpActivation:
-    said = (_read(flags, flag) for flag in ("--swiglu", "--squared-relu"))
+    said = (_read(flags, flag) for flag in ("--swiglu", "--squared-relu", "--quick-geglu"))
     return next((activation for activation in said if activation is not None), "gelu")  # gelu: Megatron's default
 
 
@@ -655,8 +655,8 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         position_embedding=_position_embedding(flags),
         rotary_base=_megatron_int(flags, "--rotary-base"),
         rotary_percent=_megatron_float(flags, "--rotary-percent"),
-        norm_zero_centered=flags.has("--apply-layernorm-1p"),
-        attention_output_gate=flags.has("--attention-output-gate"), gated_delta_net=_gated_delta_net(flags),
+        norm_zero_centered=_read(flags, "--apply-layernorm-1p"),
+        attention_output_gate=_read(flags, "--attention-output-gate"), gated_delta_net=_gated_delta_net(flags),
         tie_embeddings=_read(flags, "--untie-embeddings-and-output-weights"),
         add_bias_linear=_read(flags, "--disable-bias-linear"),
         add_qkv_bias=flags.has("--add-qkv-bias"),
@@ -666,7 +666,7 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         mtp_num_layers=flags.get_int("--mtp-num-layers") or (hybrid.mtp_depths if hybrid else 0),
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", float_default("--mtp-loss-scaling-factor"))
         or 0.0,
-        mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
+        mtp_repeated_layer=_read(flags, "--mtp-use-repeated-layer"),
         hybrid_override_pattern=pattern, mamba=_mamba(flags, pattern),
         layer_blocks=_layer_blocks(flags, heads, hidden, ffn, notes),
         mtp_hybrid_pattern=hybrid.mtp if hybrid else None,

@@ -38,9 +38,7 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     if model.gated_delta_net is not None:
         _add_gated_delta_net(s, model, cpu=cpu)
     _add_activation(s, model)
-    s.add_terms(model, "--normalization", "--norm-epsilon")
-    if model.norm_zero_centered:
-        s.add("--apply-layernorm-1p")
+    s.add_terms(model, "--normalization", "--norm-epsilon", "--apply-layernorm-1p")
     _add_position(s, model)
     s.add_terms(model, "--max-position-embeddings", "--make-vocab-size-divisible-by")
     # (inverted switches: the field says what the flag turns off)
@@ -57,8 +55,7 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     if model.mtp_num_layers:
         # (a hybrid's MTP module pattern, when it has one: Megatron-LM 0.17 on)
         s.add_terms(model, "--mtp-num-layers", "--mtp-loss-scaling-factor", "--mtp-hybrid-override-pattern")
-        if model.mtp_repeated_layer:
-            s.add("--mtp-use-repeated-layer")
+        s.add_terms(model, "--mtp-use-repeated-layer")
     if model.is_hybrid:
         _add_hybrid(s, model)
     return s
@@ -97,8 +94,7 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
             s.add("--group-query-attention")
             s.add_terms(model, "--num-query-groups")
     s.add_terms(model, "--add-qkv-bias")
-    if model.attention_output_gate:
-        s.add("--attention-output-gate")
+    s.add_terms(model, "--attention-output-gate")
     # Under MLA, Megatron's --qk-layernorm builds the q/kv latent norms instead of per-head ones.
     if model.qk_layernorm or (model.mla is not None and model.mla.latent_layernorms):
         s.add("--qk-layernorm")
@@ -142,9 +138,8 @@ def _add_gated_delta_net(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
 
 
 def _add_activation(s: ArgSection, model: ModelSpec) -> None:
-    s.add_terms(model, "--swiglu", "--squared-relu")  # a switch each for its one activation
+    s.add_terms(model, "--swiglu", "--squared-relu", "--quick-geglu")  # a switch each for its one activation
     if model.mlp_activation == "quick_geglu":
-        s.add("--quick-geglu")
         if model.glu_linear_offset:
             s.add("--glu-linear-offset", model.glu_linear_offset)
         if model.activation_clamp is not None:
@@ -251,9 +246,7 @@ def _add_dsa(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
     if dsa.topk_freq > 1:
         s.add("--dsa-indexer-topk-freq", dsa.topk_freq)
         s.add("--dsa-indexer-skip-topk-offset", dsa.skip_topk_offset)
-    if dsa.rope_interleaved:
-        s.add("--dsa-indexer-rope-interleaved")
-    s.add_terms(model, "--no-dsa-indexer-rotate-activation")
+    s.add_terms(model, "--dsa-indexer-rope-interleaved", "--no-dsa-indexer-rotate-activation")
     if model.norm_epsilon != DSA_INDEXER_K_NORM_EPSILON:  # Megatron's key norm takes the model's epsilon otherwise
         s.add("--dsa-indexer-k-norm-epsilon", DSA_INDEXER_K_NORM_EPSILON)
 
