@@ -373,8 +373,7 @@ def _layout_error(exc: ValueError) -> MegapilotError:
         if "pipeline_layout" in converted.problem or "account-for" in converted.problem:
             return MegapilotError(converted.problem, field="pipeline_layout" if "layout" in converted.problem
                                   else "account_for_embedding")
-        for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute_modules",
-                     "cpu_offloading_num_layers", "recompute", "tp", "pp"):
+        for name in sorted(LAYOUT_FIELDS, key=len, reverse=True):  # the longest first: recompute_modules, recompute
             if converted.problem.startswith(name):
                 return MegapilotError(converted.problem, field=name, fix=_LAYOUT_FIXES.get(name))
     return converted
