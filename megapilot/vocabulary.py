@@ -86,6 +86,23 @@ def _kv_channels_field(text: str | None, hidden_size: int, num_attention_heads: 
     return None if kv_channels is None or kv_channels * num_attention_heads == hidden_size else kv_channels
 
 
+def _expert_tp_flag(etp: int | None, tp: int) -> int:
+    return etp or tp
+
+
+def _expert_tp_field(text: str | None, tp: int) -> int | None:
+    try:
+        etp = None if text is None else int(float(text))
+    except ValueError:
+        return None
+    return None if etp == tp else etp
+
+
+# Written out where etp is unset (it follows TP); read back unset where it is TP.
+EXPERT_TP = Derivation("TP where the field is unset; unset where it is TP", _expert_tp_flag, _expert_tp_field,
+                       (None, 1, 4), context=("tp",), example_context=(2,))
+
+
 # Written out where kv_channels is unset (hidden / heads, Megatron's own default); read back unset when it is that.
 HEAD_DIM = Derivation("hidden / heads where the field is unset; unset where it is hidden / heads", _kv_channels_flag,
                       _kv_channels_field, (None, 96), context=("hidden_size", "num_attention_heads"),
@@ -262,7 +279,8 @@ TERMS: tuple[Term, ...] = (
          "explicit placement of layers on pipeline stages (E/t/m/L grammar)"),
     _int("--context-parallel-size", "parallel.cp", 1, "context-parallel size (CP)"),
     _int("--expert-model-parallel-size", "parallel.ep", 1, "expert-parallel size (EP)"),
-    _int("--expert-tensor-parallel-size", "parallel.etp", None, "tensor-parallel size inside experts"),
+    _int("--expert-tensor-parallel-size", "parallel.etp", None, "tensor-parallel size inside experts",
+         derived=EXPERT_TP),
     _switch("--sequence-parallel", "parallel.sequence_parallel", "sequence parallelism (with TP > 1)"),
     _switch("--use-distributed-optimizer", "parallel.distributed_optimizer",
             "shard optimizer state over data-parallel ranks (ZeRO-1)"),

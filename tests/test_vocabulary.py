@@ -95,7 +95,6 @@ def test_the_training_section_is_written_from_the_rows() -> None:
 # Flags of the model and parallelism sections whose value is neither their row's field as it is nor the row's
 # `Derivation` of it: a value from several fields or the training (each written by its own rule in launch/).
 DERIVED_FLAGS = {
-    "--expert-tensor-parallel-size": "TP where etp is unset",
     "--max-position-embeddings": "raised to a longer sequence (context extension)",
     "--recompute-num-layers": "1 where unset",
     "--use-rope-scaling": "an object field", "--multi-latent-attention": "an object field",

@@ -736,7 +736,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         world, tp=tp, pp=pp, vpp=vpp,
         cp=flags.get_int("--context-parallel-size", int_default("--context-parallel-size")),
         ep=flags.get_int("--expert-model-parallel-size", int_default("--expert-model-parallel-size")),
-        etp=flags.get_int("--expert-tensor-parallel-size"),
+        etp=_read(flags, "--expert-tensor-parallel-size", tp),  # unset where it is TP, as the script was written
         mbs=flags.get_int("--micro-batch-size", int_default("--micro-batch-size")),
         sequence_parallel=flags.has("--sequence-parallel") and tp > 1,
         recompute=recompute if recompute in ("none", "selective", "full") else "none",
