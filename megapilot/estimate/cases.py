@@ -329,7 +329,8 @@ def _layout_pins(given: dict[str, Any]) -> LayoutPins:
         error = from_validation_error(exc)
         meaning = LayoutPins.model_fields[error.field].description if error.field in LayoutPins.model_fields else ""
         raise MegapilotError(f"{error.problem}, got {given.get(error.field or '')!r}", field=error.field,
-                             fix=f"give {error.field} as ParallelConfig takes it: {meaning}") from None
+                             fix=f"give {error.field} a value the message allows ({(meaning or '').rstrip('.')})"
+                             ) from None
 
 
 def parse_recompute_modules(listed: object) -> tuple[str, ...] | None:
