@@ -3,9 +3,11 @@ default, the releases that have it and what it means. One row per flag, stated o
 
 Its readers:
 - `launch` renders the spec into these flags: the training section straight from the rows, the model and
-  parallelism sections every flag that carries its field as it is (`ArgSection.add_terms`);
-- `diagnose.flags` reads a script's flags back into specs, taking Megatron's default for a flag a script leaves out
-  from here (what the run then trained with);
+  parallelism sections every flag whose row says how it carries its field (`ArgSection.add_terms`): as it is, or
+  by the row's `Derivation` (an inverted switch, a switch for one value of its field, a value written in
+  Megatron's own form);
+- `diagnose.flags` reads a script's flags back into specs by the same rows (`Term.read`), taking Megatron's default
+  for a flag a script leaves out from here (what the run then trained with);
 - `diagnose.mismatch` compares a log's arguments block (keyed by `Term.dest`) with the script's specs by field;
 - `trainer.args` accepts these flags with these types, defaults and meanings;
 - `launch.versions` writes out the defaults a release changed under the renderers (`pinned_from`);
@@ -22,11 +24,89 @@ specs (or pydantic).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["int", "float", "str", "bool"]
 Default = int | float | str | bool | None
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """How a flag says its field where it does not carry it as it is: both ways, so that what a script writes is
+    what reading the script back gives."""
+
+    how: str  # in words, for a reader of the table
+    to_flag: Callable[..., Any]  # the field's value (then `context`'s) -> the flag's (a switch: whether it is
+    # written; None: left out)
+    from_flag: Callable[..., Any]  # the flag as a script has it (a switch: whether it is there; else its text or
+    # None), then `context`'s values -> the field's value (None: this flag does not say it)
+    examples: tuple[Any, ...]  # field values that go to the flag and back unchanged (tests/test_vocabulary.py)
+    # fields beside the row's, in the same spec, that the derivation also reads, and their values for the examples
+    context: tuple[str, ...] = ()
+    example_context: tuple[Any, ...] = ()
+
+
+# A store_false switch: its field is true unless the switch is written.
+INVERTED = Derivation("written when the field is false", lambda value: not value, lambda present: not present,
+                      (True, False))
+
+
+def one_of(value: str) -> Derivation:
+    """A switch that says one value of its field (`--swiglu`: mlp_activation 'swiglu'); the field's other values
+    are said by other flags or Megatron's default."""
+    return Derivation(f"written when the field is {value!r}", lambda field: field == value,
+                      lambda present: value if present else None, (value,))
+
+
+def _window_flag(window: int | None) -> str | None:
+    return None if window is None else f"{window - 1},0"  # (left, right) keys, both ends included: W-1 to the left
+
+
+def _window_field(text: str | None) -> int | None:
+    left, _, _right = (text or "").partition(",")
+    return int(left) + 1 if left.strip().isdigit() else None
+
+
+# `--window-size LEFT,RIGHT` of a causal model: the last LEFT+1 tokens, the query's own included.
+CAUSAL_WINDOW = Derivation("the window of W tokens as Megatron's (left, right) = (W-1, 0)", _window_flag,
+                           _window_field, (4096, 128, None))
+
+
+def _kv_channels_flag(kv_channels: int | None, hidden_size: int, num_attention_heads: int) -> int:
+    return kv_channels or hidden_size // num_attention_heads
+
+
+def _kv_channels_field(text: str | None, hidden_size: int, num_attention_heads: int) -> int | None:
+    try:
+        kv_channels = None if text is None else int(float(text))
+    except ValueError:
+        return None
+    return None if kv_channels is None or kv_channels * num_attention_heads == hidden_size else kv_channels
+
+
+def _expert_tp_flag(etp: int | None, tp: int) -> int:
+    return etp or tp
+
+
+def _expert_tp_field(text: str | None, tp: int) -> int | None:
+    try:
+        etp = None if text is None else int(float(text))
+    except ValueError:
+        return None
+    return None if etp == tp else etp
+
+
+# Written out where etp is unset (it follows TP); read back unset where it is TP.
+EXPERT_TP = Derivation("TP where the field is unset; unset where it is TP", _expert_tp_flag, _expert_tp_field,
+                       (None, 1, 4), context=("tp",), example_context=(2,))
+
+
+# Written out where kv_channels is unset (hidden / heads, Megatron's own default); read back unset when it is that.
+HEAD_DIM = Derivation("hidden / heads where the field is unset; unset where it is hidden / heads", _kv_channels_flag,
+                      _kv_channels_field, (None, 96), context=("hidden_size", "num_attention_heads"),
+                      example_context=(4096, 32))
 
 
 @dataclass(frozen=True)
@@ -45,26 +125,47 @@ class Term:
     # the default above is written out (launch.versions).
     pinned_from: str | None = None
     pinned_why: str = ""
+    derived: Derivation | None = None  # how the flag says its field where it does not carry it as it is
 
     @property
     def dest(self) -> str:
         """The argument's name in Megatron's parsed arguments (and its log's arguments block)."""
         return self.argument or self.flag.removeprefix("--").replace("-", "_")
 
+    @property
+    def context_paths(self) -> tuple[str, ...]:
+        """The paths of the fields beside this row's that its derivation reads (`model.hidden_size`)."""
+        parent = (self.field or "").rpartition(".")[0]
+        return tuple(f"{parent}.{name}" for name in (self.derived.context if self.derived else ()))
 
-def _int(flag: str, field: str | None, default: int | None, meaning: str, **extra: str) -> Term:
+    def rendered(self, value: object, *context: object) -> object:
+        """The flag's value for its field's `value` (and the `context_paths` values): a switch, whether it is
+        written; else the value (None: the flag is left out)."""
+        return self.derived.to_flag(value, *context) if self.derived is not None else value
+
+    def read(self, given: object, *context: object) -> object:
+        """The field's value from the flag as a script has it: a switch, whether it is there; else its text (None:
+        absent, read as None: the reader applies `default` where the run fell back to it)."""
+        if self.derived is not None:
+            return self.derived.from_flag(given, *context)
+        if self.kind == "bool" or given is None:
+            return given
+        return {"int": int, "float": float, "str": str}[self.kind](given)
+
+
+def _int(flag: str, field: str | None, default: int | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "int", default, meaning, **extra)
 
 
-def _float(flag: str, field: str | None, default: float | None, meaning: str, **extra: str) -> Term:
+def _float(flag: str, field: str | None, default: float | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "float", default, meaning, **extra)
 
 
-def _str(flag: str, field: str | None, default: str | None, meaning: str, **extra: str) -> Term:
+def _str(flag: str, field: str | None, default: str | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "str", default, meaning, **extra)
 
 
-def _switch(flag: str, field: str | None, meaning: str, **extra: str) -> Term:
+def _switch(flag: str, field: str | None, meaning: str, **extra: Any) -> Term:
     return Term(flag, field, "bool", False, meaning, **extra)
 
 
@@ -74,14 +175,20 @@ TERMS: tuple[Term, ...] = (
     _int("--hidden-size", "model.hidden_size", None, "transformer hidden size"),
     _int("--ffn-hidden-size", "model.ffn_hidden_size", None, "MLP hidden size (default 4 x hidden size)"),
     _int("--num-attention-heads", "model.num_attention_heads", None, "number of attention heads"),
-    _int("--kv-channels", "model.kv_channels", None, "projection size per head (default hidden / heads)"),
+    _int("--kv-channels", "model.kv_channels", None, "projection size per head (default hidden / heads)",
+         derived=HEAD_DIM),
     _switch("--group-query-attention", None, "use grouped-query attention (with --num-query-groups)"),
     _int("--num-query-groups", "model.num_query_groups", 1, "number of key/value groups with --group-query-attention"),
-    _switch("--swiglu", "model.mlp_activation", "use the gated SwiGLU MLP"),
-    _switch("--squared-relu", "model.mlp_activation", "squared-ReLU MLP activation (Nemotron)"),
+    _switch("--swiglu", "model.mlp_activation", "use the gated SwiGLU MLP", derived=one_of("swiglu")),
+    _switch("--squared-relu", "model.mlp_activation", "squared-ReLU MLP activation (Nemotron)",
+            derived=one_of("squared_relu")),
+    _switch("--quick-geglu", "model.mlp_activation", "gated quick-GELU MLP activation (gpt-oss)",
+            since="core_v0.15.0", derived=one_of("quick_geglu")),
     _str("--normalization", "model.normalization", "LayerNorm", "normalization layer"),
     _float("--norm-epsilon", "model.norm_epsilon", 1e-5, "epsilon of the normalization layers",
            argument="layernorm_epsilon"),
+    _switch("--apply-layernorm-1p", "model.norm_zero_centered", "zero-centred norm weights (applied as 1 + weight)",
+            argument="layernorm_zero_centered_gamma"),
     _str("--position-embedding-type", "model.position_embedding", "learned_absolute", "position embedding"),
     _int("--rotary-base", "model.rotary_base", 10000, "RoPE base"),
     _float("--rotary-percent", "model.rotary_percent", 1.0, "fraction of each head rotated by RoPE"),
@@ -89,13 +196,17 @@ TERMS: tuple[Term, ...] = (
          "maximum sequence length of the position embedding"),
     _int("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by", 128,
          "pad the vocabulary to a multiple of this (times TP)"),
-    _switch("--disable-bias-linear", "model.add_bias_linear", "no bias in linear layers", argument="add_bias_linear"),
+    _switch("--disable-bias-linear", "model.add_bias_linear", "no bias in linear layers", argument="add_bias_linear",
+            derived=INVERTED),
     _switch("--untie-embeddings-and-output-weights", "model.tie_embeddings",
-            "separate input embedding and output layer"),
+            "separate input embedding and output layer", derived=INVERTED),
     _switch("--qk-layernorm", "model.qk_layernorm", "normalize queries and keys (under MLA: the q/kv latents)"),
     _switch("--add-qkv-bias", "model.add_qkv_bias", "bias on the QKV projection only"),
+    _switch("--attention-output-gate", "model.attention_output_gate", "sigmoid gate on the attention output",
+            since="core_v0.16.0"),
     _str("--window-size", "model.sliding_window", None,
-         "sliding-window attention: 'left,right' keys around each query", since="core_v0.15.0"),
+         "sliding-window attention: 'left,right' keys around each query", since="core_v0.15.0",
+         derived=CAUSAL_WINDOW),
     _float("--attention-dropout", None, 0.1, "dropout on attention probabilities"),
     _float("--hidden-dropout", None, 0.1, "dropout on hidden states"),
     # --- RoPE scaling
@@ -112,8 +223,15 @@ TERMS: tuple[Term, ...] = (
     _int("--qk-head-dim", "model.mla.qk_head_dim", 128, "per-head query/key dim without RoPE"),
     _int("--qk-pos-emb-head-dim", "model.mla.qk_pos_emb_head_dim", 64, "per-head query/key dim with RoPE"),
     _int("--v-head-dim", "model.mla.v_head_dim", 128, "per-head value dim"),
+    _switch("--dsa-indexer-rope-interleaved", "model.mla.dsa.rope_interleaved",
+            "interleaved RoPE in the sparse-attention indexer", since="core_v0.19.0"),
+    _switch("--no-dsa-indexer-rotate-activation", "model.mla.dsa.rotate_activation",
+            "no Hadamard rotation of the sparse-attention indexer's queries and keys", since="core_v0.19.0",
+            argument="dsa_indexer_rotate_activation", derived=INVERTED),
     _int("--mtp-num-layers", "model.mtp_num_layers", None, "multi-token-prediction depth"),
     _float("--mtp-loss-scaling-factor", "model.mtp_loss_scaling_factor", 0.1, "weight of the MTP loss"),
+    _switch("--mtp-use-repeated-layer", "model.mtp_repeated_layer", "every MTP depth reuses one module's weights",
+            since="core_v0.17.0"),
     _str("--mtp-hybrid-override-pattern", "model.mtp_hybrid_pattern", None, "a hybrid's MTP layer pattern",
          since="core_v0.17.0"),
     # --- mixture of experts
@@ -161,7 +279,8 @@ TERMS: tuple[Term, ...] = (
          "explicit placement of layers on pipeline stages (E/t/m/L grammar)"),
     _int("--context-parallel-size", "parallel.cp", 1, "context-parallel size (CP)"),
     _int("--expert-model-parallel-size", "parallel.ep", 1, "expert-parallel size (EP)"),
-    _int("--expert-tensor-parallel-size", "parallel.etp", None, "tensor-parallel size inside experts"),
+    _int("--expert-tensor-parallel-size", "parallel.etp", None, "tensor-parallel size inside experts",
+         derived=EXPERT_TP),
     _switch("--sequence-parallel", "parallel.sequence_parallel", "sequence parallelism (with TP > 1)"),
     _switch("--use-distributed-optimizer", "parallel.distributed_optimizer",
             "shard optimizer state over data-parallel ranks (ZeRO-1)"),
@@ -173,7 +292,8 @@ TERMS: tuple[Term, ...] = (
     _str("--recompute-method", "parallel.recompute_method", None, "how layers are recomputed with full granularity"),
     _int("--recompute-num-layers", "parallel.recompute_num_layers", None,
          "layers recomputed per stage with full granularity"),
-    _switch("--recompute-activations", "parallel.recompute", "same as --recompute-granularity selective"),
+    _switch("--recompute-activations", "parallel.recompute", "same as --recompute-granularity selective",
+            derived=one_of("selective")),
     _int("--cpu-offloading-num-layers", "parallel.cpu_offloading_num_layers", 0,
          "activations of the first N layers move to host memory", since="core_v0.16.0"),
     # --- batch, schedule and optimizer

@@ -89,20 +89,37 @@ def test_one_prediction_type():
 
 
 def test_the_layout_has_one_name_per_field():
-    """A layout given in part (the planner's pins, the command line's flags, a `--batch` line) says each of its
-    fields by ParallelConfig's name; what is not a layout field (model, hardware, batch, run features) is named."""
+    """A layout given in part on the command line says each of its fields by ParallelConfig's name; what is not a
+    layout field (model, hardware, batch, run features) is named."""
     from dataclasses import fields
 
     from megapilot.cli.layout_options import LayoutFlags
-    from megapilot.estimate.cases import CaseFeatures, CaseFlags
-    from megapilot.plan.space import Pins
+    from megapilot.estimate.cases import CaseFeatures
     from megapilot.spec import ParallelConfig
 
     not_layout = {"model", "gpu", "gpus", "gpus_per_node", "gbs", "seq_len", "precision", "fp8_recipe", "optimizer",
                   "force_tp_across_nodes"} | {item.name for item in fields(CaseFeatures)}
-    layout = set(ParallelConfig.model_fields)
-    for partial in (CaseFlags, LayoutFlags, Pins):
-        assert {item.name for item in fields(partial)} - not_layout <= layout, partial.__name__
+    assert {item.name for item in fields(LayoutFlags)} - not_layout <= set(ParallelConfig.model_fields)
+
+
+def test_the_layout_is_one_type():
+    """Where a layout is held in part it is a LayoutPins, whose fields are ParallelConfig's (tests/spec proves
+    that): the planner's pins, the flags of an estimate, a suite's sweep cell."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from megapilot.estimate.cases import KNOWN_FLAGS, CaseFlags
+    from megapilot.plan.space import SEARCHED_FIELDS, Pins
+    from megapilot.spec import LAYOUT_FIELDS, LayoutPins
+    from megapilot.suite.cells import SweepCell
+
+    assert SweepCell.model_fields["layout"].annotation is LayoutPins
+    assert not set(SweepCell.model_fields) & set(LAYOUT_FIELDS)
+    assert issubclass(Pins, LayoutPins) and tuple(Pins.model_fields) == LAYOUT_FIELDS
+    assert set(SEARCHED_FIELDS) <= set(LAYOUT_FIELDS)
+    assert get_type_hints(CaseFlags)["layout"] is LayoutPins
+    assert not {item.name for item in fields(CaseFlags)} & set(LAYOUT_FIELDS)  # no layout field of its own
+    assert set(LAYOUT_FIELDS) <= KNOWN_FLAGS
 
 
 def test_the_command_lines_options_are_the_estimates_flags_by_name():
@@ -110,8 +127,38 @@ def test_the_command_lines_options_are_the_estimates_flags_by_name():
     from dataclasses import fields
 
     from megapilot.cli.layout_options import FeatureFlags, LayoutFlags
-    from megapilot.estimate.cases import CaseFlags
+    from megapilot.estimate.cases import KNOWN_FLAGS
 
-    case_flags = {item.name for item in fields(CaseFlags)}
     for options in (LayoutFlags, FeatureFlags):
-        assert {item.name for item in fields(options)} <= case_flags, options.__name__
+        assert {item.name for item in fields(options)} <= KNOWN_FLAGS, options.__name__
+
+
+def _sample(annotation: object) -> tuple[object, object]:
+    """A legal value of a ParallelConfig field, as the command line types it and as ParallelConfig holds it."""
+    from typing import Literal, get_args, get_origin
+
+    if annotation in (int, int | None):
+        return 2, 2
+    if annotation is bool:
+        return True, True
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)[-1], get_args(annotation)[-1]
+    if annotation == str | None:
+        return "Et|tL", "Et|tL"
+    listed, _none = get_args(annotation)  # tuple[Literal[...], ...] | None: given as a comma-separated list
+    names = get_args(get_args(listed)[0])[:2]
+    return ",".join(names), names
+
+
+def test_every_layout_field_reaches_the_case_from_the_command_line_by_its_name():
+    """Each of ParallelConfig's fields (but DP) is a command-line option of the same name whose value reaches the
+    estimate's flags as the field's value: a field added to ParallelConfig without its option fails here."""
+    from megapilot.cli.layout_options import LayoutFlags
+    from megapilot.estimate.cases import CaseFlags
+    from megapilot.spec import LAYOUT_FIELDS, ParallelConfig
+
+    base = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 8, "seq_len": 4096}
+    for name in LAYOUT_FIELDS:
+        typed, held = _sample(ParallelConfig.model_fields[name].annotation)
+        flags = CaseFlags.parse(LayoutFlags(**{name: typed}).case_flags() | base)
+        assert flags.layout.given().get(name) == held, name

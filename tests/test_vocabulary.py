@@ -92,18 +92,13 @@ def test_the_training_section_is_written_from_the_rows() -> None:
     assert all(term(flag).field for flag in TRAINING_FLAGS)
 
 
-# Flags of the model and parallelism sections whose value is not their row's field as it is: derived where the field
-# is left unset, inverted, or a value built from several fields (each written by its own rule in launch/).
+# Flags of the model and parallelism sections whose value is neither their row's field as it is nor the row's
+# `Derivation` of it: a value from several fields or the training (each written by its own rule in launch/).
 DERIVED_FLAGS = {
-    "--kv-channels": "hidden / heads where kv_channels is unset",
-    "--expert-tensor-parallel-size": "TP where etp is unset",
     "--max-position-embeddings": "raised to a longer sequence (context extension)",
     "--recompute-num-layers": "1 where unset",
-    "--recompute-activations": "the switch of selective recompute, a str field",
-    "--swiglu": "one value of mlp_activation", "--squared-relu": "one value of mlp_activation",
-    "--disable-bias-linear": "inverted", "--untie-embeddings-and-output-weights": "inverted",
     "--use-rope-scaling": "an object field", "--multi-latent-attention": "an object field",
-    "--qk-layernorm": "also MLA's latent norms", "--window-size": "left,right from the window",
+    "--qk-layernorm": "also MLA's latent norms",
     "--moe-layer-freq": "a pattern from the dense layers", "--use-distributed-optimizer": "FSDP implies it",
 }
 
@@ -123,10 +118,53 @@ def test_the_model_and_parallel_sections_write_each_field_from_its_row() -> None
             rows = [row for row in TERMS if row.flag == flag and row.field and flag not in DERIVED_FLAGS]
             if not rows:
                 continue
-            value = field_value(plan, rows[0].field)
+            context = (field_value(plan, path) for path in rows[0].context_paths)
+            value = rows[0].rendered(field_value(plan, rows[0].field), *context)
             if rows[0].kind == "bool":
                 assert value is True, f"{flag} written while {rows[0].field} is {value!r}"
             else:
                 assert args[index + 1] == str(value), f"{flag} {args[index + 1]} but {rows[0].field} is {value!r}"
             checked.add(flag)
     assert len(checked) >= 30  # the field-carrying flags of dense, GQA, MLA, MoE, hybrid and parallel layouts
+
+
+def _as_a_script_has_it(row: Term, rendered: object) -> object:
+    """A rendered flag as reading a script gives it back: a switch, whether it is written; else its text."""
+    return rendered if row.kind == "bool" or rendered is None else str(rendered)
+
+
+_AS_IS_SAMPLES = {"int": (7,), "float": (0.25,), "str": ("RMSNorm",), "bool": (True, False)}
+
+
+@pytest.mark.parametrize("row", [row for row in TERMS if row.field], ids=lambda row: row.flag)
+def test_every_row_reads_back_what_it_renders(row: Term) -> None:
+    values = row.derived.examples if row.derived is not None else _AS_IS_SAMPLES[row.kind]
+    context = row.derived.example_context if row.derived is not None else ()
+    for value in values:
+        assert row.read(_as_a_script_has_it(row, row.rendered(value, *context)), *context) == value, (row.flag, value)
+
+
+def _with_field(spec: object, path: list[str], value: object) -> object:
+    """`spec` with the field at `path` (through sub-specs) set to `value`."""
+    name, *rest = path
+    return spec.model_copy(update={name: _with_field(getattr(spec, name), rest, value) if rest else value})
+
+
+@pytest.mark.parametrize("row", [row for row in TERMS if row.derived and row.field and row.field.startswith("model.")],
+                         ids=lambda row: row.flag)
+def test_a_derived_model_flag_goes_through_the_script_and_back_to_its_field(row: Term) -> None:
+    """The launch's model section writes each example of the row's field, and diagnose reads the script back to it."""
+    from megapilot.catalog import get_model
+    from megapilot.diagnose.flags import collect_flags, run_config
+    from megapilot.launch.model_flags import model_section
+    from megapilot.vocabulary import field_value
+
+    path = (row.field or "").removeprefix("model.")
+    base = get_model("glm-5" if path.startswith("mla.dsa.") else "llama3.1-8b")  # a model that has the field
+    for value in row.derived.examples:
+        model = _with_field(base, path.split("."), value)
+        written = model_section(model).args
+        context = (field_value(model, path.removeprefix("model.")) for path in row.context_paths)
+        assert (row.flag in written) == (row.rendered(value, *context) not in (False, None)), (row.flag, value)
+        read = run_config(collect_flags([*written, "--seq-length", "4096"]), gpus=1).model
+        assert read is not None and field_value(read, path) == value, (row.flag, value)

@@ -98,7 +98,12 @@ def _switch(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
 
 @dataclass(frozen=True)
 class LayoutFlags:
-    """The layout a command was given; None (or the default) = not given, `build_case`'s default applies."""
+    """The layout a command was given; None (or the default) = not given, `build_case`'s default applies.
+
+    The layout's options are ParallelConfig's fields (but DP), by name, declared here as options (their names,
+    Megatron's spellings, the help with the default the estimate takes) rather than made from ParallelConfig at
+    import: the command line parses without loading the specs. tests/test_one_concept.py walks every
+    ParallelConfig field from its option here to the estimate's LayoutPins, so a field without its option fails."""
 
     model: Model = None
     gpu: Gpu = None
@@ -116,6 +121,8 @@ class LayoutFlags:
     precision: Annotated[str | None, _option(f"{PRECISION_HELP} (default bf16).")] = None
     fp8_recipe: Annotated[str | None, _option(FP8_RECIPE_HELP)] = None
     recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
+    recompute_method: Annotated[str | None, _option(
+        "With full recompute: uniform | block (--recompute-method; default uniform).")] = None
     recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
     recompute_modules: Annotated[str | None, _option(
         "With selective recompute: what to rerun in the backward, comma-separated, from core_attn, moe_act, "

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.hf import layer_blocks_from_block_configs
@@ -49,7 +49,7 @@ from megapilot.spec.model import (
 from megapilot.spec.parallel import RECOMPUTE_MODULES
 from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
 from megapilot.spec.validate import most_offloaded_layers
-from megapilot.vocabulary import default, float_default, int_default
+from megapilot.vocabulary import default, float_default, int_default, term
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
@@ -488,9 +488,9 @@ def _dsa(flags: LaunchFlags) -> DSASpec | None:
     return DSASpec(indexer_heads=heads, indexer_head_dim=dim, topk=topk,
                    topk_freq=_int_or(flags, "--dsa-indexer-topk-freq", 1),
                    skip_topk_offset=flags.get_int("--dsa-indexer-skip-topk-offset", 0) or 0,
-                   rope_interleaved=flags.has("--dsa-indexer-rope-interleaved"),
-                   rotate_activation=not (flags.has("--no-dsa-indexer-rotate-activation")
-                                          or flags.has("--disable-dsa-indexer-rotate-activation")))
+                   rope_interleaved=_read(flags, "--dsa-indexer-rope-interleaved"),
+                   rotate_activation=_read(flags, "--no-dsa-indexer-rotate-activation")
+                   and not flags.has("--disable-dsa-indexer-rotate-activation"))  # (Megatron's other spelling)
 
 
 def _layer_blocks(flags: LaunchFlags, heads: int, hidden: int, ffn: int,
@@ -606,16 +606,17 @@ def _rope_scaling(flags: LaunchFlags) -> Llama3RopeScaling | YarnRopeScaling | N
     return Llama3RopeScaling(factor=_megatron_float(flags, "--rope-scaling-factor"))
 
 
-def _sliding_window(flags: LaunchFlags) -> int | None:
-    """--window-size LEFT,RIGHT of a causal model: the last LEFT+1 tokens (the query's own included)."""
-    left, _, _right = (flags.get("--window-size") or "").partition(",")
-    return int(left) + 1 if left.strip().isdigit() else None
+def _read(flags: LaunchFlags, flag: str, *context: object) -> Any:
+    """The field a flag says, read by its vocabulary row (the rule the launch script was written by): a switch by
+    whether it is there, a valued flag from its text (None: absent); `context`: the values of the row's
+    `context_paths`, read already."""
+    row = term(flag)
+    return row.read(flags.has(flag) if row.kind == "bool" else flags.get(flag), *context)
 
 
 def _activation(flags: LaunchFlags) -> MlpActivation:
-    if flags.has("--swiglu"):
-        return "swiglu"
-    return "squared_relu" if flags.has("--squared-relu") else "gelu"
+    said = (_read(flags, flag) for flag in ("--swiglu", "--squared-relu", "--quick-geglu"))
+    return next((activation for activation in said if activation is not None), "gelu")  # gelu: Megatron's default
 
 
 def _position_embedding(flags: LaunchFlags) -> PositionEmbedding:
@@ -638,10 +639,8 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         notes.append("model shape incomplete (need --num-layers, --hidden-size, --num-attention-heads)")
         return None
     ffn = _ffn_hidden_size(flags, hidden)
-    kv_channels = flags.get_int("--kv-channels")
+    kv_channels = _read(flags, "--kv-channels", hidden, heads)  # unset where it is Megatron's default, hidden / heads
     pattern = hybrid.layers if hybrid else None
-    if kv_channels is not None and kv_channels * heads == hidden:
-        kv_channels = None  # Megatron's default: hidden / heads
     return ModelSpec(
         name=Path(flags.source).stem if flags.source != "<flags>" else "from-flags",
         num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
@@ -656,18 +655,18 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         position_embedding=_position_embedding(flags),
         rotary_base=_megatron_int(flags, "--rotary-base"),
         rotary_percent=_megatron_float(flags, "--rotary-percent"),
-        norm_zero_centered=flags.has("--apply-layernorm-1p"),
-        attention_output_gate=flags.has("--attention-output-gate"), gated_delta_net=_gated_delta_net(flags),
-        tie_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
-        add_bias_linear=not flags.has("--disable-bias-linear"),
+        norm_zero_centered=_read(flags, "--apply-layernorm-1p"),
+        attention_output_gate=_read(flags, "--attention-output-gate"), gated_delta_net=_gated_delta_net(flags),
+        tie_embeddings=_read(flags, "--untie-embeddings-and-output-weights"),
+        add_bias_linear=_read(flags, "--disable-bias-linear"),
         add_qkv_bias=flags.has("--add-qkv-bias"),
         qk_layernorm=flags.has("--qk-layernorm") and not flags.has("--multi-latent-attention"),
-        rope_scaling=_rope_scaling(flags), sliding_window=_sliding_window(flags),
+        rope_scaling=_rope_scaling(flags), sliding_window=_read(flags, "--window-size"),
         moe=_moe(flags, ffn), mla=_mla(flags),
         mtp_num_layers=flags.get_int("--mtp-num-layers") or (hybrid.mtp_depths if hybrid else 0),
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", float_default("--mtp-loss-scaling-factor"))
         or 0.0,
-        mtp_repeated_layer=flags.has("--mtp-use-repeated-layer"),
+        mtp_repeated_layer=_read(flags, "--mtp-use-repeated-layer"),
         hybrid_override_pattern=pattern, mamba=_mamba(flags, pattern),
         layer_blocks=_layer_blocks(flags, heads, hidden, ffn, notes),
         mtp_hybrid_pattern=hybrid.mtp if hybrid else None,
@@ -725,7 +724,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         accounted = sum(flags.has(name) for name in ("--account-for-embedding-in-pipeline-split",
                                                      "--account-for-loss-in-pipeline-split"))
         vpp = max(1, (num_layers + accounted) // (pp * per_virtual))
-    selective = "selective" if flags.has("--recompute-activations") else "none"
+    selective = _read(flags, "--recompute-activations") or "none"
     recompute = flags.get("--recompute-granularity") or selective
     method = flags.get("--recompute-method")
     modules = tuple((flags.get("--recompute-modules") or "").split())
@@ -737,7 +736,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         world, tp=tp, pp=pp, vpp=vpp,
         cp=flags.get_int("--context-parallel-size", int_default("--context-parallel-size")),
         ep=flags.get_int("--expert-model-parallel-size", int_default("--expert-model-parallel-size")),
-        etp=flags.get_int("--expert-tensor-parallel-size"),
+        etp=_read(flags, "--expert-tensor-parallel-size", tp),  # unset where it is TP, as the script was written
         mbs=flags.get_int("--micro-batch-size", int_default("--micro-batch-size")),
         sequence_parallel=flags.has("--sequence-parallel") and tp > 1,
         recompute=recompute if recompute in ("none", "selective", "full") else "none",

@@ -3,9 +3,11 @@
 `megapilot estimate`, its `--batch` lines, the planner and the launch-script command accept the same
 flags. They arrive as a mapping (`CaseFlags.parse`: names, types and the required ones checked) and cross
 into the estimate as a typed `CaseFlags`, which `case_from` resolves (`build_case(**flags)` does both). Flag
-names are the long CLI names with `_` (`seq_len`, `gpus_per_node`, `recompute_num_layers`, ...). Every bad
-value raises `MegapilotError` naming the flag. The run features a model takes beyond the layout (MTP modules,
-token dropping, the MoE dispatcher) are a `CaseFeatures` of their own, which the planner gives without a layout.
+names are the long CLI names with `_` (`seq_len`, `gpus_per_node`, `recompute_num_layers`, ...); the layout's
+are ParallelConfig's field names, held as one `LayoutPins` (the spec's type of a layout given in part, so a field
+added to ParallelConfig is a flag here with no edit). Every bad value raises `MegapilotError` naming the flag.
+The run features a model takes beyond the layout (MTP modules, token dropping, the MoE dispatcher) are a
+`CaseFeatures` of their own, which the planner gives without a layout.
 
 Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
 optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline
@@ -29,7 +31,7 @@ from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
-from megapilot.spec.parallel import RECOMPUTE_MODULES, ParallelConfig
+from megapilot.spec.parallel import LAYOUT_FIELDS, RECOMPUTE_MODULES, LayoutPins, ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
 from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
 from megapilot.spec.validate import (
@@ -40,22 +42,18 @@ from megapilot.spec.validate import (
     moe_a2a_overlap_refusal,
 )
 
-INT_FLAGS = ("gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len",
-             "recompute_num_layers", "first_stage_layers", "last_stage_layers", "mtp_num_layers",
-             "cpu_offloading_num_layers")
-INT_MINIMUM = {"mtp_num_layers": 0, "cpu_offloading_num_layers": 0}  # 0 = none; every other count is >= 1
-BOOL_FLAGS = ("sequence_parallel", "distributed_optimizer", "fsdp", "force_tp_across_nodes",
-              "account_for_embedding", "account_for_loss", "moe_pad_to_capacity", "mtp_repeated_layer",
-              "moe_a2a_overlap")
+# The flags beyond the layout, by type (the layout's types and bounds are ParallelConfig's: LayoutPins checks them).
+INT_FLAGS = ("gpus", "gpus_per_node", "gbs", "seq_len", "mtp_num_layers")
+INT_MINIMUM = {"mtp_num_layers": 0}  # 0 = none; every other count is >= 1
+BOOL_FLAGS = ("force_tp_across_nodes", "moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap")
 FLOAT_FLAGS = ("moe_capacity_factor",)
-STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "recompute", "recompute_method", "recompute_modules",
-             "pipeline_layout", "moe_flex_dispatcher", "optimizer")
+STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "moe_flex_dispatcher", "optimizer")
 # The command line's shorter name of a layout field, accepted in a mapping as well (`--batch` lines were written
 # with it); the field itself has ParallelConfig's name.
 CLI_SPELLINGS = {"pp_layout": "pipeline_layout"}
 # Megatron's flex MoE dispatcher backends, as `script --moe-flex-dispatcher` writes them; left out = alltoall.
 FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = get_args(FlexDispatcher)
-KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS)
+KNOWN_FLAGS = frozenset(INT_FLAGS + BOOL_FLAGS + STR_FLAGS + FLOAT_FLAGS + LAYOUT_FIELDS)
 T = TypeVar("T")
 
 
@@ -95,30 +93,12 @@ class CaseFlags(CaseFeatures):
     gbs: int
     seq_len: int
     gpus_per_node: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    vpp: int | None = None
-    cp: int | None = None
-    ep: int | None = None
-    etp: int | None = None
-    mbs: int | None = None
     precision: str | None = None
     fp8_recipe: str | None = None
     optimizer: str | None = None
-    recompute: str | None = None
-    recompute_method: str | None = None
-    recompute_num_layers: int | None = None
-    cpu_offloading_num_layers: int | None = None
-    recompute_modules: tuple[str, ...] | None = None  # given as --recompute-modules lists them (commas or spaces)
-    sequence_parallel: bool | None = None
-    distributed_optimizer: bool | None = None
-    fsdp: bool | None = None
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    account_for_embedding: bool | None = None
-    account_for_loss: bool | None = None
-    pipeline_layout: str | None = None
     force_tp_across_nodes: bool | None = None
+    # the layout's flags, under ParallelConfig's names (`recompute_modules` given as Megatron lists them)
+    layout: LayoutPins = field(default_factory=LayoutPins)
 
     @classmethod
     def parse(cls, raw: Mapping[str, object]) -> CaseFlags:
@@ -135,17 +115,23 @@ class CaseFlags(CaseFeatures):
         if isinstance(modules, (list, tuple)) and all(isinstance(name, str) for name in modules):
             given["recompute_modules"] = " ".join(modules)  # a --batch line may list them
         _check_flag_names_and_types(given)
-        if isinstance(listed := given.get("recompute_modules"), str):  # (a str: its type was checked just above)
-            given["recompute_modules"] = parse_recompute_modules(listed)  # the names ParallelConfig takes
-        return cls(**given)  # type: ignore[arg-type]  # names and types checked just above
+        layout = {name: given.pop(name) for name in LAYOUT_FIELDS if name in given}
+        if "recompute_modules" in layout:
+            layout["recompute_modules"] = parse_recompute_modules(layout["recompute_modules"])
+        return cls(**given, layout=_layout_pins(layout))  # type: ignore[arg-type]  # names and types checked above
+
+    def flags(self) -> dict[str, object]:
+        """Every flag by name, the layout's among them (None: not given): the mapping `parse` reads."""
+        own = {item.name: getattr(self, item.name) for item in fields(self) if item.name != "layout"}
+        return own | dict(self.layout)
 
     def changed(self, changes: Mapping[str, object]) -> CaseFlags:
         """These flags with some changed (None: no longer given), checked as `parse` checks them."""
-        return CaseFlags.parse({item.name: getattr(self, item.name) for item in fields(self)} | dict(changes))
+        return CaseFlags.parse(self.flags() | dict(changes))
 
     def given(self) -> frozenset[str]:
         """The flags that were given (not None)."""
-        return frozenset(item.name for item in fields(self) if getattr(self, item.name) is not None)
+        return frozenset(name for name, value in self.flags().items() if value is not None)
 
     @property
     def features(self) -> CaseFeatures:
@@ -164,8 +150,9 @@ def case_from(flags: CaseFlags) -> Case:
     options = run_options(model, flags.features, cluster)
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
-    if flags.pipeline_layout == "balanced":
-        flags = replace(flags, pipeline_layout=_balanced_layout(model, flags, training.seq_length))
+    if flags.layout.pipeline_layout == "balanced":
+        balanced = _balanced_layout(model, flags.layout, training.seq_length)
+        flags = replace(flags, layout=flags.layout.model_copy(update={"pipeline_layout": balanced}))
     parallel = _resolve_parallel(flags, cluster.world_size, training)
     check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
     if flags.moe_a2a_overlap:
@@ -323,36 +310,36 @@ def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> Clu
 
 
 def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec) -> ParallelConfig:
-    tp = _or(flags.tp, 1)
-    layout = {
-        "tp": tp, "pp": _or(flags.pp, 1), "vpp": _or(flags.vpp, 1), "cp": _or(flags.cp, 1),
-        "ep": _or(flags.ep, 1), "etp": flags.etp, "mbs": _or(flags.mbs, 1),
-        "sequence_parallel": _or(flags.sequence_parallel, tp > 1),
-        "recompute": _or(flags.recompute, "selective"),
-        "recompute_method": _or(flags.recompute_method, "uniform"),
-        "recompute_num_layers": flags.recompute_num_layers,
-        "recompute_modules": flags.recompute_modules,
-        "cpu_offloading_num_layers": flags.cpu_offloading_num_layers,
-        "distributed_optimizer": _or(flags.distributed_optimizer, not training.uses_muon),
-        "fsdp": bool(flags.fsdp),
-        "first_stage_layers": flags.first_stage_layers,
-        "last_stage_layers": flags.last_stage_layers,
-        "account_for_embedding": bool(flags.account_for_embedding),
-        "account_for_loss": bool(flags.account_for_loss),
-        "pipeline_layout": flags.pipeline_layout,
-    }
+    """The layout the flags give, with the module doc's defaults where they differ from ParallelConfig's."""
+    defaults = {"sequence_parallel": (flags.layout.tp or 1) > 1,
+                "distributed_optimizer": not training.uses_muon}
     try:
-        return ParallelConfig.for_world(world_size, **layout)
+        return flags.layout.config(world_size, **defaults)
     except MegapilotError:
         raise
     except ValueError as exc:
         raise _layout_error(exc) from None
 
 
-def parse_recompute_modules(listed: str | None) -> tuple[str, ...] | None:
+def _layout_pins(given: dict[str, Any]) -> LayoutPins:
+    """The layout flags as pins, each value checked as ParallelConfig checks it; refused by field."""
+    try:
+        return LayoutPins(**given)
+    except ValidationError as exc:
+        error = from_validation_error(exc)
+        meaning = LayoutPins.model_fields[error.field].description if error.field in LayoutPins.model_fields else ""
+        raise MegapilotError(f"{error.problem}, got {given.get(error.field or '')!r}", field=error.field,
+                             fix=f"give {error.field} a value the message allows ({(meaning or '').rstrip('.')})"
+                             ) from None
+
+
+def parse_recompute_modules(listed: object) -> tuple[str, ...] | None:
     """`--recompute-modules moe_act,layernorm` (or space-separated) as the names Megatron takes."""
     if listed is None:
         return None
+    if not isinstance(listed, str):
+        raise MegapilotError(f"must be a string, got {listed!r}", field="recompute_modules",
+                             fix="list the modules as --recompute-modules does: moe_act,layernorm")
     names = tuple(dict.fromkeys(listed.replace(",", " ").split()))
     unknown = [name for name in names if name not in RECOMPUTE_MODULES]
     if unknown or not names:
@@ -367,17 +354,17 @@ def _or(value: T | None, default: T) -> T:
     return default if value is None else value
 
 
-def _balanced_layout(model: ModelSpec, flags: CaseFlags, seq_length: int) -> str:
+def _balanced_layout(model: ModelSpec, layout: LayoutPins, seq_length: int) -> str:
     """`--pp-layout balanced`: the layout string of the most balanced split for this PP x VPP."""
     from megapilot.estimate.pipeline_balance import balanced_split
 
-    pp, vpp = _or(flags.pp, 1), _or(flags.vpp, 1)
+    pp, vpp = _or(layout.pp, 1), _or(layout.vpp, 1)
     if pp == 1:
         raise MegapilotError("a balanced pipeline layout needs pp > 1", field="pipeline_layout",
                              fix="drop --pp-layout or raise --pp")
-    layout = balanced_split(model, pp, vpp, seq_length).layout
-    assert layout is not None
-    return layout
+    balanced = balanced_split(model, pp, vpp, seq_length).layout
+    assert balanced is not None
+    return balanced
 
 
 def _layout_error(exc: ValueError) -> MegapilotError:
@@ -387,8 +374,7 @@ def _layout_error(exc: ValueError) -> MegapilotError:
         if "pipeline_layout" in converted.problem or "account-for" in converted.problem:
             return MegapilotError(converted.problem, field="pipeline_layout" if "layout" in converted.problem
                                   else "account_for_embedding")
-        for name in ("first_stage_layers", "sequence_parallel", "vpp", "recompute_num_layers", "recompute_modules",
-                     "cpu_offloading_num_layers", "recompute", "tp", "pp"):
+        for name in sorted(LAYOUT_FIELDS, key=len, reverse=True):  # the longest first: recompute_modules, recompute
             if converted.problem.startswith(name):
                 return MegapilotError(converted.problem, field=name, fix=_LAYOUT_FIXES.get(name))
     return converted
@@ -416,5 +402,5 @@ def _build_training(flags: CaseFlags) -> TrainingSpec:
         raise MegapilotError(error.problem, field=flag, fix=fix) from None
 
 
-if {item.name for item in fields(CaseFlags)} != KNOWN_FLAGS:  # one list of flags: the typed case and its checks
+if {item.name for item in fields(CaseFlags)} - {"layout"} | set(LAYOUT_FIELDS) != KNOWN_FLAGS:  # one list of flags
     raise TypeError("CaseFlags and the flag type lists disagree")

@@ -137,7 +137,7 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, c
     s.add_terms(p, "--context-parallel-size")
     if model.moe is not None:
         s.add_terms(p, "--expert-model-parallel-size")
-        s.add("--expert-tensor-parallel-size", p.expert_tp)  # written out where etp is left to TP
+        s.add_terms(p, "--expert-tensor-parallel-size")  # written out where etp is left to TP
     if not cpu:  # torch's norms (no TE/Apex on a CPU) refuse sequence parallelism
         s.add_terms(p, "--sequence-parallel")
     if p.distributed_optimizer or p.fsdp:  # Megatron-FSDP's sharded steps run inside the distributed optimizer
@@ -188,7 +188,7 @@ def _recompute_section(p: ParallelConfig) -> ArgSection:
         s.add_terms(p, "--recompute-granularity")
         s.add("--recompute-modules", *p.recompute_modules)
     elif p.recompute == "selective":
-        s.add("--recompute-activations")
+        s.add_terms(p, "--recompute-activations")
     elif p.recompute == "full":
         s.add_terms(p, "--recompute-granularity", "--recompute-method")
         s.add("--recompute-num-layers", p.recompute_num_layers or 1)  # Megatron has no default for it

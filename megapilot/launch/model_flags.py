@@ -38,15 +38,11 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     if model.gated_delta_net is not None:
         _add_gated_delta_net(s, model, cpu=cpu)
     _add_activation(s, model)
-    s.add_terms(model, "--normalization", "--norm-epsilon")
-    if model.norm_zero_centered:
-        s.add("--apply-layernorm-1p")
+    s.add_terms(model, "--normalization", "--norm-epsilon", "--apply-layernorm-1p")
     _add_position(s, model)
     s.add_terms(model, "--max-position-embeddings", "--make-vocab-size-divisible-by")
-    if not model.tie_embeddings:  # (inverted switches: the field says what the flag turns off)
-        s.add("--untie-embeddings-and-output-weights")
-    if not model.add_bias_linear:
-        s.add("--disable-bias-linear")
+    # (inverted switches: the field says what the flag turns off)
+    s.add_terms(model, "--untie-embeddings-and-output-weights", "--disable-bias-linear")
     # Modern decoder LLMs pretrain without dropout; Megatron's defaults (0.1) date from GPT-2/BERT.
     s.add("--attention-dropout", 0.0)
     s.add("--hidden-dropout", 0.0)
@@ -59,8 +55,7 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     if model.mtp_num_layers:
         # (a hybrid's MTP module pattern, when it has one: Megatron-LM 0.17 on)
         s.add_terms(model, "--mtp-num-layers", "--mtp-loss-scaling-factor", "--mtp-hybrid-override-pattern")
-        if model.mtp_repeated_layer:
-            s.add("--mtp-use-repeated-layer")
+        s.add_terms(model, "--mtp-use-repeated-layer")
     if model.is_hybrid:
         _add_hybrid(s, model)
     return s
@@ -94,19 +89,17 @@ def training_script(model: ModelSpec) -> str:
 
 def _add_attention(s: ArgSection, model: ModelSpec) -> None:
     if model.mla is None:
-        s.add("--kv-channels", model.head_dim)  # written out where kv_channels is left to hidden / heads
+        s.add_terms(model, "--kv-channels")  # written out where kv_channels is left to hidden / heads
         if model.is_gqa:
             s.add("--group-query-attention")
             s.add_terms(model, "--num-query-groups")
     s.add_terms(model, "--add-qkv-bias")
-    if model.attention_output_gate:
-        s.add("--attention-output-gate")
+    s.add_terms(model, "--attention-output-gate")
     # Under MLA, Megatron's --qk-layernorm builds the q/kv latent norms instead of per-head ones.
     if model.qk_layernorm or (model.mla is not None and model.mla.latent_layernorms):
         s.add("--qk-layernorm")
     if model.sliding_window is not None:
-        # (left, right) keys around each query, both ends included: the last W tokens are W-1 to the left.
-        s.add("--window-size", f"{model.sliding_window - 1},0")
+        s.add_terms(model, "--window-size")  # (W-1, 0): the last W tokens, the query's own included
         if model.sliding_window_skip_freq is not None:
             s.add("--window-attn-skip-freq", model.sliding_window_skip_freq)
     if model.softmax_type != "vanilla":
@@ -145,12 +138,8 @@ def _add_gated_delta_net(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
 
 
 def _add_activation(s: ArgSection, model: ModelSpec) -> None:
-    if model.mlp_activation == "swiglu":
-        s.add("--swiglu")
-    elif model.mlp_activation == "squared_relu":
-        s.add("--squared-relu")
-    elif model.mlp_activation == "quick_geglu":
-        s.add("--quick-geglu")
+    s.add_terms(model, "--swiglu", "--squared-relu", "--quick-geglu")  # a switch each for its one activation
+    if model.mlp_activation == "quick_geglu":
         if model.glu_linear_offset:
             s.add("--glu-linear-offset", model.glu_linear_offset)
         if model.activation_clamp is not None:
@@ -257,10 +246,7 @@ def _add_dsa(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
     if dsa.topk_freq > 1:
         s.add("--dsa-indexer-topk-freq", dsa.topk_freq)
         s.add("--dsa-indexer-skip-topk-offset", dsa.skip_topk_offset)
-    if dsa.rope_interleaved:
-        s.add("--dsa-indexer-rope-interleaved")
-    if not dsa.rotate_activation:
-        s.add("--no-dsa-indexer-rotate-activation")
+    s.add_terms(model, "--dsa-indexer-rope-interleaved", "--no-dsa-indexer-rotate-activation")
     if model.norm_epsilon != DSA_INDEXER_K_NORM_EPSILON:  # Megatron's key norm takes the model's epsilon otherwise
         s.add("--dsa-indexer-k-norm-epsilon", DSA_INDEXER_K_NORM_EPSILON)
 

@@ -1,9 +1,10 @@
 """ArgSection: one titled group of Megatron-LM arguments.
 
 Its own module so that the model mapping (`model_flags`) and the rest of the argument list
-(`flags`) build sections without importing each other. A flag that carries a spec field as it is
-(`--num-layers` is `model.num_layers`) is written from the vocabulary's row (`add_terms`), so the
-field a flag renders is the field it is read back into.
+(`flags`) build sections without importing each other. A flag whose vocabulary row says how it carries a spec
+field (`--num-layers` is `model.num_layers` as it is; `--disable-bias-linear` is `model.add_bias_linear`
+inverted) is written from that row (`add_terms`), so the field a flag renders is the field it is read back into,
+by the same rule.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ class ArgSection:
 
     def add_terms(self, spec: object, *flags: str, left_out_at_default: bool = False) -> None:
         """Each flag with the value of the field its vocabulary row names, read from `spec` (the object the row's
-        path starts at: `model.mla.v_head_dim` from the ModelSpec, `parallel.tp` from the ParallelConfig). A
-        switch is written when its field is true; a valued flag unless its field is None (or, with
-        `left_out_at_default`, holds Megatron's default)."""
+        path starts at: `model.mla.v_head_dim` from the ModelSpec, `parallel.tp` from the ParallelConfig) and
+        rendered as the row says (`Term.rendered`). A switch is written when that is true; a valued flag unless it
+        is None (or, with `left_out_at_default`, holds Megatron's default)."""
         for flag in flags:
             row = vocabulary.term(flag)
             assert row.field is not None, flag
-            value = vocabulary.field_value(spec, row.field.partition(".")[2])
+            context = (vocabulary.field_value(spec, path.partition(".")[2]) for path in row.context_paths)
+            value = row.rendered(vocabulary.field_value(spec, row.field.partition(".")[2]), *context)
             if row.kind == "bool":
                 assert isinstance(value, bool), flag  # a switch carries a yes/no field
                 if value:

@@ -15,9 +15,12 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
+from typing import Any
 
-from megapilot.errors import MegapilotError
-from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
+from pydantic import ValidationError
+
+from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.spec import ClusterSpec, LayoutPins, ModelSpec, TrainingSpec
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
 from megapilot.spec.validate import topk_sharing_refusal
 
@@ -98,26 +101,25 @@ class Rejection:
         return MegapilotError(self.message, field=self.field, fix=self.fix)
 
 
-@dataclass(frozen=True)
-class Pins:
-    """Dimensions the user fixed on the command line; None leaves the dimension to the search."""
+# The layout fields the search walks (or, pinned, holds): the others take ParallelConfig's defaults in its layouts.
+SEARCHED_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "recompute_modules", "fsdp")
 
-    tp: int | None = None
-    pp: int | None = None
-    vpp: int | None = None
-    cp: int | None = None
-    ep: int | None = None
-    etp: int | None = None
-    mbs: int | None = None
-    recompute: str | None = None
-    recompute_modules: tuple[str, ...] | None = None  # pinned --recompute-modules (selective recompute)
-    fsdp: bool | None = None
 
-    def __post_init__(self) -> None:
-        for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise MegapilotError(f"must be at least 1, got {value}", field=name, fix=f"pass --{name} 1 or more")
+class Pins(LayoutPins):
+    """The layout fields the user fixed on the command line; None leaves the field to the search, which walks
+    `SEARCHED_FIELDS` (a pin of another layout field is refused by name, not ignored)."""
+
+    def __init__(self, **given: Any) -> None:
+        try:
+            super().__init__(**given)
+        except ValidationError as exc:
+            error = from_validation_error(exc)
+            flag = f"--{(error.field or '').replace('_', '-')}"
+            raise MegapilotError(error.problem, field=error.field,
+                                 fix=f"pass {flag} as the message says, or leave it to the search") from None
+        for name in set(self.given()) - set(SEARCHED_FIELDS):
+            raise MegapilotError("the planner does not search this field", field=name,
+                                 fix="pin it in `megapilot estimate` or `megapilot script` instead")
         if self.recompute_modules and self.recompute not in (None, "selective"):
             raise MegapilotError(f"--recompute-modules needs selective recompute, not {self.recompute}",
                                  field="recompute_modules", fix="drop --recompute, or --recompute-modules")

@@ -2,7 +2,7 @@
 
 from megapilot.spec.hardware import ARCH_PRECISIONS, ClusterSpec, GPUSpec, default_gpus_per_node
 from megapilot.spec.model import MLASpec, ModelSpec, MoESpec
-from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.parallel import LAYOUT_FIELDS, LayoutPins, ParallelConfig
 from megapilot.spec.plan_file import EstimateResult, FlexDispatcher, MemoryGiB, ParamCounts, SavedPlan
 from megapilot.spec.prediction import Prediction
 from megapilot.spec.training import PRECISIONS, Precision, TrainingSpec
@@ -15,11 +15,13 @@ from megapilot.spec.validate import (
 
 __all__ = [
     "ARCH_PRECISIONS",
+    "LAYOUT_FIELDS",
     "PRECISIONS",
     "ClusterSpec",
     "EstimateResult",
     "FlexDispatcher",
     "GPUSpec",
+    "LayoutPins",
     "MLASpec",
     "MemoryGiB",
     "MoESpec",

@@ -1,16 +1,21 @@
-"""ParallelConfig: one parallel layout, in Megatron's terms.
+"""ParallelConfig: one parallel layout, in Megatron's terms; LayoutPins: the same layout given in part.
 
 World = TP x PP x CP x DP. Expert parallelism is carved out of the same ranks: Megatron builds the
 expert groups so that ETP x EP x expert-DP = TP x CP x DP (= world / PP), hence EP x ETP must divide
 TP x CP x DP; EP is not an extra factor of the world size.
+
+The layout's fields are declared once, here, on ParallelConfig. Every place that holds a layout only in part (the
+planner's pins, the flags of an estimate, a suite's sweep cell) holds a `LayoutPins`, whose fields are made from
+ParallelConfig's at import: a field added to ParallelConfig is a pin, a flag and a cell's field by that one edit.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic.fields import FieldInfo
 
 from megapilot.spec.pipeline import (
     PipelineSplit,
@@ -209,6 +214,53 @@ class ParallelConfig(BaseModel):
         layout = {k: v for k, v in layout.items() if v is not None}
         layout["dp"] = world_size // (tp * pp * cp)
         return cls(**layout)  # type: ignore[arg-type]  # keys are ParallelConfig fields; pydantic checks values
+
+
+# What a layout given in part leaves out: DP follows from the world size (`ParallelConfig.for_world`).
+DERIVED_FIELDS = ("dp",)
+#: The fields a layout is given by, in ParallelConfig's order.
+LAYOUT_FIELDS: tuple[str, ...] = tuple(name for name in ParallelConfig.model_fields if name not in DERIVED_FIELDS)
+
+
+class LayoutPins(BaseModel):
+    """A layout given in part: each of ParallelConfig's fields (but DP) fixed to a value, or None = not given.
+
+    The fields are ParallelConfig's own (name, type, bounds, description), made optional at import below; the
+    values are checked strictly (a switch is not a size, text is not a number). `config` completes them into a
+    ParallelConfig with the defaults the caller names, then ParallelConfig's own.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    def given(self) -> dict[str, Any]:
+        """The fields that were given, by name, in ParallelConfig's order."""
+        return {name: value for name, value in self if value is not None}
+
+    def config(self, world_size: int, **defaults: object) -> ParallelConfig:
+        """The full layout on `world_size` GPUs: these pins over `defaults` over ParallelConfig's defaults (DP from
+        the world size; MegapilotError when TP*PP*CP does not divide it, ValueError where ParallelConfig refuses)."""
+        return ParallelConfig.for_world(world_size, **(defaults | self.given()))
+
+    if TYPE_CHECKING:  # the fields are ParallelConfig's, made at import: checked as it types them, at run time
+        def __init__(self, **given: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+
+
+def _optional_fields(model: type[BaseModel], names: tuple[str, ...]) -> dict[str, Any]:
+    """`model`'s fields as optional ones (default None) that keep their type, bounds and description."""
+    made: dict[str, Any] = {}
+    for name in names:
+        field = model.model_fields[name]
+        assert field.annotation is not None  # every field of a spec is annotated
+        optional = FieldInfo(default=None, description=field.description)
+        optional.metadata = list(field.metadata)  # the bounds (ge=1, min_length=1) hold for a given value
+        made[name] = (field.annotation | None, optional)
+    return made
+
+
+if not TYPE_CHECKING:  # the one definition of the pins' fields: ParallelConfig's, each optional
+    LayoutPins = create_model("LayoutPins", __base__=LayoutPins, __module__=__name__, __doc__=LayoutPins.__doc__,
+                              **_optional_fields(ParallelConfig, LAYOUT_FIELDS))
 
 
 @lru_cache(maxsize=1024)

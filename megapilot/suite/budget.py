@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from megapilot.errors import MegapilotError
 from megapilot.estimate.budget import PHASE_KEYS, BatchRampup, Phase
+from megapilot.spec import LayoutPins
 
 if TYPE_CHECKING:
     from megapilot.estimate.budget import StepCost, TimeToTrain
@@ -262,27 +263,19 @@ def _measured_checkpoint(result: SuiteResult) -> tuple[float | None, float | Non
     return values.get("checkpoint.save_s"), values.get("checkpoint.load_s")
 
 
-class _Layout(Protocol):
-    """What a sweep cell and a finished combo both say of their shape and layout."""
+class _Shape(Protocol):
+    """What a sweep cell and a finished combo both say of their shape."""
 
-    @property
-    def mbs(self) -> int | None: ...
     @property
     def gbs(self) -> int | None: ...
     @property
     def seq_length(self) -> int | None: ...
     @property
     def precision(self) -> str | None: ...
-    @property
-    def tp(self) -> int: ...
-    @property
-    def pp(self) -> int: ...
-    @property
-    def cp(self) -> int: ...
-    @property
-    def ep(self) -> int: ...
-    @property
-    def vpp(self) -> int | None: ...
+
+
+# The layout fields a suite's step is estimated with (the others at ParallelConfig's defaults).
+_ESTIMATED_LAYOUT = ("tp", "pp", "cp", "ep", "vpp", "mbs")
 
 
 def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, combo: ComboResult,
@@ -293,7 +286,8 @@ def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, 
 
     if not budget.phases and budget.rampup is None:
         return lambda _shape: ShapeCost(step_s, True)
-    estimated = _estimated_cost(model, gpu, combo, combo.nodes, combo.gpus_per_node)
+    layout = LayoutPins(tp=combo.tp, pp=combo.pp, cp=combo.cp, ep=combo.ep, vpp=combo.vpp, mbs=combo.mbs)
+    estimated = _estimated_cost(model, gpu, layout, combo, combo.nodes, combo.gpus_per_node)
     measured_shape = Shape(combo.seq_length or 1, combo.gbs or 1)
     scale = step_s / estimated(measured_shape).step_time_s
 
@@ -306,21 +300,21 @@ def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, 
     return cost
 
 
-def _estimated_cost(model: ModelSpec, gpu: GPUSpec | None, layout: _Layout, nodes: int,
+def _estimated_cost(model: ModelSpec, gpu: GPUSpec | None, layout: LayoutPins, shape: _Shape, nodes: int,
                     gpus_per_node: int) -> StepCost:
     """The estimator's StepCost for a cell's or combo's layout (a CPU suite: the stand-in GPU the render uses)."""
     from megapilot.catalog.gpus import get_gpu
     from megapilot.estimate.budget import layout_step_cost
-    from megapilot.spec import ClusterSpec, ParallelConfig
+    from megapilot.spec import ClusterSpec
     from megapilot.spec.training import Precision, TrainingSpec
     from megapilot.suite.render import CPU_STAND_IN_GPU
 
     cluster = ClusterSpec(gpu=gpu or get_gpu(CPU_STAND_IN_GPU), num_nodes=nodes, gpus_per_node=gpus_per_node)
     precisions: tuple[Precision, ...] = get_args(Precision)
-    ran: Precision = next((p for p in precisions if gpu is not None and p == (layout.precision or "").lower()), "bf16")
-    training = TrainingSpec(seq_length=layout.seq_length or 1, global_batch_size=layout.gbs or 1, precision=ran)
-    parallel = ParallelConfig.for_world(cluster.world_size, tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep,
-                                        vpp=layout.vpp, mbs=layout.mbs, sequence_parallel=layout.tp > 1)
+    ran: Precision = next((p for p in precisions if gpu is not None and p == (shape.precision or "").lower()), "bf16")
+    training = TrainingSpec(seq_length=shape.seq_length or 1, global_batch_size=shape.gbs or 1, precision=ran)
+    estimated = LayoutPins(**{name: value for name, value in layout.given().items() if name in _ESTIMATED_LAYOUT})
+    parallel = estimated.config(cluster.world_size, sequence_parallel=layout.tp > 1)
     return layout_step_cost(model, cluster, training, parallel)
 
 
@@ -341,7 +335,7 @@ def budget_problems(suite: LoadedSuite) -> list[tuple[str, str, str]]:
     problems: dict[str, tuple[str, str, str]] = {}
     for cell in (c for c in suite.cells if not c.skip_reason):
         try:
-            cost = _estimated_cost(suite.model, suite.gpu, cell, suite.nodes, suite.gpus_per_node)
+            cost = _estimated_cost(suite.model, suite.gpu, cell.layout, cell, suite.nodes, suite.gpus_per_node)
             cost(Shape(cell.seq_length, cell.gbs))
         except (MegapilotError, ValueError):
             continue  # the cell's own layout: its render or the projection says what is wrong with it

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from megapilot.spec import ARCH_PRECISIONS, GPUSpec
+from megapilot.spec import ARCH_PRECISIONS, GPUSpec, LayoutPins
 
 PRECISION_NAMES: tuple[str, ...] = ("BF16", "FP16", "FP8", "MXFP8", "MXFP4", "NVFP4")
 CPU_PRECISIONS = frozenset({"BF16", "FP16"})  # a CPU run computes in fp32; these lose nothing a gate measures
@@ -155,17 +155,12 @@ class SweepCell(BaseModel):
 
     key: str = Field(description="Threshold cell key: MBS=4,GBS=128,PRECISION=FP8, `default` or `smoke`.")
     slug: str = Field(description="Directory-safe name, e.g. MBS4_GBS128_FP8.")
-    mbs: int = Field(gt=0)
     gbs: int = Field(gt=0)
     precision: str
     seq_length: int = Field(gt=0)
-    tp: int = Field(ge=1)
-    pp: int = Field(ge=1)
-    cp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
-    vpp: int | None = Field(default=None, ge=2)
-    recompute: bool
-    fsdp: bool
+    layout: LayoutPins = Field(description="What the suite fixes of the layout: TP, PP, CP, EP, VPP (None: no "
+                               "interleaving), MBS, recompute (CVS's switch: full or none) and FSDP; the launch "
+                               "completes it (suite.render.build_plan).")
     train_iters: int = Field(gt=0)
     model_name: str
     tokenizer_model: str = ""
@@ -211,11 +206,12 @@ def _smoke_gbs(nodes: int) -> int:
 
 def _cell(key: str, slug: str, mbs: int, gbs: int, precision: str, params: TrainParams,
           gpu: GPUSpec | None) -> SweepCell:
+    layout = LayoutPins(tp=params.tensor_parallelism, pp=params.pipeline_parallelism, cp=params.context_parallelism,
+                        ep=params.expert_parallelism, vpp=params.virtual_pipeline_parallelism, mbs=mbs,
+                        recompute="full" if params.recompute else "none", fsdp=params.fsdp)
     return SweepCell(
-        key=key, slug=slug, mbs=mbs, gbs=gbs, precision=precision, seq_length=params.sequence_length,
-        tp=params.tensor_parallelism, pp=params.pipeline_parallelism, cp=params.context_parallelism,
-        ep=params.expert_parallelism, vpp=params.virtual_pipeline_parallelism, recompute=params.recompute,
-        fsdp=params.fsdp, train_iters=params.training_iterations, model_name=params.model_name,
+        key=key, slug=slug, gbs=gbs, precision=precision, seq_length=params.sequence_length, layout=layout,
+        train_iters=params.training_iterations, model_name=params.model_name,
         tokenizer_model=params.tokenizer_model, model_size=params.model_size, extra=params.extras(),
         skip_reason=precision_skip_reason(precision, gpu),
     )

@@ -577,8 +577,9 @@ def _fail_reasons(rows: list[MetricRow]) -> str:
 
 def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
     return ComboResult(key=cell.key, directory=cell.slug, verdict=Verdict.SKIPPED, reason=reason, backend=backend,
-                       mbs=cell.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
-                       tp=cell.tp, pp=cell.pp, cp=cell.cp, ep=cell.ep, vpp=cell.vpp, train_iters=cell.train_iters)
+                       mbs=cell.layout.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
+                       tp=cell.layout.tp, pp=cell.layout.pp, cp=cell.layout.cp, ep=cell.layout.ep,
+                       vpp=cell.layout.vpp, train_iters=cell.train_iters)
 
 
 def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
@@ -670,7 +671,7 @@ def _combo_shell(cell: SweepCell, launch: CellLaunch, directory: str) -> ComboRe
     plan = launch.plan
     assert plan is not None  # a rendered launch always has its plan
     return ComboResult(key=cell.key, directory=directory, verdict=Verdict.SKIPPED, backend=launch.backend,
-                       mbs=cell.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
+                       mbs=cell.layout.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
                        nodes=launch.nodes, gpus_per_node=launch.gpus_per_node, tp=plan.parallel.tp,
                        pp=plan.parallel.pp, cp=plan.parallel.cp, ep=plan.parallel.ep, vpp=plan.parallel.vpp,
                        train_iters=plan.training.train_iters, command=launch.command)
@@ -895,8 +896,9 @@ def _run_card(suite: LoadedSuite) -> RunCard:
 
     first = suite.cells[0] if suite.cells else suite.smoke
     world = suite.nodes * suite.gpus_per_node
-    dp = max(1, world // (first.tp * first.pp * first.cp))
-    layout = f"TP={first.tp},PP={first.pp},CP={first.cp},EP={first.ep},DP={dp}"
+    tp, pp, cp, ep = (first.layout.tp, first.layout.pp, first.layout.cp, first.layout.ep)
+    dp = max(1, world // (tp * pp * cp))
+    layout = f"TP={tp},PP={pp},CP={cp},EP={ep},DP={dp}"
     return RunCard(suite_name=Path(suite.config_path).stem, model=suite.model.name, model_family=_family(suite),
                    gpu=suite.gpu.name if suite.gpu else "CPU", nodes=suite.nodes, gpus_per_node=suite.gpus_per_node,
                    executor=suite.executor, backend=suite.backend, layout=layout,

@@ -151,18 +151,15 @@ def checkpoint_jobs(suite: LoadedSuite, save_dir: Path) -> tuple[CheckpointJob, 
 def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None = None) -> SavedPlan:
     """The cell as a SavedPlan; MegapilotError when the layout cannot work (as `megapilot script` refuses)."""
     from megapilot.catalog.gpus import get_gpu
-    from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
+    from megapilot.spec import ClusterSpec, TrainingSpec, validate_layout
 
     gpu = suite.gpu or get_gpu(CPU_STAND_IN_GPU)
     cluster = ClusterSpec(gpu=gpu, num_nodes=suite.nodes, gpus_per_node=suite.gpus_per_node)
     precision = _training_precision(cell.precision) if suite.device == "gpu" else "bf16"
     training = TrainingSpec(seq_length=cell.seq_length, global_batch_size=cell.gbs, precision=precision,
                             train_iters=train_iters or cell.train_iters)
-    parallel = ParallelConfig.for_world(
-        cluster.world_size, tp=cell.tp, pp=cell.pp, cp=cell.cp, ep=cell.ep, vpp=cell.vpp, mbs=cell.mbs,
-        recompute="full" if cell.recompute else "none", fsdp=cell.fsdp, sequence_parallel=cell.tp > 1,
-        **_split_fields(pipeline_split(suite, cell)),
-    )
+    parallel = cell.layout.config(cluster.world_size, sequence_parallel=cell.layout.tp > 1,
+                                  **_split_fields(pipeline_split(suite, cell)))
     validate_layout(suite.model, cluster, training, parallel)
     return SavedPlan(model=suite.model, cluster=cluster, training=training, parallel=parallel)
 
@@ -182,16 +179,16 @@ def pipeline_split(suite: LoadedSuite, cell: SweepCell) -> PipelineSplit:
     """
     from megapilot.plan.space import pipeline_splits
 
-    model = suite.model
-    vpp = cell.vpp or 1
-    if cell.pp == 1 or model.num_layers % (cell.pp * vpp) == 0:
+    model, pp = suite.model, cell.layout.pp
+    vpp = cell.layout.vpp or 1
+    if pp == 1 or model.num_layers % (pp * vpp) == 0:
         return EVEN_SPLIT
-    candidates = pipeline_splits(model, cell.pp)
+    candidates = pipeline_splits(model, pp)
     if suite.backend == "megapilot":
         candidates = tuple(s for s in candidates if s.first_stage_layers is not None or s.last_stage_layers is not None)
     for split in candidates:
         try:
-            split.resolve(model.num_layers, model.mtp_num_layers, cell.pp, vpp)
+            split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
         except MegapilotError:
             continue
         return split

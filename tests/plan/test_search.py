@@ -152,6 +152,15 @@ def test_pins_below_one_are_refused_by_name():
     assert err.value.field == "tp"
 
 
+def test_a_pin_the_search_does_not_walk_is_refused_by_name_not_ignored():
+    from megapilot.errors import MegapilotError
+    from megapilot.plan import Pins
+
+    with pytest.raises(MegapilotError) as err:
+        Pins(tp=2, pipeline_layout="Et|tL")
+    assert err.value.field == "pipeline_layout"
+
+
 def test_megatron_fsdp_is_never_planned_with_pipeline_parallelism():
     # 405B on 128 H100s: memory binds, so FSDP layouts compete with pipelined ones; none may mix them.
     result = plan(*_inputs("llama3.1-405b", 128, 8192, 512), top=20)

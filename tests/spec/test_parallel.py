@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from megapilot.errors import MegapilotError
-from megapilot.spec.parallel import ParallelConfig, pipeline_rank_layer_counts
+from megapilot.spec.parallel import LAYOUT_FIELDS, LayoutPins, ParallelConfig, pipeline_rank_layer_counts
 
 
 def test_world_is_tp_pp_cp_dp_and_experts_are_carved_from_tp_cp_dp():
@@ -78,3 +78,34 @@ def test_shell_block_names_every_dimension_and_the_split():
     assert p.shell_block(2048) == ("TP=8 PP=16 VPP=1 CP=2 EP=1 DP=16 MBS=1 GBS=2048 "
                                    "PP_FIRST_LAYERS=7 PP_LAST_LAYERS=7")
     assert ParallelConfig(pp=2, account_for_loss=True).shell_block(8).endswith("PP_ACCOUNT_LOSS=1")
+
+
+def test_layout_pins_are_parallel_configs_fields_each_optional():
+    """The pins' fields are made from ParallelConfig's: same names and order (DP, derived, aside), the same type
+    or None, the same bounds and meaning."""
+    assert tuple(LayoutPins.model_fields) == LAYOUT_FIELDS == tuple(n for n in ParallelConfig.model_fields if n != "dp")
+    for name, pin in LayoutPins.model_fields.items():
+        field = ParallelConfig.model_fields[name]
+        assert pin.default is None and pin.annotation == field.annotation | None, name
+        assert pin.metadata == field.metadata and pin.description == field.description, name
+
+
+def test_a_field_added_to_the_layout_is_a_pin_by_that_one_edit():
+    from pydantic import create_model
+
+    from megapilot.spec.parallel import _optional_fields
+
+    wider = create_model("WiderConfig", __base__=ParallelConfig, zero_bubble=(bool, Field(default=False)))
+    made = _optional_fields(wider, (*LAYOUT_FIELDS, "zero_bubble"))
+    assert made["zero_bubble"][0] == bool | None and made["zero_bubble"][1].default is None
+
+
+def test_layout_pins_check_a_given_value_as_parallel_config_does_and_complete_to_one():
+    pins = LayoutPins(tp=2, recompute="full", recompute_num_layers=2)
+    assert pins.given() == {"tp": 2, "recompute": "full", "recompute_num_layers": 2}
+    config = pins.config(16, pp=2, tp=8)  # the pins win over the caller's defaults
+    assert (config.tp, config.pp, config.dp, config.recompute) == (2, 2, 4, "full")
+    for bad in ({"tp": 0}, {"recompute": "most"}, {"tp": True}, {"mbs": "2"}, {"zero_bubble": True}):
+        with pytest.raises(ValidationError) as info:
+            LayoutPins(**bad)
+        assert info.value.errors()[0]["loc"][0] in bad, bad

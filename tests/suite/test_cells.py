@@ -60,8 +60,8 @@ def test_cpu_runs_bf16_and_fp16_only() -> None:
 def test_sweep_cell_merges_the_key_and_flags_a_precision_the_gpu_lacks() -> None:
     params = PARAMS.model_copy(update={"training_iterations": 5})
     cell = sweep_cell(parse_cell_key("MBS=1,GBS=64,PRECISION=MXFP4"), params, get_gpu("mi300x"))
-    assert (cell.mbs, cell.gbs, cell.precision, cell.tp, cell.train_iters) == (1, 64, "MXFP4", 2, 5)
-    assert cell.recompute and not cell.fsdp and cell.skip_reason.startswith("MXFP4")
+    assert (cell.layout.mbs, cell.gbs, cell.precision, cell.layout.tp, cell.train_iters) == (1, 64, "MXFP4", 2, 5)
+    assert cell.layout.recompute == "full" and not cell.layout.fsdp and cell.skip_reason.startswith("MXFP4")
 
 
 def test_default_and_smoke_cells() -> None:

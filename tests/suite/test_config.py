@@ -70,7 +70,7 @@ def test_distributed_overlay_keeps_its_extra_keys(tmp_path: Path) -> None:
     suite = load_suite(write_suite(tmp_path, filled_in(raw_cvs(DISTRIBUTED_70B)), DISTRIBUTED_70B))
     assert suite.config.verify_network_errors is True
     assert suite.cells[0].extra == {"name": "llama3_3_70b_mbs1_gbs64_FP8"}
-    assert suite.cells[0].tp == 8 and suite.model.name == "llama3.3-70b"
+    assert suite.cells[0].layout.tp == 8 and suite.model.name == "llama3.3-70b"
 
 
 def test_load_raises_one_error_listing_every_problem() -> None:

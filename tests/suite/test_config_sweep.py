@@ -178,4 +178,4 @@ def test_sweep_cells_carry_the_key_and_the_merged_params(base: SuiteConfig) -> N
                                          "global_batch_size": 16, "precision": "FP8"})
     default, fp8 = _sweep_cells([(DEFAULT_CELL_KEY, base.train_params), (FP8, params)], None, 1)
     assert default.key == DEFAULT_CELL_KEY and default.seq_length == 128
-    assert (fp8.key, fp8.mbs, fp8.gbs, fp8.precision, fp8.seq_length) == (FP8, 2, 16, "FP8", 128)
+    assert (fp8.key, fp8.layout.mbs, fp8.gbs, fp8.precision, fp8.seq_length) == (FP8, 2, 16, "FP8", 128)

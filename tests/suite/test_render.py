@@ -116,7 +116,7 @@ def test_megapilot_keys_give_a_moe_cell_expert_and_context_parallelism(tmp_path:
     suite = _suite(tmp_path, DISTRIBUTED_70B, edit)
     by_key = {cell.key: cell for cell in suite.cells}
     fp8, bf16 = by_key["MBS=1,GBS=64,PRECISION=FP8"], by_key["MBS=1,GBS=64,PRECISION=BF16"]
-    assert (fp8.tp, fp8.cp, fp8.ep) == (2, 2, 8) and (bf16.cp, bf16.ep) == (1, 8)
+    assert (fp8.layout.tp, fp8.layout.cp, fp8.layout.ep) == (2, 2, 8) and (bf16.layout.cp, bf16.layout.ep) == (1, 8)
     launch = render_cell(suite, bf16, job_dir=tmp_path / "b")
     assert launch.runnable, launch.error
     assert launch.plan is not None and (launch.plan.parallel.ep, launch.plan.parallel.dp) == (8, 8)
