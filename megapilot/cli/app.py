@@ -8,6 +8,7 @@ escapes a command is a bug: one line saying so and exit code 1, with the traceba
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Any
@@ -101,8 +102,21 @@ def _file_error(exc: Exception) -> MegapilotError | None:
     filename = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
     if filename is None:
         return None
-    return MegapilotError(f"{filename}: {getattr(exc, 'strerror', None) or exc}", field="path",
-                          fix="check the path: an existing, readable file in an existing directory")
+    fix = _PATH_FIXES.get(getattr(exc, "errno", None) or 0, "check the path: an existing, readable file in an "
+                                                               "existing directory")
+    return MegapilotError(f"{filename}: {getattr(exc, 'strerror', None) or exc}", field="path", fix=fix)
+
+
+# The fix for a path error by its cause: an output path that cannot be made is not fixed by "an existing file".
+_PATH_FIXES = {
+    errno.ENOTDIR: "a part of the path is a file, not a folder: pass a path whose parents are folders",
+    errno.EEXIST: "a file is in the way of a folder to create: pass another path, or move the file",
+    errno.EISDIR: "pass a file, not a folder",
+    errno.EACCES: "pass a path you may read (an input) or a folder you may write (an output)",
+    errno.EPERM: "pass a path you may read (an input) or a folder you may write (an output)",
+    errno.EROFS: "pass a folder on a writable file system",
+    errno.ENOSPC: "free space on that file system, or pass a folder on another one",
+}
 
 
 # Help piped or redirected (`megapilot estimate --help | less`, a CI log) has no terminal to measure; rich's

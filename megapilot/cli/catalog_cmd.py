@@ -59,7 +59,8 @@ def gpus(json_output: JsonFlag = False, measure_host: MeasureHostFlag = False) -
             f"{s.fp8_dense_tflops:,.0f}" if s.fp8_dense_tflops else "—",
             f"{s.fp4_dense_tflops:,.0f}" if s.fp4_dense_tflops else "—",
             f"{s.hbm_gib:.0f}", f"{s.hbm_bw_tbps:.2f}" if s.hbm_bw_tbps >= 0.1 else f"{s.hbm_bw_tbps:.4f}",
-            f"{s.scaleup_domain_gpus} GPUs", f"{s.scaleup_bw_gbps:.0f}" if s.scaleup_bw_gbps >= 10
+            f"{s.scaleup_domain_gpus} {'ranks' if s.architecture == 'cpu' else 'GPUs'}",  # a CPU's: its local ranks
+            f"{s.scaleup_bw_gbps:.0f}" if s.scaleup_bw_gbps >= 10
             else f"{s.scaleup_bw_gbps:.2f}",
         )
     console.print(table)

@@ -49,6 +49,11 @@ def register(app: typer.Typer) -> None:
     app.command("estimate")(estimate)
 
 
+# The same --db as `history`, `run` and `suite run`: a history imported with --db calibrates from that one.
+HISTORY_DB_HELP = ("With --cluster: the history database, a SQLite path or postgresql:// URL (default: the user data "
+                   "dir, or $MEGAPILOT_HISTORY).")
+
+
 @budget_options()
 @feature_options()
 @layout_options(required_note=REQUIRED)
@@ -70,11 +75,12 @@ def estimate(
         "--cluster", help="Calibrate on this cluster's measured runs in the history (batch key: cluster).")] = None,
     calibration: Annotated[str, typer.Option(
         "--calibration", help="history (with --cluster) or none: the uncalibrated model.")] = "history",
+    db: Annotated[str | None, typer.Option("--db", help=HISTORY_DB_HELP)] = None,
 ) -> None:
     """Estimate memory, step time, tokens/s and MFU of one parallel layout (or of each line of --batch)."""
     if calibration not in ("history", "none"):
         raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")
-    calibrator = ClusterCalibrator(enabled=calibration == "history")
+    calibrator = ClusterCalibrator(enabled=calibration == "history", db=db)
     if batch is not None:
         if budget.given:
             raise MegapilotError("the budget options price one layout, not a --batch", field="tokens",
@@ -121,15 +127,16 @@ def estimate(
 class ClusterCalibrator:
     """Applies a cluster's calibration from the history (opened once, each cluster's runs read once)."""
 
-    def __init__(self, *, enabled: bool = True):
+    def __init__(self, *, enabled: bool = True, db: str | None = None):
         self.enabled = enabled
+        self.db = db  # the history --cluster reads (None: $MEGAPILOT_HISTORY, else the user data dir)
         self._runs: dict[str, tuple[Any, ...]] = {}
 
     def runs(self, cluster: str) -> tuple[Any, ...]:
         if cluster not in self._runs:
             from megapilot.store.history import open_history
 
-            with open_history() as history:
+            with open_history(self.db) as history:
                 known = history.clusters()
                 if cluster not in known:
                     raise MegapilotError(f"no measured run of cluster {cluster!r} in the history at "

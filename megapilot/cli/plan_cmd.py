@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_options
+from megapilot.cli.estimate_cmd import HISTORY_DB_HELP
 from megapilot.cli.layout_options import (
     FP8_RECIPE_HELP,
     GBS_HELP,
@@ -178,6 +179,7 @@ def plan_command(
     cluster: str | None = typer.Option(None, "--cluster", help="Calibrate the figures on this cluster's measured "
                                                                "runs in the history."),
     calibration: str = typer.Option("history", "--calibration", help="history (with --cluster) or none."),
+    db: str | None = typer.Option(None, "--db", help=HISTORY_DB_HELP),
 ) -> None:
     """Search every legal parallel layout and rank them by predicted tokens/s/GPU; layouts within the estimate's own
     calibrated error of the fastest are ordered as the public recipes prefer (the reasons name the rule)."""
@@ -212,7 +214,7 @@ def plan_command(
         raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")
     calibrations: list[dict[str, Any] | None] = [None] * len(result.candidates)
     if cluster is not None and calibration == "history":
-        result, calibrations = _calibrated(result, cluster)
+        result, calibrations = _calibrated(result, cluster, db)
     if save is not None:
         _save_plan(result, save, features)
     assumed = defaults + inputs.notes
@@ -247,14 +249,15 @@ def _budgeted(result: PlanResult, budget: BudgetFlags, options: EstimateOptions)
     return None if request is None else rank_by_time_to_train(result, request, options)
 
 
-def _calibrated(result: PlanResult, cluster: str) -> tuple[PlanResult, list[dict[str, Any] | None]]:
+def _calibrated(result: PlanResult, cluster: str, db: str | None = None
+                ) -> tuple[PlanResult, list[dict[str, Any] | None]]:
     """Each candidate's figures calibrated on the cluster's runs (the planner's order kept)."""
     from types import SimpleNamespace
 
     from megapilot.cli.estimate_cmd import ClusterCalibrator
     from megapilot.estimate.history_calibration import calibrate_estimate
 
-    runs = ClusterCalibrator().runs(cluster)
+    runs = ClusterCalibrator(db=db).runs(cluster)
     candidates = []
     calibrations: list[dict[str, Any] | None] = []
     for candidate in result.candidates:

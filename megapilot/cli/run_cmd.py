@@ -17,7 +17,12 @@ where it departs (`--json`: `predicted` and `prediction_departure` beside the Jo
 A plan's run is a measured run of its cluster, like a suite combo: its prediction is calibrated on that cluster's
 runs in the history (`--cluster-name`; `local` when it runs on this machine's CPU), and when it ends its measured
 step is recorded there beside that prediction, so that the next `estimate --cluster`, `plan --cluster` or suite
-calibrates on it too (`--no-history`: neither). A launch script has no layout megapilot knows: it is not recorded.
+calibrates on it too (`--no-history`: neither).
+
+A launch script is predicted from its own flags (the model, layout and world size `diagnose` reads from it; on this
+machine's CPU when it runs over gloo, else on the GPU its header names): the prediction and where the run departs
+from it are printed as for a plan, or the reason there is none (`--json`: `prediction_note`). A script's run is not
+recorded: it names no cluster, and its flags may describe a model megapilot does not know exactly (use --plan).
 """
 
 from __future__ import annotations
@@ -96,13 +101,14 @@ def run(
     if not json_output:
         for note in notes:
             err_console.print(f"note: {note}", highlight=False, markup=False)
-    prediction = _plan_prediction(plan, plan_data, recorder) if plan is not None else None
+    prediction, no_prediction = (_plan_prediction(plan, plan_data, recorder), None) if plan is not None \
+        else _script_prediction(script)
     result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
     departure = _departure(prediction, result)
     recorded = recorder.record(result, prediction) if recorder is not None and prediction is not None else None
     if json_output:
-        extra = {} if prediction is None else {"predicted": prediction.model_dump(mode="json"),
-                                              "prediction_departure": departure, "history": recorded}
+        extra: dict[str, object] = {"prediction_note": no_prediction} if prediction is None else {
+            "predicted": prediction.model_dump(mode="json"), "prediction_departure": departure, "history": recorded}
         if plan is not None:  # a launch script names no model megapilot could resolve
             from megapilot.cli.common import planned_model
 
@@ -113,6 +119,9 @@ def run(
         if prediction is not None and prediction.step_time_ms is not None:
             console.print(f"predicted step {prediction.step_time_ms / 1000:.3f} s on {prediction.device}"
                           + (f": {departure}" if departure else ""), highlight=False, soft_wrap=True)
+        elif prediction is not None or no_prediction:
+            why = no_prediction or (prediction.note if prediction is not None else "")
+            console.print(f"no prediction: {why}", highlight=False, markup=False, soft_wrap=True)
         if recorded is not None:
             console.print(recorded["message"], highlight=False, markup=False, soft_wrap=True)
     if interrupted:
@@ -132,6 +141,45 @@ def _plan_prediction(plan: Path, plan_data: _PlanData, recorder: _Recorder | Non
     saved_plan = _load_plan(plan)
     runs = recorder.calibration_runs() if recorder is not None else ()
     return predict_combo(saved_plan, None if plan_data.on_cpu else saved_plan.cluster.gpu, runs)
+
+
+def _script_prediction(script: Path | None) -> tuple[Prediction | None, str | None]:
+    """What megapilot predicts for a launch script's run, from the model, layout and world size its flags give (on
+    this machine's CPU when it runs over gloo, else on the GPU its header names); or None and why there is none."""
+    from megapilot.diagnose.flags import read_flags, run_config
+    from megapilot.spec import ClusterSpec, SavedPlan
+    from megapilot.suite.predicted import predict_combo
+
+    if script is None:
+        return None, None
+    try:
+        flags = read_flags(script=script)
+        assert flags is not None  # a script always gives flags (perhaps none of the model's)
+        config = run_config(flags)
+    except MegapilotError as exc:
+        return None, f"its flags describe no run megapilot can price ({exc})"
+    if config.model is None or config.training is None or config.parallel is None:
+        return None, "its flags do not say the whole model (layers, hidden size, heads, sequence length)"
+    on_cpu = config.flags.get("--distributed-backend") == "gloo"
+    if config.gpu is None and not on_cpu:
+        return None, ("it names no GPU megapilot knows (the header `megapilot script` writes names one); "
+                      "`megapilot estimate` with --gpu predicts it")
+    nodes = max(config.flags.get_int("--nnodes", 1) or 1, 1)
+    if config.world_size % nodes:
+        return None, f"{config.world_size} ranks do not split over --nnodes {nodes}"
+    try:
+        from megapilot.catalog.host import host_cpu
+
+        device = host_cpu() if on_cpu else config.gpu
+        assert device is not None
+        plan = SavedPlan(model=config.model, training=config.training, parallel=config.parallel,
+                         cluster=ClusterSpec(gpu=device, num_nodes=nodes, gpus_per_node=config.world_size // nodes))
+    except (MegapilotError, ValueError) as exc:
+        return None, f"its flags describe no run megapilot can price ({exc})"
+    prediction = predict_combo(plan, None if on_cpu else device, calibrate=False)
+    if prediction.step_time_ms is None:
+        return None, prediction.note or "the estimator gave no step time"
+    return prediction, None
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,7 @@ def run(
         from megapilot.errors import MegapilotError
 
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
+    _check_out(out)
     suite = load_suite(config, cluster)
     if megatron_version is not None:
         suite = _for_megatron_version(suite, megatron_version)
@@ -138,6 +139,23 @@ def _interrupted_exit_code() -> int:
 
     signum = received_signal()
     return 128 + signum if signum is not None else EXIT_INTERRUPTED
+
+
+def _check_out(out: Path) -> None:
+    """--out is a folder this user may write, or can become one: said before the config is read or anything runs."""
+    import os
+
+    from megapilot.errors import MegapilotError
+
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise MegapilotError(f"{existing} is a file, not a folder", field="--out",
+                             fix="pass a folder for the run directories (or one that does not exist yet)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise MegapilotError(f"{existing} cannot be written", field="--out",
+                             fix="pass a folder you may write, on a writable file system")
 
 
 def _resume_command(config: Path, cluster: Path | None, out: Path, stage: str | None, combo: str | None,

@@ -105,6 +105,8 @@ class PredictionCheck:
     def error_pct(self) -> float | None:
         if self.predicted is None or self.measured is None or self.predicted == 0:
             return None
+        if self.measured == 0:  # a log's 0.0 (TFLOP/s on a CPU) is below the precision it prints, not a -100 % miss
+            return None
         return (self.measured - self.predicted) / self.predicted * 100.0
 
 

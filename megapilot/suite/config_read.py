@@ -172,14 +172,25 @@ def _fix_of(error: ErrorDetails, path: str) -> str:
     if error.get("type") == "missing":
         return f"add `{path.rsplit('.', 1)[-1]}` under `{path.rsplit('.', 1)[0]}`" if "." in path \
             else f"add `{path}` (`megapilot suite init` writes a complete config to start from)"
+    message = str(error.get("msg", ""))
+    if error.get("type") in _BOUND_ERRORS and message.startswith("Input should be "):
+        return "give a value that is " + message.removeprefix("Input should be ")  # the bound, not a respelling
+    if _CHOICES in message:
+        return "use one of: " + message.split(_CHOICES, 1)[1]
     return "fix the value's type or spelling"
 
 
+# pydantic's errors for a value out of its bounds: the fix is the bound itself.
+_BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"})
+_CHOICES = "; use one of: "  # how a validator lists the values it takes (the fix, not the problem)
+
+
 def _message(error: ErrorDetails) -> str:
-    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ").split(_CHOICES, 1)[0]
     if error.get("type") == "extra_forbidden":
         return "not a known setting here"
-    if "input" in error and error.get("type") != "missing" and "got " not in message:
+    if "input" in error and error.get("type") != "missing" and "got " not in message \
+            and _short_repr(error["input"]) not in message:  # a value the message names already is not said twice
         return f"{message} (got {_short_repr(error['input'])})"
     return message
 

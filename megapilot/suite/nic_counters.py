@@ -33,7 +33,7 @@ ROW = "nic.counters"
 # `$1`: the sysfs root (`/sys`; a test points it at a fake tree). Never fails: what is absent is not printed.
 COUNTERS_SCRIPT = r"""
 root=${1:-/sys}
-printf 'host=%s\n' "$(hostname 2>/dev/null || echo unknown)"
+printf 'host=%s\n' "${SLURMD_NODENAME:-$(hostname 2>/dev/null || echo unknown)}"  # SLURM's name, as in preflight
 for f in "$root"/class/infiniband/*/ports/*/counters/* "$root"/class/infiniband/*/ports/*/hw_counters/*; do
   [ -f "$f" ] || continue
   rel=${f#"$root"/class/infiniband/}

@@ -38,7 +38,8 @@ MIN_FREE_DISK_GIB = 1.0
 
 PROBE_SCRIPT = r"""
 probe() { printf '%s=%s\n' "$1" "$2"; }
-probe host "$(hostname 2>/dev/null || echo unknown)"
+# under srun the node by SLURM's name (what `--exclude` takes; NodeName need not be the hostname)
+probe host "${SLURMD_NODENAME:-$(hostname 2>/dev/null || echo unknown)}"
 probe kernel_release "$(uname -r 2>/dev/null)"
 if command -v nvidia-smi >/dev/null 2>&1; then
   probe gpu_vendor nvidia

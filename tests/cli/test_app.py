@@ -55,3 +55,10 @@ def test_an_unreadable_file_that_escapes_a_command_is_a_user_error(cli, monkeypa
     assert result.exit_code == 2
     assert result.stderr.strip() == ("error: path: /nonexistent-dir/gpus.yaml: No such file or directory — fix: "
                                      "check the path: an existing, readable file in an existing directory")
+
+
+def test_an_output_path_that_cannot_be_made_says_what_is_in_the_way(cli, tmp_path):
+    (tmp_path / "afile").write_text("")
+    result = cli("suite", "init", "tiny-local", "-o", str(tmp_path / "afile" / "suite.json"))
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "afile" in result.stderr and "a file is in the way of a folder to create" in result.stderr

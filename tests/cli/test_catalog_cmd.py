@@ -54,3 +54,12 @@ def test_gpus_list_the_catalog_then_this_machines_cpu_with_sorted_precisions(cli
     assert {"h100", "mi300x"} <= set(aliases) and aliases[-1] == "cpu"
     for row in rows:
         assert row["precisions"] == sorted(row["precisions"]) and "bf16" in row["precisions"]
+
+
+def test_the_cpu_row_counts_its_scale_up_domain_in_ranks_not_gpus(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    result = cli("gpus")
+    assert result.exit_code == 0, result.stderr
+    [cpu_row] = [line for line in result.stdout.splitlines() if line.startswith("│ cpu ")]
+    assert " ranks " in cpu_row and " GPUs " not in cpu_row
+    assert any(" 8 GPUs " in line for line in result.stdout.splitlines() if line.startswith("│ h100 "))

@@ -121,8 +121,9 @@ def test_run(cli, workdir):
     script.write_text("#!/bin/bash\ntrue\n")  # exits 0 without an iteration line: a FAILED run, still one document
     result = json_of(cli, "run", str(script), "--run-dir", str(workdir / "runs"), "--json", exit_code=1)
     assert set(result) == {"job_id", "combo", "executor", "state", "exit_code", "reason", "iterations_reached",
-                           "train_iters", "step_time_s", "started_at", "ended_at", "duration_s", "logs", "job_dir"}
-    assert result["state"] == "FAILED"
+                           "train_iters", "step_time_s", "started_at", "ended_at", "duration_s", "logs", "job_dir",
+                           "prediction_note"}  # a launch script says why it has no prediction (its flags: none)
+    assert result["state"] == "FAILED" and result["prediction_note"]
 
 
 def test_data_prepare(cli, workdir):

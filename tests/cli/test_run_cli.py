@@ -33,7 +33,8 @@ def test_completed_run_exits_zero_with_the_result_schema(cli, tmp_path):
     result, payload = run_json(cli, str(launch_script(tmp_path, "--iters", "4")), "--run-dir", str(tmp_path / "runs"),
                                "--combo", "ok")
     assert result.exit_code == 0
-    assert set(payload) == RESULT_KEYS
+    assert set(payload) == RESULT_KEYS | {"prediction_note"}  # the printer's flags describe no model to predict
+    assert "do not say the whole model" in payload["prediction_note"]
     assert payload["state"] == "COMPLETED" and payload["iterations_reached"] == payload["train_iters"] == 4
     assert payload["logs"] == [str(tmp_path / "runs" / "ok" / "out-node0" / "training.log")]
     assert json.loads((tmp_path / "runs" / "ok" / "job.json").read_text())["status"]["state"] == "COMPLETED"
@@ -43,6 +44,7 @@ def test_human_output_is_a_table_with_state_and_iterations(cli, tmp_path):
     result = cli("run", str(launch_script(tmp_path, "--iters", "3")), "--run-dir", str(tmp_path), "--combo", "h")
     assert result.exit_code == 0
     assert "COMPLETED" in result.stdout and "3 / 3" in result.stdout and "training.log" in result.stdout
+    assert "no prediction: its flags do not say the whole model" in result.stdout  # said, not left out
 
 
 def test_run_that_stops_early_exits_one_with_the_reason(cli, tmp_path):
@@ -222,3 +224,35 @@ def test_plan_data_options_are_checked(cli, tmp_path, monkeypatch, args, field):
     result = cli("run", *args)
     assert result.exit_code == 2 and result.stderr.strip().count("\n") == 0
     assert f"{field}:" in result.stderr
+
+
+# ---- run SCRIPT: predicted from the script's own flags -------------------------------------------------------
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_a_launch_script_is_predicted_as_the_plan_it_was_written_from(tmp_path, device):
+    """A script `megapilot script` wrote for a plan gets the plan's own prediction: on this machine's CPU for a gloo
+    script, on the GPU its header names otherwise."""
+    from megapilot.cli.common import load_plan_file
+    from megapilot.cli.run_cmd import _plan_prediction, _PlanData, _render_plan, _script_prediction
+
+    plan = _saved_tiny_plan(tmp_path, tp=2)
+    data = _PlanData(device=device)
+    script = tmp_path / "train.sh"
+    script.write_text(_render_plan(load_plan_file(plan), data).script)
+    predicted, why_not = _script_prediction(script)
+    expected = _plan_prediction(plan, data)
+    assert why_not is None and predicted is not None
+    assert predicted.device == expected.device and predicted.device.startswith("CPU" if device == "cpu" else "H100")
+    for field in ("step_time_ms", "tokens_per_s_per_gpu", "memory_gib"):
+        assert getattr(predicted, field) == pytest.approx(getattr(expected, field)), field
+
+
+def test_a_script_without_a_known_gpu_says_why_it_has_no_prediction(tmp_path):
+    from megapilot.cli.common import load_plan_file
+    from megapilot.cli.run_cmd import _PlanData, _render_plan, _script_prediction
+
+    text = _render_plan(load_plan_file(_saved_tiny_plan(tmp_path)), _PlanData(device="gpu")).script
+    script = tmp_path / "train.sh"
+    script.write_text("\n".join(line for line in text.splitlines() if " launch: " not in line))  # no header
+    predicted, why_not = _script_prediction(script)
+    assert predicted is None and "names no GPU megapilot knows" in (why_not or "")

@@ -67,6 +67,15 @@ def test_an_unknown_stage_or_combo_is_a_user_error(cli, tmp_path: Path) -> None:
     assert bad_combo.exit_code == 2 and "--combo" in bad_combo.stderr and "MBS=4,GBS=128" in bad_combo.stderr
 
 
+def test_an_out_that_cannot_hold_run_directories_is_refused_naming_out(cli, tmp_path: Path) -> None:
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    (tmp_path / "afile").write_text("")
+    done = cli("suite", "run", str(config), "--out", str(tmp_path / "afile" / "runs"), "--dry-run")
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith("error: --out:") and "is a file, not a folder" in done.stderr
+    assert not (tmp_path / "afile").is_dir()
+
+
 def test_a_config_with_placeholders_left_is_refused_before_anything_runs(cli, tmp_path: Path) -> None:
     config = write_suite(tmp_path, raw_cvs(SINGLE_8B), SINGLE_8B)
     result = cli("suite", "run", str(config), "--out", str(tmp_path / "out"))

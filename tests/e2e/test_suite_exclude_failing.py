@@ -98,3 +98,59 @@ def test_an_xid_79_node_fails_its_own_row_is_listed_and_left_out_of_the_next_run
     assert SICK in note and "Xid 79" in note and run_dir.name in note
     report = (again / "report.html").read_text()
     assert SICK in report and "Xid 79" in report
+
+
+# ---- the same on a real SLURM cluster: `--exclude` in every sbatch ------------------------------------------------
+
+def _slurm_suite(directory: Path, nodes: int) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = _suite(directory)
+    config = json.loads(path.read_text())
+    config["megapilot"].update(executor="slurm", nodes=nodes, time_limit="00:10:00")
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def _slurm_run(config: Path, out: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "megapilot.cli.app", "suite", "run", str(config), "--out", str(out),
+                           "--json", "--no-history", *extra], capture_output=True, text=True, timeout=600, env=env,
+                          check=False)
+
+
+def test_slurm_lists_the_xid_79_node_by_its_slurm_name_and_excludes_it_next_run(slurm_two_runnable_nodes, tmp_path):
+    """Two SLURM nodes on this machine (this host's name, then `<host>-n2`); the fake dmesg gives `<host>-n2` (by
+    SLURMD_NODENAME) an Xid 79. Run 1 probes both with srun and lists `<host>-n2` in failing_nodes.txt; run 2, on
+    one node with `--exclude-failing latest`, asks sbatch for `--exclude=<host>-n2` and trains on the healthy one."""
+    healthy, sick = slurm_two_runnable_nodes.node_names
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "dmesg").symlink_to(FAKE_DMESG)
+    # sbatch and srun export the submitter's environment (--export=ALL): the probe on each node finds the fake first
+    env = {**slurm_two_runnable_nodes.env, "OMP_NUM_THREADS": "1", "FAKE_XID_SLURM_NODE": sick,
+           "PATH": f"{fake_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    out = tmp_path / "runs"
+
+    first = _slurm_run(_slurm_suite(tmp_path / "two", nodes=2), out, env)
+    assert first.returncode == 1, first.stderr[-3000:]
+    result = json.loads(first.stdout)
+    run_dir = Path(result["run_dir"])
+    preflight = next(s for s in result["stages"] if s["name"] == "preflight")
+    failed = [r for r in preflight["rows"] if r["verdict"] == "FAIL"]
+    assert [r["name"] for r in failed] == ["node1.kernel.faults"] and "Xid 79" in failed[0]["reason"], failed
+    assert (run_dir / "failing_nodes.txt").read_text() == f"{sick}\n"  # SLURM's node name: what --exclude takes
+    assert (run_dir / "passing_nodes.txt").read_text() == f"{healthy}\n"
+
+    second = _slurm_run(_slurm_suite(tmp_path / "one", nodes=1), out, env, "--exclude-failing", "latest")
+    assert second.returncode == 0, second.stderr[-3000:] + second.stdout[-3000:]
+    result = json.loads(second.stdout)
+    again = Path(result["run_dir"])
+    [combo] = result["combos"]
+    assert combo["verdict"] == "PASS" and combo["job"]["executor"] == "slurm", combo["reason"]
+    scripts = [p.read_text() for p in again.rglob("*") if p.is_file() and p.suffix in (".sh", ".sbatch")]
+    assert any(f"--exclude={sick}" in text for text in scripts), "no sbatch script asks SLURM to leave the node out"
+    preflight = next(s for s in result["stages"] if s["name"] == "preflight")
+    assert preflight["verdict"] == "PASS", preflight["reason"]
+    assert (again / "passing_nodes.txt").read_text() == f"{healthy}\n"  # the probe ran on the healthy node only
+    deck = json.loads((again / "megatron_run_deck.json").read_text())
+    [note] = [n for n in deck["run_card_notes"] if n.startswith("excluded node")]
+    assert sick in note and "Xid 79" in note and run_dir.name in note

@@ -42,3 +42,11 @@ def test_prediction_checks_list_what_was_predicted_with_error():
 def test_catalog_capacity_and_unknown_gpu():
     assert measures.gpu_capacity_gib("H100") == 80.0
     assert measures.gpu_capacity_gib("no-such-gpu") is None
+
+
+def test_a_measured_zero_is_shown_without_a_minus_100_percent_error():
+    # Megatron prints TFLOP/s with one decimal: a CPU run's 0.0044 TFLOP/s reads 0.0
+    combo = _combo(predicted=Prediction(tflops_per_gpu=0.0044),
+                   metrics=[MetricRow(name="training.throughput_per_gpu", value=0.0, verdict=Verdict.RECORD)])
+    [check] = measures.prediction_checks(combo)
+    assert check.measured == 0.0 and check.error_pct is None

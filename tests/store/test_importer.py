@@ -125,3 +125,18 @@ def test_plan_shows_each_layout_calibrated_on_the_cluster(cli, history):
         plain_tokens = before["estimate"]["tokens_per_s_per_gpu"]
         assert about["uncalibrated"]["tokens_per_s_per_gpu"] == pytest.approx(plain_tokens)
         assert after["estimate"]["tokens_per_s_per_gpu"] > plain_tokens  # the cluster ran faster than predicted
+
+
+def test_estimate_and_plan_read_the_history_named_by_db_as_import_writes_it(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAPILOT_HISTORY", str(tmp_path / "elsewhere.sqlite"))  # --db wins, as in `history`
+    db = str(tmp_path / "team.sqlite")
+    assert cli("history", "import", str(DATA / "published_rows.jsonl"), "--db", db).exit_code == 0
+    case = ("--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--mbs", "2", "--gbs", "256", "--seq-len",
+            "8192", "--precision", "fp8", "--cluster", CLUSTER)
+    estimate = cli("estimate", *case, "--db", db, "--json")
+    assert estimate.exit_code == 0, estimate.stderr
+    assert estimate.json()["calibration_from_history"]["applied"]
+    planned = cli("plan", *case, "--db", db, "--top", "1", "--json")
+    assert planned.exit_code == 0, planned.stderr
+    unknown = cli("estimate", *case, "--json")  # the environment's history has no such cluster
+    assert unknown.exit_code == 2 and "elsewhere.sqlite" in unknown.stderr

@@ -134,3 +134,15 @@ def test_validation_errors_read_as_a_path_a_message_and_a_fix() -> None:
     long = _message(errors["inner.k"])
     assert long.endswith("...)") and len(long) < 150  # a huge value is cut short, not reprinted
     assert "got" not in _message(errors["name"])  # a missing field has no value to show
+
+
+def test_a_value_out_of_bounds_gets_the_bound_and_a_wrong_choice_the_choices_once(cli, tmp_path: Path) -> None:
+    config = tmp_path / "suite.json"
+    assert cli("suite", "init", "tiny-local", "-o", str(config)).exit_code == 0
+    data = json.loads(config.read_text())
+    data["megapilot"].update(gpus_per_node=-2, executor="slurmm")
+    config.write_text(json.dumps(data))
+    problems = {p["path"]: p for p in cli("suite", "check", str(config), "--json").json()["problems"]}
+    assert problems["megapilot.gpus_per_node"]["fix"] == "give a value that is greater than 0"
+    executor = problems["megapilot.executor"]
+    assert executor["message"].count("slurmm") == 1 and executor["fix"] == "use one of: local, slurm, ssh"

@@ -39,6 +39,15 @@ def test_the_component_named_is_the_one_that_explains_the_departure_not_the_larg
     assert found.sentence.endswith("the measured forward-backward time is 3.4x its prediction")
 
 
+def test_a_fitted_per_step_overhead_is_not_blamed_on_the_optimizer_timer():
+    # a calibration that fitted 500 ms of per-step overhead (a busy host): no timer measures it
+    terms = {"compute": 150.0, "optimizer": 1.0, "fixed": 500.0}
+    prediction = Prediction(step_time_ms=651.0, components_ms=terms, calibration_runs=["r1"])
+    found = departure(prediction, 200.0, {"forward-backward": 160.0, "optimizer": 0.9})
+    assert found is not None and found.component is None and "optimizer" not in found.sentence
+    assert found.sentence.startswith("step 69 % faster than predicted; every timed component within 25 %")
+
+
 def test_without_timers_the_total_step_is_all_it_says():
     found = departure(_prediction(), 2000.0, {})
     assert found is not None and found.component is None
