@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
@@ -27,9 +28,10 @@ def descendants_of(pid: int) -> Finder:
     return find
 
 
-def ranks_of_node(node_rank: int, command: str) -> Finder:
-    """The worker ranks (not their torchrun) whose command line holds `command` and whose executor gave them
-    NODE_RANK=`node_rank`."""
+def ranks_of_node(node_rank: int, command: str, under: Path) -> Finder:
+    """The worker ranks (not their torchrun) whose command line holds `command`, whose executor gave them
+    NODE_RANK=`node_rank` and who run in a folder below `under` (the test's own jobs: the machine may be running
+    another test's ranks of the same command at the same time)."""
     def find() -> list[psutil.Process]:
         found = []
         for process in psutil.process_iter(["cmdline"]):
@@ -39,6 +41,8 @@ def ranks_of_node(node_rank: int, command: str) -> Finder:
                 if command not in line or "torch.distributed.run" in line or "torchrun" in line:
                     continue
                 env = process.environ()
+                if not process.cwd().startswith(str(under)):
+                    continue
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             if env.get("NODE_RANK") == str(node_rank) and "LOCAL_RANK" in env:

@@ -88,8 +88,8 @@ def test_the_stage_runs_the_gloo_probe_through_the_local_executor(tmp_path):
 def test_a_slowed_node_is_named_by_the_bisection_over_ssh(loopback_sshd, tmp_path):
     config = _suite(tmp_path / "suite", "ssh", 2)
     cluster_file = loopback_sshd.cluster_file(tmp_path / "suite" / "cluster.json")
-    cycle = DutyCycle(ranks_of_node(1, "megapilot.trainer.collectives"), stopped_s=0.05, running_s=0.03,
-                      rescan_s=1.0)
+    cycle = DutyCycle(ranks_of_node(1, "megapilot.trainer.collectives", tmp_path / "runs"), stopped_s=0.05,
+                      running_s=0.03, rescan_s=1.0)
     try:
         result = _run(config, tmp_path / "runs", "--cluster", str(cluster_file))
     finally:
