@@ -51,8 +51,9 @@ into one reused buffer (a fresh 1 MiB object per chunk cost it more in page faul
 Speed (bench/log_parse, results.json, a synthetic 1 GB Megatron log on a shared 2-core machine): the compiled
 engine reads ~1,550 MB per CPU-second, 0.29x `grep -c iteration` in CPU seconds (the median of 5 interleaved
 grep/parse pairs, 0.25x to 0.34x; grep: ~5,000 MB per CPU-second, memchr speed), ~25x the Python engine (~53 MB per
-CPU-second) and ~100x the line path. CPU seconds still grow when the two cores are busy with other jobs (shared
-caches and execution units): a single reading beside them once read 0.19x. Where its ~0.7 CPU-seconds go: ~0.3 s
+CPU-second) and ~100x the line path, at a quiet moment. CPU seconds grow when the two cores are busy with other jobs
+(shared caches and execution units): the latest run, at a load of 14 to 18, read ~960 MB per CPU-second, 0.21x
+(0.20x to 0.23x), and this round's line pass left the clean log's time as it was. Where its ~0.7 CPU-seconds go: ~0.3 s
 in the C matcher (~105 ns per 350-byte iteration line: digit runs, literals, three float conversions), ~0.2 s in
 the kernel copying the file in (about grep's whole time), ~0.09 s for Python's start and imports, the rest in the
 line parser for the 1,172 checkpoint lines (each now searches only the error signatures whose required literals
