@@ -568,13 +568,14 @@ static Py_ssize_t line_pass_swar(const unsigned char *p, Py_ssize_t from, Py_ssi
 #endif
     for (; i < end; i++) {
         if (p[i] == '\n' || (p[i] == 'i' && i + 1 < end && p[i + 1] == 't')) break;
-        if (p[i] < 0x20 || p[i] > 0x7e) control = HIGHS;
-        if (lower(p[i]) == 'a' && i + 1 < end && lower(p[i + 1]) == 'i') ai = HIGHS;
+        if (p[i] < 0x20 || p[i] > 0x7e) control = ~0ULL;
+        if (lower(p[i]) == 'a' && i + 1 < end && lower(p[i + 1]) == 'i') ai = ~0ULL;
     }
 #if SWAR
 done:
 #endif
-    *flags |= (control & HIGHS ? LINE_CONTROL : 0) | (ai & HIGHS ? LINE_AI : 0);
+    /* a byte's mark is its high bit */
+    *flags |= (control & 0x8080808080808080ULL ? LINE_CONTROL : 0) | (ai & 0x8080808080808080ULL ? LINE_AI : 0);
     return i;
 }
 
