@@ -78,7 +78,8 @@ typedef struct {
     uint64_t grams4[1024];       /* hashed 4-byte windows (case folded) of needles of 5 bytes or more, at offsets 0, 1 */
     uint64_t grams3[1024];       /* hashed first 3 bytes (case folded) of the needles that can be live */
     uint64_t chatter_grams3[1024]; /* the same, of those that can be live on NCCL/RCCL chatter */
-    uint64_t chatter_grams4[1024]; /* hashed 4-byte windows (case folded) of those, two adjacent ones per needle */
+    unsigned char *chatter_grams4; /* hashed 4-byte windows (case folded) of those, two adjacent ones per needle: a
+                                      byte per hash (64 KiB; a load instead of a load, shift and mask per window) */
     ChatterGram *chatter_windows;  /* those windows: which needle holds each, at which offset */
     Py_ssize_t chatter_window_count;
     int chatter_stride2;           /* all of those have 5 bytes or more: chatter_grams4 at every second position */
@@ -794,24 +795,24 @@ static int chatter_window_hit(const Scanner *self, const unsigned char *p, Py_ss
    5 bytes or more holds its two chosen windows (`chatter_windows`) one at an even position. Four windows from two
    loads per step, their filter bits tested together. */
 static int chatter_scan(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
-    const uint64_t *table = self->chatter_grams4;
+    const unsigned char *table = self->chatter_grams4;
     Py_ssize_t w = 0;
 #if SWAR
     for (; w + 12 <= n; w += 8) {
         uint64_t x = load8((const char *)p + w) | ONES * 0x20, y = load8((const char *)p + w + 4) | ONES * 0x20;
         uint32_t grams[4] = {(uint32_t)x, (uint32_t)(x >> 16), (uint32_t)y, (uint32_t)(y >> 16)};
-        if (!(gram_in(table, grams[0]) | gram_in(table, grams[1]) | gram_in(table, grams[2]) |
-              gram_in(table, grams[3])))
+        if (!(table[gram_hash(grams[0])] | table[gram_hash(grams[1])] | table[gram_hash(grams[2])] |
+              table[gram_hash(grams[3])]))
             continue;
         for (int k = 0; k < 4; k++)
-            if (gram_in(table, grams[k]) && chatter_window_hit(self, p, w + 2 * k, n, grams[k])) return 1;
+            if (table[gram_hash(grams[k])] && chatter_window_hit(self, p, w + 2 * k, n, grams[k])) return 1;
     }
 #endif
     for (; w + 4 <= n; w += 2) {
         uint32_t gram;
         memcpy(&gram, p + w, 4);
         gram |= FOLD4;
-        if (gram_in(table, gram) && chatter_window_hit(self, p, w, n, gram)) return 1;
+        if (table[gram_hash(gram)] && chatter_window_hit(self, p, w, n, gram)) return 1;
     }
     return 0;
 }
@@ -1282,6 +1283,7 @@ static void Scanner_dealloc(Scanner *self) {
     }
     PyMem_Free(self->needles);
     PyMem_Free(self->chatter_windows);
+    PyMem_Free(self->chatter_grams4);
     for (Py_ssize_t k = 0; k < self->key_count; k++) PyMem_Free(self->keys[k]);
     PyMem_Free(self->keys);
     PyMem_Free(self->key_lengths);
@@ -1348,7 +1350,8 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
     qsort(self->needles, (size_t)count, sizeof(Needle), compare_needles);
     self->chatter_stride2 = 1;
     self->chatter_windows = PyMem_Calloc((size_t)count * 2 + 1, sizeof(ChatterGram));
-    if (self->chatter_windows == NULL) return PyErr_NoMemory(), -1;
+    self->chatter_grams4 = PyMem_Calloc(65536, 1);
+    if (self->chatter_windows == NULL || self->chatter_grams4 == NULL) return PyErr_NoMemory(), -1;
     for (Py_ssize_t k = 0; k < count; k++) {
         const unsigned char *text = (const unsigned char *)self->needles[k].text;
         if (self->needles[k].length < 2) {
@@ -1379,8 +1382,7 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
                 window->gram |= FOLD4;
                 window->offset = offset + second;
                 window->needle = k;
-                h = gram_hash(window->gram);
-                self->chatter_grams4[h >> 6] |= (uint64_t)1 << (h & 63);
+                self->chatter_grams4[gram_hash(window->gram)] = 1;
             }
         }
     }
