@@ -52,21 +52,21 @@ Speed (bench/log_parse, results.json, a synthetic 1 GB Megatron log on a shared 
 engine reads ~1,550 MB per CPU-second, 0.29x `grep -c iteration` in CPU seconds (the median of 5 interleaved
 grep/parse pairs, 0.25x to 0.34x; grep: ~5,000 MB per CPU-second, memchr speed), ~25x the Python engine (~53 MB per
 CPU-second) and ~100x the line path, at a quiet moment. CPU seconds grow when the two cores are busy with other jobs
-(shared caches and execution units): the latest run, at a load of 14 to 18, read ~960 MB per CPU-second, 0.21x
-(0.20x to 0.23x), and this round's line pass left the clean log's time as it was. Where its ~0.7 CPU-seconds go: ~0.3 s
+(shared caches and execution units): the latest run, at a load of 14 to 21, read ~980 MB per CPU-second, 0.21x
+(0.21x to 0.23x), and this round's line pass left the clean log's time as it was. Where its ~0.7 CPU-seconds go: ~0.3 s
 in the C matcher (~105 ns per 350-byte iteration line: digit runs, literals, three float conversions), ~0.2 s in
 the kernel copying the file in (about grep's whole time), ~0.09 s for Python's start and imports, the rest in the
 line parser for the 1,172 checkpoint lines (each now searches only the error signatures whose required literals
 it holds, ~57 us instead of ~310 us), the running statistics, the reservoir's draws and the per-block Python.
 On the noisy multi-rank log (NCCL INFO every other line, rank and timestamp prefixes; `generate_noisy`) the CLI reads
-~900 MB per CPU-second net of its start-up, 0.28x `grep -c` (median of 9 interleaved pairs, 0.25x to 0.33x) with the
-machine at a load of 14 to 18 (0.21x the round before, 0.127x before that). What made chatter cheap: one pass from a
+~880 MB per CPU-second net of its start-up, 0.28x `grep -c` (median of 9 interleaved pairs, 0.19x to 0.31x: one pair
+fell in a burst of load 21) with the machine at a load of 14 to 21 (0.21x the round before, 0.127x before that). What made chatter cheap: one pass from a
 line's start finds its newline or `it` and notes whether the bytes before hold a control or non-ASCII byte or an `ai`
 (`fail`'s pair), 32 bytes a step with AVX2 where the CPU has it (`line_pass_avx2`, chosen at import; `use_vectors`
 turns it off for the tests), else 8 (`line_pass_swar`): a chatter line is then read once more, by the chatter filter,
 which tests for each live needle its two adjacent 4-byte windows of least common bytes (`rarest_windows`; `rank`,
 `init` and `[ran` were the old first windows and hit on most chatter lines), four windows from two loads per step,
-a hit's needles found by binary search; the matcher of an iteration line stops at its newline itself. In-process, the
+a byte per hash in its table, a hit's needles found by binary search; the matcher of an iteration line stops at its newline itself. In-process, the
 noisy log's parse went from ~0.24 to ~0.18 CPU-s at the same load; what is left: the iteration matcher (~30 %), the
 chatter filter (~15 %), the line pass (~7 %), the kernel's copy (~7 %), Python (~15 %: the line parser on the 132
 checkpoint lines, ~110 us each, most of it the error signatures' substring tests; the reservoir's draws).
