@@ -60,16 +60,20 @@ line parser for the 1,172 checkpoint lines (each now searches only the error sig
 it holds, ~57 us instead of ~310 us), the running statistics, the reservoir's draws and the per-block Python.
 On the noisy multi-rank log (NCCL INFO every other line, rank and timestamp prefixes; `generate_noisy`) the CLI reads
 ~880 MB per CPU-second net of its start-up, 0.28x `grep -c` (median of 9 interleaved pairs, 0.19x to 0.31x: one pair
-fell in a burst of load 21) with the machine at a load of 14 to 21 (0.21x the round before, 0.127x before that). What made chatter cheap: one pass from a
-line's start finds its newline or `it` and notes whether the bytes before hold a control or non-ASCII byte or an `ai`
-(`fail`'s pair), 32 bytes a step with AVX2 where the CPU has it (`line_pass_avx2`, chosen at import; `use_vectors`
-turns it off for the tests), else 8 (`line_pass_swar`): a chatter line is then read once more, by the chatter filter,
-which tests for each live needle its two adjacent 4-byte windows of least common bytes (`rarest_windows`; `rank`,
-`init` and `[ran` were the old first windows and hit on most chatter lines), four windows from two loads per step,
-a byte per hash in its table, a hit's needles found by binary search; the matcher of an iteration line stops at its newline itself. In-process, the
-noisy log's parse went from ~0.24 to ~0.18 CPU-s at the same load; what is left: the iteration matcher (~30 %), the
-chatter filter (~15 %), the line pass (~7 %), the kernel's copy (~7 %), Python (~15 %: the line parser on the 132
-checkpoint lines, ~110 us each, most of it the error signatures' substring tests; the reservoir's draws).
+fell in a burst of load 21) with the machine at a load of 14 to 21 (0.21x the round before, 0.127x before that).
+What made chatter cheap: one pass from a line's start finds its newline or `it` and notes whether the bytes before
+hold a control or non-ASCII byte or an `ai` (`fail`'s pair), 32 bytes a step with AVX2 where the CPU has it
+(`line_pass_avx2`, chosen at import; `use_vectors` turns it off for the tests), else 8 (`line_pass_swar`): a chatter
+line is then read once more, by the chatter filter, which tests for each live needle its two adjacent 4-byte windows
+of least common bytes (`rarest_windows`; `rank`, `init` and `[ran` were the old first windows and hit on most
+chatter lines), four windows from two loads per step, a byte per hash in its table, a hit's needles found by binary
+search; the matcher of an iteration line stops at its newline itself. In-process, the noisy log's parse went from
+~0.24 to ~0.18 CPU-s at the same load; what is left: the iteration matcher (~25 %), the chatter filter (~15 %), the
+line pass (~7 %), the kernel's copy (~10 %), Python (~20 %: the line parser on the 132 checkpoint lines, ~110 us
+each, most of it the error signatures' substring tests; the reservoir's draws; the per-block bookkeeping).
+Tried and dropped: digit runs read eight bytes at a time (slower: the multiplies' latency beats the byte loop's
+branches on these short runs), a stricter literal prefilter of the error signatures (their substring tests, not the
+regex searches, are the cost).
 One process, no multiprocessing: the summary is sequential (Welford, a seeded
 reservoir), so splitting the file would change its floats, and CPU seconds would not drop anyway.
 
