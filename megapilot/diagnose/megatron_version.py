@@ -6,7 +6,10 @@ release's names. (It reads the launch package's flag tables, so it lives after `
 - The `arguments` block prints every option of the parser by destination (`vars(args)`), so the committed
   flag table whose destinations the block matches best is the release: each table's destinations missing
   from the block, plus the block's destinations that only other releases have, count against it.
-- Without a block, Megatron-LM's iteration line tells two eras apart: core_v0.16.0 added microseconds to its
+- A log that names only the NGC NeMo container it ran in (`nvcr.io/nvidia/nemo:25.09`, its banner's `NVIDIA Release`)
+  or the Megatron-Bridge version tells the megatron-core version that container ships (`NEMO_CONTAINERS`, from the
+  published component versions); a container not in that table still tells nothing.
+- Without any of those, Megatron-LM's iteration line tells two eras apart: core_v0.16.0 added microseconds to its
   timestamp (`[2026-01-01 00:10:00.123456] iteration ...`; core_v0.15.0 and older print whole seconds).
 """
 
@@ -14,12 +17,58 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from megapilot.errors import MegapilotError
 from megapilot.launch.megatron_args import FlagTable, committed_tables, flag_table, parse_version
 from megapilot.logs import ParsedLog
 from megapilot.logs.records import ArgumentsRecord, IterationRecord, ProgressMarker
+
+
+class NemoContainer(NamedTuple):
+    """An NGC NeMo framework container (`nvcr.io/nvidia/nemo:<tag>`) and the versions it ships."""
+
+    tag: str  # YY.MM; a patch tag (25.09.01) is read as its YY.MM release (flag tables change per minor release)
+    megatron_core: str
+    megatron_bridge: str | None  # the Megatron-Bridge it ships (containers before 25.09 have none)
+
+
+# The megatron-core (and Megatron-Bridge) version of each NeMo container, as NVIDIA's component tables publish them.
+# Containers whose table was not found (24.12 to 25.07) are left out on purpose: a log naming one still tells no
+# release. 25.11 and 26.02 ship development builds of 0.15.0 and 0.16.0 (`dev:0.15.0`, `main:0.16.0` there).
+NEMO_CONTAINERS: tuple[NemoContainer, ...] = (
+    # https://docs.nvidia.com/nemo-framework/user-guide/24.09/softwarecomponentversions.html
+    NemoContainer("24.05", "0.7.0", None),
+    # https://docs.nvidia.com/nemo-framework/user-guide/24.09/softwarecomponentversions.html
+    NemoContainer("24.07", "0.8.0", None),
+    # https://docs.nvidia.com/nemo-framework/user-guide/24.09/softwarecomponentversions.html
+    NemoContainer("24.09", "0.9.0", None),
+    # https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/releases/software-versions.md
+    NemoContainer("25.09", "0.14.0", "0.1.0rc3"),
+    # https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/releases/software-versions.md
+    NemoContainer("25.11", "0.15.0", "0.2.0"),
+    # https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/releases/software-versions.md
+    NemoContainer("26.02", "0.16.0", "0.3.0"),
+    # https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/releases/software-versions.md
+    NemoContainer("26.04", "0.17.0", "0.4.0"),
+)
+
+
+def nemo_container(tag: str) -> NemoContainer | None:
+    """The known container of an image tag or `NVIDIA Release` number (`25.09`, `25.09.01`), else None."""
+    for container in NEMO_CONTAINERS:
+        if tag == container.tag or tag.startswith(container.tag + "."):
+            return container
+    return None
+
+
+def bridge_container(version: str) -> NemoContainer | None:
+    """The container that ships exactly this Megatron-Bridge version, else None."""
+    for container in NEMO_CONTAINERS:
+        if container.megatron_bridge is not None and version == container.megatron_bridge:
+            return container
+    return None
+
 
 _ITERATION_TIME = re.compile(r"^\s*\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\]\s+iteration\s+\d+")
 _MICROSECONDS_SINCE = "core_v0.16.0"
@@ -30,7 +79,7 @@ class RecognisedVersion:
     """The release a log was written by (`release`: the committed table that matches it) and how it was told."""
 
     release: str
-    source: Literal["version line", "arguments", "format"]
+    source: Literal["version line", "arguments", "container", "format"]
     exact: bool  # the block printed exactly that release's options (arguments), or the era is certain (format)
     detail: str  # what was seen, for the user
 
@@ -43,13 +92,17 @@ class RecognisedVersion:
 
 def recognise_megatron_version(log: ParsedLog) -> RecognisedVersion | None:
     """The release that wrote the log: the megatron-core version a line states (`release:megatron-core=` markers:
-    pip, `megatron.core.__version__`, a launcher's banner), else its arguments block, else the format of its dated
-    iteration lines; None when it tells none of those."""
+    pip, `megatron.core.__version__`, a launcher's banner), else its arguments block, else the NeMo container or
+    Megatron-Bridge version it names (`NEMO_CONTAINERS`), else the format of its dated iteration lines; None when it
+    tells none of those."""
     stated = _from_version_line(log.markers)
     if stated is not None:
         return stated
     if log.arguments is not None and log.arguments.values:
         return _from_arguments(log.arguments)
+    shipped = _from_container(log.markers)
+    if shipped is not None:
+        return shipped
     return _from_format(log.iterations)
 
 
@@ -66,20 +119,45 @@ def _from_version_line(markers: list[ProgressMarker]) -> RecognisedVersion | Non
         if not marker.marker.startswith("release:megatron-core="):
             continue
         stated = marker.marker.split("=", 1)[1]
-        try:
-            version = parse_version(stated)
-        except MegapilotError:
-            continue
-        tables = [t for t in committed_tables() if t.version <= version]
-        if not tables:  # older than every committed table: the oldest is the closest
-            tables = list(committed_tables()[:1])
-        table = tables[-1]
-        exact = table.version[:2] == version[:2]
-        return RecognisedVersion(
-            release=table.release, source="version line", exact=exact,
-            detail=f"megatron-core {stated} printed at {marker.file}:{marker.line}"
-                   + ("" if exact else f"; {table.release} is the closest committed flag table"))
+        found = _table_of(stated, "version line", f"megatron-core {stated} printed at {marker.file}:{marker.line}")
+        if found is not None:
+            return found
     return None
+
+
+def _from_container(markers: list[ProgressMarker]) -> RecognisedVersion | None:
+    """The flag table of the megatron-core version the named NeMo container (or Megatron-Bridge version) ships."""
+    for marker in markers:
+        what, _, value = marker.marker.removeprefix("release:").partition("=")
+        if what == "nemo-container":
+            container, named = nemo_container(value), f"NeMo container {value}"
+        elif what == "megatron-bridge":
+            container, named = bridge_container(value), f"Megatron-Bridge {value}"
+        else:
+            continue
+        if container is None:
+            continue
+        found = _table_of(container.megatron_core, "container",
+                          f"{named} named at {marker.file}:{marker.line} ships megatron-core "
+                          f"{container.megatron_core} (the {container.tag} container's component table)")
+        if found is not None:
+            return found
+    return None
+
+
+def _table_of(stated: str, source: Literal["version line", "container"], told: str) -> RecognisedVersion | None:
+    """The committed table of a megatron-core version: the newest release at or below it, else the oldest."""
+    try:
+        version = parse_version(stated)
+    except MegapilotError:
+        return None
+    tables = [t for t in committed_tables() if t.version <= version]
+    if not tables:  # older than every committed table: the oldest is the closest
+        tables = list(committed_tables()[:1])
+    table = tables[-1]
+    exact = table.version[:2] == version[:2]
+    return RecognisedVersion(release=table.release, source=source, exact=exact,
+                             detail=told + ("" if exact else f"; {table.release} is the closest committed flag table"))
 
 
 def _from_arguments(arguments: ArgumentsRecord) -> RecognisedVersion:

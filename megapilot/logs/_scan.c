@@ -60,6 +60,13 @@ typedef struct {
     Py_ssize_t suffix_length;
 } Needle;
 
+/* A needle's 4-byte window (case folded) in the chatter filter: the needle starts `offset` bytes before it. */
+typedef struct {
+    uint32_t gram;
+    int offset;
+    Py_ssize_t needle;
+} ChatterGram;
+
 typedef struct {
     PyObject_HEAD
     Needle *needles;
@@ -71,7 +78,10 @@ typedef struct {
     uint64_t grams4[1024];       /* hashed 4-byte windows (case folded) of needles of 5 bytes or more, at offsets 0, 1 */
     uint64_t grams3[1024];       /* hashed first 3 bytes (case folded) of the needles that can be live */
     uint64_t chatter_grams3[1024]; /* the same, of those that can be live on NCCL/RCCL chatter */
-    uint64_t chatter_grams4[1024]; /* hashed 4-byte windows (case folded) of those at offsets 0 and 1 */
+    unsigned char *chatter_grams4; /* hashed 4-byte windows (case folded) of those, two adjacent ones per needle: a
+                                      byte per hash (64 KiB; a load instead of a load, shift and mask per window) */
+    ChatterGram *chatter_windows;  /* those windows: which needle holds each, at which offset */
+    Py_ssize_t chatter_window_count;
     int chatter_stride2;           /* all of those have 5 bytes or more: chatter_grams4 at every second position */
     char **keys;                 /* field keys the free-field loop must not accept (the summary's own) */
     Py_ssize_t *key_lengths;
@@ -248,6 +258,8 @@ static inline int literal(Cursor *c, const char *text, Py_ssize_t n) {
     return 1;
 }
 #define LITERAL(cursor, text) literal(cursor, text, (Py_ssize_t)sizeof(text) - 1)
+
+static inline unsigned char lower(unsigned char ch) { return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + 32) : ch; }
 
 /* ---- eight bytes at a time (SWAR) where the byte order allows it ---- */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -429,9 +441,11 @@ static int free_field(const Scanner *self, Cursor *c) {
     return value_then_bar(c);
 }
 
-/* 1 when text[from "iteration" to the line end) is a whole canonical line (row filled), 0 when not sure, -1 on error. */
-static int match_iteration(const Scanner *self, const char *at, const char *line_end, Row *row) {
-    Cursor cursor = {at + 9, line_end}, *c = &cursor;
+/* 1 when the line from "iteration" to its newline is a whole canonical line (row filled, *newline set), 0 when not
+   sure, -1 on error. `limit`: the end of the block; no part of the line's grammar takes a newline, so the matcher
+   stops at the line's end by itself. */
+static int match_iteration(const Scanner *self, const char *at, const char *limit, Row *row, const char **newline) {
+    Cursor cursor = {at + 9, limit}, *c = &cursor;
     int ok;
     *row = (Row){0}; /* a compound literal: stores the compiler sizes, not a `rep stos` for 100 bytes */
     if (spaces(c) < 1 || !integer(c, &row->iteration) || !LITERAL(c, "/")) return 0;
@@ -462,24 +476,38 @@ static int match_iteration(const Scanner *self, const char *at, const char *line
         !spaced_integer(c, &row->nan))
         return 0;
     spaces(c);
-    return c->p == c->end;
+    if (c->p == c->end || *c->p != '\n') return 0;
+    *newline = c->p;
+    return 1;
 }
 
 /* The prefix rules of the Python engine, stricter: printable ASCII only (a tab sends the line to Python), no
    `[rank-`, no word byte before `iteration`. */
-static int prefix_ok(const unsigned char *p, Py_ssize_t n) {
+static inline int primus_rank_at(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    return n - at >= 6 && memcmp(p + at, "[rank-", 6) == 0;
+}
+
+static int prefix_ok(const unsigned char *p, Py_ssize_t n, int printable) {
     Py_ssize_t i = 0;
+    if (printable) { /* the line pass found no control or non-ASCII byte: only `[rank-` and the last byte to test */
+        for (const unsigned char *bracket = memchr(p, '[', (size_t)n); bracket != NULL;
+             bracket = memchr(bracket + 1, '[', (size_t)(p + n - bracket - 1)))
+            if (primus_rank_at(p, bracket - p, n)) return 0;
+        i = n;
+    }
 #if SWAR
     for (; i + 8 <= n; i += 8) { /* a byte below 0x20 or above 0x7e (0x7f-0xff included) marks its high bit */
-        uint64_t x = load8((const char *)p + i);
+        uint64_t x = load8((const char *)p + i), brackets = x ^ (ONES * '[');
         if ((((x - ONES * 0x20) & ~x) | ((x + ONES * (127 - 0x7e)) | x)) & HIGHS) return 0;
+        /* every `[` marks its high bit here (and maybe a byte above one): each marked byte is checked */
+        for (uint64_t marks = (brackets - ONES) & ~brackets & HIGHS; marks; marks &= marks - 1) {
+            Py_ssize_t at = i + (__builtin_ctzll(marks) >> 3);
+            if (p[at] == '[' && primus_rank_at(p, at, n)) return 0;
+        }
     }
 #endif
     for (; i < n; i++)
-        if (p[i] < 0x20 || p[i] > 0x7e) return 0;
-    for (const unsigned char *bracket = memchr(p, '[', (size_t)n); bracket != NULL;
-         bracket = memchr(bracket + 1, '[', (size_t)(p + n - bracket - 1)))
-        if (p + n - bracket >= 6 && memcmp(bracket, "[rank-", 6) == 0) return 0;
+        if (p[i] < 0x20 || p[i] > 0x7e || (p[i] == '[' && primus_rank_at(p, i, n))) return 0;
     if (n == 0) return 1;
     unsigned char last = p[n - 1];
     return !((last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z') || is_digit(last) || last == '_');
@@ -506,16 +534,118 @@ static inline Py_ssize_t find_pair(const unsigned char *p, Py_ssize_t from, Py_s
     return -1;
 }
 
-static const char *find_iteration(const char *p, const char *end) {
+/* ---- one pass from a line's start: where it ends or holds `it`, and what its bytes before there hold ---------- */
+/* What a line's bytes before the pass stopped hold (hints: a set bit may be a byte the exact test then clears, a clear
+   bit is certain): LINE_CONTROL, a byte below 0x20 or above 0x7e (tab and \r included); LINE_AI, `ai` in any case
+   (holds_fail's pair). LINE_UNKNOWN: not looked at. */
+enum { LINE_CONTROL = 1, LINE_AI = 2, LINE_UNKNOWN = -1 };
+
+/* The first i >= from with p[i] a newline or p[i:i + 2] == "it" (p[from:end] holds a newline), and in *flags what
+   p[from:i] holds. Eight positions a step: each test marks its first true hit lowest (a borrow only marks bytes
+   above a true one), so the lowest mark of the newline and `it` tests is exact, and the hints of the bytes below it
+   are. */
+static Py_ssize_t line_pass_swar(const unsigned char *p, Py_ssize_t from, Py_ssize_t end, int *flags) {
+    Py_ssize_t i = from;
+    uint64_t control = 0, ai = 0;
+#if SWAR
+    for (; i + 9 <= end; i += 8) {
+        uint64_t x = load8((const char *)p + i), y = load8((const char *)p + i + 1), newlines = x ^ (ONES * '\n');
+        uint64_t pairs = (x ^ (ONES * 'i')) | (y ^ (ONES * 't'));
+        uint64_t hits = (((pairs - ONES) & ~pairs) | ((newlines - ONES) & ~newlines)) & HIGHS;
+        uint64_t controls = ((x - ONES * 0x20) & ~x) | ((x + ONES * (127 - 0x7e)) | x);
+        uint64_t folded = ((x | ONES * 0x20) ^ (ONES * 'a')) | ((y | ONES * 0x20) ^ (ONES * 'i'));
+        uint64_t ais = (folded - ONES) & ~folded;
+        if (hits) {
+            int below = __builtin_ctzll(hits) >> 3; /* bytes [0, below) of the word precede the hit */
+            uint64_t mask = below ? ~0ULL >> (64 - 8 * below) : 0;
+            control |= controls & mask;
+            ai |= ais & mask;
+            i += below;
+            goto done;
+        }
+        control |= controls;
+        ai |= ais;
+    }
+#endif
+    for (; i < end; i++) {
+        if (p[i] == '\n' || (p[i] == 'i' && i + 1 < end && p[i + 1] == 't')) break;
+        if (p[i] < 0x20 || p[i] > 0x7e) control = ~0ULL;
+        if (lower(p[i]) == 'a' && i + 1 < end && lower(p[i + 1]) == 'i') ai = ~0ULL;
+    }
+#if SWAR
+done:
+#endif
+    /* a byte's mark is its high bit */
+    *flags |= (control & 0x8080808080808080ULL ? LINE_CONTROL : 0) | (ai & 0x8080808080808080ULL ? LINE_AI : 0);
+    return i;
+}
+
+/* The same pass 32 positions a step (AVX2, chosen at import where the CPU has it: `use_vectors`). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_PASS 1
+#include <immintrin.h>
+__attribute__((target("avx2"))) static Py_ssize_t line_pass_avx2(const unsigned char *p, Py_ssize_t from,
+                                                                 Py_ssize_t end, int *flags) {
+    Py_ssize_t i = from;
+    uint32_t control = 0, ai = 0;
+    const __m256i newline = _mm256_set1_epi8('\n'), letter_i = _mm256_set1_epi8('i'), letter_t = _mm256_set1_epi8('t');
+    const __m256i letter_a = _mm256_set1_epi8('a'), fold = _mm256_set1_epi8(0x20), del = _mm256_set1_epi8(0x7f);
+    for (; i + 33 <= end; i += 32) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(p + i)), y = _mm256_loadu_si256((const __m256i *)(p + i + 1));
+        uint32_t hits = (uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
+            _mm256_cmpeq_epi8(x, newline), _mm256_and_si256(_mm256_cmpeq_epi8(x, letter_i), _mm256_cmpeq_epi8(y, letter_t))));
+        /* signed: 0x80-0xff are negative, so `0x20 > x` holds for them and for the control bytes */
+        uint32_t controls = (uint32_t)_mm256_movemask_epi8(
+            _mm256_or_si256(_mm256_cmpgt_epi8(fold, x), _mm256_cmpeq_epi8(x, del)));
+        uint32_t ais = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(
+            _mm256_cmpeq_epi8(_mm256_or_si256(x, fold), letter_a), _mm256_cmpeq_epi8(_mm256_or_si256(y, fold), letter_i)));
+        if (hits) {
+            int below = __builtin_ctz(hits);
+            uint32_t mask = below ? 0xFFFFFFFFu >> (32 - below) : 0;
+            *flags |= ((control | (controls & mask)) ? LINE_CONTROL : 0) | ((ai | (ais & mask)) ? LINE_AI : 0);
+            return i + below;
+        }
+        control |= controls;
+        ai |= ais;
+    }
+    *flags |= (control ? LINE_CONTROL : 0) | (ai ? LINE_AI : 0);
+    return line_pass_swar(p, i, end, flags);
+}
+#else
+#define HAVE_AVX2_PASS 0
+#endif
+
+static int vectors_usable(void) {
+#if HAVE_AVX2_PASS
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
+static int use_avx2_pass = 0; /* set at import (`vectors_usable`), or by use_vectors() */
+
+/* The line starting at p[from] (p[from:end] holds its newline): where its newline is, or (*newline left NULL) where
+   `iteration` first occurs in it; *flags: what the bytes before that hold (LINE_CONTROL, LINE_AI). */
+static inline const char *find_iteration_in_line(const char *p, Py_ssize_t from, Py_ssize_t end, const char **newline,
+                                                 int *flags) {
     const unsigned char *u = (const unsigned char *)p;
-    Py_ssize_t n = end - p;
-    for (Py_ssize_t i = 0; (i = find_pair(u, i, n, 'i', 't', 0)) >= 0 && i + 9 <= n; i++)
-        if (memcmp(p + i, "iteration", 9) == 0) return p + i;
-    return NULL;
+    for (Py_ssize_t i = from;; i++) {
+#if HAVE_AVX2_PASS
+        i = use_avx2_pass ? line_pass_avx2(u, i, end, flags) : line_pass_swar(u, i, end, flags);
+#else
+        i = line_pass_swar(u, i, end, flags);
+#endif
+        if (i >= end || p[i] == '\n') {
+            *newline = p + i;
+            return NULL;
+        }
+        if (end - i >= 9 && memcmp(p + i, "iteration", 9) == 0) return p + i;
+    }
 }
 
 /* ---- other lines: does the line parser have anything to do with it? --------------------------------------- */
-static unsigned char lower(unsigned char ch) { return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + 32) : ch; }
 
 static int lower_equal(const unsigned char *p, const char *needle, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++)
@@ -567,10 +697,11 @@ static int is_chatter(const unsigned char *p, Py_ssize_t n) {
     return names_ccl_info(p, n) && !holds_fail(p, n);
 }
 
-/* is_chatter for a line whose `CCL INFO ` at `at` is known: named when the byte before is N or R (any case) */
-static int is_chatter_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t at) {
+/* is_chatter for a line without `\r` whose `CCL INFO ` at `at` is known, but for `fail` (-1: the line names NCCL or
+   RCCL there, `fail` not looked for here; else is_chatter's answer) */
+static int names_chatter_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t at) {
     if (at < 1 || (lower(p[at - 1]) != 'n' && lower(p[at - 1]) != 'r')) return is_chatter(p, n);
-    return memchr(p, '\r', (size_t)n) == NULL && !holds_fail(p, n);
+    return -1;
 }
 
 static int occurrence_is_inert(const Needle *needle, const unsigned char *p, Py_ssize_t at, Py_ssize_t n,
@@ -639,35 +770,103 @@ static Py_ssize_t names_ccl_early(const unsigned char *p, Py_ssize_t n) {
     return -1;
 }
 
-static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
+/* Whether the chatter filter's window `gram` (case folded) at p[w] is where a needle live on chatter occurs. */
+static int chatter_window_hit(const Scanner *self, const unsigned char *p, Py_ssize_t w, Py_ssize_t n, uint32_t gram) {
+    int chatter = 1;
+    Py_ssize_t low = 0, high = self->chatter_window_count; /* the windows are sorted: the first one >= gram */
+    while (low < high) {
+        Py_ssize_t middle = (low + high) / 2;
+        if (self->chatter_windows[middle].gram < gram) low = middle + 1;
+        else high = middle;
+    }
+    for (Py_ssize_t k = low; k < self->chatter_window_count && self->chatter_windows[k].gram == gram; k++) {
+        const ChatterGram *window = &self->chatter_windows[k]; /* a needle holding that window, at its offset */
+        if (window->offset > w) continue;
+        Py_ssize_t start = w - window->offset;
+        const Needle *needle = &self->needles[window->needle];
+        if (n - start >= needle->length && lower_equal(p + start, needle->text, needle->length) &&
+            !occurrence_is_inert(needle, p, start, n, &chatter))
+            return 1;
+    }
+    return 0;
+}
+
+/* On NCCL/RCCL chatter (no `\r`, no `fail`): whether a needle live there occurs. Every second position: a needle of
+   5 bytes or more holds its two chosen windows (`chatter_windows`) one at an even position. Four windows from two
+   loads per step, their filter bits tested together. */
+static int chatter_scan(const Scanner *self, const unsigned char *p, Py_ssize_t n) {
+    const unsigned char *table = self->chatter_grams4;
+    Py_ssize_t w = 0;
+#if SWAR
+    for (; w + 12 <= n; w += 8) {
+        uint64_t x = load8((const char *)p + w) | ONES * 0x20, y = load8((const char *)p + w + 4) | ONES * 0x20;
+        uint32_t grams[4] = {(uint32_t)x, (uint32_t)(x >> 16), (uint32_t)y, (uint32_t)(y >> 16)};
+        if (!(table[gram_hash(grams[0])] | table[gram_hash(grams[1])] | table[gram_hash(grams[2])] |
+              table[gram_hash(grams[3])]))
+            continue;
+        for (int k = 0; k < 4; k++)
+            if (table[gram_hash(grams[k])] && chatter_window_hit(self, p, w + 2 * k, n, grams[k])) return 1;
+    }
+#endif
+    for (; w + 4 <= n; w += 2) {
+        uint32_t gram;
+        memcpy(&gram, p + w, 4);
+        gram |= FOLD4;
+        if (table[gram_hash(gram)] && chatter_window_hit(self, p, w, n, gram)) return 1;
+    }
+    return 0;
+}
+
+/* Whether `fail` (any case) is at p[at - 1], knowing p[at:at + 2] may be `ai` */
+static inline int fail_at_pair(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    return at > 0 && at + 2 < n && lower(p[at - 1]) == 'f' && lower(p[at]) == 'a' && lower(p[at + 1]) == 'i' &&
+           lower(p[at + 2]) == 'l';
+}
+
+/* `known`: what the line pass found in the whole line (LINE_UNKNOWN: it did not pass over all of it) */
+static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t n, int known) {
     int chatter = -1;
 #if SWAR
     if (self->has_short_needle || self->has_pair_needle) return needs_parser_bytewise(self, p, 0, n, &chatter);
     Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) { /* a byte below 0x20 or above 0x7e marks its high bit (tab and \r allowed below) */
-        uint64_t x = load8((const char *)p + i);
+    int has_cr = 0, has_fail = 0;
+    if (known != LINE_UNKNOWN) {
+        if (known & LINE_AI) has_fail = holds_fail(p, n);
+        if (known & LINE_CONTROL) {
+            for (Py_ssize_t k = 0; k < n; k++) {
+                if ((p[k] < 0x20 && p[k] != '\t' && p[k] != '\r') || p[k] > 0x7e) return 1;
+                has_cr |= p[k] == '\r';
+            }
+        }
+        i = n; /* the pass below has nothing left to do */
+    }
+    /* one pass: control and non-ASCII bytes (tab and \r allowed), and `fail` (holds_fail's `ai` pairs, folded) */
+    for (; i + 8 <= n; i += 8) { /* a byte below 0x20 or above 0x7e marks its high bit */
+        uint64_t x = load8((const char *)p + i); /* and the next line's first byte or the newline: never `i` */
         if ((((x - ONES * 0x20) & ~x) | ((x + ONES * (127 - 0x7e)) | x)) & HIGHS) {
             for (int k = 0; k < 8; k++) {
                 unsigned char ch = p[i + k];
                 if ((ch < 0x20 && ch != '\t' && ch != '\r') || ch > 0x7e) return 1;
+                has_cr |= ch == '\r';
             }
         }
+        uint64_t pairs = ((x | ONES * 0x20) ^ (ONES * 'a')) |
+                         ((load8((const char *)p + i + 1) | ONES * 0x20) ^ (ONES * 'i'));
+        for (uint64_t marks = (pairs - ONES) & ~pairs & HIGHS; marks && !has_fail; marks &= marks - 1)
+            has_fail = fail_at_pair(p, i + (__builtin_ctzll(marks) >> 3), n);
+    }
+    for (Py_ssize_t k = known == LINE_UNKNOWN ? i : n; k < n; k++) { /* the last bytes (control: bytewise below) */
+        has_cr |= p[k] == '\r';
+        has_fail |= fail_at_pair(p, k, n);
     }
     /* NCCL's own lines name themselves early: on them fewer needles can be live, a sparser filter */
     const uint64_t *grams = self->grams3;
-    Py_ssize_t ccl_at = n > 24 ? names_ccl_early(p, n < 96 ? n : 96) : -1;
+    Py_ssize_t ccl_at = n > 24 && !has_cr ? names_ccl_early(p, n < 96 ? n : 96) : -1;
     if (ccl_at >= 0) {
-        chatter = is_chatter_at(p, n, ccl_at);
-        if (chatter && self->chatter_stride2) { /* every needle live there has 5 bytes or more: a stride of 2 */
-            for (Py_ssize_t w = 0; w + 4 <= n; w += 2) {
-                uint32_t gram;
-                memcpy(&gram, p + w, 4);
-                if (gram_in(self->chatter_grams4, gram | FOLD4) &&
-                    ((w > 0 && live_needle_at(self, p, w - 1, n, &chatter)) || live_needle_at(self, p, w, n, &chatter)))
-                    return 1;
-            }
-            return 0;
-        }
+        chatter = names_chatter_at(p, n, ccl_at);
+        if (chatter < 0) chatter = !has_fail;
+        if (chatter && self->chatter_stride2) /* every needle live there has 5 bytes or more: a stride of 2 */
+            return chatter_scan(self, p, n);
         if (chatter) grams = self->chatter_grams3;
     }
     Py_ssize_t q = 0;
@@ -680,6 +879,7 @@ static int needs_parser(const Scanner *self, const unsigned char *p, Py_ssize_t 
     /* the last bytes one by one */
     return needs_parser_bytewise(self, p, q, n, &chatter);
 #else
+    (void)known;
     return needs_parser_bytewise(self, p, 0, n, &chatter);
 #endif
 }
@@ -1071,18 +1271,53 @@ static int compare_needles(const void *a, const void *b) {
     return (int)(unsigned char)x->text[0] - (int)(unsigned char)y->text[0];
 }
 
+static int compare_windows(const void *a, const void *b) {
+    uint32_t x = ((const ChatterGram *)a)->gram, y = ((const ChatterGram *)b)->gram;
+    return (x > y) - (x < y);
+}
+
 static void Scanner_dealloc(Scanner *self) {
     for (Py_ssize_t k = 0; k < self->needle_count; k++) {
         PyMem_Free(self->needles[k].text);
         PyMem_Free(self->needles[k].suffix);
     }
     PyMem_Free(self->needles);
+    PyMem_Free(self->chatter_windows);
+    PyMem_Free(self->chatter_grams4);
     for (Py_ssize_t k = 0; k < self->key_count; k++) PyMem_Free(self->keys[k]);
     PyMem_Free(self->keys);
     PyMem_Free(self->key_lengths);
     PyMem_Free(self->times.items);
     PyMem_Free(self->counted.items);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* How common a byte is in log text, roughly (a letter's English frequency; spaces and digits common, most punctuation
+   rare): chatter windows are chosen where these are low, so that a window of a needle seldom occurs elsewhere. */
+static int byte_commonness(unsigned char ch) {
+    static const char LETTERS[] = "etaoinsrhldcumfpgwybvkxjqz"; /* most common first */
+    ch = lower(ch);
+    const char *found = ch ? strchr(LETTERS, ch) : NULL;
+    if (found != NULL) return 26 - (int)(found - LETTERS);
+    if (ch == ' ' || is_digit(ch)) return 24;
+    if (ch == '.' || ch == ':' || ch == '/' || ch == '-' || ch == '_' || ch == ',' || ch == '[' || ch == ']') return 8;
+    return 1;
+}
+
+/* The offset of the two adjacent 4-byte windows of a needle (5 bytes or more) that the chatter filter tests: the pair
+   whose five bytes are least common. Only the filter's speed depends on it, never its answer. */
+static int rarest_windows(const unsigned char *text, Py_ssize_t length) {
+    int best = 0;
+    long best_score = -1;
+    for (int offset = 0; offset + 5 <= length; offset++) {
+        long score = 1;
+        for (int i = 0; i < 5; i++) score *= byte_commonness(text[offset + i]);
+        if (best_score < 0 || score < best_score) {
+            best = offset;
+            best_score = score;
+        }
+    }
+    return best;
 }
 
 /* Scanner(needles, keys, reservoir_size, warmup_cap): needles is a tuple of (lowercase bytes, inert rule, suffix). */
@@ -1114,6 +1349,9 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
     }
     qsort(self->needles, (size_t)count, sizeof(Needle), compare_needles);
     self->chatter_stride2 = 1;
+    self->chatter_windows = PyMem_Calloc((size_t)count * 2 + 1, sizeof(ChatterGram));
+    self->chatter_grams4 = PyMem_Calloc(65536, 1);
+    if (self->chatter_windows == NULL || self->chatter_grams4 == NULL) return PyErr_NoMemory(), -1;
     for (Py_ssize_t k = 0; k < count; k++) {
         const unsigned char *text = (const unsigned char *)self->needles[k].text;
         if (self->needles[k].length < 2) {
@@ -1133,15 +1371,22 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
         self->grams3[h >> 6] |= (uint64_t)1 << (h & 63);
         if (self->needles[k].rule != INERT_IN_CHATTER) {
             self->chatter_grams3[h >> 6] |= (uint64_t)1 << (h & 63);
-            if (length < 5) self->chatter_stride2 = 0;
-            for (int offset = 0; offset < 2 && length >= 5; offset++) {
-                uint32_t window;
-                memcpy(&window, text + offset, 4);
-                h = gram_hash(window | FOLD4);
-                self->chatter_grams4[h >> 6] |= (uint64_t)1 << (h & 63);
+            if (length < 5) {
+                self->chatter_stride2 = 0;
+                continue;
+            }
+            int offset = rarest_windows(text, length);
+            for (int second = 0; second < 2; second++) {
+                ChatterGram *window = &self->chatter_windows[self->chatter_window_count++];
+                memcpy(&window->gram, text + offset + second, 4);
+                window->gram |= FOLD4;
+                window->offset = offset + second;
+                window->needle = k;
+                self->chatter_grams4[gram_hash(window->gram)] = 1;
             }
         }
     }
+    qsort(self->chatter_windows, (size_t)self->chatter_window_count, sizeof(ChatterGram), compare_windows);
     for (int b = 0, k = 0; b <= 256; b++) {
         while (k < count && (unsigned char)self->needles[k].text[0] < b) k++;
         self->first_start[b] = k;
@@ -1314,15 +1559,17 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
     int kind = STOP_END;
     Py_ssize_t stop_start = end, stop_end = end;
     while (pos < end) {
-        const char *line = base + pos, *newline = memchr(line, '\n', (size_t)(end - pos));
-        Py_ssize_t length = newline - line;
-        const char *at = find_iteration(line, newline);
+        const char *line = base + pos, *newline = NULL;
+        int flags = 0;
+        const char *at = find_iteration_in_line(base, pos, end, &newline, &flags);
         Row row;
         int matched = 0;
-        if (at != NULL && !awaits_step_line && prefix_ok(ubase + pos, at - line)) {
-            matched = match_iteration(self, at, newline, &row);
+        if (at != NULL && !awaits_step_line && prefix_ok(ubase + pos, at - line, !(flags & LINE_CONTROL))) {
+            matched = match_iteration(self, at, base + end, &row, &newline);
             if (matched < 0) goto error;
         }
+        if (newline == NULL) newline = memchr(at, '\n', (size_t)(base + end - at));
+        Py_ssize_t length = newline - line;
         if (matched) {
             double tokens = 0.0;
             /* the prefix's shape is tested here only while it decides the row; else when the spans are trimmed */
@@ -1335,7 +1582,7 @@ static PyObject *scan_lines(Scanner *self, const char *base, Py_ssize_t start, P
             if (counted && timed && spans_push(&self->counted, pos, at - base, TIME_PREFIX) < 0) goto error;
             if (rows_out != NULL && hand_row(rows_out, base, pos, at, newline, newlines, &row) < 0) goto error;
             rows++;
-        } else if (needs_parser(self, ubase + pos, length)) {
+        } else if (needs_parser(self, ubase + pos, length, at == NULL ? flags : LINE_UNKNOWN)) {
             goto to_python;
         } else if (spans_push(&self->times, pos, newline - base, TIME_LINE) < 0) { /* tested when trimmed */
             goto error;
@@ -1457,13 +1704,28 @@ static int intern_names(void) {
     return 0;
 }
 
+/* use_vectors(flag) -> whether the 32-byte line pass was in use: it is where the CPU has AVX2; tests turn it off to
+   check the portable pass gives the same answers. Asking for it where it cannot run leaves it off. */
+static PyObject *use_vectors(PyObject *Py_UNUSED(module), PyObject *flag) {
+    int wanted = PyObject_IsTrue(flag), was = use_avx2_pass;
+    if (wanted < 0) return NULL;
+    use_avx2_pass = wanted && vectors_usable();
+    return PyBool_FromLong(was);
+}
+
+static PyMethodDef scan_functions[] = {
+    {"use_vectors", use_vectors, METH_O, "Turn the 32-byte line pass on or off; returns whether it was on."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef scan_module = {
     PyModuleDef_HEAD_INIT, "_scan", "The compiled engine of summary-only log reading (megapilot/logs/bulk.py).", -1,
-    NULL,
+    scan_functions,
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
     if (intern_names() < 0 || PyType_Ready(&ScannerType) < 0) return NULL;
+    use_avx2_pass = vectors_usable();
     PyObject *module = PyModule_Create(&scan_module);
     if (module == NULL) return NULL;
     if (PyModule_AddIntConstant(module, "STOP_END", STOP_END) < 0 ||

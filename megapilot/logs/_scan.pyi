@@ -13,6 +13,8 @@ INERT_BEFORE_SUFFIX: int
 INERT_UNLESS_ITERATION: int
 INERT_IN_CHATTER: int
 
+def use_vectors(flag: bool, /) -> bool: ...
+
 class Scanner:
     def __init__(self, needles: tuple[tuple[bytes, int, bytes], ...], keys: tuple[bytes, ...], reservoir_size: int,
                  warmup_cap: int) -> None: ...

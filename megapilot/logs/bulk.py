@@ -51,19 +51,29 @@ into one reused buffer (a fresh 1 MiB object per chunk cost it more in page faul
 Speed (bench/log_parse, results.json, a synthetic 1 GB Megatron log on a shared 2-core machine): the compiled
 engine reads ~1,550 MB per CPU-second, 0.29x `grep -c iteration` in CPU seconds (the median of 5 interleaved
 grep/parse pairs, 0.25x to 0.34x; grep: ~5,000 MB per CPU-second, memchr speed), ~25x the Python engine (~53 MB per
-CPU-second) and ~100x the line path. CPU seconds still grow when the two cores are busy with other jobs (shared
-caches and execution units): a single reading beside them once read 0.19x. Where its ~0.7 CPU-seconds go: ~0.3 s
+CPU-second) and ~100x the line path, at a quiet moment. CPU seconds grow when the two cores are busy with other jobs
+(shared caches and execution units): the latest run, at a load of 14 to 21, read ~980 MB per CPU-second, 0.21x
+(0.21x to 0.23x), and this round's line pass left the clean log's time as it was. Where its ~0.7 CPU-seconds go: ~0.3 s
 in the C matcher (~105 ns per 350-byte iteration line: digit runs, literals, three float conversions), ~0.2 s in
 the kernel copying the file in (about grep's whole time), ~0.09 s for Python's start and imports, the rest in the
 line parser for the 1,172 checkpoint lines (each now searches only the error signatures whose required literals
 it holds, ~57 us instead of ~310 us), the running statistics, the reservoir's draws and the per-block Python.
 On the noisy multi-rank log (NCCL INFO every other line, rank and timestamp prefixes; `generate_noisy`) the CLI reads
-~660 MB per CPU-second net of its start-up, 0.21x `grep -c` (0.21x to 0.25x) with the machine at a load of 12 to 19
-(0.127x before this round). What made chatter cheap: `iteration`, `CCL INFO ` and `fail` are found by an eight-byte
-pair search instead of memchr/memmem calls per line; the needles live on chatter all have five bytes or more, so a
-hashed four-byte window every second byte finds them; timestamps are shape-tested only for the last lines of a scan
-(`trim_spans`), not for every line. In-process, all costs included, a chatter line then takes ~220 ns (0.44 us
-before), a 370-byte iteration line behind a `[rankN]:` prefix ~430 ns (load ~12).
+~880 MB per CPU-second net of its start-up, 0.28x `grep -c` (median of 9 interleaved pairs, 0.19x to 0.31x: one pair
+fell in a burst of load 21) with the machine at a load of 14 to 21 (0.21x the round before, 0.127x before that).
+What made chatter cheap: one pass from a line's start finds its newline or `it` and notes whether the bytes before
+hold a control or non-ASCII byte or an `ai` (`fail`'s pair), 32 bytes a step with AVX2 where the CPU has it
+(`line_pass_avx2`, chosen at import; `use_vectors` turns it off for the tests), else 8 (`line_pass_swar`): a chatter
+line is then read once more, by the chatter filter, which tests for each live needle its two adjacent 4-byte windows
+of least common bytes (`rarest_windows`; `rank`, `init` and `[ran` were the old first windows and hit on most
+chatter lines), four windows from two loads per step, a byte per hash in its table, a hit's needles found by binary
+search; the matcher of an iteration line stops at its newline itself. In-process, the noisy log's parse went from
+~0.24 to ~0.18 CPU-s at the same load; what is left: the iteration matcher (~25 %), the chatter filter (~15 %), the
+line pass (~7 %), the kernel's copy (~10 %), Python (~20 %: the line parser on the 132 checkpoint lines, ~110 us
+each, most of it the error signatures' substring tests; the reservoir's draws; the per-block bookkeeping).
+Tried and dropped: digit runs read eight bytes at a time (slower: the multiplies' latency beats the byte loop's
+branches on these short runs), a stricter literal prefilter of the error signatures (their substring tests, not the
+regex searches, are the cost).
 One process, no multiprocessing: the summary is sequential (Welford, a seeded
 reservoir), so splitting the file would change its floats, and CPU seconds would not drop anyway.
 

@@ -11,8 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from megapilot.logs import LineParser, ParseOptions, parse_logs
-from megapilot.logs.bulk import ENGINES, FAST_ITERATION_RE, read_bulk
+from megapilot.logs import LineParser, ParseOptions, _scan, parse_logs
+from megapilot.logs.bulk import (
+    CHATTER_INERT_TRIGGERS,
+    ENGINES,
+    FAST_ITERATION_RE,
+    PARSER_NEEDLES,
+    SUMMARY_INERT_NEEDLES,
+    read_bulk,
+)
 from megapilot.logs.collect import LogCollector, ParsedLog, _feed
 from megapilot.logs.lines import read_lines
 
@@ -347,3 +354,52 @@ def test_multi_rank_noise_skips_the_line_parser(tmp_path: Path, engine: str, mon
         assert len(fed) > 200
     assert bulk.summary.iterations_counted == 200
     assert _facts(bulk) == _facts(parse_logs([log_file]))
+
+
+def _lines_fed(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The lines the compiled engine hands to the line parser (summary-only), in order."""
+    fed: list[str] = []
+    original_feed = LineParser.feed
+
+    def counting_feed(self, line_no, text):
+        fed.append(text)
+        return original_feed(self, line_no, text)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LineParser, "feed", counting_feed)
+        _bulk_path(data, engine="compiled")
+    return fed
+
+
+def test_every_needle_live_on_chatter_is_found_at_any_offset_and_in_any_case(monkeypatch: pytest.MonkeyPatch):
+    """The chatter filter tests two chosen 4-byte windows of each needle at every second position: a needle that can
+    make an NCCL INFO line more than chatter reaches the parser wherever it starts, in any case; `fail` (which makes
+    the line no chatter, so its trigger words count) too."""
+    live = [needle for needle in PARSER_NEEDLES
+            if needle not in CHATTER_INERT_TRIGGERS and needle not in SUMMARY_INERT_NEEDLES]
+    lines = []
+    for needle in live:
+        for pad in range(4):
+            for text in (needle, needle.upper()):
+                lines.append(f"[2026-01-01 00:00:01,001] [rank3]:node003:4103:4203 [3] NCCL INFO {'x' * pad}{text} ok")
+    for pad in range(4):
+        lines.append(f"node003:4103:4203 [3] NCCL INFO {'x' * pad}FaIl to connect the socket")
+    quiet = [f"node003:4103:4203 [3] NCCL INFO {'x' * pad}Connected the socket of rank 3 via NET/IB/0"
+             for pad in range(4)]
+    data = ("\n".join(lines + quiet) + "\n").encode()
+    assert _lines_fed(data, monkeypatch) == lines
+    assert _facts(_bulk_path(data)) == _facts(_line_path(data))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=noisy_logs(), chunk_bytes=st.sampled_from([17, 300, 1 << 20]))
+def test_the_portable_line_pass_reads_as_the_vector_one(data: bytes, chunk_bytes: int):
+    """The compiled scanner's first pass over a line runs 32 bytes a step where the CPU has AVX2, else 8 bytes a step:
+    both give the line path's answer."""
+    expected = _facts(_line_path(data))
+    was = _scan.use_vectors(False)
+    try:
+        assert _facts(_bulk_path(data, chunk_bytes=chunk_bytes)) == expected
+    finally:
+        _scan.use_vectors(was)
+    assert _facts(_bulk_path(data, chunk_bytes=chunk_bytes)) == expected
