@@ -65,10 +65,12 @@ def test_the_slowed_node_is_the_straggler_of_a_real_training_run(tmp_path):
 
 
 def test_the_probe_measures_the_slowed_nodes_own_ring_lower_and_blames_it(tmp_path):
-    # sizes and calls that keep each timed window longer than the duty cycle (80 ms): a 1 MiB all-reduce timed 8
-    # times fit inside one running phase, so the slowed node's peak could miss the stops altogether
+    # sizes and calls that keep each timed window several duty cycles long (60 calls of 4 MiB, 6 ms each on this
+    # machine, over a 120 ms cycle), stopped 3/4 of it: with 20 calls and a 50 % cycle a busy machine's noise
+    # (another test's ranks on the same two cores) hid the slowed node's ring
     logs = run_two_nodes(tmp_path, 2, ["-m", "megapilot.trainer.collectives", "-b", "1M", "-e", "4M",
-                                       "-n", "20", "--collectives", "all_reduce,alltoall"])
+                                       "-n", "60", "--collectives", "all_reduce,alltoall"],
+                         stopped_s=0.09, running_s=0.03)
     text = "\n".join(log.read_text() for log in logs).splitlines()
     runs = {(run.collective, run.scope): run for run in parse_collectives(text)}
     assert {("all_reduce", ""), ("alltoall", ""), ("all_reduce", "node0"), ("all_reduce", "node1"),
