@@ -77,6 +77,12 @@ GLOG_TIME_RE = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9
 # lines c10 prints under them (`Exception raised from ...`, `frame #2: c10::DistNetworkError::...`).
 GLOG_WARNING_RE = re.compile(
     r"^\s*(?:\[\w+\]:)?\s*(?:\[?W\d{4} \d\d:\d\d:\d\d\.\d+\s|frame #\d+: |Exception raised from )")
+# torchrun's agent says its node's workers finished (`... worker group successfully finished. Waiting 300 seconds for
+# other agents to finish`, `Done waiting for other agents`), or that the exit barrier after them failed. Past it the
+# agent only waits for the other nodes, and a store gone there (the node that hosted it left first) is logged as an
+# error with a `DistNetworkError` traceback that torchrun ignores (it still exits 0): not a failure of the job.
+WORKERS_DONE_RE = re.compile(r"Error waiting on exit barrier|for other agents")
+WORKERS_DONE_NEEDLES = ("exit barrier", "other agents")
 RANK_RE = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\[rank-(\d+)/\d+\]|^(\d+): |^\([\w.\- ]*,? ?rank=(\d+)")
 # NCCL's own prefix `host:pid:tid [dev]`: the bracket is the process's CUDA device (its local index on the host),
 # not a rank: device 3 exists on every node.
@@ -144,6 +150,7 @@ RECORD_NEEDLES: tuple[str, ...] = (
     *STRAGGLER_NEEDLES,  # per-rank compute times and `--log-straggler` reports (`LineParser._straggler`)
     *(needle.lower() for needle, _ in _MARKERS),
     *RELEASE_NEEDLES,
+    *WORKERS_DONE_NEEDLES,  # a node's workers done: a store gone after it is no failure (`LineParser._error`)
 )
 
 # Iteration-line field keys (lowercase) → the `IterationRecord` field they fill, or a raw slot (`_RAW_SLOTS`).
@@ -375,6 +382,7 @@ class LineParser:
         self._launcher_summary: dict[str, str] | None = None  # inside torchrun's failure summary: its fields so far
         self._stack_dump: ErrorRecord | None = None  # a stuck process's stack dump head, waiting for its first frame
         self._straggler_report: StragglerReport | None = None  # the last `--log-straggler` report, for its `Bottom N`
+        self._workers_done = False  # torchrun said this node's workers finished (`WORKERS_DONE_RE`)
 
     # ---- entry point ----------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> tuple[Record, ...]:
@@ -433,6 +441,7 @@ class LineParser:
     # ---- iteration lines --------------------------------------------------------------------------
     def _iteration(self, line_no: int, text: str, found: re.Match[str]) -> IterationRecord:
         record = self._iteration_record(line_no, text, found)
+        self._workers_done = False  # training again (a restart in the same log)
         if self._pending_step_time_s is not None:  # the Bridge `Step Time` line is used up by this line
             self._pending_step_time_s = self._pending_bridge_tflops = None
         if record.time_s is not None:
@@ -605,6 +614,18 @@ class LineParser:
         return self._pending_step_time_s is not None
 
     def _error(self, line_no: int, text: str) -> ErrorRecord | None:
+        if ("exit barrier" in text or "other agents" in text) and WORKERS_DONE_RE.search(text):
+            self._workers_done = True
+            return None
+        error = self._error_of(line_no, text)
+        if error is not None and error.category == "rendezvous_failure" and (
+                self._workers_done or GLOG_WARNING_RE.match(text)):
+            # a store gone after this node's workers finished (torchrun ignores it too), or c10d's warning while it
+            # retries a store or shuts a rendezvous down: a rendezvous that really fails raises, and that line counts
+            return None
+        return error
+
+    def _error_of(self, line_no: int, text: str) -> ErrorRecord | None:
         if self._stack_dump is not None:
             return self._stack_dump_frame(text)
         if ("MainThread" in text or "Current thread" in text) and STACK_DUMP_HEAD_RE.match(strip_prefix(text)):

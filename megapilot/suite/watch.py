@@ -9,12 +9,11 @@ for the hang watchdog would only waste the cluster's time.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from megapilot.diagnose.findings import EXPLANATIONS, Finding
-from megapilot.logs.parser import GLOG_WARNING_RE
+from megapilot.logs.parser import GLOG_WARNING_RE, WORKERS_DONE_RE
 from megapilot.logs.records import Evidence
 from megapilot.logs.signatures import match_line
 
@@ -24,11 +23,6 @@ FATAL_CATEGORIES = frozenset({"oom", "nccl_timeout", "nccl_error", "gpu_hw_fault
                               "rendezvous_failure", "checkpoint_save_failure", "checkpoint_load_failure"})
 MAX_LINE_CHARS = 2000  # evidence is for people; a megabyte-long line is cut
 MAX_READ_BYTES = 8 * 1024 * 1024  # per file per poll: a flood of output is read over several polls
-# torchrun's agent says its node's workers are done: past it, the agent only waits at its exit barrier for the other
-# nodes, and a store gone there (node 0 left first) is logged as an error with a DistNetworkError traceback that
-# torchrun itself ignores (it still exits 0). The job's exit code judges what follows, not this watch.
-NODE_DONE_RE = re.compile(r"worker group successfully finished|Local worker group finished|"
-                          r"Error waiting on exit barrier|Done waiting for other agents")
 
 
 @dataclass
@@ -71,7 +65,7 @@ class FatalWatch:
         for raw in lines:
             cursor.line_no += 1
             text = raw.decode("utf-8", "replace").rstrip("\r")
-            if NODE_DONE_RE.search(text):
+            if WORKERS_DONE_RE.search(text):  # past it, the job's exit code judges, not this watch
                 cursor.node_done = True
                 return None
             # a c10d warning (a store retried at start-up, a store gone at a node's end) is not the failure: if the

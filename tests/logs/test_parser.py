@@ -281,3 +281,19 @@ def test_upstream_torchtitan_step_line_with_grouped_thousands():
     assert (step.iteration, step.rank, step.tokens_per_s_per_gpu, step.tflops_per_gpu, step.mfu_pct) == (
         4, 0, 10050.0, 314.71, 13.99)
     assert log.framework == "torchtitan" and step.time_s is not None
+
+
+@pytest.mark.parametrize("name", ["exit_barrier_store_gone.log", "c10d_rendezvous_shutdown_after_training.log"])
+def test_a_store_gone_after_a_nodes_workers_finished_is_no_error(name):
+    # a healthy two-node job's node 1, node 0 gone first: torchrun exits 0, and so does the verdict
+    log = parse_logs([DATA / "node_end" / name])
+    assert [e for e in log.errors if e.category == "rendezvous_failure"] == []
+
+
+def test_the_same_store_error_before_any_worker_finished_is_a_rendezvous_failure():
+    lines = (DATA / "node_end" / "exit_barrier_store_gone.log").read_text().splitlines()
+    raised = [line for line in lines if "Error waiting on exit barrier" not in line]
+    assert {e.category for e in parse_text("\n".join(raised)).errors} == {"rendezvous_failure"}
+    # and c10d's shutdown warning stays a warning, but the error it names, raised, is the failure
+    raised_error = "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection failed."
+    assert {e.category for e in parse_text(raised_error).errors} == {"rendezvous_failure"}
