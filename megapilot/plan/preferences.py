@@ -41,11 +41,13 @@ class LayoutContext:
 
     nvlink_gpus: int  # GPUs one NVLink (scale-up) domain gives this job
     num_experts: int | None  # None for a dense model
+    one_domain: bool = False  # the whole job inside one NVLink domain (one 8-GPU node, one NVL72 rack)
 
     @classmethod
     def of(cls, model: ModelSpec, cluster: ClusterSpec) -> LayoutContext:
         domain = min(cluster.gpu.scaleup_domain_gpus, cluster.world_size)
-        return cls(nvlink_gpus=domain, num_experts=model.moe.num_experts if model.moe else None)
+        return cls(nvlink_gpus=domain, num_experts=model.moe.num_experts if model.moe else None,
+                   one_domain=cluster.world_size <= cluster.gpu.scaleup_domain_gpus)
 
     @property
     def expert_target(self) -> int:
@@ -69,7 +71,8 @@ def _log2(x: float) -> float:
 
 
 def _fsdp(p: ParallelConfig, ctx: LayoutContext) -> float:
-    return float(p.fsdp)
+    """Megatron-FSDP is penalised unless the model is dense and the whole job sits in one NVLink domain."""
+    return float(p.fsdp and (ctx.num_experts is not None or not ctx.one_domain))
 
 
 def _expert_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
@@ -103,7 +106,9 @@ PREFERENCES: tuple[Preference, ...] = (
     Preference(
         "distributed optimizer", "the distributed optimizer over Megatron-FSDP",
         "almost every performance recipe uses the distributed optimizer with TP/PP/EP, MoE ones shard experts "
-        "with EP rather than FSDP, and Megatron-Bridge calls FSDP with TP/PP/CP/EP 'not benchmark-proven'",
+        "with EP rather than FSDP, and Megatron-Bridge calls FSDP with TP/PP/CP/EP 'not benchmark-proven'; "
+        "a dense model whose whole job fits one NVLink domain (an 8-GPU node, an NVL72 rack) is the exception: "
+        "there FSDP's per-layer gathers and reduce-scatters ride NVLink and the recipes use it as readily",
         _fsdp),
     Preference(
         "expert parallelism", "EP filling the NVLink domain",

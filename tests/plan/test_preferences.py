@@ -89,6 +89,20 @@ def test_the_rules_apply_in_their_stated_order(template):
     assert order_by_recipe(second, BAND, DENSE_ON_H100)[0].parallel.cp == 1
 
 
+def test_a_dense_job_inside_one_nvlink_domain_takes_fsdp_as_readily_as_the_distributed_optimizer(template):
+    """On one 8-GPU node (or one NVL72 rack) FSDP's traffic rides NVLink: a dense model's FSDP layout is not
+    penalised there, so speed decides; an MoE model's still is (the recipes shard experts with EP)."""
+    node = LayoutContext(nvlink_gpus=8, num_experts=None, one_domain=True)
+    fits = [_fit(template, _layout(fsdp=True, dp=8), 101.0), _fit(template, _layout(dp=8), 100.0)]
+    assert order_by_recipe(fits, BAND, node)[0].parallel.fsdp is True
+    assert order_by_recipe(fits, BAND, DENSE_ON_H100)[0].parallel.fsdp is False  # 64 GPUs: eight nodes
+    moe_node = LayoutContext(nvlink_gpus=8, num_experts=128, one_domain=True)
+    moe = [_fit(template, _layout(fsdp=True, ep=8, dp=8), 101.0), _fit(template, _layout(ep=8, dp=8), 100.0)]
+    assert order_by_recipe(moe, BAND, moe_node)[0].parallel.fsdp is False
+    assert LayoutContext.of(get_model("llama3.1-8b"), ClusterSpec.from_gpu_count(get_gpu("h100"), 8)).one_domain
+    assert not LayoutContext.of(get_model("llama3.1-8b"), ClusterSpec.from_gpu_count(get_gpu("h100"), 16)).one_domain
+
+
 def test_equal_preferences_keep_the_speed_order(template):
     fits = [_fit(template, _layout(tp=2, mbs=2), 101.0), _fit(template, _layout(tp=2, mbs=1), 100.0)]
     assert [fit.parallel.mbs for fit in order_by_recipe(fits, BAND, DENSE_ON_H100)] == [2, 1]
