@@ -19,6 +19,8 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
+from tests.e2e.test_suite_remote import _run as run_suite  # the suite CLI over a cluster, in JSON, no history
+
 pytestmark = pytest.mark.slow
 
 CELL = "MBS=1,GBS=4,PRECISION=BF16"
@@ -111,12 +113,6 @@ def _slurm_suite(directory: Path, nodes: int) -> Path:
     return path
 
 
-def _slurm_run(config: Path, out: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "megapilot.cli.app", "suite", "run", str(config), "--out", str(out),
-                           "--json", "--no-history", *extra], capture_output=True, text=True, timeout=600, env=env,
-                          check=False)
-
-
 def test_slurm_lists_the_xid_79_node_by_its_slurm_name_and_excludes_it_next_run(slurm_two_runnable_nodes, tmp_path):
     """Two SLURM nodes on this machine (this host's name, then `<host>-n2`); the fake dmesg gives `<host>-n2` (by
     SLURMD_NODENAME) an Xid 79. Run 1 probes both with srun and lists `<host>-n2` in failing_nodes.txt; run 2, on
@@ -130,7 +126,7 @@ def test_slurm_lists_the_xid_79_node_by_its_slurm_name_and_excludes_it_next_run(
            "PATH": f"{fake_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     out = tmp_path / "runs"
 
-    first = _slurm_run(_slurm_suite(tmp_path / "two", nodes=2), out, env)
+    first = run_suite(_slurm_suite(tmp_path / "two", nodes=2), out, env)
     assert first.returncode == 1, first.stderr[-3000:]
     result = json.loads(first.stdout)
     run_dir = Path(result["run_dir"])
@@ -140,7 +136,7 @@ def test_slurm_lists_the_xid_79_node_by_its_slurm_name_and_excludes_it_next_run(
     assert (run_dir / "failing_nodes.txt").read_text() == f"{sick}\n"  # SLURM's node name: what --exclude takes
     assert (run_dir / "passing_nodes.txt").read_text() == f"{healthy}\n"
 
-    second = _slurm_run(_slurm_suite(tmp_path / "one", nodes=1), out, env, "--exclude-failing", "latest")
+    second = run_suite(_slurm_suite(tmp_path / "one", nodes=1), out, env, "--exclude-failing", "latest")
     assert second.returncode == 0, second.stderr[-3000:] + second.stdout[-3000:]
     result = json.loads(second.stdout)
     again = Path(result["run_dir"])
