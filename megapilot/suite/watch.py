@@ -69,7 +69,8 @@ class FatalWatch:
                 cursor.node_done = True
                 return None
             # a c10d warning (a store retried at start-up, a store gone at a node's end) is not the failure: if the
-            # job fails, its exit or the hang watchdog says so, and the diagnosis afterwards still reads the line
+            # job fails, its exit or the hang watchdog says so (the log analysis afterwards reads warnings the same
+            # way for rendezvous failures, `LineParser._error`)
             signature = None if GLOG_WARNING_RE.match(text) else match_line(text)
             if signature is not None and signature.category in FATAL_CATEGORIES:
                 evidence = Evidence(file=str(path), line=cursor.line_no, text=text[:MAX_LINE_CHARS])
