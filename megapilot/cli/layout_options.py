@@ -4,11 +4,12 @@ run's features — MTP modules, MoE token dropping, the MoE dispatcher, the opti
 fields of `FeatureFlags`, for all three (`plan` searches layouts for the run they describe).
 
 Each field's type is a typer option (`Annotated`) and its default is the option's default, so the name, help
-and default of an option live in one place. `@layout_options()` puts `LayoutFlags`'s fields into a command's
-signature where it takes `layout: LayoutFlags`, `@feature_options()` `FeatureFlags`'s where it takes
-`features: FeatureFlags`, and each hands the command one typed object. `case_flags()` gives the `build_case`
-keys (`--batch` lines use the same names, with `-` or `_`; their meaning is `megapilot.estimate.cases`, the
-pipeline split's `megapilot.spec.pipeline.PipelineSplit`).
+and default of an option live in one place: for the layout's own options (ParallelConfig's fields) that place is
+the field in megapilot/spec/parallel.py, through the generated `megapilot.cli.layout_fields`. `@layout_options()`
+puts `LayoutFlags`'s fields into a command's signature where it takes `layout: LayoutFlags`, `@feature_options()`
+`FeatureFlags`'s where it takes `features: FeatureFlags`, and each hands the command one typed object.
+`case_flags()` gives the `build_case` keys (`--batch` lines use the same names, with `-` or `_`; their meaning is
+`megapilot.estimate.cases`, the pipeline split's `megapilot.spec.pipeline.PipelineSplit`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from copy import copy
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import TYPE_CHECKING, Annotated, Any, get_args, get_type_hints
 
 import typer
 
 from megapilot.case_flags import REQUIRED_FLAGS
+from megapilot.cli.layout_fields import LAYOUT_OPTIONS, LayoutOption
 
 if TYPE_CHECKING:
     from megapilot.estimate import CaseFeatures
@@ -42,23 +44,6 @@ Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name or alias, e.g. 
 Gpus = Annotated[int | None, typer.Option("--gpus", help="Total GPUs.")]
 GpusPerNode = Annotated[int | None, typer.Option(
     "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200/GB300).")]
-FirstStageLayers = Annotated[int | None, typer.Option(
-    "--first-stage-layers",
-    help="Decoder layers on the first pipeline rank (--decoder-first-pipeline-num-layers; default: even split).")]
-LastStageLayers = Annotated[int | None, typer.Option(
-    "--last-stage-layers",
-    help="Decoder layers on the last pipeline rank (--decoder-last-pipeline-num-layers; default: even split).")]
-AccountForEmbedding = Annotated[bool, typer.Option(
-    "--account-for-embedding", help="The embedding takes a layer slot (--account-for-embedding-in-pipeline-split).")]
-AccountForLoss = Annotated[bool, typer.Option(
-    "--account-for-loss", help="The loss takes a layer slot (--account-for-loss-in-pipeline-split).")]
-PpLayout = Annotated[str | None, typer.Option(
-    "--pp-layout",
-    help="Megatron layout string, e.g. 'Et*3|(tt|)*29,m|L' (--pipeline-model-parallel-layout; VPP follows from "
-         "it), or 'balanced' for the most balanced one Megatron can express (printed).")]
-SequenceParallel = Annotated[bool | None, typer.Option(
-    "--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Default: on when tp > 1.")]
-
 # Megatron-LM's own spelling of each option, accepted as well: a user pastes them from a launch script, and the
 # refusals' fixes quote them (`--account-for-embedding-in-pipeline-split`, `--expert-tensor-parallel-size`).
 MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -96,50 +81,59 @@ def _switch(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
     return typer.Option(is_flag=True, help=help)
 
 
+def _with_layout_fields(cls: type) -> Any:  # a dataclass made at import, typed Any as make_dataclass types it
+    """`cls` with the layout's options (`LAYOUT_OPTIONS`, ParallelConfig's fields) among its own, in --help's order:
+    the hardware first, the batch and precision after --mbs, sequence parallelism with the memory savers."""
+    hints = get_type_hints(cls, include_extras=True)
+    own = {item.name: (item.name, hints[item.name], field(default=item.default)) for item in fields(cls)}
+    layout = {option.name: (option.name, _layout_annotation(option), field(default=False if option.kind == "switch"
+                                                                              else None))
+              for option in LAYOUT_OPTIONS}
+    names = list(layout)
+    for name, before in _LISTED_BEFORE.items():
+        names.remove(name)
+        names.insert(names.index(before), name)
+    at = names.index(_BATCH_AFTER) + 1
+    batch = [name for name in own if name not in _HARDWARE]
+    order = [*_HARDWARE, *names[:at], *batch, *names[at:]]
+    made = make_dataclass(cls.__name__, [(own | layout)[name] for name in order], frozen=True,
+                          namespace={name: value for name, value in vars(cls).items()
+                                     if name in ("__doc__", "case_flags", "given")})
+    made.__module__, made.__qualname__ = cls.__module__, cls.__qualname__
+    return made
+
+
+_HARDWARE = ("model", "gpu", "gpus", "gpus_per_node")
+_BATCH_AFTER = "mbs"
+_LISTED_BEFORE = {"sequence_parallel": "distributed_optimizer"}
+
+
+def _layout_annotation(option: LayoutOption) -> Any:  # an Annotated type, made at run time
+    """The option's type as typer reads it: a value or an on/off switch (None: not given), or an on-only switch."""
+    typer_option = typer.Option(*option.names, help=option.help)
+    value_type = {"int": int | None, "str": str | None, "on_off": bool | None, "switch": bool}[option.kind]
+    return Annotated[value_type, typer_option]
+
+
+@_with_layout_fields
 @dataclass(frozen=True)
 class LayoutFlags:
     """The layout a command was given; None (or the default) = not given, `build_case`'s default applies.
 
-    The layout's options are ParallelConfig's fields (but DP), by name, declared here as options (their names,
-    Megatron's spellings, the help with the default the estimate takes) rather than made from ParallelConfig at
-    import: the command line parses without loading the specs. tests/test_one_concept.py walks every
-    ParallelConfig field from its option here to the estimate's LayoutPins, so a field without its option fails."""
+    The options below are the model, the hardware, the batch and the precision; the layout's own, one per field of
+    ParallelConfig but DP, by its name, are added from `megapilot.cli.layout_fields` (generated from ParallelConfig's
+    fields: the help with the default the estimate takes, the option's names), Megatron's spellings from
+    `MEGATRON_SPELLINGS`. tests/test_one_concept.py walks every ParallelConfig field from its option here to the
+    estimate's LayoutPins."""
 
     model: Model = None
     gpu: Gpu = None
     gpus: Gpus = None
     gpus_per_node: GpusPerNode = None
-    tp: Annotated[int | None, _option("Tensor parallel size (default 1).")] = None
-    pp: Annotated[int | None, _option("Pipeline parallel size (default 1).")] = None
-    vpp: Annotated[int | None, _option("Virtual pipeline stages per rank (default 1).")] = None
-    cp: Annotated[int | None, _option("Context parallel size (default 1).")] = None
-    ep: Annotated[int | None, _option("Expert parallel size (default 1).")] = None
-    etp: Annotated[int | None, _option("Expert tensor parallel size (default: tp).")] = None
-    mbs: Annotated[int | None, _option("Micro-batch size (default 1).")] = None
     gbs: Annotated[int | None, _option(GBS_HELP)] = None
     seq_len: Annotated[int | None, _option(SEQ_LEN_HELP)] = None
     precision: Annotated[str | None, _option(f"{PRECISION_HELP} (default bf16).")] = None
     fp8_recipe: Annotated[str | None, _option(FP8_RECIPE_HELP)] = None
-    recompute: Annotated[str | None, _option("none | selective | full (default selective).")] = None
-    recompute_method: Annotated[str | None, _option(
-        "With full recompute: uniform | block (--recompute-method; default uniform).")] = None
-    recompute_num_layers: Annotated[int | None, _option("With full recompute: layers per group.")] = None
-    recompute_modules: Annotated[str | None, _option(
-        "With selective recompute: what to rerun in the backward, comma-separated, from core_attn, moe_act, "
-        "layernorm, mla_up_proj, mlp, moe, shared_experts (--recompute-modules; default core_attn).")] = None
-    cpu_offloading_num_layers: Annotated[int | None, _option(
-        "Move the activations of the first N transformer layers to host memory in the forward and back for the "
-        "backward (--cpu-offloading-num-layers; Megatron runs it with pp 1 and no recompute; default 0).")] = None
-    sequence_parallel: SequenceParallel = None
-    distributed_optimizer: Annotated[bool | None, typer.Option(
-        "--distributed-optimizer/--no-distributed-optimizer",
-        help="Shard optimizer state over DP (default: on with Adam; Megatron refuses it with Muon).")] = None
-    fsdp: Annotated[bool, typer.Option("--fsdp", help="Megatron-FSDP: shard weights, grads and optimizer.")] = False
-    first_stage_layers: FirstStageLayers = None
-    last_stage_layers: LastStageLayers = None
-    account_for_embedding: AccountForEmbedding = False
-    account_for_loss: AccountForLoss = False
-    pipeline_layout: PpLayout = None
 
     def case_flags(self) -> dict[str, Any]:
         """The `build_case` keys (None: not given; the account-for switches count as given when on)."""
@@ -149,6 +143,10 @@ class LayoutFlags:
     def given(self) -> list[str]:
         """The options whose value is not their default, as typed (`--tp`, `--no-distributed-optimizer`)."""
         return _given(self)
+
+    if TYPE_CHECKING:  # the layout's fields are added at import (above): checked as ParallelConfig types them
+        def __init__(self, **given: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True)

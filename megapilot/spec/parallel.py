@@ -7,12 +7,15 @@ TP x CP x DP; EP is not an extra factor of the world size.
 The layout's fields are declared once, here, on ParallelConfig. Every place that holds a layout only in part (the
 planner's pins, the flags of an estimate, a suite's sweep cell) holds a `LayoutPins`, whose fields are made from
 ParallelConfig's at import: a field added to ParallelConfig is a pin, a flag and a cell's field by that one edit.
+Each field (but DP) also says how the command line takes it (`CliOption`); the CLI's layout options are generated
+from those (megapilot/cli/layout_fields.py), so a field added here is an option of `estimate` and `script` too.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic.fields import FieldInfo
@@ -33,52 +36,93 @@ RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)  # Megatron's default
 
 
+@dataclass(frozen=True)
+class CliOption:
+    """How the command line takes a layout field (`estimate`, `script`): the option's help, which states the default
+    a command takes when the option is left out (the estimate's, where it is not ParallelConfig's: sequence
+    parallelism on when tp > 1), and the option's names where they are not the field's (`--pp-layout`; a switch
+    with an off form, `--sp/--no-sp`). Read by megapilot/cli/gen_layout_fields.py, never at run time."""
+
+    help: str
+    names: tuple[str, ...] = ()
+
+
+def _choices(kind: object) -> str:
+    """A Literal's values as the help lists them: `none | selective | full`."""
+    return " | ".join(get_args(kind))
+
+
 class ParallelConfig(BaseModel):
     """A complete parallel layout plus the memory-saving switches that go with it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tp: int = Field(default=1, ge=1, description="Tensor parallel size.")
-    pp: int = Field(default=1, ge=1, description="Pipeline parallel size.")
-    vpp: int = Field(default=1, ge=1, description="Virtual pipeline stages per PP rank (1 = no interleaving).")
-    cp: int = Field(default=1, ge=1, description="Context parallel size.")
-    ep: int = Field(default=1, ge=1, description="Expert parallel size.")
-    etp: int | None = Field(default=None, ge=1, description="Expert tensor parallel size; None = same as tp.")
+    tp: Annotated[int, CliOption("Tensor parallel size (default 1).")] = Field(
+        default=1, ge=1, description="Tensor parallel size.")
+    pp: Annotated[int, CliOption("Pipeline parallel size (default 1).")] = Field(
+        default=1, ge=1, description="Pipeline parallel size.")
+    vpp: Annotated[int, CliOption("Virtual pipeline stages per rank (default 1).")] = Field(
+        default=1, ge=1, description="Virtual pipeline stages per PP rank (1 = no interleaving).")
+    cp: Annotated[int, CliOption("Context parallel size (default 1).")] = Field(
+        default=1, ge=1, description="Context parallel size.")
+    ep: Annotated[int, CliOption("Expert parallel size (default 1).")] = Field(
+        default=1, ge=1, description="Expert parallel size.")
+    etp: Annotated[int | None, CliOption("Expert tensor parallel size (default: tp).")] = Field(
+        default=None, ge=1, description="Expert tensor parallel size; None = same as tp.")
     dp: int = Field(default=1, ge=1, description="Data parallel size (derived: world / (tp*pp*cp)).")
-    mbs: int = Field(default=1, ge=1, description="Micro-batch size.")
-    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
-    recompute: Recompute = Field(default="selective", description="Activation recomputation granularity.")
-    recompute_method: RecomputeMethod = Field(default="uniform", description="With full recompute.")
-    recompute_num_layers: int | None = Field(
+    mbs: Annotated[int, CliOption("Micro-batch size (default 1).")] = Field(
+        default=1, ge=1, description="Micro-batch size.")
+    sequence_parallel: Annotated[bool, CliOption(
+        "Default: on when tp > 1.", names=("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp"))] = Field(
+        default=False, description="Megatron sequence parallelism (needs tp > 1).")
+    recompute: Annotated[Recompute, CliOption(f"{_choices(Recompute)} (default selective).")] = Field(
+        default="selective", description="Activation recomputation granularity.")
+    recompute_method: Annotated[RecomputeMethod, CliOption(
+        f"With full recompute: {_choices(RecomputeMethod)} (--recompute-method; default uniform).")] = Field(
+        default="uniform", description="With full recompute.")
+    recompute_num_layers: Annotated[int | None, CliOption("With full recompute: layers per group.")] = Field(
         default=None, ge=1, description="With full recompute: layers per chunk (uniform) or per stage (block).",
     )
-    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
-        default=None, min_length=1,
-        description="With selective recompute: the modules rerun in the backward (--recompute-modules); "
-        "None = Megatron's default, the attention core.",
-    )
-    cpu_offloading_num_layers: int = Field(
+    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, CliOption(
+        "With selective recompute: what to rerun in the backward, comma-separated, from "
+        f"{', '.join(RECOMPUTE_MODULES)} (--recompute-modules; default {', '.join(DEFAULT_RECOMPUTE_MODULES)}).")] \
+        = Field(default=None, min_length=1,
+                description="With selective recompute: the modules rerun in the backward (--recompute-modules); "
+                "None = Megatron's default, the attention core.")
+    cpu_offloading_num_layers: Annotated[int, CliOption(
+        "Move the activations of the first N transformer layers to host memory in the forward and back for the "
+        "backward (--cpu-offloading-num-layers; Megatron runs it with pp 1 and no recompute; default 0).")] = Field(
         default=0, ge=0,
         description="Activations of the first N transformer layers move to host memory in the forward and come back "
         "for the backward (--cpu-offloading-num-layers, Megatron's cpu_offloading; 0 = off).",
     )
-    distributed_optimizer: bool = Field(default=True, description="Shard optimizer states over DP (ZeRO-1).")
-    fsdp: bool = Field(default=False, description="Megatron-FSDP: shard weights, grads and optimizer over DP.")
-    first_stage_layers: int | None = Field(
-        default=None, ge=1,
-        description="Layers on the first pipeline rank (--decoder-first-pipeline-num-layers); None = even split.",
-    )
-    last_stage_layers: int | None = Field(
-        default=None, ge=1,
-        description="Layers on the last pipeline rank (--decoder-last-pipeline-num-layers); None = even split.",
-    )
-    account_for_embedding: bool = Field(
+    distributed_optimizer: Annotated[bool, CliOption(
+        "Shard optimizer state over DP (default: on with Adam; Megatron refuses it with Muon).",
+        names=("--distributed-optimizer/--no-distributed-optimizer",))] = Field(
+        default=True, description="Shard optimizer states over DP (ZeRO-1).")
+    fsdp: Annotated[bool, CliOption("Megatron-FSDP: shard weights, grads and optimizer.")] = Field(
+        default=False, description="Megatron-FSDP: shard weights, grads and optimizer over DP.")
+    first_stage_layers: Annotated[int | None, CliOption(
+        "Decoder layers on the first pipeline rank (--decoder-first-pipeline-num-layers; default: even split).")] \
+        = Field(default=None, ge=1,
+                description="Layers on the first pipeline rank (--decoder-first-pipeline-num-layers); None = even "
+                "split.")
+    last_stage_layers: Annotated[int | None, CliOption(
+        "Decoder layers on the last pipeline rank (--decoder-last-pipeline-num-layers; default: even split).")] \
+        = Field(default=None, ge=1,
+                description="Layers on the last pipeline rank (--decoder-last-pipeline-num-layers); None = even "
+                "split.")
+    account_for_embedding: Annotated[bool, CliOption(
+        "The embedding takes a layer slot (--account-for-embedding-in-pipeline-split).")] = Field(
         default=False, description="The embedding takes one layer slot (--account-for-embedding-in-pipeline-split).",
     )
-    account_for_loss: bool = Field(
+    account_for_loss: Annotated[bool, CliOption(
+        "The loss takes a layer slot (--account-for-loss-in-pipeline-split).")] = Field(
         default=False, description="The loss takes one layer slot (--account-for-loss-in-pipeline-split).",
     )
-    pipeline_layout: str | None = Field(
+    pipeline_layout: Annotated[str | None, CliOption(
+        "Megatron layout string, e.g. 'Et*3|(tt|)*29,m|L' (--pipeline-model-parallel-layout; VPP follows from it), "
+        "or 'balanced' for the most balanced one Megatron can express (printed).", names=("--pp-layout",))] = Field(
         default=None,
         description="Explicit placement (--pipeline-model-parallel-layout, Megatron's E/t/m/L grammar); "
         "'balanced' = the most balanced layout megapilot can find. VPP follows from its stage count.",

@@ -12,13 +12,7 @@ from typer.testing import CliRunner
 from megapilot.case_flags import REQUIRED_FLAGS
 from megapilot.cli.layout_options import (
     NOTHING_GIVEN,
-    AccountForEmbedding,
-    AccountForLoss,
-    FirstStageLayers,
-    LastStageLayers,
     LayoutFlags,
-    PpLayout,
-    SequenceParallel,
     layout_options,
     split_flags,
 )
@@ -30,11 +24,10 @@ def _app(seen: list) -> typer.Typer:
     app = typer.Typer()
 
     @app.command()
-    def command(first_stage_layers: FirstStageLayers = None, last_stage_layers: LastStageLayers = None,
-                account_for_embedding: AccountForEmbedding = False, account_for_loss: AccountForLoss = False,
-                pipeline_layout: PpLayout = None, sequence_parallel: SequenceParallel = None) -> None:
-        seen.append((split_flags(first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss,
-                                 pipeline_layout), sequence_parallel))
+    @layout_options()
+    def command(layout: LayoutFlags) -> None:
+        seen.append((split_flags(layout.first_stage_layers, layout.last_stage_layers, layout.account_for_embedding,
+                                 layout.account_for_loss, layout.pipeline_layout), layout.sequence_parallel))
 
     return app
 
