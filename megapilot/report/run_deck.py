@@ -372,8 +372,9 @@ def _cell(result: SuiteResult, combo: ComboResult, links: list[LogLink], capacit
     return DeckCell(
         cell_id=combo.key, label=combo.key, subtitle=_cell_subtitle(combo, card.gpu), status=_RUN_STATUS[combo.verdict],
         reason=combo.reason, model=card.model, gpu=card.gpu, host="cluster", backend=combo.backend, nodes=combo.nodes,
-        gpus_per_node=combo.gpus_per_node, mbs=combo.mbs, gbs=combo.gbs, precision=combo.precision,
-        seq_length=combo.seq_length, tp=combo.tp, pp=combo.pp, cp=combo.cp, ep=combo.ep, vpp=combo.vpp,
+        gpus_per_node=combo.gpus_per_node, mbs=combo.layout.mbs, gbs=combo.gbs, precision=combo.precision,
+        seq_length=combo.seq_length, tp=combo.layout.tp, pp=combo.layout.pp, cp=combo.layout.cp, ep=combo.layout.ep,
+        vpp=combo.layout.vpp,
         planned_steps=combo.train_iters,
         metrics=[deck_metric(row) for row in combo.metrics],
         actuals={row.name: measures.finite(row.value) for row in combo.metrics},
@@ -388,9 +389,10 @@ def _cell(result: SuiteResult, combo: ComboResult, links: list[LogLink], capacit
 
 
 def _cell_subtitle(combo: ComboResult, gpu: str) -> str:
-    layout = f"TP={combo.tp},PP={combo.pp},CP={combo.cp},EP={combo.ep}"
-    if combo.vpp:
-        layout += f",VPP={combo.vpp}"
+    held = combo.layout
+    layout = f"TP={held.tp},PP={held.pp},CP={held.cp},EP={held.ep}"
+    if held.vpp:
+        layout += f",VPP={held.vpp}"
     return f"{combo.backend}, {combo.nodes} x {combo.gpus_per_node} {per_node_unit(gpu)}, {layout}"
 
 
@@ -424,7 +426,7 @@ def results_rows(result: SuiteResult, capacity: float | None) -> list[list[str]]
     for combo in result.combos:
         values = [measures.measured(combo, q, capacity) for q in (measures.TFLOPS_PER_GPU,
                   measures.TOKENS_PER_S_PER_GPU, measures.STEP_TIME_MS, measures.MEMORY_GIB, measures.LM_LOSS)]
-        rows.append([combo.key, combo.verdict.value, str(combo.nodes), _text(combo.mbs), _text(combo.gbs),
+        rows.append([combo.key, combo.verdict.value, str(combo.nodes), _text(combo.layout.mbs), _text(combo.gbs),
                      combo.precision or "-", *(format_number(value) for value in values), combo.reason])
     return rows
 

@@ -643,8 +643,9 @@ def _run_values(result: SuiteResult) -> tuple[object, ...]:
 
 
 def _combo_values(run_id: str, combo: ComboResult) -> tuple[object, ...]:
+    held = combo.layout  # the store's columns stay flat: rows written before read the same
     return (run_id, combo.key, combo.verdict.value, scrub_secrets(combo.reason), combo_layout(combo), combo.nodes,
-            combo.gpus_per_node, combo.tp, combo.pp, combo.cp, combo.ep, combo.vpp, combo.mbs, combo.gbs,
+            combo.gpus_per_node, held.tp, held.pp, held.cp, held.ep, held.vpp, held.mbs, combo.gbs,
             combo.precision, combo.seq_length, combo.duration_s, combo.job.state if combo.job else None)
 
 

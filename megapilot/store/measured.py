@@ -135,15 +135,16 @@ def from_combo(result: SuiteResult, combo: ComboResult, recorded_at: str) -> Mea
     multi_node = combo.nodes > 1
     components = StepComponents.from_breakdown(terms_s, step_s, multi_node=multi_node)
     world = combo.nodes * combo.gpus_per_node
+    held = combo.layout
     factor = predicted.step_time_ms / predicted.uncalibrated_step_time_ms if predicted.step_time_ms else 1.0
     return MeasuredRow(
         id=f"{result.run_id}/{combo.key}", cluster=cluster, origin="suite", source=result.run_id,
         verdict=combo.verdict.value, recorded_at=recorded_at, model=result.card.model, family=predicted.family,
         precision=precision_class((combo.precision or "bf16").lower()), gpu=predicted.device, gpus=world,
-        tp=combo.tp, pp=combo.pp, cp=combo.cp, ep=combo.ep, vpp=combo.vpp or 1, mbs=combo.mbs or 1,
+        tp=held.tp, pp=held.pp, cp=held.cp, ep=held.ep, vpp=held.vpp or 1, mbs=held.mbs or 1,
         gbs=combo.gbs or 1, seq_len=combo.seq_length or 1, multi_node=multi_node,
-        case={"model": result.card.model, "gpu": predicted.device, "gpus": world, "tp": combo.tp, "pp": combo.pp,
-              "cp": combo.cp, "ep": combo.ep, "mbs": combo.mbs, "gbs": combo.gbs, "seq_len": combo.seq_length,
+        case={"model": result.card.model, "gpu": predicted.device, "gpus": world, "tp": held.tp, "pp": held.pp,
+              "cp": held.cp, "ep": held.ep, "mbs": held.mbs, "gbs": combo.gbs, "seq_len": combo.seq_length,
               "precision": (combo.precision or "bf16").lower()},
         predicted_step_time_s=step_s, predicted_compute_s=components.compute_s,
         predicted_bubble_s=components.bubble_s, predicted_scaleup_comm_s=components.scaleup_comm_s,

@@ -54,10 +54,11 @@ def judge(name: str, delta_pct: float | None) -> Change:
 
 def combo_layout(combo: ComboResult) -> str:
     """A cell's parallel layout as history keys it: 'TP=1,PP=1,CP=1,EP=1,DP=8' (',VPP=n' when interleaved)."""
-    model_parallel = combo.tp * combo.pp * combo.cp
+    held = combo.layout
+    model_parallel = held.tp * held.pp * held.cp
     dp = max(combo.nodes * combo.gpus_per_node // model_parallel, 1)
-    layout = f"TP={combo.tp},PP={combo.pp},CP={combo.cp},EP={combo.ep},DP={dp}"
-    return f"{layout},VPP={combo.vpp}" if combo.vpp else layout
+    layout = f"TP={held.tp},PP={held.pp},CP={held.cp},EP={held.ep},DP={dp}"
+    return f"{layout},VPP={held.vpp}" if held.vpp else layout
 
 
 def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,

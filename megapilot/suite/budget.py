@@ -286,8 +286,7 @@ def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, 
 
     if not budget.phases and budget.rampup is None:
         return lambda _shape: ShapeCost(step_s, True)
-    layout = LayoutPins(tp=combo.tp, pp=combo.pp, cp=combo.cp, ep=combo.ep, vpp=combo.vpp, mbs=combo.mbs)
-    estimated = _estimated_cost(model, gpu, layout, combo, combo.nodes, combo.gpus_per_node)
+    estimated = _estimated_cost(model, gpu, combo.layout, combo, combo.nodes, combo.gpus_per_node)
     measured_shape = Shape(combo.seq_length or 1, combo.gbs or 1)
     scale = step_s / estimated(measured_shape).step_time_s
 

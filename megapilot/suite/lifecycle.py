@@ -51,6 +51,7 @@ from megapilot.suite.results import (
     Verdict,
     error_findings,
     overall_verdict,
+    recorded_layout,
 )
 from megapilot.suite.thresholds import BaselineThreshold
 from megapilot.suite.watch import FatalWatch
@@ -577,9 +578,8 @@ def _fail_reasons(rows: list[MetricRow]) -> str:
 
 def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
     return ComboResult(key=cell.key, directory=cell.slug, verdict=Verdict.SKIPPED, reason=reason, backend=backend,
-                       mbs=cell.layout.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
-                       tp=cell.layout.tp, pp=cell.layout.pp, cp=cell.layout.cp, ep=cell.layout.ep,
-                       vpp=cell.layout.vpp, train_iters=cell.train_iters)
+                       layout=recorded_layout(cell.layout), gbs=cell.gbs, precision=cell.precision,
+                       seq_length=cell.seq_length, train_iters=cell.train_iters)
 
 
 def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
@@ -671,10 +671,10 @@ def _combo_shell(cell: SweepCell, launch: CellLaunch, directory: str) -> ComboRe
     plan = launch.plan
     assert plan is not None  # a rendered launch always has its plan
     return ComboResult(key=cell.key, directory=directory, verdict=Verdict.SKIPPED, backend=launch.backend,
-                       mbs=cell.layout.mbs, gbs=cell.gbs, precision=cell.precision, seq_length=cell.seq_length,
-                       nodes=launch.nodes, gpus_per_node=launch.gpus_per_node, tp=plan.parallel.tp,
-                       pp=plan.parallel.pp, cp=plan.parallel.cp, ep=plan.parallel.ep, vpp=plan.parallel.vpp,
-                       train_iters=plan.training.train_iters, command=launch.command)
+                       layout=recorded_layout(plan.parallel, mbs=cell.layout.mbs), gbs=cell.gbs,
+                       precision=cell.precision, seq_length=cell.seq_length, nodes=launch.nodes,
+                       gpus_per_node=launch.gpus_per_node, train_iters=plan.training.train_iters,
+                       command=launch.command)
 
 
 def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: int | None) -> JobSpec:

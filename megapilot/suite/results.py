@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from megapilot.compat import StrEnum
 from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
+from megapilot.spec.parallel import LayoutPins, ParallelConfig  # the one layout type (held in part: the pins)
 from megapilot.spec.prediction import Prediction  # the one prediction type, the estimator's
 from megapilot.suite.budget import BudgetProjection
 
@@ -102,6 +104,16 @@ class JobSummary(BaseModel):
     logs: list[str] = Field(default_factory=list, description="Per-node training logs, relative to run_dir.")
 
 
+# What a combo records of its layout: what the report, the run deck, the history and the budget read of it. The
+# rest of the launched layout (recompute, FSDP, the split) is the launch script's and the cell's to say.
+RECORDED_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "mbs")
+
+
+def recorded_layout(layout: ParallelConfig | LayoutPins, **given: int | None) -> LayoutPins:
+    """The part of `layout` a combo records (`RECORDED_LAYOUT_FIELDS`), `given` over it."""
+    return LayoutPins(**({name: getattr(layout, name) for name in RECORDED_LAYOUT_FIELDS} | given))
+
+
 class ComboResult(BaseModel):
     """One sweep cell (or the smoke / checkpoint run) and everything measured about it."""
 
@@ -112,17 +124,14 @@ class ComboResult(BaseModel):
     verdict: Verdict
     reason: str = ""
     backend: str = Field(description="megatron-lm, primus or megapilot (the embedded trainer).")
-    mbs: int | None = None
+    layout: LayoutPins = Field(default_factory=lambda: LayoutPins(tp=1, pp=1, cp=1, ep=1),
+                               description="What the combo ran of the layout (`RECORDED_LAYOUT_FIELDS`): TP, PP, CP, "
+                               "EP and VPP as launched (VPP None: not launched), MBS as its cell set it.")
     gbs: int | None = None
     precision: str | None = None
     seq_length: int | None = None
     nodes: int = 1
     gpus_per_node: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    vpp: int | None = None
     train_iters: int | None = None
     command: str = Field(default="", description="The launch command, secrets never included.")
     metrics: list[MetricRow] = Field(default_factory=list)
@@ -136,6 +145,23 @@ class ComboResult(BaseModel):
     log_tail: list[str] = Field(default_factory=list, description="Last lines of the last node's log on failure.")
     started_at: datetime | None = None
     duration_s: float = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout_of_earlier_results(cls, data: object) -> object:
+        """A result written before the layout was one field (suite.json of an earlier run, read by `suite report`
+        and `suite run --resume`) has it as flat fields, TP/PP/CP/EP 1 where left out, as they were then."""
+        if isinstance(data, dict) and "layout" not in data and data.keys() & set(RECORDED_LAYOUT_FIELDS):
+            data = dict(data)
+            flat = {name: data.pop(name, 1) for name in ("tp", "pp", "cp", "ep")}
+            flat |= {name: data.pop(name, None) for name in ("vpp", "mbs")}
+            data["layout"] = LayoutPins(**flat)
+        return data
+
+    @field_serializer("layout")
+    def _layout_as_given(self, layout: LayoutPins) -> dict[str, Any]:
+        """Only the fields the combo recorded: an unset one is left out, and reads back unset."""
+        return layout.given()
 
     def actual(self, name: str) -> float | None:
         """A measured metric's value by name (None when absent)."""
@@ -274,6 +300,7 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
 
 __all__ = [
     "LOSS_CATEGORIES",
+    "RECORDED_LAYOUT_FIELDS",
     "SUITE_RESULT_NAME",
     "ComboResult",
     "Curve",
@@ -288,4 +315,5 @@ __all__ = [
     "error_findings",
     "overall_verdict",
     "read_suite_result",
+    "recorded_layout",
 ]

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from megapilot.logs.records import Evidence
-from megapilot.spec import Prediction
+from megapilot.spec import LayoutPins, Prediction
 from megapilot.suite.results import (
     ComboResult,
     Curve,
@@ -59,8 +59,9 @@ def _curves(iterations: int, *, base_ms: float, tokens: float) -> list[Curve]:
 
 def passing_combo() -> ComboResult:
     return ComboResult(
-        key=PASSING, directory="MBS=1,GBS=8,PRECISION=BF16", verdict=Verdict.PASS, backend="megapilot", mbs=1, gbs=8,
-        precision="BF16", seq_length=1024, nodes=1, gpus_per_node=2, tp=1, pp=1, train_iters=20,
+        key=PASSING, directory="MBS=1,GBS=8,PRECISION=BF16", verdict=Verdict.PASS, backend="megapilot",
+        layout=LayoutPins(tp=1, pp=1, cp=1, ep=1, mbs=1), gbs=8, precision="BF16", seq_length=1024, nodes=1,
+        gpus_per_node=2, train_iters=20,
         command="torchrun --nproc-per-node 2 -m megapilot.trainer --micro-batch-size 1 --global-batch-size 8",
         metrics=[
             MetricRow(name="training.throughput_per_gpu", value=41.2, unit="TFLOP/s", threshold=">= 35", kind="min",
@@ -89,7 +90,8 @@ def failing_combo() -> ComboResult:
     return ComboResult(
         key=FAILING, directory="MBS=2,GBS=16,PRECISION=FP8", verdict=Verdict.FAIL,
         reason="training job FAILED at iteration 7/20: CUDA out of memory on node 0, rank 1", backend="megapilot",
-        mbs=2, gbs=16, precision="FP8", seq_length=1024, nodes=1, gpus_per_node=2, tp=1, pp=1, train_iters=20,
+        layout=LayoutPins(tp=1, pp=1, cp=1, ep=1, mbs=2), gbs=16, precision="FP8", seq_length=1024, nodes=1,
+        gpus_per_node=2, train_iters=20,
         metrics=[
             MetricRow(name="training.throughput_per_gpu", value=22.0, unit="TFLOP/s", threshold=">= 35", kind="min",
                       verdict=Verdict.FAIL, reason="22 TFLOP/s below the gate of 35", margin_pct=-37.1),

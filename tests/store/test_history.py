@@ -17,10 +17,19 @@ from pathlib import Path
 import pytest
 
 from megapilot.errors import MegapilotError
-from megapilot.spec import Prediction
+from megapilot.spec import LayoutPins, Prediction
 from megapilot.store.history import HISTORY_ENV, History, history_url, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
-from megapilot.suite.results import ComboResult, JobSummary, MetricRow, RunCard, SuiteResult, Verdict
+from megapilot.suite.results import (
+    RECORDED_LAYOUT_FIELDS,
+    ComboResult,
+    JobSummary,
+    MetricRow,
+    RunCard,
+    SuiteResult,
+    Verdict,
+    read_suite_result,
+)
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CELL = "MBS=2,GBS=64,PRECISION=BF16"
@@ -40,9 +49,11 @@ def make_combo(key: str = CELL, *, verdict: Verdict = Verdict.PASS, tokens: floa
     metrics = [MetricRow(name=name, value=value, unit=unit, verdict=verdict if value is not None else Verdict.SKIPPED,
                          threshold=">= 1" if name == TOKENS else None)
                for name, value, unit in readings if value is not None]
-    defaults: dict[str, object] = {"directory": key, "backend": "megatron-lm", "mbs": 2, "gbs": 64,
-                                   "precision": "BF16", "seq_length": 4096, "nodes": 1, "gpus_per_node": 8,
-                                   "duration_s": 120.0}
+    layout = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 2} | {name: fields.pop(name) for name in RECORDED_LAYOUT_FIELDS
+                                                                if name in fields}
+    defaults: dict[str, object] = {"directory": key, "backend": "megatron-lm", "layout": LayoutPins(**layout),
+                                   "gbs": 64, "precision": "BF16", "seq_length": 4096, "nodes": 1,
+                                   "gpus_per_node": 8, "duration_s": 120.0}
     defaults.update(fields)
     job = JobSummary(executor="local", job_id="1234", state=job_state, duration_s=110.0)
     return ComboResult(key=key, verdict=verdict, metrics=metrics, predicted=predicted, job=job, **defaults)
@@ -117,6 +128,18 @@ def test_show_returns_combos_metrics_and_prediction_with_measured_values(history
     assert (combo.prediction.predicted_tokens_per_s_per_gpu, combo.prediction.measured_tokens_per_s_per_gpu) == (
         1100.0, 1000.0)
     assert combo.prediction.measured_memory_gib is None  # no memory metric in GiB was measured
+
+
+def test_a_run_read_from_an_earlier_suite_json_records_its_combos_layouts(history: History):
+    """suite.json as written before a combo's layout was one field (tests/data/suite_results/flat_layout): the
+    rows hold the layout it ran, in the columns rows always had."""
+    earlier = read_suite_result(Path(__file__).resolve().parents[1] / "data" / "suite_results" / "flat_layout")
+    history.record(earlier)
+    combos = {combo.key: combo for combo in history.run(earlier.run_id).combos}
+    passing, failing = combos["MBS=1,GBS=8,PRECISION=BF16"], combos["MBS=2,GBS=16,PRECISION=FP8"]
+    assert passing.layout == "TP=1,PP=2,CP=1,EP=1,DP=1,VPP=2" and (passing.pp, passing.vpp, passing.mbs) == (2, 2, 1)
+    assert (failing.layout, failing.tp, failing.ep, failing.vpp, failing.mbs) == ("TP=2,PP=1,CP=1,EP=2,DP=1", 2, 2,
+                                                                                   None, 2)
 
 
 def test_floats_keep_full_precision_and_nan_is_stored_as_missing(history: History):
