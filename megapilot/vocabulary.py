@@ -126,6 +126,9 @@ class Term:
     pinned_from: str | None = None
     pinned_why: str = ""
     derived: Derivation | None = None  # how the flag says its field where it does not carry it as it is
+    # Why launch/ writes the flag by a rule of its own rather than from this row: its value is not one field's both
+    # ways (field -> flag -> field would lose what the field was), so no `Derivation` can say it. Empty: the row's.
+    own_rule: str = ""
 
     @property
     def dest(self) -> str:
@@ -193,14 +196,18 @@ TERMS: tuple[Term, ...] = (
     _int("--rotary-base", "model.rotary_base", 10000, "RoPE base"),
     _float("--rotary-percent", "model.rotary_percent", 1.0, "fraction of each head rotated by RoPE"),
     _int("--max-position-embeddings", "model.max_position_embeddings", None,
-         "maximum sequence length of the position embedding"),
+         "maximum sequence length of the position embedding",
+         own_rule="raised to the run's sequence where it is longer than the model's context "
+         "(launch.flags.positions_raised_to): the flag then says the training's length, not this field"),
     _int("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by", 128,
          "pad the vocabulary to a multiple of this (times TP)"),
     _switch("--disable-bias-linear", "model.add_bias_linear", "no bias in linear layers", argument="add_bias_linear",
             derived=INVERTED),
     _switch("--untie-embeddings-and-output-weights", "model.tie_embeddings",
             "separate input embedding and output layer", derived=INVERTED),
-    _switch("--qk-layernorm", "model.qk_layernorm", "normalize queries and keys (under MLA: the q/kv latents)"),
+    _switch("--qk-layernorm", "model.qk_layernorm", "normalize queries and keys (under MLA: the q/kv latents)",
+            own_rule="under MLA it says model.mla.latent_layernorms instead: one switch for two fields, which one "
+            "chosen by a third (model.mla)"),
     _switch("--add-qkv-bias", "model.add_qkv_bias", "bias on the QKV projection only"),
     _switch("--attention-output-gate", "model.attention_output_gate", "sigmoid gate on the attention output",
             since="core_v0.16.0"),
@@ -210,14 +217,18 @@ TERMS: tuple[Term, ...] = (
     _float("--attention-dropout", None, 0.1, "dropout on attention probabilities"),
     _float("--hidden-dropout", None, 0.1, "dropout on hidden states"),
     # --- RoPE scaling
-    _switch("--use-rope-scaling", "model.rope_scaling", "Llama 3.x frequency-dependent RoPE scaling"),
+    _switch("--use-rope-scaling", "model.rope_scaling", "Llama 3.x frequency-dependent RoPE scaling",
+            own_rule="says only that the field's object is Llama 3's scaling: the object is built from the rows "
+            "of its own fields (--rope-scaling-factor)"),
     _float("--rope-scaling-factor", "model.rope_scaling.factor", 8.0, "factor of the Llama 3.x RoPE scaling"),
     _str("--rope-type", None, None, "RoPE of multi-latent attention (default yarn, as Megatron)"),
     _float("--rotary-scaling-factor", "model.rope_scaling.factor", 1.0, "YaRN context-extension factor (MLA)"),
     _float("--mscale", "model.rope_scaling.mscale", 1.0, "YaRN mscale (MLA)"),
     _float("--mscale-all-dim", "model.rope_scaling.mscale_all_dim", 0.0, "YaRN mscale over all dims (MLA)"),
     # --- multi-latent attention and multi-token prediction
-    _switch("--multi-latent-attention", "model.mla", "DeepSeek multi-latent attention"),
+    _switch("--multi-latent-attention", "model.mla", "DeepSeek multi-latent attention",
+            own_rule="says only that the field's object is there: the object is built from the rows of its own "
+            "fields (--kv-lora-rank, ...)"),
     _int("--q-lora-rank", "model.mla.q_lora_rank", None, "rank of the compressed query (none: full-rank query)"),
     _int("--kv-lora-rank", "model.mla.kv_lora_rank", 32, "rank of the compressed keys and values"),
     _int("--qk-head-dim", "model.mla.qk_head_dim", 128, "per-head query/key dim without RoPE"),
@@ -244,7 +255,9 @@ TERMS: tuple[Term, ...] = (
     _int("--moe-shared-expert-intermediate-size", "model.moe.shared_expert_ffn_hidden_size", None,
          "hidden size of the shared expert"),
     _str("--moe-layer-freq", "model.moe.moe_layer_freq", "1",
-         "every n-th layer is MoE, or a list expression such as ([0]*1+[1]*3)"),
+         "every n-th layer is MoE, or a list expression such as ([0]*1+[1]*3)",
+         own_rule="one value from two fields, moe_layer_freq and first_k_dense_layers (a pattern over the layers, "
+         "launch.model_flags.moe_layer_pattern), read back into both (diagnose.flags.moe_layer_placement)"),
     _str("--moe-router-dtype", "model.moe.router_dtype", None, "router precision"),
     _switch("--moe-shared-expert-gate", "model.moe.shared_expert_gate", "sigmoid gate on the shared expert's output",
             since="core_v0.16.0"),
@@ -283,7 +296,9 @@ TERMS: tuple[Term, ...] = (
          derived=EXPERT_TP),
     _switch("--sequence-parallel", "parallel.sequence_parallel", "sequence parallelism (with TP > 1)"),
     _switch("--use-distributed-optimizer", "parallel.distributed_optimizer",
-            "shard optimizer state over data-parallel ranks (ZeRO-1)"),
+            "shard optimizer state over data-parallel ranks (ZeRO-1)",
+            own_rule="also written with FSDP, whose sharded steps run inside the distributed optimizer: beside "
+            "--use-megatron-fsdp the flag cannot say whether the field was off"),
     _switch("--use-megatron-fsdp", "parallel.fsdp", "Megatron-FSDP: shard weights, gradients and optimizer state"),
     _switch("--overlap-grad-reduce", None, "overlap the gradient reduce with the backward pass"),
     _switch("--overlap-param-gather", None, "overlap the parameter all-gather (distributed optimizer)"),
@@ -291,7 +306,9 @@ TERMS: tuple[Term, ...] = (
     _str("--recompute-granularity", "parallel.recompute", None, "recompute activations"),
     _str("--recompute-method", "parallel.recompute_method", None, "how layers are recomputed with full granularity"),
     _int("--recompute-num-layers", "parallel.recompute_num_layers", None,
-         "layers recomputed per stage with full granularity"),
+         "layers recomputed per stage with full granularity",
+         own_rule="written 1 where the field is unset under full recompute (Megatron has no default): unset and 1 "
+         "write the same flag, and a plan's own 1 must read back as 1"),
     _switch("--recompute-activations", "parallel.recompute", "same as --recompute-granularity selective",
             derived=one_of("selective")),
     _int("--cpu-offloading-num-layers", "parallel.cpu_offloading_num_layers", 0,

@@ -93,14 +93,15 @@ def test_the_training_section_is_written_from_the_rows() -> None:
 
 
 # Flags of the model and parallelism sections whose value is neither their row's field as it is nor the row's
-# `Derivation` of it: a value from several fields or the training (each written by its own rule in launch/).
-DERIVED_FLAGS = {
-    "--max-position-embeddings": "raised to a longer sequence (context extension)",
-    "--recompute-num-layers": "1 where unset",
-    "--use-rope-scaling": "an object field", "--multi-latent-attention": "an object field",
-    "--qk-layernorm": "also MLA's latent norms",
-    "--moe-layer-freq": "a pattern from the dense layers", "--use-distributed-optimizer": "FSDP implies it",
-}
+# `Derivation` of it (each written by its own rule in launch/, the row says why).
+DERIVED_FLAGS = {row.flag: row.own_rule for row in TERMS if row.own_rule}
+
+
+def test_a_row_with_its_own_rule_says_it_instead_of_a_derivation() -> None:
+    assert set(DERIVED_FLAGS) == {"--max-position-embeddings", "--recompute-num-layers", "--use-rope-scaling",
+                                  "--multi-latent-attention", "--qk-layernorm", "--moe-layer-freq",
+                                  "--use-distributed-optimizer"}
+    assert all(row.field and row.derived is None for row in TERMS if row.own_rule)
 
 
 def test_the_model_and_parallel_sections_write_each_field_from_its_row() -> None:

@@ -85,7 +85,8 @@ def positions_raised_to(model: ModelSpec, training: TrainingSpec) -> int | None:
 
 
 def _with_positions_for(section: ArgSection, model: ModelSpec, training: TrainingSpec) -> ArgSection:
-    """The model section with `--max-position-embeddings` raised to a longer run's sequence (context extension)."""
+    """The model section with `--max-position-embeddings` raised to a longer run's sequence (context extension):
+    a rule of its own beside the flag's row (the row's `own_rule`)."""
     raised = positions_raised_to(model, training)
     if raised is None:
         return section
@@ -141,7 +142,7 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, c
     if not cpu:  # torch's norms (no TE/Apex on a CPU) refuse sequence parallelism
         s.add_terms(p, "--sequence-parallel")
     if p.distributed_optimizer or p.fsdp:  # Megatron-FSDP's sharded steps run inside the distributed optimizer
-        s.add("--use-distributed-optimizer")
+        s.add("--use-distributed-optimizer")  # its own rule, not its row's: the row's `own_rule` says why
     if not t.uses_muon or (t.optimizer == "dist_muon" and dist_muon_overlaps):
         s.add("--overlap-grad-reduce")
     if p.distributed_optimizer or p.fsdp:  # (dist_muon may overlap its gather only from Megatron-LM 0.17 on)
@@ -191,7 +192,7 @@ def _recompute_section(p: ParallelConfig) -> ArgSection:
         s.add_terms(p, "--recompute-activations")
     elif p.recompute == "full":
         s.add_terms(p, "--recompute-granularity", "--recompute-method")
-        s.add("--recompute-num-layers", p.recompute_num_layers or 1)  # Megatron has no default for it
+        s.add("--recompute-num-layers", p.recompute_num_layers or 1)  # no Megatron default; the row's `own_rule`
     return s
 
 

@@ -95,7 +95,8 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
             s.add_terms(model, "--num-query-groups")
     s.add_terms(model, "--add-qkv-bias")
     s.add_terms(model, "--attention-output-gate")
-    # Under MLA, Megatron's --qk-layernorm builds the q/kv latent norms instead of per-head ones.
+    # Under MLA, Megatron's --qk-layernorm builds the q/kv latent norms instead of per-head ones (the row's
+    # `own_rule`: one switch for two fields).
     if model.qk_layernorm or (model.mla is not None and model.mla.latent_layernorms):
         s.add("--qk-layernorm")
     if model.sliding_window is not None:
@@ -164,7 +165,7 @@ def _add_position(s: ArgSection, model: ModelSpec) -> None:
         _add_mla_rope(s, model)
     elif isinstance(model.rope_scaling, Llama3RopeScaling):
         _require_megatron_values(model.rope_scaling, _MEGATRON_LLAMA3_SCALING, "Llama 3 RoPE scaling")
-        s.add("--use-rope-scaling")
+        s.add("--use-rope-scaling")  # the object's presence (the row's `own_rule`); its fields by their rows
         s.add_terms(model, "--rope-scaling-factor")
     elif model.rope_scaling is not None:
         raise MegapilotError(
@@ -212,7 +213,7 @@ def _require_megatron_values(scaling: Llama3RopeScaling | YarnRopeScaling, fixed
 def _add_mla(s: ArgSection, model: ModelSpec) -> None:
     mla = model.mla
     assert mla is not None
-    s.add("--multi-latent-attention")
+    s.add("--multi-latent-attention")  # the object's presence (the row's `own_rule`); its fields by their rows
     s.add_terms(model, "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim")
 
 
@@ -264,7 +265,7 @@ def _add_moe(s: ArgSection, model: ModelSpec, *, cpu: bool = False) -> None:
     s.add_terms(model, "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-latent-size")
     if moe.shared_expert_ffn_hidden_size:
         s.add_terms(model, "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate")
-    s.add("--moe-layer-freq", moe_layer_pattern(model))
+    s.add("--moe-layer-freq", moe_layer_pattern(model))  # two fields in one value (the row's `own_rule`)
     _add_router(s, model)
     if moe.capacity_factor is not None:
         s.add("--moe-expert-capacity-factor", moe.capacity_factor)
