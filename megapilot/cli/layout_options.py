@@ -44,6 +44,7 @@ Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name or alias, e.g. 
 Gpus = Annotated[int | None, typer.Option("--gpus", help="Total GPUs.")]
 GpusPerNode = Annotated[int | None, typer.Option(
     "--gpus-per-node", help="GPUs per node (default 8; 4 on GB200/GB300).")]
+
 # Megatron-LM's own spelling of each option, accepted as well: a user pastes them from a launch script, and the
 # refusals' fixes quote them (`--account-for-embedding-in-pipeline-split`, `--expert-tensor-parallel-size`).
 MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -81,13 +82,19 @@ def _switch(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
     return typer.Option(is_flag=True, help=help)
 
 
+# Where the options declared on LayoutFlags stand among the layout's in --help: the hardware first, the batch and
+# precision after --mbs; sequence parallelism is listed with the memory savers, before --distributed-optimizer.
+_HARDWARE = ("model", "gpu", "gpus", "gpus_per_node")
+_BATCH_AFTER = "mbs"
+_LISTED_BEFORE = {"sequence_parallel": "distributed_optimizer"}
+
+
 def _with_layout_fields(cls: type) -> Any:  # a dataclass made at import, typed Any as make_dataclass types it
-    """`cls` with the layout's options (`LAYOUT_OPTIONS`, ParallelConfig's fields) among its own, in --help's order:
-    the hardware first, the batch and precision after --mbs, sequence parallelism with the memory savers."""
+    """`cls` with the layout's options (`LAYOUT_OPTIONS`, ParallelConfig's fields) among its own, in --help's
+    order, and `cls`'s methods."""
     hints = get_type_hints(cls, include_extras=True)
     own = {item.name: (item.name, hints[item.name], field(default=item.default)) for item in fields(cls)}
-    layout = {option.name: (option.name, _layout_annotation(option), field(default=False if option.kind == "switch"
-                                                                              else None))
+    layout = {option.name: (option.name, _layout_annotation(option), field(default=_left_out(option)))
               for option in LAYOUT_OPTIONS}
     names = list(layout)
     for name, before in _LISTED_BEFORE.items():
@@ -103,16 +110,16 @@ def _with_layout_fields(cls: type) -> Any:  # a dataclass made at import, typed 
     return made
 
 
-_HARDWARE = ("model", "gpu", "gpus", "gpus_per_node")
-_BATCH_AFTER = "mbs"
-_LISTED_BEFORE = {"sequence_parallel": "distributed_optimizer"}
-
-
 def _layout_annotation(option: LayoutOption) -> Any:  # an Annotated type, made at run time
     """The option's type as typer reads it: a value or an on/off switch (None: not given), or an on-only switch."""
     typer_option = typer.Option(*option.names, help=option.help)
     value_type = {"int": int | None, "str": str | None, "on_off": bool | None, "switch": bool}[option.kind]
     return Annotated[value_type, typer_option]
+
+
+def _left_out(option: LayoutOption) -> bool | None:
+    """The value of an option left out: off for an on-only switch, else None (not given)."""
+    return False if option.kind == "switch" else None
 
 
 @_with_layout_fields
