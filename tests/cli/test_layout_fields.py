@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import annotated_types
+import pytest
+
 from megapilot.cli.layout_fields import LAYOUT_OPTIONS
 from megapilot.cli.layout_options import LayoutFlags
+from megapilot.errors import MegapilotError
+from megapilot.estimate.cases import CaseFlags
 from megapilot.spec.parallel import LAYOUT_FIELDS, CliOption, ParallelConfig
 
 
@@ -23,3 +28,19 @@ def test_the_options_are_listed_hardware_sizes_batch_then_memory_savers_and_spli
     assert names[:4] == ["model", "gpu", "gpus", "gpus_per_node"]
     assert names[names.index("mbs") + 1:names.index("mbs") + 5] == ["gbs", "seq_len", "precision", "fp8_recipe"]
     assert names.index("sequence_parallel") == names.index("distributed_optimizer") - 1
+
+
+def test_each_int_options_bound_is_the_fields_own():
+    """The command line declares no bounds of its own: a value below a field's bound reaches LayoutPins, which has
+    ParallelConfig's, and is refused there naming the field."""
+    base = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 8, "seq_len": 4096}
+    checked = []
+    for option in (option for option in LAYOUT_OPTIONS if option.kind == "int"):
+        bounds = [m.ge for m in ParallelConfig.model_fields[option.name].metadata if isinstance(m, annotated_types.Ge)]
+        if not bounds:
+            continue
+        with pytest.raises(MegapilotError) as refused:
+            CaseFlags.parse(LayoutFlags(**{option.name: bounds[0] - 1}).case_flags() | base)
+        assert refused.value.field == option.name
+        checked.append(option.name)
+    assert {"tp", "pp", "mbs", "cpu_offloading_num_layers", "first_stage_layers"} <= set(checked)
