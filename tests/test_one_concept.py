@@ -122,6 +122,17 @@ def test_the_layout_is_one_type():
     assert set(LAYOUT_FIELDS) <= KNOWN_FLAGS
 
 
+def test_a_suite_combo_records_its_layout_as_the_one_type():
+    """A suite combo's layout is a LayoutPins too (suite.json of earlier runs, with flat fields, still reads:
+    tests/suite/test_results_earlier_formats.py)."""
+    from megapilot.spec import LAYOUT_FIELDS, LayoutPins
+    from megapilot.suite.results import RECORDED_LAYOUT_FIELDS, ComboResult
+
+    assert ComboResult.model_fields["layout"].annotation is LayoutPins
+    assert not set(ComboResult.model_fields) & set(LAYOUT_FIELDS)
+    assert set(RECORDED_LAYOUT_FIELDS) <= set(LAYOUT_FIELDS)
+
+
 def test_the_command_lines_options_are_the_estimates_flags_by_name():
     """What `estimate`, `script` and `plan` take as options is handed to `build_case` under the same names."""
     from dataclasses import fields
