@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from tests.report.factory import write_run_dir
+
+# A run directory as the version before wrote it: each combo's layout as flat fields (tests/data/suite_results).
+EARLIER_RUN = Path(__file__).resolve().parents[1] / "data" / "suite_results" / "flat_layout"
 
 
 def test_report_prints_the_paths(cli, tmp_path):
@@ -23,6 +28,15 @@ def test_report_json_lists_every_file(cli, tmp_path):
     assert set(paths) == {"html", "run_deck", "junit", "logs_dir", "log_files"}
     assert json.loads((tmp_path / "megatron_run_deck.json").read_text())["overall_status"] == "fail"
     assert len(paths["log_files"]) == 2
+
+
+def test_a_run_written_by_the_version_before_reports_its_combos_layouts(cli, tmp_path):
+    run_dir = shutil.copytree(EARLIER_RUN, tmp_path / "earlier")
+    result = cli("suite", "report", str(run_dir), "--json")
+    assert result.exit_code == 0, result.stderr
+    deck = json.loads((run_dir / "megatron_run_deck.json").read_text())
+    assert "TP=1 PP=2 CP=1 EP=1 VPP=2" in (run_dir / "report.html").read_text()
+    assert '"ep": 2' in json.dumps(deck)
 
 
 def test_a_directory_without_suite_json_is_a_user_error(cli, tmp_path):
