@@ -115,8 +115,9 @@ class _Clock:
 
 
 def _grow(source: Path, log: Path, watch: FatalWatch, seed: int, clock: _Clock | None = None) -> list[Finding]:
-    """Append `source` to `log` in random-size chunks (lines cut anywhere), scanning after each; then, the file
-    quiet, once more. Every finding the watch gave, in order."""
+    """Append `source` to `log` in random-size chunks (lines cut anywhere), scanning after each, and with a clock
+    now and then again once the file was quiet (a line cut mid-way judged as it stands); at the end, the file quiet,
+    once more. Every finding the watch gave, in order."""
     data = source.read_bytes()
     chance = random.Random(seed)
     found, pos = [], 0
@@ -128,6 +129,10 @@ def _grow(source: Path, log: Path, watch: FatalWatch, seed: int, clock: _Clock |
         pos += size
         if (finding := watch.scan([log])) is not None:
             found.append(finding)
+        if clock is not None and chance.random() < 0.25:
+            clock.now_s += QUIET_S
+            if (finding := watch.scan([log])) is not None:
+                found.append(finding)
     if clock is not None:
         clock.now_s += QUIET_S
     if (finding := watch.scan([log])) is not None:
@@ -149,21 +154,26 @@ def test_there_are_fixture_logs_of_both_verdicts():
     assert {v[1] for v in verdicts if v} >= {"oom", "nccl_timeout", "gpu_hw_fault", "checkpoint_save_failure"}
 
 
-@pytest.mark.parametrize("path", FIXTURE_LOGS, ids=lambda p: str(p.relative_to(DATA / "logs")))
-def test_the_live_watch_and_the_analysis_afterwards_give_the_same_verdict(path, tmp_path):
-    expected = _first_fatal(path)
-    for engine in ENGINES:
-        clock = _Clock()
-        found = _grow(path, tmp_path / path.name, FatalWatch(clock=clock, engine=engine), seed=len(path.name),
-                      clock=clock)
-        assert [(f.evidence[0].line, f.category) for f in found[:1]] == ([expected] if expected else []), engine
-        if found:  # it said what it stopped on: the category and the line, as diagnose quotes it
-            stopped = found[0]
-            assert stopped.title.startswith(f"{stopped.category} ({path.name} line {stopped.evidence[0].line}): ")
-            assert stopped.node == 0 and stopped.evidence[0].file == str(tmp_path / path.name)
-    # diagnose, which the suite's measure step runs on each node's log, fails the run on that category too
-    blocking = {f.category for f in diagnose([path]).findings if f.category in FATAL_CATEGORIES and f.blocking}
-    assert expected[1] in blocking if expected else not blocking
+@pytest.mark.parametrize("fixture", FIXTURE_LOGS, ids=lambda p: str(p.relative_to(DATA / "logs")))
+def test_the_live_watch_and_the_analysis_afterwards_give_the_same_verdict(fixture, tmp_path):
+    # the log as written, and as a process that died before its last newline leaves it
+    cut = tmp_path / "cut" / fixture.name
+    cut.parent.mkdir()
+    cut.write_bytes(fixture.read_bytes().removesuffix(b"\n"))
+    for path in (fixture, cut):
+        expected = _first_fatal(path)
+        for engine in ENGINES:
+            clock = _Clock()
+            found = _grow(path, tmp_path / path.name, FatalWatch(clock=clock, engine=engine), seed=len(path.name),
+                          clock=clock)
+            assert [(f.evidence[0].line, f.category) for f in found[:1]] == ([expected] if expected else []), engine
+            if found:  # it said what it stopped on: the category and the line, as diagnose quotes it
+                stopped = found[0]
+                assert stopped.title.startswith(f"{stopped.category} ({path.name} line {stopped.evidence[0].line}): ")
+                assert stopped.node == 0 and stopped.evidence[0].file == str(tmp_path / path.name)
+        # diagnose, which the suite's measure step runs on each node's log, fails the run on that category too
+        blocking = {f.category for f in diagnose([path]).findings if f.category in FATAL_CATEGORIES and f.blocking}
+        assert expected[1] in blocking if expected else not blocking
 
 
 @pytest.mark.parametrize("path", NODE_END_LOGS, ids=lambda p: p.name)
