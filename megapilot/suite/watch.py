@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import TypeGuard
 
 from megapilot.diagnose.findings import EXPLANATIONS, Finding
 from megapilot.logs.bulk import BulkReader
@@ -46,7 +46,7 @@ QUIET_S = 5.0
 MAX_TITLE_CHARS = 300
 
 
-def is_fatal(record: Record) -> bool:
+def is_fatal(record: Record) -> TypeGuard[ErrorRecord]:
     """Whether a record stops a running job: an error of a fatal category."""
     return isinstance(record, ErrorRecord) and record.category in FATAL_CATEGORIES
 
@@ -62,10 +62,8 @@ class _FatalSink:
         self.reported_through = 0  # the line of the last fatal record reported (a quiet line judged, then ended)
 
     def add(self, record: Record) -> None:
-        if self.fatal is None and is_fatal(record):
-            assert isinstance(record, ErrorRecord)
-            if record.line > self.reported_through:
-                self.fatal = record
+        if self.fatal is None and is_fatal(record) and record.line > self.reported_through:
+            self.fatal = record
 
     def take(self) -> ErrorRecord | None:
         fatal, self.fatal = self.fatal, None
@@ -134,8 +132,7 @@ class FatalWatch:
 
 def _finding(record: ErrorRecord, node: int) -> Finding:
     """The finding a fatal record stops the job with: its category and line, quoted as `diagnose` quotes it."""
-    category = cast(Category, record.category)  # a fatal record's category is one of FATAL_CATEGORIES
-    name = Path(record.file).name
+    category, name = record.category, Path(record.file).name
     return Finding(category=category, severity="critical",
                    title=f"{category} ({name} line {record.line}): {record.text.strip()[:MAX_TITLE_CHARS]}",
                    evidence=[Evidence(record.file, record.line, record.text.strip())], cause=EXPLANATIONS[category],
