@@ -94,7 +94,15 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
 from megapilot.errors import MegapilotError
-from megapilot.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, BinaryTally, BlockSplitter, Offsets, decode_log_text
+from megapilot.logs.lines import (
+    CHUNK_BYTES,
+    MAX_LINE_BYTES,
+    BinaryTally,
+    BlockSplitter,
+    Offsets,
+    decode_log_text,
+    split_carriage_returns,
+)
 from megapilot.logs.parser import (
     DEEPSPEED_FORK_KEYS,
     RECORD_NEEDLES,
@@ -366,6 +374,18 @@ class BulkReader:
         if block is not None:
             self._block_offsets = self._splitter.offsets
             self._read_block(*block)
+
+    def records_if_ended(self) -> list[Record]:
+        """The records the line still waiting for its newline would give if the stream ended here, as `end` would
+        read it, the reader left as it is (a copy of the parser reads it): a live reader's verdict on a line that a
+        process stopped writing mid-way. None waiting: none."""
+        pending = self._splitter.pending
+        if not pending:
+            return []
+        parser = copy.deepcopy(self.parser)  # deep: its traceback frames and block fields change as it reads
+        line_no = self._lines_done + 1
+        return [record for _, segment in split_carriage_returns([(line_no, decode_log_text(pending))])
+                for record in parser.feed(line_no, segment)]
 
     def end(self) -> SourceEnd:
         """The stream ended: its unterminated last line is read, and what the source contributes is returned."""

@@ -141,6 +141,11 @@ class BlockSplitter:
         self.offsets = offsets
         return buffer, cut + 1
 
+    @property
+    def pending(self) -> bytes:
+        """The unfinished line so far (what `flush` would give), left where it is."""
+        return self._tail
+
     def flush(self) -> bytes | None:
         """The unterminated last line, if any."""
         tail, self._tail = self._tail, b""

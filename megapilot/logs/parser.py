@@ -614,7 +614,7 @@ class LineParser:
         return self._pending_step_time_s is not None
 
     def _error(self, line_no: int, text: str) -> ErrorRecord | None:
-        if ("exit barrier" in text or "other agents" in text) and WORKERS_DONE_RE.search(text):
+        if any(needle in text for needle in WORKERS_DONE_NEEDLES) and WORKERS_DONE_RE.search(text):
             self._workers_done = True
             return None
         error = self._error_of(line_no, text)

@@ -25,6 +25,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal
 
+from megapilot.logs.signatures import Category
+
 Dialect = Literal["megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan", "megatron-deepspeed",
                   "gpt-neox", "deepspeed", "nemo"]
 DIALECTS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "primus-megatron", "primus-torchtitan",
@@ -217,7 +219,7 @@ class ErrorRecord(_Record):
     file: str
     line: int
     text: str
-    category: str
+    category: Category
     signature: str  # the signature's name, e.g. "cuda_oom", "nccl_watchdog"
     rank: int | None = None
     details: dict[str, str] = field(default_factory=dict)

@@ -268,7 +268,7 @@ def exception_fault(line: str) -> re.Match[str] | None:
 
 
 # Exceptions at the end of a Python traceback, classified by the frames above them.
-_FRAME_CATEGORY: tuple[tuple[str, str], ...] = (
+_FRAME_CATEGORY: tuple[tuple[str, Category], ...] = (
     # a compiled library's loader (Transformer Engine looks for its .so): the install, not the training code
     *((needle, "config_error") for needle in EXTENSION_LOADER_FRAMES),
     ("validate_args", "config_error"),
@@ -301,7 +301,7 @@ def match_line(text: str) -> Signature | None:
     return None
 
 
-def classify_exception(exception_line: str, frames: list[str]) -> tuple[str, str] | None:
+def classify_exception(exception_line: str, frames: list[str]) -> tuple[Category, str] | None:
     """(category, exception name) for the last line of a traceback, judged by the frames above it.
 
     Exceptions raised inside argument validation, checkpointing or the data pipeline get that category;

@@ -18,10 +18,12 @@ from megapilot.logs.bulk import (
     FAST_ITERATION_RE,
     PARSER_NEEDLES,
     SUMMARY_INERT_NEEDLES,
+    BulkReader,
     read_bulk,
 )
 from megapilot.logs.collect import LogCollector, ParsedLog, _feed
 from megapilot.logs.lines import read_lines
+from megapilot.logs.records import ErrorRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 FIXTURES = sorted(DATA.glob("**/*.log"))
@@ -403,3 +405,26 @@ def test_the_portable_line_pass_reads_as_the_vector_one(data: bytes, chunk_bytes
     finally:
         _scan.use_vectors(was)
     assert _facts(_bulk_path(data, chunk_bytes=chunk_bytes)) == expected
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_a_line_waiting_for_its_newline_is_judged_as_the_end_would_read_it(path: Path, engine: str):
+    # a live reader (the suite's fatal watch) asks for the records of the unfinished line as if the stream ended
+    # there; the answer is the end's, and asking changes nothing of what the reader reads next
+    data = path.read_bytes()
+    for cut in sorted({len(data) // 3, len(data) // 2, len(data) - 1, len(data) - 2}):
+        head = data[:cut]
+        collector = LogCollector(summary_only=True)
+        reader = BulkReader(collector, LineParser("f.log", OPTIONS), engine)
+        reader.feed(head)
+        judged = reader.records_if_ended()
+        ended = LogCollector(summary_only=True)
+        ended.end_source(read_bulk(ended, LineParser("f.log", OPTIONS), io.BytesIO(head), engine=engine))
+        assert ended.log.errors[:len(collector.log.errors)] == collector.log.errors
+        assert [r for r in judged if isinstance(r, ErrorRecord)] == ended.log.errors[len(collector.log.errors):]
+        if head.endswith(b"\n"):
+            assert judged == []
+        reader.feed(data[cut:])
+        collector.end_source(reader.end())
+        assert _facts(collector.finish()) == _facts(_bulk_path(data, engine=engine))
