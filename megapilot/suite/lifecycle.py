@@ -755,7 +755,7 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
                          logs=[_relative(p, ctx.run_dir) for p in logs])
     outcome = measure_and_gate(ctx.suite, cell, launch, logs, gates=gates, baseline=_baseline_lookup(ctx, combo),
                                prediction=prediction)
-    findings = ([fatal] if fatal else []) + [f for f in outcome.findings if not _same(f, fatal)]
+    findings = merge_findings(fatal, outcome.findings)
     rows = outcome.rows + [_reap_strays(ctx, job.job_dir, job.state)]
     reason = _combo_reason(job, fatal, rows)
     verdict = Verdict.FAIL if (job.state is not JobState.COMPLETED or fatal or
@@ -778,6 +778,15 @@ def _baseline_lookup(ctx: _Context, combo: ComboResult) -> BaselineLookup | None
     specs = cell_thresholds(ctx.suite, cell) if cell is not None else None
     last_n = max((s.last_n for s in (specs or {}).values() if isinstance(s, BaselineThreshold)), default=5)
     return source.lookup_for(ctx.result.card, combo, run_id=ctx.result.run_id, last_n=last_n)
+
+
+def merge_findings(fatal: Finding | None, analysed: list[Finding]) -> list[Finding]:
+    """The combo's findings: the line the watch stopped the job on first, then the rest of the analysis.
+
+    The watch's finding only says why the job was stopped; the analysis's finding for the same line carries its
+    fixes, so that one is kept, and the watch's stands alone only where the analysis has none."""
+    stopped_on = [f for f in analysed if _same(f, fatal)]
+    return (stopped_on or ([fatal] if fatal else [])) + [f for f in analysed if not _same(f, fatal)]
 
 
 def _same(first: Finding, second: Finding | None) -> bool:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from megapilot.suite.lifecycle import STAGES, _combo_stages, _failure_summary, new_run_id
+from megapilot.diagnose.findings import Finding, Fix
+from megapilot.logs.records import Evidence
+from megapilot.suite.lifecycle import STAGES, _combo_stages, _failure_summary, merge_findings, new_run_id
 from megapilot.suite.results import ComboResult, JobSummary, MetricRow, RunCard, StageResult, SuiteResult, Verdict
 from megapilot.suite.summary import result_json
 
@@ -54,3 +56,24 @@ def test_run_ids_sort_by_time_and_stages_keep_cvs_order():
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", new_run_id())
     assert STAGES == ("prepare", "preflight", "collectives", "tokenizer", "smoke", "checkpoint", "train", "metrics",
                       "loss_curve", "results", "teardown")
+
+
+def _finding(category: str, line: int, *, fixes: bool) -> Finding:
+    fix = [Fix(action="set", flag="--micro-batch-size", value="1", reason="halves the activations")]
+    return Finding(category=category, severity="critical", title=f"{category} at line {line}",  # type: ignore[arg-type]
+                   evidence=[Evidence(file="training.log", line=line, text=f"line {line}")], cause="c",
+                   fixes=fix if fixes else [])
+
+
+def test_the_stop_line_keeps_the_analysis_finding_with_its_fixes_first() -> None:
+    stopped = _finding("oom", 40, fixes=False)
+    analysed = [_finding("nan_loss", 12, fixes=True), _finding("oom", 40, fixes=True)]
+    merged = merge_findings(stopped, analysed)
+    assert [(f.category, f.fixes != []) for f in merged] == [("oom", True), ("nan_loss", True)]
+
+
+def test_the_watch_finding_stands_alone_where_the_analysis_has_none() -> None:
+    stopped = _finding("oom", 40, fixes=False)
+    analysed = [_finding("nan_loss", 12, fixes=True)]
+    assert merge_findings(stopped, analysed) == [stopped, *analysed]
+    assert merge_findings(None, analysed) == analysed
