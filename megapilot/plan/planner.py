@@ -160,10 +160,12 @@ def _tie_break_reasons(winner: Fit, fastest: Fit, band: ErrorBand, context: Layo
     return [reason] if reason else []
 
 
-def _deciding_rule_against(winner: Fit, context: LayoutContext) -> Callable[[ParallelConfig], str | None]:
+def _deciding_rule_against(
+    winner: Fit, context: LayoutContext
+) -> Callable[[ParallelConfig, EstimateResult], str | None]:
     """For a runner-up: the name of the recipe rule that ranked the winner ahead of it, if one did."""
-    def name(other: ParallelConfig) -> str | None:
-        rule = deciding_rule(winner.parallel, other, context)
+    def name(other: ParallelConfig, est: EstimateResult) -> str | None:
+        rule = deciding_rule(winner, Fit(other, est), context)
         return f"{rule.name}: the recipes prefer {rule.prefers}" if rule else None
 
     return name

@@ -436,7 +436,8 @@ class Explainer:
 
     # -- summary across candidates
     def runners_up(self, ranked: Sequence[tuple[ParallelConfig, EstimateResult]],
-                   ranked_lower_by: Callable[[ParallelConfig], str | None] | None = None) -> list[str]:
+                   ranked_lower_by: Callable[[ParallelConfig, EstimateResult], str | None] | None = None,
+                   ) -> list[str]:
         """Why each runner-up lost to the winner: the time component that grew the most, or for one predicted
         faster, the tie-break rule `ranked_lower_by` names for it (the planner's recipe preferences)."""
         if not ranked:
@@ -445,7 +446,7 @@ class Explainer:
         lines = []
         for index, (p, est) in enumerate(ranked[1:], start=2):
             delta = 1 - est.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu
-            rule = ranked_lower_by(p) if ranked_lower_by is not None and delta < TIE_FRACTION else None
+            rule = ranked_lower_by(p, est) if ranked_lower_by is not None and delta < TIE_FRACTION else None
             if rule:
                 speed = "ties on speed" if delta > -TIE_FRACTION else (
                     f"is predicted {_pct(-delta)} faster, within the model's error")

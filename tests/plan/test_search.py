@@ -13,7 +13,7 @@ from megapilot.plan import Pins, plan, search_layouts, space
 from megapilot.plan.cost import CostModel
 from megapilot.plan.planner import model_error_band
 from megapilot.plan.preferences import LayoutContext, preference_key
-from megapilot.plan.search import FULL_RECOMPUTE, RecomputeRung, Shape, rank_key, recompute_ladder, shape_key
+from megapilot.plan.search import FULL_RECOMPUTE, Fit, RecomputeRung, Shape, rank_key, recompute_ladder, shape_key
 from megapilot.plan.space import RejectReason, divisors, interleave_rule
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
 
@@ -46,7 +46,7 @@ def test_candidates_are_ranked_by_recipe_preference_inside_the_error_band_and_by
     fastest = max(c.estimate.tokens_per_s_per_gpu for c in result.candidates)
     inside = [c for c in result.candidates if c.estimate.tokens_per_s_per_gpu >= fastest / (1 + band.fraction)]
     assert inside and result.candidates[:len(inside)] == inside  # the band's layouts come first
-    keys = [preference_key(c.parallel, context) for c in inside]
+    keys = [preference_key(Fit(c.parallel, c.estimate), context) for c in inside]
     assert keys == sorted(keys)
     rest = [c.estimate.tokens_per_s_per_gpu for c in result.candidates[len(inside):]]
     assert rest == sorted(rest, reverse=True)
