@@ -95,6 +95,8 @@ def layout_label(p: ParallelConfig) -> str:
         parts.append(f"EP{p.ep}" + (f" ETP{p.etp}" if p.etp is not None else ""))
     parts += [f"DP{p.dp}", f"MBS{p.mbs}"]
     parts.append(_recompute_label(p))
+    if p.cpu_offloading_num_layers:
+        parts.append(f"offload×{p.cpu_offloading_num_layers}L")
     if p.fsdp:
         parts.append("FSDP")
     return " ".join(parts)
@@ -145,6 +147,8 @@ class Explainer:
         fields = p.model_dump()
         fields.update(changes)
         tp, pp, cp = fields["tp"], fields["pp"], fields["cp"]
+        if "cpu_offloading_num_layers" not in changes and (fields["recompute"] != "none" or pp > 1):
+            fields["cpu_offloading_num_layers"] = 0  # Megatron offloads only without recompute and at PP 1
         if pp != p.pp and "first_stage_layers" not in changes:  # a new PP gets its own split
             splits = space.pipeline_splits(self.model, pp)
             new_split = splits[0] if splits else space.EVEN_SPLIT
@@ -404,6 +408,8 @@ class Explainer:
         return [text]
 
     def _recompute(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        if p.recompute == "none" and p.cpu_offloading_num_layers:
+            return self._offload(p, est)
         if p.recompute == "none":
             return ["no activation recompute: every activation fits"]
         lighter = "none" if p.recompute == "selective" else "selective"
@@ -413,6 +419,21 @@ class Explainer:
         if less and not self.cost.fits(less[1]):
             text += f"; with {lighter} recompute activations would need {_gib(less[1].memory_gib.activations)}, " \
                     f"total {self._too_big(less[1])}"
+        return [text]
+
+    def _offload(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        """Why activations go to host memory: what they would need on the GPU, and what the copies cost."""
+        layers = p.cpu_offloading_num_layers
+        text = (f"no activation recompute: the activations of the first {layers} layers go to host memory while "
+                f"the later ones compute (--cpu-offloading-num-layers {layers}); the copies the host link "
+                f"({self.cluster.gpu.host_link_gbps:.0f} GB/s) cannot hide cost {_pct(component_share(est, 'offload'))}"
+                " of step time")
+        kept = self._variant(p, cpu_offloading_num_layers=0)
+        if kept and not self.cost.fits(kept[1]):
+            text += f"; kept on the GPU they would need {self._too_big(kept[1])}"
+        recomputed = self._variant(p, recompute="full", recompute_method="uniform", recompute_num_layers=1)
+        if recomputed and self.cost.fits(recomputed[1]):
+            text += f"; full recompute instead would be {self._speed_delta(est, recomputed[1])}"
         return [text]
 
     def _fsdp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:

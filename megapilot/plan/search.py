@@ -49,6 +49,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -56,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
+from megapilot.plan.preferences import LOW_HEADROOM_FRACTION
 from megapilot.plan.reasons import bubble_share, component_share
 from megapilot.plan.space import Pins, Rejection, RejectReason
 from megapilot.spec import (
@@ -674,19 +676,32 @@ class _Search:
         def layout(layers: int) -> ParallelConfig:
             return shape.layout(mbs, RecomputeRung("none", offload_layers=layers))
 
-        if not self.cost.memory(layout(most)).fits:
+        def fewest(fits: Callable[[MemoryCheck], bool]) -> int | None:
+            if not fits(self.cost.memory(layout(most))):
+                return None
+            low, high = 1, most  # invariant: offloading `high` layers passes
+            while low < high:
+                middle = (low + high) // 2
+                if fits(self.cost.memory(layout(middle))):
+                    high = middle
+                else:
+                    low = middle + 1
+            return high
+
+        fitting = fewest(lambda memory: memory.fits)
+        if fitting is None:
             return None
-        low, high = 1, most  # invariant: offloading `high` layers fits
-        while low < high:
-            middle = (low + high) // 2
-            if self.cost.memory(layout(middle)).fits:
-                high = middle
-            else:
-                low = middle + 1
-        est = self.cost(layout(high))
+        est = self.cost(layout(fitting))
         if not self.cost.fits(est):
             return None
-        self._keep(layout(high), est)
+        # Where the host link hides the copies, more layers cost nothing and buy headroom: the fewest that leave the
+        # memory estimate's own margin free, when that is as fast.
+        roomy = fewest(lambda memory: memory.total_gib <= memory.capacity_gib * (1 - LOW_HEADROOM_FRACTION))
+        if roomy is not None and roomy != fitting:
+            roomy_est = self.cost(layout(roomy))
+            if roomy_est.tokens_per_s_per_gpu * TIE_BAND >= est.tokens_per_s_per_gpu:
+                fitting, est = roomy, roomy_est
+        self._keep(layout(fitting), est)
         return est
 
 
