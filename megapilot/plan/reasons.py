@@ -247,15 +247,15 @@ class Explainer:
             versus = self._versus("tp", other, p, est)
             if versus:
                 out.append(f"TP={p.tp}: {versus}")
-        if p.tp * 2 > self.cluster.gpus_per_node:
+        if p.tp * 2 > space.tp_limit(self.cluster):
             out.append(self._tp_across_nodes(p, est))
         return out
 
     def _legal_tp(self) -> list[int]:
         heads = self.model.num_attention_heads
         kv = heads if self.model.mla is not None else self.model.kv_heads
-        world, node = self.cluster.world_size, self.cluster.gpus_per_node
-        return [t for t in space.divisors(world) if heads % t == 0 and kv % t == 0 and t <= node]
+        world, limit = self.cluster.world_size, space.tp_limit(self.cluster)
+        return [t for t in space.divisors(world) if heads % t == 0 and kv % t == 0 and t <= limit]
 
     def _tp_across_nodes(self, p: ParallelConfig, est: EstimateResult) -> str:
         """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes."""
