@@ -200,3 +200,25 @@ def test_no_tie_break_reason_when_the_fastest_layout_leads(template):
     result = plan(model, cluster, training, top=3, estimator=plain_is_fastest)
     assert (result.best.parallel.tp, result.best.parallel.pp, result.best.parallel.cp) == (1, 1, 1)
     assert not any(r.startswith("tie-break") for r in result.best.reasons)
+
+
+def test_the_plan_says_when_memory_headroom_decided(template):
+    """TP 2 predicted 1 % faster but filling HBM to its last 2 %; TP 4 with room: the plan puts TP 4 first and its
+    reasons name the headroom rule and why; the runner-up line says the same."""
+    model = get_model("llama3.1-8b")
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=64)
+    capacity = template.memory_gib.capacity
+
+    def estimate_(p: ParallelConfig) -> EstimateResult:
+        speed = {2: 101.0, 4: 100.0}.get(p.tp, 50.0) * (1.0 - 0.001 * (p.pp + p.cp + p.mbs + p.fsdp))
+        used = capacity * (0.98 if p.tp == 2 else 0.6)
+        memory = template.memory_gib.model_copy(update={"total": used})
+        return template.model_copy(update={"tokens_per_s_per_gpu": speed, "memory_gib": memory})
+
+    result = plan(model, cluster, training, top=2, estimator=estimate_)
+    assert [c.parallel.tp for c in result.candidates] == [4, 2]
+    tie_break = [r for r in result.best.reasons if r.startswith("tie-break")]
+    assert len(tie_break) == 1 and tie_break[0].startswith("tie-break (memory headroom): TP2 ")
+    assert "5 % of HBM left free" in tie_break[0] and "may run out of memory" in tie_break[0]
+    assert any("memory headroom" in line for line in result.summary)
