@@ -88,7 +88,8 @@ def plan(
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
         rejected={reason.value: count for reason, count in sorted(outcome.rejected.items(), key=lambda kv: -kv[1])},
-        summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _ties(candidates),
+        summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _ties(candidates)
+        + _fsdp_twins(candidates),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
 
@@ -149,6 +150,22 @@ def _ties(candidates: list[Candidate]) -> list[str]:
         lines.append(f"among the ties, #{roomiest_rank} {layout_label(roomiest.parallel)} leaves the most memory "
                      "free: prefer it if #1 runs out of memory or the run needs room (longer sequences, larger "
                      "micro-batches)")
+    return lines
+
+
+def _fsdp_twins(candidates: list[Candidate]) -> list[str]:
+    """Say which candidates are one TP/PP/CP/EP layout twice, with and without Megatron-FSDP: the alternative they
+    offer is how weights and optimizer state are sharded (and the memory that frees), not another layout."""
+    lines = []
+    first_rank: dict[tuple[int, int, int, int], int] = {}
+    for rank, c in enumerate(candidates, start=1):
+        p = c.parallel
+        key = (p.tp, p.pp, p.cp, p.ep)
+        if key in first_rank:
+            lines.append(f"#{rank} is #{first_rank[key]}'s TP/PP/CP/EP {'with' if p.fsdp else 'without'} "
+                         "Megatron-FSDP: the same layout, the other way to shard weights and optimizer state")
+        else:
+            first_rank[key] = rank
     return lines
 
 
