@@ -137,7 +137,10 @@ class CostModel:
             return self(parallel)
         from megapilot.estimate import EstimateOptions, estimate
 
-        return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions())
+        # a TP group across the trays of one NVLink domain (the search walks it there: `space.tp_limit`)
+        across_trays = parallel.tp > self.cluster.gpus_per_node
+        return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions(),
+                        allow_tp_across_nodes=across_trays)
 
     def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None) -> CostModel:
         """A fresh cost model for changed inputs (the what-if searches of the nothing-fits advice)."""

@@ -88,7 +88,8 @@ def plan(
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
         rejected={reason.value: count for reason, count in sorted(outcome.rejected.items(), key=lambda kv: -kv[1])},
-        summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _ties(candidates),
+        summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _ties(candidates)
+        + _fsdp_twins(candidates),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
 
@@ -152,6 +153,22 @@ def _ties(candidates: list[Candidate]) -> list[str]:
     return lines
 
 
+def _fsdp_twins(candidates: list[Candidate]) -> list[str]:
+    """Say which candidates are one TP/PP/CP/EP layout twice, with and without Megatron-FSDP: the alternative they
+    offer is how weights and optimizer state are sharded (and the memory that frees), not another layout."""
+    lines = []
+    first_rank: dict[tuple[int, int, int, int], int] = {}
+    for rank, c in enumerate(candidates, start=1):
+        p = c.parallel
+        key = (p.tp, p.pp, p.cp, p.ep)
+        if key in first_rank:
+            lines.append(f"#{rank} is #{first_rank[key]}'s TP/PP/CP/EP {'with' if p.fsdp else 'without'} "
+                         "Megatron-FSDP: the same layout, the other way to shard weights and optimizer state")
+        else:
+            first_rank[key] = rank
+    return lines
+
+
 def _tie_break_reasons(winner: Fit, fastest: Fit, band: ErrorBand, context: LayoutContext) -> list[str]:
     """Say so when the recipe tie-break put a slower layout first, naming the rule that decided."""
     if winner.estimate.tokens_per_s_per_gpu * TIE_BAND >= fastest.estimate.tokens_per_s_per_gpu:
@@ -160,10 +177,12 @@ def _tie_break_reasons(winner: Fit, fastest: Fit, band: ErrorBand, context: Layo
     return [reason] if reason else []
 
 
-def _deciding_rule_against(winner: Fit, context: LayoutContext) -> Callable[[ParallelConfig], str | None]:
+def _deciding_rule_against(
+    winner: Fit, context: LayoutContext
+) -> Callable[[ParallelConfig, EstimateResult], str | None]:
     """For a runner-up: the name of the recipe rule that ranked the winner ahead of it, if one did."""
-    def name(other: ParallelConfig) -> str | None:
-        rule = deciding_rule(winner.parallel, other, context)
+    def name(other: ParallelConfig, est: EstimateResult) -> str | None:
+        rule = deciding_rule(winner, Fit(other, est), context)
         return f"{rule.name}: the recipes prefer {rule.prefers}" if rule else None
 
     return name

@@ -10,8 +10,11 @@ tell, and are ordered by the general preferences of the NVIDIA/AMD performance r
 recipes, NeMo recommended configs, Primus, the Megatron-MoE model zoo), one rule after the other, then by
 predicted speed. Outside the band the prediction decides alone.
 
-Each rule is a penalty on a layout (0 = what the recipes do) computed from the layout, the model's shape, the
-GPU's NVLink domain and the cluster size only: no rule names a model or a published row.
+Each rule is a penalty on a layout (0 = what the recipes do) computed from the layout, its estimated memory, the
+model's shape, the GPU's NVLink domain and the cluster size only: no rule names a model or a published row.
+What the rules leave tied (e.g. TP 2 with PP 8 against TP 4 with PP 4, where the recipes go both ways across GPUs
+and releases) the prediction orders: a fixed "smaller TP first" or "TP before PP" would be a coin the recipes
+do not toss the same way twice (`bench/calibration/published_top3.md` has the figures of each variant tried).
 """
 
 from __future__ import annotations
@@ -63,45 +66,65 @@ class Preference:
     name: str
     prefers: str
     why: str
-    penalty: Callable[[ParallelConfig, LayoutContext], float]
+    penalty: Callable[[Fit, LayoutContext], float]
 
 
 def _log2(x: float) -> float:
     return math.log2(max(x, 1))
 
 
-def _fsdp(p: ParallelConfig, ctx: LayoutContext) -> float:
+def _fsdp(fit: Fit, ctx: LayoutContext) -> float:
     """Megatron-FSDP is penalised unless the model is dense and the whole job sits in one NVLink domain."""
-    return float(p.fsdp and (ctx.num_experts is not None or not ctx.one_domain))
+    return float(fit.parallel.fsdp and (ctx.num_experts is not None or not ctx.one_domain))
 
 
-def _expert_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
+def _expert_parallel(fit: Fit, ctx: LayoutContext) -> float:
     """Distance, in doublings, from the EP that fills the NVLink domain (0 for a dense model)."""
     if ctx.num_experts is None:
         return 0.0
-    return abs(math.log2(p.ep / ctx.expert_target))
+    return abs(math.log2(fit.parallel.ep / ctx.expert_target))
 
 
-def _dimensions_in_use(p: ParallelConfig, ctx: LayoutContext) -> float:
+def exotic_flags(p: ParallelConfig) -> tuple[str, ...]:
+    """The flags of a layout that few recipes run (each one a code path less exercised at scale): activation
+    offload to host memory, and a first/last pipeline stage sized apart from the others."""
+    flags = []
+    if p.cpu_offloading_num_layers:
+        flags.append("--cpu-offloading-num-layers")
+    if p.first_stage_layers is not None:
+        flags.append("--decoder-first-pipeline-num-layers")
+    if p.last_stage_layers is not None:
+        flags.append("--decoder-last-pipeline-num-layers")
+    return tuple(flags)
+
+
+def _exotic_flags(fit: Fit, ctx: LayoutContext) -> float:
+    return float(len(exotic_flags(fit.parallel)))
+
+
+def _dimensions_in_use(fit: Fit, ctx: LayoutContext) -> float:
+    p = fit.parallel
     return float(sum(size > 1 for size in (p.tp, p.pp, p.cp)))
 
 
-def _context_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
-    return _log2(p.cp)
+def _context_parallel(fit: Fit, ctx: LayoutContext) -> float:
+    return _log2(fit.parallel.cp)
 
 
-def _model_parallel_size(p: ParallelConfig, ctx: LayoutContext) -> float:
-    return _log2(p.tp * p.pp)
+# Memory the estimate must leave free for a layout to count as having headroom: the share of HBM below which the
+# estimate itself warns that allocator spikes may run out of memory (`megapilot.estimate`'s memory warnings).
+LOW_HEADROOM_FRACTION = 0.05
 
 
-def _tensor_parallel(p: ParallelConfig, ctx: LayoutContext) -> float:
-    return _log2(p.tp)
+def _memory_headroom(fit: Fit, ctx: LayoutContext) -> float:
+    memory = fit.estimate.memory_gib
+    return float(memory.capacity - memory.total < LOW_HEADROOM_FRACTION * memory.capacity)
 
 
 # First rule first; each later rule only orders layouts the earlier ones tie. The optimizer and EP choices come
-# first because the recipes make them by one fixed rule whatever the model's size; then how many communicating
-# dimensions a layout uses; then how large they are, CP before TP×PP because CP is the one the recipes add only
-# for memory.
+# first because the recipes make them by one fixed rule whatever the model's size; then the flags few recipes run;
+# then how many communicating dimensions a layout uses, and CP, the one the recipes add only for memory; then
+# whether the layout leaves the memory the estimate's own error needs. What is still tied goes by predicted speed.
 PREFERENCES: tuple[Preference, ...] = (
     Preference(
         "distributed optimizer", "the distributed optimizer over Megatron-FSDP",
@@ -116,6 +139,12 @@ PREFERENCES: tuple[Preference, ...] = (
         "nodes, EP64 on NVL72): the token all-to-all stays on NVLink and each GPU holds fewer experts",
         _expert_parallel),
     Preference(
+        "fewer exotic flags", "no activation offload and even pipeline stages",
+        "activation offload and hand-sized first/last pipeline stages are flags few recipes run: each is a "
+        "code path less exercised at scale (offload also leans on host memory the plan does not see), so "
+        "they are worth it only when the prediction says so beyond its own error",
+        _exotic_flags),
+    Preference(
         "fewer parallel dimensions", "fewer communication-heavy dimensions (TP, PP, CP)",
         "each dimension in use puts its own communication on the critical path (TP collectives in every "
         "layer, the PP bubble and send/recv, the CP ring), and the recipes turn one on only when memory "
@@ -127,21 +156,16 @@ PREFERENCES: tuple[Preference, ...] = (
         "and shrinks the GEMMs",
         _context_parallel),
     Preference(
-        "model-parallel size", "the smaller TP×PP group (PP 4-8 with VPP rather than deeper)",
-        "every GPU left to data parallelism overlaps its gradient reduce with the backward pass; the "
-        "recipes use PP 4-8 with virtual stages rather than deeper pipelines and as much DP as fits",
-        _model_parallel_size),
-    Preference(
-        "tensor parallelism", "the smaller TP",
-        "TP stays inside the NVLink domain and as small as fits: its all-gathers/reduce-scatters sit on "
-        "the critical path of every layer, while pipeline send/recv is point-to-point",
-        _tensor_parallel),
+        "memory headroom", f"at least {100 * LOW_HEADROOM_FRACTION:.0f} % of HBM left free",
+        "the memory estimate has its own error and the allocator its spikes: a layout predicted to fill the "
+        "GPU to its last few GiB may run out of memory where one with room runs, so among ties the one with "
+        "room goes first (the estimate warns below the same line)",
+        _memory_headroom),
 )
 
 
-def preference_key(p: ParallelConfig, ctx: LayoutContext,
-                   rules: Sequence[Preference] = PREFERENCES) -> tuple[float, ...]:
-    return tuple(rule.penalty(p, ctx) for rule in rules)
+def preference_key(fit: Fit, ctx: LayoutContext, rules: Sequence[Preference] = PREFERENCES) -> tuple[float, ...]:
+    return tuple(rule.penalty(fit, ctx) for rule in rules)
 
 
 def within_band(fits: Sequence[Fit], band: ErrorBand) -> float:
@@ -160,11 +184,11 @@ def order_by_recipe(fits: Sequence[Fit], band: ErrorBand, ctx: LayoutContext,
     inside = [fit for fit in fits if fit.estimate.tokens_per_s_per_gpu >= floor]
     outside = [fit for fit in fits if fit.estimate.tokens_per_s_per_gpu < floor]
     order = {id(fit): index for index, fit in enumerate(fits)}
-    inside.sort(key=lambda fit: (preference_key(fit.parallel, ctx, rules), order[id(fit)]))
+    inside.sort(key=lambda fit: (preference_key(fit, ctx, rules), order[id(fit)]))
     return inside + outside
 
 
-def deciding_rule(winner: ParallelConfig, other: ParallelConfig, ctx: LayoutContext,
+def deciding_rule(winner: Fit, other: Fit, ctx: LayoutContext,
                   rules: Sequence[Preference] = PREFERENCES) -> Preference | None:
     """The first rule that ranks `winner` ahead of `other` (None when the rules tie them)."""
     for rule in rules:
@@ -176,7 +200,7 @@ def deciding_rule(winner: ParallelConfig, other: ParallelConfig, ctx: LayoutCont
 
 def tie_break_reason(winner: Fit, faster: Fit, band: ErrorBand, ctx: LayoutContext, label: str) -> str | None:
     """Why a slower layout ranks ahead of a faster one: the band, its source, and the rule that decided."""
-    rule = deciding_rule(winner.parallel, faster.parallel, ctx)
+    rule = deciding_rule(winner, faster, ctx)
     if rule is None:
         return None
     gain = _gain(faster.estimate, winner.estimate)

@@ -95,6 +95,8 @@ def layout_label(p: ParallelConfig) -> str:
         parts.append(f"EP{p.ep}" + (f" ETP{p.etp}" if p.etp is not None else ""))
     parts += [f"DP{p.dp}", f"MBS{p.mbs}"]
     parts.append(_recompute_label(p))
+    if p.cpu_offloading_num_layers:
+        parts.append(f"offload×{p.cpu_offloading_num_layers}L")
     if p.fsdp:
         parts.append("FSDP")
     return " ".join(parts)
@@ -145,6 +147,8 @@ class Explainer:
         fields = p.model_dump()
         fields.update(changes)
         tp, pp, cp = fields["tp"], fields["pp"], fields["cp"]
+        if "cpu_offloading_num_layers" not in changes and (fields["recompute"] != "none" or pp > 1):
+            fields["cpu_offloading_num_layers"] = 0  # Megatron offloads only without recompute and at PP 1
         if pp != p.pp and "first_stage_layers" not in changes:  # a new PP gets its own split
             splits = space.pipeline_splits(self.model, pp)
             new_split = splits[0] if splits else space.EVEN_SPLIT
@@ -243,15 +247,15 @@ class Explainer:
             versus = self._versus("tp", other, p, est)
             if versus:
                 out.append(f"TP={p.tp}: {versus}")
-        if p.tp * 2 > self.cluster.gpus_per_node:
+        if p.tp * 2 > space.tp_limit(self.cluster):
             out.append(self._tp_across_nodes(p, est))
         return out
 
     def _legal_tp(self) -> list[int]:
         heads = self.model.num_attention_heads
         kv = heads if self.model.mla is not None else self.model.kv_heads
-        world, node = self.cluster.world_size, self.cluster.gpus_per_node
-        return [t for t in space.divisors(world) if heads % t == 0 and kv % t == 0 and t <= node]
+        world, limit = self.cluster.world_size, space.tp_limit(self.cluster)
+        return [t for t in space.divisors(world) if heads % t == 0 and kv % t == 0 and t <= limit]
 
     def _tp_across_nodes(self, p: ParallelConfig, est: EstimateResult) -> str:
         """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes."""
@@ -404,6 +408,8 @@ class Explainer:
         return [text]
 
     def _recompute(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        if p.recompute == "none" and p.cpu_offloading_num_layers:
+            return self._offload(p, est)
         if p.recompute == "none":
             return ["no activation recompute: every activation fits"]
         lighter = "none" if p.recompute == "selective" else "selective"
@@ -413,6 +419,21 @@ class Explainer:
         if less and not self.cost.fits(less[1]):
             text += f"; with {lighter} recompute activations would need {_gib(less[1].memory_gib.activations)}, " \
                     f"total {self._too_big(less[1])}"
+        return [text]
+
+    def _offload(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
+        """Why activations go to host memory: what they would need on the GPU, and what the copies cost."""
+        layers = p.cpu_offloading_num_layers
+        text = (f"no activation recompute: the activations of the first {layers} layers go to host memory while "
+                f"the later ones compute (--cpu-offloading-num-layers {layers}); the copies the host link "
+                f"({self.cluster.gpu.host_link_gbps:.0f} GB/s) cannot hide cost {_pct(component_share(est, 'offload'))}"
+                " of step time")
+        kept = self._variant(p, cpu_offloading_num_layers=0)
+        if kept and not self.cost.fits(kept[1]):
+            text += f"; kept on the GPU they would need {self._too_big(kept[1])}"
+        recomputed = self._variant(p, recompute="full", recompute_method="uniform", recompute_num_layers=1)
+        if recomputed and self.cost.fits(recomputed[1]):
+            text += f"; full recompute instead would be {self._speed_delta(est, recomputed[1])}"
         return [text]
 
     def _fsdp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
@@ -436,7 +457,8 @@ class Explainer:
 
     # -- summary across candidates
     def runners_up(self, ranked: Sequence[tuple[ParallelConfig, EstimateResult]],
-                   ranked_lower_by: Callable[[ParallelConfig], str | None] | None = None) -> list[str]:
+                   ranked_lower_by: Callable[[ParallelConfig, EstimateResult], str | None] | None = None,
+                   ) -> list[str]:
         """Why each runner-up lost to the winner: the time component that grew the most, or for one predicted
         faster, the tie-break rule `ranked_lower_by` names for it (the planner's recipe preferences)."""
         if not ranked:
@@ -445,7 +467,7 @@ class Explainer:
         lines = []
         for index, (p, est) in enumerate(ranked[1:], start=2):
             delta = 1 - est.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu
-            rule = ranked_lower_by(p) if ranked_lower_by is not None and delta < TIE_FRACTION else None
+            rule = ranked_lower_by(p, est) if ranked_lower_by is not None and delta < TIE_FRACTION else None
             if rule:
                 speed = "ties on speed" if delta > -TIE_FRACTION else (
                     f"is predicted {_pct(-delta)} faster, within the model's error")

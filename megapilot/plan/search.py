@@ -15,20 +15,28 @@ counted in `rejected` under its reason):
    and stops at the first EP whose floor does not fit.
 4. **Recompute ladder.** Recompute options run from cheapest in time to smallest in memory (none,
    selective, full on part of the layers, full on all); memory falls monotonically along it, so the
-   first rung that fits is found by bisection and kept: more recompute only adds time.
+   first rung that fits is found by bisection and kept: more recompute only adds time. At PP 1, where
+   the host link has room (`offload_has_room`), the other way to fit without recomputing is costed
+   beside it: activation offload of the fewest layers that fit (`--cpu-offloading-num-layers`, again by
+   bisection), and the faster of the two wins the shape.
 5. **MBS walk.** Memory grows with MBS, so the first fitting rung can only move up (each MBS starts
    where the previous stopped) and once nothing fits the larger MBS are skipped. Throughput is
    unimodal in MBS (GEMM efficiency saturates while the pipeline gets fewer micro-batches): the
    walk stops once it falls. VPP likewise (the bubble shrinks as 1/VPP while send/recv and in-flight
    activations grow), and it also stops once the bubble is inside the tie band. PPs that need an
    uneven split are skipped once throughput fell from a smaller PP whose best layout ran without
-   recompute (memory no longer binds: more stages only add bubble and send/recv). PPs with an even
-   split are all walked, so nothing an even-only search finds is lost.
-6. **Dominated options.** CP beyond what memory needs (same work in smaller GEMMs plus ring
-   traffic; its bubble effect VPP gives for free) and FSDP where memory does not bind (more
-   all-gathers than the distributed optimizer, nothing gained) are skipped. Sequence parallelism is
-   on whenever TP > 1 and the distributed optimizer always on: both cut memory and move the same bytes
-   as the all-reduce they replace.
+   memory relief (no recompute, Megatron-FSDP or activation offload: memory no longer binds, so more
+   stages only add bubble and send/recv), or where even removing all that a deeper pipeline can remove
+   would not bring them within the error band of the fastest. PPs with an even split are all walked,
+   so nothing an even-only search finds is lost.
+6. **Dominated options.** CP beyond what memory needs is walked only while it pays: at a fixed global
+   batch it takes ranks from DP, so each replica runs more micro-batches and the bubble shrinks, but it
+   also adds ring traffic; the walk stops at the first such CP that is no faster than the one below
+   (none at PP 1, or once the bubble is inside the tie band), and a larger CP that ends no faster than
+   the same layout at a smaller CP is dropped. FSDP where memory does not bind (more all-gathers than
+   the distributed optimizer, nothing gained) is skipped. Sequence parallelism is on whenever TP > 1
+   and the distributed optimizer always on: both cut memory and move the same bytes as the all-reduce
+   they replace.
 
 Ranking: predicted tokens/s/GPU (within 0.2 % counts as a tie), then lower memory, then the
 simpler layout. `tests/plan/test_search.py` checks the pruned search against brute force. The planner
@@ -41,6 +49,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -48,7 +57,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
-from megapilot.plan.reasons import bubble_share
+from megapilot.plan.preferences import LOW_HEADROOM_FRACTION
+from megapilot.plan.reasons import bubble_share, component_share
 from megapilot.plan.space import Pins, Rejection, RejectReason
 from megapilot.spec import (
     ClusterSpec,
@@ -60,10 +70,15 @@ from megapilot.spec import (
 )
 from megapilot.spec.parallel import Recompute, RecomputeMethod
 from megapilot.spec.training import QuantFlavour
-from megapilot.spec.validate import light_recompute_modules
+from megapilot.spec.validate import light_recompute_modules, most_offloaded_layers
 
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
+# The step-time components a deeper pipeline can shrink (the breakdown keys of `megapilot.estimate`).
+PIPELINE_REMOVABLE = ("pp_bubble", "pp_comm", "dp_comm", "recompute", "cpu_offload")
+# Activation offload is walked where the host link carries at least this multiple of the NIC's bandwidth: the
+# copies at the NIC's rate and the NIC's own traffic where they share the link (`offload_has_room`).
+OFFLOAD_HOST_LINK_OVER_NIC = 2.0
 
 
 class RecomputeRung(NamedTuple):
@@ -73,6 +88,7 @@ class RecomputeRung(NamedTuple):
     method: RecomputeMethod = "uniform"
     num_layers: int | None = None
     modules: tuple[str, ...] | None = None  # selective: --recompute-modules (None: Megatron's core_attn)
+    offload_layers: int = 0  # --cpu-offloading-num-layers: activations of that many layers kept in host memory
 
 
 # The smallest footprint any layout can have: every layer's forward recomputed.
@@ -112,6 +128,7 @@ class Shape:
             pipeline_layout=self.split.layout, mbs=mbs,
             recompute=rung.recompute, recompute_method=rung.method, recompute_num_layers=rung.num_layers,
             recompute_modules=rung.modules,  # type: ignore[arg-type]  # names from light_recompute_modules
+            cpu_offloading_num_layers=rung.offload_layers,
         )
 
 
@@ -296,9 +313,11 @@ class _Search:
         self._best_by_key: dict[tuple[str, object], RankKey] = {}
         self.best_by_shape: dict[ShapeKey, Fit] = {}
         self._best_by_shape_key: dict[ShapeKey, RankKey] = {}
-        # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without recompute)
+        # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without memory relief)
         self._best_speed_at: dict[tuple[int, int], tuple[float, bool]] = {}
         self._best_bubble_at: dict[tuple[int, int], float] = {}  # (tp, pp) -> that best layout's bubble share
+        self._best_estimate_at: dict[tuple[int, int], EstimateResult] = {}  # (tp, pp) -> that best layout's estimate
+        self._best_layout_at: dict[tuple[int, int], ParallelConfig] = {}  # (tp, pp) -> that best layout
 
     # -- bookkeeping
     def _reject(self, rejection: Rejection | None, count: int = 1) -> bool:
@@ -310,8 +329,10 @@ class _Search:
     def _keep(self, parallel: ParallelConfig, est: EstimateResult) -> None:
         shape = (parallel.tp, parallel.pp)
         if est.tokens_per_s_per_gpu > self._best_speed_at.get(shape, (0.0, False))[0]:
-            self._best_speed_at[shape] = (est.tokens_per_s_per_gpu, parallel.recompute == "none")
+            self._best_speed_at[shape] = (est.tokens_per_s_per_gpu, not needs_memory_relief(parallel))
             self._best_bubble_at[shape] = bubble_share(est)
+            self._best_estimate_at[shape] = est
+            self._best_layout_at[shape] = parallel
         self.fitting += 1
         self.counter += 1
         key = rank_key(parallel, est)
@@ -342,28 +363,53 @@ class _Search:
             if self._reject(space.tp_rule(self.model, self.cluster, tp)):
                 continue
             self._walk_pipeline(tp)
-        ranked = [Fit(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)]
+        dominated = self._cp_without_gain()
+        ranked = [Fit(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)
+                  if shape_key(p) not in dominated]
         return SearchOutcome(ranked=ranked, rejected=self.rejected, layouts_costed=self.cost.calls,
                              layouts_fitting=self.fitting, smallest_floor=self.smallest_floor, cost=self.cost,
                              best_by=self.best_by, best_by_shape=self.best_by_shape)
+
+    def _cp_without_gain(self) -> set[ShapeKey]:
+        """The shapes whose CP the walk tried beyond what memory needs and that came out no faster (within the tie
+        band) than the same TP, PP, EP and FSDP at a smaller CP: dropped (counted as dominated CP), since trading
+        data-parallel ranks and micro-batch size for ring traffic bought nothing; shown, they would only repeat
+        the smaller-CP layout."""
+        dominated: set[ShapeKey] = set()
+        for key, fit in self.best_by_shape.items():
+            tp, pp, cp, ep, fsdp = key
+            speed = fit.estimate.tokens_per_s_per_gpu
+            if any((tp, pp, smaller, ep, fsdp) in self.best_by_shape and
+                   self.best_by_shape[(tp, pp, smaller, ep, fsdp)].estimate.tokens_per_s_per_gpu * TIE_BAND >= speed
+                   for smaller in space.divisors(cp)[:-1]):
+                dominated.add(key)
+        for key in dominated:
+            del self.best_by_shape[key]
+        self.rejected[RejectReason.DOMINATED_CP] += len(dominated)
+        return dominated
 
     def _walk_pipeline(self, tp: int) -> None:
         """PP upwards, each with its layer splits (the even one, or a few uneven ones).
 
         Every PP with an even split is walked. PPs that need an uneven split are skipped once a PP
-        came out slower than the best smaller PP while that best ran without recompute: memory no
-        longer bound it, so more stages only add bubble and send/recv (and uneven splits rarely
-        allow the interleaving that would hide it).
+        came out slower than the best smaller PP while that best ran without memory relief (recompute,
+        Megatron-FSDP, activation offload): memory no longer bound it, so more stages only add bubble and
+        send/recv (and uneven splits rarely allow the interleaving that would hide it). A best that needed
+        FSDP is still memory-bound: deeper stages hold fewer weights (an MoE model's experts above all) and
+        may run without it. Such a deeper PP is still skipped where it cannot reach the error band
+        (`_deeper_pipeline_cannot_reach`).
         """
         pps = space.pp_values(self.cluster.world_size // tp, self.model, self.pins)
-        best_so_far: tuple[float, bool] | None = None  # (tokens/s/GPU, ran without recompute)
+        best_so_far: tuple[float, bool] | None = None  # (tokens/s/GPU, ran without memory relief)
         fell = False
+        deepest: int | None = None  # the deepest PP walked so far that fit
         for pp in pps:
             splits = space.pipeline_splits(self.model, pp)
             if not splits:
                 self._reject(space.pp_rule(self.model, pp))
                 continue
-            if fell and splits[0] != space.EVEN_SPLIT:
+            uneven = splits[0] != space.EVEN_SPLIT
+            if uneven and (fell or (deepest is not None and self._deeper_pipeline_cannot_reach(tp, deepest))):
                 self.rejected[RejectReason.DOMINATED_PP] += len(splits)
                 continue
             for split in splits:
@@ -374,10 +420,36 @@ class _Search:
             here = self._best_speed_at.get((tp, pp))
             if here is None:
                 continue
+            deepest = pp
             if best_so_far is not None and here[0] < best_so_far[0] and best_so_far[1]:
                 fell = True
             if best_so_far is None or here[0] > best_so_far[0]:
                 best_so_far = here
+
+    def _deeper_pipeline_cannot_reach(self, tp: int, pp: int) -> bool:
+        """Whether a PP deeper than `pp` cannot come within `reach` of the fastest layout so far: at best it removes
+        all of the best `pp` layout's bubble, pipeline send/recv, exposed data-parallel traffic (each stage holds
+        fewer weights) and memory relief (recompute, offload), and its GEMMs run the same work per GPU at most at
+        the largest micro-batch the batch allows (the memory a deeper stage frees may buy it): so the bound is the
+        best `pp` layout costed at that micro-batch, memory aside, with all of those shares gone."""
+        if self.reach is None:
+            return False
+        est = self._best_at_largest_microbatch(tp, pp)
+        removable = sum(component_share(est, part) for part in PIPELINE_REMOVABLE)
+        bound = est.tokens_per_s_per_gpu / max(1 - removable, 0.01)
+        fastest = max(speed for speed, _ in self._best_speed_at.values())
+        return bound * TIE_BAND < fastest / (1 + self.reach)
+
+    def _best_at_largest_microbatch(self, tp: int, pp: int) -> EstimateResult:
+        best = self._best_estimate_at[(tp, pp)]
+        parallel = self._best_layout_at[(tp, pp)]
+        largest = max(space.mbs_values(self.training, parallel.dp, self.pins), default=parallel.mbs)
+        if largest <= parallel.mbs:
+            return best
+        larger = self.cost(parallel.model_copy(update={"mbs": largest, "recompute": "none",
+                                                       "recompute_method": "uniform", "recompute_num_layers": None,
+                                                       "recompute_modules": None, "cpu_offloading_num_layers": 0}))
+        return larger if larger.tokens_per_s_per_gpu > best.tokens_per_s_per_gpu else best
 
     def _interleaving_cannot_reach(self, tp: int, pp: int, split: space.PipelineSplit) -> bool:
         """Beside a first/last split the balanced layout string is walked for its interleaving only (VPP > 1),
@@ -395,24 +467,29 @@ class _Search:
         return bubble_free * TIE_BAND < fastest / (1 + self.reach)
 
     def _walk_context_parallel(self, tp: int, pp: int, split: space.PipelineSplit) -> None:
-        """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it.
+        """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it and
+        throughput fell from the CP below.
 
-        A larger CP than memory needs is dominated: it does the same work per GPU in smaller GEMMs
-        plus the ring-attention traffic, and its only other effect (shorter micro-batches, so a
-        smaller bubble) VPP delivers without the traffic.
+        Beyond what memory needs, a larger CP does the same work per GPU in smaller GEMMs plus the
+        ring-attention traffic; but at a fixed global batch it also takes ranks from DP, so each replica
+        runs more micro-batches and the pipeline bubble shrinks (what the recipes use CP for on large
+        models with small batches). Throughput is unimodal in CP along that trade, so the walk stops at
+        the first CP that memory does not need and that is no faster (beyond the tie band) than the one below.
         """
         world = self.cluster.world_size
-        settled: set[tuple[int, int, bool]] = set()  # (ep, etp, fsdp) that fit without relief at a smaller CP
+        settled: set[tuple[int, int, bool]] = set()  # (ep, etp, fsdp) that need no larger CP
+        speed_at_smaller_cp: dict[tuple[int, int, bool], float] = {}  # its best tokens/s/GPU at the CP below
         for cp in space.cp_values(world // (tp * pp), self.pins):
             if self._reject(space.cp_rule(self.model, self.training, tp, cp)):
                 continue
             dp = world // (tp * cp * pp)
             if self._reject(space.batch_rule(self.training, dp)):
                 continue
-            self._walk_experts(tp, cp, pp, dp, settled, split)
+            self._walk_experts(tp, cp, pp, dp, settled, split, speed_at_smaller_cp)
 
     def _walk_experts(
-        self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]], split: space.PipelineSplit
+        self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]], split: space.PipelineSplit,
+        speed_at_smaller_cp: dict[tuple[int, int, bool], float],
     ) -> None:
         """Walk EP (largest first), ETP and FSDP for one (TP, CP, PP)."""
         floor_failed_for: dict[tuple[int, bool], RejectReason] = {}  # (etp, fsdp) whose floor failed at a larger EP
@@ -443,10 +520,20 @@ class _Search:
                     if self.model.moe is not None and self.pins.ep is None:
                         floor_failed_for[(etp, fsdp)] = _floor_category(floor)
                     continue
-                binding = self._walk_vpp(shape)
+                binding, best = self._walk_vpp(shape)
                 memory_bound = binding.bound_any
-                if not binding.bound_smallest:
+                if not binding.bound_smallest and self._cp_cannot_gain(best, speed_at_smaller_cp.get((ep, etp, fsdp))):
                     settled.add((ep, etp, fsdp))
+                if best is not None:
+                    speed_at_smaller_cp[(ep, etp, fsdp)] = best.tokens_per_s_per_gpu
+
+    @staticmethod
+    def _cp_cannot_gain(best: EstimateResult | None, below: float | None) -> bool:
+        """Whether a larger CP, which memory does not need, has nothing to win: no bubble to shrink (PP 1, or one
+        already inside the tie band), or throughput no better than at the CP below."""
+        if best is None or bubble_share(best) < TIE_BAND - 1:
+            return True
+        return below is not None and best.tokens_per_s_per_gpu < below * TIE_BAND
 
     def _fsdp_options(self, dp: int, pp: int) -> tuple[bool, ...]:
         """Megatron-FSDP only with DP to shard over and without pipelining, which it does not support, and not
@@ -466,10 +553,12 @@ class _Search:
             self._note_floor(floor, memory)
         return memory
 
-    def _walk_vpp(self, shape: Shape) -> MemoryBinding:
-        """Walk VPP upwards; whether memory bound anything, and whether it bound even the smallest MBS."""
+    def _walk_vpp(self, shape: Shape) -> tuple[MemoryBinding, EstimateResult | None]:
+        """Walk VPP upwards; whether memory bound anything, and whether it bound even the smallest MBS, and the
+        fastest estimate found (None when nothing fits)."""
         bound_any = bound_smallest = False
         best_so_far: float | None = None
+        fastest: EstimateResult | None = None
         vpps = space.vpp_values(self.model, shape.pp, self.pins, shape.split)
         for index, vpp in enumerate(vpps):
             split = space.split_at_vpp(self.model, shape.pp, shape.split, vpp)
@@ -478,6 +567,8 @@ class _Search:
             best, binding = self._walk_microbatches(shape.with_vpp(vpp, split))
             bound_any |= binding.bound_any
             bound_smallest |= binding.bound_smallest
+            if best is not None and (fastest is None or best.tokens_per_s_per_gpu > fastest.tokens_per_s_per_gpu):
+                fastest = best
             if best is None or index + 1 == len(vpps):
                 continue
             # More interleaving shrinks the bubble as 1/VPP but adds send/recv and in-flight
@@ -488,7 +579,7 @@ class _Search:
                 self.rejected[RejectReason.DOMINATED_VPP] += len(vpps) - index - 1
                 break
             best_so_far = best.tokens_per_s_per_gpu
-        return MemoryBinding(bound_any, bound_smallest)
+        return MemoryBinding(bound_any, bound_smallest), fastest
 
     def _walk_microbatches(self, shape: Shape) -> MicrobatchWalk:
         """Every useful MBS at its least recompute.
@@ -555,14 +646,75 @@ class _Search:
             else:
                 low = middle + 1
         self.rejected[RejectReason.MEMORY_ACTIVATIONS] += low
+        offloaded = self._offload(shape, mbs) if low > 0 and ladder[0].recompute == "none" else None
         for step_index in range(low, len(ladder)):
             est = self.cost(layout(step_index))
             if self.cost.fits(est):
                 self._keep(layout(step_index), est)
                 self.rejected[RejectReason.DOMINATED_RECOMPUTE] += len(ladder) - step_index - 1
+                if offloaded is not None and offloaded.tokens_per_s_per_gpu > est.tokens_per_s_per_gpu:
+                    return Climb(offloaded, step_index)
                 return Climb(est, step_index)
             self.rejected[RejectReason.MEMORY_ACTIVATIONS] += 1
-        return Climb(None, len(ladder))
+        return Climb(offloaded, len(ladder))
+
+    def _offload(self, shape: Shape, mbs: int) -> EstimateResult | None:
+        """The other way to fit activations without recomputing them: Megatron's activation offload
+        (`--cpu-offloading-num-layers`, PP 1 and no recompute only) moves the first N layers' activations to host
+        memory while later layers compute, and costs only the copy the host link cannot hide. Memory falls with N
+        and copy time grows with it, so the fewest layers that fit are found by bisection; kept beside the
+        recompute rung that fits, the faster of the two wins its shape.
+
+        Walked only where the host link has room for the copies beside the NIC's traffic
+        (`offload_has_room`): on a PCIe host the GPU's one x16 uplink also carries its NIC (GPUDirect RDMA), and
+        the estimate prices the copies as if the link were theirs alone."""
+        most = most_offloaded_layers(self.model.num_layers, shape.pp, "none")
+        if shape.pp > 1 or most < 1 or self.pins.recompute not in (None, "none") or self.pins.recompute_modules \
+                or not offload_has_room(self.cluster):
+            return None
+
+        def layout(layers: int) -> ParallelConfig:
+            return shape.layout(mbs, RecomputeRung("none", offload_layers=layers))
+
+        def fewest(fits: Callable[[MemoryCheck], bool]) -> int | None:
+            if not fits(self.cost.memory(layout(most))):
+                return None
+            low, high = 1, most  # invariant: offloading `high` layers passes
+            while low < high:
+                middle = (low + high) // 2
+                if fits(self.cost.memory(layout(middle))):
+                    high = middle
+                else:
+                    low = middle + 1
+            return high
+
+        fitting = fewest(lambda memory: memory.fits)
+        if fitting is None:
+            return None
+        est = self.cost(layout(fitting))
+        if not self.cost.fits(est):
+            return None
+        # Where the host link hides the copies, more layers cost nothing and buy headroom: the fewest that leave the
+        # memory estimate's own margin free, when that is as fast.
+        roomy = fewest(lambda memory: memory.total_gib <= memory.capacity_gib * (1 - LOW_HEADROOM_FRACTION))
+        if roomy is not None and roomy != fitting:
+            roomy_est = self.cost(layout(roomy))
+            if roomy_est.tokens_per_s_per_gpu * TIE_BAND >= est.tokens_per_s_per_gpu:
+                fitting, est = roomy, roomy_est
+        self._keep(layout(fitting), est)
+        return est
+
+
+def needs_memory_relief(p: ParallelConfig) -> bool:
+    """Whether a layout buys memory with time: recompute, Megatron-FSDP's per-layer gathers, activation offload."""
+    return p.recompute != "none" or p.fsdp or p.cpu_offloading_num_layers > 0
+
+
+def offload_has_room(cluster: ClusterSpec) -> bool:
+    """Whether the GPU's link to host memory can carry activation copies at the NIC's full rate while the NIC runs
+    at its own (at least twice the scale-out bandwidth): true of a Grace superchip's NVLink-C2C (225 GB/s per GPU
+    per direction against a 50 GB/s NIC), not of a PCIe Gen4/Gen5 x16 uplink (32/64 GB/s) that the NIC shares."""
+    return cluster.gpu.host_link_gbps >= OFFLOAD_HOST_LINK_OVER_NIC * cluster.gpu.scaleout_bw_gbps
 
 
 def _floor_category(memory: MemoryCheck) -> RejectReason:

@@ -35,6 +35,9 @@ MAX_CP = 32
 BALANCE_SEQ_LENGTH = 4096
 # The most virtual stages per rank the planner cuts a balanced layout string into: the recipes' layouts use 2-4.
 MAX_LAYOUT_VPP = 4
+# The largest TP walked across the trays of one NVLink domain: the largest TP any calibration run checks (TP 8; a
+# TP group's collectives sit on every layer's critical path, so the estimate is not trusted beyond what it has seen).
+MAX_CROSS_TRAY_TP = 8
 
 
 @lru_cache(maxsize=512)
@@ -149,11 +152,19 @@ def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None
         return Rejection(RejectReason.TP_HEADS, "tp",
                          f"tp={tp} does not divide Gated DeltaNet's {gdn.key_heads} key heads",
                          f"use a TP from: {_list(divisors(gdn.key_heads))}")
-    if tp > cluster.gpus_per_node:
-        return Rejection(RejectReason.TP_NODE, "tp",
-                         f"tp={tp} exceeds {cluster.gpus_per_node} GPUs per node",
-                         f"use tp <= {cluster.gpus_per_node}")
+    limit = tp_limit(cluster)
+    if tp > limit:
+        where = "GPUs per node" if limit == cluster.gpus_per_node else "GPUs the planner gives TP in the NVLink domain"
+        return Rejection(RejectReason.TP_NODE, "tp", f"tp={tp} exceeds {limit} {where}", f"use tp <= {limit}")
     return None
+
+
+def tp_limit(cluster: ClusterSpec) -> int:
+    """The largest TP the planner walks: one node, or where one NVLink domain spans several nodes (the 4-GPU trays of
+    an NVL72 rack) TP across trays up to `MAX_CROSS_TRAY_TP`: its collectives still ride NVLink (the estimate prices
+    them there), and Megatron does not care where a node ends."""
+    domain = min(cluster.gpu.scaleup_domain_gpus, cluster.world_size)
+    return max(cluster.gpus_per_node, min(domain, MAX_CROSS_TRAY_TP))
 
 
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:

@@ -118,3 +118,14 @@ def test_no_flex_dispatcher_is_planned_where_no_backend_runs():
     model, cluster, training = _inputs("qwen3-30b-a3b", 32, 4096, 512, gpu="mi300x")
     planned = plan(model, cluster, training, top=2, pins=Pins(ep=16))
     assert all(c.moe_flex_dispatcher is None for c in planned.candidates)
+
+
+def test_the_plan_says_which_candidates_are_one_layout_with_and_without_fsdp():
+    """Llama 3.1 8B on one 8-GPU H100 node: FSDP and the distributed optimizer are both in the top 3 for the same
+    TP/PP/CP/EP; the summary names the pair so they are not read as two layouts."""
+    result = plan(get_model("llama3.1-8b"), ClusterSpec.from_gpu_count(get_gpu("h100"), 8),
+                  TrainingSpec(seq_length=8192, global_batch_size=128, precision="fp8"), top=3)
+    shapes = [(c.parallel.tp, c.parallel.pp, c.parallel.cp, c.parallel.ep) for c in result.candidates]
+    twins = [line for line in result.summary if "Megatron-FSDP: the same layout" in line]
+    assert len(twins) == len(shapes) - len(set(shapes))
+    assert twins, "the case no longer has an FSDP twin in its top 3: pick another"

@@ -9,11 +9,11 @@ import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
-from megapilot.plan import Pins, plan, search_layouts, space
+from megapilot.plan import Pins, plan, search, search_layouts, space
 from megapilot.plan.cost import CostModel
 from megapilot.plan.planner import model_error_band
 from megapilot.plan.preferences import LayoutContext, preference_key
-from megapilot.plan.search import FULL_RECOMPUTE, RecomputeRung, Shape, rank_key, recompute_ladder, shape_key
+from megapilot.plan.search import FULL_RECOMPUTE, Fit, RecomputeRung, Shape, rank_key, recompute_ladder, shape_key
 from megapilot.plan.space import RejectReason, divisors, interleave_rule
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
 
@@ -46,7 +46,7 @@ def test_candidates_are_ranked_by_recipe_preference_inside_the_error_band_and_by
     fastest = max(c.estimate.tokens_per_s_per_gpu for c in result.candidates)
     inside = [c for c in result.candidates if c.estimate.tokens_per_s_per_gpu >= fastest / (1 + band.fraction)]
     assert inside and result.candidates[:len(inside)] == inside  # the band's layouts come first
-    keys = [preference_key(c.parallel, context) for c in inside]
+    keys = [preference_key(Fit(c.parallel, c.estimate), context) for c in inside]
     assert keys == sorted(keys)
     rest = [c.estimate.tokens_per_s_per_gpu for c in result.candidates[len(inside):]]
     assert rest == sorted(rest, reverse=True)
@@ -213,3 +213,74 @@ def test_moe_and_mla_models_climb_through_the_light_modules_before_whole_layers(
     ladder = recompute_ladder(mixtral, pp=4, vpp=1, flavour="fp8-tensorwise")
     assert ladder[2] == RecomputeRung("selective", modules=("moe_act", "layernorm"))
     assert ladder[3].recompute == "full"
+
+
+# ---- memory relief and the walks that used to stop too early ---------------------------------
+
+def _fp8(model: str, gpu: str, gpus: int, seq: int, gbs: int):
+    return get_model(model), ClusterSpec.from_gpu_count(get_gpu(gpu), gpus), TrainingSpec(
+        seq_length=seq, global_batch_size=gbs, precision="fp8")
+
+
+def test_activation_offload_fits_a_layout_without_recompute_where_the_host_link_has_room():
+    """Llama 3.1 405B at TP 2 with Megatron-FSDP on 128 GB200s: its 8K activations overflow HBM without recompute;
+    offloading the first layers' activations over NVLink-C2C fits it at no-recompute speed, leaving the memory
+    estimate's margin free with the fewest layers that do."""
+    model, cluster, training = _fp8("llama3.1-405b", "gb200", 128, 8192, 64)
+    pins = Pins(tp=2, pp=1, cp=1, fsdp=True)
+    cost = CostModel(model, cluster, training)
+    outcome = search_layouts(model, cluster, training, pins=pins, cost=cost)
+    best = min(outcome.ranked, key=lambda fit: rank_key(*fit))
+    layers = best.parallel.cpu_offloading_num_layers
+    assert best.parallel.recompute == "none" and layers > 0
+    recomputed = search_layouts(model, cluster, training, pins=Pins(tp=2, pp=1, cp=1, fsdp=True, recompute="full"))
+    assert best.estimate.tokens_per_s_per_gpu > 1.1 * recomputed.ranked[0].estimate.tokens_per_s_per_gpu
+    assert not cost.memory(best.parallel.model_copy(update={"cpu_offloading_num_layers": 0})).fits
+    fewer = cost.memory(best.parallel.model_copy(update={"cpu_offloading_num_layers": layers - 1}))
+    assert fewer.total_gib > 0.95 * fewer.capacity_gib >= best.estimate.memory_gib.total
+    assert "--cpu-offloading-num-layers" in " ".join(
+        explanation for c in plan(model, cluster, training, top=1, pins=pins).candidates for explanation in c.reasons)
+
+
+def test_activation_offload_is_not_walked_over_a_pcie_link_the_nic_shares():
+    """On H100 (PCIe Gen5 x16 to the host, the NIC behind the same uplink) the same relief is not offered."""
+    assert not search.offload_has_room(ClusterSpec.from_gpu_count(get_gpu("h100"), 8))
+    assert search.offload_has_room(ClusterSpec.from_gpu_count(get_gpu("gb200"), 8))
+    model, cluster, training = _fp8("llama3.1-70b", "h100", 16, 8192, 32)
+    outcome = search_layouts(model, cluster, training, pins=Pins(pp=1, fsdp=True))
+    assert outcome.ranked and all(fit.parallel.cpu_offloading_num_layers == 0 for fit in outcome.ranked)
+
+
+def test_cp_beyond_what_memory_needs_is_walked_while_its_smaller_bubble_pays():
+    """Llama 3.1 70B on 64 H100s, GBS 128: TP 4 × PP 4 fits without recompute at CP 1, and CP 2 (more micro-batches
+    per replica, a smaller bubble) is faster beyond the tie band, so the walk keeps it; a larger CP that is no faster
+    than the same layout at a smaller CP is dropped as a repeat of it."""
+    model, cluster, training = _fp8("llama3.1-70b", "h100", 64, 8192, 128)
+    outcome = search_layouts(model, cluster, training, reach=0.06)
+    shapes = outcome.best_by_shape
+    assert shapes[(4, 4, 1, 1, False)].parallel.recompute == "none"
+    assert shapes[(4, 4, 2, 1, False)].estimate.tokens_per_s_per_gpu > \
+        search.TIE_BAND * shapes[(4, 4, 1, 1, False)].estimate.tokens_per_s_per_gpu
+    for (tp, pp, cp, ep, fsdp), fit in shapes.items():
+        for smaller in divisors(cp)[:-1]:
+            twin = shapes.get((tp, pp, smaller, ep, fsdp))
+            assert twin is None or twin.estimate.tokens_per_s_per_gpu * search.TIE_BAND < \
+                fit.estimate.tokens_per_s_per_gpu
+    assert outcome.rejected[RejectReason.DOMINATED_CP] > 0
+
+
+def test_a_deeper_uneven_pipeline_is_walked_when_the_shallower_best_needed_fsdp():
+    """Qwen3-235B on 64 B200s: the best PP 1 layout needs Megatron-FSDP and PP 2 is slower, yet PP 8 (its experts
+    spread over fewer layers per GPU: a larger micro-batch, no FSDP) is the fastest; PP 8 needs the account-for
+    split (94 layers), which the walk used to skip once PP 2 fell behind an FSDP layout."""
+    model, cluster, training = _fp8("qwen3-235b-a22b", "b200", 64, 4096, 1024)
+    outcome = search_layouts(model, cluster, training, pins=Pins(tp=1), reach=0.073)
+    shapes = outcome.best_by_shape
+    assert shapes[(1, 1, 1, 8, True)].estimate.tokens_per_s_per_gpu > \
+        shapes[(1, 2, 1, 8, False)].estimate.tokens_per_s_per_gpu
+    pinned = search_layouts(model, cluster, training, pins=Pins(tp=1, pp=8))
+    deep = min(pinned.ranked, key=lambda fit: rank_key(*fit))
+    best = min(outcome.ranked, key=lambda fit: rank_key(*fit))
+    assert best.parallel.pp == 8 and best.estimate.tokens_per_s_per_gpu >= deep.estimate.tokens_per_s_per_gpu / \
+        search.TIE_BAND
+    assert search.needs_memory_relief(shapes[(1, 1, 1, 8, True)].parallel)

@@ -139,3 +139,31 @@ def test_pp_rule_keeps_dsa_topk_sharing_inside_each_stage():
     assert space.pp_rule(shared, 2) is None  # the second stage starts at layer 40
     assert space.pp_rule(shared, 3).category == "a pipeline stage starts on a layer sharing an earlier DSA top-k"
     assert space.pp_rule(glm5, 3) is None
+
+
+def test_tp_may_cross_the_trays_of_one_nvlink_domain_up_to_the_largest_calibrated_tp():
+    """A GB200 tray holds 4 GPUs but its NVL72 rack is one NVLink domain: TP 8 spans two trays on NVLink (the
+    recipes run Nemotron-4 340B at TP 8 there) and is walked; beyond TP 8 (no calibration run checks it) and on
+    8-GPU HGX nodes the node is the limit; a job smaller than the domain has only its own GPUs."""
+    model = get_model("llama3.1-70b")
+    rack = ClusterSpec.from_gpu_count(get_gpu("gb200"), 128)
+    assert rack.gpus_per_node == 4 and space.tp_limit(rack) == 8
+    assert space.tp_rule(model, rack, 8) is None
+    assert space.tp_rule(model, rack, 16) is not None  # beyond the largest calibrated TP
+    assert space.tp_limit(ClusterSpec.from_gpu_count(get_gpu("h100"), 1024)) == 8
+    assert space.tp_limit(ClusterSpec.from_gpu_count(get_gpu("gb200"), 4)) == 4
+
+
+def test_a_plan_with_tp_across_trays_is_validated_and_costed_on_nvlink():
+    from megapilot.plan import plan
+
+    model = get_model("llama3.1-70b")
+    rack = ClusterSpec.from_gpu_count(get_gpu("gb200"), 64)
+    result = plan(model, rack, TrainingSpec(seq_length=8192, global_batch_size=128), top=1, pins=Pins(tp=8, pp=1))
+    best = result.best
+    assert best.parallel.tp == 8 and best.estimate.fits
+    assert best.estimate.time_breakdown_s["tp_comm"] > 0
+    from megapilot.estimate import comm
+
+    # the estimate prices the 8-GPU group at the tray's own NVLink bandwidth, not the NICs'
+    assert comm.group_bandwidth_bytes_per_s(rack, 8) == comm.group_bandwidth_bytes_per_s(rack, 4)
