@@ -580,7 +580,9 @@ def _recompute_policy(
         for start in range(0, len(full), max(chunk, 1)):
             block = full[start:start + chunk]
             kept += min(n, len(block)) * layer_input + sum(block[n:])
-        return kept, max(full[:n], default=0.0) * min(n, len(full))
+        # Megatron checkpoints each of those n layers on its own (transformer_block's block method wraps one layer
+        # per checkpoint), so a backward reruns one layer at a time: one layer's activations live again, not n
+        return kept, max(full[:n], default=0.0)
     groups = -(-len(full) // n)  # uniform: only the input of each n-layer group is kept
     return groups * layer_input, sum(sorted(full, reverse=True)[:n])
 

@@ -164,6 +164,15 @@ def test_full_recompute_of_fewer_layers_per_group_keeps_more():
     assert one < half_block < selective
 
 
+def test_block_recompute_reruns_one_layer_at_a_time():
+    """Megatron checkpoints each of the block's layers on its own: recomputing every layer of a stage by block
+    keeps what uniform recompute of one layer per group keeps, and its backward reruns one layer, not the block."""
+    uniform = LLAMA_TP8_PP4_DP2.model_copy(update={"recompute": "full", "recompute_num_layers": 1})
+    block = uniform.model_copy(update={"recompute_method": "block", "recompute_num_layers": 80 // 4})
+    assert memory_per_gpu(LLAMA3_70B, SEQ_4K, block, 80.0).activations_gib == pytest.approx(
+        memory_per_gpu(LLAMA3_70B, SEQ_4K, uniform, 80.0).activations_gib)
+
+
 def test_interleaving_multiplies_stage0_in_flight_by_megatrons_factor():
     p, v = 4, 5
     interleaved = ParallelConfig(tp=8, pp=p, vpp=v, dp=2, sequence_parallel=True)
