@@ -434,22 +434,22 @@ class _Search:
         best `pp` layout costed at that micro-batch, memory aside, with all of those shares gone."""
         if self.reach is None:
             return False
-        est = self._best_at_largest_microbatch(tp, pp)
-        removable = sum(component_share(est, part) for part in PIPELINE_REMOVABLE)
-        bound = est.tokens_per_s_per_gpu / max(1 - removable, 0.01)
+        bound = max(_without_removable(est) for est in self._best_and_largest_microbatch(tp, pp))
         fastest = max(speed for speed, _ in self._best_speed_at.values())
         return bound * TIE_BAND < fastest / (1 + self.reach)
 
-    def _best_at_largest_microbatch(self, tp: int, pp: int) -> EstimateResult:
+    def _best_and_largest_microbatch(self, tp: int, pp: int) -> list[EstimateResult]:
+        """The best `pp` layout's estimate, and the same layout at the largest micro-batch without recompute. Both
+        are bounded: the largest micro-batch may be slower as it stands (fewer micro-batches, a larger bubble) and
+        still the faster once the bubble is removed."""
         best = self._best_estimate_at[(tp, pp)]
         parallel = self._best_layout_at[(tp, pp)]
         largest = max(space.mbs_values(self.training, parallel.dp, self.pins), default=parallel.mbs)
         if largest <= parallel.mbs:
-            return best
-        larger = self.cost(parallel.model_copy(update={"mbs": largest, "recompute": "none",
-                                                       "recompute_method": "uniform", "recompute_num_layers": None,
-                                                       "recompute_modules": None, "cpu_offloading_num_layers": 0}))
-        return larger if larger.tokens_per_s_per_gpu > best.tokens_per_s_per_gpu else best
+            return [best]
+        return [best, self.cost(parallel.model_copy(update={
+            "mbs": largest, "recompute": "none", "recompute_method": "uniform", "recompute_num_layers": None,
+            "recompute_modules": None, "cpu_offloading_num_layers": 0}))]
 
     def _interleaving_cannot_reach(self, tp: int, pp: int, split: space.PipelineSplit) -> bool:
         """Beside a first/last split the balanced layout string is walked for its interleaving only (VPP > 1),
@@ -703,6 +703,12 @@ class _Search:
                 fitting, est = roomy, roomy_est
         self._keep(layout(fitting), est)
         return est
+
+
+def _without_removable(est: EstimateResult) -> float:
+    """Tokens/s/GPU with the shares a deeper pipeline may remove (`PIPELINE_REMOVABLE`) gone."""
+    removable = sum(component_share(est, part) for part in PIPELINE_REMOVABLE)
+    return est.tokens_per_s_per_gpu / max(1 - removable, 0.01)
 
 
 def needs_memory_relief(p: ParallelConfig) -> bool:
