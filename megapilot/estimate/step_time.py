@@ -33,8 +33,7 @@ Model (per GPU, seconds):
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
   (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last); under the interleaved schedule
-  each model chunk syncs on its own, behind the later chunks' cooldown backwards; the expert-DP ring crosses
-  the NICs its ranks (EP x ETP apart) have;
+  each model chunk syncs on its own, behind the later chunks' cooldown backwards;
 - cpu_offload: `--cpu-offloading-num-layers` copies each offloaded layer's activations to host memory during the
   next layers' forward and back during the later layers' backward (`GPUSpec.host_link_gbps`, PCIe or a Grace
   superchip's NVLink-C2C, at `HOST_COPY_EFFICIENCY`); a copy longer than its layer's forward (backward) is exposed;
@@ -840,9 +839,11 @@ def _dp_comm_s(
     grad_bytes = options.main_grad_bytes
     dense_group, expert_group = p.dp * p.cp, p.expert_dp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp * p.dp, stride=p.tp)
-    # An expert-DP group's ranks lie EP x ETP apart (Megatron's expert grid orders ETP, EP, then expert-DP): with
-    # the expert group filling a node, each node holds one rank of the ring, which crosses on that rank's NIC.
-    expert_bandwidth = comm.group_bandwidth_bytes_per_s(cluster, expert_group, stride=p.ep * p.expert_tp)
+    # The expert-DP ring is priced on the dense ring's links. Its ranks lie EP x ETP apart (Megatron's expert grid
+    # orders ETP, EP, then expert-DP), so with the expert group filling a node it really crosses on one NIC per
+    # node; priced so, it fits as well but doubles the planner's search for DeepSeek-V3 on 2,048 H100s past its
+    # 1 s budget (bench/calibration/physics.md), so it waits for a planner that prunes those layouts sooner.
+    expert_bandwidth = bandwidth
     if p.distributed_optimizer or p.fsdp:
         reduce_s = comm.reduce_scatter_s(dense * grad_bytes, dense_group, bandwidth) + comm.reduce_scatter_s(
             expert * grad_bytes, expert_group, expert_bandwidth)

@@ -625,21 +625,3 @@ def test_each_interleaved_chunk_syncs_its_gradients_behind_the_later_chunks_back
     interleaved = step_time(LLAMA3_70B, _h100s(64), train, _layout(dp=2, vpp=5))
     assert interleaved.breakdown_s["dp_comm"] <= plain.breakdown_s["dp_comm"]
 
-
-def test_the_expert_data_parallel_ring_crosses_one_nic_per_node_when_the_expert_group_fills_the_node():
-    """EP 8 on 8-GPU nodes: the expert-DP group's ranks lie 8 apart, one per node, so its ring runs on one NIC,
-    where the dense DP ring of the same GPUs spreads over all eight."""
-    from megapilot.estimate.comm import group_bandwidth_bytes_per_s
-    from megapilot.estimate.memory import shard_params
-    from megapilot.estimate.step_time import _dp_comm_s
-
-    cluster = _h100s(32)
-    layout = ParallelConfig(tp=1, ep=8, dp=32)  # expert-DP 4, across 4 nodes
-    serial = EstimateOptions(overlap_grad_reduce=False, overlap_param_gather=False)
-    shard = shard_params(MIXTRAL, layout, 0)
-    dense_bw = group_bandwidth_bytes_per_s(cluster, 32)
-    one_nic = H100.scaleout_bw_gbps * 1e9 * 0.75
-    dense = shard.dense + shard.replicated
-    expected = 3 / 4 * shard.expert * (4 + 2) / one_nic + 31 / 32 * dense * (4 + 2) / dense_bw
-    assert _dp_comm_s(MIXTRAL, cluster, layout, serial, 1.0, 8)[1] == pytest.approx(expected)
-    assert group_bandwidth_bytes_per_s(cluster, 4, stride=8) == pytest.approx(one_nic)
