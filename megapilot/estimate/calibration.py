@@ -15,8 +15,9 @@ Rules for what a row does not state (the same for every row):
   the 2021-22 papers state it);
 - TP/PP of Narayanan Table 2 rows: TP 8 and PP = model-parallel size / 8 (the paper's heuristic);
 - VPP and CP: 1; sequence parallel: on when TP > 1 except for the 2021 paper and the 2022 paper's
-  full-recompute baselines (which predate / exclude it); distributed optimizer and communication
-  overlap: on for the 2024 Megatron README and NeMo runs, off for the 2021-22 papers; NeMo's
+  full-recompute baselines (which predate / exclude it); distributed optimizer, communication
+  overlap and flash attention: on for the 2024 Megatron README and NeMo runs, off for the 2021-22 papers (their
+  Megatron-LM wrote the s x s attention scores to HBM, `step_time._unfused_attention_core_s`); NeMo's
   performance recipes keep and reduce gradients in bf16;
 - architecture: "LLAMA" rows SwiGLU + RMSNorm, others a non-gated MLP; FFN 4h and MHA when not given.
 Excluded: fine-tuning rows (SFT on packed sequences, LoRA with frozen weights - other FLOP accounting)
@@ -218,7 +219,7 @@ def build_row(run: PublishedRun) -> CalibrationRow:
         distributed_optimizer=modern,
     )
     options = EstimateOptions(tp_comm_overlap=modern, overlap_grad_reduce=modern, overlap_param_gather=modern,
-                              grad_reduce_in_bf16=source == "nemo-24.07")
+                              grad_reduce_in_bf16=source == "nemo-24.07", flash_attention=modern)
     model = build_model(run)
     check = run.derived.flops_convention_check
     assert run.gbs is not None  # calibration_rows excludes rows without a global batch

@@ -2,7 +2,9 @@
 
 Model (per GPU, seconds):
 - compute: every GEMM priced by its shape (`efficiency.gemm_time_s`), the fused attention core at
-  the BF16 attention rate, memory-bound glue at HBM bandwidth (`efficiency.elementwise_time_s`); a Gated
+  the BF16 attention rate (before flash attention: its batched GEMMs and the softmax and dropout passes over the
+  s x s scores), memory-bound glue at HBM bandwidth (`efficiency.elementwise_time_s`), the output layer's
+  cross-entropy at its kernels' bytes per logit; a Gated
   DeltaNet layer's in_proj/out_proj as GEMMs and its conv + chunked delta rule (linear in the tokens) at the
   attention rate;
 - recompute: selective re-runs the attention core's forward, full re-runs the recomputed layers'
@@ -30,7 +32,8 @@ Model (per GPU, seconds):
   the bubble is the sum of the other stages' times, / vpp;
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
-  (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last);
+  (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last); under the interleaved schedule
+  each model chunk syncs on its own, behind the later chunks' cooldown backwards;
 - cpu_offload: `--cpu-offloading-num-layers` copies each offloaded layer's activations to host memory during the
   next layers' forward and back during the later layers' backward (`GPUSpec.host_link_gbps`, PCIe or a Grace
   superchip's NVLink-C2C, at `HOST_COPY_EFFICIENCY`); a copy longer than its layer's forward (backward) is exposed;
@@ -133,7 +136,17 @@ GROUPED_GEMM_TILE_ROWS = 128  # rows of a CTA tile of the grouped GEMM kernels (
 CP_RING_KV_PASSES = 3
 # Each micro-batch's activation goes forward and its gradient comes back, per model chunk.
 PP_MESSAGES_PER_CHUNK = 2
-LOGIT_BYTES = 6  # bf16 logits and their fp32 softmax, read by the cross-entropy
+# HBM bytes per logit of Megatron's vocab-parallel cross-entropy (`tensor_parallel/cross_entropy.py`), forward +
+# backward, each step a kernel of its own over the [tokens x vocab / TP] logits: the fp32 copy of the bf16 logits
+# (2 read + 4 written), their max (4), the in-place subtraction of it (4 + 4), exp (4 + 4), the sum (4), the
+# division into the softmax it keeps (4 + 4); backward, the product with the loss gradient (4 + 4) and the cast
+# back to bf16 for the output layer's backward GEMMs (4 + 2). A property of the kernels, not of the glue fit.
+CROSS_ENTROPY_BYTES_PER_LOGIT = 52
+# HBM bytes per s x s score element of the unfused attention core, forward + backward: the softmax reads the
+# scores and writes the probabilities (2 + 2 bytes, 16-bit), dropout reads them and writes the dropped ones and its
+# 1-byte mask (5); backward, dropout reads the gradient and the mask and writes (5), the softmax's backward reads the
+# gradient and the probabilities and writes (6). The GEMMs' own reads and writes are in their roofline.
+UNFUSED_SCORE_BYTES = 20
 SSD_SCAN_FLOPS_PER_STATE = 7  # Mamba-2's chunked scan: 7 d N FLOPs per token (Megatron's hybrid count)
 
 BREAKDOWN_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
@@ -158,6 +171,10 @@ class EstimateOptions:
     # `--moe-use-legacy-grouped-gemm`: one CUTLASS grouped GEMM for all local experts instead of Transformer
     # Engine's one cuBLAS GEMM per expert (Megatron's default with `--moe-grouped-gemm`).
     moe_legacy_grouped_gemm: bool = False
+    # The attention core as a fused flash kernel (Transformer Engine / FlashAttention: Megatron from 2023 on), or
+    # False: Megatron-LM's attention before it (2021-22 releases), which writes every head's s x s scores to HBM
+    # and runs softmax and dropout over them as kernels of their own (`_unfused_attention_core_s`).
+    flash_attention: bool = True
     efficiency: EfficiencyParams = CALIBRATED
 
     @property
@@ -283,6 +300,8 @@ def layer_terms(
         if has_attention(model, layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
     terms["mixer_core"] = attention_time_s(((core_flops - whole_on_every_rank) / p.tp + whole_on_every_rank) * tokens,
                                            gpu, eff)
+    if not options.flash_attention and _runs_unfused_attention(model, layer_index):
+        terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
     if kind in ("transformer", "attention"):
         terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
     if kind == "mamba":
@@ -382,6 +401,31 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
             gated = 2 if model.gated_mlp else 1
             seconds += copies * (gated + 1) * BF16_BYTES * moe.moe_ffn_hidden_size / p.expert_tp / hbm
     return seconds
+
+
+def _runs_unfused_attention(model: ModelSpec, layer_index: int) -> bool:
+    """Whether the pre-flash attention path prices this layer's core: a plain softmax attention (MLA, DSA and Gated
+    DeltaNet came with the fused kernels and have no unfused history to price)."""
+    return has_attention(model, layer_index) and model.mla is None and model.dsa is None \
+        and not model.is_linear_attention_layer(layer_index)
+
+
+def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, gpu: GPUSpec,
+                              eff: EfficiencyParams) -> float:
+    """Forward + backward of Megatron-LM's attention core before flash attention (`CoreAttention`, 2021-22).
+
+    Per head: Q K^T as a batched GEMM (baddbmm) that writes the s x s scores to HBM, `FusedScaleMaskSoftmax` over
+    them (the causal mask applied inside, every element computed), dropout on the probabilities, and a second
+    batched GEMM over the values; the backward mirrors each. The GEMMs run over the whole square (no causal skip) at
+    the GEMM rate of their (s, d, s) and (s, s, d) shapes; the softmax and dropout kernels are memory-bound passes
+    over the scores (`UNFUSED_SCORE_BYTES`)."""
+    s, d = training.seq_length, model.head_dim
+    rows = s / p.cp  # a CP rank's queries against every key
+    heads = p.mbs * model.num_attention_heads / p.tp
+    precision = "bf16"  # the 16-bit recipes of that era; quantised recipes never ran this path
+    gemms = heads * (_gemm_s(rows, d, s, gpu, precision, eff) + _gemm_s(rows, s, d, gpu, precision, eff))
+    passes = heads * rows * s * UNFUSED_SCORE_BYTES / (gpu.hbm_bw_tbps * 1e12)
+    return gemms + passes
 
 
 def _overlapped_all_to_all_exposed_s(terms: dict[str, float], gpu: GPUSpec) -> float:
@@ -604,7 +648,7 @@ def _output_cost(
     vocab = model.padded_vocab_size(p.tp) / p.tp
     h, gpu = model.hidden_size, cluster.gpu
     gemm = _gemm_s(tokens, h, vocab, gpu, training.precision, eff)
-    cross_entropy = elementwise_time_s(tokens * vocab * LOGIT_BYTES, gpu, eff)
+    cross_entropy = tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT / (gpu.hbm_bw_tbps * 1e12)
     return gemm + cross_entropy
 
 
@@ -795,27 +839,51 @@ def _dp_comm_s(
     grad_bytes = options.main_grad_bytes
     dense_group, expert_group = p.dp * p.cp, p.expert_dp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp * p.dp, stride=p.tp)
+    # The expert-DP ring is priced on the dense ring's links. Its ranks lie EP x ETP apart (Megatron's expert grid
+    # orders ETP, EP, then expert-DP), so with the expert group filling a node it really crosses on one NIC per
+    # node; priced so, it fits as well but doubles the planner's search for DeepSeek-V3 on 2,048 H100s past its
+    # 1 s budget (bench/calibration/physics.md), so it waits for a planner that prunes those layouts sooner.
+    expert_bandwidth = bandwidth
     if p.distributed_optimizer or p.fsdp:
         reduce_s = comm.reduce_scatter_s(dense * grad_bytes, dense_group, bandwidth) + comm.reduce_scatter_s(
-            expert * grad_bytes, expert_group, bandwidth)
+            expert * grad_bytes, expert_group, expert_bandwidth)
         gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
-            expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
+            expert * PARAM_GATHER_BYTES, expert_group, expert_bandwidth)
         if p.fsdp:
             return _fsdp_exposed_s(reduce_s, gather_s, options, stage0_microbatch_s, num_microbatches,
                                    model.num_layers)
     else:
         reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
-            expert * grad_bytes, expert_group, bandwidth)
+            expert * grad_bytes, expert_group, expert_bandwidth)
         gather_s = 0.0
         if optimizer == "dist_muon":
             gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
-                expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
+                expert * PARAM_GATHER_BYTES, expert_group, expert_bandwidth)
     reduce_hides = options.overlap_grad_reduce and optimizer != "muon"  # Megatron refuses it with plain muon
     gather_hides = options.overlap_param_gather and optimizer == "adam"  # dist_muon's: from Megatron-LM 0.17 on
-    backward_window = BACKWARD_SHARE * stage0_microbatch_s if reduce_hides else 0.0
-    forward_window = FORWARD_SHARE * stage0_microbatch_s if gather_hides else 0.0
-    exposed = max(0.0, reduce_s - backward_window) + max(0.0, gather_s - forward_window)
+    backward_s = BACKWARD_SHARE * stage0_microbatch_s if reduce_hides else 0.0
+    forward_s = FORWARD_SHARE * stage0_microbatch_s if gather_hides else 0.0
+    exposed = _chunked_sync_exposed_s(reduce_s, backward_s, p.pp, p.vpp, num_microbatches) \
+        + _chunked_sync_exposed_s(gather_s, forward_s, p.pp, p.vpp, num_microbatches)
     return exposed, reduce_s + gather_s
+
+
+def _chunked_sync_exposed_s(traffic_s: float, pass_s: float, pp: int, vpp: int, num_microbatches: int) -> float:
+    """What of a stage's gradient reduce-scatter (or parameter all-gather) outlasts the compute it can hide under.
+
+    Without interleaving the reduction starts with the last micro-batch's backward (`pass_s`) and what outlasts it
+    is exposed. The interleaved schedule syncs each of the `vpp` model chunks on its own (megatron-core's
+    `forward_backward_pipelining_with_interleaving`: a chunk's `grad_sync_func` fires after its last backward, the
+    next chunk's `param_sync_func` when a chunk's first forward starts). The cooldown runs the chunks' last
+    backwards chunk by chunk, `pp` micro-steps each (b / vpp apiece), so the k-th chunk from the end finishes
+    k x pp + 1 micro-steps before the step does, and the collectives, queued on one stream, show as their largest
+    lateness: max over k of (k + 1) x T / vpp - (k x pp + 1) x b / vpp. The gathers mirror this in the warm-up.
+    With vpp = 1 it is T - b."""
+    if vpp == 1:
+        return max(0.0, traffic_s - pass_s)
+    chunk_traffic_s, chunk_pass_s = traffic_s / vpp, pass_s / vpp
+    steps_per_chunk = min(pp, max(1, num_microbatches))
+    return max(0.0, max((k + 1) * chunk_traffic_s - (k * steps_per_chunk + 1) * chunk_pass_s for k in range(vpp)))
 
 
 def _fsdp_exposed_s(

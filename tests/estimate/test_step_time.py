@@ -575,3 +575,53 @@ def test_the_flex_dispatcher_left_to_the_layout_runs_where_the_expert_group_leav
     for layout, flex in ((wide, True), (narrow, False)):
         assert step_time(model, cluster, SEQ_4K, layout, planned).step_time_s == pytest.approx(
             step_time(model, cluster, SEQ_4K, layout, EstimateOptions(moe_flex_dispatcher=flex)).step_time_s)
+
+
+def test_attention_before_flash_writes_its_scores_to_hbm_and_costs_more_the_longer_the_sequence():
+    """Megatron-LM's 2021-22 attention: batched GEMMs over the whole s x s square and 20 bytes of softmax and
+    dropout passes per score; flash attention keeps the scores on chip."""
+    from megapilot.estimate.step_time import UNFUSED_SCORE_BYTES, layer_terms
+
+    layout = ParallelConfig(tp=8, dp=1, sequence_parallel=True)
+    unfused = EstimateOptions(flash_attention=False)
+    for seq in (2048, 8192):
+        training = TrainingSpec(seq_length=seq, global_batch_size=8)
+        flash = layer_terms(LLAMA3_70B, 0, _h100s(8), training, layout, EstimateOptions(), recomputed=False)
+        old = layer_terms(LLAMA3_70B, 0, _h100s(8), training, layout, unfused, recomputed=False)
+        scores = 64 / 8 * seq * seq  # heads per TP rank x s x s, one sequence
+        passes_s = scores * UNFUSED_SCORE_BYTES / (H100.hbm_bw_tbps * 1e12)
+        assert old["mixer_core"] > flash["mixer_core"] + passes_s  # the passes, and GEMMs over the full square
+        core = ("mixer_core", "recompute")  # selective recompute re-runs the core's forward
+        assert {k: v for k, v in old.items() if k not in core} == {k: v for k, v in flash.items() if k not in core}
+    short, long = (layer_terms(LLAMA3_70B, 0, _h100s(8), TrainingSpec(seq_length=seq, global_batch_size=8), layout,
+                               unfused, recomputed=False)["mixer_core"] for seq in (2048, 8192))
+    assert long > 15 * short  # quadratic in the sequence (x16), less the thin GEMMs' better rate at 8K
+
+
+def test_the_cross_entropy_costs_its_kernels_bytes_per_logit_whatever_the_glue_fit():
+    from megapilot.estimate.step_time import CROSS_ENTROPY_BYTES_PER_LOGIT, _gemm_s, _output_cost
+
+    layout = ParallelConfig(tp=2, dp=1, sequence_parallel=True)
+    costs = [_output_cost(LLAMA3_70B, _h100s(2), SEQ_4K, layout, replace(CALIBRATED, elementwise_passes=passes))
+             for passes in (1.0, 6.0)]
+    assert costs[0] == pytest.approx(costs[1])
+    logits = 4096 * LLAMA3_70B.padded_vocab_size(2) / 2
+    gemm = _gemm_s(4096, 8192, LLAMA3_70B.padded_vocab_size(2) / 2, H100, "bf16", CALIBRATED)
+    assert costs[0] - gemm == pytest.approx(logits * CROSS_ENTROPY_BYTES_PER_LOGIT / (H100.hbm_bw_tbps * 1e12))
+
+
+def test_each_interleaved_chunk_syncs_its_gradients_behind_the_later_chunks_backwards():
+    from megapilot.estimate.step_time import _chunked_sync_exposed_s
+
+    # no interleaving: what outlasts the last micro-batch's backward
+    assert _chunked_sync_exposed_s(3.0, 1.0, 4, 1, 16) == pytest.approx(2.0)
+    assert _chunked_sync_exposed_s(0.5, 1.0, 4, 1, 16) == 0.0
+    # 2 chunks of 1.5 s traffic, 0.5 s of backward each; PP 4: the first chunk's reduce has 4 + 1 micro-steps of
+    # the second chunk's backward (2.5 s) to hide under: 3 - 2.5 = 0.5; the last chunk's shows 1.5 - 0.5 = 1.0
+    assert _chunked_sync_exposed_s(3.0, 1.0, 4, 2, 16) == pytest.approx(1.0)
+    # the same layout prices less exposed DP traffic interleaved than not
+    train = TrainingSpec(seq_length=4096, global_batch_size=32)
+    plain = step_time(LLAMA3_70B, _h100s(64), train, _layout(dp=2))
+    interleaved = step_time(LLAMA3_70B, _h100s(64), train, _layout(dp=2, vpp=5))
+    assert interleaved.breakdown_s["dp_comm"] <= plain.breakdown_s["dp_comm"]
+

@@ -16,7 +16,9 @@ def _plan():
 
 def test_runs_are_ordered_by_elapsed_time_and_a_moved_layout_says_why():
     result = _plan()
-    reversed_plan = result.model_copy(update={"candidates": list(reversed(result.candidates))})
+    # slowest-stepping first (the planner's own order is by speed within its tie-break, not by speed alone)
+    slowest_first = sorted(result.candidates, key=lambda c: c.estimate.tokens_per_s_per_gpu)
+    reversed_plan = result.model_copy(update={"candidates": slowest_first})
     request = BudgetRequest(tokens=1e12, phases=(parse_phase("tokens=50B,seq_len=16384"),))
     ranked = rank_by_time_to_train(reversed_plan, request)
     elapsed = [run.elapsed_s for run in ranked.runs]
