@@ -23,24 +23,9 @@ and choices are checked where the values are handed on, by `LayoutPins`, which h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from megapilot.cli.layout_field import LayoutField
 
-# int / str: a value (none given: not given); on_off: `--x/--no-x` (none given: not given); switch: `--x` alone.
-OptionKind = Literal["int", "str", "on_off", "switch"]
-
-
-@dataclass(frozen=True)
-class LayoutOption:
-    """One layout field as a command-line option."""
-
-    name: str  # ParallelConfig's field
-    kind: OptionKind
-    names: tuple[str, ...]  # as declared to the parser; none: `--<name>` with `-` for `_`
-    help: str
-
-
-LAYOUT_OPTIONS: tuple[LayoutOption, ...] = (
+LAYOUT_OPTIONS: tuple[LayoutField, ...] = (
 '''
 
 
@@ -85,7 +70,7 @@ def render() -> str:
         kind = _kind(field.annotation, option.names)
         names = option.names or ((f"--{name.replace('_', '-')}",) if kind == "switch" else ())  # on only: named
         head = f"{_quoted(name)}, {_quoted(kind)}, {_tuple(names)},"
-        rows.append(f"    LayoutOption(\n        {head}\n{_literal(option.help, ' ' * 8)},\n    ),\n")
+        rows.append(f"    LayoutField(\n        {head}\n{_literal(option.help, ' ' * 8)},\n    ),\n")
     return _HEADER + "".join(rows) + ")\n"
 
 

@@ -6,103 +6,88 @@ and choices are checked where the values are handed on, by `LayoutPins`, which h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from megapilot.cli.layout_field import LayoutField
 
-# int / str: a value (none given: not given); on_off: `--x/--no-x` (none given: not given); switch: `--x` alone.
-OptionKind = Literal["int", "str", "on_off", "switch"]
-
-
-@dataclass(frozen=True)
-class LayoutOption:
-    """One layout field as a command-line option."""
-
-    name: str  # ParallelConfig's field
-    kind: OptionKind
-    names: tuple[str, ...]  # as declared to the parser; none: `--<name>` with `-` for `_`
-    help: str
-
-
-LAYOUT_OPTIONS: tuple[LayoutOption, ...] = (
-    LayoutOption(
+LAYOUT_OPTIONS: tuple[LayoutField, ...] = (
+    LayoutField(
         "tp", "int", (),
         "Tensor parallel size (default 1).",
     ),
-    LayoutOption(
+    LayoutField(
         "pp", "int", (),
         "Pipeline parallel size (default 1).",
     ),
-    LayoutOption(
+    LayoutField(
         "vpp", "int", (),
         "Virtual pipeline stages per rank (default 1).",
     ),
-    LayoutOption(
+    LayoutField(
         "cp", "int", (),
         "Context parallel size (default 1).",
     ),
-    LayoutOption(
+    LayoutField(
         "ep", "int", (),
         "Expert parallel size (default 1).",
     ),
-    LayoutOption(
+    LayoutField(
         "etp", "int", (),
         "Expert tensor parallel size (default: tp).",
     ),
-    LayoutOption(
+    LayoutField(
         "mbs", "int", (),
         "Micro-batch size (default 1).",
     ),
-    LayoutOption(
+    LayoutField(
         "sequence_parallel", "on_off", ("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp"),
         "Default: on when tp > 1.",
     ),
-    LayoutOption(
+    LayoutField(
         "recompute", "str", (),
         "none | selective | full (default selective).",
     ),
-    LayoutOption(
+    LayoutField(
         "recompute_method", "str", (),
         "With full recompute: uniform | block (--recompute-method; default uniform).",
     ),
-    LayoutOption(
+    LayoutField(
         "recompute_num_layers", "int", (),
         "With full recompute: layers per group.",
     ),
-    LayoutOption(
+    LayoutField(
         "recompute_modules", "str", (),
         "With selective recompute: what to rerun in the backward, comma-separated, from core_attn, moe_act, layernorm,"
         " mla_up_proj, mlp, moe, shared_experts (--recompute-modules; default core_attn).",
     ),
-    LayoutOption(
+    LayoutField(
         "cpu_offloading_num_layers", "int", (),
         "Move the activations of the first N transformer layers to host memory in the forward and back for the "
         "backward (--cpu-offloading-num-layers; Megatron runs it with pp 1 and no recompute; default 0).",
     ),
-    LayoutOption(
+    LayoutField(
         "distributed_optimizer", "on_off", ("--distributed-optimizer/--no-distributed-optimizer",),
         "Shard optimizer state over DP (default: on with Adam; Megatron refuses it with Muon).",
     ),
-    LayoutOption(
+    LayoutField(
         "fsdp", "switch", ("--fsdp",),
         "Megatron-FSDP: shard weights, grads and optimizer.",
     ),
-    LayoutOption(
+    LayoutField(
         "first_stage_layers", "int", (),
         "Decoder layers on the first pipeline rank (--decoder-first-pipeline-num-layers; default: even split).",
     ),
-    LayoutOption(
+    LayoutField(
         "last_stage_layers", "int", (),
         "Decoder layers on the last pipeline rank (--decoder-last-pipeline-num-layers; default: even split).",
     ),
-    LayoutOption(
+    LayoutField(
         "account_for_embedding", "switch", ("--account-for-embedding",),
         "The embedding takes a layer slot (--account-for-embedding-in-pipeline-split).",
     ),
-    LayoutOption(
+    LayoutField(
         "account_for_loss", "switch", ("--account-for-loss",),
         "The loss takes a layer slot (--account-for-loss-in-pipeline-split).",
     ),
-    LayoutOption(
+    LayoutField(
         "pipeline_layout", "str", ("--pp-layout",),
         "Megatron layout string, e.g. 'Et*3|(tt|)*29,m|L' (--pipeline-model-parallel-layout; VPP follows from it), or "
         "'balanced' for the most balanced one Megatron can express (printed).",

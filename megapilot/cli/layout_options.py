@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args, get_type_hints
 import typer
 
 from megapilot.case_flags import REQUIRED_FLAGS
-from megapilot.cli.layout_fields import LAYOUT_OPTIONS, LayoutOption
+from megapilot.cli.layout_field import LayoutField
+from megapilot.cli.layout_fields import LAYOUT_OPTIONS
 
 if TYPE_CHECKING:
     from megapilot.estimate import CaseFeatures
@@ -110,14 +111,14 @@ def _with_layout_fields(cls: type) -> Any:  # a dataclass made at import, typed 
     return made
 
 
-def _layout_annotation(option: LayoutOption) -> Any:  # an Annotated type, made at run time
+def _layout_annotation(option: LayoutField) -> Any:  # an Annotated type, made at run time
     """The option's type as typer reads it: a value or an on/off switch (None: not given), or an on-only switch."""
     typer_option = typer.Option(*option.names, help=option.help)
     value_type = {"int": int | None, "str": str | None, "on_off": bool | None, "switch": bool}[option.kind]
     return Annotated[value_type, typer_option]
 
 
-def _left_out(option: LayoutOption) -> bool | None:
+def _left_out(option: LayoutField) -> bool | None:
     """The value of an option left out: off for an on-only switch, else None (not given)."""
     return False if option.kind == "switch" else None
 
