@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megapilot.estimate import EstimateOptions, estimate, memory_per_gpu
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
 
 if TYPE_CHECKING:
@@ -86,8 +87,6 @@ class CostModel:
                                                                memory=self._breakdowns.get(parallel)))
 
     def _default_memory(self) -> Callable[[ParallelConfig], MemoryCheck]:
-        from megapilot.estimate import EstimateOptions, memory_per_gpu
-
         model, training, capacity = self.model, self.training, self.cluster.gpu.hbm_gib
         architecture = self.cluster.gpu.architecture
         # The same arguments `estimate_fast` passes (tests/plan/test_cost.py checks that both stages
@@ -135,8 +134,6 @@ class CostModel:
         """The public estimate of a layout that will be shown: validated, with its warnings."""
         if self._injected is not None:
             return self(parallel)
-        from megapilot.estimate import EstimateOptions, estimate
-
         # a TP group across the trays of one NVLink domain (the search walks it there: `space.tp_limit`)
         across_trays = parallel.tp > self.cluster.gpus_per_node
         return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions(),
