@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from megapilot.estimate import EstimateOptions, estimate, memory_per_gpu
+from megapilot.estimate import EstimateOptions, estimate, estimate_fast, memory_per_gpu, to_result
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
 
 if TYPE_CHECKING:
@@ -78,8 +78,6 @@ class CostModel:
         self.memory_calls = 0
 
     def _default_estimator(self) -> LayoutEstimator:
-        from megapilot.estimate import EstimateOptions, estimate_fast, to_result  # late: keeps start-up fast
-
         model, cluster, training = self.model, self.cluster, self.training
         options = self.options or EstimateOptions()
         # the memory stage's breakdown of the layout, when it ran: the estimate would compute the same again

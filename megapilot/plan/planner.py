@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from megapilot.errors import MegapilotError
 from megapilot.estimate import EstimateOptions, cross_domain_flex_backend
 from megapilot.estimate.coverage import coverage_for
+from megapilot.estimate.step_time import ep_leaves_domain
 from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
 from megapilot.plan.preferences import ErrorBand, LayoutContext, deciding_rule, order_by_recipe, tie_break_reason
 from megapilot.plan.reasons import Explainer, layout_label
@@ -63,8 +64,6 @@ def plan(
     if not 0 <= headroom_fraction < 1:
         raise MegapilotError(f"must be in [0, 1), got {headroom_fraction}", field="headroom",
                              fix="give the share of HBM to leave free, e.g. 0.05")
-    from megapilot.estimate.step_time import ep_leaves_domain  # late: keeps start-up fast
-
     options, cross_domain_backend = (options, None) if estimator else cross_domain_dispatcher(model, cluster, options)
     cost = CostModel(model, cluster, training, estimator, options, headroom_fraction)
     band = model_error_band(model, cluster, training)
