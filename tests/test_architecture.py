@@ -5,11 +5,17 @@
 - No public function or method returns a private (`_`-named) type: a caller could not name what it got.
 - No function takes more than MAX_PARAMETERS parameters, except typer commands, whose parameters are
   the command line itself.
+- An import inside a function (outside `cli`, whose commands import late on purpose: `--help` loads no
+  library module) says why on its line or the comment line above: a cycle it breaks, a heavy or optional
+  dependency only that path needs, a measured start-up cost. Any other import stands at the top of its
+  module, where the reader (and the layering check) sees the dependency.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,10 @@ PACKAGE_ORDER = ("errors", "compat", "files", "case_flags", "vocabulary", "spec"
                  "logs", "execute", "data", "trainer", "launch", "diagnose", "suite", "store", "report", "cli",
                  "__main__")
 MAX_PARAMETERS = 12
+# Packages whose commands import late on purpose (start-up), and in-function imports still without a stated
+# reason per package, which may only shrink.
+LATE_IMPORTS_BY_DESIGN = ("cli",)
+UNEXPLAINED_LATE_IMPORTS = {"estimate": 12}
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,60 @@ def test_no_function_takes_more_than_twelve_parameters_outside_typer_commands():
         if _parameter_count(function) > MAX_PARAMETERS and not _is_typer_command(function)
     ]
     assert too_many == []
+
+
+def _comment_lines(text: str) -> set[int]:
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    return {token.start[0] for token in tokens if token.type == tokenize.COMMENT}
+
+
+def _unexplained_late_imports(tree: ast.AST, text: str) -> list[int]:
+    """Lines of the imports inside functions with no comment on their lines or the line above; an import
+    right below an explained one (or one blank line below) shares its comment: one reason for a block."""
+    late: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, ast.Import | ast.ImportFrom):
+                late.append(child)
+            visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
+
+    visit(tree, False)
+    comments = _comment_lines(text)
+    blank = {number for number, line in enumerate(text.splitlines(), 1) if not line.strip()}
+    explained_ends: set[int] = set()
+    unexplained = []
+    for node in sorted(late, key=lambda found: found.lineno):
+        end = node.end_lineno or node.lineno
+        below_explained = node.lineno - 1 in explained_ends or (
+            node.lineno - 1 in blank and node.lineno - 2 in explained_ends)  # isort's blank line between groups
+        if set(range(node.lineno - 1, end + 1)) & comments or below_explained:
+            explained_ends.add(end)
+        else:
+            unexplained.append(node.lineno)
+    return unexplained
+
+
+def test_every_import_inside_a_function_says_why():
+    unexplained: dict[str, list[str]] = {}
+    for source in SOURCES:
+        if source.package in LATE_IMPORTS_BY_DESIGN:
+            continue
+        for line in _unexplained_late_imports(source.tree, source.path.read_text()):
+            unexplained.setdefault(source.package, []).append(f"{source.path.relative_to(PACKAGE_ROOT)}:{line}")
+    over = {package: found for package, found in unexplained.items()
+            if len(found) > UNEXPLAINED_LATE_IMPORTS.get(package, 0)}
+    assert over == {}, "move these imports to the top of their module, or say why they must wait"
+
+
+def test_the_late_import_check_sees_what_it_must():
+    code = ("import os\n"
+            "def f():\n    import json\n"
+            "def g():\n    # cycle: b imports a\n    from b import c\n    import d\n\n    import e\n\n\n    import z\n"
+            "def h():\n    import yaml  # start-up: 18 ms\n"
+            "class K:\n    def n(self):\n"
+            "        from p import (\n            q,  # the reason may sit on any line\n        )\n")
+    assert _unexplained_late_imports(ast.parse(code), code) == [3, 12]
 
 
 @pytest.mark.parametrize(("code", "expected"), [

@@ -16,7 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from megapilot.errors import MegapilotError
+from megapilot.catalog.host import host_cpu, is_host_name
+from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.hardware import GPUSpec
 
 GPU_FILE_ENV = "MEGAPILOT_GPU_FILE"
@@ -150,8 +151,6 @@ def load_gpus(extra_file: str | None = None) -> dict[str, GPUSpec]:
     gpus = {row["name"]: _row_to_spec(row) for row in bundled}
     extra = extra_file or os.environ.get(GPU_FILE_ENV)
     if extra:
-        from megapilot.errors import from_validation_error
-
         for row in _read_rows(Path(extra)):
             try:
                 spec = _row_to_spec(row)
@@ -165,8 +164,6 @@ def load_gpus(extra_file: str | None = None) -> dict[str, GPUSpec]:
 def get_gpu(name: str, extra_file: str | None = None) -> GPUSpec:
     """Find a GPU by catalog name or alias (case-insensitive); `cpu` is this machine's CPU, measured (host.py)."""
     key = name.strip().lower()
-    from megapilot.catalog.host import host_cpu, is_host_name
-
     if is_host_name(key):
         return host_cpu()
     for spec in load_gpus(extra_file).values():

@@ -60,6 +60,7 @@ def _cores() -> int:
 
 def cache_path() -> Path:
     """This machine's cache file (hostname and CPU model in its name: a shared home folder holds several)."""
+    # start-up: platformdirs (9 ms) only where the cache path is needed
     import platformdirs
 
     folder = Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("megapilot"))
@@ -70,6 +71,7 @@ def cache_path() -> Path:
 def probe() -> dict[str, float]:
     """Measure the matmul rate (TFLOP/s) and memory bandwidth (TB/s) of this machine now (about a second)."""
     try:
+        # optional and heavy: numpy (train extra) only to measure this machine
         import numpy as np
     except ImportError:
         raise MegapilotError("measuring this machine's CPU needs numpy", field="gpu",
@@ -94,6 +96,7 @@ def _timed(work: object) -> float:
 
 
 def _memory_gib() -> float:
+    # start-up: psutil (about 60 ms) only to read this machine's memory
     import psutil
 
     return float(psutil.virtual_memory().total) / 2**30

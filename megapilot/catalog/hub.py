@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 from megapilot.errors import MegapilotError
 
@@ -87,6 +89,7 @@ def _download_config(repo_id: str) -> Path:
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
         raise _DownloadFailed("HF_HUB_OFFLINE is set")
     try:
+        # optional and heavy: huggingface_hub (hub extra) only to download a config
         from huggingface_hub import hf_hub_download
         from huggingface_hub.utils import logging as hub_logging
     except ImportError:
@@ -105,9 +108,6 @@ def _download_config(repo_id: str) -> Path:
 
 def _unreachable(endpoint: str) -> str | None:
     """Why the hub's host cannot be reached within a few seconds, or None when it can."""
-    import socket
-    from urllib.parse import urlparse
-
     url = urlparse(endpoint)
     host, port = url.hostname or "", url.port or (80 if url.scheme == "http" else 443)
     try:

@@ -72,8 +72,8 @@ def run(
 ) -> None:
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
     from megapilot.suite.config import load_suite
-    from megapilot.suite.lifecycle import STAGES
     from megapilot.suite.outcome import run_outcome
+    from megapilot.suite.stages import STAGES
 
     if stage is not None and stage not in STAGES:
         from megapilot.errors import MegapilotError

@@ -28,6 +28,7 @@ from typing import Any, get_args
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.hf import layer_blocks_from_block_configs
+from megapilot.data.tokenizer import ByteTokenizer
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
@@ -158,6 +159,7 @@ def _primus_experiment_of(read: ScriptWords, path: Path) -> dict[str, object] | 
 
 def _primus_overrides(text: str) -> dict[str, object] | None:
     """`modules.<module>.overrides` of a Primus experiment (the first module that has them)."""
+    # start-up: yaml costs 18 ms to import, paid only where YAML is read
     import yaml
 
     try:
@@ -386,8 +388,6 @@ def _vocab_size(flags: LaunchFlags, notes: list[str]) -> int:
     if "llama-3" in tokenizer or "llama3" in tokenizer:
         return 128256
     if flags.get("--tokenizer-type") == "ByteTokenizer":  # megapilot's byte tokenizer: 256 bytes + EOD + pad
-        from megapilot.data.tokenizer import ByteTokenizer
-
         return ByteTokenizer().vocab_size
     notes.append("vocab size not in the flags: assumed 32000 (pass --vocab-size to refine)")
     return 32000

@@ -44,6 +44,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
+from megapilot.catalog.gpus import load_gpus
 from megapilot.diagnose.cascade import failure_kind
 from megapilot.diagnose.findings import Finding, Fix, Severity
 from megapilot.diagnose.flags import RunConfig
@@ -62,6 +63,7 @@ from megapilot.diagnose.options import (
     throughput_options,
 )
 from megapilot.diagnose.refusal import changes_named_in
+from megapilot.estimate.budget import estimate_band
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
 from megapilot.logs.health import XID_CODE
@@ -1201,8 +1203,6 @@ def slower_than_predicted(log: ParsedLog, config: RunConfig | None) -> Finding |
     """A run whose measured steady-state step is slower than the estimator's prediction for its layout by more
     than the estimate's own error band (`estimate_band`: the median |error| of its calibration cell, else ±30 %),
     with no error line to say why. Never on a CPU run (the estimator predicts GPUs), nor without a prediction."""
-    from megapilot.estimate.budget import estimate_band
-
     summary = log.summary
     if config is None or not config.complete or summary is None or not summary.step_time_p50_ms or log.errors:
         return None
@@ -1245,8 +1245,6 @@ def _precision(config: RunConfig | None) -> Precision:
 def _throughput_on_unknown_gpu(log: ParsedLog, precision: Precision) -> Finding | None:
     """Without --gpu, the TFLOP/s the log printed rated on every GPU of the catalog it is plausible for: an `info`
     finding naming those it would be low on (below `LOW_MFU_FLOOR`) and those it would not."""
-    from megapilot.catalog.gpus import load_gpus
-
     measured = log.summary.tflops_per_gpu_mean if log.summary else None
     if not measured:
         return None

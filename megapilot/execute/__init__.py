@@ -9,6 +9,7 @@ lazily (they pull in psutil and subprocess machinery): `LocalExecutor` (megapilo
 `ContainerWrapper` (megapilot.execute.container).
 """
 
+import importlib
 from typing import Any
 
 from megapilot.execute.base import (
@@ -39,7 +40,5 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:  # the lazily imported executor classes (typed where they are defined)
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(name)

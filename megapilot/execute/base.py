@@ -21,16 +21,17 @@ caller never has to clean up after it.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from megapilot.compat import StrEnum
-from megapilot.errors import MegapilotError
+from megapilot.errors import MegapilotError, from_validation_error
 
 # A combo name becomes a directory name: keep it to characters every filesystem and shell accepts.
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "name\n" through.
@@ -341,8 +342,6 @@ def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[
     (KeyboardInterrupt included, or one raised by the callback) cancels the job before it
     propagates, so an interrupted caller never leaves a training job running.
     """
-    import time
-
     last_seen: tuple[JobState, int | None] | None = None
     try:
         while True:
@@ -360,9 +359,6 @@ def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[
 
 def job_spec_or_error(**fields: object) -> JobSpec:
     """Build a JobSpec from user input, turning validation errors into a MegapilotError."""
-    from pydantic import ValidationError
-
-    from megapilot.errors import from_validation_error
 
     try:
         return JobSpec(**fields)  # type: ignore[arg-type]  # JobSpec's fields by name; pydantic checks them

@@ -15,11 +15,13 @@ megapilot is gone (`start_watchdog`).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -124,8 +126,6 @@ def die_with_parent() -> None:
     """`preexec_fn`: the kernel SIGKILLs this child when the thread that started it dies (Linux only)."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -148,8 +148,7 @@ def start_watchdog(job_pgid: int, marker_name: str, marker_value: str) -> subpro
 
 
 def _watch(parent_pid: int, job_pgid: int, marker_name: str, marker_value: str) -> None:
-    import time
-
+    # cycle: execute.process imports interrupt (die_with_parent)
     from megapilot.execute.process import marked_processes, session_members
 
     def job_processes() -> list:  # type: ignore[type-arg]  # psutil ships no types

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import psutil
 
+from megapilot.execute.interrupt import die_with_parent
+
 # torchrun's default; never handed out, so two jobs (or a stray default run) cannot collide on it.
 TORCHRUN_DEFAULT_PORT = 29500
 
@@ -72,8 +74,6 @@ def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str], log_
 
     The leader dies with megapilot (PR_SET_PDEATHSIG); the rest of its tree is the watchdog's
     (megapilot.execute.interrupt), since the kernel does not pass that setting on to grandchildren."""
-    from megapilot.execute.interrupt import die_with_parent
-
     with open(log_path, "ab", buffering=0) as log:
         return subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

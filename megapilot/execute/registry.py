@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from importlib.metadata import entry_points
 from typing import TypeVar
 
+import megapilot.execute as package
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Capabilities, Executor, ExecutorSettings
 
@@ -46,13 +48,9 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    import megapilot.execute as package
-
     for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if not module.name.startswith("_"):
             importlib.import_module(f"{package.__name__}.{module.name}")
-    from importlib.metadata import entry_points
-
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         entry.load()
     _discovered = True

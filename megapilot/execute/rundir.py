@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import JobHandle, JobResult, JobSpec, JobStatus
+from megapilot.files import atomic_write_text
 
 # Every process of a job carries this variable (its job directory) in its environment, so the job's
 # processes can be found even when they left its process tree.
@@ -134,8 +135,6 @@ def write_launch_script(job: JobSpec, job_directory: Path) -> Path:
 
 def write_job_record(job_directory: Path, record: JobRecord) -> None:
     """Replace job.json atomically, so a reader never sees half a file."""
-    from megapilot.files import atomic_write_text
-
     atomic_write_text(job_record_path(job_directory), record.model_dump_json(indent=2) + "\n")
 
 

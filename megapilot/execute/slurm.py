@@ -37,6 +37,7 @@ import math
 import os
 import shlex
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -436,8 +437,6 @@ class SlurmExecutor:
 
     def check_submission(self, job: JobSpec) -> str | None:
         """`sbatch --test-only` with the options `submit` would use: sbatch's own words when it would refuse."""
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="mp-sbatch-") as folder:
             script = Path(folder) / "launch.sh"
             script.write_text(job.script_text if job.script_text is not None else

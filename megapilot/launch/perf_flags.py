@@ -16,6 +16,8 @@ import math
 import re
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate.memory import GIB, PARAM_BYTES, shard_params
+from megapilot.estimate.params import count_params
 from megapilot.estimate.quantization import keeps_fp8_primary_weights
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
@@ -80,8 +82,6 @@ def meta_device_init_needed(plan: SavedPlan) -> bool:
     Without it each rank materialises its whole TP/PP/EP shard of the weights before Megatron-FSDP
     shards them over DP; half the HBM leaves room for FSDP's own sharded buffers being built beside them.
     """
-    from megapilot.estimate.memory import GIB, PARAM_BYTES, shard_params
-
     p = plan.parallel
     if not p.fsdp:
         return False
@@ -212,8 +212,6 @@ def checkpoint_write_minutes(plan: SavedPlan, options: LaunchOptions) -> float:
     """Minutes for the slowest node to write its share of one checkpoint (0 when nothing is saved)."""
     if options.save is None:
         return 0.0
-    from megapilot.estimate.params import count_params
-
     nodes = options.nodes or plan.cluster.num_nodes
     total_bytes = count_params(plan.model).total * CHECKPOINT_BYTES_PER_PARAM
     return total_bytes / nodes / (CHECKPOINT_WRITE_GBPS_PER_NODE * 1e9) / 60

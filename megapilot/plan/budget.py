@@ -18,7 +18,7 @@ from megapilot.estimate.budget import (
     layout_step_cost,
     time_to_train,
 )
-from megapilot.estimate.goodput import checkpoint_bytes, estimated_checkpoint
+from megapilot.estimate.goodput import DEFAULT_CHECKPOINT_GBPS_PER_GPU, checkpoint_bytes, estimated_checkpoint
 from megapilot.estimate.params import count_params
 from megapilot.plan.search import Candidate, PlanResult
 from megapilot.spec.hardware import ClusterSpec
@@ -43,8 +43,6 @@ def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, t
     """One layout's whole run: phases costed by the estimator, the checkpoint estimated from the model's size
     over the storage bandwidth (or the request's measured one), the band from the estimate's calibration; with a
     `correction` from the cluster's runs, every phase's step scaled by it and the band its own."""
-    from megapilot.estimate.goodput import DEFAULT_CHECKPOINT_GBPS_PER_GPU
-
     size = checkpoint_bytes(count_params(model).total, training.optimizer)
     gbps = DEFAULT_CHECKPOINT_GBPS_PER_GPU * cluster.world_size if request.checkpoint_gbps is None \
         else request.checkpoint_gbps

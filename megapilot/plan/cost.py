@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megapilot.estimate import EstimateOptions, estimate, estimate_fast, memory_per_gpu, to_result
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
 
 if TYPE_CHECKING:
@@ -77,8 +78,6 @@ class CostModel:
         self.memory_calls = 0
 
     def _default_estimator(self) -> LayoutEstimator:
-        from megapilot.estimate import EstimateOptions, estimate_fast, to_result  # late: keeps start-up fast
-
         model, cluster, training = self.model, self.cluster, self.training
         options = self.options or EstimateOptions()
         # the memory stage's breakdown of the layout, when it ran: the estimate would compute the same again
@@ -86,8 +85,6 @@ class CostModel:
                                                                memory=self._breakdowns.get(parallel)))
 
     def _default_memory(self) -> Callable[[ParallelConfig], MemoryCheck]:
-        from megapilot.estimate import EstimateOptions, memory_per_gpu
-
         model, training, capacity = self.model, self.training, self.cluster.gpu.hbm_gib
         architecture = self.cluster.gpu.architecture
         # The same arguments `estimate_fast` passes (tests/plan/test_cost.py checks that both stages
@@ -135,8 +132,6 @@ class CostModel:
         """The public estimate of a layout that will be shown: validated, with its warnings."""
         if self._injected is not None:
             return self(parallel)
-        from megapilot.estimate import EstimateOptions, estimate
-
         # a TP group across the trays of one NVLink domain (the search walks it there: `space.tp_limit`)
         across_trays = parallel.tp > self.cluster.gpus_per_node
         return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions(),

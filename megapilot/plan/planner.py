@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate import EstimateOptions, cross_domain_flex_backend
+from megapilot.estimate.coverage import coverage_for
+from megapilot.estimate.step_time import ep_leaves_domain
 from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
 from megapilot.plan.preferences import ErrorBand, LayoutContext, deciding_rule, order_by_recipe, tie_break_reason
 from megapilot.plan.reasons import Explainer, layout_label
@@ -60,8 +64,6 @@ def plan(
     if not 0 <= headroom_fraction < 1:
         raise MegapilotError(f"must be in [0, 1), got {headroom_fraction}", field="headroom",
                              fix="give the share of HBM to leave free, e.g. 0.05")
-    from megapilot.estimate.step_time import ep_leaves_domain  # late: keeps start-up fast
-
     options, cross_domain_backend = (options, None) if estimator else cross_domain_dispatcher(model, cluster, options)
     cost = CostModel(model, cluster, training, estimator, options, headroom_fraction)
     band = model_error_band(model, cluster, training)
@@ -101,10 +103,6 @@ def cross_domain_dispatcher(
     domain. With no dispatcher stated (alltoall everywhere), such a layout is costed, and later scripted, with the
     flex dispatcher where a backend runs: pricing cross-node EP with one copy per remote expert would rule it out
     for a dispatcher nobody runs it with. Inside the domain the layout keeps alltoall."""
-    from dataclasses import replace
-
-    from megapilot.estimate import EstimateOptions, cross_domain_flex_backend
-
     stated = options or EstimateOptions()
     backend = cross_domain_flex_backend(model, cluster)
     if backend is None or stated.moe_flex_dispatcher is not False:
@@ -115,8 +113,6 @@ def cross_domain_dispatcher(
 def model_error_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> ErrorBand:
     """The estimator's own median |error| where this case lies (its calibrated cell, or the nearest); 10 %
     when no published run checks the case."""
-    from megapilot.estimate.coverage import coverage_for
-
     coverage = coverage_for(model, cluster.gpu, training.precision)
     cell = coverage.nearest
     if cell is None:

@@ -20,6 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.estimate.params import count_params
+from megapilot.estimate.pipeline_balance import balanced_split
 from megapilot.spec import ClusterSpec, LayoutPins, ModelSpec, TrainingSpec
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
 from megapilot.spec.validate import topk_sharing_refusal
@@ -300,8 +302,6 @@ def split_at_vpp(model: ModelSpec, pp: int, split: PipelineSplit, vpp: int) -> P
     """The split a layout at `vpp` runs: the balanced layout string cut into PP x VPP stages; any other as is."""
     if vpp == 1 or not is_balanced_layout(model, pp, split):
         return split
-    from megapilot.estimate.pipeline_balance import balanced_split
-
     return balanced_split(model, pp, vpp, BALANCE_SEQ_LENGTH)
 
 
@@ -362,8 +362,6 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
 def _balanced_layout(model: ModelSpec, pp: int) -> PipelineSplit:
     """`--pipeline-model-parallel-layout` with each rank's items weighted by their FLOPs (the split
     `--pp-layout balanced` gives), for a PP no even, account-for or first/last split reaches."""
-    from megapilot.estimate.pipeline_balance import balanced_split
-
     return balanced_split(model, pp, 1, BALANCE_SEQ_LENGTH)
 
 
@@ -379,8 +377,6 @@ def _split_is_legal(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
 def _end_rank_extra_layers(model: ModelSpec) -> tuple[float, float]:
     """(embedding, output layer + loss) in layers: embedding parameters over a layer's, and the output
     GEMM (one per MTP depth + 1) over a layer's active parameters (both are GEMM-bound per token)."""
-    from megapilot.estimate.params import count_params
-
     counts = count_params(model)
     per_layer_total = counts.layers / model.num_layers
     per_layer_active = sum(layer.active for layer in counts.per_layer) / model.num_layers

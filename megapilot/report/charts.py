@@ -55,6 +55,7 @@ class ReportCharts:
 
 def plotly_js() -> str:
     """The installed plotly.js, minified, to inline once in the page."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     from plotly.offline import get_plotlyjs
 
     script: str = get_plotlyjs()  # plotly ships no types; it returns the bundle's text
@@ -76,6 +77,7 @@ def build_charts(result: SuiteResult, capacity_gib: float | None) -> ReportChart
 
 def lifecycle_chart(result: SuiteResult) -> Chart:
     """The lifecycle as a timeline: one bar per stage from its start, coloured by verdict."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.graph_objects as go
 
     stages = [stage for stage in result.stages if stage.duration_s > 0 or stage.started_at]
@@ -105,6 +107,7 @@ def _stage_offsets_s(run_start: datetime, stages: list[tuple[datetime | None, fl
 
 def tokens_chart(result: SuiteResult) -> Chart:
     """Tokens/s per GPU of each combo (bar), coloured by the combo's verdict."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.graph_objects as go
 
     combos, values = _measured_combos(result, measures.TOKENS_PER_S_PER_GPU)
@@ -118,6 +121,7 @@ def tokens_chart(result: SuiteResult) -> Chart:
 
 def memory_chart(result: SuiteResult, capacity_gib: float | None) -> Chart:
     """Measured (and predicted) memory per combo against the GPU's HBM capacity."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.graph_objects as go
 
     measured = {c.key: measures.measured(c, measures.MEMORY_GIB, capacity_gib) for c in result.combos}
@@ -140,6 +144,7 @@ def memory_chart(result: SuiteResult, capacity_gib: float | None) -> Chart:
 
 def predicted_vs_measured_chart(result: SuiteResult, capacity_gib: float | None) -> Chart:
     """Measured against predicted for each quantity the estimator predicted, one panel per quantity."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -167,6 +172,7 @@ def predicted_vs_measured_chart(result: SuiteResult, capacity_gib: float | None)
 def sweep_chart(result: SuiteResult) -> Chart:
     """The sweep at a glance: bars per cell (categorical, never joined by lines) for each throughput measured, one
     panel per quantity; the smoke run is not a sweep cell, and a quantity no cell measured is not drawn."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -187,6 +193,7 @@ def sweep_chart(result: SuiteResult) -> Chart:
 def collectives_chart(result: SuiteResult) -> Chart:
     """The collectives stage's bus bandwidth against message size, one line per collective of the whole job, as
     measured (log-scaled sizes: the sweep doubles them); its gates are the stage's rows."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.graph_objects as go
 
     stage = next((s for s in result.stages if s.name == "collectives" and s.curves), None)
@@ -221,6 +228,7 @@ def step_time_chart(combo: ComboResult, index: int) -> Chart:
 
 
 def _curve_chart(combo: ComboResult, chart_id: str, kind: str, curve_name: str, title: str, y_title: str) -> Chart:
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.graph_objects as go
 
     points = measures.finite_points(measures.curve(combo, curve_name))
@@ -236,6 +244,7 @@ def _curve_chart(combo: ComboResult, chart_id: str, kind: str, curve_name: str, 
 def _chart(chart_id: str, kind: str, title: str, figure: go.Figure, *, x_title: str = "", y_title: str = "",
            top_px: int = 50) -> Chart:
     """The figure as a `<div>` fragment without plotly.js (the page has it once); `top_px`: room for subplot titles."""
+    # heavy: plotly (about 0.5 s) loads only when a chart is drawn
     import plotly.io as pio
 
     figure.update_layout(title={"text": title}, height=_HEIGHT_PX, margin={"l": 60, "r": 30, "t": top_px, "b": 60},

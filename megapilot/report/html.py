@@ -22,6 +22,7 @@ from megapilot.report.junit import xml_text
 from megapilot.report.log_copies import LogLink
 from megapilot.report.run_deck import RESULTS_HEADERS, format_number, metric_label, results_rows, run_card_rows
 from megapilot.suite.outcome import run_outcome
+from megapilot.suite.predicted import TIMER_TERMS, components_ms
 from megapilot.suite.results import ComboResult, MetricRow, SuiteResult, Verdict
 from megapilot.suite.stragglers import ROW_PREFIX as STRAGGLER_PREFIX
 
@@ -94,6 +95,7 @@ def render_html(result: SuiteResult, charts: ReportCharts, log_links: dict[str, 
                 capacity_gib: float | None, generated_at: datetime, other_files: list[LinkView],
                 stage_links: dict[str, list[LogLink]] | None = None) -> str:
     """The report page as text."""
+    # heavy: jinja2/markupsafe load only when HTML is rendered
     from markupsafe import Markup
 
     template = _environment().get_template("report.html.j2")
@@ -137,8 +139,6 @@ def _prediction_note(combo: ComboResult) -> str:
 
 def _component_views(combo: ComboResult) -> list[PredictionView]:
     """The predicted step's components; Megatron's timers beside the terms each one measures."""
-    from megapilot.suite.predicted import TIMER_TERMS, components_ms
-
     if combo.predicted is None or not combo.predicted.components_ms:
         return []
     labels = {"compute": "Compute", "exposed_comm": "Exposed communication", "pipeline_bubble": "Pipeline bubble",

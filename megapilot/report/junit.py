@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 
 from megapilot.report import measures
 from megapilot.suite.outcome import RunOutcome, run_outcome
+from megapilot.suite.predicted import components_ms
 from megapilot.suite.results import ComboResult, MetricRow, StageResult, SuiteResult, Verdict
 
 JUNIT_NAME = "junit.xml"
@@ -73,8 +74,6 @@ def _combo_cases(suite: ET.Element, combo: ComboResult) -> None:
 
 def _prediction_properties(case: ET.Element, combo: ComboResult) -> None:
     """What megapilot predicted for the combo beside what it measured, and where the two part."""
-    from megapilot.suite.predicted import components_ms
-
     if combo.predicted is None:
         return
     values: dict[str, str] = {}

@@ -13,6 +13,9 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from megapilot.catalog.gpus import get_gpu
+from megapilot.errors import MegapilotError
+from megapilot.suite.predicted import departure
 from megapilot.suite.results import ComboResult, Curve, MetricRow
 
 
@@ -125,8 +128,6 @@ def prediction_checks(combo: ComboResult, capacity_gib: float | None = None) -> 
 def departure_sentence(combo: ComboResult) -> str:
     """By how much, and in which component, the combo's measurement departs from its prediction ('' when nothing
     can be compared)."""
-    from megapilot.suite.predicted import departure
-
     step = measured(combo, STEP_TIME_MS)
     found = departure(combo.predicted, step, combo.timers_ms)
     return found.sentence if found is not None else ""
@@ -134,9 +135,6 @@ def departure_sentence(combo: ComboResult) -> str:
 
 def gpu_capacity_gib(gpu_name: str) -> float | None:
     """HBM of the run's GPU from the catalog; None for a GPU the catalog does not know (the chart says so)."""
-    from megapilot.catalog.gpus import get_gpu
-    from megapilot.errors import MegapilotError
-
     try:
         return get_gpu(gpu_name).hbm_gib
     except MegapilotError:

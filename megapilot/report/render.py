@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from megapilot.files import atomic_write_text
 from megapilot.report import measures
 from megapilot.report.charts import build_charts
 from megapilot.report.html import REPORT_NAME, LinkView, render_html
@@ -64,8 +65,6 @@ def render_run_dir(run_dir: Path) -> ReportFiles:
 
 
 def _write(target: Path, text: str) -> Path:
-    from megapilot.files import atomic_write_text
-
     return atomic_write_text(target, text)  # 0644: a report is meant to be read by others
 
 

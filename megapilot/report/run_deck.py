@@ -26,10 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from megapilot.report import measures
 from megapilot.report.log_copies import LogLink
 from megapilot.suite.budget import BudgetProjection
+from megapilot.suite.config import CPU_GPU_NAME
 from megapilot.suite.metric_table import metric_info
 from megapilot.suite.outcome import RunOutcome, run_outcome
 from megapilot.suite.outcome import RunStatus as Outcome
-from megapilot.suite.results import ComboResult, Finding, MetricRow, SuiteResult, Verdict
+from megapilot.suite.predicted import components_ms
+from megapilot.suite.results import SUITE_RESULT_NAME, ComboResult, Finding, MetricRow, SuiteResult, Verdict
 
 RUN_DECK_SCHEMA_VERSION: Literal[1] = 1
 RUN_DECK_NAME = "megatron_run_deck.json"
@@ -329,8 +331,6 @@ def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:
 
 def per_node_unit(gpu: str) -> str:
     """What runs on each node: a CPU suite's processes are CPU ranks, not GPUs."""
-    from megapilot.suite.config import CPU_GPU_NAME
-
     return "CPU ranks" if gpu == CPU_GPU_NAME else "GPUs"
 
 
@@ -341,8 +341,6 @@ def _subtitle(result: SuiteResult) -> str:
 
 
 def _provenance(result: SuiteResult, report_href: str, junit_href: str) -> DeckProvenance:
-    from megapilot.suite.results import SUITE_RESULT_NAME
-
     card = result.card
     return DeckProvenance(
         megapilot_version=card.megapilot_version, git_commit=card.git_commit, config_file=card.config_file,
@@ -406,8 +404,6 @@ def _predicted(combo: ComboResult, capacity: float | None) -> DeckPredicted | No
     comparisons = [DeckComparison(quantity=check.quantity.key, label=check.quantity.label, unit=check.quantity.unit,
                                   predicted=check.predicted, measured=check.measured, error_pct=check.error_pct)
                    for check in measures.prediction_checks(combo, capacity) if check.predicted is not None]
-    from megapilot.suite.predicted import components_ms
-
     predicted = combo.predicted
     return DeckPredicted(note=predicted.note, comparisons=comparisons, device=predicted.device,
                          components_ms=components_ms(predicted) if predicted.components_ms else {},

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.errors import MegapilotError
 from megapilot.spec.training import Fp8Recipe, Precision
 
 Vendor = Literal["NVIDIA", "AMD", "CPU"]  # CPU: this machine's CPU, measured (catalog/host.py)
@@ -109,8 +110,6 @@ class GPUSpec(BaseModel):
     def check_precision(self, precision: Precision, fp8_recipe: Fp8Recipe | None = None) -> None:
         """Refuse a GEMM precision, or an FP8 scaling recipe (with precision fp8), this GPU generation cannot
         run; the error names the field and what runs here instead."""
-        from megapilot.errors import MegapilotError
-
         where = f"{self.name} ({self.architecture})"
         if not self.supports(precision):
             alternative = _PRECISION_ALTERNATIVE.get((precision, self.architecture))
@@ -153,8 +152,6 @@ class ClusterSpec(BaseModel):
     @classmethod
     def from_gpu_count(cls, gpu: GPUSpec, gpus: int, gpus_per_node: int | None = None) -> ClusterSpec:
         """Build a cluster from a total GPU count; the default node size is 8 (4 on GB200/GB300 trays)."""
-        from megapilot.errors import MegapilotError
-
         per_node = gpus_per_node or default_gpus_per_node(gpu)
         if gpus <= 0:
             raise MegapilotError(f"must be positive, got {gpus}", field="gpus", fix="pass --gpus N with N >= 1")

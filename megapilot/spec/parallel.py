@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic.fields import FieldInfo
 
+from megapilot.errors import MegapilotError
 from megapilot.spec.pipeline import (
     PipelineSplit,
     PipelineStages,
@@ -246,8 +247,6 @@ class ParallelConfig(BaseModel):
     @classmethod
     def for_world(cls, world_size: int, **layout: object) -> ParallelConfig:
         """Build a layout, deriving DP from the world size (error if TP*PP*CP does not divide it)."""
-        from megapilot.errors import MegapilotError
-
         tp, pp, cp = (int(layout.get(k) or 1) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]  # layout values are the flags' ints or None
         if world_size % (tp * pp * cp):
             raise MegapilotError(

@@ -18,7 +18,10 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
+import sqlite3
 import statistics
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -187,6 +190,7 @@ class CalibrationRow(_Record):
 # ---- opening --------------------------------------------------------------------------------------
 
 def default_history_path() -> Path:
+    # start-up: platformdirs (9 ms) only where the default path is needed
     import platformdirs
 
     return Path(platformdirs.user_data_dir("megapilot")) / HISTORY_FILE_NAME
@@ -215,8 +219,6 @@ def open_history(url: str | None = None) -> History:
 
 
 def _migrate(database: Database) -> None:
-    import sqlite3
-
     try:
         apply_migrations(database)
     except sqlite3.OperationalError as exc:
@@ -251,8 +253,6 @@ class _SqliteDatabase:
     dialect = "sqlite"
 
     def __init__(self, path: Path):
-        import sqlite3
-
         self.location = str(path)
         # isolation_level=None: no implicit transactions; writes open theirs with BEGIN IMMEDIATE.
         self._connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -263,9 +263,6 @@ class _SqliteDatabase:
     def _use_wal(self) -> None:
         """Switch a new file to WAL. Two processes creating the same history at once race for this switch,
         and SQLite answers the loser "database is locked" at once, without its busy timeout: retry it."""
-        import sqlite3
-        import time
-
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
             try:
@@ -300,8 +297,6 @@ class _SqliteDatabase:
 
 
 def _open_sqlite(target: str) -> _SqliteDatabase:
-    import sqlite3
-
     path = Path(target.removeprefix("sqlite:///") if target.startswith("sqlite:///") else target).expanduser()
     fix = "pass a file path or a postgresql:// URL to --db (or $MEGAPILOT_HISTORY)"
     if path.is_dir():
@@ -349,6 +344,7 @@ class _PostgresDatabase:
 def _open_postgres(url: str) -> _PostgresDatabase:
     location = scrub_secrets(url)
     try:
+        # optional and heavy: psycopg only for a PostgreSQL URL
         import psycopg
     except ImportError:
         raise MegapilotError(f"{location} needs the PostgreSQL driver, which is not installed", field="--db",
@@ -426,9 +422,6 @@ class History:
     def check(self) -> None:
         """Before anything trains: the history is whole, writable, not locked, and its disk has room. One
         MegapilotError naming the problem, so a damaged history is found before a suite, not after it."""
-        import shutil
-        import sqlite3
-
         try:
             if self._db.dialect == "sqlite":
                 rows = self._db.query("PRAGMA quick_check")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from megapilot.errors import MegapilotError
+from megapilot.estimate.cases import CaseFlags, case_from
 from megapilot.store.measured import MEASURED_KEYS, MeasuredRow, from_case
 
 NOT_FLAGS = ("measured", "cluster", "software", "id", "name", "source", "notes")
@@ -149,8 +150,6 @@ def _deck_nodes(deck: Mapping[str, Any]) -> int | None:
 
 def _row(name: str, raw: object, path: Path, cluster: str | None, defaults: Mapping[str, object], now: str
          ) -> MeasuredRow:
-    from megapilot.estimate.cases import CaseFlags, case_from
-
     if not isinstance(raw, dict):
         raise MegapilotError(f"is a JSON {type(raw).__name__}, not an object", field="record",
                              fix="give one object per record")

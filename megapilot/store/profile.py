@@ -49,6 +49,7 @@ def profile_path(path: str | os.PathLike[str] | None = None) -> Path:
     from_env = os.environ.get(PROFILE_ENV)
     if from_env:
         return Path(from_env).expanduser()
+    # start-up: platformdirs (9 ms) only where the default path is needed
     import platformdirs
 
     return Path(platformdirs.user_config_dir("megapilot")) / PROFILE_FILE_NAME
@@ -82,6 +83,7 @@ def save_profile(path: str | os.PathLike[str] | None = None, *, merge: bool = Tr
         profile = Profile.model_validate(current)
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="profile") from None
+    # start-up: tomli_w only when a profile is saved
     import tomli_w
 
     location.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Literal
 
+from megapilot.suite.gates import BaselineStats as GateBaseline
 from megapilot.suite.metric_table import HEADLINE_METRICS, METRICS, Direction, MetricInfo, metric_info
 from megapilot.suite.results import ComboResult, Regression, RunCard, SuiteResult
 
@@ -117,8 +118,6 @@ class HistoryBaselines:
 
     def lookup_for(self, card: RunCard, combo: ComboResult, *, run_id: str, last_n: int) -> BaselineLookup:
         """A lookup for one combo: metric name -> median of its last passing runs (None without history)."""
-        from megapilot.suite.gates import BaselineStats as GateBaseline
-
         layout = combo_layout(combo)
 
         def lookup(metric: str) -> GateBaseline | None:

@@ -29,9 +29,33 @@ from typing import TYPE_CHECKING, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
-from megapilot.estimate.budget import PHASE_KEYS, BatchRampup, Phase
-from megapilot.spec import LayoutPins
+from megapilot.estimate.budget import (
+    PHASE_KEYS,
+    BatchRampup,
+    BudgetRequest,
+    Fleet,
+    Phase,
+    Shape,
+    ShapeCost,
+    layout_step_cost,
+    parse_phase,
+    parse_tokens,
+    phase_from_mapping,
+    segments_for,
+    time_to_train,
+)
+from megapilot.estimate.goodput import (
+    DEFAULT_CHECKPOINT_GBPS_PER_GPU,
+    CheckpointCost,
+    FailureModel,
+    checkpoint_bytes,
+    estimated_checkpoint,
+)
+from megapilot.estimate.params import count_params
+from megapilot.spec import ClusterSpec, LayoutPins
+from megapilot.spec.training import Precision, TrainingSpec
 
 if TYPE_CHECKING:
     from megapilot.estimate.budget import StepCost, TimeToTrain
@@ -97,8 +121,6 @@ class BudgetConfig(BaseModel):
     @field_validator("tokens", mode="before")
     @classmethod
     def _tokens(cls, value: object) -> float:
-        from megapilot.estimate.budget import parse_tokens
-
         try:
             return parse_tokens(value, "budget.tokens")  # type: ignore[arg-type]  # parse_tokens refuses the rest
         except MegapilotError as exc:
@@ -107,8 +129,6 @@ class BudgetConfig(BaseModel):
 
 def _phase(item: object, index: int) -> Phase:
     """One `budget.phases` item, read as `--phase` is (`megapilot.estimate.budget.phase_from_mapping`)."""
-    from megapilot.estimate.budget import parse_phase, phase_from_mapping
-
     if isinstance(item, Phase):
         return item
     field_name = f"budget.phases[{index - 1}]"
@@ -220,17 +240,6 @@ def _step_s(combo: ComboResult) -> float:
 
 def _run(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, result: SuiteResult,
          combo: ComboResult) -> TimeToTrain:
-    from megapilot.estimate.budget import BudgetRequest, Fleet, time_to_train
-    from megapilot.estimate.goodput import (
-        DEFAULT_CHECKPOINT_GBPS_PER_GPU,
-        CheckpointCost,
-        FailureModel,
-        checkpoint_bytes,
-        estimated_checkpoint,
-    )
-    from megapilot.estimate.params import count_params
-    from megapilot.spec.training import TrainingSpec
-
     step_s = _step_s(combo)
     gpus = combo.nodes * combo.gpus_per_node
     defaults = FailureModel()
@@ -282,8 +291,6 @@ def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, 
                    step_s: float) -> StepCost:
     """The measured step for the measured shape; another shape (a phase, a warm-up batch) scaled by the
     estimator's ratio of its step to the measured shape's. Without phases or a warm-up the estimator is not asked."""
-    from megapilot.estimate.budget import Shape, ShapeCost
-
     if not budget.phases and budget.rampup is None:
         return lambda _shape: ShapeCost(step_s, True)
     estimated = _estimated_cost(model, gpu, combo.layout, combo, combo.nodes, combo.gpus_per_node)
@@ -302,11 +309,7 @@ def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, 
 def _estimated_cost(model: ModelSpec, gpu: GPUSpec | None, layout: LayoutPins, shape: _Shape, nodes: int,
                     gpus_per_node: int) -> StepCost:
     """The estimator's StepCost for a cell's or combo's layout (a CPU suite: the stand-in GPU the render uses)."""
-    from megapilot.catalog.gpus import get_gpu
-    from megapilot.estimate.budget import layout_step_cost
-    from megapilot.spec import ClusterSpec
-    from megapilot.spec.training import Precision, TrainingSpec
-    from megapilot.suite.render import CPU_STAND_IN_GPU
+    from megapilot.suite.render import CPU_STAND_IN_GPU  # cycle: suite.render imports config, which imports budget
 
     cluster = ClusterSpec(gpu=gpu or get_gpu(CPU_STAND_IN_GPU), num_nodes=nodes, gpus_per_node=gpus_per_node)
     precisions: tuple[Precision, ...] = get_args(Precision)
@@ -322,9 +325,6 @@ def budget_problems(suite: LoadedSuite) -> list[tuple[str, str, str]]:
     the code that cuts the projected run (`segments_for`): a warm-up START not below the cell's GBS or not a
     step of INCREMENT below it, a phase layout that does not divide the GPUs, a phase shape the estimator refuses.
     A cell whose own layout the estimator cannot cost is left to the projection to say."""
-    from megapilot.estimate.budget import BudgetRequest, Shape, segments_for
-    from megapilot.spec.training import TrainingSpec
-
     budget = suite.config.budget
     if budget is None or (not budget.phases and budget.rampup is None):
         return []

@@ -34,6 +34,7 @@ from megapilot.launch.probe import NCCL_TESTS_BINARIES, ProbeSweep, render_probe
 from megapilot.logs.collectives import CollectiveRun, parse_collectives
 from megapilot.spec import GPUSpec
 from megapilot.suite.config import CollectivesConfig, LoadedSuite
+from megapilot.suite.render import launch_options
 from megapilot.suite.results import Curve, JobSummary, MetricRow, StageResult, Verdict
 
 STAGE = "collectives"
@@ -249,8 +250,6 @@ def run_collectives_stage(suite: LoadedSuite, executor: Executor, run_dir: Path,
                           write_lists: Callable[[list[str], list[MetricRow]], object] | None = None) -> StageResult:
     """Detect the tools, run the probe job, judge it; `write_lists(names, rows)` adds the blamed nodes to
     failing_nodes.txt."""
-    from megapilot.suite.render import launch_options
-
     settings = suite.config.collectives
     if not settings.runs_on(suite.device):
         why = "collectives.enabled is false" if settings.enabled is False else \

@@ -24,11 +24,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from megapilot.catalog import ModelPreset
+from megapilot.catalog import ModelPreset, get_model, get_preset, preset_by_unique_prefix, preset_of_hub_repo
+from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Capabilities
 from megapilot.execute.registry import capabilities as executor_capabilities
-from megapilot.spec import GPUSpec, ModelSpec
+from megapilot.spec import GPUSpec, ModelSpec, default_gpus_per_node
 from megapilot.suite.budget import BudgetConfig, budget_problems
 from megapilot.suite.cells import (
     BoolLike,
@@ -70,6 +71,7 @@ from megapilot.suite.config_sweep import (
 )
 from megapilot.suite.megapilot_block import Backend, ExecutorName, MegapilotBlock, describe_hang_window
 from megapilot.suite.schema_v1 import Upgrade, is_legacy_nested, is_schema_v1, legacy_problem, upgrade_v1
+from megapilot.suite.secrets import is_secret_name as secret_name
 from megapilot.suite.thresholds import ThresholdTable
 
 V1_READ_NOTE = ("schema v1 (Aug 2026) config: read into the Sep 2026 names (gpu_arch -> gpu_name, config -> paths / "
@@ -299,8 +301,6 @@ def _resolve_device(config: SuiteConfig, check: SuiteCheck) -> tuple[GPUSpec | N
                       "name the GPU in gpu_name, or set device cpu")
             return None, None
         return None, "cpu"
-    from megapilot.catalog.gpus import get_gpu
-
     name = config.gpu_name.strip().upper()
     try:
         gpu = get_gpu(CVS_GPU_NAMES.get(name, name))
@@ -313,14 +313,10 @@ def _resolve_device(config: SuiteConfig, check: SuiteCheck) -> tuple[GPUSpec | N
 
 
 def _default_gpus_per_node(gpu: GPUSpec) -> int:
-    from megapilot.spec import default_gpus_per_node
-
     return default_gpus_per_node(gpu)
 
 
 def _resolve_model(config: SuiteConfig, config_dir: Path, check: SuiteCheck) -> ModelSpec | None:
-    from megapilot.catalog import get_model, get_preset
-
     params = config.train_params
     if config.megapilot.model:
         text = config.megapilot.model
@@ -349,8 +345,6 @@ def _resolve_model(config: SuiteConfig, config_dir: Path, check: SuiteCheck) -> 
 def _preset_from_names(model_name: str | None, tokenizer_model: str | None) -> ModelPreset | None:
     """CVS names models loosely (`qwen3_30B`) but gives the HF repository of the tokenizer, which is the model's
     own for most: the preset read from that repository's config.json, else the one preset the name begins."""
-    from megapilot.catalog import preset_by_unique_prefix, preset_of_hub_repo
-
     if tokenizer_model:
         preset = preset_of_hub_repo(tokenizer_model.strip())
         if preset is not None:
@@ -395,8 +389,6 @@ def config_hash(config: SuiteConfig, thresholds: ThresholdTable) -> str:
 
 def is_secret_name(name: str) -> bool:
     """Environment names that hold credentials: never rendered, logged or stored (megapilot.suite.secrets)."""
-    from megapilot.suite.secrets import is_secret_name as secret_name
-
     return secret_name(name)
 
 

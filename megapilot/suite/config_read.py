@@ -11,6 +11,7 @@ from pydantic_core import ErrorDetails
 
 from megapilot.errors import MegapilotError
 from megapilot.suite.cluster import CvsCluster, load_cluster, strip_comments, substitute_user
+from megapilot.suite.parsing import ParseLimitError, parse_json, parse_yaml
 
 if TYPE_CHECKING:
     from megapilot.suite.config import SuiteCheck
@@ -39,8 +40,6 @@ def _read_config(path: Path, check: SuiteCheck) -> dict[str, Any] | None:
         check.add("config", f"cannot read {path} ({getattr(exc, 'strerror', None) or exc})", fix)
         return None
     duplicates: list[str] = []
-    from megapilot.suite.parsing import ParseLimitError
-
     try:
         raw = _parse_text(text, path, duplicates)
     except ParseLimitError as exc:
@@ -66,8 +65,6 @@ def _format_name(path: Path) -> str:
 
 
 def _parse_text(text: str, path: Path, duplicates: list[str]) -> Any:
-    from megapilot.suite.parsing import parse_json, parse_yaml
-
     if _format_name(path) == "YAML":
         return parse_yaml(text)
 

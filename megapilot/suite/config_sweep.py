@@ -22,6 +22,7 @@ from megapilot.suite.cells import (
     sweep_cell,
 )
 from megapilot.suite.config_read import _dotted, _message
+from megapilot.suite.parsing import parse_json
 from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable, parse_threshold
 
 if TYPE_CHECKING:
@@ -39,8 +40,6 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     path = _threshold_file(config, config_path, check)
     if path is None:
         return {}, None
-    from megapilot.suite.parsing import parse_json
-
     try:
         raw = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from megapilot.suite.nodes import run_on_nodes
 from megapilot.suite.results import MetricRow, Verdict
 
 if TYPE_CHECKING:
@@ -75,8 +76,6 @@ def _runtime_args(suite: LoadedSuite) -> dict[str, Any]:
 
 
 def prepare_containers(suite: LoadedSuite, executor: Executor) -> list[MetricRow]:
-    from megapilot.suite.nodes import run_on_nodes
-
     if not uses_container(suite):
         return [MetricRow(name="container", verdict=Verdict.SKIPPED, reason=_why_no_container(suite))]
     container = suite.config.container
@@ -100,8 +99,6 @@ def prepare_containers(suite: LoadedSuite, executor: Executor) -> list[MetricRow
 
 
 def teardown_containers(suite: LoadedSuite, executor: Executor) -> list[MetricRow]:
-    from megapilot.suite.nodes import run_on_nodes
-
     container = suite.config.container
     if not uses_container(suite) or container is None or container.lifetime != "per_run":
         return []

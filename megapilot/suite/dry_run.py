@@ -16,6 +16,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.suite.predicted import memory_warning
+from megapilot.suite.render import checkpoint_cell, checkpoint_jobs, checkpoint_save_dir, render_cell
+from megapilot.suite.secrets import MASK, is_secret_name
+from megapilot.suite.stages import COMBO_STAGES, EARLY_STAGES
+
 if TYPE_CHECKING:
     from megapilot.suite.cells import SweepCell
     from megapilot.suite.config import LoadedSuite
@@ -60,8 +65,6 @@ class DryRunPlan(BaseModel):
 
 def dry_run_plan(suite: LoadedSuite, *, out_dir: Path, only_stage: str | None = None,
                  only_combo: str | None = None) -> DryRunPlan:
-    from megapilot.suite.lifecycle import COMBO_STAGES, EARLY_STAGES
-
     cells = [c for c in suite.cells if only_combo is None or c.key == only_combo]
     stages = [DryRunStage(name=name) for name in EARLY_STAGES if _selected(name, only_stage)]
     for cell in cells:
@@ -79,8 +82,6 @@ DRY_RUN_DIR = "dry-run"
 
 
 def _smoke_script(suite: LoadedSuite, out_dir: Path) -> str | None:
-    from megapilot.suite.render import render_cell
-
     if not suite.config.smoke.enabled or suite.smoke.skip_reason:
         return None
     job_dir = out_dir / DRY_RUN_DIR / "smoke"
@@ -101,8 +102,6 @@ def _write(launch: CellLaunch, job_dir: Path) -> str:
 
 
 def _selected(name: str, only_stage: str | None) -> bool:
-    from megapilot.suite.lifecycle import COMBO_STAGES
-
     if only_stage is None or name == "prepare":
         return True
     return name in COMBO_STAGES if only_stage in COMBO_STAGES else name == only_stage
@@ -110,8 +109,6 @@ def _selected(name: str, only_stage: str | None) -> bool:
 
 def _checkpoint_jobs(suite: LoadedSuite, out_dir: Path) -> list[DryRunCombo]:
     """The checkpoint stage's save and resume jobs, rendered as the stage renders them (none when it is off)."""
-    from megapilot.suite.render import checkpoint_cell, checkpoint_jobs, checkpoint_save_dir
-
     cell = checkpoint_cell(suite)
     if not suite.config.checkpoint.enforce or cell.skip_reason:
         return []
@@ -124,9 +121,6 @@ def _checkpoint_jobs(suite: LoadedSuite, out_dir: Path) -> list[DryRunCombo]:
 
 def _combo(suite: LoadedSuite, cell: SweepCell, out_dir: Path, job: CheckpointJob | None = None) -> DryRunCombo:
     """A sweep cell's launch, or (with `job`) one of the checkpoint stage's jobs of that cell."""
-    from megapilot.suite.predicted import memory_warning
-    from megapilot.suite.render import render_cell
-
     key, backend = cell.key if job is None else job.directory, suite.backend
     if cell.skip_reason:
         return DryRunCombo(key=key, backend=backend, skipped=cell.skip_reason, nodes=suite.nodes,
@@ -153,8 +147,6 @@ def _container_env(suite: LoadedSuite) -> dict[str, str]:
     container = suite.config.container
     if container is None:
         return {}
-    from megapilot.suite.secrets import MASK, is_secret_name
-
     named = set(suite.config.megapilot.secrets)  # a secret is shown as set, never its value
     return {k: MASK if is_secret_name(k, named) else str(v) for k, v in container.env.items()}
 

@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megapilot.execute.base import ContainerEntry, Executor, ExecutorSettings, NodeAddress
+from megapilot.execute.container import ContainerWrapper
 from megapilot.execute.registry import make_executor as make_registered
+from megapilot.execute.ssh import SshNode
+from megapilot.suite.containers import container_runtime, uses_container
 
 if TYPE_CHECKING:
     from megapilot.execute.ssh import ContainerWrapper, SshNode
@@ -45,8 +48,6 @@ def scheduler_options(suite: LoadedSuite) -> list[str]:
 
 def container_entry(suite: LoadedSuite) -> ContainerEntry | None:
     """Jobs enter the container `prepare` started (`<runtime> exec NAME`), as CVS's jobs do."""
-    from megapilot.suite.containers import container_runtime, uses_container
-
     if not uses_container(suite) or suite.config.container is None:
         return None
     return ContainerEntry(runtime=container_runtime(suite), name=suite.config.container.name)
@@ -54,14 +55,10 @@ def container_entry(suite: LoadedSuite) -> ContainerEntry | None:
 
 def ssh_nodes(suite: LoadedSuite) -> list[SshNode]:
     """The cluster file's nodes as the ssh client reaches them."""
-    from megapilot.execute.ssh import SshNode
-
     return [SshNode.of(node) for node in node_addresses(suite)]
 
 
 def container_wrapper(suite: LoadedSuite) -> ContainerWrapper | None:
-    from megapilot.execute.container import ContainerWrapper
-
     entry = container_entry(suite)
     return ContainerWrapper.entering(entry) if entry is not None else None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from megapilot.suite.containers import uses_container
 from megapilot.suite.results import MetricRow, Verdict
 
 if TYPE_CHECKING:
@@ -54,8 +55,6 @@ def required_modules(suite: LoadedSuite) -> list[str]:
 
 def interpreter_rows(suite: LoadedSuite, executor: Executor) -> list[MetricRow]:
     """One row per node: the interpreter, its version and each module's, or what it cannot import."""
-    from megapilot.suite.containers import uses_container
-
     if uses_container(suite) or (suite.config.container is not None and suite.config.container.image):
         return [MetricRow(name="python", verdict=Verdict.SKIPPED,
                           reason="jobs run in the container image, with its own Python")]

@@ -22,25 +22,40 @@ everything that finished; Ctrl-C stops the current job and ends the run as inter
 from __future__ import annotations
 
 import os
+import platform
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from megapilot import __version__ as megapilot_version
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
 from megapilot.execute.interrupt import Interrupted, describe_interruption
 from megapilot.execute.process import free_port
-from megapilot.files import DiskFullError, free_bytes, is_disk_full
+from megapilot.files import DiskFullError, atomic_write_bytes, free_bytes, is_disk_full
 from megapilot.spec import Prediction
 from megapilot.suite.budget import project_budget
+from megapilot.suite.collectives import run_collectives_stage
+from megapilot.suite.config import describe_hang_window
+from megapilot.suite.containers import prepare_containers, teardown_containers
+from megapilot.suite.continuity import check_continuity, read_checkpoint_run
+from megapilot.suite.interpreter import interpreter_rows
+from megapilot.suite.measure import cell_thresholds, measure_and_gate
+from megapilot.suite.nodes import close_node_lists, node_env, probe_nodes, write_node_lists
+from megapilot.suite.predicted import predict_combo
+from megapilot.suite.render import checkpoint_cell, checkpoint_jobs, checkpoint_save_dir, render_cell
+from megapilot.suite.repeats import combine_repeats, repeat_directory
 from megapilot.suite.results import (
+    SUITE_RESULT_NAME,
     ComboResult,
     Finding,
     JobSummary,
@@ -53,7 +68,10 @@ from megapilot.suite.results import (
     overall_verdict,
     recorded_layout,
 )
+from megapilot.suite.secrets import holds_secrets, write_masked_copy
+from megapilot.suite.stages import COMBO_STAGES, EARLY_STAGES, NON_BLOCKING_STAGES, STAGES
 from megapilot.suite.thresholds import BaselineThreshold
+from megapilot.suite.tokenizer import prepare_tokenizer
 from megapilot.suite.watch import FatalWatch
 
 if TYPE_CHECKING:
@@ -64,11 +82,6 @@ if TYPE_CHECKING:
     from megapilot.suite.gates import BaselineLookup
     from megapilot.suite.render import CellLaunch
 
-STAGES: tuple[str, ...] = ("prepare", "preflight", "collectives", "tokenizer", "smoke", "checkpoint", "train",
-                           "metrics", "loss_curve", "results", "teardown")
-COMBO_STAGES = ("train", "metrics", "loss_curve")
-EARLY_STAGES = ("prepare", "preflight", "collectives", "tokenizer", "smoke", "checkpoint")
-NON_BLOCKING_STAGES = ("collectives",)  # a FAIL here fails the run, not the stages after it
 POLL_INTERVAL_S = 0.5
 LOG_TAIL_LINES = 50
 STRAY_GRACE_S = 5.0
@@ -133,9 +146,6 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     With `request.resume_from` (an interrupted run), every stage and combo that run finished is kept as it
     was and not re-run; the one it was interrupted in runs again from scratch, in a clean directory. A
     resume that fails before anything new finished leaves the run's suite.json exactly as it was."""
-    from megapilot.suite.config import describe_hang_window
-    from megapilot.suite.secrets import holds_secrets
-
     previous = request.resume_from
     run_id = request.run_id or (previous.run_id if previous else new_run_id())
     run_dir = (request.out_dir / run_id).resolve()
@@ -204,16 +214,11 @@ def _make_run_dir(run_dir: Path, *, private: bool) -> None:
 
 
 def _saved_state(run_dir: Path) -> bytes | None:
-    from megapilot.suite.results import SUITE_RESULT_NAME
-
     path = run_dir / SUITE_RESULT_NAME
     return path.read_bytes() if path.is_file() else None
 
 
 def _restore_state(run_dir: Path, original: bytes | None) -> None:
-    from megapilot.files import atomic_write_bytes
-    from megapilot.suite.results import SUITE_RESULT_NAME
-
     if original is not None:
         atomic_write_bytes(run_dir / SUITE_RESULT_NAME, original)
 
@@ -307,9 +312,6 @@ def _kept_stage(ctx: _Context, name: str) -> StageResult | None:
 
 def _prepare_stage(ctx: _Context) -> StageResult:
     """Copy the inputs (never the token file; every secret masked) next to the results and prepare containers."""
-    from megapilot.suite.containers import prepare_containers
-    from megapilot.suite.secrets import write_masked_copy
-
     inputs = ctx.run_dir / "inputs"
     inputs.mkdir(exist_ok=True)
     suite = ctx.suite
@@ -323,9 +325,6 @@ def _prepare_stage(ctx: _Context) -> StageResult:
 
 
 def _preflight_stage(ctx: _Context) -> StageResult:
-    from megapilot.suite.interpreter import interpreter_rows
-    from megapilot.suite.nodes import probe_nodes
-
     rows = probe_nodes(ctx.suite, ctx.executor, ctx.run_dir)
     rows += interpreter_rows(ctx.suite, ctx.executor)
     rows += _submission_rows(ctx)
@@ -341,8 +340,6 @@ SUBMISSION_FIX = ("ask for what the cluster offers: megapilot.partition, megapil
 
 def _submission_rows(ctx: _Context) -> list[MetricRow]:
     """Where a scheduler allocates the jobs: what it is asked for, and whether it would accept the first job."""
-    from megapilot.suite.render import render_cell
-
     suite = ctx.suite
     if not suite.capabilities.allocates_resources:
         return []
@@ -367,9 +364,6 @@ def _submission_rows(ctx: _Context) -> list[MetricRow]:
 
 
 def _collectives_stage(ctx: _Context) -> StageResult:
-    from megapilot.suite.collectives import run_collectives_stage
-    from megapilot.suite.nodes import write_node_lists
-
     preflight = next((s.checks for s in ctx.result.stages if s.name == "preflight"), [])
 
     def run_job(job: JobSpec) -> tuple[JobResult, str | None]:
@@ -382,8 +376,6 @@ def _collectives_stage(ctx: _Context) -> StageResult:
 
 
 def _tokenizer_stage(ctx: _Context) -> StageResult:
-    from megapilot.suite.tokenizer import prepare_tokenizer
-
     row = prepare_tokenizer(ctx.suite)
     return StageResult(name="tokenizer", verdict=row.verdict, reason=row.reason, checks=[row])
 
@@ -404,9 +396,6 @@ def _smoke_stage(ctx: _Context) -> StageResult:
 
 
 def _checkpoint_stage(ctx: _Context) -> StageResult:
-    from megapilot.suite.continuity import check_continuity, read_checkpoint_run
-    from megapilot.suite.render import checkpoint_cell, checkpoint_jobs
-
     suite = ctx.suite
     settings = suite.config.checkpoint
     if not settings.enforce:
@@ -444,8 +433,6 @@ def _checkpoint_stage(ctx: _Context) -> StageResult:
 
 
 def _checkpoint_dir(ctx: _Context) -> Path:
-    from megapilot.suite.render import checkpoint_save_dir
-
     return checkpoint_save_dir(ctx.suite, ctx.run_dir, ctx.result.run_id)
 
 
@@ -465,14 +452,10 @@ def _results_stage(ctx: _Context) -> StageResult:
 def _nic_counter_rows(ctx: _Context) -> list[MetricRow]:
     """Each node's NIC fault counters after the last combo against the preflight's snapshot; a node whose counters
     grew, or that a gated straggler row failed, joins failing_nodes.txt."""
-    from megapilot.suite.nodes import close_node_lists
-
     return close_node_lists(ctx.suite, ctx.executor, ctx.run_dir, ctx.result.combos)
 
 
 def _teardown_stage(ctx: _Context) -> StageResult:
-    from megapilot.suite.containers import teardown_containers
-
     _stop_all(ctx)
     rows = [_stray_check(ctx)] + teardown_containers(ctx.suite, ctx.executor)
     if ctx.failed_stage is None and ctx.suite.config.checkpoint.enforce:
@@ -523,8 +506,6 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
 
 def _run_repeats(ctx: _Context, cell: SweepCell) -> ComboResult:
     """The cell run `sweep.repeats` times, each in its own directory, and judged on its median run."""
-    from megapilot.suite.repeats import combine_repeats, repeat_directory
-
     sweep = ctx.suite.config.sweep
     runs = [_run_cell(ctx, cell, directory=repeat_directory(cell.slug, k), gates=True) for k in range(sweep.repeats)]
     if len(runs) == 1:
@@ -602,8 +583,6 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
 def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None,
                       save_dir: str | None, load_dir: str | None, load_step: int | None,
                       save_interval: int | None) -> ComboResult:
-    from megapilot.suite.render import render_cell
-
     suite = ctx.suite
     if cell.skip_reason:
         return _skipped_combo(cell, cell.skip_reason, suite.backend)
@@ -689,8 +668,6 @@ def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: in
 def _job_env(ctx: _Context) -> dict[str, str]:
     """The job's extra environment: the cluster file's env_vars, the config's container.env, and the HF
     token (its value is never written anywhere)."""
-    from megapilot.suite.nodes import node_env
-
     env = node_env(ctx.suite)
     if ctx.suite.config.container:
         env.update({k: str(v) for k, v in ctx.suite.config.container.env.items()})
@@ -746,8 +723,6 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
 
 def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: CellLaunch, job: JobResult,
                     fatal: Finding | None, *, gates: bool, prediction: Prediction) -> ComboResult:
-    from megapilot.suite.measure import measure_and_gate
-
     logs = [Path(p) for p in job.logs]
     summary = JobSummary(executor=job.executor, job_id=job.job_id, state=job.state.value, exit_code=job.exit_code,
                          reason=job.reason, iterations_reached=job.iterations_reached, train_iters=job.train_iters,
@@ -769,8 +744,6 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
 
 def _baseline_lookup(ctx: _Context, combo: ComboResult) -> BaselineLookup | None:
     """The history's view for this combo's `baseline` gates (None without a history)."""
-    from megapilot.suite.measure import cell_thresholds
-
     source = ctx.request.baseline
     if source is None:
         return None
@@ -810,8 +783,6 @@ def _value_text(row: MetricRow) -> str:
 def _predict(ctx: _Context, launch: CellLaunch) -> Prediction:
     """The estimator's view of this combo (a CPU suite: on this machine's CPU, measured), calibrated on the
     cluster's runs in the history, to show and gate beside what is measured."""
-    from megapilot.suite.predicted import predict_combo
-
     if launch.plan is None:
         return Prediction(note="not rendered, not estimated")
     return predict_combo(launch.plan, ctx.suite.gpu, ctx.request.history_runs, calibrate=ctx.request.calibrate)
@@ -898,11 +869,6 @@ def _device(suite: LoadedSuite) -> str:
 
 
 def _run_card(suite: LoadedSuite) -> RunCard:
-    import platform
-    import socket
-
-    from megapilot import __version__ as megapilot_version
-
     first = suite.cells[0] if suite.cells else suite.smoke
     world = suite.nodes * suite.gpus_per_node
     tp, pp, cp, ep = (first.layout.tp, first.layout.pp, first.layout.cp, first.layout.ep)
@@ -927,8 +893,6 @@ def _family(suite: LoadedSuite) -> str:
 
 
 def _package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(name)
     except PackageNotFoundError:

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from megapilot.errors import MegapilotError
+from megapilot.estimate import flops_per_token
 from megapilot.suite.curves import LossCurveGate
 from megapilot.suite.gates import BaselineLookup, builtin_gates, evaluate
 from megapilot.suite.metrics import ConvergenceGate, CurveTargets, ScalingBaseline, measure_combo
+from megapilot.suite.predicted import departure
 from megapilot.suite.results import Curve, Finding, MetricRow
 from megapilot.suite.stragglers import straggler_rows
 from megapilot.suite.thresholds import DEFAULT_CELL, ThresholdSpec
@@ -46,8 +49,6 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
     Without `gates` (smoke and checkpoint runs) only the built-in gates apply: no error signature,
     finite loss, final iteration reached. `prediction`: what megapilot predicted for the combo (`predicted` gates).
     """
-    from megapilot.suite.predicted import departure
-
     config = suite.config
     plan = launch.plan
     assert plan is not None  # only combos that were launched from a plan reach measurement
@@ -93,9 +94,6 @@ def measured_step_ms(actuals: dict[str, float | None]) -> float | None:
 
 def _flops_per_token(plan: SavedPlan) -> float | None:
     """Training FLOPs per token (Megatron's convention) for MFU; None when the model cannot be counted."""
-    from megapilot.errors import MegapilotError
-    from megapilot.estimate import flops_per_token
-
     try:
         return flops_per_token(plan.model, plan.training.seq_length, tp=plan.parallel.tp).total
     except MegapilotError:

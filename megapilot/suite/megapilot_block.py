@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from megapilot.execute.registry import executor_names
+from megapilot.execute.slurm import MIN_LEASE_S
 from megapilot.suite.config_schema import (
     MAX_GPUS_PER_NODE,
     MAX_HANG_FACTOR,
@@ -84,8 +86,6 @@ class MegapilotBlock(_Forbid):
     @field_validator("job_lease_s")
     @classmethod
     def _lease_long_enough(cls, lease_s: float | None) -> float | None:
-        from megapilot.execute.slurm import MIN_LEASE_S
-
         if lease_s and lease_s < MIN_LEASE_S:
             raise ValueError(f"must be 0 (no lease) or at least {MIN_LEASE_S:g} s, long enough to renew the lease "
                              f"over a shared file system")
@@ -94,8 +94,6 @@ class MegapilotBlock(_Forbid):
     @field_validator("executor")
     @classmethod
     def _registered_executor(cls, name: str) -> str:
-        from megapilot.execute.registry import executor_names
-
         if name not in executor_names():
             raise ValueError(f"unknown executor {name!r}; use one of: {', '.join(executor_names())}")
         return name

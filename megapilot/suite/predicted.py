@@ -18,7 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megapilot.catalog.host import host_cpu
 from megapilot.errors import MegapilotError
+from megapilot.estimate import estimate
+from megapilot.estimate.coverage import family_of, precision_class
+from megapilot.estimate.memory import memory_by_stage
+from megapilot.spec import ClusterSpec
 from megapilot.spec.prediction import Prediction
 from megapilot.suite.results import Verdict
 from megapilot.suite.thresholds import Outcome
@@ -66,14 +71,9 @@ PREDICTED_METRICS: dict[str, PredictedMetric] = {
 def predict_combo(plan: SavedPlan, gpu: GPUSpec | None, runs: Sequence[MeasuredRun] = (),
                   *, calibrate: bool = True) -> Prediction:
     """The estimator's view of this combo before it runs; `gpu` None: this machine's CPU (measured)."""
-    from megapilot.estimate import estimate
-    from megapilot.spec import ClusterSpec
-
     try:
         device = gpu
         if device is None:
-            from megapilot.catalog.host import host_cpu
-
             device = host_cpu()
         cluster = ClusterSpec(gpu=device, num_nodes=plan.cluster.num_nodes, gpus_per_node=plan.cluster.gpus_per_node)
         result = estimate(plan.model, cluster, plan.training, plan.parallel)
@@ -85,7 +85,7 @@ def predict_combo(plan: SavedPlan, gpu: GPUSpec | None, runs: Sequence[MeasuredR
 def calibrated_prediction(plan: SavedPlan, cluster: ClusterSpec, result: EstimateResult,
                           runs: Sequence[MeasuredRun]) -> Prediction:
     """The estimate as a Prediction, calibrated on `runs` (none: the uncalibrated one)."""
-    from megapilot.estimate.coverage import family_of
+    # start-up: 11 ms to import, paid only where a prediction is calibrated (not by `suite check`)
     from megapilot.estimate.history_calibration import calibrate, scaled_breakdown
 
     key = run_key(plan, cluster.gpu.name)
@@ -117,8 +117,6 @@ def memory_warning(key: str, plan: SavedPlan | None, gpu: GPUSpec | None) -> str
     when it fits, on a CPU suite, or without a plan. A warning, never a refusal: the config runs as written."""
     if plan is None or gpu is None:
         return None
-    from megapilot.estimate.memory import memory_by_stage
-
     p, capacity = plan.parallel, gpu.hbm_gib
     try:
         by_stage = memory_by_stage(plan.model, plan.training, p, architecture=gpu.architecture)
@@ -139,7 +137,7 @@ def memory_warning(key: str, plan: SavedPlan | None, gpu: GPUSpec | None) -> str
 
 
 def run_key(plan: SavedPlan, gpu_name: str) -> RunKey:
-    from megapilot.estimate.coverage import family_of, precision_class
+    # start-up: 11 ms to import, paid only where a prediction is calibrated (not by `suite check`)
     from megapilot.estimate.history_calibration import RunKey
 
     p = plan.parallel
@@ -157,6 +155,7 @@ def with_fixed(breakdown_s: Mapping[str, float], step_time_s: float) -> dict[str
 
 
 def components_of(breakdown_s: Mapping[str, float], step_time_s: float, multi_node: bool) -> StepComponents:
+    # start-up: 11 ms to import, paid only where a prediction is calibrated (not by `suite check`)
     from megapilot.estimate.history_calibration import StepComponents
 
     return StepComponents.from_breakdown(breakdown_s, step_time_s, multi_node=multi_node)

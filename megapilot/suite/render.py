@@ -28,8 +28,14 @@ from typing import TYPE_CHECKING, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
-from megapilot.spec import SavedPlan
+from megapilot.estimate import count_params
+from megapilot.execute.base import LaunchRequest
+from megapilot.launch import LaunchOptions, render_launch
+from megapilot.launch.flags import LauncherCannotRun
+from megapilot.plan.space import pipeline_splits
+from megapilot.spec import ClusterSpec, SavedPlan, TrainingSpec, validate_layout
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
 from megapilot.spec.training import PRECISIONS, Precision
 from megapilot.suite.cells import SweepCell
@@ -80,9 +86,6 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
                       gpus_per_node=suite.gpus_per_node)
     if cell.skip_reason:
         return base.model_copy(update={"skipped": cell.skip_reason})
-    from megapilot.launch import render_launch
-    from megapilot.launch.flags import LauncherCannotRun
-
     try:
         plan = build_plan(suite, cell, train_iters=train_iters)
         options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
@@ -150,9 +153,6 @@ def checkpoint_jobs(suite: LoadedSuite, save_dir: Path) -> tuple[CheckpointJob, 
 # ---- specs ----------------------------------------------------------------------------------------
 def build_plan(suite: LoadedSuite, cell: SweepCell, *, train_iters: int | None = None) -> SavedPlan:
     """The cell as a SavedPlan; MegapilotError when the layout cannot work (as `megapilot script` refuses)."""
-    from megapilot.catalog.gpus import get_gpu
-    from megapilot.spec import ClusterSpec, TrainingSpec, validate_layout
-
     gpu = suite.gpu or get_gpu(CPU_STAND_IN_GPU)
     cluster = ClusterSpec(gpu=gpu, num_nodes=suite.nodes, gpus_per_node=suite.gpus_per_node)
     precision = _training_precision(cell.precision) if suite.device == "gpu" else "bf16"
@@ -177,8 +177,6 @@ def pipeline_split(suite: LoadedSuite, cell: SweepCell) -> PipelineSplit:
     what NVIDIA's 405B recipes use): 126 + 2 = 128 slots = 32 per rank, i.e. 31 + 32 + 32 + 31 layers. The
     embedded trainer reads only first/last counts, so there the first uneven split is taken.
     """
-    from megapilot.plan.space import pipeline_splits
-
     model, pp = suite.model, cell.layout.pp
     vpp = cell.layout.vpp or 1
     if pp == 1 or model.num_layers % (pp * vpp) == 0:
@@ -216,8 +214,6 @@ def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_d
                    load_step: int | None = None, request: LaunchRequest | None = None,
                    master_port: int | None = None) -> LaunchOptions:
     """LaunchOptions for the suite's backend and executor."""
-    from megapilot.launch import LaunchOptions
-
     block = suite.config.megapilot
     container = suite.config.container
     env = container.env if container is not None else {}
@@ -255,8 +251,6 @@ def launch_options(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, save_d
 
 def default_request(suite: LoadedSuite) -> LaunchRequest:
     """What a launch asks for before the executor has read the cluster (a dry run, `suite check`)."""
-    from megapilot.execute.base import LaunchRequest
-
     launcher = suite.capabilities.launcher
     return LaunchRequest(launcher=launcher, gpu_request="gpus-per-node" if suite.device == "gpu" else "none")
 
@@ -270,8 +264,6 @@ CPU_BYTES_PER_PARAMETER = 16
 
 def cpu_memory_gib(suite: LoadedSuite) -> float:
     """The memory a CPU suite asks per node: every rank's runtime plus its share of the model's training state."""
-    from megapilot.estimate import count_params
-
     parameters = count_params(suite.model).total
     per_rank = CPU_RANK_RUNTIME_GIB + parameters * CPU_BYTES_PER_PARAMETER / 1024**3
     return round(suite.gpus_per_node * per_rank, 2)

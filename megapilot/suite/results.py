@@ -19,10 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
 
 from megapilot.compat import StrEnum
 from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
+from megapilot.errors import MegapilotError
+from megapilot.files import atomic_write_text
 from megapilot.spec.parallel import LayoutPins, ParallelConfig  # the one layout type (held in part: the pins)
 from megapilot.spec.prediction import Prediction  # the one prediction type, the estimator's
 from megapilot.suite.budget import BudgetProjection
@@ -274,8 +276,6 @@ class SuiteResult(BaseModel):
     def write(self, run_dir: Path | None = None) -> Path:
         """Write atomically and durably to `<run_dir>/suite.json` (a reader, or a resume after a reboot, never
         sees half a file)."""
-        from megapilot.files import atomic_write_text
-
         directory = Path(run_dir or self.run_dir)
         directory.mkdir(parents=True, exist_ok=True)
         return atomic_write_text(directory / SUITE_RESULT_NAME, self.model_dump_json(indent=2))
@@ -283,9 +283,6 @@ class SuiteResult(BaseModel):
 
 def read_suite_result(run_dir: Path) -> SuiteResult:
     """Load `<run_dir>/suite.json`; a missing or unreadable file is a user error naming the directory."""
-    from pydantic import ValidationError
-
-    from megapilot.errors import MegapilotError
 
     path = Path(run_dir) / SUITE_RESULT_NAME
     if not path.is_file():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
+from rich.markup import escape
+from rich.table import Table
 
 from megapilot.suite.outcome import RunStatus, run_outcome
 from megapilot.suite.results import MetricRow, SuiteResult, Verdict
@@ -57,9 +59,6 @@ def result_json(result: SuiteResult) -> dict[str, object]:
 
 def print_summary(result: SuiteResult, console: Console) -> None:
     """Stages and combos with their verdicts, then each FAIL row with its reason, on the CLI's console."""
-    from rich.markup import escape
-    from rich.table import Table
-
     name = result.card.suite_name
     title = f"{name} — {result.run_id}" if "suite" in name.lower() else f"suite {name} — {result.run_id}"
     table = Table(title=title, show_lines=False)

@@ -215,7 +215,7 @@ class PredictedThreshold(_Threshold):
         return f">= {self.min_ratio:g} x predicted"
 
     def judge_value(self, value: float, gate: GateInput) -> Outcome:
-        from megapilot.suite.predicted import judge_predicted
+        from megapilot.suite.predicted import judge_predicted  # cycle: suite.predicted imports thresholds
 
         return judge_predicted(gate.name, value, self.min_ratio, gate.prediction, gate.departure)
 

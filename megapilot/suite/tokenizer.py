@@ -49,7 +49,7 @@ def _download(suite: LoadedSuite, repo_id: str) -> MetricRow:
                          reason=f"{repo_id}: fetched by the jobs on the nodes with HF_TOKEN (the {suite.executor} "
                                 "executor's jobs run elsewhere)")
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # optional and heavy: only this download path needs it
     except ImportError:
         return MetricRow(name=name, verdict=Verdict.RECORD,
                          reason=f"{repo_id}: huggingface_hub is not installed here; the job downloads it with HF_TOKEN")

@@ -10,13 +10,17 @@ under another TP/PP/DP layout.
 from __future__ import annotations
 
 import os
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy
 import torch
-from megatron.core import dist_checkpointing, parallel_state
+from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
+from megatron.core.dist_checkpointing.mapping import ShardedObject
+from megatron.core.utils import get_attr_wrapped_model
 
 from megapilot.errors import MegapilotError
 from megapilot.trainer import cpu_compat, logfmt
@@ -55,12 +59,6 @@ def _model_key(index: int, chunks: int) -> str:
 def _rng_state_object() -> ShardedObject:
     """This rank's RNG streams as one sharded object (as Megatron-LM saves them), so dropout resumes
     exactly. Ranks that differ only in their data-parallel position hold the same streams."""
-    import random
-
-    import numpy
-    from megatron.core import tensor_parallel
-    from megatron.core.dist_checkpointing.mapping import ShardedObject
-
     state = {"random_rng_state": random.getstate(), "np_rng_state": numpy.random.get_state(),
              "torch_rng_state": torch.get_rng_state(),
              "rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
@@ -75,11 +73,6 @@ def _rng_state_object() -> ShardedObject:
 
 
 def _restore_rng_state(state: dict[str, Any]) -> None:
-    import random
-
-    import numpy
-    from megatron.core import tensor_parallel
-
     random.setstate(state["random_rng_state"])
     numpy.random.set_state(state["np_rng_state"])
     torch.set_rng_state(state["torch_rng_state"])
@@ -95,8 +88,6 @@ def _rng_layout() -> list[int]:
 
 
 def _padded_vocab_size(model: Model) -> int:
-    from megatron.core.utils import get_attr_wrapped_model
-
     return int(get_attr_wrapped_model(model[0], "vocab_size"))
 
 

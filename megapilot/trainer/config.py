@@ -10,6 +10,7 @@ import ast
 from dataclasses import dataclass, fields
 
 from megapilot.errors import MegapilotError
+from megapilot.spec.validate import check_pipeline_split
 from megapilot.trainer.args import parse_flags
 
 #: Tokenizer names that mean "the built-in byte tokenizer".
@@ -243,8 +244,6 @@ def _resolve_virtual_pipeline(ns: argparse.Namespace) -> int | None:
 
 def _check_pipeline_split(ns: argparse.Namespace, virtual_stages: int | None) -> int | None:
     """Refuse a layer split Megatron-Core's TransformerConfig would refuse, naming the flag; pass VPP on."""
-    from megapilot.spec.validate import check_pipeline_split
-
     flag_of = {"first_stage_layers": "--decoder-first-pipeline-num-layers",
                "last_stage_layers": "--decoder-last-pipeline-num-layers", "pp": "--pipeline-model-parallel-size",
                "vpp": "--num-layers-per-virtual-pipeline-stage"}

@@ -186,6 +186,7 @@ _MODE: CudaToCpuMode | None = None
 
 
 def _install_rng_tracker() -> None:
+    # heavy: megatron-core; this module loads with torch alone and each patch imports what it patches
     from megatron.core.tensor_parallel import random as megatron_random
 
     megatron_random._CUDA_RNG_STATE_TRACKER = CpuRngStatesTracker()
@@ -218,6 +219,7 @@ def _install_mode_in_backward() -> None:
     and Megatron allocates with CUDA devices there (e.g. the all-gather in the MoE and
     sequence-parallel backward).
     """
+    # heavy: torch.autograd internals, needed only by this patch
     from torch.autograd.function import BackwardCFunction
 
     original_apply = BackwardCFunction.apply
@@ -257,6 +259,7 @@ def disable_cpu_mode() -> None:
 
 def torch_adam_fallback_in_use() -> bool:
     """True when Megatron's distributed optimizer wraps torch's Adam (neither Apex nor TE present)."""
+    # heavy: megatron-core; this module loads with torch alone and each patch imports what it patches
     from megatron.core.optimizer import distrib_optimizer
 
     return not distrib_optimizer.HAVE_APEX_OR_TE
@@ -295,6 +298,7 @@ def install_distributed_optimizer_fixes() -> bool:
     global _ORIGINAL_SET_STATES
     if not torch_adam_fallback_in_use():
         return False
+    # heavy: megatron-core; this module loads with torch alone and each patch imports what it patches
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
     if _ORIGINAL_SET_STATES is None:
@@ -310,6 +314,7 @@ def install_missing_te_fixes() -> bool:
     megatron-core 0.16.1 imports `te_general_gemm` only when TE is present but tests it for None
     unconditionally (NameError in every MoE forward); defining it as None selects the torch path.
     """
+    # heavy: megatron-core; this module loads with torch alone and each patch imports what it patches
     from megatron.core.transformer.moe import moe_utils
 
     if moe_utils.HAVE_TE or hasattr(moe_utils, "te_general_gemm"):
@@ -327,6 +332,7 @@ def install_biased_expert_fix() -> bool:
     a view); the expert MLP then adds its bias in place (`output += bias * probs`, megatron/core/transformer/
     mlp.py), which autograd forbids on a custom Function's view. A one-rank reduce now returns a copy. Called
     only for MoE models with biased linears that do not use Transformer Engine."""
+    # heavy: megatron-core; this module loads with torch alone and each patch imports what it patches
     from megatron.core.tensor_parallel import mappings
 
     region = mappings._ReduceFromModelParallelRegion

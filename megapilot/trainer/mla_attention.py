@@ -9,6 +9,7 @@ parallelism (what a CPU run has): causal softmax(q·kᵀ·scale)·v over [seq, b
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 from typing import Any
 
@@ -49,8 +50,7 @@ def _mla_module_without_transformer_engine() -> None:
     """Megatron-Core 0.16.1's multi_latent_attention sets HAVE_TE from an import that succeeds without
     Transformer Engine (TELinear is then None), and `isinstance(linear_proj, None)` fails when the layer
     is built. Without TE installed, the module's flag is set to what it means."""
-    import importlib.util
-
+    # the module whose flag is corrected, imported only to correct it
     from megatron.core.transformer import multi_latent_attention
 
     if importlib.util.find_spec("transformer_engine") is None:

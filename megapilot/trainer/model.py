@@ -28,6 +28,7 @@ from megatron.core.transformer.transformer_block import TransformerBlockSubmodul
 from megapilot.errors import MegapilotError
 from megapilot.trainer import cpu_compat
 from megapilot.trainer.config import TrainerConfig
+from megapilot.trainer.mla_attention import with_local_mla_attention
 
 
 def params_dtype(config: TrainerConfig) -> torch.dtype:
@@ -155,8 +156,6 @@ def _local_mla(spec: Any, config: TrainerConfig, use_te: bool) -> Any:
     """Megatron-Core's local attention cannot take MLA's two head dims; use the trainer's own without TE."""
     if use_te or not config.multi_latent_attention:
         return spec
-    from megapilot.trainer.mla_attention import with_local_mla_attention
-
     return with_local_mla_attention(spec)
 
 

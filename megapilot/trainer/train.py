@@ -15,14 +15,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import torch
 
 from megapilot.errors import MegapilotError
 from megapilot.execute.process import free_port
-from megapilot.trainer import logfmt
+from megapilot.trainer import cpu_compat, logfmt
+from megapilot.trainer.args import parse_flags
 from megapilot.trainer.config import TrainerConfig, build_config
 from megapilot.trainer.flops import flops_per_iteration, padded_vocab_size
 
@@ -61,8 +64,6 @@ def emit(line: str) -> None:
 # ----------------------------------------------------------------------------- process groups
 def init_distributed(config: TrainerConfig, on_gpu: bool) -> None:
     """Join the torchrun process group (or make a one-process group when started without torchrun)."""
-    from datetime import timedelta
-
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(free_port()))
@@ -74,6 +75,7 @@ def init_distributed(config: TrainerConfig, on_gpu: bool) -> None:
 
 
 def init_model_parallel(config: TrainerConfig) -> None:
+    # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
     from megatron.core import parallel_state, tensor_parallel
 
     parallel_state.initialize_model_parallel(
@@ -111,6 +113,7 @@ def _forward_step(
 
 def _reduce_reported_loss(losses_reduced: list[dict[str, torch.Tensor]]) -> float | None:
     """Token-weighted mean loss over micro-batches and data-parallel ranks (last pipeline stage only)."""
+    # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
     from megatron.core import parallel_state
 
     if not parallel_state.is_pipeline_last_stage(ignore_virtual=True):
@@ -147,6 +150,7 @@ class Trainer:
     """Holds what a run builds once; `run()` is the training loop."""
 
     def __init__(self, config: TrainerConfig, on_gpu: bool):
+        # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
         from megatron.core import parallel_state
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -174,6 +178,7 @@ class Trainer:
 
     def _wire_schedule_hooks(self) -> None:
         """The hooks Megatron-LM's `train()` sets on the model config before the loop."""
+        # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
         from megatron.core.distributed import finalize_model_grads
         from megatron.core.utils import get_model_config
 
@@ -216,6 +221,7 @@ class Trainer:
                 group.finish_param_sync = timed
 
     def _report_parameter_count(self, count: int) -> None:
+        # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
         from megatron.core import parallel_state
 
         if self.dp_rank == 0:
@@ -224,6 +230,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ data
     def _iterators(self, dataset: GPTDataset, first_sample: int) -> BatchStreams:
+        # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
         from megapilot.trainer.data_loading import microbatches
 
         def make() -> Iterator[Batch]:
@@ -328,8 +335,6 @@ class Trainer:
             values = (torch.cuda.memory_allocated() / mib, torch.cuda.max_memory_allocated() / mib,
                       torch.cuda.memory_reserved() / mib, torch.cuda.max_memory_reserved() / mib)
         else:
-            import psutil
-
             rss_mib = psutil.Process().memory_info().rss / (1024 * 1024)
             peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # ru_maxrss is KiB on Linux
             peak_mib = max(peak_mib, rss_mib)
@@ -340,6 +345,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
+        # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
         from megapilot.trainer import checkpoint
 
         config = self.config
@@ -407,6 +413,7 @@ class Trainer:
         """Megatron's MoE router metrics of this iteration, averaged over MoE layers (collective)."""
         if not self.config.is_moe:
             return {}
+        # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
         from megatron.core.transformer.moe.moe_utils import track_moe_metrics
 
         names = ["load_balancing_loss"] if "aux_loss" in self.config.moe_router_load_balancing_type else []
@@ -425,6 +432,7 @@ class Trainer:
                 log(line, last_rank_only=True)
 
     def _save(self, iteration: int) -> None:
+        # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
         from megapilot.trainer import checkpoint
 
         assert self.config.save is not None  # the loop saves only when --save is given
@@ -442,8 +450,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m megapilot.trainer`: returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
-        from megapilot.trainer.args import parse_flags
-
         parse_flags(["--help"])
     on_gpu = torch.cuda.is_available()
     try:
@@ -452,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     except MegapilotError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
-    from megapilot.trainer import cpu_compat
+    # heavy: megatron-core loads only once the flags are valid (a bad flag exits 2 with torch alone loaded)
     from megapilot.trainer.model import uses_transformer_engine
 
     if not on_gpu:

@@ -23,6 +23,7 @@ import enum
 import json
 import sys
 import types
+import typing
 from typing import Any
 
 
@@ -108,13 +109,12 @@ def parser_flags(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]:
 
 def _backport_typing_override() -> None:
     """core_v0.19.0 imports typing.override (Python 3.12); on 3.11 an identity decorator is the same at runtime."""
-    import typing
-
     if not hasattr(typing, "override"):
         typing.override = lambda function: function  # type: ignore[attr-defined]  # 3.12's decorator, shimmed
 
 
 def extract(release: str, commit: str) -> dict[str, Any]:
+    # heavy: Megatron-LM's training package, only when extracting its arguments
     from megatron.training.arguments import add_megatron_arguments
 
     parser = argparse.ArgumentParser(allow_abbrev=False)

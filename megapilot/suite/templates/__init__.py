@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from megapilot.errors import MegapilotError
+from megapilot.execute.registry import capabilities
+from megapilot.suite.config import MegapilotBlock
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,6 @@ SCHEDULER_KEYS = ("partition", "account", "time_limit", "exclusive", "memory_per
 def for_executor(config: dict[str, Any], executor: str) -> dict[str, Any]:
     """The template's config set to run with `executor`, each setting that concerns it written out at its
     default (or the template's value) with a `_<key>` comment: what it means and its default."""
-    from megapilot.execute.registry import capabilities
-    from megapilot.suite.config import MegapilotBlock
-
     able = capabilities(executor)
     block = dict(config.get("megapilot") or {})
     block["executor"] = executor

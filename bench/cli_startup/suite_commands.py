@@ -1,0 +1,82 @@
+"""The suite's quick commands and the lifecycle's import: CPU seconds and modules loaded in a fresh process, for this
+checkout and another revision (`--baseline-rev`), run interleaved (the method of run.py, beside it).
+
+An import moved to the top of a module is paid whenever that module loads; this shows where a user would feel it:
+`suite check`, `suite run --dry-run` (both on the packaged tiny-local template) and `import megapilot.suite.lifecycle`.
+
+    python bench/cli_startup/suite_commands.py [--baseline-rev main] [--repeats 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import CLI, ROOT, cpu_s, extract  # run.py, beside this file
+
+HERE = Path(__file__).resolve().parent
+TEMPLATE = "megapilot/suite/templates/tiny-local.json"
+LOADED = ("import atexit, json, sys\n"
+          "atexit.register(lambda: sys.__stderr__.write('LOADED ' + json.dumps(len(sys.modules)) + '\\n'))\n")
+
+
+def cases(out_dir: Path) -> dict[str, tuple[str, list[str]]]:
+    return {
+        "suite_check": (CLI, ["suite", "check", TEMPLATE]),
+        "suite_run_dry_run": (CLI, ["suite", "run", "--dry-run", TEMPLATE, "--out", str(out_dir)]),
+        "import_lifecycle": ("import megapilot.suite.lifecycle", []),
+    }
+
+
+def modules_loaded(tree: Path, code: str, argv: list[str]) -> int:
+    """How many modules the process held at exit."""
+    done = subprocess.run([sys.executable, "-c", LOADED + code, *argv], cwd=tree, capture_output=True, text=True,
+                          check=False, env={**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "80"})
+    return int(next(line for line in done.stderr.splitlines() if line.startswith("LOADED ")).split()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--baseline-rev", default="main")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--results", type=Path, default=HERE / "suite_commands.json")
+    args = parser.parse_args()
+    load_at_start = [round(value, 2) for value in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="megapilot-bench-") as tmp:
+        baseline = extract(args.baseline_rev, Path(tmp))
+        for scanner in (ROOT / "megapilot" / "logs").glob("_scan*.so"):  # built, not in git
+            (baseline / "megapilot" / "logs" / scanner.name).write_bytes(scanner.read_bytes())
+        trees = {"baseline": baseline, "this": ROOT}
+        timed = cases(Path(tmp) / "runs")
+        results: dict[str, object] = {}
+        for label, tree in trees.items():  # bytecode caches written before timing; modules counted once
+            for name, (code, argv) in timed.items():
+                results[f"{label}_{name}_modules"] = modules_loaded(tree, code, argv)
+        runs: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            for label, tree in trees.items():
+                for name, (code, argv) in timed.items():
+                    runs.setdefault(f"{label}_{name}_cpu_s", []).append(cpu_s(tree, code, argv))
+    results.update({key: round(statistics.median(values), 3) for key, values in runs.items()})
+    results.update({
+        "baseline_rev": args.baseline_rev,
+        "baseline_commit": subprocess.run(["git", "rev-parse", args.baseline_rev], cwd=ROOT, capture_output=True,
+                                          text=True, check=True).stdout.strip(),
+        "repeats": args.repeats, "cpus": os.cpu_count(),
+        "load_average_at_start": load_at_start, "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
+        "note": "CPU seconds (user + sys) of a fresh process, median of `repeats`, baseline and this checkout "
+                "alternating; *_modules: sys.modules at exit (one run each)",
+    })
+    args.results.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
