@@ -473,12 +473,13 @@ def _predicted_step_ms(path: Path) -> float:
 
 
 def test_a_run_slower_than_its_prediction_without_an_error_line_is_flagged(tmp_path: Path):
-    """The prediction is for the run the log's own arguments block describes, on --gpu; beyond the estimate's error
-    band a finding names both step times and the likely causes; within it, nothing."""
+    """The prediction is for the run the log's own arguments block describes, on --gpu; beyond the slow end of the
+    estimate's 80 % interval a finding names both step times and the likely causes; within it, nothing."""
     predicted_ms = _predicted_step_ms(_slow_log(tmp_path, 1000.0, "probe.log"))
     slow = diagnose([_slow_log(tmp_path, predicted_ms * 1.6, "slow.log")], gpu=get_gpu("h100"))
     [finding] = [f for f in slow.findings if f.category == "low_throughput"]
     assert finding.title.startswith("Slower than predicted:") and "+60%" in finding.title
+    assert "80 % interval" in finding.title and "held-out errors" in finding.cause
     assert "no error line" in finding.cause and "slow node" in finding.cause
     assert finding.evidence and "iteration" in finding.evidence[-1].text
     on_time = diagnose([_slow_log(tmp_path, predicted_ms * 1.05, "on_time.log")], gpu=get_gpu("h100"))
