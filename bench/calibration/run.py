@@ -184,7 +184,7 @@ def _fit_report(report: dict[str, Any], rows: list[CalibrationRow], release: lis
                                             + [release_error(r, fitted) for r in seen])
     report["leave_one_source_out"] = {
         source: {"held_out": _as_doc(fold.held_out), "fitted": asdict(fold.fitted),
-                 "errors": {k: round(v, 4) for k, v in fold.errors.items()}}
+                 "errors": {k: round(v, RESIDUAL_DIGITS) for k, v in fold.errors.items()}}
         for source, fold in leave_one_source_out(rows, layouts, release, fitter).items()
     }
     report["prior_summary"] = _summary_doc(list(errors(rows, layouts, PRIOR).values())
@@ -247,6 +247,7 @@ def _row_record(row: CalibrationRow, layout: ParallelConfig, fits: bool, error: 
     }
 
 
+RESIDUAL_DIGITS = 4  # results.json and calibration_coverage.json store each held-out error to 0.01 %
 SPLIT_KEYS = {"leave-one-source-out": lambda r: r.source, "leave-one-family-out": model_family,
               "leave-one-GPU-out": gpu_of}
 
@@ -275,8 +276,10 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
         "in-sample": {r.id: in_sample_baseline.error(r) for r in trained},
         "release hold-out": {r.id: release_baseline.error(r) for r in judged},
     } | {name: baseline_held_out(every, key) for name, key in SPLIT_KEYS.items()}
-    # the interval's residuals: each row's errors when its family, then its GPU, was held out
-    residuals = {r.id: (model["leave-one-family-out"][r.id], model["leave-one-GPU-out"][r.id]) for r in every}
+    # the interval's residuals: each row's errors when its family, then its GPU, was held out, rounded as the
+    # product reads them (calibration_coverage.json), so that --coverage-only recomputes the same figures
+    residuals = {r.id: (round(model["leave-one-family-out"][r.id], RESIDUAL_DIGITS),
+                        round(model["leave-one-GPU-out"][r.id], RESIDUAL_DIGITS)) for r in every}
     judged_ids = {r.id for r in judged}
     groups: dict[str, Any] = {"release hold-out": lambda r: "judged" if r.id in judged_ids else "seen"} | SPLIT_KEYS
     by_id = {r.id: r for r in every}
@@ -293,7 +296,7 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
                                                   if r.id in errs and key(r) == group])}
                 for group in dict.fromkeys(key(by_id[k]) for k in errs)}
         result[name] = entry
-    report["heldout_residuals"] = {k: [round(v, 4) for v in pair] for k, pair in residuals.items()}
+    report["heldout_residuals"] = {k: list(pair) for k, pair in residuals.items()}
     report["heldout_cells"] = {k: list(v) for k, v in cells.items()}
     return result
 
@@ -314,7 +317,7 @@ def _interval_coverage(errs: dict[str, float], residuals: dict[str, tuple[float,
     for row_id, error in errs.items():
         group = key(by_id[row_id])
         band = _band(cells, {k: v for k, v in residuals.items() if key(by_id[k]) != group}, by_id[row_id])
-        inside.append(band.p10_error <= error <= band.p90_error)
+        inside.append(band.p10_error <= round(error, RESIDUAL_DIGITS) <= band.p90_error)
         low, high = band.tokens_interval(1.0)
         widths.append(high - low)
     return {"interval_coverage": sum(inside) / len(inside), "interval_median_width": statistics.median(widths)}
