@@ -109,7 +109,7 @@ def test_the_conformal_ends_are_order_statistics_clamped_to_the_sample():
 
 def test_the_80_percent_interval_of_a_small_sample_holds_the_next_error_80_percent_of_the_time():
     """A cell of 9 runs (18 held-out errors): the interpolated 10th / 90th percentiles hold the next error about
-    72 % of the time; the split-conformal order statistics (here the extremes) at least 80 %."""
+    73 % of the time; the split-conformal order statistics (here the extremes) at least 80 %."""
     import math
     import random
 
