@@ -3,6 +3,7 @@
     .venv/bin/python bench/calibration/run.py            # fit, hold-out checks, write results
     .venv/bin/python bench/calibration/run.py --no-fit   # only score the committed parameters (writes nothing)
     .venv/bin/python bench/calibration/run.py --render   # rewrite results.md from results.json
+    .venv/bin/python bench/calibration/run.py --coverage-only  # recompute the interval coverage in results.*
 
 Splits: in-sample, release hold-out, leave-one-source-out, leave-one-family-out, leave-one-GPU-out, each with the
 constant-MFU baseline (one MFU per precision class x dense/MoE, fitted on the same training side) and, for the
@@ -20,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,7 @@ from megapilot.estimate.calibration import (
 )
 from megapilot.estimate.coverage import (
     CoverageCell,
+    ErrorBand,
     error_band,
     family_of,
     nearest_coverage,
@@ -127,9 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-fit", action="store_true", help="score the committed CALIBRATED parameters only")
     parser.add_argument("--render", action="store_true", help="rewrite results.md from results.json, fitting nothing")
+    parser.add_argument("--coverage-only", action="store_true",
+                        help="recompute the interval coverage in results.json/.md from its stored held-out errors")
     args = parser.parse_args(argv)
     if args.render:
         (OUT_DIR / "results.md").write_text(_markdown(json.loads((OUT_DIR / "results.json").read_text())))
+        return 0
+    if args.coverage_only:
+        stored = json.loads((OUT_DIR / "results.json").read_text())
+        coverage_only(stored, load_rows()[0], load_release_rows()[0])
+        (OUT_DIR / "results.json").write_text(json.dumps(stored, indent=1) + "\n")
+        (OUT_DIR / "results.md").write_text(_markdown(stored))
         return 0
 
     rows, excluded = load_rows()
@@ -172,7 +184,7 @@ def _fit_report(report: dict[str, Any], rows: list[CalibrationRow], release: lis
                                             + [release_error(r, fitted) for r in seen])
     report["leave_one_source_out"] = {
         source: {"held_out": _as_doc(fold.held_out), "fitted": asdict(fold.fitted),
-                 "errors": {k: round(v, 4) for k, v in fold.errors.items()}}
+                 "errors": {k: round(v, RESIDUAL_DIGITS) for k, v in fold.errors.items()}}
         for source, fold in leave_one_source_out(rows, layouts, release, fitter).items()
     }
     report["prior_summary"] = _summary_doc(list(errors(rows, layouts, PRIOR).values())
@@ -235,6 +247,7 @@ def _row_record(row: CalibrationRow, layout: ParallelConfig, fits: bool, error: 
     }
 
 
+RESIDUAL_DIGITS = 4  # results.json and calibration_coverage.json store each held-out error to 0.01 %
 SPLIT_KEYS = {"leave-one-source-out": lambda r: r.source, "leave-one-family-out": model_family,
               "leave-one-GPU-out": gpu_of}
 
@@ -263,8 +276,10 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
         "in-sample": {r.id: in_sample_baseline.error(r) for r in trained},
         "release hold-out": {r.id: release_baseline.error(r) for r in judged},
     } | {name: baseline_held_out(every, key) for name, key in SPLIT_KEYS.items()}
-    # the interval's residuals: each row's errors when its family, then its GPU, was held out
-    residuals = {r.id: (model["leave-one-family-out"][r.id], model["leave-one-GPU-out"][r.id]) for r in every}
+    # the interval's residuals: each row's errors when its family, then its GPU, was held out, rounded as the
+    # product reads them (calibration_coverage.json), so that --coverage-only recomputes the same figures
+    residuals = {r.id: (round(model["leave-one-family-out"][r.id], RESIDUAL_DIGITS),
+                        round(model["leave-one-GPU-out"][r.id], RESIDUAL_DIGITS)) for r in every}
     judged_ids = {r.id for r in judged}
     groups: dict[str, Any] = {"release hold-out": lambda r: "judged" if r.id in judged_ids else "seen"} | SPLIT_KEYS
     by_id = {r.id: r for r in every}
@@ -274,19 +289,14 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
                                  "baseline": _summary_doc([baseline[name][k] for k in errs])}
         if name in groups:
             key = groups[name]
-            inside = []
-            for row_id, error in errs.items():
-                group = key(by_id[row_id])
-                kept = {k: v for k, v in residuals.items() if key(by_id[k]) != group}
-                inside.append(_covered(cells, kept, by_id[row_id], error))
-            entry["interval_coverage"] = sum(inside) / len(inside)
+            entry |= _interval_coverage(errs, residuals, cells, by_id, key)
             entry["by_group"] = {
                 group: {"model": _summary_doc([errs[r.id] for r in every if r.id in errs and key(r) == group]),
                         "baseline": _summary_doc([baseline[name][r.id] for r in every
                                                   if r.id in errs and key(r) == group])}
                 for group in dict.fromkeys(key(by_id[k]) for k in errs)}
         result[name] = entry
-    report["heldout_residuals"] = {k: [round(v, 4) for v in pair] for k, pair in residuals.items()}
+    report["heldout_residuals"] = {k: list(pair) for k, pair in residuals.items()}
     report["heldout_cells"] = {k: list(v) for k, v in cells.items()}
     return result
 
@@ -298,9 +308,24 @@ def _cell(row: AnyRow) -> tuple[str, str, str]:
     return row.family, row.case.cluster.gpu.name, precision_class(row.case.training.precision)
 
 
-def _covered(cells: dict[str, tuple[str, str, str]], residuals: dict[str, tuple[float, float]], row: AnyRow,
-             error: float) -> bool:
-    """Whether the row's held-out error lies in the 80 % band the product would state from `residuals` alone."""
+def _interval_coverage(errs: dict[str, float], residuals: dict[str, tuple[float, ...]],
+                       cells: dict[str, tuple[str, str, str]], by_id: dict[str, AnyRow],
+                       key: Callable[[AnyRow], str]) -> dict[str, float]:
+    """How often a split's held-out error lies in the 80 % band the product would state from the residuals of
+    the other groups alone, and the band's median width (p90 - p10 of tokens/s, a fraction of the prediction)."""
+    inside, widths = [], []
+    for row_id, error in errs.items():
+        group = key(by_id[row_id])
+        band = _band(cells, {k: v for k, v in residuals.items() if key(by_id[k]) != group}, by_id[row_id])
+        inside.append(band.p10_error <= round(error, RESIDUAL_DIGITS) <= band.p90_error)
+        low, high = band.tokens_interval(1.0)
+        widths.append(high - low)
+    return {"interval_coverage": sum(inside) / len(inside), "interval_median_width": statistics.median(widths)}
+
+
+def _band(cells: dict[str, tuple[str, str, str]], residuals: dict[str, tuple[float, ...]],
+          row: AnyRow) -> ErrorBand:
+    """The 80 % band the product would state for `row` had `residuals` been every held-out error it knew."""
     grouped: dict[tuple[str, str, str], list[float]] = {}
     for row_id, pair in residuals.items():
         grouped.setdefault(cells[row_id], []).extend(pair)
@@ -308,8 +333,29 @@ def _covered(cells: dict[str, tuple[str, str, str]], residuals: dict[str, tuple[
                   for (family, gpu, precision), errs in grouped.items())
     family, gpu_name, klass = cells[row.id]
     gpu = (row.cluster if isinstance(row, CalibrationRow) else row.case.cluster).gpu
-    band = error_band(table, nearest_coverage(table, family, gpu_name, gpu.vendor, gpu.architecture, klass))
-    return band.p10_error <= error <= band.p90_error
+    return error_band(table, nearest_coverage(table, family, gpu_name, gpu.vendor, gpu.architecture, klass))
+
+
+def coverage_only(report: dict[str, Any], rows: list[CalibrationRow], release: list[ReleaseRow]) -> None:
+    """Recompute every split's interval coverage and width from the held-out errors `report` already stores (the
+    fits are not rerun: the interval's rule does not change them)."""
+    every: list[AnyRow] = [*rows, *release]
+    by_id = {r.id: r for r in every}
+    cells = {r.id: _cell(r) for r in every}
+    residuals = {k: tuple(pair) for k, pair in report["heldout_residuals"].items()}
+    fitted = EfficiencyParams(**report["fitted_parameters"])
+    _, judged = split_by_release(release)
+    judged_ids = {r.id for r in judged}
+    held_out: dict[str, tuple[dict[str, float], Callable[[AnyRow], str]]] = {
+        "release hold-out": ({r.id: release_error(r, fitted) for r in judged},
+                             lambda r: "judged" if r.id in judged_ids else "seen"),
+        "leave-one-source-out": ({k: v for fold in report["leave_one_source_out"].values()
+                                  for k, v in fold["errors"].items()}, SPLIT_KEYS["leave-one-source-out"]),
+        "leave-one-family-out": ({k: pair[0] for k, pair in residuals.items()}, SPLIT_KEYS["leave-one-family-out"]),
+        "leave-one-GPU-out": ({k: pair[1] for k, pair in residuals.items()}, SPLIT_KEYS["leave-one-GPU-out"]),
+    }
+    for name, (errs, key) in held_out.items():
+        report["splits"][name] |= _interval_coverage(errs, residuals, cells, by_id, key)
 
 
 def _loso_groups(report: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -367,12 +413,14 @@ def _markdown(report: dict[str, Any]) -> str:
         lines += ["", "Every split, the model beside the constant-MFU baseline (one MFU per precision class x "
                   "dense/MoE,", "the median of the training side of the same split); coverage = share of held-out "
                   "rows whose true", "throughput lies inside the stated 80 % interval, the interval built without "
-                  "the row's group:", "",
+                  "the row's group", "(in brackets its median width, p10 to p90 of tokens/s in % of the prediction; "
+                  "rule: megapilot/estimate/coverage.py):", "",
                   "| split | rows | model median | model p90 | baseline median | baseline p90 | 80 % interval "
-                  "coverage | model beats baseline |", "|---|---|---|---|---|---|---|---|"]
+                  "coverage (width) | model beats baseline |", "|---|---|---|---|---|---|---|---|"]
         for name, entry in report["splits"].items():
             m, b = entry["model"], entry["baseline"]
-            cov = f"{100 * entry['interval_coverage']:.0f} %" if "interval_coverage" in entry else "-"
+            cov = "-" if "interval_coverage" not in entry else f"{100 * entry['interval_coverage']:.0f} %" + (
+                f" ({_pct(entry['interval_median_width'])})" if "interval_median_width" in entry else "")
             beats = _beats(m, b)
             lines.append(f"| {name} | {m['rows']} | {_pct(m['median_abs_error'])} | {_pct(m['p90_abs_error'])} | "
                          f"{_pct(b['median_abs_error'])} | {_pct(b['p90_abs_error'])} | {cov} | {beats} |")

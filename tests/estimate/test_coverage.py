@@ -88,7 +88,8 @@ def test_the_interval_is_the_held_out_spread_of_the_cell_and_wider_outside_it():
     cell = CoverageCell("dense", "H100-SXM5-80GB", "fp8", 10, 0.05, 0.0, spread)
     cells = (cell,)
     own = error_band(cells, CalibrationCoverage("dense", "H100-SXM5-80GB", "fp8", cell, True))
-    assert own.p10_error == pytest.approx(-0.08, abs=0.005) and own.p90_error == pytest.approx(0.08, abs=0.005)
+    # 21 errors: the split-conformal ends are the 2nd and the 20th, floor(22 x 0.1) and ceil(22 x 0.9)
+    assert own.p10_error == pytest.approx(-0.09, abs=0.001) and own.p90_error == pytest.approx(0.09, abs=0.001)
     nearest = error_band(cells, CalibrationCoverage("dense", "H200", "fp8", cell, False))
     outside = error_band(cells, CalibrationCoverage("dense", "MI300X", "fp8", None, False))
     assert nearest.p10_error < own.p10_error and nearest.p90_error > own.p90_error
@@ -96,6 +97,32 @@ def test_the_interval_is_the_held_out_spread_of_the_cell_and_wider_outside_it():
     assert "widened" in outside.basis
     low, high = own.tokens_interval(1000.0)
     assert low < 1000.0 < high  # an estimate that runs high has its truth below it: p10 divides by 1 + p90 error
+
+
+def test_the_conformal_ends_are_order_statistics_clamped_to_the_sample():
+    from megapilot.estimate.coverage import conformal_bounds
+
+    assert conformal_bounds([3.0, 1.0, 2.0]) == (1.0, 3.0)  # ranks 0 and 4 of 3 values: the extremes
+    assert conformal_bounds([float(i) for i in range(1, 10)]) == (1.0, 9.0)  # n = 9: exactly the extremes
+    assert conformal_bounds([float(i) for i in range(1, 22)]) == (2.0, 20.0)  # n = 21: floor(2.2), ceil(19.8)
+
+
+def test_the_80_percent_interval_of_a_small_sample_holds_the_next_error_80_percent_of_the_time():
+    """A cell of 9 runs (18 held-out errors): the interpolated 10th / 90th percentiles hold the next error about
+    73 % of the time; the split-conformal order statistics (here the extremes) at least 80 %."""
+    import math
+    import random
+
+    from megapilot.estimate.coverage import CalibrationCoverage, error_band
+
+    draw = random.Random(31)
+    trials, inside = 2000, 0
+    for _ in range(trials):
+        errors = tuple(math.expm1(draw.gauss(0.0, 0.2)) for _ in range(18))
+        cell = CoverageCell("dense", "H100-SXM5-80GB", "bf16", 9, 0.1, 0.0, errors)
+        band = error_band((cell,), CalibrationCoverage("dense", "H100-SXM5-80GB", "bf16", cell, True))
+        inside += band.p10_error <= math.expm1(draw.gauss(0.0, 0.2)) <= band.p90_error
+    assert 0.8 <= inside / trials <= 0.95
 
 
 def test_every_estimate_carries_its_80_percent_interval_around_the_prediction():
