@@ -60,6 +60,21 @@ def extract(rev: str, into: Path) -> Path:
     return into / "tree"
 
 
+def interleaved_medians(trees: dict[str, Path], cases: list[tuple[str, str, list[str]]],
+                        repeats: int) -> dict[str, float]:
+    """CPU seconds of each (name, code, argv) case in each tree, keyed `<tree>_<name>_cpu_s`: the median of `repeats`
+    runs with the trees alternating, so a change of the machine's load falls on both alike."""
+    for tree in trees.values():  # bytecode caches written before timing, as an installed package has them
+        for _, code, argv in cases:
+            cpu_s(tree, code, argv)
+    runs: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for label, tree in trees.items():
+            for name, code, argv in cases:
+                runs.setdefault(f"{label}_{name}_cpu_s", []).append(cpu_s(tree, code, argv))
+    return {key: round(statistics.median(values), 3) for key, values in runs.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline-rev", default="main")
@@ -70,17 +85,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="megapilot-bench-") as tmp:
         baseline = extract(args.baseline_rev, Path(tmp))
         trees = {"baseline": baseline, "this": ROOT}
-        runs: dict[str, list[float]] = {}
         cases = [(name, CLI, argv) for name, argv in COMMANDS.items()]
         cases += [("import_cli", IMPORT_ONLY, []), ("import_cli_and_spec", WITH_SPEC, [])]
-        for tree in trees.values():  # bytecode caches written before timing, as an installed package has them
-            for _, code, argv in cases:
-                cpu_s(tree, code, argv)
-        for _ in range(args.repeats):
-            for label, tree in trees.items():
-                for name, code, argv in cases:
-                    runs.setdefault(f"{label}_{name}_cpu_s", []).append(cpu_s(tree, code, argv))
-    medians = {key: round(statistics.median(values), 3) for key, values in runs.items()}
+        medians = interleaved_medians(trees, cases, args.repeats)
     results = {
         **medians,
         "spec_import_cost_cpu_s": round(medians["this_import_cli_and_spec_cpu_s"] - medians["this_import_cli_cpu_s"],

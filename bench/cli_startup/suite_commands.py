@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import CLI, ROOT, cpu_s, extract  # run.py, beside this file
+from run import CLI, ROOT, extract, interleaved_medians  # run.py, beside this file
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = "megapilot/suite/templates/tiny-local.json"
@@ -59,12 +58,8 @@ def main() -> None:
         for label, tree in trees.items():  # bytecode caches written before timing; modules counted once
             for name, (code, argv) in timed.items():
                 results[f"{label}_{name}_modules"] = modules_loaded(tree, code, argv)
-        runs: dict[str, list[float]] = {}
-        for _ in range(args.repeats):
-            for label, tree in trees.items():
-                for name, (code, argv) in timed.items():
-                    runs.setdefault(f"{label}_{name}_cpu_s", []).append(cpu_s(tree, code, argv))
-    results.update({key: round(statistics.median(values), 3) for key, values in runs.items()})
+        results.update(interleaved_medians(trees, [(name, code, argv) for name, (code, argv) in timed.items()],
+                                           args.repeats))
     results.update({
         "baseline_rev": args.baseline_rev,
         "baseline_commit": subprocess.run(["git", "rev-parse", args.baseline_rev], cwd=ROOT, capture_output=True,
