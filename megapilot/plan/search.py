@@ -313,11 +313,7 @@ class _Search:
         self._best_by_key: dict[tuple[str, object], RankKey] = {}
         self.best_by_shape: dict[ShapeKey, Fit] = {}
         self._best_by_shape_key: dict[ShapeKey, RankKey] = {}
-        # (tp, pp) -> (best tokens/s/GPU, whether that layout runs without memory relief)
-        self._best_speed_at: dict[tuple[int, int], tuple[float, bool]] = {}
-        self._best_bubble_at: dict[tuple[int, int], float] = {}  # (tp, pp) -> that best layout's bubble share
-        self._best_estimate_at: dict[tuple[int, int], EstimateResult] = {}  # (tp, pp) -> that best layout's estimate
-        self._best_layout_at: dict[tuple[int, int], ParallelConfig] = {}  # (tp, pp) -> that best layout
+        self._best_at: dict[tuple[int, int], Fit] = {}  # (tp, pp) -> its fastest layout so far
 
     # -- bookkeeping
     def _reject(self, rejection: Rejection | None, count: int = 1) -> bool:
@@ -328,11 +324,9 @@ class _Search:
 
     def _keep(self, parallel: ParallelConfig, est: EstimateResult) -> None:
         shape = (parallel.tp, parallel.pp)
-        if est.tokens_per_s_per_gpu > self._best_speed_at.get(shape, (0.0, False))[0]:
-            self._best_speed_at[shape] = (est.tokens_per_s_per_gpu, not needs_memory_relief(parallel))
-            self._best_bubble_at[shape] = bubble_share(est)
-            self._best_estimate_at[shape] = est
-            self._best_layout_at[shape] = parallel
+        held = self._best_at.get(shape)
+        if held is None or est.tokens_per_s_per_gpu > held.estimate.tokens_per_s_per_gpu:
+            self._best_at[shape] = Fit(parallel, est)
         self.fitting += 1
         self.counter += 1
         key = rank_key(parallel, est)
@@ -400,7 +394,7 @@ class _Search:
         (`_deeper_pipeline_cannot_reach`).
         """
         pps = space.pp_values(self.cluster.world_size // tp, self.model, self.pins)
-        best_so_far: tuple[float, bool] | None = None  # (tokens/s/GPU, ran without memory relief)
+        best_so_far: Fit | None = None  # the fastest layout at a smaller PP
         fell = False
         deepest: int | None = None  # the deepest PP walked so far that fit
         for pp in pps:
@@ -417,13 +411,15 @@ class _Search:
                     self.rejected[RejectReason.DOMINATED_VPP] += 1
                     continue
                 self._walk_context_parallel(tp, pp, split)
-            here = self._best_speed_at.get((tp, pp))
+            here = self._best_at.get((tp, pp))
             if here is None:
                 continue
             deepest = pp
-            if best_so_far is not None and here[0] < best_so_far[0] and best_so_far[1]:
+            speed = here.estimate.tokens_per_s_per_gpu
+            if best_so_far is not None and speed < best_so_far.estimate.tokens_per_s_per_gpu and \
+                    not needs_memory_relief(best_so_far.parallel):
                 fell = True
-            if best_so_far is None or here[0] > best_so_far[0]:
+            if best_so_far is None or speed > best_so_far.estimate.tokens_per_s_per_gpu:
                 best_so_far = here
 
     def _deeper_pipeline_cannot_reach(self, tp: int, pp: int) -> bool:
@@ -435,15 +431,17 @@ class _Search:
         if self.reach is None:
             return False
         bound = max(_without_removable(est) for est in self._best_and_largest_microbatch(tp, pp))
-        fastest = max(speed for speed, _ in self._best_speed_at.values())
-        return bound * TIE_BAND < fastest / (1 + self.reach)
+        return bound * TIE_BAND < self._fastest() / (1 + self.reach)
+
+    def _fastest(self) -> float:
+        """The fastest tokens/s/GPU of any layout kept so far."""
+        return max(fit.estimate.tokens_per_s_per_gpu for fit in self._best_at.values())
 
     def _best_and_largest_microbatch(self, tp: int, pp: int) -> list[EstimateResult]:
         """The best `pp` layout's estimate, and the same layout at the largest micro-batch without recompute. Both
         are bounded: the largest micro-batch may be slower as it stands (fewer micro-batches, a larger bubble) and
         still the faster once the bubble is removed."""
-        best = self._best_estimate_at[(tp, pp)]
-        parallel = self._best_layout_at[(tp, pp)]
+        parallel, best = self._best_at[(tp, pp)]
         largest = max(space.mbs_values(self.training, parallel.dp, self.pins), default=parallel.mbs)
         if largest <= parallel.mbs:
             return [best]
@@ -459,12 +457,11 @@ class _Search:
             return False
         if space.vpp_values(self.model, pp, self.pins, split)[0] == 1:  # the only split here, or a pinned VPP 1
             return False
-        here = self._best_speed_at.get((tp, pp))
+        here = self._best_at.get((tp, pp))
         if here is None:
             return False
-        fastest = max(speed for speed, _ in self._best_speed_at.values())
-        bubble_free = here[0] / (1 - min(self._best_bubble_at[(tp, pp)], 0.99))
-        return bubble_free * TIE_BAND < fastest / (1 + self.reach)
+        bubble_free = here.estimate.tokens_per_s_per_gpu / (1 - min(bubble_share(here.estimate), 0.99))
+        return bubble_free * TIE_BAND < self._fastest() / (1 + self.reach)
 
     def _walk_context_parallel(self, tp: int, pp: int, split: space.PipelineSplit) -> None:
         """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it and
@@ -636,15 +633,7 @@ class _Search:
                 built[index] = shape.layout(mbs, ladder[index])
             return built[index]
 
-        low, high = start, len(ladder)  # invariant: rungs < low do not fit, rungs >= high unknown or fit
-        if low < high and self.cost.memory(layout(low)).fits:  # the common case: no climb needed
-            high = low
-        while low < high:
-            middle = (low + high) // 2
-            if self.cost.memory(layout(middle)).fits:
-                high = middle
-            else:
-                low = middle + 1
+        low = first_passing(start, len(ladder), lambda index: self.cost.memory(layout(index)).fits)
         self.rejected[RejectReason.MEMORY_ACTIVATIONS] += low
         offloaded = self._offload(shape, mbs) if low > 0 and ladder[0].recompute == "none" else None
         for step_index in range(low, len(ladder)):
@@ -677,16 +666,8 @@ class _Search:
             return shape.layout(mbs, RecomputeRung("none", offload_layers=layers))
 
         def fewest(fits: Callable[[MemoryCheck], bool]) -> int | None:
-            if not fits(self.cost.memory(layout(most))):
-                return None
-            low, high = 1, most  # invariant: offloading `high` layers passes
-            while low < high:
-                middle = (low + high) // 2
-                if fits(self.cost.memory(layout(middle))):
-                    high = middle
-                else:
-                    low = middle + 1
-            return high
+            layers = first_passing(1, most + 1, lambda n: fits(self.cost.memory(layout(n))))
+            return layers if layers <= most else None
 
         fitting = fewest(lambda memory: memory.fits)
         if fitting is None:
@@ -703,6 +684,21 @@ class _Search:
                 fitting, est = roomy, roomy_est
         self._keep(layout(fitting), est)
         return est
+
+
+def first_passing(low: int, high: int, passes: Callable[[int], bool]) -> int:
+    """The smallest index in [low, high) at which `passes` holds, by bisection, for a test that once true stays true
+    (memory falls along the recompute ladder, and with more layers offloaded); `high` when none passes. `low` is
+    tried first: most walks fit at once."""
+    if low < high and passes(low):
+        return low
+    while low < high:  # invariant: indices < low fail, indices >= high are unknown or pass
+        middle = (low + high) // 2
+        if passes(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def _without_removable(est: EstimateResult) -> float:

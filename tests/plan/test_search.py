@@ -4,6 +4,7 @@ force, pins are honoured (what plan() says when nothing fits: tests/plan/test_pl
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -285,3 +286,16 @@ def test_a_deeper_uneven_pipeline_is_walked_when_the_shallower_best_needed_fsdp(
     assert shapes[(1, 8, 1, 8, False)].estimate.tokens_per_s_per_gpu == deep.estimate.tokens_per_s_per_gpu
     assert deep.estimate.tokens_per_s_per_gpu * (1 + 0.073) > best.estimate.tokens_per_s_per_gpu
     assert search.needs_memory_relief(shapes[(1, 1, 1, 8, True)].parallel)
+
+
+def test_first_passing_finds_the_first_index_of_a_monotone_test() -> None:
+    for first in range(0, 9):
+        tried: list[int] = []
+
+        def passes(index: int, first: int = first, tried: list[int] = tried) -> bool:
+            tried.append(index)
+            return index >= first
+
+        assert search.first_passing(0, 8, passes) == first  # 8: none in [0, 8) passes
+        assert len(tried) <= 1 + math.ceil(math.log2(8)) + 1
+    assert search.first_passing(3, 3, lambda _: True) == 3  # an empty range
