@@ -111,4 +111,4 @@ def attention_time_s(flops: float, gpu: GPUSpec, params: EfficiencyParams = CALI
 
 def elementwise_time_s(stored_bytes: float, gpu: GPUSpec, params: EfficiencyParams = CALIBRATED) -> float:
     """Seconds of memory-bound glue for a layer that stores `stored_bytes` for backward."""
-    return params.elementwise_passes * stored_bytes / (gpu.hbm_bw_tbps * 1e12)
+    return gpu.hbm_time_s(params.elementwise_passes * stored_bytes)

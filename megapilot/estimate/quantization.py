@@ -143,11 +143,6 @@ def linear_cast_bytes(m: float, k: float, n: float, flavour: QuantFlavour, archi
     return activation + grad + k * n * cast_bytes_per_value(flavour, "weight", architecture) / microbatches
 
 
-def cast_time_s(moved_bytes: float, gpu: GPUSpec) -> float:
-    """The casts are memory-bound: their bytes at the GPU's HBM bandwidth."""
-    return moved_bytes / (gpu.hbm_bw_tbps * 1e12)
-
-
 def gemm_peak_tflops(gpu: GPUSpec, flavour: QuantFlavour | None) -> float:
     """Dense peak of the flavour's GEMMs, TF/s (None = bf16): the format's datasheet peak, with blockwise FP8
     below the per-tensor rate where the tensor cores cannot apply block scales (see the constant)."""
@@ -264,7 +259,7 @@ def recipe_delta_s(training: TrainingSpec, gpu: GPUSpec, linears: list[Linear], 
                       - linear_cast_bytes(m, k, n, CALIBRATED_FP8_FLAVOUR, gpu.architecture, microbatches)
                       for m, k, n in linears)
     rate = gemm_peak_tflops(gpu, CALIBRATED_FP8_FLAVOUR) / gemm_peak_tflops(gpu, flavour)
-    return cast_time_s(extra_bytes, gpu) + gemm_s * (rate - 1)
+    return gpu.hbm_time_s(extra_bytes) + gemm_s * (rate - 1)  # the casts are memory-bound
 
 
 def layer_recipe_delta_s(model: ModelSpec, layer_index: int, training: TrainingSpec, parallel: ParallelConfig,

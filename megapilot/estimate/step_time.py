@@ -374,11 +374,10 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
     third = 1 / PASSES_PER_FORWARD_BACKWARD
     kind = model.layer_kind(layer_index)
     moe_layer = model.is_moe_layer(layer_index) and kind in ("transformer", "moe")
-    hbm = gpu.hbm_bw_tbps * 1e12
     seconds = terms["mixer_core"] * third if "core_attn" in modules else 0.0
     if "layernorm" in modules and kind in ("transformer", "moe") and model.layer_blocks is None:
         norms = int(model.mla is not None and kind == "transformer") + int(moe_layer)
-        seconds += norms * 2 * BF16_BYTES * h * tokens / (p.tp if p.sequence_parallel else 1) / hbm
+        seconds += gpu.hbm_time_s(norms * 2 * BF16_BYTES * h * tokens / (p.tp if p.sequence_parallel else 1))
     if "mla_up_proj" in modules and model.mla is not None and kind == "transformer":
         mla, heads = model.mla, model.num_attention_heads
         q_up = _gemm_s(tokens, mla.q_lora_rank, heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) / p.tp, gpu,
@@ -399,7 +398,7 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
             moe = model.moe
             copies = tokens * moe.router_topk * moe.expert_load_factor * p.expert_tp / p.tp
             gated = 2 if model.gated_mlp else 1
-            seconds += copies * (gated + 1) * BF16_BYTES * moe.moe_ffn_hidden_size / p.expert_tp / hbm
+            seconds += gpu.hbm_time_s(copies * (gated + 1) * BF16_BYTES * moe.moe_ffn_hidden_size / p.expert_tp)
     return seconds
 
 
@@ -424,7 +423,7 @@ def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: Paral
     heads = p.mbs * model.num_attention_heads / p.tp
     precision = "bf16"  # the 16-bit recipes of that era; quantised recipes never ran this path
     gemms = heads * (_gemm_s(rows, d, s, gpu, precision, eff) + _gemm_s(rows, s, d, gpu, precision, eff))
-    passes = heads * rows * s * UNFUSED_SCORE_BYTES / (gpu.hbm_bw_tbps * 1e12)
+    passes = gpu.hbm_time_s(heads * rows * s * UNFUSED_SCORE_BYTES)
     return gemms + passes
 
 
@@ -518,7 +517,7 @@ def _moe_token_passes_s(
         grads = width + gated * ffn  # fc2 grad-out, fc1 grad-out
         moved += copies * (inputs * cast_bytes_per_value(priced, "activation", gpu.architecture)
                            + grads * cast_bytes_per_value(priced, "grad", gpu.architecture))
-    return moved / (gpu.hbm_bw_tbps * 1e12)
+    return gpu.hbm_time_s(moved)
 
 
 def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu: GPUSpec) -> float:
@@ -648,7 +647,7 @@ def _output_cost(
     vocab = model.padded_vocab_size(p.tp) / p.tp
     h, gpu = model.hidden_size, cluster.gpu
     gemm = _gemm_s(tokens, h, vocab, gpu, training.precision, eff)
-    cross_entropy = tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT / (gpu.hbm_bw_tbps * 1e12)
+    cross_entropy = gpu.hbm_time_s(tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT)
     return gemm + cross_entropy
 
 
@@ -959,7 +958,7 @@ def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, opti
     sharded = p.distributed_optimizer or p.fsdp or optimizer == "dist_muon"
     dense = (shard.dense + shard.replicated) / (p.dp * p.cp if sharded else 1)
     expert = shard.expert / (p.expert_dp if sharded else 1)
-    return (dense + expert) * ADAM_STEP_BYTES_PER_PARAM / (cluster.gpu.hbm_bw_tbps * 1e12)
+    return cluster.gpu.hbm_time_s((dense + expert) * ADAM_STEP_BYTES_PER_PARAM)
 
 
 def step_time(

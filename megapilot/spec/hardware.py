@@ -104,6 +104,10 @@ class GPUSpec(BaseModel):
     def supports(self, precision: Precision) -> bool:
         return precision in self.precisions
 
+    def hbm_time_s(self, moved_bytes: float) -> float:
+        """Seconds to move `moved_bytes` through HBM at its peak bandwidth: a memory-bound kernel's roofline."""
+        return moved_bytes / (self.hbm_bw_tbps * 1e12)
+
     def supports_fp8_recipe(self, recipe: Fp8Recipe) -> bool:
         return recipe in ARCH_FP8_RECIPES[self.architecture]
 

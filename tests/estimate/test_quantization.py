@@ -14,7 +14,6 @@ from megapilot.estimate import build_case, step_time
 from megapilot.estimate.quantization import (
     SCHEMES,
     cast_bytes_per_value,
-    cast_time_s,
     gemm_peak_tflops,
     layer_linears,
     linear_cast_bytes,
@@ -66,7 +65,7 @@ def test_nvfp4_pays_the_amax_and_hadamard_passes_but_writes_half_the_bytes() -> 
 def test_worked_example_tensorwise_casts_cost_a_quarter_of_the_fp8_gemm_time_on_h100() -> None:
     moved = linear_cast_bytes(M, K, N, "fp8-tensorwise", "hopper")
     assert moved == pytest.approx(6 * (M * K + M * N + K * N))  # 1.26 GB
-    cast_s = cast_time_s(moved, H100)  # at 3.35 TB/s: 0.375 ms
+    cast_s = H100.hbm_time_s(moved)  # at 3.35 TB/s: 0.375 ms
     gemm_s = 3 * 2 * M * K * N / (gemm_peak_tflops(H100, "fp8-tensorwise") * 1e12)  # fprop+dgrad+wgrad at peak
     assert cast_s == pytest.approx(0.375e-3, rel=0.01)
     assert 0.2 < cast_s / gemm_s < 0.3
@@ -136,9 +135,8 @@ def test_delayed_saves_and_blockwise_costs_against_the_calibrated_tensorwise() -
     assert delayed == pytest.approx(-2 * (M * K + M * N + K * N) / 3.35e12)
     # blockwise: the GEMMs at 1/0.9 of their time, casts slightly cheaper (no amax read, a few scale bytes)
     assert blockwise > 0
-    assert blockwise == pytest.approx(gemm_s / 9 + cast_time_s(
-        linear_cast_bytes(M, K, N, "fp8-blockwise", "hopper") - linear_cast_bytes(M, K, N, "fp8-tensorwise", "hopper"),
-        H100))
+    assert blockwise == pytest.approx(gemm_s / 9 + H100.hbm_time_s(
+        linear_cast_bytes(M, K, N, "fp8-blockwise", "hopper") - linear_cast_bytes(M, K, N, "fp8-tensorwise", "hopper")))
     for calibrated in (_training("bf16"), _training("fp8"), _training("mxfp8")):
         assert recipe_delta_s(calibrated, B200, linears, gemm_s, microbatches=1) == 0
 
