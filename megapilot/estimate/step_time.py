@@ -842,22 +842,21 @@ def _dp_comm_s(
     # orders ETP, EP, then expert-DP), so with the expert group filling a node it really crosses on one NIC per
     # node; priced so, it fits as well but doubles the planner's search for DeepSeek-V3 on 2,048 H100s past its
     # 1 s budget (bench/calibration/physics.md), so it waits for a planner that prunes those layouts sooner.
-    expert_bandwidth = bandwidth
     if p.distributed_optimizer or p.fsdp:
         reduce_s = comm.reduce_scatter_s(dense * grad_bytes, dense_group, bandwidth) + comm.reduce_scatter_s(
-            expert * grad_bytes, expert_group, expert_bandwidth)
+            expert * grad_bytes, expert_group, bandwidth)
         gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
-            expert * PARAM_GATHER_BYTES, expert_group, expert_bandwidth)
+            expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
         if p.fsdp:
             return _fsdp_exposed_s(reduce_s, gather_s, options, stage0_microbatch_s, num_microbatches,
                                    model.num_layers)
     else:
         reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
-            expert * grad_bytes, expert_group, expert_bandwidth)
+            expert * grad_bytes, expert_group, bandwidth)
         gather_s = 0.0
         if optimizer == "dist_muon":
             gather_s = comm.all_gather_s(dense * PARAM_GATHER_BYTES, dense_group, bandwidth) + comm.all_gather_s(
-                expert * PARAM_GATHER_BYTES, expert_group, expert_bandwidth)
+                expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
     reduce_hides = options.overlap_grad_reduce and optimizer != "muon"  # Megatron refuses it with plain muon
     gather_hides = options.overlap_param_gather and optimizer == "adam"  # dist_muon's: from Megatron-LM 0.17 on
     backward_s = BACKWARD_SHARE * stage0_microbatch_s if reduce_hides else 0.0
