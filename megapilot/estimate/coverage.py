@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -179,12 +180,6 @@ class ErrorBand:
         return predicted / (1 + self.p90_error), predicted / (1 + self.p10_error)
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def conformal_bounds(values: list[float], coverage: float = INTERVAL_COVERAGE) -> tuple[float, float]:
     """The split-conformal interval of `values`: the order statistics of ranks floor((n + 1) a) and
     ceil((n + 1) (1 - a)), a = (1 - coverage) / 2, clamped to the smallest and largest value."""
@@ -210,7 +205,7 @@ def error_band(cells: tuple[CoverageCell, ...], coverage: CalibrationCoverage) -
     if not errors:
         errors = [0.0]
     logs = [math.log1p(e) for e in errors]
-    centre = _median(logs)
+    centre = statistics.median(logs)
     low, high = conformal_bounds(logs)
     widen = WIDEN_OUTSIDE if coverage.needs_caveat else (1.0 if coverage.exact else WIDEN_NEAREST)
     below = widen * max(centre - low, MIN_HALF_WIDTH)
