@@ -56,6 +56,7 @@ from megapilot.estimate.goodput import (
 from megapilot.estimate.params import count_params
 from megapilot.spec import ClusterSpec, LayoutPins
 from megapilot.spec.training import Precision, TrainingSpec
+from megapilot.suite.cells import recorded_layout
 
 if TYPE_CHECKING:
     from megapilot.estimate.budget import StepCost, TimeToTrain
@@ -283,10 +284,6 @@ class _Shape(Protocol):
     def precision(self) -> str | None: ...
 
 
-# The layout fields a suite's step is estimated with (the others at ParallelConfig's defaults).
-_ESTIMATED_LAYOUT = ("tp", "pp", "cp", "ep", "vpp", "mbs")
-
-
 def _measured_cost(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, combo: ComboResult,
                    step_s: float) -> StepCost:
     """The measured step for the measured shape; another shape (a phase, a warm-up batch) scaled by the
@@ -315,8 +312,9 @@ def _estimated_cost(model: ModelSpec, gpu: GPUSpec | None, layout: LayoutPins, s
     precisions: tuple[Precision, ...] = get_args(Precision)
     ran: Precision = next((p for p in precisions if gpu is not None and p == (shape.precision or "").lower()), "bf16")
     training = TrainingSpec(seq_length=shape.seq_length or 1, global_batch_size=shape.gbs or 1, precision=ran)
-    estimated = LayoutPins(**{name: value for name, value in layout.given().items() if name in _ESTIMATED_LAYOUT})
-    parallel = estimated.config(cluster.world_size, sequence_parallel=layout.tp > 1)
+    # what a combo records of its layout, for a cell too: both are estimated alike (the rest at ParallelConfig's
+    # defaults)
+    parallel = recorded_layout(layout).config(cluster.world_size, sequence_parallel=layout.tp > 1)
     return layout_step_cost(model, cluster, training, parallel)
 
 

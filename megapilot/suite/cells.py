@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from megapilot.spec import ARCH_PRECISIONS, GPUSpec, LayoutPins
+from megapilot.spec import ARCH_PRECISIONS, GPUSpec, LayoutPins, ParallelConfig
 
 PRECISION_NAMES: tuple[str, ...] = ("BF16", "FP16", "FP8", "MXFP8", "MXFP4", "NVFP4")
 CPU_PRECISIONS = frozenset({"BF16", "FP16"})  # a CPU run computes in fp32; these lose nothing a gate measures
@@ -167,6 +167,16 @@ class SweepCell(BaseModel):
     model_size: str = ""
     extra: dict[str, str] = Field(default_factory=dict, description="Overlay keys beyond the known ones, kept.")
     skip_reason: str | None = None
+
+
+# What a combo records of its layout: what the report, the run deck, the history and the budget read of it. The
+# rest of the launched layout (recompute, FSDP, the split) is the launch script's and the cell's to say.
+RECORDED_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "mbs")
+
+
+def recorded_layout(layout: ParallelConfig | LayoutPins, **given: int | None) -> LayoutPins:
+    """The part of `layout` a combo records (`RECORDED_LAYOUT_FIELDS`), `given` over it."""
+    return LayoutPins(**({name: getattr(layout, name) for name in RECORDED_LAYOUT_FIELDS} | given))
 
 
 def precision_skip_reason(precision: str, gpu: GPUSpec | None) -> str | None:

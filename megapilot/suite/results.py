@@ -25,9 +25,10 @@ from megapilot.compat import StrEnum
 from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
 from megapilot.errors import MegapilotError
 from megapilot.files import atomic_write_text
-from megapilot.spec.parallel import LayoutPins, ParallelConfig  # the one layout type (held in part: the pins)
+from megapilot.spec.parallel import LayoutPins  # the one layout type (held in part: the pins)
 from megapilot.spec.prediction import Prediction  # the one prediction type, the estimator's
 from megapilot.suite.budget import BudgetProjection
+from megapilot.suite.cells import RECORDED_LAYOUT_FIELDS, recorded_layout
 
 # NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
 # null would not read back into a float field.
@@ -104,16 +105,6 @@ class JobSummary(BaseModel):
     train_iters: int | None = None
     duration_s: float = 0.0
     logs: list[str] = Field(default_factory=list, description="Per-node training logs, relative to run_dir.")
-
-
-# What a combo records of its layout: what the report, the run deck, the history and the budget read of it. The
-# rest of the launched layout (recompute, FSDP, the split) is the launch script's and the cell's to say.
-RECORDED_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "mbs")
-
-
-def recorded_layout(layout: ParallelConfig | LayoutPins, **given: int | None) -> LayoutPins:
-    """The part of `layout` a combo records (`RECORDED_LAYOUT_FIELDS`), `given` over it."""
-    return LayoutPins(**({name: getattr(layout, name) for name in RECORDED_LAYOUT_FIELDS} | given))
 
 
 class ComboResult(BaseModel):
