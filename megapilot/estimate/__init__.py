@@ -45,6 +45,7 @@ __all__ = [
     "BREAKDOWN_TERMS",
     "CALIBRATED",
     "FLOP_CONVENTIONS",
+    "LOW_HEADROOM_FRACTION",
     "Case",
     "CaseFeatures",
     "CaseFlags",
@@ -169,11 +170,16 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
     )
 
 
+# Below this share of HBM left free a fitting layout is warned of: the memory estimate has its own error and the
+# allocator its spikes (the planner prefers layouts above it among ties: `megapilot.plan.preferences`).
+LOW_HEADROOM_FRACTION = 0.05
+
+
 def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: ParallelConfig,
                      optimizer: Optimizer) -> list[str]:
     if memory.fits:
         headroom = memory.capacity_gib - memory.total_gib
-        if headroom < 0.05 * memory.capacity_gib:
+        if headroom < LOW_HEADROOM_FRACTION * memory.capacity_gib:
             return [f"only {headroom:.1f} GiB of {memory.capacity_gib:.0f} GiB left: allocator spikes may OOM"]
         return []
     savers = memory_savers_not_on(model, parallel, optimizer)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megapilot.estimate import LOW_HEADROOM_FRACTION
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig
 
 if TYPE_CHECKING:
@@ -109,11 +110,6 @@ def _dimensions_in_use(fit: Fit, ctx: LayoutContext) -> float:
 
 def _context_parallel(fit: Fit, ctx: LayoutContext) -> float:
     return _log2(fit.parallel.cp)
-
-
-# Memory the estimate must leave free for a layout to count as having headroom: the share of HBM below which the
-# estimate itself warns that allocator spikes may run out of memory (`megapilot.estimate`'s memory warnings).
-LOW_HEADROOM_FRACTION = 0.05
 
 
 def _memory_headroom(fit: Fit, ctx: LayoutContext) -> float:

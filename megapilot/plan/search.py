@@ -55,9 +55,9 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.estimate import LOW_HEADROOM_FRACTION
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
-from megapilot.plan.preferences import LOW_HEADROOM_FRACTION
 from megapilot.plan.reasons import bubble_share, component_share
 from megapilot.plan.space import Pins, Rejection, RejectReason
 from megapilot.spec import (
