@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 from megapilot.errors import MegapilotError
 from megapilot.estimate.goodput import CheckpointCost, FailureModel, Goodput, goodput
+from megapilot.estimate.pipeline_balance import balanced_split
+from megapilot.estimate.step_time import EstimateOptions, stage_time_weights
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -371,7 +373,7 @@ def layout_step_cost(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     """A StepCost from the estimator, for one layout: a shape's layout changes replace the layout's sizes (DP
     follows from the GPUs; a pipeline size change takes the balanced split when the layout had an explicit one,
     else the even one). A shape Megatron would refuse raises MegapilotError naming the phase."""
-    from megapilot.estimate import EstimateOptions, estimate
+    from megapilot.estimate import estimate
 
     run_options = options if isinstance(options, EstimateOptions) else EstimateOptions()
     cache: dict[Shape, ShapeCost] = {}
@@ -380,7 +382,7 @@ def layout_step_cost(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
         if shape not in cache:
             changed_training = training.model_copy(update={"seq_length": shape.seq_len,
                                                            "global_batch_size": shape.gbs})
-            layout = _changed_layout(model, cluster, parallel, dict(shape.layout), shape.seq_len)
+            layout = _changed_layout(model, cluster, changed_training, run_options, parallel, dict(shape.layout))
             try:
                 result = estimate(model, cluster, changed_training, layout, run_options)
             except MegapilotError as exc:
@@ -392,8 +394,8 @@ def layout_step_cost(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     return cost
 
 
-def _changed_layout(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig, changes: dict[str, int],
-                    seq_len: int) -> ParallelConfig:
+def _changed_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: EstimateOptions,
+                    parallel: ParallelConfig, changes: dict[str, int]) -> ParallelConfig:
     if not changes:
         return parallel
     merged = parallel.model_dump() | changes
@@ -408,9 +410,12 @@ def _changed_layout(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelCo
         had_layout = parallel.pipeline_layout is not None
         merged |= {"first_stage_layers": None, "last_stage_layers": None, "pipeline_layout": None}
         if had_layout and merged["pp"] > 1:
-            from megapilot.estimate.pipeline_balance import balanced_split
+            weights = stage_time_weights(model, cluster, training, _validated(merged), options)
+            merged["pipeline_layout"] = balanced_split(model, merged["pp"], merged["vpp"], weights).layout
+    return _validated(merged)
 
-            merged["pipeline_layout"] = balanced_split(model, merged["pp"], merged["vpp"], seq_len).layout
+
+def _validated(merged: dict[str, object]) -> ParallelConfig:
     try:
         return ParallelConfig.model_validate(merged)
     except ValueError as exc:

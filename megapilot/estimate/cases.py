@@ -28,7 +28,8 @@ from pydantic import ValidationError
 
 from megapilot.case_flags import REQUIRED_FLAGS
 from megapilot.errors import MegapilotError, from_validation_error
-from megapilot.estimate.step_time import EstimateOptions
+from megapilot.estimate.pipeline_balance import balanced_split
+from megapilot.estimate.step_time import EstimateOptions, stage_time_weights
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import LAYOUT_FIELDS, RECOMPUTE_MODULES, LayoutPins, ParallelConfig
@@ -151,7 +152,7 @@ def case_from(flags: CaseFlags) -> Case:
     training = _build_training(flags)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
     if flags.layout.pipeline_layout == "balanced":
-        balanced = _balanced_layout(model, flags.layout, training.seq_length)
+        balanced = _balanced_layout(model, cluster, training, options, flags)
         flags = replace(flags, layout=flags.layout.model_copy(update={"pipeline_layout": balanced}))
     parallel = _resolve_parallel(flags, cluster.world_size, training)
     check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
@@ -354,15 +355,19 @@ def _or(value: T | None, default: T) -> T:
     return default if value is None else value
 
 
-def _balanced_layout(model: ModelSpec, layout: LayoutPins, seq_length: int) -> str:
-    """`--pp-layout balanced`: the layout string of the most balanced split for this PP x VPP."""
-    from megapilot.estimate.pipeline_balance import balanced_split
-
+def _balanced_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: EstimateOptions,
+                     flags: CaseFlags) -> str:
+    """`--pp-layout balanced`: the layout string of the split, for this PP x VPP, whose heaviest stage is lightest
+    in time on the rest of the layout the flags give (its TP, CP, EP, MBS)."""
+    layout = flags.layout
     pp, vpp = _or(layout.pp, 1), _or(layout.vpp, 1)
     if pp == 1:
         raise MegapilotError("a balanced pipeline layout needs pp > 1", field="pipeline_layout",
                              fix="drop --pp-layout or raise --pp")
-    balanced = balanced_split(model, pp, vpp, seq_length).layout
+    unsplit = _resolve_parallel(replace(flags, layout=layout.model_copy(update={"pipeline_layout": None})),
+                                cluster.world_size, training)
+    weights = stage_time_weights(model, cluster, training, unsplit, options)
+    balanced = balanced_split(model, pp, vpp, weights).layout
     assert balanced is not None
     return balanced
 

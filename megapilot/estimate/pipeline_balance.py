@@ -1,8 +1,10 @@
 """The most balanced pipeline layout for a model, weighted by what each item costs.
 
-`spec.pipeline.balanced_stages` cuts E, t…t, m…m, L into PP x VPP stages; here the weights come from
-the FLOP model (per token, in units of the mean decoder layer): an MoE layer and a dense-first layer
-weigh what their GEMMs weigh, the loss is the logits GEMM (+ the cross-entropy, a memory pass of the
+`spec.pipeline.balanced_stages` cuts E, t…t, m…m, L into PP x VPP stages by weights in units of the mean
+decoder layer. Where the layout is known (its TP, CP, EP, MBS), the weights are each item's time on it
+(`step_time.stage_time_weights`: what the step is made of). Where it is not (a pipeline split listed before the
+rest of the layout is chosen), they come from the FLOP model here (per token): an MoE layer and a dense-first
+layer weigh what their GEMMs weigh, the loss is the logits GEMM (+ the cross-entropy, a memory pass of the
 same width: counted as one more GEMM-width term), an MTP module is a layer, its eh-projection and its
 own logits. The embedding is a lookup: no GEMM, weight 0.
 """
@@ -28,7 +30,8 @@ def stage_weights(model: ModelSpec, seq_length: int) -> StageWeights:
     return StageWeights(decoder=tuple(x / unit for x in layers), embedding=0.0, loss=logits / unit, mtp=mtp / unit)
 
 
-def balanced_split(model: ModelSpec, pp: int, vpp: int, seq_length: int) -> PipelineSplit:
-    """The concrete `--pipeline-model-parallel-layout` that `--pp-layout balanced` stands for."""
-    stages = balanced_stages(model.num_layers, model.mtp_num_layers, pp, vpp, stage_weights(model, seq_length))
+def balanced_split(model: ModelSpec, pp: int, vpp: int, weights: StageWeights) -> PipelineSplit:
+    """The concrete `--pipeline-model-parallel-layout` that `--pp-layout balanced` stands for, under `weights`
+    (`stage_weights` by FLOPs, or `step_time.stage_time_weights` on a known layout)."""
+    stages = balanced_stages(model.num_layers, model.mtp_num_layers, pp, vpp, weights)
     return PipelineSplit(layout=stages.layout_string())

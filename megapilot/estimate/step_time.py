@@ -95,7 +95,7 @@ from megapilot.estimate.quantization import (
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit
+from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit, StageWeights
 from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
 from megapilot.spec.validate import moe_a2a_overlap_refusal
 
@@ -720,6 +720,30 @@ def stage_costs(
     distinct = [_composition_cost(composition, cost_of, model, cluster, training, p, options)
                 for composition in plan.compositions]
     return [distinct[i] for i in plan.rank_composition]
+
+
+def stage_time_weights(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,
+    options: EstimateOptions,
+) -> StageWeights:
+    """Each pipeline-layout item's time per micro-batch on this layout (its TP, CP, EP, MBS; no recompute), in units
+    of the mean decoder layer: the weights a layout string is balanced by where the layout is known.
+
+    FLOPs alone misjudge the items: an MoE layer spends far more time per FLOP (its all-to-all, token passes,
+    grouped GEMMs and kernels) than the loss's one wide logits GEMM, so a FLOP-balanced cut of DeepSeek-V3 gives
+    the MTP module and the loss a stage of their own and one stage an extra layer, where the time-balanced cut
+    puts a layer beside them and every other stage even. The embedding is a lookup: weight 0, as in the FLOPs."""
+    p = parallel
+
+    def layer_s(layer_index: int) -> float:
+        kind = layer_cost_kind(model, layer_index)
+        return _shared_layer_cost(model, layer_index, kind, cluster, training, p, options).total
+
+    layers = [layer_s(i) for i in range(model.num_layers)]
+    unit = sum(layers) / len(layers)
+    head = _output_cost(model, cluster, training, p, options.efficiency)
+    mtp = head + sum(layer_s(i) for i in model.mtp_layer_indices) if model.mtp_num_layers else 0.0
+    return StageWeights(decoder=tuple(x / unit for x in layers), embedding=0.0, loss=head / unit, mtp=mtp / unit)
 
 
 def _composition_cost(

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from megapilot.estimate import EstimateOptions, estimate, estimate_fast, memory_per_gpu, to_result
+from megapilot.estimate.step_time import stage_time_weights
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
+from megapilot.spec.pipeline import StageWeights
 
 if TYPE_CHECKING:
     from megapilot.estimate import EstimateOptions, MemoryBreakdown
@@ -74,6 +76,7 @@ class CostModel:
         self._memory_fn = None if estimator else self._default_memory()
         self._estimates: dict[ParallelConfig, EstimateResult] = {}
         self._memory: dict[ParallelConfig, MemoryCheck] = {}
+        self._weights: dict[tuple[object, ...], StageWeights] = {}
         self.calls = 0
         self.memory_calls = 0
 
@@ -118,6 +121,20 @@ class CostModel:
                 self.memory_calls += 1
                 cached = self._memory_fn(parallel)
             self._memory[parallel] = cached
+        return cached
+
+    def stage_weights(self, parallel: ParallelConfig) -> StageWeights | None:
+        """Each pipeline-layout item's time on this layout, to balance a layout string by (None with an injected
+        estimator, which prices no items: the string is then cut by FLOPs). Items cost what the layout's TP, CP,
+        EP, expert TP and MBS make them, whatever its PP."""
+        if self._injected is not None:
+            return None
+        p = parallel
+        key = (p.tp, p.cp, p.ep, p.expert_tp, p.mbs, p.sequence_parallel, p.pp == 1 or p.vpp > 1)
+        cached = self._weights.get(key)
+        if cached is None:
+            cached = self._weights[key] = stage_time_weights(self.model, self.cluster, self.training, parallel,
+                                                             self.options or EstimateOptions())
         return cached
 
     def fits(self, est: EstimateResult) -> bool:

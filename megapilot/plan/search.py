@@ -93,6 +93,7 @@ class RecomputeRung(NamedTuple):
 
 # The smallest footprint any layout can have: every layer's forward recomputed.
 FULL_RECOMPUTE = RecomputeRung("full", "uniform", 1)
+NO_RECOMPUTE = RecomputeRung("none")
 
 
 @dataclass(frozen=True)
@@ -557,13 +558,24 @@ class _Search:
         best_so_far: float | None = None
         fastest: EstimateResult | None = None
         vpps = space.vpp_values(self.model, shape.pp, self.pins, shape.split)
+        # A layout string is cut two ways at each VPP: by FLOPs, and by each item's time on this shape. The time cut
+        # balances the step; the FLOP cut may hold less on the first rank, whose in-flight micro-batches fill its
+        # memory first (an MoE model's light dense-first layers draw the time cut's extra layers there). The
+        # estimate decides. A string's balance changes with the stage count (61 layers cut 4 to a stage at VPP 4
+        # leave one heavy stage at VPP 3), so its VPPs are all walked.
+        string = space.is_balanced_layout(self.model, shape.pp, shape.split)
+        weights = self.cost.stage_weights(shape.layout(1, NO_RECOMPUTE)) if string else None
         for index, vpp in enumerate(vpps):
-            split = space.split_at_vpp(self.model, shape.pp, shape.split, vpp)
-            if self._reject(space.pp_rule(self.model, shape.pp, vpp, split)):
-                continue
-            best, binding = self._walk_microbatches(shape.with_vpp(vpp, split))
-            bound_any |= binding.bound_any
-            bound_smallest |= binding.bound_smallest
+            best: EstimateResult | None = None
+            for split in dict.fromkeys(space.split_at_vpp(self.model, shape.pp, shape.split, vpp, cut)
+                                       for cut in (None, weights)):
+                if self._reject(space.pp_rule(self.model, shape.pp, vpp, split)):
+                    continue
+                found, binding = self._walk_microbatches(shape.with_vpp(vpp, split))
+                bound_any |= binding.bound_any
+                bound_smallest |= binding.bound_smallest
+                if found is not None and (best is None or found.tokens_per_s_per_gpu > best.tokens_per_s_per_gpu):
+                    best = found
             if best is not None and (fastest is None or best.tokens_per_s_per_gpu > fastest.tokens_per_s_per_gpu):
                 fastest = best
             if best is None or index + 1 == len(vpps):
@@ -571,7 +583,7 @@ class _Search:
             # More interleaving shrinks the bubble as 1/VPP but adds send/recv and in-flight
             # activations, so throughput is unimodal in VPP: stop once it falls, or once the bubble
             # is already inside the tie band (nothing left to win).
-            fell = best_so_far is not None and best.tokens_per_s_per_gpu < best_so_far
+            fell = best_so_far is not None and best.tokens_per_s_per_gpu < best_so_far and not string
             if fell or bubble_share(best) < TIE_BAND - 1:
                 self.rejected[RejectReason.DOMINATED_VPP] += len(vpps) - index - 1
                 break

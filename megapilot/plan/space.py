@@ -21,9 +21,9 @@ from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate.params import count_params
-from megapilot.estimate.pipeline_balance import balanced_split
+from megapilot.estimate.pipeline_balance import balanced_split, stage_weights
 from megapilot.spec import ClusterSpec, LayoutPins, ModelSpec, TrainingSpec
-from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
+from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit, StageWeights
 from megapilot.spec.validate import topk_sharing_refusal
 
 __all__ = ["EVEN_SPLIT", "PipelineSplit"]  # the planner's splits are the spec's one typed pipeline split
@@ -298,11 +298,16 @@ def is_balanced_layout(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
 
 
 @lru_cache(maxsize=1024)  # a bisection per cut, asked for by every (TP, CP, EP) shape that walks this PP
-def split_at_vpp(model: ModelSpec, pp: int, split: PipelineSplit, vpp: int) -> PipelineSplit:
-    """The split a layout at `vpp` runs: the balanced layout string cut into PP x VPP stages; any other as is."""
-    if vpp == 1 or not is_balanced_layout(model, pp, split):
+def split_at_vpp(model: ModelSpec, pp: int, split: PipelineSplit, vpp: int,
+                 weights: StageWeights | None = None) -> PipelineSplit:
+    """The split a layout at `vpp` runs: the balanced layout string cut into PP x VPP stages; any other as is.
+    With `weights` (each item's time on the shape being walked: `CostModel.stage_weights`) the string is cut by
+    them at every VPP; without, by FLOPs, as listed at VPP 1."""
+    if not is_balanced_layout(model, pp, split):
         return split
-    return balanced_split(model, pp, vpp, BALANCE_SEQ_LENGTH)
+    if weights is not None:
+        return balanced_split(model, pp, vpp, weights)
+    return split if vpp == 1 else balanced_split(model, pp, vpp, stage_weights(model, BALANCE_SEQ_LENGTH))
 
 
 @lru_cache(maxsize=1024)
@@ -362,7 +367,7 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
 def _balanced_layout(model: ModelSpec, pp: int) -> PipelineSplit:
     """`--pipeline-model-parallel-layout` with each rank's items weighted by their FLOPs (the split
     `--pp-layout balanced` gives), for a PP no even, account-for or first/last split reaches."""
-    return balanced_split(model, pp, 1, BALANCE_SEQ_LENGTH)
+    return balanced_split(model, pp, 1, stage_weights(model, BALANCE_SEQ_LENGTH))
 
 
 def _split_is_legal(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:

@@ -1,12 +1,14 @@
-"""The balanced pipeline layout weighted by the FLOP model, and the split flags through build_case."""
+"""The balanced pipeline layout weighted by the FLOP model or by each item's time on a layout, and the split flags
+through build_case."""
 
 from __future__ import annotations
 
 import pytest
 
 from megapilot.errors import MegapilotError
-from megapilot.estimate import build_case, estimate
+from megapilot.estimate import EstimateOptions, build_case, estimate
 from megapilot.estimate.pipeline_balance import balanced_split, stage_weights
+from megapilot.estimate.step_time import stage_time_weights
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.pipeline import parse_layout
 
@@ -28,11 +30,40 @@ def test_dense_first_layers_of_an_moe_model_weigh_less_than_its_moe_layers():
 
 
 def test_a_balanced_layout_gives_the_lighter_layers_more_company():
-    split = balanced_split(LIGHT_FIRST, 4, 1, 4096)
+    split = balanced_split(LIGHT_FIRST, 4, 1, stage_weights(LIGHT_FIRST, 4096))
     stages = parse_layout(split.layout or "")
     assert len(stages) == 4
     assert stages[0].count("t") > stages[2].count("t")  # the dense layers share a stage with more of them
     assert "".join(stages).count("t") == 20 and stages[-1].endswith("mL")
+
+
+DEEPSEEK_GB200 = {"model": "deepseek-v3", "gpu": "gb200", "gpus": 256, "tp": 1, "pp": 4, "vpp": 4, "ep": 64, "etp": 1,
+                  "gbs": 2048, "seq_len": 4096, "precision": "fp8", "recompute": "none"}
+
+
+def test_time_weights_price_an_moe_layer_above_its_flops_share_against_the_loss():
+    """An MoE layer spends more time per FLOP (all-to-all, token passes, grouped GEMMs) than the loss's one logits
+    GEMM: by time the loss and the MTP module weigh less, in MoE layers, than by FLOPs."""
+    case = build_case(**DEEPSEEK_GB200)
+    by_time = stage_time_weights(case.model, case.cluster, case.training, case.parallel, EstimateOptions())
+    by_flops = stage_weights(case.model, 4096)
+    moe_layer = case.model.moe.first_k_dense_layers
+    assert by_time.loss / by_time.decoder[moe_layer] < by_flops.loss / by_flops.decoder[moe_layer]
+    assert by_time.mtp / by_time.decoder[moe_layer] < by_flops.mtp / by_flops.decoder[moe_layer]
+    assert by_time.decoder[0] < by_time.decoder[moe_layer]  # a dense-first layer is still the lighter
+
+
+def test_the_time_balanced_layout_is_the_faster_one_on_its_own_layout():
+    """`--pp-layout balanced` cuts by time on the layout given: DeepSeek-V3's 61 layers + MTP at PP 4 x VPP 4 put a
+    decoder layer beside the MTP module and the loss (the FLOP cut gives them a stage alone and another stage five
+    MoE layers), and estimate faster than the FLOP cut."""
+    case = build_case(**DEEPSEEK_GB200, pipeline_layout="balanced")
+    stages = parse_layout(case.parallel.pipeline_layout or "")
+    assert stages[-1].endswith("mL") and stages[-1].count("t") >= 1
+    by_flops = case.parallel.model_copy(update={
+        "pipeline_layout": balanced_split(case.model, 4, 4, stage_weights(case.model, 4096)).layout})
+    timed = estimate(case.model, case.cluster, case.training, case.parallel).tokens_per_s_per_gpu
+    assert timed > 1.03 * estimate(case.model, case.cluster, case.training, by_flops).tokens_per_s_per_gpu
 
 
 def test_pipeline_layout_balanced_is_resolved_to_a_string_and_estimated():
