@@ -112,9 +112,21 @@ def _context_parallel(fit: Fit, ctx: LayoutContext) -> float:
     return _log2(fit.parallel.cp)
 
 
+def low_headroom(est: EstimateResult) -> bool:
+    """Less HBM left free than the estimate's low-headroom line."""
+    memory = est.memory_gib
+    return memory.capacity - memory.total < LOW_HEADROOM_FRACTION * memory.capacity
+
+
 def _memory_headroom(fit: Fit, ctx: LayoutContext) -> float:
-    memory = fit.estimate.memory_gib
-    return float(memory.capacity - memory.total < LOW_HEADROOM_FRACTION * memory.capacity)
+    return float(low_headroom(fit.estimate))
+
+
+def variant_penalty(p: ParallelConfig, est: EstimateResult) -> tuple[int, int]:
+    """What the rules hold against one variant (VPP, MBS, recompute, offload) of a shape: its exotic flags, then
+    memory left below the low-headroom line. The search shows a shape by the variant with the least of it inside
+    the error band (`search._Search._representatives`)."""
+    return len(exotic_flags(p)), int(low_headroom(est))
 
 
 # First rule first; each later rule only orders layouts the earlier ones tie. The optimizer and EP choices come

@@ -58,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from megapilot.estimate import LOW_HEADROOM_FRACTION
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
+from megapilot.plan.preferences import variant_penalty
 from megapilot.plan.reasons import bubble_share, component_share
 from megapilot.plan.space import Pins, Rejection, RejectReason
 from megapilot.spec import (
@@ -314,6 +315,8 @@ class _Search:
         self._best_by_key: dict[tuple[str, object], RankKey] = {}
         self.best_by_shape: dict[ShapeKey, Fit] = {}
         self._best_by_shape_key: dict[ShapeKey, RankKey] = {}
+        # each shape's best variant per recipe penalty (`variant_penalty`), from which `_representatives` shows it
+        self._shape_variants: dict[ShapeKey, dict[tuple[int, int], Fit]] = {}
         self._best_at: dict[tuple[int, int], Fit] = {}  # (tp, pp) -> its fastest layout so far
 
     # -- bookkeeping
@@ -341,6 +344,11 @@ class _Search:
         if held_shape_key is None or key < held_shape_key:
             self._best_by_shape_key[parallel_shape] = key
             self.best_by_shape[parallel_shape] = Fit(parallel, est)
+        variants = self._shape_variants.setdefault(parallel_shape, {})
+        penalty = variant_penalty(parallel, est)
+        held_variant = variants.get(penalty)
+        if held_variant is None or key < rank_key(*held_variant):
+            variants[penalty] = Fit(parallel, est)
         entry = (_Inverted(key), self.counter, parallel, est)
         if len(self.heap) < KEEP_PER_SEARCH:
             heapq.heappush(self.heap, entry)
@@ -359,11 +367,25 @@ class _Search:
                 continue
             self._walk_pipeline(tp)
         dominated = self._cp_without_gain()
+        self.best_by_shape = self._representatives()
         ranked = [Fit(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)
                   if shape_key(p) not in dominated]
         return SearchOutcome(ranked=ranked, rejected=self.rejected, layouts_costed=self.cost.calls,
                              layouts_fitting=self.fitting, smallest_floor=self.smallest_floor, cost=self.cost,
                              best_by=self.best_by, best_by_shape=self.best_by_shape)
+
+    def _representatives(self) -> dict[ShapeKey, Fit]:
+        """The variant each shape is shown by: among its variants (VPP, MBS, recompute, offload) whose throughput is
+        within `reach` (the model's error band) of the shape's fastest, the one the recipe preferences hold least
+        against (no exotic flag, memory headroom), then the fastest. The rules order shapes by their shown variant:
+        a shape whose fastest variant needs activation offload, or fills HBM to its last GiB, while another variant
+        inside the band needs neither, is such a layout as far as the prediction can tell."""
+        shown: dict[ShapeKey, Fit] = {}
+        for shape, fastest in self.best_by_shape.items():
+            floor = fastest.estimate.tokens_per_s_per_gpu / (1 + (self.reach or 0.0))
+            near = [fit for fit in self._shape_variants[shape].values() if fit.estimate.tokens_per_s_per_gpu >= floor]
+            shown[shape] = min(near, key=lambda fit: (variant_penalty(*fit), rank_key(*fit)), default=fastest)
+        return shown
 
     def _cp_without_gain(self) -> set[ShapeKey]:
         """The shapes whose CP the walk tried beyond what memory needs and that came out no faster (within the tie

@@ -10,10 +10,11 @@ import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
+from megapilot.estimate import EstimateOptions
 from megapilot.plan import Pins, plan, search, search_layouts, space
 from megapilot.plan.cost import CostModel
 from megapilot.plan.planner import model_error_band
-from megapilot.plan.preferences import LayoutContext, preference_key
+from megapilot.plan.preferences import LayoutContext, exotic_flags, preference_key
 from megapilot.plan.search import FULL_RECOMPUTE, Fit, RecomputeRung, Shape, rank_key, recompute_ladder, shape_key
 from megapilot.plan.space import RejectReason, divisors, interleave_rule
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
@@ -299,3 +300,29 @@ def test_first_passing_finds_the_first_index_of_a_monotone_test() -> None:
         assert search.first_passing(0, 8, passes) == first  # 8: none in [0, 8) passes
         assert len(tried) <= 1 + math.ceil(math.log2(8)) + 1
     assert search.first_passing(3, 3, lambda _: True) == 3  # an empty range
+
+
+def test_a_shape_is_shown_by_its_variant_without_exotic_flags_inside_the_band():
+    """Llama 4 Scout on 64 GB200s: TP 1 x EP 16 runs fastest at MBS 2 with activation offload, 0.1 % ahead of MBS 1
+    without it. Inside the model's error band the shape is shown by the plain variant, so the rules do not hold the
+    offload flag against a shape that does not need it; with no band the fastest variant stands."""
+    model, cluster, training = _fp8("llama4-scout-17b-16e", "gb200", 64, 8192, 1024)
+    options = EstimateOptions(grad_reduce_in_bf16=True)  # as the NeMo recipe runs it
+
+    def shown(reach: float | None) -> Fit:
+        cost = CostModel(model, cluster, training, options=options)
+        return search_layouts(model, cluster, training, cost=cost, reach=reach).best_by_shape[(1, 1, 1, 16, False)]
+    banded, fastest = shown(0.116), shown(None)
+    assert fastest.parallel.cpu_offloading_num_layers > 0
+    assert banded.parallel.cpu_offloading_num_layers == 0 and not exotic_flags(banded.parallel)
+    assert fastest.estimate.tokens_per_s_per_gpu / 1.116 <= banded.estimate.tokens_per_s_per_gpu \
+        < fastest.estimate.tokens_per_s_per_gpu
+
+
+def test_a_layout_string_is_walked_at_every_vpp_and_cut_by_time():
+    """DeepSeek-V3 on 256 GB200s at PP 4: its 61 layers need a layout string; cut by time at VPP 4 it puts a layer
+    beside the MTP module and the loss and beats VPP 2 and 3 (the walk does not stop where VPP 3's cut fell)."""
+    model, cluster, training = _fp8("deepseek-v3", "gb200", 256, 4096, 2048)
+    outcome = search_layouts(model, cluster, training, pins=Pins(tp=1, pp=4, ep=64, recompute="none", mbs=1))
+    best = min(outcome.ranked, key=lambda fit: rank_key(*fit))
+    assert best.parallel.vpp == 4 and (best.parallel.pipeline_layout or "").endswith("tmL")
