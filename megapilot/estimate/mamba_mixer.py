@@ -79,11 +79,22 @@ class MixerShape:
     state_dim: int
     norm_groups: float
     splits: int  # per-block partial copies of dB, dC and dCB (`nsplits` in ssd_chunk_state / ssd_chunk_scan)
+    context_parallel: bool = False
 
     @property
     def in_proj_width(self) -> float:
         """zxBCdt: z, x, B, C and dt."""
         return 2 * self.inner + 2 * self.group_state + self.heads
+
+
+def context_parallel_all_to_all_bytes(model: ModelSpec, tp: int, cp: int) -> float:
+    """Bytes per local token one GPU sends in MambaContextParallel's all-to-alls of one direction: z, x, B, C
+    (repeated where a rank holds less than a group) and dt from sequence- to head-sharded before the conv, the
+    scan's output back after it (megatron/core/ssm/mamba_context_parallel.py, `pre_conv_ssm`, `post_conv_ssm`)."""
+    if cp == 1:
+        return 0.0
+    shape = mixer_shape(model, tp, cp, 1, SSD_CHUNK_SIZE, 1)
+    return ACTIVATION_BYTES * (shape.in_proj_width + shape.inner)
 
 
 def mixer_shape(model: ModelSpec, tp: int, cp: int, mbs: int, seq_length: int, sms: int) -> MixerShape:
@@ -104,15 +115,30 @@ def mixer_shape(model: ModelSpec, tp: int, cp: int, mbs: int, seq_length: int, s
         inner=inner / tp, heads=heads / tp, group_state=groups_per_token * n,
         group_chunk=groups_per_token * SSD_CHUNK_SIZE, conv_channels=inner / tp + 2 * groups_per_token * n,
         states=inner / tp * n / SSD_CHUNK_SIZE, state_dim=n, norm_groups=groups / tp,
-        splits=math.ceil(ratio / per_program))
+        splits=math.ceil(ratio / per_program), context_parallel=cp > 1)
+
+
+def _context_parallel_copies(s: MixerShape) -> list[MixerKernel]:
+    """MambaContextParallel's rearrangements around its all-to-alls, each a read and a write: before the conv
+    the split heads concatenated for the all-to-all (`_all_to_all_cp2hp`), z, x, B, C, dt concatenated again and
+    the attention load balancing undone (`_undo_attention_load_balancing`); after the scan the balancing redone and
+    the heads concatenated back (`_all_to_all_hp2cp`). The backward mirrors them."""
+    b = ACTIVATION_BYTES
+    zxbcdt, y = b * s.in_proj_width, b * s.inner
+    return [MixerKernel("CP: cat heads for the all-to-all (zxBCdt)", zxbcdt, zxbcdt),
+            MixerKernel("CP: cat z, x, B, C, dt", zxbcdt, zxbcdt),
+            MixerKernel("CP: undo attention load balancing", zxbcdt, zxbcdt),
+            MixerKernel("CP: redo attention load balancing", y, y),
+            MixerKernel("CP: cat heads back (scan output)", y, y)]
 
 
 def _forward(s: MixerShape, copies: bool) -> list[MixerKernel]:
     b, f = ACTIVATION_BYTES, FP32_BYTES
     d, hd, gn, gq, conv, st, n = s.inner, s.heads, s.group_state, s.group_chunk, s.conv_channels, s.states, s.state_dim
     q = SSD_CHUNK_SIZE
-    kernels = [MixerKernel("zxBCdt to [b, s, d] (.contiguous)", b * s.in_proj_width, b * s.in_proj_width)] \
-        if copies else []
+    kernels = _context_parallel_copies(s) if s.context_parallel else []
+    if copies:
+        kernels.append(MixerKernel("zxBCdt to [b, s, d] (.contiguous)", b * s.in_proj_width, b * s.in_proj_width))
     kernels += [
         MixerKernel("causal_conv1d_fwd (+ SiLU)", b * conv, b * conv),
         MixerKernel("_chunk_cumsum_fwd", b * hd, 2 * f * hd),  # dt in; dt (softplus, + bias) and dA_cumsum out
@@ -179,7 +205,8 @@ def _backward(s: MixerShape) -> list[MixerKernel]:
 def mixer_kernels(model: ModelSpec, tp: int, cp: int, mbs: int, seq_length: int, sms: int) -> tuple[MixerKernel, ...]:
     """Every kernel one Mamba-2 mixer runs per micro-batch, forward then backward, per local token."""
     shape = mixer_shape(model, tp, cp, mbs, seq_length, sms)
-    return tuple(_forward(shape, copies=mbs > 1) + _backward(shape))
+    backward_copies = _context_parallel_copies(shape) if shape.context_parallel else []
+    return tuple(_forward(shape, copies=mbs > 1) + _backward(shape) + backward_copies)
 
 
 @lru_cache(maxsize=1024)
@@ -192,7 +219,8 @@ def mixer_kernels_s_per_token(model: ModelSpec, tp: int, cp: int, mbs: int, seq_
 
 
 # Kernels of one mixer (forward + backward) that every micro-batch runs, whatever its shape (the layout copies of a
-# multi-sequence micro-batch left out): what `latency.layer_kernels` counts for the per-kernel overhead.
+# multi-sequence micro-batch and of context parallelism left out): what `latency.layer_kernels` counts for the
+# per-kernel overhead.
 _ANY_SHAPE = MixerShape(inner=1, heads=1, group_state=1, group_chunk=1, conv_channels=1, states=1, state_dim=1,
                         norm_groups=1, splits=1)
 MIXER_KERNELS = len(_forward(_ANY_SHAPE, copies=False)) + len(_backward(_ANY_SHAPE))

@@ -14,7 +14,9 @@ Model (per GPU, seconds):
   micro-batch (without SP: 4 all-reduces, the same volume), Korthikanti Sec. 4.2.2; with
   `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs;
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
-  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
+  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed. A Mamba
+  layer instead trades its sequence shard for a share of the heads by all-to-alls before the conv and after the
+  scan, not overlapped; a hybrid's MLP and MoE layers communicate nothing over CP;
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
   move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
@@ -77,7 +79,7 @@ from megapilot.estimate.latency import (
     moe_kernels,
     sm_count,
 )
-from megapilot.estimate.mamba_mixer import mixer_kernels_s_per_token
+from megapilot.estimate.mamba_mixer import context_parallel_all_to_all_bytes, mixer_kernels_s_per_token
 from megapilot.estimate.memory import (
     layer_activation_bytes,
     layer_kinds,
@@ -150,6 +152,7 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 52
 # 1-byte mask (5); backward, dropout reads the gradient and the mask and writes (5), the softmax's backward reads the
 # gradient and the probabilities and writes (6). The GEMMs' own reads and writes are in their roofline.
 UNFUSED_SCORE_BYTES = 20
+MAMBA_CP_DIRECTIONS = 2  # a Mamba layer's CP all-to-alls run in the forward and mirrored in the backward
 
 BREAKDOWN_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
                    "optimizer")
@@ -360,7 +363,9 @@ def layer_terms(
     if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
         terms["ep_comm"] = _overlapped_all_to_all_exposed_s(terms, gpu)
     terms["tp_comm"] = tp_s
-    if block.attention == "full":
+    if kind == "mamba":
+        terms["cp_comm"] = _mamba_cp_all_to_alls_s(model, cluster, p, tokens)
+    elif block.attention == "full" and kind in ("transformer", "attention"):  # a hybrid's MLP layers attend nothing
         terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
                                               model.layer_kv_heads(layer_index))
     return terms
@@ -607,6 +612,17 @@ def _mamba_mixer_s(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, 
     gemms = _gemm_s(tokens, h, in_width, gpu, precision, eff) + _gemm_s(tokens, out_width, h, gpu, precision, eff)
     per_token_s = mixer_kernels_s_per_token(model, p.tp, p.cp, p.mbs, training.seq_length, sm_count(gpu), gpu, eff)
     return gemms, per_token_s * tokens
+
+
+def _mamba_cp_all_to_alls_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float) -> float:
+    """Context parallelism on a Mamba layer: the sequence-to-heads all-to-alls around the conv and the scan
+    (`mamba_mixer.context_parallel_all_to_all_bytes`), forward and again backward. Nothing overlaps them: the conv
+    waits for the first, out_proj for the last."""
+    if p.cp == 1:
+        return 0.0
+    sent = context_parallel_all_to_all_bytes(model, p.tp, p.cp) * tokens
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
+    return MAMBA_CP_DIRECTIONS * comm.all_to_all_s(sent, p.cp, bandwidth)
 
 
 def _tp_comm_s(

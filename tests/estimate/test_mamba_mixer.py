@@ -123,3 +123,32 @@ def test_a_small_mamba_spec_prices_every_kernel_nonnegative():
     tiny = NEMOTRON_H_8B.model_copy(update={"mamba": MambaSpec(state_dim=16, head_dim=8, num_groups=2, num_heads=4)})
     kernels = mixer_kernels(tiny, 1, 1, 1, 100, SMS)
     assert all(k.read_bytes >= 0 and k.written_bytes >= 0 and k.flops >= 0 for k in kernels)
+
+
+def test_context_parallel_trades_a_mamba_layers_sequence_for_heads_by_all_to_alls_and_leaves_mlp_layers_alone():
+    """MambaContextParallel: z, x, B, C, dt all-to-all'd before the conv, the scan's output after it, forward and
+    backward; a hybrid's MLP layer has no attention to ring, its attention layer still rings K and V."""
+    from megapilot.estimate import comm
+    from megapilot.estimate.mamba_mixer import context_parallel_all_to_all_bytes
+    from megapilot.estimate.step_time import _cp_comm_exposed_s
+
+    layout = ParallelConfig(tp=2, cp=2, dp=16, sequence_parallel=True)
+    cluster = ClusterSpec.from_gpu_count(H100, 64)
+    tokens = 8192 / 2
+    d, gn, heads = 8192 / 2, 8 / 2 * 128, 128 / 2
+    assert context_parallel_all_to_all_bytes(NEMOTRON_H_8B, 2, 2) == 2 * (2 * d + 2 * gn + heads + d)
+    assert context_parallel_all_to_all_bytes(NEMOTRON_H_8B, 2, 1) == 0.0
+    sent = context_parallel_all_to_all_bytes(NEMOTRON_H_8B, 2, 2) * tokens
+    expected = 2 * comm.all_to_all_s(sent, 2, comm.group_bandwidth_bytes_per_s(cluster, 2, stride=2))
+
+    def terms(kind: str) -> dict[str, float]:
+        index = NEMOTRON_H_8B.hybrid_override_pattern.index(kind)
+        return layer_terms(NEMOTRON_H_8B, index, cluster, SEQ_8K, layout, EstimateOptions(), recomputed=False)
+
+    assert terms("M")["cp_comm"] == pytest.approx(expected) and expected > 0
+    assert terms("-")["cp_comm"] == 0.0
+    attention = terms("*")
+    ring = _cp_comm_exposed_s(NEMOTRON_H_8B, cluster, layout, tokens, attention["mixer_core"], 8)
+    assert attention["cp_comm"] == ring
+    # the rearrangements around the all-to-alls are HBM passes of the mixer's own
+    assert len(mixer_kernels(NEMOTRON_H_8B, 2, 2, 1, 8192, SMS)) == MIXER_KERNELS + 10
