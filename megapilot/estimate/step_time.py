@@ -365,7 +365,7 @@ def layer_terms(
     terms["tp_comm"] = tp_s
     if kind == "mamba":
         terms["cp_comm"] = _mamba_cp_all_to_alls_s(model, cluster, p, tokens)
-    elif block.attention == "full" and kind in ("transformer", "attention"):  # a hybrid's MLP layers attend nothing
+    elif block.attention == "full" and kind in ("transformer", "attention"):  # a hybrid MLP or MoE layer: none
         terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
                                               model.layer_kv_heads(layer_index))
     return terms
