@@ -32,6 +32,8 @@ FLOP_CONVENTIONS: tuple[str, ...] = ("megatron", "megatron_full_attention")
 
 # Three GEMMs per weight (forward, dgrad, wgrad) x 2 FLOPs per multiply-add.
 GEMM_PASSES_FLOPS = 6
+FORWARD_BACKWARD_PASSES = 3  # Megatron's count: the backward costs two forwards
+SSD_SCAN_FORWARD_FLOPS_PER_STATE = 7  # Megatron's `mamba_layer_flops`: the scan's forward, 7 d N per token
 
 
 def _mlp_matrices(model: ModelSpec) -> int:
@@ -182,13 +184,15 @@ def has_attention(model: ModelSpec, layer_index: int) -> bool:
 
 def mamba_mixer_flops(model: ModelSpec, seq_length: int) -> float:
     """One Mamba-2 mixer, per token, as Megatron's hybrid FLOPs formula counts it (training.py
-    `mamba_layer_flops`): in_proj 6 h (2 d + 2 G N + H), the SSM scan 7 d N, out_proj 6 d h
-    (d = heads x head_dim, N = state size, G = groups, H = heads)."""
+    `mamba_layer_flops`, forward, times 3 for forward + backward as `num_floating_point_operations` returns
+    it): in_proj 6 h (2 d + 2 G N + H), the SSM scan 3 x 7 d N, out_proj 6 d h (d = heads x head_dim, N = state
+    size, G = groups, H = heads)."""
     assert model.mamba is not None
     mamba, h = model.mamba, model.hidden_size
     heads, inner = mamba.heads(h), mamba.inner_size(h)
     in_proj = GEMM_PASSES_FLOPS * h * (2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads)
-    return in_proj + 7 * inner * mamba.state_dim + GEMM_PASSES_FLOPS * inner * h
+    scan = FORWARD_BACKWARD_PASSES * SSD_SCAN_FORWARD_FLOPS_PER_STATE * inner * mamba.state_dim
+    return in_proj + scan + GEMM_PASSES_FLOPS * inner * h
 
 
 def gated_delta_net_flops(model: ModelSpec) -> tuple[float, float]:

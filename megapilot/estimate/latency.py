@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from megapilot.estimate.mamba_mixer import MIXER_KERNELS as MAMBA_MIXER_KERNELS
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import LayerBlock, ModelSpec
 
@@ -70,7 +71,6 @@ ROPE_KERNELS = 4  # q and k rotated, forward and backward
 QK_NORM_KERNELS = 4  # per-head q and k norms (Qwen3) or MLA's q and kv latent norms, forward and backward
 ACTIVATION_KERNELS = 2  # an MLP's fused activation, forward and backward
 DSA_INDEXER_KERNELS = 6  # DeepSeek Sparse Attention's index scores, top-k and its KL loss, forward and backward
-MAMBA_MIXER_KERNELS = 17  # causal conv1d (2), the chunked SSD scan (5 forward, 8 backward), the gated norm (2)
 GDN_MIXER_KERNELS = 24  # causal conv1d (2), q/k L2 norms (4), chunked gated delta rule (6 + 10), gated norm (2)
 
 # Streaming multiprocessors (NVIDIA) / compute units (AMD) per GPU, with the vendor's number and source.
@@ -165,7 +165,7 @@ def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: boo
     if kind in ("transformer", "attention") and block.attention != "none":
         count += NORM_AND_RESIDUAL_KERNELS + _mixer_kernels(model, layer_index, block, linear)
     if kind == "mamba":
-        count += NORM_AND_RESIDUAL_KERNELS + MAMBA_MIXER_KERNELS + 2 * linear
+        count += NORM_AND_RESIDUAL_KERNELS + MAMBA_MIXER_KERNELS + 2 * linear  # the conv, scan and norm kernels
     if kind in ("mamba", "attention"):
         return count
     moe = model.moe

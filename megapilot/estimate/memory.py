@@ -421,13 +421,24 @@ def _gated_delta_net_bytes(model: ModelSpec, gemm_input: float) -> float:
 
 
 def _mamba_mixer_bytes(model: ModelSpec, gemm_input: float) -> float:
-    """Per token inside a Mamba-2 mixer: the in_proj output (z, x, B, C, dt), the conv output, the scan
-    output and the gated norm's input and output (bf16), and out_proj's input (`gemm_input` bytes)."""
+    """Per token inside a Mamba-2 mixer: its inner tensors (`mamba_mixer_inner_bytes`) and out_proj's input
+    (`gemm_input` bytes)."""
+    assert model.mamba is not None
+    return mamba_mixer_inner_bytes(model) + gemm_input * model.mamba.inner_size(model.hidden_size)
+
+
+def mamba_mixer_inner_bytes(model: ModelSpec) -> float:
+    """Per token (all TP ranks together), what a Mamba-2 mixer keeps for backward between its in_proj and
+    out_proj on Megatron-Core's memory-efficient path (`MambaMixer._ssm_training`): mamba_ssm's
+    `MambaSplitConv1dScanCombinedFn` saves only its input, the in_proj output (z, x, B, C, dt), and the scan's
+    ungated output (its backward recomputes the conv and the chunk states); the group RMSNorm (`LayerNormFn`,
+    mamba_ssm/ops/triton/layernorm_gated.py) saves its input, the gated scan output, and an fp32 rstd per group.
+    All bf16 but rstd; the norm's output is out_proj's input, counted as a GEMM input."""
     assert model.mamba is not None
     mamba, h = model.mamba, model.hidden_size
     heads, inner = mamba.heads(h), mamba.inner_size(h)
-    groups_state = 2 * mamba.num_groups * mamba.state_dim
-    return 2 * (2 * inner + groups_state + heads) + 2 * (inner + groups_state) + 2 * 3 * inner + gemm_input * inner
+    in_proj_output = 2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads
+    return 2 * in_proj_output + 2 * inner + 2 * inner + 4 * mamba.num_groups
 
 
 

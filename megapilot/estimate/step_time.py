@@ -6,14 +6,17 @@ Model (per GPU, seconds):
   s x s scores), memory-bound glue at HBM bandwidth (`efficiency.elementwise_time_s`), the output layer's
   cross-entropy at its kernels' bytes per logit; a Gated
   DeltaNet layer's in_proj/out_proj as GEMMs and its conv + chunked delta rule (linear in the tokens) at the
-  attention rate;
+  attention rate; a Mamba-2 mixer's in_proj/out_proj as GEMMs and its conv1d, chunked SSD scan and group norm
+  kernels each on its roofline (the longer of its HBM bytes and its FLOPs; mamba_mixer.py);
 - recompute: selective re-runs the attention core's forward, full re-runs the recomputed layers'
   forward (Korthikanti et al. 2022, Sec. 5);
 - tp_comm: with SP 4 all-gathers + 4 reduce-scatters of the layer activation per layer per
   micro-batch (without SP: 4 all-reduces, the same volume), Korthikanti Sec. 4.2.2; with
   `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs;
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
-  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
+  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed. A Mamba
+  layer instead trades its sequence shard for a share of the heads by all-to-alls before the conv and after the
+  scan, not overlapped; a hybrid's MLP and MoE layers communicate nothing over CP;
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
   move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
@@ -76,9 +79,11 @@ from megapilot.estimate.latency import (
     moe_kernels,
     sm_count,
 )
+from megapilot.estimate.mamba_mixer import context_parallel_all_to_all_bytes, mixer_kernels_s_per_token
 from megapilot.estimate.memory import (
     layer_activation_bytes,
     layer_kinds,
+    mamba_mixer_inner_bytes,
     moe_flags,
     offloaded_layer_bytes,
     shard_params,
@@ -147,7 +152,7 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 52
 # 1-byte mask (5); backward, dropout reads the gradient and the mask and writes (5), the softmax's backward reads the
 # gradient and the probabilities and writes (6). The GEMMs' own reads and writes are in their roofline.
 UNFUSED_SCORE_BYTES = 20
-SSD_SCAN_FLOPS_PER_STATE = 7  # Mamba-2's chunked scan: 7 d N FLOPs per token (Megatron's hybrid count)
+MAMBA_CP_DIRECTIONS = 2  # a Mamba layer's CP all-to-alls run in the forward and mirrored in the backward
 
 BREAKDOWN_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
                    "optimizer")
@@ -281,7 +286,8 @@ def layer_terms(
 ) -> dict[str, float]:
     """Seconds one GPU spends on one layer for one micro-batch (forward + backward), term by term.
 
-    mixer_gemms / mixer_core: the attention projections and fused core (a Mamba mixer's projections and scan);
+    mixer_gemms / mixer_core: the attention projections and fused core (a Mamba mixer's projections, and its
+    conv, scan and norm kernels);
     mlp_gemms: a dense MLP; router, latent_projections, experts, shared_experts, moe_token_passes: a MoE block's
     router GEMM, a latent MoE's h -> latent -> h projections, routed experts, shared experts and the HBM passes
     over each token's top-k copies; glue: memory-bound elementwise work; recompute; tp/cp/ep_comm: exposed
@@ -305,7 +311,7 @@ def layer_terms(
     if kind in ("transformer", "attention"):
         terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
     if kind == "mamba":
-        terms["mixer_gemms"], terms["mixer_core"] = _mamba_mixer_s(model, tokens, p.tp, cluster, precision, eff)
+        terms["mixer_gemms"], terms["mixer_core"] = _mamba_mixer_s(model, training, p, cluster, eff)
     elif kind == "attention":
         pass
     elif model.is_moe_layer(layer_index):
@@ -335,7 +341,7 @@ def layer_terms(
                                           precision, eff)
     elif block.mlp == "linear":  # a heterogeneous layer's MLP replaced by one h -> h linear
         terms["mlp_gemms"] = _gemm_s(tokens, h, h / p.tp, gpu, precision, eff)
-    terms["glue"] = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
+    terms["glue"] = elementwise_time_s(_glue_bytes(model, layer_index, p, tokens), gpu, eff)
     # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
     terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
@@ -357,10 +363,22 @@ def layer_terms(
     if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
         terms["ep_comm"] = _overlapped_all_to_all_exposed_s(terms, gpu)
     terms["tp_comm"] = tp_s
-    if block.attention == "full":
+    if kind == "mamba":
+        terms["cp_comm"] = _mamba_cp_all_to_alls_s(model, cluster, p, tokens)
+    elif block.attention == "full" and kind in ("transformer", "attention"):  # a hybrid MLP or MoE layer: none
         terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
                                               model.layer_kv_heads(layer_index))
     return terms
+
+
+def _glue_bytes(model: ModelSpec, layer_index: int, p: ParallelConfig, tokens: float) -> float:
+    """The stored bytes the memory-bound glue is priced on (`elementwise_passes` passes over them): the layer's
+    activations, less a Mamba mixer's inner tensors, which the mixer's own kernels read and write
+    (`_mamba_mixer_s`); its norm input and GEMM inputs stay, as on every layer."""
+    stored = layer_activation_bytes(model, layer_index, p, tokens)
+    if model.layer_kind(layer_index) == "mamba":
+        stored -= mamba_mixer_inner_bytes(model) / p.tp * tokens
+    return stored
 
 
 def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, float], p: ParallelConfig,
@@ -374,7 +392,8 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
     third = 1 / PASSES_PER_FORWARD_BACKWARD
     kind = model.layer_kind(layer_index)
     moe_layer = model.is_moe_layer(layer_index) and kind in ("transformer", "moe")
-    seconds = terms["mixer_core"] * third if "core_attn" in modules else 0.0
+    # a Mamba mixer has no core_attn to rerun (Megatron-Core's MambaMixer checkpoints nothing of its own)
+    seconds = terms["mixer_core"] * third if "core_attn" in modules and kind != "mamba" else 0.0
     if "layernorm" in modules and kind in ("transformer", "moe") and model.layer_blocks is None:
         norms = int(model.mla is not None and kind == "transformer") + int(moe_layer)
         seconds += gpu.hbm_time_s(norms * 2 * BF16_BYTES * h * tokens / (p.tp if p.sequence_parallel else 1))
@@ -577,21 +596,33 @@ def _moe_a2a_overlapped(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfi
     return options.moe_a2a_overlap is True or ep_leaves_domain(cluster, p)
 
 
-def _mamba_mixer_s(
-    model: ModelSpec, tokens: float, tp: int, cluster: ClusterSpec, precision: str, eff: EfficiencyParams
-) -> tuple[float, float]:
-    """(in_proj + out_proj GEMMs, the chunked SSM scan) of one Mamba-2 mixer, forward + backward.
+def _mamba_mixer_s(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, cluster: ClusterSpec,
+                   eff: EfficiencyParams) -> tuple[float, float]:
+    """(in_proj + out_proj GEMMs, the mixer's other kernels) of one Mamba-2 mixer, forward + backward.
 
-    The scan (SSD) runs as small batched matmuls inside one fused kernel; it is priced like the fused
-    attention core, on its 7 d N FLOPs per token (Megatron's count)."""
+    Between the projections Megatron runs the causal conv1d, the chunked SSD scan's Triton kernels and the group
+    RMSNorm, forward and backward (mamba_mixer.py lists them with their sources): each is priced on its own
+    roofline, from the bytes it reads and writes and its FLOPs."""
     assert model.mamba is not None
-    mamba, h, gpu = model.mamba, model.hidden_size, cluster.gpu
+    mamba, h, gpu, precision = model.mamba, model.hidden_size, cluster.gpu, training.precision
+    tokens = p.mbs * training.seq_length / p.cp
     heads, inner = mamba.heads(h), mamba.inner_size(h)
-    in_width = (2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads) / tp
-    out_width = inner / tp
+    in_width = (2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads) / p.tp
+    out_width = inner / p.tp
     gemms = _gemm_s(tokens, h, in_width, gpu, precision, eff) + _gemm_s(tokens, out_width, h, gpu, precision, eff)
-    scan = attention_time_s(SSD_SCAN_FLOPS_PER_STATE * inner * mamba.state_dim * tokens / tp, gpu, eff)
-    return gemms, scan
+    per_token_s = mixer_kernels_s_per_token(model, p.tp, p.cp, p.mbs, training.seq_length, sm_count(gpu), gpu, eff)
+    return gemms, per_token_s * tokens
+
+
+def _mamba_cp_all_to_alls_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float) -> float:
+    """Context parallelism on a Mamba layer: the sequence-to-heads all-to-alls around the conv and the scan
+    (`mamba_mixer.context_parallel_all_to_all_bytes`), forward and again backward. Nothing overlaps them: the conv
+    waits for the first, out_proj for the last."""
+    if p.cp == 1:
+        return 0.0
+    sent = context_parallel_all_to_all_bytes(model, p.tp, p.cp) * tokens
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
+    return MAMBA_CP_DIRECTIONS * comm.all_to_all_s(sent, p.cp, bandwidth)
 
 
 def _tp_comm_s(

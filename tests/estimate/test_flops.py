@@ -205,3 +205,15 @@ def test_a_layer_reusing_an_earlier_layers_topk_runs_no_indexer_and_no_kl_loss()
     assert shared.runs_dsa_indexer(2) and not shared.runs_dsa_indexer(3)
     assert layer_attention_linear_flops(shared, 3) < layer_attention_linear_flops(shared, 2)
     assert dsa_core_flops(shared, 3, 8192) < dsa_core_flops(shared, 2, 8192) == dsa_core_flops(glm5, 3, 8192)
+
+
+def test_a_mamba_mixer_counts_megatrons_forward_formula_three_times_scan_included():
+    """Megatron's `mamba_layer_flops` (training.py) is the forward, 2 T h (2 d + 2 G N + H) + 7 T d N + 2 T d h;
+    `num_floating_point_operations` returns three times the forward."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.flops import mamba_mixer_flops
+
+    model = get_model("nemotron-h-8b")
+    h, d, n, groups, heads = 4096, 8192, 128, 8, 128
+    forward = 2 * h * (2 * d + 2 * groups * n + heads) + 7 * d * n + 2 * d * h
+    assert mamba_mixer_flops(model, 8192) == 3 * forward

@@ -446,3 +446,21 @@ def test_memory_by_stage_lists_each_costed_rank_and_its_heaviest_is_memory_per_g
     assert set(by_stage) == {0, 1, 3}  # the first, the last, and one middle rank for the ranks alike
     assert max(by_stage.values()) == pytest.approx(heaviest.total_gib)
     assert max(by_stage, key=lambda stage: by_stage[stage]) == heaviest.stage
+
+
+def test_a_mamba_mixer_keeps_what_the_memory_efficient_path_saves_not_the_conv_output():
+    """MambaSplitConv1dScanCombinedFn saves its input zxBCdt and the ungated scan output (the conv and the chunk
+    states are recomputed in its backward); the group RMSNorm saves its input and an fp32 rstd per group; out_proj
+    its input. Nemotron-H 8B: d = 8192, 8 groups x 128 states, 128 heads."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.memory import mamba_mixer_inner_bytes
+
+    model = get_model("nemotron-h-8b")
+    d, gn, heads, groups = 8192, 8 * 128, 128, 8
+    assert mamba_mixer_inner_bytes(model) == 2 * (2 * d + 2 * gn + heads) + 2 * d + 2 * d + 4 * groups
+    mamba = model.hybrid_override_pattern.index("M")
+    for tp in (1, 2):
+        layout = ParallelConfig(tp=tp, dp=8, sequence_parallel=tp > 1)
+        norm_and_in_proj_input = (2 * 4096 + 2 * 4096) / tp  # the layer's norm input and in_proj's input
+        expected = norm_and_in_proj_input + (mamba_mixer_inner_bytes(model) + 2 * d) / tp  # + out_proj's input
+        assert layer_activation_bytes(model, mamba, layout, 1.0) == pytest.approx(expected)
