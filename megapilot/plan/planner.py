@@ -7,11 +7,19 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from megapilot.errors import MegapilotError
-from megapilot.estimate import EstimateOptions, cross_domain_flex_backend
+from megapilot.estimate import LOW_HEADROOM_FRACTION, EstimateOptions, cross_domain_flex_backend
 from megapilot.estimate.coverage import coverage_for
 from megapilot.estimate.step_time import ep_leaves_domain
 from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
-from megapilot.plan.preferences import ErrorBand, LayoutContext, deciding_rule, order_by_recipe, tie_break_reason
+from megapilot.plan.preferences import (
+    ErrorBand,
+    LayoutContext,
+    deciding_rule,
+    exotic_flags,
+    low_headroom,
+    order_by_recipe,
+    tie_break_reason,
+)
 from megapilot.plan.reasons import Explainer, layout_label
 from megapilot.plan.search import (
     TIE_BAND,
@@ -82,6 +90,7 @@ def plan(
         reasons = explainer.explain(parallel, est) + [f"note: {w}" for w in est.warnings]
         if rank == 0:
             reasons += _tie_break_reasons(chosen[0], by_speed[0], band, context)
+        reasons += _plainer_variant(Fit(parallel, est), outcome.fastest_by_shape.get(shape_key(parallel)), band)
         backend = cross_domain_backend if cross_domain_backend and ep_leaves_domain(cluster, parallel) else None
         if backend:
             reasons.append(f"experts: EP×ETP = {parallel.ep * parallel.expert_tp} leaves the NVLink domain, so the "
@@ -163,6 +172,22 @@ def _fsdp_twins(candidates: list[Candidate]) -> list[str]:
         else:
             first_rank[key] = rank
     return lines
+
+
+def _plainer_variant(shown: Fit, fastest: Fit | None, band: ErrorBand) -> list[str]:
+    """Say so when a layout is shown by a variant slower than its fastest: one the rules hold less against (no
+    exotic flag, memory headroom), inside the model's error."""
+    if fastest is None or fastest.parallel == shown.parallel:
+        return []
+    gain = fastest.estimate.tokens_per_s_per_gpu / shown.estimate.tokens_per_s_per_gpu - 1
+    if gain <= 0:
+        return []
+    held = [flag for flag in exotic_flags(fastest.parallel) if flag not in exotic_flags(shown.parallel)]
+    if low_headroom(fastest.estimate) and not low_headroom(shown.estimate):
+        held.append(f"under {100 * LOW_HEADROOM_FRACTION:.0f} % of HBM left free")
+    why = ", ".join(held) or "the rules' preferences"
+    return [f"variant: {layout_label(fastest.parallel)} is estimated {100 * gain:.1f} % faster, inside the model's "
+            f"error (±{100 * band.fraction:.1f} %), but needs {why}: shown without"]
 
 
 def _tie_break_reasons(winner: Fit, fastest: Fit, band: ErrorBand, context: LayoutContext) -> list[str]:

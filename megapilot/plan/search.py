@@ -241,8 +241,10 @@ class SearchOutcome:
     # compare the winner with ("the best layout with TP=4 is 8 % slower").
     best_by: dict[tuple[str, object], Fit] = field(default_factory=dict)
     # The best fitting layout of every parallel shape (`shape_key`): what the recipe tie-break orders, so a
-    # shape inside the error band is never lost behind more than KEEP_PER_SEARCH faster variants of others.
+    # shape inside the error band is never lost behind more than KEEP_PER_SEARCH faster variants of others. Inside
+    # the band it is the variant the rules prefer (`_Search._representatives`); `fastest_by_shape` keeps the fastest.
     best_by_shape: dict[ShapeKey, Fit] = field(default_factory=dict)
+    fastest_by_shape: dict[ShapeKey, Fit] = field(default_factory=dict)
 
 
 # ---- ranking ----------------------------------------------------------------------------------
@@ -367,12 +369,14 @@ class _Search:
                 continue
             self._walk_pipeline(tp)
         dominated = self._cp_without_gain()
+        fastest_by_shape = dict(self.best_by_shape)
         self.best_by_shape = self._representatives()
         ranked = [Fit(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)
                   if shape_key(p) not in dominated]
         return SearchOutcome(ranked=ranked, rejected=self.rejected, layouts_costed=self.cost.calls,
                              layouts_fitting=self.fitting, smallest_floor=self.smallest_floor, cost=self.cost,
-                             best_by=self.best_by, best_by_shape=self.best_by_shape)
+                             best_by=self.best_by, best_by_shape=self.best_by_shape,
+                             fastest_by_shape=fastest_by_shape)
 
     def _representatives(self) -> dict[ShapeKey, Fit]:
         """The variant each shape is shown by: among its variants (VPP, MBS, recompute, offload) whose throughput is
