@@ -64,6 +64,7 @@ from megapilot.estimate.efficiency import (
 )
 from megapilot.estimate.flops import (
     FlopConvention,
+    attention_core_flops,
     dsa_indexer_score_flops,
     flops_per_step,
     has_attention,
@@ -147,6 +148,10 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 52
 # 1-byte mask (5); backward, dropout reads the gradient and the mask and writes (5), the softmax's backward reads the
 # gradient and the probabilities and writes (6). The GEMMs' own reads and writes are in their roofline.
 UNFUSED_SCORE_BYTES = 20
+# Side of the score blocks a fused attention kernel computes whole (masking inside a block): FlashAttention-2's
+# forward and backward tile head dim 64 and 128 as 128 x 128 / 128 x 64 blocks (`Flash_fwd_kernel_traits<64, 128, 128,
+# 4>`, csrc/flash_attn/src/flash_fwd_launch_template.h); cuDNN does not publish its tiles and is taken alike.
+ATTENTION_TILE = 128
 SSD_SCAN_FLOPS_PER_STATE = 7  # Mamba-2's chunked scan: 7 d N FLOPs per token (Megatron's hybrid count)
 
 BREAKDOWN_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
@@ -300,6 +305,8 @@ def layer_terms(
         if has_attention(model, layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
     terms["mixer_core"] = attention_time_s(((core_flops - whole_on_every_rank) / p.tp + whole_on_every_rank) * tokens,
                                            gpu, eff)
+    if _runs_unfused_attention(model, layer_index):  # a plain softmax attention: its fused kernel's tiles and bytes
+        terms["mixer_core"] = _fused_attention_core_s(model, layer_index, training, p, gpu, eff)
     if not options.flash_attention and _runs_unfused_attention(model, layer_index):
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
     if kind in ("transformer", "attention"):
@@ -407,6 +414,53 @@ def _runs_unfused_attention(model: ModelSpec, layer_index: int) -> bool:
     DeltaNet came with the fused kernels and have no unfused history to price)."""
     return has_attention(model, layer_index) and model.mla is None and model.dsa is None \
         and not model.is_linear_attention_layer(layer_index)
+
+
+def _fused_attention_core_s(model: ModelSpec, layer_index: int, training: TrainingSpec, p: ParallelConfig,
+                            gpu: GPUSpec, eff: EfficiencyParams) -> float:
+    """Forward + backward of the fused (flash) attention kernel of a plain softmax-attention layer: the slower of its
+    tiles at the attention rate and its HBM bytes (`fused_attention_bytes_per_token`) at the HBM roofline.
+
+    The kernel computes whole `ATTENTION_TILE` x `ATTENTION_TILE` blocks of scores, masking inside a block. A causal
+    layer is priced at its causal FLOPs: the attention fraction was fitted on such layers, so it absorbs their
+    half-masked diagonal blocks. A sliding-window layer computes every block its window touches: it is priced as the
+    causal layer times its share of the causal layer's blocks (`window_block_share`), so a 128-token window costs
+    two blocks per row of blocks (256 keys per query), not its 127 mean keys. A learnable or off-by-one softmax
+    offset (attention sinks) adds one logit per row inside the same kernel (Transformer Engine's FusedAttention with
+    cuDNN >= 9.13.1): nothing measurable. Llama 4's chunks keep their FLOPs count (a block-diagonal mask)."""
+    s = training.seq_length
+    tokens = p.mbs * s / p.cp
+    window = model.attention_window(layer_index)
+    if window is None or window >= s or model.attention_chunk_size == window:
+        flops = layer_attention_core_flops(model, layer_index, s)
+    else:
+        flops = attention_core_flops(model, s) * window_block_share(window, s)
+    compute_s = attention_time_s(flops / p.tp * tokens, gpu, eff)
+    return max(compute_s, gpu.hbm_time_s(fused_attention_bytes_per_token(model, layer_index, p) * tokens))
+
+
+def window_block_share(window: int, seq_length: int, tile: int = ATTENTION_TILE) -> float:
+    """The share of a causal layer's score blocks (tile x tile, aligned on the diagonal) a sliding window of `window`
+    tokens computes: row of blocks k touches min(k + 1, m) blocks, m = ceil((window - 1) / tile) + 1."""
+    rows = math.ceil(seq_length / tile)
+    reach = min(rows, math.ceil((window - 1) / tile) + 1)
+    windowed = reach * (reach + 1) / 2 + (rows - reach) * reach
+    return windowed / (rows * (rows + 1) / 2)
+
+
+def fused_attention_bytes_per_token(model: ModelSpec, layer_index: int, p: ParallelConfig) -> float:
+    """HBM bytes per query token of a fused attention layer's kernels, forward + backward, per GPU (heads / TP):
+    forward reads Q, K, V and writes O and the fp32 row statistics; the backward's preprocess reads O and dO and
+    writes their fp32 row dot; its main kernel reads Q, K, V, dO and both statistics and writes dK, dV and dQ as fp32
+    partial sums, which the last kernel reads and writes as bf16 (FlashAttention-2's backward, the four kernels
+    `latency.ATTENTION_CORE_KERNELS` counts). With CP a rank reads every rank's K and V."""
+    d = model.head_dim
+    q_heads = model.num_attention_heads / p.tp
+    kv_heads = model.layer_kv_heads(layer_index) / p.tp
+    per_q_value = 2 * (2 + 2 + 2) + (4 + 4 + 2)  # Q read twice, O written and read, dO read twice; dQ's fp32 out, in
+    per_kv_value = 2 * 2 * p.cp + 2  # K (or V) read forward and backward, every CP rank's; dK (or dV) written
+    stats_per_head = 4 * 4  # the log-sum-exp and the dO.O row dot: fp32, each written once and read once
+    return q_heads * (d * per_q_value + stats_per_head) + 2 * kv_heads * d * per_kv_value
 
 
 def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, gpu: GPUSpec,
