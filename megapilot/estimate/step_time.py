@@ -71,6 +71,7 @@ from megapilot.estimate.flops import (
     layer_attention_core_flops,
 )
 from megapilot.estimate.latency import (
+    expert_epilogue_flags,
     expert_wave_slowdown,
     layer_kernels,
     moe_host_sync_s,
@@ -132,6 +133,16 @@ EP_ALL_TO_ALLS_PER_LAYER = 4
 ALL_TO_ALL_SMS = 20
 # Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
 MOE_TOKEN_PASSES = 12
+# fc2's bias added expert by expert (`TEGroupedMLP._apply_bias`, bf16 router probabilities): forward, bias x prob
+# written (2), added to the output (2 + 2 read, 2 written), the experts' pieces concatenated (2 + 2); backward, the
+# gradient times the prob and its sum over tokens (2 + 2, 2) for the bias, times the bias and its sum over the width
+# (2 + 2, 2) for the prob, and the split's gradient concatenated (2 + 2). Bytes per value of fc2's output.
+EXPERT_BIAS_BYTES_PER_VALUE = 28
+# The gated unit's clamp (`activation_func_clamp_value`): forward each half clamped (2 read, 2 written) and the
+# halves concatenated (2 + 2); backward each half's clamp gradient (gradient and input read, 2 + 2, 2 written) and the
+# chunk's gradient concatenated (2 + 2). Bytes per value of fc1's output (both halves).
+CLAMP_FORWARD_BYTES_PER_VALUE = 8
+CLAMP_BYTES_PER_VALUE = CLAMP_FORWARD_BYTES_PER_VALUE + 10
 GROUPED_GEMM_TILE_ROWS = 128  # rows of a CTA tile of the grouped GEMM kernels (cuBLAS/CUTLASS 128 x N tiles)
 # Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
 CP_RING_KV_PASSES = 3
@@ -334,7 +345,8 @@ def layer_terms(
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
-        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour)
+        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour) \
+            + _expert_epilogue_passes_s(model, gpu, p, routed_tokens)
         terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
         terms["moe_fixed"] = _moe_fixed_s(model, cluster, p, options, precision, terms)
     elif block.mlp == "full":
@@ -406,6 +418,9 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
             copies = tokens * moe.router_topk * moe.expert_load_factor * p.expert_tp / p.tp
             gated = 2 if model.gated_mlp else 1
             seconds += gpu.hbm_time_s(copies * (gated + 1) * BF16_BYTES * moe.moe_ffn_hidden_size / p.expert_tp)
+            if model.activation_clamp is not None and model.gated_mlp:  # the clamp reruns inside the checkpoint
+                seconds += gpu.hbm_time_s(copies * gated * moe.moe_ffn_hidden_size / p.expert_tp
+                                          * CLAMP_FORWARD_BYTES_PER_VALUE)
     return seconds
 
 
@@ -574,6 +589,25 @@ def _moe_token_passes_s(
     return gpu.hbm_time_s(moved)
 
 
+def _expert_epilogue_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float) -> float:
+    """HBM time of what Megatron's TEGroupedMLP runs around the expert GEMMs when the experts have biases or a clamped
+    gated unit (GPT-OSS), over each routed copy (megatron/core/transformer/moe/experts.py, core 0.15-0.16): fc1's
+    bias rides in the grouped GEMM's epilogue (Transformer Engine's GroupedLinear: cuBLAS bias epilogue forward,
+    its gradient in the wgrad GEMM), but fc2 returns its bias and `TEGroupedMLP._apply_bias` adds it expert by
+    expert in PyTorch (`EXPERT_BIAS_BYTES_PER_VALUE` per value of fc2's output); the clamp runs before the fused
+    quick-GEGLU kernel as clamps and a concatenation of their own (`CLAMP_BYTES_PER_VALUE` per value of fc1's
+    output; fusions/fused_bias_geglu.py, `weighted_bias_quick_geglu_impl`)."""
+    moe = model.moe
+    assert moe is not None
+    copies = tokens * moe.router_topk * p.expert_tp / p.tp
+    moved = 0.0
+    if model.add_bias_linear:
+        moved += copies * moe.routed_width(model.hidden_size) * EXPERT_BIAS_BYTES_PER_VALUE
+    if model.activation_clamp is not None and model.gated_mlp:
+        moved += copies * 2 * moe.moe_ffn_hidden_size / p.expert_tp * CLAMP_BYTES_PER_VALUE
+    return gpu.hbm_time_s(moved)
+
+
 def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu: GPUSpec) -> float:
     """Wave quantisation of the expert GEMMs (latency.py): fc1's and fc2's three GEMMs each, weighted by their
     FLOPs. The local experts' tiles share the waves: the legacy grouped GEMM tiles them in one launch, and
@@ -603,7 +637,7 @@ def _moe_fixed_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, opti
     if flex_dispatched(cluster, p, options) or moe.pad_to_capacity or (p.ep == 1 and local_experts == 1):
         return 0.0
     kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
-                          fp8_casts=precision in EIGHT_BIT_PRECISIONS)
+                          fp8_casts=precision in EIGHT_BIT_PRECISIONS, **expert_epilogue_flags(model))
     after_sync_s = FORWARD_SHARE * (terms["experts"] + terms["moe_token_passes"]) + terms["ep_comm"] / 2
     return moe_host_sync_s(kernels, forward_after_sync_gpu_s=after_sync_s,
                            kernel_overhead_s=options.efficiency.kernel_overhead_s)
