@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from megapilot.spec.hardware import GPUSpec
-from megapilot.spec.model import LayerBlock, ModelSpec
+from megapilot.spec.model import LayerBlock, ModelSpec, YarnRopeScaling
 
 HOST_LAUNCH_FLOOR_S = 3.8e-6  # a kernel the host launches while the GPU waits takes at least this (same blog)
 HOST_SYNC_S = 5.8e-6  # a stream synchronisation beyond a queued launch (same blog: 9.6 - 3.8 us)
@@ -77,6 +77,12 @@ LINEAR_KERNELS = 3  # fprop, dgrad, wgrad
 LINEAR_CAST_KERNELS = 2 * FP8_CAST_KERNELS_PER_TENSOR  # an 8-bit linear's input (forward) and output gradient
 ATTENTION_CORE_KERNELS = 4  # fused attention forward; its backward's preprocess, main kernel and dq conversion
 ROPE_KERNELS = 4  # q and k rotated, forward and backward
+# RoPE in PyTorch ops (Megatron's `_apply_rotary_pos_emb_bshd`), where Transformer Engine's fused RoPE cannot take
+# YaRN's concentration factor (`unfused_rope`): per rotated tensor (q, k), forward the frequencies' cos and sin each
+# scaled and cast (6 small kernels), t x cos, the rotated half's negation and concatenation, x sin, the sum and the
+# final concatenation (6); backward the two products, the negation, the chunk's and the slice's gradients (zeros and
+# a copy) and the two branches' sum (7).
+UNFUSED_ROPE_KERNELS = 2 * (6 + 6 + 7)
 QK_NORM_KERNELS = 4  # per-head q and k norms (Qwen3) or MLA's q and kv latent norms, forward and backward
 ACTIVATION_KERNELS = 2  # an MLP's fused activation, forward and backward
 DSA_INDEXER_KERNELS = 6  # DeepSeek Sparse Attention's index scores, top-k and its KL loss, forward and backward
@@ -205,6 +211,14 @@ def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: boo
     return count + (NORM_AND_RESIDUAL_KERNELS + linear if block.mlp == "linear" else 0)
 
 
+def unfused_rope(model: ModelSpec) -> bool:
+    """Whether Megatron rotates q and k in PyTorch ops instead of Transformer Engine's fused RoPE: the fused kernel
+    takes no scale, so `apply_rotary_pos_emb` (models/common/embeddings/rope_utils.py, core 0.15-0.16) falls back
+    whenever YaRN's concentration factor is not 1 (GPT-OSS: factor 32, 1.35), with or without --apply-rope-fusion."""
+    scaling = model.rope_scaling
+    return model.position_embedding == "rope" and isinstance(scaling, YarnRopeScaling) and scaling.concentration != 1
+
+
 def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear: int) -> int:
     """Kernels of a layer's sequence mixer without its norm: attention (standard or MLA), Gated DeltaNet, or a
     heterogeneous layer's one linear."""
@@ -212,7 +226,7 @@ def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear
         return linear
     if model.gated_delta_net is not None and model.is_linear_attention_layer(layer_index):
         return GDN_MIXER_KERNELS + 2 * linear
-    rope = ROPE_KERNELS if model.position_embedding == "rope" else 0
+    rope = (UNFUSED_ROPE_KERNELS if unfused_rope(model) else ROPE_KERNELS) if model.position_embedding == "rope" else 0
     mla = model.mla
     if mla is None:
         return ATTENTION_CORE_KERNELS + rope + 2 * linear + (QK_NORM_KERNELS if model.qk_layernorm else 0)

@@ -77,6 +77,7 @@ from megapilot.estimate.latency import (
     moe_host_sync_s,
     moe_kernels,
     sm_count,
+    unfused_rope,
 )
 from megapilot.estimate.memory import (
     layer_activation_bytes,
@@ -143,6 +144,12 @@ EXPERT_BIAS_BYTES_PER_VALUE = 28
 # chunk's gradient concatenated (2 + 2). Bytes per value of fc1's output (both halves).
 CLAMP_FORWARD_BYTES_PER_VALUE = 8
 CLAMP_BYTES_PER_VALUE = CLAMP_FORWARD_BYTES_PER_VALUE + 10
+# RoPE in PyTorch ops (`latency.unfused_rope`), bytes per rotated value beyond the fused kernel's 8 (2 + 2 forward,
+# 2 + 2 backward): forward t x cos (2 + 2), the half negated (1 + 1) and the halves concatenated (2 + 2), x sin
+# (2 + 2), the sum (4 + 2), the final concatenation (2 + 2); backward the two products (2 + 2 each), the negation
+# (1 + 1), the chunk's gradient concatenated (2 + 2), the branches' sum (4 + 2), the slice's gradient (zeros 2, copy
+# 2 + 2): 50 bytes in all (models/common/embeddings/rope_utils.py, `_apply_rotary_pos_emb_bshd`).
+UNFUSED_ROPE_BYTES_PER_VALUE = 50 - 8
 GROUPED_GEMM_TILE_ROWS = 128  # rows of a CTA tile of the grouped GEMM kernels (cuBLAS/CUTLASS 128 x N tiles)
 # Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
 CP_RING_KV_PASSES = 3
@@ -355,6 +362,8 @@ def layer_terms(
     elif block.mlp == "linear":  # a heterogeneous layer's MLP replaced by one h -> h linear
         terms["mlp_gemms"] = _gemm_s(tokens, h, h / p.tp, gpu, precision, eff)
     terms["glue"] = elementwise_time_s(layer_activation_bytes(model, layer_index, p, tokens), gpu, eff)
+    if kind in ("transformer", "attention") and block.attention == "full" and unfused_rope(model):
+        terms["glue"] += _unfused_rope_s(model, layer_index, gpu, p, tokens)
     # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
     terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
@@ -422,6 +431,21 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
                 seconds += gpu.hbm_time_s(copies * gated * moe.moe_ffn_hidden_size / p.expert_tp
                                           * CLAMP_FORWARD_BYTES_PER_VALUE)
     return seconds
+
+
+def _unfused_rope_s(model: ModelSpec, layer_index: int, gpu: GPUSpec, p: ParallelConfig, tokens: float) -> float:
+    """What RoPE in PyTorch ops (`latency.unfused_rope`) moves beyond the fused kernel the glue fit stands for, over
+    the rotated q and k values of a RoPE layer (`UNFUSED_ROPE_BYTES_PER_VALUE`; none on a NoPE or linear-attention
+    layer; MLA rotates its q heads' and its one shared key's positional parts)."""
+    if not has_attention(model, layer_index) or model.is_linear_attention_layer(layer_index) \
+            or (model.no_rope_freq is not None and (layer_index + 1) % model.no_rope_freq == 0):
+        return 0.0
+    if model.mla is not None:
+        rotated = (model.num_attention_heads / p.tp + 1) * model.mla.qk_pos_emb_head_dim
+    else:
+        heads = (model.num_attention_heads + model.layer_kv_heads(layer_index)) / p.tp
+        rotated = heads * model.head_dim * model.rotary_percent
+    return gpu.hbm_time_s(tokens * rotated * UNFUSED_ROPE_BYTES_PER_VALUE)
 
 
 def _runs_unfused_attention(model: ModelSpec, layer_index: int) -> bool:
