@@ -166,6 +166,13 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 52
 # 1-byte mask (5); backward, dropout reads the gradient and the mask and writes (5), the softmax's backward reads the
 # gradient and the probabilities and writes (6). The GEMMs' own reads and writes are in their roofline.
 UNFUSED_SCORE_BYTES = 20
+# HBM bytes per score of Transformer Engine's UnfusedDotProductAttention with a softmax offset (TE 2.8-2.10,
+# dot_product_attention/backends.py): the sink column concatenated to the scores (2 + 2); with s + 1 columns the fused
+# softmax kernel is refused (its column count must be a multiple of 8) and PyTorch runs it in fp32: the cast up
+# (2 + 4), the in-place mask (4 + 1 + 4), softmax (4 + 4), the cast down (4 + 2), the sink column sliced off as a view
+# (attention dropout 0: no kernel); backward the slice's gradient (zeros 2, copy 2 + 2), the casts (2 + 4, 4 + 2),
+# the softmax's (4 + 4 + 4) and the mask's (4 + 1 + 4) gradients.
+TE_UNFUSED_SINK_SCORE_BYTES = 4 + 6 + 9 + 8 + 6 + 6 + 6 + 12 + 9 + 6
 # Side of the score blocks a fused attention kernel computes whole (masking inside a block): FlashAttention-2's
 # forward and backward tile head dim 64 and 128 as 128 x 128 / 128 x 64 blocks (`Flash_fwd_kernel_traits<64, 128, 128,
 # 4>`, csrc/flash_attn/src/flash_fwd_launch_template.h); cuDNN does not publish its tiles and is taken alike.
@@ -198,6 +205,11 @@ class EstimateOptions:
     # False: Megatron-LM's attention before it (2021-22 releases), which writes every head's s x s scores to HBM
     # and runs softmax and dropout over them as kernels of their own (`_unfused_attention_core_s`).
     flash_attention: bool = True
+    # Attention sinks (a learnable or off-by-one softmax offset, GPT-OSS) in Transformer Engine's FusedAttention,
+    # which serves them from cuDNN 9.13.1 on (TE >= 2.8, `get_attention_backend` and `nvte_get_fused_attn_backend`;
+    # FlashAttention never does), or False: an older cuDNN, where TE runs UnfusedDotProductAttention over the whole
+    # s x s square (`_unfused_attention_core_s` at `TE_UNFUSED_SINK_SCORE_BYTES`).
+    fused_sink_attention: bool = True
     efficiency: EfficiencyParams = CALIBRATED
 
     @property
@@ -327,6 +339,9 @@ def layer_terms(
         terms["mixer_core"] = _fused_attention_core_s(model, layer_index, training, p, gpu, eff)
     if not options.flash_attention and _runs_unfused_attention(model, layer_index):
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
+    elif model.softmax_type != "vanilla" and not options.fused_sink_attention \
+            and _runs_unfused_attention(model, layer_index):
+        terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff, TE_UNFUSED_SINK_SCORE_BYTES)
     if kind in ("transformer", "attention"):
         terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
     if kind == "mamba":
@@ -503,20 +518,22 @@ def fused_attention_bytes_per_token(model: ModelSpec, layer_index: int, p: Paral
 
 
 def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, gpu: GPUSpec,
-                              eff: EfficiencyParams) -> float:
-    """Forward + backward of Megatron-LM's attention core before flash attention (`CoreAttention`, 2021-22).
+                              eff: EfficiencyParams, score_bytes: float = UNFUSED_SCORE_BYTES) -> float:
+    """Forward + backward of an attention core that writes the s x s scores to HBM: Megatron-LM's before flash
+    attention (`CoreAttention`, 2021-22), or Transformer Engine's `UnfusedDotProductAttention` (attention sinks on a
+    cuDNN older than 9.13.1, `TE_UNFUSED_SINK_SCORE_BYTES`; a sliding window is a mask over the same square).
 
     Per head: Q K^T as a batched GEMM (baddbmm) that writes the s x s scores to HBM, `FusedScaleMaskSoftmax` over
     them (the causal mask applied inside, every element computed), dropout on the probabilities, and a second
     batched GEMM over the values; the backward mirrors each. The GEMMs run over the whole square (no causal skip) at
     the GEMM rate of their (s, d, s) and (s, s, d) shapes; the softmax and dropout kernels are memory-bound passes
-    over the scores (`UNFUSED_SCORE_BYTES`)."""
+    over the scores (`score_bytes` per score)."""
     s, d = training.seq_length, model.head_dim
     rows = s / p.cp  # a CP rank's queries against every key
     heads = p.mbs * model.num_attention_heads / p.tp
     precision = "bf16"  # the 16-bit recipes of that era; quantised recipes never ran this path
     gemms = heads * (_gemm_s(rows, d, s, gpu, precision, eff) + _gemm_s(rows, s, d, gpu, precision, eff))
-    passes = gpu.hbm_time_s(heads * rows * s * UNFUSED_SCORE_BYTES)
+    passes = gpu.hbm_time_s(heads * rows * s * score_bytes)
     return gemms + passes
 
 
