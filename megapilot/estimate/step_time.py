@@ -134,11 +134,16 @@ EP_ALL_TO_ALLS_PER_LAYER = 4
 ALL_TO_ALL_SMS = 20
 # Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
 MOE_TOKEN_PASSES = 12
-# fc2's bias added expert by expert (`TEGroupedMLP._apply_bias`, bf16 router probabilities): forward, bias x prob
-# written (2), added to the output (2 + 2 read, 2 written), the experts' pieces concatenated (2 + 2); backward, the
-# gradient times the prob and its sum over tokens (2 + 2, 2) for the bias, times the bias and its sum over the width
-# (2 + 2, 2) for the prob, and the split's gradient concatenated (2 + 2). Bytes per value of fc2's output.
+# fc2's bias added expert by expert (`TEGroupedMLP._apply_bias`), bytes per value of fc2's output. With bf16 router
+# probabilities (the alltoall dispatcher's): forward, bias x prob written (2), added to the output (2 + 2 read, 2
+# written), the experts' pieces concatenated (2 + 2); backward, the gradient times the prob and its sum over tokens
+# (2 + 2, 2) for the bias, times the bias and its sum over the width (2 + 2, 2) for the prob, and the split's
+# gradient concatenated (2 + 2). The flex dispatcher hands the experts fp32 probabilities (DeepEP and HybridEP take
+# only fp32: token_dispatcher.py), which promote the sum to fp32: forward 4; 2 + 4, 4; 4 + 4; the cast back 4 + 2;
+# backward the cast up 2 + 4, the output's gradient cast down 4 + 2, the two products and sums at 4 bytes (12 each),
+# the split 2 + 2. (Their extra casts, one per expert, are not counted as kernels.)
 EXPERT_BIAS_BYTES_PER_VALUE = 28
+EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS = 28 + 40
 # The gated unit's clamp (`activation_func_clamp_value`): forward each half clamped (2 read, 2 written) and the
 # halves concatenated (2 + 2); backward each half's clamp gradient (gradient and input read, 2 + 2, 2 written) and the
 # chunk's gradient concatenated (2 + 2). Bytes per value of fc1's output (both halves).
@@ -368,7 +373,7 @@ def layer_terms(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
         terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour) \
-            + _expert_epilogue_passes_s(model, gpu, p, routed_tokens)
+            + _expert_epilogue_passes_s(model, gpu, p, routed_tokens, fp32_probs=flex_dispatched(cluster, p, options))
         terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
         terms["moe_fixed"] = _moe_fixed_s(model, cluster, p, options, precision, terms)
     elif block.mlp == "full":
@@ -630,20 +635,23 @@ def _moe_token_passes_s(
     return gpu.hbm_time_s(moved)
 
 
-def _expert_epilogue_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float) -> float:
+def _expert_epilogue_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, *,
+                              fp32_probs: bool = False) -> float:
     """HBM time of what Megatron's TEGroupedMLP runs around the expert GEMMs when the experts have biases or a clamped
     gated unit (GPT-OSS), over each routed copy (megatron/core/transformer/moe/experts.py, core 0.15-0.16): fc1's
     bias rides in the grouped GEMM's epilogue (Transformer Engine's GroupedLinear: cuBLAS bias epilogue forward,
     its gradient in the wgrad GEMM), but fc2 returns its bias and `TEGroupedMLP._apply_bias` adds it expert by
-    expert in PyTorch (`EXPERT_BIAS_BYTES_PER_VALUE` per value of fc2's output); the clamp runs before the fused
-    quick-GEGLU kernel as clamps and a concatenation of their own (`CLAMP_BYTES_PER_VALUE` per value of fc1's
-    output; fusions/fused_bias_geglu.py, `weighted_bias_quick_geglu_impl`)."""
+    expert in PyTorch (`EXPERT_BIAS_BYTES_PER_VALUE` per value of fc2's output, more when the flex dispatcher's fp32
+    router probabilities promote the sum); the clamp runs before the fused quick-GEGLU kernel as clamps and a
+    concatenation of their own (`CLAMP_BYTES_PER_VALUE` per value of fc1's output; fusions/fused_bias_geglu.py,
+    `weighted_bias_quick_geglu_impl`)."""
     moe = model.moe
     assert moe is not None
     copies = tokens * moe.router_topk * p.expert_tp / p.tp
     moved = 0.0
     if model.add_bias_linear:
-        moved += copies * moe.routed_width(model.hidden_size) * EXPERT_BIAS_BYTES_PER_VALUE
+        per_value = EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS if fp32_probs else EXPERT_BIAS_BYTES_PER_VALUE
+        moved += copies * moe.routed_width(model.hidden_size) * per_value
     if model.activation_clamp is not None and model.gated_mlp:
         moved += copies * 2 * moe.moe_ffn_hidden_size / p.expert_tp * CLAMP_BYTES_PER_VALUE
     return gpu.hbm_time_s(moved)

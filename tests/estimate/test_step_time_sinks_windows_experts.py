@@ -154,3 +154,13 @@ def test_none_of_it_reaches_a_model_without_these_properties():
     for options in (EstimateOptions(), EstimateOptions(fused_sink_attention=False)):
         terms = _terms(llama, 0, layout, options)
         assert terms["mixer_core"] == attention_time_s(attention_core_flops(llama, 8192) * 8192, H100, CALIBRATED)
+
+
+def test_the_flex_dispatchers_fp32_probabilities_make_the_bias_sum_dearer():
+    from megapilot.estimate.step_time import EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS
+
+    plain = GPT_OSS.model_copy(update={"add_bias_linear": False})
+    flex = EstimateOptions(moe_flex_dispatcher=True)
+    bias_s = _terms(GPT_OSS, options=flex)["moe_token_passes"] - _terms(plain, options=flex)["moe_token_passes"]
+    assert bias_s == pytest.approx(_hbm_s(8192 * 4 * 2880 * EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS))
+    assert EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS > EXPERT_BIAS_BYTES_PER_VALUE
