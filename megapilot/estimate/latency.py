@@ -41,7 +41,7 @@ from functools import lru_cache
 
 from megapilot.estimate.mamba_mixer import MIXER_KERNELS as MAMBA_MIXER_KERNELS
 from megapilot.spec.hardware import GPUSpec
-from megapilot.spec.model import LayerBlock, ModelSpec
+from megapilot.spec.model import LayerBlock, ModelSpec, YarnRopeScaling
 
 HOST_LAUNCH_FLOOR_S = 3.8e-6  # a kernel the host launches while the GPU waits takes at least this (same blog)
 HOST_SYNC_S = 5.8e-6  # a stream synchronisation beyond a queued launch (same blog: 9.6 - 3.8 us)
@@ -61,6 +61,16 @@ EXPERT_GEMMS_FORWARD = 2  # fc1, fc2
 EXPERT_GEMMS_BACKWARD = 4  # dgrad and wgrad of each
 EXPERT_CASTS_FORWARD = 2  # fc1's and fc2's inputs
 EXPERT_CASTS_BACKWARD = 2  # their output gradients
+# Biased experts: fc2's bias added expert by expert in PyTorch (Megatron's `TEGroupedMLP._apply_bias`): forward a
+# product and a sum per expert and one concatenation; backward per expert the bias's and the prob's products and
+# sums, and the two splits' concatenations. (fc1's bias rides in its GEMM's epilogue.)
+EXPERT_BIAS_KERNELS_FORWARD_PER_EXPERT = 2
+EXPERT_BIAS_KERNELS_FORWARD = 1
+EXPERT_BIAS_KERNELS_BACKWARD_PER_EXPERT = 4
+EXPERT_BIAS_KERNELS_BACKWARD = 2
+# A clamped gated unit: two clamps and a concatenation before the fused activation, forward and backward.
+CLAMP_KERNELS_FORWARD = 3
+CLAMP_KERNELS_BACKWARD = 3
 
 # Kernels of a layer's other parts, forward + backward:
 NORM_AND_RESIDUAL_KERNELS = 4  # a sublayer's norm and its bias-dropout-add, each forward and backward
@@ -68,6 +78,12 @@ LINEAR_KERNELS = 3  # fprop, dgrad, wgrad
 LINEAR_CAST_KERNELS = 2 * FP8_CAST_KERNELS_PER_TENSOR  # an 8-bit linear's input (forward) and output gradient
 ATTENTION_CORE_KERNELS = 4  # fused attention forward; its backward's preprocess, main kernel and dq conversion
 ROPE_KERNELS = 4  # q and k rotated, forward and backward
+# RoPE in PyTorch ops (Megatron's `_apply_rotary_pos_emb_bshd`), where Transformer Engine's fused RoPE cannot take
+# YaRN's concentration factor (`unfused_rope`): per rotated tensor (q, k), forward the frequencies' cos and sin each
+# scaled and cast (6 small kernels), t x cos, the rotated half's negation and concatenation, x sin, the sum and the
+# final concatenation (6); backward the two products, the negation, the chunk's and the slice's gradients (zeros and
+# a copy) and the two branches' sum (7).
+UNFUSED_ROPE_KERNELS = 2 * (6 + 6 + 7)
 QK_NORM_KERNELS = 4  # per-head q and k norms (Qwen3) or MLA's q and kv latent norms, forward and backward
 ACTIVATION_KERNELS = 2  # an MLP's fused activation, forward and backward
 DSA_INDEXER_KERNELS = 6  # DeepSeek Sparse Attention's index scores, top-k and its KL loss, forward and backward
@@ -132,19 +148,34 @@ class MoeKernels:
 
 
 @lru_cache(maxsize=256)
-def moe_kernels(local_experts: int, *, per_expert_gemms: bool, fp8_casts: bool) -> MoeKernels:
+def moe_kernels(local_experts: int, *, per_expert_gemms: bool, fp8_casts: bool, biased_experts: bool = False,
+                clamped: bool = False) -> MoeKernels:
     """Kernels of one MoE layer: one GEMM per local expert when Transformer Engine runs them (spread over its
-    streams, so they follow one another once per round of streams), else one grouped GEMM per kind."""
+    streams, so they follow one another once per round of streams), else one grouped GEMM per kind; with biased
+    experts fc2's per-expert bias kernels, with a clamped gated unit its clamps."""
     gemm_rounds = math.ceil(local_experts / TE_GROUPED_GEMM_STREAMS) if per_expert_gemms else 1
     gemm_launches = local_experts if per_expert_gemms else 1
     casts = FP8_CAST_KERNELS_PER_TENSOR * local_experts if fp8_casts else 0
     forward_other = DISPATCH_AND_COMBINE_KERNELS + EXPERT_CASTS_FORWARD * casts
+    backward_other = BACKWARD_OTHER_KERNELS + EXPERT_CASTS_BACKWARD * casts
+    if biased_experts:
+        forward_other += EXPERT_BIAS_KERNELS_FORWARD + EXPERT_BIAS_KERNELS_FORWARD_PER_EXPERT * local_experts
+        backward_other += EXPERT_BIAS_KERNELS_BACKWARD + EXPERT_BIAS_KERNELS_BACKWARD_PER_EXPERT * local_experts
+    if clamped:
+        forward_other += CLAMP_KERNELS_FORWARD
+        backward_other += CLAMP_KERNELS_BACKWARD
     return MoeKernels(
         forward_before_sync=ROUTER_AND_PREPROCESS_KERNELS,
         forward_after_sync_serial=forward_other + EXPERT_GEMMS_FORWARD * gemm_rounds,
         forward_after_sync_launches=forward_other + EXPERT_GEMMS_FORWARD * gemm_launches,
-        backward_serial=BACKWARD_OTHER_KERNELS + EXPERT_CASTS_BACKWARD * casts + EXPERT_GEMMS_BACKWARD * gemm_rounds,
+        backward_serial=backward_other + EXPERT_GEMMS_BACKWARD * gemm_rounds,
     )
+
+
+def expert_epilogue_flags(model: ModelSpec) -> dict[str, bool]:
+    """`moe_kernels`' flags for the model's experts: biased (`add_bias_linear`), a clamped gated unit."""
+    return {"biased_experts": model.add_bias_linear,
+            "clamped": model.activation_clamp is not None and model.gated_mlp}
 
 
 def moe_host_sync_s(kernels: MoeKernels, *, forward_after_sync_gpu_s: float, kernel_overhead_s: float) -> float:
@@ -170,13 +201,22 @@ def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: boo
         return count
     moe = model.moe
     if model.is_moe_layer(layer_index) and moe is not None:
-        block_kernels = moe_kernels(moe.num_experts // ep, per_expert_gemms=per_expert_gemms, fp8_casts=eight_bit)
+        block_kernels = moe_kernels(moe.num_experts // ep, per_expert_gemms=per_expert_gemms, fp8_casts=eight_bit,
+                                    **expert_epilogue_flags(model))
         shared = 2 * linear + ACTIVATION_KERNELS if moe.shared_expert_ffn_hidden_size else 0
         latent = 2 * linear if moe.latent_size is not None else 0
         return count + NORM_AND_RESIDUAL_KERNELS + block_kernels.serial + shared + latent
     if block.mlp == "full":
         return count + NORM_AND_RESIDUAL_KERNELS + 2 * linear + ACTIVATION_KERNELS
     return count + (NORM_AND_RESIDUAL_KERNELS + linear if block.mlp == "linear" else 0)
+
+
+def unfused_rope(model: ModelSpec) -> bool:
+    """Whether Megatron rotates q and k in PyTorch ops instead of Transformer Engine's fused RoPE: the fused kernel
+    takes no scale, so `apply_rotary_pos_emb` (models/common/embeddings/rope_utils.py, core 0.15-0.16) falls back
+    whenever YaRN's concentration factor is not 1 (GPT-OSS: factor 32, 1.35), with or without --apply-rope-fusion."""
+    scaling = model.rope_scaling
+    return model.position_embedding == "rope" and isinstance(scaling, YarnRopeScaling) and scaling.concentration != 1
 
 
 def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear: int) -> int:
@@ -186,7 +226,7 @@ def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear
         return linear
     if model.gated_delta_net is not None and model.is_linear_attention_layer(layer_index):
         return GDN_MIXER_KERNELS + 2 * linear
-    rope = ROPE_KERNELS if model.position_embedding == "rope" else 0
+    rope = (UNFUSED_ROPE_KERNELS if unfused_rope(model) else ROPE_KERNELS) if model.position_embedding == "rope" else 0
     mla = model.mla
     if mla is None:
         return ATTENTION_CORE_KERNELS + rope + 2 * linear + (QK_NORM_KERNELS if model.qk_layernorm else 0)

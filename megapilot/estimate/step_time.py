@@ -67,17 +67,20 @@ from megapilot.estimate.efficiency import (
 )
 from megapilot.estimate.flops import (
     FlopConvention,
+    attention_core_flops,
     dsa_indexer_score_flops,
     flops_per_step,
     has_attention,
     layer_attention_core_flops,
 )
 from megapilot.estimate.latency import (
+    expert_epilogue_flags,
     expert_wave_slowdown,
     layer_kernels,
     moe_host_sync_s,
     moe_kernels,
     sm_count,
+    unfused_rope,
 )
 from megapilot.estimate.mamba_mixer import context_parallel_all_to_all_bytes, mixer_kernels_s_per_token
 from megapilot.estimate.memory import (
@@ -136,6 +139,27 @@ EP_ALL_TO_ALLS_PER_LAYER = 4
 ALL_TO_ALL_SMS = 20
 # Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
 MOE_TOKEN_PASSES = 12
+# fc2's bias added expert by expert (`TEGroupedMLP._apply_bias`), bytes per value of fc2's output. With bf16 router
+# probabilities (the alltoall dispatcher's): forward, bias x prob written (2), added to the output (2 + 2 read, 2
+# written), the experts' pieces concatenated (2 + 2); backward, the gradient times the prob and its sum over tokens
+# (2 + 2, 2) for the bias, times the bias and its sum over the width (2 + 2, 2) for the prob, and the split's
+# gradient concatenated (2 + 2). The flex dispatcher hands the experts fp32 probabilities (DeepEP and HybridEP take
+# only fp32: token_dispatcher.py), which promote the sum to fp32: forward 4; 2 + 4, 4; 4 + 4; the cast back 4 + 2;
+# backward the cast up 2 + 4, the output's gradient cast down 4 + 2, the two products and sums at 4 bytes (12 each),
+# the split 2 + 2. (Their extra casts, one per expert, are not counted as kernels.)
+EXPERT_BIAS_BYTES_PER_VALUE = 28
+EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS = 28 + 40
+# The gated unit's clamp (`activation_func_clamp_value`): forward each half clamped (2 read, 2 written) and the
+# halves concatenated (2 + 2); backward each half's clamp gradient (gradient and input read, 2 + 2, 2 written) and the
+# chunk's gradient concatenated (2 + 2). Bytes per value of fc1's output (both halves).
+CLAMP_FORWARD_BYTES_PER_VALUE = 8
+CLAMP_BYTES_PER_VALUE = CLAMP_FORWARD_BYTES_PER_VALUE + 10
+# RoPE in PyTorch ops (`latency.unfused_rope`), bytes per rotated value beyond the fused kernel's 8 (2 + 2 forward,
+# 2 + 2 backward): forward t x cos (2 + 2), the half negated (1 + 1) and the halves concatenated (2 + 2), x sin
+# (2 + 2), the sum (4 + 2), the final concatenation (2 + 2); backward the two products (2 + 2 each), the negation
+# (1 + 1), the chunk's gradient concatenated (2 + 2), the branches' sum (4 + 2), the slice's gradient (zeros 2, copy
+# 2 + 2): 50 bytes in all (models/common/embeddings/rope_utils.py, `_apply_rotary_pos_emb_bshd`).
+UNFUSED_ROPE_BYTES_PER_VALUE = 50 - 8
 GROUPED_GEMM_TILE_ROWS = 128  # rows of a CTA tile of the grouped GEMM kernels (cuBLAS/CUTLASS 128 x N tiles)
 # Ring attention moves K and V in the forward and K, V, dK, dV in the backward: three K/V-sized passes.
 CP_RING_KV_PASSES = 3
@@ -153,6 +177,17 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 52
 # gradient and the probabilities and writes (6). The GEMMs' own reads and writes are in their roofline.
 UNFUSED_SCORE_BYTES = 20
 MAMBA_CP_DIRECTIONS = 2  # a Mamba layer's CP all-to-alls run in the forward and mirrored in the backward
+# HBM bytes per score of Transformer Engine's UnfusedDotProductAttention with a softmax offset (TE 2.8-2.10,
+# dot_product_attention/backends.py): the sink column concatenated to the scores (2 + 2); with s + 1 columns the fused
+# softmax kernel is refused (its column count must be a multiple of 8) and PyTorch runs it in fp32: the cast up
+# (2 + 4), the in-place mask (4 + 1 + 4), softmax (4 + 4), the cast down (4 + 2), the sink column sliced off as a view
+# (attention dropout 0: no kernel); backward the slice's gradient (zeros 2, copy 2 + 2), the casts (2 + 4, 4 + 2),
+# the softmax's (4 + 4 + 4) and the mask's (4 + 1 + 4) gradients.
+TE_UNFUSED_SINK_SCORE_BYTES = 4 + 6 + 9 + 8 + 6 + 6 + 6 + 12 + 9 + 6
+# Side of the score blocks a fused attention kernel computes whole (masking inside a block): FlashAttention-2's
+# forward and backward tile head dim 64 and 128 as 128 x 128 / 128 x 64 blocks (`Flash_fwd_kernel_traits<64, 128, 128,
+# 4>`, csrc/flash_attn/src/flash_fwd_launch_template.h); cuDNN does not publish its tiles and is taken alike.
+ATTENTION_TILE = 128
 
 BREAKDOWN_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
                    "optimizer")
@@ -180,6 +215,11 @@ class EstimateOptions:
     # False: Megatron-LM's attention before it (2021-22 releases), which writes every head's s x s scores to HBM
     # and runs softmax and dropout over them as kernels of their own (`_unfused_attention_core_s`).
     flash_attention: bool = True
+    # Attention sinks (a learnable or off-by-one softmax offset, GPT-OSS) in Transformer Engine's FusedAttention,
+    # which serves them from cuDNN 9.13.1 on (TE >= 2.8, `get_attention_backend` and `nvte_get_fused_attn_backend`;
+    # FlashAttention never does), or False: an older cuDNN, where TE runs UnfusedDotProductAttention over the whole
+    # s x s square (`_unfused_attention_core_s` at `TE_UNFUSED_SINK_SCORE_BYTES`).
+    fused_sink_attention: bool = True
     efficiency: EfficiencyParams = CALIBRATED
 
     @property
@@ -306,8 +346,13 @@ def layer_terms(
         if has_attention(model, layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
     terms["mixer_core"] = attention_time_s(((core_flops - whole_on_every_rank) / p.tp + whole_on_every_rank) * tokens,
                                            gpu, eff)
+    if _runs_unfused_attention(model, layer_index):  # a plain softmax attention: its fused kernel's tiles and bytes
+        terms["mixer_core"] = _fused_attention_core_s(model, layer_index, training, p, gpu, eff)
     if not options.flash_attention and _runs_unfused_attention(model, layer_index):
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
+    elif model.softmax_type != "vanilla" and not options.fused_sink_attention \
+            and _runs_unfused_attention(model, layer_index):
+        terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff, TE_UNFUSED_SINK_SCORE_BYTES)
     if kind in ("transformer", "attention"):
         terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
     if kind == "mamba":
@@ -333,7 +378,8 @@ def layer_terms(
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
-        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour)
+        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour) \
+            + _expert_epilogue_passes_s(model, gpu, p, routed_tokens, fp32_probs=flex_dispatched(cluster, p, options))
         terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
         terms["moe_fixed"] = _moe_fixed_s(model, cluster, p, options, precision, terms)
     elif block.mlp == "full":
@@ -342,6 +388,8 @@ def layer_terms(
     elif block.mlp == "linear":  # a heterogeneous layer's MLP replaced by one h -> h linear
         terms["mlp_gemms"] = _gemm_s(tokens, h, h / p.tp, gpu, precision, eff)
     terms["glue"] = elementwise_time_s(_glue_bytes(model, layer_index, p, tokens), gpu, eff)
+    if kind in ("transformer", "attention") and block.attention == "full" and unfused_rope(model):
+        terms["glue"] += _unfused_rope_s(model, layer_index, gpu, p, tokens)
     # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
     terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
@@ -418,7 +466,25 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
             copies = tokens * moe.router_topk * moe.expert_load_factor * p.expert_tp / p.tp
             gated = 2 if model.gated_mlp else 1
             seconds += gpu.hbm_time_s(copies * (gated + 1) * BF16_BYTES * moe.moe_ffn_hidden_size / p.expert_tp)
+            if model.activation_clamp is not None and model.gated_mlp:  # the clamp reruns inside the checkpoint
+                seconds += gpu.hbm_time_s(copies * gated * moe.moe_ffn_hidden_size / p.expert_tp
+                                          * CLAMP_FORWARD_BYTES_PER_VALUE)
     return seconds
+
+
+def _unfused_rope_s(model: ModelSpec, layer_index: int, gpu: GPUSpec, p: ParallelConfig, tokens: float) -> float:
+    """What RoPE in PyTorch ops (`latency.unfused_rope`) moves beyond the fused kernel the glue fit stands for, over
+    the rotated q and k values of a RoPE layer (`UNFUSED_ROPE_BYTES_PER_VALUE`; none on a NoPE or linear-attention
+    layer; MLA rotates its q heads' and its one shared key's positional parts)."""
+    if not has_attention(model, layer_index) or model.is_linear_attention_layer(layer_index) \
+            or (model.no_rope_freq is not None and (layer_index + 1) % model.no_rope_freq == 0):
+        return 0.0
+    if model.mla is not None:
+        rotated = (model.num_attention_heads / p.tp + 1) * model.mla.qk_pos_emb_head_dim
+    else:
+        heads = (model.num_attention_heads + model.layer_kv_heads(layer_index)) / p.tp
+        rotated = heads * model.head_dim * model.rotary_percent
+    return gpu.hbm_time_s(tokens * rotated * UNFUSED_ROPE_BYTES_PER_VALUE)
 
 
 def _runs_unfused_attention(model: ModelSpec, layer_index: int) -> bool:
@@ -428,21 +494,70 @@ def _runs_unfused_attention(model: ModelSpec, layer_index: int) -> bool:
         and not model.is_linear_attention_layer(layer_index)
 
 
+def _fused_attention_core_s(model: ModelSpec, layer_index: int, training: TrainingSpec, p: ParallelConfig,
+                            gpu: GPUSpec, eff: EfficiencyParams) -> float:
+    """Forward + backward of the fused (flash) attention kernel of a plain softmax-attention layer: the slower of its
+    tiles at the attention rate and its HBM bytes (`fused_attention_bytes_per_token`) at the HBM roofline.
+
+    The kernel computes whole `ATTENTION_TILE` x `ATTENTION_TILE` blocks of scores, masking inside a block. A causal
+    layer is priced at its causal FLOPs: the attention fraction was fitted on such layers, so it absorbs their
+    half-masked diagonal blocks. A sliding-window layer computes every block its window touches: it is priced as the
+    causal layer times its share of the causal layer's blocks (`window_block_share`), so a 128-token window costs
+    two blocks per row of blocks (256 keys per query), not its 127 mean keys. A learnable or off-by-one softmax
+    offset (attention sinks) adds one logit per row inside the same kernel (Transformer Engine's FusedAttention with
+    cuDNN >= 9.13.1): nothing measurable. Llama 4's chunks keep their FLOPs count (a block-diagonal mask)."""
+    s = training.seq_length
+    tokens = p.mbs * s / p.cp
+    window = model.attention_window(layer_index)
+    if window is None or window >= s or model.attention_chunk_size == window:
+        flops = layer_attention_core_flops(model, layer_index, s)
+    else:
+        flops = attention_core_flops(model, s) * window_block_share(window, s)
+    compute_s = attention_time_s(flops / p.tp * tokens, gpu, eff)
+    return max(compute_s, gpu.hbm_time_s(fused_attention_bytes_per_token(model, layer_index, p) * tokens))
+
+
+def window_block_share(window: int, seq_length: int, tile: int = ATTENTION_TILE) -> float:
+    """The share of a causal layer's score blocks (tile x tile, aligned on the diagonal) a sliding window of `window`
+    tokens computes: row of blocks k touches min(k + 1, m) blocks, m = ceil((window - 1) / tile) + 1."""
+    rows = math.ceil(seq_length / tile)
+    reach = min(rows, math.ceil((window - 1) / tile) + 1)
+    windowed = reach * (reach + 1) / 2 + (rows - reach) * reach
+    return windowed / (rows * (rows + 1) / 2)
+
+
+def fused_attention_bytes_per_token(model: ModelSpec, layer_index: int, p: ParallelConfig) -> float:
+    """HBM bytes per query token of a fused attention layer's kernels, forward + backward, per GPU (heads / TP):
+    forward reads Q, K, V and writes O and the fp32 row statistics; the backward's preprocess reads O and dO and
+    writes their fp32 row dot; its main kernel reads Q, K, V, dO and both statistics and writes dK, dV and dQ as fp32
+    partial sums, which the last kernel reads and writes as bf16 (FlashAttention-2's backward, the four kernels
+    `latency.ATTENTION_CORE_KERNELS` counts). With CP a rank reads every rank's K and V."""
+    d = model.head_dim
+    q_heads = model.num_attention_heads / p.tp
+    kv_heads = model.layer_kv_heads(layer_index) / p.tp
+    per_q_value = 2 * (2 + 2 + 2) + (4 + 4 + 2)  # Q read twice, O written and read, dO read twice; dQ's fp32 out, in
+    per_kv_value = 2 * 2 * p.cp + 2  # K (or V) read forward and backward, every CP rank's; dK (or dV) written
+    stats_per_head = 4 * 4  # the log-sum-exp and the dO.O row dot: fp32, each written once and read once
+    return q_heads * (d * per_q_value + stats_per_head) + 2 * kv_heads * d * per_kv_value
+
+
 def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, gpu: GPUSpec,
-                              eff: EfficiencyParams) -> float:
-    """Forward + backward of Megatron-LM's attention core before flash attention (`CoreAttention`, 2021-22).
+                              eff: EfficiencyParams, score_bytes: float = UNFUSED_SCORE_BYTES) -> float:
+    """Forward + backward of an attention core that writes the s x s scores to HBM: Megatron-LM's before flash
+    attention (`CoreAttention`, 2021-22), or Transformer Engine's `UnfusedDotProductAttention` (attention sinks on a
+    cuDNN older than 9.13.1, `TE_UNFUSED_SINK_SCORE_BYTES`; a sliding window is a mask over the same square).
 
     Per head: Q K^T as a batched GEMM (baddbmm) that writes the s x s scores to HBM, `FusedScaleMaskSoftmax` over
     them (the causal mask applied inside, every element computed), dropout on the probabilities, and a second
     batched GEMM over the values; the backward mirrors each. The GEMMs run over the whole square (no causal skip) at
     the GEMM rate of their (s, d, s) and (s, s, d) shapes; the softmax and dropout kernels are memory-bound passes
-    over the scores (`UNFUSED_SCORE_BYTES`)."""
+    over the scores (`score_bytes` per score)."""
     s, d = training.seq_length, model.head_dim
     rows = s / p.cp  # a CP rank's queries against every key
     heads = p.mbs * model.num_attention_heads / p.tp
     precision = "bf16"  # the 16-bit recipes of that era; quantised recipes never ran this path
     gemms = heads * (_gemm_s(rows, d, s, gpu, precision, eff) + _gemm_s(rows, s, d, gpu, precision, eff))
-    passes = gpu.hbm_time_s(heads * rows * s * UNFUSED_SCORE_BYTES)
+    passes = gpu.hbm_time_s(heads * rows * s * score_bytes)
     return gemms + passes
 
 
@@ -539,6 +654,28 @@ def _moe_token_passes_s(
     return gpu.hbm_time_s(moved)
 
 
+def _expert_epilogue_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, *,
+                              fp32_probs: bool = False) -> float:
+    """HBM time of what Megatron's TEGroupedMLP runs around the expert GEMMs when the experts have biases or a clamped
+    gated unit (GPT-OSS), over each routed copy (megatron/core/transformer/moe/experts.py, core 0.15-0.16): fc1's
+    bias rides in the grouped GEMM's epilogue (Transformer Engine's GroupedLinear: cuBLAS bias epilogue forward,
+    its gradient in the wgrad GEMM), but fc2 returns its bias and `TEGroupedMLP._apply_bias` adds it expert by
+    expert in PyTorch (`EXPERT_BIAS_BYTES_PER_VALUE` per value of fc2's output, more when the flex dispatcher's fp32
+    router probabilities promote the sum); the clamp runs before the fused quick-GEGLU kernel as clamps and a
+    concatenation of their own (`CLAMP_BYTES_PER_VALUE` per value of fc1's output; fusions/fused_bias_geglu.py,
+    `weighted_bias_quick_geglu_impl`)."""
+    moe = model.moe
+    assert moe is not None
+    copies = tokens * moe.router_topk * p.expert_tp / p.tp
+    moved = 0.0
+    if model.add_bias_linear:
+        per_value = EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS if fp32_probs else EXPERT_BIAS_BYTES_PER_VALUE
+        moved += copies * moe.routed_width(model.hidden_size) * per_value
+    if model.activation_clamp is not None and model.gated_mlp:
+        moved += copies * 2 * moe.moe_ffn_hidden_size / p.expert_tp * CLAMP_BYTES_PER_VALUE
+    return gpu.hbm_time_s(moved)
+
+
 def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu: GPUSpec) -> float:
     """Wave quantisation of the expert GEMMs (latency.py): fc1's and fc2's three GEMMs each, weighted by their
     FLOPs. The local experts' tiles share the waves: the legacy grouped GEMM tiles them in one launch, and
@@ -568,7 +705,7 @@ def _moe_fixed_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, opti
     if flex_dispatched(cluster, p, options) or moe.pad_to_capacity or (p.ep == 1 and local_experts == 1):
         return 0.0
     kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
-                          fp8_casts=precision in EIGHT_BIT_PRECISIONS)
+                          fp8_casts=precision in EIGHT_BIT_PRECISIONS, **expert_epilogue_flags(model))
     after_sync_s = FORWARD_SHARE * (terms["experts"] + terms["moe_token_passes"]) + terms["ep_comm"] / 2
     return moe_host_sync_s(kernels, forward_after_sync_gpu_s=after_sync_s,
                            kernel_overhead_s=options.efficiency.kernel_overhead_s)

@@ -337,6 +337,14 @@ class YarnRopeScaling(_Spec):
     mscale: float = Field(default=1.0, description="Attention temperature term (--mscale).")
     mscale_all_dim: float = Field(default=0.0, description="Softmax-scale term over all dims (--mscale-all-dim).")
 
+    @property
+    def concentration(self) -> float:
+        """The factor Megatron multiplies RoPE's cos and sin by (`_yarn_get_concentration_factor`,
+        models/common/embeddings/yarn_rotary_pos_embedding.py): mscale's term over mscale_all_dim's."""
+        def term(m: float) -> float:
+            return 1.0 if self.factor <= 1 else 0.1 * m * math.log(self.factor) + 1.0
+        return term(self.mscale) / term(self.mscale_all_dim)
+
 
 class LinearRopeScaling(_Spec):
     """Position interpolation: positions divided by `factor` (HF `rope_scaling.type: linear`)."""
