@@ -182,12 +182,13 @@ def _plainer_variant(shown: Fit, fastest: Fit | None, band: ErrorBand) -> list[s
     gain = fastest.estimate.tokens_per_s_per_gpu / shown.estimate.tokens_per_s_per_gpu - 1
     if gain <= 0:
         return []
-    held = [flag for flag in exotic_flags(fastest.parallel) if flag not in exotic_flags(shown.parallel)]
+    flags = [flag for flag in exotic_flags(fastest.parallel) if flag not in exotic_flags(shown.parallel)]
+    held = [f"needs {', '.join(flags)}"] if flags else []
     if low_headroom(fastest.estimate) and not low_headroom(shown.estimate):
-        held.append(f"under {100 * LOW_HEADROOM_FRACTION:.0f} % of HBM left free")
-    why = ", ".join(held) or "the rules' preferences"
+        held.append(f"leaves under {100 * LOW_HEADROOM_FRACTION:.0f} % of HBM free")
+    why = " and ".join(held) or "is held back by the recipe rules"
     return [f"variant: {layout_label(fastest.parallel)} is estimated {100 * gain:.1f} % faster, inside the model's "
-            f"error (±{100 * band.fraction:.1f} %), but needs {why}: shown without"]
+            f"error (±{100 * band.fraction:.1f} %), but {why}; this one does without"]
 
 
 def _tie_break_reasons(winner: Fit, fastest: Fit, band: ErrorBand, context: LayoutContext) -> list[str]:
