@@ -11,7 +11,8 @@ Model (per GPU, seconds):
   forward (Korthikanti et al. 2022, Sec. 5);
 - tp_comm: with SP 4 all-gathers + 4 reduce-scatters of the layer activation per layer per
   micro-batch (without SP: 4 all-reduces, the same volume), Korthikanti Sec. 4.2.2; with
-  `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs;
+  `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs; TP above a layer's
+  KV heads adds an exposed all-gather of its QKV output and the gradient's reduce-scatter (Megatron-Core 0.16+);
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
   with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
@@ -349,6 +350,8 @@ def layer_terms(
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     else:
         tp_s *= block.sublayers / 2  # a removed sublayer communicates nothing
+    if has_attention(model, layer_index) and model.mla is None:
+        tp_s += _qkv_gather_s(model, cluster, p, tokens, model.layer_kv_heads(layer_index))
     if p.recompute == "full" and recomputed:
         terms["recompute"] = compute_s / PASSES_PER_FORWARD_BACKWARD
         tp_s *= TP_RECOMPUTE_COMM_FACTOR
@@ -605,6 +608,18 @@ def _tp_comm_s(
     # Transformer Engine's userbuffers overlap is CUDA-only: AMD Instinct runs (and their scripts) go without it
     overlaps = options.tp_comm_overlap and p.sequence_parallel and cluster.gpu.vendor == "NVIDIA"
     return total * (1 - (TP_OVERLAP_HIDDEN_FRACTION if overlaps else 0.0))
+
+
+def _qkv_gather_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float, kv_heads: int) -> float:
+    """TP above the layer's KV heads: each KV head serves tp/kv_heads ranks, which all-gather the whole
+    [tokens x (heads + 2 kv_heads) x head_dim] QKV output over the TP group in the forward to pick their query heads
+    and reduce-scatter its gradient in the backward (Megatron-Core's Attention.get_query_key_value_tensors,
+    core_v0.16.0 on), outside Transformer Engine's userbuffers overlap."""
+    if kv_heads >= p.tp:
+        return 0.0
+    width = (model.num_attention_heads + 2 * kv_heads) * model.head_dim
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.tp)
+    return 2 * comm.all_gather_s(tokens * width * ACTIVATION_BYTES, p.tp, bandwidth)
 
 
 def _cp_comm_exposed_s(

@@ -73,12 +73,13 @@ def _check_tensor_parallel(
             field="tp",
             fix=f"use a TP from: {_divisors(model.num_attention_heads)}",
         )
-    if model.mla is None and model.shardable_kv_heads % p.tp:
+    if model.mla is None and (kv_heads := unsplittable_kv_heads(model, p.tp)) is not None:
         raise MegapilotError(
-            f"tp={p.tp} does not divide the {model.shardable_kv_heads} KV heads (num_query_groups); Megatron "
-            "shards whole KV groups",
+            f"tp={p.tp} is neither a divisor nor a multiple of the {kv_heads} KV heads (num_query_groups); "
+            "Megatron-Core splits whole KV groups over TP, or gives each KV head to tp/groups ranks "
+            "(TransformerConfig raises)",
             field="tp",
-            fix=f"use a TP from: {_divisors(model.shardable_kv_heads)}",
+            fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
         )
     if p.tp > cluster.gpus_per_node and not allow_across:
         raise MegapilotError(
@@ -93,6 +94,24 @@ def _check_tensor_parallel(
             field="seq_length",
             fix="use a sequence length divisible by tp*cp",
         )
+
+
+def unsplittable_kv_heads(model: ModelSpec, tp: int) -> int | None:
+    """A KV-head count of the model's attention layers that TP can neither split nor replicate, or None.
+
+    Megatron-Core's TransformerConfig (core_v0.16.0 on, "Support TP greater than num_kv_heads", #2565) raises
+    unless num_query_groups is a multiple or a divisor of the TP size: below TP, each KV head goes to tp/groups
+    ranks, which all-gather the layer's QKV projection to pick their own query heads (Attention.
+    get_query_key_value_tensors)."""
+    counts = {model.kv_heads} if model.layer_blocks is None else {model.kv_heads} | {
+        model.layer_kv_heads(i) for i in range(model.num_layers) if model.layer_block(i).attention == "full"}
+    return next((kv for kv in sorted(counts) if kv % tp and tp % kv), None)
+
+
+def kv_splitting_tps(model: ModelSpec) -> list[int]:
+    """The TP sizes that split the attention heads and split or replicate every layer's KV heads."""
+    return [tp for tp in range(1, model.num_attention_heads + 1)
+            if model.num_attention_heads % tp == 0 and unsplittable_kv_heads(model, tp) is None]
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:

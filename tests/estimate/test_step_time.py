@@ -91,6 +91,25 @@ def test_amd_instinct_has_no_userbuffers_to_hide_tp_communication_behind():
     assert asked.breakdown_s["tp_comm"] == exposed.breakdown_s["tp_comm"] > 0
 
 
+def test_tp_above_the_kv_heads_gathers_each_layers_qkv_over_the_tp_group():
+    """Megatron-Core 0.16+: with 4 KV heads on TP 8 every rank all-gathers the whole QKV output (forward) and
+    reduce-scatters its gradient (backward), outside the userbuffers overlap; at TP <= KV heads nothing is added."""
+    from megapilot.estimate import comm
+    from megapilot.estimate.step_time import layer_terms
+
+    cluster, options = _h100s(64), EstimateOptions()
+    four_kv = LLAMA3_70B.model_copy(update={"num_query_groups": 4})
+
+    def tp_comm(model: ModelSpec, tp: int) -> float:
+        return layer_terms(model, 0, cluster, SEQ_4K, _layout(tp=tp, dp=16 // tp), options,
+                           recomputed=False)["tp_comm"]
+
+    gathered = (64 + 2 * 4) * LLAMA3_70B.head_dim * 4096 * 2  # bf16 [tokens x (q + 2 kv) x head_dim]
+    expected = 2 * comm.all_gather_s(gathered, 8, comm.group_bandwidth_bytes_per_s(cluster, 8))
+    assert tp_comm(four_kv, 8) - tp_comm(LLAMA3_70B, 8) == pytest.approx(expected)
+    assert tp_comm(four_kv, 4) == pytest.approx(tp_comm(LLAMA3_70B, 4))
+
+
 def test_expert_all_to_all_is_slower_across_nodes():
     train = TrainingSpec(seq_length=4096, global_batch_size=256)
     inside = step_time(MIXTRAL, _h100s(64), train, ParallelConfig(tp=1, dp=64, ep=8))

@@ -54,10 +54,17 @@ def test_broken_rule_names_field_and_fix(model, kw, training, gpu, field):
     assert err.value.fix
 
 
-def test_tp_above_kv_heads_is_refused():
-    model = LLAMA_70B.model_copy(update={"num_query_groups": 4})
-    with pytest.raises(MegapilotError, match="KV heads"):
-        validate_layout(model, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024), _layout(tp=8))
+def test_tp_above_kv_heads_replicates_them_and_an_unrelated_tp_is_refused():
+    """Megatron-Core 0.16+ (TransformerConfig): num_query_groups must be a multiple or a divisor of TP; above the KV
+    heads each head serves tp/groups ranks."""
+    training = TrainingSpec(seq_length=4096, global_batch_size=1024)
+    replicated = LLAMA_70B.model_copy(update={"num_query_groups": 4})
+    assert validate_layout(replicated, _cluster(), training, _layout(tp=8, sequence_parallel=True)) == []
+    unrelated = ModelSpec(name="gqa-12", num_layers=8, hidden_size=6144, ffn_hidden_size=16384,
+                          num_attention_heads=48, num_query_groups=12, vocab_size=32000)
+    with pytest.raises(MegapilotError, match="neither a divisor nor a multiple of the 12 KV heads") as err:
+        validate_layout(unrelated, _cluster(), training, _layout(tp=8, sequence_parallel=True))
+    assert err.value.field == "tp" and err.value.fix == "use a TP from: 1, 2, 3, 4, 6, 12, 24, 48"
 
 
 def test_world_mismatch_is_refused():
