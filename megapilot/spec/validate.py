@@ -81,11 +81,17 @@ def _check_tensor_parallel(
             field="tp",
             fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
         )
-    if p.tp > cluster.gpus_per_node and not allow_across:
+    # Megatron itself places TP anywhere; a TP group beyond the NVLink domain would run its per-layer collectives
+    # over the scale-out NICs, which no recipe does, so it is costed only when asked. Inside the domain the node
+    # does not matter: an NVL72 rack's 4-GPU trays share NVLink, and the estimate prices TP there.
+    domain = max(cluster.gpus_per_node, cluster.scaleup_domain_gpus)
+    if p.tp > domain and not allow_across:
+        where = (f"{cluster.gpus_per_node} GPUs per node" if domain == cluster.gpus_per_node
+                 else f"the {domain} GPUs of one NVLink domain")
         raise MegapilotError(
-            f"tp={p.tp} exceeds {cluster.gpus_per_node} GPUs per node; TP all-reduces would cross nodes",
+            f"tp={p.tp} exceeds {where}; TP all-reduces would leave NVLink",
             field="tp",
-            fix=f"use tp <= {cluster.gpus_per_node} (or pass --force-tp-across-nodes to cost it anyway)",
+            fix=f"use tp <= {domain} (or pass --force-tp-across-nodes to cost it anyway)",
         )
     if p.sequence_parallel and (training.seq_length // p.cp) % p.tp:
         raise MegapilotError(

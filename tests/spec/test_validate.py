@@ -148,6 +148,19 @@ def test_tp_across_nodes_passes_when_allowed():
                     allow_tp_across_nodes=True)
 
 
+def test_tp_across_the_trays_of_one_nvlink_domain_is_accepted():
+    """GB200's 4-GPU trays share one 72-GPU NVLink domain: TP 8 spans two trays over NVLink, as the planner walks it;
+    TP beyond the domain is still refused unless forced."""
+    training = TrainingSpec(seq_length=4096, global_batch_size=1024)
+    gb200 = _cluster("gb200", gpus=64)
+    assert gb200.gpus_per_node == 4
+    assert validate_layout(LLAMA_70B, gb200, training, _layout(tp=8, sequence_parallel=True)) == []
+    wide = LLAMA_70B.model_copy(update={"num_attention_heads": 128, "num_query_groups": 128})
+    with pytest.raises(MegapilotError, match="the 72 GPUs of one NVLink domain") as err:
+        validate_layout(wide, _cluster("gb200", gpus=128), training, _layout(128, tp=128, sequence_parallel=True))
+    assert err.value.field == "tp" and "force-tp-across-nodes" in (err.value.fix or "")
+
+
 def test_learned_positions_bound_the_sequence_length():
     gpt = ModelSpec(name="gpt-like", num_layers=4, hidden_size=128, ffn_hidden_size=512, num_attention_heads=4,
                     vocab_size=1024, max_position_embeddings=128, position_embedding="learned_absolute")
