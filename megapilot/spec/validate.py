@@ -10,7 +10,7 @@ from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.pipeline import DECODER, PipelineSplit
+from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineSplit
 from megapilot.spec.training import QuantFlavour, TrainingSpec
 
 
@@ -123,7 +123,14 @@ def kv_splitting_tps(model: ModelSpec) -> list[int]:
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
     if model.is_hybrid:
         _check_hybrid_pipeline(model, p)
-    stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
+    try:
+        stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
+    except MegapilotError as refusal:
+        if model.is_hybrid and refusal.fix:  # offer only the fixes a hybrid takes (`_check_hybrid_pipeline`)
+            refused = ("account_for", "first_stage_layers") if p.vpp > 1 else ("account_for",)
+            fixes = [fix for fix in refusal.fix.split("; or ") if not fix.startswith(refused)]
+            raise MegapilotError(refusal.problem, field=refusal.field, fix="; or ".join(fixes)) from None
+        raise
     if p.recompute == "full" and p.recompute_num_layers:
         layers_per_chunk = max(stage.count("t") for stage in stages.stages)
         if p.recompute_method == "block" and p.recompute_num_layers > layers_per_chunk:
@@ -160,18 +167,33 @@ def _check_cpu_offloading(model: ModelSpec, p: ParallelConfig) -> None:
 
 
 def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
-    """pretrain_mamba.py builds a MambaStack: no interleaving, and num_layers // PP layers per rank (no split)."""
-    if p.vpp > 1:
+    """Megatron-Core 0.17's hybrid (Mamba) stack: `|` segments of the layer pattern place its layers on the PP x VPP
+    stages in any counts; a pattern without them takes --decoder-first/last-pipeline-num-layers at VPP 1 only; the
+    account-for flags are refused (MambaModel's select_pipeline_segment and arguments.py raise each). A layout
+    string stands for those segments here, so the embedding opens the first stage and the loss (and an MTP module)
+    close the last, where MambaModel puts them."""
+    split = p.pipeline_split
+    if split.account_for_embedding or split.account_for_loss:
         raise MegapilotError(
-            f"vpp={p.vpp} on the hybrid Mamba model {model.name}: Megatron's Mamba stack has no virtual pipeline",
-            field="vpp", fix="use vpp=1",
-        )
-    if not p.pipeline_split.is_even:
+            f"the hybrid Mamba model {model.name} takes no account-for-embedding/loss split: Megatron places its "
+            "layers by the layer pattern's | segments (arguments.py asserts it)",
+            field="account_for_embedding" if split.account_for_embedding else "account_for_loss",
+            fix="drop the account-for flags; give the split as first/last stage layers or a pipeline layout")
+    if p.vpp > 1 and (split.first_stage_layers is not None or split.last_stage_layers is not None):
         raise MegapilotError(
-            f"the hybrid Mamba model {model.name} cannot take a pipeline split ({p.pipeline_split.label()}): "
-            "Megatron's Mamba stack splits num_layers evenly", field="pp",
-            fix="drop the split and use a PP that divides num_layers",
-        )
+            f"vpp={p.vpp} beside first/last stage layers on the hybrid Mamba model {model.name}: Megatron "
+            "interleaves a hybrid only by the layer pattern's | segments, which exclude those flags",
+            field="vpp", fix="give the split as a pipeline layout (--pp-layout; | segments of the pattern), or vpp=1")
+    if split.layout is None:
+        return
+    stages = split.resolve(model.num_layers, model.mtp_num_layers, p.pp, p.vpp).stages
+    if not stages[0].startswith(EMBEDDING) or not stages[-1].endswith(LOSS) \
+            or any(MTP in stage for stage in stages[:-1]):
+        raise MegapilotError(
+            f"the layout {split.layout!r} moves the embedding, the loss or MTP off the end stages of the hybrid "
+            f"Mamba model {model.name}: its pattern's | segments hold layers only, the embedding on the first "
+            "stage and the output (and MTP) on the last", field="pipeline_layout",
+            fix="start the first stage with E and put m and L in the last stage")
 
 
 def check_pipeline_split(

@@ -172,19 +172,35 @@ def test_learned_positions_bound_the_sequence_length():
                            _layout(2)) == []
 
 
-def test_a_hybrid_mamba_model_takes_no_interleaving_and_no_split():
+def test_a_hybrid_mamba_model_splits_and_interleaves_as_megatron_0_17_places_its_pattern_segments():
+    """MambaModel's select_pipeline_segment (core 0.17): first/last stage layers at VPP 1, any PP x VPP stages by the
+    pattern's | segments (a layout string here); arguments.py refuses the account-for flags; VPP beside first/last
+    stage layers is refused; the embedding and loss stay on the end stages."""
     from megapilot.spec.model import MambaSpec
 
     hybrid = ModelSpec(name="hybrid", num_layers=8, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
                        vocab_size=1000, hybrid_override_pattern="M-M*M-M-", mamba=MambaSpec(head_dim=16))
-    training = TrainingSpec(seq_length=1024, global_batch_size=64)
-    assert validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2)) == []
+    training, cluster = TrainingSpec(seq_length=1024, global_batch_size=64), _cluster(gpus=8)
+    accepted = [_layout(8, pp=2), _layout(8, pp=2, vpp=2), _layout(8, pp=4, first_stage_layers=1, last_stage_layers=3),
+                _layout(8, pp=2, pipeline_layout="Et|ttt|ttt|tL")]
+    for layout in accepted:
+        assert validate_layout(hybrid, cluster, training, layout) == []
+    refused = {"account_for_embedding": _layout(8, pp=2, account_for_loss=True, account_for_embedding=True),
+               "vpp": _layout(8, pp=4, vpp=2, first_stage_layers=2, last_stage_layers=2),
+               "pipeline_layout": _layout(8, pp=2, pipeline_layout="Etttt|tttt|L|")}
+    for field, layout in refused.items():
+        with pytest.raises(MegapilotError) as err:
+            validate_layout(hybrid, cluster, training, layout)
+        assert err.value.field == field and err.value.fix
+
+
+def test_a_hybrid_that_pp_does_not_divide_is_offered_only_the_splits_a_hybrid_takes():
+    nemotron_h = get_model("nemotron-h-56b")  # 118 layers: 118 + E + L = 120 would divide by PP 4 on a GPT model
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
     with pytest.raises(MegapilotError) as err:
-        validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2, vpp=2))
-    assert err.value.field == "vpp"
-    with pytest.raises(MegapilotError, match="splits num_layers evenly"):
-        validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2, account_for_loss=True,
-                                                                   account_for_embedding=True))
+        validate_layout(nemotron_h, _cluster(), training, _layout(tp=8, pp=4, sequence_parallel=True))
+    assert err.value.field == "pp" and "account_for" not in (err.value.fix or "")
+    assert (err.value.fix or "").startswith("first_stage_layers=29 and last_stage_layers=29")
 
 
 def test_deepseek_sparse_attention_refuses_context_parallelism_by_field():
