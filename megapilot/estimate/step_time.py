@@ -14,7 +14,8 @@ Model (per GPU, seconds):
   `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs; TP above a layer's
   KV heads adds an exposed all-gather of its QKV output and the gradient's reduce-scatter (Megatron-Core 0.16+);
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
-  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed;
+  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed; a Gated
+  DeltaNet layer trades sequence for heads by blocking all-to-alls around its recurrence (Megatron-Core 0.18+);
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
   move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
@@ -360,10 +361,24 @@ def layer_terms(
     if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
         terms["ep_comm"] = _overlapped_all_to_all_exposed_s(terms, gpu)
     terms["tp_comm"] = tp_s
-    if block.attention == "full":
+    if model.is_linear_attention_layer(layer_index):
+        terms["cp_comm"] = _gated_delta_net_cp_s(model, cluster, p, tokens)
+    elif block.attention == "full":
         terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
                                               model.layer_kv_heads(layer_index))
     return terms
+
+
+def _gated_delta_net_cp_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float) -> float:
+    """A Gated DeltaNet layer under CP trades sequence for heads: an all-to-all of in_proj's output (q, k, v, z, beta,
+    alpha) before the conv and delta rule and one of the normed output after them, each again for the gradient in
+    the backward, blocking (Megatron-Core 0.18's GatedDeltaNet.forward, tensor_a2a_cp2hp / tensor_a2a_hp2cp)."""
+    gdn = model.gated_delta_net
+    if p.cp == 1 or gdn is None:
+        return 0.0
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
+    sent_bytes = tokens * (gdn.in_proj_width + gdn.value_width) / p.tp * ACTIVATION_BYTES
+    return 2 * comm.all_to_all_s(sent_bytes, p.cp, bandwidth)
 
 
 def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, float], p: ParallelConfig,

@@ -235,18 +235,19 @@ def _check_context_parallel(training: TrainingSpec, p: ParallelConfig) -> None:
 
 
 def _check_gated_delta_net(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core 0.16's GatedDeltaNet: whole key and value heads per TP rank, no context parallelism."""
+    """Megatron-Core's GatedDeltaNet: whole key and value heads per TP x CP rank. Its CP trades the sequence for
+    heads by all-to-all (core_v0.18.0 on; 0.16 and 0.17 asserted context_parallel_size == 1), so TransformerConfig
+    asserts linear_num_key_heads and linear_num_value_heads are multiples of tp * cp."""
     gdn = model.gated_delta_net
     if gdn is None:
         return
-    if gdn.key_heads % p.tp or gdn.value_heads % p.tp:
+    ranks = p.tp * p.cp
+    if gdn.key_heads % ranks or gdn.value_heads % ranks:
+        sizes = f"tp={p.tp}" if p.cp == 1 else f"tp*cp={p.tp}*{p.cp}={ranks}"
         raise MegapilotError(
-            f"tp={p.tp} does not divide Gated DeltaNet's {gdn.key_heads} key heads and {gdn.value_heads} value "
-            "heads; Megatron shards whole heads", field="tp", fix=f"use a TP from: {_divisors(gdn.key_heads)}")
-    if p.cp > 1:
-        raise MegapilotError(
-            f"cp={p.cp}: Megatron-Core's Gated DeltaNet has no context parallelism (TransformerConfig asserts "
-            "context_parallel_size == 1)", field="cp", fix="use cp 1 (split long sequences with TP and SP instead)")
+            f"{sizes} does not divide Gated DeltaNet's {gdn.key_heads} key heads and {gdn.value_heads} value "
+            "heads; Megatron shards whole heads over TP x CP", field="tp" if p.cp == 1 else "cp",
+            fix=f"use a TP x CP from: {_divisors(gdn.key_heads)}")
 
 
 def topk_sharing_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:

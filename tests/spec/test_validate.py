@@ -203,6 +203,17 @@ def test_a_hybrid_that_pp_does_not_divide_is_offered_only_the_splits_a_hybrid_ta
     assert (err.value.fix or "").startswith("first_stage_layers=29 and last_stage_layers=29")
 
 
+def test_gated_delta_net_takes_context_parallelism_over_whole_heads_per_tp_x_cp_rank():
+    """Megatron-Core 0.18's TransformerConfig: linear key and value heads are multiples of tp * cp."""
+    qwen3_next = get_model("qwen3-next-80b-a3b")  # 16 key / 32 value heads
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
+    validate_layout(qwen3_next, _cluster("b200"), training, _layout(tp=2, cp=8, ep=16, etp=1, sequence_parallel=True))
+    with pytest.raises(MegapilotError, match=r"tp\*cp=4\*8=32 does not divide Gated DeltaNet's 16 key heads") as err:
+        validate_layout(qwen3_next, _cluster("b200"), training, _layout(tp=4, cp=8, ep=16, etp=1,
+                                                                        sequence_parallel=True))
+    assert err.value.field == "cp" and err.value.fix == "use a TP x CP from: 1, 2, 4, 8, 16"
+
+
 def test_deepseek_sparse_attention_refuses_context_parallelism_by_field():
     model = get_model("deepseek-v3.2")
     cluster = ClusterSpec(gpu=get_gpu("h100"), num_nodes=32, gpus_per_node=8)
