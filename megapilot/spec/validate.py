@@ -447,6 +447,8 @@ def moe_a2a_overlap_refusal(model: ModelSpec, p: ParallelConfig) -> str | None:
         return "it needs expert parallelism (EP > 1)"
     if p.recompute == "full":
         return "it does not run with full recompute"
+    if "moe" in p.recomputed_modules:  # core_v0.17.0 on
+        return "it does not run with the moe recompute module"
     if p.pp > 1 and p.vpp == 1:
         return "with PP > 1 it needs virtual pipeline stages (VPP > 1)"
     if model.mtp_num_layers > 1:

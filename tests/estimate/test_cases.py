@@ -202,6 +202,7 @@ def test_the_all_to_all_overlap_hides_the_expert_traffic_where_megatron_allows_i
     ({"ep": 1, "pp": 1, "vpp": 1, "pipeline_layout": None, "gpus": 16, "tp": 8, "gbs": 64, "mtp_num_layers": 0},
      "expert parallelism"),
     ({"mtp_num_layers": 2}, "at most one MTP layer"),
+    ({"recompute_modules": "moe_act,moe"}, "moe recompute module"),
 ])
 def test_the_all_to_all_overlap_is_refused_where_megatron_refuses_it(extra, words):
     with pytest.raises(MegapilotError) as refused:
