@@ -54,14 +54,16 @@ def _powers_of_two(limit: int) -> list[int]:
     return [2 ** k for k in range(int(math.log2(limit)) + 1)]
 
 
-def draw_layout(rng: random.Random, model: ModelSpec, gpu: str) -> dict[str, Any]:
+def draw_layout(rng: random.Random, model: ModelSpec, gpu: str, *, shaped: bool = False) -> dict[str, Any]:
     """One recipe-like layout: the parallel sizes, then DP so that the world fills whole nodes and the expert
-    groups (EP x ETP) divide one stage's ranks, then a batch of whole micro-batches."""
+    groups (EP x ETP) divide one stage's ranks, then a batch of whole micro-batches. `shaped`: also as a published
+    recipe writes it (`_shape_as_recipe`)."""
     tp = rng.choice((1, 1, 2, 4, 8))
     pp = rng.choice((1, 1, 2, 4, 8, 16))
     while pp > model.num_layers // 2:
         pp //= 2
-    cp = rng.choice((1, 1, 1, 2, 4, 8))
+    gdn = model.gated_delta_net
+    cp = rng.choice([c for c in (1, 1, 1, 2, 4, 8) if not shaped or gdn is None or gdn.key_heads % (tp * c) == 0])
     flags: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "mbs": rng.choice((1, 1, 2, 4)),
                              "seq_len": rng.choice((4096, 8192)),
                              "recompute": rng.choice(("none", "selective", "selective", "full"))}
@@ -81,6 +83,8 @@ def draw_layout(rng: random.Random, model: ModelSpec, gpu: str) -> dict[str, Any
         flags["moe_a2a_overlap"] = True
     if model.moe is not None and flags["recompute"] == "selective" and rng.random() < 0.3:
         flags["recompute_modules"] = rng.choice(("moe_act,layernorm", "core_attn,moe_act", "mlp", "moe"))
+    if shaped:
+        _shape_as_recipe(model, flags)
     ranks = tp * cp  # of one stage: DP must make tp*cp*dp a multiple of ep*etp
     dp = ep * etp // math.gcd(ranks, ep * etp) * rng.choice((1, 1, 2, 4, 8))
     node = NODE_GPUS.get(gpu, 8)
@@ -109,7 +113,22 @@ def _draw_pipeline(rng: random.Random, model: ModelSpec, pp: int, flags: dict[st
             flags["vpp"] = 2
 
 
-def sweep(samples: int, seed: int) -> dict[str, Any]:
+def _shape_as_recipe(model: ModelSpec, flags: dict[str, Any]) -> None:
+    """What a published recipe adds to such a layout: a pipeline layout string where PP x VPP does not divide the
+    layers, and the expert all-to-all overlap only where its recipe turns it on (EP > 1, no full recompute and no
+    recomputed MoE block, VPP beside PP, PP beside an MTP layer)."""
+    pp, vpp = flags["pp"], flags.get("vpp", 1)
+    if pp > 1 and "first_stage_layers" not in flags and "pipeline_layout" not in flags \
+            and model.num_layers % (pp * vpp):
+        flags["pipeline_layout"] = "balanced"
+    overlap_runs = (flags.get("ep", 1) > 1 and flags["recompute"] != "full"
+                    and "moe" not in flags.get("recompute_modules", "").split(",")
+                    and (pp == 1 or vpp > 1) and (model.mtp_num_layers == 0 or pp > 1))
+    if not overlap_runs:
+        flags.pop("moe_a2a_overlap", None)
+
+
+def sweep(samples: int, seed: int, *, shaped: bool = False) -> dict[str, Any]:
     """Estimate `samples` drawn layouts per model x GPU x precision; count the refusals by class."""
     rng = random.Random(seed)
     classes: Counter[str] = Counter()
@@ -122,8 +141,13 @@ def sweep(samples: int, seed: int) -> dict[str, Any]:
         for gpu in GPUS:
             for precision, recipe in PRECISIONS:
                 label = precision if recipe is None else f"{precision}-{recipe}"
+                if shaped and precision in ("mxfp8", "nvfp4") and not gpu.startswith(("b", "gb")):
+                    continue  # the block-scaled formats run on Blackwell only: no recipe asks for them on Hopper
                 for _ in range(samples):
-                    flags = draw_layout(rng, model, gpu) | {"model": name, "gpu": gpu, "precision": precision}
+                    flags = draw_layout(rng, model, gpu, shaped=shaped) | {"model": name, "gpu": gpu,
+                                                                           "precision": precision}
+                    if shaped and recipe == "delayed" and flags.get("recompute_modules", "").count("moe_act"):
+                        del flags["recompute_modules"]  # Megatron refuses moe_act/layernorm recompute under it
                     if recipe is not None:
                         flags["fp8_recipe"] = recipe
                     total += 1
@@ -141,7 +165,7 @@ def sweep(samples: int, seed: int) -> dict[str, Any]:
                     classes[key] += 1
                     by_precision[label]["refused"] += 1
                     examples.setdefault(key, flags)
-    return {"samples_per_cell": samples, "seed": seed, "cases": total, "answered": answered,
+    return {"shaped": shaped, "samples_per_cell": samples, "seed": seed, "cases": total, "answered": answered,
             "answered_over_memory": over_memory, "refused": total - answered,
             "seconds": round(time.perf_counter() - started, 1),
             "by_precision": {k: dict(v) for k, v in sorted(by_precision.items())},
@@ -156,20 +180,25 @@ def message_class(message: str, model: str, gpu: str) -> str:
     return re.sub(r"\b\d+\b", "N", message)[:160]
 
 
-def _markdown(results: dict[str, dict[str, Any]]) -> str:
+SWEEPS = {"drawn": "every drawn layout", "recipe_shaped": "the drawn layouts as a published recipe writes them"}
+
+
+def _markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     lines = ["# Refusals of `megapilot estimate` on later-release layouts", "",
-             "Written by `bench/refusals/run.py` (see README.md for what each class is and why it stays).", ""]
-    for label, doc in results.items():
-        share = doc["answered"] / doc["cases"]
-        lines += [f"## {label}", "",
-                  f"{doc['cases']} layouts ({doc['samples_per_cell']} per cell, seed {doc['seed']}): "
-                  f"{doc['answered']} answered ({share:.1%}; {doc['answered_over_memory']} of them over memory, with "
-                  f"a warning), {doc['refused']} refused.", "",
-                  "| precision | cases | refused |", "|---|---:|---:|"]
-        lines += [f"| {p} | {c['cases']} | {c.get('refused', 0)} |" for p, c in doc["by_precision"].items()]
-        lines += ["", "| refusals | field and message class |", "|---:|---|"]
-        lines += [f"| {n} | {key.replace('|', '/')} |" for key, n in doc["classes"].items()]
-        lines.append("")
+             "Written by `bench/refusals/run.py` (README.md: what each class is, its Megatron-Core source, and "
+             "whether it was fixed or stays).", ""]
+    for label, sweeps in results.items():
+        for kind, doc in sweeps.items():
+            share = doc["answered"] / doc["cases"]
+            lines += [f"## {label}: {SWEEPS[kind]}", "",
+                      f"{doc['cases']} layouts ({doc['samples_per_cell']} per cell, seed {doc['seed']}): "
+                      f"{doc['answered']} answered ({share:.1%}; {doc['answered_over_memory']} of them over memory, "
+                      f"with a warning), {doc['refused']} refused.", "",
+                      "| precision | cases | refused |", "|---|---:|---:|"]
+            lines += [f"| {p} | {c['cases']} | {c.get('refused', 0)} |" for p, c in doc["by_precision"].items()]
+            lines += ["", "| refusals | field and message class |", "|---:|---|"]
+            lines += [f"| {n} | {key.replace('|', '/')} |" for key, n in doc["classes"].items()]
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -181,13 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = HERE / "results.json"
     results = json.loads(out.read_text()) if out.exists() else {}
-    results[args.label] = sweep(args.samples, args.seed)
+    results[args.label] = {kind: sweep(args.samples, args.seed, shaped=kind == "recipe_shaped") for kind in SWEEPS}
+    results = dict(sorted(results.items(), key=lambda item: item[0] != "before"))  # the baseline first
     out.write_text(json.dumps(results, indent=1) + "\n")
     (HERE / "results.md").write_text(_markdown(results))
-    doc = results[args.label]
-    print(f"{args.label}: {doc['answered']}/{doc['cases']} answered, {doc['refused']} refused in {doc['seconds']} s")
-    for key, n in doc["classes"].items():
-        print(f"{n:6d}  {key}")
+    for kind, doc in results[args.label].items():
+        print(f"{args.label} {kind}: {doc['answered']}/{doc['cases']} answered, {doc['refused']} refused "
+              f"in {doc['seconds']} s")
+        for key, n in doc["classes"].items():
+            print(f"{n:6d}  {key}")
     return 0
 
 
