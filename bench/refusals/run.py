@@ -10,8 +10,10 @@ models that need them.
 
 Every layout is drawn at random (a fixed seed, so a rerun draws the same ones) with its world size the product of
 its parallel sizes, whole nodes and a global batch that divides into micro-batches: the arithmetic any recipe
-satisfies. What the estimator still refuses is counted by message class (numbers replaced by N) and field;
-results.md says for each class whether Megatron-Core / Transformer Engine refuses it too (see README.md).
+satisfies. A second sweep shapes the same draws as a published recipe writes them (a layout string where PP x
+VPP does not divide the layers, the expert all-to-all overlap only where Megatron runs it, ...: `_shape_as_recipe`).
+What the estimator still refuses is counted by message class (numbers, model, GPU and split replaced) and field;
+README.md says for each class whether Megatron-Core / Transformer Engine refuses it too, and where.
 
     PYTHONPATH=$PWD .venv/bin/python bench/refusals/run.py --label after   # writes results.json and results.md
 """
