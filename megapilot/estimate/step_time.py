@@ -626,13 +626,14 @@ def _tp_comm_s(
 
 
 def _qkv_gather_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float, kv_heads: int) -> float:
-    """TP above the layer's KV heads: each KV head serves tp/kv_heads ranks, which all-gather the whole
-    [tokens x (heads + 2 kv_heads) x head_dim] QKV output over the TP group in the forward to pick their query heads
-    and reduce-scatter its gradient in the backward (Megatron-Core's Attention.get_query_key_value_tensors,
-    core_v0.16.0 on), outside Transformer Engine's userbuffers overlap."""
+    """TP above the layer's KV heads: each KV head serves tp/kv_heads ranks, which all-gather the whole QKV output
+    ([tokens x (heads, the output gate's too, + 2 kv_heads) x head_dim]) over the TP group in the forward to pick
+    their query heads and reduce-scatter its gradient in the backward (Megatron-Core's
+    Attention.get_query_key_value_tensors, core_v0.16.0 on), outside Transformer Engine's userbuffers overlap."""
     if kv_heads >= p.tp:
         return 0.0
-    width = (model.num_attention_heads + 2 * kv_heads) * model.head_dim
+    query_and_gate = model.num_attention_heads * (2 if model.attention_output_gate else 1)
+    width = (query_and_gate + 2 * kv_heads) * model.head_dim
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.tp)
     return 2 * comm.all_gather_s(tokens * width * ACTIVATION_BYTES, p.tp, bandwidth)
 
