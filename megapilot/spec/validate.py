@@ -284,8 +284,9 @@ def _check_sparse_attention(model: ModelSpec, p: ParallelConfig) -> None:
         raise refusal
     if model.dsa is not None and p.cp > 1:
         raise MegapilotError(
-            f"cp={p.cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism (TransformerConfig "
-            "asserts context_parallel_size == 1 with experimental_attention_variant dsa)", field="cp",
+            f"cp={p.cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism before core 0.19 "
+            "(TransformerConfig asserts context_parallel_size == 1 with experimental_attention_variant dsa); 0.19 "
+            "runs it only with --cp-comm-type allgather, which megapilot neither prices nor writes yet", field="cp",
             fix="use cp 1 (DSA's top-k already bounds each query's keys; split the sequence with TP and SP)")
 
 
