@@ -400,8 +400,11 @@ def _build_training(flags: CaseFlags) -> TrainingSpec:
     except ValueError as exc:
         error = from_validation_error(exc)
         flag = {"seq_length": "seq_len", "global_batch_size": "gbs"}.get(error.field or "", error.field)
+        recipe_fix = f"with precision fp8 use one of: {', '.join(FP8_RECIPES)}; otherwise drop it"
+        if flags.fp8_recipe in ("mxfp8", "nvfp4"):  # Megatron's --fp8-recipe mxfp8 / --fp4-recipe nvfp4
+            recipe_fix = f"use --precision {flags.fp8_recipe} (the block-scaled format is a precision here)"
         fix = {"precision": f"use one of: {', '.join(PRECISIONS)}",
-               "fp8_recipe": f"with precision fp8 use one of: {', '.join(FP8_RECIPES)}; otherwise drop it",
+               "fp8_recipe": recipe_fix,
                "optimizer": f"use one of: {', '.join(OPTIMIZERS)}"}.get(
             flag or "", error.fix)
         raise MegapilotError(error.problem, field=flag, fix=fix) from None

@@ -13,18 +13,12 @@ from __future__ import annotations
 import math
 
 from megapilot.estimate.efficiency import COLLECTIVE_BW_EFFICIENCY
-from megapilot.spec.hardware import ClusterSpec, default_gpus_per_node
+from megapilot.spec.hardware import ClusterSpec
 
 
 def scaleup_domain(cluster: ClusterSpec) -> int:
-    """GPUs that share NVLink/xGMI: the node, or the whole rack on NVL72-class systems.
-
-    A domain wider than the GPU's standard node (GB200's 72 over 4-GPU trays) spans nodes; any
-    other domain is one baseboard, so it stops at the node when nodes hold fewer GPUs.
-    """
-    domain = cluster.gpu.scaleup_domain_gpus
-    spans_nodes = domain > default_gpus_per_node(cluster.gpu)
-    return domain if spans_nodes else min(domain, cluster.gpus_per_node)
+    """GPUs that share NVLink/xGMI (`ClusterSpec.scaleup_domain_gpus`)."""
+    return cluster.scaleup_domain_gpus
 
 
 def group_bandwidth_bytes_per_s(cluster: ClusterSpec, group: int, stride: int = 1) -> float:

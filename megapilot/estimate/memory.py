@@ -278,7 +278,7 @@ def _layer_bytes_per_token(
     if kind == "mamba":
         return split + _mamba_mixer_bytes(model, gemm_input) / tp
     if model.layer_blocks is not None:
-        return split + _heterogeneous_layer_bytes(model, layer_index, gemm_input) / tp
+        return split + _heterogeneous_layer_bytes(model, layer_index, gemm_input, tp) / tp
     if model.is_linear_attention_layer(layer_index):
         return _with_mlp(model, layer_index, kind, _gated_delta_net_bytes(model, gemm_input), gemm_input, expert_tp,
                          split, tp)
@@ -288,8 +288,8 @@ def _layer_bytes_per_token(
         kv_bytes = 2 * (q + heads * mla.v_head_dim) + 2 * mla.kv_lora_rank
         out = heads * mla.v_head_dim
         attention = 2 * q + kv_bytes + gemm_input * out + 4 * heads
-    else:
-        attention = _attention_bytes(model, model.kv_heads, gemm_input)
+    else:  # TP above the KV heads gives each rank one whole KV head (Megatron-Core 0.16+): tp of them in all
+        attention = _attention_bytes(model, max(model.kv_heads, tp), gemm_input)
     if kind in ("mlp", "moe"):
         return _with_mlp(model, layer_index, kind, 0.0, gemm_input, expert_tp, split, tp)
     return _with_mlp(model, layer_index, kind, attention, gemm_input, expert_tp, split, tp) \
@@ -359,11 +359,12 @@ def _attention_bytes(model: ModelSpec, kv_heads: int, gemm_input: float) -> floa
     return attention
 
 
-def _heterogeneous_layer_bytes(model: ModelSpec, layer_index: int, gemm_input: float) -> float:
-    """Per token inside a layer of its own shape, before TP: its attention with its own KV heads and its MLP with
-    its own width; a linear replacement keeps only the GEMM input its sublayer already counts."""
+def _heterogeneous_layer_bytes(model: ModelSpec, layer_index: int, gemm_input: float, tp: int) -> float:
+    """Per token inside a layer of its own shape, before TP: its attention with its own KV heads (at least one per
+    TP rank) and its MLP with its own width; a linear replacement keeps only the GEMM input its sublayer already
+    counts."""
     block = model.layer_block(layer_index)
-    attention = _attention_bytes(model, model.layer_kv_heads(layer_index), gemm_input) \
+    attention = _attention_bytes(model, max(model.layer_kv_heads(layer_index), tp), gemm_input) \
         if block.attention == "full" else 0.0
     mlp = _mlp_intermediate_bytes(model, model.layer_ffn_hidden_size(layer_index), gemm_input) \
         if block.mlp == "full" else 0.0

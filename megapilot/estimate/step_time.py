@@ -12,11 +12,13 @@ Model (per GPU, seconds):
   forward (Korthikanti et al. 2022, Sec. 5);
 - tp_comm: with SP 4 all-gathers + 4 reduce-scatters of the layer activation per layer per
   micro-batch (without SP: 4 all-reduces, the same volume), Korthikanti Sec. 4.2.2; with
-  `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs;
+  `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs; TP above a layer's
+  KV heads adds an exposed all-gather of its QKV output and the gradient's reduce-scatter (Megatron-Core 0.16+);
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
   with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed. A Mamba
   layer instead trades its sequence shard for a share of the heads by all-to-alls before the conv and after the
-  scan, not overlapped; a hybrid's MLP and MoE layers communicate nothing over CP;
+  scan, not overlapped; a hybrid's MLP and MoE layers communicate nothing over CP; a Gated DeltaNet layer trades
+  sequence for heads by blocking all-to-alls around its recurrence (Megatron-Core 0.18+);
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
   move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
@@ -403,6 +405,8 @@ def layer_terms(
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     else:
         tp_s *= block.sublayers / 2  # a removed sublayer communicates nothing
+    if has_attention(model, layer_index) and model.mla is None:
+        tp_s += _qkv_gather_s(model, cluster, p, tokens, model.layer_kv_heads(layer_index))
     if p.recompute == "full" and recomputed:
         terms["recompute"] = compute_s / PASSES_PER_FORWARD_BACKWARD
         tp_s *= TP_RECOMPUTE_COMM_FACTOR
@@ -413,6 +417,8 @@ def layer_terms(
     terms["tp_comm"] = tp_s
     if kind == "mamba":
         terms["cp_comm"] = _mamba_cp_all_to_alls_s(model, cluster, p, tokens)
+    elif model.is_linear_attention_layer(layer_index):
+        terms["cp_comm"] = _gated_delta_net_cp_s(model, cluster, p, tokens)
     elif block.attention == "full" and kind in ("transformer", "attention"):  # a hybrid MLP or MoE layer: none
         terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
                                               model.layer_kv_heads(layer_index))
@@ -427,6 +433,18 @@ def _glue_bytes(model: ModelSpec, layer_index: int, p: ParallelConfig, tokens: f
     if model.layer_kind(layer_index) == "mamba":
         stored -= mamba_mixer_inner_bytes(model) / p.tp * tokens
     return stored
+
+
+def _gated_delta_net_cp_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float) -> float:
+    """A Gated DeltaNet layer under CP trades sequence for heads: an all-to-all of in_proj's output (q, k, v, z, beta,
+    alpha) before the conv and delta rule and one of the normed output after them, each again for the gradient in
+    the backward, blocking (Megatron-Core 0.18's GatedDeltaNet.forward, tensor_a2a_cp2hp / tensor_a2a_hp2cp)."""
+    gdn = model.gated_delta_net
+    if p.cp == 1 or gdn is None:
+        return 0.0
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
+    sent_bytes = tokens * (gdn.in_proj_width + gdn.value_width) / p.tp * ACTIVATION_BYTES
+    return 2 * comm.all_to_all_s(sent_bytes, p.cp, bandwidth)
 
 
 def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, float], p: ParallelConfig,
@@ -773,6 +791,19 @@ def _tp_comm_s(
     # Transformer Engine's userbuffers overlap is CUDA-only: AMD Instinct runs (and their scripts) go without it
     overlaps = options.tp_comm_overlap and p.sequence_parallel and cluster.gpu.vendor == "NVIDIA"
     return total * (1 - (TP_OVERLAP_HIDDEN_FRACTION if overlaps else 0.0))
+
+
+def _qkv_gather_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float, kv_heads: int) -> float:
+    """TP above the layer's KV heads: each KV head serves tp/kv_heads ranks, which all-gather the whole QKV output
+    ([tokens x (heads, the output gate's too, + 2 kv_heads) x head_dim]) over the TP group in the forward to pick
+    their query heads and reduce-scatter its gradient in the backward (Megatron-Core's
+    Attention.get_query_key_value_tensors, core_v0.16.0 on), outside Transformer Engine's userbuffers overlap."""
+    if kv_heads >= p.tp:
+        return 0.0
+    query_and_gate = model.num_attention_heads * (2 if model.attention_output_gate else 1)
+    width = (query_and_gate + 2 * kv_heads) * model.head_dim
+    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.tp)
+    return 2 * comm.all_gather_s(tokens * width * ACTIVATION_BYTES, p.tp, bandwidth)
 
 
 def _cp_comm_exposed_s(

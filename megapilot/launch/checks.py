@@ -91,6 +91,7 @@ def check_megatron_args(args: list[str], gpu: GPUSpec, table: FlagTable | None =
             check_no_placeholder(name, value)
     for rule in _COMBINATION_RULES:
         rule(values, gpu)
+    _query_groups_split_over_tensor_parallel(values, (table or flag_table()).version)
     if (table or flag_table()).version < SEQUENCE_PARALLEL_WITH_EP_WARNS_SINCE:
         _tp_with_ep_needs_sequence_parallel(values, gpu)
 
@@ -450,10 +451,39 @@ def _heads_split_over_tensor_parallel(values: dict[str, list[str]], gpu: GPUSpec
     if heads and heads % tp:
         raise MegapilotError(f"{heads} attention heads do not split over TP={tp}", field="tp",
                              fix="use a TP that divides the number of attention heads")
-    groups = _int_value(values, "--num-query-groups", 0)
-    if "--group-query-attention" in values and groups and groups % tp:
+
+
+# Megatron-Core 0.16's TransformerConfig takes num_query_groups a multiple or a divisor of TP ("Support TP greater
+# than num_kv_heads", #2565); before, TP had to divide them.
+QUERY_GROUPS_BELOW_TP_SINCE = (0, 16, 0)
+
+
+def _query_groups_split_over_tensor_parallel(values: dict[str, list[str]], version: tuple[int, ...]) -> None:
+    tp, groups = _int_value(values, "--tensor-model-parallel-size"), _int_value(values, "--num-query-groups", 0)
+    if "--group-query-attention" not in values or not groups or groups % tp == 0:
+        return
+    if version < QUERY_GROUPS_BELOW_TP_SINCE:
         raise MegapilotError(f"{groups} query groups do not split over TP={tp}", field="tp",
                              fix="use a TP that divides the number of KV heads")
+    if tp % groups:
+        raise MegapilotError(f"{groups} query groups are neither a multiple nor a divisor of TP={tp}", field="tp",
+                             fix="use a TP that divides the KV heads or is a multiple of them")
+
+
+def _hybrid_pattern_splits_evenly(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """The script passes a hybrid's layer pattern as --hybrid-override-pattern without | segments: Megatron splits
+    it evenly over PP with no interleaving (core 0.16's MambaStack; 0.17 places any other split only by | segments
+    of --hybrid-layer-pattern and refuses the virtual-pipeline and account-for flags beside it)."""
+    if "--hybrid-override-pattern" not in values:
+        return
+    split_flags = sorted((_VPP_FLAGS | {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                                        "--account-for-embedding-in-pipeline-split",
+                                        "--account-for-loss-in-pipeline-split"}) & values.keys())
+    if split_flags:
+        raise MegapilotError(f"{', '.join(split_flags)} beside --hybrid-override-pattern: the script writes the "
+                             "pattern without the | segments a hybrid's uneven or interleaved split needs",
+                             field="vpp" if _VPP_FLAGS & values.keys() else "pp",
+                             fix="use vpp=1 and a PP that divides num_layers for a hybrid's script")
 
 
 def _sequence_split_over_context_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:
@@ -476,7 +506,7 @@ _COMBINATION_RULES = (
     _tp_comm_overlap_needs_sp_and_te, _fused_kernels_need_te, _fp8_param_gather_needs_sharded_weights,
     _fp8_recipe_limits,
     _flex_dispatcher_fits, _attention_backend_fits, _layers_split_over_pipeline,
-    _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel,
+    _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel, _hybrid_pattern_splits_evenly,
 )
 
 

@@ -153,6 +153,17 @@ class ClusterSpec(BaseModel):
     def world_size(self) -> int:
         return self.num_nodes * self.gpus_per_node
 
+    @property
+    def scaleup_domain_gpus(self) -> int:
+        """GPUs that share NVLink/xGMI: the node, or the whole rack on NVL72-class systems.
+
+        A domain wider than the GPU's standard node (GB200's 72 over 4-GPU trays) spans nodes; any
+        other domain is one baseboard, so it stops at the node when nodes hold fewer GPUs.
+        """
+        domain = self.gpu.scaleup_domain_gpus
+        spans_nodes = domain > default_gpus_per_node(self.gpu)
+        return domain if spans_nodes else min(domain, self.gpus_per_node)
+
     @classmethod
     def from_gpu_count(cls, gpu: GPUSpec, gpus: int, gpus_per_node: int | None = None) -> ClusterSpec:
         """Build a cluster from a total GPU count; the default node size is 8 (4 on GB200/GB300 trays)."""

@@ -10,7 +10,7 @@ from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.pipeline import DECODER, PipelineSplit
+from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineSplit
 from megapilot.spec.training import QuantFlavour, TrainingSpec
 
 
@@ -73,18 +73,25 @@ def _check_tensor_parallel(
             field="tp",
             fix=f"use a TP from: {_divisors(model.num_attention_heads)}",
         )
-    if model.mla is None and model.shardable_kv_heads % p.tp:
+    if model.mla is None and (kv_heads := unsplittable_kv_heads(model, p.tp)) is not None:
         raise MegapilotError(
-            f"tp={p.tp} does not divide the {model.shardable_kv_heads} KV heads (num_query_groups); Megatron "
-            "shards whole KV groups",
+            f"tp={p.tp} is neither a divisor nor a multiple of the {kv_heads} KV heads (num_query_groups); "
+            "Megatron-Core splits whole KV groups over TP, or gives each KV head to tp/groups ranks "
+            "(TransformerConfig raises)",
             field="tp",
-            fix=f"use a TP from: {_divisors(model.shardable_kv_heads)}",
+            fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
         )
-    if p.tp > cluster.gpus_per_node and not allow_across:
+    # Megatron itself places TP anywhere; a TP group beyond the NVLink domain would run its per-layer collectives
+    # over the scale-out NICs, which no recipe does, so it is costed only when asked. Inside the domain the node
+    # does not matter: an NVL72 rack's 4-GPU trays share NVLink, and the estimate prices TP there.
+    domain = max(cluster.gpus_per_node, cluster.scaleup_domain_gpus)
+    if p.tp > domain and not allow_across:
+        where = (f"{cluster.gpus_per_node} GPUs per node" if domain == cluster.gpus_per_node
+                 else f"the {domain} GPUs of one NVLink domain")
         raise MegapilotError(
-            f"tp={p.tp} exceeds {cluster.gpus_per_node} GPUs per node; TP all-reduces would cross nodes",
+            f"tp={p.tp} exceeds {where}; TP all-reduces would leave NVLink",
             field="tp",
-            fix=f"use tp <= {cluster.gpus_per_node} (or pass --force-tp-across-nodes to cost it anyway)",
+            fix=f"use tp <= {domain} (or pass --force-tp-across-nodes to cost it anyway)",
         )
     if p.sequence_parallel and (training.seq_length // p.cp) % p.tp:
         raise MegapilotError(
@@ -95,10 +102,35 @@ def _check_tensor_parallel(
         )
 
 
+def unsplittable_kv_heads(model: ModelSpec, tp: int) -> int | None:
+    """A KV-head count of the model's attention layers that TP can neither split nor replicate, or None.
+
+    Megatron-Core's TransformerConfig (core_v0.16.0 on, "Support TP greater than num_kv_heads", #2565) raises
+    unless num_query_groups is a multiple or a divisor of the TP size: below TP, each KV head goes to tp/groups
+    ranks, which all-gather the layer's QKV projection to pick their own query heads (Attention.
+    get_query_key_value_tensors)."""
+    counts = {model.kv_heads} if model.layer_blocks is None else {model.kv_heads} | {
+        model.layer_kv_heads(i) for i in range(model.num_layers) if model.layer_block(i).attention == "full"}
+    return next((kv for kv in sorted(counts) if kv % tp and tp % kv), None)
+
+
+def kv_splitting_tps(model: ModelSpec) -> list[int]:
+    """The TP sizes that split the attention heads and split or replicate every layer's KV heads."""
+    return [tp for tp in range(1, model.num_attention_heads + 1)
+            if model.num_attention_heads % tp == 0 and unsplittable_kv_heads(model, tp) is None]
+
+
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
     if model.is_hybrid:
         _check_hybrid_pipeline(model, p)
-    stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
+    try:
+        stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
+    except MegapilotError as refusal:
+        if model.is_hybrid and refusal.fix:  # offer only the fixes a hybrid takes (`_check_hybrid_pipeline`)
+            refused = ("account_for", "first_stage_layers") if p.vpp > 1 else ("account_for",)
+            fixes = [fix for fix in refusal.fix.split("; or ") if not fix.startswith(refused)]
+            raise MegapilotError(refusal.problem, field=refusal.field, fix="; or ".join(fixes)) from None
+        raise
     if p.recompute == "full" and p.recompute_num_layers:
         layers_per_chunk = max(stage.count("t") for stage in stages.stages)
         if p.recompute_method == "block" and p.recompute_num_layers > layers_per_chunk:
@@ -135,18 +167,33 @@ def _check_cpu_offloading(model: ModelSpec, p: ParallelConfig) -> None:
 
 
 def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
-    """pretrain_mamba.py builds a MambaStack: no interleaving, and num_layers // PP layers per rank (no split)."""
-    if p.vpp > 1:
+    """Megatron-Core 0.17's hybrid (Mamba) stack: `|` segments of the layer pattern place its layers on the PP x VPP
+    stages in any counts; a pattern without them takes --decoder-first/last-pipeline-num-layers at VPP 1 only; the
+    account-for flags are refused (MambaModel's select_pipeline_segment and arguments.py raise each). A layout
+    string stands for those segments here, so the embedding opens the first stage and the loss (and an MTP module)
+    close the last, where MambaModel puts them."""
+    split = p.pipeline_split
+    if split.account_for_embedding or split.account_for_loss:
         raise MegapilotError(
-            f"vpp={p.vpp} on the hybrid Mamba model {model.name}: Megatron's Mamba stack has no virtual pipeline",
-            field="vpp", fix="use vpp=1",
-        )
-    if not p.pipeline_split.is_even:
+            f"the hybrid Mamba model {model.name} takes no account-for-embedding/loss split: Megatron places its "
+            "layers by the layer pattern's | segments (arguments.py asserts it)",
+            field="account_for_embedding" if split.account_for_embedding else "account_for_loss",
+            fix="drop the account-for flags; give the split as first/last stage layers or a pipeline layout")
+    if p.vpp > 1 and (split.first_stage_layers is not None or split.last_stage_layers is not None):
         raise MegapilotError(
-            f"the hybrid Mamba model {model.name} cannot take a pipeline split ({p.pipeline_split.label()}): "
-            "Megatron's Mamba stack splits num_layers evenly", field="pp",
-            fix="drop the split and use a PP that divides num_layers",
-        )
+            f"vpp={p.vpp} beside first/last stage layers on the hybrid Mamba model {model.name}: Megatron "
+            "interleaves a hybrid only by the layer pattern's | segments, which exclude those flags",
+            field="vpp", fix="give the split as a pipeline layout (--pp-layout; | segments of the pattern), or vpp=1")
+    if split.layout is None:
+        return
+    stages = split.resolve(model.num_layers, model.mtp_num_layers, p.pp, p.vpp).stages
+    if not stages[0].startswith(EMBEDDING) or not stages[-1].endswith(LOSS) \
+            or any(MTP in stage for stage in stages[:-1]):
+        raise MegapilotError(
+            f"the layout {split.layout!r} moves the embedding, the loss or MTP off the end stages of the hybrid "
+            f"Mamba model {model.name}: its pattern's | segments hold layers only, the embedding on the first "
+            "stage and the output (and MTP) on the last", field="pipeline_layout",
+            fix="start the first stage with E and put m and L in the last stage")
 
 
 def check_pipeline_split(
@@ -188,18 +235,19 @@ def _check_context_parallel(training: TrainingSpec, p: ParallelConfig) -> None:
 
 
 def _check_gated_delta_net(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core 0.16's GatedDeltaNet: whole key and value heads per TP rank, no context parallelism."""
+    """Megatron-Core's GatedDeltaNet: whole key and value heads per TP x CP rank. Its CP trades the sequence for
+    heads by all-to-all (core_v0.18.0 on; 0.16 and 0.17 asserted context_parallel_size == 1), so TransformerConfig
+    asserts linear_num_key_heads and linear_num_value_heads are multiples of tp * cp."""
     gdn = model.gated_delta_net
     if gdn is None:
         return
-    if gdn.key_heads % p.tp or gdn.value_heads % p.tp:
+    ranks = p.tp * p.cp
+    if gdn.key_heads % ranks or gdn.value_heads % ranks:
+        sizes = f"tp={p.tp}" if p.cp == 1 else f"tp*cp={p.tp}*{p.cp}={ranks}"
         raise MegapilotError(
-            f"tp={p.tp} does not divide Gated DeltaNet's {gdn.key_heads} key heads and {gdn.value_heads} value "
-            "heads; Megatron shards whole heads", field="tp", fix=f"use a TP from: {_divisors(gdn.key_heads)}")
-    if p.cp > 1:
-        raise MegapilotError(
-            f"cp={p.cp}: Megatron-Core's Gated DeltaNet has no context parallelism (TransformerConfig asserts "
-            "context_parallel_size == 1)", field="cp", fix="use cp 1 (split long sequences with TP and SP instead)")
+            f"{sizes} does not divide Gated DeltaNet's {gdn.key_heads} key heads and {gdn.value_heads} value "
+            "heads; Megatron shards whole heads over TP x CP", field="tp" if p.cp == 1 else "cp",
+            fix=f"use a TP x CP from: {_divisors(gdn.key_heads)}")
 
 
 def topk_sharing_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:
@@ -236,8 +284,9 @@ def _check_sparse_attention(model: ModelSpec, p: ParallelConfig) -> None:
         raise refusal
     if model.dsa is not None and p.cp > 1:
         raise MegapilotError(
-            f"cp={p.cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism (TransformerConfig "
-            "asserts context_parallel_size == 1 with experimental_attention_variant dsa)", field="cp",
+            f"cp={p.cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism before core 0.19 "
+            "(TransformerConfig asserts context_parallel_size == 1 with experimental_attention_variant dsa); 0.19 "
+            "runs it only with --cp-comm-type allgather, which megapilot neither prices nor writes yet", field="cp",
             fix="use cp 1 (DSA's top-k already bounds each query's keys; split the sequence with TP and SP)")
 
 
@@ -399,6 +448,8 @@ def moe_a2a_overlap_refusal(model: ModelSpec, p: ParallelConfig) -> str | None:
         return "it needs expert parallelism (EP > 1)"
     if p.recompute == "full":
         return "it does not run with full recompute"
+    if "moe" in p.recomputed_modules:  # core_v0.17.0 on
+        return "it does not run with the moe recompute module"
     if p.pp > 1 and p.vpp == 1:
         return "with PP > 1 it needs virtual pipeline stages (VPP > 1)"
     if model.mtp_num_layers > 1:

@@ -202,6 +202,7 @@ def test_the_all_to_all_overlap_hides_the_expert_traffic_where_megatron_allows_i
     ({"ep": 1, "pp": 1, "vpp": 1, "pipeline_layout": None, "gpus": 16, "tp": 8, "gbs": 64, "mtp_num_layers": 0},
      "expert parallelism"),
     ({"mtp_num_layers": 2}, "at most one MTP layer"),
+    ({"recompute_modules": "moe_act,moe"}, "moe recompute module"),
 ])
 def test_the_all_to_all_overlap_is_refused_where_megatron_refuses_it(extra, words):
     with pytest.raises(MegapilotError) as refused:
@@ -256,3 +257,11 @@ def test_bad_recompute_modules_are_refused_by_field(extra, words):
     with pytest.raises(MegapilotError) as refused:
         build_case(**(MOE_BASE | extra))
     assert refused.value.field == "recompute_modules" and words in refused.value.problem and refused.value.fix
+
+
+def test_megatrons_mxfp8_recipe_spelling_is_pointed_at_the_precision():
+    """Megatron-LM spells MXFP8 --fp8-recipe mxfp8; here it is a precision, and the refusal says so."""
+    with pytest.raises(MegapilotError) as refused:
+        build_case(model="llama3.1-8b", gpu="b200", gpus=8, gbs=64, seq_len=4096, precision="fp8", fp8_recipe="mxfp8")
+    assert refused.value.field == "fp8_recipe" and refused.value.fix == (
+        "use --precision mxfp8 (the block-scaled format is a precision here)")

@@ -83,6 +83,41 @@ def test_estimate_warns_when_the_layout_does_not_fit():
     assert any("does not fit" in w for w in result.warnings)
 
 
+# Layouts of the later-release families that Megatron-Core accepts and the estimate once refused
+# (bench/refusals/README.md: the rule, its Megatron-Core source, the sweep's counts).
+ACCEPTED_NOW = {
+    "tp above the kv heads": {"model": "qwen3-30b-a3b", "gpu": "b200", "gpus": 64, "tp": 8, "ep": 8, "etp": 1,
+                              "precision": "mxfp8", "gbs": 512, "seq_len": 4096},
+    "tp across nvl72 trays": {"model": "llama3.1-70b", "gpu": "gb200", "gpus": 64, "tp": 8, "pp": 2,
+                              "precision": "fp8", "gbs": 256, "seq_len": 8192},
+    "hybrid first/last split": {"model": "nemotron-h-56b", "gpu": "gb300", "gpus": 64, "tp": 2, "pp": 4,
+                                "first_stage_layers": 29, "last_stage_layers": 29, "precision": "nvfp4",
+                                "gbs": 256, "seq_len": 8192},
+    "hybrid interleaved": {"model": "nemotron3-nano-30b-a3b", "gpu": "b200", "gpus": 32, "pp": 2, "vpp": 2,
+                           "ep": 8, "etp": 1, "precision": "mxfp8", "gbs": 256, "seq_len": 8192},
+    "hybrid layout string": {"model": "nemotron3-super-120b-a12b", "gpu": "gb200", "gpus": 64, "pp": 4,
+                             "pp_layout": "balanced", "ep": 16, "etp": 1, "precision": "nvfp4", "gbs": 256,
+                             "seq_len": 8192},
+    "gated deltanet cp": {"model": "qwen3-next-80b-a3b", "gpu": "b200", "gpus": 64, "tp": 2, "cp": 2, "ep": 16,
+                          "etp": 1, "precision": "fp8", "fp8_recipe": "blockwise", "gbs": 256, "seq_len": 8192},
+}
+
+
+@pytest.mark.parametrize("flags", ACCEPTED_NOW.values(), ids=ACCEPTED_NOW.keys())
+def test_layouts_megatron_core_accepts_are_estimated(flags: dict):
+    case = build_case(**flags)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.tokens_per_s_per_gpu > 0 and result.memory_gib.total > 0
+
+
+def test_a_block_scaled_format_hopper_lacks_stays_refused_with_the_recipe_it_has():
+    """Transformer Engine's check_mxfp8_support needs compute capability 10.0: Megatron cannot run it on Hopper."""
+    flags = ACCEPTED_NOW["tp above the kv heads"] | {"gpu": "h100"}
+    with pytest.raises(MegapilotError) as info:
+        build_case(**flags)
+    assert info.value.field == "precision" and "blockwise" in (info.value.fix or "")
+
+
 def test_moe_estimate_counts_active_parameters_and_expert_communication():
     case = build_case(model="mixtral-8x7b", gpu="h100", gpus=64, tp=1, ep=8, gbs=256, seq_len=4096)
     result = estimate(case.model, case.cluster, case.training, case.parallel)

@@ -76,6 +76,16 @@ def test_gqa_keeps_smaller_k_and_v_than_mha():
     assert saved == pytest.approx(4096 * 4 * (8192 - 1024) / 8)  # K and V, 2 bytes each
 
 
+def test_tp_above_the_kv_heads_keeps_one_whole_kv_head_per_rank():
+    """4 KV heads on TP 8 (Megatron-Core 0.16+): every rank keeps the K and V of one head, not half of one."""
+    four_kv = LLAMA3_70B.model_copy(update={"num_query_groups": 4})
+    p = ParallelConfig(tp=8, dp=1, sequence_parallel=True)
+    kept = layer_activation_bytes(four_kv, 0, p, 4096) - layer_activation_bytes(LLAMA3_70B, 0, p, 4096)
+    assert kept == 0.0  # one head per rank either way: 8 heads / 8 ranks, or 4 heads each on 2 ranks
+    assert layer_activation_bytes(four_kv, 0, p.model_copy(update={"tp": 4}), 4096) < \
+        layer_activation_bytes(LLAMA3_70B, 0, p.model_copy(update={"tp": 4}), 4096)
+
+
 def test_distributed_optimizer_divides_optimizer_state_by_dp():
     shard = shard_params(LLAMA3_70B, LLAMA_TP8_PP4_DP2, 0)
     plain = LLAMA_TP8_PP4_DP2.model_copy(update={"distributed_optimizer": False})

@@ -91,6 +91,50 @@ def test_amd_instinct_has_no_userbuffers_to_hide_tp_communication_behind():
     assert asked.breakdown_s["tp_comm"] == exposed.breakdown_s["tp_comm"] > 0
 
 
+def test_tp_above_the_kv_heads_gathers_each_layers_qkv_over_the_tp_group():
+    """Megatron-Core 0.16+: with 4 KV heads on TP 8 every rank all-gathers the whole QKV output (forward) and
+    reduce-scatters its gradient (backward), outside the userbuffers overlap; at TP <= KV heads nothing is added."""
+    from megapilot.estimate import comm
+    from megapilot.estimate.step_time import layer_terms
+
+    cluster, options = _h100s(64), EstimateOptions()
+    four_kv = LLAMA3_70B.model_copy(update={"num_query_groups": 4})
+
+    def tp_comm(model: ModelSpec, tp: int) -> float:
+        return layer_terms(model, 0, cluster, SEQ_4K, _layout(tp=tp, dp=16 // tp), options,
+                           recomputed=False)["tp_comm"]
+
+    gathered = (64 + 2 * 4) * LLAMA3_70B.head_dim * 4096 * 2  # bf16 [tokens x (q + 2 kv) x head_dim]
+    expected = 2 * comm.all_gather_s(gathered, 8, comm.group_bandwidth_bytes_per_s(cluster, 8))
+    assert tp_comm(four_kv, 8) - tp_comm(LLAMA3_70B, 8) == pytest.approx(expected)
+    assert tp_comm(four_kv, 4) == pytest.approx(tp_comm(LLAMA3_70B, 4))
+
+
+def test_gated_delta_net_under_cp_pays_two_all_to_alls_each_way_and_its_attention_layers_the_ring():
+    """Megatron-Core 0.18: in_proj's output goes sequence -> heads before the delta rule and the normed output back,
+    forward and backward; the full-attention layers keep ring attention's K/V exchange."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate import comm
+    from megapilot.estimate.step_time import layer_terms
+
+    qwen3_next = get_model("qwen3-next-80b-a3b")
+    gdn = qwen3_next.gated_delta_net
+    assert gdn is not None and qwen3_next.is_linear_attention_layer(0) and not qwen3_next.is_linear_attention_layer(3)
+    cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 64)
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
+    layout = ParallelConfig(tp=2, cp=4, ep=8, etp=1, dp=8, sequence_parallel=True)
+    linear = layer_terms(qwen3_next, 0, cluster, training, layout, EstimateOptions(), recomputed=False)
+    tokens = 8192 / 4
+    sent = tokens * (gdn.in_proj_width + gdn.value_width) / 2 * 2
+    assert linear["cp_comm"] == pytest.approx(
+        2 * comm.all_to_all_s(sent, 4, comm.group_bandwidth_bytes_per_s(cluster, 4, stride=2)))
+    unsplit = layer_terms(qwen3_next, 0, cluster, training, layout.model_copy(update={"cp": 1, "dp": 32}),
+                          EstimateOptions(), recomputed=False)
+    assert unsplit["cp_comm"] == 0.0
+    full = layer_terms(qwen3_next, 3, cluster, training, layout, EstimateOptions(), recomputed=False)
+    assert full["cp_comm"] != linear["cp_comm"]
+
+
 def test_expert_all_to_all_is_slower_across_nodes():
     train = TrainingSpec(seq_length=4096, global_batch_size=256)
     inside = step_time(MIXTRAL, _h100s(64), train, ParallelConfig(tp=1, dp=64, ep=8))

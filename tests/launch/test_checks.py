@@ -122,7 +122,8 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _with_value(a, "--pipeline-model-parallel-size", "3"), "pp", "do not split evenly over PP=3"),
     (lambda a: a + ["--num-layers-per-virtual-pipeline-stage", "3"], "vpp", "do not split into chunks of 3"),
     (lambda a: _with_value(a, "--num-attention-heads", "60"), "tp", "60 attention heads do not split over TP=8"),
-    (lambda a: _with_value(a, "--num-query-groups", "4"), "tp", "4 query groups do not split over TP=8"),
+    (lambda a: _with_value(a, "--num-query-groups", "12"), "tp",
+     "12 query groups are neither a multiple nor a divisor of TP=8"),
     (lambda a: _with_value(a, "--context-parallel-size", "3"), "seq_length", "not a multiple of 2 x CP = 6"),
 ])
 def test_flag_combination_rules_fire(mutate, field: str, problem: str) -> None:
@@ -138,6 +139,24 @@ def test_tp_with_ep_without_sequence_parallel_is_refused_only_where_megatron_rai
         check_megatron_args(args, H100, flag_table("core_v0.14.0"))
     assert info.value.field == "sequence_parallel"
     check_megatron_args(args, H100, flag_table("core_v0.16.0"))  # core_v0.15 on: a warning, not an error
+
+
+def test_tp_above_the_query_groups_is_refused_only_before_megatron_core_0_16() -> None:
+    args = _with_value(_base_args(), "--num-query-groups", "4")  # TP 8: each KV head serves two ranks
+    with pytest.raises(MegapilotError, match="4 query groups do not split over TP=8"):
+        check_megatron_args(args, H100, flag_table("core_v0.14.0"))
+    check_megatron_args(args, H100, flag_table("core_v0.16.0"))
+
+
+def test_a_hybrid_pattern_gets_no_uneven_or_interleaved_split_flags() -> None:
+    """The script writes --hybrid-override-pattern without | segments, so it may only split evenly."""
+    hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
+    check_megatron_args(hybrid, H100)
+    for extra in (["--num-layers-per-virtual-pipeline-stage", "5"], ["--decoder-first-pipeline-num-layers", "8",
+                                                                     "--decoder-last-pipeline-num-layers", "8"]):
+        with pytest.raises(MegapilotError, match="without the \\| segments") as info:
+            check_megatron_args(hybrid + extra, H100)
+        assert info.value.field in ("vpp", "pp") and info.value.fix
 
 
 def test_fp8_refused_on_hardware_without_it() -> None:

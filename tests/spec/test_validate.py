@@ -54,10 +54,17 @@ def test_broken_rule_names_field_and_fix(model, kw, training, gpu, field):
     assert err.value.fix
 
 
-def test_tp_above_kv_heads_is_refused():
-    model = LLAMA_70B.model_copy(update={"num_query_groups": 4})
-    with pytest.raises(MegapilotError, match="KV heads"):
-        validate_layout(model, _cluster(), TrainingSpec(seq_length=4096, global_batch_size=1024), _layout(tp=8))
+def test_tp_above_kv_heads_replicates_them_and_an_unrelated_tp_is_refused():
+    """Megatron-Core 0.16+ (TransformerConfig): num_query_groups must be a multiple or a divisor of TP; above the KV
+    heads each head serves tp/groups ranks."""
+    training = TrainingSpec(seq_length=4096, global_batch_size=1024)
+    replicated = LLAMA_70B.model_copy(update={"num_query_groups": 4})
+    assert validate_layout(replicated, _cluster(), training, _layout(tp=8, sequence_parallel=True)) == []
+    unrelated = ModelSpec(name="gqa-12", num_layers=8, hidden_size=6144, ffn_hidden_size=16384,
+                          num_attention_heads=48, num_query_groups=12, vocab_size=32000)
+    with pytest.raises(MegapilotError, match="neither a divisor nor a multiple of the 12 KV heads") as err:
+        validate_layout(unrelated, _cluster(), training, _layout(tp=8, sequence_parallel=True))
+    assert err.value.field == "tp" and err.value.fix == "use a TP from: 1, 2, 3, 4, 6, 12, 24, 48"
 
 
 def test_world_mismatch_is_refused():
@@ -141,6 +148,19 @@ def test_tp_across_nodes_passes_when_allowed():
                     allow_tp_across_nodes=True)
 
 
+def test_tp_across_the_trays_of_one_nvlink_domain_is_accepted():
+    """GB200's 4-GPU trays share one 72-GPU NVLink domain: TP 8 spans two trays over NVLink, as the planner walks it;
+    TP beyond the domain is still refused unless forced."""
+    training = TrainingSpec(seq_length=4096, global_batch_size=1024)
+    gb200 = _cluster("gb200", gpus=64)
+    assert gb200.gpus_per_node == 4
+    assert validate_layout(LLAMA_70B, gb200, training, _layout(tp=8, sequence_parallel=True)) == []
+    wide = LLAMA_70B.model_copy(update={"num_attention_heads": 128, "num_query_groups": 128})
+    with pytest.raises(MegapilotError, match="the 72 GPUs of one NVLink domain") as err:
+        validate_layout(wide, _cluster("gb200", gpus=128), training, _layout(128, tp=128, sequence_parallel=True))
+    assert err.value.field == "tp" and "force-tp-across-nodes" in (err.value.fix or "")
+
+
 def test_learned_positions_bound_the_sequence_length():
     gpt = ModelSpec(name="gpt-like", num_layers=4, hidden_size=128, ffn_hidden_size=512, num_attention_heads=4,
                     vocab_size=1024, max_position_embeddings=128, position_embedding="learned_absolute")
@@ -152,19 +172,46 @@ def test_learned_positions_bound_the_sequence_length():
                            _layout(2)) == []
 
 
-def test_a_hybrid_mamba_model_takes_no_interleaving_and_no_split():
+def test_a_hybrid_mamba_model_splits_and_interleaves_as_megatron_0_17_places_its_pattern_segments():
+    """MambaModel's select_pipeline_segment (core 0.17): first/last stage layers at VPP 1, any PP x VPP stages by the
+    pattern's | segments (a layout string here); arguments.py refuses the account-for flags; VPP beside first/last
+    stage layers is refused; the embedding and loss stay on the end stages."""
     from megapilot.spec.model import MambaSpec
 
     hybrid = ModelSpec(name="hybrid", num_layers=8, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
                        vocab_size=1000, hybrid_override_pattern="M-M*M-M-", mamba=MambaSpec(head_dim=16))
-    training = TrainingSpec(seq_length=1024, global_batch_size=64)
-    assert validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2)) == []
+    training, cluster = TrainingSpec(seq_length=1024, global_batch_size=64), _cluster(gpus=8)
+    accepted = [_layout(8, pp=2), _layout(8, pp=2, vpp=2), _layout(8, pp=4, first_stage_layers=1, last_stage_layers=3),
+                _layout(8, pp=2, pipeline_layout="Et|ttt|ttt|tL")]
+    for layout in accepted:
+        assert validate_layout(hybrid, cluster, training, layout) == []
+    refused = {"account_for_embedding": _layout(8, pp=2, account_for_loss=True, account_for_embedding=True),
+               "vpp": _layout(8, pp=4, vpp=2, first_stage_layers=2, last_stage_layers=2),
+               "pipeline_layout": _layout(8, pp=2, pipeline_layout="Etttt|tttt|L|")}
+    for field, layout in refused.items():
+        with pytest.raises(MegapilotError) as err:
+            validate_layout(hybrid, cluster, training, layout)
+        assert err.value.field == field and err.value.fix
+
+
+def test_a_hybrid_that_pp_does_not_divide_is_offered_only_the_splits_a_hybrid_takes():
+    nemotron_h = get_model("nemotron-h-56b")  # 118 layers: 118 + E + L = 120 would divide by PP 4 on a GPT model
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
     with pytest.raises(MegapilotError) as err:
-        validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2, vpp=2))
-    assert err.value.field == "vpp"
-    with pytest.raises(MegapilotError, match="splits num_layers evenly"):
-        validate_layout(hybrid, _cluster(gpus=8), training, _layout(8, pp=2, account_for_loss=True,
-                                                                   account_for_embedding=True))
+        validate_layout(nemotron_h, _cluster(), training, _layout(tp=8, pp=4, sequence_parallel=True))
+    assert err.value.field == "pp" and "account_for" not in (err.value.fix or "")
+    assert (err.value.fix or "").startswith("first_stage_layers=29 and last_stage_layers=29")
+
+
+def test_gated_delta_net_takes_context_parallelism_over_whole_heads_per_tp_x_cp_rank():
+    """Megatron-Core 0.18's TransformerConfig: linear key and value heads are multiples of tp * cp."""
+    qwen3_next = get_model("qwen3-next-80b-a3b")  # 16 key / 32 value heads
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
+    validate_layout(qwen3_next, _cluster("b200"), training, _layout(tp=2, cp=8, ep=16, etp=1, sequence_parallel=True))
+    with pytest.raises(MegapilotError, match=r"tp\*cp=4\*8=32 does not divide Gated DeltaNet's 16 key heads") as err:
+        validate_layout(qwen3_next, _cluster("b200"), training, _layout(tp=4, cp=8, ep=16, etp=1,
+                                                                        sequence_parallel=True))
+    assert err.value.field == "cp" and err.value.fix == "use a TP x CP from: 1, 2, 4, 8, 16"
 
 
 def test_deepseek_sparse_attention_refuses_context_parallelism_by_field():
