@@ -24,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import load_release_rows  # bench/calibration/run.py: the rows as the fit saw them
+from run import load_release_rows, load_rows  # bench/calibration/run.py: the rows as the fit saw them
 
 from megapilot.estimate.calibration import TRAIN_RELEASES, ReleaseRow, release_error
 from megapilot.estimate.comm import scaleup_domain
+from megapilot.estimate.coverage import mechanisms
 from megapilot.estimate.efficiency import CALIBRATED
 from megapilot.estimate.published import PUBLISHED_OPTIONS
 from megapilot.estimate.step_time import layer_terms, step_time
@@ -187,12 +188,15 @@ def write_coverage(rows: list[dict[str, Any]]) -> None:
               "median_signed_error": round(statistics.median(errs), 4),
               "heldout_errors": heldout.get((family, gpu, precision), [])}
              for (family, gpu, precision), errs in sorted(errors.items())]
+    # every mechanism some published run had: an estimate whose model runs another is checked by no run
+    models = [row.model for row in load_rows()[0]] + [row.case.model for row in load_release_rows()[0]]
+    checked = sorted(set().union(*(mechanisms(model) for model in models)))
     COVERAGE.write_text(json.dumps({
         "source": "bench/calibration/release_holdout.py: bench/calibration/results.json (papers, NeMo <= 24.07, "
                   "in-sample) and the NeMo 25.02-25.09 / Megatron-Bridge tables (25.02, 25.04 in the fit; 25.07, "
                   "25.09 held out by release); heldout_errors: each run's error when its model family, then its GPU, "
                   "was left out of the fit (bench/calibration/run.py), the residuals of every estimate's 80 % interval",
-        "cells": cells}, indent=1) + "\n")
+        "checked_mechanisms": checked, "cells": cells}, indent=1) + "\n")
 
 
 def main() -> int:

@@ -6,8 +6,9 @@ cell - model family (dense / MoE / hybrid), GPU and precision - with its publish
 there and its median signed error: which way the estimates leaned, stated where the lean is a pattern (MoE on
 Blackwell ran high). An estimate is placed in its cell, or the nearest one (same family and precision on the same
 vendor's other GPUs, then the same family on any GPU; among several, this GPU's own, then its generation's, then
-the one with more runs); a case outside every calibrated family and vendor (AMD GPUs, hybrid Mamba models today)
-gets a caveat saying that no published run checks it.
+the one with more runs); a case outside every calibrated family and vendor (AMD GPUs, hybrid Mamba models today),
+or whose model runs a mechanism no published run had (`mechanisms`: attention sinks, a sliding window, Gated
+DeltaNet, ...), gets a caveat saying that no published run checks it, and a wider interval.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
@@ -60,6 +62,8 @@ class CalibrationCoverage:
     precision: str
     nearest: CoverageCell | None
     exact: bool
+    # The model's priced code paths no published run has (`mechanisms`): its cell's errors never saw them.
+    unchecked_mechanisms: tuple[str, ...] = ()
 
     @property
     def outside(self) -> bool:
@@ -73,7 +77,7 @@ class CalibrationCoverage:
 
     @property
     def needs_caveat(self) -> bool:
-        return self.outside or self.precision_unchecked
+        return self.outside or self.precision_unchecked or bool(self.unchecked_mechanisms)
 
     def statement(self) -> str:
         case = f"{self.family} on {self.gpu} {self.precision}"
@@ -81,6 +85,11 @@ class CalibrationCoverage:
             return (f"calibration: no published run of a {self.family} model on this GPU vendor checks this "
                     f"estimate ({case}); treat it as physics without a measured error")
         cell = self.nearest
+        if self.unchecked_mechanisms:
+            return (f"calibration: no published run has {', '.join(self.unchecked_mechanisms)} ({case}); the "
+                    f"nearest runs ({cell.family} on {cell.gpu} {cell.precision}, {cell.runs} published, median "
+                    f"|error| {100 * cell.median_abs_error:.1f} %) never ran those kernels: treat their pricing as "
+                    "physics without a measured error")
         if self.precision_unchecked:
             return (f"calibration: no published {self.precision} run checks this estimate ({case}); nearest: "
                     f"{cell.family} on {cell.gpu} {cell.precision} ({cell.runs} published runs, median |error| "
@@ -110,14 +119,51 @@ def precision_class(precision: str) -> str:
 
 @lru_cache(maxsize=1)
 def calibrated_cells() -> tuple[CoverageCell, ...]:
-    text = resources.files("megapilot.estimate").joinpath("data").joinpath("calibration_coverage.json").read_text()
     return tuple(CoverageCell(**(cell | {"heldout_errors": tuple(cell.get("heldout_errors", ()))}))
-                 for cell in json.loads(text)["cells"])
+                 for cell in _coverage_document()["cells"])
+
+
+@lru_cache(maxsize=1)
+def _coverage_document() -> dict[str, Any]:
+    text = resources.files("megapilot.estimate").joinpath("data").joinpath("calibration_coverage.json").read_text()
+    return dict(json.loads(text))
 
 
 def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationCoverage:
-    """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one)."""
-    return _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
+    """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one), with the
+    model's mechanisms no published run has."""
+    coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
+    unchecked = tuple(sorted(mechanisms(model) - checked_mechanisms()))
+    return replace(coverage, unchecked_mechanisms=unchecked) if unchecked and coverage.nearest else coverage
+
+
+def mechanisms(model: ModelSpec) -> frozenset[str]:
+    """The code paths of a model that the step-time model prices apart from a plain transformer layer, each a set of
+    kernels or collectives a published run either ran or did not: an estimate whose model runs one that no
+    calibration run had is checked by nothing, whatever its family's cell says."""
+    moe = model.moe
+    found = {
+        "mixture of experts": moe is not None,
+        "latent experts": moe is not None and moe.latent_size is not None,
+        "biased experts": moe is not None and model.add_bias_linear,
+        "clamped gated activation": model.activation_clamp is not None,
+        "multi-latent attention": model.mla is not None,
+        "sparse attention (DSA)": model.dsa is not None,
+        "sliding-window attention": model.sliding_window is not None,
+        "chunked local attention": model.attention_chunk_size is not None,
+        "attention sinks": model.softmax_type != "vanilla",
+        "Gated DeltaNet": model.gated_delta_net is not None,
+        "Mamba-2 mixer": model.mamba is not None,
+        "heterogeneous layers": model.layer_blocks is not None,
+        "multi-token prediction": model.mtp_num_layers > 0,
+    }
+    return frozenset(name for name, present in found.items() if present)
+
+
+@lru_cache(maxsize=1)
+def checked_mechanisms() -> frozenset[str]:
+    """The mechanisms some calibration run had (`data/calibration_coverage.json`)."""
+    return frozenset(_coverage_document().get("checked_mechanisms", ()))
 
 
 @lru_cache(maxsize=256)

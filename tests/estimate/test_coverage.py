@@ -6,7 +6,14 @@ import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.estimate import build_case, estimate
-from megapilot.estimate.coverage import CoverageCell, calibrated_cells, coverage_for
+from megapilot.estimate.coverage import (
+    CoverageCell,
+    band_for,
+    calibrated_cells,
+    checked_mechanisms,
+    coverage_for,
+    mechanisms,
+)
 
 
 def test_a_calibrated_cell_states_its_runs_and_median_error():
@@ -145,3 +152,27 @@ def test_every_committed_cell_carries_its_runs_held_out_errors_by_family_and_by_
     cells = calibrated_cells()
     assert all(len(cell.heldout_errors) == 2 * cell.runs for cell in cells)
     assert all(-0.9 < error < 2.0 for cell in cells for error in cell.heldout_errors)
+
+
+def test_a_mechanism_no_published_run_had_gets_the_caveat_and_the_wider_band():
+    """GPT-OSS is an MoE model like DeepSeek-V3, but its sinks, 128-token windows, biased experts and clamped gate
+    are kernels no calibration run ran: its estimate says so, and its 80 % band is the outside one, wider than the
+    band the same family's cell gives a model without them."""
+    gpu = get_gpu("b200")
+    oss = coverage_for(get_model("gpt-oss-120b"), gpu, "fp8")
+    assert set(oss.unchecked_mechanisms) == {"attention sinks", "biased experts", "clamped gated activation",
+                                             "sliding-window attention"}
+    assert oss.needs_caveat and "attention sinks" in oss.statement()
+    plain = coverage_for(get_model("deepseek-v3"), gpu, "fp8")
+    assert plain.unchecked_mechanisms == () and not plain.needs_caveat
+    assert "multi-latent attention" in checked_mechanisms() and "mixture of experts" in checked_mechanisms()
+    wide, narrow = band_for(get_model("gpt-oss-120b"), gpu, "fp8"), band_for(get_model("deepseek-v3"), gpu, "fp8")
+    assert wide.p90_error - wide.p10_error > 1.5 * (narrow.p90_error - narrow.p10_error)
+
+
+def test_mechanisms_name_each_priced_code_path_and_a_plain_dense_model_has_none():
+    assert mechanisms(get_model("llama3.1-70b")) == frozenset()
+    assert "Gated DeltaNet" in mechanisms(get_model("qwen3-next-80b-a3b"))
+    assert "Mamba-2 mixer" in mechanisms(get_model("nemotron-h-8b"))
+    assert {"mixture of experts", "multi-latent attention", "multi-token prediction"} <= mechanisms(
+        get_model("deepseek-v3"))
