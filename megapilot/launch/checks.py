@@ -92,6 +92,7 @@ def check_megatron_args(args: list[str], gpu: GPUSpec, table: FlagTable | None =
     for rule in _COMBINATION_RULES:
         rule(values, gpu)
     _query_groups_split_over_tensor_parallel(values, (table or flag_table()).version)
+    _hybrid_full_recompute(values, (table or flag_table()).version)
     if (table or flag_table()).version < SEQUENCE_PARALLEL_WITH_EP_WARNS_SINCE:
         _tp_with_ep_needs_sequence_parallel(values, gpu)
 
@@ -292,7 +293,10 @@ def _megatron_fsdp_companions(values: dict[str, list[str]], gpu: GPUSpec) -> Non
                              field="ckpt_format", fix="use --ckpt-format fsdp_dtensor")
     pp = _int_value(values, "--pipeline-model-parallel-size")
     if pp > 1:
-        raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (PP={pp})", field="pp",
+        # Megatron-Core asserts nothing against it (core 0.16-0.19); the script keeps to what Megatron-FSDP's guide
+        # pairs it with (TP, CP, EP) and no published recipe pipelines it.
+        raise MegapilotError(f"the script writes Megatron-FSDP at PP 1 only, not PP={pp} (its guide pairs FSDP "
+                             "with TP, CP and EP)", field="pp",
                              fix="use PP=1 with Megatron-FSDP, or drop FSDP and keep the distributed optimizer")
     if "--use-torch-fsdp2" in values:
         raise MegapilotError("--use-megatron-fsdp and --use-torch-fsdp2 exclude each other", field="fsdp",
@@ -468,6 +472,23 @@ def _query_groups_split_over_tensor_parallel(values: dict[str, list[str]], versi
     if tp % groups:
         raise MegapilotError(f"{groups} query groups are neither a multiple nor a divisor of TP={tp}", field="tp",
                              fix="use a TP that divides the KV heads or is a multiple of them")
+
+
+# Megatron-Core's hybrid stack recomputes whole layers from core 0.18 on ("Support recomputing in HybridModel",
+# #4496: HybridStack.forward calls checkpointed_forward under --recompute-granularity full); 0.16 and 0.17's
+# MambaStack.forward runs its layers without looking at the flag, so the run would hold every activation the
+# estimate took as recomputed.
+HYBRID_FULL_RECOMPUTE_SINCE = (0, 18, 0)
+
+
+def _hybrid_full_recompute(values: dict[str, list[str]], version: tuple[int, ...]) -> None:
+    if "--hybrid-override-pattern" not in values or values.get("--recompute-granularity") != ["full"]:
+        return
+    if version < HYBRID_FULL_RECOMPUTE_SINCE:
+        raise MegapilotError(
+            f"--recompute-granularity full on a hybrid (Mamba) model: Megatron-Core {'.'.join(map(str, version))}'s "
+            "MambaStack ignores it (whole hybrid layers are recomputed from core 0.18 on)", field="recompute",
+            fix="use selective recompute, or write the script for Megatron-LM 0.18 or later (--megatron-version)")
 
 
 def _hybrid_pattern_splits_evenly(values: dict[str, list[str]], gpu: GPUSpec) -> None:

@@ -122,23 +122,31 @@ def kv_splitting_tps(model: ModelSpec) -> list[int]:
 
 def tensor_split_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
     """Why TP cannot split this model's heads (field `tp`), or None: the attention heads, the KV heads (split or
-    replicated), Gated DeltaNet's key and value heads, the Mamba-2 mixer's heads and groups. One predicate for
-    `validate_layout` and the planner's TP rule."""
-    if model.num_attention_heads % tp:
-        return MegapilotError(
-            f"tp={tp} does not divide num_attention_heads={model.num_attention_heads}",
-            field="tp",
-            fix=f"use a TP from: {_divisors(model.num_attention_heads)}",
-        )
-    if model.mla is None and (kv_heads := unsplittable_kv_heads(model, tp)) is not None:
-        return MegapilotError(
-            f"tp={tp} is neither a divisor nor a multiple of the {kv_heads} KV heads (num_query_groups); "
-            "Megatron-Core splits whole KV groups over TP, or gives each KV head to tp/groups ranks "
-            "(TransformerConfig raises)",
-            field="tp",
-            fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
-        )
-    return gated_delta_net_split_refusal(model, tp, 1) or mamba_split_refusal(model, tp, 1)
+    replicated), Gated DeltaNet's key and value heads, the Mamba-2 mixer's heads and groups. The planner's TP rule
+    asks each of these predicates in turn."""
+    return (attention_heads_refusal(model, tp) or kv_heads_refusal(model, tp)
+            or gated_delta_net_split_refusal(model, tp, 1) or mamba_split_refusal(model, tp, 1))
+
+
+def attention_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
+    """TP splits whole attention heads (Megatron-Core's TransformerConfig asserts it)."""
+    if model.num_attention_heads % tp == 0:
+        return None
+    return MegapilotError(f"tp={tp} does not divide num_attention_heads={model.num_attention_heads}", field="tp",
+                          fix=f"use a TP from: {_divisors(model.num_attention_heads)}")
+
+
+def kv_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
+    """TP splits whole KV groups or replicates each KV head over tp/groups ranks (`unsplittable_kv_heads`)."""
+    if model.mla is not None or (kv_heads := unsplittable_kv_heads(model, tp)) is None:
+        return None
+    return MegapilotError(
+        f"tp={tp} is neither a divisor nor a multiple of the {kv_heads} KV heads (num_query_groups); "
+        "Megatron-Core splits whole KV groups over TP, or gives each KV head to tp/groups ranks "
+        "(TransformerConfig raises)",
+        field="tp",
+        fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
+    )
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:

@@ -81,7 +81,7 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _without(_with_value(a, "--ckpt-format", "fsdp_dtensor"), "--use-distributed-optimizer")
      + ["--use-megatron-fsdp"], "fsdp", "needs --use-distributed-optimizer"),
     (lambda a: _with_value(a, "--ckpt-format", "fsdp_dtensor") + ["--use-megatron-fsdp"], "pp",
-     "does not run with pipeline parallelism"),
+     "writes Megatron-FSDP at PP 1 only"),
     (lambda a: _with_value(_with_value(a, "--ckpt-format", "fsdp_dtensor"), "--pipeline-model-parallel-size", "1")
      + ["--use-megatron-fsdp", "--use-torch-fsdp2"], "fsdp", "exclude each other"),
     # overlaps and fused kernels
@@ -146,6 +146,17 @@ def test_tp_above_the_query_groups_is_refused_only_before_megatron_core_0_16() -
     with pytest.raises(MegapilotError, match="4 query groups do not split over TP=8"):
         check_megatron_args(args, H100, flag_table("core_v0.14.0"))
     check_megatron_args(args, H100, flag_table("core_v0.16.0"))
+
+
+def test_full_recompute_of_a_hybrid_is_refused_before_megatron_core_0_18_whose_mamba_stack_ignores_it() -> None:
+    """core 0.18's HybridStack recomputes whole layers (#4496); 0.16 and 0.17's MambaStack never reads the flag."""
+    hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
+    full = hybrid + ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    with pytest.raises(MegapilotError, match="MambaStack ignores it") as info:
+        check_megatron_args(full, H100, flag_table("core_v0.17.0"))
+    assert info.value.field == "recompute" and info.value.fix
+    check_megatron_args(full, H100, flag_table("core_v0.18.0"))
+    check_megatron_args(hybrid + ["--recompute-granularity", "selective"], H100, flag_table("core_v0.17.0"))
 
 
 def test_a_hybrid_pattern_gets_no_uneven_or_interleaved_split_flags() -> None:
