@@ -295,11 +295,16 @@ def tp_values(world: int, pins: Pins) -> tuple[int, ...]:
 
 
 def cp_values(rest: int, pins: Pins) -> tuple[int, ...]:
-    return (pins.cp,) if pins.cp else tuple(c for c in divisors(rest) if c <= MAX_CP)
+    """The CPs of the `rest` GPUs TP x PP leave; a pinned CP only where it divides them (else no data parallelism)."""
+    if pins.cp:
+        return (pins.cp,) if rest % pins.cp == 0 else ()
+    return tuple(c for c in divisors(rest) if c <= MAX_CP)
 
 
 def pp_values(rest: int, model: ModelSpec, pins: Pins) -> tuple[int, ...]:
-    return (pins.pp,) if pins.pp else tuple(p for p in divisors(rest) if p <= model.num_layers)
+    if pins.pp:
+        return (pins.pp,) if rest % pins.pp == 0 else ()
+    return tuple(p for p in divisors(rest) if p <= model.num_layers)
 
 
 def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVEN_SPLIT) -> tuple[int, ...]:

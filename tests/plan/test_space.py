@@ -200,3 +200,25 @@ def test_a_plan_with_tp_across_trays_is_validated_and_costed_on_nvlink():
 
     # the estimate prices the 8-GPU group at the tray's own NVLink bandwidth, not the NICs'
     assert comm.group_bandwidth_bytes_per_s(rack, 8) == comm.group_bandwidth_bytes_per_s(rack, 4)
+
+
+def _search(model: str, gpu: str, gpus: int, seq: int, gbs: int, pins: Pins):
+    from megapilot.plan import search_layouts
+
+    return search_layouts(get_model(model), ClusterSpec.from_gpu_count(get_gpu(gpu), gpus),
+                          TrainingSpec(seq_length=seq, global_batch_size=gbs), pins=pins)
+
+
+def test_the_search_walks_tp_above_the_kv_heads_and_gated_delta_net_cp_over_whole_heads():
+    """What the estimate accepts the planner walks: Qwen3-Next's CP over its 16 Gated DeltaNet key heads (TP x CP
+    up to 16) with TP 4 above its 2 KV groups; Nemotron 3 Nano's TP 8 over 2 KV groups."""
+    qwen3_next = _search("qwen3-next-80b-a3b", "b200", 64, 8192, 256, Pins(cp=4))
+    assert qwen3_next.ranked and {fit.parallel.cp for fit in qwen3_next.ranked} == {4}
+    assert ("tp", 4) in qwen3_next.best_by and ("tp", 8) not in qwen3_next.best_by  # 8 x 4 > 16 heads
+    nano = _search("nemotron3-nano-30b-a3b", "h100", 64, 8192, 512, Pins(tp=8))
+    assert nano.ranked and {fit.parallel.tp for fit in nano.ranked} == {8}
+
+
+def test_a_pinned_cp_walks_only_the_shapes_whose_gpus_it_divides():
+    llama = _search("llama3.1-70b", "h100", 64, 8192, 256, Pins(cp=4))  # TP 8 x PP 4 leaves 2 GPUs: no CP 4 there
+    assert llama.ranked and all(fit.parallel.cp == 4 and fit.parallel.world_size == 64 for fit in llama.ranked)
