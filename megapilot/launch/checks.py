@@ -418,6 +418,21 @@ def _flex_dispatcher_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
                              fix="use --moe-flex-dispatcher hybridep, or drop the padding")
 
 
+def _attention_sinks_have_a_backend(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """Transformer Engine 2.8-2.11's get_attention_backend: a sink (--softmax-type learnable or off-by-one) runs
+    only in FusedAttention (and, without CP, UnfusedDotProductAttention), under context parallelism only with
+    cp_comm_type a2a; Megatron's --cp-comm-type defaults to p2p. (TE has no sink backend in FP8 attention either,
+    but Megatron-LM's arguments.py has no flag for TransformerConfig.fp8_dot_product_attention.)"""
+    if values.get("--softmax-type", ["vanilla"])[0] == "vanilla":
+        return
+    cp = _int_value(values, "--context-parallel-size")
+    comm = values.get("--cp-comm-type", ["p2p"])
+    if cp > 1 and any(kind != "a2a" for kind in comm):
+        raise MegapilotError(f"attention sinks (--softmax-type) under context parallelism (CP={cp}) run in "
+                             f"Transformer Engine only with --cp-comm-type a2a, not {' '.join(comm)}", field="cp",
+                             fix="use --context-parallel-size 1, or --cp-comm-type a2a")
+
+
 def _attention_backend_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     backend = values.get("--attention-backend", ["auto"])[0]
     if backend == "local" and "--spec" not in values:
@@ -518,6 +533,7 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
+    _attention_sinks_have_a_backend,
     _sequence_parallel_needs_tp, _vpp_needs_pp, _cpu_offloading_alone, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
     _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,

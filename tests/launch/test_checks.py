@@ -159,6 +159,17 @@ def test_full_recompute_of_a_hybrid_is_refused_before_megatron_core_0_18_whose_m
     check_megatron_args(hybrid + ["--recompute-granularity", "selective"], H100, flag_table("core_v0.17.0"))
 
 
+def test_attention_sinks_run_under_cp_only_on_the_a2a_path() -> None:
+    """Transformer Engine 2.8-2.11: a sink under CP has FusedAttention only with cp_comm_type a2a."""
+    sinks = _base_args() + ["--softmax-type", "learnable"]
+    check_megatron_args(sinks, H100)
+    cp2 = _with_value(sinks, "--context-parallel-size", "2")
+    with pytest.raises(MegapilotError, match="only with --cp-comm-type a2a, not p2p") as info:
+        check_megatron_args(cp2, H100)
+    assert info.value.field == "cp" and info.value.fix
+    check_megatron_args(cp2 + ["--cp-comm-type", "a2a"], H100)
+
+
 def test_a_hybrid_pattern_gets_no_uneven_or_interleaved_split_flags() -> None:
     """The script writes --hybrid-override-pattern without | segments, so it may only split evenly."""
     hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
