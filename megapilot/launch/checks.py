@@ -19,7 +19,7 @@ from pathlib import Path
 from megapilot.errors import MegapilotError
 from megapilot.launch.megatron_args import MEGATRON_RELEASE, FlagTable, flag_table
 from megapilot.spec import GPUSpec, ParallelConfig
-from megapilot.spec.validate import DEEPEP_REFUSES_PADDING, flex_layout_refusal
+from megapilot.spec.validate import DEEPEP_REFUSES_PADDING, flex_layout_refusal, mamba_heads_split_refusal
 
 PLACEHOLDER = re.compile(
     r"<\s*(change ?me|changeme|fill[ _-]?me|your[^>]*|path[^>]*|todo|fixme|placeholder)\s*>"
@@ -506,6 +506,22 @@ def _hybrid_full_recompute(values: dict[str, list[str]], version: tuple[int, ...
             fix="use selective recompute, or write the script for Megatron-LM 0.18 or later (--megatron-version)")
 
 
+def _mamba_heads_split_over_tp_and_cp(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """A hybrid's Mamba-2 heads and groups over TP and CP (`spec.validate.mamba_heads_split_refusal`), from the
+    flags and TransformerConfig's defaults: head dim 64, 8 groups, heads = hidden x 2 (the mixer's expand) / head
+    dim unless --mamba-num-heads."""
+    pattern = values.get("--hybrid-override-pattern", [""])[0]
+    if "M" not in pattern:
+        return
+    head_dim = _int_value(values, "--mamba-head-dim", 64)
+    heads = _int_value(values, "--mamba-num-heads", 0) or _int_value(values, "--hidden-size", 0) * 2 // head_dim
+    refusal = mamba_heads_split_refusal(heads, _int_value(values, "--mamba-num-groups", 8),
+                                        _int_value(values, "--tensor-model-parallel-size"),
+                                        _int_value(values, "--context-parallel-size"))
+    if heads and refusal is not None:
+        raise refusal
+
+
 def _hybrid_pattern_splits_evenly(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     """The script passes a hybrid's layer pattern as --hybrid-override-pattern without | segments: Megatron splits
     it evenly over PP with no interleaving (core 0.16's MambaStack; 0.17 places any other split only by | segments
@@ -533,7 +549,7 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
-    _attention_sinks_have_a_backend,
+    _attention_sinks_have_a_backend, _mamba_heads_split_over_tp_and_cp,
     _sequence_parallel_needs_tp, _vpp_needs_pp, _cpu_offloading_alone, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
     _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,

@@ -315,14 +315,18 @@ def _mamba_mixer(model: ModelSpec) -> MambaSpec | None:
 
 
 def mamba_split_refusal(model: ModelSpec, tp: int, cp: int) -> MegapilotError | None:
-    """How TP and CP may split a hybrid's Mamba-2 mixers, by Megatron-Core's asserts (core_v0.16.0-v0.19.0): the
-    MambaMixer gives each TP rank whole heads (d_inner / head_dim) and whole B/C groups; MambaContextParallel then
-    gives each CP rank whole heads of its TP rank's, and either whole groups (CP divides the groups per TP rank) or
-    a share of one group's heads (the groups per TP rank divide CP). The refusal (field `tp` or `cp`), or None."""
+    """How TP and CP may split a hybrid's Mamba-2 mixers (`mamba_heads_split_refusal`), or None without them."""
     mamba = _mamba_mixer(model)
     if mamba is None:
         return None
-    heads, groups = mamba.heads(model.hidden_size), mamba.num_groups
+    return mamba_heads_split_refusal(mamba.heads(model.hidden_size), mamba.num_groups, tp, cp)
+
+
+def mamba_heads_split_refusal(heads: int, groups: int, tp: int, cp: int) -> MegapilotError | None:
+    """Megatron-Core's asserts (core_v0.16.0-v0.19.0) on a Mamba-2 mixer of `heads` heads (d_inner / head_dim) in
+    `groups` B/C groups: the MambaMixer gives each TP rank whole heads and whole groups; MambaContextParallel then
+    gives each CP rank whole heads of its TP rank's, and either whole groups (CP divides the groups per TP rank) or
+    a share of one group's heads (the groups per TP rank divide CP). The refusal (field `tp` or `cp`), or None."""
     if heads % tp or groups % tp:
         return MegapilotError(
             f"tp={tp} does not divide the Mamba-2 mixer's {heads} heads and {groups} groups; MambaMixer gives "

@@ -170,6 +170,18 @@ def test_attention_sinks_run_under_cp_only_on_the_a2a_path() -> None:
     check_megatron_args(cp2 + ["--cp-comm-type", "a2a"], H100)
 
 
+def test_a_hand_written_hybrids_mamba_heads_and_groups_split_over_tp_and_cp() -> None:
+    """MambaMixer / MambaContextParallel asserts, from the flags (TP 8 on the 8192-wide base: 256 heads of 64)."""
+    hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
+    check_megatron_args(hybrid, H100)  # 8 groups: one per TP rank
+    with pytest.raises(MegapilotError, match="256 heads and 4 groups") as info:
+        check_megatron_args(hybrid + ["--mamba-num-groups", "4"], H100)
+    assert info.value.field == "tp" and info.value.fix == "use a TP from: 1, 2, 4"
+    with pytest.raises(MegapilotError, match="does not divide the 3 Mamba-2 heads of a TP rank") as info:
+        check_megatron_args(_with_value(hybrid, "--context-parallel-size", "2") + ["--mamba-num-heads", "24"], H100)
+    assert info.value.field == "cp"
+
+
 def test_a_hybrid_pattern_gets_no_uneven_or_interleaved_split_flags() -> None:
     """The script writes --hybrid-override-pattern without | segments, so it may only split evenly."""
     hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
