@@ -87,6 +87,7 @@ def draw_layout(rng: random.Random, model: ModelSpec, gpu: str, *, shaped: bool 
         flags["recompute_modules"] = rng.choice(("moe_act,layernorm", "core_attn,moe_act", "mlp", "moe"))
     if shaped:
         _shape_as_recipe(model, flags)
+    cp = flags["cp"]
     ranks = tp * cp  # of one stage: DP must make tp*cp*dp a multiple of ep*etp
     dp = ep * etp // math.gcd(ranks, ep * etp) * rng.choice((1, 1, 2, 4, 8))
     node = NODE_GPUS.get(gpu, 8)
@@ -118,8 +119,11 @@ def _draw_pipeline(rng: random.Random, model: ModelSpec, pp: int, flags: dict[st
 def _shape_as_recipe(model: ModelSpec, flags: dict[str, Any]) -> None:
     """What a published recipe adds to such a layout: a pipeline layout string where PP x VPP does not divide the
     layers, and the expert all-to-all overlap only where its recipe turns it on (EP > 1, no full recompute and no
-    recomputed MoE block, VPP beside PP, PP beside an MTP layer)."""
+    recomputed MoE block, VPP beside PP, PP beside an MTP layer), and no CP on attention sinks (GPT-OSS's recipes
+    run CP 1: Transformer Engine serves a sink under CP only on the a2a path)."""
     pp, vpp = flags["pp"], flags.get("vpp", 1)
+    if model.softmax_type != "vanilla":
+        flags["cp"] = 1
     if pp > 1 and "first_stage_layers" not in flags and "pipeline_layout" not in flags \
             and model.num_layers % (pp * vpp):
         flags["pipeline_layout"] = "balanced"

@@ -160,7 +160,7 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
             "--recompute-method": "recompute uniformly across the stage's layers",
             "--recompute-num-layers":
                 f"checkpoint every layer (1 of the {layers_per_stage} per stage): the most saved"})
-    if p.pp * 2 <= model.num_layers and not p.fsdp:  # Megatron-FSDP does not run with pipeline parallelism
+    if p.pp * 2 <= model.num_layers and not p.fsdp:  # megapilot plans and scripts Megatron-FSDP at PP 1 only
         yield proposed_layout(config, f"pipeline parallel {p.pp * 2}", _layout(config, pp=p.pp * 2), reasons={
             "--pipeline-model-parallel-size": "split the layers over twice as many pipeline stages"})
     more_tp = _layout(config, tp=p.tp * 2, sequence_parallel=True)

@@ -217,7 +217,7 @@ def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimiz
         savers.append("full activation recompute (--recompute-granularity full)")
     elif p.recompute_method == "uniform" and (p.recompute_num_layers or 1) > 1:
         savers.append(f"recompute every layer (--recompute-num-layers 1, now {p.recompute_num_layers})")
-    if not p.fsdp and p.pp * 2 <= model.num_layers:  # Megatron-FSDP does not run with pipeline parallelism
+    if not p.fsdp and p.pp * 2 <= model.num_layers:  # megapilot plans and scripts Megatron-FSDP at PP 1 only
         savers.append(f"more pipeline stages (now PP {p.pp})")
     if model.num_attention_heads % (p.tp * 2) == 0:
         savers.append(f"more tensor-parallel ranks (now TP {p.tp})")

@@ -19,7 +19,7 @@ from pathlib import Path
 from megapilot.errors import MegapilotError
 from megapilot.launch.megatron_args import MEGATRON_RELEASE, FlagTable, flag_table
 from megapilot.spec import GPUSpec, ParallelConfig
-from megapilot.spec.validate import DEEPEP_REFUSES_PADDING, flex_layout_refusal
+from megapilot.spec.validate import DEEPEP_REFUSES_PADDING, flex_layout_refusal, mamba_heads_split_refusal
 
 PLACEHOLDER = re.compile(
     r"<\s*(change ?me|changeme|fill[ _-]?me|your[^>]*|path[^>]*|todo|fixme|placeholder)\s*>"
@@ -92,6 +92,7 @@ def check_megatron_args(args: list[str], gpu: GPUSpec, table: FlagTable | None =
     for rule in _COMBINATION_RULES:
         rule(values, gpu)
     _query_groups_split_over_tensor_parallel(values, (table or flag_table()).version)
+    _hybrid_full_recompute(values, (table or flag_table()).version)
     if (table or flag_table()).version < SEQUENCE_PARALLEL_WITH_EP_WARNS_SINCE:
         _tp_with_ep_needs_sequence_parallel(values, gpu)
 
@@ -292,7 +293,10 @@ def _megatron_fsdp_companions(values: dict[str, list[str]], gpu: GPUSpec) -> Non
                              field="ckpt_format", fix="use --ckpt-format fsdp_dtensor")
     pp = _int_value(values, "--pipeline-model-parallel-size")
     if pp > 1:
-        raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (PP={pp})", field="pp",
+        # Megatron-Core asserts nothing against it (core 0.16-0.19); the script keeps to what Megatron-FSDP's guide
+        # pairs it with (TP, CP, EP) and no published recipe pipelines it.
+        raise MegapilotError(f"the script writes Megatron-FSDP at PP 1 only, not PP={pp} (its guide pairs FSDP "
+                             "with TP, CP and EP)", field="pp",
                              fix="use PP=1 with Megatron-FSDP, or drop FSDP and keep the distributed optimizer")
     if "--use-torch-fsdp2" in values:
         raise MegapilotError("--use-megatron-fsdp and --use-torch-fsdp2 exclude each other", field="fsdp",
@@ -414,6 +418,21 @@ def _flex_dispatcher_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
                              fix="use --moe-flex-dispatcher hybridep, or drop the padding")
 
 
+def _attention_sinks_have_a_backend(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """Transformer Engine 2.8-2.11's get_attention_backend: a sink (--softmax-type learnable or off-by-one) runs
+    only in FusedAttention (and, without CP, UnfusedDotProductAttention), under context parallelism only with
+    cp_comm_type a2a; Megatron's --cp-comm-type defaults to p2p. (TE has no sink backend in FP8 attention either,
+    but Megatron-LM's arguments.py has no flag for TransformerConfig.fp8_dot_product_attention.)"""
+    if values.get("--softmax-type", ["vanilla"])[0] == "vanilla":
+        return
+    cp = _int_value(values, "--context-parallel-size")
+    comm = values.get("--cp-comm-type", ["p2p"])
+    if cp > 1 and any(kind != "a2a" for kind in comm):
+        raise MegapilotError(f"attention sinks (--softmax-type) under context parallelism (CP={cp}) run in "
+                             f"Transformer Engine only with --cp-comm-type a2a, not {' '.join(comm)}", field="cp",
+                             fix="use --context-parallel-size 1, or --cp-comm-type a2a")
+
+
 def _attention_backend_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     backend = values.get("--attention-backend", ["auto"])[0]
     if backend == "local" and "--spec" not in values:
@@ -470,6 +489,39 @@ def _query_groups_split_over_tensor_parallel(values: dict[str, list[str]], versi
                              fix="use a TP that divides the KV heads or is a multiple of them")
 
 
+# Megatron-Core's hybrid stack recomputes whole layers from core 0.18 on ("Support recomputing in HybridModel",
+# #4496: HybridStack.forward calls checkpointed_forward under --recompute-granularity full); 0.16 and 0.17's
+# MambaStack.forward runs its layers without looking at the flag, so the run would hold every activation the
+# estimate took as recomputed.
+HYBRID_FULL_RECOMPUTE_SINCE = (0, 18, 0)
+
+
+def _hybrid_full_recompute(values: dict[str, list[str]], version: tuple[int, ...]) -> None:
+    if "--hybrid-override-pattern" not in values or values.get("--recompute-granularity") != ["full"]:
+        return
+    if version < HYBRID_FULL_RECOMPUTE_SINCE:
+        raise MegapilotError(
+            f"--recompute-granularity full on a hybrid (Mamba) model: Megatron-Core {'.'.join(map(str, version))}'s "
+            "MambaStack ignores it (whole hybrid layers are recomputed from core 0.18 on)", field="recompute",
+            fix="use selective recompute, or write the script for Megatron-LM 0.18 or later (--megatron-version)")
+
+
+def _mamba_heads_split_over_tp_and_cp(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """A hybrid's Mamba-2 heads and groups over TP and CP (`spec.validate.mamba_heads_split_refusal`), from the
+    flags and TransformerConfig's defaults: head dim 64, 8 groups, heads = hidden x 2 (the mixer's expand) / head
+    dim unless --mamba-num-heads."""
+    pattern = values.get("--hybrid-override-pattern", [""])[0]
+    if "M" not in pattern:
+        return
+    head_dim = _int_value(values, "--mamba-head-dim", 64)
+    heads = _int_value(values, "--mamba-num-heads", 0) or _int_value(values, "--hidden-size", 0) * 2 // head_dim
+    refusal = mamba_heads_split_refusal(heads, _int_value(values, "--mamba-num-groups", 8),
+                                        _int_value(values, "--tensor-model-parallel-size"),
+                                        _int_value(values, "--context-parallel-size"))
+    if heads and refusal is not None:
+        raise refusal
+
+
 def _hybrid_pattern_splits_evenly(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     """The script passes a hybrid's layer pattern as --hybrid-override-pattern without | segments: Megatron splits
     it evenly over PP with no interleaving (core 0.16's MambaStack; 0.17 places any other split only by | segments
@@ -497,6 +549,7 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
+    _attention_sinks_have_a_backend, _mamba_heads_split_over_tp_and_cp,
     _sequence_parallel_needs_tp, _vpp_needs_pp, _cpu_offloading_alone, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
     _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,

@@ -197,10 +197,7 @@ class Explainer:
         yield space.batch_rule(self.training, p.dp, p.mbs)
         yield space.interleave_rule(self.training, p.pp, p.vpp, p.dp, p.mbs)
         yield space.expert_rule(self.model, p.tp, p.cp, p.dp, p.ep, p.expert_tp)
-        heads = self.model.num_attention_heads
-        kv_heads = heads if self.model.mla is not None else self.model.kv_heads
-        if heads % p.tp or kv_heads % p.tp:
-            yield space.Rejection(space.RejectReason.TP_HEADS, "tp", "tp does not divide heads", "")
+        yield space.tensor_split_rule(self.model, p.tp)
 
     def _speed_delta(self, base: EstimateResult, other: EstimateResult) -> str:
         """`12 % slower` / `3.1 % faster` for `other` against `base`."""

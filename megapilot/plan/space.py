@@ -3,10 +3,11 @@
 The search never walks a grid of arbitrary numbers. Every size is drawn from the divisors of what it
 must divide (TP, CP and PP from the GPU count; PP·VPP from the layer count; EP from the expert count;
 MBS from the per-replica batch), and each rule that Megatron-LM enforces is a cheap pre-filter here
-that mirrors `megapilot.spec.validate_layout` (which the planner still runs on every layout it
-returns). A rule that fails gives a `Rejection`: a stable category (the key of `rejected` in the
-plan's JSON), the concrete message and the fix. When the user pinned a dimension (`--tp 16`) a
-failing rule is raised as a `MegapilotError` instead of being counted.
+that asks `megapilot.spec.validate`'s own predicate where one exists (the heads TP and CP split, the
+DSA top-k sharing), so the planner walks exactly what the estimate accepts (`validate_layout` still
+runs on every layout it returns). A rule that fails gives a `Rejection`: a stable category (the key
+of `rejected` in the plan's JSON), the concrete message and the fix. When the user pinned a dimension
+(`--tp 16`) a failing rule is raised as a `MegapilotError` instead of being counted.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from megapilot.estimate.params import count_params
 from megapilot.estimate.pipeline_balance import balanced_split, stage_weights
 from megapilot.spec import ClusterSpec, LayoutPins, ModelSpec, TrainingSpec
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit, StageWeights
-from megapilot.spec.validate import topk_sharing_refusal
+from megapilot.spec.validate import (
+    attention_heads_refusal,
+    gated_delta_net_split_refusal,
+    kv_heads_refusal,
+    mamba_split_refusal,
+    sink_context_parallel_refusal,
+    topk_sharing_refusal,
+)
 
 __all__ = ["EVEN_SPLIT", "PipelineSplit"]  # the planner's splits are the spec's one typed pipeline split
 
@@ -57,10 +65,13 @@ class RejectReason(str, Enum):
     """
 
     TP_HEADS = "tp does not divide attention heads"
-    TP_KV_HEADS = "tp does not divide KV heads"
+    TP_KV_HEADS = "tp neither divides nor is a multiple of the KV heads"
+    TP_MAMBA = "tp does not divide the Mamba-2 heads and groups"
     TP_NODE = "tp exceeds GPUs per node"
     CP_SEQUENCE = "seq_length not divisible by 2*cp"
-    CP_LINEAR_ATTENTION = "cp on a Gated DeltaNet model"
+    CP_LINEAR_ATTENTION = "tp*cp does not divide the Gated DeltaNet heads"
+    CP_MAMBA = "cp does not split the Mamba-2 heads and groups of a TP rank"
+    CP_SINK = "cp on an attention-sink model"
     CP_SPARSE_ATTENTION = "cp on a DeepSeek Sparse Attention model"
     SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
     PP_LAYERS = "num_layers not divisible by pp*vpp"
@@ -128,9 +139,13 @@ class Pins(LayoutPins):
         if self.recompute_modules and self.recompute not in (None, "selective"):
             raise MegapilotError(f"--recompute-modules needs selective recompute, not {self.recompute}",
                                  field="recompute_modules", fix="drop --recompute, or --recompute-modules")
+        # Megatron-Core asserts nothing against FSDP beside PP, and `megapilot estimate` costs it; the planner walks
+        # FSDP at PP 1 only: Megatron-FSDP's guide pairs it with TP, CP and EP, no published recipe pipelines it (the
+        # layouts it would be judged against), and each stage would gather its shards again every micro-batch.
         if self.fsdp and self.pp is not None and self.pp > 1:
-            raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (pp={self.pp})", field="fsdp",
-                                 fix="drop --pp (FSDP layouts use pp 1) or drop --fsdp")
+            raise MegapilotError(f"the planner walks Megatron-FSDP at pp 1 only, not pp={self.pp}", field="fsdp",
+                                 fix="drop --pp (FSDP layouts use pp 1) or drop --fsdp; `megapilot estimate` "
+                                     "costs FSDP beside PP")
 
 
 def _list(values: tuple[int, ...] | list[int]) -> str:
@@ -140,25 +155,31 @@ def _list(values: tuple[int, ...] | list[int]) -> str:
 # ---- rules, one per Megatron check ------------------------------------------------------------
 
 def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None:
-    """TP must split whole attention heads and whole KV groups, and stay inside one node."""
-    if model.num_attention_heads % tp:
-        return Rejection(RejectReason.TP_HEADS, "tp",
-                         f"tp={tp} does not divide num_attention_heads={model.num_attention_heads}",
-                         f"use a TP from: {_list(divisors(model.num_attention_heads))}")
-    if model.mla is None and model.shardable_kv_heads % tp:
-        return Rejection(RejectReason.TP_KV_HEADS, "tp",
-                         f"tp={tp} does not divide the {model.shardable_kv_heads} KV heads (num_query_groups)",
-                         f"use a TP from: {_list(divisors(model.shardable_kv_heads))}")
-    gdn = model.gated_delta_net
-    if gdn is not None and (gdn.key_heads % tp or gdn.value_heads % tp):
-        return Rejection(RejectReason.TP_HEADS, "tp",
-                         f"tp={tp} does not divide Gated DeltaNet's {gdn.key_heads} key heads",
-                         f"use a TP from: {_list(divisors(gdn.key_heads))}")
+    """TP must split the model's heads (`tensor_split_rule`) and stay inside one node."""
+    if (split := tensor_split_rule(model, tp)) is not None:
+        return split
     limit = tp_limit(cluster)
     if tp > limit:
         where = "GPUs per node" if limit == cluster.gpus_per_node else "GPUs the planner gives TP in the NVLink domain"
         return Rejection(RejectReason.TP_NODE, "tp", f"tp={tp} exceeds {limit} {where}", f"use tp <= {limit}")
     return None
+
+
+def tensor_split_rule(model: ModelSpec, tp: int) -> Rejection | None:
+    """TP splits whole attention heads, splits or replicates whole KV groups, and splits the linear mixers' heads
+    (Gated DeltaNet's, the Mamba-2 mixer's heads and groups): `validate_layout`'s own predicates, each under its
+    category."""
+    for category, refusal in ((RejectReason.TP_HEADS, attention_heads_refusal(model, tp)),
+                              (RejectReason.TP_KV_HEADS, kv_heads_refusal(model, tp)),
+                              (RejectReason.TP_HEADS, gated_delta_net_split_refusal(model, tp, 1)),
+                              (RejectReason.TP_MAMBA, mamba_split_refusal(model, tp, 1))):
+        if refusal is not None:
+            return _rejection(category, refusal)
+    return None
+
+
+def _rejection(category: RejectReason, refusal: MegapilotError) -> Rejection:
+    return Rejection(category, refusal.field or "", refusal.problem, refusal.fix or "")
 
 
 def tp_limit(cluster: ClusterSpec) -> int:
@@ -170,11 +191,15 @@ def tp_limit(cluster: ClusterSpec) -> int:
 
 
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
-    """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP. Megatron-Core's
-    Gated DeltaNet and DeepSeek Sparse Attention have no CP."""
-    if cp > 1 and model.gated_delta_net is not None:
-        return Rejection(RejectReason.CP_LINEAR_ATTENTION, "cp", f"cp={cp}: Gated DeltaNet has no context parallelism",
-                         "use cp 1")
+    """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP. Gated DeltaNet
+    and the Mamba-2 mixer take CP over whole heads of a TP rank, attention sinks none on the p2p ring
+    (`validate_layout`'s predicates); DeepSeek Sparse Attention has no CP the estimate prices."""
+    if cp > 1:
+        for category, refusal in ((RejectReason.CP_SINK, sink_context_parallel_refusal(model, cp)),
+                                  (RejectReason.CP_LINEAR_ATTENTION, gated_delta_net_split_refusal(model, tp, cp)),
+                                  (RejectReason.CP_MAMBA, mamba_split_refusal(model, tp, cp))):
+            if refusal is not None:
+                return _rejection(category, refusal)
     if cp > 1 and model.dsa is not None:
         return Rejection(RejectReason.CP_SPARSE_ATTENTION, "cp",
                          f"cp={cp}: DeepSeek Sparse Attention has no context parallelism", "use cp 1")
@@ -271,11 +296,16 @@ def tp_values(world: int, pins: Pins) -> tuple[int, ...]:
 
 
 def cp_values(rest: int, pins: Pins) -> tuple[int, ...]:
-    return (pins.cp,) if pins.cp else tuple(c for c in divisors(rest) if c <= MAX_CP)
+    """The CPs of the `rest` GPUs TP x PP leave; a pinned CP only where it divides them (else no data parallelism)."""
+    if pins.cp:
+        return (pins.cp,) if rest % pins.cp == 0 else ()
+    return tuple(c for c in divisors(rest) if c <= MAX_CP)
 
 
 def pp_values(rest: int, model: ModelSpec, pins: Pins) -> tuple[int, ...]:
-    return (pins.pp,) if pins.pp else tuple(p for p in divisors(rest) if p <= model.num_layers)
+    if pins.pp:
+        return (pins.pp,) if rest % pins.pp == 0 else ()
+    return tuple(p for p in divisors(rest) if p <= model.num_layers)
 
 
 def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVEN_SPLIT) -> tuple[int, ...]:

@@ -6,9 +6,12 @@ validation would refuse the run; softer issues come back as warnings.
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import ClusterSpec
-from megapilot.spec.model import ModelSpec
+from megapilot.spec.model import HYBRID_MAMBA, MambaSpec, ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineSplit
 from megapilot.spec.training import QuantFlavour, TrainingSpec
@@ -30,11 +33,14 @@ def validate_layout(
     _check_world(cluster, parallel)
     _check_tensor_parallel(model, cluster, training, parallel, allow_tp_across_nodes)
     _check_pipeline(model, parallel)
-    _check_fsdp(parallel)
+    # No rule against Megatron-FSDP beside PP: Megatron-Core 0.16-0.19 assert none (neither arguments.py nor the
+    # FSDP adapter in megatron/core/distributed/fsdp/), so the estimate costs it; `plan.space.Pins` says why the
+    # planner does not walk it.
     _check_cpu_offloading(model, parallel)
     _check_sequence(model, training)
-    _check_context_parallel(training, parallel)
+    _check_context_parallel(model, training, parallel)
     _check_gated_delta_net(model, parallel)
+    _check_mamba(model, training, parallel)
     _check_sparse_attention(model, parallel)
     _check_experts(model, parallel)
     _check_recompute_modules(model, training, parallel)
@@ -67,20 +73,8 @@ def _check_world(cluster: ClusterSpec, p: ParallelConfig) -> None:
 def _check_tensor_parallel(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, allow_across: bool
 ) -> None:
-    if model.num_attention_heads % p.tp:
-        raise MegapilotError(
-            f"tp={p.tp} does not divide num_attention_heads={model.num_attention_heads}",
-            field="tp",
-            fix=f"use a TP from: {_divisors(model.num_attention_heads)}",
-        )
-    if model.mla is None and (kv_heads := unsplittable_kv_heads(model, p.tp)) is not None:
-        raise MegapilotError(
-            f"tp={p.tp} is neither a divisor nor a multiple of the {kv_heads} KV heads (num_query_groups); "
-            "Megatron-Core splits whole KV groups over TP, or gives each KV head to tp/groups ranks "
-            "(TransformerConfig raises)",
-            field="tp",
-            fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
-        )
+    if (refusal := tensor_split_refusal(model, p.tp)) is not None:
+        raise refusal
     # Megatron itself places TP anywhere; a TP group beyond the NVLink domain would run its per-layer collectives
     # over the scale-out NICs, which no recipe does, so it is costed only when asked. Inside the domain the node
     # does not matter: an NVL72 rack's 4-GPU trays share NVLink, and the estimate prices TP there.
@@ -109,15 +103,50 @@ def unsplittable_kv_heads(model: ModelSpec, tp: int) -> int | None:
     unless num_query_groups is a multiple or a divisor of the TP size: below TP, each KV head goes to tp/groups
     ranks, which all-gather the layer's QKV projection to pick their own query heads (Attention.
     get_query_key_value_tensors)."""
+    return next((kv for kv in _kv_head_counts(model) if kv % tp and tp % kv), None)
+
+
+@lru_cache(maxsize=64)  # asked for every TP the planner walks
+def _kv_head_counts(model: ModelSpec) -> tuple[int, ...]:
+    """The distinct KV-head counts of the model's attention layers, ascending."""
     counts = {model.kv_heads} if model.layer_blocks is None else {model.kv_heads} | {
         model.layer_kv_heads(i) for i in range(model.num_layers) if model.layer_block(i).attention == "full"}
-    return next((kv for kv in sorted(counts) if kv % tp and tp % kv), None)
+    return tuple(sorted(counts))
 
 
 def kv_splitting_tps(model: ModelSpec) -> list[int]:
     """The TP sizes that split the attention heads and split or replicate every layer's KV heads."""
     return [tp for tp in range(1, model.num_attention_heads + 1)
             if model.num_attention_heads % tp == 0 and unsplittable_kv_heads(model, tp) is None]
+
+
+def tensor_split_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
+    """Why TP cannot split this model's heads (field `tp`), or None: the attention heads, the KV heads (split or
+    replicated), Gated DeltaNet's key and value heads, the Mamba-2 mixer's heads and groups. The planner's TP rule
+    asks each of these predicates in turn."""
+    return (attention_heads_refusal(model, tp) or kv_heads_refusal(model, tp)
+            or gated_delta_net_split_refusal(model, tp, 1) or mamba_split_refusal(model, tp, 1))
+
+
+def attention_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
+    """TP splits whole attention heads (Megatron-Core's TransformerConfig asserts it)."""
+    if model.num_attention_heads % tp == 0:
+        return None
+    return MegapilotError(f"tp={tp} does not divide num_attention_heads={model.num_attention_heads}", field="tp",
+                          fix=f"use a TP from: {_divisors(model.num_attention_heads)}")
+
+
+def kv_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
+    """TP splits whole KV groups or replicates each KV head over tp/groups ranks (`unsplittable_kv_heads`)."""
+    if model.mla is not None or (kv_heads := unsplittable_kv_heads(model, tp)) is None:
+        return None
+    return MegapilotError(
+        f"tp={tp} is neither a divisor nor a multiple of the {kv_heads} KV heads (num_query_groups); "
+        "Megatron-Core splits whole KV groups over TP, or gives each KV head to tp/groups ranks "
+        "(TransformerConfig raises)",
+        field="tp",
+        fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
+    )
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
@@ -139,15 +168,6 @@ def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
                 field="recompute_num_layers",
                 fix=f"use at most {layers_per_chunk}",
             )
-
-
-def _check_fsdp(p: ParallelConfig) -> None:
-    """Megatron-FSDP shards each layer over DP x CP and gathers it per micro-batch; its guide lists TP, CP and EP
-    beside it, never pipelining, and Megatron-Core's FSDP v2 adapter raises on PP > 1 (as `script` and `plan`
-    refuse it)."""
-    if p.fsdp and p.pp > 1:
-        raise MegapilotError(f"Megatron-FSDP does not run with pipeline parallelism (pp={p.pp})", field="pp",
-                             fix="use pp=1 with Megatron-FSDP, or drop FSDP and keep the distributed optimizer")
 
 
 def most_offloaded_layers(num_layers: int, pp: int, recompute: str) -> int:
@@ -224,7 +244,9 @@ def _check_sequence(model: ModelSpec, training: TrainingSpec) -> None:
         )
 
 
-def _check_context_parallel(training: TrainingSpec, p: ParallelConfig) -> None:
+def _check_context_parallel(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> None:
+    if (refusal := sink_context_parallel_refusal(model, p.cp)) is not None:
+        raise refusal
     if p.cp > 1 and training.seq_length % (2 * p.cp):
         raise MegapilotError(
             f"seq_length={training.seq_length} is not divisible by 2*cp={2 * p.cp} (CP splits each "
@@ -234,20 +256,92 @@ def _check_context_parallel(training: TrainingSpec, p: ParallelConfig) -> None:
         )
 
 
+def sink_context_parallel_refusal(model: ModelSpec, cp: int) -> MegapilotError | None:
+    """Attention sinks (a learnable or off-by-one softmax, GPT-OSS) under CP: Transformer Engine 2.8-2.11's
+    `get_attention_backend` serves them with FusedAttention only, and under context parallelism only with
+    cp_comm_type a2a (FlashAttention never takes a sink; UnfusedDotProductAttention takes none under CP). Megatron's
+    --cp-comm-type defaults to p2p, which megapilot prices (ring attention) and its scripts leave at the default,
+    so TE finds no backend. The refusal (field `cp`), or None."""
+    if cp == 1 or model.softmax_type == "vanilla":
+        return None
+    return MegapilotError(
+        f"cp={cp} on {model.name}'s attention sinks (softmax_type {model.softmax_type}): Transformer Engine runs a "
+        "sink under context parallelism only with --cp-comm-type a2a, which megapilot neither prices nor writes; "
+        "the p2p ring it scripts has no attention backend", field="cp",
+        fix="use cp 1 (split the sequence's activations with TP and sequence parallel, or recompute)")
+
+
 def _check_gated_delta_net(model: ModelSpec, p: ParallelConfig) -> None:
+    if (refusal := gated_delta_net_split_refusal(model, p.tp, p.cp)) is not None:
+        raise refusal
+
+
+def gated_delta_net_split_refusal(model: ModelSpec, tp: int, cp: int) -> MegapilotError | None:
     """Megatron-Core's GatedDeltaNet: whole key and value heads per TP x CP rank. Its CP trades the sequence for
     heads by all-to-all (core_v0.18.0 on; 0.16 and 0.17 asserted context_parallel_size == 1), so TransformerConfig
-    asserts linear_num_key_heads and linear_num_value_heads are multiples of tp * cp."""
+    asserts linear_num_key_heads and linear_num_value_heads are multiples of tp * cp. The refusal (field `tp`, or
+    `cp` beside CP > 1), or None."""
     gdn = model.gated_delta_net
     if gdn is None:
-        return
-    ranks = p.tp * p.cp
+        return None
+    ranks = tp * cp
     if gdn.key_heads % ranks or gdn.value_heads % ranks:
-        sizes = f"tp={p.tp}" if p.cp == 1 else f"tp*cp={p.tp}*{p.cp}={ranks}"
-        raise MegapilotError(
+        sizes = f"tp={tp}" if cp == 1 else f"tp*cp={tp}*{cp}={ranks}"
+        return MegapilotError(
             f"{sizes} does not divide Gated DeltaNet's {gdn.key_heads} key heads and {gdn.value_heads} value "
-            "heads; Megatron shards whole heads over TP x CP", field="tp" if p.cp == 1 else "cp",
+            "heads; Megatron shards whole heads over TP x CP", field="tp" if cp == 1 else "cp",
             fix=f"use a TP x CP from: {_divisors(gdn.key_heads)}")
+    return None
+
+
+def _check_mamba(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> None:
+    if (refusal := mamba_split_refusal(model, p.tp, p.cp)) is not None:
+        raise refusal
+    mamba = _mamba_mixer(model)
+    if mamba is not None and training.precision in ("fp8", "mxfp8"):  # Megatron's config.fp8 (MXFP8 is a recipe)
+        heads, inner = mamba.heads(model.hidden_size), mamba.inner_size(model.hidden_size)
+        width = 2 * inner + 2 * mamba.num_groups * mamba.state_dim + heads
+        if width % 16:
+            raise MegapilotError(
+                f"the Mamba-2 mixer's input projection is {width} wide (2 x d_inner + 2 x groups x state + heads), "
+                "not a multiple of 16, which FP8 GEMMs need (MambaMixer asserts it with fp8)", field="precision",
+                fix="train this model in bf16, or choose Mamba head and group sizes whose projection width is a "
+                    "multiple of 16")
+
+
+def _mamba_mixer(model: ModelSpec) -> MambaSpec | None:
+    """The Mamba-2 mixer of a hybrid with Mamba layers in its pattern, or None."""
+    return model.mamba if HYBRID_MAMBA in (model.hybrid_override_pattern or "") else None
+
+
+def mamba_split_refusal(model: ModelSpec, tp: int, cp: int) -> MegapilotError | None:
+    """How TP and CP may split a hybrid's Mamba-2 mixers (`mamba_heads_split_refusal`), or None without them."""
+    mamba = _mamba_mixer(model)
+    if mamba is None:
+        return None
+    return mamba_heads_split_refusal(mamba.heads(model.hidden_size), mamba.num_groups, tp, cp)
+
+
+def mamba_heads_split_refusal(heads: int, groups: int, tp: int, cp: int) -> MegapilotError | None:
+    """Megatron-Core's asserts (core_v0.16.0-v0.19.0) on a Mamba-2 mixer of `heads` heads (d_inner / head_dim) in
+    `groups` B/C groups: the MambaMixer gives each TP rank whole heads and whole groups; MambaContextParallel then
+    gives each CP rank whole heads of its TP rank's, and either whole groups (CP divides the groups per TP rank) or
+    a share of one group's heads (the groups per TP rank divide CP). The refusal (field `tp` or `cp`), or None."""
+    if heads % tp or groups % tp:
+        return MegapilotError(
+            f"tp={tp} does not divide the Mamba-2 mixer's {heads} heads and {groups} groups; MambaMixer gives "
+            "each TP rank whole heads and whole groups (it asserts both)", field="tp",
+            fix=f"use a TP from: {_divisors(math.gcd(heads, groups))}")
+    heads_per_rank, groups_per_rank = heads // tp, groups // tp
+    if cp == 1 or (heads_per_rank % cp == 0 and (groups_per_rank % cp == 0 or cp % groups_per_rank == 0)):
+        return None
+    fits = [c for c in range(1, heads_per_rank + 1)
+            if heads_per_rank % c == 0 and (groups_per_rank % c == 0 or c % groups_per_rank == 0)]
+    why = (f"does not divide the {heads_per_rank} Mamba-2 heads of a TP rank" if heads_per_rank % cp else
+           f"and the {groups_per_rank} Mamba-2 groups of a TP rank do not divide one another")
+    return MegapilotError(
+        f"cp={cp} {why} (tp={tp}); MambaContextParallel gives each CP rank whole heads and whole groups or a "
+        "share of one group (it asserts it)", field="cp", fix=f"use a CP from: {', '.join(map(str, fits))}")
 
 
 def topk_sharing_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:

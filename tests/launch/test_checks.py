@@ -81,7 +81,7 @@ def test_rendered_arguments_pass_all_checks() -> None:
     (lambda a: _without(_with_value(a, "--ckpt-format", "fsdp_dtensor"), "--use-distributed-optimizer")
      + ["--use-megatron-fsdp"], "fsdp", "needs --use-distributed-optimizer"),
     (lambda a: _with_value(a, "--ckpt-format", "fsdp_dtensor") + ["--use-megatron-fsdp"], "pp",
-     "does not run with pipeline parallelism"),
+     "writes Megatron-FSDP at PP 1 only"),
     (lambda a: _with_value(_with_value(a, "--ckpt-format", "fsdp_dtensor"), "--pipeline-model-parallel-size", "1")
      + ["--use-megatron-fsdp", "--use-torch-fsdp2"], "fsdp", "exclude each other"),
     # overlaps and fused kernels
@@ -146,6 +146,40 @@ def test_tp_above_the_query_groups_is_refused_only_before_megatron_core_0_16() -
     with pytest.raises(MegapilotError, match="4 query groups do not split over TP=8"):
         check_megatron_args(args, H100, flag_table("core_v0.14.0"))
     check_megatron_args(args, H100, flag_table("core_v0.16.0"))
+
+
+def test_full_recompute_of_a_hybrid_is_refused_before_megatron_core_0_18_whose_mamba_stack_ignores_it() -> None:
+    """core 0.18's HybridStack recomputes whole layers (#4496); 0.16 and 0.17's MambaStack never reads the flag."""
+    hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
+    full = hybrid + ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    with pytest.raises(MegapilotError, match="MambaStack ignores it") as info:
+        check_megatron_args(full, H100, flag_table("core_v0.17.0"))
+    assert info.value.field == "recompute" and info.value.fix
+    check_megatron_args(full, H100, flag_table("core_v0.18.0"))
+    check_megatron_args(hybrid + ["--recompute-granularity", "selective"], H100, flag_table("core_v0.17.0"))
+
+
+def test_attention_sinks_run_under_cp_only_on_the_a2a_path() -> None:
+    """Transformer Engine 2.8-2.11: a sink under CP has FusedAttention only with cp_comm_type a2a."""
+    sinks = _base_args() + ["--softmax-type", "learnable"]
+    check_megatron_args(sinks, H100)
+    cp2 = _with_value(sinks, "--context-parallel-size", "2")
+    with pytest.raises(MegapilotError, match="only with --cp-comm-type a2a, not p2p") as info:
+        check_megatron_args(cp2, H100)
+    assert info.value.field == "cp" and info.value.fix
+    check_megatron_args(cp2 + ["--cp-comm-type", "a2a"], H100)
+
+
+def test_a_hand_written_hybrids_mamba_heads_and_groups_split_over_tp_and_cp() -> None:
+    """MambaMixer / MambaContextParallel asserts, from the flags (TP 8 on the 8192-wide base: 256 heads of 64)."""
+    hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
+    check_megatron_args(hybrid, H100)  # 8 groups: one per TP rank
+    with pytest.raises(MegapilotError, match="256 heads and 4 groups") as info:
+        check_megatron_args(hybrid + ["--mamba-num-groups", "4"], H100)
+    assert info.value.field == "tp" and info.value.fix == "use a TP from: 1, 2, 4"
+    with pytest.raises(MegapilotError, match="does not divide the 3 Mamba-2 heads of a TP rank") as info:
+        check_megatron_args(_with_value(hybrid, "--context-parallel-size", "2") + ["--mamba-num-heads", "24"], H100)
+    assert info.value.field == "cp"
 
 
 def test_a_hybrid_pattern_gets_no_uneven_or_interleaved_split_flags() -> None:

@@ -70,7 +70,7 @@ def test_meta_device_init_when_one_ranks_unsharded_weights_exceed_half_the_hbm()
 
 def test_a_pipelined_fsdp_plan_is_refused_before_any_script_is_written() -> None:
     plan = make_plan(LLAMA31_8B, "h100", 1, TRAIN, pp=2, fsdp=True)
-    with pytest.raises(MegapilotError, match="Megatron-FSDP does not run with pipeline parallelism") as info:
+    with pytest.raises(MegapilotError, match="writes Megatron-FSDP at PP 1 only") as info:
         render_launch(plan, MEGATRON)
     assert info.value.field == "pp"
 

@@ -29,10 +29,20 @@ def test_divisors_are_complete_and_sorted():
 
 def test_tp_rule_follows_kv_heads_and_node_size(llama70b, h100x64):
     assert space.tp_rule(llama70b, h100x64, 8) is None
-    assert space.tp_rule(llama70b, h100x64, 16).category == "tp does not divide KV heads"  # 8 KV groups
+    assert space.tp_rule(llama70b, h100x64, 16).category == "tp exceeds GPUs per node"  # a multiple of 8 KV groups
     gpt = get_model("gpt3-175b")  # 96 heads, MHA
     assert space.tp_rule(gpt, h100x64, 16).category == "tp exceeds GPUs per node"
     assert space.tp_rule(gpt, h100x64, 5).category == "tp does not divide attention heads"
+
+
+def test_tp_rule_walks_tp_above_the_kv_heads_where_it_is_a_multiple_of_them(h100x64):
+    """The estimate's predicate (Megatron-Core 0.16+: num_query_groups a multiple or a divisor of TP)."""
+    gqa4 = get_model("gpt3-175b").model_copy(update={"num_query_groups": 4})
+    assert space.tp_rule(gqa4, h100x64, 8) is None  # each KV head on two ranks
+    gqa12 = get_model("gpt3-175b").model_copy(update={"num_query_groups": 12})
+    refused = space.tp_rule(gqa12, h100x64, 8)
+    assert refused.category == "tp neither divides nor is a multiple of the KV heads"
+    assert refused.fix == "use a TP from: 1, 2, 3, 4, 6, 12, 24, 48, 96"
 
 
 def test_cp_rule_needs_two_cp_chunks_per_sequence(llama70b):
@@ -41,15 +51,36 @@ def test_cp_rule_needs_two_cp_chunks_per_sequence(llama70b):
     assert space.cp_rule(llama70b, training, 1, 2).category == "seq_length not divisible by 2*cp"
 
 
-def test_gated_delta_net_takes_no_cp_and_whole_linear_heads_per_tp_rank(h100x64):
+def test_gated_delta_net_takes_cp_and_tp_over_whole_linear_heads_per_tp_x_cp_rank(h100x64):
     qwen3_next = get_model("qwen3-next-80b-a3b")  # 16 key / 32 value heads of Gated DeltaNet, 2 KV groups
     training = TrainingSpec(seq_length=4096, global_batch_size=8)
     assert space.cp_rule(qwen3_next, training, 1, 1) is None
-    assert space.cp_rule(qwen3_next, training, 1, 2).category == "cp on a Gated DeltaNet model"
+    assert space.cp_rule(qwen3_next, training, 2, 8) is None  # 16 ranks, one key head each
+    assert space.cp_rule(qwen3_next, training, 4, 8).category == "tp*cp does not divide the Gated DeltaNet heads"
     assert space.tp_rule(qwen3_next, h100x64, 2) is None
+    assert space.tp_rule(qwen3_next, h100x64, 8) is None  # TP 8 over 2 KV groups: each on four ranks
     shrunk = qwen3_next.model_copy(update={"gated_delta_net": qwen3_next.gated_delta_net.model_copy(
         update={"key_heads": 3, "value_heads": 6})})
     assert space.tp_rule(shrunk, h100x64, 2).category == "tp does not divide attention heads"
+
+
+def test_the_mamba_mixer_splits_whole_heads_and_groups_over_tp_and_cp(h100x64):
+    nemotron_h = get_model("nemotron-h-8b")  # 128 Mamba-2 heads, 8 groups
+    training = TrainingSpec(seq_length=8192, global_batch_size=8)
+    assert space.tp_rule(nemotron_h, h100x64, 8) is None
+    assert space.cp_rule(nemotron_h, training, 8, 2) is None  # one group per TP rank, its 16 heads shared by CP
+    four_groups = nemotron_h.model_copy(update={"mamba": nemotron_h.mamba.model_copy(update={"num_groups": 4})})
+    assert space.tp_rule(four_groups, h100x64, 8).category == "tp does not divide the Mamba-2 heads and groups"
+    few_heads = nemotron_h.model_copy(update={"mamba": nemotron_h.mamba.model_copy(update={"num_heads": 24})})
+    assert space.cp_rule(few_heads, training, 8, 2).category == \
+        "cp does not split the Mamba-2 heads and groups of a TP rank"  # 3 heads per TP rank
+
+
+def test_attention_sinks_take_no_cp():
+    gpt_oss = get_model("gpt-oss-120b")
+    training = TrainingSpec(seq_length=4096, global_batch_size=8)
+    assert space.cp_rule(gpt_oss, training, 1, 1) is None
+    assert space.cp_rule(gpt_oss, training, 1, 2).category == "cp on an attention-sink model"
 
 
 def test_sparse_attention_takes_no_cp():
@@ -82,7 +113,9 @@ def test_expert_values_walk_largest_ep_first():
 @pytest.mark.parametrize(
     ("model", "gpu", "gpus", "seq", "precision", "pins", "field", "text"),
     [
-        ("llama3.1-70b", "h100", 64, 4096, "bf16", Pins(tp=16), "tp", "does not divide the 8 KV heads"),
+        ("llama3.1-70b", "h100", 64, 4096, "bf16", Pins(tp=16), "tp", "exceeds 8 GPUs per node"),  # 2 ranks per KV head
+        ("gpt-oss-20b", "h100", 64, 4096, "bf16", Pins(cp=2), "cp", "--cp-comm-type a2a"),
+        ("nemotron-h-56b", "h100", 64, 8192, "bf16", Pins(tp=16), "tp", "256 heads and 8 groups"),
         ("gpt3-175b", "h100", 64, 2048, "bf16", Pins(tp=5), "tp", "does not divide the 64 GPUs"),
         ("mixtral-8x7b", "h100", 64, 4096, "bf16", Pins(ep=3), "ep", "does not divide num_experts=8"),
         ("llama3.1-8b", "h100", 64, 4100, "bf16", Pins(cp=4), "cp", "not divisible by 2*cp=8"),
@@ -167,3 +200,25 @@ def test_a_plan_with_tp_across_trays_is_validated_and_costed_on_nvlink():
 
     # the estimate prices the 8-GPU group at the tray's own NVLink bandwidth, not the NICs'
     assert comm.group_bandwidth_bytes_per_s(rack, 8) == comm.group_bandwidth_bytes_per_s(rack, 4)
+
+
+def _search(model: str, gpu: str, gpus: int, seq: int, gbs: int, pins: Pins):
+    from megapilot.plan import search_layouts
+
+    return search_layouts(get_model(model), ClusterSpec.from_gpu_count(get_gpu(gpu), gpus),
+                          TrainingSpec(seq_length=seq, global_batch_size=gbs), pins=pins)
+
+
+def test_the_search_walks_tp_above_the_kv_heads_and_gated_delta_net_cp_over_whole_heads():
+    """What the estimate accepts the planner walks: Qwen3-Next's CP over its 16 Gated DeltaNet key heads (TP x CP
+    up to 16) with TP 4 above its 2 KV groups; Nemotron 3 Nano's TP 8 over 2 KV groups."""
+    qwen3_next = _search("qwen3-next-80b-a3b", "b200", 64, 8192, 256, Pins(cp=4))
+    assert qwen3_next.ranked and {fit.parallel.cp for fit in qwen3_next.ranked} == {4}
+    assert ("tp", 4) in qwen3_next.best_by and ("tp", 8) not in qwen3_next.best_by  # 8 x 4 > 16 heads
+    nano = _search("nemotron3-nano-30b-a3b", "h100", 64, 8192, 512, Pins(tp=8))
+    assert nano.ranked and {fit.parallel.tp for fit in nano.ranked} == {8}
+
+
+def test_a_pinned_cp_walks_only_the_shapes_whose_gpus_it_divides():
+    llama = _search("llama3.1-70b", "h100", 64, 8192, 256, Pins(cp=4))  # TP 8 x PP 4 leaves 2 GPUs: no CP 4 there
+    assert llama.ranked and all(fit.parallel.cp == 4 and fit.parallel.world_size == 64 for fit in llama.ranked)

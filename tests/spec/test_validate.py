@@ -43,7 +43,6 @@ def test_valid_llama70b_layout_passes():
         (LLAMA_70B, dict(tp=8), dict(precision="fp8"), "a100", "precision"),
         (MOE, dict(ep=3), {}, "h100", "ep"),
         (MOE, dict(tp=8, pp=4, ep=8, dp=2), {}, "h100", "ep"),
-        (MOE, dict(pp=2, dp=32, fsdp=True), {}, "h100", "pp"),  # Megatron-FSDP does not pipeline
     ],
 )
 def test_broken_rule_names_field_and_fix(model, kw, training, gpu, field):
@@ -212,6 +211,66 @@ def test_gated_delta_net_takes_context_parallelism_over_whole_heads_per_tp_x_cp_
         validate_layout(qwen3_next, _cluster("b200"), training, _layout(tp=4, cp=8, ep=16, etp=1,
                                                                         sequence_parallel=True))
     assert err.value.field == "cp" and err.value.fix == "use a TP x CP from: 1, 2, 4, 8, 16"
+
+
+def _mamba_hybrid(**mamba: int) -> ModelSpec:
+    """Nemotron-H 8B with other Mamba-2 head and group counts."""
+    nemotron_h = get_model("nemotron-h-8b")  # 128 Mamba heads of 64 channels, 8 groups; 32 attention heads, 8 KV
+    return nemotron_h.model_copy(update={"mamba": nemotron_h.mamba.model_copy(update=mamba)})
+
+
+def test_the_mamba_mixer_takes_whole_heads_and_groups_per_tp_rank():
+    """MambaMixer (core 0.16-0.19) asserts nheads % tp == 0 and ngroups % tp == 0."""
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
+    validate_layout(get_model("nemotron-h-8b"), _cluster(), training, _layout(tp=8, sequence_parallel=True))
+    with pytest.raises(MegapilotError, match="Mamba-2 mixer's 128 heads and 4 groups") as err:
+        validate_layout(_mamba_hybrid(num_groups=4), _cluster(), training, _layout(tp=8, sequence_parallel=True))
+    assert err.value.field == "tp" and err.value.fix == "use a TP from: 1, 2, 4"
+
+
+@pytest.mark.parametrize(("mamba", "tp", "cp", "words", "fix"), [
+    # 24 heads over TP 8: 3 per rank, which CP 2 cannot split
+    (dict(num_heads=24), 8, 2, "does not divide the 3 Mamba-2 heads of a TP rank", "use a CP from: 1, 3"),
+    # 96 heads, 12 groups over TP 2: 48 heads and 6 groups per rank; CP 4 and 6 groups do not divide one another
+    (dict(num_heads=96, num_groups=12), 2, 4, "the 6 Mamba-2 groups of a TP rank do not divide one another",
+     "use a CP from: 1, 2, 3, 6, 12, 24, 48"),
+])
+def test_mamba_context_parallelism_gives_each_cp_rank_whole_heads_and_groups_or_a_share_of_one(
+        mamba, tp, cp, words, fix):
+    """MambaContextParallel (core 0.16-0.19): heads per TP rank divisible by CP; groups per TP rank and CP divide
+    one another (a CP rank holds whole groups, or a share of one group's heads)."""
+    training = TrainingSpec(seq_length=8192, global_batch_size=256)
+    with pytest.raises(MegapilotError, match=words) as err:
+        validate_layout(_mamba_hybrid(**mamba), _cluster(), training, _layout(tp=tp, cp=cp, sequence_parallel=True))
+    assert err.value.field == "cp" and err.value.fix == fix
+    # 8 groups over TP 8: one group per rank, whose 16 heads CP 2 shares
+    validate_layout(get_model("nemotron-h-8b"), _cluster(), training, _layout(tp=8, cp=2, sequence_parallel=True))
+
+
+def test_the_mamba_mixer_in_fp8_needs_an_input_projection_a_multiple_of_16_wide():
+    """MambaMixer asserts (2 d_inner + 2 groups x state + heads) % 16 == 0 with config.fp8."""
+    fp8, cluster = TrainingSpec(seq_length=8192, global_batch_size=256, precision="fp8"), _cluster()
+    validate_layout(get_model("nemotron-h-8b"), cluster, fp8, _layout(tp=8, sequence_parallel=True))  # 18560
+    odd = _mamba_hybrid(num_heads=120)  # 2 x 7680 + 2 x 8 x 128 + 120 = 17528
+    with pytest.raises(MegapilotError, match="17528 wide") as err:
+        validate_layout(odd, cluster, fp8, _layout(tp=8, sequence_parallel=True))
+    assert err.value.field == "precision"
+    validate_layout(odd, cluster, fp8.model_copy(update={"precision": "bf16"}), _layout(tp=8, sequence_parallel=True))
+
+
+def test_attention_sinks_take_no_context_parallelism_on_the_p2p_ring():
+    """Transformer Engine 2.8-2.11 serves a learnable softmax under CP only with cp_comm_type a2a; megapilot prices
+    and scripts Megatron's default p2p ring, so GPT-OSS with CP > 1 is refused by field."""
+    gpt_oss, training = get_model("gpt-oss-20b"), TrainingSpec(seq_length=8192, global_batch_size=256)
+    validate_layout(gpt_oss, _cluster(), training, _layout(tp=2, ep=8, etp=1, sequence_parallel=True))
+    with pytest.raises(MegapilotError, match="a2a") as err:
+        validate_layout(gpt_oss, _cluster(), training, _layout(tp=2, cp=2, ep=8, etp=1, sequence_parallel=True))
+    assert err.value.field == "cp" and err.value.fix.startswith("use cp 1")
+
+
+def test_megatron_fsdp_beside_pipeline_parallelism_is_estimated_as_megatron_core_asserts_nothing_against_it():
+    spec = TrainingSpec(seq_length=4096, global_batch_size=1024)
+    assert validate_layout(MOE, _cluster(), spec, _layout(pp=2, dp=32, fsdp=True)) == []
 
 
 def test_deepseek_sparse_attention_refuses_context_parallelism_by_field():
