@@ -30,7 +30,8 @@ The bandwidth and FLOP terms of the step time scale with the work; three costs d
 Counts of kernels are those of Megatron-Core's Transformer Engine layer, forward and backward, with the fused
 router (`--moe-router-fusion`) and fused permutation (`--moe-permute-fusion`) the NeMo/Bridge performance recipes
 set; FP8 current scaling casts each GEMM input (an expert's on its own) with three kernels (amax, scale, cast:
-Transformer Engine's `split_quantize`), and the other 8-bit recipes are counted alike.
+Transformer Engine's `split_quantize`), MXFP8 with one and NVFP4 with three to five (quantization.cast_kernels); the
+other FP8 recipes and MXFP4 are counted as current scaling.
 """
 
 from __future__ import annotations
