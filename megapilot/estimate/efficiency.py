@@ -71,8 +71,19 @@ CALIBRATED = EfficiencyParams(
 )
 
 
+# Bytes per operand value of the block-scaled formats' GEMMs: the element and its share of the block scale, as
+# Transformer Engine allocates them (`bulk_allocate_{mxfp8,nvfp4}_tensors`, pytorch/csrc/extensions/cast.cpp, TE
+# 2.8-2.10): MXFP8 one byte plus an E8M0 scale per 32 values; NVFP4 two values per byte (ceil(n / 2)) plus an E4M3
+# scale per 16 (its per-tensor FP32 scale is negligible); MXFP4 (OCP) half a byte plus an E8M0 scale per 32. FP8 with
+# one scale per tensor (delayed, current scaling: the calibrated recipe) is one byte.
+BLOCK_SCALED_OPERAND_BYTES = {"mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+
+
 def gemm_bytes_per_element(precision: str) -> float:
-    """Operand width of the GEMMs: 1 byte for FP8-class recipes, 2 otherwise (FP4 counted as 1 with scales)."""
+    """Operand width of the GEMMs: the block-scaled formats at their element and scale bytes (an FP4 operand is
+    half an FP8 one, so its intensity doubles with its peak), other 8-bit recipes 1 byte, 16-bit 2."""
+    if precision in BLOCK_SCALED_OPERAND_BYTES:
+        return BLOCK_SCALED_OPERAND_BYTES[precision]
     return 1.0 if precision in EIGHT_BIT_PRECISIONS else 2.0
 
 

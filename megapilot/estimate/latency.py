@@ -30,7 +30,8 @@ The bandwidth and FLOP terms of the step time scale with the work; three costs d
 Counts of kernels are those of Megatron-Core's Transformer Engine layer, forward and backward, with the fused
 router (`--moe-router-fusion`) and fused permutation (`--moe-permute-fusion`) the NeMo/Bridge performance recipes
 set; FP8 current scaling casts each GEMM input (an expert's on its own) with three kernels (amax, scale, cast:
-Transformer Engine's `split_quantize`), and the other 8-bit recipes are counted alike.
+Transformer Engine's `split_quantize`), MXFP8 with one and NVFP4 with three to five (quantization.cast_kernels); the
+other FP8 recipes and MXFP4 are counted as current scaling.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ DISPATCH_AND_COMBINE_KERNELS = 6
 # backward: the two all-to-alls, four permutation kernels, SwiGLU, router GEMM dgrad + wgrad, top-k/softmax, 2 aux.
 BACKWARD_OTHER_KERNELS = 13
 FP8_CAST_KERNELS_PER_TENSOR = 3  # amax, scale, cast (current scaling)
+# Kernels that quantise one tensor, per (GEMM input, output gradient): current scaling's by default; another recipe
+# passes its own (quantization.cast_kernels).
+CastKernels = tuple[float, float]
+CURRENT_SCALING_CAST_KERNELS: CastKernels = (FP8_CAST_KERNELS_PER_TENSOR, FP8_CAST_KERNELS_PER_TENSOR)
 EXPERT_GEMMS_FORWARD = 2  # fc1, fc2
 EXPERT_GEMMS_BACKWARD = 4  # dgrad and wgrad of each
 EXPERT_CASTS_FORWARD = 2  # fc1's and fc2's inputs
@@ -137,27 +142,30 @@ class MoeKernels:
     what runs one after another on the GPU (the expert GEMMs once per round of streams); the host launches every
     GEMM on its own (`forward_after_sync_launches`)."""
 
-    forward_before_sync: int
-    forward_after_sync_serial: int
-    forward_after_sync_launches: int
-    backward_serial: int
+    forward_before_sync: float
+    forward_after_sync_serial: float
+    forward_after_sync_launches: float
+    backward_serial: float
 
     @property
-    def serial(self) -> int:
+    def serial(self) -> float:
         return self.forward_before_sync + self.forward_after_sync_serial + self.backward_serial
 
 
 @lru_cache(maxsize=256)
-def moe_kernels(local_experts: int, *, per_expert_gemms: bool, fp8_casts: bool, biased_experts: bool = False,
+def moe_kernels(local_experts: int, *, per_expert_gemms: bool, fp8_casts: bool,
+                cast_kernels: CastKernels = CURRENT_SCALING_CAST_KERNELS, biased_experts: bool = False,
                 clamped: bool = False) -> MoeKernels:
     """Kernels of one MoE layer: one GEMM per local expert when Transformer Engine runs them (spread over its
-    streams, so they follow one another once per round of streams), else one grouped GEMM per kind; with biased
-    experts fc2's per-expert bias kernels, with a clamped gated unit its clamps."""
+    streams, so they follow one another once per round of streams), else one grouped GEMM per kind. A quantised
+    recipe casts each expert's inputs and output gradients on their own (Transformer Engine 2.7-2.10 fuses the
+    per-expert casts into one kernel only for delayed scaling: `multi_tensor_quantize_impl`), `cast_kernels` each;
+    with biased experts fc2's per-expert bias kernels, with a clamped gated unit its clamps."""
     gemm_rounds = math.ceil(local_experts / TE_GROUPED_GEMM_STREAMS) if per_expert_gemms else 1
     gemm_launches = local_experts if per_expert_gemms else 1
-    casts = FP8_CAST_KERNELS_PER_TENSOR * local_experts if fp8_casts else 0
-    forward_other = DISPATCH_AND_COMBINE_KERNELS + EXPERT_CASTS_FORWARD * casts
-    backward_other = BACKWARD_OTHER_KERNELS + EXPERT_CASTS_BACKWARD * casts
+    input_casts, grad_casts = (kernels * local_experts if fp8_casts else 0 for kernels in cast_kernels)
+    forward_other = DISPATCH_AND_COMBINE_KERNELS + EXPERT_CASTS_FORWARD * input_casts
+    backward_other = BACKWARD_OTHER_KERNELS + EXPERT_CASTS_BACKWARD * grad_casts
     if biased_experts:
         forward_other += EXPERT_BIAS_KERNELS_FORWARD + EXPERT_BIAS_KERNELS_FORWARD_PER_EXPERT * local_experts
         backward_other += EXPERT_BIAS_KERNELS_BACKWARD + EXPERT_BIAS_KERNELS_BACKWARD_PER_EXPERT * local_experts
@@ -187,12 +195,14 @@ def moe_host_sync_s(kernels: MoeKernels, *, forward_after_sync_gpu_s: float, ker
     return HOST_SYNC_S + max(0.0, host_paced - gpu_paced)
 
 
-def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: bool, per_expert_gemms: bool) -> int:
+def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: bool, per_expert_gemms: bool,
+                  cast_kernels: CastKernels = CURRENT_SCALING_CAST_KERNELS,
+                  expert_cast_kernels: CastKernels | None = None) -> float:
     """Kernels layer `layer_index` runs one after another per micro-batch, forward + backward, each paying the
     fixed kernel overhead: its sequence mixer, then its dense MLP or MoE block (a hybrid layer has one block)."""
-    linear = LINEAR_KERNELS + (LINEAR_CAST_KERNELS if eight_bit else 0)
+    linear = LINEAR_KERNELS + (sum(cast_kernels) if eight_bit else 0)
     kind, block = model.layer_kind(layer_index), model.layer_block(layer_index)
-    count = 0
+    count: float = 0
     if kind in ("transformer", "attention") and block.attention != "none":
         count += NORM_AND_RESIDUAL_KERNELS + _mixer_kernels(model, layer_index, block, linear)
     if kind == "mamba":
@@ -202,7 +212,7 @@ def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: boo
     moe = model.moe
     if model.is_moe_layer(layer_index) and moe is not None:
         block_kernels = moe_kernels(moe.num_experts // ep, per_expert_gemms=per_expert_gemms, fp8_casts=eight_bit,
-                                    **expert_epilogue_flags(model))
+                                    cast_kernels=expert_cast_kernels or cast_kernels, **expert_epilogue_flags(model))
         shared = 2 * linear + ACTIVATION_KERNELS if moe.shared_expert_ffn_hidden_size else 0
         latent = 2 * linear if moe.latent_size is not None else 0
         return count + NORM_AND_RESIDUAL_KERNELS + block_kernels.serial + shared + latent
@@ -219,7 +229,7 @@ def unfused_rope(model: ModelSpec) -> bool:
     return model.position_embedding == "rope" and isinstance(scaling, YarnRopeScaling) and scaling.concentration != 1
 
 
-def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear: int) -> int:
+def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear: float) -> float:
     """Kernels of a layer's sequence mixer without its norm: attention (standard or MLA), Gated DeltaNet, or a
     heterogeneous layer's one linear."""
     if block.attention == "linear":

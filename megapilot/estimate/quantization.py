@@ -88,6 +88,55 @@ SCHEMES: dict[QuantFlavour, QuantScheme] = {
 }
 
 
+# Transformer Engine's NVFP4 quantizer (`NVFP4Quantizer::quantize_impl`, pytorch/csrc/quantizer.cpp, TE 2.8-2.10) runs,
+# per tensor: the Hadamard-transformed amax (`nvte_hadamard_transform_amax`, one read), the rowwise cast, and the
+# columnwise cast of the transformed transpose fused into one kernel (`nvte_hadamard_transform_cast_fusion_
+# columnwise`) only for BF16 input with rows % 64 == 0 and cols % 128 == 0; otherwise it writes the transformed
+# transpose in BF16 (`nvte_hadamard_transform`) and casts it in a kernel of its own: a BF16 copy more, written and
+# read back. A stochastically rounded tensor (the gradients) first draws its RNG state (`philox_unpack`, a kernel).
+RHT_FUSED_ROWS = 64
+RHT_FUSED_COLS = 128
+RHT_UNFUSED_EXTRA_BYTES = 2 * BF16_BYTES  # the BF16 transformed transpose, written and read back
+NVFP4_CAST_KERNELS = {"activation": 3, "grad": 4, "weight": 2}  # fused Hadamard path; + 1 unfused (not weights)
+# And those casts run well below HBM speed on expert-sized tensors. Public figure: Transformer Engine issue #2281
+# (B200, TE 2.8-2.9, `benchmarks/linear/benchmark_grouped_linear.py` at DeepSeek-V3's expert shapes, M = 65,536 rows
+# over 4 or 8 experts, K = 7168, N = 2048): NVFP4 GroupedLinear, forward + backward, is at most 1.15x as fast as
+# MXFP8; the maintainers attribute the gap to the quantisation and Hadamard kernels, launched one expert after
+# another (the grouped NVFP4 kernels came with TE 2.12, #2351 / #2411, whose notes call the fused Hadamard cast's
+# memory throughput low). With the model's own pieces at that shape (both GEMMs at the 8-bit fraction of their
+# format's peak, as cuBLAS 12.9's block-scaled FP4 reaches 2 - 2.3x its FP8 on Blackwell; MXFP8's casts at HBM
+# speed; the kernels) a 1.15x module leaves the NVFP4 casts 0.39 (4 experts) and 0.45 (8) of HBM speed: 0.42,
+# an upper bound since 1.15x is. `tests/estimate/test_low_precision_moe.py` re-derives it.
+NVFP4_CAST_HBM_FRACTION = 0.42
+
+
+def rht_unfused_share(flavour: QuantFlavour | None, cols: float, rows_aligned: bool | None) -> float:
+    """Share of a tensor's NVFP4 columnwise casts that take the unfused Hadamard path (0 for other formats):
+    all when its width is off 128; with ragged per-expert counts (`rows_aligned` None: dropless routing, each count
+    padded to 32 by TE's Fp8Padding) the odd multiples of 32, about half; else by the given alignment."""
+    if flavour != "nvfp4":
+        return 0.0
+    if cols % RHT_FUSED_COLS:
+        return 1.0
+    if rows_aligned is None:
+        return 0.5
+    return 0.0 if rows_aligned else 1.0
+
+
+def cast_kernels(flavour: QuantFlavour | None, role: Role, unfused_share: float = 0.0) -> float:
+    """Kernels that quantise one tensor: none in BF16; current scaling's amax, scale and cast (the count the other
+    per-tensor and blockwise FP8 recipes and MXFP4 are given too: not read); MXFP8 one (`MXFP8Quantizer::quantize`:
+    one `nvte_quantize_v2` writes both layouts); NVFP4 per `NVFP4_CAST_KERNELS`, one more where the Hadamard
+    cast is unfused."""
+    if flavour is None:
+        return 0.0
+    if flavour == "mxfp8":
+        return 1
+    if flavour == "nvfp4":
+        return NVFP4_CAST_KERNELS[role] + (unfused_share if role != "weight" else 0.0)
+    return 3
+
+
 def _scheme(flavour: QuantFlavour) -> QuantScheme:
     return SCHEMES[flavour]
 

@@ -76,6 +76,8 @@ from megapilot.estimate.flops import (
     layer_attention_core_flops,
 )
 from megapilot.estimate.latency import (
+    CURRENT_SCALING_CAST_KERNELS,
+    CastKernels,
     expert_epilogue_flags,
     expert_wave_slowdown,
     layer_kernels,
@@ -97,10 +99,15 @@ from megapilot.estimate.params import pipeline_stages, stage_layer_indices
 from megapilot.estimate.quantization import (
     BF16_BYTES,
     CALIBRATED_FP8_FLAVOUR,
+    NVFP4_CAST_HBM_FRACTION,
+    RHT_FUSED_ROWS,
+    RHT_UNFUSED_EXTRA_BYTES,
     cast_bytes_per_value,
+    cast_kernels,
     layer_linears,
     layer_recipe_delta_s,
     mixer_linears,
+    rht_unfused_share,
 )
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
@@ -340,6 +347,7 @@ def layer_terms(
     kind = model.layer_kind(layer_index)
     block = model.layer_block(layer_index)
     terms = dict.fromkeys(LAYER_TERMS, 0.0)
+    per_expert_tokens = 1.0  # rows each local expert computes (a MoE layer's, below)
     core_flops = layer_attention_core_flops(model, layer_index, training.seq_length)
     # The causal core over a CP rank's chunk: its tokens attend on average to half the sequence, which
     # the per-token core FLOPs (at the full sequence length) already account for. TP splits the heads, but
@@ -380,10 +388,12 @@ def layer_terms(
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
-        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour) \
+        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour,
+                                                        per_expert_tokens) \
             + _expert_epilogue_passes_s(model, gpu, p, routed_tokens, fp32_probs=flex_dispatched(cluster, p, options))
         terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
-        terms["moe_fixed"] = _moe_fixed_s(model, cluster, p, options, precision, terms)
+        expert_casts = _cast_kernels(model, layer_index, p, training.quant_flavour, per_expert_tokens)[1]
+        terms["moe_fixed"] = _moe_fixed_s(model, cluster, p, options, precision, terms, expert_casts)
     elif block.mlp == "full":
         terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.layer_ffn_hidden_size(layer_index), p.tp, cluster,
                                           precision, eff)
@@ -395,9 +405,11 @@ def layer_terms(
     # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
     terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
+    dense_casts, expert_casts = _cast_kernels(model, layer_index, p, training.quant_flavour, per_expert_tokens)
     terms["kernels"] = eff.kernel_overhead_s * layer_kernels(
         model, layer_index, p.ep, eight_bit=precision in EIGHT_BIT_PRECISIONS,
-        per_expert_gemms=not options.moe_legacy_grouped_gemm)
+        per_expert_gemms=not options.moe_legacy_grouped_gemm, cast_kernels=dense_casts,
+        expert_cast_kernels=expert_casts)
     compute_s = sum(terms[name] for name in COMPUTE_TERMS)
 
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)
@@ -645,7 +657,8 @@ def _expert_all_to_all_s(
 
 
 def _moe_token_passes_s(
-    model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, flavour: QuantFlavour | None
+    model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, flavour: QuantFlavour | None,
+    per_expert_tokens: float = 1.0,
 ) -> float:
     """HBM time of the passes that move each token's top-k copies between the router and the experts.
 
@@ -667,8 +680,13 @@ def _moe_token_passes_s(
         gated = 2 if model.gated_mlp else 1
         inputs = width + ffn  # fc1 in, fc2 in
         grads = width + gated * ffn  # fc2 grad-out, fc1 grad-out
-        moved += copies * (inputs * cast_bytes_per_value(priced, "activation", gpu.architecture)
-                           + grads * cast_bytes_per_value(priced, "grad", gpu.architecture))
+        casts = copies * (inputs * cast_bytes_per_value(priced, "activation", gpu.architecture)
+                          + grads * cast_bytes_per_value(priced, "grad", gpu.architecture))
+        if flavour == "nvfp4":  # the Hadamard casts Transformer Engine cannot fuse write and read a BF16 copy more
+            input_share, grad_share = _expert_rht_unfused_shares(model, p, flavour, per_expert_tokens)
+            casts += copies * RHT_UNFUSED_EXTRA_BYTES * (inputs * input_share + grads * grad_share)
+            casts /= NVFP4_CAST_HBM_FRACTION  # its cast kernels run below HBM speed (quantization.py)
+        moved += casts
     return gpu.hbm_time_s(moved)
 
 
@@ -694,6 +712,35 @@ def _expert_epilogue_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig,
     return gpu.hbm_time_s(moved)
 
 
+def _expert_rht_unfused_shares(model: ModelSpec, p: ParallelConfig, flavour: QuantFlavour | None,
+                               per_expert_tokens: float) -> tuple[float, float]:
+    """The share of the experts' NVFP4 columnwise casts on Transformer Engine's unfused Hadamard path, for their GEMM
+    inputs (fc1's, fc2's) and their output gradients (fc2's, fc1's), each pair weighted by width
+    (quantization.rht_unfused_share): counts padded to a capacity are aligned when it is a multiple of 64."""
+    moe = model.moe
+    assert moe is not None
+    width, ffn = moe.routed_width(model.hidden_size), moe.moe_ffn_hidden_size / p.expert_tp
+    up = ffn * (2 if model.gated_mlp else 1)
+    rows_aligned = per_expert_tokens % RHT_FUSED_ROWS == 0 if moe.pad_to_capacity else None
+
+    def share(widths: tuple[float, float]) -> float:
+        return sum(w * rht_unfused_share(flavour, w, rows_aligned) for w in widths) / sum(widths)
+
+    return share((width, ffn)), share((width, up))
+
+
+def _cast_kernels(model: ModelSpec, layer_index: int, p: ParallelConfig, flavour: QuantFlavour | None,
+                  per_expert_tokens: float) -> tuple[CastKernels, CastKernels]:
+    """Kernels that quantise one tensor (a GEMM input, an output gradient) for the layer's dense linears and for its
+    routed experts (quantization.cast_kernels), FP8 recipes all counted as current scaling."""
+    counted = CALIBRATED_FP8_FLAVOUR if flavour is not None and flavour.startswith("fp8-") else flavour
+    dense: CastKernels = (cast_kernels(counted, "activation"), cast_kernels(counted, "grad"))
+    if not model.is_moe_layer(layer_index) or counted != "nvfp4":
+        return dense, dense
+    input_share, grad_share = _expert_rht_unfused_shares(model, p, counted, per_expert_tokens)
+    return dense, (cast_kernels(counted, "activation", input_share), cast_kernels(counted, "grad", grad_share))
+
+
 def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu: GPUSpec) -> float:
     """Wave quantisation of the expert GEMMs (latency.py): fc1's and fc2's three GEMMs each, weighted by their
     FLOPs. The local experts' tiles share the waves: the legacy grouped GEMM tiles them in one launch, and
@@ -710,7 +757,8 @@ def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu:
 
 
 def _moe_fixed_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions,
-                 precision: str, terms: dict[str, float]) -> float:
+                 precision: str, terms: dict[str, float],
+                 cast_kernels: CastKernels = CURRENT_SCALING_CAST_KERNELS) -> float:
     """The dispatcher's host sync of one MoE layer (latency.py), where it syncs: the alltoall dispatcher syncs
     whenever tokens leave the rank or several local experts split them (Megatron's dropless path, and token
     dropping without padding); the flex dispatcher and inputs padded to capacity keep the split sizes static.
@@ -723,7 +771,8 @@ def _moe_fixed_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, opti
     if flex_dispatched(cluster, p, options) or moe.pad_to_capacity or (p.ep == 1 and local_experts == 1):
         return 0.0
     kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
-                          fp8_casts=precision in EIGHT_BIT_PRECISIONS, **expert_epilogue_flags(model))
+                          fp8_casts=precision in EIGHT_BIT_PRECISIONS, cast_kernels=cast_kernels,
+                          **expert_epilogue_flags(model))
     after_sync_s = FORWARD_SHARE * (terms["experts"] + terms["moe_token_passes"]) + terms["ep_comm"] / 2
     return moe_host_sync_s(kernels, forward_after_sync_gpu_s=after_sync_s,
                            kernel_overhead_s=options.efficiency.kernel_overhead_s)

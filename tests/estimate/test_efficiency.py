@@ -49,9 +49,20 @@ def test_gemm_efficiency_matches_the_roofline_formula_by_hand():
     assert expected == pytest.approx(0.337, abs=1e-3)
 
 
-def test_eight_bit_operands_are_one_byte_and_sixteen_bit_two():
-    assert [gemm_bytes_per_element(p) for p in ("fp8", "mxfp8", "nvfp4")] == [1.0, 1.0, 1.0]
+def test_operands_are_as_wide_as_their_format_with_its_block_scales():
+    """FP8 one byte, MXFP8 one and an E8M0 scale per 32, NVFP4 half a byte and an E4M3 scale per 16, 16-bit two."""
+    assert [gemm_bytes_per_element(p) for p in ("fp8", "mxfp8", "nvfp4", "mxfp4")] == [1.0, 1.03125, 0.5625, 0.53125]
     assert [gemm_bytes_per_element(p) for p in ("bf16", "fp16")] == [2.0, 2.0]
+
+
+def test_an_fp4_gemm_is_as_far_from_its_knee_as_an_fp8_one_half_its_operand_bytes_for_twice_the_peak():
+    """B200: NVFP4's peak is twice FP8's, so counted one byte wide a thin NVFP4 GEMM would sit twice as far below its
+    roofline knee as the FP8 one; at half a byte (and its scales) it sits where the FP8 one does."""
+    b200 = get_gpu("b200")
+    thin = (256, 7168, 2048)  # a routed expert's rows
+    fp8, nvfp4 = (gemm_efficiency(*thin, b200, p, WORKED) for p in ("fp8", "nvfp4"))
+    assert nvfp4 == pytest.approx(fp8, rel=0.1)
+    assert nvfp4 < fp8  # the block scales' sixteenth of a byte
 
 
 def test_gemm_time_is_flops_over_peak_times_efficiency():
