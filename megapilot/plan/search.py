@@ -75,6 +75,9 @@ from megapilot.spec.validate import light_recompute_modules, most_offloaded_laye
 
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
+# Shapes kept, each faster than a shape's bound, before that shape is left unwalked: a plan shows up to this many
+# (planner.DEFAULT_TOP), and a shape outside the error band still fills a place when fewer lie inside it.
+SHAPES_BEFORE_PRUNING = 5
 # The step-time components a deeper pipeline can shrink (the breakdown keys of `megapilot.estimate`).
 PIPELINE_REMOVABLE = ("pp_bubble", "pp_comm", "dp_comm", "recompute", "cpu_offload")
 # Activation offload is walked where the host link carries at least this multiple of the NIC's bandwidth: the
@@ -544,12 +547,31 @@ class _Search:
                     if self.model.moe is not None and self.pins.ep is None:
                         floor_failed_for[(etp, fsdp)] = _floor_category(floor)
                     continue
+                if self._shape_cannot_reach(shape):
+                    self.rejected[RejectReason.DOMINATED_SHAPE] += 1
+                    continue
                 binding, best = self._walk_vpp(shape)
                 memory_bound = binding.bound_any
                 if not binding.bound_smallest and self._cp_cannot_gain(best, speed_at_smaller_cp.get((ep, etp, fsdp))):
                     settled.add((ep, etp, fsdp))
                 if best is not None:
                     speed_at_smaller_cp[(ep, etp, fsdp)] = best.tokens_per_s_per_gpu
+
+    def _shape_cannot_reach(self, shape: Shape) -> bool:
+        """Whether no variant of `shape` can come within `reach` of the fastest layout so far, once its TP and PP
+        already hold a walked layout and enough shapes faster than it are kept to fill a plan without it. Its
+        bound is the shape at its largest micro-batch without recompute, memory aside, with its bubble, pipeline
+        send/recv, exposed DP traffic and memory relief gone: what VPP, MBS and the recompute ladder could win at
+        most (the bound `_deeper_pipeline_cannot_reach` takes for a deeper PP). A layout string is left to its walk:
+        a larger VPP re-cuts it and may balance its stages beyond what removing the bubble shows."""
+        if self.reach is None or shape.split.layout is not None or (shape.tp, shape.pp) not in self._best_at:
+            return False
+        largest = max(space.mbs_values(self.training, shape.dp, self.pins), default=1)
+        bound = _without_removable(self.cost(shape.layout(largest, NO_RECOMPUTE))) * TIE_BAND
+        if bound >= self._fastest() / (1 + self.reach):
+            return False
+        faster = sum(fit.estimate.tokens_per_s_per_gpu > bound for fit in self.best_by_shape.values())
+        return faster >= SHAPES_BEFORE_PRUNING
 
     @staticmethod
     def _cp_cannot_gain(best: EstimateResult | None, below: float | None) -> bool:

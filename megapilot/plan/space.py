@@ -93,6 +93,7 @@ class RejectReason(str, Enum):
     DOMINATED_MBS = "dominated: larger MBS after throughput fell"
     DOMINATED_VPP = "dominated: more VPP once throughput fell or the bubble is inside the tie band"
     DOMINATED_PP = "dominated: uneven-split PP after throughput fell without memory pressure"
+    DOMINATED_SHAPE = "dominated: a shape whose bound (largest MBS, no bubble, DP traffic or relief) is out of reach"
 
     @property
     def dominated(self) -> bool:
