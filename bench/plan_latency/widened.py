@@ -5,7 +5,8 @@ whole heads, the Mamba-2 mixer's head and group splits, no CP on attention sinks
     PYTHONPATH=$PWD .venv/bin/python bench/plan_latency/widened.py --label after   # writes widened.json/.md
 
 `--label before` with PYTHONPATH at a checkout from before the change records the other column (the script
-imports megapilot from PYTHONPATH, not from this tree). Each case runs `plan()` in a fresh interpreter, best
+imports megapilot from PYTHONPATH, not from this tree); `--label pruned` the search that leaves unwalked a shape
+whose bound is out of reach (`search._Search._shape_cannot_reach`). Each case runs `plan()` in a fresh interpreter, best
 of 3; the walked TP and CP values are the `best_by` keys of one `search_layouts` over the same inputs (a
 value is there when at least one layout with it fits).
 """
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _markdown(report: dict) -> str:
-    labels = [label for label in ("before", "after") if label in report]
+    labels = [label for label in ("before", "after", "pruned") if label in report]
     lines = ["# Planner latency where the shared TP/CP rules change the walk", "",
              "Wall time of `plan()` (top 5), best of 3 fresh processes; TP/CP fitting: the values with at least one "
              "fitting layout in the search.", "",
