@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,11 +58,6 @@ def run_case(case: dict) -> dict:
             "best_tokens_per_s_per_gpu": round(best.estimate.tokens_per_s_per_gpu, 1)}
 
 
-def _child(name: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", help="internal: run one case in this process and print JSON")
@@ -72,14 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.case:
         print(json.dumps(run_case(CASES[args.case])))
         return 0
+    # the parent only: run.py puts this tree on sys.path, and a `--case` child must import megapilot from PYTHONPATH
+    sys.path.insert(0, str(OUT))
+    from run import fastest_of_three  # one timing loop for both benches
+
     path = OUT / "widened.json"
     report = json.loads(path.read_text()) if path.exists() else {}
     report[args.label] = {}
     for name in CASES:
-        runs = [_child(name) for _ in range(3)]  # best of 3: the machine is shared
-        fastest = min(runs, key=lambda r: r["wall_s"])
-        fastest["wall_s_runs"] = [r["wall_s"] for r in runs]
-        report[args.label][name] = fastest
+        report[args.label][name] = fastest_of_three(__file__, name)
     path.write_text(json.dumps(report, indent=2) + "\n")
     (OUT / "widened.md").write_text(_markdown(report))
     print(_markdown(report))

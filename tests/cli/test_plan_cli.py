@@ -57,7 +57,8 @@ def test_plan_save_writes_a_plan_the_launcher_reads(cli, tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--tp", "16"), "tp: tp=16 exceeds 8 GPUs per node"),
+        (("--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--tp", "16"),
+         "tp: tp=16 exceeds 8 GPUs per node"),
         (("--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "64", "--ep", "3"), "ep: ep=3 does not divide"),
         (("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "64", "--seq-len", "4100", "--cp", "4"),
          "not divisible by 2*cp=8"),
