@@ -270,18 +270,16 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
     model["leave-one-family-out"] = {k: v for fold in family_folds.values() for k, v in fold.errors.items()}
     model["leave-one-GPU-out"] = {k: v for fold in gpu_folds.values() for k, v in fold.errors.items()}
     trained = [*rows, *seen]
-    in_sample_baseline = ConstantMfu.fitted(trained)
-    release_baseline = ConstantMfu.fitted(trained)
+    trained_baseline = ConstantMfu.fitted(trained)  # the in-sample fit is the one the release hold-out judges
     baseline: dict[str, dict[str, float]] = {
-        "in-sample": {r.id: in_sample_baseline.error(r) for r in trained},
-        "release hold-out": {r.id: release_baseline.error(r) for r in judged},
+        "in-sample": {r.id: trained_baseline.error(r) for r in trained},
+        "release hold-out": {r.id: trained_baseline.error(r) for r in judged},
     } | {name: baseline_held_out(every, key) for name, key in SPLIT_KEYS.items()}
     # the interval's residuals: each row's errors when its family, then its GPU, was held out, rounded as the
     # product reads them (calibration_coverage.json), so that --coverage-only recomputes the same figures
     residuals = {r.id: (round(model["leave-one-family-out"][r.id], RESIDUAL_DIGITS),
                         round(model["leave-one-GPU-out"][r.id], RESIDUAL_DIGITS)) for r in every}
-    judged_ids = {r.id for r in judged}
-    groups: dict[str, Any] = {"release hold-out": lambda r: "judged" if r.id in judged_ids else "seen"} | SPLIT_KEYS
+    groups: dict[str, Any] = {"release hold-out": release_group(judged)} | SPLIT_KEYS
     by_id = {r.id: r for r in every}
     result: dict[str, Any] = {}
     for name, errs in model.items():
@@ -336,6 +334,12 @@ def _band(cells: dict[str, tuple[str, str, str]], residuals: dict[str, tuple[flo
     return error_band(table, nearest_coverage(table, family, gpu_name, gpu.vendor, gpu.architecture, klass))
 
 
+def release_group(judged: list[ReleaseRow]) -> Callable[[AnyRow], str]:
+    """The release hold-out's group of a row: judged (a release the fit never saw) or seen."""
+    judged_ids = {r.id for r in judged}
+    return lambda r: "judged" if r.id in judged_ids else "seen"
+
+
 def coverage_only(report: dict[str, Any], rows: list[CalibrationRow], release: list[ReleaseRow]) -> None:
     """Recompute every split's interval coverage and width from the held-out errors `report` already stores (the
     fits are not rerun: the interval's rule does not change them)."""
@@ -345,10 +349,8 @@ def coverage_only(report: dict[str, Any], rows: list[CalibrationRow], release: l
     residuals = {k: tuple(pair) for k, pair in report["heldout_residuals"].items()}
     fitted = EfficiencyParams(**report["fitted_parameters"])
     _, judged = split_by_release(release)
-    judged_ids = {r.id for r in judged}
     held_out: dict[str, tuple[dict[str, float], Callable[[AnyRow], str]]] = {
-        "release hold-out": ({r.id: release_error(r, fitted) for r in judged},
-                             lambda r: "judged" if r.id in judged_ids else "seen"),
+        "release hold-out": ({r.id: release_error(r, fitted) for r in judged}, release_group(judged)),
         "leave-one-source-out": ({k: v for fold in report["leave_one_source_out"].values()
                                   for k, v in fold["errors"].items()}, SPLIT_KEYS["leave-one-source-out"]),
         "leave-one-family-out": ({k: pair[0] for k, pair in residuals.items()}, SPLIT_KEYS["leave-one-family-out"]),
