@@ -75,13 +75,35 @@ def interleaved_medians(trees: dict[str, Path], cases: list[tuple[str, str, list
     return {key: round(statistics.median(values), 3) for key, values in runs.items()}
 
 
-def main() -> None:
+def bench_arguments(repeats: int, results: Path) -> argparse.Namespace:
+    """The start-up benches' command line: the baseline revision, the repeats, where the results go."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline-rev", default="main")
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--results", type=Path, default=HERE / "results.json")
-    args = parser.parse_args()
-    load_at_start = [round(value, 2) for value in os.getloadavg()]
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--results", type=Path, default=results)
+    return parser.parse_args()
+
+
+def load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def provenance(args: argparse.Namespace, load_at_start: list[float]) -> dict[str, object]:
+    """What a start-up result was measured against and on: the baseline's commit, the repeats, the machine and its
+    load at the start and the end."""
+    return {
+        "baseline_rev": args.baseline_rev,
+        "baseline_commit": subprocess.run(["git", "rev-parse", args.baseline_rev], cwd=ROOT, capture_output=True,
+                                          text=True, check=True).stdout.strip(),
+        "repeats": args.repeats,
+        "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+        "load_average_at_start": load_at_start, "load_average_at_end": load_average(),
+    }
+
+
+def main() -> None:
+    args = bench_arguments(repeats=15, results=HERE / "results.json")
+    load_at_start = load_average()
     with tempfile.TemporaryDirectory(prefix="megapilot-bench-") as tmp:
         baseline = extract(args.baseline_rev, Path(tmp))
         trees = {"baseline": baseline, "this": ROOT}
@@ -92,12 +114,7 @@ def main() -> None:
         **medians,
         "spec_import_cost_cpu_s": round(medians["this_import_cli_and_spec_cpu_s"] - medians["this_import_cli_cpu_s"],
                                         3),
-        "baseline_rev": args.baseline_rev,
-        "baseline_commit": subprocess.run(["git", "rev-parse", args.baseline_rev], cwd=ROOT, capture_output=True,
-                                          text=True, check=True).stdout.strip(),
-        "repeats": args.repeats,
-        "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-        "load_average_at_start": load_at_start, "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
+        **provenance(args, load_at_start),
         "note": ("CPU seconds (user + sys) of a fresh process, median of `repeats` runs, baseline and this checkout "
                  "alternating, bytecode caches warm; import_cli = importing the CLI and registering its commands; "
                  "import_cli_and_spec = the same, then megapilot.spec.parallel, what building the layout options "

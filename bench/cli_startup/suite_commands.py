@@ -9,7 +9,6 @@ An import moved to the top of a module is paid whenever that module loads; this 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -18,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import CLI, ROOT, extract, interleaved_medians  # run.py, beside this file
+# run.py, beside this file: one method and one record for both start-up benches
+from run import CLI, ROOT, bench_arguments, extract, interleaved_medians, load_average, provenance
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = "megapilot/suite/templates/tiny-local.json"
@@ -42,12 +42,8 @@ def modules_loaded(tree: Path, code: str, argv: list[str]) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--baseline-rev", default="main")
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--results", type=Path, default=HERE / "suite_commands.json")
-    args = parser.parse_args()
-    load_at_start = [round(value, 2) for value in os.getloadavg()]
+    args = bench_arguments(repeats=9, results=HERE / "suite_commands.json")
+    load_at_start = load_average()
     with tempfile.TemporaryDirectory(prefix="megapilot-bench-") as tmp:
         baseline = extract(args.baseline_rev, Path(tmp))
         for scanner in (ROOT / "megapilot" / "logs").glob("_scan*.so"):  # built, not in git
@@ -61,11 +57,7 @@ def main() -> None:
         results.update(interleaved_medians(trees, [(name, code, argv) for name, (code, argv) in timed.items()],
                                            args.repeats))
     results.update({
-        "baseline_rev": args.baseline_rev,
-        "baseline_commit": subprocess.run(["git", "rev-parse", args.baseline_rev], cwd=ROOT, capture_output=True,
-                                          text=True, check=True).stdout.strip(),
-        "repeats": args.repeats, "cpus": os.cpu_count(),
-        "load_average_at_start": load_at_start, "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
+        **provenance(args, load_at_start),
         "note": "CPU seconds (user + sys) of a fresh process, median of `repeats`, baseline and this checkout "
                 "alternating; *_modules: sys.modules at exit (one run each)",
     })
