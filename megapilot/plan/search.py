@@ -460,12 +460,14 @@ class _Search:
         best `pp` layout costed at that micro-batch, memory aside, with all of those shares gone."""
         if self.reach is None:
             return False
-        bound = max(_without_removable(est) for est in self._best_and_largest_microbatch(tp, pp))
-        return bound * TIE_BAND < self._fastest() / (1 + self.reach)
+        return self._out_of_reach(max(_without_removable(est) for est in self._best_and_largest_microbatch(tp, pp)))
 
-    def _fastest(self) -> float:
-        """The fastest tokens/s/GPU of any layout kept so far."""
-        return max(fit.estimate.tokens_per_s_per_gpu for fit in self._best_at.values())
+    def _out_of_reach(self, bound: float) -> bool:
+        """Whether a layout that runs at most `bound` tokens/s/GPU falls short, beyond the tie band, of the model's
+        error band (`reach`) below the fastest layout kept so far: the test of every bound the walk prunes by."""
+        assert self.reach is not None
+        fastest = max(fit.estimate.tokens_per_s_per_gpu for fit in self._best_at.values())
+        return bound * TIE_BAND < fastest / (1 + self.reach)
 
     def _best_and_largest_microbatch(self, tp: int, pp: int) -> list[EstimateResult]:
         """The best `pp` layout's estimate, and the same layout at the largest micro-batch without recompute. Both
@@ -490,8 +492,7 @@ class _Search:
         here = self._best_at.get((tp, pp))
         if here is None:
             return False
-        bubble_free = here.estimate.tokens_per_s_per_gpu / (1 - min(bubble_share(here.estimate), 0.99))
-        return bubble_free * TIE_BAND < self._fastest() / (1 + self.reach)
+        return self._out_of_reach(here.estimate.tokens_per_s_per_gpu / (1 - min(bubble_share(here.estimate), 0.99)))
 
     def _walk_context_parallel(self, tp: int, pp: int, split: space.PipelineSplit) -> None:
         """CP upwards; each (EP, ETP, FSDP) choice stops growing CP once memory no longer binds it and
@@ -567,10 +568,10 @@ class _Search:
         if self.reach is None or shape.split.layout is not None or (shape.tp, shape.pp) not in self._best_at:
             return False
         largest = max(space.mbs_values(self.training, shape.dp, self.pins), default=1)
-        bound = _without_removable(self.cost(shape.layout(largest, NO_RECOMPUTE))) * TIE_BAND
-        if bound >= self._fastest() / (1 + self.reach):
+        bound = _without_removable(self.cost(shape.layout(largest, NO_RECOMPUTE)))
+        if not self._out_of_reach(bound):
             return False
-        faster = sum(fit.estimate.tokens_per_s_per_gpu > bound for fit in self.best_by_shape.values())
+        faster = sum(fit.estimate.tokens_per_s_per_gpu > bound * TIE_BAND for fit in self.best_by_shape.values())
         return faster >= SHAPES_BEFORE_PRUNING
 
     @staticmethod
