@@ -133,8 +133,13 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
     """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one), with the
     model's mechanisms no published run has."""
     coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
-    unchecked = tuple(sorted(mechanisms(model) - checked_mechanisms()))
+    unchecked = _unchecked_mechanisms(model)
     return replace(coverage, unchecked_mechanisms=unchecked) if unchecked and coverage.nearest else coverage
+
+
+@lru_cache(maxsize=64)  # asked on every estimate: the planner's thousands share a handful of models
+def _unchecked_mechanisms(model: ModelSpec) -> tuple[str, ...]:
+    return tuple(sorted(mechanisms(model) - checked_mechanisms()))
 
 
 def mechanisms(model: ModelSpec) -> frozenset[str]:
