@@ -185,7 +185,9 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 52
 # 1-byte mask (5); backward, dropout reads the gradient and the mask and writes (5), the softmax's backward reads the
 # gradient and the probabilities and writes (6). The GEMMs' own reads and writes are in their roofline.
 UNFUSED_SCORE_BYTES = 20
-MAMBA_CP_DIRECTIONS = 2  # a Mamba layer's CP all-to-alls run in the forward and mirrored in the backward
+# A linear mixer's sequence-to-heads all-to-alls under CP (Gated DeltaNet's, the Mamba-2 mixer's) run in the forward
+# and mirrored in the backward.
+CP_HEAD_EXCHANGE_DIRECTIONS = 2
 # HBM bytes per score of Transformer Engine's UnfusedDotProductAttention with a softmax offset (TE 2.8-2.10,
 # dot_product_attention/backends.py): the sink column concatenated to the scores (2 + 2); with s + 1 columns the fused
 # softmax kernel is refused (its column count must be a multiple of 8) and PyTorch runs it in fp32: the cast up
@@ -454,9 +456,14 @@ def _gated_delta_net_cp_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelCon
     gdn = model.gated_delta_net
     if p.cp == 1 or gdn is None:
         return 0.0
+    return _cp_head_exchange_s(cluster, p, tokens * (gdn.in_proj_width + gdn.value_width) / p.tp * ACTIVATION_BYTES)
+
+
+def _cp_head_exchange_s(cluster: ClusterSpec, p: ParallelConfig, sent_bytes: float) -> float:
+    """A linear mixer's all-to-alls between sequence shards and head shards over the CP group (its ranks TP apart),
+    `sent_bytes` per rank each way, forward and again backward, blocking."""
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
-    sent_bytes = tokens * (gdn.in_proj_width + gdn.value_width) / p.tp * ACTIVATION_BYTES
-    return 2 * comm.all_to_all_s(sent_bytes, p.cp, bandwidth)
+    return CP_HEAD_EXCHANGE_DIRECTIONS * comm.all_to_all_s(sent_bytes, p.cp, bandwidth)
 
 
 def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, float], p: ParallelConfig,
@@ -824,9 +831,7 @@ def _mamba_cp_all_to_alls_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelC
     waits for the first, out_proj for the last."""
     if p.cp == 1:
         return 0.0
-    sent = context_parallel_all_to_all_bytes(model, p.tp, p.cp) * tokens
-    bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
-    return MAMBA_CP_DIRECTIONS * comm.all_to_all_s(sent, p.cp, bandwidth)
+    return _cp_head_exchange_s(cluster, p, context_parallel_all_to_all_bytes(model, p.tp, p.cp) * tokens)
 
 
 def _tp_comm_s(
