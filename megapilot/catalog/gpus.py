@@ -32,6 +32,23 @@ PCIE_GEN5_X16_GBPS = 64.0
 GRACE_C2C_PER_GPU_GBPS = 900.0 / 2 / 2
 
 
+# The tensor-core time of one softmax exponential: dense BF16 MMA FLOPs per clock per SM over the special-function
+# unit's (MUFU.EX2) exponentials per clock per SM. The SFU issues 16 a clock per SM on Ampere, Hopper and Blackwell
+# (CUDA C++ Programming Guide, arithmetic-instruction throughput, "base-2 exponential"; FlashAttention-4, Zadouri et
+# al. 2026, arXiv 2603.05451: "MUFU stayed at 16 ops/clock/SM" from H100 to B200) and 32 on Blackwell Ultra (NVIDIA,
+# "Making Softmax More Efficient with NVIDIA Blackwell Ultra": SFU throughput doubled over Blackwell). The MMA side
+# is the dense BF16 peak over SMs x boost clock: A100 312 TF / (108 x 1.41 GHz) = 2,048, H100 989 TF / (132 x 1.83
+# GHz) = 4,096, B200 8,192 (FlashAttention-4: "8192 ops/clock/SM"). AMD CDNA: 2,048 per CU per clock on MI300X
+# (1,307 TF / (304 x 2.1 GHz)), 4,096 on MI355X (2,500 TF / (256 x 2.4 GHz)), and transcendentals at a quarter of
+# the 64 lanes' rate, 16 a clock per CU (GCN / CDNA ISA convention; commonly quoted, unverified for CDNA3/4).
+MMA_FLOPS_PER_EXP_AMPERE = 2048 / 16
+MMA_FLOPS_PER_EXP_HOPPER = 4096 / 16
+MMA_FLOPS_PER_EXP_BLACKWELL = 8192 / 16
+MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA = 8192 / 32
+MMA_FLOPS_PER_EXP_CDNA3 = 2048 / 16
+MMA_FLOPS_PER_EXP_CDNA4 = 4096 / 16
+
+
 @dataclass(frozen=True)
 class _Topology:
     alias: str
@@ -40,37 +57,43 @@ class _Topology:
     fill_in: dict[str, float]  # values hardware.json leaves null, with the reason in `note`
     note: str = ""
     host_link_gbps: float = PCIE_GEN5_X16_GBPS  # HGX B300's host CPUs are PCIe Gen5 too
+    mma_flops_per_exp: float | None = None  # see MMA_FLOPS_PER_EXP_*
 
 
 # Fields neither data file carries. Scale-out is one NIC per GPU: 200 Gb/s HDR on A100 systems,
 # 400 Gb/s NDR/CX7 on Hopper and MI300-class, 800 Gb/s CX8 on Blackwell Ultra.
 GPU_TOPOLOGY: dict[str, _Topology] = {
-    "A100-SXM4-80GB": _Topology("a100", "ampere", 25.0, {}, host_link_gbps=PCIE_GEN4_X16_GBPS),
-    "H100-SXM5-80GB": _Topology("h100", "hopper", 50.0, {}),
-    "H200-SXM-141GB": _Topology("h200", "hopper", 50.0, {}),
+    "A100-SXM4-80GB": _Topology("a100", "ampere", 25.0, {}, host_link_gbps=PCIE_GEN4_X16_GBPS,
+                                 mma_flops_per_exp=MMA_FLOPS_PER_EXP_AMPERE),
+    "H100-SXM5-80GB": _Topology("h100", "hopper", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER),
+    "H200-SXM-141GB": _Topology("h200", "hopper", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER),
     "H800-SXM5-80GB": _Topology(
         "h800", "hopper", 50.0,
         {"bf16_dense_tflops": 989.4, "fp8_dense_tflops": 1978.9, "hbm_bw_tbps": 3.35,
          "scaleup_bw_gbps_bidir_per_gpu": 400.0, "tdp_w": 700.0},
         note="H800 peaks and TDP taken as H100 SXM (same GH100 die); NVLink export-limited to 400 GB/s "
              "bidirectional",
+        mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER,
     ),
-    "B200": _Topology("b200", "blackwell", 50.0, {}),
-    "GB200": _Topology("gb200", "blackwell", 50.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS),
-    "B300": _Topology("b300", "blackwell", 100.0, {}),
-    "GB300": _Topology("gb300", "blackwell", 100.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS),
+    "B200": _Topology("b200", "blackwell", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL),
+    "GB200": _Topology("gb200", "blackwell", 50.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS,
+                       mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL),
+    "B300": _Topology("b300", "blackwell", 100.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA),
+    "GB300": _Topology("gb300", "blackwell", 100.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS,
+                       mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA),
     "MI300X": _Topology(
         "mi300x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
-        note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)",
+        note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)", mma_flops_per_exp=MMA_FLOPS_PER_EXP_CDNA3,
     ),
     "MI325X": _Topology(
         "mi325x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0, "tdp_w": 1000.0},
         note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified); TDP 1000 W (AMD Instinct MI325X product page, "
              "total board power)",
+        mma_flops_per_exp=MMA_FLOPS_PER_EXP_CDNA3,
     ),
     "MI355X": _Topology(
         "mi355x", "cdna4", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 1075.0},
-        note="xGMI 7 x ~153 GB/s (secondary source)",
+        note="xGMI 7 x ~153 GB/s (secondary source)", mma_flops_per_exp=MMA_FLOPS_PER_EXP_CDNA4,
     ),
 }
 # Peaks gpu_formats.json may give: it fills a hardware.json null, or replaces a value it names in `replaces`.
@@ -127,6 +150,7 @@ def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
         scaleout_bw_gbps=topo.scaleout_bw_gbps,
         host_link_gbps=topo.host_link_gbps,
         tdp_w=value.get("tdp_w"),  # hardware.json's tdp_w column, sourced with its row
+        mma_flops_per_exp=topo.mma_flops_per_exp,
         source=source,
     )
 

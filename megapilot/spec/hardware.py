@@ -95,6 +95,10 @@ class GPUSpec(BaseModel):
                     "over: PCIe Gen5 x16 (64) unless the catalog states the GPU's own link.")
     tdp_w: float | None = Field(
         default=None, gt=0, description="Board power at TDP, W (the budget's energy: GPU-hours x TDP); None = unknown.")
+    mma_flops_per_exp: float | None = Field(
+        default=None, gt=0,
+        description="Dense BF16 tensor-core FLOPs per clock per SM over the special-function unit's exponentials per "
+                    "clock per SM: the tensor-core time one softmax exponential costs (None = not priced).")
     source: str = Field(default="", description="Where the numbers come from.")
 
     @property

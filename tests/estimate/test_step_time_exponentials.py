@@ -1,0 +1,64 @@
+"""The softmax's exponentials bind a fused attention core where the special-function unit, not the tensor cores, is
+the slower of the two: a property of the GPU (its MMA FLOPs per exponential) and of the head dimension, the same for
+every model with them."""
+
+from __future__ import annotations
+
+import pytest
+
+from megapilot.catalog.gpus import get_gpu
+from megapilot.catalog.models import get_model
+from megapilot.estimate.step_time import EstimateOptions, layer_terms, softmax_exponential_bound
+from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
+
+GPT_OSS = get_model("gpt-oss-20b")  # head dim 64; layer 1 attends globally
+LLAMA = get_model("llama3.1-8b")  # head dim 128
+DEEPSEEK = get_model("deepseek-v3")  # MLA: q/k 128 + 64 rope, v 128
+QWEN3_NEXT = get_model("qwen3-next-80b-a3b")  # Gated DeltaNet on three of every four layers
+FULL = 1
+
+
+def test_the_sfu_rates_are_the_architectures():
+    # 16 exponentials a clock per SM beside 2,048 / 4,096 / 8,192 BF16 MMA FLOPs; Blackwell Ultra doubles the SFU
+    assert get_gpu("a100").mma_flops_per_exp == 128
+    assert get_gpu("h100").mma_flops_per_exp == get_gpu("h200").mma_flops_per_exp == 256
+    assert get_gpu("b200").mma_flops_per_exp == get_gpu("gb200").mma_flops_per_exp == 512
+    assert get_gpu("b300").mma_flops_per_exp == get_gpu("gb300").mma_flops_per_exp == 256
+
+
+@pytest.mark.parametrize("gpu", ["a100", "h100", "b200", "gb200", "b300", "gb300", "mi300x", "mi355x"])
+def test_head_dim_128_never_waits_on_the_exponentials(gpu):
+    # Blackwell's forward sits on the balance point (4 x 128 MMA FLOPs per exponential): the fitted rows' regime
+    assert softmax_exponential_bound(LLAMA, 0, get_gpu(gpu)) == 1.0
+    assert softmax_exponential_bound(DEEPSEEK, 3, get_gpu(gpu)) == 1.0
+
+
+def test_head_dim_64_forward_takes_twice_its_mma_time_on_blackwell_only():
+    # forward (a third of the counted core) at 512 / 256 = 2x its MMAs, backward at 512 / 512 = its MMAs
+    assert softmax_exponential_bound(GPT_OSS, FULL, get_gpu("b200")) == pytest.approx(1 / 3 * 2 + 2 / 3)
+    assert softmax_exponential_bound(GPT_OSS, FULL, get_gpu("gb200")) == pytest.approx(4 / 3)
+    for gpu in ("h100", "gb300", "b300", "a100"):  # Hopper and Blackwell Ultra balance at head dim 64
+        assert softmax_exponential_bound(GPT_OSS, FULL, get_gpu(gpu)) == 1.0
+
+
+def test_no_softmax_or_no_rate_no_bound():
+    gdn_layer = next(i for i in range(QWEN3_NEXT.num_layers) if QWEN3_NEXT.is_linear_attention_layer(i))
+    assert softmax_exponential_bound(QWEN3_NEXT, gdn_layer, get_gpu("b200")) == 1.0
+    unknown = get_gpu("b200").model_copy(update={"mma_flops_per_exp": None})
+    assert softmax_exponential_bound(GPT_OSS, FULL, unknown) == 1.0
+
+
+def test_the_attention_core_pays_it_and_nothing_else_does():
+    training = TrainingSpec(seq_length=8192, global_batch_size=64)
+    layout = ParallelConfig(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute="none")
+
+    def terms(gpu):
+        return layer_terms(GPT_OSS, FULL, ClusterSpec.from_gpu_count(gpu, 8), training, layout, EstimateOptions(),
+                           recomputed=False)
+
+    b200 = get_gpu("b200")
+    bound, unbound = terms(b200), terms(b200.model_copy(update={"mma_flops_per_exp": None}))
+    # the full-attention core is compute-bound at 8K, so it grows by the bound exactly
+    assert bound["mixer_core"] == pytest.approx(unbound["mixer_core"] * 4 / 3)
+    assert {k: v for k, v in bound.items() if k != "mixer_core"} == \
+        {k: v for k, v in unbound.items() if k != "mixer_core"}
