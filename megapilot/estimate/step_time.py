@@ -96,6 +96,7 @@ from megapilot.estimate.memory import (
     shard_params,
 )
 from megapilot.estimate.params import pipeline_stages, stage_layer_indices
+from megapilot.estimate.passes import ACTIVATION_BYTES, BACKWARD_SHARE, FORWARD_SHARE, PASSES_PER_FORWARD_BACKWARD
 from megapilot.estimate.quantization import (
     BF16_BYTES,
     CALIBRATED_FP8_FLAVOUR,
@@ -119,17 +120,10 @@ from megapilot.spec.validate import moe_a2a_overlap_refusal
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
 PARAM_GATHER_BYTES = 2
-ACTIVATION_BYTES = 2  # bf16 activations, K/V blocks and expert tokens on the wire
 ADAM_STEP_BYTES_PER_PARAM = 32  # read param, grad, m, v (16 B) and write param, m, v + bf16 copy (16 B)
 # A GEMM of shape (m, k, n) does m*k*n multiply-adds (2 FLOPs each) in the forward and twice that in
 # the backward (input and weight gradients): 6 m k n FLOPs per training step.
 TRAIN_FLOPS_PER_MULTIPLY_ADD = 6
-# The backward costs two forwards, so forward + backward is three: re-running a forward costs a
-# third of a layer's time, and the backward is the last two thirds of a micro-batch (what the
-# gradient reduction can hide under; the parameter gather hides under the forward third).
-PASSES_PER_FORWARD_BACKWARD = 3
-FORWARD_SHARE = 1 / 3
-BACKWARD_SHARE = 2 / 3
 # Copies between HBM and pinned host memory reach about 80 % of the link's nominal rate (PCIe packet headers and
 # flow control take the rest); taken for NVLink-C2C too. A stated constant, not fitted.
 HOST_COPY_EFFICIENCY = 0.8

@@ -240,7 +240,8 @@ def test_layer_costs_add_and_scale_term_by_term():
 
 
 def test_full_recompute_re_runs_a_third_of_each_recomputed_layer():
-    from megapilot.estimate.step_time import PASSES_PER_FORWARD_BACKWARD, layer_cost
+    from megapilot.estimate.passes import PASSES_PER_FORWARD_BACKWARD
+    from megapilot.estimate.step_time import layer_cost
 
     layout = ParallelConfig(tp=8, dp=8, sequence_parallel=True, recompute="full")
     cost = layer_cost(LLAMA3_70B, 0, _h100s(64), SEQ_4K, layout, EstimateOptions(), recomputed=True)
@@ -585,7 +586,8 @@ def test_offloaded_activations_cost_what_their_copies_take_beyond_their_layers_f
     Gen5 (H100) a copy outlasts the layer's forward and backward; over a GB200's NVLink-C2C share it outlasts only
     the forward. What is exposed is the copy time beyond the layer's own work, per micro-batch."""
     from megapilot.estimate.memory import offloaded_layer_bytes
-    from megapilot.estimate.step_time import BACKWARD_SHARE, FORWARD_SHARE, HOST_COPY_EFFICIENCY, layer_cost
+    from megapilot.estimate.passes import BACKWARD_SHARE, FORWARD_SHARE
+    from megapilot.estimate.step_time import HOST_COPY_EFFICIENCY, layer_cost
 
     training = TrainingSpec(seq_length=8192, global_batch_size=256, precision="fp8")
     options = EstimateOptions()
