@@ -21,14 +21,15 @@ Model (per GPU, seconds):
   sequence for heads by blocking all-to-alls around its recurrence (Megatron-Core 0.18+);
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
-  move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
+  move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs; the HBM passes over
+  each token's top-k copies and the experts' casts are moe_terms.py's (`moe_token_passes`);
 - kernels: every kernel a layer runs costs a fixed time beyond its work (latency.py; fitted): a few dozen per
   dense layer, hundreds per MoE layer with one GEMM and one FP8 cast per local expert;
 - moe_fixed: the alltoall dispatcher's host sync of a MoE layer and the launches after it the host paces
-  (latency.py); the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
+  (moe_terms.py, latency.py); the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
 - ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers; with the flex dispatcher
   a token crosses to each remote NVLink domain once; with the all-to-all overlap each all-to-all hides only
-  under the compute Megatron pairs it with, and slows that compute by the SMs its kernels hold;
+  under the compute Megatron pairs it with, and slows that compute by the SMs its kernels hold (moe_terms.py);
 - pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk; blocking
   under 1F1B, overlapped with compute under the interleaved schedule;
 - pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2). The slowest stage sets
