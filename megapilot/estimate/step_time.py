@@ -21,14 +21,15 @@ Model (per GPU, seconds):
   sequence for heads by blocking all-to-alls around its recurrence (Megatron-Core 0.18+);
 - experts: the routed experts' GEMMs at `grouped_gemm_fraction` of what a dense GEMM of their shape reaches
   (grouped / per-expert kernels, per-expert FP8 scaling); a latent MoE's experts, dispatch and token passes
-  move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs;
+  move latent-sized tokens, and its two projections (whole on every TP rank) are dense GEMMs; the HBM passes over
+  each token's top-k copies and the experts' casts are moe_terms.py's (`moe_token_passes`);
 - kernels: every kernel a layer runs costs a fixed time beyond its work (latency.py; fitted): a few dozen per
   dense layer, hundreds per MoE layer with one GEMM and one FP8 cast per local expert;
 - moe_fixed: the alltoall dispatcher's host sync of a MoE layer and the launches after it the host paces
-  (latency.py); the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
+  (moe_terms.py, latency.py); the expert GEMMs also pay their partly filled last wave of tiles on the GPU's SMs;
 - ep_comm: token dispatch + combine all-to-all forward and backward on MoE layers; with the flex dispatcher
   a token crosses to each remote NVLink domain once; with the all-to-all overlap each all-to-all hides only
-  under the compute Megatron pairs it with, and slows that compute by the SMs its kernels hold;
+  under the compute Megatron pairs it with, and slows that compute by the SMs its kernels hold (moe_terms.py);
 - pp_comm: activation / gradient p2p between stages (scatter-gather: / TP), per model chunk; blocking
   under 1F1B, overlapped with compute under the interleaved schedule;
 - pp_bubble: (pp-1)/vpp micro-batch times (Narayanan et al. 2021 Sec. 2.2). The slowest stage sets
@@ -75,17 +76,7 @@ from megapilot.estimate.flops import (
     has_attention,
     layer_attention_core_flops,
 )
-from megapilot.estimate.latency import (
-    CURRENT_SCALING_CAST_KERNELS,
-    CastKernels,
-    expert_epilogue_flags,
-    expert_wave_slowdown,
-    layer_kernels,
-    moe_host_sync_s,
-    moe_kernels,
-    sm_count,
-    unfused_rope,
-)
+from megapilot.estimate.latency import CastKernels, layer_kernels, sm_count, unfused_rope
 from megapilot.estimate.mamba_mixer import context_parallel_all_to_all_bytes, mixer_kernels_s_per_token
 from megapilot.estimate.memory import (
     layer_activation_bytes,
@@ -95,41 +86,42 @@ from megapilot.estimate.memory import (
     offloaded_layer_bytes,
     shard_params,
 )
+from megapilot.estimate.moe_terms import (
+    CLAMP_FORWARD_BYTES_PER_VALUE,
+    ep_leaves_domain,
+    expert_all_to_all_s,
+    expert_epilogue_passes_s,
+    expert_mlp_wave_slowdown,
+    expert_rht_unfused_shares,
+    flex_dispatched,
+    moe_a2a_overlapped,
+    moe_fixed_s,
+    moe_token_passes_s,
+    overlapped_all_to_all_exposed_s,
+)
 from megapilot.estimate.params import pipeline_stages, stage_layer_indices
+from megapilot.estimate.passes import ACTIVATION_BYTES, BACKWARD_SHARE, FORWARD_SHARE, PASSES_PER_FORWARD_BACKWARD
 from megapilot.estimate.quantization import (
     BF16_BYTES,
     CALIBRATED_FP8_FLAVOUR,
-    NVFP4_CAST_HBM_FRACTION,
-    RHT_FUSED_ROWS,
-    RHT_UNFUSED_EXTRA_BYTES,
-    cast_bytes_per_value,
     cast_kernels,
     layer_linears,
     layer_recipe_delta_s,
     mixer_linears,
-    rht_unfused_share,
 )
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit, StageWeights
 from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
-from megapilot.spec.validate import moe_a2a_overlap_refusal
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
 PARAM_GATHER_BYTES = 2
-ACTIVATION_BYTES = 2  # bf16 activations, K/V blocks and expert tokens on the wire
 ADAM_STEP_BYTES_PER_PARAM = 32  # read param, grad, m, v (16 B) and write param, m, v + bf16 copy (16 B)
 # A GEMM of shape (m, k, n) does m*k*n multiply-adds (2 FLOPs each) in the forward and twice that in
 # the backward (input and weight gradients): 6 m k n FLOPs per training step.
 TRAIN_FLOPS_PER_MULTIPLY_ADD = 6
-# The backward costs two forwards, so forward + backward is three: re-running a forward costs a
-# third of a layer's time, and the backward is the last two thirds of a micro-batch (what the
-# gradient reduction can hide under; the parameter gather hides under the forward third).
-PASSES_PER_FORWARD_BACKWARD = 3
-FORWARD_SHARE = 1 / 3
-BACKWARD_SHARE = 2 / 3
 # Copies between HBM and pinned host memory reach about 80 % of the link's nominal rate (PCIe packet headers and
 # flow control take the rest); taken for NVLink-C2C too. A stated constant, not fitted.
 HOST_COPY_EFFICIENCY = 0.8
@@ -139,30 +131,6 @@ FSDP_GATHERS_PER_MICROBATCH = 2
 # micro-batch (Korthikanti Sec. 4.2.2); a recomputed forward repeats its 4, half as many again.
 TP_COLLECTIVES_PER_LAYER = 8
 TP_RECOMPUTE_COMM_FACTOR = 1.5
-# Token dispatch and combine, in the forward and again in the backward.
-EP_ALL_TO_ALLS_PER_LAYER = 4
-# SMs the expert dispatcher's kernels hold while they move tokens: DeepSeek-V3's overlapped all-to-all uses 20 of
-# the H800's 132 ("only 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink", DeepSeek-V3
-# technical report, Sec. 3.2.2), DeepEP's default and Megatron's historical `moe_deepep_num_sms`; HybridEP takes
-# DeepEP's default. Assumed the same for NCCL's all-to-all, whose channels each hold an SM's block.
-ALL_TO_ALL_SMS = 20
-# Permute, sort, unsort and unpermute of each token's top-k copies: 6 reads/writes forward, 6 backward.
-MOE_TOKEN_PASSES = 12
-# fc2's bias added expert by expert (`TEGroupedMLP._apply_bias`), bytes per value of fc2's output. With bf16 router
-# probabilities (the alltoall dispatcher's): forward, bias x prob written (2), added to the output (2 + 2 read, 2
-# written), the experts' pieces concatenated (2 + 2); backward, the gradient times the prob and its sum over tokens
-# (2 + 2, 2) for the bias, times the bias and its sum over the width (2 + 2, 2) for the prob, and the split's
-# gradient concatenated (2 + 2). The flex dispatcher hands the experts fp32 probabilities (DeepEP and HybridEP take
-# only fp32: token_dispatcher.py), which promote the sum to fp32: forward 4; 2 + 4, 4; 4 + 4; the cast back 4 + 2;
-# backward the cast up 2 + 4, the output's gradient cast down 4 + 2, the two products and sums at 4 bytes (12 each),
-# the split 2 + 2. (Their extra casts, one per expert, are not counted as kernels.)
-EXPERT_BIAS_BYTES_PER_VALUE = 28
-EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS = 28 + 40
-# The gated unit's clamp (`activation_func_clamp_value`): forward each half clamped (2 read, 2 written) and the
-# halves concatenated (2 + 2); backward each half's clamp gradient (gradient and input read, 2 + 2, 2 written) and the
-# chunk's gradient concatenated (2 + 2). Bytes per value of fc1's output (both halves).
-CLAMP_FORWARD_BYTES_PER_VALUE = 8
-CLAMP_BYTES_PER_VALUE = CLAMP_FORWARD_BYTES_PER_VALUE + 10
 # RoPE in PyTorch ops (`latency.unfused_rope`), bytes per rotated value beyond the fused kernel's 8 (2 + 2 forward,
 # 2 + 2 backward): forward t x cos (2 + 2), the half negated (1 + 1) and the halves concatenated (2 + 2), x sin
 # (2 + 2), the sum (4 + 2), the final concatenation (2 + 2); backward the two products (2 + 2 each), the negation
@@ -383,19 +351,19 @@ def layer_terms(
         width = moe.routed_width(h)
         terms["experts"] = local_experts * _mlp_gemms_s(
             model, padded, moe.moe_ffn_hidden_size, p.expert_tp, cluster, precision, eff, width
-        ) / eff.grouped_gemm_fraction * _expert_wave_slowdown(model, padded, p, gpu)
+        ) / eff.grouped_gemm_fraction * expert_mlp_wave_slowdown(model, padded, p, gpu)
         if moe.latent_size is not None:  # h -> latent before the dispatch, latent -> h after the combine
             terms["latent_projections"] = (_gemm_s(tokens / p.tp, h, width, gpu, precision, eff)
                                            + _gemm_s(tokens / p.tp, width, h, gpu, precision, eff))
         terms["shared_experts"] = _mlp_gemms_s(
             model, tokens, moe.shared_expert_ffn_hidden_size, p.tp, cluster, precision, eff)
         terms["router"] = _gemm_s(tokens / p.tp, h, moe.num_experts, gpu, "bf16", eff)  # logits kept 16-bit
-        terms["moe_token_passes"] = _moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour,
-                                                        per_expert_tokens) \
-            + _expert_epilogue_passes_s(model, gpu, p, routed_tokens, fp32_probs=flex_dispatched(cluster, p, options))
-        terms["ep_comm"] = _expert_all_to_all_s(model, cluster, p, options, routed_tokens)
+        terms["moe_token_passes"] = moe_token_passes_s(model, gpu, p, routed_tokens, training.quant_flavour,
+                                                       per_expert_tokens) \
+            + expert_epilogue_passes_s(model, gpu, p, routed_tokens, fp32_probs=flex_dispatched(cluster, p, options))
+        terms["ep_comm"] = expert_all_to_all_s(model, cluster, p, options, routed_tokens)
         expert_casts = _cast_kernels(model, layer_index, p, training.quant_flavour, per_expert_tokens)[1]
-        terms["moe_fixed"] = _moe_fixed_s(model, cluster, p, options, precision, terms, expert_casts)
+        terms["moe_fixed"] = moe_fixed_s(model, cluster, p, options, precision, terms, expert_casts)
     elif block.mlp == "full":
         terms["mlp_gemms"] = _mlp_gemms_s(model, tokens, model.layer_ffn_hidden_size(layer_index), p.tp, cluster,
                                           precision, eff)
@@ -426,8 +394,8 @@ def layer_terms(
         tp_s *= TP_RECOMPUTE_COMM_FACTOR
     elif p.recompute == "selective":
         terms["recompute"] = _selective_recompute_s(model, layer_index, terms, p, gpu, tokens, precision, eff)
-    if terms["ep_comm"] and _moe_a2a_overlapped(model, cluster, p, options):
-        terms["ep_comm"] = _overlapped_all_to_all_exposed_s(terms, gpu)
+    if terms["ep_comm"] and moe_a2a_overlapped(model, cluster, p, options):
+        terms["ep_comm"] = overlapped_all_to_all_exposed_s(terms, gpu)
     terms["tp_comm"] = tp_s
     if kind == "mamba":
         terms["cp_comm"] = _mamba_cp_all_to_alls_s(model, cluster, p, tokens)
@@ -626,32 +594,6 @@ def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: Paral
     return gemms + passes
 
 
-def _overlapped_all_to_all_exposed_s(terms: dict[str, float], gpu: GPUSpec) -> float:
-    """What the expert all-to-all still costs under `--overlap-moe-expert-parallel-comm`.
-
-    Megatron merges one micro-batch's forward of a layer with another's backward of it and runs the
-    communication on a stream of its own, in three windows (TransformerLayerSchedulePlan.run,
-    megatron/core/models/common/model_chunk_schedule_plan.py):
-
-        comm:    combine bwd       | dispatch fwd  | dispatch bwd           | combine fwd
-        compute: pre-dispatch fwd  | MLP dgrad     | MLP wgrad, MLP fwd     | pre-dispatch bwd
-
-    (the dispatch backward sends what the MLP's dgrad returns, so it waits for it; the backward's thirds are
-    the dgrad and the wgrad). Each window lasts as long as the longer of its two sides: an all-to-all hides
-    only under its own window's compute. And while the dispatcher's kernels run they hold SMs the compute then
-    lacks (`ALL_TO_ALL_SMS`), so even a fully hidden all-to-all slows its window by that share of its length."""
-    pre_dispatch = (terms["mixer_gemms"] + terms["mixer_core"] + terms["router"] + terms["latent_projections"]
-                    + (terms["glue"] + terms["moe_token_passes"] + terms["kernels"]) / 2)  # permute before it
-    mlp = (terms["experts"] + terms["shared_experts"] + terms["moe_fixed"]
-           + (terms["glue"] + terms["moe_token_passes"] + terms["kernels"]) / 2)  # sort, unsort, unpermute
-    comm = terms["ep_comm"] / EP_ALL_TO_ALLS_PER_LAYER  # one all-to-all
-    third = FORWARD_SHARE  # the forward, the dgrad and the wgrad each take a third of a block's compute
-    windows = ((comm, third * pre_dispatch), (comm, third * mlp), (comm, 2 * third * mlp),
-               (comm, 2 * third * pre_dispatch))
-    sm_share = min(1.0, ALL_TO_ALL_SMS / sm_count(gpu))
-    return sum(max(comm_s - compute_s, sm_share * comm_s) for comm_s, compute_s in windows)
-
-
 def layer_cost(
     model: ModelSpec,
     layer_index: int,
@@ -668,102 +610,6 @@ def layer_cost(
                      terms["cp_comm"], terms["ep_comm"])
 
 
-def _expert_all_to_all_s(
-    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, tokens: float
-) -> float:
-    """Dispatch + combine, forward and backward, of one MoE layer: top-k copies of each token leave the rank.
-
-    With the flex dispatcher a token crosses to each remote NVLink domain once, however many of its experts
-    sit there, and is copied to them over NVLink: the cross-domain bytes shrink to the expected number of
-    domains its top-k touch (balanced routing, within the routing groups a group-limited router opens: DeepSeek-V3
-    reaches at most 4 of 8 nodes) over k."""
-    moe = model.moe
-    assert moe is not None
-    sent_bytes = tokens * moe.router_topk * moe.routed_width(model.hidden_size) * ACTIVATION_BYTES * p.expert_tp / p.tp
-    share = 1.0
-    ranks_per_domain = max(1, min(p.ep, comm.scaleup_domain(cluster) // p.expert_tp))
-    if flex_dispatched(cluster, p, options) and p.ep > ranks_per_domain:
-        domains = p.ep / ranks_per_domain
-        touched = comm.expected_groups_touched(moe.num_experts, moe.router_topk, round(domains),
-                                               moe.router_num_groups, moe.router_group_topk)
-        share = touched / moe.router_topk
-    return EP_ALL_TO_ALLS_PER_LAYER * comm.expert_all_to_all_s(
-        sent_bytes, cluster, p.ep, stride=p.expert_tp, cross_domain_share=share)
-
-
-def _moe_token_passes_s(
-    model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, flavour: QuantFlavour | None,
-    per_expert_tokens: float = 1.0,
-) -> float:
-    """HBM time of the passes that move each token's top-k copies between the router and the experts.
-
-    Forward: permute (write k copies), sort them by local expert after the all-to-all (read + write), unsort
-    (read + write), unpermute with the routing weights (read); the backward runs the same six in reverse:
-    twelve passes over k copies of the token, none of them in the stored-activation glue. An ETP group
-    dispatches its tokens once for the group. A quantised recipe makes each expert cast its own GEMM inputs
-    (fc1's and fc2's, forward; their output gradients, backward) at quantization.py's bytes per value: plain FP8
-    at the calibrated current scaling's (the step time's recipe hook adds another FP8 recipe's difference), the
-    block-scaled formats at their own."""
-    moe = model.moe
-    assert moe is not None
-    copies = tokens * moe.router_topk * p.expert_tp / p.tp
-    width = moe.routed_width(model.hidden_size)
-    moved = MOE_TOKEN_PASSES * copies * width * ACTIVATION_BYTES
-    if flavour is not None:
-        priced = CALIBRATED_FP8_FLAVOUR if flavour.startswith("fp8-") else flavour
-        ffn = moe.moe_ffn_hidden_size / p.expert_tp
-        gated = 2 if model.gated_mlp else 1
-        inputs = width + ffn  # fc1 in, fc2 in
-        grads = width + gated * ffn  # fc2 grad-out, fc1 grad-out
-        casts = copies * (inputs * cast_bytes_per_value(priced, "activation", gpu.architecture)
-                          + grads * cast_bytes_per_value(priced, "grad", gpu.architecture))
-        if flavour == "nvfp4":  # the Hadamard casts Transformer Engine cannot fuse write and read a BF16 copy more
-            input_share, grad_share = _expert_rht_unfused_shares(model, p, flavour, per_expert_tokens)
-            casts += copies * RHT_UNFUSED_EXTRA_BYTES * (inputs * input_share + grads * grad_share)
-            casts /= NVFP4_CAST_HBM_FRACTION  # its cast kernels run below HBM speed (quantization.py)
-        moved += casts
-    return gpu.hbm_time_s(moved)
-
-
-def _expert_epilogue_passes_s(model: ModelSpec, gpu: GPUSpec, p: ParallelConfig, tokens: float, *,
-                              fp32_probs: bool = False) -> float:
-    """HBM time of what Megatron's TEGroupedMLP runs around the expert GEMMs when the experts have biases or a clamped
-    gated unit (GPT-OSS), over each routed copy (megatron/core/transformer/moe/experts.py, core 0.15-0.16): fc1's
-    bias rides in the grouped GEMM's epilogue (Transformer Engine's GroupedLinear: cuBLAS bias epilogue forward,
-    its gradient in the wgrad GEMM), but fc2 returns its bias and `TEGroupedMLP._apply_bias` adds it expert by
-    expert in PyTorch (`EXPERT_BIAS_BYTES_PER_VALUE` per value of fc2's output, more when the flex dispatcher's fp32
-    router probabilities promote the sum); the clamp runs before the fused quick-GEGLU kernel as clamps and a
-    concatenation of their own (`CLAMP_BYTES_PER_VALUE` per value of fc1's output; fusions/fused_bias_geglu.py,
-    `weighted_bias_quick_geglu_impl`)."""
-    moe = model.moe
-    assert moe is not None
-    copies = tokens * moe.router_topk * p.expert_tp / p.tp
-    moved = 0.0
-    if model.add_bias_linear:
-        per_value = EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS if fp32_probs else EXPERT_BIAS_BYTES_PER_VALUE
-        moved += copies * moe.routed_width(model.hidden_size) * per_value
-    if model.activation_clamp is not None and model.gated_mlp:
-        moved += copies * 2 * moe.moe_ffn_hidden_size / p.expert_tp * CLAMP_BYTES_PER_VALUE
-    return gpu.hbm_time_s(moved)
-
-
-def _expert_rht_unfused_shares(model: ModelSpec, p: ParallelConfig, flavour: QuantFlavour | None,
-                               per_expert_tokens: float) -> tuple[float, float]:
-    """The share of the experts' NVFP4 columnwise casts on Transformer Engine's unfused Hadamard path, for their GEMM
-    inputs (fc1's, fc2's) and their output gradients (fc2's, fc1's), each pair weighted by width
-    (quantization.rht_unfused_share): counts padded to a capacity are aligned when it is a multiple of 64."""
-    moe = model.moe
-    assert moe is not None
-    width, ffn = moe.routed_width(model.hidden_size), moe.moe_ffn_hidden_size / p.expert_tp
-    up = ffn * (2 if model.gated_mlp else 1)
-    rows_aligned = per_expert_tokens % RHT_FUSED_ROWS == 0 if moe.pad_to_capacity else None
-
-    def share(widths: tuple[float, float]) -> float:
-        return sum(w * rht_unfused_share(flavour, w, rows_aligned) for w in widths) / sum(widths)
-
-    return share((width, ffn)), share((width, up))
-
-
 def _cast_kernels(model: ModelSpec, layer_index: int, p: ParallelConfig, flavour: QuantFlavour | None,
                   per_expert_tokens: float) -> tuple[CastKernels, CastKernels]:
     """Kernels that quantise one tensor (a GEMM input, an output gradient) for the layer's dense linears and for its
@@ -772,67 +618,8 @@ def _cast_kernels(model: ModelSpec, layer_index: int, p: ParallelConfig, flavour
     dense: CastKernels = (cast_kernels(counted, "activation"), cast_kernels(counted, "grad"))
     if not model.is_moe_layer(layer_index) or counted != "nvfp4":
         return dense, dense
-    input_share, grad_share = _expert_rht_unfused_shares(model, p, counted, per_expert_tokens)
+    input_share, grad_share = expert_rht_unfused_shares(model, p, counted, per_expert_tokens)
     return dense, (cast_kernels(counted, "activation", input_share), cast_kernels(counted, "grad", grad_share))
-
-
-def _expert_wave_slowdown(model: ModelSpec, rows: float, p: ParallelConfig, gpu: GPUSpec) -> float:
-    """Wave quantisation of the expert GEMMs (latency.py): fc1's and fc2's three GEMMs each, weighted by their
-    FLOPs. The local experts' tiles share the waves: the legacy grouped GEMM tiles them in one launch, and
-    Transformer Engine's streams start an expert's GEMM on the SMs its predecessors' last tiles leave free, so
-    only the group's last wave is partly filled."""
-    moe = model.moe
-    assert moe is not None
-    concurrent = moe.num_experts // p.ep
-    width, ffn, sms = moe.routed_width(model.hidden_size), moe.moe_ffn_hidden_size / p.expert_tp, sm_count(gpu)
-    gated = 2 if model.gated_mlp else 1
-    fc1 = expert_wave_slowdown(rows, width, gated * ffn, sms, concurrent)
-    fc2 = expert_wave_slowdown(rows, ffn, width, sms, concurrent)
-    return (gated * fc1 + fc2) / (gated + 1)
-
-
-def _moe_fixed_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions,
-                 precision: str, terms: dict[str, float],
-                 cast_kernels: CastKernels = CURRENT_SCALING_CAST_KERNELS) -> float:
-    """The dispatcher's host sync of one MoE layer (latency.py), where it syncs: the alltoall dispatcher syncs
-    whenever tokens leave the rank or several local experts split them (Megatron's dropless path, and token
-    dropping without padding); the flex dispatcher and inputs padded to capacity keep the split sizes static.
-    After the sync the GPU runs the forward's dispatch, experts and combine: their forward third and the two
-    forward all-to-alls."""
-    moe = model.moe
-    assert moe is not None
-    local_experts = moe.num_experts // p.ep
-    # padded to capacity the split sizes are static: Megatron's alltoall dispatcher skips the sync (drop_and_pad)
-    if flex_dispatched(cluster, p, options) or moe.pad_to_capacity or (p.ep == 1 and local_experts == 1):
-        return 0.0
-    kernels = moe_kernels(local_experts, per_expert_gemms=not options.moe_legacy_grouped_gemm,
-                          fp8_casts=precision in EIGHT_BIT_PRECISIONS, cast_kernels=cast_kernels,
-                          **expert_epilogue_flags(model))
-    after_sync_s = FORWARD_SHARE * (terms["experts"] + terms["moe_token_passes"]) + terms["ep_comm"] / 2
-    return moe_host_sync_s(kernels, forward_after_sync_gpu_s=after_sync_s,
-                           kernel_overhead_s=options.efficiency.kernel_overhead_s)
-
-
-def ep_leaves_domain(cluster: ClusterSpec, p: ParallelConfig) -> bool:
-    """Whether the expert group (EP x ETP ranks) spans more GPUs than one NVLink/xGMI domain holds."""
-    return p.ep * p.expert_tp > comm.scaleup_domain(cluster)
-
-
-def flex_dispatched(cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
-    """Whether this layout's tokens go through the flex dispatcher: always (True), never (False), or (None) where
-    its expert group leaves the NVLink domain."""
-    if options.moe_flex_dispatcher is None:
-        return ep_leaves_domain(cluster, p)
-    return options.moe_flex_dispatcher
-
-
-def _moe_a2a_overlapped(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
-    """`--overlap-moe-expert-parallel-comm`: off (False); on wherever Megatron allows it (True: no full recompute,
-    VPP whenever PP > 1, one MTP layer at most, `spec.moe_a2a_overlap_refusal`); or (None) on only where the
-    expert group also leaves the NVLink domain."""
-    if options.moe_a2a_overlap is False or moe_a2a_overlap_refusal(model, p) is not None:
-        return False
-    return options.moe_a2a_overlap is True or ep_leaves_domain(cluster, p)
 
 
 def _mamba_mixer_s(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, cluster: ClusterSpec,
@@ -1316,7 +1103,7 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s, ep_inside_domain=p.ep * p.expert_tp <= comm.scaleup_domain(cluster))
+        warnings=_warnings(breakdown, total_s, ep_inside_domain=not ep_leaves_domain(cluster, p))
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
         + ([DSA_CAVEAT] if model.dsa is not None else []),
         coverage=coverage,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from megapilot.errors import MegapilotError
 from megapilot.estimate import LOW_HEADROOM_FRACTION, EstimateOptions, cross_domain_flex_backend
 from megapilot.estimate.coverage import coverage_for
-from megapilot.estimate.step_time import ep_leaves_domain
+from megapilot.estimate.moe_terms import ep_leaves_domain
 from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
 from megapilot.plan.preferences import (
     ErrorBand,

@@ -112,11 +112,11 @@ def test_a_qwen3_30b_moe_layer_pays_its_kernels_and_its_sync_whatever_the_micro_
 def test_expert_gemms_pay_wave_quantisation_on_the_gpus_sm_count():
     # 16 local experts x 2048 rows on B200 (148 SMs) and H100 (132 SMs): the same tiles fill their waves differently.
     b200, h100 = _moe_terms(EstimateOptions()), _moe_terms(EstimateOptions(), gpu="h100")
-    from megapilot.estimate.step_time import _expert_wave_slowdown
+    from megapilot.estimate.moe_terms import expert_mlp_wave_slowdown
 
     layout = ParallelConfig(tp=1, dp=8, ep=8)
-    slow_b200 = _expert_wave_slowdown(QWEN3_30B_LIKE, 2048, layout, get_gpu("b200"))
-    slow_h100 = _expert_wave_slowdown(QWEN3_30B_LIKE, 2048, layout, get_gpu("h100"))
+    slow_b200 = expert_mlp_wave_slowdown(QWEN3_30B_LIKE, 2048, layout, get_gpu("b200"))
+    slow_h100 = expert_mlp_wave_slowdown(QWEN3_30B_LIKE, 2048, layout, get_gpu("h100"))
     assert 1.0 < slow_b200 < 1.05 and 1.0 < slow_h100 < 1.05
     assert b200["experts"] > 0 and h100["experts"] > 0
 

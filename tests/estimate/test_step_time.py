@@ -240,7 +240,8 @@ def test_layer_costs_add_and_scale_term_by_term():
 
 
 def test_full_recompute_re_runs_a_third_of_each_recomputed_layer():
-    from megapilot.estimate.step_time import PASSES_PER_FORWARD_BACKWARD, layer_cost
+    from megapilot.estimate.passes import PASSES_PER_FORWARD_BACKWARD
+    from megapilot.estimate.step_time import layer_cost
 
     layout = ParallelConfig(tp=8, dp=8, sequence_parallel=True, recompute="full")
     cost = layer_cost(LLAMA3_70B, 0, _h100s(64), SEQ_4K, layout, EstimateOptions(), recomputed=True)
@@ -263,28 +264,6 @@ def _moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: ParallelConfig, o
     return layer_cost(model, 0, cluster, training, layout, options, recomputed=False)
 
 
-def test_moe_token_passes_move_twelve_times_the_top_k_copies_through_hbm_and_fp8_quantises_each_experts_inputs():
-    """Qwen3-30B-A3B-like layer, 4096 tokens, top-8, h 2048: 12 x 4096 x 8 x 2048 x 2 B = 1.61 GB per micro-batch,
-    0.20 ms at the B200's 8 TB/s. FP8 current scaling casts fc1 in (2048) + fc2 in (768) forward, fc2 grad-out
-    (2048) + fc1 grad-out (2 x 768, gated) backward = 6400 elements per copy, at quantization.py's bytes: two
-    reads of the bf16 value (amax, cast) and one FP8 copy on Blackwell (5 B: 1.05 GB, 0.13 ms more), a row- and
-    a column-wise copy on Hopper (6 B)."""
-    from megapilot.estimate.step_time import _moe_token_passes_s
-
-    b200, layout = get_gpu("b200"), ParallelConfig(tp=1, dp=8, ep=8)
-    bf16 = _moe_token_passes_s(QWEN3_30B_LIKE, b200, layout, 4096, None)
-    assert bf16 == pytest.approx(12 * 4096 * 8 * 2048 * 2 / (b200.hbm_bw_tbps * 1e12))
-    assert bf16 == pytest.approx(0.20e-3, rel=0.02)
-    fp8 = _moe_token_passes_s(QWEN3_30B_LIKE, b200, layout, 4096, "fp8-tensorwise")
-    assert fp8 - bf16 == pytest.approx(4096 * 8 * 6400 * 5 / (b200.hbm_bw_tbps * 1e12))
-    assert fp8 - bf16 == pytest.approx(0.131e-3, rel=0.02)
-    h100_bf16 = _moe_token_passes_s(QWEN3_30B_LIKE, H100, layout, 4096, None)
-    h100_fp8 = _moe_token_passes_s(QWEN3_30B_LIKE, H100, layout, 4096, "fp8-tensorwise")
-    assert h100_fp8 - h100_bf16 == pytest.approx(4096 * 8 * 6400 * 6 / (H100.hbm_bw_tbps * 1e12))
-    # Another plain-FP8 recipe is priced here as the calibrated one: the recipe hook adds its difference once.
-    assert _moe_token_passes_s(QWEN3_30B_LIKE, b200, layout, 4096, "fp8-delayed") == fp8
-
-
 def test_routed_experts_run_at_the_grouped_fraction_of_a_dense_gemm_of_their_shape():
 
     cluster = ClusterSpec.from_gpu_count(get_gpu("b200"), 8)
@@ -295,9 +274,10 @@ def test_routed_experts_run_at_the_grouped_fraction_of_a_dense_gemm_of_their_sha
                       EstimateOptions(efficiency=replace(plain, grouped_gemm_fraction=0.5))).compute
     # Half the fraction doubles the experts' GEMMs: 16 local experts x (2048 tokens x 2048 x 1536 + x 768 x 2048),
     # six FP8 passes each, slowed by their partly filled last wave; their time is what the layer gains.
-    from megapilot.estimate.step_time import _expert_wave_slowdown, _mlp_gemms_s
+    from megapilot.estimate.moe_terms import expert_mlp_wave_slowdown
+    from megapilot.estimate.step_time import _mlp_gemms_s
 
-    waves = _expert_wave_slowdown(QWEN3_30B_LIKE, 2048, layout, get_gpu("b200"))
+    waves = expert_mlp_wave_slowdown(QWEN3_30B_LIKE, 2048, layout, get_gpu("b200"))
     experts = 16 * _mlp_gemms_s(QWEN3_30B_LIKE, 2048, 768, 1, cluster, "fp8", plain) * waves
     assert half - base == pytest.approx(experts)
     assert 0.1 < experts / base < 0.6  # a real share of the layer, not all of it
@@ -330,7 +310,7 @@ def test_the_flex_dispatcher_and_the_all_to_all_overlap_shrink_the_exposed_cross
 def test_an_overlapped_all_to_all_that_every_window_covers_still_costs_the_sms_its_kernels_hold():
     """EP 8 inside one H100 node: each all-to-all is shorter than the compute Megatron pairs it with, so none of
     it waits; but for its length its kernels hold 20 of the 132 SMs, and the compute beside it slows by that."""
-    from megapilot.estimate.step_time import ALL_TO_ALL_SMS
+    from megapilot.estimate.moe_terms import ALL_TO_ALL_SMS
 
     model = ModelSpec(name="dsv3-like", num_layers=4, hidden_size=7168, ffn_hidden_size=18432,
                       num_attention_heads=128, vocab_size=129280,
@@ -585,7 +565,8 @@ def test_offloaded_activations_cost_what_their_copies_take_beyond_their_layers_f
     Gen5 (H100) a copy outlasts the layer's forward and backward; over a GB200's NVLink-C2C share it outlasts only
     the forward. What is exposed is the copy time beyond the layer's own work, per micro-batch."""
     from megapilot.estimate.memory import offloaded_layer_bytes
-    from megapilot.estimate.step_time import BACKWARD_SHARE, FORWARD_SHARE, HOST_COPY_EFFICIENCY, layer_cost
+    from megapilot.estimate.passes import BACKWARD_SHARE, FORWARD_SHARE
+    from megapilot.estimate.step_time import HOST_COPY_EFFICIENCY, layer_cost
 
     training = TrainingSpec(seq_length=8192, global_batch_size=256, precision="fp8")
     options = EstimateOptions()
@@ -609,7 +590,7 @@ def test_offloaded_activations_cost_what_their_copies_take_beyond_their_layers_f
 
 
 def test_the_flex_dispatcher_left_to_the_layout_runs_where_the_expert_group_leaves_the_nvlink_domain():
-    from megapilot.estimate.step_time import flex_dispatched
+    from megapilot.estimate.moe_terms import flex_dispatched
 
     cluster, planned = _h100s(32), EstimateOptions(moe_flex_dispatcher=None)
     wide = ParallelConfig(tp=1, pp=1, dp=32, ep=16, etp=1)

@@ -18,10 +18,13 @@ from megapilot.estimate.latency import (
     moe_kernels,
     unfused_rope,
 )
-from megapilot.estimate.step_time import (
+from megapilot.estimate.moe_terms import (
     CLAMP_BYTES_PER_VALUE,
     CLAMP_FORWARD_BYTES_PER_VALUE,
     EXPERT_BIAS_BYTES_PER_VALUE,
+    EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS,
+)
+from megapilot.estimate.step_time import (
     TE_UNFUSED_SINK_SCORE_BYTES,
     UNFUSED_ROPE_BYTES_PER_VALUE,
     EstimateOptions,
@@ -157,8 +160,6 @@ def test_none_of_it_reaches_a_model_without_these_properties():
 
 
 def test_the_flex_dispatchers_fp32_probabilities_make_the_bias_sum_dearer():
-    from megapilot.estimate.step_time import EXPERT_BIAS_BYTES_PER_VALUE_FP32_PROBS
-
     plain = GPT_OSS.model_copy(update={"add_bias_linear": False})
     flex = EstimateOptions(moe_flex_dispatcher=True)
     bias_s = _terms(GPT_OSS, options=flex)["moe_token_passes"] - _terms(plain, options=flex)["moe_token_passes"]
