@@ -162,6 +162,17 @@ def test_estimate_script_and_plan_show_one_text_for_each_shared_option():
     assert script["--gpus"].startswith(plan["--gpus"]) and "--nodes" in script["--gpus"]
 
 
+def test_plans_pins_say_what_the_field_means_as_estimate_does_and_that_the_search_fills_them():
+    """A pin's help is the layout field's description (ParallelConfig's), as `estimate`'s option is, with the
+    planner's default (searched) where `estimate` states its own."""
+    estimate, plan = _option_help("estimate"), _option_help("plan")
+    for flag in ("--tp", "--pp", "--vpp", "--cp", "--ep", "--etp", "--mbs", "--recompute", "--recompute-modules",
+                 "--fsdp"):
+        stem = plan[flag].removesuffix("default: searched).")
+        assert stem != plan[flag] and estimate[flag].startswith(stem.removesuffix(" (")), flag
+    assert plan["--tp"] == "Tensor parallel size (default: searched)."
+
+
 def test_the_run_features_are_one_declaration_in_estimate_plan_and_script():
     """MTP, token dropping and the dispatcher: the same options, the same text, in all three commands (the
     flex dispatcher was declared twice, and plan had none of them)."""
