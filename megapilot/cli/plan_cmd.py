@@ -25,6 +25,8 @@ from megapilot.cli.layout_options import (
     Gpus,
     GpusPerNode,
     feature_options,
+    one_spelling,
+    unlisted_option,
 )
 from megapilot.errors import MegapilotError
 
@@ -166,6 +168,7 @@ def plan_command(
     tp: int | None = _pin("tp"),
     pp: int | None = _pin("pp"),
     vpp: int | None = _pin("vpp"),
+    vpp_unlisted: int | None = unlisted_option("vpp"),
     cp: int | None = _pin("cp"),
     ep: int | None = _pin("ep"),
     etp: int | None = _pin("etp"),
@@ -194,6 +197,7 @@ def plan_command(
     from megapilot.estimate.cases import parse_recompute_modules
     from megapilot.plan import Pins, plan
 
+    vpp = one_spelling("vpp", vpp, vpp_unlisted)
     # A zero or negative size is refused here: the search would divide by it or silently ignore the pin.
     for flag, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--seq-len", seq_len), ("--gbs", gbs),
                         ("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--cp", cp), ("--ep", ep), ("--etp", etp),
