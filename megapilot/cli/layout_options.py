@@ -74,7 +74,7 @@ MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
 }
 
 # Spellings an option still takes that its help does not list: Megatron-Core's config name for VPP (NeMo's key),
-# which `estimate` and `script` took for Megatron-LM's flag before they took the flag itself.
+# which `estimate`, `script` and `plan` took for Megatron-LM's flag before they took the flag itself.
 UNLISTED_SPELLINGS: dict[str, str] = {"vpp": "--virtual-pipeline-model-parallel-size"}
 
 

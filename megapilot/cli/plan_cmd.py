@@ -45,7 +45,7 @@ PROFILE_OPTION = typer.Option(None, "--profile",
 JSON_OPTION = typer.Option(False, "--json", help="Machine output.")
 
 
-_SEARCHED = {option.name: option for option in LAYOUT_OPTIONS}
+_LAYOUT_OPTION = {option.name: option for option in LAYOUT_OPTIONS}  # by field: a pin says what its field means
 
 
 def _pin(name: str, *decls: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
@@ -53,7 +53,7 @@ def _pin(name: str, *decls: str) -> Any:  # typer's OptionInfo, typed Any by typ
     name and Megatron-LM's (`--tp`, `--tensor-model-parallel-size`), as `estimate` and `script` take it, with the
     layout field's description for its help; `decls` where it is declared otherwise (`--fsdp/--no-fsdp`)."""
     names = decls or (f"--{name.replace('_', '-')}", *MEGATRON_SPELLINGS.get(name, ()))
-    return typer.Option(None, *names, help=with_default(_SEARCHED[name].description, "searched"))
+    return typer.Option(None, *names, help=with_default(_LAYOUT_OPTION[name].description, "searched"))
 
 
 @dataclass
