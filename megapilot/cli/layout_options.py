@@ -26,6 +26,7 @@ import typer
 from megapilot.case_flags import REQUIRED_FLAGS
 from megapilot.cli.layout_field import LayoutField
 from megapilot.cli.layout_fields import LAYOUT_OPTIONS
+from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
     from megapilot.estimate import CaseFeatures
@@ -51,7 +52,7 @@ GpusPerNode = Annotated[int | None, typer.Option(
 MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
     "tp": ("--tensor-model-parallel-size",),
     "pp": ("--pipeline-model-parallel-size",),
-    "vpp": ("--virtual-pipeline-model-parallel-size",),
+    "vpp": ("--num-virtual-stages-per-pipeline-rank",),  # what `script` writes; Megatron derives the VPP size from it
     "cp": ("--context-parallel-size",),
     "ep": ("--expert-model-parallel-size",),
     "etp": ("--expert-tensor-parallel-size",),
@@ -71,6 +72,25 @@ MEGATRON_SPELLINGS: dict[str, tuple[str, ...]] = {
     "moe_flex_dispatcher": ("--moe-flex-dispatcher-backend",),
     "moe_a2a_overlap": ("--overlap-moe-expert-parallel-comm",),
 }
+
+# Spellings an option still takes that its help does not list: Megatron-Core's config name for VPP (NeMo's key),
+# which `estimate`, `script` and `plan` took for Megatron-LM's flag before they took the flag itself.
+UNLISTED_SPELLINGS: dict[str, str] = {"vpp": "--virtual-pipeline-model-parallel-size"}
+
+
+def unlisted_option(name: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
+    """The hidden option of a field's unlisted spelling (`UNLISTED_SPELLINGS`); `one_spelling` merges it."""
+    return typer.Option(None, UNLISTED_SPELLINGS[name], hidden=True)
+
+
+def one_spelling(name: str, listed: Any, unlisted: Any) -> Any:
+    """The value of an option given under its listed names or its unlisted one; refused when given under both."""
+    if unlisted is None:
+        return listed
+    if listed is not None:
+        raise MegapilotError(f"given twice, as {UNLISTED_SPELLINGS[name]} and --{name.replace('_', '-')}",
+                             field=name, fix=f"pass --{name.replace('_', '-')} once")
+    return unlisted
 
 
 def _option(help: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
@@ -278,19 +298,32 @@ def _flag_options(cls: type[LayoutFlags | FeatureFlags], parameter_name: str, re
         at = [parameter.name for parameter in own].index(parameter_name)
         options = _option_parameters(cls, required_note, notes)
         names = [parameter.name for parameter in options]
+        unlisted = [_unlisted_parameter(option) for option in options if option.name in UNLISTED_SPELLINGS]
 
         @functools.wraps(command)
         def with_flags(**values: Any) -> None:
+            for parameter in unlisted:
+                listed = parameter.name.removesuffix(_UNLISTED)
+                values[listed] = one_spelling(listed, values[listed], values.pop(parameter.name))
             flags = cls(**{name: values.pop(name) for name in names})
             command(**{parameter_name: flags}, **values)
 
-        parameters = own[:at] + options + own[at + 1:]
+        parameters = own[:at] + options + unlisted + own[at + 1:]
         # typer reads the options from the signature and the types from the annotations
         with_flags.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # read by inspect.signature
         with_flags.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
         return with_flags
 
     return decorate
+
+
+_UNLISTED = "_unlisted"  # the suffix of an unlisted spelling's parameter: `vpp_unlisted`
+
+
+def _unlisted_parameter(option: inspect.Parameter) -> inspect.Parameter:
+    """The hidden parameter that takes `option`'s unlisted spelling, of its type."""
+    return inspect.Parameter(option.name + _UNLISTED, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                             default=unlisted_option(option.name), annotation=get_args(option.annotation)[0])
 
 
 def _declared_names(option: Any, name: str) -> tuple[str, ...]:

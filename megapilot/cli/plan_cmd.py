@@ -10,6 +10,8 @@ import typer
 
 from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_options
 from megapilot.cli.estimate_cmd import HISTORY_DB_HELP
+from megapilot.cli.layout_field import with_default
+from megapilot.cli.layout_fields import LAYOUT_OPTIONS
 from megapilot.cli.layout_options import (
     FP8_RECIPE_HELP,
     GBS_HELP,
@@ -23,6 +25,8 @@ from megapilot.cli.layout_options import (
     Gpus,
     GpusPerNode,
     feature_options,
+    one_spelling,
+    unlisted_option,
 )
 from megapilot.errors import MegapilotError
 
@@ -41,10 +45,15 @@ PROFILE_OPTION = typer.Option(None, "--profile",
 JSON_OPTION = typer.Option(False, "--json", help="Machine output.")
 
 
-def _pin(name: str, what: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
+_LAYOUT_OPTION = {option.name: option for option in LAYOUT_OPTIONS}  # by field: a pin says what its field means
+
+
+def _pin(name: str, *decls: str) -> Any:  # typer's OptionInfo, typed Any by typer itself
     """A `plan` option that fixes one dimension of the search (left out: the planner chooses), under its short
-    name and Megatron-LM's (`--tp`, `--tensor-model-parallel-size`), as `estimate` and `script` take it."""
-    return typer.Option(None, f"--{name}", *MEGATRON_SPELLINGS.get(name, ()), help=f"Pin {what}.")
+    name and Megatron-LM's (`--tp`, `--tensor-model-parallel-size`), as `estimate` and `script` take it, with the
+    layout field's description for its help; `decls` where it is declared otherwise (`--fsdp/--no-fsdp`)."""
+    names = decls or (f"--{name.replace('_', '-')}", *MEGATRON_SPELLINGS.get(name, ()))
+    return typer.Option(None, *names, help=with_default(_LAYOUT_OPTION[name].description, "searched"))
 
 
 @dataclass
@@ -156,17 +165,17 @@ def plan_command(
     precision: str = typer.Option("bf16", "--precision", help=f"{PRECISION_HELP}."),
     fp8_recipe: str | None = typer.Option(None, "--fp8-recipe", help=FP8_RECIPE_HELP),
     top: int = typer.Option(5, "--top", help="How many layouts to show."),
-    tp: int | None = _pin("tp", "tensor parallel size"),
-    pp: int | None = _pin("pp", "pipeline parallel size"),
-    vpp: int | None = _pin("vpp", "virtual pipeline stages"),
-    cp: int | None = _pin("cp", "context parallel size"),
-    ep: int | None = _pin("ep", "expert parallel size"),
-    etp: int | None = _pin("etp", "expert tensor parallel size"),
-    mbs: int | None = _pin("mbs", "micro-batch size"),
-    recompute: str | None = _pin("recompute", "recompute: none, selective or full"),
-    recompute_modules: str | None = _pin(
-        "recompute-modules", "selective recompute of these modules, comma-separated (--recompute-modules)"),
-    fsdp: bool | None = typer.Option(None, "--fsdp/--no-fsdp", help="Force Megatron-FSDP on or off."),
+    tp: int | None = _pin("tp"),
+    pp: int | None = _pin("pp"),
+    vpp: int | None = _pin("vpp"),
+    vpp_unlisted: int | None = unlisted_option("vpp"),
+    cp: int | None = _pin("cp"),
+    ep: int | None = _pin("ep"),
+    etp: int | None = _pin("etp"),
+    mbs: int | None = _pin("mbs"),
+    recompute: str | None = _pin("recompute"),
+    recompute_modules: str | None = _pin("recompute_modules"),
+    fsdp: bool | None = _pin("fsdp", "--fsdp/--no-fsdp"),
     features: FeatureFlags = NO_FEATURES,  # the run the layouts are searched for (MTP, token drop, optimizer, ...)
     budget: BudgetFlags = NO_BUDGET,  # --tokens 15.6T: rank by time to train (megapilot.plan.budget)
     headroom: float = typer.Option(
@@ -188,6 +197,7 @@ def plan_command(
     from megapilot.estimate.cases import parse_recompute_modules
     from megapilot.plan import Pins, plan
 
+    vpp = one_spelling("vpp", vpp, vpp_unlisted)
     # A zero or negative size is refused here: the search would divide by it or silently ignore the pin.
     for flag, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--seq-len", seq_len), ("--gbs", gbs),
                         ("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--cp", cp), ("--ep", ep), ("--etp", etp),

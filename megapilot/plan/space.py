@@ -26,11 +26,10 @@ from megapilot.estimate.pipeline_balance import balanced_split, stage_weights
 from megapilot.spec import ClusterSpec, LayoutPins, ModelSpec, TrainingSpec
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit, StageWeights
 from megapilot.spec.validate import (
-    attention_heads_refusal,
-    gated_delta_net_split_refusal,
-    kv_heads_refusal,
-    mamba_split_refusal,
-    sink_context_parallel_refusal,
+    SplitRefusal,
+    SplitRule,
+    context_split_refusal,
+    tensor_split_refusal,
     topk_sharing_refusal,
 )
 
@@ -168,19 +167,24 @@ def tp_rule(model: ModelSpec, cluster: ClusterSpec, tp: int) -> Rejection | None
 
 def tensor_split_rule(model: ModelSpec, tp: int) -> Rejection | None:
     """TP splits whole attention heads, splits or replicates whole KV groups, and splits the linear mixers' heads
-    (Gated DeltaNet's, the Mamba-2 mixer's heads and groups): `validate_layout`'s own predicates, each under its
-    category."""
-    for category, refusal in ((RejectReason.TP_HEADS, attention_heads_refusal(model, tp)),
-                              (RejectReason.TP_KV_HEADS, kv_heads_refusal(model, tp)),
-                              (RejectReason.TP_HEADS, gated_delta_net_split_refusal(model, tp, 1)),
-                              (RejectReason.TP_MAMBA, mamba_split_refusal(model, tp, 1))):
-        if refusal is not None:
-            return _rejection(category, refusal)
-    return None
+    (Gated DeltaNet's, the Mamba-2 mixer's heads and groups): `validate_layout`'s own rules, in its order
+    (`tensor_split_refusal`), each under its category."""
+    refusal = tensor_split_refusal(model, tp)
+    return None if refusal is None else _rejection(_TP_CATEGORIES, refusal)
 
 
-def _rejection(category: RejectReason, refusal: MegapilotError) -> Rejection:
-    return Rejection(category, refusal.field or "", refusal.problem, refusal.fix or "")
+# The category a TP or a CP size is counted under, by the head-split rule it breaks (`spec.validate.SplitRule`; a
+# Gated DeltaNet split that TP alone breaks counts with the attention heads').
+_TP_CATEGORIES = {SplitRule.ATTENTION_HEADS: RejectReason.TP_HEADS, SplitRule.KV_HEADS: RejectReason.TP_KV_HEADS,
+                  SplitRule.GATED_DELTA_NET_HEADS: RejectReason.TP_HEADS, SplitRule.MAMBA_HEADS: RejectReason.TP_MAMBA}
+_CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK,
+                  SplitRule.GATED_DELTA_NET_HEADS: RejectReason.CP_LINEAR_ATTENTION,
+                  SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA}
+
+
+def _rejection(categories: dict[SplitRule, RejectReason], refusal: SplitRefusal) -> Rejection:
+    error = refusal.error
+    return Rejection(categories[refusal.rule], error.field or "", error.problem, error.fix or "")
 
 
 def tp_limit(cluster: ClusterSpec) -> int:
@@ -194,13 +198,10 @@ def tp_limit(cluster: ClusterSpec) -> int:
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
     """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP. Gated DeltaNet
     and the Mamba-2 mixer take CP over whole heads of a TP rank, attention sinks none on the p2p ring
-    (`validate_layout`'s predicates); DeepSeek Sparse Attention has no CP the estimate prices."""
-    if cp > 1:
-        for category, refusal in ((RejectReason.CP_SINK, sink_context_parallel_refusal(model, cp)),
-                                  (RejectReason.CP_LINEAR_ATTENTION, gated_delta_net_split_refusal(model, tp, cp)),
-                                  (RejectReason.CP_MAMBA, mamba_split_refusal(model, tp, cp))):
-            if refusal is not None:
-                return _rejection(category, refusal)
+    (`validate_layout`'s own rules, in its order: `context_split_refusal`); DeepSeek Sparse Attention has no CP the
+    estimate prices."""
+    if (refusal := context_split_refusal(model, tp, cp)) is not None:
+        return _rejection(_CP_CATEGORIES, refusal)
     if cp > 1 and model.dsa is not None:
         return Rejection(RejectReason.CP_SPARSE_ATTENTION, "cp",
                          f"cp={cp}: DeepSeek Sparse Attention has no context parallelism", "use cp 1")

@@ -39,12 +39,14 @@ DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)  # Megat
 
 @dataclass(frozen=True)
 class CliOption:
-    """How the command line takes a layout field (`estimate`, `script`): the option's help, which states the default
-    a command takes when the option is left out (the estimate's, where it is not ParallelConfig's: sequence
-    parallelism on when tp > 1), and the option's names where they are not the field's (`--pp-layout`; a switch
-    with an off form, `--sp/--no-sp`). Read by megapilot/cli/gen_layout_fields.py, never at run time."""
+    """How the command line takes a layout field (`estimate`, `script`). Its help is the field's description, which
+    says what the field means once for every reader, ended by the default a command takes when the option is left
+    out: the field's own, or `default` where a command takes another (sequence parallelism: on when tp > 1) or the
+    field's None stands for a value (etp: tp). `names`: the option's names where they are not the field's
+    (`--pp-layout`; a switch with an off form, `--sp/--no-sp`). Read by megapilot/cli/gen_layout_fields.py, never
+    at run time."""
 
-    help: str
+    default: str | None = None
     names: tuple[str, ...] = ()
 
 
@@ -58,75 +60,57 @@ class ParallelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tp: Annotated[int, CliOption("Tensor parallel size (default 1).")] = Field(
-        default=1, ge=1, description="Tensor parallel size.")
-    pp: Annotated[int, CliOption("Pipeline parallel size (default 1).")] = Field(
-        default=1, ge=1, description="Pipeline parallel size.")
-    vpp: Annotated[int, CliOption("Virtual pipeline stages per rank (default 1).")] = Field(
+    tp: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Tensor parallel size.")
+    pp: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Pipeline parallel size.")
+    vpp: Annotated[int, CliOption()] = Field(
         default=1, ge=1, description="Virtual pipeline stages per PP rank (1 = no interleaving).")
-    cp: Annotated[int, CliOption("Context parallel size (default 1).")] = Field(
-        default=1, ge=1, description="Context parallel size.")
-    ep: Annotated[int, CliOption("Expert parallel size (default 1).")] = Field(
-        default=1, ge=1, description="Expert parallel size.")
-    etp: Annotated[int | None, CliOption("Expert tensor parallel size (default: tp).")] = Field(
-        default=None, ge=1, description="Expert tensor parallel size; None = same as tp.")
+    cp: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Context parallel size.")
+    ep: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Expert parallel size.")
+    etp: Annotated[int | None, CliOption(default="tp")] = Field(  # None: TP's, as Megatron defaults it
+        default=None, ge=1, description="Expert tensor parallel size.")
     dp: int = Field(default=1, ge=1, description="Data parallel size (derived: world / (tp*pp*cp)).")
-    mbs: Annotated[int, CliOption("Micro-batch size (default 1).")] = Field(
-        default=1, ge=1, description="Micro-batch size.")
+    mbs: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Micro-batch size.")
     sequence_parallel: Annotated[bool, CliOption(
-        "Default: on when tp > 1.", names=("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp"))] = Field(
+        default="on when tp > 1", names=("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp"))] = Field(
         default=False, description="Megatron sequence parallelism (needs tp > 1).")
-    recompute: Annotated[Recompute, CliOption(f"{_choices(Recompute)} (default selective).")] = Field(
-        default="selective", description="Activation recomputation granularity.")
-    recompute_method: Annotated[RecomputeMethod, CliOption(
-        f"With full recompute: {_choices(RecomputeMethod)} (--recompute-method; default uniform).")] = Field(
-        default="uniform", description="With full recompute.")
-    recompute_num_layers: Annotated[int | None, CliOption("With full recompute: layers per group.")] = Field(
+    recompute: Annotated[Recompute, CliOption()] = Field(
+        default="selective", description=f"Activation recomputation granularity: {_choices(Recompute)}.")
+    recompute_method: Annotated[RecomputeMethod, CliOption()] = Field(
+        default="uniform", description=f"With full recompute: {_choices(RecomputeMethod)} (--recompute-method).")
+    recompute_num_layers: Annotated[int | None, CliOption()] = Field(
         default=None, ge=1, description="With full recompute: layers per chunk (uniform) or per stage (block).",
     )
-    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, CliOption(
-        "With selective recompute: what to rerun in the backward, comma-separated, from "
-        f"{', '.join(RECOMPUTE_MODULES)} (--recompute-modules; default {', '.join(DEFAULT_RECOMPUTE_MODULES)}).")] \
-        = Field(default=None, min_length=1,
-                description="With selective recompute: the modules rerun in the backward (--recompute-modules); "
-                "None = Megatron's default, the attention core.")
-    cpu_offloading_num_layers: Annotated[int, CliOption(
-        "Move the activations of the first N transformer layers to host memory in the forward and back for the "
-        "backward (--cpu-offloading-num-layers; Megatron runs it with pp 1 and no recompute; default 0).")] = Field(
+    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, CliOption(  # None: Megatron's default
+        default=", ".join(DEFAULT_RECOMPUTE_MODULES))] = Field(
+        default=None, min_length=1,
+        description="With selective recompute: the modules rerun in the backward, any of "
+        f"{', '.join(RECOMPUTE_MODULES)} (--recompute-modules, comma-separated).")
+    cpu_offloading_num_layers: Annotated[int, CliOption()] = Field(
         default=0, ge=0,
-        description="Activations of the first N transformer layers move to host memory in the forward and come back "
-        "for the backward (--cpu-offloading-num-layers, Megatron's cpu_offloading; 0 = off).",
+        description="Activations of the first N transformer layers move to host memory in the forward and back for "
+        "the backward (--cpu-offloading-num-layers; Megatron runs it with pp 1 and no recompute).",
     )
     distributed_optimizer: Annotated[bool, CliOption(
-        "Shard optimizer state over DP (default: on with Adam; Megatron refuses it with Muon).",
-        names=("--distributed-optimizer/--no-distributed-optimizer",))] = Field(
-        default=True, description="Shard optimizer states over DP (ZeRO-1).")
-    fsdp: Annotated[bool, CliOption("Megatron-FSDP: shard weights, grads and optimizer.")] = Field(
+        default="on with Adam", names=("--distributed-optimizer/--no-distributed-optimizer",))] = Field(
+        default=True, description="Shard optimizer state over DP (ZeRO-1; Megatron refuses it with Muon).")
+    fsdp: Annotated[bool, CliOption()] = Field(
         default=False, description="Megatron-FSDP: shard weights, grads and optimizer over DP.")
-    first_stage_layers: Annotated[int | None, CliOption(
-        "Decoder layers on the first pipeline rank (--decoder-first-pipeline-num-layers; default: even split).")] \
-        = Field(default=None, ge=1,
-                description="Layers on the first pipeline rank (--decoder-first-pipeline-num-layers); None = even "
-                "split.")
-    last_stage_layers: Annotated[int | None, CliOption(
-        "Decoder layers on the last pipeline rank (--decoder-last-pipeline-num-layers; default: even split).")] \
-        = Field(default=None, ge=1,
-                description="Layers on the last pipeline rank (--decoder-last-pipeline-num-layers); None = even "
-                "split.")
-    account_for_embedding: Annotated[bool, CliOption(
-        "The embedding takes a layer slot (--account-for-embedding-in-pipeline-split).")] = Field(
+    first_stage_layers: Annotated[int | None, CliOption(default="even split")] = Field(
+        default=None, ge=1,
+        description="Decoder layers on the first pipeline rank (--decoder-first-pipeline-num-layers).")
+    last_stage_layers: Annotated[int | None, CliOption(default="even split")] = Field(
+        default=None, ge=1,
+        description="Decoder layers on the last pipeline rank (--decoder-last-pipeline-num-layers).")
+    account_for_embedding: Annotated[bool, CliOption()] = Field(
         default=False, description="The embedding takes one layer slot (--account-for-embedding-in-pipeline-split).",
     )
-    account_for_loss: Annotated[bool, CliOption(
-        "The loss takes a layer slot (--account-for-loss-in-pipeline-split).")] = Field(
+    account_for_loss: Annotated[bool, CliOption()] = Field(
         default=False, description="The loss takes one layer slot (--account-for-loss-in-pipeline-split).",
     )
-    pipeline_layout: Annotated[str | None, CliOption(
-        "Megatron layout string, e.g. 'Et*3|(tt|)*29,m|L' (--pipeline-model-parallel-layout; VPP follows from it), "
-        "or 'balanced' for the most balanced one Megatron can express (printed).", names=("--pp-layout",))] = Field(
+    pipeline_layout: Annotated[str | None, CliOption(names=("--pp-layout",))] = Field(
         default=None,
-        description="Explicit placement (--pipeline-model-parallel-layout, Megatron's E/t/m/L grammar); "
-        "'balanced' = the most balanced layout megapilot can find. VPP follows from its stage count.",
+        description="Megatron layout string, e.g. 'Et*3|(tt|)*29,m|L' (--pipeline-model-parallel-layout; VPP "
+        "follows from it), or 'balanced' for the most balanced one Megatron can express (printed).",
     )
 
     @model_validator(mode="before")

@@ -7,6 +7,9 @@ validation would refuse the run; softer issues come back as warnings.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
 from functools import lru_cache
 
 from megapilot.errors import MegapilotError
@@ -39,8 +42,7 @@ def validate_layout(
     _check_cpu_offloading(model, parallel)
     _check_sequence(model, training)
     _check_context_parallel(model, training, parallel)
-    _check_gated_delta_net(model, parallel)
-    _check_mamba(model, training, parallel)
+    _check_mamba(model, training)
     _check_sparse_attention(model, parallel)
     _check_experts(model, parallel)
     _check_recompute_modules(model, training, parallel)
@@ -74,7 +76,7 @@ def _check_tensor_parallel(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, allow_across: bool
 ) -> None:
     if (refusal := tensor_split_refusal(model, p.tp)) is not None:
-        raise refusal
+        raise refusal.error
     # Megatron itself places TP anywhere; a TP group beyond the NVLink domain would run its per-layer collectives
     # over the scale-out NICs, which no recipe does, so it is costed only when asked. Inside the domain the node
     # does not matter: an NVL72 rack's 4-GPU trays share NVLink, and the estimate prices TP there.
@@ -120,12 +122,65 @@ def kv_splitting_tps(model: ModelSpec) -> list[int]:
             if model.num_attention_heads % tp == 0 and unsplittable_kv_heads(model, tp) is None]
 
 
-def tensor_split_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
-    """Why TP cannot split this model's heads (field `tp`), or None: the attention heads, the KV heads (split or
-    replicated), Gated DeltaNet's key and value heads, the Mamba-2 mixer's heads and groups. The planner's TP rule
-    asks each of these predicates in turn."""
-    return (attention_heads_refusal(model, tp) or kv_heads_refusal(model, tp)
-            or gated_delta_net_split_refusal(model, tp, 1) or mamba_split_refusal(model, tp, 1))
+class SplitRule(Enum):
+    """The Megatron rules by which TP and CP must split a model's heads, each named once: `validate_layout` raises
+    the refusal a broken rule gives, the planner counts the sizes it cuts under the rule's category
+    (`plan.space.RejectReason`)."""
+
+    ATTENTION_HEADS = "attention heads"
+    KV_HEADS = "KV heads"
+    ATTENTION_SINK = "attention sinks"
+    GATED_DELTA_NET_HEADS = "Gated DeltaNet heads"
+    MAMBA_HEADS = "Mamba-2 heads and groups"
+
+
+@dataclass(frozen=True)
+class SplitRefusal:
+    """The first rule a TP or CP size breaks, and Megatron's refusal of it (field `tp` or `cp`)."""
+
+    rule: SplitRule
+    error: MegapilotError
+
+
+def tensor_split_refusal(model: ModelSpec, tp: int) -> SplitRefusal | None:
+    """Why TP cannot split this model's heads, or None: the attention heads, the KV heads (split or replicated),
+    then the linear mixers' heads (`_mixer_head_rules`), asked in that order by `validate_layout` and by the
+    planner's TP rule alike."""
+    return _first_broken(_tensor_split_rules(model, tp))
+
+
+def context_split_refusal(model: ModelSpec, tp: int, cp: int) -> SplitRefusal | None:
+    """Why CP (beside this TP) cannot split this model's heads, or None (always at cp 1): attention sinks take no
+    CP, then the linear mixers' heads (`_mixer_head_rules`), asked in that order by `validate_layout` (which asks
+    for the sequence's 2*CP chunks between the two) and by the planner's CP rule alike."""
+    if cp == 1:
+        return None
+    return _first_broken(_context_split_rules(model, tp, cp))
+
+
+_RuleCheck = tuple[SplitRule, MegapilotError | None]
+
+
+def _tensor_split_rules(model: ModelSpec, tp: int) -> Iterator[_RuleCheck]:
+    yield SplitRule.ATTENTION_HEADS, attention_heads_refusal(model, tp)
+    yield SplitRule.KV_HEADS, kv_heads_refusal(model, tp)
+    yield from _mixer_head_rules(model, tp, 1)
+
+
+def _context_split_rules(model: ModelSpec, tp: int, cp: int) -> Iterator[_RuleCheck]:
+    yield SplitRule.ATTENTION_SINK, sink_context_parallel_refusal(model, cp)
+    yield from _mixer_head_rules(model, tp, cp)
+
+
+def _mixer_head_rules(model: ModelSpec, tp: int, cp: int) -> Iterator[_RuleCheck]:
+    """Gated DeltaNet's key and value heads, then the Mamba-2 mixer's heads and groups, over TP x CP ranks."""
+    yield SplitRule.GATED_DELTA_NET_HEADS, gated_delta_net_split_refusal(model, tp, cp)
+    yield SplitRule.MAMBA_HEADS, mamba_split_refusal(model, tp, cp)
+
+
+def _first_broken(checks: Iterator[_RuleCheck]) -> SplitRefusal | None:
+    """The first rule refused, asking each only once the ones before it passed."""
+    return next((SplitRefusal(rule, error) for rule, error in checks if error is not None), None)
 
 
 def attention_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
@@ -245,8 +300,11 @@ def _check_sequence(model: ModelSpec, training: TrainingSpec) -> None:
 
 
 def _check_context_parallel(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> None:
-    if (refusal := sink_context_parallel_refusal(model, p.cp)) is not None:
-        raise refusal
+    # A layout that breaks two rules is refused by the first in the estimate's order, attention sinks, the
+    # sequence's 2*CP chunks, then the heads (the planner counts the heads before the chunks).
+    refusal = context_split_refusal(model, p.tp, p.cp)
+    if refusal is not None and refusal.rule is SplitRule.ATTENTION_SINK:
+        raise refusal.error
     if p.cp > 1 and training.seq_length % (2 * p.cp):
         raise MegapilotError(
             f"seq_length={training.seq_length} is not divisible by 2*cp={2 * p.cp} (CP splits each "
@@ -254,6 +312,8 @@ def _check_context_parallel(model: ModelSpec, training: TrainingSpec, p: Paralle
             field="seq_length",
             fix=f"use a sequence length that is a multiple of {2 * p.cp}, or a smaller cp",
         )
+    if refusal is not None:
+        raise refusal.error
 
 
 def sink_context_parallel_refusal(model: ModelSpec, cp: int) -> MegapilotError | None:
@@ -269,11 +329,6 @@ def sink_context_parallel_refusal(model: ModelSpec, cp: int) -> MegapilotError |
         "sink under context parallelism only with --cp-comm-type a2a, which megapilot neither prices nor writes; "
         "the p2p ring it scripts has no attention backend", field="cp",
         fix="use cp 1 (split the sequence's activations with TP and sequence parallel, or recompute)")
-
-
-def _check_gated_delta_net(model: ModelSpec, p: ParallelConfig) -> None:
-    if (refusal := gated_delta_net_split_refusal(model, p.tp, p.cp)) is not None:
-        raise refusal
 
 
 def gated_delta_net_split_refusal(model: ModelSpec, tp: int, cp: int) -> MegapilotError | None:
@@ -294,9 +349,8 @@ def gated_delta_net_split_refusal(model: ModelSpec, tp: int, cp: int) -> Megapil
     return None
 
 
-def _check_mamba(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> None:
-    if (refusal := mamba_split_refusal(model, p.tp, p.cp)) is not None:
-        raise refusal
+def _check_mamba(model: ModelSpec, training: TrainingSpec) -> None:
+    """FP8 GEMMs on the Mamba-2 mixer's input projection (its heads' split over TP and CP is a `SplitRule`)."""
     mamba = _mamba_mixer(model)
     if mamba is not None and training.precision in ("fp8", "mxfp8"):  # Megatron's config.fp8 (MXFP8 is a recipe)
         heads, inner = mamba.heads(model.hidden_size), mamba.inner_size(model.hidden_size)

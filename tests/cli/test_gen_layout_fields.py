@@ -17,12 +17,20 @@ def test_the_committed_options_are_what_the_generator_writes_from_the_spec():
         "`python -m megapilot.cli.gen_layout_fields` and commit the file")
 
 
-def test_a_help_text_changed_in_the_spec_changes_the_generated_file(monkeypatch):
+def test_a_description_or_default_changed_in_the_spec_changes_the_generated_file(monkeypatch):
     field = ParallelConfig.model_fields["tp"]
-    changed = [CliOption("Tensor parallel size, changed.") if isinstance(m, CliOption) else m for m in field.metadata]
-    monkeypatch.setattr(field, "metadata", changed)
+    monkeypatch.setattr(field, "description", "Tensor parallel size, changed.")
     assert '"Tensor parallel size, changed."' in gen_layout_fields.render()
     assert gen_layout_fields.render() != gen_layout_fields.TARGET.read_text(encoding="utf-8")
+    changed = [CliOption(default="8 on one node") if isinstance(m, CliOption) else m for m in field.metadata]
+    monkeypatch.setattr(field, "metadata", changed)
+    assert '"8 on one node"' in gen_layout_fields.render()
+
+
+def test_a_layout_field_without_a_description_is_refused(monkeypatch):
+    monkeypatch.setattr(ParallelConfig.model_fields["cp"], "description", None)
+    with pytest.raises(TypeError, match=r"ParallelConfig\.cp has no description"):
+        gen_layout_fields.render()
 
 
 def test_a_layout_field_without_its_option_is_refused(monkeypatch):
@@ -45,4 +53,4 @@ def test_a_long_help_is_split_over_lines_and_read_back_whole():
     namespace: dict = {}
     exec(compile(text, "layout_fields.py", "exec"), namespace)  # the file as Python reads it
     modules = next(o for o in namespace["LAYOUT_OPTIONS"] if o.name == "recompute_modules")
-    assert modules.help.startswith("With selective recompute") and "shared_experts" in modules.help
+    assert modules.description.startswith("With selective recompute") and "shared_experts" in modules.description

@@ -12,15 +12,28 @@ from megapilot.cli.layout_fields import LAYOUT_OPTIONS
 from megapilot.cli.layout_options import LayoutFlags
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import CaseFlags
-from megapilot.spec.parallel import LAYOUT_FIELDS, CliOption, ParallelConfig
+from megapilot.spec.parallel import LAYOUT_FIELDS, ParallelConfig
 
 
-def test_every_layout_field_is_an_option_with_the_fields_help():
+def test_every_layout_field_is_an_option_whose_help_is_the_fields_description():
     assert tuple(option.name for option in LAYOUT_OPTIONS) == LAYOUT_FIELDS
     assert set(LAYOUT_FIELDS) <= {item.name for item in fields(LayoutFlags)}
     for option in LAYOUT_OPTIONS:
-        (declared,) = [m for m in ParallelConfig.model_fields[option.name].metadata if isinstance(m, CliOption)]
-        assert option.help == declared.help, option.name
+        field = ParallelConfig.model_fields[option.name]
+        assert option.description == field.description, option.name
+        assert option.help.startswith(field.description.removesuffix(".").removesuffix(")")), option.name
+
+
+@pytest.mark.parametrize(("name", "help"), [
+    ("tp", "Tensor parallel size (default: 1)."),
+    ("recompute", "Activation recomputation granularity: none | selective | full (default: selective)."),
+    ("recompute_method", "With full recompute: uniform | block (--recompute-method; default: uniform)."),
+    ("etp", "Expert tensor parallel size (default: tp)."),  # a None that stands for a value: the CliOption's
+    ("sequence_parallel", "Megatron sequence parallelism (needs tp > 1; default: on when tp > 1)."),  # not the field's
+    ("fsdp", "Megatron-FSDP: shard weights, grads and optimizer over DP."),  # an off switch: nothing to say
+])
+def test_an_options_help_ends_with_the_default_a_command_takes(name, help):
+    assert next(option for option in LAYOUT_OPTIONS if option.name == name).help == help
 
 
 def test_the_options_are_listed_hardware_sizes_batch_then_memory_savers_and_split():

@@ -162,6 +162,17 @@ def test_estimate_script_and_plan_show_one_text_for_each_shared_option():
     assert script["--gpus"].startswith(plan["--gpus"]) and "--nodes" in script["--gpus"]
 
 
+def test_plans_pins_say_what_the_field_means_as_estimate_does_and_that_the_search_fills_them():
+    """A pin's help is the layout field's description (ParallelConfig's), as `estimate`'s option is, with the
+    planner's default (searched) where `estimate` states its own."""
+    estimate, plan = _option_help("estimate"), _option_help("plan")
+    for flag in ("--tp", "--pp", "--vpp", "--cp", "--ep", "--etp", "--mbs", "--recompute", "--recompute-modules",
+                 "--fsdp"):
+        stem = plan[flag].removesuffix("default: searched).")
+        assert stem != plan[flag] and estimate[flag].startswith(stem.removesuffix(" (")), flag
+    assert plan["--tp"] == "Tensor parallel size (default: searched)."
+
+
 def test_the_run_features_are_one_declaration_in_estimate_plan_and_script():
     """MTP, token dropping and the dispatcher: the same options, the same text, in all three commands (the
     flex dispatcher was declared twice, and plan had none of them)."""
@@ -190,3 +201,42 @@ def test_a_saved_plan_keeps_its_model_and_the_script_refuses_to_change_it(cli, t
     changed = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
                   "--moe-capacity-factor", "1.0")
     assert changed.exit_code == 2 and "--moe-capacity-factor cannot change a saved plan" in changed.stderr
+
+
+LLAMA_70B_PP4 = ("--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--tp", "8", "--pp", "4", "--gbs", "64",
+                 "--seq-len", "4096")
+
+
+@pytest.mark.parametrize("spelling", ["--vpp", "--num-virtual-stages-per-pipeline-rank",
+                                      "--virtual-pipeline-model-parallel-size"])
+def test_vpp_is_taken_under_its_name_megatrons_flag_and_the_config_name_it_was_first_taken_by(cli, spelling):
+    interleaved = json.loads(cli("estimate", *LLAMA_70B_PP4, spelling, "2", "--json").stdout)
+    assert interleaved == json.loads(cli("estimate", *LLAMA_70B_PP4, "--vpp", "2", "--json").stdout)
+    assert interleaved["bubble_fraction"] < json.loads(cli("estimate", *LLAMA_70B_PP4, "--json").stdout)[
+        "bubble_fraction"]
+    plan = json.loads(cli("plan", *LLAMA_70B_PP4[:6], "--pp", "4", spelling, "4", "--top", "1", "--json").stdout)
+    assert plan["candidates"][0]["parallel"]["vpp"] == 4
+
+
+def test_the_help_lists_vpp_as_megatron_spells_its_flag_and_no_other_long_name():
+    """Megatron-LM's flag is --num-virtual-stages-per-pipeline-rank (what `script` writes); the config name the
+    options took at first still parses, unlisted."""
+    for command in ("estimate", "script", "plan"):
+        helps = _option_help(command)
+        assert helps["--num-virtual-stages-per-pipeline-rank"] == helps["--vpp"], command
+        assert _hidden(command, "--virtual-pipeline-model-parallel-size"), command
+        assert not _hidden(command, "--vpp"), command
+
+
+def _hidden(command: str, flag: str) -> bool:
+    from megapilot.cli.app import app
+
+    options = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+    return next(option for option in options if flag in option.opts).hidden
+
+
+def test_vpp_given_under_two_spellings_is_refused_on_one_line(cli):
+    for command, args in (("estimate", LLAMA_70B_PP4), ("plan", LLAMA_70B_PP4[:6])):
+        result = cli(command, *args, "--vpp", "2", "--virtual-pipeline-model-parallel-size", "2")
+        assert result.exit_code == 2
+        assert "vpp: given twice" in result.stderr and "\n" not in result.stderr.strip()

@@ -8,7 +8,7 @@ from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
 from megapilot.plan import space
 from megapilot.plan.space import Pins
-from megapilot.spec import ClusterSpec, TrainingSpec
+from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +89,24 @@ def test_sparse_attention_takes_no_cp():
     assert space.cp_rule(v32, training, 1, 1) is None
     assert space.cp_rule(v32, training, 1, 2).category == "cp on a DeepSeek Sparse Attention model"
     assert space.cp_rule(get_model("deepseek-v3"), training, 1, 2) is None
+
+
+@pytest.mark.parametrize(("name", "tp", "cp"), [
+    ("phi3-medium", 4, 1),  # KV heads
+    ("qwen3-next-80b-a3b", 4, 8),  # Gated DeltaNet heads over TP x CP
+    ("gpt-oss-120b", 1, 2),  # attention sinks
+    ("nemotron-h-56b", 16, 1),  # 8 Mamba-2 groups
+])
+def test_a_head_split_the_planner_cuts_is_refused_as_the_estimate_refuses_it(name, tp, cp, h100x64):
+    """The planner asks the estimate's own rules (`spec.validate.SplitRule`), so its message and fix are the
+    estimate's, under the planner's category."""
+    model, training = get_model(name), TrainingSpec(seq_length=4096, global_batch_size=64)
+    cut = space.tp_rule(model, h100x64, tp) if cp == 1 else space.cp_rule(model, training, tp, cp)
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), tp * cp * 8)
+    with pytest.raises(MegapilotError) as refused:
+        validate_layout(model, cluster, training, ParallelConfig.for_world(tp * cp * 8, tp=tp, cp=cp),
+                        allow_tp_across_nodes=True)
+    assert (cut.field, cut.message, cut.fix) == (refused.value.field, refused.value.problem, refused.value.fix)
 
 
 def test_expert_rule_checks_expert_count_and_group_product():

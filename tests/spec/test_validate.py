@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
 from megapilot.spec import ClusterSpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec, validate_layout
+from megapilot.spec.validate import SplitRule, context_split_refusal, tensor_split_refusal
 
 LLAMA_70B = ModelSpec(
     name="llama-70b-like", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
@@ -266,6 +269,41 @@ def test_attention_sinks_take_no_context_parallelism_on_the_p2p_ring():
     with pytest.raises(MegapilotError, match="a2a") as err:
         validate_layout(gpt_oss, _cluster(), training, _layout(tp=2, cp=2, ep=8, etp=1, sequence_parallel=True))
     assert err.value.field == "cp" and err.value.fix.startswith("use cp 1")
+
+
+@pytest.mark.parametrize(("model", "tp", "cp", "seq", "field", "words"), [
+    # 2*cp = 6 does not divide 4096, and tp*cp = 3 does not divide the 16 Gated DeltaNet key heads
+    ("qwen3-next-80b-a3b", 1, 3, 4096, "seq_length", "not divisible by 2*cp=6"),
+    # the sinks take no CP, whatever the sequence
+    ("gpt-oss-20b", 1, 3, 4096, "cp", "attention sinks"),
+    # the chunks fit; the heads do not
+    ("qwen3-next-80b-a3b", 1, 3, 6144, "cp", "Gated DeltaNet's 16 key heads"),
+])
+def test_a_layout_breaking_two_context_rules_is_refused_by_sinks_then_chunks_then_heads(
+        model, tp, cp, seq, field, words):
+    training = TrainingSpec(seq_length=seq, global_batch_size=48)
+    with pytest.raises(MegapilotError, match=re.escape(words)) as err:
+        validate_layout(get_model(model), _cluster(gpus=48), training, _layout(48, tp=tp, cp=cp))
+    assert err.value.field == field
+
+
+def test_each_head_split_refusal_names_its_rule():
+    """The rules `validate_layout` and the planner walk, in one order: TP's attention heads, KV heads, then the
+    linear mixers'; CP's sinks, then the linear mixers'."""
+    qwen3_next, gpt_oss = get_model("qwen3-next-80b-a3b"), get_model("gpt-oss-20b")
+    odd_linear = qwen3_next.model_copy(update={"gated_delta_net": qwen3_next.gated_delta_net.model_copy(
+        update={"key_heads": 3, "value_heads": 6})})
+    assert tensor_split_refusal(qwen3_next, 3).rule is SplitRule.ATTENTION_HEADS  # 16 heads
+    assert tensor_split_refusal(get_model("phi3-medium"), 4).rule is SplitRule.KV_HEADS  # 40 heads, 10 KV
+    assert tensor_split_refusal(odd_linear, 2).rule is SplitRule.GATED_DELTA_NET_HEADS
+    assert tensor_split_refusal(_mamba_hybrid(num_groups=4), 8).rule is SplitRule.MAMBA_HEADS
+    assert tensor_split_refusal(qwen3_next, 2) is None
+    assert context_split_refusal(gpt_oss, 1, 2).rule is SplitRule.ATTENTION_SINK
+    assert context_split_refusal(qwen3_next, 4, 8).rule is SplitRule.GATED_DELTA_NET_HEADS
+    assert context_split_refusal(_mamba_hybrid(num_heads=24), 8, 2).rule is SplitRule.MAMBA_HEADS
+    assert context_split_refusal(gpt_oss, 3, 1) is None  # no CP: nothing to refuse, whatever TP
+    refusal = context_split_refusal(qwen3_next, 4, 8)
+    assert (refusal.error.field, refusal.error.fix) == ("cp", "use a TP x CP from: 1, 2, 4, 8, 16")
 
 
 def test_megatron_fsdp_beside_pipeline_parallelism_is_estimated_as_megatron_core_asserts_nothing_against_it():
