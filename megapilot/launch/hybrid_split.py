@@ -30,8 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
 
+from megapilot import vocabulary
 from megapilot.errors import MegapilotError
-from megapilot.launch.megatron_args import Version
+from megapilot.launch.megatron_args import Version, parse_version
 from megapilot.spec import ModelSpec, ParallelConfig
 from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineStages
 
@@ -46,8 +47,9 @@ SEGMENT = "|"
 MTP_SEPARATOR = "/"
 #: The first release whose MambaStack places --decoder-first/last-pipeline-num-layers.
 UNEVEN_SINCE: Version = (0, 16, 1)
-#: The first release that reads `|` segments (and so any split, interleaved too) from the pattern.
-SEGMENTS_SINCE: Version = (0, 17, 0)
+#: The first release that reads `|` segments (and so any split, interleaved too) from the pattern: the one that
+#: brought the flag they are documented under.
+SEGMENTS_SINCE: Version = parse_version(vocabulary.term(SEGMENTED_PATTERN_FLAG).since or "")
 #: The flags a hybrid's split never takes beside its pattern (arguments.py asserts each from core_v0.17.0 on; the
 #: stack ignores them before).
 REFUSED_BESIDE_PATTERN = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
