@@ -65,11 +65,7 @@ class HybridSplit:
     pattern_flag: str
     pattern: str
     split_args: tuple[tuple[str, str], ...] = ()
-    note: str | None = None
-
-    @property
-    def segmented(self) -> bool:
-        return SEGMENT in self.pattern
+    note: str | None = None  # how the split was said, for the script's notes
 
 
 def hybrid_split(model: ModelSpec, parallel: ParallelConfig, release: Version) -> HybridSplit:

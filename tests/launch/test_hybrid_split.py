@@ -118,6 +118,14 @@ def test_a_split_the_release_cannot_place_is_refused_naming_the_field_and_the_re
     assert f"--megatron-version {names}" in (refused.value.fix or "") and "\n" not in str(refused.value)
 
 
+def test_a_layout_that_moves_mtp_off_the_last_stage_is_refused_for_a_hybrid() -> None:
+    """Megatron's hybrid builds MTP on the last stage: its segments cannot carry a standalone MTP stage."""
+    standalone = make_plan(SUPER, "h100", 4, TRAIN, tp=2, pp=4, ep=8, pipeline_layout="Et*30|t*30|t*28m|L")
+    with pytest.raises(MegapilotError, match="off the end stages") as refused:
+        render_megatron_args(standalone, _options())
+    assert refused.value.field == "pipeline_layout"
+
+
 def test_an_even_split_is_written_as_before_in_every_release() -> None:
     even = make_plan(H8B, "h100", 1, TRAIN, pp=4)
     for version in ("0.15.0", "0.16.0", "0.17.0", None):
