@@ -8,6 +8,7 @@ always was. Core 0.16.1's own placement of what is written here: test_hybrid_spl
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,17 @@ def test_a_planned_interleaved_hybrid_round_trips_through_plan_script_and_read_b
     assert [len(s) for s in _value(args, "--hybrid-layer-pattern").split("|")] == _stage_layer_counts(plan)
     read_back = run_config(read_flags(script=script)).parallel
     assert read_back is not None and (read_back.pp, read_back.vpp) == (plan.parallel.pp, plan.parallel.vpp) == (2, 2)
+
+
+@pytest.mark.parametrize(("plan", "version"), [(UNEVEN, None), (INTERLEAVED, None), (UNEVEN, "0.16.1")],
+                         ids=["uneven-segments", "interleaved-segments", "uneven-first-last"])
+def test_the_script_reads_back_as_the_planned_stages(plan: SavedPlan, version: str | None) -> None:
+    """`diagnose` reads the flags back into the split they place: segments, or first/last counts."""
+    args = render_megatron_args(plan, _options(version))
+    read_back = run_config(read_flags(flags=shlex.join(args)), gpus=plan.cluster.world_size)
+    assert read_back.model is not None and read_back.parallel is not None
+    layers, mtp = plan.model.num_layers, plan.model.mtp_num_layers
+    assert read_back.parallel.pipeline_stages(layers, mtp) == plan.parallel.pipeline_stages(layers, mtp)
 
 
 def test_a_refused_split_exits_2_on_one_line(cli, tmp_path: Path) -> None:
