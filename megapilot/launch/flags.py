@@ -151,6 +151,8 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, c
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
     s.add_terms(p, "--tensor-model-parallel-size", "--pipeline-model-parallel-size")
     if hybrid is not None:  # a hybrid's split is in its pattern's | segments, or first/last counts (hybrid_split)
+        if hybrid.segments > 1:
+            s.title += f"; split by the pattern's {hybrid.segments} segments ({hybrid.pattern_flag}, model section)"
         for flag, value in hybrid.split_args:
             s.add(flag, value)
     else:

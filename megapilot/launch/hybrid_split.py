@@ -67,6 +67,11 @@ class HybridSplit:
     split_args: tuple[tuple[str, str], ...] = ()
     note: str | None = None  # how the split was said, for the script's notes
 
+    @property
+    def segments(self) -> int:
+        """The pattern's pipeline segments (1: the plain pattern)."""
+        return pattern_segments(self.pattern)
+
 
 def hybrid_split(model: ModelSpec, parallel: ParallelConfig, release: Version) -> HybridSplit:
     """The pattern and split flags that make `release`'s pretrain_mamba.py place `model`'s layers on the stages
