@@ -117,7 +117,7 @@ def _hybrid_split(plan: SavedPlan, release: Version) -> HybridSplit | None:
 
 
 def _with_hybrid_pattern(section: ArgSection, hybrid: HybridSplit | None) -> ArgSection:
-    """The model section with the hybrid's pattern under the flag and in the form its split needs (`| segments`
+    """The model section with the hybrid's pattern under the flag and in the form its split needs (`|` segments
     from core_v0.17.0 on); the plain pattern model_flags wrote where the split is even."""
     if hybrid is None:
         return section
