@@ -245,6 +245,16 @@ TERMS: tuple[Term, ...] = (
             since="core_v0.17.0"),
     _str("--mtp-hybrid-override-pattern", "model.mtp_hybrid_pattern", None, "a hybrid's MTP layer pattern",
          since="core_v0.17.0"),
+    # --- hybrid (Mamba) layer pattern
+    _str("--hybrid-override-pattern", "model.hybrid_override_pattern", None,
+         "a hybrid's layers: M Mamba, * attention, - MLP, E MoE (deprecated from core_v0.17.0, forwarded as it is)",
+         own_rule="written where the hybrid's split is even; an uneven or interleaved one moves the pattern, cut into "
+         "its stages, to --hybrid-layer-pattern (launch.hybrid_split)"),
+    _str("--hybrid-layer-pattern", "model.hybrid_override_pattern", None,
+         "a hybrid's layers, '|' between pipeline stages (PP x VPP of them), '/' before each MTP depth",
+         since="core_v0.17.0",
+         own_rule="cut by '|' into the pipeline stages of an uneven or interleaved split (launch.hybrid_split): the "
+         "value then says parallel fields beside its own"),
     # --- mixture of experts
     _int("--num-experts", "model.moe.num_experts", None, "number of experts (MoE)"),
     _int("--moe-router-topk", "model.moe.router_topk", 2, "experts per token"),

@@ -100,7 +100,7 @@ DERIVED_FLAGS = {row.flag: row.own_rule for row in TERMS if row.own_rule}
 def test_a_row_with_its_own_rule_says_it_instead_of_a_derivation() -> None:
     assert set(DERIVED_FLAGS) == {"--max-position-embeddings", "--recompute-num-layers", "--use-rope-scaling",
                                   "--multi-latent-attention", "--qk-layernorm", "--moe-layer-freq",
-                                  "--use-distributed-optimizer"}
+                                  "--use-distributed-optimizer", "--hybrid-override-pattern", "--hybrid-layer-pattern"}
     assert all(row.field and row.derived is None for row in TERMS if row.own_rule)
 
 

@@ -48,6 +48,7 @@ from megapilot.spec.model import (
     YarnRopeScaling,
 )
 from megapilot.spec.parallel import RECOMPUTE_MODULES
+from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, compress_layout
 from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
 from megapilot.spec.validate import most_offloaded_layers
 from megapilot.vocabulary import default, float_default, int_default, term
@@ -632,9 +633,6 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
     layers, hidden, heads = (flags.get_int(n) for n in ("--num-layers", "--hidden-size", "--num-attention-heads"))
     hybrid = _hybrid_pattern(flags)
     layers = layers or (len(hybrid.layers) if hybrid else None)  # Megatron >= 0.18 counts them from the pattern
-    if hybrid is not None and len(set(hybrid.segment_sizes)) > 1:
-        notes.append(f"the hybrid pattern's pipeline segments hold {'/'.join(map(str, hybrid.segment_sizes))} "
-                     "layers: costed as an even split")
     if not (layers and hidden and heads):
         notes.append("model shape incomplete (need --num-layers, --hidden-size, --num-attention-heads)")
         return None
@@ -715,7 +713,20 @@ def _hybrid_virtual_stages(flags: LaunchFlags, pp: int) -> int:
     return hybrid.segments // pp
 
 
-def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> ParallelConfig:
+def _hybrid_layout(flags: LaunchFlags, pp: int, mtp_num_layers: int) -> str | None:
+    """A hybrid pattern's uneven '|' segments as the layout string of the stages they are (the embedding before the
+    first segment's layers, the MTP modules and the loss after the last's, where MambaModel builds them); None for
+    a pattern without segments or with equal ones (an even split, interleaved or not)."""
+    hybrid = _hybrid_pattern(flags)
+    if hybrid is None or len(set(hybrid.segment_sizes)) <= 1 or hybrid.segments % pp:
+        return None
+    stages = [DECODER * size for size in hybrid.segment_sizes]
+    stages[0] = EMBEDDING + stages[0]
+    stages[-1] += MTP * mtp_num_layers + LOSS
+    return compress_layout(stages)
+
+
+def _parallel(flags: LaunchFlags, world: int, num_layers: int | None, mtp_num_layers: int = 0) -> ParallelConfig:
     tp = _megatron_int(flags, "--tensor-model-parallel-size")
     pp = _megatron_int(flags, "--pipeline-model-parallel-size")
     vpp = flags.get_int("--num-virtual-stages-per-pipeline-rank") or _hybrid_virtual_stages(flags, pp)
@@ -750,7 +761,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None) -> Paralle
         last_stage_layers=flags.get_int("--decoder-last-pipeline-num-layers"),
         account_for_embedding=flags.has("--account-for-embedding-in-pipeline-split"),
         account_for_loss=flags.has("--account-for-loss-in-pipeline-split"),
-        pipeline_layout=flags.get("--pipeline-model-parallel-layout"),
+        pipeline_layout=flags.get("--pipeline-model-parallel-layout") or _hybrid_layout(flags, pp, mtp_num_layers),
         cpu_offloading_num_layers=offloaded,
     )
 
@@ -780,7 +791,8 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
         notes.append(f"GPU count not given (--gpus, or torchrun --nproc-per-node/--nnodes): assumed TP*PP*CP = {world}")
     try:
         model = _model(flags, flags.get_int("--seq-length"), notes)
-        parallel = _parallel(flags, world, model.num_layers if model else flags.get_int("--num-layers"))
+        parallel = _parallel(flags, world, model.num_layers if model else flags.get_int("--num-layers"),
+                             model.mtp_num_layers if model else 0)
         training = _training(flags, precision, parallel, notes)
     except MegapilotError:
         raise  # already names the field

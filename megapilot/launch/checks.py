@@ -17,6 +17,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from megapilot.errors import MegapilotError
+from megapilot.launch.hybrid_split import (
+    END_COUNT_FLAGS,
+    REFUSED_BESIDE_PATTERN,
+    SEGMENT,
+    SEGMENTS_SINCE,
+    UNEVEN_SINCE,
+    pattern_segments,
+    pattern_value,
+    pattern_virtual_stages,
+)
 from megapilot.launch.megatron_args import MEGATRON_RELEASE, FlagTable, flag_table
 from megapilot.spec import GPUSpec, ParallelConfig
 from megapilot.spec.validate import DEEPEP_REFUSES_PADDING, flex_layout_refusal, mamba_heads_split_refusal
@@ -93,6 +103,7 @@ def check_megatron_args(args: list[str], gpu: GPUSpec, table: FlagTable | None =
         rule(values, gpu)
     _query_groups_split_over_tensor_parallel(values, (table or flag_table()).version)
     _hybrid_full_recompute(values, (table or flag_table()).version)
+    _hybrid_split_flags(values, (table or flag_table()).version)
     if (table or flag_table()).version < SEQUENCE_PARALLEL_WITH_EP_WARNS_SINCE:
         _tp_with_ep_needs_sequence_parallel(values, gpu)
 
@@ -162,7 +173,7 @@ def _a2a_overlap_needs(values: dict[str, list[str]], gpu: GPUSpec) -> None:
         (_int_value(values, "--expert-model-parallel-size") < 2, "needs expert parallelism (EP > 1)"),
         ((values.get("--recompute-granularity") or [""])[0] == "full" or "--recompute-method" in values
          or "--recompute-num-layers" in values, "does not run with full recompute"),
-        (pp > 1 and not _VPP_FLAGS & values.keys(), "needs virtual pipeline stages when PP > 1"),
+        (pp > 1 and not _interleaved(values), "needs virtual pipeline stages when PP > 1"),
         (mtp > 1, f"takes at most one MTP layer, not {mtp}"),
         (mtp == 1 and pp == 1, "with an MTP layer needs PP > 1"),
         ("--moe-shared-expert-overlap" in values, "does not run with --moe-shared-expert-overlap"),
@@ -313,7 +324,7 @@ def _optimizer_step_overlap_needs(values: dict[str, list[str]], gpu: GPUSpec) ->
     if "--overlap-param-gather" not in values:
         raise MegapilotError(f"{flag} needs --overlap-param-gather", field="overlap_param_gather",
                              fix="add --overlap-param-gather")
-    if not _VPP_FLAGS & values.keys():
+    if not _interleaved(values):
         raise MegapilotError(f"{flag} needs interleaved pipeline parallelism (VPP > 1)", field="vpp",
                              fix=f"use a layout with VPP > 1 or drop {flag}")
     if values.get("--ckpt-format", ["torch_dist"])[0] != "torch":
@@ -450,8 +461,8 @@ def _layers_split_over_pipeline(values: dict[str, list[str]], gpu: GPUSpec) -> N
     pp = _int_value(values, "--pipeline-model-parallel-size")
     uneven = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
               "--pipeline-model-parallel-layout"} & values.keys()
-    if pp == 1 or uneven or "--num-layers" not in values:
-        return
+    if pp == 1 or uneven or "--num-layers" not in values or SEGMENT in (pattern_value(values) or ""):
+        return  # (a hybrid pattern's | segments are its split)
     layers = _int_value(values, "--num-layers") + sum(
         flag in values for flag in ("--account-for-embedding-in-pipeline-split",
                                     "--account-for-loss-in-pipeline-split"))
@@ -497,7 +508,7 @@ HYBRID_FULL_RECOMPUTE_SINCE = (0, 18, 0)
 
 
 def _hybrid_full_recompute(values: dict[str, list[str]], version: tuple[int, ...]) -> None:
-    if "--hybrid-override-pattern" not in values or values.get("--recompute-granularity") != ["full"]:
+    if pattern_value(values) is None or values.get("--recompute-granularity") != ["full"]:
         return
     if version < HYBRID_FULL_RECOMPUTE_SINCE:
         raise MegapilotError(
@@ -510,8 +521,7 @@ def _mamba_heads_split_over_tp_and_cp(values: dict[str, list[str]], gpu: GPUSpec
     """A hybrid's Mamba-2 heads and groups over TP and CP (`spec.validate.mamba_heads_split_refusal`), from the
     flags and TransformerConfig's defaults: head dim 64, 8 groups, heads = hidden x 2 (the mixer's expand) / head
     dim unless --mamba-num-heads."""
-    pattern = values.get("--hybrid-override-pattern", [""])[0]
-    if "M" not in pattern:
+    if "M" not in (pattern_value(values) or ""):
         return
     head_dim = _int_value(values, "--mamba-head-dim", 64)
     heads = _int_value(values, "--mamba-num-heads", 0) or _int_value(values, "--hidden-size", 0) * 2 // head_dim
@@ -522,20 +532,40 @@ def _mamba_heads_split_over_tp_and_cp(values: dict[str, list[str]], gpu: GPUSpec
         raise refusal
 
 
-def _hybrid_pattern_splits_evenly(values: dict[str, list[str]], gpu: GPUSpec) -> None:
-    """The script passes a hybrid's layer pattern as --hybrid-override-pattern without | segments: Megatron splits
-    it evenly over PP with no interleaving (core 0.16's MambaStack; 0.17 places any other split only by | segments
-    of --hybrid-layer-pattern and refuses the virtual-pipeline and account-for flags beside it)."""
-    if "--hybrid-override-pattern" not in values:
+def _hybrid_split_flags(values: dict[str, list[str]], version: tuple[int, ...]) -> None:
+    """A hybrid's pipeline split beside its pattern, as pretrain_mamba.py places it (`hybrid_split`): by the | segments
+    of the pattern from core 0.17 on (arguments.py derives VPP from them and asserts the virtual-pipeline, layout and
+    account-for flags off beside the pattern, and first/last counts off beside a |), by first/last counts from
+    0.16.1 (a 0.16 table stands for its patch releases too), evenly before; the stack ignores what it does not
+    place."""
+    pattern = pattern_value(values)
+    if pattern is None:
         return
-    split_flags = sorted((_VPP_FLAGS | {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-                                        "--account-for-embedding-in-pipeline-split",
-                                        "--account-for-loss-in-pipeline-split"}) & values.keys())
-    if split_flags:
-        raise MegapilotError(f"{', '.join(split_flags)} beside --hybrid-override-pattern: the script writes the "
-                             "pattern without the | segments a hybrid's uneven or interleaved split needs",
-                             field="vpp" if _VPP_FLAGS & values.keys() else "pp",
-                             fix="use vpp=1 and a PP that divides num_layers for a hybrid's script")
+    label = ".".join(map(str, version))
+    refused = [flag for flag in REFUSED_BESIDE_PATTERN if flag in values]
+    if refused:
+        raise MegapilotError(f"{', '.join(refused)} beside a hybrid's layer pattern: Megatron places a hybrid's "
+                             "layers only by the pattern's | segments (core 0.17 on) or first/last counts",
+                             field="vpp" if _VPP_FLAGS & set(refused) else "pp",
+                             fix="write the split as | segments of --hybrid-layer-pattern (Megatron-LM 0.17 on)")
+    ends = [flag for flag in END_COUNT_FLAGS if flag in values]
+    if SEGMENT in pattern:
+        segments = pattern_segments(pattern)
+        pp = _int_value(values, "--pipeline-model-parallel-size")
+        if version < SEGMENTS_SINCE:
+            raise MegapilotError(f"the hybrid pattern has | segments, which Megatron-LM {label} reads as an invalid "
+                                 "layer symbol", field="megatron_version",
+                                 fix="run Megatron-LM 0.17 or newer, or drop the | segments (an even split)")
+        if ends:
+            raise MegapilotError(f"{', '.join(ends)} beside | segments of the hybrid pattern (Megatron asserts "
+                                 "them off: the segments are the split)", field="pp", fix=f"drop {', '.join(ends)}")
+        if segments % pp:
+            raise MegapilotError(f"the hybrid pattern's {segments} | segments do not divide over PP={pp}",
+                                 field="pp", fix="write PP x VPP segments")
+    elif ends and version[:2] < UNEVEN_SINCE[:2]:
+        raise MegapilotError(f"{', '.join(ends)} beside a hybrid's layer pattern: Megatron-LM {label}'s MambaStack "
+                             "splits a hybrid evenly whatever they say", field="pp",
+                             fix="run Megatron-LM 0.16.1 or newer, or use a PP that divides num_layers")
 
 
 def _sequence_split_over_context_parallel(values: dict[str, list[str]], gpu: GPUSpec) -> None:
@@ -543,6 +573,12 @@ def _sequence_split_over_context_parallel(values: dict[str, list[str]], gpu: GPU
     if cp > 1 and seq % (2 * cp):
         raise MegapilotError(f"--seq-length {seq} is not a multiple of 2 x CP = {2 * cp}", field="seq_length",
                              fix="use a sequence length divisible by 2 x CP, or another CP")
+
+
+def _interleaved(values: dict[str, list[str]]) -> bool:
+    """Virtual pipeline stages asked for: by a flag, or by more | segments of a hybrid pattern than PP ranks."""
+    pp = _int_value(values, "--pipeline-model-parallel-size")
+    return bool(_VPP_FLAGS & values.keys()) or pattern_virtual_stages(pattern_value(values) or "", pp) > 1
 
 
 _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
@@ -559,7 +595,7 @@ _COMBINATION_RULES = (
     _tp_comm_overlap_needs_sp_and_te, _fused_kernels_need_te, _fp8_param_gather_needs_sharded_weights,
     _fp8_recipe_limits,
     _flex_dispatcher_fits, _attention_backend_fits, _layers_split_over_pipeline,
-    _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel, _hybrid_pattern_splits_evenly,
+    _heads_split_over_tensor_parallel, _sequence_split_over_context_parallel,
 )
 
 

@@ -12,7 +12,8 @@ from pathlib import PurePosixPath
 from megapilot import vocabulary
 from megapilot.errors import MegapilotError
 from megapilot.launch import heterogeneous
-from megapilot.launch.megatron_args import FlagTable
+from megapilot.launch.hybrid_split import PATTERN_FLAG, HybridSplit, hybrid_split
+from megapilot.launch.megatron_args import FlagTable, Version
 from megapilot.launch.model_flags import dsa_kernel_args, model_section
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.perf_flags import (
@@ -23,7 +24,7 @@ from megapilot.launch.perf_flags import (
     performance_sections,
 )
 from megapilot.launch.sections import ArgSection
-from megapilot.launch.versions import resolve_flag_table
+from megapilot.launch.versions import resolve_flag_table, target_release
 from megapilot.spec import ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
 
 
@@ -36,12 +37,14 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTa
     """All argument sections, in the order a reader looks for them, for `table`'s release (None: the one the
     options name, `versions.resolve_flag_table`)."""
     table = table or resolve_flag_table(options)
+    hybrid = _hybrid_split(plan, target_release(options, table))
     model = _with_positions_for(model_section(plan.model, cpu=options.cpu), plan.model, plan.training)
     return [
-        _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),
-                                             plan.model, options), plan.model, table),
+        _with_hybrid_pattern(
+            _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),
+                                                 plan.model, options), plan.model, table), hybrid),
         _parallel_section(plan.model, plan.parallel, plan.training, cpu=options.cpu,
-                          dist_muon_overlaps=dist_muon_overlaps(table.version)),
+                          dist_muon_overlaps=dist_muon_overlaps(table.version), hybrid=hybrid),
         _fsdp_section(plan),
         _recompute_section(plan.parallel),
         *_offload_sections(plan.parallel),
@@ -54,10 +57,14 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTa
     ]
 
 
-def argument_notes(plan: SavedPlan, table: FlagTable) -> list[str]:
-    """What the user should know about the arguments written for this release: an unfused DSA, an overlap left
-    out, positions raised past the model's own."""
+def argument_notes(plan: SavedPlan, table: FlagTable, release: Version | None = None) -> list[str]:
+    """What the user should know about the arguments written for this release (`release`: the one the script runs,
+    patch included; None = the table's): an unfused DSA, an overlap left out, positions raised past the model's
+    own, how a hybrid's pipeline split is said."""
     notes = []
+    hybrid = _hybrid_split(plan, release or table.version)
+    if hybrid is not None and hybrid.note is not None:
+        notes.append(hybrid.note)
     if plan.model.dsa is not None and not dsa_kernel_args(plan.model, table.flags):
         notes.append(f"Megatron-LM {table.release} runs DeepSeek Sparse Attention unfused (fp32 score matrices of "
                      "every head over the whole sequence): far slower and larger than the estimate, which prices the "
@@ -103,6 +110,23 @@ def _with_dsa_kernels(section: ArgSection, model: ModelSpec, table: FlagTable) -
     return section
 
 
+def _hybrid_split(plan: SavedPlan, release: Version) -> HybridSplit | None:
+    """How a hybrid's script says its pipeline split in `release` (None for other models; refused where the
+    release cannot place it)."""
+    return hybrid_split(plan.model, plan.parallel, release) if plan.model.is_hybrid else None
+
+
+def _with_hybrid_pattern(section: ArgSection, hybrid: HybridSplit | None) -> ArgSection:
+    """The model section with the hybrid's pattern under the flag and in the form its split needs (`|` segments
+    from core_v0.17.0 on); the plain pattern model_flags wrote where the split is even."""
+    if hybrid is None:
+        return section
+    args = list(section.args)
+    at = args.index(PATTERN_FLAG)
+    args[at:at + 2] = [hybrid.pattern_flag, hybrid.pattern]
+    return ArgSection(section.title, args)
+
+
 def _with_layer_blocks(section: ArgSection, model: ModelSpec, options: LaunchOptions) -> ArgSection:
     """A model of per-layer shapes names its block-config file (written by the script, heterogeneous.py)."""
     if model.layer_blocks is not None:
@@ -123,18 +147,16 @@ def dist_muon_overlaps(release: tuple[int, ...]) -> bool:
 
 
 def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, cpu: bool = False,
-                      dist_muon_overlaps: bool = True) -> ArgSection:
+                      dist_muon_overlaps: bool = True, hybrid: HybridSplit | None = None) -> ArgSection:
     s = ArgSection(f"parallelism: TP={p.tp} PP={p.pp} VPP={p.vpp} CP={p.cp} EP={p.ep} DP={p.dp}")
     s.add_terms(p, "--tensor-model-parallel-size", "--pipeline-model-parallel-size")
-    split = p.pipeline_split
-    for flag, value in split.megatron_flags():  # uneven counts, account-for switches or a layout string
-        s.add(flag, *(() if value is None else (value,)))
-    if split.layout is not None:
-        pass  # the layout's stage count is the VPP; Megatron refuses a VPP flag beside it
-    elif p.vpp > 1 and not split.is_even:  # Megatron refuses layers-per-virtual-stage with an uneven split
-        s.add_terms(p, "--num-virtual-stages-per-pipeline-rank")
-    elif p.vpp > 1:
-        s.add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (p.pp * p.vpp))
+    if hybrid is not None:  # a hybrid's split is in its pattern's | segments, or first/last counts (hybrid_split)
+        if hybrid.segments > 1:
+            s.title += f"; split by the pattern's {hybrid.segments} segments ({hybrid.pattern_flag}, model section)"
+        for flag, value in hybrid.split_args:
+            s.add(flag, value)
+    else:
+        _add_split(s, model, p)
     s.add_terms(p, "--context-parallel-size")
     if model.moe is not None:
         s.add_terms(p, "--expert-model-parallel-size")
@@ -148,6 +170,19 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, c
     if p.distributed_optimizer or p.fsdp:  # (dist_muon may overlap its gather only from Megatron-LM 0.17 on)
         s.add("--overlap-param-gather")
     return s
+
+
+def _add_split(s: ArgSection, model: ModelSpec, p: ParallelConfig) -> None:
+    """A transformer's pipeline split and interleaving, in the flags pretrain_gpt.py places them by."""
+    split = p.pipeline_split
+    for flag, value in split.megatron_flags():  # uneven counts, account-for switches or a layout string
+        s.add(flag, *(() if value is None else (value,)))
+    if split.layout is not None:
+        pass  # the layout's stage count is the VPP; Megatron refuses a VPP flag beside it
+    elif p.vpp > 1 and not split.is_even:  # Megatron refuses layers-per-virtual-stage with an uneven split
+        s.add_terms(p, "--num-virtual-stages-per-pipeline-rank")
+    elif p.vpp > 1:
+        s.add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (p.pp * p.vpp))
 
 
 def _with_dispatcher(model: ArgSection, flex_backend: str | None) -> ArgSection:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from megapilot.errors import MegapilotError
+from megapilot.launch.hybrid_split import PATTERN_FLAG
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import ModelSpec
 from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
@@ -70,7 +71,7 @@ def _add_hybrid(s: ArgSection, model: ModelSpec) -> None:
     assert model.mamba is not None and model.hybrid_override_pattern is not None
     s.add("--spec", *MAMBA_STACK_SPEC)
     s.add("--is-hybrid-model")
-    s.add("--hybrid-override-pattern", model.hybrid_override_pattern)
+    s.add(PATTERN_FLAG, model.hybrid_override_pattern)  # cut into pipeline segments where a split needs (flags.py)
     s.add("--mamba-state-dim", model.mamba.state_dim)
     s.add("--mamba-head-dim", model.mamba.head_dim)
     s.add("--mamba-num-groups", model.mamba.num_groups)

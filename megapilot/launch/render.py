@@ -28,7 +28,7 @@ from megapilot.launch.sections import ArgSection
 from megapilot.launch.shell import q, write_file
 from megapilot.launch.slurm import render_sbatch
 from megapilot.launch.torchrun import render_torchrun
-from megapilot.launch.versions import adapt_sections, resolve_flag_table
+from megapilot.launch.versions import adapt_sections, resolve_flag_table, target_release
 from megapilot.spec import SavedPlan
 
 # Values sbatch reads from `#SBATCH` lines itself (no shell quoting possible there).
@@ -67,7 +67,7 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     table = resolve_flag_table(options)
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options, table), options)
     notes += adapt_sections(sections, table)
-    notes += argument_notes(plan, table)
+    notes += argument_notes(plan, table, target_release(options, table))
     megatron_args = [token for section in sections for token in section.args]
     check_megatron_args(megatron_args, plan.cluster.gpu, table)
     if options.entrypoint == "megapilot":

@@ -56,6 +56,15 @@ def resolve_flag_table(options: LaunchOptions) -> FlagTable:
     return _checkout_table(str(checkout), os.stat(checkout / "megatron/training/arguments.py").st_mtime_ns)
 
 
+def target_release(options: LaunchOptions, table: FlagTable) -> Version:
+    """The release the script runs, patch included: the checkout's own (its table's), else the version asked for (a
+    patch release shares its minor's table, but may change what the code does with a flag: core_v0.16.1's hybrid
+    stack reads the uneven-split flags 0.16.0's ignores), else the table's."""
+    if table.commit is None or options.megatron_version is None:
+        return table.version
+    return parse_version(options.megatron_version)
+
+
 @lru_cache(maxsize=8)
 def _checkout_table(checkout: str, mtime_ns: int) -> FlagTable:
     """Cached per arguments.py version (the mtime), so rendering many combos reads the file once."""

@@ -152,13 +152,14 @@ def test_the_optimizer_reads_back_and_an_unmodelled_one_is_said():
     assert lion.training.optimizer == "adam" and any("--optimizer lion is not modelled" in n for n in lion.notes)
 
 
-@pytest.mark.parametrize(("pattern", "pp", "vpp", "uneven"), [
-    ("M-M*|M-ME/*E/*E", 2, 1, False),  # Megatron-LM >= 0.18: '|' pipeline segments, '/' one MTP depth each
-    ("M-|M*|M-|ME/*E/*E", 2, 2, False),  # four segments on two ranks: two virtual stages each
-    ("M-M*M|-ME/*E/*E", 2, 1, True),  # uneven segments: said, costed as an even split
+@pytest.mark.parametrize(("pattern", "pp", "vpp", "layout"), [
+    ("M-M*|M-ME/*E/*E", 2, 1, None),  # Megatron-LM >= 0.18: '|' pipeline segments, '/' one MTP depth each
+    ("M-|M*|M-|ME/*E/*E", 2, 2, None),  # four segments on two ranks: two virtual stages each
+    ("M-M*M|-ME/*E/*E", 2, 1, "Et*5|t*3m*2L"),  # uneven segments: the stages they are, as a layout string
+    ("M-|M*M|-|ME/*E/*E", 2, 2, "Et*2|t*3|t|t*2m*2L"),
 ])
 def test_the_unified_hybrid_pattern_reads_its_layers_stages_and_mtp_depths(pattern: str, pp: int, vpp: int,
-                                                                          uneven: bool):
+                                                                          layout: str | None):
     hybrid = ("--hidden-size 1024 --ffn-hidden-size 2048 --num-attention-heads 8 --seq-length 1024 "
               "--global-batch-size 8 --mamba-num-heads 32 --num-experts 8 --moe-router-topk 2 "
               f"--moe-ffn-hidden-size 512 --pipeline-model-parallel-size {pp} --hybrid-layer-pattern '{pattern}'")
@@ -166,7 +167,7 @@ def test_the_unified_hybrid_pattern_reads_its_layers_stages_and_mtp_depths(patte
     assert config.model.num_layers == 8 and config.model.hybrid_override_pattern == "M-M*M-ME"  # no --num-layers
     assert (config.model.mtp_hybrid_pattern, config.model.mtp_num_layers) == ("*E", 2)
     assert (config.parallel.pp, config.parallel.vpp) == (pp, vpp)
-    assert any("costed as an even split" in note for note in config.notes) is uneven
+    assert config.parallel.pipeline_layout == layout
     with pytest.raises(MegapilotError, match="MTP patterns after '/' differ"):
         run_config(read_flags(flags=hybrid.replace("/*E/*E", "/*E/*-")), gpus=pp)
 

@@ -182,15 +182,30 @@ def test_a_hand_written_hybrids_mamba_heads_and_groups_split_over_tp_and_cp() ->
     assert info.value.field == "cp"
 
 
-def test_a_hybrid_pattern_gets_no_uneven_or_interleaved_split_flags() -> None:
-    """The script writes --hybrid-override-pattern without | segments, so it may only split evenly."""
-    hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]
+def test_a_hybrid_pattern_takes_only_the_split_flags_its_release_places() -> None:
+    """Megatron places a hybrid's split by the pattern's | segments (core 0.17 on) or first/last counts (0.16.1 on);
+    the virtual-pipeline, layout and account-for flags never go beside the pattern (asserted, or ignored)."""
+    hybrid = _base_args() + ["--hybrid-override-pattern", "M-M*" * 20]  # PP 2, 80 layers
     check_megatron_args(hybrid, H100)
-    for extra in (["--num-layers-per-virtual-pipeline-stage", "5"], ["--decoder-first-pipeline-num-layers", "8",
-                                                                     "--decoder-last-pipeline-num-layers", "8"]):
-        with pytest.raises(MegapilotError, match="without the \\| segments") as info:
-            check_megatron_args(hybrid + extra, H100)
-        assert info.value.field in ("vpp", "pp") and info.value.fix
+    with pytest.raises(MegapilotError, match="beside a hybrid's layer pattern") as info:
+        check_megatron_args(hybrid + ["--num-layers-per-virtual-pipeline-stage", "5"], H100)
+    assert info.value.field == "vpp" and "--hybrid-layer-pattern" in (info.value.fix or "")
+    ends = ["--decoder-first-pipeline-num-layers", "44", "--decoder-last-pipeline-num-layers", "36"]
+    check_megatron_args(hybrid + ends, H100, flag_table("core_v0.16.0"))  # 0.16.1's stack places them
+    with pytest.raises(MegapilotError, match="splits a hybrid evenly whatever they say") as info:
+        check_megatron_args(hybrid + ends, H100, flag_table("core_v0.15.0"))
+    assert info.value.field == "pp"
+    segmented = _base_args() + ["--hybrid-layer-pattern", "|".join(["M-M*" * 5] * 4)]  # PP 2 x VPP 2
+    check_megatron_args(segmented, H100, flag_table("core_v0.17.0"))
+    with pytest.raises(MegapilotError, match="invalid layer symbol") as info:
+        check_megatron_args(_base_args() + ["--hybrid-override-pattern", "|".join(["M-M*" * 10] * 2)], H100,
+                            flag_table("core_v0.16.0"))
+    assert info.value.field == "megatron_version"
+    with pytest.raises(MegapilotError, match="beside \\| segments"):
+        check_megatron_args(segmented + ends, H100)
+    with pytest.raises(MegapilotError, match="3 \\| segments do not divide over PP=2"):
+        check_megatron_args(_base_args() + ["--hybrid-layer-pattern", "M-M*" * 6 + "|" + "M-M*" * 6 + "|"
+                                            + "M-M*" * 8], H100)
 
 
 def test_fp8_refused_on_hardware_without_it() -> None:

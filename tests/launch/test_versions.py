@@ -11,7 +11,7 @@ from megapilot.errors import MegapilotError
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.launch.flags import ArgSection
 from megapilot.launch.megatron_args import committed_releases, flag_table, parse_version
-from megapilot.launch.versions import adapt_sections, renamed_flag, resolve_flag_table
+from megapilot.launch.versions import adapt_sections, renamed_flag, resolve_flag_table, target_release
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import LLAMA31_8B, make_plan
 from tests.launch.variants import OPTION_VARIANTS, PAIRED_VARIANTS, VARIANT_PLANS
@@ -108,3 +108,16 @@ def test_a_remote_checkout_path_uses_the_chosen_table(tmp_path: Path) -> None:
     options = OPTION_VARIANTS["mock"].model_copy(update={"megatron_path": str(root), "remote": True,
                                                          "megatron_version": "0.17"})
     assert resolve_flag_table(options).release == "core_v0.17.0"
+
+
+def test_the_release_a_script_runs_keeps_the_patch_asked_for(tmp_path: Path) -> None:
+    """A patch release shares its minor's table but may change what the code does with a flag (0.16.1's hybrid
+    stack reads the uneven-split flags): the release the script is for keeps the patch asked for, the checkout's
+    own version where one is read, else the newest table's."""
+    mock = OPTION_VARIANTS["mock"]
+    for asked, release in (("0.16.1", (0, 16, 1)), ("core_v0.16.0", (0, 16, 0)), ("0.17", (0, 17, 0))):
+        options = mock.model_copy(update={"megatron_version": asked})
+        assert target_release(options, resolve_flag_table(options)) == release
+    assert target_release(mock, resolve_flag_table(mock)) == flag_table().version
+    checkout = mock.model_copy(update={"megatron_path": str(_local_checkout("core_v0.14.0", tmp_path))})
+    assert target_release(checkout, resolve_flag_table(checkout)) == (0, 14, 0)
