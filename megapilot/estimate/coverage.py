@@ -21,6 +21,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from megapilot.estimate.exponentials import waits_on_exponentials
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.training import QUANTIZED_PRECISIONS
@@ -134,7 +135,13 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
     model's mechanisms no published run has."""
     coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
     unchecked = _unchecked_mechanisms(model)
+    if waits_on_exponentials(model, gpu):  # a GPU's and a head dimension's: no calibration run's core waited so
+        unchecked = (*unchecked, EXPONENTIAL_BOUND)
     return replace(coverage, unchecked_mechanisms=unchecked) if unchecked and coverage.nearest else coverage
+
+
+# The step time's one mechanism that is a GPU's as much as a model's (`exponentials.softmax_exponential_bound`).
+EXPONENTIAL_BOUND = "attention bound by the softmax's exponentials"
 
 
 @lru_cache(maxsize=64)  # asked on every estimate: the planner's thousands share a handful of models

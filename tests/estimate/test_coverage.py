@@ -7,6 +7,7 @@ import pytest
 from megapilot.catalog import get_gpu, get_model
 from megapilot.estimate import build_case, estimate
 from megapilot.estimate.coverage import (
+    EXPONENTIAL_BOUND,
     CoverageCell,
     band_for,
     calibrated_cells,
@@ -161,7 +162,7 @@ def test_a_mechanism_no_published_run_had_gets_the_caveat_and_the_wider_band():
     gpu = get_gpu("b200")
     oss = coverage_for(get_model("gpt-oss-120b"), gpu, "fp8")
     assert set(oss.unchecked_mechanisms) == {"attention sinks", "biased experts", "clamped gated activation",
-                                             "sliding-window attention"}
+                                             "sliding-window attention", EXPONENTIAL_BOUND}  # head dim 64 on B200
     assert oss.needs_caveat and "attention sinks" in oss.statement()
     plain = coverage_for(get_model("deepseek-v3"), gpu, "fp8")
     assert plain.unchecked_mechanisms == () and not plain.needs_caveat

@@ -8,7 +8,9 @@ import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.models import get_model
-from megapilot.estimate.step_time import EstimateOptions, layer_terms, softmax_exponential_bound
+from megapilot.estimate.coverage import EXPONENTIAL_BOUND, coverage_for
+from megapilot.estimate.exponentials import softmax_exponential_bound, waits_on_exponentials
+from megapilot.estimate.step_time import EstimateOptions, layer_terms
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
 
 GPT_OSS = get_model("gpt-oss-20b")  # head dim 64; layer 1 attends globally
@@ -62,3 +64,12 @@ def test_the_attention_core_pays_it_and_nothing_else_does():
     assert bound["mixer_core"] == pytest.approx(unbound["mixer_core"] * 4 / 3)
     assert {k: v for k, v in bound.items() if k != "mixer_core"} == \
         {k: v for k, v in unbound.items() if k != "mixer_core"}
+
+
+def test_an_estimate_that_waits_on_them_says_no_published_run_did():
+    # every calibration row's core sits at or below the balance point, so none checks the bound
+    assert waits_on_exponentials(GPT_OSS, get_gpu("b200")) and not waits_on_exponentials(GPT_OSS, get_gpu("h100"))
+    assert not waits_on_exponentials(LLAMA, get_gpu("b200"))
+    assert EXPONENTIAL_BOUND in coverage_for(GPT_OSS, get_gpu("gb200"), "bf16").unchecked_mechanisms
+    assert EXPONENTIAL_BOUND not in coverage_for(GPT_OSS, get_gpu("gb300"), "bf16").unchecked_mechanisms
+    assert coverage_for(LLAMA, get_gpu("b200"), "bf16").unchecked_mechanisms == ()
