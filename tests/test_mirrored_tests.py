@@ -17,6 +17,7 @@ NO_TEST_NEEDED = {
     "compat.py": "the standard library's own StrEnum and tomllib on the Python the tests run on (3.10 stand-ins)",
     "cli/suite_cmd.py": "only groups the `suite` commands; each is tested beside its own module",
     "suite/baseline.py": "a Protocol without behaviour; the history implements it (tests/store/test_history.py)",
+    "estimate/passes.py": "constants only (a micro-batch's passes, activation bytes) step_time and moe_terms read",
 }
 # Modules whose tests live under another name, and where.
 TESTED_ELSEWHERE = {
