@@ -29,6 +29,7 @@ from megapilot.spec.validate import (
     SplitRefusal,
     SplitRule,
     context_split_refusal,
+    hybrid_split_refusal,
     tensor_split_refusal,
     topk_sharing_refusal,
 )
@@ -227,11 +228,20 @@ def pp_rule(
                              f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}",
                              f"use pp*vpp from: {_list(divisors(model.num_layers))}")
         return _topk_sharing_rule(model, pp, vpp, split)
+    if (error := split_refusal(model, pp, vpp, split)) is not None:
+        return Rejection(RejectReason.PP_SPLIT, error.field or "pp", error.problem, error.fix or "")
+    return _topk_sharing_rule(model, pp, vpp, split)
+
+
+def split_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:
+    """Why Megatron refuses this uneven split at PP x VPP, or None: its layer counts (`PipelineSplit.resolve`),
+    then, for a hybrid (Mamba) stack, where its layer pattern's segments can place it (`hybrid_split_refusal`):
+    the refusals `validate_layout` raises."""
     try:
         split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
     except MegapilotError as error:
-        return Rejection(RejectReason.PP_SPLIT, error.field or "pp", error.problem, error.fix or "")
-    return _topk_sharing_rule(model, pp, vpp, split)
+        return error
+    return hybrid_split_refusal(model, pp, vpp, split)
 
 
 def _topk_sharing_rule(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> Rejection | None:
@@ -319,9 +329,11 @@ def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVE
         # beside a first/last split (as balanced at VPP 1) the layout string is costed where only it goes: VPP > 1
         lowest = 1 if len(pipeline_splits(model, pp)) == 1 else 2
         return tuple(range(lowest, min(MAX_LAYOUT_VPP, model.num_layers // pp) + 1))
-    if pp == 1 or model.is_hybrid or split.layout is not None or (split.is_even and model.num_layers % pp):
+    if pp == 1 or split.layout is not None or (split.is_even and model.num_layers % pp):
         return (1,)  # a layout string fixes its own VPP (its stage count / PP)
-    return divisors(math.gcd(*_rank_slots(model, pp, split)))
+    # a hybrid stack interleaves an even split (as | segments) but not its first/last counts
+    return tuple(vpp for vpp in divisors(math.gcd(*_rank_slots(model, pp, split)))
+                 if hybrid_split_refusal(model, pp, vpp, split) is None)
 
 
 def is_balanced_layout(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
@@ -360,7 +372,8 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
     3.1 405B, which also admits interleaving), a few uneven ones (--decoder-first/last-pipeline-num-layers),
     and, where no account-for split interleaves, the most balanced layout string (at VPP 1 here;
     `split_at_vpp` re-cuts it for each VPP, the way DeepSeek-V3's recipes interleave 61 layers and an MTP
-    module). Hybrid Mamba stacks only split evenly.
+    module). A hybrid (Mamba) stack takes the first/last and layout-string splits only (its layer pattern's `|`
+    segments, from Megatron-Core 0.17: `hybrid_split_refusal`), which `megapilot script` writes as those segments.
 
     The end ranks carry more than layers: rank 0 the input embedding (memory), the last rank the
     output layer and the loss (time and memory). Each is worth `_end_rank_extra_layers` layers; for
@@ -370,13 +383,10 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
     layers = model.num_layers
     if pp == 1 or layers % pp == 0:
         return (EVEN_SPLIT,)
-    if model.is_hybrid:
-        return ()
-    splits: list[PipelineSplit] = [
-        PipelineSplit(account_for_embedding=embedding, account_for_loss=loss)
-        for embedding, loss in ((True, True), (False, True), (True, False))
-        if (layers + embedding + loss) % pp == 0
-    ]
+    account_for = (PipelineSplit(account_for_embedding=embedding, account_for_loss=loss)
+                   for embedding, loss in ((True, True), (False, True), (True, False))
+                   if (layers + embedding + loss) % pp == 0)
+    splits = [split for split in account_for if _split_is_legal(model, pp, split)]  # a hybrid takes none
     embedding_extra, output_extra = _end_rank_extra_layers(model)
     middle_ranks = pp - 2
     smallest_middle = -(-layers // pp)
@@ -403,11 +413,7 @@ def _balanced_layout(model: ModelSpec, pp: int) -> PipelineSplit:
 
 
 def _split_is_legal(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
-    try:
-        split.resolve(model.num_layers, model.mtp_num_layers, pp, 1)
-    except MegapilotError:
-        return False
-    return True
+    return split_refusal(model, pp, 1, split) is None
 
 
 @lru_cache(maxsize=64)

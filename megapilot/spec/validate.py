@@ -205,12 +205,12 @@ def kv_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
-    if model.is_hybrid:
-        _check_hybrid_pipeline(model, p)
+    if (hybrid := hybrid_split_refusal(model, p.pp, p.vpp, p.pipeline_split)) is not None:
+        raise hybrid
     try:
         stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
     except MegapilotError as refusal:
-        if model.is_hybrid and refusal.fix:  # offer only the fixes a hybrid takes (`_check_hybrid_pipeline`)
+        if model.is_hybrid and refusal.fix:  # offer only the fixes a hybrid takes (`hybrid_split_refusal`)
             refused = ("account_for", "first_stage_layers") if p.vpp > 1 else ("account_for",)
             fixes = [fix for fix in refusal.fix.split("; or ") if not fix.startswith(refused)]
             raise MegapilotError(refusal.problem, field=refusal.field, fix="; or ".join(fixes)) from None
@@ -241,34 +241,37 @@ def _check_cpu_offloading(model: ModelSpec, p: ParallelConfig) -> None:
             field="cpu_offloading_num_layers", fix=f"use at most {most}")
 
 
-def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core 0.17's hybrid (Mamba) stack: `|` segments of the layer pattern place its layers on the PP x VPP
-    stages in any counts; a pattern without them takes --decoder-first/last-pipeline-num-layers at VPP 1 only; the
-    account-for flags are refused (MambaModel's select_pipeline_segment and arguments.py raise each). A layout
-    string stands for those segments here, so the embedding opens the first stage and the loss (and an MTP module)
-    close the last, where MambaModel puts them."""
-    split = p.pipeline_split
+def hybrid_split_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:
+    """Why Megatron-Core's hybrid (Mamba) stack cannot place this split, or None (always None for other models):
+    from core 0.17, `|` segments of the layer pattern place its layers on the PP x VPP stages in any counts; a pattern
+    without them takes --decoder-first/last-pipeline-num-layers at VPP 1 only; the account-for flags are refused
+    (MambaModel's select_pipeline_segment and arguments.py raise each). A layout string stands for those segments
+    here, so the embedding opens the first stage and the loss (and an MTP module) close the last, where MambaModel
+    puts them. `validate_layout` and the planner's pipeline rule ask the same; a layout string must resolve."""
+    if not model.is_hybrid:
+        return None
     if split.account_for_embedding or split.account_for_loss:
-        raise MegapilotError(
+        return MegapilotError(
             f"the hybrid Mamba model {model.name} takes no account-for-embedding/loss split: Megatron places its "
             "layers by the layer pattern's | segments (arguments.py asserts it)",
             field="account_for_embedding" if split.account_for_embedding else "account_for_loss",
             fix="drop the account-for flags; give the split as first/last stage layers or a pipeline layout")
-    if p.vpp > 1 and (split.first_stage_layers is not None or split.last_stage_layers is not None):
-        raise MegapilotError(
-            f"vpp={p.vpp} beside first/last stage layers on the hybrid Mamba model {model.name}: Megatron "
+    if vpp > 1 and (split.first_stage_layers is not None or split.last_stage_layers is not None):
+        return MegapilotError(
+            f"vpp={vpp} beside first/last stage layers on the hybrid Mamba model {model.name}: Megatron "
             "interleaves a hybrid only by the layer pattern's | segments, which exclude those flags",
             field="vpp", fix="give the split as a pipeline layout (--pp-layout; | segments of the pattern), or vpp=1")
     if split.layout is None:
-        return
-    stages = split.resolve(model.num_layers, model.mtp_num_layers, p.pp, p.vpp).stages
+        return None
+    stages = split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp).stages
     if not stages[0].startswith(EMBEDDING) or not stages[-1].endswith(LOSS) \
             or any(MTP in stage for stage in stages[:-1]):
-        raise MegapilotError(
+        return MegapilotError(
             f"the layout {split.layout!r} moves the embedding, the loss or MTP off the end stages of the hybrid "
             f"Mamba model {model.name}: its pattern's | segments hold layers only, the embedding on the first "
             "stage and the output (and MTP) on the last", field="pipeline_layout",
             fix="start the first stage with E and put m and L in the last stage")
+    return None
 
 
 def check_pipeline_split(
