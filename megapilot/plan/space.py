@@ -30,6 +30,7 @@ from megapilot.spec.validate import (
     SplitRule,
     context_split_refusal,
     hybrid_split_refusal,
+    sequence_parallel_refusal,
     tensor_split_refusal,
     topk_sharing_refusal,
 )
@@ -174,13 +175,15 @@ def tensor_split_rule(model: ModelSpec, tp: int) -> Rejection | None:
     return None if refusal is None else _rejection(_TP_CATEGORIES, refusal)
 
 
-# The category a TP or a CP size is counted under, by the head-split rule it breaks (`spec.validate.SplitRule`; a
-# Gated DeltaNet split that TP alone breaks counts with the attention heads').
+# The category a TP or a CP size is counted under, by the split rule it breaks (`spec.validate.SplitRule`; a Gated
+# DeltaNet split that TP alone breaks counts with the attention heads').
 _TP_CATEGORIES = {SplitRule.ATTENTION_HEADS: RejectReason.TP_HEADS, SplitRule.KV_HEADS: RejectReason.TP_KV_HEADS,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.TP_HEADS, SplitRule.MAMBA_HEADS: RejectReason.TP_MAMBA}
-_CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK,
+_CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK, SplitRule.SEQUENCE_CHUNKS: RejectReason.CP_SEQUENCE,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.CP_LINEAR_ATTENTION,
-                  SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA}
+                  SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA,
+                  SplitRule.SPARSE_ATTENTION: RejectReason.CP_SPARSE_ATTENTION,
+                  SplitRule.SEQUENCE_PARALLEL: RejectReason.SP_SEQUENCE}
 
 
 def _rejection(categories: dict[SplitRule, RejectReason], refusal: SplitRefusal) -> Rejection:
@@ -197,24 +200,14 @@ def tp_limit(cluster: ClusterSpec) -> int:
 
 
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
-    """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP. Gated DeltaNet
-    and the Mamba-2 mixer take CP over whole heads of a TP rank, attention sinks none on the p2p ring
-    (`validate_layout`'s own rules, in its order: `context_split_refusal`); DeepSeek Sparse Attention has no CP the
-    estimate prices."""
-    if (refusal := context_split_refusal(model, tp, cp)) is not None:
-        return _rejection(_CP_CATEGORIES, refusal)
-    if cp > 1 and model.dsa is not None:
-        return Rejection(RejectReason.CP_SPARSE_ATTENTION, "cp",
-                         f"cp={cp}: DeepSeek Sparse Attention has no context parallelism", "use cp 1")
-    if cp > 1 and training.seq_length % (2 * cp):
-        return Rejection(RejectReason.CP_SEQUENCE, "cp",
-                         f"seq_length={training.seq_length} is not divisible by 2*cp={2 * cp}",
-                         f"use a cp whose double divides {training.seq_length}, or another sequence length")
-    if tp > 1 and (training.seq_length // cp) % tp:
-        return Rejection(RejectReason.SP_SEQUENCE, "seq_length",
-                         f"sequence parallel splits seq_length/cp={training.seq_length // cp} over tp={tp}",
-                         "use a sequence length divisible by tp*cp")
-    return None
+    """CP cuts each sequence into 2·CP load-balanced chunks, Gated DeltaNet and the Mamba-2 mixer take it over whole
+    heads of a TP rank, attention sinks and DeepSeek Sparse Attention none (`context_split_refusal`); sequence
+    parallel, on beside every TP > 1, then splits a CP rank's tokens over TP (`sequence_parallel_refusal`):
+    `validate_layout`'s own rules, in its order, each under its category."""
+    seq_length = training.seq_length
+    refusal = context_split_refusal(model, tp, cp, seq_length=seq_length) or sequence_parallel_refusal(
+        tp, cp, seq_length=seq_length)
+    return None if refusal is None else _rejection(_CP_CATEGORIES, refusal)
 
 
 def pp_rule(

@@ -91,21 +91,25 @@ def test_sparse_attention_takes_no_cp():
     assert space.cp_rule(get_model("deepseek-v3"), training, 1, 2) is None
 
 
-@pytest.mark.parametrize(("name", "tp", "cp"), [
-    ("phi3-medium", 4, 1),  # KV heads
-    ("qwen3-next-80b-a3b", 4, 8),  # Gated DeltaNet heads over TP x CP
-    ("gpt-oss-120b", 1, 2),  # attention sinks
-    ("nemotron-h-56b", 16, 1),  # 8 Mamba-2 groups
+@pytest.mark.parametrize(("name", "tp", "cp", "seq", "category"), [
+    ("phi3-medium", 4, 1, 4096, "tp neither divides nor is a multiple of the KV heads"),
+    ("qwen3-next-80b-a3b", 4, 8, 4096, "tp*cp does not divide the Gated DeltaNet heads"),
+    ("gpt-oss-120b", 1, 2, 4096, "cp on an attention-sink model"),
+    ("nemotron-h-56b", 16, 1, 4096, "tp does not divide the Mamba-2 heads and groups"),
+    ("llama3.1-8b", 1, 4, 4100, "seq_length not divisible by 2*cp"),
+    ("deepseek-v3.2", 1, 2, 4096, "cp on a DeepSeek Sparse Attention model"),
+    ("llama3.1-8b", 8, 1, 4100, "seq_length/cp not divisible by tp (sequence parallel)"),
 ])
-def test_a_head_split_the_planner_cuts_is_refused_as_the_estimate_refuses_it(name, tp, cp, h100x64):
-    """The planner asks the estimate's own rules (`spec.validate.SplitRule`), so its message and fix are the
-    estimate's, under the planner's category."""
-    model, training = get_model(name), TrainingSpec(seq_length=4096, global_batch_size=64)
-    cut = space.tp_rule(model, h100x64, tp) if cp == 1 else space.cp_rule(model, training, tp, cp)
+def test_a_split_the_planner_cuts_is_refused_as_the_estimate_refuses_it(name, tp, cp, seq, category, h100x64):
+    """The planner asks the estimate's own rules (`spec.validate.SplitRule`): TP's and CP's over the heads, CP's over
+    the sequence and sequence parallel's, so its message and fix are the estimate's, under the planner's category."""
+    model, training = get_model(name), TrainingSpec(seq_length=seq, global_batch_size=64)
+    cut = space.tp_rule(model, h100x64, tp) or space.cp_rule(model, training, tp, cp)
+    assert cut is not None and cut.category == category
     cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), tp * cp * 8)
     with pytest.raises(MegapilotError) as refused:
-        validate_layout(model, cluster, training, ParallelConfig.for_world(tp * cp * 8, tp=tp, cp=cp),
-                        allow_tp_across_nodes=True)
+        validate_layout(model, cluster, training, ParallelConfig.for_world(
+            tp * cp * 8, tp=tp, cp=cp, sequence_parallel=tp > 1), allow_tp_across_nodes=True)
     assert (cut.field, cut.message, cut.fix) == (refused.value.field, refused.value.problem, refused.value.fix)
 
 
