@@ -133,7 +133,7 @@ class Pins(LayoutPins):
         except ValidationError as exc:
             error = from_validation_error(exc)
             flag = f"--{(error.field or '').replace('_', '-')}"
-            raise MegapilotError(error.problem, field=error.field,
+            raise MegapilotError(f"{error.problem}, got {given.get(error.field or '')!r}", field=error.field,
                                  fix=f"pass {flag} as the message says, or leave it to the search") from None
         for name in set(self.given()) - set(SEARCHED_FIELDS):
             raise MegapilotError("the planner does not search this field", field=name,
