@@ -4,10 +4,11 @@ The search never walks a grid of arbitrary numbers. Every size is drawn from the
 must divide (TP, CP and PP from the GPU count; PP·VPP from the layer count; EP from the expert count;
 MBS from the per-replica batch), and each rule that Megatron-LM enforces is a cheap pre-filter here
 that asks `megapilot.spec.validate`'s own predicate where one exists (the heads TP and CP split, the
-DSA top-k sharing), so the planner walks exactly what the estimate accepts (`validate_layout` still
-runs on every layout it returns). A rule that fails gives a `Rejection`: a stable category (the key
-of `rejected` in the plan's JSON), the concrete message and the fix. When the user pinned a dimension
-(`--tp 16`) a failing rule is raised as a `MegapilotError` instead of being counted.
+sequence CP and sequence parallel split, a hybrid stack's pipeline splits, the DSA top-k sharing), so the
+planner walks exactly what the estimate accepts (`validate_layout` still runs on every layout it returns). A
+rule that fails gives a `Rejection`: a stable category (the key of `rejected` in the plan's JSON), the concrete
+message and the fix. When the user pinned a dimension (`--tp 16`) a failing rule is raised as a `MegapilotError`
+instead of being counted.
 """
 
 from __future__ import annotations
