@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from megapilot import vocabulary
 from megapilot.catalog import get_gpu, get_model
 from megapilot.plan import Pins, plan, search_layouts
 from megapilot.plan.cost import CostModel
@@ -122,6 +123,17 @@ def test_uneven_pipeline_split_is_planned_and_explained_for_126_layers():
     reasons = explainer.explain(uneven, explainer.cost(uneven))
     assert _has(reasons, "PP=16 with 7 layers on the first and last stages: 126 layers do not divide by 16; "
                          r"the embedding/output stages get fewer \(8 on each middle stage\)")
+
+
+def test_a_hybrids_uneven_split_names_the_release_that_reads_its_segments():
+    """Nemotron-H 56B at PP 4 (118 layers): the hybrid stack takes the split as | segments of its layer pattern, which
+    the reasons say, with the release the vocabulary's row for the flag gives; an even split at VPP 1 needs none."""
+    uneven = _plan("nemotron-h-56b", "h100", 32, 8192, 256, Pins(pp=4), top=1).best
+    assert not uneven.parallel.pipeline_split.is_even
+    since = vocabulary.term("--hybrid-layer-pattern").since
+    assert since and _has(uneven.reasons, rf"segments of --hybrid-layer-pattern, .*from {since} on")
+    even = _plan("nemotron-h-56b", "h100", 32, 8192, 256, Pins(pp=2, vpp=1), top=1).best
+    assert not _has(even.reasons, "segments of")
 
 
 def test_pp_is_limited_by_num_layers_only_where_no_split_is_legal():
