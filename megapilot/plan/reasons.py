@@ -291,7 +291,7 @@ class Explainer:
         out = []
         if p.pp > 1:
             micro = p.num_microbatches(self.training.global_batch_size)
-            flat = self._variant(p, vpp=1) if p.vpp > 1 else None
+            flat = self._variant(p, **self._without_interleaving(p)) if p.vpp > 1 else None
             if flat:
                 out.append(f"PP={p.pp} bubble {_pct(bubble_share(flat[1]))} at {micro} micro-batches; "
                            f"VPP={p.vpp} cuts it to {_pct(bubble_share(est))}")
@@ -318,6 +318,14 @@ class Explainer:
             elif versus:
                 out.append(f"PP={p.pp}: {versus}")
         return out
+
+    def _without_interleaving(self, p: ParallelConfig) -> dict[str, object]:
+        """The changes that make `p` run at VPP 1: a layout string fixes its own VPP, so it is swapped for the
+        planner's layout string at VPP 1 (`space.pipeline_splits`), or dropped where there is none."""
+        if p.pipeline_layout is None:
+            return {"vpp": 1}
+        flat = next((split.layout for split in space.pipeline_splits(self.model, p.pp) if split.layout), None)
+        return {"vpp": 1, "pipeline_layout": flat}
 
     def _accounted_split(self, p: ParallelConfig) -> str:
         """Say that the embedding/loss take a layer slot, and what that buys."""

@@ -55,6 +55,16 @@ def test_vpp_states_the_bubble_it_removes(gpt175b_on_64_a100):
     assert float(match.group(2)) < float(match.group(1))
 
 
+def test_an_interleaved_layout_string_states_the_bubble_its_interleaving_removes():
+    """DeepSeek-V3 at PP 8 x VPP 4 runs a layout string, which fixes its own VPP: the bubble it is compared with is
+    the planner's layout string at VPP 1, not the same string again."""
+    best = _plan("deepseek-v3", "h100", 1024, 4096, 8192, Pins(tp=2, pp=8, vpp=4, ep=64), top=1).best
+    assert best.parallel.pipeline_layout is not None
+    said = next(r for r in best.reasons if r.startswith("PP=8 bubble"))
+    flat, interleaved = (float(x) for x in re.findall(r"([\d.]+) %", said))
+    assert flat > interleaved
+
+
 def test_cp_for_long_sequences_emerges_from_activation_memory():
     result = _plan("llama3.1-8b", "h100", 64, 131072, 64)
     best = result.best
