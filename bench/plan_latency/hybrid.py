@@ -101,10 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     path = OUT / "hybrid.json"
     report = json.loads(path.read_text()) if path.exists() else {}
     report[args.label] = {"cases": {name: _child("--case", name) for name in CASES}, "controls": _child("--controls")}
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path.write_text(_json(report))
     (OUT / "hybrid.md").write_text(_markdown(report))
     print(_markdown(report))
     return 0
+
+
+def _json(report: dict) -> str:
+    """The report with one line per case, so that a rerun's diff shows the cases that moved."""
+    groups = [f'  "{label}": {{\n' + ",\n".join(
+        f'    "{group}": {{\n' + ",\n".join(f"      {json.dumps(name)}: {json.dumps(entry)}"
+                                           for name, entry in entries.items()) + "\n    }"
+        for group, entries in groups.items()) + "\n  }" for label, groups in report.items()]
+    return "{\n" + ",\n".join(groups) + "\n}\n"
 
 
 def _child(*args: str) -> dict:
