@@ -130,7 +130,8 @@ class SplitRule(Enum):
 
 @dataclass(frozen=True)
 class SplitRefusal:
-    """The first rule a TP or CP size breaks, and Megatron's refusal of it (field `tp` or `cp`)."""
+    """The first rule a TP or CP size breaks, and Megatron's refusal of it (field `tp` or `cp`; sequence parallel's
+    `seq_length`)."""
 
     rule: SplitRule
     error: MegapilotError
