@@ -203,14 +203,13 @@ def plan_command(
                         ("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--cp", cp), ("--ep", ep), ("--etp", etp),
                         ("--mbs", mbs)):
         require_positive(flag, value)
-    if recompute is not None and recompute not in ("none", "selective", "full"):
-        raise MegapilotError(f"unknown recompute {recompute!r}", field="recompute", fix="use none, selective or full")
+    # Each pin is checked as its layout field is (type, bounds, choices: the spec's), before any input is resolved.
+    pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
+                recompute_modules=parse_recompute_modules(recompute_modules), fsdp=fsdp)
     inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
     defaults = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision})
     try:
         specs = _build_specs(model, inputs, seq_len, gbs, precision, fp8_recipe, features)
-        pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
-                    recompute_modules=parse_recompute_modules(recompute_modules), fsdp=fsdp)
         result = plan(specs.model, specs.cluster, specs.training, top=top, pins=pins, options=specs.options,
                       headroom_fraction=headroom)
         budgeted = _budgeted(result, budget, specs.options)

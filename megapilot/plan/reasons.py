@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from megapilot import vocabulary
 from megapilot.errors import MegapilotError
 from megapilot.estimate.comm import scaleup_domain
 from megapilot.estimate.units import format_duration
@@ -123,6 +124,20 @@ def _recompute_label(p: ParallelConfig) -> str:
     if p.recompute_method == "block":
         return f"full×{p.recompute_num_layers}L"
     return "full"
+
+
+# The flag a hybrid's uneven or interleaved split is written in (`launch.hybrid_split`): its vocabulary row names the
+# release that reads it.
+HYBRID_SEGMENTS_FLAG = "--hybrid-layer-pattern"
+
+
+def _hybrid_segments(p: ParallelConfig) -> str:
+    """Where a hybrid's uneven or interleaved split goes, and the Megatron-LM release that reads it there."""
+    since = vocabulary.term(HYBRID_SEGMENTS_FLAG).since
+    stages = f"PP={p.pp}" + (f" x VPP={p.vpp}" if p.vpp > 1 else "")
+    return (f"{stages} on a hybrid stack: the script writes the split as | segments of {HYBRID_SEGMENTS_FLAG}, "
+            f"which Megatron-LM reads from {since} on (`megapilot script --megatron-version` says what an older "
+            "release takes)")
 
 
 def _pct(x: float) -> str:
@@ -276,7 +291,7 @@ class Explainer:
         out = []
         if p.pp > 1:
             micro = p.num_microbatches(self.training.global_batch_size)
-            flat = self._variant(p, vpp=1) if p.vpp > 1 else None
+            flat = self._variant(p, **self._without_interleaving(p)) if p.vpp > 1 else None
             if flat:
                 out.append(f"PP={p.pp} bubble {_pct(bubble_share(flat[1]))} at {micro} micro-batches; "
                            f"VPP={p.vpp} cuts it to {_pct(bubble_share(est))}")
@@ -286,6 +301,8 @@ class Explainer:
             out.append(self._uneven_split(p))
         elif p.account_for_embedding or p.account_for_loss:
             out.append(self._accounted_split(p))
+        if self.model.is_hybrid and (p.vpp > 1 or not p.pipeline_split.is_even):
+            out.append(_hybrid_segments(p))
         possible = space.divisors(self.cluster.world_size // (p.tp * p.cp))
         layers = self.model.num_layers
         legal = [v for v in possible if v <= layers and space.pipeline_splits(self.model, v)]
@@ -301,6 +318,14 @@ class Explainer:
             elif versus:
                 out.append(f"PP={p.pp}: {versus}")
         return out
+
+    def _without_interleaving(self, p: ParallelConfig) -> dict[str, object]:
+        """The changes that make `p` run at VPP 1: a layout string fixes its own VPP, so it is swapped for the
+        planner's layout string at VPP 1 (`space.pipeline_splits`), or dropped where there is none."""
+        if p.pipeline_layout is None:
+            return {"vpp": 1}
+        flat = next((split.layout for split in space.pipeline_splits(self.model, p.pp) if split.layout), None)
+        return {"vpp": 1, "pipeline_layout": flat}
 
     def _accounted_split(self, p: ParallelConfig) -> str:
         """Say that the embedding/loss take a layer slot, and what that buys."""

@@ -4,10 +4,11 @@ The search never walks a grid of arbitrary numbers. Every size is drawn from the
 must divide (TP, CP and PP from the GPU count; PP·VPP from the layer count; EP from the expert count;
 MBS from the per-replica batch), and each rule that Megatron-LM enforces is a cheap pre-filter here
 that asks `megapilot.spec.validate`'s own predicate where one exists (the heads TP and CP split, the
-DSA top-k sharing), so the planner walks exactly what the estimate accepts (`validate_layout` still
-runs on every layout it returns). A rule that fails gives a `Rejection`: a stable category (the key
-of `rejected` in the plan's JSON), the concrete message and the fix. When the user pinned a dimension
-(`--tp 16`) a failing rule is raised as a `MegapilotError` instead of being counted.
+sequence CP and sequence parallel split, a hybrid stack's pipeline splits, the DSA top-k sharing), so the
+planner walks exactly what the estimate accepts (`validate_layout` still runs on every layout it returns). A
+rule that fails gives a `Rejection`: a stable category (the key of `rejected` in the plan's JSON), the concrete
+message and the fix. When the user pinned a dimension (`--tp 16`) a failing rule is raised as a `MegapilotError`
+instead of being counted.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from megapilot.spec.validate import (
     SplitRefusal,
     SplitRule,
     context_split_refusal,
+    hybrid_split_refusal,
+    sequence_parallel_refusal,
     tensor_split_refusal,
     topk_sharing_refusal,
 )
@@ -131,7 +134,7 @@ class Pins(LayoutPins):
         except ValidationError as exc:
             error = from_validation_error(exc)
             flag = f"--{(error.field or '').replace('_', '-')}"
-            raise MegapilotError(error.problem, field=error.field,
+            raise MegapilotError(f"{error.problem}, got {given.get(error.field or '')!r}", field=error.field,
                                  fix=f"pass {flag} as the message says, or leave it to the search") from None
         for name in set(self.given()) - set(SEARCHED_FIELDS):
             raise MegapilotError("the planner does not search this field", field=name,
@@ -173,13 +176,15 @@ def tensor_split_rule(model: ModelSpec, tp: int) -> Rejection | None:
     return None if refusal is None else _rejection(_TP_CATEGORIES, refusal)
 
 
-# The category a TP or a CP size is counted under, by the head-split rule it breaks (`spec.validate.SplitRule`; a
-# Gated DeltaNet split that TP alone breaks counts with the attention heads').
+# The category a TP or a CP size is counted under, by the split rule it breaks (`spec.validate.SplitRule`; a Gated
+# DeltaNet split that TP alone breaks counts with the attention heads').
 _TP_CATEGORIES = {SplitRule.ATTENTION_HEADS: RejectReason.TP_HEADS, SplitRule.KV_HEADS: RejectReason.TP_KV_HEADS,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.TP_HEADS, SplitRule.MAMBA_HEADS: RejectReason.TP_MAMBA}
-_CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK,
+_CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK, SplitRule.SEQUENCE_CHUNKS: RejectReason.CP_SEQUENCE,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.CP_LINEAR_ATTENTION,
-                  SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA}
+                  SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA,
+                  SplitRule.SPARSE_ATTENTION: RejectReason.CP_SPARSE_ATTENTION,
+                  SplitRule.SEQUENCE_PARALLEL: RejectReason.SP_SEQUENCE}
 
 
 def _rejection(categories: dict[SplitRule, RejectReason], refusal: SplitRefusal) -> Rejection:
@@ -196,24 +201,14 @@ def tp_limit(cluster: ClusterSpec) -> int:
 
 
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
-    """CP cuts each sequence into 2·CP load-balanced chunks; sequence parallel then splits over TP. Gated DeltaNet
-    and the Mamba-2 mixer take CP over whole heads of a TP rank, attention sinks none on the p2p ring
-    (`validate_layout`'s own rules, in its order: `context_split_refusal`); DeepSeek Sparse Attention has no CP the
-    estimate prices."""
-    if (refusal := context_split_refusal(model, tp, cp)) is not None:
-        return _rejection(_CP_CATEGORIES, refusal)
-    if cp > 1 and model.dsa is not None:
-        return Rejection(RejectReason.CP_SPARSE_ATTENTION, "cp",
-                         f"cp={cp}: DeepSeek Sparse Attention has no context parallelism", "use cp 1")
-    if cp > 1 and training.seq_length % (2 * cp):
-        return Rejection(RejectReason.CP_SEQUENCE, "cp",
-                         f"seq_length={training.seq_length} is not divisible by 2*cp={2 * cp}",
-                         f"use a cp whose double divides {training.seq_length}, or another sequence length")
-    if tp > 1 and (training.seq_length // cp) % tp:
-        return Rejection(RejectReason.SP_SEQUENCE, "seq_length",
-                         f"sequence parallel splits seq_length/cp={training.seq_length // cp} over tp={tp}",
-                         "use a sequence length divisible by tp*cp")
-    return None
+    """CP cuts each sequence into 2·CP load-balanced chunks, Gated DeltaNet and the Mamba-2 mixer take it over whole
+    heads of a TP rank, attention sinks and DeepSeek Sparse Attention none (`context_split_refusal`); sequence
+    parallel, on beside every TP > 1, then splits a CP rank's tokens over TP (`sequence_parallel_refusal`):
+    `validate_layout`'s own rules, in its order, each under its category."""
+    seq_length = training.seq_length
+    refusal = context_split_refusal(model, tp, cp, seq_length=seq_length) or sequence_parallel_refusal(
+        tp, cp, seq_length=seq_length)
+    return None if refusal is None else _rejection(_CP_CATEGORIES, refusal)
 
 
 def pp_rule(
@@ -227,11 +222,20 @@ def pp_rule(
                              f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}",
                              f"use pp*vpp from: {_list(divisors(model.num_layers))}")
         return _topk_sharing_rule(model, pp, vpp, split)
+    if (error := split_refusal(model, pp, vpp, split)) is not None:
+        return Rejection(RejectReason.PP_SPLIT, error.field or "pp", error.problem, error.fix or "")
+    return _topk_sharing_rule(model, pp, vpp, split)
+
+
+def split_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:
+    """Why Megatron refuses this uneven split at PP x VPP, or None: its layer counts (`PipelineSplit.resolve`),
+    then, for a hybrid (Mamba) stack, where its layer pattern's segments can place it (`hybrid_split_refusal`):
+    the refusals `validate_layout` raises."""
     try:
         split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp)
     except MegapilotError as error:
-        return Rejection(RejectReason.PP_SPLIT, error.field or "pp", error.problem, error.fix or "")
-    return _topk_sharing_rule(model, pp, vpp, split)
+        return error
+    return hybrid_split_refusal(model, pp, vpp, split)
 
 
 def _topk_sharing_rule(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> Rejection | None:
@@ -319,9 +323,11 @@ def vpp_values(model: ModelSpec, pp: int, pins: Pins, split: PipelineSplit = EVE
         # beside a first/last split (as balanced at VPP 1) the layout string is costed where only it goes: VPP > 1
         lowest = 1 if len(pipeline_splits(model, pp)) == 1 else 2
         return tuple(range(lowest, min(MAX_LAYOUT_VPP, model.num_layers // pp) + 1))
-    if pp == 1 or model.is_hybrid or split.layout is not None or (split.is_even and model.num_layers % pp):
+    if pp == 1 or split.layout is not None or (split.is_even and model.num_layers % pp):
         return (1,)  # a layout string fixes its own VPP (its stage count / PP)
-    return divisors(math.gcd(*_rank_slots(model, pp, split)))
+    # a hybrid stack interleaves an even split (as | segments) but not its first/last counts
+    return tuple(vpp for vpp in divisors(math.gcd(*_rank_slots(model, pp, split)))
+                 if hybrid_split_refusal(model, pp, vpp, split) is None)
 
 
 def is_balanced_layout(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
@@ -360,7 +366,8 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
     3.1 405B, which also admits interleaving), a few uneven ones (--decoder-first/last-pipeline-num-layers),
     and, where no account-for split interleaves, the most balanced layout string (at VPP 1 here;
     `split_at_vpp` re-cuts it for each VPP, the way DeepSeek-V3's recipes interleave 61 layers and an MTP
-    module). Hybrid Mamba stacks only split evenly.
+    module). A hybrid (Mamba) stack takes the first/last and layout-string splits only (its layer pattern's `|`
+    segments, from Megatron-Core 0.17: `hybrid_split_refusal`), which `megapilot script` writes as those segments.
 
     The end ranks carry more than layers: rank 0 the input embedding (memory), the last rank the
     output layer and the loss (time and memory). Each is worth `_end_rank_extra_layers` layers; for
@@ -370,13 +377,10 @@ def pipeline_splits(model: ModelSpec, pp: int) -> tuple[PipelineSplit, ...]:
     layers = model.num_layers
     if pp == 1 or layers % pp == 0:
         return (EVEN_SPLIT,)
-    if model.is_hybrid:
-        return ()
-    splits: list[PipelineSplit] = [
-        PipelineSplit(account_for_embedding=embedding, account_for_loss=loss)
-        for embedding, loss in ((True, True), (False, True), (True, False))
-        if (layers + embedding + loss) % pp == 0
-    ]
+    account_for = (PipelineSplit(account_for_embedding=embedding, account_for_loss=loss)
+                   for embedding, loss in ((True, True), (False, True), (True, False))
+                   if (layers + embedding + loss) % pp == 0)
+    splits = [split for split in account_for if _split_is_legal(model, pp, split)]  # a hybrid takes none
     embedding_extra, output_extra = _end_rank_extra_layers(model)
     middle_ranks = pp - 2
     smallest_middle = -(-layers // pp)
@@ -403,11 +407,7 @@ def _balanced_layout(model: ModelSpec, pp: int) -> PipelineSplit:
 
 
 def _split_is_legal(model: ModelSpec, pp: int, split: PipelineSplit) -> bool:
-    try:
-        split.resolve(model.num_layers, model.mtp_num_layers, pp, 1)
-    except MegapilotError:
-        return False
-    return True
+    return split_refusal(model, pp, 1, split) is None
 
 
 @lru_cache(maxsize=64)

@@ -34,7 +34,7 @@ def validate_layout(
 ) -> list[str]:
     """Raise MegapilotError on the first rule the layout breaks; return warnings otherwise."""
     _check_world(cluster, parallel)
-    _check_tensor_parallel(model, cluster, training, parallel, allow_tp_across_nodes)
+    _check_tensor_parallel(model, cluster, parallel, allow_tp_across_nodes)
     _check_pipeline(model, parallel)
     # No rule against Megatron-FSDP beside PP: Megatron-Core 0.16-0.19 assert none (neither arguments.py nor the
     # FSDP adapter in megatron/core/distributed/fsdp/), so the estimate costs it; `plan.space.Pins` says why the
@@ -72,9 +72,7 @@ def _check_world(cluster: ClusterSpec, p: ParallelConfig) -> None:
         )
 
 
-def _check_tensor_parallel(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig, allow_across: bool
-) -> None:
+def _check_tensor_parallel(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, allow_across: bool) -> None:
     if (refusal := tensor_split_refusal(model, p.tp)) is not None:
         raise refusal.error
     # Megatron itself places TP anywhere; a TP group beyond the NVLink domain would run its per-layer collectives
@@ -88,13 +86,6 @@ def _check_tensor_parallel(
             f"tp={p.tp} exceeds {where}; TP all-reduces would leave NVLink",
             field="tp",
             fix=f"use tp <= {domain} (or pass --force-tp-across-nodes to cost it anyway)",
-        )
-    if p.sequence_parallel and (training.seq_length // p.cp) % p.tp:
-        raise MegapilotError(
-            f"sequence parallel splits seq_length/cp={training.seq_length // p.cp} over tp={p.tp}, "
-            "which does not divide it",
-            field="seq_length",
-            fix="use a sequence length divisible by tp*cp",
         )
 
 
@@ -123,20 +114,24 @@ def kv_splitting_tps(model: ModelSpec) -> list[int]:
 
 
 class SplitRule(Enum):
-    """The Megatron rules by which TP and CP must split a model's heads, each named once: `validate_layout` raises
-    the refusal a broken rule gives, the planner counts the sizes it cuts under the rule's category
-    (`plan.space.RejectReason`)."""
+    """The Megatron rules by which TP and CP must split a model's heads and its sequence, each named once:
+    `validate_layout` raises the refusal a broken rule gives, the planner counts the sizes it cuts under the rule's
+    category (`plan.space.RejectReason`)."""
 
     ATTENTION_HEADS = "attention heads"
     KV_HEADS = "KV heads"
     ATTENTION_SINK = "attention sinks"
+    SEQUENCE_CHUNKS = "the sequence's 2 x CP chunks"
     GATED_DELTA_NET_HEADS = "Gated DeltaNet heads"
     MAMBA_HEADS = "Mamba-2 heads and groups"
+    SPARSE_ATTENTION = "DeepSeek Sparse Attention"
+    SEQUENCE_PARALLEL = "sequence parallel's split of a CP rank's sequence over TP"
 
 
 @dataclass(frozen=True)
 class SplitRefusal:
-    """The first rule a TP or CP size breaks, and Megatron's refusal of it (field `tp` or `cp`)."""
+    """The first rule a TP or CP size breaks, and Megatron's refusal of it (field `tp` or `cp`; sequence parallel's
+    `seq_length`)."""
 
     rule: SplitRule
     error: MegapilotError
@@ -149,13 +144,26 @@ def tensor_split_refusal(model: ModelSpec, tp: int) -> SplitRefusal | None:
     return _first_broken(_tensor_split_rules(model, tp))
 
 
-def context_split_refusal(model: ModelSpec, tp: int, cp: int) -> SplitRefusal | None:
-    """Why CP (beside this TP) cannot split this model's heads, or None (always at cp 1): attention sinks take no
-    CP, then the linear mixers' heads (`_mixer_head_rules`), asked in that order by `validate_layout` (which asks
-    for the sequence's 2*CP chunks between the two) and by the planner's CP rule alike."""
+def context_split_refusal(model: ModelSpec, tp: int, cp: int, *, seq_length: int) -> SplitRefusal | None:
+    """Why CP (beside this TP) cannot split this model's heads and its `seq_length`-token sequences, or None (always
+    at cp 1): attention sinks take no CP, the sequence must cut into 2*CP chunks, then the linear mixers' heads
+    (`_mixer_head_rules`), and DeepSeek Sparse Attention takes none, asked in that order by `validate_layout` and by
+    the planner's CP rule alike."""
     if cp == 1:
         return None
-    return _first_broken(_context_split_rules(model, tp, cp))
+    return _first_broken(_context_split_rules(model, tp, cp, seq_length))
+
+
+def sequence_parallel_refusal(tp: int, cp: int, *, seq_length: int) -> SplitRefusal | None:
+    """Why sequence parallelism cannot split a CP rank's seq_length/cp tokens over TP, or None: Megatron scatters
+    them over the TP ranks, each a whole share. `validate_layout` asks it where sequence parallelism is on, the
+    planner (which turns it on beside TP > 1) for every TP."""
+    if (seq_length // cp) % tp == 0:
+        return None
+    return SplitRefusal(SplitRule.SEQUENCE_PARALLEL, MegapilotError(
+        f"sequence parallel splits seq_length/cp={seq_length // cp} over tp={tp}, which does not divide it",
+        field="seq_length", fix=f"use a sequence length divisible by tp*cp={tp * cp}, or a tp that divides "
+                                f"{seq_length // cp}"))
 
 
 _RuleCheck = tuple[SplitRule, MegapilotError | None]
@@ -167,9 +175,11 @@ def _tensor_split_rules(model: ModelSpec, tp: int) -> Iterator[_RuleCheck]:
     yield from _mixer_head_rules(model, tp, 1)
 
 
-def _context_split_rules(model: ModelSpec, tp: int, cp: int) -> Iterator[_RuleCheck]:
+def _context_split_rules(model: ModelSpec, tp: int, cp: int, seq_length: int) -> Iterator[_RuleCheck]:
     yield SplitRule.ATTENTION_SINK, sink_context_parallel_refusal(model, cp)
+    yield SplitRule.SEQUENCE_CHUNKS, sequence_chunks_refusal(seq_length, cp)
     yield from _mixer_head_rules(model, tp, cp)
+    yield SplitRule.SPARSE_ATTENTION, sparse_attention_context_refusal(model, cp)
 
 
 def _mixer_head_rules(model: ModelSpec, tp: int, cp: int) -> Iterator[_RuleCheck]:
@@ -205,12 +215,12 @@ def kv_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
-    if model.is_hybrid:
-        _check_hybrid_pipeline(model, p)
+    if (hybrid := hybrid_split_refusal(model, p.pp, p.vpp, p.pipeline_split)) is not None:
+        raise hybrid
     try:
         stages = p.pipeline_stages(model.num_layers, model.mtp_num_layers)
     except MegapilotError as refusal:
-        if model.is_hybrid and refusal.fix:  # offer only the fixes a hybrid takes (`_check_hybrid_pipeline`)
+        if model.is_hybrid and refusal.fix:  # offer only the fixes a hybrid takes (`hybrid_split_refusal`)
             refused = ("account_for", "first_stage_layers") if p.vpp > 1 else ("account_for",)
             fixes = [fix for fix in refusal.fix.split("; or ") if not fix.startswith(refused)]
             raise MegapilotError(refusal.problem, field=refusal.field, fix="; or ".join(fixes)) from None
@@ -241,34 +251,37 @@ def _check_cpu_offloading(model: ModelSpec, p: ParallelConfig) -> None:
             field="cpu_offloading_num_layers", fix=f"use at most {most}")
 
 
-def _check_hybrid_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core 0.17's hybrid (Mamba) stack: `|` segments of the layer pattern place its layers on the PP x VPP
-    stages in any counts; a pattern without them takes --decoder-first/last-pipeline-num-layers at VPP 1 only; the
-    account-for flags are refused (MambaModel's select_pipeline_segment and arguments.py raise each). A layout
-    string stands for those segments here, so the embedding opens the first stage and the loss (and an MTP module)
-    close the last, where MambaModel puts them."""
-    split = p.pipeline_split
+def hybrid_split_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:
+    """Why Megatron-Core's hybrid (Mamba) stack cannot place this split, or None (always None for other models):
+    from core 0.17, `|` segments of the layer pattern place its layers on the PP x VPP stages in any counts; a pattern
+    without them takes --decoder-first/last-pipeline-num-layers at VPP 1 only; the account-for flags are refused
+    (MambaModel's select_pipeline_segment and arguments.py raise each). A layout string stands for those segments
+    here, so the embedding opens the first stage and the loss (and an MTP module) close the last, where MambaModel
+    puts them. `validate_layout` and the planner's pipeline rule ask the same; a layout string must resolve."""
+    if not model.is_hybrid:
+        return None
     if split.account_for_embedding or split.account_for_loss:
-        raise MegapilotError(
+        return MegapilotError(
             f"the hybrid Mamba model {model.name} takes no account-for-embedding/loss split: Megatron places its "
             "layers by the layer pattern's | segments (arguments.py asserts it)",
             field="account_for_embedding" if split.account_for_embedding else "account_for_loss",
             fix="drop the account-for flags; give the split as first/last stage layers or a pipeline layout")
-    if p.vpp > 1 and (split.first_stage_layers is not None or split.last_stage_layers is not None):
-        raise MegapilotError(
-            f"vpp={p.vpp} beside first/last stage layers on the hybrid Mamba model {model.name}: Megatron "
+    if vpp > 1 and (split.first_stage_layers is not None or split.last_stage_layers is not None):
+        return MegapilotError(
+            f"vpp={vpp} beside first/last stage layers on the hybrid Mamba model {model.name}: Megatron "
             "interleaves a hybrid only by the layer pattern's | segments, which exclude those flags",
             field="vpp", fix="give the split as a pipeline layout (--pp-layout; | segments of the pattern), or vpp=1")
     if split.layout is None:
-        return
-    stages = split.resolve(model.num_layers, model.mtp_num_layers, p.pp, p.vpp).stages
+        return None
+    stages = split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp).stages
     if not stages[0].startswith(EMBEDDING) or not stages[-1].endswith(LOSS) \
             or any(MTP in stage for stage in stages[:-1]):
-        raise MegapilotError(
+        return MegapilotError(
             f"the layout {split.layout!r} moves the embedding, the loss or MTP off the end stages of the hybrid "
             f"Mamba model {model.name}: its pattern's | segments hold layers only, the embedding on the first "
             "stage and the output (and MTP) on the last", field="pipeline_layout",
             fix="start the first stage with E and put m and L in the last stage")
+    return None
 
 
 def check_pipeline_split(
@@ -300,20 +313,23 @@ def _check_sequence(model: ModelSpec, training: TrainingSpec) -> None:
 
 
 def _check_context_parallel(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> None:
-    # A layout that breaks two rules is refused by the first in the estimate's order, attention sinks, the
-    # sequence's 2*CP chunks, then the heads (the planner counts the heads before the chunks).
-    refusal = context_split_refusal(model, p.tp, p.cp)
-    if refusal is not None and refusal.rule is SplitRule.ATTENTION_SINK:
-        raise refusal.error
-    if p.cp > 1 and training.seq_length % (2 * p.cp):
-        raise MegapilotError(
-            f"seq_length={training.seq_length} is not divisible by 2*cp={2 * p.cp} (CP splits each "
-            "sequence into 2*CP chunks for load balance)",
-            field="seq_length",
-            fix=f"use a sequence length that is a multiple of {2 * p.cp}, or a smaller cp",
-        )
+    """CP's rules, then sequence parallel's split of what CP leaves a rank (the order the planner's CP rule asks)."""
+    refusal = context_split_refusal(model, p.tp, p.cp, seq_length=training.seq_length)
+    if refusal is None and p.sequence_parallel:
+        refusal = sequence_parallel_refusal(p.tp, p.cp, seq_length=training.seq_length)
     if refusal is not None:
         raise refusal.error
+
+
+def sequence_chunks_refusal(seq_length: int, cp: int) -> MegapilotError | None:
+    """Megatron's CP cuts each sequence into 2*CP chunks, two per CP rank (one early, one late: causal load
+    balance), so 2*CP must divide seq_length. The refusal (field `cp`), or None."""
+    if seq_length % (2 * cp) == 0:
+        return None
+    return MegapilotError(
+        f"seq_length={seq_length} is not divisible by 2*cp={2 * cp} (CP splits each sequence into 2*CP chunks for "
+        "load balance)", field="cp",
+        fix=f"use a cp whose double divides {seq_length}, or a sequence length that is a multiple of {2 * cp}")
 
 
 def sink_context_parallel_refusal(model: ModelSpec, cp: int) -> MegapilotError | None:
@@ -425,17 +441,23 @@ def _list(numbers: list[int]) -> str:
 
 
 def _check_sparse_attention(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core's DSAttention runs without context parallelism (TransformerConfig asserts it), and shares a
-    layer's top-k only within a pipeline stage."""
+    """Megatron-Core's DSAttention shares a layer's top-k only within a pipeline stage (its CP: a `SplitRule`)."""
     refusal = topk_sharing_refusal(model, p.pp, p.vpp, p.pipeline_split)
     if refusal is not None:
         raise refusal
-    if model.dsa is not None and p.cp > 1:
-        raise MegapilotError(
-            f"cp={p.cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism before core 0.19 "
-            "(TransformerConfig asserts context_parallel_size == 1 with experimental_attention_variant dsa); 0.19 "
-            "runs it only with --cp-comm-type allgather, which megapilot neither prices nor writes yet", field="cp",
-            fix="use cp 1 (DSA's top-k already bounds each query's keys; split the sequence with TP and SP)")
+
+
+def sparse_attention_context_refusal(model: ModelSpec, cp: int) -> MegapilotError | None:
+    """Megatron-Core's DeepSeek Sparse Attention under CP: TransformerConfig asserts context_parallel_size == 1 with
+    experimental_attention_variant dsa before core 0.19; 0.19 runs it only with --cp-comm-type allgather, which
+    megapilot neither prices nor writes. The refusal (field `cp`), or None."""
+    if model.dsa is None or cp == 1:
+        return None
+    return MegapilotError(
+        f"cp={cp}: Megatron-Core's DeepSeek Sparse Attention has no context parallelism before core 0.19 "
+        "(TransformerConfig asserts context_parallel_size == 1 with experimental_attention_variant dsa); 0.19 "
+        "runs it only with --cp-comm-type allgather, which megapilot neither prices nor writes yet", field="cp",
+        fix="use cp 1 (DSA's top-k already bounds each query's keys; split the sequence with TP and SP)")
 
 
 def _check_experts(model: ModelSpec, p: ParallelConfig) -> None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 import pytest
 
+from megapilot.errors import MegapilotError
+from megapilot.plan import Pins
 from megapilot.spec import SavedPlan
+from megapilot.spec.parallel import Recompute
 
 SMALL = ("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096", "--gbs", "128")
 
@@ -76,6 +80,17 @@ def test_impossible_asks_end_in_one_line_exit_2(cli, args, needle):
     assert needle in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_recompute_is_refused_by_the_layout_fields_own_choices(cli):
+    """`--recompute` takes ParallelConfig.recompute's values (spec.parallel.Recompute), refused as its pin refuses
+    them: no list of its own in the command, and before any other input is resolved."""
+    result = cli("plan", "--model", "no-such-model", "--gpus", "8", "--recompute", "half")
+    assert result.exit_code == 2
+    with pytest.raises(MegapilotError) as pinned:
+        Pins(recompute="half")
+    assert result.stderr == f"error: {pinned.value}\n"
+    assert all(f"'{choice}'" in result.stderr for choice in get_args(Recompute)) and "got 'half'" in result.stderr
 
 
 def test_missing_gpu_without_profile_says_how_to_set_it(cli):

@@ -153,6 +153,27 @@ def test_a_planned_interleaved_hybrid_round_trips_through_plan_script_and_read_b
     assert read_back is not None and (read_back.pp, read_back.vpp) == (plan.parallel.pp, plan.parallel.vpp) == (2, 2)
 
 
+def test_an_uneven_split_the_planner_chose_round_trips_through_plan_script_and_read_back(cli, tmp_path: Path) -> None:
+    """Nemotron-H 56B's 118 layers at PP 4: the planner picks the split itself (first/last counts or a layout string,
+    at the VPP it finds fastest); `script --plan` writes it as the pattern's segments and reads back as planned."""
+    saved = tmp_path / "plan.json"
+    planned = cli("plan", "--model", "nemotron-h-56b", "--gpu", "h100", "--gpus", "32", "--pp", "4", "--seq-len",
+                  "8192", "--gbs", "256", "--top", "1", "--save", str(saved))
+    assert planned.exit_code == 0, planned.stderr
+    plan = SavedPlan.model_validate_json(saved.read_text())
+    assert not plan.parallel.pipeline_split.is_even
+    script = tmp_path / "train.sh"
+    result = cli("script", "--plan", str(saved), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                 "-o", str(script), "--json")
+    assert result.exit_code == 0, result.stderr
+    args = result.json()["megatron_args"]
+    assert [len(s) for s in _value(args, "--hybrid-layer-pattern").split("|")] == _stage_layer_counts(plan)
+    read_back = run_config(read_flags(script=script)).parallel
+    assert read_back is not None
+    layers, mtp = plan.model.num_layers, plan.model.mtp_num_layers
+    assert read_back.pipeline_stages(layers, mtp) == plan.parallel.pipeline_stages(layers, mtp)
+
+
 @pytest.mark.parametrize(("plan", "version"), [(UNEVEN, None), (INTERLEAVED, None), (UNEVEN, "0.16.1")],
                          ids=["uneven-segments", "interleaved-segments", "uneven-first-last"])
 def test_the_script_reads_back_as_the_planned_stages(plan: SavedPlan, version: str | None) -> None:

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from megapilot import vocabulary
 from megapilot.catalog import get_gpu, get_model
 from megapilot.plan import Pins, plan, search_layouts
 from megapilot.plan.cost import CostModel
@@ -52,6 +53,16 @@ def test_vpp_states_the_bubble_it_removes(gpt175b_on_64_a100):
     match = next(re.search(r"bubble (\d+(?:\.\d)?) % at .*VPP=\d+ cuts it to (\d+(?:\.\d)?) %", r)
                  for r in cand.reasons if "cuts it to" in r)
     assert float(match.group(2)) < float(match.group(1))
+
+
+def test_an_interleaved_layout_string_states_the_bubble_its_interleaving_removes():
+    """DeepSeek-V3 at PP 8 x VPP 4 runs a layout string, which fixes its own VPP: the bubble it is compared with is
+    the planner's layout string at VPP 1, not the same string again."""
+    best = _plan("deepseek-v3", "h100", 1024, 4096, 8192, Pins(tp=2, pp=8, vpp=4, ep=64), top=1).best
+    assert best.parallel.pipeline_layout is not None
+    said = next(r for r in best.reasons if r.startswith("PP=8 bubble"))
+    flat, interleaved = (float(x) for x in re.findall(r"([\d.]+) %", said))
+    assert flat > interleaved
 
 
 def test_cp_for_long_sequences_emerges_from_activation_memory():
@@ -122,6 +133,17 @@ def test_uneven_pipeline_split_is_planned_and_explained_for_126_layers():
     reasons = explainer.explain(uneven, explainer.cost(uneven))
     assert _has(reasons, "PP=16 with 7 layers on the first and last stages: 126 layers do not divide by 16; "
                          r"the embedding/output stages get fewer \(8 on each middle stage\)")
+
+
+def test_a_hybrids_uneven_split_names_the_release_that_reads_its_segments():
+    """Nemotron-H 56B at PP 4 (118 layers): the hybrid stack takes the split as | segments of its layer pattern, which
+    the reasons say, with the release the vocabulary's row for the flag gives; an even split at VPP 1 needs none."""
+    uneven = _plan("nemotron-h-56b", "h100", 32, 8192, 256, Pins(pp=4), top=1).best
+    assert not uneven.parallel.pipeline_split.is_even
+    since = vocabulary.term("--hybrid-layer-pattern").since
+    assert since and _has(uneven.reasons, rf"segments of --hybrid-layer-pattern, .*from {since} on")
+    even = _plan("nemotron-h-56b", "h100", 32, 8192, 256, Pins(pp=2, vpp=1), top=1).best
+    assert not _has(even.reasons, "segments of")
 
 
 def test_pp_is_limited_by_num_layers_only_where_no_split_is_legal():

@@ -91,21 +91,25 @@ def test_sparse_attention_takes_no_cp():
     assert space.cp_rule(get_model("deepseek-v3"), training, 1, 2) is None
 
 
-@pytest.mark.parametrize(("name", "tp", "cp"), [
-    ("phi3-medium", 4, 1),  # KV heads
-    ("qwen3-next-80b-a3b", 4, 8),  # Gated DeltaNet heads over TP x CP
-    ("gpt-oss-120b", 1, 2),  # attention sinks
-    ("nemotron-h-56b", 16, 1),  # 8 Mamba-2 groups
+@pytest.mark.parametrize(("name", "tp", "cp", "seq", "category"), [
+    ("phi3-medium", 4, 1, 4096, "tp neither divides nor is a multiple of the KV heads"),
+    ("qwen3-next-80b-a3b", 4, 8, 4096, "tp*cp does not divide the Gated DeltaNet heads"),
+    ("gpt-oss-120b", 1, 2, 4096, "cp on an attention-sink model"),
+    ("nemotron-h-56b", 16, 1, 4096, "tp does not divide the Mamba-2 heads and groups"),
+    ("llama3.1-8b", 1, 4, 4100, "seq_length not divisible by 2*cp"),
+    ("deepseek-v3.2", 1, 2, 4096, "cp on a DeepSeek Sparse Attention model"),
+    ("llama3.1-8b", 8, 1, 4100, "seq_length/cp not divisible by tp (sequence parallel)"),
 ])
-def test_a_head_split_the_planner_cuts_is_refused_as_the_estimate_refuses_it(name, tp, cp, h100x64):
-    """The planner asks the estimate's own rules (`spec.validate.SplitRule`), so its message and fix are the
-    estimate's, under the planner's category."""
-    model, training = get_model(name), TrainingSpec(seq_length=4096, global_batch_size=64)
-    cut = space.tp_rule(model, h100x64, tp) if cp == 1 else space.cp_rule(model, training, tp, cp)
+def test_a_split_the_planner_cuts_is_refused_as_the_estimate_refuses_it(name, tp, cp, seq, category, h100x64):
+    """The planner asks the estimate's own rules (`spec.validate.SplitRule`): TP's and CP's over the heads, CP's over
+    the sequence and sequence parallel's, so its message and fix are the estimate's, under the planner's category."""
+    model, training = get_model(name), TrainingSpec(seq_length=seq, global_batch_size=64)
+    cut = space.tp_rule(model, h100x64, tp) or space.cp_rule(model, training, tp, cp)
+    assert cut is not None and cut.category == category
     cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), tp * cp * 8)
     with pytest.raises(MegapilotError) as refused:
-        validate_layout(model, cluster, training, ParallelConfig.for_world(tp * cp * 8, tp=tp, cp=cp),
-                        allow_tp_across_nodes=True)
+        validate_layout(model, cluster, training, ParallelConfig.for_world(
+            tp * cp * 8, tp=tp, cp=cp, sequence_parallel=tp > 1), allow_tp_across_nodes=True)
     assert (cut.field, cut.message, cut.fix) == (refused.value.field, refused.value.problem, refused.value.fix)
 
 
@@ -181,6 +185,41 @@ def test_a_pinned_vpp_is_legal_where_only_the_layout_string_interleaves():
     cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 1024)
     training = TrainingSpec(seq_length=4096, global_batch_size=8192)
     space.check_pins(model, cluster, training, space.Pins(tp=2, pp=8, vpp=4, ep=64))  # no error
+
+
+def test_a_hybrid_walks_the_uneven_splits_its_layer_pattern_places():
+    """Nemotron-H 56B's 118 layers at PP 4: Megatron-Core's hybrid stack places first/last counts and any layout as
+    `|` segments of its pattern, never the account-for slots; the planner offers those the estimate accepts."""
+    h56 = get_model("nemotron-h-56b")
+    splits = space.pipeline_splits(h56, 4)
+    assert any(split.first_stage_layers for split in splits) and any(split.layout for split in splits)
+    assert not any(split.account_for_embedding or split.account_for_loss for split in splits)
+    cluster, training = ClusterSpec.from_gpu_count(get_gpu("h100"), 32), TrainingSpec(seq_length=8192,
+                                                                                      global_batch_size=64)
+    for split in splits:
+        assert space.pp_rule(h56, 4, 1, split) is None
+        validate_layout(h56, cluster, training, ParallelConfig.for_world(
+            32, tp=8, pp=4, first_stage_layers=split.first_stage_layers, last_stage_layers=split.last_stage_layers,
+            pipeline_layout=split.layout))
+
+
+def test_a_hybrid_interleaves_an_even_split_but_not_first_and_last_counts():
+    """The segments interleave an even split (52 layers at PP 2: 2, 13 or 26 virtual stages per rank); first/last
+    counts run at VPP 1 only, where a dense model's 16/20/16 split takes VPP 2 and 4 (Megatron refuses the counts
+    beside a hybrid's interleaving), and the planner's refusal is the estimate's."""
+    h8b, llama70b = get_model("nemotron-h-8b"), get_model("llama3.1-70b")
+    assert space.vpp_values(h8b, 2, Pins()) == (1, 2, 13, 26)
+    ends = space.PipelineSplit(first_stage_layers=16, last_stage_layers=16)
+    assert space.vpp_values(llama70b.model_copy(update={"num_layers": 52}), 3, Pins(), ends) == (1, 2, 4)
+    assert space.vpp_values(h8b, 3, Pins(), ends) == (1,)
+    refused = space.pp_rule(h8b, 3, 2, ends)
+    assert refused is not None and refused.category == "uneven pipeline split refused"
+    with pytest.raises(MegapilotError) as estimate:
+        validate_layout(h8b, ClusterSpec.from_gpu_count(get_gpu("h100"), 48), TrainingSpec(
+            seq_length=8192, global_batch_size=64), ParallelConfig.for_world(
+            48, pp=3, vpp=2, first_stage_layers=16, last_stage_layers=16))
+    assert (refused.field, refused.message, refused.fix) == (
+        estimate.value.field, estimate.value.problem, estimate.value.fix)
 
 
 def test_pp_rule_keeps_dsa_topk_sharing_inside_each_stage():

@@ -9,7 +9,12 @@ import pytest
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
 from megapilot.spec import ClusterSpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec, validate_layout
-from megapilot.spec.validate import SplitRule, context_split_refusal, tensor_split_refusal
+from megapilot.spec.validate import (
+    SplitRule,
+    context_split_refusal,
+    sequence_parallel_refusal,
+    tensor_split_refusal,
+)
 
 LLAMA_70B = ModelSpec(
     name="llama-70b-like", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
@@ -41,7 +46,7 @@ def test_valid_llama70b_layout_passes():
         (LLAMA_70B, dict(tp=16, pp=4), {}, "h100", "tp"),  # 16 > 8 GPUs per node, 8 KV heads
         (LLAMA_70B, dict(tp=8, pp=3), {}, "h100", "gpus"),  # 3*8 does not divide 64
         (LLAMA_70B, dict(tp=8, pp=8, vpp=3), {}, "h100", "vpp"),  # 80 % 24
-        (LLAMA_70B, dict(tp=8, cp=8), dict(seq_length=4100), "h100", "seq_length"),
+        (LLAMA_70B, dict(tp=8, cp=8), dict(seq_length=4100), "h100", "cp"),
         (LLAMA_70B, dict(tp=8), dict(global_batch_size=12), "h100", "global_batch_size"),
         (LLAMA_70B, dict(tp=8), dict(precision="fp8"), "a100", "precision"),
         (MOE, dict(ep=3), {}, "h100", "ep"),
@@ -273,7 +278,7 @@ def test_attention_sinks_take_no_context_parallelism_on_the_p2p_ring():
 
 @pytest.mark.parametrize(("model", "tp", "cp", "seq", "field", "words"), [
     # 2*cp = 6 does not divide 4096, and tp*cp = 3 does not divide the 16 Gated DeltaNet key heads
-    ("qwen3-next-80b-a3b", 1, 3, 4096, "seq_length", "not divisible by 2*cp=6"),
+    ("qwen3-next-80b-a3b", 1, 3, 4096, "cp", "not divisible by 2*cp=6"),
     # the sinks take no CP, whatever the sequence
     ("gpt-oss-20b", 1, 3, 4096, "cp", "attention sinks"),
     # the chunks fit; the heads do not
@@ -287,9 +292,10 @@ def test_a_layout_breaking_two_context_rules_is_refused_by_sinks_then_chunks_the
     assert err.value.field == field
 
 
-def test_each_head_split_refusal_names_its_rule():
+def test_each_split_refusal_names_its_rule():
     """The rules `validate_layout` and the planner walk, in one order: TP's attention heads, KV heads, then the
-    linear mixers'; CP's sinks, then the linear mixers'."""
+    linear mixers'; CP's sinks, the sequence's 2 x CP chunks, the linear mixers' heads, then sparse attention;
+    sequence parallel's split of what CP leaves a rank."""
     qwen3_next, gpt_oss = get_model("qwen3-next-80b-a3b"), get_model("gpt-oss-20b")
     odd_linear = qwen3_next.model_copy(update={"gated_delta_net": qwen3_next.gated_delta_net.model_copy(
         update={"key_heads": 3, "value_heads": 6})})
@@ -298,11 +304,16 @@ def test_each_head_split_refusal_names_its_rule():
     assert tensor_split_refusal(odd_linear, 2).rule is SplitRule.GATED_DELTA_NET_HEADS
     assert tensor_split_refusal(_mamba_hybrid(num_groups=4), 8).rule is SplitRule.MAMBA_HEADS
     assert tensor_split_refusal(qwen3_next, 2) is None
-    assert context_split_refusal(gpt_oss, 1, 2).rule is SplitRule.ATTENTION_SINK
-    assert context_split_refusal(qwen3_next, 4, 8).rule is SplitRule.GATED_DELTA_NET_HEADS
-    assert context_split_refusal(_mamba_hybrid(num_heads=24), 8, 2).rule is SplitRule.MAMBA_HEADS
-    assert context_split_refusal(gpt_oss, 3, 1) is None  # no CP: nothing to refuse, whatever TP
-    refusal = context_split_refusal(qwen3_next, 4, 8)
+    assert context_split_refusal(gpt_oss, 1, 2, seq_length=4096).rule is SplitRule.ATTENTION_SINK
+    assert context_split_refusal(gpt_oss, 1, 2, seq_length=4098).rule is SplitRule.ATTENTION_SINK
+    assert context_split_refusal(qwen3_next, 4, 8, seq_length=4098).rule is SplitRule.SEQUENCE_CHUNKS
+    assert context_split_refusal(qwen3_next, 4, 8, seq_length=4096).rule is SplitRule.GATED_DELTA_NET_HEADS
+    assert context_split_refusal(_mamba_hybrid(num_heads=24), 8, 2, seq_length=4096).rule is SplitRule.MAMBA_HEADS
+    assert context_split_refusal(get_model("deepseek-v3.2"), 1, 2, seq_length=4096).rule is SplitRule.SPARSE_ATTENTION
+    assert context_split_refusal(gpt_oss, 3, 1, seq_length=4098) is None  # no CP: nothing to refuse, whatever TP
+    assert sequence_parallel_refusal(8, 2, seq_length=4100).rule is SplitRule.SEQUENCE_PARALLEL  # 2,050 over 8
+    assert sequence_parallel_refusal(1, 2, seq_length=4100) is None
+    refusal = context_split_refusal(qwen3_next, 4, 8, seq_length=4096)
     assert (refusal.error.field, refusal.error.fix) == ("cp", "use a TP x CP from: 1, 2, 4, 8, 16")
 
 
