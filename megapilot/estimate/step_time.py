@@ -39,7 +39,8 @@ Model (per GPU, seconds):
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
   (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last); under the interleaved schedule
-  each model chunk syncs on its own, behind the later chunks' cooldown backwards;
+  each model chunk syncs on its own, behind the later chunks' cooldown backwards; what hides still holds the SMs
+  of NCCL's channels, so the compute beside it slows by that share of its length (`latency.NCCL_COLLECTIVE_SMS`);
 - cpu_offload: `--cpu-offloading-num-layers` copies each offloaded layer's activations to host memory during the
   next layers' forward and back during the later layers' backward (`GPUSpec.host_link_gbps`, PCIe or a Grace
   superchip's NVLink-C2C, at `HOST_COPY_EFFICIENCY`); a copy longer than its layer's forward (backward) is exposed;
