@@ -121,6 +121,30 @@ def sm_count(gpu: GPUSpec) -> int:
     return SM_COUNTS_BY_ARCHITECTURE.get(gpu.architecture, DEFAULT_SM_COUNT)
 
 
+# Thread blocks an NCCL all-gather or reduce-scatter of the DP / expert-DP / Megatron-FSDP buffers holds, one per
+# channel, each on an SM for as long as it runs; a large buffer runs on all of a communicator's channels. The count
+# is NCCL's topology search (src/graph/search.cc, connect.cc; NCCL 2.2x): on a DGX node of 8 rail NICs it finds one
+# ring channel per NIC at the NIC's speed (48 GB/s of 400 Gb/s), does not duplicate them (Hopper and later skip that
+# above 4 channels under 50 GB/s), and `ncclTopoPostset` doubles them: 16; NVLink SHARP runs 16 on Hopper
+# (`NVLS_NCHANNELS_SM90`, src/transport/nvls.cc). Megatron and the Megatron-Bridge recipes leave NCCL_MIN/MAX_CTAS
+# at their defaults; only `--use-nccl-ub` (NCCL user buffers with NCCL_CTA_POLICY=1: "an SM-efficient NCCL
+# algorithm", Megatron-FSDP's README) lowers it, and the recipes the estimate is checked against do not set it.
+NCCL_COLLECTIVE_SMS = 16
+
+
+def sm_share(collective_sms: int, gpu: GPUSpec) -> float:
+    """The share of `gpu`'s SMs a collective's kernels hold while they run."""
+    return min(1.0, collective_sms / sm_count(gpu))
+
+
+def sm_contended_exposed_s(exposed_s: float, traffic_s: float, share: float) -> float:
+    """What a collective that runs `traffic_s` beside compute adds to the step, `exposed_s` of it outlasting that
+    compute: its kernels hold `share` of the SMs for all of its length, so even a collective that hides entirely
+    slows the compute beside it by that share of its length. A collective that hides nothing (`exposed_s` =
+    `traffic_s`) adds just itself."""
+    return max(exposed_s, share * traffic_s)
+
+
 def wave_efficiency(rows: float, cols: float, sms: int, concurrent: int = 1) -> float:
     """Fraction of the SM-waves a GEMM's output tiles fill: `concurrent` equal GEMMs share the waves."""
     tiles = math.ceil(rows / GEMM_TILE) * math.ceil(cols / GEMM_TILE) * max(1, concurrent)

@@ -29,7 +29,9 @@ from megapilot.estimate.latency import (
     expert_wave_slowdown,
     moe_host_sync_s,
     moe_kernels,
+    sm_contended_exposed_s,
     sm_count,
+    sm_share,
 )
 from megapilot.estimate.passes import ACTIVATION_BYTES, FORWARD_SHARE
 from megapilot.estimate.quantization import (
@@ -230,8 +232,8 @@ def overlapped_all_to_all_exposed_s(terms: dict[str, float], gpu: GPUSpec) -> fl
     third = FORWARD_SHARE  # the forward, the dgrad and the wgrad each take a third of a block's compute
     windows = ((comm, third * pre_dispatch), (comm, third * mlp), (comm, 2 * third * mlp),
                (comm, 2 * third * pre_dispatch))
-    sm_share = min(1.0, ALL_TO_ALL_SMS / sm_count(gpu))
-    return sum(max(comm_s - compute_s, sm_share * comm_s) for comm_s, compute_s in windows)
+    share = sm_share(ALL_TO_ALL_SMS, gpu)
+    return sum(sm_contended_exposed_s(max(0.0, comm_s - compute_s), comm_s, share) for comm_s, compute_s in windows)
 
 
 def ep_leaves_domain(cluster: ClusterSpec, p: ParallelConfig) -> bool:

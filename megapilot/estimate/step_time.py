@@ -39,7 +39,8 @@ Model (per GPU, seconds):
 - dp_comm: gradient reduce-scatter (fp32) + parameter all-gather (bf16) with the distributed optimizer,
   an fp32 all-reduce without it; with overlap only what outlasts the last micro-batch's backward
   (forward for the all-gather) of stage 0 is exposed (stage 0 finishes last); under the interleaved schedule
-  each model chunk syncs on its own, behind the later chunks' cooldown backwards;
+  each model chunk syncs on its own, behind the later chunks' cooldown backwards; what hides still holds the SMs
+  of NCCL's channels, so the compute beside it slows by that share of its length (`latency.NCCL_COLLECTIVE_SMS`);
 - cpu_offload: `--cpu-offloading-num-layers` copies each offloaded layer's activations to host memory during the
   next layers' forward and back during the later layers' backward (`GPUSpec.host_link_gbps`, PCIe or a Grace
   superchip's NVLink-C2C, at `HOST_COPY_EFFICIENCY`); a copy longer than its layer's forward (backward) is exposed;
@@ -77,7 +78,15 @@ from megapilot.estimate.flops import (
     has_attention,
     layer_attention_core_flops,
 )
-from megapilot.estimate.latency import CastKernels, layer_kernels, sm_count, unfused_rope
+from megapilot.estimate.latency import (
+    NCCL_COLLECTIVE_SMS,
+    CastKernels,
+    layer_kernels,
+    sm_contended_exposed_s,
+    sm_count,
+    sm_share,
+    unfused_rope,
+)
 from megapilot.estimate.mamba_mixer import context_parallel_all_to_all_bytes, mixer_kernels_s_per_token
 from megapilot.estimate.memory import (
     layer_activation_bytes,
@@ -898,12 +907,14 @@ def _dp_comm_s(
     """(exposed seconds, total seconds) of the gradient reduction and parameter gather of stage 0. Muon
     all-reduces the gradients; Megatron refuses to overlap that with plain `muon`, and `dist_muon` all-gathers
     the weights each rank updated (its layer-wise shard) after the step, exposed (the launch script does not
-    ask Megatron to overlap it: 0.16 refuses that)."""
+    ask Megatron to overlap it: 0.16 refuses that). What hides still holds NCCL's SMs while the compute beside it
+    runs (`latency.sm_contended_exposed_s`)."""
     shard = shard_params(model, p, 0)
     dense, expert = shard.dense + shard.replicated, shard.expert
     grad_bytes = options.main_grad_bytes
     dense_group, expert_group = p.dp * p.cp, p.expert_dp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp * p.dp, stride=p.tp)
+    share = sm_share(NCCL_COLLECTIVE_SMS, cluster.gpu)
     # The expert-DP ring is priced on the dense ring's links. Its ranks lie EP x ETP apart (Megatron's expert grid
     # orders ETP, EP, then expert-DP), so with the expert group filling a node it really crosses on one NIC per
     # node; priced so, it fits as well but doubles the planner's search for DeepSeek-V3 on 2,048 H100s past its
@@ -915,7 +926,7 @@ def _dp_comm_s(
             expert * PARAM_GATHER_BYTES, expert_group, bandwidth)
         if p.fsdp:
             return _fsdp_exposed_s(reduce_s, gather_s, options, stage0_microbatch_s, num_microbatches,
-                                   model.num_layers)
+                                   model.num_layers, share)
     else:
         reduce_s = comm.all_reduce_s(dense * grad_bytes, dense_group, bandwidth) + comm.all_reduce_s(
             expert * grad_bytes, expert_group, bandwidth)
@@ -927,8 +938,10 @@ def _dp_comm_s(
     gather_hides = options.overlap_param_gather and optimizer == "adam"  # dist_muon's: from Megatron-LM 0.17 on
     backward_s = BACKWARD_SHARE * stage0_microbatch_s if reduce_hides else 0.0
     forward_s = FORWARD_SHARE * stage0_microbatch_s if gather_hides else 0.0
-    exposed = _chunked_sync_exposed_s(reduce_s, backward_s, p.pp, p.vpp, num_microbatches) \
-        + _chunked_sync_exposed_s(gather_s, forward_s, p.pp, p.vpp, num_microbatches)
+    reduce_late_s = _chunked_sync_exposed_s(reduce_s, backward_s, p.pp, p.vpp, num_microbatches)
+    gather_late_s = _chunked_sync_exposed_s(gather_s, forward_s, p.pp, p.vpp, num_microbatches)
+    exposed = sm_contended_exposed_s(reduce_late_s, reduce_s, share) \
+        + sm_contended_exposed_s(gather_late_s, gather_s, share)
     return exposed, reduce_s + gather_s
 
 
@@ -951,18 +964,22 @@ def _chunked_sync_exposed_s(traffic_s: float, pass_s: float, pp: int, vpp: int, 
 
 
 def _fsdp_exposed_s(
-    reduce_s: float, gather_s: float, options: EstimateOptions, microbatch_s: float, m: int, layers: int
+    reduce_s: float, gather_s: float, options: EstimateOptions, microbatch_s: float, m: int, layers: int,
+    sm_share: float = 0.0,
 ) -> tuple[float, float]:
     """Megatron-FSDP gathers each layer's weights for the forward and again for the backward of every
     micro-batch, layer by layer, and reduce-scatters the gradients once per step, each layer's traffic
     prefetched under its neighbour's compute. What cannot hide: the first layer's gather before each
     micro-batch's forward (nothing runs before it) and the last reduce-scatter after the step's final
-    backward layer - one layer's share each - plus whatever traffic outlasts the step's compute."""
+    backward layer - one layer's share each - plus whatever traffic outlasts the step's compute. The rest runs
+    beside the compute and holds `sm_share` of the SMs all the while (`latency.sm_contended_exposed_s`)."""
     total = FSDP_GATHERS_PER_MICROBATCH * gather_s * m + reduce_s
     if not (options.overlap_grad_reduce and options.overlap_param_gather):
         return total, total
     unhidden_edges = (m * gather_s + reduce_s) / max(1, layers)
-    return max(0.0, total - m * microbatch_s) + unhidden_edges, total
+    overlapped = total - unhidden_edges
+    late = max(0.0, total - m * microbatch_s)
+    return sm_contended_exposed_s(late, overlapped, sm_share) + unhidden_edges, total
 
 
 def _newton_schulz_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, optimizer: Optimizer) -> float:

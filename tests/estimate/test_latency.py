@@ -128,3 +128,14 @@ def test_a_dense_layer_has_no_moe_sync_and_pays_only_its_few_dozen_kernels():
     terms = layer_terms(dense, 0, cluster, FP8_4K, ParallelConfig(tp=1, dp=8), EstimateOptions(), recomputed=False)
     assert terms["moe_fixed"] == 0.0
     assert terms["kernels"] == pytest.approx(54 * CALIBRATED.kernel_overhead_s)
+
+
+def test_a_collective_beside_compute_costs_at_least_the_share_of_the_sms_it_holds_for_its_length():
+    from megapilot.estimate.latency import sm_contended_exposed_s, sm_share
+
+    assert sm_share(16, get_gpu("h100")) == pytest.approx(16 / 132)
+    assert sm_share(16, get_gpu("b200")) == pytest.approx(16 / 148)
+    share = sm_share(16, get_gpu("h100"))
+    assert sm_contended_exposed_s(0.0, 1.32, share) == pytest.approx(0.16)  # hidden: the compute slows by 16/132
+    assert sm_contended_exposed_s(0.5, 1.32, share) == 0.5  # what outlasts the compute already covers that
+    assert sm_contended_exposed_s(1.32, 1.32, share) == 1.32  # not overlapped: just itself

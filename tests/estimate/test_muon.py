@@ -53,7 +53,9 @@ def test_dist_muon_shares_the_newton_schulz_work_and_plain_muon_cannot_hide_its_
     terms = {name: step_time(c.model, c.cluster, c.training, c.parallel, c.options).breakdown_s
              for name, c in (("adam", adam), ("muon", muon), ("dist", dist))}
     assert terms["muon"]["optimizer"] > 10 * terms["dist"]["optimizer"] > terms["adam"]["optimizer"]
-    assert terms["muon"]["dp_comm"] > 0 == terms["adam"]["dp_comm"]  # the all-reduce waits for the last backward
+    # the all-reduce waits for the last backward; Adam's reduce-scatter and gather hide, paying only the SMs NCCL
+    # holds beside the compute (16 of 132)
+    assert terms["muon"]["dp_comm"] > 5 * terms["adam"]["dp_comm"] > 0
 
 
 @pytest.mark.parametrize(("extra", "field"), [

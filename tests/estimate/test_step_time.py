@@ -196,16 +196,45 @@ def test_fsdp_hides_its_traffic_under_the_step_except_the_first_gather_and_last_
     assert _fsdp_exposed_s(1.0, 0.5, serial, 10.0, 4, 10)[0] == pytest.approx(5.0)
 
 
+def test_fsdp_traffic_that_hides_still_slows_the_compute_beside_it_by_the_sms_nccls_kernels_hold():
+    from megapilot.estimate.step_time import _fsdp_exposed_s
+
+    overlapped, share = EstimateOptions(), 16 / 132
+    # 5 s of traffic, 0.3 s of it the unhidden first gathers and last reduce; the other 4.7 s run beside compute
+    exposed, _ = _fsdp_exposed_s(1.0, 0.5, overlapped, 10.0, 4, 10, share)
+    assert exposed == pytest.approx(0.3 + share * 4.7)
+    # traffic that outlasts the compute shows its excess (3 s), already more than its SMs' toll (0.57 s)
+    assert _fsdp_exposed_s(1.0, 0.5, overlapped, 0.5, 4, 10, share)[0] == pytest.approx(3.0 + 0.3)
+    serial = EstimateOptions(overlap_grad_reduce=False, overlap_param_gather=False)
+    assert _fsdp_exposed_s(1.0, 0.5, serial, 10.0, 4, 10, share)[0] == pytest.approx(5.0)
+
+
+def test_a_dp_reduce_and_gather_that_hide_entirely_cost_the_share_of_the_sms_nccls_channels_hold():
+    """Llama 3 70B TP 8 x PP 4 x DP 2 on 64 H100, micro-batch 2: one micro-batch's backward (forward) outlasts
+    the stage's reduce-scatter (all-gather), so nothing waits; but NCCL's 16 channels hold 16 of the 132 SMs for
+    all of it."""
+    from megapilot.estimate.latency import NCCL_COLLECTIVE_SMS
+    from megapilot.estimate.step_time import _dp_comm_s, stage_costs
+
+    layout = _layout(dp=2, mbs=2)
+    stage0 = stage_costs(LLAMA3_70B, _h100s(64), SEQ_4K, layout, EstimateOptions())[0].total
+    exposed, total = _dp_comm_s(LLAMA3_70B, _h100s(64), layout, EstimateOptions(), stage0,
+                                layout.num_microbatches(512))
+    assert NCCL_COLLECTIVE_SMS == 16
+    assert exposed == pytest.approx(total * 16 / 132)
+
+
 def test_fsdp_of_a_405b_model_over_two_nvl72_racks_rides_nvlink_and_hides_under_compute():
     """Megatron-FSDP TP 2 x DP 64 on 128 GB200 (the published 25.07 layout): the DP group's ring crosses the rack
-    boundary through 36 NICs, not a tray's 4, so its ~2 s of traffic hides under ~5 s of compute."""
+    boundary through 36 NICs, not a tray's 4, so its ~2 s of traffic hides under ~5 s of compute: what shows is
+    the toll its NCCL kernels take of that compute (16 of 148 SMs for its length)."""
     model = ModelSpec(name="405b-like", num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
                       num_attention_heads=128, num_query_groups=8, vocab_size=128256)
     cluster = ClusterSpec.from_gpu_count(get_gpu("gb200"), 128)
     training = TrainingSpec(seq_length=8192, global_batch_size=64, precision="fp8")
     layout = ParallelConfig(tp=2, dp=64, sequence_parallel=True, fsdp=True)
     result = step_time(model, cluster, training, layout)
-    assert result.breakdown_s["dp_comm"] < 0.02 * result.step_time_s
+    assert result.breakdown_s["dp_comm"] < 0.06 * result.step_time_s
     assert 600 < result.tokens_per_s_per_gpu < 1000  # published 706 (25.07) and 729 (25.09)
 
 
