@@ -142,14 +142,7 @@ def test_a_planned_interleaved_hybrid_round_trips_through_plan_script_and_read_b
     planned = cli("plan", "--model", "nemotron3-nano-30b-a3b", "--gpu", "h100", "--gpus", "16", "--pp", "2",
                   "--vpp", "2", "--seq-len", "4096", "--gbs", "64", "--top", "1", "--save", str(saved))
     assert planned.exit_code == 0, planned.stderr
-    plan = SavedPlan.model_validate_json(saved.read_text())
-    script = tmp_path / "train.sh"
-    result = cli("script", "--plan", str(saved), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
-                 "-o", str(script), "--json")
-    assert result.exit_code == 0, result.stderr
-    args = result.json()["megatron_args"]
-    assert [len(s) for s in _value(args, "--hybrid-layer-pattern").split("|")] == _stage_layer_counts(plan)
-    read_back = run_config(read_flags(script=script)).parallel
+    plan, read_back = _scripted_and_read_back(cli, saved, tmp_path)
     assert read_back is not None and (read_back.pp, read_back.vpp) == (plan.parallel.pp, plan.parallel.vpp) == (2, 2)
 
 
@@ -160,15 +153,8 @@ def test_an_uneven_split_the_planner_chose_round_trips_through_plan_script_and_r
     planned = cli("plan", "--model", "nemotron-h-56b", "--gpu", "h100", "--gpus", "32", "--pp", "4", "--seq-len",
                   "8192", "--gbs", "256", "--top", "1", "--save", str(saved))
     assert planned.exit_code == 0, planned.stderr
-    plan = SavedPlan.model_validate_json(saved.read_text())
+    plan, read_back = _scripted_and_read_back(cli, saved, tmp_path)
     assert not plan.parallel.pipeline_split.is_even
-    script = tmp_path / "train.sh"
-    result = cli("script", "--plan", str(saved), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
-                 "-o", str(script), "--json")
-    assert result.exit_code == 0, result.stderr
-    args = result.json()["megatron_args"]
-    assert [len(s) for s in _value(args, "--hybrid-layer-pattern").split("|")] == _stage_layer_counts(plan)
-    read_back = run_config(read_flags(script=script)).parallel
     assert read_back is not None
     layers, mtp = plan.model.num_layers, plan.model.mtp_num_layers
     assert read_back.pipeline_stages(layers, mtp) == plan.parallel.pipeline_stages(layers, mtp)
@@ -192,3 +178,16 @@ def test_a_refused_split_exits_2_on_one_line(cli, tmp_path: Path) -> None:
                  "--megatron-version", "0.16.0")
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "first_stage_layers" in result.stderr and "0.16.1" in result.stderr
+
+
+def _scripted_and_read_back(cli, saved: Path, tmp_path: Path):
+    """`script --plan` on a saved hybrid plan: its pattern's segments hold the planned stages' layers; returns the
+    plan and the parallel layout `diagnose` reads back from the script."""
+    plan = SavedPlan.model_validate_json(saved.read_text())
+    script = tmp_path / "train.sh"
+    result = cli("script", "--plan", str(saved), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                 "-o", str(script), "--json")
+    assert result.exit_code == 0, result.stderr
+    args = result.json()["megatron_args"]
+    assert [len(s) for s in _value(args, "--hybrid-layer-pattern").split("|")] == _stage_layer_counts(plan)
+    return plan, run_config(read_flags(script=script)).parallel
