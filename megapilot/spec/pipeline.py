@@ -547,7 +547,7 @@ def _least_fitting_limit(costs: Sequence[float], parts: int) -> float:
         above = math.inf
     rows = [list(accumulate(costs[start:])) for start in range(len(costs))]  # group sums, summed as `_cut` does
     sums = sorted({total for row in rows for total in row[bisect_right(row, below):bisect_right(row, above)]})
-    lo, hi = 0, len(sums) - 1  # the largest sum (one group holding everything) always fits
+    lo, hi = 0, len(sums) - 1  # the least fitting sum is in the bracket, so its largest sum fits
     while lo < hi:
         mid = (lo + hi) // 2
         if _cut(costs, parts, sums[mid]) is None:
