@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import re
 import warnings
+from itertools import combinations_with_replacement, pairwise
 
 import pytest
 
@@ -12,6 +14,9 @@ from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import (
     EVEN_SPLIT,
     PipelineSplit,
+    _bisected_bound,
+    _linear_partition,
+    _replayed_bound,
     balanced_stages,
     compress_layout,
     parse_layout,
@@ -188,3 +193,41 @@ def test_flags_and_labels_name_each_vocabulary():
     assert PipelineSplit(layout="Et|tL").megatron_flags() == [("--pipeline-model-parallel-layout", "Et|tL")]
     assert PipelineSplit(first_stage_layers=7).label() == "first 7"
     assert EVEN_SPLIT.label() == "even"
+
+
+def _random_costs(rng: random.Random, n: int) -> list[float]:
+    """Weights like the planner's (a free embedding, a heavier loss) plus the awkward ones: ties, zeros, floats."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        return [rng.random() for _ in range(n)]
+    if kind == 1:
+        return [float(rng.randint(0, 3)) for _ in range(n)]
+    if kind == 2:
+        return [0.0] + [1.0] * (n - 2) + [2.5] if n > 2 else [1.0] * n
+    return [rng.choice([0.1, 0.2, 0.3, 0.7, 1.3]) for _ in range(n)]
+
+
+def _brute_force_bottleneck(costs: list[float], parts: int) -> float:
+    """The least largest-group sum over every way to cut `costs` into `parts` contiguous (possibly empty) groups."""
+    n = len(costs)
+    return min(max(sum(costs[a:b]) for a, b in pairwise((0, *inner, n)))
+               for inner in combinations_with_replacement(range(n + 1), parts - 1))
+
+
+def test_the_linear_partition_reaches_the_brute_force_minimum_on_small_random_inputs():
+    rng = random.Random(31)
+    for _ in range(400):
+        n, parts = rng.randint(1, 9), rng.randint(1, 5)
+        costs = _random_costs(rng, n)
+        cuts = _linear_partition(costs, parts)
+        assert len(cuts) == parts + 1 and cuts[0] == 0 and cuts[-1] == n and cuts == sorted(cuts)
+        largest = max(sum(costs[a:b]) for a, b in pairwise(cuts))
+        assert largest == pytest.approx(_brute_force_bottleneck(costs, parts), rel=1e-9, abs=1e-12), (costs, parts)
+
+
+def test_the_replayed_bisection_lands_on_the_same_float_as_sixty_fills():
+    rng = random.Random(8192)
+    for _ in range(300):
+        n, parts = rng.randint(1, 130), rng.randint(1, 96)
+        costs = _random_costs(rng, n)
+        assert _replayed_bound(costs, parts) == _bisected_bound(costs, parts), (costs, parts)
