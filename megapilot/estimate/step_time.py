@@ -965,21 +965,21 @@ def _chunked_sync_exposed_s(traffic_s: float, pass_s: float, pp: int, vpp: int, 
 
 def _fsdp_exposed_s(
     reduce_s: float, gather_s: float, options: EstimateOptions, microbatch_s: float, m: int, layers: int,
-    sm_share: float = 0.0,
+    share: float,
 ) -> tuple[float, float]:
     """Megatron-FSDP gathers each layer's weights for the forward and again for the backward of every
     micro-batch, layer by layer, and reduce-scatters the gradients once per step, each layer's traffic
     prefetched under its neighbour's compute. What cannot hide: the first layer's gather before each
     micro-batch's forward (nothing runs before it) and the last reduce-scatter after the step's final
     backward layer - one layer's share each - plus whatever traffic outlasts the step's compute. The rest runs
-    beside the compute and holds `sm_share` of the SMs all the while (`latency.sm_contended_exposed_s`)."""
+    beside the compute and holds `share` of the SMs all the while (`latency.sm_contended_exposed_s`)."""
     total = FSDP_GATHERS_PER_MICROBATCH * gather_s * m + reduce_s
     if not (options.overlap_grad_reduce and options.overlap_param_gather):
         return total, total
     unhidden_edges = (m * gather_s + reduce_s) / max(1, layers)
     overlapped = total - unhidden_edges
     late = max(0.0, total - m * microbatch_s)
-    return sm_contended_exposed_s(late, overlapped, sm_share) + unhidden_edges, total
+    return sm_contended_exposed_s(late, overlapped, share) + unhidden_edges, total
 
 
 def _newton_schulz_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, optimizer: Optimizer) -> float:
