@@ -185,15 +185,15 @@ def test_fsdp_moves_more_data_parallel_traffic_than_the_distributed_optimizer():
 def test_fsdp_hides_its_traffic_under_the_step_except_the_first_gather_and_last_reduce_of_a_layer():
     from megapilot.estimate.step_time import _fsdp_exposed_s
 
-    overlapped = EstimateOptions()
+    overlapped = EstimateOptions()  # the edges alone: no SMs held (share 0; the next test holds them)
     # 4 micro-batches of 10 s, 10 layers; per step: 2 gathers x 0.5 s x 4 + one 1 s reduce-scatter = 5 s.
-    exposed, total = _fsdp_exposed_s(1.0, 0.5, overlapped, 10.0, 4, 10)
+    exposed, total = _fsdp_exposed_s(1.0, 0.5, overlapped, 10.0, 4, 10, share=0.0)
     assert total == pytest.approx(5.0)
     assert exposed == pytest.approx((4 * 0.5 + 1.0) / 10)  # one layer's gather per micro-batch + its reduce
     # Traffic longer than the compute (4 x 0.5 s) shows its excess on top.
-    assert _fsdp_exposed_s(1.0, 0.5, overlapped, 0.5, 4, 10)[0] == pytest.approx(3.0 + 0.3)
+    assert _fsdp_exposed_s(1.0, 0.5, overlapped, 0.5, 4, 10, share=0.0)[0] == pytest.approx(3.0 + 0.3)
     serial = EstimateOptions(overlap_grad_reduce=False, overlap_param_gather=False)
-    assert _fsdp_exposed_s(1.0, 0.5, serial, 10.0, 4, 10)[0] == pytest.approx(5.0)
+    assert _fsdp_exposed_s(1.0, 0.5, serial, 10.0, 4, 10, share=0.0)[0] == pytest.approx(5.0)
 
 
 def test_fsdp_traffic_that_hides_still_slows_the_compute_beside_it_by_the_sms_nccls_kernels_hold():
