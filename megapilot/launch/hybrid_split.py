@@ -34,7 +34,8 @@ from megapilot import vocabulary
 from megapilot.errors import MegapilotError
 from megapilot.launch.megatron_args import Version, parse_version
 from megapilot.spec import ModelSpec, ParallelConfig
-from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineStages
+from megapilot.spec.pipeline import DECODER
+from megapilot.spec.validate import hybrid_end_stages_refusal
 
 #: The pattern's flag in every release (deprecated from core_v0.17.0 on, and forwarded as it is).
 PATTERN_FLAG = "--hybrid-override-pattern"
@@ -79,7 +80,8 @@ def hybrid_split(model: ModelSpec, parallel: ParallelConfig, release: Version) -
     pattern = model.hybrid_override_pattern
     assert pattern is not None, model.name  # only hybrids come here
     stages = parallel.pipeline_stages(model.num_layers, model.mtp_num_layers)
-    _check_ends_on_end_stages(model, stages)
+    if (refusal := hybrid_end_stages_refusal(model, stages, "the split")) is not None:
+        raise refusal
     counts = [stage.count(DECODER) for stage in stages.stages]
     if stages.vpp == 1 and len(set(counts)) == 1:
         return HybridSplit(PATTERN_FLAG, pattern)  # even: every release splits the plain pattern so
@@ -154,17 +156,6 @@ def pattern_virtual_stages(pattern: str, pp: int) -> int:
     segments than ranks; 1 without segments)."""
     segments = pattern_segments(pattern)
     return segments // pp if segments > pp and segments % pp == 0 else 1
-
-
-def _check_ends_on_end_stages(model: ModelSpec, stages: PipelineStages) -> None:
-    """The segments hold layers only: a split that moves the embedding off the first stage, or the loss or an MTP
-    module off the last, is one MambaModel does not build."""
-    first, last = stages.stages[0], stages.stages[-1]
-    if EMBEDDING not in first or LOSS not in last or any(MTP in stage for stage in stages.stages[:-1]):
-        raise MegapilotError(
-            f"the split of the hybrid {model.name} moves the embedding, the loss or MTP off the end stages; "
-            "Megatron's hybrid builds the embedding on the first stage and the output (and MTP) on the last",
-            field="pipeline_layout", fix="start the first stage with E and put m and L in the last stage")
 
 
 def _split_field(parallel: ParallelConfig) -> str:

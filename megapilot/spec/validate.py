@@ -16,7 +16,7 @@ from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import HYBRID_MAMBA, MambaSpec, ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineSplit
+from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineSplit, PipelineStages
 from megapilot.spec.training import QuantFlavour, TrainingSpec
 
 
@@ -273,15 +273,21 @@ def hybrid_split_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSpl
             field="vpp", fix="give the split as a pipeline layout (--pp-layout; | segments of the pattern), or vpp=1")
     if split.layout is None:
         return None
-    stages = split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp).stages
-    if not stages[0].startswith(EMBEDDING) or not stages[-1].endswith(LOSS) \
-            or any(MTP in stage for stage in stages[:-1]):
-        return MegapilotError(
-            f"the layout {split.layout!r} moves the embedding, the loss or MTP off the end stages of the hybrid "
-            f"Mamba model {model.name}: its pattern's | segments hold layers only, the embedding on the first "
-            "stage and the output (and MTP) on the last", field="pipeline_layout",
-            fix="start the first stage with E and put m and L in the last stage")
-    return None
+    return hybrid_end_stages_refusal(model, split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp),
+                                     f"the layout {split.layout!r}")
+
+
+def hybrid_end_stages_refusal(model: ModelSpec, stages: PipelineStages, what: str) -> MegapilotError | None:
+    """Why a hybrid (Mamba) stack cannot run these stages, or None: its pattern's | segments hold decoder layers only,
+    and MambaModel builds the embedding on the first stage and the output, the loss and MTP on the last. `what`
+    names the split in the refusal (a layout string, or the split a script writes)."""
+    first, last = stages.stages[0], stages.stages[-1]
+    if first.startswith(EMBEDDING) and last.endswith(LOSS) and not any(MTP in stage for stage in stages.stages[:-1]):
+        return None
+    return MegapilotError(
+        f"{what} moves the embedding, the loss or MTP off the end stages of the hybrid Mamba model {model.name}: "
+        "its pattern's | segments hold layers only, the embedding on the first stage and the output (and MTP) on "
+        "the last", field="pipeline_layout", fix="start the first stage with E and put m and L in the last stage")
 
 
 def check_pipeline_split(
