@@ -33,6 +33,7 @@ from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate import EstimateOptions
+from megapilot.launch.hybrid_split import segments_virtual_stages
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
@@ -706,11 +707,10 @@ def _optimizer(flags: LaunchFlags, notes: list[str]) -> Optimizer:
 
 
 def _hybrid_virtual_stages(flags: LaunchFlags, pp: int) -> int:
-    """A hybrid pattern's '|' segments are its PP x VPP pipeline stages (Megatron-LM >= 0.18)."""
+    """A hybrid pattern's '|' segments are its PP x VPP pipeline stages (Megatron-LM >= 0.17), as the script writes
+    them (`launch.hybrid_split.segments_virtual_stages`)."""
     hybrid = _hybrid_pattern(flags)
-    if hybrid is None or hybrid.segments == 1 or hybrid.segments % pp:
-        return 1
-    return hybrid.segments // pp
+    return 1 if hybrid is None else segments_virtual_stages(hybrid.segments, pp)
 
 
 def _hybrid_layout(flags: LaunchFlags, pp: int, mtp_num_layers: int) -> str | None:

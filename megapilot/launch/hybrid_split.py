@@ -152,9 +152,13 @@ def pattern_segments(pattern: str) -> int:
 
 
 def pattern_virtual_stages(pattern: str, pp: int) -> int:
-    """The virtual stages per PP rank a hybrid pattern's | segments give (arguments.py: segments / PP where more
-    segments than ranks; 1 without segments)."""
-    segments = pattern_segments(pattern)
+    """The virtual stages per PP rank a hybrid pattern's | segments give (`segments_virtual_stages`)."""
+    return segments_virtual_stages(pattern_segments(pattern), pp)
+
+
+def segments_virtual_stages(segments: int, pp: int) -> int:
+    """The virtual stages per PP rank `segments` pipeline segments of a hybrid pattern give (arguments.py: segments /
+    PP where more segments than ranks; 1 without segments)."""
     return segments // pp if segments > pp and segments % pp == 0 else 1
 
 
