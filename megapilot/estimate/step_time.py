@@ -334,15 +334,15 @@ def layer_terms(
     # DeepSeek Sparse Attention's indexer scores every token on every TP rank.
     whole_on_every_rank = dsa_indexer_score_flops(model, training.seq_length) \
         if has_attention(model, layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
-    softmax_flops = (core_flops - whole_on_every_rank) * softmax_exponential_bound(model, layer_index, gpu)
-    terms["mixer_core"] = attention_time_s((softmax_flops / p.tp + whole_on_every_rank) * tokens, gpu, eff)
-    if _runs_unfused_attention(model, layer_index):  # a plain softmax attention: its fused kernel's tiles and bytes
-        terms["mixer_core"] = _fused_attention_core_s(model, layer_index, training, p, gpu, eff)
-    if not options.flash_attention and _runs_unfused_attention(model, layer_index):
+    if not _runs_unfused_attention(model, layer_index):  # MLA, DSA, Gated DeltaNet: their counted FLOPs
+        softmax_flops = (core_flops - whole_on_every_rank) * softmax_exponential_bound(model, layer_index, gpu)
+        terms["mixer_core"] = attention_time_s((softmax_flops / p.tp + whole_on_every_rank) * tokens, gpu, eff)
+    elif not options.flash_attention:  # a plain softmax attention before flash kernels
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
-    elif model.softmax_type != "vanilla" and not options.fused_sink_attention \
-            and _runs_unfused_attention(model, layer_index):
+    elif model.softmax_type != "vanilla" and not options.fused_sink_attention:  # sinks on a cuDNN before 9.13.1
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff, TE_UNFUSED_SINK_SCORE_BYTES)
+    else:  # a plain softmax attention: its fused kernel's tiles and bytes
+        terms["mixer_core"] = _fused_attention_core_s(model, layer_index, training, p, gpu, eff)
     if kind in ("transformer", "attention"):
         terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
     if kind == "mamba":
