@@ -10,8 +10,9 @@ Recompute, which no table prints, is the lightest that fits by megapilot's memor
 MoE rows take ETP 1, the expert TP of the MoE recipes, where the table's TP is larger; a row labelled "tokendrop"
 takes the capacity settings of Megatron-Bridge's token-drop helper (factor 1.0, padded to capacity).
 
-The model is the catalog preset of the row's shape (layers, width, heads, experts), else one built from
-the row's own architecture fields, else the preset its name starts with.
+The model is the catalog preset of the row's shape (layers, width, heads, experts), else the preset its label
+names where that preset has the row's width, heads and experts, else one built from the row's own architecture
+fields; a row without an architecture takes the preset its label names (`preset_named_like`).
 """
 
 from __future__ import annotations
@@ -142,23 +143,28 @@ class PublishedEntry:
 
 
 def catalog_model(row: PublishedLayout) -> ModelSpec:
-    """The preset of the row's shape, else a spec from its fields, else the preset its name begins with."""
+    """The preset of the row's shape, else the preset its name names where that preset has the row's width, heads
+    and experts (a table may count a hybrid's layers its own way), else a spec from its fields; a row without an
+    architecture takes the preset its name names."""
     from megapilot.catalog.models import load_presets
 
     presets = [preset.spec for preset in load_presets().values()]
     if row.layers is None or row.hidden is None or row.heads is None:
-        key = _key(row.model).replace("llm", "")
-        for spec in presets:
-            if key.startswith(_key(spec.name)[:10]):
-                return spec
-        raise MegapilotError(f"{row.id}: no architecture and no preset named like {row.model!r}", field="model",
-                             fix="add the model to the catalog")
+        named = preset_named_like(row.model)
+        if named is None:
+            raise MegapilotError(f"{row.id}: no architecture and no preset named like {row.model!r}", field="model",
+                                 fix="add the model to the catalog")
+        return named
     experts = row.moe.experts if row.moe else None
     for spec in presets:
         if (spec.num_layers, spec.hidden_size, spec.num_attention_heads) == (row.layers, row.hidden, row.heads) \
                 and (spec.moe.num_experts if spec.moe else None) == experts \
                 and (spec.position_embedding != "learned_absolute" or spec.max_position_embeddings >= row.seq_len):
             return spec
+    named = preset_named_like(row.model)
+    if named is not None and (named.hidden_size, named.num_attention_heads) == (row.hidden, row.heads) \
+            and (named.moe.num_experts if named.moe else None) == experts:
+        return named
     return ModelSpec(
         name=row.model, num_layers=row.layers, hidden_size=row.hidden, ffn_hidden_size=row.ffn_hidden or 4 * row.hidden,
         num_attention_heads=row.heads,
@@ -167,6 +173,32 @@ def catalog_model(row: PublishedLayout) -> ModelSpec:
         moe=MoESpec(num_experts=row.moe.experts, router_topk=row.moe.topk, moe_ffn_hidden_size=row.moe.moe_ffn_hidden)
         if row.moe else None,
     )
+
+
+# A table's label may shorten a preset's name: it names the preset when it holds this many of the name's first
+# characters (`Nemotron3_Nano` for nemotron3-nano-30b-a3b) or is the whole name's start (`Qwen3_235B`).
+LABEL_PREFIX_CHARS = 10
+
+
+def preset_named_like(label: str) -> ModelSpec | None:
+    """The preset a table's model label names (NeMo and Megatron-Bridge print `LLAMA3_8B`, `DeepSeekV3_tokendrop_`,
+    `LLAMA4-Scout-LLM`): the preset or alias whose whole name the label starts with, the longest such (`DeepSeek-V3.2`
+    is deepseek-v3.2, not deepseek-v3); else the one preset the label shortens; None when none or several do."""
+    from megapilot.catalog.models import load_presets
+
+    key = _key(label).replace("llm", "")
+    whole: list[tuple[int, ModelSpec]] = []
+    shortened: dict[str, ModelSpec] = {}
+    for preset in load_presets().values():
+        for name in (preset.spec.name, *preset.aliases):
+            name_key = _key(name)
+            if key.startswith(name_key):
+                whole.append((len(name_key), preset.spec))
+            elif key.startswith(name_key[:LABEL_PREFIX_CHARS]) or (len(key) >= 2 and name_key.startswith(key)):
+                shortened[preset.spec.name] = preset.spec
+    if whole:
+        return max(whole, key=lambda found: found[0])[1]  # the first of the longest, in catalog order
+    return next(iter(shortened.values())) if len(shortened) == 1 else None
 
 
 def _key(name: str) -> str:

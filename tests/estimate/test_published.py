@@ -15,7 +15,9 @@ import pytest
 from megapilot.errors import MegapilotError
 from megapilot.estimate.published import (
     PublishedLayout,
+    catalog_model,
     enter_published_run,
+    preset_named_like,
     published_precision,
     retype_from_refusal,
 )
@@ -119,3 +121,41 @@ def test_a_row_labelled_mxfp8_is_estimated_in_mxfp8_and_one_labelled_fp8_cs_in_c
     row = row.model_copy(update={"precision": "FP8-CS"})
     training = enter_published_run(row).case.training
     assert (training.precision, training.fp8_recipe) == ("fp8", "tensorwise")
+
+
+@pytest.mark.parametrize(("label", "preset"), [
+    ("LLAMA3_8B", "llama3.1-8b"),  # an alias's whole name (llama3-8b)
+    ("Nemotron-340B", "nemotron4-340b"),
+    ("DeepSeekV3_tokendrop_", "deepseek-v3"),
+    ("DeepSeek-V3.2", "deepseek-v3.2"),  # the longest whole name the label starts with, not deepseek-v3
+    ("LLAMA4-Scout-LLM", "llama4-scout-17b-16e"),
+    ("Nemotron_3_Super", "nemotron3-super-120b-a12b"),
+    ("Qwen3_235B", "qwen3-235b-a22b"),  # the start of one preset's name
+    ("GPT_OSS_20B", "gpt-oss-20b"),
+])
+def test_a_tables_model_label_names_its_preset(label, preset):
+    found = preset_named_like(label)
+    assert found is not None and found.name == preset
+
+
+@pytest.mark.parametrize("label", ["LLAMA3", "gpt-oss", "Qwen3-VL-235B", "Nemotron-15B"])
+def test_a_label_that_names_several_presets_or_none_names_none(label):
+    assert preset_named_like(label) is None
+
+
+def test_a_row_without_an_architecture_takes_the_preset_its_label_names_or_is_refused_by_field():
+    row = PublishedLayout(id="r", model="LLAMA3-70B", seq_len=8192, gpu="H100-SXM5-80GB", num_gpus=64)
+    assert catalog_model(row).name == "llama3.1-70b"
+    with pytest.raises(MegapilotError) as refused:
+        catalog_model(row.model_copy(update={"model": "LLAMA3"}))
+    assert refused.value.field == "model"
+
+
+def test_a_hybrid_whose_layers_the_table_counts_its_own_way_keeps_its_named_preset():
+    """A table that counts Nemotron-H 8B's layers otherwise still names a preset of its width, heads and (no)
+    experts: the estimate keeps its Mamba mixers rather than a plain transformer built from the row's fields."""
+    row = PublishedLayout(id="r", model="NemotronH_8B", layers=24, hidden=4096, heads=32, seq_len=8192,
+                          gpu="H100-SXM5-80GB", num_gpus=64)
+    assert catalog_model(row).name == "nemotron-h-8b"
+    other_width = row.model_copy(update={"hidden": 3072})
+    assert catalog_model(other_width).name == "NemotronH_8B"  # the row's own fields: not the named preset's shape
