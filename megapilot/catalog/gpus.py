@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -185,13 +186,18 @@ def load_gpus(extra_file: str | None = None) -> dict[str, GPUSpec]:
     return gpus
 
 
+# The system words around a GPU's name in vendors' tables: a DGX / HGX node, an NVL72 / NVL36 / NVL8 domain.
+SYSTEM_WORDS = re.compile(r"^(?:dgx|hgx)[-_ ]*|[-_ ]*nvl\d+$")
+
+
 def get_gpu(name: str, extra_file: str | None = None) -> GPUSpec:
     """Find a GPU by catalog name or alias (case-insensitive); `cpu` is this machine's CPU, measured (host.py)."""
     key = name.strip().lower()
     if is_host_name(key):
         return host_cpu()
+    system = SYSTEM_WORDS.sub("", key)  # "DGX-B200", "GB200 NVL72": the GPU the system is built of
     for spec in load_gpus(extra_file).values():
-        if key in (spec.name.lower(), spec.alias):
+        if key in (spec.name.lower(), spec.alias) or system == spec.alias:
             return spec
     known = ", ".join(sorted(s.alias for s in load_gpus(extra_file).values()))
     raise MegapilotError(f"unknown GPU {name!r}", field="gpu", fix=f"use one of: {known}")

@@ -112,3 +112,15 @@ def test_the_host_link_is_pcie_on_hgx_and_a_share_of_nvlink_c2c_on_a_grace_super
     assert get_gpu("h100").host_link_gbps == get_gpu("b200").host_link_gbps == 64.0  # PCIe Gen5 x16
     # 900 GB/s bidirectional per Grace, which serves two GPUs: 225 per GPU per direction
     assert get_gpu("gb200").host_link_gbps == get_gpu("gb300").host_link_gbps == 225.0
+
+
+@pytest.mark.parametrize(("system", "gpu"), [("DGX-GB300", "GB300"), ("DGX-B200", "B200"), ("GB200 NVL72", "GB200"),
+                                             ("HGX H100", "H100-SXM5-80GB")])
+def test_a_system_named_as_the_tables_name_it_is_the_gpu_it_is_built_of(system, gpu):
+    assert get_gpu(system).name == gpu
+
+
+def test_an_unknown_system_is_refused_by_field():
+    with pytest.raises(MegapilotError) as refused:
+        get_gpu("DGX-X9")
+    assert refused.value.field == "gpu"
