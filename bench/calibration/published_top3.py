@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,6 +86,15 @@ SHALLOWER_PP = _rule("shallower PP (TP first)", lambda f, c: _log2(f.parallel.pp
 TP_FILLS_DOMAIN = _rule("TP fills the NVLink domain before PP",
                         lambda f, c: _log2(f.parallel.pp) if f.parallel.tp < min(8, c.nvlink_gpus) else 0.0)
 
+def _fsdp_on_rack_scale_nvlink(fit: Fit, ctx: LayoutContext) -> float:
+    """The FSDP rule as the 25.07 / 25.09 GB200 recipes read (Llama 3.1 405B on 128 and 256 GPUs under FSDP): a dense
+    model's FSDP is not held against it on a rack-scale NVLink domain (NVL72), whatever the job's size."""
+    return float(fit.parallel.fsdp and (ctx.num_experts is not None or not (ctx.one_domain or ctx.nvlink_gpus >= 64)))
+
+
+FSDP_ON_RACKS = tuple(replace(rule, penalty=_fsdp_on_rack_scale_nvlink) if rule.name == "distributed optimizer"
+                      else rule for rule in PREFERENCES)
+
 # Tie-break variants scored on the same searches: (label, rules, whether a layout's FSDP twin counts as distinct).
 VARIANTS: tuple[tuple[str, tuple[Preference, ...], bool], ...] = (
     ("the planner's rules", PREFERENCES, True),
@@ -100,6 +109,7 @@ VARIANTS: tuple[tuple[str, tuple[Preference, ...], bool], ...] = (
     ("+ shallower PP (TP first) after CP", _replace(PREFERENCES, "context parallelism", SHALLOWER_PP, True), True),
     ("+ TP fills the NVLink domain before PP, after CP",
      _replace(PREFERENCES, "context parallelism", TP_FILLS_DOMAIN, True), True),
+    ("FSDP not held against a dense model on a rack-scale NVLink domain", FSDP_ON_RACKS, True),
     ("the planner's rules, FSDP twin not distinct (never the same TP/PP/CP/EP twice)", PREFERENCES, False),
 )
 
