@@ -917,8 +917,8 @@ def _dp_comm_s(
     share = sm_share(NCCL_COLLECTIVE_SMS, cluster.gpu)
     # The expert-DP ring is priced on the dense ring's links. Its ranks lie EP x ETP apart (Megatron's expert grid
     # orders ETP, EP, then expert-DP), so with the expert group filling a node it really crosses on one NIC per
-    # node; priced so, it fits as well but doubles the planner's search for DeepSeek-V3 on 2,048 H100s past its
-    # 1 s budget (bench/calibration/physics.md), so it waits for a planner that prunes those layouts sooner.
+    # node; priced so and refitted, the leave-one-family-out median worsens (bench/calibration/physics.md), so it
+    # is left out.
     if p.distributed_optimizer or p.fsdp:
         reduce_s = comm.reduce_scatter_s(dense * grad_bytes, dense_group, bandwidth) + comm.reduce_scatter_s(
             expert * grad_bytes, expert_group, bandwidth)
