@@ -86,24 +86,32 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
 
-# Architectures read and recognised, but with a piece Megatron-Core (0.16) has no module for: the refusal names the
-# config key of the first such piece and lists the rest, so that a user knows what a port would have to add.
-# DeepSeek-V4 (public config, `model_type` deepseek_v4): `hc_mult` > 1 widens the residual stream into that many
-# streams mixed by manifold-constrained hyper-connections (Sinkhorn-normalised, `hc_sinkhorn_iters`);
-# Megatron-Core's TransformerLayer adds each sublayer's output to one residual stream and has no config field for
-# more. Its other pieces are missing too: attention over compressed KV (`compress_ratios` per layer, a 4x and a
-# 128x pooled branch beside a 128-token sliding window, plus a top-k index over the compressed keys), the first
-# `num_hash_layers` MoE layers routed by a hash of the token id instead of a learned gate, the `sqrtsoftplus` router
-# score (Megatron's moe_router_score_function is softmax or sigmoid) and the grouped low-rank output projection
-# (`o_groups`, `o_lora_rank`).
-_UNBUILDABLE: dict[str, tuple[str, str]] = {
+# Architectures read and recognised, but with a piece no Megatron-Core release or Megatron-LM main has a module for:
+# the refusal names the config key of the first such piece and lists the rest, so that a user knows what a port would
+# have to add, and says what has arrived since.
+# DeepSeek-V4 (public config, `model_type` deepseek_v4):
+# - attention over compressed KV (`compress_ratios` per layer: a 4x and a 128x pooled branch beside a 128-token
+#   sliding window, plus a top-k index over the compressed keys): no module in core 0.16-0.19 or main (Aug 2026),
+#   whose sparse attention is DeepSeek-V3.2's DSA over the whole KV;
+# - the first `num_hash_layers` MoE layers routed by a hash of the token id instead of a learned gate, and the
+#   grouped low-rank output projection (`o_groups`, `o_lora_rank`): none either;
+# - arrived since core 0.16.1, the release megapilot scripts and checks: the `sqrtsoftplus` router score
+#   (`moe_router_score_function`, core 0.18) and the manifold-constrained hyper-connections of `hc_mult` residual
+#   streams (Megatron-LM main from Aug 2026, after core 0.19: `enable_mhc_connections`, `mhc_num_residual_streams`,
+#   megatron/core/transformer/hyper_connection.py).
+# AMD's Primus builds the whole model on its own Megatron backend from v26.5.0 (July 2026:
+# primus/backends/megatron/core/models/deepseek_v4, its compressor and hybrid attention), a path megapilot does not
+# price or script.
+_UNBUILDABLE: dict[str, tuple[str, str, str]] = {
     "DeepseekV4ForCausalLM": (
-        "hc_mult",
-        "DeepSeek-V4's manifold-constrained hyper-connections (hc_mult={hc_mult}: {hc_mult} residual streams mixed "
-        "by Sinkhorn-normalised matrices) have no Megatron-Core module: its TransformerLayer keeps one residual "
-        "stream; also missing: compressed sparse attention (compress_ratios), hash-routed first MoE layers "
-        "(num_hash_layers={num_hash_layers}), the sqrtsoftplus router score and the grouped low-rank output "
-        "projection (o_groups)"),
+        "compress_ratios",
+        "DeepSeek-V4's attention over compressed KV (compress_ratios: 4x and 128x pooled branches beside a sliding "
+        "window, with a top-k index over the compressed keys) has no module in Megatron-Core 0.16-0.19 or "
+        "Megatron-LM main (Aug 2026); also missing: hash-routed first MoE layers (num_hash_layers={num_hash_layers}) "
+        "and the grouped low-rank output projection (o_groups); arrived since 0.16.1: the sqrtsoftplus router score "
+        "(core 0.18) and the hyper-connections of hc_mult={hc_mult} residual streams (main, after core 0.19)",
+        "train it with AMD Primus v26.5.0 or later (its deepseek_v4 model builds these pieces; megapilot does not "
+        "plan or script that path), or write a ModelSpec YAML file of the parts Megatron-Core builds"),
 }
 
 
@@ -150,8 +158,8 @@ def _family(config: HFConfig) -> str:
     if architectures:
         family = _ARCHITECTURE_FAMILY.get(architectures[0])
         if architectures[0] in _UNBUILDABLE:
-            key, why = _UNBUILDABLE[architectures[0]]
-            raise _refuse(key, why.format_map(_Missing(config)))
+            key, why, fix = _UNBUILDABLE[architectures[0]]
+            raise MegapilotError(why.format_map(_Missing(config)), field=key, fix=fix)
         if family is None:
             raise MegapilotError(
                 f"architecture {architectures[0]!r} is not supported", field="architectures",

@@ -672,11 +672,13 @@ def test_qwen3_next_saved_with_layer_types_reads_as_the_same_model():
 
 
 def test_deepseek_v4_is_refused_naming_the_piece_megatron_core_cannot_build():
-    """DeepSeek-V4's hyper-connections widen the residual stream (hc_mult streams); Megatron-Core's layer has one.
-    The refusal names that key first and lists the other missing pieces."""
+    """DeepSeek-V4's attention over compressed KV has no module in any Megatron-Core release or on Megatron-LM main;
+    the refusal names that key first, lists the other missing pieces, and says which have arrived since 0.16.1
+    (the hyper-connections on main, the sqrtsoftplus router score in core 0.18)."""
     with pytest.raises(MegapilotError) as refused:
         load_hf_config(HF_CONFIGS / "DeepSeek-V4-Flash.json")
-    assert refused.value.field == "hc_mult"
+    assert refused.value.field == "compress_ratios" and "Primus v26.5.0" in (refused.value.fix or "")
     message = str(refused.value)
-    assert "hc_mult=4" in message and "one residual stream" in message
-    assert all(piece in message for piece in ("compress_ratios", "num_hash_layers=3", "sqrtsoftplus", "o_groups"))
+    assert "Megatron-Core 0.16-0.19 or Megatron-LM main" in message
+    assert all(piece in message for piece in ("num_hash_layers=3", "o_groups", "sqrtsoftplus router score (core 0.18)",
+                                              "hc_mult=4 residual streams (main, after core 0.19)"))
