@@ -355,7 +355,7 @@ def sink_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
         return None
     if a2a_context_parallel_refusal(model, tp, cp, "a2a") is None:
         fix = "use --cp-comm-type a2a (or cp 1)"
-    elif len(sizes := _a2a_cp_sizes(model, tp)) > 1:
+    elif len(sizes := a2a_cp_sizes(model.num_attention_heads, _kv_head_counts(model), tp)) > 1:
         fix = f"use cp 1, or a cp from {', '.join(map(str, sizes[1:]))} with --cp-comm-type a2a"
     else:
         fix = f"use cp 1 (a2a splits a TP rank's heads over CP; tp={tp} leaves one KV head per rank), or a smaller tp"
@@ -379,16 +379,23 @@ def a2a_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
         return MegapilotError(
             f"--cp-comm-type a2a on {model.name}'s multi-latent attention: Transformer Engine runs MLA under context "
             "parallelism only with p2p or a2a+p2p", field="cp_comm_type", fix="use --cp-comm-type p2p")
-    if cp in _a2a_cp_sizes(model, tp):
+    return a2a_heads_split_refusal(model.num_attention_heads, _kv_head_counts(model), tp, cp,
+                                   sinks=model.softmax_type != "vanilla")
+
+
+def a2a_heads_split_refusal(heads: int, kv_heads: tuple[int, ...], tp: int, cp: int, *,
+                            sinks: bool) -> MegapilotError | None:
+    """`a2a_context_parallel_refusal` for the head counts alone (`kv_heads`: each attention layer's; what a
+    hand-written script's flags say too). The fix offers p2p unless attention sinks rule it out."""
+    sizes = a2a_cp_sizes(heads, kv_heads, tp)
+    if cp in sizes:
         return None
-    heads, kv_heads = _heads_per_tp_rank(model, tp)
-    sizes = _a2a_cp_sizes(model, tp)
     fix = f"use a cp from {', '.join(map(str, sizes))} with --cp-comm-type a2a" if len(sizes) > 1 \
         else "use cp 1, or a smaller tp with --cp-comm-type a2a"
     return MegapilotError(
-        f"cp={cp} does not divide the {heads} attention heads and {kv_heads} KV heads of a TP rank (tp={tp}); a2a "
-        "context parallelism gives each CP rank whole heads (Transformer Engine asserts it)", field="cp",
-        fix=fix + ("" if model.softmax_type != "vanilla" else ", or --cp-comm-type p2p"))
+        f"cp={cp} does not divide the {heads // tp} attention heads and {min(max(1, kv // tp) for kv in kv_heads)} "
+        f"KV heads of a TP rank (tp={tp}); a2a context parallelism gives each CP rank whole heads (Transformer Engine "
+        "asserts it)", field="cp", fix=fix + ("" if sinks else ", or --cp-comm-type p2p"))
 
 
 @lru_cache(maxsize=64)  # asked for every CP the planner walks
@@ -400,16 +407,11 @@ def has_softmax_attention(model: ModelSpec) -> bool:
         and model.layer_block(i).attention == "full" for i in range(model.num_layers))
 
 
-def _heads_per_tp_rank(model: ModelSpec, tp: int) -> tuple[int, int]:
-    """(query heads, fewest KV heads) of a TP rank's attention layers: a KV head TP replicates counts one."""
-    return model.num_attention_heads // tp, min(max(1, kv // tp) for kv in _kv_head_counts(model))
-
-
-def _a2a_cp_sizes(model: ModelSpec, tp: int) -> tuple[int, ...]:
-    """The CP sizes a2a splits every attention layer's heads by, at this TP (1 included)."""
-    heads = model.num_attention_heads // tp
-    kv_per_rank = {max(1, kv // tp) for kv in _kv_head_counts(model)}
-    return tuple(c for c in range(1, heads + 1) if heads % c == 0 and all(kv % c == 0 for kv in kv_per_rank))
+def a2a_cp_sizes(heads: int, kv_heads: tuple[int, ...], tp: int) -> tuple[int, ...]:
+    """The CP sizes a2a splits a TP rank's heads by (1 included): its query heads and the KV heads of every attention
+    layer (a KV head TP replicates counts one, as Megatron-Core's Attention holds it)."""
+    per_rank, kv_per_rank = heads // tp, {max(1, kv // tp) for kv in kv_heads}
+    return tuple(c for c in range(1, per_rank + 1) if per_rank % c == 0 and all(kv % c == 0 for kv in kv_per_rank))
 
 
 def gated_delta_net_split_refusal(model: ModelSpec, tp: int, cp: int) -> MegapilotError | None:
