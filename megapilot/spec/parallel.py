@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from megapilot.errors import MegapilotError
@@ -34,6 +34,7 @@ RecomputeMethod = Literal["uniform", "block"]
 # `attn_forward_func_with_cp`): p2p, the ring, is Megatron's default; a2a is DeepSpeed Ulysses. Its all_gather and
 # a2a+p2p (hierarchical) forms and a per-layer list are not priced.
 CpCommType = Literal["p2p", "a2a"]
+UNPRICED_CP_COMM_TYPES = ("all_gather", "a2a+p2p")
 # Megatron-Core's `--recompute-modules` (TransformerConfig.recompute_modules, core_v0.14 to v0.19), with
 # `--recompute-granularity selective`: the parts of a layer rerun in the backward instead of kept.
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -121,6 +122,15 @@ class ParallelConfig(BaseModel):
         description="Megatron layout string, e.g. 'Et*3|(tt|)*29,m|L' (--pipeline-model-parallel-layout; VPP "
         "follows from it), or 'balanced' for the most balanced one Megatron can express (printed).",
     )
+
+    @field_validator("cp_comm_type", mode="before")
+    @classmethod
+    def _priced_cp_comm_type(cls, value: object) -> object:
+        """Megatron's other CP exchanges are named as such, not as unknown words."""
+        if value in UNPRICED_CP_COMM_TYPES:
+            raise ValueError(f"--cp-comm-type {value} is a Megatron CP exchange megapilot does not price (only "
+                             f"{_choices(CpCommType)}); use p2p (the ring) or a2a")
+        return value
 
     @model_validator(mode="before")
     @classmethod
