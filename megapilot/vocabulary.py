@@ -301,6 +301,8 @@ TERMS: tuple[Term, ...] = (
     _str("--pipeline-model-parallel-layout", "parallel.pipeline_layout", None,
          "explicit placement of layers on pipeline stages (E/t/m/L grammar)"),
     _int("--context-parallel-size", "parallel.cp", 1, "context-parallel size (CP)"),
+    _str("--cp-comm-type", "parallel.cp_comm_type", "p2p",
+         "how CP exchanges attention: p2p (ring), a2a (Ulysses), all_gather or a2a+p2p; one, or one per layer"),
     _int("--expert-model-parallel-size", "parallel.ep", 1, "expert-parallel size (EP)"),
     _int("--expert-tensor-parallel-size", "parallel.etp", None, "tensor-parallel size inside experts",
          derived=EXPERT_TP),

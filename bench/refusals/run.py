@@ -39,6 +39,7 @@ from megapilot.cli.estimate_cmd import estimate_flags
 from megapilot.errors import MegapilotError
 from megapilot.estimate import CaseFlags
 from megapilot.spec.model import ModelSpec
+from megapilot.spec.validate import a2a_context_parallel_refusal
 
 HERE = Path(__file__).resolve().parent
 MODELS = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b",
@@ -119,11 +120,14 @@ def _draw_pipeline(rng: random.Random, model: ModelSpec, pp: int, flags: dict[st
 def _shape_as_recipe(model: ModelSpec, flags: dict[str, Any]) -> None:
     """What a published recipe adds to such a layout: a pipeline layout string where PP x VPP does not divide the
     layers, and the expert all-to-all overlap only where its recipe turns it on (EP > 1, no full recompute and no
-    recomputed MoE block, VPP beside PP, PP beside an MTP layer), and no CP on attention sinks (GPT-OSS's recipes
-    run CP 1: Transformer Engine serves a sink under CP only on the a2a path)."""
+    recomputed MoE block, VPP beside PP, PP beside an MTP layer), and CP on attention sinks by --cp-comm-type a2a
+    (Transformer Engine serves a sink under CP only so), or CP 1 where a TP rank's heads do not split over CP."""
     pp, vpp = flags["pp"], flags.get("vpp", 1)
-    if model.softmax_type != "vanilla":
-        flags["cp"] = 1
+    if model.softmax_type != "vanilla" and flags["cp"] > 1:
+        if a2a_context_parallel_refusal(model, flags["tp"], flags["cp"]) is None:
+            flags["cp_comm_type"] = "a2a"
+        else:
+            flags["cp"] = 1
     if pp > 1 and "first_stage_layers" not in flags and "pipeline_layout" not in flags \
             and model.num_layers % (pp * vpp):
         flags["pipeline_layout"] = "balanced"

@@ -31,6 +31,13 @@ LAYOUT_OPTIONS: tuple[LayoutField, ...] = (
         "1",
     ),
     LayoutField(
+        "cp_comm_type", "str", (),
+        "How CP exchanges attention: p2p | a2a (--cp-comm-type). p2p: ring attention, K and V passed round the CP "
+        "ranks; a2a: all-to-alls of q, k, v and the output trade the sequence shard for a share of the heads (Ulysses;"
+        " each TP rank's heads and KV heads must divide by cp; the only CP for attention sinks).",
+        "p2p",
+    ),
+    LayoutField(
         "ep", "int", (),
         "Expert parallel size.",
         "1",

@@ -170,6 +170,8 @@ def plan_command(
     vpp: int | None = _pin("vpp"),
     vpp_unlisted: int | None = unlisted_option("vpp"),
     cp: int | None = _pin("cp"),
+    cp_comm_type: str | None = typer.Option(None, "--cp-comm-type", help=with_default(
+        _LAYOUT_OPTION["cp_comm_type"].description, "a2a on a model with attention sinks, else p2p")),
     ep: int | None = _pin("ep"),
     etp: int | None = _pin("etp"),
     mbs: int | None = _pin("mbs"),
@@ -204,7 +206,7 @@ def plan_command(
                         ("--mbs", mbs)):
         require_positive(flag, value)
     # Each pin is checked as its layout field is (type, bounds, choices: the spec's), before any input is resolved.
-    pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
+    pins = Pins(tp=tp, pp=pp, vpp=vpp, cp=cp, cp_comm_type=cp_comm_type, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
                 recompute_modules=parse_recompute_modules(recompute_modules), fsdp=fsdp)
     inputs = _merge_profile(profile, gpu, gpus, gpus_per_node)
     defaults = _defaults_used(ctx, {"seq_len": seq_len, "gbs": gbs, "precision": precision})

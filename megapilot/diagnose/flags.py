@@ -67,7 +67,7 @@ _FLAG_PRECISIONS: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8":
 # Megatron-FSDP's switch; Megatron-LM before core_v0.14 called it --use-custom-fsdp.
 FSDP_SWITCHES = ("--use-megatron-fsdp", "--use-custom-fsdp")
 # Flags whose several values are read (the others keep their first value): the list of recompute modules.
-LIST_FLAGS = frozenset({"--recompute-modules"})
+LIST_FLAGS = frozenset({"--recompute-modules", "--cp-comm-type"})
 _TORCHRUN_VALUE_FLAGS = frozenset({"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
                                    "--master-addr", "--master_addr", "--master-port", "--master_port",
                                    "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend", "--rdzv_backend",
@@ -741,11 +741,15 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None, mtp_num_la
     modules = tuple((flags.get("--recompute-modules") or "").split())
     # beyond Megatron's most (none beside PP or recompute) the script never trained with it
     offloaded = flags.get_int("--cpu-offloading-num-layers") or 0
+    # one CP exchange for every layer (a per-layer list of one value is the same); any other is not priced: the ring
+    comm_types = set((flags.get("--cp-comm-type") or _str_default("--cp-comm-type")).split())
+    cp_comm_type = "a2a" if comm_types == {"a2a"} else "p2p"
     if offloaded > most_offloaded_layers(num_layers if num_layers is not None else offloaded + 1, pp, recompute):
         offloaded = 0
     return ParallelConfig.for_world(
         world, tp=tp, pp=pp, vpp=vpp,
         cp=flags.get_int("--context-parallel-size", int_default("--context-parallel-size")),
+        cp_comm_type=cp_comm_type,
         ep=flags.get_int("--expert-model-parallel-size", int_default("--expert-model-parallel-size")),
         etp=_read(flags, "--expert-tensor-parallel-size", tp),  # unset where it is TP, as the script was written
         mbs=flags.get_int("--micro-batch-size", int_default("--micro-batch-size")),

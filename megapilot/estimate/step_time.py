@@ -15,7 +15,10 @@ Model (per GPU, seconds):
   `tp_comm_overlap` (userbuffers/TE, NVIDIA only) 80 % of it is hidden behind the GEMMs; TP above a layer's
   KV heads adds an exposed all-gather of its QKV output and the gradient's reduce-scatter (Megatron-Core 0.16+);
 - cp_comm: ring attention sends K, V forward and K, V, dK, dV backward, (cp-1) steps each, overlapped
-  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed. A Mamba
+  with the attention core (Liu et al. 2023 "Ring Attention"); only what exceeds the core is exposed. With
+  `--cp-comm-type a2a` (Ulysses) an attention layer instead trades its sequence shard for cp-th of the heads by
+  all-to-alls of q, k, v before the core and of its output after it (their gradients in the backward), not
+  overlapped, and its core runs the whole sequence on those heads: the same FLOPs, no ring. A Mamba
   layer instead trades its sequence shard for a share of the heads by all-to-alls before the conv and after the
   scan, not overlapped; a hybrid's MLP and MoE layers communicate nothing over CP; a Gated DeltaNet layer trades
   sequence for heads by blocking all-to-alls around its recurrence (Megatron-Core 0.18+);
@@ -412,8 +415,15 @@ def layer_terms(
     elif model.is_linear_attention_layer(layer_index):
         terms["cp_comm"] = _gated_delta_net_cp_s(model, cluster, p, tokens)
     elif block.attention == "full" and kind in ("transformer", "attention"):  # a hybrid MLP or MoE layer: none
-        terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
-                                              model.layer_kv_heads(layer_index))
+        if p.cp_comm_type == "a2a":
+            terms["cp_comm"] = _attention_cp_all_to_alls_s(model, cluster, p, tokens,
+                                                           model.layer_kv_heads(layer_index))
+            if (recomputed and p.recompute == "full") or "core_attn" in p.recomputed_modules:
+                # the rerun forward (Megatron checkpoints TE's DotProductAttention whole) repeats its all-to-alls
+                terms["recompute"] += terms["cp_comm"] / CP_HEAD_EXCHANGE_DIRECTIONS
+        else:
+            terms["cp_comm"] = _cp_comm_exposed_s(model, cluster, p, tokens, terms["mixer_core"],
+                                                  model.layer_kv_heads(layer_index))
     return terms
 
 
@@ -442,6 +452,22 @@ def _cp_head_exchange_s(cluster: ClusterSpec, p: ParallelConfig, sent_bytes: flo
     `sent_bytes` per rank each way, forward and again backward, blocking."""
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp, stride=p.tp)
     return CP_HEAD_EXCHANGE_DIRECTIONS * comm.all_to_all_s(sent_bytes, p.cp, bandwidth)
+
+
+def _attention_cp_all_to_alls_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, tokens: float,
+                                kv_heads: int) -> float:
+    """a2a context parallelism on a softmax-attention layer (Transformer Engine 2.8-2.11's
+    AttnFuncWithCPAndQKVOA2A): before the core, each of q, k and v goes from this rank's sequence shard of its TP
+    rank's heads to the whole sequence of cp-th of them, and the output goes back after it; the backward sends dO
+    before its core and dq, dk, dv after. TE starts the three all-to-alls together and reorders each one's chunks
+    on its CP stream while the next is in flight, but the core waits for all of them, and nothing else runs beside
+    the output's: all exposed. (The sinks' per-head offsets go the same way: negligible.) A KV head TP replicates
+    is one per rank. No extra memory: TE keeps the exchanged q, k, v and output for the backward, the size of the
+    shards a p2p ring keeps."""
+    q_heads = model.num_attention_heads / p.tp
+    kv_per_rank = max(1.0, kv_heads / p.tp)
+    sent_bytes = tokens * 2 * (q_heads + kv_per_rank) * model.head_dim * ACTIVATION_BYTES  # q and out, k and v
+    return _cp_head_exchange_s(cluster, p, sent_bytes)
 
 
 def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, float], p: ParallelConfig,
@@ -552,7 +578,9 @@ def fused_attention_bytes_per_token(model: ModelSpec, layer_index: int, p: Paral
     q_heads = model.num_attention_heads / p.tp
     kv_heads = model.layer_kv_heads(layer_index) / p.tp
     per_q_value = 2 * (2 + 2 + 2) + (4 + 4 + 2)  # Q read twice, O written and read, dO read twice; dQ's fp32 out, in
-    per_kv_value = 2 * 2 * p.cp + 2  # K (or V) read forward and backward, every CP rank's; dK (or dV) written
+    # K (or V) read forward and backward, every CP rank's on the p2p ring (a2a: the whole sequence of cp-th of the
+    # heads, read once); dK (or dV) written
+    per_kv_value = 2 * 2 * (p.cp if p.cp_comm_type == "p2p" else 1) + 2
     stats_per_head = 4 * 4  # the log-sum-exp and the dO.O row dot: fp32, each written once and read once
     return q_heads * (d * per_q_value + stats_per_head) + 2 * kv_heads * d * per_kv_value
 
@@ -569,8 +597,9 @@ def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: Paral
     the GEMM rate of their (s, d, s) and (s, s, d) shapes; the softmax and dropout kernels are memory-bound passes
     over the scores (`score_bytes` per score)."""
     s, d = training.seq_length, model.head_dim
-    rows = s / p.cp  # a CP rank's queries against every key
-    heads = p.mbs * model.num_attention_heads / p.tp
+    ring = p.cp_comm_type == "p2p"
+    rows = s / p.cp if ring else s  # a CP rank's queries against every key (a2a: every query of cp-th of the heads)
+    heads = p.mbs * model.num_attention_heads / p.tp / (1 if ring else p.cp)
     precision = "bf16"  # the 16-bit recipes of that era; quantised recipes never ran this path
     gemms = heads * (_gemm_s(rows, d, s, gpu, precision, eff) + _gemm_s(rows, s, d, gpu, precision, eff))
     passes = gpu.hbm_time_s(heads * rows * s * score_bytes)
@@ -724,10 +753,10 @@ def layer_cost_kind(model: ModelSpec, layer_index: int, recomputed: bool = False
     return moe_flags(model)[layer_index], attention_windows(model)[layer_index], recomputed
 
 
-# Layer costs shared across layouts: a layer's cost depends on TP, CP, EP, ETP, MBS, SP and recompute (granularity
-# and modules) only (and, when the expert all-to-all overlap is left to the layout, on whether PP > 1 runs without
-# VPP), which thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed by the inputs'
-# identities; each entry keeps the inputs alive, so an id is never reused while its entry stands.
+# Layer costs shared across layouts: a layer's cost depends on TP, CP (and its comm type), EP, ETP, MBS, SP and
+# recompute (granularity and modules) only (and, when the expert all-to-all overlap is left to the layout, on whether
+# PP > 1 runs without VPP), which thousands of the planner's layouts (differing in PP, VPP, DP, splits) share. Keyed
+# by the inputs' identities; each entry keeps the inputs alive, so an id is never reused while its entry stands.
 _LAYER_COST_CACHE: dict[tuple[object, ...], tuple[object, object, object, object, LayerCost]] = {}
 _LAYER_COST_CACHE_SIZE = 16384
 
@@ -737,7 +766,7 @@ def _shared_layer_cost(
     training: TrainingSpec, p: ParallelConfig, options: EstimateOptions,
 ) -> LayerCost:
     """The cost of a layer of `kind` (moe, attention window, recomputed): layers of a kind cost the same."""
-    key = (id(model), id(cluster), id(training), id(options), kind, p.tp, p.cp, p.ep,
+    key = (id(model), id(cluster), id(training), id(options), kind, p.tp, p.cp, p.cp_comm_type, p.ep,
            p.expert_tp, p.mbs, p.recompute, p.recompute_modules, p.sequence_parallel,
            (p.pp == 1 or p.vpp > 1) if options.moe_a2a_overlap is not False else None)  # Megatron's VPP rule
     entry = _LAYER_COST_CACHE.get(key)

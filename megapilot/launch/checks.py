@@ -29,7 +29,12 @@ from megapilot.launch.hybrid_split import (
 )
 from megapilot.launch.megatron_args import MEGATRON_RELEASE, FlagTable, flag_table
 from megapilot.spec import GPUSpec, ParallelConfig
-from megapilot.spec.validate import DEEPEP_REFUSES_PADDING, flex_layout_refusal, mamba_heads_split_refusal
+from megapilot.spec.validate import (
+    DEEPEP_REFUSES_PADDING,
+    a2a_heads_split_refusal,
+    flex_layout_refusal,
+    mamba_heads_split_refusal,
+)
 
 PLACEHOLDER = re.compile(
     r"<\s*(change ?me|changeme|fill[ _-]?me|your[^>]*|path[^>]*|todo|fixme|placeholder)\s*>"
@@ -444,6 +449,26 @@ def _attention_sinks_have_a_backend(values: dict[str, list[str]], gpu: GPUSpec) 
                              fix="use --context-parallel-size 1, or --cp-comm-type a2a")
 
 
+def _a2a_context_parallel_splits_heads(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """--cp-comm-type a2a over CP > 1: Transformer Engine's whole heads per CP rank, and no MLA
+    (`spec.validate.a2a_context_parallel_refusal`), from the flags (KV heads: --num-query-groups with
+    --group-query-attention, else one per head)."""
+    cp = _int_value(values, "--context-parallel-size")
+    if cp == 1 or "a2a" not in values.get("--cp-comm-type", ["p2p"]):
+        return
+    if "--multi-latent-attention" in values:
+        raise MegapilotError("--cp-comm-type a2a beside --multi-latent-attention: Transformer Engine runs MLA under "
+                             "context parallelism only with p2p or a2a+p2p", field="cp_comm_type",
+                             fix="use --cp-comm-type p2p")
+    heads = _int_value(values, "--num-attention-heads", 0)
+    groups = _int_value(values, "--num-query-groups", heads) if "--group-query-attention" in values else heads
+    sinks = values.get("--softmax-type", ["vanilla"])[0] != "vanilla"
+    refusal = a2a_heads_split_refusal(heads, (groups,), _int_value(values, "--tensor-model-parallel-size"), cp,
+                                      sinks=sinks) if heads and groups else None
+    if refusal is not None:
+        raise refusal
+
+
 def _attention_backend_fits(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     backend = values.get("--attention-backend", ["auto"])[0]
     if backend == "local" and "--spec" not in values:
@@ -585,7 +610,7 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
-    _attention_sinks_have_a_backend, _mamba_heads_split_over_tp_and_cp,
+    _attention_sinks_have_a_backend, _a2a_context_parallel_splits_heads, _mamba_heads_split_over_tp_and_cp,
     _sequence_parallel_needs_tp, _vpp_needs_pp, _cpu_offloading_alone, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
     _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,

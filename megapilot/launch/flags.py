@@ -158,6 +158,7 @@ def _parallel_section(model: ModelSpec, p: ParallelConfig, t: TrainingSpec, *, c
     else:
         _add_split(s, model, p)
     s.add_terms(p, "--context-parallel-size")
+    s.add_terms(p, "--cp-comm-type", left_out_at_default=True)  # Megatron's p2p ring unless the layout says a2a
     if model.moe is not None:
         s.add_terms(p, "--expert-model-parallel-size")
         s.add_terms(p, "--expert-tensor-parallel-size")  # written out where etp is left to TP

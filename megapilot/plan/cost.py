@@ -130,7 +130,7 @@ class CostModel:
         if self._injected is not None:
             return None
         p = parallel
-        key = (p.tp, p.cp, p.ep, p.expert_tp, p.mbs, p.sequence_parallel, p.pp == 1 or p.vpp > 1)
+        key = (p.tp, p.cp, p.cp_comm_type, p.ep, p.expert_tp, p.mbs, p.sequence_parallel, p.pp == 1 or p.vpp > 1)
         cached = self._weights.get(key)
         if cached is None:
             cached = self._weights[key] = stage_time_weights(self.model, self.cluster, self.training, parallel,

@@ -91,7 +91,7 @@ def layout_label(p: ParallelConfig) -> str:
     parts = [f"TP{p.tp}", f"PP{p.pp}" + ("" if p.pipeline_split.is_even else f"({split_label(p)})")]
     if p.vpp > 1:
         parts.append(f"VPP{p.vpp}")
-    parts.append(f"CP{p.cp}")
+    parts.append(f"CP{p.cp}" + ("(a2a)" if p.cp_comm_type == "a2a" else ""))
     if p.ep > 1 or p.etp is not None:
         parts.append(f"EP{p.ep}" + (f" ETP{p.etp}" if p.etp is not None else ""))
     parts += [f"DP{p.dp}", f"MBS{p.mbs}"]
@@ -189,6 +189,8 @@ class Explainer:
             fields["etp"] = None
         if fields["recompute"] != "full":
             fields["recompute_num_layers"] = None
+        if "cp_comm_type" not in changes:  # a new CP exchanges attention as the planner walks it
+            fields["cp_comm_type"] = space.cp_comm_type_for(self.model, cp, p.cp_comm_type if p.cp > 1 else None)
         try:
             variant = ParallelConfig(**fields)
             if variant.recompute == "full" and variant.recompute_method == "block":
@@ -207,7 +209,7 @@ class Explainer:
                              **changes)
 
     def _rules(self, p: ParallelConfig) -> Iterable[space.Rejection | None]:
-        yield space.cp_rule(self.model, self.training, p.tp, p.cp)
+        yield space.cp_rule(self.model, self.training, p.tp, p.cp, p.cp_comm_type)
         yield space.pp_rule(self.model, p.pp, p.vpp, p.pipeline_split)
         yield space.batch_rule(self.training, p.dp, p.mbs)
         yield space.interleave_rule(self.training, p.pp, p.vpp, p.dp, p.mbs)
@@ -363,6 +365,11 @@ class Explainer:
         seq = self.training.seq_length
         if p.cp > 1:
             out.append(f"CP={p.cp} exposes {_pct(component_share(est, 'cp'))} of step time in CP communication")
+            if p.cp_comm_type == "a2a":
+                heads = self.model.num_attention_heads // (p.tp * p.cp)
+                why = " (attention sinks run under CP only so)" if self.model.softmax_type != "vanilla" else ""
+                out.append(f"CP={p.cp} with --cp-comm-type a2a{why}: all-to-alls of q, k, v and the output give each "
+                           f"rank the whole sequence of {heads} attention heads, no K/V ring")
             without = self._floor_variant(p, cp=1)
             if without and not self.cost.fits(without[1]):
                 out.append(f"CP={p.cp} because seq {seq:,} × MBS 1 activations need "

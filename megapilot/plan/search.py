@@ -69,7 +69,7 @@ from megapilot.spec import (
     SavedPlan,
     TrainingSpec,
 )
-from megapilot.spec.parallel import Recompute, RecomputeMethod
+from megapilot.spec.parallel import CpCommType, Recompute, RecomputeMethod
 from megapilot.spec.training import QuantFlavour
 from megapilot.spec.validate import light_recompute_modules, most_offloaded_layers
 
@@ -118,15 +118,17 @@ class Shape:
     split: space.PipelineSplit
     vpp: int = 1
     distributed_optimizer: bool = True  # off with Muon, which Megatron refuses beside it
+    cp_comm_type: CpCommType = "p2p"  # a2a on attention-sink models (`space.cp_comm_type_for`)
 
     def with_vpp(self, vpp: int, split: space.PipelineSplit) -> Shape:
         """The shape at `vpp`, running `split` (a layout string cut for that VPP)."""
         return Shape(self.tp, self.cp, self.pp, self.dp, self.ep, self.etp, self.fsdp, split, vpp,
-                     self.distributed_optimizer)
+                     self.distributed_optimizer, self.cp_comm_type)
 
     def layout(self, mbs: int, rung: RecomputeRung) -> ParallelConfig:
         return ParallelConfig(
-            tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp, vpp=self.vpp,
+            tp=self.tp, cp=self.cp, cp_comm_type=self.cp_comm_type, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp,
+            vpp=self.vpp,
             sequence_parallel=self.tp > 1, distributed_optimizer=self.distributed_optimizer, fsdp=self.fsdp,
             first_stage_layers=self.split.first_stage_layers, last_stage_layers=self.split.last_stage_layers,
             account_for_embedding=self.split.account_for_embedding, account_for_loss=self.split.account_for_loss,
@@ -508,12 +510,15 @@ class _Search:
         settled: set[tuple[int, int, bool]] = set()  # (ep, etp, fsdp) that need no larger CP
         speed_at_smaller_cp: dict[tuple[int, int, bool], float] = {}  # its best tokens/s/GPU at the CP below
         for cp in space.cp_values(world // (tp * pp), self.pins):
-            if self._reject(space.cp_rule(self.model, self.training, tp, cp)):
+            if self._reject(space.cp_rule(self.model, self.training, tp, cp, self._cp_comm_type(cp))):
                 continue
             dp = world // (tp * cp * pp)
             if self._reject(space.batch_rule(self.training, dp)):
                 continue
             self._walk_experts(tp, cp, pp, dp, settled, split, speed_at_smaller_cp)
+
+    def _cp_comm_type(self, cp: int) -> CpCommType:
+        return space.cp_comm_type_for(self.model, cp, self.pins.cp_comm_type)
 
     def _walk_experts(
         self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]], split: space.PipelineSplit,
@@ -540,7 +545,8 @@ class _Search:
                     self.rejected[floor_failed_for[(etp, fsdp)]] += 1
                     continue
                 shape = Shape(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=None if etp == tp else etp, fsdp=fsdp,
-                              split=split, distributed_optimizer=not self.training.uses_muon)
+                              split=split, distributed_optimizer=not self.training.uses_muon,
+                              cp_comm_type=self._cp_comm_type(cp))
                 floor = self._floor(shape)
                 if not floor.fits:
                     if floor.static_gib > floor.capacity_gib:  # weights alone overflow: CP cannot help

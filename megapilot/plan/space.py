@@ -25,6 +25,7 @@ from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate.params import count_params
 from megapilot.estimate.pipeline_balance import balanced_split, stage_weights
 from megapilot.spec import ClusterSpec, LayoutPins, ModelSpec, TrainingSpec
+from megapilot.spec.parallel import CpCommType
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit, StageWeights
 from megapilot.spec.validate import (
     SplitRefusal,
@@ -74,6 +75,7 @@ class RejectReason(str, Enum):
     CP_LINEAR_ATTENTION = "tp*cp does not divide the Gated DeltaNet heads"
     CP_MAMBA = "cp does not split the Mamba-2 heads and groups of a TP rank"
     CP_SINK = "cp on an attention-sink model"
+    CP_A2A_HEADS = "cp does not divide a TP rank's heads (a2a)"
     CP_SPARSE_ATTENTION = "cp on a DeepSeek Sparse Attention model"
     SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
     PP_LAYERS = "num_layers not divisible by pp*vpp"
@@ -121,7 +123,8 @@ class Rejection:
 
 
 # The layout fields the search walks (or, pinned, holds): the others take ParallelConfig's defaults in its layouts.
-SEARCHED_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "recompute_modules", "fsdp")
+SEARCHED_FIELDS = ("tp", "pp", "vpp", "cp", "cp_comm_type", "ep", "etp", "mbs", "recompute", "recompute_modules",
+                   "fsdp")
 
 
 class Pins(LayoutPins):
@@ -181,6 +184,7 @@ def tensor_split_rule(model: ModelSpec, tp: int) -> Rejection | None:
 _TP_CATEGORIES = {SplitRule.ATTENTION_HEADS: RejectReason.TP_HEADS, SplitRule.KV_HEADS: RejectReason.TP_KV_HEADS,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.TP_HEADS, SplitRule.MAMBA_HEADS: RejectReason.TP_MAMBA}
 _CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK, SplitRule.SEQUENCE_CHUNKS: RejectReason.CP_SEQUENCE,
+                  SplitRule.ATTENTION_HEADS_OVER_CP: RejectReason.CP_A2A_HEADS,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.CP_LINEAR_ATTENTION,
                   SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA,
                   SplitRule.SPARSE_ATTENTION: RejectReason.CP_SPARSE_ATTENTION,
@@ -200,14 +204,26 @@ def tp_limit(cluster: ClusterSpec) -> int:
     return max(cluster.gpus_per_node, min(domain, MAX_CROSS_TRAY_TP))
 
 
-def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int) -> Rejection | None:
+def cp_comm_type_for(model: ModelSpec, cp: int, pinned: CpCommType | None = None) -> CpCommType:
+    """How the planner's layouts exchange attention over CP: the pinned way; else a2a on a model with attention
+    sinks, which Transformer Engine runs under CP only so (`sink_context_parallel_refusal`), and Megatron's default
+    p2p ring on every other model (the layouts published runs use); p2p at cp 1, where nothing is exchanged."""
+    if cp == 1:
+        return "p2p"
+    if pinned is not None:
+        return pinned
+    return "p2p" if model.softmax_type == "vanilla" else "a2a"
+
+
+def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int,
+            cp_comm_type: CpCommType = "p2p") -> Rejection | None:
     """CP cuts each sequence into 2·CP load-balanced chunks, Gated DeltaNet and the Mamba-2 mixer take it over whole
-    heads of a TP rank, attention sinks and DeepSeek Sparse Attention none (`context_split_refusal`); sequence
-    parallel, on beside every TP > 1, then splits a CP rank's tokens over TP (`sequence_parallel_refusal`):
-    `validate_layout`'s own rules, in its order, each under its category."""
+    heads of a TP rank, attention sinks only by a2a, a2a over whole heads of a TP rank, DeepSeek Sparse Attention
+    none (`context_split_refusal`); sequence parallel, on beside every TP > 1, then splits a CP rank's tokens over TP
+    (`sequence_parallel_refusal`): `validate_layout`'s own rules, in its order, each under its category."""
     seq_length = training.seq_length
-    refusal = context_split_refusal(model, tp, cp, seq_length=seq_length) or sequence_parallel_refusal(
-        tp, cp, seq_length=seq_length)
+    refusal = context_split_refusal(model, tp, cp, seq_length=seq_length, cp_comm_type=cp_comm_type) \
+        or sequence_parallel_refusal(tp, cp, seq_length=seq_length)
     return None if refusal is None else _rejection(_CP_CATEGORIES, refusal)
 
 
@@ -453,7 +469,7 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     if failure is None and pins.tp:
         failure = tp_rule(model, cluster, pins.tp)
     if failure is None and pins.cp:
-        failure = cp_rule(model, training, pins.tp or 1, pins.cp)
+        failure = cp_rule(model, training, pins.tp or 1, pins.cp, cp_comm_type_for(model, pins.cp, pins.cp_comm_type))
     if failure is None and (pins.pp or pins.vpp):
         if pins.vpp and pins.vpp > 1 and pins.pp == 1:
             raise MegapilotError("vpp > 1 needs pp > 1", field="vpp", fix="drop --vpp or set --pp above 1")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from megapilot.errors import MegapilotError
@@ -30,6 +30,11 @@ from megapilot.spec.pipeline import (
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
+# Megatron-LM's `--cp-comm-type` (TransformerConfig.cp_comm_type, core_v0.14 to v0.19; Transformer Engine's
+# `attn_forward_func_with_cp`): p2p, the ring, is Megatron's default; a2a is DeepSpeed Ulysses. Its all_gather and
+# a2a+p2p (hierarchical) forms and a per-layer list are not priced.
+CpCommType = Literal["p2p", "a2a"]
+UNPRICED_CP_COMM_TYPES = ("all_gather", "a2a+p2p")
 # Megatron-Core's `--recompute-modules` (TransformerConfig.recompute_modules, core_v0.14 to v0.19), with
 # `--recompute-granularity selective`: the parts of a layer rerun in the backward instead of kept.
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -65,6 +70,11 @@ class ParallelConfig(BaseModel):
     vpp: Annotated[int, CliOption()] = Field(
         default=1, ge=1, description="Virtual pipeline stages per PP rank (1 = no interleaving).")
     cp: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Context parallel size.")
+    cp_comm_type: Annotated[CpCommType, CliOption()] = Field(
+        default="p2p", description=f"How CP exchanges attention: {_choices(CpCommType)} (--cp-comm-type). p2p: ring "
+        "attention, K and V passed round the CP ranks; a2a: all-to-alls of q, k, v and the output trade the "
+        "sequence shard for a share of the heads (Ulysses; each TP rank's heads and KV heads must divide by cp; "
+        "the only CP for attention sinks).")
     ep: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Expert parallel size.")
     etp: Annotated[int | None, CliOption(default="tp")] = Field(  # None: TP's, as Megatron defaults it
         default=None, ge=1, description="Expert tensor parallel size.")
@@ -112,6 +122,15 @@ class ParallelConfig(BaseModel):
         description="Megatron layout string, e.g. 'Et*3|(tt|)*29,m|L' (--pipeline-model-parallel-layout; VPP "
         "follows from it), or 'balanced' for the most balanced one Megatron can express (printed).",
     )
+
+    @field_validator("cp_comm_type", mode="before")
+    @classmethod
+    def _priced_cp_comm_type(cls, value: object) -> object:
+        """Megatron's other CP exchanges are named as such, not as unknown words."""
+        if value in UNPRICED_CP_COMM_TYPES:
+            raise ValueError(f"--cp-comm-type {value} is a Megatron CP exchange megapilot does not price (only "
+                             f"{_choices(CpCommType)}); use p2p (the ring) or a2a")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -226,6 +245,8 @@ class ParallelConfig(BaseModel):
             block += f" PP_LAYOUT='{self.pipeline_layout}'"
         if self.cpu_offloading_num_layers:
             block += f" CPU_OFFLOAD_LAYERS={self.cpu_offloading_num_layers}"
+        if self.cp_comm_type != "p2p":
+            block += f" CP_COMM_TYPE={self.cp_comm_type}"
         return block
 
     @classmethod

@@ -15,7 +15,7 @@ from functools import lru_cache
 from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import HYBRID_MAMBA, MambaSpec, ModelSpec
-from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.parallel import CpCommType, ParallelConfig
 from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineSplit, PipelineStages
 from megapilot.spec.training import QuantFlavour, TrainingSpec
 
@@ -121,6 +121,7 @@ class SplitRule(Enum):
     ATTENTION_HEADS = "attention heads"
     KV_HEADS = "KV heads"
     ATTENTION_SINK = "attention sinks"
+    ATTENTION_HEADS_OVER_CP = "a2a context parallelism's split of a TP rank's attention heads"
     SEQUENCE_CHUNKS = "the sequence's 2 x CP chunks"
     GATED_DELTA_NET_HEADS = "Gated DeltaNet heads"
     MAMBA_HEADS = "Mamba-2 heads and groups"
@@ -144,14 +145,16 @@ def tensor_split_refusal(model: ModelSpec, tp: int) -> SplitRefusal | None:
     return _first_broken(_tensor_split_rules(model, tp))
 
 
-def context_split_refusal(model: ModelSpec, tp: int, cp: int, *, seq_length: int) -> SplitRefusal | None:
-    """Why CP (beside this TP) cannot split this model's heads and its `seq_length`-token sequences, or None (always
-    at cp 1): attention sinks take no CP, the sequence must cut into 2*CP chunks, then the linear mixers' heads
+def context_split_refusal(model: ModelSpec, tp: int, cp: int, *, seq_length: int,
+                          cp_comm_type: CpCommType = "p2p") -> SplitRefusal | None:
+    """Why CP (beside this TP, exchanging attention by `cp_comm_type`) cannot split this model's heads and its
+    `seq_length`-token sequences, or None (always at cp 1): attention sinks take no p2p ring, a2a splits each TP
+    rank's attention heads, the sequence must cut into 2*CP chunks, then the linear mixers' heads
     (`_mixer_head_rules`), and DeepSeek Sparse Attention takes none, asked in that order by `validate_layout` and by
     the planner's CP rule alike."""
     if cp == 1:
         return None
-    return _first_broken(_context_split_rules(model, tp, cp, seq_length))
+    return _first_broken(_context_split_rules(model, tp, cp, seq_length, cp_comm_type))
 
 
 def sequence_parallel_refusal(tp: int, cp: int, *, seq_length: int) -> SplitRefusal | None:
@@ -175,8 +178,10 @@ def _tensor_split_rules(model: ModelSpec, tp: int) -> Iterator[_RuleCheck]:
     yield from _mixer_head_rules(model, tp, 1)
 
 
-def _context_split_rules(model: ModelSpec, tp: int, cp: int, seq_length: int) -> Iterator[_RuleCheck]:
-    yield SplitRule.ATTENTION_SINK, sink_context_parallel_refusal(model, cp)
+def _context_split_rules(model: ModelSpec, tp: int, cp: int, seq_length: int,
+                         cp_comm_type: CpCommType) -> Iterator[_RuleCheck]:
+    yield SplitRule.ATTENTION_SINK, sink_context_parallel_refusal(model, tp, cp, cp_comm_type)
+    yield SplitRule.ATTENTION_HEADS_OVER_CP, a2a_context_parallel_refusal(model, tp, cp, cp_comm_type)
     yield SplitRule.SEQUENCE_CHUNKS, sequence_chunks_refusal(seq_length, cp)
     yield from _mixer_head_rules(model, tp, cp)
     yield SplitRule.SPARSE_ATTENTION, sparse_attention_context_refusal(model, cp)
@@ -320,7 +325,7 @@ def _check_sequence(model: ModelSpec, training: TrainingSpec) -> None:
 
 def _check_context_parallel(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> None:
     """CP's rules, then sequence parallel's split of what CP leaves a rank (the order the planner's CP rule asks)."""
-    refusal = context_split_refusal(model, p.tp, p.cp, seq_length=training.seq_length)
+    refusal = context_split_refusal(model, p.tp, p.cp, seq_length=training.seq_length, cp_comm_type=p.cp_comm_type)
     if refusal is None and p.sequence_parallel:
         refusal = sequence_parallel_refusal(p.tp, p.cp, seq_length=training.seq_length)
     if refusal is not None:
@@ -338,19 +343,75 @@ def sequence_chunks_refusal(seq_length: int, cp: int) -> MegapilotError | None:
         fix=f"use a cp whose double divides {seq_length}, or a sequence length that is a multiple of {2 * cp}")
 
 
-def sink_context_parallel_refusal(model: ModelSpec, cp: int) -> MegapilotError | None:
+def sink_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
+                                  cp_comm_type: CpCommType = "p2p") -> MegapilotError | None:
     """Attention sinks (a learnable or off-by-one softmax, GPT-OSS) under CP: Transformer Engine 2.8-2.11's
     `get_attention_backend` serves them with FusedAttention only, and under context parallelism only with
-    cp_comm_type a2a (FlashAttention never takes a sink; UnfusedDotProductAttention takes none under CP). Megatron's
-    --cp-comm-type defaults to p2p, which megapilot prices (ring attention) and its scripts leave at the default,
-    so TE finds no backend. The refusal (field `cp`), or None."""
-    if cp == 1 or model.softmax_type == "vanilla":
+    cp_comm_type a2a (FlashAttention never takes a sink; UnfusedDotProductAttention takes none under CP;
+    `attn_forward_func_with_cp` asserts "Context parallelism only supports {softmax_type=} with cp_comm_type =
+    'a2a'"). Megatron's --cp-comm-type defaults to p2p, where TE finds no backend. The refusal (field
+    `cp_comm_type`; the fix offers a2a where this TP x CP splits the heads for it, else cp 1), or None."""
+    if cp == 1 or model.softmax_type == "vanilla" or cp_comm_type == "a2a":
         return None
+    if a2a_context_parallel_refusal(model, tp, cp, "a2a") is None:
+        fix = "use --cp-comm-type a2a (or cp 1)"
+    elif len(sizes := a2a_cp_sizes(model.num_attention_heads, _kv_head_counts(model), tp)) > 1:
+        fix = f"use cp 1, or a cp from {', '.join(map(str, sizes[1:]))} with --cp-comm-type a2a"
+    else:
+        fix = f"use cp 1 (a2a splits a TP rank's heads over CP; tp={tp} leaves one KV head per rank), or a smaller tp"
     return MegapilotError(
         f"cp={cp} on {model.name}'s attention sinks (softmax_type {model.softmax_type}): Transformer Engine runs a "
-        "sink under context parallelism only with --cp-comm-type a2a, which megapilot neither prices nor writes; "
-        "the p2p ring it scripts has no attention backend", field="cp",
-        fix="use cp 1 (split the sequence's activations with TP and sequence parallel, or recompute)")
+        "sink under context parallelism only with --cp-comm-type a2a; the p2p ring has no attention backend",
+        field="cp_comm_type", fix=fix)
+
+
+def a2a_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
+                                 cp_comm_type: CpCommType = "a2a") -> MegapilotError | None:
+    """a2a CP (Ulysses) trades each CP rank's sequence shard for cp-th of its TP rank's heads: Transformer Engine
+    2.8-2.11's AttnFuncWithCPAndQKVOA2A asserts "The number of attention heads needs to be divisible by CP size!"
+    on the query heads and the KV heads a TP rank holds (num_attention_heads / tp, and num_query_groups / tp, or
+    one where TP replicates each KV head, Megatron-Core's Attention), and `attn_forward_func_with_cp` asserts
+    "Context parallelism does not support MLA" with it (K and V of unequal head dims). The refusal (field `cp`, or
+    `cp_comm_type` for MLA), or None (always for p2p)."""
+    if cp == 1 or cp_comm_type != "a2a" or not has_softmax_attention(model):
+        return None
+    if model.mla is not None:
+        return MegapilotError(
+            f"--cp-comm-type a2a on {model.name}'s multi-latent attention: Transformer Engine runs MLA under context "
+            "parallelism only with p2p or a2a+p2p", field="cp_comm_type", fix="use --cp-comm-type p2p")
+    return a2a_heads_split_refusal(model.num_attention_heads, _kv_head_counts(model), tp, cp,
+                                   sinks=model.softmax_type != "vanilla")
+
+
+def a2a_heads_split_refusal(heads: int, kv_heads: tuple[int, ...], tp: int, cp: int, *,
+                            sinks: bool) -> MegapilotError | None:
+    """`a2a_context_parallel_refusal` for the head counts alone (`kv_heads`: each attention layer's; what a
+    hand-written script's flags say too). The fix offers p2p unless attention sinks rule it out."""
+    sizes = a2a_cp_sizes(heads, kv_heads, tp)
+    if cp in sizes:
+        return None
+    fix = f"use a cp from {', '.join(map(str, sizes))} with --cp-comm-type a2a" if len(sizes) > 1 \
+        else "use cp 1, or a smaller tp with --cp-comm-type a2a"
+    return MegapilotError(
+        f"cp={cp} does not divide the {heads // tp} attention heads and {min(max(1, kv // tp) for kv in kv_heads)} "
+        f"KV heads of a TP rank (tp={tp}); a2a context parallelism gives each CP rank whole heads (Transformer Engine "
+        "asserts it)", field="cp", fix=fix + ("" if sinks else ", or --cp-comm-type p2p"))
+
+
+@lru_cache(maxsize=64)  # asked for every CP the planner walks
+def has_softmax_attention(model: ModelSpec) -> bool:
+    """Whether any layer runs softmax attention through Transformer Engine's DotProductAttention (the layers a CP
+    comm type applies to): not a pure Mamba or linear-attention stack."""
+    return any(
+        model.layer_kind(i) in ("transformer", "attention") and not model.is_linear_attention_layer(i)
+        and model.layer_block(i).attention == "full" for i in range(model.num_layers))
+
+
+def a2a_cp_sizes(heads: int, kv_heads: tuple[int, ...], tp: int) -> tuple[int, ...]:
+    """The CP sizes a2a splits a TP rank's heads by (1 included): its query heads and the KV heads of every attention
+    layer (a KV head TP replicates counts one, as Megatron-Core's Attention holds it)."""
+    per_rank, kv_per_rank = heads // tp, {max(1, kv // tp) for kv in kv_heads}
+    return tuple(c for c in range(1, per_rank + 1) if per_rank % c == 0 and all(kv % c == 0 for kv in kv_per_rank))
 
 
 def gated_delta_net_split_refusal(model: ModelSpec, tp: int, cp: int) -> MegapilotError | None:

@@ -191,6 +191,8 @@ def from_plan_run(run_id: str, cluster: str, plan: SavedPlan, predicted: Predict
     case = {"model": plan.model.name, "gpu": predicted.device, "gpus": world, "tp": p.tp, "pp": p.pp, "cp": p.cp,
             "ep": p.ep, "vpp": p.vpp, "mbs": p.mbs, "gbs": training.global_batch_size, "seq_len": training.seq_length,
             "precision": training.precision, "recompute": p.recompute}
+    if p.cp_comm_type != "p2p":  # the case re-estimates as it ran (attention sinks take CP by a2a only)
+        case["cp_comm_type"] = p.cp_comm_type
     return MeasuredRow(
         id=run_id, cluster=cluster, origin="run", source=run_id,
         verdict=(Verdict.PASS if completed else Verdict.FAIL).value, recorded_at=recorded_at,

@@ -167,7 +167,22 @@ def test_attention_sinks_run_under_cp_only_on_the_a2a_path() -> None:
     with pytest.raises(MegapilotError, match="only with --cp-comm-type a2a, not p2p") as info:
         check_megatron_args(cp2, H100)
     assert info.value.field == "cp" and info.value.fix
-    check_megatron_args(cp2 + ["--cp-comm-type", "a2a"], H100)
+    tp4 = _with_value(cp2, "--tensor-model-parallel-size", "4")  # 16 heads and 2 KV heads per TP rank
+    check_megatron_args(tp4 + ["--cp-comm-type", "a2a"], H100)
+
+
+def test_a2a_context_parallelism_needs_whole_heads_per_cp_rank_and_no_mla() -> None:
+    """TE's AttnFuncWithCPAndQKVOA2A asserts a TP rank's query and KV heads divide by CP; MLA takes no a2a."""
+    cp2 = _with_value(_base_args(), "--context-parallel-size", "2") + ["--cp-comm-type", "a2a"]
+    with pytest.raises(MegapilotError, match="8 attention heads and 1 KV heads of a TP rank") as info:
+        check_megatron_args(cp2, H100)  # 64 heads, 8 KV heads over TP 8
+    assert info.value.field == "cp" and info.value.fix.endswith("or --cp-comm-type p2p")
+    check_megatron_args(_with_value(cp2, "--tensor-model-parallel-size", "4"), H100)
+    check_megatron_args(_with_value(_base_args(), "--context-parallel-size", "2"), H100)  # the ring takes TP 8
+    mla = render_megatron_args(GOLDEN_PLANS["deepseek-v2-lite_mla"], MOCK)
+    with pytest.raises(MegapilotError, match="MLA") as info:
+        check_megatron_args(_with_value(mla, "--context-parallel-size", "2") + ["--cp-comm-type", "a2a"], H100)
+    assert info.value.field == "cp_comm_type"
 
 
 def test_a_hand_written_hybrids_mamba_heads_and_groups_split_over_tp_and_cp() -> None:

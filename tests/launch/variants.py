@@ -111,6 +111,8 @@ _MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM",
 # Options that apply to some plans only (a flex MoE dispatcher is refused on a dense model): rendered on their own.
 PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+    # attention sinks under CP: Transformer Engine's a2a path only (--cp-comm-type a2a)
+    (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, cp=2, cp_comm_type="a2a", ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(LATENT_HYBRID, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),

@@ -136,7 +136,9 @@ def test_expert_values_walk_largest_ep_first():
     ("model", "gpu", "gpus", "seq", "precision", "pins", "field", "text"),
     [
         ("llama3.1-70b", "h100", 64, 4096, "bf16", Pins(tp=16), "tp", "exceeds 8 GPUs per node"),  # 2 ranks per KV head
-        ("gpt-oss-20b", "h100", 64, 4096, "bf16", Pins(cp=2), "cp", "--cp-comm-type a2a"),
+        ("gpt-oss-20b", "h100", 64, 4096, "bf16", Pins(cp=2, cp_comm_type="p2p"), "cp_comm_type",
+         "--cp-comm-type a2a"),
+        ("gpt-oss-20b", "h100", 64, 4096, "bf16", Pins(tp=8, cp=2), "cp", "1 KV heads of a TP rank"),
         ("nemotron-h-56b", "h100", 64, 8192, "bf16", Pins(tp=16), "tp", "256 heads and 8 groups"),
         ("gpt3-175b", "h100", 64, 2048, "bf16", Pins(tp=5), "tp", "does not divide the 64 GPUs"),
         ("mixtral-8x7b", "h100", 64, 4096, "bf16", Pins(ep=3), "ep", "does not divide num_experts=8"),

@@ -267,20 +267,46 @@ def test_the_mamba_mixer_in_fp8_needs_an_input_projection_a_multiple_of_16_wide(
 
 
 def test_attention_sinks_take_no_context_parallelism_on_the_p2p_ring():
-    """Transformer Engine 2.8-2.11 serves a learnable softmax under CP only with cp_comm_type a2a; megapilot prices
-    and scripts Megatron's default p2p ring, so GPT-OSS with CP > 1 is refused by field."""
+    """Transformer Engine 2.8-2.11 serves a learnable softmax under CP only with cp_comm_type a2a: GPT-OSS with CP > 1
+    on Megatron's default p2p ring is refused by that field, and the fix names a2a."""
     gpt_oss, training = get_model("gpt-oss-20b"), TrainingSpec(seq_length=8192, global_batch_size=256)
     validate_layout(gpt_oss, _cluster(), training, _layout(tp=2, ep=8, etp=1, sequence_parallel=True))
     with pytest.raises(MegapilotError, match="a2a") as err:
         validate_layout(gpt_oss, _cluster(), training, _layout(tp=2, cp=2, ep=8, etp=1, sequence_parallel=True))
-    assert err.value.field == "cp" and err.value.fix.startswith("use cp 1")
+    assert err.value.field == "cp_comm_type" and err.value.fix == "use --cp-comm-type a2a (or cp 1)"
+    validate_layout(gpt_oss, _cluster(), training,
+                    _layout(tp=2, cp=2, cp_comm_type="a2a", ep=8, etp=1, sequence_parallel=True))
+
+
+def test_a2a_context_parallelism_needs_each_tp_ranks_heads_and_kv_heads_to_divide_by_cp():
+    """TE's AttnFuncWithCPAndQKVOA2A asserts the query heads and KV heads a TP rank holds divide by cp: GPT-OSS
+    (64 heads, 8 KV heads) takes cp 2 at tp 4 (16 and 2 per rank) but not at tp 8 (8 and 1), and cp 8 not at tp 2
+    (32 and 4); the sink refusal then offers only what a2a can split."""
+    gpt_oss, training = get_model("gpt-oss-120b"), TrainingSpec(seq_length=8192, global_batch_size=256)
+    validate_layout(gpt_oss, _cluster(gpus=64), training, _layout(64, tp=4, cp=2, cp_comm_type="a2a", ep=8, etp=1,
+                                                               sequence_parallel=True))
+    with pytest.raises(MegapilotError, match="8 attention heads and 1 KV heads of a TP rank") as err:
+        validate_layout(gpt_oss, _cluster(gpus=64), training, _layout(64, tp=8, cp=2, cp_comm_type="a2a", ep=8, etp=1,
+                                                                   sequence_parallel=True))
+    assert err.value.field == "cp" and err.value.fix == "use cp 1, or a smaller tp with --cp-comm-type a2a"
+    refusal = context_split_refusal(gpt_oss, 2, 8, seq_length=8192, cp_comm_type="a2a")
+    assert refusal.rule is SplitRule.ATTENTION_HEADS_OVER_CP and refusal.error.fix.startswith("use a cp from 1, 2, 4")
+    sink = context_split_refusal(gpt_oss, 8, 2, seq_length=8192)  # p2p: the sinks first, offering no a2a at tp 8
+    assert sink.rule is SplitRule.ATTENTION_SINK and sink.error.fix.startswith("use cp 1 (a2a splits")
+    # a model without sinks may keep the ring where a2a cannot split its heads; MLA takes no a2a at all
+    llama = get_model("llama3.1-8b")  # 32 heads, 8 KV heads
+    assert context_split_refusal(llama, 8, 2, seq_length=8192) is None
+    assert context_split_refusal(llama, 8, 2, seq_length=8192, cp_comm_type="a2a").error.fix.endswith(
+        "or --cp-comm-type p2p")
+    mla = context_split_refusal(get_model("deepseek-v3"), 1, 2, seq_length=8192, cp_comm_type="a2a")
+    assert mla.error.field == "cp_comm_type" and mla.error.fix == "use --cp-comm-type p2p"
 
 
 @pytest.mark.parametrize(("model", "tp", "cp", "seq", "field", "words"), [
     # 2*cp = 6 does not divide 4096, and tp*cp = 3 does not divide the 16 Gated DeltaNet key heads
     ("qwen3-next-80b-a3b", 1, 3, 4096, "cp", "not divisible by 2*cp=6"),
-    # the sinks take no CP, whatever the sequence
-    ("gpt-oss-20b", 1, 3, 4096, "cp", "attention sinks"),
+    # the sinks take no CP on the p2p ring, whatever the sequence
+    ("gpt-oss-20b", 1, 3, 4096, "cp_comm_type", "attention sinks"),
     # the chunks fit; the heads do not
     ("qwen3-next-80b-a3b", 1, 3, 6144, "cp", "Gated DeltaNet's 16 key heads"),
 ])
