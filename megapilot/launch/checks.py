@@ -449,6 +449,19 @@ def _attention_sinks_have_a_backend(values: dict[str, list[str]], gpu: GPUSpec) 
                              fix="use --context-parallel-size 1, or --cp-comm-type a2a")
 
 
+def _sliding_window_leaves_the_p2p_ring(values: dict[str, list[str]], gpu: GPUSpec) -> None:
+    """Transformer Engine 2.8-2.11's attn_forward_func_with_cp: a sliding window (--window-size other than the causal
+    -1,0) runs under context parallelism only with cp_comm_type a2a or all_gather
+    (`spec.validate.window_context_parallel_refusal`); Megatron's --cp-comm-type defaults to p2p."""
+    window = values.get("--window-size", ["-1,0"])[0].replace(" ", "")
+    cp = _int_value(values, "--context-parallel-size")
+    comm = values.get("--cp-comm-type", ["p2p"])
+    if window not in ("-1,0", "-1,-1") and cp > 1 and any(kind not in ("a2a", "all_gather") for kind in comm):
+        raise MegapilotError(f"a sliding window (--window-size {window}) under context parallelism (CP={cp}) runs in "
+                             f"Transformer Engine only with --cp-comm-type a2a or all_gather, not {' '.join(comm)}",
+                             field="cp", fix="use --context-parallel-size 1, or --cp-comm-type a2a")
+
+
 def _a2a_context_parallel_splits_heads(values: dict[str, list[str]], gpu: GPUSpec) -> None:
     """--cp-comm-type a2a over CP > 1: Transformer Engine's whole heads per CP rank, and no MLA
     (`spec.validate.a2a_context_parallel_refusal`), from the flags (KV heads: --num-query-groups with
@@ -610,7 +623,8 @@ _VPP_FLAGS = frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtua
                         "--pipeline-model-parallel-layout"})
 
 _COMBINATION_RULES = (
-    _attention_sinks_have_a_backend, _a2a_context_parallel_splits_heads, _mamba_heads_split_over_tp_and_cp,
+    _attention_sinks_have_a_backend, _sliding_window_leaves_the_p2p_ring, _a2a_context_parallel_splits_heads,
+    _mamba_heads_split_over_tp_and_cp,
     _sequence_parallel_needs_tp, _vpp_needs_pp, _cpu_offloading_alone, _muon_runs_on_plain_ddp, _a2a_overlap_needs,
     _param_gather_needs_distributed_optimizer,
     _low_precision_needs_te_and_hardware, _grouped_gemm_needs_experts, _mla_flags_need_mla, _gqa_needs_groups,

@@ -32,6 +32,7 @@ from megapilot.spec.validate import (
     SplitRule,
     context_split_refusal,
     hybrid_split_refusal,
+    needs_a2a_context_parallel,
     sequence_parallel_refusal,
     tensor_split_refusal,
     topk_sharing_refusal,
@@ -75,6 +76,7 @@ class RejectReason(str, Enum):
     CP_LINEAR_ATTENTION = "tp*cp does not divide the Gated DeltaNet heads"
     CP_MAMBA = "cp does not split the Mamba-2 heads and groups of a TP rank"
     CP_SINK = "cp on an attention-sink model"
+    CP_WINDOW = "cp on a sliding-window model (p2p)"
     CP_A2A_HEADS = "cp does not divide a TP rank's heads (a2a)"
     CP_SPARSE_ATTENTION = "cp on a DeepSeek Sparse Attention model"
     SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
@@ -183,7 +185,8 @@ def tensor_split_rule(model: ModelSpec, tp: int) -> Rejection | None:
 # DeltaNet split that TP alone breaks counts with the attention heads').
 _TP_CATEGORIES = {SplitRule.ATTENTION_HEADS: RejectReason.TP_HEADS, SplitRule.KV_HEADS: RejectReason.TP_KV_HEADS,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.TP_HEADS, SplitRule.MAMBA_HEADS: RejectReason.TP_MAMBA}
-_CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK, SplitRule.SEQUENCE_CHUNKS: RejectReason.CP_SEQUENCE,
+_CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK, SplitRule.SLIDING_WINDOW: RejectReason.CP_WINDOW,
+                  SplitRule.SEQUENCE_CHUNKS: RejectReason.CP_SEQUENCE,
                   SplitRule.ATTENTION_HEADS_OVER_CP: RejectReason.CP_A2A_HEADS,
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.CP_LINEAR_ATTENTION,
                   SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA,
@@ -206,13 +209,14 @@ def tp_limit(cluster: ClusterSpec) -> int:
 
 def cp_comm_type_for(model: ModelSpec, cp: int, pinned: CpCommType | None = None) -> CpCommType:
     """How the planner's layouts exchange attention over CP: the pinned way; else a2a on a model with attention
-    sinks, which Transformer Engine runs under CP only so (`sink_context_parallel_refusal`), and Megatron's default
-    p2p ring on every other model (the layouts published runs use); p2p at cp 1, where nothing is exchanged."""
+    sinks or a sliding window, which Transformer Engine runs under CP only so (`needs_a2a_context_parallel`), and
+    Megatron's default p2p ring on every other model (the layouts published runs use); p2p at cp 1, where nothing
+    is exchanged."""
     if cp == 1:
         return "p2p"
     if pinned is not None:
         return pinned
-    return "p2p" if model.softmax_type == "vanilla" else "a2a"
+    return "a2a" if needs_a2a_context_parallel(model) else "p2p"
 
 
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int,

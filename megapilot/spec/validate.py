@@ -121,6 +121,7 @@ class SplitRule(Enum):
     ATTENTION_HEADS = "attention heads"
     KV_HEADS = "KV heads"
     ATTENTION_SINK = "attention sinks"
+    SLIDING_WINDOW = "sliding-window attention"
     ATTENTION_HEADS_OVER_CP = "a2a context parallelism's split of a TP rank's attention heads"
     SEQUENCE_CHUNKS = "the sequence's 2 x CP chunks"
     GATED_DELTA_NET_HEADS = "Gated DeltaNet heads"
@@ -181,6 +182,7 @@ def _tensor_split_rules(model: ModelSpec, tp: int) -> Iterator[_RuleCheck]:
 def _context_split_rules(model: ModelSpec, tp: int, cp: int, seq_length: int,
                          cp_comm_type: CpCommType) -> Iterator[_RuleCheck]:
     yield SplitRule.ATTENTION_SINK, sink_context_parallel_refusal(model, tp, cp, cp_comm_type)
+    yield SplitRule.SLIDING_WINDOW, window_context_parallel_refusal(model, tp, cp, cp_comm_type)
     yield SplitRule.ATTENTION_HEADS_OVER_CP, a2a_context_parallel_refusal(model, tp, cp, cp_comm_type)
     yield SplitRule.SEQUENCE_CHUNKS, sequence_chunks_refusal(seq_length, cp)
     yield from _mixer_head_rules(model, tp, cp)
@@ -353,16 +355,40 @@ def sink_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
     `cp_comm_type`; the fix offers a2a where this TP x CP splits the heads for it, else cp 1), or None."""
     if cp == 1 or model.softmax_type == "vanilla" or cp_comm_type == "a2a":
         return None
-    if a2a_context_parallel_refusal(model, tp, cp, "a2a") is None:
-        fix = "use --cp-comm-type a2a (or cp 1)"
-    elif len(sizes := a2a_cp_sizes(model.num_attention_heads, _kv_head_counts(model), tp)) > 1:
-        fix = f"use cp 1, or a cp from {', '.join(map(str, sizes[1:]))} with --cp-comm-type a2a"
-    else:
-        fix = f"use cp 1 (a2a splits a TP rank's heads over CP; tp={tp} leaves one KV head per rank), or a smaller tp"
     return MegapilotError(
         f"cp={cp} on {model.name}'s attention sinks (softmax_type {model.softmax_type}): Transformer Engine runs a "
         "sink under context parallelism only with --cp-comm-type a2a; the p2p ring has no attention backend",
-        field="cp_comm_type", fix=fix)
+        field="cp_comm_type", fix=_a2a_instead_fix(model, tp, cp))
+
+
+def window_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
+                                    cp_comm_type: CpCommType = "p2p") -> MegapilotError | None:
+    """Sliding-window attention under CP: Transformer Engine 2.8-2.11's `attn_forward_func_with_cp` asserts "Context
+    parallelism does not support sliding window attention with cp_comm_type='p2p'" for any window but the causal
+    (-1, 0), which Megatron passes as --window-size on every layer of such a model; a2a (and all_gather, which
+    megapilot does not price) take it. The refusal (field `cp_comm_type`, the fix as for sinks), or None."""
+    if cp == 1 or model.sliding_window is None or cp_comm_type == "a2a":
+        return None
+    return MegapilotError(
+        f"cp={cp} on {model.name}'s sliding-window attention (window {model.sliding_window}): Transformer Engine "
+        "runs a sliding window under context parallelism only with --cp-comm-type a2a or all_gather, not the p2p "
+        "ring", field="cp_comm_type", fix=_a2a_instead_fix(model, tp, cp))
+
+
+def needs_a2a_context_parallel(model: ModelSpec) -> bool:
+    """Whether Transformer Engine refuses this model's attention on the p2p CP ring (attention sinks, a sliding
+    window), so that CP takes the a2a exchange."""
+    return model.softmax_type != "vanilla" or model.sliding_window is not None
+
+
+def _a2a_instead_fix(model: ModelSpec, tp: int, cp: int) -> str:
+    """The fix for attention the p2p ring cannot run: a2a where this TP x CP splits the heads for it, else the CP
+    sizes that do, else cp 1."""
+    if a2a_context_parallel_refusal(model, tp, cp, "a2a") is None:
+        return "use --cp-comm-type a2a (or cp 1)"
+    if len(sizes := a2a_cp_sizes(model.num_attention_heads, _kv_head_counts(model), tp)) > 1:
+        return f"use cp 1, or a cp from {', '.join(map(str, sizes[1:]))} with --cp-comm-type a2a"
+    return f"use cp 1 (a2a splits a TP rank's heads over CP; tp={tp} leaves one KV head per rank), or a smaller tp"
 
 
 def a2a_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,

@@ -323,3 +323,15 @@ def test_environment_rules_accept_what_megatron_accepts() -> None:
     check_environment(_base_args(), {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, get_gpu("b200"))  # no rule on Blackwell
     check_environment(_base_args() + ["--use-megatron-fsdp"], {"CUDA_DEVICE_MAX_CONNECTIONS": None}, H100)
     check_environment(_base_args(), {}, H100, cpu=True)  # nothing to order on CPUs
+
+
+def test_a_sliding_window_runs_under_cp_only_off_the_p2p_ring() -> None:
+    """Transformer Engine 2.8-2.11 asserts a sliding window under CP runs with cp_comm_type a2a or all_gather."""
+    windowed = _with_value(_base_args(), "--tensor-model-parallel-size", "4") + ["--window-size", "4095,0"]
+    check_megatron_args(windowed, H100)
+    cp2 = _with_value(windowed, "--context-parallel-size", "2")
+    with pytest.raises(MegapilotError, match=r"sliding window .* only with --cp-comm-type a2a or all_gather") as info:
+        check_megatron_args(cp2, H100)
+    assert info.value.field == "cp" and info.value.fix
+    check_megatron_args(cp2 + ["--cp-comm-type", "a2a"], H100)
+    check_megatron_args(_with_value(_base_args(), "--context-parallel-size", "2"), H100)  # no window: the ring

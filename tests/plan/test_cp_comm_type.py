@@ -41,3 +41,11 @@ def test_a_pinned_exchange_is_walked_and_a_pinned_ring_on_sinks_is_refused():
     with pytest.raises(MegapilotError, match="attention sinks") as info:
         plan(get_model("gpt-oss-20b"), cluster, small, top=2, pins=Pins(cp=2, cp_comm_type="p2p"))
     assert info.value.field == "cp_comm_type"
+
+
+def test_a_sliding_window_model_is_planned_with_cp_over_a2a():
+    windowed = get_model("llama3.1-70b").model_copy(update={"sliding_window": 4096})
+    result = plan(windowed, H100S, LONG, top=5)
+    with_cp = [c for c in result.candidates if c.parallel.cp > 1]
+    assert with_cp and all(c.parallel.cp_comm_type == "a2a" for c in with_cp)
+    assert RejectReason.CP_WINDOW not in result.rejected

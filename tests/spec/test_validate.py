@@ -410,3 +410,15 @@ def test_activation_offloading_takes_only_fewer_layers_than_the_model_has_and_ne
         _layout(tp=8, pp=2, recompute="none", cpu_offloading_num_layers=4)
     with pytest.raises(ValueError, match="needs recompute 'none'"):
         _layout(tp=8, recompute="selective", cpu_offloading_num_layers=4)
+
+
+def test_a_sliding_window_takes_cp_only_by_a2a():
+    """Transformer Engine 2.8-2.11's attn_forward_func_with_cp asserts that a sliding window (any --window-size but
+    the causal -1,0) runs under CP only with a2a or all_gather: a windowed model without sinks is refused on the
+    p2p ring by field cp_comm_type, with a2a as the fix, and accepted by a2a."""
+    windowed = get_model("llama3.1-8b").model_copy(update={"sliding_window": 4096})
+    refusal = context_split_refusal(windowed, 2, 2, seq_length=8192)
+    assert refusal.rule is SplitRule.SLIDING_WINDOW
+    assert refusal.error.field == "cp_comm_type" and refusal.error.fix == "use --cp-comm-type a2a (or cp 1)"
+    assert context_split_refusal(windowed, 2, 2, seq_length=8192, cp_comm_type="a2a") is None
+    assert context_split_refusal(get_model("llama3.1-8b"), 2, 2, seq_length=8192) is None  # no window: the ring
