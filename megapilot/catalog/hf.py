@@ -86,32 +86,34 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
 
-# Architectures read and recognised, but with a piece no Megatron-Core release or Megatron-LM main has a module for:
-# the refusal names the config key of the first such piece and lists the rest, so that a user knows what a port would
-# have to add, and says what has arrived since.
+# Architectures read and recognised, but with a piece no Megatron-Core release has a module for: the refusal names the
+# config key of the first such piece and lists the rest, so that a user knows what a port would have to add, and says
+# where it is built.
 # DeepSeek-V4 (public config, `model_type` deepseek_v4):
 # - attention over compressed KV (`compress_ratios` per layer: a 4x and a 128x pooled branch beside a 128-token
-#   sliding window, plus a top-k index over the compressed keys): no module in core 0.16-0.19 or main (Aug 2026),
+#   sliding window, plus a top-k index over the compressed keys): no module in core 0.16-0.19 or on main (Aug 2026),
 #   whose sparse attention is DeepSeek-V3.2's DSA over the whole KV;
 # - the first `num_hash_layers` MoE layers routed by a hash of the token id instead of a learned gate, and the
-#   grouped low-rank output projection (`o_groups`, `o_lora_rank`): none either;
+#   grouped low-rank output projection (`o_groups`, `o_lora_rank`): none in a release either;
 # - arrived since core 0.16.1, the release megapilot scripts and checks: the `sqrtsoftplus` router score
 #   (`moe_router_score_function`, core 0.18) and the manifold-constrained hyper-connections of `hc_mult` residual
 #   streams (Megatron-LM main from Aug 2026, after core 0.19: `enable_mhc_connections`, `mhc_num_residual_streams`,
 #   megatron/core/transformer/hyper_connection.py).
-# AMD's Primus builds the whole model on its own Megatron backend from v26.5.0 (July 2026:
-# primus/backends/megatron/core/models/deepseek_v4, its compressor and hybrid attention), a path megapilot does not
-# price or script.
+# Megatron-LM's `dev` branch builds the whole model (Aug 2026: experimental_attention_variant "dsv4_hybrid" with
+# `--csa-compress-ratios`, `moe_n_hash_layers`, `--o-groups` / `--o-lora-rank`, TP 1 only; Megatron-Bridge's
+# DeepSeek-V4 bridge names those modules as its prerequisites), and so does AMD's Primus from v26.5.0 (July 2026,
+# primus/backends/megatron/core/models/deepseek_v4): paths megapilot neither prices nor scripts.
 _UNBUILDABLE: dict[str, tuple[str, str, str]] = {
     "DeepseekV4ForCausalLM": (
         "compress_ratios",
         "DeepSeek-V4's attention over compressed KV (compress_ratios: 4x and 128x pooled branches beside a sliding "
-        "window, with a top-k index over the compressed keys) has no module in Megatron-Core 0.16-0.19 or "
+        "window, with a top-k index over the compressed keys) has no module in Megatron-Core 0.16-0.19 or on "
         "Megatron-LM main (Aug 2026); also missing: hash-routed first MoE layers (num_hash_layers={num_hash_layers}) "
         "and the grouped low-rank output projection (o_groups); arrived since 0.16.1: the sqrtsoftplus router score "
         "(core 0.18) and the hyper-connections of hc_mult={hc_mult} residual streams (main, after core 0.19)",
-        "train it with AMD Primus v26.5.0 or later (its deepseek_v4 model builds these pieces; megapilot does not "
-        "plan or script that path), or write a ModelSpec YAML file of the parts Megatron-Core builds"),
+        "train it on Megatron-LM's dev branch (experimental_attention_variant dsv4_hybrid, TP 1) or AMD Primus "
+        "v26.5.0 or later, both of which build these pieces and neither of which megapilot plans or scripts; or write "
+        "a ModelSpec YAML file of the parts a Megatron-Core release builds"),
 }
 
 
