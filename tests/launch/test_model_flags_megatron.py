@@ -79,7 +79,7 @@ NOT_BUILT_BY_PRETRAIN_GPT = {
 
 
 #: Vendored configs the HF importer refuses, by the field it names.
-IMPORT_REFUSED: dict[str, str] = {"DeepSeek-V4-Flash": "hc_mult"}  # hyper-connections: no Megatron-Core module
+IMPORT_REFUSED: dict[str, str] = {"DeepSeek-V4-Flash": "compress_ratios"}  # compressed KV attention: no release module
 
 
 def _cases() -> dict[str, tuple[ModelSpec, float | None]]:
