@@ -9,8 +9,18 @@ from functools import lru_cache
 
 from megapilot.estimate.flops import has_attention
 from megapilot.estimate.passes import FORWARD_SHARE
-from megapilot.spec.hardware import GPUSpec
+from megapilot.spec.hardware import Architecture, GPUSpec
 from megapilot.spec.model import ModelSpec
+
+# The softmax's per-score work in the kernels an architecture ships, in exponentials: the SFU's exponential plus
+# what else each score costs beside the MMAs (the row max, the rescale, the row sum, the score tile's trips through
+# shared memory), where a published kernel benchmark pins it. Hopper: cuDNN's forward (the kernel Transformer Engine
+# runs attention sinks with, and its default fused attention) reaches 413 TFLOP/s at head dim 64 against 595 at
+# 128 (FlashAttention-3, Shah et al. 2024, Fig. 5, 16K tokens; FlashAttention-3's own: 497 / 648). At head dim 128 the
+# MMAs bind (512 MMA FLOPs a score against the SFU's 256), so the head-dim-64 forward, where the two are level, runs
+# 595 / 413 = 1.44 times its MMA time: the score's work is 1.44 exponentials. Elsewhere no published head-dim-64
+# against -128 rate pins it (Blackwell's FlashAttention-4 moves part of its exponentials onto the FMA units): 1.
+SOFTMAX_WORK_PER_EXPONENTIAL: dict[Architecture, float] = {"hopper": 595 / 413}
 
 
 def softmax_exponential_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> float:
@@ -26,7 +36,9 @@ def softmax_exponential_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) 
     (FlashAttention-4, Zadouri et al. 2026: on B200 "the exponential is the forward's bottleneck"). At head dim
     128 on Blackwell the forward sits on the balance point (512 MMA FLOPs per exponential each way), so the
     head-dim-128 rows the attention fraction is fitted on are unchanged; a head-dim-64 layer's forward takes twice
-    its MMA time there, and Blackwell Ultra's doubled SFU brings it back to its MMAs. Adding the exponentials
+    its MMA time there, and Blackwell Ultra's doubled SFU brings it back to its MMAs. On Hopper a score's softmax
+    work is 1.44 exponentials (`SOFTMAX_WORK_PER_EXPONENTIAL`): head dim 128 stays on its MMAs, a head-dim-64
+    forward takes 1.44 times its MMA time. Adding the exponentials
     beside the MMAs instead (no overlap) was refitted and left out (`bench/calibration/physics.md`)."""
     if gpu.mma_flops_per_exp is None or not has_attention(model, layer_index) \
             or model.is_linear_attention_layer(layer_index):
@@ -35,8 +47,9 @@ def softmax_exponential_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) 
         width = model.mla.qk_head_dim + model.mla.qk_pos_emb_head_dim + model.mla.v_head_dim
     else:
         width = 2 * model.head_dim
-    forward = max(1.0, gpu.mma_flops_per_exp / (2 * width))
-    backward = max(1.0, gpu.mma_flops_per_exp / (4 * width))
+    per_score = gpu.mma_flops_per_exp * SOFTMAX_WORK_PER_EXPONENTIAL.get(gpu.architecture, 1.0)
+    forward = max(1.0, per_score / (2 * width))
+    backward = max(1.0, per_score / (4 * width))
     return FORWARD_SHARE * forward + (1 - FORWARD_SHARE) * backward
 
 
