@@ -322,8 +322,9 @@ def _render(result: PlanResult, saved: Path | None) -> None:
     console.print("[bold]Why #1:[/]")
     for reason in result.best.reasons:
         console.print(f"  • {reason}", highlight=False, soft_wrap=True)
-    if result.best.estimate.calibration:  # how far the numbers above were off on published runs like this one
-        console.print(result.best.estimate.calibration, markup=False, highlight=False, soft_wrap=True)
+    calibration = result.best.estimate.calibration  # how far the numbers above were off on published runs like it
+    if calibration and not any(calibration in reason for reason in result.best.reasons):  # a note may say it already
+        console.print(calibration, markup=False, highlight=False, soft_wrap=True)
     best = result.best.estimate
     if best.tokens_per_s_per_gpu_p10 is not None and best.tokens_per_s_per_gpu_p90 is not None:
         console.print(f"80 % interval of #1: {best.tokens_per_s_per_gpu_p10:,.0f}-{best.tokens_per_s_per_gpu_p90:,.0f}"
