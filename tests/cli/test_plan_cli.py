@@ -48,6 +48,14 @@ def test_plan_table_shows_ranked_layouts_shell_block_and_product(cli):
     assert "GBS=128" in out
 
 
+def test_a_plan_outside_every_calibrated_cell_says_so_once(cli):
+    """The top pick's reasons carry the out-of-coverage warning as a note; the calibration line is not repeated."""
+    result = cli("plan", "--model", "gpt-oss-20b", "--gpu", "h100", "--gpus", "16", "--gbs", "64", "--seq-len", "8192",
+                 "--top", "2")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("no published run has attention sinks") == 1
+
+
 def test_plan_save_writes_a_plan_the_launcher_reads(cli, tmp_path):
     target = tmp_path / "plan.json"
     result = cli(*SMALL, "--save", str(target), "--json")
