@@ -6,7 +6,9 @@ Supported (by `architectures[0]`, else `model_type`):
   Qwen3ForCausalLM (q/k norm), GemmaForCausalLM and Gemma2ForCausalLM (gated GELU, tied head);
 - MoE: MixtralForCausalLM, Qwen2MoeForCausalLM (gated shared expert), Qwen3MoeForCausalLM;
 - DeepSeek MLA + MoE (+ MTP): DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, and DeepseekV32ForCausalLM (V3 with
-  DeepSeek Sparse Attention: its lightning indexer's `index_n_heads`, `index_head_dim`, `index_topk`);
+  DeepSeek Sparse Attention: its lightning indexer's `index_n_heads`, `index_head_dim`, `index_topk`), and
+  DeepseekV4ForCausalLM (window + compressed-KV attention per `compress_ratios`, hash-routed first layers, the
+  grouped output projection, hyper-connections; counted and estimated, its script refused by release);
 - GLM-4.5 (Glm4MoeForCausalLM): GQA with QKV bias, optional q/k norm and RoPE on half the head, DeepSeek-V3's
   MoE (dense first layers, a shared expert, sigmoid routing with an expert bias) and MTP modules;
 - GPT2LMHeadModel (LayerNorm, GELU, learned positions, biases, tied head);
@@ -36,12 +38,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import (
+    CompressedAttentionSpec,
+    CompressRatio,
     DSASpec,
     GatedDeltaNetSpec,
     LayerBlock,
@@ -70,6 +74,7 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV32ForCausalLM": "deepseek_v32",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GPT2LMHeadModel": "gpt2",
@@ -88,33 +93,9 @@ _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURE
 
 # Architectures read and recognised, but with a piece no Megatron-Core release has a module for: the refusal names the
 # config key of the first such piece and lists the rest, so that a user knows what a port would have to add, and says
-# where it is built.
-# DeepSeek-V4 (public config, `model_type` deepseek_v4):
-# - attention over compressed KV (`compress_ratios` per layer: a 4x and a 128x pooled branch beside a 128-token
-#   sliding window, plus a top-k index over the compressed keys): no module in core 0.16-0.19 or on main (Aug 2026),
-#   whose sparse attention is DeepSeek-V3.2's DSA over the whole KV;
-# - the first `num_hash_layers` MoE layers routed by a hash of the token id instead of a learned gate, and the
-#   grouped low-rank output projection (`o_groups`, `o_lora_rank`): none in a release either;
-# - arrived since core 0.16.1, the release megapilot scripts and checks: the `sqrtsoftplus` router score
-#   (`moe_router_score_function`, core 0.18) and the manifold-constrained hyper-connections of `hc_mult` residual
-#   streams (Megatron-LM main from Aug 2026, after core 0.19: `enable_mhc_connections`, `mhc_num_residual_streams`,
-#   megatron/core/transformer/hyper_connection.py).
-# Megatron-LM's `dev` branch builds the whole model (Aug 2026: experimental_attention_variant "dsv4_hybrid" with
-# `--csa-compress-ratios`, `moe_n_hash_layers`, `--o-groups` / `--o-lora-rank`, TP 1 only; Megatron-Bridge's
-# DeepSeek-V4 bridge names those modules as its prerequisites), and so does AMD's Primus from v26.5.0 (July 2026,
-# primus/backends/megatron/core/models/deepseek_v4): paths megapilot neither prices nor scripts.
-_UNBUILDABLE: dict[str, tuple[str, str, str]] = {
-    "DeepseekV4ForCausalLM": (
-        "compress_ratios",
-        "DeepSeek-V4's attention over compressed KV (compress_ratios: 4x and 128x pooled branches beside a sliding "
-        "window, with a top-k index over the compressed keys) has no module in Megatron-Core 0.16-0.19 or on "
-        "Megatron-LM main (Aug 2026); also missing: hash-routed first MoE layers (num_hash_layers={num_hash_layers}) "
-        "and the grouped low-rank output projection (o_groups); arrived since 0.16.1: the sqrtsoftplus router score "
-        "(core 0.18) and the hyper-connections of hc_mult={hc_mult} residual streams (main, after core 0.19)",
-        "train it on Megatron-LM's dev branch (experimental_attention_variant dsv4_hybrid, TP 1) or AMD Primus "
-        "v26.5.0 or later, both of which build these pieces and neither of which megapilot plans or scripts; or write "
-        "a ModelSpec YAML file of the parts a Megatron-Core release builds"),
-}
+# where it is built. (None today: DeepSeek-V4, whose pieces only Megatron-LM's dev branch and AMD Primus v26.5.0
+# build, imports to be counted and estimated; its launch script is refused by release in launch/model_flags.py.)
+_UNBUILDABLE: dict[str, tuple[str, str, str]] = {}
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -471,6 +452,67 @@ def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
     return fields
 
 
+def _deepseek_v4(config: HFConfig) -> dict[str, Any]:
+    """DeepSeek-V4 (DeepseekV4ForCausalLM), as Megatron-LM dev's dsv4_hybrid attention and Megatron-Bridge's
+    DeepSeek-V4 bridge build it: MLA's q LoRA over heads of `head_dim` (`qk_rope_head_dim` of them rotary) attending
+    through one K=V head of `head_dim` projected from h; per layer (`compress_ratios`, the main model's then the MTP
+    layers') a `sliding_window` alone (0), beside the top-`index_topk` of 4x-compressed keys an indexer of
+    `index_n_heads` x `index_head_dim` picks (4), or beside all 128x-compressed keys (128), with a learned sink per
+    head; the grouped output projection (`o_groups` x `o_lora_rank`); `hc_mult` hyper-connection residual streams;
+    every layer MoE, the first `num_hash_layers` routed by token-id hash, the router's `sqrtsoftplus` scores with
+    an expert bias (noaux_tc) and the SwiGLU clamped at `swiglu_limit`; MTP modules. Not modelled, as they change no
+    count or cost: the compressed layers' own RoPE base (`compress_rope_theta`), the Sinkhorn iterations of the
+    hyper-connections' mixing (`hc_sinkhorn_iters`) and the hash layers' token-to-expert table (a buffer)."""
+    if config.get("attention_bias"):
+        raise _refuse("attention_bias", "DeepSeek-V4's attention with biases is not modelled")
+    head_dim = _required_int(config, "head_dim")
+    rope = _required_int(config, "qk_rope_head_dim")
+    if not 0 < rope < head_dim:
+        raise _refuse("qk_rope_head_dim", f"qk_rope_head_dim={rope} must be between 0 and head_dim={head_dim}")
+    experts_width = _required_int(config, "moe_intermediate_size")
+    fields = _llama_core({**config, "intermediate_size": experts_width})  # every layer is MoE: no dense width
+    layers, mtp = fields["num_layers"], _optional_int(config, "num_nextn_predict_layers") or 0
+    fields.update(
+        num_query_groups=None, kv_channels=None, mtp_num_layers=mtp, softmax_type="learnable",
+        sliding_window=_required_int(config, "sliding_window"),
+        activation_clamp=_optional_float(config, "swiglu_limit"),
+        residual_streams=1 if config.get("hc_mult") is None else _required_int(config, "hc_mult"),
+        mla=MLASpec(
+            q_lora_rank=_required_int(config, "q_lora_rank"), kv_lora_rank=head_dim, qk_head_dim=head_dim - rope,
+            qk_pos_emb_head_dim=rope, v_head_dim=head_dim,
+            dsa=DSASpec(indexer_heads=_required_int(config, "index_n_heads"),
+                        indexer_head_dim=_required_int(config, "index_head_dim"),
+                        topk=_required_int(config, "index_topk")),
+            csa=CompressedAttentionSpec(compress_ratios=_compress_ratios(config, layers, mtp),
+                                        o_groups=_required_int(config, "o_groups"),
+                                        o_lora_rank=_required_int(config, "o_lora_rank")),
+        ),
+    )
+    hashed = _optional_int(config, "num_hash_layers") or 0
+    if hashed > layers:
+        raise _refuse("num_hash_layers", f"num_hash_layers={hashed} exceeds num_hidden_layers={layers}")
+    moe = _deepseek_moe(config, (0, 1), router_expert_bias=config.get("topk_method") == "noaux_tc",
+                        load_balancing_type="seq_aux_loss", aux_loss_coeff=float(config.get("aux_loss_alpha") or 0.0))
+    fields["moe"] = moe.model_copy(update={"num_hash_layers": hashed})
+    return fields
+
+
+def _compress_ratios(config: HFConfig, layers: int, mtp: int) -> tuple[CompressRatio, ...]:
+    """`compress_ratios`, one per layer and then one per MTP layer (a list of the main model's alone gives the MTP
+    layers window-only attention, as Megatron-Bridge reads it); each 0, 4 or 128, the ratios Megatron-LM dev
+    builds."""
+    ratios = _required(config, "compress_ratios")
+    if not isinstance(ratios, list) or any(isinstance(r, bool) or r not in (0, 4, 128) for r in ratios):
+        raise _refuse("compress_ratios", f"compress_ratios={ratios!r} must list 0 (window only), 4 (compressed "
+                                         "sparse) or 128 (heavily compressed) per layer, as Megatron-LM dev builds")
+    if len(ratios) == layers and mtp:
+        ratios = ratios + [0] * mtp
+    if len(ratios) != layers + mtp:
+        raise _refuse("compress_ratios", f"compress_ratios has {len(ratios)} entries; give one per layer and MTP "
+                                         f"layer ({layers} + {mtp})")
+    return tuple(cast(CompressRatio, r) for r in ratios)
+
+
 # transformers' DeepseekV32Config defaults, which a deepseek_v32 config.json may leave unstated.
 _DSA_DEFAULTS = {"index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}
 
@@ -601,11 +643,13 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
 def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
     """DeepSeek's MoEGate (V2 and V3 modeling code) in Megatron's router vocabulary."""
     score = str(config.get("scoring_func") or "softmax")
-    if score not in ("softmax", "sigmoid"):
-        raise _refuse("scoring_func", f"scoring_func={score!r} has no Megatron router (softmax and sigmoid have)")
+    scores = ("softmax", "sigmoid", "sqrtsoftplus") if _family(config) == "deepseek_v4" else ("softmax", "sigmoid")
+    if score not in scores:
+        raise _refuse("scoring_func", f"scoring_func={score!r} has no Megatron router for this family ("
+                                      f"{' and '.join(scores)} have)")
     topk = _required_int(config, "num_experts_per_tok")
     normalised = bool(config.get("norm_topk_prob", False)) and topk > 1
-    if score == "sigmoid" and topk > 1 and not normalised:
+    if score != "softmax" and topk > 1 and not normalised:
         raise _refuse("norm_topk_prob", "Megatron's sigmoid router always renormalises the top-k weights, "
                                         "so norm_topk_prob=false cannot be expressed")
     scaling = _optional_float(config, "routed_scaling_factor") or 1.0
@@ -980,6 +1024,7 @@ _FAMILY_MAPPERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "deepseek_v32": _deepseek,
+    "deepseek_v4": _deepseek_v4,
     "glm_moe_dsa": _glm_moe_dsa,
     "glm4_moe": _glm4_moe,
     "gpt2": _gpt2,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from megapilot.errors import MegapilotError
-from megapilot.spec.model import ModelSpec
+from megapilot.spec.model import COMPRESSED_SPARSE, ModelSpec
 from megapilot.spec.pipeline import (
     EMBEDDING,
     EVEN_SPLIT,
@@ -61,26 +61,31 @@ class LayerParams:
     # DeepSeek Sparse Attention's lightning indexer (its q, k and head-weight projections and its key LayerNorm),
     # whole on every TP rank like the latent projections (Megatron builds it "duplicated").
     indexer: int = 0
+    # DeepSeek-V4's KV compressor (its wkv and wgate projections, per-position bias and norm) and the
+    # hyper-connections' mixing projections, biases and gates: whole on every rank (Megatron builds both duplicated).
+    compressor: int = 0
+    hyper_connections: int = 0
+
+    @property
+    def _replicated(self) -> int:
+        return self.norms + self.router + self.latent_projections + self.indexer + self.compressor \
+            + self.hyper_connections
 
     @property
     def total(self) -> int:
-        return (self.attention + self.mlp + self.routed_experts + self.shared_experts + self.router + self.norms
-                + self.latent_projections + self.indexer)
+        return self.attention + self.mlp + self.routed_experts + self.shared_experts + self._replicated
 
     @property
     def active(self) -> int:
         """Weights one token touches in this layer: routed top-k instead of every expert."""
-        return (
-            self.attention + self.mlp + self.active_routed_experts + self.shared_experts + self.router + self.norms
-            + self.latent_projections + self.indexer
-        )
+        return self.attention + self.mlp + self.active_routed_experts + self.shared_experts + self._replicated
 
     @property
     def by_sharding(self) -> ParamsBySharding:
         """The same weights grouped by how Megatron splits them over GPUs."""
         return ParamsBySharding(
             tp_sharded=self.attention + self.mlp + self.shared_experts,
-            replicated=self.norms + self.router + self.latent_projections + self.indexer,
+            replicated=self._replicated,
             expert=self.routed_experts,
         )
 
@@ -182,6 +187,8 @@ def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
     """(projections, LoRA norms) of DeepSeek multi-head latent attention (biases are not used by MLA)."""
     assert model.mla is not None
     mla, h, heads = model.mla, model.hidden_size, model.num_attention_heads
+    if mla.csa is not None:
+        return _compressed_attention_params(model)
     q_head_dim = mla.qk_head_dim + mla.qk_pos_emb_head_dim
     if mla.q_lora_rank is None:
         query = h * heads * q_head_dim
@@ -196,14 +203,71 @@ def _mla_attention_params(model: ModelSpec) -> tuple[int, int]:
     return query + kv_down + kv_up + output, lora_norms if mla.latent_layernorms else 0
 
 
+def _compressed_attention_params(model: ModelSpec) -> tuple[int, int]:
+    """(projections and sinks, norms) of DeepSeek-V4's attention (Megatron-LM dev's DSv4HybridAttention): the q
+    LoRA h -> q_lora -> heads x v_head_dim, the one K=V head h -> v_head_dim, the grouped output projection
+    (heads x v_head_dim -> o_groups x o_lora_rank, each group its own heads) then o_groups x o_lora_rank -> h, a sink
+    logit per head; the q-latent and KV norms."""
+    mla, h, heads = model.mla, model.hidden_size, model.num_attention_heads
+    assert mla is not None and mla.csa is not None and mla.q_lora_rank is not None
+    csa, width = mla.csa, heads * mla.v_head_dim
+    query = h * mla.q_lora_rank + mla.q_lora_rank * width
+    output = width * csa.o_lora_rank + csa.o_groups * csa.o_lora_rank * h
+    norms = norm_params(model, mla.q_lora_rank) + norm_params(model, mla.v_head_dim)
+    return query + h * mla.v_head_dim + output + heads, norms if mla.latent_layernorms else 0
+
+
+def compressor_params(model: ModelSpec, layer_index: int) -> int:
+    """DeepSeek-V4's KV compressor on layer `layer_index` (0 on a window-only layer): its wkv and wgate
+    projections, its fp32 per-position bias (ratio x projected width) and its RMSNorm over the head."""
+    projections = model.compressor_projections(layer_index)
+    if not projections or model.csa is None or model.mla is None:
+        return 0
+    return _compressor_params(model, projections, model.csa.ratio(layer_index), model.mla.v_head_dim)
+
+
+def _compressor_params(model: ModelSpec, projections: tuple[tuple[int, int], ...], ratio: int, head_dim: int) -> int:
+    width = projections[0][1]
+    return sum(n_in * n_out for n_in, n_out in projections) + ratio * width + norm_params(model, head_dim)
+
+
 def dsa_indexer_params(model: ModelSpec) -> int:
     """DeepSeek Sparse Attention's lightning indexer of a layer that runs one (0 without DSA), as Megatron-Core's
     DSAIndexer and DeepSeek's reference `Indexer` build it: its projections (`ModelSpec.dsa_indexer_projections`,
-    no biases) and its key's LayerNorm (weight and bias)."""
+    no biases) and its key's LayerNorm (weight and bias). DeepSeek-V4's indexer (Megatron-LM dev's CSAIndexer) has
+    no key LayerNorm: its keys come from its own compressor, whose bias and norm count instead."""
     dsa = model.dsa
     if dsa is None:
         return 0
-    return sum(n_in * n_out for n_in, n_out in model.dsa_indexer_projections) + 2 * dsa.indexer_head_dim
+    projections = model.dsa_indexer_projections
+    if model.csa is not None:
+        query_and_weights, compressor = projections[:2], projections[2:]
+        return sum(n_in * n_out for n_in, n_out in query_and_weights) + _compressor_params(
+            model, compressor, COMPRESSED_SPARSE, dsa.indexer_head_dim)
+    return sum(n_in * n_out for n_in, n_out in projections) + 2 * dsa.indexer_head_dim
+
+
+def hyper_connection_params(model: ModelSpec) -> int:
+    """The hyper-connections of one transformer layer (0 without): per sublayer, the fp32 projection of the n
+    streams (n x h) to the n^2 + 2n mixing logits (H_res, H_pre, H_post), their bias and three gates
+    (Megatron's HyperConnectionModule; DeepSeek-V4's hc_*_fn, hc_*_base, hc_*_scale)."""
+    n = model.residual_streams
+    if n == 1:
+        return 0
+    mixes = n * n + 2 * n
+    return 2 * (n * model.hidden_size * mixes + mixes + 3)
+
+
+def hyper_connection_head_params(model: ModelSpec) -> int:
+    """The learned contraction of the n streams back to one before the final norm (and in each MTP module): an
+    n x h -> n projection, its bias and a scale (DeepSeek-V4's hc_head_fn, hc_head_base, hc_head_scale)."""
+    n = model.residual_streams
+    return 0 if n == 1 else n * n * model.hidden_size + n + 1
+
+
+def final_norm_params(model: ModelSpec) -> int:
+    """The final norm, with the hyper-connections' contraction before it."""
+    return norm_params(model, model.hidden_size) + hyper_connection_head_params(model)
 
 
 def _router_params(model: ModelSpec) -> int:
@@ -273,8 +337,10 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
     norms = layer_norms + attention_norms
 
     indexer = dsa_indexer_params(model) if model.runs_dsa_indexer(layer_index) else 0
+    extra = {"compressor": compressor_params(model, layer_index), "hyper_connections": hyper_connection_params(model)}
     if not model.is_moe_layer(layer_index):
-        return LayerParams(attention, _mlp_params(model, model.ffn_hidden_size), 0, 0, 0, 0, norms, indexer=indexer)
+        return LayerParams(attention, _mlp_params(model, model.ffn_hidden_size), 0, 0, 0, 0, norms, indexer=indexer,
+                           **extra)
 
     moe = model.moe
     assert moe is not None
@@ -292,6 +358,7 @@ def layer_params(model: ModelSpec, layer_index: int) -> LayerParams:
         norms=norms,
         latent_projections=latent_projections,
         indexer=indexer,
+        **extra,
     )
 
 
@@ -336,7 +403,8 @@ def mtp_module_params(model: ModelSpec) -> int:
 
 def _mtp_module_by_sharding(model: ModelSpec) -> ParamsBySharding:
     h = model.hidden_size
-    norms_and_projection = ParamsBySharding(tp_sharded=2 * h * h, replicated=3 * norm_params(model, h), expert=0)
+    norms_and_projection = ParamsBySharding(tp_sharded=2 * h * h, replicated=2 * norm_params(model, h)
+                                            + final_norm_params(model), expert=0)
     layers = layers_by_sharding(model)
     module = norms_and_projection
     for index in model.mtp_layer_indices:
@@ -356,7 +424,7 @@ def count_params(model: ModelSpec, *, padded_vocab: bool = False, tp: int = 1) -
     embedding = embedding_params(model, padded_vocab=padded_vocab, tp=tp)
     output_layer = output_layer_params(model, padded_vocab=padded_vocab, tp=tp)
     layers = sum(layer.total for layer in per_layer)
-    final_norm = norm_params(model, model.hidden_size)
+    final_norm = final_norm_params(model)
     mtp = model.mtp_weight_copies * mtp_module_params(model)
     active = embedding + sum(layer.active for layer in per_layer) + final_norm + output_layer
     return ParamBreakdown(
@@ -441,7 +509,7 @@ def stage_params_by_sharding(
         held += layers[i]
     held += ParamsBySharding(_vocab_params_held(model, stages, stage, tp), 0, 0)
     if stage == stages.rank_of(LOSS):
-        held += ParamsBySharding(0, norm_params(model, model.hidden_size), 0)
+        held += ParamsBySharding(0, final_norm_params(model), 0)
     if stage == stages.rank_of(MTP):
         held += _mtp_module_by_sharding(model).scaled(model.mtp_weight_copies)
     return held

@@ -33,6 +33,7 @@ _MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast"
 
 def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
     """The model's flags; `cpu` keeps the MoE dispatcher Megatron-Core can run without CUDA streams."""
+    _refuse_unreleased_attention(model)
     s = ArgSection(f"model: {model.name}")
     s.add_terms(model, "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads")
     _add_attention(s, model)
@@ -86,6 +87,20 @@ def _add_hybrid(s: ArgSection, model: ModelSpec) -> None:
 def training_script(model: ModelSpec) -> str:
     """The Megatron-LM entry script that builds `model`: pretrain_mamba.py for hybrids, else pretrain_gpt.py."""
     return "pretrain_mamba.py" if model.is_hybrid else "pretrain_gpt.py"
+
+
+def _refuse_unreleased_attention(model: ModelSpec) -> None:
+    """DeepSeek-V4's compressed attention (with its hash-routed layers, grouped output projection and
+    hyper-connections) is built by Megatron-LM's dev branch (dsv4_hybrid, Aug 2026) and AMD Primus v26.5.0, by no
+    Megatron-Core release the launchers target (core 0.16-0.19) and by no flags Primus's Megatron backend reads off
+    them: megapilot plans and estimates the model but writes no script that would train another."""
+    if model.csa is not None:
+        raise MegapilotError(
+            f"{model.name} attends over compressed KV (DeepSeek-V4's dsv4_hybrid attention), which no Megatron-Core "
+            "release up to 0.19 builds; only Megatron-LM's dev branch and AMD Primus v26.5.0 (its own "
+            "deepseek_v4 model) do", field="model.mla.csa",
+            fix="plan and estimate it with megapilot, and launch it with Megatron-LM dev (TP 1) or Primus v26.5.0's "
+                "deepseek_v4_flash.yaml")
 
 
 def _add_attention(s: ArgSection, model: ModelSpec) -> None:

@@ -20,7 +20,7 @@ SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
 Normalization = Literal["RMSNorm", "LayerNorm"]
 PositionEmbedding = Literal["rope", "learned_absolute", "none"]
 LoadBalancing = Literal["aux_loss", "seq_aux_loss", "sinkhorn", "none"]
-RouterScoreFunction = Literal["softmax", "sigmoid"]
+RouterScoreFunction = Literal["softmax", "sigmoid", "sqrtsoftplus"]
 RouterDtype = Literal["fp32", "fp64"]
 
 
@@ -59,8 +59,8 @@ class MoESpec(_Spec):
     aux_loss_coeff: float = Field(default=1e-2, ge=0, description="Aux-loss coefficient (--moe-aux-loss-coeff).")
     router_score_function: RouterScoreFunction = Field(
         default="softmax",
-        description="Router scores: softmax (Mixtral, Qwen, DeepSeek-V2) or sigmoid (DeepSeek-V3 `scoring_func`); "
-        "--moe-router-score-function.",
+        description="Router scores: softmax (Mixtral, Qwen, DeepSeek-V2), sigmoid (DeepSeek-V3 `scoring_func`) or "
+        "sqrtsoftplus, the square root of softplus (DeepSeek-V4; core 0.18 on); --moe-router-score-function.",
     )
     router_pre_softmax: bool = Field(
         default=False,
@@ -103,6 +103,12 @@ class MoESpec(_Spec):
         "before dispatch and back after the combine; the routed experts run in that width, the router and the "
         "shared experts in h. None = experts in h. --moe-latent-size.",
     )
+    num_hash_layers: int = Field(
+        default=0, ge=0,
+        description="The first MoE layers route each token by a fixed hash of its token id (a vocab x top-k table, "
+        "a buffer, not a parameter) instead of the top-k of the router's scores, which still weight the chosen "
+        "experts (DeepSeek-V4 `num_hash_layers`; Megatron-LM dev --moe-n-hash-layers, no core release). 0 = none.",
+    )
 
     @model_validator(mode="after")
     def _topk_within_experts(self) -> MoESpec:
@@ -137,10 +143,10 @@ class MoESpec(_Spec):
     @model_validator(mode="after")
     def _router_rules(self) -> MoESpec:
         """The routing rules Megatron-Core's TransformerConfig enforces, checked where the spec is made."""
-        if self.router_expert_bias and self.router_score_function != "sigmoid":
+        if self.router_expert_bias and self.router_score_function == "softmax":
             raise ValueError(
-                "router_expert_bias (aux-loss-free balancing) needs router_score_function='sigmoid' in "
-                "Megatron-Core; set router_score_function: sigmoid"
+                "router_expert_bias (aux-loss-free balancing) needs router_score_function 'sigmoid' or "
+                "'sqrtsoftplus' in Megatron-Core; set router_score_function: sigmoid"
             )
         if self.router_pre_softmax and self.router_score_function != "softmax":
             raise ValueError(
@@ -296,6 +302,41 @@ def runs_own_indexer(layer_index: int, topk_freq: int, skip_topk_offset: int) ->
     return max(layer_index + 1 - max(skip_topk_offset, 1), 0) % topk_freq == 0
 
 
+# DeepSeek-V4's per-layer attention kinds, by compress ratio (Megatron-LM dev's hybrid-pattern symbols W, C, H).
+WINDOW_ONLY, COMPRESSED_SPARSE, HEAVILY_COMPRESSED = 0, 4, 128
+CompressRatio = Literal[0, 4, 128]
+
+
+class CompressedAttentionSpec(_Spec):
+    """DeepSeek-V4's hybrid attention over MLA's q LoRA (Megatron-LM dev `--experimental-attention-variant
+    dsv4_hybrid`, megatron/core/transformer/experimental_attention_variant/csa.py; no core release has it). Every
+    layer attends to the model's `sliding_window` last tokens through one shared K=V head of `v_head_dim` (MLA's
+    `kv_lora_rank`, projected straight from h: no up-projection), with a learned sink logit per head
+    (`softmax_type` learnable). A layer of compress ratio 4 (CSA) also pools every 4 tokens, in overlapping
+    windows, into one compressed key and attends to the `mla.dsa.topk` of them its indexer (over its own compressed
+    keys of `indexer_head_dim`) picks; a layer of ratio 128 (HCA) pools every 128 tokens and attends to all of
+    them; ratio 0 is the window alone. A pool is a gated softmax over two h -> (1 or 2) x head_dim projections
+    (wkv, wgate), a learned per-position bias and an RMSNorm. The heads' output goes through `o_groups` grouped
+    projections to `o_lora_rank` each, then one o_groups x o_lora_rank -> h projection."""
+
+    compress_ratios: tuple[CompressRatio, ...] = Field(
+        description="One compress ratio per layer, the main model's then each MTP layer's (HF `compress_ratios`; "
+        "Megatron-LM dev --csa-compress-ratios): 0 window only, 4 compressed sparse, 128 heavily compressed.",
+    )
+    o_groups: int = Field(gt=0, description="Groups of heads of the grouped output projection (HF/--o-groups).")
+    o_lora_rank: int = Field(gt=0, description="Each group's low rank before the last output projection "
+                                               "(HF/--o-lora-rank).")
+
+    def ratio(self, layer_index: int) -> int:
+        """Layer `layer_index`'s compress ratio (0-based; the MTP layers follow the main model's)."""
+        return self.compress_ratios[layer_index]
+
+    @staticmethod
+    def compressor_overlaps(ratio: int) -> bool:
+        """A ratio-4 pool spans two windows (its projections twice as wide), Megatron's `coff = 2`."""
+        return ratio == COMPRESSED_SPARSE
+
+
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
 
@@ -311,7 +352,29 @@ class MLASpec(_Spec):
         "Megatron builds them with --qk-layernorm under MLA.",
     )
     dsa: DSASpec | None = Field(
-        default=None, description="DeepSeek Sparse Attention over the MLA heads (DeepSeek-V3.2); None = dense MLA.")
+        default=None, description="DeepSeek Sparse Attention over the MLA heads (DeepSeek-V3.2); None = dense MLA. "
+        "Under `csa`, the indexer of the compress-ratio-4 layers, over their compressed keys (DeepSeek-V4).")
+    csa: CompressedAttentionSpec | None = Field(
+        default=None, description="DeepSeek-V4's window + compressed-KV attention on every layer; None = MLA.")
+
+    @model_validator(mode="after")
+    def _check_compressed_attention(self) -> MLASpec:
+        if self.csa is None:
+            return self
+        if self.q_lora_rank is None:
+            raise ValueError("csa (DeepSeek-V4 attention) projects q through a LoRA; set mla.q_lora_rank")
+        if self.qk_head_dim + self.qk_pos_emb_head_dim != self.v_head_dim or self.kv_lora_rank != self.v_head_dim:
+            raise ValueError(
+                f"csa attends through one K=V head: qk_head_dim + qk_pos_emb_head_dim ({self.qk_head_dim} + "
+                f"{self.qk_pos_emb_head_dim}) and kv_lora_rank ({self.kv_lora_rank}) must equal v_head_dim "
+                f"({self.v_head_dim}); set them so")
+        if COMPRESSED_SPARSE in self.csa.compress_ratios and self.dsa is None:
+            raise ValueError("csa has compress-ratio-4 layers, whose indexer picks their compressed keys; set mla.dsa "
+                             "(indexer_heads, indexer_head_dim, topk)")
+        if self.dsa is not None and (self.dsa.topk_freq != 1 or self.dsa.skip_topk_offset):
+            raise ValueError("csa runs an indexer on every compress-ratio-4 layer; drop dsa.topk_freq and "
+                             "dsa.skip_topk_offset")
+        return self
 
 
 class Llama3RopeScaling(_Spec):
@@ -459,6 +522,13 @@ class ModelSpec(_Spec):
         description="Every MTP depth reuses one module's weights (--mtp-use-repeated-layer): the compute grows with "
         "mtp_num_layers, the weights do not.",
     )
+    residual_streams: int = Field(
+        default=1, ge=1, le=16,
+        description="Hyper-connection residual streams (DeepSeek-V4 `hc_mult` 4; Megatron-LM main after core 0.19: "
+        "--enable-hyper-connections, --num-residual-streams): each sublayer reads a learned mix of the streams and "
+        "writes back into all of them, the mixes computed per token from the streams by a small fp32 projection. "
+        "1 = the plain residual.",
+    )
     hf_architecture: str | None = Field(default=None, description="Source architecture when imported from HF.")
 
     @model_validator(mode="after")
@@ -493,11 +563,41 @@ class ModelSpec(_Spec):
         if self.gated_delta_net is not None and (self.mla is not None or self.hybrid_override_pattern is not None):
             raise ValueError("gated_delta_net replaces standard attention on a transformer stack; it does not combine "
                              "with mla or a hybrid_override_pattern")
+        self._check_compressed_attention()
+        self._check_hash_layers()
         if self.rope_scaling is not None and self.position_embedding != "rope":
             raise ValueError(
                 f"rope_scaling needs position_embedding='rope' (got {self.position_embedding!r}); drop rope_scaling"
             )
         return self
+
+    def _check_compressed_attention(self) -> None:
+        csa = self.csa
+        if csa is None:
+            return
+        if self.sliding_window is None or self.sliding_window_skip_freq is not None:
+            raise ValueError("csa (DeepSeek-V4 attention) attends over a window on every layer; set sliding_window "
+                             "(128) and drop sliding_window_skip_freq")
+        if self.softmax_type != "learnable":
+            raise ValueError("csa attends with a learned sink logit per head; set softmax_type: learnable")
+        if self.num_attention_heads % csa.o_groups:
+            raise ValueError(f"mla.csa.o_groups={csa.o_groups} does not divide num_attention_heads="
+                             f"{self.num_attention_heads} (each group projects its own heads); choose a divisor")
+        layers = self.num_layers + self.mtp_num_layers
+        if len(csa.compress_ratios) != layers:
+            raise ValueError(f"mla.csa.compress_ratios has {len(csa.compress_ratios)} ratios but the model has "
+                             f"{layers} attention layers (num_layers + mtp_num_layers); give one per layer")
+        if self.mtp_num_layers and csa.ratio(self.num_layers) not in csa.compress_ratios[:self.num_layers]:
+            raise ValueError("mla.csa.compress_ratios gives the MTP layer a ratio no main-model layer has; an MTP "
+                             "layer is costed as a main-model layer of its kind")
+
+    def _check_hash_layers(self) -> None:
+        hashed = self.moe.num_hash_layers if self.moe is not None else 0
+        if hashed and not all(self.is_moe_layer(i) for i in range(min(hashed, self.num_layers))):
+            raise ValueError(f"moe.num_hash_layers={hashed} routes the first {hashed} layers by hash, so they must "
+                             "be MoE layers; set first_k_dense_layers to 0 or num_hash_layers to 0")
+        if hashed > self.num_layers:
+            raise ValueError(f"moe.num_hash_layers={hashed} exceeds num_layers={self.num_layers}")
 
     def _check_hybrid(self, pattern: str) -> None:
         unknown = sorted(set(pattern) - set(_HYBRID_KINDS))
@@ -576,6 +676,8 @@ class ModelSpec(_Spec):
     def mtp_layer_indices(self) -> tuple[int, ...]:
         """The layers of one MTP module, each named by a main-model layer of the same kind (it has the same
         weights, work and activations): the model's last layer, or a hybrid's `mtp_hybrid_pattern`."""
+        if self.csa is not None and self.mtp_num_layers:  # the first main-model layer of the MTP layer's ratio
+            return (self.csa.compress_ratios.index(self.csa.ratio(self.num_layers)),)
         if self.mtp_hybrid_pattern is None or self.hybrid_override_pattern is None:
             return (self.num_layers - 1,)
         return tuple(self.hybrid_override_pattern.index(symbol) for symbol in self.mtp_hybrid_pattern)
@@ -603,18 +705,45 @@ class ModelSpec(_Spec):
         return self.mla.dsa if self.mla is not None else None
 
     @property
+    def csa(self) -> CompressedAttentionSpec | None:
+        """DeepSeek-V4's compressed attention settings, when the MLA layers attend that way."""
+        return self.mla.csa if self.mla is not None else None
+
+    @property
     def dsa_indexer_projections(self) -> tuple[tuple[int, int], ...]:
         """(in, out) of the DSA indexer's projections, none without DSA: MLA's q latent (the input without a q
-        LoRA) -> heads x head_dim, and the layer input -> its one key (head_dim) and per-head weights (heads)."""
+        LoRA) -> heads x head_dim, and the layer input -> its one key (head_dim) and per-head weights (heads).
+        DeepSeek-V4's indexer takes its keys from a compressor of its own instead: the layer input -> wkv and wgate
+        of 2 x head_dim each (ratio 4 overlaps), beside the per-head weights."""
         dsa, mla = self.dsa, self.mla
         if dsa is None or mla is None:
             return ()
-        return ((mla.q_lora_rank or self.hidden_size, dsa.indexer_heads * dsa.indexer_head_dim),
-                (self.hidden_size, dsa.indexer_head_dim + dsa.indexer_heads))
+        query = (mla.q_lora_rank or self.hidden_size, dsa.indexer_heads * dsa.indexer_head_dim)
+        if mla.csa is not None:
+            return (query, (self.hidden_size, dsa.indexer_heads),
+                    *self._compressor_projections(COMPRESSED_SPARSE, dsa.indexer_head_dim))
+        return (query, (self.hidden_size, dsa.indexer_head_dim + dsa.indexer_heads))
+
+    def compressor_projections(self, layer_index: int) -> tuple[tuple[int, int], ...]:
+        """(in, out) of DeepSeek-V4's KV compressor on layer `layer_index` (none on a window-only layer or
+        without csa): wkv and wgate, h -> (2 if the ratio overlaps else 1) x v_head_dim each."""
+        mla = self.mla
+        if mla is None or mla.csa is None:
+            return ()
+        return self._compressor_projections(mla.csa.ratio(layer_index), mla.v_head_dim)
+
+    def _compressor_projections(self, ratio: int, head_dim: int) -> tuple[tuple[int, int], ...]:
+        if ratio == WINDOW_ONLY:
+            return ()
+        width = (2 if CompressedAttentionSpec.compressor_overlaps(ratio) else 1) * head_dim
+        return ((self.hidden_size, width), (self.hidden_size, width))
 
     def runs_dsa_indexer(self, layer_index: int) -> bool:
-        """Whether 0-based layer `layer_index` runs a DeepSeek Sparse Attention indexer of its own."""
-        dsa = self.dsa
+        """Whether 0-based layer `layer_index` runs a DeepSeek Sparse Attention indexer of its own (DeepSeek-V4:
+        its compress-ratio-4 layers)."""
+        dsa, csa = self.dsa, self.csa
+        if dsa is not None and csa is not None:
+            return csa.ratio(layer_index) == COMPRESSED_SPARSE
         return dsa is not None and dsa.runs_indexer(layer_index)
 
     @property

@@ -671,15 +671,52 @@ def test_qwen3_next_saved_with_layer_types_reads_as_the_same_model():
     assert refused.value.field == "layer_types"
 
 
-def test_deepseek_v4_is_refused_naming_the_piece_megatron_core_cannot_build():
-    """DeepSeek-V4's attention over compressed KV has no module in any Megatron-Core release or on Megatron-LM main;
-    the refusal names that key first, lists the other missing pieces, and says which have arrived since 0.16.1
-    (the hyper-connections on main, the sqrtsoftplus router score in core 0.18)."""
+def test_deepseek_v4_imports_as_mla_with_compressed_attention_hash_layers_and_hyper_connections():
+    """DeepSeek-V4-Flash as Megatron-LM dev's dsv4_hybrid and Megatron-Bridge's DeepSeek-V4 bridge read it."""
+    model = load_hf_config(HF_CONFIGS / "DeepSeek-V4-Flash.json")
+    mla, csa, moe = model.mla, model.csa, model.moe
+    assert mla is not None and csa is not None and moe is not None and model.dsa is not None
+    assert (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_head_dim, mla.qk_pos_emb_head_dim, mla.v_head_dim) == (
+        1024, 512, 448, 64, 512)
+    assert (model.dsa.indexer_heads, model.dsa.indexer_head_dim, model.dsa.topk) == (64, 128, 512)
+    assert len(csa.compress_ratios) == 44 and csa.compress_ratios[:4] == (0, 0, 4, 128) and csa.ratio(43) == 0
+    assert (csa.o_groups, csa.o_lora_rank, model.sliding_window, model.softmax_type) == (8, 1024, 128, "learnable")
+    assert (model.residual_streams, model.activation_clamp, model.mtp_num_layers) == (4, 10.0, 1)
+    assert (moe.num_hash_layers, moe.router_score_function, moe.router_topk, moe.first_k_dense_layers) == (
+        3, "sqrtsoftplus", 6, 0)
+    assert moe.router_expert_bias and model.num_moe_layers == 43
+    # the indexer runs on the ratio-4 layers only; the MTP layer (window only) is costed as layer 0
+    assert [i for i in range(6) if model.runs_dsa_indexer(i)] == [2, 4]
+    assert model.mtp_layer_indices == (0,)
+
+
+def test_deepseek_v4_counts_to_its_published_sizes():
+    """284B on the model card is the main model; the Hub's 291B adds the MTP module; the card's 13B active leaves
+    out the input embedding, as DeepSeek-V3's 37B does (13.8B with it)."""
+    counts = count_params(load_hf_config(HF_CONFIGS / "DeepSeek-V4-Flash.json"))
+    assert counts.main_model == pytest.approx(284e9, rel=0.005)
+    assert counts.total == pytest.approx(291e9, rel=0.005)
+    assert counts.active_without_input_embedding == pytest.approx(13e9, abs=0.5e9)
+    assert counts.active - 13e9 > 0.5e9
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (dict(compress_ratios=[8] * 44), "compress_ratios"),
+    (dict(compress_ratios=[0, 4]), "compress_ratios"),
+    (dict(compress_ratios="4"), "compress_ratios"),
+    (dict(num_hash_layers=44), "num_hash_layers"),
+    (dict(qk_rope_head_dim=512), "qk_rope_head_dim"),
+    (dict(o_groups=0), "model.o_groups"),
+    (dict(hc_mult=0), "model.residual_streams"),
+    (dict(scoring_func="softplus"), "scoring_func"),
+])
+def test_deepseek_v4_out_of_range_fields_are_refused_by_field(change, field):
     with pytest.raises(MegapilotError) as refused:
-        load_hf_config(HF_CONFIGS / "DeepSeek-V4-Flash.json")
-    assert refused.value.field == "compress_ratios"
-    assert all(where in (refused.value.fix or "") for where in ("dev branch", "Primus v26.5.0"))
-    message = str(refused.value)
-    assert "Megatron-Core 0.16-0.19 or on Megatron-LM main" in message
-    assert all(piece in message for piece in ("num_hash_layers=3", "o_groups", "sqrtsoftplus router score (core 0.18)",
-                                              "hc_mult=4 residual streams (main, after core 0.19)"))
+        from_hf_config(_config("DeepSeek-V4-Flash") | change, "v4")
+    assert refused.value.field == field
+
+
+def test_deepseek_v4_ratios_of_the_main_model_alone_give_the_mtp_layer_a_window():
+    config = _config("DeepSeek-V4-Flash")
+    config["compress_ratios"] = config["compress_ratios"][:43]
+    assert from_hf_config(config, "v4") == from_hf_config(_config("DeepSeek-V4-Flash"), "v4")

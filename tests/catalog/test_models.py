@@ -29,7 +29,7 @@ HF_TWINS = {
     "mixtral-8x7b": "Mixtral-8x7B-v0.1", "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3",
     "qwen3-30b-a3b": "Qwen3-30B-A3B", "gpt2-124m": "gpt2", "deepseek-v3.2": "DeepSeek-V3.2", "glm-5": "GLM-5",
     "nemotron3-super-120b-a12b": "NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
-    "llama3.3-nemotron-super-49b": "Llama-3_3-Nemotron-Super-49B-v1",
+    "llama3.3-nemotron-super-49b": "Llama-3_3-Nemotron-Super-49B-v1", "deepseek-v4-flash": "DeepSeek-V4-Flash",
 }
 # Training settings rather than architecture: a config.json may leave them to the library's default.
 NOT_ARCHITECTURE = {"name", "aux_loss_coeff", "load_balancing_type"}
@@ -75,7 +75,7 @@ def test_preset_active_counts_match_the_active_size_its_publisher_states(name):
 
 def test_active_conventions_differ_between_publishers():
     # Each stated active size fits one convention only: a test that would pass either way checks nothing.
-    for name in ("llama4-scout", "gpt-oss-20b", "kimi-k2", "deepseek-v3"):
+    for name in ("llama4-scout", "gpt-oss-20b", "kimi-k2", "deepseek-v3", "deepseek-v4-flash"):
         preset = get_preset(name)
         counts = count_params(preset.spec)
         published = preset.published_active_params_b

@@ -75,11 +75,15 @@ NOT_BUILT_BY_PRETRAIN_GPT = {
     # Gated DeltaNet: Megatron-Core builds it with Transformer Engine only (its mixers are checked module by module)
     "qwen3-next-80b-a3b": "model.gated_delta_net",
     "Qwen3-Next-80B-A3B-Instruct": "model.gated_delta_net",
+    # DeepSeek-V4's compressed attention: Megatron-LM dev and Primus v26.5.0 only, no core release
+    "deepseek-v4-flash": "model.mla.csa",
+    "DeepSeek-V4-Flash": "model.mla.csa",
 }
 
 
-#: Vendored configs the HF importer refuses, by the field it names.
-IMPORT_REFUSED: dict[str, str] = {"DeepSeek-V4-Flash": "compress_ratios"}  # compressed KV attention: no release module
+#: Vendored configs the HF importer refuses, by the field it names (none: DeepSeek-V4 imports and its script is
+#: refused by release, above).
+IMPORT_REFUSED: dict[str, str] = {}
 
 
 def _cases() -> dict[str, tuple[ModelSpec, float | None]]:

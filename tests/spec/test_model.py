@@ -114,3 +114,60 @@ def test_a_hybrid_mtp_pattern_names_layer_kinds_of_the_main_model():
                   vocab_size=1000, mtp_num_layers=1, mtp_hybrid_pattern="*")
     with pytest.raises(ValidationError, match="latent_size"):
         MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=256, latent_size=0)
+
+
+# ---- DeepSeek-V4 ---------------------------------------------------------------------------------
+
+def _v4(**changes) -> ModelSpec:
+    """A two-layer DeepSeek-V4-shaped model (one CSA layer, one HCA layer, a window-only MTP layer)."""
+    from megapilot.spec.model import CompressedAttentionSpec, DSASpec
+    mla = dict(q_lora_rank=64, kv_lora_rank=64, qk_head_dim=48, qk_pos_emb_head_dim=16, v_head_dim=64,
+               dsa=DSASpec(indexer_heads=4, indexer_head_dim=32, topk=16),
+               csa=CompressedAttentionSpec(compress_ratios=(4, 128, 4), o_groups=2, o_lora_rank=32))
+    mla.update(changes.pop("mla", {}))
+    fields = dict(num_layers=2, hidden_size=128, ffn_hidden_size=64, num_attention_heads=4, vocab_size=256,
+                  sliding_window=8, softmax_type="learnable", mtp_num_layers=1, residual_streams=4,
+                  moe=MoESpec(num_experts=4, router_topk=2, moe_ffn_hidden_size=64, num_hash_layers=1,
+                              router_score_function="sqrtsoftplus", router_expert_bias=True),
+                  mla=MLASpec(**mla))
+    return _model(**(fields | changes))
+
+
+def test_a_deepseek_v4_model_is_valid_and_names_its_layers_kinds():
+    model = _v4()
+    assert [model.runs_dsa_indexer(i) for i in range(2)] == [True, False]
+    assert model.mtp_layer_indices == (0,)  # the MTP layer's ratio 4 is layer 0's
+    assert model.compressor_projections(0) == ((128, 128), (128, 128))  # ratio 4 overlaps: 2 x head dim
+    assert model.compressor_projections(1) == ((128, 64), (128, 64))
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    (dict(sliding_window=None), "sliding_window"),
+    (dict(softmax_type="vanilla"), "softmax_type"),
+    (dict(mtp_num_layers=0), "compress_ratios has 3 ratios"),
+    (dict(mla=dict(kv_lora_rank=32)), "K=V head"),
+    (dict(mla=dict(q_lora_rank=None)), "q_lora_rank"),
+    (dict(mla=dict(dsa=None)), "set mla.dsa"),
+    (dict(residual_streams=0), "residual_streams"),
+    (dict(num_attention_heads=3), "o_groups"),
+    (dict(moe=MoESpec(num_experts=4, router_topk=2, moe_ffn_hidden_size=64, num_hash_layers=1,
+                      first_k_dense_layers=1)), "num_hash_layers"),
+])
+def test_deepseek_v4_fields_megatron_cannot_build_are_refused(changes, message):
+    with pytest.raises(ValidationError, match=message):
+        _v4(**changes)
+
+
+def test_compress_ratios_are_the_three_megatron_builds():
+    from megapilot.spec.model import CompressedAttentionSpec
+    with pytest.raises(ValidationError, match="compress_ratios"):
+        CompressedAttentionSpec(compress_ratios=(8,), o_groups=1, o_lora_rank=1)
+    with pytest.raises(ValidationError, match="o_groups"):
+        CompressedAttentionSpec(compress_ratios=(0,), o_groups=0, o_lora_rank=1)
+
+
+def test_sqrtsoftplus_routing_takes_the_expert_bias_softmax_does_not():
+    assert MoESpec(num_experts=4, router_topk=2, moe_ffn_hidden_size=8, router_score_function="sqrtsoftplus",
+                   router_expert_bias=True).router_expert_bias
+    with pytest.raises(ValidationError, match="router_expert_bias"):
+        MoESpec(num_experts=4, router_topk=2, moe_ffn_hidden_size=8, router_expert_bias=True)
