@@ -168,6 +168,10 @@ def mechanisms(model: ModelSpec) -> frozenset[str]:
         "Mamba-2 mixer": model.mamba is not None,
         "heterogeneous layers": model.layer_blocks is not None,
         "multi-token prediction": model.mtp_num_layers > 0,
+        "compressed KV attention (DeepSeek-V4)": model.csa is not None,
+        "grouped low-rank output projection": model.csa is not None,
+        "hyper-connections": model.residual_streams > 1,
+        "hash-routed experts": moe is not None and moe.num_hash_layers > 0,
     }
     return frozenset(name for name, present in found.items() if present)
 

@@ -16,6 +16,15 @@ DeepSeek Sparse Attention counts what its layers compute: MLA's core over the in
 indexer's own projections and scores, and its KL loss's score recomputation (`dsa_core_flops`); Megatron's
 formula counts such a layer as dense MLA.
 
+DeepSeek-V4's attention (`compressed_core_flops`) likewise: Megatron-LM dev's `_dsv4_hybrid_self_attention_flops`
+terms (the q LoRA, the one K=V head, the grouped output projection, the compressors' projections, the core over the
+window and the compressed keys, the indexer's projections and scores), with what each query sees counted as it is
+(w - w^2 / 2s window keys, not w; s / 2r compressed keys, causal), the indexer's projections at forward and weight
+gradient only (its inputs are detached), its scores over the compressed keys halved for the causal mask, and its KL
+loss's recomputation of the kept scores, as for DSA. The hyper-connections' mixing projections (n streams x h ->
+n^2 + 2n per sublayer, `hyper_connection_flops`) are GEMMs, so they count; their n x n mixes of the streams are
+elementwise and do not.
+
 Units: FLOPs (not FLOP/s). All terms are per token unless the name says otherwise.
 """
 
@@ -53,6 +62,8 @@ def attention_linear_flops(model: ModelSpec, kv_heads: int | None = None) -> flo
     6 * [q_term + kv_lora * (h + heads * (qk_head + v_head) + 1) + h * qk_rope + heads * v_head * h].
     """
     h = model.hidden_size
+    if model.csa is not None:
+        return compressed_attention_linear_flops(model)
     if model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q_head = mla.qk_head_dim + mla.qk_pos_emb_head_dim
@@ -110,7 +121,9 @@ def dsa_indexer_score_flops(model: ModelSpec, seq_length: int, convention: FlopC
     if dsa is None:
         return 0.0
     causal = 1 if convention == "megatron_full_attention" else 0.5
-    return GEMM_PASSES_FLOPS * dsa.indexer_heads * dsa.indexer_head_dim * seq_length * causal
+    # DeepSeek-V4's indexer scores the ratio-4 layer's pooled keys, one per 4 tokens
+    keys = seq_length / 4 if model.csa is not None else seq_length
+    return GEMM_PASSES_FLOPS * dsa.indexer_heads * dsa.indexer_head_dim * keys * causal
 
 
 def dsa_core_flops(model: ModelSpec, layer_index: int, seq_length: int,
@@ -131,6 +144,67 @@ def dsa_core_flops(model: ModelSpec, layer_index: int, seq_length: int,
     mean_keys = window - window * window / (2 * seq_length) if convention == "megatron" else window
     kl_scores = 2 * model.num_attention_heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) * mean_keys
     return sparse + indexer + kl_scores
+
+
+# ---- DeepSeek-V4's compressed attention ----------------------------------------------------------
+
+
+def compressed_attention_linear_flops(model: ModelSpec) -> float:
+    """DeepSeek-V4's attention projections, per token (Megatron-LM dev's dsv4 `q_term + kv_term + o_term`):
+    6 * [q_lora (h + heads v + 1) + h v + heads v o_lora + o_groups o_lora h]."""
+    mla, csa, h, heads = model.mla, model.csa, model.hidden_size, model.num_attention_heads
+    assert mla is not None and csa is not None and mla.q_lora_rank is not None
+    query = mla.q_lora_rank * (h + heads * mla.v_head_dim + 1)
+    output = heads * mla.v_head_dim * csa.o_lora_rank + csa.o_groups * csa.o_lora_rank * h
+    return GEMM_PASSES_FLOPS * (query + h * mla.v_head_dim + output)
+
+
+def compressor_linear_flops(model: ModelSpec, layer_index: int) -> float:
+    """The KV compressor's wkv and wgate of layer `layer_index` (0 on a window-only layer), per token, all three
+    passes (its input is the layer's, not detached)."""
+    return GEMM_PASSES_FLOPS * sum(n_in * n_out for n_in, n_out in model.compressor_projections(layer_index))
+
+
+def _mean_keys(cap: int | None, length: float, convention: FlopConvention) -> float:
+    """Keys a query sees on average among `length` earlier positions when it attends to at most `cap` of them:
+    the causal mean (length / 2, or length under the full-matrix convention) below the cap, else the cap less the
+    prefix the first `cap` queries miss (cap - cap^2 / (2 length))."""
+    if cap is None or cap >= length:
+        return length if convention == "megatron_full_attention" else length / 2
+    return cap if convention == "megatron_full_attention" else cap - cap * cap / (2 * length)
+
+
+def compressed_core_flops(model: ModelSpec, layer_index: int, seq_length: int,
+                          convention: FlopConvention = "megatron") -> float:
+    """One DeepSeek-V4 layer's sequence mixing, per token: QK^T and PV (6 x 2 FLOPs per head-dim product, MLA's
+    widths) over the sliding window's keys and the compressed keys it attends to - the indexer's top-k of the
+    s / 4 pooled ones on a ratio-4 layer, all s / 128 on a ratio-128 layer, none on a window-only one - and, on a
+    ratio-4 layer, the indexer's scores over every earlier compressed key and its KL loss's recomputation of the
+    kept scores (`dsa_core_flops`' terms over the compressed sequence)."""
+    mla, csa, dsa = model.mla, model.csa, model.dsa
+    assert mla is not None and csa is not None
+    heads, ratio = model.num_attention_heads, csa.ratio(layer_index)
+    per_key = GEMM_PASSES_FLOPS * heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim + mla.v_head_dim)
+    keys = _mean_keys(model.sliding_window, seq_length, convention)
+    if ratio == 0:
+        return per_key * keys
+    compressed = seq_length / ratio
+    topk = dsa.topk if dsa is not None and model.runs_dsa_indexer(layer_index) else None
+    kept = _mean_keys(topk, compressed, convention)
+    core = per_key * (keys + kept)
+    if topk is None:
+        return core
+    kl_scores = 2 * heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) * kept
+    return core + dsa_indexer_score_flops(model, seq_length, convention) + kl_scores
+
+
+def hyper_connection_flops(model: ModelSpec) -> float:
+    """The hyper-connections of one transformer layer, per token: two sublayers' fp32 projections of the n streams
+    (n h) to their n^2 + 2n mixing logits, 6 FLOPs per weight (0 without hyper-connections)."""
+    n = model.residual_streams
+    if n == 1:
+        return 0.0
+    return 2 * GEMM_PASSES_FLOPS * n * model.hidden_size * (n * n + 2 * n)
 
 
 # ---- MLP ---------------------------------------------------------------------------------------
@@ -220,6 +294,8 @@ def layer_attention_core_flops(
         return 0.0
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[1]
+    if model.csa is not None:
+        return compressed_core_flops(model, layer_index, seq_length, convention)
     if model.dsa is not None:
         return dsa_core_flops(model, layer_index, seq_length, convention)
     return attention_core_flops(model, seq_length, convention, model.attention_window(layer_index))
@@ -235,7 +311,8 @@ def layer_attention_linear_flops(model: ModelSpec, layer_index: int) -> float:
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[0]
     indexer = dsa_indexer_linear_flops(model) if model.runs_dsa_indexer(layer_index) else 0.0
-    return attention_linear_flops(model, model.layer_kv_heads(layer_index)) + indexer
+    return attention_linear_flops(model, model.layer_kv_heads(layer_index)) + indexer \
+        + compressor_linear_flops(model, layer_index)
 
 
 def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention: FlopConvention = "megatron") -> float:
@@ -244,7 +321,7 @@ def layer_flops(model: ModelSpec, layer_index: int, seq_length: int, convention:
         return mamba_mixer_flops(model, seq_length)
     linear = layer_attention_linear_flops(model, layer_index)
     return linear + layer_attention_core_flops(model, layer_index, seq_length, convention) + mlp_flops(
-        model, layer_index)
+        model, layer_index) + hyper_connection_flops(model)
 
 
 def logits_flops(model: ModelSpec, tp: int = 1) -> float:
@@ -276,10 +353,11 @@ class FlopsPerToken:
     mtp: float
     logits: float
     mamba: float = 0.0  # Mamba-2 mixers of a hybrid model
+    hyper_connections: float = 0.0  # the hyper-connections' mixing projections
 
     @property
     def layers(self) -> float:
-        return self.attention_linear + self.attention_core + self.mlp + self.mamba
+        return self.attention_linear + self.attention_core + self.mlp + self.mamba + self.hyper_connections
 
     @property
     def total(self) -> float:
@@ -302,6 +380,7 @@ def flops_per_token(
         mamba=(sum(model.layer_kind(i) == "mamba" for i in range(model.num_layers))
                * mamba_mixer_flops(model, seq_length))
         if model.mamba is not None else 0.0,
+        hyper_connections=model.num_layers * hyper_connection_flops(model),
     )
 
 

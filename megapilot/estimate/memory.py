@@ -115,6 +115,8 @@ def layer_kinds(model: ModelSpec) -> tuple[tuple[bool, str], ...]:
             return f"transformer-{model.layer_blocks[i]!r}"
         if model.is_linear_attention_layer(i):
             return "transformer-gdn"
+        if model.csa is not None:  # DeepSeek-V4: window only, compressed sparse, heavily compressed
+            return f"transformer-csa{model.csa.ratio(i)}"
         if model.dsa is not None and not model.runs_dsa_indexer(i):
             return "transformer-shared-topk"  # reuses an earlier layer's DSA top-k: no indexer activations
         return model.layer_kind(i)
@@ -273,7 +275,10 @@ def _layer_bytes_per_token(
     # Per sublayer: its norm input (2h) and the GEMM input after the norm (no dropout mask: dropout is 0); a
     # transformer layer has two sublayers (a heterogeneous one those its block keeps), a hybrid layer one.
     sublayers = model.layer_block(layer_index).sublayers if kind == "transformer" else 1
-    norm_and_inputs = sublayers * (2 * h + gemm_input * h)
+    # Hyper-connections keep each sublayer's n residual streams (bf16) for the backward of their mixes, beside the
+    # one stream the sublayer reads.
+    streams = 2 * h * model.residual_streams if model.residual_streams > 1 else 0
+    norm_and_inputs = sublayers * (2 * h + gemm_input * h + streams)
     split = norm_and_inputs / tp if sequence_parallel else norm_and_inputs  # only sequence parallelism splits it
     if kind == "mamba":
         return split + _mamba_mixer_bytes(model, gemm_input) / tp
@@ -282,7 +287,9 @@ def _layer_bytes_per_token(
     if model.is_linear_attention_layer(layer_index):
         return _with_mlp(model, layer_index, kind, _gated_delta_net_bytes(model, gemm_input), gemm_input, expert_tp,
                          split, tp)
-    if model.mla is not None:
+    if model.csa is not None:
+        attention = _compressed_attention_bytes(model, layer_index, gemm_input)
+    elif model.mla is not None:
         mla, heads = model.mla, model.num_attention_heads
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
         kv_bytes = 2 * (q + heads * mla.v_head_dim) + 2 * mla.kv_lora_rank
@@ -337,6 +344,19 @@ def recomputed_bytes_per_token(model: ModelSpec, layer_index: int, tp: int, sequ
     return (split_part / tp if sequence_parallel else split_part) + per_rank / tp
 
 
+def _compressed_attention_bytes(model: ModelSpec, layer_index: int, gemm_input: float) -> float:
+    """Per token inside DeepSeek-V4's attention: the q latent (the q up-projection's input), q after its norm and
+    RoPE (bf16), the one K=V head, the core's output and the grouped projection's output (the two output GEMMs'
+    inputs), fp32 softmax statistics per head, and on a compressing layer the compressor's wkv and wgate outputs
+    (bf16) its gated pooling reads again in its backward."""
+    mla, csa, heads = model.mla, model.csa, model.num_attention_heads
+    assert mla is not None and csa is not None and mla.q_lora_rank is not None
+    q = heads * mla.v_head_dim
+    compressor = 2 * sum(n_out for _, n_out in model.compressor_projections(layer_index))
+    output_inputs = gemm_input * (q + csa.o_groups * csa.o_lora_rank)
+    return gemm_input * mla.q_lora_rank + 2 * q + 2 * mla.v_head_dim + output_inputs + 4 * heads + compressor
+
+
 def dsa_indexer_bytes(model: ModelSpec, layer_index: int) -> float:
     """Per token, whole on every TP rank (the indexer runs on the gathered sequence): what DeepSeek Sparse
     Attention keeps for backward with fused kernels - the top-k indices (int32) the sparse core reads again in its
@@ -345,6 +365,11 @@ def dsa_indexer_bytes(model: ModelSpec, layer_index: int) -> float:
     dsa = model.dsa
     if dsa is None:
         return 0.0
+    if model.csa is not None:  # DeepSeek-V4: on a ratio-4 layer only; its keys come out of its compressor
+        if not model.runs_dsa_indexer(layer_index):
+            return 0.0
+        compressor = 2 * sum(n_out for _, n_out in model.dsa_indexer_projections[2:])
+        return 4 * dsa.topk + 2 * dsa.indexer_heads * dsa.indexer_head_dim + 4 * dsa.indexer_heads + compressor
     indexer = 2 * dsa.indexer_heads * dsa.indexer_head_dim + 2 * dsa.indexer_head_dim + 4 * dsa.indexer_heads
     return 4 * dsa.topk + (indexer if dsa.runs_indexer(layer_index) else 0)
 

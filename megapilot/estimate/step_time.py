@@ -293,6 +293,16 @@ def _mlp_gemms_s(
     return up + down
 
 
+def _hyper_connection_gemms_s(model: ModelSpec, tokens: float, tp: int, gpu: GPUSpec, eff: EfficiencyParams) -> float:
+    """The hyper-connections' two mixing projections of a layer (n streams x h -> n^2 + 2n, kept in fp32, priced
+    at the 16-bit rate as the router's logits are), forward + backward; 0 without hyper-connections. Their reads
+    and writes of the n streams are the layer's glue (its stored activations hold the streams)."""
+    n = model.residual_streams
+    if n == 1:
+        return 0.0
+    return 2 * _gemm_s(tokens / tp, n * model.hidden_size, n * n + 2 * n, gpu, "bf16", eff)
+
+
 def _mixer_gemms_s(model: ModelSpec, layer_index: int, tokens: float, tp: int, cluster: ClusterSpec, precision: str,
                    eff: EfficiencyParams) -> float:
     """The sequence mixer's projections (quantization.mixer_linears), forward + backward."""
@@ -347,7 +357,8 @@ def layer_terms(
     else:  # a plain softmax attention: its fused kernel's tiles and bytes
         terms["mixer_core"] = _fused_attention_core_s(model, layer_index, training, p, gpu, eff)
     if kind in ("transformer", "attention"):
-        terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff)
+        terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff) \
+            + _hyper_connection_gemms_s(model, tokens, p.tp, gpu, eff)
     if kind == "mamba":
         terms["mixer_gemms"], terms["mixer_core"] = _mamba_mixer_s(model, training, p, cluster, eff)
     elif kind == "attention":
@@ -923,7 +934,8 @@ def _pp_comm_s(
     """
     if p.pp == 1:
         return 0.0
-    message = p.mbs * training.seq_length / p.cp * model.hidden_size * ACTIVATION_BYTES / p.tp
+    # (hyper-connections send every residual stream: Megatron contracts them only after the last layer)
+    message = p.mbs * training.seq_length / p.cp * model.hidden_size * model.residual_streams * ACTIVATION_BYTES / p.tp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, 2, stride=p.tp * p.cp * p.dp)
     traffic_s = PP_MESSAGES_PER_CHUNK * p.vpp * comm.p2p_s(message, bandwidth)
     return traffic_s if p.vpp == 1 else max(0.0, traffic_s - microbatch_compute_s)
@@ -1034,6 +1046,10 @@ DSA_CAVEAT = ("DeepSeek Sparse Attention is priced as Megatron-Core's fused kern
               "core_v0.19.0 on): MLA over each query's top-k keys plus the indexer's scores over every earlier key; "
               "earlier releases run it unfused, with fp32 score matrices of every head over the whole sequence, "
               "far slower and larger than this; no published DSA run checks these terms")
+CSA_CAVEAT = ("DeepSeek-V4's attention is priced as fused attention over each query's window and compressed keys, "
+              "its indexer as DeepSeek Sparse Attention's over the compressed keys and its hyper-connections as "
+              "their projections plus the glue over their residual streams; Megatron-LM dev (dsv4_hybrid, TP 1) "
+              "runs it, no Megatron-Core release does, and no published run checks these terms")
 
 
 @lru_cache(maxsize=1024)
@@ -1125,7 +1141,7 @@ def step_time(
         exposed_comm_fraction=comm_s / total_s,
         warnings=_warnings(breakdown, total_s, ep_inside_domain=not ep_leaves_domain(cluster, p))
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
-        + ([DSA_CAVEAT] if model.dsa is not None else []),
+        + ([CSA_CAVEAT] if model.csa is not None else [DSA_CAVEAT] if model.dsa is not None else []),
         coverage=coverage,
         band=band_for(model, cluster.gpu, training.precision),
     )

@@ -71,6 +71,7 @@ class RejectReason(str, Enum):
     TP_HEADS = "tp does not divide attention heads"
     TP_KV_HEADS = "tp neither divides nor is a multiple of the KV heads"
     TP_MAMBA = "tp does not divide the Mamba-2 heads and groups"
+    TP_COMPRESSED_ATTENTION = "tp above 1 on DeepSeek-V4's compressed attention"
     TP_NODE = "tp exceeds GPUs per node"
     CP_SEQUENCE = "seq_length not divisible by 2*cp"
     CP_LINEAR_ATTENTION = "tp*cp does not divide the Gated DeltaNet heads"
@@ -184,7 +185,8 @@ def tensor_split_rule(model: ModelSpec, tp: int) -> Rejection | None:
 # The category a TP or a CP size is counted under, by the split rule it breaks (`spec.validate.SplitRule`; a Gated
 # DeltaNet split that TP alone breaks counts with the attention heads').
 _TP_CATEGORIES = {SplitRule.ATTENTION_HEADS: RejectReason.TP_HEADS, SplitRule.KV_HEADS: RejectReason.TP_KV_HEADS,
-                  SplitRule.GATED_DELTA_NET_HEADS: RejectReason.TP_HEADS, SplitRule.MAMBA_HEADS: RejectReason.TP_MAMBA}
+                  SplitRule.GATED_DELTA_NET_HEADS: RejectReason.TP_HEADS, SplitRule.MAMBA_HEADS: RejectReason.TP_MAMBA,
+                  SplitRule.COMPRESSED_ATTENTION: RejectReason.TP_COMPRESSED_ATTENTION}
 _CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK, SplitRule.SLIDING_WINDOW: RejectReason.CP_WINDOW,
                   SplitRule.SEQUENCE_CHUNKS: RejectReason.CP_SEQUENCE,
                   SplitRule.ATTENTION_HEADS_OVER_CP: RejectReason.CP_A2A_HEADS,

@@ -127,6 +127,7 @@ class SplitRule(Enum):
     GATED_DELTA_NET_HEADS = "Gated DeltaNet heads"
     MAMBA_HEADS = "Mamba-2 heads and groups"
     SPARSE_ATTENTION = "DeepSeek Sparse Attention"
+    COMPRESSED_ATTENTION = "DeepSeek-V4's compressed attention"
     SEQUENCE_PARALLEL = "sequence parallel's split of a CP rank's sequence over TP"
 
 
@@ -176,6 +177,7 @@ _RuleCheck = tuple[SplitRule, MegapilotError | None]
 def _tensor_split_rules(model: ModelSpec, tp: int) -> Iterator[_RuleCheck]:
     yield SplitRule.ATTENTION_HEADS, attention_heads_refusal(model, tp)
     yield SplitRule.KV_HEADS, kv_heads_refusal(model, tp)
+    yield SplitRule.COMPRESSED_ATTENTION, compressed_attention_tp_refusal(model, tp)
     yield from _mixer_head_rules(model, tp, 1)
 
 
@@ -219,6 +221,17 @@ def kv_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
         field="tp",
         fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
     )
+
+
+def compressed_attention_tp_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
+    """DeepSeek-V4's attention runs unsplit: Megatron-LM dev's DSv4HybridAttention asserts a TP group of one
+    (TransformerConfig: "DSv4 Hybrid Attention only supports TP size 1"). The refusal (field `tp`), or None."""
+    if model.csa is None or tp == 1:
+        return None
+    return MegapilotError(
+        f"tp={tp}: DeepSeek-V4's compressed attention (dsv4_hybrid) runs with TP 1 only in Megatron-LM dev "
+        "(DSv4HybridAttention asserts it)", field="tp",
+        fix="use tp 1 and split the model with EP, PP and DP")
 
 
 def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:

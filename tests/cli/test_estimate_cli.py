@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +199,19 @@ def test_an_unset_expert_tensor_parallel_size_is_said_to_follow_tp(cli):
                  "--gbs", "64", "--seq-len", "4096")
     assumed = next(line for line in result.stderr.splitlines() if line.startswith("assumed:"))
     assert "ETP=TP" in assumed and "None" not in assumed
+
+
+V4_CONFIG = Path(__file__).parents[1] / "data" / "hf_configs" / "DeepSeek-V4-Flash.json"
+V4 = ("--model", str(V4_CONFIG), "--gpu", "b200", "--gpus", "256", "--gbs", "2048", "--seq-len", "4096", "--pp", "8",
+      "--ep", "32", "--pp-layout", "balanced")
+
+
+def test_deepseek_v4_is_estimated_with_its_mechanisms_named_and_tp_refused(cli):
+    result = cli("estimate", *V4, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert data["fits"] and data["tokens_per_s_per_gpu"] > 0
+    assert any("DeepSeek-V4's attention is priced" in warning for warning in data["warnings"])
+    refused = cli("estimate", *V4, "--tp", "2", "--gpus", "512")
+    line, = refused.stderr.strip().splitlines()
+    assert refused.exit_code == 2 and line.startswith("error: tp:") and "TP 1 only" in line

@@ -279,3 +279,14 @@ def test_megatron_version_picks_the_table_and_refuses_what_that_release_lacks(cl
     assert default.json()["megatron_release"] == "core_v0.19.0"
     unknown = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--megatron-version", "0.9")
     assert unknown.exit_code == 2 and "core_v0.14.0" in unknown.stderr
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "primus"])
+def test_deepseek_v4_script_is_refused_in_one_line_naming_the_release_gap(cli, launcher):
+    """No Megatron-Core release builds DeepSeek-V4's compressed attention: Megatron-LM dev and Primus v26.5.0 do."""
+    result = cli("script", "--model", "deepseek-v4-flash", "--gpu", "b200", "--gpus", "256", "--pp", "8", "--ep",
+                 "32", "--pp-layout", "balanced", "--gbs", "2048", "--seq-len", "4096", "--mock-data",
+                 "--launcher", launcher, *MEGATRON)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert "model.mla.csa" in line and "0.19" in line and "dev branch" in line and "Primus v26.5.0" in line

@@ -177,3 +177,15 @@ def test_mechanisms_name_each_priced_code_path_and_a_plain_dense_model_has_none(
     assert "Mamba-2 mixer" in mechanisms(get_model("nemotron-h-8b"))
     assert {"mixture of experts", "multi-latent attention", "multi-token prediction"} <= mechanisms(
         get_model("deepseek-v3"))
+
+
+def test_deepseek_v4s_new_mechanisms_are_named_as_checked_by_no_published_run():
+    v4 = get_model("deepseek-v4-flash")
+    new = {"compressed KV attention (DeepSeek-V4)", "grouped low-rank output projection", "hyper-connections",
+           "hash-routed experts"}
+    assert new <= mechanisms(v4) and not new & checked_mechanisms()
+    gpu = get_gpu("b200")
+    coverage, band = coverage_for(v4, gpu, "bf16"), band_for(v4, gpu, "bf16")
+    assert new <= set(coverage.unchecked_mechanisms) and coverage.needs_caveat
+    v3 = band_for(get_model("deepseek-v3"), gpu, "bf16")
+    assert band.p90_error - band.p10_error > v3.p90_error - v3.p10_error

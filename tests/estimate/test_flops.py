@@ -217,3 +217,50 @@ def test_a_mamba_mixer_counts_megatrons_forward_formula_three_times_scan_include
     h, d, n, groups, heads = 4096, 8192, 128, 8, 128
     forward = 2 * h * (2 * d + 2 * groups * n + heads) + 7 * d * n + 2 * d * h
     assert mamba_mixer_flops(model, 8192) == 3 * forward
+
+
+# ---- DeepSeek-V4 ---------------------------------------------------------------------------------
+
+def _v4_flash() -> ModelSpec:
+    from megapilot.catalog import get_model
+    return get_model("deepseek-v4-flash")
+
+
+def test_deepseek_v4_projections_match_megatron_devs_dsv4_token_terms():
+    """Megatron-LM dev's `_dsv4_hybrid_self_attention_flops` token-linear terms, restated: the q LoRA, the one K=V
+    head, the grouped output projection, and the main compressors' wkv + wgate (2 x v wide at ratio 4, v at 128);
+    its indexer projections run forward and weight gradient only here (their inputs are detached)."""
+    from megapilot.estimate.flops import layer_attention_linear_flops
+    model = _v4_flash()
+    h, heads, v, q_lora, groups, o_lora = 4096, 64, 512, 1024, 8, 1024
+    projections = 6 * (q_lora * (h + heads * v + 1) + h * v + heads * v * o_lora + groups * o_lora * h)
+    assert layer_attention_linear_flops(model, 0) == projections  # window only: no compressor
+    assert layer_attention_linear_flops(model, 3) == projections + 6 * h * v * 2  # ratio 128
+    indexer = 4 * (q_lora * 64 * 128 + h * 64 + h * 2 * 128 * 2)
+    assert layer_attention_linear_flops(model, 2) == projections + 6 * h * 2 * v * 2 + indexer  # ratio 4
+
+
+def test_deepseek_v4_core_attends_over_the_window_and_its_compressed_keys():
+    from megapilot.estimate.flops import layer_attention_core_flops
+    model, s = _v4_flash(), 4096
+    per_key = 6 * 64 * (512 + 512)
+    window = 128 - 128 * 128 / (2 * s)
+    assert layer_attention_core_flops(model, 0, s) == pytest.approx(per_key * window)
+    assert layer_attention_core_flops(model, 3, s) == pytest.approx(per_key * (window + s / 128 / 2))
+    kept = 512 - 512 * 512 / (2 * s / 4)  # the top-512 of s/4 pooled keys
+    indexer_scores = 6 * 64 * 128 * (s / 4) / 2
+    kl_scores = 2 * 64 * 512 * kept
+    assert layer_attention_core_flops(model, 2, s) == pytest.approx(per_key * (window + kept) + indexer_scores
+                                                                    + kl_scores)
+    # a short sequence: fewer pooled keys than the top-k, each query sees half of them on average
+    assert layer_attention_core_flops(model, 2, 1024) > layer_attention_core_flops(model, 3, 1024)
+
+
+def test_hyper_connections_count_their_mixing_projections_per_sublayer():
+    from megapilot.estimate.flops import hyper_connection_flops, layer_flops
+    model = _v4_flash()
+    assert hyper_connection_flops(model) == 2 * 6 * 4 * 4096 * (16 + 8)
+    plain = model.model_copy(update={"residual_streams": 1})
+    assert layer_flops(model, 5, 4096) - layer_flops(plain, 5, 4096) == hyper_connection_flops(model)
+    totals = flops_per_token(model, 4096)
+    assert totals.hyper_connections == 43 * hyper_connection_flops(model)

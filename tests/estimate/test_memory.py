@@ -474,3 +474,27 @@ def test_a_mamba_mixer_keeps_what_the_memory_efficient_path_saves_not_the_conv_o
         norm_and_in_proj_input = (2 * 4096 + 2 * 4096) / tp  # the layer's norm input and in_proj's input
         expected = norm_and_in_proj_input + (mamba_mixer_inner_bytes(model) + 2 * d) / tp  # + out_proj's input
         assert layer_activation_bytes(model, mamba, layout, 1.0) == pytest.approx(expected)
+
+
+def test_hyper_connections_keep_each_sublayers_residual_streams():
+    """DeepSeek-V4's four residual streams: each sublayer keeps the n streams (bf16) beside the one it reads."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.memory import layer_activation_bytes
+    from megapilot.spec import ParallelConfig
+    model = get_model("deepseek-v4-flash")
+    plain = model.model_copy(update={"residual_streams": 1})
+    p = ParallelConfig(tp=1, ep=8, mbs=1, recompute="none")
+    for layer in (0, 2, 3):
+        assert layer_activation_bytes(model, layer, p, 4096) - layer_activation_bytes(plain, layer, p, 4096) \
+            == 2 * 2 * 4096 * 4 * 4096
+
+
+def test_deepseek_v4_layers_keep_what_their_attention_kind_computes():
+    """A compressing layer keeps its compressor's projections, a ratio-4 layer its indexer's too."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.memory import layer_activation_bytes
+    from megapilot.spec import ParallelConfig
+    model, p = get_model("deepseek-v4-flash"), ParallelConfig(tp=1, ep=8, mbs=1, recompute="none")
+    window, csa, hca = (layer_activation_bytes(model, i, p, 1) for i in (0, 2, 3))
+    assert hca - window == 2 * 2 * 512  # wkv and wgate outputs, bf16
+    assert csa - window == 2 * 2 * 1024 + 4 * 512 + 2 * 64 * 128 + 4 * 64 + 2 * 2 * 256

@@ -679,3 +679,32 @@ def test_each_interleaved_chunk_syncs_its_gradients_behind_the_later_chunks_back
     interleaved = step_time(LLAMA3_70B, _h100s(64), train, _layout(dp=2, vpp=5))
     assert interleaved.breakdown_s["dp_comm"] <= plain.breakdown_s["dp_comm"]
 
+
+
+# ---- DeepSeek-V4 ---------------------------------------------------------------------------------
+
+def test_deepseek_v4_prices_each_attention_kind_its_indexer_and_its_hyper_connections():
+    """The core over the window and compressed keys runs on the fused attention engine's rate, a ratio-4 layer's
+    indexer scores as DSA's do; the hyper-connections add their mixing GEMMs and send n streams between stages."""
+    from megapilot.catalog.models import get_model
+    from megapilot.estimate.efficiency import attention_time_s
+    from megapilot.estimate.exponentials import softmax_exponential_bound
+    from megapilot.estimate.flops import dsa_indexer_score_flops, layer_attention_core_flops
+    from megapilot.estimate.step_time import layer_terms
+    model, b200 = get_model("deepseek-v4-flash"), get_gpu("b200")
+    cluster = ClusterSpec.from_gpu_count(b200, 256)
+    layout = ParallelConfig(tp=1, pp=8, dp=32, ep=32, pipeline_layout="balanced")
+    options = EstimateOptions()
+    terms = [layer_terms(model, i, cluster, SEQ_4K, layout, options, recomputed=False) for i in (0, 2, 3)]
+    window, csa, hca = (t["mixer_core"] for t in terms)
+    assert window < hca < csa
+    tokens = 4096
+    indexer = dsa_indexer_score_flops(model, 4096)
+    core = layer_attention_core_flops(model, 2, 4096) - indexer
+    assert csa == pytest.approx(attention_time_s(
+        (core * softmax_exponential_bound(model, 2, b200) + indexer) * tokens, b200, CALIBRATED))
+    plain = model.model_copy(update={"residual_streams": 1})
+    plain_terms = layer_terms(plain, 0, cluster, SEQ_4K, layout, options, recomputed=False)
+    assert terms[0]["mixer_gemms"] > plain_terms["mixer_gemms"] and terms[0]["glue"] > plain_terms["glue"]
+    assert step_time(model, cluster, SEQ_4K, layout).breakdown_s["pp_comm"] > step_time(
+        plain, cluster, SEQ_4K, layout).breakdown_s["pp_comm"]

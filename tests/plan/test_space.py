@@ -98,6 +98,7 @@ def test_sparse_attention_takes_no_cp():
     ("nemotron-h-56b", 16, 1, 4096, "tp does not divide the Mamba-2 heads and groups"),
     ("llama3.1-8b", 1, 4, 4100, "seq_length not divisible by 2*cp"),
     ("deepseek-v3.2", 1, 2, 4096, "cp on a DeepSeek Sparse Attention model"),
+    ("deepseek-v4-flash", 2, 1, 4096, "tp above 1 on DeepSeek-V4's compressed attention"),
     ("llama3.1-8b", 8, 1, 4100, "seq_length/cp not divisible by tp (sequence parallel)"),
 ])
 def test_a_split_the_planner_cuts_is_refused_as_the_estimate_refuses_it(name, tp, cp, seq, category, h100x64):
