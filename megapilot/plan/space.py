@@ -31,6 +31,7 @@ from megapilot.spec.validate import (
     SplitRefusal,
     SplitRule,
     context_split_refusal,
+    hash_layers_split_refusal,
     hybrid_split_refusal,
     needs_a2a_context_parallel,
     sequence_parallel_refusal,
@@ -84,6 +85,7 @@ class RejectReason(str, Enum):
     PP_LAYERS = "num_layers not divisible by pp*vpp"
     PP_SPLIT = "uneven pipeline split refused"
     PP_TOPK_SHARING = "a pipeline stage starts on a layer sharing an earlier DSA top-k"
+    PP_HASH_LAYERS = "hash-routed layers outside the embedding's pipeline stage"
     BATCH = "global batch not divisible by mbs*dp"
     INTERLEAVE = "micro-batches not a multiple of pp (interleaved schedule)"
     EP_DENSE = "ep on a dense model"
@@ -261,10 +263,12 @@ def split_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> 
 
 
 def _topk_sharing_rule(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> Rejection | None:
-    refusal = topk_sharing_refusal(model, pp, vpp, split)
-    if refusal is None:
-        return None
-    return Rejection(RejectReason.PP_TOPK_SHARING, "pp", refusal.problem, refusal.fix or "")
+    """The layer placements Megatron keeps inside one stage: a DSA top-k's sharers, DeepSeek-V4's hash layers."""
+    if (refusal := topk_sharing_refusal(model, pp, vpp, split)) is not None:
+        return Rejection(RejectReason.PP_TOPK_SHARING, "pp", refusal.problem, refusal.fix or "")
+    if (refusal := hash_layers_split_refusal(model, pp, vpp, split)) is not None:
+        return Rejection(RejectReason.PP_HASH_LAYERS, "pp", refusal.problem, refusal.fix or "")
+    return None
 
 
 def batch_rule(training: TrainingSpec, dp: int, mbs: int = 1) -> Rejection | None:

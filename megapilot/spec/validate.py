@@ -541,14 +541,34 @@ def topk_sharing_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSpl
     return None
 
 
+def hash_layers_split_refusal(model: ModelSpec, pp: int, vpp: int, split: PipelineSplit) -> MegapilotError | None:
+    """Megatron-LM dev's hash-routed MoE layers read the token ids, so all of them must sit in the (virtual)
+    pipeline stage that holds the embedding (TransformerConfig: "All hash MoE layers must be in the same virtual
+    pipeline stage as the embedding"). The refusal (field `pp`), or None."""
+    hashed = model.moe.num_hash_layers if model.moe is not None else 0
+    if not hashed or pp * vpp == 1:
+        return None
+    stages = split.resolve(model.num_layers, model.mtp_num_layers, pp, vpp).stages
+    held = next(stage.count(DECODER) for stage in stages if EMBEDDING in stage)
+    if held >= hashed:
+        return None
+    return MegapilotError(
+        f"the embedding's pipeline stage holds {held} decoder layers, but the first {hashed} are routed by token-id "
+        "hash and must all sit with the embedding (Megatron-LM dev asserts it)", field="pp",
+        fix=f"give the first (virtual) stage at least {hashed} layers: fewer stages, a smaller vpp, or "
+            "--pipeline-model-parallel-layout")
+
+
 def _list(numbers: list[int]) -> str:
     shown = ", ".join(map(str, numbers[:12]))
     return shown + (", ..." if len(numbers) > 12 else "")
 
 
 def _check_sparse_attention(model: ModelSpec, p: ParallelConfig) -> None:
-    """Megatron-Core's DSAttention shares a layer's top-k only within a pipeline stage (its CP: a `SplitRule`)."""
-    refusal = topk_sharing_refusal(model, p.pp, p.vpp, p.pipeline_split)
+    """Megatron-Core's DSAttention shares a layer's top-k only within a pipeline stage (its CP: a `SplitRule`), and
+    DeepSeek-V4's hash-routed layers stay with the embedding."""
+    refusal = topk_sharing_refusal(model, p.pp, p.vpp, p.pipeline_split) or hash_layers_split_refusal(
+        model, p.pp, p.vpp, p.pipeline_split)
     if refusal is not None:
         raise refusal
 

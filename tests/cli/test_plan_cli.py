@@ -272,3 +272,14 @@ def test_the_all_to_all_overlap_is_planned_saved_and_scripted_where_megatron_all
                "--remote", "--moe-a2a-overlap")
     assert full.exit_code == 2 and "moe_a2a_overlap: --overlap-moe-expert-parallel-comm: it does not run with full" \
         in full.stderr
+
+
+def test_deepseek_v4_config_is_planned_at_tp_1(cli):
+    from pathlib import Path
+    config = Path(__file__).parents[1] / "data" / "hf_configs" / "DeepSeek-V4-Flash.json"
+    result = cli("plan", "--model", str(config), "--gpu", "b200", "--gpus", "256", "--gbs", "2048", "--seq-len",
+                 "4096", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert doc["candidates"] and all(c["parallel"]["tp"] == 1 for c in doc["candidates"])
+    assert doc["rejected"]["tp above 1 on DeepSeek-V4's compressed attention"] > 0

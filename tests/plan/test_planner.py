@@ -143,3 +143,22 @@ def test_a_layout_shown_by_a_plainer_variant_says_which_faster_one_it_set_aside_
     assert (top.parallel.tp, top.parallel.ep, top.parallel.cpu_offloading_num_layers) == (1, 16, 0)
     variant = [reason for reason in top.reasons if reason.startswith("variant:")]
     assert len(variant) == 1 and "--cpu-offloading-num-layers" in variant[0] and "MBS2" in variant[0]
+
+
+def test_deepseek_v4_plans_at_tp_1_with_its_hash_layers_beside_the_embedding():
+    """Megatron-LM dev runs DeepSeek-V4's attention at TP 1 and keeps its three hash-routed layers in the embedding's
+    (virtual) pipeline stage: the planner searches only such layouts, and says it cut the others by those rules."""
+    from megapilot.estimate.params import stage_layer_indices
+    from megapilot.plan.space import RejectReason
+
+    v4 = get_model("deepseek-v4-flash")
+    result = plan(v4, ClusterSpec.from_gpu_count(get_gpu("b200"), 256),
+                  TrainingSpec(seq_length=4096, global_batch_size=2048), top=5)
+    assert result.candidates
+    for candidate in result.candidates:
+        p = candidate.parallel
+        assert p.tp == 1
+        first_chunk = len(stage_layer_indices(v4, p.pp, p.vpp, 0, split=p.pipeline_split)) // p.vpp
+        assert first_chunk >= 3 or p.pp == 1
+    assert result.rejected.get(RejectReason.PP_HASH_LAYERS.value, 0) > 0
+    assert result.rejected.get(RejectReason.TP_COMPRESSED_ATTENTION.value, 0) > 0

@@ -422,3 +422,13 @@ def test_a_sliding_window_takes_cp_only_by_a2a():
     assert refusal.error.field == "cp_comm_type" and refusal.error.fix == "use --cp-comm-type a2a (or cp 1)"
     assert context_split_refusal(windowed, 2, 2, seq_length=8192, cp_comm_type="a2a") is None
     assert context_split_refusal(get_model("llama3.1-8b"), 2, 2, seq_length=8192) is None  # no window: the ring
+
+
+def test_deepseek_v4s_hash_layers_stay_in_the_embeddings_pipeline_stage():
+    v4, cluster = get_model("deepseek-v4-flash"), ClusterSpec.from_gpu_count(get_gpu("b200"), 256)
+    training = TrainingSpec(seq_length=4096, global_batch_size=2048)
+    interleaved = ParallelConfig(tp=1, pp=4, vpp=11, dp=64, ep=8, pipeline_layout="balanced")
+    with pytest.raises(MegapilotError) as refused:
+        validate_layout(v4, cluster, training, interleaved)
+    assert refused.value.field == "pp" and "hash" in refused.value.problem
+    validate_layout(v4, cluster, training, interleaved.model_copy(update={"vpp": 1}))
