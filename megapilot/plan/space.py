@@ -81,6 +81,7 @@ class RejectReason(str, Enum):
     CP_WINDOW = "cp on a sliding-window model (p2p)"
     CP_A2A_HEADS = "cp does not divide a TP rank's heads (a2a)"
     CP_SPARSE_ATTENTION = "cp on a DeepSeek Sparse Attention model"
+    CP_COMPRESSED_ATTENTION = "cp on DeepSeek-V4's compressed attention"
     SP_SEQUENCE = "seq_length/cp not divisible by tp (sequence parallel)"
     PP_LAYERS = "num_layers not divisible by pp*vpp"
     PP_SPLIT = "uneven pipeline split refused"
@@ -195,6 +196,7 @@ _CP_CATEGORIES = {SplitRule.ATTENTION_SINK: RejectReason.CP_SINK, SplitRule.SLID
                   SplitRule.GATED_DELTA_NET_HEADS: RejectReason.CP_LINEAR_ATTENTION,
                   SplitRule.MAMBA_HEADS: RejectReason.CP_MAMBA,
                   SplitRule.SPARSE_ATTENTION: RejectReason.CP_SPARSE_ATTENTION,
+                  SplitRule.COMPRESSED_ATTENTION: RejectReason.CP_COMPRESSED_ATTENTION,
                   SplitRule.SEQUENCE_PARALLEL: RejectReason.SP_SEQUENCE}
 
 

@@ -150,7 +150,8 @@ def tensor_split_refusal(model: ModelSpec, tp: int) -> SplitRefusal | None:
 def context_split_refusal(model: ModelSpec, tp: int, cp: int, *, seq_length: int,
                           cp_comm_type: CpCommType = "p2p") -> SplitRefusal | None:
     """Why CP (beside this TP, exchanging attention by `cp_comm_type`) cannot split this model's heads and its
-    `seq_length`-token sequences, or None (always at cp 1): attention sinks take no p2p ring, a2a splits each TP
+    `seq_length`-token sequences, or None (always at cp 1): DeepSeek-V4's compressed attention takes none megapilot
+    prices, attention sinks take no p2p ring, a2a splits each TP
     rank's attention heads, the sequence must cut into 2*CP chunks, then the linear mixers' heads
     (`_mixer_head_rules`), and DeepSeek Sparse Attention takes none, asked in that order by `validate_layout` and by
     the planner's CP rule alike."""
@@ -183,6 +184,7 @@ def _tensor_split_rules(model: ModelSpec, tp: int) -> Iterator[_RuleCheck]:
 
 def _context_split_rules(model: ModelSpec, tp: int, cp: int, seq_length: int,
                          cp_comm_type: CpCommType) -> Iterator[_RuleCheck]:
+    yield SplitRule.COMPRESSED_ATTENTION, compressed_attention_cp_refusal(model, cp)
     yield SplitRule.ATTENTION_SINK, sink_context_parallel_refusal(model, tp, cp, cp_comm_type)
     yield SplitRule.SLIDING_WINDOW, window_context_parallel_refusal(model, tp, cp, cp_comm_type)
     yield SplitRule.ATTENTION_HEADS_OVER_CP, a2a_context_parallel_refusal(model, tp, cp, cp_comm_type)
@@ -221,6 +223,19 @@ def kv_heads_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:
         field="tp",
         fix=f"use a TP from: {', '.join(map(str, kv_splitting_tps(model)))}",
     )
+
+
+def compressed_attention_cp_refusal(model: ModelSpec, cp: int) -> MegapilotError | None:
+    """DeepSeek-V4's attention under CP: Megatron-LM dev's DSv4HybridAttention takes it only over packed (THD)
+    sequences split contiguously, which megapilot neither prices nor writes. Asked before the Transformer Engine
+    rules (sinks, windows, a2a), which its own kernels do not follow. The refusal (field `cp`), or None."""
+    if model.csa is None or cp == 1:
+        return None
+    return MegapilotError(
+        f"cp={cp}: DeepSeek-V4's compressed attention takes context parallelism in Megatron-LM dev only over packed "
+        "(THD) sequences split contiguously, which megapilot neither prices nor writes", field="cp",
+        fix="use cp 1 (each query attends to a 128-token window and compressed keys; split the model with EP, PP "
+            "and DP)")
 
 
 def compressed_attention_tp_refusal(model: ModelSpec, tp: int) -> MegapilotError | None:

@@ -432,3 +432,10 @@ def test_deepseek_v4s_hash_layers_stay_in_the_embeddings_pipeline_stage():
         validate_layout(v4, cluster, training, interleaved)
     assert refused.value.field == "pp" and "hash" in refused.value.problem
     validate_layout(v4, cluster, training, interleaved.model_copy(update={"vpp": 1}))
+
+
+@pytest.mark.parametrize("cp_comm_type", ["p2p", "a2a", "allgather"])
+def test_deepseek_v4_takes_no_context_parallelism_megapilot_prices(cp_comm_type):
+    """Its own kernels, not Transformer Engine's: the refusal names them before any TE rule (sinks, window, a2a)."""
+    refusal = context_split_refusal(get_model("deepseek-v4-flash"), 1, 2, seq_length=4096, cp_comm_type=cp_comm_type)
+    assert refusal is not None and refusal.error.field == "cp" and "THD" in refusal.error.problem
