@@ -327,7 +327,8 @@ def recomputed_bytes_per_token(model: ModelSpec, layer_index: int, tp: int, sequ
     if "mla_up_proj" in modules and model.mla is not None and kind == "transformer":
         mla, heads = model.mla, model.num_attention_heads
         q = heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim)
-        per_rank += 2 * q + 2 * (q + heads * mla.v_head_dim)
+        # (DeepSeek-V4: q and its one K=V head, not per-head keys and values)
+        per_rank += 2 * q + 2 * (q + heads * mla.v_head_dim if mla.csa is None else mla.v_head_dim)
     if moe_layer and model.moe is not None:
         moe = model.moe
         if "moe" in modules:

@@ -274,8 +274,7 @@ def mixer_linears(model: ModelSpec, layer_index: int, tp: int, tokens: float) ->
         return [(tokens, h, gdn.in_proj_width / tp), (tokens, gdn.value_width / tp, h)]
     if model.mla is not None:
         indexer = _dsa_indexer_linears(model, tokens) if model.runs_dsa_indexer(layer_index) else []
-        compressor = [(tokens, n_in, n_out) for n_in, n_out in model.compressor_projections(layer_index)]
-        return [(tokens, h, attention_linear_flops(model) / (6 * h) / tp)] + indexer + compressor
+        return [(tokens, h, attention_linear_flops(model) / (6 * h) / tp)] + indexer
     q = model.num_attention_heads * model.head_dim / tp
     gate = q if model.attention_output_gate else 0
     qkv = q + gate + 2 * model.layer_kv_heads(layer_index) * model.head_dim / tp

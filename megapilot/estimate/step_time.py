@@ -293,6 +293,15 @@ def _mlp_gemms_s(
     return up + down
 
 
+def _compressor_gemms_s(model: ModelSpec, layer_index: int, tokens: float, gpu: GPUSpec,
+                        eff: EfficiencyParams) -> float:
+    """DeepSeek-V4's KV compressor projections of layer `layer_index` (none on a window-only layer), forward +
+    backward, whole on every rank and at the 16-bit rate in any recipe (Megatron-LM dev builds them duplicated,
+    outside FP8)."""
+    return sum(_gemm_s(tokens, n_in, n_out, gpu, "bf16", eff) for n_in, n_out in model.compressor_projections(
+        layer_index))
+
+
 def _hyper_connection_gemms_s(model: ModelSpec, tokens: float, tp: int, gpu: GPUSpec, eff: EfficiencyParams) -> float:
     """The hyper-connections' two mixing projections of a layer (n streams x h -> n^2 + 2n, kept in fp32, priced
     at the 16-bit rate as the router's logits are), forward + backward; 0 without hyper-connections. Their reads
@@ -358,6 +367,7 @@ def layer_terms(
         terms["mixer_core"] = _fused_attention_core_s(model, layer_index, training, p, gpu, eff)
     if kind in ("transformer", "attention"):
         terms["mixer_gemms"] = _mixer_gemms_s(model, layer_index, tokens, p.tp, cluster, precision, eff) \
+            + _compressor_gemms_s(model, layer_index, tokens, gpu, eff) \
             + _hyper_connection_gemms_s(model, tokens, p.tp, gpu, eff)
     if kind == "mamba":
         terms["mixer_gemms"], terms["mixer_core"] = _mamba_mixer_s(model, training, p, cluster, eff)
@@ -502,7 +512,8 @@ def _selective_recompute_s(model: ModelSpec, layer_index: int, terms: dict[str, 
         q_up = _gemm_s(tokens, mla.q_lora_rank, heads * (mla.qk_head_dim + mla.qk_pos_emb_head_dim) / p.tp, gpu,
                        precision, eff) if mla.q_lora_rank is not None else 0.0
         kv_up = _gemm_s(tokens, mla.kv_lora_rank, heads * (mla.qk_head_dim + mla.v_head_dim) / p.tp, gpu,
-                        precision, eff)
+                        precision, eff) if mla.csa is None else \
+            _gemm_s(tokens, h, mla.v_head_dim, gpu, precision, eff)  # DeepSeek-V4: its one K=V head, from h
         seconds += (q_up + kv_up) * third
     if "mlp" in modules and not moe_layer:
         seconds += terms["mlp_gemms"] * third

@@ -498,3 +498,13 @@ def test_deepseek_v4_layers_keep_what_their_attention_kind_computes():
     window, csa, hca = (layer_activation_bytes(model, i, p, 1) for i in (0, 2, 3))
     assert hca - window == 2 * 2 * 512  # wkv and wgate outputs, bf16
     assert csa - window == 2 * 2 * 1024 + 4 * 512 + 2 * 64 * 128 + 4 * 64 + 2 * 2 * 256
+
+
+def test_deepseek_v4s_up_projection_recompute_drops_only_what_its_attention_keeps():
+    """mla_up_proj on DeepSeek-V4 reruns q's up-projection and the one K=V head: it drops q (bf16) and that head,
+    never more than the layer keeps."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.memory import recomputed_bytes_per_token
+    v4 = get_model("deepseek-v4-flash")
+    dropped = recomputed_bytes_per_token(v4, 0, 1, False, 1, 2.0, frozenset({"mla_up_proj"}))
+    assert dropped == 2 * 64 * 512 + 2 * 512

@@ -708,3 +708,18 @@ def test_deepseek_v4_prices_each_attention_kind_its_indexer_and_its_hyper_connec
     assert terms[0]["mixer_gemms"] > plain_terms["mixer_gemms"] and terms[0]["glue"] > plain_terms["glue"]
     assert step_time(model, cluster, SEQ_4K, layout).breakdown_s["pp_comm"] > step_time(
         plain, cluster, SEQ_4K, layout).breakdown_s["pp_comm"]
+
+
+def test_deepseek_v4s_compressor_runs_at_the_16_bit_rate_in_an_fp8_recipe():
+    """Megatron-LM dev builds the compressor's projections outside FP8: a ratio-128 layer costs a window-only one
+    plus those projections at the bf16 rate, whatever the recipe."""
+    from megapilot.catalog.models import get_model
+    from megapilot.estimate.step_time import _compressor_gemms_s, layer_terms
+    model, b200 = get_model("deepseek-v4-flash"), get_gpu("b200")
+    cluster = ClusterSpec.from_gpu_count(b200, 64)
+    fp8 = TrainingSpec(seq_length=4096, global_batch_size=512, precision="fp8")
+    layout = ParallelConfig(tp=1, pp=1, dp=64, ep=8)
+    window, hca = (layer_terms(model, i, cluster, fp8, layout, EstimateOptions(), recomputed=False)["mixer_gemms"]
+                   for i in (0, 3))
+    compressor = _compressor_gemms_s(model, 3, 4096, b200, CALIBRATED)
+    assert compressor > 0 and hca - window == pytest.approx(compressor)
