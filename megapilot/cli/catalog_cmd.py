@@ -79,6 +79,8 @@ def _billions(count: int) -> float:
 
 def _attention_kind(spec: ModelSpec) -> str:
     if spec.mla is not None:
+        if spec.csa is not None:
+            return "MLA+CSA"  # DeepSeek-V4: window + compressed-KV attention
         return "MLA+DSA" if spec.dsa is not None else "MLA"
     return "GQA" if spec.is_gqa else "MHA"
 

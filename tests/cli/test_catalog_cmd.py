@@ -14,7 +14,8 @@ def _model(cli, name: str) -> dict:
 
 
 @pytest.mark.parametrize(("name", "attention", "kv_heads"), [
-    ("tiny", "MHA", 4), ("llama3.1-8b", "GQA", 8), ("deepseek-v2-lite", "MLA", None)])
+    ("tiny", "MHA", 4), ("llama3.1-8b", "GQA", 8), ("deepseek-v2-lite", "MLA", None),
+    ("deepseek-v4-flash", "MLA+CSA", None)])
 def test_the_attention_kind_and_kv_heads_follow_the_model(cli, name, attention, kv_heads):
     row = _model(cli, name)
     assert (row["attention"], row["kv_heads"]) == (attention, kv_heads)
