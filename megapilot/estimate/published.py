@@ -190,8 +190,7 @@ def preset_named_like(label: str) -> ModelSpec | None:
     whole: list[tuple[int, ModelSpec]] = []
     shortened: dict[str, ModelSpec] = {}
     for preset in load_presets().values():
-        for name in (preset.spec.name, *preset.aliases):
-            name_key = _key(name)
+        for name_key in preset.lookup_keys:  # its name's and aliases' (catalog.models.lookup_key)
             if key.startswith(name_key):
                 whole.append((len(name_key), preset.spec))
             elif key.startswith(name_key[:LABEL_PREFIX_CHARS]) or (len(key) >= 2 and name_key.startswith(key)):
