@@ -201,10 +201,7 @@ def compressed_core_flops(model: ModelSpec, layer_index: int, seq_length: int,
 def hyper_connection_flops(model: ModelSpec) -> float:
     """The hyper-connections of one transformer layer, per token: two sublayers' fp32 projections of the n streams
     (n h) to their n^2 + 2n mixing logits, 6 FLOPs per weight (0 without hyper-connections)."""
-    n = model.residual_streams
-    if n == 1:
-        return 0.0
-    return 2 * GEMM_PASSES_FLOPS * n * model.hidden_size * (n * n + 2 * n)
+    return GEMM_PASSES_FLOPS * float(sum(n_in * n_out for n_in, n_out in model.hyper_connection_projections()))
 
 
 # ---- MLP ---------------------------------------------------------------------------------------

@@ -251,11 +251,7 @@ def hyper_connection_params(model: ModelSpec) -> int:
     """The hyper-connections of one transformer layer (0 without): per sublayer, the fp32 projection of the n
     streams (n x h) to the n^2 + 2n mixing logits (H_res, H_pre, H_post), their bias and three gates
     (Megatron's HyperConnectionModule; DeepSeek-V4's hc_*_fn, hc_*_base, hc_*_scale)."""
-    n = model.residual_streams
-    if n == 1:
-        return 0
-    mixes = n * n + 2 * n
-    return 2 * (n * model.hidden_size * mixes + mixes + 3)
+    return sum(n_in * n_out + n_out + 3 for n_in, n_out in model.hyper_connection_projections())
 
 
 def hyper_connection_head_params(model: ModelSpec) -> int:

@@ -306,10 +306,8 @@ def _hyper_connection_gemms_s(model: ModelSpec, tokens: float, tp: int, gpu: GPU
     """The hyper-connections' two mixing projections of a layer (n streams x h -> n^2 + 2n, kept in fp32, priced
     at the 16-bit rate as the router's logits are), forward + backward; 0 without hyper-connections. Their reads
     and writes of the n streams are the layer's glue (its stored activations hold the streams)."""
-    n = model.residual_streams
-    if n == 1:
-        return 0.0
-    return 2 * _gemm_s(tokens / tp, n * model.hidden_size, n * n + 2 * n, gpu, "bf16", eff)
+    return sum((_gemm_s(tokens / tp, n_in, n_out, gpu, "bf16", eff)
+                for n_in, n_out in model.hyper_connection_projections()), 0.0)
 
 
 def _mixer_gemms_s(model: ModelSpec, layer_index: int, tokens: float, tp: int, cluster: ClusterSpec, precision: str,

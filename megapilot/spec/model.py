@@ -732,6 +732,15 @@ class ModelSpec(_Spec):
             return ()
         return self._compressor_projections(mla.csa.ratio(layer_index), mla.v_head_dim)
 
+    def hyper_connection_projections(self) -> tuple[tuple[int, int], ...]:
+        """(in, out) of one layer's hyper-connection mixing projections, none without hyper-connections: one per
+        sublayer (attention, MLP), the n streams (n x h) -> the n^2 + 2n mixing logits (H_res, H_pre, H_post)."""
+        n = self.residual_streams
+        if n == 1:
+            return ()
+        projection = (n * self.hidden_size, n * n + 2 * n)
+        return (projection, projection)
+
     def _compressor_projections(self, ratio: int, head_dim: int) -> tuple[tuple[int, int], ...]:
         if ratio == WINDOW_ONLY:
             return ()
