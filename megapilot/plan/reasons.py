@@ -19,6 +19,7 @@ from megapilot.estimate.units import format_duration
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel
 from megapilot.spec import EstimateResult, ParallelConfig
+from megapilot.spec.validate import a2a_only_attention
 
 if TYPE_CHECKING:  # the search imports this module at run time
     from megapilot.plan.search import Fit
@@ -367,7 +368,8 @@ class Explainer:
             out.append(f"CP={p.cp} exposes {_pct(component_share(est, 'cp'))} of step time in CP communication")
             if p.cp_comm_type == "a2a":
                 heads = self.model.num_attention_heads // (p.tp * p.cp)
-                why = " (attention sinks run under CP only so)" if self.model.softmax_type != "vanilla" else ""
+                what = a2a_only_attention(self.model)
+                why = "" if what is None else f" ({what} {'runs' if what.startswith('a ') else 'run'} under CP only so)"
                 out.append(f"CP={p.cp} with --cp-comm-type a2a{why}: all-to-alls of q, k, v and the output give each "
                            f"rank the whole sequence of {heads} attention heads, no K/V ring")
             without = self._floor_variant(p, cp=1)
@@ -534,3 +536,4 @@ def _largest_growth(best: EstimateResult, other: EstimateResult) -> str:
         return ""
     return (f"{component_words(key)} {format_duration(other.time_breakdown_s.get(key, 0.0))} vs "
             f"{format_duration(best.time_breakdown_s.get(key, 0.0))} per step")
+

@@ -403,10 +403,18 @@ def window_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
         "ring", field="cp_comm_type", fix=_a2a_instead_fix(model, tp, cp))
 
 
+def a2a_only_attention(model: ModelSpec) -> str | None:
+    """What of this model's attention Transformer Engine refuses on the p2p CP ring, so that CP takes the a2a
+    exchange (`sink_context_parallel_refusal`, `window_context_parallel_refusal`): "attention sinks", "a sliding
+    window", or None."""
+    if model.softmax_type != "vanilla":
+        return "attention sinks"
+    return "a sliding window" if model.sliding_window is not None else None
+
+
 def needs_a2a_context_parallel(model: ModelSpec) -> bool:
-    """Whether Transformer Engine refuses this model's attention on the p2p CP ring (attention sinks, a sliding
-    window), so that CP takes the a2a exchange."""
-    return model.softmax_type != "vanilla" or model.sliding_window is not None
+    """Whether Transformer Engine refuses this model's attention on the p2p CP ring (`a2a_only_attention`)."""
+    return a2a_only_attention(model) is not None
 
 
 def _a2a_instead_fix(model: ModelSpec, tp: int, cp: int) -> str:

@@ -49,3 +49,4 @@ def test_a_sliding_window_model_is_planned_with_cp_over_a2a():
     with_cp = [c for c in result.candidates if c.parallel.cp > 1]
     assert with_cp and all(c.parallel.cp_comm_type == "a2a" for c in with_cp)
     assert RejectReason.CP_WINDOW not in result.rejected
+    assert any("(a sliding window runs under CP only so)" in reason for reason in with_cp[0].reasons)
