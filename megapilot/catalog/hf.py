@@ -91,12 +91,6 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
 
-# Architectures read and recognised, but with a piece no Megatron-Core release has a module for: the refusal names the
-# config key of the first such piece and lists the rest, so that a user knows what a port would have to add, and says
-# where it is built. (None today: DeepSeek-V4, whose pieces only Megatron-LM's dev branch and AMD Primus v26.5.0
-# build, imports to be counted and estimated; its launch script is refused by release in launch/model_flags.py.)
-_UNBUILDABLE: dict[str, tuple[str, str, str]] = {}
-
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face `config.json` (or a directory holding one) into a ModelSpec named after it."""
@@ -140,9 +134,6 @@ def _family(config: HFConfig) -> str:
     architectures = config.get("architectures") or []
     if architectures:
         family = _ARCHITECTURE_FAMILY.get(architectures[0])
-        if architectures[0] in _UNBUILDABLE:
-            key, why, fix = _UNBUILDABLE[architectures[0]]
-            raise MegapilotError(why.format_map(_Missing(config)), field=key, fix=fix)
         if family is None:
             raise MegapilotError(
                 f"architecture {architectures[0]!r} is not supported", field="architectures",
@@ -232,13 +223,6 @@ def _optional_float(config: HFConfig, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise MegapilotError(f"{key}={value!r} is not a number", field=key, fix=f"set {key!r} to a number")
     return float(value)
-
-
-class _Missing(dict[str, Any]):
-    """A config for `str.format_map`: a key the config lacks reads as '?'."""
-
-    def __missing__(self, key: str) -> str:
-        return "?"
 
 
 def _refuse(key: str, why: str) -> MegapilotError:
