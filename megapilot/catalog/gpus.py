@@ -49,6 +49,17 @@ MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA = 8192 / 32
 MMA_FLOPS_PER_EXP_CDNA3 = 2048 / 16
 MMA_FLOPS_PER_EXP_CDNA4 = 4096 / 16
 
+# The tensor-core work one byte of shared-memory traffic stands for: dense BF16 MMA FLOPs per clock per SM (above)
+# over the shared memory's 128 bytes per clock per SM, the same on Ampere, Hopper and Blackwell (32 banks of 4 bytes;
+# FlashAttention-4: "SMEM bandwidth remained flat at 128 bytes/clock/SM" from H100 to B200). Blackwell doubled the
+# MMAs beside it, so a kernel that reads its operands from shared memory at 40 FLOPs a byte, as the attention
+# backward does (attention_bounds.backward_smem_bound), waits on it there and not on Hopper. AMD's LDS rates are not
+# read here: not priced.
+SMEM_BYTES_PER_CLOCK_PER_SM = 128
+MMA_FLOPS_PER_SMEM_BYTE_AMPERE = 2048 / SMEM_BYTES_PER_CLOCK_PER_SM
+MMA_FLOPS_PER_SMEM_BYTE_HOPPER = 4096 / SMEM_BYTES_PER_CLOCK_PER_SM
+MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL = 8192 / SMEM_BYTES_PER_CLOCK_PER_SM
+
 
 @dataclass(frozen=True)
 class _Topology:
@@ -59,29 +70,37 @@ class _Topology:
     note: str = ""
     host_link_gbps: float = PCIE_GEN5_X16_GBPS  # HGX B300's host CPUs are PCIe Gen5 too
     mma_flops_per_exp: float | None = None  # see MMA_FLOPS_PER_EXP_*
+    mma_flops_per_smem_byte: float | None = None  # see MMA_FLOPS_PER_SMEM_BYTE_*
 
 
 # Fields neither data file carries. Scale-out is one NIC per GPU: 200 Gb/s HDR on A100 systems,
 # 400 Gb/s NDR/CX7 on Hopper and MI300-class, 800 Gb/s CX8 on Blackwell Ultra.
 GPU_TOPOLOGY: dict[str, _Topology] = {
     "A100-SXM4-80GB": _Topology("a100", "ampere", 25.0, {}, host_link_gbps=PCIE_GEN4_X16_GBPS,
-                                 mma_flops_per_exp=MMA_FLOPS_PER_EXP_AMPERE),
-    "H100-SXM5-80GB": _Topology("h100", "hopper", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER),
-    "H200-SXM-141GB": _Topology("h200", "hopper", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER),
+                                 mma_flops_per_exp=MMA_FLOPS_PER_EXP_AMPERE,
+                                 mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_AMPERE),
+    "H100-SXM5-80GB": _Topology("h100", "hopper", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER,
+                                 mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_HOPPER),
+    "H200-SXM-141GB": _Topology("h200", "hopper", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER,
+                                 mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_HOPPER),
     "H800-SXM5-80GB": _Topology(
         "h800", "hopper", 50.0,
         {"bf16_dense_tflops": 989.4, "fp8_dense_tflops": 1978.9, "hbm_bw_tbps": 3.35,
          "scaleup_bw_gbps_bidir_per_gpu": 400.0, "tdp_w": 700.0},
         note="H800 peaks and TDP taken as H100 SXM (same GH100 die); NVLink export-limited to 400 GB/s "
              "bidirectional",
-        mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER,
+        mma_flops_per_exp=MMA_FLOPS_PER_EXP_HOPPER, mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_HOPPER,
     ),
-    "B200": _Topology("b200", "blackwell", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL),
+    "B200": _Topology("b200", "blackwell", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL,
+                       mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
     "GB200": _Topology("gb200", "blackwell", 50.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS,
-                       mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL),
-    "B300": _Topology("b300", "blackwell", 100.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA),
+                       mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL,
+                       mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
+    "B300": _Topology("b300", "blackwell", 100.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA,
+                       mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
     "GB300": _Topology("gb300", "blackwell", 100.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS,
-                       mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA),
+                       mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA,
+                       mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
     "MI300X": _Topology(
         "mi300x", "cdna3", 50.0, {"scaleup_bw_gbps_bidir_per_gpu": 896.0},
         note="xGMI: 7 links x 128 GB/s (commonly quoted, unverified)", mma_flops_per_exp=MMA_FLOPS_PER_EXP_CDNA3,
@@ -152,6 +171,7 @@ def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
         host_link_gbps=topo.host_link_gbps,
         tdp_w=value.get("tdp_w"),  # hardware.json's tdp_w column, sourced with its row
         mma_flops_per_exp=topo.mma_flops_per_exp,
+        mma_flops_per_smem_byte=topo.mma_flops_per_smem_byte,
         source=source,
     )
 

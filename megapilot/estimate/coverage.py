@@ -21,7 +21,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from megapilot.estimate.exponentials import waits_on_exponentials
+from megapilot.estimate.attention_bounds import waits_on_exponentials
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.training import QUANTIZED_PRECISIONS
@@ -140,7 +140,7 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
     return replace(coverage, unchecked_mechanisms=unchecked) if unchecked and coverage.nearest else coverage
 
 
-# The step time's one mechanism that is a GPU's as much as a model's (`exponentials.softmax_exponential_bound`).
+# The step time's one mechanism that is a GPU's as much as a model's (`attention_bounds.softmax_exponential_bound`).
 EXPONENTIAL_BOUND = "attention bound by the softmax's exponentials"
 
 

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from megapilot.estimate import comm
+from megapilot.estimate.attention_bounds import attention_core_bound
 from megapilot.estimate.coverage import CalibrationCoverage, ErrorBand, band_for, coverage_for
 from megapilot.estimate.efficiency import (
     CALIBRATED,
@@ -72,7 +73,6 @@ from megapilot.estimate.efficiency import (
     elementwise_time_s,
     gemm_time_s,
 )
-from megapilot.estimate.exponentials import softmax_exponential_bound
 from megapilot.estimate.flops import (
     FlopConvention,
     attention_core_flops,
@@ -355,7 +355,7 @@ def layer_terms(
     whole_on_every_rank = dsa_indexer_score_flops(model, training.seq_length) \
         if has_attention(model, layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
     if not _runs_unfused_attention(model, layer_index):  # MLA, DSA, Gated DeltaNet: their counted FLOPs
-        softmax_flops = (core_flops - whole_on_every_rank) * softmax_exponential_bound(model, layer_index, gpu)
+        softmax_flops = (core_flops - whole_on_every_rank) * attention_core_bound(model, layer_index, gpu)
         terms["mixer_core"] = attention_time_s((softmax_flops / p.tp + whole_on_every_rank) * tokens, gpu, eff)
     elif not options.flash_attention:  # a plain softmax attention before flash kernels
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
@@ -574,7 +574,7 @@ def _fused_attention_core_s(model: ModelSpec, layer_index: int, training: Traini
         flops = layer_attention_core_flops(model, layer_index, s)
     else:
         flops = attention_core_flops(model, s) * window_block_share(window, s)
-    compute_s = attention_time_s(flops * softmax_exponential_bound(model, layer_index, gpu) / p.tp * tokens, gpu,
+    compute_s = attention_time_s(flops * attention_core_bound(model, layer_index, gpu) / p.tp * tokens, gpu,
                                  eff)
     return max(compute_s, gpu.hbm_time_s(fused_attention_bytes_per_token(model, layer_index, p) * tokens))
 

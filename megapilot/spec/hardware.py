@@ -99,6 +99,10 @@ class GPUSpec(BaseModel):
         default=None, gt=0,
         description="Dense BF16 tensor-core FLOPs per clock per SM over the special-function unit's exponentials per "
                     "clock per SM: the tensor-core time one softmax exponential costs (None = not priced).")
+    mma_flops_per_smem_byte: float | None = Field(
+        default=None, gt=0,
+        description="Dense BF16 tensor-core FLOPs per clock per SM over the shared memory's bytes per clock per SM: "
+                    "the tensor-core time one byte of shared-memory traffic costs (None = not priced).")
     source: str = Field(default="", description="Where the numbers come from.")
 
     @property

@@ -687,8 +687,8 @@ def test_deepseek_v4_prices_each_attention_kind_its_indexer_and_its_hyper_connec
     """The core over the window and compressed keys runs on the fused attention engine's rate, a ratio-4 layer's
     indexer scores as DSA's do; the hyper-connections add their mixing GEMMs and send n streams between stages."""
     from megapilot.catalog.models import get_model
+    from megapilot.estimate.attention_bounds import attention_core_bound
     from megapilot.estimate.efficiency import attention_time_s
-    from megapilot.estimate.exponentials import softmax_exponential_bound
     from megapilot.estimate.flops import dsa_indexer_score_flops, layer_attention_core_flops
     from megapilot.estimate.step_time import layer_terms
     model, b200 = get_model("deepseek-v4-flash"), get_gpu("b200")
@@ -702,7 +702,7 @@ def test_deepseek_v4_prices_each_attention_kind_its_indexer_and_its_hyper_connec
     indexer = dsa_indexer_score_flops(model, 4096)
     core = layer_attention_core_flops(model, 2, 4096) - indexer
     assert csa == pytest.approx(attention_time_s(
-        (core * softmax_exponential_bound(model, 2, b200) + indexer) * tokens, b200, CALIBRATED))
+        (core * attention_core_bound(model, 2, b200) + indexer) * tokens, b200, CALIBRATED))
     plain = model.model_copy(update={"residual_streams": 1})
     plain_terms = layer_terms(plain, 0, cluster, SEQ_4K, layout, options, recomputed=False)
     assert terms[0]["mixer_gemms"] > plain_terms["mixer_gemms"] and terms[0]["glue"] > plain_terms["glue"]

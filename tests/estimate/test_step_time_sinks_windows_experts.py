@@ -9,8 +9,8 @@ import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.models import get_model
+from megapilot.estimate.attention_bounds import attention_core_bound
 from megapilot.estimate.efficiency import CALIBRATED, attention_time_s
-from megapilot.estimate.exponentials import softmax_exponential_bound
 from megapilot.estimate.flops import attention_core_flops
 from megapilot.estimate.latency import (
     ROPE_KERNELS,
@@ -69,7 +69,7 @@ def test_a_128_token_window_costs_its_blocks_not_its_mean_keys():
     windowed = _terms(GPT_OSS)["mixer_core"]
     full = _terms(GPT_OSS, FULL)["mixer_core"]
     assert windowed == pytest.approx(full * window_block_share(128, 8192))
-    exponentials = softmax_exponential_bound(GPT_OSS, WINDOWED, H100)  # head dim 64 on Hopper (exponentials.py)
+    exponentials = attention_core_bound(GPT_OSS, WINDOWED, H100)  # head dim 64 on Hopper (attention_bounds.py)
     mean_keys = attention_time_s(attention_core_flops(GPT_OSS, 8192, window=128) * exponentials * 8192, H100,
                                  CALIBRATED)
     assert windowed == pytest.approx(2 * mean_keys, rel=0.02)  # two 128-key blocks a query, not its 127 keys
@@ -85,7 +85,7 @@ def test_a_fused_attention_kernel_costs_at_least_its_bytes():
     assert fused_attention_bytes_per_token(GPT_OSS, WINDOWED, EP8) == 64 * (64 * 22 + 16) + 8 * 64 * 12
     # a causal layer at 8K is far from its floor: priced at its FLOPs, as the fit saw it
     full = _terms(GPT_OSS, FULL)["mixer_core"]
-    exponentials = softmax_exponential_bound(GPT_OSS, FULL, H100)
+    exponentials = attention_core_bound(GPT_OSS, FULL, H100)
     assert full == attention_time_s(attention_core_flops(GPT_OSS, 8192) * exponentials * 8192, H100, CALIBRATED)
     assert full > 10 * _hbm_s(fused_attention_bytes_per_token(GPT_OSS, FULL, EP8) * 8192)
 

@@ -277,15 +277,19 @@ def test_a_deeper_uneven_pipeline_is_walked_when_the_shallower_best_needed_fsdp(
     needs the account-for split (94 layers), which the walk used to skip once PP 2 fell behind an FSDP layout, and
     again when PP 2's bound was taken at its largest micro-batch with that micro-batch's whole bubble in it."""
     model, cluster, training = _fp8("qwen3-235b-a22b", "b200", 64, 4096, 1024)
-    outcome = search_layouts(model, cluster, training, pins=Pins(tp=1), reach=0.073)
+    reach = 0.10  # the model's error on MoE runs (results.md): PP 8 runs 8-9 % behind the FSDP layout
+    outcome = search_layouts(model, cluster, training, pins=Pins(tp=1), reach=reach)
     shapes = outcome.best_by_shape
     assert shapes[(1, 1, 1, 8, True)].estimate.tokens_per_s_per_gpu > \
         shapes[(1, 2, 1, 8, False)].estimate.tokens_per_s_per_gpu
     pinned = search_layouts(model, cluster, training, pins=Pins(tp=1, pp=8))
     deep = min(pinned.ranked, key=lambda fit: rank_key(*fit))
     best = min(outcome.ranked, key=lambda fit: rank_key(*fit))
-    assert shapes[(1, 8, 1, 8, False)].estimate.tokens_per_s_per_gpu == deep.estimate.tokens_per_s_per_gpu
-    assert deep.estimate.tokens_per_s_per_gpu * (1 + 0.073) > best.estimate.tokens_per_s_per_gpu
+    # the shape is shown by its plainest variant within the band of its fastest, which the pinned walk found
+    assert outcome.fastest_by_shape[(1, 8, 1, 8, False)].estimate.tokens_per_s_per_gpu == \
+        deep.estimate.tokens_per_s_per_gpu
+    assert shapes[(1, 8, 1, 8, False)].estimate.tokens_per_s_per_gpu <= deep.estimate.tokens_per_s_per_gpu
+    assert deep.estimate.tokens_per_s_per_gpu * (1 + reach) > best.estimate.tokens_per_s_per_gpu
     assert search.needs_memory_relief(shapes[(1, 1, 1, 8, True)].parallel)
 
 

@@ -1,6 +1,6 @@
-"""The softmax's exponentials bind a fused attention core where the special-function unit, not the tensor cores, is
-the slower of the two: a property of the GPU (its MMA FLOPs per exponential) and of the head dimension, the same for
-every model with them."""
+"""A fused attention core waits on the softmax's exponentials where the special-function unit, not the tensor cores,
+is the slower of the two, and its backward on shared memory where that is: properties of the GPU (its MMA FLOPs per
+exponential and per shared-memory byte) and of the head dimensions, the same for every model with them."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.models import get_model
-from megapilot.estimate.coverage import EXPONENTIAL_BOUND, coverage_for
-from megapilot.estimate.exponentials import (
+from megapilot.estimate.attention_bounds import (
     SOFTMAX_WORK_PER_EXPONENTIAL,
+    attention_core_bound,
+    backward_smem_bound,
+    backward_smem_flops_per_byte,
     softmax_exponential_bound,
     waits_on_exponentials,
 )
+from megapilot.estimate.coverage import EXPONENTIAL_BOUND, coverage_for
 from megapilot.estimate.step_time import EstimateOptions, layer_terms
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
 
@@ -72,9 +75,12 @@ def test_the_attention_core_pays_it_and_nothing_else_does():
                            recomputed=False)
 
     b200 = get_gpu("b200")
-    bound, unbound = terms(b200), terms(b200.model_copy(update={"mma_flops_per_exp": None}))
-    # the full-attention core is compute-bound at 8K, so it grows by the bound exactly
-    assert bound["mixer_core"] == pytest.approx(unbound["mixer_core"] * 4 / 3)
+    bound, unbound = terms(b200), terms(b200.model_copy(update={"mma_flops_per_exp": None,
+                                                                "mma_flops_per_smem_byte": None}))
+    # the full-attention core is compute-bound at 8K, so it grows by the bound exactly: the forward by the
+    # exponentials (2x), the backward by its shared memory (64 / 30.5 FLOPs a byte at head dim 64)
+    assert bound["mixer_core"] == pytest.approx(unbound["mixer_core"] * attention_core_bound(GPT_OSS, FULL, b200))
+    assert attention_core_bound(GPT_OSS, FULL, b200) == pytest.approx(1 / 3 * 2 + 2 / 3 * 64 / (640 / 21))
     assert {k: v for k, v in bound.items() if k != "mixer_core"} == \
         {k: v for k, v in unbound.items() if k != "mixer_core"}
 
@@ -87,3 +93,42 @@ def test_an_estimate_that_waits_on_them_says_no_published_run_did():
     assert EXPONENTIAL_BOUND in coverage_for(GPT_OSS, get_gpu("gb200"), "bf16").unchecked_mechanisms
     assert EXPONENTIAL_BOUND not in coverage_for(GPT_OSS, get_gpu("gb300"), "bf16").unchecked_mechanisms
     assert coverage_for(LLAMA, get_gpu("b200"), "bf16").unchecked_mechanisms == ()
+
+
+def test_shared_memory_rates_are_the_architectures():
+    # 128 bytes a clock per SM beside 2,048 / 4,096 / 8,192 BF16 MMA FLOPs; Blackwell Ultra keeps B200's MMAs
+    assert get_gpu("a100").mma_flops_per_smem_byte == 16
+    assert get_gpu("h100").mma_flops_per_smem_byte == get_gpu("h200").mma_flops_per_smem_byte == 32
+    for gpu in ("b200", "gb200", "b300", "gb300"):
+        assert get_gpu(gpu).mma_flops_per_smem_byte == 64
+    assert get_gpu("mi300x").mma_flops_per_smem_byte is None  # the LDS rates are not read: not priced
+
+
+def test_a_backward_tile_moves_a_byte_of_shared_memory_per_40_flops_at_head_dim_128():
+    # 2 x 128^2 x 640 FLOPs over 224 KiB of operands, 160 KiB of P and dS, 128 KiB of fp32 dQ
+    assert backward_smem_flops_per_byte(128, 128) == pytest.approx(20_971_520 / 524_288)
+    assert backward_smem_flops_per_byte(128, 128) == pytest.approx(40.0)
+    # a narrower head reads fewer operand bytes but as many score bytes: fewer FLOPs a byte
+    assert backward_smem_flops_per_byte(64, 64) < backward_smem_flops_per_byte(128, 128) \
+        < backward_smem_flops_per_byte(192, 128)
+
+
+@pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])
+def test_blackwells_backward_waits_on_shared_memory(gpu):
+    # 64 FLOPs a byte against the tile's 40: the backward at 1.6x its MMAs, the forward untouched at head dim 128
+    assert backward_smem_bound(LLAMA, 0, get_gpu(gpu)) == pytest.approx(1.6)
+    assert attention_core_bound(LLAMA, 0, get_gpu(gpu)) == pytest.approx(1 / 3 + 2 / 3 * 1.6)
+    assert backward_smem_bound(DEEPSEEK, 3, get_gpu(gpu)) == pytest.approx(64 / 41.6)
+
+
+@pytest.mark.parametrize("gpu", ["a100", "h100", "h200", "mi300x", "mi355x"])
+def test_before_blackwell_the_tensor_cores_bind_the_backward_at_head_dim_128(gpu):
+    assert backward_smem_bound(LLAMA, 0, get_gpu(gpu)) == 1.0
+    assert backward_smem_bound(DEEPSEEK, 3, get_gpu(gpu)) == 1.0
+    assert attention_core_bound(LLAMA, 0, get_gpu(gpu)) == 1.0
+
+
+def test_no_attention_no_shared_memory_bound():
+    gdn_layer = next(i for i in range(QWEN3_NEXT.num_layers) if QWEN3_NEXT.is_linear_attention_layer(i))
+    assert backward_smem_bound(QWEN3_NEXT, gdn_layer, get_gpu("b200")) == 1.0
+    assert attention_core_bound(QWEN3_NEXT, gdn_layer, get_gpu("b200")) == 1.0
