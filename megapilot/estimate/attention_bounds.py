@@ -117,8 +117,6 @@ def _counted(forward: float, backward: float) -> float:
     return FORWARD_SHARE * forward + (1 - FORWARD_SHARE) * backward
 
 
-
-
 @lru_cache(maxsize=256)  # asked on every estimate's coverage: the planner's thousands share a handful of pairs
 def waits_on_exponentials(model: ModelSpec, gpu: GPUSpec) -> bool:
     """Whether any of the model's attention layers runs slower than its counted FLOPs on this GPU because of its
