@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,6 +39,7 @@ from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
     from megapilot.estimate import Case, CaseFlags
+    from megapilot.estimate.layer_report import LayerGroup
     from megapilot.spec import EstimateResult
 
 EXIT_SOME_ROWS_FAILED = 1
@@ -76,6 +78,9 @@ def estimate(
     calibration: Annotated[str, typer.Option(
         "--calibration", help="history (with --cluster) or none: the uncalibrated model.")] = "history",
     db: Annotated[str | None, typer.Option("--db", help=HISTORY_DB_HELP)] = None,
+    layers: Annotated[bool, typer.Option(
+        "--layers", help="Also show where one micro-batch's time goes in each kind of layer, term by term (ms), and "
+                         "what binds its attention core.")] = False,
 ) -> None:
     """Estimate memory, step time, tokens/s and MFU of one parallel layout (or of each line of --batch)."""
     if calibration not in ("history", "none"):
@@ -90,6 +95,9 @@ def estimate(
         if any(row.error is not None for row in rows):
             raise typer.Exit(EXIT_SOME_ROWS_FAILED)
         return
+    if layers and calibration == "history" and cluster is not None:
+        raise MegapilotError("--layers shows the physics model's terms, which a cluster's calibration rescales as a "
+                             "whole", field="--layers", fix="drop --cluster, or --layers")
     from megapilot.estimate import CaseFlags
 
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
@@ -111,11 +119,15 @@ def estimate(
     from megapilot.catalog import resolve_model
 
     resolved = resolve_model(flags.model)  # what --model became and where from (an alias, a hub id offline)
+    groups = _layer_groups(case) if layers else ()
     if json_output:
         emit_json({**result.model_dump(mode="json"), "model": resolved.to_dict()}
-                  | ({"calibration_from_history": about} if about else {}) | budget_json(run))
+                  | ({"calibration_from_history": about} if about else {}) | budget_json(run)
+                  | ({"layers": [group.to_json() for group in groups]} if layers else {}))
     else:
         _print_result(result, case)
+        if layers:
+            _print_layers(groups)
         console.print(f"model: {resolved.describe()}", highlight=False)
         if about:
             _print_calibration(about)
@@ -287,6 +299,46 @@ def _interval_text(result: EstimateResult) -> str:
     """' (80 %: 9,100-11,800)' after the tokens/s, or '' when the estimate carries no interval."""
     low, high = result.tokens_per_s_per_gpu_p10, result.tokens_per_s_per_gpu_p90
     return "" if low is None or high is None else f" (80 %: {low:,.0f}-{high:,.0f})"
+
+
+def _layer_groups(case: Case) -> tuple[LayerGroup, ...]:
+    from megapilot.estimate.layer_report import layer_groups
+
+    return layer_groups(case)
+
+
+def _print_layers(groups: tuple[LayerGroup, ...]) -> None:
+    """One column per kind of layer: its terms for one micro-batch, forward + backward (ms)."""
+    from rich.table import Table
+
+    table = Table(title="one micro-batch per layer, forward + backward (ms)", show_header=True, header_style="bold")
+    table.add_column("term")
+    for group in groups:
+        table.add_column(f"layers {_ranges(group.layers)}", justify="right")
+    terms = list(dict.fromkeys(term for group in groups for term in group.terms_s))
+    for term in terms:
+        table.add_row(term, *(f"{group.terms_s[term] * 1e3:.3f}" if term in group.terms_s else "-"
+                              for group in groups))
+    table.add_row("total", *(f"{group.total_s * 1e3:.3f}" for group in groups))
+    table.add_row("attention core: fwd / bwd x MMA time", *(
+        f"{bound.forward:.2f} / {bound.backward:.2f} ({bound.backward_by})" if (bound := group.attention) else "-"
+        for group in groups))
+    console.print(table)
+
+
+def _ranges(indices: tuple[int, ...]) -> str:
+    """Layer indices as a short label: 0-2, 5; 1-23 every 2nd; or the first few of many scattered ones."""
+    gaps = {b - a for a, b in pairwise(indices)}
+    if len(indices) > 2 and len(gaps) == 1 and (step := gaps.pop()) > 1:
+        return f"{indices[0]}-{indices[-1]} every {step}{'nd' if step == 2 else 'rd' if step == 3 else 'th'}"
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    labels = [f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs]
+    return ", ".join(labels) if len(labels) <= 4 else f"{', '.join(labels[:3])}, ... ({len(indices)} layers)"
 
 
 def _print_result(result: EstimateResult, case: Case) -> None:

@@ -68,8 +68,14 @@ def backward_smem_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> flo
 def attention_core_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> float:
     """How much longer than its counted FLOPs say a fused attention core runs, each pass at the slowest of its tensor
     cores, its exponentials and (backward) its shared memory: what the step time multiplies the core by."""
+    return _counted(*attention_pass_bounds(model, layer_index, gpu))
+
+
+def attention_pass_bounds(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> tuple[float, float]:
+    """(forward, backward): each pass's time over its MMA time, at the slowest of its tensor cores, its exponentials
+    and (backward) its shared memory."""
     forward, backward = _exponential_pass_bounds(model, layer_index, gpu)
-    return _counted(forward, max(backward, backward_smem_bound(model, layer_index, gpu)))
+    return forward, max(backward, backward_smem_bound(model, layer_index, gpu))
 
 
 # The tile of a fused attention backward: 128 queries against 128 keys (FlashAttention-2/-3 and cuDNN's Hopper and

@@ -215,3 +215,40 @@ def test_deepseek_v4_is_estimated_with_its_mechanisms_named_and_tp_refused(cli):
     refused = cli("estimate", *V4, "--tp", "2", "--gpus", "512")
     line, = refused.stderr.strip().splitlines()
     assert refused.exit_code == 2 and line.startswith("error: tp:") and "TP 1 only" in line
+
+
+def test_layers_show_each_kind_of_layer_term_by_term(cli):
+    """DeepSeek-V3 on B200: its three dense layers and 58 MoE layers are two columns, each layer term in ms, and the
+    attention core's backward waits on Blackwell's shared memory."""
+    moe = ("--model", "deepseek-v3", "--gpu", "b200", "--gpus", "256", "--pp", "16", "--ep", "8", "--gbs", "2048",
+           "--seq-len", "4096", "--precision", "fp8", "--recompute", "none", "--first-stage-layers", "2",
+           "--last-stage-layers", "3")
+    table = cli("estimate", *moe, "--layers")
+    assert table.exit_code == 0, table.stderr
+    assert "layers 0-2" in table.stdout and "layers 3-60" in table.stdout
+    assert "experts" in table.stdout and "mlp_gemms" in table.stdout
+    assert "1.00 / 1.54 (shared memory)" in table.stdout
+    data = cli("estimate", *moe, "--layers", "--json").json()
+    dense, routed = data["layers"]
+    assert dense["layers"] == [0, 1, 2] and routed["layers"] == list(range(3, 61))
+    assert "experts" in routed["terms_ms"] and "experts" not in dense["terms_ms"]
+    assert routed["total_ms"] == pytest.approx(sum(routed["terms_ms"].values()), abs=1e-3)
+    assert routed["attention_bound"] == {"forward": 1.0, "backward": 1.5385, "backward_by": "shared memory"}
+    assert "layers" not in cli("estimate", *moe, "--json").json()
+
+
+def test_layers_say_a_hopper_core_is_on_its_tensor_cores_and_a_mamba_layer_has_no_softmax(cli):
+    hopper = cli("estimate", *LAYOUT, "--layers", "--json").json()["layers"]
+    assert len(hopper) == 1 and hopper[0]["layers"] == list(range(80))
+    assert hopper[0]["attention_bound"]["backward_by"] == "tensor cores"
+    hybrid = cli("estimate", "--model", "nemotron3-nano-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--ep", "8",
+                 "--gbs", "64", "--seq-len", "8192", "--recompute", "none", "--layers", "--json").json()["layers"]
+    assert sum(len(group["layers"]) for group in hybrid) == 52
+    assert any(group["attention_bound"] is None for group in hybrid)  # the Mamba mixers
+    assert any(group["attention_bound"] == {"forward": 1.0, "backward": 1.6, "backward_by": "shared memory"}
+               for group in hybrid)
+
+
+def test_layers_refuse_a_cluster_calibration(cli):
+    result = cli("estimate", *LAYOUT, "--layers", "--cluster", "mine")
+    assert result.exit_code == 2 and "--layers" in result.stderr and "Traceback" not in result.stderr
