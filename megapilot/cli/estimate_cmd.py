@@ -90,6 +90,9 @@ def estimate(
         if budget.given:
             raise MegapilotError("the budget options price one layout, not a --batch", field="tokens",
                                  fix="drop --tokens and the budget options, or --batch")
+        if layers:
+            raise MegapilotError("--layers breaks down one layout, not a --batch", field="--layers",
+                                 fix="drop --layers, or --batch")
         rows = run_batch(batch, flop_convention, calibrator=calibrator, cluster=cluster)
         emit_json([row.to_json() for row in rows]) if json_output else _print_batch(rows)
         if any(row.error is not None for row in rows):

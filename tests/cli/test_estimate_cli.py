@@ -249,6 +249,10 @@ def test_layers_say_a_hopper_core_is_on_its_tensor_cores_and_a_mamba_layer_has_n
                for group in hybrid)
 
 
-def test_layers_refuse_a_cluster_calibration(cli):
+def test_layers_refuse_a_cluster_calibration_and_a_batch(cli, tmp_path):
     result = cli("estimate", *LAYOUT, "--layers", "--cluster", "mine")
+    assert result.exit_code == 2 and "--layers" in result.stderr and "Traceback" not in result.stderr
+    batch = tmp_path / "cases.jsonl"
+    batch.write_text(json.dumps({"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq-len": 4096}) + "\n")
+    result = cli("estimate", "--batch", str(batch), "--layers")
     assert result.exit_code == 2 and "--layers" in result.stderr and "Traceback" not in result.stderr
