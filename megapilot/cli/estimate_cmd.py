@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,6 +33,7 @@ import typer
 
 from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_json, budget_options, print_budget
 from megapilot.cli.common import console, emit_json, print_assumptions
+from megapilot.cli.layer_table import LAYERS_HELP, print_layers
 from megapilot.cli.layout_options import NO_FEATURES, FeatureFlags, LayoutFlags, feature_options, layout_options
 from megapilot.errors import MegapilotError
 
@@ -78,9 +78,7 @@ def estimate(
     calibration: Annotated[str, typer.Option(
         "--calibration", help="history (with --cluster) or none: the uncalibrated model.")] = "history",
     db: Annotated[str | None, typer.Option("--db", help=HISTORY_DB_HELP)] = None,
-    layers: Annotated[bool, typer.Option(
-        "--layers", help="Also show where one micro-batch's time goes in each kind of layer, term by term (ms), and "
-                         "what binds its attention core.")] = False,
+    layers: Annotated[bool, typer.Option("--layers", help=LAYERS_HELP)] = False,
 ) -> None:
     """Estimate memory, step time, tokens/s and MFU of one parallel layout (or of each line of --batch)."""
     if calibration not in ("history", "none"):
@@ -130,7 +128,7 @@ def estimate(
     else:
         _print_result(result, case)
         if layers:
-            _print_layers(groups)
+            print_layers(groups)
         console.print(f"model: {resolved.describe()}", highlight=False)
         if about:
             _print_calibration(about)
@@ -308,40 +306,6 @@ def _layer_groups(case: Case) -> tuple[LayerGroup, ...]:
     from megapilot.estimate.layer_report import layer_groups
 
     return layer_groups(case)
-
-
-def _print_layers(groups: tuple[LayerGroup, ...]) -> None:
-    """One column per kind of layer: its terms for one micro-batch, forward + backward (ms)."""
-    from rich.table import Table
-
-    table = Table(title="one micro-batch per layer, forward + backward (ms)", show_header=True, header_style="bold")
-    table.add_column("term")
-    for group in groups:
-        table.add_column(f"layers {_ranges(group.layers)}", justify="right")
-    terms = list(dict.fromkeys(term for group in groups for term in group.terms_s))
-    for term in terms:
-        table.add_row(term, *(f"{group.terms_s[term] * 1e3:.3f}" if term in group.terms_s else "-"
-                              for group in groups))
-    table.add_row("total", *(f"{group.total_s * 1e3:.3f}" for group in groups))
-    table.add_row("attention core: fwd / bwd x MMA time", *(
-        f"{bound.forward:.2f} / {bound.backward:.2f} ({bound.backward_by})" if (bound := group.attention) else "-"
-        for group in groups))
-    console.print(table)
-
-
-def _ranges(indices: tuple[int, ...]) -> str:
-    """Layer indices as a short label: 0-2, 5; 1-23 every 2nd; or the first few of many scattered ones."""
-    gaps = {b - a for a, b in pairwise(indices)}
-    if len(indices) > 2 and len(gaps) == 1 and (step := gaps.pop()) > 1:
-        return f"{indices[0]}-{indices[-1]} every {step}{'nd' if step == 2 else 'rd' if step == 3 else 'th'}"
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    labels = [f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs]
-    return ", ".join(labels) if len(labels) <= 4 else f"{', '.join(labels[:3])}, ... ({len(indices)} layers)"
 
 
 def _print_result(result: EstimateResult, case: Case) -> None:

@@ -10,6 +10,7 @@ import typer
 
 from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_options
 from megapilot.cli.estimate_cmd import HISTORY_DB_HELP
+from megapilot.cli.layer_table import LAYERS_HELP, print_layers
 from megapilot.cli.layout_field import with_default
 from megapilot.cli.layout_fields import LAYOUT_OPTIONS
 from megapilot.cli.layout_options import (
@@ -33,6 +34,7 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.catalog import ResolvedModel
     from megapilot.estimate import EstimateOptions
+    from megapilot.estimate.layer_report import LayerGroup
     from megapilot.plan import PlanResult
     from megapilot.plan.budget import BudgetedPlan
     from megapilot.spec import ClusterSpec, ModelSpec, TrainingSpec
@@ -191,6 +193,7 @@ def plan_command(
                                                                "runs in the history."),
     calibration: str = typer.Option("history", "--calibration", help="history (with --cluster) or none."),
     db: str | None = typer.Option(None, "--db", help=HISTORY_DB_HELP),
+    layers: bool = typer.Option(False, "--layers", help=f"{LAYERS_HELP} For the top layout."),
 ) -> None:
     """Search every legal parallel layout and rank them by predicted tokens/s/GPU; layouts within the estimate's own
     calibrated error of the fastest are ordered as the public recipes prefer (the reasons name the rule)."""
@@ -223,6 +226,7 @@ def plan_command(
                         "(default)")
     if calibration not in ("history", "none"):
         raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")
+    groups = _top_layer_groups(result, specs) if layers else ()
     calibrations: list[dict[str, Any] | None] = [None] * len(result.candidates)
     if cluster is not None and calibration == "history":
         result, calibrations = _calibrated(result, cluster, db)
@@ -235,10 +239,13 @@ def plan_command(
             for candidate, about in zip(document["candidates"], calibrations, strict=True):  # type: ignore[call-overload]  # a list of dicts
                 candidate["calibration_from_history"] = about
         emit_json({**document, "model": specs.resolved.to_dict(), "defaults": assumed,
-                   "saved": str(save) if save else None})
+                   "saved": str(save) if save else None}
+                  | ({"layers": [group.to_json() for group in groups]} if layers else {}))
         return
     console.print(f"model: {specs.resolved.describe()}", highlight=False)
     _render(result, save)
+    if layers:
+        print_layers(groups)
     if budgeted is not None:
         from megapilot.cli.budget_options import print_budget_ranking
 
@@ -250,6 +257,15 @@ def plan_command(
         console.print(f"figures calibrated on cluster {cluster}: {about.get('reason', '')}; the ranking is the "
                       "planner's (uncalibrated)", markup=False, highlight=False, soft_wrap=True)
     print_assumptions(assumed)
+
+
+def _top_layer_groups(result: PlanResult, specs: _Specs) -> tuple[LayerGroup, ...]:
+    """The per-layer terms of the top layout (the physics model's, before any cluster calibration)."""
+    from megapilot.estimate.cases import Case
+    from megapilot.estimate.layer_report import layer_groups
+
+    return layer_groups(Case(specs.model, specs.cluster, specs.training, result.candidates[0].parallel,
+                             options=specs.options))
 
 
 def _budgeted(result: PlanResult, budget: BudgetFlags, options: EstimateOptions) -> BudgetedPlan | None:

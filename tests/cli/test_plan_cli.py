@@ -283,3 +283,21 @@ def test_deepseek_v4_config_is_planned_at_tp_1(cli):
     doc = result.json()
     assert doc["candidates"] and all(c["parallel"]["tp"] == 1 for c in doc["candidates"])
     assert doc["rejected"]["tp above 1 on DeepSeek-V4's compressed attention"] > 0
+
+
+def test_plan_layers_break_down_the_top_layout(cli):
+    """`--layers` shows the top layout's layer terms: the same groups `estimate --layers` shows for that layout."""
+    result = cli(*SMALL, "--top", "2", "--layers", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    (group,) = data["layers"]
+    assert group["layers"] == list(range(32)) and group["attention_bound"]["backward_by"] == "tensor cores"
+    top = data["candidates"][0]["parallel"]
+    same = cli("estimate", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096", "--gbs",
+               "128", "--tp", str(top["tp"]), "--pp", str(top["pp"]), "--cp", str(top["cp"]), "--mbs", str(top["mbs"]),
+               "--recompute", top["recompute"], *(("--fsdp",) if top["fsdp"] else ()), "--layers", "--json")
+    assert same.exit_code == 0, same.stderr
+    assert same.json()["layers"][0]["terms_ms"] == pytest.approx(group["terms_ms"])
+    table = cli(*SMALL, "--top", "2", "--layers")
+    assert "one micro-batch per layer" in table.stdout and "layers 0-31" in table.stdout
+    assert "layers" not in cli(*SMALL, "--top", "2", "--json").json()
