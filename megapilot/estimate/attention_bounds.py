@@ -9,8 +9,9 @@ calibration run had (`coverage`), while every Blackwell row's backward waits on 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal, NamedTuple
 
-from megapilot.estimate.flops import has_attention
+from megapilot.estimate.flops import has_softmax_core
 from megapilot.estimate.passes import FORWARD_SHARE
 from megapilot.spec.hardware import Architecture, GPUSpec
 from megapilot.spec.model import ModelSpec
@@ -59,8 +60,7 @@ def backward_smem_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> flo
     cuDNN's fused attention, which Transformer Engine runs on Hopper and Blackwell (it turns FlashAttention off there
     "to give FusedAttention preference on Hopper+"), is the kernel priced; FlashAttention-4 shrinks that traffic with
     tensor memory and 2-CTA MMAs and runs up to 1.3x faster than cuDNN 9.13."""
-    if gpu.mma_flops_per_smem_byte is None or not has_attention(model, layer_index) \
-            or model.is_linear_attention_layer(layer_index):
+    if gpu.mma_flops_per_smem_byte is None or not has_softmax_core(model, layer_index):
         return 1.0
     return max(1.0, gpu.mma_flops_per_smem_byte / backward_smem_flops_per_byte(*_head_dims(model)))
 
@@ -68,14 +68,28 @@ def backward_smem_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> flo
 def attention_core_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> float:
     """How much longer than its counted FLOPs say a fused attention core runs, each pass at the slowest of its tensor
     cores, its exponentials and (backward) its shared memory: what the step time multiplies the core by."""
-    return _counted(*attention_pass_bounds(model, layer_index, gpu))
+    bounds = attention_pass_bounds(model, layer_index, gpu)
+    return _counted(bounds.forward, bounds.backward)
 
 
-def attention_pass_bounds(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> tuple[float, float]:
-    """(forward, backward): each pass's time over its MMA time, at the slowest of its tensor cores, its exponentials
-    and (backward) its shared memory."""
-    forward, backward = _exponential_pass_bounds(model, layer_index, gpu)
-    return forward, max(backward, backward_smem_bound(model, layer_index, gpu))
+class PassBounds(NamedTuple):
+    """A softmax attention core's passes over their MMA time (1.0: the tensor cores bind), and what binds the
+    backward."""
+
+    forward: float
+    backward: float
+    backward_by: Literal["tensor cores", "exponentials", "shared memory"]
+
+
+def attention_pass_bounds(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> PassBounds:
+    """Each pass's time over its MMA time, at the slowest of its tensor cores, its exponentials and (backward) its
+    shared memory, with the one the backward waits on."""
+    forward, exponentials = _exponential_pass_bounds(model, layer_index, gpu)
+    smem = backward_smem_bound(model, layer_index, gpu)
+    backward = max(exponentials, smem)
+    by: Literal["tensor cores", "exponentials", "shared memory"] = \
+        "tensor cores" if backward <= 1.0 else "shared memory" if smem >= exponentials else "exponentials"
+    return PassBounds(forward, backward, by)
 
 
 # The tile of a fused attention backward: 128 queries against 128 keys (FlashAttention-2/-3 and cuDNN's Hopper and
@@ -110,8 +124,7 @@ def _head_dims(model: ModelSpec) -> tuple[int, int]:
 
 def _exponential_pass_bounds(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> tuple[float, float]:
     """(forward, backward) multipliers of the MMA time by the exponentials (`softmax_exponential_bound`)."""
-    if gpu.mma_flops_per_exp is None or not has_attention(model, layer_index) \
-            or model.is_linear_attention_layer(layer_index):
+    if gpu.mma_flops_per_exp is None or not has_softmax_core(model, layer_index):
         return 1.0, 1.0
     width = sum(_head_dims(model))
     per_score = gpu.mma_flops_per_exp * SOFTMAX_WORK_PER_EXPONENTIAL.get(gpu.architecture, 1.0)

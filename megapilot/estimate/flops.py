@@ -253,6 +253,11 @@ def has_attention(model: ModelSpec, layer_index: int) -> bool:
         and model.layer_block(layer_index).attention == "full"
 
 
+def has_softmax_core(model: ModelSpec, layer_index: int) -> bool:
+    """Layer `layer_index` runs a softmax attention core: an attention that is not Gated DeltaNet's linear one."""
+    return has_attention(model, layer_index) and not model.is_linear_attention_layer(layer_index)
+
+
 def mamba_mixer_flops(model: ModelSpec, seq_length: int) -> float:
     """One Mamba-2 mixer, per token, as Megatron's hybrid FLOPs formula counts it (training.py
     `mamba_layer_flops`, forward, times 3 for forward + backward as `num_floating_point_operations` returns

@@ -6,22 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megapilot.estimate.attention_bounds import attention_pass_bounds, backward_smem_bound
+from megapilot.estimate.attention_bounds import PassBounds, attention_pass_bounds
 from megapilot.estimate.cases import Case
-from megapilot.estimate.flops import has_attention
+from megapilot.estimate.flops import has_softmax_core
 from megapilot.estimate.step_time import layer_terms
 
 TERM_DIGITS = 12  # layers whose terms agree to a picosecond are one kind
-
-
-@dataclass(frozen=True)
-class AttentionBound:
-    """A softmax attention core's passes over their MMA time (1.0: the tensor cores bind), and what binds the
-    backward: "tensor cores", "exponentials" or "shared memory"."""
-
-    forward: float
-    backward: float
-    backward_by: str
 
 
 @dataclass(frozen=True)
@@ -31,7 +21,7 @@ class LayerGroup:
 
     layers: tuple[int, ...]
     terms_s: dict[str, float]
-    attention: AttentionBound | None
+    attention: PassBounds | None
 
     @property
     def total_s(self) -> float:
@@ -61,12 +51,7 @@ def layer_groups(case: Case) -> tuple[LayerGroup, ...]:
     return tuple(LayerGroup(tuple(members[key]), group.terms_s, group.attention) for key, group in first.items())
 
 
-def _attention_bound(case: Case, index: int) -> AttentionBound | None:
-    model, gpu = case.model, case.cluster.gpu
-    if not has_attention(model, index) or model.is_linear_attention_layer(index):
+def _attention_bound(case: Case, index: int) -> PassBounds | None:
+    if not has_softmax_core(case.model, index):
         return None
-    forward, backward = attention_pass_bounds(model, index, gpu)
-    # the backward's bound is the larger of the exponentials' and the shared memory's
-    by = "tensor cores" if backward <= 1.0 else \
-        "shared memory" if backward_smem_bound(model, index, gpu) >= backward else "exponentials"
-    return AttentionBound(forward, backward, by)
+    return attention_pass_bounds(case.model, index, case.cluster.gpu)

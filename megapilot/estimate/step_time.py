@@ -79,6 +79,7 @@ from megapilot.estimate.flops import (
     dsa_indexer_score_flops,
     flops_per_step,
     has_attention,
+    has_softmax_core,
     layer_attention_core_flops,
 )
 from megapilot.estimate.latency import (
@@ -537,7 +538,7 @@ def _unfused_rope_s(model: ModelSpec, layer_index: int, gpu: GPUSpec, p: Paralle
     """What RoPE in PyTorch ops (`latency.unfused_rope`) moves beyond the fused kernel the glue fit stands for, over
     the rotated q and k values of a RoPE layer (`UNFUSED_ROPE_BYTES_PER_VALUE`; none on a NoPE or linear-attention
     layer; MLA rotates its q heads' and its one shared key's positional parts)."""
-    if not has_attention(model, layer_index) or model.is_linear_attention_layer(layer_index) \
+    if not has_softmax_core(model, layer_index) \
             or (model.no_rope_freq is not None and (layer_index + 1) % model.no_rope_freq == 0):
         return 0.0
     if model.mla is not None:
@@ -551,8 +552,7 @@ def _unfused_rope_s(model: ModelSpec, layer_index: int, gpu: GPUSpec, p: Paralle
 def _runs_unfused_attention(model: ModelSpec, layer_index: int) -> bool:
     """Whether the pre-flash attention path prices this layer's core: a plain softmax attention (MLA, DSA and Gated
     DeltaNet came with the fused kernels and have no unfused history to price)."""
-    return has_attention(model, layer_index) and model.mla is None and model.dsa is None \
-        and not model.is_linear_attention_layer(layer_index)
+    return has_softmax_core(model, layer_index) and model.mla is None and model.dsa is None
 
 
 def _fused_attention_core_s(model: ModelSpec, layer_index: int, training: TrainingSpec, p: ParallelConfig,

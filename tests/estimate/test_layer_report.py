@@ -6,8 +6,9 @@ import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.models import get_model
+from megapilot.estimate.attention_bounds import PassBounds
 from megapilot.estimate.cases import Case
-from megapilot.estimate.layer_report import AttentionBound, layer_groups
+from megapilot.estimate.layer_report import layer_groups
 from megapilot.estimate.step_time import EstimateOptions, layer_terms
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
 
@@ -32,8 +33,8 @@ def test_every_layer_is_in_one_group_with_the_step_times_terms():
 
 
 @pytest.mark.parametrize(("gpu", "bound"), [
-    ("h100", AttentionBound(1.0, 1.0, "tensor cores")),
-    ("b200", AttentionBound(1.0, 1.6, "shared memory")),
+    ("h100", PassBounds(1.0, 1.0, "tensor cores")),
+    ("b200", PassBounds(1.0, 1.6, "shared memory")),
 ])
 def test_the_attention_bound_names_what_binds(gpu, bound):
     (group,) = layer_groups(_case("llama3.1-8b", gpu, 8, ParallelConfig(tp=1, pp=1, dp=8, recompute="none")))
