@@ -634,7 +634,7 @@ def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
     topk = _required_int(config, "num_experts_per_tok")
     normalised = bool(config.get("norm_topk_prob", False)) and topk > 1
     if score != "softmax" and topk > 1 and not normalised:
-        raise _refuse("norm_topk_prob", "Megatron's sigmoid router always renormalises the top-k weights, "
+        raise _refuse("norm_topk_prob", f"Megatron's {score} router always renormalises the top-k weights, "
                                         "so norm_topk_prob=false cannot be expressed")
     scaling = _optional_float(config, "routed_scaling_factor") or 1.0
     if _family(config) == "deepseek_v2" and normalised:

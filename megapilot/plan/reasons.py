@@ -536,4 +536,3 @@ def _largest_growth(best: EstimateResult, other: EstimateResult) -> str:
         return ""
     return (f"{component_words(key)} {format_duration(other.time_breakdown_s.get(key, 0.0))} vs "
             f"{format_duration(best.time_breakdown_s.get(key, 0.0))} per step")
-
