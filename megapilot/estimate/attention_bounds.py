@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
-from megapilot.estimate.flops import has_softmax_core
 from megapilot.estimate.passes import FORWARD_SHARE
 from megapilot.spec.hardware import Architecture, GPUSpec
 from megapilot.spec.model import ModelSpec
@@ -60,7 +59,7 @@ def backward_smem_bound(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> flo
     cuDNN's fused attention, which Transformer Engine runs on Hopper and Blackwell (it turns FlashAttention off there
     "to give FusedAttention preference on Hopper+"), is the kernel priced; FlashAttention-4 shrinks that traffic with
     tensor memory and 2-CTA MMAs and runs up to 1.3x faster than cuDNN 9.13."""
-    if gpu.mma_flops_per_smem_byte is None or not has_softmax_core(model, layer_index):
+    if gpu.mma_flops_per_smem_byte is None or not model.has_softmax_core(layer_index):
         return 1.0
     return max(1.0, gpu.mma_flops_per_smem_byte / backward_smem_flops_per_byte(*_head_dims(model)))
 
@@ -124,7 +123,7 @@ def _head_dims(model: ModelSpec) -> tuple[int, int]:
 
 def _exponential_pass_bounds(model: ModelSpec, layer_index: int, gpu: GPUSpec) -> tuple[float, float]:
     """(forward, backward) multipliers of the MMA time by the exponentials (`softmax_exponential_bound`)."""
-    if gpu.mma_flops_per_exp is None or not has_softmax_core(model, layer_index):
+    if gpu.mma_flops_per_exp is None or not model.has_softmax_core(layer_index):
         return 1.0, 1.0
     width = sum(_head_dims(model))
     per_score = gpu.mma_flops_per_exp * SOFTMAX_WORK_PER_EXPONENTIAL.get(gpu.architecture, 1.0)

@@ -247,17 +247,6 @@ def mlp_flops(model: ModelSpec, layer_index: int) -> float:
     return dense_mlp_flops(model, model.layer_ffn_hidden_size(layer_index))
 
 
-def has_attention(model: ModelSpec, layer_index: int) -> bool:
-    """Layer `layer_index` runs an attention (a heterogeneous layer's may be a linear or nothing)."""
-    return model.layer_kind(layer_index) in ("transformer", "attention") \
-        and model.layer_block(layer_index).attention == "full"
-
-
-def has_softmax_core(model: ModelSpec, layer_index: int) -> bool:
-    """Layer `layer_index` runs a softmax attention core: an attention that is not Gated DeltaNet's linear one."""
-    return has_attention(model, layer_index) and not model.is_linear_attention_layer(layer_index)
-
-
 def mamba_mixer_flops(model: ModelSpec, seq_length: int) -> float:
     """One Mamba-2 mixer, per token, as Megatron's hybrid FLOPs formula counts it (training.py
     `mamba_layer_flops`, forward, times 3 for forward + backward as `num_floating_point_operations` returns
@@ -292,7 +281,7 @@ def layer_attention_core_flops(
 ) -> float:
     """The attention core of layer `layer_index`: windowed where the model slides or chunks there; a Gated
     DeltaNet layer's conv and delta rule (its sequence mixing, linear in the tokens)."""
-    if not has_attention(model, layer_index):
+    if not model.has_attention(layer_index):
         return 0.0
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[1]
@@ -308,7 +297,7 @@ def layer_attention_linear_flops(model: ModelSpec, layer_index: int) -> float:
     heterogeneous layer's linear replacement."""
     if model.layer_block(layer_index).attention == "linear":
         return _linear_replacement_flops(model)
-    if not has_attention(model, layer_index):
+    if not model.has_attention(layer_index):
         return 0.0
     if model.is_linear_attention_layer(layer_index):
         return gated_delta_net_flops(model)[0]

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from megapilot.estimate.attention_bounds import PassBounds, attention_pass_bounds
 from megapilot.estimate.cases import Case
-from megapilot.estimate.flops import has_softmax_core
 from megapilot.estimate.step_time import layer_terms
 
 TERM_DIGITS = 12  # layers whose terms agree to a picosecond are one kind
@@ -52,6 +51,6 @@ def layer_groups(case: Case) -> tuple[LayerGroup, ...]:
 
 
 def _attention_bound(case: Case, index: int) -> PassBounds | None:
-    if not has_softmax_core(case.model, index):
+    if not case.model.has_softmax_core(index):
         return None
     return attention_pass_bounds(case.model, index, case.cluster.gpu)

@@ -78,8 +78,6 @@ from megapilot.estimate.flops import (
     attention_core_flops,
     dsa_indexer_score_flops,
     flops_per_step,
-    has_attention,
-    has_softmax_core,
     layer_attention_core_flops,
 )
 from megapilot.estimate.latency import (
@@ -354,7 +352,7 @@ def layer_terms(
     # the per-token core FLOPs (at the full sequence length) already account for. TP splits the heads, but
     # DeepSeek Sparse Attention's indexer scores every token on every TP rank.
     whole_on_every_rank = dsa_indexer_score_flops(model, training.seq_length) \
-        if has_attention(model, layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
+        if model.has_attention(layer_index) and model.runs_dsa_indexer(layer_index) else 0.0
     if not _runs_unfused_attention(model, layer_index):  # MLA, DSA, Gated DeltaNet: their counted FLOPs
         softmax_flops = (core_flops - whole_on_every_rank) * attention_core_bound(model, layer_index, gpu)
         terms["mixer_core"] = attention_time_s((softmax_flops / p.tp + whole_on_every_rank) * tokens, gpu, eff)
@@ -420,7 +418,7 @@ def layer_terms(
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     else:
         tp_s *= block.sublayers / 2  # a removed sublayer communicates nothing
-    if has_attention(model, layer_index) and model.mla is None:
+    if model.has_attention(layer_index) and model.mla is None:
         tp_s += _qkv_gather_s(model, cluster, p, tokens, model.layer_kv_heads(layer_index))
     if p.recompute == "full" and recomputed:
         terms["recompute"] = compute_s / PASSES_PER_FORWARD_BACKWARD
@@ -538,7 +536,7 @@ def _unfused_rope_s(model: ModelSpec, layer_index: int, gpu: GPUSpec, p: Paralle
     """What RoPE in PyTorch ops (`latency.unfused_rope`) moves beyond the fused kernel the glue fit stands for, over
     the rotated q and k values of a RoPE layer (`UNFUSED_ROPE_BYTES_PER_VALUE`; none on a NoPE or linear-attention
     layer; MLA rotates its q heads' and its one shared key's positional parts)."""
-    if not has_softmax_core(model, layer_index) \
+    if not model.has_softmax_core(layer_index) \
             or (model.no_rope_freq is not None and (layer_index + 1) % model.no_rope_freq == 0):
         return 0.0
     if model.mla is not None:
@@ -552,7 +550,7 @@ def _unfused_rope_s(model: ModelSpec, layer_index: int, gpu: GPUSpec, p: Paralle
 def _runs_unfused_attention(model: ModelSpec, layer_index: int) -> bool:
     """Whether the pre-flash attention path prices this layer's core: a plain softmax attention (MLA, DSA and Gated
     DeltaNet came with the fused kernels and have no unfused history to price)."""
-    return has_softmax_core(model, layer_index) and model.mla is None and model.dsa is None
+    return model.has_softmax_core(layer_index) and model.mla is None and model.dsa is None
 
 
 def _fused_attention_core_s(model: ModelSpec, layer_index: int, training: TrainingSpec, p: ParallelConfig,

@@ -699,6 +699,22 @@ class ModelSpec(_Spec):
         gdn = self.gated_delta_net
         return gdn is not None and (layer_index + 1) % gdn.full_attention_freq != 0
 
+    def has_attention(self, layer_index: int) -> bool:
+        """Layer `layer_index` runs an attention (a heterogeneous layer's may be a linear or nothing)."""
+        return self.layer_kind(layer_index) in ("transformer", "attention") \
+            and self.layer_block(layer_index).attention == "full"
+
+    def has_softmax_core(self, layer_index: int) -> bool:
+        """Layer `layer_index` runs a softmax attention core (Transformer Engine's DotProductAttention): an
+        attention that is not Gated DeltaNet's linear one."""
+        return self.has_attention(layer_index) and not self.is_linear_attention_layer(layer_index)
+
+    @property
+    def has_softmax_attention(self) -> bool:
+        """Whether any layer runs a softmax attention core (the layers a CP comm type applies to): not a pure Mamba
+        or linear-attention stack."""
+        return any(self.has_softmax_core(i) for i in range(self.num_layers))
+
     @property
     def dsa(self) -> DSASpec | None:
         """DeepSeek Sparse Attention's indexer settings, when the MLA layers attend sparsely."""

@@ -435,7 +435,7 @@ def a2a_context_parallel_refusal(model: ModelSpec, tp: int, cp: int,
     one where TP replicates each KV head, Megatron-Core's Attention), and `attn_forward_func_with_cp` asserts
     "Context parallelism does not support MLA" with it (K and V of unequal head dims). The refusal (field `cp`, or
     `cp_comm_type` for MLA), or None (always for p2p)."""
-    if cp == 1 or cp_comm_type != "a2a" or not has_softmax_attention(model):
+    if cp == 1 or cp_comm_type != "a2a" or not model.has_softmax_attention:
         return None
     if model.mla is not None:
         return MegapilotError(
@@ -458,15 +458,6 @@ def a2a_heads_split_refusal(heads: int, kv_heads: tuple[int, ...], tp: int, cp: 
         f"cp={cp} does not divide the {heads // tp} attention heads and {min(max(1, kv // tp) for kv in kv_heads)} "
         f"KV heads of a TP rank (tp={tp}); a2a context parallelism gives each CP rank whole heads (Transformer Engine "
         "asserts it)", field="cp", fix=fix + ("" if sinks else ", or --cp-comm-type p2p"))
-
-
-@lru_cache(maxsize=64)  # asked for every CP the planner walks
-def has_softmax_attention(model: ModelSpec) -> bool:
-    """Whether any layer runs softmax attention through Transformer Engine's DotProductAttention (the layers a CP
-    comm type applies to): not a pure Mamba or linear-attention stack."""
-    return any(
-        model.layer_kind(i) in ("transformer", "attention") and not model.is_linear_attention_layer(i)
-        and model.layer_block(i).attention == "full" for i in range(model.num_layers))
 
 
 def a2a_cp_sizes(heads: int, kv_heads: tuple[int, ...], tp: int) -> tuple[int, ...]:

@@ -171,3 +171,22 @@ def test_sqrtsoftplus_routing_takes_the_expert_bias_softmax_does_not():
                    router_expert_bias=True).router_expert_bias
     with pytest.raises(ValidationError, match="router_expert_bias"):
         MoESpec(num_experts=4, router_topk=2, moe_ffn_hidden_size=8, router_expert_bias=True)
+
+
+def test_which_layers_run_a_softmax_attention_core():
+    from megapilot.catalog.models import get_model
+
+    dense = _model()
+    assert all(dense.has_attention(i) and dense.has_softmax_core(i) for i in range(dense.num_layers))
+    assert dense.has_softmax_attention
+    # Qwen3-Next: Gated DeltaNet on three layers of four, softmax attention on every fourth (1-based)
+    next_ = get_model("qwen3-next-80b-a3b")
+    assert [next_.has_softmax_core(i) for i in range(4)] == [False, False, False, True]
+    assert all(next_.has_attention(i) for i in range(4))  # the linear mixer is an attention too
+    assert next_.has_softmax_attention
+    # a hybrid Mamba stack: only its attention blocks; a pure Mamba stack has none
+    hybrid = get_model("nemotron-h-8b")
+    cores = [i for i in range(hybrid.num_layers) if hybrid.has_softmax_core(i)]
+    assert cores and all(hybrid.layer_kind(i) == "attention" for i in cores)
+    mamba_only = hybrid.model_copy(update={"hybrid_override_pattern": "M" * hybrid.num_layers})
+    assert not mamba_only.has_softmax_attention
