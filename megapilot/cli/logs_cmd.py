@@ -318,6 +318,7 @@ def diagnose_command(
         raise typer.Exit(1)
 
 
+_FIXES_NOTES = ("no --script/--flags given", "fixes use the flag names")
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "info": "dim"}
 
 
@@ -326,9 +327,11 @@ def _print_diagnosis(result: Diagnosis) -> None:
     from rich.table import Table
 
     if not result.findings:
-        notes = [note for note in result.notes if note != "no problem found in the log"]
-        console.print("[green]No problem found in the log.[/]" + (" " + "; ".join(notes) if notes else ""),
-                      highlight=False)
+        console.print("[green]No problem found in the log.[/]")
+        # what the fixes were built from says nothing when there is no fix
+        for note in result.notes:
+            if note != "no problem found in the log" and not note.startswith(_FIXES_NOTES):
+                console.print(f"note: {note}", highlight=False)
         return
     if len(result.story) > 1:  # a cascade across ranks or files: the story before the findings
         console.print("[bold]what happened[/] (root cause first):")

@@ -911,17 +911,20 @@ def _nan_finding(log: ParsedLog, config: RunConfig | None) -> Finding | None:
         return None  # the RerunStateMachine's report names rank and iteration: that finding says more
     bad: list[IterationRecord] = []
     previous: IterationRecord | None = None
-    had_loss = False
+    had_loss = had_counters = False
     for record in log.iterations:
         interval = record.iteration - previous.iteration if previous else None
-        # a line cut short (a crash tore the write: NULs follow) lacks its closing counters too: not a NaN
-        torn = previous is not None and previous.nan_iterations is not None and record.nan_iterations is None
+        # A line cut short lacks its closing counters too: a crash tore the write, or another rank's output broke
+        # into it (the rest of the line follows on the next one). Megatron drops the loss of a NaN step but still
+        # prints the counters, so a line without them, in a run whose lines carry them, says nothing of a NaN.
+        torn = had_counters and record.nan_iterations is None
         vanished = (had_loss and record.lm_loss is None and interval is not None and interval > 0
                     and (record.skipped_iterations or 0) < interval and not record.losses and not torn)
         counted = bool(record.nan_iterations)
         if record.has_nonfinite or counted or vanished:
             bad.append(record)
         had_loss = had_loss or record.lm_loss is not None
+        had_counters = had_counters or record.nan_iterations is not None
         previous = record
     if not bad:
         return None

@@ -104,6 +104,19 @@ def test_loss_vanishing_without_nan_counter_is_nan_loss_but_fp16_skips_are_not()
     assert [f.category for f in diagnose_log(vanished, None).findings] == ["nan_loss"]
 
 
+def test_lines_another_rank_broke_into_are_not_a_nan_loss():
+    def line(i: int) -> str:
+        return (f" iteration {i:8d}/ 100 | elapsed time per iteration (ms): 100.0 | lm loss: 5.0E+00 | grad norm: 1.0 |"
+                f" number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+    def broken(i: int) -> str:  # another rank's text cuts in; the rest of the line follows on the next one
+        head, tail = line(i).split(" | lm loss")
+        return f"{head} [default3]:NCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/CUMEM\n | lm loss{tail}"
+
+    text = "\n".join([line(i) for i in range(1, 10)] + [broken(10), broken(11)] + [line(i) for i in range(12, 20)])
+    assert "nan_loss" not in [f.category for f in diagnose_log(parse_text(text), None).findings]
+
+
 def test_low_throughput_on_h100_from_real_mixtral_log():
     findings = diagnose([DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"], gpu=get_gpu("h100"),
                         flags="--tensor-model-parallel-size 1").findings
