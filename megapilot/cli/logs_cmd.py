@@ -106,7 +106,7 @@ def parse(
 ) -> None:
     """Parse training logs into iteration, memory, checkpoint and error records plus a steady-state summary."""
     from megapilot.cli.common import require_positive
-    from megapilot.logs import ParseOptions, follow_log, parse_logs
+    from megapilot.logs import ParseOptions, parse_logs
     from megapilot.logs.sources import expand_follow_paths, expand_log_paths
 
     if json_output and csv_output:
@@ -120,12 +120,9 @@ def parse(
         paths = expand_follow_paths(files)
         if timeout is None and idle_timeout is None:
             idle_timeout = 600.0
-        if len(paths) == 1:
-            log = follow_log(paths[0], options=options, summary_only=summary_only, timeout_s=timeout,
-                             idle_timeout_s=idle_timeout)
-        else:
-            log = _follow_several(paths, options, summary_only=summary_only, timeout_s=timeout,
-                                  idle_timeout_s=idle_timeout, quiet=json_output or csv_output)
+        # one file is a run of one file: the same live lines and hang warning as several
+        log = _follow_several(paths, options, summary_only=summary_only, timeout_s=timeout,
+                              idle_timeout_s=idle_timeout, quiet=json_output or csv_output)
         if not any(Path(path).exists() for path in paths):
             raise MegapilotError(f"{', '.join(paths)} did not appear before the timeout", field="FILE",
                                  fix="check the log path (a run directory's log is out-node0/training.log)")

@@ -52,6 +52,15 @@ def test_logs_parse_follow_stops_at_idle_timeout(cli, tmp_path: Path):
     assert data["dialect"] == "megatron-bridge" and len(data["iterations"]) == 3
 
 
+def test_logs_parse_follow_of_one_file_prints_each_iteration_as_it_comes(cli, tmp_path: Path):
+    log = tmp_path / "growing.log"
+    log.write_text((DATA / "synthetic_bridge.log").read_text())
+    result = cli("logs", "parse", str(log), "--follow", "--idle-timeout", "0.3")
+    assert result.exit_code == 0, result.stderr
+    live = [line for line in result.stdout.splitlines() if line.startswith("growing.log  iteration")]
+    assert len(live) == 3 and "iterations logged / counted / steady" in result.stdout
+
+
 def test_missing_file_is_one_line_exit_2(cli):
     result = cli("logs", "parse", "/no/such.log")
     assert result.exit_code == 2 and "FILE" in result.stderr and "Traceback" not in result.stderr
