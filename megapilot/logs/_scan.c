@@ -98,6 +98,7 @@ typedef struct {
     int has_max, has_first_iteration, has_train_iters, has_nan_total, has_skipped_total, save_pending;
     int has_first_loss, has_final_loss, has_min_loss, needs_first_time;
     double first_loss, final_loss, min_loss, mean, m2, minimum, maximum, tokens_total, tflops_total;
+    double tokens_weight, tflops_weight; /* the step times the rates are weighted by (summary.py `_Mean`) */
     Py_ssize_t head_length;
     double weight;                                 /* `_Running._weight` (Li's Algorithm L), once the reservoir is full */
     PyObject *after, *reservoir, *tokens, *tflops; /* owned during a scan */
@@ -115,7 +116,7 @@ static PyObject *s_max_counted, *s_counted, *s_logged, *s_train_iters, *s_first_
 static PyObject *s_final_loss, *s_min_loss, *s_nan_iterations, *s_skipped_iterations, *s_save_pending;
 static PyObject *s_checkpoint_dropped, *s_head, *s_after_head, *s_tokens_after_head, *s_tflops_after_head;
 static PyObject *s_first_time, *s_count, *s_mean, *s_m2, *s_minimum, *s_maximum, *s_reservoir, *s_next_replace;
-static PyObject *s_total, *s_random, *s_weight, *s_random_method, *s_getrandbits;
+static PyObject *s_total, *s_random, *s_weight, *s_random_method, *s_getrandbits, *s_mean_weight;
 
 static const double POWERS_OF_TEN[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                          1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
@@ -1003,7 +1004,9 @@ static int load_state(const Scanner *self, PyObject *summary, State *st) {
     }
     if (load_running(self, st) < 0 || load_int(st->tokens, s_count, &st->tokens_count) < 0 ||
         load_float(st->tokens, s_total, &st->tokens_total) < 0 || load_int(st->tflops, s_count, &st->tflops_count) < 0 ||
-        load_float(st->tflops, s_total, &st->tflops_total) < 0)
+        load_float(st->tflops, s_total, &st->tflops_total) < 0 ||
+        load_float(st->tokens, s_mean_weight, &st->tokens_weight) < 0 ||
+        load_float(st->tflops, s_mean_weight, &st->tflops_weight) < 0)
         return -1;
     return 0;
 }
@@ -1052,7 +1055,9 @@ static int store_state(const Scanner *self, PyObject *summary, State *st) {
         store_running(self, st) < 0 || store(st->tokens, s_count, PyLong_FromLongLong(st->tokens_count)) < 0 ||
         store(st->tokens, s_total, PyFloat_FromDouble(st->tokens_total)) < 0 ||
         store(st->tflops, s_count, PyLong_FromLongLong(st->tflops_count)) < 0 ||
-        store(st->tflops, s_total, PyFloat_FromDouble(st->tflops_total)) < 0)
+        store(st->tflops, s_total, PyFloat_FromDouble(st->tflops_total)) < 0 ||
+        store(st->tokens, s_mean_weight, PyFloat_FromDouble(st->tokens_weight)) < 0 ||
+        store(st->tflops, s_mean_weight, PyFloat_FromDouble(st->tflops_weight)) < 0)
         return -1;
     return 0;
 }
@@ -1241,11 +1246,13 @@ static int add_row(const Scanner *self, State *st, const Row *row, double tokens
     }
     if (has_tokens && isfinite(tokens)) {
         st->tokens_count++;
-        st->tokens_total += tokens;
+        st->tokens_total += tokens * x;
+        st->tokens_weight += x;
     }
     if (row->has_tflops && isfinite(row->tflops)) {
         st->tflops_count++;
-        st->tflops_total += row->tflops;
+        st->tflops_total += row->tflops * x;
+        st->tflops_weight += x;
     }
     return 1;
 }
@@ -1698,6 +1705,7 @@ static int intern_names(void) {
     INTERN(s_total, "total");
     INTERN(s_random, "_random");
     INTERN(s_weight, "_weight");
+    INTERN(s_mean_weight, "weight");
     INTERN(s_random_method, "random");
     INTERN(s_getrandbits, "getrandbits");
 #undef INTERN

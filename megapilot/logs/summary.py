@@ -11,8 +11,9 @@ THE RULE (one rule, the same for every dialect):
    starts), because the save time can land in its step time.
 Over what is left: mean, p50, p95 (linear interpolation; exact up to `RESERVOIR_SIZE` samples, a
 seeded uniform reservoir beyond), CV = population std / mean of step time; mean tokens/s/GPU,
-TFLOP/s/GPU and MFU of the same records. Losses (final, min, first) use every counted record whose
-interval had no NaN iteration.
+TFLOP/s/GPU and MFU of the same records, each weighted by its step time (the run's tokens over its time; the
+plain mean of per-step rates would overstate a run that slows down). Losses (final, min, first) use every counted
+record whose interval had no NaN iteration.
 """
 
 from __future__ import annotations
@@ -100,22 +101,25 @@ class _Running:
 
 
 class _Mean:
-    """Running mean of the finite values given (no percentiles needed)."""
+    """Running mean of the finite values given, each weighted by its step time: a rate's mean over a run is what
+    the run did (work over time), where the plain mean of per-step rates overstates a run that slows down."""
 
-    __slots__ = ("count", "total")
+    __slots__ = ("count", "total", "weight")
 
     def __init__(self) -> None:
         self.count = 0
         self.total = 0.0
+        self.weight = 0.0
 
-    def add(self, value: float | None) -> None:
+    def add(self, value: float | None, step_ms: float) -> None:
         if value is not None and math.isfinite(value):
             self.count += 1
-            self.total += value
+            self.total += value * step_ms
+            self.weight += step_ms
 
     @property
     def mean(self) -> float:
-        return self.total / self.count if self.count else 0.0
+        return self.total / self.weight if self.weight else 0.0
 
 
 class IterationRow(NamedTuple):
@@ -301,9 +305,9 @@ class SummaryBuilder:
                 after._reservoir_step(elapsed_ms)
                 next_replace = after._next_replace if after.count >= RESERVOIR_SIZE else RESERVOIR_SIZE
             if tokens is not None:
-                tokens_mean.add(tokens)
+                tokens_mean.add(tokens, elapsed_ms)
             if tflops is not None:
-                tflops_mean.add(tflops)
+                tflops_mean.add(tflops, elapsed_ms)
         self._max_counted, self._counted, self._logged = max_counted, counted, logged
         self._train_iters, self._first_iteration = train_iters_kept, first_iteration
         self._first_loss, self._final_loss, self._min_loss = first_loss, final_loss, min_loss
@@ -336,12 +340,9 @@ class SummaryBuilder:
 
     def _fold(self, sample: _Sample) -> None:
         self._after_head.add(sample[0])
-        if sample[1] is not None:
-            self._tokens_after_head.add(sample[1])
-        if sample[2] is not None:
-            self._tflops_after_head.add(sample[2])
-        if sample[3] is not None:
-            self._mfu_after_head.add(sample[3])
+        self._tokens_after_head.add(sample[1], sample[0])
+        self._tflops_after_head.add(sample[2], sample[0])
+        self._mfu_after_head.add(sample[3], sample[0])
 
     def result(self) -> RunSummary:
         timed = len(self._head) + self._after_head.count  # records with a step time (checkpoint-dropped included)
@@ -354,9 +355,9 @@ class SummaryBuilder:
         steady, tokens, tflops, mfu = _Running(), _Mean(), _Mean(), _Mean()
         for elapsed_ms, tokens_value, tflops_value, mfu_value in kept_from_head:
             steady.add(elapsed_ms)
-            tokens.add(tokens_value)
-            tflops.add(tflops_value)
-            mfu.add(mfu_value)
+            tokens.add(tokens_value, elapsed_ms)
+            tflops.add(tflops_value, elapsed_ms)
+            mfu.add(mfu_value, elapsed_ms)
         merged = _merge(steady, self._after_head)
         summary = RunSummary(
             rule=RULE_TEXT, iterations_logged=self._logged, iterations_counted=self._counted,
@@ -381,8 +382,8 @@ class SummaryBuilder:
 
 
 def _mean_of(first: _Mean, second: _Mean) -> float | None:
-    count = first.count + second.count
-    return (first.total + second.total) / count if count else None
+    weight = first.weight + second.weight
+    return (first.total + second.total) / weight if weight else None
 
 
 def _merge(first: _Running, second: _Running) -> _Running:

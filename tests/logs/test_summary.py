@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
-from megapilot.logs import parse_text
+from megapilot.logs import ParseOptions, parse_logs, parse_text
 from megapilot.logs.records import IterationRecord
 from megapilot.logs.summary import RESERVOIR_SIZE, WARMUP_CAP, SummaryBuilder
 
@@ -85,3 +86,20 @@ def test_the_reservoir_index_draw_is_the_one_randrange_makes(n: int):
         running, reference = _Running(seed), random.Random(seed)
         assert [running._below(n) for _ in range(300)] == [reference.randrange(n) for _ in range(300)]
         assert running._random.random() == reference.random()
+
+
+@pytest.mark.parametrize("summary_only", [False, True], ids=["line path", "bulk path"])
+def test_the_mean_rate_of_a_slowing_run_is_its_tokens_over_its_time(summary_only: bool, tmp_path: Path):
+    gbs, seq, world = 64, 2048, 16
+    times = [1000.0] * 20 + [1000.0 * (1 + i / 10) for i in range(180)]  # the step time grows to 19x
+    lines = [f" iteration {i + 1:8d}/ 1000 | elapsed time per iteration (ms): {ms:.1f} | global batch size: {gbs:5d} |"
+             f" lm loss: 3.0E+00 |" for i, ms in enumerate(times)]
+    path = tmp_path / "slowing.log"
+    path.write_text("\n".join(lines) + "\n")
+    summary = parse_logs([path], options=ParseOptions(seq_length=seq, world_size=world),
+                         summary_only=summary_only).summary
+    kept = times[summary.warmup_dropped:]
+    assert summary.tokens_per_s_per_gpu_mean == pytest.approx(gbs * seq / (statistics.fmean(kept) / 1000 * world))
+    # the plain mean of per-step rates is far above what the run did
+    plain = statistics.fmean(gbs * seq / (ms / 1000 * world) for ms in kept)
+    assert plain > 1.5 * summary.tokens_per_s_per_gpu_mean
