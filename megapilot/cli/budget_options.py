@@ -102,7 +102,7 @@ def _history_rate(gpu: GPUSpec | None) -> dict[str, Any]:
 
     names = {gpu.name.lower(), gpu.alias} if gpu is not None else set()
     interruptions, gpu_hours, runs = 0, 0.0, 0
-    with open_history() as history:
+    with open_history(read_only=True) as history:
         for row in history.runs(limit=HISTORY_RUNS_READ):
             if row.gpu.lower() not in names:
                 continue

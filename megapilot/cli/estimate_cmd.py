@@ -149,7 +149,7 @@ class ClusterCalibrator:
         if cluster not in self._runs:
             from megapilot.store.history import open_history
 
-            with open_history(self.db) as history:
+            with open_history(self.db, read_only=True) as history:
                 known = history.clusters()
                 if cluster not in known:
                     raise MegapilotError(f"no measured run of cluster {cluster!r} in the history at "

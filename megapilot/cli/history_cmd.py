@@ -9,9 +9,10 @@ the corrections fitted on its runs and the held-out error with and without them.
 `RUN_DIR/history-pending.json`).
 
 The database is `--db` (a SQLite path or a postgresql:// URL), else $MEGAPILOT_HISTORY, else the SQLite
-file in the user data dir. A RUN is a run id, a unique prefix of one, or `latest`. Every command has
-`--json`: list and calibration print an array, show and compare an object, with the fields of
-megapilot.store.history's RunRow, RunDetail, RunComparison and CalibrationRow.
+file in the user data dir. The commands that only read (list, show, compare, calibration) open it read-only and
+refuse a --db that does not exist; the default file not made yet reads as an empty history. A RUN is a run id, a
+unique prefix of one, or `latest`. Every command has `--json`: list and calibration print an array, show and
+compare an object, with the fields of megapilot.store.history's RunRow, RunDetail, RunComparison and CalibrationRow.
 """
 
 from __future__ import annotations
@@ -47,10 +48,12 @@ def register(app: typer.Typer) -> None:
     app.add_typer(history_app, name="history")
 
 
-def _open(db: str | None) -> History:
+def _open(db: str | None, *, read_only: bool = False) -> History:
+    """The history; read_only for the commands that only read it: opened read-only, and a --db that does not
+    exist is refused instead of made."""
     from megapilot.store.history import open_history
 
-    return open_history(db)
+    return open_history(db, read_only=read_only)
 
 
 @history_app.command("record")
@@ -85,7 +88,7 @@ def list_runs(
     from megapilot.cli.common import require_positive
 
     require_positive("--limit", limit)
-    with _open(db) as history:
+    with _open(db, read_only=True) as history:
         rows = history.runs(limit=limit, model=model, gpu=gpu)
         location = history.location
     if as_json:
@@ -100,7 +103,7 @@ def list_runs(
 @history_app.command("show")
 def show_run(run: RunArg, db: DbOpt = None, as_json: JsonFlag = False) -> None:
     """One run: its card, and every combo's verdict, metrics and prediction."""
-    with _open(db) as history:
+    with _open(db, read_only=True) as history:
         detail = history.run(run)
     if as_json:
         emit_json(detail)
@@ -111,7 +114,7 @@ def show_run(run: RunArg, db: DbOpt = None, as_json: JsonFlag = False) -> None:
 @history_app.command("compare")
 def compare_runs(run_a: RunArg, run_b: RunArg, db: DbOpt = None, as_json: JsonFlag = False) -> None:
     """Every metric of the combos both runs have: B against A, better or worse by the metric's direction."""
-    with _open(db) as history:
+    with _open(db, read_only=True) as history:
         comparison = history.compare(run_a, run_b)
     if as_json:
         emit_json(comparison)
@@ -128,7 +131,7 @@ def calibration(db: DbOpt = None, as_json: JsonFlag = False,
     corrections fitted on its runs and how much each improves the held-out error."""
     from megapilot.estimate.history_calibration import cluster_fits
 
-    with _open(db) as history:
+    with _open(db, read_only=True) as history:
         rows = history.calibration()
         location = history.location
         clusters = [cluster] if cluster else history.clusters()

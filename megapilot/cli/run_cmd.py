@@ -204,7 +204,7 @@ class _Recorder:
     def calibration_runs(self) -> tuple[MeasuredRun, ...]:
         from megapilot.store.history import open_history
 
-        with open_history(self.db) as history:
+        with open_history(self.db, read_only=True) as history:
             return history.calibration_runs(self.cluster)
 
     def record(self, result: JobResult, prediction: Prediction) -> dict[str, object] | None:

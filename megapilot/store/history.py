@@ -1,6 +1,7 @@
 """The run history: every suite run's verdicts, metrics and predictions, in SQLite or PostgreSQL.
 
-`open_history()` opens (and creates, and migrates) the database:
+`open_history()` opens the database, checked whole; a writer creates and migrates it as needed, a reader
+(`read_only=True`) changes nothing and so reads a history in a folder it cannot write:
     url None      $MEGAPILOT_HISTORY, else `platformdirs.user_data_dir("megapilot")/history.sqlite`
     a path        a SQLite file (or `sqlite:///path`)
     postgresql:// a PostgreSQL database shared by a team (needs the `postgres` extra: psycopg)
@@ -23,7 +24,7 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -33,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 from megapilot.errors import MegapilotError
 from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
-from megapilot.store.schema import Database, apply_migrations
+from megapilot.store.schema import Database, apply_migrations, needs_migration
 from megapilot.suite.results import ComboResult, SuiteResult, Verdict
 
 HISTORY_ENV = "MEGAPILOT_HISTORY"
@@ -201,48 +202,95 @@ def history_url(url: str | None = None) -> str:
     return url or os.environ.get(HISTORY_ENV) or str(default_history_path())
 
 
-def connect_database(url: str | None = None) -> Database:
-    """A connection to the history database as it is, not migrated (open_history migrates)."""
+def connect_database(url: str | None = None, *, read_only: bool = False) -> Database:
+    """A connection to the history database as it is, not migrated (open_history migrates).
+
+    read_only: a SQLite file is opened without changing it (its journal mode left alone, no folder or file
+    created), so that a history in a folder this user cannot write still reads; a path that does not exist is a
+    user error, except the default location (no --db, no $MEGAPILOT_HISTORY), which reads as an empty history.
+    """
     target = history_url(url)
-    return _open_postgres(target) if target.startswith(POSTGRES_SCHEMES) else _open_sqlite(target)
+    if target.startswith(POSTGRES_SCHEMES):
+        return _open_postgres(target)
+    source = "" if url else f" (${HISTORY_ENV})" if os.environ.get(HISTORY_ENV) else None
+    return _open_sqlite(target, read_only=read_only, source=source)
 
 
-def open_history(url: str | None = None) -> History:
-    """Open the run history (created and migrated to the current schema as needed)."""
-    database = connect_database(url)
+def open_history(url: str | None = None, *, read_only: bool = False) -> History:
+    """Open the run history, checked whole (SQLite: PRAGMA quick_check when it is opened, so a damaged file is
+    refused before anything reads from or writes into it).
+
+    For writing (the default) it is created and migrated to the current schema as needed. read_only: nothing is
+    created or changed, except that a history written by an older megapilot is reopened for writing once to
+    migrate it (its rows could not be read otherwise).
+    """
+    database = connect_database(url, read_only=read_only)
     try:
-        _migrate(database)
+        if not read_only:
+            apply_migrations(database)
+        elif needs_migration(database):
+            database.close()
+            database = connect_database(url)
+            apply_migrations(database)
     except BaseException:
         database.close()
         raise
     return History(database)
 
 
-def _migrate(database: Database) -> None:
-    try:
-        apply_migrations(database)
-    except sqlite3.OperationalError as exc:
-        raise _sqlite_problem(database.location, exc) from None
-    except sqlite3.DatabaseError as exc:
-        raise MegapilotError(f"{database.location} is not a megapilot history ({exc})", field="--db",
-                             fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path") from None
+def _refuse_damaged(connection: sqlite3.Connection, location: str) -> None:
+    """A SQLite history whose pages fail the quick check (b-trees and free list, not index contents: linear in
+    the file's size, a fraction of a second for a history of hundreds of MiB) is refused as damaged."""
+    problems = [str(row[0]) for row in connection.execute("PRAGMA quick_check").fetchall() if str(row[0]) != "ok"]
+    if problems:
+        raise _damaged(location, f"malformed pages; integrity check: {'; '.join(problems[:3])}")
 
 
-def _sqlite_problem(location: str, exc: Exception) -> MegapilotError:
-    """An OperationalError said plainly: locked, read-only, full, or damaged."""
+def _damaged(location: str, detail: str) -> MegapilotError:
+    return MegapilotError(f"{location} is damaged ({detail})", field="--db",
+                          fix=f"move it aside (a new history then starts at that path) or restore it from a backup; "
+                              f"`sqlite3 {location} .recover` salvages the rows still readable")
+
+
+def _sqlite_problem(location: str, exc: BaseException, path: Path | None = None) -> MegapilotError:
+    """A SQLite error said plainly: damaged, not a history, locked, not writable, full, or cannot be opened."""
     text = str(exc)
+    if "malformed" in text or "corrupt" in text:  # SQLITE_CORRUPT
+        return _damaged(location, text)
+    if "not a database" in text:  # SQLITE_NOTADB
+        return MegapilotError(f"{location} is not a megapilot history ({text})", field="--db",
+                              fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path")
     if "locked" in text or "busy" in text:
         return MegapilotError(f"{location} is locked by another process (still after {BUSY_TIMEOUT_S:g} s)",
                               field="--db", fix="wait for the other megapilot (or sqlite3 shell) to finish, or use "
                                                 "another --db")
-    if "readonly" in text or "read-only" in text:
-        return MegapilotError(f"{location} cannot be written ({text})", field="--db",
-                              fix="make the file and its folder writable, or use another --db")
     if "full" in text:
         return MegapilotError(f"the disk under {location} is full ({text})", field="--db",
                               fix="free space there, or use another --db")
+    if "unable to open" in text and path is not None and path.exists() and not os.access(path, os.R_OK):
+        return MegapilotError(f"{location} cannot be read ({text})", field="--db",
+                              fix="make the file readable by this user, or use another --db")
+    if "readonly" in text or "read-only" in text or "unable to open" in text:
+        # SQLITE_CANTOPEN for a writer is most often a folder where the file, or its -wal and -shm, cannot be made
+        unwritable = _unwritable(path)
+        if unwritable is not None or "unable to open" not in text:
+            return MegapilotError(f"{location} cannot be written: {unwritable or 'the file'} is not writable ({text})",
+                                  field="--db", fix="make it writable by this user, or use another --db")
+        return MegapilotError(f"cannot open the history at {location} ({text})", field="--db",
+                              fix="check that the file and its folder can be read and written by this user, or use "
+                                  "another --db")
     return MegapilotError(f"{location} cannot be used as the history ({text})", field="--db",
                           fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path")
+
+
+def _unwritable(path: Path | None) -> str | None:
+    """Which of a database file and its folder (the nearest that exists) this user cannot write; None: neither."""
+    if path is None:
+        return None
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file"
+    folder = next((p for p in path.parents if p.exists()), None)
+    return f"its folder {folder}" if folder is not None and not os.access(folder, os.W_OK) else None
 
 
 # A suite writes a few hundred KiB of rows at most; less free space than this fails before training.
@@ -250,62 +298,134 @@ MIN_FREE_BYTES = 16 << 20
 
 
 class _SqliteDatabase:
+    """A SQLite connection whose errors reach the caller as MegapilotErrors naming --db (damaged, locked, ...)."""
+
     dialect = "sqlite"
 
-    def __init__(self, path: Path):
-        self.location = str(path)
-        # isolation_level=None: no implicit transactions; writes open theirs with BEGIN IMMEDIATE.
-        self._connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        self._connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self._use_wal()
-        self._connection.execute("PRAGMA foreign_keys = ON")
+    def __init__(self, connection: sqlite3.Connection, location: str, path: Path | None):
+        self._connection = connection
+        self.location = location
+        self._path = path  # None: in memory
 
-    def _use_wal(self) -> None:
-        """Switch a new file to WAL. Two processes creating the same history at once race for this switch,
-        and SQLite answers the loser "database is locked" at once, without its busy timeout: retry it."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        while True:
+    @classmethod
+    def for_writing(cls, path: Path) -> _SqliteDatabase:
+        # isolation_level=None: no implicit transactions; writes open theirs with BEGIN IMMEDIATE.
+        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            _refuse_damaged(connection, str(path))  # before the journal mode is set: nothing is written into it
+            _use_wal(connection)
+            connection.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            connection.close()
+            raise
+        return cls(connection, str(path), path)
+
+    @classmethod
+    def for_reading(cls, path: Path) -> _SqliteDatabase:
+        """Read-only, the journal mode as the file has it. A WAL file whose -shm cannot be created (a folder this
+        user cannot write) is opened immutable: no WAL writer can change it there either, as none can make its
+        -wal file."""
+        uri = path.absolute().as_uri()
+        for options in ("?mode=ro", "?mode=ro&immutable=1"):
+            connection = sqlite3.connect(uri + options, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             try:
-                self._connection.execute("PRAGMA journal_mode = WAL")
-                return
+                connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()  # opens the file and WAL index
+                _refuse_damaged(connection, str(path))
+                return cls(connection, str(path), path)
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                connection.close()
+                if "unable to open" not in str(exc) or "immutable" in options:
                     raise
-                time.sleep(0.05)
+            except BaseException:
+                connection.close()
+                raise
+        raise AssertionError("unreachable: the immutable open returns or raises")
+
+    @classmethod
+    def empty(cls, location: str) -> _SqliteDatabase:
+        """An empty history in memory, shown as `location`: the default history before anything was recorded,
+        read without creating it."""
+        database = cls(sqlite3.connect(":memory:", isolation_level=None), location, None)
+        apply_migrations(database)
+        return database
+
+    @contextmanager
+    def _plainly(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _sqlite_problem(self.location, exc, self._path) from None
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> None:
-        self._connection.execute(sql, tuple(params))
+        with self._plainly():
+            self._connection.execute(sql, tuple(params))
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
-        self._connection.executemany(sql, [tuple(row) for row in rows])
+        with self._plainly():
+            self._connection.executemany(sql, [tuple(row) for row in rows])
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        return self._connection.execute(sql, tuple(params)).fetchall()
+        with self._plainly():
+            return self._connection.execute(sql, tuple(params)).fetchall()
 
     @contextmanager
     def write(self) -> Iterator[None]:
-        self._connection.execute("BEGIN IMMEDIATE")  # the write lock now, not at the first write (no deadlock)
+        with self._plainly():
+            self._connection.execute("BEGIN IMMEDIATE")  # the write lock now, not at the first write (no deadlock)
         try:
             yield
         except BaseException:
-            self._connection.execute("ROLLBACK")
+            with suppress(sqlite3.Error):  # a rollback that fails too (connection gone) must not hide why
+                self._connection.execute("ROLLBACK")
             raise
-        self._connection.execute("COMMIT")
+        with self._plainly():
+            self._connection.execute("COMMIT")
 
     def close(self) -> None:
         self._connection.close()
 
 
-def _open_sqlite(target: str) -> _SqliteDatabase:
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Switch a new file to WAL. Two processes creating the same history at once race for this switch,
+    and SQLite answers the loser "database is locked" at once, without its busy timeout: retry it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _open_sqlite(target: str, *, read_only: bool, source: str | None) -> _SqliteDatabase:
+    """source: None for the default location, else how the path was named (for messages: '' or a variable)."""
     path = Path(target.removeprefix("sqlite:///") if target.startswith("sqlite:///") else target).expanduser()
     fix = "pass a file path or a postgresql:// URL to --db (or $MEGAPILOT_HISTORY)"
     if path.is_dir():
         raise MegapilotError(f"{path} is a directory, not a history database", field="--db", fix=fix)
+    if read_only and not path.exists():
+        if source is None:
+            return _SqliteDatabase.empty(str(path))
+        raise MegapilotError(f"there is no history at {path}{source}", field="--db",
+                             fix="check the path, or record one there with `megapilot suite run` or "
+                                 "`megapilot history import`")
     try:
+        if read_only:
+            return _SqliteDatabase.for_reading(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return _SqliteDatabase(path)
-    except (OSError, sqlite3.Error) as exc:
+        return _SqliteDatabase.for_writing(path)
+    except PermissionError as exc:
+        raise MegapilotError(f"{path} cannot be written: {_unwritable(path) or 'its folder'} is not writable "
+                             f"({exc.strerror})", field="--db",
+                             fix="make it writable by this user, or use another --db") from None
+    except OSError as exc:
         raise MegapilotError(f"cannot open the history at {path} ({exc})", field="--db", fix=fix) from None
+    except sqlite3.Error as exc:
+        raise _sqlite_problem(str(path), exc, path) from None
 
 
 class _PostgresDatabase:
@@ -420,24 +540,11 @@ class History:
     # -- writing --
 
     def check(self) -> None:
-        """Before anything trains: the history is whole, writable, not locked, and its disk has room. One
-        MegapilotError naming the problem, so a damaged history is found before a suite, not after it."""
-        try:
-            if self._db.dialect == "sqlite":
-                rows = self._db.query("PRAGMA quick_check")
-                problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
-                if problems:
-                    raise MegapilotError(f"{self.location} is damaged (integrity check: {'; '.join(problems[:3])})",
-                                         field="--db", fix="restore it from a backup, move it aside for a new one, "
-                                                           "or use another --db")
-            with self._db.write():  # takes the write lock, writes nothing
-                pass
-        except sqlite3.OperationalError as exc:
-            raise _sqlite_problem(self.location, exc) from None
-        except sqlite3.DatabaseError as exc:
-            raise MegapilotError(f"{self.location} is damaged ({exc})", field="--db",
-                                 fix="restore it from a backup, move it aside for a new one, or use another "
-                                     "--db") from None
+        """Before anything trains: the history is writable, not locked, and its disk has room (open_history has
+        checked it whole). One MegapilotError naming the problem, so a broken history is found before a suite,
+        not after it."""
+        with self._db.write():  # takes the write lock, writes nothing
+            pass
         if self._db.dialect == "sqlite":
             free = shutil.disk_usage(Path(self.location).parent).free
             if free < MIN_FREE_BYTES:

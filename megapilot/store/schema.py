@@ -202,6 +202,14 @@ def apply_migrations(db: Database, *, target: int = SCHEMA_VERSION) -> list[int]
     return applied
 
 
+def needs_migration(db: Database) -> bool:
+    """Whether the database is older than this megapilot's schema (a newer one is refused): a reader, which
+    cannot migrate, asks before reading."""
+    current = schema_version(db)
+    _refuse_newer(db, current)
+    return current < SCHEMA_VERSION
+
+
 def _pending(current: int, target: int) -> Iterator[Migration]:
     return (m for m in MIGRATIONS if current < m.version <= target)
 
@@ -221,4 +229,5 @@ def _has_version_table(db: Database) -> bool:
     return bool(rows)
 
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "Migration", "apply_migrations", "schema_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "Migration", "apply_migrations", "needs_migration",
+           "schema_version"]

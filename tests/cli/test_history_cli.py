@@ -3,12 +3,24 @@ schemas, run ids by prefix and `latest`, and user errors (exit 2, one line namin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from megapilot.spec import Prediction
 from megapilot.store.history import HISTORY_ENV, open_history
 from megapilot.suite.results import Verdict
-from tests.store.test_history import CELL, STEP, TOKENS, make_combo, make_suite_result
+from tests.store.test_history import (
+    CELL,
+    STEP,
+    TOKENS,
+    make_combo,
+    make_suite_result,
+    read_only_folder,
+    write_damaged_history,
+)
+
+IMPORTED = Path(__file__).resolve().parents[1] / "data" / "history_import" / "published_rows.jsonl"
 
 RUN_KEYS = {"run_id", "started_at", "ended_at", "duration_s", "verdict", "reason", "suite_name", "model",
             "model_family", "gpu", "nodes", "gpus_per_node", "layout", "precision", "backend", "executor",
@@ -61,6 +73,7 @@ def test_list_table_shows_runs(cli, db):
 
 def test_db_flag_wins_over_the_environment(cli, db, tmp_path):
     other = tmp_path / "other.sqlite"
+    open_history(str(other)).close()
     assert cli("history", "list", "--db", str(other), "--json").json() == []
     empty = cli("history", "list", "--db", str(other))
     assert empty.exit_code == 0 and "no runs in" in empty.stdout
@@ -108,6 +121,7 @@ def test_calibration_json_and_table(cli, db):
 
 
 def test_calibration_of_an_empty_history_says_so(cli, tmp_path):
+    open_history(str(tmp_path / "empty.sqlite")).close()
     result = cli("history", "calibration", "--db", str(tmp_path / "empty.sqlite"))
     assert result.exit_code == 0 and "no combo" in result.stdout
 
@@ -134,3 +148,55 @@ def test_a_database_path_that_is_a_directory_exits_2(cli, tmp_path):
 def test_a_zero_limit_exits_2(cli, db):
     result = cli("history", "list", "--limit", "0")
     assert result.exit_code == 2 and "--limit" in result.stderr
+
+
+READS = [("list",), ("show", "latest"), ("compare", "latest", "latest"), ("calibration",), ("calibration", "--json")]
+READ_IDS = ["list", "show", "compare", "calibration", "calibration-json"]
+
+
+def _one_line_error(result) -> str:
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("args", READS, ids=READ_IDS)
+def test_reading_a_db_that_does_not_exist_exits_2_and_creates_nothing(cli, tmp_path, args):
+    missing = tmp_path / "no" / "such" / "history.sqlite"
+    error = _one_line_error(cli("history", *args, "--db", str(missing)))
+    assert "--db" in error and f"no history at {missing}" in error and "megapilot suite run" in error
+    assert not (tmp_path / "no").exists()
+
+
+def test_reading_the_default_history_not_made_yet_says_no_runs_and_creates_nothing(cli, tmp_path, monkeypatch):
+    monkeypatch.delenv(HISTORY_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    result = cli("history", "list")
+    assert result.exit_code == 0 and "no runs in" in result.stdout
+    assert cli("history", "calibration", "--json").json() == []
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("args", [*READS, ("import", str(IMPORTED))], ids=[*READ_IDS, "import"])
+def test_a_damaged_history_exits_2_naming_it_damaged_and_is_not_written(cli, tmp_path, args):
+    path = tmp_path / "history.sqlite"
+    damaged = write_damaged_history(path)
+    error = _one_line_error(cli("history", *args, "--db", str(path)))
+    assert "--db" in error and str(path) in error and "damaged" in error and "malformed" in error
+    assert "fix:" in error and "backup" in error
+    assert path.read_bytes() == damaged
+
+
+def test_a_history_in_a_read_only_folder_reads_and_import_says_it_is_not_writable(cli, tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "history.sqlite"
+    with open_history(str(path)) as history:
+        history.record(make_suite_result("20250301-aaa", combos=[make_combo(predicted=Prediction(step_time_ms=750.0))]))
+    with read_only_folder(folder):
+        assert [row["run_id"] for row in cli("history", "list", "--db", str(path), "--json").json()] == ["20250301-aaa"]
+        assert cli("history", "show", "latest", "--db", str(path), "--json").json()["run"]["run_id"] == "20250301-aaa"
+        assert cli("history", "calibration", "--db", str(path), "--json").json()
+        error = _one_line_error(cli("history", "import", str(IMPORTED), "--db", str(path)))
+        assert "--db" in error and "not writable" in error and "pass a file path" not in error

@@ -84,3 +84,24 @@ def test_a_history_that_breaks_after_training_costs_only_its_row_which_is_queued
     assert not (run_dir / PENDING_NAME).exists()
     with open_history(str(db)) as reopened:
         assert [row.run_id for row in reopened.runs()] == [result.run_id]
+
+
+def test_a_history_found_damaged_when_the_row_is_written_costs_only_its_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from megapilot.cli import suite_run_cmd
+    from tests.store.test_history import write_damaged_history
+
+    monkeypatch.setattr(suite_run_cmd, "HISTORY_RETRY_WAIT_S", 0.0)
+    db = tmp_path / "history.sqlite"
+    write_damaged_history(db)
+    monkeypatch.setattr(history_module, "_refuse_damaged", lambda connection, location: None)
+    history = open_history(str(db))  # as if the damage came after the check made when the suite started
+    run_dir = tmp_path / "run"
+    result = suite_result(run_dir)
+    result.write(run_dir)
+    suite_run_cmd._after_run(result, history)
+    for name in ("report.html", "megatron_run_deck.json", "junit.xml", "suite.json"):
+        assert (run_dir / name).is_file(), name
+    assert (run_dir / PENDING_NAME).is_file()
+    warning = capsys.readouterr().err
+    assert warning.startswith("warning:") and "damaged" in warning and "internal error" not in warning

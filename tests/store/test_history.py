@@ -7,10 +7,13 @@ migrations, concurrent writers. PostgreSQL runs against a real server the tests 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.spec import LayoutPins, Prediction
+from megapilot.store import history as history_module
 from megapilot.store.history import HISTORY_ENV, History, history_url, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
 from megapilot.suite.results import (
@@ -377,6 +381,146 @@ def test_a_path_that_is_not_a_history_is_a_user_error(tmp_path, make_bad):
     with pytest.raises(MegapilotError) as caught:
         open_history(str(path))
     assert caught.value.field == "--db" and str(path) in str(caught.value)
+
+
+# ---- damaged, missing, read-only ------------------------------------------------------------------
+
+def write_damaged_history(path: Path) -> bytes:
+    """A history with runs whose pages 3 and 4 (bytes 8192-16383, past the header) are overwritten; its bytes."""
+    with open_history(str(path)) as history:
+        for index in range(3):
+            history.record(make_suite_result(f"run-{index}", hour=index,
+                                             combos=[make_combo(predicted=Prediction(step_time_ms=750.0))]))
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA journal_mode = DELETE")  # everything in the main file, so the damage is there
+    data = bytearray(path.read_bytes())
+    data[8192:16384] = b"\xde\xad\xbe\xef" * (8192 // 4)
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def _writable(folder: Path) -> bool:
+    probe = folder / ".probe"
+    try:
+        probe.touch()
+    except OSError:
+        return False
+    probe.unlink()
+    return True
+
+
+@contextmanager
+def read_only_folder(folder: Path) -> Iterator[None]:
+    """The folder made unwritable for this user: by its mode, or for root (whom modes do not stop) by the immutable
+    attribute; the test is skipped where neither holds."""
+    folder.chmod(0o555)
+    immutable = False
+    try:
+        if _writable(folder):
+            immutable = shutil.which("chattr") is not None and subprocess.run(
+                ["chattr", "+i", str(folder)], capture_output=True, check=False).returncode == 0
+            if _writable(folder):
+                pytest.skip("cannot make a folder read-only here (root without chattr +i)")
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "reader"])
+def test_a_damaged_history_is_refused_naming_it_damaged_and_left_as_it_was(tmp_path, read_only):
+    path = tmp_path / "history.sqlite"
+    damaged = write_damaged_history(path)
+    with pytest.raises(MegapilotError) as caught:
+        open_history(str(path), read_only=read_only)
+    message = str(caught.value)
+    assert caught.value.field == "--db" and str(path) in message
+    assert "damaged" in message and "malformed" in message and "backup" in message
+    assert path.read_bytes() == damaged  # nothing written into it
+
+
+def test_a_damaged_page_met_after_the_check_is_a_user_error_too(tmp_path, monkeypatch):
+    path = tmp_path / "history.sqlite"
+    write_damaged_history(path)
+    monkeypatch.setattr(history_module, "_refuse_damaged", lambda connection, location: None)
+    with open_history(str(path), read_only=True) as history, pytest.raises(MegapilotError) as caught:
+        for run in history.runs():
+            history.run(run.run_id)
+        history.calibration()
+    assert caught.value.field == "--db" and "damaged" in str(caught.value)
+
+
+def test_a_reader_reads_what_a_writer_recorded(db_url):
+    with open_history(db_url) as history:
+        history.record(make_suite_result("run-a", combos=[make_combo(predicted=Prediction(step_time_ms=750.0))]))
+    with open_history(db_url, read_only=True) as history:
+        assert [row.run_id for row in history.runs()] == ["run-a"]
+        assert history.run("latest").combos[0].prediction is not None and history.calibration()
+
+
+def test_a_reader_changes_nothing_in_the_file(tmp_path):
+    path = tmp_path / "history.sqlite"
+    with open_history(str(path)) as history:
+        history.record(make_suite_result("run-a"))
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA journal_mode = DELETE")  # a reader that switched it to WAL would show
+    before = path.read_bytes()
+    with open_history(str(path), read_only=True) as history:
+        assert [row.run_id for row in history.runs()] == ["run-a"]
+        with pytest.raises(MegapilotError):
+            history.record(make_suite_result("run-b"))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.sqlite"]
+
+
+def test_a_reader_of_a_path_that_does_not_exist_creates_nothing(tmp_path):
+    path = tmp_path / "no" / "such" / "history.sqlite"
+    with pytest.raises(MegapilotError) as caught:
+        open_history(str(path), read_only=True)
+    assert caught.value.field == "--db" and f"no history at {path}" in str(caught.value)
+    assert "megapilot suite run" in str(caught.value)
+    assert not (tmp_path / "no").exists()
+
+
+def test_the_default_history_not_made_yet_reads_as_empty_without_being_made(tmp_path, monkeypatch):
+    monkeypatch.delenv(HISTORY_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    with open_history(read_only=True) as history:
+        assert history.runs() == [] and history.calibration() == []
+        assert history.location == str(tmp_path / "data" / "megapilot" / "history.sqlite")
+    assert not (tmp_path / "data").exists()
+    monkeypatch.setenv(HISTORY_ENV, str(tmp_path / "env.sqlite"))  # a path the user named must exist
+    with pytest.raises(MegapilotError, match=HISTORY_ENV):
+        open_history(read_only=True)
+
+
+def test_a_reader_migrates_a_history_from_an_older_megapilot(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    raw = _RawSqlite(path)
+    apply_migrations(raw, target=1)
+    raw.connection.close()
+    with open_history(str(path), read_only=True) as history:
+        assert history.runs() == [] and history.calibration() == []  # v2's predictions table is there
+    assert schema_version(_RawSqlite(path)) == SCHEMA_VERSION
+
+
+def test_a_history_in_a_read_only_folder_reads_and_a_writer_says_the_folder_is_not_writable(tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "history.sqlite"
+    with open_history(str(path)) as history:
+        history.record(make_suite_result("run-a"))
+    assert sorted(p.name for p in folder.iterdir()) == ["history.sqlite"]  # WAL files gone with the last writer
+    with read_only_folder(folder):
+        with open_history(str(path), read_only=True) as history:
+            assert [row.run_id for row in history.runs()] == ["run-a"]
+        with pytest.raises(MegapilotError) as caught:
+            open_history(str(path))
+        message = str(caught.value)
+        assert caught.value.field == "--db" and f"its folder {folder} is not writable" in message
+        with pytest.raises(MegapilotError, match="not writable"):
+            open_history(str(folder / "new.sqlite"))
 
 
 # ---- concurrent writers ---------------------------------------------------------------------------

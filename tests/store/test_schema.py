@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from megapilot.errors import MegapilotError
-from megapilot.store.schema import MIGRATIONS, SCHEMA_VERSION, apply_migrations, schema_version
+from megapilot.store.schema import MIGRATIONS, SCHEMA_VERSION, apply_migrations, needs_migration, schema_version
 
 
 class _Sqlite:
@@ -84,3 +84,15 @@ def test_a_failing_migration_leaves_no_half_applied_version(tmp_path):
     with pytest.raises(sqlite3.OperationalError):
         apply_migrations(db)
     assert schema_version(db) == 0 and "runs" not in db.tables()
+
+
+def test_needs_migration_is_asked_before_reading_and_refuses_a_newer_database(tmp_path):
+    db = _Sqlite(tmp_path / "old.sqlite")
+    assert needs_migration(db)  # empty
+    apply_migrations(db, target=1)
+    assert needs_migration(db)
+    apply_migrations(db)
+    assert not needs_migration(db)
+    db.execute("INSERT INTO schema_version VALUES (?, 'from the future', 'now')", (SCHEMA_VERSION + 1,))
+    with pytest.raises(MegapilotError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        needs_migration(db)
