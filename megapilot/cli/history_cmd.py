@@ -11,8 +11,10 @@ the corrections fitted on its runs and the held-out error with and without them.
 The database is `--db` (a SQLite path or a postgresql:// URL), else $MEGAPILOT_HISTORY, else the SQLite
 file in the user data dir. The commands that only read (list, show, compare, calibration) open it read-only and
 refuse a --db that does not exist; the default file not made yet reads as an empty history. A RUN is a run id, a
-unique prefix of one, or `latest`. Every command has `--json`: list and calibration print an array, show and
-compare an object, with the fields of megapilot.store.history's RunRow, RunDetail, RunComparison and CalibrationRow.
+unique prefix of one, or `latest`. Every command has `--json`: list prints an array of RunRow, show a RunDetail,
+compare a RunComparison (megapilot.store.history); calibration prints what its tables show,
+`{"predicted_vs_measured": [CalibrationRow...], "clusters": [{"cluster", "groups": [...]}...]}`, and with
+`--cluster` that one cluster's `{"cluster", "groups"}`.
 """
 
 from __future__ import annotations
@@ -137,10 +139,11 @@ def calibration(db: DbOpt = None, as_json: JsonFlag = False,
         clusters = [cluster] if cluster else history.clusters()
         fits = {name: cluster_fits(history.calibration_runs(name)) for name in clusters}
     if as_json and cluster:
-        emit_json({"cluster": cluster, "groups": [_fit_json(f) for f in fits[cluster]]})
+        emit_json(_cluster_json(cluster, fits[cluster]))
         return
-    if as_json:
-        emit_json(rows)
+    if as_json:  # what the tables show: the suite combos' errors, then each cluster that has a fit
+        emit_json({"predicted_vs_measured": rows,
+                   "clusters": [_cluster_json(name, groups) for name, groups in fits.items() if groups]})
         return
     if not rows and not any(fits.values()):
         console.print(f"no combo in {location} has both a prediction and a measurement yet")
@@ -183,6 +186,10 @@ def import_runs(
         console.print(f"imported {counts} ({len(outcome.refused)} refused) in {location}")
     if outcome.refused and not outcome.kept:
         raise typer.Exit(2)
+
+
+def _cluster_json(cluster: str, groups: list[GroupFit]) -> dict[str, object]:
+    return {"cluster": cluster, "groups": [_fit_json(group) for group in groups]}
 
 
 def _fit_json(group: GroupFit) -> dict[str, object]:

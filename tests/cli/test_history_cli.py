@@ -111,13 +111,28 @@ def test_compare_json_and_table(cli, db):
 
 
 def test_calibration_json_and_table(cli, db):
-    rows = cli("history", "calibration", "--json").json()
+    rows = cli("history", "calibration", "--json").json()["predicted_vs_measured"]
     assert all(set(row) == CALIBRATION_KEYS for row in rows)
     step = next(r for r in rows if r["gpu"] == "MI300X" and r["quantity"] == "step_time_ms")
     assert step["count"] == 3 and step["model_family"] == "llama"
     assert step["mean_signed_error_pct"] == pytest.approx(((750 / 800 - 1) * 2 + (750 / 880 - 1)) / 3 * 100)
     table = cli("history", "calibration")
     assert table.exit_code == 0 and "step time" in table.stdout and "tokens/s/GPU" in table.stdout
+
+
+def test_calibration_json_carries_the_cluster_fits_its_table_shows(cli, tmp_path):
+    path = str(tmp_path / "imported.sqlite")
+    assert cli("history", "import", str(IMPORTED), "--db", path).exit_code == 0
+    table = cli("history", "calibration", "--db", path)
+    assert table.exit_code == 0 and "cluster nvidia-dgx-gb200" in table.stdout and "GB200 / fp8 / dense" in table.stdout
+    payload = cli("history", "calibration", "--db", path, "--json").json()
+    assert payload["predicted_vs_measured"] == []  # imported runs are no suite combos
+    [cluster] = payload["clusters"]
+    assert cluster["cluster"] == "nvidia-dgx-gb200"
+    assert [(g["gpu"], g["precision"], g["family"], g["runs"]) for g in cluster["groups"]] == [
+        ("GB200", "fp8", "dense", 4)]
+    # --cluster prints that one object, as before
+    assert cli("history", "calibration", "--db", path, "--cluster", "nvidia-dgx-gb200", "--json").json() == cluster
 
 
 def test_calibration_of_an_empty_history_says_so(cli, tmp_path):
@@ -174,7 +189,7 @@ def test_reading_the_default_history_not_made_yet_says_no_runs_and_creates_nothi
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     result = cli("history", "list")
     assert result.exit_code == 0 and "no runs in" in result.stdout
-    assert cli("history", "calibration", "--json").json() == []
+    assert cli("history", "calibration", "--json").json() == {"predicted_vs_measured": [], "clusters": []}
     assert not (tmp_path / "data").exists()
 
 
@@ -197,6 +212,6 @@ def test_a_history_in_a_read_only_folder_reads_and_import_says_it_is_not_writabl
     with read_only_folder(folder):
         assert [row["run_id"] for row in cli("history", "list", "--db", str(path), "--json").json()] == ["20250301-aaa"]
         assert cli("history", "show", "latest", "--db", str(path), "--json").json()["run"]["run_id"] == "20250301-aaa"
-        assert cli("history", "calibration", "--db", str(path), "--json").json()
+        assert cli("history", "calibration", "--db", str(path), "--json").json()["predicted_vs_measured"]
         error = _one_line_error(cli("history", "import", str(IMPORTED), "--db", str(path)))
         assert "--db" in error and "not writable" in error and "pass a file path" not in error
