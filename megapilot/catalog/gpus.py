@@ -32,6 +32,13 @@ PCIE_GEN4_X16_GBPS = 32.0
 PCIE_GEN5_X16_GBPS = 64.0
 GRACE_C2C_PER_GPU_GBPS = 900.0 / 2 / 2
 
+# Host memory per GPU (decimal GB), what activation offload parks activations in: an 8-GPU system's DRAM over its
+# GPUs, 2 TB in the reference systems (NVIDIA DGX A100 80GB, DGX H100 / H200, DGX B200 and DGX B300 datasheets:
+# "System memory 2TB"; AMD MI300-class OEM platforms ship alike, OEM-dependent), and a Grace superchip's 480 GB
+# LPDDR5X over its two GPUs on GB200 / GB300 (NVL72 datasheets: up to 17 TB LPDDR5X over 36 Graces).
+HGX_HOST_MEMORY_GB_PER_GPU = 2000.0 / 8
+GRACE_HOST_MEMORY_GB_PER_GPU = 480.0 / 2
+
 
 # The tensor-core time of one softmax exponential: dense BF16 MMA FLOPs per clock per SM over the special-function
 # unit's (MUFU.EX2) exponentials per clock per SM. The SFU issues 16 a clock per SM on Ampere, Hopper and Blackwell
@@ -69,6 +76,7 @@ class _Topology:
     fill_in: dict[str, float]  # values hardware.json leaves null, with the reason in `note`
     note: str = ""
     host_link_gbps: float = PCIE_GEN5_X16_GBPS  # HGX B300's host CPUs are PCIe Gen5 too
+    host_memory_gb: float = HGX_HOST_MEMORY_GB_PER_GPU
     mma_flops_per_exp: float | None = None  # see MMA_FLOPS_PER_EXP_*
     mma_flops_per_smem_byte: float | None = None  # see MMA_FLOPS_PER_SMEM_BYTE_*
 
@@ -94,11 +102,13 @@ GPU_TOPOLOGY: dict[str, _Topology] = {
     "B200": _Topology("b200", "blackwell", 50.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL,
                        mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
     "GB200": _Topology("gb200", "blackwell", 50.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS,
+                       host_memory_gb=GRACE_HOST_MEMORY_GB_PER_GPU,
                        mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL,
                        mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
     "B300": _Topology("b300", "blackwell", 100.0, {}, mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA,
                        mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
     "GB300": _Topology("gb300", "blackwell", 100.0, {}, host_link_gbps=GRACE_C2C_PER_GPU_GBPS,
+                       host_memory_gb=GRACE_HOST_MEMORY_GB_PER_GPU,
                        mma_flops_per_exp=MMA_FLOPS_PER_EXP_BLACKWELL_ULTRA,
                        mma_flops_per_smem_byte=MMA_FLOPS_PER_SMEM_BYTE_BLACKWELL),
     "MI300X": _Topology(
@@ -169,6 +179,7 @@ def _row_to_spec(row: dict[str, Any]) -> GPUSpec:
         scaleup_bw_gbps=value["scaleup_bw_gbps_bidir_per_gpu"] / 2,
         scaleout_bw_gbps=topo.scaleout_bw_gbps,
         host_link_gbps=topo.host_link_gbps,
+        host_memory_gib=topo.host_memory_gb * 1e9 / 2**30,
         tdp_w=value.get("tdp_w"),  # hardware.json's tdp_w column, sourced with its row
         mma_flops_per_exp=topo.mma_flops_per_exp,
         mma_flops_per_smem_byte=topo.mma_flops_per_smem_byte,

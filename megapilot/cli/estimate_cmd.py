@@ -315,6 +315,8 @@ def _print_result(result: EstimateResult, case: Case) -> None:
 
     memory = result.memory_gib
     verdict = "[green]fits[/]" if result.fits else "[bold red]does NOT fit[/]"
+    if not result.fits and memory.total <= memory.capacity:  # the GPU holds it: the offloaded part does not fit
+        verdict += " [bold red]in host memory[/]:"
     console.print(
         f"[bold]{case.model.name}[/] on {case.cluster.world_size} x {case.cluster.gpu.alias}: {verdict} "
         f"{memory.total:.1f} / {memory.capacity:.0f} GiB · {format_duration(result.step_time_s)}/step · "

@@ -31,7 +31,7 @@ from megapilot.estimate.cases import (
 )
 from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.flops import FLOP_CONVENTIONS, FlopConvention, flops_per_step, flops_per_token
-from megapilot.estimate.memory import MemoryBreakdown, memory_per_gpu
+from megapilot.estimate.memory import HostOffload, MemoryBreakdown, host_offload, memory_per_gpu
 from megapilot.estimate.params import ParamBreakdown, count_params
 from megapilot.estimate.step_time import BREAKDOWN_TERMS, EstimateOptions, StepTime, step_time
 from megapilot.spec.hardware import ClusterSpec
@@ -82,10 +82,11 @@ class FastEstimate:
     parallel: ParallelConfig  # the layout estimated: the memory advice names what it does not use yet
     convention: FlopConvention = "megatron"
     optimizer: Optimizer = "adam"  # which memory savers the advice may name (Muon refuses two)
+    host: HostOffload | None = None  # activation offload's host memory, with offload on
 
     @property
     def fits(self) -> bool:
-        return self.memory.fits
+        return self.memory.fits and (self.host is None or self.host.fits)
 
 
 def estimate_fast(
@@ -109,7 +110,8 @@ def estimate_fast(
                                 main_grad_bytes=options.main_grad_bytes, architecture=cluster.gpu.architecture)
     time = step_time(model, cluster, training, parallel, options, convention=convention)
     return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention,
-                        optimizer=training.optimizer)
+                        optimizer=training.optimizer,
+                        host=host_offload(model, training, parallel, cluster.gpu.host_memory_gib))
 
 
 def estimate(
@@ -142,7 +144,7 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
     """The public `EstimateResult` of a fast estimate (numbers rounded for display stability)."""
     memory, time = fast.memory, fast.time
     all_warnings = list(warnings or []) + _memory_warnings(memory, model, fast.parallel, fast.optimizer) \
-        + time.warnings
+        + _host_warnings(fast.host) + time.warnings
     interval = time.tokens_interval()
     return EstimateResult(
         params=_param_counts(model),
@@ -153,7 +155,8 @@ def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None =
             overhead=round(memory.overhead_gib, 3), total=round(memory.total_gib, 3),
             capacity=round(memory.capacity_gib, 3), stage=memory.stage,
         ),
-        fits=memory.fits,
+        fits=fast.fits,
+        host_offload_gib=None if fast.host is None else round(fast.host.offloaded_gib, 3),
         step_time_s=time.step_time_s,
         tokens_per_s_per_gpu=time.tokens_per_s_per_gpu,
         tflops_per_gpu=time.tflops_per_gpu,
@@ -189,6 +192,15 @@ def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: Parall
         f"does not fit: {memory.total_gib:.1f} GiB needed on pipeline rank {memory.stage}, "
         f"{memory.capacity_gib:.0f} GiB available ({advice})"
     ]
+
+
+def _host_warnings(host: HostOffload | None) -> list[str]:
+    if host is None or host.fits or host.host_memory_gib is None:
+        return []
+    return [f"does not fit in host memory: activation offload parks {host.offloaded_gib:.0f} GiB per GPU in host "
+            f"memory, the node has {host.host_memory_gib:.0f} GiB per GPU ({host.usable_gib:.0f} usable beside the "
+            "OS, data loaders and checkpoint staging): offload fewer layers, recompute instead, or add pipeline "
+            "stages"]
 
 
 def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimizer = "adam") -> list[str]:

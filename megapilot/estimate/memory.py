@@ -582,6 +582,36 @@ def offloaded_layer_bytes(model: ModelSpec, training: TrainingSpec, p: ParallelC
     return [(i, tokens * by_kind[kinds[i]]) for i in range(min(p.cpu_offloading_num_layers, model.num_layers))]
 
 
+# Share of a GPU's host memory activation offload may fill: the rest holds the OS, the data loader's workers and their
+# pinned batches, and the checkpoint's staging copies.
+HOST_MEMORY_USABLE_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class HostOffload:
+    """Host memory one GPU's activation offload holds against what its node has for it, GiB."""
+
+    offloaded_gib: float  # every offloaded layer's activations of the micro-batch in flight (PP 1: one at a time)
+    host_memory_gib: float | None  # the GPU's share of its node's DRAM; None = unknown, not checked
+
+    @property
+    def usable_gib(self) -> float | None:
+        return None if self.host_memory_gib is None else self.host_memory_gib * HOST_MEMORY_USABLE_FRACTION
+
+    @property
+    def fits(self) -> bool:
+        return self.usable_gib is None or self.offloaded_gib <= self.usable_gib
+
+
+def host_offload(model: ModelSpec, training: TrainingSpec, p: ParallelConfig,
+                 host_memory_gib: float | None) -> HostOffload | None:
+    """What `--cpu-offloading-num-layers` parks in host memory, or None without offload."""
+    if not p.cpu_offloading_num_layers:
+        return None
+    offloaded = sum(stored for _, stored in offloaded_layer_bytes(model, training, p)) / GIB
+    return HostOffload(offloaded, host_memory_gib)
+
+
 @lru_cache(maxsize=1024)  # asked for by every stage of every memory check the planner makes
 def _bytes_per_token_by_kind(model: ModelSpec, tp: int, sequence_parallel: bool, expert_tp: int,
                              saved_input_bytes: float) -> dict[tuple[bool, str], float]:

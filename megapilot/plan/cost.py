@@ -139,7 +139,7 @@ class CostModel:
 
     def fits(self, est: EstimateResult) -> bool:
         """Whether a full estimate leaves the headroom free (the memory stage's verdict, from the estimate)."""
-        return est.memory_gib.total <= self._usable(est.memory_gib.capacity)
+        return est.fits and est.memory_gib.total <= self._usable(est.memory_gib.capacity)
 
     def _usable(self, capacity_gib: float) -> float:
         """What a planned layout may fill: the HBM less the headroom."""

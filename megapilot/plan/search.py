@@ -747,7 +747,7 @@ class _Search:
         roomy = fewest(lambda memory: memory.total_gib <= memory.capacity_gib * (1 - LOW_HEADROOM_FRACTION))
         if roomy is not None and roomy != fitting:
             roomy_est = self.cost(layout(roomy))
-            if roomy_est.tokens_per_s_per_gpu * TIE_BAND >= est.tokens_per_s_per_gpu:
+            if self.cost.fits(roomy_est) and roomy_est.tokens_per_s_per_gpu * TIE_BAND >= est.tokens_per_s_per_gpu:
                 fitting, est = roomy, roomy_est
         self._keep(layout(fitting), est)
         return est

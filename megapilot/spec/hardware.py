@@ -93,6 +93,10 @@ class GPUSpec(BaseModel):
         default=64.0, gt=0,
         description="GPU <-> host-memory bandwidth per GPU per direction, GB/s, what activation offloading moves "
                     "over: PCIe Gen5 x16 (64) unless the catalog states the GPU's own link.")
+    host_memory_gib: float | None = Field(
+        default=None, gt=0,
+        description="Host memory per GPU, GiB (the node's DRAM over its GPUs): what activation offloading parks "
+                    "activations in; None = unknown (not checked).")
     tdp_w: float | None = Field(
         default=None, gt=0, description="Board power at TDP, W (the budget's energy: GPU-hours x TDP); None = unknown.")
     mma_flops_per_exp: float | None = Field(

@@ -48,7 +48,9 @@ class EstimateResult(BaseModel):
     params: ParamCounts
     flops_per_step: float
     memory_gib: MemoryGiB
-    fits: bool
+    fits: bool  # in HBM, and in host memory where activations are offloaded
+    host_offload_gib: float | None = Field(
+        default=None, description="Host memory per GPU that activation offload holds (GiB); None without offload.")
     step_time_s: float
     tokens_per_s_per_gpu: float
     tflops_per_gpu: float

@@ -124,3 +124,10 @@ def test_an_unknown_system_is_refused_by_field():
     with pytest.raises(MegapilotError) as refused:
         get_gpu("DGX-X9")
     assert refused.value.field == "gpu"
+
+
+def test_host_memory_per_gpu_is_the_node_dram_over_its_gpus():
+    # 2 TB over 8 GPUs on DGX-class systems; a Grace's 480 GB over its two GPUs on GB200 / GB300
+    assert get_gpu("h100").host_memory_gib == pytest.approx(250e9 / 2**30)
+    assert get_gpu("b200").host_memory_gib == pytest.approx(250e9 / 2**30)
+    assert get_gpu("gb200").host_memory_gib == get_gpu("gb300").host_memory_gib == pytest.approx(240e9 / 2**30)

@@ -39,6 +39,17 @@ def test_table_output_states_the_verdict_in_one_line(cli):
     assert "MFU" in result.stdout and "activations" in result.stdout and "pp_bubble" in result.stdout
 
 
+def test_offload_beyond_the_host_memory_is_said_in_the_verdict(cli):
+    args = ("estimate", "--model", "llama3.1-405b", "--gpu", "gb200", "--gpus", "1024", "--gbs", "1536", "--seq-len",
+            "8192", "--tp", "2", "--fsdp", "--mbs", "3", "--recompute", "none", "--cpu-offloading-num-layers")
+    parked = cli(*args, "105")
+    assert parked.exit_code == 0 and "does NOT fit in host memory" in parked.stdout.splitlines()[0]
+    assert "GiB per GPU in host memory" in parked.stdout
+    data = cli(*args, "105", "--json").json()
+    assert data["fits"] is False and data["host_offload_gib"] > 500 and data["memory_gib"]["total"] < 186
+    assert cli(*args, "0", "--json").json()["host_offload_gib"] is None
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [

@@ -7,6 +7,7 @@ import pytest
 from megapilot.estimate.memory import (
     GIB,
     fsdp_unsharded_gib,
+    host_offload,
     in_flight_microbatches,
     layer_activation_bytes,
     memory_per_gpu,
@@ -404,6 +405,22 @@ def test_offloaded_layers_leave_the_gpu_but_the_one_in_transit():
     assert none.activations_gib - forty.activations_gib == pytest.approx(39 * per_layer[0][1] / GIB)
     assert (forty.weights_gib, forty.gradients_gib, forty.optimizer_gib) == \
         (none.weights_gib, none.gradients_gib, none.optimizer_gib)
+
+
+def test_offloaded_activations_are_checked_against_the_host_memory_of_their_gpu():
+    """What offload parks in host memory is every offloaded layer's activations of the micro-batch in flight; it must
+    fit in the GPU's share of its node's DRAM, less what the OS, loaders and checkpoint staging keep."""
+    training = TrainingSpec(seq_length=8192, global_batch_size=256, precision="fp8")
+    layout = ParallelConfig.for_world(64, mbs=2, recompute="none", fsdp=True, cpu_offloading_num_layers=40)
+    parked = sum(stored for _, stored in offloaded_layer_bytes(LLAMA3_70B, training, layout)) / GIB
+    assert host_offload(LLAMA3_70B, training, layout.model_copy(update={"cpu_offloading_num_layers": 0}), 223.5) \
+        is None
+    roomy = host_offload(LLAMA3_70B, training, layout, 2 * parked)
+    assert roomy is not None and roomy.offloaded_gib == pytest.approx(parked) and roomy.fits
+    short = host_offload(LLAMA3_70B, training, layout, parked)  # the whole share is not usable
+    assert short is not None and not short.fits and short.usable_gib == pytest.approx(0.8 * parked)
+    unknown = host_offload(LLAMA3_70B, training, layout, None)
+    assert unknown is not None and unknown.fits
 
 
 def _megatron_in_flight(pp: int, vpp: int, rank: int, microbatches: int) -> float:

@@ -244,6 +244,21 @@ def test_activation_offload_fits_a_layout_without_recompute_where_the_host_link_
         explanation for c in plan(model, cluster, training, top=1, pins=pins).candidates for explanation in c.reasons)
 
 
+def test_activation_offload_parks_no_more_than_the_host_memory_holds():
+    """Llama 3.1 405B at 8K on 1,024 GB200s: offloading most of a no-recompute layout's activations would fit HBM at
+    MBS 3 but park about 500 GiB per GPU in host memory, where a Grace gives each GPU 240 GB; no layout the
+    planner shows parks more than the host's usable share."""
+    model, cluster, training = _fp8("llama3.1-405b", "gb200", 1024, 8192, 1536)
+    usable = cluster.gpu.host_memory_gib * 0.8
+    result = plan(model, cluster, training, top=5)
+    assert all(c.estimate.fits and (c.estimate.host_offload_gib or 0) <= usable for c in result.candidates)
+    greedy = ParallelConfig(tp=2, dp=512, mbs=3, sequence_parallel=True, recompute="none", fsdp=True,
+                            cpu_offloading_num_layers=105)
+    validate_layout(model, cluster, training, greedy)
+    est = CostModel(model, cluster, training)(greedy)
+    assert est.memory_gib.total <= est.memory_gib.capacity and est.host_offload_gib > 2 * usable and not est.fits
+
+
 def test_activation_offload_is_not_walked_over_a_pcie_link_the_nic_shares():
     """On H100 (PCIe Gen5 x16 to the host, the NIC behind the same uplink) the same relief is not offered."""
     assert not search.offload_has_room(ClusterSpec.from_gpu_count(get_gpu("h100"), 8))
