@@ -25,8 +25,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "estimate": (
         "megapilot estimate --model llama3.1-70b --gpu h100 --gpus 64 --tp 8 --pp 4 --gbs 1024 --seq-len 4096",
-        ("megapilot estimate --model deepseek-v3 --gpu h100 --gpus 1024 \\\n"
-         "    --tp 2 --pp 16 --ep 64 --gbs 8192 --seq-len 4096 --precision fp8 --json"),
+        ("megapilot estimate --model deepseek-v3 --gpu h100 --gpus 1024 --tp 2 --pp 8 --vpp 4 --ep 64 --etp 1 \\\n"
+         "    --pp-layout 'Et|(tt|)*30mL' --gbs 8192 --seq-len 4096 --precision fp8 --json"),
         "megapilot estimate --batch cases.jsonl --json",
     ),
     "plan": (

@@ -98,3 +98,16 @@ def test_multi_line_examples_keep_their_indentation_and_brackets(monkeypatch):
     shown = [line[margin:] for line in lines[heading + 1: heading + 5]]
     assert shown == ["  megapilot demo --mount /data:/data \\", "      --name [job] \\", "          --deep",
                      "  megapilot demo"]
+
+
+# Examples that need no file of the user's and run in about a second: they must run, not only parse.
+RUNNABLE = ("gpus", "models", "estimate", "plan")
+
+
+@pytest.mark.parametrize("example", [ex for path in RUNNABLE for ex in EXAMPLES[path]
+                                     if "--batch" not in ex and "--measure-host" not in ex])
+def test_each_self_contained_example_runs(example, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where `--save plan.json` lands
+    words = shlex.split(example.replace("\\\n", " "))
+    result = CliRunner().invoke(app, words[1:])
+    assert result.exit_code == 0, result.output
