@@ -28,6 +28,8 @@ from typing import Any, get_args
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.hf import layer_blocks_from_block_configs
+from megapilot.catalog.hub import looks_like_hub_id
+from megapilot.catalog.models import ModelPreset, get_preset, preset_of_hub_repo
 from megapilot.data.tokenizer import ByteTokenizer
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
@@ -57,6 +59,9 @@ from megapilot.vocabulary import default, float_default, int_default, term
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
                             re.MULTILINE)
+# The same line's model name (also on a CPU launch's header, whose ranks are "G CPU ranks")
+_HEADER_MODEL_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: (\S+) on \d+ node\(s\) x ",
+                              re.MULTILINE)
 # Primus writes a few keys under the flag's name rather than Megatron's destination.
 _PRIMUS_DESTINATION = {"norm_epsilon": "layernorm_epsilon"}
 # Flag values the specs accept, by their text (anything else falls back to the stated default).
@@ -85,6 +90,7 @@ class LaunchFlags:
     source: str = "<flags>"
     sbatch: dict[str, str] = field(default_factory=dict)  # the script's `#SBATCH` options
     gpu_hint: str | None = None  # the GPU named in the header `megapilot script` writes
+    model_hint: str | None = None  # the model named in that header (a preset's name for a preset)
 
     def has(self, name: str) -> bool:
         return name in self.values
@@ -139,8 +145,10 @@ def _script_flags(path: Path) -> LaunchFlags:
             if flag not in values and read.scalar(variable):
                 values[flag] = read.scalar(variable)
     header = _HEADER_GPU_RE.search(text)
+    model = _HEADER_MODEL_RE.search(text)
     return LaunchFlags(values=values, source=str(path), sbatch=read.sbatch,
-                       gpu_hint=header.group(1).strip() if header else None)
+                       gpu_hint=header.group(1).strip() if header else None,
+                       model_hint=model.group(1) if model else None)
 
 
 def _primus_experiment_of(read: ScriptWords, path: Path) -> dict[str, object] | None:
@@ -285,6 +293,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
     collected: dict[str, str | None] = {}
     sbatch: dict[str, str] = {}
     gpu_hint: str | None = None
+    model_hint: str | None = None
     source = "<flags>"
     if script is not None:
         path = Path(script)
@@ -292,7 +301,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
             raise MegapilotError(f"no such script: {script}", field="script", fix="pass the path of the launch script")
         from_script = _script_flags(path)
         collected.update(from_script.values)
-        sbatch, gpu_hint = from_script.sbatch, from_script.gpu_hint
+        sbatch, gpu_hint, model_hint = from_script.sbatch, from_script.gpu_hint, from_script.model_hint
         source = str(path)
     if flags is not None:
         try:
@@ -302,7 +311,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
         collected.update(_collect(words, "<flags>").values)
     if script is None and flags is None:
         return None
-    return LaunchFlags(values=collected, source=source, sbatch=sbatch, gpu_hint=gpu_hint)
+    return LaunchFlags(values=collected, source=source, sbatch=sbatch, gpu_hint=gpu_hint, model_hint=model_hint)
 
 
 # ---- flags → typed specs ------------------------------------------------------------------------
@@ -381,18 +390,62 @@ def _sbatch_int(flags: LaunchFlags, *names: str) -> int | None:
     return None
 
 
-def _vocab_size(flags: LaunchFlags, notes: list[str]) -> int:
+# What a launch with no --vocab-size and no tokenizer megapilot can size is priced with.
+ASSUMED_VOCAB_SIZE = 32000
+
+
+def _vocab_size(flags: LaunchFlags, notes: list[str], shape: tuple[int, int, int]) -> int:
+    """--vocab-size; else the vocabulary of the catalog model the tokenizer or the script's header names (a
+    HuggingFaceTokenizer's size is its model's, which no flag states); else an assumption, said in `notes`.
+    `shape`: the flags' layers, hidden size and heads."""
     if flags.get_int("--vocab-size"):
         vocab = flags.get_int("--vocab-size") or 0
         # Megatron's NullTokenizer adds an end-of-document id to --vocab-size
         return vocab + 1 if flags.get("--tokenizer-type") == "NullTokenizer" else vocab
-    tokenizer = (flags.get("--tokenizer-model") or "").lower()
-    if "llama-3" in tokenizer or "llama3" in tokenizer:
-        return 128256
     if flags.get("--tokenizer-type") == "ByteTokenizer":  # megapilot's byte tokenizer: 256 bytes + EOD + pad
         return ByteTokenizer().vocab_size
-    notes.append("vocab size not in the flags: assumed 32000 (pass --vocab-size to refine)")
-    return 32000
+    tokenizer = flags.get("--tokenizer-model") or ""
+    preset = _tokenizer_preset(tokenizer)
+    if preset is not None:
+        notes.append(f"vocab size {preset.spec.vocab_size} from the tokenizer {tokenizer} "
+                     f"(megapilot's {preset.spec.name})")
+        return preset.spec.vocab_size
+    preset = _header_preset(flags, shape)
+    if preset is not None:
+        notes.append(f"vocab size {preset.spec.vocab_size} from the model the script's header names "
+                     f"({preset.spec.name})")
+        return preset.spec.vocab_size
+    if "llama-3" in tokenizer.lower() or "llama3" in tokenizer.lower():
+        return 128256
+    notes.append(f"vocab size not in the flags: assumed {ASSUMED_VOCAB_SIZE} (to refine, add it to the flags: "
+                 "--flags \"--vocab-size N\" with the tokenizer's size)")
+    return ASSUMED_VOCAB_SIZE
+
+
+def _tokenizer_preset(tokenizer: str) -> ModelPreset | None:
+    """The catalog model a --tokenizer-model names: a hub id whose config.json a preset was read from, or a local
+    path with a folder named after a preset (`/models/Llama-3.1-70B/tokenizer.model`)."""
+    if not tokenizer:
+        return None
+    if looks_like_hub_id(tokenizer):
+        preset = preset_of_hub_repo(tokenizer)
+        if preset is not None:
+            return preset
+    for part in reversed(Path(tokenizer).parts):
+        preset = get_preset(part)
+        if preset is not None:
+            return preset
+    return None
+
+
+def _header_preset(flags: LaunchFlags, shape: tuple[int, int, int]) -> ModelPreset | None:
+    """The preset the header of a `megapilot script` script names, when the flags still have its shape (a script
+    edited into another model keeps its old header)."""
+    preset = get_preset(flags.model_hint) if flags.model_hint else None
+    if preset is None:
+        return None
+    spec = preset.spec
+    return preset if (spec.num_layers, spec.hidden_size, spec.num_attention_heads) == shape else None
 
 
 def _ffn_hidden_size(flags: LaunchFlags, hidden: int) -> int:
@@ -645,7 +698,7 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
         num_query_groups=(flags.get_int("--num-query-groups", int_default("--num-query-groups"))
                           if flags.has("--group-query-attention") else None),
-        kv_channels=kv_channels, vocab_size=_vocab_size(flags, notes),
+        kv_channels=kv_channels, vocab_size=_vocab_size(flags, notes, (layers, hidden, heads)),
         make_vocab_size_divisible_by=_megatron_int(flags, "--make-vocab-size-divisible-by"),
         max_position_embeddings=flags.get_int("--max-position-embeddings") or seq_length or 4096,
         mlp_activation=_activation(flags),

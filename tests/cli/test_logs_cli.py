@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +222,27 @@ def test_evidence_is_printed_as_the_log_wrote_it_no_emoji_codes(cli, tmp_path):
     result = cli("diagnose", str(log))
     assert result.exit_code == 0
     assert "node-3:1234:5678 [2]" in result.stdout
+
+
+@pytest.mark.parametrize("tokenizer", ["meta-llama/Llama-3.1-70B", "/models/tokenizer"])
+def test_optimize_on_megapilots_own_script_predicts_what_the_plan_did(cli, tmp_path: Path, tokenizer: str):
+    """plan -> script -> optimize: the script's HuggingFaceTokenizer states no --vocab-size; the vocabulary comes
+    from the model the tokenizer (a hub id) or the header names, so the prediction is the plan's and its top pick
+    is not beaten by itself read with another vocabulary."""
+    plan_file, script = tmp_path / "plan.json", tmp_path / "train.sh"
+    planned = cli("plan", "--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8192",
+                  "--gbs", "1024", "--save", str(plan_file))
+    assert planned.exit_code == 0, planned.stderr
+    written = cli("script", "--plan", str(plan_file), "-o", str(script), "--megatron-path", "/opt/Megatron-LM",
+                  "--data-path", "/data/corpus_text_document", "--tokenizer-model", tokenizer)
+    assert written.exit_code == 0, written.stderr
+    assert "--tokenizer-type HuggingFaceTokenizer" in script.read_text() and "--vocab-size" not in script.read_text()
+    result = cli("optimize", "--script", str(script), "--json")
+    assert result.exit_code == 0, result.stderr
+    data, estimate = result.json(), json.loads(plan_file.read_text())["estimate"]
+    assert data["current"]["predicted_tokens_per_s_per_gpu"] == pytest.approx(estimate["tokens_per_s_per_gpu"],
+                                                                              abs=0.01)
+    assert data["current"]["predicted_memory_gib"] == pytest.approx(estimate["memory_gib"]["total"], abs=0.01)
+    assert data["best"]["layout"] == data["current"]["layout"]
+    assert not any(change["source"] == "planner" for change in data["changes"])
+    assert not any("assumed 32000" in note for note in data["notes"])

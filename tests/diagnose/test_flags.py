@@ -189,3 +189,34 @@ def test_a_scripts_activation_offloading_is_read_where_megatron_runs_it():
     # beside recompute Megatron refuses it, so such a script never trained with it
     beside = run_config(read_flags(flags=f"{shape} --cpu-offloading-num-layers 4 --recompute-activations"))
     assert beside.parallel.cpu_offloading_num_layers == 0 and beside.parallel.recompute == "selective"
+
+
+DEEPSEEK_V3_SHAPE = "--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --seq-length 4096"
+
+
+def test_a_hugging_face_tokenizer_megapilot_knows_gives_its_models_vocabulary():
+    """A HuggingFaceTokenizer's size is its model's, which no flag states: a hub id (or a folder) named after a
+    preset gives the preset's vocabulary, not an assumed 32000."""
+    for tokenizer in ("deepseek-ai/DeepSeek-V3", "/models/DeepSeek-V3"):
+        config = run_config(read_flags(flags=f"{DEEPSEEK_V3_SHAPE} --tokenizer-type HuggingFaceTokenizer "
+                                             f"--tokenizer-model {tokenizer}"))
+        assert config.model.vocab_size == 129280, tokenizer
+        assert not any("assumed 32000" in note for note in config.notes)
+
+
+def test_the_model_a_rendered_scripts_header_names_gives_the_vocabulary_while_the_flags_keep_its_shape(
+        tmp_path: Path):
+    header = "#!/usr/bin/env bash\n# torchrun launch: deepseek-v3 on 32 node(s) x 8 H100-SXM5-80GB\n"
+    script = tmp_path / "train.sh"
+    script.write_text(header + f"torchrun pretrain_gpt.py {DEEPSEEK_V3_SHAPE} --tokenizer-model /models/tok\n")
+    assert run_config(read_flags(script=script)).model.vocab_size == 129280
+    # edited into another model: the header no longer says what the flags are
+    script.write_text(header + "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
+                               "--tokenizer-model /models/tok\n")
+    assert run_config(read_flags(script=script)).model.vocab_size == 32000
+
+
+def test_an_assumed_vocabulary_says_how_to_pass_it():
+    config = run_config(read_flags(flags="--num-layers 4 --hidden-size 512 --num-attention-heads 8"))
+    [note] = [note for note in config.notes if "vocab size" in note]
+    assert "assumed 32000" in note and '--flags "--vocab-size N"' in note
