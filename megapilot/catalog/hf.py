@@ -23,7 +23,8 @@ YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied
 norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax
 vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing,
 aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same as
-its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists.
+its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A value
+of the wrong JSON type, NaN/Infinity or out of range is refused by its field.
 
 What a ModelSpec does not model is either refused with a `MegapilotError` naming the field (a
 Qwen sliding window on some layers only, MoE layer placements Megatron cannot express, attention-only
@@ -36,6 +37,7 @@ parameters) are not counted.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -217,12 +219,51 @@ def _optional_object(config: HFConfig, key: str, fix: str) -> dict[str, Any] | N
 
 
 def _optional_float(config: HFConfig, key: str) -> float | None:
+    """Every number the import reads that may be fractional comes through here, so a string, a boolean or a
+    NaN/Infinity (Python's json accepts both) is refused by its field instead of crashing a later conversion."""
     value = config.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise MegapilotError(f"{key}={value!r} is not a number", field=key, fix=f"set {key!r} to a number")
+    if not math.isfinite(value):
+        raise MegapilotError(f"{key}={value!r} is not a finite number", field=key,
+                             fix=f"set {key!r} to the finite value the model card gives")
     return float(value)
+
+
+def _flag(config: HFConfig, key: str, default: bool) -> bool:
+    """A JSON boolean (null or absent: `default`). A string such as "yes" or "false" is refused: truthiness
+    would read "false" as true."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise MegapilotError(f"{key}={value!r} is not a JSON boolean", field=key,
+                             fix=f"set {key!r} to true or false (without quotes)")
+    return value
+
+
+def _rotary_base(config: HFConfig) -> int:
+    """`rope_theta` as Megatron's integer --rotary-base (absent: 10000)."""
+    theta = _optional_float(config, "rope_theta")
+    if theta is None:
+        return 10000
+    if theta < 1:
+        raise MegapilotError(f"rope_theta={theta!r} is below 1", field="rope_theta",
+                             fix="set 'rope_theta' to the RoPE base the model card gives (e.g. 10000 or 500000)")
+    return int(theta)
+
+
+def _layer_indices(config: HFConfig, key: str) -> list[int]:
+    """A list of layer numbers (absent: none)."""
+    value = config.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
+        raise MegapilotError(f"{key}={value!r} is not a list of layer numbers", field=key,
+                             fix=f"set {key!r} to a list of integers such as [0, 1], or []")
+    return value
 
 
 def _refuse(key: str, why: str) -> MegapilotError:
@@ -251,7 +292,8 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
     heads = _required_int(config, "num_attention_heads")
     kv_heads = _optional_int(config, "num_key_value_heads") or heads
     head_dim = _optional_int(config, "head_dim")
-    if config.get("attention_bias") and not config.get("mlp_bias"):
+    biases = _flag(config, "attention_bias", False), _flag(config, "mlp_bias", False)
+    if biases == (True, False):
         raise _refuse(
             "attention_bias", "attention-only biases have no Megatron flag (add_bias_linear biases every linear)",
         )
@@ -259,13 +301,13 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
         **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": _gated_activation(config),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(config.get("rms_norm_eps") or 1e-6),
+        "norm_epsilon": _optional_float(config, "rms_norm_eps") or 1e-6,
         "position_embedding": "rope",
-        "rotary_base": int(config.get("rope_theta") or 10000),
+        "rotary_base": _rotary_base(config),
         "rotary_percent": _optional_float(config, "partial_rotary_factor") or 1.0,
         "rope_scaling": _rope_scaling(config),
-        "tie_embeddings": bool(config.get("tie_word_embeddings", tied_default)),
-        "add_bias_linear": bool(config.get("attention_bias") and config.get("mlp_bias")),
+        "tie_embeddings": _flag(config, "tie_word_embeddings", tied_default),
+        "add_bias_linear": all(biases),
     }
 
 
@@ -319,7 +361,7 @@ def _full_sliding_window(config: HFConfig) -> dict[str, Any]:
 
 def _refuse_partial_sliding_window(config: HFConfig) -> None:
     """Qwen's window applies only to layers >= max_window_layers: an alternation a ModelSpec cannot hold."""
-    if config.get("use_sliding_window"):
+    if _flag(config, "use_sliding_window", False):
         raise _refuse(
             "use_sliding_window",
             "a sliding window on layers >= max_window_layers only (use_sliding_window=true) is not modelled",
@@ -371,7 +413,7 @@ def _mixtral(config: HFConfig) -> dict[str, Any]:
         num_experts=_required_int(config, "num_local_experts"),
         router_topk=_required_int(config, "num_experts_per_tok"),
         moe_ffn_hidden_size=fields["ffn_hidden_size"],
-        aux_loss_coeff=float(config.get("router_aux_loss_coef") or 0.0),
+        aux_loss_coeff=_optional_float(config, "router_aux_loss_coef") or 0.0,
     )
     return fields
 
@@ -381,7 +423,7 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
     _refuse_partial_sliding_window(config)
     fields = _llama_core(config) | ({"add_qkv_bias": True} if shared_expert else {"qk_layernorm": True})
     step = _optional_int(config, "decoder_sparse_step") or 1
-    dense_only = set(config.get("mlp_only_layers") or [])
+    dense_only = set(_layer_indices(config, "mlp_only_layers"))
     first_k_dense, freq = _moe_placement(
         fields["num_layers"], lambda i: i not in dense_only and (i + 1) % step == 0,
         "mlp_only_layers" if dense_only else "decoder_sparse_step",
@@ -395,9 +437,9 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
         shared_expert_gate=shared_expert,
         first_k_dense_layers=first_k_dense,
         moe_layer_freq=freq,
-        aux_loss_coeff=float(config.get("router_aux_loss_coef") or 0.0),
+        aux_loss_coeff=_optional_float(config, "router_aux_loss_coef") or 0.0,
         # norm_topk_prob false (Qwen2-MoE's default): softmax over all experts, top-k weights kept as they are.
-        router_pre_softmax=not config.get("norm_topk_prob", False),
+        router_pre_softmax=not _flag(config, "norm_topk_prob", False),
     )
     return fields
 
@@ -405,7 +447,7 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
 def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
     """DeepSeek V2/V3/V3.2: MLA attention (with V3.2's sparse attention, or `dsa` as another family reads it),
     dense-first MoE with shared experts, optional MTP modules."""
-    if config.get("attention_bias"):
+    if _flag(config, "attention_bias", False):
         raise _refuse("attention_bias", "MLA with attention biases is not modelled")
     fields = _llama_core(config)
     fields["num_query_groups"] = None  # MLA has no KV groups
@@ -430,8 +472,8 @@ def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
             config, (first_k_dense, freq),
             # noaux_tc routing (V3) balances experts with a learned-free per-expert bias.
             router_expert_bias=config.get("topk_method") == "noaux_tc",
-            load_balancing_type="seq_aux_loss" if config.get("seq_aux", True) else "aux_loss",
-            aux_loss_coeff=float(config.get("aux_loss_alpha") or 0.0),
+            load_balancing_type="seq_aux_loss" if _flag(config, "seq_aux", True) else "aux_loss",
+            aux_loss_coeff=_optional_float(config, "aux_loss_alpha") or 0.0,
         )
     return fields
 
@@ -447,7 +489,7 @@ def _deepseek_v4(config: HFConfig) -> dict[str, Any]:
     an expert bias (noaux_tc) and the SwiGLU clamped at `swiglu_limit`; MTP modules. Not modelled, as they change no
     count or cost: the compressed layers' own RoPE base (`compress_rope_theta`), the Sinkhorn iterations of the
     hyper-connections' mixing (`hc_sinkhorn_iters`) and the hash layers' token-to-expert table (a buffer)."""
-    if config.get("attention_bias"):
+    if _flag(config, "attention_bias", False):
         raise _refuse("attention_bias", "DeepSeek-V4's attention with biases is not modelled")
     head_dim = _required_int(config, "head_dim")
     rope = _required_int(config, "qk_rope_head_dim")
@@ -476,7 +518,8 @@ def _deepseek_v4(config: HFConfig) -> dict[str, Any]:
     if hashed > layers:
         raise _refuse("num_hash_layers", f"num_hash_layers={hashed} exceeds num_hidden_layers={layers}")
     moe = _deepseek_moe(config, (0, 1), router_expert_bias=config.get("topk_method") == "noaux_tc",
-                        load_balancing_type="seq_aux_loss", aux_loss_coeff=float(config.get("aux_loss_alpha") or 0.0))
+                        load_balancing_type="seq_aux_loss",
+                        aux_loss_coeff=_optional_float(config, "aux_loss_alpha") or 0.0)
     fields["moe"] = moe.model_copy(update={"num_hash_layers": hashed})
     return fields
 
@@ -532,7 +575,7 @@ def _glm_moe_dsa(config: HFConfig) -> dict[str, Any]:
                    "first_k_dense_replace": _glm5_dense_layers(config, layers)}
     freq, offset = _glm5_topk_sharing(config, layers)
     return _deepseek(as_deepseek, _dsa(config, _GLM5_DSA_DEFAULTS, topk_freq=freq, skip_topk_offset=offset,
-                                       rope_interleaved=bool(config.get("indexer_rope_interleave", True)),
+                                       rope_interleaved=_flag(config, "indexer_rope_interleave", True),
                                        rotate_activation=False))
 
 
@@ -559,8 +602,9 @@ def _glm5_topk_sharing(config: HFConfig, layers: int) -> tuple[int, int]:
     if kinds is None and isinstance(pattern, str):
         kinds = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
     if kinds is None:
-        freq = max(int(config.get("index_topk_freq") or 1), 1)
-        offset = int(config.get("index_skip_topk_offset", _GLM5_SKIP_TOPK_OFFSET))
+        freq = max(_optional_int(config, "index_topk_freq") or 1, 1)
+        stated_offset = _optional_int(config, "index_skip_topk_offset")
+        offset = _GLM5_SKIP_TOPK_OFFSET if stated_offset is None else stated_offset
         kinds = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(layers)]
     field = "indexer_types" if config.get("indexer_types") is not None else "index_topk_freq"
     if len(kinds) != layers or set(kinds) - {"full", "shared"}:
@@ -610,8 +654,8 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
     (sigmoid scores, an expert bias, group-limited top-k, renormalised and scaled weights); MTP modules from
     `num_nextn_predict_layers`."""
     fields = _llama_core({**config, "attention_bias": False})  # the biases are the QKV ones, read next
-    fields["add_qkv_bias"] = bool(config.get("attention_bias"))
-    fields["qk_layernorm"] = bool(config.get("use_qk_norm"))
+    fields["add_qkv_bias"] = _flag(config, "attention_bias", False)
+    fields["qk_layernorm"] = _flag(config, "use_qk_norm", False)
     fields["rotary_percent"] = _optional_float(config, "partial_rotary_factor") or GLM4_MOE_PARTIAL_ROTARY
     fields["mtp_num_layers"] = (_optional_int(config, "num_nextn_predict_layers")
                                 or _optional_int(config, "num_mtp_layers") or 0)
@@ -632,7 +676,7 @@ def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
         raise _refuse("scoring_func", f"scoring_func={score!r} has no Megatron router for this family ("
                                       f"{' and '.join(scores)} have)")
     topk = _required_int(config, "num_experts_per_tok")
-    normalised = bool(config.get("norm_topk_prob", False)) and topk > 1
+    normalised = _flag(config, "norm_topk_prob", False) and topk > 1
     if score != "softmax" and topk > 1 and not normalised:
         raise _refuse("norm_topk_prob", f"Megatron's {score} router always renormalises the top-k weights, "
                                         "so norm_topk_prob=false cannot be expressed")
@@ -684,9 +728,9 @@ def _gpt2(config: HFConfig) -> dict[str, Any]:
         "max_position_embeddings": _optional_int(config, "n_positions") or 1024,
         "mlp_activation": "gelu",
         "normalization": "LayerNorm",
-        "norm_epsilon": float(config.get("layer_norm_epsilon") or 1e-5),
+        "norm_epsilon": _optional_float(config, "layer_norm_epsilon") or 1e-5,
         "position_embedding": "learned_absolute",
-        "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+        "tie_embeddings": _flag(config, "tie_word_embeddings", True),
         "add_bias_linear": True,
     }
 
@@ -751,7 +795,7 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
             first_k_dense_layers=first_k_dense,
             moe_layer_freq=freq,
             router_score_function="sigmoid",
-            aux_loss_coeff=float(text.get("router_aux_loss_coef") or 0.0),
+            aux_loss_coeff=_optional_float(text, "router_aux_loss_coef") or 0.0,
         ),
     }
     return fields
@@ -794,16 +838,17 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     activation = config.get("mlp_hidden_act") or config.get("hidden_act") or "relu2"
     if activation != "relu2":
         raise _refuse("mlp_hidden_act", f"mlp_hidden_act={activation!r} is not modelled for Nemotron-H (relu2 is)")
-    if any(config.get(key) for key in ("mamba_proj_bias", "use_bias", "attention_bias", "mlp_bias")):
+    if any(_flag(config, key, False) for key in ("mamba_proj_bias", "use_bias", "attention_bias", "mlp_bias")):
         raise _refuse("use_bias", "linear biases in a Mamba hybrid are not modelled")
     fields: dict[str, Any] = {
         **_hybrid_mtp(config),
         **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": "squared_relu",
         "normalization": "RMSNorm",
-        "norm_epsilon": float(config.get("layer_norm_epsilon") or config.get("norm_eps") or 1e-5),
+        "norm_epsilon": (_optional_float(config, "layer_norm_epsilon") or _optional_float(config, "norm_eps")
+                         or 1e-5),
         "position_embedding": "none",
-        "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "tie_embeddings": _flag(config, "tie_word_embeddings", False),
         "hybrid_override_pattern": pattern,
         "mamba": MambaSpec(
             state_dim=_required_int(config, "ssm_state_size"),
@@ -956,7 +1001,7 @@ def _qwen3_next(config: HFConfig) -> dict[str, Any]:
     and no QKV bias, RoPE on partial_rotary_factor of each head, zero-centred RMSNorm scales (1 + weight)."""
     fields = _qwen_moe(config, shared_expert=True)
     fields.update(
-        add_qkv_bias=bool(config.get("attention_bias", False)), qk_layernorm=True, attention_output_gate=True,
+        add_qkv_bias=_flag(config, "attention_bias", False), qk_layernorm=True, attention_output_gate=True,
         norm_zero_centered=True,
         gated_delta_net=GatedDeltaNetSpec(
             key_heads=_required_int(config, "linear_num_key_heads"),

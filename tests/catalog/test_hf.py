@@ -720,3 +720,54 @@ def test_deepseek_v4_ratios_of_the_main_model_alone_give_the_mtp_layer_a_window(
     config = _config("DeepSeek-V4-Flash")
     config["compress_ratios"] = config["compress_ratios"][:43]
     assert from_hf_config(config, "v4") == from_hf_config(_config("DeepSeek-V4-Flash"), "v4")
+
+
+# ---- values of the wrong type, non-finite or out of range: refused by the config's own field ---------------------
+
+
+def _llama(**changes: object) -> dict:
+    return _config("Llama-3.1-8B") | changes
+
+
+def _one_line_refusal(config: dict, field: str) -> MegapilotError:
+    error = _refusal(config)
+    assert error.field == field and error.fix
+    assert "\n" not in str(error) and str(error).startswith(f"{field}: ")
+    return error
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (_llama(rope_theta="abc"), "rope_theta"),  # int() raised a ValueError the CLI called an internal error
+    (_llama(rope_theta=float("nan")), "rope_theta"),  # Python's json reads NaN
+    (_llama(rope_theta=float("inf")), "rope_theta"),
+    (_llama(rope_theta=0.5), "rope_theta"),  # would truncate to --rotary-base 0
+    (_llama(rope_theta=True), "rope_theta"),
+    (_llama(rms_norm_eps="1e-5"), "rms_norm_eps"),  # float() read the string silently
+    (_llama(partial_rotary_factor=float("nan")), "partial_rotary_factor"),
+    (_config("Mixtral-8x7B-v0.1") | {"router_aux_loss_coef": "0.02"}, "router_aux_loss_coef"),
+    (_config("DeepSeek-V3") | {"aux_loss_alpha": float("nan")}, "aux_loss_alpha"),
+    (_config("DeepSeek-V3") | {"routed_scaling_factor": float("-inf")}, "routed_scaling_factor"),
+    (_config("gpt2") | {"layer_norm_epsilon": "1e-5"}, "layer_norm_epsilon"),
+    (_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {"layer_norm_epsilon": float("nan")}, "layer_norm_epsilon"),
+    (_config("GLM-5") | {"index_topk_freq": "2"}, "index_topk_freq"),
+    (_config("GLM-5") | {"index_skip_topk_offset": 2.5}, "index_skip_topk_offset"),
+    (_as_rope_parameters(_llama(rope_theta="500000")), "rope_theta"),  # transformers >= 5's rope_parameters
+])
+def test_a_number_of_the_wrong_type_or_not_finite_is_refused_by_its_field(config, field):
+    _one_line_refusal(config, field)
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (_llama(tie_word_embeddings="yes"), "tie_word_embeddings"),
+    (_llama(tie_word_embeddings="false"), "tie_word_embeddings"),  # truthy: it tied the head
+    (_llama(tie_word_embeddings=0), "tie_word_embeddings"),
+    (_config("gpt2") | {"tie_word_embeddings": "true"}, "tie_word_embeddings"),
+    (_llama(attention_bias="false", mlp_bias="false"), "attention_bias"),
+    (_config("DeepSeek-V3") | {"norm_topk_prob": "true"}, "norm_topk_prob"),
+    (_config("Qwen3-30B-A3B") | {"norm_topk_prob": 1}, "norm_topk_prob"),
+    (_config("Qwen3-30B-A3B") | {"use_sliding_window": "false"}, "use_sliding_window"),
+    (GLM4_MOE_DEFAULTS | {"use_qk_norm": "no"}, "use_qk_norm"),
+    (_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {"use_bias": "false"}, "use_bias"),
+])
+def test_a_flag_that_is_not_a_json_boolean_is_refused_by_its_field(config, field):
+    assert "JSON boolean" in _one_line_refusal(config, field).problem

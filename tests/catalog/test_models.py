@@ -197,6 +197,14 @@ def test_cli_unknown_model_exits_2_on_one_line(cli):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_cli_a_bad_hf_config_value_exits_2_on_one_line_naming_the_field(cli, tmp_path):
+    config = json.loads((HF_CONFIGS / "Llama-3.1-8B.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {"rope_theta": "abc"}))
+    result = cli("models", str(tmp_path / "config.json"))
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "rope_theta" in result.stderr
+
+
 def test_cli_one_model_table_shows_its_exact_breakdown(cli):
     result = cli("models", str(HF_CONFIGS / "gpt2.json"))
     assert result.exit_code == 0
