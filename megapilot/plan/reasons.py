@@ -267,19 +267,14 @@ class Explainer:
         return out
 
     def _legal_tp(self) -> list[int]:
-        heads = self.model.num_attention_heads
-        kv = heads if self.model.mla is not None else self.model.kv_heads
         world, limit = self.cluster.world_size, space.tp_limit(self.cluster)
-        return [t for t in space.divisors(world) if heads % t == 0 and kv % t == 0 and t <= limit]
+        return [t for t in space.divisors(world) if t <= limit and space.tensor_split_rule(self.model, t) is None]
 
     def _tp_across_nodes(self, p: ParallelConfig, est: EstimateResult) -> str:
         """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes."""
         node = self.cluster.gpus_per_node
-        heads = self.model.num_attention_heads
-        kv = heads if self.model.mla is not None else self.model.kv_heads
-        if heads % (p.tp * 2) or kv % (p.tp * 2):
-            return (f"TP ≤ GPUs per node ({node}); TP={p.tp * 2} is ruled out anyway: it does not divide the "
-                    f"{heads} attention heads / {kv} KV heads")
+        if (split := space.tensor_split_rule(self.model, p.tp * 2)) is not None:
+            return f"TP ≤ GPUs per node ({node}); TP={p.tp * 2} is ruled out anyway: {split.message}"
         # Doubling TP may leave too few GPUs for the same PP; then trade a pipeline stage for it.
         beyond = self._variant(p, tp=p.tp * 2) or (
             self._variant(p, tp=p.tp * 2, pp=p.pp // 2, vpp=1) if p.pp > 1 else None)

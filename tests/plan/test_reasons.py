@@ -37,6 +37,15 @@ def test_tp_within_a_node_is_stated_with_the_cost_of_crossing_it(gpt175b_on_64_a
     assert _has(best.reasons, r"TP=8 exposes \d+(\.\d)? % of step time in TP communication")
 
 
+def test_tp_beyond_the_node_is_ruled_out_by_the_split_rule_megatron_asserts_not_an_older_one():
+    # Llama 3.1 70B: 64 heads, 8 KV groups; Megatron-Core >= 0.16 takes TP 16 (a multiple of the KV groups), so it
+    # is costed across nodes. Llama 2 13B's 40 heads do not split over 16: that is what rules it out.
+    gqa = _plan("llama3.1-70b", "h100", 64, 4096, 1024, Pins(tp=8), top=1).best
+    assert _has(gqa.reasons, r"TP=16 would run TP all-reduces across nodes") and not _has(gqa.reasons, "anyway")
+    heads = _plan("llama2-13b", "h100", 64, 4096, 1024, Pins(tp=8), top=1).best
+    assert _has(heads.reasons, r"TP=16 is ruled out anyway: tp=16 does not divide .*40")
+
+
 def test_pp_for_large_models_emerges_from_memory():
     # 70B on two nodes: one TP=8 stage cannot hold weights+grads+optimizer, so the cost model needs PP=2.
     best = _plan("llama3.1-70b", "h100", 16, 8192, 256, Pins(fsdp=False)).best
