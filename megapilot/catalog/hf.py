@@ -244,6 +244,33 @@ def _flag(config: HFConfig, key: str, default: bool) -> bool:
     return value
 
 
+def _at_least_one(key: str, value: int, what: str) -> None:
+    if value < 1:
+        raise MegapilotError(f"{key}={value} must be at least 1", field=key, fix=f"set {key!r} to {what}")
+
+
+def _kv_heads(config: HFConfig, heads: int) -> int:
+    """`num_key_value_heads` (absent: one per query head), a positive divisor of the query heads: 0 must not
+    read as 'absent' and silently turn a GQA model into full multi-head attention."""
+    kv_heads = _optional_int(config, "num_key_value_heads")
+    if kv_heads is None:
+        return heads
+    what = f"the model's KV-head count, a divisor of num_attention_heads={heads}"
+    _at_least_one("num_key_value_heads", kv_heads, what)
+    if heads % kv_heads:
+        raise MegapilotError(f"num_key_value_heads={kv_heads} does not divide num_attention_heads={heads}",
+                             field="num_key_value_heads", fix=f"set 'num_key_value_heads' to {what}")
+    return kv_heads
+
+
+def _head_dim(config: HFConfig) -> int | None:
+    """`head_dim` when stated; 0 must not read as 'hidden_size / heads'."""
+    head_dim = _optional_int(config, "head_dim")
+    if head_dim is not None:
+        _at_least_one("head_dim", head_dim, "the per-head size the model card gives, or leave it out")
+    return head_dim
+
+
 def _rotary_base(config: HFConfig) -> int:
     """`rope_theta` as Megatron's integer --rotary-base (absent: 10000)."""
     theta = _optional_float(config, "rope_theta")
@@ -290,8 +317,8 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
     """The fields every Llama-style config shares (attention, MLP width, vocab, rope, norms)."""
     hidden = _required_int(config, "hidden_size")
     heads = _required_int(config, "num_attention_heads")
-    kv_heads = _optional_int(config, "num_key_value_heads") or heads
-    head_dim = _optional_int(config, "head_dim")
+    kv_heads = _kv_heads(config, heads)
+    head_dim = _head_dim(config)
     biases = _flag(config, "attention_bias", False), _flag(config, "mlp_bias", False)
     if biases == (True, False):
         raise _refuse(
@@ -694,8 +721,7 @@ def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
 def _deepseek_groups(config: HFConfig, topk: int, experts: int, score: str, normalised: bool) -> dict[str, Any]:
     """Group-limited routing. Megatron scores a group by the sum of its top (topk // group_topk) scores."""
     method = str(config.get("topk_method") or "greedy")
-    groups = _optional_int(config, "n_group") or 1
-    group_topk = _optional_int(config, "topk_group") or groups
+    groups, group_topk = _expert_groups(config, experts)
     if method == "greedy" or groups <= 1 or group_topk >= groups:
         return {}  # every expert is eligible: no grouping
     if method not in ("group_limited_greedy", "noaux_tc"):
@@ -709,6 +735,28 @@ def _deepseek_groups(config: HFConfig, topk: int, experts: int, score: str, norm
         raise _refuse("norm_topk_prob", "group-limited softmax routing with renormalised weights picks groups "
                                         "on logits in Megatron, on probabilities in Hugging Face")
     return {"router_num_groups": groups, "router_group_topk": group_topk}
+
+
+def _expert_groups(config: HFConfig, experts: int) -> tuple[int, int]:
+    """(`n_group`, `topk_group`) as stated (absent: one group, all of it picked), refused by field where Megatron
+    would assert: --moe-router-num-groups must divide the experts and --moe-router-group-topk must not exceed it."""
+    groups = _optional_int(config, "n_group")
+    group_topk = _optional_int(config, "topk_group")
+    if groups is not None:
+        _at_least_one("n_group", groups, f"a divisor of n_routed_experts={experts}, or 1 for no expert groups")
+        if experts % groups:
+            raise MegapilotError(f"n_group={groups} does not divide the {experts} routed experts", field="n_group",
+                                 fix=f"set 'n_group' to a divisor of n_routed_experts={experts} (Megatron's "
+                                     "--moe-router-num-groups), as the model card gives it")
+    if group_topk is not None:
+        _at_least_one("topk_group", group_topk, "the number of expert groups a token may pick from")
+        if groups is not None and group_topk > groups:
+            raise MegapilotError(f"topk_group={group_topk} exceeds n_group={groups}: a token cannot pick more "
+                                 "groups than there are", field="topk_group",
+                                 fix=f"set 'topk_group' to at most n_group={groups} (Megatron's "
+                                     "--moe-router-group-topk)")
+    groups = groups or 1
+    return groups, group_topk or groups
 
 
 # ---- GPT-2 -------------------------------------------------------------------------------------------
@@ -832,9 +880,9 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     # transformers >= 5 counts the layers from their list (its num_hidden_layers is deprecated and ignored)
     config = {**config, "num_hidden_layers": len(pattern)}
     heads = _required_int(config, "num_attention_heads")
-    kv_heads = _optional_int(config, "num_key_value_heads") or heads
+    kv_heads = _kv_heads(config, heads)
     hidden = _required_int(config, "hidden_size")
-    head_dim = _optional_int(config, "head_dim")
+    head_dim = _head_dim(config)
     activation = config.get("mlp_hidden_act") or config.get("hidden_act") or "relu2"
     if activation != "relu2":
         raise _refuse("mlp_hidden_act", f"mlp_hidden_act={activation!r} is not modelled for Nemotron-H (relu2 is)")
@@ -980,7 +1028,11 @@ def _decilm_block_shape(block: Any, index: int, heads: int, hidden: int) -> tupl
     kv: int | str = "no-op" if attention.get("no_op") else "linear" if attention.get("replace_with_linear") else 0
     width: int | str = "no-op" if mlp.get("no_op") else "linear" if mlp.get("replace_with_linear") else 0
     if kv == 0:
-        group = _optional_int(attention, "n_heads_in_group") or 1
+        stated = _optional_int(attention, "n_heads_in_group")
+        group = 1 if stated is None else stated  # 0 must not read as 'absent' (one KV head per query head)
+        if group < 1:
+            raise _refuse(f"block_configs[{index}].attention.n_heads_in_group",
+                          f"n_heads_in_group={group} must be at least 1")
         if heads % group:
             raise _refuse(f"block_configs[{index}].attention.n_heads_in_group",
                           f"n_heads_in_group={group} does not divide num_attention_heads={heads}")

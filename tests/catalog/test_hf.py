@@ -224,7 +224,7 @@ def test_partial_sliding_window_and_scattered_moe_layers_are_refused():
 
 
 def test_inconsistent_shapes_become_a_user_error():
-    error = _refusal(_config("Llama-3.1-8B") | {"num_key_value_heads": 5})
+    error = _refusal(_config("Llama-3.1-8B") | {"num_attention_heads": 24})  # 4096 is not a multiple of 24
     assert error.field is not None and error.field.startswith("model")
 
 
@@ -771,3 +771,30 @@ def test_a_number_of_the_wrong_type_or_not_finite_is_refused_by_its_field(config
 ])
 def test_a_flag_that_is_not_a_json_boolean_is_refused_by_its_field(config, field):
     assert "JSON boolean" in _one_line_refusal(config, field).problem
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (_llama(num_key_value_heads=0), "num_key_value_heads"),  # read as absent: silently full multi-head attention
+    (_llama(num_key_value_heads=-8), "num_key_value_heads"),
+    (_llama(num_key_value_heads=5), "num_key_value_heads"),  # 5 does not divide 32 heads
+    (_llama(num_key_value_heads="8"), "num_key_value_heads"),
+    (OTHER_FAMILIES["Qwen3-8B"][0] | {"head_dim": 0}, "head_dim"),  # read as absent: hidden / heads
+    (_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {"num_key_value_heads": 0}, "num_key_value_heads"),
+    (_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {"head_dim": 0}, "head_dim"),
+    (_config("DeepSeek-V3") | {"n_group": 7}, "n_group"),  # 7 does not divide 256 experts
+    (_config("DeepSeek-V3") | {"n_group": 0}, "n_group"),
+    (_config("DeepSeek-V3") | {"topk_group": 9}, "topk_group"),  # more groups picked than the 8 there are
+    (_config("DeepSeek-V3") | {"topk_group": 0}, "topk_group"),
+    (GLM4_MOE_DEFAULTS | {"n_group": 3}, "n_group"),  # 3 does not divide 128 experts
+    (OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0] | {"mlp_only_layers": "0,1"}, "mlp_only_layers"),
+    (NEMOTRON_SUPER_49B | {"block_configs": [_decilm_block(0, 5.25)] * 8},
+     "block_configs[0].attention.n_heads_in_group"),
+])
+def test_a_shape_out_of_range_is_refused_by_its_field(config, field):
+    _one_line_refusal(config, field)
+
+
+def test_the_group_routing_megatron_accepts_still_reads():
+    moe = from_hf_config(_config("DeepSeek-V3") | {"n_group": 8, "topk_group": 8}, "all-groups").moe
+    assert moe is not None and moe.router_num_groups is None  # every group picked: no grouping
+    assert from_hf_config(_llama(num_key_value_heads=32, head_dim=128), "mha").num_query_groups is None
