@@ -23,8 +23,10 @@ YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied
 norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax
 vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing,
 aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same as
-its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A value
-of the wrong JSON type, NaN/Infinity or out of range is refused by its field.
+its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A router
+key the config leaves out (`norm_topk_prob`) takes the default of its family's configuration class in
+transformers, as transformers would build the model; a value of the wrong JSON type, NaN/Infinity or out of
+range is refused by its field.
 
 What a ModelSpec does not model is either refused with a `MegapilotError` naming the field (a
 Qwen sliding window on some layers only, MoE layer placements Megatron cannot express, attention-only
@@ -465,8 +467,8 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
         first_k_dense_layers=first_k_dense,
         moe_layer_freq=freq,
         aux_loss_coeff=_optional_float(config, "router_aux_loss_coef") or 0.0,
-        # norm_topk_prob false (Qwen2-MoE's default): softmax over all experts, top-k weights kept as they are.
-        router_pre_softmax=not _flag(config, "norm_topk_prob", False),
+        # norm_topk_prob false: softmax over all experts, top-k weights kept as they are.
+        router_pre_softmax=not _norm_topk_prob(config),
     )
     return fields
 
@@ -695,6 +697,27 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
     return fields
 
 
+# `norm_topk_prob` where a config.json leaves it out: the default of the family's configuration class in Hugging Face
+# transformers (src/transformers/models/<family>/configuration_<family>.py), so an absent key reads as
+# transformers builds the model.
+_NORM_TOPK_PROB_DEFAULT: dict[str, bool] = {
+    "qwen2_moe": False,  # Qwen2MoeConfig
+    "qwen3_moe": False,  # Qwen3MoeConfig
+    "qwen3_next": True,  # Qwen3NextConfig
+    "deepseek_v2": False,  # DeepseekV2Config
+    "deepseek_v3": True,  # DeepseekV3Config
+    "deepseek_v32": True,  # DeepseekV32Config
+    "deepseek_v4": True,  # DeepseekV4Config
+    "glm4_moe": True,  # Glm4MoeConfig
+    "glm_moe_dsa": True,  # GlmMoeDsaConfig
+}
+
+
+def _norm_topk_prob(config: HFConfig) -> bool:
+    """Whether the router renormalises its top-k weights: the config's JSON boolean, else its family's default."""
+    return _flag(config, "norm_topk_prob", _NORM_TOPK_PROB_DEFAULT[_family(config)])
+
+
 def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
     """DeepSeek's MoEGate (V2 and V3 modeling code) in Megatron's router vocabulary."""
     score = str(config.get("scoring_func") or "softmax")
@@ -703,7 +726,7 @@ def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
         raise _refuse("scoring_func", f"scoring_func={score!r} has no Megatron router for this family ("
                                       f"{' and '.join(scores)} have)")
     topk = _required_int(config, "num_experts_per_tok")
-    normalised = _flag(config, "norm_topk_prob", False) and topk > 1
+    normalised = _norm_topk_prob(config) and topk > 1
     if score != "softmax" and topk > 1 and not normalised:
         raise _refuse("norm_topk_prob", f"Megatron's {score} router always renormalises the top-k weights, "
                                         "so norm_topk_prob=false cannot be expressed")

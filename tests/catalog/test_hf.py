@@ -798,3 +798,40 @@ def test_the_group_routing_megatron_accepts_still_reads():
     moe = from_hf_config(_config("DeepSeek-V3") | {"n_group": 8, "topk_group": 8}, "all-groups").moe
     assert moe is not None and moe.router_num_groups is None  # every group picked: no grouping
     assert from_hf_config(_llama(num_key_value_heads=32, head_dim=128), "mha").num_query_groups is None
+
+
+# ---- a key left out takes the default of the family's configuration class in transformers -----------------------
+
+# config, its family's norm_topk_prob default (transformers' configuration_<family>.py)
+NORM_TOPK_PROB_DEFAULTS = {
+    "DeepSeek-V3": (_config("DeepSeek-V3"), True),
+    "DeepSeek-V3.2": (_config("DeepSeek-V3.2"), True),
+    "DeepSeek-V4-Flash": (_config("DeepSeek-V4-Flash"), True),
+    "DeepSeek-V2-Lite": (_config("DeepSeek-V2-Lite"), False),
+    "GLM-5": (_config("GLM-5"), True),
+    "GLM-4.5-Air": (GLM4_MOE_DEFAULTS, True),
+    "Qwen3-30B-A3B": (_config("Qwen3-30B-A3B"), False),
+    "Qwen3-Next-80B-A3B-Instruct": (_config("Qwen3-Next-80B-A3B-Instruct"), True),
+    "Qwen1.5-MoE-A2.7B": (OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0], False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NORM_TOPK_PROB_DEFAULTS))
+def test_a_config_without_norm_topk_prob_reads_as_its_transformers_default(name):
+    config, default = NORM_TOPK_PROB_DEFAULTS[name]
+    left_out = {key: value for key, value in config.items() if key != "norm_topk_prob"}
+    assert from_hf_config(left_out, name) == from_hf_config(config | {"norm_topk_prob": default}, name)
+
+
+def test_deepseek_v3_without_norm_topk_prob_is_renormalised_not_refused():
+    config = {key: value for key, value in _config("DeepSeek-V3").items() if key != "norm_topk_prob"}
+    moe = from_hf_config(config, "v3").moe
+    assert moe is not None and moe.router_score_function == "sigmoid" and not moe.router_pre_softmax
+
+
+def test_every_family_that_reads_norm_topk_prob_has_its_default():
+    from megapilot.catalog.hf import _ARCHITECTURE_FAMILY, _NORM_TOPK_PROB_DEFAULT
+
+    families = {from_hf_config(config, "x").hf_architecture for config, _ in NORM_TOPK_PROB_DEFAULTS.values()}
+    assert {_ARCHITECTURE_FAMILY[architecture] for architecture in families} == set(_NORM_TOPK_PROB_DEFAULT)
+
