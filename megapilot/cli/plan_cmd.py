@@ -330,7 +330,8 @@ def _render(result: PlanResult, saved: Path | None) -> None:
         table.add_column(column, justify="right", no_wrap=True)
     for index, cand in enumerate(result.candidates, start=1):
         est = cand.estimate
-        table.add_row(str(index), layout_label(cand.parallel),
+        dispatcher = f" flex:{cand.moe_flex_dispatcher}" if cand.moe_flex_dispatcher else ""
+        table.add_row(str(index), layout_label(cand.parallel) + dispatcher,
                       f"{est.memory_gib.total:.1f} / {est.memory_gib.capacity:.0f}", format_duration(est.step_time_s),
                       f"{est.tokens_per_s_per_gpu:,.0f}", f"{est.mfu * 100:.1f}",
                       f"{bubble_share(est) * 100:.1f}", f"{exposed_comm_share(est) * 100:.1f}")

@@ -200,7 +200,10 @@ class PlanResult(BaseModel):
         return self.candidates[0]
 
     def shell(self) -> str:
-        return self.best.parallel.shell_block(self.training.global_batch_size)
+        block = self.best.parallel.shell_block(self.training.global_batch_size)
+        # the dispatcher the estimate was priced with: `estimate` reproduces it only when told
+        backend = self.best.moe_flex_dispatcher
+        return block + (f" MOE_DISPATCHER=flex MOE_FLEX_BACKEND={backend}" if backend else "")
 
     def product_check(self) -> str:
         """The world-size product written out, e.g. `4×4×2×2 = 64 GPUs` (TP×PP×CP×DP)."""

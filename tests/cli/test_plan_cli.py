@@ -199,6 +199,9 @@ def test_the_flex_dispatcher_is_costed_saved_and_written_by_script(cli, tmp_path
     default = cli(*args, "--json")  # EP 64 leaves the node: the planner costs it with DeepEP unasked
     assert any("flex beyond it" in line for line in default.json()["defaults"])
     assert default.json()["candidates"][0]["moe_flex_dispatcher"] == "deepep"
+    assert default.json()["shell"].endswith("MOE_DISPATCHER=flex MOE_FLEX_BACKEND=deepep")
+    shown = cli(*args).stdout  # the table says it too: `estimate` reproduces the numbers only when told
+    assert "ETP" in shown and "flex:deepep" in shown
     target = tmp_path / "plan.json"
     flex = cli(*args, "--moe-flex-dispatcher", "deepep", "--save", str(target), "--json")
     assert flex.exit_code == 0, flex.stderr
