@@ -6,6 +6,7 @@ Their meaning is `megapilot.estimate.budget` and `megapilot.estimate.goodput`; t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Annotated, Any
@@ -69,6 +70,12 @@ class RunBudgetFlags:
         if self.tokens is not None and iters is not None:
             raise MegapilotError("--tokens and --train-iters both give the budget", field="tokens",
                                  fix="pass one of them")
+        # named as typed: --restart-min is minutes here and seconds in the failure model
+        for flag, value in (("--restart-min", self.restart_min), ("--repair-h", self.repair_h),
+                            ("--failures-per-gpu-hour", self.failures_per_gpu_hour)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise MegapilotError(f"must be a finite number >= 0, not {value}", field=flag[2:].replace("-", "_"),
+                                     fix=f"pass {flag} 0 or more")
         changes: dict[str, Any] = {"failures_per_gpu_hour": self.failures_per_gpu_hour, "repair_h": self.repair_h,
                                    "restart_s": None if self.restart_min is None else self.restart_min * 60}
         if self.failures_per_gpu_hour is not None:

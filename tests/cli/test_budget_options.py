@@ -46,7 +46,9 @@ def test_script_gives_the_steps_itself():
     (BudgetFlags(cost_per_gpu_hour=2.0), "tokens"),  # a budget option without a budget
     (BudgetFlags(tokens="1T", train_iters=10), "tokens"),
     (BudgetFlags(tokens="1T", failures_per_gpu_hour=1e-5, failures_from_history=True), "failures_per_gpu_hour"),
-    (BudgetFlags(tokens="1T", restart_min=-1.0), "restart_s"),
+    (BudgetFlags(tokens="1T", restart_min=-1.0), "restart_min"),  # the option typed, in its unit
+    (BudgetFlags(tokens="1T", restart_min=float("nan")), "restart_min"),
+    (BudgetFlags(tokens="1T", repair_h=float("inf")), "repair_h"),
     (BudgetFlags(tokens="many"), "tokens"),
 ])
 def test_contradicting_or_bad_options_name_the_field(flags, field):
