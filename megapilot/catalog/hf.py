@@ -94,6 +94,8 @@ _ARCHITECTURE_FAMILY: dict[str, str] = {
 }
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURE_FAMILY)
 _SUPPORTED_HINT = "supported architectures: " + ", ".join(SUPPORTED_ARCHITECTURES)
+_NAME_THE_FAMILY = ('add "model_type" (one of ' + ", ".join(dict.fromkeys(_ARCHITECTURE_FAMILY.values()))
+                    + ') or "architectures" (e.g. ["LlamaForCausalLM"]) as the model\'s hub page has it')
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -136,6 +138,9 @@ def from_hf_config(config: HFConfig, name: str) -> ModelSpec:
 
 def _family(config: HFConfig) -> str:
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise MegapilotError(f"architectures={architectures!r} is not a list of class names", field="architectures",
+                             fix='write it as on the model\'s hub page, e.g. ["LlamaForCausalLM"]')
     if architectures:
         family = _ARCHITECTURE_FAMILY.get(architectures[0])
         if family is None:
@@ -145,12 +150,32 @@ def _family(config: HFConfig) -> str:
             )
         return family
     model_type = config.get("model_type")
-    if model_type in _ARCHITECTURE_FAMILY.values():
-        return str(model_type)
+    if model_type is None:
+        raise MegapilotError(
+            "this Hugging Face config names neither a model_type nor architectures, so its family is unknown",
+            field="model_type", fix=_NAME_THE_FAMILY,
+        )
+    if isinstance(model_type, str) and model_type in _ARCHITECTURE_FAMILY.values():
+        return model_type
     raise MegapilotError(
         f"model_type {model_type!r} is not supported (and no `architectures` given)", field="model_type",
         fix=_SUPPORTED_HINT,
     )
+
+
+# Keys only a Hugging Face config.json holds (none is a ModelSpec field): a file with one of them and no
+# model_type/architectures is a config.json that lost its family, not a ModelSpec file missing num_layers.
+_HF_ONLY_KEYS = frozenset({
+    "num_hidden_layers", "intermediate_size", "num_key_value_heads", "n_layer", "n_embd", "n_head", "hidden_act",
+    "rms_norm_eps", "rope_theta", "rope_parameters", "torch_dtype", "dtype", "transformers_version",
+    "tie_word_embeddings",
+})
+
+
+def looks_like_hf_config(data: dict[str, Any]) -> bool:
+    """Whether a mapping read from a model file is a Hugging Face config.json (it names its model_type or
+    architectures, or holds a key only such a config has) rather than ModelSpec fields."""
+    return "architectures" in data or "model_type" in data or not _HF_ONLY_KEYS.isdisjoint(data)
 
 
 # Keys of a transformers >= 5 `rope_parameters` object that older configs keep at the top level.

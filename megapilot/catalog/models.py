@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from megapilot.catalog.hf import from_hf_config, load_hf_config
+from megapilot.catalog.hf import from_hf_config, load_hf_config, looks_like_hf_config
 from megapilot.catalog.hub import looks_like_hub_id, resolve_hub_config
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import ModelSpec
@@ -209,9 +209,10 @@ def _unknown_model(name: str) -> MegapilotError:
 
 
 def _load_model_file(path: Path) -> ModelSpec:
-    """A HF config.json (recognised by `architectures`/`model_type`) or a file of ModelSpec fields."""
+    """A HF config.json (recognised by `architectures`/`model_type` or its own keys) or a file of ModelSpec
+    fields."""
     data = _read_mapping(path)
-    if "architectures" in data or "model_type" in data:
+    if looks_like_hf_config(data):
         return from_hf_config(data, path.parent.name if path.name == "config.json" else path.stem)
     data.setdefault("name", path.stem)
     try:

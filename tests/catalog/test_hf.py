@@ -835,3 +835,18 @@ def test_every_family_that_reads_norm_topk_prob_has_its_default():
     families = {from_hf_config(config, "x").hf_architecture for config, _ in NORM_TOPK_PROB_DEFAULTS.values()}
     assert {_ARCHITECTURE_FAMILY[architecture] for architecture in families} == set(_NORM_TOPK_PROB_DEFAULT)
 
+
+# ---- a config.json that names no family --------------------------------------------------------------------------
+
+
+def test_a_config_naming_neither_model_type_nor_architectures_is_told_to_name_one():
+    config = {key: value for key, value in _config("Llama-3.1-8B").items()
+              if key not in ("model_type", "architectures")}
+    error = _one_line_refusal(config, "model_type")
+    assert "neither" in error.problem and '"model_type"' in error.fix
+    assert all(family in error.fix for family in ("llama", "deepseek_v3", "qwen3_moe", "nemotron_h"))
+
+
+@pytest.mark.parametrize("architectures", ["LlamaForCausalLM", [{"name": "LlamaForCausalLM"}]])
+def test_architectures_that_is_not_a_list_of_class_names_is_refused_by_its_field(architectures):
+    _one_line_refusal(_llama(architectures=architectures), "architectures")

@@ -165,6 +165,15 @@ def test_bad_model_files_are_user_errors_naming_the_field(tmp_path):
     assert excinfo.value.field.startswith("model.")
 
 
+def test_a_hf_config_without_model_type_is_read_as_one_not_as_modelspec_fields(tmp_path):
+    config = json.loads((HF_CONFIGS / "Llama-3.1-8B.json").read_text())
+    del config["model_type"], config["architectures"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(MegapilotError) as excinfo:  # it read as a ModelSpec file: "model.num_layers: Field required"
+        get_model(str(tmp_path / "config.json"))
+    assert excinfo.value.field == "model_type" and '"model_type"' in (excinfo.value.fix or "")
+
+
 # ---- CLI ------------------------------------------------------------------------------------------
 
 
