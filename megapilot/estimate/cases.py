@@ -315,11 +315,16 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec)
     defaults = {"sequence_parallel": (flags.layout.tp or 1) > 1,
                 "distributed_optimizer": not training.uses_muon}
     try:
-        return flags.layout.config(world_size, **defaults)
+        parallel = flags.layout.config(world_size, **defaults)
     except MegapilotError:
         raise
     except ValueError as exc:
         raise _layout_error(exc) from None
+    # Megatron reads --recompute-method only with full recompute: given beside another, it would be dropped unsaid
+    if flags.layout.recompute_method is not None and parallel.recompute != "full":
+        raise MegapilotError(f"recompute_method applies only to recompute='full', not {parallel.recompute!r}",
+                             field="recompute_method", fix="drop --recompute-method, or use --recompute full")
+    return parallel
 
 
 def _layout_pins(given: dict[str, Any]) -> LayoutPins:

@@ -56,6 +56,7 @@ def test_given_flags_reach_the_specs():
     ({"sequence_parallel": True}, "sequence_parallel"),  # needs tp > 1
     ({"vpp": 2}, "vpp"),  # needs pp > 1
     ({"recompute_num_layers": 2}, "recompute_num_layers"),  # only with full recompute
+    ({"recompute_method": "block"}, "recompute_method"),  # likewise: Megatron would drop it unsaid
     ({"pipeline_layout": "balanced"}, "pipeline_layout"),  # needs pp > 1
     ({"moe_capacity_factor": 1.0}, "moe_capacity_factor"),  # a dense model drops no tokens
     ({"moe_capacity_factor": 0, "model": "mixtral-8x7b"}, "moe_capacity_factor"),
