@@ -91,6 +91,10 @@ def estimate(
         if layers:
             raise MegapilotError("--layers breaks down one layout, not a --batch", field="--layers",
                                  fix="drop --layers, or --batch")
+        if stray := layout.given() + features.given() + (["--force-tp-across-nodes"] if force_tp_across_nodes else []):
+            # each line is a whole case: a flag beside --batch would be ignored unsaid
+            raise MegapilotError(f"{', '.join(stray)} would be ignored: each --batch line gives its own case",
+                                 field="--batch", fix="put them into the lines (as keys), or drop --batch")
         rows = run_batch(batch, flop_convention, calibrator=calibrator, cluster=cluster)
         emit_json([row.to_json() for row in rows]) if json_output else _print_batch(rows)
         if any(row.error is not None for row in rows):

@@ -91,6 +91,14 @@ def test_batch_returns_results_in_line_order_with_per_line_errors_and_exits_one(
     assert data[3]["memory_gib"]["total"] > data[0]["memory_gib"]["total"]  # pp 2 holds more per GPU
 
 
+def test_case_flags_beside_batch_are_refused_not_ignored(cli, tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 4096}\n')
+    result = cli("estimate", "--batch", str(cases), "--model", "llama3.1-70b", "--tp", "8")
+    assert result.exit_code == 2 and "--model, --tp would be ignored" in result.stderr
+    assert cli("estimate", "--batch", str(cases), "--json").exit_code == 0
+
+
 def test_batch_takes_either_key_spelling_and_echoes_each_id(cli, tmp_path):
     dashed = {"id": "dashed", "model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq-len": 8192,
               "gpus-per-node": 8, "--tp": 2}
