@@ -36,6 +36,8 @@ BALANCED = "balanced"
 
 # Megatron's two expansion passes (pipeline_parallel_layer_layout.parse_str_to_list): a parenthesised
 # group times n (no nesting: the group is `[^)]+`), then a single character times n.
+# An expanded layout holds each layer and stage once: far beyond any model's count, a repeat is a typo.
+MAX_LAYOUT_SYMBOLS = 1 << 16
 _GROUP_REPEAT = re.compile(r"\(([^)]+)\)\*(\d+)")
 _CHAR_REPEAT = re.compile(r"(.)\*(\d+)")
 
@@ -216,9 +218,18 @@ def parse_layout(layout: str) -> tuple[str, ...]:
 
     Any character outside `E t m L | ( ) * , digits` (a space too) is refused, as Megatron refuses it.
     """
-    text = layout.replace(",", "")
-    text = _GROUP_REPEAT.sub(lambda match: match.group(1) * int(match.group(2)), text)
-    text = _CHAR_REPEAT.sub(lambda match: match.group(1) * int(match.group(2)), text)
+    def repeated(match: re.Match[str]) -> str:
+        block, times = match.group(1), int(match.group(2))
+        if len(block) * times > MAX_LAYOUT_SYMBOLS:  # refused before it is built: a typo must not exhaust memory
+            raise MegapilotError(f"{match.group(0)!r} in {layout!r} repeats to {len(block) * times:,} symbols; no "
+                                 f"model has that many layers or stages", field="pipeline_layout",
+                                 fix="count the repeats again: the layout holds each layer once")
+        return block * times
+
+    text = _CHAR_REPEAT.sub(repeated, _GROUP_REPEAT.sub(repeated, layout.replace(",", "")))
+    if len(text) > MAX_LAYOUT_SYMBOLS:
+        raise MegapilotError(f"{layout!r} expands to {len(text):,} symbols; no model has that many layers or stages",
+                             field="pipeline_layout", fix="count the repeats again: the layout holds each layer once")
     stages = tuple(text.split("|"))
     for stage in stages:
         for char in stage:

@@ -231,3 +231,10 @@ def test_the_replayed_bisection_lands_on_the_same_float_as_sixty_fills():
         n, parts = rng.randint(1, 130), rng.randint(1, 96)
         costs = _random_costs(rng, n)
         assert _replayed_bound(costs, parts) == _bisected_bound(costs, parts), (costs, parts)
+
+
+@pytest.mark.parametrize("layout", ["Et*999999999999|t*20|t*20|t*20L", "(t|)*99999999999", "E" + "t" * 70000 + "L"])
+def test_a_layout_repeated_past_any_model_is_refused_before_it_is_built(layout):
+    with pytest.raises(MegapilotError) as caught:
+        parse_layout(layout)
+    assert caught.value.field == "pipeline_layout" and "symbols" in caught.value.problem
