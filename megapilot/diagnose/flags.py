@@ -395,8 +395,9 @@ ASSUMED_VOCAB_SIZE = 32000
 
 
 def _vocab_size(flags: LaunchFlags, notes: list[str], shape: tuple[int, int, int]) -> int:
-    """--vocab-size; else the vocabulary of the catalog model the tokenizer or the script's header names (a
-    HuggingFaceTokenizer's size is its model's, which no flag states); else an assumption, said in `notes`.
+    """--vocab-size; else the vocabulary of the catalog model the tokenizer model names, or the script's header
+    where the tokenizer model is a path (a HuggingFaceTokenizer's size is its model's, which no flag states); else
+    an assumption, said in `notes`.
     `shape`: the flags' layers, hidden size and heads."""
     if flags.get_int("--vocab-size"):
         vocab = flags.get_int("--vocab-size") or 0
@@ -410,7 +411,9 @@ def _vocab_size(flags: LaunchFlags, notes: list[str], shape: tuple[int, int, int
         notes.append(f"vocab size {preset.spec.vocab_size} from the tokenizer {tokenizer} "
                      f"(megapilot's {preset.spec.name})")
         return preset.spec.vocab_size
-    preset = _header_preset(flags, shape)
+    # a tokenizer model megapilot cannot name is the one `megapilot script` was given for the header's model;
+    # without one (the embedded trainer's bytes, GPT-2 BPE files) the model's vocabulary says nothing
+    preset = _header_preset(flags, shape) if tokenizer else None
     if preset is not None:
         notes.append(f"vocab size {preset.spec.vocab_size} from the model the script's header names "
                      f"({preset.spec.name})")
