@@ -72,6 +72,13 @@ def plan(
     if not 0 <= headroom_fraction < 1:
         raise MegapilotError(f"must be in [0, 1), got {headroom_fraction}", field="headroom",
                              fix="give the share of HBM to leave free, e.g. 0.05")
+    gbs = training.global_batch_size
+    if pins.mbs and gbs % pins.mbs:  # no DP can split it: say so, rather than what the search cut on the way
+        fitting = [str(m) for m in range(1, min(gbs, 16) + 1) if gbs % m == 0]
+        raise MegapilotError(f"mbs={pins.mbs} does not divide the global batch ({gbs}): no data-parallel replica "
+                             "runs a whole number of micro-batches", field="mbs",
+                             fix=f"pin an MBS from {', '.join(fitting)}, or pass a --gbs that is a multiple of "
+                                 f"{pins.mbs}")
     options, cross_domain_backend = (options, None) if estimator else cross_domain_dispatcher(model, cluster, options)
     cost = CostModel(model, cluster, training, estimator, options, headroom_fraction)
     band = model_error_band(model, cluster, training)
@@ -233,6 +240,13 @@ def distinct_shapes(ranked: list[Fit], top: int) -> list[Fit]:
 def _nothing_fits(cost: CostModel, pins: Pins, outcome: SearchOutcome) -> MegapilotError:
     bites = _what_bites(outcome)
     fixes = _relaxations_that_fit(cost, pins)
+    world, gbs = cost.cluster.world_size, cost.training.global_batch_size
+    if outcome.smallest_floor is None and outcome.rejected.get(RejectReason.BATCH):
+        # no layout got as far as memory, and the batch split cut some: the GPU count and the batch do not factor
+        bites += (f"; {world:,} GPUs = TP×PP×CP×DP with DP dividing the global batch ({gbs:,}) leaves TP×PP×CP no "
+                  "legal value")
+        fixes.append(f"use a GPU count that is a legal TP×PP×CP times a divisor of {gbs:,}, or a --gbs the GPUs "
+                     "divide")
     fix = "; or ".join(fixes) if fixes else "use a larger GPU or a smaller model"
     return MegapilotError(f"no layout fits: {bites}", field=_bite_field(outcome), fix=fix)
 
@@ -265,7 +279,7 @@ def _bite_field(outcome: SearchOutcome) -> str:
         return "parallel"
     if outcome.smallest_floor is not None or binding[0].memory:
         return "memory"
-    return binding[0].value.split()[0]
+    return "gbs" if binding[0] is RejectReason.BATCH else binding[0].value.split()[0]
 
 
 def _fits(cost: CostModel, pins: Pins) -> bool:

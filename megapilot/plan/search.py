@@ -602,11 +602,13 @@ class _Search:
 
     def _floor(self, shape: Shape) -> MemoryCheck:
         """The shape's smallest footprint: MBS 1 (or the pinned one), full recompute of every layer."""
-        floor = shape.layout(self.pins.mbs or 1, FULL_RECOMPUTE)
+        mbs = self.pins.mbs or 1
+        floor = shape.layout(mbs, FULL_RECOMPUTE)
         memory = self.cost.memory(floor)
         if not memory.fits:
             self.rejected[_floor_category(memory)] += 1
-            self._note_floor(floor, memory)
+            if space.batch_rule(self.training, shape.dp, mbs) is None:  # a floor to name must be a layout that runs
+                self._note_floor(floor, memory)
         return memory
 
     def _walk_vpp(self, shape: Shape) -> tuple[MemoryBinding, EstimateResult | None]:

@@ -79,6 +79,20 @@ def test_nothing_fits_names_memory_even_when_a_layout_rule_cut_more_layouts():
     assert "no layout fits: the smallest footprint found" in str(info.value)
 
 
+def test_a_pinned_mbs_that_does_not_divide_the_global_batch_is_said_so_not_memory():
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-70b", 64, 4096, 1024), pins=Pins(mbs=3))
+    assert info.value.field == "mbs" and "does not divide the global batch (1024)" in str(info.value)
+    assert "1, 2, 4, 8, 16" in info.value.fix
+
+
+def test_a_gpu_count_the_global_batch_cannot_split_over_is_named():
+    with pytest.raises(MegapilotError) as info:  # 100,000 = 2^5 x 5^5 GPUs; DP must divide 1,024
+        plan(*_inputs("llama3.1-8b", 100_000, 4096, 1024))
+    assert "DP dividing the global batch (1,024)" in str(info.value)
+    assert "a divisor of 1,024" in info.value.fix and "larger GPU" not in info.value.fix
+
+
 def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
     with pytest.raises(MegapilotError) as info:
         plan(*_inputs("llama3.1-8b", 8, 1048576, 8))
