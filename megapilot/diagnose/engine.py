@@ -120,7 +120,7 @@ def diagnose(
     """Diagnose a run from its logs (files, directories of logs or glob patterns, read as one run) and (optionally)
     its launch script or flags and GPU type. The `Diagnosis.log` holds what the rules read, bounded whatever the logs'
     size (`megapilot.diagnose.series`); `megapilot.logs.parse_logs` gives every record."""
-    launch = read_flags(script=script, flags=flags)
+    launch = read_flags(script=script, flags=flags, training_script=True)
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
     paths = expand_log_paths([str(path) for path in paths])
     log = parse_for_rules(paths, parse_options_for(config))

@@ -23,6 +23,7 @@ import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any, get_args
 
@@ -54,7 +55,7 @@ from megapilot.spec.parallel import RECOMPUTE_MODULES
 from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, compress_layout
 from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
 from megapilot.spec.validate import most_offloaded_layers
-from megapilot.vocabulary import default, float_default, int_default, term
+from megapilot.vocabulary import TERMS, default, float_default, int_default, term
 
 # The second line of a script from `megapilot script`: "# torchrun launch: NAME on N node(s) x G GPU-NAME"
 _HEADER_GPU_RE = re.compile(r"^# (?:torchrun|SLURM sbatch|AMD Primus) launch: .+ on \d+ node\(s\) x \d+ (\S+)$",
@@ -99,23 +100,41 @@ class LaunchFlags:
         value = self.values.get(name, default)
         return default if value is None else value
 
-    def get_int(self, name: str, default: int | None = None) -> int | None:
-        raw = self.values.get(name)
+    def get_int(self, name: str, default: int | None = None, *, minimum: int = 1) -> int | None:
+        """A whole-number flag, strictly as Megatron's argparse reads it (`2.5`, `abc` and a value below `minimum`
+        are a user error naming the flag, not a default taken in silence); `default` when absent."""
+        raw = self._given(name)
         if raw is None:
             return default
         try:
-            return int(float(raw))
+            value = int(raw)
         except ValueError:
-            return default
+            raise self._bad(name, raw, "is not a whole number", f"a whole number of at least {minimum}") from None
+        if value < minimum:
+            raise self._bad(name, raw, f"is below {minimum}", f"a whole number of at least {minimum}")
+        return value
 
     def get_float(self, name: str, default: float | None = None) -> float | None:
-        raw = self.values.get(name)
+        """A number flag, strictly as Megatron's argparse reads it; `default` when absent."""
+        raw = self._given(name)
         if raw is None:
             return default
         try:
             return float(raw)
         except ValueError:
-            return default
+            raise self._bad(name, raw, "is not a number", "a number") from None
+
+    def _given(self, name: str) -> str | None:
+        """The flag's text; None when absent or left to the shell (`$TP` that the script does not set: its value
+        comes from the environment it runs in, which a reading of the script cannot know)."""
+        raw = self.values.get(name)
+        return None if raw is None or "$" in raw else raw
+
+    def _bad(self, name: str, raw: str, problem: str, wanted: str) -> MegapilotError:
+        where = "" if self.source == "<flags>" else f" (in {self.source})"
+        return MegapilotError(f"{raw!r}{where} {problem}", field=name,
+                              fix=f"write {name} as {wanted} in the launch script or --flags, as Megatron-LM "
+                                  "requires")
 
 
 def _switch_names() -> frozenset[str]:
@@ -133,7 +152,7 @@ def _script_flags(path: Path) -> LaunchFlags:
     if path.suffix in (".yaml", ".yml"):
         overrides = _primus_overrides(text)
         if overrides is None:
-            raise MegapilotError(f"{path} is not a Primus experiment (no modules.<name>.overrides)", field="script",
+            raise MegapilotError(f"{path} is not a Primus experiment (no modules.<name>.overrides)", field="--script",
                                  fix="pass the launch script, or a Primus experiment YAML")
         return LaunchFlags(values=_flags_from_overrides(overrides), source=str(path))
     read = script_words(text)
@@ -259,6 +278,12 @@ def apply_fixes(flags: LaunchFlags, fixes: Iterable[Fix]) -> LaunchFlags:
     return replace(flags, values=values)
 
 
+@cache
+def _megatron_names() -> frozenset[str]:
+    """Every flag of every release megapilot has a table for: what tells a launch script from any other text."""
+    return frozenset(name for table in committed_tables() for name in table.flags)
+
+
 def _collect(tokens: list[str], source: str) -> LaunchFlags:
     switches = _switch_names()
     values: dict[str, str | None] = {}
@@ -288,8 +313,11 @@ def _collect(tokens: list[str], source: str) -> LaunchFlags:
     return LaunchFlags(values=values, source=source)
 
 
-def read_flags(*, script: str | Path | None = None, flags: str | None = None) -> LaunchFlags | None:
-    """Flags from a launch script, a flag string, or both (the string wins on conflicts); None if neither."""
+def read_flags(*, script: str | Path | None = None, flags: str | None = None,
+               training_script: bool = False) -> LaunchFlags | None:
+    """Flags from a launch script, a flag string, or both (the string wins on conflicts); None if neither.
+    `training_script`: a script without one Megatron flag is refused (diagnose and optimize read the training run
+    it launches; `megapilot run` launches any program)."""
     collected: dict[str, str | None] = {}
     sbatch: dict[str, str] = {}
     gpu_hint: str | None = None
@@ -298,8 +326,14 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
     if script is not None:
         path = Path(script)
         if not path.is_file():
-            raise MegapilotError(f"no such script: {script}", field="script", fix="pass the path of the launch script")
+            raise MegapilotError(f"no such script: {script}", field="--script",
+                                 fix="pass the path of the launch script")
         from_script = _script_flags(path)
+        if training_script and not any(name in _megatron_names() for name in from_script.values):
+            # defaults read from nothing would describe a run nobody launched (TP 1 "in the script")
+            raise MegapilotError(f"{script} launches no Megatron-LM training: none of its words is a Megatron flag",
+                                 field="--script", fix="pass the launch script that runs pretrain_gpt.py (or the "
+                                                       "embedded trainer) with its flags, or the flags with --flags")
         collected.update(from_script.values)
         sbatch, gpu_hint, model_hint = from_script.sbatch, from_script.gpu_hint, from_script.model_hint
         source = str(path)
@@ -307,7 +341,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None) ->
         try:
             words = shlex.split(flags)
         except ValueError as exc:
-            raise MegapilotError(f"cannot split into words: {exc}", field="flags", fix="balance the quotes") from exc
+            raise MegapilotError(f"cannot split into words: {exc}", field="--flags", fix="balance the quotes") from exc
         collected.update(_collect(words, "<flags>").values)
     if script is None and flags is None:
         return None
@@ -497,8 +531,8 @@ def _moe(flags: LaunchFlags, ffn: int) -> MoESpec | None:
     return MoESpec(
         num_experts=experts, router_topk=_megatron_int(flags, "--moe-router-topk"),
         moe_ffn_hidden_size=flags.get_int("--moe-ffn-hidden-size") or ffn,
-        latent_size=flags.get_int("--moe-latent-size") or None,
-        shared_expert_ffn_hidden_size=flags.get_int("--moe-shared-expert-intermediate-size", 0) or 0,
+        latent_size=flags.get_int("--moe-latent-size", minimum=0) or None,
+        shared_expert_ffn_hidden_size=flags.get_int("--moe-shared-expert-intermediate-size", 0, minimum=0) or 0,
         first_k_dense_layers=first_dense, moe_layer_freq=frequency,
         shared_expert_gate=flags.has("--moe-shared-expert-gate"),
         router_expert_bias=flags.has("--moe-router-enable-expert-bias"),
@@ -545,7 +579,7 @@ def _dsa(flags: LaunchFlags) -> DSASpec | None:
         return None
     return DSASpec(indexer_heads=heads, indexer_head_dim=dim, topk=topk,
                    topk_freq=_int_or(flags, "--dsa-indexer-topk-freq", 1),
-                   skip_topk_offset=flags.get_int("--dsa-indexer-skip-topk-offset", 0) or 0,
+                   skip_topk_offset=flags.get_int("--dsa-indexer-skip-topk-offset", 0, minimum=0) or 0,
                    rope_interleaved=_read(flags, "--dsa-indexer-rope-interleaved"),
                    rotate_activation=_read(flags, "--no-dsa-indexer-rotate-activation")
                    and not flags.has("--disable-dsa-indexer-rotate-activation"))  # (Megatron's other spelling)
@@ -669,6 +703,8 @@ def _read(flags: LaunchFlags, flag: str, *context: object) -> Any:
     whether it is there, a valued flag from its text (None: absent); `context`: the values of the row's
     `context_paths`, read already."""
     row = term(flag)
+    if row.kind == "int":
+        flags.get_int(flag)  # read strictly first: a derivation would read a bad value as unset, in silence
     return row.read(flags.has(flag) if row.kind == "bool" else flags.get(flag), *context)
 
 
@@ -718,7 +754,7 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         qk_layernorm=flags.has("--qk-layernorm") and not flags.has("--multi-latent-attention"),
         rope_scaling=_rope_scaling(flags), sliding_window=_read(flags, "--window-size"),
         moe=_moe(flags, ffn), mla=_mla(flags),
-        mtp_num_layers=flags.get_int("--mtp-num-layers") or (hybrid.mtp_depths if hybrid else 0),
+        mtp_num_layers=flags.get_int("--mtp-num-layers", minimum=0) or (hybrid.mtp_depths if hybrid else 0),
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", float_default("--mtp-loss-scaling-factor"))
         or 0.0,
         mtp_repeated_layer=_read(flags, "--mtp-use-repeated-layer"),
@@ -739,7 +775,7 @@ def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | Non
         gbs = (parallel.mbs * parallel.dp) if parallel else 1
         notes.append(f"--global-batch-size not in the flags: assumed MBS x DP = {gbs}")
     train_iters = flags.get_int("--train-iters", 100) or 100
-    warmup = flags.get_int("--lr-warmup-iters")
+    warmup = flags.get_int("--lr-warmup-iters", minimum=0)
     if warmup is None and flags.get_float("--lr-warmup-fraction"):
         warmup = int(train_iters * (flags.get_float("--lr-warmup-fraction") or 0))
     return TrainingSpec(
@@ -796,7 +832,7 @@ def _parallel(flags: LaunchFlags, world: int, num_layers: int | None, mtp_num_la
     method = flags.get("--recompute-method")
     modules = tuple((flags.get("--recompute-modules") or "").split())
     # beyond Megatron's most (none beside PP or recompute) the script never trained with it
-    offloaded = flags.get_int("--cpu-offloading-num-layers") or 0
+    offloaded = flags.get_int("--cpu-offloading-num-layers", minimum=0) or 0
     # one CP exchange for every layer (a per-layer list of one value is the same); any other is not priced: the ring
     comm_types = set((flags.get("--cp-comm-type") or _str_default("--cp-comm-type")).split())
     cp_comm_type = "a2a" if comm_types == {"a2a"} else "p2p"
@@ -838,6 +874,16 @@ def _gpu_named_in_header(flags: LaunchFlags, notes: list[str]) -> GPUSpec | None
     return gpu
 
 
+def _flag_error(error: MegapilotError, flags: LaunchFlags) -> MegapilotError:
+    """A spec's validation error as the Megatron flag that carries the field (`tp` -> --tensor-model-parallel-size),
+    or the launch it came from where no one flag does."""
+    flag = next((row.flag for row in TERMS if row.field and error.field
+                 and row.field.split(".", 1)[1] == error.field and flags.has(row.flag)), None)
+    where = flag or ("--flags" if flags.source == "<flags>" else "--script")
+    return MegapilotError(error.problem, field=where,
+                          fix=f"correct {flag or 'the flags'} in the launch script or --flags, as Megatron-LM requires")
+
+
 def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | None = None) -> RunConfig:
     """The typed run the flags describe (parts left None where the flags are silent)."""
     notes: list[str] = []
@@ -857,7 +903,7 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     except MegapilotError:
         raise  # already names the field
     except ValueError as exc:  # pydantic validation of the specs
-        raise from_validation_error(exc, prefix="flags") from exc
+        raise _flag_error(from_validation_error(exc), flags) from exc
     if gpu is None:
         gpu = _gpu_named_in_header(flags, notes)
     if gpu is None:

@@ -478,7 +478,7 @@ def _shm(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -
         Fix("add", "--ipc", "host", "or share the host's IPC namespace", kind="container", option="container shm"),
         Fix("add", "--ulimit", "memlock=-1", "let NCCL pin memory", kind="container", option="container shm"),
     ]
-    if config is not None and (config.flags.get_int("--num-workers", 2) or 0) > 2:
+    if config is not None and (config.flags.get_int("--num-workers", 2, minimum=0) or 0) > 2:
         fixes.append(change(config.flags, "--num-workers", "2", "fewer DataLoader workers use less shared memory"))
     return Finding("shm_insufficient", "critical", f"Shared memory exhausted (bus error){_ranks(records)}",
                    _evidence(records),
@@ -886,7 +886,7 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
         fixes.append(fix("--lr", f"{lr / 2:.2e}", f"halve the peak learning rate ({lr:.2e})"))
     train_iters = (config.training.train_iters if config and config.training else None) or \
         next((r.train_iters for r in log.iterations if r.train_iters), None)
-    warmup = flags.get_int("--lr-warmup-iters", 0) if flags else 0
+    warmup = flags.get_int("--lr-warmup-iters", 0, minimum=0) if flags else 0
     if not warmup:
         suggested = max(100, int(0.01 * train_iters)) if train_iters else 2000
         fixes.append(fix("--lr-warmup-iters", str(suggested),

@@ -220,3 +220,42 @@ def test_an_assumed_vocabulary_says_how_to_pass_it():
     config = run_config(read_flags(flags="--num-layers 4 --hidden-size 512 --num-attention-heads 8"))
     [note] = [note for note in config.notes if "vocab size" in note]
     assert "assumed 32000" in note and '--flags "--vocab-size N"' in note
+
+
+SHAPE = "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024"
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--tensor-model-parallel-size", "abc"), ("--tensor-model-parallel-size", "0"),
+    ("--tensor-model-parallel-size", "-8"), ("--pipeline-model-parallel-size", "2.5"), ("--seq-length", "foo"),
+    ("--micro-batch-size", "1e3"), ("--expert-tensor-parallel-size", "x"), ("--kv-channels", "0"), ("--lr", "fast"),
+])
+def test_a_bad_number_in_a_flag_is_an_error_naming_that_flag_and_its_value(flag: str, value: str):
+    """Megatron's argparse refuses these; read as a default they would price a run that never launches."""
+    with pytest.raises(MegapilotError) as info:
+        run_config(read_flags(flags=f"{SHAPE} {flag} {value}"), gpus=8)
+    assert info.value.field == flag and repr(value) in info.value.problem and flag in (info.value.fix or "")
+
+
+def test_a_flag_that_may_be_zero_reads_zero_and_a_variable_the_script_leaves_to_its_environment_is_unknown():
+    config = run_config(read_flags(flags=f"{SHAPE} --lr-warmup-iters 0 --cpu-offloading-num-layers 0"), gpus=8)
+    assert config.training.lr_warmup_iters == 0 and config.parallel.cpu_offloading_num_layers == 0
+    with pytest.raises(MegapilotError, match="--lr-warmup-iters"):
+        run_config(read_flags(flags=f"{SHAPE} --lr-warmup-iters -1"), gpus=8)
+    assert run_config(read_flags(flags=f"{SHAPE} --tensor-model-parallel-size '$TP'"), gpus=8).parallel.tp == 1
+
+
+def test_a_spec_the_flags_make_invalid_names_the_flag_with_a_fix():
+    with pytest.raises(MegapilotError) as info:
+        run_config(read_flags(flags=f"{SHAPE} --group-query-attention --num-query-groups 3"), gpus=8)
+    assert info.value.field == "--flags" and "num_query_groups=3" in info.value.problem and info.value.fix
+
+
+def test_a_file_with_no_megatron_flag_is_not_read_as_a_launch_of_megatrons_defaults(tmp_path: Path):
+    log = tmp_path / "train.sh"
+    log.write_text(" [2026-01-01 00:00:00] iteration 10/100 | elapsed time per iteration (ms): 900.0 | "
+                   "lm loss: 2.0 |\ntorchrun --nproc-per-node 8 train.py\n")
+    with pytest.raises(MegapilotError, match="no Megatron-LM training") as info:
+        read_flags(script=log, training_script=True)
+    assert info.value.field == "--script"
+    assert read_flags(script=log).values == {"--nproc-per-node": "8"}  # any program's launch (megapilot run)
