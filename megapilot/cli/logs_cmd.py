@@ -44,14 +44,6 @@ CSV_COLUMNS = ("file", "line", "dialect", "iteration", "train_iters", "rank", "t
                "skipped_iterations", "nan_iterations", "memory_used_gib", "memory_usage_pct")
 
 
-def _check_log_paths(files: list[str], *, flag: str = "FILE") -> None:
-    """A directory is not a log (the parser would report it as missing, --follow would crash on it)."""
-    for name in files:
-        if name != "-" and Path(name).is_dir():
-            raise MegapilotError(f"{name} is a directory, not a log file", field=flag,
-                                 fix=f"pass the training log inside it, e.g. {Path(name) / 'training.log'}")
-
-
 def _nothing_recognised(log: ParsedLog) -> bool:
     """No line of any file was a training-log line: an empty file, a binary one, or not a training log."""
     logged = log.summary.iterations_logged if log.summary else 0
@@ -81,7 +73,10 @@ def _gpu(alias: str | None) -> GPUSpec | None:
         return None
     from megapilot.catalog.gpus import get_gpu
 
-    return get_gpu(alias)
+    try:
+        return get_gpu(alias)
+    except MegapilotError as error:  # the catalog names its own field; here it is the option that was given
+        raise MegapilotError(error.problem, field="--gpu", fix=error.fix) from None
 
 
 # ---- logs parse -----------------------------------------------------------------------------------
@@ -373,11 +368,12 @@ def optimize_command(
     from megapilot.diagnose.engine import parse_options_for
     from megapilot.diagnose.optimize import optimize
     from megapilot.logs import parse_logs
+    from megapilot.logs.sources import expand_log_paths
 
     require_positive("--gpus", gpus)
     _check_script(script)
-    _check_log_paths(log or [], flag="--log")
-    launch = read_flags(script=script, flags=flags)
+    log_paths = expand_log_paths(log or [], flag="--log")
+    launch = read_flags(script=script, flags=flags, training_script=True)
     if launch is None:
         raise MegapilotError("no launch given", field="--script", fix="pass --script train.sh or --flags \"...\"")
     config = run_config(launch, gpu=_gpu(gpu), gpus=gpus)
@@ -386,7 +382,7 @@ def optimize_command(
                              fix="pass the GPU type, e.g. --gpu h100")
     parsed = None
     if log:
-        parsed = parse_logs(log, options=parse_options_for(config))
+        parsed = parse_logs(log_paths, options=parse_options_for(config))
         if parsed.summary is None or parsed.summary.step_time_p50_ms is None:
             raise MegapilotError("no step time found in the log", field="--log",
                                  fix="pass a log with iteration lines, or leave --log out")

@@ -103,9 +103,9 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
     batch, sequence length) calibrates nothing: the report carries that finding instead.
     """
     if config.gpu is None:
-        raise MegapilotError("optimize needs the GPU type", field="gpu", fix="pass --gpu, e.g. --gpu h100")
+        raise MegapilotError("optimize needs the GPU type", field="--gpu", fix="pass --gpu, e.g. --gpu h100")
     if not config.complete:
-        raise MegapilotError("the flags do not describe the whole run: " + "; ".join(config.notes), field="flags",
+        raise MegapilotError("the flags do not describe the whole run: " + "; ".join(config.notes), field="--flags",
                              fix="pass the full launch script with --script, or the model/batch flags with --flags")
     assert config.parallel is not None and config.training is not None
     current = current_prediction(config)
