@@ -342,8 +342,7 @@ def _print_diagnosis(result: Diagnosis) -> None:
             for column in ("option", "change", "pred. GiB", "why"):
                 fixes.add_column(column, overflow="fold")
             for fix in finding.fixes[:12]:
-                change_text = f"{fix.action} {fix.flag}" + (f" {fix.value}" if fix.value is not None else "")
-                fixes.add_row(escape(fix.option or ""), escape(change_text), _fmt(fix.predicted_memory_gib),
+                fixes.add_row(escape(fix.option or ""), escape(fix.text), _fmt(fix.predicted_memory_gib),
                               escape(fix.reason))
             console.print(fixes)
     for note in result.notes:
@@ -430,9 +429,12 @@ def _print_optimize(report: OptimizeReport) -> None:
 
 
 def _change_text(fix: Fix) -> str:
-    """A flag edit as the script would read it; an environment edit as its export or unset."""
+    """A flag edit as the script would read it; an environment edit as its export or unset; anything else (a
+    command, advice) as `Fix.text` says it."""
     if fix.kind == "env":
         return f"(unset {fix.flag})" if fix.action == "remove" else f"{fix.flag}={fix.value}"
+    if fix.kind != "megatron_flag":
+        return f"({fix.text})"
     return f"(remove {fix.flag})" if fix.action == "remove" else fix.flag + (f" {fix.value}" if fix.value else "")
 
 

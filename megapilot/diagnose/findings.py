@@ -46,14 +46,15 @@ EXPLANATIONS: dict[str, str] = {
     "missing_log": "a node wrote no training log",
 }
 
-FixKind = Literal["megatron_flag", "env", "container", "command", "config"]
+FixKind = Literal["megatron_flag", "env", "container", "command", "config", "advice"]
 
 
 @dataclass(frozen=True)
 class Fix:
     """One change. `kind` says where it goes: a Megatron-LM flag, an environment variable, a container
-    option, a command to run, or a setting of another framework's config (torchtitan, GPT-NeoX, DeepSpeed,
-    NeMo). Changes that belong together share `option` (e.g. the three flags of full recompute).
+    option, a command to run, a setting of another framework's config (torchtitan, GPT-NeoX, DeepSpeed,
+    NeMo), or advice: a step said in words (`flag` holds the sentence). Changes that belong together share
+    `option` (e.g. the three flags of full recompute).
     Predictions, when present, are for the whole option."""
 
     __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(use_attribute_docstrings=True)  # the run deck's schema
@@ -67,13 +68,28 @@ class Fix:
     reason: str
     """Why this change helps."""
     kind: FixKind = "megatron_flag"
-    """Where the change goes: megatron_flag, env, container, command or config."""
+    """Where the change goes: megatron_flag, env, container, command, config or advice (a step in words)."""
     option: str | None = None
     """Changes sharing an option belong together."""
     predicted_memory_gib: float | None = None
     """Predicted memory of the most-loaded GPU with the option applied, GiB."""
     predicted_tokens_per_s_per_gpu: float | None = None
     """Predicted tokens/s/GPU with the option applied."""
+
+    @property
+    def text(self) -> str:
+        """The change as a person makes it: a flag or setting edit (`add --lr 1.20e-06`), an export, a command to
+        run, a container option or the advice itself; a command or a sentence never reads as a flag to add."""
+        value = "" if self.value is None else f" {self.value}"
+        if self.kind == "env":
+            return f"unset {self.flag}" if self.action == "remove" else f"export {self.flag}={self.value or ''}"
+        if self.kind == "command" and not self.flag.startswith("#"):  # an `#SBATCH` line is an edit of the script
+            return f"run: {self.flag}{value}"
+        if self.kind == "advice":
+            return f"{self.flag}{value}"
+        if self.kind == "container":
+            return f"{self.action} container option {self.flag}{value}"
+        return f"{self.action} {self.flag}{value}"
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 3) if isinstance(v, float) and math.isfinite(v) else v) for k, v in asdict(self).items()}

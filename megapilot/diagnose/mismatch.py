@@ -157,6 +157,6 @@ def mismatch_finding(mismatches: list[LogMismatch]) -> Finding | None:
              "script's flags, so it measured a different run: its step time calibrates nothing and the script's "
              "layout is not used to judge it (findings and fixes below come from the log alone).")
     fix = Fix(action="add", flag="pass the log this script's run wrote, or the script that wrote this log", value=None,
-              reason="a log of another run cannot judge this launch", kind="command")
+              reason="a log of another run cannot judge this launch", kind="advice")
     return Finding(category="log_mismatch", severity="error", title=title,
                    evidence=[m.evidence for m in mismatches], cause=cause, fixes=[fix])

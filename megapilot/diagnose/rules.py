@@ -414,7 +414,7 @@ def _gpu_fault(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | N
         Fix("add", "nvidia-smi -q -d ECC,PAGE_RETIREMENT  (AMD: amd-smi metric --ecc)", None,
             "read the error counters of the node", kind="command"),
         Fix("add", "drain the node in the scheduler (scontrol update nodename=<node> state=drain reason=gpu_fault)",
-            None, "keep the job off the faulty GPU until it is reset or replaced", kind="command"),
+            None, "keep the job off the faulty GPU until it is reset or replaced", kind="advice"),
         Fix("add", "dmesg -T | grep -iE 'xid|amdgpu'", None, "find the Xid code and the PCI address", kind="command"),
     ]
     return Finding("gpu_hw_fault", "critical", f"GPU hardware fault{_ranks(records)}", _evidence(records), cause, fixes,
@@ -459,12 +459,12 @@ def _rendezvous(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | 
     fixes = [
         Fix("add", "check MASTER_ADDR:MASTER_PORT is reachable from every node (nc -zv $MASTER_ADDR $MASTER_PORT)",
             None,
-            "the store must be reachable", kind="command"),
+            "the store must be reachable", kind="advice"),
         Fix("set", "MASTER_PORT", "<a free port>", "'address already in use' means an old job holds the port",
             kind="env"),
         Fix("add", "start every node with the same --rdzv-id and --nnodes", None,
             "mismatched rendezvous never completes",
-            kind="command"),
+            kind="advice"),
     ]
     return Finding("rendezvous_failure", "critical", f"Rendezvous failed{_ranks(records)}", _evidence(records),
                    "The processes could not meet at the rendezvous store: a node did not start, the address/port is "
@@ -544,7 +544,7 @@ def _synchronous_save(log: ParsedLog, reason: str) -> list[Fix]:
 def _checkpoint_load(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     flags = config.flags if config else None
     fixes = [Fix("add", "compare the model flags with the checkpoint's run_config / args", None,
-                 "missing/unexpected keys or size mismatches mean the model shape differs", kind="command")]
+                 "missing/unexpected keys or size mismatches mean the model shape differs", kind="advice")]
     if flags is not None:
         fixes.append(change(flags, "--ckpt-format", "torch_dist",
                             "distributed checkpoints reshard across TP/PP changes"))
@@ -739,7 +739,7 @@ def _hung_at_exit(records: list[ErrorRecord], cancelled: ErrorRecord, done: Prog
     fixes = [Fix("add", f"py-spy dump --pid <a rank's pid> (on {node}, while it hangs)", None,
                  "the Python stack shows what the process waits for after training", kind="command"),
              Fix("add", "timeout --signal=TERM <minutes> around the launch, or scancel once `[after training is done]` "
-                 "is logged", None, "free the nodes instead of holding them until the limit", kind="command"),
+                 "is logged", None, "free the nodes instead of holding them until the limit", kind="advice"),
              history]
     evidence = [Evidence(done.file, done.line, done.text.strip()), *_evidence(records)]
     return Finding("process_crash", severity, "Job hung after training finished until the SLURM time limit",
@@ -792,7 +792,7 @@ def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: 
              "the other ranks' errors, if any, followed it.")
     fixes = [_EXCEPTION_FIXES[name]] if name in _EXCEPTION_FIXES else [
         Fix("add", "read the traceback above the exception line", None, "the last frames inside the training code "
-            "name the failing call and its arguments", kind="command")]
+            "name the failing call and its arguments", kind="advice")]
     return Finding("process_crash", severity, f"{name}{_where_bare(raised)} ended the run{_ranks(records)}",
                    _evidence(records), cause, fixes, occurrences=len(records))
 
@@ -1041,7 +1041,7 @@ _STALL_CAUSES = {
         "The log stops while building the dataset indices: rank 0 builds them while the others wait; on a slow or "
         "shared filesystem this can take very long or deadlock.",
         [Fix("add", "build the dataset cache once before the run (or point --data-cache-path at fast local disk)",
-             None, "avoid building indices inside the job", kind="command")]),
+             None, "avoid building indices inside the job", kind="advice")]),
 }
 
 
@@ -1185,7 +1185,7 @@ def _low_throughput(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | Non
     fixes = [fix for option in sorted(options, key=_gain, reverse=True) for fix in option.fixes()]
     if not fixes:
         fixes = [Fix("add", "profile one step (torch.profiler or nsys/rocprof)", None, "find whether the time goes to "
-                     "communication, idle bubbles or small kernels", kind="command")]
+                     "communication, idle bubbles or small kernels", kind="advice")]
     evidence = [_ev(r) for r in _unique(log.iterations)[-2:]]
     return Finding("low_throughput", "warning",
                    f"Low throughput: {measured_tflops:.0f} TFLOP/s/GPU = {measured_mfu:.1%} MFU on "
@@ -1231,7 +1231,7 @@ def slower_than_predicted(log: ParsedLog, config: RunConfig | None) -> Finding |
         Fix("add", "nvidia-smi -q -d PERFORMANCE,CLOCK (on each node)", None,
             "throttle reasons (power, thermal) and clocks below the GPU's", kind="command"),
         Fix("add", "profile one step (torch.profiler or nsys/rocprof)", None,
-            "find whether the time goes to communication, idle bubbles, input waits or small kernels", kind="command"),
+            "find whether the time goes to communication, idle bubbles, input waits or small kernels", kind="advice"),
     ]
     return Finding(
         "low_throughput", "warning",
@@ -1271,7 +1271,7 @@ def _throughput_on_unknown_gpu(log: ParsedLog, precision: Precision) -> Finding 
         f"{', '.join(a.upper() for a in low)}. The GPU type is not known (pass --gpu, e.g. --gpu {low[0]}, to rate "
         "it on one GPU and get layout options).",
         [Fix("add", "profile one step (torch.profiler or nsys/rocprof)", None, "find whether the time goes to "
-             "communication, idle bubbles or small kernels", kind="command")])
+             "communication, idle bubbles or small kernels", kind="advice")])
 
 
 def _measured_tflops(log: ParsedLog, predicted: Prediction | None, peak: float) -> tuple[float | None, str]:

@@ -246,3 +246,16 @@ def test_optimize_on_megapilots_own_script_predicts_what_the_plan_did(cli, tmp_p
     assert data["best"]["layout"] == data["current"]["layout"]
     assert not any(change["source"] == "planner" for change in data["changes"])
     assert not any("assumed 32000" in note for note in data["notes"])
+
+
+def test_a_command_fix_prints_as_a_command_to_run_not_a_flag_to_add(cli):
+    result = cli("diagnose", str(DATA / "real/20_hang_fused_kernel_compile_stuck.log"))
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "run: rm -rf megatron/fused_kernels/build" in text and "add rm -rf" not in text
+
+
+def test_advice_prints_as_advice_not_a_flag_to_add(cli):
+    result = cli("diagnose", str(DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"), "--gpu", "h100")
+    text = " ".join(result.stdout.split())
+    assert "profile one step" in text and "add profile one step" not in text

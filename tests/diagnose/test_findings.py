@@ -55,3 +55,36 @@ def test_finding_json_has_the_stable_schema_with_evidence_and_fixes():
     assert list(data) == ["category", "severity", "title", "occurrences", "evidence", "cause", "fixes"]
     assert data["evidence"] == [{"file": "a.log", "line": 3, "text": "CUDA out of memory"}]
     assert data["occurrences"] == 4 and data["fixes"][0]["flag"] == "--sequence-parallel"
+
+
+def test_a_fix_reads_as_the_change_a_person_makes_of_its_kind():
+    assert Fix("add", "--lr", "1.20e-06", "why").text == "add --lr 1.20e-06"
+    assert Fix("remove", "--fp16", None, "why").text == "remove --fp16"
+    assert Fix("set", "NCCL_DEBUG", "INFO", "why", kind="env").text == "export NCCL_DEBUG=INFO"
+    assert Fix("remove", "NCCL_ALGO", None, "why", kind="env").text == "unset NCCL_ALGO"
+    assert Fix("add", "rm -rf megatron/fused_kernels/build", None, "why", kind="command").text == (
+        "run: rm -rf megatron/fused_kernels/build")
+    assert Fix("set", "#SBATCH --exclude", "node-3", "why", kind="command").text == "set #SBATCH --exclude node-3"
+    assert Fix("add", "profile one step", None, "why", kind="advice").text == "profile one step"
+    assert Fix("add", "--shm-size", "64g", "why", kind="container").text == "add container option --shm-size 64g"
+
+
+def test_every_fix_the_rules_build_as_a_megatron_flag_is_a_flag():
+    """A command or a sentence built with the default kind would print as `add pip list | ...`: read from the source
+    (nothing run), every literal Fix of kind megatron_flag names a `--flag`."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "megapilot" / "diagnose"
+    wrong = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Fix"):
+                continue
+            keywords = {k.arg: k.value for k in node.keywords}
+            flag = node.args[1] if len(node.args) > 1 else keywords.get("flag")
+            kind = keywords.get("kind")
+            if (kind is None or (isinstance(kind, ast.Constant) and kind.value == "megatron_flag")) and isinstance(
+                    flag, ast.Constant) and not str(flag.value).startswith("--"):
+                wrong.append(f"{path.name}:{node.lineno} {flag.value}")
+    assert wrong == []
