@@ -12,8 +12,11 @@ constant below with the reason for its value:
   back down; `loss_divergence`: the last `WINDOW` losses all stay above that level.
 - loss jump after the first update (`loss_spike`, critical; left to `nan_loss`/`loss_divergence` when the run
   then went NaN or diverged): the loss logged right after the first
-  optimizer steps is above `FIRST_UPDATE_JUMP_FACTOR` x the first logged loss: the first update made the model
-  worse, which no window-based rule can see (it has no history yet).
+  optimizer steps is above `FIRST_UPDATE_JUMP_FACTOR` x the first logged loss, by at least
+  `FIRST_UPDATE_NOISE_MULTIPLE` x the median move between the losses logged after it (with none after it, by
+  `FIRST_UPDATE_ALONE_FACTOR` x): the first update made the model worse, which no window-based rule can see (it has
+  no history yet). A log too short for the window whose first losses rose that far but within their own noise gets
+  an `info` only.
 - `hang`: a gap between two iteration timestamps, or between the last iteration and the last
   timestamp of the log, longer than `HANG_FACTOR` x the median step time (at least `HANG_FLOOR_S`);
   or a log that stops at a known start-up stall point with no error.
@@ -82,6 +85,12 @@ SPIKE_FACTOR = 1.3  # a healthy LM loss moves by a few % between intervals; 30 %
 # beyond the batch-to-batch noise of a first step (a few %) and means the update itself hurt.
 FIRST_UPDATE_JUMP_FACTOR = 1.1
 FIRST_UPDATE_MAX_ITERATION = 10  # the first logged line must be one of the first updates for the rule to apply
+# ... and the jump must stand out of the loss's own noise: at least this many times the median move between the
+# losses logged after it (a fine-tune's loss of 0.2 moves by 0.03 or 0.5 from one batch to the next: 12 % is noise
+# there, while a fresh model's 11 -> 14 is ten times its later moves). 3x the median absolute move is ~3 sigma.
+FIRST_UPDATE_NOISE_MULTIPLE = 3.0
+# With no loss logged after the jump, the noise is unknown: only a jump no batch-to-batch spread makes counts.
+FIRST_UPDATE_ALONE_FACTOR = 1.5
 # Slowdown trend: +20 % over the run is beyond clock and network jitter of a healthy run (CV of a few %), yet
 # catches a slow leak (fragmentation, a growing data queue) long before it doubles the step.
 SLOWDOWN_TREND_GROWTH = 0.2
@@ -875,19 +884,31 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
     if own is not None:
         return own
     flags = config.flags if config else None
-    logged_lr = next((r.lr for r in reversed(log.iterations) if r.lr), None)
-    lr = (flags.get_float("--lr") if flags else None) or logged_lr
+    printed = log.arguments.values if log.arguments is not None else {}
+    peak = (flags.get_float("--lr") if flags else None) or _printed_float(printed, "lr")
+    logged = [(r.iteration, r.lr) for r in _unique(log.iterations) if r.lr]
+    # a logged LR that is still rising is inside the warm-up: the peak the schedule climbs to is above it
+    warming = len(logged) >= 2 and all(b >= a for (_, a), (_, b) in pairwise(logged)) and logged[-1][1] > logged[0][1]
     fixes: list[Fix] = []
 
     def fix(name: str, value: str | None, reason: str) -> Fix:
         return change(flags, name, value, reason) if flags else Fix("add", name, value, reason)
 
-    if lr:
-        fixes.append(fix("--lr", f"{lr / 2:.2e}", f"halve the peak learning rate ({lr:.2e})"))
+    if peak:
+        fixes.append(fix("--lr", f"{peak / 2:.2e}", f"halve the peak learning rate ({peak:.2e})"))
+    elif warming:
+        iteration, lr = logged[-1]
+        fixes.append(fix("--lr", "<half the configured peak>", f"the logged learning rate is still warming up "
+                         f"({lr:.2e} at iteration {iteration}), so the peak is above it: halve the peak"))
+    elif logged:
+        highest = max(lr for _, lr in logged)
+        fixes.append(fix("--lr", f"{highest / 2:.2e}", f"halve the learning rate ({highest:.2e}, the highest the "
+                                                       "log shows)"))
     train_iters = (config.training.train_iters if config and config.training else None) or \
         next((r.train_iters for r in log.iterations if r.train_iters), None)
-    warmup = flags.get_int("--lr-warmup-iters", 0, minimum=0) if flags else 0
-    if not warmup:
+    said = [flags.get_float("--" + name.replace("_", "-")) if flags else None for name in _WARMUP_ARGUMENTS]
+    said += [_printed_float(printed, name) for name in _WARMUP_ARGUMENTS]
+    if not any((value or 0) > 0 for value in said) and not warming:
         suggested = max(100, int(0.01 * train_iters)) if train_iters else 2000
         fixes.append(fix("--lr-warmup-iters", str(suggested),
                          "warm the learning rate up instead of starting at the peak"))
@@ -904,6 +925,19 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
         fixes.append(Fix("remove", "--fp16", None, "fp16's narrow range overflows; bf16 does not need loss scaling"))
         fixes.append(fix("--bf16", None, "bf16 has fp32's exponent range"))
     return fixes
+
+
+# Megatron-LM's warm-up arguments (as the arguments block prints them; `--lr-warmup-iters` ... as flags): any of
+# them above 0 means the LR warms up.
+_WARMUP_ARGUMENTS = ("lr_warmup_iters", "lr_warmup_fraction", "lr_warmup_samples")
+
+
+def _printed_float(printed: dict[str, str], name: str) -> float | None:
+    """A number the log's arguments block printed (`None` and text that is no number: None)."""
+    try:
+        return float(printed[name])
+    except (KeyError, ValueError):
+        return None
 
 
 def _nan_finding(log: ParsedLog, config: RunConfig | None) -> Finding | None:
@@ -1126,8 +1160,15 @@ def _first_update_jump(log: ParsedLog, config: RunConfig | None) -> Finding | No
         return None
     first, second = series[0], series[1]
     assert first.lm_loss is not None and second.lm_loss is not None
-    if first.lm_loss <= 0 or second.lm_loss <= FIRST_UPDATE_JUMP_FACTOR * first.lm_loss:
+    if first.lm_loss <= 0:
         return None
+    after = [r.lm_loss for r in series[1:1 + WINDOW] if r.lm_loss is not None]
+    moves = [abs(later - earlier) for earlier, later in pairwise(after)]
+    jumped = second.lm_loss > FIRST_UPDATE_JUMP_FACTOR * first.lm_loss and (
+        second.lm_loss - first.lm_loss >= FIRST_UPDATE_NOISE_MULTIPLE * statistics.median(moves) if moves
+        else second.lm_loss >= FIRST_UPDATE_ALONE_FACTOR * first.lm_loss)
+    if not jumped:  # within the loss's own noise: at most a note, while too few points for the window rule
+        return _early_rise(series, config, log)
     when = "after the first update" if first.iteration <= 1 else "in the first updates"
     return Finding(
         "loss_spike", "critical",
@@ -1136,6 +1177,27 @@ def _first_update_jump(log: ParsedLog, config: RunConfig | None) -> Finding | No
         "The first optimizer steps made the model worse instead of better: the learning rate at the start is too "
         "high for this initialisation (no or too short warm-up), the loss scale or gradients overflowed, or the "
         "checkpoint loaded does not match the model (a fine-tune starting from the wrong weights).",
+        _divergence_fixes(config, log))
+
+
+def _early_rise(series: list[IterationRecord], config: RunConfig | None, log: ParsedLog) -> Finding | None:
+    """A log too short for the window rule whose first losses rose well above the first (no batch-to-batch spread
+    makes `FIRST_UPDATE_ALONE_FACTOR`), but not by a jump out of their own noise: an `info`, never critical."""
+    if len(series) >= WINDOW + 2:
+        return None
+    first = series[0]
+    highest = max(series[1:1 + WINDOW], key=lambda r: r.lm_loss or 0.0)
+    assert first.lm_loss is not None and highest.lm_loss is not None
+    if highest.lm_loss < FIRST_UPDATE_ALONE_FACTOR * first.lm_loss:
+        return None
+    return Finding(
+        "loss_spike", "info",
+        f"Loss rose over the first logged updates: {first.lm_loss:.3f} at iteration {first.iteration} → "
+        f"{highest.lm_loss:.3f} at iteration {highest.iteration} ({len(series)} points: too few to tell a spike from "
+        "this run's batch-to-batch noise)", [_ev(first), _ev(highest)],
+        "With this few points a rise of this size cannot be told from the batch-to-batch spread of the loss (a "
+        "fine-tune's small loss varies a lot between batches), and no single update stands out of it as having "
+        "hurt: watch the next logged steps.",
         _divergence_fixes(config, log))
 
 
