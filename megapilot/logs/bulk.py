@@ -100,6 +100,7 @@ from megapilot.logs.lines import (
     BinaryTally,
     BlockSplitter,
     Offsets,
+    cut_line,
     decode_log_text,
     split_carriage_returns,
 )
@@ -364,7 +365,8 @@ class BulkReader:
                 filled = tail
         if filled:
             self._block_offsets = offsets
-            self._read_block(bytes(buffer[:filled]) + b"\n", filled + 1)
+            last = cut_line(bytes(buffer[:filled]))
+            self._read_block(last + b"\n", len(last) + 1)
         return self._end()
 
     def feed(self, chunk: bytes) -> None:
@@ -384,7 +386,7 @@ class BulkReader:
             return []
         parser = copy.deepcopy(self.parser)  # deep: its traceback frames and block fields change as it reads
         line_no = self._lines_done + 1
-        return [record for _, segment in split_carriage_returns([(line_no, decode_log_text(pending))])
+        return [record for _, segment in split_carriage_returns([(line_no, decode_log_text(cut_line(pending)))])
                 for record in parser.feed(line_no, segment)]
 
     def end(self) -> SourceEnd:

@@ -347,7 +347,8 @@ def _binary_source(path: str) -> Iterator[BinaryIO]:
 
 
 def parse_text(text: str, *, file: str = "<text>", options: ParseOptions | None = None) -> ParsedLog:
-    """Parse a log held in a string (tests, pasted excerpts)."""
+    """Parse a log held in a string (tests, pasted excerpts): its lines are taken whole, a last one without a newline
+    too (a file's is read as cut mid-write: `lines.cut_line`)."""
     collector = LogCollector()
     collector.log.files.append(file)
     texts = text.split("\n")

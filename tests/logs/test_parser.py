@@ -183,7 +183,8 @@ def test_crlf_prefixes_non_utf8_and_truncated_last_line():
     assert [r.line for r in log.iterations] == [1, 2, 3, 5]
     assert log.iterations[2].elapsed_ms is None  # mangled value dropped, rest of the line kept
     assert log.iterations[2].lm_loss == 4.8
-    assert log.iterations[3].grad_norm == 1.0  # last line has no newline and no closing `|`
+    # the last line has no newline: cut mid-write, its trailing number may be shortened (1.0 of 1.05), so not read
+    assert log.iterations[3].grad_norm is None and log.iterations[3].lm_loss == pytest.approx(4.7)
 
 
 def test_nan_and_inf_values_are_kept_as_floats():

@@ -103,3 +103,13 @@ def test_the_mean_rate_of_a_slowing_run_is_its_tokens_over_its_time(summary_only
     # the plain mean of per-step rates is far above what the run did
     plain = statistics.fmean(gbs * seq / (ms / 1000 * world) for ms in kept)
     assert plain > 1.5 * summary.tokens_per_s_per_gpu_mean
+
+
+@pytest.mark.parametrize("summary_only", [False, True], ids=["line path", "bulk path"])
+def test_a_last_line_cut_inside_a_number_is_not_read_as_that_number(summary_only: bool, tmp_path: Path):
+    """A crash (or a copy of a live log) cut the last iteration line inside its step time: 520 of 5200 ms."""
+    lines = [_line(i, 5200.0) for i in range(1, 51)]
+    path = tmp_path / "cut.log"
+    path.write_text("\n".join(lines[:-1] + [lines[-1].split("5200")[0] + "520"]))  # no newline after it
+    summary = parse_logs([path], summary_only=summary_only).summary
+    assert summary.last_iteration == 50 and summary.step_time_min_ms == summary.step_time_max_ms == 5200.0
