@@ -12,16 +12,13 @@ too: canonical iteration lines reach `on_row` as `RowLine`s (a record built only
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from megapilot.errors import MegapilotError
 from megapilot.logs.bulk import RecordSink, RowHook, SourceEnd, read_bulk
 from megapilot.logs.framework import UNKNOWN_FRAMEWORK, Framework, detect_framework
 from megapilot.logs.lines import BinaryTally, follow_lines, read_lines, split_carriage_returns
@@ -44,6 +41,7 @@ from megapilot.logs.records import (
     TheoreticalMemoryRecord,
     TimerRecord,
 )
+from megapilot.logs.sources import open_log
 from megapilot.logs.summary import RunSummary, SummaryBuilder
 
 MAX_KEPT_ERRORS = 2000  # a crash on 1000 ranks prints the same line 1000 times; the first 2000 are evidence enough
@@ -279,14 +277,7 @@ def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int
 
 
 def _open_source(path: str, binary: BinaryTally | None = None) -> Iterator[tuple[int, str]]:
-    if path == "-":
-        yield from read_lines(sys.stdin.buffer, tally=binary)
-        return
-    file = Path(path)
-    if not file.is_file():
-        raise MegapilotError(f"no such log file: {path}", field="FILE",
-                             fix="pass the path of a training log, or - for stdin")
-    with open(file, "rb") as stream:
+    with open_log(path) as stream:
         yield from read_lines(stream, tally=binary)
 
 
@@ -311,7 +302,7 @@ def parse_logs(
         parser = LineParser(name if name != "-" else "<stdin>", options, collector.log.arguments)
         if summary_only and (on_record is None or on_row is not None):
             sink: RecordSink = collector if on_record is None else _ForwardingSink(collector, on_record)
-            with _binary_source(name) as stream:
+            with open_log(name) as stream:
                 collector.end_source(read_bulk(sink, parser, stream, on_row=on_row))
         else:
             binary = BinaryTally()
@@ -331,19 +322,6 @@ class _ForwardingSink:
     def add(self, record: Record) -> None:
         self._collect(record)
         self._on_record(record)
-
-
-@contextmanager
-def _binary_source(path: str) -> Iterator[BinaryIO]:
-    if path == "-":
-        yield sys.stdin.buffer
-        return
-    file = Path(path)
-    if not file.is_file():
-        raise MegapilotError(f"no such log file: {path}", field="FILE",
-                             fix="pass the path of a training log, or - for stdin")
-    with open(file, "rb") as stream:
-        yield stream
 
 
 def parse_text(text: str, *, file: str = "<text>", options: ParseOptions | None = None) -> ParsedLog:

@@ -6,7 +6,10 @@ files, a rank's stderr, a `dmesg` excerpt. `expand_log_paths` turns what a user 
 - a directory is searched recursively for log-like files (`*.log`, `*.out`, `*.err`, `*.txt`, `stdout`,
   `stderr`, `dmesg*`, ...) that are text; torchrun's per-rank mirrors (`ranks/` under a node's directory that
   also has a combined log) are skipped, since the node's log already holds the same lines;
-- a pattern with `*`, `?` or `[` is expanded (`**` recurses), for shells that pass it unexpanded.
+- a pattern with `*`, `?` or `[` is expanded (`**` recurses), for shells that pass it unexpanded;
+- a gzip-compressed log (`training.log.gz`, told by its magic bytes) is read decompressed (`open_log`);
+- a pipe or other stream (`<(zcat run.log.gz)`, a FIFO, `/dev/stdin`) is read as it comes, unsniffed: reading it
+  twice would lose what the sniff took.
 "Text" is judged on the first `SNIFF_BYTES`: no NUL byte, and at least `MIN_PRINTABLE_FRACTION` of the bytes
 printable or UTF-8 (a checkpoint, a core dump or a `.npy` file is not a log).
 """
@@ -14,8 +17,13 @@ printable or UTF-8 (a checkpoint, a core dump or a `.npy` file is not a log).
 from __future__ import annotations
 
 import glob
+import gzip
 import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from megapilot.errors import MegapilotError
 from megapilot.logs.lines import BINARY_RUN_RE
@@ -36,12 +44,43 @@ SKIPPED_DIRS = frozenset({"cache", "checkpoints", "checkpoint", "ckpt", "__pycac
 _GLOB_CHARS = frozenset("*?[")
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as stream:
+        return stream.read(2) == GZIP_MAGIC
+
+
+def is_stream(path: Path) -> bool:
+    """A path that exists but is neither a regular file nor a directory: a pipe, a FIFO, a character device."""
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
+@contextmanager
+def open_log(path: str) -> Iterator[BinaryIO]:
+    """A log's bytes, decompressed when gzip wrote it; `-` is standard input, a pipe is read as it comes."""
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    file = Path(path)
+    if not (file.is_file() or is_stream(file)):
+        raise MegapilotError(f"no such log file: {path}", field="FILE",
+                             fix="pass the path of a training log, or - for stdin")
+    if file.is_file() and is_gzip(file):
+        with gzip.open(file, "rb") as stream:
+            yield stream  # type: ignore[misc]  # a GzipFile reads as a binary stream
+        return
+    with open(file, "rb") as stream:
+        yield stream
+
+
 def is_text(path: Path) -> bool:
     """Whether the file holds text (an empty file is text: a log that has not started). A crashed node's log may
     hold blocks of NULs between its lines, or some garbage (`lines.decode_log_text` cuts both out): NUL runs are
     left out of the judgement, and at most half of the rest may be garbage; a file with no text at all (NULs only,
     a checkpoint, random bytes) is not text: it holds no line of words (`TEXT_LINE_RE`)."""
-    with open(path, "rb") as stream:
+    with open_log(str(path)) as stream:  # a gzip'd log is judged by what it holds
         head = stream.read(SNIFF_BYTES)
         if b"\x00" in head:  # padding can fill the start of a log: look further for its text
             head += stream.read(SNIFF_SPAN_BYTES - len(head))
@@ -63,6 +102,8 @@ def _readable(text: str) -> bool:
 
 
 def _looks_like_log(path: Path) -> bool:
+    if path.suffix.lower() == ".gz":  # training.log.gz: a compressed log, named as the log it holds
+        path = path.with_suffix("")
     return path.suffix.lower() in LOG_SUFFIXES or bool(LOG_NAMES.match(path.name)) or \
         path.name.startswith("slurm-")
 
@@ -139,6 +180,8 @@ def _expand_one(argument: str, flag: str) -> list[str]:
                                  fix="pass the directory a job wrote its logs to (*.log, *.out, *.err files), "
                                      "or the log files themselves")
         return [str(log) for log in logs]
+    if is_stream(path):  # a pipe: sniffing would eat what it sends
+        return [argument]
     if path.is_file():
         if not is_text(path):
             raise MegapilotError(f"{argument} is not a text file", field=flag,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
+import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from megapilot.errors import MegapilotError
+from megapilot.logs import parse_logs
 from megapilot.logs.sources import (
     expand_log_paths,
     is_text,
@@ -82,3 +86,30 @@ def test_follow_paths_keep_a_file_not_written_yet_and_expand_directories_and_glo
         expand_follow_paths(["-"])
     with pytest.raises(MegapilotError, match="no file matches"):
         expand_follow_paths([str(tmp_path / "nothing*.log")])
+
+
+LINES = "".join(f" iteration {i:8d}/ 100 | elapsed time per iteration (ms): 100.0 | lm loss: 5.0E+00 |\n"
+                for i in range(1, 21))
+
+
+@pytest.mark.parametrize("summary_only", [False, True], ids=["line path", "bulk path"])
+def test_a_gzip_log_is_read_decompressed_and_found_in_a_directory(tmp_path: Path, summary_only: bool):
+    (tmp_path / "node0").mkdir()
+    with gzip.open(tmp_path / "node0" / "training.log.gz", "wt") as stream:
+        stream.write(LINES)
+    files = expand_log_paths([str(tmp_path)])
+    assert [Path(name).name for name in files] == ["training.log.gz"]
+    assert parse_logs(files, summary_only=summary_only).summary.iterations_counted == 20
+
+
+def test_a_pipe_is_read_as_it_comes_not_sniffed_first(tmp_path: Path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(LINES))
+    writer.start()
+    try:
+        files = expand_log_paths([str(fifo)])  # what `<(zcat run.log.gz)` passes: a pipe, read once
+        assert files == [str(fifo)]
+        assert parse_logs(files).summary.iterations_counted == 20
+    finally:
+        writer.join(timeout=10)
