@@ -299,14 +299,19 @@ def diagnose_command(
     if json_output:
         emit_json({**result.to_dict(), "training_log": not not_a_log})
     elif not_a_log:  # "no problem found" in a file that is no training log would mislead
+        from rich.markup import escape
+
         from megapilot.cli.common import err_console
 
         names = ", ".join(result.labels.get(name, name) for name in result.log.files)
-        err_console.print(f"{names}: this is not a training log: none of its {result.log.lines_read:,} lines is an "
-                          "iteration, error, checkpoint or start-up line of a training framework", highlight=False)
+        error = MegapilotError(f"{names}: this is not a training log: none of its {result.log.lines_read:,} lines is "
+                               "an iteration, error, checkpoint or start-up line of a training framework",
+                               field="FILE", fix="pass the log a training job printed (a rank's output, a SLURM "
+                                                 ".out/.err file, a run directory's training.log)")
+        err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     else:
         _print_diagnosis(result)
-    if not_a_log:
+    if not_a_log:  # exit 1, not the usage error's 2: the file was read, it holds nothing to diagnose
         raise typer.Exit(1)
 
 

@@ -259,3 +259,12 @@ def test_advice_prints_as_advice_not_a_flag_to_add(cli):
     result = cli("diagnose", str(DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"), "--gpu", "h100")
     text = " ".join(result.stdout.split())
     assert "profile one step" in text and "add profile one step" not in text
+
+
+def test_a_file_that_is_no_training_log_is_one_error_line_naming_file_with_a_fix(cli, tmp_path: Path):
+    services = tmp_path / "services"
+    services.write_text("ftp             21/tcp\nssh             22/tcp\nsmtp            25/tcp      mail\n")
+    result = cli("diagnose", str(services))
+    assert result.exit_code == 1  # read fine, nothing to diagnose (tests/logs/test_binary.py)
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: FILE: services: this is not a training log") and " — fix: " in line
