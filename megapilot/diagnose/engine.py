@@ -89,7 +89,8 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     if any(fix.kind == "megatron_flag" for finding in findings for fix in finding.fixes):
         notes += release_note(version, release_lines(log)) + release_notes
     if not (log.iterations or (log.summary and log.summary.iterations_logged)):
-        notes.append("no training progress found (no iteration line): only error lines were read")
+        notes.append("no training progress found (no iteration line)"
+                     + (": only error lines were read" if log.errors else ""))
     if mismatch is not None:
         notes.append("the log is not of the run the script describes: the script's flags were not used")
     for skipped in log.binary_skipped:  # a crash's NUL padding or garbage: the text around it was read

@@ -1084,6 +1084,8 @@ def _startup_stall(log: ParsedLog) -> list[Finding]:
     if log.iterations or log.errors or not progress or log.last_line is None:
         return []
     last_marker = progress[-1]
+    if last_marker.marker == "training_started":
+        return [_no_first_iteration(last_marker)]
     if not last_marker.marker.startswith("stall_point:") or log.last_line.line - last_marker.line > 3:
         return []
     cause, fixes = _STALL_CAUSES.get(last_marker.marker, (
@@ -1091,6 +1093,19 @@ def _startup_stall(log: ParsedLog) -> list[Finding]:
     evidence = [Evidence(last_marker.file, last_marker.line, last_marker.text.strip())]
     return [Finding("hang", "critical", f"Start-up hang at {last_marker.marker.split(':', 1)[1].replace('_', ' ')}",
                     evidence, cause, fixes)]
+
+
+def _no_first_iteration(started: ProgressMarker) -> Finding:
+    """Training started (`training ...`) and the log holds no iteration after it, nor an error, nor its end."""
+    return Finding(
+        "hang", "warning", "Training started but never logged an iteration",
+        [Evidence(started.file, started.line, started.text.strip())],
+        "The log reaches the start of training and no iteration line follows, no error and no end of training: the "
+        "first steps hang (a collective some rank never joins, a data loader that never yields, a kernel build or "
+        "compile that never ends), or the log was read before the first --log-interval iterations ended. With "
+        "pipeline parallelism only the last stage prints iterations: read that rank's log too.",
+        [*_hang_fixes(), Fix("set", "--log-interval", "1", "print every iteration, so the log shows whether the "
+                                                          "first step ends")])
 
 
 def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:

@@ -534,3 +534,22 @@ def test_a_jump_in_the_warm_up_asks_to_halve_the_configured_peak_not_the_logged_
     [spike] = [f for f in diagnose_log(flat, None).findings if f.category == "loss_spike"]
     fixes = {f.flag: f.value for f in spike.fixes}
     assert (fixes["--lr"], fixes["--lr-warmup-iters"]) == ("3.00e-05", "100")
+
+
+STARTED_THEN_SILENT = (
+    "using world size: 8, data-parallel size: 8, context-parallel size: 1, tensor-model-parallel size: 1\n"
+    "> building GPT model ...\n"
+    "[after dataloaders are built] datetime: 2026-01-01 00:01:00\n"
+    "done with setup ...\n"
+    "training ...\n"
+    "[before the start of training step] datetime: 2026-01-01 00:01:05\n")
+
+
+def test_a_log_that_stops_after_training_started_says_no_iteration_was_logged():
+    result = diagnose_log(parse_text(STARTED_THEN_SILENT), None)
+    [finding] = result.findings
+    assert finding.category == "hang" and finding.title == "Training started but never logged an iteration"
+    assert "only error lines" not in " ".join(result.notes)
+    # the same start-up with its end: a run (or a PP rank-0 log) that finished is no hang
+    done = parse_text(STARTED_THEN_SILENT + "[after training is done] datetime: 2026-01-01 02:00:00\n")
+    assert diagnose_log(done, None).findings == []
