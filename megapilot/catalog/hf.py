@@ -128,6 +128,7 @@ def from_hf_config(config: HFConfig, name: str) -> ModelSpec:
     """Map a Hugging Face config dict onto a ModelSpec (Megatron-Core's vocabulary)."""
     config = _with_rope_parameters_read(config)
     family = _family(config)
+    config = _with_absent_keys(config, family)
     architecture = (config.get("architectures") or [None])[0] or config.get("model_type")
     try:
         fields = _FAMILY_MAPPERS[family](config)
@@ -722,25 +723,33 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
     return fields
 
 
-# `norm_topk_prob` where a config.json leaves it out: the default of the family's configuration class in Hugging Face
-# transformers (src/transformers/models/<family>/configuration_<family>.py), so an absent key reads as
-# transformers builds the model.
-_NORM_TOPK_PROB_DEFAULT: dict[str, bool] = {
-    "qwen2_moe": False,  # Qwen2MoeConfig
-    "qwen3_moe": False,  # Qwen3MoeConfig
-    "qwen3_next": True,  # Qwen3NextConfig
-    "deepseek_v2": False,  # DeepseekV2Config
-    "deepseek_v3": True,  # DeepseekV3Config
-    "deepseek_v32": True,  # DeepseekV32Config
-    "deepseek_v4": True,  # DeepseekV4Config
-    "glm4_moe": True,  # Glm4MoeConfig
-    "glm_moe_dsa": True,  # GlmMoeDsaConfig
+# What a config.json may leave out, as the family's configuration class in Hugging Face transformers takes it
+# (src/transformers/models/<family>/configuration_<family>.py), so an absent key reads as transformers builds the
+# model. DeepSeek-V3's classes have no `scoring_func` or `topk_method`: its router is always the sigmoid gate with
+# the noaux_tc expert bias (DeepseekV3TopkRouter), written here in the keys the DeepSeek reader takes.
+_ABSENT_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2_moe": {"norm_topk_prob": False},  # Qwen2MoeConfig
+    "qwen3_moe": {"norm_topk_prob": False},  # Qwen3MoeConfig
+    "qwen3_next": {"norm_topk_prob": True},  # Qwen3NextConfig
+    "deepseek_v2": {"norm_topk_prob": False},  # DeepseekV2Config
+    "deepseek_v3": {"norm_topk_prob": True, "n_group": 8, "topk_group": 4,  # DeepseekV3Config
+                    "scoring_func": "sigmoid", "topk_method": "noaux_tc"},
+    "deepseek_v32": {"norm_topk_prob": True},  # DeepseekV32Config
+    "deepseek_v4": {"norm_topk_prob": True},  # DeepseekV4Config
+    "glm4_moe": {"norm_topk_prob": True},  # Glm4MoeConfig
+    "glm_moe_dsa": {"norm_topk_prob": True},  # GlmMoeDsaConfig
 }
 
 
+def _with_absent_keys(config: HFConfig, family: str) -> HFConfig:
+    """The config with the keys it leaves out at its family's transformers defaults (`_ABSENT_KEY_DEFAULTS`)."""
+    return _ABSENT_KEY_DEFAULTS.get(family, {}) | config
+
+
 def _norm_topk_prob(config: HFConfig) -> bool:
-    """Whether the router renormalises its top-k weights: the config's JSON boolean, else its family's default."""
-    return _flag(config, "norm_topk_prob", _NORM_TOPK_PROB_DEFAULT[_family(config)])
+    """Whether the router renormalises its top-k weights: the config's JSON boolean (its family's default filled in
+    where it is absent, `_with_absent_keys`)."""
+    return _flag(config, "norm_topk_prob", False)
 
 
 def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:

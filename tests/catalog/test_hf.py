@@ -830,10 +830,21 @@ def test_deepseek_v3_without_norm_topk_prob_is_renormalised_not_refused():
 
 
 def test_every_family_that_reads_norm_topk_prob_has_its_default():
-    from megapilot.catalog.hf import _ARCHITECTURE_FAMILY, _NORM_TOPK_PROB_DEFAULT
+    from megapilot.catalog.hf import _ABSENT_KEY_DEFAULTS, _ARCHITECTURE_FAMILY
 
     families = {from_hf_config(config, "x").hf_architecture for config, _ in NORM_TOPK_PROB_DEFAULTS.values()}
-    assert {_ARCHITECTURE_FAMILY[architecture] for architecture in families} == set(_NORM_TOPK_PROB_DEFAULT)
+    assert {_ARCHITECTURE_FAMILY[architecture] for architecture in families} == {
+        family for family, defaults in _ABSENT_KEY_DEFAULTS.items() if "norm_topk_prob" in defaults}
+
+
+def test_deepseek_v3_without_its_router_keys_reads_as_transformers_builds_it():
+    """DeepseekV3Config: n_group 8, topk_group 4; its router is always sigmoid with the noaux_tc expert bias."""
+    full = _config("DeepSeek-V3")
+    left_out = {key: value for key, value in full.items()
+                if key not in ("scoring_func", "topk_method", "n_group", "topk_group", "norm_topk_prob")}
+    assert from_hf_config(left_out, "v3") == from_hf_config(full, "v3")
+    moe = from_hf_config(left_out, "v3").moe
+    assert moe is not None and moe.router_num_groups == 8 and moe.router_group_topk == 4
 
 
 # ---- a config.json that names no family --------------------------------------------------------------------------
