@@ -11,8 +11,9 @@ import pytest
 LOG = Path(__file__).parents[1] / "data" / "logs" / "synthetic_megatron_core016_full.log"
 TINY = ("--model", "tiny", "--gpu", "h100", "--gpus", "8", "--seq-len", "128", "--gbs", "16")
 
-ESTIMATE_KEYS = {"params", "flops_per_step", "memory_gib", "fits", "step_time_s", "tokens_per_s_per_gpu",
-                 "tflops_per_gpu", "mfu", "time_breakdown_s", "warnings", "bubble_fraction", "exposed_comm_fraction",
+ESTIMATE_KEYS = {"params", "flops_per_step", "memory_gib", "fits", "host_offload_gib", "step_time_s",
+                 "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "time_breakdown_s", "warnings", "bubble_fraction",
+                 "exposed_comm_fraction",
                  "flop_convention", "calibration", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90",
                  "interval_basis"}
 MODEL_KEYS = {"name", "aliases", "source", "hf_architecture", "num_layers", "hidden_size", "ffn_hidden_size",
@@ -47,7 +48,7 @@ def test_gpus(cli, workdir):
     assert set(rows[0]) == {"name", "alias", "vendor", "architecture", "bf16_dense_tflops", "fp8_dense_tflops",
                             "fp4_dense_tflops", "mxfp8_dense_tflops", "nvfp4_dense_tflops", "mxfp4_dense_tflops",
                             "hbm_gib", "hbm_bw_tbps", "scaleup_domain_gpus", "gpus_per_node", "scaleup_bw_gbps",
-                            "scaleout_bw_gbps", "host_link_gbps", "tdp_w", "mma_flops_per_exp",
+                            "scaleout_bw_gbps", "host_link_gbps", "host_memory_gib", "tdp_w", "mma_flops_per_exp",
                             "mma_flops_per_smem_byte", "source", "precisions"}
 
 
