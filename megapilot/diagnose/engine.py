@@ -14,7 +14,7 @@ from megapilot.diagnose.flags import LaunchFlags, RunConfig, flags_from_argument
 from megapilot.diagnose.megatron_version import recognise_megatron_version, release_lines
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.release_names import in_release_names, release_note
-from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings, slower_than_predicted
+from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings, restarts, slower_than_predicted
 from megapilot.diagnose.series import RuleRecords
 from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog, ParseOptions, parse_logs
@@ -91,6 +91,11 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     if not (log.iterations or (log.summary and log.summary.iterations_logged)):
         notes.append("no training progress found (no iteration line)"
                      + (": only error lines were read" if log.errors else ""))
+    for before, resumed in restarts(log):
+        label = labels.get(before.file, Path(before.file).name)
+        notes.append(f"{label}: the run restarted after iteration {before.iteration} and resumed at iteration "
+                     f"{resumed.iteration} (line {resumed.line}): iterations {resumed.iteration}-{before.iteration} "
+                     "ran twice, counted once")
     if mismatch is not None:
         notes.append("the log is not of the run the script describes: the script's flags were not used")
     for skipped in log.binary_skipped:  # a crash's NUL padding or garbage: the text around it was read

@@ -1026,16 +1026,34 @@ def _hang_fixes() -> list[Fix]:
     ]
 
 
+def restarts(log: ParsedLog) -> list[tuple[IterationRecord, IterationRecord]]:
+    """(the last iteration logged before, the first logged after) wherever one source's iteration numbers go back:
+    the run restarted in the same log and resumed from an earlier checkpoint, replaying what it had done since."""
+    found: list[tuple[IterationRecord, IterationRecord]] = []
+    highest: dict[tuple[str, int | None], IterationRecord] = {}
+    for record in log.iterations:
+        source = (record.file, record.rank)  # one file (and rank) at a time: other files' copies are not a replay
+        top = highest.get(source)
+        if top is not None and record.iteration < top.iteration and (not found or found[-1][0] is not top):
+            found.append((top, record))
+        if top is None or record.iteration > top.iteration:
+            highest[source] = record
+    return found
+
+
 def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
     findings = []
     timed = [r for r in _unique(log.iterations) if r.time_s is not None]
     steps = [r.elapsed_ms for r in timed if r.elapsed_ms]
     typical_s = statistics.median(steps) / 1000.0 if steps else None
+    restarted = {(before.file, before.iteration) for before, _ in restarts(log)}
     if len(timed) >= 2 and typical_s:
         limit = max(HANG_FLOOR_S, HANG_FACTOR * typical_s)
         for before, after in pairwise(timed):
             gap = after.time_s - before.time_s  # type: ignore[operator]  # timed: time_s is set
             interval = max(1, after.iteration - before.iteration)
+            if (before.file, before.iteration) in restarted:
+                continue  # a crash and a resume, not a stall: the crash is its own finding, the resume a note
             if gap - interval * typical_s > limit:
                 findings.append(Finding(
                     "hang", "warning",

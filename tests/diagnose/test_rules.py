@@ -553,3 +553,17 @@ def test_a_log_that_stops_after_training_started_says_no_iteration_was_logged():
     # the same start-up with its end: a run (or a PP rank-0 log) that finished is no hang
     done = parse_text(STARTED_THEN_SILENT + "[after training is done] datetime: 2026-01-01 02:00:00\n")
     assert diagnose_log(done, None).findings == []
+
+
+def test_a_crash_and_a_resume_in_one_log_is_a_restart_not_a_stall():
+    def line(i: int, clock_s: int) -> str:
+        stamp = f"2026-03-01 {clock_s // 3600:02d}:{clock_s // 60 % 60:02d}:{clock_s % 60:02d}"
+        return (f" [{stamp}] iteration {i:8d}/ 300 | elapsed time per iteration (ms): 5000.0 | lm loss: 3.0E+00 |"
+                " number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+    first = [line(i, 5 * i) for i in range(1, 101)]
+    crash = ["[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    resumed = [line(i, 900 + 5 * i) for i in range(81, 201)]  # from the checkpoint at 80, 15 minutes later
+    result = diagnose_log(parse_text("\n".join(first + crash + resumed)), None)
+    assert "hang" not in [f.category for f in result.findings]
+    assert any("restarted after iteration 100 and resumed at iteration 81" in note for note in result.notes)
