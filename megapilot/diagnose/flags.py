@@ -124,6 +124,11 @@ class LaunchFlags:
         except ValueError:
             raise self._bad(name, raw, "is not a number", "a number") from None
 
+    @property
+    def left_to_the_shell(self) -> list[str]:
+        """The flags whose value is a variable the script does not set (`--tensor-model-parallel-size $TP`)."""
+        return sorted(name for name, raw in self.values.items() if raw is not None and "$" in raw)
+
     def _given(self, name: str) -> str | None:
         """The flag's text; None when absent or left to the shell (`$TP` that the script does not set: its value
         comes from the environment it runs in, which a reading of the script cannot know)."""
@@ -887,6 +892,9 @@ def _flag_error(error: MegapilotError, flags: LaunchFlags) -> MegapilotError:
 def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | None = None) -> RunConfig:
     """The typed run the flags describe (parts left None where the flags are silent)."""
     notes: list[str] = []
+    if unset := flags.left_to_the_shell:  # read as absent: said, since a default now stands in for what ran
+        notes.append(f"{', '.join(f'{name} {flags.values[name]}' for name in unset)}: set by the environment the "
+                     "script runs in, not in the script; read as not given (pass them with --flags to use them)")
     precision = _precision(flags)
     tp, pp, cp = (_megatron_int(flags, name) for name in ("--tensor-model-parallel-size",
                                                          "--pipeline-model-parallel-size", "--context-parallel-size"))

@@ -259,3 +259,15 @@ def test_a_file_with_no_megatron_flag_is_not_read_as_a_launch_of_megatrons_defau
         read_flags(script=log, training_script=True)
     assert info.value.field == "--script"
     assert read_flags(script=log).values == {"--nproc-per-node": "8"}  # any program's launch (megapilot run)
+
+
+def test_a_flag_the_script_leaves_to_the_environment_is_read_as_absent_and_said_so(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size $TP "
+                      "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                      "--micro-batch-size 1 --global-batch-size 64 --bf16\n")
+    flags = read_flags(script=script)
+    assert flags.left_to_the_shell == ["--tensor-model-parallel-size"]
+    config = run_config(flags)
+    assert config.parallel is not None and config.parallel.tp == 1
+    assert any("--tensor-model-parallel-size $TP: set by the environment" in note for note in config.notes)
