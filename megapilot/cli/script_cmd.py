@@ -116,7 +116,8 @@ def script(
         saved = saved.model_copy(update={"training": saved.training.model_copy(update={"train_iters": train_iters})})
 
     fills = _profile_fills(user_profile, data_path=data_path, mock_data=mock_data,
-                           tokenizer_model=tokenizer_model, vocab_file=vocab_file, save=save)
+                           tokenizer_model=tokenizer_model, vocab_file=vocab_file, save=save,
+                           tokenizer_type=tokenizer_type)
     assumed += fills.pop("_notes")  # type: ignore[arg-type]  # the fills keep their notes list here
     script_path = str(output.expanduser().absolute()) if output is not None else None
     options = _options(
@@ -240,12 +241,16 @@ def _from_profile(profile: Profile, field: str, notes: list[str]) -> object:
 
 
 def _profile_fills(profile: Profile, *, data_path: str | None, mock_data: bool, tokenizer_model: str | None,
-                   vocab_file: str | None, save: str | None) -> dict[str, object]:
-    """Data, tokenizer and checkpoint paths: flags first, then the saved profile (noted)."""
+                   vocab_file: str | None, save: str | None, tokenizer_type: str | None = None) -> dict[str, object]:
+    """Data, tokenizer and checkpoint paths: flags first, then the saved profile (noted). A tokenizer type that
+    reads no model file (ByteTokenizer, NullTokenizer, GPT-2 BPE) takes none from the profile."""
+    from megapilot.launch.options import TOKENIZERS_WITHOUT_MODEL
+
     notes: list[str] = []
     if data_path is None and not mock_data:
         data_path = _from_profile(profile, "data_path", notes)  # type: ignore[assignment]  # the profile's str | None
-    if tokenizer_model is None and vocab_file is None and not (mock_data and data_path is None):
+    if tokenizer_model is None and vocab_file is None and not (mock_data and data_path is None) \
+            and tokenizer_type not in TOKENIZERS_WITHOUT_MODEL:
         tokenizer_model = _from_profile(profile, "tokenizer", notes)  # type: ignore[assignment]  # the profile's str | None
     if save is None:
         save = _from_profile(profile, "save_dir", notes)  # type: ignore[assignment]  # the profile's str | None

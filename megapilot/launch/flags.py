@@ -15,7 +15,7 @@ from megapilot.launch import heterogeneous
 from megapilot.launch.hybrid_split import PATTERN_FLAG, HybridSplit, hybrid_split
 from megapilot.launch.megatron_args import FlagTable, Version
 from megapilot.launch.model_flags import dsa_kernel_args, model_section
-from megapilot.launch.options import LaunchOptions
+from megapilot.launch.options import TOKENIZERS_WITHOUT_MODEL, LaunchOptions
 from megapilot.launch.perf_flags import (
     flex_dispatcher_backend,
     fp8_param_gather_applies,
@@ -386,7 +386,7 @@ def tokenizer_type(o: LaunchOptions) -> str:
                                  fix="use it with --entrypoint megapilot and --data-path, or pick a Megatron tokenizer")
         return o.tokenizer_type
     if o.tokenizer_type is not None:
-        needs_model = o.tokenizer_type not in ("GPT2BPETokenizer", "NullTokenizer")
+        needs_model = o.tokenizer_type not in TOKENIZERS_WITHOUT_MODEL
         if needs_model and o.tokenizer_model is None:
             raise MegapilotError(f"{o.tokenizer_type} needs a tokenizer model", field="tokenizer_model",
                                  fix="pass --tokenizer-model /abs/path or a Hugging Face model id")

@@ -16,6 +16,8 @@ TokenizerType = Literal[
     "GPT2BPETokenizer", "TikTokenizer", "NullTokenizer",
     "ByteTokenizer",  # the embedded trainer's byte tokenizer (data from `megapilot data prepare`); not Megatron-LM's
 ]
+# The tokenizers that read no --tokenizer-model: GPT-2 BPE reads its vocab and merge files, the others nothing.
+TOKENIZERS_WITHOUT_MODEL: frozenset[str] = frozenset({"GPT2BPETokenizer", "NullTokenizer", "ByteTokenizer"})
 
 DEFAULT_MASTER_PORT = 29611  # not torchrun's 29500, which anything else using torchrun's default takes
 DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where AMD's Primus images keep the checkout

@@ -79,6 +79,22 @@ def test_primus_writes_its_experiment_next_to_the_script(cli, tmp_path: Path) ->
     assert (tmp_path / "train.primus.yaml").read_text().startswith("# Primus experiment for deepseek-v2-lite")
 
 
+def test_a_tokenizer_that_reads_no_model_takes_none_from_the_profile(cli, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = tmp_path / "profile.toml"
+    profile.write_text('tokenizer = "/nonexistent/tokenizer.model"\n')  # a local script checks the paths it names
+    monkeypatch.setenv("MEGAPILOT_PROFILE", str(profile))
+    for suffix in (".bin", ".idx"):
+        (tmp_path / f"docs{suffix}").write_bytes(b"")
+    tiny = tmp_path / "tiny.json"
+    assert cli("plan", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--seq-len", "128", "--gbs", "16",
+               "--save", str(tiny)).exit_code == 0
+    result = cli("script", "--plan", str(tiny), "--cpu", "--entrypoint", "megapilot", "--data-path",
+                 str(tmp_path / "docs"), "--tokenizer-type", "ByteTokenizer", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "--tokenizer-model" not in result.json()["megatron_args"]
+
+
 def test_profile_fills_data_tokenizer_and_checkpoints_and_says_so(cli, plan_file: Path, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     profile = tmp_path / "profile.toml"
