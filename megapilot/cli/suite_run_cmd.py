@@ -224,11 +224,13 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
         history.check()  # a damaged, locked, read-only or full history is found now, before anything trains
     previous = _previous_run(resume, history, out) if resume else None
     if previous is not None:
+        # The config first, finished run or not: "nothing to do" for a run of another config would pass its verdict
+        # off as this config's.
+        check_resumable(previous, suite)
         if previous.finished:
             err_console.print(f"run {previous.run_id} finished ({previous.verdict.value}): nothing to do",
                               highlight=False, markup=False, soft_wrap=True)
             return None
-        check_resumable(previous, suite)
     # A resumed run stays in its own directory, wherever --out points now (found by id in the history).
     out_dir = Path(previous.run_dir).parent if previous is not None else out.resolve()
     from megapilot.suite.lifecycle import cluster_name as cluster_of

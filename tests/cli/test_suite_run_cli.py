@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from megapilot.suite.results import Verdict
 from tests.suite.cvs_files import (
     DISTRIBUTED_70B,
     LLAMA_405B,
@@ -167,3 +168,31 @@ def test_a_budget_warm_up_the_sweep_cannot_run_is_exit_2_naming_the_field_and_th
     assert "budget.rampup_batch_size" in result.stderr.replace("\n", ""), repr(result.stderr)
     check = cli("suite", "check", str(tmp_path / "suite.json"))  # lists each problem with its own fix
     assert check.exit_code == 2 and "divisible by INCREMENT" in check.stdout + check.stderr
+
+
+def _finished_run(tmp_path: Path, config_hash: str, **stored: object) -> Path:
+    """A finished run under tmp_path/runs as `suite run` leaves it (the report factory's two-combo FAIL, unless
+    `stored` says otherwise), started with the config of hash `config_hash`."""
+    from megapilot.suite.results import read_suite_result
+    from tests.report.factory import write_run_dir
+
+    run_dir = tmp_path / "runs" / "20260302-090000-llama-tiny"
+    write_run_dir(run_dir)
+    result = read_suite_result(run_dir)
+    result.card = result.card.model_copy(update={"config_hash": config_hash})
+    for name, value in stored.items():
+        setattr(result, name, value)
+    result.write(run_dir)
+    return run_dir
+
+
+def test_resuming_a_finished_run_with_another_config_is_refused(cli, tmp_path: Path) -> None:
+    """Finished or not, a run is continued only with the config it started with: "nothing to do" with another
+    config would pass the old run's verdict off as this config's."""
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    run_dir = _finished_run(tmp_path, "cd" * 32, verdict=Verdict.PASS, reason="", regressions=[])
+    before = (run_dir / "suite.json").read_bytes()
+    done = cli("suite", "run", str(config), "--out", str(tmp_path / "runs"), "--no-history", "--resume", "latest")
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: --resume:") and "started with another config" in done.stderr
+    assert done.stdout == "" and (run_dir / "suite.json").read_bytes() == before
