@@ -4,7 +4,8 @@ Exit codes (megapilot.suite.outcome, the one verdict): 0 PASS, WARN (a regressio
 SKIPPED; 1 FAIL (a gate, or a regression with `regressions.enforce` / `--enforce-regressions`); 2 a config error
 (nothing ran); 128 + N when stopped by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM (`timeout`, systemd, scancel),
 129 SIGHUP (a closed SSH session). Every job is stopped first; finished results, the report, the run deck, JUnit
-and the history row are still written, and the last line is the command that resumes the run.
+and the history row are still written, and the last line is the command that resumes the run. Resuming a run that
+had finished runs nothing: its stored results (or `--json` document) are printed and it exits as it did.
 """
 
 from __future__ import annotations
@@ -108,8 +109,6 @@ def run(
     except Interrupted as exc:  # before the run started or after it ended: nothing to stop or to resume
         err_console.print(f"stopped: {exc.name}", highlight=False)
         raise typer.Exit(exc.exit_code) from None
-    if ran is None:
-        return  # a finished run resumed: nothing to do
     result, files = ran
     try:
         if json_output:
@@ -211,8 +210,9 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,
          use_history: bool, quiet: bool, enforce_regressions: bool, cluster_name: str | None = None,
-         calibrate: bool = True, notes: tuple[str, ...] = ()) -> tuple[SuiteResult, ReportFiles | None] | None:
-    """Run (or resume) the suite; None when the run to resume had already finished."""
+         calibrate: bool = True, notes: tuple[str, ...] = ()) -> tuple[SuiteResult, ReportFiles | None]:
+    """Run (or resume) the suite. A run to resume that had already finished is returned as it was stored, with no
+    report files: nothing runs or is rewritten, and the caller prints it and exits with its verdict."""
     from megapilot.cli.suite_progress import suite_display
     from megapilot.execute.interrupt import finishing
     from megapilot.suite.executors import make_executor
@@ -228,9 +228,11 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
         # off as this config's.
         check_resumable(previous, suite)
         if previous.finished:
+            # Its stored verdict, exit code and --json document, as the run itself ended: a CI retry of a finished
+            # FAIL (after a preemption, say) must not turn green.
             err_console.print(f"run {previous.run_id} finished ({previous.verdict.value}): nothing to do",
                               highlight=False, markup=False, soft_wrap=True)
-            return None
+            return previous, None
     # A resumed run stays in its own directory, wherever --out points now (found by id in the history).
     out_dir = Path(previous.run_dir).parent if previous is not None else out.resolve()
     from megapilot.suite.lifecycle import cluster_name as cluster_of

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from megapilot.suite.results import Verdict
 from tests.suite.cvs_files import (
     DISTRIBUTED_70B,
@@ -184,6 +186,34 @@ def _finished_run(tmp_path: Path, config_hash: str, **stored: object) -> Path:
         setattr(result, name, value)
     result.write(run_dir)
     return run_dir
+
+
+@pytest.mark.parametrize(("stored", "verdict", "exit_code"), [
+    ({}, "FAIL", 1),
+    ({"verdict": Verdict.PASS, "reason": "", "regressions": []}, "PASS", 0),
+    # the policy the run ended with, not the one a resume passes: a regression it enforced still fails it
+    ({"verdict": Verdict.PASS, "reason": "", "regressions_enforced": True}, "FAIL", 1),
+])
+def test_resuming_a_finished_run_exits_with_its_verdict_and_prints_its_results(
+        cli, tmp_path: Path, stored: dict[str, object], verdict: str, exit_code: int) -> None:
+    """A CI retry that resumes a run which had in fact finished (FAIL) must not turn it green."""
+    from megapilot.suite.config import load_suite
+    from megapilot.suite.results import read_suite_result
+    from megapilot.suite.summary import result_json
+
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    run_dir = _finished_run(tmp_path, load_suite(config).config_hash, **stored)
+    before = (run_dir / "suite.json").read_bytes(), sorted(run_dir.rglob("*"))
+    resume = ("suite", "run", str(config), "--out", str(tmp_path / "runs"), "--no-history", "--resume", "latest")
+
+    text = cli(*resume)
+    assert text.exit_code == exit_code, text.stderr
+    assert "nothing to do" in text.stderr and f"\n{verdict} — " in text.stdout
+    as_json = cli(*resume, "--json", "--warn-regressions")
+    assert as_json.exit_code == exit_code, as_json.stderr
+    assert as_json.json() == result_json(read_suite_result(run_dir))  # the document the run itself printed
+    assert as_json.json()["verdict"] == verdict and as_json.json()["exit_code"] == exit_code
+    assert ((run_dir / "suite.json").read_bytes(), sorted(run_dir.rglob("*"))) == before  # no report rewritten
 
 
 def test_resuming_a_finished_run_with_another_config_is_refused(cli, tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ One uninterrupted reference run, then one chain: interrupted with a real SIGINT 
 resumed and interrupted during checkpoint, then during each combo, then at results, then resumed to the end.
 The final run has the reference's stages and verdicts, each stage finished once (a kept stage keeps its start
 time through every later resume), no process outlives an interruption, and resuming the finished run is
-"nothing to do" with exit 0 and the run left as it was.
+"nothing to do" with its verdict's exit code (0: it PASSed) and the run left as it was.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_a_refused_job_fails_its_stage_and_resuming_the_run_touches_nothing(tmp_
     again = subprocess.run(megapilot_argv("suite", "run", str(config), "--out", str(out), "--no-history", "--stage",
                                           "smoke", "--resume", "latest"), capture_output=True, text=True, env=env,
                            timeout=120, check=False)
-    assert again.returncode == 0 and "nothing to do" in again.stderr, again.stderr
+    assert again.returncode == 1 and "nothing to do" in again.stderr, again.stderr  # still the FAIL it was
     assert (run_dir / "suite.json").read_bytes() == before
 
 
