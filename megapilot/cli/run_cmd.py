@@ -313,7 +313,7 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
             raise MegapilotError(f"{script} does not exist or is not a file", field="script",
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
         return _job_spec(job_spec_or_error, combo=combo or _default_combo(script.stem), script=script,
-                         train_iters=train_iters, **common), []
+                         train_iters=train_iters, **_script_ranks(script), **common), []
     assert plan is not None
     saved_plan = _load_plan(plan)
     if train_iters is not None:
@@ -338,6 +338,19 @@ def _job_spec(make: Callable[..., JobSpec], **fields: object) -> JobSpec:
             raise
         flag = "--" + name.replace("_", "-")
         raise MegapilotError(exc.problem, field=flag, fix=exc.fix or f"pass a valid {flag}") from None
+
+
+def _script_ranks(script: Path) -> dict[str, int]:
+    """The ranks per node the script's torchrun starts, for the job's record (job.json, the history): the script
+    decides them, so a record of the default (1) would misstate the run. Nothing when the script does not say."""
+    from megapilot.diagnose.flags import ranks_per_node, read_flags
+
+    try:
+        flags = read_flags(script=script)
+    except MegapilotError:  # a value the flag reader refuses: the script still runs as written
+        return {}
+    ranks = ranks_per_node(flags) if flags is not None else None
+    return {"gpus_per_node": ranks} if ranks else {}
 
 
 def _default_combo(stem: str) -> str:

@@ -406,10 +406,15 @@ def _precision(flags: LaunchFlags) -> str:
     return "fp32"
 
 
+def ranks_per_node(flags: LaunchFlags) -> int | None:
+    """The processes per node the script's launcher starts (torchrun's --nproc-per-node), when it says."""
+    return flags.get_int("--nproc-per-node") or flags.get_int("--nproc_per_node")
+
+
 def _world_size(flags: LaunchFlags, gpus: int | None) -> int | None:
     if gpus:
         return gpus
-    per_node = flags.get_int("--nproc-per-node") or flags.get_int("--nproc_per_node")
+    per_node = ranks_per_node(flags)
     nodes = flags.get_int("--nnodes") or _sbatch_int(flags, "--nodes", "-N") or 1
     if per_node:
         return per_node * nodes

@@ -256,3 +256,12 @@ def test_a_script_without_a_known_gpu_says_why_it_has_no_prediction(tmp_path):
     script.write_text("\n".join(line for line in text.splitlines() if " launch: " not in line))  # no header
     predicted, why_not = _script_prediction(script)
     assert predicted is None and "names no GPU megapilot knows" in (why_not or "")
+
+
+def test_a_scripts_ranks_per_node_are_recorded_as_it_states_them(cli, tmp_path):
+    script = tmp_path / "train.sh"  # the torchrun line states the ranks; the printer stands in for training
+    script.write_text(f"#!/bin/bash\nif false; then torchrun --nproc-per-node 2 pretrain_gpt.py --num-layers 2; fi\n"
+                      f"exec {sys.executable} {PRINTER} --iters 3\n")
+    result, _ = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "two")
+    assert result.exit_code == 0
+    assert json.loads((tmp_path / "runs" / "two" / "job.json").read_text())["gpus_per_node"] == 2
