@@ -105,6 +105,7 @@ def run(
         else _script_prediction(script)
     result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
     departure = _departure(prediction, result)
+    numerics = _numerics_warning(result)
     recorded = recorder.record(result, prediction) if recorder is not None and prediction is not None else None
     if json_output:
         extra: dict[str, object] = {"prediction_note": no_prediction} if prediction is None else {
@@ -113,9 +114,11 @@ def run(
             from megapilot.cli.common import planned_model
 
             extra["model"] = planned_model(plan, _load_plan(plan))
-        emit_json(result.model_dump(mode="json") | extra)
+        emit_json(result.model_dump(mode="json") | extra | ({"warnings": [numerics]} if numerics else {}))
     else:
         _print_result(result)
+        if numerics:
+            err_console.print(f"warning: {numerics}", highlight=False, markup=False, soft_wrap=True)
         if prediction is not None and prediction.step_time_ms is not None:
             console.print(f"predicted step {prediction.step_time_ms / 1000:.3f} s on {prediction.device}"
                           + (f": {departure}" if departure else ""), highlight=False, soft_wrap=True)
@@ -438,6 +441,21 @@ def _progress_display(enabled: bool) -> Iterator[ProgressCallback | None]:
 # ---- output --------------------------------------------------------------------------------
 
 _STATE_STYLE = {"COMPLETED": "bold green", "RUNNING": "bold", "PENDING": "bold"}
+
+
+def _numerics_warning(result: JobResult) -> str | None:
+    """A run that reached its last iteration with NaN steps finished, but its numerics did not: said beside the exit
+    code, which keeps meaning 'training reached its final iteration'."""
+    if not result.logs:
+        return None
+    from megapilot.logs import parse_logs
+
+    summary = parse_logs(list(result.logs), summary_only=True).summary
+    if summary is None or not summary.nan_iterations:
+        return None
+    log = result.logs[0]
+    return (f"{summary.nan_iterations} iteration(s) had a NaN/Inf loss or gradient (Megatron skipped them): the "
+            f"run finished but its numerics did not; `megapilot diagnose {log}` says why")
 
 
 def _print_result(result: JobResult) -> None:

@@ -265,3 +265,12 @@ def test_a_scripts_ranks_per_node_are_recorded_as_it_states_them(cli, tmp_path):
     result, _ = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "two")
     assert result.exit_code == 0
     assert json.loads((tmp_path / "runs" / "two" / "job.json").read_text())["gpus_per_node"] == 2
+
+
+def test_a_run_that_finished_with_nan_steps_exits_zero_and_says_so(cli, tmp_path):
+    script = launch_script(tmp_path, "--iters", "4", "--nan-at", "2")
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "nan")
+    assert result.exit_code == 0 and payload["state"] == "COMPLETED"  # it reached its final iteration
+    assert "1 iteration(s) had a NaN/Inf loss" in payload["warnings"][0]
+    human = cli("run", str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "nan-text")
+    assert human.exit_code == 0 and "warning: 1 iteration(s) had a NaN/Inf loss" in human.stderr

@@ -25,6 +25,7 @@ parser.add_argument("--detach-children", action="store_true", help="children cal
 parser.add_argument("--die-at-start", action="store_true", help="SIGKILL itself once the children are started")
 parser.add_argument("--checkpoint-at", type=int, help="print a checkpoint-save line after this iteration")
 parser.add_argument("--checkpoint-s", type=float, default=0.0, help="seconds the checkpoint save takes")
+parser.add_argument("--nan-at", type=int, help="this iteration's loss is NaN and Megatron counts it")
 args = parser.parse_args()
 
 if args.ignore_sigterm:
@@ -43,8 +44,9 @@ for iteration in range(1, args.iters + 1):
     time.sleep(args.interval_s)
     if iteration % args.log_interval == 0:
         print(f" [2026-01-01 00:00:00.000000] iteration {iteration:8d}/{total:8d} | consumed samples: "
-              f"{iteration * 8:12d} | elapsed time per iteration (ms): {args.interval_s * 1000:.1f} | "
-              f"lm loss: {10.0 / iteration:.6E} |", flush=True)
+              f"{iteration * 8:12d} | elapsed time per iteration (ms): {args.interval_s * 1000:.1f} |"
+              + (" lm loss: nan | number of nan iterations:   1 |" if args.nan_at == iteration else
+                 f" lm loss: {10.0 / iteration:.6E} | number of nan iterations:   0 |"), flush=True)
     if args.checkpoint_at == iteration:
         print(f"saving checkpoint at iteration {iteration:7d} to /tmp/ckpt in torch_dist format", flush=True)
         time.sleep(args.checkpoint_s)
