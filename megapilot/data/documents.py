@@ -20,6 +20,10 @@ SUPPORTED_SUFFIXES = (".jsonl", ".txt", ".txt.gz", ".jsonl.gz")
 # Called after each document with how many bytes of the file (compressed bytes for .gz) have been read.
 BytesRead = Callable[[int], None]
 
+# What a JSON value other than a string is, in the words of the JSON a user wrote.
+_JSON_KINDS: dict[type, str] = {int: "a number", float: "a number", bool: "a boolean", list: "a list",
+                                dict: "an object", type(None): "null"}
+
 
 def _open_text(path: Path) -> IO[str]:
     if path.name.endswith(".gz"):
@@ -55,9 +59,13 @@ def _jsonl_documents(path: Path, json_key: str, on_bytes: BytesRead | None) -> I
             except json.JSONDecodeError as exc:
                 raise MegapilotError(f"line {line_number} of {path} is not JSON ({exc.msg})", field="INPUT",
                                      fix="write one JSON object per line") from None
-            if not isinstance(record, dict) or not isinstance(record.get(json_key), str):
-                raise MegapilotError(f"line {line_number} of {path} has no string field {json_key!r}",
+            if not isinstance(record, dict) or json_key not in record:
+                raise MegapilotError(f"line {line_number} of {path} has no field {json_key!r}",
                                      field="--json-key", fix="name the field that holds the text")
+            if not isinstance(record[json_key], str):
+                kind = _JSON_KINDS.get(type(record[json_key]), "something else")
+                raise MegapilotError(f"line {line_number} of {path}: field {json_key!r} holds {kind}, not text",
+                                     field="INPUT", fix=f"write the document's text as a JSON string in {json_key!r}")
             if record[json_key]:
                 yield record[json_key]
                 if on_bytes is not None:

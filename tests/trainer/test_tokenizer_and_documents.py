@@ -47,6 +47,14 @@ def test_jsonl_line_without_the_key_names_line_and_field(tmp_path):
     assert err.value.field == "--json-key"
 
 
+def test_a_text_field_that_holds_no_string_says_what_it_holds(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "ok"}\n{"text": 123}\n')
+    with pytest.raises(MegapilotError, match=r"line 2 .* field 'text' holds a number, not text") as err:
+        list(read_documents(path))
+    assert err.value.field == "INPUT"
+
+
 @pytest.mark.parametrize("name", ["data.csv", "missing.txt"])
 def test_unsupported_or_missing_input_is_a_user_error(tmp_path, name):
     (tmp_path / "data.csv").write_text("a,b\n")
