@@ -71,7 +71,11 @@ def load_profile(path: str | os.PathLike[str] | None = None) -> Profile:
     try:
         return Profile(**raw, source=str(location))
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix="profile") from None
+        error = from_validation_error(exc, prefix="profile")
+        key = (error.field or "profile").removeprefix("profile.")
+        raise MegapilotError(f"{location}: {error.problem}", field=error.field,
+                             fix=error.fix or f"correct {key} in {location}, or rewrite it with "
+                                              f"`megapilot profile set --{key.replace('_', '-')} ...`") from None
 
 
 def save_profile(path: str | os.PathLike[str] | None = None, *, merge: bool = True, **fields: object) -> Profile:

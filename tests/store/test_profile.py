@@ -69,3 +69,12 @@ def test_default_note_says_where_the_value_came_from(tmp_path):
     saved = save_profile(tmp_path / "p.toml", gpu="h100")
     assert saved.default_note("gpu") == f"gpu=h100 from profile {tmp_path / 'p.toml'}"
     assert Profile().values() == {}
+
+
+def test_a_bad_value_in_the_profile_names_its_file_and_the_fix(tmp_path):
+    path = tmp_path / "profile.toml"
+    path.write_text('gpus = "eight"\n')
+    with pytest.raises(MegapilotError) as caught:
+        load_profile(path)
+    assert caught.value.field == "profile.gpus" and str(path) in caught.value.problem
+    assert "megapilot profile set --gpus" in caught.value.fix
