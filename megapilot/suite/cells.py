@@ -110,6 +110,19 @@ class TrainParams(BaseModel):
         return {key: str(value) for key, value in (self.model_extra or {}).items()}
 
 
+# Other names for keys of train_params: Megatron-LM's arguments and the layout shorthands. A key written so is a slip
+# of the suite's key (a problem), not a key of another tool to keep and ignore: the layout it meant would not run.
+TRAIN_PARAM_ALIASES = {
+    "tp": "tensor_parallelism", "tensor_model_parallel_size": "tensor_parallelism",
+    "pp": "pipeline_parallelism", "pipeline_model_parallel_size": "pipeline_parallelism",
+    "cp": "context_parallelism", "context_parallel_size": "context_parallelism",
+    "ep": "expert_parallelism", "expert_model_parallel_size": "expert_parallelism",
+    "vpp": "virtual_pipeline_parallelism", "virtual_pipeline_model_parallel_size": "virtual_pipeline_parallelism",
+    "mbs": "micro_batch_size", "gbs": "global_batch_size", "seq_length": "sequence_length",
+    "seq_len": "sequence_length", "train_iters": "training_iterations",
+}
+
+
 def cell_key_text(mbs: object, gbs: object, precision: object) -> str:
     """The `MBS=..,GBS=..,PRECISION=..` form of a cell, as CVS writes its keys (not yet parsed or normalised)."""
     return "MBS={},GBS={},PRECISION={}".format(*(str(value).strip() for value in (mbs, gbs, precision)))
@@ -231,6 +244,7 @@ __all__ = [
     "DEFAULT_CELL_KEY",
     "PRECISION_NAMES",
     "SMOKE_CELL_KEY",
+    "TRAIN_PARAM_ALIASES",
     "CellKey",
     "SweepCell",
     "TrainParams",

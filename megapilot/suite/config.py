@@ -47,7 +47,10 @@ from megapilot.suite.config_read import (
     _read_cluster,
     _read_config,
     changeme_paths,
+    near_key,
     resolve_placeholders,
+    section_keys,
+    unknown_key,
 )
 from megapilot.suite.config_schema import (
     CheckpointConfig,
@@ -65,6 +68,7 @@ from megapilot.suite.config_schema import (
 )
 from megapilot.suite.config_sweep import (
     _build_cells,
+    _check_param_keys,
     _check_threshold_coverage,
     _read_thresholds,
     _sweep_cells,
@@ -221,6 +225,7 @@ def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCl
     for path in changeme:
         check.add(path, f"still holds the placeholder {CHANGEME}", "replace it with the real value")
     raw = _drop_unknown_top_level(raw, check)
+    _check_param_keys(raw, check)
     config = _validate(raw, changeme, check)
     if config is None:
         return
@@ -236,9 +241,14 @@ def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCl
 
 # ---- validation ---------------------------------------------------------------------------------
 def _drop_unknown_top_level(raw: dict[str, Any], check: SuiteCheck) -> dict[str, Any]:
-    unknown = [k for k in raw if k not in SuiteConfig.model_fields]
-    for key in unknown:
-        check.warnings.append(f"{key}: not a setting of the Megatron suite; ignored (as CVS does)")
+    """CVS files carry keys of their own, kept out with a warning; a slip of a known key (`sweeps`, `smoek`) is a
+    problem, since its section would silently fall back to the defaults."""
+    known = list(SuiteConfig.model_fields)
+    for key in (k for k in raw if k not in SuiteConfig.model_fields):
+        if near_key(key, known) is not None:
+            check.add(key, *unknown_key(key, known))
+        else:
+            check.warnings.append(f"{key}: not a setting of the Megatron suite; ignored (as CVS does)")
     return {k: v for k, v in raw.items() if k in SuiteConfig.model_fields}
 
 
@@ -250,7 +260,8 @@ def _validate(raw: dict[str, Any], changeme: list[str], check: SuiteCheck) -> Su
             path = _dotted(error["loc"])
             if any(path == c or path.startswith(c + ".") for c in changeme):
                 continue  # already reported as an unfilled placeholder
-            check.add(path, _message(error), _fix_of(error, path))
+            known = section_keys(SuiteConfig, error["loc"][:-1]) if error["type"] == "extra_forbidden" else []
+            check.add(path, _message(error, known), _fix_of(error, path, known))
         return None
 
 

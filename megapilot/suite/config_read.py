@@ -4,9 +4,12 @@ substitution, the `<changeme>` values left, and the words a validation error is 
 from __future__ import annotations
 
 import re
+import types
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
+from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
 from megapilot.errors import MegapilotError
@@ -162,10 +165,15 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return text
 
 
-def _fix_of(error: ErrorDetails, path: str) -> str:
-    """What to do about one validation error: a missing field is added, not respelled."""
+def _fix_of(error: ErrorDetails, path: str, known: Sequence[str] = ()) -> str:
+    """What to do about one validation error: a missing field is added, not respelled; an unknown key is renamed to
+    the known one it is a slip of (`known`: the keys of its section), else removed."""
     if not path:
         return ""
+    if error.get("type") == "extra_forbidden":
+        return unknown_key(path.rsplit(".", 1)[-1], known)[1]
+    if error.get("type") == BOOL_FOR_NUMBER:
+        return "write the number: true/false is not read as 1/0 here"
     if error.get("type") == "missing":
         return f"add `{path.rsplit('.', 1)[-1]}` under `{path.rsplit('.', 1)[0]}`" if "." in path \
             else f"add `{path}` (`megapilot suite init` writes a complete config to start from)"
@@ -182,10 +190,10 @@ _BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "l
 _CHOICES = "; use one of: "  # how a validator lists the values it takes (the fix, not the problem)
 
 
-def _message(error: ErrorDetails) -> str:
+def _message(error: ErrorDetails, known: Sequence[str] = ()) -> str:
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ").split(_CHOICES, 1)[0]
     if error.get("type") == "extra_forbidden":
-        return "not a known setting here"
+        return unknown_key(str(error["loc"][-1]) if error.get("loc") else "", known)[0]
     if "input" in error and error.get("type") != "missing" and "got " not in message \
             and _short_repr(error["input"]) not in message:  # a value the message names already is not said twice
         return f"{message} (got {_short_repr(error['input'])})"
@@ -196,3 +204,78 @@ def _short_repr(value: Any) -> str:
     """The offending value, cut short: a message names it, it does not reprint a huge one."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---- unknown keys: a slip of a known key, or a key of another tool ----------------------------------------
+BOOL_FOR_NUMBER = "bool_for_number"  # the error type of a true/false given where a number is required
+_MAX_LISTED_KEYS = 12  # a fix lists a section's keys only while the list stays readable
+
+
+def unknown_key(key: str, known: Sequence[str], aliases: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(message, fix) for a key its section does not have: the known key it is a slip of, else the keys there are."""
+    near = near_key(key, known, aliases)
+    if near is not None:
+        return f"unknown key (did you mean {near}?)", f"rename it to {near}"
+    listed = sorted(known)
+    if listed and len(listed) <= _MAX_LISTED_KEYS:
+        return "unknown key", "remove it, or use one of: " + ", ".join(listed)
+    return "unknown key", "remove it (`megapilot suite init` writes a config with every key and its comment)"
+
+
+def near_key(key: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
+    """The known key `key` is a slip of: another name for it (`aliases`), the same key in another case or with
+    `-` for `_`, or one within an edit or two (one for a short key, where two edits make any other word); None
+    when it is nobody's, a key of another tool that is rightly kept (CVS files carry such keys)."""
+    typed = _key_form(key)
+    forms = {_key_form(name): name for name in known}
+    named = {_key_form(alias): target for alias, target in (aliases or {}).items()}
+    if typed in forms:
+        return forms[typed]
+    if typed in named:
+        return named[typed]
+    scored = sorted((edit_distance(typed, form), name) for form, name in forms.items())
+    for distance, name in scored[:1]:
+        if 0 < distance <= (1 if len(name) <= 6 else 2):
+            return name
+    return None
+
+
+def _key_form(key: str) -> str:
+    return key.strip().lower().replace("-", "_")
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, or swap two neighbours: `paralellism`) that turn `a` into `b`."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def section_keys(model: type[BaseModel], loc: Sequence[Any]) -> list[str]:
+    """The keys of the section of `model` at `loc` (a validation error's location without its last part): what an
+    unknown key there may have meant. Empty where `loc` leads to no section of fields."""
+    node: Any = model
+    for part in loc:
+        fields = getattr(node, "model_fields", None)
+        if not isinstance(part, str) or fields is None or part not in fields:
+            return []
+        node = _section_model(fields[part].annotation)
+    return list(getattr(node, "model_fields", {}))
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, through Optional, unions and Annotated (`ContainerSpec | None` -> ContainerSpec)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType, Annotated):
+        for arg in get_args(annotation):
+            found = _section_model(arg)
+            if found is not None:
+                return found
+    return None

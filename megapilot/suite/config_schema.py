@@ -3,15 +3,42 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from megapilot.suite.cells import BoolLike, IntLike, PrecisionName, StrLike
+from megapilot.suite.config_read import BOOL_FOR_NUMBER
 
 
 class _Forbid(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_switch_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads true as 1 where a number is wanted, and YAML writes `yes`/`true` as one: `gpus_per_node:
+        true` would run one GPU per node without a word. A number field that takes no switch refuses it."""
+        if isinstance(value, bool) and info.field_name is not None \
+                and _number_not_switch(cls.model_fields[info.field_name].annotation):
+            raise PydanticCustomError(BOOL_FOR_NUMBER,
+                                      f"a true/false where a number is required (got {str(value).lower()})")
+        return value
+
+
+def _number_not_switch(annotation: Any) -> bool:
+    """Whether a field takes an int or a float and no bool (through Optional, unions and Annotated)."""
+    leaves: list[Any] = []
+    pending = [annotation]
+    while pending:
+        node = pending.pop()
+        if get_origin(node) in (Union, types.UnionType, Annotated):
+            pending.extend(get_args(node)[:1] if get_origin(node) is Annotated else get_args(node))
+        else:
+            leaves.append(node)
+    return bool(set(leaves) & {int, float}) and bool not in leaves
 
 
 # Bounds of what `suite run` uses: generous for any real suite, and a typo (10^30 iterations, a timeout of a

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from megapilot.spec import GPUSpec
 from megapilot.suite.cells import (
     DEFAULT_CELL_KEY,
+    TRAIN_PARAM_ALIASES,
     CellKey,
     SweepCell,
     TrainParams,
@@ -21,7 +22,7 @@ from megapilot.suite.cells import (
     parse_cell_key,
     sweep_cell,
 )
-from megapilot.suite.config_read import _dotted, _message
+from megapilot.suite.config_read import _dotted, _message, near_key, unknown_key
 from megapilot.suite.parsing import parse_json
 from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable, parse_threshold
 
@@ -119,6 +120,31 @@ def _canonical_key(key: str) -> str:
 
 
 # ---- cells --------------------------------------------------------------------------------------
+COMBINATION_LABEL = "name"  # CVS's label of a combination (`llama3_3_70b_mbs1_gbs64_FP8`): kept, not a setting
+
+
+def _check_param_keys(raw: dict[str, Any], check: SuiteCheck) -> None:
+    """Keys of train_params and of each combination's body that TrainParams lacks. TrainParams keeps them (CVS files
+    carry keys of their own), so a slip of a known key would run another layout without a word
+    (`pipline_parallelism: 2` trains with PP 1): a problem. Any other key is a warning, as at the top level."""
+    sections: list[tuple[str, Any]] = [("train_params", raw.get("train_params"))]
+    sweep = raw.get("sweep")
+    combinations = sweep.get("combinations") if isinstance(sweep, dict) else None
+    if isinstance(combinations, dict):
+        sections += [(f"sweep.combinations.{key}", body) for key, body in combinations.items()]
+    known = list(TrainParams.model_fields)
+    for where, body in sections:
+        if not isinstance(body, dict):
+            continue  # the schema says what is wrong with it
+        for key in body:
+            if key in TrainParams.model_fields or (key == COMBINATION_LABEL and where != "train_params"):
+                continue
+            if near_key(key, known, TRAIN_PARAM_ALIASES) is not None:
+                check.add(f"{where}.{key}", *unknown_key(key, known, TRAIN_PARAM_ALIASES))
+            else:
+                check.warnings.append(f"{where}.{key}: not a setting of the Megatron suite; ignored (as CVS does)")
+
+
 _KEY_FIELDS = (("micro_batch_size", "mbs"), ("global_batch_size", "gbs"), ("precision", "precision"))
 
 

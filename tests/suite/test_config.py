@@ -183,6 +183,32 @@ def test_megapilot_block_is_strict(tmp_path: Path) -> None:
     assert _paths(check) == {"megapilot.executor", "megapilot.gpu_count"}
 
 
+def test_a_slip_of_a_top_level_key_is_a_problem_a_foreign_one_a_warning(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["result_dict"] = {}
+        raw["smoek"] = {"enabled": False}  # the smoke stage would run anyway
+    check = _check_with(tmp_path, edit)
+    assert _paths(check) == {"smoek"} and check.problems[0].fix == "rename it to smoke"
+    assert any(w.startswith("result_dict:") for w in check.warnings)
+
+
+def test_an_unknown_key_in_a_strict_section_names_its_near_match(tmp_path: Path) -> None:
+    check = _check_with(tmp_path, lambda raw: raw.update(megapilot={"exectuor": "local"}))
+    (problem,) = check.problems
+    assert (problem.path, problem.message, problem.fix) == (
+        "megapilot.exectuor", "unknown key (did you mean executor?)", "rename it to executor")
+
+
+def test_layout_typos_in_train_params_and_a_combination_stop_the_suite(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["train_params"]["pipline_parallelism"] = "2"
+        raw["sweep"]["combinations"]["MBS=4,GBS=128,PRECISION=BF16"]["tensor_paralellism"] = "2"
+    check = _check_with(tmp_path, edit)
+    assert not check.ok and check.suite is None
+    assert _paths(check) == {"train_params.pipline_parallelism",
+                             "sweep.combinations.MBS=4,GBS=128,PRECISION=BF16.tensor_paralellism"}
+
+
 def test_backend_rule_and_model_override(tmp_path: Path) -> None:
     def primus(raw):
         raw["container"]["image"] = "rocm/Primus:v25.9"

@@ -17,7 +17,11 @@ from megapilot.suite.config_read import (
     _read_cluster,
     _read_config,
     changeme_paths,
+    edit_distance,
+    near_key,
     resolve_placeholders,
+    section_keys,
+    unknown_key,
 )
 
 
@@ -129,7 +133,10 @@ def test_validation_errors_read_as_a_path_a_message_and_a_fix() -> None:
     assert _fix_of(errors["name"], "name").startswith("add `name`")
     assert _fix_of(errors["name"], "smoke.iters") == "add `iters` under `smoke`"
     assert _fix_of(errors["sizes[1]"], "sizes[1]") == "fix the value's type or spelling"
-    assert _message(errors["colour"]) == "not a known setting here"
+    assert _message(errors["colour"]) == "unknown key"  # the key is the problem, not its value
+    assert _message(errors["colour"], ["color", "name"]) == "unknown key (did you mean color?)"
+    assert _fix_of(errors["colour"], "colour", ["color", "name"]) == "rename it to color"
+    assert _fix_of(errors["colour"], "colour", ["name", "sizes"]) == "remove it, or use one of: name, sizes"
     assert _message(errors["sizes[1]"]).endswith("(got 'two')")
     long = _message(errors["inner.k"])
     assert long.endswith("...)") and len(long) < 150  # a huge value is cut short, not reprinted
@@ -146,3 +153,41 @@ def test_a_value_out_of_bounds_gets_the_bound_and_a_wrong_choice_the_choices_onc
     assert problems["megapilot.gpus_per_node"]["fix"] == "give a value that is greater than 0"
     executor = problems["megapilot.executor"]
     assert executor["message"].count("slurmm") == 1 and executor["fix"] == "use one of: local, slurm, ssh"
+
+
+# ---- unknown keys ---------------------------------------------------------------------------------------------
+LAYOUT = ["tensor_parallelism", "pipeline_parallelism", "fsdp", "model_name", "precision"]
+
+
+def test_edit_distance_counts_a_swap_of_neighbours_as_one_edit() -> None:
+    assert edit_distance("paralellism", "parallelism") == 1
+    assert edit_distance("pipline", "pipeline") == 1
+    assert edit_distance("abc", "abc") == 0 and edit_distance("", "abc") == 3
+
+
+def test_a_slip_of_a_known_key_is_named_and_a_foreign_key_is_nobodys() -> None:
+    assert near_key("pipline_parallelism", LAYOUT) == "pipeline_parallelism"
+    assert near_key("tensor_paralellism", LAYOUT) == "tensor_parallelism"
+    assert near_key("Tensor-Parallelism", LAYOUT) == "tensor_parallelism"
+    assert near_key("fsd", LAYOUT) == "fsdp"
+    assert near_key("tp", LAYOUT, {"tp": "tensor_parallelism"}) == "tensor_parallelism"
+    for foreign in ("name", "result_dict", "data_parallelism", "model_size_b", "mode"):
+        assert near_key(foreign, LAYOUT) is None, foreign
+
+
+def test_an_unknown_key_is_said_with_its_near_match_or_the_keys_there_are() -> None:
+    assert unknown_key("exectuor", ["executor", "nodes"]) == ("unknown key (did you mean executor?)",
+                                                             "rename it to executor")
+    assert unknown_key("colour", ["name", "sizes"]) == ("unknown key", "remove it, or use one of: name, sizes")
+    message, fix = unknown_key("colour", [f"key{i}" for i in range(20)])
+    assert message == "unknown key" and fix.startswith("remove it") and "key19" not in fix
+
+
+def test_section_keys_follow_the_models_fields_through_optional_sections() -> None:
+    from megapilot.suite.config import SuiteConfig
+
+    assert "executor" in section_keys(SuiteConfig, ("megapilot",))
+    assert "image" in section_keys(SuiteConfig, ("container",))  # ContainerSpec | None
+    assert "network" in section_keys(SuiteConfig, ("container", "runtime", "args"))
+    assert section_keys(SuiteConfig, ("nowhere",)) == []
+    assert "megapilot" in section_keys(SuiteConfig, ())

@@ -88,3 +88,18 @@ def test_collectives_sizes_in_order_and_known_ops_only() -> None:
     assert "max_bytes (1024) must be at least min_bytes (4096)" in message
     _refused(CollectivesConfig, {"ops": ["broadcast"]}, "ops")
     _refused(CollectivesConfig, {"ops": []}, "ops")
+
+
+def test_a_true_or_false_where_a_number_is_required_is_refused() -> None:
+    # YAML's `gpus_per_node: true` (or `yes`) is a boolean; pydantic alone reads it as 1
+    from megapilot.suite.megapilot_block import MegapilotBlock
+
+    message = _refused(MegapilotBlock, {"gpus_per_node": True}, "gpus_per_node")
+    assert "a true/false where a number is required (got true)" in message
+    _refused(MegapilotBlock, {"nodes": False}, "nodes")
+    _refused(CollectivesConfig, {"iters": True}, "iters")
+    _refused(LossCurveConfig, {"max_slope": True}, "max_slope")
+    _refused(SmokeConfig, {"iters": True}, "iters")
+    assert SmokeConfig.model_validate({"enabled": True}).enabled is True  # a switch still takes one
+    assert CollectivesConfig.model_validate({"enabled": False}).enabled is False
+    assert MegapilotBlock.model_validate({"gpus_per_node": 8}).gpus_per_node == 8

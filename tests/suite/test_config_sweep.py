@@ -13,6 +13,7 @@ from megapilot.suite.config import SuiteCheck, SuiteConfig, load_suite
 from megapilot.suite.config_schema import Sweep
 from megapilot.suite.config_sweep import (
     _build_cells,
+    _check_param_keys,
     _check_threshold_coverage,
     _combination_key,
     _read_thresholds,
@@ -179,3 +180,29 @@ def test_sweep_cells_carry_the_key_and_the_merged_params(base: SuiteConfig) -> N
     default, fp8 = _sweep_cells([(DEFAULT_CELL_KEY, base.train_params), (FP8, params)], None, 1)
     assert default.key == DEFAULT_CELL_KEY and default.seq_length == 128
     assert (fp8.key, fp8.layout.mbs, fp8.gbs, fp8.precision, fp8.seq_length) == (FP8, 2, 16, "FP8", 128)
+
+
+# ---- keys of train_params and of the combinations' bodies ------------------------------------------------------
+def test_a_slip_of_a_train_params_key_is_a_problem_anywhere_it_is_written() -> None:
+    # TrainParams keeps unknown keys, so `pipline_parallelism: 2` would train with PP 1 without a word
+    raw = {"train_params": {"model_name": "tiny", "pipline_parallelism": "2", "tp": "2"},
+           "sweep": {"combinations": {BF16: {"tensor_paralellism": "2", "name": "cvs label"}}}}
+    check = SuiteCheck()
+    _check_param_keys(raw, check)
+    problems = {p.path: p for p in check.problems}
+    assert list(problems) == ["train_params.pipline_parallelism", "train_params.tp",
+                              f"sweep.combinations.{BF16}.tensor_paralellism"]
+    assert problems["train_params.pipline_parallelism"].message == \
+        "unknown key (did you mean pipeline_parallelism?)"
+    assert problems["train_params.tp"].fix == "rename it to tensor_parallelism"
+    assert check.warnings == []  # a combination's `name` is CVS's label, not a setting
+
+
+def test_a_foreign_train_params_key_is_kept_with_a_warning() -> None:
+    raw = {"train_params": {"model_name": "tiny", "result_dict": {}},
+           "sweep": {"combinations": {BF16: {"mock_data": "1"}}}}
+    check = SuiteCheck()
+    _check_param_keys(raw, check)
+    assert check.problems == []
+    assert [w.split(":")[0] for w in check.warnings] == ["train_params.result_dict",
+                                                          f"sweep.combinations.{BF16}.mock_data"]
