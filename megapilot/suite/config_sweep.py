@@ -24,7 +24,7 @@ from megapilot.suite.cells import (
 )
 from megapilot.suite.config_read import _dotted, _message, near_key, unknown_key
 from megapilot.suite.parsing import parse_json
-from megapilot.suite.thresholds import ThresholdSpec, ThresholdTable, parse_threshold
+from megapilot.suite.thresholds import SpecIssue, ThresholdSpec, ThresholdTable, parse_threshold, spec_issues
 
 if TYPE_CHECKING:
     from megapilot.suite.config import SuiteCheck, SuiteConfig
@@ -50,7 +50,7 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     if not isinstance(raw, dict):
         check.add("threshold_json", f"{path} does not hold a mapping of cells", "write cell key -> metric -> spec")
         return {}, path
-    return _threshold_table(raw, check), path
+    return _threshold_table(raw, check, enforce=config.enforce_thresholds), path
 
 
 def _trailing_comma(exc: Exception) -> str:
@@ -90,8 +90,9 @@ def _threshold_file(config: SuiteConfig, config_path: Path, check: SuiteCheck) -
     return candidates[0]
 
 
-def _threshold_table(raw: dict[str, Any], check: SuiteCheck) -> ThresholdTable:
+def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = True) -> ThresholdTable:
     table: ThresholdTable = {}
+    issues: dict[tuple[str, SpecIssue], list[str]] = {}  # (metric, issue) -> the cells that say it
     for cell, metrics in raw.items():
         if cell.startswith("_"):
             continue
@@ -108,8 +109,26 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck) -> ThresholdTable:
             except ValueError as exc:
                 check.add(f"thresholds.{cell}.{metric}", str(exc),
                           "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/baseline with its fields")
+                continue
+            for issue in spec_issues(metric, spec, specs[metric]):
+                issues.setdefault((metric, issue), []).append(cell)
         table[_canonical_key(cell)] = specs
+    _report_spec_issues(issues, check, enforce=enforce)
     return table
+
+
+def _report_spec_issues(issues: dict[tuple[str, SpecIssue], list[str]], check: SuiteCheck, *, enforce: bool) -> None:
+    """Each issue once, at its first cell (a threshold file repeats a metric's spec in every cell): a problem when
+    it settles or misreads an enforced gate, else a warning, as run time would record it."""
+    for (metric, issue), cells in issues.items():
+        path = f"thresholds.{cells[0]}.{metric}"
+        message = issue.message + (f" (and in {len(cells) - 1} other cell(s))" if len(cells) > 1 else "")
+        if issue.blocks and enforce:
+            check.add(path, message, issue.fix)
+        elif issue.blocks:
+            check.warnings.append(f"{path}: {message} (enforce_thresholds false: recorded only)")
+        else:
+            check.warnings.append(f"{path}: {message} — fix: {issue.fix}")
 
 
 def _canonical_key(key: str) -> str:

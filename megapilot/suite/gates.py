@@ -12,8 +12,10 @@
 Margins are in %, positive inside the gate and negative outside; a value at the bound passes with
 margin 0. A NaN/Inf value always FAILs. A spec'd metric that is missing FAILs naming the log line it
 comes from, unless the spec is `optional` (SKIPPED). A spec naming a metric nobody measures FAILs
-naming the close names. With `enforce=False` nothing fails: every gated row is RECORD and its
-reason says what the verdict would have been. Measured metrics without a spec are RECORD rows.
+naming the close names (an `info` spec RECORDs, an `optional` one is SKIPPED, as for a missing metric);
+`suite check` reports each of these before anything runs (thresholds.spec_issues). With `enforce=False`
+nothing fails: every gated row is RECORD and its reason says what the verdict would have been. Measured
+metrics without a spec are RECORD rows.
 
 `builtin_gates(measurement, ...)` adds the gates that need no threshold file: `gate.no_errors`,
 `gate.finite_loss`, `gate.loss_slope`, `gate.convergence`, `gate.completed`.
@@ -33,6 +35,7 @@ from megapilot.suite.thresholds import (
     BaselineLookup,
     BaselineStats,
     GateInput,
+    InfoThreshold,
     Outcome,
     ThresholdSpec,
     unknown_name,
@@ -113,6 +116,12 @@ def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mappi
              baseline: BaselineLookup | None, missing_reason: str | None,
              prediction: tuple[Prediction | None, Departure | None] = (None, None)) -> Outcome:
     if name not in actuals and name not in METRICS:
+        # as a metric that is not measured: info records, optional skips (CVS's files gate info on names the suite
+        # does not measure, time_to_target_seconds), the rest fail; `suite check` says which, before the run
+        if isinstance(spec, InfoThreshold):
+            return Outcome(Verdict.RECORD, f"info: {unknown_name(name, actuals)}")
+        if spec.optional:
+            return Outcome(Verdict.SKIPPED, f"optional; {unknown_name(name, actuals)}")
         return Outcome(Verdict.FAIL, unknown_name(name, actuals))
     return spec.judge(GateInput(name, value, actuals, baseline, missing_reason, *prediction))
 

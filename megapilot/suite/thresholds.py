@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from megapilot.suite.metric_table import METRICS
+from megapilot.suite.config_read import near_key
+from megapilot.suite.metric_table import MEASURED_METRICS, METRICS
 from megapilot.suite.results import Verdict
 
 if TYPE_CHECKING:
@@ -92,6 +93,11 @@ class _Threshold(BaseModel):
     def describe(self) -> str:
         raise NotImplementedError
 
+    def settled(self, metric: str) -> str | None:
+        """Why this gate's verdict on `metric` is the same on every run whatever is measured (a bound no value can
+        miss, or none can meet), said before anything runs; None when the measurement decides."""
+        return None
+
     def judge(self, gate: GateInput) -> Outcome:
         """Missing, then not finite, then the kind's own rule on a finite value."""
         if gate.value is None:
@@ -118,6 +124,11 @@ class MinThreshold(_Threshold):
     def describe(self) -> str:
         return f">= {self.value:g}"
 
+    def settled(self, metric: str) -> str | None:
+        if self.kind == "min_tok_s" and self.value <= 0:
+            return f"a tokens/s floor of {self.value:g} passes every run (tokens/s is never below 0)"
+        return None
+
     def judge_value(self, value: float, gate: GateInput) -> Outcome:
         passed = value >= self.value
         return Outcome(Verdict.PASS if passed else Verdict.FAIL,
@@ -134,6 +145,11 @@ class MaxThreshold(_Threshold):
 
     def describe(self) -> str:
         return f"<= {self.value:g}{self.unit}"
+
+    def settled(self, metric: str) -> str | None:
+        if self.kind == "max_ms" and self.value <= 0:
+            return f"a ceiling of {self.value:g} ms fails every run (a step takes more than 0 ms)"
+        return None
 
     def judge_value(self, value: float, gate: GateInput) -> Outcome:
         passed = value <= self.value
@@ -166,6 +182,8 @@ class MinRatioThreshold(_Threshold):
         reference, actuals = self.reference, gate.actuals
         ref_value = actuals.get(reference)
         if reference not in actuals and reference not in METRICS:
+            if self.optional:  # as a reference that is not measured: what `suite check` said it would be
+                return Outcome(Verdict.SKIPPED, f"optional; reference {unknown_name(reference, actuals)}")
             return Outcome(Verdict.FAIL, f"reference {unknown_name(reference, actuals)}")
         if ref_value is None or not math.isfinite(ref_value) or ref_value == 0:
             if self.optional:
@@ -213,6 +231,14 @@ class PredictedThreshold(_Threshold):
 
     def describe(self) -> str:
         return f">= {self.min_ratio:g} x predicted"
+
+    def settled(self, metric: str) -> str | None:
+        from megapilot.suite.predicted import PREDICTED_METRICS  # cycle: suite.predicted imports thresholds
+
+        if metric not in PREDICTED_METRICS:
+            return f"megapilot predicts no {metric}, so this gate fails every run (kind predicted gates one of " \
+                   f"{', '.join(PREDICTED_METRICS)})"
+        return None
 
     def judge_value(self, value: float, gate: GateInput) -> Outcome:
         from megapilot.suite.predicted import judge_predicted  # cycle: suite.predicted imports thresholds
@@ -267,10 +293,92 @@ def band(value: float, centre: float, tolerance_pct: float, what: str) -> Outcom
 
 
 def unknown_name(name: str, actuals: Mapping[str, float | None]) -> str:
-    known = sorted(set(METRICS) | set(actuals))
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    known = sorted(set(MEASURED_METRICS) | set(actuals))
+    close = close_metrics(name, known)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known metrics: {', '.join(known)}"
     return f"unknown metric {name!r}: nothing measures it{hint}"
+
+
+def close_metrics(name: str, known: Sequence[str] = MEASURED_METRICS) -> list[str]:
+    """The measured metrics `name` may have meant: the one measuring the same quantity under the suite's name
+    (`training.tflops_per_gpu` -> training.throughput_per_gpu), else the nearest spellings."""
+    quantity = METRICS[name].quantity if name in METRICS else None
+    same = [other for other in known if quantity is not None and METRICS.get(other) is not None
+            and METRICS[other].quantity == quantity and other != name]
+    # compared without the `training.` every name shares, which makes any two names look alike
+    stems = {other.removeprefix(_PREFIX): other for other in known}
+    spelled = [stems[stem] for stem in difflib.get_close_matches(name.removeprefix(_PREFIX), list(stems), n=3,
+                                                                 cutoff=0.6)]
+    return list(dict.fromkeys(same[:1] + spelled))[:3]
+
+
+_PREFIX = "training."
+
+
+# ---- what `suite check` says of a spec before anything runs ------------------------------------------------
+@dataclass(frozen=True)
+class SpecIssue:
+    """Something a threshold spec asks that its gate will not do as written, found before anything runs."""
+
+    message: str
+    fix: str
+    blocks: bool  # True: the gate is settled or misread whatever is measured (a problem while thresholds are
+    # enforced); False: a key the gate ignores, or a metric that only ever records or skips (a warning)
+
+
+_FIELDS_OF_KIND = {kind: frozenset(spec.model_fields) for spec in get_args(get_args(ThresholdSpec)[0])
+                   for kind in get_args(spec.model_fields["kind"].annotation)}
+_SPEC_FIELDS = frozenset().union(*_FIELDS_OF_KIND.values())
+
+
+def spec_issues(metric: str, data: Mapping[str, Any], spec: ThresholdSpec) -> list[SpecIssue]:
+    """What `suite check` reports of one parsed spec (`data`: as written): its metric and reference, keys its kind
+    does not read, and a bound that settles the verdict. Run time says the same of each (megapilot.suite.gates)."""
+    issues = _metric_issues(metric, spec, "")
+    if isinstance(spec, MinRatioThreshold):
+        issues += _metric_issues(spec.reference, spec, "reference ")
+    issues += _field_issues(data, spec)
+    settled = spec.settled(metric)
+    if settled is not None:
+        issues.append(SpecIssue(settled, "give a bound a measurement can miss", blocks=True))
+    return issues
+
+
+def _metric_issues(metric: str, spec: ThresholdSpec, role: str) -> list[SpecIssue]:
+    if metric in MEASURED_METRICS:
+        return []
+    close = close_metrics(metric)
+    fix = f"rename it to {close[0]}" if close else f"gate one of: {', '.join(MEASURED_METRICS)}"
+    if metric in METRICS:
+        problem = f"{role}{metric!r} is not measured by the suite (a name the history reads from other tools)"
+    else:
+        problem = f"unknown {role}metric {metric!r}: nothing measures it" + (
+            f" (did you mean {', '.join(close)}?)" if close else "")
+    if isinstance(spec, InfoThreshold):
+        return [SpecIssue(f"{problem}; recorded as not measured on every run", fix, blocks=False)]
+    if spec.optional:
+        return [SpecIssue(f"{problem}; optional, so SKIPPED on every run", fix, blocks=False)]
+    return [SpecIssue(f"{problem}; the gate fails every run", fix, blocks=True)]
+
+
+def _field_issues(data: Mapping[str, Any], spec: ThresholdSpec) -> list[SpecIssue]:
+    own = _FIELDS_OF_KIND[spec.kind]
+    issues = []
+    for key in (k for k in data if isinstance(k, str) and not k.startswith("_") and k not in own):
+        near = near_key(key, own) or near_key(key, _SPEC_FIELDS)
+        kinds = sorted(kind for kind, fields in _FIELDS_OF_KIND.items() if key in fields)
+        if near is not None and near in own:
+            issues.append(SpecIssue(f"unknown field {key!r} (did you mean {near}?)", f"rename it to {near}", True))
+        elif kinds or near is not None:
+            field = key if kinds else near
+            takes = ", ".join(sorted(k for k, fields in _FIELDS_OF_KIND.items() if field in fields))
+            issues.append(SpecIssue(
+                f"{key!r} is not read by kind {spec.kind!r} (its fields: {', '.join(sorted(own - {'kind'}))}); "
+                f"{field} belongs to kind {takes}", f"use a kind that reads it ({takes}), or remove it", True))
+        else:
+            issues.append(SpecIssue(f"{key!r} is not a field of a threshold spec; ignored",
+                                    "remove it, or write a comment key starting with _", False))
+    return issues
 
 
 def _margin(distance: float, scale: float) -> float | None:
@@ -279,5 +387,5 @@ def _margin(distance: float, scale: float) -> float | None:
 
 __all__ = ["DEFAULT_CELL", "THRESHOLD_KINDS", "BaselineLookup", "BaselineStats", "BaselineThreshold", "GateInput",
            "InfoThreshold", "MaxThreshold", "MinRatioThreshold", "MinThreshold", "Outcome", "PredictedThreshold",
-           "ThresholdSpec",
-           "ThresholdTable", "WithinThreshold", "band", "parse_threshold", "threshold", "unknown_name"]
+           "SpecIssue", "ThresholdSpec", "ThresholdTable", "WithinThreshold", "band", "close_metrics",
+           "parse_threshold", "spec_issues", "threshold", "unknown_name"]

@@ -56,6 +56,23 @@ def test_the_threshold_table_skips_comments_and_names_each_bad_spec() -> None:
     assert _paths(check) == ["thresholds.MBS=2,GBS=8,PRECISION=BF16", f"thresholds.{FP8}.training.lm_loss"]
 
 
+def test_a_specs_issue_is_said_once_at_its_first_cell_a_problem_only_while_enforced() -> None:
+    typo = {"training.tokens_per_gpuu": {"kind": "min", "value": 50},
+            "training.lm_loss": {"kind": "max", "value": 12, "bogus": 1}}
+    raw = {BF16: typo, FP8: typo}
+    check = SuiteCheck()
+    table = _threshold_table(raw, check)
+    assert list(table[BF16]) == list(typo)  # still read: run time judges them as check said
+    assert _paths(check) == [f"thresholds.{BF16}.training.tokens_per_gpuu"]
+    assert "did you mean training.tokens_per_gpu" in check.problems[0].message
+    assert check.problems[0].message.endswith("(and in 1 other cell(s))")
+    assert [w.split(":")[0] for w in check.warnings] == [f"thresholds.{BF16}.training.lm_loss"]
+    recorded = SuiteCheck()
+    _threshold_table(raw, recorded, enforce=False)  # nothing gates: every issue is a warning
+    assert recorded.problems == [] and len(recorded.warnings) == 2
+    assert "enforce_thresholds false" in recorded.warnings[0]
+
+
 def test_a_trailing_comma_is_pointed_at_by_its_line() -> None:
     with pytest.raises(json.JSONDecodeError) as trailing:
         json.loads('{\n "a": 1,\n "b": 2,\n}')

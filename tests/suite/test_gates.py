@@ -214,3 +214,20 @@ def test_no_errors_gate_fails_on_a_real_oom_log():
     assert rows["gate.no_errors"].verdict is Verdict.FAIL and "oom" in rows["gate.no_errors"].reason
     assert rows["gate.finite_loss"].verdict is Verdict.SKIPPED
     assert rows["gate.completed"].verdict is Verdict.FAIL
+
+
+def test_an_unknown_metric_records_under_info_and_skips_when_optional_as_check_says():
+    # CVS's threshold files gate `training.time_to_target_seconds` (a name the suite does not measure) as info
+    specs = {"training.time_to_target_seconds": threshold(kind="info", value=2500, optional=True),
+             "training.tokens_per_gpuu": threshold(kind="min", value=1, optional=True)}
+    rows = {r.name: r for r in evaluate({TPUT: 120.0}, UNITS, specs, enforce=True)}
+    info = rows["training.time_to_target_seconds"]
+    assert info.verdict is Verdict.RECORD and "training.time_to_target_s" in info.reason
+    optional = rows["training.tokens_per_gpuu"]
+    assert optional.verdict is Verdict.SKIPPED and "training.tokens_per_gpu" in optional.reason
+
+
+def test_an_optional_min_ratio_with_an_unknown_reference_skips():
+    spec = {"kind": "min_ratio", "value": 0.9, "reference": "training.tokens_per_gpus", "optional": True}
+    row = one(90.0, spec)
+    assert row.verdict is Verdict.SKIPPED and "training.tokens_per_gpu" in row.reason

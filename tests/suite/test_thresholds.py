@@ -58,3 +58,82 @@ def test_every_kind_is_one_class_that_describes_and_judges_itself():
     assert threshold(kind="within", value=100, tolerance_pct=5).judge(gate).verdict is Verdict.FAIL
     assert threshold(kind="info").judge(gate).verdict is Verdict.RECORD
     assert threshold(kind="baseline", tolerance_pct=5).judge(gate).verdict is Verdict.RECORD  # no history yet
+
+
+# ---- what `suite check` says of a spec before anything runs --------------------------------------------------
+def _issues(metric: str, data: dict) -> list:
+    from megapilot.suite.thresholds import spec_issues
+
+    return spec_issues(metric, data, parse_threshold(data))
+
+
+def test_a_misspelt_metric_blocks_naming_the_measured_one():
+    (issue,) = _issues("training.tokens_per_gpuu", {"kind": "min", "value": 50})
+    assert issue.blocks and "unknown metric 'training.tokens_per_gpuu'" in issue.message
+    assert "did you mean training.tokens_per_gpu" in issue.message and "fails every run" in issue.message
+    assert issue.fix == "rename it to training.tokens_per_gpu"
+
+
+def test_a_name_only_the_history_reads_blocks_naming_the_measured_metric_of_the_same_quantity():
+    (issue,) = _issues("training.tflops_per_gpu", {"kind": "min", "value": 100})
+    assert issue.blocks and "not measured by the suite" in issue.message
+    assert issue.fix == "rename it to training.throughput_per_gpu"
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ({"kind": "info", "value": 2500, "optional": True}, "recorded as not measured"),  # as CVS's files gate it
+    ({"kind": "min", "value": 1, "optional": True}, "SKIPPED on every run"),
+])
+def test_an_unmeasured_metric_that_only_records_or_skips_is_a_warning(spec, said):
+    (issue,) = _issues("training.time_to_target_seconds", spec)
+    assert not issue.blocks and said in issue.message and "training.time_to_target_s" in issue.message
+
+
+def test_a_min_ratio_reference_nobody_measures_blocks():
+    (issue,) = _issues("training.throughput_per_gpu",
+                       {"kind": "min_ratio", "value": 0.9, "reference": "training.tokens_per_gpus"})
+    assert issue.blocks and "unknown reference metric" in issue.message
+    assert issue.fix == "rename it to training.tokens_per_gpu"
+
+
+@pytest.mark.parametrize(("spec", "blocks", "said"), [
+    ({"kind": "min", "value": 50, "optinal": True}, True, "unknown field 'optinal' (did you mean optional?)"),
+    ({"kind": "max_ms", "value": 500, "tolerance_pct": 5}, True, "'tolerance_pct' is not read by kind 'max_ms'"),
+    ({"kind": "min", "value": 50, "tolerence_pct": 5}, True, "tolerance_pct belongs to kind baseline, within"),
+    ({"kind": "min", "value": 50, "bogus": 1}, False, "'bogus' is not a field of a threshold spec; ignored"),
+])
+def test_fields_a_kind_does_not_read_are_said_a_slip_or_another_kinds_blocks(spec, blocks, said):
+    (issue,) = _issues("training.tokens_per_gpu", spec)
+    assert issue.blocks is blocks and said in issue.message
+
+
+@pytest.mark.parametrize(("metric", "spec", "said"), [
+    ("training.tokens_per_gpu", {"kind": "min_tok_s", "value": -5}, "passes every run"),
+    ("training.elapsed_time_per_iteration", {"kind": "max_ms", "value": 0}, "fails every run"),
+    ("training.lm_loss", {"kind": "predicted", "min_ratio": 0.9}, "megapilot predicts no training.lm_loss"),
+])
+def test_a_bound_that_settles_every_verdict_blocks(metric, spec, said):
+    (issue,) = _issues(metric, spec)
+    assert issue.blocks and said in issue.message
+
+
+def test_sound_specs_and_comment_fields_say_nothing():
+    assert _issues("training.tokens_per_gpu", {"kind": "min_tok_s", "value": 50, "_note": "x"}) == []
+    assert _issues("training.elapsed_time_per_iteration", {"kind": "within", "value": 5, "tolerance_pct": 5}) == []
+    assert _issues("training.tokens_per_gpu", {"kind": "predicted", "min_ratio": 0.9}) == []
+
+
+def test_no_cvs_threshold_file_has_a_blocking_issue():
+    import json
+    from pathlib import Path
+
+    from megapilot.suite.thresholds import spec_issues
+
+    files = sorted((Path(__file__).parents[1] / "data" / "cvs").glob("*_threshold.json"))
+    assert files
+    for path in files:
+        for cell, specs in json.loads(path.read_text()).items():
+            for metric, data in specs.items() if isinstance(specs, dict) else ():
+                if not metric.startswith("_"):
+                    blocking = [i for i in spec_issues(metric, data, parse_threshold(data)) if i.blocks]
+                    assert blocking == [], (path.name, cell, metric)
