@@ -17,7 +17,7 @@ from megapilot.cli.common import console, emit_json
 from megapilot.errors import EXIT_USER_ERROR, MegapilotError
 
 if TYPE_CHECKING:
-    from megapilot.suite.config import SuiteCheck
+    from megapilot.suite.config import LoadedSuite, SuiteCheck
     from megapilot.suite.render import CellLaunch
 
 
@@ -66,10 +66,72 @@ def memory_warnings(result: SuiteCheck, launches: list[CellLaunch]) -> list[str]
     return [line for launch in launches if (line := memory_warning(launch.key, launch.plan, gpu)) is not None]
 
 
+RENDER_FIX = "change the cell's layout or flags so Megatron accepts them"
+FIX_MARK = " — fix: "  # how a MegapilotError's text carries its fix (megapilot.errors)
+
+
 def _render_problems(launches: list[CellLaunch]) -> list[dict[str, str]]:
-    return [{"path": f"cells.{launch.key}", "message": launch.error or "",
-             "fix": "change the cell's layout or flags so Megatron accepts them"}
-            for launch in launches if launch.error]
+    """A problem per cell that cannot be rendered: the error's own fix where it has one (TP that does not divide the
+    GPUs says which), else the general one; never both."""
+    problems = []
+    for launch in launches:
+        if launch.error:
+            message, _, fix = launch.error.partition(FIX_MARK)
+            problems.append({"path": f"cells.{launch.key}", "message": message, "fix": fix or RENDER_FIX})
+    return problems
+
+
+def _problems(result: SuiteCheck, launches: list[CellLaunch]) -> list[tuple[str, str, str]]:
+    """(path, message, fix) of every problem: the config's, then each cell that cannot be rendered."""
+    return [(p.path, p.message, p.fix) for p in result.problems] + [
+        (p["path"], p["message"], p["fix"]) for p in _render_problems(launches)]
+
+
+def _problem_lines(result: SuiteCheck, launches: list[CellLaunch]) -> list[str]:
+    """Every problem as `check` prints it (rich markup; the values escaped)."""
+    from rich.markup import escape
+
+    return [f"[bold red]problem[/] {escape(path)}: {escape(message)}" + (f" — fix: {escape(fix)}" if fix else "")
+            for path, message, fix in _problems(result, launches)]
+
+
+# ---- what `suite run` refuses before anything runs: what `check` refuses, in the same words ---------------------
+def checked_suite(config: Path, cluster: Path | None) -> LoadedSuite:
+    """The suite of a config `check` finds no problem in; else every problem, one error line each, and exit 2."""
+    from megapilot.suite.config import check_suite
+
+    result = check_suite(config, cluster)
+    _refuse(_problems(result, []))
+    assert result.suite is not None  # a check without problems has its suite
+    return result.suite
+
+
+def refuse_unrenderable(suite: LoadedSuite) -> None:
+    """Exit 2 naming each cell Megatron would refuse (as `check` does), before any stage runs: the suite as it will
+    run, its Megatron version and the nodes left after exclusions applied (a TP that divides no node's GPUs fails
+    every job it starts, after the preflight, and would be recorded as a failing cluster)."""
+    import tempfile
+
+    from megapilot.suite.render import render_cells
+
+    with tempfile.TemporaryDirectory(prefix="megapilot-suite-run-") as scratch:
+        for cell in [suite.smoke, *suite.cells]:  # local renders want the script's folder to exist
+            (Path(scratch) / cell.slug).mkdir(exist_ok=True)
+        launches = render_cells(suite, Path(scratch))
+    _refuse([(p["path"], p["message"], p["fix"]) for p in _render_problems(launches)])
+
+
+def _refuse(problems: list[tuple[str, str, str]]) -> None:
+    if not problems:
+        return
+    from rich.markup import escape
+
+    from megapilot.cli.common import err_console
+
+    for path, message, fix in problems:  # each the one-line user error every command prints
+        err_console.print(f"[bold red]error:[/] {escape(path)}: {escape(message)}"
+                          + (f" — fix: {escape(fix)}" if fix else ""), highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_USER_ERROR)
 
 
 def check_payload(result: SuiteCheck, launches: list[CellLaunch]) -> dict[str, object]:
@@ -107,11 +169,9 @@ def _print_check(result: SuiteCheck, launches: list[CellLaunch]) -> None:
 
     from megapilot.suite.config import describe_hang_window
 
-    problems = [(p.path, p.message, p.fix) for p in result.problems]
-    problems += [(p["path"], p["message"], p["fix"]) for p in _render_problems(launches)]
-    for path, message, fix in problems:
-        console.print(f"[bold red]problem[/] {escape(path)}: {escape(message)}"
-                      + (f" — fix: {escape(fix)}" if fix else ""), highlight=False, soft_wrap=True)
+    problems = _problem_lines(result, launches)
+    for line in problems:
+        console.print(line, highlight=False, soft_wrap=True)
     for warning in result.warnings:
         console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
     suite = result.suite
@@ -127,7 +187,8 @@ def _print_check(result: SuiteCheck, launches: list[CellLaunch]) -> None:
         table.add_column(column, overflow="fold")
     for launch in launches:
         status = "error" if launch.error else "skipped" if launch.skipped else "ready"
-        table.add_row(launch.key, status, escape(launch.error or launch.skipped or launch.command[:160]))
+        error = launch.error.partition(FIX_MARK)[0] if launch.error else None  # its fix is on its problem line
+        table.add_row(launch.key, status, escape(error or launch.skipped or launch.command[:160]))
     console.print(table)
     if problems:
         console.print(f"{len(problems)} problem(s): the suite cannot run", highlight=False)

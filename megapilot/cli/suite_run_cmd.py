@@ -72,7 +72,7 @@ def run(
                                   "megapilot.exclude_failing).")] = None,
 ) -> None:
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
-    from megapilot.suite.config import load_suite
+    from megapilot.cli.suite_check_cmd import checked_suite, refuse_unrenderable
     from megapilot.suite.outcome import run_outcome
     from megapilot.suite.stages import STAGES
 
@@ -81,12 +81,13 @@ def run(
 
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
     _check_out(out)
-    suite = load_suite(config, cluster)
+    suite = checked_suite(config, cluster)  # what `suite check` refuses stops the run here, as check says it
     if megatron_version is not None:
         suite = _for_megatron_version(suite, megatron_version)
     if combo is not None:
         _check_combo(suite, combo)
     suite, exclusion_notes, excluded_from = _excluding_failing(suite, exclude_failing, out)
+    refuse_unrenderable(suite)  # a cell Megatron would refuse: nothing runs, nothing is recorded
     if dry_run:
         from megapilot.suite.dry_run import dry_run_plan
 

@@ -76,6 +76,10 @@ def test_a_cell_megatron_would_refuse_fails_the_check(cli, tmp_path: Path) -> No
     payload = json.loads(result.stdout)
     assert result.exit_code == 2 and payload["ok"] is False
     assert [p["path"] for p in payload["problems"]] == ["cells.MBS=4,GBS=128,PRECISION=BF16"]
+    (problem,) = payload["problems"]  # one fix, the cell's own: never the error's and a general one after it
+    assert "— fix:" not in problem["message"] and problem["fix"] and "— fix:" not in problem["fix"]
+    text = cli("suite", "check", str(tmp_path / "suite.json")).stdout.replace("\n", "")
+    assert text.count("— fix:") == 1, text
 
 
 def test_templates_and_init(cli, tmp_path: Path) -> None:
@@ -149,3 +153,54 @@ def test_check_of_a_cell_that_fits_prints_no_memory_warning(cli, tmp_path: Path)
     path = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
     payload = json.loads(cli("suite", "check", str(path), "--json").stdout)
     assert payload["ok"] is True and payload["memory_warnings"] == []
+
+
+# ---- typos that would run another suite than the one written --------------------------------------------------
+def _tiny(cli, tmp_path: Path) -> tuple[Path, dict, Path, dict]:
+    """The packaged tiny-local suite and its threshold file, each with its data to edit."""
+    config = tmp_path / "suite.json"
+    assert cli("suite", "init", "tiny-local", "-o", str(config)).exit_code == 0
+    data = json.loads(config.read_text())
+    thresholds = tmp_path / data["threshold_json"]
+    return config, data, thresholds, json.loads(thresholds.read_text())
+
+
+def test_a_layout_typo_fails_the_check_naming_the_key_it_meant(cli, tmp_path: Path) -> None:
+    config, data, _, _ = _tiny(cli, tmp_path)
+    data["train_params"]["pipline_parallelism"] = "2"
+    first = data["sweep"]["runs"][0]
+    data["sweep"]["combinations"][first]["tensor_paralellism"] = "2"
+    config.write_text(json.dumps(data))
+    result = cli("suite", "check", str(config), "--json")
+    assert result.exit_code == 2
+    problems = {p["path"]: p for p in result.json()["problems"]}
+    assert problems["train_params.pipline_parallelism"]["message"] == "unknown key (did you mean pipeline_parallelism?)"
+    assert problems[f"sweep.combinations.{first}.tensor_paralellism"]["fix"] == "rename it to tensor_parallelism"
+
+
+def test_a_threshold_file_that_would_fail_every_run_fails_the_check(cli, tmp_path: Path) -> None:
+    config, _, thresholds, table = _tiny(cli, tmp_path)
+    cell = next(key for key in table if not key.startswith("_"))
+    table[cell]["training.tokens_per_gpuu"] = {"kind": "min", "value": 50}
+    table[cell]["training.lm_loss"] = {"kind": "max", "value": 12, "bogus": 1}
+    table[cell]["training.tokens_per_gpu"] = {"kind": "min_tok_s", "value": -5}
+    thresholds.write_text(json.dumps(table))
+    result = cli("suite", "check", str(config), "--json")
+    assert result.exit_code == 2
+    payload = result.json()
+    assert {p["path"] for p in payload["problems"]} == {f"thresholds.{cell}.training.tokens_per_gpuu",
+                                                         f"thresholds.{cell}.training.tokens_per_gpu"}
+    assert any("'bogus' is not a field" in w for w in payload["warnings"])
+
+
+def test_a_yaml_boolean_where_a_number_is_required_fails_the_check(cli, tmp_path: Path) -> None:
+    import yaml
+
+    _, data, _, _ = _tiny(cli, tmp_path)
+    data["megapilot"]["gpus_per_node"] = True
+    config = tmp_path / "suite.yaml"
+    config.write_text(yaml.safe_dump(data))
+    result = cli("suite", "check", str(config), "--json")
+    assert result.exit_code == 2
+    (problem,) = result.json()["problems"]
+    assert problem["path"] == "megapilot.gpus_per_node" and "true/false" in problem["message"]

@@ -86,6 +86,32 @@ def test_a_config_with_placeholders_left_is_refused_before_anything_runs(cli, tm
     assert not (tmp_path / "out").exists()
 
 
+def test_what_check_refuses_stops_the_run_before_anything_runs_or_is_recorded(cli, tmp_path: Path) -> None:
+    import shutil
+
+    from megapilot.suite.templates import template_path, threshold_paths
+
+    data = json.loads(template_path("tiny-local").read_text())
+    for path in threshold_paths("tiny-local"):
+        shutil.copy(path, tmp_path / path.name)
+    data["train_params"]["tensor_parallelism"] = "3"  # divides none of the 2 ranks: every cell's render fails
+    config = tmp_path / "suite.json"
+    config.write_text(json.dumps(data))
+    out, db = tmp_path / "out", tmp_path / "history.sqlite"
+    check = cli("suite", "check", str(config))
+    run = cli("suite", "run", str(config), "--out", str(out), "--db", str(db))
+    assert check.exit_code == run.exit_code == 2
+    cells = [f"cells.{key}" for key in ("smoke", *data["sweep"]["runs"])]
+    assert all(f"error: {path}: " in run.stderr for path in cells), run.stderr
+    assert "does not divide 2 GPUs" in run.stderr and "preflight" not in run.stdout + run.stderr
+    assert not out.exists() and not db.exists()  # no run directory, no history row
+    data["train_params"].update(tensor_parallelism="1", pipline_parallelism="2")  # a config problem, too
+    config.write_text(json.dumps(data))
+    dry = cli("suite", "run", str(config), "--out", str(out), "--dry-run")
+    assert dry.exit_code == 2 and "error: train_params.pipline_parallelism: unknown key" in dry.stderr
+    assert not out.exists()
+
+
 def test_megatron_version_reaches_every_combo_and_an_unknown_one_is_refused(cli, tmp_path: Path) -> None:
     config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
     out = str(tmp_path / "out")
