@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 VERDICT_COLOURS = {Verdict.PASS: "#2e7d32", Verdict.FAIL: "#c62828", Verdict.RECORD: "#757575",
-                   Verdict.SKIPPED: "#f9a825"}
+                   Verdict.SKIPPED: "#f9a825", Verdict.INTERRUPTED: "#455a64"}
 PREDICTED_COLOUR = "#90a4ae"
 MEASURED_COLOUR = "#1565c0"
 _HEIGHT_PX = 320

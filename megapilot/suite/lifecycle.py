@@ -16,12 +16,13 @@ as CVS does; a failed collectives stage fails the run but not the training after
 names stragglers). A failed combo is isolated: its rows FAIL, the next combo still runs (CVS's first unified
 suite skipped every later cell after one failure). Processes left by a job are killed and checked gone
 before the next one starts. `suite.json` is rewritten after every stage, so an interrupted run keeps
-everything that finished; Ctrl-C stops the current job and ends the run as interrupted.
+everything that finished, and holds the stage or combo that runs as INTERRUPTED until it ends (with the jobs
+it submitted), so a run stopped by a signal or killed outright is left saying where it was
+(megapilot.suite.interruption); Ctrl-C stops the current job and ends the run as interrupted.
 """
 
 from __future__ import annotations
 
-import os
 import platform
 import secrets
 import shutil
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 from megapilot import __version__ as megapilot_version
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
-from megapilot.execute.interrupt import Interrupted, describe_interruption
+from megapilot.execute.interrupt import Interrupted, describe_interruption, signal_name
 from megapilot.execute.process import free_port
 from megapilot.files import DiskFullError, atomic_write_bytes, free_bytes, is_disk_full
 from megapilot.spec import Prediction
@@ -49,8 +50,10 @@ from megapilot.suite.config import describe_hang_window
 from megapilot.suite.containers import prepare_containers, teardown_containers
 from megapilot.suite.continuity import check_continuity, read_checkpoint_run
 from megapilot.suite.interpreter import interpreter_rows
+from megapilot.suite.interruption import log_tail, running_combo, running_stage, settle
 from megapilot.suite.measure import cell_thresholds, measure_and_gate
 from megapilot.suite.nodes import close_node_lists, node_env, probe_nodes, write_node_lists
+from megapilot.suite.outcome import run_outcome
 from megapilot.suite.predicted import predict_combo
 from megapilot.suite.render import checkpoint_cell, checkpoint_jobs, checkpoint_save_dir, render_cell
 from megapilot.suite.repeats import combine_repeats, repeat_directory
@@ -83,7 +86,6 @@ if TYPE_CHECKING:
     from megapilot.suite.render import CellLaunch
 
 POLL_INTERVAL_S = 0.5
-LOG_TAIL_LINES = 50
 STRAY_GRACE_S = 5.0
 
 EventCallback = Callable[[str], None]
@@ -132,6 +134,7 @@ class _Context:
     interrupted: bool = False
     handles: list[JobHandle] = field(default_factory=list)
     new_work: int = 0  # stages and combos this process finished (a resume that finished none is undone)
+    running: StageResult | ComboResult | None = None  # the row suite.json holds as INTERRUPTED while it runs
 
 
 def new_run_id() -> str:
@@ -153,9 +156,12 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     original = _saved_state(run_dir) if previous is not None else None
     started = datetime.now(timezone.utc)
     card = _run_card(suite).model_copy(update={"cluster_name": cluster_name(suite, request)})
-    result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.SKIPPED, card=card,
+    # INTERRUPTED until the run ends: what a run killed outright leaves in suite.json
+    result = SuiteResult(run_id=run_id, run_dir=str(run_dir), verdict=Verdict.INTERRUPTED, card=card,
                          started_at=previous.started_at if previous else started,
-                         notes=list(previous.notes) if previous else [])
+                         notes=list(previous.notes) if previous else [],
+                         planned_combos=[c.key for c in suite.cells
+                                         if not request.only_combo or c.key == request.only_combo])
     ctx = _Context(suite, request, executor, result, run_dir, on_event or (lambda _message: None), on_progress)
     _note_once(result, describe_hang_window(suite.config.megapilot))
     for note in request.notes:
@@ -168,14 +174,14 @@ def run_suite(suite: LoadedSuite, request: RunRequest, executor: Executor,
     except KeyboardInterrupt as exc:
         ctx.interrupted = True
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        result.reason = f"{describe_interruption(signum)}: the running job was stopped; finished results are kept"
-        ctx.on_event(result.reason)
+        result.stopped_by = signal_name(signum)
+        ctx.on_event(f"{describe_interruption(signum)}: the running job was stopped; finished results are kept")
     except BaseException as exc:
         _stop_all(ctx)
         if original is not None and ctx.new_work == 0:
             _restore_state(run_dir, original)  # a failed resume leaves the run as it was
             raise
-        result.reason = f"stopped by an error ({' '.join(str(exc).split())[:300]}); finished results are kept"
+        result.stopped_by = f"an error ({' '.join(str(exc).split())[:300]})"
         _close(ctx, clock, completed=False)
         raise
     _stop_all(ctx)
@@ -197,9 +203,11 @@ def _close(ctx: _Context, clock: float, *, completed: bool) -> None:
     result.finished = completed and not ctx.interrupted
     result.recompute_verdict()
     if not result.finished:
-        result.verdict = Verdict.FAIL
+        settle(result, ctx.run_dir)  # the stage or combo it stopped in, as its job left it
+        result.verdict = Verdict.INTERRUPTED  # whatever finished said: the run did not (the one verdict)
+        result.reason = run_outcome(result).summary
     elif result.verdict is Verdict.FAIL:
-        result.reason = _failure_summary(result)
+        result.reason = result.failure_summary()
     # the config's token budget, projected from what was measured
     result.budget = project_budget(ctx.suite.config.budget, ctx.suite.model, ctx.suite.gpu, result)
     _save(ctx)  # on a full disk the caller, writing the report, says what could not be written
@@ -231,15 +239,6 @@ def cluster_name(suite: LoadedSuite, request: RunRequest) -> str | None:
     if suite.cluster_path is not None:
         return Path(suite.cluster_path).stem
     return "local" if suite.device == "cpu" else None
-
-
-def _failure_summary(result: SuiteResult) -> str:
-    """What failed, in one line: failed stages first, then failed combos."""
-    stages = [s.name for s in result.stages if s.verdict is Verdict.FAIL and s.combo is None]
-    combos = [c.key for c in result.combos if c.verdict is Verdict.FAIL and c.key != "smoke"]
-    parts = ([f"stage {', '.join(stages)} failed"] if stages else []) + \
-        ([f"{len(combos)} combo(s) failed: {'; '.join(combos)}"] if combos else [])
-    return "; ".join(parts)
 
 
 def _run_stages(ctx: _Context) -> None:
@@ -276,6 +275,7 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
             ctx.failed_stage = name
         ctx.on_event(f"{step} stage {name}: {kept.verdict.value} (kept: finished before the interruption)")
         return kept
+    at: int | None = None  # where the stage's row stands in the list while it runs
     if not _wanted(ctx, name):
         stage = StageResult(name=name, verdict=Verdict.SKIPPED,
                             reason=f"not selected (--stage {ctx.request.only_stage})")
@@ -284,6 +284,7 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
     else:
         ctx.on_event(f"{step} stage {name}")
         started, clock = datetime.now(timezone.utc), time.monotonic()
+        at = _begin(ctx, running_stage(name).model_copy(update={"started_at": started}))
         try:
             stage = body(ctx)
         except OSError as exc:
@@ -294,7 +295,11 @@ def _stage(ctx: _Context, name: str, body: Callable[[_Context], StageResult]) ->
         stage.duration_s = round(time.monotonic() - clock, 3)
         if stage.verdict is Verdict.FAIL and name in EARLY_STAGES and name not in NON_BLOCKING_STAGES:
             ctx.failed_stage = name
-    ctx.result.stages.append(stage)
+    if at is None:
+        ctx.result.stages.append(stage)
+    else:
+        ctx.result.stages[at] = stage
+        ctx.running = None
     ctx.new_work += 1
     _save(ctx)
     ctx.on_event(f"{step} stage {name}: {stage.verdict.value}" + (f" ({stage.reason})" if stage.reason else ""))
@@ -307,7 +312,8 @@ def _kept_stage(ctx: _Context, name: str) -> StageResult | None:
     previous = ctx.request.resume_from
     if previous is None or name not in EARLY_STAGES:
         return None
-    return next((s for s in previous.stages if s.name == name and s.combo is None), None)
+    return next((s for s in previous.stages if s.name == name and s.combo is None
+                 and s.verdict is not Verdict.INTERRUPTED), None)  # the stage it was stopped in runs again
 
 
 def _prepare_stage(ctx: _Context) -> StageResult:
@@ -494,11 +500,16 @@ def _combo(ctx: _Context, cell: SweepCell) -> None:
         return
     ctx.on_event(f"{step} combo {cell.key}")
     started, clock = datetime.now(timezone.utc), time.monotonic()
+    running, rows = running_combo(_skipped_combo(cell, "", ctx.suite.backend).model_copy(
+        update={"started_at": started, "nodes": ctx.suite.nodes, "gpus_per_node": ctx.suite.gpus_per_node}))
+    combo_at, stages_at = len(ctx.result.combos), len(ctx.result.stages)
+    ctx.result.stages.extend(rows)
+    _begin(ctx, running)
     combo = _run_repeats(ctx, cell)
     combo.started_at, combo.duration_s = started, round(time.monotonic() - clock, 3)
-    ctx.result.combos.append(combo)
-    for stage in _combo_stages(combo, started):
-        ctx.result.stages.append(stage)
+    ctx.result.combos[combo_at] = combo
+    ctx.result.stages[stages_at:stages_at + len(rows)] = _combo_stages(combo, started)
+    ctx.running = None
     ctx.new_work += 1
     _save(ctx)
     ctx.on_event(f"{step} combo {cell.key}: {combo.verdict.value}" + (f" ({combo.reason})" if combo.reason else ""))
@@ -520,7 +531,8 @@ def _kept_combo(ctx: _Context, key: str) -> tuple[ComboResult, list[StageResult]
     if previous is None:
         return None
     done_here = sum(c.key == key for c in ctx.result.combos)
-    finished = [c for c in previous.combos if c.key == key]
+    # the combo it was stopped in runs again (its rows come after those of the same key that finished)
+    finished = [c for c in previous.combos if c.key == key and c.verdict is not Verdict.INTERRUPTED]
     if len(finished) <= done_here:
         return None
     stages = [s for s in previous.stages if s.combo == key]
@@ -612,6 +624,36 @@ def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: 
         return combo.model_copy(update={"verdict": Verdict.FAIL, "reason": f"{exc.problem}; fix: {exc.fix}"})
     return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates, prediction=prediction)
 
+
+def _begin(ctx: _Context, running: StageResult | ComboResult) -> int:
+    """suite.json holds the stage or combo as INTERRUPTED before it runs (a combo's rows are already in place), so
+    a run killed while it runs is left saying where it was; returns where its row stands."""
+    ctx.running = running
+    if isinstance(running, StageResult):
+        ctx.result.stages.append(running)
+        at = len(ctx.result.stages) - 1
+    else:
+        ctx.result.combos.append(running)
+        at = len(ctx.result.combos) - 1
+    _save(ctx)
+    return at
+
+
+def _record_job(ctx: _Context, handle: JobHandle, job: JobSpec) -> None:
+    """The job just submitted, on the row that runs: its directory and logs, for where a stop leaves it."""
+    running = ctx.running
+    if running is None:
+        return
+    summary = JobSummary(executor=ctx.suite.executor, job_id=handle.job_id, state=JobState.RUNNING.value,
+                         train_iters=job.train_iters,
+                         logs=[_relative(p, ctx.run_dir) for p in ctx.executor.logs(handle)])
+    if isinstance(running, StageResult):
+        running.jobs.append(summary)
+    else:
+        running.job = summary
+    _save(ctx)
+
+
 def _save(ctx: _Context) -> None:
     """suite.json after a stage; a full disk is left to the stage that needs the space to say (the run's end
     writes it again)."""
@@ -697,6 +739,7 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
     executor = ctx.executor
     handle = executor.submit(job)
     ctx.handles.append(handle)
+    _record_job(ctx, handle, job)
     watch = FatalWatch()
     fatal: Finding | None = None
     try:
@@ -738,7 +781,7 @@ def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: 
     return combo.model_copy(update={
         "verdict": verdict, "reason": reason, "metrics": rows, "curves": outcome.curves,
         "predicted": prediction, "timers_ms": outcome.timers_ms, "findings": findings, "job": summary,
-        "log_tail": _log_tail(logs) if verdict is Verdict.FAIL else [],
+        "log_tail": log_tail(logs) if verdict is Verdict.FAIL else [],
     })
 
 
@@ -786,22 +829,6 @@ def _predict(ctx: _Context, launch: CellLaunch) -> Prediction:
     if launch.plan is None:
         return Prediction(note="not rendered, not estimated")
     return predict_combo(launch.plan, ctx.suite.gpu, ctx.request.history_runs, calibrate=ctx.request.calibrate)
-
-
-def _log_tail(logs: list[Path]) -> list[str]:
-    """The last lines of the last node's log (Megatron prints iterations from the last rank)."""
-    for path in reversed(logs):
-        try:
-            with path.open("rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - 64 * 1024))
-                lines = handle.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            continue
-        if lines:
-            return lines[-LOG_TAIL_LINES:]
-    return []
 
 
 def _relative(path: Path, root: Path) -> str:

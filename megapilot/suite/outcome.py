@@ -2,7 +2,9 @@
 
 Each of them reads `run_outcome(result)`, so they can never disagree. The policy:
 
-    INTERRUPTED  the run did not finish (Ctrl-C, SIGTERM): exit 130, whatever finished is shown
+    INTERRUPTED  the run did not finish (Ctrl-C, SIGTERM, killed): exit 130 (128 + the signal), whatever finished is
+                 shown; the summary says what stopped it, where (the stage or combo, the iteration) and what the
+                 finished stages and combos said, FAIL only when one of them failed
     FAIL         a stage or combo failed its gates: exit 1
     FAIL         a headline metric regressed beyond its band against the history, with `regressions.enforce`
                  (config) or `--enforce-regressions` (CLI): exit 1
@@ -14,10 +16,11 @@ Each of them reads `run_outcome(result)`, so they can never disagree. The policy
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 
 from megapilot.compat import StrEnum
-from megapilot.suite.results import Regression, SuiteResult, Verdict
+from megapilot.suite.results import JobSummary, Regression, SuiteResult, Verdict
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -49,7 +52,7 @@ class RunOutcome:
 
 
 _GATE_STATUS = {Verdict.PASS: RunStatus.PASS, Verdict.FAIL: RunStatus.FAIL, Verdict.RECORD: RunStatus.RECORD,
-                Verdict.SKIPPED: RunStatus.SKIPPED}
+                Verdict.SKIPPED: RunStatus.SKIPPED, Verdict.INTERRUPTED: RunStatus.INTERRUPTED}
 _PLAIN = {RunStatus.PASS: "every stage and combo within its gates", RunStatus.RECORD: "measured; nothing gated",
           RunStatus.SKIPPED: "nothing was measured", RunStatus.FAIL: "a stage or combo failed its gates"}
 
@@ -59,9 +62,8 @@ def run_outcome(result: SuiteResult) -> RunOutcome:
     worse = [r for r in result.regressions if r.worse]
     enforced = result.regressions_enforced
     if not result.finished:
-        gates = f"; {result.verdict.value} so far" if result.verdict is Verdict.FAIL else ""
-        return RunOutcome(RunStatus.INTERRUPTED, f"interrupted: results so far are shown{gates}", EXIT_INTERRUPTED,
-                          worse, enforced)
+        return RunOutcome(RunStatus.INTERRUPTED, interrupted_summary(result), interrupted_exit_code(result), worse,
+                          enforced)
     if result.verdict is Verdict.FAIL:
         return RunOutcome(RunStatus.FAIL, result.reason or _PLAIN[RunStatus.FAIL], EXIT_FAILED, worse, enforced)
     if worse:
@@ -77,4 +79,63 @@ def run_outcome(result: SuiteResult) -> RunOutcome:
     return RunOutcome(status, result.reason or _PLAIN[status], EXIT_OK, [], enforced)
 
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "RunOutcome", "RunStatus", "run_outcome"]
+def interrupted_exit_code(result: SuiteResult) -> int:
+    """The shell's 128 + N of the signal that stopped the run (what `suite run` exits with), else 130."""
+    try:
+        return 128 + signal.Signals[result.stopped_by or ""].value
+    except KeyError:
+        return EXIT_INTERRUPTED
+
+
+def interrupted_summary(result: SuiteResult) -> str:
+    """What stopped an unfinished run, where, and what finished said: 'stopped by SIGINT during combo 1 of 2
+    (MBS=1,...: train, iteration 10 of 80); what finished: all PASS; not started: 1 combo'."""
+    words = "stopped" + stopped_by_words(result)
+    stage, combo = result.interrupted_stage(), result.interrupted_combo()
+    if combo is not None:
+        cells = [c for c in result.combos if c.key != "smoke"]
+        place = next(index for index, c in enumerate(cells, 1) if c is combo)
+        total = f" of {max(len(result.planned_combos), len(cells))}" if result.planned_combos else ""
+        progress = progress_words(combo.job).removeprefix("at ")
+        words += f" during combo {place}{total} ({combo.key}: train, {progress})"
+    elif stage is not None:
+        job = stage.jobs[-1] if stage.jobs else None
+        words += f" during stage {stage.name}" + (f" ({progress_words(job).removeprefix('at ')})" if job else "")
+    words += "; what finished: " + _finished_words(result)
+    left = len(result.not_started())
+    if left:
+        words += f"; not started: {left} combo" + ("s" if left > 1 else "")
+    return words
+
+
+def stopped_by_words(result: SuiteResult) -> str:
+    """' by SIGINT', or what can be said when nothing was seen to stop the run."""
+    if result.stopped_by:
+        return f" by {result.stopped_by}"
+    return " (no signal seen: killed outright, or still running)"
+
+
+def progress_words(job: JobSummary | None) -> str:
+    """'at iteration 10 of 80', or where the job was when it had not logged one."""
+    if job is None:
+        return "before its job started"
+    if job.iterations_reached is None:
+        return "before its first iteration"
+    total = f" of {job.train_iters}" if job.train_iters else ""
+    return f"at iteration {job.iterations_reached}{total}"
+
+
+def _finished_words(result: SuiteResult) -> str:
+    """FAIL only when something that finished failed, saying what; 'all PASS' when every gate it judged passed."""
+    verdict = result.finished_verdict()
+    if verdict is Verdict.FAIL:
+        return f"FAIL ({result.failure_summary() or 'a stage or combo failed its gates'})"
+    judged = [v for v in [s.verdict for s in result.stages] + [c.verdict for c in result.combos]
+              if v not in (Verdict.SKIPPED, Verdict.INTERRUPTED)]
+    if not judged:
+        return "nothing measured yet"
+    return "all PASS" if verdict is Verdict.PASS and all(v is Verdict.PASS for v in judged) else verdict.value
+
+
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "RunOutcome", "RunStatus", "interrupted_exit_code",
+           "interrupted_summary", "progress_words", "run_outcome", "stopped_by_words"]

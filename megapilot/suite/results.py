@@ -10,6 +10,9 @@ Verdicts, and what each means for a row:
     RECORD   measured, not gated (no threshold, `info` kind, or `enforce_thresholds: false`)
     SKIPPED  not measured: an earlier stage failed, the GPU lacks the precision, an optional metric
              missing... (reason says why)
+    INTERRUPTED  a stage or combo that started and never ended: the suite was stopped while it ran (Ctrl-C,
+             SIGTERM, or killed); and the whole run's verdict when it did not finish. suite.json holds the
+             stage or combo so while it runs, so a run killed outright is left saying where it was.
 """
 
 from __future__ import annotations
@@ -43,11 +46,16 @@ class Verdict(StrEnum):
     FAIL = "FAIL"
     RECORD = "RECORD"
     SKIPPED = "SKIPPED"
+    INTERRUPTED = "INTERRUPTED"
+
+
+# What a stage or combo that never started says, in every report, when the suite was stopped before it.
+NOT_RUN_REASON = "not run: the suite was interrupted"
 
 
 def overall_verdict(verdicts: list[Verdict]) -> Verdict:
-    """FAIL if any FAIL; else PASS if any PASS; else RECORD if any RECORD; else SKIPPED."""
-    for candidate in (Verdict.FAIL, Verdict.PASS, Verdict.RECORD):
+    """FAIL if any FAIL; else INTERRUPTED if any; else PASS if any PASS; else RECORD if any RECORD; else SKIPPED."""
+    for candidate in (Verdict.FAIL, Verdict.INTERRUPTED, Verdict.PASS, Verdict.RECORD):
         if candidate in verdicts:
             return candidate
     return Verdict.SKIPPED
@@ -251,12 +259,52 @@ class SuiteResult(BaseModel):
     notes: list[str] = Field(default_factory=list, description="What the user should know (defaults taken...).")
     budget: BudgetProjection | None = Field(default=None, description="The config's token budget, projected from "
                                                                       "what the run measured.")
+    planned_combos: list[str] = Field(default_factory=list, description="The combos (cell keys) the run was to run, "
+                                      "in order: those an interrupted run never started are the rest.")
+    stopped_by: str | None = Field(default=None, description="What stopped an unfinished run: the signal (SIGINT, "
+                                   "SIGTERM, SIGHUP) or the error; None when nothing was seen (killed outright, or "
+                                   "still running).")
 
     def combo(self, key: str) -> ComboResult | None:
         for combo in self.combos:
             if combo.key == key:
                 return combo
         return None
+
+    def interrupted_stage(self) -> StageResult | None:
+        """The run-wide stage the run was stopped in (None: it was in a combo, between two steps, or finished)."""
+        return next((s for s in self.stages if s.verdict is Verdict.INTERRUPTED and s.combo is None), None)
+
+    def interrupted_combo(self) -> ComboResult | None:
+        """The combo the run was stopped in (None: it was not in one)."""
+        return next((c for c in self.combos if c.verdict is Verdict.INTERRUPTED), None)
+
+    def not_started(self) -> list[str]:
+        """The planned combos an unfinished run never started, in order (none once the run finished: a finished run
+        lists every combo, skipped ones included)."""
+        if self.finished:
+            return []
+        begun = [c.key for c in self.combos if c.key != "smoke"]
+        left = []
+        for key in self.planned_combos:  # a key listed twice in sweep.runs is run twice: matched one for one
+            if key in begun:
+                begun.remove(key)
+            else:
+                left.append(key)
+        return left
+
+    def finished_verdict(self) -> Verdict:
+        """The verdict of what finished: every stage and combo but the one the run was stopped in."""
+        return overall_verdict([v for v in [s.verdict for s in self.stages] + [c.verdict for c in self.combos]
+                                if v is not Verdict.INTERRUPTED])
+
+    def failure_summary(self) -> str:
+        """What failed, in one line: failed stages first, then failed combos."""
+        stages = [s.name for s in self.stages if s.verdict is Verdict.FAIL and s.combo is None]
+        combos = [c.key for c in self.combos if c.verdict is Verdict.FAIL and c.key != "smoke"]
+        parts = ([f"stage {', '.join(stages)} failed"] if stages else []) + \
+            ([f"{len(combos)} combo(s) failed: {'; '.join(combos)}"] if combos else [])
+        return "; ".join(parts)
 
     def recompute_verdict(self) -> Verdict:
         """Overall verdict from every stage and combo (FAIL wins); stored and returned."""
@@ -288,6 +336,7 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
 
 __all__ = [
     "LOSS_CATEGORIES",
+    "NOT_RUN_REASON",
     "RECORDED_LAYOUT_FIELDS",
     "SUITE_RESULT_NAME",
     "ComboResult",

@@ -1,4 +1,4 @@
-"""How a finished suite run is told: the `--json` document and the terminal table."""
+"""How a suite run is told, finished or interrupted: the `--json` document and the terminal table."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 OUTCOME_STYLE = {RunStatus.PASS: "bold green", RunStatus.WARN: "bold dark_orange", RunStatus.FAIL: "bold red",
                  RunStatus.RECORD: "dim", RunStatus.SKIPPED: "yellow", RunStatus.INTERRUPTED: "bold yellow"}
-VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.RECORD: "dim", Verdict.SKIPPED: "yellow"}
+VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.RECORD: "dim", Verdict.SKIPPED: "yellow",
+                 Verdict.INTERRUPTED: "bold yellow"}
 
 
 class RowJson(BaseModel):
@@ -43,7 +44,8 @@ def result_json(result: SuiteResult) -> dict[str, object]:
         "reason": outcome.summary,
         "finished": result.finished,
         "exit_code": outcome.exit_code,
-        "gates_verdict": result.verdict.value,
+        # what the gates said of what ran; an interrupted run's verdict is INTERRUPTED, its finished rows' this
+        "gates_verdict": (result.verdict if result.finished else result.finished_verdict()).value,
         "run_id": result.run_id,
         "run_dir": result.run_dir,
         "stages": [{"name": s.name, "combo": s.combo, "verdict": s.verdict.value, "reason": s.reason,
@@ -54,6 +56,7 @@ def result_json(result: SuiteResult) -> dict[str, object]:
                     "job": c.job.model_dump() if c.job else None,
                     "findings": [f.to_dict() for f in c.findings]} for c in result.combos],
         "regressions": [r.model_dump() for r in result.regressions],
+        "not_started": result.not_started(),
     }
 
 

@@ -98,8 +98,10 @@ def test_an_interrupted_run_resumed_reruns_only_the_unfinished_combo(tmp_path: P
     assert process.returncode == 130, stderr[-2000:]
     interrupted = json.loads(stdout)
     assert interrupted["finished"] is False and interrupted["verdict"] == "INTERRUPTED"
-    assert interrupted["gates_verdict"] == "FAIL" and interrupted["exit_code"] == 130
-    assert [c["key"] for c in interrupted["combos"]] == [FIRST]  # the finished combo is kept
+    assert interrupted["gates_verdict"] == "PASS" and interrupted["exit_code"] == 130  # what finished passed
+    # the finished combo is kept, the one it stopped in is there with the iterations it reached
+    assert [(c["key"], c["verdict"]) for c in interrupted["combos"]] == [(FIRST, "PASS"), (SECOND, "INTERRUPTED")]
+    assert interrupted["combos"][1]["job"]["iterations_reached"] >= 1
     assert Path(interrupted["run_dir"], "report.html").is_file()
 
     resumed = _suite_run(config, tmp_path, "--resume", interrupted["run_id"])  # found through the history
@@ -107,7 +109,8 @@ def test_an_interrupted_run_resumed_reruns_only_the_unfinished_combo(tmp_path: P
     result = json.loads(resumed.stdout)
     assert result["run_id"] == interrupted["run_id"] and result["finished"] is True
     stages = [(s["name"], s["combo"], s["verdict"], s["duration_s"]) for s in result["stages"] if s["combo"]]
-    kept = [(s["name"], s["combo"], s["verdict"], s["duration_s"]) for s in interrupted["stages"] if s["combo"]]
+    kept = [(s["name"], s["combo"], s["verdict"], s["duration_s"]) for s in interrupted["stages"]
+            if s["combo"] == FIRST]
     assert [s for s in stages if s[1] == FIRST] == kept  # the finished combo's rows as they were, not re-run
     assert any(name == "train" and combo == SECOND and verdict == "PASS" for name, combo, verdict, _ in stages)
     second_job = next(c for c in result["combos"] if c["key"] == SECOND)["job"]

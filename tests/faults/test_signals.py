@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,12 @@ def test_sigterm_to_suite_run_stops_everything_writes_the_report_and_exits_143(t
         assert (run_dir / name).is_file(), name
     state = json.loads((run_dir / "suite.json").read_text())
     assert state["finished"] is False and "SIGTERM" in state["reason"]
-    # smoke was interrupted
-    assert [s["name"] for s in state["stages"]] == ["prepare", "preflight", "collectives", "tokenizer"]
+    assert (state["verdict"], state["stopped_by"]) == ("INTERRUPTED", "SIGTERM")
+    # smoke was interrupted: its row says so, with the job it was in
+    assert [s["name"] for s in state["stages"]] == ["prepare", "preflight", "collectives", "tokenizer", "smoke"]
+    smoke = state["stages"][-1]
+    assert smoke["verdict"] == "INTERRUPTED" and smoke["jobs"] and smoke["reason"].startswith("interrupted by SIGTERM")
+    assert int(ET.parse(run_dir / "junit.xml").getroot().get("errors")) > 0
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("resume with: megapilot suite run ") and last.endswith(f"--resume {run_dir.name}"), last
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from megapilot.logs.records import Evidence
 from megapilot.spec import LayoutPins, Prediction
 from megapilot.suite.results import (
+    NOT_RUN_REASON,
     ComboResult,
     Curve,
     Finding,
@@ -186,3 +187,46 @@ def with_stragglers(result: SuiteResult) -> SuiteResult:
     rows.append(MetricRow(name="straggler.node3", verdict=Verdict.SKIPPED, reason="no timing of node3"))
     combos = [c.model_copy(update={"metrics": c.metrics + rows}) if c.key == PASSING else c for c in result.combos]
     return result.model_copy(update={"combos": combos})
+
+
+STOPPED = "MBS=4,GBS=16,PRECISION=BF16"
+NEVER_STARTED = "MBS=8,GBS=16,PRECISION=BF16"
+STOPPED_DIR = "MBS4_GBS16_BF16"
+
+
+def interrupted_result(run_dir: Path) -> SuiteResult:
+    """The run stopped by Ctrl-C at iteration 10 of 80 of its second combo (the first PASSed, every finished stage
+    PASSed or was skipped), its third combo never started: as the lifecycle leaves it."""
+    passing = passing_combo()
+    reason = "interrupted at iteration 10 of 80 by SIGINT"
+    stopped = ComboResult(
+        key=STOPPED, directory=STOPPED_DIR, verdict=Verdict.INTERRUPTED, reason=reason, backend="megapilot",
+        layout=LayoutPins(tp=1, pp=1, cp=1, ep=1, mbs=4), gbs=16, precision="BF16", seq_length=1024, nodes=1,
+        gpus_per_node=2, train_iters=80,
+        job=JobSummary(executor="local", job_id="4713", state="CANCELLED", reason="cancelled", iterations_reached=10,
+                       train_iters=80, duration_s=12.0, logs=[f"{STOPPED_DIR}/out-node0/training.log"]),
+        log_tail=[_iteration_line(10, 80, 1100.0, 9.0, 3700.0), "[rank0]: <stopped> by SIGINT"],
+        started_at=_at(100), duration_s=12.0)
+    rows = [s for s in stages() if s.verdict in (Verdict.PASS, Verdict.SKIPPED) and s.combo != FAILING] + [
+        StageResult(name="train", combo=STOPPED, verdict=Verdict.INTERRUPTED, reason=reason, started_at=_at(100),
+                    duration_s=12.0),
+        StageResult(name="metrics", combo=STOPPED, verdict=Verdict.SKIPPED, reason=NOT_RUN_REASON),
+        StageResult(name="loss_curve", combo=STOPPED, verdict=Verdict.SKIPPED, reason=NOT_RUN_REASON)]
+    result = suite_result(run_dir)
+    return result.model_copy(update={
+        "verdict": Verdict.INTERRUPTED, "finished": False, "ended_at": _at(112), "duration_s": 112.0,
+        "stopped_by": "SIGINT", "stages": rows, "combos": [passing, stopped], "regressions": [],
+        "planned_combos": [PASSING, STOPPED, NEVER_STARTED],
+        "reason": "stopped by SIGINT during combo 2 of 3"})
+
+
+def write_interrupted_run_dir(run_dir: Path) -> SuiteResult:
+    """The interrupted run's suite.json and the logs its two combos left (the stopped one's partial)."""
+    result = interrupted_result(run_dir)
+    for combo, steps in ((result.combos[0], 20), (result.combos[1], 10)):
+        log = run_dir / combo.directory / "out-node0" / "training.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("\n".join(_iteration_line(i, combo.train_iters or 20, 1100.0, 10.0 - i * 0.1, 3700.0)
+                                 for i in range(1, steps + 1)) + "\n", encoding="utf-8")
+    result.write(run_dir)
+    return result

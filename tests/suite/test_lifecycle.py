@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.logs.records import Evidence
-from megapilot.suite.lifecycle import STAGES, _combo_stages, _failure_summary, merge_findings, new_run_id
+from megapilot.suite.lifecycle import STAGES, _combo_stages, merge_findings, new_run_id
 from megapilot.suite.results import ComboResult, JobSummary, MetricRow, RunCard, StageResult, SuiteResult, Verdict
 from megapilot.suite.summary import result_json
 
@@ -46,7 +46,7 @@ def test_the_failure_summary_names_failed_stages_then_combos():
     result = SuiteResult(run_id="r", run_dir="/tmp/r", verdict=Verdict.FAIL, card=card, started_at=NOW,
                          stages=[StageResult(name="preflight", verdict=Verdict.FAIL)],
                          combos=[_combo("A", "FAILED", []), _combo("B", "COMPLETED", [])])
-    assert _failure_summary(result) == "stage preflight failed; 1 combo(s) failed: A"
+    assert result.failure_summary() == "stage preflight failed; 1 combo(s) failed: A"
     document = result_json(result)
     assert list(document)[:3] == ["verdict", "reason", "finished"]
     assert document["combos"][0]["job"]["state"] == "FAILED"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from megapilot.suite.outcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunStatus, run_outcome
-from megapilot.suite.results import Regression, SuiteResult, Verdict
-from tests.report.factory import suite_result
+from megapilot.suite.outcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunStatus, progress_words, run_outcome
+from megapilot.suite.results import JobSummary, Regression, StageResult, SuiteResult, Verdict
+from tests.report.factory import STOPPED, interrupted_result, suite_result
 
 
 def _result(tmp_path: Path, verdict: Verdict, *, reason: str = "", worse: int = 0, enforced: bool = False,
@@ -57,8 +57,47 @@ def test_a_regression_warns_unless_enforced_and_the_summary_names_at_most_three(
     assert enforced.summary == "regressed beyond its band (regressions.enforce): c0: tokens/s -10 % (#0)"
 
 
-@pytest.mark.parametrize(("verdict", "said"), [(Verdict.PASS, ""), (Verdict.FAIL, "; FAIL so far")])
-def test_an_unfinished_run_is_interrupted_whatever_its_gates_say_so_far(tmp_path, verdict, said):
-    outcome = run_outcome(_result(tmp_path, verdict, worse=1, enforced=True, finished=False))
-    assert (outcome.status, outcome.exit_code) == (RunStatus.INTERRUPTED, EXIT_INTERRUPTED)
-    assert outcome.summary == f"interrupted: results so far are shown{said}"
+def test_an_unfinished_run_is_interrupted_and_says_what_stopped_it_where_and_what_finished(tmp_path):
+    result = interrupted_result(tmp_path)
+    result.regressions = _result(tmp_path, Verdict.PASS, worse=1).regressions
+    outcome = run_outcome(result)
+    assert (outcome.status, outcome.exit_code, outcome.green) == (RunStatus.INTERRUPTED, EXIT_INTERRUPTED, False)
+    assert outcome.summary == (f"stopped by SIGINT during combo 2 of 3 ({STOPPED}: train, iteration 10 of 80); "
+                               "what finished: all PASS; not started: 1 combo")
+
+
+@pytest.mark.parametrize(("stopped_by", "exit_code"), [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129),
+                                                       (None, EXIT_INTERRUPTED), ("an error (disk gone)", 130)])
+def test_the_exit_code_is_128_plus_the_signal_that_stopped_the_run(tmp_path, stopped_by, exit_code):
+    result = interrupted_result(tmp_path)
+    result.stopped_by = stopped_by
+    assert run_outcome(result).exit_code == exit_code
+
+
+def test_fail_is_said_only_when_something_that_finished_failed(tmp_path):
+    result = interrupted_result(tmp_path)
+    result.combos[0] = result.combos[0].model_copy(update={"verdict": Verdict.FAIL})
+    assert "what finished: FAIL (1 combo(s) failed: MBS=1,GBS=8,PRECISION=BF16)" in run_outcome(result).summary
+    result.combos[0] = result.combos[0].model_copy(update={"verdict": Verdict.RECORD})
+    assert "what finished: PASS;" in run_outcome(result).summary  # PASS and RECORD: not all PASS, nothing failed
+
+
+def test_a_stop_in_a_stage_or_with_no_signal_seen_says_so(tmp_path):
+    result = interrupted_result(tmp_path)
+    result.stopped_by = None
+    result.combos = result.combos[:1]
+    result.stages = [s for s in result.stages if s.combo != STOPPED and s.name != "smoke"]
+    result.stages.append(StageResult(name="smoke", verdict=Verdict.INTERRUPTED, jobs=[
+        JobSummary(executor="local", job_id="1", state="RUNNING", iterations_reached=3, train_iters=5,
+                   logs=["smoke/out-node0/training.log"])]))
+    assert run_outcome(result).summary == (
+        "stopped (no signal seen: killed outright, or still running) during stage smoke (iteration 3 of 5); "
+        "what finished: all PASS; not started: 2 combos")
+
+
+def test_progress_is_told_as_far_as_the_job_got():
+    job = JobSummary(executor="local", job_id="1", state="CANCELLED")
+    assert progress_words(None) == "before its job started"
+    assert progress_words(job) == "before its first iteration"
+    assert progress_words(job.model_copy(update={"iterations_reached": 4})) == "at iteration 4"
+    assert progress_words(job.model_copy(update={"iterations_reached": 4, "train_iters": 8})) == "at iteration 4 of 8"

@@ -34,8 +34,10 @@ def _result(tmp_path, **fields) -> SuiteResult:
     ([Verdict.SKIPPED, Verdict.RECORD], Verdict.RECORD),
     ([Verdict.SKIPPED], Verdict.SKIPPED),
     ([], Verdict.SKIPPED),
+    ([Verdict.PASS, Verdict.INTERRUPTED], Verdict.INTERRUPTED),
+    ([Verdict.FAIL, Verdict.INTERRUPTED], Verdict.FAIL),
 ])
-def test_fail_wins_then_pass_then_record(verdicts, expected):
+def test_fail_wins_then_interrupted_then_pass_then_record(verdicts, expected):
     assert overall_verdict(verdicts) is expected
 
 
@@ -58,3 +60,42 @@ def test_a_missing_or_damaged_result_is_a_user_error(tmp_path):
     (tmp_path / "suite.json").write_text("{not json")
     with pytest.raises(MegapilotError, match="is not a suite result"):
         read_suite_result(tmp_path)
+
+
+def _combo(key: str, verdict: Verdict) -> ComboResult:
+    return ComboResult(key=key, directory=key, verdict=verdict, backend="megapilot")
+
+
+def test_an_unfinished_run_names_what_it_stopped_in_and_what_it_never_started(tmp_path):
+    result = _result(tmp_path, planned_combos=["A", "B", "A", "C"], stages=[
+        StageResult(name="prepare", verdict=Verdict.PASS), StageResult(name="smoke", verdict=Verdict.SKIPPED),
+        StageResult(name="train", combo="A", verdict=Verdict.PASS),
+        StageResult(name="train", combo="B", verdict=Verdict.INTERRUPTED)],
+        combos=[_combo("smoke", Verdict.PASS), _combo("A", Verdict.PASS), _combo("B", Verdict.INTERRUPTED)])
+    assert result.interrupted_combo() is result.combos[2] and result.interrupted_stage() is None
+    assert result.not_started() == ["A", "C"]  # the key listed twice ran once
+    assert result.finished_verdict() is Verdict.PASS and result.recompute_verdict() is Verdict.INTERRUPTED
+    result.finished = True
+    assert result.not_started() == []
+
+
+def test_the_stage_it_stopped_in_is_a_run_wide_interrupted_row(tmp_path):
+    result = _result(tmp_path, stages=[StageResult(name="smoke", verdict=Verdict.INTERRUPTED),
+                                       StageResult(name="preflight", verdict=Verdict.FAIL)])
+    assert result.interrupted_stage() is result.stages[0] and result.interrupted_combo() is None
+    assert result.finished_verdict() is Verdict.FAIL and result.failure_summary() == "stage preflight failed"
+
+
+def test_an_interrupted_result_round_trips_and_one_written_before_reads_with_nothing_planned(tmp_path):
+    result = _result(tmp_path, stopped_by="SIGTERM", planned_combos=["A"], combos=[_combo("A", Verdict.INTERRUPTED)])
+    result.verdict = Verdict.INTERRUPTED
+    result.write()
+    back = read_suite_result(tmp_path)
+    assert (back.verdict, back.stopped_by, back.planned_combos) == (Verdict.INTERRUPTED, "SIGTERM", ["A"])
+    stored = json.loads((tmp_path / "suite.json").read_text())
+    for name in ("stopped_by", "planned_combos"):
+        del stored[name]
+    stored["verdict"] = "FAIL"  # what an interrupted run said before INTERRUPTED was a verdict of its own
+    (tmp_path / "suite.json").write_text(json.dumps(stored))
+    earlier = read_suite_result(tmp_path)
+    assert (earlier.stopped_by, earlier.planned_combos, earlier.not_started()) == (None, [], [])

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from megapilot.suite.results import Verdict
 from megapilot.suite.summary import print_summary, result_json
-from tests.report.factory import suite_result
+from tests.report.factory import NEVER_STARTED, STOPPED, interrupted_result, suite_result
 
 
 def test_the_json_leads_with_the_one_verdict_and_keeps_the_gates_verdict_beside_it(tmp_path):
@@ -22,6 +22,16 @@ def test_the_json_leads_with_the_one_verdict_and_keeps_the_gates_verdict_beside_
     assert set(combos[0]["metrics"][0]) == {"name", "value", "unit", "threshold", "verdict", "reason"}
     assert document["regressions"][0]["change_pct"] == -8.3
     json.dumps(document, allow_nan=True)  # every value is JSON
+
+
+def test_an_interrupted_run_is_interrupted_and_its_gates_verdict_is_what_finished(tmp_path):
+    document = result_json(interrupted_result(tmp_path))
+    assert (document["verdict"], document["exit_code"], document["gates_verdict"]) == ("INTERRUPTED", 130, "PASS")
+    assert document["reason"].startswith("stopped by SIGINT during combo 2 of 3")
+    assert [(c["key"], c["verdict"]) for c in document["combos"]][-1] == (STOPPED, "INTERRUPTED")
+    assert document["combos"][-1]["job"]["iterations_reached"] == 10 and document["not_started"] == [NEVER_STARTED]
+    text = _printed(interrupted_result(tmp_path))
+    assert text.rstrip().splitlines()[-2].startswith("INTERRUPTED — stopped by SIGINT during combo 2 of 3")
 
 
 def _printed(result) -> str:
