@@ -10,6 +10,11 @@ FAIL is a `<failure message=...>` (the combo's log tail as its text), SKIPPED is
 RECORD passes and carries a `verdict=RECORD` property (measured, not gated). Every metric row carries
 its value, unit and threshold as properties. Log text may hold bytes XML cannot (ANSI colour codes,
 other control characters): they are dropped so the file always parses.
+
+An interrupted run is never green to a CI parser, which reads the counts and the cases, not the properties: the
+stage or combo it stopped in is an `<error type="INTERRUPTED">` (where it stopped, and the combo's partial log
+tail as its text), every stage and combo it never started is a case `<skipped message="not run: the suite was
+interrupted">`, and a run stopped between two steps gets one error case of its own (`megapilot.suite.run`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import xml.etree.ElementTree as ET
 from megapilot.report import measures
 from megapilot.suite.outcome import RunOutcome, run_outcome
 from megapilot.suite.predicted import components_ms
-from megapilot.suite.results import ComboResult, MetricRow, StageResult, SuiteResult, Verdict
+from megapilot.suite.results import NOT_RUN_REASON, ComboResult, MetricRow, StageResult, SuiteResult, Verdict
+from megapilot.suite.stages import COMBO_STAGES, STAGES
 
 JUNIT_NAME = "junit.xml"
 CLASS_PREFIX = "megapilot.suite"
@@ -48,6 +54,8 @@ def build_junit(result: SuiteResult) -> str:
         _stage_case(suite, stage)
     for combo in result.combos:
         _combo_cases(suite, combo)
+    if not result.finished:
+        _unfinished_cases(suite, result, outcome)
     _regression_cases(suite, outcome)
     _count(suite)
     ET.indent(suite)
@@ -70,6 +78,20 @@ def _combo_cases(suite: ET.Element, combo: ComboResult) -> None:
     _outcome(case, combo.verdict, combo.reason, detail="\n".join(combo.log_tail))
     for row in combo.metrics:
         _metric_case(suite, combo.key, row)
+
+
+def _unfinished_cases(suite: ET.Element, result: SuiteResult, outcome: RunOutcome) -> None:
+    """What an interrupted run never started, as skipped cases; an error case when no stage or combo says it
+    stopped (stopped between two steps, or written before runs said where they were)."""
+    begun = {s.name for s in result.stages if s.combo is None}
+    for name in STAGES:
+        if name not in COMBO_STAGES and name not in begun:
+            ET.SubElement(_case(suite, name, name, 0.0), "skipped", message=NOT_RUN_REASON)
+    for key in result.not_started():
+        ET.SubElement(_case(suite, key, "training", 0.0), "skipped", message=NOT_RUN_REASON)
+    if suite.find("testcase/error") is None:
+        ET.SubElement(_case(suite, "run", "run", result.duration_s), "error", message=xml_text(outcome.summary),
+                      type=Verdict.INTERRUPTED.value)
 
 
 def _prediction_properties(case: ET.Element, combo: ComboResult) -> None:
@@ -126,6 +148,9 @@ def _outcome(case: ET.Element, verdict: Verdict, reason: str, *, detail: str) ->
         ET.SubElement(case, "skipped", message=xml_text(reason or "not measured"))
     elif verdict is Verdict.RECORD:
         _properties(case, verdict=Verdict.RECORD.value, reason=reason)
+    elif verdict is Verdict.INTERRUPTED:
+        error = ET.SubElement(case, "error", message=xml_text(reason or "interrupted"), type=verdict.value)
+        error.text = xml_text(detail) if detail else None
 
 
 def _properties(case: ET.Element, **values: str) -> None:
@@ -143,7 +168,7 @@ def _count(suite: ET.Element) -> None:
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for case in cases if case.find("failure") is not None)))
     suite.set("skipped", str(sum(1 for case in cases if case.find("skipped") is not None)))
-    suite.set("errors", "0")
+    suite.set("errors", str(sum(1 for case in cases if case.find("error") is not None)))
 
 
 def _seconds(value: float) -> str:

@@ -18,6 +18,7 @@ from megapilot.report.html import REPORT_NAME, LinkView, render_html
 from megapilot.report.junit import JUNIT_NAME, build_junit
 from megapilot.report.log_copies import LOGS_DIR_NAME, copy_combo_logs, copy_stage_logs
 from megapilot.report.run_deck import RUN_DECK_NAME, build_run_deck, deck_json
+from megapilot.suite.interruption import settle
 from megapilot.suite.results import SuiteResult, read_suite_result
 
 
@@ -60,8 +61,12 @@ def render_report(result: SuiteResult, run_dir: Path, *, generated_at: datetime 
 
 
 def render_run_dir(run_dir: Path) -> ReportFiles:
-    """Re-render the report of a run directory from its suite.json (what `megapilot suite report` does)."""
-    return render_report(read_suite_result(run_dir), run_dir)
+    """Re-render the report of a run directory from its suite.json (what `megapilot suite report` does). A run that
+    did not finish is told where it stopped from what its job left (a run killed outright could not say it);
+    suite.json itself is left as it is: the run may still be going."""
+    result = read_suite_result(run_dir)
+    settle(result, run_dir)
+    return render_report(result, run_dir)
 
 
 def _write(target: Path, text: str) -> Path:

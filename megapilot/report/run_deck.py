@@ -10,7 +10,9 @@ lacks: `predicted` (the estimator against the measurement), `regressions` (again
 The models below are the schema: `run_deck_json_schema()` derives the JSON Schema (draft 2020-12) from
 them, and the copy shipped in `schema/run_deck.schema.json` is checked against it by the tests.
 Status words are CVS's: pass / fail / record / skip for a metric, pass / fail / record / na for a cell
-and the run. NaN or infinite numbers (a diverged loss) are written as null; curves drop such points.
+and the run; megapilot adds `interrupted` for the cell (and stage) a run was stopped in and for the run itself,
+and `warn` for a run whose gates passed but regressed. NaN or infinite numbers (a diverged loss) are written as
+null; curves drop such points.
 """
 
 from __future__ import annotations
@@ -39,14 +41,16 @@ SCHEMA_RESOURCE = "schema/run_deck.schema.json"
 SCHEMA_ID = "urn:megapilot:run-deck:1"
 
 MetricStatus = Literal["pass", "fail", "record", "skip"]
-RunStatus = Literal["pass", "fail", "record", "na"]
-OverallStatus = Literal["pass", "warn", "fail", "record", "na"]
+RunStatus = Literal["pass", "fail", "record", "na", "interrupted"]
+OverallStatus = Literal["pass", "warn", "fail", "record", "na", "interrupted"]
 Point = tuple[int, float]
 
 _METRIC_STATUS: dict[Verdict, MetricStatus] = {
-    Verdict.PASS: "pass", Verdict.FAIL: "fail", Verdict.RECORD: "record", Verdict.SKIPPED: "skip"}
+    Verdict.PASS: "pass", Verdict.FAIL: "fail", Verdict.RECORD: "record", Verdict.SKIPPED: "skip",
+    Verdict.INTERRUPTED: "skip"}  # a metric is never measured by a job that was stopped
 _RUN_STATUS: dict[Verdict, RunStatus] = {
-    Verdict.PASS: "pass", Verdict.FAIL: "fail", Verdict.RECORD: "record", Verdict.SKIPPED: "na"}
+    Verdict.PASS: "pass", Verdict.FAIL: "fail", Verdict.RECORD: "record", Verdict.SKIPPED: "na",
+    Verdict.INTERRUPTED: "interrupted"}
 
 
 class _Strict(BaseModel):
@@ -88,7 +92,8 @@ class DeckStage(_Strict):
     label: str = Field(description="Stage name, with the cell in brackets for per-cell stages.")
     stage: str = Field(description="Stage name (prepare, preflight, smoke, train, checkpoint, ...).")
     cell_id: str | None = Field(description="The cell of a per-cell stage; null for run-wide stages.")
-    status: RunStatus = Field(description="pass, fail, record or na (skipped).")
+    status: RunStatus = Field(description="pass, fail, record, na (skipped) or interrupted (the run was stopped in "
+                                          "it).")
     duration_s: float = Field(description="Seconds the stage took.")
     started_at: datetime | None = Field(description="When the stage started (ISO 8601).")
     reason: str = Field(description="Why the stage failed or was skipped; empty when it passed.")
@@ -155,8 +160,9 @@ class DeckCell(_Strict):
     cell_id: str = Field(description="The cell key, e.g. 'MBS=4,GBS=128,PRECISION=FP8'.")
     label: str = Field(description="Display label of the cell.")
     subtitle: str = Field(description="Backend, GPUs and layout of the cell.")
-    status: RunStatus = Field(description="pass, fail, record or na (not run).")
-    reason: str = Field(description="Why the cell failed or was not run.")
+    status: RunStatus = Field(description="pass, fail, record, na (not run) or interrupted (the run was stopped while "
+                                          "it trained: its job, iterations reached and partial log are kept).")
+    reason: str = Field(description="Why the cell failed, was not run or was interrupted (where).")
     model: str = Field(description="Model name.")
     gpu: str = Field(description="GPU type.")
     host: str = Field(description="CVS's host label; 'cluster' for every cell.")
@@ -218,6 +224,8 @@ class DeckSummary(_Strict):
     failed: int = Field(description="Cells that failed.")
     recorded: int = Field(description="Cells measured but not gated.")
     not_run: int = Field(description="Cells skipped.")
+    interrupted: int = Field(description="Cells the run was stopped in (0 or 1).")
+    not_started: int = Field(description="Cells an interrupted run never started (listed in not_started).")
 
 
 class RunDeck(_Strict):
@@ -233,11 +241,13 @@ class RunDeck(_Strict):
     generated_at: datetime = Field(description="When the deck was rendered (ISO 8601).")
     megapilot_version: str = Field(description="megapilot version that rendered the deck.")
     overall_status: OverallStatus = Field(description="pass, warn (gates passed, a regression not enforced), fail, "
-                                                      "record or na for the whole run.")
+                                                      "record, na or interrupted (the run did not finish) for the "
+                                                      "whole run: the verdict's word.")
     overall_reason: str = Field(description="Why the run failed (or what to know about it).")
     verdict: str = Field(description="The run's one verdict: PASS, WARN, FAIL, RECORD, SKIPPED or INTERRUPTED; the "
                                      "banner, the terminal and JUnit say the same.")
-    exit_code: int = Field(description="The exit code `megapilot suite run` gave (0, 1, or 130 when interrupted).")
+    exit_code: int = Field(description="The exit code `megapilot suite run` gave (0, 1, or 128 + the signal when "
+                                       "interrupted: 130 for Ctrl-C, 143 for SIGTERM).")
     finished: bool = Field(description="False when the suite was interrupted or is still running.")
     started_at: datetime = Field(description="When the suite run started.")
     ended_at: datetime | None = Field(description="When it ended; null while running or when interrupted.")
@@ -248,7 +258,9 @@ class RunDeck(_Strict):
     provenance: DeckProvenance = Field(description="Where the run came from, and its files.")
     lifecycle: dict[str, float] = Field(description="Stage label to seconds (CVS `lifecycle`).")
     lifecycle_stages: list[DeckStage] = Field(description="Every stage in the order it ran.")
-    cells: list[DeckCell] = Field(description="One entry per sweep cell.")
+    cells: list[DeckCell] = Field(description="One entry per sweep cell that ran or was skipped, the one an "
+                                              "interrupted run was stopped in included.")
+    not_started: list[str] = Field(description="Cell ids an interrupted run never started, in order.")
     results_table: DeckResultsTable = Field(description="The full results table.")
     regressions: list[DeckRegression] = Field(description="Metrics that moved against the run history.")
     findings: dict[str, list[Finding]] = Field(description="Cell id to its findings, for every cell with one.")
@@ -270,7 +282,7 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
     return RunDeck(
         suite_id=card.suite_name, run_id=result.run_id,
         generated_at=generated_at or datetime.now(timezone.utc), megapilot_version=card.megapilot_version,
-        overall_status=_overall_status(outcome, result), overall_reason=outcome.summary, verdict=outcome.status.value,
+        overall_status=_overall_status(outcome), overall_reason=outcome.summary, verdict=outcome.status.value,
         exit_code=outcome.exit_code, finished=result.finished,
         started_at=result.started_at, ended_at=result.ended_at, duration_s=result.duration_s,
         report=DeckReport(title=f"{card.suite_name}: {card.model}", subtitle=_subtitle(result),
@@ -282,6 +294,7 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
                                     status=_RUN_STATUS[s.verdict], duration_s=s.duration_s, started_at=s.started_at,
                                     reason=s.reason) for s in result.stages],
         cells=cells,
+        not_started=result.not_started(),
         results_table=_results_table(result, capacity),
         regressions=[DeckRegression(cell_id=r.combo, metric=r.metric, value=r.value, baseline_median=r.baseline_median,
                                     change_pct=r.change_pct, runs_compared=r.runs_compared, worse=r.worse,
@@ -293,13 +306,15 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
 
 
 _OVERALL: dict[Outcome, OverallStatus] = {Outcome.PASS: "pass", Outcome.WARN: "warn", Outcome.FAIL: "fail",
-                                          Outcome.RECORD: "record", Outcome.SKIPPED: "na"}
+                                          Outcome.RECORD: "record", Outcome.SKIPPED: "na",
+                                          Outcome.INTERRUPTED: "interrupted"}
 
 
-def _overall_status(outcome: RunOutcome, result: SuiteResult) -> OverallStatus:
-    """CVS's word for the run, with `warn` for a regression that was not enforced (never `pass`); an interrupted
-    run is what its gates said so far (`finished` is false)."""
-    return _OVERALL.get(outcome.status) or _RUN_STATUS[result.verdict]
+def _overall_status(outcome: RunOutcome) -> OverallStatus:
+    """The verdict's word for the run: CVS's, `warn` for a regression that was not enforced (never `pass`), and
+    `interrupted` for a run that did not finish (never what its finished part said: a dashboard reading only this
+    word must not show it green)."""
+    return _OVERALL[outcome.status]
 
 
 def run_card_rows(result: SuiteResult) -> list[tuple[str, str, bool]]:
@@ -450,7 +465,8 @@ def _summary(result: SuiteResult) -> DeckSummary:
     verdicts = [combo.verdict for combo in result.combos]
     return DeckSummary(mode="sweep" if len(verdicts) > 1 else "single", total_cells=len(verdicts),
                        passed=verdicts.count(Verdict.PASS), failed=verdicts.count(Verdict.FAIL),
-                       recorded=verdicts.count(Verdict.RECORD), not_run=verdicts.count(Verdict.SKIPPED))
+                       recorded=verdicts.count(Verdict.RECORD), not_run=verdicts.count(Verdict.SKIPPED),
+                       interrupted=verdicts.count(Verdict.INTERRUPTED), not_started=len(result.not_started()))
 
 
 # ---- the JSON Schema -----------------------------------------------------------------------------------------

@@ -11,7 +11,18 @@ import pytest
 
 from megapilot.report import render_report
 from megapilot.report.charts import plotly_js
-from tests.report.factory import FAILING, HOSTILE_LINE, PASSING, suite_result, write_run_dir
+from tests.report.factory import (
+    FAILING,
+    HOSTILE_LINE,
+    NEVER_STARTED,
+    PASSING,
+    STOPPED,
+    STOPPED_DIR,
+    interrupted_result,
+    suite_result,
+    write_interrupted_run_dir,
+    write_run_dir,
+)
 
 
 class _Page(HTMLParser):
@@ -181,3 +192,24 @@ def test_the_straggler_heat_strip_draws_each_measured_node_coloured_by_its_slowd
     run_dir.mkdir()
     text = render_report(with_stragglers(write_run_dir(run_dir)), run_dir).html.read_text()
     assert text.count('class="heat-cell"') == 3 and 'data-node="node2"' in text and "1.31x" in text
+
+
+def test_an_interrupted_run_says_so_in_its_title_and_banner_and_shows_the_combo_it_stopped_in(tmp_path):
+    write_interrupted_run_dir(tmp_path)
+    html = render_report(interrupted_result(tmp_path), tmp_path).html.read_text(encoding="utf-8")
+    page = _Page(html)
+    title = re.search(r"<title>(.*?)</title>", html)
+    assert title is not None and title.group(1).startswith("megatron-single-node: INTERRUPTED")
+    assert '<span class="verdict-word">INTERRUPTED</span>' in html
+    assert (f"stopped by SIGINT during combo 2 of 3 ({STOPPED}: train, iteration 10 of 80); what finished: all PASS"
+            in html)
+    banner = re.search(r'<header class="banner verdict-INTERRUPTED" id="verdict-banner">(.*?)</header>', html, re.S)
+    assert banner is not None and "FAIL" not in banner.group(1)  # nothing that finished failed
+    rows = {attrs.get("data-verdict") for attrs in page.with_class("result-row")}
+    assert rows == {"PASS", "INTERRUPTED"} and "No combo has run." not in html
+    section = next(attrs for attrs in page.with_class("combo") if attrs["data-combo"] == STOPPED)
+    assert "combo-INTERRUPTED" in section["class"]
+    assert "10/80 iterations" in html and "&lt;stopped&gt; by SIGINT" in html  # the partial log's tail
+    links = [unquote(attrs["href"]) for attrs in page.with_class("log-link")]
+    assert f"logs/{STOPPED_DIR}/node0.log" in links
+    assert f"Not run, the suite was interrupted before it started: {NEVER_STARTED}" in html

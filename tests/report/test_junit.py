@@ -5,11 +5,20 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-from junitparser import Failure, JUnitXml, Skipped
+from junitparser import Error, Failure, JUnitXml, Skipped
 
+from megapilot.report import render_report
 from megapilot.report.junit import build_junit, xml_text
-from megapilot.suite.results import StageResult, Verdict
-from tests.report.factory import FAILING, PASSING, suite_result
+from megapilot.suite.results import NOT_RUN_REASON, StageResult, Verdict
+from tests.report.factory import (
+    FAILING,
+    NEVER_STARTED,
+    PASSING,
+    STOPPED,
+    interrupted_result,
+    suite_result,
+    write_interrupted_run_dir,
+)
 
 
 @pytest.fixture
@@ -82,3 +91,44 @@ def test_control_characters_cannot_break_the_xml(tmp_path):
 
 def test_xml_text_keeps_unicode_and_drops_ansi():
     assert xml_text("\x1b[1;31mloss\x1b[0m ↓ 2.5 µs") == "loss ↓ 2.5 µs"
+
+
+def _outcomes(xml: str) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """Each case's outcome element as (tag, message, text), '' for a pass, by (classname, name)."""
+    root = ET.fromstring(xml.encode("utf-8"))
+    found = {}
+    for case in root.iter("testcase"):
+        element = next((e for e in case if e.tag in ("failure", "error", "skipped")), None)
+        found[(case.get("classname") or "", case.get("name") or "")] = (
+            ("", "", "") if element is None else (element.tag, element.get("message") or "", element.text or ""))
+    return found
+
+
+def test_an_interrupted_run_is_an_error_with_the_partial_log_and_what_never_started_is_skipped(tmp_path):
+    write_interrupted_run_dir(tmp_path)
+    junit = render_report(interrupted_result(tmp_path), tmp_path).junit
+    suite = next(iter(JUnitXml.fromfile(str(junit))))  # a CI parser's reading: never green
+    assert suite.errors == 2 and suite.failures == 0
+    errors = sorted((case.classname, case.name) for case in suite if any(isinstance(r, Error) for r in case.result))
+    assert errors == [(f"megapilot.suite.{STOPPED}", "train"), (f"megapilot.suite.{STOPPED}", "training")]
+    outcomes = _outcomes(junit.read_text(encoding="utf-8"))
+    tag, message, text = outcomes[(f"megapilot.suite.{STOPPED}", "training")]
+    assert (tag, message) == ("error", "interrupted at iteration 10 of 80 by SIGINT")
+    assert "iteration       10/      80" in text and "<stopped> by SIGINT" in text  # the partial log's tail
+    for never in [(f"megapilot.suite.{NEVER_STARTED}", "training"), ("megapilot.suite.collectives", "collectives"),
+                  ("megapilot.suite.results", "results"), ("megapilot.suite.teardown", "teardown")]:
+        assert outcomes[never] == ("skipped", NOT_RUN_REASON, ""), never
+    assert outcomes[(f"megapilot.suite.{STOPPED}", "metrics")] == ("skipped", NOT_RUN_REASON, "")
+    assert outcomes[(f"megapilot.suite.{PASSING}", "training")] == ("", "", "")  # what finished stays as it was
+    assert ("megapilot.suite.run", "run") not in outcomes  # the combo carries the stop
+
+
+def test_a_run_stopped_between_two_steps_still_errors_in_a_case_of_its_own(tmp_path):
+    result = interrupted_result(tmp_path)
+    result.combos = result.combos[:1]
+    result.stages = [s for s in result.stages if s.combo != STOPPED]
+    outcomes = _outcomes(build_junit(result))
+    tag, message, _text = outcomes[("megapilot.suite.run", "run")]
+    assert tag == "error" and message.startswith("stopped by SIGINT; what finished: all PASS; not started: 2 combos")
+    root = ET.fromstring(build_junit(result).encode("utf-8"))
+    assert root.get("errors") == "1"

@@ -16,7 +16,7 @@ from megapilot.report import render_report
 from megapilot.suite.outcome import run_outcome
 from megapilot.suite.results import StageResult, SuiteResult, Verdict
 from megapilot.suite.summary import print_summary, result_json
-from tests.report.factory import passing_combo, stages, suite_result
+from tests.report.factory import interrupted_result, passing_combo, stages, suite_result
 
 GREEN = "PASS"
 
@@ -44,13 +44,13 @@ def _case(name: str, tmp_path) -> SuiteResult:
         result.stages = [StageResult(name="smoke", verdict=Verdict.SKIPPED, reason="--stage train")]
         result.verdict = Verdict.SKIPPED
     elif name == "interrupted":
-        result.finished, result.ended_at = False, None
+        result = interrupted_result(tmp_path)
     return result
 
 
 EXPECTED = {"pass": ("PASS", 0, "pass"), "fail": ("FAIL", 1, "fail"), "warn": ("WARN", 0, "warn"),
             "enforced": ("FAIL", 1, "fail"), "skipped": ("SKIPPED", 0, "na"),
-            "interrupted": ("INTERRUPTED", 130, "pass")}
+            "interrupted": ("INTERRUPTED", 130, "interrupted")}
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -63,6 +63,8 @@ def test_banner_terminal_deck_junit_and_exit_code_agree(name, tmp_path):
 
     files = render_report(result, tmp_path)
     html = files.html.read_text(encoding="utf-8")
+    title = re.search(r"<title>[^:]*: (\w+) ", html)
+    assert title is not None and title.group(1) == status
     banner = re.search(r'<header class="banner verdict-(\w+)" id="verdict-banner">.*?'
                        r'<span class="verdict-word">(\w+)</span>.*?<p class="banner-reason">(.*?)</p>', html, re.S)
     assert banner is not None and banner.group(1) == banner.group(2) == status
@@ -73,6 +75,8 @@ def test_banner_terminal_deck_junit_and_exit_code_agree(name, tmp_path):
     junit = ET.parse(files.junit).getroot()
     properties = {p.get("name"): p.get("value") for p in junit.find("properties")}
     assert (properties["verdict"], properties["exit_code"]) == (status, str(exit_code))
+    if status not in (GREEN, "RECORD", "SKIPPED", "WARN"):  # what a CI parser counts: never all green
+        assert int(junit.get("failures")) + int(junit.get("errors")) > 0
 
     terminal = io.StringIO()
     print_summary(result, Console(file=terminal, width=200, color_system=None))
@@ -82,8 +86,11 @@ def test_banner_terminal_deck_junit_and_exit_code_agree(name, tmp_path):
 
     summary = outcome.summary
     assert banner.group(3).startswith(summary[:20].replace("&", "&amp;")) and deck["overall_reason"] == summary
-    if status != GREEN and name != "interrupted":  # an interrupted run's deck word is its gates' so far
+    if status != GREEN:
         assert overall != "pass"
+    stored = json.loads((tmp_path / "suite.json").read_text(encoding="utf-8"))
+    if name in ("pass", "fail", "skipped", "interrupted"):  # suite.json's verdict is the gates' (a WARN's is PASS)
+        assert stored["verdict"] == status
 
 
 def test_a_regressed_run_is_never_green_and_junit_shows_the_regression(tmp_path):

@@ -8,6 +8,7 @@ import json
 import jsonschema
 import pytest
 
+from megapilot.report.render import render_report
 from megapilot.report.run_deck import (
     RUN_DECK_NAME,
     build_run_deck,
@@ -15,7 +16,16 @@ from megapilot.report.run_deck import (
     schema_file_text,
     shipped_schema_text,
 )
-from tests.report.factory import FAILING, PASSING, suite_result
+from tests.report.factory import (
+    FAILING,
+    NEVER_STARTED,
+    PASSING,
+    STOPPED,
+    STOPPED_DIR,
+    interrupted_result,
+    suite_result,
+    write_interrupted_run_dir,
+)
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +148,7 @@ def test_regressions_findings_and_summary(deck):
         (FAILING, "oom", 1)]
     assert deck["findings"][FAILING][0]["evidence"][0]["line"] == 412
     assert deck["summary"] == {"mode": "sweep", "total_cells": 2, "passed": 1, "failed": 1, "recorded": 0,
-                               "not_run": 0}
+                               "not_run": 0, "interrupted": 0, "not_started": 0}
 
 
 def test_run_card_display_rows_are_label_value_link(deck):
@@ -158,3 +168,21 @@ def test_a_run_with_nothing_measured_still_makes_a_valid_deck(schema, tmp_path):
     deck = json.loads(build_run_deck(result, {}, report_href="r", junit_href="j").model_dump_json())
     jsonschema.Draft202012Validator(schema).validate(deck)
     assert deck["overall_status"] == "na" and deck["summary"]["mode"] == "single"
+
+
+def test_an_interrupted_run_is_interrupted_in_its_status_and_keeps_the_cell_it_stopped_in(schema, tmp_path):
+    write_interrupted_run_dir(tmp_path)
+    deck = json.loads(render_report(interrupted_result(tmp_path), tmp_path).run_deck.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema).validate(deck)
+    assert (deck["overall_status"], deck["verdict"], deck["exit_code"], deck["finished"]) == (
+        "interrupted", "INTERRUPTED", 130, False)
+    assert deck["overall_reason"].startswith(f"stopped by SIGINT during combo 2 of 3 ({STOPPED}: train, iteration 10")
+    stopped = _cell(deck, STOPPED)
+    assert (stopped["status"], stopped["reason"]) == ("interrupted", "interrupted at iteration 10 of 80 by SIGINT")
+    assert (stopped["job"]["iterations_reached"], stopped["job"]["train_iters"]) == (10, 80)
+    assert stopped["log_files"] == [f"logs/{STOPPED_DIR}/node0.log"] and (tmp_path / stopped["log_files"][0]).is_file()
+    assert stopped["log_tail"][-1] == "[rank0]: <stopped> by SIGINT"
+    assert _cell(deck, PASSING)["status"] == "pass" and deck["not_started"] == [NEVER_STARTED]
+    assert (deck["summary"]["interrupted"], deck["summary"]["not_started"], deck["summary"]["total_cells"]) == (1, 1, 2)
+    train = next(s for s in deck["lifecycle_stages"] if s["label"] == f"train [{STOPPED}]")
+    assert train["status"] == "interrupted"
