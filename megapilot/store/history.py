@@ -735,7 +735,8 @@ def _unique_combos(combos: list[ComboResult]) -> list[ComboResult]:
 
 def _run_values(result: SuiteResult) -> tuple[object, ...]:
     card = result.card
-    return (result.run_id, _iso(result.started_at), _iso(result.ended_at), result.duration_s, result.verdict.value,
+    return (result.run_id, _iso(result.started_at), _iso(result.ended_at), result.duration_s,
+            _run_verdict(result.verdict, finished=result.finished).value,
             scrub_secrets(result.reason), card.suite_name, card.model, card.model_family, card.gpu, card.nodes,
             card.gpus_per_node, card.layout, card.precision, card.backend, card.executor, card.config_hash,
             result.run_dir, card.megapilot_version, card.git_commit, int(result.finished),
@@ -776,12 +777,19 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
 
 
+def _run_verdict(verdict: Verdict | str, *, finished: bool) -> Verdict:
+    """A run's one verdict: INTERRUPTED when it did not finish. Rows written before that was a verdict of its own
+    say FAIL (or what suite.json said mid-run) with finished false, and read as INTERRUPTED too."""
+    return Verdict(verdict) if finished else Verdict.INTERRUPTED
+
+
 def _run_row(row: tuple[Any, ...]) -> RunRow:
     fields = dict(zip([c for c in _RUN_COLUMNS if c != "recorded_at"] + ["combos", "failed_combos"], row,
                       strict=True))
     fields["started_at"] = _parse_time(fields["started_at"])
     fields["ended_at"] = _parse_time(fields["ended_at"])
     fields["finished"] = bool(fields["finished"])
+    fields["verdict"] = _run_verdict(fields["verdict"], finished=fields["finished"])
     return RunRow(**fields)
 
 

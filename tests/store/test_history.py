@@ -152,6 +152,26 @@ def test_floats_keep_full_precision_and_nan_is_stored_as_missing(history: Histor
     assert values[TOKENS] == 12345.678901 and values[STEP] is None
 
 
+def test_an_unfinished_run_is_interrupted_and_rows_written_before_that_read_so(history: History):
+    stopped = make_combo("MBS=4", verdict=Verdict.INTERRUPTED, tokens=None, tflops=None, step_ms=None,
+                         job_state="CANCELLED", reason="interrupted at iteration 10 of 80 by SIGINT")
+    history.record(make_suite_result("run-a", verdict=Verdict.INTERRUPTED, finished=False,
+                                     combos=[make_combo(), stopped]))
+    [row] = history.runs()
+    assert (row.verdict, row.finished, row.combos, row.failed_combos) == (Verdict.INTERRUPTED, False, 2, 0)
+    detail = history.run("run-a")
+    assert [c.verdict for c in detail.combos] == [Verdict.PASS, Verdict.INTERRUPTED]
+    assert history.finished_combos("run-a") == {make_combo().key}  # the stopped one runs again on --resume
+    # an interrupted run recorded before INTERRUPTED was a verdict of its own said FAIL (or, killed, what its
+    # suite.json said mid-run)
+    for old in ("FAIL", "SKIPPED"):
+        with history._db.write():
+            history._db.execute("UPDATE runs SET verdict = ? WHERE run_id = ?", (old, "run-a"))
+        assert history.run("run-a").run.verdict is Verdict.INTERRUPTED
+    history.record(make_suite_result("run-b", verdict=Verdict.FAIL, finished=False, hour=1))  # a suite.json of then
+    assert history.run("run-b").run.verdict is Verdict.INTERRUPTED
+
+
 def test_recording_a_run_again_replaces_its_rows(history: History):
     history.record(make_suite_result("run-a", finished=False, combos=[make_combo(), make_combo("MBS=4", tokens=5.0)]))
     history.record(make_suite_result("run-a", finished=True, combos=[make_combo(tokens=1200.0)]))
