@@ -206,13 +206,14 @@ def connect_database(url: str | None = None, *, read_only: bool = False) -> Data
     """A connection to the history database as it is, not migrated (open_history migrates).
 
     read_only: a SQLite file is opened without changing it (its journal mode left alone, no folder or file
-    created), so that a history in a folder this user cannot write still reads; a path that does not exist is a
-    user error, except the default location (no --db, no $MEGAPILOT_HISTORY), which reads as an empty history.
+    created), so that a history in a folder this user cannot write still reads; a --db path that does not exist
+    is a user error (a typo would read as an empty history), while the configured location ($MEGAPILOT_HISTORY,
+    else the default) reads as an empty history until a first run records into it.
     """
     target = history_url(url)
     if target.startswith(POSTGRES_SCHEMES):
         return _open_postgres(target)
-    source = "" if url else f" (${HISTORY_ENV})" if os.environ.get(HISTORY_ENV) else None
+    source = "" if url else None
     return _open_sqlite(target, read_only=read_only, source=source)
 
 
