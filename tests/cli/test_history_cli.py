@@ -71,6 +71,14 @@ def test_list_table_shows_runs(cli, db):
     assert "20250303-ccc" in result.stdout and "FAIL" in result.stdout and "MI300X" in result.stdout
 
 
+def test_the_configured_history_before_its_first_run_lists_nothing(cli, tmp_path, monkeypatch):
+    """What the demo asks before its first suite run: $MEGAPILOT_HISTORY names a file no run has made yet."""
+    monkeypatch.setenv(HISTORY_ENV, str(tmp_path / "demo" / "history.sqlite"))
+    result = cli("history", "list", "--limit", "1", "--json")
+    assert result.exit_code == 0 and result.json() == []
+    assert not (tmp_path / "demo").exists()
+
+
 def test_db_flag_wins_over_the_environment(cli, db, tmp_path):
     other = tmp_path / "other.sqlite"
     open_history(str(other)).close()
