@@ -143,6 +143,8 @@ def _one_line_usage_errors() -> None:
         from rich.markup import escape
 
         message = " ".join(getattr(error, "format_message", lambda: str(error))().split())
+        # a group called without its command: click printed the group's help and raises with no message
+        message = message or "missing command: name one of those above"
         context = getattr(error, "ctx", None)
         where = f" — see {context.command_path} --help" if context is not None else ""
         err_console.print(f"[bold red]error:[/] {escape(message)}{where}", highlight=False, soft_wrap=True)

@@ -62,3 +62,10 @@ def test_an_output_path_that_cannot_be_made_says_what_is_in_the_way(cli, tmp_pat
     result = cli("suite", "init", "tiny-local", "-o", str(tmp_path / "afile" / "suite.json"))
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "afile" in result.stderr and "a file is in the way of a folder to create" in result.stderr
+
+
+@pytest.mark.parametrize("group", ["logs", "history", "suite", "profile", "data"])
+def test_a_group_without_its_command_says_which_is_missing(cli, group):
+    result = cli(group)
+    assert result.exit_code == 2
+    assert f"error: missing command: name one of those above — see megapilot {group} --help" in result.stderr
