@@ -106,6 +106,13 @@ def parse(
 
     if json_output and csv_output:
         raise MegapilotError("--json and --csv exclude each other", field="--csv", fix="pass one of them")
+    if csv_output and summary_only:  # the CSV is the iteration records, which --summary-only does not keep
+        raise MegapilotError("--csv prints the iteration records, which --summary-only does not keep",
+                             field="--csv", fix="drop --summary-only (or --csv)")
+    for flag, value in (("--timeout", timeout), ("--idle-timeout", idle_timeout)):
+        if value is not None and not follow:
+            raise MegapilotError(f"{flag} applies to --follow only: a log read to its end takes no timeout",
+                                 field=flag, fix=f"add --follow to tail a growing log, or drop {flag}")
     for flag, value in (("--seq-length", seq_length), ("--world-size", world_size),
                         ("--global-batch-size", global_batch_size), ("--timeout", timeout),
                         ("--idle-timeout", idle_timeout)):

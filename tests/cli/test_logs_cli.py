@@ -268,3 +268,10 @@ def test_a_file_that_is_no_training_log_is_one_error_line_naming_file_with_a_fix
     assert result.exit_code == 1  # read fine, nothing to diagnose (tests/logs/test_binary.py)
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: FILE: services: this is not a training log") and " — fix: " in line
+
+
+@pytest.mark.parametrize(("extra", "field"), [(("--summary-only", "--csv"), "--csv"), (("--timeout", "5"), "--timeout"),
+                                              (("--idle-timeout", "5"), "--idle-timeout")])
+def test_options_that_would_do_nothing_are_refused_by_name(cli, extra, field):
+    result = cli("logs", "parse", str(DATA / "synthetic_bridge.log"), *extra)
+    assert result.exit_code == 2 and f"error: {field}:" in result.stderr and "fix:" in result.stderr
