@@ -390,7 +390,9 @@ def _layout_error(exc: ValueError) -> MegapilotError:
     return converted
 
 
-_LAYOUT_FIXES = {"recompute_modules": "drop --recompute-modules, or use --recompute selective",
+_LAYOUT_FIXES = {"sequence_parallel": "drop --sequence-parallel, or raise --tp above 1",
+                 "vpp": "drop --vpp, or raise --pp above 1",
+                 "recompute_modules": "drop --recompute-modules, or use --recompute selective",
                  "recompute_num_layers": "drop --recompute-num-layers, or use --recompute full",
                  "cpu_offloading_num_layers": "pass --recompute none and --pp 1 with it, or drop "
                                               "--cpu-offloading-num-layers"}

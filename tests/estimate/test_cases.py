@@ -72,6 +72,7 @@ def test_bad_flags_are_refused_naming_the_flag(flags, field):
     with pytest.raises(MegapilotError) as info:
         build_case(**{**BASE, **flags})
     assert info.value.field == field
+    assert info.value.fix, "every refusal says what to do"
 
 
 @pytest.mark.parametrize("missing", ["model", "gpu", "gpus", "gbs", "seq_len"])
