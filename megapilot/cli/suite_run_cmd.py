@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from megapilot.cli.common import console, emit_json, err_console
+from megapilot.suite.stages import STAGES
 
 if TYPE_CHECKING:
     from megapilot.report import ReportFiles
@@ -38,7 +39,7 @@ def run(
     config: ConfigArg,
     cluster: ClusterOpt = None,
     stage: Annotated[str | None, typer.Option(help="Run only this stage (prepare, results and teardown always run): "
-                                                   "preflight, tokenizer, smoke, checkpoint, train.")] = None,
+                                                   f"{', '.join(STAGES)}.")] = None,
     combo: Annotated[str | None, typer.Option(
         help="Run only this sweep cell, e.g. 'MBS=4,GBS=128,PRECISION=FP8'.")] = None,
     out: Annotated[Path, typer.Option("--out", help="Parent directory of the run directory.")] = Path("runs/suite"),
@@ -74,7 +75,6 @@ def run(
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
     from megapilot.cli.suite_check_cmd import checked_suite, refuse_unrenderable
     from megapilot.suite.outcome import run_outcome
-    from megapilot.suite.stages import STAGES
 
     if stage is not None and stage not in STAGES:
         from megapilot.errors import MegapilotError

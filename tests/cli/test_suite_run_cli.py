@@ -252,3 +252,10 @@ def test_resuming_a_finished_run_with_another_config_is_refused(cli, tmp_path: P
     assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith("error: --resume:") and "started with another config" in done.stderr
     assert done.stdout == "" and (run_dir / "suite.json").read_bytes() == before
+
+
+def test_the_stage_help_lists_every_stage_the_option_takes(cli):
+    from megapilot.suite.stages import STAGES
+
+    help_text = " ".join(cli("suite", "run", "--help").stdout.replace("│", " ").split())
+    assert all(stage in help_text for stage in STAGES)
