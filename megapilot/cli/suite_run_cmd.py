@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from megapilot.cli.common import console, emit_json, err_console
-from megapilot.suite.stages import STAGES
 
 if TYPE_CHECKING:
     from megapilot.report import ReportFiles
@@ -38,8 +37,10 @@ ClusterOpt = Annotated[Path | None, typer.Option("--cluster", help="CVS cluster 
 def run(
     config: ConfigArg,
     cluster: ClusterOpt = None,
+    # written out, not imported: --help loads no library module (tests check the list against suite.stages.STAGES)
     stage: Annotated[str | None, typer.Option(help="Run only this stage (prepare, results and teardown always run): "
-                                                   f"{', '.join(STAGES)}.")] = None,
+                                                   "prepare, preflight, collectives, tokenizer, smoke, checkpoint, "
+                                                   "train, metrics, loss_curve, results, teardown.")] = None,
     combo: Annotated[str | None, typer.Option(
         help="Run only this sweep cell, e.g. 'MBS=4,GBS=128,PRECISION=FP8'.")] = None,
     out: Annotated[Path, typer.Option("--out", help="Parent directory of the run directory.")] = Path("runs/suite"),
@@ -75,6 +76,7 @@ def run(
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
     from megapilot.cli.suite_check_cmd import checked_suite, refuse_unrenderable
     from megapilot.suite.outcome import run_outcome
+    from megapilot.suite.stages import STAGES
 
     if stage is not None and stage not in STAGES:
         from megapilot.errors import MegapilotError
