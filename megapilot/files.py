@@ -22,8 +22,8 @@ class DiskFullError(OSError):
         self.path = path
         self.size_bytes = size_bytes
         self.free_bytes = free_bytes(path)
-        super().__init__(errno.ENOSPC, f"no space left on the device of {path}: {_size(self.free_bytes)} free, "
-                                       f"{_size(size_bytes)} to write")
+        super().__init__(errno.ENOSPC, f"no space left on the device of {path}: {human_size(self.free_bytes)} free, "
+                                       f"{human_size(size_bytes)} to write")
 
     def __str__(self) -> str:
         return str(self.strerror)
@@ -45,7 +45,8 @@ def free_bytes(path: Path) -> int:
         return 0
 
 
-def _size(count: int) -> str:
+def human_size(count: float) -> str:
+    """A byte count as people read it: the largest binary unit it reaches, one decimal."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if count >= scale:
             return f"{count / scale:.1f} {unit}"

@@ -42,7 +42,7 @@ from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
 from megapilot.execute.interrupt import Interrupted, describe_interruption, signal_name
 from megapilot.execute.process import free_port
-from megapilot.files import DiskFullError, atomic_write_bytes, free_bytes, is_disk_full
+from megapilot.files import DiskFullError, atomic_write_bytes, free_bytes, human_size, is_disk_full
 from megapilot.spec import Prediction
 from megapilot.suite.budget import project_budget
 from megapilot.suite.collectives import run_collectives_stage
@@ -677,7 +677,7 @@ def _disk_full_reason(ctx: _Context, exc: OSError) -> str:
         if directory.is_dir():
             freed += sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
             shutil.rmtree(directory, ignore_errors=True)
-    return f"disk full: {reason}" + (f"; removed this run's checkpoints ({freed / 2**20:.1f} MiB) to write the "
+    return f"disk full: {reason}" + (f"; removed this run's checkpoints ({human_size(freed)}) to write the "
                                      "report" if freed else "")
 
 

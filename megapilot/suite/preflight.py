@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 from megapilot.diagnose.nodes import HealthCheck, check_gpus, check_kernel, check_versions
+from megapilot.files import human_size
 from megapilot.logs.health import GPU_QUERY, GpuState, KernelFault, kernel_faults, parse_gpu_query
 from megapilot.suite.results import MetricRow, Verdict
 
@@ -279,7 +280,9 @@ def _disk(probe: NodeProbe, expect: PreflightExpectations) -> list[MetricRow]:
         rows.append(MetricRow(name=f"disk.free_gib[{directory}]", value=round(free, 2), unit="GiB",
                               threshold=f">= {expect.min_free_disk_gib:g}",
                               verdict=Verdict.PASS if ok else Verdict.FAIL,
-                              reason=f"{free:.1f} GiB free for {directory}"))
+                              reason=f"{human_size(free * 1024**3)} free for {directory}"
+                                     + ("" if ok else f"; needs {expect.min_free_disk_gib:g} GiB for its logs and "
+                                                      "checkpoints")))
     return rows
 
 

@@ -37,6 +37,8 @@ def test_gpu_count_driver_shm_and_disk_are_judged():
     assert rows["shm.size_gib"].verdict is Verdict.FAIL and "--shm-size" in rows["shm.size_gib"].reason
     assert rows["memlock"].verdict is Verdict.PASS
     assert rows["disk.free_gib[/logs]"].verdict is Verdict.FAIL and rows["disk.free_gib[/logs]"].value == 0.5
+    # Under a GiB the free space reads in MiB (not "0.5 GiB", nor "0.0 GiB" for 17 MiB), beside what it needs.
+    assert rows["disk.free_gib[/logs]"].reason == "512.0 MiB free for /logs; needs 1 GiB for its logs and checkpoints"
 
 
 def test_memlock_matters_only_with_rdma_ports():
