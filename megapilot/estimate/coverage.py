@@ -65,6 +65,8 @@ class CalibrationCoverage:
     exact: bool
     # The model's priced code paths no published run has (`mechanisms`): its cell's errors never saw them.
     unchecked_mechanisms: tuple[str, ...] = ()
+    # The families whose held-out errors the interval borrows when this family has too few (`related_families`).
+    related: tuple[str, ...] = ()
 
     @property
     def outside(self) -> bool:
@@ -108,6 +110,14 @@ def family_of(model: ModelSpec) -> str:
     return "moe" if model.moe is not None else "dense"
 
 
+def related_families(model: ModelSpec) -> tuple[str, ...]:
+    """The calibrated families nearest to a model whose own family has no run: a hybrid with routed experts runs
+    the MoE layers' dispatch, grouped GEMMs and all-to-alls beside its Mamba mixers, so the MoE family's errors are
+    its neighbours' (the later releases' Nemotron 3 hybrids ran 18-35 % below their estimate, as MoE runs did), not
+    the dense-heavy spread of every cell. A dense hybrid has no nearer family than every cell."""
+    return ("moe",) if model.is_hybrid and model.moe is not None else ()
+
+
 FOUR_BIT_PRECISIONS = ("nvfp4", "mxfp4")
 
 
@@ -134,6 +144,7 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
     """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one), with the
     model's mechanisms no published run has."""
     coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
+    coverage = replace(coverage, related=related_families(model))
     unchecked = _unchecked_mechanisms(model)
     if waits_on_exponentials(model, gpu):  # a GPU's and a head dimension's: no calibration run's core waited so
         unchecked = (*unchecked, EXPONENTIAL_BOUND)
@@ -214,7 +225,8 @@ def nearest_coverage(cells: tuple[CoverageCell, ...], family: str, gpu: str, ven
 # the extremes: with n exchangeable errors the next one falls between them at least 80 % of the time, where the
 # interpolated 10th / 90th percentiles fall short on small samples (with 9 errors they are the 2nd and 8th, which
 # cover 6 in 10). The ranks stop being clamped at n = 9; a run's two errors are not independent, so a cell with
-# fewer than INTERVAL_MIN_RUNS runs' errors borrows its family's (every GPU), then every cell's. A case placed in a
+# fewer than INTERVAL_MIN_RUNS runs' errors borrows its family's (every GPU), then a related family's (a hybrid with
+# experts: the MoE family's), then every cell's. A case placed in a
 # nearest cell, not its own, gets the band widened by WIDEN_NEAREST (a new GPU brings a shift its neighbour's
 # errors do not hold: without it leave-one-GPU-out covers 72 %), a case no published run checks (another vendor, a
 # family never calibrated, a 4-bit format) by WIDEN_OUTSIDE. Coverage on rows held out of the interval's own
@@ -259,8 +271,8 @@ def error_band(cells: tuple[CoverageCell, ...], coverage: CalibrationCoverage) -
     pools = []
     if nearest is not None:
         pools.append((f"{nearest.family} on {nearest.gpu} {nearest.precision}", list(nearest.heldout_errors)))
-    pools.append((f"{coverage.family} models", [e for c in cells if c.family == coverage.family
-                                                for e in c.heldout_errors]))
+    for family in (coverage.family, *coverage.related):
+        pools.append((f"{family} models", [e for c in cells if c.family == family for e in c.heldout_errors]))
     pools.append(("every calibrated cell", [e for c in cells for e in c.heldout_errors]))
     enough = INTERVAL_MIN_RUNS * HELDOUT_ERRORS_PER_RUN
     basis, errors = next(((b, e) for b, e in pools if len(e) >= enough), pools[-1])

@@ -189,3 +189,21 @@ def test_deepseek_v4s_new_mechanisms_are_named_as_checked_by_no_published_run():
     assert new <= set(coverage.unchecked_mechanisms) and coverage.needs_caveat
     v3 = band_for(get_model("deepseek-v3"), gpu, "bf16")
     assert band.p90_error - band.p10_error > v3.p90_error - v3.p10_error
+
+
+def test_a_hybrid_with_experts_borrows_the_moe_familys_errors_a_dense_hybrid_every_cells():
+    """No hybrid run is calibrated: a Mamba + MoE model's interval comes from the MoE runs' held-out errors (its
+    dispatch, grouped GEMMs and all-to-alls are theirs), not from the dense-heavy spread of every cell."""
+    from megapilot.estimate.coverage import band_for
+
+    moe_hybrid = get_model("nemotron3-nano")
+    assert moe_hybrid.is_hybrid and moe_hybrid.moe is not None
+    band = band_for(moe_hybrid, get_gpu("b200"), "fp8")
+    assert band.basis.startswith("moe models: ") and "widened x2.0" in band.basis
+    moe_errors = [e for c in calibrated_cells() if c.family == "moe" for e in c.heldout_errors]
+    every_errors = [e for c in calibrated_cells() for e in c.heldout_errors]
+    assert len(moe_errors) < len(every_errors) and str(len(moe_errors)) in band.basis
+    dense_hybrid = get_model("nemotron-h-8b")
+    assert dense_hybrid.is_hybrid and dense_hybrid.moe is None
+    assert band_for(dense_hybrid, get_gpu("b200"), "fp8").basis.startswith("every calibrated cell: ")
+
