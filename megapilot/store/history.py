@@ -35,6 +35,7 @@ from megapilot.errors import MegapilotError
 from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
 from megapilot.store.schema import Database, apply_migrations, needs_migration
+from megapilot.suite.outcome import RunStatus, stored_verdict
 from megapilot.suite.results import ComboResult, SuiteResult, Verdict
 
 HISTORY_ENV = "MEGAPILOT_HISTORY"
@@ -53,8 +54,18 @@ UNFINISHED_JOB_STATES = ("PENDING", "RUNNING", "CANCELLED")
 # Runs and combos that count for a baseline: RECORD is measured but not gated, so a suite gated only by
 # `baseline` thresholds (RECORD until a history exists) builds its first history.
 PASSING_VERDICTS = (Verdict.PASS, Verdict.RECORD)
+# A run whose gates passed and that regressed without enforcement (WARN) counts too, as it did before it was
+# stored as WARN: a lasting change becomes the baseline after a few runs. A regression enforced fails the run, and
+# a failed run is no baseline.
+BASELINE_RUN_STATUSES = (RunStatus.PASS, RunStatus.RECORD, RunStatus.WARN)
 CALIBRATED_QUANTITIES = ("step_time_ms", "tokens_per_s_per_gpu")
 PREDICTED_QUANTITIES = ("step_time_ms", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct", "memory_gib")
+# Throughputs a log prints rounded (Megatron: TFLOP/s/GPU with one decimal, so a CPU run's 0.03 reads 0.0) and the
+# MFU computed from them: a zero is below the printed precision, not a measurement. It is stored and read as missing
+# (shown "-", JSON null) like every figure not measured, so that it neither compares as "unchanged" nor sets a baseline.
+ZERO_UNMEASURED_QUANTITIES = ("tflops_per_gpu", "mfu_pct")
+_ZERO_UNMEASURED_METRICS = tuple(sorted(name for name, info in METRICS.items()
+                                        if info.quantity in ZERO_UNMEASURED_QUANTITIES))
 
 
 # ---- record types ---------------------------------------------------------------------------------
@@ -64,13 +75,14 @@ class _Record(BaseModel):
 
 
 class RunRow(_Record):
-    """One stored run, as `history list` shows it."""
+    """One stored run, as `history list` shows it: its verdict is the run's one verdict (megapilot.suite.outcome),
+    WARN or FAIL for a regression beyond its band whatever the gates said."""
 
     run_id: str
     started_at: datetime
     ended_at: datetime | None
     duration_s: float
-    verdict: Verdict
+    verdict: RunStatus
     reason: str
     suite_name: str
     model: str
@@ -666,14 +678,16 @@ class History:
                  exclude_run: str | None = None) -> BaselineStats | None:
         """Median (and spread) of a metric over the last N passing runs of the same model/layout/GPU/cell."""
         passing = ", ".join(f"'{v.value}'" for v in PASSING_VERDICTS)
+        counted = ", ".join(f"'{v.value}'" for v in BASELINE_RUN_STATUSES)
         rows = self._db.query(
             "SELECT m.value, r.run_id FROM metrics m "
             "JOIN combos c ON c.run_id = m.run_id AND c.combo_key = m.combo_key "
             "JOIN runs r ON r.run_id = m.run_id "
             f"WHERE m.name = ? AND r.model = ? AND LOWER(r.gpu) = LOWER(?) AND c.layout = ? AND c.combo_key = ? "
-            f"AND r.run_id <> ? AND r.verdict IN ({passing}) AND c.verdict IN ({passing}) "
+            f"AND r.run_id <> ? AND r.verdict IN ({counted}) AND c.verdict IN ({passing}) "
             "AND m.verdict <> 'FAIL' AND m.value IS NOT NULL "
-            "ORDER BY r.started_at DESC, r.run_id LIMIT ?",
+            + ("AND m.value <> 0 " if metric in _ZERO_UNMEASURED_METRICS else "")  # zeros written before: unmeasured
+            + "ORDER BY r.started_at DESC, r.run_id LIMIT ?",
             (metric, model, gpu, layout, combo_key, exclude_run or "", last_n))
         if not rows:
             return None
@@ -705,14 +719,14 @@ class History:
         for combo_key, name, value, unit, verdict, threshold in self._db.query(
                 "SELECT combo_key, name, value, unit, verdict, threshold FROM metrics WHERE run_id = ? "
                 "ORDER BY combo_key, name", (run_id,)):
-            grouped.setdefault(combo_key, []).append(
-                MetricValue(name=name, value=value, unit=unit, verdict=verdict, threshold=threshold))
+            grouped.setdefault(combo_key, []).append(MetricValue(
+                name=name, value=_measured_value(name, value), unit=unit, verdict=verdict, threshold=threshold))
         return grouped
 
     def _predictions_by_combo(self, run_id: str) -> dict[str, PredictionRow]:
         names = _PREDICTION_COLUMNS[2:]
         rows = self._db.query(f"SELECT combo_key, {', '.join(names)} FROM predictions WHERE run_id = ?", (run_id,))
-        return {row[0]: PredictionRow(**dict(zip(names, row[1:], strict=True))) for row in rows}
+        return {row[0]: _prediction_row(dict(zip(names, row[1:], strict=True))) for row in rows}
 
 
 # ---- rows in and out ------------------------------------------------------------------------------
@@ -729,6 +743,20 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _measured_value(metric: str, value: float | None) -> float | None:
+    """A metric's value as measured: None for a zero throughput (ZERO_UNMEASURED_QUANTITIES), rows written before
+    that rule included."""
+    return None if value == 0 and metric in _ZERO_UNMEASURED_METRICS else value
+
+
+def _prediction_row(fields: dict[str, Any]) -> PredictionRow:
+    """A stored prediction, its measured zero throughputs (rows written before that rule) read as missing."""
+    for quantity in ZERO_UNMEASURED_QUANTITIES:
+        if fields[f"measured_{quantity}"] == 0:
+            fields[f"measured_{quantity}"] = None
+    return PredictionRow(**fields)
+
+
 def _unique_combos(combos: list[ComboResult]) -> list[ComboResult]:
     """One combo per key (the last one wins, as a resumed run re-ran it)."""
     return list({combo.key: combo for combo in combos}.values())
@@ -736,9 +764,10 @@ def _unique_combos(combos: list[ComboResult]) -> list[ComboResult]:
 
 def _run_values(result: SuiteResult) -> tuple[object, ...]:
     card = result.card
+    status, reason = stored_verdict(result)  # the one verdict, as suite.json stores it
     return (result.run_id, _iso(result.started_at), _iso(result.ended_at), result.duration_s,
-            _run_verdict(result.verdict, finished=result.finished).value,
-            scrub_secrets(result.reason), card.suite_name, card.model, card.model_family, card.gpu, card.nodes,
+            _run_verdict(status, finished=result.finished).value,
+            scrub_secrets(reason), card.suite_name, card.model, card.model_family, card.gpu, card.nodes,
             card.gpus_per_node, card.layout, card.precision, card.backend, card.executor, card.config_hash,
             result.run_dir, card.megapilot_version, card.git_commit, int(result.finished),
             _iso(datetime.now(timezone.utc)))
@@ -753,7 +782,8 @@ def _combo_values(run_id: str, combo: ComboResult) -> tuple[object, ...]:
 
 def _metric_values(run_id: str, combo: ComboResult) -> list[tuple[object, ...]]:
     latest = {row.name: row for row in combo.metrics}  # a name twice: the last reading wins
-    return [(run_id, combo.key, row.name, _finite(row.value), row.unit, row.verdict.value, row.threshold)
+    return [(run_id, combo.key, row.name, _finite(_measured_value(row.name, row.value)), row.unit, row.verdict.value,
+             row.threshold)
             for row in latest.values()]
 
 
@@ -769,7 +799,7 @@ def _prediction_values(run_id: str, combo: ComboResult) -> tuple[object, ...]:
 def _measured(combo: ComboResult, quantity: str) -> float | None:
     """The measured value of a predicted quantity: the first metric of the table that measures it."""
     for info in METRICS.values():
-        if info.quantity == quantity and (value := combo.actual(info.name)) is not None:
+        if info.quantity == quantity and (value := _measured_value(info.name, combo.actual(info.name))) is not None:
             return value
     return None
 
@@ -778,10 +808,11 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
 
 
-def _run_verdict(verdict: Verdict | str, *, finished: bool) -> Verdict:
+def _run_verdict(verdict: RunStatus | str, *, finished: bool) -> RunStatus:
     """A run's one verdict: INTERRUPTED when it did not finish. Rows written before that was a verdict of its own
-    say FAIL (or what suite.json said mid-run) with finished false, and read as INTERRUPTED too."""
-    return Verdict(verdict) if finished else Verdict.INTERRUPTED
+    say FAIL (or what suite.json said mid-run) with finished false, and read as INTERRUPTED too. Rows written before
+    the verdict was the run's one verdict say what the gates said (PASS for a run that regressed), and read so."""
+    return RunStatus(verdict) if finished else RunStatus.INTERRUPTED
 
 
 def _run_row(row: tuple[Any, ...]) -> RunRow:

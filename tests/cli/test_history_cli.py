@@ -223,3 +223,31 @@ def test_a_history_in_a_read_only_folder_reads_and_import_says_it_is_not_writabl
         assert cli("history", "calibration", "--db", str(path), "--json").json()["predicted_vs_measured"]
         error = _one_line_error(cli("history", "import", str(IMPORTED), "--db", str(path)))
         assert "--db" in error and "not writable" in error and "pass a file path" not in error
+
+
+def _table_row(stdout: str, label: str) -> list[str]:
+    line = next(line for line in stdout.splitlines() if label in line)
+    return line.split(label, 1)[1].split()
+
+
+def test_a_cpu_runs_throughput_and_mfu_show_as_not_measured(cli, tmp_path, monkeypatch):
+    """A CPU run's log prints TFLOP/s/GPU 0.0 (the MFU of a zero is 0): "-" in show and compare, null in --json."""
+    from tests.store.test_history import MFU, TFLOPS, cpu_combo
+
+    path = str(tmp_path / "history.sqlite")
+    monkeypatch.setenv("COLUMNS", "200")
+    with open_history(path) as history:
+        history.record(make_suite_result("cpu-a", gpu="CPU", combos=[cpu_combo()]))
+        history.record(make_suite_result("cpu-b", gpu="CPU", hour=1, combos=[cpu_combo(tokens=1100.0)]))
+    compared = cli("history", "compare", "cpu-a", "cpu-b", "--db", path)
+    assert _table_row(compared.stdout, "TFLOP/s/GPU") == ["-", "-", "-", "unknown"]
+    assert _table_row(compared.stdout, "MFU %") == ["-", "-", "-", "unknown"]
+    deltas = {d["metric"]: d for d in cli("history", "compare", "cpu-a", "cpu-b", "--db", path, "--json").json()[
+        "deltas"]}
+    assert deltas[TFLOPS]["value_a"] is None and deltas[TFLOPS]["value_b"] is None and deltas[MFU]["value_b"] is None
+    shown = cli("history", "show", "cpu-b", "--db", path)
+    assert _table_row(shown.stdout, "TFLOP/s/GPU")[0] == "-"
+    assert _table_row(shown.stdout, "MFU %") == ["-", "%", "55"]  # measured nothing, predicted 55 %
+    [combo] = cli("history", "show", "cpu-b", "--db", path, "--json").json()["combos"]
+    assert {m["name"]: m["value"] for m in combo["metrics"]}[TFLOPS] is None
+    assert combo["prediction"]["measured_tflops_per_gpu"] is None and combo["prediction"]["measured_mfu_pct"] is None

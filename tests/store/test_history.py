@@ -40,6 +40,8 @@ CELL = "MBS=2,GBS=64,PRECISION=BF16"
 TOKENS = "training.tokens_per_gpu"
 TFLOPS = "training.throughput_per_gpu"
 STEP = "training.elapsed_time_per_iteration"
+MFU = "training.mfu_pct"
+NAN_ITERATIONS = "training.nan_iterations"
 FAKE_TOKEN = "hf_FaKeToKeN0123456789abcdefXYZ"
 
 
@@ -221,12 +223,55 @@ def test_compare_gives_delta_and_direction_per_combo_and_metric(history: History
     assert (comparison.run_a.run_id, comparison.run_b.run_id) == ("a", "b")
 
 
+def with_metric(combo: ComboResult, name: str, value: float | None, unit: str = "") -> ComboResult:
+    """The combo with one more measured metric row."""
+    row = MetricRow(name=name, value=value, unit=unit, verdict=Verdict.RECORD)
+    return combo.model_copy(update={"metrics": [*combo.metrics, row]})
+
+
 def test_compare_calls_zero_to_zero_unchanged_and_a_move_inside_the_band_within_band(history: History):
-    history.record(make_suite_result("a", combos=[make_combo(tokens=1000.0, tflops=0.0)]))
-    history.record(make_suite_result("b", hour=1, combos=[make_combo(tokens=1020.0, tflops=0.0)]))
+    history.record(make_suite_result("a", combos=[with_metric(make_combo(tokens=1000.0), NAN_ITERATIONS, 0.0)]))
+    history.record(make_suite_result("b", hour=1, combos=[with_metric(make_combo(tokens=1020.0), NAN_ITERATIONS, 0.0)]))
     by_metric = {d.metric: d for d in history.compare("a", "b").deltas}
-    assert (by_metric[TFLOPS].delta_pct, by_metric[TFLOPS].change) == (0.0, "unchanged")
+    assert (by_metric[NAN_ITERATIONS].delta_pct, by_metric[NAN_ITERATIONS].change) == (0.0, "unchanged")
     assert by_metric[TOKENS].change == "within band"  # +2 % inside the 5 % band: noise, not "better"
+
+
+def cpu_combo(tokens: float = 1000.0) -> ComboResult:
+    """A CPU run's cell: its log prints TFLOP/s/GPU 0.0 (one decimal of 0.03), the MFU of a zero reads 0 too."""
+    predicted = Prediction(step_time_ms=30.0, tokens_per_s_per_gpu=17000.0, tflops_per_gpu=0.1, mfu_pct=55.0)
+    return with_metric(make_combo(tokens=tokens, tflops=0.0, predicted=predicted), MFU, 0.0, "%")
+
+
+def assert_zero_throughputs_read_as_unmeasured(history: History) -> None:
+    detail = history.run("b")
+    [combo] = detail.combos
+    values = {m.name: m.value for m in combo.metrics}
+    assert values[TFLOPS] is None and values[MFU] is None and values[TOKENS] == 1100.0
+    assert combo.prediction is not None
+    assert (combo.prediction.predicted_tflops_per_gpu, combo.prediction.measured_tflops_per_gpu) == (0.1, None)
+    assert (combo.prediction.predicted_mfu_pct, combo.prediction.measured_mfu_pct) == (55.0, None)
+    by_metric = {d.metric: d for d in history.compare("a", "b").deltas}
+    for name in (TFLOPS, MFU):
+        delta = by_metric[name]
+        assert (delta.value_a, delta.value_b, delta.delta_pct, delta.change) == (None, None, None, "unknown")
+    assert history.baseline(TFLOPS, **BASE) is None  # a zero is no baseline either
+
+
+def test_a_zero_throughput_or_mfu_is_not_a_measurement(history: History):
+    """A CPU run measures no TFLOP/s (the log rounds it to 0.0) and no MFU: missing, not 0 'unchanged'."""
+    history.record(make_suite_result("a", combos=[cpu_combo()]))
+    history.record(make_suite_result("b", hour=1, combos=[cpu_combo(tokens=1100.0)]))
+    assert_zero_throughputs_read_as_unmeasured(history)
+
+
+def test_zero_throughputs_recorded_before_read_as_unmeasured(history: History, monkeypatch):
+    with monkeypatch.context() as recorded_as_given:  # rows as a history written before the rule holds them
+        recorded_as_given.setattr(history_module, "_measured_value", lambda name, value: value, raising=False)
+        history.record(make_suite_result("a", combos=[cpu_combo()]))
+        history.record(make_suite_result("b", hour=1, combos=[cpu_combo(tokens=1100.0)]))
+        assert {m.name: m.value for m in history.run("b").combos[0].metrics}[TFLOPS] == 0.0
+    assert_zero_throughputs_read_as_unmeasured(history)
 
 
 # ---- resume ---------------------------------------------------------------------------------------
