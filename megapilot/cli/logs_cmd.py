@@ -322,7 +322,6 @@ def diagnose_command(
         raise typer.Exit(1)
 
 
-_FIXES_NOTES = ("no --script/--flags given", "fixes use the flag names")
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "info": "dim"}
 
 
@@ -330,12 +329,14 @@ def _print_diagnosis(result: Diagnosis) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from megapilot.diagnose.engine import NoteKind
+
     if not result.findings:
         console.print("[green]No problem found in the log.[/]")
-        # what the fixes were built from says nothing when there is no fix
+        # the headline says the verdict; what the fixes were built from says nothing when there is no fix
         for note in result.notes:
-            if note != "no problem found in the log" and not note.startswith(_FIXES_NOTES):
-                console.print(f"note: {note}", highlight=False)
+            if note.kind not in (NoteKind.VERDICT, NoteKind.FIXES):
+                console.print(f"note: {note.text}", highlight=False)
         return
     if len(result.story) > 1:  # a cascade across ranks or files: the story before the findings
         console.print("[bold]what happened[/] (root cause first):")
@@ -358,7 +359,7 @@ def _print_diagnosis(result: Diagnosis) -> None:
                               escape(fix.reason))
             console.print(fixes)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {note.text}[/]")
 
 
 # ---- optimize --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from megapilot.compat import StrEnum
 from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
 from megapilot.diagnose.device import CPU_RUN_EVIDENCE, trained_on_cpu
 from megapilot.diagnose.findings import Finding, ranked
@@ -22,6 +23,26 @@ from megapilot.logs.sources import expand_log_paths, source_labels
 from megapilot.spec import GPUSpec
 
 
+class NoteKind(StrEnum):
+    """What a diagnosis note is about: how a reader (the CLI) chooses which to show, whatever its wording."""
+
+    FIXES = "fixes"  # what the fixes were written for (generic without flags; a release's flag names): moot without one
+    ASSUMPTION = "assumption"  # what reading the script or flags assumed (a vocabulary, a GPU count)
+    LOG = "log"  # what the log showed beside the findings (a restart, a CPU run, skipped binary data)
+    VERDICT = "verdict"  # that no problem was found
+
+
+@dataclass(frozen=True)
+class Note:
+    """One thing a diagnosis says beside its findings; `--json` gives its text alone."""
+
+    kind: NoteKind
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass
 class Diagnosis:
     """Ranked findings plus what the diagnosis assumed."""
@@ -29,7 +50,7 @@ class Diagnosis:
     findings: list[Finding]
     log: ParsedLog
     config: RunConfig | None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     cascade: Cascade | None = None  # the first failure and what followed it, across every file
     labels: dict[str, str] = field(default_factory=dict)  # file path → the short name findings use
 
@@ -47,7 +68,7 @@ class Diagnosis:
             "files": self.log.files,
             "story": self.story,
             "summary": self.log.summary.to_dict() if self.log.summary else None,
-            "notes": self.notes,
+            "notes": [note.text for note in self.notes],
             "megatron_version": version.to_dict() if (version := recognise_megatron_version(self.log)) else None,
         }
 
@@ -83,25 +104,28 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     findings, release_notes = in_release_names(findings, version)
     if on_cpu:
         findings = [_without_gpu_fixes(finding) for finding in findings]
-    notes = list(config.notes) if config else ["no --script/--flags given: fixes are generic"]
+    notes = ([Note(NoteKind.ASSUMPTION, text) for text in config.notes] if config
+             else [Note(NoteKind.FIXES, "no --script/--flags given: fixes are generic")])
     if on_cpu:
-        notes.append(f"the run trained on CPU ({CPU_RUN_EVIDENCE}): no GPU throughput, MFU or precision advice")
+        notes.append(Note(NoteKind.LOG, f"the run trained on CPU ({CPU_RUN_EVIDENCE}): no GPU throughput, MFU or "
+                                        "precision advice"))
     if any(fix.kind == "megatron_flag" for finding in findings for fix in finding.fixes):
-        notes += release_note(version, release_lines(log)) + release_notes
+        notes += [Note(NoteKind.FIXES, text) for text in release_note(version, release_lines(log)) + release_notes]
     if not (log.iterations or (log.summary and log.summary.iterations_logged)):
-        notes.append("no training progress found (no iteration line)"
-                     + (": only error lines were read" if log.errors else ""))
+        notes.append(Note(NoteKind.LOG, "no training progress found (no iteration line)"
+                                        + (": only error lines were read" if log.errors else "")))
     for before, resumed in restarts(log):
         label = labels.get(before.file, Path(before.file).name)
-        notes.append(f"{label}: the run restarted after iteration {before.iteration} and resumed at iteration "
-                     f"{resumed.iteration} (line {resumed.line}): iterations {resumed.iteration}-{before.iteration} "
-                     "ran twice, counted once")
+        notes.append(Note(NoteKind.LOG, f"{label}: the run restarted after iteration {before.iteration} and resumed "
+                                        f"at iteration {resumed.iteration} (line {resumed.line}): iterations "
+                                        f"{resumed.iteration}-{before.iteration} ran twice, counted once"))
     if mismatch is not None:
-        notes.append("the log is not of the run the script describes: the script's flags were not used")
+        notes.append(Note(NoteKind.LOG, "the log is not of the run the script describes: the script's flags were not "
+                                        "used"))
     for skipped in log.binary_skipped:  # a crash's NUL padding or garbage: the text around it was read
-        notes.append(f"{labels.get(skipped.file, Path(skipped.file).name)}: {skipped.describe()}")
+        notes.append(Note(NoteKind.LOG, f"{labels.get(skipped.file, Path(skipped.file).name)}: {skipped.describe()}"))
     if not findings:
-        notes.append("no problem found in the log")
+        notes.append(Note(NoteKind.VERDICT, "no problem found in the log"))
     return Diagnosis(findings=findings, log=log, config=config, notes=notes, cascade=cascade, labels=labels)
 
 

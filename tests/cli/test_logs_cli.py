@@ -89,6 +89,29 @@ def test_diagnose_human_output_and_bad_gpu(cli):
     assert bad.exit_code == 2 and "Traceback" not in bad.stderr
 
 
+def test_a_clean_log_hides_the_notes_about_fixes_by_their_kind_whatever_their_wording(cli, tmp_path, monkeypatch):
+    import megapilot.diagnose
+    from megapilot.diagnose.engine import Note, NoteKind
+
+    log = tmp_path / "train.log"
+    log.write_text(" [2026-01-01 00:00:01] iteration        1/     100 | elapsed time per iteration (ms): 1000.0 | "
+                   "lm loss: 5.0E+00 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+    real = megapilot.diagnose.diagnose
+
+    def worded_anew(*args, **kwargs):  # notes about fixes need no set wording to be left out
+        result = real(*args, **kwargs)
+        result.notes = [Note(NoteKind.FIXES, "the proposals are written for release X"),
+                        Note(NoteKind.ASSUMPTION, "vocab size assumed"), Note(NoteKind.VERDICT, "all good")]
+        return result
+
+    monkeypatch.setattr(megapilot.diagnose, "diagnose", worded_anew)
+    result = cli("diagnose", str(log))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == ["No problem found in the log.", "note: vocab size assumed"]
+    assert cli("diagnose", str(log), "--json").json()["notes"] == [
+        "the proposals are written for release X", "vocab size assumed", "all good"]
+
+
 def test_optimize_json_and_user_errors(cli):
     flags = ("--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 "
              "--global-batch-size 64 --micro-batch-size 1 --tensor-model-parallel-size 2 --bf16")

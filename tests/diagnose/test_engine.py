@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
-from megapilot.diagnose.engine import diagnose, diagnose_log, parse_options_for
+from megapilot.diagnose.engine import Note, NoteKind, diagnose, diagnose_log, parse_options_for
 from megapilot.diagnose.flags import read_flags, run_config
 from megapilot.errors import MegapilotError
 from megapilot.logs import parse_text
@@ -45,7 +45,19 @@ def test_parse_options_without_flags_or_model_shape_know_only_the_world():
 def test_without_flags_the_fixes_are_said_to_be_generic_and_a_clean_log_says_so(tmp_path: Path):
     result = diagnose([_healthy_log(tmp_path)])
     assert result.findings == [] and result.config is None
-    assert result.notes == ["no --script/--flags given: fixes are generic", "no problem found in the log"]
+    assert result.notes == [Note(NoteKind.FIXES, "no --script/--flags given: fixes are generic"),
+                            Note(NoteKind.VERDICT, "no problem found in the log")]
+    assert result.to_dict()["notes"] == ["no --script/--flags given: fixes are generic", "no problem found in the log"]
+
+
+def test_each_note_has_its_kind_and_the_json_keeps_only_the_texts():
+    oom = "megatron-core==0.14.0\n" + OOM + "\n"
+    result = diagnose_log(parse_text(oom), run_config(read_flags(flags=FLAGS), gpus=8))
+    kinds = {note.kind for note in result.notes}
+    assert {NoteKind.ASSUMPTION, NoteKind.FIXES, NoteKind.LOG} <= kinds and NoteKind.VERDICT not in kinds
+    [release] = [note for note in result.notes if "flag names of Megatron-LM core_v0.14.0" in note.text]
+    assert release.kind is NoteKind.FIXES
+    assert result.to_dict()["notes"] == [note.text for note in result.notes]
 
 
 def test_flags_let_the_parser_compute_tokens_per_gpu(tmp_path: Path):
@@ -89,7 +101,8 @@ def test_any_text_is_diagnosed_with_a_note_that_training_never_progressed(tmp_pa
     result = diagnose([tmp_path / "rank2.err"])
     (finding,) = result.findings
     assert finding.category == "process_crash" and finding.title.startswith("First failure: rank 2 crashed: KeyError")
-    assert "no training progress found (no iteration line): only error lines were read" in result.notes
+    said = Note(NoteKind.LOG, "no training progress found (no iteration line): only error lines were read")
+    assert said in result.notes
 
 
 def test_a_job_directory_of_stderr_dmesg_and_slurm_files_is_one_diagnosis(cli, tmp_path: Path):

@@ -104,9 +104,10 @@ def test_an_unknown_container_still_says_so_in_the_diagnosis() -> None:
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     unknown = diagnose_log(parse_text("docker pull nvcr.io/nvidia/nemo:25.04\n" + oom), None)
     assert unknown.to_dict()["megatron_version"] is None
-    assert any("it names nemo-container 25.04, not its megatron-core version" in note for note in unknown.notes)
+    assert any("it names nemo-container 25.04, not its megatron-core version" in note.text for note in unknown.notes)
     known = diagnose_log(parse_text("docker pull nvcr.io/nvidia/nemo:25.09\n" + oom), None)
-    assert "fixes use the flag names of Megatron-LM core_v0.14.0 (told by the log's container)" in known.notes
+    said = [note.text for note in known.notes]
+    assert "fixes use the flag names of Megatron-LM core_v0.14.0 (told by the log's container)" in said
 
 
 def test_the_container_table_is_one_row_per_container_with_versions_that_parse() -> None:

@@ -100,7 +100,7 @@ def test_diagnose_reports_the_mismatch_and_never_says_no_problem(tmp_path: Path)
     result = diagnose([other_run], flags=FLAGS, gpu=get_gpu("h100"))
     assert result.findings[0].category == "log_mismatch" and result.findings[0].severity == "error"
     assert "world size 128 in the log, 8 in the script" in result.findings[0].title
-    assert "no problem found in the log" not in result.notes
+    assert "no problem found in the log" not in [note.text for note in result.notes]
     same_run = diagnose([_write(tmp_path, _log_text(MATCHING_ARGUMENTS))], flags=FLAGS, gpu=get_gpu("h100"))
     assert all(f.category != "log_mismatch" for f in same_run.findings)
 

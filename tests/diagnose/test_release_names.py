@@ -68,10 +68,10 @@ def test_an_unknown_release_is_said_with_what_the_log_names() -> None:
     assert note.startswith("the log does not say which Megatron-LM release ran (it names nemo-container 25.02")
     assert "flag names of Megatron-LM core_v" in note
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
-    notes = diagnose_log(parse_text("== NeMo Framework ==\nNVIDIA Release 25.02\n" + oom), None).notes
+    notes = [n.text for n in diagnose_log(parse_text("== NeMo Framework ==\nNVIDIA Release 25.02\n" + oom), None).notes]
     assert [n for n in notes if "Megatron-LM release" in n] == [
         "the log does not say which Megatron-LM release ran (it names nemo-container 25.02, not its megatron-core "
         f"version): fixes use the flag names of Megatron-LM {committed_releases()[-1]}, the newest known; check them "
         "against yours"]
-    stated = diagnose_log(parse_text("megatron-core==0.14.0\n" + oom), None).notes
+    stated = [n.text for n in diagnose_log(parse_text("megatron-core==0.14.0\n" + oom), None).notes]
     assert "fixes use the flag names of Megatron-LM core_v0.14.0 (told by the log's version line)" in stated

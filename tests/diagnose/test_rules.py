@@ -549,7 +549,7 @@ def test_a_log_that_stops_after_training_started_says_no_iteration_was_logged():
     result = diagnose_log(parse_text(STARTED_THEN_SILENT), None)
     [finding] = result.findings
     assert finding.category == "hang" and finding.title == "Training started but never logged an iteration"
-    assert "only error lines" not in " ".join(result.notes)
+    assert "only error lines" not in " ".join(map(str, result.notes))
     # the same start-up with its end: a run (or a PP rank-0 log) that finished is no hang
     done = parse_text(STARTED_THEN_SILENT + "[after training is done] datetime: 2026-01-01 02:00:00\n")
     assert diagnose_log(done, None).findings == []
@@ -566,4 +566,4 @@ def test_a_crash_and_a_resume_in_one_log_is_a_restart_not_a_stall():
     resumed = [line(i, 900 + 5 * i) for i in range(81, 201)]  # from the checkpoint at 80, 15 minutes later
     result = diagnose_log(parse_text("\n".join(first + crash + resumed)), None)
     assert "hang" not in [f.category for f in result.findings]
-    assert any("restarted after iteration 100 and resumed at iteration 81" in note for note in result.notes)
+    assert any("restarted after iteration 100 and resumed at iteration 81" in note.text for note in result.notes)
