@@ -43,6 +43,7 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from megapilot.diagnose.flags import RunConfig
     from megapilot.estimate.history_calibration import MeasuredRun
     from megapilot.execute.base import JobResult, JobSpec, JobStatus, Launcher, ProgressCallback
     from megapilot.launch import LaunchScript
@@ -92,8 +93,8 @@ def run(
 ) -> None:
     """Run a launch script or a plan locally; exit 0 only when training reached its final iteration."""
     plan_data = _PlanData(device=device, data_path=data_path, tokenizer_type=tokenizer_type)
-    job, notes = _job_from_flags(script, plan, executor, run_dir, combo, hang_timeout_s, hang_factor,
-                                 startup_timeout_s, timeout_s, train_iters, plan_data)
+    job, notes, launch = _job_from_flags(script, plan, executor, run_dir, combo, hang_timeout_s, hang_factor,
+                                         startup_timeout_s, timeout_s, train_iters, plan_data)
     recorder = _Recorder.open(plan, plan_data, db, cluster_name) if plan is not None and not no_history else None
     if recorder is None and plan is not None and not no_history:
         notes = [*notes, "not recorded in the history: a run on GPUs is recorded under its cluster "
@@ -101,8 +102,12 @@ def run(
     if not json_output:
         for note in notes:
             err_console.print(f"note: {note}", highlight=False, markup=False)
-    prediction, no_prediction = (_plan_prediction(plan, plan_data, recorder), None) if plan is not None \
-        else _script_prediction(script)
+    prediction: Prediction | None
+    if plan is not None:
+        prediction, no_prediction = _plan_prediction(plan, plan_data, recorder), None
+    else:
+        assert launch is not None  # a launch script's flags, read with its job
+        prediction, no_prediction = _script_prediction(launch)
     result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
     departure = _departure(prediction, result)
     numerics = _numerics_warning(result)
@@ -146,21 +151,40 @@ def _plan_prediction(plan: Path, plan_data: _PlanData, recorder: _Recorder | Non
     return predict_combo(saved_plan, None if plan_data.on_cpu else saved_plan.cluster.gpu, runs)
 
 
-def _script_prediction(script: Path | None) -> tuple[Prediction | None, str | None]:
+@dataclass(frozen=True)
+class _ScriptFlags:
+    """A launch script's flags, read once: the ranks per node its torchrun starts (for the job's record) and the
+    run they describe (for its prediction), or why they describe none megapilot can price."""
+
+    ranks_per_node: int | None = None
+    config: RunConfig | None = None
+    unpriced: str | None = None  # why config is None
+
+    @classmethod
+    def read(cls, script: Path) -> _ScriptFlags:
+        from megapilot.diagnose.flags import ranks_per_node, read_flags, run_config
+
+        try:
+            flags = read_flags(script=script)
+        except MegapilotError as exc:  # a value the flag reader refuses: the script still runs as written
+            return cls(unpriced=f"its flags describe no run megapilot can price ({exc})")
+        assert flags is not None  # a script always gives flags (perhaps none of the model's)
+        ranks = ranks_per_node(flags)
+        try:
+            return cls(ranks, run_config(flags))
+        except MegapilotError as exc:
+            return cls(ranks, unpriced=f"its flags describe no run megapilot can price ({exc})")
+
+
+def _script_prediction(script: _ScriptFlags) -> tuple[Prediction | None, str | None]:
     """What megapilot predicts for a launch script's run, from the model, layout and world size its flags give (on
     this machine's CPU when it runs over gloo, else on the GPU its header names); or None and why there is none."""
-    from megapilot.diagnose.flags import read_flags, run_config
     from megapilot.spec import ClusterSpec, SavedPlan
     from megapilot.suite.predicted import predict_combo
 
-    if script is None:
-        return None, None
-    try:
-        flags = read_flags(script=script)
-        assert flags is not None  # a script always gives flags (perhaps none of the model's)
-        config = run_config(flags)
-    except MegapilotError as exc:
-        return None, f"its flags describe no run megapilot can price ({exc})"
+    config = script.config
+    if config is None:
+        return None, script.unpriced
     if config.model is None or config.training is None or config.parallel is None:
         return None, "its flags do not say the whole model (layers, hidden size, heads, sequence length)"
     on_cpu = config.flags.get("--distributed-backend") == "gloo"
@@ -286,7 +310,8 @@ class _PlanData:
 def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_dir: Path, combo: str | None,
                     hang_timeout_s: float | None, hang_factor: float, startup_timeout_s: float,
                     timeout_s: float | None, train_iters: int | None,
-                    plan_data: _PlanData = _PlanData()) -> tuple[JobSpec, list[str]]:
+                    plan_data: _PlanData = _PlanData()) -> tuple[JobSpec, list[str], _ScriptFlags | None]:
+    """The job to run, notes on how a plan was rendered, and a launch script's flags (None for a plan)."""
     from pydantic import ValidationError
 
     from megapilot.cli.common import require_positive, validation_error
@@ -315,8 +340,12 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
         if not script.is_file():
             raise MegapilotError(f"{script} does not exist or is not a file", field="script",
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
+        launch_flags = _ScriptFlags.read(script)
+        # the script decides its ranks per node: a record of the default (1) would misstate the run (job.json,
+        # the history); nothing when the script does not say
+        ranks = {"gpus_per_node": launch_flags.ranks_per_node} if launch_flags.ranks_per_node else {}
         return _job_spec(job_spec_or_error, combo=combo or _default_combo(script.stem), script=script,
-                         train_iters=train_iters, **_script_ranks(script), **common), []
+                         train_iters=train_iters, **ranks, **common), [], launch_flags
     assert plan is not None
     saved_plan = _load_plan(plan)
     if train_iters is not None:
@@ -328,7 +357,7 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
         job_spec_or_error, combo=name, script_text=launch.script, nodes=launch.nodes,
         gpus_per_node=launch.gpus_per_node, train_iters=saved_plan.training.train_iters, **common,
     )
-    return job, launch.notes
+    return job, launch.notes, None
 
 
 def _job_spec(make: Callable[..., JobSpec], **fields: object) -> JobSpec:
@@ -341,19 +370,6 @@ def _job_spec(make: Callable[..., JobSpec], **fields: object) -> JobSpec:
             raise
         flag = "--" + name.replace("_", "-")
         raise MegapilotError(exc.problem, field=flag, fix=exc.fix or f"pass a valid {flag}") from None
-
-
-def _script_ranks(script: Path) -> dict[str, int]:
-    """The ranks per node the script's torchrun starts, for the job's record (job.json, the history): the script
-    decides them, so a record of the default (1) would misstate the run. Nothing when the script does not say."""
-    from megapilot.diagnose.flags import ranks_per_node, read_flags
-
-    try:
-        flags = read_flags(script=script)
-    except MegapilotError:  # a value the flag reader refuses: the script still runs as written
-        return {}
-    ranks = ranks_per_node(flags) if flags is not None else None
-    return {"gpus_per_node": ranks} if ranks else {}
 
 
 def _default_combo(stem: str) -> str:

@@ -159,7 +159,9 @@ def _saved_tiny_plan(tmp_path: Path, **layout) -> Path:
 def _plan_job(tmp_path: Path, plan: Path, **data):
     from megapilot.cli.run_cmd import _job_from_flags, _PlanData
 
-    job, notes = _job_from_flags(None, plan, "local", tmp_path, "c", None, 10.0, 900.0, None, None, _PlanData(**data))
+    job, notes, script_flags = _job_from_flags(None, plan, "local", tmp_path, "c", None, 10.0, 900.0, None, None,
+                                               _PlanData(**data))
+    assert script_flags is None  # a plan has no launch script to read
     return job.script_text, notes
 
 
@@ -233,13 +235,13 @@ def test_a_launch_script_is_predicted_as_the_plan_it_was_written_from(tmp_path, 
     """A script `megapilot script` wrote for a plan gets the plan's own prediction: on this machine's CPU for a gloo
     script, on the GPU its header names otherwise."""
     from megapilot.cli.common import load_plan_file
-    from megapilot.cli.run_cmd import _plan_prediction, _PlanData, _render_plan, _script_prediction
+    from megapilot.cli.run_cmd import _plan_prediction, _PlanData, _render_plan, _script_prediction, _ScriptFlags
 
     plan = _saved_tiny_plan(tmp_path, tp=2)
     data = _PlanData(device=device)
     script = tmp_path / "train.sh"
     script.write_text(_render_plan(load_plan_file(plan), data).script)
-    predicted, why_not = _script_prediction(script)
+    predicted, why_not = _script_prediction(_ScriptFlags.read(script))
     expected = _plan_prediction(plan, data)
     assert why_not is None and predicted is not None
     assert predicted.device == expected.device and predicted.device.startswith("CPU" if device == "cpu" else "H100")
@@ -249,12 +251,12 @@ def test_a_launch_script_is_predicted_as_the_plan_it_was_written_from(tmp_path, 
 
 def test_a_script_without_a_known_gpu_says_why_it_has_no_prediction(tmp_path):
     from megapilot.cli.common import load_plan_file
-    from megapilot.cli.run_cmd import _PlanData, _render_plan, _script_prediction
+    from megapilot.cli.run_cmd import _PlanData, _render_plan, _script_prediction, _ScriptFlags
 
     text = _render_plan(load_plan_file(_saved_tiny_plan(tmp_path)), _PlanData(device="gpu")).script
     script = tmp_path / "train.sh"
     script.write_text("\n".join(line for line in text.splitlines() if " launch: " not in line))  # no header
-    predicted, why_not = _script_prediction(script)
+    predicted, why_not = _script_prediction(_ScriptFlags.read(script))
     assert predicted is None and "names no GPU megapilot knows" in (why_not or "")
 
 
@@ -265,6 +267,22 @@ def test_a_scripts_ranks_per_node_are_recorded_as_it_states_them(cli, tmp_path):
     result, _ = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "two")
     assert result.exit_code == 0
     assert json.loads((tmp_path / "runs" / "two" / "job.json").read_text())["gpus_per_node"] == 2
+
+
+def test_a_scripts_flags_are_read_once_for_its_ranks_and_its_prediction(cli, tmp_path, monkeypatch):
+    """The ranks recorded and the run predicted come from one reading of the script, not two."""
+    from megapilot.diagnose import flags
+
+    reads: list[Path] = []
+    read_script = flags._script_flags
+    monkeypatch.setattr(flags, "_script_flags", lambda path: reads.append(path) or read_script(path))
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\nif false; then torchrun --nproc-per-node 2 pretrain_gpt.py --num-layers 2; fi\n"
+                      f"exec {sys.executable} {PRINTER} --iters 3\n")
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "once")
+    assert result.exit_code == 0 and "do not say the whole model" in payload["prediction_note"]
+    assert json.loads((tmp_path / "runs" / "once" / "job.json").read_text())["gpus_per_node"] == 2
+    assert reads == [script]
 
 
 def test_a_run_that_finished_with_nan_steps_exits_zero_and_says_so(cli, tmp_path):
