@@ -169,7 +169,10 @@ class _ScriptFlags:
         except MegapilotError as exc:  # a value the flag reader refuses: the script still runs as written
             return cls(unpriced=f"its flags describe no run megapilot can price ({exc})")
         assert flags is not None  # a script always gives flags (perhaps none of the model's)
-        ranks = ranks_per_node(flags)
+        try:
+            ranks = ranks_per_node(flags)
+        except MegapilotError:  # not a number (torchrun's `--nproc-per-node gpu`): the script still runs as written
+            ranks = None
         try:
             return cls(ranks, run_config(flags))
         except MegapilotError as exc:

@@ -269,6 +269,17 @@ def test_a_scripts_ranks_per_node_are_recorded_as_it_states_them(cli, tmp_path):
     assert json.loads((tmp_path / "runs" / "two" / "job.json").read_text())["gpus_per_node"] == 2
 
 
+def test_a_script_whose_torchrun_counts_its_own_ranks_runs_as_written(cli, tmp_path):
+    """torchrun's `--nproc-per-node gpu` (one rank per GPU it finds) is no number to record, not a bad script."""
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\nif false; then torchrun --nproc-per-node gpu pretrain_gpt.py --num-layers 2; fi\n"
+                      f"exec {sys.executable} {PRINTER} --iters 3\n")
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "auto")
+    assert result.exit_code == 0 and payload["state"] == "COMPLETED"
+    assert "--nproc-per-node" in payload["prediction_note"]  # said why there is no prediction
+    assert json.loads((tmp_path / "runs" / "auto" / "job.json").read_text())["gpus_per_node"] == 1
+
+
 def test_a_scripts_flags_are_read_once_for_its_ranks_and_its_prediction(cli, tmp_path, monkeypatch):
     """The ranks recorded and the run predicted come from one reading of the script, not two."""
     from megapilot.diagnose import flags
