@@ -235,19 +235,25 @@ def exit_duration_minutes(plan: SavedPlan, options: LaunchOptions) -> int | None
     if options.launcher != "slurm" or options.save is None or options.entrypoint != "megatron":
         return None
     limit = slurm_time_limit_minutes(options.time_limit)
+    if limit is None:  # no limit: nothing to exit before
+        return None
     margin = max(MIN_EXIT_MARGIN_MIN, math.ceil(0.05 * limit), math.ceil(checkpoint_write_minutes(plan, options)) + 5)
     return limit - margin if limit - margin >= margin else None
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_SLURM_NO_LIMIT = frozenset({"unlimited", "infinite"})  # sbatch(1): either word, or 0, asks for no limit
 
 
-def slurm_time_limit_minutes(text: str) -> int:
-    """sbatch --time in minutes. Formats (sbatch(1)): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+def slurm_time_limit_minutes(text: str) -> int | None:
+    """sbatch --time in minutes; None for no limit (UNLIMITED, INFINITE or 0). Formats (sbatch(1)): M, M:S, H:M:S,
+    D-H, D-H:M, D-H:M:S."""
+    if text.strip().lower() in _SLURM_NO_LIMIT:
+        return None
     match = _SLURM_TIME.match(text.strip())
     if not match:
         raise MegapilotError(f"{text!r} is not a SLURM time limit", field="time_limit",
-                             fix="use HH:MM:SS or D-HH:MM:SS, e.g. --time 04:00:00")
+                             fix="use HH:MM:SS or D-HH:MM:SS, e.g. --time 04:00:00 (or UNLIMITED)")
     days, first, second, third = match.groups()
     if days is not None:  # D-H, D-H:M, D-H:M:S
         hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
@@ -255,4 +261,5 @@ def slurm_time_limit_minutes(text: str) -> int:
         hours, minutes, seconds = int(first), int(second), int(third)
     else:  # M or M:S
         hours, minutes, seconds = 0, int(first), int(second or 0)
-    return int(days or 0) * 24 * 60 + hours * 60 + minutes + math.ceil(seconds / 60)
+    total = int(days or 0) * 24 * 60 + hours * 60 + minutes + math.ceil(seconds / 60)
+    return total or None

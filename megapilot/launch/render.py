@@ -22,7 +22,7 @@ from megapilot.launch.checks import (
 from megapilot.launch.environment import launch_environment
 from megapilot.launch.flags import argument_notes, megatron_arg_sections
 from megapilot.launch.options import LaunchOptions, LaunchScript
-from megapilot.launch.perf_flags import a2a_overlap_note
+from megapilot.launch.perf_flags import a2a_overlap_note, slurm_time_limit_minutes
 from megapilot.launch.primus import primus_experiment, render_primus
 from megapilot.launch.sections import ArgSection
 from megapilot.launch.shell import q, write_file
@@ -207,6 +207,7 @@ def _check_sbatch_values(o: LaunchOptions) -> None:
                 f"{option!r} cannot go on an #SBATCH line (one option as sbatch takes it, no spaces or quotes)",
                 field="sbatch_options", fix="write each as --name=value, e.g. --qos=high or --constraint=a100",
             )
+    slurm_time_limit_minutes(o.time_limit)  # sbatch refuses a malformed --time only when the job is submitted
     if o.log_dir is None and o.script_path is None:
         raise MegapilotError("an sbatch script needs a directory for its output", field="log_dir",
                              fix="pass --log-dir /abs/dir or -o /abs/train.sbatch")

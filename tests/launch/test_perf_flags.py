@@ -175,6 +175,11 @@ def test_slurm_time_limits_in_every_sbatch_format(text: str, minutes: int) -> No
     assert slurm_time_limit_minutes(text) == minutes
 
 
+@pytest.mark.parametrize("text", ["UNLIMITED", "Infinite", "0", "00:00:00"])
+def test_no_slurm_time_limit_is_none(text: str) -> None:
+    assert slurm_time_limit_minutes(text) is None
+
+
 def test_a_malformed_time_limit_is_refused_naming_the_field() -> None:
     with pytest.raises(MegapilotError, match="not a SLURM time limit") as info:
         slurm_time_limit_minutes("4h")

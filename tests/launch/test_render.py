@@ -60,6 +60,21 @@ def test_sbatch_header_refuses_values_it_cannot_quote() -> None:
     assert info.value.field == "job_name"
 
 
+@pytest.mark.parametrize("limit", ["abc", "4h", "1:2:3:4", "-1"])
+def test_sbatch_refuses_a_malformed_time_limit_before_writing_it(limit: str) -> None:
+    # without --save no exit duration is computed from it, and sbatch would only refuse it at submission
+    with pytest.raises(MegapilotError, match="not a SLURM time limit") as info:
+        render_launch(PLAN_70B, _options(launcher="slurm", time_limit=limit, log_dir="/tmp/logs"))
+    assert info.value.field == "time_limit"
+
+
+@pytest.mark.parametrize("limit", ["UNLIMITED", "infinite", "0"])
+def test_sbatch_takes_no_time_limit_and_then_writes_no_exit_duration(limit: str) -> None:
+    launch = render_launch(PLAN_70B, _options(launcher="slurm", time_limit=limit, log_dir="/tmp/logs", save="/ckpt"))
+    assert f"#SBATCH --time={limit}" in launch.script.splitlines()
+    assert "--exit-duration-in-mins" not in launch.megatron_args
+
+
 def test_sbatch_needs_somewhere_to_write_output() -> None:
     with pytest.raises(MegapilotError, match="output") as info:
         render_launch(PLAN_70B, _options(launcher="slurm"))
