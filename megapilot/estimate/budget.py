@@ -50,7 +50,10 @@ def parse_tokens(text: str | float | int, field_name: str = "tokens") -> float:
             raise MegapilotError(f"cannot read {text!r} as a token count", field=field_name,
                                  fix="write a number with an optional K, M, B or T suffix, e.g. 15.6T")
         value = float(match.group(1)) * TOKEN_SUFFIXES.get(match.group(2).upper(), 1.0)
-    if not value > 0 or not math.isfinite(value):
+    if not math.isfinite(value):
+        raise MegapilotError(f"{text!r} is too large to be a token count", field=field_name,
+                             fix="pass a count such as 15.6T")
+    if not value > 0:
         raise MegapilotError(f"must be > 0, not {text!r}", field=field_name, fix="pass a positive count, e.g. 15.6T")
     return value
 
@@ -215,8 +218,10 @@ class BudgetRequest:
                                  fix="pass --tokens 15.6T or --train-iters N")
         if self.train_iters is not None and self.train_iters <= 0:
             raise MegapilotError("must be > 0", field="train_iters", fix="pass --train-iters N with N > 0")
-        if self.cost_per_gpu_hour is not None and not (self.cost_per_gpu_hour >= 0):
-            raise MegapilotError("must be >= 0", field="cost_per_gpu_hour", fix="pass the price of one GPU-hour")
+        if self.cost_per_gpu_hour is not None and not (math.isfinite(self.cost_per_gpu_hour)
+                                                       and self.cost_per_gpu_hour >= 0):
+            raise MegapilotError(f"must be a finite number >= 0, not {self.cost_per_gpu_hour}",
+                                 field="cost_per_gpu_hour", fix="pass the price of one GPU-hour, e.g. 2.5")
 
 
 @dataclass(frozen=True)
@@ -296,6 +301,9 @@ def segments_for(request: BudgetRequest, training: TrainingSpec, cost: StepCost)
     else:
         assert request.train_iters is not None  # BudgetRequest holds one of the two
         total = request.train_iters * seq * gbs
+    _at_least_one_step(total, seq, gbs, "tokens", "the budget")
+    for index, phase in enumerate(request.phases, start=1):
+        _at_least_one_step(phase.tokens, phase.seq_len or seq, phase.gbs or gbs, "phase", f"phase {index}")
     phase_tokens = sum(p.tokens for p in request.phases)
     if phase_tokens >= total:
         raise MegapilotError(f"the phases' {phase_tokens:.4g} tokens leave none of the {total:.4g} budget",
@@ -315,6 +323,15 @@ def segments_for(request: BudgetRequest, training: TrainingSpec, cost: StepCost)
         shape = Shape(phase.seq_len or seq, phase.gbs or gbs, tuple(sorted(phase.layout_changes().items())))
         segments.append(_segment(f"phase {index}: {phase.label()}", phase.tokens, shape, cost))
     return segments
+
+
+def _at_least_one_step(tokens: float, seq_len: int, gbs: int, field_name: str, what: str) -> None:
+    """Megatron trains whole steps: a budget (or phase) under one step's tokens is a slip (10 for 10T), not a run."""
+    step = seq_len * gbs
+    if tokens < step:
+        raise MegapilotError(f"{what} of {tokens:,.0f} tokens is less than one step (GBS {gbs:,} x seq {seq_len:,} = "
+                             f"{step:,} tokens)", field=field_name,
+                             fix=f"give at least {step:,} tokens (K, M, B or T suffix, e.g. 15.6T)")
 
 
 def _segment(name: str, tokens: float, shape: Shape, cost: StepCost) -> Segment:

@@ -72,3 +72,34 @@ def test_bad_budgets_are_refused():
                       _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
     with pytest.raises(MegapilotError, match="one of them"):
         BudgetRequest(tokens=1e9, train_iters=10)
+
+
+def test_a_budget_or_phase_under_one_step_is_refused_by_name():
+    # 10 tokens (a slip for 10T) printed 0 steps, 0.0 days and a checkpoint interval of thousands of steps
+    training = TrainingSpec(seq_length=1024, global_batch_size=64)
+    with pytest.raises(MegapilotError, match="less than one step") as info:
+        time_to_train(BudgetRequest(tokens=10), training, Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT,
+                      band=(0.1, "t"))
+    assert info.value.field == "tokens" and "65,536" in info.value.fix
+    with pytest.raises(MegapilotError, match="phase 1 of 1,000 tokens") as info:
+        time_to_train(BudgetRequest(tokens=1e9, phases=(parse_phase("tokens=1K,seq_len=4096"),)), training,
+                      Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+    assert info.value.field == "phase"
+    one_step = time_to_train(BudgetRequest(tokens=65_536, failure=NO_FAILURES), training, Fleet(8, 8, None),
+                             _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+    assert one_step.iterations == pytest.approx(1)
+
+
+@pytest.mark.parametrize("text", ["1e400", "1e300T"])
+def test_an_overflowing_token_count_is_called_too_large_not_negative(text: str):
+    with pytest.raises(MegapilotError, match="too large") as info:
+        parse_tokens(text)
+    assert info.value.field == "tokens"
+
+
+@pytest.mark.parametrize("price", [float("inf"), float("nan"), -1.0])
+def test_a_price_that_is_no_finite_amount_is_refused(price: float):
+    # inf printed "$inf" as the run's cost
+    with pytest.raises(MegapilotError, match="finite") as info:
+        BudgetRequest(tokens=1e9, cost_per_gpu_hour=price)
+    assert info.value.field == "cost_per_gpu_hour"
