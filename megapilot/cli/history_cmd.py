@@ -41,7 +41,8 @@ DbOpt = Annotated[str | None, typer.Option(
                  "history.sqlite in the user data dir).")]
 RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of one, or `latest`.", show_default=False)]
 
-VERDICT_STYLES = {"PASS": "green", "FAIL": "red", "RECORD": "dim", "SKIPPED": "yellow", "INTERRUPTED": "bold yellow"}
+VERDICT_STYLES = {"PASS": "green", "WARN": "dark_orange", "FAIL": "red", "RECORD": "dim", "SKIPPED": "yellow",
+                  "INTERRUPTED": "bold yellow"}
 CHANGE_STYLES = {"better": "green", "worse": "red", "within band": "dim", "unchanged": "dim", "unknown": "dim"}
 
 

@@ -220,6 +220,7 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
     from megapilot.execute.interrupt import finishing
     from megapilot.suite.executors import make_executor
     from megapilot.suite.lifecycle import RunRequest, run_suite
+    from megapilot.suite.outcome import run_outcome
     from megapilot.suite.resume import check_resumable
 
     history = _open_history(db) if use_history else None
@@ -233,7 +234,7 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
         if previous.finished:
             # Its stored verdict, exit code and --json document, as the run itself ended: a CI retry of a finished
             # FAIL (after a preemption, say) must not turn green.
-            err_console.print(f"run {previous.run_id} finished ({previous.verdict.value}): nothing to do",
+            err_console.print(f"run {previous.run_id} finished ({run_outcome(previous).status.value}): nothing to do",
                               highlight=False, markup=False, soft_wrap=True)
             return previous, None
     # A resumed run stays in its own directory, wherever --out points now (found by id in the history).

@@ -1,6 +1,8 @@
-"""The one verdict of a suite run: what the banner, the terminal, the run deck, JUnit and the exit code say.
+"""The one verdict of a suite run: what the banner, the terminal, the run deck, JUnit, the exit code, suite.json and
+the history row say.
 
-Each of them reads `run_outcome(result)`, so they can never disagree. The policy:
+Each of them reads `run_outcome(result)` (what is stored, through `stored_verdict`), so they can never disagree.
+The policy:
 
     INTERRUPTED  the run did not finish (Ctrl-C, SIGTERM, killed): exit 130 (128 + the signal), whatever finished is
                  shown; the summary says what stopped it, where (the stage or combo, the iteration) and what the
@@ -79,6 +81,20 @@ def run_outcome(result: SuiteResult) -> RunOutcome:
     return RunOutcome(status, result.reason or _PLAIN[status], EXIT_OK, [], enforced)
 
 
+def stored_verdict(result: SuiteResult) -> tuple[RunStatus, str]:
+    """The verdict and reason a run is stored with (its suite.json and its history row): the one verdict, with the
+    gates' own reason where the gates decided it, else the summary that says what did (a regression beyond its
+    band: WARN, or FAIL under enforcement). A run still going (or stopped) is stored as the lifecycle keeps it,
+    INTERRUPTED until it ends: suite.json is written after every step, and the history reads an unfinished row as
+    INTERRUPTED whatever it says."""
+    if not result.finished or not any(r.worse for r in result.regressions):
+        return RunStatus(result.verdict.value), result.reason  # the gates' verdict: the one verdict of such a run
+    outcome = run_outcome(result)
+    if outcome.status.value == result.verdict.value:
+        return outcome.status, result.reason
+    return outcome.status, outcome.summary
+
+
 def interrupted_exit_code(result: SuiteResult) -> int:
     """The shell's 128 + N of the signal that stopped the run (what `suite run` exits with), else 130."""
     try:
@@ -138,4 +154,4 @@ def _finished_words(result: SuiteResult) -> str:
 
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "RunOutcome", "RunStatus", "interrupted_exit_code",
-           "interrupted_summary", "progress_words", "run_outcome", "stopped_by_words"]
+           "interrupted_summary", "progress_words", "run_outcome", "stopped_by_words", "stored_verdict"]

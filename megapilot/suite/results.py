@@ -22,7 +22,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_serializer,
+    model_serializer,
+    model_validator,
+)
 
 from megapilot.compat import StrEnum
 from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
@@ -237,14 +246,20 @@ class Regression(BaseModel):
 
 
 class SuiteResult(BaseModel):
-    """A whole suite run. Written as `<run_dir>/suite.json` and updated as the run goes."""
+    """A whole suite run. Written as `<run_dir>/suite.json` and updated as the run goes.
+
+    `verdict` and `reason` are what the gates said. suite.json stores the run's one verdict there instead
+    (`megapilot.suite.outcome`, what the report, the history and `suite run --json` say); where that is not the
+    gates' (a regression beyond its band: WARN, or FAIL under enforcement), the gates' are kept beside it as
+    `gates_verdict` and `gates_reason`, and read back into `verdict` and `reason`. A file without them (written
+    before, or by a run the gates decided) reads as it is."""
 
     model_config = _STRICT
 
     version: int = SUITE_RESULT_VERSION
     run_id: str
     run_dir: str
-    verdict: Verdict
+    verdict: Verdict = Field(description="What the gates said; stored as the run's one verdict (see above).")
     reason: str = ""
     card: RunCard
     started_at: datetime
@@ -264,6 +279,34 @@ class SuiteResult(BaseModel):
     stopped_by: str | None = Field(default=None, description="What stopped an unfinished run: the signal (SIGINT, "
                                    "SIGTERM, SIGHUP) or the error; None when nothing was seen (killed outright, or "
                                    "still running).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gates_verdict_as_stored(cls, data: object) -> object:
+        """suite.json whose verdict a regression decided: the gates' verdict and reason are the ones kept beside."""
+        if isinstance(data, dict) and "gates_verdict" in data:
+            data = dict(data)
+            data["verdict"] = data.pop("gates_verdict")
+            data["reason"] = data.pop("gates_reason", "")
+        return data
+
+    @model_serializer(mode="wrap")
+    def _one_verdict_stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The run's one verdict as `verdict` and `reason`; the gates' beside it when they differ."""
+        data: dict[str, Any] = handler(self)
+        from megapilot.suite.outcome import stored_verdict  # cycle: the outcome is judged from this module's types
+
+        status, reason = stored_verdict(self)
+        if "verdict" not in data or status.value == self.verdict.value:
+            return data
+        stored: dict[str, Any] = {}
+        for key, value in data.items():
+            if key == "verdict":
+                stored |= {"verdict": status.value, "reason": reason, "gates_verdict": value,
+                           "gates_reason": data.get("reason", self.reason)}
+            elif key != "reason":
+                stored[key] = value
+        return stored
 
     def combo(self, key: str) -> ComboResult | None:
         for combo in self.combos:

@@ -219,6 +219,7 @@ def _finished_run(tmp_path: Path, config_hash: str, **stored: object) -> Path:
     ({"verdict": Verdict.PASS, "reason": "", "regressions": []}, "PASS", 0),
     # the policy the run ended with, not the one a resume passes: a regression it enforced still fails it
     ({"verdict": Verdict.PASS, "reason": "", "regressions_enforced": True}, "FAIL", 1),
+    ({"verdict": Verdict.PASS, "reason": ""}, "WARN", 0),  # regressed, not enforced
 ])
 def test_resuming_a_finished_run_exits_with_its_verdict_and_prints_its_results(
         cli, tmp_path: Path, stored: dict[str, object], verdict: str, exit_code: int) -> None:
@@ -234,12 +235,45 @@ def test_resuming_a_finished_run_exits_with_its_verdict_and_prints_its_results(
 
     text = cli(*resume)
     assert text.exit_code == exit_code, text.stderr
-    assert "nothing to do" in text.stderr and f"\n{verdict} — " in text.stdout
+    assert f"finished ({verdict}): nothing to do" in text.stderr and f"\n{verdict} — " in text.stdout
     as_json = cli(*resume, "--json", "--warn-regressions")
     assert as_json.exit_code == exit_code, as_json.stderr
     assert as_json.json() == result_json(read_suite_result(run_dir))  # the document the run itself printed
     assert as_json.json()["verdict"] == verdict and as_json.json()["exit_code"] == exit_code
     assert ((run_dir / "suite.json").read_bytes(), sorted(run_dir.rglob("*"))) == before  # no report rewritten
+
+
+def test_a_run_slower_than_the_one_before_is_stored_and_listed_as_warn_or_fail(cli, tmp_path: Path) -> None:
+    """Two runs of one cell through what `suite run` does once they end (regressions, suite.json, report, history
+    row), the second the first as stored with its tokens/s 30 % down: its gates pass, and suite.json, the history
+    list and the run deck all say what the run said, WARN (FAIL when enforced), never the gates' PASS."""
+    from megapilot.cli.suite_run_cmd import _after_run
+    from megapilot.store.history import open_history
+    from megapilot.suite.results import read_suite_result
+    from tests.store.test_history import TOKENS, make_suite_result
+
+    db = str(tmp_path / "history.sqlite")
+    with open_history(db) as history:
+        first, _ = _after_run(make_suite_result("run-1", run_dir=str(tmp_path / "run-1")), history)
+        stored = read_suite_result(tmp_path / "run-1")
+        for number, enforced in ((2, False), (3, True)):
+            combo = stored.combos[0]
+            slower = [row.model_copy(update={"value": row.value * 0.7}) if row.name == TOKENS else row
+                      for row in combo.metrics]
+            later = stored.model_copy(update={
+                "run_id": f"run-{number}", "run_dir": str(tmp_path / f"run-{number}"),
+                "started_at": stored.started_at.replace(hour=stored.started_at.hour + number),
+                "combos": [combo.model_copy(update={"metrics": slower})], "regressions_enforced": enforced})
+            _after_run(later, history)
+    rows = cli("history", "list", "--json", "--db", db).json()
+    assert [(r["run_id"], r["verdict"]) for r in rows] == [("run-3", "FAIL"), ("run-2", "WARN"), ("run-1", "PASS")]
+    assert "tokens/s/GPU" in rows[1]["reason"] and "not enforced" in rows[1]["reason"]
+    assert first.verdict is Verdict.PASS and rows[0]["failed_combos"] == 0  # the gates passed: no combo failed
+    assert "WARN" in cli("history", "list", "--db", db).stdout
+    for number, verdict in ((2, "WARN"), (3, "FAIL")):
+        suite_json = json.loads((tmp_path / f"run-{number}" / "suite.json").read_text())
+        deck = json.loads((tmp_path / f"run-{number}" / "megatron_run_deck.json").read_text())
+        assert (suite_json["verdict"], suite_json["gates_verdict"], deck["verdict"]) == (verdict, "PASS", verdict)
 
 
 def test_resuming_a_finished_run_with_another_config_is_refused(cli, tmp_path: Path) -> None:

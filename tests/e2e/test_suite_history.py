@@ -157,3 +157,10 @@ def test_a_run_slowed_in_its_data_path_is_flagged_as_a_regression(tmp_path: Path
     assert "tokens/s" in regression["message"] and "last 2 runs" in regression["message"]
     report = Path(result["run_dir"], "report.html").read_text()
     assert regression["message"].split(" vs ")[0].replace("−", "-")[:10] in report.replace("−", "-")
+    # what is stored says what the run said: suite.json and the history row, not the gates' PASS
+    assert json.loads(Path(result["run_dir"], "suite.json").read_text())["verdict"] == "FAIL"
+    listed = subprocess.run([sys.executable, "-m", "megapilot.cli.app", "history", "list", "--json"],
+                            capture_output=True, text=True, env=_env(tmp_path), check=False)
+    rows = json.loads(listed.stdout)
+    assert [r["verdict"] for r in rows][:1] == ["FAIL"] and rows[0]["run_id"] == result["run_id"], listed.stderr
+    assert all(r["verdict"] in ("PASS", "WARN") for r in rows[1:])  # the two healthy runs, a noisy one warned

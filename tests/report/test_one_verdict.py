@@ -1,4 +1,4 @@
-"""One verdict: the banner, the terminal summary, the run deck, JUnit and the exit code all say what
+"""One verdict: the banner, the terminal summary, the run deck, JUnit, the exit code and suite.json all say what
 `run_outcome` says, on PASS, FAIL, WARN (a regression not enforced), FAIL by an enforced regression, SKIPPED and
 an interrupted run. Each case is rendered for real (report.html, megatron_run_deck.json, junit.xml)."""
 
@@ -14,7 +14,7 @@ from rich.console import Console
 
 from megapilot.report import render_report
 from megapilot.suite.outcome import run_outcome
-from megapilot.suite.results import StageResult, SuiteResult, Verdict
+from megapilot.suite.results import StageResult, SuiteResult, Verdict, read_suite_result
 from megapilot.suite.summary import print_summary, result_json
 from tests.report.factory import interrupted_result, passing_combo, stages, suite_result
 
@@ -89,8 +89,11 @@ def test_banner_terminal_deck_junit_and_exit_code_agree(name, tmp_path):
     if status != GREEN:
         assert overall != "pass"
     stored = json.loads((tmp_path / "suite.json").read_text(encoding="utf-8"))
-    if name in ("pass", "fail", "skipped", "interrupted"):  # suite.json's verdict is the gates' (a WARN's is PASS)
-        assert stored["verdict"] == status
+    assert (stored["verdict"], stored["reason"]) == (status, summary if name in ("warn", "enforced") else result.reason)
+    # what the gates said is kept beside a verdict a regression decided, and read back: the same verdict again
+    assert stored.get("gates_verdict") == ("PASS" if name in ("warn", "enforced") else None)
+    again = run_outcome(read_suite_result(tmp_path))
+    assert (again.status, again.summary, again.exit_code) == (outcome.status, summary, exit_code)
 
 
 def test_a_regressed_run_is_never_green_and_junit_shows_the_regression(tmp_path):

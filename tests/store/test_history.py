@@ -24,11 +24,13 @@ from megapilot.spec import LayoutPins, Prediction
 from megapilot.store import history as history_module
 from megapilot.store.history import HISTORY_ENV, History, history_url, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
+from megapilot.suite.outcome import RunStatus, run_outcome
 from megapilot.suite.results import (
     RECORDED_LAYOUT_FIELDS,
     ComboResult,
     JobSummary,
     MetricRow,
+    Regression,
     RunCard,
     SuiteResult,
     Verdict,
@@ -160,7 +162,7 @@ def test_an_unfinished_run_is_interrupted_and_rows_written_before_that_read_so(h
     history.record(make_suite_result("run-a", verdict=Verdict.INTERRUPTED, finished=False,
                                      combos=[make_combo(), stopped]))
     [row] = history.runs()
-    assert (row.verdict, row.finished, row.combos, row.failed_combos) == (Verdict.INTERRUPTED, False, 2, 0)
+    assert (row.verdict, row.finished, row.combos, row.failed_combos) == (RunStatus.INTERRUPTED, False, 2, 0)
     detail = history.run("run-a")
     assert [c.verdict for c in detail.combos] == [Verdict.PASS, Verdict.INTERRUPTED]
     assert history.finished_combos("run-a") == {make_combo().key}  # the stopped one runs again on --resume
@@ -169,9 +171,33 @@ def test_an_unfinished_run_is_interrupted_and_rows_written_before_that_read_so(h
     for old in ("FAIL", "SKIPPED"):
         with history._db.write():
             history._db.execute("UPDATE runs SET verdict = ? WHERE run_id = ?", (old, "run-a"))
-        assert history.run("run-a").run.verdict is Verdict.INTERRUPTED
+        assert history.run("run-a").run.verdict is RunStatus.INTERRUPTED
     history.record(make_suite_result("run-b", verdict=Verdict.FAIL, finished=False, hour=1))  # a suite.json of then
-    assert history.run("run-b").run.verdict is Verdict.INTERRUPTED
+    assert history.run("run-b").run.verdict is RunStatus.INTERRUPTED
+
+
+def _regressed(run_id: str, *, hour: float, enforced: bool) -> SuiteResult:
+    """A run whose gates passed and whose tokens/s fell 30 % against the history, as `suite run` leaves it."""
+    slower = make_suite_result(run_id, hour=hour, combos=[make_combo(tokens=700.0)], regressions_enforced=enforced)
+    slower.regressions = [Regression(combo=CELL, metric=TOKENS, value=700.0, baseline_median=1000.0, change_pct=-30.0,
+                                     runs_compared=2, worse=True, message="tokens/s/GPU -30.0 % vs the last 2 runs")]
+    return slower
+
+
+@pytest.mark.parametrize(("enforced", "status"), [(False, RunStatus.WARN), (True, RunStatus.FAIL)])
+def test_a_run_that_regressed_is_stored_with_the_one_verdict_not_its_gates_pass(history: History, enforced, status):
+    history.record(_regressed("slower", hour=1, enforced=enforced))
+    [row] = history.runs()
+    assert row.verdict is status is run_outcome(_regressed("slower", hour=1, enforced=enforced)).status
+    assert "tokens/s/GPU -30.0 % vs the last 2 runs" in row.reason and "regressed beyond its band" in row.reason
+    assert history.run("slower").run.verdict is status and history.run("slower").combos[0].verdict is Verdict.PASS
+
+
+def test_a_row_recorded_before_the_verdict_was_the_one_verdict_reads_as_it_was(history: History):
+    history.record(_regressed("old", hour=1, enforced=False))
+    with history._db.write():  # what a regressed run's row said then: its gates' PASS
+        history._db.execute("UPDATE runs SET verdict = 'PASS', reason = '' WHERE run_id = 'old'")
+    assert history.run("old").run.verdict is RunStatus.PASS
 
 
 def test_recording_a_run_again_replaces_its_rows(history: History):
@@ -314,6 +340,16 @@ def test_baseline_leaves_out_the_run_itself_and_counts_recorded_runs(history: Hi
 def test_no_baseline_without_passing_history(history: History):
     history.record(make_suite_result("failed", verdict=Verdict.FAIL))
     assert history.baseline(TOKENS, **BASE) is None
+
+
+def test_a_warned_run_still_counts_for_the_baseline_and_an_enforced_one_does_not(history: History):
+    """A WARN passed its gates: as before it was stored as WARN, a lasting change becomes the baseline after a few
+    runs. A regression enforced failed the run, and a failed run is no baseline."""
+    history.record(make_suite_result("first", combos=[make_combo(tokens=1000.0)]))
+    history.record(_regressed("warned", hour=1, enforced=False))
+    history.record(_regressed("failed", hour=2, enforced=True))
+    stats = history.baseline(TOKENS, **BASE)
+    assert stats is not None and stats.run_ids == ["warned", "first"]
 
 
 # ---- calibration ----------------------------------------------------------------------------------
