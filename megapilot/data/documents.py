@@ -20,15 +20,17 @@ SUPPORTED_SUFFIXES = (".jsonl", ".txt", ".txt.gz", ".jsonl.gz")
 # Called after each document with how many bytes of the file (compressed bytes for .gz) have been read.
 BytesRead = Callable[[int], None]
 
-# What a JSON value other than a string is, in the words of the JSON a user wrote.
-_JSON_KINDS: dict[type, str] = {int: "a number", float: "a number", bool: "a boolean", list: "a list",
+# What a JSON value is, in the words of the JSON a user wrote.
+_JSON_KINDS: dict[type, str] = {int: "a number", float: "a number", bool: "a boolean", list: "a list", str: "a string",
                                 dict: "an object", type(None): "null"}
 
 
 def _open_text(path: Path) -> IO[str]:
+    # utf-8-sig: a byte-order mark (written by some Windows editors) is dropped, not read as the first document's
+    # first three bytes (.txt) or refused as "not JSON" (.jsonl)
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return path.open("r", encoding="utf-8-sig")
 
 
 def _kind_of(path: Path) -> str:
@@ -59,13 +61,25 @@ def _jsonl_documents(path: Path, json_key: str, on_bytes: BytesRead | None) -> I
             except json.JSONDecodeError as exc:
                 raise MegapilotError(f"line {line_number} of {path} is not JSON ({exc.msg})", field="INPUT",
                                      fix="write one JSON object per line") from None
-            if not isinstance(record, dict) or json_key not in record:
+            if not isinstance(record, dict):
+                raise MegapilotError(f"line {line_number} of {path} is {_JSON_KINDS.get(type(record), 'a value')}, "
+                                     "not a JSON object", field="INPUT",
+                                     fix=f'write one object per line, e.g. {{"{json_key}": "the text"}}')
+            if json_key not in record:
                 raise MegapilotError(f"line {line_number} of {path} has no field {json_key!r}",
                                      field="--json-key", fix="name the field that holds the text")
             if not isinstance(record[json_key], str):
                 kind = _JSON_KINDS.get(type(record[json_key]), "something else")
                 raise MegapilotError(f"line {line_number} of {path}: field {json_key!r} holds {kind}, not text",
                                      field="INPUT", fix=f"write the document's text as a JSON string in {json_key!r}")
+            try:  # JSON can spell a lone surrogate (\ud800), which no UTF-8 byte sequence encodes
+                if not record[json_key].isascii():
+                    record[json_key].encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise MegapilotError(f"line {line_number} of {path}: field {json_key!r} holds a lone surrogate "
+                                     f"({exc.object[exc.start:exc.end]!a}), which is no text", field="INPUT",
+                                     fix="repair the line's \\u escapes (each high surrogate needs its low one)"
+                                     ) from None
             if record[json_key]:
                 yield record[json_key]
                 if on_bytes is not None:

@@ -61,3 +61,30 @@ def test_unsupported_or_missing_input_is_a_user_error(tmp_path, name):
     with pytest.raises(MegapilotError) as err:
         list(read_documents(tmp_path / name))
     assert err.value.field == "INPUT"
+
+
+def test_a_lone_surrogate_escape_names_its_line_instead_of_an_internal_error(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "ok"}\n{"text": "a\\ud800b"}\n')
+    with pytest.raises(MegapilotError, match=r"line 2 .* lone surrogate") as err:
+        list(read_documents(path))
+    assert err.value.field == "INPUT"
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '"just text"', "7"])
+def test_a_jsonl_line_that_is_no_object_says_so(tmp_path, line):
+    path = tmp_path / "docs.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(MegapilotError, match=r"line 1 .* not a JSON object") as err:
+        list(read_documents(path))
+    assert err.value.field == "INPUT"
+
+
+@pytest.mark.parametrize("name", ["book.txt", "docs.jsonl", "docs.jsonl.gz"])
+def test_a_byte_order_mark_is_not_part_of_the_first_document(tmp_path, name):
+    # a .txt kept the mark's three bytes as tokens; a .jsonl was refused as "not JSON"
+    path = tmp_path / name
+    text = "first\n\nsecond\n" if name.endswith(".txt") else '{"text": "first"}\n{"text": "second"}\n'
+    data = "\ufeff".encode() + text.encode()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert list(read_documents(path)) == ["first", "second"]
