@@ -56,3 +56,39 @@ def test_a_large_input_gets_a_progress_bar_on_stderr(cli, tmp_path, monkeypatch)
     assert "400" in result.stdout and "tokenizing" not in result.stdout  # stdout: the table alone
     small = cli("data", "prepare", str(source), "--output-prefix", str(tmp_path / "ds2"), "--json")
     assert "tokenizing" not in small.stderr  # --json: no bar
+
+
+@pytest.mark.parametrize("prefix", ["{tmp}/out/", "{tmp}/out", "{tmp}/out/x.bin", "{tmp}/out/x.idx"])
+def test_a_prefix_that_names_a_folder_or_one_of_the_files_is_refused(cli, tmp_path, prefix):
+    # 'out/' wrote out.bin beside the folder, 'x.bin' wrote x.bin.bin and x.bin.idx
+    (tmp_path / "out").mkdir()
+    source = tmp_path / "docs.jsonl"
+    source.write_text(json.dumps({"text": "hello"}) + "\n")
+    result = cli("data", "prepare", str(source), "--output-prefix", prefix.format(tmp=tmp_path))
+    assert result.exit_code == 2 and "--output-prefix" in result.stderr and "fix:" in result.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["docs.jsonl", "out"]
+
+
+def test_an_existing_dataset_is_kept_unless_forced(cli, tmp_path):
+    # a failed second run removed what it had half written: the first run's dataset
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text(json.dumps({"text": "hello"}) + "\n")
+    bad.write_text(json.dumps({"text": "hi"}) + "\n" + json.dumps({"body": "no text key"}) + "\n")
+    prefix = str(tmp_path / "ds")
+    assert cli("data", "prepare", str(good), "--output-prefix", prefix).exit_code == 0
+    before = (tmp_path / "ds.bin").read_bytes()
+    again = cli("data", "prepare", str(bad), "--output-prefix", prefix)
+    assert again.exit_code == 2 and "--force" in again.stderr
+    assert (tmp_path / "ds.bin").read_bytes() == before and (tmp_path / "ds.idx").is_file()
+    forced = cli("data", "prepare", str(good), "--output-prefix", prefix, "--force", "--json")
+    assert forced.exit_code == 0 and forced.json()["documents"] == 1
+
+
+def test_an_unwritable_prefix_is_named_as_the_output_not_the_input(cli, tmp_path):
+    source = tmp_path / "docs.jsonl"
+    source.write_text(json.dumps({"text": "hello"}) + "\n")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (folder / "x.bin").mkdir()  # a folder where the .bin goes: opening it for writing fails on any user
+    result = cli("data", "prepare", str(source), "--output-prefix", str(folder / "x"), "--force")
+    assert result.exit_code == 2 and "--output-prefix" in result.stderr and "INPUT" not in result.stderr
