@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from megapilot.estimate.history_calibration import MeasuredRun
     from megapilot.execute.base import JobResult, JobSpec, JobStatus, Launcher, ProgressCallback
     from megapilot.launch import LaunchScript
+    from megapilot.logs import RunSummary
     from megapilot.spec import Prediction, SavedPlan
 
 DEVICES = ("auto", "cpu", "gpu")
@@ -109,8 +110,9 @@ def run(
         assert launch is not None  # a launch script's flags, read with its job
         prediction, no_prediction = _script_prediction(launch)
     result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
-    departure = _departure(prediction, result)
-    numerics = _numerics_warning(result)
+    log = _read_log(result, with_timers=prediction is not None and bool(result.step_time_s))
+    departure = _departure(prediction, result, log)
+    numerics = _numerics_warning(result, log)
     recorded = recorder.record(result, prediction) if recorder is not None and prediction is not None else None
     if json_output:
         extra: dict[str, object] = {"prediction_note": no_prediction} if prediction is None else {
@@ -263,16 +265,45 @@ class _Recorder:
                 "message": f"recorded as {run_id} under cluster {self.cluster} in {location} ({how})"}
 
 
-def _departure(prediction: Prediction | None, result: JobResult) -> str | None:
+@dataclass(frozen=True)
+class _LogReading:
+    """What `run` reads from its log once the run has ended, in one pass: the summary (its NaN count) and, when the
+    run is set against a prediction, each Megatron timer's per-iteration time (where it departs)."""
+
+    summary: RunSummary | None
+    timers_ms: dict[str, float]
+
+
+def _read_log(result: JobResult, *, with_timers: bool) -> _LogReading | None:
+    """The run's log read once, records not kept (its size is the run's, a multi-rank log's chatter included): the
+    bulk summary pass, or with timers the line pass, its timer records streamed to the one consumer that needs them
+    (the summary is the same either way)."""
+    if not result.logs:
+        return None
+    from megapilot.logs import parse_logs
+
+    if not with_timers:  # timer lines are skipped by the bulk pass
+        return _LogReading(parse_logs(list(result.logs), summary_only=True).summary, {})
+    from megapilot.logs import TimerRecord
+    from megapilot.suite.metrics import timers_ms
+
+    timers: list[TimerRecord] = []
+
+    def keep_timer(record: object) -> None:
+        if isinstance(record, TimerRecord):
+            timers.append(record)
+
+    summary = parse_logs(list(result.logs), summary_only=True, on_record=keep_timer).summary
+    return _LogReading(summary, timers_ms(timers))
+
+
+def _departure(prediction: Prediction | None, result: JobResult, log: _LogReading | None) -> str | None:
     """By how much, and in which component (Megatron's timers in the log), the run departs from the prediction."""
     if prediction is None or not result.step_time_s:
         return None
-    from megapilot.logs import parse_logs
-    from megapilot.suite.metrics import timers_ms
     from megapilot.suite.predicted import departure
 
-    timers = timers_ms(parse_logs(list(result.logs)).timers) if result.logs else {}
-    found = departure(prediction, result.step_time_s * 1000, timers)
+    found = departure(prediction, result.step_time_s * 1000, log.timers_ms if log is not None else {})
     return found.sentence if found is not None else None
 
 
@@ -462,19 +493,15 @@ def _progress_display(enabled: bool) -> Iterator[ProgressCallback | None]:
 _STATE_STYLE = {"COMPLETED": "bold green", "RUNNING": "bold", "PENDING": "bold"}
 
 
-def _numerics_warning(result: JobResult) -> str | None:
+def _numerics_warning(result: JobResult, log: _LogReading | None) -> str | None:
     """A run that reached its last iteration with NaN steps finished, but its numerics did not: said beside the exit
     code, which keeps meaning 'training reached its final iteration'."""
-    if not result.logs:
-        return None
-    from megapilot.logs import parse_logs
-
-    summary = parse_logs(list(result.logs), summary_only=True).summary
+    summary = log.summary if log is not None else None
     if summary is None or not summary.nan_iterations:
         return None
-    log = result.logs[0]
+    log_path = result.logs[0]
     return (f"{summary.nan_iterations} iteration(s) had a NaN/Inf loss or gradient (Megatron skipped them): the "
-            f"run finished but its numerics did not; `megapilot diagnose {log}` says why")
+            f"run finished but its numerics did not; `megapilot diagnose {log_path}` says why")
 
 
 def _print_result(result: JobResult) -> None:

@@ -296,6 +296,38 @@ def test_a_scripts_flags_are_read_once_for_its_ranks_and_its_prediction(cli, tmp
     assert reads == [script]
 
 
+TIMED_LOG = "".join(
+    f" [2026-01-01 00:00:0{i}.000000] iteration {i:8d}/{3:8d} | consumed samples: {4 * i:12d} | elapsed time per "
+    f"iteration (ms): 500.0 | lm loss: {'nan' if i == 2 else '5.000000E+00'} | number of nan iterations: "
+    f"{int(i == 2):3d} |\n(min, max) time across ranks (ms):\n"
+    "    forward-backward ...............................: (480.00, 490.00)\n"
+    "    optimizer ......................................: (5.00, 6.00)\n" for i in (1, 2, 3))
+
+
+def test_a_predicted_runs_log_is_read_once_for_its_departure_and_its_numerics(cli, tmp_path, monkeypatch):
+    """After the run, one pass over its log gives both the timers (where it departs from the prediction) and the
+    NaN count (the numerics warning)."""
+    import megapilot.logs
+    from megapilot.cli.common import load_plan_file
+    from megapilot.cli.run_cmd import _PlanData, _render_plan
+
+    reads: list[list[str]] = []
+    parse_logs = megapilot.logs.parse_logs
+    monkeypatch.setattr(megapilot.logs, "parse_logs", lambda paths, **kw: reads.append(list(map(str, paths)))
+                        or parse_logs(paths, **kw))
+    rendered = _render_plan(load_plan_file(_saved_tiny_plan(tmp_path)), _PlanData(device="cpu")).script
+    launch = rendered.splitlines()[-1]  # the tiny model's flags stay for its prediction; a printed log stands in
+    log = tmp_path / "timed.log"
+    log.write_text(TIMED_LOG)
+    script = tmp_path / "train.sh"
+    script.write_text(rendered.replace(launch, f"if false; then {launch}; fi\ncat {log}"))
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "timed")
+    assert result.exit_code == 0 and payload["state"] == "COMPLETED"
+    assert "the measured forward-backward time is" in payload["prediction_departure"]
+    assert "1 iteration(s) had a NaN/Inf loss" in payload["warnings"][0]
+    assert reads == [payload["logs"]]
+
+
 def test_a_run_that_finished_with_nan_steps_exits_zero_and_says_so(cli, tmp_path):
     script = launch_script(tmp_path, "--iters", "4", "--nan-at", "2")
     result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "nan")
