@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from megapilot.compat import tomllib
 from megapilot.errors import MegapilotError, from_validation_error
@@ -32,6 +32,21 @@ class Profile(BaseModel):
     tokenizer: str | None = Field(default=None, description="Tokenizer model or HF name.")
     save_dir: str | None = Field(default=None, description="Checkpoint directory (--save).")
     source: str | None = Field(default=None, exclude=True, description="File this profile was read from.")
+
+    @field_validator("data_path", "save_dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        # `script` writes these into the launch as they are, and refuses a relative one there as if it were a flag
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r} is not an absolute path (the launch script runs from another directory)")
+        return value
+
+    @field_validator("gpu", "tokenizer")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("is empty (an empty value is not 'unset')")
+        return value
 
     def values(self) -> dict[str, object]:
         """The fields that are set, without the bookkeeping `source`."""
@@ -78,6 +93,12 @@ def load_profile(path: str | os.PathLike[str] | None = None) -> Profile:
                                               f"`megapilot profile set --{key.replace('_', '-')} ...`") from None
 
 
+# What each text field takes, for the fix of a refused `profile set`.
+_FIXES = {"data_path": "an absolute path, e.g. /data/corpus_text_document",
+          "save_dir": "an absolute path, e.g. /ckpt/run1",
+          "tokenizer": "a tokenizer path or a Hugging Face id", "gpu": "a GPU name such as h100"}
+
+
 def save_profile(path: str | os.PathLike[str] | None = None, *, merge: bool = True, **fields: object) -> Profile:
     """Write the given fields (None = leave as is) to the profile, merged over what is there."""
     location = profile_path(path)
@@ -86,7 +107,11 @@ def save_profile(path: str | os.PathLike[str] | None = None, *, merge: bool = Tr
     try:
         profile = Profile.model_validate(current)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix="profile") from None
+        error = from_validation_error(exc, prefix="profile")
+        key = (error.field or "profile").removeprefix("profile.")
+        raise MegapilotError(error.problem, field=f"--{key.replace('_', '-')}",
+                             fix=f"pass --{key.replace('_', '-')} with a valid value ({_FIXES.get(key, 'see --help')})"
+                             ) from None
     # start-up: tomli_w only when a profile is saved
     import tomli_w
 

@@ -78,3 +78,22 @@ def test_a_bad_value_in_the_profile_names_its_file_and_the_fix(tmp_path):
         load_profile(path)
     assert caught.value.field == "profile.gpus" and str(path) in caught.value.problem
     assert "megapilot profile set --gpus" in caught.value.fix
+
+
+@pytest.mark.parametrize(("field", "value"), [("data_path", "data/c4"), ("save_dir", ""), ("save_dir", "ckpt"),
+                                               ("tokenizer", ""), ("tokenizer", "  "), ("gpu", "")])
+def test_set_refuses_values_a_launch_cannot_use_naming_the_flag(tmp_path, field, value):
+    # stored as given, they came back at `script` time as a bad --data-path the user never passed
+    path = tmp_path / "p.toml"
+    with pytest.raises(MegapilotError) as info:
+        save_profile(path, **{field: value})
+    assert info.value.field == f"--{field.replace('_', '-')}" and info.value.fix
+    assert not path.exists()
+
+
+def test_a_relative_path_written_into_the_file_is_named_at_load(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('save_dir = "ckpt"\n')
+    with pytest.raises(MegapilotError, match="not an absolute path") as info:
+        load_profile(path)
+    assert info.value.field == "profile.save_dir" and str(path) in info.value.fix
