@@ -382,7 +382,7 @@ def _print_dry_run(plan: DryRunPlan) -> None:
     for stage in plan.stages:
         console.print(f"stage {stage.name}" + (f" [{stage.combo}]" if stage.combo else ""), highlight=False,
                       markup=False)
-    for combo in plan.checkpoint + plan.combos:
+    for combo in ([plan.smoke] if plan.smoke else []) + plan.checkpoint + plan.combos:  # in the order they run
         console.print(f"\n[bold]{escape(combo.key)}[/] backend={combo.backend} nodes={combo.nodes} "
                       f"gpus_per_node={combo.gpus_per_node}", highlight=False)
         if combo.skipped:

@@ -1,4 +1,5 @@
-"""`megapilot suite run --dry-run`: every stage in order and each combo's exact launch, running nothing.
+"""`megapilot suite run --dry-run`: every stage in order and the exact launch of each job (the smoke job, the
+checkpoint stage's, each combo's), running nothing.
 
 The same rendering as a real run (`megapilot.suite.render.render_cell`, checked by the same flag checks
 as `megapilot script`), so what the dry run prints is what the run would launch. Every script it shows is
@@ -55,6 +56,9 @@ class DryRunPlan(BaseModel):
 
     stages: list[DryRunStage]
     combos: list[DryRunCombo]
+    smoke: DryRunCombo | None = Field(
+        default=None, description="The smoke stage's job, key 'smoke' (skipped says why it would not run; None: the "
+                                  "stage is not selected).")
     checkpoint: list[DryRunCombo] = Field(
         default_factory=list, description="The checkpoint stage's save and resume jobs (empty: the stage would not "
                                           "run them).")
@@ -71,23 +75,22 @@ def dry_run_plan(suite: LoadedSuite, *, out_dir: Path, only_stage: str | None = 
         stages += [DryRunStage(name=name, combo=cell.key) for name in COMBO_STAGES if _selected(name, only_stage)]
     stages += [DryRunStage(name="results"), DryRunStage(name="teardown")]
     combos = [_combo(suite, cell, out_dir) for cell in cells]
-    smoke = _smoke_script(suite, out_dir) if _selected("smoke", only_stage) else None
+    smoke = _smoke(suite, out_dir) if _selected("smoke", only_stage) else None
     checkpoint = _checkpoint_jobs(suite, out_dir) if _selected("checkpoint", only_stage) else []
-    scripts = ([smoke] if smoke else []) + [c.script for c in checkpoint + combos if c.script]
-    return DryRunPlan(stages=stages, combos=combos, checkpoint=checkpoint, folder=str(out_dir / DRY_RUN_DIR),
-                      scripts=scripts)
+    scripts = [c.script for c in ([smoke] if smoke else []) + checkpoint + combos if c.script]
+    return DryRunPlan(stages=stages, combos=combos, smoke=smoke, checkpoint=checkpoint,
+                      folder=str(out_dir / DRY_RUN_DIR), scripts=scripts)
 
 
 DRY_RUN_DIR = "dry-run"
 
 
-def _smoke_script(suite: LoadedSuite, out_dir: Path) -> str | None:
-    if not suite.config.smoke.enabled or suite.smoke.skip_reason:
-        return None
-    job_dir = out_dir / DRY_RUN_DIR / "smoke"
-    job_dir.mkdir(parents=True, exist_ok=True)
-    launch = render_cell(suite, suite.smoke, job_dir=job_dir)
-    return _write(launch, job_dir) if launch.runnable else None
+def _smoke(suite: LoadedSuite, out_dir: Path) -> DryRunCombo:
+    """The smoke stage's job, shown and written like a combo's (or why the stage would not run it)."""
+    if not suite.config.smoke.enabled:
+        return DryRunCombo(key=suite.smoke.key, backend=suite.backend, skipped="smoke.enabled is false",
+                           nodes=suite.nodes, gpus_per_node=suite.gpus_per_node)
+    return _combo(suite, suite.smoke, out_dir)
 
 
 def _write(launch: CellLaunch, job_dir: Path) -> str:

@@ -47,6 +47,21 @@ def test_dry_run_of_a_real_cvs_config_gives_megatron_args_per_combo(cli, tmp_pat
     assert all("MXFP4" in c["key"] or "MXFP8" in c["key"] for c in skipped)  # MI325X lacks them, said so
 
 
+def test_the_dry_run_prints_the_smoke_jobs_launch_like_every_combos(cli, tmp_path: Path) -> None:
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    out = str(tmp_path / "out")
+    plan = cli("suite", "run", str(config), "--dry-run", "--json", "--out", out).json()
+    smoke = plan["smoke"]
+    assert smoke["key"] == "smoke" and smoke["skipped"] is None and "pretrain_gpt.py" in smoke["command"]
+    text = cli("suite", "run", str(config), "--dry-run", "--out", out)
+    assert text.exit_code == 0, text.stderr
+    blocks = text.stdout.split("\n\n")
+    launch = next(block for block in blocks if block.startswith("smoke backend=megatron-lm"))
+    assert launch.splitlines()[1].strip() == smoke["command"]  # the whole launch, as a combo's is printed
+    first_combo = next(index for index, block in enumerate(blocks) if block.startswith(plan["combos"][0]["key"]))
+    assert blocks.index(launch) < first_combo  # in the order the run launches them
+
+
 def test_dry_run_of_the_distributed_config_uses_the_cluster_nodes(cli, tmp_path: Path) -> None:
     raw = filled_in(raw_cvs(DISTRIBUTED_70B))
     config = write_suite(tmp_path, raw, DISTRIBUTED_70B)
@@ -147,7 +162,8 @@ def test_dry_run_warns_of_a_combo_predicted_over_the_gpus_memory_and_still_shows
     text = cli("suite", "run", str(config), "--cluster", str(cluster), "--dry-run", "--out", str(tmp_path / "out"))
     assert text.exit_code == 0, text.stderr
     warns = [line.strip() for line in text.stdout.splitlines() if line.strip().startswith("WARN cell")]
-    assert len(warns) == 2 and all("MI325X's 256 GiB: stage 0 " in line for line in warns), text.stdout
+    assert len(warns) == 3 and all("MI325X's 256 GiB: stage 0 " in line for line in warns), text.stdout
+    assert warns[0].startswith("WARN cell smoke: ")  # the smoke job too, as `suite check` warns of it
     payload = cli("suite", "run", str(config), "--cluster", str(cluster), "--dry-run", "--json",
                   "--out", str(tmp_path / "out-json")).json()
     for combo in payload["combos"]:

@@ -73,3 +73,24 @@ def test_the_dry_run_writes_the_checkpoint_stages_save_and_resume_jobs(tmp_path)
     # not written where the stage would not run them
     only_combos = dry_run_plan(suite, out_dir=tmp_path / "other", only_stage="train")
     assert only_combos.checkpoint == [] and not (tmp_path / "other" / "dry-run" / "checkpoint-save").exists()
+
+
+def test_the_smoke_job_is_shown_like_every_other_job_and_a_smoke_that_would_not_run_says_why(tmp_path):
+    shutil.copy(template_path("tiny-local"), tmp_path / "suite.json")
+    for path in threshold_paths("tiny-local"):
+        shutil.copy(path, tmp_path / path.name)
+    suite = load_suite(tmp_path / "suite.json")
+    plan = dry_run_plan(suite, out_dir=tmp_path / "out")
+    smoke = plan.smoke
+    assert smoke is not None and (smoke.key, smoke.skipped, smoke.gpus_per_node) == ("smoke", None, 2)
+    args = smoke.megatron_args
+    smoke_settings = suite.config.smoke
+    assert args[args.index("--train-iters") + 1] == str(smoke_settings.iters)
+    assert "megapilot.trainer" in smoke.command and smoke.script == plan.scripts[0]
+    assert "--train-iters " + str(smoke_settings.iters) in Path(smoke.script).read_text()
+    assert dry_run_plan(suite, out_dir=tmp_path / "out", only_stage="train").smoke is None  # not selected
+    off = suite.model_copy(update={"config": suite.config.model_copy(update={
+        "smoke": smoke_settings.model_copy(update={"enabled": False})})})
+    skipped = dry_run_plan(off, out_dir=tmp_path / "off").smoke
+    assert skipped is not None and skipped.skipped == "smoke.enabled is false" and skipped.script is None
+
