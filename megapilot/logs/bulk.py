@@ -235,6 +235,10 @@ FAST_ITERATION_RE = re.compile(
     rb" number of nan iterations: +(" + _INT + rb") \| *\n"
 )
 _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+# A byte that sends an iteration line's prefix to the line parser (the gap's needle regex sends such lines there too):
+# a control byte (an ANSI code, `\r`, a crash's NUL run, which the parser's decoding cuts out and counts) or a
+# non-ASCII one. The compiled scanner's prefix test is stricter (a tab too) and hands such a line back here.
+_UNPRINTABLE_RE = re.compile(rb"[^\t\x20-\x7e]")
 # A row's record can differ from its values in the anomaly fields only through the fields after its loss (before
 # them come fixed keys the rules do not read): another loss or the grad norm NaN/Inf, or a float that overflows to
 # one (a 3-digit exponent, 300 digits), a memory usage, a loss key `lm_loss` reads first. Doubts only (an `info`
@@ -489,15 +493,17 @@ class BulkReader:
         computes_tokens = parser.computes_tokens
         needs_first_time = not summary.has_first_time
         on_row = self._on_row
-        word_bytes, rfind = _WORD_BYTES, block.rfind
+        word_bytes, rfind, unprintable = _WORD_BYTES, block.rfind, _UNPRINTABLE_RE.search
         pos = start
         for found in FAST_ITERATION_RE.finditer(block, start, end):
             match_start = found.start()
             line_start = rfind(b"\n", 0, match_start) + 1
             prefix = bytes(block[line_start:match_start])  # a copy when the block is the reader's reused buffer
-            if prefix and (not prefix.isascii() or b"\x1b" in prefix or b"\r" in prefix or b"iteration" in prefix
-                           or b"[rank-" in prefix or prefix[-1] in word_bytes):
-                continue  # stays in the gap: the line parser reads it (ANSI, \r, Primus prefix, no word boundary)
+            if prefix and (unprintable(prefix) or b"iteration" in prefix or b"[rank-" in prefix
+                           or prefix[-1] in word_bytes):
+                # stays in the gap: the line parser reads it (ANSI, \r, a crash's NUL run it counts, non-ASCII,
+                # Primus prefix, no word boundary)
+                continue
             if line_start > pos:
                 self._gap(pos, line_start)
                 needs_first_time = not summary.has_first_time

@@ -10,7 +10,7 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.logs import parse_logs
-from megapilot.logs.bulk import read_bulk
+from megapilot.logs.bulk import ENGINE_ENV, ENGINES, read_bulk
 from megapilot.logs.collect import LogCollector
 from megapilot.logs.lines import BinaryTally, LineSplitter, Offsets, decode_log_text
 from megapilot.logs.parser import LineParser
@@ -115,3 +115,46 @@ def test_a_run_after_an_over_long_line_is_at_its_byte(tmp_path: Path):
     for summary_only in (False, True):
         [skipped] = parse_logs([str(path)], summary_only=summary_only).binary_skipped
         assert skipped.runs == [(3, 3, 4, 6 + len(long_line) + 2)]
+
+
+def _iteration_line(iteration: int) -> bytes:
+    return (f" [2026-01-01 00:00:{iteration:02d}] iteration {iteration:8d}/     100 | "
+            f"consumed samples: {64 * iteration} | elapsed time per iteration (ms): 1000.0 | learning rate: 1.0E-04 | "
+            "global batch size:    64 | lm loss: 5.0E+00 | loss scale: 1.0 | grad norm: 1.0 | "
+            "number of skipped iterations:   0 | number of nan iterations:   0 |").encode()
+
+
+@pytest.mark.parametrize("engine", ["line path", *ENGINES])
+@pytest.mark.parametrize("head", [1, 60], ids=["in the warm-up head", "past it"])
+def test_a_nul_run_right_before_an_iteration_line_is_counted_by_every_reader(tmp_path: Path, engine: str, head: int):
+    """A crash's NUL padding ends where the next write began: the NULs and the iteration line share a line. Each
+    reader reads the iteration and says it skipped the NULs, at their line and byte."""
+    lines = [_iteration_line(i) for i in range(1, head + 1)]
+    torn = b"\x00" * 3000 + _iteration_line(head + 1)
+    path = tmp_path / "train.log"
+    path.write_bytes(b"\n".join([*lines, torn, _iteration_line(head + 2)]) + b"\n")
+    nul_at = path.read_bytes().index(b"\x00")
+    if engine == "line path":
+        log = parse_logs([str(path)])
+    else:
+        collector = LogCollector(summary_only=True)
+        with open(path, "rb") as stream:
+            collector.end_source(read_bulk(collector, LineParser(str(path)), stream, engine=engine))
+        log = collector.finish()
+    assert log.summary is not None and log.summary.iterations_logged == head + 2
+    [skipped] = log.binary_skipped
+    assert skipped.runs == [(head + 1, head + 1, 3000, nul_at)]
+    assert skipped.describe() == f"skipped 2.9 KB of binary data on line {head + 1} at byte offset {nul_at}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_diagnose_notes_a_nul_run_before_an_iteration_line(tmp_path: Path, engine: str,
+                                                           monkeypatch: pytest.MonkeyPatch):
+    """diagnose reads in bulk with a row hook: its note names the NULs as the line path counts them."""
+    from megapilot.diagnose import diagnose
+
+    monkeypatch.setenv(ENGINE_ENV, engine)
+    path = tmp_path / "train.log"
+    path.write_bytes(_iteration_line(1) + b"\n" + b"\x00" * 4096 + _iteration_line(2) + b"\n" + _iteration_line(3))
+    notes = [note.text for note in diagnose([path]).notes]
+    assert f"train.log: skipped 4.0 KB of binary data on line 2 at byte offset {len(_iteration_line(1)) + 1}" in notes

@@ -22,7 +22,7 @@ from megapilot.logs.bulk import (
     read_bulk,
 )
 from megapilot.logs.collect import LogCollector, ParsedLog, _feed
-from megapilot.logs.lines import read_lines
+from megapilot.logs.lines import BinaryTally, read_lines
 from megapilot.logs.records import ErrorRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -41,13 +41,14 @@ def _facts(log: ParsedLog) -> dict:
         "summary": log.summary.to_dict(), "dialect": log.dialect, "dialect_counts": log.dialect_counts,
         "lines_read": log.lines_read, "last_line": log.last_line, "last_time_s": log.last_time_s,
         "errors": log.errors, "errors_dropped": log.errors_dropped, "checkpoints": log.checkpoints,
-        "arguments": log.arguments,
+        "arguments": log.arguments, "binary_skipped": log.binary_skipped,
     }
 
 
 def _line_path(data: bytes, options: ParseOptions = OPTIONS) -> ParsedLog:
-    collector = LogCollector()
-    _feed(collector, LineParser("f.log", options), read_lines(io.BytesIO(data), chunk_bytes=7), None)
+    collector, binary = LogCollector(), BinaryTally()
+    _feed(collector, LineParser("f.log", options), read_lines(io.BytesIO(data), chunk_bytes=7, tally=binary), None,
+          binary)
     return collector.finish()
 
 
@@ -186,7 +187,9 @@ ARGUMENT_BLOCKS = [  # Megatron-LM's start-up block: the shape the parser comput
      "[rank0]:   world_size ...................................... 16",
      "[rank0]:   train_iters ..... 7"],  # never closed
 ]
-RAW_LINES = [b"bad bytes \xff\xfe\xc3 in a line", b"[2026-01-01 00:50:00] \xe9t\xe9 latin-1", b"\x00\x01 control"]
+RAW_LINES = [b"bad bytes \xff\xfe\xc3 in a line", b"[2026-01-01 00:50:00] \xe9t\xe9 latin-1", b"\x00\x01 control",
+             b"\x00" * 40 + b" [2026-01-01 00:51:00] " + CANONICAL.format(  # a crash's NUL run, then the next write
+                 it=7, total=10**7, cs=896, ms="9000.5", tf="744.0", loss="7.0E+00", skipped=0, nan=0).encode()]
 
 
 @st.composite
