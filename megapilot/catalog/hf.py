@@ -134,7 +134,42 @@ def from_hf_config(config: HFConfig, name: str) -> ModelSpec:
         fields = _FAMILY_MAPPERS[family](config)
         return ModelSpec(name=name, hf_architecture=architecture, **fields)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix="model") from exc
+        raise _config_value_error(exc, config) from exc
+
+
+# The config.json keys that set a ModelSpec field, per family spelling, for naming a refused value by its key.
+_HF_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size", "n_embd"),
+    "ffn_hidden_size": ("intermediate_size", "n_inner"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_query_groups": ("num_key_value_heads",),
+    "kv_channels": ("head_dim",),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
+    "norm_epsilon": ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_epsilon"),
+    "num_experts": ("num_local_experts", "n_routed_experts", "num_experts"),
+    "router_topk": ("num_experts_per_tok",),
+    "moe_ffn_hidden_size": ("moe_intermediate_size",),
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_head_dim": ("qk_nope_head_dim",),
+    "qk_pos_emb_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+}
+
+
+def _config_value_error(exc: ValidationError, config: HFConfig) -> MegapilotError:
+    """A value the config.json gives that a ModelSpec refuses, named by its config key where one sets it."""
+    error = from_validation_error(exc, prefix="model")
+    spec_field = (error.field or "model").removeprefix("model.")
+    key = next((k for k in _HF_KEYS.get(spec_field.rsplit(".", 1)[-1], ()) if k in config), None)
+    if key is not None:
+        return MegapilotError(f"{key}={config[key]!r} in the config.json: {error.problem}", field=key,
+                              fix=f"set {key!r} to the value the model card gives")
+    return MegapilotError(f"the config.json gives Megatron's {spec_field} a value it refuses: {error.problem}",
+                          field=error.field, fix=f"correct the key that sets {spec_field} in the config.json, or "
+                                                 "write the model as a ModelSpec YAML file")
 
 
 def _family(config: HFConfig) -> str:

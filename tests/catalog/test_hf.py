@@ -861,3 +861,22 @@ def test_a_config_naming_neither_model_type_nor_architectures_is_told_to_name_on
 @pytest.mark.parametrize("architectures", ["LlamaForCausalLM", [{"name": "LlamaForCausalLM"}]])
 def test_architectures_that_is_not_a_list_of_class_names_is_refused_by_its_field(architectures):
     _one_line_refusal(_llama(architectures=architectures), "architectures")
+
+
+@pytest.mark.parametrize(("key", "value"), [("num_attention_heads", 0), ("intermediate_size", 0),
+                                            ("hidden_size", -1), ("rms_norm_eps", -1.0)])
+def test_a_value_the_spec_refuses_is_named_by_its_config_key_with_a_fix(key, value):
+    # it read "model.ffn_hidden_size: Input should be greater than 0", with no fix and Megatron's name for the key
+    config = _config("Llama-3.1-8B")
+    config[key] = value
+    with pytest.raises(MegapilotError) as info:
+        from_hf_config(config, "broken")
+    assert info.value.field == key and f"{key}={value!r}" in info.value.problem and key in info.value.fix
+
+
+def test_a_refused_value_with_no_known_key_still_carries_a_fix():
+    config = _config("Mixtral-8x7B-v0.1")
+    config["num_experts_per_tok"] = 0
+    with pytest.raises(MegapilotError) as info:
+        from_hf_config(config, "broken")
+    assert info.value.field == "num_experts_per_tok" and info.value.fix
