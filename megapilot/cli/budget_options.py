@@ -71,11 +71,15 @@ class RunBudgetFlags:
             raise MegapilotError("--tokens and --train-iters both give the budget", field="tokens",
                                  fix="pass one of them")
         # named as typed: --restart-min is minutes here and seconds in the failure model
-        for flag, value in (("--restart-min", self.restart_min), ("--repair-h", self.repair_h),
-                            ("--failures-per-gpu-hour", self.failures_per_gpu_hour)):
+        for flag, value, most in (("--restart-min", self.restart_min, MOST_RESTART_MIN),
+                                  ("--repair-h", self.repair_h, MOST_REPAIR_H),
+                                  ("--failures-per-gpu-hour", self.failures_per_gpu_hour, math.inf)):
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise MegapilotError(f"must be a finite number >= 0, not {value}", field=flag[2:].replace("-", "_"),
                                      fix=f"pass {flag} 0 or more")
+            if value is not None and value > most:
+                raise MegapilotError(f"{value:g} is more than {most:,g} ({MOST_SAYS[flag]})",
+                                     field=flag[2:].replace("-", "_"), fix=f"pass {flag} of at most {most:,g}")
         changes: dict[str, Any] = {"failures_per_gpu_hour": self.failures_per_gpu_hour, "repair_h": self.repair_h,
                                    "restart_s": None if self.restart_min is None else self.restart_min * 60}
         if self.failures_per_gpu_hour is not None:
@@ -122,6 +126,12 @@ def _history_rate(gpu: GPUSpec | None) -> dict[str, Any]:
 
 
 HISTORY_RUNS_READ = 1000  # the newest runs the history rate reads
+# Beyond these a figure is a slip of units, not a cluster: 1e308 minutes overflowed to an internal "restart_s"
+# error, and 1e308 repair hours printed a spare-node count of 300 digits.
+MOST_RESTART_MIN = 7 * 24 * 60
+MOST_REPAIR_H = 365 * 24
+MOST_SAYS = {"--restart-min": "a week: a job that waits longer to restart is stopped, not restarting",
+             "--repair-h": "a year: a node out longer is replaced, not repaired"}
 NO_BUDGET = BudgetFlags()
 NO_RUN_BUDGET = RunBudgetFlags()
 

@@ -31,6 +31,11 @@ def test_tokens_phases_warm_up_price_and_failure_inputs_become_one_request():
     assert failure.source == "given (--failures-per-gpu-hour)"
 
 
+def test_the_longest_restart_and_repair_are_taken():
+    request = BudgetFlags(tokens="1T", restart_min=7 * 24 * 60, repair_h=365 * 24).request()
+    assert request is not None and (request.failure.restart_s, request.failure.repair_h) == (7 * 24 * 3600, 8760)
+
+
 def test_unset_failure_inputs_keep_the_models_defaults():
     request = BudgetFlags(train_iters=1000).request()
     assert request is not None and request.train_iters == 1000 and request.tokens is None
@@ -50,6 +55,9 @@ def test_script_gives_the_steps_itself():
     (BudgetFlags(tokens="1T", restart_min=float("nan")), "restart_min"),
     (BudgetFlags(tokens="1T", repair_h=float("inf")), "repair_h"),
     (BudgetFlags(tokens="many"), "tokens"),
+    (BudgetFlags(tokens="1T", restart_min=1e308), "restart_min"),  # overflowed to an error on "restart_s" when x60
+    (BudgetFlags(tokens="1T", restart_min=7 * 24 * 60 + 1), "restart_min"),
+    (BudgetFlags(tokens="1T", repair_h=1e308), "repair_h"),  # printed a spare-node count of 300 digits
 ])
 def test_contradicting_or_bad_options_name_the_field(flags, field):
     with pytest.raises(MegapilotError) as caught:
