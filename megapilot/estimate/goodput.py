@@ -116,7 +116,8 @@ def estimated_checkpoint(size_bytes: float, storage_gbps: float) -> CheckpointCo
                              fix="pass the storage's aggregate write bandwidth in GB/s, e.g. --checkpoint-gbps 200")
     seconds = size_bytes / (storage_gbps * 1e9)
     return CheckpointCost(size_bytes, seconds, seconds,
-                          f"estimated: {size_bytes / 1e12:.3g} TB at {storage_gbps:g} GB/s")
+                          f"estimated: {size_bytes / 1e12:.3g} TB at "
+                          f"{f'{storage_gbps:,.0f}' if storage_gbps >= 100 else f'{storage_gbps:.3g}'} GB/s")
 
 
 def daly_interval_s(save_s: float, mtbf_s: float) -> float:

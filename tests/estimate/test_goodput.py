@@ -69,3 +69,9 @@ def test_failures_faster_than_a_restart_are_refused():
     with pytest.raises(MegapilotError, match="never finishes"):
         goodput(DAY_S, 100_000, CheckpointCost(1e12, 600.0, 600.0, "test"),
                 FailureModel(failures_per_gpu_hour=1e-3, restart_s=3600.0))
+
+
+@pytest.mark.parametrize(("gbps", "said"), [(0.9765625, "0.977 GB/s"), (125.0, "125 GB/s"), (2000.0, "2,000 GB/s")])
+def test_the_storage_bandwidth_prints_to_three_figures(gbps, said):
+    # the pro-rata default for 8 GPUs printed as "0.976562 GB/s"
+    assert estimated_checkpoint(1e12, gbps).source.endswith(said)
