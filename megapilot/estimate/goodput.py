@@ -26,8 +26,9 @@ and the interval that minimises E is Daly's higher-order one (for d < 2M; M itse
 (Young's sqrt(2 d M) is its first term). Effective training time = C / E.
 
 Spare nodes: a hardware interruption takes a node out for its repair; with spares the job restarts at once on a
-spare, without them it waits for the repair. Spares needed to cover the nodes in repair at once 99 % of the time
-(Little's law: on average hardware rate x repair time of them, Poisson) are set against that wait.
+spare, without them it waits for the repair. The spares recommended let 99 % of hardware interruptions find one:
+the node that failed, plus the nodes already in repair when it fails (Little's law: on average hardware rate x
+repair time of them, Poisson; a failure sees that time average). They are set against the wait without spares.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def daly_interval_s(save_s: float, mtbf_s: float) -> float:
 class SpareNodes:
     """Spares against waiting: how many cover the nodes in repair, what they hold back, and the wait without."""
 
-    recommended: int  # nodes in repair at once, covered SPARE_COVERAGE of the time
+    recommended: int  # the failed node + those already in repair, covered for SPARE_COVERAGE of the failures
     gpus_held: int
     held_share: float  # of the job's GPUs: what running those nodes as spares (not training) costs
     hardware_interruptions: float
@@ -244,7 +245,9 @@ def _spares(interruptions: float, gpus: int, gpus_per_node: int, failure: Failur
             elapsed_s: float = 0.0) -> SpareNodes:
     hardware = interruptions * failure.hardware_share
     in_repair = hardware / elapsed_s * failure.repair_h * 3600 if elapsed_s > 0 else 0.0  # Little's law
-    recommended = _poisson_quantile(in_repair, SPARE_COVERAGE)
+    # the quantile alone covers the nodes already out, not the one failing now: it said "0 held back cover the
+    # repairs" for a job that waits out every repair
+    recommended = 1 + _poisson_quantile(in_repair, SPARE_COVERAGE) if hardware > 0 else 0
     held = recommended * gpus_per_node
     wait_s = hardware * failure.repair_h * 3600
     return SpareNodes(recommended, held, held / gpus if gpus else 0.0, hardware, wait_without_s=wait_s,

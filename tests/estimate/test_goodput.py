@@ -75,3 +75,16 @@ def test_failures_faster_than_a_restart_are_refused():
 def test_the_storage_bandwidth_prints_to_three_figures(gbps, said):
     # the pro-rata default for 8 GPUs printed as "0.976562 GB/s"
     assert estimated_checkpoint(1e12, gbps).source.endswith(said)
+
+
+def test_spares_cover_the_failing_node_too():
+    # a small job whose nodes are seldom in repair still waits out every repair without a spare: 0 spares said
+    # "0 held back cover the repairs; cheaper: spares"
+    checkpoint = CheckpointCost(1e11, 10.0, 10.0, "test")
+    small = goodput(30 * DAY_S, 8, checkpoint)
+    assert small.spares.hardware_interruptions > 0 and small.spares.recommended == 1
+    assert small.spares.cheaper == "waiting"  # one node held back of one costs more than the rare wait
+    # 1,024 GPUs, 62 repairs of 24 h in 164 days: 0.38 nodes in repair on average; P(Poisson(0.38) <= 2) = 0.993
+    big = goodput(161.8 * DAY_S, 1024, CheckpointCost(9.88e11, 7.9, 7.9, "test"), step_time_s=7.82)
+    assert big.spares.recommended == 3
+    assert goodput(DAY_S, 8, checkpoint, FailureModel(failures_per_gpu_hour=0.0)).spares.recommended == 0
