@@ -216,9 +216,14 @@ def print_budget_ranking(budgeted: BudgetedPlan) -> None:
 
 
 def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: int | None,
-                         save_interval: int | None, notes: list[str]) -> tuple[int | None, int | None]:
+                         save_interval: int | None, notes: list[str], *,
+                         saving: bool = True) -> tuple[int | None, int | None]:
     """`script`'s --train-iters and --save-interval from a budget: the steps of the budget's main phase, and Daly's
-    checkpoint interval in steps (each only where not given; no budget option given: both as they were)."""
+    checkpoint interval in steps when the run saves (each only where not given; no budget option given: both as
+    they were)."""
+    if budget.tokens is not None and train_iters is not None:  # the steps written would not train the tokens asked
+        raise MegapilotError("--tokens and --train-iters both give the run's length", field="tokens",
+                             fix="pass one of them (--tokens sets --train-iters from the budget)")
     request = budget.request(gpu=plan.cluster.gpu) if budget.tokens is not None or budget.given else None
     if request is None:
         return train_iters, save_interval
@@ -233,7 +238,7 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
         notes.append(f"--train-iters {train_iters:,}: the budget's main phase, {main.tokens / 1e9:,.1f} B tokens "
                      f"at GBS {main.shape.gbs:,} x seq {main.shape.seq_len:,}{also}")
     g = run.goodput
-    if save_interval is None and g.checkpoint_interval_iters is not None:
+    if save_interval is None and g.checkpoint_interval_iters is not None and saving:
         save_interval = g.checkpoint_interval_iters
         notes.append(f"--save-interval {save_interval:,}: Daly's optimal checkpoint interval "
                      f"({format_duration(g.checkpoint_interval_s)}) for a {format_duration(g.checkpoint.save_s)} save "

@@ -111,13 +111,14 @@ def script(
         raise MegapilotError("--mock-data and --data-path exclude each other", field="--data-path",
                              fix="pass --data-path PREFIX for real data, or --mock-data alone")
     require_positive("--train-iters", train_iters)
-    train_iters, save_interval = schedule_from_budget(budget, saved, train_iters, save_interval, notes)
-    if train_iters is not None:
-        saved = saved.model_copy(update={"training": saved.training.model_copy(update={"train_iters": train_iters})})
-
     fills = _profile_fills(user_profile, data_path=data_path, mock_data=mock_data,
                            tokenizer_model=tokenizer_model, vocab_file=vocab_file, save=save,
                            tokenizer_type=tokenizer_type)
+    train_iters, save_interval = schedule_from_budget(budget, saved, train_iters, save_interval, notes,
+                                                      saving=fills["save"] is not None)
+    if train_iters is not None:
+        saved = saved.model_copy(update={"training": saved.training.model_copy(update={"train_iters": train_iters})})
+
     assumed += fills.pop("_notes")  # type: ignore[arg-type]  # the fills keep their notes list here
     script_path = str(output.expanduser().absolute()) if output is not None else None
     options = _options(

@@ -107,6 +107,16 @@ def test_script_derives_train_iters_and_save_interval_from_the_budget(cli, tmp_p
     assert re.search(r"--save-interval 7\b", given.stdout)
 
 
+def test_script_refuses_tokens_beside_train_iters_and_sets_no_interval_without_checkpoints(cli):
+    args = ("script", *SMALL, "--entrypoint", "megapilot", "--mock-data", "--tokenizer-type", "NullTokenizer",
+            "--remote")
+    both = cli(*args, "--tokens", "1T", "--train-iters", "5")  # wrote --train-iters 5 and dropped the 1T unsaid
+    assert both.exit_code == 2 and "tokens" in both.stderr and "--train-iters" in both.stderr
+    unsaved = cli(*args, "--tokens", "1T", "--json")  # noted a Daly --save-interval for a run that saves nothing
+    assert unsaved.exit_code == 0, unsaved.stderr
+    assert not any("--save-interval" in note for note in unsaved.json()["notes"])
+
+
 @pytest.mark.parametrize(("extra", "field"), [
     (("--cost-per-gpu-hour", "2"), "tokens"),
     (("--tokens", "12Q"), "tokens"),
