@@ -2,7 +2,9 @@
 
 `check` exits 0 when the suite would run (cells, backend, executor, threshold file and warnings printed)
 and 2 listing every problem with its dotted path; it also renders every cell, so a flag Megatron would
-refuse shows up here rather than on the cluster. `--json` prints
+refuse shows up here rather than on the cluster. It takes the options of `suite run` that change the cells
+(`--megatron-version`, `--exclude-failing` and the `--out` its `latest` is under, defined once here) and checks
+the cells as that run would build them, so it refuses what the run would refuse. `--json` prints
 `{"ok", "problems": [{"path", "message", "fix"}], "warnings", "cells", "backend", "executor", "hang_window"}`.
 """
 
@@ -21,14 +23,30 @@ if TYPE_CHECKING:
     from megapilot.suite.render import CellLaunch
 
 
+# ---- the options of `suite run` that change the cells it runs, taken by `suite check` too: one name and one help ----
+DEFAULT_OUT = Path("runs/suite")
+OutOpt = Annotated[Path, typer.Option("--out", help="Parent directory of the run directories: where `suite run` writes "
+                                                    "its run, and where --exclude-failing latest looks.")]
+MegatronVersionOpt = Annotated[str | None, typer.Option(
+    "--megatron-version", help="Megatron-LM release the launches are for, e.g. 0.14 (default: the config's "
+                               "megapilot.megatron_version, else the checkout's own, else the newest table).")]
+ExcludeFailingOpt = Annotated[str | None, typer.Option(
+    "--exclude-failing", help="Leave out the nodes in failing_nodes.txt of this run: 'latest' (the newest under "
+                              "--out), a run directory or run id (default: the config's megapilot.exclude_failing).")]
+
+
 def check(
     config: Annotated[Path, typer.Argument(help="Suite config: a CVS Megatron JSON (or the same in YAML).",
                                            show_default=False)],
     cluster: Annotated[Path | None, typer.Option("--cluster", help="CVS cluster file (nodes, user, key).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the check as JSON.")] = False,
+    megatron_version: MegatronVersionOpt = None,
+    exclude_failing: ExcludeFailingOpt = None,
+    out: OutOpt = DEFAULT_OUT,
 ) -> None:
     """Check a suite config: every problem with its path, or the cells it would run."""
-    result, launches = run_check(config, cluster)
+    result, launches = run_check(config, cluster, megatron_version=megatron_version, exclude_failing=exclude_failing,
+                                 out=out)
     if json_output:
         emit_json(check_payload(result, launches))
     else:
@@ -41,8 +59,11 @@ def check(
         raise typer.Exit(EXIT_USER_ERROR)
 
 
-def run_check(config: Path, cluster: Path | None) -> tuple[SuiteCheck, list[CellLaunch]]:
-    """The check, and when the config resolves, every cell rendered into a scratch folder."""
+def run_check(config: Path, cluster: Path | None, *, megatron_version: str | None = None,
+              exclude_failing: str | None = None, out: Path = DEFAULT_OUT) -> tuple[SuiteCheck, list[CellLaunch]]:
+    """The check, and when the config resolves, every cell as `suite run` would build it with these options, rendered
+    into a scratch folder. What the options make impossible (an unknown release, nodes that cannot be left out) is a
+    problem naming the option, and no cell is rendered."""
     import tempfile
 
     from megapilot.suite.config import check_suite
@@ -51,11 +72,53 @@ def run_check(config: Path, cluster: Path | None) -> tuple[SuiteCheck, list[Cell
     result = check_suite(config, cluster)
     if result.suite is None:
         return result, []
+    try:
+        suite, notes, _ = suite_as_run(result.suite, megatron_version=megatron_version,
+                                       exclude_failing=exclude_failing, out=out)
+    except MegapilotError as exc:
+        result.add(exc.field or "config", exc.problem, exc.fix or "")
+        return result, []
+    result.suite = suite
+    result.warnings += notes
     with tempfile.TemporaryDirectory(prefix="megapilot-suite-check-") as scratch:
-        cells = [result.suite.smoke, *result.suite.cells]
+        cells = [suite.smoke, *suite.cells]
         for cell in cells:  # local renders want the script's folder to exist
             (Path(scratch) / cell.slug).mkdir(exist_ok=True)
-        return result, render_cells(result.suite, Path(scratch))
+        return result, render_cells(suite, Path(scratch))
+
+
+def suite_as_run(suite: LoadedSuite, *, megatron_version: str | None, exclude_failing: str | None,
+                 out: Path) -> tuple[LoadedSuite, list[str], Path | None]:
+    """The suite with its cells as `suite run` builds them: its launches for --megatron-version, without the nodes
+    --exclude-failing (else the config's megapilot.exclude_failing) leaves out; the notes that name those nodes, and
+    the run directory they came from (None: no node was left out)."""
+    if megatron_version is not None:
+        suite = _for_megatron_version(suite, megatron_version)
+    return _excluding_failing(suite, exclude_failing, out)
+
+
+def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
+    """The suite with its launches checked against `version` (an unknown one refused here, before any cell)."""
+    from megapilot.launch.megatron_args import flag_table
+
+    try:
+        flag_table(version)
+    except MegapilotError as exc:  # the option the user typed, not the config key it sets
+        raise MegapilotError(exc.problem, field="--megatron-version", fix=exc.fix) from None
+    block = suite.config.megapilot.model_copy(update={"megatron_version": version})
+    return suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
+
+
+def _excluding_failing(suite: LoadedSuite, run: str | None, out: Path) -> tuple[LoadedSuite, list[str], Path | None]:
+    """The suite without the nodes an earlier run failed (`--exclude-failing`, else the config's key), and the notes
+    that say so; the suite as it is without either."""
+    from megapilot.suite.exclude import exclude_nodes, failing_run_dir, read_failing
+
+    run = run or suite.config.megapilot.exclude_failing
+    if not run:
+        return suite, [], None
+    excluded = read_failing(failing_run_dir(run, out))
+    return exclude_nodes(suite, excluded), excluded.notes(), excluded.source
 
 
 def memory_warnings(result: SuiteCheck, launches: list[CellLaunch]) -> list[str]:
@@ -182,6 +245,9 @@ def _print_check(result: SuiteCheck, launches: list[CellLaunch]) -> None:
                   f"{suite.nodes} node(s) x {suite.gpus_per_node}, model {suite.model.name}", highlight=False)
     console.print(f"thresholds: {suite.threshold_path or 'none (record only)'}", highlight=False, markup=False)
     console.print(describe_hang_window(suite.config.megapilot), highlight=False, markup=False, soft_wrap=True)
+    if not launches:  # an option made the cells impossible to build: its problem above says why
+        console.print(f"{len(problems)} problem(s): the suite cannot run", highlight=False)
+        return
     table = Table(title="cells", title_justify="left")
     for column in ("cell", "status", "launch"):
         table.add_column(column, overflow="fold")

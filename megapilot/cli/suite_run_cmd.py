@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from megapilot.cli.common import console, emit_json, err_console
+from megapilot.cli.suite_check_cmd import DEFAULT_OUT, ExcludeFailingOpt, MegatronVersionOpt, OutOpt
 
 if TYPE_CHECKING:
     from megapilot.report import ReportFiles
@@ -43,7 +44,7 @@ def run(
                                                    "train, metrics, loss_curve, results, teardown.")] = None,
     combo: Annotated[str | None, typer.Option(
         help="Run only this sweep cell, e.g. 'MBS=4,GBS=128,PRECISION=FP8'.")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Parent directory of the run directory.")] = Path("runs/suite"),
+    out: OutOpt = DEFAULT_OUT,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the stages and each combo's exact launch; "
                                                             "run nothing.")] = False,
     resume: Annotated[str | None, typer.Option("--resume", help="Run id, run directory or 'latest' (the newest run "
@@ -59,22 +60,17 @@ def run(
         "--enforce-regressions/--warn-regressions",
         help="A regression beyond its band against the history fails the run (exit 1), or is a WARN (default: the "
              "config's regressions.enforce, else WARN).")] = None,
-    megatron_version: Annotated[str | None, typer.Option(
-        help="Megatron-LM release the launches are for, e.g. 0.14 (default: the config's megapilot.megatron_version, "
-             "else the checkout's own, else the newest table).")] = None,
+    megatron_version: MegatronVersionOpt = None,
     cluster_name: Annotated[str | None, typer.Option(
         "--cluster-name", help="Record (and calibrate) this run under this cluster (default: the cluster file's "
                                "name; `local` for a CPU suite without one).")] = None,
     calibration: Annotated[str, typer.Option(
         "--calibration", help="history: calibrate each combo's prediction on the cluster's runs in the history; "
                               "none: the uncalibrated model.")] = "history",
-    exclude_failing: Annotated[str | None, typer.Option(
-        "--exclude-failing", help="Leave out the nodes in failing_nodes.txt of this run: 'latest' (the newest under "
-                                  "--out), a run directory or run id (default: the config's "
-                                  "megapilot.exclude_failing).")] = None,
+    exclude_failing: ExcludeFailingOpt = None,  # --megatron-version and this: `suite check` takes them too
 ) -> None:
     """Run the suite: prepare, preflight, tokenizer, smoke, checkpoint, every combo, results, teardown."""
-    from megapilot.cli.suite_check_cmd import checked_suite, refuse_unrenderable
+    from megapilot.cli.suite_check_cmd import checked_suite, refuse_unrenderable, suite_as_run
     from megapilot.suite.outcome import run_outcome
     from megapilot.suite.stages import STAGES
 
@@ -84,11 +80,11 @@ def run(
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
     _check_out(out)
     suite = checked_suite(config, cluster)  # what `suite check` refuses stops the run here, as check says it
-    if megatron_version is not None:
-        suite = _for_megatron_version(suite, megatron_version)
     if combo is not None:
         _check_combo(suite, combo)
-    suite, exclusion_notes, excluded_from = _excluding_failing(suite, exclude_failing, out)
+    # the cells as `suite check` with the same options checks them
+    suite, exclusion_notes, excluded_from = suite_as_run(suite, megatron_version=megatron_version,
+                                                         exclude_failing=exclude_failing, out=out)
     refuse_unrenderable(suite)  # a cell Megatron would refuse: nothing runs, nothing is recorded
     if dry_run:
         from megapilot.suite.dry_run import dry_run_plan
@@ -108,7 +104,7 @@ def run(
         with stop_on_signals():
             ran = _run(suite, out=out, stage=stage, combo=combo, resume=resume, db=None if no_history else db,
                        use_history=not no_history, quiet=quiet or json_output, enforce_regressions=bool(enforce),
-                       cluster_name=cluster_name, calibrate=calibrate, notes=exclusion_notes)
+                       cluster_name=cluster_name, calibrate=calibrate, notes=tuple(exclusion_notes))
     except Interrupted as exc:  # before the run started or after it ended: nothing to stop or to resume
         err_console.print(f"stopped: {exc.name}", highlight=False)
         raise typer.Exit(exc.exit_code) from None
@@ -178,28 +174,6 @@ def _resume_command(config: Path, cluster: Path | None, out: Path, stage: str | 
 
 def register(suite_app: typer.Typer) -> None:
     suite_app.command("run")(run)
-
-
-def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
-    """The suite with its launches checked against `version` (refused here, before any stage, when unknown)."""
-    from megapilot.launch.megatron_args import flag_table
-
-    flag_table(version)
-    block = suite.config.megapilot.model_copy(update={"megatron_version": version})
-    return suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
-
-
-def _excluding_failing(suite: LoadedSuite, run: str | None,
-                       out: Path) -> tuple[LoadedSuite, tuple[str, ...], Path | None]:
-    """The suite without the nodes an earlier run failed (`--exclude-failing`, else the config's key), and the notes
-    that say so; the suite as it is without either."""
-    from megapilot.suite.exclude import exclude_nodes, failing_run_dir, read_failing
-
-    run = run or suite.config.megapilot.exclude_failing
-    if not run:
-        return suite, (), None
-    excluded = read_failing(failing_run_dir(run, out))
-    return exclude_nodes(suite, excluded), tuple(excluded.notes()), excluded.source
 
 
 def _check_combo(suite: LoadedSuite, combo: str) -> None:

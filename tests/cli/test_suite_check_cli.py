@@ -204,3 +204,76 @@ def test_a_yaml_boolean_where_a_number_is_required_fails_the_check(cli, tmp_path
     assert result.exit_code == 2
     (problem,) = result.json()["problems"]
     assert problem["path"] == "megapilot.gpus_per_node" and "true/false" in problem["message"]
+
+
+# ---- the options of `suite run` that change its cells: check builds the cells as that run would ------------------
+
+def _refused(run_stderr: str) -> list[str]:
+    """What `suite run` refused, one 'path: message — fix: ...' per error line."""
+    return [line.removeprefix("error: ") for line in run_stderr.splitlines() if line.startswith("error: ")]
+
+
+def _problems(check_json: dict) -> list[str]:
+    return [f"{p['path']}: {p['message']}" + (f" — fix: {p['fix']}" if p["fix"] else "")
+            for p in check_json["problems"]]
+
+
+def test_check_with_megatron_version_reports_what_run_with_it_refuses(cli, tmp_path: Path) -> None:
+    """A suite launching a Megatron-LM checkout of 0.14 on this machine: fine as it is; for 0.16 every cell is refused
+    by `suite run`, and now by `suite check` first, in the same words."""
+    from tests.launch.test_versions import _local_checkout
+
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["megapilot"] = {"megatron_path": str(_local_checkout("core_v0.14.0", tmp_path))}
+    config = str(write_suite(tmp_path, raw, SINGLE_8B))
+    assert cli("suite", "check", config).exit_code == 0
+    check = cli("suite", "check", config, "--json", "--megatron-version", "0.16")
+    run = cli("suite", "run", config, "--dry-run", "--out", str(tmp_path / "out"), "--megatron-version", "0.16")
+    assert check.exit_code == run.exit_code == 2 and check.json()["ok"] is False
+    assert _problems(check.json()) == _refused(run.stderr) and len(_refused(run.stderr)) == 3, run.stderr
+    assert all("--megatron-version 0.16 but the checkout at" in line for line in _refused(run.stderr))
+    unknown = cli("suite", "check", config, "--json", "--megatron-version", "0.99")
+    refused = cli("suite", "run", config, "--dry-run", "--out", str(tmp_path / "out"), "--megatron-version", "0.99")
+    assert unknown.exit_code == refused.exit_code == 2 and unknown.json()["cells"] == []
+    assert _problems(unknown.json()) == _refused(refused.stderr)
+    assert _refused(refused.stderr)[0].startswith("--megatron-version: no flag table for Megatron-LM 0.99")
+    text = cli("suite", "check", config, "--megatron-version", "0.99")  # the problem, and no empty table of cells
+    assert "problem --megatron-version: no flag table" in text.stdout and "┃ cell" not in text.stdout
+
+
+def test_check_with_exclude_failing_checks_the_cells_on_the_nodes_left(cli, tmp_path: Path) -> None:
+    """Three SSH hosts, pipeline parallel 3: with the host an earlier preflight failed left out, two ranks are left
+    and no cell can run; `suite check --exclude-failing latest` says so as `suite run` does, and names the node."""
+    from tests.suite.test_exclude import _failed_run, _suite
+
+    config = _suite(tmp_path, "ssh", nodes=None)
+    raw = json.loads(config.read_text())
+    raw["train_params"]["pipeline_parallelism"] = "3"
+    config.write_text(json.dumps(raw))
+    _failed_run(tmp_path / "runs", failing=1)
+    args = ("--cluster", str(tmp_path / "cluster.json"))
+    excluding = ("--exclude-failing", "latest", "--out", str(tmp_path / "runs"))
+    whole = cli("suite", "check", str(config), *args, "--json")
+    assert whole.exit_code == 0 and whole.json()["nodes"] == 3
+    check = cli("suite", "check", str(config), *args, *excluding, "--json")
+    run = cli("suite", "run", str(config), *args, *excluding, "--dry-run")
+    assert check.exit_code == run.exit_code == 2
+    assert _problems(check.json()) == _refused(run.stderr) == [
+        "cells.default: gpus: TP*PP*CP = 1*3*1 = 3 does not divide 2 GPUs — fix: choose TP, PP and CP whose product "
+        "divides the GPU count"]
+    assert check.json()["nodes"] == 2 and any(w.startswith("excluded node 10.0.0.2 ") for w in check.json()["warnings"])
+    raw["megapilot"]["exclude_failing"] = str(tmp_path / "runs" / "20261205-060000-abcd")  # the config's key, too
+    config.write_text(json.dumps(raw))
+    assert _problems(cli("suite", "check", str(config), *args, "--json").json()) == _refused(run.stderr)
+
+
+def test_check_and_run_take_the_options_that_change_the_cells_by_one_name_and_help() -> None:
+    import typer.main
+
+    from megapilot.cli.app import app
+
+    suite = typer.main.get_command(app).commands["suite"]  # type: ignore[attr-defined]
+    options = {name: {p.name: (tuple(p.opts), p.help) for p in suite.commands[name].params}
+               for name in ("check", "run")}
+    for name in ("megatron_version", "exclude_failing", "out"):
+        assert options["check"][name] == options["run"][name] and options["check"][name][1], name
