@@ -8,8 +8,8 @@ files, a rank's stderr, a `dmesg` excerpt. `expand_log_paths` turns what a user 
   also has a combined log) are skipped, since the node's log already holds the same lines;
 - a pattern with `*`, `?` or `[` is expanded (`**` recurses), for shells that pass it unexpanded;
 - a gzip-compressed log (`training.log.gz`, told by its magic bytes) is read decompressed (`open_log`);
-- a pipe or other stream (`<(zcat run.log.gz)`, a FIFO, `/dev/stdin`) is read as it comes, unsniffed: reading it
-  twice would lose what the sniff took.
+- a pipe or other stream (`<(zcat run.log.gz)`, a FIFO, `/dev/stdin`) and standard input are judged on the bytes
+  the reading takes first (`open_log`), then read from their start: what the sniff took is handed back first.
 "Text" is judged on the first `SNIFF_BYTES`: no NUL byte, and at least `MIN_PRINTABLE_FRACTION` of the bytes
 printable or UTF-8 (a checkpoint, a core dump or a `.npy` file is not a log).
 """
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import glob
 import gzip
+import io
 import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from megapilot.errors import MegapilotError
 from megapilot.logs.lines import BINARY_RUN_RE
@@ -57,11 +58,16 @@ def is_stream(path: Path) -> bool:
     return path.exists() and not path.is_file() and not path.is_dir()
 
 
+STDIN_NAME = "<stdin>"  # standard input's name in messages and evidence (`-` on the command line)
+NOT_TEXT_FIX = "pass a log (text a job printed), not a checkpoint or other binary file"
+
+
 @contextmanager
 def open_log(path: str) -> Iterator[BinaryIO]:
-    """A log's bytes, decompressed when gzip wrote it; `-` is standard input, a pipe is read as it comes."""
+    """A log's bytes, decompressed when gzip wrote it; `-` is standard input, a pipe is read as it comes. Standard
+    input and a pipe are refused as a file is (`is_text`) when their first bytes are not text."""
     if path == "-":
-        yield sys.stdin.buffer
+        yield _SniffedStream.of_stdin().replayed()
         return
     file = Path(path)
     if not (file.is_file() or is_stream(file)):
@@ -72,18 +78,84 @@ def open_log(path: str) -> Iterator[BinaryIO]:
             yield stream  # type: ignore[misc]  # a GzipFile reads as a binary stream
         return
     with open(file, "rb") as stream:
-        yield stream
+        if is_stream(file):  # nothing to read twice: judged on the bytes the reading takes first
+            yield _SniffedStream(stream, path).replayed()
+        else:
+            yield stream
+
+
+def _sniff_head(stream: BinaryIO) -> bytes:
+    """The bytes a log is judged on (`is_text`): the first SNIFF_BYTES, or up to SNIFF_SPAN_BYTES past a NUL."""
+    head = stream.read(SNIFF_BYTES)
+    if b"\x00" in head:  # padding can fill the start of a log: look further for its text
+        head += stream.read(SNIFF_SPAN_BYTES - len(head))
+    return head
+
+
+class _SniffedStream:
+    """A stream read once (standard input, a pipe) whose head was taken to judge it: `replayed` reads it from its
+    start. Standard input is sniffed once per process (`of_stdin`), by the first of `expand_log_paths` (which
+    refuses it under the option's name) and `open_log`."""
+
+    _stdin: _SniffedStream | None = None
+
+    def __init__(self, source: BinaryIO, name: str) -> None:
+        self.source, self.name = source, name
+        self.head = _sniff_head(source)
+        self.text = head_is_text(self.head)
+
+    @classmethod
+    def of_stdin(cls) -> _SniffedStream:
+        stdin = sys.stdin.buffer
+        if cls._stdin is None or cls._stdin.source is not stdin:  # a new standard input (tests swap it)
+            cls._stdin = cls(stdin, STDIN_NAME)
+        return cls._stdin
+
+    def refuse_if_binary(self, flag: str = "FILE") -> None:
+        if not self.text:
+            raise MegapilotError(f"{self.name} is not a text file", field=flag, fix=NOT_TEXT_FIX)
+
+    def replayed(self) -> BinaryIO:
+        """The whole stream, head first (refused if it is not text); the head is handed back once."""
+        self.refuse_if_binary()
+        if _SniffedStream._stdin is self:
+            _SniffedStream._stdin = None  # read from here on: a later opening reads what is left
+        head, self.head = self.head, b""
+        return io.BufferedReader(_Replay(head, self.source), buffer_size=SNIFF_BYTES)
+
+
+class _Replay(io.RawIOBase):
+    """`head`, then the rest of `source`."""
+
+    def __init__(self, head: bytes, source: BinaryIO) -> None:
+        self._head, self._source = memoryview(head), source
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        with memoryview(buffer) as view:
+            if self._head:
+                size = min(len(view), len(self._head))
+                view[:size], self._head = self._head[:size], self._head[size:]
+                return size
+            data = self._source.read(len(view))
+            view[:len(data)] = data
+            return len(data)
 
 
 def is_text(path: Path) -> bool:
-    """Whether the file holds text (an empty file is text: a log that has not started). A crashed node's log may
-    hold blocks of NULs between its lines, or some garbage (`lines.decode_log_text` cuts both out): NUL runs are
-    left out of the judgement, and at most half of the rest may be garbage; a file with no text at all (NULs only,
-    a checkpoint, random bytes) is not text: it holds no line of words (`TEXT_LINE_RE`)."""
+    """Whether the file holds text (an empty file is text: a log that has not started), judged on its head
+    (`head_is_text`)."""
     with open_log(str(path)) as stream:  # a gzip'd log is judged by what it holds
-        head = stream.read(SNIFF_BYTES)
-        if b"\x00" in head:  # padding can fill the start of a log: look further for its text
-            head += stream.read(SNIFF_SPAN_BYTES - len(head))
+        return head_is_text(_sniff_head(stream))
+
+
+def head_is_text(head: bytes) -> bool:
+    """Whether a log's first bytes (`_sniff_head`) are text. A crashed node's log may hold blocks of NULs between its
+    lines, or some garbage (`lines.decode_log_text` cuts both out): NUL runs are left out of the judgement, and at
+    most half of the rest may be garbage; a file with no text at all (NULs only, a checkpoint, random bytes) is not
+    text: it holds no line of words (`TEXT_LINE_RE`)."""
     if not head:
         return True
     text = head.decode("utf-8", "surrogateescape")
@@ -170,7 +242,8 @@ def expand_follow_paths(arguments: list[str], *, flag: str = "FILE") -> list[str
 
 
 def _expand_one(argument: str, flag: str) -> list[str]:
-    if argument == "-":
+    if argument == "-":  # judged now, under the option's name; its head waits for `open_log`
+        _SniffedStream.of_stdin().refuse_if_binary(flag)
         return [argument]
     path = Path(argument)
     if path.is_dir():
@@ -184,8 +257,7 @@ def _expand_one(argument: str, flag: str) -> list[str]:
         return [argument]
     if path.is_file():
         if not is_text(path):
-            raise MegapilotError(f"{argument} is not a text file", field=flag,
-                                 fix="pass a log (text a job printed), not a checkpoint or other binary file")
+            raise MegapilotError(f"{argument} is not a text file", field=flag, fix=NOT_TEXT_FIX)
         return [argument]
     if _GLOB_CHARS & set(argument):
         matched = sorted((Path(name) for name in glob.glob(argument, recursive=True) if Path(name).is_file()),
@@ -202,7 +274,7 @@ def _expand_one(argument: str, flag: str) -> list[str]:
 def source_labels(files: list[str]) -> dict[str, str]:
     """Short names for evidence: each file relative to the files' common directory (`out-node1/training.log`), or
     its name alone when only one file was read."""
-    real = [name for name in files if name not in ("-", "<stdin>")]
+    real = [name for name in files if name not in ("-", STDIN_NAME)]
     if len(real) <= 1:
         return {name: Path(name).name for name in real}
     parents = [Path(name).resolve().parent for name in real]

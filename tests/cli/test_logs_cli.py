@@ -46,6 +46,21 @@ def test_logs_parse_reads_stdin(cli, monkeypatch):
     assert data["iterations"] == [] and data["summary"]["iterations_counted"] == 3
 
 
+@pytest.mark.parametrize("command", [("diagnose",), ("diagnose", "--json"), ("logs", "parse"),
+                                     ("logs", "parse", "--json", "--summary-only")])
+def test_binary_on_stdin_is_refused_as_the_same_bytes_in_a_file_are(cli, monkeypatch, tmp_path: Path, command):
+    import random
+
+    noise = random.Random(4).randbytes(40_000)
+    (tmp_path / "noise.bin").write_bytes(noise)
+    as_file = cli(*command, str(tmp_path / "noise.bin"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(noise)))
+    as_stdin = cli(*command, "-")
+    assert as_stdin.exit_code == as_file.exit_code == 2 and as_stdin.stdout == ""
+    assert as_stdin.stderr == as_file.stderr.replace(str(tmp_path / "noise.bin"), "<stdin>")
+    assert as_stdin.stderr.startswith("error: FILE: <stdin> is not a text file — fix: ")
+
+
 def test_logs_parse_follow_stops_at_idle_timeout(cli, tmp_path: Path):
     log = tmp_path / "growing.log"
     log.write_text((DATA / "synthetic_bridge.log").read_text())

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import os
+import random
+import sys
 import threading
 from pathlib import Path
 
@@ -40,8 +44,9 @@ def test_a_run_directory_gives_every_node_log_in_natural_order_and_skips_mirrors
                      "slurm-4242.out"]
 
 
-def test_patterns_paths_and_directories_are_expanded_once_each(tmp_path: Path):
+def test_patterns_paths_and_directories_are_expanded_once_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     _run_dir(tmp_path)
+    _stdin(monkeypatch, LINES.encode())  # `-` is judged as a file is: its first bytes are read
     pattern = str(tmp_path / "out-node*" / "training.log")
     node0 = str(tmp_path / "out-node0" / "training.log")
     files = expand_log_paths([node0, pattern, "-"])
@@ -102,7 +107,7 @@ def test_a_gzip_log_is_read_decompressed_and_found_in_a_directory(tmp_path: Path
     assert parse_logs(files, summary_only=summary_only).summary.iterations_counted == 20
 
 
-def test_a_pipe_is_read_as_it_comes_not_sniffed_first(tmp_path: Path):
+def test_a_pipe_is_read_once_judged_on_what_its_reading_takes_first(tmp_path: Path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_text(LINES))
@@ -113,3 +118,49 @@ def test_a_pipe_is_read_as_it_comes_not_sniffed_first(tmp_path: Path):
         assert parse_logs(files).summary.iterations_counted == 20
     finally:
         writer.join(timeout=10)
+    binary = tmp_path / "binary-pipe"
+    os.mkfifo(binary)
+
+    def write_noise() -> None:
+        with contextlib.suppress(BrokenPipeError):  # the reader stops at the refusal
+            binary.write_bytes(random.Random(5).randbytes(50_000))
+
+    writer = threading.Thread(target=write_noise)
+    writer.start()
+    try:
+        with pytest.raises(MegapilotError, match="binary-pipe is not a text file"):
+            parse_logs(expand_log_paths([str(binary)]))
+    finally:
+        writer.join(timeout=10)
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_binary_on_stdin_is_refused_as_the_same_bytes_in_a_file_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    noise = random.Random(3).randbytes(50_000)
+    (tmp_path / "noise.bin").write_bytes(noise)
+    for flag in ("FILE", "--log"):
+        with pytest.raises(MegapilotError) as as_file:
+            expand_log_paths([str(tmp_path / "noise.bin")], flag=flag)
+        _stdin(monkeypatch, noise)
+        with pytest.raises(MegapilotError) as as_stdin:
+            expand_log_paths(["-"], flag=flag)
+        assert (as_stdin.value.field, as_stdin.value.fix) == (as_file.value.field, as_file.value.fix) == (
+            flag, "pass a log (text a job printed), not a checkpoint or other binary file")
+        assert as_stdin.value.problem == "<stdin> is not a text file"
+    _stdin(monkeypatch, noise)  # the library reads stdin without expanding first: refused all the same
+    with pytest.raises(MegapilotError, match="<stdin> is not a text file"):
+        parse_logs(["-"], summary_only=True)
+
+
+@pytest.mark.parametrize("summary_only", [False, True])
+def test_text_on_stdin_is_read_whole_after_the_sniff(monkeypatch: pytest.MonkeyPatch, summary_only: bool):
+    """The sniff's bytes are handed back: a log longer than the sniff, or behind NUL padding, reads as from a file."""
+    long = "".join(f" iteration {i:8d}/ 1000 | elapsed time per iteration (ms): 100.0 | lm loss: 5.0E+00 |\n"
+                   for i in range(1, 1001)).encode()  # ~90 KB, ten sniffs' worth
+    for data, iterations in ((long, 1000), (b"\x00" * 40_000 + LINES.encode(), 20)):
+        _stdin(monkeypatch, data)
+        assert expand_log_paths(["-"]) == ["-"]
+        assert parse_logs(["-"], summary_only=summary_only).summary.iterations_logged == iterations
