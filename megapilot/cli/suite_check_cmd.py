@@ -254,10 +254,30 @@ def _print_check(result: SuiteCheck, launches: list[CellLaunch]) -> None:
     for launch in launches:
         status = "error" if launch.error else "skipped" if launch.skipped else "ready"
         error = launch.error.partition(FIX_MARK)[0] if launch.error else None  # its fix is on its problem line
-        table.add_row(launch.key, status, escape(error or launch.skipped or launch.command[:160]))
+        table.add_row(launch.key, status, escape(error or launch.skipped or _preview(launch.command)))
     console.print(table)
+    _print_launches(launches)
     if problems:
         console.print(f"{len(problems)} problem(s): the suite cannot run", highlight=False)
+
+
+LAUNCH_PREVIEW = 160  # characters of a launch the cells table shows
+
+
+def _preview(command: str) -> str:
+    return command if len(command) <= LAUNCH_PREVIEW else command[:LAUNCH_PREVIEW - 1] + "…"
+
+
+def _print_launches(launches: list[CellLaunch]) -> None:
+    """Off a terminal (a pipe, a file, a CI log) each ready cell's launch whole, on its own line under the table, to
+    copy or grep; on a terminal the table's preview keeps it readable, and a line says where the whole ones are."""
+    ready = [launch for launch in launches if launch.command and not launch.error and not launch.skipped]
+    if not console.is_terminal:
+        for launch in ready:
+            console.print(f"launch {launch.key}: {launch.command}", highlight=False, markup=False, soft_wrap=True)
+    elif any(len(launch.command) > LAUNCH_PREVIEW for launch in ready):
+        console.print(f"launches cut at {LAUNCH_PREVIEW} characters: piped (| cat), --json or `suite run --dry-run` "
+                      "print them whole", highlight=False, markup=False)
 
 
 def templates(

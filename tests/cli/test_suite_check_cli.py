@@ -277,3 +277,40 @@ def test_check_and_run_take_the_options_that_change_the_cells_by_one_name_and_he
                for name in ("check", "run")}
     for name in ("megatron_version", "exclude_failing", "out"):
         assert options["check"][name] == options["run"][name] and options["check"][name][1], name
+
+
+def _tiny_local(tmp_path: Path) -> Path:
+    import shutil
+
+    from megapilot.suite.templates import template_path, threshold_paths
+
+    for path in (template_path("tiny-local"), *threshold_paths("tiny-local")):
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path / template_path("tiny-local").name
+
+
+def test_piped_check_prints_each_launch_whole_on_its_own_line(cli, tmp_path: Path) -> None:
+    config = str(_tiny_local(tmp_path))
+    commands = {c["key"]: c["command"] for c in cli("suite", "check", config, "--json").json()["cells"]}
+    assert min(len(command) for command in commands.values()) > 400  # far past what the table shows
+    lines = cli("suite", "check", config).stdout.splitlines()
+    assert [line for line in lines if line.startswith("launch ")] == [
+        f"launch {key}: {command}" for key, command in commands.items()]
+
+
+def test_on_a_terminal_the_table_keeps_a_preview_and_says_where_the_whole_launch_is(cli, tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    import io
+
+    from megapilot.cli import suite_check_cmd
+    from megapilot.cli.common import OutputConsole
+
+    screen = io.StringIO()
+    monkeypatch.setattr(suite_check_cmd, "console", OutputConsole(file=screen, force_terminal=True, width=300,
+                                                                  color_system=None))
+    assert cli("suite", "check", str(_tiny_local(tmp_path))).exit_code == 0
+    shown = screen.getvalue()
+    assert "\nlaunch smoke: " not in shown and shown.count("ready  │ ") == 3
+    assert f"launches cut at {suite_check_cmd.LAUNCH_PREVIEW} characters" in shown
+    preview = next(line for line in shown.splitlines() if line.startswith("│ smoke"))
+    assert len(preview.split("│")[3].strip()) == suite_check_cmd.LAUNCH_PREVIEW and "…" in preview
