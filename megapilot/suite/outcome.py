@@ -4,9 +4,10 @@ the history row say.
 Each of them reads `run_outcome(result)` (what is stored, through `stored_verdict`), so they can never disagree.
 The policy:
 
-    INTERRUPTED  the run did not finish (Ctrl-C, SIGTERM, killed): exit 130 (128 + the signal), whatever finished is
-                 shown; the summary says what stopped it, where (the stage or combo, the iteration) and what the
-                 finished stages and combos said, FAIL only when one of them failed
+    INTERRUPTED  the run did not finish (Ctrl-C, SIGTERM, killed), or it ended holding a stage or combo that did
+                 not (its gates say INTERRUPTED): exit 130 (128 + the signal), whatever finished is shown; the summary
+                 says what stopped it, where (the stage or combo, the iteration) and what the finished stages and
+                 combos said, FAIL only when one of them failed; a regression does not make it WARN
     FAIL         a stage or combo failed its gates: exit 1
     FAIL         a headline metric regressed beyond its band against the history, with `regressions.enforce`
                  (config) or `--enforce-regressions` (CLI): exit 1
@@ -63,7 +64,7 @@ def run_outcome(result: SuiteResult) -> RunOutcome:
     """The one verdict of `result`, by the policy above."""
     worse = [r for r in result.regressions if r.worse]
     enforced = result.regressions_enforced
-    if not result.finished:
+    if not result.finished or result.verdict is Verdict.INTERRUPTED:
         return RunOutcome(RunStatus.INTERRUPTED, interrupted_summary(result), interrupted_exit_code(result), worse,
                           enforced)
     if result.verdict is Verdict.FAIL:
@@ -87,11 +88,9 @@ def stored_verdict(result: SuiteResult) -> tuple[RunStatus, str]:
     band: WARN, or FAIL under enforcement). A run still going (or stopped) is stored as the lifecycle keeps it,
     INTERRUPTED until it ends: suite.json is written after every step, and the history reads an unfinished row as
     INTERRUPTED whatever it says."""
-    if not result.finished or not any(r.worse for r in result.regressions):
-        return RunStatus(result.verdict.value), result.reason  # the gates' verdict: the one verdict of such a run
     outcome = run_outcome(result)
-    if outcome.status.value == result.verdict.value:
-        return outcome.status, result.reason
+    if not result.finished or outcome.status.value == result.verdict.value:
+        return RunStatus(result.verdict.value), result.reason  # the gates' verdict: the one verdict of such a run
     return outcome.status, outcome.summary
 
 

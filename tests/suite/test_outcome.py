@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,23 @@ def test_progress_is_told_as_far_as_the_job_got():
     assert progress_words(job) == "before its first iteration"
     assert progress_words(job.model_copy(update={"iterations_reached": 4})) == "at iteration 4"
     assert progress_words(job.model_copy(update={"iterations_reached": 4, "train_iters": 8})) == "at iteration 4 of 8"
+
+
+@pytest.mark.parametrize("worse", [0, 1])
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_every_gates_verdict_of_a_finished_run_has_an_outcome(tmp_path, verdict, worse):
+    """Total over Verdict: a finished run whose gates say INTERRUPTED (a stage or combo that never ended) is
+    INTERRUPTED, never a KeyError, and a regression does not turn it into WARN."""
+    outcome = run_outcome(_result(tmp_path, verdict, worse=worse))
+    assert outcome.summary
+    if verdict is Verdict.INTERRUPTED:
+        assert (outcome.status, outcome.exit_code, outcome.green) == (RunStatus.INTERRUPTED, EXIT_INTERRUPTED, False)
+        assert outcome.summary.startswith("stopped")
+
+
+def test_a_finished_run_that_holds_an_interrupted_combo_is_stored_and_read_back_as_interrupted(tmp_path):
+    result = interrupted_result(tmp_path).model_copy(update={"finished": True, "reason": ""})
+    result.regressions = _result(tmp_path, Verdict.PASS, worse=1).regressions
+    stored = json.loads(result.model_dump_json())
+    assert (stored["verdict"], stored["reason"], "gates_verdict" in stored) == ("INTERRUPTED", "", False)
+    assert SuiteResult.model_validate(stored).verdict is Verdict.INTERRUPTED
