@@ -535,11 +535,31 @@ def _checkpoint_writer_cause(records: list[ErrorRecord], config: RunConfig | Non
                 "error follows from it."), [
             Fix("add", "dmesg -T | tail -50", None, "the kernel's view of the crash (OOM killer, NFS/Lustre errors, "
                 "GPU Xid)", kind="command"), *_synchronous_save(log, ASYNC_WRITER_CRASH)]
-    if "unexpected pos" in text or "pytorchstreamwriter" in text.lower():
-        return ("PyTorch's zip writer (PytorchStreamWriter) wrote fewer bytes than it meant to ('unexpected pos A vs "
-                "B'): the filesystem refused or truncated the write — disk full, over quota, or a network "
-                "filesystem that dropped the write."), []
+    said = _zip_writer_said(records)
+    if said or "pytorchstreamwriter" in text.lower():
+        return ("PyTorch's zip writer (PytorchStreamWriter, inside torch.save) could not write the checkpoint file"
+                + (f" (it says {said})" if said else "") + ": the filesystem refused or cut the write short — disk "
+                "full, over quota, or a network filesystem that dropped it."), []
     return "Writing the checkpoint failed: disk full or over quota, no permission, or a filesystem error.", []
+
+
+# What PyTorch's zip writer says when a write fails, without c10's `[enforce fail at inline_container.cc:N] . ` before
+# it: what it failed writing (a record, the central directory) and why, or a file position other than it expected.
+_ZIP_WRITER_SAID_RE = re.compile(r"PytorchStreamWriter (failed .*?)\s*$|(unexpected pos \d+ vs \d+)")
+MAX_WRITER_QUOTES = 2
+
+
+def _zip_writer_said(records: list[ErrorRecord]) -> str:
+    """The zip writer's own words in the records, each quoted once, in log order ('' when it said none)."""
+    said: list[str] = []
+    for record in records:
+        found = _ZIP_WRITER_SAID_RE.search(record.text)
+        words = found.group(found.lastindex or 0) if found is not None else None
+        if words and words not in said:
+            said.append(words)
+    quoted = [f"'{words}'" for words in said[:MAX_WRITER_QUOTES]]
+    more = len(said) - len(quoted)
+    return ", then ".join(quoted) + (f" (and {more} more)" if more else "")
 
 
 ASYNC_WRITER_CRASH = "the async writer's worker process is where such crashes happen; a synchronous save isolates it"

@@ -115,9 +115,13 @@ def test_torchrun_summary_alone_names_the_root_cause_rank_and_says_its_cause_lef
 
 
 def test_zip_writer_failure_in_a_deepspeed_save_is_a_failed_save_not_a_crash():
-    (finding,) = diagnose([REAL / "45_ckpt_stream_writer_failed_deepspeed_save.log"]).findings
+    result = diagnose([REAL / "45_ckpt_stream_writer_failed_deepspeed_save.log"])
+    (finding,) = result.findings
     assert finding.severity == "critical" and "zip writer" in finding.cause
     assert any(fix.flag.startswith("df -h") for fix in finding.fixes)
+    # the writer's own words, quoted whole, not another failure's message it did not print
+    assert "(it says 'failed writing file data/5: file write failed')" in finding.cause
+    assert "unexpected pos" not in finding.cause and "enforce fail" not in finding.cause
 
 
 def test_async_writer_signature_error_points_at_the_torch_and_megatron_versions():

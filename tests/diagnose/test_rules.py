@@ -147,6 +147,17 @@ def test_low_throughput_from_the_gpu_alone_without_flags():
 
 # ---- issue 13: classes a public-log review found missed ------------------------------------------------
 
+def test_a_zip_writer_failure_quotes_what_the_writer_said_in_log_order_without_cs_prefix():
+    (finding,) = diagnose([DATA / "synthetic_ckpt_stream_writer_unexpected_pos.log"]).findings
+    assert ("(it says 'failed writing file data/118: file write failed', then 'unexpected pos 3112028608 vs "
+            "3112028496'): the filesystem refused") in finding.cause
+    ranks = "\n".join(f"[rank{rank}]: RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter "
+                      f"failed writing file data/{rank}: file write failed" for rank in range(4))
+    (many,) = diagnose_log(parse_text(ranks), None).findings
+    assert "'failed writing file data/0: file write failed', then 'failed writing file data/1: file write failed' " \
+           "(and 2 more)" in many.cause
+
+
 @pytest.mark.parametrize(("name", "signature_word"), [
     ("synthetic_ckpt_stream_writer_unexpected_pos.log", "zip writer"),
     ("synthetic_ckpt_async_write_item_typeerror.log", "version mismatch"),
