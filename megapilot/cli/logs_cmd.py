@@ -338,6 +338,9 @@ def _print_diagnosis(result: Diagnosis) -> None:
             if note.kind not in (NoteKind.VERDICT, NoteKind.FIXES):
                 console.print(f"note: {note.text}", highlight=False)
         return
+    for note in result.notes:  # a log of another framework says so before any finding is read
+        if note.kind is NoteKind.FRAMEWORK:
+            console.print(f"note: {escape(note.text)}", highlight=False)
     if len(result.story) > 1:  # a cascade across ranks or files: the story before the findings
         console.print("[bold]what happened[/] (root cause first):")
         for sentence in result.story:
@@ -359,7 +362,8 @@ def _print_diagnosis(result: Diagnosis) -> None:
                               escape(fix.reason))
             console.print(fixes)
     for note in result.notes:
-        console.print(f"[dim]note: {note.text}[/]")
+        if note.kind is not NoteKind.FRAMEWORK:
+            console.print(f"[dim]note: {note.text}[/]")
 
 
 # ---- optimize --------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
 from megapilot.diagnose.device import CPU_RUN_EVIDENCE, trained_on_cpu
 from megapilot.diagnose.findings import Finding, ranked
 from megapilot.diagnose.flags import LaunchFlags, RunConfig, flags_from_arguments, read_flags, run_config
+from megapilot.diagnose.framework_fixes import not_megatron_statement
 from megapilot.diagnose.megatron_version import recognise_megatron_version, release_lines
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.release_names import in_release_names, release_note
@@ -26,6 +27,7 @@ from megapilot.spec import GPUSpec
 class NoteKind(StrEnum):
     """What a diagnosis note is about: how a reader (the CLI) chooses which to show, whatever its wording."""
 
+    FRAMEWORK = "framework"  # which framework wrote the log, when not Megatron-LM, and what megapilot reads of it
     FIXES = "fixes"  # what the fixes were written for (generic without flags; a release's flag names): moot without one
     ASSUMPTION = "assumption"  # what reading the script or flags assumed (a vocabulary, a GPU count)
     LOG = "log"  # what the log showed beside the findings (a restart, a CPU run, skipped binary data)
@@ -104,8 +106,12 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     findings, release_notes = in_release_names(findings, version)
     if on_cpu:
         findings = [_without_gpu_fixes(finding) for finding in findings]
-    notes = ([Note(NoteKind.ASSUMPTION, text) for text in config.notes] if config
-             else [Note(NoteKind.FIXES, "no --script/--flags given: fixes are generic")])
+    framework = not_megatron_statement(log, any(fix.kind == "config" for f in findings for fix in f.fixes))
+    notes = [Note(NoteKind.FRAMEWORK, framework)] if framework else []
+    if config is not None:
+        notes += [Note(NoteKind.ASSUMPTION, text) for text in config.notes]
+    elif framework is None:  # another framework's fixes are its own settings, not generic Megatron-LM ones
+        notes.append(Note(NoteKind.FIXES, "no --script/--flags given: fixes are generic"))
     if on_cpu:
         notes.append(Note(NoteKind.LOG, f"the run trained on CPU ({CPU_RUN_EVIDENCE}): no GPU throughput, MFU or "
                                         "precision advice"))

@@ -140,3 +140,29 @@ def synchronous_save_fix(framework: str, reason: str) -> Fix | None:
     key = "megatron" if takes_megatron_flags(framework) else framework
     template = _SYNCHRONOUS_SAVE.get(key)
     return None if template is None else replace(template, reason=reason)
+
+
+# Runs megapilot reads the lines of but not the configuration of: whose log it is, whose code its tracebacks run in,
+# where its settings live. GPT-NeoX runs on DeepSpeed's engine (its logs carry DeepSpeed's `steps: N loss: ...` lines).
+_NOT_MEGATRON: dict[str, tuple[str, str, str]] = {
+    "deepspeed": ("DeepSpeed's", "DeepSpeed's", "DeepSpeed's ds_config JSON"),
+    "gpt-neox": ("GPT-NeoX's on DeepSpeed", "GPT-NeoX's", "GPT-NeoX's YAML config"),
+}
+_STEP_LINES = (("deepspeed", "its `steps: N loss: ...` lines are DeepSpeed's"),
+               ("gpt-neox", "its `iteration N/ M | ... | lm_loss: ...` lines are GPT-NeoX's"))
+
+
+def not_megatron_statement(log: ParsedLog, config_fixes: bool) -> str | None:
+    """For a DeepSpeed-run log (DeepSpeed's own, GPT-NeoX's): that it is not Megatron-LM's, what megapilot reads of
+    it and what it cannot; None for any other log. `config_fixes`: the findings offer settings of the run's config."""
+    if log.framework not in _NOT_MEGATRON:
+        return None
+    whose, code, config = _NOT_MEGATRON[log.framework]
+    told = ", ".join(lines for dialect, lines in _STEP_LINES if log.dialect_counts.get(dialect)) \
+        or f"its traceback runs in {code} code"
+    stepped = bool(log.iterations or (log.summary and log.summary.iterations_logged))
+    read = "each step's loss and time and the error lines" if stepped else "its error lines and tracebacks"
+    fixes = ", and the fixes are settings of that config" if config_fixes else ""
+    return (f"this log is {whose}, not Megatron-LM's ({told}): megapilot reads {read}; it cannot read the run's "
+            f"config ({config}; --script/--flags are for Megatron-LM launches), so no memory or throughput is "
+            f"predicted{fixes}")

@@ -10,6 +10,7 @@ from megapilot.diagnose.framework_fixes import (
     allocator_fix,
     divergence_fixes,
     memory_fixes,
+    not_megatron_statement,
     runs_on_rocm,
     synchronous_save_fix,
 )
@@ -87,3 +88,28 @@ def test_a_synchronous_save_is_each_frameworks_own_switch(framework, flag, kind)
 @pytest.mark.parametrize("framework", ["gpt-neox", "deepspeed"])
 def test_frameworks_that_save_synchronously_get_no_switch(framework):
     assert synchronous_save_fix(framework, "why") is None
+
+
+DEEPSPEED_STEP = ("[2026-02-03 11:00:01,000] [INFO] [engine.py:3174:_take_model_step] steps: 10 loss: 7.0500 "
+                  "iter time (s): 2.350 samples/sec: 27.200")
+DEEPSPEED_FRAME = ("Traceback (most recent call last):\n"
+                   '  File "/usr/lib/python3/dist-packages/deepspeed/runtime/engine.py", line 3137, in save\n'
+                   "RuntimeError: boom")
+
+
+def test_a_deepspeed_log_is_said_to_be_deepspeeds_with_what_is_read_of_it():
+    stepped = not_megatron_statement(parse_text(DEEPSPEED_STEP), config_fixes=True)
+    assert stepped == ("this log is DeepSpeed's, not Megatron-LM's (its `steps: N loss: ...` lines are DeepSpeed's): "
+                       "megapilot reads each step's loss and time and the error lines; it cannot read the run's config "
+                       "(DeepSpeed's ds_config JSON; --script/--flags are for Megatron-LM launches), so no memory or "
+                       "throughput is predicted, and the fixes are settings of that config")
+    crashed = not_megatron_statement(parse_text(DEEPSPEED_FRAME), config_fixes=False)
+    assert crashed is not None and crashed.startswith("this log is DeepSpeed's, not Megatron-LM's (its traceback runs "
+                                                      "in DeepSpeed's code): megapilot reads its error lines and "
+                                                      "tracebacks; ")
+    assert crashed.endswith("so no memory or throughput is predicted")
+
+
+@pytest.mark.parametrize("text", [CUDA_OOM, PRIMUS_STEP, TITAN_STEP])
+def test_no_statement_for_a_log_of_megatron_or_another_framework(text: str):
+    assert not_megatron_statement(parse_text(text), config_fixes=True) is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.diagnose import diagnose
-from megapilot.diagnose.engine import diagnose_log
+from megapilot.diagnose.engine import NoteKind, diagnose_log
 from megapilot.logs import parse_text
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "logs" / "real"
@@ -122,6 +122,8 @@ def test_zip_writer_failure_in_a_deepspeed_save_is_a_failed_save_not_a_crash():
     # the writer's own words, quoted whole, not another failure's message it did not print
     assert "(it says 'failed writing file data/5: file write failed')" in finding.cause
     assert "unexpected pos" not in finding.cause and "enforce fail" not in finding.cause
+    [framework] = [note.text for note in result.notes if note.kind is NoteKind.FRAMEWORK]
+    assert framework.startswith("this log is DeepSpeed's, not Megatron-LM's (its traceback runs in DeepSpeed's code)")
 
 
 def test_async_writer_signature_error_points_at_the_torch_and_megatron_versions():
@@ -148,6 +150,20 @@ def test_gpt_neox_jump_after_the_first_update_gets_neox_config_settings():
     (finding,) = diagnose([REAL / "51_gpt_neox_loss_jump_after_first_update_bf16.log"]).findings
     assert "1.930 at iteration 1 → 11.418 at iteration 2" in finding.title and finding.severity == "critical"
     assert {f.kind for f in finding.fixes} == {"config"} and "gradient_clipping" in {f.flag for f in finding.fixes}
+
+
+def test_a_deepspeed_record_is_said_to_be_deepspeeds_first_with_what_megapilot_reads_of_it(cli):
+    result = cli("diagnose", str(REAL / "51_gpt_neox_loss_jump_after_first_update_bf16.log"))
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert text.startswith(
+        "note: this log is GPT-NeoX's on DeepSpeed, not Megatron-LM's (its `steps: N loss: ...` lines are "
+        "DeepSpeed's, its `iteration N/ M | ... | lm_loss: ...` lines are GPT-NeoX's): megapilot reads each step's "
+        "loss and time and the error lines; it cannot read the run's config (GPT-NeoX's YAML config; --script/--flags "
+        "are for Megatron-LM launches), so no memory or throughput is predicted, and the fixes are settings of that "
+        "config 1. CRITICAL loss_spike")
+    assert "fixes are generic" not in text  # they are GPT-NeoX's own settings
+    assert text.count("this log is GPT-NeoX's") == 1
 
 
 @pytest.mark.parametrize("gpu", ["h100", None])
