@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -112,7 +113,10 @@ def check_input(path: Path | str) -> str:
 
 
 def read_documents(path: Path | str, *, json_key: str = "text", on_bytes: BytesRead | None = None) -> Iterator[str]:
-    """Yield the documents of a `.jsonl` or `.txt` file (optionally gzipped); `on_bytes` follows the reading."""
+    """Yield the documents of a `.jsonl` or `.txt` file (optionally gzipped); `on_bytes` follows the reading.
+
+    Every failure to read the file is a MegapilotError naming INPUT (not UTF-8, a broken .gz, an OSError), so a
+    caller that also writes can tell its own failures from the input's."""
     path = Path(path)
     kind = check_input(path)
     try:
@@ -122,3 +126,9 @@ def read_documents(path: Path | str, *, json_key: str = "text", on_bytes: BytesR
             yield from _txt_documents(path, on_bytes)
     except UnicodeDecodeError:
         raise MegapilotError(f"{path} is not UTF-8 text", field="INPUT", fix="convert the file to UTF-8") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # a .gz name on a file that is not (whole) gzip
+        raise MegapilotError(f"{path} is not a readable gzip file ({exc})", field="INPUT",
+                             fix="pass an intact .gz file, or drop the .gz suffix of a plain file") from None
+    except OSError as exc:  # only the reading: what a caller does with each document raises in the caller
+        raise MegapilotError(f"cannot read {path} ({exc.strerror or exc})", field="INPUT",
+                             fix="check the INPUT path and that it is readable") from None

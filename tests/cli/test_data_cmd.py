@@ -92,3 +92,13 @@ def test_an_unwritable_prefix_is_named_as_the_output_not_the_input(cli, tmp_path
     (folder / "x.bin").mkdir()  # a folder where the .bin goes: opening it for writing fails on any user
     result = cli("data", "prepare", str(source), "--output-prefix", str(folder / "x"), "--force")
     assert result.exit_code == 2 and "--output-prefix" in result.stderr and "INPUT" not in result.stderr
+
+
+def test_a_corrupt_gzip_input_is_one_line_naming_input(cli, tmp_path):
+    # a deflate stream zlib refuses raised zlib.error: 'internal error ... please report'
+    source = tmp_path / "docs.jsonl.gz"
+    source.write_bytes(bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 0xFF]) + b"\x07" + bytes(20))
+    result = cli("data", "prepare", str(source), "--output-prefix", str(tmp_path / "ds"))
+    assert result.exit_code == 2 and "INPUT" in result.stderr and "gzip" in result.stderr
+    assert "internal error" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl.gz"]

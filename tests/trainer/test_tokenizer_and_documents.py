@@ -88,3 +88,29 @@ def test_a_byte_order_mark_is_not_part_of_the_first_document(tmp_path, name):
     data = "\ufeff".encode() + text.encode()
     path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
     assert list(read_documents(path)) == ["first", "second"]
+
+
+# a gzip header, then a deflate block of the reserved type 3: zlib refuses it as no .gz truncation does
+BROKEN_DEFLATE_GZ = bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 0xFF]) + b"\x07" + bytes(20)
+
+
+@pytest.mark.parametrize(("data", "said"), [
+    (BROKEN_DEFLATE_GZ, "invalid block type"),  # zlib.error: an internal error of `data prepare`
+    (gzip.compress(b'{"text": "whole"}\n' * 50)[:40], "ended before"),  # EOFError: cut short
+    (b"\xff\xfe not gzip", "Not a gzipped file"),  # BadGzipFile
+], ids=["zlib-error", "cut-short", "not-gzip"])
+def test_a_broken_gzip_is_named_as_the_input(tmp_path, data, said):
+    path = tmp_path / "docs.jsonl.gz"
+    path.write_bytes(data)
+    with pytest.raises(MegapilotError, match=said) as err:
+        list(read_documents(path))
+    assert err.value.field == "INPUT" and ".gz" in (err.value.fix or "")
+
+
+def test_an_error_of_the_caller_between_documents_is_not_the_inputs(tmp_path):
+    # the reader names its own failures only: an OSError of what the caller does with a document stays its own
+    path = tmp_path / "docs.txt"
+    path.write_text("one\n\ntwo\n")
+    with pytest.raises(OSError, match="disk full"):
+        for _ in read_documents(path):
+            raise OSError(28, "disk full")
