@@ -112,13 +112,14 @@ def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
 def _excluding_failing(suite: LoadedSuite, run: str | None, out: Path) -> tuple[LoadedSuite, list[str], Path | None]:
     """The suite without the nodes an earlier run failed (`--exclude-failing`, else the config's key), and the notes
     that say so; the suite as it is without either."""
-    from megapilot.suite.exclude import exclude_nodes, failing_run_dir, read_failing
+    from megapilot.suite.exclude import FROM_OPTION, ExcludeOrigin, exclude_nodes, failing_run_dir, read_failing
 
+    origin = FROM_OPTION if run else ExcludeOrigin(suite.config_path)  # what an error names: what the user wrote
     run = run or suite.config.megapilot.exclude_failing
     if not run:
         return suite, [], None
-    excluded = read_failing(failing_run_dir(run, out))
-    return exclude_nodes(suite, excluded), excluded.notes(), excluded.source
+    excluded = read_failing(failing_run_dir(run, out, origin))
+    return exclude_nodes(suite, excluded, origin), excluded.notes(), excluded.source
 
 
 def memory_warnings(result: SuiteCheck, launches: list[CellLaunch]) -> list[str]:

@@ -6,8 +6,9 @@ and `failing_nodes.json` (each node with the checks it failed). Excluding them:
   the preflight probe's `srun`, so the scheduler picks the others;
 - where the suite reaches each node of the cluster file itself (SSH): those hosts leave the node list, and the
   job runs on the first `megapilot.nodes` of the rest (on all of the rest where that key is unset).
-Too few nodes left for the suite's `nodes` is a user error (exit 2), said before anything runs. The run's notes (in
-the report and the run deck) name each excluded node, the run it came from and the checks it failed.
+Too few nodes left for the suite's `nodes` is a user error (exit 2), said before anything runs, naming where the run
+was named: the option, or the config's `megapilot.exclude_failing` and its file. The run's notes (in the report and
+the run deck) name each excluded node, the run it came from and the checks it failed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,38 @@ FAILING_NODES = "failing_nodes.txt"
 FAILING_REASONS = "failing_nodes.json"
 LATEST = "latest"
 FIELD = "--exclude-failing"
+CONFIG_KEY = "megapilot.exclude_failing"
+
+
+@dataclass(frozen=True)
+class ExcludeOrigin:
+    """Where the run to exclude was named, for the errors: `--exclude-failing`, or the config's key in
+    `config_path`."""
+
+    config_path: Path | None = None
+
+    @property
+    def field(self) -> str:
+        return FIELD if self.config_path is None else CONFIG_KEY
+
+    def name(self, what: str) -> str:
+        """The fix that names another run: 'pass --exclude-failing WHAT', or 'set the key in its file to WHAT'."""
+        if self.config_path is None:
+            return f"pass {FIELD} {what}"
+        return f"set {CONFIG_KEY} in {self.config_path} to {what}"
+
+    @property
+    def named_by(self) -> str:
+        """', named by megapilot.exclude_failing in FILE' after the list a problem names; nothing for the option."""
+        return "" if self.config_path is None else f", named by {CONFIG_KEY} in {self.config_path}"
+
+    @property
+    def drop(self) -> str:
+        """The fix that excludes nothing."""
+        return f"run without {FIELD}" if self.config_path is None else f"remove {CONFIG_KEY} from {self.config_path}"
+
+
+FROM_OPTION = ExcludeOrigin()
 
 
 @dataclass(frozen=True)
@@ -47,20 +80,21 @@ class ExcludedNodes:
                 f"{'; '.join(why) if why else 'listed in ' + FAILING_NODES})" for name, why in self.reasons.items()]
 
 
-def failing_run_dir(run: str, out_dir: Path) -> Path:
+def failing_run_dir(run: str, out_dir: Path, origin: ExcludeOrigin = FROM_OPTION) -> Path:
     """The run directory to read: `latest` (the newest run under `out_dir` with a failing-node list), a run
     directory, or a run id under `out_dir`."""
     if run == LATEST:
         found = sorted((p.parent for p in Path(out_dir).glob(f"*/{FAILING_NODES}")), key=lambda p: p.name)
         if not found:
-            raise MegapilotError(f"no run under {out_dir} wrote {FAILING_NODES}", field=FIELD,
-                                 fix="pass the --out of the run whose preflight failed nodes, or its run directory")
+            raise MegapilotError(f"no run under {out_dir} wrote {FAILING_NODES}", field=origin.field,
+                                 fix="pass the --out of the run whose preflight failed nodes, or "
+                                     + origin.name("its run directory"))
         return found[-1]
     for candidate in (Path(run), Path(out_dir) / run):
         if (candidate / FAILING_NODES).is_file():
             return candidate
-    raise MegapilotError(f"no {FAILING_NODES} in {run!r} (nor under {out_dir})", field=FIELD,
-                         fix="pass 'latest', a run directory or a run id whose preflight stage ran")
+    raise MegapilotError(f"no {FAILING_NODES} in {run!r} (nor under {out_dir})", field=origin.field,
+                         fix=origin.name("'latest', a run directory or a run id whose preflight stage ran"))
 
 
 def read_failing(run_dir: Path) -> ExcludedNodes:
@@ -78,8 +112,9 @@ def read_failing(run_dir: Path) -> ExcludedNodes:
     return ExcludedNodes(run_dir, {name: reasons.get(name, []) for name in names})
 
 
-def exclude_nodes(suite: LoadedSuite, excluded: ExcludedNodes) -> LoadedSuite:
-    """The suite without the excluded nodes (a scheduler's `--exclude`, or the cluster file's host list)."""
+def exclude_nodes(suite: LoadedSuite, excluded: ExcludedNodes, origin: ExcludeOrigin = FROM_OPTION) -> LoadedSuite:
+    """The suite without the excluded nodes (a scheduler's `--exclude`, or the cluster file's host list); an error
+    names `origin`, where the run was named."""
     if not excluded.names:
         return suite
     capabilities = suite.capabilities
@@ -90,21 +125,22 @@ def exclude_nodes(suite: LoadedSuite, excluded: ExcludedNodes) -> LoadedSuite:
         return suite.model_copy(update={"config": config})
     if not capabilities.needs_node_list or suite.cluster is None:
         raise MegapilotError(f"executor {suite.executor!r} runs on this machine only: nodes "
-                             f"{', '.join(excluded.names)} cannot be left out", field=FIELD,
-                             fix="use it with the ssh or slurm executor, or run without --exclude-failing")
+                             f"{', '.join(excluded.names)} cannot be left out", field=origin.field,
+                             fix=f"use it with the ssh or slurm executor, or {origin.drop}")
     cluster = suite.cluster
     hosts = [node.host for node in cluster.nodes()]
     unknown = [name for name in excluded.names if name not in hosts]
     if unknown:
         raise MegapilotError(f"{', '.join(unknown)} in {excluded.source / FAILING_NODES} is no host of the cluster "
-                             "file", field=FIELD, fix="pass the run made with this cluster file, or edit the list")
+                             "file", field=origin.field,
+                             fix=origin.name("the run made with this cluster file") + ", or edit the list")
     left = [host for host in hosts if host not in excluded.reasons]
     # Without megapilot.nodes the job spans the cluster file's nodes: now those left.
     nodes = suite.nodes if suite.config.megapilot.nodes is not None else min(suite.nodes, len(left))
     if len(left) < nodes or not left:
         raise MegapilotError(
             f"{len(left)} node(s) left of {len(hosts)} after excluding {', '.join(excluded.names)} (from "
-            f"{excluded.source / FAILING_NODES}), the suite needs {max(nodes, 1)}", field=FIELD,
+            f"{excluded.source / FAILING_NODES}{origin.named_by}), the suite needs {max(nodes, 1)}", field=origin.field,
             fix="add healthy nodes to the cluster file, lower megapilot.nodes, or repair the failing nodes")
     kept = {host: entry for host, entry in cluster.node_dict.items() if host not in excluded.reasons}
     head = cluster.head_node_dict
@@ -114,4 +150,5 @@ def exclude_nodes(suite: LoadedSuite, excluded: ExcludedNodes) -> LoadedSuite:
     return suite.model_copy(update={"cluster": trimmed, "nodes": nodes})
 
 
-__all__ = ["FAILING_NODES", "FAILING_REASONS", "ExcludedNodes", "exclude_nodes", "failing_run_dir", "read_failing"]
+__all__ = ["CONFIG_KEY", "FAILING_NODES", "FAILING_REASONS", "FROM_OPTION", "ExcludeOrigin", "ExcludedNodes",
+           "exclude_nodes", "failing_run_dir", "read_failing"]

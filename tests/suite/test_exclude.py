@@ -90,3 +90,43 @@ def test_without_a_node_count_the_job_spans_the_nodes_left(tmp_path):
     assert loaded.nodes == 3
     suite = exclude_nodes(loaded, read_failing(_failed_run(tmp_path, 2)))
     assert suite.nodes == 2 and [n.host for n in executor_settings(suite).nodes] == ["10.0.0.1", "10.0.0.2"]
+
+
+def _config_naming(config: Path, run: str) -> Path:
+    raw = json.loads(config.read_text())
+    raw["megapilot"]["exclude_failing"] = run
+    config.write_text(json.dumps(raw))
+    return config
+
+
+@pytest.mark.parametrize(("executor", "nodes", "run", "fix"), [
+    ("ssh", 3, "latest", "add healthy nodes"),  # too few nodes left
+    ("ssh", 2, "nowhere", "set megapilot.exclude_failing in {config} to 'latest', a run directory or a run id"),
+    ("local", 1, "latest", "or remove megapilot.exclude_failing from {config}"),
+])
+def test_an_error_from_the_configs_key_names_the_key_and_its_file_not_the_option(tmp_path, executor, nodes, run, fix):
+    from megapilot.cli.suite_check_cmd import suite_as_run
+
+    config = _config_naming(_suite(tmp_path, executor, nodes=nodes), run)
+    _failed_run(tmp_path / "runs", failing=1)
+    suite = load_suite(config, tmp_path / "cluster.json" if executor != "local" else None)
+    with pytest.raises(MegapilotError) as raised:
+        suite_as_run(suite, megatron_version=None, exclude_failing=None, out=tmp_path / "runs")
+    assert raised.value.field == "megapilot.exclude_failing"
+    assert fix.format(config=config.absolute()) in (raised.value.fix or "")
+    assert str(config.absolute()) in str(raised.value) and "--exclude-failing" not in str(raised.value)
+    with pytest.raises(MegapilotError) as given:  # the option, where the user gave it, is still named as such
+        suite_as_run(suite, megatron_version=None, exclude_failing=run, out=tmp_path / "runs")
+    assert given.value.field == "--exclude-failing" and "megapilot.exclude_failing" not in str(given.value)
+
+
+def test_the_cli_names_the_configs_key_when_it_excluded_the_nodes(tmp_path):
+    config = _config_naming(_suite(tmp_path, "ssh", nodes=3), "latest")
+    _failed_run(tmp_path / "runs", failing=1)
+    done = subprocess.run([sys.executable, "-m", "megapilot.cli.app", "suite", "run", str(config), "--cluster",
+                           str(tmp_path / "cluster.json"), "--out", str(tmp_path / "runs"), "--no-history"],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2, done.stderr
+    text = " ".join(done.stderr.split())
+    assert "megapilot.exclude_failing" in text and str(config.absolute()) in text
+    assert "--exclude-failing" not in text and "Traceback" not in text
