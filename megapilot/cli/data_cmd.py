@@ -35,31 +35,19 @@ def prepare(
                                            "vocabulary 258).")] = "byte",
     json_key: Annotated[str, typer.Option("--json-key", help="Field of each .jsonl object that holds the "
                                           "text.")] = "text",
-    force: Annotated[bool, typer.Option("--force", help="Replace a dataset already at --output-prefix.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace a dataset already at --output-prefix (once the "
+                                        "new one is whole).")] = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Tokenize INPUT into Megatron's indexed dataset format (for --data-path)."""
     if input_path.is_dir():
         raise MegapilotError(f"{input_path} is a directory", field="INPUT",
                              fix="pass one .jsonl or .txt file (run once per file, or concatenate them)")
-    _check_prefix(output_prefix, force)
-    import gzip
-
     from megapilot.trainer.corpus import prepare_indexed_dataset
 
-    with _progress_bar(input_path, json_output) as on_bytes:
-        try:
-            prepared = prepare_indexed_dataset(input_path, output_prefix, tokenizer=tokenizer, json_key=json_key,
-                                               on_bytes=on_bytes)
-        except (gzip.BadGzipFile, EOFError) as exc:  # a .gz name on a file that is not (whole) gzip
-            raise MegapilotError(f"{input_path} is not a readable gzip file ({exc})", field="INPUT",
-                                 fix="pass an intact .gz file, or drop the .gz suffix of a plain file") from None
-        except OSError as exc:
-            writing = str(exc.filename or "").startswith(output_prefix)
-            raise MegapilotError(f"cannot {'write' if writing else 'read'} ({exc.strerror or exc}: "
-                                 f"{exc.filename or input_path})", field="--output-prefix" if writing else "INPUT",
-                                 fix="pass an --output-prefix in a writable directory" if writing
-                                 else "check the INPUT path") from None
+    with _progress_bar(input_path, json_output) as on_bytes:  # a failed read or write is named by the library
+        prepared = prepare_indexed_dataset(input_path, output_prefix, tokenizer=tokenizer, json_key=json_key,
+                                           on_bytes=on_bytes, force=force)
     payload = {
         "prefix": prepared.prefix, "bin_path": prepared.bin_path, "idx_path": prepared.idx_path,
         "documents": prepared.documents, "tokens": prepared.tokens, "tokenizer": prepared.tokenizer,
@@ -79,27 +67,6 @@ def prepare(
     table.add_row(f"{prepared.documents:,}", f"{prepared.tokens:,}", prepared.tokenizer, str(prepared.vocab_size),
                   f"{prepared.bin_path}\n{prepared.idx_path}")
     console.print(table)
-
-
-def _check_prefix(output_prefix: str, force: bool) -> None:
-    """Refuse a prefix that names a folder or a file of the pair (Megatron's --data-path is the stem), and one
-    whose dataset exists unless --force: a failed run removes what it half wrote, which would be the old one."""
-    prefix = Path(output_prefix)
-    if not prefix.is_absolute():
-        return  # refused by the writer, with its own fix
-    if output_prefix.endswith("/") or prefix.is_dir():
-        raise MegapilotError(f"{output_prefix!r} is a directory; the prefix is the stem of the two files",
-                             field="--output-prefix",
-                             fix=f"name the files inside it, e.g. --output-prefix {prefix / 'corpus'} "
-                                 "(writes corpus.bin and corpus.idx)")
-    if prefix.suffix in (".bin", ".idx"):
-        raise MegapilotError(f"{output_prefix!r} ends in {prefix.suffix}; it would write {prefix.name}.bin and "
-                             f"{prefix.name}.idx", field="--output-prefix",
-                             fix=f"give the stem, without the suffix: --output-prefix {prefix.with_suffix('')}")
-    existing = [str(prefix) + suffix for suffix in (".bin", ".idx") if Path(str(prefix) + suffix).exists()]
-    if existing and not force:
-        raise MegapilotError(f"a dataset is already there ({', '.join(existing)})", field="--output-prefix",
-                             fix="pass --force to replace it, or another --output-prefix")
 
 
 @contextmanager

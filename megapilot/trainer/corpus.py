@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from megapilot.errors import MegapilotError
 SHIPPED_CORPUS = Path(__file__).parent / "data" / "corpus" / "kjv_pentateuch.txt.gz"
 SHIPPED_CORPUS_NAME = "kjv_pentateuch_byte"
 TOKENIZERS = ("byte",)
+DATASET_SUFFIXES = (".bin", ".idx")  # the pair Megatron's --data-path PREFIX reads
 
 
 @dataclass(frozen=True)
@@ -41,18 +44,51 @@ class PreparedDataset:
         return self.prefix + ".idx"
 
 
-def _check_output_prefix(output_prefix: str) -> Path:
+def check_output_prefix(output_prefix: str, *, force: bool = False) -> Path:
+    """The rules of a dataset's prefix, for every caller: an absolute stem (Megatron's `--data-path` names the
+    pair, not a folder or one of its files) in an existing folder, and no dataset there unless `force`."""
     prefix = Path(output_prefix)
     if not prefix.is_absolute():
         raise MegapilotError(f"{output_prefix!r} is not an absolute path", field="--output-prefix",
                              fix="give an absolute path prefix, e.g. /data/corpus/mytext")
-    if prefix.name in ("", ".", ".."):
-        raise MegapilotError("must end in a file name stem", field="--output-prefix",
-                             fix="e.g. /data/corpus/mytext (writes mytext.bin and mytext.idx)")
+    if output_prefix.endswith("/") or prefix.name in ("", "..") or prefix.is_dir():
+        raise MegapilotError(f"{output_prefix!r} is a directory; the prefix is the stem of the two files",
+                             field="--output-prefix",
+                             fix=f"name the files inside it, e.g. --output-prefix {prefix / 'corpus'} "
+                                 "(writes corpus.bin and corpus.idx)")
+    if prefix.suffix in DATASET_SUFFIXES:
+        raise MegapilotError(f"{output_prefix!r} ends in {prefix.suffix}; it would write {prefix.name}.bin and "
+                             f"{prefix.name}.idx", field="--output-prefix",
+                             fix=f"give the stem, without the suffix: --output-prefix {prefix.with_suffix('')}")
     if not prefix.parent.is_dir():
         raise MegapilotError(f"directory {prefix.parent} does not exist", field="--output-prefix",
                              fix=f"create it first: mkdir -p {prefix.parent}")
+    existing = [Path(str(prefix) + suffix) for suffix in DATASET_SUFFIXES]
+    existing = [path for path in existing if path.exists() or path.is_symlink()]
+    folders = [str(path) for path in existing if path.is_dir()]
+    if folders:  # no file can replace it, and finding out after the .bin is replaced would break the pair
+        raise MegapilotError(f"{folders[0]} is a directory, where the dataset's file goes", field="--output-prefix",
+                             fix="remove it, or give another --output-prefix")
+    if existing and not force:
+        raise MegapilotError(f"a dataset is already there ({', '.join(map(str, existing))})", field="--output-prefix",
+                             fix="pass --force to replace it, or another --output-prefix")
     return prefix
+
+
+@contextmanager
+def _staged(prefix: Path) -> Iterator[str]:
+    """A scratch prefix beside `prefix`. On a clean exit its pair is renamed into place (`.idx` last, so its
+    presence means complete); on an exception nothing at `prefix` is touched and the scratch files go: a failed
+    write removes only what it wrote, never a dataset already there."""
+    with tempfile.TemporaryDirectory(dir=prefix.parent, prefix=f".{prefix.name}.build-") as scratch:
+        partial = str(Path(scratch) / prefix.name)
+        yield partial
+        os.replace(partial + ".bin", str(prefix) + ".bin")
+        try:
+            os.replace(partial + ".idx", str(prefix) + ".idx")
+        except OSError:
+            Path(str(prefix) + ".bin").unlink(missing_ok=True)  # this call's .bin, not to be read with another .idx
+            raise
 
 
 def _write_indexed_dataset(input_path: Path, prefix: str, json_key: str,
@@ -71,22 +107,29 @@ def _write_indexed_dataset(input_path: Path, prefix: str, json_key: str,
 
 
 def prepare_indexed_dataset(input_path: Path | str, output_prefix: str, *, tokenizer: str = "byte",
-                            json_key: str = "text", on_bytes: BytesRead | None = None) -> PreparedDataset:
-    """Convert a `.jsonl`/`.txt` file into `output_prefix.bin` and `output_prefix.idx` (`on_bytes`: progress)."""
+                            json_key: str = "text", on_bytes: BytesRead | None = None,
+                            force: bool = False) -> PreparedDataset:
+    """Convert a `.jsonl`/`.txt` file into `output_prefix.bin` and `output_prefix.idx` (`on_bytes`: progress).
+
+    The prefix follows `check_output_prefix`: a dataset already there is replaced only with `force`, and only
+    once the new one is whole; a failure leaves the prefix as it was. A failure to read names INPUT, one to
+    write names `--output-prefix` (both MegapilotError).
+    """
     if tokenizer not in TOKENIZERS:
         raise MegapilotError(f"unknown tokenizer {tokenizer!r}", field="--tokenizer",
                              fix=f"use one of: {', '.join(TOKENIZERS)}")
     check_input(input_path)
-    prefix = _check_output_prefix(output_prefix)
+    prefix = check_output_prefix(output_prefix, force=force)
     try:
-        documents, tokens = _write_indexed_dataset(Path(input_path), str(prefix), json_key, on_bytes)
-        if documents == 0:
-            raise MegapilotError(f"{input_path} holds no text", field="INPUT",
-                                 fix="give a file with at least one document")
-    except BaseException:
-        for suffix in (".bin", ".idx"):  # no half-written dataset left behind
-            Path(str(prefix) + suffix).unlink(missing_ok=True)
-        raise
+        with _staged(prefix) as partial:
+            documents, tokens = _write_indexed_dataset(Path(input_path), partial, json_key, on_bytes)
+            if documents == 0:
+                raise MegapilotError(f"{input_path} holds no text", field="INPUT",
+                                     fix="give a file with at least one document")
+    except OSError as exc:  # the reader names its own failures (INPUT): an OSError here is the writing
+        raise MegapilotError(f"cannot write {prefix}.bin and .idx ({exc.strerror or exc})", field="--output-prefix",
+                             fix="pass an --output-prefix in a writable directory with room for the dataset") \
+            from None
     return PreparedDataset(str(prefix), documents, tokens, tokenizer, ByteTokenizer().vocab_size)
 
 
@@ -101,9 +144,6 @@ def default_dataset_prefix(cache_dir: Path | str) -> str:
     prefix = cache / SHIPPED_CORPUS_NAME
     if Path(str(prefix) + ".idx").is_file() and Path(str(prefix) + ".bin").is_file():
         return str(prefix)
-    with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as scratch:
-        partial = str(Path(scratch) / SHIPPED_CORPUS_NAME)
+    with _staged(prefix) as partial:
         _write_indexed_dataset(SHIPPED_CORPUS, partial, json_key="text")
-        os.replace(partial + ".bin", str(prefix) + ".bin")
-        os.replace(partial + ".idx", str(prefix) + ".idx")
     return str(prefix)

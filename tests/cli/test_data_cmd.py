@@ -80,6 +80,9 @@ def test_an_existing_dataset_is_kept_unless_forced(cli, tmp_path):
     again = cli("data", "prepare", str(bad), "--output-prefix", prefix)
     assert again.exit_code == 2 and "--force" in again.stderr
     assert (tmp_path / "ds.bin").read_bytes() == before and (tmp_path / "ds.idx").is_file()
+    forced_bad = cli("data", "prepare", str(bad), "--output-prefix", prefix, "--force")  # replaced only when whole
+    assert forced_bad.exit_code == 2 and "line 2" in forced_bad.stderr
+    assert (tmp_path / "ds.bin").read_bytes() == before and (tmp_path / "ds.idx").is_file()
     forced = cli("data", "prepare", str(good), "--output-prefix", prefix, "--force", "--json")
     assert forced.exit_code == 0 and forced.json()["documents"] == 1
 
