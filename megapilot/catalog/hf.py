@@ -274,6 +274,13 @@ def _optional_int(config: HFConfig, key: str) -> int | None:
     return None if config.get(key) is None else _required_int(config, key)
 
 
+def _int_or(config: HFConfig, key: str, default: int) -> int:
+    """An integer key, `default` only when it is absent or null: a 0 (or a negative) is the config's value, for the
+    model spec to refuse by its key, not a falsy one that silently reads as the default."""
+    value = _optional_int(config, key)
+    return default if value is None else value
+
+
 def _optional_object(config: HFConfig, key: str, fix: str) -> dict[str, Any] | None:
     value = config.get(key)
     if value is not None and not isinstance(value, dict):
@@ -401,6 +408,9 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
     }
 
 
+ORIGINAL_POSITIONS = "the context length the model was pre-trained at (the model card gives it)"
+
+
 def _rope_scaling(config: HFConfig) -> RopeScaling | None:
     """HF `rope_scaling` → the ModelSpec's scaling; kinds with no Megatron equivalent are refused by name."""
     scaling = _optional_object(config, "rope_scaling", "set rope_scaling to null or to the object the model card "
@@ -414,11 +424,13 @@ def _rope_scaling(config: HFConfig) -> RopeScaling | None:
     if factor is None:
         raise _refuse("rope_scaling.factor", f"rope_scaling of type {kind!r} has no factor")
     if kind == "llama3":
+        original = _int_or(scaling, "original_max_position_embeddings", 8192)
+        _at_least_one("rope_scaling.original_max_position_embeddings", original, ORIGINAL_POSITIONS)
         return Llama3RopeScaling(
             factor=factor,
             low_freq_factor=_optional_float(scaling, "low_freq_factor") or 1.0,
             high_freq_factor=_optional_float(scaling, "high_freq_factor") or 4.0,
-            original_max_position_embeddings=_optional_int(scaling, "original_max_position_embeddings") or 8192,
+            original_max_position_embeddings=original,
         )
     if kind == "yarn":
         return _yarn_scaling(config, scaling, factor)
@@ -432,8 +444,11 @@ def _yarn_scaling(config: HFConfig, scaling: HFConfig, factor: float) -> YarnRop
     if scaling.get("attention_factor") is not None:
         raise _refuse("rope_scaling.attention_factor",
                       "an explicit YaRN attention_factor has no Megatron flag (mscale/mscale_all_dim have)")
-    original = _optional_int(scaling, "original_max_position_embeddings") or _required_int(
-        config, "max_position_embeddings")
+    key, original = "rope_scaling.original_max_position_embeddings", _optional_int(
+        scaling, "original_max_position_embeddings")
+    if original is None:
+        key, original = "max_position_embeddings", _required_int(config, "max_position_embeddings")
+    _at_least_one(key, original, ORIGINAL_POSITIONS)
     return YarnRopeScaling(
         factor=factor, original_max_position_embeddings=original,
         beta_fast=_optional_float(scaling, "beta_fast") or 32.0,
@@ -865,7 +880,7 @@ def _gpt2(config: HFConfig) -> dict[str, Any]:
         "ffn_hidden_size": _optional_int(config, "n_inner") or 4 * hidden,
         "num_attention_heads": _required_int(config, "n_head"),
         "vocab_size": _required_int(config, "vocab_size"),
-        "max_position_embeddings": _optional_int(config, "n_positions") or 1024,
+        "max_position_embeddings": _int_or(config, "n_positions", 1024),
         "mlp_activation": "gelu",
         "normalization": "LayerNorm",
         "norm_epsilon": _optional_float(config, "layer_norm_epsilon") or 1e-5,
@@ -1216,5 +1231,5 @@ def _attention_dims(config: dict[str, Any], hidden: int, heads: int, kv_heads: i
         "num_query_groups": kv_heads if kv_heads != heads else None,
         "kv_channels": head_dim if head_dim and head_dim * heads != hidden else None,
         "vocab_size": _required_int(config, "vocab_size"),
-        "max_position_embeddings": _optional_int(config, "max_position_embeddings") or 4096,
+        "max_position_embeddings": _int_or(config, "max_position_embeddings", 4096),
     }

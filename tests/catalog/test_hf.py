@@ -880,3 +880,26 @@ def test_a_refused_value_with_no_known_key_still_carries_a_fix():
     with pytest.raises(MegapilotError) as info:
         from_hf_config(config, "broken")
     assert info.value.field == "num_experts_per_tok" and info.value.fix
+
+
+@pytest.mark.parametrize(("name", "key", "default"), [("Llama-3.1-8B", "max_position_embeddings", 4096),
+                                                      ("gpt2", "n_positions", 1024)])
+def test_zero_positions_are_refused_by_their_key_not_read_as_absent(name, key, default):
+    # 0 read as 'absent' and became the default's 4,096 (GPT-2: 1,024) positions the config never gave
+    config = _config(name)
+    config[key] = 0
+    with pytest.raises(MegapilotError) as info:
+        from_hf_config(config, "broken")
+    assert info.value.field == key and f"{key}=0" in info.value.problem and key in (info.value.fix or "")
+    del config[key]
+    assert from_hf_config(config, "no-key").max_position_embeddings == default  # absent: still the default
+
+
+@pytest.mark.parametrize("name", ["Llama-3.1-8B", "DeepSeek-V3"])  # llama3 and YaRN scaling
+def test_a_zero_original_context_in_rope_scaling_is_refused_by_its_key(name):
+    # llama3's 0 became 8,192; YaRN's fell back to max_position_embeddings
+    config = _config(name)
+    config["rope_scaling"] = config["rope_scaling"] | {"original_max_position_embeddings": 0}
+    with pytest.raises(MegapilotError) as info:
+        from_hf_config(config, "broken")
+    assert info.value.field == "rope_scaling.original_max_position_embeddings" and info.value.fix
