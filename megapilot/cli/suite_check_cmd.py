@@ -100,9 +100,10 @@ def suite_as_run(suite: LoadedSuite, *, megatron_version: str | None, exclude_fa
 def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
     """The suite with its launches checked against `version` (an unknown one refused here, before any cell)."""
     from megapilot.launch.megatron_args import flag_table
+    from megapilot.suite.render import SUITE_RELEASE_NAMES
 
     try:
-        flag_table(version)
+        flag_table(version, SUITE_RELEASE_NAMES)
     except MegapilotError as exc:  # the option the user typed, not the config key it sets
         raise MegapilotError(exc.problem, field="--megatron-version", fix=exc.fix) from None
     block = suite.config.megapilot.model_copy(update={"megatron_version": version})

@@ -177,11 +177,26 @@ def committed_releases() -> tuple[str, ...]:
     return tuple(table.release for table in committed_tables())
 
 
-def flag_table(version: str | None = None) -> FlagTable:
+@dataclass(frozen=True)
+class ReleaseNames:
+    """How a command takes the release and a checkout, as the fix for a release without a table words them:
+    `{pick}, or {checkout} to read that checkout's own arguments.py`. `megapilot script` takes --megatron-version and
+    --megatron-path; a suite takes its own (its config's keys), so it passes its own."""
+
+    pick: str  # how to choose one of the shipped releases
+    checkout: str  # how to point at a checkout of the release instead
+
+
+SCRIPT_RELEASE_NAMES = ReleaseNames(pick="pass one of those to --megatron-version",
+                                    checkout="--megatron-path /abs/Megatron-LM")
+
+
+def flag_table(version: str | None = None, names: ReleaseNames = SCRIPT_RELEASE_NAMES) -> FlagTable:
     """The committed table for a Megatron-LM version (None = the newest).
 
     A patch release is checked against its minor release's table (0.15.3 -> core_v0.15.0): patch releases
-    fix bugs and keep the parser. A minor release without a table is refused, naming those there are.
+    fix bugs and keep the parser. A minor release without a table is refused, naming those there are, with a fix
+    in the words of the command that asked (`names`).
     """
     tables = committed_tables()
     if version is None:
@@ -193,8 +208,7 @@ def flag_table(version: str | None = None) -> FlagTable:
     raise MegapilotError(
         f"no flag table for Megatron-LM {version}; megapilot ships {', '.join(committed_releases())}",
         field="megatron_version",
-        fix="pass one of those to --megatron-version, or --megatron-path /abs/Megatron-LM to read that "
-            "checkout's own arguments.py",
+        fix=f"{names.pick}, or {names.checkout} to read that checkout's own arguments.py",
     )
 
 

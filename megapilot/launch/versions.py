@@ -19,7 +19,15 @@ from pathlib import Path
 
 from megapilot import vocabulary
 from megapilot.errors import MegapilotError
-from megapilot.launch.megatron_args import FlagTable, Version, committed_tables, flag_table, parse_version
+from megapilot.launch.megatron_args import (
+    SCRIPT_RELEASE_NAMES,
+    FlagTable,
+    ReleaseNames,
+    Version,
+    committed_tables,
+    flag_table,
+    parse_version,
+)
 from megapilot.launch.megatron_source import read_checkout_table, read_checkout_version
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
@@ -40,11 +48,12 @@ PINNED_DEFAULTS = tuple(PinnedDefault(row.flag, (str(row.default),), parse_versi
                         for row in vocabulary.TERMS if row.pinned_from is not None)
 
 
-def resolve_flag_table(options: LaunchOptions) -> FlagTable:
-    """The flags the script is checked against: the local checkout's own, else the chosen release's."""
+def resolve_flag_table(options: LaunchOptions, names: ReleaseNames = SCRIPT_RELEASE_NAMES) -> FlagTable:
+    """The flags the script is checked against: the local checkout's own, else the chosen release's (a release
+    without a table is refused in the words of `names`, the command's)."""
     checkout = _local_checkout(options)
     if checkout is None:
-        return flag_table(options.megatron_version)
+        return flag_table(options.megatron_version, names)
     version = read_checkout_version(checkout)
     if options.megatron_version is not None and parse_version(options.megatron_version)[:2] != version[:2]:
         raise MegapilotError(

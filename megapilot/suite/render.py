@@ -34,6 +34,8 @@ from megapilot.estimate import count_params
 from megapilot.execute.base import LaunchRequest
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.launch.flags import LauncherCannotRun
+from megapilot.launch.megatron_args import ReleaseNames
+from megapilot.launch.versions import resolve_flag_table
 from megapilot.plan.space import pipeline_splits
 from megapilot.spec import ClusterSpec, SavedPlan, TrainingSpec, validate_layout
 from megapilot.spec.pipeline import EVEN_SPLIT, PipelineSplit
@@ -48,6 +50,10 @@ if TYPE_CHECKING:
 CPU_STAND_IN_GPU = "h100"  # a CPU plan still needs a GPUSpec; its peaks are never used for a CPU run
 SCRIPT_NAME = "launch.sh"
 PRIMUS_EXPERIMENT_NAME = "primus_experiment.yaml"
+# A suite takes the release by --megatron-version or its config's key, and a checkout by its config's key alone.
+SUITE_RELEASE_NAMES = ReleaseNames(
+    pick="pass one of those to --megatron-version or set megapilot.megatron_version to it",
+    checkout="with backend megatron-lm, set megapilot.megatron_path to /abs/Megatron-LM")
 
 
 class CellLaunch(BaseModel):
@@ -90,6 +96,7 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
         plan = build_plan(suite, cell, train_iters=train_iters)
         options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
                                  load_dir=load_dir, load_step=load_step, request=request, master_port=master_port)
+        resolve_flag_table(options, SUITE_RELEASE_NAMES)  # the release first: one without a table, in the suite's words
         launch = render_launch(plan, options)
     except LauncherCannotRun as exc:  # this backend cannot train the cell at all: skipped, the others run
         return base.model_copy(update={"skipped": f"the {suite.backend} backend cannot run it: {exc.problem}"})

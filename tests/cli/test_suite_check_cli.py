@@ -237,6 +237,7 @@ def test_check_with_megatron_version_reports_what_run_with_it_refuses(cli, tmp_p
     assert unknown.exit_code == refused.exit_code == 2 and unknown.json()["cells"] == []
     assert _problems(unknown.json()) == _refused(refused.stderr)
     assert _refused(refused.stderr)[0].startswith("--megatron-version: no flag table for Megatron-LM 0.99")
+    assert "--megatron-path" not in refused.stderr and "set megapilot.megatron_path" in _refused(refused.stderr)[0]
     text = cli("suite", "check", config, "--megatron-version", "0.99")  # the problem, and no empty table of cells
     assert "problem --megatron-version: no flag table" in text.stdout and "┃ cell" not in text.stdout
 

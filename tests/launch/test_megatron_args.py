@@ -16,6 +16,7 @@ from megapilot.launch import render_megatron_args
 from megapilot.launch.megatron_args import (
     MEGATRON_COMMIT,
     MEGATRON_RELEASE,
+    ReleaseNames,
     committed_releases,
     flag_table,
     parse_version,
@@ -107,6 +108,16 @@ def test_a_release_without_a_table_is_refused_naming_those_there_are(text: str) 
     with pytest.raises(MegapilotError, match=r"core_v0.14.0") as info:
         flag_table(text)
     assert info.value.field == "megatron_version"
+    assert info.value.fix == ("pass one of those to --megatron-version, or --megatron-path /abs/Megatron-LM to read "
+                              "that checkout's own arguments.py")
+
+
+def test_the_fix_for_a_release_without_a_table_is_worded_by_the_command_that_asked() -> None:
+    names = ReleaseNames(pick="set release.version to one of those", checkout="release.checkout to a checkout")
+    with pytest.raises(MegapilotError) as info:
+        flag_table("0.99", names)
+    assert info.value.fix == ("set release.version to one of those, or release.checkout to a checkout to read that "
+                              "checkout's own arguments.py")
 
 
 def test_tables_differ_where_megatron_changed_between_releases() -> None:

@@ -175,3 +175,18 @@ def test_a_split_no_end_slot_can_fix_falls_back_to_first_and_last_counts(tmp_pat
                                        edit=pp(value))
         suite = load_suite(config, cluster)
         assert pipeline_split(suite, suite.cells[0]).label().startswith(expected)
+
+
+def test_a_release_without_a_table_is_refused_naming_what_a_suite_takes(tmp_path: Path) -> None:
+    """A suite takes no --megatron-path: the fix names --megatron-version and the config's keys."""
+    raw = json.loads(template_path("tiny-local").read_text())
+    raw["megapilot"]["megatron_version"] = "0.99"
+    (tmp_path / "tiny.json").write_text(json.dumps(raw))
+    for path in template_path("tiny-local").parent.glob("tiny-local_threshold*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    suite = load_suite(tmp_path / "tiny.json")
+    launch = render_cells(suite, tmp_path, with_smoke=False)[0]
+    assert launch.error is not None and "no flag table for Megatron-LM 0.99" in launch.error
+    assert "--megatron-path" not in launch.error
+    assert ("pass one of those to --megatron-version or set megapilot.megatron_version to it, or with backend "
+            "megatron-lm, set megapilot.megatron_path to /abs/Megatron-LM") in launch.error
