@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findi
 from megapilot.diagnose.series import RuleRecords
 from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog, ParseOptions, parse_logs
-from megapilot.logs.sources import expand_log_paths, source_labels
+from megapilot.logs.sources import expand_log_paths, source_labels, stdin_read_again
 from megapilot.spec import GPUSpec
 
 
@@ -159,13 +160,15 @@ def diagnose(
     launch = read_flags(script=script, flags=flags, training_script=True)
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
     paths = expand_log_paths([str(path) for path in paths])
-    log = parse_for_rules(paths, parse_options_for(config))
-    told = _tokenizer_from_log(launch, log) if launch is not None else None
-    if told is not None:  # the vocabulary the run used, not an assumed one
-        config = run_config(told, gpu=gpu, gpus=gpus)
-        config.notes.append("tokenizer/vocabulary from the log's arguments block")
-    if config is not None and log_mismatches(log, config):
-        log = parse_for_rules(paths, None)  # the log's own arguments block, not the script, sizes its tokens/s
+    # flags that turn out not to be the log's run make a second reading: standard input is then read from a copy
+    with stdin_read_again() if config is not None and "-" in paths else nullcontext():
+        log = parse_for_rules(paths, parse_options_for(config))
+        told = _tokenizer_from_log(launch, log) if launch is not None else None
+        if told is not None:  # the vocabulary the run used, not an assumed one
+            config = run_config(told, gpu=gpu, gpus=gpus)
+            config.notes.append("tokenizer/vocabulary from the log's arguments block")
+        if config is not None and log_mismatches(log, config):
+            log = parse_for_rules(paths, None)  # the log's own arguments block, not the script, sizes its tokens/s
     return diagnose_log(log, config, gpu)
 
 

@@ -9,7 +9,9 @@ files, a rank's stderr, a `dmesg` excerpt. `expand_log_paths` turns what a user 
 - a pattern with `*`, `?` or `[` is expanded (`**` recurses), for shells that pass it unexpanded;
 - a gzip-compressed log (`training.log.gz`, told by its magic bytes) is read decompressed (`open_log`);
 - a pipe or other stream (`<(zcat run.log.gz)`, a FIFO, `/dev/stdin`) and standard input are judged on the bytes
-  the reading takes first (`open_log`), then read from their start: what the sniff took is handed back first.
+  the reading takes first (`open_log`), then read from their start: what the sniff took is handed back first;
+- standard input is read once: a reader that may read the logs twice (`diagnose` with flags that turn out not to be
+  the log's run) opens them inside `stdin_read_again`, and the second reading gets a copy of what the first read.
 "Text" is judged on the first `SNIFF_BYTES`: no NUL byte, and at least `MIN_PRINTABLE_FRACTION` of the bytes
 printable or UTF-8 (a checkpoint, a core dump or a `.npy` file is not a log).
 """
@@ -19,8 +21,10 @@ from __future__ import annotations
 import glob
 import gzip
 import io
+import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,7 +71,12 @@ def open_log(path: str) -> Iterator[BinaryIO]:
     """A log's bytes, decompressed when gzip wrote it; `-` is standard input, a pipe is read as it comes. Standard
     input and a pipe are refused as a file is (`is_text`) when their first bytes are not text."""
     if path == "-":
-        yield _SniffedStream.of_stdin().replayed()
+        spool = _StdinSpool.current
+        if spool is None:
+            yield _SniffedStream.of_stdin().replayed()
+        else:
+            with spool.open() as stream:
+                yield stream
         return
     file = Path(path)
     if not (file.is_file() or is_stream(file)):
@@ -115,7 +124,7 @@ class _SniffedStream:
         if not self.text:
             raise MegapilotError(f"{self.name} is not a text file", field=flag, fix=NOT_TEXT_FIX)
 
-    def replayed(self) -> BinaryIO:
+    def replayed(self) -> io.BufferedReader:
         """The whole stream, head first (refused if it is not text); the head is handed back once."""
         self.refuse_if_binary()
         if _SniffedStream._stdin is self:
@@ -142,6 +151,64 @@ class _Replay(io.RawIOBase):
             data = self._source.read(len(view))
             view[:len(data)] = data
             return len(data)
+
+
+class _StdinSpool:
+    """Standard input as `stdin_read_again` keeps it: the first opening reads it through, a copy going to an
+    anonymous temporary file; every later opening reads that copy from its start."""
+
+    current: _StdinSpool | None = None
+
+    def __init__(self) -> None:
+        self.copy: BinaryIO = tempfile.TemporaryFile()  # noqa: SIM115  # closed by `stdin_read_again`
+        self.read = False
+
+    @contextmanager
+    def open(self) -> Iterator[BinaryIO]:
+        if self.read:
+            with open(os.dup(self.copy.fileno()), "rb") as again:  # its own descriptor: the reader may close it
+                again.seek(0)
+                yield again
+            return
+        teed = io.BufferedReader(_Tee(_SniffedStream.of_stdin().replayed(), self.copy), buffer_size=SNIFF_BYTES)
+        yield teed
+        while teed.read(SNIFF_BYTES):  # what the reader left unread is copied too: the copy is the whole input
+            pass
+        self.copy.flush()
+        self.read = True
+
+
+class _Tee(io.RawIOBase):
+    """`source`'s bytes, each also written to `copy`."""
+
+    def __init__(self, source: io.BufferedReader, copy: BinaryIO) -> None:
+        self._source, self._copy = source, copy
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        with memoryview(buffer) as view:
+            size = self._source.readinto(view)
+            if size:
+                self._copy.write(view[:size])
+            return size or 0
+
+
+@contextmanager
+def stdin_read_again() -> Iterator[None]:
+    """Within it, `open_log("-")` may be called more than once and reads the whole of standard input each time:
+    standard input itself is read once, by the first, and copied to a temporary file (deleted on leaving) that the
+    later ones read. Without it a second reading finds standard input used up. Nested, the outer copy serves."""
+    if _StdinSpool.current is not None:
+        yield
+        return
+    spool = _StdinSpool.current = _StdinSpool()
+    try:
+        yield
+    finally:
+        _StdinSpool.current = None
+        spool.copy.close()
 
 
 def is_text(path: Path) -> bool:

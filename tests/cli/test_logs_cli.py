@@ -46,6 +46,17 @@ def test_logs_parse_reads_stdin(cli, monkeypatch):
     assert data["iterations"] == [] and data["summary"]["iterations_counted"] == 3
 
 
+def test_diagnose_reads_a_log_on_stdin_once_when_the_flags_are_of_another_run(cli, monkeypatch):
+    """The flags' run differs from the log's: the log is read a second time, from a copy of standard input."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+        (DATA / "synthetic_megatron_arguments.log").read_bytes())))
+    result = cli("diagnose", "-", "--flags", "--tensor-model-parallel-size 4 --num-layers 24 --hidden-size 1024 "
+                 "--num-attention-heads 16 --seq-length 2048 --global-batch-size 64 --micro-batch-size 1", "--json")
+    assert result.exit_code == 0, result.stderr
+    payload = result.json()
+    assert payload["findings"][0]["category"] == "log_mismatch" and payload["summary"]["iterations_logged"] == 3
+
+
 @pytest.mark.parametrize("command", [("diagnose",), ("diagnose", "--json"), ("logs", "parse"),
                                      ("logs", "parse", "--json", "--summary-only")])
 def test_binary_on_stdin_is_refused_as_the_same_bytes_in_a_file_are(cli, monkeypatch, tmp_path: Path, command):

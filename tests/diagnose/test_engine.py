@@ -133,3 +133,21 @@ def test_logs_parse_of_a_run_directory_names_each_node_file_and_keeps_rank_prefi
     assert result.exit_code == 0
     assert "out-node0/training.log:5" in result.stdout and "out-node1/training.log:7" in result.stdout
     assert "[rank0]" in result.stdout  # log text is never read as console markup (rich would swallow the tag)
+
+
+def test_flags_of_another_run_diagnose_a_log_on_stdin_as_the_same_log_in_a_file(monkeypatch: pytest.MonkeyPatch):
+    """Flags that do not match the log make the engine read the log again (sized by its own arguments): standard
+    input is read once and its copy read the second time, not found used up."""
+    import io
+    import sys
+
+    log = Path(__file__).parents[1] / "data" / "logs" / "synthetic_megatron_arguments.log"
+    flags = FLAGS.replace("--num-layers 4", "--num-layers 24")
+    from_file = diagnose([log], flags=flags)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(log.read_bytes())))
+    from_stdin = diagnose(["-"], flags=flags)
+    assert [f.category for f in from_stdin.findings] == [f.category for f in from_file.findings]
+    assert from_stdin.findings[0].category == "log_mismatch"
+    assert from_stdin.log.summary is not None and from_file.log.summary is not None
+    assert from_stdin.log.summary.to_dict() == from_file.log.summary.to_dict()
+    assert from_stdin.log.summary.iterations_logged == 3

@@ -20,6 +20,7 @@ from megapilot.logs.sources import (
     is_text,
     logs_in_directory,
     source_labels,
+    stdin_read_again,
 )
 
 
@@ -164,3 +165,31 @@ def test_text_on_stdin_is_read_whole_after_the_sniff(monkeypatch: pytest.MonkeyP
         _stdin(monkeypatch, data)
         assert expand_log_paths(["-"]) == ["-"]
         assert parse_logs(["-"], summary_only=summary_only).summary.iterations_logged == iterations
+
+
+def test_stdin_is_read_once_and_each_reading_inside_stdin_read_again_gets_all_of_it(monkeypatch: pytest.MonkeyPatch):
+    """A reader that reads the logs twice (diagnose with flags of another run) gets the whole input both times."""
+    data = "".join(f" iteration {i:8d}/ 1000 | elapsed time per iteration (ms): 100.0 | lm loss: 5.0E+00 |\n"
+                   for i in range(1, 301)).encode()  # a few sniffs' worth
+    _stdin(monkeypatch, data)
+    with stdin_read_again():
+        first = parse_logs(["-"], summary_only=True)
+        with stdin_read_again():  # nested: the outer copy serves
+            again = parse_logs(["-"])  # the line path, a reader of its own
+        third = parse_logs(["-"], summary_only=True)
+    assert [log.summary.iterations_logged for log in (first, again, third)] == [300, 300, 300]
+    assert first.summary.to_dict() == again.summary.to_dict() == third.summary.to_dict()
+    assert sys.stdin.buffer.read() == b""  # standard input itself was read once
+    assert parse_logs(["-"], summary_only=True).lines_read == 0  # outside it, nothing is left to read
+
+
+def test_a_first_reading_that_stops_early_still_leaves_the_whole_input_for_the_next(monkeypatch: pytest.MonkeyPatch):
+    from megapilot.logs.sources import open_log
+
+    data = b"".join(b"line %d of a log that goes on\n" % i for i in range(5000))
+    _stdin(monkeypatch, data)
+    with stdin_read_again():
+        with open_log("-") as stream:
+            assert stream.read(100) == data[:100]
+        with open_log("-") as stream:
+            assert stream.read() == data
