@@ -233,7 +233,7 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
     run = run_budget(request, plan.model, plan.cluster, plan.training, plan.parallel)
     main = next(s for s in run.segments if s.name == "main")
     if train_iters is None:
-        train_iters = max(1, round(main.iterations))
+        train_iters = main.iterations  # estimate's own count: whole steps, the last part step rounded up
         also = "; the phases and batch warm-up need their own scripts" if len(run.segments) > 1 else ""
         notes.append(f"--train-iters {train_iters:,}: the budget's main phase, {main.tokens / 1e9:,.1f} B tokens "
                      f"at GBS {main.shape.gbs:,} x seq {main.shape.seq_len:,}{also}")

@@ -8,10 +8,12 @@ way:
   INCREMENT in equal shares of SAMPLES, each step at its batch's estimated time (fewer micro-batches, a larger
   pipeline bubble).
 
-Each piece's step time is the estimator's own (`megapilot.estimate.estimate`); failure-free time is the sum of
-steps x step time. The elapsed time adds what failures cost (`goodput`). GPU-hours = elapsed x GPUs; energy =
-GPU-hours x the GPU's TDP (board power only: hosts, network and cooling - the PUE - are not counted, and a GPU
-seldom draws its full TDP, so it is an upper bound of the GPUs' own draw); cost = GPU-hours x the price.
+Each piece trains whole steps, its tokens over its step's rounded up (`steps_to_train`: the budget is the least
+to train, and `script --tokens` writes the same count as --train-iters). Each piece's step time is the estimator's
+own (`megapilot.estimate.estimate`); failure-free time is the sum of steps x step time. The elapsed time adds what
+failures cost (`goodput`). GPU-hours = elapsed x GPUs; energy = GPU-hours x the GPU's TDP (board power only: hosts,
+network and cooling - the PUE - are not counted, and a GPU seldom draws its full TDP, so it is an upper bound of the
+GPUs' own draw); cost = GPU-hours x the price.
 
 Each figure carries the band of the step-time estimate behind it: +/- the median |error| of throughput on the
 published runs of the estimate's calibration cell (its family, GPU and precision, or the nearest), so about half
@@ -157,12 +159,12 @@ StepCost = Callable[[Shape], ShapeCost]
 
 @dataclass(frozen=True)
 class Segment:
-    """One piece of the run: its tokens, steps and failure-free time."""
+    """One piece of the run: its tokens, its whole steps (`steps_to_train`) and failure-free time."""
 
     name: str
     tokens: float
     shape: Shape
-    iterations: float
+    iterations: int
     step_time_s: float
     fits: bool
     layout_label: str = ""
@@ -173,7 +175,7 @@ class Segment:
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "tokens": self.tokens, "seq_len": self.shape.seq_len, "gbs": self.shape.gbs,
-                "layout": dict(self.shape.layout), "iterations": round(self.iterations, 1),
+                "layout": dict(self.shape.layout), "iterations": self.iterations,
                 "step_time_s": round(self.step_time_s, 6), "days": round(self.seconds / 86400, 3),
                 "fits": self.fits}
 
@@ -229,7 +231,7 @@ class TimeToTrain:
     """The run's plan: its pieces, failure-free time, goodput, and the headline figures with their bands."""
 
     tokens: float
-    iterations: float
+    iterations: int
     segments: tuple[Segment, ...]
     gpus: int
     band_fraction: float
@@ -273,7 +275,7 @@ class TimeToTrain:
     def to_json(self) -> dict[str, object]:
         energy, cost = self.energy_mwh, self.cost
         return {
-            "tokens": self.tokens, "iterations": round(self.iterations, 1),
+            "tokens": self.tokens, "iterations": self.iterations,
             "days": self.days.to_json(), "gpu_hours": self.gpu_hours.to_json(),
             "energy_mwh": energy.to_json() if energy else None, "cost": cost.to_json() if cost else None,
             "compute_days": round(self.compute_s / 86400, 3),
@@ -334,10 +336,17 @@ def _at_least_one_step(tokens: float, seq_len: int, gbs: int, field_name: str, w
                              fix=f"give at least {step:,} tokens (K, M, B or T suffix, e.g. 15.6T)")
 
 
+def steps_to_train(tokens: float, seq_len: int, gbs: int) -> int:
+    """The whole steps that train at least `tokens` at this sequence length and batch. Megatron trains whole steps
+    and a budget is the least to train, so a part step counts as one: the one step count of a budget, for its time
+    to train (`estimate`, `plan`) and for `script --tokens`'s --train-iters alike."""
+    return -(-round(tokens) // (seq_len * gbs))  # token counts are whole: integer arithmetic, no float residue
+
+
 def _segment(name: str, tokens: float, shape: Shape, cost: StepCost) -> Segment:
     answer = cost(shape)
-    return Segment(name, tokens, shape, tokens / (shape.seq_len * shape.gbs), answer.step_time_s, answer.fits,
-                   answer.layout_label)
+    return Segment(name, tokens, shape, steps_to_train(tokens, shape.seq_len, shape.gbs), answer.step_time_s,
+                   answer.fits, answer.layout_label)
 
 
 @dataclass(frozen=True)
@@ -359,12 +368,13 @@ def time_to_train(request: BudgetRequest, training: TrainingSpec, fleet: Fleet, 
     request's measured one wins); `band` is (relative error, where it comes from)."""
     segments = segments_for(request, training, cost)
     compute_s = sum(s.seconds for s in segments)
+    iterations = sum(s.iterations for s in segments)
     main = next((s for s in segments if s.name == "main"), segments[-1])
     used = request.measured_checkpoint or checkpoint
     run = goodput(compute_s, fleet.gpus, used, request.failure, gpus_per_node=fleet.gpus_per_node,
                   step_time_s=main.step_time_s)
     return TimeToTrain(
-        tokens=sum(s.tokens for s in segments), iterations=sum(s.iterations for s in segments),
+        tokens=sum(s.tokens for s in segments), iterations=iterations,
         segments=tuple(segments), gpus=fleet.gpus, band_fraction=band[0], band_source=band[1],
         goodput=run, tdp_w=fleet.tdp_w, cost_per_gpu_hour=request.cost_per_gpu_hour,
     )

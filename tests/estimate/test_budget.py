@@ -12,6 +12,7 @@ from megapilot.estimate.budget import (
     ShapeCost,
     parse_phase,
     parse_tokens,
+    steps_to_train,
     time_to_train,
 )
 from megapilot.estimate.goodput import CheckpointCost, FailureModel
@@ -55,7 +56,8 @@ def test_phases_come_out_of_the_budget_and_the_warm_up_follows_megatron():
                      "phase 1: seq_len 4,096"]
     assert run.tokens == pytest.approx(1e9)
     assert [s.tokens for s in run.segments[:3]] == pytest.approx([16_000 * 1024] * 3)
-    assert run.segments[-1].shape.seq_len == 4096 and run.segments[-1].iterations == pytest.approx(1e8 / 4096 / 64)
+    assert [s.iterations for s in run.segments[:3]] == [1000, 500, 334]  # 16,000 samples at 16, 32, 48 a step
+    assert run.segments[-1].shape.seq_len == 4096 and run.segments[-1].iterations == 382  # 1e8 / 4096 / 64 = 381.5
     assert run.compute_s == pytest.approx(sum(s.iterations * s.step_time_s for s in run.segments))
     assert run.days.low == pytest.approx(run.days.value * 0.9) and run.days.high == pytest.approx(run.days.value * 1.1)
     assert run.energy_mwh is not None and run.energy_mwh.value == pytest.approx(run.gpu_hours.value * 700 / 1e6)
@@ -87,7 +89,7 @@ def test_a_budget_or_phase_under_one_step_is_refused_by_name():
     assert info.value.field == "phase"
     one_step = time_to_train(BudgetRequest(tokens=65_536, failure=NO_FAILURES), training, Fleet(8, 8, None),
                              _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
-    assert one_step.iterations == pytest.approx(1)
+    assert one_step.iterations == 1
 
 
 @pytest.mark.parametrize("text", ["1e400", "1e300T"])
@@ -103,3 +105,17 @@ def test_a_price_that_is_no_finite_amount_is_refused(price: float):
     with pytest.raises(MegapilotError, match="finite") as info:
         BudgetRequest(tokens=1e9, cost_per_gpu_hour=price)
     assert info.value.field == "cost_per_gpu_hour"
+
+
+def test_a_budget_trains_whole_steps_rounded_up():
+    # 10.5 steps' tokens counted 10.5 steps (and `script --tokens` wrote 10): the budget is the least to train
+    training = TrainingSpec(seq_length=1024, global_batch_size=64)
+    run = time_to_train(BudgetRequest(tokens=10.5 * 65_536, failure=NO_FAILURES), training, Fleet(8, 8, None),
+                        _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+    assert run.iterations == run.segments[0].iterations == 11
+    assert run.compute_s == pytest.approx(11 * run.segments[0].step_time_s)
+    assert run.to_json()["iterations"] == 11 and run.to_json()["segments"][0]["iterations"] == 11
+    # a count that is whole in tokens is not pushed up a step by the float it was parsed into (0.27T)
+    assert parse_tokens("0.27T") != 270e9 and steps_to_train(parse_tokens("0.27T"), 1024, 1) == 263_671_875
+    assert steps_to_train(65_537, 1024, 64) == 2 and steps_to_train(65_536, 1024, 64) == 1
+
