@@ -365,14 +365,18 @@ class Fleet:
 def time_to_train(request: BudgetRequest, training: TrainingSpec, fleet: Fleet, cost: StepCost, *,
                   checkpoint: CheckpointCost, band: tuple[float, str]) -> TimeToTrain:
     """The plan of the whole run. `cost` answers a step time per shape; `checkpoint` is the one to save (the
-    request's measured one wins); `band` is (relative error, where it comes from)."""
+    request's measured one wins); `band` is (relative error, where it comes from).
+
+    Daly's interval is counted in steps of the run as a whole (its failure-free time over its steps), as the run is
+    priced: every piece's steps at their own time. Megatron's --save-interval counts every step, warm-up and phases
+    alike, so the saves priced (compute / interval) are the saves made (steps / interval), and a warm-up that takes
+    the whole budget, with no steady phase, is counted as it is priced."""
     segments = segments_for(request, training, cost)
     compute_s = sum(s.seconds for s in segments)
     iterations = sum(s.iterations for s in segments)
-    main = next((s for s in segments if s.name == "main"), segments[-1])
     used = request.measured_checkpoint or checkpoint
     run = goodput(compute_s, fleet.gpus, used, request.failure, gpus_per_node=fleet.gpus_per_node,
-                  step_time_s=main.step_time_s)
+                  step_time_s=compute_s / iterations)
     return TimeToTrain(
         tokens=sum(s.tokens for s in segments), iterations=iterations,
         segments=tuple(segments), gpus=fleet.gpus, band_fraction=band[0], band_source=band[1],

@@ -15,7 +15,7 @@ from megapilot.estimate.budget import (
     steps_to_train,
     time_to_train,
 )
-from megapilot.estimate.goodput import CheckpointCost, FailureModel
+from megapilot.estimate.goodput import CheckpointCost, FailureModel, daly_interval_s
 from megapilot.spec import TrainingSpec
 
 
@@ -119,3 +119,21 @@ def test_a_budget_trains_whole_steps_rounded_up():
     assert parse_tokens("0.27T") != 270e9 and steps_to_train(parse_tokens("0.27T"), 1024, 1) == 263_671_875
     assert steps_to_train(65_537, 1024, 64) == 2 and steps_to_train(65_536, 1024, 64) == 1
 
+
+def test_the_checkpoint_interval_counts_steps_of_the_whole_run_when_the_warm_up_takes_the_budget():
+    # no main phase: the interval was counted in the last piece's steps (the warm-up's batch of 32, its longest step)
+    training = TrainingSpec(seq_length=1024, global_batch_size=64)
+    failure = FailureModel(failures_per_gpu_hour=0.05)
+    request = BudgetRequest(tokens=30e6, rampup=BatchRampup(16, 16, 48_000), failure=failure)
+    run = time_to_train(request, training, Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+    assert [s.name for s in run.segments] == ["batch warm-up 16", "batch warm-up 32"]
+    mean_step_s = run.compute_s / run.iterations
+    assert len({s.step_time_s for s in run.segments}) == 2 and mean_step_s != run.segments[-1].step_time_s
+    expected = round(daly_interval_s(CHECKPOINT.save_s, run.goodput.mtbf_s) / mean_step_s)
+    assert run.goodput.checkpoint_interval_iters == expected
+    assert run.goodput.checkpoint_interval_s == pytest.approx(expected * mean_step_s)
+    # a run of one shape: the interval in its own steps, as before
+    plain = time_to_train(BudgetRequest(tokens=30e6, failure=failure), training, Fleet(8, 8, None), _fixed(0.01),
+                          checkpoint=CHECKPOINT, band=(0.1, "t"))
+    step_s = plain.segments[0].step_time_s
+    assert plain.goodput.checkpoint_interval_iters == round(daly_interval_s(1.0, plain.goodput.mtbf_s) / step_s)
