@@ -231,7 +231,12 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
     from megapilot.plan.budget import run_budget
 
     run = run_budget(request, plan.model, plan.cluster, plan.training, plan.parallel)
-    main = next(s for s in run.segments if s.name == "main")
+    main = next((s for s in run.segments if s.name == "main"), None)
+    if main is None:  # the warm-up's SAMPLES take the budget: no steady step for --train-iters to count
+        warm_up = sum(s.tokens for s in run.segments if s.name.startswith("batch warm-up"))
+        raise MegapilotError(f"the batch warm-up trains all {warm_up / 1e9:,.3g} B tokens of the budget before the "
+                             f"batch reaches GBS {plan.training.global_batch_size:,}", field="rampup_batch_size",
+                             fix="give --tokens beyond the warm-up's SAMPLES x seq, or fewer warm-up SAMPLES")
     if train_iters is None:
         train_iters = main.iterations  # estimate's own count: whole steps, the last part step rounded up
         also = "; the phases and batch warm-up need their own scripts" if len(run.segments) > 1 else ""

@@ -120,6 +120,16 @@ def test_script_refuses_tokens_beside_train_iters_and_sets_no_interval_without_c
     assert not any("--save-interval" in note for note in unsaved.json()["notes"])
 
 
+def test_script_refuses_a_warm_up_that_takes_the_whole_budget_by_its_flag(cli):
+    # no main phase to count --train-iters in: 'internal error: StopIteration'
+    args = ("script", *SMALL, "--entrypoint", "megapilot", "--mock-data", "--tokenizer-type", "NullTokenizer",
+            "--remote")
+    result = cli(*args, "--tokens", "1B", "--rampup-batch-size", "64", "64", "1000000")  # 4.1 B tokens of warm-up
+    assert result.exit_code == 2 and "rampup_batch_size" in result.stderr and "fix:" in result.stderr
+    assert "internal error" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert cli("estimate", *SMALL, "--tokens", "1B", "--rampup-batch-size", "64", "64", "1000000").exit_code == 0
+
+
 @pytest.mark.parametrize(("extra", "field"), [
     (("--cost-per-gpu-hour", "2"), "tokens"),
     (("--tokens", "12Q"), "tokens"),
