@@ -279,7 +279,10 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
 
 
 def _files_title(files: list[str]) -> str:
-    return ", ".join(files) if len(files) <= 3 else f"{', '.join(files[:2])} and {len(files) - 2} more files"
+    from megapilot.logs.sources import shown_name
+
+    names = [shown_name(name) for name in files]
+    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:2])} and {len(names) - 2} more files"
 
 
 # ---- diagnose --------------------------------------------------------------------------------------
@@ -309,8 +312,9 @@ def diagnose_command(
         from rich.markup import escape
 
         from megapilot.cli.common import err_console
+        from megapilot.logs.sources import shown_name
 
-        names = ", ".join(result.labels.get(name, name) for name in result.log.files)
+        names = ", ".join(result.labels.get(name, shown_name(name)) for name in result.log.files)
         error = MegapilotError(f"{names}: this is not a training log: none of its {result.log.lines_read:,} lines is "
                                "an iteration, error, checkpoint or start-up line of a training framework",
                                field="FILE", fix="pass the log a training job printed (a rank's output, a SLURM "

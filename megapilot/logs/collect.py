@@ -41,7 +41,7 @@ from megapilot.logs.records import (
     TheoreticalMemoryRecord,
     TimerRecord,
 )
-from megapilot.logs.sources import open_log
+from megapilot.logs.sources import open_log, shown_name
 from megapilot.logs.summary import RunSummary, SummaryBuilder
 
 MAX_KEPT_ERRORS = 2000  # a crash on 1000 ranks prints the same line 1000 times; the first 2000 are evidence enough
@@ -186,7 +186,7 @@ class LogCollector:
             self.log.last_time_s = max(self.log.last_time_s or end.last_time_s, end.last_time_s)
         self._frame_hints.update(end.framework_hints)
         if end.binary is not None and end.binary.bytes_skipped:
-            self.log.binary_skipped.append(BinarySkipped(self.log.files[-1] if self.log.files else "",
+            self.log.binary_skipped.append(BinarySkipped(shown_name(self.log.files[-1]) if self.log.files else "",
                                                          end.binary.bytes_skipped, list(end.binary.runs)))
 
     def add_error(self, record: ErrorRecord) -> None:
@@ -299,7 +299,7 @@ def parse_logs(
         name = str(path)
         collector.log.files.append(name)
         # rank 0 prints the arguments, the last rank the iterations: a block read from an earlier file serves later ones
-        parser = LineParser(name if name != "-" else "<stdin>", options, collector.log.arguments)
+        parser = LineParser(shown_name(name), options, collector.log.arguments)
         if summary_only and (on_record is None or on_row is not None):
             sink: RecordSink = collector if on_record is None else _ForwardingSink(collector, on_record)
             with open_log(name) as stream:

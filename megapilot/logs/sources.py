@@ -63,6 +63,11 @@ def is_stream(path: Path) -> bool:
 
 
 STDIN_NAME = "<stdin>"  # standard input's name in messages and evidence (`-` on the command line)
+
+
+def shown_name(path: str) -> str:
+    """A log's name in records and messages: `<stdin>` for `-`, else the path as given."""
+    return STDIN_NAME if path == "-" else path
 NOT_TEXT_FIX = "pass a log (text a job printed), not a checkpoint or other binary file"
 
 

@@ -57,6 +57,32 @@ def test_diagnose_reads_a_log_on_stdin_once_when_the_flags_are_of_another_run(cl
     assert payload["findings"][0]["category"] == "log_mismatch" and payload["summary"]["iterations_logged"] == 3
 
 
+@pytest.mark.parametrize("command", [("diagnose",), ("logs", "parse")])
+def test_binary_data_skipped_on_stdin_is_said_of_stdin(cli, monkeypatch, command):
+    """Every message about standard input names it `<stdin>`, the note on a crash's NUL padding included."""
+    crash = (DATA / "synthetic_crash_nul_padded.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(crash)))
+    result = cli(*command, "-")
+    assert result.exit_code == 0, result.stderr
+    [note] = [line for line in (result.stdout + result.stderr).splitlines() if "binary data" in line]
+    assert note.startswith("note: <stdin>: skipped 22 KB of binary data on lines 21, 27")
+    assert "-:" not in result.stdout + result.stderr
+
+
+def test_text_on_stdin_that_is_no_training_log_is_named_stdin(cli, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hello world, nothing a job printed\n")))
+    result = cli("diagnose", "-")
+    assert result.exit_code == 1
+    assert " ".join(result.stderr.split()).startswith("error: FILE: <stdin>: this is not a training log")
+
+
+def test_logs_parse_of_stdin_is_titled_stdin(cli, monkeypatch):
+    crash = (DATA / "synthetic_crash_nul_padded.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(crash)))
+    result = cli("logs", "parse", "-")
+    assert result.stdout.lstrip().startswith("<stdin> — dialect megatron-lm")
+
+
 @pytest.mark.parametrize("command", [("diagnose",), ("diagnose", "--json"), ("logs", "parse"),
                                      ("logs", "parse", "--json", "--summary-only")])
 def test_binary_on_stdin_is_refused_as_the_same_bytes_in_a_file_are(cli, monkeypatch, tmp_path: Path, command):

@@ -38,6 +38,19 @@ def test_a_nul_padded_crash_log_gives_its_iterations_and_its_failure(summary_onl
     assert log.to_dict()["binary_skipped"][0]["runs"][0]["offset"] == nul_at
 
 
+@pytest.mark.parametrize("summary_only", [False, True])
+def test_binary_data_on_stdin_is_told_of_stdin_as_its_error_lines_are(monkeypatch: pytest.MonkeyPatch,
+                                                                      summary_only: bool):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(CRASH.read_bytes())))
+    log = parse_logs(["-"], summary_only=summary_only)
+    [skipped], [error] = log.binary_skipped, log.errors
+    assert skipped.file == error.file == "<stdin>" and log.files == ["-"]
+    assert log.to_dict()["binary_skipped"][0]["file"] == "<stdin>"
+
+
 @pytest.mark.parametrize("chunk_bytes", [97, 4096])
 def test_offsets_are_the_files_whatever_the_blocks(chunk_bytes: int):
     """Blocks cut anywhere (both reading paths) report each run at its byte in the file."""
