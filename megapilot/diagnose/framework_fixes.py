@@ -12,7 +12,7 @@ Allocator settings are environment variables: PyTorch reads `PYTORCH_HIP_ALLOC_C
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from megapilot.diagnose.findings import Fix
 from megapilot.logs.collect import ParsedLog
@@ -142,27 +142,45 @@ def synchronous_save_fix(framework: str, reason: str) -> Fix | None:
     return None if template is None else replace(template, reason=reason)
 
 
-# Runs megapilot reads the lines of but not the configuration of: whose log it is, whose code its tracebacks run in,
-# where its settings live. GPT-NeoX runs on DeepSpeed's engine (its logs carry DeepSpeed's `steps: N loss: ...` lines).
-_NOT_MEGATRON: dict[str, tuple[str, str, str]] = {
-    "deepspeed": ("DeepSpeed's", "DeepSpeed's", "DeepSpeed's ds_config JSON"),
-    "gpt-neox": ("GPT-NeoX's on DeepSpeed", "GPT-NeoX's", "GPT-NeoX's YAML config"),
+# Runs megapilot reads the lines of but not the configuration of: whose log it is, what tells it without a step line
+# (traceback frames, a logger's prefix), where its settings live, what its step lines give. GPT-NeoX runs on
+# DeepSpeed's engine (its logs carry DeepSpeed's `steps: N loss: ...` lines).
+@dataclass(frozen=True)
+class _Reader:
+    whose: str
+    told_without_steps: str
+    config: str
+    steps_give: str = "each step's loss and time"
+
+
+_NOT_MEGATRON: dict[str, _Reader] = {
+    "deepspeed": _Reader("DeepSpeed's", "its traceback runs in DeepSpeed's code", "DeepSpeed's ds_config JSON"),
+    "gpt-neox": _Reader("GPT-NeoX's on DeepSpeed", "its traceback runs in GPT-NeoX's code", "GPT-NeoX's YAML config"),
+    "torchtitan": _Reader("torchtitan's", "its traceback runs in torchtitan's code",
+                          "torchtitan's TOML job config, or its --section.key overrides",
+                          "each step's loss, memory, tokens/s and MFU"),
+    # NeMo's logger (`[NeMo I ...`) names it as its frames do (`LineParser.framework_hints`)
+    "nemo": _Reader("NeMo's", "its `[NeMo I ...]` logger lines or its traceback frames are NeMo's",
+                    "NeMo's recipe or YAML config, or their `model.x=y` overrides"),
 }
 _STEP_LINES = (("deepspeed", "its `steps: N loss: ...` lines are DeepSpeed's"),
-               ("gpt-neox", "its `iteration N/ M | ... | lm_loss: ...` lines are GPT-NeoX's"))
+               ("gpt-neox", "its `iteration N/ M | ... | lm_loss: ...` lines are GPT-NeoX's"),
+               ("primus-torchtitan", "its `step: N  loss: ...` lines are torchtitan's"),
+               ("nemo", "its progress lines with `reduced_train_loss` are NeMo's"))
 
 
 def not_megatron_statement(log: ParsedLog, config_fixes: bool) -> str | None:
-    """For a DeepSpeed-run log (DeepSpeed's own, GPT-NeoX's): that it is not Megatron-LM's, what megapilot reads of
-    it and what it cannot; None for any other log. `config_fixes`: the findings offer settings of the run's config."""
-    if log.framework not in _NOT_MEGATRON:
+    """For a log of a framework megapilot reads but does not configure (DeepSpeed, GPT-NeoX, torchtitan, NeMo): that
+    it is not Megatron-LM's, what megapilot reads of it and what it cannot; None for any other log (Megatron-LM and
+    the forks that take its flags, Megatron-Bridge). `config_fixes`: the findings offer settings of the run's config."""
+    reader = _NOT_MEGATRON.get(log.framework)
+    if reader is None:
         return None
-    whose, code, config = _NOT_MEGATRON[log.framework]
     told = ", ".join(lines for dialect, lines in _STEP_LINES if log.dialect_counts.get(dialect)) \
-        or f"its traceback runs in {code} code"
+        or reader.told_without_steps
     stepped = bool(log.iterations or (log.summary and log.summary.iterations_logged))
-    read = "each step's loss and time and the error lines" if stepped else "its error lines and tracebacks"
+    read = f"{reader.steps_give} and the error lines" if stepped else "its error lines and tracebacks"
     fixes = ", and the fixes are settings of that config" if config_fixes else ""
-    return (f"this log is {whose}, not Megatron-LM's ({told}): megapilot reads {read}; it cannot read the run's "
-            f"config ({config}; --script/--flags are for Megatron-LM launches), so no memory or throughput is "
-            f"predicted{fixes}")
+    return (f"this log is {reader.whose}, not Megatron-LM's ({told}): megapilot reads {read}; it cannot read the "
+            f"run's config ({reader.config}; --script/--flags are for Megatron-LM launches), so no memory or "
+            f"throughput is predicted{fixes}")

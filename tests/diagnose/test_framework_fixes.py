@@ -110,6 +110,48 @@ def test_a_deepspeed_log_is_said_to_be_deepspeeds_with_what_is_read_of_it():
     assert crashed.endswith("so no memory or throughput is predicted")
 
 
-@pytest.mark.parametrize("text", [CUDA_OOM, PRIMUS_STEP, TITAN_STEP])
-def test_no_statement_for_a_log_of_megatron_or_another_framework(text: str):
+BRIDGE_STEP = ("Step Time : 9.07s GPU utilization: 744.0MODEL_TFLOP/s/GPU\n"
+               "[2026-01-01 00:10:00] iteration       10/      50 | consumed samples:         1280 | elapsed time per "
+               "iteration (ms): 9070.1 | global batch size:   128 | lm loss: 7.123456E+00 |")
+
+
+@pytest.mark.parametrize("text", [CUDA_OOM, PRIMUS_STEP, BRIDGE_STEP])
+def test_no_statement_for_a_log_of_megatron_or_a_framework_it_is_not_said_of(text: str):
     assert not_megatron_statement(parse_text(text), config_fixes=True) is None
+
+
+NEMO_STEP = ("Training epoch 0, iteration 3/149 | lr: 3e-05 | consumed_samples: 32 | global_batch_size: 8 | "
+             "global_step: 3 | reduced_train_loss: 8.24 | train_step_timing in s: 2.053")
+NEMO_LOGGER = ("[NeMo I 2025-10-08 23:27:54 nemo_logging:393] Global Checkpoint Save : Rank: 0 : Iteration: 937\n"
+               "[c608-061:2760180:0:2760180] Caught signal 11 (Segmentation fault: address not mapped to object)")
+TITAN_FRAME = ("Traceback (most recent call last):\n"
+               '  File "/workspace/torchtitan/torchtitan/train.py", line 512, in train_step\n'
+               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 11.74 GiB.")
+
+
+@pytest.mark.parametrize(("text", "told", "read", "config"), [
+    (TITAN_STEP, "its `step: N  loss: ...` lines are torchtitan's", "each step's loss, memory, tokens/s and MFU and "
+     "the error lines", "torchtitan's TOML job config, or its --section.key overrides"),
+    (TITAN_FRAME, "its traceback runs in torchtitan's code", "its error lines and tracebacks",
+     "torchtitan's TOML job config, or its --section.key overrides"),
+    (NEMO_STEP, "its progress lines with `reduced_train_loss` are NeMo's", "each step's loss and time and the error "
+     "lines", "NeMo's recipe or YAML config, or their `model.x=y` overrides"),
+    (NEMO_LOGGER, "its `[NeMo I ...]` logger lines or its traceback frames are NeMo's", "its error lines and "
+     "tracebacks", "NeMo's recipe or YAML config, or their `model.x=y` overrides"),
+], ids=["torchtitan-steps", "torchtitan-frames", "nemo-steps", "nemo-logger"])
+def test_a_torchtitan_or_nemo_log_is_said_to_be_that_frameworks_with_where_its_settings_live(text, told, read, config):
+    log = parse_text(text)
+    whose = "torchtitan's" if log.framework == "torchtitan" else "NeMo's"
+    assert not_megatron_statement(log, config_fixes=True) == (
+        f"this log is {whose}, not Megatron-LM's ({told}): megapilot reads {read}; it cannot read the run's config "
+        f"({config}; --script/--flags are for Megatron-LM launches), so no memory or throughput is predicted, and "
+        "the fixes are settings of that config")
+
+
+@pytest.mark.parametrize("framework", OWN_SETTINGS)
+def test_every_framework_with_settings_of_its_own_is_said_by_name_but_megatron_bridge(framework: str):
+    """Fixes in a framework's own settings stand beside a statement of whose log it is, never 'fixes are generic';
+    Megatron-Bridge (recipe overrides of Megatron-Core's own config) is the one left to say so."""
+    from megapilot.diagnose.framework_fixes import _NOT_MEGATRON
+
+    assert (framework in _NOT_MEGATRON) == (framework != "megatron-bridge")

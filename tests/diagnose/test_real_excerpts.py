@@ -166,6 +166,32 @@ def test_a_deepspeed_record_is_said_to_be_deepspeeds_first_with_what_megapilot_r
     assert text.count("this log is GPT-NeoX's") == 1
 
 
+@pytest.mark.parametrize(("name", "first"), [
+    ("49_hip_oom_primus_torchtitan_root_cause.log",
+     "note: this log is torchtitan's, not Megatron-LM's (its traceback runs in torchtitan's code): megapilot reads its "
+     "error lines and tracebacks; it cannot read the run's config (torchtitan's TOML job config, or its --section.key "
+     "overrides; --script/--flags are for Megatron-LM launches), so no memory or throughput is predicted, and the "
+     "fixes are settings of that config what happened"),
+    ("35_hip_oom_primus_torchtitan_mi350_step_then_crash.log",
+     "note: this log is torchtitan's, not Megatron-LM's (its `step: N loss: ...` lines are torchtitan's): megapilot "
+     "reads each step's loss, memory, tokens/s and MFU and the error lines; it cannot read the run's config "
+     "(torchtitan's TOML job config, or its --section.key overrides; --script/--flags are for Megatron-LM launches), "
+     "so no memory or throughput is predicted, and the fixes are settings of that config 1. WARNING oom"),
+    ("48_ckpt_crash_right_after_async_save_nemo.log",
+     "note: this log is NeMo's, not Megatron-LM's (its `[NeMo I ...]` logger lines or its traceback frames are "
+     "NeMo's): megapilot reads its error lines and tracebacks; it cannot read the run's config (NeMo's recipe or YAML "
+     "config, or their `model.x=y` overrides; --script/--flags are for Megatron-LM launches), so no memory or "
+     "throughput is predicted, and the fixes are settings of that config what happened"),
+])
+def test_a_torchtitan_or_nemo_log_is_said_to_be_its_frameworks_first_not_to_have_generic_fixes(cli, name, first):
+    result = cli("diagnose", str(REAL / name))
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert text.startswith(first)
+    assert "fixes are generic" not in text  # they are the framework's own settings
+    assert any(fix.kind == "config" for finding in diagnose([REAL / name]).findings for fix in finding.fixes)
+
+
 @pytest.mark.parametrize("gpu", ["h100", None])
 def test_mixtral_at_129_tflops_is_low_throughput_with_and_without_the_gpu(cli, gpu: str | None):
     args = ["diagnose", str(REAL / "04_low_throughput_mixtral_h100_130tflops.log"), "--json"]
