@@ -11,8 +11,9 @@
 
 Margins are in %, positive inside the gate and negative outside; a value at the bound passes with
 margin 0. A NaN/Inf value always FAILs. A spec'd metric that is missing FAILs naming the log line it
-comes from, unless the spec is `optional` (SKIPPED). A spec naming a metric nobody measures FAILs
-naming the close names (an `info` spec RECORDs, an `optional` one is SKIPPED, as for a missing metric);
+comes from, unless the spec is `optional` or the log prints it below its resolution (a TFLOP/s/GPU of 0.0):
+SKIPPED. A spec naming a metric nobody measures FAILs naming the close names (an `info` spec RECORDs, an
+`optional` one is SKIPPED, as for a missing metric);
 `suite check` reports each of these before anything runs (thresholds.spec_issues). With `enforce=False`
 nothing fails: every gated row is RECORD and its reason says what the verdict would have been. Measured
 metrics without a spec are RECORD rows.
@@ -24,7 +25,7 @@ metrics without a spec are RECORD rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from megapilot.suite.curves import LossCurveGate, loss_slope
@@ -50,12 +51,13 @@ def evaluate(
     actuals: Mapping[str, float | None], units: Mapping[str, str], cell_specs: Mapping[str, ThresholdSpec] | None,
     *, enforce: bool, baseline: BaselineLookup | None = None, record_only: Mapping[str, str] | None = None,
     why_missing: Mapping[str, str] | None = None, prediction: Prediction | None = None,
-    departure: Departure | None = None,
+    departure: Departure | None = None, unresolved: Collection[str] = (),
 ) -> list[MetricRow]:
     """Rows for every spec'd metric (spec order), then every other known metric (actuals order).
 
     `record_only`: metric → why it is never gated (e.g. a CPU run's memory); `why_missing`: metric → why
-    it has no value (used in SKIPPED/FAIL reasons). Both come from `ComboMeasurement`. `prediction` and
+    it has no value (used in SKIPPED/FAIL reasons); `unresolved`: the missing metrics the log prints below its
+    resolution, whose gates are SKIPPED. All three come from `ComboMeasurement`. `prediction` and
     `departure`: the combo's prediction and where the measurement departs from it (`predicted` kind).
     """
     specs = dict(cell_specs or {})
@@ -63,7 +65,7 @@ def evaluate(
     why_missing = why_missing or {}
     rows = [_gated_row(name, spec, actuals, units, enforce=enforce, baseline=baseline,
                        record_reason=record_only.get(name), missing_reason=why_missing.get(name),
-                       prediction=(prediction, departure))
+                       prediction=(prediction, departure), unresolved=name in unresolved)
             for name, spec in specs.items()]
     for name, value in actuals.items():
         if name not in specs:
@@ -75,9 +77,10 @@ def evaluate(
 def _gated_row(name: str, spec: ThresholdSpec, actuals: Mapping[str, float | None], units: Mapping[str, str], *,
                enforce: bool, baseline: BaselineLookup | None, record_reason: str | None,
                missing_reason: str | None,
-               prediction: tuple[Prediction | None, Departure | None] = (None, None)) -> MetricRow:
+               prediction: tuple[Prediction | None, Departure | None] = (None, None),
+               unresolved: bool = False) -> MetricRow:
     value = actuals.get(name)
-    outcome = _outcome(name, spec, value, actuals, baseline, missing_reason, prediction)
+    outcome = _outcome(name, spec, value, actuals, baseline, missing_reason, prediction, unresolved)
     if record_reason is not None and outcome.verdict in (Verdict.PASS, Verdict.FAIL):
         outcome = Outcome(Verdict.RECORD, f"{record_reason}; not gated (would {outcome.verdict.value}: "
                                            f"{outcome.reason})", outcome.margin_pct)
@@ -114,7 +117,8 @@ def _json_safe(value: float | None) -> float | None:
 
 def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mapping[str, float | None],
              baseline: BaselineLookup | None, missing_reason: str | None,
-             prediction: tuple[Prediction | None, Departure | None] = (None, None)) -> Outcome:
+             prediction: tuple[Prediction | None, Departure | None] = (None, None),
+             unresolved: bool = False) -> Outcome:
     if name not in actuals and name not in METRICS:
         # as a metric that is not measured: info records, optional skips (CVS's files gate info on names the suite
         # does not measure, time_to_target_seconds), the rest fail; `suite check` says which, before the run
@@ -123,7 +127,7 @@ def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mappi
         if spec.optional:
             return Outcome(Verdict.SKIPPED, f"optional; {unknown_name(name, actuals)}")
         return Outcome(Verdict.FAIL, unknown_name(name, actuals))
-    return spec.judge(GateInput(name, value, actuals, baseline, missing_reason, *prediction))
+    return spec.judge(GateInput(name, value, actuals, baseline, missing_reason, *prediction, unresolved=unresolved))
 
 
 # ---- built-in gates -----------------------------------------------------------------------------------------

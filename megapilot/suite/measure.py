@@ -76,7 +76,7 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
         rows = evaluate(measurement.actuals, measurement.units, cell_thresholds(suite, cell),
                         enforce=bool(config.enforce_thresholds), baseline=baseline,
                         record_only=measurement.record_only, why_missing=measurement.why_missing,
-                        prediction=prediction, departure=why) + built_in
+                        prediction=prediction, departure=why, unresolved=measurement.unresolved) + built_in
         rows += straggler_rows(measurement.stragglers, max_ratio=config.straggler.max_ratio,
                                enforce=bool(config.straggler.enforce), ranks_per_node=launch.gpus_per_node,
                                cpu=suite.device == "cpu")

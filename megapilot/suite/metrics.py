@@ -54,6 +54,12 @@ CURVE_UNITS: dict[str, str] = {
     "tflops_per_gpu": "TFLOP/s/GPU", "grad_norm": "", "lr": "",
 }
 
+# Megatron prints TFLOP/s/GPU with one decimal, so a real 0.03 (a CPU run) is logged as 0.0: a zero is below the
+# print's resolution, not a measurement. The suite leaves it unmeasured, and so the MFU computed from it (the history
+# reads a stored zero the same way); a gate on it is SKIPPED, never FAIL or PASS on 0.
+TFLOPS_BELOW_RESOLUTION = ("the iteration lines print TFLOP/s/GPU 0.0, below the one decimal Megatron prints (a CPU "
+                           "run's 0.03 reads 0.0): not a measurement")
+
 # `validation loss at iteration 10 | lm loss value: 4.5E+00 | lm loss PPL: ...` (Megatron-LM, Primus).
 VALIDATION_RE = re.compile(r"validation loss at iteration\s+(\d+)\s*\|\s*lm loss value:\s*([^\s|]+)", re.I)
 # The embedded trainer says its memory report is process RSS when there is no GPU.
@@ -120,6 +126,9 @@ class ComboMeasurement:
     findings: list[Finding] = field(default_factory=list)  # diagnose's findings, every node's log on its own
     record_only: dict[str, str] = field(default_factory=dict)  # metric -> why it is recorded, never gated
     why_missing: dict[str, str] = field(default_factory=dict)  # metric -> why it has no value
+    # the metrics the log prints below its resolution (a TFLOP/s/GPU of 0.0): missing, yet through no fault of the
+    # run's, so a gate on one is SKIPPED (in why_missing too, with the reason)
+    unresolved: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     planned_iters: int | None = None
     iteration_node: int | None = None  # the node whose iteration lines were read
@@ -326,7 +335,11 @@ def _step_metrics(m: ComboMeasurement, source: _NodeLog | None, records: list[It
     summary = source.parsed.summary
     actuals["training.iterations_reached"] = max(
         (float(r.iteration) for r in records), default=None)
-    actuals["training.throughput_per_gpu"] = summary.tflops_per_gpu_mean
+    tflops = summary.tflops_per_gpu_mean
+    actuals["training.throughput_per_gpu"] = None if tflops == 0 else tflops  # 0.0: below the print's resolution
+    if tflops == 0:
+        m.why_missing["training.throughput_per_gpu"] = TFLOPS_BELOW_RESOLUTION
+        m.unresolved.add("training.throughput_per_gpu")
     actuals["training.elapsed_time_per_iteration"] = summary.step_time_mean_ms
     actuals["training.step_time_p50_ms"] = summary.step_time_p50_ms
     actuals["training.step_time_p95_ms"] = summary.step_time_p95_ms
@@ -343,7 +356,7 @@ def _step_metrics(m: ComboMeasurement, source: _NodeLog | None, records: list[It
                            f"{shape.gbs} x {shape.seq_length} / (step s x {shape.world_size})")
         else:
             m.why_missing["training.tokens_per_gpu"] = "not printed, and GBS or sequence length unknown"
-    if actuals["training.throughput_per_gpu"] is None:
+    if actuals["training.throughput_per_gpu"] is None and "training.throughput_per_gpu" not in m.unresolved:
         m.why_missing["training.throughput_per_gpu"] = "the iteration lines print no TFLOP/s/GPU"
 
 
@@ -392,6 +405,10 @@ def _mfu(m: ComboMeasurement, gpu: GPUSpec | None, precision: str, model_flops_p
     else:
         achieved_tflops = m.actuals["training.throughput_per_gpu"]
         basis = "the TFLOP/s/GPU the log prints"
+    if achieved_tflops is None and "training.throughput_per_gpu" in m.unresolved:
+        m.why_missing["training.mfu_pct"] = f"from TFLOP/s/GPU, which is not measured: {TFLOPS_BELOW_RESOLUTION}"
+        m.unresolved.add("training.mfu_pct")
+        return
     if achieved_tflops is None:
         m.why_missing["training.mfu_pct"] = "neither TFLOP/s/GPU nor tokens/s/GPU with model FLOPs/token"
         return
@@ -425,7 +442,8 @@ def _eval_losses(logs: list[_NodeLog]) -> dict[int, float]:
 
 
 def _curves(records: list[IterationRecord], shape: _Shape, eval_losses: dict[int, float]) -> list[Curve]:
-    """One point per counted iteration line; non-finite values left out (their finding reports them)."""
+    """One point per counted iteration line; non-finite values left out (their finding reports them), and a
+    TFLOP/s/GPU of 0.0, below the print's resolution (TFLOPS_BELOW_RESOLUTION)."""
     series: dict[str, list[Point]] = {name: [] for name in CURVE_UNITS}
     for record in records:
         tokens = record.tokens_per_s_per_gpu
@@ -434,7 +452,7 @@ def _curves(records: list[IterationRecord], shape: _Shape, eval_losses: dict[int
         for name, value in (("loss", record.lm_loss), ("step_time_ms", record.elapsed_ms),
                             ("tokens_per_s_per_gpu", tokens), ("tflops_per_gpu", record.tflops_per_gpu),
                             ("grad_norm", record.grad_norm), ("lr", record.lr)):
-            if value is not None and math.isfinite(value):
+            if value is not None and math.isfinite(value) and not (name == "tflops_per_gpu" and value == 0):
                 series[name].append((record.iteration, float(value)))
     series["eval_loss"] = [(step, loss) for step, loss in eval_losses.items() if math.isfinite(loss)]
     return [Curve(name=name, unit=CURVE_UNITS[name], points=points) for name, points in series.items() if points]
@@ -526,6 +544,7 @@ def _span(points: list[Point], index: int) -> int:
 
 
 __all__ = [
+    "TFLOPS_BELOW_RESOLUTION",
     "ComboMeasurement",
     "Convergence",
     "ConvergenceGate",

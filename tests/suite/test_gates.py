@@ -108,6 +108,27 @@ def test_missing_metric_fails_naming_the_expected_log_line_unless_optional():
     assert optional.verdict is Verdict.SKIPPED and optional.value is None
 
 
+@pytest.mark.parametrize(("spec", "verdict", "reason"), [
+    ({"kind": "min", "value": 100}, Verdict.SKIPPED, "not measured (printed 0.0)"),
+    ({"kind": "predicted", "min_ratio": 0.9}, Verdict.SKIPPED, "not measured (printed 0.0)"),
+    ({"kind": "min", "value": 100, "optional": True}, Verdict.SKIPPED, "optional, not measured (printed 0.0)"),
+    ({"kind": "info"}, Verdict.RECORD, "info: not measured (printed 0.0)"),
+])
+def test_a_metric_printed_below_its_resolution_is_skipped_not_failed(spec, verdict, reason):
+    row = one(None, spec, why_missing={TPUT: "printed 0.0"}, unresolved={TPUT})
+    assert (row.value, row.verdict, row.reason) == (None, verdict, reason)
+
+
+def test_a_cpu_runs_zero_tflops_gates_as_not_measured_under_min_and_info(log_file):
+    lines = [line.replace("(TFLOP/s/GPU): 2.0", "(TFLOP/s/GPU): 0.0")
+             for line in iteration_lines(falling_steps(1, 20), train_iters=20)]
+    m = measured(log_file, lines)
+    for spec, verdict in (({"kind": "min", "value": 0.01}, Verdict.SKIPPED), ({"kind": "info"}, Verdict.RECORD)):
+        [row] = [r for r in evaluate(m.actuals, m.units, {TPUT: threshold(**spec)}, enforce=True,
+                                     why_missing=m.why_missing, unresolved=m.unresolved) if r.name == TPUT]
+        assert (row.value, row.verdict) == (None, verdict) and "below the one decimal" in row.reason
+
+
 def test_unknown_metric_name_fails_naming_close_names():
     rows = evaluate({TPUT: 120.0}, UNITS, {"training.throughput_per_gpus": threshold(kind="min", value=1)},
                     enforce=True)

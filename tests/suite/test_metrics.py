@@ -241,5 +241,35 @@ def test_a_real_cpu_run_of_the_embedded_trainer(trainer_runs):
     rows = {r.name: r for r in evaluate(m.actuals, m.units, {"training.max_allocated_gib": threshold(
         kind="max", value=0.001)}, enforce=True, record_only=m.record_only, why_missing=m.why_missing)}
     assert rows["training.max_allocated_gib"].verdict is Verdict.RECORD
-    assert rows["training.throughput_per_gpu"].verdict is Verdict.RECORD
+    # its TFLOP/s/GPU prints 0.0 (one decimal of ~0.03): not measured, no curve of zeros
+    assert {r.tflops_per_gpu for r in log.iterations} == {0.0}
+    tflops = rows["training.throughput_per_gpu"]
+    assert (tflops.value, tflops.verdict) == (None, Verdict.SKIPPED) and "below the one decimal" in tflops.reason
+    assert m.curve("tflops_per_gpu") is None
     assert m.errors == [] and m.nan_findings == []
+
+
+def _printing_tflops(lines: list[str], *values: float) -> list[str]:
+    """The lines with TFLOP/s/GPU printed as `values` (cycled), as Megatron prints it: one decimal."""
+    return [line.replace("(TFLOP/s/GPU): 2.0", f"(TFLOP/s/GPU): {values[n % len(values)]:.1f}")
+            for n, line in enumerate(lines)]
+
+
+def test_a_printed_tflops_of_zero_is_not_measured_nor_an_mfu_of_zero(log_file):
+    """Megatron prints TFLOP/s/GPU with one decimal: a real 0.03 reads 0.0, below the print's resolution."""
+    path = log_file("training.log", _printing_tflops(iteration_lines(falling_steps(1, 10), train_iters=10), 0.0))
+    m = measure_one(path, world_size=1, seq_length=64)  # an H100 without model FLOPs: MFU from the printed figure
+    assert m.actuals["training.throughput_per_gpu"] is None and m.actuals["training.mfu_pct"] is None
+    assert m.unresolved == {"training.throughput_per_gpu", "training.mfu_pct"}
+    assert "below the one decimal Megatron prints" in m.why_missing["training.throughput_per_gpu"]
+    assert "not measured" in m.why_missing["training.mfu_pct"]
+    assert m.curve("tflops_per_gpu") is None and m.curve("loss") is not None
+
+
+def test_a_tflops_partly_printed_as_zero_is_measured_and_its_zero_points_left_out(log_file):
+    path = log_file("training.log", _printing_tflops(iteration_lines(falling_steps(1, 10), train_iters=10),
+                                                     0.0, 0.1))
+    m = measure_one(path, world_size=1, seq_length=64)
+    assert m.actuals["training.throughput_per_gpu"] > 0 and m.actuals["training.mfu_pct"] > 0
+    assert m.unresolved == set()
+    assert {value for _, value in m.curve("tflops_per_gpu").points} == {0.1}
