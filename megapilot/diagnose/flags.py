@@ -368,7 +368,7 @@ class RunConfig:
     parallel: ParallelConfig | None
     precision_flag: str  # what the flags ask for: fp32 | fp16 | bf16 | fp8
     notes: list[str] = field(default_factory=list)
-    world_size_assumed: bool = False  # neither --gpus nor the launcher said it: TP x PP x CP was taken
+    world_size_assumed: bool = False  # neither --gpus nor the launcher said it: TP x PP x CP, or a node's GPUs, taken
 
     @property
     def options(self) -> EstimateOptions:
@@ -406,23 +406,59 @@ def _precision(flags: LaunchFlags) -> str:
     return "fp32"
 
 
+# torchrun's --nproc-per-node values that leave the count to torchrun on each node: `gpu` starts a rank per GPU,
+# `auto` too on a GPU node (a rank per CPU core without one), `cpu` a rank per CPU core.
+TORCHRUN_COUNTED_RANKS = ("gpu", "auto", "cpu")
+_NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
+
+
+def torchrun_counted_ranks(flags: LaunchFlags) -> str | None:
+    """The word (`gpu`, `auto`, `cpu`) where the script's torchrun counts its ranks per node itself, else None."""
+    return next((word for name in _NPROC_FLAGS if (word := flags.get(name)) in TORCHRUN_COUNTED_RANKS), None)
+
+
 def ranks_per_node(flags: LaunchFlags) -> int | None:
-    """The processes per node the script's launcher starts (torchrun's --nproc-per-node), when it says."""
+    """The processes per node the script's launcher starts (torchrun's --nproc-per-node), when it says a number;
+    None too where torchrun counts them itself (`torchrun_counted_ranks`)."""
+    if torchrun_counted_ranks(flags) is not None:
+        return None
     return flags.get_int("--nproc-per-node") or flags.get_int("--nproc_per_node")
 
 
-def _world_size(flags: LaunchFlags, gpus: int | None) -> int | None:
+def _world_size(flags: LaunchFlags, gpus: int | None, gpu: GPUSpec | None,
+                notes: list[str]) -> tuple[int | None, bool]:
+    """The ranks of the run and whether the number was assumed (said in `notes`); None where nothing says it."""
     if gpus:
-        return gpus
+        return gpus, False
     per_node = ranks_per_node(flags)
     nodes = flags.get_int("--nnodes") or _sbatch_int(flags, "--nodes", "-N") or 1
     if per_node:
-        return per_node * nodes
+        return per_node * nodes, False
+    counted = torchrun_counted_ranks(flags)
+    if counted is not None:
+        return _counted_world(counted, flags, gpu, nodes, notes)
     # srun starting one task per GPU (no torchrun): the allocation's tasks are the ranks
     tasks_per_node = _sbatch_int(flags, "--ntasks-per-node")
     if tasks_per_node and tasks_per_node > 1:
-        return tasks_per_node * nodes
-    return _sbatch_int(flags, "--ntasks", "-n")
+        return tasks_per_node * nodes, False
+    return _sbatch_int(flags, "--ntasks", "-n"), False
+
+
+def _counted_world(word: str, flags: LaunchFlags, gpu: GPUSpec | None, nodes: int,
+                   notes: list[str]) -> tuple[int | None, bool]:
+    """torchrun's own count of ranks per node: a rank per GPU is the node's GPUs, as many as the GPU type's node
+    holds (the catalog's), assumed and said; a rank per CPU core is a count no flag gives (None)."""
+    launch = f"torchrun --nproc-per-node {word}"
+    if word == "cpu" or (word == "auto" and flags.get("--distributed-backend") == "gloo"):
+        notes.append(f"{launch} starts a rank per CPU core of each node, a count the script does not give (pass "
+                     "--gpus with the run's ranks)")
+        return None, True
+    per_node = gpu.gpus_per_node if gpu is not None else GPUSpec.model_fields["gpus_per_node"].default
+    node = f"the catalog's {gpu.name} node" if gpu is not None else "the usual node; --gpu names the GPU's own"
+    notes.append(f"{launch} starts a rank per GPU of each node: assumed {per_node} GPUs per node ({node}), "
+                 f"{nodes} x {per_node} = {nodes * per_node} GPUs (pass --gpus with the run's total if its nodes hold "
+                 "another number)")
+    return nodes * per_node, True
 
 
 def _sbatch_int(flags: LaunchFlags, *names: str) -> int | None:
@@ -903,10 +939,12 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     precision = _precision(flags)
     tp, pp, cp = (_megatron_int(flags, name) for name in ("--tensor-model-parallel-size",
                                                          "--pipeline-model-parallel-size", "--context-parallel-size"))
-    world = _world_size(flags, gpus)
-    world_size_assumed = world is None
+    header_notes: list[str] = []  # said after the model's, where they always stood
+    if gpu is None:
+        gpu = _gpu_named_in_header(flags, header_notes)
+    world, world_size_assumed = _world_size(flags, gpus, gpu, notes)
     if world is None:
-        world = tp * pp * cp
+        world, world_size_assumed = tp * pp * cp, True
         notes.append(f"GPU count not given (--gpus, or torchrun --nproc-per-node/--nnodes): assumed TP*PP*CP = {world}")
     try:
         model = _model(flags, flags.get_int("--seq-length"), notes)
@@ -917,8 +955,7 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
         raise  # already names the field
     except ValueError as exc:  # pydantic validation of the specs
         raise _flag_error(from_validation_error(exc), flags) from exc
-    if gpu is None:
-        gpu = _gpu_named_in_header(flags, notes)
+    notes += header_notes
     if gpu is None:
         notes.append("GPU type not given (--gpu): no memory or throughput predictions")
     return RunConfig(flags=flags, gpu=gpu, world_size=world, model=model, training=training, parallel=parallel,

@@ -83,6 +83,26 @@ def test_logs_parse_of_stdin_is_titled_stdin(cli, monkeypatch):
     assert result.stdout.lstrip().startswith("<stdin> — dialect megatron-lm")
 
 
+@pytest.mark.parametrize("word", ["gpu", "auto"])
+def test_diagnose_and_optimize_price_a_script_whose_torchrun_starts_a_rank_per_gpu(cli, tmp_path: Path, word: str):
+    """`torchrun --nproc-per-node gpu` is no bad number: the run is priced on the GPU's node (8 H100s a node)."""
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\ntorchrun --nproc-per-node {word} --nnodes 2 pretrain_gpt.py "
+                      "--tensor-model-parallel-size 2 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 "
+                      "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 "
+                      "--bf16 --vocab-size 32000\n")
+    optimized = cli("optimize", "--script", str(script), "--gpu", "h100", "--json")
+    assert optimized.exit_code == 0, optimized.stderr
+    report = optimized.json()
+    assert report["current"]["predicted_tokens_per_s_per_gpu"] and "DP8" in report["current"]["layout"].split()
+    assert any(f"--nproc-per-node {word} starts a rank per GPU" in note and "2 x 8 = 16 GPUs" in note
+               for note in report["notes"])
+    diagnosed = cli("diagnose", str(DATA / "synthetic_slowdown.log"), "--script", str(script), "--gpu", "h100",
+                    "--json")
+    assert diagnosed.exit_code == 0, diagnosed.stderr
+    assert any("2 x 8 = 16 GPUs" in note for note in diagnosed.json()["notes"])
+
+
 @pytest.mark.parametrize("command", [("diagnose",), ("diagnose", "--json"), ("logs", "parse"),
                                      ("logs", "parse", "--json", "--summary-only")])
 def test_binary_on_stdin_is_refused_as_the_same_bytes_in_a_file_are(cli, monkeypatch, tmp_path: Path, command):

@@ -271,3 +271,47 @@ def test_a_flag_the_script_leaves_to_the_environment_is_read_as_absent_and_said_
     config = run_config(flags)
     assert config.parallel is not None and config.parallel.tp == 1
     assert any("--tensor-model-parallel-size $TP: set by the environment" in note for note in config.notes)
+
+
+COUNTED_LAUNCH = ("#!/bin/bash\ntorchrun --nproc-per-node {word} --nnodes 2 pretrain_gpt.py "
+                  "--tensor-model-parallel-size 2 --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
+                  "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 64 "
+                  "--bf16 --vocab-size 32000\n")
+
+
+@pytest.mark.parametrize("word", ["gpu", "auto"])
+@pytest.mark.parametrize(("gpu", "per_node"), [("h100", 8), ("gb200", 4), (None, 8)])
+def test_a_torchrun_that_counts_a_rank_per_gpu_runs_as_many_as_the_nodes_gpus(tmp_path: Path, word: str,
+                                                                             gpu: str | None, per_node: int):
+    """torchrun's `--nproc-per-node gpu` (or `auto`) is a valid launch, not a bad number: its ranks per node are
+    the node's GPUs, which the GPU type's node gives (else the usual 8), said as an assumption."""
+    script = tmp_path / "train.sh"
+    script.write_text(COUNTED_LAUNCH.format(word=word))
+    flags = read_flags(script=script, training_script=True)
+    assert flags is not None
+    from megapilot.diagnose.flags import ranks_per_node
+
+    assert ranks_per_node(flags) is None  # no number to record
+    config = run_config(flags, gpu=get_gpu(gpu) if gpu else None)
+    assert config.world_size == 2 * per_node and config.world_size_assumed
+    assert config.parallel is not None and config.parallel.dp == per_node  # 2 x per_node GPUs at TP 2
+    [note] = [note for note in config.notes if note.startswith(f"torchrun --nproc-per-node {word} ")]
+    assert f"assumed {per_node} GPUs per node" in note and f"2 x {per_node} = {2 * per_node} GPUs" in note
+    assert "--gpus" in note
+    assert run_config(flags, gpus=4).world_size == 4  # --gpus, when given, is the run's total
+
+
+def test_a_torchrun_that_counts_a_rank_per_cpu_core_leaves_the_world_to_be_assumed(tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(COUNTED_LAUNCH.format(word="cpu"))
+    config = run_config(read_flags(script=script, training_script=True))
+    assert config.world_size == 2 and config.world_size_assumed  # TP*PP*CP, as with no count at all
+    assert any(note.startswith("torchrun --nproc-per-node cpu starts a rank per CPU core") for note in config.notes)
+
+
+def test_a_word_torchrun_does_not_take_is_still_a_bad_number(tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(COUNTED_LAUNCH.format(word="eight"))
+    with pytest.raises(MegapilotError, match=r"'eight'.*is not a whole number") as info:
+        run_config(read_flags(script=script, training_script=True))
+    assert info.value.field == "--nproc-per-node"
