@@ -35,6 +35,7 @@ from megapilot.errors import MegapilotError
 from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
 from megapilot.store.schema import Database, apply_migrations, needs_migration
+from megapilot.suite.metric_table import measured_quantity, measured_value, zero_unmeasured_metrics
 from megapilot.suite.outcome import RunStatus, stored_verdict
 from megapilot.suite.results import ComboResult, SuiteResult, Verdict
 
@@ -60,12 +61,9 @@ PASSING_VERDICTS = (Verdict.PASS, Verdict.RECORD)
 BASELINE_RUN_STATUSES = (RunStatus.PASS, RunStatus.RECORD, RunStatus.WARN)
 CALIBRATED_QUANTITIES = ("step_time_ms", "tokens_per_s_per_gpu")
 PREDICTED_QUANTITIES = ("step_time_ms", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct", "memory_gib")
-# Throughputs a log prints rounded (Megatron: TFLOP/s/GPU with one decimal, so a CPU run's 0.03 reads 0.0) and the
-# MFU computed from them: a zero is below the printed precision, not a measurement. It is stored and read as missing
-# (shown "-", JSON null) like every figure not measured, so that it neither compares as "unchanged" nor sets a baseline.
-ZERO_UNMEASURED_QUANTITIES = ("tflops_per_gpu", "mfu_pct")
-_ZERO_UNMEASURED_METRICS = tuple(sorted(name for name, info in METRICS.items()
-                                        if info.quantity in ZERO_UNMEASURED_QUANTITIES))
+# A zero below its print's resolution (the metric table's `zero_unmeasured` rows: TFLOP/s/GPU printed with one
+# decimal, the MFU computed from it) is stored and read as missing (shown "-", JSON null) like every figure not
+# measured, so that it neither compares as "unchanged" nor sets a baseline; rows written before that rule included.
 
 
 # ---- record types ---------------------------------------------------------------------------------
@@ -686,7 +684,7 @@ class History:
             f"WHERE m.name = ? AND r.model = ? AND LOWER(r.gpu) = LOWER(?) AND c.layout = ? AND c.combo_key = ? "
             f"AND r.run_id <> ? AND r.verdict IN ({counted}) AND c.verdict IN ({passing}) "
             "AND m.verdict <> 'FAIL' AND m.value IS NOT NULL "
-            + ("AND m.value <> 0 " if metric in _ZERO_UNMEASURED_METRICS else "")  # zeros written before: unmeasured
+            + ("AND m.value <> 0 " if metric in zero_unmeasured_metrics() else "")  # zeros written before: unmeasured
             + "ORDER BY r.started_at DESC, r.run_id LIMIT ?",
             (metric, model, gpu, layout, combo_key, exclude_run or "", last_n))
         if not rows:
@@ -744,16 +742,14 @@ def _finite(value: float | None) -> float | None:
 
 
 def _measured_value(metric: str, value: float | None) -> float | None:
-    """A metric's value as measured: None for a zero throughput (ZERO_UNMEASURED_QUANTITIES), rows written before
-    that rule included."""
-    return None if value == 0 and metric in _ZERO_UNMEASURED_METRICS else value
+    """A metric's value as measured, by the metric table's zero rule (rows written before that rule included)."""
+    return measured_value(metric, value)
 
 
 def _prediction_row(fields: dict[str, Any]) -> PredictionRow:
-    """A stored prediction, its measured zero throughputs (rows written before that rule) read as missing."""
-    for quantity in ZERO_UNMEASURED_QUANTITIES:
-        if fields[f"measured_{quantity}"] == 0:
-            fields[f"measured_{quantity}"] = None
+    """A stored prediction, its measured zeros below resolution (rows written before that rule) read as missing."""
+    for quantity in PREDICTED_QUANTITIES:
+        fields[f"measured_{quantity}"] = measured_quantity(quantity, fields[f"measured_{quantity}"])
     return PredictionRow(**fields)
 
 

@@ -4,6 +4,11 @@ The gates (units, the log line a missing metric comes from), the run history (di
 regression bands, the predicted quantity a metric is measured against), the run deck and the report (labels)
 all read this table. A metric the suite measures has `expected_line`; the others are the names other dialects
 and older suites use for the same quantities, known to history only.
+
+One rule about zeros lives here too: a row with `zero_unmeasured` is printed rounded (Megatron prints TFLOP/s/GPU
+with one decimal, so a CPU run's 0.03 reads 0.0), or computed from such a print (the MFU), and a zero of it is below
+the print's resolution, not a measurement. The suite leaves it unmeasured when it reads the log (and its gate
+SKIPPED), the history reads a stored zero as missing (`measured_value`): both ask this table.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class MetricInfo:
     headline: bool = False  # watched for regressions against the history
     quantity: str | None = None  # the prediction it is measured against, for calibration
     expected_line: str | None = None  # the log line the suite measures it from (None: not measured by the suite)
+    # a zero is below the resolution of the print it comes from (or is computed from): missing, not measured
+    zero_unmeasured: bool = False
 
 
 _STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
@@ -35,8 +42,9 @@ _LOSS_LINE = "iteration lines with `lm loss: X`"
 _TABLE = (
     # measured by the suite (megapilot.suite.metrics), in the order its rows are shown
     MetricInfo("training.throughput_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU", "higher", headline=True,
-               quantity="tflops_per_gpu", expected_line="iteration lines with `throughput per GPU (TFLOP/s/GPU): X` "
-                                                        "(Megatron's --log-throughput)"),
+               quantity="tflops_per_gpu", zero_unmeasured=True,
+               expected_line="iteration lines with `throughput per GPU (TFLOP/s/GPU): X` "
+                             "(Megatron's --log-throughput)"),
     MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True,
                quantity="tokens_per_s_per_gpu",
                expected_line="iteration lines with `tokens/s/GPU`, or a step time plus GBS and sequence length "
@@ -53,7 +61,7 @@ _TABLE = (
     MetricInfo("training.max_allocated_gib", "memory (max allocated GiB)", "GiB", "lower", headline=True,
                quantity="memory_gib", expected_line="a `[Rank r] (after N iterations) memory (MB) | max allocated: X` "
                                                     "report"),
-    MetricInfo("training.mfu_pct", "MFU %", "%", "higher", quantity="mfu_pct",
+    MetricInfo("training.mfu_pct", "MFU %", "%", "higher", quantity="mfu_pct", zero_unmeasured=True,
                expected_line="a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
     MetricInfo("training.lm_loss", "LM loss", "", "lower", expected_line=_LOSS_LINE),
     MetricInfo("training.lm_loss_first", "first LM loss", "", None, expected_line=_LOSS_LINE),
@@ -78,7 +86,7 @@ _TABLE = (
     MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True,
                quantity="tokens_per_s_per_gpu"),
     MetricInfo("training.tflops_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU", "higher", headline=True,
-               quantity="tflops_per_gpu"),
+               quantity="tflops_per_gpu", zero_unmeasured=True),
     MetricInfo("training.step_time_ms", "step time (mean)", "ms", "lower", headline=True, quantity="step_time_ms"),
     MetricInfo("training.memory_gib", "memory GiB", "GiB", "lower", headline=True, quantity="memory_gib"),
     MetricInfo("training.peak_memory_gib", "memory GiB", "GiB", "lower", headline=True, quantity="memory_gib"),
@@ -95,5 +103,26 @@ def metric_info(name: str) -> MetricInfo:
     return METRICS.get(name) or MetricInfo(name, name.removeprefix("training.").replace("_", " "), "", None)
 
 
+def zero_unmeasured_metrics() -> tuple[str, ...]:
+    """The metrics whose zero is below their print's resolution (`MetricInfo.zero_unmeasured`), sorted."""
+    return tuple(sorted(name for name, info in METRICS.items() if info.zero_unmeasured))
+
+
+def zero_unmeasured_quantities() -> tuple[str, ...]:
+    """The predicted quantities (and the suite's curves of them) measured by those metrics, sorted."""
+    return tuple(sorted({info.quantity for info in METRICS.values() if info.zero_unmeasured and info.quantity}))
+
+
+def measured_value(name: str, value: float | None) -> float | None:
+    """A metric's value as measured: None for a zero below its print's resolution (`MetricInfo.zero_unmeasured`)."""
+    return None if value == 0 and metric_info(name).zero_unmeasured else value
+
+
+def measured_quantity(quantity: str, value: float | None) -> float | None:
+    """A quantity's value as measured (a prediction's measured side, a curve's point), by the same rule."""
+    return None if value == 0 and quantity in zero_unmeasured_quantities() else value
+
+
 __all__ = ["DEFAULT_BAND_PCT", "HEADLINE_METRICS", "MEASURED_METRICS", "METRICS", "Direction", "MetricInfo",
-           "metric_info"]
+           "measured_quantity", "measured_value", "metric_info", "zero_unmeasured_metrics",
+           "zero_unmeasured_quantities"]

@@ -35,7 +35,7 @@ from megapilot.logs.records import Evidence
 from megapilot.logs.stragglers import StragglerLines
 from megapilot.spec.hardware import GPUSpec
 from megapilot.suite.curves import LossCurveGate, Point, loss_slope
-from megapilot.suite.metric_table import MEASURED_METRICS, METRICS
+from megapilot.suite.metric_table import MEASURED_METRICS, METRICS, measured_quantity, measured_value
 from megapilot.suite.results import Curve, error_findings
 
 PREFIX = "training."
@@ -55,8 +55,8 @@ CURVE_UNITS: dict[str, str] = {
 }
 
 # Megatron prints TFLOP/s/GPU with one decimal, so a real 0.03 (a CPU run) is logged as 0.0: a zero is below the
-# print's resolution, not a measurement. The suite leaves it unmeasured, and so the MFU computed from it (the history
-# reads a stored zero the same way); a gate on it is SKIPPED, never FAIL or PASS on 0.
+# print's resolution, not a measurement (the metric table's `zero_unmeasured`, which the history reads too). The suite
+# leaves it unmeasured, and so the MFU computed from it; a gate on it is SKIPPED, never FAIL or PASS on 0.
 TFLOPS_BELOW_RESOLUTION = ("the iteration lines print TFLOP/s/GPU 0.0, below the one decimal Megatron prints (a CPU "
                            "run's 0.03 reads 0.0): not a measurement")
 
@@ -336,8 +336,8 @@ def _step_metrics(m: ComboMeasurement, source: _NodeLog | None, records: list[It
     actuals["training.iterations_reached"] = max(
         (float(r.iteration) for r in records), default=None)
     tflops = summary.tflops_per_gpu_mean
-    actuals["training.throughput_per_gpu"] = None if tflops == 0 else tflops  # 0.0: below the print's resolution
-    if tflops == 0:
+    actuals["training.throughput_per_gpu"] = measured_value("training.throughput_per_gpu", tflops)
+    if tflops is not None and actuals["training.throughput_per_gpu"] is None:  # 0.0: below the print's resolution
         m.why_missing["training.throughput_per_gpu"] = TFLOPS_BELOW_RESOLUTION
         m.unresolved.add("training.throughput_per_gpu")
     actuals["training.elapsed_time_per_iteration"] = summary.step_time_mean_ms
@@ -443,7 +443,7 @@ def _eval_losses(logs: list[_NodeLog]) -> dict[int, float]:
 
 def _curves(records: list[IterationRecord], shape: _Shape, eval_losses: dict[int, float]) -> list[Curve]:
     """One point per counted iteration line; non-finite values left out (their finding reports them), and a
-    TFLOP/s/GPU of 0.0, below the print's resolution (TFLOPS_BELOW_RESOLUTION)."""
+    zero below its print's resolution (a TFLOP/s/GPU of 0.0: TFLOPS_BELOW_RESOLUTION)."""
     series: dict[str, list[Point]] = {name: [] for name in CURVE_UNITS}
     for record in records:
         tokens = record.tokens_per_s_per_gpu
@@ -452,7 +452,7 @@ def _curves(records: list[IterationRecord], shape: _Shape, eval_losses: dict[int
         for name, value in (("loss", record.lm_loss), ("step_time_ms", record.elapsed_ms),
                             ("tokens_per_s_per_gpu", tokens), ("tflops_per_gpu", record.tflops_per_gpu),
                             ("grad_norm", record.grad_norm), ("lr", record.lr)):
-            if value is not None and math.isfinite(value) and not (name == "tflops_per_gpu" and value == 0):
+            if value is not None and math.isfinite(value) and measured_quantity(name, value) is not None:
                 series[name].append((record.iteration, float(value)))
     series["eval_loss"] = [(step, loss) for step, loss in eval_losses.items() if math.isfinite(loss)]
     return [Curve(name=name, unit=CURVE_UNITS[name], points=points) for name, points in series.items() if points]

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from megapilot.spec import LayoutPins, Prediction
 from megapilot.store import history as history_module
 from megapilot.store.history import HISTORY_ENV, History, history_url, open_history
 from megapilot.store.schema import SCHEMA_VERSION, apply_migrations, schema_version
+from megapilot.suite.metric_table import METRICS
 from megapilot.suite.outcome import RunStatus, run_outcome
 from megapilot.suite.results import (
     RECORDED_LAYOUT_FIELDS,
@@ -289,6 +291,17 @@ def test_a_zero_throughput_or_mfu_is_not_a_measurement(history: History):
     history.record(make_suite_result("a", combos=[cpu_combo()]))
     history.record(make_suite_result("b", hour=1, combos=[cpu_combo(tokens=1100.0)]))
     assert_zero_throughputs_read_as_unmeasured(history)
+
+
+def test_the_zero_rule_is_the_metric_table_s(history: History, monkeypatch):
+    """A row without `zero_unmeasured` keeps its zero: the history reads the rule from the suite's metric table."""
+    for name in (TFLOPS, "training.tflops_per_gpu"):
+        monkeypatch.setitem(METRICS, name, replace(METRICS[name], zero_unmeasured=False))
+    history.record(make_suite_result("a", combos=[cpu_combo()]))
+    [combo] = history.run("a").combos
+    assert {m.name: m.value for m in combo.metrics}[TFLOPS] == 0.0
+    assert combo.prediction is not None and combo.prediction.measured_tflops_per_gpu == 0.0
+    assert {m.name: m.value for m in combo.metrics}[MFU] is None  # its row still says so
 
 
 def test_zero_throughputs_recorded_before_read_as_unmeasured(history: History, monkeypatch):

@@ -6,7 +6,16 @@ from collections import defaultdict
 
 from megapilot.store.history import PREDICTED_QUANTITIES
 from megapilot.suite import metric_table
-from megapilot.suite.metric_table import HEADLINE_METRICS, MEASURED_METRICS, METRICS, metric_info
+from megapilot.suite.metric_table import (
+    HEADLINE_METRICS,
+    MEASURED_METRICS,
+    METRICS,
+    measured_quantity,
+    measured_value,
+    metric_info,
+    zero_unmeasured_metrics,
+    zero_unmeasured_quantities,
+)
 
 
 def test_every_metric_is_named_once():
@@ -22,11 +31,11 @@ def test_a_watched_metric_has_a_direction_and_a_positive_band():
     assert all(info.band_pct > 0 for info in METRICS.values())
 
 
-def test_names_of_one_predicted_quantity_agree_on_direction_and_unit():
+def test_names_of_one_predicted_quantity_agree_on_direction_unit_and_zero_rule():
     by_quantity = defaultdict(set)
     for info in METRICS.values():
         if info.quantity is not None:
-            by_quantity[info.quantity].add((info.direction, info.unit))
+            by_quantity[info.quantity].add((info.direction, info.unit, info.zero_unmeasured))
     assert set(by_quantity) <= set(PREDICTED_QUANTITIES)
     assert {quantity: len(kinds) for quantity, kinds in by_quantity.items()} == dict.fromkeys(by_quantity, 1)
 
@@ -41,3 +50,13 @@ def test_an_unknown_metric_gets_a_neutral_entry_named_after_it():
     info = metric_info("training.all_reduce_bus_gbps")
     assert (info.label, info.unit, info.direction, info.headline) == ("all reduce bus gbps", "", None, False)
     assert metric_info("training.step_time_p95_ms") is METRICS["training.step_time_p95_ms"]
+
+
+def test_a_zero_below_its_print_s_resolution_is_not_measured_and_other_zeros_are():
+    assert zero_unmeasured_metrics() == ("training.mfu_pct", "training.tflops_per_gpu", "training.throughput_per_gpu")
+    assert zero_unmeasured_quantities() == ("mfu_pct", "tflops_per_gpu")
+    assert measured_value("training.throughput_per_gpu", 0.0) is None
+    assert measured_value("training.throughput_per_gpu", 0.1) == 0.1
+    assert measured_value("training.nan_iterations", 0.0) == 0.0  # a counter's zero is a measurement
+    assert measured_value("training.all_reduce_bus_gbps", 0.0) == 0.0  # not in the table: taken as given
+    assert measured_quantity("mfu_pct", 0.0) is None and measured_quantity("tokens_per_s_per_gpu", 0.0) == 0.0

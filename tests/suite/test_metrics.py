@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.logs import parse_logs
 from megapilot.suite.gates import evaluate
-from megapilot.suite.metric_table import MEASURED_METRICS
+from megapilot.suite.metric_table import MEASURED_METRICS, METRICS
 from megapilot.suite.metrics import (
     ConvergenceGate,
     CurveTargets,
@@ -264,6 +265,16 @@ def test_a_printed_tflops_of_zero_is_not_measured_nor_an_mfu_of_zero(log_file):
     assert "below the one decimal Megatron prints" in m.why_missing["training.throughput_per_gpu"]
     assert "not measured" in m.why_missing["training.mfu_pct"]
     assert m.curve("tflops_per_gpu") is None and m.curve("loss") is not None
+
+
+def test_the_zero_rule_is_the_metric_table_s(log_file, monkeypatch):
+    """A row without `zero_unmeasured` takes a printed 0.0 as measured: the suite reads the rule from the table."""
+    for name in ("training.throughput_per_gpu", "training.tflops_per_gpu"):
+        monkeypatch.setitem(METRICS, name, replace(METRICS[name], zero_unmeasured=False))
+    path = log_file("training.log", _printing_tflops(iteration_lines(falling_steps(1, 10), train_iters=10), 0.0))
+    m = measure_one(path, world_size=1, seq_length=64)
+    assert m.actuals["training.throughput_per_gpu"] == 0.0 and m.unresolved == set()
+    assert {value for _, value in m.curve("tflops_per_gpu").points} == {0.0}
 
 
 def test_a_tflops_partly_printed_as_zero_is_measured_and_its_zero_points_left_out(log_file):
