@@ -26,7 +26,10 @@ aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transfo
 its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A router
 key the config leaves out (`norm_topk_prob`) takes the default of its family's configuration class in
 transformers, as transformers would build the model; a value of the wrong JSON type, NaN/Infinity or out of
-range is refused by its field.
+range is refused by its field. Only an absent or null key takes a default: a 0 (or an empty string) is the config's
+own value, refused by its key where the model cannot run it (an epsilon, a width, a kernel, a layer step, a RoPE
+factor), and kept where transformers gives it a meaning (DeepSeek's `mscale_all_dim: 0`; a YaRN `beta_fast: 0`,
+which transformers reads as 32).
 
 What a ModelSpec does not model is either refused with a `MegapilotError` naming the field (a
 Qwen sliding window on some layers only, MoE layer placements Megatron cannot express, attention-only
@@ -156,6 +159,7 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "qk_head_dim": ("qk_nope_head_dim",),
     "qk_pos_emb_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
+    "mtp_num_layers": ("num_nextn_predict_layers", "num_mtp_layers"),
 }
 
 
@@ -163,7 +167,7 @@ def _config_value_error(exc: ValidationError, config: HFConfig) -> MegapilotErro
     """A value the config.json gives that a ModelSpec refuses, named by its config key where one sets it."""
     error = from_validation_error(exc, prefix="model")
     spec_field = (error.field or "model").removeprefix("model.")
-    key = next((k for k in _HF_KEYS.get(spec_field.rsplit(".", 1)[-1], ()) if k in config), None)
+    key = _stated_key(config, *_HF_KEYS.get(spec_field.rsplit(".", 1)[-1], ()))  # a null key set nothing
     if key is not None:
         return MegapilotError(f"{key}={config[key]!r} in the config.json: {error.problem}", field=key,
                               fix=f"set {key!r} to the value the model card gives")
@@ -244,7 +248,7 @@ def _rope_parameters_as_top_level(config: HFConfig) -> HFConfig:
     for key in _ROPE_TOP_LEVEL_KEYS:
         if read.get(key) is None and parameters.get(key) is not None:
             read[key] = parameters[key]
-    kind = parameters.get("rope_type") or parameters.get("type") or "default"
+    kind = _stated(parameters, "rope_type", "type", default="default")
     if read.get("rope_scaling") is None and kind != "default":
         read["rope_scaling"] = {k: v for k, v in parameters.items() if k not in _ROPE_TOP_LEVEL_KEYS}
     return read
@@ -281,6 +285,18 @@ def _int_or(config: HFConfig, key: str, default: int) -> int:
     return default if value is None else value
 
 
+def _stated_key(config: HFConfig, *keys: str) -> str | None:
+    """The first of `keys` the config states: only an absent or null key is unstated, so a 0 or an empty string is
+    the config's value, for its reader to judge, not a falsy one read as absent."""
+    return next((key for key in keys if config.get(key) is not None), None)
+
+
+def _stated(config: HFConfig, *keys: str, default: Any) -> Any:
+    """The value of the first of `keys` the config states (`_stated_key`), else `default`."""
+    key = _stated_key(config, *keys)
+    return default if key is None else config[key]
+
+
 def _optional_object(config: HFConfig, key: str, fix: str) -> dict[str, Any] | None:
     value = config.get(key)
     if value is not None and not isinstance(value, dict):
@@ -302,6 +318,19 @@ def _optional_float(config: HFConfig, key: str) -> float | None:
     return float(value)
 
 
+def _float_or(config: HFConfig, key: str, default: float) -> float:
+    """A number key, `default` only when it is absent or null (as `_int_or`)."""
+    value = _optional_float(config, key)
+    return default if value is None else value
+
+
+def _above_zero(key: str, value: float, what: str) -> float:
+    """`value`, refused by `key` unless it is above 0; `what`: the value to set instead."""
+    if value <= 0:
+        raise MegapilotError(f"{key}={value!r} must be above 0", field=key, fix=f"set {key!r} to {what}")
+    return value
+
+
 def _flag(config: HFConfig, key: str, default: bool) -> bool:
     """A JSON boolean (null or absent: `default`). A string such as "yes" or "false" is refused: truthiness
     would read "false" as true."""
@@ -317,6 +346,36 @@ def _flag(config: HFConfig, key: str, default: bool) -> bool:
 def _at_least_one(key: str, value: int, what: str) -> None:
     if value < 1:
         raise MegapilotError(f"{key}={value} must be at least 1", field=key, fix=f"set {key!r} to {what}")
+
+
+def _positive_int_or(config: HFConfig, key: str, default: int, what: str) -> int:
+    """An integer key that must be at least 1 (a width, a kernel, a layer step), `default` only when it is absent or
+    null: a 0 is refused by its key, not read as absent."""
+    value = _int_or(config, key, default)
+    _at_least_one(key, value, what)
+    return value
+
+
+def _norm_epsilon(config: HFConfig, keys: tuple[str, ...], default: float) -> float:
+    """The norms' epsilon from the first of `keys` the config states (absent: `default`). A norm divides by
+    sqrt(variance + epsilon): 0 divides an all-zero row by zero, and Megatron's --norm-epsilon must be above 0."""
+    key = _stated_key(config, *keys)
+    if key is None:
+        return default
+    return _above_zero(key, _float_or(config, key, default),
+                       f"the epsilon the model card gives (e.g. 1e-05 or 1e-06), or leave it out for {default}")
+
+
+def _rotary_percent(config: HFConfig, default: float) -> float:
+    """`partial_rotary_factor`, the share of each head RoPE rotates (absent: `default`): above 0 and at most 1, as
+    Megatron's --rotary-percent; a 0 rotates no channel at all and is refused, not read as `default`."""
+    share = _float_or(config, "partial_rotary_factor", default)
+    if not 0 < share <= 1:
+        raise MegapilotError(f"partial_rotary_factor={share!r} must be above 0 and at most 1",
+                             field="partial_rotary_factor",
+                             fix="set 'partial_rotary_factor' to the share of each head RoPE rotates (e.g. 0.5), "
+                                 f"or leave it out for {default}")
+    return share
 
 
 def _kv_heads(config: HFConfig, heads: int) -> int:
@@ -375,7 +434,7 @@ def _refuse(key: str, why: str) -> MegapilotError:
 
 def _gated_activation(config: HFConfig) -> str:
     """silu → swiglu; gelu variants → geglu (Gemma). Llama-style MLPs are always gated."""
-    activation = str(config.get("hidden_activation") or config.get("hidden_act") or "silu")
+    activation = str(_stated(config, "hidden_activation", "hidden_act", default="silu"))
     if activation in ("silu", "swish"):
         return "swiglu"
     if activation.startswith("gelu"):
@@ -398,10 +457,10 @@ def _llama_core(config: HFConfig, *, tied_default: bool = False) -> dict[str, An
         **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": _gated_activation(config),
         "normalization": "RMSNorm",
-        "norm_epsilon": _optional_float(config, "rms_norm_eps") or 1e-6,
+        "norm_epsilon": _norm_epsilon(config, ("rms_norm_eps",), 1e-6),
         "position_embedding": "rope",
         "rotary_base": _rotary_base(config),
-        "rotary_percent": _optional_float(config, "partial_rotary_factor") or 1.0,
+        "rotary_percent": _rotary_percent(config, 1.0),
         "rope_scaling": _rope_scaling(config),
         "tie_embeddings": _flag(config, "tie_word_embeddings", tied_default),
         "add_bias_linear": all(biases),
@@ -417,19 +476,24 @@ def _rope_scaling(config: HFConfig) -> RopeScaling | None:
                                                        "gives")
     if scaling is None:
         return None
-    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    kind = _stated(scaling, "rope_type", "type", default="default")
     if kind == "default":
         return None
     factor = _optional_float(scaling, "factor")
     if factor is None:
         raise _refuse("rope_scaling.factor", f"rope_scaling of type {kind!r} has no factor")
+    _above_zero("rope_scaling.factor", factor, "the context extension the model card gives (e.g. 8.0)")
     if kind == "llama3":
         original = _int_or(scaling, "original_max_position_embeddings", 8192)
         _at_least_one("rope_scaling.original_max_position_embeddings", original, ORIGINAL_POSITIONS)
         return Llama3RopeScaling(
             factor=factor,
-            low_freq_factor=_optional_float(scaling, "low_freq_factor") or 1.0,
-            high_freq_factor=_optional_float(scaling, "high_freq_factor") or 4.0,
+            # both divide the original context: 0 divides by zero in transformers and in Megatron alike
+            low_freq_factor=_above_zero("rope_scaling.low_freq_factor", _float_or(scaling, "low_freq_factor", 1.0),
+                                        "the model card's value (Llama 3.1: 1.0), or leave it out for 1.0"),
+            high_freq_factor=_above_zero("rope_scaling.high_freq_factor",
+                                         _float_or(scaling, "high_freq_factor", 4.0),
+                                         "the model card's value (Llama 3.1: 4.0), or leave it out for 4.0"),
             original_max_position_embeddings=original,
         )
     if kind == "yarn":
@@ -449,13 +513,47 @@ def _yarn_scaling(config: HFConfig, scaling: HFConfig, factor: float) -> YarnRop
     if original is None:
         key, original = "max_position_embeddings", _required_int(config, "max_position_embeddings")
     _at_least_one(key, original, ORIGINAL_POSITIONS)
+    mscale, mscale_all_dim = _yarn_mscales(scaling)
     return YarnRopeScaling(
         factor=factor, original_max_position_embeddings=original,
-        beta_fast=_optional_float(scaling, "beta_fast") or 32.0,
-        beta_slow=_optional_float(scaling, "beta_slow") or 1.0,
-        mscale=_optional_float(scaling, "mscale") or 1.0,
-        mscale_all_dim=_optional_float(scaling, "mscale_all_dim") or 0.0,
+        beta_fast=_yarn_beta(scaling, "beta_fast", 32.0), beta_slow=_yarn_beta(scaling, "beta_slow", 1.0),
+        mscale=mscale, mscale_all_dim=mscale_all_dim,
     )
+
+
+def _yarn_beta(scaling: HFConfig, name: str, default: float) -> float:
+    """A YaRN correction bound in rotations. transformers reads a 0 as the paper's default (its
+    `rope_parameters.get(name) or default`), and so does this; a negative one has no logarithm (the correction
+    dimension is log(context / (beta * 2 pi))), in transformers as in Megatron, and is refused by its key."""
+    beta = _optional_float(scaling, name)
+    if not beta:  # absent, null or 0: the default, as transformers reads them
+        return default
+    return _above_zero(f"rope_scaling.{name}", beta, f"the model card's value, or leave it out for {default}")
+
+
+def _yarn_mscales(scaling: HFConfig) -> tuple[float, float]:
+    """YaRN's attention temperature terms (mscale, mscale_all_dim), as transformers reads them: `mscale` over
+    `mscale_all_dim` when both are non-zero, else the plain 0.1 ln(factor) + 1, which is Megatron's mscale 1 over
+    mscale_all_dim 0. So an mscale_all_dim of 0 is DeepSeek's 'no term over all dims' and kept, and an mscale of 0
+    beside it reads as 1. An mscale of 0 beside a non-zero mscale_all_dim has no Megatron equivalent (transformers
+    drops the ratio but still scales DeepSeek's softmax by mscale_all_dim; DeepSeek's own code and Megatron take the
+    0 as written) and is refused by its key, as is a negative term, which drives the temperature
+    0.1 m ln(factor) + 1 toward 0."""
+    mscale_all_dim = _float_or(scaling, "mscale_all_dim", 0.0)
+    if mscale_all_dim < 0:
+        raise MegapilotError(f"rope_scaling.mscale_all_dim={mscale_all_dim!r} is negative",
+                             field="rope_scaling.mscale_all_dim",
+                             fix="set 'rope_scaling.mscale_all_dim' to the model card's value (DeepSeek-V3: "
+                                 "1.0), or to 0 for no softmax-scale term")
+    mscale = _float_or(scaling, "mscale", 1.0)
+    if mscale < 0 or (mscale == 0 and mscale_all_dim):
+        why = "is negative" if mscale < 0 else (f"beside mscale_all_dim={mscale_all_dim!r} has no Megatron "
+                                                "equivalent: transformers reads it as absent and drops the "
+                                                "mscale/mscale_all_dim ratio, Megatron takes it as 0")
+        raise MegapilotError(f"rope_scaling.mscale={mscale!r} {why}", field="rope_scaling.mscale",
+                             fix="set 'rope_scaling.mscale' to the model card's value (DeepSeek-V3: 1.0, the "
+                                 "same as its mscale_all_dim), or leave it out for 1.0")
+    return mscale or 1.0, mscale_all_dim
 
 
 def _full_sliding_window(config: HFConfig) -> dict[str, Any]:
@@ -527,7 +625,9 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
     """Qwen2-MoE / Qwen3-MoE: layer i is sparse if not in mlp_only_layers and (i+1) % decoder_sparse_step == 0."""
     _refuse_partial_sliding_window(config)
     fields = _llama_core(config) | ({"add_qkv_bias": True} if shared_expert else {"qk_layernorm": True})
-    step = _optional_int(config, "decoder_sparse_step") or 1
+    # transformers' (i + 1) % decoder_sparse_step divides by zero at 0
+    step = _positive_int_or(config, "decoder_sparse_step", 1, "1 (every layer MoE) or the k of MoE on every k-th "
+                                                               "layer, as the model card gives it")
     dense_only = set(_layer_indices(config, "mlp_only_layers"))
     first_k_dense, freq = _moe_placement(
         fields["num_layers"], lambda i: i not in dense_only and (i + 1) % step == 0,
@@ -567,9 +667,11 @@ def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
     )
     fields["mtp_num_layers"] = _optional_int(config, "num_nextn_predict_layers") or 0
     experts = _optional_int(config, "n_routed_experts")
-    if experts:
+    if experts is not None:  # null: a dense MLA model, as DeepSeek's code reads it; 0 experts: refused by the spec
         first_dense = _optional_int(config, "first_k_dense_replace") or 0
-        every = _optional_int(config, "moe_layer_freq") or 1
+        # DeepSeek's code places MoE where layer % moe_layer_freq == 0, which divides by zero at 0
+        every = _positive_int_or(config, "moe_layer_freq", 1, "1 (every layer after first_k_dense_replace MoE), as "
+                                                               "DeepSeek's checkpoints give it")
         first_k_dense, freq = _moe_placement(
             fields["num_layers"], lambda i: i >= first_dense and i % every == 0, "moe_layer_freq",
         )
@@ -619,9 +721,9 @@ def _deepseek_v4(config: HFConfig) -> dict[str, Any]:
                                         o_lora_rank=_required_int(config, "o_lora_rank")),
         ),
     )
-    hashed = _optional_int(config, "num_hash_layers") or 0
-    if hashed > layers:
-        raise _refuse("num_hash_layers", f"num_hash_layers={hashed} exceeds num_hidden_layers={layers}")
+    hashed = _int_or(config, "num_hash_layers", 0)
+    if not 0 <= hashed <= layers:  # the spec's own check does not run on the model_copy below
+        raise _refuse("num_hash_layers", f"num_hash_layers={hashed} must be between 0 and num_hidden_layers={layers}")
     moe = _deepseek_moe(config, (0, 1), router_expert_bias=config.get("topk_method") == "noaux_tc",
                         load_balancing_type="seq_aux_loss",
                         aux_loss_coeff=_optional_float(config, "aux_loss_alpha") or 0.0)
@@ -707,7 +809,9 @@ def _glm5_topk_sharing(config: HFConfig, layers: int) -> tuple[int, int]:
     if kinds is None and isinstance(pattern, str):
         kinds = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
     if kinds is None:
-        freq = max(_optional_int(config, "index_topk_freq") or 1, 1)
+        freq = _positive_int_or(config, "index_topk_freq", 1, "1 (every layer runs its own indexer) or the k of "
+                                                               "an indexer on every k-th layer, as the model card "
+                                                               "gives it")
         stated_offset = _optional_int(config, "index_skip_topk_offset")
         offset = _GLM5_SKIP_TOPK_OFFSET if stated_offset is None else stated_offset
         kinds = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(layers)]
@@ -761,9 +865,9 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
     fields = _llama_core({**config, "attention_bias": False})  # the biases are the QKV ones, read next
     fields["add_qkv_bias"] = _flag(config, "attention_bias", False)
     fields["qk_layernorm"] = _flag(config, "use_qk_norm", False)
-    fields["rotary_percent"] = _optional_float(config, "partial_rotary_factor") or GLM4_MOE_PARTIAL_ROTARY
-    fields["mtp_num_layers"] = (_optional_int(config, "num_nextn_predict_layers")
-                                or _optional_int(config, "num_mtp_layers") or 0)
+    fields["rotary_percent"] = _rotary_percent(config, GLM4_MOE_PARTIAL_ROTARY)
+    mtp_key = _stated_key(config, "num_nextn_predict_layers", "num_mtp_layers")
+    fields["mtp_num_layers"] = 0 if mtp_key is None else _required_int(config, mtp_key)
     first_dense = _optional_int(config, "first_k_dense_replace") or 0
     placement = _moe_placement(fields["num_layers"], lambda i: i >= first_dense, "first_k_dense_replace")
     # The router is DeepSeek-V3's noaux_tc gate (transformers' Glm4MoeTopkRouter): read it as one.
@@ -804,7 +908,7 @@ def _norm_topk_prob(config: HFConfig) -> bool:
 
 def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
     """DeepSeek's MoEGate (V2 and V3 modeling code) in Megatron's router vocabulary."""
-    score = str(config.get("scoring_func") or "softmax")
+    score = str(_stated(config, "scoring_func", default="softmax"))
     scores = ("softmax", "sigmoid", "sqrtsoftplus") if _family(config) == "deepseek_v4" else ("softmax", "sigmoid")
     if score not in scores:
         raise _refuse("scoring_func", f"scoring_func={score!r} has no Megatron router for this family ("
@@ -814,9 +918,10 @@ def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
     if score != "softmax" and topk > 1 and not normalised:
         raise _refuse("norm_topk_prob", f"Megatron's {score} router always renormalises the top-k weights, "
                                         "so norm_topk_prob=false cannot be expressed")
-    scaling = _optional_float(config, "routed_scaling_factor") or 1.0
+    scaling = _float_or(config, "routed_scaling_factor", 1.0)
     if _family(config) == "deepseek_v2" and normalised:
         scaling = 1.0  # V2's gate applies routed_scaling_factor only when it does not renormalise
+    _routed_scaling_above_zero(scaling)
     router: dict[str, Any] = {
         "router_score_function": score,
         "router_pre_softmax": score == "softmax" and not normalised,
@@ -825,9 +930,15 @@ def _deepseek_router(config: HFConfig, experts: int) -> dict[str, Any]:
     return router | _deepseek_groups(config, topk, experts, score, normalised)
 
 
+def _routed_scaling_above_zero(scaling: float) -> None:
+    """The routing weights are multiplied by `routed_scaling_factor`: 0 silences every routed expert (and
+    Megatron's --moe-router-topk-scaling-factor must be above 0), so it is refused, not read as 1."""
+    _above_zero("routed_scaling_factor", scaling, "the model card's value (DeepSeek-V3: 2.5), or leave it out for 1.0")
+
+
 def _deepseek_groups(config: HFConfig, topk: int, experts: int, score: str, normalised: bool) -> dict[str, Any]:
     """Group-limited routing. Megatron scores a group by the sum of its top (topk // group_topk) scores."""
-    method = str(config.get("topk_method") or "greedy")
+    method = str(_stated(config, "topk_method", default="greedy"))
     groups, group_topk = _expert_groups(config, experts)
     if method == "greedy" or groups <= 1 or group_topk >= groups:
         return {}  # every expert is eligible: no grouping
@@ -870,20 +981,22 @@ def _expert_groups(config: HFConfig, experts: int) -> tuple[int, int]:
 
 
 def _gpt2(config: HFConfig) -> dict[str, Any]:
-    activation = str(config.get("activation_function") or "gelu_new")
+    activation = str(_stated(config, "activation_function", default="gelu_new"))
     if not activation.startswith("gelu"):
         raise _refuse("activation_function", f"activation_function={activation!r} is not modelled (GELU is)")
     hidden = _required_int(config, "n_embd")
     return {
         "num_layers": _required_int(config, "n_layer"),
         "hidden_size": hidden,
-        "ffn_hidden_size": _optional_int(config, "n_inner") or 4 * hidden,
+        # transformers' GPT2MLP: n_inner null is 4 x n_embd; a 0 builds no MLP width, which Megatron cannot
+        "ffn_hidden_size": _positive_int_or(config, "n_inner", 4 * hidden, f"the MLP width the model card gives, "
+                                                                            f"or null for 4 x n_embd = {4 * hidden}"),
         "num_attention_heads": _required_int(config, "n_head"),
         "vocab_size": _required_int(config, "vocab_size"),
         "max_position_embeddings": _int_or(config, "n_positions", 1024),
         "mlp_activation": "gelu",
         "normalization": "LayerNorm",
-        "norm_epsilon": _optional_float(config, "layer_norm_epsilon") or 1e-5,
+        "norm_epsilon": _norm_epsilon(config, ("layer_norm_epsilon",), 1e-5),
         "position_embedding": "learned_absolute",
         "tie_embeddings": _flag(config, "tie_word_embeddings", True),
         "add_bias_linear": True,
@@ -931,7 +1044,9 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
     router, dense layers of width intermediate_size_mlp, chunked attention on RoPE layers, NoPE every 4th."""
     text = config.get("text_config") or config
     fields = _llama_core(text)
-    step = _optional_int(text, "interleave_moe_layer_step") or 1
+    # transformers' range(step - 1, layers, step) has no step 0
+    step = _positive_int_or(text, "interleave_moe_layer_step", 1, "1 (every layer MoE) or the k of MoE on every "
+                                                                   "k-th layer, as the model card gives it")
     first_k_dense, freq = _moe_placement(fields["num_layers"], lambda i: (i + 1) % step == 0,
                                          "interleave_moe_layer_step")
     expert_width = _required_int(text, "intermediate_size")
@@ -939,7 +1054,8 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
     if no_rope and no_rope != [int((i + 1) % 4 != 0) for i in range(fields["num_layers"])]:
         raise _refuse("no_rope_layers", "only NoPE on every 4th layer (Megatron --no-rope-freq 4) is modelled")
     fields |= {
-        "ffn_hidden_size": _optional_int(text, "intermediate_size_mlp") or expert_width,
+        "ffn_hidden_size": _positive_int_or(text, "intermediate_size_mlp", expert_width,
+                                            "the dense layers' MLP width the model card gives (Scout: 16384)"),
         "attention_chunk_size": _optional_int(text, "attention_chunk_size"),
         "no_rope_freq": 4,
         "moe": MoESpec(
@@ -962,7 +1078,8 @@ def llama4_vision_params(config: HFConfig) -> int:
     count them; Megatron's pretrain_gpt.py builds the text model only, so a like-for-like comparison adds them."""
     vision = _required(config, "vision_config")
     hidden, width = _required_int(vision, "hidden_size"), _required_int(vision, "intermediate_size")
-    patch, channels = _required_int(vision, "patch_size"), _optional_int(vision, "num_channels") or 3
+    patch = _required_int(vision, "patch_size")
+    channels = _positive_int_or(vision, "num_channels", 3, "the image channels (3), or leave it out")
     positions = (_required_int(vision, "image_size") // patch) ** 2 + 1  # the patches and the class token
     layer = 4 * (hidden * hidden + hidden) + (hidden * width + width) + (width * hidden + hidden) + 2 * 2 * hidden
     encoder = (channels * patch * patch * hidden  # unfold-convolution patch embedding, no bias
@@ -990,7 +1107,7 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     kv_heads = _kv_heads(config, heads)
     hidden = _required_int(config, "hidden_size")
     head_dim = _head_dim(config)
-    activation = config.get("mlp_hidden_act") or config.get("hidden_act") or "relu2"
+    activation = _stated(config, "mlp_hidden_act", "hidden_act", default="relu2")
     if activation != "relu2":
         raise _refuse("mlp_hidden_act", f"mlp_hidden_act={activation!r} is not modelled for Nemotron-H (relu2 is)")
     if any(_flag(config, key, False) for key in ("mamba_proj_bias", "use_bias", "attention_bias", "mlp_bias")):
@@ -1000,8 +1117,7 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
         **_attention_dims(config, hidden, heads, kv_heads, head_dim),
         "mlp_activation": "squared_relu",
         "normalization": "RMSNorm",
-        "norm_epsilon": (_optional_float(config, "layer_norm_epsilon") or _optional_float(config, "norm_eps")
-                         or 1e-5),
+        "norm_epsilon": _norm_epsilon(config, ("layer_norm_epsilon", "norm_eps"), 1e-5),
         "position_embedding": "none",
         "tie_embeddings": _flag(config, "tie_word_embeddings", False),
         "hybrid_override_pattern": pattern,
@@ -1010,12 +1126,20 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
             head_dim=_required_int(config, "mamba_head_dim"),
             num_groups=_required_int(config, "n_groups"),
             num_heads=_optional_int(config, "mamba_num_heads"),
-            conv_kernel=_optional_int(config, "conv_kernel") or 4,
+            conv_kernel=_positive_int_or(config, "conv_kernel", 4, "the model card's conv width (4), or leave it "
+                                                                   "out for 4"),
         ),
     }
     if "E" in pattern:
         shared = (_optional_int(config, "moe_shared_expert_intermediate_size") or 0) * (
             _optional_int(config, "n_shared_experts") or 1)
+        latent = _optional_int(config, "moe_latent_size")  # null: experts in hidden_size; 0 would be no width
+        if latent is not None:
+            _at_least_one("moe_latent_size", latent, "the latent width the model card gives (Nemotron 3 Super: "
+                                                     "1024), or null for experts in hidden_size")
+        scaling = _optional_float(config, "routed_scaling_factor")
+        if scaling is not None:
+            _routed_scaling_above_zero(scaling)
         fields["moe"] = MoESpec(
             num_experts=_required_int(config, "n_routed_experts"),
             router_topk=_required_int(config, "num_experts_per_tok"),
@@ -1023,11 +1147,11 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
             shared_expert_ffn_hidden_size=shared,
             router_score_function="sigmoid",
             router_expert_bias=True,
-            router_topk_scaling_factor=_optional_float(config, "routed_scaling_factor"),
+            router_topk_scaling_factor=scaling,
             load_balancing_type="seq_aux_loss",
             aux_loss_coeff=1e-4,
             router_dtype="fp32",
-            latent_size=_optional_int(config, "moe_latent_size") or None,  # Nemotron 3 Super's latent MoE
+            latent_size=latent,  # Nemotron 3 Super's latent MoE
         )
     return fields
 
@@ -1144,12 +1268,16 @@ def _decilm_block_shape(block: Any, index: int, heads: int, hidden: int) -> tupl
             raise _refuse(f"block_configs[{index}].attention.n_heads_in_group",
                           f"n_heads_in_group={group} does not divide num_attention_heads={heads}")
         kv = heads // group
-    if width == 0 and _optional_int(mlp, "ffn_hidden_size"):  # Megatron's own key, beside HF's ffn_mult
+    if width == 0 and mlp.get("ffn_hidden_size") is not None:  # Megatron's own key, beside HF's ffn_mult
         width = _required_int(mlp, "ffn_hidden_size")
+        _at_least_one(f"block_configs[{index}].ffn.ffn_hidden_size", width, "the layer's MLP width, or mark the MLP "
+                                                                            "no_op")
     if width == 0:
         multiplier = _optional_float(mlp, "ffn_mult")
         if multiplier is None:
             raise _refuse(f"block_configs[{index}].ffn.ffn_mult", f"layer {index}'s MLP has no ffn_mult")
+        _above_zero(f"block_configs[{index}].ffn.ffn_mult", multiplier,
+                    "the layer's MLP multiplier from the model's config.json, or mark the MLP no_op")
         width = -(-int(2 * multiplier * hidden / 3) // 256) * 256
     return kv, width
 
@@ -1167,7 +1295,8 @@ def _qwen3_next(config: HFConfig) -> dict[str, Any]:
             value_heads=_required_int(config, "linear_num_value_heads"),
             key_head_dim=_required_int(config, "linear_key_head_dim"),
             value_head_dim=_required_int(config, "linear_value_head_dim"),
-            conv_kernel=_optional_int(config, "linear_conv_kernel_dim") or 4,
+            conv_kernel=_positive_int_or(config, "linear_conv_kernel_dim", 4, "the model card's conv width (4), "
+                                                                              "or leave it out for 4"),
             full_attention_freq=_full_attention_interval(config),
         ),
     )

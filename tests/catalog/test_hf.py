@@ -903,3 +903,105 @@ def test_a_zero_original_context_in_rope_scaling_is_refused_by_its_key(name):
     with pytest.raises(MegapilotError) as info:
         from_hf_config(config, "broken")
     assert info.value.field == "rope_scaling.original_max_position_embeddings" and info.value.fix
+
+
+# ---- a 0 is the config's value, refused by its key where the model cannot run it; only absent or null is a default --
+
+
+def _set(config: dict, path: str, value: object) -> dict:
+    """A copy of `config` with the key at the dotted `path` (e.g. rope_scaling.factor) set to `value`."""
+    config = json.loads(json.dumps(config))
+    *parents, key = path.split(".")
+    inner = config
+    for parent in parents:
+        inner = inner[parent]
+    inner[key] = value
+    return config
+
+
+NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
+SCOUT = "Llama-4-Scout-17B-16E-Instruct"
+
+
+@pytest.mark.parametrize(("config", "path", "value", "field"), [
+    # each was read as absent and silently became its default (in brackets)
+    (_config("gpt2"), "n_inner", 0, "n_inner"),  # [4 x n_embd]
+    (_config("gpt2"), "layer_norm_epsilon", 0, "layer_norm_epsilon"),  # [1e-5]
+    (_config("Llama-3.1-8B"), "rms_norm_eps", 0, "rms_norm_eps"),  # [1e-6]
+    (_config(NANO), "layer_norm_epsilon", 0, "layer_norm_epsilon"),  # [norm_eps]
+    (_config(NANO) | {"layer_norm_epsilon": None}, "norm_eps", 0, "norm_eps"),  # [1e-5]
+    (_config("Qwen3-Next-80B-A3B-Instruct"), "partial_rotary_factor", 0, "partial_rotary_factor"),  # [1.0]
+    (GLM4_MOE_DEFAULTS, "partial_rotary_factor", 0, "partial_rotary_factor"),  # [0.5]
+    (_config(NANO), "conv_kernel", 0, "conv_kernel"),  # [4]
+    (_config("Qwen3-Next-80B-A3B-Instruct"), "linear_conv_kernel_dim", 0, "linear_conv_kernel_dim"),  # [4]
+    (_config("Qwen3-30B-A3B"), "decoder_sparse_step", 0, "decoder_sparse_step"),  # [1]
+    (_config("DeepSeek-V3"), "moe_layer_freq", 0, "moe_layer_freq"),  # [1]
+    (_config(SCOUT), "text_config.interleave_moe_layer_step", 0, "interleave_moe_layer_step"),  # [1]
+    (_config(SCOUT), "text_config.intermediate_size_mlp", 0, "intermediate_size_mlp"),  # [the experts' width]
+    (_config("GLM-5"), "index_topk_freq", 0, "index_topk_freq"),  # [1]
+    (_config("DeepSeek-V3"), "routed_scaling_factor", 0, "routed_scaling_factor"),  # [1.0]
+    (_config(SUPER), "moe_latent_size", 0, "moe_latent_size"),  # [no latent MoE]
+    (_config("DeepSeek-V3"), "n_routed_experts", 0, "n_routed_experts"),  # [a dense model]
+    (_config("Llama-3.1-8B"), "rope_scaling.low_freq_factor", 0, "rope_scaling.low_freq_factor"),  # [1.0]
+    (_config("Llama-3.1-8B"), "rope_scaling.high_freq_factor", 0, "rope_scaling.high_freq_factor"),  # [4.0]
+    (_config("DeepSeek-V3"), "rope_scaling.mscale", 0, "rope_scaling.mscale"),  # [1.0], beside mscale_all_dim 1
+    (_config("Llama-3.1-8B"), "rope_scaling.rope_type", "", "rope_scaling.rope_type"),  # [no scaling at all]
+    (_config("Llama-3.1-8B"), "hidden_act", "", "hidden_act"),  # [silu]
+    (_config("gpt2"), "activation_function", "", "activation_function"),  # [gelu_new]
+    (_config(NANO), "mlp_hidden_act", "", "mlp_hidden_act"),  # [relu2]
+    (_config("DeepSeek-V3"), "scoring_func", "", "scoring_func"),  # [softmax]
+    (_config("DeepSeek-V3"), "topk_method", "", "topk_method"),  # [greedy: no group-limited routing]
+    # these were refused, but under Megatron's name for another key ('model.factor'), with no fix
+    (_config("Llama-3.1-8B"), "rope_scaling.factor", 0, "rope_scaling.factor"),
+    (_config("DeepSeek-V3"), "rope_scaling.factor", -40, "rope_scaling.factor"),
+    (_config("DeepSeek-V3"), "rope_scaling.beta_fast", -32, "rope_scaling.beta_fast"),
+    (_config("DeepSeek-V3"), "rope_scaling.beta_slow", -1, "rope_scaling.beta_slow"),
+    (_config("Llama-3.1-8B"), "partial_rotary_factor", 1.5, "partial_rotary_factor"),
+    (_config(SUPER), "routed_scaling_factor", 0, "routed_scaling_factor"),
+    (GLM4_MOE_DEFAULTS | {"num_nextn_predict_layers": None}, "num_mtp_layers", -1, "num_mtp_layers"),
+    # these were taken as they are: a negative temperature term, hash layers Megatron cannot count
+    (_config("DeepSeek-V3"), "rope_scaling.mscale", -1, "rope_scaling.mscale"),
+    (_config("DeepSeek-V3"), "rope_scaling.mscale_all_dim", -1, "rope_scaling.mscale_all_dim"),
+    (_config("DeepSeek-V4-Flash"), "num_hash_layers", -1, "num_hash_layers"),
+])
+def test_a_value_the_model_cannot_run_is_refused_by_its_key_not_read_as_absent(config, path, value, field):
+    error = _one_line_refusal(_set(config, path, value), field)
+    assert repr(field) in error.fix
+
+
+@pytest.mark.parametrize(("ffn", "field"), [({"ffn_hidden_size": 0}, "block_configs[1].ffn.ffn_hidden_size"),
+                                            ({"ffn_mult": 0}, "block_configs[1].ffn.ffn_mult")])
+def test_a_zero_llama_nemotron_mlp_width_is_refused_by_its_block_key(ffn, field):
+    # ffn_hidden_size 0 fell back to ffn_mult; ffn_mult 0 was refused as Megatron's layer_blocks field
+    blocks = [_decilm_block(8, 5.25) for _ in range(8)]
+    blocks[1]["ffn"] |= ffn
+    _one_line_refusal(NEMOTRON_SUPER_49B | {"block_configs": blocks}, field)
+
+
+def test_zeros_transformers_reads_with_a_meaning_keep_that_meaning():
+    v3 = _config("DeepSeek-V3")
+    # DeepSeek's mscale_all_dim 0: no softmax-scale term over all dims (Megatron's 0 too)
+    no_all_dim = from_hf_config(_set(v3, "rope_scaling.mscale_all_dim", 0), "v3").rope_scaling
+    assert no_all_dim is not None and no_all_dim.model_dump()["mscale_all_dim"] == 0
+    # transformers reads a 0 YaRN beta as the paper's default (`get(beta) or 32`), and a 0 mscale beside a 0
+    # mscale_all_dim as the plain 0.1 ln(factor) + 1, Megatron's mscale 1
+    scaling = {key: value for key, value in v3["rope_scaling"].items()
+               if key not in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim")}
+    assert from_hf_config(v3 | {"rope_scaling": scaling | {"beta_fast": 0, "beta_slow": 0, "mscale": 0,
+                                                            "mscale_all_dim": 0}}, "v3") == \
+        from_hf_config(v3 | {"rope_scaling": scaling}, "v3")
+    # GPT-2's n_inner null is 4 x n_embd; DeepSeek's n_routed_experts null a dense MLA model
+    assert from_hf_config(_config("gpt2") | {"n_inner": None}, "gpt2").ffn_hidden_size == 4 * 768
+    assert from_hf_config(v3 | {"n_routed_experts": None}, "dense").moe is None
+    # absent or null: still the defaults
+    llama = {key: value for key, value in _config("Llama-3.1-8B").items() if key != "rms_norm_eps"}
+    assert from_hf_config(llama | {"partial_rotary_factor": None}, "l").norm_epsilon == 1e-6
+    assert from_hf_config(llama, "l").rotary_percent == 1.0
+    assert from_hf_config(GLM4_MOE_DEFAULTS | {"partial_rotary_factor": None}, "g").rotary_percent == 0.5
+
+
+def test_a_stated_zero_mtp_depth_is_not_overridden_by_a_second_spelling():
+    # GLM-4.5's num_nextn_predict_layers 0 read as absent and took num_mtp_layers instead
+    glm = GLM4_MOE_DEFAULTS | {"num_nextn_predict_layers": 0, "num_mtp_layers": 1}
+    assert from_hf_config(glm, "glm").mtp_num_layers == 0
+    assert from_hf_config(glm | {"num_nextn_predict_layers": None}, "glm").mtp_num_layers == 1
