@@ -98,16 +98,18 @@ def suite_as_run(suite: LoadedSuite, *, megatron_version: str | None, exclude_fa
 
 
 def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
-    """The suite with its launches checked against `version` (an unknown one refused here, before any cell)."""
-    from megapilot.launch.megatron_args import flag_table
-    from megapilot.suite.render import SUITE_RELEASE_NAMES
+    """The suite with its launches checked against `version` (an unknown one, or one the local checkout is not,
+    refused here, before any cell)."""
+    from megapilot.suite.render import CONFIG_PATH_KEY, check_release, suite_release_names
 
-    try:
-        flag_table(version, SUITE_RELEASE_NAMES)
-    except MegapilotError as exc:  # the option the user typed, not the config key it sets
-        raise MegapilotError(exc.problem, field="--megatron-version", fix=exc.fix) from None
     block = suite.config.megapilot.model_copy(update={"megatron_version": version})
-    return suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
+    suite = suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
+    try:
+        check_release(suite, suite_release_names("--megatron-version"))
+    except MegapilotError as exc:  # the option the user typed, not the config key it sets (or the checkout's key)
+        field = CONFIG_PATH_KEY if exc.field == "megatron_path" else "--megatron-version"
+        raise MegapilotError(exc.problem, field=field, fix=exc.fix) from None
+    return suite
 
 
 def _excluding_failing(suite: LoadedSuite, run: str | None, out: Path) -> tuple[LoadedSuite, list[str], Path | None]:

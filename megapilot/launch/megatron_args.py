@@ -179,16 +179,24 @@ def committed_releases() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class ReleaseNames:
-    """How a command takes the release and a checkout, as the fix for a release without a table words them:
-    `{pick}, or {checkout} to read that checkout's own arguments.py`. `megapilot script` takes --megatron-version and
-    --megatron-path; a suite takes its own (its config's keys), so it passes its own."""
+    """How a command takes the release and the Megatron-LM checkout, as the errors about them word their fixes. The
+    fix for a release without a table reads `{pick}, or {checkout} to read that checkout's own arguments.py`.
+    `megapilot script` takes --megatron-version, --megatron-path and --entrypoint; a suite takes its own (its config's
+    keys, and --megatron-version), so it passes its own."""
 
     pick: str  # how to choose one of the shipped releases
     checkout: str  # how to point at a checkout of the release instead
+    version: str  # where the release was asked for: a checkout of another release names it
+    path: str  # the setting that names the checkout: `point {path} at the root of a Megatron-LM checkout`
+    no_checkout: str  # the fix when Megatron-LM's entry point is given no checkout at all
+    megatron_entrypoint: str  # how to run Megatron-LM's own entry point: `{megatron_entrypoint} for this model`
 
 
 SCRIPT_RELEASE_NAMES = ReleaseNames(pick="pass one of those to --megatron-version",
-                                    checkout="--megatron-path /abs/Megatron-LM")
+                                    checkout="--megatron-path /abs/Megatron-LM", version="--megatron-version",
+                                    path="--megatron-path",
+                                    no_checkout="pass --megatron-path /abs/Megatron-LM (or --entrypoint megapilot)",
+                                    megatron_entrypoint="use --entrypoint megatron with --megatron-path")
 
 
 def flag_table(version: str | None = None, names: ReleaseNames = SCRIPT_RELEASE_NAMES) -> FlagTable:

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from megapilot.errors import MegapilotError
-from megapilot.launch.megatron_args import FlagTable, MegatronFlag, Version, release_name
+from megapilot.launch.megatron_args import (
+    SCRIPT_RELEASE_NAMES,
+    FlagTable,
+    MegatronFlag,
+    ReleaseNames,
+    Version,
+    release_name,
+)
 
 ARGUMENTS_FILE = "megatron/training/arguments.py"
 PACKAGE_INFO_FILE = "megatron/core/package_info.py"
@@ -67,12 +74,13 @@ class _Scope:
     local: dict[str, object] = field(default_factory=dict)
 
 
-def read_checkout_version(root: Path) -> Version:
-    """MAJOR.MINOR.PATCH from the checkout's megatron/core/package_info.py."""
+def read_checkout_version(root: Path, names: ReleaseNames = SCRIPT_RELEASE_NAMES) -> Version:
+    """MAJOR.MINOR.PATCH from the checkout's megatron/core/package_info.py (a checkout without one refused in the
+    words of `names`, the command's)."""
     path = root / PACKAGE_INFO_FILE
     if not path.is_file():
         raise MegapilotError(f"{path} does not exist", field="megatron_path",
-                             fix="point --megatron-path at the root of a Megatron-LM checkout")
+                             fix=f"point {names.path} at the root of a Megatron-LM checkout")
     values: dict[str, object] = {}
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
@@ -84,21 +92,22 @@ def read_checkout_version(root: Path) -> Version:
         return int(str(values["MAJOR"])), int(str(values["MINOR"])), int(str(values["PATCH"]))
     except KeyError:
         raise MegapilotError(f"{path} does not define MAJOR, MINOR and PATCH", field="megatron_path",
-                             fix="point --megatron-path at a Megatron-LM checkout (core_v0.14.0 or newer)") from None
+                             fix=f"point {names.path} at a Megatron-LM checkout (core_v0.14.0 or newer)") from None
 
 
-def read_checkout_table(root: Path) -> FlagTable:
+def read_checkout_table(root: Path, names: ReleaseNames = SCRIPT_RELEASE_NAMES) -> FlagTable:
     """Every flag of the checkout's `add_megatron_arguments`, read statically."""
-    reader = SourceReader(root)
-    return FlagTable(release=release_name(read_checkout_version(root)), commit=None,
+    reader = SourceReader(root, names)
+    return FlagTable(release=release_name(read_checkout_version(root, names)), commit=None,
                      flags=dict(sorted(reader.flags().items())), origin=str(root / ARGUMENTS_FILE))
 
 
 class SourceReader:
     """Reads one checkout; remembers every file it parsed (`files_read`) so tests can keep just those."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, names: ReleaseNames = SCRIPT_RELEASE_NAMES) -> None:
         self.root = root
+        self.names = names  # how the command names the checkout, for the fix of one that is not a checkout
         self.files_read: set[str] = set()
         self._modules: dict[str, _Module | None] = {}
 
@@ -107,8 +116,8 @@ class SourceReader:
         module = self._module("megatron.training.arguments")
         if module is None:
             raise MegapilotError(f"{self.root / ARGUMENTS_FILE} does not exist", field="megatron_path",
-                                 fix="point --megatron-path at the root of a Megatron-LM checkout")
-        entry = _function(module, "add_megatron_arguments")
+                                 fix=f"point {self.names.path} at the root of a Megatron-LM checkout")
+        entry = _function(module, "add_megatron_arguments", self.names)
         rows: dict[str, MegatronFlag] = {}
         for call in _calls_in_order(entry.body):
             if isinstance(call.func, ast.Name) and _function_or_none(module, call.func.id) is not None:
@@ -118,7 +127,7 @@ class SourceReader:
 
     def _read_function(self, module: _Module, name: str) -> Iterator[list[MegatronFlag]]:
         scope = _Scope(module)
-        yield from self._read_statements(_function(module, name).body, scope)
+        yield from self._read_statements(_function(module, name, self.names).body, scope)
 
     def _read_statements(self, body: list[ast.stmt], scope: _Scope) -> Iterator[list[MegatronFlag]]:
         for statement in body:
@@ -585,11 +594,11 @@ def _dest_of(names: list[str]) -> str:
     return (long_names or names)[0].lstrip("-").replace("-", "_")
 
 
-def _function(module: _Module, name: str) -> ast.FunctionDef:
+def _function(module: _Module, name: str, names: ReleaseNames) -> ast.FunctionDef:
     found = _function_or_none(module, name)
     if found is None:
         raise MegapilotError(f"{module.name} has no {name}()", field="megatron_path",
-                             fix="point --megatron-path at a Megatron-LM checkout (core_v0.14.0 or newer)")
+                             fix=f"point {names.path} at a Megatron-LM checkout (core_v0.14.0 or newer)")
     return found
 
 

@@ -21,6 +21,7 @@ from megapilot.launch.checks import (
 )
 from megapilot.launch.environment import launch_environment
 from megapilot.launch.flags import argument_notes, megatron_arg_sections
+from megapilot.launch.megatron_args import SCRIPT_RELEASE_NAMES, ReleaseNames
 from megapilot.launch.options import LaunchOptions, LaunchScript
 from megapilot.launch.perf_flags import a2a_overlap_note, slurm_time_limit_minutes
 from megapilot.launch.primus import primus_experiment, render_primus
@@ -39,12 +40,13 @@ _SBATCH_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(?:=[A-Za-z0-9._%/:=@+,&|
 _GPU_KERNEL_FLAGS = frozenset({"--moe-grouped-gemm"})
 
 
-def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
-    """Render the launch script (and Primus experiment file) for `plan`; raise MegapilotError if unsafe."""
+def render_launch(plan: SavedPlan, options: LaunchOptions, names: ReleaseNames = SCRIPT_RELEASE_NAMES) -> LaunchScript:
+    """Render the launch script (and Primus experiment file) for `plan`; raise MegapilotError if unsafe. `names`: how
+    the command takes the release, the checkout and the entry point, as the fixes of errors about them say."""
     nodes = options.nodes or plan.cluster.num_nodes
     gpus_per_node = plan.cluster.gpus_per_node
     check_world(plan.parallel, nodes, gpus_per_node)
-    _check_options(options, nodes)
+    _check_options(options, nodes, names)
     notes = _defaults_taken(options) + _placeholder_notes(plan, options)
     if options.cpu:
         notes += _cpu_notes(plan, options)
@@ -64,14 +66,14 @@ def render_launch(plan: SavedPlan, options: LaunchOptions) -> LaunchScript:
     if options.launcher == "primus" and plan.cluster.gpu.vendor != "AMD":
         notes.append(f"Primus targets AMD Instinct GPUs (ROCm images); this plan is for {plan.cluster.gpu.name}")
 
-    table = resolve_flag_table(options)
+    table = resolve_flag_table(options, names)
     sections = _sections_for_entrypoint(megatron_arg_sections(plan, options, table), options)
     notes += adapt_sections(sections, table)
     notes += argument_notes(plan, table, target_release(options, table))
     megatron_args = [token for section in sections for token in section.args]
     check_megatron_args(megatron_args, plan.cluster.gpu, table)
     if options.entrypoint == "megapilot":
-        _check_trainer_accepts(megatron_args, gpu_available=not options.cpu)
+        _check_trainer_accepts(megatron_args, gpu_available=not options.cpu, names=names)
 
     env = launch_environment(plan, options)
     check_environment(megatron_args, {v.name: None if v.unset else v.value for v in env}, plan.cluster.gpu,
@@ -109,7 +111,7 @@ def _model_files(plan: SavedPlan, options: LaunchOptions) -> dict[str, str]:
 
 
 # ---- option checks -------------------------------------------------------------------------
-def _check_options(o: LaunchOptions, nodes: int) -> None:
+def _check_options(o: LaunchOptions, nodes: int, names: ReleaseNames) -> None:
     local = _paths_checked_here(o, nodes)
     if o.data_path is not None:
         check_absolute_path("data_path", o.data_path, must_exist=local, kind="prefix")
@@ -125,7 +127,7 @@ def _check_options(o: LaunchOptions, nodes: int) -> None:
             check_absolute_path(field, getattr(o, field), must_exist=local, kind="parent")
     if o.load is not None:
         check_absolute_path("load", o.load, must_exist=local, kind="dir")
-    _check_entrypoint(o, local)
+    _check_entrypoint(o, local, names)
     if o.launcher == "primus":
         check_absolute_path("primus_path", o.primus_path, must_exist=False)
     _check_container(o)
@@ -157,7 +159,7 @@ def _is_path(value: str) -> bool:
     return value.startswith(("/", ".", "~")) or value.endswith((".model", ".json"))
 
 
-def _check_entrypoint(o: LaunchOptions, local: bool) -> None:
+def _check_entrypoint(o: LaunchOptions, local: bool, names: ReleaseNames) -> None:
     if "/" in o.python:
         check_absolute_path("python", o.python, must_exist=local, kind="file")
     else:
@@ -166,7 +168,7 @@ def _check_entrypoint(o: LaunchOptions, local: bool) -> None:
         return
     if o.megatron_path is None:
         raise MegapilotError("the megatron entry point needs the Megatron-LM checkout", field="megatron_path",
-                             fix="pass --megatron-path /abs/Megatron-LM (or --entrypoint megapilot)")
+                             fix=names.no_checkout)
     check_absolute_path("megatron_path", o.megatron_path, must_exist=local, kind="dir")
     if local:
         check_absolute_path("megatron_path", o.megatron_path.rstrip("/") + "/pretrain_gpt.py",
@@ -277,7 +279,7 @@ def _sections_for_entrypoint(sections: list[ArgSection], o: LaunchOptions) -> li
     return [ArgSection(s.title, [a for a in s.args if a not in _GPU_KERNEL_FLAGS]) for s in sections]
 
 
-def _check_trainer_accepts(megatron_args: list[str], *, gpu_available: bool) -> None:
+def _check_trainer_accepts(megatron_args: list[str], *, gpu_available: bool, names: ReleaseNames) -> None:
     """The embedded trainer takes a subset of pretrain_gpt.py's flags; refuse the rest up front, then let
     the trainer's own argument check (torch-free) judge the combination, as it will at start-up."""
     # Imported here: only the embedded-trainer entry point needs the trainer's (torch-free) flag table.
@@ -289,7 +291,7 @@ def _check_trainer_accepts(megatron_args: list[str], *, gpu_available: bool) -> 
     if refused:
         raise MegapilotError(
             f"the embedded trainer does not implement {', '.join(refused)}", field="entrypoint",
-            fix="use --entrypoint megatron with --megatron-path for this model",
+            fix=f"{names.megatron_entrypoint} for this model",
         )
     try:
         build_config(megatron_args, gpu_available=gpu_available)

@@ -54,15 +54,15 @@ def resolve_flag_table(options: LaunchOptions, names: ReleaseNames = SCRIPT_RELE
     checkout = _local_checkout(options)
     if checkout is None:
         return flag_table(options.megatron_version, names)
-    version = read_checkout_version(checkout)
+    version = read_checkout_version(checkout, names)
     if options.megatron_version is not None and parse_version(options.megatron_version)[:2] != version[:2]:
         raise MegapilotError(
-            f"--megatron-version {options.megatron_version} but the checkout at {checkout} is "
+            f"{names.version} {options.megatron_version} but the checkout at {checkout} is "
             f"{'.'.join(map(str, version))} (megatron/core/package_info.py)",
             field="megatron_version",
-            fix="drop --megatron-version (the checkout decides) or point at the right checkout",
+            fix=f"drop {names.version} (the checkout decides) or point {names.path} at the right checkout",
         )
-    return _checkout_table(str(checkout), os.stat(checkout / "megatron/training/arguments.py").st_mtime_ns)
+    return _checkout_table(str(checkout), os.stat(checkout / "megatron/training/arguments.py").st_mtime_ns, names)
 
 
 def target_release(options: LaunchOptions, table: FlagTable) -> Version:
@@ -75,9 +75,9 @@ def target_release(options: LaunchOptions, table: FlagTable) -> Version:
 
 
 @lru_cache(maxsize=8)
-def _checkout_table(checkout: str, mtime_ns: int) -> FlagTable:
+def _checkout_table(checkout: str, mtime_ns: int, names: ReleaseNames) -> FlagTable:
     """Cached per arguments.py version (the mtime), so rendering many combos reads the file once."""
-    return read_checkout_table(Path(checkout))
+    return read_checkout_table(Path(checkout), names)
 
 
 def _local_checkout(options: LaunchOptions) -> Path | None:

@@ -50,10 +50,21 @@ if TYPE_CHECKING:
 CPU_STAND_IN_GPU = "h100"  # a CPU plan still needs a GPUSpec; its peaks are never used for a CPU run
 SCRIPT_NAME = "launch.sh"
 PRIMUS_EXPERIMENT_NAME = "primus_experiment.yaml"
-# A suite takes the release by --megatron-version or its config's key, and a checkout by its config's key alone.
-SUITE_RELEASE_NAMES = ReleaseNames(
-    pick="pass one of those to --megatron-version or set megapilot.megatron_version to it",
-    checkout="with backend megatron-lm, set megapilot.megatron_path to /abs/Megatron-LM")
+CONFIG_VERSION_KEY = "megapilot.megatron_version"
+CONFIG_PATH_KEY = "megapilot.megatron_path"
+
+
+def suite_release_names(version_from: str = CONFIG_VERSION_KEY) -> ReleaseNames:
+    """How a suite takes the release (--megatron-version or its config's key; `version_from`: the one this suite's
+    came from), the checkout and the entry point (its config's keys alone): never `megapilot script`'s options."""
+    return ReleaseNames(
+        pick=f"pass one of those to --megatron-version or set {CONFIG_VERSION_KEY} to it",
+        checkout=f"with backend megatron-lm, set {CONFIG_PATH_KEY} to /abs/Megatron-LM", version=version_from,
+        path=CONFIG_PATH_KEY, no_checkout=f"set {CONFIG_PATH_KEY} to /abs/Megatron-LM (or megapilot.backend megapilot)",
+        megatron_entrypoint=f"set megapilot.backend to megatron-lm (with {CONFIG_PATH_KEY})")
+
+
+SUITE_RELEASE_NAMES = suite_release_names()
 
 
 class CellLaunch(BaseModel):
@@ -97,7 +108,7 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
         options = launch_options(suite, cell, job_dir=job_dir, save_dir=save_dir, save_interval=save_interval,
                                  load_dir=load_dir, load_step=load_step, request=request, master_port=master_port)
         resolve_flag_table(options, SUITE_RELEASE_NAMES)  # the release first: one without a table, in the suite's words
-        launch = render_launch(plan, options)
+        launch = render_launch(plan, options, SUITE_RELEASE_NAMES)
     except LauncherCannotRun as exc:  # this backend cannot train the cell at all: skipped, the others run
         return base.model_copy(update={"skipped": f"the {suite.backend} backend cannot run it: {exc.problem}"})
     except (MegapilotError, ValueError) as exc:  # ValueError: a spec refusing the merged values
@@ -107,6 +118,17 @@ def render_cell(suite: LoadedSuite, cell: SweepCell, *, job_dir: Path, train_ite
         "command": _command(suite, options, launch.megatron_args, job_dir), "files": launch.files, "plan": plan,
         "notes": _notes(suite) + launch.notes,
     })
+
+
+def check_release(suite: LoadedSuite, names: ReleaseNames = SUITE_RELEASE_NAMES) -> None:
+    """The release every cell's launch is checked against, resolved once for the suite (the release and the checkout
+    are the suite's, not a cell's): a release without a flag table, a checkout that is none or is of another release
+    is refused here, in the words of `names`, rather than once in each cell's render."""
+    try:
+        options = launch_options(suite, suite.smoke, job_dir=Path(suite.smoke.slug))
+    except (MegapilotError, ValueError):  # not about the release: each cell's render reports it
+        return
+    resolve_flag_table(options, names)
 
 
 def render_cells(suite: LoadedSuite, run_dir: Path, *, with_smoke: bool = True) -> list[CellLaunch]:
@@ -329,4 +351,5 @@ def _notes(suite: LoadedSuite) -> list[str]:
     return notes
 
 
-__all__ = ["CellLaunch", "build_plan", "launch_options", "pipeline_split", "render_cell", "render_cells"]
+__all__ = ["SUITE_RELEASE_NAMES", "CellLaunch", "build_plan", "check_release", "launch_options", "pipeline_split",
+           "render_cell", "render_cells", "suite_release_names"]

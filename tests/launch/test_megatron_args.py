@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,7 @@ from megapilot.launch import render_megatron_args
 from megapilot.launch.megatron_args import (
     MEGATRON_COMMIT,
     MEGATRON_RELEASE,
-    ReleaseNames,
+    SCRIPT_RELEASE_NAMES,
     committed_releases,
     flag_table,
     parse_version,
@@ -113,7 +114,8 @@ def test_a_release_without_a_table_is_refused_naming_those_there_are(text: str) 
 
 
 def test_the_fix_for_a_release_without_a_table_is_worded_by_the_command_that_asked() -> None:
-    names = ReleaseNames(pick="set release.version to one of those", checkout="release.checkout to a checkout")
+    names = replace(SCRIPT_RELEASE_NAMES, pick="set release.version to one of those",
+                    checkout="release.checkout to a checkout")
     with pytest.raises(MegapilotError) as info:
         flag_table("0.99", names)
     assert info.value.fix == ("set release.version to one of those, or release.checkout to a checkout to read that "

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.launch import LaunchOptions, render_launch
+from megapilot.launch.megatron_args import SCRIPT_RELEASE_NAMES
 from tests.launch.plans import GOLDEN_PLANS
 
 PLAN_8B = GOLDEN_PLANS["llama3.1-8b_1node"]
@@ -152,6 +154,21 @@ def test_embedded_trainer_refuses_what_it_does_not_implement() -> None:
     with pytest.raises(MegapilotError, match="--fp8-format") as info:  # the 8B golden plan trains in FP8
         render_launch(PLAN_8B, _options(entrypoint="megapilot", megatron_path=None))
     assert info.value.field == "entrypoint"
+
+
+def test_the_fixes_about_the_checkout_and_the_entry_point_are_worded_by_the_command() -> None:
+    """`megapilot script` names its options; a command that takes them otherwise (a suite's config) passes its words."""
+    names = replace(SCRIPT_RELEASE_NAMES, no_checkout="set tool.checkout", megatron_entrypoint="set tool.backend")
+    for given, fix in ((SCRIPT_RELEASE_NAMES, "pass --megatron-path /abs/Megatron-LM (or --entrypoint megapilot)"),
+                       (names, "set tool.checkout")):
+        with pytest.raises(MegapilotError) as info:
+            render_launch(PLAN_8B, _options(megatron_path=None), given)
+        assert info.value.fix == fix
+    for given, fix in ((SCRIPT_RELEASE_NAMES, "use --entrypoint megatron with --megatron-path for this model"),
+                       (names, "set tool.backend for this model")):
+        with pytest.raises(MegapilotError) as info:
+            render_launch(PLAN_8B, _options(entrypoint="megapilot", megatron_path=None), given)
+        assert info.value.fix == fix
 
 
 def test_embedded_trainer_takes_mla_with_yarn_and_its_router() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from megapilot.errors import MegapilotError
 from megapilot.launch import LaunchOptions, render_launch
 from megapilot.launch.flags import ArgSection
-from megapilot.launch.megatron_args import committed_releases, flag_table, parse_version
+from megapilot.launch.megatron_args import SCRIPT_RELEASE_NAMES, committed_releases, flag_table, parse_version
 from megapilot.launch.versions import adapt_sections, renamed_flag, resolve_flag_table, target_release
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import LLAMA31_8B, make_plan
@@ -101,6 +102,35 @@ def test_a_local_checkout_decides_the_release_from_its_own_source(tmp_path: Path
     with pytest.raises(MegapilotError, match=r"the checkout at .* is 0.14.0") as info:
         resolve_flag_table(options.model_copy(update={"megatron_version": "0.16"}))
     assert info.value.field == "megatron_version"
+
+
+def test_errors_about_the_checkout_are_worded_by_the_command(tmp_path: Path) -> None:
+    """A checkout of another release, or no checkout at all, is refused naming how the command took the release and
+    the checkout: `megapilot script`'s options, or what the caller passes (a suite's config keys)."""
+    names = replace(SCRIPT_RELEASE_NAMES, version="tool.version", path="tool.checkout")
+    checkout = _local_checkout("core_v0.14.0", tmp_path)
+    options = OPTION_VARIANTS["mock"].model_copy(update={"megatron_path": str(checkout), "megatron_version": "0.16"})
+    with pytest.raises(MegapilotError) as script:
+        resolve_flag_table(options)
+    assert script.value.problem.startswith("--megatron-version 0.16 but the checkout at ")
+    assert script.value.fix == "drop --megatron-version (the checkout decides) or point --megatron-path at the right " \
+                               "checkout"
+    with pytest.raises(MegapilotError) as worded:
+        resolve_flag_table(options, names)
+    assert worded.value.problem.startswith("tool.version 0.16 but the checkout at ")
+    assert worded.value.fix == "drop tool.version (the checkout decides) or point tool.checkout at the right checkout"
+    broken = tmp_path / "broken"
+    (broken / "megatron/training").mkdir(parents=True)
+    (broken / "megatron/training/arguments.py").write_text("")  # no package_info.py: not a release's checkout
+    with pytest.raises(MegapilotError) as info:
+        resolve_flag_table(options.model_copy(update={"megatron_path": str(broken)}), names)
+    assert (info.value.field, info.value.fix) == ("megatron_path", "point tool.checkout at the root of a Megatron-LM "
+                                                                   "checkout")
+    (broken / "megatron/core").mkdir()
+    (broken / "megatron/core/package_info.py").write_text("MAJOR = 0\nMINOR = 16\nPATCH = 0\n")
+    with pytest.raises(MegapilotError, match="has no add_megatron_arguments") as info:
+        resolve_flag_table(options.model_copy(update={"megatron_path": str(broken)}), names)
+    assert info.value.fix == "point tool.checkout at a Megatron-LM checkout (core_v0.14.0 or newer)"
 
 
 def test_a_remote_checkout_path_uses_the_chosen_table(tmp_path: Path) -> None:

@@ -190,3 +190,28 @@ def test_a_release_without_a_table_is_refused_naming_what_a_suite_takes(tmp_path
     assert "--megatron-path" not in launch.error
     assert ("pass one of those to --megatron-version or set megapilot.megatron_version to it, or with backend "
             "megatron-lm, set megapilot.megatron_path to /abs/Megatron-LM") in launch.error
+
+
+def test_a_suite_s_checkout_errors_name_its_config_keys_not_the_script_s_options(tmp_path: Path) -> None:
+    """A suite takes no --megatron-path or --entrypoint: a broken checkout, a checkout of another release than
+    megapilot.megatron_version, and a model the embedded trainer cannot train are refused in the config's keys."""
+    from tests.launch.test_versions import _local_checkout
+
+    def errors(megapilot: dict) -> set[str]:
+        suite = _suite(tmp_path, edit=lambda raw: raw.__setitem__("megapilot", megapilot))
+        return {launch.error for launch in render_cells(suite, tmp_path / "run") if launch.error}
+
+    broken = tmp_path / "broken"
+    (broken / "megatron/training").mkdir(parents=True)
+    (broken / "megatron/training/arguments.py").write_text("")  # no megatron/core/package_info.py
+    assert errors({"megatron_path": str(broken)}) == {
+        f"megatron_path: {broken}/megatron/core/package_info.py does not exist — fix: point megapilot.megatron_path at "
+        "the root of a Megatron-LM checkout"}
+    checkout = _local_checkout("core_v0.14.0", tmp_path)
+    assert errors({"megatron_path": str(checkout), "megatron_version": "0.16"}) == {
+        f"megatron_version: megapilot.megatron_version 0.16 but the checkout at {checkout} is 0.14.0 "
+        "(megatron/core/package_info.py) — fix: drop megapilot.megatron_version (the checkout decides) or point "
+        "megapilot.megatron_path at the right checkout"}
+    [refused] = errors({"backend": "megapilot"})  # the FP8 cell
+    assert refused.startswith("entrypoint: the embedded trainer does not implement --fp8-format")
+    assert refused.endswith("fix: set megapilot.backend to megatron-lm (with megapilot.megatron_path) for this model")
