@@ -89,27 +89,30 @@ def run_check(config: Path, cluster: Path | None, *, megatron_version: str | Non
 
 def suite_as_run(suite: LoadedSuite, *, megatron_version: str | None, exclude_failing: str | None,
                  out: Path) -> tuple[LoadedSuite, list[str], Path | None]:
-    """The suite with its cells as `suite run` builds them: its launches for --megatron-version, without the nodes
-    --exclude-failing (else the config's megapilot.exclude_failing) leaves out; the notes that name those nodes, and
-    the run directory they came from (None: no node was left out)."""
+    """The suite with its cells as `suite run` builds them: its launches for --megatron-version (else the config's
+    megapilot.megatron_version), that release checked once, without the nodes --exclude-failing (else the config's
+    megapilot.exclude_failing) leaves out; the notes that name those nodes, and the run directory they came from
+    (None: no node was left out)."""
+    from megapilot.suite.render import CONFIG_VERSION_KEY
+
     if megatron_version is not None:
-        suite = _for_megatron_version(suite, megatron_version)
+        block = suite.config.megapilot.model_copy(update={"megatron_version": megatron_version})
+        suite = suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
+    _check_release(suite, "--megatron-version" if megatron_version is not None else CONFIG_VERSION_KEY)
     return _excluding_failing(suite, exclude_failing, out)
 
 
-def _for_megatron_version(suite: LoadedSuite, version: str) -> LoadedSuite:
-    """The suite with its launches checked against `version` (an unknown one, or one the local checkout is not,
-    refused here, before any cell)."""
+def _check_release(suite: LoadedSuite, version_from: str) -> None:
+    """The release the launches are for, checked once for the suite before any cell: one without a flag table, a
+    checkout that is none or is of another release is one problem under the setting it came from (`version_from`:
+    the option the user typed, or the config key; the checkout's config key), not one per cell."""
     from megapilot.suite.render import CONFIG_PATH_KEY, check_release, suite_release_names
 
-    block = suite.config.megapilot.model_copy(update={"megatron_version": version})
-    suite = suite.model_copy(update={"config": suite.config.model_copy(update={"megapilot": block})})
     try:
-        check_release(suite, suite_release_names("--megatron-version"))
-    except MegapilotError as exc:  # the option the user typed, not the config key it sets (or the checkout's key)
-        field = CONFIG_PATH_KEY if exc.field == "megatron_path" else "--megatron-version"
+        check_release(suite, suite_release_names(version_from))
+    except MegapilotError as exc:
+        field = CONFIG_PATH_KEY if exc.field == "megatron_path" else version_from
         raise MegapilotError(exc.problem, field=field, fix=exc.fix) from None
-    return suite
 
 
 def _excluding_failing(suite: LoadedSuite, run: str | None, out: Path) -> tuple[LoadedSuite, list[str], Path | None]:

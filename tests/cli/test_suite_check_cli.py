@@ -245,6 +245,39 @@ def test_check_with_megatron_version_reports_what_run_with_it_refuses(cli, tmp_p
     assert "problem --megatron-version: no flag table" in text.stdout and "┃ cell" not in text.stdout
 
 
+def test_the_config_s_release_is_refused_once_under_its_key(cli, tmp_path: Path) -> None:
+    """megapilot.megatron_version without a flag table, or of another release than the checkout on this machine, and a
+    megapilot.megatron_path that is no checkout: one problem under the key it came from, not one per cell under a
+    bare field; `suite run` refuses it in the same words."""
+    from tests.launch.test_versions import _local_checkout
+
+    broken = tmp_path / "broken"
+    (broken / "megatron/training").mkdir(parents=True)
+    (broken / "megatron/training/arguments.py").write_text("")  # no megatron/core/package_info.py
+    checkout = _local_checkout("core_v0.14.0", tmp_path)
+    for name, block, expected in (
+            ("unknown", {"megatron_version": "0.99"},
+             "megapilot.megatron_version: no flag table for Megatron-LM 0.99; megapilot ships "),
+            ("other", {"megatron_path": str(checkout), "megatron_version": "0.16"},
+             f"megapilot.megatron_version: megapilot.megatron_version 0.16 but the checkout at {checkout} is 0.14.0"),
+            ("broken", {"megatron_path": str(broken)},
+             f"megapilot.megatron_path: {broken}/megatron/core/package_info.py does not exist — fix: point "
+             "megapilot.megatron_path at the root")):
+        raw = filled_in(raw_cvs(SINGLE_8B))
+        raw["megapilot"] = block
+        config = str(write_suite(tmp_path, raw, SINGLE_8B, config_name=f"{name}.json"))
+        check = cli("suite", "check", config, "--json")
+        run = cli("suite", "run", config, "--dry-run", "--out", str(tmp_path / "out"))
+        assert check.exit_code == run.exit_code == 2 and check.json()["cells"] == []
+        [problem] = _problems(check.json())
+        assert problem.startswith(expected) and _refused(run.stderr) == [problem], run.stderr
+        assert "--megatron-path" not in problem
+    # the option overrides the key: a config's release without a table is no problem when the option picks another
+    config = str(write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)) | {"megapilot": {"megatron_version": "0.99"}},
+                             SINGLE_8B, config_name="overridden.json"))
+    assert cli("suite", "check", config, "--json", "--megatron-version", "0.16").json()["ok"] is True
+
+
 def test_check_with_exclude_failing_checks_the_cells_on_the_nodes_left(cli, tmp_path: Path) -> None:
     """Three SSH hosts, pipeline parallel 3: with the host an earlier preflight failed left out, two ranks are left
     and no cell can run; `suite check --exclude-failing latest` says so as `suite run` does, and names the node."""
