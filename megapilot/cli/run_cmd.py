@@ -276,24 +276,18 @@ class _LogReading:
 
 def _read_log(result: JobResult, *, with_timers: bool) -> _LogReading | None:
     """The run's log read once, records not kept (its size is the run's, a multi-rank log's chatter included): the
-    bulk summary pass, or with timers the line pass, its timer records streamed to the one consumer that needs them
-    (the summary is the same either way)."""
+    bulk summary pass, with timers its timer lines parsed too, for the one consumer that needs them (the departure
+    from the prediction); the summary is the same either way."""
     if not result.logs:
         return None
-    from megapilot.logs import parse_logs
-
-    if not with_timers:  # timer lines are skipped by the bulk pass
-        return _LogReading(parse_logs(list(result.logs), summary_only=True).summary, {})
-    from megapilot.logs import TimerRecord
-    from megapilot.suite.metrics import timers_ms
+    from megapilot.logs import TimerRecord, parse_logs
 
     timers: list[TimerRecord] = []
+    summary = parse_logs(list(result.logs), summary_only=True, on_timer=timers.append if with_timers else None).summary
+    if not with_timers:
+        return _LogReading(summary, {})
+    from megapilot.suite.metrics import timers_ms
 
-    def keep_timer(record: object) -> None:
-        if isinstance(record, TimerRecord):
-            timers.append(record)
-
-    summary = parse_logs(list(result.logs), summary_only=True, on_record=keep_timer).summary
     return _LogReading(summary, timers_ms(timers))
 
 

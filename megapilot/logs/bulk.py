@@ -25,7 +25,8 @@ MEGAPILOT_LOG_ENGINE=python forces the pure-Python engine; `ENGINE` says which r
   language by hand and folds each row into the summary's state with the statements of `SummaryBuilder.add_rows`
   (the same doubles: built without -ffast-math and with -ffp-contract=off; reservoir replacements draw from the
   summary's own generator). It also skips needle occurrences that are inert in summary-only mode
-  (`SUMMARY_INERT_NEEDLES`: timer lines, `memory (MB)` reports, `iterations` that cannot start a record).
+  (`SUMMARY_INERT_NEEDLES`: timer lines, `memory (MB)` reports, `iterations` that cannot start a record); a
+  reader that wants the timers (`keep_timers`: `megapilot run`'s departure from its prediction) has them parsed.
   Multi-rank noise stays in C too: on NCCL/RCCL chatter (`NCCL INFO` without `fail`, where no error signature
   can match) a needle that is only a signature's trigger is inert (`CHATTER_INERT_TRIGGERS`: `nccl`, `gpu`,
   `socket`, `connect`, ...), and a line cut by `\r` (a progress bar) is skipped when no segment holds a live
@@ -287,14 +288,20 @@ SUMMARY_INERT_NEEDLES: dict[str, tuple[str, str]] = {
 CHATTER_INERT_TRIGGERS: frozenset[str] = frozenset(TRIGGERS) - set(RECORD_NEEDLES) - {"error"}
 
 
-def _new_scanner(keeps_memory: bool = False) -> _scan.Scanner:
-    """`keeps_memory`: `memory (MB)` reports stop the scan (their records go to the sink) instead of being inert."""
+# The needles of timer lines (`forward-backward ....: (9000.12, 9010.34)`, `time (ms) | forward: 132.49`): inert in
+# summary-only mode unless a reader keeps the timers (`keeps_timers`).
+TIMER_NEEDLES = frozenset({".:", "time (ms)"})
+
+
+def _new_scanner(keeps_memory: bool = False, keeps_timers: bool = False) -> _scan.Scanner:
+    """`keeps_memory`: `memory (MB)` reports stop the scan (their records go to the sink) instead of being inert;
+    `keeps_timers`: timer lines do (their `TimerRecord`s go to the sink)."""
     rules = {"always": _scan.INERT_ALWAYS, "before suffix": _scan.INERT_BEFORE_SUFFIX,
              "unless iteration record": _scan.INERT_UNLESS_ITERATION}
     needles = []
     for needle in PARSER_NEEDLES:
         rule, suffix = SUMMARY_INERT_NEEDLES.get(needle, ("never", ""))
-        if keeps_memory and needle == "memory (":
+        if (keeps_memory and needle == "memory (") or (keeps_timers and needle in TIMER_NEEDLES):
             rule = "never"
         if needle in TRIGGERS:
             inert = _scan.INERT_IN_CHATTER if needle in CHATTER_INERT_TRIGGERS else _scan.INERT_NEVER
@@ -310,9 +317,11 @@ class BulkReader:
     (`choose_engine`): the compiled scanner, or the pure-Python one it falls back to."""
 
     def __init__(self, sink: RecordSink, parser: LineParser, engine: str | None = None,
-                 on_row: RowHook | None = None) -> None:
+                 on_row: RowHook | None = None, *, keep_timers: bool = False) -> None:
         """`on_row`: called with each canonical iteration line's `RowLine`, in log order among the records the
-        sink gets (the compiled engine hands its rows over after each scan, before the line it stopped at)."""
+        sink gets (the compiled engine hands its rows over after each scan, before the line it stopped at).
+        `keep_timers`: Megatron's timer lines reach the line parser and their `TimerRecord`s the sink, as the line
+        path gives them (the pure-Python engine reads them always; the compiled one skips them unless told)."""
         self.sink = sink
         self.parser = parser
         self.summary = sink.summary
@@ -320,7 +329,8 @@ class BulkReader:
         self.engine = choose_engine(engine)
         self._on_row = on_row
         self._parser_at_row: LineParser | None = None  # the parser's state for `RowLine`s, copied once per gap
-        self._scanner = _new_scanner(keeps_memory=on_row is not None) if self.engine == "compiled" else None
+        self._scanner = (_new_scanner(keeps_memory=on_row is not None, keeps_timers=keep_timers)
+                         if self.engine == "compiled" else None)
         self.lines_read = 0
         self.binary = BinaryTally()  # binary runs cut out of the lines the line parser reads
         self.last_line: tuple[int, str] | None = None
@@ -683,6 +693,7 @@ def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tu
 
 
 def read_bulk(sink: RecordSink, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES,
-              engine: str | None = None, on_row: RowHook | None = None) -> SourceEnd:
-    """Parse a whole binary stream in summary-only mode into `sink` (see the module docstring)."""
-    return BulkReader(sink, parser, engine, on_row).read(stream, chunk_bytes)
+              engine: str | None = None, on_row: RowHook | None = None, *, keep_timers: bool = False) -> SourceEnd:
+    """Parse a whole binary stream in summary-only mode into `sink` (see the module docstring); `keep_timers`: the
+    timer lines' records reach the sink too."""
+    return BulkReader(sink, parser, engine, on_row, keep_timers=keep_timers).read(stream, chunk_bytes)

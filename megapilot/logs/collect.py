@@ -6,7 +6,8 @@ whatever the log size; errors and checkpoint operations are kept but bounded. Su
 `on_record` reads in bulk (`megapilot.logs.bulk`: regexes over byte blocks, the same result as
 feeding every line to the line parser, which every other mode does). Summary-only with `on_row` reads in bulk
 too: canonical iteration lines reach `on_row` as `RowLine`s (a record built only on demand), every other record
-`on_record`.
+`on_record`. Summary-only with `on_timer` (no `on_record`, or with `on_row`) reads in bulk as well: the timer lines are
+then parsed for it (the compiled engine skips them otherwise).
 """
 
 from __future__ import annotations
@@ -288,12 +289,14 @@ def parse_logs(
     summary_only: bool = False,
     on_record: Callable[[Record], None] | None = None,
     on_row: RowHook | None = None,
+    on_timer: Callable[[TimerRecord], None] | None = None,
 ) -> ParsedLog:
     """Parse log files (or `-` for stdin) of one run into one `ParsedLog`.
 
     `on_record` gets every record built. `on_row` (summary-only): read in bulk, each canonical Megatron-LM
     iteration line reaches `on_row` as a `RowLine` (no record built unless asked), in log order among the records
-    `on_record` gets; without `summary_only` every iteration line is a record for `on_record`."""
+    `on_record` gets; without `summary_only` every iteration line is a record for `on_record`. `on_timer` gets each
+    of Megatron's timer records (summary-only: still read in bulk, the timer lines parsed, not skipped)."""
     collector = LogCollector(summary_only=summary_only)
     for path in paths:
         name = str(path)
@@ -301,27 +304,45 @@ def parse_logs(
         # rank 0 prints the arguments, the last rank the iterations: a block read from an earlier file serves later ones
         parser = LineParser(shown_name(name), options, collector.log.arguments)
         if summary_only and (on_record is None or on_row is not None):
-            sink: RecordSink = collector if on_record is None else _ForwardingSink(collector, on_record)
+            sink: RecordSink = collector if on_record is None and on_timer is None else \
+                _ForwardingSink(collector, on_record, on_timer)
             with open_log(name) as stream:
-                collector.end_source(read_bulk(sink, parser, stream, on_row=on_row))
+                collector.end_source(read_bulk(sink, parser, stream, on_row=on_row, keep_timers=on_timer is not None))
         else:
             binary = BinaryTally()
-            _feed(collector, parser, _open_source(name, binary), on_record, binary)
+            _feed(collector, parser, _open_source(name, binary), _with_timers(on_record, on_timer), binary)
     return collector.finish()
 
 
-class _ForwardingSink:
-    """The collector as a bulk reader's sink, each record also handed to `on_record`."""
+def _with_timers(on_record: Callable[[Record], None] | None,
+                 on_timer: Callable[[TimerRecord], None] | None) -> Callable[[Record], None] | None:
+    """`on_record`, each timer record also handed to `on_timer`."""
+    if on_timer is None:
+        return on_record
 
-    def __init__(self, collector: LogCollector, on_record: Callable[[Record], None]) -> None:
+    def forward(record: Record) -> None:
+        if on_record is not None:
+            on_record(record)
+        if isinstance(record, TimerRecord):
+            on_timer(record)
+
+    return forward
+
+
+class _ForwardingSink:
+    """The collector as a bulk reader's sink, each record also handed to `on_record` and each timer to `on_timer`."""
+
+    def __init__(self, collector: LogCollector, on_record: Callable[[Record], None] | None,
+                 on_timer: Callable[[TimerRecord], None] | None = None) -> None:
         self.summary = collector.summary
         self.dialects = collector.dialects
         self._collect = collector.add
-        self._on_record = on_record
+        self._on_record = _with_timers(on_record, on_timer)
 
     def add(self, record: Record) -> None:
         self._collect(record)
-        self._on_record(record)
+        if self._on_record is not None:
+            self._on_record(record)
 
 
 def parse_text(text: str, *, file: str = "<text>", options: ParseOptions | None = None) -> ParsedLog:

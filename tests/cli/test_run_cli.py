@@ -329,6 +329,41 @@ def test_a_predicted_runs_log_is_read_once_for_its_departure_and_its_numerics(cl
     assert reads == [payload["logs"]]
 
 
+# Megatron-LM's own iteration lines (the fixed field order the bulk pass reads without the line parser), with timers.
+CANONICAL_TIMED_LOG = "".join(
+    f" [2026-01-01 00:00:0{i}.000000] iteration {i:8d}/{3:8d} | consumed samples: {4 * i:12d} | elapsed time per "
+    f"iteration (ms): 500.0 | learning rate: 1.000000E-04 | global batch size:     4 | lm loss: "
+    f"{'nan' if i == 2 else '5.000000E+00'} | loss scale: 1.0 | grad norm: 1.000 | number of skipped iterations:   0 "
+    f"| number of nan iterations: {int(i == 2):3d} |\n(min, max) time across ranks (ms):\n"
+    "    forward-backward ...............................: (480.00, 490.00)\n"
+    "    optimizer ......................................: (5.00, 6.00)\n" for i in (1, 2, 3))
+
+
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_a_predicted_runs_log_is_read_by_the_bulk_pass_with_its_timers(cli, tmp_path, monkeypatch, engine):
+    """The one reading after the run is the bulk summary pass, its timer lines kept: never the per-line reader
+    (~100x slower on a long multi-rank log), whichever engine reads."""
+    import megapilot.logs.collect
+    from megapilot.cli.common import load_plan_file
+    from megapilot.cli.run_cmd import _PlanData, _render_plan
+
+    def no_line_path(*args, **kwargs):
+        raise AssertionError("the log was read line by line")
+
+    monkeypatch.setattr(megapilot.logs.collect, "_feed", no_line_path)
+    monkeypatch.setenv("MEGAPILOT_LOG_ENGINE", engine)
+    rendered = _render_plan(load_plan_file(_saved_tiny_plan(tmp_path)), _PlanData(device="cpu")).script
+    launch = rendered.splitlines()[-1]
+    log = tmp_path / "timed.log"
+    log.write_text(CANONICAL_TIMED_LOG)
+    script = tmp_path / "train.sh"
+    script.write_text(rendered.replace(launch, f"if false; then {launch}; fi\ncat {log}"))
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "bulk")
+    assert result.exit_code == 0 and payload["state"] == "COMPLETED", result.stderr
+    assert "the measured forward-backward time is" in payload["prediction_departure"]
+    assert "1 iteration(s) had a NaN/Inf loss" in payload["warnings"][0]
+
+
 def test_a_run_that_finished_with_nan_steps_exits_zero_and_says_so(cli, tmp_path):
     script = launch_script(tmp_path, "--iters", "4", "--nan-at", "2")
     result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "nan")

@@ -21,9 +21,9 @@ from megapilot.logs.bulk import (
     BulkReader,
     read_bulk,
 )
-from megapilot.logs.collect import LogCollector, ParsedLog, _feed
+from megapilot.logs.collect import LogCollector, ParsedLog, _feed, _ForwardingSink
 from megapilot.logs.lines import BinaryTally, read_lines
-from megapilot.logs.records import ErrorRecord
+from megapilot.logs.records import ErrorRecord, TimerRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 FIXTURES = sorted(DATA.glob("**/*.log"))
@@ -70,6 +70,45 @@ def test_bulk_reading_matches_the_line_path_on_every_fixture(path: Path):
     for engine in ENGINES:
         for chunk_bytes in (61, 1 << 20):  # many block boundaries, and one block
             assert _facts(_bulk_path(data, chunk_bytes=chunk_bytes, engine=engine)) == _facts(_line_path(data))
+
+
+def _bulk_with_timers(data: bytes, options: ParseOptions = OPTIONS, chunk_bytes: int = 1 << 20,
+                      engine: str = "compiled") -> tuple[ParsedLog, list[TimerRecord]]:
+    collector, timers = LogCollector(summary_only=True), []
+    sink = _ForwardingSink(collector, None, timers.append)
+    collector.end_source(read_bulk(sink, LineParser("f.log", options), io.BytesIO(data), chunk_bytes=chunk_bytes,
+                                   engine=engine, keep_timers=True))
+    return collector.finish(), timers
+
+
+TIMED_FIXTURES = [path for path in FIXTURES if b"...: (" in path.read_bytes() or b"time (ms) |" in path.read_bytes()]
+
+
+@pytest.mark.parametrize("path", TIMED_FIXTURES, ids=lambda p: p.name)
+def test_bulk_reading_that_keeps_timers_gives_the_line_paths_timers_and_summary(path: Path):
+    data = path.read_bytes()
+    expected = _line_path(data)
+    assert expected.timers  # the fixture prints Megatron's timers
+    for engine in ENGINES:
+        for chunk_bytes in (61, 1 << 20):
+            log, timers = _bulk_with_timers(data, chunk_bytes=chunk_bytes, engine=engine)
+            assert timers == expected.timers, engine
+            assert _facts(log) == _facts(expected), engine
+
+
+def test_the_compiled_engine_skips_timer_lines_unless_they_are_kept():
+    data = "".join(
+        f" [2026-01-01 00:00:{it:02d}] " + CANONICAL.format(it=it, total=100, cs=it * 128, ms="9000.5", tf="744.0",
+                                                          loss="7.0E+00", skipped=0, nan=0)
+        + "\n(min, max) time across ranks (ms):\n    forward-backward ...............................: (9000.12, "
+        "9010.34)\n    optimizer ......................................: (40.01, 41.22)\n" for it in range(1, 31)
+    ).encode()
+    skipped, kept = LogCollector(summary_only=True), []
+    read_bulk(_ForwardingSink(skipped, kept.append), LineParser("f.log", OPTIONS), io.BytesIO(data), engine="compiled")
+    assert not any(isinstance(record, TimerRecord) for record in kept)  # inert in the summary: not parsed
+    log, timers = _bulk_with_timers(data)
+    assert len(timers) == 60 and timers == _line_path(data).timers
+    assert _facts(log) == _facts(_line_path(data))
 
 
 def test_bulk_reading_takes_the_shape_from_the_arguments_block():
@@ -230,9 +269,12 @@ def noisy_logs(draw) -> bytes:
 @given(data=noisy_logs(), chunk_bytes=st.sampled_from([17, 300, 1 << 20]),
        options=st.sampled_from([OPTIONS, ParseOptions()]))
 def test_bulk_reading_matches_the_line_path_on_noisy_logs(data: bytes, chunk_bytes: int, options: ParseOptions):
-    expected = _facts(_line_path(data, options))
+    line_path = _line_path(data, options)
+    expected = _facts(line_path)
     for engine in ENGINES:
         assert _facts(_bulk_path(data, options, chunk_bytes, engine)) == expected, engine
+        log, timers = _bulk_with_timers(data, options, chunk_bytes, engine)
+        assert (_facts(log), timers) == (expected, line_path.timers), engine
 
 
 @settings(max_examples=150, deadline=None)

@@ -226,3 +226,23 @@ def test_arguments_block_behind_torchrun_local_rank_prefix():
     assert log.arguments is not None and log.arguments.values["x" * 48] == "7"
     assert (log.arguments.global_batch_size, log.arguments.seq_length, log.arguments.world_size) == (32, 1024, 4)
     assert log.iterations[0].tokens_per_s_per_gpu == pytest.approx(32 * 1024 / (2.0 * 4))
+
+
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_on_timer_gets_every_timer_of_a_summary_only_bulk_read(monkeypatch: pytest.MonkeyPatch, engine: str):
+    """Summary-only with `on_timer` still reads in bulk (never line by line), and hands over the timers the full
+    parse keeps; with `on_record` too (the line path), both hooks get theirs."""
+    path = Path(__file__).resolve().parents[1] / "data" / "logs" / "synthetic_megatron_core016_full.log"
+    full = parse_logs([path])
+    monkeypatch.setenv("MEGAPILOT_LOG_ENGINE", engine)
+    feed = collect._feed
+    monkeypatch.setattr(collect, "_feed", lambda *args: pytest.fail("read line by line"))
+    timers: list[TimerRecord] = []
+    bulk = parse_logs([path], summary_only=True, on_timer=timers.append)
+    assert timers == full.timers and len(timers) > 2
+    assert bulk.summary is not None and full.summary is not None
+    assert bulk.summary.to_dict() == full.summary.to_dict()
+    monkeypatch.setattr(collect, "_feed", feed)
+    timers, records = [], []
+    parse_logs([path], summary_only=True, on_record=records.append, on_timer=timers.append)
+    assert timers == full.timers and [r for r in records if isinstance(r, TimerRecord)] == full.timers
