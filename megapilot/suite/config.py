@@ -72,6 +72,7 @@ from megapilot.suite.config_sweep import (
     _check_threshold_coverage,
     _read_thresholds,
     _sweep_cells,
+    cpu_gate_warnings,
 )
 from megapilot.suite.megapilot_block import Backend, ExecutorName, MegapilotBlock, describe_hang_window
 from megapilot.suite.schema_v1 import Upgrade, is_legacy_nested, is_schema_v1, legacy_problem, upgrade_v1
@@ -233,6 +234,8 @@ def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCl
     cells = _build_cells(config, raw, check)
     _check_threshold_coverage(config, cells, thresholds, threshold_path, check)
     suite = _resolve(config, cluster, config_path, cluster_path, thresholds, threshold_path, cells, check)
+    if suite is not None and suite.device == "cpu":
+        check.warnings += cpu_gate_warnings(suite.thresholds)
     for path, message, fix in budget_problems(suite) if suite is not None else []:
         check.add(path, message, fix)
     if not check.problems:

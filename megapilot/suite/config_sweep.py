@@ -23,8 +23,16 @@ from megapilot.suite.cells import (
     sweep_cell,
 )
 from megapilot.suite.config_read import _dotted, _message, near_key, unknown_key
+from megapilot.suite.metric_table import METRICS
 from megapilot.suite.parsing import parse_json
-from megapilot.suite.thresholds import SpecIssue, ThresholdSpec, ThresholdTable, parse_threshold, spec_issues
+from megapilot.suite.thresholds import (
+    InfoThreshold,
+    SpecIssue,
+    ThresholdSpec,
+    ThresholdTable,
+    parse_threshold,
+    spec_issues,
+)
 
 if TYPE_CHECKING:
     from megapilot.suite.config import SuiteCheck, SuiteConfig
@@ -129,6 +137,22 @@ def _report_spec_issues(issues: dict[tuple[str, SpecIssue], list[str]], check: S
             check.warnings.append(f"{path}: {message} (enforce_thresholds false: recorded only)")
         else:
             check.warnings.append(f"{path}: {message} — fix: {issue.fix}")
+
+
+def cpu_gate_warnings(table: ThresholdTable) -> list[str]:
+    """For a CPU suite: a warning for each gate on a metric a CPU run cannot have (the metric table's `gpu_only`),
+    once, at its first cell: it can never be measured, so it is SKIPPED on every run (an `info` spec records it as
+    not measured, as always)."""
+    cells_of: dict[str, list[str]] = {}
+    for cell, specs in table.items():
+        for metric, spec in specs.items():
+            if metric in METRICS and METRICS[metric].gpu_only and not isinstance(spec, InfoThreshold):
+                cells_of.setdefault(metric, []).append(cell)
+    return [f"thresholds.{cells[0]}.{metric}: {METRICS[metric].gpu_only}: this gate can never be measured on a CPU "
+            f"suite and is SKIPPED on every run" + (f" (and in {len(cells) - 1} other cell(s))" if len(cells) > 1
+                                                    else "")
+            + " — fix: gate it in a GPU suite, or remove it from this one"
+            for metric, cells in cells_of.items()]
 
 
 def _canonical_key(key: str) -> str:

@@ -11,10 +11,11 @@
 
 Margins are in %, positive inside the gate and negative outside; a value at the bound passes with
 margin 0. A NaN/Inf value always FAILs. A spec'd metric that is missing FAILs naming the log line it
-comes from, unless the spec is `optional` or the log prints it below its resolution (a TFLOP/s/GPU of 0.0):
-SKIPPED. A spec naming a metric nobody measures FAILs naming the close names (an `info` spec RECORDs, an
-`optional` one is SKIPPED, as for a missing metric);
-`suite check` reports each of these before anything runs (thresholds.spec_issues). With `enforce=False`
+comes from, unless the spec is `optional`, the log prints it below its resolution (a TFLOP/s/GPU of 0.0) or it
+cannot exist on the run's device (the MFU of a CPU run): SKIPPED. A spec naming a metric nobody measures FAILs
+naming the close names (an `info` spec RECORDs, an `optional` one is SKIPPED, as for a missing metric);
+`suite check` reports each of these before anything runs (thresholds.spec_issues; for a CPU suite, the gates on
+a metric it cannot have: config_sweep.cpu_gate_warnings). With `enforce=False`
 nothing fails: every gated row is RECORD and its reason says what the verdict would have been. Measured
 metrics without a spec are RECORD rows.
 
@@ -57,8 +58,9 @@ def evaluate(
 
     `record_only`: metric → why it is never gated (e.g. a CPU run's memory); `why_missing`: metric → why
     it has no value (used in SKIPPED/FAIL reasons); `unresolved`: the missing metrics the log prints below its
-    resolution, whose gates are SKIPPED. All three come from `ComboMeasurement`. `prediction` and
-    `departure`: the combo's prediction and where the measurement departs from it (`predicted` kind).
+    resolution or the run's device cannot have, whose gates are SKIPPED. All three come from `ComboMeasurement`.
+    `prediction` and `departure`: the combo's prediction and where the measurement departs from it (`predicted`
+    kind).
     """
     specs = dict(cell_specs or {})
     record_only = record_only or {}

@@ -65,7 +65,8 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
         logs, gpu=suite.gpu, world_size=launch.nodes * launch.gpus_per_node, gpus_per_node=launch.gpus_per_node,
         nodes=launch.nodes, seq_length=cell.seq_length, gbs=cell.gbs, train_iters=plan.training.train_iters,
         model_flops_per_token=_flops_per_token(plan), precision=cell.precision.lower(),
-        targets=CurveTargets(loss_curve=loss_curve, convergence=convergence, scaling_baseline=scaling))
+        targets=CurveTargets(loss_curve=loss_curve, convergence=convergence, scaling_baseline=scaling),
+        cpu=suite.device == "cpu")
     built_in = builtin_gates(measurement, loss_curve=loss_curve, convergence=convergence,
                              train_iters=plan.training.train_iters)
     if not gates:

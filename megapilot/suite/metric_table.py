@@ -8,7 +8,9 @@ and older suites use for the same quantities, known to history only.
 One rule about zeros lives here too: a row with `zero_unmeasured` is printed rounded (Megatron prints TFLOP/s/GPU
 with one decimal, so a CPU run's 0.03 reads 0.0), or computed from such a print (the MFU), and a zero of it is below
 the print's resolution, not a measurement. The suite leaves it unmeasured when it reads the log (and its gate
-SKIPPED), the history reads a stored zero as missing (`measured_value`): both ask this table.
+SKIPPED), the history reads a stored zero as missing (`measured_value`): both ask this table. And a row with
+`gpu_only` cannot exist on a CPU run (the MFU needs a GPU peak): missing there through no fault of the run's, its gate
+is SKIPPED with that reason, and `suite check` says so of a CPU suite before it runs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class MetricInfo:
     expected_line: str | None = None  # the log line the suite measures it from (None: not measured by the suite)
     # a zero is below the resolution of the print it comes from (or is computed from): missing, not measured
     zero_unmeasured: bool = False
+    gpu_only: str | None = None  # why a CPU run cannot have it (None: measured on any device)
 
 
 _STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
@@ -56,12 +59,14 @@ _TABLE = (
     MetricInfo("training.step_time_p95_ms", "step time p95", "ms", "lower", expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_cv", "step time CV", "", "lower", expected_line=_STEP_TIME_LINE),
     MetricInfo("training.mem_usage", "memory (fraction)", "fraction", "lower", headline=True,
+               gpu_only="a CPU run has no GPU memory to take a fraction of (its memory report is the process RSS)",
                expected_line="iteration lines with `mem usages: X` (or Primus `hip mem usage/...`), or a "
                              "`[Rank r] (after N iterations) memory (MB)` report on a known GPU"),
     MetricInfo("training.max_allocated_gib", "memory (max allocated GiB)", "GiB", "lower", headline=True,
                quantity="memory_gib", expected_line="a `[Rank r] (after N iterations) memory (MB) | max allocated: X` "
                                                     "report"),
     MetricInfo("training.mfu_pct", "MFU %", "%", "higher", quantity="mfu_pct", zero_unmeasured=True,
+               gpu_only="a CPU run has no GPU peak to compute MFU from",
                expected_line="a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
     MetricInfo("training.lm_loss", "LM loss", "", "lower", expected_line=_LOSS_LINE),
     MetricInfo("training.lm_loss_first", "first LM loss", "", None, expected_line=_LOSS_LINE),

@@ -126,8 +126,8 @@ class ComboMeasurement:
     findings: list[Finding] = field(default_factory=list)  # diagnose's findings, every node's log on its own
     record_only: dict[str, str] = field(default_factory=dict)  # metric -> why it is recorded, never gated
     why_missing: dict[str, str] = field(default_factory=dict)  # metric -> why it has no value
-    # the metrics the log prints below its resolution (a TFLOP/s/GPU of 0.0): missing, yet through no fault of the
-    # run's, so a gate on one is SKIPPED (in why_missing too, with the reason)
+    # the metrics missing through no fault of the run's: printed below their resolution (a TFLOP/s/GPU of 0.0), or
+    # unable to exist on the run's device (the MFU of a CPU run); a gate on one is SKIPPED (why_missing says why)
     unresolved: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     planned_iters: int | None = None
@@ -168,7 +168,7 @@ class _NodeLog:
 def measure_combo(
     node_logs: list[Path], *, gpu: GPUSpec | None, world_size: int, gpus_per_node: int, nodes: int,
     seq_length: int | None, gbs: int | None, train_iters: int | None, model_flops_per_token: float | None = None,
-    precision: str = "bf16", targets: CurveTargets | None = None,
+    precision: str = "bf16", targets: CurveTargets | None = None, cpu: bool = False,
 ) -> ComboMeasurement:
     """Measure a combo from its node logs (index = node rank).
 
@@ -176,6 +176,8 @@ def measure_combo(
     `model_flops_per_token`: training FLOPs per token (forward + backward, Megatron's convention); without
     it MFU uses the TFLOP/s/GPU the log prints. `precision` picks the GPU's dense peak for MFU.
     `targets`: the curve gates and scaling reference (None: the defaults, no scaling reference).
+    `cpu`: the run's device is the CPU, where a metric the table marks `gpu_only` cannot exist (not measured, and no
+    fault of the run's: `unresolved`).
     """
     targets = targets or CurveTargets()
     logs = _parse_nodes(node_logs, world_size=world_size, seq_length=seq_length, gbs=gbs)
@@ -200,6 +202,8 @@ def measure_combo(
     measurement.curves = _curves(records, shape, _eval_losses(logs))
     _scaling(measurement, targets.scaling_baseline, world_size=world_size, nodes=nodes)
     _curve_metrics(measurement, targets.loss_curve, targets.convergence)
+    if cpu:
+        _not_on_cpu(measurement)
     if gpus_per_node * nodes != world_size:
         measurement.notes.append(f"world size {world_size} is not nodes x GPUs per node ({nodes} x {gpus_per_node}); "
                                  "per-GPU figures use the world size")
@@ -415,6 +419,16 @@ def _mfu(m: ComboMeasurement, gpu: GPUSpec | None, precision: str, model_flops_p
     peak = gpu.peak_tflops(precision.lower())  # type: ignore[arg-type]  # a CVS precision, lower-cased
     m.actuals["training.mfu_pct"] = achieved_tflops / peak * 100.0
     m.notes.append(f"MFU from {basis} over the {gpu.name} dense {precision.lower()} peak ({peak:g} TFLOP/s)")
+
+
+def _not_on_cpu(m: ComboMeasurement) -> None:
+    """A CPU run's missing metrics that need a GPU (the metric table's `gpu_only`): they cannot exist on its device,
+    so they are missing through no fault of the run's, with that reason."""
+    for name in MEASURED_METRICS:
+        reason = METRICS[name].gpu_only
+        if reason is not None and m.actuals.get(name) is None:
+            m.why_missing[name] = reason
+            m.unresolved.add(name)
 
 
 # ---- losses, counters, curves -------------------------------------------------------------------------

@@ -22,7 +22,8 @@ says how its gate reads (`describe`) and judges a measured value (`judge`). A ne
     predicted         at least `min_ratio` of megapilot's (calibrated) prediction for the combo, in the metric's
                       good direction: `{"kind": "predicted", "min_ratio": 0.9}` (megapilot.suite.predicted)
 `optional: true`: a metric that is missing is SKIPPED instead of FAIL. A metric the log prints below its resolution
-(a TFLOP/s/GPU of 0.0, megapilot.suite.metrics) is not measured, and SKIPPED under any kind but `info` (RECORD).
+(a TFLOP/s/GPU of 0.0, megapilot.suite.metrics), or one that cannot exist on the run's device (the MFU of a CPU run:
+the metric table's `gpu_only`), is not measured, and SKIPPED under any kind but `info` (RECORD).
 Keys starting with `_` are comments.
 Margins are in %, positive inside the gate and negative outside; a value at the bound passes with margin 0.
 """
@@ -82,7 +83,7 @@ class GateInput:
     missing_reason: str | None = None
     prediction: Prediction | None = None  # what megapilot predicted for the combo, before it ran
     departure: Departure | None = None  # where the measured step departs from that prediction
-    unresolved: bool = False  # missing because the log prints it below its resolution: no fault of the run's
+    unresolved: bool = False  # missing below the log's resolution, or off the run's device: no fault of the run's
 
 
 class _Threshold(BaseModel):
@@ -115,7 +116,7 @@ class _Threshold(BaseModel):
     def _missing(self, gate: GateInput) -> Outcome:
         if self.optional:
             return Outcome(Verdict.SKIPPED, f"optional, not measured ({gate.missing_reason or 'not in the log'})")
-        if gate.unresolved:  # the log has the line, too coarse to measure it: nothing to gate, nothing wrong
+        if gate.unresolved:  # too coarse a print, or not on this device: nothing to gate, nothing wrong
             return Outcome(Verdict.SKIPPED, f"not measured ({gate.missing_reason or 'below the log resolution'})")
         expected = (METRICS[gate.name].expected_line if gate.name in METRICS else None) or "a line that reports it"
         why = f" ({gate.missing_reason})" if gate.missing_reason else ""

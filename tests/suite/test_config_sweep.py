@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.suite.cells import DEFAULT_CELL_KEY, TrainParams
-from megapilot.suite.config import SuiteCheck, SuiteConfig, load_suite
+from megapilot.suite.config import SuiteCheck, SuiteConfig, check_suite, load_suite
 from megapilot.suite.config_schema import Sweep
 from megapilot.suite.config_sweep import (
     _build_cells,
@@ -223,3 +223,25 @@ def test_a_foreign_train_params_key_is_kept_with_a_warning() -> None:
     assert check.problems == []
     assert [w.split(":")[0] for w in check.warnings] == ["train_params.result_dict",
                                                           f"sweep.combinations.{BF16}.mock_data"]
+
+
+def test_a_cpu_suite_is_warned_of_each_gate_it_can_never_measure_once(tmp_path: Path) -> None:
+    """A CPU run has no GPU peak (MFU) and no GPU memory (its fraction): `suite check` says before the run that such a
+    gate is SKIPPED on every run, once per metric; an `info` spec (it only records) and a GPU suite are not warned."""
+    source = template_path("tiny-local")
+    raw = json.loads(source.read_text())
+    thresholds = json.loads(source.with_name("tiny-local_threshold.json").read_text())
+    cells = [cell for cell in thresholds if not cell.startswith("_")]
+    for cell in cells:  # each cell already records the memory fraction (info, optional)
+        thresholds[cell]["training.mfu_pct"] = {"kind": "min", "value": 30}
+    (tmp_path / "tiny-local_threshold.json").write_text(json.dumps(thresholds))
+    (tmp_path / "cpu.json").write_text(json.dumps(raw))
+    check = check_suite(tmp_path / "cpu.json")
+    assert check.problems == [] and check.suite is not None
+    assert [w for w in check.warnings if "CPU" in w] == [
+        f"thresholds.{cells[0]}.training.mfu_pct: a CPU run has no GPU peak to compute MFU from: this gate can never "
+        "be measured on a CPU suite and is SKIPPED on every run (and in 1 other cell(s)) — fix: gate it in a GPU "
+        "suite, or remove it from this one"]
+    raw["gpu_name"], raw["megapilot"]["device"] = "H100", "gpu"
+    (tmp_path / "gpu.json").write_text(json.dumps(raw))
+    assert not any("CPU" in w for w in check_suite(tmp_path / "gpu.json").warnings)

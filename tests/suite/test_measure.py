@@ -75,6 +75,23 @@ def test_the_cells_thresholds_the_loss_curve_and_completion_are_gated(tiny: Load
     assert short["gate.completed"].verdict is Verdict.FAIL
 
 
+def test_a_gate_on_a_metric_a_cpu_run_cannot_have_is_skipped_with_the_reason(tiny: LoadedSuite,
+                                                                             tmp_path: Path) -> None:
+    """The tiny-local suite runs on CPUs: an MFU gate has no GPU peak to measure against, and the memory fraction no
+    GPU memory. Neither is a failure of the run (it was 'missing from the log'): SKIPPED, with why."""
+    cell = tiny.cells[0]
+    specs = {**tiny.thresholds[cell.key], "training.mfu_pct": parse_threshold({"kind": "min", "value": 30}),
+             "training.mem_usage": parse_threshold({"kind": "max", "value": 0.9})}
+    gated = tiny.model_copy(update={"thresholds": {**tiny.thresholds, cell.key: specs}})
+    rows = _rows(gated, [_log(tmp_path)])
+    mfu, memory = rows["training.mfu_pct"], rows["training.mem_usage"]
+    assert (mfu.value, mfu.verdict) == (None, Verdict.SKIPPED) and (memory.value, memory.verdict) == (None,
+                                                                                                      Verdict.SKIPPED)
+    assert mfu.reason == "not measured (a CPU run has no GPU peak to compute MFU from)"
+    assert memory.reason.startswith("not measured (a CPU run has no GPU memory to take a fraction of")
+    assert rows["training.lm_loss"].verdict is Verdict.PASS
+
+
 def test_the_configs_enforce_switches_turn_failures_into_records(tiny: LoadedSuite, tmp_path: Path) -> None:
     config = tiny.config.model_copy(update={
         "enforce_thresholds": False,

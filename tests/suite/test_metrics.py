@@ -267,6 +267,21 @@ def test_a_printed_tflops_of_zero_is_not_measured_nor_an_mfu_of_zero(log_file):
     assert m.curve("tflops_per_gpu") is None and m.curve("loss") is not None
 
 
+def test_a_metric_a_cpu_run_cannot_have_is_unresolved_only_on_a_cpu_run(log_file):
+    """No GPU on a CPU run: the MFU and the memory fraction cannot exist, through no fault of the run's. A GPU run whose
+    GPU is unknown misses them as before: a gate on them fails, naming what is missing."""
+    path = log_file("training.log", iteration_lines(falling_steps(1, 10), train_iters=10))
+    specs = {"training.mfu_pct": threshold(kind="min", value=1.0)}
+    for cpu, verdict in ((True, Verdict.SKIPPED), (False, Verdict.FAIL)):
+        m = measure_one(path, gpu=None, world_size=1, seq_length=64, cpu=cpu)
+        assert m.actuals["training.mfu_pct"] is None and m.actuals["training.mem_usage"] is None
+        assert m.unresolved == ({"training.mfu_pct", "training.mem_usage"} if cpu else set())
+        [row] = [r for r in evaluate(m.actuals, m.units, specs, enforce=True, why_missing=m.why_missing,
+                                     unresolved=m.unresolved) if r.name == "training.mfu_pct"]
+        assert row.verdict is verdict
+    assert row.reason.startswith("missing from the log (no GPU (CPU run or GPU not given)")
+
+
 def test_the_zero_rule_is_the_metric_table_s(log_file, monkeypatch):
     """A row without `zero_unmeasured` takes a printed 0.0 as measured: the suite reads the rule from the table."""
     for name in ("training.throughput_per_gpu", "training.tflops_per_gpu"):
