@@ -162,7 +162,8 @@ class BudgetSegment(BaseModel):
     tokens: float = Field(description="Tokens trained in this piece.")
     seq_len: int = Field(description="Its sequence length, tokens.")
     gbs: int = Field(description="Its global batch size, sequences.")
-    iterations: float = Field(description="Its steps: tokens / (seq_len x gbs).")
+    iterations: float = Field(description="Its steps: tokens / (seq_len x gbs), rounded up to whole steps (Megatron "
+                                          "trains whole steps, and a budget is the least to train).")
     step_time_s: float = Field(description="Measured (main), or measured x the estimator's ratio (other shapes).")
     days: float = Field(description="Failure-free wall-clock days of this piece.")
     fits: bool = Field(description="False: the estimate says this shape does not fit in GPU memory.")

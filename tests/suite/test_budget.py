@@ -4,6 +4,7 @@ the result, the run deck and the report page."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -111,6 +112,22 @@ def test_phases_and_a_batch_warm_up_scale_the_measured_step_by_the_estimators_ra
     assert "phase 1: seq_len 4,096" in files.html.read_text(encoding="utf-8")
     deck = json.loads(files.run_deck.read_text(encoding="utf-8"))
     assert [s["name"] for s in deck["budget"]["segments"]] == names
+
+
+def test_a_piece_s_iterations_are_described_as_they_are_counted(tmp_path):
+    """Its steps are tokens / (seq_len x gbs) rounded up (steps_to_train), in the run deck's schema too."""
+    from megapilot.report.run_deck import run_deck_json_schema
+    from megapilot.suite.budget import BudgetSegment
+
+    description = BudgetSegment.model_fields["iterations"].description
+    assert description is not None and description.startswith("Its steps: tokens / (seq_len x gbs), rounded up")
+    assert run_deck_json_schema()["$defs"]["BudgetSegment"]["properties"]["iterations"]["description"] == description
+    budget = BudgetConfig(tokens="2B", phases=[{"tokens": "200M", "seq_len": 4096}])  # type: ignore[arg-type]
+    projection = project_budget(budget, get_model("llama3.1-8b"), get_gpu("h100"),
+                                _with_checkpoint_times(write_run_dir(tmp_path)))
+    assert projection is not None
+    for piece in projection.segments:
+        assert piece.iterations == math.ceil(piece.tokens / (piece.seq_len * piece.gbs))
 
 
 def test_phases_and_warm_up_are_read_as_the_cli_reads_them():
