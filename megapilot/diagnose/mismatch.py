@@ -10,8 +10,6 @@ differing field is reported with the log line that shows it.
 
 from __future__ import annotations
 
-import itertools
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -20,10 +18,6 @@ from megapilot.diagnose.flags import RunConfig
 from megapilot.logs import ParsedLog
 from megapilot.logs.records import ArgumentsRecord, Evidence
 from megapilot.vocabulary import field_value, term
-
-# The argument block lists its ~500 arguments just above the line it is recorded at; the search for
-# one argument's own line looks back no further than this.
-_BLOCK_LINES = 2000
 
 
 @dataclass(frozen=True)
@@ -105,7 +99,7 @@ def _argument_mismatches(arguments: ArgumentsRecord, config: RunConfig) -> Itera
         if script is None or logged is None or script == logged:
             continue
         yield LogMismatch(field=check.field, script_value=int(script), log_value=logged,
-                          script_flag=check.script_flag, evidence=_argument_evidence(arguments, check.argument))
+                          script_flag=check.script_flag, evidence=arguments.evidence(check.argument))
 
 
 def _argument_int(arguments: ArgumentsRecord, name: str) -> int | None:
@@ -131,21 +125,6 @@ def _iteration_batch_mismatch(log: ParsedLog, config: RunConfig) -> list[LogMism
             return [LogMismatch(field="global batch size", script_value=script, log_value=record.gbs,
                                 script_flag="--global-batch-size", evidence=evidence)]
     return []
-
-
-def _argument_evidence(arguments: ArgumentsRecord, name: str) -> Evidence:
-    """The block's own line for `name` (`  world_size ........ 8`), or the block's last line."""
-    pattern = re.compile(rf"\b{re.escape(name)} \.+ ")
-    try:
-        with open(arguments.file, errors="replace") as stream:
-            start = max(0, arguments.line - _BLOCK_LINES)
-            window = list(itertools.islice(stream, start, arguments.line))
-    except OSError:  # stdin, or a file gone since it was parsed
-        window = []
-    for offset in range(len(window) - 1, -1, -1):
-        if pattern.search(window[offset]):
-            return Evidence(file=arguments.file, line=start + offset + 1, text=window[offset].rstrip("\r\n"))
-    return Evidence(file=arguments.file, line=arguments.line, text=arguments.text)
 
 
 def mismatch_finding(mismatches: list[LogMismatch]) -> Finding | None:

@@ -368,6 +368,7 @@ class LineParser:
         self.options = options or ParseOptions()
         self.arguments: ArgumentsRecord | None = None  # the latest `arguments` block read
         self._argument_values: dict[str, str] | None = None  # while inside a block: the values so far
+        self._argument_lines: dict[str, tuple[int, str]] = {}  # and each one's own line, for evidence
         self._arguments_start_line = 0
         self._use_shape(arguments)
         self.last_time_s: float | None = None
@@ -776,12 +777,14 @@ class LineParser:
         if found is None:
             return None
         self._argument_values[found.group(1)] = found.group(2).rstrip()
+        self._argument_lines[found.group(1)] = (line_no, text)
         return _NO_RECORDS
 
     def _finish_arguments(self, line_no: int, text: str) -> ArgumentsRecord:
         values, self._argument_values = self._argument_values or {}, None
+        lines, self._argument_lines = self._argument_lines, {}
         typed = {name: _int_or_none(values.get(name)) for name in ARGUMENT_INT_FIELDS}
-        record = ArgumentsRecord(file=self.file, line=line_no, text=text, values=values, **typed)
+        record = ArgumentsRecord(file=self.file, line=line_no, text=text, values=values, value_lines=lines, **typed)
         self.arguments = record
         self._use_shape(record)
         return record
@@ -815,6 +818,7 @@ class LineParser:
                 return _NO_RECORDS
         if "-- arguments --" in text:  # the block's first line (`---- end of arguments ----` ends it)
             self._argument_values = {}
+            self._argument_lines = {}
             self._arguments_start_line = line_no
             return _NO_RECORDS
         release = self._release(text)

@@ -243,7 +243,9 @@ class ArgumentsRecord(_Record):
 
     `values` holds every `name .... value` line as printed (value text as Python's `str` gave it); the
     typed fields are the run's shape, None where the block does not print them (or prints `None`).
-    `line` is the line of the block's end (or of its last argument when it is cut short).
+    `line` is the line of the block's end (or of its last argument when it is cut short). `value_lines` keeps
+    each argument's own line (number, text) from the same read, so a finding quotes it without reading the log
+    again (stdin cannot be, a `.gz` log only through its opener); it stays out of the JSON, which prints `values`.
     """
 
     file: str
@@ -262,6 +264,19 @@ class ArgumentsRecord(_Record):
     num_layers: int | None = None
     hidden_size: int | None = None
     train_iters: int | None = None
+    value_lines: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = _Record.to_dict(self)
+        del data["value_lines"]
+        return data
+
+    def evidence(self, name: str) -> Evidence:
+        """The block's own line for the argument `name` (`  world_size ........ 8`), or the block's end line."""
+        found = self.value_lines.get(name)
+        if found is None:
+            return Evidence(file=self.file, line=self.line, text=self.text)
+        return Evidence(file=self.file, line=found[0], text=found[1])
 
 
 #: The typed fields of `ArgumentsRecord` (integers read from the block).

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,32 @@ def test_each_differing_field_is_named_with_its_own_log_line(tmp_path: Path, arg
     lines = path.read_text().splitlines()
     assert mismatch.evidence.line >= 1 and lines[mismatch.evidence.line - 1] == mismatch.evidence.text
     assert f" {argument} ." in mismatch.evidence.text and mismatch.evidence.text.endswith(f" {logged}")
+
+
+def _tp_evidence_is_its_own_line(log_source: str, text: str) -> None:
+    [mismatch] = log_mismatches(parse_logs([log_source]), _config())
+    lines = text.splitlines()
+    assert mismatch.field == "TP" and mismatch.evidence.text.endswith(" tensor_model_parallel_size " + "." * 22 + " 4")
+    assert lines[mismatch.evidence.line - 1] == mismatch.evidence.text  # the field's own line, not `end of arguments`
+
+
+def test_a_gzip_logs_evidence_is_the_fields_own_line(tmp_path: Path) -> None:
+    text = _log_text(MATCHING_ARGUMENTS | {"tensor_model_parallel_size": "4"})
+    path = tmp_path / "train.log.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    _tp_evidence_is_its_own_line(str(path), text)
+
+
+def test_stdins_evidence_is_the_fields_own_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _log_text(MATCHING_ARGUMENTS | {"tensor_model_parallel_size": "4"})
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    _tp_evidence_is_its_own_line("-", text)
+
+
+def test_the_argument_lines_stay_out_of_the_json(tmp_path: Path) -> None:
+    arguments = parse_logs([_write(tmp_path, _log_text(MATCHING_ARGUMENTS))]).arguments
+    assert arguments is not None and arguments.value_lines["world_size"][0] > 1
+    assert "value_lines" not in arguments.to_dict() and arguments.to_dict()["values"] == MATCHING_ARGUMENTS
 
 
 def test_without_an_arguments_block_the_iteration_lines_batch_is_compared(tmp_path: Path) -> None:
