@@ -162,17 +162,24 @@ _NOT_MEGATRON: dict[str, _Reader] = {
     # NeMo's logger (`[NeMo I ...`) names it as its frames do (`LineParser.framework_hints`)
     "nemo": _Reader("NeMo's", "its `[NeMo I ...]` logger lines or its traceback frames are NeMo's",
                     "NeMo's recipe or YAML config, or their `model.x=y` overrides"),
+    # Bridge builds its run in Python (a recipe's ConfigContainer) and prints no Megatron-LM arguments block
+    "megatron-bridge": _Reader("Megatron-Bridge's", "its traceback runs in Megatron-Bridge's code",
+                               "the recipe's ConfigContainer its run_recipe script builds, or that script's "
+                               "`model.x=y` overrides",
+                               "each step's loss, time and TFLOP/s/GPU"),
 }
 _STEP_LINES = (("deepspeed", "its `steps: N loss: ...` lines are DeepSpeed's"),
                ("gpt-neox", "its `iteration N/ M | ... | lm_loss: ...` lines are GPT-NeoX's"),
                ("primus-torchtitan", "its `step: N  loss: ...` lines are torchtitan's"),
-               ("nemo", "its progress lines with `reduced_train_loss` are NeMo's"))
+               ("nemo", "its progress lines with `reduced_train_loss` are NeMo's"),
+               ("megatron-bridge", "its `Step Time : ...` lines and `memory (GB)` reports are Megatron-Bridge's"))
 
 
 def not_megatron_statement(log: ParsedLog, config_fixes: bool) -> str | None:
-    """For a log of a framework megapilot reads but does not configure (DeepSpeed, GPT-NeoX, torchtitan, NeMo): that
-    it is not Megatron-LM's, what megapilot reads of it and what it cannot; None for any other log (Megatron-LM and
-    the forks that take its flags, Megatron-Bridge). `config_fixes`: the findings offer settings of the run's config."""
+    """For a log of a framework megapilot reads but does not configure (DeepSpeed, GPT-NeoX, torchtitan, NeMo,
+    Megatron-Bridge): that it is not Megatron-LM's, what megapilot reads of it and what it cannot; None for any other
+    log (Megatron-LM and the forks that take its flags). `config_fixes`: the findings offer settings of the run's
+    config."""
     reader = _NOT_MEGATRON.get(log.framework)
     if reader is None:
         return None

@@ -115,7 +115,7 @@ BRIDGE_STEP = ("Step Time : 9.07s GPU utilization: 744.0MODEL_TFLOP/s/GPU\n"
                "iteration (ms): 9070.1 | global batch size:   128 | lm loss: 7.123456E+00 |")
 
 
-@pytest.mark.parametrize("text", [CUDA_OOM, PRIMUS_STEP, BRIDGE_STEP])
+@pytest.mark.parametrize("text", [CUDA_OOM, PRIMUS_STEP])
 def test_no_statement_for_a_log_of_megatron_or_a_framework_it_is_not_said_of(text: str):
     assert not_megatron_statement(parse_text(text), config_fixes=True) is None
 
@@ -148,10 +148,40 @@ def test_a_torchtitan_or_nemo_log_is_said_to_be_that_frameworks_with_where_its_s
         "the fixes are settings of that config")
 
 
+BRIDGE_CONFIG = ("the recipe's ConfigContainer its run_recipe script builds, or that script's `model.x=y` overrides")
+BRIDGE_FRAME = ("Traceback (most recent call last):\n"
+                '  File "/opt/Megatron-Bridge/src/megatron/bridge/training/train.py", line 210, in train\n'
+                f"{CUDA_OOM}")
+
+
+@pytest.mark.parametrize(("text", "told", "read"), [
+    (BRIDGE_STEP, "its `Step Time : ...` lines and `memory (GB)` reports are Megatron-Bridge's",
+     "each step's loss, time and TFLOP/s/GPU and the error lines"),
+    (BRIDGE_FRAME, "its traceback runs in Megatron-Bridge's code", "its error lines and tracebacks"),
+], ids=["bridge-steps", "bridge-frames"])
+def test_a_megatron_bridge_log_is_said_to_be_bridges_with_its_recipe_as_where_its_settings_live(text, told, read):
+    log = parse_text(text)
+    assert log.framework == "megatron-bridge"
+    assert not_megatron_statement(log, config_fixes=True) == (
+        f"this log is Megatron-Bridge's, not Megatron-LM's ({told}): megapilot reads {read}; it cannot read the run's "
+        f"config ({BRIDGE_CONFIG}; --script/--flags are for Megatron-LM launches), so no memory or throughput is "
+        "predicted, and the fixes are settings of that config")
+
+
 @pytest.mark.parametrize("framework", OWN_SETTINGS)
-def test_every_framework_with_settings_of_its_own_is_said_by_name_but_megatron_bridge(framework: str):
-    """Fixes in a framework's own settings stand beside a statement of whose log it is, never 'fixes are generic';
-    Megatron-Bridge (recipe overrides of Megatron-Core's own config) is the one left to say so."""
+def test_every_framework_with_settings_of_its_own_is_said_by_name(framework: str):
+    """Fixes in a framework's own settings stand beside a statement of whose log it is, never 'fixes are generic'."""
     from megapilot.diagnose.framework_fixes import _NOT_MEGATRON
 
-    assert (framework in _NOT_MEGATRON) == (framework != "megatron-bridge")
+    assert framework in _NOT_MEGATRON
+
+
+def test_a_megatron_bridge_oom_gets_recipe_overrides_and_never_the_generic_note():
+    from megapilot.diagnose.engine import diagnose_log
+
+    result = diagnose_log(parse_text(BRIDGE_STEP + "\n" + CUDA_OOM), None)
+    fixes = [fix for finding in result.findings for fix in finding.fixes]
+    assert {"model.recompute_granularity", "train.micro_batch_size"} <= {fix.flag for fix in fixes}
+    notes = [note.text for note in result.notes]
+    assert notes[0].startswith("this log is Megatron-Bridge's") and notes[0].endswith("settings of that config")
+    assert not any("fixes are generic" in note for note in notes)
