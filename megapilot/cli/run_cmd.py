@@ -184,6 +184,7 @@ class _ScriptFlags:
 def _script_prediction(script: _ScriptFlags) -> tuple[Prediction | None, str | None]:
     """What megapilot predicts for a launch script's run, from the model, layout and world size its flags give (on
     this machine's CPU when it runs over gloo, else on the GPU its header names); or None and why there is none."""
+    from megapilot.diagnose.flags import launch_nodes
     from megapilot.spec import ClusterSpec, SavedPlan
     from megapilot.suite.predicted import predict_combo
 
@@ -196,9 +197,9 @@ def _script_prediction(script: _ScriptFlags) -> tuple[Prediction | None, str | N
     if config.gpu is None and not on_cpu:
         return None, ("it names no GPU megapilot knows (the header `megapilot script` writes names one); "
                       "`megapilot estimate` with --gpu predicts it")
-    nodes = max(config.flags.get_int("--nnodes", 1) or 1, 1)
+    nodes = launch_nodes(config.flags)  # run_config said how it read them (an elastic MIN:MAX: its MAX)
     if config.world_size % nodes:
-        return None, f"{config.world_size} ranks do not split over --nnodes {nodes}"
+        return None, f"{config.world_size} ranks do not split over {nodes} nodes"
     try:
         from megapilot.catalog.host import host_cpu
 

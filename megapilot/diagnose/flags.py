@@ -114,6 +114,22 @@ class LaunchFlags:
             raise self._bad(name, raw, f"is below {minimum}", f"a whole number of at least {minimum}")
         return value
 
+    def get_int_range(self, name: str) -> tuple[int, int] | None:
+        """A whole number `N` as (N, N), or torchrun's elastic `MIN:MAX` (`--nnodes 1:4`) as its two bounds, each
+        at least 1 and MIN <= MAX as torchrun requires; None when absent."""
+        raw = self._given(name)
+        if raw is None:
+            return None
+        parts = raw.split(":")
+        wanted = "a whole number of at least 1, or torchrun's elastic MIN:MAX (1 <= MIN <= MAX)"
+        if len(parts) > 2 or not all(part.isdigit() for part in parts):
+            raise self._bad(name, raw, "is not a whole number or MIN:MAX", wanted, "torchrun")
+        low, high = int(parts[0]), int(parts[-1])
+        if not 1 <= low <= high:
+            raise self._bad(name, raw, "is not 1 <= MIN <= MAX" if len(parts) == 2 else "is below 1", wanted,
+                            "torchrun")
+        return low, high
+
     def get_float(self, name: str, default: float | None = None) -> float | None:
         """A number flag, strictly as Megatron's argparse reads it; `default` when absent."""
         raw = self._given(name)
@@ -135,10 +151,10 @@ class LaunchFlags:
         raw = self.values.get(name)
         return None if raw is None or "$" in raw else raw
 
-    def _bad(self, name: str, raw: str, problem: str, wanted: str) -> MegapilotError:
+    def _bad(self, name: str, raw: str, problem: str, wanted: str, reader: str = "Megatron-LM") -> MegapilotError:
         where = "" if self.source == "<flags>" else f" (in {self.source})"
         return MegapilotError(f"{raw!r}{where} {problem}", field=name,
-                              fix=f"write {name} as {wanted} in the launch script or --flags, as Megatron-LM "
+                              fix=f"write {name} as {wanted} in the launch script or --flags, as {reader} "
                                   "requires")
 
 
@@ -431,7 +447,7 @@ def _world_size(flags: LaunchFlags, gpus: int | None, gpu: GPUSpec | None,
     if gpus:
         return gpus, False
     per_node = ranks_per_node(flags)
-    nodes = flags.get_int("--nnodes") or _sbatch_int(flags, "--nodes", "-N") or 1
+    nodes = launch_nodes(flags, notes)
     if per_node:
         return per_node * nodes, False
     counted = torchrun_counted_ranks(flags)
@@ -459,6 +475,23 @@ def _counted_world(word: str, flags: LaunchFlags, gpu: GPUSpec | None, nodes: in
                  f"{nodes} x {per_node} = {nodes * per_node} GPUs (pass --gpus with the run's total if its nodes hold "
                  "another number)")
     return nodes * per_node, True
+
+
+def launch_nodes(flags: LaunchFlags, notes: list[str] | None = None) -> int:
+    """The nodes of a full run: torchrun's --nnodes, else the allocation's `#SBATCH --nodes`, else 1.
+
+    An elastic `--nnodes MIN:MAX` fixes its world at each rendezvous to the nodes that joined it, MIN to MAX: all
+    of them when the launch starts every node it names, fewer only after nodes were lost. The run is priced on MAX
+    nodes, said in `notes`."""
+    given = flags.get_int_range("--nnodes")
+    if given is None:
+        return _sbatch_int(flags, "--nodes", "-N") or 1
+    low, high = given
+    if low != high and notes is not None:
+        notes.append(f"torchrun --nnodes {low}:{high} is elastic: each rendezvous fixes the world to the nodes that "
+                     f"joined, {low} to {high}; priced on {high} nodes, a full run (a restart after losing nodes runs "
+                     "on fewer: pass --gpus with its ranks to price that)")
+    return high
 
 
 def _sbatch_int(flags: LaunchFlags, *names: str) -> int | None:

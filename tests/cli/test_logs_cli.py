@@ -103,6 +103,30 @@ def test_diagnose_and_optimize_price_a_script_whose_torchrun_starts_a_rank_per_g
     assert any("2 x 8 = 16 GPUs" in note for note in diagnosed.json()["notes"])
 
 
+ELASTIC_SCRIPT = ("#!/bin/bash\ntorchrun --nproc-per-node 8 --nnodes {nnodes} pretrain_gpt.py "
+                  "--tensor-model-parallel-size 2 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 "
+                  "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 "
+                  "--bf16 --vocab-size 32000\n")
+
+
+def test_diagnose_prices_an_elastic_torchrun_on_its_max_nodes(cli, tmp_path: Path):
+    """`--nnodes 1:4` is torchrun's elastic range, not a bad number: a full run has its 4 nodes."""
+    script = tmp_path / "train.sh"
+    script.write_text(ELASTIC_SCRIPT.format(nnodes="1:4"))
+    result = cli("diagnose", str(DATA / "synthetic_slowdown.log"), "--script", str(script), "--gpu", "h100", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert any(note.startswith("torchrun --nnodes 1:4 is elastic") and "priced on 4 nodes" in note
+               for note in result.json()["notes"])
+
+
+def test_diagnose_refuses_a_nnodes_torchrun_does_not_take_naming_both_forms(cli, tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(ELASTIC_SCRIPT.format(nnodes="4:1"))
+    result = cli("diagnose", str(DATA / "synthetic_slowdown.log"), "--script", str(script), "--gpu", "h100")
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "--nnodes" in result.stderr and "MIN:MAX" in result.stderr
+
+
 @pytest.mark.parametrize("command", [("diagnose",), ("diagnose", "--json"), ("logs", "parse"),
                                      ("logs", "parse", "--json", "--summary-only")])
 def test_binary_on_stdin_is_refused_as_the_same_bytes_in_a_file_are(cli, monkeypatch, tmp_path: Path, command):

@@ -249,6 +249,28 @@ def test_a_launch_script_is_predicted_as_the_plan_it_was_written_from(tmp_path, 
         assert getattr(predicted, field) == pytest.approx(getattr(expected, field)), field
 
 
+def test_a_script_with_an_elastic_torchrun_is_predicted_on_its_max_nodes(tmp_path):
+    """`torchrun --nnodes 1:4` is elastic, not a bad number: the run is priced as the full run of 4 nodes."""
+    from megapilot.cli.common import load_plan_file
+    from megapilot.cli.run_cmd import _PlanData, _render_plan, _script_prediction, _ScriptFlags
+    from megapilot.spec import ParallelConfig
+
+    plan = load_plan_file(_saved_tiny_plan(tmp_path))
+    plan = plan.model_copy(update={"cluster": plan.cluster.model_copy(update={"num_nodes": 4}),
+                                   "parallel": ParallelConfig.for_world(8, mbs=1),
+                                   "training": plan.training.model_copy(update={"global_batch_size": 8})})
+    text = _render_plan(plan, _PlanData(device="gpu")).script
+    assert "--nnodes 4" in text
+    fixed, elastic = tmp_path / "fixed.sh", tmp_path / "elastic.sh"
+    fixed.write_text(text)
+    elastic.write_text(text.replace("--nnodes 4", "--nnodes 1:4"))
+    read = _ScriptFlags.read(elastic)
+    assert read.config is not None and any("--nnodes 1:4 is elastic" in note for note in read.config.notes)
+    (predicted, why_not), (expected, _) = _script_prediction(read), _script_prediction(_ScriptFlags.read(fixed))
+    assert why_not is None and predicted is not None and expected is not None
+    assert predicted.step_time_ms == pytest.approx(expected.step_time_ms)
+
+
 def test_a_script_without_a_known_gpu_says_why_it_has_no_prediction(tmp_path):
     from megapilot.cli.common import load_plan_file
     from megapilot.cli.run_cmd import _PlanData, _render_plan, _script_prediction, _ScriptFlags

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,47 @@ def test_a_word_torchrun_does_not_take_is_still_a_bad_number(tmp_path: Path):
     with pytest.raises(MegapilotError, match=r"'eight'.*is not a whole number") as info:
         run_config(read_flags(script=script, training_script=True))
     assert info.value.field == "--nproc-per-node"
+
+
+ELASTIC_LAUNCH = ("#!/bin/bash\ntorchrun --nproc-per-node 8 {nnodes} pretrain_gpt.py "
+                  "--tensor-model-parallel-size 2 --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
+                  "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 64 "
+                  "--bf16 --vocab-size 32000\n")
+
+
+@pytest.mark.parametrize("nnodes", ["--nnodes 1:4", "--nnodes=1:4"])
+def test_an_elastic_torchrun_nnodes_is_priced_on_its_max_nodes_and_says_so(tmp_path: Path, nnodes: str):
+    """torchrun's `--nnodes MIN:MAX` is elastic, not a bad number: each rendezvous fixes the world to the nodes that
+    joined, all MAX of them in a full run."""
+    script = tmp_path / "train.sh"
+    script.write_text(ELASTIC_LAUNCH.format(nnodes=nnodes))
+    flags = read_flags(script=script, training_script=True)
+    assert flags is not None
+    from megapilot.diagnose.flags import launch_nodes
+
+    assert launch_nodes(flags) == 4
+    config = run_config(flags, gpu=get_gpu("h100"))
+    assert config.world_size == 32 and not config.world_size_assumed
+    assert config.parallel is not None and config.parallel.dp == 16
+    [note] = [note for note in config.notes if note.startswith("torchrun --nnodes 1:4 is elastic")]
+    assert "priced on 4 nodes" in note and "--gpus" in note
+
+
+def test_a_torchrun_nnodes_of_one_size_says_nothing_of_elasticity(tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text(ELASTIC_LAUNCH.format(nnodes="--nnodes 2:2"))
+    config = run_config(read_flags(script=script, training_script=True))
+    assert config.world_size == 16 and not any("elastic" in note for note in config.notes)
+
+
+@pytest.mark.parametrize(("nnodes", "problem"), [("1:x", "is not a whole number or MIN:MAX"),
+                                                 ("1:2:3", "is not a whole number or MIN:MAX"),
+                                                 ("4:1", "is not 1 <= MIN <= MAX"), ("0:2", "is not 1 <= MIN <= MAX"),
+                                                 ("0", "is below 1")])
+def test_a_nnodes_torchrun_does_not_take_names_the_flag_and_its_two_forms(tmp_path: Path, nnodes: str, problem: str):
+    script = tmp_path / "train.sh"
+    script.write_text(ELASTIC_LAUNCH.format(nnodes=f"--nnodes {nnodes}"))
+    with pytest.raises(MegapilotError, match=re.escape(problem)) as info:
+        run_config(read_flags(script=script, training_script=True))
+    assert info.value.field == "--nnodes"
+    assert "MIN:MAX" in (info.value.fix or "") and "torchrun requires" in (info.value.fix or "")
