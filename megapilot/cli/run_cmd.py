@@ -21,8 +21,11 @@ calibrates on it too (`--no-history`: neither).
 
 A launch script is predicted from its own flags (the model, layout and world size `diagnose` reads from it; on this
 machine's CPU when it runs over gloo, else on the GPU its header names): the prediction and where the run departs
-from it are printed as for a plan, or the reason there is none (`--json`: `prediction_note`). A script's run is not
-recorded: it names no cluster, and its flags may describe a model megapilot does not know exactly (use --plan).
+from it are printed as for a plan, or the reason there is none (`--json`: `prediction_note`); what the prediction
+assumed where the flags leave it open (a torchrun that starts a rank per GPU: the GPU type's node) is printed first, as
+`diagnose --script` notes it (`--json`: `prediction_assumptions`). The job's record (job.json) keeps the ranks per node
+the script states, none where its torchrun counts them. A script's run is not recorded in the history: it names no
+cluster, and its flags may describe a model megapilot does not know exactly (use --plan).
 """
 
 from __future__ import annotations
@@ -100,15 +103,17 @@ def run(
     if recorder is None and plan is not None and not no_history:
         notes = [*notes, "not recorded in the history: a run on GPUs is recorded under its cluster "
                          "(--cluster-name NAME)"]
-    if not json_output:
-        for note in notes:
-            err_console.print(f"note: {note}", highlight=False, markup=False)
     prediction: Prediction | None
+    assumptions: list[str] = []
     if plan is not None:
         prediction, no_prediction = _plan_prediction(plan, plan_data, recorder), None
     else:
         assert launch is not None  # a launch script's flags, read with its job
         prediction, no_prediction = _script_prediction(launch)
+        assumptions = launch.assumptions(prediction)
+    if not json_output:
+        for note in notes + assumptions:
+            err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
     log = _read_log(result, with_timers=prediction is not None and bool(result.step_time_s))
     departure = _departure(prediction, result, log)
@@ -117,6 +122,8 @@ def run(
     if json_output:
         extra: dict[str, object] = {"prediction_note": no_prediction} if prediction is None else {
             "predicted": prediction.model_dump(mode="json"), "prediction_departure": departure, "history": recorded}
+        if assumptions:  # what a script's prediction assumed, as `diagnose --script --json` gives it in `notes`
+            extra["prediction_assumptions"] = assumptions
         if plan is not None:  # a launch script names no model megapilot could resolve
             from megapilot.cli.common import planned_model
 
@@ -161,24 +168,39 @@ class _ScriptFlags:
     ranks_per_node: int | None = None
     config: RunConfig | None = None
     unpriced: str | None = None  # why config is None
+    launcher_counts_ranks: bool = False  # torchrun's `--nproc-per-node gpu|auto|cpu`: a count the script leaves open
 
     @classmethod
     def read(cls, script: Path) -> _ScriptFlags:
-        from megapilot.diagnose.flags import ranks_per_node, read_flags, run_config
+        from megapilot.diagnose.flags import ranks_per_node, read_flags, run_config, torchrun_counted_ranks
 
         try:
             flags = read_flags(script=script)
         except MegapilotError as exc:  # a value the flag reader refuses: the script still runs as written
             return cls(unpriced=f"its flags describe no run megapilot can price ({exc})")
         assert flags is not None  # a script always gives flags (perhaps none of the model's)
+        counted = torchrun_counted_ranks(flags) is not None
         try:
             ranks = ranks_per_node(flags)
-        except MegapilotError:  # not a number (torchrun's `--nproc-per-node gpu`): the script still runs as written
+        except MegapilotError:  # not a number torchrun takes: the script still runs as written
             ranks = None
         try:
-            return cls(ranks, run_config(flags))
+            return cls(ranks, run_config(flags), launcher_counts_ranks=counted)
         except MegapilotError as exc:
-            return cls(ranks, unpriced=f"its flags describe no run megapilot can price ({exc})")
+            return cls(ranks, unpriced=f"its flags describe no run megapilot can price ({exc})",
+                       launcher_counts_ranks=counted)
+
+    def job_ranks(self) -> dict[str, int | None]:
+        """The job's `gpus_per_node`: the number the script states; none (null in job.json) where its torchrun counts
+        them itself, a count no executor knows (the prediction's assumed count is said as a note, never recorded as
+        what ran: a record is what calibrates the next prediction); the default (1) where the script says nothing."""
+        if self.launcher_counts_ranks:
+            return {"gpus_per_node": None}
+        return {"gpus_per_node": self.ranks_per_node} if self.ranks_per_node else {}
+
+    def assumptions(self, prediction: Prediction | None) -> list[str]:
+        """What the prediction of the script's run assumed (its flags left open), as `diagnose --script` says it."""
+        return list(self.config.notes) if prediction is not None and self.config is not None else []
 
 
 def _script_prediction(script: _ScriptFlags) -> tuple[Prediction | None, str | None]:
@@ -370,11 +392,9 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
             raise MegapilotError(f"{script} does not exist or is not a file", field="script",
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
         launch_flags = _ScriptFlags.read(script)
-        # the script decides its ranks per node: a record of the default (1) would misstate the run (job.json,
-        # the history); nothing when the script does not say
-        ranks = {"gpus_per_node": launch_flags.ranks_per_node} if launch_flags.ranks_per_node else {}
+        # the script decides its ranks per node: a record of the default (1) would misstate the run (job.json)
         return _job_spec(job_spec_or_error, combo=combo or _default_combo(script.stem), script=script,
-                         train_iters=train_iters, **ranks, **common), [], launch_flags
+                         train_iters=train_iters, **launch_flags.job_ranks(), **common), [], launch_flags
     assert plan is not None
     saved_plan = _load_plan(plan)
     if train_iters is not None:

@@ -85,7 +85,9 @@ class JobSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment (values never logged).")
     cwd: Path | None = Field(default=None, description="Working directory; default: the job directory.")
     nodes: int = Field(default=1, ge=1)
-    gpus_per_node: int = Field(default=1, ge=1, description="Processes per node (ranks).")
+    gpus_per_node: int | None = Field(default=1, ge=1, description="Processes per node (ranks); None where the "
+                                      "script's launcher counts them itself (torchrun --nproc-per-node gpu), a count "
+                                      "no executor knows: left unset in the environment and the record.")
     train_iters: int | None = Field(default=None, gt=0, description="Expected final iteration; default: "
                                     "the total printed in the iteration line.")
     require_final_iteration: bool = Field(default=True, description="Exit 0 counts as COMPLETED only when "
@@ -357,6 +359,11 @@ def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[
         raise
 
 
+def ranks_per_node_variable(job: JobSpec) -> dict[str, str]:
+    """`NPROC_PER_NODE` for the job's environment; none where the script's launcher counts the ranks itself."""
+    return {} if job.gpus_per_node is None else {"NPROC_PER_NODE": str(job.gpus_per_node)}
+
+
 def job_spec_or_error(**fields: object) -> JobSpec:
     """Build a JobSpec from user input, turning validation errors into a MegapilotError."""
 
@@ -387,5 +394,6 @@ __all__ = [
     "ProgressCallback",
     "SubmissionRefused",
     "job_spec_or_error",
+    "ranks_per_node_variable",
     "wait_by_polling",
 ]

@@ -39,6 +39,7 @@ from megapilot.execute.base import (
     NodeOutput,
     ProcessesLeft,
     ProgressCallback,
+    ranks_per_node_variable,
     wait_by_polling,
 )
 from megapilot.execute.container import ContainerWrapper
@@ -242,7 +243,7 @@ class LocalExecutor:
             "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(master_port),
             # torchrun reads any of its flags from PET_<FLAG>: a script without --master-port gets ours.
             "PET_MASTER_ADDR": self.master_addr, "PET_MASTER_PORT": str(master_port),
-            "NNODES": str(job.nodes), "NODE_RANK": "0", "NPROC_PER_NODE": str(job.gpus_per_node),
+            "NNODES": str(job.nodes), "NODE_RANK": "0", **ranks_per_node_variable(job),
             "PYTHONUNBUFFERED": "1",  # lines reach the log as they are printed, not when a buffer fills
             # torchrun prefixes each rank's lines ([default<local rank>]:) and keeps per-rank files here.
             "PET_TEE": "3", "PET_LOG_DIR": str((node_log_path(job.job_dir, 0).parent / "ranks").resolve()),

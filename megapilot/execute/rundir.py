@@ -90,7 +90,7 @@ class JobRecord(BaseModel):
     master_addr: str | None = None
     master_port: int | None = None
     nodes: int
-    gpus_per_node: int
+    gpus_per_node: int | None = Field(description="Ranks per node; null where the script's launcher counted them.")
     root_pid: int | None = None
     processes: list[RecordedProcess] = Field(default_factory=list)
     submitted_at: datetime

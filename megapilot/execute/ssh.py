@@ -53,6 +53,7 @@ from megapilot.execute.base import (
     NodeOutput,
     ProcessesLeft,
     ProgressCallback,
+    ranks_per_node_variable,
     wait_by_polling,
 )
 from megapilot.execute.container import ContainerWrapper
@@ -530,7 +531,7 @@ class SshExecutor:
         rendezvous = {
             "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(master_port),
             "PET_MASTER_ADDR": self.master_addr, "PET_MASTER_PORT": str(master_port),
-            "NNODES": str(job.nodes), "NODE_RANK": str(node), "NPROC_PER_NODE": str(job.gpus_per_node),
+            "NNODES": str(job.nodes), "NODE_RANK": str(node), **ranks_per_node_variable(job),
             "PYTHONUNBUFFERED": "1", "PET_TEE": "3",
             JOB_MARKER_VARIABLE: remote_dir, "MEGAPILOT_COMBO": job.combo,
         }

@@ -300,7 +300,41 @@ def test_a_script_whose_torchrun_counts_its_own_ranks_runs_as_written(cli, tmp_p
     assert result.exit_code == 0 and payload["state"] == "COMPLETED"
     # the ranks torchrun counts are no reason to refuse: the reason there is none is the model the flags leave out
     assert payload["prediction_note"].startswith("its flags do not say the whole model")
-    assert json.loads((tmp_path / "runs" / "auto" / "job.json").read_text())["gpus_per_node"] == 1
+    # a count no executor knows: recorded as none, not as the default 1 (nor as a guess)
+    assert json.loads((tmp_path / "runs" / "auto" / "job.json").read_text())["gpus_per_node"] is None
+
+
+def _priced_script_counting_its_ranks(tmp_path: Path) -> Path:
+    """A script `megapilot script` wrote for an H100 plan, its torchrun made to start a rank per GPU; the printer
+    stands in for training."""
+    from megapilot.cli.common import load_plan_file
+    from megapilot.cli.run_cmd import _PlanData, _render_plan
+
+    text = _render_plan(load_plan_file(_saved_tiny_plan(tmp_path)), _PlanData(device="gpu")).script
+    launch = next(line for line in text.splitlines() if "--nproc-per-node" in line)
+    header = next(line for line in text.splitlines() if " launch: " in line)
+    assert "--nproc-per-node 2" in launch
+    script = tmp_path / "train.sh"
+    assert "--global-batch-size 4" in text  # 8 ranks at DP 8 take a batch of 8
+    body = text.split("\n", 1)[1].replace("--nproc-per-node 2", "--nproc-per-node gpu").replace(
+        "--global-batch-size 4", "--global-batch-size 8")
+    script.write_text(f"#!/bin/bash\n{header}\nif false; then\n{body}\nfi\nexec {sys.executable} {PRINTER} --iters 3\n")
+    return script
+
+
+def test_a_priced_script_whose_torchrun_counts_a_rank_per_gpu_says_what_it_assumed(cli, tmp_path):
+    """The prediction prices a rank per GPU of the GPU type's node (8 H100s): run says so, as diagnose does, and
+    job.json records no count it was not given."""
+    script = _priced_script_counting_its_ranks(tmp_path)
+    result, payload = run_json(cli, str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "gpu")
+    assert result.exit_code == 0 and payload["predicted"], payload
+    [assumed] = [note for note in payload["prediction_assumptions"]
+                 if note.startswith("torchrun --nproc-per-node gpu starts a rank per GPU")]
+    assert "assumed 8 GPUs per node" in assumed
+    assert json.loads((tmp_path / "runs" / "gpu" / "job.json").read_text())["gpus_per_node"] is None
+    shown = cli("run", str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "gpu-text")
+    assert shown.exit_code == 0, shown.stderr
+    assert f"note: {assumed}" in " ".join(shown.stderr.split())
 
 
 def test_a_scripts_flags_are_read_once_for_its_ranks_and_its_prediction(cli, tmp_path, monkeypatch):

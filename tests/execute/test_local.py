@@ -91,6 +91,20 @@ def test_user_script_is_copied_and_run_from_the_callers_directory(tmp_path):
     assert f"cwd={tmp_path}" in result.logs[0].read_text()
 
 
+@pytest.mark.parametrize(("ranks", "seen"), [(4, "4"), (None, "unset")])
+def test_ranks_per_node_reach_the_environment_and_job_json_only_when_known(tmp_path, ranks, seen):
+    """A script whose torchrun counts its own ranks (`--nproc-per-node gpu`) gives the executor no count: none is
+    exported and job.json says null, not a default 1."""
+    script = tmp_path / "train.sh"
+    script.write_text(f'#!/bin/bash\necho "ranks=${{NPROC_PER_NODE:-unset}}"\nexec "{sys.executable}" "{PRINTER}" '
+                      "--iters 2\n")
+    job = JobSpec(combo="ranks", run_dir=tmp_path / "runs", script=script, gpus_per_node=ranks)
+    _, handle, result = run(job)
+    assert result.state is JobState.COMPLETED
+    assert f"ranks={seen}\n" in result.logs[0].read_text()
+    assert json.loads((handle.job_dir / "job.json").read_text())["gpus_per_node"] == ranks
+
+
 def test_silent_job_is_hung_and_its_whole_tree_stopped(tmp_path):
     job = printer_job(tmp_path, "--iters", "50", "--stall-after", "3", "--spawn-children", "2",
                       "--detach-children", "--ignore-sigterm", "--interval-s", "0.1")
