@@ -19,7 +19,7 @@ Supported (by `architectures[0]`, else `model_type`):
   four, gated attention, zero-centred norms).
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
-YaRN, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
+YaRN and its `truncate`, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
 norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax
 vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing,
 aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same as
@@ -517,8 +517,18 @@ def _yarn_scaling(config: HFConfig, scaling: HFConfig, factor: float) -> YarnRop
     return YarnRopeScaling(
         factor=factor, original_max_position_embeddings=original,
         beta_fast=_yarn_beta(scaling, "beta_fast", 32.0), beta_slow=_yarn_beta(scaling, "beta_slow", 1.0),
-        mscale=mscale, mscale_all_dim=mscale_all_dim,
+        mscale=mscale, mscale_all_dim=mscale_all_dim, truncate=_yarn_truncate(scaling),
     )
+
+
+def _yarn_truncate(scaling: HFConfig) -> bool:
+    """Whether YaRN rounds its correction range to whole dimensions (floor and ceil): transformers'
+    `rope_parameters.get("truncate", True)` (modeling_rope_utils.py, _compute_yarn_parameters), so absent is true
+    and a null, falsy there, is false; GPT-OSS states false. Megatron-Core's YarnRotaryEmbedding calls it
+    correction_range_round_to_int."""
+    if "truncate" in scaling and scaling["truncate"] is None:
+        return False
+    return _flag(scaling, "truncate", True)
 
 
 def _yarn_beta(scaling: HFConfig, name: str, default: float) -> float:

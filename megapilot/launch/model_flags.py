@@ -27,8 +27,10 @@ from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
 _MEGATRON_LLAMA3_SCALING = {
     "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
 }
-#: YaRN under MLA: MLATransformerConfig's defaults for the values arguments.py has no flag for.
-_MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+#: YaRN under MLA: MLATransformerConfig's defaults for the values arguments.py has no flag for; MLA builds its
+#: YarnRotaryEmbedding without correction_range_round_to_int, whose default (true) rounds the correction range.
+_MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
+                           "truncate": True}
 
 
 def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
@@ -217,12 +219,17 @@ def _require_megatron_values(scaling: Llama3RopeScaling | YarnRopeScaling, fixed
         value = getattr(scaling, name)
         if value != megatron_value:
             raise MegapilotError(
-                f"{what} in Megatron-LM core_v0.16.0 pretrain_gpt.py uses {name}={megatron_value:g} "
-                f"and no flag reaches the model to change it; this model has {value:g}",
+                f"{what} in Megatron-LM core_v0.16.0 pretrain_gpt.py uses {name}={_shown(megatron_value)} "
+                f"and no flag reaches the model to change it; this model has {_shown(value)}",
                 field=f"model.rope_scaling.{name}",
                 fix="launch through Megatron-Bridge (its model providers set it), or use a model with "
-                    f"{name}={megatron_value:g}",
+                    f"{name}={_shown(megatron_value)}",
             )
+
+
+def _shown(value: float) -> str:
+    """A scaling parameter as a config writes it: true/false for a switch, else the number."""
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}"
 
 
 # ---- MLA and MoE -----------------------------------------------------------------------------------

@@ -399,6 +399,11 @@ class YarnRopeScaling(_Spec):
     beta_slow: float = Field(default=1.0, gt=0)
     mscale: float = Field(default=1.0, description="Attention temperature term (--mscale).")
     mscale_all_dim: float = Field(default=0.0, description="Softmax-scale term over all dims (--mscale-all-dim).")
+    truncate: bool = Field(
+        default=True,
+        description="Round the correction range to whole dimensions (HF `truncate`; Megatron-Core's "
+                    "yarn_correction_range_round_to_int). GPT-OSS: false.",
+    )
 
     @property
     def concentration(self) -> float:

@@ -8,6 +8,7 @@ import pytest
 from megapilot.catalog.hf import SUPPORTED_ARCHITECTURES, from_hf_config, load_hf_config
 from megapilot.errors import MegapilotError
 from megapilot.estimate.params import count_params
+from megapilot.spec.model import YarnRopeScaling
 
 HF_CONFIGS = Path(__file__).parents[1] / "data" / "hf_configs"
 
@@ -1005,3 +1006,16 @@ def test_a_stated_zero_mtp_depth_is_not_overridden_by_a_second_spelling():
     glm = GLM4_MOE_DEFAULTS | {"num_nextn_predict_layers": 0, "num_mtp_layers": 1}
     assert from_hf_config(glm, "glm").mtp_num_layers == 0
     assert from_hf_config(glm | {"num_nextn_predict_layers": None}, "glm").mtp_num_layers == 1
+
+
+# ---- stated keys the import dropped, read as transformers reads them -----------------------------------------------
+
+
+def test_yarn_truncate_is_read_as_transformers_reads_it():
+    # gpt-oss states truncate false (Megatron-Bridge: yarn_correction_range_round_to_int=False); it was dropped
+    gpt_oss = from_hf_config(_config("gpt-oss-20b"), "gpt-oss").rope_scaling
+    assert isinstance(gpt_oss, YarnRopeScaling) and gpt_oss.truncate is False
+    v3 = _config("DeepSeek-V3")
+    assert from_hf_config(v3, "v3").rope_scaling.truncate is True  # absent: transformers' get("truncate", True)
+    assert from_hf_config(_set(v3, "rope_scaling.truncate", None), "v3").rope_scaling.truncate is False  # falsy
+    _one_line_refusal(_set(v3, "rope_scaling.truncate", "no"), "truncate")

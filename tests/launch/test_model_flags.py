@@ -111,6 +111,9 @@ def test_llama31_scaling_deepseek_router_and_yarn_reach_their_flags():
     ("deepseek-v3", {"type": "llama3", "factor": 8.0}, "model.rope_scaling.type"),
     ("deepseek-v3", {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 8192},
      "model.rope_scaling.original_max_position_embeddings"),
+    # MLA's YaRN always rounds its correction range (no correction_range_round_to_int reaches it)
+    ("deepseek-v3", {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "truncate": False},
+     "model.rope_scaling.truncate"),
 ])
 def test_rope_scalings_pretrain_gpt_cannot_build_are_refused_by_field(model_name, scaling, field):
     from megapilot.spec.model import ModelSpec
