@@ -19,17 +19,19 @@ Supported (by `architectures[0]`, else `model_type`):
   four, gated attention, zero-centred norms).
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
-YaRN and its `truncate`, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings, q/k
-norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax
-vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing,
-aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same as
-its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A router
-key the config leaves out (`norm_topk_prob`) takes the default of its family's configuration class in
-transformers, as transformers would build the model; a value of the wrong JSON type, NaN/Infinity or out of
-range is refused by its field. Only an absent or null key takes a default: a 0 (or an empty string) is the config's
-own value, refused by its key where the model cannot run it (an epsilon, a width, a kernel, a layer step, a RoPE
-factor), and kept where transformers gives it a meaning (DeepSeek's `mscale_all_dim: 0`; a YaRN `beta_fast: 0`,
-which transformers reads as 32).
+YaRN and its `truncate`, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings,
+q/k norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax vs
+renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing, aux-loss-free expert
+bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same
+as its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A key the
+config leaves out takes the default of its family's configuration class in transformers (`_ABSENT_KEY_DEFAULTS`:
+norm epsilon, context, KV heads, head size, RoPE base, activation, routed and shared experts, router, aux-loss
+weight, ...), as transformers would build the model; a key the import requires is refused when absent; a value of
+the wrong JSON type, NaN/Infinity or out of range is refused by its field. Only an absent or null key takes a
+default (a null keeps the meaning transformers gives it where it has one: `_NULL_IS_A_VALUE`): a 0 (or an empty
+string) is the config's own value, refused by its key where the model cannot run it (an epsilon, a width, a kernel,
+a layer step, a RoPE factor), and kept where transformers gives it a meaning (DeepSeek's `mscale_all_dim: 0`; a
+YaRN `beta_fast: 0`, which transformers reads as 32).
 
 What a ModelSpec does not model is either refused with a `MegapilotError` naming the field (a
 Qwen sliding window on some layers only, MoE layer placements Megatron cannot express, attention-only
@@ -249,8 +251,9 @@ def _rope_parameters_as_top_level(config: HFConfig) -> HFConfig:
         if read.get(key) is None and parameters.get(key) is not None:
             read[key] = parameters[key]
     kind = _stated(parameters, "rope_type", "type", default="default")
-    if read.get("rope_scaling") is None and kind != "default":
-        read["rope_scaling"] = {k: v for k, v in parameters.items() if k not in _ROPE_TOP_LEVEL_KEYS}
+    if read.get("rope_scaling") is None:  # plain RoPE stated as such: not a family's default scaling (GPT-OSS's)
+        read["rope_scaling"] = ({k: v for k, v in parameters.items() if k not in _ROPE_TOP_LEVEL_KEYS}
+                                if kind != "default" else {"rope_type": "default"})
     return read
 
 
@@ -626,7 +629,7 @@ def _mixtral(config: HFConfig) -> dict[str, Any]:
         num_experts=_required_int(config, "num_local_experts"),
         router_topk=_required_int(config, "num_experts_per_tok"),
         moe_ffn_hidden_size=fields["ffn_hidden_size"],
-        aux_loss_coeff=_optional_float(config, "router_aux_loss_coef") or 0.0,
+        aux_loss_coeff=_float_or(config, "router_aux_loss_coef", 0.0),
     )
     return fields
 
@@ -652,7 +655,7 @@ def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
         shared_expert_gate=shared_expert,
         first_k_dense_layers=first_k_dense,
         moe_layer_freq=freq,
-        aux_loss_coeff=_optional_float(config, "router_aux_loss_coef") or 0.0,
+        aux_loss_coeff=_float_or(config, "router_aux_loss_coef", 0.0),
         # norm_topk_prob false: softmax over all experts, top-k weights kept as they are.
         router_pre_softmax=not _norm_topk_prob(config),
     )
@@ -888,26 +891,92 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
 
 
 # What a config.json may leave out, as the family's configuration class in Hugging Face transformers takes it
-# (src/transformers/models/<family>/configuration_<family>.py), so an absent key reads as transformers builds the
-# model. DeepSeek-V3's classes have no `scoring_func` or `topk_method`: its router is always the sigmoid gate with
-# the noaux_tc expert bias (DeepseekV3TopkRouter), written here in the keys the DeepSeek reader takes.
+# (src/transformers/models/<family>/configuration_<family>.py of transformers 5.25: the class's fields and its
+# __post_init__), so an absent key reads as transformers builds the model. Listed: every key the readers take with a
+# fallback of their own where the family's class has another default; the readers' fallbacks (rms_norm_eps 1e-6,
+# max_position_embeddings 4096, rope_theta 10000, one KV head per query head, head_dim hidden/heads, silu, no
+# attention bias, no window, no routed or shared experts, no aux loss, ...) are every other family's. Keys a reader
+# requires are refused when absent, never defaulted. DeepSeek-V3's classes have no `scoring_func` or
+# `topk_method`: its router is always the sigmoid gate with the noaux_tc expert bias (DeepseekV3TopkRouter; V3.2's
+# and V4's routers likewise, V4 scoring with sqrtsoftplus), written here in the keys the DeepSeek reader takes.
 _ABSENT_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "qwen2_moe": {"norm_topk_prob": False},  # Qwen2MoeConfig
-    "qwen3_moe": {"norm_topk_prob": False},  # Qwen3MoeConfig
-    "qwen3_next": {"norm_topk_prob": True},  # Qwen3NextConfig
-    "deepseek_v2": {"norm_topk_prob": False},  # DeepseekV2Config
-    "deepseek_v3": {"norm_topk_prob": True, "n_group": 8, "topk_group": 4,  # DeepseekV3Config
-                    "scoring_func": "sigmoid", "topk_method": "noaux_tc"},
-    "deepseek_v32": {"norm_topk_prob": True},  # DeepseekV32Config
-    "deepseek_v4": {"norm_topk_prob": True},  # DeepseekV4Config
-    "glm4_moe": {"norm_topk_prob": True},  # Glm4MoeConfig
-    "glm_moe_dsa": {"norm_topk_prob": True},  # GlmMoeDsaConfig
+    "llama": {"max_position_embeddings": 2048},  # LlamaConfig
+    "mistral": {"max_position_embeddings": 131072, "num_key_value_heads": 8, "sliding_window": 4096},  # MistralConfig
+    "mixtral": {"rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_key_value_heads": 8,  # MixtralConfig
+                "rope_theta": 1e6, "router_aux_loss_coef": 0.001},  # (rope_theta: its default_theta)
+    "qwen2": {"max_position_embeddings": 32768, "num_key_value_heads": 32},  # Qwen2Config
+    "qwen2_moe": {"max_position_embeddings": 32768, "num_key_value_heads": 16,  # Qwen2MoeConfig
+                  "shared_expert_intermediate_size": 5632, "router_aux_loss_coef": 0.001, "norm_topk_prob": False},
+    "qwen3": {"max_position_embeddings": 32768, "num_key_value_heads": 32, "head_dim": 128},  # Qwen3Config
+    "qwen3_moe": {"max_position_embeddings": 32768, "num_key_value_heads": 4,  # Qwen3MoeConfig
+                  "router_aux_loss_coef": 0.001, "norm_topk_prob": False},
+    "qwen3_next": {"max_position_embeddings": 32768, "num_key_value_heads": 2, "head_dim": 256,  # Qwen3NextConfig
+                   "partial_rotary_factor": 0.25, "shared_expert_intermediate_size": 512,
+                   "router_aux_loss_coef": 0.001, "norm_topk_prob": True},
+    "deepseek_v2": {"max_position_embeddings": 2048, "q_lora_rank": 1536, "n_routed_experts": 64,  # DeepseekV2Config
+                    "n_shared_experts": 2, "norm_topk_prob": False},
+    "deepseek_v3": {"q_lora_rank": 1536, "n_routed_experts": 256, "n_shared_experts": 1,  # DeepseekV3Config
+                    "first_k_dense_replace": 3, "routed_scaling_factor": 2.5, "norm_topk_prob": True, "n_group": 8,
+                    "topk_group": 4, "scoring_func": "sigmoid", "topk_method": "noaux_tc"},
+    "deepseek_v32": {"max_position_embeddings": 163840, "q_lora_rank": 1536,  # DeepseekV32Config
+                     "n_routed_experts": 256, "n_shared_experts": 1, "first_k_dense_replace": 3,
+                     "routed_scaling_factor": 2.5, "norm_topk_prob": True, "n_group": 8, "topk_group": 4,
+                     "scoring_func": "sigmoid", "topk_method": "noaux_tc"},
+    "deepseek_v4": {"max_position_embeddings": 1048576, "n_shared_experts": 1,  # DeepseekV4Config
+                    "routed_scaling_factor": 1.5, "norm_topk_prob": True, "scoring_func": "sqrtsoftplus",
+                    "topk_method": "noaux_tc", "swiglu_limit": 10.0, "hc_mult": 4,
+                    "num_hash_layers": 3},  # (num_hash_layers: its default_num_hash_layers)
+    "glm4_moe": {"rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_key_value_heads": 8,  # Glm4MoeConfig
+                 "n_shared_experts": 1, "first_k_dense_replace": 1, "norm_topk_prob": True},
+    "glm_moe_dsa": {"rms_norm_eps": 1e-5, "max_position_embeddings": 202752, "q_lora_rank": 2048,  # GlmMoeDsaConfig
+                    "n_routed_experts": 256, "n_shared_experts": 1, "routed_scaling_factor": 2.5,
+                    "norm_topk_prob": True},
+    "gemma": {"max_position_embeddings": 8192, "num_key_value_heads": 16, "head_dim": 256,  # GemmaConfig
+              "hidden_act": "gelu_pytorch_tanh"},
+    "gemma2": {"max_position_embeddings": 8192, "num_key_value_heads": 4, "head_dim": 256,  # Gemma2Config
+               "hidden_activation": "gelu_pytorch_tanh"},
+    "phi3": {"rms_norm_eps": 1e-5},  # Phi3Config
+    "gpt_oss": {"rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_key_value_heads": 8,  # GptOssConfig
+                "head_dim": 64, "rope_theta": 150000.0, "attention_bias": True, "swiglu_limit": 7.0,
+                # its __post_init__'s RoPE when the config states none
+                "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                 "truncate": False, "original_max_position_embeddings": 4096}},
+    "llama4": {"rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_key_value_heads": 8,  # Llama4TextConfig
+               "head_dim": 128, "rope_theta": 500000.0, "intermediate_size_mlp": 16384,
+               "attention_chunk_size": 8192, "router_aux_loss_coef": 0.001},
+    "nemotron_h": {"num_key_value_heads": 8, "head_dim": 128, "mamba_num_heads": 128,  # NemotronHConfig
+                   "moe_shared_expert_intermediate_size": 7688},
 }
+
+# Keys whose null is a value of its own, not 'absent': the model transformers (or, for n_routed_experts, DeepSeek's
+# own code) builds from a None differs from the default's. Every other listed key reads a null as absent, as
+# transformers does where its class replaces a None (GPT-OSS's rope_scaling) and as the house rule has it where a None
+# would not build (an epsilon, a width, a clamp).
+_NULL_IS_A_VALUE = frozenset({
+    "n_routed_experts",  # a dense MLA model
+    "q_lora_rank",  # queries projected without a low-rank step (DeepSeek-V2-Lite)
+    "norm_topk_prob",  # falsy: the top-k weights are not renormalised
+    "sliding_window",  # full attention (Mistral v0.2 and later, Mixtral)
+    "attention_chunk_size",  # no chunked attention
+    "num_key_value_heads",  # one KV head per query head
+    "head_dim",  # hidden_size / num_attention_heads
+})
 
 
 def _with_absent_keys(config: HFConfig, family: str) -> HFConfig:
-    """The config with the keys it leaves out at its family's transformers defaults (`_ABSENT_KEY_DEFAULTS`)."""
-    return _ABSENT_KEY_DEFAULTS.get(family, {}) | config
+    """The config with the keys it leaves out at its family's transformers defaults (`_ABSENT_KEY_DEFAULTS`): an
+    absent key, or a null one unless its null has a meaning (`_NULL_IS_A_VALUE`). Llama 4's go into the text model's
+    `text_config` where the checkpoint is multimodal."""
+    defaults = _ABSENT_KEY_DEFAULTS.get(family, {})
+    if family == "llama4" and isinstance(config.get("text_config"), dict):
+        return {**config, "text_config": _with_defaults(config["text_config"], defaults)}
+    return _with_defaults(config, defaults)
+
+
+def _with_defaults(config: HFConfig, defaults: dict[str, Any]) -> HFConfig:
+    left_out = {key: value for key, value in defaults.items()
+                if key not in config or (config[key] is None and key not in _NULL_IS_A_VALUE)}
+    return config | left_out
 
 
 def _norm_topk_prob(config: HFConfig) -> bool:
@@ -1076,7 +1145,7 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
             first_k_dense_layers=first_k_dense,
             moe_layer_freq=freq,
             router_score_function="sigmoid",
-            aux_loss_coeff=_optional_float(text, "router_aux_loss_coef") or 0.0,
+            aux_loss_coeff=_float_or(text, "router_aux_loss_coef", 0.0),
         ),
     }
     return fields

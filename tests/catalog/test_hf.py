@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from pathlib import Path
 
 import pytest
@@ -883,8 +884,8 @@ def test_a_refused_value_with_no_known_key_still_carries_a_fix():
     assert info.value.field == "num_experts_per_tok" and info.value.fix
 
 
-@pytest.mark.parametrize(("name", "key", "default"), [("Llama-3.1-8B", "max_position_embeddings", 4096),
-                                                      ("gpt2", "n_positions", 1024)])
+@pytest.mark.parametrize(("name", "key", "default"), [("Llama-3.1-8B", "max_position_embeddings", 2048),
+                                                      ("gpt2", "n_positions", 1024)])  # LlamaConfig, GPT2Config
 def test_zero_positions_are_refused_by_their_key_not_read_as_absent(name, key, default):
     # 0 read as 'absent' and became the default's 4,096 (GPT-2: 1,024) positions the config never gave
     config = _config(name)
@@ -1006,6 +1007,163 @@ def test_a_stated_zero_mtp_depth_is_not_overridden_by_a_second_spelling():
     glm = GLM4_MOE_DEFAULTS | {"num_nextn_predict_layers": 0, "num_mtp_layers": 1}
     assert from_hf_config(glm, "glm").mtp_num_layers == 0
     assert from_hf_config(glm | {"num_nextn_predict_layers": None}, "glm").mtp_num_layers == 1
+
+
+# ---- every key a config leaves out reads as its family's class in transformers builds it -------------------------
+
+
+def _without(config: dict, path: str) -> dict:
+    """A copy of `config` without the key at the dotted `path` (e.g. text_config.rms_norm_eps)."""
+    config = json.loads(json.dumps(config))
+    *parents, key = path.split(".")
+    inner = config
+    for parent in parents:
+        inner = inner[parent]
+    del inner[key]
+    return config
+
+
+GPT_OSS_YARN = {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0, "truncate": False}
+PHI3_MINI = {"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "num_hidden_layers": 32,
+             "intermediate_size": 8192, "num_attention_heads": 32, "vocab_size": 32064, "rms_norm_eps": 1e-6}
+
+# config, the key left out, the ModelSpec field it sets, and that field under the default of the family's
+# configuration class in transformers 5.25 (models/<family>/configuration_<family>.py). Each differs from what the
+# import read before: the readers' own fallbacks (1e-6, 4096 positions, RoPE base 10000, one KV head per query head,
+# hidden / heads, silu, no experts, no aux loss, ...).
+TRANSFORMERS_DEFAULTS = [
+    # MixtralConfig
+    (_config("Mixtral-8x7B-v0.1"), "rms_norm_eps", "norm_epsilon", 1e-5),
+    (_config("Mixtral-8x7B-v0.1"), "router_aux_loss_coef", "moe.aux_loss_coeff", 1e-3),
+    (_config("Mixtral-8x7B-v0.1"), "rope_theta", "rotary_base", 1_000_000),
+    (_config("Mixtral-8x7B-v0.1"), "num_key_value_heads", "num_query_groups", 8),
+    (_config("Mixtral-8x7B-v0.1"), "max_position_embeddings", "max_position_embeddings", 131072),
+    # Phi3Config
+    (PHI3_MINI, "rms_norm_eps", "norm_epsilon", 1e-5),
+    # Llama4TextConfig
+    (_config(SCOUT), "text_config.rms_norm_eps", "norm_epsilon", 1e-5),
+    (_config(SCOUT), "text_config.router_aux_loss_coef", "moe.aux_loss_coeff", 1e-3),
+    (_config(SCOUT), "text_config.rope_theta", "rotary_base", 500_000),
+    (_config(SCOUT), "text_config.attention_chunk_size", "attention_chunk_size", 8192),
+    (_config(SCOUT) | {"text_config": _config(SCOUT)["text_config"] | {"intermediate_size_mlp": 8192}},
+     "text_config.intermediate_size_mlp", "ffn_hidden_size", 16384),
+    (_config(SCOUT), "text_config.max_position_embeddings", "max_position_embeddings", 131072),
+    # GptOssConfig
+    (_config("gpt-oss-20b"), "rms_norm_eps", "norm_epsilon", 1e-5),
+    (_config("gpt-oss-20b"), "rope_theta", "rotary_base", 150_000),
+    (_config("gpt-oss-20b"), "attention_bias", "add_bias_linear", True),
+    (_config("gpt-oss-20b"), "swiglu_limit", "activation_clamp", 7.0),
+    (_config("gpt-oss-20b"), "head_dim", "kv_channels", 64),
+    (_config("gpt-oss-20b"), "rope_scaling", "rope_scaling", GPT_OSS_YARN),  # its __post_init__'s YaRN
+    # Glm4MoeConfig
+    (GLM4_MOE_DEFAULTS, "rms_norm_eps", "norm_epsilon", 1e-5),
+    (GLM4_MOE_DEFAULTS, "n_shared_experts", "moe.shared_expert_ffn_hidden_size", 1408),
+    (GLM4_MOE_DEFAULTS, "first_k_dense_replace", "moe.first_k_dense_layers", 1),
+    # GlmMoeDsaConfig
+    (_config("GLM-5"), "rms_norm_eps", "norm_epsilon", 1e-5),
+    (_config("GLM-5"), "n_routed_experts", "moe.num_experts", 256),
+    (_config("GLM-5") | {"routed_scaling_factor": 1.0}, "routed_scaling_factor", "moe.router_topk_scaling_factor",
+     2.5),
+    (_config("GLM-5") | {"q_lora_rank": 1536}, "q_lora_rank", "mla.q_lora_rank", 2048),
+    # DeepseekV2Config
+    (_config("DeepSeek-V2-Lite"), "n_routed_experts", "moe.num_experts", 64),
+    (_config("DeepSeek-V2-Lite") | {"n_shared_experts": 1}, "n_shared_experts", "moe.shared_expert_ffn_hidden_size",
+     2 * 1408),
+    (_config("DeepSeek-V2-Lite"), "q_lora_rank", "mla.q_lora_rank", 1536),  # its null: no query LoRA
+    (_config("DeepSeek-V2-Lite"), "max_position_embeddings", "max_position_embeddings", 2048),
+    # DeepseekV3Config
+    (_config("DeepSeek-V3"), "n_routed_experts", "moe.num_experts", 256),
+    (_config("DeepSeek-V3"), "n_shared_experts", "moe.shared_expert_ffn_hidden_size", 2048),
+    (_config("DeepSeek-V3"), "first_k_dense_replace", "moe.first_k_dense_layers", 3),
+    (_config("DeepSeek-V3"), "routed_scaling_factor", "moe.router_topk_scaling_factor", 2.5),
+    # DeepseekV32Config (its router is V3's sigmoid gate with the expert bias)
+    (_config("DeepSeek-V3.2"), "n_routed_experts", "moe.num_experts", 256),
+    (_config("DeepSeek-V3.2"), "scoring_func", "moe.router_score_function", "sigmoid"),
+    (_config("DeepSeek-V3.2"), "topk_method", "moe.router_expert_bias", True),
+    (_config("DeepSeek-V3.2"), "n_group", "moe.router_num_groups", 8),
+    (_config("DeepSeek-V3.2"), "max_position_embeddings", "max_position_embeddings", 163840),
+    # DeepseekV4Config
+    (_config("DeepSeek-V4-Flash"), "scoring_func", "moe.router_score_function", "sqrtsoftplus"),
+    (_config("DeepSeek-V4-Flash"), "topk_method", "moe.router_expert_bias", True),
+    (_config("DeepSeek-V4-Flash") | {"routed_scaling_factor": 1.0}, "routed_scaling_factor",
+     "moe.router_topk_scaling_factor", 1.5),
+    (_config("DeepSeek-V4-Flash"), "hc_mult", "residual_streams", 4),
+    (_config("DeepSeek-V4-Flash"), "num_hash_layers", "moe.num_hash_layers", 3),
+    (_config("DeepSeek-V4-Flash"), "swiglu_limit", "activation_clamp", 10.0),
+    # Qwen2MoeConfig, Qwen3MoeConfig, Qwen3NextConfig
+    (OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0], "shared_expert_intermediate_size", "moe.shared_expert_ffn_hidden_size",
+     5632),
+    (OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0], "num_key_value_heads", "num_query_groups", None),  # 16 of 16 heads
+    (_config("Qwen3-30B-A3B"), "router_aux_loss_coef", "moe.aux_loss_coeff", 1e-3),
+    (_config("Qwen3-30B-A3B"), "num_key_value_heads", "num_query_groups", 4),
+    (_config("Qwen3-30B-A3B"), "max_position_embeddings", "max_position_embeddings", 32768),
+    (_config("Qwen3-Next-80B-A3B-Instruct"), "partial_rotary_factor", "rotary_percent", 0.25),
+    (_config("Qwen3-Next-80B-A3B-Instruct"), "shared_expert_intermediate_size", "moe.shared_expert_ffn_hidden_size",
+     512),
+    (_config("Qwen3-Next-80B-A3B-Instruct"), "head_dim", "kv_channels", 256),
+    (_config("Qwen3-Next-80B-A3B-Instruct"), "router_aux_loss_coef", "moe.aux_loss_coeff", 1e-3),
+    # Qwen2Config, Qwen3Config (head_dim 128 where hidden / heads is 64)
+    (OTHER_FAMILIES["Qwen2-7B"][0] | {"max_position_embeddings": 4096}, "max_position_embeddings",
+     "max_position_embeddings", 32768),
+    (OTHER_FAMILIES["Qwen3-8B"][0] | {"num_attention_heads": 64}, "head_dim", "kv_channels", 128),
+    # MistralConfig: a window over every layer unless the config says null
+    (OTHER_FAMILIES["Mistral-7B-v0.1"][0], "sliding_window", "sliding_window", 4096),
+    (OTHER_FAMILIES["Mistral-7B-v0.1"][0], "num_key_value_heads", "num_query_groups", 8),
+    # GemmaConfig, Gemma2Config: the tanh GELU, 256-wide heads
+    (OTHER_FAMILIES["gemma-7b"][0], "hidden_act", "mlp_activation", "geglu"),
+    (OTHER_FAMILIES["gemma-7b"][0], "head_dim", "kv_channels", 256),
+    (OTHER_FAMILIES["gemma-2-9b"][0], "hidden_activation", "mlp_activation", "geglu"),
+    (OTHER_FAMILIES["gemma-2-9b"][0], "num_key_value_heads", "num_query_groups", 4),
+    # LlamaConfig
+    (_config("Llama-3.1-8B"), "max_position_embeddings", "max_position_embeddings", 2048),
+    # NemotronHConfig
+    (NEMOTRON_H_8B, "mamba_num_heads", "mamba.num_heads", 128),
+    (NEMOTRON_H_8B, "num_key_value_heads", "num_query_groups", 8),
+    (_config(NANO), "moe_shared_expert_intermediate_size", "moe.shared_expert_ffn_hidden_size", 7688),
+]
+
+
+def _read(model: object, field: str) -> object:
+    value = attrgetter(field)(model)
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+@pytest.mark.parametrize(("config", "key", "field", "default"), TRANSFORMERS_DEFAULTS,
+                         ids=[f"{c.get('architectures', [c.get('model_type')])[0]}-{k}"
+                              for c, k, _, _ in TRANSFORMERS_DEFAULTS])
+def test_a_config_without_a_key_reads_as_its_family_default_in_transformers(config, key, field, default):
+    # each read as the import's own fallback (in brackets above), not as transformers builds the model
+    assert _read(from_hf_config(_without(config, key), "left-out"), field) == default
+
+
+@pytest.mark.parametrize(("config", "key", "field", "default"), [
+    (_config("Mixtral-8x7B-v0.1"), "rms_norm_eps", "norm_epsilon", 1e-5),
+    (_config("Mixtral-8x7B-v0.1"), "router_aux_loss_coef", "moe.aux_loss_coeff", 1e-3),
+    (_config("DeepSeek-V3"), "routed_scaling_factor", "moe.router_topk_scaling_factor", 2.5),
+    (_config("gpt-oss-20b"), "rope_scaling", "rope_scaling", GPT_OSS_YARN),  # GptOssConfig replaces a None too
+])
+def test_a_null_key_reads_as_absent_where_its_null_has_no_meaning_of_its_own(config, key, field, default):
+    assert _read(from_hf_config(config | {key: None}, "null"), field) == default
+
+
+def test_a_null_with_a_meaning_of_its_own_keeps_it():
+    # a dense MLA model, queries without LoRA, full attention, no chunking, one KV head per query head
+    assert from_hf_config(_config("DeepSeek-V3") | {"n_routed_experts": None}, "v3").moe is None
+    assert from_hf_config(_config("DeepSeek-V2-Lite"), "v2").mla.q_lora_rank is None
+    assert from_hf_config(OTHER_FAMILIES["Mistral-7B-v0.1"][0] | {"sliding_window": None}, "m").sliding_window is None
+    scout = _config(SCOUT)
+    scout["text_config"]["attention_chunk_size"] = None
+    assert from_hf_config(scout, "scout").attention_chunk_size is None
+    assert from_hf_config(_config("Mixtral-8x7B-v0.1") | {"num_key_value_heads": None}, "m").num_query_groups is None
+
+
+def test_a_gpt_oss_config_stating_plain_rope_in_rope_parameters_is_not_given_the_default_yarn():
+    # GptOssConfig builds its YaRN only when the config states no RoPE at all
+    saved = {key: value for key, value in _config("gpt-oss-20b").items() if key not in ("rope_scaling", "rope_theta")}
+    plain = saved | {"rope_parameters": {"rope_type": "default", "rope_theta": 150000.0}}
+    model = from_hf_config(plain, "plain")
+    assert model.rope_scaling is None and model.rotary_base == 150_000
 
 
 # ---- stated keys the import dropped, read as transformers reads them -----------------------------------------------
