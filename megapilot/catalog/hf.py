@@ -20,9 +20,9 @@ Supported (by `architectures[0]`, else `model_type`):
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
 YaRN and its `truncate`, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings,
-q/k norms, MLA and its latent norms, MTP depth, and the router's meaning (score function, pre-softmax vs
-renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited routing, aux-loss-free expert
-bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same
+q/k norms, MLA and its latent norms, MTP depth, Llama 4's `moe_layers` and NoPE interval, and the router's meaning
+(score function, pre-softmax vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited
+routing, aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same
 as its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A key the
 config leaves out takes the default of its family's configuration class in transformers (`_ABSENT_KEY_DEFAULTS`:
 norm epsilon, context, KV heads, head size, RoPE base, activation, routed and shared experts, router, aux-loss
@@ -1119,24 +1119,18 @@ def _gpt_oss(config: HFConfig) -> dict[str, Any]:
 
 
 def _llama4(config: HFConfig) -> dict[str, Any]:
-    """Llama 4 (text model): MoE every `interleave_moe_layer_step`-th layer with a shared expert, sigmoid top-1
-    router, dense layers of width intermediate_size_mlp, chunked attention on RoPE layers, NoPE every 4th."""
+    """Llama 4 (text model): MoE on the `moe_layers` (else every `interleave_moe_layer_step`-th layer) with a shared
+    expert, sigmoid top-1 router, dense layers of width intermediate_size_mlp, chunked attention on RoPE layers,
+    NoPE every `no_rope_layer_interval`-th (4), as Llama4TextConfig places them."""
     text = config.get("text_config") or config
     fields = _llama_core(text)
-    # transformers' range(step - 1, layers, step) has no step 0
-    step = _positive_int_or(text, "interleave_moe_layer_step", 1, "1 (every layer MoE) or the k of MoE on every "
-                                                                   "k-th layer, as the model card gives it")
-    first_k_dense, freq = _moe_placement(fields["num_layers"], lambda i: (i + 1) % step == 0,
-                                         "interleave_moe_layer_step")
+    first_k_dense, freq = _llama4_moe_placement(text, fields["num_layers"])
     expert_width = _required_int(text, "intermediate_size")
-    no_rope = list(text.get("no_rope_layers") or [])
-    if no_rope and no_rope != [int((i + 1) % 4 != 0) for i in range(fields["num_layers"])]:
-        raise _refuse("no_rope_layers", "only NoPE on every 4th layer (Megatron --no-rope-freq 4) is modelled")
     fields |= {
         "ffn_hidden_size": _positive_int_or(text, "intermediate_size_mlp", expert_width,
                                             "the dense layers' MLP width the model card gives (Scout: 16384)"),
         "attention_chunk_size": _optional_int(text, "attention_chunk_size"),
-        "no_rope_freq": 4,
+        "no_rope_freq": _llama4_no_rope_freq(text, fields["num_layers"]),
         "moe": MoESpec(
             num_experts=_required_int(text, "num_local_experts"),
             router_topk=_required_int(text, "num_experts_per_tok"),
@@ -1149,6 +1143,32 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
         ),
     }
     return fields
+
+
+def _llama4_moe_placement(text: HFConfig, layers: int) -> tuple[int, int]:
+    """Llama4TextConfig's MoE layers: `moe_layers` when stated (transformers then ignores the step), else
+    range(interleave_moe_layer_step - 1, layers, step); as Megatron's (first dense layers, MoE every k-th)."""
+    if text.get("moe_layers") is not None:
+        moe_layers = set(_layer_indices(text, "moe_layers"))
+        return _moe_placement(layers, lambda i: i in moe_layers, "moe_layers")
+    # transformers' range(step - 1, layers, step) has no step 0
+    step = _positive_int_or(text, "interleave_moe_layer_step", 1, "1 (every layer MoE) or the k of MoE on every "
+                                                                   "k-th layer, as the model card gives it")
+    return _moe_placement(layers, lambda i: (i + 1) % step == 0, "interleave_moe_layer_step")
+
+
+def _llama4_no_rope_freq(text: HFConfig, layers: int) -> int:
+    """Every how many layers Llama 4 drops RoPE (Megatron's --no-rope-freq): `no_rope_layers` (1 = RoPE) when
+    stated, else every `no_rope_layer_interval`-th layer (Llama4TextConfig: 4)."""
+    no_rope = list(text.get("no_rope_layers") or [])  # transformers: an empty list is the interval's pattern
+    if not no_rope:
+        return _positive_int_or(text, "no_rope_layer_interval", 4, "the k of NoPE on every k-th layer (4), or "
+                                                                     "leave it out for 4")
+    first_nope = next((i for i, rope in enumerate(no_rope) if not rope), None)
+    every = len(no_rope) + 1 if first_nope is None else first_nope + 1
+    if every > layers or no_rope != [int((i + 1) % every != 0) for i in range(layers)]:
+        raise _refuse("no_rope_layers", "only NoPE on every k-th layer (Megatron --no-rope-freq k) is modelled")
+    return every
 
 
 def llama4_vision_params(config: HFConfig) -> int:

@@ -1177,3 +1177,30 @@ def test_yarn_truncate_is_read_as_transformers_reads_it():
     assert from_hf_config(v3, "v3").rope_scaling.truncate is True  # absent: transformers' get("truncate", True)
     assert from_hf_config(_set(v3, "rope_scaling.truncate", None), "v3").rope_scaling.truncate is False  # falsy
     _one_line_refusal(_set(v3, "rope_scaling.truncate", "no"), "truncate")
+
+
+def _scout_text(**changes: object) -> dict:
+    scout = _config(SCOUT)
+    scout["text_config"] |= changes
+    return scout
+
+
+def test_llama4_moe_layers_place_the_experts_over_the_interleave_step():
+    # transformers: moe_layers when stated, range(step - 1, layers, step) otherwise; the step was read alone
+    model = from_hf_config(_scout_text(moe_layers=list(range(1, 48, 2)), interleave_moe_layer_step=1), "maverick-like")
+    assert model.moe is not None and (model.moe.first_k_dense_layers, model.moe.moe_layer_freq) == (1, 2)
+    assert [model.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    every_layer = from_hf_config(_scout_text(moe_layers=None, interleave_moe_layer_step=1), "scout").moe
+    assert every_layer is not None and every_layer.moe_layer_freq == 1
+    _one_line_refusal(_scout_text(moe_layers=[0, 1, 5]), "moe_layers")
+    _one_line_refusal(_scout_text(moe_layers="1,3"), "moe_layers")
+
+
+def test_llama4_nope_layers_follow_no_rope_layer_interval():
+    # Llama4TextConfig: NoPE every no_rope_layer_interval-th layer when no_rope_layers is empty; it was always 4
+    assert from_hf_config(_scout_text(no_rope_layer_interval=2), "s").no_rope_freq == 2
+    assert from_hf_config(_scout_text(), "s").no_rope_freq == 4
+    assert from_hf_config(_scout_text(no_rope_layers=[int((i + 1) % 2 != 0) for i in range(48)]),
+                          "s").no_rope_freq == 2
+    _one_line_refusal(_scout_text(no_rope_layers=[1, 0] + [1] * 46), "no_rope_layers")
+    _one_line_refusal(_scout_text(no_rope_layer_interval=0), "no_rope_layer_interval")
