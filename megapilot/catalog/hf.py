@@ -637,7 +637,9 @@ def _mixtral(config: HFConfig) -> dict[str, Any]:
 def _qwen_moe(config: HFConfig, *, shared_expert: bool) -> dict[str, Any]:
     """Qwen2-MoE / Qwen3-MoE: layer i is sparse if not in mlp_only_layers and (i+1) % decoder_sparse_step == 0."""
     _refuse_partial_sliding_window(config)
-    fields = _llama_core(config) | ({"add_qkv_bias": True} if shared_expert else {"qk_layernorm": True})
+    # Qwen2-MoE's q/k/v biases follow `qkv_bias` (Qwen2MoeConfig, default true); Qwen3-Next sets its own after this
+    fields = _llama_core(config) | ({"add_qkv_bias": _flag(config, "qkv_bias", True)} if shared_expert
+                                    else {"qk_layernorm": True})
     # transformers' (i + 1) % decoder_sparse_step divides by zero at 0
     step = _positive_int_or(config, "decoder_sparse_step", 1, "1 (every layer MoE) or the k of MoE on every k-th "
                                                                "layer, as the model card gives it")

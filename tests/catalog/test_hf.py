@@ -1204,3 +1204,10 @@ def test_llama4_nope_layers_follow_no_rope_layer_interval():
                           "s").no_rope_freq == 2
     _one_line_refusal(_scout_text(no_rope_layers=[1, 0] + [1] * 46), "no_rope_layers")
     _one_line_refusal(_scout_text(no_rope_layer_interval=0), "no_rope_layer_interval")
+
+
+def test_qwen2_moe_qkv_bias_false_builds_no_qkv_bias():
+    # Qwen2MoeConfig.qkv_bias (default true) sets the q/k/v biases; it was ignored
+    base = OTHER_FAMILIES["Qwen1.5-MoE-A2.7B"][0]
+    assert from_hf_config(base, "q").add_qkv_bias
+    assert not from_hf_config(base | {"qkv_bias": False}, "q").add_qkv_bias
