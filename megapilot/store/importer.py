@@ -61,6 +61,7 @@ def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Map
     """Every record of every file, estimated and paired with its measurement; bad ones refused one by one."""
     kept: list[MeasuredRow] = []
     refused: list[Refused] = []
+    first_of: dict[str, str] = {}  # each kept id and the record that gave it
     now = datetime.now(timezone.utc).isoformat(timespec="microseconds")
     for path in paths:
         try:
@@ -70,9 +71,15 @@ def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Map
             continue
         for name, raw in records:
             try:
-                kept.append(_row(name, raw, path, cluster, defaults or {}, now))
+                row = _row(name, raw, path, cluster, defaults or {}, now)
+                if row.id in first_of:  # one history row per id: the second would fail the whole write
+                    raise MegapilotError(f"{row.id!r} is already the id of {first_of[row.id]} in this import",
+                                         field="id", fix="give each record its own id")
             except MegapilotError as exc:
                 refused.append(Refused(name, exc.field or "record", exc.problem + (f" ({exc.fix})" if exc.fix else "")))
+                continue
+            first_of[row.id] = name
+            kept.append(row)
     return ImportOutcome(kept, refused)
 
 

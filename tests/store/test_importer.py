@@ -64,6 +64,25 @@ def test_a_jsonl_of_published_rows_is_imported_and_a_bad_record_refused_alone(cl
     assert group["held_out_median_pct"] < group["uncalibrated_median_pct"]
 
 
+def test_a_second_record_with_an_id_already_in_the_import_is_refused_alone(cli, history, tmp_path):
+    """Two records of one import with the same id: the first is kept and the second refused by its id. The second
+    used to fail the whole write on the history's unique id, refusing every good record with a database error."""
+    record = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 128, "seq_len": 8192, "precision": "fp8",
+              "cluster": "c1", "measured": {"tokens_per_s_per_gpu": 14000}}
+    rows = [record | {"id": "a"}, record | {"id": "b"}, record | {"id": "a", "mbs": 2}]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = cli("history", "import", str(path), "--json")
+    assert result.exit_code == 0, result.stderr
+    answer = result.json()
+    assert [row["id"] for row in answer["imported"]] == ["a", "b"]
+    [refused] = answer["refused"]
+    assert (refused["record"], refused["field"]) == ("runs.jsonl:3", "id")
+    assert "'a' is already the id of runs.jsonl:1 in this import" in refused["problem"]
+    listed = cli("history", "calibration", "--cluster", "c1", "--json").json()
+    assert listed["groups"][0]["runs"] == 2
+
+
 def test_a_batch_line_names_its_cluster_and_an_unknown_cluster_is_refused(cli, history, tmp_path):
     assert cli("history", "import", str(DATA / "published_rows.jsonl")).exit_code == 0
     batch = tmp_path / "cases.jsonl"
