@@ -471,11 +471,25 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
     breakdown = scaled_breakdown(result.time_breakdown_s, calibrated.corrections, multi_node=multi_node,
                                  microbatches=key.microbatches)
     breakdown["overhead"] = breakdown.pop("fixed")  # the per-step time the runs show beyond every modelled term
+    tokens = result.tokens_per_s_per_gpu / factor
+    low, high = calibrated_interval(tokens, calibrated.band)
     updated = result.model_copy(update={
-        "step_time_s": calibrated.step_time_s, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu / factor,
+        "step_time_s": calibrated.step_time_s, "tokens_per_s_per_gpu": tokens,
         "tflops_per_gpu": result.tflops_per_gpu / factor, "mfu": result.mfu / factor,
+        "tokens_per_s_per_gpu_p10": low, "tokens_per_s_per_gpu_p90": high,
         "time_breakdown_s": {k: round(v, 6) for k, v in breakdown.items()}})
     return updated, about
+
+
+def calibrated_interval(tokens_per_s: float, band: float | None) -> tuple[float | None, float | None]:
+    """The 80 % interval of a calibrated tokens/s: the measured step falls within the band (the p90 of the
+    held-out |measured / calibrated step - 1|) of the calibrated one, so tokens/s falls within 1 / (1 + band) and
+    1 / (1 - band) of it at least 80 % of the time. The published runs' interval of the uncalibrated estimate says
+    nothing of a figure the cluster's runs have moved (it could leave the calibrated point outside its own ends)."""
+    if band is None:
+        return None, None
+    low = round(tokens_per_s / (1 + band), 1)
+    return low, (round(tokens_per_s / (1 - band), 1) if band < 1 else None)  # off by 100 %: no upper end
 
 
 def _pct_or_none(value: float) -> float | None:
@@ -528,6 +542,7 @@ __all__ = [
     "StepComponents",
     "calibrate",
     "calibrate_estimate",
+    "calibrated_interval",
     "cluster_fits",
     "fit",
     "leave_one_out",

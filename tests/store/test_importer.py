@@ -83,6 +83,24 @@ def test_a_second_record_with_an_id_already_in_the_import_is_refused_alone(cli, 
     assert listed["groups"][0]["runs"] == 2
 
 
+def test_a_calibrated_estimate_carries_the_calibrations_interval_around_its_own_figure(cli, history):
+    """An estimate calibrated on the cluster's runs states its 80 % interval around the calibrated tokens/s, from
+    the calibration's band: the published runs' interval of the uncalibrated figure had left the calibrated point
+    outside its own ends (13,955 tokens/s with 11,088-13,887)."""
+    assert cli("history", "import", str(DATA / "published_rows.jsonl")).exit_code == 0
+    flags = ("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--mbs", "2", "--gbs", "256",
+             "--seq-len", "8192", "--precision", "fp8", "--cluster", CLUSTER, "--json")
+    answer = cli(*flags).json()
+    band = answer["calibration_from_history"]["band_pct"] / 100
+    tokens = answer["tokens_per_s_per_gpu"]
+    assert answer["tokens_per_s_per_gpu_p10"] == pytest.approx(tokens / (1 + band), rel=1e-4)
+    assert answer["tokens_per_s_per_gpu_p90"] == pytest.approx(tokens / (1 - band), rel=1e-4)
+    assert answer["tokens_per_s_per_gpu_p10"] < tokens < answer["tokens_per_s_per_gpu_p90"]
+    plain = cli(*flags, "--calibration", "none").json()  # uncalibrated: the published runs' interval, unchanged
+    assert plain["tokens_per_s_per_gpu_p10"] < plain["tokens_per_s_per_gpu"] < plain["tokens_per_s_per_gpu_p90"]
+    assert plain["tokens_per_s_per_gpu_p10"] != pytest.approx(answer["tokens_per_s_per_gpu_p10"])
+
+
 def test_a_batch_line_names_its_cluster_and_an_unknown_cluster_is_refused(cli, history, tmp_path):
     assert cli("history", "import", str(DATA / "published_rows.jsonl")).exit_code == 0
     batch = tmp_path / "cases.jsonl"
