@@ -477,6 +477,8 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
         "step_time_s": calibrated.step_time_s, "tokens_per_s_per_gpu": tokens,
         "tflops_per_gpu": result.tflops_per_gpu / factor, "mfu": result.mfu / factor,
         "tokens_per_s_per_gpu_p10": low, "tokens_per_s_per_gpu_p90": high,
+        "interval_basis": None if calibrated.band is None else (
+            f"calibrated on cluster {cluster}: {len(calibrated.runs_used)} run(s), band {100 * calibrated.band:.1f} %"),
         "time_breakdown_s": {k: round(v, 6) for k, v in breakdown.items()}})
     return updated, about
 

@@ -96,6 +96,7 @@ def test_a_calibrated_estimate_carries_the_calibrations_interval_around_its_own_
     assert answer["tokens_per_s_per_gpu_p10"] == pytest.approx(tokens / (1 + band), rel=1e-4)
     assert answer["tokens_per_s_per_gpu_p90"] == pytest.approx(tokens / (1 - band), rel=1e-4)
     assert answer["tokens_per_s_per_gpu_p10"] < tokens < answer["tokens_per_s_per_gpu_p90"]
+    assert answer["interval_basis"].startswith(f"calibrated on cluster {CLUSTER}: ")
     plain = cli(*flags, "--calibration", "none").json()  # uncalibrated: the published runs' interval, unchanged
     assert plain["tokens_per_s_per_gpu_p10"] < plain["tokens_per_s_per_gpu"] < plain["tokens_per_s_per_gpu_p90"]
     assert plain["tokens_per_s_per_gpu_p10"] != pytest.approx(answer["tokens_per_s_per_gpu_p10"])
