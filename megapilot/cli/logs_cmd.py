@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,6 +21,7 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.diagnose import Diagnosis
     from megapilot.diagnose.findings import Fix
+    from megapilot.diagnose.flags import LaunchFlags
     from megapilot.diagnose.optimize import OptimizeReport
     from megapilot.logs import ParsedLog
     from megapilot.logs.parser import ParseOptions
@@ -376,7 +378,8 @@ def optimize_command(
     script: ScriptOpt = None,
     flags: FlagsOpt = None,
     log: Annotated[list[str] | None, typer.Option(
-        "--log", help="Training log: its measured step time calibrates predictions.")] = None,
+        "--log", help="Training log: its measured step time calibrates predictions; without --script/--flags, the "
+                      "arguments block Megatron printed in it gives the run.")] = None,
     gpu: Annotated[str | None, typer.Option(
         "--gpu", help="GPU type, e.g. h100 (default: the GPU named in a megapilot-rendered script).")] = None,
     gpus: GpusOpt = None,
@@ -388,29 +391,48 @@ def optimize_command(
     from megapilot.diagnose.engine import parse_options_for
     from megapilot.diagnose.optimize import optimize
     from megapilot.logs import parse_logs
-    from megapilot.logs.sources import expand_log_paths
+    from megapilot.logs.sources import expand_log_paths, stdin_read_again
 
     require_positive("--gpus", gpus)
     _check_script(script)
     log_paths = expand_log_paths(log or [], flag="--log")
-    launch = read_flags(script=script, flags=flags, training_script=True)
-    if launch is None:
-        raise MegapilotError("no launch given", field="--script", fix="pass --script train.sh or --flags \"...\"")
-    config = run_config(launch, gpu=_gpu(gpu), gpus=gpus)
-    if config.gpu is None:
-        raise MegapilotError("GPU type unknown: the script does not name it", field="--gpu",
-                             fix="pass the GPU type, e.g. --gpu h100")
-    parsed = None
-    if log:
-        parsed = parse_logs(log_paths, options=parse_options_for(config))
-        if parsed.summary is None or parsed.summary.step_time_p50_ms is None:
-            raise MegapilotError("no step time found in the log", field="--log",
-                                 fix="pass a log with iteration lines, or leave --log out")
+    with stdin_read_again() if "-" in log_paths else nullcontext():  # the log may be read twice: once for its flags
+        launch = read_flags(script=script, flags=flags, training_script=True)
+        from_log = launch is None and bool(log_paths)
+        if from_log:
+            launch = _launch_from_arguments(parse_logs(log_paths))
+        if launch is None:
+            raise MegapilotError("no launch given", field="--script",
+                                 fix="pass --script train.sh or --flags \"...\", or a --log that printed Megatron's "
+                                     "arguments block")
+        config = run_config(launch, gpu=_gpu(gpu), gpus=gpus)
+        if config.gpu is None:
+            raise MegapilotError(f"GPU type unknown: the {'log' if from_log else 'script'} does not name it",
+                                 field="--gpu", fix="pass the GPU type, e.g. --gpu h100")
+        if from_log:
+            config.notes.append(f"the run's flags are the log's own arguments block ({launch.source})")
+        parsed = None
+        if log:
+            parsed = parse_logs(log_paths, options=parse_options_for(config))
+            if parsed.summary is None or parsed.summary.step_time_p50_ms is None:
+                raise MegapilotError("no step time found in the log", field="--log",
+                                     fix="pass a log with iteration lines, or leave --log out")
     report = optimize(config, log=parsed)
     if json_output:
         emit_json(report.to_dict())
         return
     _print_optimize(report)
+
+
+def _launch_from_arguments(parsed: ParsedLog) -> LaunchFlags | None:
+    """The run a log's own `arguments` block describes (Megatron prints every argument at start-up), as launch
+    flags, when no script or flags are given; None without the block."""
+    from megapilot.diagnose.flags import flags_from_arguments
+
+    arguments = parsed.arguments
+    if arguments is None or not arguments.values:
+        return None
+    return flags_from_arguments(arguments.values, f"{Path(arguments.file).name}:{arguments.line}")
 
 
 def _print_optimize(report: OptimizeReport) -> None:

@@ -242,6 +242,27 @@ def test_optimize_from_script_calibrated_by_the_logged_step_time(cli, tmp_path: 
     assert gains == sorted(gains, reverse=True)
 
 
+def test_optimize_reads_the_run_from_a_logs_arguments_block_when_given_no_script(cli, monkeypatch):
+    """Megatron prints every argument at start-up: a log that holds that block describes its run, so `optimize --log`
+    alone prices it (from a file or standard input), says where its flags came from, and is calibrated by the same
+    log's steps; a log without the block is refused naming both ways to give the run."""
+    log = DATA / "synthetic_megatron_arguments.log"
+    result = cli("optimize", "--log", str(log), "--gpu", "h100", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert data["current"]["layout"].startswith("TP2 PP2 ")  # the block's tensor/pipeline sizes, not defaults
+    assert data["calibration_scale"] is not None
+    assert "the run's flags are the log's own arguments block (synthetic_megatron_arguments.log:27)" in data["notes"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(log.read_bytes())))
+    piped = cli("optimize", "--log", "-", "--gpu", "h100", "--json")
+    assert piped.exit_code == 0, piped.stderr
+    assert (piped.json()["current"], piped.json()["calibration_scale"]) == (data["current"], data["calibration_scale"])
+    no_gpu = cli("optimize", "--log", str(log))
+    assert no_gpu.exit_code == 2 and "the log does not name it" in no_gpu.stderr
+    no_block = cli("optimize", "--log", str(DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"))
+    assert no_block.exit_code == 2 and "a --log that printed Megatron's arguments block" in no_block.stderr
+
+
 def test_optimize_takes_the_gpu_from_a_rendered_script_header(cli):
     script = Path(__file__).parents[1] / "launch/golden/llama3.1-8b_1node.torchrun.sh"
     result = cli("optimize", "--script", str(script), "--json")
