@@ -8,11 +8,14 @@ runs". The median, not the last run, so that one noisy run neither hides nor fak
 
 The band is `threshold_pct` or, when the history holds at least `NOISE_MIN_RUNS` runs, `NOISE_SIGMAS` times
 those runs' own relative spread, whichever is wider: a shared or busy machine whose healthy runs swing 12 % must
-not raise a "regression" at 6 %, while a quiet cluster keeps the tight fixed band.
+not raise a "regression" at 6 %, while a quiet cluster keeps the tight fixed band. A metric that is a mean over the
+run's steps (tokens/s, TFLOP/s, step time) is also held to the noise of its own steps (`step_noise_pct`): with one
+or two runs in the history there is no spread to measure, but the run's own steps say how far its mean can move.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import TYPE_CHECKING, Literal
 
@@ -87,16 +90,33 @@ def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History
         if stats is None:
             continue
         delta = change_pct(row.value, stats.median)
-        band = regression_band_pct(stats, fixed_pct)
+        history_band = regression_band_pct(stats, fixed_pct)
+        own_band = step_noise_pct(combo) if METRICS[row.name].paced_by_steps else 0.0
+        band = max(history_band, own_band)
         if delta is None or abs(delta) <= band:
             continue
         message = regression_message(row.name, delta, stats.count)
-        if band > fixed_pct:
+        if band == own_band and band > fixed_pct:
+            message += f" (beyond the \u00b1{band:.1f} % its own steps' spread allows)"
+        elif band > fixed_pct:
             message += f" (beyond their own \u00b1{band:.1f} % spread)"
         regressions.append(Regression(
             combo=combo.key, metric=row.name, value=row.value, baseline_median=stats.median, change_pct=delta,
             runs_compared=stats.count, worse=judge(row.name, delta) == "worse", message=message))
     return regressions
+
+
+def step_noise_pct(combo: ComboResult) -> float:
+    """How far a mean over this run's steps may move by the steps' own spread alone, in %: NOISE_SIGMAS standard
+    errors of the difference of two such means (this run's and its baseline's, taken alike), CV x sqrt(2 / n) over
+    its n steps. A busy or small machine (a 2-core CPU run's steps spread 15 %) moves 8 % from one run to the next
+    with nothing changed; a GPU run's steps (CV 1 %, hundreds of them) leave the fixed band in charge. 0 when the
+    run measured no spread."""
+    values = {row.name: row.value for row in combo.metrics}
+    cv, steps = values.get("training.step_time_cv"), values.get("training.iterations_reached")
+    if cv is None or not steps or steps < 2:
+        return 0.0
+    return NOISE_SIGMAS * cv * math.sqrt(2.0 / steps) * 100.0
 
 
 def regression_band_pct(stats: BaselineStats, threshold_pct: float) -> float:

@@ -37,6 +37,8 @@ class MetricInfo:
     # a zero is below the resolution of the print it comes from (or is computed from): missing, not measured
     zero_unmeasured: bool = False
     gpu_only: str | None = None  # why a CPU run cannot have it (None: measured on any device)
+    # a mean over the run's steps: the steps' own spread over their count is noise it carries (store.regress)
+    paced_by_steps: bool = False
 
 
 _STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
@@ -45,16 +47,17 @@ _LOSS_LINE = "iteration lines with `lm loss: X`"
 _TABLE = (
     # measured by the suite (megapilot.suite.metrics), in the order its rows are shown
     MetricInfo("training.throughput_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU", "higher", headline=True,
-               quantity="tflops_per_gpu", zero_unmeasured=True,
+               paced_by_steps=True, quantity="tflops_per_gpu", zero_unmeasured=True,
                expected_line="iteration lines with `throughput per GPU (TFLOP/s/GPU): X` "
                              "(Megatron's --log-throughput)"),
-    MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True,
+    MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True, paced_by_steps=True,
                quantity="tokens_per_s_per_gpu",
                expected_line="iteration lines with `tokens/s/GPU`, or a step time plus GBS and sequence length "
                              "(arguments block or the combo's settings)"),
     MetricInfo("training.elapsed_time_per_iteration", "step time (mean)", "ms", "lower", headline=True,
-               quantity="step_time_ms", expected_line=_STEP_TIME_LINE),
-    MetricInfo("training.step_time_p50_ms", "step time p50", "ms", "lower", headline=True, quantity="step_time_ms",
+               paced_by_steps=True, quantity="step_time_ms", expected_line=_STEP_TIME_LINE),
+    MetricInfo("training.step_time_p50_ms", "step time p50", "ms", "lower", headline=True, paced_by_steps=True,
+               quantity="step_time_ms",
                expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_p95_ms", "step time p95", "ms", "lower", expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_cv", "step time CV", "", "lower", expected_line=_STEP_TIME_LINE),

@@ -157,3 +157,30 @@ def test_the_band_is_the_fixed_threshold_for_a_quiet_history_or_too_few_runs():
     assert regression_band_pct(stats(1000.0, 1200.0), 5.0) == 5.0  # two runs: no spread is trusted
     assert regression_band_pct(stats(1000.0, 400.0, 1000.0), 5.0) == 5.0  # one bad run does not widen it
     assert regression_band_pct(stats(1000.0, 900.0, 1100.0), 5.0) == pytest.approx(3 * 1.4826 * 10.0)
+
+
+def _with_step_spread(combo, cv: float, steps: float):
+    """The combo with the step-time spread and step count a suite run measures beside its means."""
+    extra = [MetricRow(name="training.step_time_cv", value=cv, unit="", verdict=Verdict.RECORD),
+             MetricRow(name="training.iterations_reached", value=steps, unit="iterations", verdict=Verdict.PASS)]
+    return combo.model_copy(update={"metrics": [*combo.metrics, *extra]})
+
+
+def test_a_run_whose_own_steps_spread_widely_is_held_to_that_noise_not_the_fixed_band(history):
+    """The demo's second run on a 2-core machine: 20 steps with a CV of 0.16, 8.5 % slower than the first with
+    nothing changed, was a WARN. Its mean carries 3 x 0.16 x sqrt(2 / 20) = 15.2 % of its own noise; a GPU run's
+    (CV 0.01 over 100 steps: 0.4 %) leaves the fixed 5 % band in charge."""
+    from megapilot.store.regress import step_noise_pct
+
+    record_runs(history, (1000.0, 800.0))
+    noisy = _with_step_spread(make_combo(tokens=915.0, step_ms=874.0), cv=0.16, steps=20)
+    assert step_noise_pct(noisy) == pytest.approx(3 * 0.16 * (2 / 20) ** 0.5 * 100)
+    assert find_regressions(make_suite_result("now", hour=5, combos=[noisy]), history) == []
+    worse = _with_step_spread(make_combo(tokens=800.0, step_ms=1000.0), cv=0.16, steps=20)
+    [step, tokens] = find_regressions(make_suite_result("now", hour=5, combos=[worse]), history)
+    assert {step.metric, tokens.metric} == {STEP, TOKENS} and step.worse and tokens.worse
+    assert tokens.message.endswith("(beyond the \u00b115.2 % its own steps' spread allows)")
+    quiet = _with_step_spread(make_combo(tokens=915.0, step_ms=874.0), cv=0.01, steps=100)
+    assert step_noise_pct(quiet) < 1.0
+    assert {r.metric for r in find_regressions(make_suite_result("now", hour=5, combos=[quiet]), history)} == {
+        STEP, TOKENS}
