@@ -33,8 +33,8 @@ previous=$("$MP" history list --limit 1 --json | .venv/bin/python -c \
 suite_status=0
 "$MP" suite run "$DEMO_ROOT/tiny-local.json" --out "$DEMO_ROOT/runs" || suite_status=$?
 
-read -r latest run_dir < <("$MP" history list --limit 1 --json | .venv/bin/python -c \
-  'import json,sys; run=json.load(sys.stdin)[0]; print(run["run_id"], run["run_dir"])')
+read -r latest verdict run_dir < <("$MP" history list --limit 1 --json | .venv/bin/python -c \
+  'import json,sys; run=json.load(sys.stdin)[0]; print(run["run_id"], run["verdict"], run["run_dir"])')
 
 step "3/4 report: $run_dir/report.html (predicted vs measured per combo)"
 .venv/bin/python - "$run_dir/suite.json" <<'PY'
@@ -59,7 +59,8 @@ else
   echo "(first demo run: run 'make demo' again to see it compared with this one)"
 fi
 
-printf '\n\033[1mdemo: suite %s\033[0m\n' "$([ "$suite_status" -eq 0 ] && echo PASS || echo "FAILED (exit $suite_status)")"
+# The run's own verdict (a WARN exits 0 too: gates passed, but it regressed against the history), with its exit code.
+printf '\n\033[1mdemo: suite %s\033[0m\n' "$verdict$([ "$suite_status" -eq 0 ] || echo " (exit $suite_status)")"
 printf 'report:   %s\n' "$run_dir/report.html"
 printf 'run deck: %s\n' "$run_dir/megatron_run_deck.json"
 printf 'junit:    %s\n' "$run_dir/junit.xml"
