@@ -81,6 +81,7 @@ def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,
 def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History, *, last_n: int,
                        threshold_pct: float | None) -> list[Regression]:
     regressions = []
+    own_noise = step_noise_pct(combo)  # the combo's, shared by every metric paced by its steps
     for row in combo.metrics:
         if row.name not in HEADLINE_METRICS or row.value is None:
             continue
@@ -91,7 +92,7 @@ def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History
             continue
         delta = change_pct(row.value, stats.median)
         history_band = regression_band_pct(stats, fixed_pct)
-        own_band = step_noise_pct(combo) if METRICS[row.name].paced_by_steps else 0.0
+        own_band = own_noise if METRICS[row.name].paced_by_steps else 0.0
         band = max(history_band, own_band)
         if delta is None or abs(delta) <= band:
             continue
