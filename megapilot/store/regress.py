@@ -11,6 +11,8 @@ those runs' own relative spread, whichever is wider: a shared or busy machine wh
 not raise a "regression" at 6 %, while a quiet cluster keeps the tight fixed band. A metric that is a mean over the
 run's steps (tokens/s, TFLOP/s, step time) is also held to the noise of its own steps (`step_noise_pct`): with one
 or two runs in the history there is no spread to measure, but the run's own steps say how far its mean can move.
+A median over the steps (step time p50) moves further than their mean by the same spread: its band is sqrt(pi / 2)
+times as wide (`MEDIAN_SE_FACTOR`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 NOISE_SIGMAS = 3.0  # a healthy run lands beyond 3 sigma of its own history about 0.3 % of the time
 NOISE_MIN_RUNS = 3  # below three runs a spread says nothing
 _MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution is 0.6745 sigma
+# the standard error of the median of n normal draws over that of their mean, for large n: sqrt(pi / 2) = 1.2533
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
 # B against A: no move at all, a move inside the metric's regression band (noise), or a real move either way.
 Change = Literal["better", "worse", "within band", "unchanged", "unknown"]
 
@@ -92,7 +96,7 @@ def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History
             continue
         delta = change_pct(row.value, stats.median)
         history_band = regression_band_pct(stats, fixed_pct)
-        own_band = own_noise if METRICS[row.name].paced_by_steps else 0.0
+        own_band = steps_band_pct(METRICS[row.name], own_noise)
         band = max(history_band, own_band)
         if delta is None or abs(delta) <= band:
             continue
@@ -118,6 +122,14 @@ def step_noise_pct(combo: ComboResult) -> float:
     if cv is None or not steps or steps < 2:
         return 0.0
     return NOISE_SIGMAS * cv * math.sqrt(2.0 / steps) * 100.0
+
+
+def steps_band_pct(info: MetricInfo, noise_pct: float) -> float:
+    """The band a metric's own steps allow, in %, from the run's `step_noise_pct` (which is a mean's): that for a
+    mean over the steps, MEDIAN_SE_FACTOR times it for a median over them, 0 for a metric not paced by the steps."""
+    if not info.paced_by_steps:
+        return 0.0
+    return noise_pct * MEDIAN_SE_FACTOR if info.median_of_steps else noise_pct
 
 
 def regression_band_pct(stats: BaselineStats, threshold_pct: float) -> float:
@@ -170,4 +182,6 @@ __all__ = [
     "metric_info",
     "regression_band_pct",
     "regression_message",
+    "step_noise_pct",
+    "steps_band_pct",
 ]

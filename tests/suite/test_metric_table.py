@@ -60,3 +60,9 @@ def test_a_zero_below_its_print_s_resolution_is_not_measured_and_other_zeros_are
     assert measured_value("training.nan_iterations", 0.0) == 0.0  # a counter's zero is a measurement
     assert measured_value("training.all_reduce_bus_gbps", 0.0) == 0.0  # not in the table: taken as given
     assert measured_quantity("mfu_pct", 0.0) is None and measured_quantity("tokens_per_s_per_gpu", 0.0) == 0.0
+
+
+def test_a_median_over_the_steps_is_one_of_the_metrics_paced_by_them():
+    # the step-noise band a median widens is only given to metrics paced by the steps (store.regress)
+    assert [name for name, info in METRICS.items() if info.median_of_steps] == ["training.step_time_p50_ms"]
+    assert all(info.paced_by_steps for info in METRICS.values() if info.median_of_steps)
