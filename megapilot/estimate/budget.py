@@ -6,10 +6,12 @@ way:
   `seq_len=131072,tokens=800B,cp=16`). Phase tokens are part of the budget: the main phase trains the rest;
 - a batch-size warm-up, Megatron's `--rampup-batch-size START INCREMENT SAMPLES`: the batch grows from START by
   INCREMENT in equal shares of SAMPLES, each step at its batch's estimated time (fewer micro-batches, a larger
-  pipeline bubble).
+  pipeline bubble). Its steps are Megatron's: a step's batch follows from the samples consumed before it, so the
+  step that crosses a share's end trains past it and the next batch starts from there (`BatchRampup.levels`).
 
 Each piece trains whole steps, its tokens over its step's rounded up (`steps_to_train`: the budget is the least
-to train, and `script --tokens` writes the same count as --train-iters). Each piece's step time is the estimator's
+to train, and `script --tokens` writes the same count as --train-iters); a warm-up batch trains its steps' samples,
+and the main phase the rest of the budget. Each piece's step time is the estimator's
 own (`megapilot.estimate.estimate`); failure-free time is the sum of steps x step time. The elapsed time adds what
 failures cost (`goodput`). GPU-hours = elapsed x GPUs; energy = GPU-hours x the GPU's TDP (board power only: hosts,
 network and cooling - the PUE - are not counted, and a GPU seldom draws its full TDP, so it is an upper bound of the
@@ -123,8 +125,12 @@ class BatchRampup:
     increment: int
     samples: int
 
-    def levels(self, final_gbs: int) -> list[tuple[int, float]]:
-        """(batch, samples trained at it) for each step of the warm-up, as Megatron's calculator runs it."""
+    def levels(self, final_gbs: int) -> list[tuple[int, int]]:
+        """(batch, steps trained at it) for each batch of the warm-up, as Megatron-Core's ramp-up calculator
+        runs it: a step's batch is START + INCREMENT x the whole shares of SAMPLES consumed before it (the shares
+        a float, SAMPLES / their count, divided as Megatron divides), GBS once past SAMPLES. A batch trains until
+        the samples consumed reach another share, so its last step trains past its share's end and the next batch
+        starts from there; a batch whose whole share one step crosses trains no step and is left out."""
         if self.start <= 0 or self.increment <= 0 or self.samples <= 0:
             raise MegapilotError("START, INCREMENT and SAMPLES must be > 0", field="rampup_batch_size",
                                  fix="pass e.g. --rampup-batch-size 256 256 1000000")
@@ -133,7 +139,25 @@ class BatchRampup:
                 f"GBS {final_gbs} - START {self.start} is not a positive multiple of INCREMENT {self.increment}",
                 field="rampup_batch_size", fix="Megatron needs (GBS - START) divisible by INCREMENT, START < GBS")
         count = (final_gbs - self.start) // self.increment
-        return [(self.start + i * self.increment, self.samples / count) for i in range(count)]
+        share = self.samples / count
+
+        def level(consumed: int) -> int:  # the increments the batch has taken after `consumed` samples
+            return count if consumed > self.samples else min(count, int(consumed / share))
+
+        found: list[tuple[int, int]] = []
+        consumed = 0
+        while (current := level(consumed)) < count:
+            batch = self.start + current * self.increment
+            # the least steps that reach another level: from the share's end, then settled by `level` itself,
+            # which is monotone in the samples, so that the float division decides a boundary as Megatron's does
+            steps = max(1, -(-(math.ceil((current + 1) * share) - consumed) // batch))
+            while steps > 1 and level(consumed + (steps - 1) * batch) != current:
+                steps -= 1
+            while level(consumed + steps * batch) == current:
+                steps += 1
+            found.append((batch, steps))
+            consumed += steps * batch
+        return found
 
 
 @dataclass(frozen=True)
@@ -313,10 +337,11 @@ def segments_for(request: BudgetRequest, training: TrainingSpec, cost: StepCost)
     segments: list[Segment] = []
     main_tokens = total - phase_tokens
     if request.rampup is not None:
-        for level_gbs, samples in request.rampup.levels(gbs):
-            tokens = min(samples * seq, main_tokens)
-            if tokens <= 0:
+        for level_gbs, steps in request.rampup.levels(gbs):
+            if main_tokens <= 0:
                 break
+            # a batch trains its steps' samples in full; the budget ends inside it when they are more than is left
+            tokens = min(float(steps * level_gbs * seq), main_tokens)
             segments.append(_segment(f"batch warm-up {level_gbs:,}", tokens, Shape(seq, level_gbs), cost))
             main_tokens -= tokens
     if main_tokens > 0:

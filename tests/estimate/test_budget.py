@@ -55,13 +55,62 @@ def test_phases_come_out_of_the_budget_and_the_warm_up_follows_megatron():
     assert names == ["batch warm-up 16", "batch warm-up 32", "batch warm-up 48", "main",
                      "phase 1: seq_len 4,096"]
     assert run.tokens == pytest.approx(1e9)
-    assert [s.tokens for s in run.segments[:3]] == pytest.approx([16_000 * 1024] * 3)
-    assert [s.iterations for s in run.segments[:3]] == [1000, 500, 334]  # 16,000 samples at 16, 32, 48 a step
+    # 16,000 samples a share at 16, 32, 48 a step; the last step at 48 trains 32 samples past SAMPLES
+    assert [s.iterations for s in run.segments[:3]] == [1000, 500, 334]
+    assert [s.tokens for s in run.segments[:3]] == pytest.approx([16_000 * 1024, 16_000 * 1024, 16_032 * 1024])
     assert run.segments[-1].shape.seq_len == 4096 and run.segments[-1].iterations == 382  # 1e8 / 4096 / 64 = 381.5
     assert run.compute_s == pytest.approx(sum(s.iterations * s.step_time_s for s in run.segments))
     assert run.days.low == pytest.approx(run.days.value * 0.9) and run.days.high == pytest.approx(run.days.value * 1.1)
     assert run.energy_mwh is not None and run.energy_mwh.value == pytest.approx(run.gpu_hours.value * 700 / 1e6)
     assert run.cost is None
+
+
+def _megatron_warm_up(start: int, increment: int, samples: int, final_gbs: int) -> list[tuple[int, int]]:
+    """(batch, steps) of a warm-up, one step at a time as Megatron-Core's ramp-up calculator sets each step's batch
+    from the samples consumed before it: START + INCREMENT x int(consumed / (SAMPLES / increments)), the final batch
+    once past SAMPLES."""
+    share = samples / ((final_gbs - start) // increment)
+    consumed, steps = 0, []
+    while (batch := final_gbs if consumed > samples else start + int(consumed / share) * increment) < final_gbs:
+        if steps and steps[-1][0] == batch:
+            steps[-1][1] += 1
+        else:
+            steps.append([batch, 1])
+        consumed += batch
+    return [(batch, count) for batch, count in steps]
+
+
+@pytest.mark.parametrize(("start", "increment", "samples", "final_gbs"), [
+    (3, 2, 20, 9),  # the step out of the first share carries 2 samples into the second, which one step ends
+    (16, 16, 48_000, 64),  # shares whole in the first two batches' steps
+    (100, 10, 50, 200),  # one step crosses every share: one batch of the ten trains
+    (7, 5, 1_001, 42),  # shares of 143 samples, none a whole number of steps
+    (64, 64, 1_000_000, 256),
+    (256, 256, 2_000_000, 1024),
+])
+def test_warm_up_steps_follow_megatrons_consumed_samples(start, increment, samples, final_gbs):
+    # each batch's steps were rounded up from its share alone, up to one step a batch more than Megatron runs
+    # ((3, 2, 20, 9): 3 + 2 + 1 steps for Megatron's 3 + 1 + 1)
+    assert BatchRampup(start, increment, samples).levels(final_gbs) == \
+        _megatron_warm_up(start, increment, samples, final_gbs)
+
+
+def test_the_warm_ups_samples_and_time_are_those_of_its_steps():
+    # START 3, INCREMENT 2, SAMPLES 20 to GBS 9 at seq 1,024: Megatron trains 3 steps at 3, 1 at 5, 1 at 7 (21
+    # samples), then the rest of the budget at 9
+    training = TrainingSpec(seq_length=1024, global_batch_size=9)
+    request = BudgetRequest(tokens=100 * 9 * 1024, rampup=BatchRampup(3, 2, 20), failure=NO_FAILURES)
+    run = time_to_train(request, training, Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT,
+                        band=(0.1, "t"))
+    assert [(s.shape.gbs, s.iterations) for s in run.segments] == [(3, 3), (5, 1), (7, 1), (9, 98)]
+    assert [s.tokens / 1024 for s in run.segments] == [9, 5, 7, 900 - 21]  # 879 samples at 9: 98 steps, the last part
+    assert run.iterations == 103 and run.tokens == 100 * 9 * 1024
+    assert run.compute_s == pytest.approx(sum(s.iterations * s.step_time_s for s in run.segments))
+    # a budget that ends inside the warm-up: the batch it ends in trains the least whole steps to it
+    short = time_to_train(BudgetRequest(tokens=12 * 1024, rampup=BatchRampup(3, 2, 20), failure=NO_FAILURES),
+                          TrainingSpec(seq_length=1024, global_batch_size=9), Fleet(8, 8, None), _fixed(0.01),
+                          checkpoint=CHECKPOINT, band=(0.1, "t"))
+    assert [(s.shape.gbs, s.iterations, s.tokens / 1024) for s in short.segments] == [(3, 3, 9), (5, 1, 3)]
 
 
 def test_bad_budgets_are_refused():

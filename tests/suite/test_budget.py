@@ -91,7 +91,9 @@ def test_phases_and_a_batch_warm_up_scale_the_measured_step_by_the_estimators_ra
     warm_4, warm_6, main, phase = projection.segments
     assert main.step_time_s == pytest.approx(1.122) and projection.step_time_s == pytest.approx(1.122)
     assert sum(s.tokens for s in projection.segments) == pytest.approx(2e9)
-    assert (warm_4.tokens, warm_6.tokens) == (4000 * 1024, 4000 * 1024)  # SAMPLES in equal shares of seq 1024
+    # SAMPLES in shares of 4,000 at seq 1,024: 1,000 steps of 4, then 667 of 6, the last 2 samples past SAMPLES
+    assert (warm_4.tokens, warm_6.tokens) == (4000 * 1024, 4002 * 1024)
+    assert (warm_4.iterations, warm_6.iterations) == (1000, 667)
     assert phase.tokens == pytest.approx(200e6) and phase.iterations == 6104  # 6,103.5 steps' tokens: whole steps
     # another shape: the measured step x the estimator's ratio for the combo's layout (1 node x 2 GPUs, TP 1)
     estimated = layout_step_cost(model, ClusterSpec(gpu=h100, num_nodes=1, gpus_per_node=2),
@@ -135,7 +137,7 @@ def test_phases_and_warm_up_are_read_as_the_cli_reads_them():
                            rampup_batch_size="4 2 8000")  # type: ignore[arg-type]
     mapped = BudgetConfig(tokens="2B", phases=[{"tokens": 2e8, "seq_len": 4096, "cp": 2, "tp": None}],  # type: ignore[arg-type]
                           rampup_batch_size=[4, 2, 8000])  # type: ignore[arg-type]
-    assert written == mapped and written.rampup is not None and written.rampup.levels(8) == [(4, 4000), (6, 4000)]
+    assert written == mapped and written.rampup is not None and written.rampup.levels(8) == [(4, 1000), (6, 667)]
     assert BudgetConfig.model_validate(written.model_dump()) == written  # a dumped config reads back
 
 
