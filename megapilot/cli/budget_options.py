@@ -219,14 +219,15 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
                          save_interval: int | None, notes: list[str], *,
                          saving: bool = True) -> tuple[int | None, int | None]:
     """`script`'s --train-iters and --save-interval from a budget: the steps of the budget's main phase, and Daly's
-    checkpoint interval in steps when the run saves (each only where not given; no budget option given: both as
-    they were)."""
+    checkpoint interval in the main phase's steps when the run saves (each only where not given; no budget option
+    given: both as they were)."""
     if budget.tokens is not None and train_iters is not None:  # the steps written would not train the tokens asked
         raise MegapilotError("--tokens and --train-iters both give the run's length", field="tokens",
                              fix="pass one of them (--tokens sets --train-iters from the budget)")
     request = budget.request(gpu=plan.cluster.gpu) if budget.tokens is not None or budget.given else None
     if request is None:
         return train_iters, save_interval
+    from megapilot.estimate.goodput import daly_interval_s, interval_steps
     from megapilot.estimate.units import format_duration
     from megapilot.plan.budget import run_budget
 
@@ -244,9 +245,12 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
                      f"at GBS {main.shape.gbs:,} x seq {main.shape.seq_len:,}{also}")
     g = run.goodput
     if save_interval is None and g.checkpoint_interval_iters is not None and saving:
-        save_interval = g.checkpoint_interval_iters
+        # the script trains the main phase alone, so Daly's interval is counted in its steps: the run's mean step
+        # (a warm-up's shorter steps, a long-context phase's longer ones) would save too often or too seldom
+        save_interval = interval_steps(daly_interval_s(g.checkpoint.save_s, g.mtbf_s), main.step_time_s)
         notes.append(f"--save-interval {save_interval:,}: Daly's optimal checkpoint interval "
-                     f"({format_duration(g.checkpoint_interval_s)}) for a {format_duration(g.checkpoint.save_s)} save "
+                     f"({format_duration(save_interval * main.step_time_s)}, in the main phase's "
+                     f"{format_duration(main.step_time_s)} steps) for a {format_duration(g.checkpoint.save_s)} save "
                      f"and one interruption every {g.mtbf_s / 3600:.3g} h; effective training time "
                      f"{g.effective_training_time_pct:.1f} %")
     return train_iters, save_interval

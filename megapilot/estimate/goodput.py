@@ -134,6 +134,12 @@ def daly_interval_s(save_s: float, mtbf_s: float) -> float:
     return math.sqrt(2 * save_s * mtbf_s) * (1 + math.sqrt(ratio) / 3 + ratio / 9) - save_s
 
 
+def interval_steps(interval_s: float, step_time_s: float) -> int:
+    """A checkpoint interval in whole steps of `step_time_s` (Megatron saves every N iterations): the nearest
+    count, at least one."""
+    return max(1, round(interval_s / step_time_s))
+
+
 @dataclass(frozen=True)
 class SpareNodes:
     """Spares against waiting: how many cover the nodes in repair, what they hold back, and the wait without."""
@@ -210,7 +216,7 @@ def goodput(compute_s: float, gpus: int, checkpoint: CheckpointCost, failure: Fa
     interval_s = daly_interval_s(checkpoint.save_s, mtbf_s)
     iters = None
     if step_time_s and math.isfinite(interval_s):
-        iters = max(1, round(interval_s / step_time_s))
+        iters = interval_steps(interval_s, step_time_s)
         interval_s = iters * step_time_s
     if math.isinf(mtbf_s):
         return Goodput(failure, checkpoint, gpus, mtbf_s, interval_s, iters, compute_s, compute_s, 0.0, 0.0, 0.0,

@@ -1,13 +1,24 @@
-"""cli.budget_options: the budget options read into one BudgetRequest, and refused when they contradict."""
+"""cli.budget_options: the budget options read into one BudgetRequest, and refused when they contradict; script's
+--train-iters and --save-interval from a budget."""
 
 from __future__ import annotations
 
 import pytest
 
 from megapilot.catalog.gpus import get_gpu
-from megapilot.cli.budget_options import NO_BUDGET, NO_RUN_BUDGET, BudgetFlags, RunBudgetFlags, budget_json
+from megapilot.cli.budget_options import (
+    NO_BUDGET,
+    NO_RUN_BUDGET,
+    BudgetFlags,
+    RunBudgetFlags,
+    budget_json,
+    schedule_from_budget,
+)
 from megapilot.errors import MegapilotError
-from megapilot.estimate.goodput import FailureModel
+from megapilot.estimate import build_case
+from megapilot.estimate.goodput import FailureModel, daly_interval_s
+from megapilot.plan.budget import run_budget
+from megapilot.spec import SavedPlan
 
 
 def test_no_option_is_no_budget():
@@ -83,3 +94,21 @@ def test_the_history_rate_reads_only_this_gpus_runs(tmp_path, monkeypatch):
     assert learned.failure.failures_per_gpu_hour == pytest.approx(10 / (10 * 2 * 100_000 * 2 / 3600))
     other = BudgetFlags(tokens="1T", failures_from_history=True).request(gpu=get_gpu("mi300x"))
     assert other is not None and "run history" not in other.failure.source
+
+
+def test_scripts_save_interval_counts_the_main_phases_steps():
+    # the script trains the main phase alone, but its --save-interval was Daly's interval over the whole run's mean
+    # step: a 32K-token phase's slower steps made the mean longer, the interval too few steps
+    case = build_case(model="llama3.1-8b", gpu="h100", gpus=64, tp=2, seq_len=4096, gbs=256)
+    plan = SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel)
+    flags = RunBudgetFlags(tokens="1T", phase=["tokens=300B,seq_len=32768,cp=4"])
+    notes: list[str] = []
+    train_iters, save_interval = schedule_from_budget(flags, plan, None, None, notes)
+    request = flags.request(gpu=plan.cluster.gpu)
+    assert request is not None
+    run = run_budget(request, plan.model, plan.cluster, plan.training, plan.parallel)
+    main = next(s for s in run.segments if s.name == "main")
+    expected = round(daly_interval_s(run.goodput.checkpoint.save_s, run.goodput.mtbf_s) / main.step_time_s)
+    assert train_iters == main.iterations and save_interval == expected
+    assert run.goodput.checkpoint_interval_iters is not None and expected > run.goodput.checkpoint_interval_iters
+    assert any(f"--save-interval {expected:,}" in note and "main phase's" in note for note in notes)
