@@ -346,9 +346,10 @@ def _render(result: PlanResult, saved: Path | None) -> None:
     if best.tokens_per_s_per_gpu_p10 is not None and best.tokens_per_s_per_gpu_p90 is not None:
         console.print(f"80 % interval of #1: {best.tokens_per_s_per_gpu_p10:,.0f}-{best.tokens_per_s_per_gpu_p90:,.0f}"
                       f" tokens/s/GPU ({best.interval_basis})", markup=False, highlight=False, soft_wrap=True)
-    if result.summary:
+    others = result.why_the_others()
+    if others:
         console.print("[bold]Why the others lost:[/]")
-        for line in result.summary:
+        for line in others:
             console.print(f"  • {line}", highlight=False, soft_wrap=True)
     rules = {k: v for k, v in result.rejected.items() if not k.startswith("dominated")}
     dominated = sum(v for k, v in result.rejected.items() if k.startswith("dominated"))

@@ -106,8 +106,7 @@ def plan(
     return PlanResult(
         model=model, cluster=cluster, training=training, candidates=candidates,
         rejected={reason.value: count for reason, count in sorted(outcome.rejected.items(), key=lambda kv: -kv[1])},
-        summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _ties(candidates)
-        + _fsdp_twins(candidates),
+        summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _fsdp_twins(candidates),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
 
@@ -137,32 +136,6 @@ def model_error_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     where = "" if coverage.exact else " (nearest calibrated cell)"
     return ErrorBand(cell.median_abs_error, f"median |error| over {cell.runs} published runs of {cell.family} "
                                             f"models on {cell.gpu} {cell.precision}{where}")
-
-
-def _ties(candidates: list[Candidate]) -> list[str]:
-    """The runners-up whose prediction lies inside the top pick's 80 % interval: the model cannot tell them apart
-    from it, so what else separates them (memory left free) is said, and the one with the most headroom named."""
-    best = candidates[0].estimate
-    low, high = best.tokens_per_s_per_gpu_p10, best.tokens_per_s_per_gpu_p90
-    if low is None or high is None:
-        return []
-    tied = [(rank, c) for rank, c in enumerate(candidates[1:], start=2)
-            if low <= c.estimate.tokens_per_s_per_gpu <= high]
-    if not tied:
-        return []
-
-    def free_gib(est: EstimateResult) -> float:
-        return est.memory_gib.capacity - est.memory_gib.total
-
-    lines = [f"inside #1's 80 % interval ({low:,.0f}-{high:,.0f} tokens/s/GPU), a tie by the model's error: "
-             + ", ".join(f"#{rank} ({free_gib(c.estimate):.1f} GiB free)" for rank, c in tied)
-             + f"; #1 leaves {free_gib(best):.1f} GiB free"]
-    roomiest_rank, roomiest = max(tied, key=lambda rc: free_gib(rc[1].estimate))
-    if free_gib(roomiest.estimate) > free_gib(best) + 1.0:
-        lines.append(f"among the ties, #{roomiest_rank} {layout_label(roomiest.parallel)} leaves the most memory "
-                     "free: prefer it if #1 runs out of memory or the run needs room (longer sequences, larger "
-                     "micro-batches)")
-    return lines
 
 
 def _fsdp_twins(candidates: list[Candidate]) -> list[str]:

@@ -59,7 +59,7 @@ from megapilot.estimate import LOW_HEADROOM_FRACTION
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel, LayoutEstimator, MemoryCheck
 from megapilot.plan.preferences import variant_penalty
-from megapilot.plan.reasons import bubble_share, component_share
+from megapilot.plan.reasons import bubble_share, component_share, layout_label
 from megapilot.plan.space import Pins, Rejection, RejectReason
 from megapilot.spec import (
     ClusterSpec,
@@ -190,6 +190,7 @@ class PlanResult(BaseModel):
     training: TrainingSpec
     candidates: list[Candidate]
     rejected: dict[str, int]
+    # why the runners-up lost, and which are one layout with and without FSDP; the ties are not stored (`ties`)
     summary: list[str] = Field(default_factory=list)
     layouts_costed: int = 0
     memory_checks: int = 0
@@ -198,6 +199,37 @@ class PlanResult(BaseModel):
     @property
     def best(self) -> Candidate:
         return self.candidates[0]
+
+    def why_the_others(self) -> list[str]:
+        """The summary, then the ties of the candidates as they stand."""
+        return [*self.summary, *self.ties()]
+
+    def ties(self) -> list[str]:
+        """The runners-up whose prediction lies inside the top pick's 80 % interval: the model cannot tell them apart
+        from it, so what else separates them (memory left free) is said, and the one with the most headroom named.
+        Drawn from the candidates as they stand, never stored: once their estimates are calibrated on a cluster's
+        runs (`plan --cluster`), the ties are judged by the calibrated interval the plan shows for #1."""
+        best = self.best.estimate
+        low, high = best.tokens_per_s_per_gpu_p10, best.tokens_per_s_per_gpu_p90
+        if low is None or high is None:
+            return []
+        tied = [(rank, c) for rank, c in enumerate(self.candidates[1:], start=2)
+                if low <= c.estimate.tokens_per_s_per_gpu <= high]
+        if not tied:
+            return []
+
+        def free_gib(est: EstimateResult) -> float:
+            return est.memory_gib.capacity - est.memory_gib.total
+
+        lines = [f"inside #1's 80 % interval ({low:,.0f}-{high:,.0f} tokens/s/GPU), a tie by the model's error: "
+                 + ", ".join(f"#{rank} ({free_gib(c.estimate):.1f} GiB free)" for rank, c in tied)
+                 + f"; #1 leaves {free_gib(best):.1f} GiB free"]
+        roomiest_rank, roomiest = max(tied, key=lambda rc: free_gib(rc[1].estimate))
+        if free_gib(roomiest.estimate) > free_gib(best) + 1.0:
+            lines.append(f"among the ties, #{roomiest_rank} {layout_label(roomiest.parallel)} leaves the most memory "
+                         "free: prefer it if #1 runs out of memory or the run needs room (longer sequences, larger "
+                         "micro-batches)")
+        return lines
 
     def shell(self) -> str:
         block = self.best.parallel.shell_block(self.training.global_batch_size)
@@ -218,7 +250,7 @@ class PlanResult(BaseModel):
         chosen = self.candidates[index]
         return SavedPlan(model=self.model, cluster=self.cluster, training=self.training,
                          parallel=chosen.parallel, estimate=chosen.estimate,
-                         reasons=chosen.reasons + self.summary,
+                         reasons=chosen.reasons + self.why_the_others(),
                          moe_flex_dispatcher=chosen.moe_flex_dispatcher)  # type: ignore[arg-type]  # a backend name
 
     def to_json(self) -> dict[str, object]:
@@ -226,7 +258,7 @@ class PlanResult(BaseModel):
         return {
             "candidates": [c.model_dump(mode="json") for c in self.candidates],
             "rejected": dict(self.rejected),
-            "summary": list(self.summary),
+            "summary": self.why_the_others(),
             "shell": self.shell(),
             "product_check": self.product_check(),
             "layouts_costed": self.layouts_costed,

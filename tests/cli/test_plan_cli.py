@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -304,3 +305,27 @@ def test_plan_layers_break_down_the_top_layout(cli):
     table = cli(*SMALL, "--top", "2", "--layers")
     assert "one micro-batch per layer" in table.stdout and "layers 0-31" in table.stdout
     assert "layers" not in cli(*SMALL, "--top", "2", "--json").json()
+
+
+def test_plan_cluster_judges_the_ties_by_the_calibrated_interval_it_shows(cli, tmp_path):
+    """Calibrated on the cluster's runs, #1's interval line moves to the calibration's (33,423-36,567 tokens/s/GPU
+    here); the ties line had kept the published runs' 26,336-32,621 and called #4 (32,508 calibrated) a tie."""
+    db = str(tmp_path / "history.sqlite")
+    rows = Path(__file__).resolve().parents[1] / "data" / "history_import" / "published_rows.jsonl"
+    assert cli("history", "import", str(rows), "--db", db).exit_code == 0
+    case = ("plan", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--seq-len", "8192", "--gbs", "256",
+            "--precision", "fp8", "--top", "4", "--db", db, "--cluster", "nvidia-dgx-gb200")
+    result = cli(*case)
+    assert result.exit_code == 0, result.stderr
+    [interval] = [line for line in result.stdout.splitlines() if line.startswith("80 % interval of #1: ")]
+    low_high = interval.removeprefix("80 % interval of #1: ").split(" tokens/s/GPU")[0]
+    assert "calibrated on cluster nvidia-dgx-gb200" in interval
+    [ties] = [line for line in result.stdout.splitlines() if "a tie by the model's error" in line]
+    assert f"inside #1's 80 % interval ({low_high} tokens/s/GPU)" in ties
+    document = cli(*case, "--json").json()
+    assert ties.removeprefix("  • ") in document["summary"]
+    tokens = [c["estimate"]["tokens_per_s_per_gpu"] for c in document["candidates"]]
+    best = document["candidates"][0]["estimate"]
+    low, high = best["tokens_per_s_per_gpu_p10"], best["tokens_per_s_per_gpu_p90"]
+    tied = [rank for rank, value in enumerate(tokens[1:], start=2) if low <= value <= high]
+    assert [rank for rank in range(2, len(tokens) + 1) if f"#{rank} (" in ties] == tied and len(tied) < 3

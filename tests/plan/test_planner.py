@@ -102,7 +102,6 @@ def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
 
 
 def test_runners_up_inside_the_top_picks_interval_are_called_ties_with_the_memory_they_leave():
-    from megapilot.plan.planner import _ties
     from megapilot.plan.search import Candidate
 
     result = plan(*_inputs("llama3.1-70b", 64, 8192, 512), top=4)
@@ -112,9 +111,14 @@ def test_runners_up_inside_the_top_picks_interval_are_called_ties_with_the_memor
     runner = result.candidates[1]
     inside = runner.estimate.model_copy(update={"tokens_per_s_per_gpu": best.tokens_per_s_per_gpu * 0.999})
     outside = runner.estimate.model_copy(update={"tokens_per_s_per_gpu": best.tokens_per_s_per_gpu_p10 * 0.5})
-    tied = _ties([result.candidates[0], Candidate(parallel=runner.parallel, estimate=inside, reasons=["x"])])
+
+    def ties(estimate):
+        return result.model_copy(update={"candidates": [
+            result.candidates[0], Candidate(parallel=runner.parallel, estimate=estimate, reasons=["x"])]}).ties()
+
+    tied = ties(inside)
     assert len(tied) >= 1 and "#2 (" in tied[0] and "GiB free" in tied[0]
-    assert _ties([result.candidates[0], Candidate(parallel=runner.parallel, estimate=outside, reasons=["x"])]) == []
+    assert ties(outside) == []
 
 
 def test_an_expert_group_beyond_the_nvlink_domain_is_planned_with_the_flex_dispatcher_and_says_so():

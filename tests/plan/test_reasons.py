@@ -106,8 +106,8 @@ def test_dp_fills_the_rest_with_the_product_written_out(gpt175b_on_64_a100):
 
 def test_runners_up_say_why_they_lost(gpt175b_on_64_a100):
     runners_up = len(gpt175b_on_64_a100.candidates) - 1
-    summary, ties = gpt175b_on_64_a100.summary[:runners_up], gpt175b_on_64_a100.summary[runners_up:]
-    # after one line per runner-up, the ties: those inside #1's 80 % interval, with the memory each leaves free
+    summary, ties = gpt175b_on_64_a100.summary[:runners_up], gpt175b_on_64_a100.ties()
+    # one line per runner-up; the ties: those inside #1's 80 % interval, with the memory each leaves free
     assert all("80 % interval" in line or "leaves the most memory free" in line for line in ties)
     for line, cand in zip(summary, gpt175b_on_64_a100.candidates[1:], strict=True):
         assert layout_label(cand.parallel) in line

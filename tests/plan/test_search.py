@@ -89,6 +89,24 @@ def test_saved_plan_carries_everything_the_launcher_needs(llama70b_plan):
     assert saved.reasons and saved.estimate is not None
 
 
+def test_the_ties_are_judged_by_the_interval_the_top_pick_carries_as_it_stands(llama70b_plan):
+    """`plan --cluster` replaces each candidate's estimate with one calibrated on the cluster's runs, #1's interval
+    with it: the ties are drawn from that interval, not from the published runs' one the plan no longer shows."""
+    [line, *_] = llama70b_plan.ties()
+    assert "a tie by the model's error" in line
+    assert line in llama70b_plan.to_json()["summary"] and line in llama70b_plan.to_saved_plan().reasons
+    tokens = [c.estimate.tokens_per_s_per_gpu for c in llama70b_plan.candidates]
+    low, high = min(tokens[:2]), max(tokens[:2])  # narrowed to #1 and #2, as a tight calibration band does
+    best = llama70b_plan.best.model_copy(update={"estimate": llama70b_plan.best.estimate.model_copy(
+        update={"tokens_per_s_per_gpu_p10": low, "tokens_per_s_per_gpu_p90": high})})
+    narrowed = llama70b_plan.model_copy(update={"candidates": [best, *llama70b_plan.candidates[1:]]})
+    tied = [rank for rank, value in enumerate(tokens[1:], start=2) if low <= value <= high]
+    assert 2 in tied and len(tied) < len(tokens) - 1  # not every runner-up, as the wide interval held
+    [line, *_] = narrowed.ties()
+    assert line.startswith(f"inside #1's 80 % interval ({low:,.0f}-{high:,.0f} tokens/s/GPU)")
+    assert [rank for rank in range(2, len(tokens) + 1) if f"#{rank} (" in line] == tied
+
+
 def _brute_force_best(model, cluster, training) -> float:
     """Cost every legal layout (no dominance pruning at all) and return the best tokens/s/GPU."""
     cost = CostModel(model, cluster, training)
