@@ -24,6 +24,7 @@ over the bandwidth. The projection never fails the suite: a budget it cannot pro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, get_args
 
@@ -162,11 +163,22 @@ class BudgetSegment(BaseModel):
     tokens: float = Field(description="Tokens trained in this piece.")
     seq_len: int = Field(description="Its sequence length, tokens.")
     gbs: int = Field(description="Its global batch size, sequences.")
-    iterations: float = Field(description="Its steps: tokens / (seq_len x gbs), rounded up to whole steps (Megatron "
-                                          "trains whole steps, and a budget is the least to train).")
+    iterations: int = Field(description="Its steps: tokens / (seq_len x gbs), rounded up to whole steps (Megatron "
+                                        "trains whole steps, and a budget is the least to train); a batch warm-up's "
+                                        "as Megatron's ramp-up runs them, from the samples consumed before each step.")
     step_time_s: float = Field(description="Measured (main), or measured x the estimator's ratio (other shapes).")
     days: float = Field(description="Failure-free wall-clock days of this piece.")
     fits: bool = Field(description="False: the estimate says this shape does not fit in GPU memory.")
+
+    @field_validator("iterations", mode="before")
+    @classmethod
+    def _whole_steps_of_earlier_results(cls, value: object) -> object:
+        """suite.json of an earlier run (read by `suite report` and `suite run --resume`) may hold a piece's steps
+        as a fraction, tokens / (seq_len x gbs) as they were counted then: read as the whole steps counted now,
+        the part step rounded up. A count already whole reads as it is, and anything else is left to the int."""
+        if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+            return math.ceil(value)
+        return value
 
 
 class BudgetProjection(BaseModel):

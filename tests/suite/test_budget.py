@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import math
 
+import jsonschema
 import pytest
 
 from megapilot.catalog import get_gpu, get_model
+from megapilot.errors import MegapilotError
 from megapilot.report import render_report
+from megapilot.report.run_deck import run_deck_json_schema
 from megapilot.suite.budget import BudgetConfig, project_budget
 from megapilot.suite.config import check_suite
-from megapilot.suite.results import MetricRow, Verdict
+from megapilot.suite.results import MetricRow, Verdict, read_suite_result
 from tests.report.factory import PASSING, suite_result, write_run_dir
 from tests.suite.cvs_files import SINGLE_8B, filled_in, raw_cvs, write_suite
 
@@ -118,7 +121,6 @@ def test_phases_and_a_batch_warm_up_scale_the_measured_step_by_the_estimators_ra
 
 def test_a_piece_s_iterations_are_described_as_they_are_counted(tmp_path):
     """Its steps are tokens / (seq_len x gbs) rounded up (steps_to_train), in the run deck's schema too."""
-    from megapilot.report.run_deck import run_deck_json_schema
     from megapilot.suite.budget import BudgetSegment
 
     description = BudgetSegment.model_fields["iterations"].description
@@ -130,6 +132,46 @@ def test_a_piece_s_iterations_are_described_as_they_are_counted(tmp_path):
     assert projection is not None
     for piece in projection.segments:
         assert piece.iterations == math.ceil(piece.tokens / (piece.seq_len * piece.gbs))
+
+
+def test_a_piece_s_steps_are_a_whole_number_in_suite_json_the_run_deck_and_its_schema(tmp_path):
+    # typed float, a piece's steps were written 244141.0 and the schema said any number
+    assert run_deck_json_schema()["$defs"]["BudgetSegment"]["properties"]["iterations"]["type"] == "integer"
+    result = _with_checkpoint_times(write_run_dir(tmp_path / "run"))
+    result.budget = project_budget(BudgetConfig(tokens="2B", rampup_batch_size=[4, 2, 8000]),  # type: ignore[arg-type]
+                                   get_model("llama3.1-8b"), get_gpu("h100"), result)
+    assert result.budget is not None and [type(s.iterations) for s in result.budget.segments] == [int] * 3
+    result.write(tmp_path / "run")
+    stored = json.loads((tmp_path / "run" / "suite.json").read_text(encoding="utf-8"))["budget"]["segments"]
+    assert [s["iterations"] for s in stored] == [1000, 667, 243_141]  # (2e9 / 1,024 - 8,002) / 8 = 243,140.4
+    assert all(type(s["iterations"]) is int for s in stored)
+    deck = json.loads(render_report(read_suite_result(tmp_path / "run"), tmp_path / "run").run_deck.read_text())
+    assert [s["iterations"] for s in deck["budget"]["segments"]] == [1000, 667, 243_141]
+    assert all(type(s["iterations"]) is int for s in deck["budget"]["segments"])
+
+
+@pytest.mark.parametrize(("stored", "read"), [(244_141.0, 244_141), (244_140.625, 244_141), (1000, 1000)])
+def test_a_piece_s_steps_in_an_earlier_suite_json_read_as_whole_steps(tmp_path, stored, read):
+    # an earlier suite.json wrote a piece's steps as a float, and before whole steps as the fraction of its tokens
+    # (2e9 / 8,192 = 244,140.625): `suite report` and `suite run --resume` still read it, the part step rounded up
+    result = _with_checkpoint_times(write_run_dir(tmp_path / "run"))
+    result.budget = project_budget(BudgetConfig(tokens="2B"), get_model("llama3.1-8b"),  # type: ignore[arg-type]
+                                   get_gpu("h100"), result)
+    path = result.write(tmp_path / "run")
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["budget"]["segments"][0]["iterations"] = stored
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    again = read_suite_result(tmp_path / "run")
+    assert again.budget is not None and again.budget.segments[0].iterations == read
+    deck = json.loads(render_report(again, tmp_path / "run").run_deck.read_text())
+    jsonschema.Draft202012Validator(run_deck_json_schema()).validate(deck)
+    assert deck["budget"]["segments"][0]["iterations"] == read
+    # a count that is no number of steps at all is still refused by its field
+    raw["budget"]["segments"][0]["iterations"] = "many"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(MegapilotError) as refused:
+        read_suite_result(tmp_path / "run")
+    assert refused.value.field == "run_dir"
 
 
 def test_phases_and_warm_up_are_read_as_the_cli_reads_them():
