@@ -16,7 +16,8 @@ executor whose jobs run here, without a container (anything else runs where thos
 
 A cell that cannot run (precision the GPU lacks) or cannot be rendered (a layout that does not fill the
 GPUs, a flag Megatron would refuse) comes back with `skipped` or `error` set; it never raises, so the
-other cells still render.
+other cells still render. The release is the suite's, not a cell's: `render_cells` checks it once before any
+cell (`check_release`) and raises, rather than hand back the same error in every cell.
 """
 
 from __future__ import annotations
@@ -132,7 +133,11 @@ def check_release(suite: LoadedSuite, names: ReleaseNames = SUITE_RELEASE_NAMES)
 
 
 def render_cells(suite: LoadedSuite, run_dir: Path, *, with_smoke: bool = True) -> list[CellLaunch]:
-    """The smoke cell (when enabled) and every sweep cell, each under `run_dir/<slug>`."""
+    """The smoke cell (when enabled) and every sweep cell, each under `run_dir/<slug>`.
+
+    Raises MegapilotError, once, for a release without a flag table or a checkout that is none or is of another
+    release (`check_release`): every cell would carry it as its error otherwise."""
+    check_release(suite)
     cells = ([suite.smoke] if with_smoke and suite.config.smoke.enabled else []) + suite.cells
     return [render_cell(suite, cell, job_dir=run_dir / cell.slug) for cell in cells]
 

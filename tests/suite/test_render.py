@@ -1,10 +1,14 @@
-"""render_cell: CVS cells to Megatron-LM / Primus / embedded-trainer launches; failures stay per cell."""
+"""render_cell: CVS cells to Megatron-LM / Primus / embedded-trainer launches; failures stay per cell, but for the
+release, which is the suite's and refused once."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from megapilot.errors import MegapilotError
 from megapilot.estimate.memory import shard_params
 from megapilot.suite.config import load_suite
 from megapilot.suite.render import pipeline_split, render_cell, render_cells
@@ -185,11 +189,14 @@ def test_a_release_without_a_table_is_refused_naming_what_a_suite_takes(tmp_path
     for path in template_path("tiny-local").parent.glob("tiny-local_threshold*.json"):
         (tmp_path / path.name).write_text(path.read_text())
     suite = load_suite(tmp_path / "tiny.json")
-    launch = render_cells(suite, tmp_path, with_smoke=False)[0]
-    assert launch.error is not None and "no flag table for Megatron-LM 0.99" in launch.error
-    assert "--megatron-path" not in launch.error
+    assert len(suite.cells) > 1
+    # the release is the suite's: refused once, not handed back as the error of each of its cells
+    with pytest.raises(MegapilotError) as refused:
+        render_cells(suite, tmp_path, with_smoke=False)
+    assert refused.value.field == "megatron_version" and "no flag table for Megatron-LM 0.99" in refused.value.problem
+    assert "--megatron-path" not in str(refused.value)
     assert ("pass one of those to --megatron-version or set megapilot.megatron_version to it, or with backend "
-            "megatron-lm, set megapilot.megatron_path to /abs/Megatron-LM") in launch.error
+            "megatron-lm, set megapilot.megatron_path to /abs/Megatron-LM") in (refused.value.fix or "")
 
 
 def test_a_suite_s_checkout_errors_name_its_config_keys_not_the_script_s_options(tmp_path: Path) -> None:
@@ -199,7 +206,11 @@ def test_a_suite_s_checkout_errors_name_its_config_keys_not_the_script_s_options
 
     def errors(megapilot: dict) -> set[str]:
         suite = _suite(tmp_path, edit=lambda raw: raw.__setitem__("megapilot", megapilot))
-        return {launch.error for launch in render_cells(suite, tmp_path / "run") if launch.error}
+        try:
+            launches = render_cells(suite, tmp_path / "run")
+        except MegapilotError as exc:  # the checkout is the suite's: refused once, for every cell
+            return {" ".join(str(exc).split())}
+        return {launch.error for launch in launches if launch.error}
 
     broken = tmp_path / "broken"
     (broken / "megatron/training").mkdir(parents=True)
