@@ -27,10 +27,9 @@ from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
 _MEGATRON_LLAMA3_SCALING = {
     "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
 }
-#: YaRN under MLA: MLATransformerConfig's defaults for the values arguments.py has no flag for; MLA builds its
-#: YarnRotaryEmbedding without correction_range_round_to_int, whose default (true) rounds the correction range.
-_MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
-                           "truncate": True}
+#: YaRN under MLA: MLATransformerConfig's defaults for the values arguments.py has no flag for. The rounding of the
+#: correction range (`truncate`) is refused on its own (`_refuse_unrounded_mla_yarn`).
+_MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
 
 
 def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
@@ -208,8 +207,27 @@ def _add_mla_rope(s: ArgSection, model: ModelSpec) -> None:
             field="model.rope_scaling.type", fix="use a YaRN rope_scaling, or none",
         )
     _require_megatron_values(scaling, _MEGATRON_YARN_DEFAULTS, "YaRN under MLA")
+    if not scaling.truncate:
+        raise _refuse_unrounded_mla_yarn(model)
     s.add("--rope-type", "yarn")
     s.add_terms(model, "--rotary-scaling-factor", "--mscale", "--mscale-all-dim")
+
+
+def _refuse_unrounded_mla_yarn(model: ModelSpec) -> MegapilotError:
+    """YaRN without rounding its correction range has no flag under MLA in any release: multi-latent attention
+    builds its YarnRotaryEmbedding without correction_range_round_to_int (default true, rounding) in core_v0.16.0
+    through core_v0.19.0. core_v0.19.0's --no-yarn-correction-range-round-to-int sets
+    yarn_correction_range_round_to_int, which only GPTModel's standard-attention YaRN (--position-embedding-type
+    yarn) reads, and argument_utils fills those yarn_* fields only without --multi-latent-attention: written under
+    MLA, it would train the rounded model while the script claims otherwise."""
+    return MegapilotError(
+        f"{model.name} uses YaRN under multi-latent attention without rounding its correction range "
+        "(rope_scaling.truncate false, the config.json's rope_scaling.truncate); Megatron-Core's MLA always rounds "
+        "it: no release up to core_v0.19.0 passes the switch to MLA (core_v0.19.0's "
+        "--no-yarn-correction-range-round-to-int reaches standard attention's YaRN only)",
+        field="model.rope_scaling.truncate",
+        fix="set rope_scaling.truncate true (in the config.json, or a ModelSpec YAML) to train with the rounded "
+            "range Megatron builds, or plan and estimate the model without a script")
 
 
 def _require_megatron_values(scaling: Llama3RopeScaling | YarnRopeScaling, fixed: dict[str, float],

@@ -125,6 +125,30 @@ def test_rope_scalings_pretrain_gpt_cannot_build_are_refused_by_field(model_name
     assert err.value.field == field
 
 
+@pytest.mark.parametrize("release", ["0.16.0", "0.19.0"])
+def test_unrounded_yarn_under_mla_is_refused_for_every_release_naming_why_0_19s_flag_does_not_reach_it(release):
+    # core_v0.19.0 parses --no-yarn-correction-range-round-to-int, but only GPTModel's standard-attention YaRN reads
+    # the field it sets; multi-latent attention builds its YaRN without it, so writing it would train the rounded one
+    from megapilot.launch import LaunchOptions
+    from megapilot.launch.flags import megatron_arg_sections
+    from megapilot.spec import TrainingSpec
+    from tests.launch.plans import DEEPSEEK_V2_LITE, make_plan
+
+    assert DEEPSEEK_V2_LITE.rope_scaling is not None
+    unrounded = DEEPSEEK_V2_LITE.model_copy(update={
+        "rope_scaling": DEEPSEEK_V2_LITE.rope_scaling.model_copy(update={"truncate": False})})
+    options = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False,
+                            megatron_version=release)
+    plan = make_plan(unrounded, "h100", 1, TrainingSpec(seq_length=4096, global_batch_size=64), ep=8)
+    with pytest.raises(MegapilotError) as err:
+        megatron_arg_sections(plan, options)
+    assert err.value.field == "model.rope_scaling.truncate"
+    assert "--no-yarn-correction-range-round-to-int" in str(err.value) and "core_v0.19.0" in str(err.value)
+    assert "Megatron-Bridge" not in (err.value.fix or "")  # its MLA builds the same rounded YaRN
+    rounded = make_plan(DEEPSEEK_V2_LITE, "h100", 1, TrainingSpec(seq_length=4096, global_batch_size=64), ep=8)
+    assert "--rope-type" in [arg for section in megatron_arg_sections(rounded, options) for arg in section.args]
+
+
 @pytest.mark.parametrize("name", sorted(load_presets()))
 def test_the_flags_read_back_to_the_same_model(name, tmp_path):
     """What `script` writes, read by `diagnose`'s flag reader, is the model that was planned (one model for
