@@ -208,6 +208,8 @@ TERMS: tuple[Term, ...] = (
     _switch("--qk-layernorm", "model.qk_layernorm", "normalize queries and keys (under MLA: the q/kv latents)",
             own_rule="under MLA it says model.mla.latent_layernorms instead: one switch for two fields, which one "
             "chosen by a third (model.mla)"),
+    _switch("--qk-l2-norm", "model.qk_l2_norm", "weightless L2 norm of per-head queries and keys (Llama 4), on "
+            "every layer"),
     _switch("--add-qkv-bias", "model.add_qkv_bias", "bias on the QKV projection only"),
     _switch("--attention-output-gate", "model.attention_output_gate", "sigmoid gate on the attention output",
             since="core_v0.16.0"),

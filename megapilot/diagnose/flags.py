@@ -830,7 +830,10 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         tie_embeddings=_read(flags, "--untie-embeddings-and-output-weights"),
         add_bias_linear=_read(flags, "--disable-bias-linear"),
         add_qkv_bias=flags.has("--add-qkv-bias"),
-        qk_layernorm=flags.has("--qk-layernorm") and not flags.has("--multi-latent-attention"),
+        # (Megatron's layer specs build the L2 norm in place of a weighted one when both switches are given)
+        qk_layernorm=flags.has("--qk-layernorm") and not flags.has("--multi-latent-attention")
+        and not flags.has("--qk-l2-norm"),
+        qk_l2_norm=_read(flags, "--qk-l2-norm"),
         rope_scaling=_rope_scaling(flags), sliding_window=_read(flags, "--window-size"),
         moe=_moe(flags, ffn), mla=_mla(flags),
         mtp_num_layers=flags.get_int("--mtp-num-layers", minimum=0) or (hybrid.mtp_depths if hybrid else 0),

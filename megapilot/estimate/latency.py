@@ -263,7 +263,9 @@ def _mixer_kernels(model: ModelSpec, layer_index: int, block: LayerBlock, linear
     rope = (UNFUSED_ROPE_KERNELS if unfused_rope(model) else ROPE_KERNELS) if model.position_embedding == "rope" else 0
     mla = model.mla
     if mla is None:
-        return ATTENTION_CORE_KERNELS + rope + 2 * linear + (QK_NORM_KERNELS if model.qk_layernorm else 0)
+        # (Llama 4's weightless L2 norm launches the same q and k kernels as a weighted one, on its RoPE layers)
+        qk_norms = model.qk_layernorm or model.qk_l2_norm_at(layer_index)
+        return ATTENTION_CORE_KERNELS + rope + 2 * linear + (QK_NORM_KERNELS if qk_norms else 0)
     linears = (2 if mla.q_lora_rank else 1) + 2 + 1  # q (down, up), kv down and up, output
     indexer = DSA_INDEXER_KERNELS + 2 * linear if model.runs_dsa_indexer(layer_index) else 0
     norms = QK_NORM_KERNELS if mla.latent_layernorms else 0

@@ -10,7 +10,8 @@ the same model) allocates:
   router h→E (+ the optional per-expert routing bias); a latent MoE's routed experts in the latent width and
   its two projections h→latent→h;
 - norms: one weight (RMSNorm) or weight + bias (LayerNorm) per norm — the two per-layer norms, the
-  q/k norms of `qk_layernorm` and MLA's q/kv LoRA norms all land in `LayerParams.norms`;
+  q/k norms of `qk_layernorm` and MLA's q/kv LoRA norms all land in `LayerParams.norms` (Llama 4's `qk_l2_norm`
+  has no weight: nothing to count);
 - embeddings: the word embedding (+ learned absolute positions), an output layer unless tied, a final norm;
 - MTP: each multi-token-prediction module is one transformer layer of the last layer's kind (a hybrid's: the
   layers of its MTP pattern), its enorm, hnorm and final norm, and the eh-projection 2h→h; it shares the

@@ -130,6 +130,22 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
             "flag for (only Megatron-Bridge's Llama 4 layer spec builds it)",
             field="model.attention_chunk_size", fix="launch through Megatron-Bridge, or drop attention_chunk_size "
             "to train with full attention")
+    if model.qk_l2_norm:
+        _add_qk_l2_norm(s, model)
+
+
+def _add_qk_l2_norm(s: ArgSection, model: ModelSpec) -> None:
+    """Llama 4's weightless q/k L2 norm. Megatron-LM's --qk-l2-norm puts L2Norm in the one layer spec every layer
+    shares (gpt_layer_specs.py), so it also normalises the NoPE layers, which Llama 4 (transformers, and
+    Megatron-Bridge's Llama 4 layer spec) leaves unnormalised: with NoPE layers that is another model."""
+    if model.no_rope_freq is not None:
+        raise MegapilotError(
+            f"{model.name} L2-normalises q and k on its RoPE layers only (qk_l2_norm, Llama 4's use_qk_norm); "
+            f"Megatron-LM's --qk-l2-norm normalises every layer, the NoPE ones of --no-rope-freq "
+            f"{model.no_rope_freq} too, which trains another model", field="model.qk_l2_norm",
+            fix="launch through Megatron-Bridge (its Llama 4 layer spec skips the NoPE layers), or write the model "
+                "as a ModelSpec YAML with qk_l2_norm false (or no_rope_freq null) to train that model instead")
+    s.add_terms(model, "--qk-l2-norm")
 
 
 def _gpu_only(model: ModelSpec, why: str, field: str, cpu_alternative: str) -> MegapilotError:

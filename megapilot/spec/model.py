@@ -491,6 +491,12 @@ class ModelSpec(_Spec):
     add_bias_linear: bool = Field(default=False, description="Biases on linear layers (GPT-2 style).")
     add_qkv_bias: bool = Field(default=False, description="Bias on QKV only (Qwen2 style).")
     qk_layernorm: bool = Field(default=False, description="Norm on per-head q and k (Qwen3 style).")
+    qk_l2_norm: bool = Field(
+        default=False,
+        description="Weightless L2 norm (x / rms(x)) on per-head q and k of every layer that applies RoPE, the "
+        "NoPE layers of no_rope_freq left out (Llama 4 `use_qk_norm`, as transformers and Megatron-Bridge's Llama 4 "
+        "layer spec build it); --qk-l2-norm, which Megatron-LM applies to every layer.",
+    )
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     mamba: MambaSpec | None = Field(default=None, description="The Mamba-2 mixer of a hybrid model.")
@@ -559,6 +565,11 @@ class ModelSpec(_Spec):
                 "qk_layernorm (per-head q/k norms) is not an option of MLA; its q/kv latent norms are "
                 "mla.latent_layernorms"
             )
+        if self.qk_l2_norm and (self.mla is not None or self.qk_layernorm):
+            # Megatron-Core asserts it off under MLA, and its layer specs build the L2 norm in place of a
+            # weighted q/k norm, never both
+            raise ValueError("qk_l2_norm (a weightless L2 norm on per-head q and k) is not an option of MLA and "
+                             "replaces qk_layernorm; drop one of them")
         if self.hybrid_override_pattern is not None:
             self._check_hybrid(self.hybrid_override_pattern)
         self._check_mtp_pattern()
@@ -799,10 +810,18 @@ class ModelSpec(_Spec):
         """SwiGLU and GeGLU have gate and up projections (3 GEMMs); GELU and squared ReLU have 2."""
         return self.mlp_activation in ("swiglu", "geglu", "quick_geglu")
 
+    def is_nope_layer(self, layer_index: int) -> bool:
+        """Whether 0-based `layer_index` is one of no_rope_freq's layers without RoPE (Llama 4)."""
+        return self.no_rope_freq is not None and (layer_index + 1) % self.no_rope_freq == 0
+
+    def qk_l2_norm_at(self, layer_index: int) -> bool:
+        """Whether 0-based `layer_index` L2-normalises its q and k: qk_l2_norm on the layers with RoPE."""
+        return self.qk_l2_norm and not self.is_nope_layer(layer_index)
+
     def attention_window(self, layer_index: int) -> int | None:
         """Tokens layer `layer_index` (0-based) attends back over: the sliding window, a Llama 4 chunk, or
         None (all)."""
-        if self.no_rope_freq is not None and (layer_index + 1) % self.no_rope_freq == 0:
+        if self.is_nope_layer(layer_index):
             return None  # Llama 4's NoPE layers attend globally
         if self.attention_chunk_size is not None:
             return self.attention_chunk_size

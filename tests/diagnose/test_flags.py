@@ -360,3 +360,12 @@ def test_a_nnodes_torchrun_does_not_take_names_the_flag_and_its_two_forms(tmp_pa
         run_config(read_flags(script=script, training_script=True))
     assert info.value.field == "--nnodes"
     assert "MIN:MAX" in (info.value.fix or "") and "torchrun requires" in (info.value.fix or "")
+
+
+def test_qk_l2_norm_reads_back_and_takes_the_place_of_a_weighted_qk_norm_as_megatron_builds_it():
+    shape = "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+    model = run_config(read_flags(flags=shape + "--qk-l2-norm")).model
+    assert model is not None and model.qk_l2_norm and not model.qk_layernorm
+    both = run_config(read_flags(flags=shape + "--qk-l2-norm --qk-layernorm")).model  # the layer spec builds L2Norm
+    assert both is not None and both.qk_l2_norm and not both.qk_layernorm
+    assert not run_config(read_flags(flags=shape)).model.qk_l2_norm

@@ -81,6 +81,10 @@ def test_a_layer_counts_its_kernels_forward_and_backward_and_a_moe_layer_hundred
     assert qwen3 == attention + 4 + moe_kernels(16, per_expert_gemms=True, fp8_casts=True).serial
     with_qk_norms = QWEN3_30B_LIKE.model_copy(update={"qk_layernorm": True})  # Qwen3's per-head q and k norms
     assert layer_kernels(with_qk_norms, 0, 8, eight_bit=True, per_expert_gemms=True) == qwen3 + 4
+    # Llama 4's weightless L2 norm launches the same kernels, on its RoPE layers only
+    l2_on_rope_layers = QWEN3_30B_LIKE.model_copy(update={"qk_l2_norm": True, "no_rope_freq": 4})
+    assert [layer_kernels(l2_on_rope_layers, i, 8, eight_bit=True, per_expert_gemms=True) - qwen3
+            for i in range(4)] == [4, 4, 4, 0]  # the NoPE layer (the 4th) normalises nothing
     # fewer local experts, fewer kernels; DeepSeek-V3's dense-first layers run an MLP
     assert layer_kernels(QWEN3_30B_LIKE, 0, 64, eight_bit=True, per_expert_gemms=True) < qwen3
     dsv3 = get_model("deepseek-v3")

@@ -49,6 +49,18 @@ def test_what_core_v0_16_cannot_build_is_refused_naming_the_field():
     assert args[args.index("--no-rope-freq") + 1] == "4"
 
 
+def test_qk_l2_norm_is_written_where_megatron_builds_it_and_refused_beside_nope_layers():
+    # Megatron-LM's --qk-l2-norm normalises every layer; Llama 4 leaves its NoPE layers unnormalised
+    args = _flags("llama4-maverick", attention_chunk_size=None, no_rope_freq=None, qk_l2_norm=True)
+    assert "--qk-l2-norm" in args and "--qk-layernorm" not in args
+    split_args(args, table=flag_table("core_v0.14.0"))  # in every release megapilot has a table for
+    assert "--qk-l2-norm" not in _flags("llama4-maverick", attention_chunk_size=None)  # Maverick has none
+    with pytest.raises(MegapilotError) as err:
+        model_section(get_model("llama4-scout").model_copy(update={"attention_chunk_size": None}))
+    assert err.value.field == "model.qk_l2_norm" and "Megatron-Bridge" in (err.value.fix or "")
+    assert "--no-rope-freq 4" in str(err.value)
+
+
 def test_deepseek_v32_writes_sparse_attention_with_what_megatron_needs_to_start_it():
     args = _flags("deepseek-v3.2")
     for flag, value in (("--experimental-attention-variant", "dsa"), ("--dsa-indexer-n-heads", "64"),

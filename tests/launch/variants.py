@@ -118,6 +118,8 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(SPARSE_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(SHARED_TOPK_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+    # a weightless q/k L2 norm (Llama 4's, without its NoPE layers: Megatron-LM normalises every layer)
+    (make_plan(LLAMA31_8B.model_copy(update={"qk_l2_norm": True}), "h100", 1, _TRAIN, tp=2), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
         update={"capacity_factor": 1.0, "pad_to_capacity": True})}), "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),

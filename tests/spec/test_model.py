@@ -190,3 +190,15 @@ def test_which_layers_run_a_softmax_attention_core():
     assert cores and all(hybrid.layer_kind(i) == "attention" for i in cores)
     mamba_only = hybrid.model_copy(update={"hybrid_override_pattern": "M" * hybrid.num_layers})
     assert not mamba_only.has_softmax_attention
+
+
+def test_qk_l2_norm_sits_on_the_rope_layers_and_neither_beside_mla_nor_a_weighted_qk_norm():
+    llama4_like = _model(qk_l2_norm=True, no_rope_freq=4)
+    assert [llama4_like.qk_l2_norm_at(i) for i in range(8)] == [True, True, True, False] * 2  # NoPE layers: none
+    assert all(_model(qk_l2_norm=True).qk_l2_norm_at(i) for i in range(4))
+    assert not _model(no_rope_freq=4).qk_l2_norm_at(0)
+    with pytest.raises(ValidationError, match="qk_l2_norm"):
+        _model(qk_l2_norm=True, qk_layernorm=True)  # Megatron builds the L2 norm in place of the weighted one
+    with pytest.raises(ValidationError, match="qk_l2_norm"):
+        _model(qk_l2_norm=True, mla=MLASpec(kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+                                            v_head_dim=128))
