@@ -20,9 +20,10 @@ Supported (by `architectures[0]`, else `model_type`):
 
 Every field that changes the model and that Megatron can express is read: RoPE scaling (llama3,
 YaRN and its `truncate`, linear), a sliding window over every layer (Mistral/Mixtral), biases, tied embeddings,
-q/k norms, MLA and its latent norms, MTP depth, Llama 4's `moe_layers` and NoPE interval, and the router's meaning
-(score function, pre-softmax vs renormalised top-k from `norm_topk_prob`, `routed_scaling_factor`, group-limited
-routing, aux-loss-free expert bias, the fp32 gate of DeepSeek). A config saved by transformers >= 5 reads the same
+q/k norms, MLA and its latent norms, MTP depth, Llama 4's `moe_layers`, NoPE interval and q/k L2 norm
+(`use_qk_norm`), and the router's meaning (score function, pre-softmax vs renormalised top-k from `norm_topk_prob`,
+`routed_scaling_factor`, group-limited routing, aux-loss-free expert bias, the fp32 gate of DeepSeek) and its
+aux-loss weight (`router_aux_loss_coef`, DeepSeek's `aux_loss_alpha`). A config saved by transformers >= 5 reads the same
 as its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A key the
 config leaves out takes the default of its family's configuration class in transformers (`_ABSENT_KEY_DEFAULTS`:
 norm epsilon, context, KV heads, head size, RoPE base, activation, routed and shared experts, router, aux-loss
@@ -162,6 +163,7 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "qk_pos_emb_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
     "mtp_num_layers": ("num_nextn_predict_layers", "num_mtp_layers"),
+    "aux_loss_coeff": ("router_aux_loss_coef", "aux_loss_alpha"),
 }
 
 
@@ -680,6 +682,9 @@ def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
         v_head_dim=_required_int(config, "v_head_dim"),
         dsa=dsa or _dsa(config),
     )
+    # An absent depth reads 0, not the 1 a transformers configuration class may default it to: that 1 describes
+    # the checkpoint's extra layer, which transformers never builds, while Megatron would build the module and add
+    # its MTP loss to a training the config did not ask for.
     fields["mtp_num_layers"] = _optional_int(config, "num_nextn_predict_layers") or 0
     experts = _optional_int(config, "n_routed_experts")
     if experts is not None:  # null: a dense MLA model, as DeepSeek's code reads it; 0 experts: refused by the spec
@@ -695,7 +700,9 @@ def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
             # noaux_tc routing (V3) balances experts with a learned-free per-expert bias.
             router_expert_bias=config.get("topk_method") == "noaux_tc",
             load_balancing_type="seq_aux_loss" if _flag(config, "seq_aux", True) else "aux_loss",
-            aux_loss_coeff=_optional_float(config, "aux_loss_alpha") or 0.0,
+            # V2's configs state their aux-loss weight (V2-Lite: 0.001); V3's carry none and transformers'
+            # DeepseekV3Config has no such key (its router balances by the expert bias): absent, no aux loss
+            aux_loss_coeff=_float_or(config, "aux_loss_alpha", 0.0),
         )
     return fields
 
@@ -719,6 +726,7 @@ def _deepseek_v4(config: HFConfig) -> dict[str, Any]:
         raise _refuse("qk_rope_head_dim", f"qk_rope_head_dim={rope} must be between 0 and head_dim={head_dim}")
     experts_width = _required_int(config, "moe_intermediate_size")
     fields = _llama_core({**config, "intermediate_size": experts_width})  # every layer is MoE: no dense width
+    # (an absent MTP depth reads 0, as for V3: `_deepseek`)
     layers, mtp = fields["num_layers"], _optional_int(config, "num_nextn_predict_layers") or 0
     fields.update(
         num_query_groups=None, kv_channels=None, mtp_num_layers=mtp, softmax_type="learnable",
@@ -741,7 +749,7 @@ def _deepseek_v4(config: HFConfig) -> dict[str, Any]:
         raise _refuse("num_hash_layers", f"num_hash_layers={hashed} must be between 0 and num_hidden_layers={layers}")
     moe = _deepseek_moe(config, (0, 1), router_expert_bias=config.get("topk_method") == "noaux_tc",
                         load_balancing_type="seq_aux_loss",
-                        aux_loss_coeff=_optional_float(config, "aux_loss_alpha") or 0.0)
+                        aux_loss_coeff=_float_or(config, "aux_loss_alpha", 0.0))
     fields["moe"] = moe.model_copy(update={"num_hash_layers": hashed})
     return fields
 
@@ -882,6 +890,7 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
     fields["qk_layernorm"] = _flag(config, "use_qk_norm", False)
     fields["rotary_percent"] = _rotary_percent(config, GLM4_MOE_PARTIAL_ROTARY)
     mtp_key = _stated_key(config, "num_nextn_predict_layers", "num_mtp_layers")
+    # absent: no MTP module, as for DeepSeek (`_deepseek`): building one would add an MTP loss the config omits
     fields["mtp_num_layers"] = 0 if mtp_key is None else _required_int(config, mtp_key)
     first_dense = _optional_int(config, "first_k_dense_replace") or 0
     placement = _moe_placement(fields["num_layers"], lambda i: i >= first_dense, "first_k_dense_replace")
@@ -940,12 +949,13 @@ _ABSENT_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": {"rms_norm_eps": 1e-5},  # Phi3Config
     "gpt_oss": {"rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_key_value_heads": 8,  # GptOssConfig
                 "head_dim": 64, "rope_theta": 150000.0, "attention_bias": True, "swiglu_limit": 7.0,
+                "router_aux_loss_coef": 0.9,
                 # its __post_init__'s RoPE when the config states none
                 "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                  "truncate": False, "original_max_position_embeddings": 4096}},
     "llama4": {"rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_key_value_heads": 8,  # Llama4TextConfig
                "head_dim": 128, "rope_theta": 500000.0, "intermediate_size_mlp": 16384,
-               "attention_chunk_size": 8192, "router_aux_loss_coef": 0.001},
+               "attention_chunk_size": 8192, "router_aux_loss_coef": 0.001, "use_qk_norm": True},
     "nemotron_h": {"num_key_value_heads": 8, "head_dim": 128, "mamba_num_heads": 128,  # NemotronHConfig
                    "moe_shared_expert_intermediate_size": 7688},
 }
@@ -1113,17 +1123,28 @@ def _gpt_oss(config: HFConfig) -> dict[str, Any]:
             num_experts=_required_int(config, "num_local_experts"),
             router_topk=_required_int(config, "num_experts_per_tok"),
             moe_ffn_hidden_size=fields["ffn_hidden_size"],
-            load_balancing_type="none",  # the published recipes train without an auxiliary loss
-            aux_loss_coeff=0.0,
+            **_gpt_oss_balancing(config),
         ),
     }
     return fields
 
 
+def _gpt_oss_balancing(config: HFConfig) -> dict[str, Any]:
+    """GPT-OSS's load balancing: the stated `router_aux_loss_coef` (GptOssConfig: 0.9), read as every family's
+    aux-loss key is, as the loss's weight; the loss itself only where `output_router_logits` is true, the one case
+    transformers adds it to the training loss. Otherwise none, as the published recipes train and Megatron-Bridge's
+    GPT-OSS bridge builds it (load balancing 'none', its coefficient still mapped from the key): Megatron weighs
+    no loss by the coefficient then, so it is carried but changes nothing."""
+    trained = _flag(config, "output_router_logits", False)
+    return {"load_balancing_type": "aux_loss" if trained else "none",
+            "aux_loss_coeff": _float_or(config, "router_aux_loss_coef", 0.0)}
+
+
 def _llama4(config: HFConfig) -> dict[str, Any]:
     """Llama 4 (text model): MoE on the `moe_layers` (else every `interleave_moe_layer_step`-th layer) with a shared
-    expert, sigmoid top-1 router, dense layers of width intermediate_size_mlp, chunked attention on RoPE layers,
-    NoPE every `no_rope_layer_interval`-th (4), as Llama4TextConfig places them."""
+    expert, sigmoid top-1 router, dense layers of width intermediate_size_mlp, chunked attention and (`use_qk_norm`)
+    a weightless L2 norm of q and k on RoPE layers, NoPE every `no_rope_layer_interval`-th (4), as Llama4TextConfig
+    places them."""
     text = config.get("text_config") or config
     fields = _llama_core(text)
     first_k_dense, freq = _llama4_moe_placement(text, fields["num_layers"])
@@ -1133,6 +1154,8 @@ def _llama4(config: HFConfig) -> dict[str, Any]:
                                             "the dense layers' MLP width the model card gives (Scout: 16384)"),
         "attention_chunk_size": _optional_int(text, "attention_chunk_size"),
         "no_rope_freq": _llama4_no_rope_freq(text, fields["num_layers"]),
+        # transformers' Llama4TextL2Norm on q and k of the RoPE layers only (Scout: true, Maverick: false)
+        "qk_l2_norm": _flag(text, "use_qk_norm", False),
         "moe": MoESpec(
             num_experts=_required_int(text, "num_local_experts"),
             router_topk=_required_int(text, "num_experts_per_tok"),

@@ -1049,6 +1049,7 @@ TRANSFORMERS_DEFAULTS = [
     (_config(SCOUT) | {"text_config": _config(SCOUT)["text_config"] | {"intermediate_size_mlp": 8192}},
      "text_config.intermediate_size_mlp", "ffn_hidden_size", 16384),
     (_config(SCOUT), "text_config.max_position_embeddings", "max_position_embeddings", 131072),
+    (_config(SCOUT), "text_config.use_qk_norm", "qk_l2_norm", True),
     # GptOssConfig
     (_config("gpt-oss-20b"), "rms_norm_eps", "norm_epsilon", 1e-5),
     (_config("gpt-oss-20b"), "rope_theta", "rotary_base", 150_000),
@@ -1056,6 +1057,7 @@ TRANSFORMERS_DEFAULTS = [
     (_config("gpt-oss-20b"), "swiglu_limit", "activation_clamp", 7.0),
     (_config("gpt-oss-20b"), "head_dim", "kv_channels", 64),
     (_config("gpt-oss-20b"), "rope_scaling", "rope_scaling", GPT_OSS_YARN),  # its __post_init__'s YaRN
+    (_config("gpt-oss-20b"), "router_aux_loss_coef", "moe.aux_loss_coeff", 0.9),
     # Glm4MoeConfig
     (GLM4_MOE_DEFAULTS, "rms_norm_eps", "norm_epsilon", 1e-5),
     (GLM4_MOE_DEFAULTS, "n_shared_experts", "moe.shared_expert_ffn_hidden_size", 1408),
@@ -1204,6 +1206,35 @@ def test_llama4_nope_layers_follow_no_rope_layer_interval():
                           "s").no_rope_freq == 2
     _one_line_refusal(_scout_text(no_rope_layers=[1, 0] + [1] * 46), "no_rope_layers")
     _one_line_refusal(_scout_text(no_rope_layer_interval=0), "no_rope_layer_interval")
+
+
+def test_llama4_use_qk_norm_is_the_weightless_qk_l2_norm_of_its_rope_layers():
+    scout = from_hf_config(_config(SCOUT), "scout")  # Scout states true; Maverick false
+    assert scout.qk_l2_norm and [scout.qk_l2_norm_at(i) for i in range(4)] == [True, True, True, False]
+    assert not from_hf_config(_scout_text(use_qk_norm=False), "maverick-like").qk_l2_norm
+    from megapilot.estimate.params import count_params
+    assert count_params(scout).total == 107_769_861_120  # a norm without weights: the count is unchanged
+    _one_line_refusal(_scout_text(use_qk_norm="yes"), "use_qk_norm")
+
+
+def test_gpt_oss_reads_its_aux_loss_weight_and_trains_the_loss_only_where_the_config_outputs_router_logits():
+    moe = from_hf_config(_config("gpt-oss-20b"), "gpt-oss").moe  # router_aux_loss_coef 0.9, output_router_logits false
+    assert moe is not None and (moe.load_balancing_type, moe.aux_loss_coeff) == ("none", 0.9)
+    trained = from_hf_config(_config("gpt-oss-20b") | {"output_router_logits": True, "router_aux_loss_coef": 0.02},
+                             "gpt-oss").moe
+    assert trained is not None and (trained.load_balancing_type, trained.aux_loss_coeff) == ("aux_loss", 0.02)
+    _one_line_refusal(_config("gpt-oss-20b") | {"output_router_logits": "true"}, "output_router_logits")
+
+
+def test_deepseek_reads_v2s_aux_loss_alpha_and_v3_without_one_has_no_aux_loss():
+    v2 = from_hf_config(_config("DeepSeek-V2-Lite"), "v2").moe  # aux_loss_alpha 0.001, seq_aux true
+    assert v2 is not None and (v2.load_balancing_type, v2.aux_loss_coeff) == ("seq_aux_loss", 0.001)
+    v3 = from_hf_config(_config("DeepSeek-V3"), "v3").moe  # no aux_loss_alpha: balanced by the expert bias
+    assert v3 is not None and v3.aux_loss_coeff == 0.0 and v3.router_expert_bias
+    assert from_hf_config(_config("DeepSeek-V3") | {"aux_loss_alpha": 1e-4}, "v3").moe.aux_loss_coeff == 1e-4
+    # a weight the spec refuses is named by its config key, not by Megatron's field
+    assert _one_line_refusal(_config("DeepSeek-V2-Lite") | {"aux_loss_alpha": -0.1}, "aux_loss_alpha").fix
+    _one_line_refusal(_config("Mixtral-8x7B-v0.1") | {"router_aux_loss_coef": -1}, "router_aux_loss_coef")
 
 
 def test_qwen2_moe_qkv_bias_false_builds_no_qkv_bias():
