@@ -23,8 +23,8 @@ YaRN and its `truncate`, linear), a sliding window over every layer (Mistral/Mix
 q/k norms, MLA and its latent norms, MTP depth, Llama 4's `moe_layers`, NoPE interval and q/k L2 norm
 (`use_qk_norm`), and the router's meaning (score function, pre-softmax vs renormalised top-k from `norm_topk_prob`,
 `routed_scaling_factor`, group-limited routing, aux-loss-free expert bias, the fp32 gate of DeepSeek) and its
-aux-loss weight (`router_aux_loss_coef`, DeepSeek's `aux_loss_alpha`). A config saved by transformers >= 5 reads the same
-as its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A key the
+aux-loss weight (`router_aux_loss_coef`, DeepSeek's `aux_loss_alpha`). A config saved by transformers >= 5 reads the
+same as its older form: RoPE in one `rope_parameters` object, a hybrid's layers as `layers_block_type` lists. A key the
 config leaves out takes the default of its family's configuration class in transformers (`_ABSENT_KEY_DEFAULTS`:
 norm epsilon, context, KV heads, head size, RoPE base, activation, routed and shared experts, router, aux-loss
 weight, ...), as transformers would build the model; a key the import requires is refused when absent; a value of
