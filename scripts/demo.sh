@@ -8,7 +8,8 @@
 #               loss-curve slope, every node's log scanned for error signatures — real Megatron-Core on CPU;
 #   3. report   one self-contained HTML report, the run deck JSON (with its JSON Schema) and JUnit XML;
 #   4. history  the run is recorded (SQLite); from the second demo on, it is compared with the last one, and
-#               each combo's prediction (this machine's CPU, measured) is calibrated on the runs before it.
+#               each combo's prediction (this machine's CPU, measured) is calibrated on the runs before it;
+#               on the first demo, on this run's own smoke run and combos (shown, never gated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MP=.venv/bin/megapilot

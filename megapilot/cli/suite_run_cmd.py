@@ -220,7 +220,10 @@ def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None,
                          notes=notes)
     name = cluster_of(suite, request)
     if history is not None and name is not None and calibrate:
-        request = replace(request, history_runs=history.calibration_runs(name))
+        # late: the history's reading of a combo, needed only where the history calibrates (not by --no-calibrate)
+        from megapilot.store.measured import calibration_run_of
+
+        request = replace(request, history_runs=history.calibration_runs(name), measured_run_of=calibration_run_of)
     executor = make_executor(suite)
     # The display prints reasons (paths, log lines: `[/tmp/x]`, `[rank0]:`) as text, never as markup.
     with suite_display(quiet=quiet) as display:

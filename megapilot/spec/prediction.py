@@ -34,6 +34,10 @@ class Prediction(BaseModel):
     uncalibrated_components_ms: dict[str, float] = Field(default_factory=dict)
     calibration: str = Field(default="", description="How it was calibrated on the cluster's runs, or why not.")
     calibration_runs: list[str] = Field(default_factory=list, description="The runs the calibration used.")
+    calibrated_in_run: bool = Field(
+        default=False, description="Calibrated only on this suite run's earlier runs (its smoke run first): a "
+                                   "cluster the history has no runs of. Shown, never gated: those runs share whatever "
+                                   "slows the cluster now.")
     band_pct: float | None = Field(default=None, description="Error band: p90 of the held-out |error|, %.")
 
     @property

@@ -158,6 +158,13 @@ def from_combo(result: SuiteResult, combo: ComboResult, recorded_at: str) -> Mea
         measured_tflops_per_gpu=measured["tflops_per_gpu"], measured_memory_gib=measured["memory_gib"])
 
 
+def calibration_run_of(result: SuiteResult, combo: ComboResult) -> MeasuredRun | None:
+    """A finished combo of a suite run still going, as the run the calibration of its later combos fits on: the row
+    the history will keep for it, read the same way (None where the history would not calibrate on it)."""
+    row = from_combo(result, combo, recorded_at="")
+    return to_calibration_run(row) if row is not None and row.calibrates else None
+
+
 def _combo_value(combo: ComboResult, metrics: tuple[str, ...]) -> float | None:
     for name in metrics:
         value = combo.actual(name)
@@ -240,4 +247,5 @@ def from_case(row_id: str, cluster: str, source: str, case: Case, flags: Mapping
         measured_tflops_per_gpu=measured.get("tflops_per_gpu"), measured_memory_gib=measured.get("peak_memory_gib"))
 
 
-__all__ = ["COLUMNS", "MEASURED_KEYS", "MeasuredRow", "from_case", "from_combo", "from_plan_run", "to_calibration_run"]
+__all__ = ["COLUMNS", "MEASURED_KEYS", "MeasuredRow", "calibration_run_of", "from_case", "from_combo", "from_plan_run",
+           "to_calibration_run"]

@@ -21,6 +21,7 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Literal
 
+from megapilot.suite.cells import SMOKE_CELL_KEY
 from megapilot.suite.gates import BaselineStats as GateBaseline
 from megapilot.suite.metric_table import HEADLINE_METRICS, METRICS, Direction, MetricInfo, metric_info
 from megapilot.suite.results import ComboResult, Regression, RunCard, SuiteResult
@@ -77,8 +78,10 @@ def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,
     Both directions are returned (`worse` tells them apart), regressions first. The run itself is
     left out of its own baseline, so this can be called before or after `history.record(result)`.
     """
-    found = [regression for combo in result.combos for regression in _combo_regressions(
-        result, combo, history, last_n=last_n, threshold_pct=threshold_pct)]
+    # The smoke run's few steps are recorded to calibrate the sweep's predictions, not to be compared: run to run
+    # they move by more than any band a benchmark would be held to.
+    found = [regression for combo in result.combos if combo.key != SMOKE_CELL_KEY
+             for regression in _combo_regressions(result, combo, history, last_n=last_n, threshold_pct=threshold_pct)]
     return sorted(found, key=lambda r: (not r.worse, -abs(r.change_pct)))
 
 

@@ -116,6 +116,9 @@ class RunRequest:
     baseline: BaselineSource | None = None  # the run history, for `baseline` thresholds
     cluster_name: str | None = None  # recorded under it; None: the cluster file's name
     history_runs: tuple[MeasuredRun, ...] = ()  # this cluster's measured runs: the predictions' calibration
+    # How a finished combo of this run becomes a measured run of its cluster (the history's own rule), so that each
+    # combo is also calibrated on what this run measured before it; None: only the history's runs calibrate.
+    measured_run_of: Callable[[SuiteResult, ComboResult], MeasuredRun | None] | None = None
     calibrate: bool = True
     notes: tuple[str, ...] = ()  # what the run's notes must say from the start (the nodes left out, and why)
 
@@ -394,7 +397,7 @@ def _smoke_stage(ctx: _Context) -> StageResult:
     if smoke.skip_reason:
         return StageResult(name="smoke", verdict=Verdict.SKIPPED, reason=smoke.skip_reason)
     started, clock = datetime.now(timezone.utc), time.monotonic()
-    combo = _run_cell(ctx, smoke, directory="smoke", gates=False)
+    combo = _run_cell(ctx, smoke, directory="smoke", gates=False, record_speed=True)
     ctx.result.combos.append(combo.model_copy(update={"key": "smoke", "started_at": started,
                                                       "duration_s": round(time.monotonic() - clock, 3)}))
     return StageResult(name="smoke", verdict=Verdict.PASS if combo.verdict is Verdict.PASS else Verdict.FAIL,
@@ -577,13 +580,13 @@ def _skipped_combo(cell: SweepCell, reason: str, backend: str) -> ComboResult:
 
 def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None = None,
               save_dir: str | None = None, load_dir: str | None = None, load_step: int | None = None,
-              save_interval: int | None = None) -> ComboResult:
+              save_interval: int | None = None, record_speed: bool = False) -> ComboResult:
     """Render, run, watch and measure one cell; never raises for what the cell itself got wrong, nor for a disk
     that fills up while it runs (the cell FAILs saying where, how much was free and what was being written)."""
     try:
         return _run_cell_on_disk(ctx, cell, directory=directory, gates=gates, train_iters=train_iters,
                                  save_dir=save_dir, load_dir=load_dir, load_step=load_step,
-                                 save_interval=save_interval)
+                                 save_interval=save_interval, record_speed=record_speed)
     except OSError as exc:
         if not is_disk_full(exc):
             raise
@@ -594,7 +597,7 @@ def _run_cell(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, tr
 
 def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: bool, train_iters: int | None,
                       save_dir: str | None, load_dir: str | None, load_step: int | None,
-                      save_interval: int | None) -> ComboResult:
+                      save_interval: int | None, record_speed: bool) -> ComboResult:
     suite = ctx.suite
     if cell.skip_reason:
         return _skipped_combo(cell, cell.skip_reason, suite.backend)
@@ -622,7 +625,8 @@ def _run_cell_on_disk(ctx: _Context, cell: SweepCell, *, directory: str, gates: 
         job_result, fatal = _run_job(ctx, job)
     except MegapilotError as exc:  # refused by the scheduler (its words), or by the executor: this combo fails
         return combo.model_copy(update={"verdict": Verdict.FAIL, "reason": f"{exc.problem}; fix: {exc.fix}"})
-    return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates, prediction=prediction)
+    return _measured_combo(ctx, combo, cell, launch, job_result, fatal, gates=gates, prediction=prediction,
+                           record_speed=record_speed)
 
 
 def _begin(ctx: _Context, running: StageResult | ComboResult) -> int:
@@ -765,14 +769,14 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
 
 
 def _measured_combo(ctx: _Context, combo: ComboResult, cell: SweepCell, launch: CellLaunch, job: JobResult,
-                    fatal: Finding | None, *, gates: bool, prediction: Prediction) -> ComboResult:
+                    fatal: Finding | None, *, gates: bool, prediction: Prediction, record_speed: bool) -> ComboResult:
     logs = [Path(p) for p in job.logs]
     summary = JobSummary(executor=job.executor, job_id=job.job_id, state=job.state.value, exit_code=job.exit_code,
                          reason=job.reason, iterations_reached=job.iterations_reached, train_iters=job.train_iters,
                          duration_s=round(job.duration_s, 3),
                          logs=[_relative(p, ctx.run_dir) for p in logs])
     outcome = measure_and_gate(ctx.suite, cell, launch, logs, gates=gates, baseline=_baseline_lookup(ctx, combo),
-                               prediction=prediction)
+                               prediction=prediction, record_speed=record_speed)
     findings = merge_findings(fatal, outcome.findings)
     rows = outcome.rows + [_reap_strays(ctx, job.job_dir, job.state)]
     reason = _combo_reason(job, fatal, rows)
@@ -828,7 +832,27 @@ def _predict(ctx: _Context, launch: CellLaunch) -> Prediction:
     cluster's runs in the history, to show and gate beside what is measured."""
     if launch.plan is None:
         return Prediction(note="not rendered, not estimated")
-    return predict_combo(launch.plan, ctx.suite.gpu, ctx.request.history_runs, calibrate=ctx.request.calibrate)
+    own = () if ctx.request.history_runs else _measured_so_far(ctx)
+    prediction = predict_combo(launch.plan, ctx.suite.gpu, ctx.request.history_runs + own,
+                               calibrate=ctx.request.calibrate)
+    if own and prediction.calibration_runs:
+        prediction = prediction.model_copy(update={
+            "calibrated_in_run": True, "calibration": f"on this run's own earlier runs: {prediction.calibration}"})
+    return prediction
+
+
+def _measured_so_far(ctx: _Context) -> tuple[MeasuredRun, ...]:
+    """This run's finished combos, its smoke run first, as measured runs of its cluster: what calibrates the
+    predictions on a cluster the history has no runs of. There the smoke run is the first measurement there is;
+    without it every combo of a first run is predicted from the device's rates alone (a CPU's 5x too fast: the
+    per-op dispatch and Megatron's Python, which its rates leave out, are most of a small model's step). Where the
+    history has runs they calibrate alone: this run's own share whatever slows the cluster now, and a prediction
+    made from them could not show it."""
+    convert = ctx.request.measured_run_of
+    if convert is None or not ctx.request.calibrate:
+        return ()
+    runs = (convert(ctx.result, combo) for combo in ctx.result.combos if combo.verdict is not Verdict.FAIL)
+    return tuple(run for run in runs if run is not None)
 
 
 def _relative(path: Path, root: Path) -> str:

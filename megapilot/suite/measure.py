@@ -16,8 +16,8 @@ from megapilot.estimate import flops_per_token
 from megapilot.suite.curves import LossCurveGate
 from megapilot.suite.gates import BaselineLookup, builtin_gates, evaluate
 from megapilot.suite.metrics import ConvergenceGate, CurveTargets, ScalingBaseline, measure_combo
-from megapilot.suite.predicted import departure
-from megapilot.suite.results import Curve, Finding, MetricRow
+from megapilot.suite.predicted import PREDICTED_METRICS, departure
+from megapilot.suite.results import Curve, Finding, MetricRow, Verdict
 from megapilot.suite.stragglers import straggler_rows
 from megapilot.suite.thresholds import DEFAULT_CELL, ThresholdSpec
 
@@ -43,11 +43,13 @@ def cell_thresholds(suite: LoadedSuite, cell: SweepCell) -> dict[str, ThresholdS
 
 def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, logs: list[Path], *,
                      gates: bool, baseline: BaselineLookup | None = None,
-                     prediction: Prediction | None = None) -> ComboOutcome:
+                     prediction: Prediction | None = None, record_speed: bool = False) -> ComboOutcome:
     """Measure the logs; with `gates`, judge them against the cell's thresholds and the built-in gates.
 
     Without `gates` (smoke and checkpoint runs) only the built-in gates apply: no error signature,
-    finite loss, final iteration reached. `prediction`: what megapilot predicted for the combo (`predicted` gates).
+    finite loss, final iteration reached; `record_speed` (the smoke run) adds the figures a prediction is compared
+    with as RECORD rows, never gated: they calibrate the predictions of the combos after it.
+    `prediction`: what megapilot predicted for the combo (`predicted` gates).
     """
     config = suite.config
     plan = launch.plan
@@ -72,6 +74,8 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
     if not gates:
         keep = {"gate.no_errors", "gate.finite_loss", "gate.completed"}
         rows = [r for r in built_in if r.name in keep]
+        if record_speed:
+            rows = _speed_records(measurement.actuals, measurement.units) + rows
     else:
         why = departure(prediction, measured_step_ms(measurement.actuals), measurement.timers_ms)
         rows = evaluate(measurement.actuals, measurement.units, cell_thresholds(suite, cell),
@@ -86,6 +90,14 @@ def measure_and_gate(suite: LoadedSuite, cell: SweepCell, launch: CellLaunch, lo
 
 
 STEP_TIME_METRICS = ("training.step_time_p50_ms", "training.elapsed_time_per_iteration")
+
+
+def _speed_records(actuals: dict[str, float | None], units: dict[str, str]) -> list[MetricRow]:
+    """The measured figures a prediction is compared with (`PREDICTED_METRICS`), recorded and never gated."""
+    return [MetricRow(name=name, value=value, unit=units.get(name, ""), kind="info", verdict=Verdict.RECORD,
+                      reason="recorded, never gated: calibrates the predictions of the combos after it",
+                      enforced=False)
+            for name in PREDICTED_METRICS if (value := actuals.get(name)) is not None]
 
 
 def measured_step_ms(actuals: dict[str, float | None]) -> float | None:

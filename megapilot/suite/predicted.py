@@ -229,7 +229,8 @@ def judge_predicted(name: str, value: float, min_ratio: float, prediction: Predi
                     why: Departure | None) -> Outcome:
     """The `predicted` kind's rule (`megapilot.suite.thresholds.PredictedThreshold`): tokens/s at least `min_ratio`
     of the calibrated prediction, step time and memory at most 1/`min_ratio` of it. An uncalibrated prediction only
-    records: physics alone is no gate, the cluster's own runs make it one."""
+    records: physics alone is no gate, the cluster's own runs make it one (its earlier runs: one calibrated only
+    on this run's own smoke run and combos records too)."""
     metric = PREDICTED_METRICS.get(name)
     if metric is None:
         known = ", ".join(PREDICTED_METRICS)
@@ -241,6 +242,10 @@ def judge_predicted(name: str, value: float, min_ratio: float, prediction: Predi
     if not prediction.calibration_runs:
         return Outcome(Verdict.RECORD, f"not gated: the prediction is not calibrated on this cluster yet "
                                        f"({prediction.calibration or 'no runs'}); recorded, it calibrates the next "
+                                       "run's")
+    if prediction.calibrated_in_run:
+        return Outcome(Verdict.RECORD, "not gated: the prediction is calibrated only on this run's own earlier runs, "
+                                       "which share whatever slows this cluster now; recorded, it calibrates the next "
                                        "run's")
     ratio = value / predicted if metric.higher_is_better else predicted / value if value > 0 else math.inf
     passed = ratio >= min_ratio

@@ -209,3 +209,12 @@ def test_a_median_over_the_steps_is_held_to_the_wider_noise_a_median_carries(his
     [median] = find_regressions(make_suite_result("now", hour=5, combos=[slower]), history)
     assert median.metric == p50 and median.message.endswith("(beyond the \u00b112.8 % its own steps' spread allows)")
 
+
+
+def test_the_smoke_runs_few_steps_are_never_compared(history):
+    for hour in range(2):
+        history.record(make_suite_result(f"run-{hour}", hour=hour, combos=[
+            make_combo(tokens=1000.0, step_ms=800.0), make_combo("smoke", tokens=1000.0, step_ms=800.0)]))
+    now = make_suite_result("now", hour=5, combos=[make_combo(tokens=1000.0, step_ms=800.0),
+                                                    make_combo("smoke", tokens=600.0, step_ms=1300.0)])
+    assert find_regressions(now, history) == []

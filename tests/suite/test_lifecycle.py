@@ -5,14 +5,18 @@ test_suite_history.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timezone
+from pathlib import Path
 
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.logs.records import Evidence
+from megapilot.suite.config import LoadedSuite, load_suite
 from megapilot.suite.lifecycle import STAGES, _combo_stages, merge_findings, new_run_id
 from megapilot.suite.results import ComboResult, JobSummary, MetricRow, RunCard, StageResult, SuiteResult, Verdict
 from megapilot.suite.summary import result_json
+from megapilot.suite.templates import template_path
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -77,3 +81,65 @@ def test_the_watch_finding_stands_alone_where_the_analysis_has_none() -> None:
     analysed = [_finding("nan_loss", 12, fixes=True)]
     assert merge_findings(stopped, analysed) == [stopped, *analysed]
     assert merge_findings(None, analysed) == analysed
+
+
+def test_each_combo_is_calibrated_on_what_this_run_measured_before_it_the_smoke_run_first(tmp_path) -> None:
+    # late: the stand-in executor and the suite it runs live with the interruption tests
+    from megapilot.store.measured import calibration_run_of
+    from megapilot.suite.lifecycle import RunRequest, run_suite
+    from tests.suite.test_lifecycle_interrupted import FIRST, SECOND, StandInExecutor
+
+    loaded = _stand_in_suite(tmp_path)
+    request = RunRequest(out_dir=tmp_path / "runs", cluster_name="lab", measured_run_of=calibration_run_of)
+    result = run_suite(loaded, request, StandInExecutor())
+    smoke, first, second = (result.combo(key) for key in ("smoke", FIRST, SECOND))
+    assert smoke is not None and first is not None and second is not None
+    # the smoke run's speed is recorded, never gated, and counts for the combos after it
+    recorded = {r.name: r for r in smoke.metrics if r.verdict is Verdict.RECORD}
+    assert "training.tokens_per_gpu" in recorded and not recorded["training.tokens_per_gpu"].enforced
+    assert first.predicted is not None and first.predicted.calibration_runs == [f"{result.run_id}/smoke"]
+    assert second.predicted is not None and sorted(second.predicted.calibration_runs) == sorted(
+        [f"{result.run_id}/smoke", f"{result.run_id}/{FIRST}"])
+    # the stand-in steps take 100 ms: the first combo, calibrated on the smoke run's, is predicted near it
+    assert first.predicted.step_time_ms is not None and abs(first.predicted.step_time_ms / 100.0 - 1) < 0.1
+    assert first.predicted.calibrated_in_run and "this run's own earlier runs" in first.predicted.calibration
+
+
+def test_where_the_history_has_runs_of_the_cluster_they_alone_calibrate(tmp_path) -> None:
+    # late: the stand-in executor and the suite it runs live with the interruption tests
+    from megapilot.store.measured import calibration_run_of
+    from megapilot.suite.lifecycle import RunRequest, run_suite
+    from tests.suite.test_lifecycle_interrupted import FIRST, SECOND, StandInExecutor
+
+    loaded = _stand_in_suite(tmp_path)
+    request = RunRequest(out_dir=tmp_path / "earlier", cluster_name="lab", measured_run_of=calibration_run_of)
+    earlier = run_suite(loaded, request, StandInExecutor())
+    history_runs = tuple(run for combo in earlier.combos if combo.key != "smoke"
+                         and (run := calibration_run_of(earlier, combo)) is not None)
+    assert len(history_runs) == 2
+    result = run_suite(loaded, RunRequest(out_dir=tmp_path / "runs", cluster_name="lab", history_runs=history_runs,
+                                          measured_run_of=calibration_run_of), StandInExecutor())
+    second = result.combo(SECOND)
+    assert second is not None and second.predicted is not None and not second.predicted.calibrated_in_run
+    assert sorted(second.predicted.calibration_runs) == sorted(
+        [f"{earlier.run_id}/{FIRST}", f"{earlier.run_id}/{SECOND}"])
+
+
+def test_without_the_historys_rule_a_combo_is_calibrated_on_the_history_alone(tmp_path) -> None:
+    # late: the stand-in executor and the suite it runs live with the interruption tests
+    from megapilot.suite.lifecycle import RunRequest, run_suite
+    from tests.suite.test_lifecycle_interrupted import FIRST, StandInExecutor
+
+    loaded = _stand_in_suite(tmp_path)
+    result = run_suite(loaded, RunRequest(out_dir=tmp_path / "runs", cluster_name="lab"), StandInExecutor())
+    first = result.combo(FIRST)
+    assert first is not None and first.predicted is not None and first.predicted.calibration_runs == []
+
+
+def _stand_in_suite(tmp_path: Path) -> LoadedSuite:
+    """The packaged tiny-local suite with no checkpoint stage (the stand-in jobs write no checkpoint)."""
+    config = json.loads(template_path("tiny-local").read_text())
+    config["threshold_json"] = str(template_path("tiny-local").with_name("tiny-local_threshold.json"))
+    config["checkpoint"]["enforce"] = False
+    (tmp_path / "suite.json").write_text(json.dumps(config))
+    return load_suite(tmp_path / "suite.json")

@@ -61,6 +61,16 @@ def test_without_gates_only_the_built_in_gates_judge(tiny: LoadedSuite, tmp_path
     assert all(row.verdict is Verdict.PASS for row in rows.values())
 
 
+def test_a_smoke_run_records_its_speed_ungated_beside_the_built_in_gates(tiny: LoadedSuite, tmp_path: Path) -> None:
+    rising = _log(tmp_path, start_loss=2.0, per_step=-0.5)
+    rows = _rows(tiny, [rising], gates=False, record_speed=True)
+    recorded = [name for name, row in rows.items() if row.verdict is Verdict.RECORD]
+    assert "training.tokens_per_gpu" in recorded and "training.step_time_p50_ms" in recorded
+    assert not any(rows[name].enforced for name in recorded)
+    assert rows["training.tokens_per_gpu"].value == pytest.approx(8 * 128 / (0.1 * 2))
+    assert [name for name in rows if name not in recorded] == ["gate.no_errors", "gate.finite_loss", "gate.completed"]
+
+
 def test_the_cells_thresholds_the_loss_curve_and_completion_are_gated(tiny: LoadedSuite, tmp_path: Path) -> None:
     healthy = _rows(tiny, [_log(tmp_path / "ok")])
     assert healthy["training.lm_loss"].verdict is Verdict.PASS and healthy["training.lm_loss"].value == 6.0

@@ -80,6 +80,12 @@ def test_a_predicted_gate_passes_within_its_ratio_and_records_without_a_calibrat
     assert spec.describe() == ">= 0.9 x predicted"
 
 
+def test_a_prediction_calibrated_only_on_this_runs_own_runs_records_and_never_gates():
+    own = _prediction().model_copy(update={"calibrated_in_run": True})
+    judged = judge_predicted("training.tokens_per_gpu", 10.0, 0.9, own, None)  # far below it: would FAIL
+    assert judged.verdict is Verdict.RECORD and "only on this run's own earlier runs" in judged.reason
+
+
 def test_a_predicted_gate_needs_its_ratio():
     with pytest.raises(ValueError, match="needs 'min_ratio'"):
         threshold(kind="predicted")
