@@ -312,6 +312,11 @@ def _layer_groups(case: Case) -> tuple[LayerGroup, ...]:
     return layer_groups(case)
 
 
+def _tflops_text(tflops: float) -> str:
+    """Whole TFLOP/s for a GPU; two significant digits below 10 (a CPU's 0.1 would print as 0)."""
+    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.2g}"
+
+
 def _print_result(result: EstimateResult, case: Case) -> None:
     from rich.table import Table
 
@@ -325,7 +330,7 @@ def _print_result(result: EstimateResult, case: Case) -> None:
         f"[bold]{case.model.name}[/] on {case.cluster.world_size} x {case.cluster.gpu.alias}: {verdict} "
         f"{memory.total:.1f} / {memory.capacity:.0f} GiB · {format_duration(result.step_time_s)}/step · "
         f"{result.tokens_per_s_per_gpu:,.0f} tok/s/GPU{_interval_text(result)} · "
-        f"{result.tflops_per_gpu:.0f} TFLOP/s/GPU · MFU {result.mfu:.1%}"
+        f"{_tflops_text(result.tflops_per_gpu)} TFLOP/s/GPU · MFU {result.mfu:.1%}"
     )
     table = Table(show_header=True, header_style="bold")
     table.add_column("memory (GiB, most-loaded GPU)")

@@ -1331,6 +1331,8 @@ def slower_than_predicted(log: ParsedLog, config: RunConfig | None) -> Finding |
         return None
     assert config.model is not None and config.cluster is not None and config.training is not None
     interval = band_for(config.model, config.cluster.gpu, config.training.precision)
+    if interval is None:  # a CPU's estimate states no interval
+        return None
     slow_end = max(interval.p90_error, 0.0)  # error = predicted / true throughput - 1: its p90 is the slow end
     measured_s = summary.step_time_p50_ms / 1000.0
     slowest_predicted_s = predicted.step_time_s * (1.0 + slow_end)

@@ -67,6 +67,9 @@ class CalibrationCoverage:
     unchecked_mechanisms: tuple[str, ...] = ()
     # The families whose held-out errors the interval borrows when this family has too few (`related_families`).
     related: tuple[str, ...] = ()
+    # A device whose host dispatches every op in line with its work (this machine's CPU): no published run is of one,
+    # and what paces it most is what the device rates leave out.
+    host_paced: bool = False
 
     @property
     def outside(self) -> bool:
@@ -80,10 +83,16 @@ class CalibrationCoverage:
 
     @property
     def needs_caveat(self) -> bool:
-        return self.outside or self.precision_unchecked or bool(self.unchecked_mechanisms)
+        return self.outside or self.precision_unchecked or bool(self.unchecked_mechanisms) or self.host_paced
 
     def statement(self) -> str:
         case = f"{self.family} on {self.gpu} {self.precision}"
+        if self.host_paced:
+            return (f"calibration: no published run is of a CPU ({case}), and the model prices only its measured "
+                    "matmul and memory rates, not PyTorch's per-op dispatch and Megatron's Python, which run in line "
+                    "with the work there and are most of a small model's step (the tiny GPT on 2 cores ran 5x slower "
+                    "than priced); no interval is stated: one run of it (`suite run`, `run --plan`) calibrates the "
+                    "next estimate (`--cluster`)")
         if self.nearest is None:
             return (f"calibration: no published run of a {self.family} model on this GPU vendor checks this "
                     f"estimate ({case}); treat it as physics without a measured error")
@@ -144,7 +153,7 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
     """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one), with the
     model's mechanisms no published run has."""
     coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
-    coverage = replace(coverage, related=related_families(model))
+    coverage = replace(coverage, related=related_families(model), host_paced=gpu.vendor == "CPU")
     unchecked = _unchecked_mechanisms(model)
     if waits_on_exponentials(model, gpu):  # a GPU's and a head dimension's: no calibration run's core waited so
         unchecked = (*unchecked, EXPONENTIAL_BOUND)
@@ -288,9 +297,11 @@ def error_band(cells: tuple[CoverageCell, ...], coverage: CalibrationCoverage) -
                      f"{basis}: {len(errors)} held-out errors" + ("" if widen == 1.0 else f", widened x{widen}"))
 
 
-def band_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> ErrorBand:
-    """The 80 % band of an estimate for this model's family on this GPU and precision."""
-    return _band(coverage_for(model, gpu, precision))
+def band_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> ErrorBand | None:
+    """The 80 % band of an estimate for this model's family on this GPU and precision; None on a host-paced device
+    (a CPU), which no GPU's errors speak for (`CalibrationCoverage.statement`)."""
+    coverage = coverage_for(model, gpu, precision)
+    return None if coverage.host_paced else _band(coverage)
 
 
 @lru_cache(maxsize=256)

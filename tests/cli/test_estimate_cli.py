@@ -275,3 +275,15 @@ def test_layers_refuse_a_cluster_calibration_and_a_batch(cli, tmp_path):
     batch.write_text(json.dumps({"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq-len": 4096}) + "\n")
     result = cli("estimate", "--batch", str(batch), "--layers")
     assert result.exit_code == 2 and "--layers" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_cpu_estimate_states_no_interval_and_says_what_it_leaves_out(cli):
+    cpu = ("estimate", "--model", "tiny", "--gpu", "cpu", "--gpus", "2", "--gpus-per-node", "2", "--seq-len", "128",
+           "--gbs", "8", "--recompute", "none")
+    result = cli(*cpu)
+    assert result.exit_code == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert "80 %" not in first and " 0 TFLOP/s/GPU" not in first  # a CPU's 0.1 TFLOP/s is not "0"
+    assert "per-op dispatch" in result.stdout and "no interval is stated" in result.stdout
+    payload = cli(*cpu, "--json").json()
+    assert payload["tokens_per_s_per_gpu_p10"] is None and payload["tokens_per_s_per_gpu_p90"] is None

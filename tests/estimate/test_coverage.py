@@ -207,3 +207,15 @@ def test_a_hybrid_with_experts_borrows_the_moe_familys_errors_a_dense_hybrid_eve
     assert dense_hybrid.is_hybrid and dense_hybrid.moe is None
     assert band_for(dense_hybrid, get_gpu("b200"), "fp8").basis.startswith("every calibrated cell: ")
 
+
+
+def test_a_cpu_gets_no_interval_from_the_gpus_errors_and_says_what_paces_it():
+    from megapilot.catalog.host import host_spec
+    from megapilot.estimate.coverage import band_for, coverage_for
+
+    cpu = host_spec({"matmul_tflops": 0.2, "memory_tbps": 0.01})
+    model = get_model("tiny")
+    coverage = coverage_for(model, cpu, "bf16")
+    assert coverage.host_paced and coverage.needs_caveat and band_for(model, cpu, "bf16") is None
+    assert "per-op dispatch" in coverage.statement() and "no interval is stated" in coverage.statement()
+    assert band_for(model, get_gpu("h100"), "bf16") is not None  # a GPU keeps its interval
