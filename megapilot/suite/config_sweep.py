@@ -54,10 +54,10 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())}){_trailing_comma(exc)}",
                   "point threshold_json at a JSON threshold file")
-        return {}, path
+        return {}, None  # no path: a file that cannot be read has no cells to hold the runs' cells against
     if not isinstance(raw, dict):
         check.add("threshold_json", f"{path} does not hold a mapping of cells", "write cell key -> metric -> spec")
-        return {}, path
+        return {}, None
     return _threshold_table(raw, check, enforce=config.enforce_thresholds), path
 
 
@@ -107,6 +107,7 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
         if not isinstance(metrics, dict):
             check.add(f"thresholds.{cell}", "a threshold cell must map metric names to specs",
                       '{"training.tokens_per_gpu": {"kind": "min", "value": 1000}}')
+            table[_canonical_key(cell)] = {}  # the cell is there, malformed: not also missing for its run
             continue
         specs: dict[str, ThresholdSpec] = {}
         for metric, spec in metrics.items():

@@ -22,6 +22,7 @@ from megapilot.suite.config_sweep import (
     _trailing_comma,
 )
 from megapilot.suite.templates import template_path
+from tests.suite.cvs_files import SINGLE_8B, filled_in, raw_cvs, write_suite
 
 BF16 = "MBS=1,GBS=8,PRECISION=BF16"
 FP8 = "MBS=2,GBS=16,PRECISION=FP8"
@@ -51,8 +52,9 @@ def test_the_threshold_table_skips_comments_and_names_each_bad_spec() -> None:
     table = _threshold_table({"_comment": "x", "MBS=1,GBS=8,PRECISION=bf16": {"_note": "y", **LOSS_MAX},
                               "not-a-cell": LOSS_MAX, "MBS=2,GBS=8,PRECISION=BF16": ["wrong"],
                               FP8: {"training.lm_loss": {"kind": "between", "value": 1}}}, check)
-    assert list(table) == [BF16, "not-a-cell", FP8]  # keys canonical where they parse; kept as given where not
-    assert list(table[BF16]) == ["training.lm_loss"] and table[FP8] == {}
+    # keys canonical where they parse, kept as given where not; a malformed cell is there, empty (not also missing)
+    assert list(table) == [BF16, "not-a-cell", "MBS=2,GBS=8,PRECISION=BF16", FP8]
+    assert list(table[BF16]) == ["training.lm_loss"] and table[FP8] == {} == table["MBS=2,GBS=8,PRECISION=BF16"]
     assert _paths(check) == ["thresholds.MBS=2,GBS=8,PRECISION=BF16", f"thresholds.{FP8}.training.lm_loss"]
 
 
@@ -124,7 +126,16 @@ def test_a_threshold_file_that_is_not_a_mapping_is_a_problem(base: SuiteConfig, 
     (tmp_path / "t_threshold.json").write_text("[1]")
     check = SuiteCheck()
     table, path = _read_thresholds(_with(base, threshold_json="t_threshold.json"), tmp_path / "s.json", [], check)
-    assert table == {} and path == tmp_path / "t_threshold.json" and _paths(check) == ["threshold_json"]
+    assert (table, path) == ({}, None) and _paths(check) == ["threshold_json"]
+
+
+def test_a_threshold_file_that_cannot_be_read_is_one_problem_not_one_per_run_cell(tmp_path: Path) -> None:
+    # the file's cells are unknown, not missing: no "run cell ... has no threshold cell" for each run
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    (tmp_path / "t_threshold.json").write_text('{"MBS=4,GBS=128,PRECISION=FP8": {')
+    assert _paths(check_suite(config)) == ["threshold_json"]
+    (tmp_path / "t_threshold.json").write_text("[1]")
+    assert _paths(check_suite(config)) == ["threshold_json"]
 
 
 # ---- cells --------------------------------------------------------------------------------------
