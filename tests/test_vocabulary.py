@@ -99,7 +99,8 @@ DERIVED_FLAGS = {row.flag: row.own_rule for row in TERMS if row.own_rule}
 
 def test_a_row_with_its_own_rule_says_it_instead_of_a_derivation() -> None:
     assert set(DERIVED_FLAGS) == {"--max-position-embeddings", "--recompute-num-layers", "--use-rope-scaling",
-                                  "--multi-latent-attention", "--qk-layernorm", "--moe-layer-freq",
+                                  "--position-embedding-type", "--multi-latent-attention", "--qk-layernorm",
+                                  "--moe-layer-freq",
                                   "--use-distributed-optimizer", "--hybrid-override-pattern", "--hybrid-layer-pattern"}
     assert all(row.field and row.derived is None for row in TERMS if row.own_rule)
 
@@ -161,7 +162,8 @@ def test_a_derived_model_flag_goes_through_the_script_and_back_to_its_field(row:
     from megapilot.vocabulary import field_value
 
     path = (row.field or "").removeprefix("model.")
-    base = get_model("glm-5" if path.startswith("mla.dsa.") else "llama3.1-8b")  # a model that has the field
+    base = get_model("glm-5" if path.startswith("mla.dsa.") else "gpt-oss-20b" if path.startswith("rope_scaling.")
+                     else "llama3.1-8b")  # a model that has the field
     for value in row.derived.examples:
         model = _with_field(base, path.split("."), value)
         written = model_section(model).args

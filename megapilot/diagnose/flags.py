@@ -49,6 +49,7 @@ from megapilot.spec.model import (
     MlpActivation,
     PositionEmbedding,
     RouterDtype,
+    SoftmaxType,
     YarnRopeScaling,
 )
 from megapilot.spec.parallel import RECOMPUTE_MODULES
@@ -69,6 +70,7 @@ _PRIMUS_DESTINATION = {"norm_epsilon": "layernorm_epsilon"}
 _LOAD_BALANCING: dict[str, LoadBalancing] = {name: name for name in get_args(LoadBalancing)}
 _ROUTER_DTYPES: dict[str, RouterDtype] = {name: name for name in get_args(RouterDtype)}
 _POSITION_EMBEDDINGS: dict[str, PositionEmbedding] = {name: name for name in get_args(PositionEmbedding)}
+_SOFTMAX_TYPES: dict[str, SoftmaxType] = {name: name for name in get_args(SoftmaxType)}
 _FLAG_PRECISIONS: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}  # what _precision reads
 # Megatron-FSDP's switch; Megatron-LM before core_v0.14 called it --use-custom-fsdp.
 FSDP_SWITCHES = ("--use-megatron-fsdp", "--use-custom-fsdp")
@@ -764,7 +766,15 @@ _YARN_ORIGINAL_MAX_POSITIONS = 4096
 
 
 def _rope_scaling(flags: LaunchFlags) -> Llama3RopeScaling | YarnRopeScaling | None:
-    """Llama 3 scaling (--use-rope-scaling) or, under MLA, YaRN (--rope-type yarn)."""
+    """Llama 3 scaling (--use-rope-scaling), YaRN under MLA (--rope-type yarn) or under standard attention
+    (--position-embedding-type yarn, core_v0.19.0 on)."""
+    if flags.get("--position-embedding-type") == "yarn" and not flags.has("--multi-latent-attention"):
+        return YarnRopeScaling(
+            factor=_megatron_float(flags, "--rotary-scaling-factor"),
+            original_max_position_embeddings=_megatron_int(flags, "--yarn-original-max-position-embeddings"),
+            beta_fast=_megatron_float(flags, "--yarn-beta-fast"), beta_slow=_megatron_float(flags, "--yarn-beta-slow"),
+            mscale=_megatron_float(flags, "--mscale"), mscale_all_dim=_megatron_float(flags, "--mscale-all-dim"),
+            truncate=_read(flags, "--no-yarn-correction-range-round-to-int"))
     if flags.has("--multi-latent-attention"):
         if flags.get("--rope-type") != "yarn":
             return None
@@ -785,6 +795,11 @@ def _read(flags: LaunchFlags, flag: str, *context: object) -> Any:
     if row.kind == "int":
         flags.get_int(flag)  # read strictly first: a derivation would read a bad value as unset, in silence
     return row.read(flags.has(flag) if row.kind == "bool" else flags.get(flag), *context)
+
+
+def _softmax_type(flags: LaunchFlags) -> SoftmaxType:
+    given = flags.get("--softmax-type") or _str_default("--softmax-type")
+    return _SOFTMAX_TYPES.get(given, "vanilla")
 
 
 def _activation(flags: LaunchFlags) -> MlpActivation:
@@ -835,6 +850,10 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         and not flags.has("--qk-l2-norm"),
         qk_l2_norm=_read(flags, "--qk-l2-norm"),
         rope_scaling=_rope_scaling(flags), sliding_window=_read(flags, "--window-size"),
+        sliding_window_skip_freq=_read(flags, "--window-attn-skip-freq") if flags.has("--window-size") else None,
+        softmax_type=_softmax_type(flags),
+        glu_linear_offset=flags.get_float("--glu-linear-offset") or float_default("--glu-linear-offset"),
+        activation_clamp=_read(flags, "--activation-func-clamp-value"),
         moe=_moe(flags, ffn), mla=_mla(flags),
         mtp_num_layers=flags.get_int("--mtp-num-layers", minimum=0) or (hybrid.mtp_depths if hybrid else 0),
         mtp_loss_scaling_factor=flags.get_float("--mtp-loss-scaling-factor", float_default("--mtp-loss-scaling-factor"))

@@ -38,7 +38,7 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTa
     options name, `versions.resolve_flag_table`)."""
     table = table or resolve_flag_table(options)
     hybrid = _hybrid_split(plan, target_release(options, table))
-    model = _with_positions_for(model_section(plan.model, cpu=options.cpu), plan.model, plan.training)
+    model = _with_positions_for(model_section(plan.model, table, cpu=options.cpu), plan.model, plan.training)
     return [
         _with_hybrid_pattern(
             _with_dsa_kernels(_with_layer_blocks(_with_dispatcher(model, flex_dispatcher_backend(plan, options)),

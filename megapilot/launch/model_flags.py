@@ -17,6 +17,7 @@ from collections.abc import Collection
 
 from megapilot.errors import MegapilotError
 from megapilot.launch.hybrid_split import PATTERN_FLAG
+from megapilot.launch.megatron_args import FlagTable, flag_table
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import ModelSpec
 from megapilot.spec.model import Llama3RopeScaling, YarnRopeScaling
@@ -32,8 +33,10 @@ _MEGATRON_LLAMA3_SCALING = {
 _MEGATRON_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
 
 
-def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
-    """The model's flags; `cpu` keeps the MoE dispatcher Megatron-Core can run without CUDA streams."""
+def model_section(model: ModelSpec, table: FlagTable | None = None, *, cpu: bool = False) -> ArgSection:
+    """The model's flags for `table`'s release (None: the newest megapilot has a table for); `cpu` keeps the MoE
+    dispatcher Megatron-Core can run without CUDA streams."""
+    table = table or flag_table()
     _refuse_unreleased_attention(model)
     s = ArgSection(f"model: {model.name}")
     s.add_terms(model, "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads")
@@ -42,7 +45,7 @@ def model_section(model: ModelSpec, *, cpu: bool = False) -> ArgSection:
         _add_gated_delta_net(s, model, cpu=cpu)
     _add_activation(s, model)
     s.add_terms(model, "--normalization", "--norm-epsilon", "--apply-layernorm-1p")
-    _add_position(s, model)
+    _add_position(s, model, table, cpu=cpu)
     s.add_terms(model, "--max-position-embeddings", "--make-vocab-size-divisible-by")
     # (inverted switches: the field says what the flag turns off)
     s.add_terms(model, "--untie-embeddings-and-output-weights", "--disable-bias-linear")
@@ -118,10 +121,8 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
         s.add("--qk-layernorm")
     if model.sliding_window is not None:
         s.add_terms(model, "--window-size")  # (W-1, 0): the last W tokens, the query's own included
-        if model.sliding_window_skip_freq is not None:
-            s.add("--window-attn-skip-freq", model.sliding_window_skip_freq)
-    if model.softmax_type != "vanilla":
-        s.add("--softmax-type", model.softmax_type)
+        s.add_terms(model, "--window-attn-skip-freq")
+    s.add_terms(model, "--softmax-type", left_out_at_default=True)
     if model.no_rope_freq is not None:
         s.add("--no-rope-freq", model.no_rope_freq)
     if model.attention_chunk_size is not None:
@@ -174,10 +175,8 @@ def _add_gated_delta_net(s: ArgSection, model: ModelSpec, *, cpu: bool) -> None:
 def _add_activation(s: ArgSection, model: ModelSpec) -> None:
     s.add_terms(model, "--swiglu", "--squared-relu", "--quick-geglu")  # a switch each for its one activation
     if model.mlp_activation == "quick_geglu":
-        if model.glu_linear_offset:
-            s.add("--glu-linear-offset", model.glu_linear_offset)
-        if model.activation_clamp is not None:
-            s.add("--activation-func-clamp-value", model.activation_clamp)
+        s.add_terms(model, "--glu-linear-offset", left_out_at_default=True)
+        s.add_terms(model, "--activation-func-clamp-value")
     elif model.mlp_activation == "geglu":
         raise MegapilotError(
             f"{model.name} uses a gated GELU MLP, which pretrain_gpt.py has no flag for "
@@ -188,7 +187,10 @@ def _add_activation(s: ArgSection, model: ModelSpec) -> None:
 
 
 # ---- position ------------------------------------------------------------------------------------
-def _add_position(s: ArgSection, model: ModelSpec) -> None:
+def _add_position(s: ArgSection, model: ModelSpec, table: FlagTable, *, cpu: bool) -> None:
+    if model.position_embedding == "rope" and model.mla is None and isinstance(model.rope_scaling, YarnRopeScaling):
+        _add_standard_yarn(s, model, table, cpu=cpu)
+        return
     s.add_terms(model, "--position-embedding-type")
     if model.position_embedding != "rope":
         return
@@ -202,13 +204,39 @@ def _add_position(s: ArgSection, model: ModelSpec) -> None:
         s.add_terms(model, "--rope-scaling-factor")
     elif model.rope_scaling is not None:
         raise MegapilotError(
-            f"{model.rope_scaling.type} RoPE scaling is built by pretrain_gpt.py (core_v0.16.0) only for "
-            + ("multi-latent attention" if model.rope_scaling.type == "yarn" else "no model")
-            + ": it asserts rope_type 'rope' for standard attention and does not pass "
+            f"{model.rope_scaling.type} RoPE scaling is built by pretrain_gpt.py for no model: it does not pass "
             "--rotary-seq-len-interpolation-factor to the model",
             field="model.rope_scaling",
             fix="train at the original context (drop rope_scaling), or launch through Megatron-Bridge",
         )
+
+
+# The first flag of standard attention's YaRN: pretrain_gpt.py fills GPTModel's yarn_* config from the command line
+# from core_v0.19.0 on (argument_utils._apply_yarn_config_from_args). core_v0.18.0 accepts
+# --position-embedding-type yarn but sets none of them, and GPTModel's YaRN branch reads them with no default.
+_STANDARD_YARN_FLAG = "--yarn-beta-fast"
+_STANDARD_YARN_RELEASE = "core_v0.19.0"
+
+
+def _add_standard_yarn(s: ArgSection, model: ModelSpec, table: FlagTable, *, cpu: bool) -> None:
+    """YaRN under standard attention (GPT-OSS): `--position-embedding-type yarn` and every one of its values stated,
+    the rounding of the correction range included (GPT-OSS does not round)."""
+    if cpu:
+        raise _gpu_only(model, "scales RoPE with YaRN under standard attention, which Megatron-Core builds from "
+                        f"{_STANDARD_YARN_RELEASE} on", "model.rope_scaling", "a model without rope_scaling")
+    if _STANDARD_YARN_FLAG not in table.flags:
+        raise MegapilotError(
+            f"{model.name} scales RoPE with YaRN under standard attention, which pretrain_gpt.py builds from "
+            f"Megatron-LM {_STANDARD_YARN_RELEASE} on (--position-embedding-type yarn and its --yarn-* flags); "
+            f"Megatron-LM {table.label()} asserts rope_type 'rope' there or leaves YaRN's settings unset",
+            field="megatron_version",
+            fix=f"--megatron-version {_STANDARD_YARN_RELEASE} (or newer), train at the original context (drop "
+                "rope_scaling), or launch through Megatron-Bridge")
+    s.add("--position-embedding-type", "yarn")  # the row's own rule: YaRN under standard attention
+    s.add_terms(model, "--rotary-base")
+    s.add_terms(model, "--rotary-percent", left_out_at_default=True)
+    s.add_terms(model, "--rotary-scaling-factor", "--yarn-original-max-position-embeddings", "--yarn-beta-fast",
+                "--yarn-beta-slow", "--mscale", "--mscale-all-dim", "--no-yarn-correction-range-round-to-int")
 
 
 def _add_mla_rope(s: ArgSection, model: ModelSpec) -> None:

@@ -43,10 +43,31 @@ def test_what_core_v0_16_cannot_build_is_refused_naming_the_field():
         model_section(get_model("llama4-scout"))
     assert err.value.field == "model.attention_chunk_size"
     with pytest.raises(MegapilotError) as err:
-        model_section(get_model("gpt-oss-120b"))
-    assert err.value.field == "model.rope_scaling"  # YaRN for standard attention has no CLI path in 0.16
+        model_section(get_model("gpt-oss-120b"), flag_table("core_v0.18.0"))
+    # YaRN for standard attention: 0.18 takes the type but fills none of its settings, 0.16 asserts rope
+    assert err.value.field == "megatron_version" and "--megatron-version core_v0.19.0" in (err.value.fix or "")
     args = _flags("llama4-maverick", attention_chunk_size=None)
     assert args[args.index("--no-rope-freq") + 1] == "4"
+
+
+def test_yarn_under_standard_attention_is_written_with_every_setting_from_core_v0_19():
+    # GPT-OSS: YaRN factor 32 over a 4,096 context, its correction range not rounded
+    args = model_section(get_model("gpt-oss-20b"), flag_table("core_v0.19.0")).args
+    written = {flag: args[args.index(flag) + 1] for flag in ("--position-embedding-type", "--rotary-scaling-factor",
+                                                             "--yarn-original-max-position-embeddings",
+                                                             "--yarn-beta-fast", "--yarn-beta-slow", "--mscale",
+                                                             "--mscale-all-dim")}
+    assert written == {"--position-embedding-type": "yarn", "--rotary-scaling-factor": "32.0",
+                       "--yarn-original-max-position-embeddings": "4096", "--yarn-beta-fast": "32.0",
+                       "--yarn-beta-slow": "1.0", "--mscale": "1.0", "--mscale-all-dim": "0.0"}
+    assert "--no-yarn-correction-range-round-to-int" in args and "--rope-type" not in args
+    split_args(args, table=flag_table("core_v0.19.0"))
+    rounded = _flags("gpt-oss-20b", rope_scaling=get_model("gpt-oss-20b").rope_scaling.model_copy(
+        update={"truncate": True}))
+    assert "--no-yarn-correction-range-round-to-int" not in rounded  # Megatron rounds unless told not to
+    with pytest.raises(MegapilotError) as err:
+        model_section(get_model("gpt-oss-20b"), cpu=True)
+    assert err.value.field == "model.rope_scaling" and "drop --cpu" in (err.value.fix or "")
 
 
 def test_qk_l2_norm_is_written_where_megatron_builds_it_and_refused_beside_nope_layers():
@@ -118,7 +139,6 @@ def test_llama31_scaling_deepseek_router_and_yarn_reach_their_flags():
     ("llama3.1-8b", {"type": "llama3", "factor": 8.0, "high_freq_factor": 2.0}, "model.rope_scaling.high_freq_factor"),
     ("llama3.1-8b", {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 4096},
      "model.rope_scaling.original_max_position_embeddings"),
-    ("llama3.1-8b", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, "model.rope_scaling"),
     ("llama3.1-8b", {"type": "linear", "factor": 2.0}, "model.rope_scaling"),
     ("deepseek-v3", {"type": "llama3", "factor": 8.0}, "model.rope_scaling.type"),
     ("deepseek-v3", {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 8192},

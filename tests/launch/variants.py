@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from megapilot.launch import LaunchOptions
 from megapilot.spec import ModelSpec, MoESpec, SavedPlan, TrainingSpec
-from megapilot.spec.model import DSASpec, GatedDeltaNetSpec, MambaSpec
+from megapilot.spec.model import DSASpec, GatedDeltaNetSpec, MambaSpec, YarnRopeScaling
 from tests.launch.plans import (
     DEEPSEEK_V2_LITE,
     GOLDEN_PLANS,
@@ -118,6 +118,10 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
     (make_plan(SPARSE_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(SHARED_TOPK_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+    # YaRN under standard attention (GPT-OSS's, its range unrounded): core_v0.19.0's --position-embedding-type yarn
+    (make_plan(LLAMA31_8B.model_copy(update={"rope_scaling": YarnRopeScaling(
+        factor=32.0, original_max_position_embeddings=4096, truncate=False)}), "h100", 1, _TRAIN, tp=2),
+     _MEGATRON_MOCK),
     # a weightless q/k L2 norm (Llama 4's, without its NoPE layers: Megatron-LM normalises every layer)
     (make_plan(LLAMA31_8B.model_copy(update={"qk_l2_norm": True}), "h100", 1, _TRAIN, tp=2), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
