@@ -42,6 +42,10 @@ class MetricInfo:
     # of those, a median over the steps, not a mean: its standard error is sqrt(pi / 2) times the mean's for
     # near-normal steps, so the noise it carries is that much wider (store.regress)
     median_of_steps: bool = False
+    # the range no measurement leaves (None: unbounded that way): a gate past it settles every verdict before a run
+    # (megapilot.suite.thresholds); rates, times, counts, memory and losses are never below 0
+    floor: float | None = 0.0
+    ceiling: float | None = None
 
 
 _STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
@@ -64,14 +68,14 @@ _TABLE = (
                expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_p95_ms", "step time p95", "ms", "lower", expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_cv", "step time CV", "", "lower", expected_line=_STEP_TIME_LINE),
-    MetricInfo("training.mem_usage", "memory (fraction)", "fraction", "lower", headline=True,
+    MetricInfo("training.mem_usage", "memory (fraction)", "fraction", "lower", headline=True, ceiling=1.0,
                gpu_only="a CPU run has no GPU memory to take a fraction of (its memory report is the process RSS)",
                expected_line="iteration lines with `mem usages: X` (or Primus `hip mem usage/...`), or a "
                              "`[Rank r] (after N iterations) memory (MB)` report on a known GPU"),
     MetricInfo("training.max_allocated_gib", "memory (max allocated GiB)", "GiB", "lower", headline=True,
                quantity="memory_gib", expected_line="a `[Rank r] (after N iterations) memory (MB) | max allocated: X` "
                                                     "report"),
-    MetricInfo("training.mfu_pct", "MFU %", "%", "higher", quantity="mfu_pct", zero_unmeasured=True,
+    MetricInfo("training.mfu_pct", "MFU %", "%", "higher", quantity="mfu_pct", zero_unmeasured=True, ceiling=100.0,
                gpu_only="a CPU run has no GPU peak to compute MFU from",
                expected_line="a step time on a known GPU (`--gpu`), with TFLOP/s or the model's FLOPs/token"),
     MetricInfo("training.lm_loss", "LM loss", "", "lower", expected_line=_LOSS_LINE),
@@ -85,13 +89,13 @@ _TABLE = (
                expected_line="an `iteration N/M |` line"),
     MetricInfo("training.scaling_efficiency_pct", "scaling efficiency %", "%", "higher",
                expected_line="tokens/s/GPU and a scaling baseline (tokens_per_sec_total > 0)"),
-    MetricInfo("training.loss_slope", "loss slope", "loss/iteration", "lower",
+    MetricInfo("training.loss_slope", "loss slope", "loss/iteration", "lower", floor=None,
                expected_line="at least 2 sampled `lm loss` points after the warm-up"),
     MetricInfo("training.steps_to_target", "steps to target", "iterations", "lower",
                expected_line="a loss at or below the convergence target"),
     MetricInfo("training.time_to_target_s", "time to target", "s", "lower",
                expected_line="a loss at or below the convergence target, with step times"),
-    MetricInfo("training.final_loss_vs_target", "final loss - target", "loss", "lower",
+    MetricInfo("training.final_loss_vs_target", "final loss - target", "loss", "lower", floor=None,
                expected_line="a final loss and a convergence target (> 0)"),
     # the same quantities under the names other dialects and older suites use (history only)
     MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True,

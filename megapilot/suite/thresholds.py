@@ -133,6 +133,13 @@ class MinThreshold(_Threshold):
     def settled(self, metric: str) -> str | None:
         if self.kind == "min_tok_s" and self.value <= 0:
             return f"a tokens/s floor of {self.value:g} passes every run (tokens/s is never below 0)"
+        info = METRICS.get(metric)
+        if info is None:
+            return None
+        if info.floor is not None and self.value <= info.floor:
+            return f"a floor of {self.value:g} passes every run ({metric} is never below {info.floor:g})"
+        if info.ceiling is not None and self.value > info.ceiling:
+            return f"a floor of {self.value:g} fails every run ({metric} is never above {info.ceiling:g})"
         return None
 
     def judge_value(self, value: float, gate: GateInput) -> Outcome:
@@ -155,6 +162,15 @@ class MaxThreshold(_Threshold):
     def settled(self, metric: str) -> str | None:
         if self.kind == "max_ms" and self.value <= 0:
             return f"a ceiling of {self.value:g} ms fails every run (a step takes more than 0 ms)"
+        info = METRICS.get(metric)
+        if info is None:
+            return None
+        if info.floor is not None and self.value < info.floor:
+            return f"a ceiling of {self.value:g} fails every run ({metric} is never below {info.floor:g})"
+        if info.ceiling is not None and self.value > info.ceiling:
+            # a fraction written as a percentage (85 for 0.85) is the likely slip
+            meant = f"; did you mean {self.value / 100:g}?" if info.ceiling == 1 and 10 <= self.value <= 100 else ""
+            return f"a ceiling of {self.value:g} passes every run ({metric} is never above {info.ceiling:g}{meant})"
         return None
 
     def judge_value(self, value: float, gate: GateInput) -> Outcome:

@@ -111,6 +111,16 @@ def test_fields_a_kind_does_not_read_are_said_a_slip_or_another_kinds_blocks(spe
     ("training.tokens_per_gpu", {"kind": "min_tok_s", "value": -5}, "passes every run"),
     ("training.elapsed_time_per_iteration", {"kind": "max_ms", "value": 0}, "fails every run"),
     ("training.lm_loss", {"kind": "predicted", "min_ratio": 0.9}, "megapilot predicts no training.lm_loss"),
+    # CVS's own kinds on the metric's range: `max` on a step time, a memory fraction, a count
+    ("training.elapsed_time_per_iteration", {"kind": "max", "value": -5}, "fails every run"),
+    ("training.mem_usage", {"kind": "max", "value": -1}, "fails every run"),
+    ("training.mem_usage", {"kind": "max", "value": 85}, "passes every run (training.mem_usage is never above 1; "
+                                                         "did you mean 0.85?)"),
+    ("training.mem_usage", {"kind": "max", "value": 1.5}, "passes every run (training.mem_usage is never above 1)"),
+    ("training.mem_usage", {"kind": "min", "value": 1.5}, "fails every run"),
+    ("training.mfu_pct", {"kind": "min", "value": 140}, "fails every run"),
+    ("training.throughput_per_gpu", {"kind": "min", "value": 0}, "passes every run"),
+    ("training.nan_iterations", {"kind": "max", "value": -1}, "fails every run"),
 ])
 def test_a_bound_that_settles_every_verdict_blocks(metric, spec, said):
     (issue,) = _issues(metric, spec)
@@ -121,6 +131,10 @@ def test_sound_specs_and_comment_fields_say_nothing():
     assert _issues("training.tokens_per_gpu", {"kind": "min_tok_s", "value": 50, "_note": "x"}) == []
     assert _issues("training.elapsed_time_per_iteration", {"kind": "within", "value": 5, "tolerance_pct": 5}) == []
     assert _issues("training.tokens_per_gpu", {"kind": "predicted", "min_ratio": 0.9}) == []
+    # bounds a measurement can miss: a count of 0 NaN iterations, the whole GPU, a slope below 0
+    assert _issues("training.nan_iterations", {"kind": "max", "value": 0}) == []
+    assert _issues("training.mem_usage", {"kind": "max", "value": 1}) == []
+    assert _issues("training.loss_slope", {"kind": "max", "value": -0.01}) == []
 
 
 def test_no_cvs_threshold_file_has_a_blocking_issue():
