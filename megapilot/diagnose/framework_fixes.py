@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from megapilot.diagnose.findings import Fix
 from megapilot.logs.collect import ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
-from megapilot.logs.parser import PRIMUS_HINT
+from megapilot.logs.parser import BRIDGE_TRAINING_LINE, PRIMUS_HINT
 
 _MEMORY: dict[str, list[Fix]] = {
     "torchtitan": [
@@ -163,6 +163,7 @@ _NOT_MEGATRON: dict[str, _Reader] = {
     "nemo": _Reader("NeMo's", "its `[NeMo I ...]` logger lines or its traceback frames are NeMo's",
                     "NeMo's recipe or YAML config, or their `model.x=y` overrides"),
     # Bridge builds its run in Python (a recipe's ConfigContainer) and prints no Megatron-LM arguments block
+    # (or its `Training ...` line, `_told_by_bridge_line`)
     "megatron-bridge": _Reader("Megatron-Bridge's", "its traceback runs in Megatron-Bridge's code",
                                "the recipe's ConfigContainer its run_recipe script builds, or that script's "
                                "`model.x=y` overrides",
@@ -172,7 +173,8 @@ _STEP_LINES = (("deepspeed", "its `steps: N loss: ...` lines are DeepSpeed's"),
                ("gpt-neox", "its `iteration N/ M | ... | lm_loss: ...` lines are GPT-NeoX's"),
                ("primus-torchtitan", "its `step: N  loss: ...` lines are torchtitan's"),
                ("nemo", "its progress lines with `reduced_train_loss` are NeMo's"),
-               ("megatron-bridge", "its `Step Time : ...` lines and `memory (GB)` reports are Megatron-Bridge's"))
+               ("megatron-bridge", "its iteration lines follow Megatron-Bridge's own `Step Time : ...` lines, "
+                "`memory (GB)` reports or `Training ...` line"))
 
 
 def not_megatron_statement(log: ParsedLog, config_fixes: bool) -> str | None:
@@ -184,10 +186,17 @@ def not_megatron_statement(log: ParsedLog, config_fixes: bool) -> str | None:
     if reader is None:
         return None
     told = ", ".join(lines for dialect, lines in _STEP_LINES if log.dialect_counts.get(dialect)) \
-        or reader.told_without_steps
+        or _told_by_bridge_line(log) or reader.told_without_steps
     stepped = bool(log.iterations or (log.summary and log.summary.iterations_logged))
     read = f"{reader.steps_give} and the error lines" if stepped else "its error lines and tracebacks"
     fixes = ", and the fixes are settings of that config" if config_fixes else ""
     return (f"this log is {reader.whose}, not Megatron-LM's ({told}): megapilot reads {read}; it cannot read the "
             f"run's config ({reader.config}; --script/--flags are for Megatron-LM launches), so no memory or "
             f"throughput is predicted{fixes}")
+
+
+def _told_by_bridge_line(log: ParsedLog) -> str | None:
+    """Megatron-Bridge's `Training ...` line, where the log has one (Megatron-LM prints `training ...`)."""
+    if log.framework == "megatron-bridge" and any(m.text.strip() == BRIDGE_TRAINING_LINE for m in log.markers):
+        return f"its `{BRIDGE_TRAINING_LINE}` line is Megatron-Bridge's; Megatron-LM prints `training ...`"
+    return None

@@ -32,13 +32,22 @@ MEGATRON_FLAG_FRAMEWORKS: frozenset[str] = frozenset({"megatron-lm", "primus-meg
 BUILT_ON: dict[str, tuple[str, ...]] = {"deepspeed": ("gpt-neox", "megatron-deepspeed")}
 
 
+#: Frameworks that print another one's iteration lines as they are: Megatron-Bridge runs Megatron-LM's
+#: `training_log` layout, so only its own lines (`Training ...`, `Step Time : ...`) or frames tell it apart.
+PRINTS_LINES_OF: dict[str, tuple[Framework, ...]] = {"megatron-lm": ("megatron-bridge",)}
+
+
 def detect_framework(dialect: str, frame_hints: Counter[str],
                      dialect_counts: Mapping[str, int] | None = None) -> Framework:
     """The framework of the dialect most iteration lines spoke (or of the framework built on it, when any of that
-    one's own lines appear); without iteration lines, the one most traceback frames ran in; else unknown."""
+    one's own lines appear; or of one that prints that dialect's lines as they are, when its own lines or frames
+    appear); without iteration lines, the one most traceback frames ran in; else unknown."""
     for upper in BUILT_ON.get(dialect, ()):
         if dialect_counts and dialect_counts.get(upper):
             return DIALECT_FRAMEWORK[upper]
+    for printer in PRINTS_LINES_OF.get(dialect, ()):
+        if frame_hints.get(printer):
+            return printer
     if dialect in DIALECT_FRAMEWORK:
         return DIALECT_FRAMEWORK[dialect]
     for name, _count in frame_hints.most_common():

@@ -376,7 +376,7 @@ class LineParser:
         self._pending_step_time_s: float | None = None
         self._pending_bridge_tflops: float | None = None
         self._traceback_frames: deque[str] | None = None
-        self.framework_hints: Counter[str] = Counter()  # frameworks named by traceback frames' paths
+        self.framework_hints: Counter[str] = Counter()  # frameworks named by traceback frames' paths or own lines
         self._nemo_banner = False  # NeMo's container banner seen: its `NVIDIA Release` line names the container
         self._crash_lines_left = 0  # lines after a segfault/abort still read as its stack dump
         self._crash_in_writer_reported = False
@@ -833,6 +833,11 @@ class LineParser:
                 return (ProgressMarker(file=self.file, line=line_no, text=text, marker=marker,
                                        time_s=self.last_time_s),)
         if text.strip().lower() in ("training ...", "training ...\x00"):
+            if text.lstrip().startswith(BRIDGE_TRAINING_LINE):
+                # Megatron-LM prints `training ...` in every release; Megatron-Bridge printed `Training ...` (until
+                # its `Step Time` lines came) before the same Megatron-style iteration lines
+                self.bridge_seen = True
+                self.framework_hints["megatron-bridge"] += 1
             return (ProgressMarker(file=self.file, line=line_no, text=text, marker="training_started",
                                    time_s=self.last_time_s),)
         return _NO_RECORDS
@@ -982,6 +987,9 @@ STACK_DUMP_HEAD_RE = re.compile(r'^(?:Thread \d+ \((?:idle|active|active\+gil|gi
 #: AMD's Primus wraps Megatron-LM and torchtitan (`/workspace/Primus/primus/...` frames); its runs are on ROCm.
 PRIMUS_FRAME_NEEDLE = "/primus/"
 PRIMUS_HINT = "primus"
+#: Megatron-Bridge's start-of-training line (`print_rank_0("Training ...")` in its pretrain loop, mid-2025 releases);
+#: Megatron-LM's own is lower-case `training ...`, in every release since 2020.
+BRIDGE_TRAINING_LINE = "Training ..."
 #: NeMo's logger: `[NeMo I 2025-10-08 23:27:54 nemo_logging:393] ...` (I/W/E/D for the level).
 NEMO_LOGGER_PREFIX = "[NeMo "
 CRASH_STACK_LINES = 200  # a faulthandler dump of all threads of a rank is ~100 lines; a c10 backtrace ~40

@@ -6,7 +6,7 @@ facts. Units are in the field names (`_ms`, `_gib`, `_mib`, `_s`).
 
 Dialect names (`Dialect`):
 - `megatron-lm`        Megatron-LM / Megatron-Core `training_log` lines, 2019 to today.
-- `megatron-bridge`    NeMo Megatron-Bridge (`Step Time : ...` lines, `memory (GB)` reports).
+- `megatron-bridge`    NeMo Megatron-Bridge (`Step Time : ...` lines, `memory (GB)` reports, `Training ...`).
 - `primus-megatron`    AMD Primus Megatron backend (`inst/avg` pairs, `tokens/s/GPU inst/harmonic mean`,
                        `hip mem usage/...` fields, `[rank-r/w]` logger prefix).
 - `primus-torchtitan`  torchtitan, upstream or as AMD Primus's backend (`step: N loss: ... tps ... tflops ... mfu`).

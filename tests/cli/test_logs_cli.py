@@ -164,8 +164,13 @@ def test_missing_file_is_one_line_exit_2(cli):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_diagnose_json_schema_and_ranking(cli):
-    result = cli("diagnose", str(DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"), "--json",
+def test_diagnose_json_schema_and_ranking(cli, tmp_path):
+    # real/15's OOM lines under Megatron-LM's `training ...` (its own `Training ...` is Megatron-Bridge's, whose
+    # fixes are recipe overrides without predicted memory)
+    log = tmp_path / "training.log"
+    log.write_text((DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log").read_text()
+                   .replace("\nTraining ...\n", "\ntraining ...\n"))
+    result = cli("diagnose", str(log), "--json",
                  "--gpu", "h100", "--gpus", "8", "--flags",
                  "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192 "
                  "--global-batch-size 128 --micro-batch-size 2 --bf16 --swiglu")

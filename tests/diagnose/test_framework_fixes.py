@@ -155,10 +155,12 @@ BRIDGE_FRAME = ("Traceback (most recent call last):\n"
 
 
 @pytest.mark.parametrize(("text", "told", "read"), [
-    (BRIDGE_STEP, "its `Step Time : ...` lines and `memory (GB)` reports are Megatron-Bridge's",
-     "each step's loss, time and TFLOP/s/GPU and the error lines"),
+    (BRIDGE_STEP, "its iteration lines follow Megatron-Bridge's own `Step Time : ...` lines, `memory (GB)` reports "
+     "or `Training ...` line", "each step's loss, time and TFLOP/s/GPU and the error lines"),
     (BRIDGE_FRAME, "its traceback runs in Megatron-Bridge's code", "its error lines and tracebacks"),
-], ids=["bridge-steps", "bridge-frames"])
+    ("Training ...\n" + CUDA_OOM, "its `Training ...` line is Megatron-Bridge's; Megatron-LM prints `training ...`",
+     "its error lines and tracebacks"),
+], ids=["bridge-steps", "bridge-frames", "bridge-training-line"])
 def test_a_megatron_bridge_log_is_said_to_be_bridges_with_its_recipe_as_where_its_settings_live(text, told, read):
     log = parse_text(text)
     assert log.framework == "megatron-bridge"

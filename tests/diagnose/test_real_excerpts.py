@@ -30,6 +30,9 @@ class Case:
 
 CASES = [
     # (1) files without any iteration line
+    # only its `Training ...` line says Megatron-Bridge (Megatron-LM prints `training ...`)
+    Case("15_oom_nccl_cuda_failure_bridge_llama3_fp8.log", "oom", "NCCL WARN Cuda failure 2 'out of memory'",
+         framework="megatron-bridge"),
     Case("40_rerun_state_machine_nan_grad_norm_ci.log", "nan_loss", "found NaN in local grad norm for bucket #0"),
     Case("41_nvrm_xid_dmesg_pt_main_thread.log", "gpu_hw_fault", "NVRM: Xid (PCI:0000:00:05): 43"),
     Case("42_nvrm_fallen_off_the_bus_without_xid.log", "gpu_hw_fault", "NVRM: fallen off the bus"),
@@ -234,3 +237,12 @@ def test_a_time_limit_reached_after_training_finished_is_a_hang_at_exit_not_a_sh
     (short,) = diagnose_log(parse_text("\n".join(lines[3:]) + "\n"), None).findings
     assert short.title == "SLURM cancelled the job (time limit)"
     assert any(fix.flag == "#SBATCH --time" for fix in short.fixes)
+
+
+def test_the_bridge_oom_gets_recipe_overrides_and_says_its_training_line_told_bridge():
+    result = diagnose([REAL / "15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"])
+    (oom,) = result.findings
+    flags = [fix.flag for fix in oom.fixes]
+    assert "model.recompute_granularity" in flags and not any(flag.startswith("--") for flag in flags)
+    (note,) = [note.text for note in result.notes if note.kind is NoteKind.FRAMEWORK]
+    assert "its `Training ...` line is Megatron-Bridge's; Megatron-LM prints `training ...`" in note

@@ -59,3 +59,24 @@ def test_a_parsed_traceback_names_the_framework_its_frames_ran_in():
     ])
     log = parse_text(text)
     assert log.dialect == "unknown" and log.framework == "torchtitan"
+
+
+BRIDGE_ERA_ITERATION = (" [2025-09-24 16:15:40] iteration        1/     100 | consumed samples:          128 | elapsed "
+                        "time per iteration (ms): 9070.1 | learning rate: 1.000000E-05 | global batch size:   128 | "
+                        "lm loss: 1.187500E+01 | loss scale: 1.0 | grad norm: 9.876 |")
+
+
+def test_bridges_training_line_names_bridge_with_or_without_iteration_lines():
+    # Megatron-Bridge printed `Training ...` before Megatron-LM's own iteration lines (no `Step Time` yet);
+    # Megatron-LM prints `training ...`
+    bridge = parse_text(f"Training ...\n{BRIDGE_ERA_ITERATION}\n")
+    assert bridge.dialect == "megatron-bridge" and bridge.framework == "megatron-bridge"
+    assert parse_text("Training ...\nRuntimeError: CUDA out of memory.\n").framework == "megatron-bridge"
+    megatron = parse_text(f"training ...\n{BRIDGE_ERA_ITERATION}\n")
+    assert megatron.dialect == "megatron-lm" and megatron.framework == "megatron-lm"
+
+
+def test_bridge_frames_or_lines_outrank_the_megatron_lm_lines_bridge_prints_too():
+    assert detect_framework("megatron-lm", Counter({"megatron-lm": 30, "megatron-bridge": 1})) == "megatron-bridge"
+    assert detect_framework("nemo", Counter({"megatron-bridge": 3})) == "nemo"
+    assert detect_framework("megatron-lm", Counter({"megatron-lm": 30})) == "megatron-lm"
