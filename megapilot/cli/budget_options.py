@@ -170,6 +170,12 @@ def print_budget(run: TimeToTrain, title: str = "") -> None:
     if g.expected_interruptions:
         interval = f"{format_duration(g.checkpoint_interval_s)}" + (
             f" = every {g.checkpoint_interval_iters:,} steps" if g.checkpoint_interval_iters else "")
+        main, main_interval = run.main, run.main_save_interval()
+        if main is not None and main_interval is not None and main_interval != g.checkpoint_interval_iters:
+            # a script trains the main phase alone: its --save-interval counts those steps, not the run's mean
+            interval += (f" of the run's mean {format_duration(run.compute_s / run.iterations)} step; "
+                         f"--save-interval {main_interval:,} in the main phase's {format_duration(main.step_time_s)} "
+                         "steps")
         lines += [
             f"goodput: {_count(g.expected_interruptions)} expected interruptions (one every {g.mtbf_s / 3600:.3g} h; "
             f"{g.failure.source}); effective training time {g.effective_training_time_pct:.1f} %",
@@ -227,12 +233,11 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
     request = budget.request(gpu=plan.cluster.gpu) if budget.tokens is not None or budget.given else None
     if request is None:
         return train_iters, save_interval
-    from megapilot.estimate.goodput import daly_interval_s, interval_steps
     from megapilot.estimate.units import format_duration
     from megapilot.plan.budget import run_budget
 
     run = run_budget(request, plan.model, plan.cluster, plan.training, plan.parallel)
-    main = next((s for s in run.segments if s.name == "main"), None)
+    main = run.main
     if main is None:  # the warm-up's SAMPLES take the budget: no steady step for --train-iters to count
         warm_up = sum(s.tokens for s in run.segments if s.name.startswith("batch warm-up"))
         raise MegapilotError(f"the batch warm-up trains all {warm_up / 1e9:,.3g} B tokens of the budget before the "
@@ -244,10 +249,8 @@ def schedule_from_budget(budget: RunBudgetFlags, plan: SavedPlan, train_iters: i
         notes.append(f"--train-iters {train_iters:,}: the budget's main phase, {main.tokens / 1e9:,.1f} B tokens "
                      f"at GBS {main.shape.gbs:,} x seq {main.shape.seq_len:,}{also}")
     g = run.goodput
-    if save_interval is None and g.checkpoint_interval_iters is not None and saving:
-        # the script trains the main phase alone, so Daly's interval is counted in its steps: the run's mean step
-        # (a warm-up's shorter steps, a long-context phase's longer ones) would save too often or too seldom
-        save_interval = interval_steps(daly_interval_s(g.checkpoint.save_s, g.mtbf_s), main.step_time_s)
+    if save_interval is None and (main_interval := run.main_save_interval()) is not None and saving:
+        save_interval = main_interval
         notes.append(f"--save-interval {save_interval:,}: Daly's optimal checkpoint interval "
                      f"({format_duration(save_interval * main.step_time_s)}, in the main phase's "
                      f"{format_duration(main.step_time_s)} steps) for a {format_duration(g.checkpoint.save_s)} save "

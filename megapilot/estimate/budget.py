@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from megapilot.errors import MegapilotError
-from megapilot.estimate.goodput import CheckpointCost, FailureModel, Goodput, goodput
+from megapilot.estimate.goodput import CheckpointCost, FailureModel, Goodput, daly_interval_s, goodput, interval_steps
 from megapilot.estimate.pipeline_balance import balanced_split
 from megapilot.estimate.step_time import EstimateOptions, stage_time_weights
 from megapilot.spec.hardware import ClusterSpec
@@ -267,6 +267,20 @@ class TimeToTrain:
     @property
     def compute_s(self) -> float:
         return sum(s.seconds for s in self.segments)
+
+    @property
+    def main(self) -> Segment | None:
+        """The main phase (None where the batch warm-up takes the whole budget)."""
+        return next((s for s in self.segments if s.name == "main"), None)
+
+    def main_save_interval(self) -> int | None:
+        """Daly's checkpoint interval in the main phase's steps: what a script that trains the main phase alone
+        writes as --save-interval (the run's mean step, a warm-up's shorter steps or a long-context phase's longer
+        ones, would save too often or too seldom there). None: no main phase, or no failures to checkpoint against."""
+        main, g = self.main, self.goodput
+        if main is None or g.checkpoint_interval_iters is None:
+            return None
+        return interval_steps(daly_interval_s(g.checkpoint.save_s, g.mtbf_s), main.step_time_s)
 
     @property
     def elapsed_s(self) -> float:

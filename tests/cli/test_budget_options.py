@@ -112,3 +112,21 @@ def test_scripts_save_interval_counts_the_main_phases_steps():
     assert train_iters == main.iterations and save_interval == expected
     assert run.goodput.checkpoint_interval_iters is not None and expected > run.goodput.checkpoint_interval_iters
     assert any(f"--save-interval {expected:,}" in note and "main phase's" in note for note in notes)
+
+
+def test_the_budget_printout_names_the_scripts_save_interval_beside_the_runs_mean_step(capsys):
+    # estimate printed "every 207 steps" (the run's mean step) where script writes --save-interval 227 (the main
+    # phase's): both are said now, each with its step
+    from megapilot.cli.budget_options import print_budget
+
+    case = build_case(model="llama3.1-8b", gpu="h100", gpus=64, tp=2, seq_len=4096, gbs=256)
+    flags = RunBudgetFlags(tokens="1T", phase=["tokens=300B,seq_len=32768,cp=4"])
+    request = flags.request(gpu=case.cluster.gpu)
+    assert request is not None
+    run = run_budget(request, case.model, case.cluster, case.training, case.parallel)
+    main_interval = run.main_save_interval()
+    assert main_interval is not None and main_interval != run.goodput.checkpoint_interval_iters
+    print_budget(run)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("checkpoint every"))
+    assert f"every {run.goodput.checkpoint_interval_iters:,} steps of the run's mean" in line
+    assert f"--save-interval {main_interval:,} in the main phase's" in line
