@@ -314,7 +314,7 @@ def _layer_groups(case: Case) -> tuple[LayerGroup, ...]:
 
 def _tflops_text(tflops: float) -> str:
     """Whole TFLOP/s for a GPU; two significant digits below 10 (a CPU's 0.1 would print as 0)."""
-    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.2g}"
+    return f"{tflops:,.0f}" if tflops >= 10 else f"{tflops:.2g}"
 
 
 def _print_result(result: EstimateResult, case: Case) -> None:

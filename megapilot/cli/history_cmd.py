@@ -94,11 +94,16 @@ def list_runs(
     with _open(db, read_only=True) as history:
         rows = history.runs(limit=limit, model=model, gpu=gpu)
         location = history.location
+        clusters = [] if rows else history.clusters()
     if as_json:
         emit_json(rows)
         return
     if not rows:
-        console.print(f"no runs in {location}" + (" matching the filters" if model or gpu else ""))
+        # imported measured runs calibrate estimates but are not runs of this list: say where they are
+        measured = (f"; measured runs of cluster(s) {', '.join(clusters)} are listed by `megapilot history "
+                    "calibration`" if clusters else "")
+        console.print(f"no runs in {location}" + (" matching the filters" if model or gpu else "") + measured,
+                      markup=False, highlight=False, soft_wrap=True)
         return
     console.print(_runs_table(rows, location))
 

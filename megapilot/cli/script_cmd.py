@@ -143,7 +143,7 @@ def script(
     if json_output:
         emit_json(launch.to_json() | {"assumed": assumed, "model": model})
         return
-    _print_summary(saved, launch, Path(script_path) if script_path else None, assumed)
+    _print_summary(saved, launch, Path(script_path) if script_path else None, assumed, cpu=cpu)
 
 
 def _default_python(entrypoint: str) -> str:
@@ -305,7 +305,8 @@ def _write(path: Path, launch: LaunchScript, force: bool) -> None:
                              fix="choose a writable -o path") from None
 
 
-def _print_summary(plan: SavedPlan, launch: LaunchScript, path: Path | None, assumed: list[str]) -> None:
+def _print_summary(plan: SavedPlan, launch: LaunchScript, path: Path | None, assumed: list[str], *,
+                   cpu: bool) -> None:
     from rich.table import Table
 
     if path is None:  # the script itself goes to stdout untouched (`megapilot script ... > train.sh`)
@@ -318,7 +319,10 @@ def _print_summary(plan: SavedPlan, launch: LaunchScript, path: Path | None, ass
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("launcher", launch.launcher)
-    table.add_row("GPUs", f"{launch.nodes} node(s) x {launch.gpus_per_node} {plan.cluster.gpu.name}")
+    if cpu:  # the plan carries a stand-in GPU; what runs is CPU ranks, as the script's header says
+        table.add_row("ranks", f"{launch.nodes} node(s) x {launch.gpus_per_node} CPU ranks")
+    else:
+        table.add_row("GPUs", f"{launch.nodes} node(s) x {launch.gpus_per_node} {plan.cluster.gpu.name}")
     table.add_row("layout", p.shell_block(plan.training.global_batch_size))
     table.add_row("Megatron args", f"{sum(a.startswith('--') for a in launch.megatron_args)} flags, "
                                    f"checked against Megatron-LM {launch.megatron_release}")

@@ -251,3 +251,12 @@ def test_a_cpu_runs_throughput_and_mfu_show_as_not_measured(cli, tmp_path, monke
     [combo] = cli("history", "show", "cpu-b", "--db", path, "--json").json()["combos"]
     assert {m["name"]: m["value"] for m in combo["metrics"]}[TFLOPS] is None
     assert combo["prediction"]["measured_tflops_per_gpu"] is None and combo["prediction"]["measured_mfu_pct"] is None
+
+
+def test_a_history_of_imported_runs_only_says_where_they_are_listed(cli, tmp_path):
+    path = str(tmp_path / "imported.sqlite")
+    assert cli("history", "import", str(IMPORTED), "--db", path).exit_code == 0
+    listed = cli("history", "list", "--db", path)
+    assert listed.exit_code == 0 and "no runs in" in listed.stdout
+    assert "measured runs of cluster(s) nvidia-dgx-gb200 are listed by `megapilot history calibration`" in " ".join(
+        listed.stdout.split())

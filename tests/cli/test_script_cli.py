@@ -306,3 +306,11 @@ def test_deepseek_v4_script_is_refused_in_one_line_naming_the_release_gap(cli, l
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     line, = result.stderr.strip().splitlines()
     assert "model.mla.csa" in line and "0.19" in line and "dev branch" in line and "Primus v26.5.0" in line
+
+
+def test_a_cpu_scripts_summary_says_cpu_ranks_not_the_plans_stand_in_gpu(cli, tmp_path: Path) -> None:
+    out = tmp_path / "train.sh"
+    result = cli("script", "--model", "tiny", "--gpu", "h100", "--gpus", "2", "--gbs", "16", "--seq-len", "128",
+                 "--cpu", "--entrypoint", "megapilot", "--mock-data", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert "1 node(s) x 2 CPU ranks" in result.stdout and "H100" not in result.stdout
