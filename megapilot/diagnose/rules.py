@@ -75,6 +75,7 @@ from megapilot.logs.records import CheckpointOp, ErrorRecord, Evidence, Iteratio
 from megapilot.logs.signatures import EXTENSION_LOADER_FRAMES
 from megapilot.spec import GPUSpec, Prediction
 from megapilot.spec.training import Precision
+from megapilot.vocabulary import float_default
 
 CRASH_DURING_SAVE = "crash_during_save"  # the signature of a crash found inside a save's time window
 
@@ -932,9 +933,13 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
         suggested = max(100, int(0.01 * train_iters)) if train_iters else 2000
         fixes.append(fix("--lr-warmup-iters", str(suggested),
                          "warm the learning rate up instead of starting at the peak"))
-    clip = flags.get_float("--clip-grad") if flags else None
-    if clip is None or clip == 0 or clip > 1.0:
-        fixes.append(fix("--clip-grad", "1.0", "clip the global grad norm at 1.0"))
+    # Megatron clips at 1.0 unless told otherwise: a script without the flag, or a log that does not say, ran with
+    # that, so advising it would change nothing; only a clip the run set off (0) or above 1.0 is worth changing
+    clip = flags.get_float("--clip-grad", float_default("--clip-grad")) if flags else _printed_float(printed,
+                                                                                                   "clip_grad")
+    if clip is not None and (clip == 0 or clip > 1.0):
+        fixes.append(fix("--clip-grad", "1.0", f"clip the global grad norm at 1.0 (the run clips at {clip:g}"
+                                               + (", off)" if clip == 0 else ")")))
     hidden = config.model.hidden_size if config and config.model else None
     if hidden:
         std = math.sqrt(2 / (5 * hidden))  # "small init" (Nguyen & Salazar 2019): sqrt(2 / (5 h))

@@ -99,9 +99,30 @@ def test_divergence_fixes_are_exact_flags_for_the_model():
     fixes = {f.flag: (f.action, f.value) for f in finding.fixes}
     assert fixes["--lr"] == ("set", "3.00e-04")
     assert fixes["--lr-warmup-iters"] == ("add", "100")
-    assert fixes["--clip-grad"] == ("add", "1.0")
+    assert "--clip-grad" not in fixes  # left out, Megatron clips at 1.0 already
     assert fixes["--init-method-std"] == ("add", "0.0070")  # sqrt(2 / (5 * 8192))
     assert fixes["--fp16"] == ("remove", None) and fixes["--bf16"] == ("add", None)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (None, None),  # nothing says the run clipped otherwise than Megatron's default 1.0
+    ("--lr 6e-4", None),
+    ("--lr 6e-4 --clip-grad 1.0", None),
+    ("--lr 6e-4 --clip-grad 0", ("set", "1.0", "clip the global grad norm at 1.0 (the run clips at 0, off)")),
+    ("--lr 6e-4 --clip-grad 5", ("set", "1.0", "clip the global grad norm at 1.0 (the run clips at 5)")),
+])
+def test_clipping_is_advised_only_where_the_run_clips_otherwise_than_at_1(flags, expected):
+    finding = diagnose([DATA / "synthetic_loss_divergence.log"], flags=flags).findings[0]
+    clip = [(f.action, f.value, f.reason) for f in finding.fixes if f.flag == "--clip-grad"]
+    assert clip == ([] if expected is None else [expected])
+
+
+def test_clipping_the_arguments_block_printed_is_the_runs():
+    lines = DATA.joinpath("synthetic_loss_divergence.log").read_text().splitlines()
+    block = ["------------------------ arguments ------------------------", "  clip_grad ....................... 0.0",
+             "-------------------- end of arguments ---------------------"]
+    finding = diagnose_log(parse_text("\n".join(block + lines)), None).findings[0]
+    assert [(f.flag, f.value) for f in finding.fixes if f.flag == "--clip-grad"] == [("--clip-grad", "1.0")]
 
 
 def test_loss_vanishing_without_nan_counter_is_nan_loss_but_fp16_skips_are_not():
