@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -292,6 +293,8 @@ def _resolve(config: SuiteConfig, cluster: CvsCluster | None, config_path: Path,
     if model is None or device is None:
         return None
     per_node = block.gpus_per_node or (_default_gpus_per_node(gpu) if gpu is not None else 1)
+    _check_replica_size(config, cells, nodes, per_node, node_source=_node_source(block, cluster),
+                        unit="GPUs" if device == "gpu" else "ranks", check=check)
     built = _sweep_cells(cells, gpu, nodes)
     smoke = config.smoke
     return LoadedSuite(
@@ -373,6 +376,42 @@ def _resolve_nodes(block: MegapilotBlock, cluster: CvsCluster | None, check: Sui
         check.warnings.append(f"megapilot.nodes is {block.nodes} but the cluster file lists {cluster.node_count} "
                               f"nodes; {block.nodes} are used")
     return block.nodes
+
+
+def _node_source(block: MegapilotBlock, cluster: CvsCluster | None) -> tuple[str, str]:
+    """(where the node count comes from, how to change it), as a problem about the count says them."""
+    if block.nodes is not None:
+        return f"megapilot.nodes is {block.nodes}", "set megapilot.nodes to a multiple of {need}"
+    if cluster is not None:
+        return f"the cluster file lists {cluster.node_count}", "list a multiple of {need} nodes in the cluster file"
+    return "no cluster file: 1", "pass --cluster with a cluster file of a multiple of {need} nodes"
+
+
+_REPLICA_FIELDS = ("tensor_parallelism", "pipeline_parallelism", "context_parallelism")
+
+
+def _check_replica_size(config: SuiteConfig, cells: list[tuple[str, TrainParams]], nodes: int, per_node: int, *,
+                        node_source: tuple[str, str], unit: str, check: SuiteCheck) -> None:
+    """TP x PP x CP of every cell (the smoke run's are train_params') must divide the suite's GPUs: once for
+    train_params, once for each combination that sets its own, naming the fields and the node count they came from
+    (each cell's launch would refuse it otherwise, as many times as there are cells, without saying why the GPU count
+    is what it is)."""
+    gpus = nodes * per_node
+    said: set[tuple[int, ...]] = set()
+    base = tuple(getattr(config.train_params, name) for name in _REPLICA_FIELDS)
+    for key, params in [("", config.train_params), *cells]:
+        sizes = tuple(getattr(params, name) for name in _REPLICA_FIELDS)
+        replica = math.prod(sizes)
+        if gpus % replica == 0 or sizes in said:
+            continue
+        said.add(sizes)
+        path = "train_params" if sizes == base else f"cells.{key}"
+        factors = " x ".join(f"{name} {size}" for name, size in zip(_REPLICA_FIELDS, sizes, strict=True))
+        where, change = node_source
+        need = math.lcm(per_node, replica) // per_node
+        check.add(path, f"{factors} = {replica} {unit} per model replica does not divide the suite's {gpus} {unit} "
+                        f"({where} node(s) x {per_node} {unit})",
+                  f"{change.format(need=need)}, or choose {', '.join(_REPLICA_FIELDS)} whose product divides {gpus}")
 
 
 def _resolve_backend(config: SuiteConfig) -> Backend:

@@ -231,3 +231,25 @@ def test_config_hash_leaves_the_token_file_out(tmp_path: Path) -> None:
     assert first.config_hash == second.config_hash
     raw["train_params"]["sequence_length"] = "4096"
     assert load_suite(write_suite(tmp_path, raw, SINGLE_8B)).config_hash != first.config_hash
+
+
+def test_a_replica_larger_than_the_nodes_is_one_problem_naming_the_fields_and_the_nodes_it_needs(
+        tmp_path: Path) -> None:
+    # CVS's 405B (TP 8 x PP 4) on 2 nodes of 8: one problem at train_params, not one per cell
+    config, cluster = write_filled(tmp_path, "mi3xx_megatron_llama-3.1-405b_distributed.json", gpu="MI325X",
+                                   image=MEGATRON_LM_IMAGE, nodes=2)
+    (problem,) = check_suite(config, cluster).problems
+    assert problem.path == "train_params"
+    assert problem.message == ("tensor_parallelism 8 x pipeline_parallelism 4 x context_parallelism 1 = 32 GPUs per "
+                               "model replica does not divide the suite's 16 GPUs (the cluster file lists 2 node(s) "
+                               "x 8 GPUs)")
+    assert problem.fix.startswith("list a multiple of 4 nodes in the cluster file, or choose tensor_parallelism")
+    (alone,) = check_suite(config).problems
+    assert "no cluster file: 1 node(s)" in alone.message and alone.fix.startswith("pass --cluster")
+
+
+def test_a_combination_whose_own_layout_cannot_fill_the_gpus_is_named_by_its_cell(tmp_path: Path) -> None:
+    check = _check_with(tmp_path, lambda raw: raw["sweep"]["combinations"]["MBS=4,GBS=128,PRECISION=BF16"].update(
+        tensor_parallelism="3"))
+    assert [(p.path, p.message.split(" = ")[0]) for p in check.problems] == [
+        ("cells.MBS=4,GBS=128,PRECISION=BF16", "tensor_parallelism 3 x pipeline_parallelism 1 x context_parallelism 1")]
