@@ -1183,9 +1183,11 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
         ]
     span = steady[-1].iteration - steady[0].iteration
     return Finding("slowdown", "warning",
+                   # the trend's ends are fitted, not logged: the logged times beside them, as the log prints them
                    f"Step time rose {end_ms / start_ms:.1f}x over {span} iterations: "
-                   f"{start_ms:,.0f} → {end_ms:,.0f} ms "
-                   f"(+{slope_ms:,.1f} ms per iteration)",
+                   f"{start_ms:,.0f} → {end_ms:,.0f} ms on the fitted trend "
+                   f"(+{slope_ms:,.1f} ms per iteration); logged {steady[0].elapsed_ms:.1f} ms at iteration "
+                   f"{steady[0].iteration}, {steady[-1].elapsed_ms:.1f} ms at {steady[-1].iteration}",
                    [_ev(steady[0]), _ev(steady[len(steady) // 2]), _ev(steady[-1])],
                    f"A steady trend, not one slow step: the robust (Theil-Sen) slope of step time over the run is "
                    f"+{slope_ms:,.2f} ms per iteration and {consistency:.0%} of the step pairs got slower. "

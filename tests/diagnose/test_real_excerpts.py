@@ -146,6 +146,9 @@ def test_a_segfault_inside_the_checkpoint_writer_is_the_failed_save_and_the_cras
 def test_megatron_llm_slowdown_from_17_to_150_seconds_is_a_trend_with_megatron_flags():
     (finding,) = diagnose([REAL / "50_megatron_llm_progressive_slowdown.log"]).findings
     assert finding.title.startswith("Step time rose") and "Theil-Sen" in finding.cause
+    # the trend's fitted ends are said to be fitted; the times quoted as logged are the log's own
+    assert "15,290 → 152,427 ms on the fitted trend" in finding.title
+    assert finding.title.endswith("logged 20191.9 ms at iteration 4, 150526.9 ms at 224")
     assert [f.flag for f in finding.fixes][:2] == ["--manual-gc", "--log-straggler"]
 
 
