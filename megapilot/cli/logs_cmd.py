@@ -222,7 +222,12 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
 
     s = log.summary
     assert s is not None
-    table = Table(title=f"{_files_title(log.files)} — dialect {log.dialect}, {log.lines_read:,} lines",
+    from megapilot.logs.framework import DIALECT_FRAMEWORK  # late, as this module's others: the CLI's start-up
+
+    # the framework where the dialect does not say it (error lines alone, Bridge's `Training ...`, NeoX on DeepSpeed)
+    told = log.framework not in ("unknown", DIALECT_FRAMEWORK.get(log.dialect))
+    table = Table(title=f"{_files_title(log.files)} — dialect {log.dialect}"
+                        f"{f', framework {log.framework}' if told else ''}, {log.lines_read:,} lines",
                   show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -234,8 +239,9 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
         ("step time mean / p50 / p95 (ms)",
          f"{_fmt(s.step_time_mean_ms)} / {_fmt(s.step_time_p50_ms)} / {_fmt(s.step_time_p95_ms)}"),
         ("step time CV", _fmt(s.step_time_cv, ".3f")),
+        # the hint only where steady records exist to average: with none (one logged step) the shape would not help
         ("tokens/s/GPU (mean)", _fmt_rate(s.tokens_per_s_per_gpu_mean) if s.tokens_per_s_per_gpu_mean is not None
-         or not s.iterations_logged else "— (pass --seq-length and --world-size)"),
+         or not s.steady_iterations else "— (pass --seq-length and --world-size)"),
         ("TFLOP/s/GPU (mean)", _fmt_rate(s.tflops_per_gpu_mean)),
         ("loss first / min / final",
          f"{_fmt(s.first_loss, '.4f')} / {_fmt(s.min_loss, '.4f')} / {_fmt(s.final_loss, '.4f')}"),

@@ -420,3 +420,19 @@ def test_a_file_that_is_no_training_log_is_one_error_line_naming_file_with_a_fix
 def test_options_that_would_do_nothing_are_refused_by_name(cli, extra, field):
     result = cli("logs", "parse", str(DATA / "synthetic_bridge.log"), *extra)
     assert result.exit_code == 2 and f"error: {field}:" in result.stderr and "fix:" in result.stderr
+
+
+def test_logs_parse_names_the_framework_where_the_dialect_does_not(cli):
+    bridge = cli("logs", "parse", str(DATA / "real/15_oom_nccl_cuda_failure_bridge_llama3_fp8.log"))
+    assert bridge.exit_code == 0 and "dialect unknown, framework megatron-bridge, 20 lines" in " ".join(
+        bridge.stdout.split())
+    titan = cli("logs", "parse", str(DATA / "real/35_hip_oom_primus_torchtitan_mi350_step_then_crash.log"))
+    assert "dialect primus-torchtitan, 15 lines" in " ".join(titan.stdout.split())  # the dialect says it
+
+
+def test_logs_parse_asks_for_the_run_shape_only_where_steady_steps_lack_tokens(cli):
+    # one torchtitan step that prints its own tps: no steady step to average, and the shape would add nothing
+    one_step = cli("logs", "parse", str(DATA / "real/35_hip_oom_primus_torchtitan_mi350_step_then_crash.log"))
+    assert one_step.exit_code == 0 and "pass --seq-length" not in one_step.stdout
+    steady = cli("logs", "parse", str(DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"))
+    assert "pass --seq-length and --world-size" in " ".join(steady.stdout.split())
