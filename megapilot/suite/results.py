@@ -370,11 +370,38 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
     if not path.is_file():
         raise MegapilotError(f"{run_dir} has no {SUITE_RESULT_NAME}", field="run_dir",
                              fix="pass the directory `megapilot suite run` printed")
+    damaged = "re-run the suite; the file was written by another version or damaged"
     try:
-        return SuiteResult.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, ValidationError) as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] > SUITE_RESULT_VERSION:
+            raise MegapilotError(f"{path} is suite result version {data['version']}; this megapilot reads up to "
+                                 f"version {SUITE_RESULT_VERSION}", field="run_dir",
+                                 fix="report it with the megapilot that ran the suite (or a newer one)")
+        return SuiteResult.model_validate(data)
+    except ValidationError as exc:
+        raise MegapilotError(f"{path} is not a suite result ({_first_error(exc)})", field="run_dir",
+                             fix=f"correct that field, or {damaged}") from None
+    except MegapilotError:
+        raise
+    except ValueError as exc:
         raise MegapilotError(f"{path} is not a suite result ({str(exc).splitlines()[0]})", field="run_dir",
-                             fix="re-run the suite; the file was written by another version or damaged") from None
+                             fix=damaged) from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first field pydantic refused, by its dotted path in the file and with the value found there, and how many
+    more there are: which part of a damaged file to look at."""
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the top level"
+    found = "" if first["type"] == "missing" else f" (found {_short(first.get('input'))})"
+    more = f"; and {len(errors) - 1} more" if len(errors) > 1 else ""
+    return f"{where}: {first['msg']}{found}{more}"
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 __all__ = [

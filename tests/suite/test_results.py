@@ -10,6 +10,7 @@ import pytest
 
 from megapilot.errors import MegapilotError
 from megapilot.suite.results import (
+    SUITE_RESULT_VERSION,
     ComboResult,
     Curve,
     RunCard,
@@ -59,6 +60,27 @@ def test_a_missing_or_damaged_result_is_a_user_error(tmp_path):
         read_suite_result(tmp_path)
     (tmp_path / "suite.json").write_text("{not json")
     with pytest.raises(MegapilotError, match="is not a suite result"):
+        read_suite_result(tmp_path)
+
+
+def test_a_damaged_result_names_the_field_at_fault_and_a_newer_one_the_version(tmp_path):
+    combo = ComboResult(key="A", directory="A", verdict=Verdict.PASS, backend="megapilot")
+    data = json.loads(_result(tmp_path, combos=[combo]).write().read_text())
+    data["combos"][0]["verdict"] = "GREAT"
+    (tmp_path / "suite.json").write_text(json.dumps(data))
+    with pytest.raises(MegapilotError) as damaged:
+        read_suite_result(tmp_path)
+    assert "is not a suite result (combos.0.verdict: Input should be " in str(damaged.value)
+    assert "(found 'GREAT')" in str(damaged.value)
+    del data["run_id"]
+    (tmp_path / "suite.json").write_text(json.dumps(data))
+    with pytest.raises(MegapilotError, match=r"\(run_id: Field required; and 1 more\)"):
+        read_suite_result(tmp_path)
+    data.update(run_id="r", version=SUITE_RESULT_VERSION + 1)
+    data["combos"][0]["verdict"] = "PASS"
+    (tmp_path / "suite.json").write_text(json.dumps(data))
+    with pytest.raises(MegapilotError, match=f"is suite result version {SUITE_RESULT_VERSION + 1}; this megapilot "
+                                             f"reads up to version {SUITE_RESULT_VERSION}"):
         read_suite_result(tmp_path)
 
 
