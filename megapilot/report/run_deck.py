@@ -463,10 +463,12 @@ def format_number(value: float | None) -> str:
 
 def _summary(result: SuiteResult) -> DeckSummary:
     verdicts = [combo.verdict for combo in result.combos]
-    return DeckSummary(mode="sweep" if len(verdicts) > 1 else "single", total_cells=len(verdicts),
+    not_started = len(result.not_started())
+    # a sweep by the cells it was to run: one stopped after its first combo is still a sweep
+    return DeckSummary(mode="sweep" if len(verdicts) + not_started > 1 else "single", total_cells=len(verdicts),
                        passed=verdicts.count(Verdict.PASS), failed=verdicts.count(Verdict.FAIL),
                        recorded=verdicts.count(Verdict.RECORD), not_run=verdicts.count(Verdict.SKIPPED),
-                       interrupted=verdicts.count(Verdict.INTERRUPTED), not_started=len(result.not_started()))
+                       interrupted=verdicts.count(Verdict.INTERRUPTED), not_started=not_started)
 
 
 # ---- the JSON Schema -----------------------------------------------------------------------------------------

@@ -186,3 +186,12 @@ def test_an_interrupted_run_is_interrupted_in_its_status_and_keeps_the_cell_it_s
     assert (deck["summary"]["interrupted"], deck["summary"]["not_started"], deck["summary"]["total_cells"]) == (1, 1, 2)
     train = next(s for s in deck["lifecycle_stages"] if s["label"] == f"train [{STOPPED}]")
     assert train["status"] == "interrupted"
+
+
+def test_a_sweep_killed_after_its_first_combo_is_still_a_sweep(schema, tmp_path):
+    result = interrupted_result(tmp_path)
+    result.combos = result.combos[:1]  # the second combo never written: the run was killed outright
+    deck = json.loads(build_run_deck(result, {}, report_href="r", junit_href="j").model_dump_json())
+    jsonschema.Draft202012Validator(schema).validate(deck)
+    assert deck["summary"]["mode"] == "sweep" and deck["summary"]["total_cells"] == 1
+    assert deck["summary"]["not_started"] == 2
