@@ -182,16 +182,20 @@ def _fix_of(error: ErrorDetails, path: str, known: Sequence[str] = ()) -> str:
         return "give a value that is " + message.removeprefix("Input should be ")  # the bound, not a respelling
     if _CHOICES in message:
         return "use one of: " + message.split(_CHOICES, 1)[1]
+    if VALIDATOR_FIX in message:
+        return message.split(VALIDATOR_FIX, 1)[1]
     return "fix the value's type or spelling"
 
 
 # pydantic's errors for a value out of its bounds: the fix is the bound itself.
 _BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"})
 _CHOICES = "; use one of: "  # how a validator lists the values it takes (the fix, not the problem)
+VALIDATOR_FIX = "; fix: "  # how a validator that weighs one field against another says what to change
 
 
 def _message(error: ErrorDetails, known: Sequence[str] = ()) -> str:
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ").split(_CHOICES, 1)[0]
+    message = message.split(VALIDATOR_FIX, 1)[0]
     if error.get("type") == "extra_forbidden":
         return unknown_key(str(error["loc"][-1]) if error.get("loc") else "", known)[0]
     if "input" in error and error.get("type") != "missing" and "got " not in message \

@@ -6,11 +6,11 @@ from __future__ import annotations
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from megapilot.suite.cells import BoolLike, IntLike, PrecisionName, StrLike
-from megapilot.suite.config_read import BOOL_FOR_NUMBER
+from megapilot.suite.config_read import BOOL_FOR_NUMBER, VALIDATOR_FIX
 
 
 class _Forbid(BaseModel):
@@ -117,12 +117,16 @@ class CheckpointConfig(_Forbid):
     loss_rtol: float = Field(default=0.05, ge=0, le=1, description="Relative: 0.05 is 5 %.")
     checkpoint_dir: str = ""
 
-    @model_validator(mode="after")
-    def _resume_goes_past_the_save(self) -> CheckpointConfig:
-        if self.resume_iters <= self.save_iters:
-            raise ValueError(f"resume_iters ({self.resume_iters}) must be past save_iters ({self.save_iters}): "
-                             "the resumed run has to train beyond the checkpoint")
-        return self
+    @field_validator("resume_iters")
+    @classmethod
+    def _resume_goes_past_the_save(cls, resume_iters: int, info: ValidationInfo) -> int:
+        # a check of the field, not the section: the problem is at checkpoint.resume_iters, the value it names
+        save_iters = info.data.get("save_iters")
+        if save_iters is not None and resume_iters <= save_iters:
+            raise ValueError(f"resume_iters ({resume_iters}) must be past save_iters ({save_iters}): the resumed "
+                             f"run has to train beyond the checkpoint{VALIDATOR_FIX}set resume_iters above "
+                             f"{save_iters}, or save_iters below {resume_iters}")
+        return resume_iters
 
 
 class ScalingBaseline(_Forbid):
@@ -167,11 +171,14 @@ class CollectivesConfig(_Forbid):
                                                                      "give (NVLink/xGMI in a node, the NIC across).")
     enforce: BoolLike = True
 
-    @model_validator(mode="after")
-    def _sizes_in_order(self) -> CollectivesConfig:
-        if self.max_bytes is not None and self.max_bytes < self.min_bytes:
-            raise ValueError(f"max_bytes ({self.max_bytes}) must be at least min_bytes ({self.min_bytes})")
-        return self
+    @field_validator("max_bytes")
+    @classmethod
+    def _sizes_in_order(cls, max_bytes: int | None, info: ValidationInfo) -> int | None:
+        min_bytes = info.data.get("min_bytes")
+        if max_bytes is not None and min_bytes is not None and max_bytes < min_bytes:
+            raise ValueError(f"max_bytes ({max_bytes}) must be at least min_bytes ({min_bytes}){VALIDATOR_FIX}"
+                             f"set max_bytes to {min_bytes} or more, or min_bytes to {max_bytes} or less")
+        return max_bytes
 
     def runs_on(self, device: str) -> bool:
         return device == "gpu" if self.enabled == "auto" else bool(self.enabled)

@@ -253,3 +253,16 @@ def test_a_combination_whose_own_layout_cannot_fill_the_gpus_is_named_by_its_cel
         tensor_parallelism="3"))
     assert [(p.path, p.message.split(" = ")[0]) for p in check.problems] == [
         ("cells.MBS=4,GBS=128,PRECISION=BF16", "tensor_parallelism 3 x pipeline_parallelism 1 x context_parallelism 1")]
+
+
+def test_a_setting_weighed_against_another_is_named_with_the_change_that_fixes_it(tmp_path: Path) -> None:
+    def edit(raw):
+        raw["checkpoint"].update(enforce=True, save_iters=10, resume_iters=5, checkpoint_dir="/shared/ckpt")
+        raw["collectives"] = {"min_bytes": 4096, "max_bytes": 1024}
+    problems = {p.path: p for p in _check_with(tmp_path, edit).problems}
+    resume = problems["checkpoint.resume_iters"]  # the field, not the whole section and its values
+    assert resume.message == ("resume_iters (5) must be past save_iters (10): the resumed run has to train beyond "
+                              "the checkpoint")
+    assert resume.fix == "set resume_iters above 10, or save_iters below 5"
+    sizes = problems["collectives.max_bytes"]
+    assert "(got" not in sizes.message and sizes.fix == "set max_bytes to 4096 or more, or min_bytes to 1024 or less"

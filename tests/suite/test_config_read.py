@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from megapilot.suite.config import SuiteCheck
 from megapilot.suite.config_read import (
+    VALIDATOR_FIX,
     _dotted,
     _exempt_unused_checkpoint,
     _fix_of,
@@ -191,3 +192,11 @@ def test_section_keys_follow_the_models_fields_through_optional_sections() -> No
     assert "network" in section_keys(SuiteConfig, ("container", "runtime", "args"))
     assert section_keys(SuiteConfig, ("nowhere",)) == []
     assert "megapilot" in section_keys(SuiteConfig, ())
+
+
+def test_a_validator_that_says_its_fix_has_it_as_the_fix_not_in_the_message() -> None:
+    error = {"type": "value_error", "loc": ("resume_iters",), "input": 5,
+             "msg": f"Value error, resume_iters (5) must be past save_iters (10){VALIDATOR_FIX}"
+                    "set resume_iters above 10"}
+    assert _message(error) == "resume_iters (5) must be past save_iters (10)"
+    assert _fix_of(error, "checkpoint.resume_iters") == "set resume_iters above 10"

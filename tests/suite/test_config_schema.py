@@ -54,7 +54,7 @@ def test_non_finite_numbers_are_refused() -> None:
 
 
 def test_the_resumed_run_must_train_past_the_checkpoint() -> None:
-    message = _refused(CheckpointConfig, {"save_iters": 30, "resume_iters": 30}, "")
+    message = _refused(CheckpointConfig, {"save_iters": 30, "resume_iters": 30}, "resume_iters")
     assert "resume_iters (30) must be past save_iters (30)" in message
     assert CheckpointConfig.model_validate({"save_iters": "30", "resume_iters": "31"}).resume_iters == 31
     _refused(CheckpointConfig, {"loss_rtol": 5}, "loss_rtol")  # relative: 5 would be 500 %
@@ -84,7 +84,7 @@ def test_collectives_run_on_gpus_by_default_and_size_their_sweep_by_device() -> 
 
 
 def test_collectives_sizes_in_order_and_known_ops_only() -> None:
-    message = _refused(CollectivesConfig, {"min_bytes": 4096, "max_bytes": 1024}, "")
+    message = _refused(CollectivesConfig, {"min_bytes": 4096, "max_bytes": 1024}, "max_bytes")
     assert "max_bytes (1024) must be at least min_bytes (4096)" in message
     _refused(CollectivesConfig, {"ops": ["broadcast"]}, "ops")
     _refused(CollectivesConfig, {"ops": []}, "ops")
