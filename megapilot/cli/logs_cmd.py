@@ -394,7 +394,7 @@ def optimize_command(
     """Rank flag changes by predicted tokens/s gain, against the planner's best layout for the same run."""
     from megapilot.cli.common import require_positive
     from megapilot.diagnose import read_flags, run_config
-    from megapilot.diagnose.engine import parse_options_for
+    from megapilot.diagnose.engine import parse_options_for, with_log_tokenizer
     from megapilot.diagnose.optimize import optimize
     from megapilot.logs import parse_logs
     from megapilot.logs.sources import expand_log_paths, stdin_read_again
@@ -423,6 +423,8 @@ def optimize_command(
             if parsed.summary is None or parsed.summary.step_time_p50_ms is None:
                 raise MegapilotError("no step time found in the log", field="--log",
                                      fix="pass a log with iteration lines, or leave --log out")
+            if not from_log:  # a script silent on its tokenizer: the vocabulary the log's run used, as diagnose
+                config = with_log_tokenizer(config, launch, parsed, gpu=config.gpu, gpus=gpus) or config
     report = optimize(config, log=parsed)
     if json_output:
         emit_json(report.to_dict())

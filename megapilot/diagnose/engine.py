@@ -163,10 +163,8 @@ def diagnose(
     # flags that turn out not to be the log's run make a second reading: standard input is then read from a copy
     with stdin_read_again() if config is not None and "-" in paths else nullcontext():
         log = parse_for_rules(paths, parse_options_for(config))
-        told = _tokenizer_from_log(launch, log) if launch is not None else None
-        if told is not None:  # the vocabulary the run used, not an assumed one
-            config = run_config(told, gpu=gpu, gpus=gpus)
-            config.notes.append("tokenizer/vocabulary from the log's arguments block")
+        if launch is not None:
+            config = with_log_tokenizer(config, launch, log, gpu=gpu, gpus=gpus)
         if config is not None and log_mismatches(log, config):
             log = parse_for_rules(paths, None)  # the log's own arguments block, not the script, sizes its tokens/s
     return diagnose_log(log, config, gpu)
@@ -181,6 +179,18 @@ def _config_from_arguments(log: ParsedLog, gpu: GPUSpec) -> RunConfig | None:
                           gpu=gpu)
     except MegapilotError:  # a block whose values make no run the estimator can price: no prediction, no finding
         return None
+
+
+def with_log_tokenizer(config: RunConfig | None, launch: LaunchFlags, log: ParsedLog, *, gpu: GPUSpec | None,
+                       gpus: int | None) -> RunConfig | None:
+    """The run config again with the tokenizer and vocabulary the log's arguments block printed where the flags are
+    silent (the vocabulary the run used, not an assumed one); `config` where the block adds nothing."""
+    told = _tokenizer_from_log(launch, log)
+    if told is None:
+        return config
+    refined = run_config(told, gpu=gpu, gpus=gpus)
+    refined.notes.append("tokenizer/vocabulary from the log's arguments block")
+    return refined
 
 
 def _tokenizer_from_log(launch: LaunchFlags, log: ParsedLog) -> LaunchFlags | None:

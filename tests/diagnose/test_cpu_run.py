@@ -39,6 +39,9 @@ def test_optimize_on_the_cpu_run_proposes_nothing_for_the_gpu(cli):
     assert result.exit_code == 0
     data = result.json()
     assert data["changes"] == [] and any("trained on CPU" in note for note in data["notes"])
+    # the vocabulary the run used, as diagnose reads it: not the 32,000 assumed where the script is silent
+    assert not any("assumed 32000" in note for note in data["notes"])
+    assert "tokenizer/vocabulary from the log's arguments block" in data["notes"]
 
 
 def test_no_negative_gain_change_is_ever_listed(cli):
