@@ -128,6 +128,12 @@ def parameter_count_line(tp_rank: int, pp_rank: int, count: int) -> str:
     return f" > number of parameters on (tensor, pipeline) model parallel rank ({tp_rank}, {pp_rank}): {count}"
 
 
+def version_line(megatron_core: str, torch_version: str) -> str:
+    """The release that trains, once at start: Megatron-LM prints none, and a log without it leaves `diagnose` to
+    guess the release from the arguments block, which this trainer prints only in part (its own flags)."""
+    return f"megatron-core version {megatron_core} (megapilot's embedded trainer, torch {torch_version})"
+
+
 def datetime_line(label: str, now: datetime | None = None) -> str:
     """`print_datetime`: e.g. `[after training is done] datetime: 2026-01-01 00:10:00.123456 `."""
     return f"[{label}] datetime: {timestamp(now)} "

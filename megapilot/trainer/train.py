@@ -472,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
     init_distributed(config, on_gpu)
     try:
         init_model_parallel(config)
+        # heavy: megatron-core is loaded by now (init_model_parallel); only its version is read here
+        from megatron.core import __version__ as megatron_core_version
+
+        log(logfmt.version_line(megatron_core_version, torch.__version__), rank_zero_only=True)
         # As Megatron-LM: rank 0 prints every argument once, before the model is built (the log parser
         # reads the run's shape from it: world size, sequence length, global batch size).
         arguments = config.printed_arguments(torch.distributed.get_world_size())

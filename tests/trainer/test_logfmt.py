@@ -69,6 +69,20 @@ def test_project_log_parser_reads_every_kind_of_line():
     assert parsed.timers and parsed.timers[0].name == "forward-backward"
 
 
+def test_the_version_line_tells_diagnose_the_release_the_partial_arguments_block_cannot():
+    # the trainer prints only its own flags in the arguments block: matched against the release tables, a run of
+    # megatron-core 0.16.1 read as core_v0.14.0
+    from megapilot.diagnose.megatron_version import recognise_megatron_version
+    from megapilot.logs import parse_text
+
+    text = "\n".join([logfmt.version_line("0.16.1", "2.13.0+cpu"),
+                      *logfmt.arguments_lines({"world_size": 2, "seq_length": 128}),
+                      logfmt.iteration_line(STATS, NOW)]) + "\n"
+    recognised = recognise_megatron_version(parse_text(text))
+    assert recognised is not None and (recognised.release, recognised.source, recognised.exact) == (
+        "core_v0.16.0", "version line", True)
+
+
 def test_arguments_block_has_megatron_layout():
     lines = logfmt.arguments_lines({"world_size": 64, "seq_length": 4096, "Zeta": None,
                                     "accumulate_allreduce_grads_in_fp32": False})
