@@ -15,7 +15,7 @@ def test_init_for_slurm_writes_every_scheduler_setting_with_its_default(cli, tmp
     block = json.loads(config.read_text())["megapilot"]
     assert block["executor"] == "slurm"
     for key in ("partition", "account", "time_limit", "exclusive", "memory_per_node_gib", "sbatch_options",
-                "python"):
+                "job_lease_s", "python"):
         assert key in block and "default:" in block[f"_{key}"], key
     suite = load_suite(config)
     assert suite.executor == "slurm" and suite.capabilities.allocates_resources

@@ -72,7 +72,8 @@ def threshold_paths(name: str) -> list[Path]:
 # The `megapilot:` keys that say where and how jobs run, written (with their defaults and meaning) by
 # `suite init --executor`: every executor's, then a scheduler's (SLURM) when the executor allocates resources.
 RUN_KEYS = ("executor", "nodes", "gpus_per_node", "python", "startup_timeout_s", "job_timeout_s")
-SCHEDULER_KEYS = ("partition", "account", "time_limit", "exclusive", "memory_per_node_gib", "sbatch_options")
+SCHEDULER_KEYS = ("partition", "account", "time_limit", "exclusive", "memory_per_node_gib", "sbatch_options",
+                  "job_lease_s")
 
 
 def for_executor(config: dict[str, Any], executor: str) -> dict[str, Any]:
