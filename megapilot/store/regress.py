@@ -117,11 +117,15 @@ def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History
 def step_noise_pct(combo: ComboResult) -> float:
     """How far a mean over this run's steps may move by the steps' own spread alone, in %: NOISE_SIGMAS standard
     errors of the difference of two such means (this run's and its baseline's, taken alike), CV x sqrt(2 / n) over
-    its n steps. A busy or small machine (a 2-core CPU run's steps spread 15 %) moves 8 % from one run to the next
-    with nothing changed; a GPU run's steps (CV 1 %, hundreds of them) leave the fixed band in charge. 0 when the
-    run measured no spread."""
+    its n steady step records. A busy or small machine (a 2-core CPU run's steps spread 15 %) moves 8 % from one run
+    to the next with nothing changed; a GPU run's steps (CV 1 %, hundreds of them) leave the fixed band in charge. 0
+    when the run measured no spread."""
     values = {row.name: row.value for row in combo.metrics}
-    cv, steps = values.get("training.step_time_cv"), values.get("training.iterations_reached")
+    # n is the records the CV and the means are taken over (after the warm-up; each record a log interval's average),
+    # not the iterations reached: those overstate n by the warm-up, and by the log interval (results before the
+    # records were counted fall back to them)
+    cv = values.get("training.step_time_cv")
+    steps = values.get("training.step_records") or values.get("training.iterations_reached")
     if cv is None or not steps or steps < 2:
         return 0.0
     return NOISE_SIGMAS * cv * math.sqrt(2.0 / steps) * 100.0

@@ -68,6 +68,9 @@ _TABLE = (
                expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_p95_ms", "step time p95", "ms", "lower", expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_cv", "step time CV", "", "lower", expected_line=_STEP_TIME_LINE),
+    # the steady-state records (iteration lines after the warm-up) the step figures above are taken over: how much
+    # their mean and median may move by the steps' own spread (store.regress)
+    MetricInfo("training.step_records", "steady step records", "records", None, expected_line=_STEP_TIME_LINE),
     MetricInfo("training.mem_usage", "memory (fraction)", "fraction", "lower", headline=True, ceiling=1.0,
                gpu_only="a CPU run has no GPU memory to take a fraction of (its memory report is the process RSS)",
                expected_line="iteration lines with `mem usages: X` (or Primus `hip mem usage/...`), or a "

@@ -46,7 +46,7 @@ ITERATION_METRICS: tuple[str, ...] = (
     "training.throughput_per_gpu", "training.tokens_per_gpu", "training.elapsed_time_per_iteration",
     "training.step_time_p50_ms", "training.step_time_p95_ms", "training.step_time_cv", "training.lm_loss",
     "training.lm_loss_first", "training.grad_norm", "training.nan_iterations", "training.skipped_iterations",
-    "training.iterations_reached",
+    "training.iterations_reached", "training.step_records",
 )
 
 CURVE_UNITS: dict[str, str] = {
@@ -348,6 +348,7 @@ def _step_metrics(m: ComboMeasurement, source: _NodeLog | None, records: list[It
     actuals["training.step_time_p50_ms"] = summary.step_time_p50_ms
     actuals["training.step_time_p95_ms"] = summary.step_time_p95_ms
     actuals["training.step_time_cv"] = summary.step_time_cv
+    actuals["training.step_records"] = float(summary.steady_iterations) if summary.steady_iterations else None
     m.notes.append(f"steady state (node {source.index}'s iteration lines): {summary.rule}; "
                    f"{summary.steady_iterations} of {summary.iterations_counted} iterations kept")
     printed = any(r.tokens_source == "printed" for r in records)

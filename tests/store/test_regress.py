@@ -218,3 +218,15 @@ def test_the_smoke_runs_few_steps_are_never_compared(history):
     now = make_suite_result("now", hour=5, combos=[make_combo(tokens=1000.0, step_ms=800.0),
                                                     make_combo("smoke", tokens=600.0, step_ms=1300.0)])
     assert find_regressions(now, history) == []
+
+
+def test_the_noise_counts_the_steady_records_the_spread_is_taken_over_not_the_iterations_reached():
+    # 20 iterations logged every 4: 5 records, the first dropped as warm-up; the CV is over the 4 left, each a
+    # 4-step average, and their mean's noise is CV x sqrt(2 / 4), twice a count of 20 steps would say
+    from megapilot.store.regress import step_noise_pct
+
+    logged = _with_step_spread(make_combo(tokens=915.0, step_ms=874.0), cv=0.05, steps=20)
+    records = MetricRow(name="training.step_records", value=4.0, unit="records", verdict=Verdict.RECORD)
+    with_records = logged.model_copy(update={"metrics": [*logged.metrics, records]})
+    assert step_noise_pct(with_records) == pytest.approx(3 * 0.05 * (2 / 4) ** 0.5 * 100)
+    assert step_noise_pct(logged) == pytest.approx(3 * 0.05 * (2 / 20) ** 0.5 * 100)  # an older result: no count

@@ -53,6 +53,7 @@ def test_real_mixtral_excerpt_steady_state_and_computed_tokens():
     assert m.actuals["training.lm_loss_first"] == records[0].lm_loss
     assert m.actuals["training.grad_norm"] == records[-1].grad_norm
     assert m.actuals["training.iterations_reached"] == 12
+    assert m.actuals["training.step_records"] == len(steady)  # what the step figures are taken over, not 12
     assert m.actuals["training.nan_iterations"] == 0 and m.errors == [] and m.nan_findings == []
     assert m.units["training.elapsed_time_per_iteration"] == "ms"  # not "s" as CVS's table says
     assert set(m.actuals) == set(MEASURED_METRICS) == set(m.units)
