@@ -47,8 +47,8 @@ def test_a_run_that_did_not_complete_is_listed_and_calibrates_nothing() -> None:
                          0.5, completed=True, recorded_at="now") is None
 
 
-def test_a_suite_combo_calibrates_on_the_step_its_tokens_per_s_implies(tmp_path) -> None:
-    from megapilot.store.measured import from_combo
+def _predicted_combo_of_a_cluster(tmp_path):
+    """A suite run recorded under cluster `lab`, and its passing combo with a prediction of its layout."""
     from megapilot.suite.results import Prediction
     from tests.report.factory import passing_combo, suite_result
 
@@ -57,6 +57,13 @@ def test_a_suite_combo_calibrates_on_the_step_its_tokens_per_s_implies(tmp_path)
     combo = passing_combo().model_copy(update={"predicted": Prediction(
         step_time_ms=1050.0, tokens_per_s_per_gpu=3900.0, device="H100-SXM5-80GB", family="dense",
         uncalibrated_step_time_ms=1050.0, uncalibrated_components_ms={"compute": 1000.0, "optimizer": 50.0})})
+    return result, combo
+
+
+def test_a_suite_combo_calibrates_on_the_step_its_tokens_per_s_implies(tmp_path) -> None:
+    from megapilot.store.measured import from_combo
+
+    result, combo = _predicted_combo_of_a_cluster(tmp_path)
     row = from_combo(result, combo, "now")
     # 8 x 1024 tokens a step over 2 GPUs at the 3650 tokens/s/GPU it reported, not its 1122 ms per iteration: the
     # calibration fits the figure the gates and the report compare with the prediction
@@ -65,14 +72,9 @@ def test_a_suite_combo_calibrates_on_the_step_its_tokens_per_s_implies(tmp_path)
 
 def test_a_combo_of_a_run_still_going_calibrates_as_the_history_will_keep_it(tmp_path) -> None:
     from megapilot.store.measured import calibration_run_of, from_combo, to_calibration_run
-    from megapilot.suite.results import Prediction, Verdict
-    from tests.report.factory import passing_combo, suite_result
+    from megapilot.suite.results import Verdict
 
-    result = suite_result(tmp_path)
-    result = result.model_copy(update={"card": result.card.model_copy(update={"cluster_name": "lab"})})
-    combo = passing_combo().model_copy(update={"predicted": Prediction(
-        step_time_ms=1050.0, tokens_per_s_per_gpu=3900.0, device="H100-SXM5-80GB", family="dense",
-        uncalibrated_step_time_ms=1050.0, uncalibrated_components_ms={"compute": 1000.0, "optimizer": 50.0})})
+    result, combo = _predicted_combo_of_a_cluster(tmp_path)
     run = calibration_run_of(result, combo)
     row = from_combo(result, combo, "")
     assert row is not None and run == to_calibration_run(row)
