@@ -23,7 +23,7 @@ from megapilot.suite.cells import (
     sweep_cell,
 )
 from megapilot.suite.config_read import _dotted, _message, near_key, unknown_key
-from megapilot.suite.metric_table import METRICS
+from megapilot.suite.metric_table import METRICS, measured_name
 from megapilot.suite.parsing import parse_json
 from megapilot.suite.thresholds import (
     InfoThreshold,
@@ -110,16 +110,23 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
             table[_canonical_key(cell)] = {}  # the cell is there, malformed: not also missing for its run
             continue
         specs: dict[str, ThresholdSpec] = {}
+        written: dict[str, str] = {}  # measured name -> the name the file gates it under
         for metric, spec in metrics.items():
             if metric.startswith("_"):
                 continue
+            name = measured_name(metric)  # another dialect's name of a measured metric gates that metric
+            if name in written:
+                check.add(f"thresholds.{cell}.{metric}", f"gates {name} a second time (as {written[name]} and as "
+                          f"{metric}, two names of one metric)", f"keep one of {written[name]} and {metric}")
+                continue
             try:
-                specs[metric] = parse_threshold(spec)
+                specs[name] = parse_threshold(spec)
             except ValueError as exc:
                 check.add(f"thresholds.{cell}.{metric}", str(exc),
                           "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/baseline with its fields")
                 continue
-            for issue in spec_issues(metric, spec, specs[metric]):
+            written[name] = metric
+            for issue in spec_issues(metric, spec, specs[name]):
                 issues.setdefault((metric, issue), []).append(cell)
         table[_canonical_key(cell)] = specs
     _report_spec_issues(issues, check, enforce=enforce)

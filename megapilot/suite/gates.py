@@ -122,8 +122,8 @@ def _outcome(name: str, spec: ThresholdSpec, value: float | None, actuals: Mappi
              prediction: tuple[Prediction | None, Departure | None] = (None, None),
              unresolved: bool = False) -> Outcome:
     if name not in actuals and name not in METRICS:
-        # as a metric that is not measured: info records, optional skips (CVS's files gate info on names the suite
-        # does not measure, time_to_target_seconds), the rest fail; `suite check` says which, before the run
+        # as a metric that is not measured: info records, optional skips (a threshold file may gate info on names
+        # the suite does not measure), the rest fail; `suite check` says which, before the run
         if isinstance(spec, InfoThreshold):
             return Outcome(Verdict.RECORD, f"info: {unknown_name(name, actuals)}")
         if spec.optional:

@@ -3,7 +3,8 @@
 The gates (units, the log line a missing metric comes from), the run history (directions, headline metrics,
 regression bands, the predicted quantity a metric is measured against), the run deck and the report (labels)
 all read this table. A metric the suite measures has `expected_line`; the others are the names other dialects
-and older suites use for the same quantities, known to history only.
+and older suites use for the same quantities, known to history only, except those with `same_as`: another name of a
+measured metric (CVS's `training.time_to_target_seconds`), whose gate is that metric's gate (`measured_name`).
 
 One rule about zeros lives here too: a row with `zero_unmeasured` is printed rounded (Megatron prints TFLOP/s/GPU
 with one decimal, so a CPU run's 0.03 reads 0.0), or computed from such a print (the MFU), and a zero of it is below
@@ -46,6 +47,8 @@ class MetricInfo:
     # (megapilot.suite.thresholds); rates, times, counts, memory and losses are never below 0
     floor: float | None = 0.0
     ceiling: float | None = None
+    # another name of this measured metric: a threshold file's gate on it reads and gates that one (`measured_name`)
+    same_as: str | None = None
 
 
 _STEP_TIME_LINE = "iteration lines with `elapsed time per iteration (ms): X`"
@@ -100,6 +103,10 @@ _TABLE = (
                expected_line="a loss at or below the convergence target, with step times"),
     MetricInfo("training.final_loss_vs_target", "final loss - target", "loss", "lower", floor=None,
                expected_line="a final loss and a convergence target (> 0)"),
+    # the names other dialects give a measured metric: a gate on one is that metric's gate (CVS's Megatron code
+    # computes the time to target as `time_to_target_seconds`)
+    MetricInfo("training.time_to_target_seconds", "time to target", "s", "lower",
+               same_as="training.time_to_target_s"),
     # the same quantities under the names other dialects and older suites use (history only)
     MetricInfo("training.tokens_per_s_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True,
                quantity="tokens_per_s_per_gpu"),
@@ -119,6 +126,12 @@ HEADLINE_METRICS: tuple[str, ...] = tuple(info.name for info in _TABLE if info.h
 def metric_info(name: str) -> MetricInfo:
     """The table's entry, or a neutral one named after the metric (no direction, no unit)."""
     return METRICS.get(name) or MetricInfo(name, name.removeprefix("training.").replace("_", " "), "", None)
+
+
+def measured_name(name: str) -> str:
+    """The name the suite measures a metric under: `name` itself, or the measured metric it is another name of."""
+    info = METRICS.get(name)
+    return info.same_as if info is not None and info.same_as is not None else name
 
 
 def zero_unmeasured_metrics() -> tuple[str, ...]:
@@ -142,5 +155,5 @@ def measured_quantity(quantity: str, value: float | None) -> float | None:
 
 
 __all__ = ["DEFAULT_BAND_PCT", "HEADLINE_METRICS", "MEASURED_METRICS", "METRICS", "Direction", "MetricInfo",
-           "measured_quantity", "measured_value", "metric_info", "zero_unmeasured_metrics",
+           "measured_name", "measured_quantity", "measured_value", "metric_info", "zero_unmeasured_metrics",
            "zero_unmeasured_quantities"]

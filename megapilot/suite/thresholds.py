@@ -36,10 +36,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from megapilot.suite.config_read import near_key
-from megapilot.suite.metric_table import MEASURED_METRICS, METRICS
+from megapilot.suite.metric_table import MEASURED_METRICS, METRICS, measured_name
 from megapilot.suite.results import Verdict
 
 if TYPE_CHECKING:
@@ -196,6 +196,12 @@ class MinRatioThreshold(_Threshold):
     kind: Literal["min_ratio"]
     value: float
     reference: str = Field(min_length=1, description="The metric the ratio is taken against.")
+
+    @field_validator("reference")
+    @classmethod
+    def _measured_reference(cls, reference: str) -> str:
+        """Another dialect's name of a measured metric (the metric table's `same_as`) refers to that metric."""
+        return measured_name(reference)
 
     def describe(self) -> str:
         return f">= {self.value:g} x {self.reference}"
@@ -355,7 +361,9 @@ _SPEC_FIELDS = frozenset().union(*_FIELDS_OF_KIND.values())
 
 def spec_issues(metric: str, data: Mapping[str, Any], spec: ThresholdSpec) -> list[SpecIssue]:
     """What `suite check` reports of one parsed spec (`data`: as written): its metric and reference, keys its kind
-    does not read, and a bound that settles the verdict. Run time says the same of each (megapilot.suite.gates)."""
+    does not read, and a bound that settles the verdict. Run time says the same of each (megapilot.suite.gates).
+    A metric under another dialect's name (the metric table's `same_as`) is the measured metric it names."""
+    metric = measured_name(metric)
     issues = _metric_issues(metric, spec, "")
     if isinstance(spec, MinRatioThreshold):
         issues += _metric_issues(spec.reference, spec, "reference ")

@@ -4,6 +4,7 @@ overlays merged, and CVS's rule that every run cell has a threshold cell. On the
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,13 @@ from megapilot.suite.config_sweep import (
     _threshold_table,
     _trailing_comma,
 )
+from megapilot.suite.gates import evaluate
 from megapilot.suite.templates import template_path
-from tests.suite.cvs_files import SINGLE_8B, filled_in, raw_cvs, write_suite
+from tests.suite.cvs_files import CVS_DIR, SINGLE_8B, filled_in, raw_cvs, write_suite
 
 BF16 = "MBS=1,GBS=8,PRECISION=BF16"
 FP8 = "MBS=2,GBS=16,PRECISION=FP8"
+BF16_8B = "MBS=4,GBS=128,PRECISION=BF16"  # a cell of the CVS 8B single-node threshold file
 LOSS_MAX = {"training.lm_loss": {"kind": "max", "value": 12.0}}
 
 
@@ -256,3 +259,28 @@ def test_a_cpu_suite_is_warned_of_each_gate_it_can_never_measure_once(tmp_path: 
     raw["gpu_name"], raw["megapilot"]["device"] = "H100", "gpu"
     (tmp_path / "gpu.json").write_text(json.dumps(raw))
     assert not any("CPU" in w for w in check_suite(tmp_path / "gpu.json").warnings)
+
+
+def test_a_stock_cvs_time_to_target_gate_is_the_measured_metric_s_gate_without_a_warning(tmp_path: Path) -> None:
+    """CVS's threshold files gate `training.time_to_target_seconds` (CVS's Megatron code computes it): the suite
+    measures it as training.time_to_target_s, so the gate is that metric's, read and judged as written."""
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B), gpu="MI355X"), SINGLE_8B)
+    shutil.copyfile(CVS_DIR / "mi355x_megatron_llama-3.1-8b_single_threshold.json", tmp_path / "t_threshold.json")
+    check = check_suite(config)
+    assert check.problems == [] and check.suite is not None
+    assert not [w for w in check.warnings if "time_to_target" in w]
+    for specs in check.suite.thresholds.values():
+        assert "training.time_to_target_seconds" not in specs
+        assert specs["training.time_to_target_s"].describe() == "info (2500)"
+    rows = evaluate({"training.time_to_target_s": 12.5}, {}, check.suite.thresholds[BF16_8B], enforce=True)
+    (row,) = [row for row in rows if "time_to_target" in row.name]
+    assert (row.name, row.value, row.reason) == ("training.time_to_target_s", 12.5, "info: recorded, never gated")
+
+
+def test_one_metric_gated_under_both_its_names_is_a_problem_at_the_second() -> None:
+    check = SuiteCheck()
+    table = _threshold_table({BF16: {"training.time_to_target_s": {"kind": "max", "value": 60},
+                                     "training.time_to_target_seconds": {"kind": "max", "value": 90}}}, check)
+    assert table[BF16]["training.time_to_target_s"].describe() == "<= 60"
+    assert _paths(check) == [f"thresholds.{BF16}.training.time_to_target_seconds"]
+    assert check.problems[0].fix == "keep one of training.time_to_target_s and training.time_to_target_seconds"

@@ -10,6 +10,7 @@ from megapilot.suite.metric_table import (
     HEADLINE_METRICS,
     MEASURED_METRICS,
     METRICS,
+    measured_name,
     measured_quantity,
     measured_value,
     metric_info,
@@ -66,3 +67,11 @@ def test_a_median_over_the_steps_is_one_of_the_metrics_paced_by_them():
     # the step-noise band a median widens is only given to metrics paced by the steps (store.regress)
     assert [name for name, info in METRICS.items() if info.median_of_steps] == ["training.step_time_p50_ms"]
     assert all(info.paced_by_steps for info in METRICS.values() if info.median_of_steps)
+
+
+def test_another_dialect_s_name_of_a_measured_metric_is_that_metric():
+    assert measured_name("training.time_to_target_seconds") == "training.time_to_target_s"  # CVS's name
+    assert measured_name("training.time_to_target_s") == "training.time_to_target_s"
+    assert measured_name("training.tflops_per_gpu") == "training.tflops_per_gpu"  # history only: not another name
+    assert measured_name("training.no_such_metric") == "training.no_such_metric"
+    assert all(METRICS[info.same_as].expected_line for info in METRICS.values() if info.same_as)

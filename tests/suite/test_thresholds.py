@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from megapilot.suite.thresholds import THRESHOLD_KINDS, ThresholdSpec, parse_threshold, threshold
+from megapilot.suite.results import Verdict
+from megapilot.suite.thresholds import THRESHOLD_KINDS, GateInput, ThresholdSpec, parse_threshold, threshold
 
 
 @pytest.mark.parametrize(("spec", "text"), [
@@ -81,12 +82,29 @@ def test_a_name_only_the_history_reads_blocks_naming_the_measured_metric_of_the_
 
 
 @pytest.mark.parametrize(("spec", "said"), [
-    ({"kind": "info", "value": 2500, "optional": True}, "recorded as not measured"),  # as CVS's files gate it
+    ({"kind": "info", "value": 2500, "optional": True}, "recorded as not measured"),
     ({"kind": "min", "value": 1, "optional": True}, "SKIPPED on every run"),
 ])
 def test_an_unmeasured_metric_that_only_records_or_skips_is_a_warning(spec, said):
-    (issue,) = _issues("training.time_to_target_seconds", spec)
-    assert not issue.blocks and said in issue.message and "training.time_to_target_s" in issue.message
+    # a name nothing measures (CVS's `time_to_target_seconds` was one until the metric table knew it, below)
+    (issue,) = _issues("training.steps_to_targets", spec)
+    assert not issue.blocks and said in issue.message and "training.steps_to_target" in issue.message
+
+
+@pytest.mark.parametrize("spec", [{"kind": "info", "value": 2500, "optional": True},  # as CVS's files gate it
+                                  {"kind": "max", "value": 2500}])
+def test_cvs_name_of_the_time_to_target_is_the_measured_metric_with_nothing_to_say(spec):
+    assert _issues("training.time_to_target_seconds", spec) == []
+    floor = _issues("training.time_to_target_seconds", {"kind": "max", "value": -1})  # judged as the measured one
+    assert [issue.message for issue in floor] == [
+        "a ceiling of -1 fails every run (training.time_to_target_s is never below 0)"]
+
+
+def test_a_min_ratio_reference_under_cvs_name_is_the_measured_metric():
+    spec = parse_threshold({"kind": "min_ratio", "value": 0.5, "reference": "training.time_to_target_seconds"})
+    assert spec.reference == "training.time_to_target_s"
+    gate = GateInput("training.steps_to_target", 10.0, {"training.time_to_target_s": 4.0})
+    assert spec.judge(gate).verdict is Verdict.PASS
 
 
 def test_a_min_ratio_reference_nobody_measures_blocks():
