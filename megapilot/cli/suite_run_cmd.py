@@ -2,10 +2,11 @@
 
 Exit codes (megapilot.suite.outcome, the one verdict): 0 PASS, WARN (a regression not enforced), RECORD or
 SKIPPED; 1 FAIL (a gate, or a regression with `regressions.enforce` / `--enforce-regressions`); 2 a config error
-(nothing ran); 128 + N when stopped by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM (`timeout`, systemd, scancel),
-129 SIGHUP (a closed SSH session). Every job is stopped first; finished results, the report, the run deck, JUnit
-and the history row are still written, and the last line is the command that resumes the run. Resuming a run that
-had finished runs nothing: its stored results (or `--json` document) are printed and it exits as it did.
+(nothing ran; under `--dry-run --json`, printed as the `suite check --json` document); 128 + N when stopped by
+signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM (`timeout`, systemd, scancel), 129 SIGHUP (a closed SSH session).
+Every job is stopped first; finished results, the report, the run deck, JUnit and the history row are still
+written, and the last line is the command that resumes the run. Resuming a run that had finished runs nothing: its
+stored results (or `--json` document) are printed and it exits as it did.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from megapilot.cli.common import console, emit_json, err_console
-from megapilot.cli.suite_check_cmd import DEFAULT_OUT, ExcludeFailingOpt, MegatronVersionOpt, OutOpt
+from megapilot.cli.suite_check_cmd import (
+    DEFAULT_OUT,
+    ExcludeFailingOpt,
+    MegatronVersionOpt,
+    OutOpt,
+    check_payload,
+    run_check,
+)
+from megapilot.errors import EXIT_USER_ERROR, MegapilotError
 
 if TYPE_CHECKING:
     from megapilot.report import ReportFiles
@@ -79,6 +88,10 @@ def run(
 
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
     _check_out(out)
+    if dry_run and json_output:
+        _dry_run_json(config, cluster, stage=stage, combo=combo, out=out, megatron_version=megatron_version,
+                      exclude_failing=exclude_failing)
+        return
     suite = checked_suite(config, cluster)  # what `suite check` refuses stops the run here, as check says it
     if combo is not None:
         _check_combo(suite, combo)
@@ -89,11 +102,7 @@ def run(
     if dry_run:
         from megapilot.suite.dry_run import dry_run_plan
 
-        plan = dry_run_plan(suite, out_dir=out.resolve(), only_stage=stage, only_combo=combo)
-        if json_output:
-            emit_json(plan.model_dump(mode="json"))
-        else:
-            _print_dry_run(plan)
+        _print_dry_run(dry_run_plan(suite, out_dir=out.resolve(), only_stage=stage, only_combo=combo))
         return
     from megapilot.execute.interrupt import Interrupted, stop_on_signals
 
@@ -183,6 +192,28 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
     if combo not in keys:
         raise MegapilotError(f"no sweep cell {combo!r} in the config", field="--combo",
                              fix="use one of: " + ", ".join(keys))
+
+
+def _dry_run_json(config: Path, cluster: Path | None, *, stage: str | None, combo: str | None, out: Path,
+                  megatron_version: str | None, exclude_failing: str | None) -> None:
+    """`--dry-run --json`: the plan, or for a config `suite check` refuses (a cell Megatron would refuse, a
+    --combo the sweep lacks included) the document `suite check --json` prints of it, and exit 2: stdout is one
+    JSON document either way."""
+    from megapilot.suite.dry_run import dry_run_plan  # here, not at the top: --help loads no library module
+
+    result, launches = run_check(config, cluster, megatron_version=megatron_version,
+                                 exclude_failing=exclude_failing, out=out)
+    if result.suite is not None and combo is not None:
+        try:
+            _check_combo(result.suite, combo)
+        except MegapilotError as exc:
+            result.add(exc.field or "--combo", exc.problem, exc.fix or "")
+    payload = check_payload(result, launches)
+    if not payload["ok"] or result.suite is None:
+        emit_json(payload)
+        raise typer.Exit(EXIT_USER_ERROR)
+    emit_json(dry_run_plan(result.suite, out_dir=out.resolve(), only_stage=stage, only_combo=combo)
+              .model_dump(mode="json"))
 
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,

@@ -127,6 +127,26 @@ def test_what_check_refuses_stops_the_run_before_anything_runs_or_is_recorded(cl
     assert not out.exists()
 
 
+def test_a_json_dry_run_of_a_config_check_refuses_prints_check_s_json_document(cli, tmp_path: Path) -> None:
+    # stdout is one JSON document, as with `suite check --json`, and the exit code is check's
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["train_params"]["pipline_parallelism"] = "2"  # a config problem
+    config = write_suite(tmp_path, raw, SINGLE_8B)
+    out = tmp_path / "out"
+    check = cli("suite", "check", str(config), "--json")
+    dry = cli("suite", "run", str(config), "--dry-run", "--json", "--out", str(out))
+    assert dry.exit_code == check.exit_code == 2 and dry.stderr == ""
+    assert dry.json() == check.json() and dry.json()["ok"] is False
+    assert [p["path"] for p in dry.json()["problems"]] == ["train_params.pipline_parallelism"]
+    raw["train_params"].pop("pipline_parallelism")
+    config.write_text(json.dumps(raw))
+    unknown = cli("suite", "run", str(config), "--dry-run", "--json", "--out", str(out), "--megatron-version", "0.99")
+    assert unknown.exit_code == 2 and unknown.json()["problems"][0]["path"] == "--megatron-version"
+    combo = cli("suite", "run", str(config), "--dry-run", "--json", "--out", str(out), "--combo", "MBS=9,GBS=9")
+    assert combo.exit_code == 2 and combo.json()["problems"][0]["path"] == "--combo"
+    assert not out.exists()
+
+
 def test_megatron_version_reaches_every_combo_and_an_unknown_one_is_refused(cli, tmp_path: Path) -> None:
     config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
     out = str(tmp_path / "out")
