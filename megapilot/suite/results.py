@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -45,6 +45,11 @@ from megapilot.suite.cells import RECORDED_LAYOUT_FIELDS, recorded_layout
 # NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
 # null would not read back into a float field.
 _STRICT = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+# A duration, in seconds: finite, as every clock gives it. The run deck's schema holds a number there, which a NaN or
+# an infinity is not (it would be written as null), so a suite.json with one is damaged, and refused when read by the
+# field's path and the value found (`read_suite_result`): the one place a duration is checked.
+Seconds = Annotated[float, Field(allow_inf_nan=False)]
 
 SUITE_RESULT_VERSION = 1
 SUITE_RESULT_NAME = "suite.json"
@@ -120,7 +125,7 @@ class JobSummary(BaseModel):
     reason: str | None = None
     iterations_reached: int | None = None
     train_iters: int | None = None
-    duration_s: float = 0.0
+    duration_s: Seconds = 0.0
     logs: list[str] = Field(default_factory=list, description="Per-node training logs, relative to run_dir.")
 
 
@@ -154,7 +159,7 @@ class ComboResult(BaseModel):
     job: JobSummary | None = None
     log_tail: list[str] = Field(default_factory=list, description="Last lines of the last node's log on failure.")
     started_at: datetime | None = None
-    duration_s: float = 0.0
+    duration_s: Seconds = 0.0
 
     @model_validator(mode="before")
     @classmethod
@@ -191,7 +196,7 @@ class StageResult(BaseModel):
     verdict: Verdict
     reason: str = ""
     started_at: datetime | None = None
-    duration_s: float = 0.0
+    duration_s: Seconds = 0.0
     checks: list[MetricRow] = Field(default_factory=list, description="Readings (preflight) or checks (checkpoint).")
     jobs: list[JobSummary] = Field(default_factory=list, description="The stage's own jobs (checkpoint save and "
                                                                       "resume), with their logs.")
@@ -264,7 +269,7 @@ class SuiteResult(BaseModel):
     card: RunCard
     started_at: datetime
     ended_at: datetime | None = None
-    duration_s: float = 0.0
+    duration_s: Seconds = 0.0
     finished: bool = Field(default=False, description="False while running, or when interrupted.")
     stages: list[StageResult] = Field(default_factory=list)
     combos: list[ComboResult] = Field(default_factory=list)

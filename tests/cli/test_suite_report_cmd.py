@@ -54,3 +54,14 @@ def test_a_damaged_suite_json_is_a_user_error(cli, tmp_path):
     (tmp_path / "suite.json").write_text("{not json")
     result = cli("suite", "report", str(tmp_path))
     assert result.exit_code == 2 and "is not a suite result" in result.stderr
+
+
+def test_a_suite_json_with_a_nan_duration_is_refused_by_its_field_and_writes_no_deck(cli, tmp_path):
+    # the deck's schema holds a number there: written as null, the deck would fail its own schema
+    write_run_dir(tmp_path)
+    data = json.loads((tmp_path / "suite.json").read_text())
+    data["duration_s"] = "NaN"
+    (tmp_path / "suite.json").write_text(json.dumps(data))
+    result = cli("suite", "report", str(tmp_path))
+    assert result.exit_code == 2 and "(duration_s: Input should be a finite number (found 'NaN'))" in result.stderr
+    assert not (tmp_path / "megatron_run_deck.json").exists()

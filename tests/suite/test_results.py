@@ -13,6 +13,7 @@ from megapilot.suite.results import (
     SUITE_RESULT_VERSION,
     ComboResult,
     Curve,
+    JobSummary,
     RunCard,
     StageResult,
     SuiteResult,
@@ -82,6 +83,28 @@ def test_a_damaged_result_names_the_field_at_fault_and_a_newer_one_the_version(t
     with pytest.raises(MegapilotError, match=f"is suite result version {SUITE_RESULT_VERSION + 1}; this megapilot "
                                              f"reads up to version {SUITE_RESULT_VERSION}"):
         read_suite_result(tmp_path)
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    ("duration_s", math.nan), ("stages.0.duration_s", "Infinity"), ("combos.0.duration_s", "NaN"),
+    ("combos.0.job.duration_s", -math.inf),
+])
+def test_a_duration_that_is_not_a_finite_number_is_refused_by_its_field(tmp_path, where, value):
+    # the run deck's schema holds a number for each duration: a NaN would be written there as null
+    combo = ComboResult(key="A", directory="A", verdict=Verdict.PASS, backend="megapilot",
+                        job=JobSummary(executor="local", job_id="1", state="COMPLETED", duration_s=3.0))
+    data = json.loads(_result(tmp_path, stages=[StageResult(name="smoke", verdict=Verdict.PASS)],
+                              combos=[combo]).write().read_text())
+    *parents, field = where.split(".")
+    held = data
+    for part in parents:
+        held = held[int(part)] if part.isdigit() else held[part]
+    held[field] = value
+    (tmp_path / "suite.json").write_text(json.dumps(data))  # json writes a float NaN as the bare token NaN
+    with pytest.raises(MegapilotError) as damaged:
+        read_suite_result(tmp_path)
+    assert f"is not a suite result ({where}: Input should be a finite number (found " in str(damaged.value)
+    assert damaged.value.field == "run_dir" and "correct that field" in (damaged.value.fix or "")
 
 
 def _combo(key: str, verdict: Verdict) -> ComboResult:
