@@ -171,26 +171,32 @@ def import_runs(
 ) -> None:
     """Add measured runs from outside to a cluster's history; a bad record is refused alone, with one line."""
     from megapilot.cli.common import err_console
-    from megapilot.store.importer import import_files
+    from megapilot.store.importer import Refused, import_files
 
     outcome = import_files(list(files), cluster=cluster, defaults={"seq_len": seq_len})
     with _open(db) as history:
-        history.record_measured(outcome.kept)
+        written = history.record_measured(outcome.kept)
         location = history.location
-    for refused in outcome.refused:
+    record_of = {row.id: name for name, row in zip(outcome.names, outcome.kept, strict=True)}
+    refusals = [*outcome.refused, *(Refused(record_of[row.id], "id", f"{problem} (give the record its own id)")
+                                    for row, problem in written.refused)]
+    for refused in refusals:
         err_console.print(f"refused {refused.line()}", markup=False, highlight=False)
     if as_json:
         emit_json({"imported": [{"id": r.id, "cluster": r.cluster, "model": r.model, "gpu": r.gpu,
                                  "predicted_step_time_s": r.predicted_step_time_s,
-                                 "measured_step_time_s": r.measured_step_time_s} for r in outcome.kept],
-                   "refused": [{"record": r.record, "field": r.field, "problem": r.problem} for r in outcome.refused]})
+                                 "measured_step_time_s": r.measured_step_time_s,
+                                 "replaced": r.id in written.replaced} for r in written.kept],
+                   "refused": [{"record": r.record, "field": r.field, "problem": r.problem} for r in refusals]})
     else:
         by_cluster: dict[str, int] = {}
-        for row in outcome.kept:
+        for row in written.kept:
             by_cluster[row.cluster] = by_cluster.get(row.cluster, 0) + 1
         counts = ", ".join(f"{n} into {name}" for name, n in sorted(by_cluster.items())) or "nothing"
-        console.print(f"imported {counts} ({len(outcome.refused)} refused) in {location}")
-    if outcome.refused and not outcome.kept:
+        replaced = f"{len(written.replaced)} recorded before: replaced; " if written.replaced else ""
+        console.print(f"imported {counts} ({replaced}{len(refusals)} refused) in {location}", markup=False,
+                      highlight=False)
+    if refusals and not written.kept:
         raise typer.Exit(2)
 
 

@@ -25,6 +25,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -170,6 +171,20 @@ class RunComparison(_Record):
     deltas: list[MetricDelta]
     combos_only_in_a: list[str]
     combos_only_in_b: list[str]
+
+
+@dataclass(frozen=True)
+class MeasuredWrite:
+    """What `History.record_measured` did: the rows written, the ids among them that replaced a row of the same id,
+    and the rows refused with why (their id is another run's)."""
+
+    kept: tuple[measured_runs.MeasuredRow, ...]
+    replaced: tuple[str, ...]
+    refused: tuple[tuple[measured_runs.MeasuredRow, str], ...]
+
+
+# How a measured run's origin is named in a message.
+_ORIGIN_NAMES = {"import": "an imported run", "suite": "a suite run's combo", "run": "a `megapilot run`"}
 
 
 class BaselineStats(_Record):
@@ -583,12 +598,28 @@ class History:
                     and (row := measured_runs.from_combo(result, c, now)) is not None]
             self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in rows])
 
-    def record_measured(self, rows: Sequence[measured_runs.MeasuredRow]) -> None:
-        """Store imported measured runs (an id recorded again is replaced)."""
+    def record_measured(self, rows: Sequence[measured_runs.MeasuredRow]) -> MeasuredWrite:
+        """Store measured runs (imported, or of `megapilot run`). An id the same cluster already holds from the same
+        origin is recorded again: its row is replaced. An id held by another cluster's run, or by a run of another
+        origin (a suite combo, an imported run), is left as it is and the row refused: replacing it would move that
+        run out of its cluster, or drop it, without a word."""
+        replaced: list[str] = []
+        refused: list[tuple[measured_runs.MeasuredRow, str]] = []
+        kept: list[measured_runs.MeasuredRow] = []
         with self._db.write():
             for row in rows:
-                self._db.execute("DELETE FROM measured_runs WHERE id = ?", (row.id,))
-            self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in rows])
+                held = self._db.query("SELECT cluster, origin FROM measured_runs WHERE id = ?", (row.id,))
+                if held and (held[0][0], held[0][1]) != (row.cluster, row.origin):
+                    cluster, origin = held[0]
+                    refused.append((row, f"{row.id!r} is already the id of {_ORIGIN_NAMES.get(origin, origin)} of "
+                                         f"cluster {cluster!r} in the history"))
+                    continue
+                if held:
+                    self._db.execute("DELETE FROM measured_runs WHERE id = ?", (row.id,))
+                    replaced.append(row.id)
+                kept.append(row)
+            self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in kept])
+        return MeasuredWrite(kept=tuple(kept), replaced=tuple(replaced), refused=tuple(refused))
 
     def measured(self, cluster: str | None = None) -> list[measured_runs.MeasuredRow]:
         """The measured runs of a cluster (every cluster's when None), oldest first."""
@@ -852,6 +883,7 @@ __all__ = [
     "CalibrationRow",
     "ComboRow",
     "History",
+    "MeasuredWrite",
     "MetricDelta",
     "MetricValue",
     "PredictionRow",

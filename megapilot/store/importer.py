@@ -54,6 +54,7 @@ class Refused:
 class ImportOutcome:
     kept: list[MeasuredRow]
     refused: list[Refused]
+    names: list[str]  # the record each kept row came from (a refusal at the history names it)
 
 
 def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Mapping[str, object] | None = None
@@ -80,7 +81,7 @@ def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Map
                 continue
             first_of[row.id] = name
             kept.append(row)
-    return ImportOutcome(kept, refused)
+    return ImportOutcome(kept, refused, list(first_of.values()))
 
 
 def read_records(path: Path) -> list[tuple[str, dict[str, Any]]]:

@@ -178,3 +178,29 @@ def test_estimate_and_plan_read_the_history_named_by_db_as_import_writes_it(cli,
     assert planned.exit_code == 0, planned.stderr
     unknown = cli("estimate", *case, "--json")  # the environment's history has no such cluster
     assert unknown.exit_code == 2 and "elsewhere.sqlite" in unknown.stderr
+
+
+def test_an_id_of_another_clusters_run_is_refused_and_that_run_stays_in_its_cluster(cli, history, tmp_path):
+    """A record whose id is already a run of another cluster is refused by its id; it used to replace that run,
+    moving it out of its cluster without a word. The same file imported again replaces its own rows and says so."""
+    assert cli("history", "import", str(DATA / "published_rows.jsonl")).exit_code == 0
+    again = cli("history", "import", str(DATA / "published_rows.jsonl"))
+    assert again.exit_code == 0 and "imported 4 into nvidia-dgx-gb200 (4 recorded before: replaced; 1 refused)" \
+        in again.stdout
+    first = json.loads((DATA / "published_rows.jsonl").read_text().splitlines()[0])
+    path = tmp_path / "other.jsonl"
+    path.write_text(json.dumps(first | {"cluster": "other"}) + "\n" + json.dumps(first | {"cluster": "other",
+                                                                                          "id": "own"}) + "\n")
+    result = cli("history", "import", str(path), "--json")
+    assert result.exit_code == 0, result.stderr
+    answer = result.json()
+    assert [row["id"] for row in answer["imported"]] == ["own"]
+    [refused] = answer["refused"]
+    assert (refused["record"], refused["field"]) == ("other.jsonl:1", "id")
+    assert refused["problem"] == (f"'{first['id']}' is already the id of an imported run of cluster '{CLUSTER}' in "
+                                  "the history (give the record its own id)")
+    assert cli("history", "calibration", "--cluster", CLUSTER, "--json").json()["groups"][0]["runs"] == 4
+    alone = tmp_path / "alone.jsonl"
+    alone.write_text(json.dumps(first | {"cluster": "other"}) + "\n")
+    refused_all = cli("history", "import", str(alone))
+    assert refused_all.exit_code == 2 and "refused alone.jsonl" in refused_all.stderr
