@@ -340,12 +340,14 @@ class _SqliteDatabase:
         try:
             connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             _refuse_damaged(connection, str(path))  # before the journal mode is set: nothing is written into it
+            database = cls(connection, str(path), path)
+            needs_migration(database)  # so is another program's database, or a newer megapilot's: refused as they are
             _use_wal(connection)
             connection.execute("PRAGMA foreign_keys = ON")
         except BaseException:
             connection.close()
             raise
-        return cls(connection, str(path), path)
+        return database
 
     @classmethod
     def for_reading(cls, path: Path) -> _SqliteDatabase:

@@ -193,6 +193,7 @@ def apply_migrations(db: Database, *, target: int = SCHEMA_VERSION) -> list[int]
                    "description TEXT NOT NULL, applied_at TEXT NOT NULL)")
         current = schema_version(db)
         _refuse_newer(db, current)
+        _refuse_foreign(db, current)
         for migration in _pending(current, target):
             for statement in migration.statements(db.dialect):
                 db.execute(statement)
@@ -207,6 +208,7 @@ def needs_migration(db: Database) -> bool:
     cannot migrate, asks before reading."""
     current = schema_version(db)
     _refuse_newer(db, current)
+    _refuse_foreign(db, current)
     return current < SCHEMA_VERSION
 
 
@@ -219,6 +221,31 @@ def _refuse_newer(db: Database, current: int) -> None:
         raise MegapilotError(f"the history at {db.location} has schema version {current}; this megapilot reads up "
                              f"to version {SCHEMA_VERSION}", field="--db",
                              fix="upgrade megapilot, or point --db / $MEGAPILOT_HISTORY at another database")
+
+
+# The tables the migrations create: a database that holds one of them with no schema version is not a history.
+HISTORY_TABLES = ("runs", "combos", "metrics", "predictions", "measured_runs")
+
+
+def _refuse_foreign(db: Database, current: int) -> None:
+    """A database with no schema version that already holds tables is another program's, not a history written
+    before: migrating it would add the history's tables beside its own (or fail on a table of the same name). A
+    SQLite file is one database, so any table of its own refuses it; a PostgreSQL database is shared by many
+    programs, so only a table of the history's names does."""
+    if current:
+        return
+    if db.dialect == "postgresql":
+        names = ", ".join("?" for _ in HISTORY_TABLES)
+        rows = db.query("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+                        f"AND table_name IN ({names}) ORDER BY table_name", HISTORY_TABLES)
+    else:
+        rows = db.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' "
+                        "ESCAPE '\\' AND name <> 'schema_version' ORDER BY name")
+    if rows:
+        tables = ", ".join(str(row[0]) for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        raise MegapilotError(f"{db.location} is not a megapilot history: it holds table(s) {tables} and no schema "
+                             "version", field="--db",
+                             fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path")
 
 
 def _has_version_table(db: Database) -> bool:

@@ -497,6 +497,20 @@ def test_a_path_that_is_not_a_history_is_a_user_error(tmp_path, make_bad):
     assert caught.value.field == "--db" and str(path) in str(caught.value)
 
 
+@pytest.mark.parametrize("read_only", [True, False], ids=["reader", "writer"])
+def test_another_programs_sqlite_file_is_refused_and_not_written(tmp_path, read_only):
+    """A reader used to migrate it (the history's tables added to another program's file); a writer set its journal
+    mode to WAL before anything was checked."""
+    path = tmp_path / "app.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE notes (body TEXT)")
+    connection.close()
+    before = path.read_bytes()
+    with pytest.raises(MegapilotError, match=r"is not a megapilot history: it holds table\(s\) notes"):
+        open_history(str(path), read_only=read_only)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.sqlite"]
+
+
 # ---- damaged, missing, read-only ------------------------------------------------------------------
 
 def write_damaged_history(path: Path) -> bytes:

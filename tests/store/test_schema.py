@@ -80,10 +80,28 @@ def test_a_database_from_a_newer_megapilot_is_refused_and_left_as_it_was(tmp_pat
 
 def test_a_failing_migration_leaves_no_half_applied_version(tmp_path):
     db = _Sqlite(tmp_path / "clash.sqlite")
+    apply_migrations(db, target=1)
     db.execute("CREATE TABLE predictions (x INTEGER)")  # in the way of version 2's table
     with pytest.raises(sqlite3.OperationalError):
         apply_migrations(db)
-    assert schema_version(db) == 0 and "runs" not in db.tables()
+    assert schema_version(db) == 1 and "measured_runs" not in db.tables()
+    assert "model_family" not in {row[1] for row in db.query("PRAGMA table_info(runs)")}
+
+
+@pytest.mark.parametrize("table", ["notes", "runs"])
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path, table):
+    """A SQLite file that holds tables but no schema version is not a history: it used to get the history's tables
+    added beside its own (by a command that only reads, too), or fail on a table of the same name as 'cannot be
+    used as the history (table runs already exists)'."""
+    db = _Sqlite(tmp_path / "app.sqlite")
+    db.execute(f"CREATE TABLE {table} (x INTEGER)")
+    for step in (needs_migration, apply_migrations):
+        with pytest.raises(MegapilotError) as caught:
+            step(db)
+        assert caught.value.field == "--db"
+        assert caught.value.problem == (f"{tmp_path / 'app.sqlite'} is not a megapilot history: it holds table(s) "
+                                        f"{table} and no schema version")
+    assert db.tables() == {table}
 
 
 def test_needs_migration_is_asked_before_reading_and_refuses_a_newer_database(tmp_path):
