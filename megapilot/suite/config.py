@@ -73,6 +73,7 @@ from megapilot.suite.config_sweep import (
     _check_threshold_coverage,
     _read_thresholds,
     _sweep_cells,
+    check_peak_bounds,
     cpu_gate_warnings,
 )
 from megapilot.suite.megapilot_block import Backend, ExecutorName, MegapilotBlock, describe_hang_window
@@ -237,6 +238,8 @@ def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCl
     suite = _resolve(config, cluster, config_path, cluster_path, thresholds, threshold_path, cells, check)
     if suite is not None and suite.device == "cpu":
         check.warnings += cpu_gate_warnings(suite.thresholds)
+    if suite is not None:
+        check_peak_bounds(suite, check)
     for path, message, fix in budget_problems(suite) if suite is not None else []:
         check.add(path, message, fix)
     if not check.problems:

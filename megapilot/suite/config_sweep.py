@@ -27,15 +27,17 @@ from megapilot.suite.metric_table import METRICS, measured_name
 from megapilot.suite.parsing import parse_json
 from megapilot.suite.thresholds import (
     InfoThreshold,
+    Peak,
     SpecIssue,
     ThresholdSpec,
     ThresholdTable,
     parse_threshold,
+    peak_issue,
     spec_issues,
 )
 
 if TYPE_CHECKING:
-    from megapilot.suite.config import SuiteCheck, SuiteConfig
+    from megapilot.suite.config import LoadedSuite, SuiteCheck, SuiteConfig
 
 
 THRESHOLD_SUFFIX = "threshold.json"
@@ -145,6 +147,24 @@ def _report_spec_issues(issues: dict[tuple[str, SpecIssue], list[str]], check: S
             check.warnings.append(f"{path}: {message} (enforce_thresholds false: recorded only)")
         else:
             check.warnings.append(f"{path}: {message} — fix: {issue.fix}")
+
+
+def check_peak_bounds(suite: LoadedSuite, check: SuiteCheck) -> None:
+    """With the suite's GPU known: a gate each cell's dense peak settles (a TFLOP/s/GPU floor above the GPU's peak at
+    the cell's precision can never pass), said as the threshold file's other settled bounds are, once per metric and
+    peak at its first cell. A cell the GPU cannot run (skipped) gates nothing."""
+    if suite.gpu is None:
+        return
+    issues: dict[tuple[str, SpecIssue], list[str]] = {}
+    for cell in suite.cells:
+        peak = Peak.of(suite.gpu, cell.precision)
+        if peak is None or cell.skip_reason is not None:
+            continue
+        for metric, spec in suite.thresholds.get(cell.key, {}).items():
+            issue = peak_issue(metric, spec, peak)
+            if issue is not None:
+                issues.setdefault((metric, issue), []).append(cell.key)
+    _report_spec_issues(issues, check, enforce=suite.config.enforce_thresholds)
 
 
 def cpu_gate_warnings(table: ThresholdTable) -> list[str]:

@@ -47,6 +47,9 @@ class MetricInfo:
     # (megapilot.suite.thresholds); rates, times, counts, memory and losses are never below 0
     floor: float | None = 0.0
     ceiling: float | None = None
+    # a rate of the GPU's own FLOPs: never above its dense peak at the cell's precision, the ceiling `suite check`
+    # holds a gate to where it knows the suite's GPU (megapilot.suite.thresholds.Peak)
+    peak_bound: bool = False
     # another name of this measured metric: a threshold file's gate on it reads and gates that one (`measured_name`)
     same_as: str | None = None
 
@@ -57,7 +60,7 @@ _LOSS_LINE = "iteration lines with `lm loss: X`"
 _TABLE = (
     # measured by the suite (megapilot.suite.metrics), in the order its rows are shown
     MetricInfo("training.throughput_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU", "higher", headline=True,
-               paced_by_steps=True, quantity="tflops_per_gpu", zero_unmeasured=True,
+               paced_by_steps=True, quantity="tflops_per_gpu", zero_unmeasured=True, peak_bound=True,
                expected_line="iteration lines with `throughput per GPU (TFLOP/s/GPU): X` "
                              "(Megatron's --log-throughput)"),
     MetricInfo("training.tokens_per_gpu", "tokens/s/GPU", "tok/s/GPU", "higher", headline=True, paced_by_steps=True,

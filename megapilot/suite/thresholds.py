@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from megapilot.spec.training import Precision
 from megapilot.suite.config_read import near_key
 from megapilot.suite.metric_table import MEASURED_METRICS, METRICS, measured_name
 from megapilot.suite.results import Verdict
 
 if TYPE_CHECKING:
-    from megapilot.spec import Prediction
+    from megapilot.spec import GPUSpec, Prediction
     from megapilot.suite.predicted import Departure
 
 DEFAULT_CELL = "default"
@@ -86,6 +87,38 @@ class GateInput:
     unresolved: bool = False  # missing below the log's resolution, or off the run's device: no fault of the run's
 
 
+@dataclass(frozen=True)
+class Peak:
+    """The suite's GPU's dense peak at a cell's precision (the catalog's, as the MFU divides by): the TFLOP/s per GPU
+    no run of that cell exceeds, for a metric the table marks `peak_bound`."""
+
+    tflops: float
+    gpu: str
+    precision: str
+
+    @classmethod
+    def of(cls, gpu: GPUSpec, precision: str) -> Peak | None:
+        """The peak of a cell's precision (as the config writes it, FP8); None for one the catalog has no peak of."""
+        name = precision.lower()
+        if name not in get_args(Precision):
+            return None
+        return cls(gpu.peak_tflops(name), gpu.name, precision)  # type: ignore[arg-type]  # checked just above
+
+    def __str__(self) -> str:
+        return f"{self.tflops:g} TFLOP/s/GPU, the {self.gpu} dense {self.precision} peak"
+
+
+def _ceiling(metric: str, peak: Peak | None) -> tuple[float, str] | None:
+    """The most a measurement of `metric` can be, as said: the GPU's peak for a metric it bounds (when known), else
+    the table's ceiling; None when unbounded."""
+    info = METRICS.get(metric)
+    if info is None:
+        return None
+    if info.peak_bound and peak is not None:
+        return peak.tflops, str(peak)
+    return None if info.ceiling is None else (info.ceiling, f"{info.ceiling:g}")
+
+
 class _Threshold(BaseModel):
     """What every kind shares: `optional`, CVS's extra keys kept, and the order of the checks."""
 
@@ -97,9 +130,10 @@ class _Threshold(BaseModel):
     def describe(self) -> str:
         raise NotImplementedError
 
-    def settled(self, metric: str) -> str | None:
+    def settled(self, metric: str, peak: Peak | None = None) -> str | None:
         """Why this gate's verdict on `metric` is the same on every run whatever is measured (a bound no value can
-        miss, or none can meet), said before anything runs; None when the measurement decides."""
+        miss, or none can meet), said before anything runs; None when the measurement decides. `peak`: the suite's
+        GPU's at the cell's precision, where known (the ceiling of a `peak_bound` metric)."""
         return None
 
     def judge(self, gate: GateInput) -> Outcome:
@@ -130,7 +164,7 @@ class MinThreshold(_Threshold):
     def describe(self) -> str:
         return f">= {self.value:g}"
 
-    def settled(self, metric: str) -> str | None:
+    def settled(self, metric: str, peak: Peak | None = None) -> str | None:
         if self.kind == "min_tok_s" and self.value <= 0:
             return f"a tokens/s floor of {self.value:g} passes every run (tokens/s is never below 0)"
         info = METRICS.get(metric)
@@ -138,8 +172,9 @@ class MinThreshold(_Threshold):
             return None
         if info.floor is not None and self.value <= info.floor:
             return f"a floor of {self.value:g} passes every run ({metric} is never below {info.floor:g})"
-        if info.ceiling is not None and self.value > info.ceiling:
-            return f"a floor of {self.value:g} fails every run ({metric} is never above {info.ceiling:g})"
+        ceiling = _ceiling(metric, peak)
+        if ceiling is not None and self.value > ceiling[0]:
+            return f"a floor of {self.value:g} fails every run ({metric} is never above {ceiling[1]})"
         return None
 
     def judge_value(self, value: float, gate: GateInput) -> Outcome:
@@ -159,7 +194,7 @@ class MaxThreshold(_Threshold):
     def describe(self) -> str:
         return f"<= {self.value:g}{self.unit}"
 
-    def settled(self, metric: str) -> str | None:
+    def settled(self, metric: str, peak: Peak | None = None) -> str | None:
         if self.kind == "max_ms" and self.value <= 0:
             return f"a ceiling of {self.value:g} ms fails every run (a step takes more than 0 ms)"
         info = METRICS.get(metric)
@@ -167,10 +202,11 @@ class MaxThreshold(_Threshold):
             return None
         if info.floor is not None and self.value < info.floor:
             return f"a ceiling of {self.value:g} fails every run ({metric} is never below {info.floor:g})"
-        if info.ceiling is not None and self.value > info.ceiling:
+        ceiling = _ceiling(metric, peak)
+        if ceiling is not None and self.value > ceiling[0]:
             # a fraction written as a percentage (85 for 0.85) is the likely slip
-            meant = f"; did you mean {self.value / 100:g}?" if info.ceiling == 1 and 10 <= self.value <= 100 else ""
-            return f"a ceiling of {self.value:g} passes every run ({metric} is never above {info.ceiling:g}{meant})"
+            meant = f"; did you mean {self.value / 100:g}?" if ceiling[0] == 1 and 10 <= self.value <= 100 else ""
+            return f"a ceiling of {self.value:g} passes every run ({metric} is never above {ceiling[1]}{meant})"
         return None
 
     def judge_value(self, value: float, gate: GateInput) -> Outcome:
@@ -260,7 +296,7 @@ class PredictedThreshold(_Threshold):
     def describe(self) -> str:
         return f">= {self.min_ratio:g} x predicted"
 
-    def settled(self, metric: str) -> str | None:
+    def settled(self, metric: str, peak: Peak | None = None) -> str | None:
         from megapilot.suite.predicted import PREDICTED_METRICS  # cycle: suite.predicted imports thresholds
 
         if metric not in PREDICTED_METRICS:
@@ -354,6 +390,7 @@ class SpecIssue:
     # enforced); False: a key the gate ignores, or a metric that only ever records or skips (a warning)
 
 
+SETTLED_FIX = "give a bound a measurement can miss"
 _FIELDS_OF_KIND = {kind: frozenset(spec.model_fields) for spec in get_args(get_args(ThresholdSpec)[0])
                    for kind in get_args(spec.model_fields["kind"].annotation)}
 _SPEC_FIELDS = frozenset().union(*_FIELDS_OF_KIND.values())
@@ -370,8 +407,18 @@ def spec_issues(metric: str, data: Mapping[str, Any], spec: ThresholdSpec) -> li
     issues += _field_issues(data, spec)
     settled = spec.settled(metric)
     if settled is not None:
-        issues.append(SpecIssue(settled, "give a bound a measurement can miss", blocks=True))
+        issues.append(SpecIssue(settled, SETTLED_FIX, blocks=True))
     return issues
+
+
+def peak_issue(metric: str, spec: ThresholdSpec, peak: Peak) -> SpecIssue | None:
+    """What `suite check` says of a spec once the suite's GPU is known, beyond `spec_issues`: a bound the GPU's dense
+    peak at the cell's precision settles (a TFLOP/s/GPU floor above it fails every run)."""
+    metric = measured_name(metric)
+    if spec.settled(metric) is not None:  # said already, by spec_issues
+        return None
+    settled = spec.settled(metric, peak)
+    return None if settled is None else SpecIssue(settled, SETTLED_FIX, blocks=True)
 
 
 def _metric_issues(metric: str, spec: ThresholdSpec, role: str) -> list[SpecIssue]:
@@ -415,7 +462,7 @@ def _margin(distance: float, scale: float) -> float | None:
     return distance / abs(scale) * 100.0 if scale else None
 
 
-__all__ = ["DEFAULT_CELL", "THRESHOLD_KINDS", "BaselineLookup", "BaselineStats", "BaselineThreshold", "GateInput",
-           "InfoThreshold", "MaxThreshold", "MinRatioThreshold", "MinThreshold", "Outcome", "PredictedThreshold",
-           "SpecIssue", "ThresholdSpec", "ThresholdTable", "WithinThreshold", "band", "close_metrics",
-           "parse_threshold", "spec_issues", "threshold", "unknown_name"]
+__all__ = ["DEFAULT_CELL", "SETTLED_FIX", "THRESHOLD_KINDS", "BaselineLookup", "BaselineStats", "BaselineThreshold",
+           "GateInput", "InfoThreshold", "MaxThreshold", "MinRatioThreshold", "MinThreshold", "Outcome", "Peak",
+           "PredictedThreshold", "SpecIssue", "ThresholdSpec", "ThresholdTable", "WithinThreshold", "band",
+           "close_metrics", "parse_threshold", "peak_issue", "spec_issues", "threshold", "unknown_name"]

@@ -284,3 +284,27 @@ def test_one_metric_gated_under_both_its_names_is_a_problem_at_the_second() -> N
     assert table[BF16]["training.time_to_target_s"].describe() == "<= 60"
     assert _paths(check) == [f"thresholds.{BF16}.training.time_to_target_seconds"]
     assert check.problems[0].fix == "keep one of training.time_to_target_s and training.time_to_target_seconds"
+
+
+def test_a_throughput_floor_above_the_gpu_s_peak_at_the_cell_s_precision_is_refused_naming_the_peak(
+        tmp_path: Path) -> None:
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B), gpu="MI300X"), SINGLE_8B)
+    table = json.loads((tmp_path / "t_threshold.json").read_text())
+    fp8, bf16 = "MBS=4,GBS=128,PRECISION=FP8", "MBS=4,GBS=128,PRECISION=BF16"
+    table[fp8]["training.throughput_per_gpu"] = {"kind": "min", "value": 1e9}
+    table[bf16]["training.throughput_per_gpu"] = {"kind": "min", "value": 2000}  # above BF16's peak, below FP8's
+    (tmp_path / "t_threshold.json").write_text(json.dumps(table))
+    check = check_suite(config)
+    assert check.suite is None
+    assert [(p.path, p.message, p.fix) for p in check.problems] == [
+        (f"thresholds.{fp8}.training.throughput_per_gpu", "a floor of 1e+09 fails every run "
+         "(training.throughput_per_gpu is never above 2614.9 TFLOP/s/GPU, the MI300X dense FP8 peak)",
+         "give a bound a measurement can miss"),
+        (f"thresholds.{bf16}.training.throughput_per_gpu", "a floor of 2000 fails every run "
+         "(training.throughput_per_gpu is never above 1307.4 TFLOP/s/GPU, the MI300X dense BF16 peak)",
+         "give a bound a measurement can miss")]
+    raw = json.loads(config.read_text())
+    raw["enforce_thresholds"] = False  # nothing gates: said, as a warning
+    config.write_text(json.dumps(raw))
+    recorded = check_suite(config)
+    assert recorded.problems == [] and any("2614.9 TFLOP/s/GPU" in w for w in recorded.warnings)

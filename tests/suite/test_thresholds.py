@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from megapilot.catalog.gpus import get_gpu
 from megapilot.suite.results import Verdict
-from megapilot.suite.thresholds import THRESHOLD_KINDS, GateInput, ThresholdSpec, parse_threshold, threshold
+from megapilot.suite.thresholds import (
+    SETTLED_FIX,
+    THRESHOLD_KINDS,
+    GateInput,
+    Peak,
+    ThresholdSpec,
+    parse_threshold,
+    peak_issue,
+    threshold,
+)
 
 
 @pytest.mark.parametrize(("spec", "text"), [
@@ -169,3 +179,30 @@ def test_no_cvs_threshold_file_has_a_blocking_issue():
                 if not metric.startswith("_"):
                     blocking = [i for i in spec_issues(metric, data, parse_threshold(data)) if i.blocks]
                     assert blocking == [], (path.name, cell, metric)
+
+
+# ---- a bound the suite's GPU settles: its dense peak at the cell's precision ---------------------------------
+def _peak(gpu: str = "MI300X", precision: str = "FP8") -> Peak | None:
+    return Peak.of(get_gpu(gpu), precision)
+
+
+def test_a_cell_s_peak_is_the_catalog_s_dense_peak_of_its_precision():
+    fp8, bf16 = _peak(precision="FP8"), _peak(precision="BF16")
+    assert fp8 is not None and bf16 is not None and (fp8.tflops, bf16.tflops) == (2614.9, 1307.4)
+    assert str(fp8) == "2614.9 TFLOP/s/GPU, the MI300X dense FP8 peak"
+    assert _peak(precision="FP32") is None  # no catalog peak: nothing to hold a gate to
+
+
+def test_a_throughput_floor_above_the_gpu_s_peak_fails_every_run_naming_the_peak():
+    peak = _peak()
+    impossible = peak_issue("training.throughput_per_gpu", threshold(kind="min", value=1e9), peak)
+    assert impossible is not None and impossible.blocks and impossible.fix == SETTLED_FIX
+    assert impossible.message == ("a floor of 1e+09 fails every run (training.throughput_per_gpu is never above "
+                                  "2614.9 TFLOP/s/GPU, the MI300X dense FP8 peak)")
+    ceiling = peak_issue("training.throughput_per_gpu", threshold(kind="max", value=5000), peak)
+    assert ceiling is not None and "passes every run" in ceiling.message
+    assert peak_issue("training.throughput_per_gpu", threshold(kind="min", value=2614.9), peak) is None  # reachable
+    assert peak_issue("training.tokens_per_gpu", threshold(kind="min", value=1e9), peak) is None  # not a FLOP rate
+    # said already without the GPU (spec_issues): not said twice
+    assert peak_issue("training.throughput_per_gpu", threshold(kind="min", value=0), peak) is None
+    assert threshold(kind="min", value=1e9).settled("training.throughput_per_gpu") is None  # GPU unknown
