@@ -396,15 +396,17 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
 
 def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS
                   ) -> HeldOut:
-    """Each run predicted by the fit on the others (weighted by their nearness to it), and by the plain model."""
+    """Each run predicted by the fit on the others (weighted by their nearness to it), and by the plain model. One
+    run alone has no others to fit on: its held-out calibrated error is not known (none is given), where the plain
+    model's error on it is."""
     calibrated, uncalibrated = [], []
     for index, run in enumerate(runs):
         others = [r for i, r in enumerate(runs) if i != index]
-        other_weights = [nearness(run.key, r.key) for r in others]
-        corrections = fit(others, other_weights, free) if others else NONE
         measured = run.measured_step_time_s
-        calibrated.append(abs(corrections.apply(run.predicted, run.key.microbatches) / measured - 1))
         uncalibrated.append(abs(run.predicted.total_s / measured - 1))
+        if others:
+            corrections = fit(others, [nearness(run.key, r.key) for r in others], free)
+            calibrated.append(abs(corrections.apply(run.predicted, run.key.microbatches) / measured - 1))
     return HeldOut(tuple(calibrated), tuple(uncalibrated))
 
 

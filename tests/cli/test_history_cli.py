@@ -260,3 +260,17 @@ def test_a_history_of_imported_runs_only_says_where_they_are_listed(cli, tmp_pat
     assert listed.exit_code == 0 and "no runs in" in listed.stdout
     assert "measured runs of cluster(s) nvidia-dgx-gb200 are listed by `megapilot history calibration`" in " ".join(
         listed.stdout.split())
+
+
+def test_a_cluster_of_one_run_shows_no_held_out_calibrated_error(cli, tmp_path):
+    """One run: nothing is held out, so its calibrated held-out error is '-' and null, not the plain model's error
+    printed again as if a fit had been checked on it; the uncalibrated error is the same figure in both."""
+    path = str(tmp_path / "one.sqlite")
+    one = tmp_path / "one.jsonl"
+    one.write_text(IMPORTED.read_text().splitlines()[0] + "\n")
+    assert cli("history", "import", str(one), "--db", path).exit_code == 0
+    [group] = cli("history", "calibration", "--db", path, "--cluster", "nvidia-dgx-gb200", "--json").json()["groups"]
+    assert group["runs"] == 1 and group["held_out_median_pct"] is None and group["held_out_p90_pct"] is None
+    assert set(group["held_out_median_pct_by_correction"].values()) == {None}
+    row = _table_row(cli("history", "calibration", "--db", path).stdout, "GB200")
+    assert row[-4:] == [f"{group['uncalibrated_median_pct']:.1f}", "%", "-", "-"]

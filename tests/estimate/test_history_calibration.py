@@ -3,6 +3,8 @@ they predict held-out runs worse."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from megapilot.estimate.history_calibration import (
@@ -10,6 +12,7 @@ from megapilot.estimate.history_calibration import (
     RunKey,
     StepComponents,
     calibrate,
+    cluster_fits,
     nearness,
     single_factor,
 )
@@ -135,3 +138,18 @@ def test_a_calibration_no_better_than_the_runs_noise_keeps_the_model_as_it_is() 
     assert result.applied and "with no correction" in result.reason
     assert result.step_time_s == result.uncalibrated_step_time_s and sorted(result.runs_used) == ["r0", "r1", "r2"]
     assert result.band == pytest.approx(result.held_out.uncalibrated_p90)
+
+
+def test_one_run_has_no_held_out_calibrated_error() -> None:
+    """Nothing is held out of one run: its held-out calibrated error is unknown (NaN, null in JSON), not the plain
+    model's error on it, which was given as if a fit had been checked and found no better; the band is still that
+    error."""
+    [run] = [_run(2)]
+    result = calibrate(_key(tp=4), _components(4), [run])
+    assert result.applied and "one run: no held-out check" in result.reason
+    assert math.isnan(result.held_out.median) and math.isnan(result.held_out.p90)
+    assert result.band == pytest.approx(abs(run.predicted.total_s / run.measured_step_time_s - 1))
+    [group] = cluster_fits([run])
+    assert group.runs == 1 and math.isnan(group.held_out.median)
+    assert group.held_out.uncalibrated_median == pytest.approx(result.band)
+    assert all(math.isnan(value) for value in group.median_by_correction.values())
