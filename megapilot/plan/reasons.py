@@ -346,8 +346,9 @@ class Explainer:
             ends.append("first")
         if p.last_stage_layers is not None:
             ends.append("last")
-        given = sorted({c for c, is_end in ((p.first_stage_layers, True), (p.last_stage_layers, True)) if c})
-        count_words = " and ".join(str(c) for c in given)
+        # in the order the stages are named (first, then last), once where both ends hold the same count
+        given = [c for c in (p.first_stage_layers, p.last_stage_layers) if c is not None]
+        count_words = " and ".join(str(c) for c in (given if len(set(given)) > 1 else given[:1]))
         why = (f"{layers} layers do not divide by {p.pp}" if layers % p.pp
                else f"{layers} layers would divide by {p.pp}, but the end ranks carry more than layers")
         text = (f"PP={p.pp} with {count_words} layers on the {' and '.join(ends)} stage"
@@ -425,7 +426,7 @@ class Explainer:
 
     def _mbs(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
         micro = p.num_microbatches(self.training.global_batch_size)
-        text = f"MBS={p.mbs}: {micro} micro-batches per replica"
+        text = f"MBS={p.mbs}: {micro} micro-batch{'es' if micro != 1 else ''} per replica"
         larger = self._variant(p, mbs=p.mbs * 2)
         if larger and not self.cost.fits(larger[1]):
             text += f"; MBS={p.mbs * 2} would not fit ({self._too_big(larger[1])})"

@@ -177,3 +177,17 @@ def test_an_expert_group_across_gb200_trays_is_inside_the_nvl72_domain():
     assert not any("keep ep*etp inside the NVLink domain" in reason for reason in best.reasons)
     across = _plan("qwen3-30b-a3b", "h100", 16, 4096, 512, Pins(tp=1, ep=16, pp=1)).best
     assert _has(across.reasons, r"EP=16: .*all-to-all across NVLink domains")
+
+
+def test_an_uneven_split_names_its_end_stages_counts_in_the_order_it_names_the_stages():
+    """Llama 3.1 8B on 7 GPUs: PP7 with 4 layers on the first stage and 3 on the last (`PP7(4,…,3)`, the script's
+    PP_FIRST_LAYERS=4 PP_LAST_LAYERS=3); the reason says 4 and 3 on the first and last, not the counts sorted."""
+    best = _plan("llama3.1-8b", "h100", 7, 4096, 1024, top=1).best
+    assert (best.parallel.pp, best.parallel.first_stage_layers, best.parallel.last_stage_layers) == (7, 4, 3)
+    assert _has(best.reasons, r"^PP=7 with 4 and 3 layers on the first and last stages: 32 layers do not divide by 7")
+
+
+def test_one_micro_batch_is_said_in_the_singular():
+    best = _plan("llama3.1-8b", "h100", 8, 4096, 3, top=1).best
+    assert best.parallel.num_microbatches(3) == 1
+    assert _has(best.reasons, rf"^MBS={best.parallel.mbs}: 1 micro-batch per replica")
