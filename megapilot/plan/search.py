@@ -413,7 +413,8 @@ class _Search:
         self.best_by_shape = self._representatives()
         ranked = [Fit(p, est) for _, _, p, est in sorted(self.heap, key=lambda e: e[0].key)
                   if shape_key(p) not in dominated]
-        return SearchOutcome(ranked=ranked, rejected=self.rejected, layouts_costed=self.cost.calls,
+        # `+` drops the reasons counted zero times (a climb whose first rung fits adds 0): none is a cut
+        return SearchOutcome(ranked=ranked, rejected=+self.rejected, layouts_costed=self.cost.calls,
                              layouts_fitting=self.fitting, smallest_floor=self.smallest_floor, cost=self.cost,
                              best_by=self.best_by, best_by_shape=self.best_by_shape,
                              fastest_by_shape=fastest_by_shape)

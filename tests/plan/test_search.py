@@ -379,3 +379,10 @@ def test_a_shape_whose_bound_is_out_of_reach_is_not_walked_and_the_plan_is_uncha
         [(c.parallel, c.estimate.tokens_per_s_per_gpu) for c in walked.candidates]
     assert pruned.rejected[RejectReason.DOMINATED_SHAPE.value] > 0
     assert pruned.layouts_costed < walked.layouts_costed / 2
+
+
+def test_a_rule_that_cut_nothing_is_not_counted():
+    """Llama 3.1 8B on 8 H100s at GBS 3: every memory climb fits at its first rung, which once counted the
+    activation rule with 0 layouts (the plan printed `memory: activations exceed HBM ... (0)`)."""
+    outcome = search_layouts(*_inputs("llama3.1-8b", 8, 4096, 3))
+    assert outcome.rejected and all(count > 0 for count in outcome.rejected.values())
