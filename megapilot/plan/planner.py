@@ -88,7 +88,7 @@ def plan(
     context = LayoutContext.of(model, cluster)
     by_speed = sorted(outcome.best_by_shape.values(), key=lambda fit: rank_key(*fit))
     chosen = distinct_shapes(order_by_recipe(by_speed, band, context), top)
-    explainer = Explainer(cost, outcome.best_by)
+    explainer = Explainer(cost, shown_best_by(outcome))
     candidates = []
     for rank, (parallel, _) in enumerate(chosen):
         # The public estimate validates the layout (the search's pre-filters must agree with the spec)
@@ -109,6 +109,26 @@ def plan(
         summary=explainer.runners_up(chosen, _deciding_rule_against(chosen[0], context)) + _fsdp_twins(candidates),
         layouts_costed=cost.calls, memory_checks=cost.memory_calls, layouts_fitting=outcome.layouts_fitting,
     )
+
+
+# The dimensions a shape is made of (`search.shape_key`): each shape is shown by one variant (`_representatives`).
+_SHAPE_DIMENSIONS = ("tp", "pp", "cp", "ep", "fsdp")
+
+
+def shown_best_by(outcome: SearchOutcome) -> dict[tuple[str, object], Fit]:
+    """The layout the reasons compare with for each value of each dimension: for a shape dimension (TP, PP, CP, EP,
+    FSDP), the best of the layouts the plan shows its shapes by, so that `the best PP=8 layout` is the PP=8 row
+    the table shows (a faster variant the rules set aside, e.g. one filling HBM, is the `variant:` reason's);
+    a value no shown layout has keeps the search's fastest."""
+    chosen = dict(outcome.best_by)
+    seen: set[tuple[str, object]] = set()
+    for fit in sorted(outcome.best_by_shape.values(), key=lambda fit: rank_key(*fit)):
+        fields = fit.parallel.model_dump(include=set(_SHAPE_DIMENSIONS))
+        for dim in _SHAPE_DIMENSIONS:
+            if (dim, fields[dim]) not in seen:
+                seen.add((dim, fields[dim]))
+                chosen[(dim, fields[dim])] = fit
+    return chosen
 
 
 def cross_domain_dispatcher(

@@ -10,6 +10,7 @@ from megapilot.errors import MegapilotError
 from megapilot.estimate import EstimateOptions
 from megapilot.plan import Pins, plan
 from megapilot.plan.planner import distinct_shapes
+from megapilot.plan.reasons import layout_label
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
 
 
@@ -180,3 +181,15 @@ def test_deepseek_v4_plans_at_tp_1_with_its_hash_layers_beside_the_embedding():
         assert first_chunk >= 3 or p.pp == 1
     assert result.rejected.get(RejectReason.PP_HASH_LAYERS.value, 0) > 0
     assert result.rejected.get(RejectReason.TP_COMPRESSED_ATTENTION.value, 0) > 0
+
+
+def test_the_best_layout_a_reason_names_for_a_shape_is_the_one_the_table_shows_for_it():
+    """Llama 3.1 70B on 64 H100s: TP4 x PP8 is shown at MBS 1; its MBS 2 variant, estimated faster but filling HBM,
+    is set aside. `PP=4: the best PP=8 layout (...)` names the MBS 1 row the table shows, with its figure, not the
+    variant the table does not show."""
+    result = plan(*_inputs("llama3.1-70b", 64, 4096, 1024), top=10)
+    label = "TP4 PP8 VPP10 CP1 DP2 MBS1 none"
+    row = next(c.estimate for c in result.candidates if layout_label(c.parallel) == label)
+    slower = 1 - row.tokens_per_s_per_gpu / result.best.estimate.tokens_per_s_per_gpu
+    said = [reason for reason in result.best.reasons if reason.startswith("PP=4: the best PP=8 layout")]
+    assert len(said) == 1 and said[0].startswith(f"PP=4: the best PP=8 layout ({label}) is {100 * slower:.1f} % slower")
