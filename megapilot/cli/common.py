@@ -169,7 +169,7 @@ def load_plan_file(path: str | Path, *, flag: str = "--plan") -> SavedPlan:
     from pydantic import ValidationError
 
     from megapilot.errors import MegapilotError, from_validation_error
-    from megapilot.spec import SavedPlan
+    from megapilot.spec import SavedPlan, validate_layout
     from megapilot.spec.plan_file import PLAN_FILE_VERSION
 
     fix = "pass a file written by `megapilot plan ... --save plan.json`"
@@ -185,12 +185,21 @@ def load_plan_file(path: str | Path, *, flag: str = "--plan") -> SavedPlan:
         raise MegapilotError(f"{path} is a version {version!r} plan file; this megapilot reads version "
                              f"{PLAN_FILE_VERSION}", field=flag,
                              fix="re-create it with this megapilot's `megapilot plan ... --save`")
+    recreate = "re-create the file with `megapilot plan ... --save`"
     try:
-        return SavedPlan.model_validate(raw)
+        saved = SavedPlan.model_validate(raw)
     except ValidationError as exc:
         error = from_validation_error(exc, prefix="plan")
         raise MegapilotError(f"{path}: {error.field}: {error.problem}", field=flag,
-                             fix="fix that field, or re-create the file with `megapilot plan ... --save`") from None
+                             fix=f"fix that field, or {recreate}") from None
+    # Each part may be valid alone and the whole not (a layout for 48 GPUs in a plan for 16, a global batch its
+    # DP cannot split): the rules `plan` saved it under, so a hand-edited file is refused here, naming the field.
+    try:
+        validate_layout(saved.model, saved.cluster, saved.training, saved.parallel, allow_tp_across_nodes=True)
+    except MegapilotError as exc:
+        raise MegapilotError(f"{path}: {exc.field}: {exc.problem}" if exc.field else f"{path}: {exc.problem}",
+                             field=flag, fix=f"{exc.fix}; or {recreate}" if exc.fix else recreate) from None
+    return saved
 
 
 def load_profile_checked(path: str | Path | None) -> Profile:

@@ -35,3 +35,35 @@ def test_a_terminal_keeps_its_width_and_columns_wins(monkeypatch):
     assert OutputConsole(force_terminal=False).width == PIPED_WIDTH
     monkeypatch.setenv("COLUMNS", "90")
     assert OutputConsole(force_terminal=False).width == 90
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ({"training": {"global_batch_size": 1001}},
+     "global_batch_size: global_batch_size=1001 is not divisible by mbs*dp"),
+    ({"parallel": {"dp": 3}}, "parallel: TP*PP*CP*DP = 1*1*1*3 = 3 but the cluster has 8 GPUs"),
+])
+def test_a_plan_file_whose_parts_disagree_is_refused_naming_the_field(tmp_path, edit, said):
+    """Each part of a hand-edited plan may be valid alone and the whole not: a global batch its DP cannot split was
+    written into a launch script Megatron refuses; a layout for 3 GPUs in a plan for 8 was blamed on the launch's
+    node count. Both are the file's, refused when it is read."""
+    import json
+
+    from megapilot.catalog import get_gpu, get_model
+    from megapilot.cli.common import load_plan_file
+    from megapilot.errors import MegapilotError
+    from megapilot.plan import Pins, plan
+    from megapilot.spec import ClusterSpec, TrainingSpec
+
+    saved = plan(get_model("tiny"), ClusterSpec.from_gpu_count(get_gpu("h100"), 8),
+                 TrainingSpec(seq_length=128, global_batch_size=64), top=1, pins=Pins(tp=1, pp=1, cp=1)).to_saved_plan()
+    raw = json.loads(saved.model_dump_json())
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(raw))
+    assert load_plan_file(path).parallel == saved.parallel
+    for part, fields in edit.items():
+        raw[part].update(fields)
+    path.write_text(json.dumps(raw))
+    with pytest.raises(MegapilotError) as info:
+        load_plan_file(path)
+    assert info.value.field == "--plan" and said in info.value.problem
+    assert "re-create the file with `megapilot plan ... --save`" in (info.value.fix or "")
