@@ -142,10 +142,19 @@ def calibration(db: DbOpt = None, as_json: JsonFlag = False,
     with _open(db, read_only=True) as history:
         rows = history.calibration()
         location = history.location
+        if cluster:
+            history.require_cluster(cluster)
         clusters = [cluster] if cluster else history.clusters()
         fits = {name: cluster_fits(history.calibration_runs(name)) for name in clusters}
     if as_json and cluster:
         emit_json(_cluster_json(cluster, fits[cluster]))
+        return
+    if cluster and not fits[cluster]:
+        console.print(f"cluster {cluster} has no run that calibrates yet (measured and predicted, and not failed)",
+                      markup=False, highlight=False)
+        return
+    if cluster:
+        console.print(_cluster_table(cluster, fits[cluster]))
         return
     if as_json:  # what the tables show: the suite combos' errors, then each cluster that has a fit
         emit_json({"predicted_vs_measured": rows,

@@ -633,6 +633,14 @@ class History:
     def clusters(self) -> list[str]:
         return [str(row[0]) for row in self._db.query("SELECT DISTINCT cluster FROM measured_runs ORDER BY cluster")]
 
+    def require_cluster(self, cluster: str, *, field: str = "--cluster") -> None:
+        """A cluster a user named must have measured runs here: a misspelt name would read as a cluster with none."""
+        known = self.clusters()
+        if cluster not in known:
+            raise MegapilotError(f"no measured run of cluster {cluster!r} in the history at {self.location}",
+                                 field=field, fix=("use one of: " + ", ".join(known)) if known else
+                                 "record runs with `megapilot suite run` or `megapilot history import`")
+
     def calibration_runs(self, cluster: str) -> tuple[Any, ...]:
         """The cluster's runs the calibration fits on (measured and predicted, not failed), as `MeasuredRun`s."""
         return tuple(measured_runs.to_calibration_run(row) for row in self.measured(cluster) if row.calibrates)

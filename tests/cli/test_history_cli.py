@@ -274,3 +274,23 @@ def test_a_cluster_of_one_run_shows_no_held_out_calibrated_error(cli, tmp_path):
     assert set(group["held_out_median_pct_by_correction"].values()) == {None}
     row = _table_row(cli("history", "calibration", "--db", path).stdout, "GB200")
     assert row[-4:] == [f"{group['uncalibrated_median_pct']:.1f}", "%", "-", "-"]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_calibration_of_a_cluster_not_in_the_history_exits_2_naming_the_clusters_it_has(cli, db, as_json):
+    """A misspelt --cluster used to print 'no combo ... has both a prediction and a measurement' (exit 0), or a
+    cluster with no groups in --json, as if that cluster had no runs yet."""
+    assert cli("history", "import", str(IMPORTED)).exit_code == 0
+    result = cli("history", "calibration", "--cluster", "nvidia-dgx-gb2000", *(["--json"] if as_json else []))
+    assert result.exit_code == 2 and result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+    assert "--cluster: no measured run of cluster 'nvidia-dgx-gb2000'" in result.stderr
+    assert "use one of: nvidia-dgx-gb200" in result.stderr
+
+
+def test_calibration_of_one_cluster_shows_what_its_json_holds(cli, db):
+    """With --cluster the table is that cluster's, as its --json is; the suite combos' errors were printed above
+    it, figures its --json does not hold."""
+    assert cli("history", "import", str(IMPORTED)).exit_code == 0
+    shown = cli("history", "calibration", "--cluster", "nvidia-dgx-gb200")
+    assert shown.exit_code == 0 and "cluster nvidia-dgx-gb200" in shown.stdout
+    assert "predicted vs measured" not in shown.stdout and "MI300X" not in shown.stdout
