@@ -255,12 +255,37 @@ def run_batch(path: Path, flop_convention: str = "megatron", *, calibrator: Clus
     """Estimate every line of a JSONL file; a bad line yields its error row, not a failed batch."""
     from megapilot.cli.common import read_text_file
 
-    lines = read_text_file(path, flag="batch", what="a JSONL file", fix="pass a readable JSONL file").splitlines()
+    text = read_text_file(path, flag="batch", what="a JSONL file", fix="pass a readable JSONL file")
+    lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise MegapilotError(f"{path} holds no case", field="batch", fix='write one {"model": ...} object per line')
+    _refuse_other_files(path, text, lines)
     calibrator = calibrator or ClusterCalibrator(enabled=False)
     return [_one_line(line, number, flop_convention, calibrator, cluster)
             for number, line in enumerate(lines, start=1) if line.strip()]
+
+
+def _refuse_other_files(path: Path, text: str, lines: list[str]) -> None:
+    """A file none of whose lines is a JSON object is no batch with bad lines but another file (a pretty-printed
+    JSON such as a saved plan or a config.json, a CSV): one error, not a row of `not valid JSON` per line."""
+    def is_object(line: str) -> bool:
+        try:
+            return isinstance(json.loads(line), dict)
+        except json.JSONDecodeError:
+            return False
+
+    filled = [line for line in lines if line.strip()]
+    if any(is_object(line) for line in filled):
+        return
+    try:
+        whole: object = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    kind = {dict: "object", list: "list"}.get(type(whole), "value")
+    found = (f"one JSON {kind} over {len(filled)} lines" if whole is not None and len(filled) > 1
+             else f"none of its {len(filled)} line{'s' if len(filled) > 1 else ''} a JSON object")
+    raise MegapilotError(f"{path} is not a JSONL batch: {found}", field="batch",
+                         fix='write each case as one {"model": ..., "gpu": ..., ...} object on its own line')
 
 
 def _one_line(line: str, number: int, flop_convention: str, calibrator: ClusterCalibrator,

@@ -213,6 +213,23 @@ def test_empty_batch_file_is_a_user_error(cli, tmp_path):
     assert result.exit_code == 2 and "batch" in result.stderr
 
 
+@pytest.mark.parametrize(("text", "found"), [
+    (json.dumps({"version": 1, "model": {"name": "x"}, "parallel": {"tp": 8}}, indent=2),
+     "one JSON object over 9 lines"),
+    ("model,gpu,gpus\nllama3.1-8b,h100,8\n", "none of its 2 lines a JSON object"),
+])
+def test_a_file_with_no_case_on_any_line_is_one_error_not_a_row_per_line(cli, tmp_path, text, found):
+    """A saved plan or a config.json passed as --batch printed a row of `not valid JSON` for each of its lines (187
+    for a plan) and exited 1, as if a batch had some bad lines."""
+    other = tmp_path / "plan.json"
+    other.write_text(text)
+    result = cli("estimate", "--batch", str(other), "--json")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"error: batch: {other} is not a JSONL batch: {found} — fix: write each case as one "
+        '{"model": ..., "gpu": ..., ...} object on its own line']
+
+
 def test_an_unset_expert_tensor_parallel_size_is_said_to_follow_tp(cli):
     result = cli("estimate", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--tp", "2", "--ep", "8",
                  "--gbs", "64", "--seq-len", "4096")
