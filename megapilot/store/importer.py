@@ -36,6 +36,7 @@ DECK_ACTUALS = {
 }
 CVS_GPUS_PER_NODE = 8  # CVS's deck names nodes only; its suite runs 8 GPUs per node
 IMPORTABLE_STATUS = ("pass", "record")
+FILE_FIX = "give a JSON list of records, JSON Lines (one record per line), or a run deck"
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Map
         try:
             records = read_records(path)
         except MegapilotError as exc:
-            refused.append(Refused(str(path), exc.field or "file", exc.problem))
+            refused.append(Refused(str(path), exc.field or "FILE", exc.problem + (f" ({exc.fix})" if exc.fix else "")))
             continue
         for name, raw in records:
             try:
@@ -89,29 +90,42 @@ def read_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
     if not path.is_file():
         raise MegapilotError(f"{path} is not a file", field="FILE", fix="pass JSON, JSON Lines or run deck files")
     text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise MegapilotError(f"{path} is empty: it holds no record", field="FILE", fix=FILE_FIX)
     try:
         whole = json.loads(text)
     except ValueError:
         return _json_lines(path, text)
     if isinstance(whole, dict) and isinstance(whole.get("cells"), list):
         return _deck_records(path, whole)
+    if isinstance(whole, dict) and {"run_id", "card", "combos"} <= whole.keys():
+        raise MegapilotError(f"{path} is a suite run's result, not measured runs to import", field="FILE",
+                             fix=f"record it with `megapilot history record {path.parent}`")
     if isinstance(whole, dict):
         whole = [whole]
     if not isinstance(whole, list):
-        raise MegapilotError(f"{path} holds a JSON {type(whole).__name__}", field="FILE",
-                             fix="give a list of records, JSON Lines, or a run deck")
+        raise MegapilotError(f"{path} holds a JSON {type(whole).__name__}", field="FILE", fix=FILE_FIX)
+    if not whole:
+        raise MegapilotError(f"{path} holds an empty list: no record", field="FILE", fix=FILE_FIX)
     return [(f"{path.name}[{index}]", record) for index, record in enumerate(whole)]
 
 
 def _json_lines(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """One record per line; a line that is not JSON is refused alone, but a file none of whose lines is JSON is
+    another format (CSV, YAML, a log) and is refused once, not line by line."""
     records: list[tuple[str, dict[str, Any]]] = []
+    first_problem = None
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             records.append((f"{path.name}:{number}", json.loads(line)))
         except ValueError as exc:
+            first_problem = first_problem or f"line {number}: {exc}"
             records.append((f"{path.name}:{number}", {"_unreadable": str(exc)}))
+    if first_problem and all(isinstance(record, dict) and "_unreadable" in record for _, record in records):
+        raise MegapilotError(f"{path} is not JSON, JSON Lines or a run deck ({first_problem})", field="FILE",
+                             fix=FILE_FIX)
     return records
 
 

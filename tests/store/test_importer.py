@@ -204,3 +204,33 @@ def test_an_id_of_another_clusters_run_is_refused_and_that_run_stays_in_its_clus
     alone.write_text(json.dumps(first | {"cluster": "other"}) + "\n")
     refused_all = cli("history", "import", str(alone))
     assert refused_all.exit_code == 2 and "refused alone.jsonl" in refused_all.stderr
+
+
+@pytest.mark.parametrize(("name", "text", "problem"), [
+    ("runs.csv", "model,gpu,gpus\nllama3.1-8b,h100,8\n",
+     "runs.csv is not JSON, JSON Lines or a run deck (line 1: Expecting value: line 1 column 1 (char 0))"),
+    ("empty.jsonl", "\n", "empty.jsonl is empty: it holds no record"),
+    ("none.json", "[]", "none.json holds an empty list: no record"),
+    ("number.json", "42", "number.json holds a JSON int"),
+], ids=["csv", "empty", "empty-list", "number"])
+def test_a_file_of_another_format_is_refused_once_with_its_fix(cli, history, tmp_path, name, text, problem):
+    """A CSV was refused line by line, each 'not JSON' (10,000 lines, 10,000 refusals); an empty file imported
+    nothing and exited 0; a refusal of the whole file lost its fix."""
+    path = tmp_path / name
+    path.write_text(text)
+    result = cli("history", "import", str(path), "--json")
+    assert result.exit_code == 2
+    [refused] = result.json()["refused"]
+    assert refused == {"record": str(path), "field": "FILE", "problem": f"{tmp_path}/{problem} (give a JSON list "
+                       "of records, JSON Lines (one record per line), or a run deck)"}
+
+
+def test_a_suite_result_given_to_import_says_to_record_it(cli, history, tmp_path):
+    """A suite.json was read as one record and refused as 'measured: no measurement'."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "suite.json").write_text(suite_result(run_dir).model_dump_json())
+    result = cli("history", "import", str(run_dir / "suite.json"))
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert (f"FILE: {run_dir}/suite.json is a suite run's result, not measured runs to import (record it with "
+            f"`megapilot history record {run_dir}`)") in " ".join(result.stderr.split())
