@@ -230,6 +230,20 @@ def test_a_file_with_no_case_on_any_line_is_one_error_not_a_row_per_line(cli, tm
         '{"model": ..., "gpu": ..., ...} object on its own line']
 
 
+def test_fsdp_without_the_distributed_optimizer_is_refused_not_priced(cli, tmp_path):
+    """--fsdp --no-distributed-optimizer was priced as FSDP, while the launch writes --use-distributed-optimizer
+    beside --use-megatron-fsdp whatever was asked: a contradiction, refused by the field in a run or a batch line."""
+    args = ["--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "1024", "--seq-len", "4096", "--fsdp"]
+    result = cli("estimate", *args, "--no-distributed-optimizer")
+    assert result.exit_code == 2 and result.stderr.startswith("error: distributed_optimizer: --fsdp runs its optimizer")
+    assert cli("estimate", *args, "--json").exit_code == 0
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 1024, "seq_len": 4096,
+                                 "fsdp": True, "distributed_optimizer": False}) + "\n")
+    row = cli("estimate", "--batch", str(cases), "--json").json()[0]
+    assert row["field"] == "distributed_optimizer"
+
+
 def test_an_unset_expert_tensor_parallel_size_is_said_to_follow_tp(cli):
     result = cli("estimate", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--tp", "2", "--ep", "8",
                  "--gbs", "64", "--seq-len", "4096")
