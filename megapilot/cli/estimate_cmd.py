@@ -193,7 +193,7 @@ def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
     if flags.layout.fsdp and flags.layout.distributed_optimizer is False:
         # Megatron-FSDP's sharded step runs inside the distributed optimizer: the launch writes
-        # --use-distributed-optimizer with it whatever was asked, so the two flags would price one run and launch another
+        # --use-distributed-optimizer with it whatever was asked, so the two would price one run and launch another
         raise MegapilotError("--fsdp runs its optimizer step through the distributed optimizer, which "
                              "--no-distributed-optimizer turns off", field="distributed_optimizer",
                              fix="drop --no-distributed-optimizer (Megatron-FSDP shards the optimizer state itself), "
