@@ -234,6 +234,8 @@ def _pct100(value: float) -> float | None:
 
 # Tables are sized for an 80-column terminal: little chrome, identifiers and numbers never wrapped.
 
+# How a compared field is named where two runs differ in it.
+FIELD_LABELS = {"gpu": "GPU", "gpus_per_node": "GPUs per node", "gbs": "global batch", "seq_length": "sequence length"}
 QUANTITY_LABELS = {"step_time_ms": "step time", "tokens_per_s_per_gpu": "tokens/s/GPU"}
 
 
@@ -327,8 +329,27 @@ def _print_comparison(comparison: RunComparison) -> None:
     from rich.markup import escape
 
     a, b = comparison.run_a, comparison.run_b
-    table = _table(f"B = {b.run_id} against A = {a.run_id}", ("combo", "metric", "A", "B", "change", "verdict"),
-                   wrap=("metric",))
+    console.print(f"B = {escape(b.run_id)} against A = {escape(a.run_id)}", soft_wrap=True)
+    for combo in (None, *dict.fromkeys(d.combo for d in comparison.differences if d.combo is not None)):
+        named = [d for d in comparison.differences if d.combo == combo]
+        if named:
+            where = "the runs" if combo is None else escape(combo)
+            console.print(f"[yellow]{where} differ:[/] " + "; ".join(
+                f"{FIELD_LABELS.get(d.field, d.field)} {escape(d.value_a)} (A) vs {escape(d.value_b)} (B)"
+                for d in named), soft_wrap=True)
+    if not comparison.deltas:
+        console.print("no combo in both runs has a metric to compare")
+    else:
+        console.print(_delta_table(comparison))
+    for label, keys in (("only in A", comparison.combos_only_in_a), ("only in B", comparison.combos_only_in_b)):
+        if keys:
+            console.print(f"{label}: {escape(', '.join(keys))}")
+
+
+def _delta_table(comparison: RunComparison) -> Table:
+    from rich.markup import escape
+
+    table = _table("", ("combo", "metric", "A", "B", "change", "verdict"), wrap=("metric",))
     previous = None
     for delta in comparison.deltas:
         combo = "" if delta.combo == previous else escape(delta.combo)  # each key once, over its rows
@@ -336,10 +357,7 @@ def _print_comparison(comparison: RunComparison) -> None:
         style = CHANGE_STYLES[delta.change]
         table.add_row(combo, escape(delta.label), _fmt(delta.value_a), _fmt(delta.value_b), _pct(delta.delta_pct),
                       f"[{style}]{delta.change}[/]")
-    console.print(table)
-    for label, keys in (("only in A", comparison.combos_only_in_a), ("only in B", comparison.combos_only_in_b)):
-        if keys:
-            console.print(f"{label}: {escape(', '.join(keys))}")
+    return table
 
 
 def _calibration_table(rows: list[CalibrationRow]) -> Table:

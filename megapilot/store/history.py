@@ -165,12 +165,28 @@ class MetricDelta(_Record):
     change: Change
 
 
+class RunDifference(_Record):
+    """What two compared runs (combo None) or a combo both have did not share: their metrics then compare
+    different setups (another model, GPU, layout), not one setup run twice."""
+
+    combo: str | None
+    field: str
+    value_a: str
+    value_b: str
+
+
 class RunComparison(_Record):
     run_a: RunRow
     run_b: RunRow
+    differences: list[RunDifference]
     deltas: list[MetricDelta]
     combos_only_in_a: list[str]
     combos_only_in_b: list[str]
+
+
+# What makes two runs, or two combos of one key, the same setup (the fields a comparison names when they differ).
+_RUN_SETUP = ("model", "gpu", "nodes", "gpus_per_node", "precision", "backend")
+_COMBO_SETUP = ("layout", "nodes", "gpus_per_node", "gbs", "precision", "seq_length")
 
 
 @dataclass(frozen=True)
@@ -696,11 +712,17 @@ class History:
     def compare(self, a: str, b: str) -> RunComparison:
         """Every metric of the combos both runs have, B against A, judged by the metric's direction."""
         first, second = self.run(a), self.run(b)
+        if first.run.run_id == second.run.run_id:
+            raise MegapilotError(f"{b!r} is the run A names ({first.run.run_id}): a run compared with itself "
+                                 "changes nothing", field="RUN_B", fix=f"name another run; {LIST_RUNS_HINT}")
         combos_a = {combo.key: combo for combo in first.combos}
         combos_b = {combo.key: combo for combo in second.combos}
         deltas = [delta for key in combos_a if key in combos_b
                   for delta in _metric_deltas(key, combos_a[key], combos_b[key])]
-        return RunComparison(run_a=first.run, run_b=second.run, deltas=deltas,
+        differences = _differences(None, first.run, second.run, _RUN_SETUP) + [
+            difference for key in combos_a if key in combos_b
+            for difference in _differences(key, combos_a[key], combos_b[key], _COMBO_SETUP)]
+        return RunComparison(run_a=first.run, run_b=second.run, differences=differences, deltas=deltas,
                              combos_only_in_a=[k for k in combos_a if k not in combos_b],
                              combos_only_in_b=[k for k in combos_b if k not in combos_a])
 
@@ -868,6 +890,14 @@ def _combo_row(row: tuple[Any, ...], metrics: list[MetricValue], prediction: Pre
     return ComboRow(**fields, metrics=metrics, prediction=prediction)
 
 
+def _differences(combo: str | None, a: BaseModel, b: BaseModel, fields: Sequence[str]) -> list[RunDifference]:
+    def shown(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    return [RunDifference(combo=combo, field=name, value_a=shown(getattr(a, name)), value_b=shown(getattr(b, name)))
+            for name in fields if shown(getattr(a, name)).lower() != shown(getattr(b, name)).lower()]
+
+
 def _metric_deltas(key: str, a: ComboRow, b: ComboRow) -> list[MetricDelta]:
     values_a = {m.name: m for m in a.metrics}
     values_b = {m.name: m for m in b.metrics}
@@ -899,6 +929,7 @@ __all__ = [
     "PredictionRow",
     "RunComparison",
     "RunDetail",
+    "RunDifference",
     "RunRow",
     "connect_database",
     "default_history_path",

@@ -108,7 +108,8 @@ def test_show_table_names_combos_and_reasons(cli, db):
 
 def test_compare_json_and_table(cli, db):
     payload = cli("history", "compare", "20250302", "20250303", "--json").json()
-    assert set(payload) == {"run_a", "run_b", "deltas", "combos_only_in_a", "combos_only_in_b"}
+    assert set(payload) == {"run_a", "run_b", "differences", "deltas", "combos_only_in_a", "combos_only_in_b"}
+    assert payload["differences"] == []  # one setup run twice
     assert all(set(delta) == DELTA_KEYS for delta in payload["deltas"])
     by_metric = {d["metric"]: d for d in payload["deltas"]}
     assert by_metric[TOKENS]["change"] == "worse" and by_metric[TOKENS]["delta_pct"] == pytest.approx(-10.0)
@@ -294,3 +295,30 @@ def test_calibration_of_one_cluster_shows_what_its_json_holds(cli, db):
     shown = cli("history", "calibration", "--cluster", "nvidia-dgx-gb200")
     assert shown.exit_code == 0 and "cluster nvidia-dgx-gb200" in shown.stdout
     assert "predicted vs measured" not in shown.stdout and "MI300X" not in shown.stdout
+
+
+def test_compare_names_what_differs_between_runs_of_other_setups(cli, db):
+    """Runs of another GPU, model or layout were compared metric by metric ('better', +100 %) with no word that they
+    are different setups; runs with no combo in common printed an empty table."""
+    with open_history(db) as history:
+        history.record(make_suite_result("20250305-qwen", hour=4, model="qwen3-30b-a3b", family="qwen",
+                                         combos=[make_combo("TP=2", tp=2)]))
+        history.record(make_suite_result("20250306-tp2", hour=5, combos=[make_combo(tp=2)]))
+    payload = cli("history", "compare", "20250302", "20250304-h100", "--json").json()
+    assert payload["differences"] == [{"combo": None, "field": "gpu", "value_a": "MI300X", "value_b": "H100"}]
+    table = cli("history", "compare", "20250302", "20250304-h100")
+    assert "the runs differ: GPU MI300X (A) vs H100 (B)" in table.stdout and "tokens/s/GPU" in table.stdout
+    layouts = cli("history", "compare", "20250302", "20250306-tp2", "--json").json()["differences"]
+    assert layouts == [{"combo": CELL, "field": "layout", "value_a": "TP=1,PP=1,CP=1,EP=1,DP=8",
+                        "value_b": "TP=2,PP=1,CP=1,EP=1,DP=4"}]
+    other = cli("history", "compare", "20250302", "20250305-qwen")
+    assert other.exit_code == 0
+    assert "the runs differ: model llama3.1-8b (A) vs qwen3-30b-a3b (B)" in other.stdout
+    assert "no combo in both runs has a metric to compare" in other.stdout and "verdict" not in other.stdout
+    assert f"only in A: {CELL}" in other.stdout and "only in B: TP=2" in other.stdout
+
+
+def test_a_run_compared_with_itself_exits_2(cli, db):
+    result = cli("history", "compare", "latest", "20250304", "--json")
+    assert result.exit_code == 2 and result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+    assert "RUN_B: '20250304' is the run A names (20250304-h100)" in result.stderr
