@@ -360,12 +360,16 @@ def _gauss(a: list[list[float]], b: list[float]) -> list[float]:
 
 def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun]) -> Calibrated:
     """The case's step time calibrated on the runs (those of its GPU, weighted by nearness)."""
-    used = [(run, nearness(key, run.key)) for run in runs if run.measured_step_time_s > 0]
+    measured = [run for run in runs if run.measured_step_time_s > 0]
+    used = [(run, nearness(key, run.key)) for run in measured]
     used = sorted([(run, weight) for run, weight in used if weight >= MIN_WEIGHT], key=lambda pair: -pair[1])[:MAX_RUNS]
     uncalibrated = predicted.total_s
     if not used:
-        return Calibrated(uncalibrated, uncalibrated, False, f"no measured run on {key.gpu} in this cluster's history",
-                          NONE, predicted, (), (), HeldOut((), ()), None)
+        gpus = sorted({run.key.gpu for run in measured})
+        held = f" (its runs are on {', '.join(gpus)})" if gpus else ""
+        return Calibrated(uncalibrated, uncalibrated, False,
+                          f"no measured run on {key.gpu} in this cluster's history{held}", NONE, predicted, (), (),
+                          HeldOut((), ()), None)
     runs_used = [run for run, _ in used]
     weights = [weight for _, weight in used]
     corrections = fit(runs_used, weights)

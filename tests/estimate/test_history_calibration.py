@@ -73,9 +73,10 @@ def test_far_runs_weigh_little() -> None:
     assert abs(moved_far - 1) < 0.05 < abs(moved_near - 1)
 
 
-def test_no_run_on_this_gpu_keeps_the_uncalibrated_figure() -> None:
-    result = calibrate(_key(), _components(1), [_run(1, gpu="B200")])
-    assert not result.applied and "no measured run on H100" in result.reason
+def test_no_run_on_this_gpu_keeps_the_uncalibrated_figure_and_names_the_gpus_the_runs_are_on() -> None:
+    result = calibrate(_key(), _components(1), [_run(1, gpu="B200"), _run(2, gpu="A100"), _run(4, gpu="B200")])
+    assert not result.applied
+    assert result.reason == "no measured run on H100 in this cluster's history (its runs are on A100, B200)"
     assert result.step_time_s == pytest.approx(_components(1).total_s)
 
 
