@@ -288,7 +288,7 @@ def _refuse_other_files(path: Path, text: str, lines: list[str]) -> None:
         whole: object = json.loads(text)
     except json.JSONDecodeError:
         whole = None
-    kind = {dict: "object", list: "list"}.get(type(whole), "value")
+    kind = "object" if isinstance(whole, dict) else "list" if isinstance(whole, list) else "value"
     found = (f"one JSON {kind} over {len(filled)} lines" if whole is not None and len(filled) > 1
              else f"none of its {len(filled)} line{'s' if len(filled) > 1 else ''} a JSON object")
     raise MegapilotError(f"{path} is not a JSONL batch: {found}", field="batch",
