@@ -71,11 +71,14 @@ def record_run(
     from megapilot.store.history import PENDING_NAME
     from megapilot.suite.results import read_suite_result
 
-    result = read_suite_result(Path(run_dir))
+    directory = Path(run_dir)
+    if directory.name == "suite.json" and directory.is_file():  # the run's suite.json named instead of its directory
+        directory = directory.parent
+    result = read_suite_result(directory)
     with _open(db) as history:
         history.record(result)
         location = history.location
-    (Path(run_dir) / PENDING_NAME).unlink(missing_ok=True)
+    (directory / PENDING_NAME).unlink(missing_ok=True)
     console.print(f"recorded run {result.run_id} in {location}", highlight=False, markup=False)
 
 

@@ -679,6 +679,8 @@ class History:
 
     def resolve(self, ref: str) -> str:
         """A run id from what a user typed: the id, a unique prefix of one, or `latest`."""
+        if not ref.strip():  # the empty prefix of every id: not a choice of one
+            raise MegapilotError("the run id is empty", field="RUN", fix=f"{LIST_RUNS_HINT}, or pass `latest`")
         if ref == "latest":
             newest = self.runs(limit=1)
             if not newest:

@@ -322,3 +322,21 @@ def test_a_run_compared_with_itself_exits_2(cli, db):
     result = cli("history", "compare", "latest", "20250304", "--json")
     assert result.exit_code == 2 and result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
     assert "RUN_B: '20250304' is the run A names (20250304-h100)" in result.stderr
+
+
+def test_record_takes_the_runs_suite_json_as_well_as_its_directory(cli, tmp_path):
+    """`history record RUN_DIR/suite.json` said the file 'has no suite.json'."""
+    from tests.report.factory import write_run_dir
+
+    run_dir = tmp_path / "run"
+    result = write_run_dir(run_dir)
+    path = str(tmp_path / "h.sqlite")
+    recorded = cli("history", "record", str(run_dir / "suite.json"), "--db", path)
+    assert recorded.exit_code == 0, recorded.stderr
+    assert cli("history", "show", "latest", "--db", path, "--json").json()["run"]["run_id"] == result.run_id
+
+
+def test_an_empty_run_id_is_refused_as_empty(cli, db):
+    """'' is a prefix of every id: it was refused as matching every run ('type more of the run id')."""
+    result = cli("history", "show", "")
+    assert result.exit_code == 2 and "RUN: the run id is empty" in result.stderr
