@@ -25,8 +25,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "estimate": (
         "megapilot estimate --model llama3.1-70b --gpu h100 --gpus 64 --tp 8 --pp 4 --gbs 1024 --seq-len 4096",
+        # experts spread over 8 nodes: the DeepEP dispatcher and the all-to-all overlap, as such layouts run
         ("megapilot estimate --model deepseek-v3 --gpu h100 --gpus 1024 --tp 2 --pp 8 --vpp 4 --ep 64 --etp 1 \\\n"
-         "    --pp-layout 'Et|(tt|)*30mL' --gbs 8192 --seq-len 4096 --precision fp8 --json"),
+         "    --pp-layout 'Et|(tt|)*30mL' --gbs 8192 --seq-len 4096 --precision fp8 \\\n"
+         "    --moe-flex-dispatcher deepep --moe-a2a-overlap --json"),
         "megapilot estimate --batch cases.jsonl --json",
     ),
     "plan": (
