@@ -277,11 +277,16 @@ class _Recorder:
             return None
         try:
             with open_history(self.db) as history:
-                history.record_measured([row])
+                written = history.record_measured([row])
                 location = history.location
         except MegapilotError as exc:  # the run's own result is still printed: a history that failed loses only this
             err_console.print(f"warning: the run was not recorded in the history: {exc}", highlight=False,
                               markup=False)
+            return None
+        if written.refused:  # its id is another cluster's run (or an imported one): that run is kept as it was
+            (_, why), = written.refused
+            err_console.print(f"warning: the run was not recorded in the history: {why}; record it under another "
+                              "--run-dir or combo name", highlight=False, markup=False)
             return None
         how = "calibrates the next predictions" if row.calibrates else "did not complete: listed, calibrates nothing"
         return {"id": run_id, "cluster": self.cluster, "location": location,

@@ -427,3 +427,33 @@ def test_a_run_that_finished_with_nan_steps_exits_zero_and_says_so(cli, tmp_path
     assert "1 iteration(s) had a NaN/Inf loss" in payload["warnings"][0]
     human = cli("run", str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "nan-text")
     assert human.exit_code == 0 and "warning: 1 iteration(s) had a NaN/Inf loss" in human.stderr
+
+
+def test_a_run_whose_id_another_clusters_run_holds_is_not_said_to_be_recorded(tmp_path, capsys):
+    # the history keeps the other cluster's run and refuses this row: the run must not print "recorded as ..."
+    from datetime import datetime
+
+    from megapilot.cli.run_cmd import _load_plan, _Recorder
+    from megapilot.execute.base import JobResult, JobState
+    from megapilot.spec.prediction import Prediction
+    from megapilot.store.history import open_history
+    from megapilot.store.measured import from_plan_run
+
+    plan_path = _saved_tiny_plan(tmp_path)
+    db = str(tmp_path / "history.sqlite")
+    started = datetime(2026, 12, 6, 10, 0, 0)
+    prediction = Prediction(step_time_ms=100.0, tokens_per_s_per_gpu=1000.0, device="CPU", family="dense",
+                            uncalibrated_step_time_ms=100.0, uncalibrated_components_ms={"compute": 100.0})
+    run_id = f"run/tour@{started:%Y%m%d-%H%M%S}"
+    with open_history(db) as history:
+        other = from_plan_run(run_id, "other-lab", _load_plan(plan_path), prediction, 0.12, completed=True,
+                              recorded_at="earlier")
+        assert other is not None
+        history.record_measured([other])
+    result = JobResult(combo="tour", executor="local", job_id="1", state=JobState.COMPLETED, exit_code=0, reason=None,
+                       iterations_reached=7, train_iters=7, step_time_s=0.11, started_at=started, ended_at=started,
+                       duration_s=1.0, job_dir=tmp_path, logs=[])
+    assert _Recorder(db, "local", plan_path).record(result, prediction) is None
+    assert "was not recorded" in capsys.readouterr().err
+    with open_history(db, read_only=True) as history:
+        assert [row.cluster for row in history.measured()] == ["other-lab"]  # the other run left where it was
