@@ -25,6 +25,10 @@ _MAX_REASON_CHARS = 400
 # A launch that failed before Python raised anything: the interpreter lacks a module, a file or a command.
 _LAUNCH_FAILURE = re.compile(r"No module named \S+|can't open file|command not found|No such file or directory|"
                              r"Permission denied|cannot execute")
+# A program that refused its command line before it ran: argparse's "train.py: error: unrecognized arguments: ..." or
+# the trainer's "error: --flag: unknown flag — fix: ...". It exits with a code and no exception, so nothing else names
+# it. A scheduler's "srun: error: ..." is its last words about the job, not the cause.
+_USAGE_ERROR = re.compile(r"^(?:[\w./-]+\.py: )?error: \S")
 
 
 def signal_name(signum: int) -> str:
@@ -53,6 +57,7 @@ class FailureClues:
         self.last_line: str | None = None
         self.first_error: ErrorRecord | None = None
         self.first_failure: str | None = None
+        self.usage_error: str | None = None
 
     def feed(self, line: str, records: Sequence[Record] = ()) -> None:
         """One log line, with the records `megapilot.logs` parsed from it (see ProgressTracker.feed)."""
@@ -81,6 +86,8 @@ class FailureClues:
             self.last_exception = bare[:_MAX_REASON_CHARS]
         if self.first_failure is None and (exception or _LAUNCH_FAILURE.search(bare)):
             self.first_failure = bare[:_MAX_REASON_CHARS]
+        if self.usage_error is None and _USAGE_ERROR.match(bare):
+            self.usage_error = bare[:_MAX_REASON_CHARS]
 
     @property
     def root_cause(self) -> str | None:
@@ -105,6 +112,8 @@ class FailureClues:
         # After a rank is killed the survivors' errors (connection reset...) are consequences, not
         # the cause; after a rank raised, its exception is the cause.
         killed = self.root_cause is not None and "killed by" in self.root_cause
+        if self.usage_error and not killed:  # the rank's exit code alone does not say its command line was refused
+            parts.append(self.usage_error)
         if self.last_exception and not killed:
             parts.append(self.last_exception)
         error_line = _RANK_PREFIX.sub("", self.first_error.text).strip() if self.first_error else None

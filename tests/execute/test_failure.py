@@ -66,3 +66,20 @@ def test_an_exception_is_not_repeated_as_its_own_signature():
     clues = clues_of(["[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
     assert clues.reason(1) == ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB; "
                                "launcher exit code 1")
+
+
+
+def test_a_refused_command_line_is_named_beside_the_rank_that_exited():
+    refused = "error: --bogus-flag: unknown flag — fix: see `python -m megapilot.trainer --help`"
+    lines = [f"[default1]:{refused}", f"[default0]:{refused}",
+             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60,
+             "megapilot.trainer FAILED", "-" * 60, "Root Cause (first observed failure):", "[0]:",
+             "  host      : localhost", "  rank      : 1 (local_rank: 1)", "  exitcode  : 2 (pid: 12842) ", "=" * 60]
+    assert clues_of(lines).reason(1) == f"rank 1 (local rank 1, pid 12842) exit code 2 on localhost; {refused}; " \
+                                        "launcher exit code 1"
+
+
+def test_argparse_usage_error_is_the_reason_of_a_plain_script():
+    clues = clues_of(["usage: train.py [-h] [--iters ITERS]", "train.py: error: unrecognized arguments: --bogus 3"])
+    # the parser's signature matches the usage line, which names no flag: the refusal comes first
+    assert clues.reason(2).startswith("train.py: error: unrecognized arguments: --bogus 3; ")
