@@ -177,7 +177,13 @@ class LocalExecutor:
         self._jobs[handle.job_id] = local_job
         local_job.watchdog = start_watchdog(process.pid, JOB_MARKER_VARIABLE, env[JOB_MARKER_VARIABLE])
         register_force_stop(process.pid, lambda: local_job.watch.stop(0.0))
-        self._save_record(local_job)
+        try:
+            self._save_record(local_job)
+        except BaseException:  # no job.json (a full disk): the job is not left running where nothing records it
+            self._jobs.pop(handle.job_id)
+            local_job.watch.stop(job.stop_grace_s)
+            self._end_watchdog(local_job)
+            raise
         return handle
 
     def poll(self, handle: JobHandle) -> JobStatus:
@@ -234,7 +240,10 @@ class LocalExecutor:
         """Stop every job of this executor that is still running (also run at interpreter exit)."""
         for job in list(self._jobs.values()):
             if not job.status.state.is_terminal:
-                self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
+                try:
+                    self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
+                except OSError:  # stopped, only its job.json unwritten (a full disk): the next job is still stopped
+                    pass
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -200,3 +200,21 @@ def test_local_executor_satisfies_the_executor_protocol():
     from megapilot.execute.base import Executor
 
     assert isinstance(LocalExecutor(), Executor)
+
+
+def test_a_job_whose_record_cannot_be_written_is_not_left_running(tmp_path, monkeypatch):
+    from megapilot.execute import local
+    from megapilot.files import DiskFullError
+
+    def full_disk(directory, record):
+        raise DiskFullError(directory / "job.json", 2048)
+
+    monkeypatch.setattr(local, "write_job_record", full_disk)
+    executor = LocalExecutor(snapshot_interval_s=0.1)
+    job = printer_job(tmp_path, "--iters", "100", "--interval-s", "0.1", "--spawn-children", "1")
+    with pytest.raises(DiskFullError):
+        executor.submit(job)
+    marker = str(job.job_dir.resolve())
+    left = [p for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get("MEGAPILOT_JOB_DIR") == marker]
+    assert_all_gone([p.pid for p in left])
+    executor.close()  # nothing left to stop, nothing raised (it also runs at interpreter exit)
