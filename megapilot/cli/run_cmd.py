@@ -31,6 +31,7 @@ cluster, and its flags may describe a model megapilot does not know exactly (use
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from megapilot.cli.common import console, emit_json, err_console
 from megapilot.errors import MegapilotError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     from megapilot.diagnose.flags import RunConfig
     from megapilot.estimate.history_calibration import MeasuredRun
@@ -111,10 +112,9 @@ def run(
         assert launch is not None  # a launch script's flags, read with its job
         prediction, no_prediction = _script_prediction(launch)
         assumptions = launch.assumptions(prediction)
-    if not json_output:
-        for note in notes + assumptions:
-            err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
-    result, interrupted = _run_and_follow(job, executor, show_progress=not json_output)
+    # notes are said once the run has started: a run directory it cannot use is then one error line alone
+    result, interrupted = _run_and_follow(job, executor, show_progress=not json_output,
+                                          notes=[] if json_output else notes + assumptions)
     log = _read_log(result, with_timers=prediction is not None and bool(result.step_time_s))
     departure = _departure(prediction, result, log)
     numerics = _numerics_warning(result, log)
@@ -398,14 +398,15 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
         launch_flags = _ScriptFlags.read(script)
         # the script decides its ranks per node: a record of the default (1) would misstate the run (job.json)
-        return _job_spec(job_spec_or_error, combo=combo or _default_combo(script.stem), script=script,
+        return _job_spec(job_spec_or_error, combo=_default_combo(script.stem) if combo is None else combo,
+                         script=script,
                          train_iters=train_iters, **launch_flags.job_ranks(), **common), [], launch_flags
     assert plan is not None
     saved_plan = _load_plan(plan)
     if train_iters is not None:
         saved_plan = saved_plan.model_copy(
             update={"training": saved_plan.training.model_copy(update={"train_iters": train_iters})})
-    name = combo or _default_combo(plan.stem)
+    name = _default_combo(plan.stem) if combo is None else combo  # an empty --combo is refused, not replaced
     launch = _render_plan(saved_plan, plan_data, capabilities.launcher, run_dir / name)
     job = _job_spec(
         job_spec_or_error, combo=name, script_text=launch.script, nodes=launch.nodes,
@@ -466,13 +467,24 @@ def gpu_present() -> bool:
 
 # ---- running and following ---------------------------------------------------------------
 
-def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress: bool) -> tuple[JobResult, bool]:
-    """Submit, follow with a progress bar, and return (result, interrupted)."""
-    from megapilot.execute.interrupt import stop_on_signals
+def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress: bool,
+                    notes: Sequence[str] = ()) -> tuple[JobResult, bool]:
+    """Submit, say the notes, follow with a progress bar, and return (result, interrupted)."""
+    from megapilot.execute.interrupt import Interrupted, describe_interruption, stop_on_signals
     from megapilot.execute.registry import make_executor
 
     executor = make_executor(executor_name)
-    handle = executor.submit(job)
+    try:
+        handle = executor.submit(job)
+    except MegapilotError as exc:  # the job's directory: said with the flag that names it
+        flag = _SUBMIT_FLAGS.get(exc.field or "")
+        if flag is None:
+            raise
+        raise MegapilotError(exc.problem, field=flag, fix=exc.fix) from None
+    except OSError as exc:  # its files could not be written (a full disk): the executor has stopped what it started
+        raise _run_dir_error(exc, job, started=False) from None
+    for note in notes:
+        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     if show_progress:
         from rich.markup import escape
 
@@ -481,8 +493,31 @@ def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress
     with stop_on_signals(), _progress_display(show_progress) as on_progress:
         try:
             return executor.wait(handle, on_progress=on_progress), False
-        except KeyboardInterrupt:  # wait() has already stopped the run
-            return executor.result(handle), True
+        except KeyboardInterrupt as exc:  # wait() has already stopped the run: its result says by what
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            result = executor.result(handle)
+            where = f" at iteration {result.iterations_reached or 0} of {result.train_iters or '?'}"
+            rest = (result.reason or "").removeprefix("cancelled").lstrip("; ")  # what the stop itself found
+            reason = describe_interruption(signum) + where + "; the run was stopped" + (f"; {rest}" if rest else "")
+            return result.model_copy(update={"reason": reason}), True
+        except OSError as exc:  # its record could not be written (a full disk): wait() has stopped the run
+            raise _run_dir_error(exc, job, started=True) from None
+
+
+# the fields a job's directory is refused by, as this command's flags name them
+_SUBMIT_FLAGS = {"run_dir": "--run-dir", "combo": "--combo", "job.run_dir": "--run-dir", "job.combo": "--combo"}
+
+
+def _run_dir_error(exc: OSError, job: JobSpec, *, started: bool) -> MegapilotError:
+    """A run whose files cannot be written in its directory: one line naming --run-dir and the fix."""
+    from megapilot.files import DiskFullError, is_disk_full
+
+    # an OSError's filename may be the copied script, not what could not be written: the job's directory is named
+    why = str(exc) if isinstance(exc, DiskFullError) else f"{job.job_dir}: {exc.strerror or exc}"
+    fix = ("free space on that file system, or pass a --run-dir on another one" if is_disk_full(exc)
+           else "pass a --run-dir you may write")
+    stopped = "; the run was stopped" if started else ""
+    return MegapilotError(f"cannot write the run's files: {why}{stopped}", field="--run-dir", fix=fix)
 
 
 @contextmanager

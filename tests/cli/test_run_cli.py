@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.signals import interruptible
@@ -74,6 +75,8 @@ def test_train_iters_flag_sets_the_final_iteration(cli, tmp_path):
     (("x.sh", "--plan", "p.json"), "script"),
     (("x.sh", "--executor", "pbs"), "executor"),
     (("x.sh", "--hang-factor", "0.5"), "--hang-factor"),
+    (("x.sh", "--combo", ""), "--combo"),  # an empty name (an unset shell variable) is refused, not replaced
+    (("x.sh", "--run-dir", "x.sh"), "--run-dir"),  # a file where the run's directory goes
 ])
 def test_user_errors_exit_two_on_one_line(cli, tmp_path, monkeypatch, args, field):
     monkeypatch.chdir(tmp_path)
@@ -97,7 +100,33 @@ def test_reusing_a_combo_is_refused(cli, tmp_path):
     script = str(launch_script(tmp_path, "--iters", "1"))
     assert cli("run", script, "--run-dir", str(tmp_path), "--combo", "c", "--json").exit_code == 0
     again = cli("run", script, "--run-dir", str(tmp_path), "--combo", "c")
-    assert again.exit_code == 2 and "combo:" in again.stderr
+    assert again.exit_code == 2 and again.stderr.startswith("error: --combo:") and again.stderr.count("\n") == 1
+
+
+def test_a_run_directory_it_cannot_use_is_one_error_line_without_the_plans_notes(cli, tmp_path):
+    (tmp_path / "file").write_text("")
+    result = cli("run", "--plan", str(_saved_tiny_plan(tmp_path)), "--run-dir", str(tmp_path / "file"), "--no-history",
+                 "--device", "cpu")
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: --run-dir: cannot create") and result.stderr.count("\n") == 1
+
+
+def test_a_full_disk_is_a_run_dir_error_and_leaves_nothing_running(cli, tmp_path, monkeypatch):
+    from megapilot.execute import local
+    from megapilot.files import DiskFullError
+
+    def full_disk(directory, record):
+        raise DiskFullError(directory / "job.json", 2048)
+
+    monkeypatch.setattr(local, "write_job_record", full_disk)
+    script = launch_script(tmp_path, "--iters", "100", "--interval-s", "0.1")
+    result = cli("run", str(script), "--run-dir", str(tmp_path / "runs"), "--combo", "full")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: --run-dir: cannot write the run's files: no space left on the device")
+    assert "fix: free space on that file system, or pass a --run-dir on another one" in result.stderr
+    marker = str((tmp_path / "runs" / "full").resolve())
+    left = [p for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get("MEGAPILOT_JOB_DIR") == marker]
+    assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_plan_is_rendered_for_the_trainer_and_multi_node_refused_locally(cli, tmp_path):
@@ -116,8 +145,6 @@ def test_plan_is_rendered_for_the_trainer_and_multi_node_refused_locally(cli, tm
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupting_megapilot_stops_the_run_and_prints_it_cancelled(tmp_path, signum):
-    import psutil
-
     # long enough (200 s) that a loaded host cannot finish the run before the signal lands
     script = launch_script(tmp_path, "--iters", "2000", "--interval-s", "0.1", "--spawn-children", "1")
     command = [sys.executable, "-m", "megapilot", "run", str(script), "--run-dir", str(tmp_path), "--combo", "i",
@@ -135,6 +162,9 @@ def test_interrupting_megapilot_stops_the_run_and_prints_it_cancelled(tmp_path, 
     assert cli_process.returncode == 128 + signum, err  # the shell's code for "stopped by signal N"
     payload = json.loads(out)
     assert payload["state"] == "CANCELLED"
+    how = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    assert payload["reason"].startswith(f"interrupted by {how} at iteration ")  # not a bare 'cancelled'
+    assert "the run was stopped" in payload["reason"]
     record = json.loads((tmp_path / "i" / "job.json").read_text())
     for entry in record["processes"]:
         assert not psutil.pid_exists(entry["pid"]) or psutil.Process(entry["pid"]).status() == psutil.STATUS_ZOMBIE
