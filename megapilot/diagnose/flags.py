@@ -1011,7 +1011,7 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     except ValueError as exc:  # pydantic validation of the specs
         raise _flag_error(from_validation_error(exc), flags) from exc
     notes += header_notes
-    if gpu is None:
+    if gpu is None and flags.get("--distributed-backend") != "gloo":  # a gloo run is priced on this machine's CPU
         notes.append("GPU type not given (--gpu): no memory or throughput predictions")
     return RunConfig(flags=flags, gpu=gpu, world_size=world, model=model, training=training, parallel=parallel,
                      precision_flag=precision, notes=notes, world_size_assumed=world_size_assumed)

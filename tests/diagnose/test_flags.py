@@ -369,3 +369,13 @@ def test_qk_l2_norm_reads_back_and_takes_the_place_of_a_weighted_qk_norm_as_mega
     both = run_config(read_flags(flags=shape + "--qk-l2-norm --qk-layernorm")).model  # the layer spec builds L2Norm
     assert both is not None and both.qk_l2_norm and not both.qk_layernorm
     assert not run_config(read_flags(flags=shape)).model.qk_l2_norm
+
+
+def test_a_gloo_run_without_a_gpu_is_not_said_to_get_no_predictions():
+    # `run` prices a gloo script on this machine's CPU: "no memory or throughput predictions" contradicted it
+    shape = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+             "--micro-batch-size 1 --global-batch-size 4 --vocab-size 1024")
+    cpu = run_config(read_flags(flags=shape + " --distributed-backend gloo"), gpus=2)
+    gpu = run_config(read_flags(flags=shape), gpus=2)
+    assert not any("GPU type not given" in note for note in cpu.notes)
+    assert any("GPU type not given" in note for note in gpu.notes)
