@@ -17,7 +17,7 @@ from megapilot.suite.curves import LossCurveGate
 from megapilot.suite.gates import BaselineLookup, builtin_gates, evaluate
 from megapilot.suite.metrics import ConvergenceGate, CurveTargets, ScalingBaseline, measure_combo
 from megapilot.suite.predicted import PREDICTED_METRICS, departure
-from megapilot.suite.results import Curve, Finding, MetricRow, Verdict
+from megapilot.suite.results import Curve, Finding, MetricRow
 from megapilot.suite.stragglers import straggler_rows
 from megapilot.suite.thresholds import DEFAULT_CELL, ThresholdSpec
 
@@ -93,11 +93,11 @@ STEP_TIME_METRICS = ("training.step_time_p50_ms", "training.elapsed_time_per_ite
 
 
 def _speed_records(actuals: dict[str, float | None], units: dict[str, str]) -> list[MetricRow]:
-    """The measured figures a prediction is compared with (`PREDICTED_METRICS`), recorded and never gated."""
-    return [MetricRow(name=name, value=value, unit=units.get(name, ""), kind="info", verdict=Verdict.RECORD,
-                      reason="recorded, never gated: calibrates the predictions of the combos after it",
-                      enforced=False)
-            for name in PREDICTED_METRICS if (value := actuals.get(name)) is not None]
+    """The measured figures a prediction is compared with (`PREDICTED_METRICS`), as the gates record a metric with
+    no threshold: never gated."""
+    measured = {name: value for name in PREDICTED_METRICS if (value := actuals.get(name)) is not None}
+    why = "recorded, never gated: calibrates the predictions of the combos after it"
+    return evaluate(measured, units, None, enforce=False, record_only=dict.fromkeys(measured, why))
 
 
 def measured_step_ms(actuals: dict[str, float | None]) -> float | None:
