@@ -298,9 +298,13 @@ def error_band(cells: tuple[CoverageCell, ...], coverage: CalibrationCoverage) -
 
 
 def band_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> ErrorBand | None:
-    """The 80 % band of an estimate for this model's family on this GPU and precision; None on a host-paced device
-    (a CPU), which no GPU's errors speak for (`CalibrationCoverage.statement`)."""
-    coverage = coverage_for(model, gpu, precision)
+    """The 80 % band of an estimate for this model's family on this GPU and precision (`band_of`)."""
+    return band_of(coverage_for(model, gpu, precision))
+
+
+def band_of(coverage: CalibrationCoverage) -> ErrorBand | None:
+    """The 80 % band of an estimate placed by `coverage`; None on a host-paced device (a CPU), which no GPU's errors
+    speak for (`CalibrationCoverage.statement`)."""
     return None if coverage.host_paced else _band(coverage)
 
 

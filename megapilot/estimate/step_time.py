@@ -64,7 +64,7 @@ from functools import lru_cache
 
 from megapilot.estimate import comm
 from megapilot.estimate.attention_bounds import attention_core_bound
-from megapilot.estimate.coverage import CalibrationCoverage, ErrorBand, band_for, coverage_for
+from megapilot.estimate.coverage import CalibrationCoverage, ErrorBand, band_of, coverage_for
 from megapilot.estimate.efficiency import (
     CALIBRATED,
     EIGHT_BIT_PRECISIONS,
@@ -1150,7 +1150,7 @@ def step_time(
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
         + ([CSA_CAVEAT] if model.csa is not None else [DSA_CAVEAT] if model.dsa is not None else []),
         coverage=coverage,
-        band=band_for(model, cluster.gpu, training.precision),
+        band=band_of(coverage),
     )
 
 
