@@ -852,7 +852,7 @@ def _model(flags: LaunchFlags, seq_length: int | None, notes: list[str]) -> Mode
         rope_scaling=_rope_scaling(flags), sliding_window=_read(flags, "--window-size"),
         sliding_window_skip_freq=_read(flags, "--window-attn-skip-freq") if flags.has("--window-size") else None,
         softmax_type=_softmax_type(flags),
-        glu_linear_offset=flags.get_float("--glu-linear-offset") or float_default("--glu-linear-offset"),
+        glu_linear_offset=_megatron_float(flags, "--glu-linear-offset"),
         activation_clamp=_read(flags, "--activation-func-clamp-value"),
         moe=_moe(flags, ffn), mla=_mla(flags),
         mtp_num_layers=flags.get_int("--mtp-num-layers", minimum=0) or (hybrid.mtp_depths if hybrid else 0),
