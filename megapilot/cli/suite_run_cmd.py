@@ -2,7 +2,7 @@
 
 Exit codes (megapilot.suite.outcome, the one verdict): 0 PASS, WARN (a regression not enforced), RECORD or
 SKIPPED; 1 FAIL (a gate, or a regression with `regressions.enforce` / `--enforce-regressions`); 2 a config error
-(nothing ran; under `--dry-run --json`, printed as the `suite check --json` document); 128 + N when stopped by
+(nothing ran; under `--json`, printed as the `suite check --json` document); 128 + N when stopped by
 signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM (`timeout`, systemd, scancel), 129 SIGHUP (a closed SSH session).
 Every job is stopped first; finished results, the report, the run deck, JUnit and the history row are still
 written, and the last line is the command that resumes the run. Resuming a run that had finished runs nothing: its
@@ -88,10 +88,17 @@ def run(
 
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
     _check_out(out)
-    if dry_run and json_output:
-        _dry_run_json(config, cluster, stage=stage, combo=combo, out=out, megatron_version=megatron_version,
-                      exclude_failing=exclude_failing)
-        return
+    if json_output:
+        # stdout stays one JSON document: a config `suite check` refuses is printed as its `--json` document, run or
+        # dry run alike (the run below then checks it again, as text, which finds nothing)
+        checked = _checked_as_json(config, cluster, combo=combo, out=out, megatron_version=megatron_version,
+                                   exclude_failing=exclude_failing)
+        if dry_run:
+            from megapilot.suite.dry_run import dry_run_plan  # here, not at the top: --help loads no library module
+
+            emit_json(dry_run_plan(checked, out_dir=out.resolve(), only_stage=stage, only_combo=combo)
+                      .model_dump(mode="json"))
+            return
     suite = checked_suite(config, cluster)  # what `suite check` refuses stops the run here, as check says it
     if combo is not None:
         _check_combo(suite, combo)
@@ -194,13 +201,10 @@ def _check_combo(suite: LoadedSuite, combo: str) -> None:
                              fix="use one of: " + ", ".join(keys))
 
 
-def _dry_run_json(config: Path, cluster: Path | None, *, stage: str | None, combo: str | None, out: Path,
-                  megatron_version: str | None, exclude_failing: str | None) -> None:
-    """`--dry-run --json`: the plan, or for a config `suite check` refuses (a cell Megatron would refuse, a
-    --combo the sweep lacks included) the document `suite check --json` prints of it, and exit 2: stdout is one
-    JSON document either way."""
-    from megapilot.suite.dry_run import dry_run_plan  # here, not at the top: --help loads no library module
-
+def _checked_as_json(config: Path, cluster: Path | None, *, combo: str | None, out: Path,
+                     megatron_version: str | None, exclude_failing: str | None) -> LoadedSuite:
+    """The suite as the run builds it; for a config `suite check` refuses (a cell Megatron would refuse, a --combo the
+    sweep lacks included), the document `suite check --json` prints of it, and exit 2."""
     result, launches = run_check(config, cluster, megatron_version=megatron_version,
                                  exclude_failing=exclude_failing, out=out)
     if result.suite is not None and combo is not None:
@@ -212,8 +216,7 @@ def _dry_run_json(config: Path, cluster: Path | None, *, stage: str | None, comb
     if not payload["ok"] or result.suite is None:
         emit_json(payload)
         raise typer.Exit(EXIT_USER_ERROR)
-    emit_json(dry_run_plan(result.suite, out_dir=out.resolve(), only_stage=stage, only_combo=combo)
-              .model_dump(mode="json"))
+    return result.suite
 
 
 def _run(suite: LoadedSuite, *, out: Path, stage: str | None, combo: str | None, resume: str | None, db: str | None,

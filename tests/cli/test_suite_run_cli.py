@@ -147,6 +147,23 @@ def test_a_json_dry_run_of_a_config_check_refuses_prints_check_s_json_document(c
     assert not out.exists()
 
 
+def test_a_json_run_of_a_config_check_refuses_prints_check_s_json_document_too(cli, tmp_path: Path) -> None:
+    # not only the dry run: a real run with --json refused by the check prints the same one JSON document
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["train_params"]["pipline_parallelism"] = "2"  # a config problem
+    config = write_suite(tmp_path, raw, SINGLE_8B)
+    out, db = tmp_path / "out", tmp_path / "history.sqlite"
+    check = cli("suite", "check", str(config), "--json")
+    run = cli("suite", "run", str(config), "--json", "--out", str(out), "--db", str(db))
+    assert run.exit_code == check.exit_code == 2 and run.stderr == ""
+    assert run.json() == check.json() and run.json()["ok"] is False
+    raw["train_params"].pop("pipline_parallelism")
+    config.write_text(json.dumps(raw))
+    combo = cli("suite", "run", str(config), "--json", "--out", str(out), "--db", str(db), "--combo", "MBS=9,GBS=9")
+    assert combo.exit_code == 2 and combo.stderr == "" and combo.json()["problems"][0]["path"] == "--combo"
+    assert not out.exists() and not db.exists()
+
+
 def test_megatron_version_reaches_every_combo_and_an_unknown_one_is_refused(cli, tmp_path: Path) -> None:
     config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
     out = str(tmp_path / "out")
