@@ -191,13 +191,6 @@ def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[
     if flop_convention not in FLOP_CONVENTIONS:
         raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
-    if flags.layout.fsdp and flags.layout.distributed_optimizer is False:
-        # Megatron-FSDP's sharded step runs inside the distributed optimizer: the launch writes
-        # --use-distributed-optimizer with it whatever was asked, so the two would price one run and launch another
-        raise MegapilotError("--fsdp runs its optimizer step through the distributed optimizer, which "
-                             "--no-distributed-optimizer turns off", field="distributed_optimizer",
-                             fix="drop --no-distributed-optimizer (Megatron-FSDP shards the optimizer state itself), "
-                                 "or drop --fsdp")
     case = case_from(flags)
     result = run_estimate(case.model, case.cluster, case.training, case.parallel, case.options,
                           convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS above

@@ -146,6 +146,7 @@ def build_case(**raw: object) -> Case:
 
 def case_from(flags: CaseFlags) -> Case:
     """Resolve checked flags into specs; raises MegapilotError on a value or layout Megatron would refuse."""
+    _check_fsdp_keeps_the_distributed_optimizer(flags.layout)
     model = with_features(_resolve_model(flags.model), flags.features)
     cluster = _resolve_cluster(flags.gpu, flags.gpus, flags.gpus_per_node)
     options = run_options(model, flags.features, cluster)
@@ -162,6 +163,19 @@ def case_from(flags: CaseFlags) -> Case:
         raise MegapilotError(refusal, field="moe_flex_dispatcher", fix=f"{KEEP_ALLTOALL}, or use EP > 1")
     return Case(model, cluster, training, parallel, allow_tp_across_nodes=bool(flags.force_tp_across_nodes),
                 options=options)
+
+
+def _check_fsdp_keeps_the_distributed_optimizer(layout: LayoutPins) -> None:
+    """`--fsdp --no-distributed-optimizer` asks for what no launch writes: Megatron-FSDP steps its sharded state
+    through the distributed optimizer (Megatron-LM's FSDP guide lists --use-distributed-optimizer among its
+    required flags, and `launch` writes it beside --use-megatron-fsdp whatever was asked). Refused here, where
+    `estimate`, its `--batch` lines and `script` all resolve their flags, so none prices or writes another run."""
+    if layout.fsdp and layout.distributed_optimizer is False:
+        raise MegapilotError("--fsdp needs the distributed optimizer, which --no-distributed-optimizer turns off "
+                             "(Megatron-FSDP steps its sharded optimizer state through it; Megatron-LM's FSDP "
+                             "guide requires --use-distributed-optimizer)", field="distributed_optimizer",
+                             fix="drop --no-distributed-optimizer (under --fsdp the optimizer state is sharded over "
+                                 "DP either way), or drop --fsdp")
 
 
 def with_features(model: ModelSpec, features: CaseFeatures) -> ModelSpec:

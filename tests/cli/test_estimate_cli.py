@@ -235,7 +235,8 @@ def test_fsdp_without_the_distributed_optimizer_is_refused_not_priced(cli, tmp_p
     beside --use-megatron-fsdp whatever was asked: a contradiction, refused by the field in a run or a batch line."""
     args = ["--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "1024", "--seq-len", "4096", "--fsdp"]
     result = cli("estimate", *args, "--no-distributed-optimizer")
-    assert result.exit_code == 2 and result.stderr.startswith("error: distributed_optimizer: --fsdp runs its optimizer")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: distributed_optimizer: --fsdp needs the distributed optimizer")
     assert cli("estimate", *args, "--json").exit_code == 0
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps({"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 1024, "seq_len": 4096,

@@ -193,6 +193,8 @@ def test_layout_flags_resolve_like_estimate(cli, extra: list[str]) -> None:
     ["--gbs", "64", "--seq-len", "4096", "--recompute", "sometimes"],
     ["--gbs", "64", "--seq-len", "4096", "--tp", "1", "--sequence-parallel"],
     ["--gbs", "64", "--seq-len", "4096", "--gpus-per-node", "3"],
+    # the script had written --use-distributed-optimizer beside --use-megatron-fsdp, as estimate refuses to price
+    ["--gbs", "64", "--seq-len", "4096", "--fsdp", "--no-distributed-optimizer"],
 ])
 def test_bad_layout_flags_give_the_same_one_line_error_as_estimate(cli, extra: list[str]) -> None:
     base = ["--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16"]

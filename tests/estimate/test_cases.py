@@ -64,6 +64,8 @@ def test_given_flags_reach_the_specs():
     ({"moe_pad_to_capacity": True, "model": "mixtral-8x7b"}, "moe_pad_to_capacity"),  # padding needs a capacity
     ({"mtp_num_layers": -1}, "mtp_num_layers"),
     ({"mtp_num_layers": True}, "mtp_num_layers"),
+    # Megatron-FSDP steps through the distributed optimizer: the launch writes it whatever was asked
+    ({"fsdp": True, "distributed_optimizer": False}, "distributed_optimizer"),
 ])
 def test_bad_flags_are_refused_naming_the_flag(flags, field):
     if field is None:  # an odd global batch is legal input; whether it divides is the layout check's job
