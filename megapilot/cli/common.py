@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # types only: importing these at start-up would cost every co
     from pydantic import ValidationError
 
     from megapilot.errors import MegapilotError
-    from megapilot.spec import SavedPlan
+    from megapilot.spec import ClusterSpec, SavedPlan
     from megapilot.store.profile import Profile
 
 # Off a terminal (a pipe, a file, a CI log) nothing measures the width, and rich's fallback of 80 columns
@@ -117,6 +117,11 @@ def _default(obj: object) -> object:
 def emit_json(payload: object) -> None:
     """Print machine output: one JSON document on stdout, nothing else."""
     sys.stdout.write(json.dumps(payload, default=_default, indent=2) + "\n")
+
+
+def cluster_label(cluster: ClusterSpec) -> str:
+    """'8 × H100': the GPUs a figure is for, written one way by every command that heads its figures with them."""
+    return f"{cluster.world_size} × {cluster.gpu.alias.upper()}"
 
 
 def print_assumptions(assumptions: list[str]) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_json, budget_options, print_budget
-from megapilot.cli.common import console, emit_json, print_assumptions
+from megapilot.cli.common import cluster_label, console, emit_json, print_assumptions
 from megapilot.cli.layer_table import LAYERS_HELP, print_layers
 from megapilot.cli.layout_options import NO_FEATURES, FeatureFlags, LayoutFlags, feature_options, layout_options
 from megapilot.errors import MegapilotError
@@ -352,7 +352,7 @@ def _print_result(result: EstimateResult, case: Case) -> None:
     if not result.fits and memory.total <= memory.capacity:  # the GPU holds it: the offloaded part does not fit
         verdict += " [bold red]in host memory[/]:"
     console.print(
-        f"[bold]{case.model.name}[/] on {case.cluster.world_size} x {case.cluster.gpu.alias}: {verdict} "
+        f"[bold]{case.model.name}[/] on {cluster_label(case.cluster)}: {verdict} "
         f"{memory.total:.1f} / {memory.capacity:.0f} GiB · {format_duration(result.step_time_s)}/step · "
         f"{result.tokens_per_s_per_gpu:,.0f} tok/s/GPU{_interval_text(result)} · "
         f"{_tflops_text(result.tflops_per_gpu)} TFLOP/s/GPU · MFU {result.mfu:.1%}"

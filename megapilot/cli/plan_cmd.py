@@ -314,14 +314,14 @@ def _save_plan(result: PlanResult, path: Path, features: FeatureFlags) -> None:
 def _render(result: PlanResult, saved: Path | None) -> None:
     from rich.table import Table
 
-    from megapilot.cli.common import console
+    from megapilot.cli.common import cluster_label, console
     from megapilot.estimate.units import format_duration
     from megapilot.plan.reasons import bubble_share, exposed_comm_share, layout_label
 
     c = result.cluster
     t = result.training
     optimizer = "" if t.optimizer == "adam" else f", {t.optimizer}"
-    table = Table(title=f"{result.model.name} on {c.world_size} × {c.gpu.alias.upper()} — seq {t.seq_length:,}, "
+    table = Table(title=f"{result.model.name} on {cluster_label(c)} — seq {t.seq_length:,}, "
                         f"GBS {t.global_batch_size:,}, {t.precision}{optimizer}")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("layout", overflow="fold", min_width=14)  # the one column that may fold

@@ -39,6 +39,14 @@ def test_table_output_states_the_verdict_in_one_line(cli):
     assert "MFU" in result.stdout and "activations" in result.stdout and "pp_bubble" in result.stdout
 
 
+def test_the_cluster_is_written_as_plan_writes_it(cli):
+    """estimate said '64 x h100' where plan heads its table '64 × H100': one cluster, one spelling."""
+    estimated = cli("estimate", *LAYOUT).stdout.splitlines()[0]
+    planned = cli("plan", *LAYOUT[:6], "--gbs", "1024", "--seq-len", "4096", "--top", "1").stdout
+    assert estimated.startswith("llama3.1-70b on 64 × H100: ")
+    assert "llama3.1-70b on 64 × H100 — seq 4,096" in planned
+
+
 def test_offload_beyond_the_host_memory_is_said_in_the_verdict(cli):
     args = ("estimate", "--model", "llama3.1-405b", "--gpu", "gb200", "--gpus", "1024", "--gbs", "1536", "--seq-len",
             "8192", "--tp", "2", "--fsdp", "--mbs", "3", "--recompute", "none", "--cpu-offloading-num-layers")
