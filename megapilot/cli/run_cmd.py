@@ -31,7 +31,6 @@ cluster, and its flags may describe a model megapilot does not know exactly (use
 from __future__ import annotations
 
 import shutil
-import signal
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -470,7 +469,7 @@ def gpu_present() -> bool:
 def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress: bool,
                     notes: Sequence[str] = ()) -> tuple[JobResult, bool]:
     """Submit, say the notes, follow with a progress bar, and return (result, interrupted)."""
-    from megapilot.execute.interrupt import Interrupted, describe_interruption, stop_on_signals
+    from megapilot.execute.interrupt import stop_on_signals
     from megapilot.execute.registry import make_executor
 
     executor = make_executor(executor_name)
@@ -493,13 +492,8 @@ def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress
     with stop_on_signals(), _progress_display(show_progress) as on_progress:
         try:
             return executor.wait(handle, on_progress=on_progress), False
-        except KeyboardInterrupt as exc:  # wait() has already stopped the run: its result says by what
-            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            result = executor.result(handle)
-            where = f" at iteration {result.iterations_reached or 0} of {result.train_iters or '?'}"
-            rest = (result.reason or "").removeprefix("cancelled").lstrip("; ")  # what the stop itself found
-            reason = describe_interruption(signum) + where + "; the run was stopped" + (f"; {rest}" if rest else "")
-            return result.model_copy(update={"reason": reason}), True
+        except KeyboardInterrupt:  # wait() has already stopped the run, and its record says by which signal
+            return executor.result(handle), True
         except OSError as exc:  # its record could not be written (a full disk): wait() has stopped the run
             raise _run_dir_error(exc, job, started=True) from None
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from megapilot.compat import StrEnum
 from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.execute.interrupt import stop_reason
 
 # A combo name becomes a directory name: keep it to characters every filesystem and shell accepts.
 # `\Z`, not `$`: `$` also matches before a final newline, which would let "name\n" through.
@@ -301,8 +302,8 @@ class Executor(Protocol):
         """The per-node training logs, node 0 first."""
         ...
 
-    def cancel(self, handle: JobHandle) -> None:
-        """Stop the job and every process it started; idempotent."""
+    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
+        """Stop the job and every process it started, recording `reason` as why; idempotent."""
         ...
 
     def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
@@ -345,6 +346,7 @@ def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[
     propagates, so an interrupted caller never leaves a training job running.
     """
     last_seen: tuple[JobState, int | None] | None = None
+    status = JobStatus(state=JobState.PENDING)  # what is known of the job before its first poll
     try:
         while True:
             status = executor.poll(handle)
@@ -354,8 +356,8 @@ def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[
             if status.state.is_terminal:
                 return result_of(handle)
             time.sleep(poll_interval_s)
-    except BaseException:
-        executor.cancel(handle)
+    except BaseException as exc:
+        executor.cancel(handle, stop_reason(exc, status.iteration, status.train_iters))
         raise
 
 

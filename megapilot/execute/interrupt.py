@@ -56,6 +56,20 @@ def describe_interruption(signum: int) -> str:
     return "interrupted by " + ("Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal_name(signum))
 
 
+def stop_reason(exc: BaseException, iteration: int | None = None, train_iters: int | None = None) -> str:
+    """Why a job its follower stopped was stopped, as its job.json records it: the signal that interrupted
+    megapilot and the iteration last seen, or the error that ended the following (a bare "cancelled" said
+    neither)."""
+    if isinstance(exc, KeyboardInterrupt):
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        # the iteration of the last poll: the log may have gone on a little since (the record's own count says)
+        where = (f" at iteration {iteration} of {train_iters or '?'}" if iteration is not None
+                 else " before an iteration line was read")
+        return f"{describe_interruption(signum)}{where}; the run was stopped"
+    said = " ".join(str(exc).split())[:300]
+    return f"cancelled: following the job failed ({type(exc).__name__}{f': {said}' if said else ''})"
+
+
 _force_stops: dict[int, Callable[[], object]] = {}
 _received: list[int] = []
 
@@ -194,4 +208,5 @@ if __name__ == "__main__":  # the watchdog: python -m megapilot.execute.interrup
 
 
 __all__ = ["STOP_SIGNALS", "Interrupted", "describe_interruption", "die_with_parent", "finishing", "received_signal",
-           "register_force_stop", "signal_name", "start_watchdog", "stop_on_signals", "unregister_force_stop"]
+           "register_force_stop", "signal_name", "start_watchdog", "stop_on_signals", "stop_reason",
+           "unregister_force_stop"]

@@ -219,10 +219,10 @@ class LocalExecutor:
     def logs(self, handle: JobHandle) -> list[Path]:
         return [node_log_path(handle.job_dir, 0)]
 
-    def cancel(self, handle: JobHandle) -> None:
+    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
         job = self._jobs.get(handle.job_id)
         if job is not None and not job.status.state.is_terminal:
-            self._stop(job, JobState.CANCELLED, "cancelled")
+            self._stop(job, JobState.CANCELLED, reason)
 
     def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
              poll_interval_s: float = 0.5) -> JobResult:

@@ -521,12 +521,12 @@ class SlurmExecutor:
         nodes = job.spec.nodes if job is not None else read_job_record(handle.job_dir).nodes
         return [node_log_path(handle.job_dir, node) for node in range(nodes)]
 
-    def cancel(self, handle: JobHandle) -> None:
+    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
         job = self._jobs.get(handle.job_id)
         if job is None:
             self.client.cancel(handle.job_id)
         elif not job.status.state.is_terminal:
-            self._stop(job, JobState.CANCELLED, "cancelled")
+            self._stop(job, JobState.CANCELLED, reason)
 
     def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
              poll_interval_s: float = 0.5) -> JobResult:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from megapilot import __version__ as megapilot_version
 from megapilot.errors import MegapilotError
 from megapilot.execute.base import Executor, HangPolicy, JobHandle, JobResult, JobSpec, JobState, JobStatus
-from megapilot.execute.interrupt import Interrupted, describe_interruption, signal_name
+from megapilot.execute.interrupt import Interrupted, describe_interruption, signal_name, stop_reason
 from megapilot.execute.process import free_port
 from megapilot.files import DiskFullError, atomic_write_bytes, free_bytes, human_size, is_disk_full
 from megapilot.spec import Prediction
@@ -746,6 +746,7 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
     _record_job(ctx, handle, job)
     watch = FatalWatch()
     fatal: Finding | None = None
+    status = JobStatus(state=JobState.PENDING)  # what is known of the job before its first poll
     try:
         while True:
             status = executor.poll(handle)
@@ -755,13 +756,13 @@ def _run_job(ctx: _Context, job: JobSpec) -> tuple[JobResult, Finding | None]:
             fatal = watch.scan(logs)
             if fatal is not None:
                 ctx.on_event(f"  fatal: {fatal.message}")
-                executor.cancel(handle)
+                executor.cancel(handle, f"stopped at a fatal error: {fatal.message}")
                 break
             if status.state.is_terminal:
                 break
             time.sleep(POLL_INTERVAL_S)
-    except BaseException:
-        executor.cancel(handle)
+    except BaseException as exc:
+        executor.cancel(handle, stop_reason(exc, status.iteration, status.train_iters))
         raise
     finally:
         ctx.handles.remove(handle)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -163,9 +164,13 @@ def test_interrupting_megapilot_stops_the_run_and_prints_it_cancelled(tmp_path, 
     payload = json.loads(out)
     assert payload["state"] == "CANCELLED"
     how = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
-    assert payload["reason"].startswith(f"interrupted by {how} at iteration ")  # not a bare 'cancelled'
-    assert "the run was stopped" in payload["reason"]
+    assert payload["reason"].startswith(f"interrupted by {how} ")  # not a bare 'cancelled'
+    assert payload["reason"].endswith("; the run was stopped")
+    said = re.search(r" at iteration (\d+) of 2000;", payload["reason"])  # the last one read before the signal
+    assert said is not None or " before an iteration line was read;" in payload["reason"]
+    assert said is None or int(said.group(1)) <= payload["iterations_reached"]
     record = json.loads((tmp_path / "i" / "job.json").read_text())
+    assert record["status"]["reason"] == payload["reason"]  # the record says the same, not a bare 'cancelled'
     for entry in record["processes"]:
         assert not psutil.pid_exists(entry["pid"]) or psutil.Process(entry["pid"]).status() == psutil.STATUS_ZOMBIE
 

@@ -3,6 +3,7 @@ survive a round trip through disk, and the shared polling `wait`."""
 
 from __future__ import annotations
 
+import signal
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from megapilot.execute.base import (
     job_spec_or_error,
     wait_by_polling,
 )
+from megapilot.execute.interrupt import Interrupted
 
 
 def test_only_pending_and_running_are_not_terminal():
@@ -94,14 +96,16 @@ class ScriptedExecutor:
         self.statuses = statuses
         self.polls = 0
         self.cancelled = 0
+        self.reasons: list[str] = []
 
     def poll(self, handle: JobHandle) -> JobStatus:
         status = self.statuses[min(self.polls, len(self.statuses) - 1)]
         self.polls += 1
         return status
 
-    def cancel(self, handle: JobHandle) -> None:
+    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
         self.cancelled += 1
+        self.reasons.append(reason)
 
 
 HANDLE = JobHandle(executor="scripted", combo="c", job_id="1", job_dir=Path("c"), submitted_at=datetime(2026, 1, 1))
@@ -131,3 +135,22 @@ def test_an_error_in_the_callback_cancels_the_job_and_propagates(error: type[Bas
         wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED), explode,
                         poll_interval_s=0)  # type: ignore[arg-type]  # a stub executor
     assert executor.cancelled == 1
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (Interrupted(signal.SIGTERM), "interrupted by SIGTERM at iteration 7 of 20; the run was stopped"),
+    (KeyboardInterrupt(), "interrupted by Ctrl-C (SIGINT) at iteration 7 of 20; the run was stopped"),
+    (RuntimeError("progress display  broke"), "cancelled: following the job failed (RuntimeError: progress display "
+                                               "broke)"),
+])
+def test_a_stopped_job_records_what_stopped_it_and_the_iteration_last_seen(error: BaseException, said: str):
+    # the job's record says by which signal (and where), not a bare "cancelled" a reader must guess the cause of
+    executor = ScriptedExecutor([JobStatus(state=JobState.RUNNING, iteration=7, train_iters=20)])
+
+    def stop(_status: JobStatus) -> None:
+        raise error
+
+    with pytest.raises(type(error)):
+        wait_by_polling(executor, HANDLE, lambda h: _result(JobState.COMPLETED), stop,
+                        poll_interval_s=0)  # type: ignore[arg-type]  # a stub executor
+    assert executor.reasons == [said]

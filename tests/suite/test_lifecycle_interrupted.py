@@ -76,10 +76,10 @@ class StandInExecutor(LocalExecutor):
     def logs(self, handle: JobHandle) -> list[Path]:
         return [node_log_path(handle.job_dir, 0)]
 
-    def cancel(self, handle: JobHandle) -> None:
+    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
         record = read_job_record(handle.job_dir)
         if not record.status.state.is_terminal:
-            record.status = record.status.model_copy(update={"state": JobState.CANCELLED, "reason": "cancelled"})
+            record.status = record.status.model_copy(update={"state": JobState.CANCELLED, "reason": reason})
             write_job_record(handle.job_dir, record)
 
     def result(self, handle: JobHandle):  # type: ignore[no-untyped-def]  # the base's JobResult
@@ -106,6 +106,10 @@ def test_ctrl_c_in_the_first_combo_leaves_it_interrupted_with_its_iterations_and
     assert combo.job.state == "CANCELLED" and combo.job.logs == ["MBS1_GBS8_BF16/out-node0/training.log"]
     assert combo.reason == "interrupted at iteration 10 of 20 by SIGINT"
     assert combo.log_tail and " iteration       10/      20 |" in combo.log_tail[-1]
+    record = read_job_record(Path(result.run_dir) / "MBS1_GBS8_BF16")
+    # the signal came in the job's first poll: no iteration was read yet (the record's own count says 10)
+    assert record.status.reason == ("interrupted by Ctrl-C (SIGINT) before an iteration line was read; the run was "
+                                    "stopped") and record.status.iteration == 10
     rows = [(s.name, s.verdict, s.reason) for s in result.stages if s.combo == FIRST]
     assert rows == [("train", Verdict.INTERRUPTED, combo.reason), ("metrics", Verdict.SKIPPED, NOT_RUN_REASON),
                     ("loss_curve", Verdict.SKIPPED, NOT_RUN_REASON)]
@@ -164,3 +168,27 @@ def test_a_stop_in_the_smoke_stage_is_that_stage_interrupted_and_a_resume_runs_i
                                           resume_from=read_suite_result(Path(stopped.run_dir))), again)
     assert resumed.finished and again.submitted == ["smoke"]
     assert next(s for s in resumed.stages if s.name == "smoke").verdict is not Verdict.INTERRUPTED
+
+
+class FatalLineExecutor(StandInExecutor):
+    """The first job prints an out-of-memory error at iteration 3 and runs on: the suite's watch must stop it."""
+
+    def submit(self, job: JobSpec) -> JobHandle:
+        handle = super().submit(job)
+        if len(self.submitted) == 1:
+            with node_log_path(handle.job_dir, 0).open("a", encoding="utf-8") as log:
+                log.write("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+        return handle
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        return read_job_record(handle.job_dir).status  # never a signal: the job runs until it is stopped
+
+
+def test_a_job_stopped_at_its_fatal_line_records_that_line_as_why(suite, tmp_path):
+    executor = FatalLineExecutor(stop_at=1, reached=3)
+    result = run_suite(suite, RunRequest(out_dir=tmp_path / "runs", only_stage="train"), executor)
+    assert result.finished and executor.submitted == ["MBS1_GBS8_BF16", "MBS2_GBS8_BF16"]
+    record = read_job_record(Path(result.run_dir) / "MBS1_GBS8_BF16")
+    assert record.status.state is JobState.CANCELLED
+    assert record.status.reason is not None and record.status.reason.startswith("stopped at a fatal error: ")
+    assert "out of memory" in record.status.reason.lower()
