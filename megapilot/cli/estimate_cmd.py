@@ -16,9 +16,10 @@ row is `{"line", "id"?}` plus the estimate above, or `{"line", "id"?, "error", "
 bad line; exits 1 when any line failed (the list still holds every line).
 
 `--cluster NAME` (batch key `cluster`) calibrates the estimate on that cluster's measured runs in the history
-(`megapilot history import`, every `suite run`): the figures above become the calibrated ones and
-`calibration_from_history` keeps the uncalibrated figures, the corrections, the runs used (with their weights), the
-error band (p90 of the held-out |error|) and, when the calibration made held-out runs worse, why it was not applied.
+(`megapilot history import`, every `suite run`): the figures above become the calibrated ones, `calibration` states
+the cluster's calibration, and `calibration_from_history` keeps the uncalibrated figures with the published runs'
+calibration of them, the corrections, the runs used (with their weights), the error band (p90 of the held-out
+|error|) and, when the calibration made held-out runs worse, why it was not applied.
 `--calibration none` turns it off.
 """
 
@@ -130,12 +131,10 @@ def estimate(
                   | ({"calibration_from_history": about} if about else {}) | budget_json(run)
                   | ({"layers": [group.to_json() for group in groups]} if layers else {}))
     else:
-        _print_result(result, case)
+        _print_result(result, case, cluster_calibration_note(about) if about else None)
         if layers:
             print_layers(groups)
         console.print(f"model: {resolved.describe()}", highlight=False)
-        if about:
-            _print_calibration(about)
         if run is not None:
             print_budget(run)
         print_assumptions(defaults_assumed(flags, case))
@@ -172,15 +171,20 @@ class ClusterCalibrator:
         return calibrate_estimate(case, result, self.runs(cluster), cluster)
 
 
-def _print_calibration(about: dict[str, Any]) -> None:
-    from rich.markup import escape
-
+def cluster_calibration_note(about: dict[str, Any]) -> str:
+    """The line beside figures that `calibrate_estimate` treated, saying what the figures do not use: applied, the
+    uncalibrated model's figures and the published runs' calibration behind them (the cluster's calibration is the
+    result's own `calibration` line); not applied, the cluster's calibration and why, the published runs' being
+    the one in force."""
+    if not about["applied"]:
+        return (f"not used: cluster {about['cluster']}'s calibration: {about['reason']}; the figures are the "
+                "uncalibrated model's")
     uncalibrated = about["uncalibrated"]
-    band = f", band +/-{about['band_pct']:.1f} %" if about["band_pct"] is not None else ""
-    head = (f"calibrated on cluster {about['cluster']}" if about["applied"]
-            else f"cluster {about['cluster']}: not calibrated")
-    console.print(f"{escape(head)}: {escape(about['reason'])}{band}; uncalibrated "
-                  f"{uncalibrated['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, step {uncalibrated['step_time_s']:.3f} s")
+    published = uncalibrated.get("calibration")
+    behind = f", and the published runs' calibration of it: {published.removeprefix('calibration: ')}" \
+        if published else ""
+    return (f"not used: the uncalibrated model's {uncalibrated['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, step "
+            f"{uncalibrated['step_time_s']:.3f} s{behind}")
 
 
 def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[Case, EstimateResult]:
@@ -342,7 +346,8 @@ def _tflops_text(tflops: float) -> str:
     return f"{tflops:,.0f}" if tflops >= 10 else f"{tflops:.2g}"
 
 
-def _print_result(result: EstimateResult, case: Case) -> None:
+def _print_result(result: EstimateResult, case: Case, calibration_note: str | None = None) -> None:
+    """The figures, then their calibration and (`calibration_note`) the one a cluster's runs offered beside it."""
     from rich.table import Table
 
     from megapilot.estimate.units import format_count, format_duration
@@ -387,6 +392,8 @@ def _print_result(result: EstimateResult, case: Case) -> None:
     )
     if result.calibration and result.calibration not in result.warnings:  # a caveat prints once, as a warning
         console.print(result.calibration, markup=False, highlight=False)
+    if calibration_note:  # right under the calibration line, so the two are read together
+        console.print(calibration_note, markup=False, highlight=False, soft_wrap=True)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
 

@@ -252,10 +252,14 @@ def plan_command(
         print_budget_ranking(replace(budgeted, plan=result))
     if any(calibrations):
         from megapilot.cli.common import console
+        from megapilot.cli.estimate_cmd import cluster_calibration_note
 
         about = calibrations[0] or {}
-        console.print(f"figures calibrated on cluster {cluster}: {about.get('reason', '')}; the ranking is the "
-                      "planner's (uncalibrated)", markup=False, highlight=False, soft_wrap=True)
+        # applied, #1's calibration line above already names the cluster's calibration: said once, not twice
+        said = (f"the figures are calibrated on cluster {cluster} (the calibration line above)" if about["applied"]
+                else cluster_calibration_note(about))
+        console.print(f"{said}; the ranking is the planner's, by the uncalibrated figures", markup=False,
+                      highlight=False, soft_wrap=True)
     print_assumptions(assumed)
 
 

@@ -446,7 +446,11 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
                        ) -> tuple[Any, dict[str, Any]]:
     """An `EstimateResult` of a `Case`, calibrated on a cluster's runs: (the result with calibrated step time,
     tokens/s, TFLOP/s, MFU and breakdown; the `calibration_from_history` object that names the cluster, the
-    uncalibrated figures, the corrections, the runs used and the band)."""
+    uncalibrated figures, the corrections, the runs used and the band).
+
+    Applied, the result's `calibration` states the cluster's calibration, the one its figures now use; the
+    published runs' statement, which speaks of the uncalibrated figures, moves beside them (`uncalibrated`). A
+    reader of either then sees one calibration per set of figures, never two for one."""
     from megapilot.estimate.coverage import family_of, precision_class
 
     p = case.parallel
@@ -460,7 +464,8 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
     about = {
         "cluster": cluster, "applied": calibrated.applied, "reason": calibrated.reason,
         "uncalibrated": {"step_time_s": result.step_time_s, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
-                         "tflops_per_gpu": result.tflops_per_gpu, "mfu": result.mfu},
+                         "tflops_per_gpu": result.tflops_per_gpu, "mfu": result.mfu,
+                         "calibration": result.calibration},
         "corrections": {"compute": calibrated.corrections.compute,
                         "scaleup_comm": calibrated.corrections.scaleup_comm,
                         "scaleout_comm": calibrated.corrections.scaleout_comm,
@@ -479,7 +484,10 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
     breakdown["overhead"] = breakdown.pop("fixed")  # the per-step time the runs show beyond every modelled term
     tokens = result.tokens_per_s_per_gpu / factor
     low, high = calibrated_interval(tokens, calibrated.band)
+    band = "" if calibrated.band is None else f"; band +/-{100 * calibrated.band:.1f} %"
     updated = result.model_copy(update={
+        "calibration": f"calibration: figures calibrated on cluster {cluster} "
+                       f"({calibrated.reason.removeprefix('calibrated on ')}{band})",
         "step_time_s": calibrated.step_time_s, "tokens_per_s_per_gpu": tokens,
         "tflops_per_gpu": result.tflops_per_gpu / factor, "mfu": result.mfu / factor,
         "tokens_per_s_per_gpu_p10": low, "tokens_per_s_per_gpu_p90": high,

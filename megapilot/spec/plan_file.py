@@ -63,7 +63,8 @@ class EstimateResult(BaseModel):
     flop_convention: str | None = Field(default=None, description="How flops_per_step and MFU count FLOPs.")
     calibration: str | None = Field(
         default=None, description="The published runs behind this estimate: its calibrated cell (family, GPU, "
-        "precision) or the nearest one, with the model's median |error| there; or that none checks it.")
+        "precision) or the nearest one, with the model's median |error| there; or that none checks it. Calibrated "
+        "on a cluster's runs (`--cluster`), that calibration instead.")
     tokens_per_s_per_gpu_p10: float | None = Field(
         default=None, description="Low end of the 80 % interval of tokens/s/GPU: from the model's errors on published "
         "runs of the nearest family/GPU/precision when their family or GPU was held out of the fit, wider outside.")

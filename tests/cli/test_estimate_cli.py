@@ -327,3 +327,34 @@ def test_a_cpu_estimate_states_no_interval_and_says_what_it_leaves_out(cli):
     assert "per-op dispatch" in result.stdout and "no interval is stated" in result.stdout
     payload = cli(*cpu, "--json").json()
     assert payload["tokens_per_s_per_gpu_p10"] is None and payload["tokens_per_s_per_gpu_p90"] is None
+
+
+HISTORY_ROWS = Path(__file__).resolve().parents[1] / "data" / "history_import" / "published_rows.jsonl"
+GB200_CASE = ("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--seq-len", "8192", "--gbs",
+              "256", "--precision", "fp8", "--cluster", "nvidia-dgx-gb200")
+
+
+def test_a_cluster_calibration_is_the_one_calibration_line_and_the_published_one_is_labelled_not_used(cli, tmp_path):
+    """With --cluster the published runs' 'calibration: ...' line printed beside the cluster's own: two calibration
+    statements, and nothing said which the figures used. Now one calibration line (the figures'), and the other is
+    said to be not used, in the text and in the JSON alike."""
+    db = str(tmp_path / "history.sqlite")
+    assert cli("history", "import", str(HISTORY_ROWS), "--db", db).exit_code == 0
+    text = cli(*GB200_CASE, "--db", db).stdout.splitlines()
+    [calibration] = [line for line in text if line.startswith("calibration:")]
+    assert calibration.startswith("calibration: figures calibrated on cluster nvidia-dgx-gb200 (4 run(s)")
+    [other] = [line for line in text if "published runs" in line]
+    assert other.startswith("not used: the uncalibrated model's ") and text.index(other) == text.index(calibration) + 1
+    document = cli(*GB200_CASE, "--db", db, "--json").json()
+    assert document["calibration"] == calibration
+    published = document["calibration_from_history"]["uncalibrated"]["calibration"]
+    assert published.startswith("calibration: dense on GB200 fp8") and published.removeprefix("calibration: ") in other
+    assert cli(*GB200_CASE, "--db", db, "--calibration", "none", "--json").json()["calibration"] == published
+
+    # on a GPU the cluster has no run of, the published runs' calibration stays the figures' and the cluster's is
+    # the one said not to be used
+    elsewhere = cli(*[("h100" if arg == "gb200" else arg) for arg in GB200_CASE], "--db", db).stdout.splitlines()
+    [calibration] = [line for line in elsewhere if line.startswith("calibration:")]
+    assert calibration.startswith("calibration: dense on H100")
+    assert elsewhere[elsewhere.index(calibration) + 1].startswith(
+        "not used: cluster nvidia-dgx-gb200's calibration: no measured run on H100")

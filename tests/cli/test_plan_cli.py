@@ -307,6 +307,25 @@ def test_plan_layers_break_down_the_top_layout(cli):
     assert "layers" not in cli(*SMALL, "--top", "2", "--json").json()
 
 
+def test_plan_cluster_names_the_calibration_its_figures_use_once(cli, tmp_path):
+    """#1's calibration line is the cluster's once its runs calibrate the figures; the closing line had said it a
+    second time in other words, and the published runs' line had stood above it as if it were in force."""
+    db = str(tmp_path / "history.sqlite")
+    rows = Path(__file__).resolve().parents[1] / "data" / "history_import" / "published_rows.jsonl"
+    assert cli("history", "import", str(rows), "--db", db).exit_code == 0
+    case = ("plan", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--seq-len", "8192", "--gbs", "256",
+            "--precision", "fp8", "--top", "2", "--db", db, "--cluster", "nvidia-dgx-gb200")
+    lines = cli(*case).stdout.splitlines()
+    [calibration] = [line for line in lines if line.startswith("calibration:")]
+    assert calibration.startswith("calibration: figures calibrated on cluster nvidia-dgx-gb200 (4 run(s)")
+    assert sum("held out: median" in line for line in lines) == 1  # the closing line had said it again
+    assert lines[-1] == ("the figures are calibrated on cluster nvidia-dgx-gb200 (the calibration line above); the "
+                         "ranking is the planner's, by the uncalibrated figures")
+    best = cli(*case, "--json").json()["candidates"][0]
+    assert best["estimate"]["calibration"] in lines
+    assert best["calibration_from_history"]["uncalibrated"]["calibration"].startswith("calibration: dense on GB200")
+
+
 def test_plan_cluster_judges_the_ties_by_the_calibrated_interval_it_shows(cli, tmp_path):
     """Calibrated on the cluster's runs, #1's interval line moves to the calibration's (33,423-36,567 tokens/s/GPU
     here); the ties line had kept the published runs' 26,336-32,621 and called #4 (32,508 calibrated) a tie."""
