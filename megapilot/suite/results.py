@@ -17,10 +17,13 @@ Verdicts, and what each means for a row:
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -42,14 +45,9 @@ from megapilot.spec.prediction import Prediction  # the one prediction type, the
 from megapilot.suite.budget import BudgetProjection
 from megapilot.suite.cells import RECORDED_LAYOUT_FIELDS, recorded_layout
 
-# NaN/Inf (a diverged loss) are written as "NaN"/"Infinity" strings, which read back as floats; JSON's
-# null would not read back into a float field.
+# NaN/Inf in a curve (a reading the log printed) are written as "NaN"/"Infinity" strings, which read back as floats;
+# JSON's null would not read back into a float field. Every other number is finite (see `_numbers`).
 _STRICT = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
-
-# A duration, in seconds: finite, as every clock gives it. The run deck's schema holds a number there, which a NaN or
-# an infinity is not (it would be written as null), so a suite.json with one is damaged, and refused when read by the
-# field's path and the value found (`read_suite_result`): the one place a duration is checked.
-Seconds = Annotated[float, Field(allow_inf_nan=False)]
 
 SUITE_RESULT_VERSION = 1
 SUITE_RESULT_NAME = "suite.json"
@@ -125,7 +123,7 @@ class JobSummary(BaseModel):
     reason: str | None = None
     iterations_reached: int | None = None
     train_iters: int | None = None
-    duration_s: Seconds = 0.0
+    duration_s: float = 0.0
     logs: list[str] = Field(default_factory=list, description="Per-node training logs, relative to run_dir.")
 
 
@@ -159,7 +157,7 @@ class ComboResult(BaseModel):
     job: JobSummary | None = None
     log_tail: list[str] = Field(default_factory=list, description="Last lines of the last node's log on failure.")
     started_at: datetime | None = None
-    duration_s: Seconds = 0.0
+    duration_s: float = 0.0
 
     @model_validator(mode="before")
     @classmethod
@@ -196,7 +194,7 @@ class StageResult(BaseModel):
     verdict: Verdict
     reason: str = ""
     started_at: datetime | None = None
-    duration_s: Seconds = 0.0
+    duration_s: float = 0.0
     checks: list[MetricRow] = Field(default_factory=list, description="Readings (preflight) or checks (checkpoint).")
     jobs: list[JobSummary] = Field(default_factory=list, description="The stage's own jobs (checkpoint save and "
                                                                       "resume), with their logs.")
@@ -269,7 +267,7 @@ class SuiteResult(BaseModel):
     card: RunCard
     started_at: datetime
     ended_at: datetime | None = None
-    duration_s: Seconds = 0.0
+    duration_s: float = 0.0
     finished: bool = Field(default=False, description="False while running, or when interrupted.")
     stages: list[StageResult] = Field(default_factory=list)
     combos: list[ComboResult] = Field(default_factory=list)
@@ -365,7 +363,11 @@ class SuiteResult(BaseModel):
         sees half a file)."""
         directory = Path(run_dir or self.run_dir)
         directory.mkdir(parents=True, exist_ok=True)
-        return atomic_write_text(directory / SUITE_RESULT_NAME, self.model_dump_json(indent=2))
+        data = json.loads(self.model_dump_json())
+        for _, number, held_in, key in _numbers(self, data, ()):
+            if not math.isfinite(number):  # no JSON form: null (not measured), as the run deck writes it
+                held_in[key] = None
+        return atomic_write_text(directory / SUITE_RESULT_NAME, json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def read_suite_result(run_dir: Path) -> SuiteResult:
@@ -382,7 +384,7 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
             raise MegapilotError(f"{path} is suite result version {data['version']}; this megapilot reads up to "
                                  f"version {SUITE_RESULT_VERSION}", field="run_dir",
                                  fix="report it with the megapilot that ran the suite (or a newer one)")
-        return SuiteResult.model_validate(data)
+        result = SuiteResult.model_validate(data)
     except ValidationError as exc:
         raise MegapilotError(f"{path} is not a suite result ({_first_error(exc)})", field="run_dir",
                              fix=f"correct that field, or {damaged}") from None
@@ -391,6 +393,47 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
     except ValueError as exc:
         raise MegapilotError(f"{path} is not a suite result ({str(exc).splitlines()[0]})", field="run_dir",
                              fix=damaged) from None
+    for where, _, held_in, key in _numbers(result, data, ()):
+        found = held_in[key]
+        if isinstance(found, bool) or not isinstance(found, int | float) or not math.isfinite(found):
+            raise MegapilotError(f"{path} is not a suite result ({where}: Input should be a finite number (found "
+                                 f"{_short(found)}))", field="run_dir", fix=f"correct that field, or {damaged}")
+    return result
+
+
+# The one rule for every number of suite.json, whatever type holds it (a duration, a gate's value, margin or
+# threshold, a regression, a prediction, a budget): a finite JSON number. `write` writes a number that is not finite as
+# null, and `read_suite_result` refuses anything else found where a number belongs (a NaN, an infinity, text such as
+# "Infinity" or "12", a boolean), by its path and the value found: damage, which a report, run deck or history row made
+# of it would pass on. A curve's points are exempt: a non-finite one is a reading the log printed (a diverged loss),
+# drawn as a gap.
+_Numbers = Iterator[tuple[str, float, "dict[Any, Any] | list[Any]", Any]]
+
+
+def _numbers(node: object, held: object, where: tuple[str, ...]) -> _Numbers:
+    """Each number of `node` (a result, or any part of one) with its dotted path, and the JSON container and key that
+    hold it in `held`, `node` as JSON; a part `held` lacks is passed over (a key the file leaves out holds its default,
+    and one an earlier format held elsewhere was read from there)."""
+    if isinstance(node, Curve) or not isinstance(held, dict | list):
+        return
+    children: list[tuple[Any, object]]
+    if isinstance(node, BaseModel):
+        children = [(name, getattr(node, name)) for name in type(node).model_fields]
+    elif dataclasses.is_dataclass(node):
+        children = [(f.name, getattr(node, f.name)) for f in dataclasses.fields(node)]
+    elif isinstance(node, dict):
+        children = list(node.items())
+    elif isinstance(node, list | tuple):
+        children = list(enumerate(node))
+    else:
+        return
+    for key, child in children:
+        if key in held if isinstance(held, dict) else isinstance(key, int) and key < len(held):
+            path = (*where, str(key))
+            if isinstance(child, int | float) and not isinstance(child, bool):
+                yield ".".join(path), child, held, key
+            else:
+                yield from _numbers(child, held[key], path)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -107,6 +107,65 @@ def test_a_duration_that_is_not_a_finite_number_is_refused_by_its_field(tmp_path
     assert damaged.value.field == "run_dir" and "correct that field" in (damaged.value.fix or "")
 
 
+def _every_number_kind(tmp_path) -> dict:
+    """suite.json of a run holding a number of each kind: a gate's value and margin, Megatron's timers, a prediction,
+    a regression and a budget projection."""
+    from megapilot.spec.prediction import Prediction
+    from megapilot.suite.budget import BudgetProjection
+    from megapilot.suite.results import MetricRow, Regression
+
+    combo = ComboResult(key="A", directory="A", verdict=Verdict.PASS, backend="megapilot",
+                        metrics=[MetricRow(name="training.tokens_per_gpu", value=950.0, threshold=">= 900", kind="min",
+                                           verdict=Verdict.PASS, margin_pct=5.6)],
+                        timers_ms={"forward-compute": 12.5}, predicted=Prediction(step_time_ms=1000.0))
+    regression = Regression(combo="A", metric="training.tokens_per_gpu", value=950.0, baseline_median=1000.0,
+                            change_pct=-5.0, runs_compared=3, worse=True, message="tokens/s -5 %")
+    budget = BudgetProjection(tokens=1e9, days=2.0, days_band=(1.5, 2.5))
+    return json.loads(_result(tmp_path, combos=[combo], regressions=[regression], budget=budget).write().read_text())
+
+
+@pytest.mark.parametrize(("where", "value", "found"), [
+    ("combos.0.metrics.0.value", "Infinity", "'Infinity'"), ("combos.0.metrics.0.margin_pct", math.nan, "nan"),
+    ("combos.0.metrics.0.value", "950", "'950'"), ("combos.0.timers_ms.forward-compute", True, "True"),
+    ("combos.0.predicted.step_time_ms", "NaN", "'NaN'"), ("regressions.0.baseline_median", math.inf, "inf"),
+    ("regressions.0.change_pct", "-Infinity", "'-Infinity'"), ("budget.days_band.1", "Infinity", "'Infinity'"),
+    ("regressions.0.runs_compared", "3", "'3'"),
+])
+def test_any_number_that_is_not_a_finite_json_number_is_refused_by_its_path_and_value(tmp_path, where, value, found):
+    # one rule for every number, not only the durations: a gate, a regression or a prediction read from a damaged
+    # file would pass on a NaN (or a number written as text) to the report, the run deck and the history
+    data = _every_number_kind(tmp_path)
+    *parents, field = where.split(".")
+    held = data
+    for part in parents:
+        held = held[int(part)] if part.isdigit() else held[part]
+    held[int(field) if field.isdigit() else field] = value
+    (tmp_path / "suite.json").write_text(json.dumps(data))
+    with pytest.raises(MegapilotError) as damaged:
+        read_suite_result(tmp_path)
+    assert f"is not a suite result ({where}: Input should be a finite number (found {found}))" in str(damaged.value)
+    assert damaged.value.field == "run_dir" and "correct that field" in (damaged.value.fix or "")
+
+
+def test_a_number_that_is_not_finite_is_written_as_null_so_the_run_reads_its_own_file_back(tmp_path):
+    # a margin with no bound (a step time of 0 against a prediction), a checkpoint interval with no failures: the
+    # reader refuses a non-finite number, so the writer never writes one; a curve keeps its NaN reading
+    from megapilot.suite.budget import BudgetProjection
+    from megapilot.suite.results import MetricRow
+
+    combo = ComboResult(key="A", directory="A", verdict=Verdict.PASS, backend="megapilot",
+                        metrics=[MetricRow(name="training.step_time_p50_ms", value=0.0, verdict=Verdict.PASS,
+                                           margin_pct=math.inf)],
+                        curves=[Curve(name="loss", points=[(1, 7.0), (2, math.nan)])])
+    budget = BudgetProjection(tokens=1e9, checkpoint_interval_s=math.inf)
+    stored = json.loads(_result(tmp_path, combos=[combo], budget=budget).write().read_text())
+    assert stored["combos"][0]["metrics"][0]["margin_pct"] is None and stored["budget"]["checkpoint_interval_s"] is None
+    assert stored["combos"][0]["curves"][0]["points"][1][1] == "NaN"
+    back = read_suite_result(tmp_path)
+    assert back.combos[0].metrics[0].margin_pct is None and back.budget is not None
+    assert back.budget.checkpoint_interval_s is None and math.isnan(back.combos[0].curves[0].points[1][1])
+
+
 def _combo(key: str, verdict: Verdict) -> ComboResult:
     return ComboResult(key=key, directory=key, verdict=verdict, backend="megapilot")
 
