@@ -103,6 +103,7 @@ def _threshold_file(config: SuiteConfig, config_path: Path, check: SuiteCheck) -
 def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = True) -> ThresholdTable:
     table: ThresholdTable = {}
     issues: dict[tuple[str, SpecIssue], list[str]] = {}  # (metric, issue) -> the cells that say it
+    unread: dict[tuple[str, str, str], list[str]] = {}  # (metric, problem, fix) of a spec not read -> its cells
     for cell, metrics in raw.items():
         if cell.startswith("_"):
             continue
@@ -118,29 +119,38 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
                 continue
             name = measured_name(metric)  # another dialect's name of a measured metric gates that metric
             if name in written:
-                check.add(f"thresholds.{cell}.{metric}", f"gates {name} a second time (as {written[name]} and as "
-                          f"{metric}, two names of one metric)", f"keep one of {written[name]} and {metric}")
+                unread.setdefault((metric, f"gates {name} a second time (as {written[name]} and as {metric}, two "
+                                           "names of one metric)", f"keep one of {written[name]} and {metric}"),
+                                  []).append(cell)
                 continue
             try:
                 specs[name] = parse_threshold(spec)
             except ValueError as exc:
-                check.add(f"thresholds.{cell}.{metric}", str(exc),
-                          "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/baseline with its fields")
+                unread.setdefault((metric, str(exc), "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/"
+                                                     "baseline with its fields"), []).append(cell)
                 continue
             written[name] = metric
             for issue in spec_issues(metric, spec, specs[name]):
                 issues.setdefault((metric, issue), []).append(cell)
         table[_canonical_key(cell)] = specs
+    for (metric, problem, fix), cells in unread.items():  # a problem enforced or not: the table cannot be read
+        check.add(*_once(metric, problem, cells), fix)
     _report_spec_issues(issues, check, enforce=enforce)
     return table
 
 
+def _once(metric: str, message: str, cells: list[str]) -> tuple[str, str]:
+    """The path and message of what a threshold file says of a metric in several cells (it repeats a metric's spec in
+    every cell), said once: at its first cell, with how many others say the same."""
+    return f"thresholds.{cells[0]}.{metric}", message + (
+        f" (and in {len(cells) - 1} other cell(s))" if len(cells) > 1 else "")
+
+
 def _report_spec_issues(issues: dict[tuple[str, SpecIssue], list[str]], check: SuiteCheck, *, enforce: bool) -> None:
-    """Each issue once, at its first cell (a threshold file repeats a metric's spec in every cell): a problem when
-    it settles or misreads an enforced gate, else a warning, as run time would record it."""
+    """Each issue once, at its first cell: a problem when it settles or misreads an enforced gate, else a warning, as
+    run time would record it."""
     for (metric, issue), cells in issues.items():
-        path = f"thresholds.{cells[0]}.{metric}"
-        message = issue.message + (f" (and in {len(cells) - 1} other cell(s))" if len(cells) > 1 else "")
+        path, message = _once(metric, issue.message, cells)
         if issue.blocks and enforce:
             check.add(path, message, issue.fix)
         elif issue.blocks:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from megapilot.spec.training import Precision
-from megapilot.suite.config_read import near_key
+from megapilot.suite.config_read import _message, near_key
 from megapilot.suite.metric_table import MEASURED_METRICS, METRICS, measured_name
 from megapilot.suite.results import Verdict
 
@@ -343,7 +343,7 @@ def _problem(error: Any, data: Any) -> str:
     if error["type"] == "missing":
         what = "a numeric 'value'" if field == "value" else repr(field)
         return f"kind {kind!r} needs {what}"
-    return f"{field}: {error['msg']}"
+    return f"{field}: {_message(error)}"  # with the value found, as the config's own problems say it
 
 
 def band(value: float, centre: float, tolerance_pct: float, what: str) -> Outcome:

@@ -78,6 +78,22 @@ def test_a_specs_issue_is_said_once_at_its_first_cell_a_problem_only_while_enfor
     assert "enforce_thresholds false" in recorded.warnings[0]
 
 
+def test_a_spec_that_cannot_be_read_is_one_problem_at_its_first_cell_enforced_or_not() -> None:
+    # a threshold file repeats a metric's spec in every cell: a value of the wrong type is one mistake, said once,
+    # naming the field and the value found
+    wrong = {"training.lm_loss": {"kind": "max", "value": "fast"},
+             "training.time_to_target_s": {"kind": "max", "value": 60},
+             "training.time_to_target_seconds": {"kind": "max", "value": 90}}
+    for enforce in (True, False):  # a spec not read gates nothing as written: a problem either way
+        check = SuiteCheck()
+        _threshold_table({BF16: wrong, FP8: wrong, "MBS=4,GBS=8,PRECISION=BF16": wrong}, check, enforce=enforce)
+        assert _paths(check) == [f"thresholds.{BF16}.training.lm_loss",
+                                 f"thresholds.{BF16}.training.time_to_target_seconds"]
+        assert check.problems[0].message == ("value: Input should be a valid number, unable to parse string as a "
+                                             "number (got 'fast') (and in 2 other cell(s))")
+        assert check.problems[1].message.endswith("two names of one metric) (and in 2 other cell(s))")
+
+
 def test_a_trailing_comma_is_pointed_at_by_its_line() -> None:
     with pytest.raises(json.JSONDecodeError) as trailing:
         json.loads('{\n "a": 1,\n "b": 2,\n}')
