@@ -132,6 +132,8 @@ def estimate(
                   | ({"layers": [group.to_json() for group in groups]} if layers else {}))
     else:
         _print_result(result, case, cluster_calibration_note(about) if about else None)
+        if (note := dispatcher_note(flags, case)) is not None:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
         if layers:
             print_layers(groups)
         console.print(f"model: {resolved.describe()}", highlight=False)
@@ -230,6 +232,25 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     if case.model.moe is not None and "moe_flex_dispatcher" not in given:
         assumed.append("alltoall MoE dispatcher")
     return [f"{', '.join(assumed)} (defaults)"] if assumed else []
+
+
+def dispatcher_note(flags: CaseFlags, case: Case) -> str | None:
+    """Where the expert group leaves the NVLink domain and no dispatcher was named, the line saying that this
+    estimate prices Megatron's default alltoall dispatcher there while `plan` prices the flex one (where a
+    backend runs): each keeps its default (the calibration rests on them), so the line names the flag that
+    prices what `plan` assumes."""
+    from megapilot.estimate.cases import cross_domain_flex_backend
+    from megapilot.estimate.moe_terms import ep_leaves_domain
+
+    p, cluster = case.parallel, case.cluster
+    if case.model.moe is None or "moe_flex_dispatcher" in flags.given() or not ep_leaves_domain(cluster, p):
+        return None
+    backend = cross_domain_flex_backend(case.model, cluster)
+    if backend is None:  # no flex backend runs here: plan keeps alltoall too
+        return None
+    return (f"dispatcher: the expert group (EP {p.ep} x ETP {p.expert_tp} = {p.ep * p.expert_tp} GPUs) leaves the "
+            f"{cluster.scaleup_domain_gpus}-GPU NVLink domain and is priced with Megatron's default alltoall "
+            f"dispatcher; --moe-flex-dispatcher {backend} prices the flex dispatcher `plan` assumes there")
 
 
 # ---- --batch -------------------------------------------------------------------------------------
