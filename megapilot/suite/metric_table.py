@@ -46,6 +46,8 @@ class MetricInfo:
     # the range no measurement leaves (None: unbounded that way): a gate past it settles every verdict before a run
     # (megapilot.suite.thresholds); rates, times, counts, memory and losses are never below 0
     floor: float | None = 0.0
+    # never at its floor either (a step takes time): a ceiling at the floor fails every run, as one below it does
+    above_floor: bool = False
     ceiling: float | None = None
     # a rate of the GPU's own FLOPs: never above its dense peak at the cell's precision, the ceiling `suite check`
     # holds a gate to where it knows the suite's GPU (megapilot.suite.thresholds.Peak)
@@ -68,11 +70,12 @@ _TABLE = (
                expected_line="iteration lines with `tokens/s/GPU`, or a step time plus GBS and sequence length "
                              "(arguments block or the combo's settings)"),
     MetricInfo("training.elapsed_time_per_iteration", "step time (mean)", "ms", "lower", headline=True,
-               paced_by_steps=True, quantity="step_time_ms", expected_line=_STEP_TIME_LINE),
+               paced_by_steps=True, quantity="step_time_ms", above_floor=True, expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_p50_ms", "step time p50", "ms", "lower", headline=True, paced_by_steps=True,
-               median_of_steps=True, quantity="step_time_ms",
+               median_of_steps=True, quantity="step_time_ms", above_floor=True,
                expected_line=_STEP_TIME_LINE),
-    MetricInfo("training.step_time_p95_ms", "step time p95", "ms", "lower", expected_line=_STEP_TIME_LINE),
+    MetricInfo("training.step_time_p95_ms", "step time p95", "ms", "lower", above_floor=True,
+               expected_line=_STEP_TIME_LINE),
     MetricInfo("training.step_time_cv", "step time CV", "", "lower", expected_line=_STEP_TIME_LINE),
     # the steady-state records (iteration lines after the warm-up) the step figures above are taken over: how much
     # their mean and median may move by the steps' own spread (store.regress)
@@ -115,7 +118,8 @@ _TABLE = (
                quantity="tokens_per_s_per_gpu"),
     MetricInfo("training.tflops_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU", "higher", headline=True,
                quantity="tflops_per_gpu", zero_unmeasured=True),
-    MetricInfo("training.step_time_ms", "step time (mean)", "ms", "lower", headline=True, quantity="step_time_ms"),
+    MetricInfo("training.step_time_ms", "step time (mean)", "ms", "lower", headline=True, quantity="step_time_ms",
+               above_floor=True),
     MetricInfo("training.memory_gib", "memory GiB", "GiB", "lower", headline=True, quantity="memory_gib"),
     MetricInfo("training.peak_memory_gib", "memory GiB", "GiB", "lower", headline=True, quantity="memory_gib"),
     MetricInfo("training.hip_mem_usage_ratio", "HIP memory ratio", "fraction", "lower"),

@@ -165,8 +165,6 @@ class MinThreshold(_Threshold):
         return f">= {self.value:g}"
 
     def settled(self, metric: str, peak: Peak | None = None) -> str | None:
-        if self.kind == "min_tok_s" and self.value <= 0:
-            return f"a tokens/s floor of {self.value:g} passes every run (tokens/s is never below 0)"
         info = METRICS.get(metric)
         if info is None:
             return None
@@ -195,13 +193,12 @@ class MaxThreshold(_Threshold):
         return f"<= {self.value:g}{self.unit}"
 
     def settled(self, metric: str, peak: Peak | None = None) -> str | None:
-        if self.kind == "max_ms" and self.value <= 0:
-            return f"a ceiling of {self.value:g} ms fails every run (a step takes more than 0 ms)"
         info = METRICS.get(metric)
         if info is None:
             return None
-        if info.floor is not None and self.value < info.floor:
-            return f"a ceiling of {self.value:g} fails every run ({metric} is never below {info.floor:g})"
+        if info.floor is not None and (self.value <= info.floor if info.above_floor else self.value < info.floor):
+            bound = f"always above {info.floor:g}" if info.above_floor else f"never below {info.floor:g}"
+            return f"a ceiling of {self.value:g}{self.unit} fails every run ({metric} is {bound})"
         ceiling = _ceiling(metric, peak)
         if ceiling is not None and self.value > ceiling[0]:
             # a fraction written as a percentage (85 for 0.85) is the likely slip

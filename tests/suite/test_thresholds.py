@@ -136,8 +136,13 @@ def test_fields_a_kind_does_not_read_are_said_a_slip_or_another_kinds_blocks(spe
 
 
 @pytest.mark.parametrize(("metric", "spec", "said"), [
-    ("training.tokens_per_gpu", {"kind": "min_tok_s", "value": -5}, "passes every run"),
-    ("training.elapsed_time_per_iteration", {"kind": "max_ms", "value": 0}, "fails every run"),
+    # the metric table's range, whatever kind gates it: min_tok_s and max_ms have no rule of their own
+    ("training.tokens_per_gpu", {"kind": "min_tok_s", "value": -5},
+     "a floor of -5 passes every run (training.tokens_per_gpu is never below 0)"),
+    ("training.elapsed_time_per_iteration", {"kind": "max_ms", "value": 0},
+     "a ceiling of 0 ms fails every run (training.elapsed_time_per_iteration is always above 0)"),
+    ("training.step_time_p50_ms", {"kind": "max", "value": 0},
+     "a ceiling of 0 fails every run (training.step_time_p50_ms is always above 0)"),
     ("training.lm_loss", {"kind": "predicted", "min_ratio": 0.9}, "megapilot predicts no training.lm_loss"),
     # CVS's own kinds on the metric's range: `max` on a step time, a memory fraction, a count
     ("training.elapsed_time_per_iteration", {"kind": "max", "value": -5}, "fails every run"),
