@@ -499,7 +499,8 @@ def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress
 
 
 # the fields a job's directory is refused by, as this command's flags name them
-_SUBMIT_FLAGS = {"run_dir": "--run-dir", "combo": "--combo", "job.run_dir": "--run-dir", "job.combo": "--combo"}
+_SUBMIT_FLAGS = {"run_dir": "--run-dir", "combo": "--combo", "job.run_dir": "--run-dir", "job.combo": "--combo",
+                 "executor": "--executor"}
 
 
 def _run_dir_error(exc: OSError, job: JobSpec, *, started: bool) -> MegapilotError:

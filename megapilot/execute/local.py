@@ -54,9 +54,9 @@ from megapilot.execute.rundir import (
     JobRecord,
     RecordedProcess,
     node_log_path,
-    prepare_job_dir,
     read_job_record,
     result_from_record,
+    unstarted_job_dir,
     write_job_record,
     write_launch_script,
 )
@@ -141,22 +141,23 @@ class LocalExecutor:
         if job.nodes != 1:
             raise MegapilotError(f"the local executor runs on one node, not {job.nodes}", field="nodes",
                                  fix="use nodes=1 locally, or the slurm/ssh executor for several nodes")
-        directory = prepare_job_dir(job).resolve()  # absolute: the handle must work from any directory
-        launch_script = write_launch_script(job, directory)
-        log_path = node_log_path(directory, 0)
-        master_port = int(job.env.get("MASTER_PORT") or free_port(self.master_addr))
-        env = self._environment(job, master_port)
-        # Inside a container the job's own variables pass by name (`-e NAME`); the host's environment stays out.
-        names = sorted(name for name in env if os.environ.get(name) != env[name])
-        prefix = self.container.argv_prefix(names, str(directory)) if self.container is not None else []
-        argv = [*prefix, "bash", str(launch_script.resolve())]
-        cwd = (job.cwd or Path.cwd()).resolve()
-        submitted_at = utc_now()
-        try:
-            process = start_process_group(argv, cwd=cwd, env=env, log_path=log_path)
-        except OSError as exc:
-            raise MegapilotError(f"cannot start the job: {exc}", field="cwd",
-                                 fix="check the working directory") from None
+        with unstarted_job_dir(job) as created:
+            directory = created.resolve()  # absolute: the handle must work from any directory
+            launch_script = write_launch_script(job, directory)
+            log_path = node_log_path(directory, 0)
+            master_port = int(job.env.get("MASTER_PORT") or free_port(self.master_addr))
+            env = self._environment(job, master_port)
+            # Inside a container the job's own variables pass by name (`-e NAME`); the host's environment stays out.
+            names = sorted(name for name in env if os.environ.get(name) != env[name])
+            prefix = self.container.argv_prefix(names, str(directory)) if self.container is not None else []
+            argv = [*prefix, "bash", str(launch_script.resolve())]
+            cwd = (job.cwd or Path.cwd()).resolve()
+            submitted_at = utc_now()
+            try:
+                process = start_process_group(argv, cwd=cwd, env=env, log_path=log_path)
+            except OSError as exc:
+                raise MegapilotError(f"cannot start the job: {exc}", field="cwd",
+                                     fix="check the working directory") from None
         handle = JobHandle(executor=self.name, combo=job.combo, job_id=str(process.pid), job_dir=directory,
                            submitted_at=submitted_at)
         record = JobRecord(

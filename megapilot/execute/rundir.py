@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -114,6 +116,25 @@ def prepare_job_dir(job: JobSpec) -> Path:
         raise MegapilotError(f"cannot create {directory}: {exc.strerror}", field="run_dir",
                              fix="pick a writable directory") from None
     return directory
+
+
+@contextmanager
+def unstarted_job_dir(job: JobSpec) -> Iterator[Path]:
+    """`prepare_job_dir` for a job not started yet: when the block raises (the scheduler refused the job, its
+    process could not start) the folders it created are removed again, so a refused job leaves no empty
+    `<run-dir>/<combo>` behind. A folder that was there before is left as it was found."""
+    created: Path | None = None  # the outermost folder this job creates (--run-dir itself, when it is new)
+    for folder in [job.job_dir, *job.job_dir.parents]:
+        if folder.exists():
+            break
+        created = folder
+    directory = prepare_job_dir(job)
+    try:
+        yield directory
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
 def write_launch_script(job: JobSpec, job_directory: Path) -> Path:

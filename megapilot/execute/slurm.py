@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -68,9 +69,9 @@ from megapilot.execute.rundir import (
     JOB_MARKER_VARIABLE,
     JobRecord,
     node_log_path,
-    prepare_job_dir,
     read_job_record,
     result_from_record,
+    unstarted_job_dir,
     write_job_record,
     write_launch_script,
 )
@@ -451,23 +452,24 @@ class SlurmExecutor:
     # -- the protocol -------------------------------------------------------------------------
 
     def submit(self, job: JobSpec) -> JobHandle:
-        directory = prepare_job_dir(job).resolve()
-        _check_slurm_path(directory)
-        launch = write_launch_script(job, directory)
-        if self.leases is not None and self.lease_s is not None:
-            lease = directory / LEASE_FILE_NAME
-            self.leases.hold(lease)  # renewed before the job can start: the watcher's first read finds it
-            launch.write_text(with_lease_watch(launch.read_text(encoding="utf-8"), lease, self.lease_s),
-                              encoding="utf-8")
-        cwd = (job.cwd or directory).resolve()
-        argv = ["sbatch", "--parsable", f"--chdir={cwd}", f"--nodes={job.nodes}",
-                f"--output={node_log_path(directory, 0)}", "--open-mode=append", *self.sbatch_options, str(launch)]
-        submitted_at = utc_now()
-        done = self.client.run(*argv, extra_env=self._job_environment(job, directory))
-        if done.returncode != 0:
-            self._release_lease(directory)
-            raise SubmissionRefused(f"sbatch refused the job: {_sbatch_words(done)}", field="script",
-                                    fix=REFUSAL_FIX)
+        with unstarted_job_dir(job) as created:
+            directory = created.resolve()
+            _check_slurm_path(directory)
+            launch = write_launch_script(job, directory)
+            if self.leases is not None and self.lease_s is not None:
+                lease = directory / LEASE_FILE_NAME
+                self.leases.hold(lease)  # renewed before the job can start: the watcher's first read finds it
+                launch.write_text(with_lease_watch(launch.read_text(encoding="utf-8"), lease, self.lease_s),
+                                  encoding="utf-8")
+            cwd = (job.cwd or directory).resolve()
+            argv = ["sbatch", "--parsable", f"--chdir={cwd}", f"--nodes={job.nodes}",
+                    f"--output={node_log_path(directory, 0)}", "--open-mode=append", *self.sbatch_options,
+                    str(launch)]
+            submitted_at = utc_now()
+            done = self.client.run(*argv, extra_env=self._job_environment(job, directory))
+            if done.returncode != 0:
+                self._release_lease(directory)
+                raise _refusal(done)
         job_id = done.stdout.strip().split(";")[0]
         handle = JobHandle(executor=self.name, combo=job.combo, job_id=job_id, job_dir=directory,
                            submitted_at=submitted_at)
@@ -643,6 +645,25 @@ def lease_expiry_line(job_dir: Path) -> str | None:
         return None
     found = [line for line in tail.splitlines() if line.startswith(LEASE_EXPIRED_MARK)]
     return found[-1][len(LEASE_EXPIRED_MARK):].strip() if found else None
+
+
+# sbatch's words when it never reached a controller: no slurm.conf (or configless DNS record), or slurmctld down.
+# Then no partition or account would help, and the fix is the host's SLURM set-up.
+_NO_CONTROLLER = re.compile(r"unable to contact slurm controller|fetch_config|_establish_config_source|"
+                            r"could not establish a configuration source|s_p_parse_file|"
+                            r"unable to process configuration file|"
+                            r"zero bytes were transmitted or received|socket timed out", re.IGNORECASE)
+NO_CONTROLLER_FIX = ("run where SLURM's controller answers: `sinfo` must list the partitions (slurmctld running, and "
+                     "this host's slurm.conf or SLURM_CONF naming it)")
+
+
+def _refusal(done: subprocess.CompletedProcess[str]) -> SubmissionRefused:
+    """sbatch's refusal, with the fix for what it said: the controller unreachable, else the job's request."""
+    words = _sbatch_words(done)
+    if _NO_CONTROLLER.search(done.stderr):
+        return SubmissionRefused(f"sbatch cannot reach the SLURM controller: {words}", field="executor",
+                                 fix=NO_CONTROLLER_FIX)
+    return SubmissionRefused(f"sbatch refused the job: {words}", field="script", fix=REFUSAL_FIX)
 
 
 def _sbatch_words(done: subprocess.CompletedProcess[str]) -> str:

@@ -66,9 +66,9 @@ from megapilot.execute.rundir import (
     JobRecord,
     RecordedProcess,
     node_log_path,
-    prepare_job_dir,
     read_job_record,
     result_from_record,
+    unstarted_job_dir,
     write_job_record,
     write_launch_script,
 )
@@ -314,17 +314,18 @@ class SshExecutor:
     def submit(self, job: JobSpec) -> JobHandle:
         nodes = self._nodes_for(job)
         _check_env_names(job.env)
-        directory = prepare_job_dir(job).resolve()
-        write_launch_script(job, directory)
-        token = uuid.uuid4().hex
-        remote_dir = (str(directory) if self.remote_root is None
-                      else f"{self.remote_root.rstrip('/')}/{job.combo}-{token[:8]}")
-        cwd = str(job.cwd) if job.cwd is not None else remote_dir
-        master_port = int(job.env.get("MASTER_PORT") or free_port())
-        script_bytes = (directory / "launch.sh").read_bytes()
-        for index, node in enumerate(nodes):
-            env_text = _env_file_text(self._environment(job, index, master_port, remote_dir, token))
-            self._stage(index, node, remote_dir, env_text, script_bytes)
+        with unstarted_job_dir(job) as created:
+            directory = created.resolve()
+            write_launch_script(job, directory)
+            token = uuid.uuid4().hex
+            remote_dir = (str(directory) if self.remote_root is None
+                          else f"{self.remote_root.rstrip('/')}/{job.combo}-{token[:8]}")
+            cwd = str(job.cwd) if job.cwd is not None else remote_dir
+            master_port = int(job.env.get("MASTER_PORT") or free_port())
+            script_bytes = (directory / "launch.sh").read_bytes()
+            for index, node in enumerate(nodes):
+                env_text = _env_file_text(self._environment(job, index, master_port, remote_dir, token))
+                self._stage(index, node, remote_dir, env_text, script_bytes)
         submitted_at = utc_now()
         runs = [self._start_node(index, node, job, remote_dir, cwd, directory) for index, node in enumerate(nodes)]
         handle = JobHandle(executor=self.name, combo=job.combo, job_id=f"ssh-{token[:12]}", job_dir=directory,

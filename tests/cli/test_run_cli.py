@@ -492,3 +492,12 @@ def test_a_run_whose_id_another_clusters_run_holds_is_not_said_to_be_recorded(tm
     assert "was not recorded" in capsys.readouterr().err
     with open_history(db, read_only=True) as history:
         assert [row.cluster for row in history.measured()] == ["other-lab"]  # the other run left where it was
+
+
+def test_slurm_without_a_controller_is_one_error_naming_the_executor_and_no_run_folder(cli, tmp_path, monkeypatch):
+    (tmp_path / "empty.conf").write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "empty.conf"))  # real sbatch, which then reaches no controller
+    result = cli("run", str(launch_script(tmp_path, "--iters", "1")), "--run-dir", str(tmp_path / "runs"),
+                 "--executor", "slurm")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --executor: sbatch cannot reach the SLURM ")
+    assert "sinfo" in result.stderr and not (tmp_path / "runs").exists()

@@ -218,3 +218,11 @@ def test_a_job_whose_record_cannot_be_written_is_not_left_running(tmp_path, monk
     left = [p for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get("MEGAPILOT_JOB_DIR") == marker]
     assert_all_gone([p.pid for p in left])
     executor.close()  # nothing left to stop, nothing raised (it also runs at interpreter exit)
+
+
+def test_a_job_that_cannot_start_is_refused_and_leaves_no_job_folder(tmp_path):
+    job = printer_job(tmp_path, "--iters", "1", cwd=tmp_path / "no-such-folder")
+    with pytest.raises(MegapilotError) as refused:
+        LocalExecutor().submit(job)
+    assert refused.value.field == "cwd" and "cannot start the job" in refused.value.problem
+    assert not (tmp_path / "runs").exists()

@@ -14,6 +14,7 @@ from megapilot.execute.rundir import (
     node_log_path,
     prepare_job_dir,
     read_job_record,
+    unstarted_job_dir,
     write_job_record,
     write_launch_script,
 )
@@ -41,6 +42,25 @@ def test_missing_script_is_a_user_error_naming_the_field(tmp_path):
     with pytest.raises(MegapilotError) as error:
         write_launch_script(job, prepare_job_dir(job))
     assert error.value.field == "script"
+
+
+def test_a_job_refused_before_it_started_leaves_none_of_the_folders_it_created(tmp_path):
+    job = JobSpec(combo="c", run_dir=tmp_path / "new" / "runs", argv=["true"], nodes=2)
+    with pytest.raises(MegapilotError), unstarted_job_dir(job) as directory:
+        write_launch_script(job, directory)
+        raise MegapilotError("the scheduler refused it", field="script")
+    assert list(tmp_path.iterdir()) == []  # not even the new --run-dir and its parent
+
+
+def test_a_refused_job_keeps_folders_that_were_there_and_a_started_one_keeps_its_own(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("mine")
+    with pytest.raises(MegapilotError), unstarted_job_dir(JobSpec(combo="c", run_dir=tmp_path, argv=["true"])):
+        raise MegapilotError("refused", field="script")
+    assert (tmp_path / "c" / "notes.txt").read_text() == "mine"
+    with unstarted_job_dir(JobSpec(combo="d", run_dir=tmp_path, argv=["true"])) as started:
+        pass
+    assert (started / "out-node0").is_dir()
 
 
 def test_a_finished_job_directory_is_not_reused(tmp_path):

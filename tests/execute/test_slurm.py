@@ -105,6 +105,26 @@ def test_a_run_directory_slurm_would_read_as_a_pattern_is_refused(tmp_path):
         executor.submit(JobSpec(combo="x", run_dir=tmp_path / "100%", argv=["true"]))
 
 
+def test_sbatch_without_a_controller_is_refused_naming_the_set_up_and_leaves_no_job_folder(tmp_path):
+    # real sbatch with an empty slurm.conf: it never reaches a controller, so no partition or account would help
+    (tmp_path / "empty.conf").write_text("")
+    executor = SlurmExecutor(env={"SLURM_CONF": str(tmp_path / "empty.conf")})
+    with pytest.raises(MegapilotError) as refused:
+        executor.submit(JobSpec(combo="x", run_dir=tmp_path / "runs", argv=["true"]))
+    assert refused.value.field == "executor" and "cannot reach the SLURM controller" in refused.value.problem
+    assert "sinfo" in (refused.value.fix or "") and "partition" not in refused.value.problem
+    assert not (tmp_path / "runs").exists()  # the run directory it created is gone with the refused job
+
+
+def test_a_refused_job_keeps_a_run_directory_that_was_there(tmp_path):
+    (tmp_path / "empty.conf").write_text("")
+    (tmp_path / "runs" / "earlier").mkdir(parents=True)
+    with pytest.raises(MegapilotError):
+        SlurmExecutor(env={"SLURM_CONF": str(tmp_path / "empty.conf")}).submit(
+            JobSpec(combo="x", run_dir=tmp_path / "runs", argv=["true"]))
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["earlier"]
+
+
 def test_the_lease_watcher_goes_after_the_sbatch_lines_and_keeps_the_script_whole(tmp_path):
     script = "#!/bin/bash\n#SBATCH --nodes=2\n# a comment\n\n#SBATCH --time=01:00:00\nset -euo pipefail\necho hi\n"
     watched = with_lease_watch(script, tmp_path / "a b" / "megapilot.lease", 30)
