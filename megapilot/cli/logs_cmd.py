@@ -21,7 +21,6 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.diagnose import Diagnosis
     from megapilot.diagnose.findings import Fix
-    from megapilot.diagnose.flags import LaunchFlags
     from megapilot.diagnose.optimize import OptimizeReport
     from megapilot.logs import ParsedLog
     from megapilot.logs.parser import ParseOptions
@@ -395,6 +394,7 @@ def optimize_command(
     from megapilot.cli.common import require_positive
     from megapilot.diagnose import read_flags, run_config
     from megapilot.diagnose.engine import parse_options_for, with_log_tokenizer
+    from megapilot.diagnose.flags import flags_from_log
     from megapilot.diagnose.optimize import optimize
     from megapilot.logs import parse_logs
     from megapilot.logs.sources import expand_log_paths, stdin_read_again
@@ -406,7 +406,7 @@ def optimize_command(
         launch = read_flags(script=script, flags=flags, training_script=True)
         from_log = launch is None and bool(log_paths)
         if from_log:
-            launch = _launch_from_arguments(parse_logs(log_paths))
+            launch = flags_from_log(parse_logs(log_paths))
         if launch is None:
             raise MegapilotError("no launch given", field="--script",
                                  fix="pass --script train.sh or --flags \"...\", or a --log that printed Megatron's "
@@ -430,17 +430,6 @@ def optimize_command(
         emit_json(report.to_dict())
         return
     _print_optimize(report)
-
-
-def _launch_from_arguments(parsed: ParsedLog) -> LaunchFlags | None:
-    """The run a log's own `arguments` block describes (Megatron prints every argument at start-up), as launch
-    flags, when no script or flags are given; None without the block."""
-    from megapilot.diagnose.flags import flags_from_arguments
-
-    arguments = parsed.arguments
-    if arguments is None or not arguments.values:
-        return None
-    return flags_from_arguments(arguments.values, f"{Path(arguments.file).name}:{arguments.line}")
 
 
 def _print_optimize(report: OptimizeReport) -> None:

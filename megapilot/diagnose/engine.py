@@ -12,7 +12,7 @@ from megapilot.compat import StrEnum
 from megapilot.diagnose.cascade import Cascade, build_cascade, lead_with_root
 from megapilot.diagnose.device import CPU_RUN_EVIDENCE, trained_on_cpu
 from megapilot.diagnose.findings import Finding, ranked
-from megapilot.diagnose.flags import LaunchFlags, RunConfig, flags_from_arguments, read_flags, run_config
+from megapilot.diagnose.flags import LaunchFlags, RunConfig, flags_from_log, read_flags, run_config
 from megapilot.diagnose.framework_fixes import not_megatron_statement
 from megapilot.diagnose.megatron_version import recognise_megatron_version, release_lines
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
@@ -172,11 +172,11 @@ def diagnose(
 
 def _config_from_arguments(log: ParsedLog, gpu: GPUSpec) -> RunConfig | None:
     """The run the log's own `arguments` block describes, on `gpu` (no script given): what a prediction needs."""
-    if log.arguments is None or not log.arguments.values:
+    launch = flags_from_log(log)
+    if launch is None:
         return None
     try:
-        return run_config(flags_from_arguments(log.arguments.values, f"{log.arguments.file}:{log.arguments.line}"),
-                          gpu=gpu)
+        return run_config(launch, gpu=gpu)
     except MegapilotError:  # a block whose values make no run the estimator can price: no prediction, no finding
         return None
 

@@ -38,6 +38,7 @@ from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate import EstimateOptions
 from megapilot.launch.hybrid_split import segments_virtual_stages
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
+from megapilot.logs import ParsedLog
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.model import (
     DSASpec,
@@ -250,6 +251,15 @@ def _flags_from_overrides(overrides: dict[str, object]) -> dict[str, str | None]
         text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
         values[name] = text
     return values
+
+
+def flags_from_log(log: ParsedLog) -> LaunchFlags | None:
+    """The launch a log's own `arguments` block describes (Megatron prints every argument at start-up), named by
+    the file and line it starts at, as a script is by its path; None without the block."""
+    arguments = log.arguments
+    if arguments is None or not arguments.values:
+        return None
+    return flags_from_arguments(arguments.values, f"{arguments.file}:{arguments.line}")
 
 
 def flags_from_arguments(printed: dict[str, str], source: str) -> LaunchFlags:

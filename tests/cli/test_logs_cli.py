@@ -257,7 +257,7 @@ def test_optimize_reads_the_run_from_a_logs_arguments_block_when_given_no_script
     data = result.json()
     assert data["current"]["layout"].startswith("TP2 PP2 ")  # the block's tensor/pipeline sizes, not defaults
     assert data["calibration_scale"] is not None
-    assert "the run's flags are the log's own arguments block (synthetic_megatron_arguments.log:27)" in data["notes"]
+    assert f"the run's flags are the log's own arguments block ({log}:27)" in data["notes"]  # named as a script is
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(log.read_bytes())))
     piped = cli("optimize", "--log", "-", "--gpu", "h100", "--json")
     assert piped.exit_code == 0, piped.stderr
