@@ -337,7 +337,15 @@ class SubmissionRefused(MegapilotError):
     """The scheduler refused a job (its own words in the message)."""
 
 
-def wait_by_polling(executor: Executor, handle: JobHandle, result_of: Callable[[JobHandle], JobResult],
+class Pollable(Protocol):
+    """What the shared `wait` needs of an executor: a job's state now, and a way to stop it."""
+
+    def poll(self, handle: JobHandle) -> JobStatus: ...
+
+    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None: ...
+
+
+def wait_by_polling(executor: Pollable, handle: JobHandle, result_of: Callable[[JobHandle], JobResult],
                     on_progress: ProgressCallback | None, poll_interval_s: float) -> JobResult:
     """The `wait` every polling executor shares.
 
@@ -392,6 +400,7 @@ __all__ = [
     "Launcher",
     "NodeAddress",
     "NodeOutput",
+    "Pollable",
     "ProcessesLeft",
     "ProgressCallback",
     "SubmissionRefused",

@@ -31,19 +31,17 @@ from megapilot.execute.base import (
     Capabilities,
     ExecutorSettings,
     JobHandle,
-    JobResult,
     JobSpec,
     JobState,
     JobStatus,
     LaunchRequest,
     NodeOutput,
     ProcessesLeft,
-    ProgressCallback,
     ranks_per_node_variable,
-    wait_by_polling,
 )
 from megapilot.execute.container import ContainerWrapper
 from megapilot.execute.failure import FailureClues
+from megapilot.execute.following import FollowedJob, JobFollower
 from megapilot.execute.interrupt import register_force_stop, start_watchdog, unregister_force_stop
 from megapilot.execute.process import ProcessTreeWatch, free_port, marked_processes, start_process_group
 from megapilot.execute.progress import ProgressTracker
@@ -55,7 +53,6 @@ from megapilot.execute.rundir import (
     RecordedProcess,
     node_log_path,
     read_job_record,
-    result_from_record,
     unstarted_job_dir,
     write_job_record,
     write_launch_script,
@@ -67,12 +64,9 @@ MAX_RECORDED_PROCESSES = 256
 
 
 @dataclass
-class _LocalJob:
+class _LocalJob(FollowedJob):
     """Everything the executor tracks about one running job."""
 
-    spec: JobSpec
-    handle: JobHandle
-    record: JobRecord
     process: subprocess.Popen[bytes]
     watch: ProcessTreeWatch
     tail: LogTail
@@ -83,13 +77,9 @@ class _LocalJob:
     stop_cause: tuple[JobState, str] | None = None
     watchdog: subprocess.Popen[bytes] | None = None
 
-    @property
-    def status(self) -> JobStatus:
-        return self.record.status
-
 
 @register_executor
-class LocalExecutor:
+class LocalExecutor(JobFollower[_LocalJob]):
     """Runs jobs as local process trees. One instance can run several jobs at once."""
 
     name: ClassVar[str] = "local"
@@ -216,35 +206,6 @@ class LocalExecutor:
             if processes_changed or job.tracker.iteration != iteration_before:
                 self._save_record(job)
         return job.status
-
-    def logs(self, handle: JobHandle) -> list[Path]:
-        return [node_log_path(handle.job_dir, 0)]
-
-    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
-        job = self._jobs.get(handle.job_id)
-        if job is not None and not job.status.state.is_terminal:
-            self._stop(job, JobState.CANCELLED, reason)
-
-    def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
-             poll_interval_s: float = 0.5) -> JobResult:
-        return wait_by_polling(self, handle, self.result, on_progress, poll_interval_s)
-
-    # -- results and clean-up -----------------------------------------------------------------
-
-    def result(self, handle: JobHandle) -> JobResult:
-        """The JobResult of a job (its current status if it has not ended)."""
-        job = self._jobs.get(handle.job_id)
-        record = job.record if job is not None else read_job_record(handle.job_dir)
-        return result_from_record(record, handle, self.logs(handle))
-
-    def close(self) -> None:
-        """Stop every job of this executor that is still running (also run at interpreter exit)."""
-        for job in list(self._jobs.values()):
-            if not job.status.state.is_terminal:
-                try:
-                    self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
-                except OSError:  # stopped, only its job.json unwritten (a full disk): the next job is still stopped
-                    pass
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -51,18 +51,16 @@ from megapilot.execute.base import (
     Capabilities,
     ExecutorSettings,
     JobHandle,
-    JobResult,
     JobSpec,
     JobState,
     JobStatus,
     LaunchRequest,
     NodeOutput,
     ProcessesLeft,
-    ProgressCallback,
     SubmissionRefused,
-    wait_by_polling,
 )
 from megapilot.execute.failure import describe_exit_code
+from megapilot.execute.following import FollowedJob, JobFollower
 from megapilot.execute.registry import register_executor
 from megapilot.execute.remote import NODE_COMMAND_TIMEOUT_S, NodeLogs, utc_now
 from megapilot.execute.rundir import (
@@ -70,7 +68,6 @@ from megapilot.execute.rundir import (
     JobRecord,
     node_log_path,
     read_job_record,
-    result_from_record,
     unstarted_job_dir,
     write_job_record,
     write_launch_script,
@@ -315,23 +312,16 @@ class JobLeases:
 
 
 @dataclass
-class _SlurmJob:
-    spec: JobSpec
-    handle: JobHandle
-    record: JobRecord
+class _SlurmJob(FollowedJob):
     logs: NodeLogs
     submitted_at_s: float
     started_at_s: float | None = None
     last_known_s: float = field(default_factory=time.monotonic)
     stop_cause: tuple[JobState, str] | None = None
 
-    @property
-    def status(self) -> JobStatus:
-        return self.record.status
-
 
 @register_executor
-class SlurmExecutor:
+class SlurmExecutor(JobFollower[_SlurmJob]):
     """Runs jobs through a SLURM controller. One instance follows many jobs.
 
     `env`: extra environment for every SLURM command (e.g. {"SLURM_CONF": ...}); `sbatch_options`:
@@ -518,33 +508,8 @@ class SlurmExecutor:
                 write_job_record(handle.job_dir, job.record)
         return job.status
 
-    def logs(self, handle: JobHandle) -> list[Path]:
-        job = self._jobs.get(handle.job_id)
-        nodes = job.spec.nodes if job is not None else read_job_record(handle.job_dir).nodes
-        return [node_log_path(handle.job_dir, node) for node in range(nodes)]
-
-    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
-        job = self._jobs.get(handle.job_id)
-        if job is None:
-            self.client.cancel(handle.job_id)
-        elif not job.status.state.is_terminal:
-            self._stop(job, JobState.CANCELLED, reason)
-
-    def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
-             poll_interval_s: float = 0.5) -> JobResult:
-        return wait_by_polling(self, handle, self.result, on_progress, poll_interval_s)
-
-    def result(self, handle: JobHandle) -> JobResult:
-        job = self._jobs.get(handle.job_id)
-        record = job.record if job is not None else read_job_record(handle.job_dir)
-        return result_from_record(record, handle, self.logs(handle))
-
-    def close(self) -> None:
-        """scancel every job of this executor still queued or running (also run at interpreter exit), so a
-        megapilot that ends while jobs run leaves nothing in the queue."""
-        for job in list(self._jobs.values()):
-            if not job.status.state.is_terminal:
-                self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
+    def _cancel_unfollowed(self, handle: JobHandle) -> None:
+        self.client.cancel(handle.job_id)  # SLURM knows the job by its id whoever submitted it
 
     # -- internals ----------------------------------------------------------------------------
 

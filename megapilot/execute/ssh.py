@@ -44,7 +44,6 @@ from megapilot.execute.base import (
     Capabilities,
     ExecutorSettings,
     JobHandle,
-    JobResult,
     JobSpec,
     JobState,
     JobStatus,
@@ -52,12 +51,11 @@ from megapilot.execute.base import (
     NodeAddress,
     NodeOutput,
     ProcessesLeft,
-    ProgressCallback,
     ranks_per_node_variable,
-    wait_by_polling,
 )
 from megapilot.execute.container import ContainerWrapper
 from megapilot.execute.failure import describe_exit_code
+from megapilot.execute.following import FollowedJob, JobFollower
 from megapilot.execute.process import free_port
 from megapilot.execute.registry import register_executor
 from megapilot.execute.remote import NodeLogs, run_node_script, utc_now
@@ -67,7 +65,6 @@ from megapilot.execute.rundir import (
     RecordedProcess,
     node_log_path,
     read_job_record,
-    result_from_record,
     unstarted_job_dir,
     write_job_record,
     write_launch_script,
@@ -227,10 +224,7 @@ class _NodeRun:
 
 
 @dataclass
-class _SshJob:
-    spec: JobSpec
-    handle: JobHandle
-    record: JobRecord
+class _SshJob(FollowedJob):
     token: str
     remote_dir: str
     runs: list[_NodeRun]
@@ -240,13 +234,9 @@ class _SshJob:
     failed_node: int | None = None
     lost_nodes: list[int] = field(default_factory=list)
 
-    @property
-    def status(self) -> JobStatus:
-        return self.record.status
-
 
 @register_executor
-class SshExecutor:
+class SshExecutor(JobFollower[_SshJob]):
     """Runs a job on N nodes over ssh (node 0 the master). One instance can run several jobs."""
 
     name: ClassVar[str] = "ssh"
@@ -373,30 +363,6 @@ class SshExecutor:
                 write_job_record(job.handle.job_dir, job.record)
         return job.status
 
-    def logs(self, handle: JobHandle) -> list[Path]:
-        job = self._jobs.get(handle.job_id)
-        nodes = job.spec.nodes if job is not None else read_job_record(handle.job_dir).nodes
-        return [node_log_path(handle.job_dir, node) for node in range(nodes)]
-
-    def cancel(self, handle: JobHandle, reason: str = "cancelled") -> None:
-        job = self._jobs.get(handle.job_id)
-        if job is not None and not job.status.state.is_terminal:
-            self._stop(job, JobState.CANCELLED, reason)
-
-    def wait(self, handle: JobHandle, on_progress: ProgressCallback | None = None,
-             poll_interval_s: float = 0.5) -> JobResult:
-        return wait_by_polling(self, handle, self.result, on_progress, poll_interval_s)
-
-    def result(self, handle: JobHandle) -> JobResult:
-        job = self._jobs.get(handle.job_id)
-        record = job.record if job is not None else read_job_record(handle.job_dir)
-        return result_from_record(record, handle, self.logs(handle))
-
-    def close(self) -> None:
-        """Stop every job of this executor that is still running (also run at interpreter exit)."""
-        for job in list(self._jobs.values()):
-            if not job.status.state.is_terminal:
-                self._stop(job, JobState.CANCELLED, "cancelled: megapilot exited while the job ran")
 
     # -- remote commands ----------------------------------------------------------------------
 
