@@ -1,10 +1,10 @@
 """The executors, by name: each registers itself, so a new one is one module plus its tests.
 
     @register_executor
-    class KubernetesExecutor:
+    class KubernetesExecutor(JobFollower[KubernetesJob]):
         name = "kubernetes"
         capabilities = Capabilities(launcher="torchrun", ...)
-        ...
+        ...  # submit, poll and _stop; JobFollower (following.py) gives logs, cancel, wait, result and close
 
 Where they are found: every module of the `megapilot.execute` package (imported on the first
 question, so the core still starts without them), and any module named by a `megapilot.executors`
