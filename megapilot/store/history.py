@@ -23,12 +23,12 @@ import shutil
 import sqlite3
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -48,6 +48,7 @@ BUSY_TIMEOUT_S = 30.0
 PG_WRITE_LOCK = 0x6D70_6869  # one advisory-lock key for every megapilot history writer
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 LIST_RUNS_HINT = "list run ids with `megapilot history list`"
+_T = TypeVar("_T")
 
 # A combo that ended with one of these verdicts is not run again by `suite run --resume`; SKIPPED is
 # cheap to re-decide and may have been caused by a stage that the resumed run now passes.
@@ -473,53 +474,138 @@ def _open_sqlite(target: str, *, read_only: bool, source: str | None) -> _Sqlite
 
 
 class _PostgresDatabase:
+    """A PostgreSQL connection whose errors reach the caller as MegapilotErrors naming --db (no privilege, a
+    standby, the connection lost, ...). A suite holds its connection for hours: one the server closed since its
+    last use (a restart, an idle timeout, a proxy's) is opened again once, outside a transaction, so the run's
+    rows still land."""
+
     dialect = "postgresql"
 
-    def __init__(self, connection: Any, location: str):
+    def __init__(self, connection: Any, location: str, url: str):
         self._connection = connection
         self.location = location
+        self._url = url
+        self._in_transaction = False
 
     @staticmethod
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")  # the schema's and history's SQL holds no literal '?' or '%'
 
+    def _run(self, work: Callable[[Any], _T]) -> _T:
+        """work(connection), its errors said plainly; again on a new connection when this one turned out closed
+        and no transaction was open on it (inside one, what it wrote is gone with it: the caller's error)."""
+        import psycopg
+
+        try:
+            return work(self._connection)
+        except psycopg.OperationalError as exc:
+            if self._in_transaction or not self._connection.broken:
+                raise _postgres_problem(self.location, exc) from None
+        except psycopg.Error as exc:
+            raise _postgres_problem(self.location, exc) from None
+        self._connection.close()
+        self._connection = _connect_postgres(self._url, self.location)
+        try:
+            return work(self._connection)
+        except psycopg.Error as exc:
+            raise _postgres_problem(self.location, exc) from None
+
     def execute(self, sql: str, params: Sequence[object] = ()) -> None:
-        self._connection.execute(self._sql(sql), tuple(params))
+        self._run(lambda connection: connection.execute(self._sql(sql), tuple(params)))
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
-        with self._connection.cursor() as cursor:
-            cursor.executemany(self._sql(sql), [tuple(row) for row in rows])
+        def many(connection: Any) -> None:
+            with connection.cursor() as cursor:
+                cursor.executemany(self._sql(sql), [tuple(row) for row in rows])
+
+        self._run(many)
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         # psycopg's default row factory gives tuples (the connection is typed Any: psycopg is an optional extra)
-        rows: list[tuple[Any, ...]] = self._connection.execute(self._sql(sql), tuple(params)).fetchall()
+        rows: list[tuple[Any, ...]] = self._run(
+            lambda connection: connection.execute(self._sql(sql), tuple(params)).fetchall())
         return rows
 
     @contextmanager
     def write(self) -> Iterator[None]:
-        with self._connection.transaction():
-            self._connection.execute("SELECT pg_advisory_xact_lock(%s)", (PG_WRITE_LOCK,))
+        # BEGIN and COMMIT by hand (the connection is in autocommit): the lock is taken in the transaction's first
+        # statement, where a closed connection can still be opened again
+        def begin(connection: Any) -> None:
+            connection.execute("BEGIN")
+            try:
+                connection.execute("SELECT pg_advisory_xact_lock(%s)", (PG_WRITE_LOCK,))
+            except BaseException:
+                self._rollback()
+                raise
+
+        self._run(begin)
+        self._in_transaction = True
+        try:
             yield
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            self._in_transaction = False
+        self._in_transaction = True  # a COMMIT on a closed connection is not tried again: its writes are gone
+        try:
+            self._run(lambda connection: connection.execute("COMMIT"))
+        finally:
+            self._in_transaction = False
+
+    def _rollback(self) -> None:
+        import psycopg
+
+        with suppress(psycopg.Error):  # a rollback that fails too (connection gone) must not hide why
+            self._connection.execute("ROLLBACK")
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _postgres_problem(location: str, exc: BaseException) -> MegapilotError:
+    """A PostgreSQL error said plainly: no privilege, a read-only server, a full disk, the connection lost."""
+    import psycopg
+    from psycopg import errors
+
+    detail = scrub_secrets(" ".join(str(exc).split()))
+    if isinstance(exc, errors.InsufficientPrivilege):
+        return MegapilotError(f"the role of {location} may not use the history's tables ({detail})", field="--db",
+                              fix="grant the role CREATE on the schema (for a new history) and SELECT, INSERT, "
+                                  "DELETE on the history's tables, or use another role or --db")
+    if isinstance(exc, errors.ReadOnlySqlTransaction):
+        return MegapilotError(f"{location} is read-only, a standby or a read-only role ({detail})", field="--db",
+                              fix="point --db / $MEGAPILOT_HISTORY at the primary server, or a role that may write")
+    if isinstance(exc, errors.DiskFull):
+        return MegapilotError(f"the disk of the server under {location} is full ({detail})", field="--db",
+                              fix="free space on the database server, or use another --db")
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return MegapilotError(f"lost the connection to {location} ({detail})", field="--db",
+                              fix="check that the server is up and reachable, then run the command again")
+    return MegapilotError(f"{location} cannot be used as the history ({detail})", field="--db",
+                          fix="point --db / $MEGAPILOT_HISTORY at a megapilot history database")
 
 
 def _open_postgres(url: str) -> _PostgresDatabase:
     location = scrub_secrets(url)
     try:
         # optional and heavy: psycopg only for a PostgreSQL URL
-        import psycopg
+        import psycopg  # noqa: F401 - only whether it is installed
     except ImportError:
         raise MegapilotError(f"{location} needs the PostgreSQL driver, which is not installed", field="--db",
                              fix="pip install 'megapilot[postgres]'") from None
+    return _PostgresDatabase(_connect_postgres(url, location), location, url)
+
+
+def _connect_postgres(url: str, location: str) -> Any:
+    import psycopg
+
     try:
-        connection = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        return psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
         reason = scrub_secrets(" ".join(str(exc).split()))
         raise MegapilotError(f"cannot connect to {location} ({reason})", field="--db",
                              fix="check the host, port, database and credentials in the URL") from None
-    return _PostgresDatabase(connection, location)
 
 
 # ---- secrets --------------------------------------------------------------------------------------

@@ -83,3 +83,56 @@ def test_a_missing_driver_names_the_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` now raises ImportError
     with pytest.raises(MegapilotError, match=r"megapilot\[postgres\]"):
         open_history("postgresql://postgres@127.0.0.1:1/history")
+
+
+def _role_url(postgres_url: str, role: str) -> str:
+    """The same database as another role (the test server trusts every role on the loopback)."""
+    return postgres_url.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+
+
+def test_a_role_without_privileges_is_told_what_to_grant(postgres_url):
+    import psycopg
+
+    with open_history(postgres_url) as history:
+        history.record(make_suite_result("run-1"))
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS reader_without_grants")
+        admin.execute("CREATE ROLE reader_without_grants LOGIN")
+    url = _role_url(postgres_url, "reader_without_grants")
+    for read_only in (True, False):
+        with pytest.raises(MegapilotError) as caught, open_history(url, read_only=read_only) as history:
+            history.runs()
+        assert caught.value.field == "--db" and "may not use the history's tables" in str(caught.value)
+        assert "grant the role" in caught.value.fix
+
+
+def test_a_connection_the_server_closed_since_is_opened_again_and_the_run_lands(postgres_url):
+    """A suite opens the history before hours of training; the server may have dropped that connection since."""
+    import psycopg
+
+    with open_history(postgres_url) as history:
+        backend = history._db.query("SELECT pg_backend_pid()")[0][0]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        history.record(make_suite_result("run-after-drop"))
+        backend = history._db.query("SELECT pg_backend_pid()")[0][0]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        assert [row.run_id for row in history.runs()] == ["run-after-drop"]  # a read too
+
+
+def test_a_connection_lost_inside_a_write_is_a_plain_error_and_writes_nothing(postgres_url):
+    import psycopg
+
+    with open_history(postgres_url) as history:
+        history.record(make_suite_result("run-1"))
+        database = history._db
+        with pytest.raises(MegapilotError) as caught, database.write():
+            database.execute("DELETE FROM combos")
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (database.query("SELECT pg_backend_pid()")[0][0],))
+            database.execute("DELETE FROM metrics")
+        assert caught.value.field == "--db" and "lost the connection" in str(caught.value)
+        history.record(make_suite_result("run-2", hour=1))  # the next write opens a new connection
+        assert [row.run_id for row in history.runs()] == ["run-2", "run-1"]
+        assert history.run("run-1").combos  # the delete before the connection was lost was rolled back
