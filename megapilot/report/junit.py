@@ -8,8 +8,11 @@ CI systems (GitLab, Jenkins, GitHub test reporters) show a suite run as tests th
 
 FAIL is a `<failure message=...>` (the combo's log tail as its text), SKIPPED is `<skipped message=...>`,
 RECORD passes and carries a `verdict=RECORD` property (measured, not gated). Every metric row carries
-its value, unit and threshold as properties. Log text may hold bytes XML cannot (ANSI colour codes,
-other control characters): they are dropped so the file always parses.
+its value, unit and threshold as properties. A metric row is one case however many places hold it: a combo's
+`metrics` stage and the smoke stage hold copies of their combo's rows, and a stage may hold a row of its own name
+(tokenizer); CI readers key cases by classname and name, and would count a failure twice or drop one of the two.
+Log text may hold bytes XML cannot (ANSI colour codes, other control characters): they are dropped so the file
+always parses.
 
 An interrupted run is never green to a CI parser, which reads the counts and the cases, not the properties: the
 stage or combo it stopped in is an `<error type="INTERRUPTED">` (where it stopped, and the combo's partial log
@@ -50,10 +53,11 @@ def build_junit(result: SuiteResult) -> str:
                          ("verdict", outcome.status.value), ("verdict_reason", outcome.summary),
                          ("exit_code", str(outcome.exit_code))):
         ET.SubElement(properties, "property", name=label, value=xml_text(value))
+    seen: set[tuple[str, str]] = set()  # (owner, name) of every case written: each once
     for stage in result.stages:
-        _stage_case(suite, stage)
+        _stage_case(suite, stage, seen)
     for combo in result.combos:
-        _combo_cases(suite, combo)
+        _combo_cases(suite, combo, seen)
     if not result.finished:
         _unfinished_cases(suite, result, outcome)
     _regression_cases(suite, outcome)
@@ -62,22 +66,23 @@ def build_junit(result: SuiteResult) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _stage_case(suite: ET.Element, stage: StageResult) -> None:
+def _stage_case(suite: ET.Element, stage: StageResult, seen: set[tuple[str, str]]) -> None:
     owner = stage.combo or stage.name
     case = _case(suite, owner, stage.name, stage.duration_s)
+    seen.add((owner, stage.name))
     _outcome(case, stage.verdict, stage.reason, detail="")
     for check in stage.checks:
-        _metric_case(suite, owner, check)
+        _metric_case(suite, owner, check, seen)
 
 
-def _combo_cases(suite: ET.Element, combo: ComboResult) -> None:
+def _combo_cases(suite: ET.Element, combo: ComboResult, seen: set[tuple[str, str]]) -> None:
     case = _case(suite, combo.key, "training", combo.duration_s)
     if combo.job:
         _properties(case, job_state=combo.job.state, exit_code=_optional(combo.job.exit_code))
     _prediction_properties(case, combo)
     _outcome(case, combo.verdict, combo.reason, detail="\n".join(combo.log_tail))
     for row in combo.metrics:
-        _metric_case(suite, combo.key, row)
+        _metric_case(suite, combo.key, row, seen)
 
 
 def _unfinished_cases(suite: ET.Element, result: SuiteResult, outcome: RunOutcome) -> None:
@@ -126,7 +131,10 @@ def _regression_cases(suite: ET.Element, outcome: RunOutcome) -> None:
             ET.SubElement(case, "skipped", message=xml_text(f"WARN: {regression.message} (regressions not enforced)"))
 
 
-def _metric_case(suite: ET.Element, owner: str, row: MetricRow) -> None:
+def _metric_case(suite: ET.Element, owner: str, row: MetricRow, seen: set[tuple[str, str]]) -> None:
+    if (owner, row.name) in seen:  # a copy of a row already written (a stage's copy of its combo's rows)
+        return
+    seen.add((owner, row.name))
     case = _case(suite, owner, row.name, 0.0)
     value = measures.finite(row.value)
     _properties(case, value=_optional(value if value is not None else row.value), unit=row.unit,

@@ -9,7 +9,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from megapilot.report import render_report
 from megapilot.report.junit import build_junit, xml_text
-from megapilot.suite.results import NOT_RUN_REASON, StageResult, Verdict
+from megapilot.suite.results import NOT_RUN_REASON, MetricRow, StageResult, Verdict
 from tests.report.factory import (
     FAILING,
     NEVER_STARTED,
@@ -132,3 +132,29 @@ def test_a_run_stopped_between_two_steps_still_errors_in_a_case_of_its_own(tmp_p
     assert tag == "error" and message.startswith("stopped by SIGINT; what finished: all PASS; not started: 2 combos")
     root = ET.fromstring(build_junit(result).encode("utf-8"))
     assert root.get("errors") == "1"
+
+
+def test_a_metric_row_a_stage_holds_a_copy_of_is_one_case(tmp_path):
+    """As the lifecycle writes a run: each combo's `metrics` stage and the smoke stage hold copies of their combo's
+    rows, and the tokenizer stage holds a row of its own name. A CI reader keys cases by classname and name: a
+    case twice counts its failure twice, or hides one of the two."""
+    from collections import Counter
+
+    result = suite_result(tmp_path)
+    smoke = result.combos[0].model_copy(update={"key": "smoke"})
+    result.combos.insert(0, smoke)
+    tokenizer = MetricRow(name="tokenizer", verdict=Verdict.SKIPPED, reason="mock data: no tokenizer needed")
+    result.stages = [StageResult(name="tokenizer", verdict=Verdict.SKIPPED, reason=tokenizer.reason,
+                                 checks=[tokenizer]),
+                     StageResult(name="smoke", verdict=Verdict.PASS, checks=smoke.metrics),
+                     *(StageResult(name="metrics", combo=combo.key, verdict=combo.verdict, checks=combo.metrics)
+                       for combo in result.combos[1:])]
+    root = ET.fromstring(build_junit(result).encode("utf-8"))
+    cases = Counter((case.get("classname"), case.get("name")) for case in root.iter("testcase"))
+    assert [key for key, count in cases.items() if count > 1] == []
+    rows = {(combo.key, row.name) for combo in result.combos for row in combo.metrics}
+    assert all((f"megapilot.suite.{key}", name) in cases for key, name in rows)
+    assert root.get("tests") == str(len(cases))
+    failing_rows = sum(row.verdict is Verdict.FAIL for combo in result.combos for row in combo.metrics)
+    failing_cases = 1 + failing_rows + 1  # the failing combo's training case, its rows, the metrics stage case
+    assert root.get("failures") == str(failing_cases)
