@@ -6,6 +6,9 @@ CI systems (GitLab, Jenkins, GitHub test reporters) show a suite run as tests th
                megapilot.suite.<combo key>    for a combo, its per-combo stages and its metric rows
     name       the stage name, 'training' for the combo itself, or the metric name
 
+The testsuite carries every attribute Ant's JUnit schema requires (name, timestamp in UTC to the second with no
+zone, hostname, tests, failures, errors, time), which the strictest readers check.
+
 FAIL is a `<failure message=...>` (the combo's log tail as its text), SKIPPED is `<skipped message=...>`,
 RECORD passes and carries a `verdict=RECORD` property (measured, not gated). Every metric row carries
 its value, unit and threshold as properties. A metric row is one case however many places hold it: a combo's
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
 
 from megapilot.report import measures
 from megapilot.suite.outcome import RunOutcome, run_outcome
@@ -46,10 +50,12 @@ def xml_text(text: str) -> str:
 def build_junit(result: SuiteResult) -> str:
     """The JUnit XML document of a suite result."""
     suite = ET.Element("testsuite", name=xml_text(f"{CLASS_PREFIX}.{result.card.suite_name}"),
-                       timestamp=result.started_at.isoformat(), time=_seconds(result.duration_s))
+                       timestamp=_timestamp(result.started_at), hostname=xml_text(result.card.host) or "localhost",
+                       time=_seconds(result.duration_s))
     outcome = run_outcome(result)
     properties = ET.SubElement(suite, "properties")
-    for label, value in (("run_id", result.run_id), ("model", result.card.model), ("gpu", result.card.gpu),
+    for label, value in (("run_id", result.run_id), ("started_at", result.started_at.isoformat()),
+                         ("model", result.card.model), ("gpu", result.card.gpu),
                          ("verdict", outcome.status.value), ("verdict_reason", outcome.summary),
                          ("exit_code", str(outcome.exit_code))):
         ET.SubElement(properties, "property", name=label, value=xml_text(value))
@@ -177,6 +183,12 @@ def _count(suite: ET.Element) -> None:
     suite.set("failures", str(sum(1 for case in cases if case.find("failure") is not None)))
     suite.set("skipped", str(sum(1 for case in cases if case.find("skipped") is not None)))
     suite.set("errors", str(sum(1 for case in cases if case.find("error") is not None)))
+
+
+def _timestamp(moment: datetime) -> str:
+    """The JUnit schema's timestamp: seconds, no zone (readers that follow it refuse an offset or a fraction), so
+    UTC; the `started_at` property keeps the moment with its zone."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _seconds(value: float) -> str:
