@@ -130,13 +130,21 @@ def _json_lines(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """A megapilot or CVS run deck: each cell that passed or was recorded, as a record."""
+    """A megapilot or CVS run deck: each cell that passed or was recorded, as a record.
+
+    A cell's id is its run's: every deck is named megatron_run_deck.json, so an id made of the file name would be
+    the same for every run, and importing a second run's deck would replace the first's rows. A megapilot deck
+    names its run (`<run_id>/<cell>`, the id `suite run` records the same combo under, so a run recorded there is
+    not counted twice); a CVS deck names none, and its path stands for the run."""
     nodes = _deck_nodes(deck)
+    run = deck.get("run_id")
+    run_name = str(run) if isinstance(run, str) and run.strip() else str(path.resolve())
     records: list[tuple[str, dict[str, Any]]] = []
     for index, cell in enumerate(deck["cells"]):
         if not isinstance(cell, dict):
             continue
-        name = f"{path.name} cell {cell.get('cell_id', index)}"
+        cell_id = cell.get("cell_id", index)
+        name = f"{path.name} cell {cell_id}"
         status = str(cell.get("status", "pass")).lower()
         if status not in IMPORTABLE_STATUS:
             records.append((name, {"_refused": ("status", f"the cell's status is {status}: not a measurement "
@@ -144,8 +152,8 @@ def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[s
             continue
         cell_nodes = int(cell.get("nodes") or nodes or 1)
         per_node = int(cell.get("gpus_per_node") or CVS_GPUS_PER_NODE)
-        record: dict[str, Any] = {"model": cell.get("model"), "gpu": cell.get("gpu"), "gpus": cell_nodes * per_node,
-                                  "gpus_per_node": per_node}
+        record: dict[str, Any] = {"id": f"{run_name}/{cell_id}", "model": cell.get("model"), "gpu": cell.get("gpu"),
+                                  "gpus": cell_nodes * per_node, "gpus_per_node": per_node}
         for key in ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs"):
             if cell.get(key) is not None:
                 record[key] = cell[key]

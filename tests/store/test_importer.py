@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from megapilot.report import render_report
+from megapilot.store.history import open_history
 from tests.report.factory import suite_result
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "history_import"
@@ -234,3 +235,21 @@ def test_a_suite_result_given_to_import_says_to_record_it(cli, history, tmp_path
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
     assert (f"FILE: {run_dir}/suite.json is a suite run's result, not measured runs to import (record it with "
             f"`megapilot history record {run_dir}`)") in " ".join(result.stderr.split())
+
+
+def test_the_run_decks_of_two_runs_are_two_runs_and_one_imported_again_replaces_itself(cli, history, tmp_path):
+    """Every run deck is named megatron_run_deck.json: the second run's deck must not replace the first's rows."""
+    for run_id in ("20260302-090000-a", "20260303-090000-b"):
+        result = suite_result(tmp_path / run_id)
+        result.run_id = run_id
+        result.card = result.card.model_copy(update={"model": "llama3.1-8b"})
+        deck = render_report(result, tmp_path / run_id).run_deck
+        answer = cli("history", "import", str(deck), "--cluster", "lab-h100", "--json")
+        assert answer.exit_code == 0, answer.stderr
+        assert [(row["id"], row["replaced"]) for row in answer.json()["imported"]] == [
+            (f"{run_id}/MBS=1,GBS=8,PRECISION=BF16", False)]
+    again = cli("history", "import", str(deck), "--cluster", "lab-h100", "--json")
+    assert [row["replaced"] for row in again.json()["imported"]] == [True]
+    with open_history(str(history), read_only=True) as stored:
+        assert sorted(row.id for row in stored.measured("lab-h100")) == [
+            "20260302-090000-a/MBS=1,GBS=8,PRECISION=BF16", "20260303-090000-b/MBS=1,GBS=8,PRECISION=BF16"]
