@@ -332,7 +332,9 @@ def _print_comparison(comparison: RunComparison) -> None:
     from rich.markup import escape
 
     a, b = comparison.run_a, comparison.run_b
-    console.print(f"B = {escape(b.run_id)} against A = {escape(a.run_id)}", soft_wrap=True)
+    # each run's one verdict beside its id: "better" figures of a run that FAILED (or stopped) are not a better run
+    console.print(f"B = {escape(b.run_id)} {_verdict(b.verdict)} against A = {escape(a.run_id)} {_verdict(a.verdict)}",
+                  soft_wrap=True)
     for combo in (None, *dict.fromkeys(d.combo for d in comparison.differences if d.combo is not None)):
         named = [d for d in comparison.differences if d.combo == combo]
         if named:

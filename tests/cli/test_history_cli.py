@@ -119,6 +119,12 @@ def test_compare_json_and_table(cli, db):
     assert table.exit_code == 0 and "worse" in table.stdout and "-10.0 %" in table.stdout
 
 
+def test_compare_says_each_runs_verdict_at_the_top(cli, db):
+    """Figures compared with a run that failed are not a better or worse run: its verdict is said first."""
+    first_line = cli("history", "compare", "20250302", "20250303").stdout.splitlines()[0]
+    assert first_line == "B = 20250303-ccc FAIL against A = 20250302-bbb PASS"
+
+
 def test_calibration_json_and_table(cli, db):
     rows = cli("history", "calibration", "--json").json()["predicted_vs_measured"]
     assert all(set(row) == CALIBRATION_KEYS for row in rows)
