@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.report.factory import write_run_dir
 
@@ -77,3 +81,49 @@ def test_a_suite_json_with_a_damaged_gate_value_is_refused_by_its_path_and_value
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert "(combos.0.metrics.0.value: Input should be a finite number (found 'Infinity'))" in result.stderr
     assert not (tmp_path / "megatron_run_deck.json").exists()
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs (mounting needs root: skipped with the reason otherwise)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(mount: Path, leave_bytes: int) -> None:
+    free = shutil.disk_usage(mount).free
+    with open(mount / "filler", "wb") as filler:
+        filler.write(b"\0" * max(free - leave_bytes, 0))
+
+
+def test_a_full_disk_is_a_user_error_naming_the_run_dir_and_keeps_suite_json(cli, small_fs):
+    run_dir = small_fs / "run"
+    write_run_dir(run_dir)
+    suite_json = (run_dir / "suite.json").read_bytes()
+    _fill(small_fs, 8 << 10)  # room for a log copy, not for the report
+    result = cli("suite", "report", str(run_dir))
+    assert result.exit_code == 2, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert f"RUN_DIR: cannot write the report into {run_dir}: no space left" in result.stderr
+    assert "free space there" in result.stderr
+    assert (run_dir / "suite.json").read_bytes() == suite_json
+
+
+def test_a_read_only_run_dir_is_a_user_error_naming_it(cli, small_fs):
+    run_dir = small_fs / "run"
+    write_run_dir(run_dir)
+    done = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount read-only ({done.stderr.strip()})")
+    result = cli("suite", "report", str(run_dir))
+    assert result.exit_code == 2, result.stderr
+    assert f"RUN_DIR: cannot write the report into {run_dir}: Read-only file system" in result.stderr
+    assert "internal error" not in result.stderr
