@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
+from megapilot.files import free_bytes, human_size
 from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
 from megapilot.store.schema import Database, apply_migrations, needs_migration
@@ -309,6 +310,10 @@ def _sqlite_problem(location: str, exc: BaseException, path: Path | None = None)
                                                 "another --db")
     if "full" in text:
         return MegapilotError(f"the disk under {location} is full ({text})", field="--db",
+                              fix="free space there, or use another --db")
+    if "disk I/O error" in text and path is not None and (free := free_bytes(path)) < MIN_FREE_BYTES:
+        # SQLite says only "disk I/O error" when its -wal or -shm file cannot grow on a full disk
+        return MegapilotError(f"the disk under {location} is full ({text}; {human_size(free)} free)", field="--db",
                               fix="free space there, or use another --db")
     if "unable to open" in text and path is not None and path.exists() and not os.access(path, os.R_OK):
         return MegapilotError(f"{location} cannot be read ({text})", field="--db",

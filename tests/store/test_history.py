@@ -702,3 +702,34 @@ def test_json_of_every_record_type_is_plain_data(history: History):
     for record in (history.runs()[0], history.run("a"), history.compare("a", "b"),
                    history.baseline(TOKENS, **BASE), history.calibration()[0]):
         assert json.loads(record.model_dump_json())
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs, to be filled (mounting needs root: skipped with the reason otherwise)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_history_on_a_full_disk_is_named_full_not_another_file(full_disk, tmp_path, read_only):
+    """SQLite says only "disk I/O error" when the -wal or -shm file cannot be made on a full disk: the message says
+    the disk is full, not that the file is not a history."""
+    path = full_disk / "history.sqlite"
+    with open_history(str(tmp_path / "history.sqlite")) as history:
+        history.record(make_suite_result("run-1"))
+    shutil.copy(tmp_path / "history.sqlite", path)  # no -wal left beside it: closed cleanly
+    with open(full_disk / "filler", "wb") as filler:
+        filler.write(b"\0" * shutil.disk_usage(full_disk).free)
+    with pytest.raises(MegapilotError) as caught, open_history(str(path), read_only=read_only) as history:
+        history.record(make_suite_result("run-2"))
+    assert caught.value.field == "--db" and f"the disk under {path} is full" in str(caught.value)
+    assert caught.value.fix == "free space there, or use another --db"
