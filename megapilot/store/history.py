@@ -499,7 +499,7 @@ class _PostgresDatabase:
     def _run(self, work: Callable[[Any], _T]) -> _T:
         """work(connection), its errors said plainly; again on a new connection when this one turned out closed
         and no transaction was open on it (inside one, what it wrote is gone with it: the caller's error)."""
-        import psycopg
+        import psycopg  # optional (the `postgres` extra): loaded only for a PostgreSQL URL
 
         try:
             return work(self._connection)
@@ -559,7 +559,7 @@ class _PostgresDatabase:
             self._in_transaction = False
 
     def _rollback(self) -> None:
-        import psycopg
+        import psycopg  # optional (the `postgres` extra): loaded only for a PostgreSQL URL
 
         with suppress(psycopg.Error):  # a rollback that fails too (connection gone) must not hide why
             self._connection.execute("ROLLBACK")
@@ -570,7 +570,7 @@ class _PostgresDatabase:
 
 def _postgres_problem(location: str, exc: BaseException) -> MegapilotError:
     """A PostgreSQL error said plainly: no privilege, a read-only server, a full disk, the connection lost."""
-    import psycopg
+    import psycopg  # optional (the `postgres` extra): loaded only for a PostgreSQL URL
     from psycopg import errors
 
     detail = scrub_secrets(" ".join(str(exc).split()))
@@ -603,7 +603,7 @@ def _open_postgres(url: str) -> _PostgresDatabase:
 
 
 def _connect_postgres(url: str, location: str) -> Any:
-    import psycopg
+    import psycopg  # optional (the `postgres` extra): loaded only for a PostgreSQL URL
 
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=10)
