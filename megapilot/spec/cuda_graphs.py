@@ -1,0 +1,114 @@
+"""CUDA graphs: which parts of a training step Megatron-Core captures and replays, and where it refuses to.
+
+`--cuda-graph-impl transformer_engine` captures parts of each layer with Transformer Engine's
+`make_graphed_callables` (`--cuda-graph-scope`: attn, mlp, moe, moe_router, moe_preprocess, mamba; none given =
+the whole layer); `--cuda-graph-impl local` captures with Megatron's own CudaGraphManager, per layer or the whole
+forward-backward (`full_iteration`). The later Megatron-Bridge performance recipes turn them on (Llama 3
+full-iteration; DeepSeek-V3, Qwen3 and GPT-OSS over attn, moe_router and moe_preprocess).
+
+`cuda_graph_refusal` says what Megatron-Core (core_v0.16.0 on, where the scope is a list) asserts, from
+`TransformerConfig.__post_init__` and `megatron/training/arguments.py`, so that `estimate` never prices and
+`script` never writes a run that stops before its first step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from megapilot.spec.model import ModelSpec
+from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.training import TrainingSpec
+
+CudaGraphImpl = Literal["local", "transformer_engine"]
+CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"]
+# The parts of a layer a scope names (`moe`: the MoE block beyond its router and preprocess).
+LayerPart = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
+CUDA_GRAPH_IMPLS: tuple[str, ...] = get_args(CudaGraphImpl)
+CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
+
+
+class CudaGraphs(BaseModel):
+    """Graphs a run captures: the implementation and its scope (empty: every layer whole)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    impl: CudaGraphImpl = Field(description="--cuda-graph-impl: transformer_engine (parts of each layer) or local "
+                                            "(Megatron's own; the only one for full_iteration).")
+    scope: tuple[CudaGraphScope, ...] = Field(
+        default=(), description="--cuda-graph-scope: the captured parts; empty = each layer whole.")
+
+    def captures(self, part: LayerPart) -> bool:
+        """Whether `part` of a layer is replayed from a graph: named, inside the whole MoE block (`moe`), or inside
+        a whole layer (no scope) or the whole iteration. Megatron's local implementation captures the router and
+        the preprocess together, either named."""
+        if not self.scope or "full_iteration" in self.scope:
+            return True
+        if part in self.scope:
+            return True
+        if part in ("moe_router", "moe_preprocess") and "moe" in self.scope:
+            return True
+        return self.impl == "local" and part == "moe_preprocess" and "moe_router" in self.scope
+
+    def describe(self) -> str:
+        """The flags' words: 'transformer_engine over attn, moe_router'."""
+        return f"{self.impl} over {', '.join(self.scope) if self.scope else 'each whole layer'}"
+
+
+def cuda_graph_refusal(model: ModelSpec, p: ParallelConfig, graphs: CudaGraphs, *, flex_dispatcher: bool,
+                       router_padding: bool) -> str | None:
+    """Why Megatron-Core refuses these graphs for this model and layout (its TransformerConfig asserts), or None.
+    `flex_dispatcher`: the MoE tokens go through the flex dispatcher; `router_padding`: the router pads each
+    expert's tokens for quantised GEMMs (`--moe-router-padding-for-quantization`, which `script` writes for every
+    quantised MoE run)."""
+    scope = set(graphs.scope)
+    if "full_iteration" in scope and graphs.impl != "local":
+        return "full_iteration is captured by --cuda-graph-impl local only"
+    if "full_iteration" in scope and len(scope) > 1:
+        return "full_iteration captures the whole step: no other scope goes beside it"
+    if {"moe", "moe_router"} <= scope:
+        return "moe and moe_router cannot both be captured (moe holds the router)"
+    if "moe_preprocess" in scope and "moe_router" not in scope and graphs.impl == "transformer_engine":
+        return "moe_preprocess is captured only together with moe_router"
+    if p.cpu_offloading_num_layers:
+        return "CUDA graphs do not run with --cpu-offloading-num-layers"
+    if p.recompute == "full" and scope != {"full_iteration"}:
+        return "full recompute runs only under a full_iteration graph"
+    moe = model.moe
+    if moe is None:
+        if scope & {"moe", "moe_router", "moe_preprocess"}:
+            return f"{model.name} has no experts: the moe scopes are for MoE layers"
+    else:
+        if "mlp" in scope and not any(model.layer_block(i).mlp == "full" and not model.is_moe_layer(i)
+                                      for i in range(model.num_layers)):
+            return f"mlp captures dense MLP layers, and every MLP of {model.name} is a MoE layer"
+        drop_and_pad = moe.capacity_factor is not None and moe.pad_to_capacity
+        if not drop_and_pad and "moe" in scope:
+            return ("moe is captured only with token dropping padded to capacity (static shapes: "
+                    "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity)")
+        if not drop_and_pad and not scope:  # Megatron checks the moe scope; a whole layer holds the same block
+            return ("a whole MoE layer (no scope given) holds the MoE block, which Megatron captures only with token "
+                    "dropping padded to capacity (--moe-expert-capacity-factor with "
+                    "--moe-pad-expert-input-to-capacity); name the scopes, e.g. attn moe_router moe_preprocess")
+        host_counts = moe.capacity_factor is not None or router_padding
+        if not drop_and_pad and not flex_dispatcher and host_counts and "moe_preprocess" in scope:
+            why = "token dropping without padding" if moe.capacity_factor is not None else \
+                "the router's padding for quantised experts"
+            return (f"moe_preprocess is not captured where the alltoall dispatcher copies token counts to the host "
+                    f"({why}); use --moe-flex-dispatcher, or leave moe_preprocess out")
+        if graphs.impl == "transformer_engine" and "moe" in p.recomputed_modules and "moe_router" in scope:
+            return "the moe recompute module does not run with a moe_router graph under transformer_engine"
+    if "mamba" in scope and not any(model.layer_kind(i) == "mamba" for i in range(model.num_layers)):
+        return f"{model.name} has no Mamba layers for the mamba scope"
+    return None
+
+
+def pads_routing_for_quantization(model: ModelSpec, training: TrainingSpec) -> bool:
+    """Whether a Megatron-LM run of this model pads each expert's routed tokens for its quantised GEMMs (the
+    router's `--moe-router-padding-for-quantization`, which `script` writes for every quantised MoE run)."""
+    return model.moe is not None and training.quant_flavour not in (None, "mxfp4")
+
+
+__all__ = ["CUDA_GRAPH_IMPLS", "CUDA_GRAPH_SCOPES", "CudaGraphImpl", "CudaGraphScope", "CudaGraphs", "LayerPart",
+           "cuda_graph_refusal", "pads_routing_for_quantization"]
