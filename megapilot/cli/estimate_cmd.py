@@ -132,8 +132,9 @@ def estimate(
                   | ({"layers": [group.to_json() for group in groups]} if layers else {}))
     else:
         _print_result(result, case, cluster_calibration_note(about) if about else None)
-        if (note := dispatcher_note(flags, case)) is not None:
-            console.print(note, markup=False, highlight=False, soft_wrap=True)
+        for note in (dispatcher_note(flags, case), cuda_graphs_note(case, result)):
+            if note is not None:
+                console.print(note, markup=False, highlight=False, soft_wrap=True)
         if layers:
             print_layers(groups)
         console.print(f"model: {resolved.describe()}", highlight=False)
@@ -251,6 +252,25 @@ def dispatcher_note(flags: CaseFlags, case: Case) -> str | None:
     return (f"dispatcher: the expert group (EP {p.ep} x ETP {p.expert_tp} = {p.ep * p.expert_tp} GPUs) leaves the "
             f"{cluster.scaleup_domain_gpus}-GPU NVLink domain and is priced with Megatron's default alltoall "
             f"dispatcher; --moe-flex-dispatcher {backend} prices the flex dispatcher `plan` assumes there")
+
+
+def cuda_graphs_note(case: Case, result: EstimateResult) -> str | None:
+    """With CUDA graphs, what they were priced as and what they change against the same run eager: the captured
+    kernels cost a graph's launch gap; the graphs' own memory (static inputs and outputs, their pool) is not in
+    the memory figure."""
+    from dataclasses import replace
+
+    from megapilot.estimate import step_time
+    from megapilot.estimate.latency import GRAPH_LAUNCH_GAP_S
+
+    graphs = case.options.cuda_graphs
+    if graphs is None:
+        return None
+    eager = step_time(case.model, case.cluster, case.training, case.parallel, replace(case.options, cuda_graphs=None))
+    gain = eager.step_time_s / result.step_time_s - 1
+    return (f"CUDA graphs: {graphs.describe()}; the captured kernels are priced at a graph's "
+            f"{GRAPH_LAUNCH_GAP_S * 1e6:.1f} us launch gap, {gain:+.1%} tokens/s against the same run eager; the "
+            "graphs' static buffers are not in the memory figure")
 
 
 # ---- --batch -------------------------------------------------------------------------------------

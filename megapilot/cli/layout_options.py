@@ -202,6 +202,13 @@ class FeatureFlags:
     moe_a2a_overlap: Annotated[bool, _switch(
         "Overlap the expert all-to-all with another micro-batch's compute (--overlap-moe-expert-parallel-comm, with "
         "--delay-wgrad-compute) wherever Megatron allows it: EP > 1, no full recompute, VPP when PP > 1.")] = False
+    cuda_graph_impl: Annotated[str | None, _option(
+        "CUDA graphs: transformer_engine (parts of each layer) or local (Megatron's own; full_iteration) "
+        "(--cuda-graph-impl; default: none, every kernel launched eagerly). Captured kernels are priced at a "
+        "graph's launch gap.")] = None
+    cuda_graph_scope: Annotated[str | None, _option(
+        "With --cuda-graph-impl: the captured parts, e.g. 'attn moe_router moe_preprocess' (--cuda-graph-scope: "
+        "attn, mlp, moe, moe_router, moe_preprocess, mamba, full_iteration; default: each layer whole).")] = None
 
     def case_flags(self) -> dict[str, Any]:
         """The `CaseFlags` keys (None: not given; a switch counts as given when on)."""
@@ -226,7 +233,7 @@ class FeatureFlags:
 
 
 # Feature options a saved plan takes beside it in `script`: they change how it launches, not what it trains.
-LAUNCH_CHOICES = ("--moe-flex-dispatcher", "--moe-a2a-overlap")
+LAUNCH_CHOICES = ("--moe-flex-dispatcher", "--moe-a2a-overlap", "--cuda-graph-impl", "--cuda-graph-scope")
 
 
 def _switches_given_or_none(flags: dict[str, Any], switches: tuple[str, ...]) -> dict[str, Any]:

@@ -111,7 +111,8 @@ def _build_specs(
     from megapilot.catalog import get_gpu, resolve_model
     from megapilot.cli.common import validation_error
     from megapilot.estimate import run_options, with_features
-    from megapilot.spec import ClusterSpec, TrainingSpec
+    from megapilot.estimate.cases import check_cuda_graphs
+    from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
 
     given = features.case_features()
     resolved = resolve_model(model_name)
@@ -126,7 +127,10 @@ def _build_specs(
                  "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
         raise validation_error(exc, flags=names) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
-    return _Specs(model, cluster, training, run_options(model, given, cluster), resolved)
+    options = run_options(model, given, cluster)
+    if options.cuda_graphs is not None:  # what the model refuses, before any layout (the search keeps the rest)
+        check_cuda_graphs(model, ParallelConfig.for_world(cluster.world_size, recompute="none"), training, options)
+    return _Specs(model, cluster, training, options, resolved)
 
 
 # Options whose default the output states when it was used (the search's answer depends on them).
@@ -301,13 +305,15 @@ def _calibrated(result: PlanResult, cluster: str, db: str | None = None
 
 
 def _save_plan(result: PlanResult, path: Path, features: FeatureFlags) -> None:
-    """The winner as a plan file, with the dispatcher and all-to-all overlap it was costed with (the launch
+    """The winner as a plan file, with the dispatcher, all-to-all overlap and CUDA graphs it was costed with (the launch
     script writes them)."""
     from megapilot.errors import MegapilotError
+    from megapilot.estimate.cases import cuda_graphs_from
 
     saved = result.to_saved_plan()
     saved = saved.model_copy(update={"moe_flex_dispatcher": features.moe_flex_dispatcher or saved.moe_flex_dispatcher,
-                                     "moe_a2a_overlap": features.moe_a2a_overlap})
+                                     "moe_a2a_overlap": features.moe_a2a_overlap,
+                                     "cuda_graphs": cuda_graphs_from(features.case_features())})
     try:
         path.write_text(saved.model_dump_json(indent=2) + "\n")
     except OSError as exc:

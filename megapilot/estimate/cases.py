@@ -30,6 +30,13 @@ from megapilot.case_flags import REQUIRED_FLAGS
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate.pipeline_balance import balanced_split
 from megapilot.estimate.step_time import EstimateOptions, stage_time_weights
+from megapilot.spec.cuda_graphs import (
+    CUDA_GRAPH_IMPLS,
+    CUDA_GRAPH_SCOPES,
+    CudaGraphs,
+    cuda_graph_refusal,
+    pads_routing_for_quantization,
+)
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import LAYOUT_FIELDS, RECOMPUTE_MODULES, LayoutPins, ParallelConfig
@@ -48,7 +55,8 @@ INT_FLAGS = ("gpus", "gpus_per_node", "gbs", "seq_len", "mtp_num_layers")
 INT_MINIMUM = {"mtp_num_layers": 0}  # 0 = none; every other count is >= 1
 BOOL_FLAGS = ("force_tp_across_nodes", "moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap")
 FLOAT_FLAGS = ("moe_capacity_factor",)
-STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "moe_flex_dispatcher", "optimizer")
+STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "moe_flex_dispatcher", "optimizer", "cuda_graph_impl",
+             "cuda_graph_scope")
 # The command line's shorter name of a layout field, accepted in a mapping as well (`--batch` lines were written
 # with it); the field itself has ParallelConfig's name.
 CLI_SPELLINGS = {"pp_layout": "pipeline_layout"}
@@ -81,6 +89,8 @@ class CaseFeatures:
     moe_pad_to_capacity: bool | None = None
     moe_a2a_overlap: bool | None = None
     moe_flex_dispatcher: str | None = None
+    cuda_graph_impl: str | None = None  # local, transformer_engine (or none)
+    cuda_graph_scope: str | None = None  # scopes as Megatron names them, by spaces or commas; none = each layer whole
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +171,8 @@ def case_from(flags: CaseFlags) -> Case:
         _check_a2a_overlap(model, parallel)
     if flags.moe_flex_dispatcher and (refusal := flex_dispatcher_refusal(parallel)) is not None:
         raise MegapilotError(refusal, field="moe_flex_dispatcher", fix=f"{KEEP_ALLTOALL}, or use EP > 1")
+    if options.cuda_graphs is not None:
+        check_cuda_graphs(model, parallel, training, options)
     return Case(model, cluster, training, parallel, allow_tp_across_nodes=bool(flags.force_tp_across_nodes),
                 options=options)
 
@@ -194,9 +206,51 @@ def _check_a2a_overlap(model: ModelSpec, parallel: ParallelConfig) -> None:
 
 
 def run_options(model: ModelSpec, features: CaseFeatures, cluster: ClusterSpec) -> EstimateOptions:
-    """The run features the flags name: the flex MoE dispatcher (a token crosses to each remote NVLink domain
-    once, no host sync; refused where its backend cannot run, as `script` refuses it) and the expert all-to-all
-    overlap (on every layout Megatron allows it on), on a model with experts."""
+    """The run features the flags name: the MoE dispatcher and overlap (`_dispatch_options`) and CUDA graphs."""
+    return replace(_dispatch_options(model, features, cluster), cuda_graphs=cuda_graphs_from(features))
+
+
+def cuda_graphs_from(features: CaseFeatures) -> CudaGraphs | None:
+    """The CUDA graphs `--cuda-graph-impl` and `--cuda-graph-scope` ask for (None: eager, Megatron's default).
+    The scope is Megatron's words, by spaces or commas; `full` (Megatron's older word) is each layer whole."""
+    impl, scope = features.cuda_graph_impl, features.cuda_graph_scope
+    if impl in (None, "none"):
+        if scope:
+            raise MegapilotError(f"a scope ({scope}) without an implementation captures nothing",
+                                 field="cuda_graph_scope",
+                                 fix=f"add --cuda-graph-impl ({' or '.join(CUDA_GRAPH_IMPLS)}), or drop the scope")
+        return None
+    if impl not in CUDA_GRAPH_IMPLS:
+        raise MegapilotError(f"unknown CUDA graph implementation {impl!r}", field="cuda_graph_impl",
+                             fix=f"use one of: {', '.join(CUDA_GRAPH_IMPLS)} (or leave it out: no graphs)")
+    words = list(dict.fromkeys((scope or "").replace(",", " ").split()))
+    if words == ["full"]:
+        words = []
+    unknown = [word for word in words if word not in CUDA_GRAPH_SCOPES]
+    if unknown:
+        raise MegapilotError(f"unknown CUDA graph scope {unknown[0]!r}", field="cuda_graph_scope",
+                             fix=f"use some of: {', '.join(CUDA_GRAPH_SCOPES)} (none: each layer whole)")
+    return CudaGraphs(impl=impl, scope=tuple(words))  # type: ignore[arg-type]  # checked against the Literals
+
+
+def check_cuda_graphs(model: ModelSpec, parallel: ParallelConfig, training: TrainingSpec,
+                      options: EstimateOptions) -> None:
+    """The graphs asked for on one layout: refused by field where Megatron-Core asserts against them."""
+    graphs = options.cuda_graphs
+    if graphs is None:
+        return
+    refusal = cuda_graph_refusal(model, parallel, graphs, flex_dispatcher=bool(options.moe_flex_dispatcher),
+                                 router_padding=pads_routing_for_quantization(model, training))
+    if refusal is not None:
+        raise MegapilotError(f"CUDA graphs ({graphs.describe()}): {refusal}",
+                             field="cuda_graph_scope", fix="change the scope or the layout as it says, or leave "
+                             "--cuda-graph-impl out (an eager run)")
+
+
+def _dispatch_options(model: ModelSpec, features: CaseFeatures, cluster: ClusterSpec) -> EstimateOptions:
+    """The flex MoE dispatcher (a token crosses to each remote NVLink domain once, no host sync; refused where its
+    backend cannot run, as `script` refuses it) and the expert all-to-all overlap (on every layout Megatron allows
+    it on), on a model with experts."""
     if features.moe_a2a_overlap and model.moe is None:
         raise MegapilotError(f"{model.name} has no experts whose all-to-all could overlap", field="moe_a2a_overlap",
                              fix="drop --moe-a2a-overlap for a dense model")

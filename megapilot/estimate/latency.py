@@ -11,7 +11,8 @@ The bandwidth and FLOP terms of the step time scale with the work; three costs d
   their inputs). A small model, or a MoE model with many narrow experts, spends a larger share of its step on
   them, the more so the faster the GPU. The host's own dispatch of each kernel (a Transformer Engine Linear
   forward takes 37-100 us of CPU on a Grace host: TransformerEngine issue #2053) is left out: the host queues
-  ahead of the GPU except after the dispatcher's sync (below).
+  ahead of the GPU except after the dispatcher's sync (below). A kernel a CUDA graph replays costs the graph's
+  launch gap instead (`GRAPH_LAUNCH_GAP_S`; `layer_kernel_parts` splits a layer by the parts a graph scope names).
 - the host sync: Megatron's alltoall dispatcher needs the tokens each rank sends and receives on the host (the
   all-to-all's split sizes are host arguments), so each MoE layer's forward copies them to the host and waits
   (`cuda_sync_point`, megatron/core/transformer/moe/token_dispatcher.py). The queue drains: the kernels after the
@@ -41,18 +42,27 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from megapilot.estimate.mamba_mixer import MIXER_KERNELS as MAMBA_MIXER_KERNELS
+from megapilot.spec.cuda_graphs import LayerPart
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import LayerBlock, ModelSpec, YarnRopeScaling
 
 HOST_LAUNCH_FLOOR_S = 3.8e-6  # a kernel the host launches while the GPU waits takes at least this (same blog)
 HOST_SYNC_S = 5.8e-6  # a stream synchronisation beyond a queued launch (same blog: 9.6 - 3.8 us)
+# A kernel replayed from a CUDA graph: the same blog's 2.9 us kernel ran at 3.4 us per kernel inside a graph, a
+# 0.5 us gap, against 3.8 us launched one by one. The graph takes the host's launches (and Python's and the
+# dispatcher's time before them) off the step; the fitted `kernel_overhead_s` holds them for eager kernels.
+GRAPH_LAUNCH_GAP_S = 0.5e-6
 TE_GROUPED_GEMM_STREAMS = 4  # Transformer Engine's multi-stream cuBLAS grouped GEMM
 GEMM_TILE = 128  # output tile side of the cuBLAS/CUTLASS kernels (128 x 128 per SM), as step_time pads rows
 
 # Kernels of one MoE layer besides the expert GEMMs and their casts (fused router and permutation):
-# forward before the dispatcher's sync: router GEMM, fused top-k/softmax, 3 aux-loss kernels, the per-expert token
-# count, 3 for the split sizes (gather over EP, sums), 2 copies to the host, the fused permute;
-ROUTER_AND_PREPROCESS_KERNELS = 12
+# forward before the dispatcher's sync: the router's (router GEMM, fused top-k/softmax, 3 aux-loss kernels), then the
+# preprocess (the per-expert token count, 3 for the split sizes (gather over EP, sums), 2 copies to the host, the
+# fused permute);
+ROUTER_KERNELS_FORWARD = 5
+PREPROCESS_KERNELS_FORWARD = 7
+ROUTER_AND_PREPROCESS_KERNELS = ROUTER_KERNELS_FORWARD + PREPROCESS_KERNELS_FORWARD
+ROUTER_KERNELS_BACKWARD = 5  # of the backward's below: router GEMM dgrad and wgrad, top-k/softmax, 2 aux-loss
 # forward after it: dispatch all-to-all, sort by local expert, the fused SwiGLU, unsort, combine all-to-all, unpermute;
 DISPATCH_AND_COMBINE_KERNELS = 6
 # backward: the two all-to-alls, four permutation kernels, SwiGLU, router GEMM dgrad + wgrad, top-k/softmax, 2 aux.
@@ -224,25 +234,42 @@ def layer_kernels(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: boo
                   expert_cast_kernels: CastKernels | None = None) -> float:
     """Kernels layer `layer_index` runs one after another per micro-batch, forward + backward, each paying the
     fixed kernel overhead: its sequence mixer, then its dense MLP or MoE block (a hybrid layer has one block)."""
+    return sum(layer_kernel_parts(model, layer_index, ep, eight_bit=eight_bit, per_expert_gemms=per_expert_gemms,
+                                  cast_kernels=cast_kernels, expert_cast_kernels=expert_cast_kernels).values())
+
+
+def layer_kernel_parts(model: ModelSpec, layer_index: int, ep: int, *, eight_bit: bool, per_expert_gemms: bool,
+                       cast_kernels: CastKernels = CURRENT_SCALING_CAST_KERNELS,
+                       expert_cast_kernels: CastKernels | None = None) -> dict[LayerPart, float]:
+    """`layer_kernels` by the part of the layer a CUDA graph scope names (`CudaGraphs.captures`): the attention
+    sublayer (its norm and residual with it), a Mamba mixer, a dense MLP, and a MoE block split where Megatron's
+    scopes split it: the router (with the MLP's norm and the shared experts, which `moe_router` captures), the
+    preprocess (token counts, split sizes, the permute) and the rest (dispatch, experts, combine, residual)."""
     linear = LINEAR_KERNELS + (sum(cast_kernels) if eight_bit else 0)
     kind, block = model.layer_kind(layer_index), model.layer_block(layer_index)
-    count: float = 0
+    parts: dict[LayerPart, float] = {}
     if kind in ("transformer", "attention") and block.attention != "none":
-        count += NORM_AND_RESIDUAL_KERNELS + _mixer_kernels(model, layer_index, block, linear)
+        parts["attn"] = NORM_AND_RESIDUAL_KERNELS + _mixer_kernels(model, layer_index, block, linear)
     if kind == "mamba":
-        count += NORM_AND_RESIDUAL_KERNELS + MAMBA_MIXER_KERNELS + 2 * linear  # the conv, scan and norm kernels
+        parts["mamba"] = NORM_AND_RESIDUAL_KERNELS + MAMBA_MIXER_KERNELS + 2 * linear  # the conv, scan and norm
     if kind in ("mamba", "attention"):
-        return count
+        return parts
     moe = model.moe
     if model.is_moe_layer(layer_index) and moe is not None:
         block_kernels = moe_kernels(moe.num_experts // ep, per_expert_gemms=per_expert_gemms, fp8_casts=eight_bit,
                                     cast_kernels=expert_cast_kernels or cast_kernels, **expert_epilogue_flags(model))
         shared = 2 * linear + ACTIVATION_KERNELS if moe.shared_expert_ffn_hidden_size else 0
         latent = 2 * linear if moe.latent_size is not None else 0
-        return count + NORM_AND_RESIDUAL_KERNELS + block_kernels.serial + shared + latent
-    if block.mlp == "full":
-        return count + NORM_AND_RESIDUAL_KERNELS + 2 * linear + ACTIVATION_KERNELS
-    return count + (NORM_AND_RESIDUAL_KERNELS + linear if block.mlp == "linear" else 0)
+        norm = NORM_AND_RESIDUAL_KERNELS / 2  # the norm before the block, forward and backward
+        parts["moe_router"] = norm + ROUTER_KERNELS_FORWARD + ROUTER_KERNELS_BACKWARD + shared
+        parts["moe_preprocess"] = PREPROCESS_KERNELS_FORWARD
+        parts["moe"] = (NORM_AND_RESIDUAL_KERNELS - norm + block_kernels.serial - ROUTER_AND_PREPROCESS_KERNELS
+                        - ROUTER_KERNELS_BACKWARD + latent)
+    elif block.mlp == "full":
+        parts["mlp"] = NORM_AND_RESIDUAL_KERNELS + 2 * linear + ACTIVATION_KERNELS
+    elif block.mlp == "linear":
+        parts["mlp"] = NORM_AND_RESIDUAL_KERNELS + linear
+    return parts
 
 
 def unfused_rope(model: ModelSpec) -> bool:

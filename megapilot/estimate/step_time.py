@@ -81,9 +81,10 @@ from megapilot.estimate.flops import (
     layer_attention_core_flops,
 )
 from megapilot.estimate.latency import (
+    GRAPH_LAUNCH_GAP_S,
     NCCL_COLLECTIVE_SMS,
     CastKernels,
-    layer_kernels,
+    layer_kernel_parts,
     sm_contended_exposed_s,
     sm_count,
     sm_share,
@@ -121,6 +122,7 @@ from megapilot.estimate.quantization import (
     layer_recipe_delta_s,
     mixer_linears,
 )
+from megapilot.spec.cuda_graphs import CudaGraphs, LayerPart
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -211,6 +213,9 @@ class EstimateOptions:
     # FlashAttention never does), or False: an older cuDNN, where TE runs UnfusedDotProductAttention over the whole
     # s x s square (`_unfused_attention_core_s` at `TE_UNFUSED_SINK_SCORE_BYTES`).
     fused_sink_attention: bool = True
+    # CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-scope`): the kernels of the captured parts cost the graph's
+    # launch gap (`latency.GRAPH_LAUNCH_GAP_S`), not the eager `kernel_overhead_s`. None: every kernel eager.
+    cuda_graphs: CudaGraphs | None = None
     efficiency: EfficiencyParams = CALIBRATED
 
     @property
@@ -407,10 +412,10 @@ def layer_terms(
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
     terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
     dense_casts, expert_casts = _cast_kernels(model, layer_index, p, training.quant_flavour, per_expert_tokens)
-    terms["kernels"] = eff.kernel_overhead_s * layer_kernels(
+    terms["kernels"] = _kernels_s(layer_kernel_parts(
         model, layer_index, p.ep, eight_bit=precision in EIGHT_BIT_PRECISIONS,
         per_expert_gemms=not options.moe_legacy_grouped_gemm, cast_kernels=dense_casts,
-        expert_cast_kernels=expert_casts)
+        expert_cast_kernels=expert_casts), options.cuda_graphs, eff)
     compute_s = sum(terms[name] for name in COMPUTE_TERMS)
 
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)
@@ -622,6 +627,14 @@ def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: Paral
     gemms = heads * (_gemm_s(rows, d, s, gpu, precision, eff) + _gemm_s(rows, s, d, gpu, precision, eff))
     passes = gpu.hbm_time_s(heads * rows * s * score_bytes)
     return gemms + passes
+
+
+def _kernels_s(parts: dict[LayerPart, float], graphs: CudaGraphs | None, eff: EfficiencyParams) -> float:
+    """The fixed cost of a layer's kernels: eager ones at the fitted overhead, those a CUDA graph replays at the
+    graph's launch gap (never above the eager cost)."""
+    graphed = sum(count for part, count in parts.items() if graphs is not None and graphs.captures(part))
+    eager = sum(parts.values()) - graphed
+    return eff.kernel_overhead_s * eager + min(eff.kernel_overhead_s, GRAPH_LAUNCH_GAP_S) * graphed
 
 
 def layer_cost(

@@ -240,6 +240,11 @@ def _nothing_fits(cost: CostModel, pins: Pins, outcome: SearchOutcome) -> Megapi
                   "legal value")
         fixes.append(f"use a GPU count that is a legal TP×PP×CP times a divisor of {gbs:,}, or a --gbs the GPUs "
                      "divide")
+    graphs = cost.options.cuda_graphs if cost.options is not None else None
+    if graphs is not None and graphs.scope != ("full_iteration",):  # the search left full recompute out for them
+        bites += f"; with CUDA graphs over {', '.join(graphs.scope) or 'each whole layer'} no layout recomputes fully"
+        fixes.append("--cuda-graph-impl local --cuda-graph-scope full_iteration (full recompute runs under it), or no "
+                     "CUDA graphs")
     fix = "; or ".join(fixes) if fixes else "use a larger GPU or a smaller model"
     return MegapilotError(f"no layout fits: {bites}", field=_bite_field(outcome), fix=fix)
 

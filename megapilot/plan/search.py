@@ -719,6 +719,9 @@ class _Search:
 
     def _ladder(self, pp: int, vpp: int, split: space.PipelineSplit) -> list[RecomputeRung]:
         ladder = recompute_ladder(self.model, pp, vpp, split, self.training.quant_flavour)
+        graphs = self.cost.options.cuda_graphs if self.cost.options is not None else None
+        if graphs is not None and graphs.scope != ("full_iteration",):  # Megatron: full recompute only under one
+            ladder = [rung for rung in ladder if rung.recompute != "full"]
         if self.pins.recompute_modules:
             return [RecomputeRung("selective", modules=self.pins.recompute_modules)]
         if self.pins.recompute:
@@ -763,8 +766,9 @@ class _Search:
         (`offload_has_room`): on a PCIe host the GPU's one x16 uplink also carries its NIC (GPUDirect RDMA), and
         the estimate prices the copies as if the link were theirs alone."""
         most = most_offloaded_layers(self.model.num_layers, shape.pp, "none")
+        graphed = self.cost.options is not None and self.cost.options.cuda_graphs is not None  # Megatron: no offload
         if shape.pp > 1 or most < 1 or self.pins.recompute not in (None, "none") or self.pins.recompute_modules \
-                or not offload_has_room(self.cluster):
+                or not offload_has_room(self.cluster) or graphed:
             return None
 
         def layout(layers: int) -> ParallelConfig:

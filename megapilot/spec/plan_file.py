@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.spec.cuda_graphs import CudaGraphs
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
@@ -90,3 +91,6 @@ class SavedPlan(BaseModel):
     moe_a2a_overlap: bool = Field(
         default=False, description="Whether the plan was costed with the expert all-to-all overlapped "
         "(--overlap-moe-expert-parallel-comm, where Megatron allows it); the launch script writes it.")
+    cuda_graphs: CudaGraphs | None = Field(
+        default=None, description="The CUDA graphs the plan was costed with (None: eager); the launch script writes "
+        "them.")

@@ -376,3 +376,25 @@ def test_experts_leaving_the_nvlink_domain_on_the_default_dispatcher_are_said_to
     assert flex.stdout.splitlines()[0] != leaving[0]
     inside = cli(*MIXTRAL_32, "--etp", "1").stdout  # 8 GPUs: inside the node, both dispatchers alike
     assert "dispatcher:" not in inside
+
+
+QWEN3_GB200 = ("estimate", "--model", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--ep", "8", "--gbs", "512",
+               "--seq-len", "4096", "--mbs", "4", "--precision", "fp8")
+
+
+def test_cuda_graphs_are_priced_and_said_and_a_scope_megatron_refuses_is_one_error(cli):
+    # the GB200 recipes' graphs, beside the HybridEP dispatcher they run
+    eager = cli(*QWEN3_GB200, "--moe-flex-dispatcher", "hybridep", "--json").json()
+    graphed = cli(*QWEN3_GB200, "--moe-flex-dispatcher", "hybridep", "--cuda-graph-impl", "transformer_engine",
+                  "--cuda-graph-scope", "attn moe_router moe_preprocess", "--json").json()
+    assert graphed["tokens_per_s_per_gpu"] > eager["tokens_per_s_per_gpu"]
+    alltoall = cli(*QWEN3_GB200, "--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope",
+                   "attn moe_router moe_preprocess")  # FP8 experts' padded counts go to the host there
+    assert alltoall.exit_code == 2 and "the router's padding for quantised experts" in alltoall.stderr
+    text = cli(*QWEN3_GB200, "--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn").stdout
+    [note] = [line for line in text.splitlines() if line.startswith("CUDA graphs:")]
+    assert "transformer_engine over attn" in note and "tokens/s against the same run eager" in note
+    assert "not in the memory figure" in note
+    refused = cli(*QWEN3_GB200, "--cuda-graph-impl", "transformer_engine")  # a whole dropless MoE layer
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: cuda_graph_scope: CUDA graphs ")
+    assert "Traceback" not in refused.stderr

@@ -348,3 +348,26 @@ def test_plan_cluster_judges_the_ties_by_the_calibrated_interval_it_shows(cli, t
     low, high = best["tokens_per_s_per_gpu_p10"], best["tokens_per_s_per_gpu_p90"]
     tied = [rank for rank, value in enumerate(tokens[1:], start=2) if low <= value <= high]
     assert [rank for rank in range(2, len(tokens) + 1) if f"#{rank} (" in ties] == tied and len(tied) < 3
+
+
+def test_cuda_graphs_are_planned_saved_and_scripted_and_never_beside_a_recompute_megatron_refuses(cli, tmp_path):
+    target = tmp_path / "plan.json"
+    # 70B on 32 H100s: memory binds, and without graphs two of the top 5 recompute everything
+    args = ("plan", "--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "32", "--gbs", "256", "--seq-len", "8192",
+            "--top", "5", "--json")
+    assert any(c["parallel"]["recompute"] == "full" for c in cli(*args).json()["candidates"])
+    graphed = cli(*args, "--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn mlp", "--save",
+                  str(target))
+    assert graphed.exit_code == 0, graphed.stderr
+    assert all(c["parallel"]["recompute"] != "full" and not c["parallel"]["cpu_offloading_num_layers"]
+               for c in graphed.json()["candidates"])
+    assert SavedPlan.model_validate_json(target.read_text()).cuda_graphs is not None
+    script = cli("script", "--plan", str(target), "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote",
+                 "--json").json()["megatron_args"]
+    assert script[script.index("--cuda-graph-impl") + 1] == "transformer_engine"
+    half = cli(*[("16" if word == "32" else word) for word in args if word != "--json"], "--cuda-graph-impl",
+               "transformer_engine", "--cuda-graph-scope", "attn mlp")  # fits only by recomputing everything
+    assert half.exit_code == 2 and "no layout recomputes fully" in half.stderr and "full_iteration" in half.stderr
+    refused = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--cuda-graph-impl",
+                  "transformer_engine", "--cuda-graph-scope", "moe_router")
+    assert refused.exit_code == 2 and "has no experts" in refused.stderr

@@ -269,3 +269,36 @@ def test_megatrons_mxfp8_recipe_spelling_is_pointed_at_the_precision():
         build_case(model="llama3.1-8b", gpu="b200", gpus=8, gbs=64, seq_len=4096, precision="fp8", fp8_recipe="mxfp8")
     assert refused.value.field == "fp8_recipe" and refused.value.fix == (
         "use --precision mxfp8 (the block-scaled format is a precision here)")
+
+
+# ---- CUDA graphs (--cuda-graph-impl, --cuda-graph-scope) ------------------------------------------------------
+
+def test_cuda_graphs_are_read_in_megatrons_words_and_priced_where_megatron_captures_them():
+    from megapilot.estimate import estimate
+    from megapilot.spec.cuda_graphs import CudaGraphs
+
+    flags = {**BASE, "model": "qwen3-30b-a3b", "gpus": 8, "ep": 8, "gbs": 512, "seq_len": 4096, "precision": "fp8"}
+    eager = build_case(**flags)
+    graphed = build_case(**flags, cuda_graph_impl="transformer_engine", cuda_graph_scope="attn,moe_router moe_router")
+    assert eager.options.cuda_graphs is None
+    assert graphed.options.cuda_graphs == CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router"))
+    assert build_case(**flags, cuda_graph_impl="none").options.cuda_graphs is None
+    whole = build_case(**BASE, cuda_graph_impl="transformer_engine", cuda_graph_scope="full")  # Megatron's old word
+    assert whole.options.cuda_graphs == CudaGraphs(impl="transformer_engine")
+    times = [estimate(c.model, c.cluster, c.training, c.parallel, c.options).step_time_s for c in (eager, graphed)]
+    assert times[1] < times[0]
+
+
+@pytest.mark.parametrize(("bad", "field", "words"), [
+    ({"cuda_graph_scope": "attn"}, "cuda_graph_scope", "without an implementation"),
+    ({"cuda_graph_impl": "cudnn"}, "cuda_graph_impl", "unknown CUDA graph implementation"),
+    ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "attention"}, "cuda_graph_scope", "'attention'"),
+    ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "full_iteration"}, "cuda_graph_scope",
+     "local only"),
+    ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "attn", "recompute": "full"}, "cuda_graph_scope",
+     "full_iteration graph"),
+])
+def test_cuda_graphs_megatron_would_refuse_are_refused_by_field(bad, field, words):
+    with pytest.raises(MegapilotError) as refused:
+        build_case(**BASE, **bad)
+    assert refused.value.field == field and words in refused.value.problem

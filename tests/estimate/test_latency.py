@@ -11,6 +11,7 @@ from megapilot.estimate.latency import (
     HOST_LAUNCH_FLOOR_S,
     HOST_SYNC_S,
     expert_wave_slowdown,
+    layer_kernel_parts,
     layer_kernels,
     moe_host_sync_s,
     moe_kernels,
@@ -143,3 +144,20 @@ def test_a_collective_beside_compute_costs_at_least_the_share_of_the_sms_it_hold
     assert sm_contended_exposed_s(0.0, 1.32, share) == pytest.approx(0.16)  # hidden: the compute slows by 16/132
     assert sm_contended_exposed_s(0.5, 1.32, share) == 0.5  # what outlasts the compute already covers that
     assert sm_contended_exposed_s(1.32, 1.32, share) == 1.32  # not overlapped: just itself
+
+
+@pytest.mark.parametrize(("model", "layer", "ep"), [
+    (get_model("llama3.1-8b"), 0, 1), (QWEN3_30B_LIKE, 0, 8), (get_model("deepseek-v3"), 0, 8),
+    (get_model("deepseek-v3"), 5, 64), (get_model("nemotron-h-8b"), 0, 1), (get_model("qwen3-next-80b-a3b"), 0, 8),
+])
+def test_the_kernels_by_graph_scope_part_add_up_to_the_layers_kernels(model, layer, ep):
+    parts = layer_kernel_parts(model, layer, ep, eight_bit=True, per_expert_gemms=True)
+    assert sum(parts.values()) == layer_kernels(model, layer, ep, eight_bit=True, per_expert_gemms=True)
+    assert all(count > 0 for count in parts.values())
+
+
+def test_a_moe_layer_splits_into_router_preprocess_and_the_rest_where_megatrons_scopes_split_it():
+    parts = layer_kernel_parts(QWEN3_30B_LIKE, 0, 8, eight_bit=True, per_expert_gemms=True)
+    assert parts["moe_router"] == 2 + 5 + 5  # the MLP's norm fwd/bwd, the router forward and backward
+    assert parts["moe_preprocess"] == 7  # token counts, split sizes, host copies, the permute
+    assert set(parts) == {"attn", "moe_router", "moe_preprocess", "moe"}

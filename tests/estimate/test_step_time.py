@@ -723,3 +723,30 @@ def test_deepseek_v4s_compressor_runs_at_the_16_bit_rate_in_an_fp8_recipe():
                    for i in (0, 3))
     compressor = _compressor_gemms_s(model, 3, 4096, b200, CALIBRATED)
     assert compressor > 0 and hca - window == pytest.approx(compressor)
+
+
+def test_cuda_graphs_price_the_captured_kernels_at_the_graph_launch_gap_and_nothing_else():
+    from megapilot.catalog import get_model
+    from megapilot.estimate.latency import GRAPH_LAUNCH_GAP_S, layer_kernel_parts
+    from megapilot.estimate.step_time import layer_terms
+    from megapilot.spec.cuda_graphs import CudaGraphs
+
+    model, cluster = get_model("qwen3-30b-a3b"), ClusterSpec.from_gpu_count(get_gpu("gb200"), 8)
+    training = TrainingSpec(seq_length=4096, global_batch_size=512, precision="fp8")
+    p = ParallelConfig.for_world(8, ep=8, mbs=4, recompute="none")
+    eager = EstimateOptions()
+    router = replace(eager, cuda_graphs=CudaGraphs(impl="transformer_engine", scope=("moe_router",)))
+    everything = replace(eager, cuda_graphs=CudaGraphs(impl="local", scope=("full_iteration",)))
+    kernels = {name: layer_terms(model, 0, cluster, training, p, options, recomputed=False)["kernels"]
+               for name, options in (("eager", eager), ("router", router), ("all", everything))}
+    parts = layer_kernel_parts(model, 0, 8, eight_bit=True, per_expert_gemms=True)
+    overhead = CALIBRATED.kernel_overhead_s
+    assert kernels["eager"] == pytest.approx(overhead * sum(parts.values()))
+    assert kernels["eager"] - kernels["router"] == pytest.approx((overhead - GRAPH_LAUNCH_GAP_S) * parts["moe_router"])
+    assert kernels["all"] == pytest.approx(GRAPH_LAUNCH_GAP_S * sum(parts.values()))
+    times = [step_time(model, cluster, training, p, options).step_time_s for options in (eager, router, everything)]
+    assert times[0] > times[1] > times[2]
+    terms = layer_terms(model, 0, cluster, training, p, everything, recomputed=False)
+    assert {name: value for name, value in terms.items() if name != "kernels"} == {
+        name: value for name, value in layer_terms(model, 0, cluster, training, p, eager, recomputed=False).items()
+        if name != "kernels"}  # a graph changes the launches, not the work
