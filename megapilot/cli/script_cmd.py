@@ -89,6 +89,7 @@ def script(
 ) -> None:
     """Write a checked launch script for a plan (a draft: review it, this command never runs it)."""
     from megapilot.cli.common import load_profile_checked, require_positive
+    from megapilot.estimate.cases import cuda_graphs_from
     from megapilot.launch import LaunchOptions, render_launch
 
     user_profile = load_profile_checked(profile)
@@ -132,7 +133,8 @@ def script(
         time_limit=time_limit, partition=partition, account=account, log_dir=log_dir, primus_path=primus_path,
         primus_config_path=primus_config, script_path=script_path, remote=remote,
         moe_flex_dispatcher=features.moe_flex_dispatcher or saved.moe_flex_dispatcher,
-        moe_a2a_overlap=features.moe_a2a_overlap or saved.moe_a2a_overlap, **fills,
+        moe_a2a_overlap=features.moe_a2a_overlap or saved.moe_a2a_overlap,
+        cuda_graphs=cuda_graphs_from(features.case_features()) or saved.cuda_graphs, **fills,
     )
     launch = render_launch(saved, options)
     if output is not None and not remote:
@@ -221,7 +223,7 @@ def _plan_from_flags(profile: Profile, notes: list[str], given: LayoutFlags, fea
     notes += validate_layout(case.model, case.cluster, case.training, case.parallel)
     return SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel,
                      moe_flex_dispatcher=features.moe_flex_dispatcher,  # type: ignore[arg-type]  # build_case checked it
-                     moe_a2a_overlap=features.moe_a2a_overlap)
+                     moe_a2a_overlap=features.moe_a2a_overlap, cuda_graphs=case.options.cuda_graphs)
 
 
 def _default_gpus_per_node(gpu: object) -> int:

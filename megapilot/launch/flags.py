@@ -17,6 +17,7 @@ from megapilot.launch.megatron_args import FlagTable, Version
 from megapilot.launch.model_flags import dsa_kernel_args, model_section
 from megapilot.launch.options import TOKENIZERS_WITHOUT_MODEL, LaunchOptions
 from megapilot.launch.perf_flags import (
+    cuda_graph_sections,
     flex_dispatcher_backend,
     fp8_param_gather_applies,
     meta_device_init_needed,
@@ -26,6 +27,7 @@ from megapilot.launch.perf_flags import (
 from megapilot.launch.sections import ArgSection
 from megapilot.launch.versions import resolve_flag_table, target_release
 from megapilot.spec import ModelSpec, ParallelConfig, SavedPlan, TrainingSpec
+from megapilot.spec.cuda_graphs import pads_routing_for_quantization
 
 
 def render_megatron_args(plan: SavedPlan, options: LaunchOptions) -> list[str]:
@@ -54,6 +56,7 @@ def megatron_arg_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTa
         _logging_section(options),
         _checkpoint_section(plan, options),
         *performance_sections(plan, options),
+        *cuda_graph_sections(plan, options, table),
     ]
 
 
@@ -269,7 +272,7 @@ def _precision_section(plan: SavedPlan, options: LaunchOptions, table: FlagTable
     s.add("--fp16" if training.precision == "fp16" else "--bf16")
     if flavour in MEGATRON_QUANT_FLAGS:
         s.args.extend(MEGATRON_QUANT_FLAGS[flavour])
-        if plan.model.moe is not None:
+        if pads_routing_for_quantization(plan.model, training):  # the rule CUDA graphs' refusals read too
             s.add(_routing_padding_flag(table))
     elif flavour == "mxfp4":
         s.title += " (Primus keys fp4/fp4_recipe in the experiment; the Megatron arguments stay bf16)"

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.spec.cuda_graphs import CudaGraphs
 from megapilot.spec.plan_file import FlexDispatcher
 
 Launcher = Literal["torchrun", "slurm", "primus"]
@@ -75,6 +76,11 @@ class LaunchOptions(BaseModel):
         default=False,
         description="Overlap the expert all-to-all with another micro-batch's compute (--overlap-moe-expert-parallel-"
                     "comm with --delay-wgrad-compute) where Megatron allows it; elsewhere a note says why not.",
+    )
+    cuda_graphs: CudaGraphs | None = Field(
+        default=None,
+        description="CUDA graphs (--cuda-graph-impl and its scope) where Megatron-Core allows them for the plan; "
+                    "None = every kernel launched eagerly (Megatron's default).",
     )
     # --- multi-node wiring
     rendezvous: Rendezvous = Field(default="static", description="Multi-node torchrun: static ranks or c10d.")

@@ -19,9 +19,11 @@ from megapilot.errors import MegapilotError
 from megapilot.estimate.memory import GIB, PARAM_BYTES, shard_params
 from megapilot.estimate.params import count_params
 from megapilot.estimate.quantization import keeps_fp8_primary_weights
+from megapilot.launch.megatron_args import FlagTable
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import SavedPlan, flex_backend_refusal, flex_dispatcher_refusal, moe_a2a_overlap_refusal
+from megapilot.spec.cuda_graphs import cuda_graph_refusal, pads_routing_for_quantization
 from megapilot.spec.validate import KEEP_ALLTOALL
 
 # Megatron's own default for --distributed-timeout-minutes; what one node needs.
@@ -126,6 +128,57 @@ def a2a_overlap_note(plan: SavedPlan, options: LaunchOptions) -> str | None:
         return None
     refusal = moe_a2a_overlap_refusal(plan.model, plan.parallel) or "the embedded trainer and CPU runs have none"
     return f"--overlap-moe-expert-parallel-comm left out: {refusal}"
+
+
+# The first release whose --cuda-graph-scope takes a list of scopes (moe_router, moe_preprocess, ...): before it
+# a single word (attn, full, full_iteration). core_v0.18.0 renames it --cuda-graph-modules (the old name migrates,
+# with a warning) and takes the whole iteration as --cuda-graph-impl full_iteration.
+CUDA_GRAPH_LIST_RELEASE = "core_v0.16.0"
+
+
+def cuda_graph_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTable) -> list[ArgSection]:
+    """The CUDA graphs asked for, in `table`'s release's words; refused where Megatron-Core refuses them for this
+    model and layout (`cuda_graph_refusal`) or the release cannot say the scope. None on CPUs or in the embedded
+    trainer (`cuda_graphs_note` says so)."""
+    graphs = options.cuda_graphs
+    if graphs is None or not gpu_kernels_available(options):
+        return []
+    refusal = cuda_graph_refusal(plan.model, plan.parallel, graphs,
+                                 flex_dispatcher=flex_dispatcher_backend(plan, options) is not None,
+                                 router_padding=pads_routing_for_quantization(plan.model, plan.training))
+    if refusal is not None:
+        raise MegapilotError(f"CUDA graphs ({graphs.describe()}): {refusal}", field="cuda_graph_scope",
+                             fix="change the scope or the layout as it says, or leave --cuda-graph-impl out")
+    scope_flag = table.flags.get("--cuda-graph-scope")
+    if "--cuda-graph-modules" not in table.flags and (scope_flag is None or not scope_flag.takes_many):
+        raise MegapilotError(f"Megatron-LM {table.label()} takes one CUDA graph scope word (attn, full, "
+                             f"full_iteration); the scopes as lists come with {CUDA_GRAPH_LIST_RELEASE}",
+                             field="megatron_version",
+                             fix=f"--megatron-version {CUDA_GRAPH_LIST_RELEASE} (or newer), or leave --cuda-graph-impl "
+                                 "out")
+    section = ArgSection(f"performance: CUDA graphs ({graphs.describe()}) replay the captured kernels without a host "
+                         "launch each; Transformer Engine's RNG tracker keeps their dropout streams graph-safe")
+    whole_iteration = "full_iteration" in graphs.scope
+    if whole_iteration and "--cuda-graph-modules" in table.flags:
+        section.add("--cuda-graph-impl", "full_iteration")
+    else:
+        section.add("--cuda-graph-impl", graphs.impl)
+        if graphs.scope:
+            scope_name = "--cuda-graph-modules" if "--cuda-graph-modules" in table.flags else "--cuda-graph-scope"
+            section.add(scope_name, *graphs.scope)
+    section.add("--te-rng-tracker")
+    if whole_iteration:  # Megatron asserts it: the check's host sync cannot sit inside the captured step
+        section.add("--no-check-for-nan-in-loss-and-grad")
+    if graphs.impl == "local" and plan.parallel.ep > 1:  # asserted by arguments.py for local graphs with EP
+        section.add("--moe-pad-experts-for-cuda-graph-inference")
+    return [section]
+
+
+def cuda_graphs_note(options: LaunchOptions) -> str | None:
+    """Why graphs asked for are left out of the script (None when they are in, or not asked for)."""
+    if options.cuda_graphs is None or gpu_kernels_available(options):
+        return None
+    return "--cuda-graph-impl left out: the embedded trainer and CPU runs have no CUDA graphs"
 
 
 def performance_sections(plan: SavedPlan, options: LaunchOptions) -> list[ArgSection]:

@@ -23,7 +23,7 @@ from megapilot.launch.environment import launch_environment
 from megapilot.launch.flags import argument_notes, megatron_arg_sections
 from megapilot.launch.megatron_args import SCRIPT_RELEASE_NAMES, ReleaseNames
 from megapilot.launch.options import LaunchOptions, LaunchScript
-from megapilot.launch.perf_flags import a2a_overlap_note, slurm_time_limit_minutes
+from megapilot.launch.perf_flags import a2a_overlap_note, cuda_graphs_note, slurm_time_limit_minutes
 from megapilot.launch.primus import primus_experiment, render_primus
 from megapilot.launch.sections import ArgSection
 from megapilot.launch.shell import q, write_file
@@ -57,9 +57,9 @@ def render_launch(plan: SavedPlan, options: LaunchOptions, names: ReleaseNames =
         notes.append("drafted for another machine (--remote): paths were checked for form only, not for existence "
                      "here, and no directory was created here")
 
-    overlap_note = a2a_overlap_note(plan, options)
-    if overlap_note is not None:
-        notes.append(overlap_note)
+    for note in (a2a_overlap_note(plan, options), cuda_graphs_note(options)):
+        if note is not None:
+            notes.append(note)
     if plan.training.uses_muon:
         notes.append(f"--optimizer {plan.training.optimizer} needs the emerging_optimizers package in the image "
                      "(Megatron-LM imports its Newton-Schulz from there); it cannot be checked from here")

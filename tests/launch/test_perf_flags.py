@@ -272,3 +272,52 @@ def test_a2a_overlap_is_written_where_allowed_and_a_note_says_why_not_elsewhere(
     assert "--overlap-moe-expert-parallel-comm" not in launch.megatron_args
     assert any(note.startswith("--overlap-moe-expert-parallel-comm left out: it does not run with full recompute")
                for note in launch.notes)
+
+
+# ---- CUDA graphs --------------------------------------------------------------------------------------------
+def _graphs(impl: str, *scope: str):
+    from megapilot.spec.cuda_graphs import CudaGraphs
+
+    return CudaGraphs(impl=impl, scope=scope)  # type: ignore[arg-type]  # the Literals' words
+
+
+def _graphed(graphs, **options: object) -> LaunchOptions:
+    return MEGATRON.model_copy(update={"cuda_graphs": graphs, **options})
+
+
+def test_cuda_graphs_are_written_in_each_releases_words_with_what_megatron_asserts_beside_them() -> None:
+    moe = make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN, ep=8)
+    router = _graphs("transformer_engine", "attn", "moe_router", "moe_preprocess")
+    newest = _args(moe, _graphed(router))  # core_v0.18.0 on: --cuda-graph-modules
+    assert newest[newest.index("--cuda-graph-impl"):newest.index("--cuda-graph-impl") + 7] == [
+        "--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", "attn", "moe_router", "moe_preprocess",
+        "--te-rng-tracker"]
+    older = _args(moe, _graphed(router, megatron_version="core_v0.16.0"))
+    assert older[older.index("--cuda-graph-scope") + 1:older.index("--cuda-graph-scope") + 4] == [
+        "attn", "moe_router", "moe_preprocess"] and "--cuda-graph-modules" not in older
+    assert "CUDA graphs" in _reason(moe, _graphed(router), "--cuda-graph-impl")
+    dense = make_plan(LLAMA31_8B, "h100", 1, TRAIN)
+    whole = _args(dense, _graphed(_graphs("local", "full_iteration")))
+    assert _value(whole, "--cuda-graph-impl") == "full_iteration" and "--no-check-for-nan-in-loss-and-grad" in whole
+    whole_16 = _args(dense, _graphed(_graphs("local", "full_iteration"), megatron_version="core_v0.16.0"))
+    assert _value(whole_16, "--cuda-graph-impl") == "local" and _value(whole_16, "--cuda-graph-scope") == "full_iteration"
+    local_ep = _args(make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN, ep=8, recompute="full"),
+                     _graphed(_graphs("local", "full_iteration"), megatron_version="core_v0.16.0"))
+    assert "--moe-pad-experts-for-cuda-graph-inference" in local_ep  # arguments.py asserts it with EP > 1
+    assert "--cuda-graph-impl" not in _args(dense)
+
+
+def test_cuda_graphs_megatron_refuses_or_a_release_cannot_say_are_refused_and_a_cpu_run_leaves_them_out() -> None:
+    dense = make_plan(LLAMA31_8B, "h100", 1, TRAIN, recompute="full")
+    with pytest.raises(MegapilotError) as refused:
+        _args(dense, _graphed(_graphs("transformer_engine", "attn")))
+    assert refused.value.field == "cuda_graph_scope" and "full_iteration graph" in refused.value.problem
+    with pytest.raises(MegapilotError) as old:
+        _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN), _graphed(_graphs("transformer_engine", "attn"),
+                                                                megatron_version="core_v0.15.0"))
+    assert old.value.field == "megatron_version" and "core_v0.16.0" in old.value.fix
+    tiny = make_plan(LLAMA31_8B, "h100", 1, TRAIN)
+    cpu = CPU.model_copy(update={"cuda_graphs": _graphs("transformer_engine", "attn")})
+    launch = render_launch(tiny.model_copy(update={"model": tiny.model}), cpu)
+    assert "--cuda-graph-impl" not in launch.script
+    assert any(note.startswith("--cuda-graph-impl left out") for note in launch.notes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from megapilot.launch import LaunchOptions
 from megapilot.spec import ModelSpec, MoESpec, SavedPlan, TrainingSpec
+from megapilot.spec.cuda_graphs import CudaGraphs
 from megapilot.spec.model import DSASpec, GatedDeltaNetSpec, MambaSpec, YarnRopeScaling
 from tests.launch.plans import (
     DEEPSEEK_V2_LITE,
@@ -135,6 +136,15 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN.model_copy(update={"precision": "fp8"}), ep=8, etp=1), _MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN.model_copy(update={"precision": "fp8"}), ep=8, etp=1),
      _MEGATRON_MOCK.model_copy(update={"megatron_version": "core_v0.15.0"})),
+    # CUDA graphs in each release's words: the scopes as a list (core_v0.16.0), renamed --cuda-graph-modules
+    # (core_v0.18.0 on), and the whole iteration with what Megatron asserts beside it (local graphs under EP).
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK.model_copy(update={
+        "cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess")),
+        "megatron_version": "core_v0.16.0"})),
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK.model_copy(update={
+        "cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess"))})),
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1, recompute="full"), _MEGATRON_MOCK.model_copy(update={
+        "cuda_graphs": CudaGraphs(impl="local", scope=("full_iteration",)), "megatron_version": "core_v0.16.0"})),
     # Muon: Megatron-LM's optimizer (the embedded trainer runs Adam and SGD), without the distributed optimizer.
     (make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"optimizer": "dist_muon"}), tp=2,
                distributed_optimizer=False), _MEGATRON_MOCK),
