@@ -40,6 +40,7 @@ from megapilot.launch.hybrid_split import segments_virtual_stages
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.logs import ParsedLog
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
+from megapilot.spec.cuda_graphs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, CudaGraphs
 from megapilot.spec.model import (
     DSASpec,
     GatedDeltaNetSpec,
@@ -76,7 +77,7 @@ _FLAG_PRECISIONS: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8":
 # Megatron-FSDP's switch; Megatron-LM before core_v0.14 called it --use-custom-fsdp.
 FSDP_SWITCHES = ("--use-megatron-fsdp", "--use-custom-fsdp")
 # Flags whose several values are read (the others keep their first value): the list of recompute modules.
-LIST_FLAGS = frozenset({"--recompute-modules", "--cp-comm-type"})
+LIST_FLAGS = frozenset({"--recompute-modules", "--cp-comm-type", "--cuda-graph-scope", "--cuda-graph-modules"})
 _TORCHRUN_VALUE_FLAGS = frozenset({"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
                                    "--master-addr", "--master_addr", "--master-port", "--master_port",
                                    "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend", "--rdzv_backend",
@@ -253,6 +254,26 @@ def _flags_from_overrides(overrides: dict[str, object]) -> dict[str, str | None]
     return values
 
 
+def cuda_graphs_of(flags: LaunchFlags) -> CudaGraphs | None:
+    """The CUDA graphs a launch captures, in every release's words: `--cuda-graph-impl` (core_v0.18.0 on also
+    `full_iteration`) with `--cuda-graph-scope` or its later name `--cuda-graph-modules` (`full`: each layer whole),
+    or the older switches `--enable-cuda-graph` (local) and `--external-cuda-graph` (transformer_engine). A log's
+    arguments block prints the scopes as enums (`[<CudaGraphScope.attn: 1>]`): their lower-case names are read."""
+    impl = flags.get("--cuda-graph-impl")
+    if impl in (None, "none"):
+        impl = ("local" if flags.has("--enable-cuda-graph")
+                else "transformer_engine" if flags.has("--external-cuda-graph") else None)
+    if impl is None:
+        return None
+    said = flags.get("--cuda-graph-modules") or flags.get("--cuda-graph-scope") or ""
+    scope = [word for word in dict.fromkeys(re.findall(r"\b[a-z_]+\b", said)) if word in CUDA_GRAPH_SCOPES]
+    if impl == "full_iteration":
+        impl, scope = "local", ["full_iteration"]
+    if impl not in CUDA_GRAPH_IMPLS:
+        return None
+    return CudaGraphs(impl=impl, scope=tuple(scope))  # type: ignore[arg-type]  # both checked against the Literals
+
+
 def flags_from_log(log: ParsedLog) -> LaunchFlags | None:
     """The launch a log's own `arguments` block describes (Megatron prints every argument at start-up), named by
     the file and line it starts at, as a script is by its path; None without the block."""
@@ -410,6 +431,7 @@ class RunConfig:
             moe_flex_dispatcher=flags.get("--moe-token-dispatcher-type") == "flex",
             moe_a2a_overlap=flags.has("--overlap-moe-expert-parallel-comm"),
             moe_legacy_grouped_gemm=flags.has("--moe-use-legacy-grouped-gemm"),
+            cuda_graphs=cuda_graphs_of(flags),
         )
 
     @property

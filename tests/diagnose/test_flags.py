@@ -10,7 +10,7 @@ import pytest
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose import read_flags, run_config
 from megapilot.errors import MegapilotError
-from megapilot.spec import ModelSpec
+from megapilot.spec import ModelSpec, TrainingSpec
 
 SCRIPT = r"""#!/bin/bash
 # SYNTHETIC launch script in the style of Megatron-LM's examples/llama/train_llama3_8b.sh
@@ -379,3 +379,47 @@ def test_a_gloo_run_without_a_gpu_is_not_said_to_get_no_predictions():
     gpu = run_config(read_flags(flags=shape), gpus=2)
     assert not any("GPU type not given" in note for note in cpu.notes)
     assert any("GPU type not given" in note for note in gpu.notes)
+
+
+# ---- CUDA graphs -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("values", "impl", "scope"), [
+    ({"--cuda-graph-impl": "transformer_engine", "--cuda-graph-scope": "attn moe_router moe_preprocess"},
+     "transformer_engine", ("attn", "moe_router", "moe_preprocess")),
+    ({"--cuda-graph-impl": "transformer_engine", "--cuda-graph-modules": "attn"}, "transformer_engine", ("attn",)),
+    ({"--cuda-graph-impl": "local", "--cuda-graph-scope": "full_iteration"}, "local", ("full_iteration",)),
+    ({"--cuda-graph-impl": "full_iteration"}, "local", ("full_iteration",)),  # core_v0.18.0's spelling
+    ({"--cuda-graph-impl": "transformer_engine", "--cuda-graph-scope": "full"}, "transformer_engine", ()),
+    ({"--enable-cuda-graph": None}, "local", ()),  # the switches before --cuda-graph-impl
+    ({"--external-cuda-graph": None, "--cuda-graph-scope": "attn"}, "transformer_engine", ("attn",)),
+])
+def test_cuda_graphs_are_read_in_every_releases_words(values, impl, scope):
+    from megapilot.diagnose.flags import LaunchFlags, cuda_graphs_of
+
+    graphs = cuda_graphs_of(LaunchFlags(values=values))
+    assert graphs is not None and (graphs.impl, graphs.scope) == (impl, scope)
+    assert cuda_graphs_of(LaunchFlags(values={"--cuda-graph-impl": "none"})) is None
+
+
+def test_a_logs_arguments_block_says_its_cuda_graph_scopes_as_enums():
+    from megapilot.diagnose.flags import cuda_graphs_of, flags_from_arguments
+
+    printed = {"cuda_graph_impl": "transformer_engine",
+               "cuda_graph_scope": "[<CudaGraphScope.attn: 1>, <CudaGraphScope.moe_router: 4>]"}
+    graphs = cuda_graphs_of(flags_from_arguments(printed, "train.log:12"))
+    assert graphs is not None and graphs.scope == ("attn", "moe_router")
+
+
+def test_a_script_with_cuda_graphs_is_priced_with_them(tmp_path):
+    from megapilot.launch import LaunchOptions, render_launch
+    from megapilot.spec.cuda_graphs import CudaGraphs
+    from tests.launch.plans import MIXTRAL_8X7B, make_plan
+
+    plan = make_plan(MIXTRAL_8X7B, "h100", 1, TrainingSpec(seq_length=4096, global_batch_size=64), ep=8)
+    graphs = CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess"))
+    options = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False,
+                            cuda_graphs=graphs)
+    script = tmp_path / "train.sh"
+    script.write_text(render_launch(plan, options).script)
+    config = run_config(read_flags(script=script))
+    assert config.options.cuda_graphs == graphs
