@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from megapilot.diagnose.findings import Fix
-from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, run_config
+from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, cuda_graphs_of, run_config
 from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import predict
 from megapilot.errors import MegapilotError
 from megapilot.spec import ParallelConfig, Prediction, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
+from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal
 from megapilot.spec.validate import check_optimizer, light_recompute_modules, most_offloaded_layers
 
 
@@ -282,6 +283,38 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
         if not flags.has("--moe-grouped-gemm"):
             yield proposed_layout(config, "grouped GEMM for experts", p, modelled=False, extra=(change(
                 flags, "--moe-grouped-gemm", None, "one grouped GEMM for the local experts instead of a loop"),))
+    yield _cuda_graphs_option(config)
+
+
+# The graphs the later Megatron-Bridge recipes run, most captured first: a dense model's whole iteration (Llama 3),
+# a MoE model's attention, router and preprocess (DeepSeek-V3, Qwen3, GPT-OSS), or without the preprocess where the
+# alltoall dispatcher reads token counts on the host. Said in core_v0.16's words, which later releases migrate.
+_DENSE_GRAPHS = (CudaGraphs(impl="local", scope=("full_iteration",)),)
+_MOE_GRAPHS = (CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess")),
+               CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router")))
+
+
+def _cuda_graphs_option(config: RunConfig) -> LayoutOption | None:
+    """CUDA graphs where the launch runs none, on NVIDIA GPUs, the first of the recipes' scopes Megatron-Core
+    allows for this model and layout: the captured kernels skip the host's launches."""
+    p, model, flags = config.parallel, config.model, config.flags
+    assert p is not None and model is not None and config.training is not None
+    if cuda_graphs_of(flags) is not None or config.gpu is None or config.gpu.vendor != "NVIDIA":
+        return None
+    padding = flags.has("--moe-router-padding-for-quantization") or flags.has("--moe-router-padding-for-fp8")
+    flex = flags.get("--moe-token-dispatcher-type") == "flex"
+    graphs = next((g for g in (_MOE_GRAPHS if model.is_moe else _DENSE_GRAPHS)
+                   if cuda_graph_refusal(model, p, g, flex_dispatcher=flex, router_padding=padding) is None), None)
+    if graphs is None:
+        return None
+    why = "replay the captured kernels from a graph: no host launch (and no Python before it) per kernel"
+    extra = [change(flags, "--cuda-graph-impl", graphs.impl, why),
+             change(flags, "--cuda-graph-scope", " ".join(graphs.scope), "what the graphs capture"),
+             change(flags, "--te-rng-tracker", None, "graph-safe random streams")]
+    if "full_iteration" in graphs.scope:
+        extra.append(change(flags, "--no-check-for-nan-in-loss-and-grad", None,
+                            "the NaN check's host sync cannot sit inside the captured step (Megatron asserts it)"))
+    return proposed_layout(config, f"CUDA graphs ({graphs.describe()})", p, extra=tuple(extra))
 
 
 def combined_memory_option(config: RunConfig) -> LayoutOption | None:

@@ -12,6 +12,7 @@ from megapilot.diagnose.options import (
     remove,
     throughput_options,
 )
+from megapilot.diagnose.predict import predict
 from megapilot.estimate import estimate
 from megapilot.spec import ParallelConfig, validate_layout
 
@@ -220,3 +221,23 @@ def test_a_moe_run_short_of_memory_is_offered_the_light_modules_and_one_in_full_
     assert faster.prediction.tokens_per_s_per_gpu > current_prediction(full).tokens_per_s_per_gpu
     already = _config(MIXTRAL + " --recompute-granularity selective --recompute-modules moe_act layernorm", gpus=16)
     assert not any(o.label.startswith("recompute moe_act") for o in memory_options(already))
+
+
+def test_cuda_graphs_are_offered_as_the_recipes_run_them_where_megatron_allows_and_priced():
+    def graphs_option(flags: str, gpus: int = 8, gpu: str = "h100"):
+        config = _config(flags, gpus=gpus, gpu=gpu)
+        return next((o for o in throughput_options(config) if o.label.startswith("CUDA graphs")), None), config
+
+    dense, config = graphs_option(LLAMA3_8B)
+    assert dense is not None and dense.label == "CUDA graphs (local over full_iteration)"
+    assert {(c.flag, c.value) for c in dense.changes} >= {("--cuda-graph-impl", "local"),
+                                                          ("--cuda-graph-scope", "full_iteration"),
+                                                          ("--no-check-for-nan-in-loss-and-grad", None)}
+    now = predict(config.model, config.cluster, config.training, config.parallel, config.options)
+    assert dense.prediction is not None and dense.prediction.tokens_per_s_per_gpu > now.tokens_per_s_per_gpu
+    moe, _ = graphs_option(MIXTRAL, gpus=16)
+    assert moe is not None and moe.label == "CUDA graphs (transformer_engine over attn, moe_router, moe_preprocess)"
+    padded, _ = graphs_option(MIXTRAL + " --moe-router-padding-for-quantization", gpus=16)  # counts read on the host
+    assert padded is not None and padded.label == "CUDA graphs (transformer_engine over attn, moe_router)"
+    assert graphs_option(LLAMA3_8B + " --cuda-graph-impl transformer_engine --cuda-graph-scope attn")[0] is None
+    assert graphs_option(LLAMA3_8B, gpu="mi300x")[0] is None  # CUDA graphs are NVIDIA's
