@@ -191,16 +191,46 @@ def cluster_calibration_note(about: dict[str, Any]) -> str:
 
 
 def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[Case, EstimateResult]:
-    """Flags -> the resolved case and its estimate (MegapilotError on any bad flag or impossible layout)."""
-    from megapilot.estimate import FLOP_CONVENTIONS, case_from
-    from megapilot.estimate import estimate as run_estimate
+    """Flags -> the resolved case and its estimate (MegapilotError on any bad flag or impossible layout).
+
+    Where the layers do not divide over PP x VPP and no split was given, the balanced split is priced (`--pp-layout
+    balanced`) and `defaults_assumed` says so: a published table prints a layout without the split its recipe set.
+    `script`, which writes a command line Megatron must accept, still refuses it."""
+    from dataclasses import replace
+
+    from megapilot.estimate import FLOP_CONVENTIONS
 
     if flop_convention not in FLOP_CONVENTIONS:
         raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
+    try:
+        return _estimate_case(flags, flop_convention)
+    except MegapilotError as refused:
+        if refused.field not in ("pp", "vpp") or "no pipeline split is given" not in refused.problem or \
+                flags.given() & set(SPLIT_FLAGS):
+            raise
+        balanced = replace(flags, layout=flags.layout.model_copy(update={"pipeline_layout": "balanced"}))
+        try:
+            case, result = _estimate_case(balanced, flop_convention)
+        except MegapilotError:
+            raise refused from None
+        if case.parallel.pp * case.parallel.vpp > case.model.num_layers:  # stages left empty: not a recipe's layout
+            raise refused from None
+        return case, result
+
+
+# The layout flags that say how the layers split over the pipeline stages.
+SPLIT_FLAGS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss",
+               "pipeline_layout")
+
+
+def _estimate_case(flags: CaseFlags, flop_convention: str) -> tuple[Case, EstimateResult]:
+    from megapilot.estimate import case_from
+    from megapilot.estimate import estimate as run_estimate
+
     case = case_from(flags)
     result = run_estimate(case.model, case.cluster, case.training, case.parallel, case.options,
-                          convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS above
+                          convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS
                           allow_tp_across_nodes=case.allow_tp_across_nodes)
     split = case.parallel.pipeline_split
     if not split.is_even:  # say which split was costed (the string a balanced request resolved to)
@@ -232,7 +262,12 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
         assumed.append("sequence parallel on")
     if case.model.moe is not None and "moe_flex_dispatcher" not in given:
         assumed.append("alltoall MoE dispatcher")
-    return [f"{', '.join(assumed)} (defaults)"] if assumed else []
+    said = [f"{', '.join(assumed)} (defaults)"] if assumed else []
+    if not given & set(SPLIT_FLAGS) and not p.pipeline_split.is_even:
+        said.append(f"pipeline layout {p.pipeline_split.label()}: the balanced split, as none was given and the "
+                    f"layers do not divide over PP {p.pp} x VPP {p.vpp} (Megatron needs one: pass it, or "
+                    "--pp-layout balanced)")
+    return said
 
 
 def dispatcher_note(flags: CaseFlags, case: Case) -> str | None:

@@ -66,7 +66,7 @@ def test_offload_beyond_the_host_memory_is_said_in_the_verdict(cli):
         (("--gpu", "z80"), "gpu"),
         (("--precision", "fp8", "--gpu", "a100"), "precision"),
         (("--tp", "1", "--pp", "1", "--sequence-parallel"), "sequence_parallel"),
-        (("--gpus", "48", "--pp", "3"), "pp"),  # 80 layers over 3 stages
+        (("--gpus", "48", "--pp", "3", "--vpp", "40"), "pp"),  # 80 layers over 120 stages: some would be empty
         (("--cp", "2", "--seq-len", "4098"), "seq_len"),
         (("--recompute", "often"), "recompute"),
     ],
@@ -398,3 +398,20 @@ def test_cuda_graphs_are_priced_and_said_and_a_scope_megatron_refuses_is_one_err
     refused = cli(*QWEN3_GB200, "--cuda-graph-impl", "transformer_engine")  # a whole dropless MoE layer
     assert refused.exit_code == 2 and refused.stderr.startswith("error: cuda_graph_scope: CUDA graphs ")
     assert "Traceback" not in refused.stderr
+
+
+def test_a_layout_whose_layers_do_not_divide_over_the_pipeline_is_priced_balanced_and_says_so(cli):
+    """A published table prints Qwen3-235B's PP 8 without the split its recipe set (94 layers): estimate prices
+    the balanced split and names it; script, which writes the command line, still asks for one."""
+    args = ("--model", "qwen3-235b-a22b", "--gpu", "gb200", "--gpus", "64", "--pp", "8", "--ep", "8", "--gbs",
+            "1024", "--seq-len", "4096", "--precision", "fp8")
+    text = cli("estimate", *args)
+    assert text.exit_code == 0, text.stderr
+    assert "pipeline layout Et*12|(t*12|)*6t*10L: the balanced split, as none was given" in text.stderr
+    priced = cli("estimate", *args, "--json").json()
+    assert priced["pipeline_split"] == "Et*12|(t*12|)*6t*10L"
+    assert priced == cli("estimate", *args, "--pp-layout", "balanced", "--json").json()
+    given = cli("estimate", *args, "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+    assert given.exit_code == 0 and "the balanced split" not in given.stderr  # a split given is the one priced
+    script = cli("script", *args, "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote")
+    assert script.exit_code == 2 and "no pipeline split is given" in script.stderr
