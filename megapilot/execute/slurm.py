@@ -93,6 +93,8 @@ _NODE_NAMED = {"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"}
 # sbatch options that choose where a job runs; srun takes them too, so the preflight probe lands where jobs do.
 _PLACEMENT_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C",
                       "--exclude", "-x", "--nodelist", "-w", "--clusters", "-M")
+# How long a SLURM client has to stop after SIGTERM (srun revoking a pending allocation takes well under a second).
+CLIENT_STOP_WAIT_S = 10.0
 LEASE_FILE_NAME = "megapilot.lease"
 DEFAULT_LEASE_S = 120.0
 MIN_LEASE_S = 10.0
@@ -153,13 +155,22 @@ class SlurmClient:
         environment = {**os.environ, **self.env, **(extra_env or {})}
         timeout_s = timeout_s or self.timeout_s
         try:
-            return subprocess.run(list(argv), env=environment, capture_output=True, text=True,
-                                  timeout=timeout_s, stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(list(argv), env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise MegapilotError(f"{argv[0]} not found", field="executor",
                                  fix="run on a SLURM login node (sbatch, squeue, sacct and scancel on PATH)") from None
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]} timed out after {timeout_s:g} s")
+            stdout, stderr = _stop_client(process)
+            said = f"{stderr.rstrip()}\n" if stderr.strip() else ""
+            return subprocess.CompletedProcess(list(argv), 124, stdout,
+                                               f"{said}{argv[0]} timed out after {timeout_s:g} s")
+        except BaseException:  # Ctrl-C, SIGTERM: the client must still give back what it holds
+            _stop_client(process)
+            raise
+        return subprocess.CompletedProcess(list(argv), process.returncode, stdout, stderr)
 
     def queue(self, job_ids: Sequence[str]) -> dict[str, SlurmJobState] | None:
         """Jobs still in the queue (pending or running); None when squeue could not answer."""
@@ -191,6 +202,18 @@ class SlurmClient:
 
     def cancel(self, job_id: str) -> None:
         self.run("scancel", job_id)
+
+
+def _stop_client(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Stop a SLURM client that ran too long, or whose caller was interrupted: SIGTERM first, because an srun still
+    waiting for its allocation then revokes it, where SIGKILL would leave that job pending in the queue for ever
+    (it runs whenever the nodes come back); SIGKILL only for a client that does not stop. Returns what it said."""
+    process.terminate()
+    try:
+        return process.communicate(timeout=CLIENT_STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.communicate()
 
 
 class SlurmQueue:

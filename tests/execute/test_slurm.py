@@ -346,3 +346,16 @@ def test_a_sigkilled_megapilot_leaves_no_slurm_job_behind(slurm_two_runnable_nod
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.slow
+def test_an_srun_that_waits_too_long_gives_its_pending_allocation_back(slurm_two_runnable_nodes):
+    """A probe srun still waiting in the queue (a drained node, a held job) is stopped at its timeout; killed
+    outright it would leave its allocation pending, to run whenever the nodes come back."""
+    executor = executor_for(slurm_two_runnable_nodes)
+    executor.client.timeout_s = 3.0
+    done = executor.client.run("srun", "--begin=now+3600", "--job-name=mp-pending-probe", "true")
+    assert done.returncode == 124 and "srun timed out after 3 s" in done.stderr
+    assert "queued and waiting for resources" in done.stderr  # srun's own words are kept
+    queued = slurm_two_runnable_nodes.run("squeue", "-h", "-n", "mp-pending-probe", "-o", "%i %T").stdout.strip()
+    assert queued == "", f"left in the queue: {queued}"
