@@ -90,6 +90,8 @@ _ENDED: dict[str, tuple[JobState, str]] = {
     "SPECIAL_EXIT": (JobState.FAILED, "special exit (requeue hold)"),
 }
 _NODE_NAMED = {"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"}
+# sinfo's node states (%T) that take no new job; a suffix (`*` not responding, `~` powered off) may follow.
+_OUT_OF_SERVICE = re.compile(r"(drained|draining|down|fail|failing|maint|inval|future)\W*$")
 # sbatch options that choose where a job runs; srun takes them too, so the preflight probe lands where jobs do.
 _PLACEMENT_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C",
                       "--exclude", "-x", "--nodelist", "-w", "--clusters", "-M")
@@ -435,7 +437,7 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
         config = self.client.run("scontrol", "show", "config")
         select = next((line.split("=", 1)[1].strip() for line in config.stdout.splitlines()
                        if line.split("=", 1)[0].strip() == "SelectType"), "")
-        partition = next((o.split("=", 1)[1] for o in self.sbatch_options if o.startswith("--partition=")), None)
+        partition = self._partition()
         shown = self.client.run("sinfo", "-h", "-o", "%P %G", *(["-p", partition] if partition else []))
         gres = " ".join(line.split(maxsplit=1)[1] for line in shown.stdout.splitlines() if len(line.split()) > 1)
         where = f"partition {partition}" if partition else "the cluster"
@@ -449,8 +451,16 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
                                  note=f"--gpus-per-node ({select or 'SelectType unknown'}; gres {gres or '?'})")
         return LaunchRequest(launcher="slurm", gpu_request="gres", note=f"--gres=gpu:N ({select}; gres {gres})")
 
+    def _partition(self) -> str | None:
+        return next((o.split("=", 1)[1] for o in self.sbatch_options if o.startswith("--partition=")), None)
+
     def check_submission(self, job: JobSpec) -> str | None:
-        """`sbatch --test-only` with the options `submit` would use: sbatch's own words when it would refuse."""
+        """Whether the job's partition exists and has enough nodes in service (what sbatch would only call "not
+        available"), then `sbatch --test-only` with the options `submit` would use: sbatch's own words when it
+        would refuse. A problem found here names its own fix."""
+        unplaceable = self._placement_problem(job.nodes)
+        if unplaceable is not None:
+            return unplaceable
         with tempfile.TemporaryDirectory(prefix="mp-sbatch-") as folder:
             script = Path(folder) / "launch.sh"
             script.write_text(job.script_text if job.script_text is not None else
@@ -461,6 +471,35 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
         if done.returncode == 0:
             return None
         return f"sbatch --test-only said: {_sbatch_words(done)}"
+
+    def _placement_problem(self, nodes: int) -> str | None:
+        """A partition that does not exist, or one with fewer than `nodes` nodes in service (drained, down): a job
+        there is refused, or waits in the queue until someone returns the nodes. None when neither, or when sinfo
+        does not say (then sbatch --test-only still does)."""
+        partition = self._partition()
+        if partition is not None and "," in partition:
+            return None  # a job may start in any of several partitions: sbatch --test-only judges the list
+        shown = self.client.run("sinfo", "-h", "-N", "-o", "%N|%P|%T|%E")
+        if shown.returncode != 0:
+            return None
+        rows = [line.split("|", 3) for line in shown.stdout.splitlines() if line.count("|") >= 3]
+        listed = list(dict.fromkeys(row[1] for row in rows))  # 'main*': the default partition
+        wanted = partition or next((name.rstrip("*") for name in listed if name.endswith("*")), None)
+        if wanted is None or not rows:
+            return None
+        if wanted not in {name.rstrip("*") for name in listed}:
+            return (f"megapilot.partition {wanted}: no such partition; this cluster has {', '.join(listed)} (* the "
+                    "default); fix: set megapilot.partition to one of them, or null for the default")
+        mine = [row for row in rows if row[1].rstrip("*") == wanted]
+        out = [row for row in mine if _OUT_OF_SERVICE.match(row[2])]
+        if len(mine) - len(out) >= nodes:
+            return None
+        said = "; ".join(f"{name} {state}" + (f" ({reason})" if reason.strip() not in ("", "none") else "")
+                         for name, _, state, reason in out)
+        return (f"partition {wanted} has {len(mine) - len(out)} of the {nodes} node(s) a job needs in service: {said}; "
+                "fix: return the nodes to service once they are healthy (scontrol update nodename=<node> "
+                "state=resume), or set megapilot.partition to a partition with enough nodes up, or megapilot.nodes "
+                "lower")
 
     # -- the protocol -------------------------------------------------------------------------
 

@@ -334,9 +334,17 @@ def _prepare_stage(ctx: _Context) -> StageResult:
 
 
 def _preflight_stage(ctx: _Context) -> StageResult:
-    rows = probe_nodes(ctx.suite, ctx.executor, ctx.run_dir)
-    rows += interpreter_rows(ctx.suite, ctx.executor)
-    rows += _submission_rows(ctx)
+    # The scheduler first: the probes run as jobs of the same request, so where it refuses them (no such partition,
+    # its nodes drained) they would fail for the same reason, or wait in the queue until their timeout.
+    submission = _submission_rows(ctx)
+    if any(r.verdict is Verdict.FAIL for r in submission):
+        rows = [MetricRow(name="probe", verdict=Verdict.SKIPPED,
+                          reason=f"nodes not probed: the scheduler would not run the probe either ({r.name})")
+                for r in submission if r.verdict is Verdict.FAIL][:1]
+    else:
+        rows = probe_nodes(ctx.suite, ctx.executor, ctx.run_dir)
+        rows += interpreter_rows(ctx.suite, ctx.executor)
+    rows += submission
     failed = [r for r in rows if r.verdict is Verdict.FAIL]
     reason = "; ".join(f"{r.name}: {r.reason}" for r in failed) or f"{len(rows)} readings, none failed"
     return StageResult(name="preflight", verdict=Verdict.FAIL if failed else Verdict.PASS, reason=reason, checks=rows)
@@ -366,8 +374,9 @@ def _submission_rows(ctx: _Context) -> list[MetricRow]:
     job = _job_spec(ctx, launch, "preflight-submission", cell.train_iters)
     refused = ctx.executor.check_submission(job)
     if refused is not None:
+        fix = "" if "; fix: " in refused else f"; fix: {SUBMISSION_FIX}"  # the executor knew the fix itself
         return [MetricRow(name="scheduler.submission", verdict=Verdict.FAIL,
-                          reason=f"{suite.executor} refuses the jobs: {refused}; fix: {SUBMISSION_FIX}")]
+                          reason=f"{suite.executor} refuses the jobs: {refused}{fix}")]
     return [MetricRow(name="scheduler.submission", verdict=Verdict.PASS,
                       reason=f"the first job would be accepted ({request.note})")]
 

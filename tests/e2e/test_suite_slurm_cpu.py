@@ -71,3 +71,25 @@ def test_a_gpu_suite_and_a_refused_job_fail_preflight_with_slurms_words(slurm_cp
     assert (Path(result["run_dir"]) / "report.html").is_file()
     queue = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, check=False)
     assert queue.stdout.strip() == ""
+
+
+def test_a_drained_node_fails_preflight_at_once_and_leaves_nothing_queued(slurm_cpu_node, tmp_path: Path) -> None:
+    """The probes would wait in the queue for the drained node (up to their timeout, then leave a pending job):
+    the scheduler check comes first, names the node and the fix, and the probes are not run."""
+    env = _env(slurm_cpu_node)
+    node = slurm_cpu_node.node_names[0]
+    config = _suite(tmp_path, env, lambda data: data["megapilot"].update(executor="slurm"))
+    slurm_cpu_node.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=bad dimm", check=True)
+    try:
+        done = _megapilot("suite", "run", str(config), "--stage", "preflight", "--out", str(tmp_path / "runs"),
+                          "--json", "--no-history", env=env, timeout=120)
+        queue = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, check=False)
+    finally:
+        slurm_cpu_node.run("scontrol", "update", f"nodename={node}", "state=resume", check=True)
+    assert done.returncode == 1, done.stderr[-3000:]
+    rows = _rows(json.loads(done.stdout), "preflight")
+    reason = rows["scheduler.submission"]["reason"]
+    assert f"partition main has 0 of the 1 node(s) a job needs in service: {node} drained (bad dimm)" in reason
+    assert "scontrol update nodename=<node> state=resume" in reason
+    assert rows["probe"]["verdict"] == "SKIPPED"
+    assert queue.stdout.strip() == ""

@@ -359,3 +359,33 @@ def test_an_srun_that_waits_too_long_gives_its_pending_allocation_back(slurm_two
     assert "queued and waiting for resources" in done.stderr  # srun's own words are kept
     queued = slurm_two_runnable_nodes.run("squeue", "-h", "-n", "mp-pending-probe", "-o", "%i %T").stdout.strip()
     assert queued == "", f"left in the queue: {queued}"
+
+
+def _in_service_again(cluster, node: str) -> None:
+    cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=True)
+    deadline = time.monotonic() + 30
+    while cluster.run("sinfo", "-h", "-n", node, "-o", "%T").stdout.strip() != "idle":
+        assert time.monotonic() < deadline, "the node did not come back"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_drained_node_or_an_unknown_partition_is_refused_naming_the_fix(slurm_two_runnable_nodes, tmp_path):
+    """sbatch would only call either 'not available' (or wait for ever): the check names the nodes and the fix."""
+    cluster = slurm_two_runnable_nodes
+    second = cluster.node_names[1]
+    job = printer_job(tmp_path, "--iters", "1", nodes=2)
+    cluster.run("scontrol", "update", f"nodename={second}", "state=drain", "reason=bad dimm", check=True)
+    try:
+        said = executor_for(cluster).check_submission(job)
+        assert said is not None and said.startswith("partition main has 1 of the 2 node(s) a job needs in service: "
+                                                    f"{second} drained (bad dimm); fix: ")
+        assert "state=resume" in said
+        assert executor_for(cluster).check_submission(printer_job(tmp_path, "--iters", "1")) is None  # 1 is enough
+    finally:
+        _in_service_again(cluster, second)
+    assert executor_for(cluster).check_submission(job) is None
+    elsewhere = SlurmExecutor(env={"SLURM_CONF": str(cluster.conf)}, sbatch_options=["--partition=gpuz"])
+    said = elsewhere.check_submission(job)
+    assert said == ("megapilot.partition gpuz: no such partition; this cluster has main* (* the default); fix: set "
+                    "megapilot.partition to one of them, or null for the default")
