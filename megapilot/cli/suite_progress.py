@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megapilot.cli.common import err_console
+from megapilot.execute.base import JobState, JobStatus
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -25,8 +26,11 @@ PLAIN_LINES_PER_COMBO = 10  # piped: about this many progress lines per combo
 
 
 def progress_text(update: JobProgress) -> str:
-    """'iteration 12/50 · 0.41 s/it · loss 5.123 · ETA 16 s · 2 node(s)': what the bar and a plain line say."""
+    """'iteration 12/50 · 0.41 s/it · loss 5.123 · ETA 16 s · 2 node(s)': what the bar and a plain line say; for a
+    job not started yet, that it waits in the queue and the scheduler's reason (a drained node, other jobs)."""
     status = update.status
+    if status.state is JobState.PENDING:
+        return " · ".join([waiting_text(status), f"{update.nodes} node(s)"])
     parts = [f"iteration {status.iteration or 0}/{status.train_iters or '?'}"]
     if status.step_time_s:
         parts.append(f"{status.step_time_s:.2f} s/it")
@@ -36,6 +40,10 @@ def progress_text(update: JobProgress) -> str:
         parts.append(f"ETA {max(status.train_iters - status.iteration, 0) * status.step_time_s:.0f} s")
     parts.append(f"{update.nodes} node(s)")
     return " · ".join(parts)
+
+
+def waiting_text(status: JobStatus) -> str:
+    return "waiting in the queue" + (f" ({status.reason})" if status.reason else "")
 
 
 @dataclass
@@ -48,6 +56,7 @@ class SuiteDisplay:
     _task: TaskID | None = None
     _combo: str | None = None
     _last_line_at: dict[str, int] = field(default_factory=dict)
+    _waiting: dict[str, str] = field(default_factory=dict)  # combo -> the queue reason last shown
 
     def event(self, message: str) -> None:
         if self.progress is not None:
@@ -75,6 +84,14 @@ class SuiteDisplay:
         self._task = self.progress.add_task(update.combo, total=update.status.train_iters, detail="starting")
 
     def _plain_line(self, update: JobProgress) -> None:
+        if update.status.state is JobState.PENDING:
+            # once per reason: a job held for a drained node says so instead of leaving the log silent (a job
+            # just submitted has no reason yet, and most start before they get one)
+            said = waiting_text(update.status)
+            if update.status.reason and self._waiting.get(update.combo) != said:
+                self._waiting[update.combo] = said
+                self.event(f"  {update.combo}: {said}")
+            return
         iteration, total = update.status.iteration, update.status.train_iters
         if iteration is None:
             return

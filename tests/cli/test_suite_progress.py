@@ -59,3 +59,21 @@ def test_on_a_terminal_the_bar_follows_the_running_combo():
         display.job(_poll(3, combo="MBS=2"))
         assert [t.description for t in progress.tasks] == ["MBS=2"]  # one bar: the running combo's
     assert f"following {LOG}" in buffer.getvalue()
+
+
+def _waiting(reason: str | None, combo: str = "MBS=1") -> JobProgress:
+    return JobProgress(combo=combo, nodes=1, log=LOG,
+                       status=JobStatus(state=JobState.PENDING, reason=reason, train_iters=50))
+
+
+def test_a_job_waiting_in_the_queue_says_why_once_per_reason(capsys):
+    held = "ReqNodeNotAvail, UnavailableNodes:node1"
+    assert progress_text(_waiting(held)) == f"waiting in the queue ({held}) · 1 node(s)"
+    display = SuiteDisplay(live=False)
+    for reason in (None, held, held, held, "Resources", "Resources"):
+        display.job(_waiting(reason))
+    display.job(_poll(5))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"  following {LOG}", f"  MBS=1: waiting in the queue ({held})",
+                     "  MBS=1: waiting in the queue (Resources)",
+                     "  MBS=1: iteration 5/50 · 0.40 s/it · loss 5.9 · ETA 18 s · 2 node(s)"]
