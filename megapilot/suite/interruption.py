@@ -65,6 +65,9 @@ def settle(result: SuiteResult, run_dir: Path) -> None:
         last = stage.jobs[-1] if stage.jobs else None
         where = f" (job {_job_dir_of(last)}, {progress_words(last)})" if last is not None else ""
         stage.reason = f"interrupted{stopped_by_words(result)}{where}"
+        if stage.started_at is not None and result.ended_at is not None:
+            # how long it ran before the stop (a preflight probe held in the queue for minutes is not 0 s)
+            stage.duration_s = round(max((result.ended_at - stage.started_at).total_seconds(), 0.0), 3)
     combo = result.interrupted_combo()
     if combo is not None:
         job = _refreshed(combo.job, run_dir) if combo.job is not None else None

@@ -4,7 +4,7 @@ the lifecycle write them; a suite.json written before runs said where they were 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from megapilot.execute.base import JobState, JobStatus
@@ -102,14 +102,16 @@ def test_a_combo_stopped_before_its_job_started_says_so(tmp_path):
 def test_a_stage_stopped_in_its_second_job_is_told_by_that_job(tmp_path):
     _job_dir(tmp_path, "checkpoint-save", iteration=11, state=JobState.COMPLETED)
     _job_dir(tmp_path, "checkpoint-resume", iteration=13, state=JobState.CANCELLED)
-    stage = running_stage("checkpoint")
+    stage = running_stage("checkpoint").model_copy(update={"started_at": NOW})
     stage.jobs = [JobSummary(executor="local", job_id=str(n), state="RUNNING",
                              logs=[f"{name}/out-node0/training.log"])
                   for n, name in enumerate(("checkpoint-save", "checkpoint-resume"))]
-    result = _result(tmp_path, stopped_by="SIGINT", stages=[StageResult(name="prepare", verdict=Verdict.PASS), stage])
+    result = _result(tmp_path, stopped_by="SIGINT", stages=[StageResult(name="prepare", verdict=Verdict.PASS), stage],
+                     ended_at=NOW + timedelta(seconds=312.5))
     settle(result, tmp_path)
     assert [j.state for j in stage.jobs] == ["COMPLETED", "CANCELLED"]
     assert stage.reason == "interrupted by SIGINT (job checkpoint-resume, at iteration 13 of 80)"
+    assert stage.duration_s == 312.5  # from its start to the stop, not 0
 
 
 def test_a_finished_run_is_left_as_it_is(tmp_path):
