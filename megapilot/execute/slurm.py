@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -470,7 +470,8 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
                                    f"--output={folder}/out", *self.sbatch_options, str(script))
         if done.returncode == 0:
             return None
-        return f"sbatch --test-only said: {_sbatch_words(done)}"
+        fix = refusal_fix(done.stderr)
+        return f"sbatch --test-only said: {_sbatch_words(done)}" + (f"; fix: {fix}" if fix else "")
 
     def _placement_problem(self, nodes: int) -> str | None:
         """A partition that does not exist, or one with fewer than `nodes` nodes in service (drained, down): a job
@@ -690,7 +691,44 @@ def _refusal(done: subprocess.CompletedProcess[str]) -> SubmissionRefused:
     if _NO_CONTROLLER.search(done.stderr):
         return SubmissionRefused(f"sbatch cannot reach the SLURM controller: {words}", field="executor",
                                  fix=NO_CONTROLLER_FIX)
-    return SubmissionRefused(f"sbatch refused the job: {words}", field="script", fix=REFUSAL_FIX)
+    return SubmissionRefused(f"sbatch refused the job: {words}", field="script",
+                             fix=refusal_fix(done.stderr) or REFUSAL_FIX)
+
+
+# What sbatch's refusal names -> the setting to change (a function of the matched words); the first match wins.
+_REFUSALS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"unrecognized option '([^']+)'|invalid option -- '(.)'"),
+     lambda m: f"remove or correct {m.group(1) or '-' + m.group(2)} in megapilot.sbatch_options: sbatch does not "
+               "take it (sbatch --help lists what it does)"),
+    (re.compile(r"Invalid (--[\w-]+) specification"),
+     lambda m: f"correct {m.group(1)}: in megapilot.sbatch_options, or the megapilot setting that writes it "
+               "(megapilot.exclusive, megapilot.time_limit, megapilot.memory_per_node_gib)"),
+    (re.compile(r"Invalid feature specification"),
+     lambda m: "--constraint in megapilot.sbatch_options: name features the nodes have (sinfo -o '%P %f')"),
+    (re.compile(r"Requested reservation is invalid|Invalid reservation"),
+     lambda m: "--reservation in megapilot.sbatch_options: name one that exists and admits you "
+               "(scontrol show reservation)"),
+    (re.compile(r"Invalid node name specified"),
+     lambda m: "--nodelist or --exclude in megapilot.sbatch_options: name nodes that exist (sinfo -N)"),
+    (re.compile(r"Invalid qos", re.IGNORECASE),
+     lambda m: "--qos in megapilot.sbatch_options: name one you may use (sacctmgr show assoc user=$USER "
+               "format=account,qos)"),
+    (re.compile(r"Invalid account", re.IGNORECASE),
+     lambda m: "megapilot.account: name one you belong to (sacctmgr show assoc user=$USER format=account,partition)"),
+    (re.compile(r"time limit", re.IGNORECASE),
+     lambda m: "megapilot.time_limit: within the partition's limit (sinfo -o '%P %l')"),
+    (re.compile(r"Requested node configuration is not available"),
+     lambda m: "ask for no more than one node has (sinfo -N -o '%N %c %m %G'): megapilot.memory_per_node_gib, "
+               "megapilot.gpus_per_node, or the options in megapilot.sbatch_options"),
+)
+
+
+def refusal_fix(said: str) -> str | None:
+    """The setting to change for what sbatch said, when its words name one; None otherwise."""
+    for pattern, fix in _REFUSALS:
+        if (found := pattern.search(said)) is not None:
+            return fix(found)
+    return None
 
 
 def _sbatch_words(done: subprocess.CompletedProcess[str]) -> str:

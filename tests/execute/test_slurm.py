@@ -389,3 +389,21 @@ def test_a_drained_node_or_an_unknown_partition_is_refused_naming_the_fix(slurm_
     said = elsewhere.check_submission(job)
     assert said == ("megapilot.partition gpuz: no such partition; this cluster has main* (* the default); fix: set "
                     "megapilot.partition to one of them, or null for the default")
+
+
+@pytest.mark.slow
+def test_an_option_sbatch_refuses_is_named_with_the_setting_to_change(slurm_two_runnable_nodes, tmp_path):
+    def said(option: str) -> str | None:
+        executor = SlurmExecutor(env={"SLURM_CONF": str(slurm_two_runnable_nodes.conf)}, sbatch_options=[option])
+        return executor.check_submission(printer_job(tmp_path, "--iters", "1"))
+
+    assert said("--frobnicate=1") == ("sbatch --test-only said: sbatch: unrecognized option '--frobnicate=1' / Try "
+                                      "\"sbatch --help\" for more information; fix: remove or correct --frobnicate=1 "
+                                      "in megapilot.sbatch_options: sbatch does not take it (sbatch --help lists what "
+                                      "it does)")
+    assert (said("--reservation=nope") or "").endswith(
+        "Requested reservation is invalid; fix: --reservation in megapilot.sbatch_options: name one that exists and "
+        "admits you (scontrol show reservation)")
+    assert (said("--exclusive=bogus") or "").endswith(
+        "Invalid --exclusive specification; fix: correct --exclusive: in megapilot.sbatch_options, or the megapilot "
+        "setting that writes it (megapilot.exclusive, megapilot.time_limit, megapilot.memory_per_node_gib)")
