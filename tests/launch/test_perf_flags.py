@@ -300,7 +300,8 @@ def test_cuda_graphs_are_written_in_each_releases_words_with_what_megatron_asser
     whole = _args(dense, _graphed(_graphs("local", "full_iteration")))
     assert _value(whole, "--cuda-graph-impl") == "full_iteration" and "--no-check-for-nan-in-loss-and-grad" in whole
     whole_16 = _args(dense, _graphed(_graphs("local", "full_iteration"), megatron_version="core_v0.16.0"))
-    assert _value(whole_16, "--cuda-graph-impl") == "local" and _value(whole_16, "--cuda-graph-scope") == "full_iteration"
+    assert _value(whole_16, "--cuda-graph-impl") == "local"
+    assert _value(whole_16, "--cuda-graph-scope") == "full_iteration"
     local_ep = _args(make_plan(MIXTRAL_8X7B, "h100", 1, TRAIN, ep=8, recompute="full"),
                      _graphed(_graphs("local", "full_iteration"), megatron_version="core_v0.16.0"))
     assert "--moe-pad-experts-for-cuda-graph-inference" in local_ep  # arguments.py asserts it with EP > 1
