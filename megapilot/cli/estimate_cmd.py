@@ -262,6 +262,9 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
         assumed.append("sequence parallel on")
     if case.model.moe is not None and "moe_flex_dispatcher" not in given:
         assumed.append("alltoall MoE dispatcher")
+    if "cp_comm_type" not in given and p.cp > 1:
+        assumed.append("a2a CP (attention sinks or a sliding window: Transformer Engine runs them under CP only so)"
+                       if p.cp_comm_type == "a2a" else f"{p.cp_comm_type} CP ring")
     said = [f"{', '.join(assumed)} (defaults)"] if assumed else []
     if not given & set(SPLIT_FLAGS) and not p.pipeline_split.is_even:
         said.append(f"pipeline layout {p.pipeline_split.label()}: the balanced split, as none was given and the "

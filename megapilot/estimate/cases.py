@@ -45,6 +45,7 @@ from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, Trainin
 from megapilot.spec.validate import (
     KEEP_ALLTOALL,
     check_optimizer,
+    cp_comm_type_for,
     flex_backend_refusal,
     flex_dispatcher_refusal,
     moe_a2a_overlap_refusal,
@@ -165,7 +166,7 @@ def case_from(flags: CaseFlags) -> Case:
     if flags.layout.pipeline_layout == "balanced":
         balanced = _balanced_layout(model, cluster, training, options, flags)
         flags = replace(flags, layout=flags.layout.model_copy(update={"pipeline_layout": balanced}))
-    parallel = _resolve_parallel(flags, cluster.world_size, training)
+    parallel = _resolve_parallel(flags, cluster.world_size, training, model)
     check_optimizer(training, parallel)  # Muon refuses the distributed optimizer and FSDP, given or not
     if flags.moe_a2a_overlap:
         _check_a2a_overlap(model, parallel)
@@ -378,10 +379,13 @@ def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> Clu
     return ClusterSpec.from_gpu_count(get_gpu(gpu_name), gpus, gpus_per_node)
 
 
-def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec) -> ParallelConfig:
-    """The layout the flags give, with the module doc's defaults where they differ from ParallelConfig's."""
-    defaults = {"sequence_parallel": (flags.layout.tp or 1) > 1,
-                "distributed_optimizer": not training.uses_muon}
+def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec, model: ModelSpec) -> ParallelConfig:
+    """The layout the flags give, with the module doc's defaults where they differ from ParallelConfig's; CP on a
+    model whose attention Transformer Engine runs under CP only by all-to-all (sinks, a sliding window) exchanges
+    it so unless told (Megatron's default p2p ring would be refused), as the planner does."""
+    defaults: dict[str, object] = {"sequence_parallel": (flags.layout.tp or 1) > 1,
+                                   "distributed_optimizer": not training.uses_muon}
+    defaults["cp_comm_type"] = cp_comm_type_for(model, flags.layout.cp or 1)
     try:
         parallel = flags.layout.config(world_size, **defaults)
     except MegapilotError:
@@ -438,7 +442,7 @@ def _balanced_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
         raise MegapilotError("a balanced pipeline layout needs pp > 1", field="pipeline_layout",
                              fix="drop --pp-layout or raise --pp")
     unsplit = _resolve_parallel(replace(flags, layout=layout.model_copy(update={"pipeline_layout": None})),
-                                cluster.world_size, training)
+                                cluster.world_size, training, model)
     weights = stage_time_weights(model, cluster, training, unsplit, options)
     balanced = balanced_split(model, pp, vpp, weights).layout
     assert balanced is not None

@@ -228,11 +228,9 @@ Retype = dict[str, int | bool | str | None]
 
 
 def retype_from_refusal(refusal: MegapilotError) -> Retype | None:
-    """The flags a refusal's first fix supplies (a pipeline split, an expert TP, or CP's a2a exchange for attention
-    sinks or a sliding window); None if it offers none of them."""
+    """The flags a refusal's first fix supplies (a pipeline split or an expert TP); None if it offers neither. (A
+    sink or sliding-window model printed with CP needs none: its CP defaults to the a2a exchange.)"""
     fix = refusal.fix or ""
-    if refusal.field == "cp_comm_type" and fix.startswith("use --cp-comm-type a2a"):
-        return {"cp_comm_type": "a2a"}  # sinks or a window printed with CP: the only CP Transformer Engine runs
     if refusal.field == "ep":
         etps = re.search(r"set etp to one of (\d+)", fix)
         return {"etp": int(etps.group(1))} if etps else None

@@ -19,7 +19,7 @@ from megapilot.estimate.units import format_duration
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel
 from megapilot.spec import EstimateResult, ParallelConfig
-from megapilot.spec.validate import a2a_only_attention
+from megapilot.spec.validate import a2a_only_attention, cp_comm_type_for
 
 if TYPE_CHECKING:  # the search imports this module at run time
     from megapilot.plan.search import Fit
@@ -191,7 +191,7 @@ class Explainer:
         if fields["recompute"] != "full":
             fields["recompute_num_layers"] = None
         if "cp_comm_type" not in changes:  # a new CP exchanges attention as the planner walks it
-            fields["cp_comm_type"] = space.cp_comm_type_for(self.model, cp, p.cp_comm_type if p.cp > 1 else None)
+            fields["cp_comm_type"] = cp_comm_type_for(self.model, cp, p.cp_comm_type if p.cp > 1 else None)
         try:
             variant = ParallelConfig(**fields)
             if variant.recompute == "full" and variant.recompute_method == "block":

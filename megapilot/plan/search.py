@@ -71,7 +71,7 @@ from megapilot.spec import (
 )
 from megapilot.spec.parallel import CpCommType, Recompute, RecomputeMethod
 from megapilot.spec.training import QuantFlavour
-from megapilot.spec.validate import light_recompute_modules, most_offloaded_layers
+from megapilot.spec.validate import cp_comm_type_for, light_recompute_modules, most_offloaded_layers
 
 TIE_BAND = 1.002  # throughputs within 0.2 % rank as equal; memory and simplicity break the tie
 KEEP_PER_SEARCH = 64  # best layouts kept for the ranking and the runner-up comparisons
@@ -554,7 +554,7 @@ class _Search:
             self._walk_experts(tp, cp, pp, dp, settled, split, speed_at_smaller_cp)
 
     def _cp_comm_type(self, cp: int) -> CpCommType:
-        return space.cp_comm_type_for(self.model, cp, self.pins.cp_comm_type)
+        return cp_comm_type_for(self.model, cp, self.pins.cp_comm_type)
 
     def _walk_experts(
         self, tp: int, cp: int, pp: int, dp: int, settled: set[tuple[int, int, bool]], split: space.PipelineSplit,

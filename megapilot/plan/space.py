@@ -31,9 +31,9 @@ from megapilot.spec.validate import (
     SplitRefusal,
     SplitRule,
     context_split_refusal,
+    cp_comm_type_for,
     hash_layers_split_refusal,
     hybrid_split_refusal,
-    needs_a2a_context_parallel,
     sequence_parallel_refusal,
     tensor_split_refusal,
     topk_sharing_refusal,
@@ -211,18 +211,6 @@ def tp_limit(cluster: ClusterSpec) -> int:
     them there), and Megatron does not care where a node ends."""
     domain = min(cluster.gpu.scaleup_domain_gpus, cluster.world_size)
     return max(cluster.gpus_per_node, min(domain, MAX_CROSS_TRAY_TP))
-
-
-def cp_comm_type_for(model: ModelSpec, cp: int, pinned: CpCommType | None = None) -> CpCommType:
-    """How the planner's layouts exchange attention over CP: the pinned way; else a2a on a model with attention
-    sinks or a sliding window, which Transformer Engine runs under CP only so (`needs_a2a_context_parallel`), and
-    Megatron's default p2p ring on every other model (the layouts published runs use); p2p at cp 1, where nothing
-    is exchanged."""
-    if cp == 1:
-        return "p2p"
-    if pinned is not None:
-        return pinned
-    return "a2a" if needs_a2a_context_parallel(model) else "p2p"
 
 
 def cp_rule(model: ModelSpec, training: TrainingSpec, tp: int, cp: int,

@@ -417,6 +417,18 @@ def needs_a2a_context_parallel(model: ModelSpec) -> bool:
     return a2a_only_attention(model) is not None
 
 
+def cp_comm_type_for(model: ModelSpec, cp: int, pinned: CpCommType | None = None) -> CpCommType:
+    """How a layout exchanges attention over CP where it is not told (`estimate`, `script` and the planner alike):
+    the pinned way; else a2a on a model with attention sinks or a sliding window, which Transformer Engine runs
+    under CP only so (`needs_a2a_context_parallel`), and Megatron's default p2p ring on every other model (the
+    layouts published runs use); p2p at cp 1, where nothing is exchanged."""
+    if cp == 1:
+        return "p2p"
+    if pinned is not None:
+        return pinned
+    return "a2a" if needs_a2a_context_parallel(model) else "p2p"
+
+
 def _a2a_instead_fix(model: ModelSpec, tp: int, cp: int) -> str:
     """The fix for attention the p2p ring cannot run: a2a where this TP x CP splits the heads for it, else the CP
     sizes that do, else cp 1."""

@@ -7,12 +7,16 @@ GPT_OSS_CP2 = ("--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64", "--tp
 
 
 def test_gpt_oss_at_cp_2_is_refused_on_the_ring_and_estimated_by_a2a(cli):
-    ring = cli("estimate", *GPT_OSS_CP2, "--json")
+    ring = cli("estimate", *GPT_OSS_CP2, "--cp-comm-type", "p2p", "--json")
     assert ring.exit_code == 2 and len(ring.stderr.strip().splitlines()) == 1
     assert "cp_comm_type" in ring.stderr and "--cp-comm-type a2a" in ring.stderr
     a2a = cli("estimate", *GPT_OSS_CP2, "--cp-comm-type", "a2a", "--json")
     assert a2a.exit_code == 0, a2a.stderr
     assert a2a.json()["time_breakdown_s"]["cp_comm"] > 0
+    # left out, the exchange Transformer Engine runs sinks by is taken (as the planner takes it) and said
+    default = cli("estimate", *GPT_OSS_CP2)
+    assert default.exit_code == 0 and "a2a CP (attention sinks or a sliding window" in default.stderr
+    assert cli("estimate", *GPT_OSS_CP2, "--json").json() == a2a.json()
 
 
 def test_an_unpriced_or_unknown_exchange_is_one_line_naming_the_field(cli):

@@ -11,9 +11,10 @@ GPT3_175B = ("--model", "gpt3-175b", "--gpu", "h100", "--gpus", "256", "--pp", "
 
 
 def test_126_layers_at_pp16_are_refused_evenly_and_estimated_with_7_on_the_end_ranks(cli):
-    even = cli("estimate", *LLAMA_405B_PP16, "--json")
-    assert even.exit_code == 2
+    even = cli("script", *LLAMA_405B_PP16, "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote")
+    assert even.exit_code == 2  # a command line needs the split; estimate prices the balanced one and says so
     assert "first_stage_layers" in even.stderr and len(even.stderr.strip().splitlines()) == 1
+    assert "the balanced split, as none was given" in cli("estimate", *LLAMA_405B_PP16).stderr
     uneven = cli("estimate", *LLAMA_405B_PP16, "--first-stage-layers", "7", "--last-stage-layers", "7", "--json")
     assert uneven.exit_code == 0, uneven.stderr
     assert uneven.json()["memory_gib"]["stage"] == 1  # a middle rank with 8 layers is the most loaded

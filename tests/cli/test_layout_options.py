@@ -64,7 +64,8 @@ def test_estimate_prints_the_balanced_layout_it_computed(cli):
 
 
 def test_a_split_that_does_not_divide_is_one_line_naming_the_legal_options(cli):
-    result = cli("estimate", *LLAMA_405B, "--pp", "16")
+    # script writes the command line, so it asks for the split (estimate prices the balanced one and says so)
+    result = cli("script", *LLAMA_405B, "--pp", "16", "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote")
     assert result.exit_code == 2
     assert "account_for_embedding and account_for_loss" in result.stderr and "\n" not in result.stderr.strip()
 

@@ -54,7 +54,7 @@ MISTAKES = [
     (("estimate", "--model", "tiny", "--gpu", "no-such-gpu", "--gpus", "8", "--gbs", "16", "--seq-len", "128"), "gpu"),
     (("estimate", "--model", "tiny", "--gpu", "h100", "--gpus", "0", "--gbs", "16", "--seq-len", "128"), "gpus"),
     (("estimate", "--model", "gpt-oss-20b", "--gpu", "h100", "--gpus", "16", "--cp", "2", "--ep", "8", "--gbs", "128",
-      "--seq-len", "4096"), "cp_comm_type"),  # attention sinks have no backend on the p2p CP ring
+      "--seq-len", "4096", "--cp-comm-type", "p2p"), "cp_comm_type"),  # sinks have no backend on the p2p CP ring
     (("estimate", "--model", "nemotron-h-56b", "--gpu", "h100", "--gpus", "16", "--tp", "16", "--gbs", "128",
       "--seq-len", "8192"), "tp"),  # 8 Mamba-2 groups over TP 16
     (("estimate", "--batch", "{dir}"), "batch"),

@@ -161,13 +161,13 @@ def test_a_hybrid_whose_layers_the_table_counts_its_own_way_keeps_its_named_pres
     assert catalog_model(other_width).name == "NemotronH_8B"  # the row's own fields: not the named preset's shape
 
 
-def test_a_sink_model_printed_with_cp_is_retyped_with_the_a2a_exchange_its_refusal_offers():
-    """GPT-OSS's attention sinks run under CP only by --cp-comm-type a2a: a row printed with CP 2 is what a user
-    reading the refusal types next."""
+def test_a_sink_model_printed_with_cp_is_entered_with_the_a2a_exchange():
+    """GPT-OSS's attention sinks run under CP only by --cp-comm-type a2a: a row printed with CP 2 takes it without a
+    retype (the exchange a sink model's CP defaults to), and a refusal naming it would offer it."""
     row = PublishedLayout(id="gpt-oss-120b-h100-cp2", model="GPT-OSS-120B", seq_len=8192, gpu="H100", num_gpus=64,
                           tp=1, pp=1, cp=2, ep=8, mbs=1, gbs=128, precision="bf16")
     entry = enter_published_run(row)
-    assert entry.retyped == ["cp_comm_type=a2a"]
+    assert entry.retyped == []
     assert (entry.case.parallel.cp, entry.case.parallel.cp_comm_type) == (2, "a2a")
     assert entry.result.time_breakdown_s["cp_comm"] > 0
     ring = MegapilotError("cp=2 on a ring", field="cp_comm_type", fix="use cp 1, or a smaller tp")
