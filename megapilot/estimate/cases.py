@@ -123,9 +123,10 @@ class CaseFlags(CaseFeatures):
                     raise MegapilotError(f"{spelling!r} is given twice (as {name!r} too)", field=name,
                                          fix="give each flag once, in either spelling")
                 given[name] = given.pop(spelling)
-        modules = given.get("recompute_modules")
-        if isinstance(modules, (list, tuple)) and all(isinstance(name, str) for name in modules):
-            given["recompute_modules"] = " ".join(modules)  # a --batch line may list them
+        for listed in ("recompute_modules", "cuda_graph_scope"):  # a --batch line may list them
+            names = given.get(listed)
+            if isinstance(names, (list, tuple)) and all(isinstance(name, str) for name in names):
+                given[listed] = " ".join(names)
         _check_flag_names_and_types(given)
         layout = {name: given.pop(name) for name in LAYOUT_FIELDS if name in given}
         if "recompute_modules" in layout:

@@ -283,6 +283,8 @@ def test_cuda_graphs_are_read_in_megatrons_words_and_priced_where_megatron_captu
     assert eager.options.cuda_graphs is None
     assert graphed.options.cuda_graphs == CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router"))
     assert build_case(**flags, cuda_graph_impl="none").options.cuda_graphs is None
+    listed = build_case(**flags, cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn", "moe_router"])
+    assert listed.options.cuda_graphs == graphed.options.cuda_graphs  # as a --batch line may list them
     whole = build_case(**BASE, cuda_graph_impl="transformer_engine", cuda_graph_scope="full")  # Megatron's old word
     assert whole.options.cuda_graphs == CudaGraphs(impl="transformer_engine")
     times = [estimate(c.model, c.cluster, c.training, c.parallel, c.options).step_time_s for c in (eager, graphed)]
