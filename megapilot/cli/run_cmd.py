@@ -469,30 +469,33 @@ def gpu_present() -> bool:
 def _run_and_follow(job: JobSpec, executor_name: str = "local", *, show_progress: bool,
                     notes: Sequence[str] = ()) -> tuple[JobResult, bool]:
     """Submit, say the notes, follow with a progress bar, and return (result, interrupted)."""
-    from megapilot.execute.interrupt import stop_on_signals
+    from megapilot.execute.interrupt import stop_on_signals, stop_reason
     from megapilot.execute.registry import make_executor
 
     executor = make_executor(executor_name)
-    try:
-        handle = executor.submit(job)
-    except MegapilotError as exc:  # the job's directory: said with the flag that names it
-        flag = _SUBMIT_FLAGS.get(exc.field or "")
-        if flag is None:
-            raise
-        raise MegapilotError(exc.problem, field=flag, fix=exc.fix) from None
-    except OSError as exc:  # its files could not be written (a full disk): the executor has stopped what it started
-        raise _run_dir_error(exc, job, started=False) from None
-    for note in notes:
-        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
-    if show_progress:
-        from rich.markup import escape
-
-        err_console.print(f"[bold]running[/] {escape(job.combo)}: log {escape(str(executor.logs(handle)[0]))}",
-                          highlight=False)
-    with stop_on_signals(), _progress_display(show_progress) as on_progress:
+    with stop_on_signals():  # from the submit on: a signal before the first poll also stops the run and says so
         try:
-            return executor.wait(handle, on_progress=on_progress), False
-        except KeyboardInterrupt:  # wait() has already stopped the run, and its record says by which signal
+            handle = executor.submit(job)
+        except MegapilotError as exc:  # the job's directory: said with the flag that names it
+            flag = _SUBMIT_FLAGS.get(exc.field or "")
+            if flag is None:
+                raise
+            raise MegapilotError(exc.problem, field=flag, fix=exc.fix) from None
+        except OSError as exc:  # its files could not be written (a full disk): the executor stopped what it started
+            raise _run_dir_error(exc, job, started=False) from None
+        try:
+            for note in notes:
+                err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
+            if show_progress:
+                from rich.markup import escape
+
+                err_console.print(f"[bold]running[/] {escape(job.combo)}: log {escape(str(executor.logs(handle)[0]))}",
+                                  highlight=False)
+            with _progress_display(show_progress) as on_progress:
+                return executor.wait(handle, on_progress=on_progress), False
+        except KeyboardInterrupt as exc:
+            # wait() has stopped the run and recorded by which signal; one that came before wait() stops it here
+            executor.cancel(handle, stop_reason(exc))
             return executor.result(handle), True
         except OSError as exc:  # its record could not be written (a full disk): wait() has stopped the run
             raise _run_dir_error(exc, job, started=True) from None

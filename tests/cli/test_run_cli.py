@@ -501,3 +501,28 @@ def test_slurm_without_a_controller_is_one_error_naming_the_executor_and_no_run_
                  "--executor", "slurm")
     assert result.exit_code == 2 and result.stderr.startswith("error: --executor: sbatch cannot reach the SLURM ")
     assert "sinfo" in result.stderr and not (tmp_path / "runs").exists()
+
+
+def test_a_signal_between_the_submit_and_the_first_poll_still_stops_the_run_and_reports_it(tmp_path, monkeypatch):
+    """Ctrl-C while `run` was still saying its notes (the job already started) used to escape the follower: the
+    job was stopped only at exit and no result was printed."""
+    from megapilot.cli import run_cmd
+    from megapilot.execute.base import JobSpec, JobState
+
+    script = launch_script(tmp_path, "--iters", "2000", "--interval-s", "0.1")
+
+    def ctrl_c(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_cmd.err_console, "print", ctrl_c)
+    job = JobSpec(combo="early", run_dir=tmp_path, script=script)
+    try:
+        result, interrupted = run_cmd._run_and_follow(job, show_progress=False, notes=["a note"])
+    except KeyboardInterrupt:  # failed here, not as an interrupt of the whole test session
+        pytest.fail("the signal escaped run's follower: the run was left to the exit handler, its result unsaid")
+    assert interrupted and result.state == JobState.CANCELLED
+    assert result.reason == "interrupted by Ctrl-C (SIGINT) before an iteration line was read; the run was stopped"
+    record = json.loads((tmp_path / "early" / "job.json").read_text())
+    assert record["status"]["state"] == "CANCELLED"
+    for entry in record["processes"]:
+        assert not psutil.pid_exists(entry["pid"]) or psutil.Process(entry["pid"]).status() == psutil.STATUS_ZOMBIE
