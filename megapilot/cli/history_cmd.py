@@ -199,14 +199,17 @@ def import_runs(
                                  "predicted_step_time_s": r.predicted_step_time_s,
                                  "measured_step_time_s": r.measured_step_time_s,
                                  "replaced": r.id in written.replaced} for r in written.kept],
-                   "refused": [{"record": r.record, "field": r.field, "problem": r.problem} for r in refusals]})
+                   "refused": [{"record": r.record, "field": r.field, "problem": r.problem} for r in refusals],
+                   "already_recorded": list(written.already)})
     else:
         by_cluster: dict[str, int] = {}
         for row in written.kept:
             by_cluster[row.cluster] = by_cluster.get(row.cluster, 0) + 1
         counts = ", ".join(f"{n} into {name}" for name, n in sorted(by_cluster.items())) or "nothing"
         replaced = f"{len(written.replaced)} recorded before: replaced; " if written.replaced else ""
-        console.print(f"imported {counts} ({replaced}{len(refusals)} refused) in {location}", markup=False,
+        already = (f"{len(written.already)} already recorded by the suite run itself: left as they are; "
+                   if written.already else "")
+        console.print(f"imported {counts} ({replaced}{already}{len(refusals)} refused) in {location}", markup=False,
                       highlight=False)
     if refusals and not written.kept:
         raise typer.Exit(2)

@@ -194,11 +194,13 @@ _COMBO_SETUP = ("layout", "nodes", "gpus_per_node", "gbs", "precision", "seq_len
 @dataclass(frozen=True)
 class MeasuredWrite:
     """What `History.record_measured` did: the rows written, the ids among them that replaced a row of the same id,
-    and the rows refused with why (their id is another run's)."""
+    the rows refused with why (their id is another run's), and the ids left as they were because `suite run`
+    already recorded that very run (an imported run deck of a suite run megapilot ran)."""
 
     kept: tuple[measured_runs.MeasuredRow, ...]
     replaced: tuple[str, ...]
     refused: tuple[tuple[measured_runs.MeasuredRow, str], ...]
+    already: tuple[str, ...] = ()
 
 
 # How a measured run's origin is named in a message.
@@ -715,9 +717,13 @@ class History:
         replaced: list[str] = []
         refused: list[tuple[measured_runs.MeasuredRow, str]] = []
         kept: list[measured_runs.MeasuredRow] = []
+        already: list[str] = []
         with self._db.write():
             for row in rows:
                 held = self._db.query("SELECT cluster, origin FROM measured_runs WHERE id = ?", (row.id,))
+                if held and (held[0][0], held[0][1]) == (row.cluster, "suite") and row.origin == "import":
+                    already.append(row.id)  # a run deck's id is its suite run's combo: the same run, kept as run
+                    continue
                 if held and (held[0][0], held[0][1]) != (row.cluster, row.origin):
                     cluster, origin = held[0]
                     refused.append((row, f"{row.id!r} is already the id of {_ORIGIN_NAMES.get(origin, origin)} of "
@@ -728,7 +734,7 @@ class History:
                     replaced.append(row.id)
                 kept.append(row)
             self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in kept])
-        return MeasuredWrite(kept=tuple(kept), replaced=tuple(replaced), refused=tuple(refused))
+        return MeasuredWrite(kept=tuple(kept), replaced=tuple(replaced), refused=tuple(refused), already=tuple(already))
 
     def measured(self, cluster: str | None = None) -> list[measured_runs.MeasuredRow]:
         """The measured runs of a cluster (every cluster's when None), oldest first."""

@@ -733,3 +733,23 @@ def test_a_history_on_a_full_disk_is_named_full_not_another_file(full_disk, tmp_
         history.record(make_suite_result("run-2"))
     assert caught.value.field == "--db" and f"the disk under {path} is full" in str(caught.value)
     assert caught.value.fix == "free space there, or use another --db"
+
+
+def test_a_run_deck_of_a_suite_run_already_recorded_is_left_as_it_is_not_refused(tmp_path):
+    """Importing the run deck of a suite run megapilot recorded itself: the same ids, the same cluster. It was
+    refused with 'give the record its own id'; it is the same run, so it is left as it is and said so."""
+    from megapilot.store.measured import from_plan_run
+    from megapilot.suite.predicted import predict_combo
+    from tests.store.test_measured import _plan
+
+    plan = _plan(mbs=1)
+    row = from_plan_run("20261206-1/MBS1", "lab", plan, predict_combo(plan, plan.cluster.gpu), 0.5, completed=True,
+                        recorded_at="2026-12-06T06:00:00")
+    assert row is not None
+    with open_history(str(tmp_path / "h.sqlite")) as history:
+        history.record_measured([replace(row, origin="suite")])
+        written = history.record_measured([replace(row, origin="import")])
+        assert (written.already, written.kept, written.refused) == (("20261206-1/MBS1",), (), ())
+        elsewhere = history.record_measured([replace(row, origin="import", cluster="other")])
+        assert [problem for _, problem in elsewhere.refused] == [
+            "'20261206-1/MBS1' is already the id of a suite run's combo of cluster 'lab' in the history"]
