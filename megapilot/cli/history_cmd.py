@@ -186,6 +186,16 @@ def import_runs(
     from megapilot.store.importer import Refused, import_files
 
     outcome = import_files(list(files), cluster=cluster, defaults={"seq_len": seq_len})
+    if not outcome.kept and outcome.refused:  # nothing to write: no history is created or opened for it
+        for refused in outcome.refused:
+            err_console.print(f"refused {refused.line()}", markup=False, highlight=False)
+        if as_json:
+            emit_json({"imported": [], "already_recorded": [],
+                       "refused": [{"record": r.record, "field": r.field, "problem": r.problem}
+                                   for r in outcome.refused]})
+        else:
+            console.print(f"imported nothing ({len(outcome.refused)} refused)", markup=False, highlight=False)
+        raise typer.Exit(2)
     with _open(db) as history:
         written = history.record_measured(outcome.kept)
         location = history.location

@@ -346,3 +346,12 @@ def test_an_empty_run_id_is_refused_as_empty(cli, db):
     """'' is a prefix of every id: it was refused as matching every run ('type more of the run id')."""
     result = cli("history", "show", "")
     assert result.exit_code == 2 and "RUN: the run id is empty" in result.stderr
+
+
+def test_an_import_whose_every_record_is_refused_creates_no_history(cli, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "model": "tiny"}\n')  # no GPU, no step time: refused by field
+    target = tmp_path / "new" / "history.sqlite"
+    result = cli("history", "import", str(bad), "--db", str(target))
+    assert result.exit_code == 2 and "refused" in result.stderr and "imported nothing (1 refused)" in result.stdout
+    assert not target.parent.exists()
