@@ -210,8 +210,14 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+# torchrun's agent after a signal from outside (scancel, a time limit, a preemption, another node's launcher)
+_AGENT_SIGNAL_RE = re.compile(r"SignalException: Process \d+ got signal:?\s*(\d+)")
+
+
 def _what(record: ErrorRecord, records: list[ErrorRecord]) -> str:
     kind = failure_kind(record)
+    if (stopped := _AGENT_SIGNAL_RE.search(record.text)) is not None:  # not a crash: the job was stopped
+        return f"stopped by {_signal_name(int(stopped.group(1)))} from outside (torchrun's agent received it)"
     if "save_started" in record.details:  # a crash inside a checkpoint save's time window
         return f"{_killed(records)} during the checkpoint save started at {record.details['save_started']}"
     if kind == "killed":

@@ -122,3 +122,15 @@ def test_a_slurm_oom_kill_names_host_memory_not_a_signal():
     result = diagnose_log(log, None)
     assert result.story[0].startswith("first failure: killed by the host's OOM killer (CPU memory)")
     assert "CPU memory" in result.findings[0].cause
+
+
+def test_torchruns_agent_stopped_by_a_signal_is_said_stopped_from_outside_not_crashed():
+    """After an scancel the agent prints `SignalException: Process N got signal: 15`, then its exit: the cascade's
+    lead said 'crashed: ...SignalException' where the job was stopped from outside."""
+    log = parse_text("\n".join([
+        "[2026-01-01 12:00:00] torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got "
+        "signal: 15",
+        "E0101 12:00:09.000000 42 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 7) of binary: python"]))
+    cascade = build_cascade(log.errors, log.files)
+    assert cascade is not None
+    assert cascade.root.what == "stopped by SIGTERM from outside (torchrun's agent received it)"
