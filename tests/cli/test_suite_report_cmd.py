@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.report.factory import write_run_dir
+from tests.tmpfs import small_tmpfs
 
 # A run directory as the version before wrote it: each combo's layout as flat fields (tests/data/suite_results).
 EARLIER_RUN = Path(__file__).resolve().parents[1] / "data" / "suite_results" / "flat_layout"
@@ -86,16 +87,8 @@ def test_a_suite_json_with_a_damaged_gate_value_is_refused_by_its_path_and_value
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB tmpfs (mounting needs root: skipped with the reason otherwise)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
-                          text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): needs root")
-    try:
+    with small_tmpfs(tmp_path, "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(mount: Path, leave_bytes: int) -> None:

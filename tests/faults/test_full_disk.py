@@ -14,20 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.faults.helpers import fault_env, megapilot_argv, tiny_suite, wait_for_iteration, wait_until_gone
+from tests.tmpfs import small_tmpfs
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True,
-                          text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): needs root")
-    try:
+    with small_tmpfs(tmp_path, "2m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _temporary_files(root: Path) -> list[Path]:

@@ -38,6 +38,7 @@ from megapilot.suite.results import (
     Verdict,
     read_suite_result,
 )
+from tests.tmpfs import small_tmpfs
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CELL = "MBS=2,GBS=64,PRECISION=BF16"
@@ -707,16 +708,8 @@ def test_json_of_every_record_type_is_plain_data(history: History):
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB tmpfs, to be filled (mounting needs root: skipped with the reason otherwise)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
-                          text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): needs root")
-    try:
+    with small_tmpfs(tmp_path, "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.mark.parametrize("read_only", [False, True])
