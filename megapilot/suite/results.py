@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import (
     BaseModel,
@@ -364,7 +364,7 @@ class SuiteResult(BaseModel):
         directory = Path(run_dir or self.run_dir)
         directory.mkdir(parents=True, exist_ok=True)
         data = json.loads(self.model_dump_json())
-        for _, number, held_in, key in _numbers(self, data, ()):
+        for _, number, held_in, key, _owner in _numbers(self, data, ()):
             if not math.isfinite(number):  # no JSON form: null (not measured), as the run deck writes it
                 held_in[key] = None
         return atomic_write_text(directory / SUITE_RESULT_NAME, json.dumps(data, indent=2, ensure_ascii=False))
@@ -393,12 +393,28 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
     except ValueError as exc:
         raise MegapilotError(f"{path} is not a suite result ({str(exc).splitlines()[0]})", field="run_dir",
                              fix=damaged) from None
-    for where, _, held_in, key in _numbers(result, data, ()):
+    for where, _, held_in, key, owner in _numbers(result, data, ()):
         found = held_in[key]
+        if found in _EARLIER_NON_FINITE and _may_be_unset(owner, key):
+            setattr(owner, key, None)  # as `write` writes it now: no bound, nothing measured
+            continue
         if isinstance(found, bool) or not isinstance(found, int | float) or not math.isfinite(found):
             raise MegapilotError(f"{path} is not a suite result ({where}: Input should be a finite number (found "
                                  f"{_short(found)}))", field="run_dir", fix=f"correct that field, or {damaged}")
     return result
+
+
+# How megapilot wrote an infinite or NaN number before `write` wrote null for it (a gate's margin when the measured
+# figure was 0, a budget's checkpoint interval with no failures, a measured value the log made infinite): read back
+# as unset where the field may be unset, so those runs still report and resume; anywhere else it is damage.
+_EARLIER_NON_FINITE = ("Infinity", "-Infinity", "NaN")
+
+
+def _may_be_unset(owner: object, key: object) -> bool:
+    """Whether `owner`'s field `key` takes None (a model's optional number)."""
+    if not isinstance(owner, BaseModel) or not isinstance(key, str) or key not in type(owner).model_fields:
+        return False
+    return type(None) in get_args(type(owner).model_fields[key].annotation)
 
 
 # The one rule for every number of suite.json, whatever type holds it (a duration, a gate's value, margin or
@@ -407,7 +423,7 @@ def read_suite_result(run_dir: Path) -> SuiteResult:
 # "Infinity" or "12", a boolean), by its path and the value found: damage, which a report, run deck or history row made
 # of it would pass on. A curve's points are exempt: a non-finite one is a reading the log printed (a diverged loss),
 # drawn as a gap.
-_Numbers = Iterator[tuple[str, float, "dict[Any, Any] | list[Any]", Any]]
+_Numbers = Iterator[tuple[str, float, "dict[Any, Any] | list[Any]", Any, object]]
 
 
 def _numbers(node: object, held: object, where: tuple[str, ...]) -> _Numbers:
@@ -431,7 +447,7 @@ def _numbers(node: object, held: object, where: tuple[str, ...]) -> _Numbers:
         if key in held if isinstance(held, dict) else isinstance(key, int) and key < len(held):
             path = (*where, str(key))
             if isinstance(child, int | float) and not isinstance(child, bool):
-                yield ".".join(path), child, held, key
+                yield ".".join(path), child, held, key, node
             else:
                 yield from _numbers(child, held[key], path)
 

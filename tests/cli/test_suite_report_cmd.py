@@ -73,14 +73,14 @@ def test_a_suite_json_with_a_nan_duration_is_refused_by_its_field_and_writes_no_
 
 
 def test_a_suite_json_with_a_damaged_gate_value_is_refused_by_its_path_and_value(cli, tmp_path):
-    # every number, as every duration: a measured value written as "Infinity" would pass its gate in the report
+    # every number, as every duration: a measured value written as text would reach the report as a number
     write_run_dir(tmp_path)
     data = json.loads((tmp_path / "suite.json").read_text())
-    data["combos"][0]["metrics"][0]["value"] = "Infinity"
+    data["combos"][0]["metrics"][0]["value"] = "950"
     (tmp_path / "suite.json").write_text(json.dumps(data))
     result = cli("suite", "report", str(tmp_path))
     assert result.exit_code == 2 and "Traceback" not in result.stderr
-    assert "(combos.0.metrics.0.value: Input should be a finite number (found 'Infinity'))" in result.stderr
+    assert "(combos.0.metrics.0.value: Input should be a finite number (found '950'))" in result.stderr
     assert not (tmp_path / "megatron_run_deck.json").exists()
 
 

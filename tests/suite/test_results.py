@@ -125,11 +125,10 @@ def _every_number_kind(tmp_path) -> dict:
 
 
 @pytest.mark.parametrize(("where", "value", "found"), [
-    ("combos.0.metrics.0.value", "Infinity", "'Infinity'"), ("combos.0.metrics.0.margin_pct", math.nan, "nan"),
-    ("combos.0.metrics.0.value", "950", "'950'"), ("combos.0.timers_ms.forward-compute", True, "True"),
-    ("combos.0.predicted.step_time_ms", "NaN", "'NaN'"), ("regressions.0.baseline_median", math.inf, "inf"),
-    ("regressions.0.change_pct", "-Infinity", "'-Infinity'"), ("budget.days_band.1", "Infinity", "'Infinity'"),
-    ("regressions.0.runs_compared", "3", "'3'"),
+    ("combos.0.metrics.0.margin_pct", math.nan, "nan"), ("combos.0.metrics.0.value", "950", "'950'"),
+    ("combos.0.timers_ms.forward-compute", True, "True"), ("combos.0.timers_ms.forward-compute", "NaN", "'NaN'"),
+    ("regressions.0.baseline_median", math.inf, "inf"), ("regressions.0.change_pct", "-Infinity", "'-Infinity'"),
+    ("budget.days_band.1", "Infinity", "'Infinity'"), ("regressions.0.runs_compared", "3", "'3'"),
 ])
 def test_any_number_that_is_not_a_finite_json_number_is_refused_by_its_path_and_value(tmp_path, where, value, found):
     # one rule for every number, not only the durations: a gate, a regression or a prediction read from a damaged
@@ -145,6 +144,20 @@ def test_any_number_that_is_not_a_finite_json_number_is_refused_by_its_path_and_
         read_suite_result(tmp_path)
     assert f"is not a suite result ({where}: Input should be a finite number (found {found}))" in str(damaged.value)
     assert damaged.value.field == "run_dir" and "correct that field" in (damaged.value.fix or "")
+
+
+def test_an_earlier_writers_infinite_or_nan_number_reads_as_unset_where_the_field_may_be_unset(tmp_path):
+    # before the writer wrote null for them, a margin with no bound or a value the log made infinite was written
+    # "Infinity"/"NaN": such a run still reads (as the writer now writes it); a field that must hold a number refuses
+    data = _every_number_kind(tmp_path)
+    data["combos"][0]["metrics"][0]["value"] = "Infinity"
+    data["combos"][0]["metrics"][0]["margin_pct"] = "-Infinity"
+    data["combos"][0]["predicted"]["step_time_ms"] = "NaN"
+    (tmp_path / "suite.json").write_text(json.dumps(data))
+    result = read_suite_result(tmp_path)
+    row = result.combos[0].metrics[0]
+    assert (row.value, row.margin_pct) == (None, None)
+    assert result.combos[0].predicted is not None and result.combos[0].predicted.step_time_ms is None
 
 
 def test_a_number_that_is_not_finite_is_written_as_null_so_the_run_reads_its_own_file_back(tmp_path):
