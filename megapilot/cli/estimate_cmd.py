@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from megapilot.case_flags import SPLIT_FIELDS
 from megapilot.cli.budget_options import NO_BUDGET, BudgetFlags, budget_json, budget_options, print_budget
 from megapilot.cli.common import cluster_label, console, emit_json, print_assumptions
 from megapilot.cli.layer_table import LAYERS_HELP, print_layers
@@ -199,15 +200,15 @@ def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[
     from dataclasses import replace
 
     from megapilot.estimate import FLOP_CONVENTIONS
+    from megapilot.spec.pipeline import NoPipelineSplit
 
     if flop_convention not in FLOP_CONVENTIONS:
         raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
                              fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
     try:
         return _estimate_case(flags, flop_convention)
-    except MegapilotError as refused:
-        if refused.field not in ("pp", "vpp") or "no pipeline split is given" not in refused.problem or \
-                flags.given() & set(SPLIT_FLAGS):
+    except NoPipelineSplit as refused:
+        if flags.given() & set(SPLIT_FIELDS):
             raise
         balanced = replace(flags, layout=flags.layout.model_copy(update={"pipeline_layout": "balanced"}))
         try:
@@ -217,11 +218,6 @@ def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[
         if case.parallel.pp * case.parallel.vpp > case.model.num_layers:  # stages left empty: not a recipe's layout
             raise refused from None
         return case, result
-
-
-# The layout flags that say how the layers split over the pipeline stages.
-SPLIT_FLAGS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss",
-               "pipeline_layout")
 
 
 def _estimate_case(flags: CaseFlags, flop_convention: str) -> tuple[Case, EstimateResult]:
@@ -266,7 +262,7 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
         assumed.append("a2a CP (attention sinks or a sliding window: Transformer Engine runs them under CP only so)"
                        if p.cp_comm_type == "a2a" else f"{p.cp_comm_type} CP ring")
     said = [f"{', '.join(assumed)} (defaults)"] if assumed else []
-    if not given & set(SPLIT_FLAGS) and not p.pipeline_split.is_even:
+    if not given & set(SPLIT_FIELDS) and not p.pipeline_split.is_even:
         said.append(f"pipeline layout {p.pipeline_split.label()}: the balanced split, as none was given and the "
                     f"layers do not divide over PP {p.pp} x VPP {p.vpp} (Megatron needs one: pass it, or "
                     "--pp-layout balanced)")

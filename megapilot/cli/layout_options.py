@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args, get_type_hints
 
 import typer
 
-from megapilot.case_flags import REQUIRED_FLAGS
+from megapilot.case_flags import REQUIRED_FLAGS, SPLIT_FIELDS
 from megapilot.cli.layout_field import LayoutField
 from megapilot.cli.layout_fields import LAYOUT_OPTIONS
 from megapilot.errors import MegapilotError
@@ -271,8 +271,7 @@ def split_flags(
                          account_for_embedding=bool(account_for_embedding), account_for_loss=bool(account_for_loss),
                          pipeline_layout=pipeline_layout)
     flags = layout.case_flags()
-    return {name: flags[name] for name in
-            ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout")}
+    return {name: flags[name] for name in SPLIT_FIELDS}
 
 
 def layout_options(*, required_note: str = "", notes: Mapping[str, str] | None = None,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from megapilot.case_flags import SPLIT_FIELDS
 from megapilot.errors import MegapilotError
 from megapilot.spec.pipeline import (
     PipelineSplit,
@@ -268,6 +269,8 @@ class ParallelConfig(BaseModel):
 DERIVED_FIELDS = ("dp",)
 #: The fields a layout is given by, in ParallelConfig's order.
 LAYOUT_FIELDS: tuple[str, ...] = tuple(name for name in ParallelConfig.model_fields if name not in DERIVED_FIELDS)
+if not set(SPLIT_FIELDS) <= set(LAYOUT_FIELDS):  # one list of split fields: a renamed one breaks here, not silently
+    raise TypeError("case_flags.SPLIT_FIELDS names a field ParallelConfig does not have")
 
 
 class LayoutPins(BaseModel):

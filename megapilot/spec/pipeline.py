@@ -320,7 +320,7 @@ def _from_slots(split: PipelineSplit, num_layers: int, mtp: int, pp: int, vpp: i
     accounted = int(split.account_for_embedding) + int(split.account_for_loss)
     slots = num_layers + accounted
     if slots % (pp * vpp):
-        raise MegapilotError(
+        raise NoPipelineSplit(
             uneven_split_message(num_layers, pp, vpp, split),
             field="pp" if vpp == 1 else "vpp",
             fix=legal_split_fix(num_layers, mtp, pp, vpp),
@@ -594,6 +594,11 @@ def _cut(costs: Sequence[float], parts: int, limit: float, *, even: bool = False
         cuts.append(n)
     cuts.append(n)
     return cuts
+
+
+class NoPipelineSplit(MegapilotError):
+    """The layers do not divide over PP x VPP and no split was given: the one refusal a balanced split answers
+    (`estimate` prices that split where a published layout leaves its split out)."""
 
 
 # ---- messages ----------------------------------------------------------------------------------

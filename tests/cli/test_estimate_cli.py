@@ -413,5 +413,7 @@ def test_a_layout_whose_layers_do_not_divide_over_the_pipeline_is_priced_balance
     assert priced == cli("estimate", *args, "--pp-layout", "balanced", "--json").json()
     given = cli("estimate", *args, "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
     assert given.exit_code == 0 and "the balanced split" not in given.stderr  # a split given is the one priced
+    short = cli("estimate", *args, "--account-for-embedding-in-pipeline-split")  # 95 slots over 8: still refused
+    assert short.exit_code == 2 and "no pipeline split is given" in short.stderr, short.stderr
     script = cli("script", *args, "--mock-data", "--megatron-path", "/opt/Megatron-LM", "--remote")
     assert script.exit_code == 2 and "no pipeline split is given" in script.stderr

@@ -13,6 +13,7 @@ from megapilot.errors import MegapilotError
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import (
     EVEN_SPLIT,
+    NoPipelineSplit,
     PipelineSplit,
     _bisected_bound,
     _linear_partition,
@@ -144,7 +145,7 @@ def test_the_layout_cannot_be_mixed_with_the_other_vocabularies():
 
 
 def test_a_split_that_does_not_divide_lists_every_legal_option_and_each_works():
-    with pytest.raises(MegapilotError) as err:
+    with pytest.raises(NoPipelineSplit) as err:  # the refusal a balanced split answers, by type (estimate reads it)
         EVEN_SPLIT.resolve(126, 0, 16, 1)
     assert err.value.field == "pp"
     fix = err.value.fix or ""
