@@ -23,7 +23,7 @@ from megapilot.launch.megatron_args import FlagTable
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
 from megapilot.spec import SavedPlan, flex_backend_refusal, flex_dispatcher_refusal, moe_a2a_overlap_refusal
-from megapilot.spec.cuda_graphs import cuda_graph_refusal, pads_routing_for_quantization
+from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal, one_word_scope, pads_routing_for_quantization
 from megapilot.spec.validate import KEEP_ALLTOALL
 
 # Megatron's own default for --distributed-timeout-minutes; what one node needs.
@@ -151,13 +151,8 @@ def cuda_graph_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTabl
                              fix="change the scope or the layout as it says, or leave --cuda-graph-impl out")
     scope_flag = table.flags.get("--cuda-graph-scope")
     if "--cuda-graph-modules" not in table.flags and (scope_flag is None or not scope_flag.takes_many):
-        raise MegapilotError(f"Megatron-LM {table.label()} takes one CUDA graph scope word (attn, full, "
-                             f"full_iteration); the scopes as lists come with {CUDA_GRAPH_LIST_RELEASE}",
-                             field="megatron_version",
-                             fix=f"--megatron-version {CUDA_GRAPH_LIST_RELEASE} (or newer), or leave --cuda-graph-impl "
-                                 "out")
-    section = ArgSection(f"performance: CUDA graphs ({graphs.describe()}) replay the captured kernels without a host "
-                         "launch each; Transformer Engine's RNG tracker keeps their dropout streams graph-safe")
+        return [_one_word_cuda_graph_section(plan, graphs, table)]
+    section = _cuda_graph_section(graphs)
     whole_iteration = "full_iteration" in graphs.scope
     if whole_iteration and "--cuda-graph-modules" in table.flags:
         section.add("--cuda-graph-impl", "full_iteration")
@@ -166,12 +161,44 @@ def cuda_graph_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTabl
         if graphs.scope:
             scope_name = "--cuda-graph-modules" if "--cuda-graph-modules" in table.flags else "--cuda-graph-scope"
             section.add(scope_name, *graphs.scope)
-    section.add("--te-rng-tracker")
-    if whole_iteration:  # Megatron asserts it: the check's host sync cannot sit inside the captured step
-        section.add("--no-check-for-nan-in-loss-and-grad")
-    if graphs.impl == "local" and plan.parallel.ep > 1:  # asserted by arguments.py for local graphs with EP
-        section.add("--moe-pad-experts-for-cuda-graph-inference")
+    _add_cuda_graph_companions(section, plan, graphs, table)
     return [section]
+
+
+def _one_word_cuda_graph_section(plan: SavedPlan, graphs: CudaGraphs, table: FlagTable) -> ArgSection:
+    """The graphs in a release before core_v0.16.0's lists: one scope word, the implementation named by
+    --cuda-graph-impl (core_v0.15) or by --enable-cuda-graph / --external-cuda-graph (core_v0.14)."""
+    impl_flag = "--cuda-graph-impl" in table.flags
+    word, refusal = one_word_scope(graphs, plan.parallel, impl_flag=impl_flag)
+    if word is None:
+        raise MegapilotError(f"Megatron-LM {table.label()} cannot run these CUDA graphs ({graphs.describe()}): "
+                             f"{refusal}", field="megatron_version",
+                             fix=f"--megatron-version {CUDA_GRAPH_LIST_RELEASE} (or newer), change the scope or "
+                                 "recompute as it says, or leave --cuda-graph-impl out")
+    section = _cuda_graph_section(graphs)
+    if impl_flag:
+        section.add("--cuda-graph-impl", graphs.impl)
+    else:
+        section.add("--enable-cuda-graph" if graphs.impl == "local" else "--external-cuda-graph")
+    if word != "full":  # the flag's default
+        section.add("--cuda-graph-scope", word)
+    _add_cuda_graph_companions(section, plan, graphs, table)
+    return section
+
+
+def _cuda_graph_section(graphs: CudaGraphs) -> ArgSection:
+    return ArgSection(f"performance: CUDA graphs ({graphs.describe()}) replay the captured kernels without a host "
+                      "launch each; Transformer Engine's RNG tracker keeps their dropout streams graph-safe")
+
+
+def _add_cuda_graph_companions(section: ArgSection, plan: SavedPlan, graphs: CudaGraphs, table: FlagTable) -> None:
+    """What Megatron asserts beside the graphs, in every release that has the flag."""
+    section.add("--te-rng-tracker")
+    if "full_iteration" in graphs.scope:  # Megatron asserts it: the check's host sync cannot sit inside the step
+        section.add("--no-check-for-nan-in-loss-and-grad")
+    pad_flag = "--moe-pad-experts-for-cuda-graph-inference"
+    if graphs.impl == "local" and plan.parallel.ep > 1 and pad_flag in table.flags:  # asserted from core_v0.16.0
+        section.add(pad_flag)
 
 
 def cuda_graphs_note(options: LaunchOptions) -> str | None:

@@ -8,7 +8,9 @@ full-iteration; DeepSeek-V3, Qwen3 and GPT-OSS over attn, moe_router and moe_pre
 
 `cuda_graph_refusal` says what Megatron-Core (core_v0.16.0 on, where the scope is a list) asserts, from
 `TransformerConfig.__post_init__` and `megatron/training/arguments.py`, so that `estimate` never prices and
-`script` never writes a run that stops before its first step.
+`script` never writes a run that stops before its first step. Before core_v0.16.0 the scope is one word (full,
+attn, full_iteration) and activation recompute beside graphs is refused more widely: `one_word_scope` says the
+word for those releases or why they cannot run the graphs.
 """
 
 from __future__ import annotations
@@ -104,11 +106,57 @@ def cuda_graph_refusal(model: ModelSpec, p: ParallelConfig, graphs: CudaGraphs, 
     return None
 
 
+# The words of --cuda-graph-scope before it took a list (core_v0.14-0.15): a whole layer ("full", the default), the
+# attention sublayer ("attn", Transformer Engine's graphs only), or the whole iteration (local only).
+ONE_WORD_SCOPES: dict[tuple[str, ...], str] = {(): "full", ("attn",): "attn", ("full_iteration",): "full_iteration"}
+
+
+def one_word_scope(graphs: CudaGraphs, p: ParallelConfig, *, impl_flag: bool) -> tuple[str | None, str | None]:
+    """The one --cuda-graph-scope word that says these graphs to a release before core_v0.16.0, or why it cannot
+    run them: (word, None) or (None, refusal). `impl_flag`: the release has --cuda-graph-impl (core_v0.15; before
+    it --enable-cuda-graph and --external-cuda-graph name the implementation, and check recompute differently).
+
+    core_v0.15's TransformerConfig refuses any activation recompute under graphs but selective recompute of
+    modules outside Transformer Engine's attention graph (not core_attn, not mla_up_proj); core_v0.14's refuses
+    any recompute under local graphs, and its arguments.py full recompute under Transformer Engine's."""
+    word = ONE_WORD_SCOPES.get(graphs.scope)
+    if word is None:
+        return None, (f"the scopes {', '.join(graphs.scope)} are said as a list from core_v0.16.0; before it "
+                      "--cuda-graph-scope takes one word: full (each whole layer), attn or full_iteration")
+    if word == "attn" and graphs.impl != "transformer_engine":
+        return None, "the attn scope alone is captured by --cuda-graph-impl transformer_engine only"
+    if p.recompute == "none":
+        return word, None
+    if impl_flag:
+        attn_only = graphs.impl == "transformer_engine" and word == "attn"
+        if p.recompute == "full" or not attn_only:
+            return None, ("activation recompute does not run with CUDA graphs before core_v0.16.0 (but selective "
+                          "recompute beside transformer_engine attn graphs)")
+        graphed = p.recomputed_modules & {"core_attn", "mla_up_proj"}
+        if graphed:
+            return None, f"the attn graph does not run with {', '.join(sorted(graphed))} recompute"
+        return word, None
+    if graphs.impl == "local" or p.recompute == "full":
+        return None, ("core_v0.14 runs local CUDA graphs without activation recompute, and Transformer Engine's "
+                      "without full recompute")
+    return word, None
+
+
 def pads_routing_for_quantization(model: ModelSpec, training: TrainingSpec) -> bool:
     """Whether a Megatron-LM run of this model pads each expert's routed tokens for its quantised GEMMs (the
     router's `--moe-router-padding-for-quantization`, which `script` writes for every quantised MoE run)."""
     return model.moe is not None and training.quant_flavour not in (None, "mxfp4")
 
 
-__all__ = ["CUDA_GRAPH_IMPLS", "CUDA_GRAPH_SCOPES", "CudaGraphImpl", "CudaGraphScope", "CudaGraphs", "LayerPart",
-           "cuda_graph_refusal", "pads_routing_for_quantization"]
+__all__ = [
+    "CUDA_GRAPH_IMPLS",
+    "CUDA_GRAPH_SCOPES",
+    "ONE_WORD_SCOPES",
+    "CudaGraphImpl",
+    "CudaGraphScope",
+    "CudaGraphs",
+    "LayerPart",
+    "cuda_graph_refusal",
+    "one_word_scope",
+    "pads_routing_for_quantization",
+]

@@ -308,15 +308,49 @@ def test_cuda_graphs_are_written_in_each_releases_words_with_what_megatron_asser
     assert "--cuda-graph-impl" not in _args(dense)
 
 
+def test_before_core_v0_16_the_graphs_are_one_scope_word_and_recompute_is_refused_as_that_release_refuses_it():
+    """core_v0.15 names the implementation by --cuda-graph-impl, core_v0.14 by --enable-cuda-graph (local) or
+    --external-cuda-graph (Transformer Engine); both take one scope word (full, the default; attn; full_iteration)
+    and refuse activation recompute beside graphs more widely than core_v0.16 (their TransformerConfig)."""
+    plain = make_plan(LLAMA31_8B, "h100", 1, TRAIN, recompute="none")
+    for release, impl_words in (("core_v0.15.0", ["--cuda-graph-impl", "local"]), ("core_v0.14.0",
+                                                                                   ["--enable-cuda-graph"])):
+        whole = _args(plain, _graphed(_graphs("local", "full_iteration"), megatron_version=release))
+        assert whole[whole.index(impl_words[0]):whole.index(impl_words[0]) + len(impl_words) + 2] == [
+            *impl_words, "--cuda-graph-scope", "full_iteration"]
+        assert "--no-check-for-nan-in-loss-and-grad" in whole and "--cuda-graph-modules" not in whole
+        layers = _args(plain, _graphed(_graphs("local"), megatron_version=release))
+        assert "--cuda-graph-scope" not in layers  # "full" (each whole layer) is the flag's default
+    attention = _graphs("transformer_engine", "attn")
+    outside = make_plan(LLAMA31_8B, "h100", 1, TRAIN, recompute="selective", recompute_modules=("layernorm",))
+    v15 = _args(outside, _graphed(attention, megatron_version="core_v0.15.0"))
+    assert _value(v15, "--cuda-graph-impl") == "transformer_engine" and _value(v15, "--cuda-graph-scope") == "attn"
+    v14 = _args(outside, _graphed(attention, megatron_version="core_v0.14.0"))
+    assert "--external-cuda-graph" in v14 and _value(v14, "--cuda-graph-scope") == "attn"
+    refused = {  # (graphs, plan, release) -> words of the refusal
+        (_graphs("transformer_engine", "attn", "mlp"), "none", "core_v0.15.0"): "one word",
+        (_graphs("local", "attn"), "none", "core_v0.15.0"): "transformer_engine only",
+        (_graphs("local"), "selective", "core_v0.15.0"): "activation recompute",
+        (_graphs("local"), "selective", "core_v0.14.0"): "without activation recompute",
+        (_graphs("local", "full_iteration"), "full", "core_v0.15.0"): "activation recompute",
+    }
+    for (graphs, recompute, release), words in refused.items():
+        with pytest.raises(MegapilotError) as err:
+            _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN, recompute=recompute),
+                  _graphed(graphs, megatron_version=release))
+        assert err.value.field == "megatron_version" and words in err.value.problem, err.value.problem
+
+
 def test_cuda_graphs_megatron_refuses_or_a_release_cannot_say_are_refused_and_a_cpu_run_leaves_them_out() -> None:
     dense = make_plan(LLAMA31_8B, "h100", 1, TRAIN, recompute="full")
     with pytest.raises(MegapilotError) as refused:
         _args(dense, _graphed(_graphs("transformer_engine", "attn")))
     assert refused.value.field == "cuda_graph_scope" and "full_iteration graph" in refused.value.problem
-    with pytest.raises(MegapilotError) as old:
+    with pytest.raises(MegapilotError) as old:  # core_v0.15: attention recomputed inside the attention graph
         _args(make_plan(LLAMA31_8B, "h100", 1, TRAIN), _graphed(_graphs("transformer_engine", "attn"),
                                                                 megatron_version="core_v0.15.0"))
-    assert old.value.field == "megatron_version" and "core_v0.16.0" in old.value.fix
+    assert old.value.field == "megatron_version" and "core_v0.16.0" in (old.value.fix or "")
+    assert "core_attn recompute" in old.value.problem
     tiny = make_plan(LLAMA31_8B, "h100", 1, TRAIN)
     cpu = CPU.model_copy(update={"cuda_graphs": _graphs("transformer_engine", "attn")})
     launch = render_launch(tiny.model_copy(update={"model": tiny.model}), cpu)

@@ -145,6 +145,13 @@ PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
         "cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess"))})),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1, recompute="full"), _MEGATRON_MOCK.model_copy(update={
         "cuda_graphs": CudaGraphs(impl="local", scope=("full_iteration",)), "megatron_version": "core_v0.16.0"})),
+    # before the lists (core_v0.14-0.15): one scope word, the implementation by flag (core_v0.14) or by name
+    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), _MEGATRON_MOCK.model_copy(update={
+        "cuda_graphs": CudaGraphs(impl="local", scope=("full_iteration",)), "megatron_version": "core_v0.15.0"})),
+    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), _MEGATRON_MOCK.model_copy(update={
+        "cuda_graphs": CudaGraphs(impl="local"), "megatron_version": "core_v0.14.0"})),
+    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), _MEGATRON_MOCK.model_copy(update={
+        "cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn",)), "megatron_version": "core_v0.14.0"})),
     # Muon: Megatron-LM's optimizer (the embedded trainer runs Adam and SGD), without the distributed optimizer.
     (make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"optimizer": "dist_muon"}), tp=2,
                distributed_optimizer=False), _MEGATRON_MOCK),
