@@ -130,15 +130,15 @@ def one_word_scope(graphs: CudaGraphs, p: ParallelConfig, *, impl_flag: bool) ->
     if impl_flag:
         attn_only = graphs.impl == "transformer_engine" and word == "attn"
         if p.recompute == "full" or not attn_only:
-            return None, ("activation recompute does not run with CUDA graphs before core_v0.16.0 (but selective "
-                          "recompute beside transformer_engine attn graphs)")
+            return None, (f"{p.recompute} activation recompute does not run with CUDA graphs before core_v0.16.0 "
+                          "(but selective recompute beside transformer_engine attn graphs): --recompute none")
         graphed = p.recomputed_modules & {"core_attn", "mla_up_proj"}
         if graphed:
             return None, f"the attn graph does not run with {', '.join(sorted(graphed))} recompute"
         return word, None
     if graphs.impl == "local" or p.recompute == "full":
-        return None, ("core_v0.14 runs local CUDA graphs without activation recompute, and Transformer Engine's "
-                      "without full recompute")
+        return None, (f"core_v0.14 runs local CUDA graphs without activation recompute, and Transformer Engine's "
+                      f"without full recompute ({p.recompute} here): --recompute none")
     return word, None
 
 
