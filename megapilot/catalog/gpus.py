@@ -19,7 +19,7 @@ from typing import Any
 
 from megapilot.catalog.host import host_cpu, is_host_name
 from megapilot.errors import MegapilotError, from_validation_error
-from megapilot.spec.hardware import GPUSpec
+from megapilot.spec.hardware import ClusterSpec, GPUSpec
 
 GPU_FILE_ENV = "MEGAPILOT_GPU_FILE"
 
@@ -219,6 +219,15 @@ def load_gpus(extra_file: str | None = None) -> dict[str, GPUSpec]:
 
 # The system words around a GPU's name in vendors' tables: a DGX / HGX node, an NVL72 / NVL36 / NVL8 domain.
 SYSTEM_WORDS = re.compile(r"^(?:dgx|hgx)[-_ ]*|[-_ ]*nvl\d+$")
+
+
+def cluster_of(name: str, gpus: int, gpus_per_node: int | None = None) -> ClusterSpec:
+    """`gpus` of the GPU `name` as a cluster (`ClusterSpec.from_gpu_count`); on this machine's CPU each rank is priced
+    at the rate the ranks beside it leave it (`host.rank_matmul_tflops`)."""
+    cluster = ClusterSpec.from_gpu_count(get_gpu(name), gpus, gpus_per_node)
+    if is_host_name(name):
+        cluster = cluster.model_copy(update={"gpu": host_cpu(ranks_per_node=cluster.gpus_per_node)})
+    return cluster
 
 
 def get_gpu(name: str, extra_file: str | None = None) -> GPUSpec:

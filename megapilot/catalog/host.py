@@ -4,16 +4,23 @@ The embedded trainer runs Megatron-Core on CPU processes (gloo, fp32 compute). T
 needs the CPU's rates the way it needs a GPU's datasheet: a dense matmul rate (its "tensor peak"), a memory
 bandwidth (its "HBM"), and what gloo moves between local ranks. They are measured here, not looked up:
 
-    matmul      the best of a few fp32 matmuls of 512 x 512 (numpy: BLAS, every core it is allowed)
+    matmul      the best of a few fp32 matmuls of 512 x 512 (torch, the library the trainer computes with),
+                once on one thread and once on every core the process may use
     memory      the best of a few copies of a 64 MiB array (read + write, bytes counted once each way)
     gloo        collectives between ranks of one machine go through shared memory over loopback: modelled
                 as memory-bandwidth-bound, each byte written and read by the sender and the receiver
                 (GLOO_MEMORY_PASSES copies), so the link rate is memory bandwidth / GLOO_MEMORY_PASSES
 
+A "GPU" here is one rank, and what one rank computes with depends on how many share the machine: torchrun gives
+each of several local ranks one OpenMP thread (OMP_NUM_THREADS=1, as megapilot's launch environment also sets),
+so each runs at the one-thread rate (a share of it where there are more ranks than cores); a lone rank runs every
+core (`host_cpu(ranks_per_node=...)`). Priced at the every-core rate, each of two ranks on two cores had its matmuls
+priced at twice the rate it runs them.
+
 The result is cached as JSON in the user's cache folder, one file per machine (hostname and CPU model), measured
 again once it is an hour old and kept where it was better (a peak is only ever under-measured on a busy machine);
-`megapilot gpus --measure-host` measures again and replaces it. numpy comes with the `train` extra (the only place
-CPU runs happen); without it the CPU is not listed.
+`megapilot gpus --measure-host` measures again and replaces it. torch and numpy come with the `train` extra (the
+only place CPU runs happen); without them the CPU is not listed.
 """
 
 from __future__ import annotations
@@ -68,25 +75,37 @@ def cache_path() -> Path:
     return folder / f"host-cpu-{machine}.json"
 
 
+RATE_KEYS = ("matmul_tflops", "matmul_tflops_one_thread", "memory_tbps")
+
+
 def probe() -> dict[str, float]:
-    """Measure the matmul rate (TFLOP/s) and memory bandwidth (TB/s) of this machine now (about a second)."""
+    """Measure the matmul rates (TFLOP/s, every core and one thread) and the memory bandwidth (TB/s) of this
+    machine now (a second or two)."""
     try:
-        # optional and heavy: numpy (train extra) only to measure this machine
+        # optional and heavy: numpy and torch (train extra) only to measure this machine
         import numpy as np
+        import torch
     except ImportError:
-        raise MegapilotError("measuring this machine's CPU needs numpy", field="gpu",
+        raise MegapilotError("measuring this machine's CPU needs numpy and torch", field="gpu",
                              fix="install the train extra (pip install 'megapilot[train]')") from None
-    a = np.random.default_rng(0).standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
-    a @ b  # first call: BLAS threads start
-    best_s = min(_timed(lambda: a @ b) for _ in range(MATMUL_REPEATS))
-    matmul_tflops = 2 * MATMUL_N**3 / best_s / 1e12
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(MATMUL_N, MATMUL_N, generator=generator)
+    b = torch.randn(MATMUL_N, MATMUL_N, generator=generator)
+    threads = torch.get_num_threads()
+    rates: dict[str, float] = {}
+    try:
+        for key, count in (("matmul_tflops", threads), ("matmul_tflops_one_thread", 1)):
+            torch.set_num_threads(count)
+            a @ b  # first call: the thread pool starts
+            best_s = min(_timed(lambda: a @ b) for _ in range(MATMUL_REPEATS))
+            rates[key] = 2 * MATMUL_N**3 / best_s / 1e12
+    finally:
+        torch.set_num_threads(threads)
     source = np.ones(COPY_MIB * 1024 * 1024 // 8)
     target = np.empty_like(source)
     np.copyto(target, source)
     best_copy_s = min(_timed(lambda: np.copyto(target, source)) for _ in range(COPY_REPEATS))
-    memory_tbps = 2 * source.nbytes / best_copy_s / 1e12
-    return {"matmul_tflops": matmul_tflops, "memory_tbps": memory_tbps}
+    return rates | {"memory_tbps": 2 * source.nbytes / best_copy_s / 1e12}
 
 
 def _timed(work: object) -> float:
@@ -102,24 +121,37 @@ def _memory_gib() -> float:
     return float(psutil.virtual_memory().total) / 2**30
 
 
-def host_spec(rates: dict[str, float]) -> GPUSpec:
-    """The CPU as a GPUSpec from its measured rates: one "GPU" per local rank, all of them in one scale-up domain."""
+def rank_matmul_tflops(rates: dict[str, float], cores: int, ranks_per_node: int | None) -> float:
+    """What one rank's matmuls run at: every core for a lone rank; one thread each for several (torchrun's and
+    megapilot's OMP_NUM_THREADS=1), shared where ranks outnumber cores. None: several ranks (distributed
+    training's case; `gpus` and `estimate` ask without a rank count)."""
+    if ranks_per_node == 1:
+        return rates["matmul_tflops"]
+    one_thread = rates["matmul_tflops_one_thread"]
+    return one_thread if ranks_per_node is None else one_thread * min(1.0, cores / ranks_per_node)
+
+
+def host_spec(rates: dict[str, float], ranks_per_node: int | None = None) -> GPUSpec:
+    """The CPU as a GPUSpec from its measured rates: one "GPU" per local rank (at the rate `ranks_per_node` ranks
+    each get), all of them in one scale-up domain."""
     memory_tbps = rates["memory_tbps"]
     gloo_gbps = memory_tbps * 1000 / GLOO_MEMORY_PASSES
     cores = _cores()
     return GPUSpec(
         name=f"CPU ({_cpu_model()}, {cores} cores)", alias=HOST_ALIAS, vendor="CPU", architecture="cpu",
-        bf16_dense_tflops=rates["matmul_tflops"], hbm_gib=_memory_gib(), hbm_bw_tbps=memory_tbps,
+        bf16_dense_tflops=rank_matmul_tflops(rates, cores, ranks_per_node), hbm_gib=_memory_gib(),
+        hbm_bw_tbps=memory_tbps,
         scaleup_domain_gpus=max(cores, 1), gpus_per_node=max(cores, 1), scaleup_bw_gbps=gloo_gbps,
         scaleout_bw_gbps=gloo_gbps, host_link_gbps=HOST_LINK_GBPS,
-        source=f"measured on this machine: fp32 matmul {MATMUL_N}^3 (numpy) and a {COPY_MIB} MiB copy; gloo between "
-               f"local ranks modelled as memory-bandwidth-bound (/{GLOO_MEMORY_PASSES:g})",
+        source=f"measured on this machine: fp32 matmul {MATMUL_N}^3 (torch; one thread per rank, every core for a "
+               f"lone one) and a {COPY_MIB} MiB copy; gloo between local ranks modelled as memory-bandwidth-bound "
+               f"(/{GLOO_MEMORY_PASSES:g})",
     )
 
 
-def host_cpu(*, remeasure: bool = False) -> GPUSpec:
-    """This machine's CPU: from the cache, measured again once it is older than REFRESH_S (and cached); `remeasure`
-    measures again and replaces what was cached.
+def host_cpu(*, remeasure: bool = False, ranks_per_node: int | None = None) -> GPUSpec:
+    """This machine's CPU as each of `ranks_per_node` local ranks sees it (None: several): from the cache, measured
+    again once it is older than REFRESH_S (and cached); `remeasure` measures again and replaces what was cached.
 
     A rate is a peak, and other work on the machine can only make a measurement lower: an automatic measurement
     keeps the better of the cached and the new figure, so one taken on a busy machine heals on the next one."""
@@ -128,14 +160,14 @@ def host_cpu(*, remeasure: bool = False) -> GPUSpec:
         _host_rates.cache_clear()
         rates = _host_rates()
         _write(path, rates)
-        return host_spec(rates)
+        return host_spec(rates, ranks_per_node)
     cached, measured_at = _cached_rates(path)
     if cached is not None and time.time() - measured_at < REFRESH_S:
-        return host_spec(cached)
+        return host_spec(cached, ranks_per_node)
     fresh = _host_rates()
     rates = fresh if cached is None else {key: max(cached[key], fresh[key]) for key in fresh}
     _write(path, rates)
-    return host_spec(rates)
+    return host_spec(rates, ranks_per_node)
 
 
 @lru_cache(maxsize=1)
@@ -145,10 +177,11 @@ def _host_rates() -> dict[str, float]:
 
 
 def _cached_rates(path: Path) -> tuple[dict[str, float] | None, float]:
-    """The cached rates and when they were measured (0: unknown, so measured again)."""
+    """The cached rates and when they were measured (0: unknown, so measured again; a file without every rate,
+    written before one was measured, is measured again)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        rates = {"matmul_tflops": float(raw["matmul_tflops"]), "memory_tbps": float(raw["memory_tbps"])}
+        rates = {key: float(raw[key]) for key in RATE_KEYS}
         measured_at = float(raw.get("measured_at") or 0.0)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None, 0.0

@@ -108,16 +108,17 @@ def _build_specs(
 ) -> _Specs:
     from pydantic import ValidationError
 
-    from megapilot.catalog import get_gpu, resolve_model
+    from megapilot.catalog import resolve_model
+    from megapilot.catalog.gpus import cluster_of
     from megapilot.cli.common import validation_error
     from megapilot.estimate import run_options, with_features
     from megapilot.estimate.cases import check_cuda_graphs
-    from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
+    from megapilot.spec import ParallelConfig, TrainingSpec
 
     given = features.case_features()
     resolved = resolve_model(model_name)
     model = with_features(resolved.spec, given)
-    cluster = ClusterSpec.from_gpu_count(get_gpu(inputs.gpu), inputs.gpus, inputs.gpus_per_node)
+    cluster = cluster_of(inputs.gpu, inputs.gpus, inputs.gpus_per_node)
     try:
         recipe = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
         recipe |= {"optimizer": features.optimizer} if features.optimizer is not None else {}

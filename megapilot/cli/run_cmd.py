@@ -224,7 +224,7 @@ def _script_prediction(script: _ScriptFlags) -> tuple[Prediction | None, str | N
     try:
         from megapilot.catalog.host import host_cpu
 
-        device = host_cpu() if on_cpu else config.gpu
+        device = host_cpu(ranks_per_node=config.world_size // nodes) if on_cpu else config.gpu
         assert device is not None
         plan = SavedPlan(model=config.model, training=config.training, parallel=config.parallel,
                          cluster=ClusterSpec(gpu=device, num_nodes=nodes, gpus_per_node=config.world_size // nodes))

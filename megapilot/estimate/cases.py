@@ -375,9 +375,9 @@ def _resolve_model(name_or_path: str) -> ModelSpec:
 
 
 def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> ClusterSpec:
-    from megapilot.catalog.gpus import get_gpu
+    from megapilot.catalog.gpus import cluster_of
 
-    return ClusterSpec.from_gpu_count(get_gpu(gpu_name), gpus, gpus_per_node)
+    return cluster_of(gpu_name, gpus, gpus_per_node)
 
 
 def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec, model: ModelSpec) -> ParallelConfig:

@@ -74,7 +74,7 @@ def predict_combo(plan: SavedPlan, gpu: GPUSpec | None, runs: Sequence[MeasuredR
     try:
         device = gpu
         if device is None:
-            device = host_cpu()
+            device = host_cpu(ranks_per_node=plan.cluster.gpus_per_node)
         cluster = ClusterSpec(gpu=device, num_nodes=plan.cluster.num_nodes, gpus_per_node=plan.cluster.gpus_per_node)
         result = estimate(plan.model, cluster, plan.training, plan.parallel)
     except (MegapilotError, ValueError, ArithmeticError) as exc:  # a combo the estimator cannot price still runs
