@@ -208,8 +208,9 @@ def _rejection(categories: dict[SplitRule, RejectReason], refusal: SplitRefusal)
 def tp_limit(cluster: ClusterSpec) -> int:
     """The largest TP the planner walks: one node, or where one NVLink domain spans several nodes (the 4-GPU trays of
     an NVL72 rack) TP across trays up to `MAX_CROSS_TRAY_TP`: its collectives still ride NVLink (the estimate prices
-    them there), and Megatron does not care where a node ends."""
-    domain = min(cluster.gpu.scaleup_domain_gpus, cluster.world_size)
+    them there), and Megatron does not care where a node ends. The domain is the cluster's: an HGX baseboard's NVLink
+    stops at the node when nodes hold fewer of its GPUs, where the estimate refuses TP beyond the node."""
+    domain = min(cluster.scaleup_domain_gpus, cluster.world_size)
     return max(cluster.gpus_per_node, min(domain, MAX_CROSS_TRAY_TP))
 
 

@@ -247,6 +247,14 @@ def test_tp_may_cross_the_trays_of_one_nvlink_domain_up_to_the_largest_calibrate
     assert space.tp_limit(ClusterSpec.from_gpu_count(get_gpu("gb200"), 4)) == 4
 
 
+def test_tp_stops_at_a_node_smaller_than_its_gpus_baseboard_as_the_estimate_does():
+    """H100 nodes of 4 GPUs: NVLink ends at the node, so TP 8 would run its all-reduces over the NICs; the estimate
+    refuses that layout (without --force-tp-across-nodes), and the planner must not walk it."""
+    half_nodes = ClusterSpec.from_gpu_count(get_gpu("h100"), 32, gpus_per_node=4)
+    assert space.tp_limit(half_nodes) == 4
+    assert space.tp_rule(get_model("llama3.1-70b"), half_nodes, 8) is not None
+
+
 def test_a_plan_with_tp_across_trays_is_validated_and_costed_on_nvlink():
     from megapilot.plan import plan
 
