@@ -49,9 +49,10 @@ class LayoutContext:
 
     @classmethod
     def of(cls, model: ModelSpec, cluster: ClusterSpec) -> LayoutContext:
-        domain = min(cluster.gpu.scaleup_domain_gpus, cluster.world_size)
+        # the cluster's domain: an HGX baseboard's NVLink ends at the node when nodes hold fewer of its GPUs
+        domain = min(cluster.scaleup_domain_gpus, cluster.world_size)
         return cls(nvlink_gpus=domain, num_experts=model.moe.num_experts if model.moe else None,
-                   one_domain=cluster.world_size <= cluster.gpu.scaleup_domain_gpus)
+                   one_domain=cluster.world_size <= cluster.scaleup_domain_gpus)
 
     @property
     def expert_target(self) -> int:

@@ -136,6 +136,9 @@ def test_a_dense_job_inside_one_nvlink_domain_takes_fsdp_as_readily_as_the_distr
     assert order_by_recipe(moe, BAND, moe_node)[0].parallel.fsdp is False
     assert LayoutContext.of(get_model("llama3.1-8b"), ClusterSpec.from_gpu_count(get_gpu("h100"), 8)).one_domain
     assert not LayoutContext.of(get_model("llama3.1-8b"), ClusterSpec.from_gpu_count(get_gpu("h100"), 16)).one_domain
+    # two H100 nodes of 4 GPUs: 8 GPUs, but NVLink ends at each node, so FSDP's traffic crosses the NICs
+    half_nodes = ClusterSpec.from_gpu_count(get_gpu("h100"), 8, gpus_per_node=4)
+    assert not LayoutContext.of(get_model("llama3.1-8b"), half_nodes).one_domain
 
 
 def test_equal_preferences_keep_the_speed_order(template):
@@ -150,6 +153,9 @@ def test_the_expert_target_is_the_largest_expert_divisor_inside_the_nvlink_domai
     assert LayoutContext(nvlink_gpus=8, num_experts=6).expert_target == 6
     small_job = LayoutContext.of(get_model("llama3.1-8b"), ClusterSpec.from_gpu_count(get_gpu("gb200"), 4))
     assert small_job.nvlink_gpus == 4  # a job smaller than the domain only has its own GPUs
+    moe_on_half_nodes = LayoutContext.of(get_model("mixtral-8x7b"),
+                                         ClusterSpec.from_gpu_count(get_gpu("h100"), 16, gpus_per_node=4))
+    assert moe_on_half_nodes.nvlink_gpus == 4 and moe_on_half_nodes.expert_target == 4  # NVLink ends at the node
 
 
 def test_the_band_is_the_calibrated_median_error_of_the_case_and_says_where_from():
