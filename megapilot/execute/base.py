@@ -39,6 +39,11 @@ from megapilot.execute.interrupt import stop_reason
 COMBO_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
+# How long a queued job may wait on drained or down nodes: the preflight found them in service, so someone took
+# them out since (a bad DIMM, a maintenance), and a validation run should say so, not wait for hours.
+DEFAULT_BLOCKED_IN_QUEUE_S = 600.0
+
+
 class JobState(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -95,6 +100,11 @@ class JobSpec(BaseModel):
                                           "the final iteration was logged.")
     hang: HangPolicy = Field(default_factory=HangPolicy)
     timeout_s: float | None = Field(default=None, gt=0, description="Wall-clock limit for the whole job.")
+    blocked_in_queue_s: float | None = Field(
+        default=DEFAULT_BLOCKED_IN_QUEUE_S, gt=0,
+        description="A scheduler's job still waiting this long for nodes that are out of service (drained, down) "
+                    "is cancelled and failed, naming them; None = it waits until they come back. A queue that is "
+                    "only busy is waited on.")
     stop_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL grace when stopping.")
 
     @field_validator("combo")

@@ -343,6 +343,15 @@ class _SlurmJob(FollowedJob):
     started_at_s: float | None = None
     last_known_s: float = field(default_factory=time.monotonic)
     stop_cause: tuple[JobState, str] | None = None
+    placement_checked_at_s: float | None = None  # when a job blocked on its nodes last had them checked
+
+
+# squeue's reasons for a job that waits on nodes out of service: ReqNodeNotAvail's own words, its longer form
+# (SLURM 21.08 on), a down node or partition. The longer form also covers nodes held for a higher-priority
+# partition, which is only a busy queue: the nodes' state decides (`_blocked_reason`).
+_NODES_UNAVAILABLE = re.compile(r"ReqNodeNotAvail|Nodes required for job are DOWN|NodeDown|PartitionDown|"
+                                r"PartitionInactive")
+PLACEMENT_RECHECK_S = 60.0  # at most one sinfo / sbatch --test-only per blocked job per this many seconds
 
 
 @register_executor
@@ -563,6 +572,8 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
               and now_s - job.started_at_s > job.spec.timeout_s):
             self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached at "
                                               f"iteration {job.logs.iteration}/{job.logs.leader.tracker.train_iters}")
+        elif job.started_at_s is None and (blocked := self._blocked_reason(job, slurm, now_s)) is not None:
+            self._stop(job, JobState.FAILED, blocked)
         else:
             state = JobState.RUNNING if job.started_at_s is not None else JobState.PENDING
             reason = slurm.reason if state is JobState.PENDING and slurm and slurm.reason not in ("", "None") else None
@@ -573,6 +584,24 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
 
     def _cancel_unfollowed(self, handle: JobHandle) -> None:
         self.client.cancel(handle.job_id)  # SLURM knows the job by its id whoever submitted it
+
+    def _blocked_reason(self, job: _SlurmJob, slurm: SlurmJobState | None, now_s: float) -> str | None:
+        """Why a job that has waited `blocked_in_queue_s` on nodes out of service gives up, or None: squeue names
+        unavailable nodes and the scheduler check the preflight runs (`check_submission`) still finds too few in
+        service. A queue that is only busy (the nodes up, held for other jobs) is waited on."""
+        window_s = job.spec.blocked_in_queue_s
+        if window_s is None or slurm is None or not _NODES_UNAVAILABLE.search(slurm.reason or ""):
+            return None
+        waited_s = now_s - job.submitted_at_s
+        checked_s = job.placement_checked_at_s
+        if waited_s < window_s or (checked_s is not None and now_s - checked_s < PLACEMENT_RECHECK_S):
+            return None
+        job.placement_checked_at_s = now_s
+        problem = self.check_submission(job.spec)
+        if problem is None:
+            return None
+        return (f"waited {waited_s:.0f} s in the queue on nodes out of service ({slurm.reason}; "
+                f"megapilot.blocked_queue_timeout_s {window_s:g}): {problem}")
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -597,7 +626,8 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
             node.tracker.started_at_s = now_s
 
     def _stop(self, job: _SlurmJob, state: JobState, reason: str) -> None:
-        """scancel the job for `state` (HUNG, TIMEOUT, CANCELLED) and wait until it left the queue."""
+        """scancel the job for `state` (HUNG, TIMEOUT, CANCELLED; FAILED: blocked in the queue) and wait until it
+        left the queue."""
         job.stop_cause = (state, reason)
         self.client.cancel(job.handle.job_id)
         deadline_s = time.monotonic() + self.cancel_wait_s

@@ -265,7 +265,8 @@ def run_collectives_stage(suite: LoadedSuite, executor: Executor, run_dir: Path,
     block = suite.config.megapilot
     job = JobSpec(combo=JOB_DIR, run_dir=run_dir, script_text=script, env=env, nodes=suite.nodes,
                   gpus_per_node=suite.gpus_per_node, require_final_iteration=False,
-                  hang=HangPolicy(startup_s=block.startup_timeout_s), timeout_s=block.job_timeout_s)
+                  hang=HangPolicy(startup_s=block.startup_timeout_s), timeout_s=block.job_timeout_s,
+                  blocked_in_queue_s=block.blocked_queue_timeout_s)
     result, fatal = run_job(job)
     summary = JobSummary(executor=result.executor, job_id=result.job_id, state=result.state.value,
                          exit_code=result.exit_code, reason=result.reason, duration_s=round(result.duration_s, 3),

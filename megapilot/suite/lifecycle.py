@@ -717,7 +717,7 @@ def _job_spec(ctx: _Context, launch: CellLaunch, directory: str, train_iters: in
                       min_window_s=min(block.hang_min_window_s, block.startup_timeout_s))
     return JobSpec(combo=directory, run_dir=ctx.run_dir, script_text=launch.script_text, env=_job_env(ctx),
                    nodes=launch.nodes, gpus_per_node=launch.gpus_per_node, train_iters=train_iters,
-                   hang=hang, timeout_s=block.job_timeout_s)
+                   hang=hang, timeout_s=block.job_timeout_s, blocked_in_queue_s=block.blocked_queue_timeout_s)
 
 
 def _job_env(ctx: _Context) -> dict[str, str]:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from megapilot.execute.base import DEFAULT_BLOCKED_IN_QUEUE_S
 from megapilot.execute.registry import executor_names
 from megapilot.execute.slurm import MIN_LEASE_S
 from megapilot.suite.config_schema import (
@@ -59,6 +60,11 @@ class MegapilotBlock(_Forbid):
     job_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S,
                                         description="Wall-clock limit of each job in seconds; None = none (SLURM "
                                                     "time_limit still holds).")
+    blocked_queue_timeout_s: float | None = Field(
+        default=DEFAULT_BLOCKED_IN_QUEUE_S, gt=0, le=MAX_TIMEOUT_S,
+        description="SLURM: a job still queued this long on nodes out of service (drained or down since the "
+                    "preflight) is cancelled and its combo failed, naming the nodes; None = it waits until they "
+                    "come back. A queue that is only busy is waited on.")
     job_lease_s: float | None = Field(
         default=None, ge=0, le=MAX_TIMEOUT_S,
         description="SLURM: a job scancels itself once megapilot has not renewed its lease for this long "

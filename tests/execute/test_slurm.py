@@ -391,6 +391,47 @@ def test_a_drained_node_or_an_unknown_partition_is_refused_naming_the_fix(slurm_
                     "megapilot.partition to one of them, or null for the default")
 
 
+@pytest.mark.parametrize(("reason", "blocked"), [
+    ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions", True),
+    ("ReqNodeNotAvail, UnavailableNodes:vm-n2", True),  # SLURM 22.05's words for a job pinned to a drained node
+    ("PartitionDown", True),
+    ("Resources", False), ("Priority", False), ("BeginTime", False), ("JobHeldUser", False),
+    ("QOSMaxJobsPerUserLimit", False),
+])
+def test_only_a_queue_reason_naming_nodes_out_of_service_can_give_a_job_up(reason, blocked):
+    from megapilot.execute.slurm import _NODES_UNAVAILABLE
+
+    assert bool(_NODES_UNAVAILABLE.search(reason)) is blocked
+
+
+@pytest.mark.slow
+def test_a_job_queued_on_a_node_drained_since_the_preflight_fails_naming_it_and_a_busy_queue_waits(
+        slurm_two_runnable_nodes, tmp_path):
+    """A node drained after the preflight: the two-node job would wait in the queue for as long as the node stays
+    out; after `blocked_in_queue_s` it is scancelled and failed with the node and the fix, so the suite's other
+    combos run. A job that waits only for its start time is not given up."""
+    cluster = slurm_two_runnable_nodes
+    second = cluster.node_names[1]
+    executor = executor_for(cluster)
+    cluster.run("scontrol", "update", f"nodename={second}", "state=drain", "reason=bad dimm", check=True)
+    try:
+        blocked = executor.submit(printer_job(tmp_path, "--iters", "1", nodes=2, combo="blocked",
+                                              blocked_in_queue_s=2.0))
+        later = SlurmExecutor(env={"SLURM_CONF": str(cluster.conf)}, refresh_s=0.5,
+                              sbatch_options=["--begin=now+3600"])
+        waiting = later.submit(printer_job(tmp_path, "--iters", "1", combo="later", blocked_in_queue_s=2.0))
+        result = executor.wait(blocked, poll_interval_s=0.5)
+        assert result.state is JobState.FAILED, result
+        assert "waited" in result.reason and "in the queue on nodes out of service" in result.reason
+        assert f"{second} drained (bad dimm)" in result.reason and "state=resume" in result.reason
+        assert cluster.run("squeue", "-h", "-j", blocked.job_id, "-o", "%T").stdout.strip() == ""
+        time.sleep(3.0)
+        assert later.poll(waiting).state is JobState.PENDING  # BeginTime: only waiting, never given up
+        later.cancel(waiting)
+    finally:
+        _in_service_again(cluster, second)
+
+
 @pytest.mark.slow
 def test_an_option_sbatch_refuses_is_named_with_the_setting_to_change(slurm_two_runnable_nodes, tmp_path):
     def said(option: str) -> str | None:

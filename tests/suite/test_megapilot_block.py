@@ -44,6 +44,12 @@ def test_the_lease_is_off_or_long_enough_to_renew() -> None:
     _error({"job_lease_s": -1})
 
 
+def test_a_job_blocked_on_nodes_out_of_service_gives_up_after_ten_minutes_unless_told_to_wait() -> None:
+    assert MegapilotBlock().blocked_queue_timeout_s == 600.0
+    assert MegapilotBlock.model_validate({"blocked_queue_timeout_s": None}).blocked_queue_timeout_s is None
+    _error({"blocked_queue_timeout_s": 0})
+
+
 def test_bounds_and_unknown_keys() -> None:
     for bad in ({"hang_factor": 1.0}, {"nodes": 0}, {"gpus_per_node": 65}, {"startup_timeout_s": 0},
                 {"backend": "nemo"}, {"device": "tpu"}, {"gpu_count": 3}):
