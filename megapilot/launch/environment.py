@@ -98,9 +98,10 @@ def _nvidia(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
 
 def _hybridep(plan: SavedPlan) -> list[EnvVar]:
     """HybridEP's NVLink domain: 8 GPUs on an HGX node, the whole rack over multi-node NVLink (GB200 NVL72)."""
-    gpu, ep = plan.cluster.gpu, plan.parallel.ep
-    mnnvl = gpu.scaleup_domain_gpus > plan.cluster.gpus_per_node
-    domain = gpu.scaleup_domain_gpus if mnnvl else plan.cluster.gpus_per_node
+    # the cluster's domain: an HGX baseboard's NVLink ends at the node when nodes hold fewer of its GPUs
+    ep, domain = plan.parallel.ep, plan.cluster.scaleup_domain_gpus
+    mnnvl = domain > plan.cluster.gpus_per_node
+    domain = domain if mnnvl else plan.cluster.gpus_per_node
     return [
         EnvVar("NVLINK_DOMAIN_SIZE", str(domain), "GPUs HybridEP reaches over NVLink without the network"),
         EnvVar("USE_MNNVL", "1" if mnnvl else "0", "multi-node NVLink (NVL72 racks) or not"),

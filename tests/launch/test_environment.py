@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from megapilot.catalog import get_gpu, get_model
 from megapilot.launch.environment import LAYERNORM_SM_MARGIN, EnvVar, launch_environment
 from megapilot.launch.options import LaunchOptions
-from megapilot.spec import TrainingSpec
+from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
 from tests.launch.plans import LLAMA31_8B, make_plan
 
 TRAINING = TrainingSpec(seq_length=4096, global_batch_size=64)
@@ -104,3 +105,15 @@ def test_network_variables_only_when_an_interface_or_hca_is_given() -> None:
     only_hca = _names(_env("h100", LaunchOptions(ib_hca="mlx5_0")))
     assert "NCCL_IB_HCA" in only_hca and "NCCL_SOCKET_IFNAME" not in only_hca
     assert _names(_env("h100", LaunchOptions(ib_hca="mlx5_0")))[-1] == "NCCL_IB_HCA"  # the network comes last
+
+
+def test_hybridep_on_nodes_smaller_than_the_baseboard_keeps_to_the_node() -> None:
+    """B200 nodes of 4 GPUs: NVLink ends at the node, so HybridEP's domain is the node and no multi-node NVLink is
+    claimed (that is an NVL72 rack's, GB200)."""
+    cluster = ClusterSpec(gpu=get_gpu("b200"), num_nodes=4, gpus_per_node=4)
+    plan = SavedPlan(model=get_model("mixtral-8x7b"), cluster=cluster, training=TRAINING,
+                     parallel=ParallelConfig.for_world(cluster.world_size, ep=8, etp=1))
+    env = _values(launch_environment(plan, MEGATRON.model_copy(update={"moe_flex_dispatcher": "hybridep"})))
+    assert (env["USE_MNNVL"], env["NVLINK_DOMAIN_SIZE"], env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"]) == \
+        ("0", "4", "4")
+
