@@ -743,8 +743,9 @@ def flex_backend_refusal(backend: str, cluster: ClusterSpec, model: ModelSpec) -
     if gpu.vendor != "NVIDIA":
         return MegapilotError(f"the {backend} flex dispatcher runs only in Megatron-LM on NVIDIA GPUs",
                               field="moe_flex_dispatcher", fix=KEEP_ALLTOALL)
+    # an NVLink domain past the node (an NVL72 rack) is the cluster's: a B200 baseboard's ends at a smaller node
     if gpu.architecture not in FLEX_BACKEND_ARCHITECTURES.get(backend, ()) or (
-            backend == "deepep" and gpu.scaleup_domain_gpus > cluster.gpus_per_node):
+            backend == "deepep" and cluster.scaleup_domain_gpus > cluster.gpus_per_node):
         return MegapilotError(f"{backend} does not run on {gpu.name}", field="moe_flex_dispatcher",
                               fix="use --moe-flex-dispatcher hybridep" if backend == "deepep" else KEEP_ALLTOALL)
     return None

@@ -12,6 +12,7 @@ from megapilot.spec import ClusterSpec, ModelSpec, MoESpec, ParallelConfig, Trai
 from megapilot.spec.validate import (
     SplitRule,
     context_split_refusal,
+    flex_backend_refusal,
     sequence_parallel_refusal,
     tensor_split_refusal,
 )
@@ -439,3 +440,14 @@ def test_deepseek_v4_takes_no_context_parallelism_megapilot_prices(cp_comm_type)
     """Its own kernels, not Transformer Engine's: the refusal names them before any TE rule (sinks, window, a2a)."""
     refusal = context_split_refusal(get_model("deepseek-v4-flash"), 1, 2, seq_length=4096, cp_comm_type=cp_comm_type)
     assert refusal is not None and refusal.error.field == "cp" and "THD" in refusal.error.problem
+
+
+def test_deepep_runs_on_b200_nodes_smaller_than_the_baseboard_and_not_across_an_nvl72_rack():
+    """DeepEP is refused where one NVLink domain spans nodes (GB200's rack); B200 nodes of 4 GPUs have NVLink
+    only inside each node, as an 8-GPU B200 node does, so DeepEP runs there."""
+    mixtral = get_model("mixtral-8x7b")
+    assert flex_backend_refusal("deepep", ClusterSpec(gpu=get_gpu("b200"), num_nodes=4, gpus_per_node=4),
+                                mixtral) is None
+    rack = flex_backend_refusal("deepep", ClusterSpec(gpu=get_gpu("gb200"), num_nodes=4, gpus_per_node=4), mixtral)
+    assert rack is not None and rack.field == "moe_flex_dispatcher"
+
