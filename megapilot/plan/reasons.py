@@ -271,19 +271,27 @@ class Explainer:
         return [t for t in space.divisors(world) if t <= limit and space.tensor_split_rule(self.model, t) is None]
 
     def _tp_across_nodes(self, p: ParallelConfig, est: EstimateResult) -> str:
-        """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes."""
-        node = self.cluster.gpus_per_node
-        if (split := space.tensor_split_rule(self.model, p.tp * 2)) is not None:
-            return f"TP ≤ GPUs per node ({node}); TP={p.tp * 2} is ruled out anyway: {split.message}"
+        """The 'TP ≤ GPUs per node' rule, checked against the cost model by costing TP across nodes; where one NVLink
+        domain spans the nodes (an NVL72 rack's trays) the limit is `space.tp_limit`'s, stated as such."""
+        node, limit, wider = self.cluster.gpus_per_node, space.tp_limit(self.cluster), p.tp * 2
+        if limit == node:
+            rule, fate = f"TP ≤ GPUs per node ({node})", "would run TP all-reduces across nodes"
+        else:
+            rule = f"TP ≤ {limit} over the {node}-GPU nodes of one NVLink domain"
+            fate = ("is past the largest TP a calibration run checks (its all-reduces would still ride NVLink)"
+                    if wider <= self.cluster.scaleup_domain_gpus else "would run TP all-reduces beyond NVLink")
+        if (split := space.tensor_split_rule(self.model, wider)) is not None:
+            return f"{rule}; TP={wider} is ruled out anyway: {split.message}"
         # Doubling TP may leave too few GPUs for the same PP; then trade a pipeline stage for it.
-        beyond = self._variant(p, tp=p.tp * 2) or (
-            self._variant(p, tp=p.tp * 2, pp=p.pp // 2, vpp=1) if p.pp > 1 else None)
+        beyond = self._variant(p, tp=wider) or (
+            self._variant(p, tp=wider, pp=p.pp // 2, vpp=1) if p.pp > 1 else None)
         if beyond is None:
-            return f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would put TP all-reduces on the inter-node network"
+            if limit == node:
+                return f"{rule}: TP={wider} would put TP all-reduces on the inter-node network"
+            return f"{rule}: TP={wider} {fate}"
         verdict = (self._speed_delta(est, beyond[1]) if self.cost.fits(beyond[1])
                    else f"not fit ({self._too_big(beyond[1])})")
-        return (f"TP ≤ GPUs per node ({node}): TP={p.tp * 2} would run TP all-reduces across nodes and "
-                f"would be {verdict}")
+        return f"{rule}: TP={wider} {fate} and would be {verdict}"
 
     def _pp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
         out = []

@@ -46,6 +46,16 @@ def test_tp_beyond_the_node_is_ruled_out_by_the_split_rule_megatron_asserts_not_
     assert _has(heads.reasons, r"TP=16 is ruled out anyway: tp=16 does not divide .*40")
 
 
+def test_tp_across_the_trays_of_an_nvl72_rack_states_the_limit_it_keeps_not_the_tray_size():
+    # GB200 trays hold 4 GPUs, but the rack's NVLink lets TP 8 span two of them: the reason for stopping at TP 8
+    # is the largest calibrated TP, not the node, and TP 16 would still ride NVLink.
+    best = _plan("llama3.1-70b", "gb200", 64, 4096, 1024, Pins(tp=8), top=1).best
+    assert best.parallel.tp == 8
+    assert _has(best.reasons, r"TP ≤ 8 over the 4-GPU nodes of one NVLink domain: TP=16 is past the largest TP a "
+                              r"calibration run checks")
+    assert not _has(best.reasons, r"GPUs per node \(4\)|across nodes|inter-node")
+
+
 def test_pp_for_large_models_emerges_from_memory():
     # 70B on two nodes: one TP=8 stage cannot hold weights+grads+optimizer, so the cost model needs PP=2.
     best = _plan("llama3.1-70b", "h100", 16, 8192, 256, Pins(fsdp=False)).best
