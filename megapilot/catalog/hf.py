@@ -693,7 +693,9 @@ def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
         every = _positive_int_or(config, "moe_layer_freq", 1, "1 (every layer after first_k_dense_replace MoE), as "
                                                                "DeepSeek's checkpoints give it")
         first_k_dense, freq = _moe_placement(
-            fields["num_layers"], lambda i: i >= first_dense and i % every == 0, "moe_layer_freq",
+            fields["num_layers"], lambda i: i >= first_dense and i % every == 0,
+            # the key that left no MoE layer: dense layers past the last one, else a frequency too sparse
+            "first_k_dense_replace" if first_dense >= fields["num_layers"] else "moe_layer_freq",
         )
         fields["moe"] = _deepseek_moe(
             config, (first_k_dense, freq),

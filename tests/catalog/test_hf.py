@@ -225,6 +225,12 @@ def test_partial_sliding_window_and_scattered_moe_layers_are_refused():
     assert _refusal(scattered).field == "mlp_only_layers"
 
 
+def test_a_deepseek_config_dense_to_its_last_layer_is_refused_naming_first_k_dense_replace():
+    config = _config("DeepSeek-V3")
+    assert _refusal(config | {"first_k_dense_replace": config["num_hidden_layers"]}).field == "first_k_dense_replace"
+    assert _refusal(config | {"moe_layer_freq": 100, "first_k_dense_replace": 1}).field == "moe_layer_freq"
+
+
 def test_inconsistent_shapes_become_a_user_error():
     error = _refusal(_config("Llama-3.1-8B") | {"num_attention_heads": 24})  # 4096 is not a multiple of 24
     assert error.field is not None and error.field.startswith("model")
