@@ -51,7 +51,9 @@ def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: Train
     assert config.model is not None
     cluster = config.cluster or ClusterSpec.from_gpu_count(_stand_in_gpu(), config.world_size)
     plan = SavedPlan(model=config.model, cluster=cluster, training=training, parallel=parallel)
-    options = LaunchOptions(mock_data=True)  # data flags do not depend on the layout; mock data renders anywhere
+    # Data flags do not depend on the layout (mock data renders anywhere); the checkpoint directories do: a run
+    # that saves or loads keeps a distributed format, which some overlaps are refused beside.
+    options = LaunchOptions(mock_data=True, save=config.flags.get("--save"), load=config.flags.get("--load"))
     sections = megatron_arg_sections(plan, options)
     check_megatron_args([word for section in sections for word in section.args], cluster.gpu)
     flags: dict[str, str | None] = {}

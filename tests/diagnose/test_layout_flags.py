@@ -113,3 +113,16 @@ def test_a_layout_the_launch_refuses_raises_the_user_error() -> None:
     config = _config(BASE + " --pipeline-model-parallel-size 2")
     with pytest.raises(MegapilotError):  # Megatron-FSDP with pipeline parallelism
         layout_flag_changes(config, _target(config, fsdp=True), label="fsdp")
+
+
+@pytest.mark.parametrize("checkpoints", ["--save /ckpt/run", "--load /ckpt/run"])
+def test_a_run_that_saves_or_loads_keeps_its_checkpoint_format_under_interleaving(checkpoints: str) -> None:
+    """Megatron refuses --overlap-param-gather-with-optimizer-step beside a distributed checkpoint format: a run
+    with checkpoints is not moved to the legacy `torch` format to get it."""
+    flags = BASE.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 2 "
+                         "--pipeline-model-parallel-size 2") + " " + checkpoints
+    config = _config(flags)
+    fixes = layout_flag_changes(config, _target(config, vpp=2), label="interleaved pipeline")
+    edited = {fix.flag for fix in fixes}
+    assert "--num-layers-per-virtual-pipeline-stage" in edited
+    assert "--ckpt-format" not in edited and "--overlap-param-gather-with-optimizer-step" not in edited
