@@ -20,6 +20,7 @@ balanced layout, which is computed here and carried as its string), TP kept insi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar, get_args
@@ -325,8 +326,10 @@ def _check_types(flags: Mapping[str, object]) -> None:
             raise MegapilotError(f"must be a string, got {value!r}", field=name, fix=f"give {name} as text")
     for name in FLOAT_FLAGS:
         value = flags.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise MegapilotError(f"must be a positive number, got {value!r}", field=name,
+        # `not value > 0` also refuses NaN; infinity is no capacity Megatron can size (int(inf) raises)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value < math.inf):
+            raise MegapilotError(f"must be a positive finite number, got {value!r}", field=name,
                                  fix=f"give {name} as a number above 0, e.g. 1.0")
 
 

@@ -61,6 +61,8 @@ def test_given_flags_reach_the_specs():
     ({"moe_capacity_factor": 1.0}, "moe_capacity_factor"),  # a dense model drops no tokens
     ({"moe_capacity_factor": 0, "model": "mixtral-8x7b"}, "moe_capacity_factor"),
     ({"moe_capacity_factor": "1", "model": "mixtral-8x7b"}, "moe_capacity_factor"),
+    ({"moe_capacity_factor": float("nan"), "model": "mixtral-8x7b"}, "moe_capacity_factor"),
+    ({"moe_capacity_factor": float("inf"), "model": "mixtral-8x7b"}, "moe_capacity_factor"),  # Megatron: int(inf)
     ({"moe_pad_to_capacity": True, "model": "mixtral-8x7b"}, "moe_pad_to_capacity"),  # padding needs a capacity
     ({"mtp_num_layers": -1}, "mtp_num_layers"),
     ({"mtp_num_layers": True}, "mtp_num_layers"),
