@@ -25,7 +25,8 @@ RouterDtype = Literal["fp32", "fp64"]
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no infinite or NaN size, rate or coefficient: Megatron would write or divide by it (int(inf) raises)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class MoESpec(_Spec):

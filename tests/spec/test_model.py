@@ -202,3 +202,11 @@ def test_qk_l2_norm_sits_on_the_rope_layers_and_neither_beside_mla_nor_a_weighte
     with pytest.raises(ValidationError, match="qk_l2_norm"):
         _model(qk_l2_norm=True, mla=MLASpec(kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
                                             v_head_dim=128))
+
+
+@pytest.mark.parametrize("field", ["capacity_factor", "aux_loss_coeff"])
+def test_an_infinite_moe_number_is_refused(field):
+    # a model file's `.inf` would reach the script as --moe-expert-capacity-factor inf, which Megatron cannot size
+    with pytest.raises(ValidationError, match="finite"):
+        MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64, **{field: float("inf")})
+
