@@ -356,7 +356,11 @@ def segments_for(request: BudgetRequest, training: TrainingSpec, cost: StepCost)
                 break
             # a batch trains its steps' samples in full; the budget ends inside it when they are more than is left
             tokens = min(float(steps * level_gbs * seq), main_tokens)
-            segments.append(_segment(f"batch warm-up {level_gbs:,}", tokens, Shape(seq, level_gbs), cost))
+            try:
+                segments.append(_segment(f"batch warm-up {level_gbs:,}", tokens, Shape(seq, level_gbs), cost))
+            except MegapilotError as exc:  # the shape's refusal names the option that asked for this batch
+                raise MegapilotError(f"batch warm-up: {exc.problem}", field="rampup_batch_size",
+                                     fix=f"{exc.fix} (START and each START + k x INCREMENT)") from None
             main_tokens -= tokens
     if main_tokens > 0:
         segments.append(_segment("main", main_tokens, Shape(seq, gbs), cost))

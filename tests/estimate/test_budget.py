@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
 from megapilot.estimate.budget import (
     BatchRampup,
     BudgetRequest,
     Fleet,
     ShapeCost,
+    layout_step_cost,
     parse_phase,
     parse_tokens,
     steps_to_train,
     time_to_train,
 )
 from megapilot.estimate.goodput import CheckpointCost, FailureModel, daly_interval_s
-from megapilot.spec import TrainingSpec
+from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec
 
 
 def test_token_counts():
@@ -111,6 +113,17 @@ def test_the_warm_ups_samples_and_time_are_those_of_its_steps():
                           TrainingSpec(seq_length=1024, global_batch_size=9), Fleet(8, 8, None), _fixed(0.01),
                           checkpoint=CHECKPOINT, band=(0.1, "t"))
     assert [(s.shape.gbs, s.iterations, s.tokens / 1024) for s in short.segments] == [(3, 3, 9), (5, 1, 3)]
+
+
+def test_a_warm_up_batch_the_layout_cannot_split_is_refused_naming_the_warm_up_not_a_phase():
+    training = TrainingSpec(seq_length=1024, global_batch_size=64)
+    cost = layout_step_cost(get_model("tiny").model_copy(update={"max_position_embeddings": 1024}),
+                            ClusterSpec.from_gpu_count(get_gpu("h100"), 8), training,
+                            ParallelConfig.for_world(8, mbs=1))
+    with pytest.raises(MegapilotError, match=r"batch warm-up: .*not divisible") as refused:  # START 4 over DP 8
+        time_to_train(BudgetRequest(tokens=1e9, rampup=BatchRampup(4, 4, 1000)), training, Fleet(8, 8, None), cost,
+                      checkpoint=CHECKPOINT, band=(0.1, "t"))
+    assert refused.value.field == "rampup_batch_size"
 
 
 def test_bad_budgets_are_refused():
