@@ -92,7 +92,11 @@ def parse_phase(text: str, field_name: str = "phase") -> Phase:
         if not sep:
             raise MegapilotError(f"{part.strip()!r} is not KEY=VALUE", field=field_name,
                                  fix="write e.g. --phase seq_len=131072,tokens=800B,cp=16")
-        pairs[key.strip().replace("-", "_")] = value.strip()
+        key = key.strip().replace("-", "_")
+        if key in pairs:  # which one was meant is not for the tool to guess
+            raise MegapilotError(f"{key} is given twice ({pairs[key]} and {value.strip()})", field=field_name,
+                                 fix=f"give {key} once per --phase")
+        pairs[key] = value.strip()
     return phase_from_mapping(pairs, field_name)
 
 

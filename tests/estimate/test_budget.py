@@ -33,7 +33,7 @@ def test_phase_parsing_names_the_problem():
     phase = parse_phase("seq_len=131072,tokens=800B,cp=16")
     assert (phase.tokens, phase.seq_len, phase.cp, phase.tp) == (800e9, 131072, 16, None)
     for bad, said in (("seq_len=8192", "tokens"), ("tokens=1B,foo=2", "foo"), ("tokens=1B,cp=x", "cp"),
-                      ("tokens", "KEY=VALUE")):
+                      ("tokens", "KEY=VALUE"), ("tokens=1B,seq_len=65536,seq_len=4096", "seq_len is given twice")):
         with pytest.raises(MegapilotError, match=said):
             parse_phase(bad)
 
