@@ -31,7 +31,7 @@ _SAME_SETTING: tuple[frozenset[str], ...] = (
 )
 # Without the GPU type, only the sections that follow from the layout alone are rendered: the precision,
 # performance and environment choices depend on the vendor and generation and would be guessed.
-_LAYOUT_SECTIONS = ("parallelism", "activation recompute", "training", "checkpoints")
+_LAYOUT_SECTIONS = ("parallelism", "Megatron-FSDP", "activation recompute", "training", "checkpoints")
 _STAND_IN_GPU = "h100"  # renders the layout sections when the GPU is unknown; nothing GPU-specific is kept
 
 

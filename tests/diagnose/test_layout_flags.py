@@ -126,3 +126,11 @@ def test_a_run_that_saves_or_loads_keeps_its_checkpoint_format_under_interleavin
     edited = {fix.flag for fix in fixes}
     assert "--num-layers-per-virtual-pipeline-stage" in edited
     assert "--ckpt-format" not in edited and "--overlap-param-gather-with-optimizer-step" not in edited
+
+
+def test_without_a_gpu_the_megatron_fsdp_proposal_still_switches_fsdp_on() -> None:
+    config = _config(gpu=None)
+    target = _target(config, fsdp=True)
+    applied = _applied(config, target)
+    assert applied.flags.has("--use-megatron-fsdp") and applied.flags.get("--ckpt-format") == "fsdp_dtensor"
+    assert applied.parallel == target
