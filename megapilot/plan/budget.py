@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from megapilot.errors import MegapilotError
 from megapilot.estimate.budget import (
     BudgetRequest,
     Fleet,
@@ -20,6 +21,7 @@ from megapilot.estimate.budget import (
 )
 from megapilot.estimate.goodput import DEFAULT_CHECKPOINT_GBPS_PER_GPU, checkpoint_bytes, estimated_checkpoint
 from megapilot.estimate.params import count_params
+from megapilot.plan.reasons import layout_label
 from megapilot.plan.search import Candidate, PlanResult
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
@@ -78,14 +80,30 @@ class BudgetedPlan:
 
 
 def rank_by_time_to_train(result: PlanResult, request: BudgetRequest, options: object | None = None) -> BudgetedPlan:
-    """Each candidate's run for the budget, the candidates ordered by expected elapsed time (stable)."""
-    runs = [run_budget(request, result.model, result.cluster, result.training, c.parallel, options)
-            for c in result.candidates]
+    """Each candidate's run for the budget, the candidates ordered by expected elapsed time (stable). A candidate
+    whose warm-up batch or phase its layout cannot train (a batch its MBS x DP does not divide) is left out, said
+    so on the first; the budget is refused only when no candidate can train it."""
+    runs: list[TimeToTrain] = []
+    kept: list[Candidate] = []
+    left_out: list[tuple[Candidate, MegapilotError]] = []
+    for candidate in result.candidates:
+        try:
+            runs.append(run_budget(request, result.model, result.cluster, result.training, candidate.parallel,
+                                   options))
+            kept.append(candidate)
+        except MegapilotError as exc:
+            left_out.append((candidate, exc))
+    if not kept and left_out:
+        raise left_out[0][1]
     order = sorted(range(len(runs)), key=lambda i: runs[i].elapsed_s)
-    candidates: list[Candidate] = [result.candidates[i] for i in order]
+    candidates: list[Candidate] = [kept[i] for i in order]
+    notes = [f"left out of the budget ranking: {layout_label(c.parallel)} ({exc.field}: {exc.problem})"
+             for c, exc in left_out]
     if order and order[0] != 0:  # the budget moved another layout first: say why
         first, fastest = runs[order[0]], runs[0]
-        note = (f"first by time to train: {first.days.value:,.1f} days against {fastest.days.value:,.1f} for the "
-                "layout with the fastest main step (its other phases or batch warm-up cost it the lead)")
-        candidates[0] = candidates[0].model_copy(update={"reasons": [note, *candidates[0].reasons]})
+        notes.insert(0, f"first by time to train: {first.days.value:,.1f} days against {fastest.days.value:,.1f} "
+                        "for the layout with the fastest main step (its other phases or batch warm-up cost it the "
+                        "lead)")
+    if candidates and notes:
+        candidates[0] = candidates[0].model_copy(update={"reasons": [*notes, *candidates[0].reasons]})
     return BudgetedPlan(result.model_copy(update={"candidates": candidates}), tuple(runs[i] for i in order))

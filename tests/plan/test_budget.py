@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from megapilot.catalog import get_gpu, get_model
-from megapilot.estimate.budget import BudgetRequest, parse_phase
+from megapilot.errors import MegapilotError
+from megapilot.estimate.budget import BatchRampup, BudgetRequest, parse_phase
 from megapilot.plan import plan
 from megapilot.plan.budget import rank_by_time_to_train
+from megapilot.plan.reasons import layout_label
 from megapilot.spec import ClusterSpec, TrainingSpec
 
 
@@ -31,4 +35,21 @@ def test_runs_are_ordered_by_elapsed_time_and_a_moved_layout_says_why():
     assert document["ranked_by"] == "time_to_train"
     assert [c["budget"]["days"]["value"] for c in document["candidates"]] == sorted(
         c["budget"]["days"]["value"] for c in document["candidates"])
+
+
+def test_a_candidate_whose_layout_cannot_train_the_warm_up_batch_is_left_out_not_the_whole_plan():
+    result = _plan()
+    splits = [c.parallel.mbs * c.parallel.dp for c in result.candidates]
+    start = min(splits)  # a warm-up batch only the candidates of the smallest MBS x DP divide
+    assert any(start % split for split in splits), "the case needs a candidate the warm-up batch does not fit"
+    ranked = rank_by_time_to_train(result, BudgetRequest(tokens=1e12, rampup=BatchRampup(start, start, 1000)))
+    assert ranked.plan.candidates and all(start % (c.parallel.mbs * c.parallel.dp) == 0
+                                          for c in ranked.plan.candidates)
+    dropped = [c for c in result.candidates if start % (c.parallel.mbs * c.parallel.dp)]
+    for candidate in dropped:
+        assert any(r.startswith(f"left out of the budget ranking: {layout_label(candidate.parallel)} "
+                                "(rampup_batch_size:") for r in ranked.plan.candidates[0].reasons)
+    with pytest.raises(MegapilotError) as none_can:  # no candidate divides it: the refusal itself
+        rank_by_time_to_train(result, BudgetRequest(tokens=1e12, rampup=BatchRampup(1, 1, 1000)))
+    assert none_can.value.field == "rampup_batch_size"
 
