@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose.findings import Fix
-from megapilot.diagnose.flags import FSDP_SWITCHES, RunConfig, collect_flags
-from megapilot.launch.checks import check_megatron_args
+from megapilot.diagnose.flags import FSDP_SWITCHES, LaunchFlags, RunConfig, apply_fixes, collect_flags
+from megapilot.errors import MegapilotError
+from megapilot.launch.checks import check_megatron_args, combination_refusals
 from megapilot.launch.environment import launch_environment
 from megapilot.launch.flags import megatron_arg_sections
 from megapilot.launch.options import LaunchOptions
@@ -87,7 +88,7 @@ def layout_flag_changes(config: RunConfig, parallel: ParallelConfig, training: T
     now = rendered_launch(config, config.parallel, config.training)
     then = rendered_launch(config, parallel, training)
     why = dict(reasons or {})
-    fixes = _flag_edits(config, now, then, label, why)
+    fixes = _with_companions(config, then, _flag_edits(config, now, then, label, why), label)
     return fixes + _env_edits(now, then, label, why)
 
 
@@ -112,6 +113,43 @@ def _flag_edits(config: RunConfig, now: RenderedLaunch, then: RenderedLaunch, la
                 fixes.append(Fix(action="remove", flag=spelling, value=None,
                                  reason=why.get(spelling) or f"not part of {label}"))
     return fixes
+
+
+def _with_companions(config: RunConfig, then: RenderedLaunch, fixes: list[Fix], label: str) -> list[Fix]:
+    """The edits, with the companions Megatron requires beside them that the user's own flags lack.
+
+    The edits are a difference of two renderings, so a flag both renderings write (`--overlap-param-gather`) is
+    not among them even where an edited flag needs it (`--overlap-param-gather-with-optimizer-step`) and the
+    user's script does not have it. While the edited flags meet a refusal of Megatron's combination rules that
+    the user's own flags do not, the rendered flags the user lacks are added one at a time, each kept only where
+    it lifts the first of those refusals without adding one (a companion can need its own:
+    `--overlap-param-gather` needs `--overlap-grad-reduce`). MegapilotError when none does.
+    """
+    gpu = config.gpu or _stand_in_gpu()
+    before = {exc.problem for exc in _refusals(config.flags, gpu)}
+
+    def new_refusals(edits: list[Fix]) -> list[MegapilotError]:
+        return [exc for exc in _refusals(apply_fixes(config.flags, edits), gpu) if exc.problem not in before]
+
+    refused = new_refusals(fixes)
+    missing = [name for name in then.flags if not apply_fixes(config.flags, fixes).has(name)]
+    while refused:
+        for name in missing:
+            companion = Fix(action="add", flag=name, value=then.flags[name],
+                            reason=f"Megatron requires it beside {label} ({refused[0].problem})")
+            after = new_refusals([*fixes, companion])
+            if refused[0].problem not in {exc.problem for exc in after} and len(after) <= len(refused):
+                fixes, refused = [*fixes, companion], after
+                missing.remove(name)
+                break
+        else:
+            raise refused[0]
+    return fixes
+
+
+def _refusals(flags: LaunchFlags, gpu: GPUSpec) -> list[MegapilotError]:
+    values = {name: value.split() if value else [] for name, value in flags.values.items()}
+    return combination_refusals(values, gpu)
 
 
 def _spellings(name: str) -> frozenset[str]:

@@ -113,6 +113,18 @@ def check_megatron_args(args: list[str], gpu: GPUSpec, table: FlagTable | None =
         _tp_with_ep_needs_sequence_parallel(values, gpu)
 
 
+def combination_refusals(values: dict[str, list[str]], gpu: GPUSpec) -> list[MegapilotError]:
+    """What each of the combination rules Megatron applies refuses in these flags, every rule asked (not the
+    first refusal only): an edit's own refusals are those its flags have and the unedited flags do not."""
+    refusals: list[MegapilotError] = []
+    for rule in _COMBINATION_RULES:
+        try:
+            rule(values, gpu)
+        except MegapilotError as exc:
+            refusals.append(exc)
+    return refusals
+
+
 def _int_value(values: dict[str, list[str]], name: str, default: int = 1) -> int:
     vals = values.get(name)
     return int(vals[0]) if vals else default

@@ -8,6 +8,7 @@ from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose.flags import RunConfig, apply_fixes, read_flags, run_config
 from megapilot.diagnose.layout_flags import layout_flag_changes, rendered_launch
 from megapilot.errors import MegapilotError
+from megapilot.launch.checks import check_megatron_args
 from megapilot.spec import ParallelConfig
 
 # Llama-3-8B shape on 8 GPUs: TP 2 with SP, selective recompute, the distributed optimizer.
@@ -126,6 +127,21 @@ def test_a_run_that_saves_or_loads_keeps_its_checkpoint_format_under_interleavin
     edited = {fix.flag for fix in fixes}
     assert "--num-layers-per-virtual-pipeline-stage" in edited
     assert "--ckpt-format" not in edited and "--overlap-param-gather-with-optimizer-step" not in edited
+
+
+def test_a_companion_the_users_flags_lack_comes_with_the_flag_that_needs_it() -> None:
+    """Both renderings write --overlap-param-gather, so the difference of the two lacks it; a launch without it
+    that is moved to an interleaved pipeline (and saves nothing) gets the optimizer-step overlap with the param
+    gather and the gradient overlap that Megatron requires beside it."""
+    flags = (BASE.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 2 "
+                          "--pipeline-model-parallel-size 2"))
+    config = _config(flags)
+    fixes = layout_flag_changes(config, _target(config, vpp=2), label="interleaved pipeline")
+    applied = apply_fixes(config.flags, fixes)
+    assert applied.has("--overlap-param-gather-with-optimizer-step")
+    assert applied.has("--overlap-param-gather") and applied.has("--overlap-grad-reduce")
+    words = [word for name, value in applied.values.items() for word in (name, *(value.split() if value else ()))]
+    check_megatron_args([*words, "--mock-data"], get_gpu("h100"))
 
 
 def test_without_a_gpu_the_megatron_fsdp_proposal_still_switches_fsdp_on() -> None:

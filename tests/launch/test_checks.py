@@ -18,6 +18,7 @@ from megapilot.launch.checks import (
     check_absolute_path,
     check_environment,
     check_no_placeholder,
+    combination_refusals,
 )
 from megapilot.launch.megatron_args import flag_table
 from megapilot.spec import TrainingSpec
@@ -335,3 +336,14 @@ def test_a_sliding_window_runs_under_cp_only_off_the_p2p_ring() -> None:
     assert info.value.field == "cp" and info.value.fix
     check_megatron_args(cp2 + ["--cp-comm-type", "a2a"], H100)
     check_megatron_args(_with_value(_base_args(), "--context-parallel-size", "2"), H100)  # no window: the ring
+
+
+def test_combination_refusals_asks_every_rule_not_the_first_only() -> None:
+    values = {"--sequence-parallel": [], "--tensor-model-parallel-size": ["1"],  # SP without TP
+              "--overlap-param-gather-with-optimizer-step": [], "--use-distributed-optimizer": []}  # no param gather
+    problems = [exc.problem for exc in combination_refusals(values, H100)]
+    assert "--sequence-parallel needs --tensor-model-parallel-size > 1" in problems
+    assert "--overlap-param-gather-with-optimizer-step needs --overlap-param-gather" in problems
+    assert "pass exactly one of --data-path and --mock-data" in problems
+    rendered = {name: vals for name, vals in flag_table().split_args(_base_args())}
+    assert combination_refusals(rendered, H100) == []
