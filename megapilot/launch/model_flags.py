@@ -127,8 +127,8 @@ def _add_attention(s: ArgSection, model: ModelSpec) -> None:
         s.add("--no-rope-freq", model.no_rope_freq)
     if model.attention_chunk_size is not None:
         raise MegapilotError(
-            f"{model.name} uses chunked attention ({model.attention_chunk_size} tokens), which core_v0.16.0 has no "
-            "flag for (only Megatron-Bridge's Llama 4 layer spec builds it)",
+            f"{model.name} uses chunked attention ({model.attention_chunk_size} tokens), which no Megatron-LM release "
+            "has a flag for (only Megatron-Bridge's Llama 4 layer spec builds it)",
             field="model.attention_chunk_size", fix="launch through Megatron-Bridge, or drop attention_chunk_size "
             "to train with full attention")
     if model.qk_l2_norm:
