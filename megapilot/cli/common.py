@@ -114,9 +114,20 @@ def _default(obj: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+_PIECES_PER_WRITE = 1 << 16  # one write per this many encoded pieces: a bounded buffer, few system calls
+
+
 def emit_json(payload: object) -> None:
     """Print machine output: one JSON document on stdout, nothing else."""
-    sys.stdout.write(json.dumps(payload, default=_default, indent=2) + "\n")
+    # Written as it is encoded: `json.dumps` would first hold every piece of a large document (a few hundred MB
+    # of log gives millions of records, ten times their size in pieces) and then the joined text beside them.
+    pieces: list[str] = []
+    for piece in json.JSONEncoder(default=_default, indent=2).iterencode(payload):
+        pieces.append(piece)
+        if len(pieces) == _PIECES_PER_WRITE:
+            sys.stdout.write("".join(pieces))
+            pieces.clear()
+    sys.stdout.write("".join(pieces) + "\n")
 
 
 def cluster_label(cluster: ClusterSpec) -> str:
@@ -143,7 +154,8 @@ def require_positive(flag: str, value: float | None) -> None:
 
 
 def read_text_file(path: str | Path, *, flag: str, what: str, fix: str) -> str:
-    """Read a user-named file as UTF-8 text; a missing path, a directory, or binary content is one MegapilotError."""
+    """Read a user-named file as UTF-8 text; a missing path, a directory, or binary content is one MegapilotError.
+    A leading byte-order mark (some Windows editors write one) is dropped: JSON refuses it and it cannot be seen."""
     from pathlib import Path
 
     from megapilot.errors import MegapilotError
@@ -152,7 +164,7 @@ def read_text_file(path: str | Path, *, flag: str, what: str, fix: str) -> str:
     if location.is_dir():
         raise MegapilotError(f"{location} is a directory, not {what}", field=flag, fix=fix)
     try:
-        return location.read_text(encoding="utf-8")
+        return location.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise MegapilotError(f"no such file: {location}", field=flag, fix=fix) from None
     except OSError as exc:

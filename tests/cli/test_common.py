@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from megapilot.cli.common import PIPED_WIDTH, OutputConsole
+from megapilot.cli.common import PIPED_WIDTH, OutputConsole, emit_json, read_text_file
 
 
 def _piped(*args: str) -> str:
@@ -67,3 +69,34 @@ def test_a_plan_file_whose_parts_disagree_is_refused_naming_the_field(tmp_path, 
         load_plan_file(path)
     assert info.value.field == "--plan" and said in info.value.problem
     assert "re-create the file with `megapilot plan ... --save`" in (info.value.fix or "")
+
+
+def test_a_user_file_saved_with_a_byte_order_mark_reads_as_its_text(tmp_path):
+    # a JSONL batch or plan file from an editor that writes a BOM: json.loads refuses "\ufeff{...}" on line 1
+    batch = tmp_path / "cases.jsonl"
+    batch.write_bytes(b'\xef\xbb\xbf{"model": "tiny"}\n')
+    assert read_text_file(batch, flag="batch", what="a JSONL file", fix="-") == '{"model": "tiny"}\n'
+
+
+
+class _Writes(io.StringIO):
+    """A stdout that records the length of every write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def write(self, text: str) -> int:
+        self.sizes.append(len(text))
+        return super().write(text)
+
+
+def test_a_large_json_document_is_written_as_it_is_encoded(monkeypatch):
+    """`logs parse --json` of a few hundred MB of log is millions of records: the text goes out in bounded
+    writes, never held whole (with the pieces it was joined from) before the first byte is written."""
+    payload = {"iterations": [{"iteration": i, "elapsed_ms": 1000.5, "text": "x" * 40} for i in range(100_000)]}
+    out = _Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    emit_json(payload)
+    assert out.getvalue() == json.dumps(payload, indent=2) + "\n"
+    assert len(out.sizes) > 10 and max(out.sizes) < len(out.getvalue()) // 10
