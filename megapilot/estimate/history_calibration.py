@@ -493,6 +493,8 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
         "tokens_per_s_per_gpu_p10": low, "tokens_per_s_per_gpu_p90": high,
         "interval_basis": None if calibrated.band is None else (
             f"calibrated on cluster {cluster}: {len(calibrated.runs_used)} run(s), band {100 * calibrated.band:.1f} %"),
+        # the published runs' caveat speaks of the uncalibrated figures: it moved to `uncalibrated`, not a warning
+        "warnings": [warning for warning in result.warnings if warning != result.calibration],
         "time_breakdown_s": {k: round(v, 6) for k, v in breakdown.items()}})
     return updated, about
 

@@ -154,3 +154,31 @@ def test_one_run_has_no_held_out_calibrated_error() -> None:
     assert group.runs == 1 and math.isnan(group.held_out.median)
     assert group.held_out.uncalibrated_median == pytest.approx(result.band)
     assert all(math.isnan(value) for value in group.median_by_correction.values())
+
+
+def test_a_calibrated_estimate_keeps_the_published_runs_caveat_beside_the_uncalibrated_figures_not_as_a_warning(
+        tmp_path, monkeypatch) -> None:
+    """A CPU's estimate warns that no published run checks it; calibrated on the cluster's runs, that caveat speaks
+    of figures it no longer shows: it moves to `uncalibrated` and leaves the warnings (it printed twice)."""
+    import json
+    from dataclasses import replace
+
+    from megapilot.catalog import host
+    from megapilot.estimate import build_case, estimate
+    from megapilot.estimate.history_calibration import calibrate_estimate
+
+    monkeypatch.setenv(host.CACHE_ENV, str(tmp_path))
+    host.cache_path().write_text(json.dumps({"matmul_tflops": 0.2, "matmul_tflops_one_thread": 0.1,
+                                             "memory_tbps": 0.03, "measured_at": 4e9}))
+    case = build_case(model="tiny", gpu="cpu", gpus=2, seq_len=128, gbs=8, mbs=1)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.calibration in result.warnings  # uncalibrated: the caveat is a warning
+    components = StepComponents.from_breakdown(result.time_breakdown_s, result.step_time_s, multi_node=False)
+    key = RunKey(model="tiny", family="dense", precision="bf16", gpu=case.cluster.gpu.name, gpus=2, mbs=1, gbs=8,
+                 seq_len=128)
+    runs = [MeasuredRun(f"run-{mbs}", replace(key, mbs=mbs), components, 3 * components.total_s) for mbs in (1, 2)]
+    calibrated, about = calibrate_estimate(case, result, runs, "local")
+    assert about["applied"], about["reason"]
+    assert about["uncalibrated"]["calibration"] == result.calibration
+    assert result.calibration not in calibrated.warnings and calibrated.calibration.startswith(
+        "calibration: figures calibrated on cluster local")
