@@ -440,6 +440,8 @@ class Explainer:
             text += f"; MBS={p.mbs * 2} would not fit ({self._too_big(larger[1])})"
         elif larger:
             text += f"; MBS={p.mbs * 2} would be {self._speed_delta(est, larger[1])}"
+            if p.mbs * 2 > space.MAX_MBS:  # costed here, but never a candidate: say so, or the faster one looks missed
+                text += f", but the search stops at MBS {space.MAX_MBS} (pass --mbs {p.mbs * 2} to take it)"
         return [text]
 
     def _recompute(self, p: ParallelConfig, est: EstimateResult) -> list[str]:

@@ -56,6 +56,14 @@ def test_tp_across_the_trays_of_an_nvl72_rack_states_the_limit_it_keeps_not_the_
     assert not _has(best.reasons, r"GPUs per node \(4\)|across nodes|inter-node")
 
 
+def test_a_larger_micro_batch_past_the_search_bound_is_said_to_be_outside_it_not_simply_faster():
+    # the tiny GPT's GEMMs are far from saturated: MBS 16 costs faster than MBS 8, but the search stops at MAX_MBS
+    best = _plan("tiny", "h100", 1, 128, 64, top=1).best
+    assert best.parallel.mbs == 8
+    assert _has(best.reasons, r"MBS=16 would be \d+(\.\d)? % faster, but the search stops at MBS 8 "
+                              r"\(pass --mbs 16 to take it\)")
+
+
 def test_pp_for_large_models_emerges_from_memory():
     # 70B on two nodes: one TP=8 stage cannot hold weights+grads+optimizer, so the cost model needs PP=2.
     best = _plan("llama3.1-70b", "h100", 16, 8192, 256, Pins(fsdp=False)).best
