@@ -144,8 +144,11 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
             report.best_tokens_per_s_per_gpu = option.prediction.tokens_per_s_per_gpu / scale
         if option is not None and option.changes:
             changes.append(_ranked(option, current_tokens, scale, source="planner"))
-    slower = [change_ for change_ in changes if change_.gain_pct is not None and change_.gain_pct < 0]
-    if slower:  # a change the model predicts slower is no optimisation: never proposed
+    # A change the model predicts slower is no optimisation: never proposed. Unless the current layout does not
+    # fit: its tokens/s are those of a run that stops at its first step, and a change that fits is what runs.
+    slower = [change_ for change_ in changes if change_.gain_pct is not None and change_.gain_pct < 0
+              and (current.fits or not change_.fits)]
+    if slower:
         report.notes.append(f"{len(slower)} change{'s' if len(slower) > 1 else ''} the model predicts slower left "
                             f"out ({', '.join(f'{c.label} {c.gain_pct:+.1f} %' for c in slower[:3])})")
     report.changes = sorted((c for c in changes if c not in slower), key=_rank_key)
@@ -189,7 +192,7 @@ def _ranked(option: LayoutOption, current_tokens: float | None, scale: float, so
 def _rank_key(change_: RankedChange) -> tuple[int, float]:
     """Fitting, modelled changes by gain first; unmodelled switches next; layouts that do not fit last."""
     if change_.fits is False:
-        return 2, 0.0
+        return 2, -(change_.gain_pct or 0.0)
     if change_.gain_pct is None:
         return 1, 0.0
     return 0, -change_.gain_pct

@@ -95,3 +95,19 @@ def test_the_planners_layout_is_proposed_with_every_flag_it_needs_and_its_own_me
     exact = estimate(proposed.model, proposed.cluster, proposed.training, proposed.parallel)
     assert planner.predicted_memory_gib == exact.memory_gib.total
     assert planner.fits == exact.fits
+
+
+def test_when_the_current_layout_does_not_fit_a_layout_that_fits_is_proposed_even_if_slower():
+    """MBS 4 without recompute or a sharded optimizer needs far more than 80 GiB: every throughput change still
+    overflows, and the planner's best layout, the one that fits, is kept though its tokens/s are below those the
+    run would make if it did not stop at its first step. Changes that do not fit come last, best gain first."""
+    flags = FLAGS.replace("--micro-batch-size 1", "--micro-batch-size 4").replace(
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel "
+        "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 ",
+        "--tensor-model-parallel-size 1 ")
+    report = optimize(run_config(read_flags(flags=flags), gpu=get_gpu("h100"), gpus=8))
+    assert report.current_memory_gib is not None and report.current_memory_gib > 80
+    fitting = [c for c in report.changes if c.fits]
+    assert any(c.source == "planner" for c in fitting)
+    overflowing = [c.gain_pct for c in report.changes if c.fits is False and c.gain_pct is not None]
+    assert overflowing == sorted(overflowing, reverse=True)
