@@ -262,7 +262,8 @@ class Explainer:
             versus = self._versus("tp", other, p, est)
             if versus:
                 out.append(f"TP={p.tp}: {versus}")
-        if p.tp * 2 > space.tp_limit(self.cluster):
+        # the next TP up, where the job has the GPUs for it (a one-node job has no inter-node network to avoid)
+        if space.tp_limit(self.cluster) < p.tp * 2 <= self.cluster.world_size:
             out.append(self._tp_across_nodes(p, est))
         return out
 

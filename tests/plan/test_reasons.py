@@ -64,6 +64,13 @@ def test_a_larger_micro_batch_past_the_search_bound_is_said_to_be_outside_it_not
                               r"\(pass --mbs 16 to take it\)")
 
 
+def test_a_job_of_one_node_is_not_told_that_twice_its_tp_would_cross_nodes():
+    # 8 GPUs at TP 8: there is no TP 16 to weigh, and no inter-node network to keep TP off
+    best = _plan("llama3.1-8b", "h100", 8, 4096, 64, Pins(tp=8), top=1).best
+    assert best.parallel.tp == 8
+    assert not _has(best.reasons, r"TP=16|inter-node|across nodes")
+
+
 def test_pp_for_large_models_emerges_from_memory():
     # 70B on two nodes: one TP=8 stage cannot hold weights+grads+optimizer, so the cost model needs PP=2.
     best = _plan("llama3.1-70b", "h100", 16, 8192, 256, Pins(fsdp=False)).best
