@@ -926,11 +926,18 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
         fixes.append(fix("--lr", f"{highest / 2:.2e}", f"halve the learning rate ({highest:.2e}, the highest the "
                                                        "log shows)"))
     train_iters = (config.training.train_iters if config and config.training else None) or \
+        (flags.get_int("--train-iters") if flags else None) or \
         next((r.train_iters for r in log.iterations if r.train_iters), None)
     said = [flags.get_float("--" + name.replace("_", "-")) if flags else None for name in _WARMUP_ARGUMENTS]
     said += [_printed_float(printed, name) for name in _WARMUP_ARGUMENTS]
-    if not any((value or 0) > 0 for value in said) and not warming:
+    # Megatron's scheduler asserts the warm-up shorter than the decay (--lr-decay-iters, else --train-iters): a
+    # warm-up of 1% of training (at least 100 iterations) is kept within a tenth of the decay
+    decay = (flags.get_int("--lr-decay-iters") if flags else None) or _printed_float(printed, "lr_decay_iters") \
+        or train_iters
+    if not any((value or 0) > 0 for value in said) and not warming and (decay is None or decay > 1):
         suggested = max(100, int(0.01 * train_iters)) if train_iters else 2000
+        if decay is not None:
+            suggested = min(suggested, max(1, int(decay) // 10))
         fixes.append(fix("--lr-warmup-iters", str(suggested),
                          "warm the learning rate up instead of starting at the peak"))
     # Megatron clips at 1.0 unless told otherwise: a script without the flag, or a log that does not say, ran with

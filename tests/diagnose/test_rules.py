@@ -98,7 +98,7 @@ def test_divergence_fixes_are_exact_flags_for_the_model():
     finding = diagnose([DATA / "synthetic_loss_divergence.log"], flags=flags).findings[0]
     fixes = {f.flag: (f.action, f.value) for f in finding.fixes}
     assert fixes["--lr"] == ("set", "3.00e-04")
-    assert fixes["--lr-warmup-iters"] == ("add", "100")
+    assert fixes["--lr-warmup-iters"] == ("add", "10")  # a tenth of its 100 iterations: Megatron asserts < decay
     assert "--clip-grad" not in fixes  # left out, Megatron clips at 1.0 already
     assert fixes["--init-method-std"] == ("add", "0.0070")  # sqrt(2 / (5 * 8192))
     assert fixes["--fp16"] == ("remove", None) and fixes["--bf16"] == ("add", None)
@@ -608,3 +608,15 @@ def test_a_crash_and_a_resume_in_one_log_is_a_restart_not_a_stall():
     result = diagnose_log(parse_text("\n".join(first + crash + resumed)), None)
     assert "hang" not in [f.category for f in result.findings]
     assert any("restarted after iteration 100 and resumed at iteration 81" in note.text for note in result.notes)
+
+
+@pytest.mark.parametrize(("flags", "warmup"), [
+    ("--lr 6e-4", "10"),  # the log's 100 iterations: the decay runs over them
+    ("--lr 6e-4 --train-iters 100", "10"),
+    ("--lr 6e-4 --train-iters 500000", "5000"),  # 1% of training
+    ("--lr 6e-4 --train-iters 500000 --lr-decay-iters 3000", "300"),  # within the decay Megatron asserts it below
+    ("--lr 6e-4 --train-iters 1", None),  # no warm-up shorter than one iteration
+])
+def test_the_warm_up_advised_is_shorter_than_the_decay_as_megatron_asserts(flags: str, warmup: str | None):
+    finding = diagnose([DATA / "synthetic_loss_divergence.log"], flags=flags).findings[0]
+    assert {f.flag: f.value for f in finding.fixes}.get("--lr-warmup-iters") == warmup
