@@ -7,7 +7,8 @@ files, a rank's stderr, a `dmesg` excerpt. `expand_log_paths` turns what a user 
   `stderr`, `dmesg*`, ...) that are text; torchrun's per-rank mirrors (`ranks/` under a node's directory that
   also has a combined log) are skipped, since the node's log already holds the same lines;
 - a pattern with `*`, `?` or `[` is expanded (`**` recurses), for shells that pass it unexpanded;
-- a gzip-compressed log (`training.log.gz`, told by its magic bytes) is read decompressed (`open_log`);
+- a gzip-, xz- or bzip2-compressed log (`training.log.gz`, told by its magic bytes) is read decompressed
+  (`open_log`); a zstd one is refused naming the format and how to unpack it;
 - a pipe or other stream (`<(zcat run.log.gz)`, a FIFO, `/dev/stdin`) and standard input are judged on the bytes
   the reading takes first (`open_log`), then read from their start: what the sniff took is handed back first;
 - standard input is read once: a reader that may read the logs twice (`diagnose` with flags that turn out not to be
@@ -50,11 +51,39 @@ _GLOB_CHARS = frozenset("*?[")
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+BZIP2_MAGIC, BZIP2_BLOCK = b"BZh", b"1AY&SY"  # `BZh<level>`, then the first block's magic (pi's digits)
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# What log rotation and archiving compress with, as the files name it (a directory's `training.log.xz` is a log).
+COMPRESSED_SUFFIXES = frozenset({".gz", ".xz", ".bz2"})
+
+
+def compression_of(path: Path) -> str | None:
+    """`gzip`, `xz`, `bzip2` or `zstd` when the file starts with that format's magic bytes, else None."""
+    with open(path, "rb") as stream:
+        head = stream.read(10)
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(XZ_MAGIC):
+        return "xz"
+    if head.startswith(BZIP2_MAGIC) and head[4:10] == BZIP2_BLOCK:
+        return "bzip2"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
 
 
 def is_gzip(path: Path) -> bool:
-    with open(path, "rb") as stream:
-        return stream.read(2) == GZIP_MAGIC
+    return compression_of(path) == "gzip"
+
+
+def refuse_unreadable_compression(path: Path, flag: str = "FILE") -> None:
+    """A zstd log (Python 3.11's standard library has no zstd) is refused naming the format and the way round it,
+    not as 'not a text file'."""
+    if path.is_file() and compression_of(path) == "zstd":
+        raise MegapilotError(f"{path} is zstd-compressed, which megapilot cannot unpack", field=flag,
+                             fix=f"unpack it first (zstd -d {path}), or pipe it in as `-`: "
+                                 f"zstd -dc {path} | megapilot diagnose -")
 
 
 def is_stream(path: Path) -> bool:
@@ -73,8 +102,8 @@ NOT_TEXT_FIX = "pass a log (text a job printed), not a checkpoint or other binar
 
 @contextmanager
 def open_log(path: str) -> Iterator[BinaryIO]:
-    """A log's bytes, decompressed when gzip wrote it; `-` is standard input, a pipe is read as it comes. Standard
-    input and a pipe are refused as a file is (`is_text`) when their first bytes are not text."""
+    """A log's bytes, decompressed when gzip, xz or bzip2 wrote it; `-` is standard input, a pipe is read as it
+    comes. Standard input and a pipe are refused as a file is (`is_text`) when their first bytes are not text."""
     if path == "-":
         spool = _StdinSpool.current
         if spool is None:
@@ -87,10 +116,24 @@ def open_log(path: str) -> Iterator[BinaryIO]:
     if not (file.is_file() or is_stream(file)):
         raise MegapilotError(f"no such log file: {path}", field="FILE",
                              fix="pass the path of a training log, or - for stdin")
-    if file.is_file() and is_gzip(file):
+    compression = compression_of(file) if file.is_file() else None
+    if compression == "gzip":
         with gzip.open(file, "rb") as stream:
             yield stream  # type: ignore[misc]  # a GzipFile reads as a binary stream
         return
+    if compression == "xz":
+        import lzma  # late: only an xz log needs it
+
+        with lzma.open(file, "rb") as xz_stream:
+            yield xz_stream  # type: ignore[misc]  # an LZMAFile reads as a binary stream
+        return
+    if compression == "bzip2":
+        import bz2  # late: only a bzip2 log needs it
+
+        with bz2.open(file, "rb") as bz2_stream:
+            yield bz2_stream  # type: ignore[misc]  # a BZ2File reads as a binary stream
+        return
+    refuse_unreadable_compression(file)
     with open(file, "rb") as stream:
         if is_stream(file):  # nothing to read twice: judged on the bytes the reading takes first
             yield _SniffedStream(stream, path).replayed()
@@ -246,7 +289,7 @@ def _readable(text: str) -> bool:
 
 
 def _looks_like_log(path: Path) -> bool:
-    if path.suffix.lower() == ".gz":  # training.log.gz: a compressed log, named as the log it holds
+    if path.suffix.lower() in COMPRESSED_SUFFIXES:  # training.log.gz: a compressed log, named as the log it holds
         path = path.with_suffix("")
     return path.suffix.lower() in LOG_SUFFIXES or bool(LOG_NAMES.match(path.name)) or \
         path.name.startswith("slurm-")
@@ -328,6 +371,7 @@ def _expand_one(argument: str, flag: str) -> list[str]:
     if is_stream(path):  # a pipe: sniffing would eat what it sends
         return [argument]
     if path.is_file():
+        refuse_unreadable_compression(path, flag)
         if not is_text(path):
             raise MegapilotError(f"{argument} is not a text file", field=flag, fix=NOT_TEXT_FIX)
         return [argument]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import gzip
 import io
+import lzma
 import os
 import random
 import sys
@@ -193,3 +195,24 @@ def test_a_first_reading_that_stops_early_still_leaves_the_whole_input_for_the_n
             assert stream.read(100) == data[:100]
         with open_log("-") as stream:
             assert stream.read() == data
+
+
+@pytest.mark.parametrize(("suffix", "compress"), [(".xz", lzma.compress), (".bz2", bz2.compress)])
+def test_an_xz_or_bzip2_log_is_read_decompressed_and_found_in_a_directory(tmp_path: Path, suffix: str,
+                                                                          compress: object):
+    """What log rotation and archiving leave besides gzip: read as the log they hold, on both reading paths."""
+    assert callable(compress)
+    (tmp_path / "node0").mkdir()
+    (tmp_path / "node0" / f"training.log{suffix}").write_bytes(compress(LINES.encode()))
+    files = expand_log_paths([str(tmp_path)])
+    assert [Path(name).name for name in files] == [f"training.log{suffix}"]
+    for summary_only in (False, True):
+        assert parse_logs(files, summary_only=summary_only).summary.iterations_counted == 20
+
+
+def test_a_zstd_log_is_refused_naming_its_format_and_how_to_unpack_it(tmp_path: Path):
+    packed = tmp_path / "training.log.zst"
+    packed.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(range(256)) * 4)  # a zstd frame's magic, then its data
+    with pytest.raises(MegapilotError, match="zstd-compressed") as refused:
+        expand_log_paths([str(packed)], flag="--log")
+    assert refused.value.field == "--log" and "zstd -dc" in (refused.value.fix or "")
