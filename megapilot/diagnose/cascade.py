@@ -292,5 +292,22 @@ def lead_with_root(findings: list[Finding], cascade: Cascade | None, label: dict
     title = f"{who}{root.what}" if root.category == "process_crash" else lead.title
     headed = replace(lead, severity="critical", title=f"First failure: {title} ({where})",
                      evidence=evidence[:MAX_EVIDENCE_LINES], cause=cause, fixes=fixes)
-    return [headed] + [f for f in findings if f is not lead]
+    return [headed] + [_as_consequence(f, cascade, root.category) for f in findings if f is not lead]
+
+
+# What only reports another rank's failure: a timeout in a collective, a stalled run. Told after a root cause that
+# explains it, such a finding is its consequence, not a second failure to chase.
+_WAITING_KINDS: frozenset[Kind] = frozenset({"lost peer", "hang"})
+
+
+def _as_consequence(finding: Finding, cascade: Cascade, root_category: str) -> Finding:
+    """A finding whose every error line is a waiting consequence of the root cause: a warning whose cause says so
+    first (its own fixes kept: they say how to see the next such cascade sooner)."""
+    steps = [step for step in cascade.consequences if step.category == finding.category]
+    if finding.category == root_category or not steps or any(step.kind not in _WAITING_KINDS for step in steps):
+        return finding
+    severity = "warning" if finding.severity == "critical" else finding.severity
+    root = _CATEGORY_WORDS.get(root_category, root_category)
+    return replace(finding, severity=severity, cause=f"A consequence of the first failure above ({root}): the other "
+                                                     "ranks waited for the rank that failed. " + finding.cause)
 

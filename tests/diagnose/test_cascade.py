@@ -134,3 +134,15 @@ def test_torchruns_agent_stopped_by_a_signal_is_said_stopped_from_outside_not_cr
     cascade = build_cascade(log.errors, log.files)
     assert cascade is not None
     assert cascade.root.what == "stopped by SIGTERM from outside (torchrun's agent received it)"
+
+
+def test_timeouts_that_follow_the_root_cause_are_a_warning_that_names_it_not_a_second_critical(tmp_path: Path):
+    files = [_write(tmp_path, "out-node0/training.log", [WATCHDOG.format(rank=rank) for rank in (0, 1)]),
+             _write(tmp_path, "out-node1/training.log", [OOM])]
+    result = diagnose(files)
+    oom, timeout = result.findings[:2]
+    assert (oom.category, oom.severity) == ("oom", "critical")
+    assert (timeout.category, timeout.severity) == ("nccl_timeout", "warning")
+    assert timeout.cause.startswith("A consequence of the first failure above (out of memory)")
+    alone = diagnose([files[0]])  # without the OOM's log the timeout is all there is: still critical
+    assert [(f.category, f.severity) for f in alone.findings][:1] == [("nccl_timeout", "critical")]
