@@ -393,10 +393,9 @@ def optimize_command(
     """Rank flag changes by predicted tokens/s gain, against the planner's best layout for the same run."""
     from megapilot.cli.common import require_positive
     from megapilot.diagnose import read_flags, run_config
-    from megapilot.diagnose.engine import parse_options_for, with_log_tokenizer
+    from megapilot.diagnose.engine import parse_for_rules, parse_options_for, with_log_tokenizer
     from megapilot.diagnose.flags import flags_from_log
     from megapilot.diagnose.optimize import optimize
-    from megapilot.logs import parse_logs
     from megapilot.logs.sources import expand_log_paths, stdin_read_again
 
     require_positive("--gpus", gpus)
@@ -406,7 +405,7 @@ def optimize_command(
         launch = read_flags(script=script, flags=flags, training_script=True)
         from_log = launch is None and bool(log_paths)
         if from_log:
-            launch = flags_from_log(parse_logs(log_paths))
+            launch = flags_from_log(parse_for_rules(log_paths, None))
         if launch is None:
             raise MegapilotError("no launch given", field="--script",
                                  fix="pass --script train.sh or --flags \"...\", or a --log that printed Megatron's "
@@ -419,7 +418,8 @@ def optimize_command(
             config.notes.append(f"the run's flags are the log's own arguments block ({launch.source})")
         parsed = None
         if log:
-            parsed = parse_logs(log_paths, options=parse_options_for(config))
+            # what diagnose reads: summary, arguments and a bounded share of the records (a long log in flat memory)
+            parsed = parse_for_rules(log_paths, parse_options_for(config))
             if parsed.summary is None or parsed.summary.step_time_p50_ms is None:
                 raise MegapilotError("no step time found in the log", field="--log",
                                      fix="pass a log with iteration lines, or leave --log out")

@@ -436,3 +436,31 @@ def test_logs_parse_asks_for_the_run_shape_only_where_steady_steps_lack_tokens(c
     assert one_step.exit_code == 0 and "pass --seq-length" not in one_step.stdout
     steady = cli("logs", "parse", str(DATA / "real/04_low_throughput_mixtral_h100_130tflops.log"))
     assert "pass --seq-length and --world-size" in " ".join(steady.stdout.split())
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak memory Linux reports")
+def test_optimize_reads_a_long_log_in_flat_memory(tmp_path: Path):
+    """A long run's log calibrates optimize as it feeds diagnose: its summary, arguments and a bounded share of its
+    records, not a record per line (100k iteration lines held as records take three times the command's own
+    memory)."""
+    line = (" iteration {i:>8}/  200000 | consumed samples: {s:>12} | elapsed time per iteration (ms): 1000.0 | "
+            "throughput per GPU (TFLOP/s/GPU): 400.0 | learning rate: 3.000000E-04 | global batch size:   128 | "
+            "lm loss: 5.000000E+00 | loss scale: 1.0 | grad norm: 1.000 | number of skipped iterations:   0 | "
+            "number of nan iterations:   0 |\n")
+    log = tmp_path / "training.log"
+    log.write_text("".join(line.format(i=i, s=i * 128) for i in range(1, 100_001)))
+    flags = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+             "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 128 --bf16 --vocab-size 32000")
+    # the command's own peak (VmHWM starts afresh at exec; getrusage's maxrss would carry this process's over)
+    measured = ("import runpy, sys\n"
+                "sys.argv = ['megapilot', *sys.argv[1:]]\n"
+                "try:\n    runpy.run_module('megapilot', run_name='__main__')\n"
+                "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+                "peak = next(line for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
+                "print(peak.split()[1], file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", measured, "optimize", "--log", str(log), "--flags", flags,
+                             "--gpu", "h100", "--gpus", "8", "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["current"]["measured_step_time_s"] == pytest.approx(1.0)
+    peak_mib = int(result.stderr.strip().splitlines()[-1]) / 1024  # kB
+    assert peak_mib < 120, peak_mib
