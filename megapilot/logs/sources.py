@@ -11,6 +11,7 @@ files, a rank's stderr, a `dmesg` excerpt. `expand_log_paths` turns what a user 
   (`open_log`); a zstd one is refused naming the format and how to unpack it;
 - a pipe or other stream (`<(zcat run.log.gz)`, a FIFO, `/dev/stdin`) and standard input are judged on the bytes
   the reading takes first (`open_log`), then read from their start: what the sniff took is handed back first;
+  compressed bytes there (`cat run.log.gz |`) are unpacked and judged on what they hold;
 - standard input is read once: a reader that may read the logs twice (`diagnose` with flags that turn out not to be
   the log's run) opens them inside `stdin_read_again`, and the second reading gets a copy of what the first read.
 "Text" is judged on the first `SNIFF_BYTES`: no NUL byte, and at least `MIN_PRINTABLE_FRACTION` of the bytes
@@ -61,7 +62,11 @@ COMPRESSED_SUFFIXES = frozenset({".gz", ".xz", ".bz2"})
 def compression_of(path: Path) -> str | None:
     """`gzip`, `xz`, `bzip2` or `zstd` when the file starts with that format's magic bytes, else None."""
     with open(path, "rb") as stream:
-        head = stream.read(10)
+        return compression_of_head(stream.read(10))
+
+
+def compression_of_head(head: bytes) -> str | None:
+    """`compression_of` for a stream's first bytes (standard input, a pipe)."""
     if head.startswith(GZIP_MAGIC):
         return "gzip"
     if head.startswith(XZ_MAGIC):
@@ -158,8 +163,13 @@ class _SniffedStream:
 
     def __init__(self, source: BinaryIO, name: str) -> None:
         self.source, self.name = source, name
+        self._reader = source  # what is read after the head: the source, or what it unpacks to
         self.head = _sniff_head(source)
-        self.text = head_is_text(self.head)
+        self.compression = compression_of_head(self.head)
+        if self.compression in ("gzip", "xz", "bzip2"):  # `zcat`-less `cat run.log.gz |`: judged on what it holds
+            self._reader = _unpacking(self.compression, io.BufferedReader(_Replay(self.head, source)))
+            self.head = _sniff_head(self._reader)
+        self.text = self.compression != "zstd" and head_is_text(self.head)
 
     @classmethod
     def of_stdin(cls) -> _SniffedStream:
@@ -169,6 +179,9 @@ class _SniffedStream:
         return cls._stdin
 
     def refuse_if_binary(self, flag: str = "FILE") -> None:
+        if self.compression == "zstd":
+            raise MegapilotError(f"{self.name} is zstd-compressed, which megapilot cannot unpack", field=flag,
+                                 fix="unpack it on the way in: zstd -dc <file> | megapilot diagnose -")
         if not self.text:
             raise MegapilotError(f"{self.name} is not a text file", field=flag, fix=NOT_TEXT_FIX)
 
@@ -178,7 +191,20 @@ class _SniffedStream:
         if _SniffedStream._stdin is self:
             _SniffedStream._stdin = None  # read from here on: a later opening reads what is left
         head, self.head = self.head, b""
-        return io.BufferedReader(_Replay(head, self.source), buffer_size=SNIFF_BYTES)
+        return io.BufferedReader(_Replay(head, self._reader), buffer_size=SNIFF_BYTES)
+
+
+def _unpacking(compression: str, stream: BinaryIO) -> BinaryIO:
+    """A reader of what a gzip, xz or bzip2 stream holds."""
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]  # reads as a binary stream
+    if compression == "xz":
+        import lzma  # late: only an xz log needs it
+
+        return lzma.LZMAFile(stream)  # type: ignore[return-value]  # reads as a binary stream
+    import bz2  # late: only a bzip2 log needs it
+
+    return bz2.BZ2File(stream)  # type: ignore[return-value]  # reads as a binary stream
 
 
 class _Replay(io.RawIOBase):

@@ -216,3 +216,22 @@ def test_a_zstd_log_is_refused_naming_its_format_and_how_to_unpack_it(tmp_path: 
     with pytest.raises(MegapilotError, match="zstd-compressed") as refused:
         expand_log_paths([str(packed)], flag="--log")
     assert refused.value.field == "--log" and "zstd -dc" in (refused.value.fix or "")
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, lzma.compress, bz2.compress], ids=["gzip", "xz", "bzip2"])
+def test_a_compressed_log_on_stdin_is_read_as_the_same_file_is(monkeypatch: pytest.MonkeyPatch, compress: object):
+    """`cat run.log.gz | megapilot diagnose -` (or over ssh): judged and read on what it holds, twice if asked."""
+    assert callable(compress)
+    _stdin(monkeypatch, compress(LINES.encode()))
+    assert expand_log_paths(["-"], flag="--log") == ["-"]
+    with stdin_read_again():
+        first = parse_logs(["-"], summary_only=True)
+        again = parse_logs(["-"])
+    assert first.summary.iterations_counted == again.summary.iterations_counted == 20
+
+
+def test_zstd_on_stdin_is_refused_naming_its_format(monkeypatch: pytest.MonkeyPatch):
+    _stdin(monkeypatch, b"\x28\xb5\x2f\xfd" + bytes(range(256)) * 4)
+    with pytest.raises(MegapilotError, match="<stdin> is zstd-compressed") as refused:
+        expand_log_paths(["-"], flag="--log")
+    assert refused.value.field == "--log" and "zstd -dc" in (refused.value.fix or "")
