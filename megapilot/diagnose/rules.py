@@ -948,7 +948,10 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
         fixes.append(fix("--clip-grad", "1.0", f"clip the global grad norm at 1.0 (the run clips at {clip:g}"
                                                + (", off)" if clip == 0 else ")")))
     hidden = config.model.hidden_size if config and config.model else None
-    if hidden:
+    # the init is drawn only for a model built from scratch: weights the run loaded (a fine-tune, a resume) have none
+    loaded = any(op.kind == "load" and op.completed for op in log.checkpoints) or bool(
+        flags and flags.has("--pretrained-checkpoint"))
+    if hidden and not loaded:
         std = math.sqrt(2 / (5 * hidden))  # "small init" (Nguyen & Salazar 2019): sqrt(2 / (5 h))
         current = flags.get_float("--init-method-std", 0.02) if flags else 0.02
         if current and current > std * 1.25:

@@ -620,3 +620,18 @@ def test_a_crash_and_a_resume_in_one_log_is_a_restart_not_a_stall():
 def test_the_warm_up_advised_is_shorter_than_the_decay_as_megatron_asserts(flags: str, warmup: str | None):
     finding = diagnose([DATA / "synthetic_loss_divergence.log"], flags=flags).findings[0]
     assert {f.flag: f.value for f in finding.fixes}.get("--lr-warmup-iters") == warmup
+
+
+def test_a_run_that_loaded_its_weights_is_not_told_to_change_their_init():
+    """--init-method-std draws a model built from scratch; a run that loaded a checkpoint (a fine-tune, a resume)
+    diverging is not helped by it. The same divergence from scratch still gets it."""
+    flags = "--lr 6e-4 --hidden-size 8192 --num-layers 4 --num-attention-heads 64 --seq-length 2048"
+    scratch = (DATA / "synthetic_loss_divergence.log").read_text()
+    loaded = (" loading distributed checkpoint from /ckpt/llama at iteration 0\n"
+              "  successfully loaded checkpoint from /ckpt/llama [ t 1/1, p 1/1 ] at iteration 0\n") + scratch
+    config = run_config(read_flags(flags=flags))
+    advised = [{f.flag for f in diagnose_log(parse_text(text), config).findings[0].fixes} for text in (scratch, loaded)]
+    assert "--init-method-std" in advised[0] and "--init-method-std" not in advised[1]
+    assert "--lr" in advised[1]
+    pretrained = run_config(read_flags(flags=flags + " --pretrained-checkpoint /ckpt/base"))
+    assert "--init-method-std" not in {f.flag for f in diagnose_log(parse_text(scratch), pretrained).findings[0].fixes}
