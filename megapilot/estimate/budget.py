@@ -252,6 +252,15 @@ class BudgetRequest:
                                                        and self.cost_per_gpu_hour >= 0):
             raise MegapilotError(f"must be a finite number >= 0, not {self.cost_per_gpu_hour}",
                                  field="cost_per_gpu_hour", fix="pass the price of one GPU-hour, e.g. 2.5")
+        if self.cost_per_gpu_hour is not None and self.cost_per_gpu_hour > MOST_COST_PER_GPU_HOUR:
+            raise MegapilotError(f"{self.cost_per_gpu_hour:g} is more than {MOST_COST_PER_GPU_HOUR:g} a GPU-hour, "
+                                 "beyond any currency's price of one (and the run's cost would overflow)",
+                                 field="cost_per_gpu_hour", fix="pass the price of one GPU-hour, e.g. 2.5")
+
+
+# The dearest price of a GPU-hour taken: above it no currency prices one, and price x GPU-hours may overflow a float,
+# which the JSON output would print as Infinity (not JSON).
+MOST_COST_PER_GPU_HOUR = 1e12
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,14 @@ def test_a_price_that_is_no_finite_amount_is_refused(price: float):
     assert info.value.field == "cost_per_gpu_hour"
 
 
+def test_a_price_beyond_any_currencys_is_refused_before_the_cost_overflows():
+    # 1e300 a GPU-hour made the cost inf, which plan --json printed as Infinity: not JSON
+    with pytest.raises(MegapilotError, match="beyond any currency") as info:
+        BudgetRequest(tokens=1e9, cost_per_gpu_hour=1e300)
+    assert info.value.field == "cost_per_gpu_hour"
+    assert BudgetRequest(tokens=1e9, cost_per_gpu_hour=5e4).cost_per_gpu_hour == 5e4  # a small currency's price
+
+
 def test_a_budget_trains_whole_steps_rounded_up():
     # 10.5 steps' tokens counted 10.5 steps (and `script --tokens` wrote 10): the budget is the least to train
     training = TrainingSpec(seq_length=1024, global_batch_size=64)
