@@ -1238,7 +1238,7 @@ def _first_update_jump(log: ParsedLog, config: RunConfig | None) -> Finding | No
         second.lm_loss - first.lm_loss >= FIRST_UPDATE_NOISE_MULTIPLE * statistics.median(moves) if moves
         else second.lm_loss >= FIRST_UPDATE_ALONE_FACTOR * first.lm_loss)
     if not jumped:  # within the loss's own noise: at most a note, while too few points for the window rule
-        return _early_rise(series, config, log)
+        return _early_rise(series)
     when = "after the first update" if first.iteration <= 1 else "in the first updates"
     return Finding(
         "loss_spike", "critical",
@@ -1250,9 +1250,11 @@ def _first_update_jump(log: ParsedLog, config: RunConfig | None) -> Finding | No
         _divergence_fixes(config, log))
 
 
-def _early_rise(series: list[IterationRecord], config: RunConfig | None, log: ParsedLog) -> Finding | None:
+def _early_rise(series: list[IterationRecord]) -> Finding | None:
     """A log too short for the window rule whose first losses rose well above the first (no batch-to-batch spread
-    makes `FIRST_UPDATE_ALONE_FACTOR`), but not by a jump out of their own noise: an `info`, never critical."""
+    makes `FIRST_UPDATE_ALONE_FACTOR`), but not by a jump out of their own noise: an `info`, never critical, and so
+    no flag change: the evidence that would justify one (a rise the window rule sees) is not in the log yet; its
+    one step is to let the run log more and read it again."""
     if len(series) >= WINDOW + 2:
         return None
     first = series[0]
@@ -1268,7 +1270,9 @@ def _early_rise(series: list[IterationRecord], config: RunConfig | None, log: Pa
         "With this few points a rise of this size cannot be told from the batch-to-batch spread of the loss (a "
         "fine-tune's small loss varies a lot between batches), and no single update stands out of it as having "
         "hurt: watch the next logged steps.",
-        _divergence_fixes(config, log))
+        [Fix("add", f"diagnose the log again once it holds {WINDOW + 2} or more logged iterations", None,
+             "a loss that keeps climbing then is named as a spike or divergence, with its learning-rate fix; one "
+             "that falls back was this run's noise and needs no change", kind="advice")])
 
 
 def _memory_near_full(log: ParsedLog, config: RunConfig | None) -> Finding | None:

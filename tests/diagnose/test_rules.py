@@ -554,6 +554,21 @@ def test_early_loss_noise_of_a_fine_tune_is_no_critical_spike_and_throughput_lea
     assert "loss_spike" not in [f.category for f in diagnose_log(two, None).findings]
 
 
+def test_an_early_rise_too_short_to_judge_is_watched_not_answered_with_a_learning_rate_change(tmp_path: Path):
+    """The note on three logged losses says the rise cannot be told from noise and to watch the next steps: it
+    proposes no flag change (halving the learning rate would contradict it), only to read the log again when it
+    holds enough iterations to judge; with the whole flag set known it still changes none."""
+    log = tmp_path / "mixtral.log"
+    log.write_text((DATA / "real/04_low_throughput_mixtral_h100_130tflops.log").read_text())
+    for flags in (None, "--lr 1e-5 --lr-warmup-iters 100 --train-iters 500000"):
+        kwargs = {} if flags is None else {"flags": flags}
+        [rise] = [f for f in diagnose([log], **kwargs).findings if f.category == "loss_spike"]
+        assert rise.severity == "info" and "watch the next logged steps" in rise.cause
+        assert rise.fixes and all(fix.kind == "advice" for fix in rise.fixes), [fix.text for fix in rise.fixes]
+        assert "--lr" not in " ".join(fix.text for fix in rise.fixes)
+        assert "diagnose the log again" in rise.fixes[0].flag
+
+
 def _first_update_jump_log(lr: str = "{i}.0E-05") -> str:
     losses = (10.98, 14.2, 13.9, 13.0, 12.4, 12.0, 11.5)  # a jump ten times the later moves
     return "\n".join(f" iteration {i:8d}/ 1000 | elapsed time per iteration (ms): 100.0 | learning rate: "
