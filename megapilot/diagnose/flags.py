@@ -436,9 +436,16 @@ class RunConfig:
 
     @property
     def cluster(self) -> ClusterSpec | None:
+        """The run's GPUs on its nodes: as many per node as the launch's nodes share its ranks (6 for 12 ranks over
+        `#SBATCH --nodes=2`), else the GPU type's node."""
         if self.gpu is None:
             return None
-        return ClusterSpec.from_gpu_count(self.gpu, self.world_size)
+        nodes = launch_nodes(self.flags)
+        per_node = self.world_size // nodes if nodes > 1 and self.world_size % nodes == 0 else \
+            ranks_per_node(self.flags)
+        if per_node is None or self.world_size % per_node:
+            per_node = None  # the launch does not say: the GPU type's node
+        return ClusterSpec.from_gpu_count(self.gpu, self.world_size, per_node)
 
     @property
     def complete(self) -> bool:

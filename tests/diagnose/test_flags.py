@@ -63,6 +63,18 @@ def test_run_config_from_script_builds_typed_specs(tmp_path: Path):
     assert config.complete and config.cluster.num_nodes == 2
 
 
+def test_the_cluster_has_as_many_gpus_per_node_as_the_launch_gives_its_nodes(tmp_path: Path):
+    """12 ranks over `#SBATCH --nodes=2` (torchrun --nproc-per-node 6): nodes of 6, not the H100's usual 8, which
+    12 GPUs do not fill; optimize refused the script naming a --gpus-per-node it does not take."""
+    script = tmp_path / "train.sbatch"
+    script.write_text(SCRIPT.replace("GPUS_PER_NODE=8", "GPUS_PER_NODE=6"))
+    config = run_config(read_flags(script=script), gpu=get_gpu("h100"))
+    assert config.world_size == 12 and config.cluster is not None
+    assert (config.cluster.num_nodes, config.cluster.gpus_per_node) == (2, 6)
+    alone = run_config(read_flags(flags="--tensor-model-parallel-size 2"), gpu=get_gpu("h100"), gpus=16)
+    assert alone.cluster is not None and alone.cluster.gpus_per_node == 8  # nothing says: the GPU type's node
+
+
 def test_flag_string_overrides_script_and_switches_take_no_value(tmp_path: Path):
     script = tmp_path / "train.sh"
     script.write_text(SCRIPT)
