@@ -258,7 +258,8 @@ def _check_pipeline(model: ModelSpec, p: ParallelConfig) -> None:
         if model.is_hybrid and refusal.fix:  # offer only the fixes a hybrid takes (`hybrid_split_refusal`)
             refused = ("account_for", "first_stage_layers") if p.vpp > 1 else ("account_for",)
             fixes = [fix for fix in refusal.fix.split("; or ") if not fix.startswith(refused)]
-            raise MegapilotError(refusal.problem, field=refusal.field, fix="; or ".join(fixes)) from None
+            # its own type kept: `estimate` answers a NoPipelineSplit with the balanced split
+            raise type(refusal)(refusal.problem, field=refusal.field, fix="; or ".join(fixes)) from None
         raise
     if p.recompute == "full" and p.recompute_num_layers:
         layers_per_chunk = max(stage.count("t") for stage in stages.stages)
