@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,9 +18,12 @@ from megapilot.diagnose.megatron_version import recognise_megatron_version, rele
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.release_names import in_release_names, release_note
 from megapilot.diagnose.rules import cascade_errors, line_findings, metric_findings, restarts, slower_than_predicted
+from megapilot.diagnose.runs import RunFingerprints, RunGroup, mixed_runs_finding
 from megapilot.diagnose.series import RuleRecords
 from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog, ParseOptions, parse_logs
+from megapilot.logs.bulk import RowHook, RowLine
+from megapilot.logs.records import Record
 from megapilot.logs.sources import expand_log_paths, source_labels, stdin_read_again
 from megapilot.spec import GPUSpec
 
@@ -161,13 +164,42 @@ def diagnose(
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
     paths = expand_log_paths([str(path) for path in paths])
     # flags that turn out not to be the log's run make a second reading: standard input is then read from a copy
-    with stdin_read_again() if config is not None and "-" in paths else nullcontext():
-        log = parse_for_rules(paths, parse_options_for(config))
+    with stdin_read_again() if "-" in paths and (config is not None or len(paths) > 1) else nullcontext():
+        fingerprints = RunFingerprints()
+        log = parse_for_rules(paths, parse_options_for(config), fingerprints=fingerprints)
+        groups = fingerprints.groups(paths)
+        if len(groups) > 1:  # logs of several runs: each judged on its own, never one run's records over another's
+            return _diagnose_each(groups, log, config, launch, gpu=gpu, gpus=gpus)
         if launch is not None:
             config = with_log_tokenizer(config, launch, log, gpu=gpu, gpus=gpus)
         if config is not None and log_mismatches(log, config):
             log = parse_for_rules(paths, None)  # the log's own arguments block, not the script, sizes its tokens/s
     return diagnose_log(log, config, gpu)
+
+
+def _diagnose_each(groups: list[RunGroup], log: ParsedLog, config: RunConfig | None, launch: LaunchFlags | None, *,
+                   gpu: GPUSpec | None, gpus: int | None) -> Diagnosis:
+    """Logs of several runs: a finding that names the files and what sets them apart, and each run's findings from
+    its own files, titled with their names. `log` (every file read as one) is kept as what was read."""
+    labels = source_labels(log.files)
+    findings = [mixed_runs_finding(groups, labels)]
+    notes: list[Note] = []
+    cascade: Cascade | None = None
+    for group in groups:
+        name = ", ".join(labels.get(path, Path(path).name) for path in group.paths)
+        own = parse_for_rules(group.paths, parse_options_for(config))
+        own_config = with_log_tokenizer(config, launch, own, gpu=gpu, gpus=gpus) if launch is not None else config
+        if own_config is not None and log_mismatches(own, own_config):
+            own = parse_for_rules(group.paths, None)
+        judged = diagnose_log(own, own_config, gpu)
+        findings += [replace(finding, title=f"{name}: {finding.title}") for finding in judged.findings]
+        cascade = cascade or judged.cascade
+        for note in judged.notes:
+            told = Note(NoteKind.LOG, f"{name}: no problem found in its log") if note.kind == NoteKind.VERDICT \
+                else note
+            if told not in notes:
+                notes.append(told)
+    return Diagnosis(findings=ranked(findings), log=log, config=config, notes=notes, cascade=cascade, labels=labels)
 
 
 def _config_from_arguments(log: ParsedLog, gpu: GPUSpec) -> RunConfig | None:
@@ -205,11 +237,25 @@ def _tokenizer_from_log(launch: LaunchFlags, log: ParsedLog) -> LaunchFlags | No
     return replace(launch, values={**launch.values, **extra}) if extra else None
 
 
-def parse_for_rules(paths: list[str], options: ParseOptions | None, *, bulk: bool = True) -> ParsedLog:
+def parse_for_rules(paths: list[str], options: ParseOptions | None, *, bulk: bool = True,
+                    fingerprints: RunFingerprints | None = None) -> ParsedLog:
     """The logs parsed with only what the rules read kept (`megapilot.diagnose.series`): memory stays flat
     whatever the logs' size. `bulk`: canonical iteration lines are read in bulk and only the kept ones become
     records (~10x faster on a long log); False feeds every line to the line parser (the same result, the
-    reference the tests compare with)."""
+    reference the tests compare with). `fingerprints` also gets every record (which run each file is of)."""
     kept = RuleRecords()
-    on_row = kept.add_row if bulk else None
-    return kept.fill(parse_logs(paths, options=options, summary_only=True, on_record=kept.add, on_row=on_row))
+    on_record: Callable[[Record], None] = kept.add
+    on_row: RowHook | None = kept.add_row if bulk else None
+    if fingerprints is not None:
+        prints = fingerprints
+
+        def on_record(record: Record) -> None:
+            kept.add(record)
+            prints.add(record)
+
+        def both_rows(row: RowLine) -> None:
+            kept.add_row(row)
+            prints.add_row(row)
+
+        on_row = both_rows if bulk else None
+    return kept.fill(parse_logs(paths, options=options, summary_only=True, on_record=on_record, on_row=on_row))

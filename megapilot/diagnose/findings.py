@@ -18,6 +18,7 @@ SEVERITY_RANK: dict[str, int] = {"critical": 0, "error": 1, "warning": 2, "info"
 # a watchdog timeout is usually the consequence of something earlier in this list.
 ROOT_CAUSE_ORDER: tuple[str, ...] = (
     "log_mismatch",  # a log of another run says nothing about this launch: first, whatever else it shows
+    "mixed_runs",  # logs of several runs given as one: said before what each run's own logs show
     "config_error", "gpu_hw_fault", "oom", "shm_insufficient", "dataloader_error", "checkpoint_load_failure",
     "checkpoint_save_failure", "rendezvous_failure", "nccl_error", "nan_loss", "loss_divergence", "hang",
     "nccl_timeout", "process_crash", "loss_spike", "low_throughput", "slowdown",
@@ -44,6 +45,7 @@ EXPLANATIONS: dict[str, str] = {
     "slowdown": "step time grew during the run",
     "log_mismatch": "the log is of another run than the launch script describes",
     "missing_log": "a node wrote no training log",
+    "mixed_runs": "the logs given as one run are of several runs",
 }
 
 FixKind = Literal["megatron_flag", "env", "container", "command", "config", "advice"]

@@ -35,13 +35,14 @@ _regex_constants = importlib.import_module("re._constants" if sys.version_info >
 _BRANCH = _regex_constants.BRANCH
 _LITERAL = _regex_constants.LITERAL
 
-# The taxonomy: every category a finding can have, line-based and metric-based, plus the two the run
-# itself raises (a log of another run; a node that wrote no log). One list: `megapilot.diagnose` holds a
-# rule and an explanation for each (a test checks that none is missing).
+# The taxonomy: every category a finding can have, line-based and metric-based, plus the three the run
+# itself raises (a log of another run; a node that wrote no log; logs of several runs given as one). One list:
+# `megapilot.diagnose` holds a rule and an explanation for each (a test checks that none is missing).
 Category = Literal[
     "oom", "nccl_timeout", "nccl_error", "gpu_hw_fault", "nan_loss", "loss_spike", "loss_divergence",
     "hang", "rendezvous_failure", "shm_insufficient", "checkpoint_save_failure", "checkpoint_load_failure",
     "dataloader_error", "process_crash", "config_error", "low_throughput", "slowdown", "log_mismatch", "missing_log",
+    "mixed_runs",
 ]
 CATEGORIES: tuple[str, ...] = get_args(Category)
 
