@@ -45,9 +45,11 @@ in log order among the records the sink gets. The compiled engine hands its rows
 (offsets, values, the prefix's time read in C for the usual ` [YYYY-MM-DD HH:MM:SS.ffffff] ` prefix, the "plain"
 test in C) and stops at `memory (MB)` lines too (their records are kept then); the Python engine calls it per row.
 
-Blocks are cut as `LineSplitter` cuts them, with the same chunk size as the line path, so over-long lines are cut
-the same way and memory stays bounded by the chunk size (1 MiB) plus the longest line; the compiled engine reads
-into one reused buffer (a fresh 1 MiB object per chunk cost it more in page faults and copies than the scan).
+Blocks are cut as `LineSplitter` cuts them (`block_end`), with the same chunk size as the line path, so over-long
+lines are read the same way: one past MAX_LINE_BYTES (1 MiB) is handed on up to its last `\r` (a progress bar that
+writes a whole run as one line of `\r` updates is read to its last update), else cut there; memory stays bounded
+by the chunk size plus MAX_LINE_BYTES. The compiled engine reads into one reused buffer (a fresh 1 MiB object per
+chunk cost it more in page faults and copies than the scan).
 
 Speed (bench/log_parse, results.json, a synthetic 1 GB Megatron log on a shared 2-core machine): the compiled
 engine reads ~1,550 MB per CPU-second, 0.29x `grep -c iteration` in CPU seconds (the median of 5 interleaved
@@ -101,6 +103,7 @@ from megapilot.logs.lines import (
     BinaryTally,
     BlockSplitter,
     Offsets,
+    block_end,
     cut_line,
     decode_log_text,
     split_carriage_returns,
@@ -356,26 +359,29 @@ class BulkReader:
 
     def _read_into_buffer(self, readinto: Callable[[memoryview], int | None], chunk_bytes: int) -> SourceEnd:
         """`feed` chunk by chunk, but into one reused buffer: a fresh 1 MiB object per chunk costs the compiled
-        engine more (page faults, a copy to join the tail) than scanning it. The same blocks as `BlockSplitter`:
-        the unfinished line stays at the buffer's start, cut to MAX_LINE_BYTES when a chunk does not end it."""
+        engine more (page faults, a copy to join the tail) than scanning it. The same blocks as `BlockSplitter`
+        (`block_end`): the unfinished line stays at the buffer's start, handed on up to its last `\r` or cut to
+        MAX_LINE_BYTES when it grows past that."""
         buffer = bytearray(MAX_LINE_BYTES + chunk_bytes)
         filled = 0
         offsets = Offsets(0)
         with memoryview(buffer) as view:
             while got := readinto(view[filled:filled + chunk_bytes]):
                 filled += got
-                cut = buffer.rfind(b"\n", 0, filled)
-                if cut < 0:
+                end, continues = block_end(buffer, filled)
+                if end == 0:
                     if filled > MAX_LINE_BYTES:
                         offsets = Offsets(offsets.start, MAX_LINE_BYTES, offsets.dropped + filled - MAX_LINE_BYTES)
                     filled = min(filled, MAX_LINE_BYTES)
                     continue
                 self._block_offsets = offsets
-                self._read_block(buffer, cut + 1)
-                tail = min(filled - cut - 1, MAX_LINE_BYTES)
-                dropped = filled - cut - 1 - tail
-                offsets = Offsets(offsets.at(cut + 1), tail if dropped else -1, dropped)
-                view[:tail] = view[cut + 1:cut + 1 + tail]
+                if continues:  # the `\r` the segments end at becomes the block's final newline
+                    buffer[end - 1] = 0x0A
+                self._read_block(buffer, end, continues)
+                tail = min(filled - end, MAX_LINE_BYTES)
+                dropped = filled - end - tail
+                offsets = Offsets(offsets.at(end), tail if dropped else -1, dropped)
+                view[:tail] = view[end:end + tail]
                 filled = tail
         if filled:
             self._block_offsets = offsets
@@ -389,7 +395,7 @@ class BulkReader:
         block = self._splitter.feed(chunk)
         if block is not None:
             self._block_offsets = self._splitter.offsets
-            self._read_block(*block)
+            self._read_block(*block, self._splitter.continues)
 
     def records_if_ended(self) -> list[Record]:
         """The records the line still waiting for its newline would give if the stream ended here, as `end` would
@@ -412,8 +418,9 @@ class BulkReader:
         return self._end()
 
     # ---- one block of complete lines --------------------------------------------------------------
-    def _read_block(self, block: bytes | bytearray, end: int) -> None:
-        """block[:end] holds the next complete lines of the file, each ending with a newline."""
+    def _read_block(self, block: bytes | bytearray, end: int, continues: bool = False) -> None:
+        """block[:end] holds the next lines of the file, each ending with a newline; `continues`: the last one
+        is an over-long line's segments so far, its final newline a `\r`, and the line goes on in the next block."""
         self._block = block
         self._line_pos, self._line_no = 0, self._lines_done + 1
         if self._scanner is not None:
@@ -421,8 +428,9 @@ class BulkReader:
         else:
             self._python_range(0, end)
         self._resolve_times()
-        self._lines_done = self._line_number_at(end) - 1
-        self._note_tail(block, end - 1, self._lines_done)
+        last_line_no = self._line_number_at(end) - 1
+        self._lines_done = last_line_no - 1 if continues else last_line_no
+        self._note_tail(block, end - 1, last_line_no)
 
     def _compiled_range(self, start: int, end: int) -> None:
         """block[start:end] by the compiled scanner; each line it hands back goes through `_python_range`."""

@@ -4,8 +4,10 @@ Line numbers count `\\n`-terminated lines, as an editor does, so evidence can be
 `\\r` inside a line (progress bars, CRLF files) splits it into segments that share the line number;
 empty segments are dropped. Binary runs (NUL padding, garbage: `decode_log_text`) are cut out like a `\r`
 and counted; other bytes that are not UTF-8 become U+FFFD. A truncated last line (no
-final newline) is still yielded. Memory is bounded by the chunk size plus the longest line, and a
-line longer than `MAX_LINE_BYTES` is cut (the rest of it is dropped, not kept in memory).
+final newline) is still yielded. Memory is bounded by the chunk size plus `MAX_LINE_BYTES`: an unfinished line
+that grows past it is handed on up to its last `\r` (its segments so far, the line still open: a progress bar
+that writes a whole run as one line of `\r` updates loses none), and one with no `\r` to end a segment there is
+cut (the rest of it is dropped, not kept in memory).
 """
 
 from __future__ import annotations
@@ -123,31 +125,51 @@ def _split_text(text: str, first_line_no: int) -> Iterator[tuple[int, str]]:
     return split_carriage_returns(enumerate(text.split("\n"), start=first_line_no))
 
 
+def block_end(buffer: bytes | bytearray, filled: int) -> tuple[int, bool]:
+    """Where the block of buffer[:filled] ends (0: none yet) and whether its last line goes on past it. The block
+    is the complete lines; when the unfinished line after them is longer than `MAX_LINE_BYTES` and holds a `\r`
+    after its first byte, the block takes that line up to its last `\r` too (that `\r` stands for the newline
+    the block ends with; the line goes on past it). The one rule of both splitters (`BlockSplitter` and the bulk
+    reader's reused buffer), so both engines read the same segments."""
+    end = buffer.rfind(b"\n", 0, filled) + 1
+    if filled - end > MAX_LINE_BYTES:
+        segments_end = buffer.rfind(b"\r", end, filled)
+        if segments_end > end:
+            return segments_end + 1, True
+    return end, False
+
+
 class BlockSplitter:
-    """Incremental bytes → blocks of complete lines, as (buffer, end) with buffer[:end] the lines (each ending with
-    its newline); the unfinished line waits for the next chunk, cut to `MAX_LINE_BYTES` so memory stays bounded."""
+    """Incremental bytes → blocks of lines, as (buffer, end) with buffer[:end] the lines (each ending with its
+    newline); the unfinished line waits for the next chunk. One that grows past `MAX_LINE_BYTES` is handed on up
+    to its last `\r` (`block_end`; `continues` is then true: the block's last line goes on in the next block),
+    else cut there, so memory stays bounded."""
 
     def __init__(self) -> None:
         self._tail = b""
         self._tail_offsets = Offsets(0)
         self.offsets = Offsets(0)  # where the last block returned (or the flushed line) lies in the file
+        self.continues = False  # the last block returned ends inside a line (at a `\r`), not at its newline
 
     def feed(self, chunk: bytes) -> tuple[bytes, int] | None:
-        """The complete lines the chunk finishes, or None when it finishes none."""
+        """The lines the chunk finishes (and an over-long line's segments), or None when it finishes none."""
         buffer = self._tail + chunk if self._tail else chunk
         offsets = self._tail_offsets
-        cut = buffer.rfind(b"\n")
-        if cut < 0:
+        end, continues = block_end(buffer, len(buffer))
+        if end == 0:
             self._tail = buffer[:MAX_LINE_BYTES]
             if len(buffer) > len(self._tail):
                 self._tail_offsets = Offsets(offsets.start, len(self._tail),
                                              offsets.dropped + len(buffer) - len(self._tail))
             return None
-        self._tail = buffer[cut + 1:cut + 1 + MAX_LINE_BYTES]
-        dropped = len(buffer) - cut - 1 - len(self._tail)
-        self._tail_offsets = Offsets(offsets.at(cut + 1), len(self._tail) if dropped else -1, dropped)
+        self._tail = buffer[end:end + MAX_LINE_BYTES]
+        dropped = len(buffer) - end - len(self._tail)
+        self._tail_offsets = Offsets(offsets.at(end), len(self._tail) if dropped else -1, dropped)
         self.offsets = offsets
-        return buffer, cut + 1
+        self.continues = continues
+        if continues:  # the `\r` the segments end at becomes the block's final newline
+            return buffer[:end - 1] + b"\n", end
+        return buffer, end
 
     @property
     def pending(self) -> bytes:
@@ -176,7 +198,7 @@ class LineSplitter:
         buffer, end = block
         complete = buffer[:end - 1]  # without the final newline
         first = self.lines_done + 1
-        self.lines_done += complete.count(b"\n") + 1
+        self.lines_done += complete.count(b"\n") + (0 if self._blocks.continues else 1)
         yield from _split_text(decode_log_text(complete, first, self.tally, self._blocks.offsets), first)
 
     def flush(self) -> Iterator[tuple[int, str]]:

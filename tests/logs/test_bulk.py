@@ -473,3 +473,31 @@ def test_a_line_waiting_for_its_newline_is_judged_as_the_end_would_read_it(path:
         reader.feed(data[cut:])
         collector.end_source(reader.end())
         assert _facts(collector.finish()) == _facts(_bulk_path(data, engine=engine))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_progress_bar_run_on_one_line_is_read_to_its_last_update(tmp_path: Path, engine: str):
+    # NeMo 1.x / Lightning's tqdm ends every update with `\r`, never a newline: the whole run is one line of
+    # megabytes; its last step, its last finite loss (past the first MiB) and the OOM after it are all read, as the
+    # line path reads them
+    progress = ("Epoch 0: :    0%|          | {n}/77225 [00:41<878:01:48, 41.36s/it, loss=3.1, v_num=, "
+                "reduced_train_loss={loss}, global_step={step}.0, consumed_samples=2.05e+03, "
+                "train_step_timing in s=41.21]")
+    updates = [progress.format(n=step + 1, step=step, loss="nan" if step >= 15_000 else f"{3.19 - step * 1e-5:.3f}")
+               for step in range(20_000)]
+    log = tmp_path / "train.log"
+    log.write_text("\r".join(updates) + "\nTraceback (most recent call last):\n"
+                   "  File \"train.py\", line 9, in <module>\n"
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    data = log.read_bytes()
+    assert data.index(b"reduced_train_loss=nan") > 1 << 20
+    with open(log, "rb") as stream:  # a file: the compiled engine reads it into its reused buffer
+        collector = LogCollector(summary_only=True)
+        collector.end_source(read_bulk(collector, LineParser("f.log", OPTIONS), stream, engine=engine))
+    parsed = collector.finish()
+    assert (parsed.summary.iterations_logged, parsed.summary.last_iteration) == (20_000, 19_999)
+    assert parsed.summary.final_loss == 3.04  # step 14,999's, the last before the loss turned NaN
+    assert [(error.line, error.signature) for error in parsed.errors] == [(4, "torch_oom")]
+    line_path = LogCollector()
+    _feed(line_path, LineParser("f.log", OPTIONS), read_lines(io.BytesIO(data)), None)
+    assert _facts(parsed) == _facts(line_path.finish()) == _facts(_bulk_path(data, chunk_bytes=300_007, engine=engine))

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from megapilot.logs import follow_log
-from megapilot.logs.lines import LineSplitter, follow_lines, read_lines
+from megapilot.logs.lines import MAX_LINE_BYTES, BlockSplitter, LineSplitter, follow_lines, read_lines
 
 ITERATION = " iteration {it:8d}/     100 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 5.0E+00 |\n"
 
@@ -75,3 +75,35 @@ def test_follow_restarts_when_the_file_is_truncated(tmp_path: Path):
         seen.append(text)
     thread.join()
     assert seen == ["old line one", "old line two", "new"]
+
+
+PROGRESS = ("Epoch 0: :    0%|          | {n}/77225 [00:41<878:01:48, 41.36s/it, loss=3.1, v_num=, "
+            "reduced_train_loss={loss:.3f}, global_step={step}.0, consumed_samples=2.05e+03, "
+            "train_step_timing in s=41.21]")
+
+
+def test_a_progress_bar_run_on_one_line_loses_no_update(tmp_path: Path):
+    # NeMo 1.x / Lightning's tqdm ends every update with `\r`, never a newline: a whole run is one line of megabytes,
+    # far past MAX_LINE_BYTES; each update is still a segment of line 1, and the failure after it is line 2
+    updates = [PROGRESS.format(n=step + 1, loss=3.19 - step * 1e-5, step=step) for step in range(20_000)]
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    log = tmp_path / "train.log"
+    log.write_text("\r".join(updates) + "\n" + oom + "\n")
+    assert log.stat().st_size > 3 * MAX_LINE_BYTES
+    expected = [(1, update) for update in updates] + [(2, oom)]
+    for chunk_bytes in (1 << 20, 300_007):
+        with open(log, "rb") as stream:
+            assert list(read_lines(stream, chunk_bytes=chunk_bytes)) == expected, chunk_bytes
+
+
+def test_a_progress_bar_line_is_handed_on_in_blocks_never_held_whole():
+    updates = "\r".join(PROGRESS.format(n=step + 1, loss=3.0, step=step) for step in range(20_000)).encode()
+    splitter, handed = BlockSplitter(), []
+    for start in range(0, len(updates), 65_536):
+        block = splitter.feed(updates[start:start + 65_536])
+        assert len(splitter.pending) <= MAX_LINE_BYTES
+        if block is not None:
+            assert splitter.continues  # segments of the one line, which goes on
+            handed.append(block[0][:block[1] - 1])
+    handed.append(splitter.flush() or b"")
+    assert b"\r".join(handed) == updates
