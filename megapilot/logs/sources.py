@@ -122,25 +122,13 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         raise MegapilotError(f"no such log file: {path}", field="FILE",
                              fix="pass the path of a training log, or - for stdin")
     compression = compression_of(file) if file.is_file() else None
-    if compression == "gzip":
-        with gzip.open(file, "rb") as stream:
-            yield stream  # type: ignore[misc]  # a GzipFile reads as a binary stream
-        return
-    if compression == "xz":
-        import lzma  # late: only an xz log needs it
-
-        with lzma.open(file, "rb") as xz_stream:
-            yield xz_stream  # type: ignore[misc]  # an LZMAFile reads as a binary stream
-        return
-    if compression == "bzip2":
-        import bz2  # late: only a bzip2 log needs it
-
-        with bz2.open(file, "rb") as bz2_stream:
-            yield bz2_stream  # type: ignore[misc]  # a BZ2File reads as a binary stream
-        return
-    refuse_unreadable_compression(file)
+    if compression == "zstd":
+        refuse_unreadable_compression(file)
     with open(file, "rb") as stream:
-        if is_stream(file):  # nothing to read twice: judged on the bytes the reading takes first
+        if compression is not None:  # gzip, xz or bzip2: unpacked as a piped one is (`_unpacking`)
+            with _unpacking(compression, stream) as unpacked:
+                yield unpacked
+        elif is_stream(file):  # nothing to read twice: judged on the bytes the reading takes first
             yield _SniffedStream(stream, path).replayed()
         else:
             yield stream
