@@ -120,18 +120,17 @@ class RunFingerprints:
         """The files grouped by run, in the order given: a file joins the first group whose files together (rank 0's
         arguments, the last rank's iterations, a resume's stretch) it does not disagree with; a file that says
         nothing of its run joins the group of the file before it."""
-        groups: list[tuple[list[str], list[FileRun], list[FileRun]]] = []  # paths, files, what they say together
+        groups: list[RunGroup] = []
         for path in paths:
             run = self._files.get(shown_name(path)) or FileRun(shown_name(path))
-            home = groups[-1] if groups and not run.says_anything else next(
-                (group for group in groups if not group[2][0].differences(run)), None)
+            home = len(groups) - 1 if groups and not run.says_anything else next(
+                (index for index, group in enumerate(groups) if not group.together.differences(run)), None)
             if home is None:
-                groups.append(([path], [run], [run]))
+                groups.append(RunGroup([path], [run], run))
             else:
-                home[0].append(path)
-                home[1].append(run)
-                home[2][0] = home[2][0].joined(run)
-        return [RunGroup(group_paths, runs, together[0]) for group_paths, runs, together in groups]
+                group = groups[home]
+                groups[home] = RunGroup([*group.paths, path], [*group.files, run], group.together.joined(run))
+        return groups
 
 
 def differences_between(groups: list[RunGroup]) -> list[tuple[FileRun, FileRun, list[tuple[str, str]]]]:
