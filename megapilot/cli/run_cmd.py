@@ -230,7 +230,7 @@ def _script_prediction(script: _ScriptFlags) -> tuple[Prediction | None, str | N
                          cluster=ClusterSpec(gpu=device, num_nodes=nodes, gpus_per_node=config.world_size // nodes))
     except (MegapilotError, ValueError) as exc:
         return None, f"its flags describe no run megapilot can price ({exc})"
-    prediction = predict_combo(plan, None if on_cpu else device, calibrate=False)
+    prediction = predict_combo(plan, device, calibrate=False)  # the CPU as its ranks see it, measured above
     if prediction.step_time_ms is None:
         return None, prediction.note or "the estimator gave no step time"
     return prediction, None
