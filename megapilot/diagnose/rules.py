@@ -25,7 +25,8 @@ constant below with the reason for its value:
   least `SLOWDOWN_TREND_GROWTH` over the steady iterations, at least `SLOWDOWN_CONSISTENCY` of the pairwise slopes
   are positive (noise gives half), and the median of the last fifth is above the first fifth's; at least
   `SLOWDOWN_MIN_ITERATIONS` steady iterations, or (a sparse log) `SLOWDOWN_SPARSE_MIN_ITERATIONS` whose trend at
-  least doubles the step (`SLOWDOWN_SPARSE_GROWTH`) with `SLOWDOWN_SPARSE_CONSISTENCY` of the pairs slower.
+  least doubles the step (`SLOWDOWN_SPARSE_GROWTH`) with `SLOWDOWN_SPARSE_CONSISTENCY` of the pairs slower; and at
+  least `SLOWDOWN_MIN_SPAN_S` of training between them (a run of seconds follows the host's scheduler).
 - `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision; a log that prints
   no TFLOP/s gets the estimator's model FLOPs per step over its measured median step time) below
   `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below `LOW_MFU_FLOOR` (the GPU
@@ -104,6 +105,10 @@ SLOWDOWN_MIN_ITERATIONS = 20  # fewer steady points and a shared machine's noise
 SLOWDOWN_SPARSE_MIN_ITERATIONS = 8
 SLOWDOWN_SPARSE_GROWTH = 1.0
 SLOWDOWN_SPARSE_CONSISTENCY = 0.8
+# ... and over at least this much training time: the mechanisms a trend points at (throttling, fragmentation, GC, a
+# data queue or filesystem falling behind) build up over minutes; a run of a few seconds (a smoke test, a CPU run of
+# 20 ms steps on a host busy with other work) rises and falls with the host's scheduler, not with any of them.
+SLOWDOWN_MIN_SPAN_S = 10.0
 SLOWDOWN_MAX_POINTS = 400  # Theil-Sen is O(n^2) pairs: a longer run is sampled evenly down to this many points
 LOW_MFU_FRACTION = 0.6  # 60 % of the estimator's MFU: the estimator is within ~20-30 % on published runs
 # Well-tuned Megatron runs reach 35-55 % MFU on A100/H100/MI300X for dense models and 25-40 % for MoE (NeMo and
@@ -1166,7 +1171,7 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
     warmup = log.summary.warmup_dropped if log.summary else 0
     steady = records[warmup:]
     sparse = len(steady) < SLOWDOWN_MIN_ITERATIONS
-    if len(steady) < SLOWDOWN_SPARSE_MIN_ITERATIONS:
+    if len(steady) < SLOWDOWN_SPARSE_MIN_ITERATIONS or _trained_s(steady) < SLOWDOWN_MIN_SPAN_S:
         return None
     trend = step_time_trend(steady)
     if trend is None:
@@ -1204,6 +1209,13 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
                    "Throttling, a "
                    "straggler rank, memory fragmentation, Python GC, a data pipeline falling behind, or a filesystem "
                    "getting slower.", fixes)
+
+
+def _trained_s(records: list[IterationRecord]) -> float:
+    """Seconds of training between the first and the last record: each logged step time (an average over its log
+    interval) times the iterations it covers."""
+    return sum((later.elapsed_ms or 0.0) * (later.iteration - earlier.iteration)
+               for earlier, later in pairwise(records)) / 1000
 
 
 def step_time_trend(records: list[IterationRecord]) -> tuple[float, float, float, float] | None:

@@ -344,6 +344,16 @@ def test_noisy_short_steps_are_not_a_slowdown():
     assert diagnose_log(log, None).findings == []
 
 
+@pytest.mark.parametrize(("scale", "found"), [(1.0, False), (100.0, True)])
+def test_a_trend_over_a_second_of_training_is_the_hosts_scheduler_not_a_slowdown(scale: float, found: bool):
+    # the steps of a healthy 12-iteration CPU run on a host busy with other work: from 27 to 380 ms in under a
+    # second; the same shape over a minute and a half of training is a trend worth a warning
+    times = [26.8, 24.1, 29.0, 33.5, 30.2, 31.6, 45.0, 61.3, 88.0, 379.9]
+    log = parse_text("\n".join(f" iteration {i:8d}/ 12 | elapsed time per iteration (ms): {ms * scale:.1f} | "
+                               "lm loss: 5.0 |" for i, ms in enumerate(times, start=3)))
+    assert [f.category for f in diagnose_log(log, None).findings] == (["slowdown"] if found else [])
+
+
 def test_a_rank_ended_by_a_python_exception_is_told_by_its_exception_not_by_the_oom_killer():
     log = parse_text("[rank0]: Traceback (most recent call last):\n"
                      '[rank0]:   File "/opt/megatron/core/fusions/fused_layer_norm.py", line 12, in <module>\n'
