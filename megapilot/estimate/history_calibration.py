@@ -298,11 +298,19 @@ def fit(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[st
 def prior_widening(runs: Sequence[MeasuredRun], weights: Sequence[float]) -> float:
     """How much wider than `PRIOR_SD` the prior is for these runs (empirical Bayes): the priors say how far the
     corrections of a model that misses a run by about the compute prior's width may move; where the uncalibrated
-    model misses the runs by more (its weighted median |measured / predicted - 1|: a CPU, which the model knows
+    model misses the runs by more (its weighted median `miss`: a CPU, which the model knows
     only by two probed rates, missed by 2x), the corrections are known that much less well, and a prior as narrow
     as a GPU's would hold the calibrated step far from every run."""
-    miss = _weighted_median([abs(r.measured_step_time_s / r.predicted.total_s - 1) for r in runs], weights)
-    return max(1.0, miss / PRIOR_SD["compute"])
+    typical = _weighted_median([miss(r.predicted.total_s, r.measured_step_time_s) for r in runs], weights)
+    return max(1.0, typical / PRIOR_SD["compute"])
+
+
+def miss(predicted_s: float, measured_s: float) -> float:
+    """How far a predicted step is from the measured one, the same either way: 2x too short and 2x too long both
+    miss by 100 %. (|predicted / measured - 1| cannot exceed 100 % for a prediction too short, so a model that
+    under-predicts every run by 60 % would look better than a calibration that lands between two runs 2x apart,
+    which a busy host gives healthy runs.) Equal to |predicted / measured - 1| to first order for small misses."""
+    return max(predicted_s / measured_s, measured_s / predicted_s) - 1
 
 
 def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, scale_microbatches: float,
@@ -407,10 +415,10 @@ def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: S
     for index, run in enumerate(runs):
         others = [r for i, r in enumerate(runs) if i != index]
         measured = run.measured_step_time_s
-        uncalibrated.append(abs(run.predicted.total_s / measured - 1))
+        uncalibrated.append(miss(run.predicted.total_s, measured))
         if others:
             corrections = fit(others, [nearness(run.key, r.key) for r in others], free)
-            calibrated.append(abs(corrections.apply(run.predicted, run.key.microbatches) / measured - 1))
+            calibrated.append(miss(corrections.apply(run.predicted, run.key.microbatches), measured))
     return HeldOut(tuple(calibrated), tuple(uncalibrated))
 
 
@@ -564,6 +572,7 @@ __all__ = [
     "cluster_fits",
     "fit",
     "leave_one_out",
+    "miss",
     "nearness",
     "quantile",
     "scaled_breakdown",
