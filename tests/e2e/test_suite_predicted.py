@@ -18,7 +18,11 @@ from tests.e2e.test_suite_history import FIRST, SLOW_DATA_SITECUSTOMIZE
 pytestmark = pytest.mark.slow
 
 MIN_RATIO = 0.6  # 2 busy cores move a healthy run's step by 10-80 %; the slowed run is several times slower
-SAMPLE_DELAY_S = "1.5"  # each rank reads 4 samples a step: +6 s on a step of about a second
+# Each rank reads 4 samples a step through Megatron's 2 loader workers, which overlap with the step: a delay of a
+# sample is 2 delays of loading a step. At least 1.5 s, and twice the healthy step as this host runs it now (a host
+# busy with other work can stretch the step several times): the data path then takes 4x the step, far past
+# MIN_RATIO whatever the load.
+MIN_SAMPLE_DELAY_S = 1.5
 
 
 def _suite(tmp_path: Path) -> Path:
@@ -76,12 +80,13 @@ def test_predicted_gates_fail_a_run_slowed_in_its_data_path_and_name_the_compone
     assert tokens["verdict"] in ("PASS", "FAIL") and "calibrated prediction" in tokens["reason"]
     # how far a healthy run lands from its calibrated prediction on this host (a log ratio): the noise
     noise = abs(math.log(tokens["value"] / combo["predicted"]["tokens_per_s_per_gpu"]))
+    step_s = next(m for m in combo["metrics"] if m["name"] == "training.elapsed_time_per_iteration")["value"] / 1000
 
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SLOW_DATA_SITECUSTOMIZE)
     slowed_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
-                  "MEGAPILOT_TEST_SAMPLE_DELAY_S": SAMPLE_DELAY_S}
+                  "MEGAPILOT_TEST_SAMPLE_DELAY_S": f"{max(MIN_SAMPLE_DELAY_S, 2 * step_s):.2f}"}
     slowed = _run(config, tmp_path, slowed_env)
     combo = _combo(slowed)
     assert slowed["verdict"] == "FAIL" and combo["verdict"] == "FAIL"
