@@ -145,7 +145,12 @@ def test_a_run_slowed_in_its_data_path_is_flagged_as_a_regression(tmp_path: Path
         assert done.returncode == 0, done.stderr[-2000:]
         control_noise += [_log_ratio(r["change_pct"]) for r in json.loads(done.stdout)["regressions"]
                           if r["metric"] == "training.tokens_per_gpu"]
-    slowed_env = _env(tmp_path, PYTHONPATH=str(site), MEGAPILOT_TEST_SAMPLE_DELAY_S="0.3")
+    # Each rank reads 4 samples a step: a delay of half the healthy step this host gives now (at least 0.3 s) triples
+    # the step, however much other work stretches it.
+    combo = next(c for c in json.loads(Path(json.loads(done.stdout)["run_dir"], "suite.json").read_text())["combos"]
+                 if c["key"] == FIRST)
+    step_s = next(m for m in combo["metrics"] if m["name"] == "training.elapsed_time_per_iteration")["value"] / 1000
+    slowed_env = _env(tmp_path, PYTHONPATH=str(site), MEGAPILOT_TEST_SAMPLE_DELAY_S=f"{max(0.3, step_s / 2):.2f}")
     done = _suite_run(config, tmp_path, "--combo", FIRST, "--enforce-regressions", env=slowed_env)
     result = json.loads(done.stdout)
     # an enforced regression fails the run whatever its gates said: exit 1, never green
