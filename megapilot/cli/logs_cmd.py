@@ -21,6 +21,7 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.diagnose import Diagnosis
     from megapilot.diagnose.findings import Fix
+    from megapilot.diagnose.megatron_version import RecognisedVersion
     from megapilot.diagnose.optimize import OptimizeReport
     from megapilot.logs import ParsedLog
     from megapilot.logs.parser import ParseOptions
@@ -124,14 +125,26 @@ def parse(
         if timeout is None and idle_timeout is None:
             idle_timeout = 600.0
         # one file is a run of one file: the same live lines and hang warning as several
-        log = _follow_several(paths, options, summary_only=summary_only, timeout_s=timeout,
-                              idle_timeout_s=idle_timeout, quiet=json_output or csv_output)
+        _follow_several(paths, options, timeout_s=timeout, idle_timeout_s=idle_timeout,
+                        quiet=json_output or csv_output)
         if not any(Path(path).exists() for path in paths):
             raise MegapilotError(f"{', '.join(paths)} did not appear before the timeout", field="FILE",
                                  fix="check the log path (a run directory's log is out-node0/training.log)")
+        paths = [path for path in paths if Path(path).exists()]  # the files, as they ended, are read as one run
     else:
-        log = parse_logs(expand_log_paths(files), options=options, summary_only=summary_only)
-        _refuse_empty(log)  # (not under --follow: a followed file may still be empty at its timeout)
+        paths = expand_log_paths(files)
+    if not (json_output or csv_output or summary_only):
+        # the table reads no record per iteration line: the logs in bulk, with what the table shows beside them
+        from megapilot.cli.logs_table import read_table_log
+
+        table = read_table_log(paths, options)
+        if not follow:
+            _refuse_empty(table.log)  # (not under --follow: a followed file may still be empty at its timeout)
+        _print_log(table.log, memory_reports=table.memory_reports, version=table.version())
+        return
+    log = parse_logs(paths, options=options, summary_only=summary_only)
+    if not follow:
+        _refuse_empty(log)
     if json_output:
         version = None
         if log.arguments is not None or log.iterations or any(m.marker.startswith("release:") for m in log.markers):
@@ -142,18 +155,19 @@ def parse(
         emit_json({**log.to_dict(), "megatron_version": version.to_dict() if version else None})
     elif csv_output:
         _write_csv(log)
-    else:
-        _print_log(log, summary_only=summary_only)
+    else:  # --summary-only: no memory records kept
+        from megapilot.diagnose.megatron_version import recognise_megatron_version
+
+        _print_log(log, memory_reports=None, version=recognise_megatron_version(log))
 
 
-def _follow_several(paths: list[str], options: ParseOptions, *, summary_only: bool, timeout_s: float | None,
-                    idle_timeout_s: float | None, quiet: bool) -> ParsedLog:
+def _follow_several(paths: list[str], options: ParseOptions, *, timeout_s: float | None,
+                    idle_timeout_s: float | None, quiet: bool) -> None:
     """Follow every file of the run at once, printing each new iteration and error line with its file (to stderr
-    under --json/--csv, whose stdout is the report); then the files, as they ended, are read as one run."""
+    under --json/--csv, whose stdout is the report); the caller then reads the files, as they ended, as one run."""
     from rich.markup import escape
 
     from megapilot.cli.common import err_console
-    from megapilot.logs import parse_logs
     from megapilot.logs.follow_run import follow_run
     from megapilot.logs.sources import source_labels
 
@@ -174,7 +188,6 @@ def _follow_several(paths: list[str], options: ParseOptions, *, summary_only: bo
 
     follow_run(list(paths), options=options, on_record=show, on_hang=hang, timeout_s=timeout_s,
                idle_timeout_s=idle_timeout_s)
-    return parse_logs([path for path in paths if Path(path).exists()], options=options, summary_only=summary_only)
 
 
 def _live_line(record: Record) -> str | None:
@@ -216,7 +229,9 @@ def _fmt_rate(value: float | None) -> str:
 _CALIBRATION_SANE = (0.2, 5.0)
 
 
-def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
+def _print_log(log: ParsedLog, *, memory_reports: int | None, version: RecognisedVersion | None) -> None:
+    """The table of `logs parse`: `memory_reports` None when not counted (--summary-only), `version` the release
+    `recognise_megatron_version` tells of the log."""
     from rich.table import Table
 
     s = log.summary
@@ -246,15 +261,12 @@ def _print_log(log: ParsedLog, *, summary_only: bool = False) -> None:
          f"{_fmt(s.first_loss, '.4f')} / {_fmt(s.min_loss, '.4f')} / {_fmt(s.final_loss, '.4f')}"),
         # --summary-only keeps no memory records: say "not kept" rather than a misleading 0
         ("memory reports / checkpoints / errors",
-         f"{'not kept' if summary_only else len(log.memory)} / {len(log.checkpoints)} / {len(log.errors)}"),
+         f"{'not kept' if memory_reports is None else memory_reports} / {len(log.checkpoints)} / {len(log.errors)}"),
     ]
     for row in rows:
         table.add_row(*row)
     console.print(table)
     console.print(f"[dim]steady state: {s.rule}[/]")
-    from megapilot.diagnose.megatron_version import recognise_megatron_version
-
-    version = recognise_megatron_version(log)
     if version is not None:
         from rich.markup import escape
 

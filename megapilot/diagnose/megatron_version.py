@@ -70,7 +70,8 @@ def bridge_container(version: str) -> NemoContainer | None:
     return None
 
 
-_ITERATION_TIME = re.compile(r"^\s*\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\]\s+iteration\s+\d+")
+# A dated iteration line (its timestamp's precision tells the release); public: `logs parse`'s table probes for it.
+ITERATION_FORMAT_RE = re.compile(r"^\s*\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\]\s+iteration\s+\d+")
 _MICROSECONDS_SINCE = "core_v0.16.0"
 
 
@@ -179,7 +180,7 @@ def _from_arguments(arguments: ArgumentsRecord) -> RecognisedVersion:
 
 def _from_format(iterations: list[IterationRecord]) -> RecognisedVersion | None:
     for record in iterations:
-        match = _ITERATION_TIME.match(record.text)
+        match = ITERATION_FORMAT_RE.match(record.text)
         if match is None:
             continue
         if match.group(1):

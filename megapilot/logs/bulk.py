@@ -44,6 +44,10 @@ record's anomaly fields, and the line's text with a copy of the parser's state t
 in log order among the records the sink gets. The compiled engine hands its rows over as a list after each scan
 (offsets, values, the prefix's time read in C for the usual ` [YYYY-MM-DD HH:MM:SS.ffffff] ` prefix, the "plain"
 test in C) and stops at `memory (MB)` lines too (their records are kept then); the Python engine calls it per row.
+A reader that wants only the memory reports passes `keep_memory` (the scan stops at them as with `on_row`), and one
+that wants only the first iteration line of a given form passes a `RowProbe` (`logs parse`'s table: the format of
+the first dated line tells the release): the rows are tested against its regex, on their bytes, only until one
+matches; after that the compiled scan hands over no rows.
 
 Blocks are cut as `LineSplitter` cuts them (`block_end`), with the same chunk size as the line path, so over-long
 lines are read the same way: one past MAX_LINE_BYTES (1 MiB) is handed on up to its last `\r` (a progress bar that
@@ -203,6 +207,29 @@ def _row_is_plain(fields: bytes) -> bool:
 
 
 RowHook = Callable[[RowLine], None]
+
+
+class RowProbe:
+    """Finds the first iteration line of a run whose text `pattern` matches (from the line's start, as
+    `pattern.match(record.text)`), for a reader that needs one such record and none of the others (`logs parse`'s
+    table: the format of the iteration lines tells the release). Canonical lines read in bulk are tested on their
+    bytes, and only while none is found: then the compiled scan hands over no more rows. Records the sink gets
+    are offered by whoever receives them (`offer`), in log order with the rows. One probe serves every file of a
+    run: after a find it tests nothing more."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        # The same language on ASCII bytes (canonical lines are printable ASCII); `^` dropped: `match` anchors at its
+        # start position, which `^` would not accept inside a block.
+        self.row_pattern = re.compile(pattern.pattern.removeprefix("^").encode("ascii"),
+                                      pattern.flags & ~re.UNICODE)
+        self.found: IterationRecord | None = None
+        self.rows_tested = 0  # canonical lines tested (the cost of a run whose lines never match)
+
+    def offer(self, record: IterationRecord) -> None:
+        """An iteration record in log order (built by the line parser, not a canonical line read in bulk)."""
+        if self.found is None and self.pattern.match(record.text):
+            self.found = record
 # A row as the compiled scan hands it over: (line start, prefix end, line end, newlines before it in the scan,
 # iteration, finite loss or None, plain, NaN count, the prefix's time if read in C, whether it was).
 ScannedRow = tuple[int, int, int, int, int, float | None, int, int, float | None, int]
@@ -320,19 +347,23 @@ class BulkReader:
     (`choose_engine`): the compiled scanner, or the pure-Python one it falls back to."""
 
     def __init__(self, sink: RecordSink, parser: LineParser, engine: str | None = None,
-                 on_row: RowHook | None = None, *, keep_timers: bool = False) -> None:
+                 on_row: RowHook | None = None, *, keep_timers: bool = False, keep_memory: bool = False,
+                 row_probe: RowProbe | None = None) -> None:
         """`on_row`: called with each canonical iteration line's `RowLine`, in log order among the records the
         sink gets (the compiled engine hands its rows over after each scan, before the line it stopped at).
         `keep_timers`: Megatron's timer lines reach the line parser and their `TimerRecord`s the sink, as the line
-        path gives them (the pure-Python engine reads them always; the compiled one skips them unless told)."""
+        path gives them (the pure-Python engine reads them always; the compiled one skips them unless told).
+        `keep_memory`: so do the `memory (MB)` reports' `MemoryRecord`s (as with `on_row`). `row_probe`: canonical
+        lines are tested against it until it has found one (`RowProbe`)."""
         self.sink = sink
         self.parser = parser
         self.summary = sink.summary
         self.dialects = sink.dialects
         self.engine = choose_engine(engine)
         self._on_row = on_row
+        self._probe = row_probe
         self._parser_at_row: LineParser | None = None  # the parser's state for `RowLine`s, copied once per gap
-        self._scanner = (_new_scanner(keeps_memory=on_row is not None, keeps_timers=keep_timers)
+        self._scanner = (_new_scanner(keeps_memory=on_row is not None or keep_memory, keeps_timers=keep_timers)
                          if self.engine == "compiled" else None)
         self.lines_read = 0
         self.binary = BinaryTally()  # binary runs cut out of the lines the line parser reads
@@ -444,11 +475,15 @@ class BulkReader:
             assert self._scanner is not None
             self._resolve_times()  # rows and times the Python side holds reach the summary first
             first_line_no = self._line_number_at(pos)
-            handed: list[ScannedRow] | None = [] if self._on_row is not None else None
+            probing = self._probe is not None and self._probe.found is None
+            handed: list[ScannedRow] | None = [] if self._on_row is not None or probing else None
             stop, line_start, line_end, newlines, rows = self._scanner.scan(
                 block, pos, end, self.summary, self._token_shape(), self.parser.awaits_step_line, handed)
             if handed:
-                self._hand_scanned_rows(handed, first_line_no)
+                if probing:
+                    self._probe_scanned_rows(handed, first_line_no)
+                if self._on_row is not None:
+                    self._hand_scanned_rows(handed, first_line_no)
             self._line_no += newlines
             self._line_pos = line_start
             if rows:
@@ -462,6 +497,22 @@ class BulkReader:
                 return
             self._python_range(line_start, line_end)
             pos = line_end
+
+    def _probe_scanned_rows(self, rows: list[ScannedRow], first_line_no: int) -> None:
+        """The compiled scan's rows tested against the probe until one matches (its record is then built)."""
+        probe, block = self._probe, self._block
+        assert probe is not None
+        match = probe.row_pattern.match
+        for tested, (start, _, end, line_offset, *_) in enumerate(rows, 1):
+            if match(block, start, end):
+                probe.rows_tested += tested
+                self._probe_found(first_line_no + line_offset, start, end)
+                return
+        probe.rows_tested += len(rows)
+
+    def _probe_found(self, line_no: int, start: int, end: int) -> None:
+        assert self._probe is not None
+        self._probe.found = self.parser.iteration_record(line_no, bytes(self._block[start:end]).decode("ascii"))
 
     def _hand_scanned_rows(self, rows: list[ScannedRow], first_line_no: int) -> None:
         """The compiled scan's rows to `on_row` (the parser was fed no line during the scan: one state for all)."""
@@ -511,6 +562,7 @@ class BulkReader:
         computes_tokens = parser.computes_tokens
         needs_first_time = not summary.has_first_time
         on_row = self._on_row
+        probe = self._probe if self._probe is not None and self._probe.found is None else None
         word_bytes, rfind, unprintable = _WORD_BYTES, block.rfind, _UNPRINTABLE_RE.search
         pos = start
         for found in FAST_ITERATION_RE.finditer(block, start, end):
@@ -539,6 +591,11 @@ class BulkReader:
                                0 if nan == b"0" else int(nan), 0 if skipped == b"0" else int(skipped), prefix)
             if on_row is not None:
                 on_row(self._row_line(row, found, line_start))
+            if probe is not None:
+                probe.rows_tested += 1
+                if probe.row_pattern.match(block, line_start, pos - 1):
+                    self._probe_found(self._line_number_at(line_start), line_start, pos - 1)
+                    probe = None
             time_candidates_append(prefix)
             if needs_first_time:  # until a counted line has a timestamp, read each one at once
                 self._add_with_time(row)
@@ -701,7 +758,10 @@ def _last_line_facts(data: bytes | bytearray, end: int, last_line_no: int) -> tu
 
 
 def read_bulk(sink: RecordSink, parser: LineParser, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES,
-              engine: str | None = None, on_row: RowHook | None = None, *, keep_timers: bool = False) -> SourceEnd:
+              engine: str | None = None, on_row: RowHook | None = None, *, keep_timers: bool = False,
+              keep_memory: bool = False, row_probe: RowProbe | None = None) -> SourceEnd:
     """Parse a whole binary stream in summary-only mode into `sink` (see the module docstring); `keep_timers`: the
-    timer lines' records reach the sink too."""
-    return BulkReader(sink, parser, engine, on_row, keep_timers=keep_timers).read(stream, chunk_bytes)
+    timer lines' records reach the sink too, `keep_memory`: the `memory (MB)` reports' too; `row_probe`: see
+    `RowProbe`."""
+    return BulkReader(sink, parser, engine, on_row, keep_timers=keep_timers, keep_memory=keep_memory,
+                      row_probe=row_probe).read(stream, chunk_bytes)
