@@ -15,14 +15,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from megapilot.logs.bulk import RecordSink, RowHook, SourceEnd, read_bulk
 from megapilot.logs.framework import UNKNOWN_FRAMEWORK, Framework, detect_framework
-from megapilot.logs.lines import BinaryTally, follow_lines, read_lines, split_carriage_returns
+from megapilot.logs.lines import BinaryTally, LineWindow, follow_lines, read_lines, split_carriage_returns
 from megapilot.logs.parser import LineParser, ParseOptions
 from megapilot.logs.record_reader import RecordReader
 from megapilot.logs.records import (
@@ -277,9 +277,15 @@ def _feed(collector: LogCollector, parser: LineParser, lines: Iterable[tuple[int
     collector.end_source(end if binary is None else dataclasses.replace(end, binary=binary))
 
 
-def _open_source(path: str, binary: BinaryTally | None = None) -> Iterator[tuple[int, str]]:
+def _open_source(path: str, binary: BinaryTally | None = None,
+                 window: tuple[int, int | None] | None = None) -> Iterator[tuple[int, str]]:
     with open_log(path) as stream:
-        yield from read_lines(stream, tally=binary)
+        yield from read_lines(_windowed(stream, window), tally=binary)
+
+
+def _windowed(stream: BinaryIO, window: tuple[int, int | None] | None) -> BinaryIO:
+    """The stream, or only its lines `window` (the others read as empty lines, see `LineWindow`)."""
+    return stream if window is None else cast(BinaryIO, LineWindow(stream, *window))
 
 
 def parse_logs(
@@ -290,13 +296,16 @@ def parse_logs(
     on_record: Callable[[Record], None] | None = None,
     on_row: RowHook | None = None,
     on_timer: Callable[[TimerRecord], None] | None = None,
+    windows: Mapping[str, tuple[int, int | None]] | None = None,
 ) -> ParsedLog:
     """Parse log files (or `-` for stdin) of one run into one `ParsedLog`.
 
     `on_record` gets every record built. `on_row` (summary-only): read in bulk, each canonical Megatron-LM
     iteration line reaches `on_row` as a `RowLine` (no record built unless asked), in log order among the records
     `on_record` gets; without `summary_only` every iteration line is a record for `on_record`. `on_timer` gets each
-    of Megatron's timer records (summary-only: still read in bulk, the timer lines parsed, not skipped)."""
+    of Megatron's timer records (summary-only: still read in bulk, the timer lines parsed, not skipped). `windows`:
+    of the files it names, only the lines (first, last or None: to the end) are read (one run's part of a file that
+    holds several), each keeping its number."""
     collector = LogCollector(summary_only=summary_only)
     for path in paths:
         name = str(path)
@@ -307,10 +316,12 @@ def parse_logs(
             sink: RecordSink = collector if on_record is None and on_timer is None else \
                 _ForwardingSink(collector, on_record, on_timer)
             with open_log(name) as stream:
-                collector.end_source(read_bulk(sink, parser, stream, on_row=on_row, keep_timers=on_timer is not None))
+                collector.end_source(read_bulk(sink, parser, _windowed(stream, (windows or {}).get(name)),
+                                               on_row=on_row, keep_timers=on_timer is not None))
         else:
             binary = BinaryTally()
-            _feed(collector, parser, _open_source(name, binary), _with_timers(on_record, on_timer), binary)
+            _feed(collector, parser, _open_source(name, binary, (windows or {}).get(name)),
+                  _with_timers(on_record, on_timer), binary)
     return collector.finish()
 
 

@@ -289,3 +289,53 @@ def _replaced_or_truncated(path: Path, stream: BinaryIO, identity: tuple[int, in
     if (stat.st_dev, stat.st_ino) != identity:
         return True
     return stat.st_size < stream.tell()
+
+
+class LineWindow:
+    """A binary stream with only its lines `first` to `last` (1-based, `last` None: to the end) kept: every line
+    before them reads as an empty line, so the kept lines keep their numbers (a finding quotes the file's own line),
+    and the stream ends after `last`. One run's part of a file that holds several runs one after the other."""
+
+    def __init__(self, stream: BinaryIO, first: int, last: int | None = None) -> None:
+        self._stream = stream
+        self._first = max(1, first)
+        self._last = last
+        self._line = 1  # the number of the line the next byte read belongs to
+
+    def read(self, size: int = -1) -> bytes:
+        """At least one byte until the window's end (the readers stop at an empty read)."""
+        while self._last is None or self._line <= self._last:
+            chunk = self._stream.read(size if size is not None and size > 0 else CHUNK_BYTES)
+            if not chunk:
+                return b""
+            kept = self._window(chunk)
+            if kept:
+                return kept
+        return b""
+
+    def _window(self, chunk: bytes) -> bytes:
+        out = bytearray()
+        start = 0
+        newlines = chunk.count(b"\n")
+        if self._line + newlines < self._first:  # the whole chunk before the window (a long first run)
+            self._line += newlines
+            return b"\n" * newlines
+        while start < len(chunk) and self._line < self._first:  # before the window: each line's newline alone
+            newline = chunk.find(b"\n", start)
+            if newline < 0:
+                return bytes(out)
+            out += b"\n"
+            self._line += 1
+            start = newline + 1
+        if self._last is None or self._line + chunk.count(b"\n", start) <= self._last:
+            self._line += chunk.count(b"\n", start)
+            return bytes(out) + chunk[start:]
+        end = start
+        while end < len(chunk) and self._line <= self._last:  # inside it: up to the newline that ends `last`
+            newline = chunk.find(b"\n", end)
+            if newline < 0:
+                end = len(chunk)
+                break
+            self._line += 1
+            end = newline + 1
+        return bytes(out) + chunk[start:end]

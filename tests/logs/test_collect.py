@@ -22,6 +22,7 @@ from megapilot.logs.collect import (
 from megapilot.logs.records import (
     CheckpointEvent,
     ErrorRecord,
+    IterationRecord,
     MemoryRecord,
     TimerRecord,
 )
@@ -246,3 +247,16 @@ def test_on_timer_gets_every_timer_of_a_summary_only_bulk_read(monkeypatch: pyte
     timers, records = [], []
     parse_logs([path], summary_only=True, on_record=records.append, on_timer=timers.append)
     assert timers == full.timers and [r for r in records if isinstance(r, TimerRecord)] == full.timers
+
+
+def test_a_window_reads_one_run_of_a_file_with_the_files_line_numbers(tmp_path: Path):
+    """`windows`: only those lines of the file are read, in bulk or line by line, each keeping its number."""
+    log = tmp_path / "job.log"
+    log.write_text("".join(ITERATION.format(it=it, ms=100.0) for it in (10, 20, 30, 10, 20)))
+    seen: list[tuple[int, int]] = []
+    parse_logs([log], summary_only=True, windows={str(log): (4, None)},
+               on_record=lambda r: seen.append((r.line, r.iteration)) if isinstance(r, IterationRecord) else None,
+               on_row=lambda row: seen.append((row.line_no, row.iteration)))
+    assert seen == [(4, 10), (5, 20)]
+    parsed = parse_logs([log], windows={str(log): (2, 3)})
+    assert [(r.line, r.iteration) for r in parsed.iterations] == [(2, 20), (3, 30)]

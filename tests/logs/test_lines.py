@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from megapilot.logs import follow_log
-from megapilot.logs.lines import MAX_LINE_BYTES, BlockSplitter, LineSplitter, follow_lines, read_lines
+from megapilot.logs.lines import MAX_LINE_BYTES, BlockSplitter, LineSplitter, LineWindow, follow_lines, read_lines
 
 ITERATION = " iteration {it:8d}/     100 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 5.0E+00 |\n"
 
@@ -18,6 +18,21 @@ def test_lines_split_across_chunks_and_multibyte_characters_survive():
     for chunk in (1, 2, 3, 7):
         assert list(read_lines(io.BytesIO(data), chunk_bytes=chunk)) == [
             (1, "αβγ line one"), (2, "second é line"), (3, "third")]
+
+
+def test_a_line_window_keeps_its_lines_numbered_as_in_the_file_whatever_the_chunks():
+    """One run's part of a file that holds several: the lines before it read as empty lines (their numbers kept),
+    the stream ends after its last line; an unterminated last line is kept, a window past the end reads nothing."""
+    data = b"one\ntwo\nthree\nfour\nfive"
+    for chunk in (1, 2, 3, 5, 64):
+        def lines(first: int, last: int | None) -> list[tuple[int, str]]:
+            read = read_lines(LineWindow(io.BytesIO(data), first, last), chunk_bytes=chunk)  # noqa: B023
+            return [(number, text) for number, text in read if text]
+
+        assert lines(2, 3) == [(2, "two"), (3, "three")], chunk
+        assert lines(4, None) == [(4, "four"), (5, "five")], chunk
+        assert lines(1, 1) == [(1, "one")], chunk
+        assert lines(9, None) == [], chunk
 
 
 def test_carriage_return_progress_segments_share_a_line_number():
