@@ -163,8 +163,9 @@ def diagnose(
     launch = read_flags(script=script, flags=flags, training_script=True)
     config = run_config(launch, gpu=gpu, gpus=gpus) if launch is not None else None
     paths = expand_log_paths([str(path) for path in paths])
-    # flags that turn out not to be the log's run make a second reading: standard input is then read from a copy
-    with stdin_read_again() if "-" in paths and (config is not None or len(paths) > 1) else nullcontext():
+    # flags that turn out not to be the log's run, or logs of several runs (one file may hold several), make a
+    # second reading: standard input is then read from a copy
+    with stdin_read_again() if "-" in paths else nullcontext():
         fingerprints = RunFingerprints()
         log = parse_for_rules(paths, parse_options_for(config), fingerprints=fingerprints)
         groups = fingerprints.groups(paths)
@@ -186,11 +187,11 @@ def _diagnose_each(groups: list[RunGroup], log: ParsedLog, config: RunConfig | N
     notes: list[Note] = []
     cascade: Cascade | None = None
     for group in groups:
-        name = ", ".join(labels.get(path, Path(path).name) for path in group.paths)
-        own = parse_for_rules(group.paths, parse_options_for(config))
+        name = group.name(labels)
+        own = parse_for_rules(group.paths, parse_options_for(config), windows=group.windows)
         own_config = with_log_tokenizer(config, launch, own, gpu=gpu, gpus=gpus) if launch is not None else config
         if own_config is not None and log_mismatches(own, own_config):
-            own = parse_for_rules(group.paths, None)
+            own = parse_for_rules(group.paths, None, windows=group.windows)
         judged = diagnose_log(own, own_config, gpu)
         findings += [replace(finding, title=f"{name}: {finding.title}") for finding in judged.findings]
         cascade = cascade or judged.cascade
@@ -238,11 +239,13 @@ def _tokenizer_from_log(launch: LaunchFlags, log: ParsedLog) -> LaunchFlags | No
 
 
 def parse_for_rules(paths: list[str], options: ParseOptions | None, *, bulk: bool = True,
-                    fingerprints: RunFingerprints | None = None) -> ParsedLog:
+                    fingerprints: RunFingerprints | None = None,
+                    windows: dict[str, tuple[int, int | None]] | None = None) -> ParsedLog:
     """The logs parsed with only what the rules read kept (`megapilot.diagnose.series`): memory stays flat
     whatever the logs' size. `bulk`: canonical iteration lines are read in bulk and only the kept ones become
     records (~10x faster on a long log); False feeds every line to the line parser (the same result, the
-    reference the tests compare with). `fingerprints` also gets every record (which run each file is of)."""
+    reference the tests compare with). `fingerprints` also gets every record (which run each file is of). `windows`:
+    of a file that holds several runs, the lines of one (`parse_logs`)."""
     kept = RuleRecords()
     on_record: Callable[[Record], None] = kept.add
     on_row: RowHook | None = kept.add_row if bulk else None
@@ -258,4 +261,5 @@ def parse_for_rules(paths: list[str], options: ParseOptions | None, *, bulk: boo
             prints.add_row(row)
 
         on_row = both_rows if bulk else None
-    return kept.fill(parse_logs(paths, options=options, summary_only=True, on_record=on_record, on_row=on_row))
+    return kept.fill(parse_logs(paths, options=options, summary_only=True, on_record=on_record, on_row=on_row,
+                                windows=windows))

@@ -73,3 +73,90 @@ def test_the_ranks_and_the_resume_of_one_run_stay_one_run(tmp_path: Path):
     [first, *_] = diagnose([tmp_path / "rank0.log", tmp_path / "rank7.log", tmp_path / "again.log"]).findings
     assert first.category == "mixed_runs" and "rank0.log, rank7.log; again.log" in first.title
     assert "world size 8 vs 16" in first.cause and "train_iters 50 vs 100" in first.cause
+
+
+def _shifted(text: str, hour: str) -> str:
+    """The log with its clock moved to `hour` (`"05"`): the same run's lines, logged at another time."""
+    return text.replace("2026-01-01 00:", f"2026-01-01 {hour}:")
+
+
+def test_one_file_that_holds_two_runs_is_split_where_the_second_starts_over(tmp_path: Path):
+    """A job script that trained twice into one log: the second run's arguments block after the first run's end, and
+    its iteration count starting over at 10 after 30. Read as one run, its iterations were a replay of the first's
+    (a restart note) and its NaN at iteration 20 was one run's. Now a finding says the file holds 2 runs from lines
+    1 and 34, and each is judged on its own lines."""
+    text = ARGUMENTS_LOG.read_text()
+    second = _shifted(text, "05").replace(
+        "lm loss: 7.123456E+00 | loss scale: 1.0 | grad norm: 2.345 | number of skipped iterations:   0 | number of "
+        "nan iterations:   0 |\n[rank7]:  [2026-01-01 05:30",
+        "lm loss: nan | loss scale: 1.0 | grad norm: nan | number of skipped iterations:   0 | number of "
+        "nan iterations:   1 |\n[rank7]:  [2026-01-01 05:30")
+    assert second.count("lm loss: nan") == 1
+    (tmp_path / "job.log").write_text(text + second)
+    diagnosis = diagnose([tmp_path / "job.log"])
+    [first] = [f for f in diagnosis.findings if f.category == "mixed_runs"]  # after the critical NaN, ranked first
+    assert first.title.endswith("2 different runs, not one: job.log (lines 1-33); job.log (from line 34)")
+    assert "job.log holds 2 runs one after the other, starting at lines 1 and 34" in first.cause
+    assert "its iterations start over at 10 after 30" in first.cause
+    assert [(e.line, e.text.split("]", 1)[0]) for e in first.evidence] == [(35, "[rank0"), (61, "[rank7")]
+    assert [fix.flag for fix in first.fixes] == [
+        f"megapilot diagnose <(sed -n 1,33p {tmp_path / 'job.log'})",
+        f"megapilot diagnose <(sed -n '34,$p' {tmp_path / 'job.log'})"]
+    [nan] = [f for f in diagnosis.findings if f.category == "nan_loss"]
+    assert nan.title.startswith("job.log (from line 34): NaN loss from iteration 20")
+    assert all(e.line >= 34 for e in nan.evidence)
+    assert not any("restarted after iteration" in note.text for note in diagnosis.notes)
+
+
+def test_a_resume_in_the_same_file_stays_one_run_and_a_fresh_start_that_says_so_does_not(tmp_path: Path):
+    """A resubmitted job appending to the log: a new start-up that loads the checkpoint of iteration 20 and logs 30,
+    40, 50 (its count continues), or no checkpoint line but the count picking up inside the first stretch (a replay
+    from an earlier checkpoint): one run. A start-up that finds no checkpoint and logs 20 and 30 again started from
+    scratch (with another log interval): two runs."""
+    text = ARGUMENTS_LOG.read_text()
+    lines = text.splitlines(keepends=True)
+    startup, iterations = "".join(lines[:28]), "".join(lines[28:31])
+
+    def again(checkpoint: str, renumber: dict[int, int]) -> str:
+        later = _shifted(iterations, "05")
+        for old, new in renumber.items():
+            later = later.replace(f"iteration       {old}/", f"iteration       {new}/")
+        return _shifted(startup, "05") + checkpoint + later
+
+    loaded = " successfully loaded checkpoint from /ckpt/llama [ t 1/2, p 1/2 ] at iteration 20\n"
+    (tmp_path / "resumed.log").write_text(text + again(loaded, {30: 50, 20: 40, 10: 30}))
+    (tmp_path / "replayed.log").write_text(text + again("", {30: 40, 20: 30, 10: 20}))
+    for name in ("resumed.log", "replayed.log"):
+        assert "mixed_runs" not in _categories([tmp_path / name]), name
+    not_found = " WARNING: could not find the metadata file /ckpt/llama/latest_checkpointed_iteration.txt\n"
+    (tmp_path / "fresh.log").write_text(text + again(not_found, {30: 40, 20: 30, 10: 20}))
+    [first, *_] = diagnose([tmp_path / "fresh.log"]).findings
+    assert first.category == "mixed_runs" and "its iterations start over at 20 after 30" in first.cause
+
+
+def test_a_start_up_after_iterations_that_logs_none_is_no_second_run(tmp_path: Path):
+    """The second start-up crashed before its first iteration (or the log was cut there): nothing says it started
+    over, the file is one run, and the start-up's error is still read."""
+    text = ARGUMENTS_LOG.read_text()
+    lines = text.splitlines(keepends=True)
+    (tmp_path / "job.log").write_text(text + "".join(lines[:20]))  # cut inside the second arguments block
+    assert "mixed_runs" not in _categories([tmp_path / "job.log"])
+
+
+def test_two_runs_from_scratch_in_two_files_are_told_apart_by_when_they_logged(tmp_path: Path):
+    """Same model, world size and schedule, both from scratch: their arguments and totals agree as rank copies'
+    would. Rank copies log iteration 10 within seconds of each other; a second run logged it 3 hours later: two runs.
+    Without timestamps nothing tells them apart: one run, as before."""
+    text = ARGUMENTS_LOG.read_text()
+    (tmp_path / "run_a.log").write_text(text)
+    (tmp_path / "run_b.log").write_text(_shifted(text, "03"))
+    (tmp_path / "rank_copy.log").write_text(text.replace(":00.123456]", ":02.654321]"))
+    [first, *_] = diagnose([tmp_path / "run_a.log", tmp_path / "run_b.log"]).findings
+    assert first.category == "mixed_runs" and "run_a.log; run_b.log" in first.title
+    assert "iteration 10 logged 3 h apart (a step takes 60 s)" in first.cause
+    assert [(Path(e.file).name, e.line) for e in first.evidence] == [("run_a.log", 29), ("run_b.log", 29)]
+    assert "mixed_runs" not in _categories([tmp_path / "run_a.log", tmp_path / "rank_copy.log"])
+    untimed = "".join(line.replace("[2026-01-01 00", "").replace(".123456] ", " ") for line in text.splitlines(True))
+    (tmp_path / "untimed_a.log").write_text(untimed)
+    (tmp_path / "untimed_b.log").write_text(untimed)
+    assert "mixed_runs" not in _categories([tmp_path / "untimed_a.log", tmp_path / "untimed_b.log"])
