@@ -4,9 +4,9 @@ The table shows the run's summary, its dialect and framework, the lines read, th
 checkpoint operations and error lines (the first 10 of them), the binary data skipped, and the Megatron-LM release
 the log was written by (`megapilot.diagnose.megatron_version`: a release line, else the arguments block, else a
 container's name, else the format of the first dated iteration line). A full parse kept a record per iteration
-line for that (47 s and ~2 GB on a 435 MB multi-rank log). `read_table_log` reads the files as `--summary-only`
-does (`megapilot.logs.bulk`: the same summary, errors, checkpoints, arguments block and lines read), and keeps
-beside it only what the rest of the table reads:
+line for that (44 CPU-s and 1.2 GB on a 424 MB multi-rank log; bench/log_parse/table_results.json: now 1.5 CPU-s
+and 54 MB). `read_table_log` reads the files as `--summary-only` does (`megapilot.logs.bulk`: the same summary,
+errors, checkpoints, arguments block and lines read), and keeps beside it only what the rest of the table reads:
 
 - the `memory (MB)` reports are parsed (the bulk scan would skip them) and counted, not kept;
 - progress markers: the first `MARKER_CAPACITY` release lines and the first `MARKER_CAPACITY` others (the release
