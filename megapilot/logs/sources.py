@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from megapilot.errors import MegapilotError
+from megapilot.files import is_disk_full
 from megapilot.logs.lines import BINARY_RUN_RE
 
 SNIFF_BYTES = 8192
@@ -253,7 +254,14 @@ class _Tee(io.RawIOBase):
         with memoryview(buffer) as view:
             size = self._source.readinto(view)
             if size:
-                self._copy.write(view[:size])
+                try:
+                    self._copy.write(view[:size])
+                except OSError as exc:
+                    if not is_disk_full(exc):
+                        raise
+                    raise MegapilotError(f"no room to keep a copy of standard input in {tempfile.gettempdir()} "
+                                         "(a log read from a pipe is read twice)", field="LOG",
+                                         fix="set TMPDIR to a folder with room, or pass the log as a file") from None
             return size or 0
 
 

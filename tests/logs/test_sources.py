@@ -185,6 +185,22 @@ def test_stdin_is_read_once_and_each_reading_inside_stdin_read_again_gets_all_of
     assert parse_logs(["-"], summary_only=True).lines_read == 0  # outside it, nothing is left to read
 
 
+def test_no_room_for_the_copy_of_stdin_is_a_clear_error_naming_tmpdir(monkeypatch: pytest.MonkeyPatch):
+    import errno
+    import tempfile
+
+    class Full(io.BytesIO):
+        def write(self, data: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda *args, **kwargs: Full())
+    _stdin(monkeypatch, LINES.encode())
+    with pytest.raises(MegapilotError, match="no room to keep a copy of standard input") as caught, \
+            stdin_read_again():
+        parse_logs(["-"])
+    assert caught.value.fix is not None and "TMPDIR" in caught.value.fix
+
+
 def test_a_first_reading_that_stops_early_still_leaves_the_whole_input_for_the_next(monkeypatch: pytest.MonkeyPatch):
     from megapilot.logs.sources import open_log
 
