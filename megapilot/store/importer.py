@@ -5,7 +5,9 @@ Accepted files:
               `gpus`, `gpus_per_node`, `tp`, `pp`, `cp`, `ep`, `vpp`, `mbs`, `gbs`, `seq_len`, `precision`,
               `recompute`, `fsdp`, ...) plus `"measured": {...}` (any of tokens_per_s_per_gpu, step_time_s,
               tflops_per_gpu, peak_memory_gib), `"cluster": NAME` (or --cluster), optional `"software":
-              {"container": ..., "megatron": ...}` and `"id"`;
+              {"container": ..., "megatron": ...}` and `"id"` (without one, the run's id is made of what it
+              holds: cluster, case, measurement and software, so the same run imported again, from a copy or
+              among new lines, replaces itself instead of counting twice, and two runs never share an id);
     run decks megapilot's `megatron_run_deck.json` and CVS's Megatron Run Deck: one run per cell that passed or was
               recorded (its model, GPU, nodes, layout and `actuals`); CVS cells carry no sequence length, so
               `--seq-len` (or the record default) gives it.
@@ -14,6 +16,7 @@ A bad record is refused alone, one line naming the record and the field; the goo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -74,6 +77,9 @@ def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Map
         for name, raw in records:
             try:
                 row = _row(name, raw, path, cluster, defaults or {}, now)
+                if row.id in first_of and not _named(raw):  # the same record twice: one run, imported once
+                    raise MegapilotError(f"the same run as {first_of[row.id]} (cluster, case and measurement)",
+                                         field="record", fix="it is imported once; drop the copy")
                 if row.id in first_of:  # one history row per id: the second would fail the whole write
                     raise MegapilotError(f"{row.id!r} is already the id of {first_of[row.id]} in this import",
                                          field="id", fix="give each record its own id")
@@ -135,10 +141,11 @@ def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[s
     A cell's id is its run's: every deck is named megatron_run_deck.json, so an id made of the file name would be
     the same for every run, and importing a second run's deck would replace the first's rows. A megapilot deck
     names its run (`<run_id>/<cell>`, the id `suite run` records the same combo under, so a run recorded there is
-    not counted twice); a CVS deck names none, and its path stands for the run."""
+    not counted twice); a CVS deck names none, and its cells take ids made of what they hold (`run_id_of`): a
+    deck written again at the same path by the next run is another run, and a copy of one is the same run."""
     nodes = _deck_nodes(deck)
     run = deck.get("run_id")
-    run_name = str(run) if isinstance(run, str) and run.strip() else str(path.resolve())
+    run_name = str(run) if isinstance(run, str) and run.strip() else None
     records: list[tuple[str, dict[str, Any]]] = []
     for index, cell in enumerate(deck["cells"]):
         if not isinstance(cell, dict):
@@ -152,8 +159,10 @@ def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[s
             continue
         cell_nodes = int(cell.get("nodes") or nodes or 1)
         per_node = int(cell.get("gpus_per_node") or CVS_GPUS_PER_NODE)
-        record: dict[str, Any] = {"id": f"{run_name}/{cell_id}", "model": cell.get("model"), "gpu": cell.get("gpu"),
+        record: dict[str, Any] = {"model": cell.get("model"), "gpu": cell.get("gpu"),
                                   "gpus": cell_nodes * per_node, "gpus_per_node": per_node}
+        if run_name is not None:
+            record["id"] = f"{run_name}/{cell_id}"
         for key in ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs"):
             if cell.get(key) is not None:
                 record[key] = cell[key]
@@ -199,8 +208,23 @@ def _row(name: str, raw: object, path: Path, cluster: str | None, defaults: Mapp
     flags = {**{k: v for k, v in defaults.items() if v is not None},
              **{k: v for k, v in raw.items() if k not in NOT_FLAGS and v is not None}}
     case = case_from(CaseFlags.parse(flags))
-    row_id = str(raw.get("id") or raw.get("name") or f"{path.name}#{name}")
+    row_id = str(raw.get("id") or raw.get("name")) if _named(raw) else run_id_of(
+        case.model.name, run_cluster.strip(), flags, measured, software)
     return from_case(row_id, run_cluster.strip(), str(path), case, flags, measured, software, now)
+
+
+def _named(raw: Mapping[str, Any]) -> bool:
+    return bool(raw.get("id") or raw.get("name"))
+
+
+def run_id_of(model: str, cluster: str, flags: Mapping[str, object], measured: Mapping[str, float],
+              software: Mapping[str, Any]) -> str:
+    """The id of a record that names none, made of what it holds (not of its file's name or its line): the same run
+    imported again, from a copy, or with lines added before it, keeps its id and replaces itself; two runs, even
+    from files of one name in two folders, never share one (an id from the file name replaced the other's row)."""
+    held = json.dumps({"cluster": cluster, "case": flags, "measured": measured, "software": software},
+                      sort_keys=True, default=str)
+    return f"{model}-{hashlib.sha256(held.encode()).hexdigest()[:12]}"
 
 
 def _measured(raw: object) -> dict[str, float]:
@@ -219,4 +243,4 @@ def _measured(raw: object) -> dict[str, float]:
     return measured
 
 
-__all__ = ["ImportOutcome", "Refused", "import_files", "read_records"]
+__all__ = ["ImportOutcome", "Refused", "import_files", "read_records", "run_id_of"]

@@ -253,3 +253,68 @@ def test_the_run_decks_of_two_runs_are_two_runs_and_one_imported_again_replaces_
     with open_history(str(history), read_only=True) as stored:
         assert sorted(row.id for row in stored.measured("lab-h100")) == [
             "20260302-090000-a/MBS=1,GBS=8,PRECISION=BF16", "20260303-090000-b/MBS=1,GBS=8,PRECISION=BF16"]
+
+
+def _stored(history: Path, cluster: str) -> list[tuple[int, float | None]]:
+    with open_history(str(history), read_only=True) as stored:
+        return sorted((row.tp, row.measured_step_time_s) for row in stored.measured(cluster))
+
+
+def test_records_without_ids_from_files_of_one_name_in_two_folders_are_two_runs(cli, history, tmp_path):
+    """A record that names no id was given one made of its file's name and line: importing another folder's
+    runs.jsonl replaced the first file's runs ("1 recorded before: replaced"), and both in one import refused one."""
+    record = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 4096, "cluster": "c1"}
+    for folder, tp, step in (("a", 1, 3.1), ("b", 2, 3.3)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "runs.jsonl").write_text(json.dumps(record | {"tp": tp,
+                                                                            "measured": {"step_time_s": step}}) + "\n")
+    first = cli("history", "import", str(tmp_path / "a" / "runs.jsonl"), "--json")
+    second = cli("history", "import", str(tmp_path / "b" / "runs.jsonl"), "--json")
+    assert [row["replaced"] for row in second.json()["imported"]] == [False], second.stdout
+    assert first.json()["imported"][0]["id"] != second.json()["imported"][0]["id"]
+    both = cli("history", "import", str(tmp_path / "a" / "runs.jsonl"), str(tmp_path / "b" / "runs.jsonl"), "--json")
+    assert both.json()["refused"] == [] and [row["replaced"] for row in both.json()["imported"]] == [True, True]
+    assert _stored(history, "c1") == [(1, 3.1), (2, 3.3)]
+
+
+def test_a_run_imported_again_from_a_copy_or_among_new_lines_is_counted_once(cli, history, tmp_path):
+    """The same run, from a copy of its file or with a line added before it, kept its id only while its file's
+    name and its line did not change: otherwise it was counted twice, and weighed twice in the calibration."""
+    record = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 4096, "cluster": "c1",
+              "measured": {"step_time_s": 3.1}}
+    original = tmp_path / "runs.jsonl"
+    original.write_text(json.dumps(record) + "\n")
+    assert cli("history", "import", str(original)).exit_code == 0
+    copy = tmp_path / "runs-copy.jsonl"
+    copy.write_text(original.read_text())
+    grown = tmp_path / "runs-grown.jsonl"
+    grown.write_text(json.dumps(record | {"tp": 2, "measured": {"step_time_s": 3.3}}) + "\n" + original.read_text())
+    for path in (copy, grown):
+        assert cli("history", "import", str(path)).exit_code == 0
+    assert _stored(history, "c1") == [(1, 3.1), (2, 3.3)]
+    again = cli("history", "import", str(original), str(copy), "--json")  # the same run twice in one import
+    [refused] = again.json()["refused"]
+    assert (refused["record"], refused["field"]) == ("runs-copy.jsonl[0]", "record")
+    assert refused["problem"].startswith("the same run as runs.jsonl[0]")
+    assert _stored(history, "c1") == [(1, 3.1), (2, 3.3)]
+
+
+def test_cvs_run_decks_of_two_runs_written_at_one_path_are_two_runs(cli, history, tmp_path):
+    """A CVS deck names no run: its cells took ids made of the deck's path, so the next run's deck, written at the
+    same path, replaced the first run's rows; a copy of one deck counted its runs twice."""
+    path = tmp_path / "megatron_run_deck.json"
+    for tokens in (9100.0, 9300.0):
+        deck = {"run_card_display": [["Nodes", "1", False]],
+                "cells": [{"model": "llama3.1-8b", "gpu": "MI300X", "cell_id": "MBS=2,GBS=128,PRECISION=BF16",
+                           "mbs": 2, "gbs": 128, "precision": "BF16", "status": "pass",
+                           "actuals": {"training.tokens_per_gpu": tokens}}]}
+        path.write_text(json.dumps(deck))
+        answer = cli("history", "import", str(path), "--cluster", "mi300x-lab", "--seq-len", "8192", "--json")
+        assert [row["replaced"] for row in answer.json()["imported"]] == [False], answer.stdout
+    copy = tmp_path / "copy" / "megatron_run_deck.json"
+    copy.parent.mkdir()
+    copy.write_text(path.read_text())
+    again = cli("history", "import", str(copy), "--cluster", "mi300x-lab", "--seq-len", "8192", "--json")
+    assert [row["replaced"] for row in again.json()["imported"]] == [True]
+    with open_history(str(history), read_only=True) as stored:
+        assert sorted(row.measured_tokens_per_s_per_gpu for row in stored.measured("mi300x-lab")) == [9100.0, 9300.0]
