@@ -65,6 +65,11 @@ OTHER_PRECISION_WEIGHT = 0.1
 OTHER_FAMILY_WEIGHT = 0.3
 LAYOUT_SCALE = 0.25
 MIN_WEIGHT = 1e-3  # runs below it are not "used"
+# A measured step further than this factor from its own uncalibrated prediction is no run the corrections could
+# explain (they move compute within FACTOR_BOUNDS): a unit slipped (milliseconds given as seconds: 1000x; a job's
+# tokens/s given as one GPU's) or the run is of another machine or layout. Fitted, a step given in milliseconds made
+# an estimate's band +/-84,413 %, and one of 1e-300 s every correction NaN.
+MAX_MISS_RATIO = 20.0
 MAX_RUNS = 40  # the nearest runs of a large history: the rest weigh little and the held-out check is quadratic
 BAND_QUANTILE = 0.9
 
@@ -311,6 +316,15 @@ def miss(predicted_s: float, measured_s: float) -> float:
     under-predicts every run by 60 % would look better than a calibration that lands between two runs 2x apart,
     which a busy host gives healthy runs.) Equal to |predicted / measured - 1| to first order for small misses."""
     return max(predicted_s / measured_s, measured_s / predicted_s) - 1
+
+
+def implausible(predicted_s: float, measured_s: float) -> str | None:
+    """Why a measured step cannot calibrate the model (`MAX_MISS_RATIO`), or None when it can."""
+    ratio = measured_s / predicted_s
+    if 1 / MAX_MISS_RATIO <= ratio <= MAX_MISS_RATIO:
+        return None
+    return (f"is {ratio:.3g} times the {predicted_s:.4g} s predicted for its layout: more than {MAX_MISS_RATIO:g}x off "
+            "is a unit slip or another machine, not a run to calibrate on")
 
 
 def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, scale_microbatches: float,
@@ -571,6 +585,7 @@ __all__ = [
     "calibrated_interval",
     "cluster_fits",
     "fit",
+    "implausible",
     "leave_one_out",
     "miss",
     "nearness",

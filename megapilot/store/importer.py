@@ -27,6 +27,7 @@ from typing import Any
 
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import CaseFlags, case_from
+from megapilot.estimate.history_calibration import implausible
 from megapilot.store.measured import MEASURED_KEYS, MeasuredRow, from_case
 
 NOT_FLAGS = ("measured", "cluster", "software", "id", "name", "source", "notes")
@@ -39,6 +40,9 @@ DECK_ACTUALS = {
 }
 CVS_GPUS_PER_NODE = 8  # CVS's deck names nodes only; its suite runs 8 GPUs per node
 IMPORTABLE_STATUS = ("pass", "record")
+MEASURED_UNITS = {"step_time_s": "seconds per step (not milliseconds)",
+                  "tokens_per_s_per_gpu": "tokens per second of one GPU (not of the whole job)",
+                  "tflops_per_gpu": "TFLOP/s of one GPU (not of the whole job)"}
 FILE_FIX = "give a JSON list of records, JSON Lines (one record per line), or a run deck"
 
 
@@ -199,6 +203,9 @@ def _row(name: str, raw: object, path: Path, cluster: str | None, defaults: Mapp
         raise MegapilotError(problem, field=field)
     measured = _measured(raw.get("measured"))
     run_cluster = raw.get("cluster") or cluster
+    if run_cluster is not None and not isinstance(run_cluster, str):  # a number or list: not "no cluster"
+        raise MegapilotError(f"{run_cluster!r} is not a name", field="cluster",
+                             fix=f'give the cluster as a string, e.g. "cluster": "{run_cluster}"')
     if not isinstance(run_cluster, str) or not run_cluster.strip():
         raise MegapilotError("no cluster", field="cluster",
                              fix="give \"cluster\": NAME in the record or --cluster NAME")
@@ -210,7 +217,16 @@ def _row(name: str, raw: object, path: Path, cluster: str | None, defaults: Mapp
     case = case_from(CaseFlags.parse(flags))
     row_id = str(raw.get("id") or raw.get("name")) if _named(raw) else run_id_of(
         case.model.name, run_cluster.strip(), flags, measured, software)
-    return from_case(row_id, run_cluster.strip(), str(path), case, flags, measured, software, now)
+    row = from_case(row_id, run_cluster.strip(), str(path), case, flags, measured, software, now)
+    if row.measured_step_time_s and row.predicted_step_time_s:
+        problem = implausible(row.predicted_step_time_s, row.measured_step_time_s)
+        if problem is not None:
+            given = next(key for key in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu") if key in measured)
+            what = (f"{measured[given]:g} s" if given == "step_time_s" else
+                    f"{measured[given]:g} implies a step of {row.measured_step_time_s:.4g} s, which")
+            raise MegapilotError(f"{what} {problem}", field=f"measured.{given}",
+                                 fix=f"give {MEASURED_UNITS[given]}")
+    return row
 
 
 def _named(raw: Mapping[str, Any]) -> bool:
@@ -228,6 +244,9 @@ def run_id_of(model: str, cluster: str, flags: Mapping[str, object], measured: M
 
 
 def _measured(raw: object) -> dict[str, float]:
+    if raw is not None and not isinstance(raw, dict):  # a bare figure or a string: not "no measurement"
+        raise MegapilotError(f"{raw!r} is not an object of measured figures", field="measured",
+                             fix=f"give \"measured\": {{\"step_time_s\": ...}} with any of {', '.join(MEASURED_KEYS)}")
     if not isinstance(raw, dict) or not raw:
         raise MegapilotError("no measurement", field="measured",
                              fix=f"give \"measured\": {{...}} with any of {', '.join(MEASURED_KEYS)}")

@@ -13,6 +13,7 @@ from megapilot.estimate.history_calibration import (
     StepComponents,
     calibrate,
     cluster_fits,
+    implausible,
     miss,
     nearness,
     single_factor,
@@ -194,3 +195,12 @@ def test_two_healthy_runs_2x_apart_calibrate_a_model_that_under_predicts_both() 
     assert result.applied, result.reason
     assert 1.0 <= result.step_time_s <= 2.0
     assert result.held_out.median < result.held_out.uncalibrated_median
+
+
+def test_a_step_more_than_20x_from_its_prediction_is_implausible_either_way() -> None:
+    """A step given in milliseconds (1000x) or of 1e-300 s was fitted: the band became +/-84,413 %, or every
+    correction NaN. Within 20x (a CPU the model misses by 2x, a slow cluster) a run still calibrates."""
+    assert implausible(2.0, 2.0) is None and implausible(2.0, 4.0) is None and implausible(2.0, 0.5) is None
+    assert implausible(2.0, 39.9) is None and implausible(2.0, 0.101) is None
+    assert implausible(2.0, 2000.0) is not None and "1e+03 times the 2 s predicted" in str(implausible(2.0, 2000.0))
+    assert implausible(2.0, 1e-300) is not None and implausible(2.0, 1e308) is not None

@@ -318,3 +318,39 @@ def test_cvs_run_decks_of_two_runs_written_at_one_path_are_two_runs(cli, history
     assert [row["replaced"] for row in again.json()["imported"]] == [True]
     with open_history(str(history), read_only=True) as stored:
         assert sorted(row.measured_tokens_per_s_per_gpu for row in stored.measured("mi300x-lab")) == [9100.0, 9300.0]
+
+
+@pytest.mark.parametrize(("measured", "field", "said"), [
+    ({"step_time_s": 2900}, "measured.step_time_s", "2900 s is 958 times the 3.027 s predicted"),
+    ({"step_time_s": 1e-300}, "measured.step_time_s", "1e-300 s is 3.3e-301 times"),
+    ({"tokens_per_s_per_gpu": 89e6}, "measured.tokens_per_s_per_gpu", "8.9e+07 implies a step of 0.0003682 s, which"),
+])
+def test_a_measurement_more_than_20x_from_its_prediction_is_refused_naming_its_unit(cli, history, tmp_path, measured,
+                                                                                   field, said):
+    """A step in milliseconds, 1e-300 s or a job's tokens/s was imported and fitted: the estimate's band read
+    +/-84,413 %, or every correction NaN and a held-out error of 10^302 %."""
+    record = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 4096, "cluster": "c1"}
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(record | {"measured": {"step_time_s": 3.0}}) + "\n"
+                    + json.dumps(record | {"tp": 2, "measured": measured}) + "\n")
+    answer = cli("history", "import", str(path), "--json")
+    assert answer.exit_code == 0, answer.stderr
+    assert len(answer.json()["imported"]) == 1
+    [refused] = answer.json()["refused"]
+    assert (refused["record"], refused["field"]) == ("runs.jsonl:2", field)
+    assert refused["problem"].startswith(said) and "more than 20x off is a unit slip" in refused["problem"]
+
+
+@pytest.mark.parametrize(("record", "field", "said"), [
+    ({"cluster": 5, "measured": {"step_time_s": 3.0}}, "cluster", "5 is not a name"),
+    ({"cluster": "c1", "measured": "fast"}, "measured", "'fast' is not an object of measured figures"),
+])
+def test_a_cluster_or_measurement_of_the_wrong_type_is_named_as_such(cli, history, tmp_path, record, field, said):
+    """A cluster given as a number read "no cluster", and a measurement given as a string "no measurement"."""
+    case = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 4096}
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(case | record) + "\n")
+    answer = cli("history", "import", str(path), "--json")
+    assert answer.exit_code == 2
+    [refused] = answer.json()["refused"]
+    assert refused["field"] == field and refused["problem"].startswith(said)
