@@ -153,11 +153,24 @@ class LoadedSuite(BaseModel):
         return executor_capabilities(self.executor)
 
     @property
+    def runs_in_image(self) -> bool:
+        """Whether the jobs run inside container.image: in a container megapilot starts on each node (not for
+        the embedded trainer, which runs in this Python environment), or one the launch script starts (SLURM:
+        pyxis/enroot --container-image)."""
+        container = self.config.container
+        if container is None or not container.image:
+            return False
+        return self.backend != "megapilot" or not self.capabilities.starts_containers
+
+    @property
     def python(self) -> str:
-        """The interpreter launch scripts start: the one megapilot runs under where the nodes share this
-        machine's files (preflight checks it on every node), else the nodes' python3."""
+        """The interpreter launch scripts start: the image's python3 when the jobs run in the container image;
+        else the one megapilot runs under where the nodes share this machine's files (preflight checks it on
+        every node), else the nodes' python3."""
         if self.config.megapilot.python:
             return self.config.megapilot.python
+        if self.runs_in_image:
+            return "python3"
         return sys.executable if self.capabilities.shares_file_system else "python3"
 
 

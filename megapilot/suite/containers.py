@@ -29,8 +29,7 @@ def container_runtime(suite: LoadedSuite) -> ContainerRuntime:
 
 
 def uses_container(suite: LoadedSuite) -> bool:
-    container = suite.config.container
-    return bool(container and container.image) and suite.capabilities.starts_containers and suite.backend != "megapilot"
+    return suite.runs_in_image and suite.capabilities.starts_containers
 
 
 def run_argv(suite: LoadedSuite) -> list[str]:

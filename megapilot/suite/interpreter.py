@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from megapilot.suite.containers import uses_container
 from megapilot.suite.results import MetricRow, Verdict
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ def required_modules(suite: LoadedSuite) -> list[str]:
 
 def interpreter_rows(suite: LoadedSuite, executor: Executor) -> list[MetricRow]:
     """One row per node: the interpreter, its version and each module's, or what it cannot import."""
-    if uses_container(suite) or (suite.config.container is not None and suite.config.container.image):
+    if suite.runs_in_image:
         return [MetricRow(name="python", verdict=Verdict.SKIPPED,
                           reason="jobs run in the container image, with its own Python")]
     python = suite.python

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,25 @@ def test_filled_in_configs_load(tmp_path: Path) -> None:
     assert suite.smoke.gbs == 8 and suite.smoke.train_iters == 10
     assert suite.threshold_path == tmp_path / "t_threshold.json"
     assert set(suite.thresholds) == {c.key for c in suite.cells}
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_jobs_in_the_container_image_start_the_images_python_not_this_machines(tmp_path: Path, executor: str) -> None:
+    # the host's virtual environment is no path inside rocm/megatron-lm: the image's python3 runs the launch
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["megapilot"] = {"executor": executor}
+    suite = load_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    assert suite.runs_in_image and suite.python == "python3"
+    raw["megapilot"]["python"] = "/opt/venv/bin/python"  # an interpreter named in the config still wins
+    assert load_suite(write_suite(tmp_path, raw, SINGLE_8B)).python == "/opt/venv/bin/python"
+
+
+def test_without_an_image_the_jobs_run_on_the_host_with_this_python(tmp_path: Path) -> None:
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["container"]["image"] = ""
+    raw["megapilot"] = {"backend": "megatron-lm"}
+    suite = load_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    assert not suite.runs_in_image and suite.python == sys.executable
 
 
 def test_distributed_overlay_keeps_its_extra_keys(tmp_path: Path) -> None:
