@@ -17,7 +17,6 @@ sshd: `ssh_port` (every node) and a per-node `port`.
 from __future__ import annotations
 
 import getpass
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from megapilot.errors import MegapilotError
+from megapilot.suite.parsing import parse_json
 
 USER_PLACEHOLDER = "{user-id}"
 # What CVS's templates ship in place of an address: "{xx.xx.xx.xx|hostname-1}".
@@ -125,14 +125,19 @@ def load_cluster(path: str | Path) -> CvsCluster:
     """Read a CVS cluster file; one MegapilotError (field `cluster`) naming what is wrong."""
     path = Path(path)
     fix = "pass a CVS cluster file: username, priv_key_file, head_node_dict.mgmt_ip, node_dict"
+    duplicates: list[str] = []
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = parse_json(path.read_text(encoding="utf-8"), duplicates=duplicates)
     except OSError as exc:
         raise MegapilotError(f"cannot read {path} ({exc.strerror or exc})", field="cluster", fix=fix) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError) as exc:
         raise MegapilotError(f"{path} is not JSON ({exc})", field="cluster", fix=fix) from None
     if not isinstance(raw, dict):
         raise MegapilotError(f"{path} holds a JSON {type(raw).__name__}, not an object", field="cluster", fix=fix)
+    if duplicates:
+        raise MegapilotError(f"{path}: key {duplicates[0]!r} appears more than once in one object; only the last "
+                             "one would count (a node listed twice is one node)", field="cluster",
+                             fix="keep one entry per key")
     return cluster_from_mapping(raw, source=str(path))
 
 

@@ -69,17 +69,8 @@ def _format_name(path: Path) -> str:
 
 def _parse_text(text: str, path: Path, duplicates: list[str]) -> Any:
     if _format_name(path) == "YAML":
-        return parse_yaml(text)
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for key, value in items:
-            if key in seen:
-                duplicates.append(key)
-            seen[key] = value
-        return seen
-
-    return parse_json(text, object_pairs_hook=pairs)
+        return parse_yaml(text, duplicates=duplicates)
+    return parse_json(text, duplicates=duplicates)
 
 
 # ---- substitution -------------------------------------------------------------------------------

@@ -51,8 +51,9 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     path = _threshold_file(config, config_path, check)
     if path is None:
         return {}, None
+    duplicates: list[str] = []
     try:
-        raw = parse_json(path.read_text(encoding="utf-8"))
+        raw = parse_json(path.read_text(encoding="utf-8"), duplicates=duplicates)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())}){_trailing_comma(exc)}",
                   "point threshold_json at a JSON threshold file")
@@ -60,6 +61,9 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     if not isinstance(raw, dict):
         check.add("threshold_json", f"{path} does not hold a mapping of cells", "write cell key -> metric -> spec")
         return {}, None
+    for key in duplicates:
+        check.add("threshold_json", f"key {key!r} appears more than once in one object of {path}; only the last one "
+                  "would count", "keep one entry per key")
     return _threshold_table(raw, check, enforce=config.enforce_thresholds), path
 
 
@@ -104,13 +108,19 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
     table: ThresholdTable = {}
     issues: dict[tuple[str, SpecIssue], list[str]] = {}  # (metric, issue) -> the cells that say it
     unread: dict[tuple[str, str, str], list[str]] = {}  # (metric, problem, fix) of a spec not read -> its cells
+    written_as: dict[str, str] = {}  # canonical cell key -> the key the file wrote it as
     for cell, metrics in raw.items():
         if cell.startswith("_"):
             continue
+        canonical = _canonical_key(cell)
+        if canonical in written_as:
+            check.add(f"thresholds.{cell}", f"{written_as[canonical]!r} and {cell!r} are the same cell "
+                      f"({canonical}); only the last one would count", "keep one of them")
+        written_as[canonical] = cell
         if not isinstance(metrics, dict):
             check.add(f"thresholds.{cell}", "a threshold cell must map metric names to specs",
                       '{"training.tokens_per_gpu": {"kind": "min", "value": 1000}}')
-            table[_canonical_key(cell)] = {}  # the cell is there, malformed: not also missing for its run
+            table[canonical] = {}  # the cell is there, malformed: not also missing for its run
             continue
         specs: dict[str, ThresholdSpec] = {}
         written: dict[str, str] = {}  # measured name -> the name the file gates it under
@@ -132,7 +142,7 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
             written[name] = metric
             for issue in spec_issues(metric, spec, specs[name]):
                 issues.setdefault((metric, issue), []).append(cell)
-        table[_canonical_key(cell)] = specs
+        table[canonical] = specs
     for (metric, problem, fix), cells in unread.items():  # a problem enforced or not: the table cannot be read
         check.add(*_once(metric, problem, cells), fix)
     _report_spec_issues(issues, check, enforce=enforce)

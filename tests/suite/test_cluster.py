@@ -67,3 +67,12 @@ def test_unreadable_cluster_file(tmp_path: Path) -> None:
     (tmp_path / "cluster.json").write_text("{not json")
     with pytest.raises(MegapilotError, match="not JSON"):
         load_cluster(tmp_path / "cluster.json")
+
+
+def test_a_node_listed_twice_is_refused_not_read_as_one_node(tmp_path: Path) -> None:
+    text = ('{"username": "u", "head_node_dict": {"mgmt_ip": "10.0.0.1"}, "node_dict": '
+            '{"10.0.0.1": {"vpc_ip": "192.168.0.1"}, "10.0.0.1": {"vpc_ip": "192.168.0.2"}}}')
+    (tmp_path / "cluster.json").write_text(text)
+    with pytest.raises(MegapilotError) as info:
+        load_cluster(tmp_path / "cluster.json")
+    assert info.value.field == "cluster" and "'10.0.0.1' appears more than once" in str(info.value)

@@ -57,6 +57,14 @@ def test_a_json_key_given_twice_is_a_problem_naming_it(tmp_path: Path) -> None:
         ("config", "key 'gpu_name' appears more than once; only the last one would count")]
 
 
+def test_a_yaml_key_given_twice_is_the_same_problem(tmp_path: Path) -> None:
+    # YAML too keeps the last one silently: gpu_name CPU, then MI300X further down, was read as MI300X
+    (tmp_path / "dup.yaml").write_text("gpu_name: CPU\nsmoke: {}\ngpu_name: MI300X\n")
+    _raw, check = _read(tmp_path / "dup.yaml")
+    assert [(p.path, p.message) for p in check.problems] == [
+        ("config", "key 'gpu_name' appears more than once; only the last one would count")]
+
+
 def test_a_non_finite_number_is_named_at_its_path(tmp_path: Path) -> None:
     (tmp_path / "nan.json").write_text('{"loss_curve": {"max_slope": NaN}}')
     raw, check = _read(tmp_path / "nan.json")

@@ -116,6 +116,24 @@ def test_the_named_threshold_file_is_read_relative_to_the_config(base: SuiteConf
     assert _paths(check) == ["threshold_json"] and "does not exist" in check.problems[0].message
 
 
+def test_a_threshold_key_given_twice_is_a_problem_not_the_last_one_silently(base: SuiteConfig,
+                                                                            tmp_path: Path) -> None:
+    loss = '"training.lm_loss": {"kind": "max", "value": %d}'
+    (tmp_path / "t_threshold.json").write_text(f'{{"{BF16}": {{{loss % 12}, {loss % 1}}}}}')
+    check = SuiteCheck()
+    _read_thresholds(_with(base, threshold_json="t_threshold.json"), tmp_path / "s.json", [], check)
+    assert _paths(check) == ["threshold_json"]
+    assert "'training.lm_loss' appears more than once" in check.problems[0].message
+
+
+def test_two_threshold_cells_that_are_one_run_cell_are_a_problem() -> None:
+    check = SuiteCheck()
+    table = _threshold_table({BF16: LOSS_MAX, BF16.replace("BF16", "bf16"): {}}, check)
+    assert list(table) == [BF16]
+    assert _paths(check) == [f"thresholds.{BF16.replace('BF16', 'bf16')}"]
+    assert "are the same cell" in check.problems[0].message
+
+
 def test_an_unfilled_threshold_json_is_not_read(base: SuiteConfig, tmp_path: Path) -> None:
     (tmp_path / "x_threshold.json").write_text("not json")
     check = SuiteCheck()

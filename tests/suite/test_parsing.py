@@ -69,3 +69,18 @@ def test_broken_yaml_is_a_plain_value_error_and_json_keeps_its_pairs_hook():
         parse_yaml("a: [1, 2\n")
     assert not isinstance(caught.value, ParseLimitError)
     assert parse_json('{"b": 1, "a": 2}', object_pairs_hook=lambda pairs: [k for k, _ in pairs]) == ["b", "a"]
+
+
+def test_a_key_given_twice_in_one_mapping_is_noted_in_json_and_yaml_alike():
+    json_dups: list[str] = []
+    assert parse_json('{"a": {"x": 1, "x": 2}, "b": 3}', duplicates=json_dups) == {"a": {"x": 2}, "b": 3}
+    yaml_dups: list[str] = []
+    assert parse_yaml("a:\n  x: 1\n  x: 2\nb: 3\n", duplicates=yaml_dups) == {"a": {"x": 2}, "b": 3}
+    assert json_dups == yaml_dups == ["x"]
+
+
+def test_a_yaml_merge_key_overridden_beside_it_is_no_duplicate():
+    duplicates: list[str] = []
+    text = "base: &b {lr: 0.1, wd: 0.01}\none:\n  <<: *b\n  lr: 0.2\n"
+    assert parse_yaml(text, duplicates=duplicates)["one"] == {"lr": 0.2, "wd": 0.01}
+    assert duplicates == []
