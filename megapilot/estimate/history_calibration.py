@@ -30,8 +30,9 @@ The prior's widths are those of a model that misses a run by about 30 %; where t
 runs by more (a CPU, known to it by two probed rates), they widen in proportion (`prior_widening`).
 
 Held out: every run used is predicted by the fit on the others (leave-one-out). The band is the 90th percentile
-of those |residuals|. When the held-out median or p90 error is worse than the uncalibrated model's on the same
-runs, the calibration is not applied and the result says so. When it is better by less than one run's noise over
+of those |residuals|, never narrower than one measured step's noise (`MIN_BAND`). When the held-out median or p90
+error is worse than the uncalibrated model's on the same runs, the calibration is not applied and the result says
+so. When it is better by less than one run's noise over
 the square root of the runs (NOISE / sqrt(n), the noise of their median), the uncalibrated model already predicts
 those runs as well as they can be measured and a fit on them would learn their noise (bench/calibration/
 from_history.md: a group whose runs the model predicts within 1-5 % was predicted worse after calibrating on 3):
@@ -72,6 +73,10 @@ MIN_WEIGHT = 1e-3  # runs below it are not "used"
 MAX_MISS_RATIO = 20.0
 MAX_RUNS = 40  # the nearest runs of a large history: the rest weigh little and the held-out check is quadratic
 BAND_QUANTILE = 0.9
+# The narrowest band a calibration states: the next run's own step falls about this far from any prediction of it
+# (one measured step's typical error, NOISE), however closely the runs used agreed with the model. One run predicted
+# exactly gave +/-0.0 %, an interval of one point and a token budget's days with no spread at all.
+MIN_BAND = NOISE
 
 
 @dataclass(frozen=True)
@@ -401,23 +406,30 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
     if held_out.worse:
         return Calibrated(uncalibrated, uncalibrated, False,
                           f"not applied: on held-out runs it was worse than the uncalibrated model (median "
-                          f"{100 * held_out.median:.1f} % vs {100 * held_out.uncalibrated_median:.1f} %, p90 "
-                          f"{100 * held_out.p90:.1f} % vs {100 * held_out.uncalibrated_p90:.1f} %)",
-                          NONE, predicted, ids, rounded, held_out, held_out.uncalibrated_p90)
+                          f"{_pct_text(held_out.median)} vs {_pct_text(held_out.uncalibrated_median)}, p90 "
+                          f"{_pct_text(held_out.p90)} vs {_pct_text(held_out.uncalibrated_p90)})",
+                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90))
     margin = NOISE / math.sqrt(len(runs_used))
     if len(runs_used) > 1 and not held_out.better_by(margin):
         # checked on the runs, the model stands as it is: a calibrated prediction with no correction
         return Calibrated(uncalibrated, uncalibrated, True,
                           f"calibrated on {len(runs_used)} run(s) with no correction: the uncalibrated model already "
-                          f"predicts them within their noise ({100 * margin:.1f} %; held out: median "
-                          f"{100 * held_out.uncalibrated_median:.1f} %, a fit {100 * held_out.median:.1f} %)",
-                          NONE, predicted, ids, rounded, held_out, held_out.uncalibrated_p90)
-    band = held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90
+                          f"predicts them within their noise ({_pct_text(margin)}; held out: median "
+                          f"{_pct_text(held_out.uncalibrated_median)}, a fit {_pct_text(held_out.median)})",
+                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90))
+    band = max(MIN_BAND, held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90)
     reason = (f"calibrated on {len(runs_used)} run(s)" + (
-        f"; held out: median {100 * held_out.median:.1f} % (uncalibrated {100 * held_out.uncalibrated_median:.1f} %)"
-        if len(runs_used) > 1 else "; one run: no held-out check, the band is its uncalibrated error"))
+        f"; held out: median {_pct_text(held_out.median)} (uncalibrated {_pct_text(held_out.uncalibrated_median)})"
+        if len(runs_used) > 1 else f"; one run: no held-out check, the band is its uncalibrated error (at least "
+                                   f"{_pct_text(MIN_BAND)}, one step's noise)"))
     return Calibrated(uncalibrated, corrections.apply(predicted, key.microbatches), True, reason, corrections,
                       corrections.scaled(predicted, key.microbatches), ids, rounded, held_out, band)
+
+
+def _pct_text(value: float) -> str:
+    """A relative error as a percentage, with the digits that tell two small ones apart (0.0014 %, not 0.0 %)."""
+    pct = 100 * value
+    return f"{pct:.1f} %" if pct == 0 or abs(pct) >= 0.1 or pct != pct else f"{pct:.2g} %"
 
 
 def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS

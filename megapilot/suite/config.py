@@ -52,6 +52,7 @@ from megapilot.suite.config_read import (
     resolve_placeholders,
     section_keys,
     unknown_key,
+    unset_path_variables,
 )
 from megapilot.suite.config_schema import (
     CheckpointConfig,
@@ -236,6 +237,10 @@ def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCl
                           cluster_path: str | Path | None, check: SuiteCheck) -> None:
     user = cluster.username if cluster is not None else resolve_user(None)
     raw = resolve_placeholders(raw, user, config_path.parent)
+    for path, variable in unset_path_variables(raw):
+        check.add(path, f"{variable} is not set in this environment (megapilot expands ~ and environment variables "
+                  "in paths as a shell would)", f"export {variable.strip('${}')} before running megapilot, or write "
+                  "the path out")
     _exempt_unused_checkpoint(raw)
     changeme = changeme_paths(raw)
     for path in changeme:

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from megapilot.estimate.history_calibration import (
+    MIN_BAND,
     MeasuredRun,
     RunKey,
     StepComponents,
@@ -140,7 +141,7 @@ def test_a_calibration_no_better_than_the_runs_noise_keeps_the_model_as_it_is() 
     result = calibrate(_key(gbs=8), c, runs)
     assert result.applied and "with no correction" in result.reason
     assert result.step_time_s == result.uncalibrated_step_time_s and sorted(result.runs_used) == ["r0", "r1", "r2"]
-    assert result.band == pytest.approx(result.held_out.uncalibrated_p90)
+    assert result.band == pytest.approx(max(MIN_BAND, result.held_out.uncalibrated_p90))
 
 
 def test_one_run_has_no_held_out_calibrated_error() -> None:
@@ -204,3 +205,23 @@ def test_a_step_more_than_20x_from_its_prediction_is_implausible_either_way() ->
     assert implausible(2.0, 39.9) is None and implausible(2.0, 0.101) is None
     assert implausible(2.0, 2000.0) is not None and "1e+03 times the 2 s predicted" in str(implausible(2.0, 2000.0))
     assert implausible(2.0, 1e-300) is not None and implausible(2.0, 1e308) is not None
+
+
+def test_runs_the_model_predicts_exactly_give_a_band_of_one_steps_noise_not_zero() -> None:
+    """One run predicted exactly gave a band of +/-0.0 % (an 80 % interval of one point, a budget's days with no
+    spread); the next run's own step still falls about one step's noise from any prediction."""
+    c = _components(1)
+    one = calibrate(_key(), c, [MeasuredRun("exact", _key(), c, c.total_s)])
+    assert one.applied and one.band == MIN_BAND and "at least 5.0 %" in one.reason
+    agreeing = [MeasuredRun(f"r{gbs}", _key(gbs=gbs), c, c.total_s * 1.001) for gbs in (1, 2, 4)]
+    assert calibrate(_key(gbs=8), c, agreeing).band == MIN_BAND
+
+
+def test_a_calibration_worse_by_a_hair_says_by_how_much_not_0_0_against_0_0() -> None:
+    """Two runs within 0.01 % of the model: a fit predicts them a hair worse, which read "worse than the uncalibrated
+    model (median 0.0 % vs 0.0 %, p90 0.0 % vs 0.0 %)"."""
+    c = _components(1)
+    runs = [MeasuredRun("a", _key(), c, c.total_s * 0.99999), MeasuredRun("b", _key(), c, c.total_s * 1.00002)]
+    result = calibrate(_key(), c, runs)
+    assert not result.applied and "worse than the uncalibrated model" in result.reason
+    assert "0.0 % vs 0.0 %" not in result.reason
