@@ -3,6 +3,7 @@ substitution, the `<changeme>` values left, and the words a validation error is 
 
 from __future__ import annotations
 
+import os
 import re
 import types
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 CHANGEME = "<changeme>"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.\-]+)\}")
+_ENV_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
 
 
 # ---- reading ------------------------------------------------------------------------------------
@@ -107,11 +109,28 @@ def _substitute(node: Any, mapping: dict[str, str]) -> Any:
 
 
 def _anchor_relative(paths: dict[str, Any], config_dir: Path) -> dict[str, Any]:
+    """`~` and `$VAR`/`${VAR}` expanded as a shell on this machine would (quoted into the jobs' commands, no shell
+    expands them later), then a relative path anchored at the config's folder. A variable that is not set stays as
+    written, unanchored: unset_path_variables names it."""
     anchored = dict(paths)
     for key, value in paths.items():
-        if isinstance(value, str) and value and CHANGEME not in value and not value.startswith(("/", "~", "{")):
-            anchored[key] = str((config_dir / value).absolute())
+        if not isinstance(value, str) or not value or CHANGEME in value:
+            continue
+        value = os.path.expanduser(os.path.expandvars(value))
+        if not value.startswith(("/", "~", "{")) and not _ENV_VARIABLE.search(value):
+            value = str((config_dir / value).absolute())
+        anchored[key] = value
     return anchored
+
+
+def unset_path_variables(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(dotted path, `$VAR`) of each environment variable a `paths` value names that is not set here (after
+    resolve_placeholders has expanded the set ones)."""
+    paths = raw.get("paths")
+    if not isinstance(paths, dict):
+        return []
+    return [(f"paths.{key}", match.group(0)) for key, value in paths.items() if isinstance(value, str)
+            for match in _ENV_VARIABLE.finditer(value)]
 
 
 def _exempt_unused_checkpoint(raw: dict[str, Any]) -> None:

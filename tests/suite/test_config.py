@@ -286,3 +286,14 @@ def test_a_setting_weighed_against_another_is_named_with_the_change_that_fixes_i
     assert resume.fix == "set resume_iters above 10, or save_iters below 5"
     sizes = problems["collectives.max_bytes"]
     assert "(got" not in sizes.message and sizes.fix == "set max_bytes to 4096 or more, or min_bytes to 1024 or less"
+
+
+def test_a_path_naming_an_unset_environment_variable_is_a_problem_naming_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["paths"]["log_dir"] = "$NOT_SET_HERE/logs"
+    check = check_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    [problem] = check.problems
+    assert problem.path == "paths.log_dir" and "$NOT_SET_HERE is not set" in problem.message
+    assert problem.fix.startswith("export NOT_SET_HERE")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from megapilot.suite.config import SuiteCheck
@@ -23,6 +24,7 @@ from megapilot.suite.config_read import (
     resolve_placeholders,
     section_keys,
     unknown_key,
+    unset_path_variables,
 )
 
 
@@ -85,7 +87,22 @@ def test_placeholder_passes_user_paths_and_cross_block() -> None:
 
 def test_unfilled_home_and_absolute_paths_are_not_anchored() -> None:
     paths = {"a": "<changeme>/x", "b": "~/data", "c": "/abs", "d": "", "e": "{missing}/y"}
-    assert resolve_placeholders({"paths": paths}, "u", Path("/cfg"))["paths"] == paths
+    assert resolve_placeholders({"paths": paths}, "u", Path("/cfg"))["paths"] == {**paths,
+                                                                               "b": str(Path.home() / "data")}
+
+
+def test_home_and_environment_variables_in_paths_are_expanded_as_a_shell_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no shell sees these later (they are quoted into the jobs' commands, or opened here): `~/.hf_token` was never
+    # found, so the token was neither used nor masked, and `$HOME/logs` was anchored as <config folder>/$HOME/logs
+    monkeypatch.setenv("HOME", "/users/alice")
+    monkeypatch.setenv("SCRATCH", "/scratch/alice")
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    paths = {"hf_token_file": "~/.hf_token", "log_dir": "$HOME/logs", "data_cache_dir": "${SCRATCH}/cache",
+             "scripts_dir": "$NOT_SET_HERE/scripts"}
+    raw = resolve_placeholders({"paths": paths}, "alice", Path("/cfg"))
+    assert raw["paths"] == {"hf_token_file": "/users/alice/.hf_token", "log_dir": "/users/alice/logs",
+                            "data_cache_dir": "/scratch/alice/cache", "scripts_dir": "$NOT_SET_HERE/scripts"}
+    assert unset_path_variables(raw) == [("paths.scripts_dir", "$NOT_SET_HERE")]
 
 
 def test_an_unused_checkpoint_drops_its_dir_and_unfilled_volumes() -> None:
