@@ -361,14 +361,19 @@ def _resolve_model(config: SuiteConfig, config_dir: Path, check: SuiteCheck) -> 
         looks_like_path = "/" in text or text.endswith((".json", ".yaml", ".yml"))
         target = str(config_dir / text) if looks_like_path and not Path(text).expanduser().is_absolute() else text
         try:
-            return get_model(target)
+            model = get_model(target)
         except MegapilotError as exc:
             check.add("megapilot.model", exc.problem, exc.fix or "")
             return None
-    for candidate in (params.model_name, f"{params.model_name}-{params.model_size}b"):
-        preset = get_preset(candidate)
-        if preset is not None:
-            return preset.spec
+        named = _preset_of_params(params)
+        if named is not None and named.spec.name != model.name:
+            check.warnings.append(f"train_params.model_name: {params.model_name!r} names the {named.spec.name} preset, "
+                                  f"but megapilot.model trains {model.name}; model_name is only a label here — fix: "
+                                  "make the two name one model")
+        return model
+    preset = _preset_of_params(params)
+    if preset is not None:
+        return preset.spec
     guessed = _preset_from_names(params.model_name, params.tokenizer_model)
     if guessed is not None:
         check.warnings.append(f"train_params: {params.model_name!r} read as the {guessed.spec.name} preset "
@@ -377,6 +382,15 @@ def _resolve_model(config: SuiteConfig, config_dir: Path, check: SuiteCheck) -> 
     check.add("train_params.model_name", f"{params.model_name!r} (size {params.model_size or '?'}) names no model "
               "megapilot knows", "set megapilot.model to a preset (`megapilot models`), a Hugging Face config.json "
               "or a ModelSpec file")
+    return None
+
+
+def _preset_of_params(params: TrainParams) -> ModelPreset | None:
+    """The preset train_params names exactly: model_name, or model_name-<model_size>b."""
+    for candidate in (params.model_name, f"{params.model_name}-{params.model_size}b"):
+        preset = get_preset(candidate)
+        if preset is not None:
+            return preset
     return None
 
 
