@@ -218,6 +218,16 @@ def _row(name: str, raw: object, path: Path, cluster: str | None, defaults: Mapp
     row_id = str(raw.get("id") or raw.get("name")) if _named(raw) else run_id_of(
         case.model.name, run_cluster.strip(), flags, measured, software)
     row = from_case(row_id, run_cluster.strip(), str(path), case, flags, measured, software, now)
+    if "step_time_s" in measured and "tokens_per_s_per_gpu" in measured:
+        # both given: the step calibrates, the tokens/s must tell of the same run (a mean of rates against a median
+        # of times differs by 10-20 % on a busy host; 2x is another unit, the whole job's tokens/s, or another run)
+        implied = row.gbs * row.seq_len / (measured["tokens_per_s_per_gpu"] * row.gpus)
+        if not 0.5 <= implied / measured["step_time_s"] <= 2.0:
+            raise MegapilotError(f"{measured['tokens_per_s_per_gpu']:g} implies a step of {implied:.4g} s, but "
+                                 f"step_time_s is {measured['step_time_s']:g} s: the two are not of one run",
+                                 field="measured.tokens_per_s_per_gpu",
+                                 fix="give tokens per second of one GPU and seconds per step of the same run, or "
+                                     "only one of them")
     if row.measured_step_time_s and row.predicted_step_time_s:
         problem = implausible(row.predicted_step_time_s, row.measured_step_time_s)
         if problem is not None:

@@ -354,3 +354,19 @@ def test_a_cluster_or_measurement_of_the_wrong_type_is_named_as_such(cli, histor
     assert answer.exit_code == 2
     [refused] = answer.json()["refused"]
     assert refused["field"] == field and refused["problem"].startswith(said)
+
+
+def test_a_step_and_tokens_per_s_of_two_different_runs_are_refused_naming_both(cli, history, tmp_path):
+    """A record giving a step of 3 s and the whole job's 89,000 tokens/s (0.37 s a step on one GPU's) was kept on
+    the step alone, the tokens/s stored beside it unchecked; within 2x (a mean of rates against a median of times)
+    the two are one run's."""
+    case = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "seq_len": 4096, "cluster": "c1"}
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(case | {"measured": {"step_time_s": 3.0, "tokens_per_s_per_gpu": 89000}}) + "\n"
+                    + json.dumps(case | {"measured": {"step_time_s": 3.0, "tokens_per_s_per_gpu": 10000}}) + "\n")
+    answer = cli("history", "import", str(path), "--json")
+    assert answer.exit_code == 0, answer.stderr
+    assert [row["measured_step_time_s"] for row in answer.json()["imported"]] == [3.0]
+    [refused] = answer.json()["refused"]
+    assert (refused["record"], refused["field"]) == ("runs.jsonl:1", "measured.tokens_per_s_per_gpu")
+    assert refused["problem"].startswith("89000 implies a step of 0.3682 s, but step_time_s is 3 s")
