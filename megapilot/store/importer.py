@@ -152,7 +152,8 @@ def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[s
     run_name = str(run) if isinstance(run, str) and run.strip() else None
     records: list[tuple[str, dict[str, Any]]] = []
     for index, cell in enumerate(deck["cells"]):
-        if not isinstance(cell, dict):
+        if not isinstance(cell, dict):  # refused by name (`_row`), not skipped without a word
+            records.append((f"{path.name} cell {index}", cell))
             continue
         cell_id = cell.get("cell_id", index)
         name = f"{path.name} cell {cell_id}"
@@ -161,8 +162,16 @@ def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[s
             records.append((name, {"_refused": ("status", f"the cell's status is {status}: not a measurement "
                                                           "to calibrate on")}))
             continue
-        cell_nodes = int(cell.get("nodes") or nodes or 1)
-        per_node = int(cell.get("gpus_per_node") or CVS_GPUS_PER_NODE)
+        actuals = cell.get("actuals") or {}
+        try:  # a cell's own bad count or actuals refuse that cell alone (they failed the whole import, internally)
+            cell_nodes = _count(cell.get("nodes") or nodes or 1, "nodes")
+            per_node = _count(cell.get("gpus_per_node") or CVS_GPUS_PER_NODE, "gpus_per_node")
+            if not isinstance(actuals, dict):
+                raise MegapilotError(f"{actuals!r} is not an object of metrics", field="actuals",
+                                     fix=f"give the cell's measured metrics by name, e.g. {next(iter(DECK_ACTUALS))}")
+        except MegapilotError as exc:
+            records.append((name, {"_refused": (exc.field, f"{exc.problem} ({exc.fix})")}))
+            continue
         record: dict[str, Any] = {"model": cell.get("model"), "gpu": cell.get("gpu"),
                                   "gpus": cell_nodes * per_node, "gpus_per_node": per_node}
         if run_name is not None:
@@ -174,11 +183,20 @@ def _deck_records(path: Path, deck: Mapping[str, Any]) -> list[tuple[str, dict[s
             record["seq_len"] = cell["seq_length"]
         if cell.get("precision"):
             record["precision"] = str(cell["precision"]).lower()
-        actuals = cell.get("actuals") or {}
         record["measured"] = {key: actuals[metric] * scale for metric, (key, scale) in DECK_ACTUALS.items()
                               if isinstance(actuals.get(metric), (int, float)) and actuals[metric] > 0}
         records.append((name, record))
     return records
+
+
+def _count(value: object, field: str) -> int:
+    """A deck cell's count of nodes or GPUs per node: a positive whole number, or a string of one."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MegapilotError(f"{value!r} is not a whole number of {field.replace('_', ' ')}", field=field,
+                             fix="give a positive whole number")
+    return value
 
 
 def _deck_nodes(deck: Mapping[str, Any]) -> int | None:

@@ -370,3 +370,23 @@ def test_a_step_and_tokens_per_s_of_two_different_runs_are_refused_naming_both(c
     [refused] = answer.json()["refused"]
     assert (refused["record"], refused["field"]) == ("runs.jsonl:1", "measured.tokens_per_s_per_gpu")
     assert refused["problem"].startswith("89000 implies a step of 0.3682 s, but step_time_s is 3 s")
+
+
+def test_a_deck_cell_with_a_bad_count_or_actuals_is_refused_alone(cli, history, tmp_path):
+    """A cell's nodes of "two" failed the whole import with an internal error (ValueError), 1.5 nodes were read as
+    one, actuals of "none" were an AttributeError, and a cell that is not an object was skipped without a word."""
+    good = {"model": "llama3.1-8b", "gpu": "MI300X", "mbs": 2, "gbs": 128, "status": "pass",
+            "actuals": {"training.tokens_per_gpu": 9100.0}}
+    cells = [good | {"cell_id": "a", "nodes": "two"}, good | {"cell_id": "b", "gpus_per_node": "x"},
+             good | {"cell_id": "c", "nodes": 1.5}, good | {"cell_id": "d", "actuals": "none"}, ["not", "a", "cell"],
+             good | {"cell_id": "f"}]
+    path = tmp_path / "megatron_run_deck.json"
+    path.write_text(json.dumps({"run_card_display": [["Nodes", "1", False]], "cells": cells}))
+    answer = cli("history", "import", str(path), "--cluster", "mi300x-lab", "--seq-len", "8192", "--json")
+    assert answer.exit_code == 0, answer.stderr
+    assert len(answer.json()["imported"]) == 1
+    assert [(r["record"], r["field"]) for r in answer.json()["refused"]] == [
+        ("megatron_run_deck.json cell a", "nodes"), ("megatron_run_deck.json cell b", "gpus_per_node"),
+        ("megatron_run_deck.json cell c", "nodes"), ("megatron_run_deck.json cell d", "actuals"),
+        ("megatron_run_deck.json cell 4", "record")]
+    assert answer.json()["refused"][0]["problem"].startswith("'two' is not a whole number of nodes")
