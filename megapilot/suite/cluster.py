@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from megapilot.errors import MegapilotError
-from megapilot.suite.parsing import parse_json
+from megapilot.suite.parsing import json_hint, parse_json
 
 USER_PLACEHOLDER = "{user-id}"
 # What CVS's templates ship in place of an address: "{xx.xx.xx.xx|hostname-1}".
@@ -131,7 +131,7 @@ def load_cluster(path: str | Path) -> CvsCluster:
     except OSError as exc:
         raise MegapilotError(f"cannot read {path} ({exc.strerror or exc})", field="cluster", fix=fix) from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise MegapilotError(f"{path} is not JSON ({exc})", field="cluster", fix=fix) from None
+        raise MegapilotError(f"{path} is not JSON ({exc}){json_hint(exc)}", field="cluster", fix=fix) from None
     if not isinstance(raw, dict):
         raise MegapilotError(f"{path} holds a JSON {type(raw).__name__}, not an object", field="cluster", fix=fix)
     if duplicates:

@@ -15,7 +15,7 @@ from pydantic_core import ErrorDetails
 
 from megapilot.errors import MegapilotError
 from megapilot.suite.cluster import CvsCluster, load_cluster, strip_comments, substitute_user
-from megapilot.suite.parsing import ParseLimitError, parse_json, parse_yaml
+from megapilot.suite.parsing import ParseLimitError, json_hint, parse_json, parse_yaml
 
 if TYPE_CHECKING:
     from megapilot.suite.config import SuiteCheck
@@ -44,6 +44,9 @@ def _read_config(path: Path, check: SuiteCheck) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError) as exc:
         check.add("config", f"cannot read {path} ({getattr(exc, 'strerror', None) or exc})", fix)
         return None
+    if not text.strip():
+        check.add("config", f"{path} is empty", fix)
+        return None
     duplicates: list[str] = []
     try:
         raw = _parse_text(text, path, duplicates)
@@ -54,15 +57,27 @@ def _read_config(path: Path, check: SuiteCheck) -> dict[str, Any] | None:
             check.add("config", f"{path} cannot be read safely ({exc})", fix)
         return None
     except ValueError as exc:
-        check.add("config", f"{path} is not valid {_format_name(path)} ({' '.join(str(exc).split())})", fix)
+        check.add("config", f"{path} is not valid {_format_name(path)} ({' '.join(str(exc).split())}){json_hint(exc)}",
+                  fix)
         return None
     if not isinstance(raw, dict):
-        check.add("config", f"{path} holds a {type(raw).__name__}, not a mapping of settings", fix)
+        check.add("config", f"{path} holds {_kind_of(raw)}, not a mapping of settings", fix)
         return None
     for key in duplicates:
         check.add("config", f"key {key!r} appears more than once; only the last one would count",
                   "keep one entry per key")
     return strip_comments(raw)  # type: ignore[return-value]  # a mapping stays a mapping
+
+
+def _kind_of(value: Any) -> str:
+    """A parsed document's top level in the words of JSON and YAML, not Python's (NoneType, int)."""
+    if value is None:
+        return "null (nothing)"
+    if isinstance(value, bool):
+        return "a true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a string" if isinstance(value, str) else f"a {type(value).__name__}"
 
 
 def _format_name(path: Path) -> str:

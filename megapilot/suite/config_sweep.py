@@ -3,7 +3,6 @@ merged, and CVS's rule that every run cell has a threshold cell."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,9 @@ from megapilot.suite.cells import (
 )
 from megapilot.suite.config_read import _dotted, _message, near_key, unknown_key
 from megapilot.suite.metric_table import METRICS, measured_name
-from megapilot.suite.parsing import parse_json
+from megapilot.suite.parsing import json_hint, parse_json
 from megapilot.suite.thresholds import (
+    THRESHOLD_KINDS,
     InfoThreshold,
     Peak,
     SpecIssue,
@@ -55,7 +55,7 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
     try:
         raw = parse_json(path.read_text(encoding="utf-8"), duplicates=duplicates)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())}){_trailing_comma(exc)}",
+        check.add("threshold_json", f"cannot read {path} ({' '.join(str(exc).split())}){json_hint(exc)}",
                   "point threshold_json at a JSON threshold file")
         return {}, None  # no path: a file that cannot be read has no cells to hold the runs' cells against
     if not isinstance(raw, dict):
@@ -65,17 +65,6 @@ def _read_thresholds(config: SuiteConfig, config_path: Path, changeme: list[str]
         check.add("threshold_json", f"key {key!r} appears more than once in one object of {path}; only the last one "
                   "would count", "keep one entry per key")
     return _threshold_table(raw, check, enforce=config.enforce_thresholds), path
-
-
-def _trailing_comma(exc: Exception) -> str:
-    """A hint where JSON stopped at a comma before a closing brace or bracket (some CVS threshold files have one)."""
-    if not isinstance(exc, json.JSONDecodeError):
-        return ""
-    before = exc.doc[:exc.pos].rstrip()
-    if before.endswith(",") and exc.doc[exc.pos:exc.pos + 1] in "}]":
-        line = exc.doc.count("\n", 0, len(before) - 1) + 1
-        return f": the comma ending line {line} comes before a closing bracket, which JSON does not allow"
-    return ""
 
 
 def _threshold_file(config: SuiteConfig, config_path: Path, check: SuiteCheck) -> Path | None:
@@ -136,8 +125,8 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
             try:
                 specs[name] = parse_threshold(spec)
             except ValueError as exc:
-                unread.setdefault((metric, str(exc), "use kind min/min_tok_s/max/max_ms/within/min_ratio/info/"
-                                                     "baseline with its fields"), []).append(cell)
+                unread.setdefault((metric, str(exc), f"use kind {'/'.join(THRESHOLD_KINDS)} with its "
+                                                     "fields"), []).append(cell)
                 continue
             written[name] = metric
             for issue in spec_issues(metric, spec, specs[name]):

@@ -34,6 +34,7 @@ def parse_json(text: str, object_pairs_hook: Callable[[list[tuple[str, Any]]], A
     """JSON within the bounds; NaN and Infinity refused. With `duplicates`, each key an object gives twice is
     appended to it (the last one given is the one that would count)."""
     _check_text(text)
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as Windows editors save UTF-8
     if duplicates is not None and object_pairs_hook is None:
         object_pairs_hook = _noting_duplicates(duplicates)
     try:
@@ -42,6 +43,21 @@ def parse_json(text: str, object_pairs_hook: Callable[[list[tuple[str, Any]]], A
         raise ParseLimitError(f"nested more than {MAX_DEPTH} levels deep") from None
     check_tree(data)
     return data
+
+
+def json_hint(exc: Exception) -> str:
+    """What JSON's own words leave out, where it stopped at something a person writes in a config: a comma before a
+    closing brace or bracket (some CVS threshold files have one), or a comment."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return ""
+    before = exc.doc[:exc.pos].rstrip()
+    if before.endswith(",") and exc.doc[exc.pos:exc.pos + 1] in "}]":
+        line = exc.doc.count("\n", 0, len(before) - 1) + 1
+        return f": the comma ending line {line} comes before a closing bracket, which JSON does not allow"
+    if exc.doc.startswith(("//", "/*", "#"), exc.pos):
+        return (f": a comment at line {exc.lineno}, which JSON does not allow; write it as a \"_comment\" key "
+                "(keys starting with _ are skipped)")
+    return ""
 
 
 def _noting_duplicates(duplicates: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
@@ -134,4 +150,5 @@ def _children(node: dict[Any, Any] | list[Any], path: str) -> list[tuple[Any, st
     return [(value, f"{path}[{index}]") for index, value in enumerate(node)]
 
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "ParseLimitError", "check_tree", "parse_json", "parse_yaml"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "ParseLimitError", "check_tree", "json_hint", "parse_json",
+           "parse_yaml"]

@@ -51,6 +51,22 @@ def test_each_unreadable_file_is_one_problem_at_config(tmp_path: Path) -> None:
         assert words in check.problems[0].message and "\n" not in check.problems[0].message, name
 
 
+def test_an_empty_file_or_a_bare_value_is_said_in_json_words_not_pythons(tmp_path: Path) -> None:
+    for name, text, words in (("empty.json", "", "is empty"), ("blank.yaml", "  \n", "is empty"),
+                              ("null.json", "null", "holds null (nothing), not a mapping"),
+                              ("number.yaml", "3", "holds a number, not a mapping")):
+        (tmp_path / name).write_text(text)
+        raw, check = _read(tmp_path / name)
+        assert raw is None and [p.path for p in check.problems] == ["config"], name
+        assert words in check.problems[0].message and "NoneType" not in check.problems[0].message, name
+
+
+def test_a_comment_in_a_json_config_says_to_write_a_comment_key(tmp_path: Path) -> None:
+    (tmp_path / "c.json").write_text('{\n  "gpu_name": "CPU", // laptop\n  "smoke": {}\n}')
+    _raw, check = _read(tmp_path / "c.json")
+    assert 'a comment at line 2, which JSON does not allow; write it as a "_comment" key' in check.problems[0].message
+
+
 def test_a_json_key_given_twice_is_a_problem_naming_it(tmp_path: Path) -> None:
     (tmp_path / "dup.json").write_text('{"gpu_name": "MI300X", "smoke": {}, "gpu_name": "MI325X"}')
     raw, check = _read(tmp_path / "dup.json")

@@ -20,7 +20,6 @@ from megapilot.suite.config_sweep import (
     _read_thresholds,
     _sweep_cells,
     _threshold_table,
-    _trailing_comma,
 )
 from megapilot.suite.gates import evaluate
 from megapilot.suite.templates import template_path
@@ -92,16 +91,6 @@ def test_a_spec_that_cannot_be_read_is_one_problem_at_its_first_cell_enforced_or
         assert check.problems[0].message == ("value: Input should be a valid number, unable to parse string as a "
                                              "number (got 'fast') (and in 2 other cell(s))")
         assert check.problems[1].message.endswith("two names of one metric) (and in 2 other cell(s))")
-
-
-def test_a_trailing_comma_is_pointed_at_by_its_line() -> None:
-    with pytest.raises(json.JSONDecodeError) as trailing:
-        json.loads('{\n "a": 1,\n "b": 2,\n}')
-    assert _trailing_comma(trailing.value) == (": the comma ending line 3 comes before a closing bracket, "
-                                               "which JSON does not allow")
-    with pytest.raises(json.JSONDecodeError) as other:
-        json.loads('{"a": }')
-    assert _trailing_comma(other.value) == "" and _trailing_comma(ValueError("x")) == ""
 
 
 def test_the_named_threshold_file_is_read_relative_to_the_config(base: SuiteConfig, tmp_path: Path) -> None:

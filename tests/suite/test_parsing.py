@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from megapilot.suite.parsing import MAX_BYTES, MAX_DEPTH, MAX_NODES, ParseLimitError, check_tree, parse_json, parse_yaml
+from megapilot.suite.parsing import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_NODES,
+    ParseLimitError,
+    check_tree,
+    json_hint,
+    parse_json,
+    parse_yaml,
+)
 
 
 def _nested(levels: int) -> str:
@@ -84,3 +94,25 @@ def test_a_yaml_merge_key_overridden_beside_it_is_no_duplicate():
     text = "base: &b {lr: 0.1, wd: 0.01}\none:\n  <<: *b\n  lr: 0.2\n"
     assert parse_yaml(text, duplicates=duplicates)["one"] == {"lr": 0.2, "wd": 0.01}
     assert duplicates == []
+
+
+def test_a_trailing_comma_is_pointed_at_by_its_line() -> None:
+    with pytest.raises(json.JSONDecodeError) as trailing:
+        json.loads('{\n "a": 1,\n "b": 2,\n}')
+    assert json_hint(trailing.value) == (": the comma ending line 3 comes before a closing bracket, "
+                                         "which JSON does not allow")
+    with pytest.raises(json.JSONDecodeError) as other:
+        json.loads('{"a": }')
+    assert json_hint(other.value) == "" and json_hint(ValueError("x")) == ""
+
+
+@pytest.mark.parametrize("text", ['// the 8B suite\n{"a": 1}', '{"a": 1, /* why */ "b": 2}', '{"a": 1 # why\n}'])
+def test_a_comment_in_json_is_named_with_the_comment_key_to_use_instead(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as caught:
+        parse_json(text)
+    assert json_hint(caught.value).startswith(": a comment at line ")
+    assert '"_comment" key' in json_hint(caught.value)
+
+
+def test_a_byte_order_mark_is_read_past_as_windows_editors_write_it() -> None:
+    assert parse_json('\ufeff{"a": 1}') == {"a": 1}
