@@ -334,7 +334,11 @@ def threshold(**fields: Any) -> ThresholdSpec:
 
 def _problem(error: Any, data: Any) -> str:
     kind = data.get("kind") if isinstance(data, dict) else None
-    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+    if not isinstance(data, dict):
+        return f"a spec is an object with a kind, not {data!r}"
+    if error["type"] == "union_tag_not_found":
+        return f"the spec has no 'kind' (use one of {', '.join(THRESHOLD_KINDS)})"
+    if error["type"] == "union_tag_invalid":
         return f"kind {kind!r} is not a threshold kind (use one of {', '.join(THRESHOLD_KINDS)})"
     field = ".".join(str(part) for part in error["loc"][1:])
     if error["type"] == "missing":

@@ -45,6 +45,17 @@ def test_a_spec_missing_what_its_kind_needs_is_refused(spec, problem):
         parse_threshold(spec)
 
 
+@pytest.mark.parametrize(("spec", "problem"), [
+    ({"value": 1}, "the spec has no 'kind' (use one of min, "),  # was: kind None is not a threshold kind
+    (12, "a spec is an object with a kind, not 12"),  # was: ': Input should be a valid dictionary ...'
+    ([1, 2], "a spec is an object with a kind, not [1, 2]"),
+])
+def test_a_spec_without_a_kind_or_not_an_object_says_so(spec, problem):
+    with pytest.raises(ValueError) as caught:
+        parse_threshold(spec)
+    assert str(caught.value).startswith(problem)
+
+
 def test_cvs_extra_keys_are_kept_and_optional_defaults_off():
     spec = parse_threshold({"kind": "max", "value": 1, "_comment": "from CVS"})
     assert spec.optional is False and spec.model_extra == {"_comment": "from CVS"}
