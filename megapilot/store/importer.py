@@ -71,8 +71,13 @@ def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Map
     kept: list[MeasuredRow] = []
     refused: list[Refused] = []
     first_of: dict[str, str] = {}  # each kept id and the record that gave it
+    read: set[Path] = set()
     now = datetime.now(timezone.utc).isoformat(timespec="microseconds")
     for path in paths:
+        if path.resolve() in read:  # `import runs.jsonl runs.jsonl`: its records once, not each refused as a copy
+            refused.append(Refused(str(path), "FILE", "given twice: read once"))
+            continue
+        read.add(path.resolve())
         try:
             records = read_records(path)
         except MegapilotError as exc:

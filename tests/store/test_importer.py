@@ -390,3 +390,15 @@ def test_a_deck_cell_with_a_bad_count_or_actuals_is_refused_alone(cli, history, 
         ("megatron_run_deck.json cell c", "nodes"), ("megatron_run_deck.json cell d", "actuals"),
         ("megatron_run_deck.json cell 4", "record")]
     assert answer.json()["refused"][0]["problem"].startswith("'two' is not a whole number of nodes")
+
+
+def test_a_file_named_twice_is_read_once(cli, history, tmp_path):
+    """`import runs.jsonl runs.jsonl` refused each of its records the second time, as a copy with the fix "give each
+    record its own id"; the file is read once and the second naming said so."""
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({"id": "r1", "model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "gbs": 64,
+                                "seq_len": 4096, "cluster": "c1", "measured": {"step_time_s": 3.0}}) + "\n")
+    answer = cli("history", "import", str(path), str(tmp_path / "." / "runs.jsonl"), "--json")
+    assert answer.exit_code == 0, answer.stderr
+    assert [row["id"] for row in answer.json()["imported"]] == ["r1"]
+    assert [(r["field"], r["problem"]) for r in answer.json()["refused"]] == [("FILE", "given twice: read once")]
