@@ -341,24 +341,32 @@ def init(
     folder = output.parent
     if output.is_dir():
         raise MegapilotError(f"{output} is a directory", field="--output", fix="pass a file name, e.g. suite.json")
-    if gates == "predicted":
-        _init_predicted(source, output, force=force)
-        return
-    targets = [(source, output)] + [(p, folder / p.name) for p in threshold_paths(name)]
     needs_nodes = executor is not None and _executor_needs_nodes(executor)
+    node_options = [flag for flag, value in (("--nodes", nodes), ("--ssh-user", ssh_user), ("--ssh-port", ssh_port),
+                                             ("--ssh-key", ssh_key), ("--ssh-option", ssh_option)) if value]
+    if node_options and not needs_nodes:
+        raise MegapilotError(f"{', '.join(node_options)} describe the nodes of an executor that runs on listed nodes, "
+                             f"and {'no --executor' if executor is None else f'--executor {executor}'} is given",
+                             field=node_options[0], fix="add --executor ssh, or leave them out")
     cluster = folder / "cluster.json"
-    existing = [str(target) for _, target in targets if target.exists()] + (
-        [str(cluster)] if needs_nodes and cluster.exists() else [])
-    if existing and not force:
-        raise MegapilotError(f"would overwrite {', '.join(existing)}", field="--output",
-                             fix="choose another -o path, or pass --force")
-    folder.mkdir(parents=True, exist_ok=True)
-    for src, target in targets:
-        shutil.copyfile(src, target)
-    written = f"wrote {output} and {len(targets) - 1} threshold file(s) in {folder}"
-    check_command = f"megapilot suite check {output}"
+    if gates == "predicted":
+        _init_predicted(source, output, force=force, cluster=cluster if needs_nodes else None)
+        written, check_command = f"wrote {output} and {output.stem}_predicted_threshold.json (predicted gates) in " \
+                                 f"{output.parent}", f"megapilot suite check {output}"
+    else:
+        targets = [(source, output)] + [(p, folder / p.name) for p in threshold_paths(name)]
+        existing = [str(target) for _, target in targets if target.exists()] + (
+            [str(cluster)] if needs_nodes and cluster.exists() else [])
+        if existing and not force:
+            raise MegapilotError(f"would overwrite {', '.join(existing)}", field="--output",
+                                 fix="choose another -o path, or pass --force")
+        folder.mkdir(parents=True, exist_ok=True)
+        for src, target in targets:
+            shutil.copyfile(src, target)
+        written = f"wrote {output} and {len(targets) - 1} threshold file(s) in {folder}"
+        check_command = f"megapilot suite check {output}"
     if executor is not None:
-        config = for_executor(json.loads(source.read_text(encoding="utf-8")), executor)
+        config = for_executor(json.loads(output.read_text(encoding="utf-8")), executor)  # as written, gates and all
         output.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         written += f", set to run with the {executor} executor"
     if needs_nodes:
@@ -383,13 +391,14 @@ PREDICTED_GATES = {
 }
 
 
-def _init_predicted(source: Path, output: Path, *, force: bool) -> None:
-    """The template's config with one threshold file of `predicted` gates for each of its sweep cells."""
+def _init_predicted(source: Path, output: Path, *, force: bool, cluster: Path | None) -> None:
+    """The template's config with one threshold file of `predicted` gates for each of its sweep cells (the executor's
+    settings and cluster file are written after, by init, as for the template's gates)."""
     import json
 
     config = json.loads(source.read_text(encoding="utf-8"))
     thresholds = output.with_name(f"{output.stem}_predicted_threshold.json")
-    existing = [str(path) for path in (output, thresholds) if path.exists()]
+    existing = [str(path) for path in (output, thresholds, cluster) if path is not None and path.exists()]
     if existing and not force:
         raise MegapilotError(f"would overwrite {', '.join(existing)}", field="--output",
                              fix="choose another -o path, or pass --force")
@@ -404,8 +413,6 @@ def _init_predicted(source: Path, output: Path, *, force: bool) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     thresholds.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
-    console.print(f"wrote {output} and {thresholds.name} (predicted gates) in {output.parent}; "
-                  f"next: megapilot suite check {output}", highlight=False, soft_wrap=True)
 
 
 def register(suite_app: typer.Typer) -> None:

@@ -44,3 +44,24 @@ def test_init_for_ssh_writes_the_cluster_file_the_check_reads(cli, tmp_path: Pat
 def test_init_with_an_unknown_executor_is_a_user_error(cli, tmp_path: Path) -> None:
     done = cli("suite", "init", "tiny-local", "-o", str(tmp_path / "suite.json"), "--executor", "k8s")
     assert done.exit_code == 2 and "k8s" in done.stderr
+
+
+def test_predicted_gates_keep_the_executor_and_its_cluster_file(cli, tmp_path: Path) -> None:
+    # --gates predicted wrote the template's config as it ships: --executor and the node options were dropped silently
+    config = tmp_path / "p" / "suite.json"
+    done = cli("suite", "init", "tiny-local", "-o", str(config), "--gates", "predicted", "--executor", "ssh",
+               "--nodes", "gpu-01,gpu-02")
+    assert done.exit_code == 0, done.stderr
+    written = json.loads(config.read_text())
+    assert written["megapilot"]["executor"] == "ssh" and written["threshold_json"] == "suite_predicted_threshold.json"
+    check = check_suite(config, tmp_path / "p" / "cluster.json")
+    assert check.ok, check.problems
+    assert check.suite is not None and check.suite.nodes == 2
+
+
+def test_node_options_without_an_executor_that_takes_nodes_are_a_user_error(cli, tmp_path: Path) -> None:
+    for extra in (["--nodes", "a,b"], ["--executor", "slurm", "--ssh-user", "ops"]):
+        done = cli("suite", "init", "tiny-local", "-o", str(tmp_path / "suite.json"), *extra)
+        assert done.exit_code == 2, extra
+        assert "add --executor ssh, or leave them out" in done.stderr and "Traceback" not in done.stderr
+        assert not (tmp_path / "suite.json").exists()
