@@ -87,6 +87,12 @@ def run(
         from megapilot.errors import MegapilotError
 
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
+    calibrate = _calibration_mode(calibration)  # a dry run refuses what the run would, before it shows the launches
+    if dry_run and resume is not None:
+        from megapilot.errors import MegapilotError
+
+        raise MegapilotError("a dry run shows every stage and combo of the suite; it does not read the run to resume",
+                             field="--resume", fix="drop --dry-run to resume the run, or --resume to see the launches")
     _check_out(out)
     if json_output:
         # stdout stays one JSON document: a config `suite check` refuses is printed as its `--json` document, run or
@@ -114,7 +120,6 @@ def run(
     from megapilot.execute.interrupt import Interrupted, stop_on_signals
 
     enforce = suite.config.regressions.enforce if enforce_regressions is None else enforce_regressions
-    calibrate = _calibration_mode(calibration)
     resume_command = _resume_command(config, cluster, out, stage, combo, megatron_version, excluded_from)
     try:
         with stop_on_signals():

@@ -85,6 +85,21 @@ def test_an_unknown_stage_or_combo_is_a_user_error(cli, tmp_path: Path) -> None:
     assert bad_combo.exit_code == 2 and "--combo" in bad_combo.stderr and "MBS=4,GBS=128" in bad_combo.stderr
 
 
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_dry_run_refuses_an_unknown_calibration_as_the_run_would(cli, tmp_path: Path, json_flag: list[str]) -> None:
+    # the dry run passed with --calibration histroy, and the run it vouched for was then refused
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    done = cli("suite", "run", str(config), "--calibration", "histroy", "--dry-run", *json_flag,
+               "--out", str(tmp_path / "out"))
+    assert done.exit_code == 2 and "--calibration" in done.stderr and "history or none" in done.stderr
+
+
+def test_a_dry_run_of_a_resume_is_refused_not_shown_as_the_whole_suite(cli, tmp_path: Path) -> None:
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    done = cli("suite", "run", str(config), "--resume", "latest", "--dry-run", "--out", str(tmp_path / "out"))
+    assert done.exit_code == 2 and done.stderr.startswith("error: --resume:") and "drop --dry-run" in done.stderr
+
+
 def test_an_out_that_cannot_hold_run_directories_is_refused_naming_out(cli, tmp_path: Path) -> None:
     config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
     (tmp_path / "afile").write_text("")
