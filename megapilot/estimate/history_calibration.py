@@ -512,7 +512,7 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
         "uncalibrated_held_out_median_pct": _pct_or_none(calibrated.held_out.uncalibrated_median),
     }
     if not calibrated.applied:
-        return result, about
+        return _widened_to_the_clusters_miss(result, calibrated, cluster), about
     breakdown = scaled_breakdown(result.time_breakdown_s, calibrated.corrections, multi_node=multi_node,
                                  microbatches=key.microbatches)
     breakdown["overhead"] = breakdown.pop("fixed")  # the per-step time the runs show beyond every modelled term
@@ -533,15 +533,35 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
     return updated, about
 
 
+def _widened_to_the_clusters_miss(result: Any, calibrated: Calibrated, cluster: str) -> Any:
+    """An estimate the cluster's runs did not calibrate (a fit on them predicted them worse than the model: runs too
+    noisy to learn from) keeps its figures, but not an interval narrower than the model's own miss on those runs
+    (the band: the p90 of the uncalibrated `miss`): a host whose runs the model misses by 60 % must not be told the
+    published runs' +/-20 %."""
+    if calibrated.band is None or not calibrated.runs_used:
+        return result
+    tokens = result.tokens_per_s_per_gpu
+    low, high = calibrated_interval(tokens, calibrated.band)
+    assert low is not None and high is not None
+    p10, p90 = result.tokens_per_s_per_gpu_p10, result.tokens_per_s_per_gpu_p90
+    if p10 is not None and p90 is not None and p10 <= low and p90 >= high:
+        return result
+    basis = (f"the model's miss on cluster {cluster}'s {len(calibrated.runs_used)} run(s), p90 "
+             f"{100 * calibrated.band:.1f} % (they calibrate nothing: {calibrated.reason})")
+    return result.model_copy(update={
+        "tokens_per_s_per_gpu_p10": low if p10 is None else min(p10, low),
+        "tokens_per_s_per_gpu_p90": high if p90 is None else max(p90, high),
+        "interval_basis": basis if result.interval_basis is None else f"{result.interval_basis}, widened to {basis}"})
+
+
 def calibrated_interval(tokens_per_s: float, band: float | None) -> tuple[float | None, float | None]:
-    """The 80 % interval of a calibrated tokens/s: the measured step falls within the band (the p90 of the
-    held-out |measured / calibrated step - 1|) of the calibrated one, so tokens/s falls within 1 / (1 + band) and
-    1 / (1 - band) of it at least 80 % of the time. The published runs' interval of the uncalibrated estimate says
-    nothing of a figure the cluster's runs have moved (it could leave the calibrated point outside its own ends)."""
+    """The 80 % interval of a calibrated tokens/s: the measured step misses the calibrated one by at most the band
+    (the p90 of the held-out `miss`, the same either way) at least 80 % of the time, so tokens/s lies within a
+    factor 1 + band of it. The published runs' interval of the uncalibrated estimate says nothing of a figure the
+    cluster's runs have moved (it could leave the calibrated point outside its own ends)."""
     if band is None:
         return None, None
-    low = round(tokens_per_s / (1 + band), 1)
-    return low, (round(tokens_per_s / (1 - band), 1) if band < 1 else None)  # off by 100 %: no upper end
+    return round(tokens_per_s / (1 + band), 1), round(tokens_per_s * (1 + band), 1)
 
 
 def _pct_or_none(value: float) -> float | None:

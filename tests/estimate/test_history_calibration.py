@@ -225,3 +225,25 @@ def test_a_calibration_worse_by_a_hair_says_by_how_much_not_0_0_against_0_0() ->
     result = calibrate(_key(), c, runs)
     assert not result.applied and "worse than the uncalibrated model" in result.reason
     assert "0.0 % vs 0.0 %" not in result.reason
+
+
+def test_runs_too_noisy_to_calibrate_still_widen_the_interval_to_the_models_miss_on_them() -> None:
+    """Two runs 2x apart around the model: a fit on one predicts the other worse than the model, so nothing is
+    calibrated; but the model misses them by up to 60 %, and the published runs' interval must not say +/-20 %."""
+    from megapilot.estimate import build_case, estimate
+    from megapilot.estimate.history_calibration import calibrate_estimate
+
+    case = build_case(model="llama3-8b", gpu="h100", gpus=8, seq_len=8192, gbs=128, mbs=1)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.tokens_per_s_per_gpu_p10 is not None and result.tokens_per_s_per_gpu_p90 is not None
+    components = StepComponents.from_breakdown(result.time_breakdown_s, result.step_time_s, multi_node=False)
+    key = _key(model=case.model.name, gpus=8, mbs=1, gbs=128, seq_len=8192, gpu=case.cluster.gpu.name)
+    runs = [MeasuredRun(name, key, components, ratio * components.total_s) for name, ratio in (("a", 0.8), ("b", 1.6))]
+    same, about = calibrate_estimate(case, result, runs, "noisy")
+    assert not about["applied"], about["reason"]
+    assert same.tokens_per_s_per_gpu == result.tokens_per_s_per_gpu  # the figures are the model's
+    # the model misses the runs by 25 % and 60 %; their p90 (0.565) is the band
+    assert same.tokens_per_s_per_gpu_p10 == pytest.approx(result.tokens_per_s_per_gpu / 1.565, rel=0.002)
+    assert same.tokens_per_s_per_gpu_p10 < result.tokens_per_s_per_gpu_p10
+    assert same.tokens_per_s_per_gpu_p90 >= result.tokens_per_s_per_gpu_p90
+    assert same.interval_basis is not None and "cluster noisy's 2 run(s)" in same.interval_basis
