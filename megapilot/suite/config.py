@@ -61,6 +61,7 @@ from megapilot.suite.config_schema import (
     ConvergenceConfig,
     LossCurveConfig,
     RegressionsConfig,
+    RuntimeArgs,
     ScalingBaseline,
     SmokeConfig,
     StragglerConfig,
@@ -250,6 +251,7 @@ def _check_current_schema(raw: dict[str, Any], config_path: Path, cluster: CvsCl
     config = _validate(raw, changeme, check)
     if config is None:
         return
+    _warn_unpassed_runtime_args(config, check)
     thresholds, threshold_path = _read_thresholds(config, config_path, changeme, check)
     cells = _build_cells(config, raw, check)
     _check_threshold_coverage(config, cells, thresholds, threshold_path, check)
@@ -275,6 +277,20 @@ def _drop_unknown_top_level(raw: dict[str, Any], check: SuiteCheck) -> dict[str,
         else:
             check.warnings.append(f"{key}: not a setting of the Megatron suite; ignored (as CVS does)")
     return {k: v for k, v in raw.items() if k in SuiteConfig.model_fields}
+
+
+def _warn_unpassed_runtime_args(config: SuiteConfig, check: SuiteCheck) -> None:
+    """A `container.runtime.args` key the container is started without (megapilot passes RuntimeArgs' own fields):
+    a warning naming it, so `gpus: all` or `shm_size` is not lost without a word."""
+    if config.container is None:
+        return
+    passed = list(RuntimeArgs.model_fields)
+    for key in config.container.runtime.args.model_extra or {}:
+        near = near_key(key, passed)
+        check.warnings.append(
+            f"container.runtime.args.{key}: not passed to `{config.container.runtime.name} run`; ignored — fix: "
+            + (f"rename it to {near}" if near else f"megapilot passes {', '.join(passed)}; remove it, or add the "
+                                                   "flag to the image or the cluster"))
 
 
 def _validate(raw: dict[str, Any], changeme: list[str], check: SuiteCheck) -> SuiteConfig | None:

@@ -60,7 +60,8 @@ class SuitePaths(_Forbid):
 
 
 class RuntimeArgs(BaseModel):
-    """`container.runtime.args`: the docker/podman flags CVS knows; other keys are kept for the runtime."""
+    """`container.runtime.args`: the docker/podman flags CVS knows, each passed to `run`; another key is accepted (CVS
+    files may carry one) but passed to nothing, and `suite check` warns of it."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 

@@ -309,3 +309,17 @@ def test_megapilot_model_naming_another_model_than_model_name_is_a_warning(tmp_p
                             "trains llama3.3-70b") for w in check.warnings)
     raw["megapilot"] = {"model": "llama3.1-8b"}  # the same model: nothing to say
     assert not any("model_name" in w for w in check_suite(write_suite(tmp_path, raw, SINGLE_8B)).warnings)
+
+
+def test_a_runtime_arg_the_container_is_not_started_with_is_a_warning_naming_it(tmp_path: Path) -> None:
+    # `gpus: all` and `shm_size` were accepted and passed to nothing: an NVIDIA container started without its GPUs
+    raw = filled_in(raw_cvs(SINGLE_8B))
+    raw["container"]["runtime"]["args"].update(gpus="all", ulimits=["memlock=-1"], cap_add=["SYS_PTRACE"])
+    check = check_suite(write_suite(tmp_path, raw, SINGLE_8B))
+    assert check.ok, check.problems
+    said = [w for w in check.warnings if w.startswith("container.runtime.args.")]
+    assert said == [
+        "container.runtime.args.gpus: not passed to `docker run`; ignored — fix: megapilot passes network, ipc, "
+        "privileged, volumes, devices, cap_add, security_opt, group_add, ulimit; remove it, or add the flag to the "
+        "image or the cluster",
+        "container.runtime.args.ulimits: not passed to `docker run`; ignored — fix: rename it to ulimit"]
