@@ -73,7 +73,8 @@ def _threshold_file(config: SuiteConfig, config_path: Path, check: SuiteCheck) -
         path = Path(config.threshold_json).expanduser()
         path = path if path.is_absolute() else folder / path
         if not path.is_file():
-            check.add("threshold_json", f"{path} does not exist",
+            what = "is a folder, not a file" if path.is_dir() else "does not exist"
+            check.add("threshold_json", f"{path} {what}",
                       "point threshold_json at the threshold file (relative to the config's folder)")
             return None
         return path

@@ -123,6 +123,14 @@ def test_two_threshold_cells_that_are_one_run_cell_are_a_problem() -> None:
     assert "are the same cell" in check.problems[0].message
 
 
+def test_a_threshold_json_naming_a_folder_says_so_not_that_it_does_not_exist(base: SuiteConfig,
+                                                                            tmp_path: Path) -> None:
+    (tmp_path / "cells").mkdir()
+    check = SuiteCheck()
+    assert _read_thresholds(_with(base, threshold_json="cells"), tmp_path / "s.json", [], check) == ({}, None)
+    assert _paths(check) == ["threshold_json"] and check.problems[0].message.endswith("cells is a folder, not a file")
+
+
 def test_an_unfilled_threshold_json_is_not_read(base: SuiteConfig, tmp_path: Path) -> None:
     (tmp_path / "x_threshold.json").write_text("not json")
     check = SuiteCheck()
