@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from megapilot.logs.lines import block_end
+
 # A "line" longer than this is handed on before its newline: a progress bar that redraws one line with carriage
-# returns is cut after its last complete update (each update is a record: a cut inside one would hand on two
-# fragments, "elapsed time per iteration (ms): 1" of a 123 ms step); bytes with neither (binary junk) at the limit.
+# returns is cut after its last complete update (`block_end`, the log readers' rule: each update is a record, and a
+# cut inside one would hand on two fragments, "elapsed time per iteration (ms): 1" of a 123 ms step); bytes with
+# neither (binary junk) are handed on whole.
 _MAX_LINE_BYTES = 64 * 1024
 
 
@@ -32,12 +35,14 @@ class LogTail:
             return []
         self._offset += len(chunk)
         data = self._partial + chunk
-        *complete, self._partial = data.split(b"\n")
-        if len(self._partial) > _MAX_LINE_BYTES:
-            cut = self._partial.rfind(b"\r")
-            cut = len(self._partial) if cut <= 0 else cut
-            complete.append(self._partial[:cut])
-            self._partial = self._partial[cut:]
+        end, continues = block_end(data, len(data), _MAX_LINE_BYTES)
+        complete = data[:end].split(b"\n")
+        if not continues:
+            complete.pop()  # after the block's last newline: nothing (the unfinished line waits)
+        self._partial = data[end:]
+        if len(self._partial) > _MAX_LINE_BYTES:  # no `\r` to end a segment at (binary junk): handed on whole
+            complete.append(self._partial)
+            self._partial = b""
         return [line.decode("utf-8", errors="replace").rstrip("\r") for line in complete]
 
     def read_rest(self) -> list[str]:

@@ -125,14 +125,14 @@ def _split_text(text: str, first_line_no: int) -> Iterator[tuple[int, str]]:
     return split_carriage_returns(enumerate(text.split("\n"), start=first_line_no))
 
 
-def block_end(buffer: bytes | bytearray, filled: int) -> tuple[int, bool]:
+def block_end(buffer: bytes | bytearray, filled: int, limit: int = MAX_LINE_BYTES) -> tuple[int, bool]:
     """Where the block of buffer[:filled] ends (0: none yet) and whether its last line goes on past it. The block
-    is the complete lines; when the unfinished line after them is longer than `MAX_LINE_BYTES` and holds a `\r`
-    after its first byte, the block takes that line up to its last `\r` too (that `\r` stands for the newline
-    the block ends with; the line goes on past it). The one rule of both splitters (`BlockSplitter` and the bulk
-    reader's reused buffer), so both engines read the same segments."""
+    is the complete lines; when the unfinished line after them is longer than `limit` and holds a `\r` after its
+    first byte, the block takes that line up to its last `\r` too (that `\r` stands for the newline the block ends
+    with; the line goes on past it). The one rule of both splitters (`BlockSplitter` and the bulk reader's reused
+    buffer), so both engines read the same segments, and of the executors' `LogTail`."""
     end = buffer.rfind(b"\n", 0, filled) + 1
-    if filled - end > MAX_LINE_BYTES:
+    if filled - end > limit:
         segments_end = buffer.rfind(b"\r", end, filled)
         if segments_end > end:
             return segments_end + 1, True
