@@ -325,11 +325,10 @@ def miss(predicted_s: float, measured_s: float) -> float:
 
 def implausible(predicted_s: float, measured_s: float) -> str | None:
     """Why a measured step cannot calibrate the model (`MAX_MISS_RATIO`), or None when it can."""
-    ratio = measured_s / predicted_s
-    if 1 / MAX_MISS_RATIO <= ratio <= MAX_MISS_RATIO:
+    if miss(predicted_s, measured_s) <= MAX_MISS_RATIO - 1:
         return None
-    return (f"is {ratio:.3g} times the {predicted_s:.4g} s predicted for its layout: more than {MAX_MISS_RATIO:g}x off "
-            "is a unit slip or another machine, not a run to calibrate on")
+    return (f"is {measured_s / predicted_s:.3g} times the {predicted_s:.4g} s predicted for its layout: more than "
+            f"{MAX_MISS_RATIO:g}x off is a unit slip or another machine, not a run to calibrate on")
 
 
 def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, scale_microbatches: float,
@@ -429,7 +428,7 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
 def _pct_text(value: float) -> str:
     """A relative error as a percentage, with the digits that tell two small ones apart (0.0014 %, not 0.0 %)."""
     pct = 100 * value
-    return f"{pct:.1f} %" if pct == 0 or abs(pct) >= 0.1 or pct != pct else f"{pct:.2g} %"
+    return f"{pct:.1f} %" if pct == 0 or abs(pct) >= 0.1 or math.isnan(pct) else f"{pct:.2g} %"
 
 
 def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[str] = CORRECTIONS
@@ -547,7 +546,7 @@ def _widened_to_the_clusters_miss(result: Any, calibrated: Calibrated, cluster: 
     if p10 is not None and p90 is not None and p10 <= low and p90 >= high:
         return result
     basis = (f"the model's miss on cluster {cluster}'s {len(calibrated.runs_used)} run(s), p90 "
-             f"{100 * calibrated.band:.1f} % (they calibrate nothing: {calibrated.reason})")
+             f"{_pct_text(calibrated.band)} (they calibrate nothing: {calibrated.reason})")
     return result.model_copy(update={
         "tokens_per_s_per_gpu_p10": low if p10 is None else min(p10, low),
         "tokens_per_s_per_gpu_p90": high if p90 is None else max(p90, high),
