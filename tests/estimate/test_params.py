@@ -367,7 +367,7 @@ def test_counts_equal_parameters_of_megatron_core_models_built_on_cpu():
 # `tensor.cuda()` + all-reduce; on this CPU-only machine `Tensor.cuda` is replaced by a no-op (a named
 # fake for the absent GPU).
 _MEGATRON_STAGE_COUNTER = r'''
-import json, warnings
+import json, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
 import torch.distributed as dist
@@ -402,7 +402,9 @@ for name, (norm, bias, positions, tied, mtp_layers) in MODELS.items():
             vp_stage=vp, pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
             post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp))
         held[name] += sum(p.numel() for p in chunk.parameters())
-print("STAGE", dist.get_rank(), json.dumps(held), flush=True)
+# one write of the whole line: unbuffered, print() writes each argument apart, and the ranks share one pipe
+sys.stdout.write(f"STAGE {dist.get_rank()} {json.dumps(held)}\n")
+sys.stdout.flush()
 dist.destroy_process_group()
 '''
 
