@@ -12,7 +12,10 @@ timestamps for the same iteration tell them apart.
 
 One file may hold several runs one after the other (a job script that trains twice, a log a resubmitted job appends
 to): a start-up (an `arguments` block, `training ...`) after iterations, followed by an iteration count that starts
-over, begins a new run there. A start-up whose count continues (a resume from a checkpoint) stays the same run.
+over, begins a new run there. A start-up whose count continues (a resume from a checkpoint) stays the same run. A
+rank's file that prints no start-up (only rank 0 does) begins a new run where its count starts over all the same,
+unless the lines that go back are another rank's copies of the iterations (logged at the same time, or by another
+rank).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class FileRun:
     first_line: int = 1  # the lines of the file this run spans (last None: to the file's end)
     last_line: int | None = None
     started_over: StartOver | None = None  # how this run began after another in the same file
+    rank: int | None = None  # the rank its first iteration line names, if any
 
     @property
     def says_anything(self) -> bool:
@@ -129,6 +133,11 @@ class FileRun:
     def _difference(self, other: FileRun, name: str, text: str) -> Difference:
         return Difference(name, text, tuple(run.evidence[name] for run in (self, other) if name in run.evidence))
 
+    def apart_s(self, other: FileRun | None = None) -> float:
+        """How far apart two runs log the same iteration at least (rank copies of one run log it closer)."""
+        step = max(self.step_s or 0.0, other.step_s or 0.0 if other is not None else 0.0)
+        return max(APART_FLOOR_S, APART_STEPS * step)
+
     def _apart_in_time(self, other: FileRun) -> Difference | None:
         """The iterations both logged, logged far apart (more than a minute and ten steps at the closest): the same
         iterations run twice, by two runs, where rank copies of one run log each at the same time."""
@@ -138,7 +147,7 @@ class FileRun:
         iteration = min(shared, key=lambda at: abs(self.times[at][0] - other.times[at][0]))
         gap = abs(self.times[iteration][0] - other.times[iteration][0])
         step = max(self.step_s or 0.0, other.step_s or 0.0)
-        if gap <= max(APART_FLOOR_S, APART_STEPS * step):
+        if gap <= self.apart_s(other):
             return None
         pace = f" (a step takes {step:.0f} s)" if step else ""
         return Difference("logged_at", f"iteration {iteration} logged {_duration(gap)} apart{pace}",
@@ -147,12 +156,21 @@ class FileRun:
 
 @dataclass(frozen=True)
 class StartOver:
-    """Where a run began in a file after another run: its first start-up line, the iteration the run before it had
-    reached, and its own first iteration (the count started over)."""
+    """Where a run began in a file after another run: its first start-up line (None: the file prints none, a rank's
+    but rank 0's), the iteration the run before it had reached, and its own first iteration (the count started
+    over)."""
 
-    startup: Evidence
+    startup: Evidence | None
     after_iteration: int
     first_iteration: Evidence
+
+
+def _copied(run: FileRun, first: IterationRecord) -> bool:
+    """Whether `first`, an iteration `run` logged already, is another rank's copy of it rather than a new run's:
+    logged at the same time as the run's (a rank's copy is, a new run's comes later), or, untimed, by another rank."""
+    if first.time_s is not None and first.iteration in run.times:
+        return abs(first.time_s - run.times[first.iteration][0]) <= run.apart_s()
+    return None not in (first.rank, run.rank) and first.rank != run.rank
 
 
 def _duration(seconds: float) -> str:
@@ -271,13 +289,21 @@ class RunFingerprints:
                                                  Evidence(first.file, first.line, first.text))
             run = startup.run
             self._files[file].append(run)
+        elif startup is None and run.first_iteration is not None and run.last_iteration is not None \
+                and iteration <= run.first_iteration < run.last_iteration:
+            first = record()  # the count went back to the run's start with no start-up: a new run, or a copy
+            if not _copied(run, first):
+                run.last_line = first.line - 1
+                run = FileRun(file, first_line=first.line, started_over=StartOver(
+                    None, run.last_iteration, Evidence(first.file, first.line, first.text)))
+                self._files[file].append(run)
         if time_s is not None and len(run.times) < MAX_TIMED and iteration not in run.times:
             timed = record()
             run.times[iteration] = (time_s, Evidence(timed.file, timed.line, timed.text))
         if run.first_iteration is None:
             first = record()  # the first line of a run only: its total and its evidence
             run.first_iteration = run.last_iteration = iteration
-            run.train_iters = first.train_iters
+            run.train_iters, run.rank = first.train_iters, first.rank
             run.evidence["train_iters"] = Evidence(first.file, first.line, first.text)
             return
         run.last_iteration = max(run.last_iteration or iteration, iteration)
@@ -332,7 +358,7 @@ def mixed_runs_finding(groups: list[RunGroup], labels: dict[str, str]) -> Findin
     split = _split_files(groups)
     causes = [_started_over_cause(name(path), parts) for path, parts in split.items()]
     overs = [part.started_over for parts in split.values() for part in parts if part.started_over is not None]
-    evidence = [line for over in overs for line in (over.startup, over.first_iteration)]
+    evidence = [line for over in overs for line in (over.startup, over.first_iteration) if line is not None]
     told = differences_between(groups)
     if told:
         causes.append("; ".join(f"{earlier.name(labels)} and {later.name(labels)} differ in "
@@ -365,8 +391,8 @@ def _started_over_cause(name: str, parts: list[FileRun]) -> str:
     """`a.log holds 2 runs one after the other, starting at lines 1 and 41: at line 41 a new start-up, and its
     iteration count starts over at 10 after 30 (a resume would continue from its checkpoint)`."""
     starts = ", ".join(str(part.first_line) for part in parts[:-1]) + f" and {parts[-1].first_line}"
-    overs = "; ".join(f"at line {part.first_line} a new start-up, its iterations start over at "
-                      f"{part.first_iteration} after {part.started_over.after_iteration}"
+    overs = "; ".join(f"at line {part.first_line}{' a new start-up,' if part.started_over.startup else ''} its "
+                      f"iterations start over at {part.first_iteration} after {part.started_over.after_iteration}"
                       for part in parts if part.started_over is not None)
     return (f"{name} holds {len(parts)} runs one after the other, starting at lines {starts}: {overs} (a resume from "
             "a checkpoint would continue the count)")

@@ -3,6 +3,7 @@ resumes of one run stay one run."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -160,3 +161,44 @@ def test_two_runs_from_scratch_in_two_files_are_told_apart_by_when_they_logged(t
     (tmp_path / "untimed_a.log").write_text(untimed)
     (tmp_path / "untimed_b.log").write_text(untimed)
     assert "mixed_runs" not in _categories([tmp_path / "untimed_a.log", tmp_path / "untimed_b.log"])
+
+
+def _iterations(numbers: range, *, total: int = 50, hour: str = "00", rank: int = 7) -> str:
+    """Rank `rank`'s iteration lines for `numbers`, as the arguments log's: a step every 60 s from 00:00 of `hour`,
+    128 samples per iteration."""
+    template = ARGUMENTS_LOG.read_text().splitlines()[28]
+    lines = []
+    for number in numbers:
+        line = template.replace("[rank7]", f"[rank{rank}]").replace("00:10:00", f"{hour}:{number // 60:02d}:"
+                                                                                f"{number % 60:02d}")
+        line = line.replace("iteration       10/      50", f"iteration {number:8d}/{total:8d}")
+        lines.append(line.replace("consumed samples:         1280", f"consumed samples: {number * 128:12d}") + "\n")
+    return "".join(lines)
+
+
+def test_a_rank_log_without_start_up_lines_is_split_where_its_count_starts_over(tmp_path: Path):
+    """Rank 0's log holds two runs, split at the second start-up; the last rank's log has no start-up lines, only its
+    iterations, 10-30 and then 10-20 again 5 hours later. It was joined whole to the first run (with the second run's
+    iterations read as a replay); its count starting over is a new run as rank 0's is, so it is split the same way and
+    each part joins its run. A count that goes back inside the stretch (a replay from a checkpoint) and another
+    rank's copies of the same iterations, logged at the same times, stay one run."""
+    text = ARGUMENTS_LOG.read_text()
+    (tmp_path / "job.log").write_text(text + _shifted(text, "05"))
+    (tmp_path / "rank7.log").write_text(_iterations(range(10, 31, 10)) + _iterations(range(10, 21, 10), hour="05"))
+    diagnosis = diagnose([tmp_path / "job.log", tmp_path / "rank7.log"])
+    [first] = [f for f in diagnosis.findings if f.category == "mixed_runs"]
+    assert first.title.endswith("2 different runs, not one: job.log (lines 1-33), rank7.log (lines 1-3); "
+                                "job.log (from line 34), rank7.log (from line 4)"), first.title
+    assert "rank7.log holds 2 runs one after the other, starting at lines 1 and 4: at line 4 its iterations start " \
+           "over at 10 after 30" in first.cause, first.cause
+    assert ("rank7.log", 4) in [(Path(e.file).name, e.line) for e in first.evidence]
+    assert not any("restarted after iteration" in note.text for note in diagnosis.notes)
+    [alone] = [f for f in diagnose([tmp_path / "rank7.log"]).findings if f.category == "mixed_runs"]
+    assert alone.title.endswith("rank7.log (lines 1-3); rank7.log (from line 4)")
+
+    (tmp_path / "replayed.log").write_text(_iterations(range(10, 31, 10)) + _iterations(range(20, 41, 10), hour="05"))
+    (tmp_path / "copies.log").write_text(_iterations(range(10, 31, 10)) + _iterations(range(10, 31, 10), rank=15))
+    (tmp_path / "untimed_copies.log").write_text(re.sub(r"\[2026-[^]]*\] ", "", (tmp_path / "copies.log").read_text()))
+    for name in ("replayed.log", "copies.log", "untimed_copies.log"):
+        assert "mixed_runs" not in _categories([tmp_path / name]), name
+
