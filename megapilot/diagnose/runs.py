@@ -3,23 +3,29 @@ the files grouped by run.
 
 Each file is read for what one run's logs never disagree on: the model's shape in its `arguments` block (a resume
 loads the same model), and, unless the files' iterations continue one another, the world size that block prints,
-the `train_iters` total its iteration lines print, and when each iteration was logged. Files continue one another
-when the later one's first iteration falls inside the earlier one's stretch or right after it (a resume from a
-checkpoint of that stretch may change the GPU count or extend the schedule). Rank logs of one run print the same
+the `train_iters` total its iteration lines print, the log interval its iterations step by, and when each iteration
+was logged. Files continue one another when the later one's first iteration falls inside the earlier one's stretch or
+right after it (a resume from a checkpoint of that stretch may change the GPU count, the log interval or extend the
+schedule), unless the later one starts afresh: its first line is the first its own log interval logs from iteration
+0 (10 of a run logging every 10) while the earlier run had logged past it (a resume continues from its checkpoint,
+its iteration count and consumed samples with it; one from a checkpoint inside its first log interval, where the
+earlier run went on past it, is no careful reading). Consumed samples do not tell the two apart: with the same
+batch size a fresh run and a resume print the same count at each iteration. Rank logs of one run print the same
 values, or none (a rank that prints no arguments nor iterations says nothing against any run), and log each iteration
 at the same time: they stay one run. Two runs of the same model from scratch print the same values too; their
 timestamps for the same iteration tell them apart.
 
 One file may hold several runs one after the other (a job script that trains twice, a log a resubmitted job appends
 to): a start-up (an `arguments` block, `training ...`) after iterations, followed by an iteration count that starts
-over, begins a new run there. A start-up whose count continues (a resume from a checkpoint) stays the same run. A
-rank's file that prints no start-up (only rank 0 does) begins a new run where its count starts over all the same,
-unless the lines that go back are another rank's copies of the iterations (logged at the same time, or by another
-rank).
+over, begins a new run there, and so does one whose first two lines show it started afresh (as between files). A
+start-up whose count continues (a resume from a checkpoint) stays the same run. A rank's file that prints no
+start-up (only rank 0 does) begins a new run where its count starts over all the same, unless the lines that go back
+are another rank's copies of the iterations (logged at the same time, or by another rank).
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +80,7 @@ class FileRun:
     last_line: int | None = None
     started_over: StartOver | None = None  # how this run began after another in the same file
     rank: int | None = None  # the rank its first iteration line names, if any
+    interval: int | None = None  # the log interval: what its iteration numbers step by (their greatest common step)
 
     @property
     def says_anything(self) -> bool:
@@ -104,7 +111,13 @@ class FileRun:
                        self.world_size if self.world_size is not None else other.world_size,
                        self.train_iters if self.train_iters is not None else other.train_iters,
                        min(firsts, default=None), max(lasts, default=None), {**other.evidence, **self.evidence},
-                       times)
+                       times, interval=self.interval if self.interval is not None else other.interval)
+
+    @property
+    def starts_afresh(self) -> bool:
+        """Whether its first line is the first its log interval logs from iteration 0 (Megatron logs the iterations
+        that are multiples of it): a run from scratch's first line."""
+        return self.interval is not None and self.first_iteration == self.interval
 
     def continues(self, other: FileRun) -> bool:
         """Whether one of the two files' iterations picks up inside or right after the other's (a resume)."""
@@ -113,7 +126,10 @@ class FileRun:
         early, late = sorted((self, other), key=lambda run: run.first_iteration or 0)
         assert early.first_iteration is not None and early.last_iteration is not None
         assert late.first_iteration is not None
-        return early.first_iteration < late.first_iteration <= early.last_iteration + 1
+        if not early.first_iteration < late.first_iteration <= early.last_iteration + 1:
+            return False
+        # its count started from 0 where the earlier run had logged past it: a run of its own
+        return not (late.starts_afresh and late.first_iteration <= early.last_iteration)
 
     def differences(self, other: FileRun) -> list[Difference]:
         """What the two files disagree on that one run's logs cannot: empty when they may be one run."""
@@ -127,6 +143,8 @@ class FileRun:
         if self.train_iters is not None and other.train_iters is not None and self.train_iters != other.train_iters:
             said.append(self._difference(other, "train_iters",
                                          f"train_iters {self.train_iters} vs {other.train_iters}"))
+        if self.interval is not None and other.interval is not None and self.interval != other.interval:
+            said.append(self._difference(other, "log_interval", f"log interval {self.interval} vs {other.interval}"))
         apart = self._apart_in_time(other)
         return said + ([apart] if apart is not None else [])
 
@@ -165,6 +183,14 @@ class StartOver:
     first_iteration: Evidence
 
 
+def _merge(run: FileRun, resume: FileRun) -> None:
+    """`resume`'s iterations, read apart until they told it is no run of its own, into the run it resumes."""
+    run.last_iteration = max(filter(None, (run.last_iteration, resume.last_iteration)), default=None)
+    for iteration, timed in sorted(resume.times.items()):
+        if len(run.times) < MAX_TIMED:
+            run.times.setdefault(iteration, timed)
+
+
 def _copied(run: FileRun, first: IterationRecord) -> bool:
     """Whether `first`, an iteration `run` logged already, is another rank's copy of it rather than a new run's:
     logged at the same time as the run's (a rank's copy is, a new run's comes later), or, untimed, by another rank."""
@@ -200,6 +226,11 @@ class _Startup:
         if self.loaded_iteration or before.first_iteration is None or before.last_iteration is None:
             return False
         return iteration <= (before.last_iteration if self.no_checkpoint else before.first_iteration)
+
+    def may_start_afresh(self, before: FileRun, iteration: int) -> bool:
+        """Whether `iteration`, the first it logs, inside `before`'s stretch, may yet begin a run of its own: its
+        next iteration tells whether it is the first of its log interval (`FileRun.starts_afresh`)."""
+        return not self.loaded_iteration and before.last_iteration is not None and iteration <= before.last_iteration
 
 
 @dataclass(frozen=True)
@@ -263,6 +294,8 @@ class RunFingerprints:
 
     def _starting(self, file: str, line: int, evidence: Evidence) -> None:
         """A start-up from `line` on: after the file's run logged iterations, the first one may begin a new run."""
+        if (startup := self._startups.get(file)) is not None and startup.run.first_iteration is not None:
+            self._settle(file)  # the start-up before logged one iteration only: nothing says it started afresh
         if self._current(file).first_iteration is not None and file not in self._startups:
             self._startups[file] = _Startup(FileRun(file, first_line=max(1, line)), evidence)
 
@@ -281,14 +314,21 @@ class RunFingerprints:
                    record: Callable[[], IterationRecord]) -> None:
         run = self._current(file)
         startup = self._startups.pop(file, None)
-        if startup is not None and startup.starts_over(run, iteration):  # a new run from here on
-            assert run.last_iteration is not None  # starts_over: the run before logged iterations
-            run.last_line = startup.run.first_line - 1
+        if startup is not None and startup.run.first_iteration is not None:  # its second: is the first afresh?
+            tentative, began = startup.run, startup.run.first_iteration
+            tentative.interval = iteration - began if iteration > began else None
+            if tentative.starts_afresh:
+                self._split(run, startup, tentative.evidence["train_iters"])
+                run = tentative
+            else:
+                _merge(run, tentative)
+        elif startup is not None and startup.starts_over(run, iteration):  # a new run from here on
             first = record()
-            startup.run.started_over = StartOver(startup.evidence, run.last_iteration,
-                                                 Evidence(first.file, first.line, first.text))
+            self._split(run, startup, Evidence(first.file, first.line, first.text))
             run = startup.run
-            self._files[file].append(run)
+        elif startup is not None and startup.may_start_afresh(run, iteration):
+            self._startups[file] = startup  # its iterations are its own until the next one tells
+            run = startup.run
         elif startup is None and run.first_iteration is not None and run.last_iteration is not None \
                 and iteration <= run.first_iteration < run.last_iteration:
             first = record()  # the count went back to the run's start with no start-up: a new run, or a copy
@@ -306,13 +346,30 @@ class RunFingerprints:
             run.train_iters, run.rank = first.train_iters, first.rank
             run.evidence["train_iters"] = Evidence(first.file, first.line, first.text)
             return
+        if run.last_iteration is not None and iteration > run.last_iteration:
+            run.interval = math.gcd(run.interval or 0, iteration - run.last_iteration)
         run.last_iteration = max(run.last_iteration or iteration, iteration)
+
+    def _split(self, run: FileRun, startup: _Startup, first: Evidence) -> None:
+        """The file's `run` ends before `startup`, whose run begins at `first` (its count started over)."""
+        assert run.last_iteration is not None  # the run before logged iterations
+        run.last_line = startup.run.first_line - 1
+        startup.run.started_over = StartOver(startup.evidence, run.last_iteration, first)
+        self._files[startup.run.file].append(startup.run)
+
+    def _settle(self, file: str) -> None:
+        """A start-up that logged one iteration only, nothing after it telling its log interval: a resume."""
+        startup = self._startups.pop(file, None)
+        if startup is not None and startup.run.first_iteration is not None:
+            _merge(self._current(file), startup.run)
 
     def groups(self, paths: list[str]) -> list[RunGroup]:
         """The files (each run of a file that holds several) grouped by run, in the order given: a run joins the
         first group whose files together (rank 0's arguments, the last rank's iterations, a resume's stretch) it does
         not disagree with, and that holds no other run of its file; one that says nothing of its run joins the group
         before it."""
+        for file in list(self._startups):
+            self._settle(file)
         groups: list[RunGroup] = []
         for path in paths:
             for run in self._files.get(shown_name(path)) or [FileRun(shown_name(path))]:

@@ -202,3 +202,32 @@ def test_a_rank_log_without_start_up_lines_is_split_where_its_count_starts_over(
     for name in ("replayed.log", "copies.log", "untimed_copies.log"):
         assert "mixed_runs" not in _categories([tmp_path / name]), name
 
+
+
+def test_a_run_from_scratch_with_another_log_interval_is_no_resume(tmp_path: Path):
+    """A run logging every iteration (1-30 of 50), then a run of the same model and schedule logging every 10 (10,
+    20, 30), with no checkpoint line either way. Its count at 10 lay inside the first stretch, so it read as a resume
+    replaying from a checkpoint; but its first line is the first its interval logs from iteration 0, where the first
+    run had gone on to 30 (a resume continues from the checkpoint: its count and its consumed samples pick up from
+    there), and it logged iteration 10 five hours after the first run did. Two runs, in two files or in one. A run
+    with the other interval that picks up after its first log interval (20, 30, 40) is still a resume."""
+    text = ARGUMENTS_LOG.read_text()
+    lines = text.splitlines(keepends=True)
+    startup, end = "".join(lines[:28]), lines[31]
+    every = startup + _iterations(range(1, 31)) + end
+    tenth = _shifted(startup, "05") + _iterations(range(10, 31, 10), hour="05") + _shifted(end, "05")
+    (tmp_path / "every.log").write_text(every)
+    (tmp_path / "tenth.log").write_text(tenth)
+    [first, *_] = diagnose([tmp_path / "every.log", tmp_path / "tenth.log"]).findings
+    assert first.category == "mixed_runs" and "every.log; tenth.log" in first.title, first.title
+    assert "log interval 1 vs 10" in first.cause and "iteration 10 logged 5 h apart" in first.cause, first.cause
+    (tmp_path / "job.log").write_text(every + tenth)
+    [first, *_] = diagnose([tmp_path / "job.log"]).findings
+    assert first.category == "mixed_runs", first.title
+    assert "at line 61 a new start-up, its iterations start over at 10 after 30" in first.cause, first.cause
+
+    resumed = _shifted(startup, "05") + _iterations(range(20, 41, 10), hour="05") + _shifted(end, "05")
+    (tmp_path / "resumed.log").write_text(resumed)
+    (tmp_path / "resumed_job.log").write_text(every + resumed)
+    assert "mixed_runs" not in _categories([tmp_path / "every.log", tmp_path / "resumed.log"])
+    assert "mixed_runs" not in _categories([tmp_path / "resumed_job.log"])
