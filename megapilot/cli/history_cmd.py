@@ -14,7 +14,8 @@ refuse a --db that does not exist; the default file not made yet reads as an emp
 unique prefix of one, or `latest`. Every command has `--json`: list prints an array of RunRow, show a RunDetail,
 compare a RunComparison (megapilot.store.history); calibration prints what its tables show,
 `{"predicted_vs_measured": [CalibrationRow...], "clusters": [{"cluster", "groups": [...]}...]}`, and with
-`--cluster` that one cluster's `{"cluster", "groups"}`.
+`--cluster` that one cluster's `{"cluster", "groups"}`; each group's `set_aside` names its runs the fit left out
+(a measured step more than 20x from its layout's prediction: kept in the history, fitted on by nothing) and why.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def calibration(db: DbOpt = None, as_json: JsonFlag = False,
         return
     if cluster:
         console.print(_cluster_table(cluster, fits[cluster]))
+        _print_set_aside(fits[cluster])
         return
     if as_json:  # what the tables show: the suite combos' errors, then each cluster that has a fit
         emit_json({"predicted_vs_measured": rows,
@@ -171,6 +173,15 @@ def calibration(db: DbOpt = None, as_json: JsonFlag = False,
     for name, groups in fits.items():
         if groups:
             console.print(_cluster_table(name, groups))
+            _print_set_aside(groups)
+
+
+def _print_set_aside(groups: list[GroupFit]) -> None:
+    """The runs a cluster's fits left out (kept in the history), each with why: under the table that counts them out."""
+    for group in groups:
+        for aside in group.set_aside:
+            console.print(f"set aside {aside.run_id} ({group.gpu} / {group.precision} / {group.family}): {aside.why}",
+                          markup=False, highlight=False, soft_wrap=True)
 
 
 @history_app.command("import")
@@ -239,7 +250,8 @@ def _fit_json(group: GroupFit) -> dict[str, object]:
             "held_out_median_pct": _pct100(held.median), "held_out_p90_pct": _pct100(held.p90),
             "uncalibrated_median_pct": _pct100(held.uncalibrated_median),
             "uncalibrated_p90_pct": _pct100(held.uncalibrated_p90),
-            "held_out_median_pct_by_correction": {k: _pct100(v) for k, v in group.median_by_correction.items()}}
+            "held_out_median_pct_by_correction": {k: _pct100(v) for k, v in group.median_by_correction.items()},
+            "set_aside": [{"id": aside.run_id, "why": aside.why} for aside in group.set_aside]}
 
 
 def _pct100(value: float) -> float | None:

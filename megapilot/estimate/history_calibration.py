@@ -37,6 +37,12 @@ the square root of the runs (NOISE / sqrt(n), the noise of their median), the un
 those runs as well as they can be measured and a fit on them would learn their noise (bench/calibration/
 from_history.md: a group whose runs the model predicts within 1-5 % was predicted worse after calibrating on 3):
 the runs calibrate the case with no correction, and its band is the model's own error on them.
+
+Set aside: a run whose measured step is not a positive time, or more than `MAX_MISS_RATIO` from its own layout's
+prediction (`implausible`: a unit slip, a run that timed one warm-up step, another machine), is fitted on by nothing
+(`plausible`). `history import` refuses such a record; suite combos and `megapilot run` record theirs as measured,
+so every fit asks it of the runs it reads: the history keeps the run, and the result names it and says why
+(`Calibrated.set_aside`, `GroupFit.set_aside`, `runs_set_aside` of an estimate's calibration object).
 """
 
 from __future__ import annotations
@@ -236,6 +242,14 @@ class HeldOut:
 
 
 @dataclass(frozen=True)
+class SetAside:
+    """A run of the history the calibration does not fit on, and why; the history keeps it as it was recorded."""
+
+    run_id: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Calibrated:
     """One case's step time, calibrated on the runs named, or the uncalibrated one and why."""
 
@@ -249,6 +263,7 @@ class Calibrated:
     weights: tuple[float, ...]
     held_out: HeldOut
     band: float | None  # relative: the p90 of the held-out |error|; None without runs
+    set_aside: tuple[SetAside, ...] = ()  # runs of the case's GPU not fitted on (`plausible`), and why
 
     @property
     def factor(self) -> float:
@@ -331,6 +346,41 @@ def implausible(predicted_s: float, measured_s: float) -> str | None:
             f"{MAX_MISS_RATIO:g}x off is a unit slip or another machine, not a run to calibrate on")
 
 
+def unusable(run: MeasuredRun) -> str | None:
+    """Why a run of the history cannot calibrate the model, or None when it can: no positive measured step, no
+    prediction of its layout, or a step `implausible` against that prediction. `history import` refuses such a
+    record; suite combos and `megapilot run` record theirs as measured (a run that timed one warm-up step, a step
+    of 0 or absurd), so the calibration asks this of every run it reads, wherever it came from."""
+    measured, predicted = run.measured_step_time_s, run.predicted.total_s
+    if not (math.isfinite(measured) and measured > 0):
+        return f"its measured step ({measured:g} s) is not a positive time"
+    if not (math.isfinite(predicted) and predicted > 0):
+        return "its layout has no prediction to calibrate against"
+    problem = implausible(predicted, measured)
+    return None if problem is None else f"its measured step of {measured:.4g} s {problem}"
+
+
+def plausible(runs: Iterable[MeasuredRun]) -> tuple[list[MeasuredRun], list[SetAside]]:
+    """The runs the calibration may fit on, and those it sets aside with why (`unusable`), each in the given order."""
+    kept: list[MeasuredRun] = []
+    aside: list[SetAside] = []
+    for run in runs:
+        why = unusable(run)
+        if why is None:
+            kept.append(run)
+        else:
+            aside.append(SetAside(run.run_id, why))
+    return kept, aside
+
+
+def set_aside_text(aside: Sequence[SetAside]) -> str:
+    """What a calibration's reason adds for the runs it set aside ("" for none)."""
+    if not aside:
+        return ""
+    return f"; {len(aside)} run(s) set aside, kept in the history but not fitted: " + "; ".join(
+        f"{a.run_id} ({a.why})" for a in aside)
+
+
 def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, scale_microbatches: float,
            held: Mapping[int, float], widen: float = 1.0) -> list[float]:
     """argmin sum w (x.theta + fixed - m)^2 / m^2 / NOISE^2 + sum ((theta - prior) / sd)^2, some theta held.
@@ -385,17 +435,27 @@ def _gauss(a: list[list[float]], b: list[float]) -> list[float]:
 # ---- one case -------------------------------------------------------------------------------------------
 
 def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun]) -> Calibrated:
-    """The case's step time calibrated on the runs (those of its GPU, weighted by nearness)."""
-    measured = [run for run in runs if run.measured_step_time_s > 0]
+    """The case's step time calibrated on the runs (those of its GPU, weighted by nearness); a run of its GPU that
+    cannot calibrate (`unusable`) is set aside and named in the result and its reason."""
+    measured: list[MeasuredRun] = []
+    aside: list[SetAside] = []
+    for run in runs:
+        why = unusable(run)
+        if why is None:
+            measured.append(run)
+        elif nearness(key, run.key) >= MIN_WEIGHT:  # named where it would have counted (another GPU's never would)
+            aside.append(SetAside(run.run_id, why))
+    told = set_aside_text(aside)
     used = [(run, nearness(key, run.key)) for run in measured]
     used = sorted([(run, weight) for run, weight in used if weight >= MIN_WEIGHT], key=lambda pair: -pair[1])[:MAX_RUNS]
     uncalibrated = predicted.total_s
     if not used:
         gpus = sorted({run.key.gpu for run in measured})
         held = f" (its runs are on {', '.join(gpus)})" if gpus else ""
+        plain = " plausible" if aside else ""
         return Calibrated(uncalibrated, uncalibrated, False,
-                          f"no measured run on {key.gpu} in this cluster's history{held}", NONE, predicted, (), (),
-                          HeldOut((), ()), None)
+                          f"no{plain} measured run on {key.gpu} in this cluster's history{held}{told}", NONE,
+                          predicted, (), (), HeldOut((), ()), None, tuple(aside))
     runs_used = [run for run, _ in used]
     weights = [weight for _, weight in used]
     corrections = fit(runs_used, weights)
@@ -406,23 +466,25 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
         return Calibrated(uncalibrated, uncalibrated, False,
                           f"not applied: on held-out runs it was worse than the uncalibrated model (median "
                           f"{_pct_text(held_out.median)} vs {_pct_text(held_out.uncalibrated_median)}, p90 "
-                          f"{_pct_text(held_out.p90)} vs {_pct_text(held_out.uncalibrated_p90)})",
-                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90))
+                          f"{_pct_text(held_out.p90)} vs {_pct_text(held_out.uncalibrated_p90)}){told}",
+                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90),
+                          tuple(aside))
     margin = NOISE / math.sqrt(len(runs_used))
     if len(runs_used) > 1 and not held_out.better_by(margin):
         # checked on the runs, the model stands as it is: a calibrated prediction with no correction
         return Calibrated(uncalibrated, uncalibrated, True,
                           f"calibrated on {len(runs_used)} run(s) with no correction: the uncalibrated model already "
                           f"predicts them within their noise ({_pct_text(margin)}; held out: median "
-                          f"{_pct_text(held_out.uncalibrated_median)}, a fit {_pct_text(held_out.median)})",
-                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90))
+                          f"{_pct_text(held_out.uncalibrated_median)}, a fit {_pct_text(held_out.median)}){told}",
+                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90),
+                          tuple(aside))
     band = max(MIN_BAND, held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90)
     reason = (f"calibrated on {len(runs_used)} run(s)" + (
         f"; held out: median {_pct_text(held_out.median)} (uncalibrated {_pct_text(held_out.uncalibrated_median)})"
         if len(runs_used) > 1 else f"; one run: no held-out check, the band is its uncalibrated error (at least "
-                                   f"{_pct_text(MIN_BAND)}, one step's noise)"))
+                                   f"{_pct_text(MIN_BAND)}, one step's noise)")) + told
     return Calibrated(uncalibrated, corrections.apply(predicted, key.microbatches), True, reason, corrections,
-                      corrections.scaled(predicted, key.microbatches), ids, rounded, held_out, band)
+                      corrections.scaled(predicted, key.microbatches), ids, rounded, held_out, band, tuple(aside))
 
 
 def _pct_text(value: float) -> str:
@@ -459,19 +521,23 @@ class GroupFit:
     corrections: Corrections
     held_out: HeldOut
     median_by_correction: dict[str, float]  # held-out median |error| with only that correction fitted
+    set_aside: tuple[SetAside, ...] = ()  # the group's runs not fitted on (`plausible`), and why
 
 
 def cluster_fits(runs: Sequence[MeasuredRun]) -> list[GroupFit]:
-    """`history calibration`: one fit per (GPU, precision class, family) of a cluster's runs."""
+    """`history calibration`: one fit per (GPU, precision class, family) of a cluster's runs, each on its runs that
+    may calibrate (`plausible`); a group whose runs are all set aside is listed with none, naming them."""
     groups: dict[tuple[str, str, str], list[MeasuredRun]] = {}
     for run in runs:
         groups.setdefault((run.key.gpu, run.key.precision, run.key.family), []).append(run)
     fits = []
-    for (gpu, precision, family), members in sorted(groups.items()):
+    for (gpu, precision, family), group in sorted(groups.items()):
+        members, aside = plausible(group)
         weights = [1.0] * len(members)
         held_out = leave_one_out(members, weights)
         alone = {name: leave_one_out(members, weights, (name,)).median for name in CORRECTIONS}
-        fits.append(GroupFit(gpu, precision, family, len(members), fit(members, weights), held_out, alone))
+        fits.append(GroupFit(gpu, precision, family, len(members), fit(members, weights), held_out, alone,
+                             tuple(aside)))
     return fits
 
 
@@ -506,6 +572,7 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
                         "microbatch_overhead_s": calibrated.corrections.microbatch_overhead_s},
         "runs_used": [{"id": run_id, "weight": weight} for run_id, weight in
                       zip(calibrated.runs_used, calibrated.weights, strict=True)],
+        "runs_set_aside": [{"id": aside.run_id, "why": aside.why} for aside in calibrated.set_aside],
         "band_pct": None if calibrated.band is None else round(100 * calibrated.band, 2),
         "held_out_median_pct": _pct_or_none(calibrated.held_out.median),
         "uncalibrated_held_out_median_pct": _pct_or_none(calibrated.held_out.uncalibrated_median),
@@ -610,6 +677,7 @@ __all__ = [
     "HeldOut",
     "MeasuredRun",
     "RunKey",
+    "SetAside",
     "StepComponents",
     "calibrate",
     "calibrate_estimate",
@@ -620,8 +688,11 @@ __all__ = [
     "leave_one_out",
     "miss",
     "nearness",
+    "plausible",
     "quantile",
     "scaled_breakdown",
+    "set_aside_text",
     "single_factor",
+    "unusable",
     "without",
 ]

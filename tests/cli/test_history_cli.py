@@ -355,3 +355,26 @@ def test_an_import_whose_every_record_is_refused_creates_no_history(cli, tmp_pat
     result = cli("history", "import", str(bad), "--db", str(target))
     assert result.exit_code == 2 and "refused" in result.stderr and "imported nothing (1 refused)" in result.stdout
     assert not target.parent.exists()
+
+
+def test_calibration_names_a_recorded_run_it_set_aside_and_why(cli, tmp_path):
+    """A `megapilot run` whose step is 500x its prediction (it timed one warm-up step) stays in the history, but the
+    cluster's fit leaves it out: its table counts one run and says which one it set aside, as its --json does."""
+    from megapilot.store.measured import from_plan_run
+    from megapilot.suite.predicted import predict_combo
+    from tests.store.test_measured import _plan
+
+    plan = _plan(mbs=1)
+    predicted = predict_combo(plan, plan.cluster.gpu)
+    step_s = predicted.uncalibrated_step_time_ms / 1000
+    rows = [from_plan_run(run_id, "lab", plan, predicted, factor * step_s, completed=True, recorded_at=run_id)
+            for run_id, factor in (("run/a@1", 1.2), ("run/warmup@2", 500.0))]
+    path = str(tmp_path / "h.sqlite")
+    with open_history(path) as history:
+        history.record_measured([row for row in rows if row is not None])
+    [group] = cli("history", "calibration", "--db", path, "--cluster", "lab", "--json").json()["groups"]
+    assert group["runs"] == 1 and [aside["id"] for aside in group["set_aside"]] == ["run/warmup@2"]
+    assert "500 times the" in group["set_aside"][0]["why"]
+    shown = cli("history", "calibration", "--db", path, "--cluster", "lab")
+    assert shown.exit_code == 0 and "set aside run/warmup@2" in " ".join(shown.stdout.split())
+

@@ -23,16 +23,17 @@ def _plan(mbs: int) -> SavedPlan:
 def test_a_plan_run_is_a_measured_run_with_its_prediction_beside_it(tmp_path) -> None:
     plan = _plan(mbs=1)
     predicted = predict_combo(plan, plan.cluster.gpu)
-    row = from_plan_run("run/a@1", "lab", plan, predicted, 0.5, completed=True, recorded_at="2026-12-05T06:00:00")
+    # a step near its prediction (1.2 ms for this tiny model): one more than 20x off would calibrate nothing
+    row = from_plan_run("run/a@1", "lab", plan, predicted, 0.0015, completed=True, recorded_at="2026-12-05T06:00:00")
     assert row is not None and row.origin == "run" and row.verdict == "PASS" and row.calibrates
     assert (row.gpus, row.tp, row.mbs, row.gbs, row.seq_len) == (2, 1, 1, 8, 64)
     assert row.predicted_step_time_s == pytest.approx(predicted.uncalibrated_step_time_ms / 1000)
-    assert row.measured_tokens_per_s_per_gpu == pytest.approx(8 * 64 / (0.5 * 2))
+    assert row.measured_tokens_per_s_per_gpu == pytest.approx(8 * 64 / (0.0015 * 2))
 
     with open_history(str(tmp_path / "h.sqlite")) as history:
         history.record_measured([row])
         [back] = history.calibration_runs("lab")
-    assert back.run_id == "run/a@1" and back.measured_step_time_s == 0.5 and back.key.microbatches == 4
+    assert back.run_id == "run/a@1" and back.measured_step_time_s == 0.0015 and back.key.microbatches == 4
     # the next prediction of the cluster calibrates on it
     again = predict_combo(_plan(mbs=2), plan.cluster.gpu, [back])
     assert again.calibration_runs == ["run/a@1"]
@@ -80,3 +81,40 @@ def test_a_combo_of_a_run_still_going_calibrates_as_the_history_will_keep_it(tmp
     assert row is not None and run == to_calibration_run(row)
     assert calibration_run_of(result, combo.model_copy(update={"verdict": Verdict.FAIL})) is None  # calibrates nothing
     assert calibration_run_of(result, combo.model_copy(update={"predicted": None})) is None
+
+
+def test_a_plan_run_whose_step_is_implausible_is_kept_but_calibrates_nothing_and_is_named(tmp_path) -> None:
+    """`history import` refuses a step more than 20x from its layout's prediction; `megapilot run` recorded one (a run
+    that timed one warm-up step, a unit slip) and every later prediction of the cluster fitted on it."""
+    plan = _plan(mbs=1)
+    predicted = predict_combo(plan, plan.cluster.gpu)
+    step_s = predicted.uncalibrated_step_time_ms / 1000
+    healthy = from_plan_run("run/a@1", "lab", plan, predicted, 1.2 * step_s, completed=True, recorded_at="1")
+    warmup = from_plan_run("run/warmup@2", "lab", plan, predicted, 500 * step_s, completed=True, recorded_at="2")
+    assert healthy is not None and warmup is not None
+    with open_history(str(tmp_path / "h.sqlite")) as history:
+        history.record_measured([healthy, warmup])
+        assert [row.id for row in history.measured("lab")] == ["run/a@1", "run/warmup@2"]  # nothing lost
+        runs = history.calibration_runs("lab")
+    again = predict_combo(_plan(mbs=2), plan.cluster.gpu, runs)
+    assert again.calibration_runs == ["run/a@1"]
+    assert again.calibration is not None and "run/warmup@2" in again.calibration and "set aside" in again.calibration
+    assert "500 times the" in again.calibration
+
+
+def test_a_suite_combo_whose_step_is_implausible_is_kept_but_calibrates_nothing(tmp_path) -> None:
+    from megapilot.estimate.history_calibration import calibrate
+
+    result, combo = _predicted_combo_of_a_cluster(tmp_path)
+    # its prediction given in seconds where milliseconds were meant: the measured step is ~1000x it
+    slipped = combo.model_copy(update={"predicted": combo.predicted.model_copy(update={
+        "uncalibrated_step_time_ms": 1.05, "uncalibrated_components_ms": {"compute": 1.0, "optimizer": 0.05}})})
+    result = result.model_copy(update={"combos": [slipped]})
+    with open_history(str(tmp_path / "h.sqlite")) as history:
+        history.record(result)
+        [row] = history.measured("lab")
+        [run] = history.calibration_runs("lab")
+    assert row.origin == "suite" and row.calibrates  # recorded as measured: the calibration decides
+    calibrated = calibrate(run.key, run.predicted, [run])
+    assert not calibrated.applied and calibrated.runs_used == ()
+    assert [aside.run_id for aside in calibrated.set_aside] == [row.id] and row.id in calibrated.reason
