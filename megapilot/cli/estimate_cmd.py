@@ -157,12 +157,7 @@ class ClusterCalibrator:
             from megapilot.store.history import open_history
 
             with open_history(self.db, read_only=True) as history:
-                known = history.clusters()
-                if cluster not in known:
-                    raise MegapilotError(f"no measured run of cluster {cluster!r} in the history at "
-                                         f"{history.location}", field="cluster",
-                                         fix=("use one of: " + ", ".join(known)) if known else
-                                         "record runs with `megapilot suite run` or `megapilot history import`")
+                history.require_cluster(cluster, field="cluster")  # under any spelling of its name
                 self._runs[cluster] = history.calibration_runs(cluster)
         return self._runs[cluster]
 

@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -705,8 +705,8 @@ class History:
             # the run's combos as measured runs of its cluster: the next prediction's calibration
             self._db.execute("DELETE FROM measured_runs WHERE origin = 'suite' AND source = ?", (result.run_id,))
             now = _iso(datetime.now(timezone.utc)) or ""
-            rows = [row for c in combos if c.key != "smoke"
-                    and (row := measured_runs.from_combo(result, c, now)) is not None]
+            rows = self._under_stored_names([row for c in combos if c.key != "smoke"
+                                             and (row := measured_runs.from_combo(result, c, now)) is not None])
             self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in rows])
 
     def record_measured(self, rows: Sequence[measured_runs.MeasuredRow]) -> MeasuredWrite:
@@ -719,12 +719,14 @@ class History:
         kept: list[measured_runs.MeasuredRow] = []
         already: list[str] = []
         with self._db.write():
-            for row in rows:
+            for row in self._under_stored_names(rows):
                 held = self._db.query("SELECT cluster, origin FROM measured_runs WHERE id = ?", (row.id,))
-                if held and (held[0][0], held[0][1]) == (row.cluster, "suite") and row.origin == "import":
+                same_cluster = bool(held) and measured_runs.cluster_key(held[0][0]) == measured_runs.cluster_key(
+                    row.cluster)
+                if same_cluster and held[0][1] == "suite" and row.origin == "import":
                     already.append(row.id)  # a run deck's id is its suite run's combo: the same run, kept as run
                     continue
-                if held and (held[0][0], held[0][1]) != (row.cluster, row.origin):
+                if held and (not same_cluster or held[0][1] != row.origin):
                     cluster, origin = held[0]
                     refused.append((row, f"{row.id!r} is already the id of {_ORIGIN_NAMES.get(origin, origin)} of "
                                          f"cluster {cluster!r} in the history"))
@@ -737,19 +739,51 @@ class History:
         return MeasuredWrite(kept=tuple(kept), replaced=tuple(replaced), refused=tuple(refused), already=tuple(already))
 
     def measured(self, cluster: str | None = None) -> list[measured_runs.MeasuredRow]:
-        """The measured runs of a cluster (every cluster's when None), oldest first."""
-        where, params = ("WHERE cluster = ? ", (cluster,)) if cluster is not None else ("", ())
+        """The measured runs of a cluster, under any spelling of its name (`cluster_key`; every cluster's when None),
+        oldest first."""
+        params: tuple[str, ...] = ()
+        where = ""
+        if cluster is not None:
+            params = tuple(self._spellings(cluster))
+            if not params:
+                return []
+            where = f"WHERE cluster IN ({', '.join('?' for _ in params)}) "
         rows = self._db.query(f"SELECT {', '.join(measured_runs.COLUMNS)} FROM measured_runs {where}"
                               "ORDER BY recorded_at, id", params)
         return [measured_runs.MeasuredRow.from_values(row) for row in rows]
 
-    def clusters(self) -> list[str]:
+    def _stored_names(self) -> list[str]:
         return [str(row[0]) for row in self._db.query("SELECT DISTINCT cluster FROM measured_runs ORDER BY cluster")]
 
+    def _spellings(self, cluster: str) -> list[str]:
+        """The names the history holds a cluster's runs under (one, unless written before names were normalised)."""
+        key = measured_runs.cluster_key(cluster)
+        return [name for name in self._stored_names() if measured_runs.cluster_key(name) == key]
+
+    def _under_stored_names(self, rows: Sequence[measured_runs.MeasuredRow]) -> list[measured_runs.MeasuredRow]:
+        """The rows under the name each one's cluster already has here (the first spelling recorded), else under the
+        first one's among them: one cluster, one name."""
+        names: dict[str, str] = {}
+        held = []
+        for row in rows:
+            key = measured_runs.cluster_key(row.cluster)
+            if key not in names:
+                names[key] = next(iter(self._spellings(row.cluster)), row.cluster)
+            held.append(row if row.cluster == names[key] else replace(row, cluster=names[key]))
+        return held
+
+    def clusters(self) -> list[str]:
+        """The clusters with measured runs, each once (by `cluster_key`), under the name the history holds it by."""
+        names: dict[str, str] = {}
+        for name in self._stored_names():
+            names.setdefault(measured_runs.cluster_key(name), name)
+        return sorted(names.values())
+
     def require_cluster(self, cluster: str, *, field: str = "--cluster") -> None:
-        """A cluster a user named must have measured runs here: a misspelt name would read as a cluster with none."""
+        """A cluster a user named must have measured runs here, under any spelling of its name: a misspelt name would
+        read as a cluster with none."""
         known = self.clusters()
-        if cluster not in known:
+        if not self._spellings(cluster):
             raise MegapilotError(f"no measured run of cluster {cluster!r} in the history at {self.location}",
                                  field=field, fix=("use one of: " + ", ".join(known)) if known else
                                  "record runs with `megapilot suite run` or `megapilot history import`")

@@ -28,7 +28,7 @@ from typing import Any
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import CaseFlags, case_from
 from megapilot.estimate.history_calibration import implausible
-from megapilot.store.measured import MEASURED_KEYS, MeasuredRow, from_case
+from megapilot.store.measured import MEASURED_KEYS, MeasuredRow, cluster_name, from_case
 
 NOT_FLAGS = ("measured", "cluster", "software", "id", "name", "source", "notes")
 # A run deck cell's actuals, as the measured keys of a record (CVS's names; megapilot's deck uses the same).
@@ -239,8 +239,8 @@ def _row(name: str, raw: object, path: Path, cluster: str | None, defaults: Mapp
              **{k: v for k, v in raw.items() if k not in NOT_FLAGS and v is not None}}
     case = case_from(CaseFlags.parse(flags))
     row_id = str(raw.get("id") or raw.get("name")) if _named(raw) else run_id_of(
-        case.model.name, run_cluster.strip(), flags, measured, software)
-    row = from_case(row_id, run_cluster.strip(), str(path), case, flags, measured, software, now)
+        case.model.name, cluster_name(run_cluster), flags, measured, software)
+    row = from_case(row_id, cluster_name(run_cluster), str(path), case, flags, measured, software, now)
     if "step_time_s" in measured and "tokens_per_s_per_gpu" in measured:
         # both given: the step calibrates, the tokens/s must tell of the same run (a mean of rates against a median
         # of times differs by 10-20 % on a busy host; 2x is another unit, the whole job's tokens/s, or another run)

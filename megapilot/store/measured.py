@@ -42,6 +42,18 @@ _COMBO_METRICS = {
 }
 
 
+def cluster_name(name: str) -> str:
+    """A cluster's name as the history stores it: trimmed, its inner runs of whitespace one space ("Lab-H100 " from a
+    `--cluster-name` typed with a trailing space is Lab-H100)."""
+    return " ".join(name.split())
+
+
+def cluster_key(name: str) -> str:
+    """What tells two spellings of one cluster the same, wherever a name is written or looked up (`History`): its
+    stored name (`cluster_name`) in any case, as a GPU's name is ("Lab-H100 " and "lab-h100" are one cluster)."""
+    return cluster_name(name).casefold()
+
+
 @dataclass(frozen=True)
 class MeasuredRow:
     """One measured run of a cluster and the uncalibrated prediction of its layout (seconds, per GPU)."""
@@ -121,8 +133,8 @@ def to_calibration_run(row: MeasuredRow) -> MeasuredRun:
 def from_combo(result: SuiteResult, combo: ComboResult, recorded_at: str) -> MeasuredRow | None:
     """A suite combo as a measured run of its cluster; None without a cluster, a prediction or a measurement."""
     predicted = combo.predicted
-    cluster = result.card.cluster_name
-    if cluster is None or predicted is None or not predicted.uncalibrated_step_time_ms or not predicted.device:
+    cluster = None if result.card.cluster_name is None else cluster_name(result.card.cluster_name)
+    if not cluster or predicted is None or not predicted.uncalibrated_step_time_ms or not predicted.device:
         return None
     measured = {name: _combo_value(combo, metrics) for name, metrics in _COMBO_METRICS.items()}
     if measured["step_time_s"] is None and measured["tokens_per_s_per_gpu"] is None:
@@ -201,7 +213,7 @@ def from_plan_run(run_id: str, cluster: str, plan: SavedPlan, predicted: Predict
     if p.cp_comm_type != "p2p":  # the case re-estimates as it ran (attention sinks take CP by a2a only)
         case["cp_comm_type"] = p.cp_comm_type
     return MeasuredRow(
-        id=run_id, cluster=cluster, origin="run", source=run_id,
+        id=run_id, cluster=cluster_name(cluster), origin="run", source=run_id,
         verdict=(Verdict.PASS if completed else Verdict.FAIL).value, recorded_at=recorded_at,
         model=plan.model.name, family=predicted.family, precision=precision_class(training.precision),
         gpu=predicted.device, gpus=world, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vpp=p.vpp or 1, mbs=p.mbs,
@@ -233,7 +245,7 @@ def from_case(row_id: str, cluster: str, source: str, case: Case, flags: Mapping
         step_s = result.flops_per_step / (measured["tflops_per_gpu"] * 1e12 * world)
     p = case.parallel
     return MeasuredRow(
-        id=row_id, cluster=cluster, origin="import", source=source, verdict=Verdict.RECORD.value,
+        id=row_id, cluster=cluster_name(cluster), origin="import", source=source, verdict=Verdict.RECORD.value,
         recorded_at=recorded_at, model=case.model.name, family=family_of(case.model),
         precision=precision_class(case.training.precision), gpu=case.cluster.gpu.name, gpus=world, tp=p.tp, pp=p.pp,
         cp=p.cp, ep=p.ep, vpp=p.vpp or 1, mbs=p.mbs, gbs=case.training.global_batch_size,
@@ -247,5 +259,5 @@ def from_case(row_id: str, cluster: str, source: str, case: Case, flags: Mapping
         measured_tflops_per_gpu=measured.get("tflops_per_gpu"), measured_memory_gib=measured.get("peak_memory_gib"))
 
 
-__all__ = ["COLUMNS", "MEASURED_KEYS", "MeasuredRow", "calibration_run_of", "from_case", "from_combo", "from_plan_run",
-           "to_calibration_run"]
+__all__ = ["COLUMNS", "MEASURED_KEYS", "MeasuredRow", "calibration_run_of", "cluster_key", "cluster_name", "from_case",
+           "from_combo", "from_plan_run", "to_calibration_run"]

@@ -378,3 +378,16 @@ def test_calibration_names_a_recorded_run_it_set_aside_and_why(cli, tmp_path):
     shown = cli("history", "calibration", "--db", path, "--cluster", "lab")
     assert shown.exit_code == 0 and "set aside run/warmup@2" in " ".join(shown.stdout.split())
 
+
+@pytest.mark.parametrize("spelling", ["NVIDIA-DGX-GB200", " nvidia-dgx-gb200  "])
+def test_a_cluster_is_found_under_any_spelling_of_its_name(cli, tmp_path, spelling):
+    """Runs imported under nvidia-dgx-gb200 calibrate `estimate --cluster` and `history calibration --cluster` given
+    another case or stray spaces (matched exactly, they read as a cluster with no runs and exited 2)."""
+    path = str(tmp_path / "imported.sqlite")
+    assert cli("history", "import", str(IMPORTED), "--db", path).exit_code == 0
+    about = cli("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--mbs", "2", "--gbs", "256",
+                "--seq-len", "8192", "--precision", "fp8", "--cluster", spelling, "--db", path,
+                "--json").json()["calibration_from_history"]
+    assert about["applied"] and about["runs_used"]
+    [group] = cli("history", "calibration", "--db", path, "--cluster", spelling, "--json").json()["groups"]
+    assert group["runs"] == 4
