@@ -4,18 +4,23 @@ The embedded trainer runs Megatron-Core on CPU processes (gloo, fp32 compute). T
 needs the CPU's rates the way it needs a GPU's datasheet: a dense matmul rate (its "tensor peak"), a memory
 bandwidth (its "HBM"), and what gloo moves between local ranks. They are measured here, not looked up:
 
-    matmul      the best of a few fp32 matmuls of 512 x 512 (torch, the library the trainer computes with),
-                once on one thread and once on every core the process may use
+    matmul      the best of a few fp32 matmuls of 512 x 512 on one thread (torch, the library the trainer
+                computes with)
     memory      the best of a few copies of a 64 MiB array (read + write, bytes counted once each way)
+    ops         the best of a few forward + backward passes of the trainer's own model on tensors too small to
+                hold work, one thread (`trainer.op_probe`, a process of its own): its time over the ATen ops it
+                runs (counted) is what one op costs the rank's thread beyond its work (`GPUSpec.host_op_s`). On a
+                CPU every op runs in line with the Python that issues it, so a small model's step is paced by its
+                op count as much as by its FLOPs (`estimate.host_ops` holds the trainer's counts)
     gloo        collectives between ranks of one machine go through shared memory over loopback: modelled
                 as memory-bandwidth-bound, each byte written and read by the sender and the receiver
                 (GLOO_MEMORY_PASSES copies), so the link rate is memory bandwidth / GLOO_MEMORY_PASSES
 
-A "GPU" here is one rank, and what one rank computes with depends on how many share the machine: torchrun gives
-each of several local ranks one OpenMP thread (OMP_NUM_THREADS=1, as megapilot's launch environment also sets),
-so each runs at the one-thread rate (a share of it where there are more ranks than cores); a lone rank runs every
-core (`host_cpu(ranks_per_node=...)`). Priced at the every-core rate, each of two ranks on two cores had its matmuls
-priced at twice the rate it runs them.
+A "GPU" here is one rank, and each rank computes on one thread: megapilot's launch environment exports
+OMP_NUM_THREADS=1 for every launch (`launch.environment`; torchrun's default for several local ranks too), a lone
+rank's included, so each runs at the one-thread rate, a share of it where ranks outnumber cores
+(`host_cpu(ranks_per_node=...)`). Priced at every core's rate, two ranks on two cores, and a lone rank, had their
+matmuls priced at twice the rate they run them.
 
 The result is cached as JSON in the user's cache folder, one file per machine (hostname and CPU model), measured
 again once it is an hour old and kept where it was better (a peak is only ever under-measured on a busy machine);
@@ -29,6 +34,8 @@ import hashlib
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -75,12 +82,13 @@ def cache_path() -> Path:
     return folder / f"host-cpu-{machine}.json"
 
 
-RATE_KEYS = ("matmul_tflops", "matmul_tflops_one_thread", "memory_tbps")
+RATE_KEYS = ("matmul_tflops_one_thread", "memory_tbps", "ops_per_s")
+OP_PROBE_TIMEOUT_S = 300.0
 
 
 def probe() -> dict[str, float]:
-    """Measure the matmul rates (TFLOP/s, every core and one thread) and the memory bandwidth (TB/s) of this
-    machine now (a second or two)."""
+    """Measure the one-thread matmul rate (TFLOP/s), the memory bandwidth (TB/s) and the ops a second one thread
+    runs of this machine now (a second or two)."""
     try:
         # optional and heavy: numpy and torch (train extra) only to measure this machine
         import numpy as np
@@ -94,18 +102,38 @@ def probe() -> dict[str, float]:
     threads = torch.get_num_threads()
     rates: dict[str, float] = {}
     try:
-        for key, count in (("matmul_tflops", threads), ("matmul_tflops_one_thread", 1)):
-            torch.set_num_threads(count)
-            a @ b  # first call: the thread pool starts
-            best_s = min(_timed(lambda: a @ b) for _ in range(MATMUL_REPEATS))
-            rates[key] = 2 * MATMUL_N**3 / best_s / 1e12
+        torch.set_num_threads(1)
+        a @ b  # first call: the thread pool starts
+        best_s = min(_timed(lambda: a @ b) for _ in range(MATMUL_REPEATS))
+        rates["matmul_tflops_one_thread"] = 2 * MATMUL_N**3 / best_s / 1e12
     finally:
         torch.set_num_threads(threads)
     source = np.ones(COPY_MIB * 1024 * 1024 // 8)
     target = np.empty_like(source)
     np.copyto(target, source)
     best_copy_s = min(_timed(lambda: np.copyto(target, source)) for _ in range(COPY_REPEATS))
-    return rates | {"memory_tbps": 2 * source.nbytes / best_copy_s / 1e12}
+    return rates | {"memory_tbps": 2 * source.nbytes / best_copy_s / 1e12, "ops_per_s": _ops_per_s()}
+
+
+def _ops_per_s() -> float:
+    """ATen ops a second one thread runs through the trainer's own model (`trainer.op_probe`, in a process of its
+    own: it makes a process group and patches torch for the CPU)."""
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "megapilot.trainer.op_probe"], capture_output=True, text=True,
+                              env=env, timeout=OP_PROBE_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        raise _op_probe_failed(str(exc)) from None
+    try:
+        return float(json.loads(done.stdout.strip().splitlines()[-1])["ops_per_s"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise _op_probe_failed((done.stderr.strip().splitlines() or ["no output"])[-1]) from None
+
+
+def _op_probe_failed(why: str) -> MegapilotError:
+    return MegapilotError(f"measuring one op's cost on this machine's CPU failed ({why})", field="gpu",
+                          fix="install the train extra (pip install 'megapilot[train]'), or run "
+                              "`python -m megapilot.trainer.op_probe` to see the error")
 
 
 def _timed(work: object) -> float:
@@ -122,13 +150,14 @@ def _memory_gib() -> float:
 
 
 def rank_matmul_tflops(rates: dict[str, float], cores: int, ranks_per_node: int | None) -> float:
-    """What one rank's matmuls run at: every core for a lone rank; one thread each for several (torchrun's and
-    megapilot's OMP_NUM_THREADS=1), shared where ranks outnumber cores. None: several ranks (distributed
-    training's case; `gpus` and `estimate` ask without a rank count)."""
-    if ranks_per_node == 1:
-        return rates["matmul_tflops"]
-    one_thread = rates["matmul_tflops_one_thread"]
-    return one_thread if ranks_per_node is None else one_thread * min(1.0, cores / ranks_per_node)
+    """What one rank's matmuls run at: one thread (megapilot's OMP_NUM_THREADS=1, a lone rank's too), shared where
+    ranks outnumber cores. None: as many ranks as cores at most (`gpus` and `estimate` ask without a count)."""
+    return rates["matmul_tflops_one_thread"] * min(1.0, cores / (ranks_per_node or 1))
+
+
+def rank_op_s(rates: dict[str, float], cores: int, ranks_per_node: int | None) -> float:
+    """What one op costs a rank's thread: the measured one-thread cost, stretched where ranks outnumber cores."""
+    return max(1.0, (ranks_per_node or 1) / cores) / rates["ops_per_s"]
 
 
 def host_spec(rates: dict[str, float], ranks_per_node: int | None = None) -> GPUSpec:
@@ -143,9 +172,10 @@ def host_spec(rates: dict[str, float], ranks_per_node: int | None = None) -> GPU
         hbm_bw_tbps=memory_tbps,
         scaleup_domain_gpus=max(cores, 1), gpus_per_node=max(cores, 1), scaleup_bw_gbps=gloo_gbps,
         scaleout_bw_gbps=gloo_gbps, host_link_gbps=HOST_LINK_GBPS,
-        source=f"measured on this machine: fp32 matmul {MATMUL_N}^3 (torch; one thread per rank, every core for a "
-               f"lone one) and a {COPY_MIB} MiB copy; gloo between local ranks modelled as memory-bandwidth-bound "
-               f"(/{GLOO_MEMORY_PASSES:g})",
+        host_op_s=rank_op_s(rates, cores, ranks_per_node),
+        source=f"measured on this machine: fp32 matmul {MATMUL_N}^3 (torch, one thread per rank), a {COPY_MIB} MiB "
+               f"copy and one op's cost (the trainer's model on tiny tensors, one thread); gloo between local "
+               f"ranks modelled as memory-bandwidth-bound (/{GLOO_MEMORY_PASSES:g})",
     )
 
 

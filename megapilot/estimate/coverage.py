@@ -88,11 +88,11 @@ class CalibrationCoverage:
     def statement(self) -> str:
         case = f"{self.family} on {self.gpu} {self.precision}"
         if self.host_paced:
-            return (f"calibration: no published run is of a CPU ({case}), and the model prices only its measured "
-                    "matmul and memory rates, not what else a CPU core computes slowly (the GELU's erf, the unfused "
-                    "attention's softmax and masks, copies) nor PyTorch's per-op dispatch, which run in line with "
-                    "the work there (the tiny GPT's two ranks on 2 cores ran 3-4x slower than priced); no interval "
-                    "is stated: one run of it (`suite run`, `run --plan`) calibrates the next estimate (`--cluster`)")
+            return (f"calibration: no published run is of a CPU ({case}); the model prices its measured matmul, "
+                    "memory and per-op rates with the trainer's op counts, not what else a CPU core computes slowly "
+                    "(the GELU's erf) nor two ranks sharing its caches (first predictions 4-24 % short of the "
+                    "measured steps on a 2-core machine, bench/trainer_cpu/first_prediction.md); no interval is "
+                    "stated: one run of it (`suite run`, `run --plan`) calibrates the next estimate (`--cluster`)")
         if self.nearest is None:
             return (f"calibration: no published run of a {self.family} model on this GPU vendor checks this "
                     f"estimate ({case}); treat it as physics without a measured error")

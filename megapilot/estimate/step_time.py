@@ -62,7 +62,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from megapilot.estimate import comm
+from megapilot.estimate import comm, host_ops
 from megapilot.estimate.attention_bounds import attention_core_bound
 from megapilot.estimate.coverage import CalibrationCoverage, ErrorBand, band_of, coverage_for
 from megapilot.estimate.efficiency import (
@@ -177,6 +177,11 @@ CP_HEAD_EXCHANGE_DIRECTIONS = 2
 # (attention dropout 0: no kernel); backward the slice's gradient (zeros 2, copy 2 + 2), the casts (2 + 4, 4 + 2),
 # the softmax's (4 + 4 + 4) and the mask's (4 + 1 + 4) gradients.
 TE_UNFUSED_SINK_SCORE_BYTES = 4 + 6 + 9 + 8 + 6 + 6 + 6 + 12 + 9 + 6
+# Bytes per score of Megatron-Core's local attention core on a CPU (the embedded trainer: fp32, attention dropout 0,
+# which torch returns unchanged on CPU): `attention_mask_func`'s in-place masked_fill_ (4 + 1 + 4) and the torch
+# softmax `FusedScaleMaskSoftmax` falls back to (4 + 4); backward the softmax's gradient (4 + 4 + 4) and the mask's
+# (masked_fill of the gradient: 4 + 1 + 4).
+HOST_UNFUSED_SCORE_BYTES = 9 + 8 + 12 + 9
 # Side of the score blocks a fused attention kernel computes whole (masking inside a block): FlashAttention-2's
 # forward and backward tile head dim 64 and 128 as 128 x 128 / 128 x 64 blocks (`Flash_fwd_kernel_traits<64, 128, 128,
 # 4>`, csrc/flash_attn/src/flash_fwd_launch_template.h); cuDNN does not publish its tiles and is taken alike.
@@ -361,6 +366,8 @@ def layer_terms(
     if not _runs_unfused_attention(model, layer_index):  # MLA, DSA, Gated DeltaNet: their counted FLOPs
         softmax_flops = (core_flops - whole_on_every_rank) * attention_core_bound(model, layer_index, gpu)
         terms["mixer_core"] = attention_time_s((softmax_flops / p.tp + whole_on_every_rank) * tokens, gpu, eff)
+    elif gpu.host_op_s:  # a CPU rank: Megatron-Core's local core, unfused, in fp32
+        terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff, HOST_UNFUSED_SCORE_BYTES)
     elif not options.flash_attention:  # a plain softmax attention before flash kernels
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
     elif model.softmax_type != "vanilla" and not options.fused_sink_attention:  # sinks on a cuDNN before 9.13.1
@@ -412,10 +419,13 @@ def layer_terms(
     gemms_s = terms["mixer_gemms"] + terms["mlp_gemms"] + terms["experts"] + terms["shared_experts"]
     terms["glue"] += layer_recipe_delta_s(model, layer_index, training, p, gpu, tokens, gemms_s)
     dense_casts, expert_casts = _cast_kernels(model, layer_index, p, training.quant_flavour, per_expert_tokens)
-    terms["kernels"] = _kernels_s(layer_kernel_parts(
-        model, layer_index, p.ep, eight_bit=precision in EIGHT_BIT_PRECISIONS,
-        per_expert_gemms=not options.moe_legacy_grouped_gemm, cast_kernels=dense_casts,
-        expert_cast_kernels=expert_casts), options.cuda_graphs, eff)
+    if gpu.host_op_s:  # ops in line with the host's thread (a CPU rank), not kernels queued ahead
+        terms["kernels"] = host_ops.layer_ops(model, layer_index) * gpu.host_op_s
+    else:
+        terms["kernels"] = _kernels_s(layer_kernel_parts(
+            model, layer_index, p.ep, eight_bit=precision in EIGHT_BIT_PRECISIONS,
+            per_expert_gemms=not options.moe_legacy_grouped_gemm, cast_kernels=dense_casts,
+            expert_cast_kernels=expert_casts), options.cuda_graphs, eff)
     compute_s = sum(terms[name] for name in COMPUTE_TERMS)
 
     tp_s = _tp_comm_s(model, cluster, p, options, tokens)
@@ -759,7 +769,7 @@ def _output_cost(
     h, gpu = model.hidden_size, cluster.gpu
     gemm = _gemm_s(tokens, h, vocab, gpu, training.precision, eff)
     cross_entropy = gpu.hbm_time_s(tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT)
-    return gemm + cross_entropy
+    return gemm + cross_entropy + host_ops.micro_batch_ops(model) * gpu.host_op_s
 
 
 @lru_cache(maxsize=64)
@@ -1105,7 +1115,8 @@ def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, opti
     sharded = p.distributed_optimizer or p.fsdp or optimizer == "dist_muon"
     dense = (shard.dense + shard.replicated) / (p.dp * p.cp if sharded else 1)
     expert = shard.expert / (p.expert_dp if sharded else 1)
-    return cluster.gpu.hbm_time_s((dense + expert) * ADAM_STEP_BYTES_PER_PARAM)
+    return cluster.gpu.hbm_time_s((dense + expert) * ADAM_STEP_BYTES_PER_PARAM) \
+        + host_ops.step_ops(model, p) * cluster.gpu.host_op_s
 
 
 def step_time(

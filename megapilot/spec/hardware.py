@@ -107,6 +107,11 @@ class GPUSpec(BaseModel):
         default=None, gt=0,
         description="Dense BF16 tensor-core FLOPs per clock per SM over the shared memory's bytes per clock per SM: "
                     "the tensor-core time one byte of shared-memory traffic costs (None = not priced).")
+    host_op_s: float = Field(
+        default=0.0, ge=0,
+        description="Seconds each op costs the host thread beyond its work where ops run in line with it (a CPU "
+                    "rank: PyTorch's dispatch, autograd, the Python around it); 0 where the host queues kernels "
+                    "ahead of the device (a GPU: its per-kernel cost is the fitted kernel overhead).")
     source: str = Field(default="", description="Where the numbers come from.")
 
     @property

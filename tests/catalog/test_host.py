@@ -25,12 +25,11 @@ def test_the_cpu_is_measured_once_and_read_from_the_cache_after(cache):
     path = host.cache_path()
     assert path.parent == cache and path.is_file()
     # the cache is what a later call reads (written here with rates no probe would give)
-    path.write_text(json.dumps({"matmul_tflops": 123.0, "matmul_tflops_one_thread": 61.0, "memory_tbps": 4.5}))
-    assert host.host_cpu().bf16_dense_tflops == 61.0  # several ranks: one thread each
-    assert host.host_cpu(ranks_per_node=1).bf16_dense_tflops == 123.0  # a lone rank: every core
+    path.write_text(json.dumps({"matmul_tflops_one_thread": 61.0, "memory_tbps": 4.5, "ops_per_s": 2e5}))
+    assert host.host_cpu().bf16_dense_tflops == 61.0
     # measuring again replaces it
-    assert host.host_cpu(remeasure=True).bf16_dense_tflops < 100
-    assert json.loads(path.read_text())["matmul_tflops"] < 100
+    assert host.host_cpu(remeasure=True).bf16_dense_tflops < 50
+    assert json.loads(path.read_text())["matmul_tflops_one_thread"] < 50
 
 
 def test_the_estimator_predicts_a_run_on_the_cpu(cache):
@@ -54,37 +53,52 @@ def test_a_figure_measured_on_a_busy_machine_heals_when_it_is_measured_again(cac
 
     path = host.cache_path()
     fresh = host.host_cpu(remeasure=True).bf16_dense_tflops
-    low = {"matmul_tflops": 1e-6, "matmul_tflops_one_thread": fresh / 1000, "memory_tbps": 1e-6}
+    low = {"matmul_tflops_one_thread": fresh / 1000, "memory_tbps": 1e-6, "ops_per_s": 1.0}
     path.write_text(json.dumps(low | {"measured_at": time.time()}))  # recent: used as it is
     assert host.host_cpu().bf16_dense_tflops == pytest.approx(fresh / 1000)
     path.write_text(json.dumps(low | {"measured_at": time.time() - host.REFRESH_S - 1}))  # stale: taken again
     healed = host.host_cpu()
     assert healed.bf16_dense_tflops == pytest.approx(fresh) and healed.hbm_bw_tbps > 1e-6
+    assert healed.host_op_s < 1.0  # an op's cost heals too: ops a second is a rate, kept at its best
     assert json.loads(path.read_text())["matmul_tflops_one_thread"] == pytest.approx(fresh)  # and cached
 
 
 def test_a_rank_computes_with_the_threads_the_ranks_beside_it_leave():
-    """torchrun gives each of several local ranks one OpenMP thread; a lone rank runs every core; more ranks than
-    cores share them. Priced at the every-core rate, the demo's two ranks on two cores ran twice as slowly."""
-    rates = {"matmul_tflops": 0.2, "matmul_tflops_one_thread": 0.11, "memory_tbps": 0.03}
-    assert host.rank_matmul_tflops(rates, 2, 1) == 0.2
+    """megapilot's launch gives every rank one OpenMP thread, a lone one's too; more ranks than cores share them.
+    Priced at the every-core rate, the demo's two ranks on two cores ran twice as slowly, and so did a lone rank."""
+    rates = {"matmul_tflops_one_thread": 0.11, "memory_tbps": 0.03, "ops_per_s": 2e5}
+    assert host.rank_matmul_tflops(rates, 2, 1) == 0.11
     assert host.rank_matmul_tflops(rates, 2, 2) == 0.11
     assert host.rank_matmul_tflops(rates, 2, None) == 0.11
     assert host.rank_matmul_tflops(rates, 2, 8) == pytest.approx(0.11 / 4)
 
 
+def test_each_rank_pays_one_ops_cost_and_more_where_ranks_outnumber_cores():
+    """An op runs on its rank's one thread: two ranks on two cores each pay the one-thread cost; eight share them."""
+    rates = {"ops_per_s": 2e5}
+    assert host.rank_op_s(rates, 2, 1) == host.rank_op_s(rates, 2, 2) == pytest.approx(5e-6)
+    assert host.rank_op_s(rates, 2, 8) == pytest.approx(2e-5)
+
+
+def test_the_probe_times_a_block_of_real_ops(cache):
+    """The op cost comes from ops the probe really ran and counted: a tiny block's forward and backward runs well
+    over a hundred thousand ops a second on any CPU that trains at all, and under a hundred million (a count of 0
+    or a block that did no work would give one of the two)."""
+    assert 1e4 < host._ops_per_s() < 1e8
+
+
 def test_a_cache_written_before_the_one_thread_rate_was_measured_is_measured_again(cache):
     path = host.cache_path()
-    path.write_text(json.dumps({"matmul_tflops": 123.0, "memory_tbps": 4.5, "measured_at": 4e9}))
-    assert host.host_cpu().bf16_dense_tflops < 100  # measured, not read
+    path.write_text(json.dumps({"matmul_tflops_one_thread": 123.0, "memory_tbps": 4.5, "measured_at": 4e9}))
+    assert host.host_cpu().bf16_dense_tflops < 50  # measured (no op rate cached), not read
     assert set(host.RATE_KEYS) <= set(json.loads(path.read_text()))
 
 
 def test_an_estimate_on_the_cpu_prices_each_rank_at_its_share_of_the_machine(cache):
     from megapilot.estimate import build_case
 
-    host.cache_path().write_text(json.dumps({"matmul_tflops": 0.2, "matmul_tflops_one_thread": 0.11,
-                                             "memory_tbps": 0.03, "measured_at": 4e9}))
+    host.cache_path().write_text(json.dumps({"matmul_tflops_one_thread": 0.11, "memory_tbps": 0.03,
+                                             "ops_per_s": 2e5, "measured_at": 4e9}))
     lone = build_case(model="tiny", gpu="cpu", gpus=1, seq_len=128, gbs=8, mbs=1)
     pair = build_case(model="tiny", gpu="cpu", gpus=2, seq_len=128, gbs=8, mbs=1)
-    assert lone.cluster.gpu.bf16_dense_tflops == 0.2 and pair.cluster.gpu.bf16_dense_tflops == 0.11
+    assert lone.cluster.gpu.bf16_dense_tflops == pair.cluster.gpu.bf16_dense_tflops == 0.11

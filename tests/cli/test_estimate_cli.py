@@ -324,7 +324,7 @@ def test_a_cpu_estimate_states_no_interval_and_says_what_it_leaves_out(cli):
     assert result.exit_code == 0, result.stderr
     first = result.stdout.splitlines()[0]
     assert "80 %" not in first and " 0 TFLOP/s/GPU" not in first  # a CPU's 0.1 TFLOP/s is not "0"
-    assert "per-op dispatch" in result.stdout and "no interval is stated" in result.stdout
+    assert "per-op rates" in result.stdout and "no interval is stated" in result.stdout
     payload = cli(*cpu, "--json").json()
     assert payload["tokens_per_s_per_gpu_p10"] is None and payload["tokens_per_s_per_gpu_p90"] is None
 

@@ -213,9 +213,9 @@ def test_a_cpu_gets_no_interval_from_the_gpus_errors_and_says_what_paces_it():
     from megapilot.catalog.host import host_spec
     from megapilot.estimate.coverage import band_for, coverage_for
 
-    cpu = host_spec({"matmul_tflops": 0.2, "matmul_tflops_one_thread": 0.1, "memory_tbps": 0.01})
+    cpu = host_spec({"matmul_tflops": 0.2, "matmul_tflops_one_thread": 0.1, "memory_tbps": 0.01, "ops_per_s": 2e5})
     model = get_model("tiny")
     coverage = coverage_for(model, cpu, "bf16")
     assert coverage.host_paced and coverage.needs_caveat and band_for(model, cpu, "bf16") is None
-    assert "per-op dispatch" in coverage.statement() and "no interval is stated" in coverage.statement()
+    assert "per-op rates" in coverage.statement() and "no interval is stated" in coverage.statement()
     assert band_for(model, get_gpu("h100"), "bf16") is not None  # a GPU keeps its interval

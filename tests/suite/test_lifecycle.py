@@ -113,12 +113,13 @@ def test_where_the_history_has_runs_of_the_cluster_they_alone_calibrate(tmp_path
 
     loaded = _stand_in_suite(tmp_path)
     request = RunRequest(out_dir=tmp_path / "earlier", cluster_name="lab", measured_run_of=calibration_run_of)
-    earlier = run_suite(loaded, request, StandInExecutor())
+    # steps well off the model's (about 0.1 s for these layouts), so a calibration on them is worth applying
+    earlier = run_suite(loaded, request, StandInExecutor(step_ms=400.0))
     history_runs = tuple(run for combo in earlier.combos if combo.key != "smoke"
                          and (run := calibration_run_of(earlier, combo)) is not None)
     assert len(history_runs) == 2
     result = run_suite(loaded, RunRequest(out_dir=tmp_path / "runs", cluster_name="lab", history_runs=history_runs,
-                                          measured_run_of=calibration_run_of), StandInExecutor())
+                                          measured_run_of=calibration_run_of), StandInExecutor(step_ms=400.0))
     second = result.combo(SECOND)
     assert second is not None and second.predicted is not None and not second.predicted.calibrated_in_run
     assert sorted(second.predicted.calibration_runs) == sorted(

@@ -43,9 +43,10 @@ class StandInExecutor(LocalExecutor):
     (suite.json as it stood then is copied to `left`), every other one completes."""
 
     def __init__(self, *, stop_at: int | None = None, reached: int = 10, signum: int = signal.SIGINT,
-                 left: Path | None = None):
+                 left: Path | None = None, step_ms: float = 100.0):
         super().__init__()
         self.stop_at, self.reached, self.signum, self.left = stop_at, reached, signum, left
+        self.step_ms = step_ms
         self.submitted: list[str] = []
 
     def submit(self, job: JobSpec) -> JobHandle:
@@ -55,13 +56,14 @@ class StandInExecutor(LocalExecutor):
         stops = len(self.submitted) == self.stop_at
         steps = self.reached if stops else total
         node_log_path(directory, 0).write_text(
-            "\n".join(iteration_lines(falling_steps(1, steps), train_iters=total)) + "\n", encoding="utf-8")
+            "\n".join(iteration_lines(falling_steps(1, steps, elapsed_ms=self.step_ms), train_iters=total)) + "\n",
+            encoding="utf-8")
         state = JobState.RUNNING if stops else JobState.COMPLETED
         write_job_record(directory, JobRecord(
             combo=job.combo, executor="local", job_id=str(len(self.submitted)), command=["bash", "launch.sh"],
             cwd=str(directory), nodes=job.nodes, gpus_per_node=job.gpus_per_node, submitted_at=NOW, started_at=NOW,
             status=JobStatus(state=state, exit_code=None if stops else 0, iteration=steps, train_iters=total,
-                             elapsed_s=steps * 0.1)))
+                             elapsed_s=steps * self.step_ms / 1000)))
         return JobHandle(executor="local", combo=job.combo, job_id=str(len(self.submitted)), job_dir=directory,
                          submitted_at=NOW)
 
