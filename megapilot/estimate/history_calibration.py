@@ -31,12 +31,12 @@ runs by more (a CPU, known to it by two probed rates), they widen in proportion 
 
 Held out: every run used is predicted by the fit on the others (leave-one-out). The band is the 90th percentile
 of those |residuals|, never narrower than one measured step's noise (`MIN_BAND`). When the held-out median or p90
-error is worse than the uncalibrated model's on the same runs, the calibration is not applied and the result says
-so. When it is better by less than one run's noise over
+error is worse than the uncalibrated model's on the same runs, or better by less than one run's noise over
 the square root of the runs (NOISE / sqrt(n), the noise of their median), the uncalibrated model already predicts
-those runs as well as they can be measured and a fit on them would learn their noise (bench/calibration/
+those runs as well as a fit on them could, and the fit would learn their noise (bench/calibration/
 from_history.md: a group whose runs the model predicts within 1-5 % was predicted worse after calibrating on 3):
-the runs calibrate the case with no correction, and its band is the model's own error on them.
+the runs calibrate the case with no correction (the model checked on them, so a suite's predicted gates gate with
+it), and its band is the model's own error on them. Only a case with no plausible run of its GPU is uncalibrated.
 
 Set aside: a run whose measured step is not a positive time, or more than `MAX_MISS_RATIO` from its own layout's
 prediction (`implausible`: a unit slip, a run that timed one warm-up step, another machine), is fitted on by nothing
@@ -463,10 +463,13 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
     ids = tuple(run.run_id for run in runs_used)
     rounded = tuple(round(w, 4) for w in weights)
     if held_out.worse:
-        return Calibrated(uncalibrated, uncalibrated, False,
-                          f"not applied: on held-out runs it was worse than the uncalibrated model (median "
-                          f"{_pct_text(held_out.median)} vs {_pct_text(held_out.uncalibrated_median)}, p90 "
-                          f"{_pct_text(held_out.p90)} vs {_pct_text(held_out.uncalibrated_p90)}){told}",
+        # checked on the runs, the model predicts them better than any fit on them: it stands as it is, a calibrated
+        # prediction with no correction (gated as one), its band its own error on them
+        return Calibrated(uncalibrated, uncalibrated, True,
+                          f"calibrated on {len(runs_used)} run(s) with no correction: a fit on them was worse than "
+                          f"the uncalibrated model on held-out runs (median {_pct_text(held_out.median)} vs "
+                          f"{_pct_text(held_out.uncalibrated_median)}, p90 {_pct_text(held_out.p90)} vs "
+                          f"{_pct_text(held_out.uncalibrated_p90)}){told}",
                           NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90),
                           tuple(aside))
     margin = NOISE / math.sqrt(len(runs_used))
@@ -577,8 +580,8 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
         "held_out_median_pct": _pct_or_none(calibrated.held_out.median),
         "uncalibrated_held_out_median_pct": _pct_or_none(calibrated.held_out.uncalibrated_median),
     }
-    if not calibrated.applied:
-        return _widened_to_the_clusters_miss(result, calibrated, cluster), about
+    if not calibrated.applied:  # no plausible run of its GPU: the published runs' figures and interval stand
+        return result, about
     breakdown = scaled_breakdown(result.time_breakdown_s, calibrated.corrections, multi_node=multi_node,
                                  microbatches=key.microbatches)
     breakdown["overhead"] = breakdown.pop("fixed")  # the per-step time the runs show beyond every modelled term
@@ -597,27 +600,6 @@ def calibrate_estimate(case: Any, result: Any, runs: Sequence[MeasuredRun], clus
         "warnings": [warning for warning in result.warnings if warning != result.calibration],
         "time_breakdown_s": {k: round(v, 6) for k, v in breakdown.items()}})
     return updated, about
-
-
-def _widened_to_the_clusters_miss(result: Any, calibrated: Calibrated, cluster: str) -> Any:
-    """An estimate the cluster's runs did not calibrate (a fit on them predicted them worse than the model: runs too
-    noisy to learn from) keeps its figures, but not an interval narrower than the model's own miss on those runs
-    (the band: the p90 of the uncalibrated `miss`): a host whose runs the model misses by 60 % must not be told the
-    published runs' +/-20 %."""
-    if calibrated.band is None or not calibrated.runs_used:
-        return result
-    tokens = result.tokens_per_s_per_gpu
-    low, high = calibrated_interval(tokens, calibrated.band)
-    assert low is not None and high is not None
-    p10, p90 = result.tokens_per_s_per_gpu_p10, result.tokens_per_s_per_gpu_p90
-    if p10 is not None and p90 is not None and p10 <= low and p90 >= high:
-        return result
-    basis = (f"the model's miss on cluster {cluster}'s {len(calibrated.runs_used)} run(s), p90 "
-             f"{_pct_text(calibrated.band)} (they calibrate nothing: {calibrated.reason})")
-    return result.model_copy(update={
-        "tokens_per_s_per_gpu_p10": low if p10 is None else min(p10, low),
-        "tokens_per_s_per_gpu_p90": high if p90 is None else max(p90, high),
-        "interval_basis": basis if result.interval_basis is None else f"{result.interval_basis}, widened to {basis}"})
 
 
 def calibrated_interval(tokens_per_s: float, band: float | None) -> tuple[float | None, float | None]:
