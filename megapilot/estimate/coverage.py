@@ -90,9 +90,10 @@ class CalibrationCoverage:
         if self.host_paced:
             return (f"calibration: no published run is of a CPU ({case}); the model prices its measured matmul, "
                     "memory and per-op rates with the trainer's op counts, not what else a CPU core computes slowly "
-                    "(the GELU's erf) nor two ranks sharing its caches (first predictions 4-24 % short of the "
-                    "measured steps on a 2-core machine, bench/trainer_cpu/first_prediction.md); no interval is "
-                    "stated: one run of it (`suite run`, `run --plan`) calibrates the next estimate (`--cluster`)")
+                    "(the GELU's erf) nor what the same work loses on two ranks against one (first predictions "
+                    "4-24 % short of the measured steps on a 2-core machine, bench/trainer_cpu/first_prediction.md); "
+                    "no interval is stated: one run of it (`suite run`, `run --plan`) calibrates the next estimate "
+                    "(`--cluster`)")
         if self.nearest is None:
             return (f"calibration: no published run of a {self.family} model on this GPU vendor checks this "
                     f"estimate ({case}); treat it as physics without a measured error")
