@@ -437,14 +437,11 @@ def _gauss(a: list[list[float]], b: list[float]) -> list[float]:
 def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun]) -> Calibrated:
     """The case's step time calibrated on the runs (those of its GPU, weighted by nearness); a run of its GPU that
     cannot calibrate (`unusable`) is set aside and named in the result and its reason."""
-    measured: list[MeasuredRun] = []
-    aside: list[SetAside] = []
-    for run in runs:
-        why = unusable(run)
-        if why is None:
-            measured.append(run)
-        elif nearness(key, run.key) >= MIN_WEIGHT:  # named where it would have counted (another GPU's never would)
-            aside.append(SetAside(run.run_id, why))
+    runs = list(runs)
+    measured, unusable_runs = plausible(runs)
+    keys = {run.run_id: run.key for run in runs}
+    # named where it would have counted (another GPU's never would)
+    aside = [run for run in unusable_runs if nearness(key, keys[run.run_id]) >= MIN_WEIGHT]
     told = set_aside_text(aside)
     used = [(run, nearness(key, run.key)) for run in measured]
     used = sorted([(run, weight) for run, weight in used if weight >= MIN_WEIGHT], key=lambda pair: -pair[1])[:MAX_RUNS]

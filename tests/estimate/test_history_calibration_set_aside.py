@@ -10,24 +10,13 @@ import pytest
 from megapilot.estimate.history_calibration import (
     MAX_MISS_RATIO,
     MeasuredRun,
-    RunKey,
     SetAside,
     StepComponents,
     calibrate,
     cluster_fits,
     plausible,
 )
-
-
-def _key(**changes: object) -> RunKey:
-    base: dict[str, object] = {"model": "llama3-8b", "family": "dense", "precision": "bf16", "gpu": "H100",
-                               "gpus": 8}
-    return RunKey(**(base | changes))  # type: ignore[arg-type]
-
-
-def _components(tp: int) -> StepComponents:
-    return StepComponents(compute_s=8.0 / tp, bubble_s=0.0, scaleup_comm_s=0.2 * tp, scaleout_comm_s=0.0,
-                          fixed_s=0.1)
+from tests.estimate.test_history_calibration import _components, _key
 
 
 def _run(tp: int, factor: float = 1.3, run_id: str | None = None, **changes: object) -> MeasuredRun:
