@@ -102,3 +102,14 @@ def test_an_estimate_on_the_cpu_prices_each_rank_at_its_share_of_the_machine(cac
     lone = build_case(model="tiny", gpu="cpu", gpus=1, seq_len=128, gbs=8, mbs=1)
     pair = build_case(model="tiny", gpu="cpu", gpus=2, seq_len=128, gbs=8, mbs=1)
     assert lone.cluster.gpu.bf16_dense_tflops == pair.cluster.gpu.bf16_dense_tflops == 0.11
+
+
+def test_an_op_probe_that_cannot_run_is_a_clear_error_naming_how_to_see_why(monkeypatch):
+    """No megatron-core (or a broken one) in the interpreter: the probe says so, with the command that shows the
+    error, not a traceback of a JSON decode."""
+    from megapilot.errors import MegapilotError
+
+    monkeypatch.setattr(host.sys, "executable", "/bin/false")
+    with pytest.raises(MegapilotError) as caught:
+        host._ops_per_s()
+    assert "one op's cost" in str(caught.value) and "megapilot.trainer.op_probe" in caught.value.fix
