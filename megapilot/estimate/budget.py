@@ -248,6 +248,13 @@ class BudgetRequest:
                                  fix="pass --tokens 15.6T or --train-iters N")
         if self.train_iters is not None and self.train_iters <= 0:
             raise MegapilotError("must be > 0", field="train_iters", fix="pass --train-iters N with N > 0")
+        if self.train_iters is not None and self.rampup is not None:
+            # Megatron asserts "expected no batch-size rampup for iteration-based training": the steps asked would
+            # not be the steps trained (the warm-up's smaller batches take more of them for the same tokens)
+            raise MegapilotError("Megatron refuses a batch warm-up with iteration-based training (--train-iters)",
+                                 field="rampup_batch_size",
+                                 fix="give the budget as --tokens (the run trains by samples), or drop "
+                                     "--rampup-batch-size")
         if self.cost_per_gpu_hour is not None and not (math.isfinite(self.cost_per_gpu_hour)
                                                        and self.cost_per_gpu_hour >= 0):
             raise MegapilotError(f"must be a finite number >= 0, not {self.cost_per_gpu_hour}",

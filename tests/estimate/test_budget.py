@@ -138,6 +138,14 @@ def test_bad_budgets_are_refused():
         BudgetRequest(tokens=1e9, train_iters=10)
 
 
+def test_a_batch_warm_up_beside_train_iters_is_refused_as_megatron_refuses_it():
+    # Megatron asserts "expected no batch-size rampup for iteration-based training"; --train-iters 10000 with a
+    # warm-up printed 18,464 steps, the iterations asked counted as tokens at the full batch
+    with pytest.raises(MegapilotError, match="--train-iters") as info:
+        BudgetRequest(train_iters=10_000, rampup=BatchRampup(128, 128, 3_000_000))
+    assert info.value.field == "rampup_batch_size" and "--tokens" in (info.value.fix or "")
+
+
 def test_a_budget_or_phase_under_one_step_is_refused_by_name():
     # 10 tokens (a slip for 10T) printed 0 steps, 0.0 days and a checkpoint interval of thousands of steps
     training = TrainingSpec(seq_length=1024, global_batch_size=64)
