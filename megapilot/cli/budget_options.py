@@ -158,7 +158,11 @@ def print_budget(run: TimeToTrain, title: str = "") -> None:
                       f"{s.seconds / 86400:,.2f}")
     console.print(table)
     g = run.goodput
-    lines = [f"failure-free {run.compute_s / 86400:,.1f} days; with failures {run.summary()}"]
+    if g.expected_interruptions:
+        lines = [f"failure-free {run.compute_s / 86400:,.1f} days; with failures {run.summary()}"]
+    else:  # a rate of 0: nothing is lost to failures, and what was assumed is said, not priced as failures
+        lines = [f"{run.summary()}; no interruptions assumed ({g.failure.source}): no checkpoint priced, "
+                 "effective training time 100.0 %"]
     energy, cost = run.energy_mwh, run.cost
     bands = [f"days {run.days.low:,.1f}-{run.days.high:,.1f}",
              f"GPU-hours {run.gpu_hours.low / 1e6:,.3g}-{run.gpu_hours.high / 1e6:,.3g} M"]

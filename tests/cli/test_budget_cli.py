@@ -91,6 +91,14 @@ def test_the_failure_rate_changes_the_goodput(cli):
     assert none["days"]["value"] == pytest.approx(none["compute_days"], abs=1e-3)
 
 
+def test_no_failures_is_said_as_assumed_not_priced_as_failures(cli):
+    # --failures-per-gpu-hour 0 printed "with failures 0.3 days" and no word of the rate, checkpoints or goodput
+    text = cli("estimate", *SMALL, "--tokens", "1B", "--failures-per-gpu-hour", "0").stdout
+    assert "with failures" not in text
+    assert "no interruptions assumed" in text and "--failures-per-gpu-hour" in text
+    assert "effective training time 100.0 %" in text
+
+
 def test_script_derives_train_iters_and_save_interval_from_the_budget(cli, tmp_path):
     budget = cli("estimate", *SMALL, "--tokens", "1T", "--json").json()["budget"]
     args = ("script", *SMALL, "--entrypoint", "megapilot", "--mock-data", "--save", str(tmp_path / "ckpt"),
