@@ -7,7 +7,8 @@ core_v0.16.0 (`megatron_args.py` checks them against the pinned parser).
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import re
+from pathlib import Path, PurePosixPath
 
 from megapilot import vocabulary
 from megapilot.errors import MegapilotError
@@ -396,16 +397,40 @@ def tokenizer_type(o: LaunchOptions) -> str:
         if o.tokenizer_type == "GPT2BPETokenizer" and o.vocab_file is None:
             raise MegapilotError("GPT2BPETokenizer needs its vocab and merge files", field="vocab_file",
                                  fix="pass --vocab-file and --merge-file")
+        if o.tokenizer_type in SENTENCEPIECE_TOKENIZERS and o.tokenizer_model is not None:
+            _refuse_tiktoken_ranks(o.tokenizer_model, o.tokenizer_type)
         return o.tokenizer_type
     if o.vocab_file is not None:
         return "GPT2BPETokenizer"
     if o.tokenizer_model is not None:
-        suffix = PurePosixPath(o.tokenizer_model).suffix
-        return "GPTSentencePieceTokenizer" if suffix == ".model" else "HuggingFaceTokenizer"
+        if PurePosixPath(o.tokenizer_model).suffix != ".model":
+            return "HuggingFaceTokenizer"
+        _refuse_tiktoken_ranks(o.tokenizer_model, "GPTSentencePieceTokenizer")
+        return "GPTSentencePieceTokenizer"
     if o.mock_data:
         return "NullTokenizer"
     raise MegapilotError("real data needs a tokenizer", field="tokenizer_model",
                          fix="pass --tokenizer-model (or --vocab-file and --merge-file)")
+
+
+SENTENCEPIECE_TOKENIZERS = frozenset({"GPTSentencePieceTokenizer", "SentencePieceTokenizer", "Llama2Tokenizer"})
+# A tiktoken BPE rank file opens with `<base64 token> <rank>` lines; a SentencePiece model is a binary protobuf.
+_TIKTOKEN_RANK_LINE = re.compile(rb"[A-Za-z0-9+/]+={0,2} [0-9]+\r?\n")
+
+
+def _refuse_tiktoken_ranks(tokenizer_model: str, tokenizer: str) -> None:
+    """Llama 3's `tokenizer.model` is a tiktoken rank file, not a SentencePiece model: a SentencePiece
+    tokenizer fails to parse it when the job starts. Read where the file is on this machine."""
+    try:
+        with Path(tokenizer_model).open("rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return  # a Hugging Face id, or a file on the cluster only
+    if _TIKTOKEN_RANK_LINE.match(head):
+        raise MegapilotError(f"{tokenizer_model} is a tiktoken BPE rank file (as Llama 3's tokenizer.model), "
+                             f"which {tokenizer} cannot parse", field="tokenizer_model",
+                             fix="pass the model's Hugging Face folder or id as --tokenizer-model "
+                                 "(HuggingFaceTokenizer reads its tokenizer.json)")
 
 
 # ---- logging and checkpoints ---------------------------------------------------------------

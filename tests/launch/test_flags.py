@@ -76,3 +76,19 @@ def test_fsdp_saves_its_own_format():
     fsdp = plan.model_copy(update={"parallel": plan.parallel.model_copy(update={"fsdp": True})})
     assert checkpoint_format(fsdp, _options()) == "fsdp_dtensor"
     assert checkpoint_format(plan, _options()) == "torch_dist"
+
+
+@pytest.mark.parametrize("tokenizer", [None, "GPTSentencePieceTokenizer", "SentencePieceTokenizer", "Llama2Tokenizer"])
+def test_a_tiktoken_rank_file_is_not_read_as_a_sentencepiece_model(tmp_path, tokenizer):
+    # Llama 3's original tokenizer.model is a tiktoken BPE rank file (base64 token, rank per line), not a
+    # SentencePiece protobuf: Megatron's SentencePiece tokenizers fail to parse it when the job starts.
+    tiktoken = tmp_path / "tokenizer.model"
+    tiktoken.write_text("IQ== 0\nIg== 1\nIw== 2\n")
+    with pytest.raises(MegapilotError) as caught:
+        tokenizer_type(_options(mock_data=False, data_path="/d/x", tokenizer_model=str(tiktoken),
+                                tokenizer_type=tokenizer))
+    assert caught.value.field == "tokenizer_model" and "HuggingFaceTokenizer" in (caught.value.fix or "")
+    sentencepiece = tmp_path / "sp.model"
+    sentencepiece.write_bytes(b"\n\x0e\n\x05<unk>\x15\x00\x00\x00\x00\x18\x02")  # a ModelProto's first piece
+    assert tokenizer_type(_options(mock_data=False, data_path="/d/x", tokenizer_model=str(sentencepiece),
+                                   tokenizer_type=tokenizer)) == (tokenizer or "GPTSentencePieceTokenizer")
