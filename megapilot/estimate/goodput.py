@@ -227,10 +227,10 @@ def goodput(compute_s: float, gpus: int, checkpoint: CheckpointCost, failure: Fa
     if per_failure_s >= mtbf_s:
         raise MegapilotError(
             f"a job of {gpus:,} GPUs is interrupted every {mtbf_s / 3600:.2g} h on average, sooner than it restarts "
-            f"and redoes its lost work ({per_failure_s / 3600:.2g} h): it never finishes",
-            field="failures_per_gpu_hour",
-            fix="check --failures-per-gpu-hour, or shorten the restart (--restart-min) and checkpoint "
-                "(--checkpoint-gbps)")
+            f"and redoes its lost work ({per_failure_s / 3600:.2g} h: restart {failure.restart_s / 3600:.2g} h, "
+            f"restore {checkpoint.load_s / 3600:.2g} h, half an interval and its save "
+            f"{(interval_s + save_s) / 2 / 3600:.2g} h; {checkpoint.source}): it never finishes",
+            field=(cause := _never_finishes_cause(gpus, checkpoint, failure)), fix=NEVER_FINISHES_FIX[cause])
     elapsed_s = compute_s * overhead_factor / (1 - per_failure_s / mtbf_s)
     interruptions = elapsed_s / mtbf_s
     return Goodput(
@@ -240,6 +240,25 @@ def goodput(compute_s: float, gpus: int, checkpoint: CheckpointCost, failure: Fa
         checkpoint_overhead_s=compute_s * (overhead_factor - 1),
         spares=_spares(interruptions, gpus, gpus_per_node, failure, elapsed_s),
     )
+
+
+NEVER_FINISHES_FIX = {
+    "failures_per_gpu_hour": "check --failures-per-gpu-hour (per GPU-hour: the default is 1.97e-5)",
+    "restart_min": "check --restart-min (minutes: the default is 10)",
+    "checkpoint_gbps": "check --checkpoint-gbps (GB/s, aggregate: the default is 2,000 GB/s for 16,384 GPUs, "
+                       "pro rata)",
+}
+
+
+def _never_finishes_cause(gpus: int, checkpoint: CheckpointCost, failure: FailureModel) -> str:
+    """The input to name when a run never finishes: the rate where it is above the default and the run would
+    finish at the default's, else the larger of what an interruption costs, the restart or the checkpoint."""
+    if failure.failures_per_gpu_hour > DEFAULT_FAILURES_PER_GPU_HOUR:
+        default_mtbf_s = 3600 / (DEFAULT_FAILURES_PER_GPU_HOUR * gpus)
+        interval_s = daly_interval_s(checkpoint.save_s, default_mtbf_s)
+        if failure.restart_s + checkpoint.load_s + (interval_s + checkpoint.save_s) / 2 < default_mtbf_s:
+            return "failures_per_gpu_hour"
+    return "restart_min" if failure.restart_s > checkpoint.load_s + checkpoint.save_s else "checkpoint_gbps"
 
 
 def expected_interruptions(gpus: int, elapsed_s: float, failure: FailureModel = FailureModel()) -> float:

@@ -71,6 +71,22 @@ def test_failures_faster_than_a_restart_are_refused():
                 FailureModel(failures_per_gpu_hour=1e-3, restart_s=3600.0))
 
 
+@pytest.mark.parametrize(("checkpoint", "failure", "field"), [
+    # 405B's 5.68 TB at 0.5 GB/s (a slip for 0.5 TB/s) on 16,384 GPUs at the default rate: the save is the cause,
+    # and the refusal named the rate no one gave
+    (estimated_checkpoint(5.68e12, 0.5), FailureModel(), "checkpoint_gbps"),
+    # a 5-hour restart against the default rate's 3.1 h between interruptions
+    (estimated_checkpoint(5.68e12, 2000.0), FailureModel(restart_s=5 * 3600.0), "restart_min"),
+    # a rate given 1,000 times the default: with the default the run finishes
+    (estimated_checkpoint(5.68e12, 2000.0), FailureModel(failures_per_gpu_hour=2e-2), "failures_per_gpu_hour"),
+])
+def test_a_run_that_never_finishes_names_the_input_that_stops_it(checkpoint, failure, field):
+    with pytest.raises(MegapilotError, match="never finishes") as info:
+        goodput(DAY_S, 16_384, checkpoint, failure)
+    assert info.value.field == field
+    assert "restart" in info.value.problem and "restore" in info.value.problem
+
+
 @pytest.mark.parametrize(("gbps", "said"), [(0.9765625, "0.977 GB/s"), (125.0, "125 GB/s"), (2000.0, "2,000 GB/s")])
 def test_the_storage_bandwidth_prints_to_three_figures(gbps, said):
     # the pro-rata default for 8 GPUs printed as "0.976562 GB/s"
