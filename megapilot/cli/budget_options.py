@@ -187,7 +187,8 @@ def print_budget(run: TimeToTrain, title: str = "") -> None:
             f"{g.checkpoint.source}); lost: restarts {g.lost_restart_s / 86400:.1f} days, recomputation "
             f"{g.lost_recompute_s / 86400:.1f} days, saves {g.checkpoint_overhead_s / 86400:.1f} days",
             f"spare nodes: {g.spares.recommended} held back ({g.spares.held_share:.1%} of the GPUs) cover the "
-            f"repairs; without them, waits for repair add {g.spares.wait_without_s / 86400:,.1f} days "
+            "repairs (the days above assume them, not in the GPU-hours above); without them, waits for repair "
+            f"add {g.spares.wait_without_s / 86400:,.1f} days "
             f"({g.spares.wait_without_share:.1%}; {_count(g.spares.hardware_interruptions)} hardware interruptions x "
             f"{g.failure.repair_h:g} h); cheaper: {g.spares.cheaper}",
         ]

@@ -91,6 +91,14 @@ def test_the_failure_rate_changes_the_goodput(cli):
     assert none["days"]["value"] == pytest.approx(none["compute_days"], abs=1e-3)
 
 
+def test_the_spares_the_headline_assumes_are_said_to_be_left_out_of_its_gpu_hours(cli):
+    # the elapsed time restarts at once on a spare, but GPU-hours and cost count the job's GPUs alone: on 64 GPUs
+    # 2 spare nodes are 25 % more GPUs, unsaid
+    text = cli("estimate", *SMALL, "--tokens", "1T").stdout
+    line = next(line for line in text.splitlines() if line.startswith("spare nodes:"))
+    assert "assume" in line and "not in the GPU-hours" in line and "{" not in line
+
+
 def test_no_failures_is_said_as_assumed_not_priced_as_failures(cli):
     # --failures-per-gpu-hour 0 printed "with failures 0.3 days" and no word of the rate, checkpoints or goodput
     text = cli("estimate", *SMALL, "--tokens", "1B", "--failures-per-gpu-hour", "0").stdout
