@@ -213,6 +213,13 @@ def _check_sbatch_values(o: LaunchOptions) -> None:
     if o.log_dir is None and o.script_path is None:
         raise MegapilotError("an sbatch script needs a directory for its output", field="log_dir",
                              fix="pass --log-dir /abs/dir or -o /abs/train.sbatch")
+    if o.log_dir is None and not _SBATCH_SAFE.match(_log_dir(o)):
+        # the output goes next to the script, whose folder may hold what an #SBATCH line cannot
+        raise MegapilotError(
+            f"the output folder next to the script, {_log_dir(o)!r}, cannot go on an #SBATCH line "
+            "(sbatch does not read shell quoting)", field="log_dir",
+            fix="pass --log-dir with letters, digits and . _ - / : only",
+        )
 
 
 # ---- derived values ------------------------------------------------------------------------

@@ -77,6 +77,15 @@ def test_sbatch_takes_no_time_limit_and_then_writes_no_exit_duration(limit: str)
     assert "--exit-duration-in-mins" not in launch.megatron_args
 
 
+def test_sbatch_refuses_a_default_log_dir_it_cannot_write_on_its_output_line() -> None:
+    # with no --log-dir the output goes next to the script; a space there would split the #SBATCH line
+    with pytest.raises(MegapilotError, match="#SBATCH") as info:
+        render_launch(PLAN_70B, _options(launcher="slurm", script_path="/tmp/my runs/train.sbatch"))
+    assert info.value.field == "log_dir" and "--log-dir" in (info.value.fix or "")
+    launch = render_launch(PLAN_70B, _options(launcher="slurm", script_path="/tmp/runs/train.sbatch"))
+    assert "#SBATCH --output=/tmp/runs/logs/%x-%j.out" in launch.script.splitlines()
+
+
 def test_sbatch_needs_somewhere_to_write_output() -> None:
     with pytest.raises(MegapilotError, match="output") as info:
         render_launch(PLAN_70B, _options(launcher="slurm"))
