@@ -51,6 +51,9 @@ DEFAULT_FAILURE_SOURCE = (f"Llama 3 paper (arXiv 2407.21783, Sec. 3.3.4): {LLAMA
 # job; a default scales that share per GPU (122 MB/s, about 1 GB/s per 8-GPU node) with the job's size.
 LLAMA3_STORAGE_GBPS = 2000.0
 DEFAULT_CHECKPOINT_GBPS_PER_GPU = LLAMA3_STORAGE_GBPS / LLAMA3_GPUS
+# Above this a checkpoint bandwidth is a slip of units (2 TB/s written in B/s, 2e12), not a storage system: the
+# largest sustain tens of TB/s.
+MOST_CHECKPOINT_GBPS = 1e6
 DEFAULT_RESTART_S = 600.0  # requeue + start + NCCL init: an assumption, no published figure behind it
 DEFAULT_REPAIR_H = 24.0  # a failed node swapped or fixed and re-validated within a day: an assumption
 SPARE_COVERAGE = 0.99  # spares cover the nodes in repair at once this often
@@ -115,6 +118,11 @@ def estimated_checkpoint(size_bytes: float, storage_gbps: float) -> CheckpointCo
     if storage_gbps <= 0 or not math.isfinite(storage_gbps):
         raise MegapilotError(f"must be > 0, not {storage_gbps}", field="checkpoint_gbps",
                              fix="pass the storage's aggregate write bandwidth in GB/s, e.g. --checkpoint-gbps 200")
+    if storage_gbps > MOST_CHECKPOINT_GBPS:
+        raise MegapilotError(f"{storage_gbps:.3g} GB/s is more than {MOST_CHECKPOINT_GBPS:,.0f} GB/s (1 PB/s, beyond "
+                             "any storage system): a bandwidth in B/s or MB/s?", field="checkpoint_gbps",
+                             fix="pass the storage's aggregate write bandwidth in GB/s, e.g. --checkpoint-gbps 2000 "
+                                 "for 2 TB/s")
     seconds = size_bytes / (storage_gbps * 1e9)
     return CheckpointCost(size_bytes, seconds, seconds,
                           f"estimated: {size_bytes / 1e12:.3g} TB at "

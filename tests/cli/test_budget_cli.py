@@ -156,6 +156,7 @@ def test_script_refuses_a_warm_up_that_takes_the_whole_budget_by_its_flag(cli):
     (("--tokens", "1T", "--rampup-batch-size", "100", "64", "1000"), "rampup_batch_size"),
     (("--train-iters", "1000", "--rampup-batch-size", "64", "64", "100000"), "rampup_batch_size"),
     (("--tokens", "1T", "--checkpoint-gbps", "0"), "checkpoint_gbps"),
+    (("--tokens", "1T", "--checkpoint-gbps", "2e12"), "checkpoint_gbps"),
     (("--tokens", "1T", "--failures-per-gpu-hour", "-1"), "failures_per_gpu_hour"),
 ])
 def test_bad_budget_input_is_one_line_and_exit_2(cli, extra, field):

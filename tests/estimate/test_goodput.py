@@ -87,6 +87,14 @@ def test_a_run_that_never_finishes_names_the_input_that_stops_it(checkpoint, fai
     assert "restart" in info.value.problem and "restore" in info.value.problem
 
 
+@pytest.mark.parametrize("gbps", [2e12, 2e6, 1e300])
+def test_a_bandwidth_beyond_any_storage_is_refused_as_a_slip_of_units(gbps):
+    # 2e12 (2 TB/s written in B/s) priced a 0 s save, and 1e300 printed a bandwidth of 301 digits
+    with pytest.raises(MegapilotError, match="GB/s") as info:
+        estimated_checkpoint(1e12, gbps)
+    assert info.value.field == "checkpoint_gbps" and "--checkpoint-gbps" in (info.value.fix or "")
+
+
 @pytest.mark.parametrize(("gbps", "said"), [(0.9765625, "0.977 GB/s"), (125.0, "125 GB/s"), (2000.0, "2,000 GB/s")])
 def test_the_storage_bandwidth_prints_to_three_figures(gbps, said):
     # the pro-rata default for 8 GPUs printed as "0.976562 GB/s"
