@@ -39,6 +39,8 @@ GPUS_NOTE = "Default: --nodes x GPUs per node, else the profile's."
 @feature_options()
 @layout_options(notes={"gpus": GPUS_NOTE})
 def script(
+    plan_file: Annotated[Path | None, typer.Argument(
+        metavar="[PLAN]", show_default=False, help="Saved plan JSON, as --plan gives it.")] = None,
     plan: Annotated[Path | None, typer.Option("--plan", help="Saved plan JSON (`megapilot plan --save`).")] = None,
     layout: LayoutFlags = NOTHING_GIVEN,  # the layout flags (instead of --plan)
     features: FeatureFlags = NO_FEATURES,  # the model's run features (with --plan: only the dispatcher)
@@ -92,6 +94,10 @@ def script(
     from megapilot.estimate.cases import cuda_graphs_from
     from megapilot.launch import LaunchOptions, render_launch
 
+    if plan_file is not None and plan is not None and plan_file != plan:
+        raise MegapilotError(f"two plans given: {plan_file} and --plan {plan}", field="--plan",
+                             fix="give the plan once, as the argument or as --plan")
+    plan = plan or plan_file
     user_profile = load_profile_checked(profile)
     if output is not None:
         _check_output(output.expanduser().absolute())  # before the work of rendering, and naming -o

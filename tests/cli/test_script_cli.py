@@ -316,3 +316,16 @@ def test_a_cpu_scripts_summary_says_cpu_ranks_not_the_plans_stand_in_gpu(cli, tm
                  "--cpu", "--entrypoint", "megapilot", "--mock-data", "-o", str(out))
     assert result.exit_code == 0, result.stderr
     assert "1 node(s) x 2 CPU ranks" in result.stdout and "H100" not in result.stdout
+
+
+def test_the_plan_may_be_given_as_the_argument(cli, plan_file: Path, tmp_path: Path) -> None:
+    """`megapilot script plan.json` as `megapilot run train.sh` takes its script: the same script as --plan gives;
+    two different plans are refused, naming both."""
+    by_option = cli("script", "--plan", str(plan_file), "--mock-data", *MEGATRON, "--json")
+    by_argument = cli("script", str(plan_file), "--mock-data", *MEGATRON, "--json")
+    assert by_argument.exit_code == 0, by_argument.stderr
+    assert by_argument.json()["megatron_args"] == by_option.json()["megatron_args"]
+    other = tmp_path / "other.json"
+    other.write_text(plan_file.read_text())
+    both = cli("script", str(plan_file), "--plan", str(other), "--mock-data", *MEGATRON)
+    assert both.exit_code == 2 and "two plans given" in both.stderr and "Traceback" not in both.stderr
