@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 from megapilot.errors import MegapilotError
+from megapilot.spec.model import ModelSpec
 
 # Llama 3 paper, Sec. 3.3.4 (Table 5): 466 interruptions in a 54-day snapshot of 405B pre-training, 47 planned and
 # 419 unexpected, about 78 % of those hardware.
@@ -105,12 +106,20 @@ class CheckpointCost:
     source: str  # "estimated: 5.68 TB at 2000 GB/s" or "measured by the suite's checkpoint stage"
 
 
-def checkpoint_bytes(total_params: int, optimizer: str = "adam") -> float:
-    """What a Megatron checkpoint holds per parameter: the bf16 weight and the optimizer's fp32 state (master
-    weight + Adam's two moments, or Muon's one momentum), the memory model's bytes per parameter."""
+def checkpoint_bytes(model: ModelSpec, optimizer: str = "adam") -> float:
+    """What a Megatron checkpoint holds: every parameter's bf16 weight and the optimizer's fp32 state as the memory
+    model keeps it (`memory.optimizer_gib`): Adam's master weight and two moments, 12 B; Muon's master and
+    momentum, 8 B, for its 2-D weights, the embedding, output layer, norms and routers staying on Adam's 12 B."""
+    # start-up: the parameter count and the memory model's byte sizes, only where a budget is costed
     from megapilot.estimate.memory import MUON_BYTES, OPTIMIZER_BYTES, PARAM_BYTES
+    from megapilot.estimate.params import count_params
 
-    return total_params * (PARAM_BYTES + (OPTIMIZER_BYTES if optimizer == "adam" else MUON_BYTES))
+    counts = count_params(model)
+    if optimizer == "adam":
+        return counts.total * (PARAM_BYTES + OPTIMIZER_BYTES)
+    on_adam = counts.embedding + counts.output_layer + counts.final_norm \
+        + sum(layer.by_sharding.replicated for layer in counts.per_layer)
+    return counts.total * PARAM_BYTES + on_adam * OPTIMIZER_BYTES + (counts.total - on_adam) * MUON_BYTES
 
 
 def estimated_checkpoint(size_bytes: float, storage_gbps: float) -> CheckpointCost:

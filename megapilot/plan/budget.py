@@ -20,7 +20,6 @@ from megapilot.estimate.budget import (
     time_to_train,
 )
 from megapilot.estimate.goodput import DEFAULT_CHECKPOINT_GBPS_PER_GPU, checkpoint_bytes, estimated_checkpoint
-from megapilot.estimate.params import count_params
 from megapilot.plan.reasons import layout_label
 from megapilot.plan.search import Candidate, PlanResult
 from megapilot.spec.hardware import ClusterSpec
@@ -45,7 +44,7 @@ def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, t
     """One layout's whole run: phases costed by the estimator, the checkpoint estimated from the model's size
     over the storage bandwidth (or the request's measured one), the band from the estimate's calibration; with a
     `correction` from the cluster's runs, every phase's step scaled by it and the band its own."""
-    size = checkpoint_bytes(count_params(model).total, training.optimizer)
+    size = checkpoint_bytes(model, training.optimizer)
     gbps = DEFAULT_CHECKPOINT_GBPS_PER_GPU * cluster.world_size if request.checkpoint_gbps is None \
         else request.checkpoint_gbps
     checkpoint = estimated_checkpoint(size, gbps)

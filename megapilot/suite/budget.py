@@ -54,7 +54,6 @@ from megapilot.estimate.goodput import (
     checkpoint_bytes,
     estimated_checkpoint,
 )
-from megapilot.estimate.params import count_params
 from megapilot.spec import ClusterSpec, LayoutPins
 from megapilot.spec.training import Precision, TrainingSpec
 from megapilot.suite.cells import recorded_layout
@@ -263,7 +262,7 @@ def _run(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, result: Su
         source=defaults.source if budget.failures_per_gpu_hour is None else "the suite config's budget",
         restart_s=defaults.restart_s if budget.restart_min is None else budget.restart_min * 60,
         repair_h=defaults.repair_h if budget.repair_h is None else budget.repair_h)
-    size = checkpoint_bytes(count_params(model).total)
+    size = checkpoint_bytes(model)
     estimated = estimated_checkpoint(size, budget.checkpoint_gbps or DEFAULT_CHECKPOINT_GBPS_PER_GPU * gpus)
     save_s, load_s = _measured_checkpoint(result)
     measured = None if save_s is None else CheckpointCost(

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from megapilot.catalog import get_model
 from megapilot.errors import MegapilotError
 from megapilot.estimate.goodput import (
     DEFAULT_CHECKPOINT_GBPS_PER_GPU,
@@ -48,7 +49,8 @@ def test_llama3_default_rate_gives_its_419_interruptions_in_54_days_and_over_90_
     assert 419 / 1.5 <= interruptions <= 419 * 1.5
     # The 405B checkpoint (bf16 weights + fp32 Adam state) over the default storage: what goodput that leaves over
     # a 54-day run, and the interval that achieves it.
-    checkpoint = estimated_checkpoint(checkpoint_bytes(405_853_388_800), DEFAULT_CHECKPOINT_GBPS_PER_GPU * 16_384)
+    checkpoint = estimated_checkpoint(checkpoint_bytes(get_model("llama3.1-405b")),
+                                      DEFAULT_CHECKPOINT_GBPS_PER_GPU * 16_384)
     compute_s = 54 * DAY_S * 0.9
     run = goodput(compute_s, 16_384, checkpoint, step_time_s=7.0)
     print(f"\n16,384 GPUs: {run.expected_interruptions:.0f} interruptions over {run.elapsed_s / DAY_S:.1f} days, "
@@ -112,3 +114,18 @@ def test_spares_cover_the_failing_node_too():
     big = goodput(161.8 * DAY_S, 1024, CheckpointCost(9.88e11, 7.9, 7.9, "test"), step_time_s=7.82)
     assert big.spares.recommended == 3
     assert goodput(DAY_S, 8, checkpoint, FailureModel(failures_per_gpu_hour=0.0)).spares.recommended == 0
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "muon"])
+def test_a_checkpoint_holds_the_optimizer_state_the_memory_model_holds(optimizer):
+    """One rank holding the whole model unsharded holds what the checkpoint saves: its bf16 weights and the
+    optimizer's fp32 state; under Muon the embedding, output layer and norms stay on Adam's 12 bytes (they were
+    priced at Muon's 8, about 5 % of an 8B model's checkpoint missing)."""
+    from megapilot.estimate.memory import GIB, optimizer_gib, shard_params, weights_gib
+    from megapilot.spec.parallel import ParallelConfig
+
+    model = get_model("llama3.1-8b")
+    whole = ParallelConfig(distributed_optimizer=False)
+    shard = shard_params(model, whole, 0)
+    held = (weights_gib(shard, whole) + optimizer_gib(shard, whole, optimizer)) * GIB
+    assert checkpoint_bytes(model, optimizer) == pytest.approx(held, rel=1e-3)
