@@ -230,7 +230,10 @@ def goodput(compute_s: float, gpus: int, checkpoint: CheckpointCost, failure: Fa
     """
     rate_per_s = failure.failures_per_gpu_hour * gpus / 3600
     mtbf_s = 1 / rate_per_s if rate_per_s > 0 else math.inf
-    interval_s = daly_interval_s(checkpoint.save_s, mtbf_s)
+    # never longer than the run: past it, Daly's interval means one save at the end (a rate of 1e-300 printed an
+    # interval hundreds of digits long, and a short run an interval of more steps than it has)
+    interval_s = min(daly_interval_s(checkpoint.save_s, mtbf_s), compute_s) if compute_s > 0 \
+        else daly_interval_s(checkpoint.save_s, mtbf_s)
     iters = None
     if step_time_s and math.isfinite(interval_s):
         iters = interval_steps(interval_s, step_time_s)

@@ -129,3 +129,13 @@ def test_a_checkpoint_holds_the_optimizer_state_the_memory_model_holds(optimizer
     shard = shard_params(model, whole, 0)
     held = (weights_gib(shard, whole) + optimizer_gib(shard, whole, optimizer)) * GIB
     assert checkpoint_bytes(model, optimizer) == pytest.approx(held, rel=1e-3)
+
+
+def test_the_checkpoint_interval_is_never_longer_than_the_run():
+    """A short run (or a tiny failure rate) has a Daly interval beyond its end: it saves once, at the end, and the
+    interval says so in the run's own steps, not in more steps than the run has."""
+    checkpoint = estimated_checkpoint(1e12, 100.0)
+    short = goodput(3_000.0, 64, checkpoint, step_time_s=10.0)
+    assert short.checkpoint_interval_s <= 3_000.0 and short.checkpoint_interval_iters == 300
+    rare = goodput(86_400.0, 64, checkpoint, FailureModel(failures_per_gpu_hour=1e-300), step_time_s=10.0)
+    assert rare.checkpoint_interval_s == pytest.approx(86_400.0) and rare.checkpoint_interval_iters == 8_640
