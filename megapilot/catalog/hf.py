@@ -1227,6 +1227,14 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
         raise MegapilotError("the config has neither 'hybrid_override_pattern' nor 'layers_block_type'",
                              field="hybrid_override_pattern",
                              fix="copy the layer pattern from the model's config.json on its hub page")
+    stated_layers = _optional_int(config, "num_hidden_layers")
+    if pattern == config.get("hybrid_override_pattern") and stated_layers not in (None, len(pattern)):
+        # the checkpoint's NemotronHConfig asserts the two agree: one of them was cut or pasted from another model
+        raise MegapilotError(
+            f"hybrid_override_pattern has {len(pattern)} layers but num_hidden_layers={stated_layers}",
+            field="hybrid_override_pattern",
+            fix="copy hybrid_override_pattern and num_hidden_layers together from the model's config.json (one "
+                "letter per layer)")
     # transformers >= 5 counts the layers from their list (its num_hidden_layers is deprecated and ignored)
     config = {**config, "num_hidden_layers": len(pattern)}
     heads = _required_int(config, "num_attention_heads")

@@ -359,6 +359,14 @@ def test_a_hybrid_pattern_with_another_letter_or_length_is_refused():
     assert _refusal(config | {"mlp_hidden_act": "silu"}).field == "mlp_hidden_act"
 
 
+def test_a_hybrid_pattern_shorter_than_num_hidden_layers_is_refused_not_planned_as_its_length():
+    # a 3-letter pattern beside num_hidden_layers=52 was planned as a 3-layer model; the checkpoint's own config
+    # class asserts the two agree
+    config = _config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {"hybrid_override_pattern": "MEM"}
+    error = _one_line_refusal(config, "hybrid_override_pattern")
+    assert "3" in error.problem and "52" in error.problem and "num_hidden_layers" in error.fix
+
+
 # ---- model semantics: rope scaling, routing, windows, and what Megatron cannot express ------------------------
 
 
