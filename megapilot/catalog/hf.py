@@ -195,6 +195,9 @@ def _family(config: HFConfig) -> str:
         return family
     model_type = config.get("model_type")
     if model_type is None:
+        companion = _companion_file(config)
+        if companion is not None:
+            raise companion
         raise MegapilotError(
             "this Hugging Face config names neither a model_type nor architectures, so its family is unknown",
             field="model_type", fix=_NAME_THE_FAMILY,
@@ -218,8 +221,57 @@ _HF_ONLY_KEYS = frozenset({
 
 def looks_like_hf_config(data: dict[str, Any]) -> bool:
     """Whether a mapping read from a model file is a Hugging Face config.json (it names its model_type or
-    architectures, or holds a key only such a config has) rather than ModelSpec fields."""
-    return "architectures" in data or "model_type" in data or not _HF_ONLY_KEYS.isdisjoint(data)
+    architectures, or holds a key only such a config has), or another JSON file of a checkpoint folder (refused
+    naming what it is), rather than ModelSpec fields."""
+    return ("architectures" in data or "model_type" in data or not _HF_ONLY_KEYS.isdisjoint(data)
+            or _companion_file(data) is not None)
+
+
+# The other JSON files of a checkpoint folder, by a key each has and a model's config.json has not: (key, what the
+# file is). Read only where a file names neither model_type nor architectures (an old config.json may also carry
+# generation keys such as temperature).
+_COMPANION_FILE_KEYS: tuple[tuple[str, str], ...] = (
+    ("tokenizer_class", "a tokenizer config (tokenizer_config.json)"),
+    ("added_tokens_decoder", "a tokenizer config (tokenizer_config.json)"),
+    ("model_max_length", "a tokenizer config (tokenizer_config.json)"),
+    ("chat_template", "a tokenizer config (tokenizer_config.json)"),
+    ("pre_tokenizer", "a tokenizer (tokenizer.json)"),
+    ("added_tokens", "a tokenizer (tokenizer.json)"),
+    ("_from_model_config", "a generation config (generation_config.json)"),
+    ("peft_type", "an adapter config (adapter_config.json)"),
+    ("weight_map", "a weight index (model.safetensors.index.json)"),
+    ("image_processor_type", "a preprocessor config (preprocessor_config.json)"),
+    ("feature_extractor_type", "a preprocessor config (preprocessor_config.json)"),
+    ("processor_class", "a processor config"),
+)
+_GENERATION_KEYS = frozenset({"do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "num_beams",
+                              "repetition_penalty"})
+_CHECKPOINT_CONFIG_FIX = "pass the checkpoint's config.json (the file of that name beside it), or the folder holding it"
+
+
+def _companion_file(config: HFConfig) -> MegapilotError | None:
+    """The refusal of a checkpoint's other JSON file (tokenizer, generation, adapter or preprocessor config, weight
+    index, a native params.json) passed for its config.json; None for anything else."""
+    if "model_type" in config or "architectures" in config:
+        return None
+    if "dim" in config and "n_layers" in config:  # the original (Meta, Mistral) checkpoint format
+        return MegapilotError(
+            "this is a native params.json (dim, n_layers), not a Hugging Face config.json", field="model",
+            fix="pass the config.json of the model's Hugging Face checkpoint (its hub page has one), or a preset")
+    key, what = next(((key, what) for key, what in _COMPANION_FILE_KEYS if key in config), (None, None))
+    if key is None and not _GENERATION_KEYS.isdisjoint(config) and not {"hidden_size", "n_embd"} & set(config):
+        key, what = sorted(_GENERATION_KEYS & set(config))[0], "a generation config (generation_config.json)"
+    if key is None and config and all(str(k).endswith("_token") or k == "additional_special_tokens" for k in config):
+        key, what = next(iter(config)), "a tokenizer's special tokens (special_tokens_map.json)"
+    if key is None:
+        return None
+    fix = _CHECKPOINT_CONFIG_FIX
+    if key == "peft_type":
+        base = config.get("base_model_name_or_path")
+        fix = (f"pass the base model instead (--model {base}, or its config.json); an adapter trains on top of it"
+               if isinstance(base, str) and base else "pass the base model's config.json; an adapter trains on top "
+                                                      "of it")
+    return MegapilotError(f"this is {what}, not a model's config.json (it has {key!r})", field="model", fix=fix)
 
 
 # Keys of a transformers >= 5 `rope_parameters` object that older configs keep at the top level.

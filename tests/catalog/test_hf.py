@@ -250,6 +250,45 @@ def test_bad_path_and_bad_json_name_the_model_field(tmp_path):
         load_hf_config(tmp_path)
 
 
+# The other JSON files of a checkpoint folder, as users pass them for its config.json.
+COMPANION_FILES = {
+    "tokenizer_config.json": ({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072,
+                               "bos_token": "<|begin_of_text|>", "clean_up_tokenization_spaces": True},
+                              "tokenizer"),
+    "generation_config.json": ({"_from_model_config": True, "bos_token_id": 128000, "eos_token_id": 128001,
+                                "do_sample": True, "temperature": 0.6, "top_p": 0.9,
+                                "transformers_version": "4.43.0.dev0"}, "generation"),
+    "adapter_config.json": ({"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.1-8B", "r": 16,
+                             "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]}, "meta-llama/Llama-3.1-8B"),
+    "model.safetensors.index.json": ({"metadata": {"total_size": 16060522496},
+                                      "weight_map": {"lm_head.weight": "model-00004-of-00004.safetensors"}},
+                                     "index"),
+    "params.json": ({"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "vocab_size": 128256,
+                     "ffn_dim_multiplier": 1.3, "multiple_of": 1024, "norm_eps": 1e-05, "rope_theta": 500000.0},
+                    "params.json"),
+    "special_tokens_map.json": ({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, "tokenizer"),
+}
+
+
+@pytest.mark.parametrize("file_name", list(COMPANION_FILES))
+def test_a_checkpoints_other_json_file_is_refused_as_what_it_is_not_asked_for_a_model_type(tmp_path, file_name):
+    # a tokenizer_config.json read "model.num_layers: Field required" (no fix), a generation_config.json (or either
+    # saved as config.json) was told to add a model_type, which would not have made it a model's config
+    from megapilot.catalog import get_model
+
+    content, named = COMPANION_FILES[file_name]
+    (tmp_path / file_name).write_text(json.dumps(content))
+    (tmp_path / "as_config").mkdir()
+    (tmp_path / "as_config" / "config.json").write_text(json.dumps(content))
+    for path in (tmp_path / file_name, tmp_path / "as_config"):
+        with pytest.raises(MegapilotError) as info:
+            get_model(str(path))
+        error = info.value
+        assert error.field == "model" and "\n" not in str(error), str(error)
+        assert named in error.problem + error.fix and "config.json" in error.fix, str(error)
+        assert "model_type" not in error.fix, str(error)
+
+
 def test_gpt2_with_a_non_gelu_activation_is_refused():
     assert _refusal(_config("gpt2") | {"activation_function": "relu"}).field == "activation_function"
 
