@@ -342,6 +342,18 @@ def _int_or(config: HFConfig, key: str, default: int) -> int:
     return default if value is None else value
 
 
+DENSE_LAYERS = "the dense layers before the first MoE one (DeepSeek-V3: 3), or 0"
+SHARED_EXPERTS = "the shared experts the model card gives (DeepSeek-V3: 1), or 0"
+
+
+def _count(config: HFConfig, key: str, what: str, default: int = 0) -> int:
+    """A count that may be 0 but not negative (dense layers, shared experts), `default` when absent or null."""
+    value = _int_or(config, key, default)
+    if value < 0:
+        raise MegapilotError(f"{key}={value} is negative", field=key, fix=f"set {key!r} to {what}")
+    return value
+
+
 def _stated_key(config: HFConfig, *keys: str) -> str | None:
     """The first of `keys` the config states: only an absent or null key is unstated, so a 0 or an empty string is
     the config's value, for its reader to judge, not a falsy one read as absent."""
@@ -740,7 +752,7 @@ def _deepseek(config: HFConfig, dsa: DSASpec | None = None) -> dict[str, Any]:
     fields["mtp_num_layers"] = _optional_int(config, "num_nextn_predict_layers") or 0
     experts = _optional_int(config, "n_routed_experts")
     if experts is not None:  # null: a dense MLA model, as DeepSeek's code reads it; 0 experts: refused by the spec
-        first_dense = _optional_int(config, "first_k_dense_replace") or 0
+        first_dense = _count(config, "first_k_dense_replace", DENSE_LAYERS)
         # DeepSeek's code places MoE where layer % moe_layer_freq == 0, which divides by zero at 0
         every = _positive_int_or(config, "moe_layer_freq", 1, "1 (every layer after first_k_dense_replace MoE), as "
                                                                "DeepSeek's checkpoints give it")
@@ -916,7 +928,7 @@ def _deepseek_moe(config: HFConfig, placement: tuple[int, int], **balancing: Any
         num_experts=experts,
         router_topk=_required_int(config, "num_experts_per_tok"),
         moe_ffn_hidden_size=moe_ffn,
-        shared_expert_ffn_hidden_size=(_optional_int(config, "n_shared_experts") or 0) * moe_ffn,
+        shared_expert_ffn_hidden_size=_count(config, "n_shared_experts", SHARED_EXPERTS) * moe_ffn,
         first_k_dense_layers=first_k_dense,
         moe_layer_freq=freq,
         router_dtype="fp32",
@@ -946,7 +958,7 @@ def _glm4_moe(config: HFConfig) -> dict[str, Any]:
     mtp_key = _stated_key(config, "num_nextn_predict_layers", "num_mtp_layers")
     # absent: no MTP module, as for DeepSeek (`_deepseek`): building one would add an MTP loss the config omits
     fields["mtp_num_layers"] = 0 if mtp_key is None else _required_int(config, mtp_key)
-    first_dense = _optional_int(config, "first_k_dense_replace") or 0
+    first_dense = _count(config, "first_k_dense_replace", DENSE_LAYERS)
     placement = _moe_placement(fields["num_layers"], lambda i: i >= first_dense, "first_k_dense_replace")
     # The router is DeepSeek-V3's noaux_tc gate (transformers' Glm4MoeTopkRouter): read it as one.
     as_deepseek = {**config, "scoring_func": "sigmoid", "topk_method": "noaux_tc"}
@@ -1318,7 +1330,7 @@ def _nemotron_h(config: HFConfig) -> dict[str, Any]:
     }
     if "E" in pattern:
         shared = (_optional_int(config, "moe_shared_expert_intermediate_size") or 0) * (
-            _optional_int(config, "n_shared_experts") or 1)
+            _count(config, "n_shared_experts", SHARED_EXPERTS, default=1) or 1)
         latent = _optional_int(config, "moe_latent_size")  # null: experts in hidden_size; 0 would be no width
         if latent is not None:
             _at_least_one("moe_latent_size", latent, "the latent width the model card gives (Nemotron 3 Super: "

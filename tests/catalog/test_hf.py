@@ -918,6 +918,17 @@ def test_architectures_that_is_not_a_list_of_class_names_is_refused_by_its_field
     _one_line_refusal(_llama(architectures=architectures), "architectures")
 
 
+@pytest.mark.parametrize(("config", "field"), [
+    (_config("DeepSeek-V3") | {"first_k_dense_replace": -1}, "first_k_dense_replace"),  # planned as 0
+    (GLM4_MOE_DEFAULTS | {"first_k_dense_replace": -2}, "first_k_dense_replace"),
+    (_config("DeepSeek-V3") | {"n_shared_experts": -1}, "n_shared_experts"),  # named Megatron's shared width
+    (_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") | {"n_shared_experts": -1}, "n_shared_experts"),
+])
+def test_a_negative_count_of_dense_layers_or_shared_experts_is_refused_by_its_key(config, field):
+    error = _one_line_refusal(config, field)
+    assert "-" in error.problem and field in error.fix
+
+
 @pytest.mark.parametrize(("key", "value"), [("num_attention_heads", 0), ("intermediate_size", 0),
                                             ("hidden_size", -1), ("rms_norm_eps", -1.0)])
 def test_a_value_the_spec_refuses_is_named_by_its_config_key_with_a_fix(key, value):
