@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -164,6 +165,9 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "v_head_dim": ("v_head_dim",),
     "mtp_num_layers": ("num_nextn_predict_layers", "num_mtp_layers"),
     "aux_loss_coeff": ("router_aux_loss_coef", "aux_loss_alpha"),
+    "layer_blocks": ("block_configs",),
+    "hybrid_override_pattern": ("hybrid_override_pattern", "layers_block_type", "layer_types"),
+    "full_attention_freq": ("full_attention_interval", "layer_types"),
 }
 
 
@@ -171,6 +175,14 @@ def _config_value_error(exc: ValidationError, config: HFConfig) -> MegapilotErro
     """A value the config.json gives that a ModelSpec refuses, named by its config key where one sets it."""
     error = from_validation_error(exc, prefix="model")
     spec_field = (error.field or "model").removeprefix("model.")
+    if spec_field == "model":  # a rule over several fields: name them as the config.json does
+        named = [field for field in re.findall(r"\b([a-z_]+)\b", error.problem) if field in _HF_KEYS]
+        key = next((key for key in (_stated_key(config, *_HF_KEYS[field]) for field in named) if key), None)
+        if key is not None:
+            problem = re.sub(r"\b[a-z_]+\b", lambda word: _config_key(config, word.group()), error.problem)
+            return MegapilotError(f"in the config.json, {problem}", field=key,
+                                  fix=f"set {key!r} and the keys it must agree with to the values the model card "
+                                      "gives")
     key = _stated_key(config, *_HF_KEYS.get(spec_field.rsplit(".", 1)[-1], ()))  # a null key set nothing
     if key is not None:
         return MegapilotError(f"{key}={config[key]!r} in the config.json: {error.problem}", field=key,
@@ -178,6 +190,12 @@ def _config_value_error(exc: ValidationError, config: HFConfig) -> MegapilotErro
     return MegapilotError(f"the config.json gives Megatron's {spec_field} a value it refuses: {error.problem}",
                           field=error.field, fix=f"correct the key that sets {spec_field} in the config.json, or "
                                                  "write the model as a ModelSpec YAML file")
+
+
+def _config_key(config: HFConfig, word: str) -> str:
+    """`word`, a ModelSpec field, as the config.json names it (the key it states, else the family's usual one)."""
+    keys = _HF_KEYS.get(word)
+    return word if not keys else _stated_key(config, *keys) or keys[0]
 
 
 def _family(config: HFConfig) -> str:
