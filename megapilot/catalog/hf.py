@@ -561,9 +561,12 @@ def _rope_scaling(config: HFConfig) -> RopeScaling | None:
     """HF `rope_scaling` → the ModelSpec's scaling; kinds with no Megatron equivalent are refused by name."""
     scaling = _optional_object(config, "rope_scaling", "set rope_scaling to null or to the object the model card "
                                                        "gives")
-    if scaling is None:
+    if not scaling:  # null or {}: plain RoPE
         return None
-    kind = _stated(scaling, "rope_type", "type", default="default")
+    kind = _stated(scaling, "rope_type", "type", default=None)
+    if kind is None:  # transformers refuses it too; read as plain RoPE, a stated factor would vanish unsaid
+        raise MegapilotError(f"rope_scaling {scaling!r} names no rope_type", field="rope_scaling.rope_type",
+                             fix="add the rope_type the model card gives (llama3, yarn, linear or default)")
     if kind == "default":
         return None
     factor = _optional_float(scaling, "factor")

@@ -465,6 +465,7 @@ def test_deepseek_v2_group_limited_greedy_maps_when_megatron_scores_groups_alike
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope_scaling.rope_type"),
     (dict(rope_scaling={"type": "yarn", "factor": 4.0, "attention_factor": 0.8}), "rope_scaling.attention_factor"),
     (dict(rope_scaling={"type": "yarn"}), "rope_scaling.factor"),
+    (dict(rope_scaling={"factor": 8.0}), "rope_scaling.rope_type"),  # was read as no scaling: the 8x gone unsaid
     (dict(scoring_func="sqrtsoftplus"), "scoring_func"),
     (dict(norm_topk_prob=False), "norm_topk_prob"),  # Megatron's sigmoid router always renormalises
     (dict(topk_group=2), "topk_group"),  # 8 // 2 = 4 experts would score a group; V3 uses its best 2
