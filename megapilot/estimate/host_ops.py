@@ -18,8 +18,8 @@ They are properties of the code path, not of this machine: the same on any CPU.
                                   tensor (torch's Adam updates tensor by tensor on CPU; the gradient clipping and
                                   the DDP buffers' bookkeeping per tensor)
 
-Layers the counts do not cover (experts, MLA, Mamba) are counted as the dense layer nearest them: a floor, which
-the estimate's caveat states.
+Layers the counts do not cover (experts, MLA, Mamba) are counted as the dense layer nearest them: a floor
+(`bench/calibration/physics.md`, "The ops a CPU rank runs in line").
 """
 
 from __future__ import annotations
