@@ -230,10 +230,11 @@ def goodput(compute_s: float, gpus: int, checkpoint: CheckpointCost, failure: Fa
     """
     rate_per_s = failure.failures_per_gpu_hour * gpus / 3600
     mtbf_s = 1 / rate_per_s if rate_per_s > 0 else math.inf
-    # never longer than the run: past it, Daly's interval means one save at the end (a rate of 1e-300 printed an
-    # interval hundreds of digits long, and a short run an interval of more steps than it has)
-    interval_s = min(daly_interval_s(checkpoint.save_s, mtbf_s), compute_s) if compute_s > 0 \
-        else daly_interval_s(checkpoint.save_s, mtbf_s)
+    interval_s = daly_interval_s(checkpoint.save_s, mtbf_s)
+    if compute_s > 0:
+        # never longer than the run: past it, Daly's interval means one save at the end (a rate of 1e-300 printed an
+        # interval hundreds of digits long, and a short run an interval of more steps than it has)
+        interval_s = min(interval_s, compute_s)
     iters = None
     if step_time_s and math.isfinite(interval_s):
         iters = interval_steps(interval_s, step_time_s)
@@ -243,7 +244,7 @@ def goodput(compute_s: float, gpus: int, checkpoint: CheckpointCost, failure: Fa
                        0.0, _spares(0.0, gpus, gpus_per_node, failure))
     save_s = checkpoint.save_s
     overhead_factor = 1 + (save_s / interval_s if interval_s > 0 else 0.0)
-    per_failure_s = failure.restart_s + checkpoint.load_s + (interval_s + save_s) / 2
+    per_failure_s = _per_failure_s(failure, checkpoint, interval_s)
     if per_failure_s >= mtbf_s:
         raise MegapilotError(
             f"a job of {gpus:,} GPUs is interrupted every {mtbf_s / 3600:.2g} h on average, sooner than it restarts "
@@ -262,11 +263,17 @@ def goodput(compute_s: float, gpus: int, checkpoint: CheckpointCost, failure: Fa
     )
 
 
+def _per_failure_s(failure: FailureModel, checkpoint: CheckpointCost, interval_s: float) -> float:
+    """What one interruption costs: the restart, the restore, and on average half an interval and its save redone."""
+    return failure.restart_s + checkpoint.load_s + (interval_s + checkpoint.save_s) / 2
+
+
 NEVER_FINISHES_FIX = {
-    "failures_per_gpu_hour": "check --failures-per-gpu-hour (per GPU-hour: the default is 1.97e-5)",
-    "restart_min": "check --restart-min (minutes: the default is 10)",
-    "checkpoint_gbps": "check --checkpoint-gbps (GB/s, aggregate: the default is 2,000 GB/s for 16,384 GPUs, "
-                       "pro rata)",
+    "failures_per_gpu_hour": "check --failures-per-gpu-hour (per GPU-hour: the default is "
+                             f"{DEFAULT_FAILURES_PER_GPU_HOUR:.3g})".replace("e-0", "e-"),
+    "restart_min": f"check --restart-min (minutes: the default is {DEFAULT_RESTART_S / 60:g})",
+    "checkpoint_gbps": f"check --checkpoint-gbps (GB/s, aggregate: the default is {LLAMA3_STORAGE_GBPS:,.0f} GB/s "
+                       f"for {LLAMA3_GPUS:,} GPUs, pro rata)",
 }
 
 
@@ -275,8 +282,7 @@ def _never_finishes_cause(gpus: int, checkpoint: CheckpointCost, failure: Failur
     finish at the default's, else the larger of what an interruption costs, the restart or the checkpoint."""
     if failure.failures_per_gpu_hour > DEFAULT_FAILURES_PER_GPU_HOUR:
         default_mtbf_s = 3600 / (DEFAULT_FAILURES_PER_GPU_HOUR * gpus)
-        interval_s = daly_interval_s(checkpoint.save_s, default_mtbf_s)
-        if failure.restart_s + checkpoint.load_s + (interval_s + checkpoint.save_s) / 2 < default_mtbf_s:
+        if _per_failure_s(failure, checkpoint, daly_interval_s(checkpoint.save_s, default_mtbf_s)) < default_mtbf_s:
             return "failures_per_gpu_hour"
     return "restart_min" if failure.restart_s > checkpoint.load_s + checkpoint.save_s else "checkpoint_gbps"
 
