@@ -47,18 +47,11 @@ VARIANTS: dict[str, list[str]] = {
 
 COUNTER = r"""
 import atexit, os, runpy, sys
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from megapilot.trainer.op_probe import OpCounter
 
-class Count(TorchDispatchMode):
-    ops = 0
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        Count.ops += 1
-        return func(*args, **(kwargs or {}))
-
-mode = Count()
+mode = OpCounter()
 mode.__enter__()
-atexit.register(lambda: os.write(1, f"\nOPCOUNT {Count.ops}\n".encode()))
+atexit.register(lambda: os.write(1, f"\nOPCOUNT {mode.ops}\n".encode()))
 sys.argv = ["megapilot.trainer", *sys.argv[1:]]
 runpy.run_module("megapilot.trainer", run_name="__main__")
 """

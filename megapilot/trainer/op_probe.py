@@ -16,7 +16,6 @@ patches torch for the whole process.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -36,7 +35,20 @@ PASSES = 10  # forward + backward passes a timing holds (about 400 ops each)
 REPEATS = 5  # timings; the best is kept (other work on the machine only slows one)
 
 
-def ops_per_s() -> tuple[int, float]:
+class OpCounter(TorchDispatchMode):
+    """Counts every op that reaches ATen while it is entered, forward and backward (CPU autograd runs the backward
+    on the calling thread, so the mode sees it); `bench/trainer_cpu/op_counts.py` counts the trainer's with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def measure() -> tuple[int, float]:
     """The ATen ops one micro-batch of the trainer's model runs (forward and backward), and how many a second one
     thread runs of them, their work negligible."""
     torch.set_num_threads(1)
@@ -54,15 +66,8 @@ def ops_per_s() -> tuple[int, float]:
         def micro_batch() -> None:
             model(tokens, positions, mask, labels=tokens).sum().backward()
 
-        class Counter(TorchDispatchMode):
-            ops = 0
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-                Counter.ops += 1
-                return func(*args, **(kwargs or {}))
-
         micro_batch()  # the first pass allocates
-        with Counter():
+        with OpCounter() as counter:
             micro_batch()
         best_s = float("inf")
         for _ in range(REPEATS):
@@ -70,12 +75,11 @@ def ops_per_s() -> tuple[int, float]:
             for _ in range(PASSES):
                 micro_batch()
             best_s = min(best_s, time.perf_counter() - started)
-        return Counter.ops, Counter.ops * PASSES / best_s
+        return counter.ops, counter.ops * PASSES / best_s
     finally:
         torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    ops, rate = ops_per_s()
+    ops, rate = measure()
     sys.stdout.write(json.dumps({"ops_per_s": rate, "ops_per_micro_batch": ops}) + "\n")
