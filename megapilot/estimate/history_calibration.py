@@ -441,7 +441,7 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
     measured, unusable_runs = plausible(runs)
     keys = {run.run_id: run.key for run in runs}
     # named where it would have counted (another GPU's never would)
-    aside = [run for run in unusable_runs if nearness(key, keys[run.run_id]) >= MIN_WEIGHT]
+    aside = [left for left in unusable_runs if nearness(key, keys[left.run_id]) >= MIN_WEIGHT]
     told = set_aside_text(aside)
     used = [(run, nearness(key, run.key)) for run in measured]
     used = sorted([(run, weight) for run, weight in used if weight >= MIN_WEIGHT], key=lambda pair: -pair[1])[:MAX_RUNS]
