@@ -80,10 +80,10 @@ def test_each_rank_pays_one_ops_cost_and_more_where_ranks_outnumber_cores():
     assert host.rank_op_s(rates, 2, 8) == pytest.approx(2e-5)
 
 
-def test_the_probe_times_a_block_of_real_ops(cache):
-    """The op cost comes from ops the probe really ran and counted: a tiny block's forward and backward runs well
-    over a hundred thousand ops a second on any CPU that trains at all, and under a hundred million (a count of 0
-    or a block that did no work would give one of the two)."""
+def test_the_probe_times_real_ops_of_the_trainers_model(cache):
+    """The op cost comes from ops the probe really ran and counted: the trainer's model on tiny tensors runs over
+    ten thousand ops a second on any CPU that trains at all (60,000-100,000 on a 2-core EPYC), and under a hundred
+    million (a count of 0 or a pass that did no work would give one of the two)."""
     assert 1e4 < host._ops_per_s() < 1e8
 
 
