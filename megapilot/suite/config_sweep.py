@@ -21,7 +21,7 @@ from megapilot.suite.cells import (
     parse_cell_key,
     sweep_cell,
 )
-from megapilot.suite.config_read import _dotted, _message, near_key, unknown_key
+from megapilot.suite.config_read import _dotted, _fix_of, _message, near_key, unknown_key
 from megapilot.suite.metric_table import METRICS, measured_name
 from megapilot.suite.parsing import json_hint, parse_json
 from megapilot.suite.thresholds import (
@@ -322,7 +322,7 @@ def _merge(base: dict[str, Any], overlay: dict[str, Any], from_key: dict[str, An
         for error in exc.errors():
             field = _dotted(error["loc"])
             path = f"{where}.{field}" if field in overlay else f"train_params.{field}"
-            check.add(path, _message(error), "fix the value's type")
+            check.add(path, _message(error), _fix_of(error, path))  # a bound is fixed by the bound, not a retype
         return None
 
 

@@ -208,6 +208,13 @@ def test_each_bad_run_or_combination_is_a_problem_the_others_still_build(base: S
     assert "use one of:" in check.problems[-1].fix
 
 
+def test_an_iteration_count_out_of_bounds_in_a_combination_is_told_its_bound_not_a_retype(base: SuiteConfig) -> None:
+    check = SuiteCheck()
+    _build_cells(_with(base, sweep=_sweep({BF16: {"training_iterations": "-5"}}, [BF16])), {}, check)
+    assert _paths(check) == [f"sweep.combinations.{BF16}.training_iterations"]
+    assert check.problems[0].fix == "give a value that is greater than 0"
+
+
 def test_combinations_without_runs_is_a_problem(base: SuiteConfig) -> None:
     check = SuiteCheck()
     assert _build_cells(_with(base, sweep=_sweep({FP8: {}}, [])), {}, check) == [] and _paths(check) == ["sweep.runs"]
