@@ -336,14 +336,27 @@ def _check_threshold_coverage(config: SuiteConfig, cells: list[tuple[str, TrainP
     name = threshold_path.name
     findings = [(f"thresholds.{key}", f"run cell {key} has no threshold cell in {name}",
                  f"add a {key!r} cell to {name}") for key in sorted(run_keys - set(thresholds))]
+    # a run whose combination was refused (its problem is said at the combination) still owns its threshold cell:
+    # telling the user to remove that cell would leave the run without one once its combination is fixed
+    refused = {_run_cell_key(run, config.sweep.combinations[run]) for run in config.sweep.runs
+               if run in config.sweep.combinations}
     findings += [(f"thresholds.{key}", f"threshold cell {key} in {name} matches no run",
                   "fix the key's spelling, add the cell to sweep.runs, or remove it")
-                 for key in sorted(set(thresholds) - run_keys)]
+                 for key in sorted(set(thresholds) - run_keys - refused)]
     for path, message, fix in findings:
         if config.enforce_thresholds:
             check.add(path, message, fix)
         else:
             check.warnings.append(f"{path}: {message} (enforce_thresholds false: recorded only)")
+
+
+def _run_cell_key(raw_key: str, overlay: dict[str, Any]) -> str:
+    """The threshold cell key a run is held against: its canonical cell, or the key as written when it names none
+    (as `_canonical_key` reads a threshold file's keys)."""
+    try:
+        return _combination_key(raw_key, overlay).key
+    except ValueError:
+        return raw_key
 
 
 def _sweep_cells(cells: list[tuple[str, TrainParams]], gpu: GPUSpec | None, nodes: int) -> list[SweepCell]:

@@ -215,6 +215,19 @@ def test_an_iteration_count_out_of_bounds_in_a_combination_is_told_its_bound_not
     assert check.problems[0].fix == "give a value that is greater than 0"
 
 
+def test_the_threshold_cell_of_a_refused_combination_is_not_also_said_to_match_no_run(tmp_path: Path) -> None:
+    # the combination's own problem is the one to fix; "remove the threshold cell" would leave the run without one
+    config = tmp_path / "suite.json"
+    shutil.copy(template_path("tiny-local"), config)
+    shutil.copy(template_path("tiny-local").with_name("tiny-local_threshold.json"), tmp_path)
+    raw = json.loads(config.read_text())
+    raw["sweep"]["combinations"][BF16]["training_iterations"] = "-5"
+    raw["sweep"]["combinations"]["MBS=2,GBS=8,PRECISION=BF16"]["micro_batch_size"] = "4"
+    config.write_text(json.dumps(raw))
+    assert _paths(check_suite(config)) == [f"sweep.combinations.{BF16}.training_iterations",
+                                           "sweep.combinations.MBS=2,GBS=8,PRECISION=BF16.micro_batch_size"]
+
+
 def test_combinations_without_runs_is_a_problem(base: SuiteConfig) -> None:
     check = SuiteCheck()
     assert _build_cells(_with(base, sweep=_sweep({FP8: {}}, [])), {}, check) == [] and _paths(check) == ["sweep.runs"]
