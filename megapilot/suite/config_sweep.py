@@ -3,6 +3,7 @@ merged, and CVS's rule that every run cell has a threshold cell."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,8 +127,7 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
             try:
                 specs[name] = parse_threshold(spec)
             except ValueError as exc:
-                unread.setdefault((metric, str(exc), f"use kind {'/'.join(THRESHOLD_KINDS)} with its "
-                                                     "fields"), []).append(cell)
+                unread.setdefault((metric, str(exc), _spec_fix(name, spec)), []).append(cell)
                 continue
             written[name] = metric
             for issue in spec_issues(metric, spec, specs[name]):
@@ -137,6 +137,35 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
         check.add(*_once(metric, problem, cells), fix)
     _report_spec_issues(issues, check, enforce=enforce)
     return table
+
+
+_NUMERIC_FIELDS = ("value", "tolerance_pct", "min_ratio")  # a spec's numeric fields (threshold kinds)
+
+
+def _spec_fix(name: str, spec: Any) -> str:
+    """What to do about a spec that cannot be read. A number written as text with its unit (`"300 TFLOPs"`, the way a
+    data sheet says it) is the common slip: the fix names the field, the unit the gate compares in and the number."""
+    if isinstance(spec, dict):
+        for field in _NUMERIC_FIELDS:
+            text = spec.get(field)
+            if not isinstance(text, str) or _is_number(text):  # "300" is read as 300, as CVS's loader reads it
+                continue
+            # the ratios (min_ratio's value, predicted's min_ratio) have no unit; a band is in %
+            unit = ("%" if field == "tolerance_pct" else "" if field == "min_ratio" or spec.get("kind") == "min_ratio"
+                    else METRICS[name].unit if name in METRICS else "")
+            # the number only where a space parts it from the unit: in `1.2k tok/s` the k scales it
+            number = re.match(r"\s*([-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s", text)
+            return (f"write {field} as a bare JSON number" + (f" in {unit}" if unit else "")
+                    + ", without quotes or units" + (f" ({field}: {number.group(1)})" if number else ""))
+    return f"use kind {'/'.join(THRESHOLD_KINDS)} with its fields"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _once(metric: str, message: str, cells: list[str]) -> tuple[str, str]:

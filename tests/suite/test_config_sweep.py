@@ -93,6 +93,23 @@ def test_a_spec_that_cannot_be_read_is_one_problem_at_its_first_cell_enforced_or
         assert check.problems[1].message.endswith("two names of one metric) (and in 2 other cell(s))")
 
 
+def test_a_number_written_with_its_unit_is_told_to_be_a_bare_number_in_the_metric_s_unit() -> None:
+    # a data sheet's "300 TFLOPs": the fix names the field, the unit the gate compares in, and the number
+    check = SuiteCheck()
+    _threshold_table({BF16: {"training.throughput_per_gpu": {"kind": "min", "value": "300 TFLOPs"},
+                             "training.tokens_per_gpu": {"kind": "min_ratio", "value": "0.9 x",
+                                                         "reference": "training.throughput_per_gpu"},
+                             "training.lm_loss": {"kind": "within", "value": 3, "tolerance_pct": "5 %"},
+                             "training.elapsed_time_per_iteration": {"kind": "max_ms", "value": "1.2k ms"}}},
+                     check)
+    assert [p.fix for p in check.problems] == [
+        "write value as a bare JSON number in TFLOP/s/GPU, without quotes or units (value: 300)",
+        "write value as a bare JSON number, without quotes or units (value: 0.9)",  # a ratio has no unit
+        "write tolerance_pct as a bare JSON number in %, without quotes or units (tolerance_pct: 5)",
+        "write value as a bare JSON number in ms, without quotes or units",  # 1.2k is not 1.2: no number offered
+    ]
+
+
 def test_the_named_threshold_file_is_read_relative_to_the_config(base: SuiteConfig, tmp_path: Path) -> None:
     (tmp_path / "cells").mkdir()
     (tmp_path / "cells" / "mine_threshold.json").write_text(json.dumps({BF16: LOSS_MAX}))
