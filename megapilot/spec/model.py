@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # geglu = gated GELU (Gemma): a gated unit like swiglu (3 matrices), Megatron --gated-linear-unit with gelu.
 # quick_geglu = GPT-OSS's gated unit (x * sigmoid(1.702 x), clamped, with a +1 linear offset): 3 matrices too.
@@ -24,6 +24,39 @@ RouterScoreFunction = Literal["softmax", "sigmoid", "sqrtsoftplus"]
 RouterDtype = Literal["fp32", "fp64"]
 
 
+# Upper bounds on a model's sizes, each far above the largest published model (named beside it), so no real model
+# meets one while a slip (a few extra zeros, a byte count typed for a width) is refused by its field name instead
+# of planned into a 10^50 GiB footprint.
+MAX_LAYERS = 4_096  # Llama 3.1 405B: 126 layers; Nemotron-H 56B: 118
+MAX_WIDTH = 262_144  # hidden size, MLA latent ranks: GPT-1T 25,600; Nemotron-4 340B 18,432
+MAX_FFN = 1_048_576  # dense, expert and shared-expert MLP widths: Nemotron-4 340B 73,728
+MAX_HEADS = 16_384  # attention, KV, Mamba and linear-attention heads: GPT-1T 160; Nemotron-H 56B Mamba 256
+MAX_HEAD_DIM = 16_384  # channels per head: 256 (Gemma, Qwen3-Next), MLA's qk 128 + 64
+MAX_VOCAB = 16_777_216  # Gemma 3: 262,144
+MAX_EXPERTS = 65_536  # Qwen3-Next and Nemotron 3 Super: 512 routed experts
+MAX_POSITIONS = 1_073_741_824  # Llama 4 Scout: 10,485,760
+
+
+def _at_most(limit: int, largest: str) -> AfterValidator:
+    def check(value: int | None) -> int | None:
+        if value is not None and value > limit:
+            raise ValueError(f"{value:,} is above {limit:,}, far beyond any published model ({largest}); "
+                             "check the value for extra digits")
+        return value
+
+    return AfterValidator(check)
+
+
+Layers = Annotated[int, _at_most(MAX_LAYERS, "Llama 3.1 405B has 126 layers")]
+Width = Annotated[int, _at_most(MAX_WIDTH, "GPT-1T is 25,600 wide")]
+FfnWidth = Annotated[int, _at_most(MAX_FFN, "Nemotron-4 340B's MLP is 73,728 wide")]
+Heads = Annotated[int, _at_most(MAX_HEADS, "GPT-1T has 160 attention heads")]
+HeadDim = Annotated[int, _at_most(MAX_HEAD_DIM, "the widest heads have 256 channels")]
+Vocab = Annotated[int, _at_most(MAX_VOCAB, "Gemma 3's vocabulary is 262,144")]
+Experts = Annotated[int, _at_most(MAX_EXPERTS, "Qwen3-Next has 512 experts")]
+Positions = Annotated[int, _at_most(MAX_POSITIONS, "Llama 4 Scout's context is 10,485,760")]
+
+
 class _Spec(BaseModel):
     # no infinite or NaN size, rate or coefficient: Megatron would write or divide by it (int(inf) raises)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -32,10 +65,10 @@ class _Spec(BaseModel):
 class MoESpec(_Spec):
     """Mixture-of-experts block (Megatron `--num-experts`, `--moe-*`)."""
 
-    num_experts: int = Field(gt=1, description="Routed experts per MoE layer (--num-experts).")
+    num_experts: Experts = Field(gt=1, description="Routed experts per MoE layer (--num-experts).")
     router_topk: int = Field(ge=1, description="Experts each token is routed to (--moe-router-topk).")
-    moe_ffn_hidden_size: int = Field(gt=0, description="FFN width of one routed expert (--moe-ffn-hidden-size).")
-    shared_expert_ffn_hidden_size: int = Field(
+    moe_ffn_hidden_size: FfnWidth = Field(gt=0, description="FFN width of one routed expert (--moe-ffn-hidden-size).")
+    shared_expert_ffn_hidden_size: FfnWidth = Field(
         default=0, ge=0,
         description="Total FFN width of the shared experts, 0 for none (--moe-shared-expert-intermediate-size).",
     )
@@ -98,7 +131,7 @@ class MoESpec(_Spec):
         description="Pad every expert's input to its capacity (--moe-pad-expert-input-to-capacity): static shapes, "
         "no host sync in the dispatcher, padded rows computed and sent.",
     )
-    latent_size: int | None = Field(
+    latent_size: Width | None = Field(
         default=None, gt=0,
         description="Latent MoE (Nemotron 3 Super, HF `moe_latent_size`): tokens are projected h -> latent_size "
         "before dispatch and back after the combine; the routed experts run in that width, the router and the "
@@ -183,10 +216,11 @@ class MoESpec(_Spec):
 class MambaSpec(_Spec):
     """Mamba-2 mixer of a hybrid model (pretrain_mamba.py: --mamba-state-dim, --mamba-head-dim, ...)."""
 
-    state_dim: int = Field(default=128, gt=0, description="SSM state size N (--mamba-state-dim; HF ssm_state_size).")
-    head_dim: int = Field(default=64, gt=0, description="Channels per SSM head (--mamba-head-dim).")
-    num_groups: int = Field(default=8, gt=0, description="B/C groups (--mamba-num-groups; HF n_groups).")
-    num_heads: int | None = Field(
+    state_dim: HeadDim = Field(default=128, gt=0,
+                               description="SSM state size N (--mamba-state-dim; HF ssm_state_size).")
+    head_dim: HeadDim = Field(default=64, gt=0, description="Channels per SSM head (--mamba-head-dim).")
+    num_groups: Heads = Field(default=8, gt=0, description="B/C groups (--mamba-num-groups; HF n_groups).")
+    num_heads: Heads | None = Field(
         default=None, gt=0, description="SSM heads (--mamba-num-heads); None = hidden_size * 2 / head_dim.",
     )
     conv_kernel: int = Field(default=4, gt=0, description="Depthwise causal conv width (Megatron's d_conv = 4).")
@@ -203,10 +237,10 @@ class GatedDeltaNetSpec(_Spec):
     """Gated DeltaNet linear attention in place of attention on most layers (Qwen3-Next; Megatron-Core 0.16
     `--experimental-attention-variant gated_delta_net`, megatron/core/ssm/gated_delta_net.py)."""
 
-    key_heads: int = Field(default=16, gt=0, description="Query/key heads (--linear-num-key-heads).")
-    value_heads: int = Field(default=32, gt=0, description="Value heads (--linear-num-value-heads).")
-    key_head_dim: int = Field(default=128, gt=0, description="--linear-key-head-dim.")
-    value_head_dim: int = Field(default=128, gt=0, description="--linear-value-head-dim.")
+    key_heads: Heads = Field(default=16, gt=0, description="Query/key heads (--linear-num-key-heads).")
+    value_heads: Heads = Field(default=32, gt=0, description="Value heads (--linear-num-value-heads).")
+    key_head_dim: HeadDim = Field(default=128, gt=0, description="--linear-key-head-dim.")
+    value_head_dim: HeadDim = Field(default=128, gt=0, description="--linear-value-head-dim.")
     conv_kernel: int = Field(default=4, gt=0, description="Depthwise causal conv width (--linear-conv-kernel-dim).")
     full_attention_freq: int = Field(
         default=4, ge=1,
@@ -260,9 +294,10 @@ class LayerBlock(_Spec):
     one h -> h linear (with its norm), `none` removes it (and its norm)."""
 
     attention: BlockPart = Field(default="full", description="full attention, a linear h -> h, or none.")
-    kv_heads: int | None = Field(default=None, gt=0, description="This layer's KV heads; None = the model's.")
+    kv_heads: Heads | None = Field(default=None, gt=0, description="This layer's KV heads; None = the model's.")
     mlp: BlockPart = Field(default="full", description="full MLP, a linear h -> h, or none.")
-    ffn_hidden_size: int | None = Field(default=None, gt=0, description="This layer's MLP width; None = the model's.")
+    ffn_hidden_size: FfnWidth | None = Field(default=None, gt=0,
+                                             description="This layer's MLP width; None = the model's.")
 
     @property
     def sublayers(self) -> int:
@@ -276,9 +311,9 @@ class DSASpec(_Spec):
     query attends, through MLA, to the `topk` best only. The indexer's q comes from MLA's q latent, its single
     key and per-head weights from the layer input; it learns from a KL loss against the attention it imitates."""
 
-    indexer_heads: int = Field(gt=0, description="Indexer heads (--dsa-indexer-n-heads, HF index_n_heads).")
-    indexer_head_dim: int = Field(gt=0, description="Indexer head dim (--dsa-indexer-head-dim, HF index_head_dim).")
-    topk: int = Field(gt=0, description="Tokens each query attends to (--dsa-indexer-topk, HF index_topk).")
+    indexer_heads: Heads = Field(gt=0, description="Indexer heads (--dsa-indexer-n-heads, HF index_n_heads).")
+    indexer_head_dim: HeadDim = Field(gt=0, description="Indexer head dim (--dsa-indexer-head-dim, HF index_head_dim).")
+    topk: Positions = Field(gt=0, description="Tokens each query attends to (--dsa-indexer-topk, HF index_topk).")
     topk_freq: int = Field(
         default=1, gt=0,
         description="Cross-layer top-k sharing (GLM-5; --dsa-indexer-topk-freq, core_v0.19.0 on): 1-based layer L "
@@ -324,8 +359,8 @@ class CompressedAttentionSpec(_Spec):
         description="One compress ratio per layer, the main model's then each MTP layer's (HF `compress_ratios`; "
         "Megatron-LM dev --csa-compress-ratios): 0 window only, 4 compressed sparse, 128 heavily compressed.",
     )
-    o_groups: int = Field(gt=0, description="Groups of heads of the grouped output projection (HF/--o-groups).")
-    o_lora_rank: int = Field(gt=0, description="Each group's low rank before the last output projection "
+    o_groups: Heads = Field(gt=0, description="Groups of heads of the grouped output projection (HF/--o-groups).")
+    o_lora_rank: Width = Field(gt=0, description="Each group's low rank before the last output projection "
                                                "(HF/--o-lora-rank).")
 
     def ratio(self, layer_index: int) -> int:
@@ -341,12 +376,13 @@ class CompressedAttentionSpec(_Spec):
 class MLASpec(_Spec):
     """DeepSeek multi-head latent attention (Megatron `--multi-latent-attention`)."""
 
-    q_lora_rank: int | None = Field(default=None, gt=0,
+    q_lora_rank: Width | None = Field(default=None, gt=0,
                                     description="Query LoRA rank; None = full-rank query (V2-Lite).")
-    kv_lora_rank: int = Field(gt=0, description="Compressed KV rank (--kv-lora-rank).")
-    qk_head_dim: int = Field(gt=0, description="Non-rotary query/key head dim (--qk-head-dim, HF qk_nope_head_dim).")
-    qk_pos_emb_head_dim: int = Field(gt=0, description="Rotary query/key head dim (--qk-pos-emb-head-dim).")
-    v_head_dim: int = Field(gt=0, description="Value head dim (--v-head-dim).")
+    kv_lora_rank: Width = Field(gt=0, description="Compressed KV rank (--kv-lora-rank).")
+    qk_head_dim: HeadDim = Field(gt=0,
+                                 description="Non-rotary query/key head dim (--qk-head-dim, HF qk_nope_head_dim).")
+    qk_pos_emb_head_dim: HeadDim = Field(gt=0, description="Rotary query/key head dim (--qk-pos-emb-head-dim).")
+    v_head_dim: HeadDim = Field(gt=0, description="Value head dim (--v-head-dim).")
     latent_layernorms: bool = Field(
         default=True,
         description="RMSNorm on the compressed q and kv latents (DeepSeek's q_a_layernorm/kv_a_layernorm); "
@@ -385,7 +421,7 @@ class Llama3RopeScaling(_Spec):
     factor: float = Field(gt=0, description="Wavelength stretch of the low frequencies (--rope-scaling-factor).")
     low_freq_factor: float = Field(default=1.0, gt=0)
     high_freq_factor: float = Field(default=4.0, gt=0)
-    original_max_position_embeddings: int = Field(
+    original_max_position_embeddings: Positions = Field(
         default=8192, gt=0, description="Context length the unscaled model was trained at.",
     )
 
@@ -395,7 +431,7 @@ class YarnRopeScaling(_Spec):
 
     type: Literal["yarn"] = "yarn"
     factor: float = Field(gt=0, description="Context extension factor (--rotary-scaling-factor).")
-    original_max_position_embeddings: int = Field(gt=0, description="Context length before the extension.")
+    original_max_position_embeddings: Positions = Field(gt=0, description="Context length before the extension.")
     beta_fast: float = Field(default=32.0, gt=0)
     beta_slow: float = Field(default=1.0, gt=0)
     mscale: float = Field(default=1.0, description="Attention temperature term (--mscale).")
@@ -429,21 +465,21 @@ class ModelSpec(_Spec):
     """A decoder-only transformer in Megatron-Core's vocabulary."""
 
     name: str = Field(description="Preset name or the model's own name.")
-    num_layers: int = Field(gt=0, description="Transformer layers (--num-layers).")
-    hidden_size: int = Field(gt=0, description="Model width (--hidden-size).")
-    ffn_hidden_size: int = Field(gt=0, description="Dense MLP width (--ffn-hidden-size).")
-    num_attention_heads: int = Field(gt=0, description="Query heads (--num-attention-heads).")
-    num_query_groups: int | None = Field(
+    num_layers: Layers = Field(gt=0, description="Transformer layers (--num-layers).")
+    hidden_size: Width = Field(gt=0, description="Model width (--hidden-size).")
+    ffn_hidden_size: FfnWidth = Field(gt=0, description="Dense MLP width (--ffn-hidden-size).")
+    num_attention_heads: Heads = Field(gt=0, description="Query heads (--num-attention-heads).")
+    num_query_groups: Heads | None = Field(
         default=None, gt=0, description="KV heads for GQA (--num-query-groups); None = MHA.",
     )
-    kv_channels: int | None = Field(
+    kv_channels: HeadDim | None = Field(
         default=None, gt=0, description="Head dim (--kv-channels); None = hidden_size / num_attention_heads.",
     )
-    vocab_size: int = Field(gt=0, description="Tokenizer vocabulary before padding.")
+    vocab_size: Vocab = Field(gt=0, description="Tokenizer vocabulary before padding.")
     make_vocab_size_divisible_by: int = Field(
         default=128, gt=0, description="Megatron pads the vocab to a multiple of this times TP.",
     )
-    max_position_embeddings: int = Field(default=4096, gt=0, description="--max-position-embeddings.")
+    max_position_embeddings: Positions = Field(default=4096, gt=0, description="--max-position-embeddings.")
     mlp_activation: MlpActivation = Field(default="swiglu", description="swiglu adds a third (gate) GEMM.")
     normalization: Normalization = "RMSNorm"
     norm_epsilon: float = Field(default=1e-5, gt=0)
@@ -459,7 +495,7 @@ class ModelSpec(_Spec):
     rope_scaling: RopeScaling | None = Field(
         default=None, description="RoPE frequency scaling for long context (HF `rope_scaling`); None = plain RoPE.",
     )
-    sliding_window: int | None = Field(
+    sliding_window: Positions | None = Field(
         default=None, gt=0,
         description="Every layer attends to the last `sliding_window` tokens only (Mistral); None = full causal "
         "attention. --window-size W-1,0.",
@@ -481,7 +517,7 @@ class ModelSpec(_Spec):
         description="Attention softmax (--softmax-type): 'learnable' adds one learned sink logit per head "
         "(GPT-OSS attention sinks), 'off-by-one' a fixed one.",
     )
-    attention_chunk_size: int | None = Field(
+    attention_chunk_size: Positions | None = Field(
         default=None, gt=0,
         description="Chunked local attention on the RoPE layers (Llama 4, 8192): no core_v0.16.0 flag; costed only.",
     )
@@ -518,7 +554,7 @@ class ModelSpec(_Spec):
         description="Hybrid layer mix, one character per layer: M Mamba-2, * attention, - MLP, E MoE "
         "(--hybrid-override-pattern; such models train with pretrain_mamba.py).",
     )
-    mtp_num_layers: int = Field(default=0, ge=0, description="Multi-token-prediction depth (--mtp-num-layers).")
+    mtp_num_layers: Layers = Field(default=0, ge=0, description="Multi-token-prediction depth (--mtp-num-layers).")
     mtp_loss_scaling_factor: float = Field(
         default=0.1, ge=0,
         description="Weight of the MTP loss beside the LM loss (--mtp-loss-scaling-factor; Megatron's default 0.1).",

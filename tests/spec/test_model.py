@@ -210,3 +210,32 @@ def test_an_infinite_moe_number_is_refused(field):
     with pytest.raises(ValidationError, match="finite"):
         MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64, **{field: float("inf")})
 
+
+
+# ---- upper bounds: far above any published model, so a slip of digits is refused by name ---------------------
+@pytest.mark.parametrize(("fields", "field"), [
+    (dict(hidden_size=10**30), "hidden_size"),
+    (dict(hidden_size=2**19, num_attention_heads=8), "hidden_size"),
+    (dict(ffn_hidden_size=10**7), "ffn_hidden_size"),
+    (dict(num_layers=10**6), "num_layers"),
+    (dict(num_attention_heads=2**15, hidden_size=2**15), "num_attention_heads"),
+    (dict(vocab_size=10**9), "vocab_size"),
+    (dict(kv_channels=10**5), "kv_channels"),
+    (dict(max_position_embeddings=10**12), "max_position_embeddings"),
+    (dict(moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64).model_dump() | {"num_experts": 10**6}),
+     "moe.num_experts"),
+])
+def test_absurd_sizes_are_refused_naming_the_field(fields, field):
+    with pytest.raises(ValidationError) as caught:
+        _model(**fields)
+    error = caught.value.errors()[0]
+    assert ".".join(map(str, error["loc"])) == field
+    assert "far beyond any published model" in error["msg"]
+
+
+def test_the_largest_published_sizes_pass_the_bounds():
+    # GPT-1T's width and heads, Nemotron-4 340B's MLP, Gemma 3's vocabulary, Llama 4 Scout's context
+    model = _model(num_layers=126, hidden_size=25_600, num_attention_heads=160, ffn_hidden_size=73_728,
+                   vocab_size=262_144, max_position_embeddings=10_485_760,
+                   moe=MoESpec(num_experts=512, router_topk=10, moe_ffn_hidden_size=2048))
+    assert model.hidden_size == 25_600 and model.moe is not None and model.moe.num_experts == 512
