@@ -30,6 +30,11 @@ DEFAULT_FP8_RECIPE: Fp8Recipe = "tensorwise"
 QuantFlavour = Literal["fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4", "mxfp4"]
 
 
+# The longest sequence planned: three times Llama 4 Scout's 10,485,760-token context (the longest published), so a
+# slip of digits is refused by name instead of planned into a petabyte of activations.
+MAX_SEQ_LENGTH = 33_554_432
+
+
 class TrainingSpec(BaseModel):
     """Sequence length, batch, numerics and the optimizer schedule of one run."""
 
@@ -61,6 +66,14 @@ class TrainingSpec(BaseModel):
     adam_beta2: float = Field(default=0.95, gt=0, lt=1)
     init_method_std: float = Field(default=0.02, gt=0)
     seed: int = 1234
+
+    @field_validator("seq_length")
+    @classmethod
+    def _sequence_within_reason(cls, seq_length: int) -> int:
+        if seq_length > MAX_SEQ_LENGTH:
+            raise ValueError(f"{seq_length:,} tokens is above {MAX_SEQ_LENGTH:,}, far beyond any published context "
+                             "(Llama 4 Scout: 10,485,760); check the value for extra digits")
+        return seq_length
 
     @field_validator("fp8_recipe")
     @classmethod

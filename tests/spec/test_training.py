@@ -41,3 +41,11 @@ def test_muon_refuses_fp16_like_megatron_and_runs_with_bf16():
 def test_out_of_range_or_unknown_fields_are_refused(bad):
     with pytest.raises(ValidationError):
         TrainingSpec(**({"seq_length": 8, "global_batch_size": 1} | bad))
+
+
+def test_a_sequence_far_beyond_any_published_context_is_refused():
+    # 10M tokens (Llama 4 Scout's context) is a real length; a billion is a slip of digits
+    assert TrainingSpec(seq_length=10_485_760, global_batch_size=1).seq_length == 10_485_760
+    with pytest.raises(ValidationError, match="far beyond any published context") as caught:
+        TrainingSpec(seq_length=1_000_000_000, global_batch_size=1)
+    assert caught.value.errors()[0]["loc"] == ("seq_length",)
