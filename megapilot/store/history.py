@@ -317,6 +317,18 @@ def _sqlite_problem(location: str, exc: BaseException, path: Path | None = None)
         # SQLite says only "disk I/O error" when its -wal or -shm file cannot grow on a full disk
         return MegapilotError(f"the disk under {location} is full ({text}; {human_size(free)} free)", field="--db",
                               fix="free space there, or use another --db")
+    if "disk I/O error" in text and (limit := _file_size_limit(path)) is not None:
+        # a write past `ulimit -f` fails with EFBIG, which SQLite reports as a plain I/O error (as its -shm file
+        # of 32 KiB cannot be made under a smaller limit, even a reader fails)
+        return MegapilotError(f"{location} cannot grow: this process may not write files larger than "
+                              f"{human_size(limit)} (the file size limit, `ulimit -f`; {text})", field="--db",
+                              fix="raise the limit (`ulimit -f unlimited`) and run the command again")
+    if "disk I/O error" in text:
+        # the history itself is not at fault: a failing disk, or a network file system that lost its server
+        return MegapilotError(f"reading or writing {location} failed ({text}"
+                              f"{', ' + name if (name := getattr(exc, 'sqlite_errorname', None)) else ''})",
+                              field="--db", fix="check the disk and file system under it (the kernel log says why), "
+                                                "then run the command again; or use another --db on a local disk")
     if "unable to open" in text and path is not None and path.exists() and not os.access(path, os.R_OK):
         return MegapilotError(f"{location} cannot be read ({text})", field="--db",
                               fix="make the file readable by this user, or use another --db")
@@ -331,6 +343,22 @@ def _sqlite_problem(location: str, exc: BaseException, path: Path | None = None)
                                   "another --db")
     return MegapilotError(f"{location} cannot be used as the history ({text})", field="--db",
                           fix="point --db / $MEGAPILOT_HISTORY at a history file, or a new path")
+
+
+def _file_size_limit(path: Path | None) -> int | None:
+    """This process's file size limit in bytes (`ulimit -f`) where the history's files may have reached it (its
+    largest file, -wal or -shm included, within MIN_FREE_BYTES of it); None when it is unlimited or far above."""
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    sizes = [0] if path is None else [
+        p.stat().st_size for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+        if p.is_file()]
+    return soft if max(sizes, default=0) + MIN_FREE_BYTES >= soft else None
 
 
 def _unwritable(path: Path | None) -> str | None:

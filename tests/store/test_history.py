@@ -746,3 +746,41 @@ def test_a_run_deck_of_a_suite_run_already_recorded_is_left_as_it_is_not_refused
         elsewhere = history.record_measured([replace(row, origin="import", cluster="other")])
         assert [problem for _, problem in elsewhere.refused] == [
             "'20261206-1/MBS1' is already the id of a suite run's combo of cluster 'lab' in the history"]
+
+
+@contextmanager
+def file_size_limit(limit_bytes: int) -> Iterator[None]:
+    """This process's `ulimit -f` lowered to limit_bytes, and restored (Python ignores SIGXFSZ: a write past the
+    limit fails with EFBIG instead of killing the process)."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "reader"])
+def test_a_history_past_the_file_size_limit_names_the_limit_and_keeps_its_runs(tmp_path, read_only):
+    """A write past `ulimit -f` fails with EFBIG, which SQLite calls a "disk I/O error": it was told as "cannot be
+    used as the history ... point --db at a history file", of a history that is fine."""
+    path = tmp_path / "history.sqlite"
+    with open_history(str(path)) as history:
+        history.record(make_suite_result("run-1"))
+    with file_size_limit(8192), pytest.raises(MegapilotError) as caught, \
+            open_history(str(path), read_only=read_only) as history:
+        history.record(make_suite_result("run-2"))
+    message = str(caught.value)
+    assert caught.value.field == "--db" and f"{path} cannot grow" in message and "`ulimit -f`" in message
+    assert "8.0 KiB" in message and caught.value.fix == "raise the limit (`ulimit -f unlimited`) and run the " \
+                                                       "command again"
+    with open_history(str(path), read_only=True) as history:
+        assert [row.run_id for row in history.runs()] == ["run-1"]
+
+
+def test_a_disk_i_o_error_is_said_to_be_the_disk_s_not_that_the_file_is_no_history():
+    error = history_module._sqlite_problem("/nfs/h.sqlite", sqlite3.OperationalError("disk I/O error"),
+                                           Path("/nfs/h.sqlite"))
+    assert error.field == "--db" and "reading or writing /nfs/h.sqlite failed (disk I/O error)" in str(error)
+    assert "not a history" not in str(error) and "file system" in (error.fix or "")
