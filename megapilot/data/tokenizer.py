@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BYTE_VALUES = 256
+#: Tokenizer names the embedded trainer reads as this byte tokenizer.
+BYTE_TOKENIZER_NAMES = ("ByteTokenizer", "byte")
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,11 @@ class VocabOnlyTokenizer:
     @property
     def unique_identifiers(self) -> dict[str, object]:
         return {"class": self.name, "vocab_size": self.vocab_size}
+
+
+def embedded_trainer_tokenizer(tokenizer_type: str | None, mock_data: bool) -> str:
+    """The tokenizer the embedded trainer (`-m megapilot.trainer`) runs for its flags: the one named, else a
+    NullTokenizer of --vocab-size with --mock-data, else these bytes (what `megapilot data prepare` writes), so a
+    script that names none still says its vocabulary."""
+    name = tokenizer_type or ("NullTokenizer" if mock_data else ByteTokenizer.name)
+    return ByteTokenizer.name if name in BYTE_TOKENIZER_NAMES else name

@@ -31,13 +31,14 @@ from megapilot.catalog.gpus import get_gpu
 from megapilot.catalog.hf import layer_blocks_from_block_configs
 from megapilot.catalog.hub import looks_like_hub_id
 from megapilot.catalog.models import ModelPreset, get_preset, preset_of_hub_repo
-from megapilot.data.tokenizer import ByteTokenizer
+from megapilot.data.tokenizer import ByteTokenizer, embedded_trainer_tokenizer
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate import EstimateOptions
 from megapilot.launch.hybrid_split import segments_virtual_stages
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
+from megapilot.launch.torchrun import EMBEDDED_TRAINER_MODULE
 from megapilot.logs import ParsedLog
 from megapilot.spec import ClusterSpec, GPUSpec, MLASpec, ModelSpec, MoESpec, ParallelConfig, TrainingSpec
 from megapilot.spec.cuda_graphs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, CudaGraphs
@@ -96,6 +97,7 @@ class LaunchFlags:
     sbatch: dict[str, str] = field(default_factory=dict)  # the script's `#SBATCH` options
     gpu_hint: str | None = None  # the GPU named in the header `megapilot script` writes
     model_hint: str | None = None  # the model named in that header (a preset's name for a preset)
+    embedded_trainer: bool = False  # the script runs `-m megapilot.trainer`, whose defaults differ from Megatron's
 
     def has(self, name: str) -> bool:
         return name in self.values
@@ -192,7 +194,8 @@ def _script_flags(path: Path) -> LaunchFlags:
     model = _HEADER_MODEL_RE.search(text)
     return LaunchFlags(values=values, source=str(path), sbatch=read.sbatch,
                        gpu_hint=header.group(1).strip() if header else None,
-                       model_hint=model.group(1) if model else None)
+                       model_hint=model.group(1) if model else None,
+                       embedded_trainer=EMBEDDED_TRAINER_MODULE in read.words)
 
 
 def _primus_experiment_of(read: ScriptWords, path: Path) -> dict[str, object] | None:
@@ -376,6 +379,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None,
     sbatch: dict[str, str] = {}
     gpu_hint: str | None = None
     model_hint: str | None = None
+    embedded_trainer = False
     source = "<flags>"
     if script is not None:
         path = Path(script)
@@ -390,6 +394,7 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None,
                                                        "embedded trainer) with its flags, or the flags with --flags")
         collected.update(from_script.values)
         sbatch, gpu_hint, model_hint = from_script.sbatch, from_script.gpu_hint, from_script.model_hint
+        embedded_trainer = from_script.embedded_trainer
         source = str(path)
     if flags is not None:
         try:
@@ -399,7 +404,8 @@ def read_flags(*, script: str | Path | None = None, flags: str | None = None,
         collected.update(_collect(words, "<flags>").values)
     if script is None and flags is None:
         return None
-    return LaunchFlags(values=collected, source=source, sbatch=sbatch, gpu_hint=gpu_hint, model_hint=model_hint)
+    return LaunchFlags(values=collected, source=source, sbatch=sbatch, gpu_hint=gpu_hint, model_hint=model_hint,
+                       embedded_trainer=embedded_trainer)
 
 
 # ---- flags → typed specs ------------------------------------------------------------------------
@@ -553,11 +559,14 @@ def _vocab_size(flags: LaunchFlags, notes: list[str], shape: tuple[int, int, int
     where the tokenizer model is a path (a HuggingFaceTokenizer's size is its model's, which no flag states); else
     an assumption, said in `notes`.
     `shape`: the flags' layers, hidden size and heads."""
+    tokenizer_type = flags.get("--tokenizer-type")
+    if flags.embedded_trainer:  # its tokenizer when none is named: bytes, or NullTokenizer with --mock-data
+        tokenizer_type = embedded_trainer_tokenizer(tokenizer_type, flags.has("--mock-data"))
     if flags.get_int("--vocab-size"):
         vocab = flags.get_int("--vocab-size") or 0
         # Megatron's NullTokenizer adds an end-of-document id to --vocab-size
-        return vocab + 1 if flags.get("--tokenizer-type") == "NullTokenizer" else vocab
-    if flags.get("--tokenizer-type") == "ByteTokenizer":  # megapilot's byte tokenizer: 256 bytes + EOD + pad
+        return vocab + 1 if tokenizer_type == "NullTokenizer" else vocab
+    if tokenizer_type == ByteTokenizer.name:  # megapilot's byte tokenizer: 256 bytes + EOD + pad
         return ByteTokenizer().vocab_size
     tokenizer = flags.get("--tokenizer-model") or ""
     preset = _tokenizer_preset(tokenizer)

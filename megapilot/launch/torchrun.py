@@ -17,12 +17,16 @@ from megapilot.launch.shell import (
 from megapilot.launch.versions import resolve_flag_table
 from megapilot.spec import ModelSpec, SavedPlan
 
+# The module torchrun starts for the embedded trainer (`--entrypoint megapilot`); a script that runs it is read with
+# the trainer's own defaults (its byte tokenizer).
+EMBEDDED_TRAINER_MODULE = "megapilot.trainer"
+
 
 def entrypoint_words(options: LaunchOptions, model: ModelSpec | None = None) -> list[str]:
     """What torchrun starts on every rank: Megatron-LM's pretrain_gpt.py (pretrain_mamba.py for a hybrid
     Mamba model) or the embedded trainer."""
     if options.entrypoint == "megapilot":
-        return ["-m", "megapilot.trainer"]
+        return ["-m", EMBEDDED_TRAINER_MODULE]
     assert options.megatron_path is not None  # checked before rendering
     script = training_script(model) if model is not None else "pretrain_gpt.py"
     return [q(options.megatron_path.rstrip("/") + "/" + script)]

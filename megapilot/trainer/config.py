@@ -9,12 +9,11 @@ import argparse
 import ast
 from dataclasses import dataclass, fields
 
+from megapilot.data.tokenizer import ByteTokenizer, embedded_trainer_tokenizer
 from megapilot.errors import MegapilotError
 from megapilot.spec.validate import check_pipeline_split
 from megapilot.trainer.args import parse_flags
 
-#: Tokenizer names that mean "the built-in byte tokenizer".
-BYTE_TOKENIZER_NAMES = ("ByteTokenizer", "byte")
 #: Tokenizer names accepted with --mock-data only, where just a vocabulary size is needed.
 VOCAB_ONLY_TOKENIZER_NAMES = ("NullTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer",
                               "TikTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer")
@@ -324,9 +323,9 @@ def _check_attention(ns: argparse.Namespace) -> None:
 
 
 def _resolve_tokenizer(ns: argparse.Namespace) -> str:
-    name = ns.tokenizer_type or ("NullTokenizer" if ns.mock_data else "ByteTokenizer")
-    if name in BYTE_TOKENIZER_NAMES:
-        return "ByteTokenizer"
+    name = embedded_trainer_tokenizer(ns.tokenizer_type, ns.mock_data)
+    if name == ByteTokenizer.name:
+        return name
     if name in VOCAB_ONLY_TOKENIZER_NAMES and ns.mock_data:
         return name
     if name == "NullTokenizer":  # pre-tokenized ids in --data-path, as in Megatron-LM

@@ -30,7 +30,25 @@ def test_the_tour_cpu_run_gets_no_gpu_advice_even_with_a_gpu_named(cli):
 def test_the_vocabulary_comes_from_the_log_when_the_script_is_silent():
     config = diagnose([TOUR / "training.log"], script=TOUR / "train.sh").config
     assert config is not None and config.model is not None and config.model.vocab_size == 258  # ByteTokenizer
-    assert run_config(read_flags(script=TOUR / "train.sh")).model.vocab_size == 32000  # the script alone
+
+
+def test_a_script_of_the_embedded_trainer_that_names_no_tokenizer_runs_its_bytes(tmp_path):
+    # `megapilot run train.sh` prices the run from the script alone: the trainer's tokenizer, not 32,000 assumed
+    flags = read_flags(script=TOUR / "train.sh")
+    assert flags.embedded_trainer and flags.get("--tokenizer-type") is None
+    config = run_config(flags)
+    assert config.model is not None and config.model.vocab_size == 258
+    assert not any("assumed 32000" in note for note in config.notes)
+    # the same flags launched into Megatron-LM's pretrain_gpt.py say nothing of the tokenizer
+    megatron = tmp_path / "megatron.sh"
+    megatron.write_text((TOUR / "train.sh").read_text().replace("-m megapilot.trainer",
+                                                                "/opt/Megatron-LM/pretrain_gpt.py"))
+    assert run_config(read_flags(script=megatron)).model.vocab_size == 32000
+    # with --mock-data the trainer's NullTokenizer needs --vocab-size, which then is the vocabulary (+ its EOD)
+    mock = tmp_path / "mock.sh"
+    mock.write_text((TOUR / "train.sh").read_text().replace("--data-path /tmp/tour/docs",
+                                                            "--mock-data --vocab-size 1000"))
+    assert run_config(read_flags(script=mock)).model.vocab_size == 1001
 
 
 def test_optimize_on_the_cpu_run_proposes_nothing_for_the_gpu(cli):
