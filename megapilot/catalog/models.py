@@ -218,7 +218,15 @@ def _load_model_file(path: Path) -> ModelSpec:
     try:
         return ModelSpec(**data)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix="model") from exc
+        error = from_validation_error(exc, prefix="model")
+        where = (error.field or "model").removeprefix("model.")
+        if exc.errors()[0]["type"] == "extra_forbidden":
+            fix = f"remove {where} from {path}, or spell it as the ModelSpec field it means"
+        elif where != "model":
+            fix = f"set {where} in {path} to the model's own value"
+        else:  # a rule over several fields
+            fix = f"make the fields of {path} agree as the message says"
+        raise MegapilotError(error.problem, field=error.field, fix=fix) from exc
     except TypeError as exc:  # keys that are not strings
         raise MegapilotError(f"{path}: {exc}", field="model", fix="use ModelSpec field names as keys") from exc
 

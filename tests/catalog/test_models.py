@@ -165,6 +165,23 @@ def test_bad_model_files_are_user_errors_naming_the_field(tmp_path):
     assert excinfo.value.field.startswith("model.")
 
 
+@pytest.mark.parametrize(("change", "field", "fix"), [
+    ({"num_layers": 0}, "model.num_layers", "set num_layers in {path}"),
+    ({"hidden_size": 10**30}, "model.hidden_size", "set hidden_size in {path}"),
+    ({"num_attention_heads": 3}, "model", "make the fields of {path} agree"),
+    ({"num_layer": 2}, "model.num_layer", "remove num_layer from {path}"),
+])
+def test_a_refused_modelspec_file_says_what_to_change_in_it(tmp_path, change, field, fix):
+    # the refusal named the field but gave no fix ("model.num_layers: Input should be greater than 0")
+    fields = {"num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 256, "num_attention_heads": 4,
+              "vocab_size": 1000}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(fields | change))
+    with pytest.raises(MegapilotError) as excinfo:
+        get_model(str(path))
+    assert excinfo.value.field == field and fix.format(path=path) in (excinfo.value.fix or "")
+
+
 def test_a_hf_config_without_model_type_is_read_as_one_not_as_modelspec_fields(tmp_path):
     config = json.loads((HF_CONFIGS / "Llama-3.1-8B.json").read_text())
     del config["model_type"], config["architectures"]
