@@ -1081,6 +1081,17 @@ def restarts(log: ParsedLog) -> list[tuple[IterationRecord, IterationRecord]]:
     return found
 
 
+def _started_up_between(log: ParsedLog, before: IterationRecord, after: IterationRecord) -> bool:
+    """Whether the run started up again between the two iterations (a job that ended and one that resumed from its
+    checkpoint): in one file, a start-up line between them; in two, the later file's first iteration logged after
+    `before` (another rank's file of the same run logs the same iterations at the same times, so it began earlier)."""
+    if before.file == after.file:
+        return any(marker.file == after.file and before.line < marker.line < after.line
+                   and marker.marker.startswith(("training_started", "stall_point:")) for marker in log.markers)
+    first_s = min((r.time_s for r in log.iterations if r.file == after.file and r.time_s is not None), default=None)
+    return first_s is not None and before.time_s is not None and first_s > before.time_s
+
+
 def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
     findings = []
     timed = [r for r in _unique(log.iterations) if r.time_s is not None]
@@ -1092,7 +1103,7 @@ def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
         for before, after in pairwise(timed):
             gap = after.time_s - before.time_s  # type: ignore[operator]  # timed: time_s is set
             interval = max(1, after.iteration - before.iteration)
-            if (before.file, before.iteration) in restarted:
+            if (before.file, before.iteration) in restarted or _started_up_between(log, before, after):
                 continue  # a crash and a resume, not a stall: the crash is its own finding, the resume a note
             if gap - interval * typical_s > limit:
                 findings.append(Finding(
@@ -1106,7 +1117,8 @@ def _hang_findings(log: ParsedLog, config: RunConfig | None) -> list[Finding]:
                 break
     done = any(m.marker == "training_done" for m in log.markers)
     if timed and typical_s and log.last_time_s and not done and not log.errors:
-        last = timed[-1]
+        # the iteration logged last, not the highest: a resume that replays earlier iterations is progress
+        last = max((r for r in log.iterations if r.time_s is not None), key=lambda r: r.time_s or 0.0)
         silent = log.last_time_s - (last.time_s or log.last_time_s)
         limit = max(HANG_FLOOR_S, HANG_FACTOR * typical_s)
         if silent > limit:
