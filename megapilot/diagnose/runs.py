@@ -8,9 +8,11 @@ was logged. Files continue one another when the later one's first iteration fall
 right after it (a resume from a checkpoint of that stretch may change the GPU count, the log interval or extend the
 schedule), unless the later one starts afresh: its first line is the first its own log interval logs from iteration
 0 (10 of a run logging every 10) while the earlier run had logged past it (a resume continues from its checkpoint,
-its iteration count and consumed samples with it; one from a checkpoint inside its first log interval, where the
-earlier run went on past it, is no careful reading). Consumed samples do not tell the two apart: with the same
-batch size a fresh run and a resume print the same count at each iteration. Rank logs of one run print the same
+its iteration count and consumed samples with it), and it did not say it loaded a checkpoint of an iteration past 0
+before that line (a resume from a checkpoint inside its first log interval logs the same first line as a fresh run;
+Megatron's `successfully loaded checkpoint ... at iteration N` tells them apart, N being 0 for a fine-tune, whose
+count starts over). Consumed samples do not tell the two apart: with the same batch size a fresh run and a resume
+print the same count at each iteration. Rank logs of one run print the same
 values, or none (a rank that prints no arguments nor iterations says nothing against any run), and log each iteration
 at the same time: they stay one run. Two runs of the same model from scratch print the same values too; their
 timestamps for the same iteration tell them apart.
@@ -81,6 +83,7 @@ class FileRun:
     started_over: StartOver | None = None  # how this run began after another in the same file
     rank: int | None = None  # the rank its first iteration line names, if any
     interval: int | None = None  # the log interval: what its iteration numbers step by (their greatest common step)
+    resumed_from: int | None = None  # the iteration of the checkpoint it said it loaded before its first iteration
 
     @property
     def says_anything(self) -> bool:
@@ -116,20 +119,27 @@ class FileRun:
     @property
     def starts_afresh(self) -> bool:
         """Whether its first line is the first its log interval logs from iteration 0 (Megatron logs the iterations
-        that are multiples of it): a run from scratch's first line."""
-        return self.interval is not None and self.first_iteration == self.interval
+        that are multiples of it): a run from scratch's first line, unless it loaded a checkpoint past iteration 0
+        first (a resume from a checkpoint inside its first log interval logs that same line)."""
+        return not self.resumed_from and self.interval is not None and self.first_iteration == self.interval
+
+    @property
+    def began(self) -> int | None:
+        """The first iteration it ran, as far as its log says: the one after the checkpoint it loaded, 1 for a run
+        whose first line is its log interval's first from 0, else its first logged."""
+        if self.resumed_from:
+            return self.resumed_from + 1
+        return 1 if self.starts_afresh else self.first_iteration
 
     def continues(self, other: FileRun) -> bool:
-        """Whether one of the two files' iterations picks up inside or right after the other's (a resume)."""
+        """Whether one of the two files' iterations picks up inside or right after the other's (a resume). A run
+        that began at 1 (its count started from 0) continues none: where the other had logged past its start, it is
+        a run of its own."""
         if None in (self.first_iteration, self.last_iteration, other.first_iteration, other.last_iteration):
             return False
-        early, late = sorted((self, other), key=lambda run: run.first_iteration or 0)
-        assert early.first_iteration is not None and early.last_iteration is not None
-        assert late.first_iteration is not None
-        if not early.first_iteration < late.first_iteration <= early.last_iteration + 1:
-            return False
-        # its count started from 0 where the earlier run had logged past it: a run of its own
-        return not (late.starts_afresh and late.first_iteration <= early.last_iteration)
+        early, late = sorted((self, other), key=lambda run: run.began or 0)
+        assert early.began is not None and early.last_iteration is not None and late.began is not None
+        return early.began < late.began <= early.last_iteration + 1
 
     def differences(self, other: FileRun) -> list[Difference]:
         """What the two files disagree on that one run's logs cannot: empty when they may be one run."""
@@ -281,11 +291,16 @@ class RunFingerprints:
         elif isinstance(record, ProgressMarker) and record.marker.startswith(STARTUP_MARKERS):
             self._starting(record.file, record.line, Evidence(record.file, record.line, record.text))
         elif isinstance(record, CheckpointEvent) and record.kind == "load":
+            # Megatron loads a checkpoint only while it starts: a load after iterations is a start-up's
+            self._starting(record.file, record.line, Evidence(record.file, record.line, record.text))
             startup = self._startups.get(record.file)
             if startup is not None and record.phase == "not_found":
                 startup.no_checkpoint = True
-            elif startup is not None and record.iteration:
+            elif startup is not None and record.phase == "done":
+                # the done line's count, not the start line's: a fine-tune loads iteration N and starts over at 0
                 startup.loaded_iteration = record.iteration
+            elif startup is None and record.phase == "done" and self._current(record.file).first_iteration is None:
+                self._current(record.file).resumed_from = record.iteration
         elif isinstance(record, IterationRecord):
             self._iteration(record.file, record.iteration, record.time_s, lambda: record)
 
