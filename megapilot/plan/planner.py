@@ -297,9 +297,13 @@ def _relaxations_that_fit(cost: CostModel, pins: Pins) -> list[str]:
     for factor in (2, 4, 8, 16):
         bigger = ClusterSpec(gpu=cluster.gpu, num_nodes=cluster.num_nodes * factor,
                              gpus_per_node=cluster.gpus_per_node)
-        relaxed = training.model_copy(update={"global_batch_size": training.global_batch_size * factor}) \
-            if training.global_batch_size % bigger.world_size else training
-        if _fits(cost.with_inputs(cluster=bigger, training=relaxed), pins):
+        # The batch needs to divide by DP only, not by the GPU count (TP, PP and CP take the rest): it is scaled
+        # with the GPUs only where the batch as given does not fit them.
+        scaled = training.model_copy(update={"global_batch_size": training.global_batch_size * factor})
+        batches = (training, scaled) if training.global_batch_size % bigger.world_size else (training,)
+        relaxed = next((batch for batch in batches if _fits(cost.with_inputs(cluster=bigger, training=batch), pins)),
+                       None)
+        if relaxed is not None:
             batch = "" if relaxed is training else f" (and --gbs {relaxed.global_batch_size})"
             found.append(f"use {bigger.world_size:,} GPUs ({factor}× more){batch}")
             break

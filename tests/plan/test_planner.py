@@ -102,6 +102,15 @@ def test_activation_bound_ask_is_told_apart_and_offered_a_shorter_sequence():
     assert "--seq-len 262144" in info.value.fix or "--seq-len 524288" in info.value.fix
 
 
+def test_more_gpus_keep_the_global_batch_when_cp_takes_them():
+    """A batch of 8 on 32 GPUs needs only DP to divide 8 (CP and TP take the rest): the advice said
+    'use 32 GPUs (4× more) (and --gbs 32)', a batch change the plan on 32 GPUs does not need."""
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 8, 1048576, 8))
+    assert "use 32 GPUs (4× more)" in info.value.fix and "--gbs" not in info.value.fix
+    assert plan(*_inputs("llama3.1-8b", 32, 1048576, 8), top=1).candidates  # the advice holds as given
+
+
 def test_runners_up_inside_the_top_picks_interval_are_called_ties_with_the_memory_they_leave():
     from megapilot.plan.search import Candidate
 
