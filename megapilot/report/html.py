@@ -208,7 +208,12 @@ def _metric_view(row: MetricRow) -> MetricView:
                       unit=row.unit, threshold=gate or "not gated", verdict=row.verdict.value,
                       margin=_percent(row.margin_pct), reason=row.reason, enforced=row.enforced,
                       against=f"{reading} vs {gate}" if gate else reading,
-                      gated=row.threshold is not None and row.verdict is not Verdict.RECORD)
+                      # a row a gate judged (gate.finite_loss holds no threshold text) is a gate: a FAIL folded
+                      # away under "recorded, not gated" would hide why the combo failed
+                      gated=row.verdict in _JUDGED or (row.threshold is not None and row.verdict is not Verdict.RECORD))
+
+
+_JUDGED = frozenset({Verdict.PASS, Verdict.FAIL, Verdict.INTERRUPTED})
 
 
 def _symbols(threshold: str) -> str:

@@ -213,3 +213,16 @@ def test_an_interrupted_run_says_so_in_its_title_and_banner_and_shows_the_combo_
     links = [unquote(attrs["href"]) for attrs in page.with_class("log-link")]
     assert f"logs/{STOPPED_DIR}/node0.log" in links
     assert f"Not run, the suite was interrupted before it started: {NEVER_STARTED}" in html
+
+
+def test_a_gate_judged_without_threshold_text_is_shown_among_the_gates_not_folded_as_recorded():
+    # gate.finite_loss (a NaN loss) and gate.completed without a planned count judge with no threshold text: a FAIL
+    # of theirs folded under "recorded, not gated" would hide why the combo failed
+    from megapilot.report.html import _metric_view
+    from megapilot.suite.results import MetricRow, Verdict
+
+    nan = MetricRow(name="gate.finite_loss", verdict=Verdict.FAIL, reason="lm loss is nan at iteration 7")
+    assert _metric_view(nan).gated
+    assert _metric_view(nan.model_copy(update={"verdict": Verdict.PASS})).gated
+    for verdict in (Verdict.RECORD, Verdict.SKIPPED):  # measured only, or never measured: not a gate's verdict
+        assert not _metric_view(MetricRow(name="training.grad_norm", value=1.3, verdict=verdict)).gated
