@@ -258,8 +258,31 @@ def connect_database(url: str | None = None, *, read_only: bool = False) -> Data
     target = history_url(url)
     if target.startswith(POSTGRES_SCHEMES):
         return _open_postgres(target)
+    _refuse_other_url(target, source="--db" if url else f"${HISTORY_ENV}" if os.environ.get(HISTORY_ENV) else "")
     source = "" if url else None
     return _open_sqlite(target, read_only=read_only, source=source)
+
+
+# A URL's scheme: `mysql://`, SQLAlchemy's `postgresql+psycopg://`, `sqlite://` with two slashes.
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _refuse_other_url(target: str, *, source: str) -> None:
+    """A URL of another database or driver is refused: read as a SQLite path it made a folder `mysql:` (or
+    `postgresql+psycopg:`) and wrote the runs there, while the team's database got nothing."""
+    scheme = _URL_SCHEME.match(target)
+    if scheme is None or target.startswith("sqlite:///"):
+        return
+    name = scheme.group(1)
+    base = name.split("+", 1)[0].lower()
+    if base in ("postgresql", "postgres"):
+        fix = f"write it {scrub_secrets('postgresql://' + target[scheme.end():])} (psycopg is the one driver)"
+    elif base == "sqlite":
+        fix = "write sqlite:///relative/path or sqlite:////absolute/path, or give the file's path alone"
+    else:
+        fix = "give a SQLite file's path or a postgresql:// URL"
+    raise MegapilotError(f"{scrub_secrets(target)} is a {name}:// URL; the history is a SQLite file or a "
+                         "PostgreSQL database", field=source or "--db", fix=fix)
 
 
 def open_history(url: str | None = None, *, read_only: bool = False) -> History:

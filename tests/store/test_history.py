@@ -784,3 +784,26 @@ def test_a_disk_i_o_error_is_said_to_be_the_disk_s_not_that_the_file_is_no_histo
                                            Path("/nfs/h.sqlite"))
     assert error.field == "--db" and "reading or writing /nfs/h.sqlite failed (disk I/O error)" in str(error)
     assert "not a history" not in str(error) and "file system" in (error.fix or "")
+
+
+@pytest.mark.parametrize(("url", "fix"), [
+    ("postgresql+psycopg://team:pw@db.example/runs", "write it postgresql://team:<redacted>@db.example/runs"),
+    ("mysql://db.example/runs", "give a SQLite file's path or a postgresql:// URL"),
+    ("sqlite://history.sqlite", "write sqlite:///relative/path or sqlite:////absolute/path"),
+])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "reader"])
+def test_a_url_of_another_database_or_driver_is_refused_not_made_a_local_file(tmp_path, monkeypatch, url, fix,
+                                                                                read_only):
+    """`--db postgresql+psycopg://...` (SQLAlchemy's spelling) was read as a SQLite path: a writer made the folders
+    `postgresql+psycopg:/team:pw@db.example` here and recorded the runs into a file there, the password in its name."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MegapilotError) as caught:
+        open_history(url, read_only=read_only)
+    assert caught.value.field == "--db" and caught.value.fix is not None and caught.value.fix.startswith(fix)
+    assert "pw" not in str(caught.value) and "pw" not in caught.value.fix
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(HISTORY_ENV, url)
+    with pytest.raises(MegapilotError) as caught:
+        open_history(read_only=read_only)
+    assert caught.value.field == f"${HISTORY_ENV}"
+    assert list(tmp_path.iterdir()) == []
