@@ -160,7 +160,7 @@ PREFERENCES: tuple[Preference, ...] = (
         "or scale asks for it",
         _dimensions_in_use),
     Preference(
-        "context parallelism", "CP=1",
+        "context parallelism", "the smaller CP (CP=1 where the sequence fits without it)",
         "CP only when the sequence needs it for memory: it cuts every attention into ring send/recv steps "
         "and shrinks the GEMMs",
         _context_parallel),

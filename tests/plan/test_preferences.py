@@ -228,3 +228,14 @@ def test_the_plan_says_when_memory_headroom_decided(template):
     assert len(tie_break) == 1 and tie_break[0].startswith("tie-break (memory headroom): TP2 ")
     assert "5 % of HBM left free" in tie_break[0] and "may run out of memory" in tie_break[0]
     assert any("memory headroom" in line for line in result.summary)
+
+
+def test_the_cp_rule_states_what_it_prefers_when_both_layouts_need_cp(template):
+    """A 1M-token sequence needs CP4 or CP8: the rule picks the smaller, and said 'the recipes prefer CP=1', which
+    neither layout is."""
+    from megapilot.plan.preferences import tie_break_reason
+
+    winner, faster = _fit(template, _layout(tp=2, cp=4), 100.0), _fit(template, _layout(tp=2, cp=8), 101.0)
+    reason = tie_break_reason(winner, faster, BAND, DENSE_ON_H100, "the CP8 layout")
+    assert reason is not None and reason.startswith("tie-break (context parallelism)")
+    assert "prefer CP=1" not in reason and "the smaller CP" in reason
