@@ -7,7 +7,8 @@ constant below with the reason for its value:
 - `nan_loss`: a NaN/Inf loss or grad norm, Megatron's nan-iteration counter rising, or `lm loss`
   vanishing from the line (Megatron drops a loss whose average is not >= 0, which NaN is not) in an
   interval that was not entirely skipped by fp16 loss-scale back-off; or a NaN report of Megatron-Core's
-  RerunStateMachine (`--check-for-nan-in-loss-and-grad`), which names the rank and iteration.
+  RerunStateMachine (its NaN check, on unless `--no-check-for-nan-in-loss-and-grad`), which names the rank and
+  iteration.
 - `loss_spike`: a loss above `SPIKE_FACTOR` x the median of the previous `WINDOW` losses that comes
   back down; `loss_divergence`: the last `WINDOW` losses all stay above that level.
 - loss jump after the first update (`loss_spike`, critical; left to `nan_loss`/`loss_divergence` when the run
@@ -224,8 +225,9 @@ def _rerun_nan(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | N
 def _reported_nan(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
     """A NaN/Inf loss or gradient norm said in a line of its own (a trainer's check, not Megatron's validation)."""
     cause = ("The run stopped on a NaN/Inf loss or gradient norm: the numerics diverged (learning rate or warm-up, "
-             "initialisation, fp16 without loss scaling, a bad batch), or a faulty GPU corrupted a value. Megatron's "
-             "--check-for-nan-in-loss-and-grad with the rerun machinery tells the two apart.")
+             "initialisation, fp16 without loss scaling, a bad batch), or a faulty GPU corrupted a value. "
+             "Megatron-Core's NaN check (on unless --no-check-for-nan-in-loss-and-grad) with --rerun-mode "
+             "validate_results (the default since core_v0.14.0) reruns the step and tells the two apart.")
     fixes = _divergence_fixes(config, log) + [
         Fix("add", "nvidia-smi -q -d ECC,PAGE_RETIREMENT  (AMD: amd-smi metric --ecc)", None,
             "rule out a faulty GPU on the reporting rank's node", kind="command")]

@@ -101,7 +101,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"OutOfMemoryError|(?:cuda|hip|rocm) (?:error: )?out of memory|tried to allocate [\d.]+ ?[kmgt]i?b|"
          r"hipErrorOutOfMemory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
          r"RuntimeError: out of memory|\bfailed to allocate\b.*\bmemory\b"),
-    # --- NaN reports of Megatron's RerunStateMachine (result validation, `--check-for-nan-in-loss-and-grad`) -----
+    # --- NaN reports of Megatron's RerunStateMachine (result validation, `--rerun-mode`) -----
     _sig("rerun_state_machine", "nan_loss",
          r"Unexpected result [-+]?(?:nan|inf|tensor\(\s*[-+]?(?:nan|inf))|"
          r"found (?:NaN|Inf) in local (?:grad norm|forward loss)|\bloss is NaN\b|Possible persistent error|"

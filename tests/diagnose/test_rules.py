@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -693,3 +694,14 @@ def test_a_job_that_resumed_from_a_checkpoint_is_no_stall_and_its_replay_is_prog
     (tmp_path / "stalled.log").write_text(stalled)
     [hang] = [f for f in diagnose([tmp_path / "stalled.log"]).findings if f.category == "hang"]
     assert hang.title.startswith("Stalled") and "between iterations 50 and 60" in hang.title
+
+
+def test_a_nan_a_trainer_reported_names_megatrons_nan_check_by_flags_that_exist():
+    """The cause named `--check-for-nan-in-loss-and-grad`, a flag no Megatron-LM release has: the check is on by
+    default and `--no-check-for-nan-in-loss-and-grad` turns it off; what reruns the step is `--rerun-mode
+    validate_results` (the default from core_v0.14.0, `disabled` before)."""
+    [finding] = diagnose_log(parse_text("step 120: grad norm is NaN, stopping\n"), None, None).findings
+    assert finding.category == "nan_loss"
+    named = re.findall(r"--[a-z][a-z-]+", finding.cause)
+    assert named == ["--no-check-for-nan-in-loss-and-grad", "--rerun-mode"], finding.cause
+    assert "--rerun-mode validate_results" in finding.cause
