@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import statistics
@@ -316,9 +317,12 @@ def _refuse_damaged(connection: sqlite3.Connection, location: str) -> None:
 
 
 def _damaged(location: str, detail: str) -> MegapilotError:
+    # .recover prints SQL: piped into a new file it makes the salvaged history (the path quoted for the shell)
+    damaged, salvaged = shlex.quote(location), shlex.quote(f"{location}.recovered")
     return MegapilotError(f"{location} is damaged ({detail})", field="--db",
                           fix=f"move it aside (a new history then starts at that path) or restore it from a backup; "
-                              f"`sqlite3 {location} .recover` salvages the rows still readable")
+                              f"`sqlite3 {damaged} .recover | sqlite3 {salvaged}` salvages the rows still readable "
+                              "into a new file")
 
 
 def _sqlite_problem(location: str, exc: BaseException, path: Path | None = None) -> MegapilotError:

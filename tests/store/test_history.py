@@ -7,6 +7,7 @@ migrations, concurrent writers. PostgreSQL runs against a real server the tests 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -807,3 +808,25 @@ def test_a_url_of_another_database_or_driver_is_refused_not_made_a_local_file(tm
         open_history(read_only=read_only)
     assert caught.value.field == f"${HISTORY_ENV}"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_salvage_command_of_a_damaged_history_runs_as_given_in_a_folder_with_a_space(tmp_path):
+    """The fix said `sqlite3 PATH .recover`: unquoted, a path with a space split, and .recover only prints SQL, so
+    nothing was salvaged; the command given now writes the rows still readable into a new file."""
+    folder = tmp_path / "team runs"
+    folder.mkdir()
+    path = folder / "history.sqlite"
+    write_damaged_history(path)
+    with pytest.raises(MegapilotError) as caught:
+        open_history(str(path), read_only=True)
+    command = (caught.value.fix or "").split("`")[1]
+    assert shlex.split(command) == ["sqlite3", str(path), ".recover", "|", "sqlite3", f"{path}.recovered"]
+    # .recover reads pages through the sqlite_dbpage table, which some distributions' sqlite3 shell leaves out
+    shell = shutil.which("sqlite3")
+    if shell is None or subprocess.run([shell, ":memory:", "SELECT * FROM sqlite_dbpage"], capture_output=True,
+                                       check=False).returncode != 0:
+        pytest.skip("no sqlite3 shell with .recover (sqlite_dbpage) here")
+    subprocess.run(["bash", "-c", command], check=True, capture_output=True)
+    with sqlite3.connect(folder / "history.sqlite.recovered") as salvaged:
+        tables = {row[0] for row in salvaged.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"runs", "combos", "metrics"} <= tables
