@@ -245,8 +245,32 @@ def _nothing_fits(cost: CostModel, pins: Pins, outcome: SearchOutcome) -> Megapi
         bites += f"; with CUDA graphs over {', '.join(graphs.scope) or 'each whole layer'} no layout recomputes fully"
         fixes.append("--cuda-graph-impl local --cuda-graph-scope full_iteration (full recompute runs under it), or no "
                      "CUDA graphs")
-    fix = "; or ".join(fixes) if fixes else "use a larger GPU or a smaller model"
+    fix = "; or ".join(fixes) if fixes else _beyond_relaxations(cost, outcome)
     return MegapilotError(f"no layout fits: {bites}", field=_bite_field(outcome), fix=fix)
+
+
+def _beyond_relaxations(cost: CostModel, outcome: SearchOutcome) -> str:
+    """The fix when no relaxation `_relaxations_that_fit` tries fits (16× the GPUs among them): what the footprint
+    is made of and what it takes, not 'a larger GPU' for a footprint many times any GPU's memory."""
+    if outcome.smallest_floor is None:
+        return "use a larger GPU or a smaller model"
+    from megapilot.catalog.gpus import load_gpus
+
+    memory = outcome.smallest_floor[1]
+    by_sequence = memory.activations_gib > memory.static_gib
+    shorter = f"a much shorter --seq-len (activations are {memory.activations_gib:.0f} GiB of it)"
+    smaller = f"a smaller model (weights, gradients and optimizer state are {memory.static_gib:.0f} GiB of it)"
+    first, then = (shorter, smaller) if by_sequence else (smaller, shorter)
+    lesser = min(memory.activations_gib, memory.static_gib)
+    # the lesser part is named too only where shrinking it would matter: a quarter of the footprint or more
+    use = f"{first}, or {then}" if lesser >= memory.total_gib / 4 else first
+    fix = (f"the smallest footprint is {memory.total_gib / memory.capacity_gib:.0f}× this GPU's memory and does not "
+           f"fit on 16× the GPUs ({16 * cost.cluster.world_size:,}) either: use {use}, or more GPUs still")
+    larger = sorted((gpu for gpu in load_gpus().values() if gpu.hbm_gib >= memory.total_gib),
+                    key=lambda gpu: gpu.hbm_gib)
+    if larger:
+        fix += f"; or a GPU with {memory.total_gib:.0f} GiB or more ({', '.join(gpu.alias for gpu in larger)})"
+    return fix
 
 
 def _binding(outcome: SearchOutcome) -> tuple[RejectReason, int] | None:
@@ -262,7 +286,7 @@ def _what_bites(outcome: SearchOutcome) -> str:
     if binding is None:
         return "no layout passes the rules"
     reason, count = binding
-    cut = f"{count} layouts cut by '{reason.value}'"
+    cut = f"{count} layout{'s' if count != 1 else ''} cut by '{reason.value}'"
     if outcome.smallest_floor is None:
         return cut
     parallel, memory = outcome.smallest_floor

@@ -111,6 +111,29 @@ def test_more_gpus_keep_the_global_batch_when_cp_takes_them():
     assert plan(*_inputs("llama3.1-8b", 32, 1048576, 8), top=1).candidates  # the advice holds as given
 
 
+def test_beyond_every_relaxation_the_fix_names_what_the_footprint_is_made_of_not_a_larger_gpu():
+    """It read 'use a larger GPU or a smaller model' for a 1T model needing 2,118 GiB per H100 (no GPU holds it) and
+    for a 16M-token sequence (a smaller model barely helps)."""
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("gpt-1t", 8, 4096, 1024))
+    fix = info.value.fix or ""
+    assert "16× the GPUs (128)" in fix and "a smaller model (weights" in fix
+    assert "larger GPU" not in fix and "GiB or more" not in fix and "--seq-len" not in fix
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 8, 16_777_216, 8))
+    fix = info.value.fix or ""
+    assert "a much shorter --seq-len (activations" in fix and "smaller model" not in fix
+
+
+def test_beyond_every_relaxation_a_gpu_large_enough_for_the_footprint_is_named():
+    pins = Pins(tp=1, pp=1, cp=1)
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 1, 98_304, 1), pins=pins)
+    assert info.value.problem.startswith("no layout fits: 1 layout cut by")
+    assert "GiB or more (mi325x, b300, gb300, mi355x)" in (info.value.fix or "")
+    assert plan(*_inputs("llama3.1-8b", 1, 98_304, 1, gpu="mi355x"), top=1, pins=pins).candidates  # and it fits
+
+
 def test_runners_up_inside_the_top_picks_interval_are_called_ties_with_the_memory_they_leave():
     from megapilot.plan.search import Candidate
 
