@@ -165,12 +165,15 @@ def _no_errors(m: ComboMeasurement) -> MetricRow:
 
 
 def _finite_loss(m: ComboMeasurement) -> MetricRow:
+    # counted and bounded as gate.no_errors is: the reports show "1 vs == 0", not a NaN loss as "not measured"
     bad = m.nan_findings
     if bad:
-        return _gate("gate.finite_loss", Verdict.FAIL, "; ".join(f.message for f in bad))
+        return _gate("gate.finite_loss", Verdict.FAIL, "; ".join(f.message for f in bad), value=float(len(bad)),
+                     threshold="== 0")
     if m.actuals.get("training.lm_loss") is None:
-        return _gate("gate.finite_loss", Verdict.SKIPPED, "no loss logged")
-    return _gate("gate.finite_loss", Verdict.PASS, "every logged loss and grad norm is finite, no NaN iteration")
+        return _gate("gate.finite_loss", Verdict.SKIPPED, "no loss logged", threshold="== 0")
+    return _gate("gate.finite_loss", Verdict.PASS, "every logged loss and grad norm is finite, no NaN iteration",
+                 value=0.0, threshold="== 0")
 
 
 def _loss_slope_gate(m: ComboMeasurement, gate: LossCurveGate, planned: int | None) -> MetricRow:

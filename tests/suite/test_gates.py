@@ -226,6 +226,11 @@ def test_completed_gate_fails_a_short_run_and_nan_losses_fail_finite_loss(log_fi
     rows = gates(m)
     assert rows["gate.completed"].verdict is Verdict.FAIL and "6 of 20" in rows["gate.completed"].reason
     assert rows["gate.finite_loss"].verdict is Verdict.FAIL and "node 0" in rows["gate.finite_loss"].reason
+    # what it measured and what it holds that to, as gate.no_errors says it: not "not measured" beside a FAIL
+    assert (rows["gate.finite_loss"].value, rows["gate.finite_loss"].threshold) == (1.0, "== 0")
+    assert (gates(measured(log_file, iteration_lines(falling_steps(1, 5), train_iters=5)))["gate.finite_loss"]
+            .model_dump(include={"verdict", "value", "threshold"})) == {"verdict": Verdict.PASS, "value": 0.0,
+                                                                       "threshold": "== 0"}
 
 
 def test_no_errors_gate_fails_on_a_real_oom_log():
