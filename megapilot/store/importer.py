@@ -38,6 +38,7 @@ DECK_ACTUALS = {
     "training.elapsed_time_per_iteration": ("step_time_s", 1e-3),  # ms (CVS's unit table says s; the value is ms)
     "training.max_allocated_gib": ("peak_memory_gib", 1.0),
 }
+RUN_DECK_FILE = "megatron_run_deck.json"  # the name a suite run's deck has in its run directory (megapilot.report)
 CVS_GPUS_PER_NODE = 8  # CVS's deck names nodes only; its suite runs 8 GPUs per node
 IMPORTABLE_STATUS = ("pass", "record")
 MEASURED_UNITS = {"step_time_s": "seconds per step (not milliseconds)",
@@ -102,6 +103,13 @@ def import_files(paths: list[Path], *, cluster: str | None = None, defaults: Map
 
 def read_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(name, record) pairs of a file: a JSON list, JSON Lines, or a run deck (one record per importable cell)."""
+    if path.is_dir():  # a suite run's directory: what in it to pass, or to record
+        if (path / RUN_DECK_FILE).is_file():
+            raise MegapilotError(f"{path} is a directory", field="FILE",
+                                 fix=f"pass its run deck, {path / RUN_DECK_FILE}")
+        if (path / "suite.json").is_file():
+            raise MegapilotError(f"{path} is a suite run's directory, not measured runs to import", field="FILE",
+                                 fix=f"record it with `megapilot history record {path}`")
     if not path.is_file():
         raise MegapilotError(f"{path} is not a file", field="FILE", fix="pass JSON, JSON Lines or run deck files")
     text = path.read_text(encoding="utf-8", errors="replace")

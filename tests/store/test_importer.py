@@ -237,6 +237,25 @@ def test_a_suite_result_given_to_import_says_to_record_it(cli, history, tmp_path
             f"`megapilot history record {run_dir}`)") in " ".join(result.stderr.split())
 
 
+def test_a_suite_run_s_directory_given_to_import_names_its_run_deck_or_says_to_record_it(cli, history, tmp_path):
+    """A run directory was refused as 'is not a file (pass JSON, JSON Lines or run deck files)', though the deck to
+    pass is in it (or, before `suite report`, the run is one to record)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "suite.json").write_text(suite_result(run_dir).model_dump_json())
+    result = cli("history", "import", str(run_dir), "--json")
+    assert result.exit_code == 2
+    assert result.json()["refused"] == [{"record": str(run_dir), "field": "FILE", "problem": (
+        f"{run_dir} is a suite run's directory, not measured runs to import (record it with `megapilot history "
+        f"record {run_dir}`)")}]
+    from megapilot.report.run_deck import RUN_DECK_NAME  # the name the report writes the deck under
+
+    (run_dir / RUN_DECK_NAME).write_text("{}")
+    result = cli("history", "import", str(run_dir), "--json")
+    assert result.json()["refused"][0]["problem"] == (f"{run_dir} is a directory (pass its run deck, "
+                                                       f"{run_dir / RUN_DECK_NAME})")
+
+
 def test_the_run_decks_of_two_runs_are_two_runs_and_one_imported_again_replaces_itself(cli, history, tmp_path):
     """Every run deck is named megatron_run_deck.json: the second run's deck must not replace the first's rows."""
     for run_id in ("20260302-090000-a", "20260303-090000-b"):
