@@ -130,7 +130,7 @@ def _prediction_note(combo: ComboResult) -> str:
     parts = [predicted.note] if predicted.note else []
     if predicted.calibration_runs:
         band = f", band +/-{predicted.band_pct:g} %" if predicted.band_pct is not None else ""
-        whose = "this run's own earlier runs" if predicted.calibrated_in_run else "run(s) of this cluster"
+        whose = "of this run's own earlier runs" if predicted.calibrated_in_run else "run(s) of this cluster"
         parts.append(f"calibrated on {len(predicted.calibration_runs)} {whose}{band}; uncalibrated "
                      f"step {format_number(predicted.uncalibrated_step_time_ms)} ms")
     elif predicted.calibration:

@@ -44,3 +44,14 @@ def test_run_deck_and_report_say_where_the_step_departs(tmp_path):
     assert cell.predicted.components_ms["exposed_comm"] == 100.0 and cell.predicted.calibration_runs == ["a/x", "b/x"]
     html = render_report(result, tmp_path).html.read_text(encoding="utf-8")
     assert SENTENCE in html and "Exposed communication" in html and "band +/-4.5 %" in html
+
+
+def test_the_note_of_a_prediction_calibrated_in_the_run_reads_as_a_sentence(tmp_path):
+    from megapilot.report.html import _prediction_note
+
+    result = _result(tmp_path)
+    combo = result.combos[0]
+    assert combo.predicted is not None
+    in_run = combo.model_copy(update={"predicted": combo.predicted.model_copy(update={"calibrated_in_run": True})})
+    assert "calibrated on 2 of this run's own earlier runs, band +/-4.5 %" in _prediction_note(in_run)
+    assert "calibrated on 2 run(s) of this cluster, band +/-4.5 %" in _prediction_note(combo)
