@@ -287,17 +287,17 @@ def interleave_rule(training: TrainingSpec, pp: int, vpp: int, dp: int, mbs: int
 
 def expert_rule(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, etp: int) -> Rejection | None:
     """EP divides the experts; EP·ETP divides TP·CP·DP, the ranks Megatron carves expert groups from."""
-    if model.moe is None:
-        if ep > 1:
-            return Rejection(RejectReason.EP_DENSE, "ep", f"ep={ep} on a dense model",
-                             "use ep=1 for models without experts")
-        return None
-    if model.moe.num_experts % ep:
+    if model.moe is None and ep > 1:
+        return Rejection(RejectReason.EP_DENSE, "ep", f"ep={ep} on a dense model",
+                         "use ep=1 for models without experts")
+    if model.moe is not None and model.moe.num_experts % ep:
         return Rejection(RejectReason.EP_EXPERTS, "ep",
                          f"ep={ep} does not divide num_experts={model.moe.num_experts}",
                          f"use an EP from: {_list(divisors(model.moe.num_experts))}")
+    # a dense model's expert groups are built too (as `validate_layout` says), so a pinned ETP must fit them there
+    # as well: ETP 2 over TP1 PP8 on 8 GPUs left an expert-DP of 0 for the memory model to divide by
     if (tp * cp * dp) % (ep * etp):
-        return Rejection(RejectReason.EP_GROUPS, "ep",
+        return Rejection(RejectReason.EP_GROUPS, "ep" if ep > 1 else "etp",
                          f"ep*etp={ep}*{etp} does not divide tp*cp*dp={tp}*{cp}*{dp}={tp * cp * dp}",
                          "choose ep and etp whose product divides tp*cp*dp")
     return None
@@ -455,6 +455,25 @@ def expert_values(model: ModelSpec, tp: int, pins: Pins) -> tuple[tuple[int, int
     return tuple((ep, etp) for ep in eps for etp in etps)
 
 
+def _check_pinned_products(pins: Pins, world: int) -> None:
+    """Pins that each divide the GPUs but together do not: TP8 PP8 on 8 GPUs read 'no layout passes the rules', and
+    an ETP its pinned pipeline stage cannot hold 'no layout fits' with a GPU count to buy."""
+    pinned = {name: value for name in ("tp", "pp", "cp") if (value := getattr(pins, name))}
+    product = math.prod(pinned.values())
+    if world % product:
+        names = "*".join(pinned)
+        raise MegapilotError(f"{names} = {'*'.join(map(str, pinned.values()))} = {product} does not divide the {world} "
+                             "GPUs", field=names, fix=f"pin sizes whose product divides {world}, or pin fewer of them")
+    experts = (pins.ep or 1) * (pins.etp or 1)
+    stage = world // (pins.pp or 1)
+    if stage % experts:
+        names = "*".join(name for name in ("ep", "etp") if getattr(pins, name))
+        where = f"the {stage} GPUs of one pipeline stage ({world} / pp {pins.pp})" if pins.pp else f"the {world} GPUs"
+        raise MegapilotError(f"{names} = {experts} does not divide {where}, the TP*CP*DP ranks Megatron carves the "
+                             "expert groups from", field=names,
+                             fix=f"use an {names} dividing {stage}" + (", or a smaller --pp" if pins.pp else ""))
+
+
 def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pins: Pins) -> None:
     """Refuse pinned values that no layout can use, with the rule that fails and its fix."""
     if pins.fsdp and training.uses_muon:
@@ -462,11 +481,7 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
                              field="fsdp", fix="drop --fsdp, or plan with --optimizer adam")
     failure = precision_rule(cluster, training)
     world = cluster.world_size
-    for name in ("tp", "pp", "cp"):
-        value = getattr(pins, name)
-        if value is not None and world % value:
-            raise MegapilotError(f"{name}={value} does not divide the {world} GPUs", field=name,
-                                 fix=f"use a {name.upper()} from: {_list(divisors(world))}")
+    _check_divides_world(pins, ("tp", "pp", "cp"), world)
     if failure is None and pins.tp:
         failure = tp_rule(model, cluster, pins.tp)
     if failure is None and pins.cp:
@@ -485,3 +500,14 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
             failure = expert_rule(model, 1, 1, pins.ep, pins.ep, 1)
     if failure is not None:
         raise failure.as_error()
+    _check_divides_world(pins, ("ep", "etp"), world)  # they split TP x CP x DP, a divisor of the GPU count
+    _check_pinned_products(pins, world)
+
+
+def _check_divides_world(pins: Pins, names: tuple[str, ...], world: int) -> None:
+    for name in names:
+        value = getattr(pins, name)
+        if value is not None and world % value:
+            raise MegapilotError(f"{name}={value} does not divide the {world} GPUs", field=name,
+                                 fix=f"use {'an' if name[0] == 'e' else 'a'} {name.upper()} from: "
+                                     f"{_list(divisors(world))}")

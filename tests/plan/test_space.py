@@ -6,7 +6,7 @@ import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
-from megapilot.plan import space
+from megapilot.plan import plan, space
 from megapilot.plan.space import Pins
 from megapilot.spec import ClusterSpec, ParallelConfig, TrainingSpec, validate_layout
 
@@ -121,6 +121,17 @@ def test_expert_rule_checks_expert_count_and_group_product():
     assert space.expert_rule(mixtral, 1, 1, 4, 8, 1).category == "ep*etp does not divide tp*cp*dp"
 
 
+def test_a_pinned_etp_on_a_dense_model_keeps_to_the_stages_its_expert_groups_fit():
+    """Megatron carves expert groups for a dense model too: ETP 2 over TP1 PP8 on 8 GPUs has one rank per stage, and
+    the search costed it, an expert-DP of 0 that the memory model divided by (an internal ZeroDivisionError)."""
+    llama = get_model("llama3.1-8b")
+    refused = space.expert_rule(llama, 1, 1, 1, 1, 2)
+    assert refused is not None and refused.field == "etp" and refused.category == "ep*etp does not divide tp*cp*dp"
+    cluster = ClusterSpec.from_gpu_count(get_gpu("h100"), 8)
+    result = plan(llama, cluster, TrainingSpec(seq_length=4096, global_batch_size=64), top=5, pins=Pins(etp=2))
+    assert result.candidates and all(c.parallel.expert_dp >= 1 for c in result.candidates)
+
+
 def test_vpp_values_split_each_stage_evenly(llama70b):
     assert space.vpp_values(llama70b, 1, Pins()) == (1,)
     assert space.vpp_values(llama70b, 4, Pins()) == (1, 2, 4, 5, 10, 20)  # 80 layers / 4 stages = 20
@@ -147,6 +158,12 @@ def test_expert_values_walk_largest_ep_first():
         ("llama3.1-8b", "h100", 64, 4096, "bf16", Pins(pp=64), "pp", "num_layers=32"),  # more stages than layers
         ("llama3.1-8b", "a100", 64, 4096, "fp8", Pins(), "precision", "not supported on A100"),
         ("llama3.1-8b", "h100", 64, 4096, "bf16", Pins(ep=2), "ep", "dense model"),
+        # pins that each pass but not together: they read 'no layout passes the rules', or a GPU count to buy, or
+        # (ETP 2 over one GPU per stage of a dense model) an internal ZeroDivisionError
+        ("llama3.1-8b", "h100", 8, 4096, "bf16", Pins(tp=8, pp=8), "tp*pp", "tp*pp = 8*8 = 64 does not divide the 8"),
+        ("llama3.1-8b", "h100", 8, 4096, "bf16", Pins(pp=8, etp=2), "etp", "1 GPUs of one pipeline stage (8 / pp 8)"),
+        ("llama3.1-8b", "h100", 8, 4096, "bf16", Pins(etp=16), "etp", "etp=16 does not divide the 8 GPUs"),
+        ("mixtral-8x7b", "h100", 8, 4096, "bf16", Pins(ep=8, etp=2), "ep*etp", "ep*etp = 16 does not divide the 8"),
     ],
 )
 def test_impossible_pins_raise_a_named_error(model, gpu, gpus, seq, precision, pins, field, text):
