@@ -189,8 +189,11 @@ def apply_migrations(db: Database, *, target: int = SCHEMA_VERSION) -> list[int]
     """
     applied: list[int] = []
     with db.write():
-        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
-                   "description TEXT NOT NULL, applied_at TEXT NOT NULL)")
+        if not _has_version_table(db):
+            # only where it is missing: PostgreSQL checks the CREATE privilege on the schema before IF NOT EXISTS,
+            # so a team's role granted SELECT, INSERT and DELETE on a history made by its owner could not record
+            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                       "description TEXT NOT NULL, applied_at TEXT NOT NULL)")
         current = schema_version(db)
         _refuse_newer(db, current)
         _refuse_foreign(db, current)

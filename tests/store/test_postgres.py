@@ -106,6 +106,25 @@ def test_a_role_without_privileges_is_told_what_to_grant(postgres_url):
         assert "grant the role" in caught.value.fix
 
 
+def test_a_role_granted_what_the_fix_names_records_into_a_history_its_owner_made(postgres_url):
+    """A team's history is made once by its owner; each member's role gets SELECT, INSERT, DELETE on its tables, as
+    the fix above says, and no CREATE on the schema (PostgreSQL 15 gives none on public by default). Opening it to
+    record ran CREATE TABLE IF NOT EXISTS schema_version, which PostgreSQL refuses without CREATE even when the
+    table is there: every such role was told 'may not use the history's tables'."""
+    import psycopg
+
+    with open_history(postgres_url) as history:
+        history.record(make_suite_result("run-1"))
+    member = f"member_of_{postgres_url.rsplit('/', 1)[1]}"  # roles are the server's: one per test database
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")  # as PostgreSQL 15 has it, on any version
+        admin.execute(f"CREATE ROLE {member} LOGIN")
+        admin.execute(f"GRANT SELECT, INSERT, DELETE ON ALL TABLES IN SCHEMA public TO {member}")
+    with open_history(_role_url(postgres_url, member)) as history:
+        history.record(make_suite_result("run-2", hour=1))
+        assert [row.run_id for row in history.runs()] == ["run-2", "run-1"]
+
+
 def test_a_connection_the_server_closed_since_is_opened_again_and_the_run_lands(postgres_url):
     """A suite opens the history before hours of training; the server may have dropped that connection since."""
     import psycopg
