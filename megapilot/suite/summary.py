@@ -75,9 +75,9 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     for combo in result.combos:
         failed = [r for r in combo.metrics if r.verdict is Verdict.FAIL]
         for row in failed:
-            console.print(f"[bold red]FAIL[/] {escape(combo.key)} {escape(row.name)} = {row.value} {escape(row.unit)} "
-                          f"(gate {escape(row.threshold or '')}): {escape(row.reason)}",
-                          highlight=False, soft_wrap=True)
+            console.print(f"[bold red]FAIL[/] {escape(combo.key)} {escape(row.name)} = {escape(_reading(row))}"
+                          + (f" (gate {escape(row.threshold)})" if row.threshold else "")
+                          + f": {escape(row.reason)}", highlight=False, soft_wrap=True)
     for regression in result.regressions:
         marker = "[bold red]regression[/]" if regression.worse else "[green]improvement[/]"
         console.print(f"{marker} {escape(regression.combo)}: {escape(regression.message)}", highlight=False)
@@ -85,6 +85,13 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     style = OUTCOME_STYLE[outcome.status]
     console.print(f"\n[{style}]{outcome.status.value}[/] — {escape(outcome.summary)}"
                   f"\nrun directory: {escape(result.run_dir)}", highlight=False, soft_wrap=True)
+
+
+def _reading(row: MetricRow) -> str:
+    """The value as the gate's reason prints it (`179.729 ms`, not 179.72857142857146), or that there was none."""
+    if row.value is None:
+        return "not measured"
+    return f"{row.value:g} {row.unit}".rstrip()
 
 
 __all__ = ["print_summary", "result_json"]

@@ -56,3 +56,23 @@ def test_text_with_markup_brackets_is_printed_as_it_is(tmp_path):
     result.run_dir = "/runs/[/odd]"
     text = _printed(result)
     assert "[/scratch/small] [bold]x[/bold]" in text and "run directory: /runs/[/odd]" in text
+
+
+def test_a_failed_row_prints_its_value_as_the_gate_does_and_a_missing_one_as_not_measured(tmp_path):
+    from megapilot.suite.results import MetricRow
+
+    result = suite_result(tmp_path)
+    result.combos[0].metrics = [
+        MetricRow(name="training.elapsed_time_per_iteration", value=179.72857142857146, unit="ms",
+                  threshold="100 +/-10%", verdict=Verdict.FAIL, reason="179.729 outside [90, 110] (100 +/-10%)"),
+        MetricRow(name="training.tokens_per_gpu", value=None, unit="tok/s/GPU", threshold=">= 50",
+                  verdict=Verdict.FAIL, reason="missing from the log"),
+        MetricRow(name="gate.completed", value=None, unit="iterations", verdict=Verdict.FAIL,
+                  reason="no iteration logged"),  # a gate with no threshold text
+    ]
+    lines = [line for line in _printed(result).splitlines() if line.startswith(f"FAIL {result.combos[0].key} ")]
+    assert [line.split(" ", 2)[2] for line in lines[:3]] == [
+        "training.elapsed_time_per_iteration = 179.729 ms (gate 100 +/-10%): 179.729 outside [90, 110] (100 +/-10%)",
+        "training.tokens_per_gpu = not measured (gate >= 50): missing from the log",
+        "gate.completed = not measured: no iteration logged",
+    ]
