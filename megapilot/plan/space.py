@@ -502,6 +502,22 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
         raise failure.as_error()
     _check_divides_world(pins, ("ep", "etp"), world)  # they split TP x CP x DP, a divisor of the GPU count
     _check_pinned_products(pins, world)
+    _check_pinned_batch(pins, world, training.global_batch_size)
+
+
+def _check_pinned_batch(pins: Pins, world: int, gbs: int) -> None:
+    """With TP, PP and CP all pinned DP is fixed, and the batch must split into it: GBS 4 at MBS 2 on 8 GPUs of
+    TP1 PP1 CP1 was told to use a --gbs the GPUs divide (8, which MBS 2 x DP 8 does not divide either)."""
+    if not (pins.tp and pins.pp and pins.cp):
+        return
+    dp = world // (pins.tp * pins.pp * pins.cp)
+    step = dp * (pins.mbs or 1)
+    if gbs % step:
+        mbs = f"MBS {pins.mbs} x " if pins.mbs else ""
+        raise MegapilotError(f"global batch {gbs:,} does not split into {mbs}DP {dp} (the {world} GPUs over the pinned "
+                             f"TP {pins.tp} x PP {pins.pp} x CP {pins.cp})", field="gbs",
+                             fix=f"pass a --gbs that is a multiple of {step}, or pin a larger --tp/--pp/--cp"
+                                 + (" or a smaller --mbs" if pins.mbs and pins.mbs > 1 else ""))
 
 
 def _check_divides_world(pins: Pins, names: tuple[str, ...], world: int) -> None:

@@ -164,6 +164,9 @@ def test_expert_values_walk_largest_ep_first():
         ("llama3.1-8b", "h100", 8, 4096, "bf16", Pins(pp=8, etp=2), "etp", "1 GPUs of one pipeline stage (8 / pp 8)"),
         ("llama3.1-8b", "h100", 8, 4096, "bf16", Pins(etp=16), "etp", "etp=16 does not divide the 8 GPUs"),
         ("mixtral-8x7b", "h100", 8, 4096, "bf16", Pins(ep=8, etp=2), "ep*etp", "ep*etp = 16 does not divide the 8"),
+        # TP, PP and CP pinned fix DP: a batch it cannot split was told to use 'a --gbs the GPUs divide'
+        ("llama3.1-8b", "h100", 8, 4096, "bf16", Pins(tp=1, pp=1, cp=1, mbs=256), "gbs",
+         "global batch 1,024 does not split into MBS 256 x DP 8"),
     ],
 )
 def test_impossible_pins_raise_a_named_error(model, gpu, gpus, seq, precision, pins, field, text):
