@@ -44,7 +44,7 @@ from megapilot.execute.failure import FailureClues
 from megapilot.execute.following import FollowedJob, JobFollower
 from megapilot.execute.interrupt import register_force_stop, start_watchdog, unregister_force_stop
 from megapilot.execute.process import ProcessTreeWatch, free_port, marked_processes, start_process_group
-from megapilot.execute.progress import ProgressTracker
+from megapilot.execute.progress import ProgressTracker, position_text
 from megapilot.execute.registry import register_executor
 from megapilot.execute.remote import run_node_script, utc_now
 from megapilot.execute.rundir import (
@@ -199,8 +199,8 @@ class LocalExecutor(JobFollower[_LocalJob]):
         elif (hang_reason := job.tracker.hang_reason(now_s)) is not None:
             self._stop(job, JobState.HUNG, hang_reason)
         elif job.spec.timeout_s is not None and now_s - job.started_at_s > job.spec.timeout_s:
-            self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached at "
-                                              f"iteration {job.tracker.iteration}/{job.tracker.train_iters}")
+            self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached "
+                                              f"{position_text(job.tracker.iteration, job.tracker.train_iters)}")
         else:
             self._update_status(job, JobState.RUNNING, now_s)
             if processes_changed or job.tracker.iteration != iteration_before:

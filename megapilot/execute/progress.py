@@ -45,6 +45,14 @@ def _mark_of(record: IterationRecord) -> IterationMark | None:
     return IterationMark(record.iteration, record.train_iters, record.elapsed_ms)
 
 
+def position_text(iteration: int | None, train_iters: int | None) -> str:
+    """Where a stopped job had got to, for its reason: `at iteration 7/200`, or `before its first iteration (of
+    200)` when no iteration line was read (not `iteration None/200`)."""
+    if iteration is None:
+        return "before its first iteration" + (f" (of {train_iters})" if train_iters else "")
+    return f"at iteration {iteration}/{train_iters if train_iters else '?'}"
+
+
 class ProgressTracker:
     """Follows one job's log: last iteration, observed step time, completion, hang deadline.
 

@@ -61,6 +61,7 @@ from megapilot.execute.base import (
 )
 from megapilot.execute.failure import describe_exit_code
 from megapilot.execute.following import FollowedJob, JobFollower
+from megapilot.execute.progress import position_text
 from megapilot.execute.registry import register_executor
 from megapilot.execute.remote import NODE_COMMAND_TIMEOUT_S, NodeLogs, utc_now
 from megapilot.execute.rundir import (
@@ -570,8 +571,8 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
             self._stop(job, JobState.HUNG, hang)
         elif (job.spec.timeout_s is not None and job.started_at_s is not None
               and now_s - job.started_at_s > job.spec.timeout_s):
-            self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached at "
-                                              f"iteration {job.logs.iteration}/{job.logs.leader.tracker.train_iters}")
+            where = position_text(job.logs.iteration, job.logs.leader.tracker.train_iters)
+            self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached {where}")
         elif job.started_at_s is None and (blocked := self._blocked_reason(job, slurm, now_s)) is not None:
             self._stop(job, JobState.FAILED, blocked)
         else:

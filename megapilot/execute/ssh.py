@@ -57,6 +57,7 @@ from megapilot.execute.container import ContainerWrapper
 from megapilot.execute.failure import describe_exit_code
 from megapilot.execute.following import FollowedJob, JobFollower
 from megapilot.execute.process import free_port
+from megapilot.execute.progress import position_text
 from megapilot.execute.registry import register_executor
 from megapilot.execute.remote import NodeLogs, run_node_script, utc_now
 from megapilot.execute.rundir import (
@@ -355,8 +356,8 @@ class SshExecutor(JobFollower[_SshJob]):
         elif (hang_reason := job.logs.hang_reason(now_s)) is not None:
             self._stop(job, JobState.HUNG, hang_reason)
         elif job.spec.timeout_s is not None and now_s - job.started_at_s > job.spec.timeout_s:
-            self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached at "
-                                              f"iteration {job.logs.iteration}/{job.logs.leader.tracker.train_iters}")
+            where = position_text(job.logs.iteration, job.logs.leader.tracker.train_iters)
+            self._stop(job, JobState.TIMEOUT, f"wall-clock limit of {job.spec.timeout_s:g} s reached {where}")
         else:
             job.record.status = job.logs.status(JobState.RUNNING, now_s, job.started_at_s)
             if pids_changed or job.logs.iteration != iteration_before:

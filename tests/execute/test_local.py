@@ -226,3 +226,12 @@ def test_a_job_that_cannot_start_is_refused_and_leaves_no_job_folder(tmp_path):
         LocalExecutor().submit(job)
     assert refused.value.field == "cwd" and "cannot start the job" in refused.value.problem
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_wall_clock_limit_before_the_first_iteration_says_so_not_iteration_none(tmp_path):
+    job = printer_job(tmp_path, "--iters", "100", "--interval-s", "30", timeout_s=0.6,
+                      hang=HangPolicy(startup_s=30))
+    _, handle, result = run(job)
+    assert result.state is JobState.TIMEOUT
+    assert result.reason.endswith("reached before its first iteration") and "None" not in result.reason
+    assert_all_gone(recorded_pids(handle.job_dir))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from megapilot.execute.base import HangPolicy
-from megapilot.execute.progress import ProgressTracker, parse_iteration_line
+from megapilot.execute.progress import ProgressTracker, parse_iteration_line, position_text
 
 HEAD_LINE = (" [2026-01-01 00:10:00.123456] iteration       10/      50 | consumed samples:         1280 | "
              "elapsed time per iteration (ms): 9070.1 | learning rate: 1.500000E-04 | global batch size:   128 | "
@@ -112,3 +112,9 @@ def test_lines_read_in_one_batch_fall_back_on_reported_step_time_times_interval(
     tracker.feed(line(20, 50, step_ms=1000), 5.0)  # both lines read by the same poll
     assert tracker.log_interval == 10
     assert tracker.hang_window_s() == 30.0  # 3 x (1 s x 10 iterations between lines)
+
+
+def test_where_a_stopped_job_had_got_to_reads_without_a_none():
+    assert position_text(None, 200) == "before its first iteration (of 200)"
+    assert position_text(None, None) == "before its first iteration"
+    assert position_text(7, 200) == "at iteration 7/200"
