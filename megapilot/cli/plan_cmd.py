@@ -364,7 +364,7 @@ def _render(result: PlanResult, saved: Path | None) -> None:
             console.print(f"  • {line}", highlight=False, soft_wrap=True)
     rules = {k: v for k, v in result.rejected.items() if not k.startswith("dominated")}
     dominated = sum(v for k, v in result.rejected.items() if k.startswith("dominated"))
-    cut = "; ".join(f"{k} ({v})" for k, v in list(rules.items())[:4])
+    cut = "; ".join(f"{k} ({v})" for k, v in list(rules.items())[:4]) or "none"  # every pin held, nothing cut
     console.print(f"[dim]{result.layouts_costed} layouts estimated, {result.memory_checks} memory checks, "
                   f"{result.layouts_fitting} fit; {dominated} dominated options skipped; cut by rule: {cut}[/]",
                   highlight=False, soft_wrap=True)

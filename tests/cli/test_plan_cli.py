@@ -371,3 +371,12 @@ def test_cuda_graphs_are_planned_saved_and_scripted_and_never_beside_a_recompute
     refused = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--cuda-graph-impl",
                   "transformer_engine", "--cuda-graph-scope", "moe_router")
     assert refused.exit_code == 2 and "has no experts" in refused.stderr
+
+
+def test_a_plan_no_rule_cut_says_none_not_an_empty_list(cli):
+    # TP, PP and CP pinned on 8 GPUs: nothing is cut by a rule, and the summary ended 'cut by rule: ' with nothing
+    result = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "4", "--tp", "2", "--pp",
+                 "1", "--cp", "1", "--top", "1")
+    assert result.exit_code == 0, result.stderr
+    summary = next(line for line in result.stdout.splitlines() if "layouts estimated" in line)
+    assert summary.rstrip().endswith("cut by rule: none")
