@@ -189,10 +189,26 @@ def crashes_during_save(log: ParsedLog) -> list[ErrorRecord]:
 
 
 def cascade_errors(log: ParsedLog) -> list[ErrorRecord]:
-    """The error lines a cascade is built from: a crash found inside a save's window stands as the failed save."""
+    """The error lines a cascade is built from: a crash found inside a save's window stands as the failed save; an
+    NCCL warning that training outlived is no failure."""
     during_save = crashes_during_save(log)
     replaced = {(r.file, r.line) for r in during_save}
-    return [r for r in log.errors if (r.file, r.line) not in replaced] + during_save
+    return [r for r in log.errors if (r.file, r.line) not in replaced and not _outlived_warning(r, log)] + during_save
+
+
+# NCCL prints `NCCL WARN` for what it recovers from too (an InfiniBand port that flaps, `Got async event : port
+# error` then `port active`); a collective that failed stops the step. Iterations the run logged after the line, in
+# the same file (the order of lines is the order of events there), say training outlived it. Two of them, not one:
+# the iteration in progress when a rank's transport failed can still be logged by a rank the failure did not reach.
+_NCCL_WARN_RE = re.compile(r"\b[NR]CCL WARN\b")
+OUTLIVED_ITERATIONS = 2
+
+
+def _outlived_warning(record: ErrorRecord, log: ParsedLog) -> bool:
+    if record.category != "nccl_error" or not _NCCL_WARN_RE.search(record.text):
+        return False
+    after = {r.iteration for r in log.iterations if r.file == record.file and r.line > record.line}
+    return len(after) >= OUTLIVED_ITERATIONS
 
 
 def _during(crash: ErrorRecord, save: CheckpointOp) -> bool:
@@ -365,6 +381,8 @@ _IB_STATUS_MEANING = {
 
 
 def _nccl_error(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None) -> Finding:
+    if all(_outlived_warning(r, log) for r in records):
+        return _outlived_nccl_warning(records)
     text = " ".join(r.text for r in records).lower()
     if "ncclremoteerror" in text or "network error" in text:
         cause = "A peer failed or the network between ranks did (ncclRemoteError): check the NICs and the remote node."
@@ -388,6 +406,19 @@ def _nccl_error(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | 
     ]
     return Finding("nccl_error", "critical", f"NCCL error{_ranks(records)}", _evidence(records), cause, fixes,
                    occurrences=len(records))
+
+
+def _outlived_nccl_warning(records: list[ErrorRecord]) -> Finding:
+    """NCCL warnings after which the run went on training: nothing failed, but the link or peer they name may."""
+    cause = ("NCCL warned (a network event it recovered from, such as an InfiniBand port that went down and came "
+             "back) and training went on: no collective failed. The same link failing for good stops the run, so "
+             "if the warnings repeat, check the port and cable they name.")
+    fixes = [Fix("add", "ibstat / ibv_devinfo", None, "check that every IB port is Active on every node",
+                 kind="command"),
+             Fix("add", "perfquery  (RoCE: ethtool -S <interface>)", None,
+                 "read the port's error counters (symbol errors, link downed)", kind="command")]
+    return Finding("nccl_error", "warning", f"NCCL warning{_ranks(records)}; training went on after it",
+                   _evidence(records), cause, fixes, occurrences=len(records))
 
 
 # What an NVIDIA Xid code says (NVIDIA's Xid catalog): who is likely at fault. The application's codes come from a

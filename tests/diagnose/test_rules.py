@@ -705,3 +705,33 @@ def test_a_nan_a_trainer_reported_names_megatrons_nan_check_by_flags_that_exist(
     named = re.findall(r"--[a-z][a-z-]+", finding.cause)
     assert named == ["--no-check-for-nan-in-loss-and-grad", "--rerun-mode"], finding.cause
     assert "--rerun-mode validate_results" in finding.cause
+
+
+def _iteration_line(number: int) -> str:
+    return (f"[rank15]: [2026-03-01 10:{number // 10:02d}:00] iteration {number:8d}/     300 | consumed samples: "
+            f"{number * 256:12d} | elapsed time per iteration (ms): 6000.0 | learning rate: 1.500000E-04 | global "
+            f"batch size:   256 | lm loss: 6.900000E+00 | loss scale: 1.0 | grad norm: 2.345 | number of skipped "
+            "iterations:   0 | number of nan iterations:   0 |\n")
+
+
+def test_an_nccl_warning_that_training_outlived_is_no_first_failure():
+    """An InfiniBand port that flapped (`NCCL WARN NET/IB : Got async event : port error`, then `port active`) and a
+    run that trained on for 30 iterations read as 'CRITICAL nccl_error: First failure: NCCL error on rank 9', the
+    story naming it the first failure. Training went on: a warning, no failure. The same line with one iteration
+    logged after it (the one in progress when the link failed) and a watchdog timeout is still the root cause."""
+    warned = ("[rank9]:node1:12399:12500 [1] NCCL WARN NET/IB : Got async event : port error\n"
+              "[rank9]:node1:12399:12500 [1] NCCL WARN NET/IB : Got async event : port active\n")
+    log = parse_text(_iteration_line(10) + warned + "".join(_iteration_line(n) for n in range(20, 301, 10)))
+    diagnosis = diagnose_log(log, None, None)
+    [finding] = [f for f in diagnosis.findings if f.category == "nccl_error"]
+    assert finding.severity == "warning" and not finding.title.startswith("First failure"), finding.title
+    assert "training went on" in finding.title and finding.evidence[0].line == 2
+    assert diagnosis.story == []
+
+    timeout = ("[rank9]:[E ProcessGroupNCCL.cpp:754] [Rank 9] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=305, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600381 "
+               "milliseconds before timing out.\n")
+    failed = diagnose_log(parse_text(_iteration_line(10) + warned + _iteration_line(20) + timeout), None, None)
+    first = failed.findings[0]
+    assert first.category == "nccl_error" and first.severity == "critical", first.title
+    assert first.title.startswith("First failure: NCCL error on rank 9"), first.title
