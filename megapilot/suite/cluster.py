@@ -29,6 +29,7 @@ from megapilot.suite.parsing import json_hint, parse_json
 USER_PLACEHOLDER = "{user-id}"
 # What CVS's templates ship in place of an address: "{xx.xx.xx.xx|hostname-1}".
 _UNFILLED_HOST = re.compile(r"\{[^}]*\}|<changeme>", re.IGNORECASE)
+_FILL_HOSTS = "replace them with the nodes' IPs or hostnames"
 
 
 class CvsNodeEntry(BaseModel):
@@ -134,6 +135,10 @@ def load_cluster(path: str | Path) -> CvsCluster:
         raise MegapilotError(f"{path} is not JSON ({exc}){json_hint(exc)}", field="cluster", fix=fix) from None
     if not isinstance(raw, dict):
         raise MegapilotError(f"{path} holds a JSON {type(raw).__name__}, not an object", field="cluster", fix=fix)
+    unfilled = [key for key in dict.fromkeys(duplicates) if _UNFILLED_HOST.search(key)]
+    if unfilled:  # CVS's template repeats one placeholder host per node: unfilled, not a node listed twice
+        raise MegapilotError(f"{path}: node addresses still hold template placeholders: {', '.join(unfilled)}",
+                             field="cluster", fix=_FILL_HOSTS)
     if duplicates:
         raise MegapilotError(f"{path}: key {duplicates[0]!r} appears more than once in one object; only the last "
                              "one would count (a node listed twice is one node)", field="cluster",
@@ -162,7 +167,7 @@ def _check_hosts_filled(cluster: CvsCluster, source: str) -> None:
     unfilled = [host for host in [cluster.head_node_dict.mgmt_ip, *cluster.node_dict] if _UNFILLED_HOST.search(host)]
     if unfilled:
         raise MegapilotError(f"{source}: node addresses still hold template placeholders: {', '.join(unfilled)}",
-                             field="cluster", fix="replace them with the nodes' IPs or hostnames")
+                             field="cluster", fix=_FILL_HOSTS)
     if cluster.head_node_dict.mgmt_ip not in cluster.node_dict:
         raise MegapilotError(f"{source}: head_node_dict.mgmt_ip {cluster.head_node_dict.mgmt_ip!r} is not a key "
                              "of node_dict", field="cluster", fix="use one of the node_dict keys as mgmt_ip")

@@ -50,6 +50,10 @@ def test_the_real_cvs_template_is_refused_for_its_placeholder_hosts() -> None:
     with pytest.raises(MegapilotError) as info:
         load_cluster(CVS_DIR / "cluster.json")
     assert info.value.field == "cluster" and "xx.xx.xx.xx" in str(info.value)
+    # the template repeats one placeholder per node: unfilled addresses, not a node listed twice (whose fix, keep
+    # one entry per key, would throw the other nodes away)
+    assert "still hold template placeholders" in info.value.problem
+    assert info.value.fix == "replace them with the nodes' IPs or hostnames"
 
 
 @pytest.mark.parametrize("data, words", [
