@@ -216,3 +216,12 @@ def test_one_micro_batch_is_said_in_the_singular():
     best = _plan("llama3.1-8b", "h100", 8, 4096, 3, top=1).best
     assert best.parallel.num_microbatches(3) == 1
     assert _has(best.reasons, rf"^MBS={best.parallel.mbs}: 1 micro-batch per replica")
+
+
+@pytest.mark.parametrize(("gpu", "gpus", "fabric", "other"), [("mi300x", 8, "xGMI", "NVLink"),
+                                                               ("h100", 16, "NVLink", "xGMI")])
+def test_the_expert_all_to_all_is_placed_on_the_gpus_own_scale_up_links(gpu, gpus, fabric, other):
+    # an MI300X plan read 'all-to-all inside one NVLink domain'; AMD Instinct GPUs talk over xGMI
+    result = _plan("mixtral-8x7b", gpu, gpus, 4096, 256, top=1)
+    ep_lines = [r for r in result.best.reasons if r.startswith("EP=") and "all-to-all" in r]
+    assert ep_lines and all(f"one {fabric} domain" in r and other not in r for r in ep_lines)
