@@ -193,9 +193,10 @@ def import_runs(
     db: DbOpt = None, as_json: JsonFlag = False,
 ) -> None:
     """Add measured runs from outside to a cluster's history; a bad record is refused alone, with one line."""
-    from megapilot.cli.common import err_console
+    from megapilot.cli.common import err_console, require_positive
     from megapilot.store.importer import Refused, import_files
 
+    require_positive("--seq-len", seq_len)  # the flag's own error, not one per record under the record's key
     outcome = import_files(list(files), cluster=cluster, defaults={"seq_len": seq_len})
     if not outcome.kept and outcome.refused:  # nothing to write: no history is created or opened for it
         for refused in outcome.refused:

@@ -145,6 +145,12 @@ def test_a_cvs_run_deck_is_imported(cli, history, tmp_path):
     path.write_text(json.dumps(deck))
     missing = cli("history", "import", str(path), "--cluster", "mi300x-lab", "--json")
     assert missing.exit_code == 2 and missing.json()["refused"][0]["field"] == "seq_len"
+    # a wrong --seq-len is the flag's error, said once (it was refused per record as the records' 'seq_len')
+    for wrong in ("0", "-5"):
+        refused = cli("history", "import", str(path), "--cluster", "mi300x-lab", "--seq-len", wrong)
+        assert refused.exit_code == 2 and refused.stdout == ""
+        assert refused.stderr.strip() == f"error: --seq-len: must be positive, got {wrong} — fix: pass --seq-len " \
+                                         "with a value > 0"
     answer = cli("history", "import", str(path), "--cluster", "mi300x-lab", "--seq-len", "8192", "--json")
     assert answer.exit_code == 0, answer.stderr
     [row] = answer.json()["imported"]
