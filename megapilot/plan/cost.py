@@ -154,7 +154,9 @@ class CostModel:
         return estimate(self.model, self.cluster, self.training, parallel, self.options or EstimateOptions(),
                         allow_tp_across_nodes=across_trays)
 
-    def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None) -> CostModel:
+    def with_inputs(self, *, cluster: ClusterSpec | None = None, training: TrainingSpec | None = None,
+                    headroom_fraction: float | None = None) -> CostModel:
         """A fresh cost model for changed inputs (the what-if searches of the nothing-fits advice)."""
+        headroom = self.headroom_fraction if headroom_fraction is None else headroom_fraction
         return CostModel(self.model, cluster or self.cluster, training or self.training, self._injected,
-                         self.options, self.headroom_fraction)
+                         self.options, headroom)

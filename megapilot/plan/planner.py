@@ -264,12 +264,14 @@ def _beyond_relaxations(cost: CostModel, outcome: SearchOutcome) -> str:
     lesser = min(memory.activations_gib, memory.static_gib)
     # the lesser part is named too only where shrinking it would matter: a quarter of the footprint or more
     use = f"{first}, or {then}" if lesser >= memory.total_gib / 4 else first
-    fix = (f"the smallest footprint is {memory.total_gib / memory.capacity_gib:.0f}× this GPU's memory and does not "
+    usable = memory.capacity_gib / cost.cluster.gpu.hbm_gib  # the share of HBM --headroom leaves a layout
+    what = "memory" if usable == 1 else "memory left by --headroom"
+    fix = (f"the smallest footprint is {memory.total_gib / memory.capacity_gib:.0f}× this GPU's {what} and does not "
            f"fit on 16× the GPUs ({16 * cost.cluster.world_size:,}) either: use {use}, or more GPUs still")
-    larger = sorted((gpu for gpu in load_gpus().values() if gpu.hbm_gib >= memory.total_gib),
-                    key=lambda gpu: gpu.hbm_gib)
+    needed = memory.total_gib / usable
+    larger = sorted((gpu for gpu in load_gpus().values() if gpu.hbm_gib >= needed), key=lambda gpu: gpu.hbm_gib)
     if larger:
-        fix += f"; or a GPU with {memory.total_gib:.0f} GiB or more ({', '.join(gpu.alias for gpu in larger)})"
+        fix += f"; or a GPU with {needed:.0f} GiB or more ({', '.join(gpu.alias for gpu in larger)})"
     return fix
 
 
@@ -318,6 +320,9 @@ def _relaxations_that_fit(cost: CostModel, pins: Pins) -> list[str]:
     loose = Pins(tp=pins.tp, pp=pins.pp, vpp=pins.vpp, cp=pins.cp, ep=pins.ep, etp=pins.etp)
     if loose != pins and _fits(cost.with_inputs(), loose):
         found.append("drop the --mbs/--recompute/--fsdp pins (a lower MBS or more recompute fits)")
+    if cost.headroom_fraction and _fits(cost.with_inputs(headroom_fraction=0.0), pins):
+        found.append(f"use a smaller --headroom (layouts fit without the {100 * cost.headroom_fraction:g} % of HBM it "
+                     "keeps free)")
     for factor in (2, 4, 8, 16):
         bigger = ClusterSpec(gpu=cluster.gpu, num_nodes=cluster.num_nodes * factor,
                              gpus_per_node=cluster.gpus_per_node)

@@ -134,6 +134,22 @@ def test_beyond_every_relaxation_a_gpu_large_enough_for_the_footprint_is_named()
     assert plan(*_inputs("llama3.1-8b", 1, 98_304, 1, gpu="mi355x"), top=1, pins=pins).candidates  # and it fits
 
 
+def test_a_headroom_that_leaves_no_room_is_named_as_the_fix():
+    """--headroom 0.99 leaves 0.8 GiB of an H100: the fix read 'use a larger GPU or a smaller model'."""
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 8, 4096, 64), headroom_fraction=0.99)
+    assert (info.value.fix or "").startswith("use a smaller --headroom (layouts fit without the 99 % of HBM")
+
+
+def test_beyond_every_relaxation_a_larger_gpu_is_sized_for_the_headroom_too():
+    # 254 GiB fits an MI355X's 288 GiB, but not the 230 GiB a 20 % headroom leaves of it
+    pins = Pins(tp=1, pp=1, cp=1)
+    with pytest.raises(MegapilotError) as info:
+        plan(*_inputs("llama3.1-8b", 1, 98_304, 1), pins=pins, headroom_fraction=0.2)
+    fix = info.value.fix or ""
+    assert "this GPU's memory left by --headroom" in fix and "mi355x" not in fix and "GiB or more" not in fix
+
+
 def test_runners_up_inside_the_top_picks_interval_are_called_ties_with_the_memory_they_leave():
     from megapilot.plan.search import Candidate
 
