@@ -762,7 +762,25 @@ class History:
             now = _iso(datetime.now(timezone.utc)) or ""
             rows = self._under_stored_names([row for c in combos if c.key != "smoke"
                                              and (row := measured_runs.from_combo(result, c, now)) is not None])
+            rows = self._over_imported_copies(rows)
             self._db.execute_many(_insert("measured_runs", measured_runs.COLUMNS), [r.values() for r in rows])
+
+    def _over_imported_copies(self, rows: list[measured_runs.MeasuredRow]) -> list[measured_runs.MeasuredRow]:
+        """A suite run's measured rows where its run deck was imported before it was recorded (a run whose row was
+        left pending, recorded later with `history record`): the deck's rows carry the same ids (`<run_id>/<cell>`).
+        One of the same cluster is the same run, and the suite's fuller row replaces it; one held otherwise (another
+        cluster's, a `megapilot run`'s) is left as it is and the suite's row not written: either way the run's own
+        rows land, where the clash failed the whole record."""
+        kept = []
+        for row in rows:
+            held = self._db.query("SELECT cluster, origin FROM measured_runs WHERE id = ?", (row.id,))
+            if not held:
+                kept.append(row)
+            elif held[0][1] == "import" and measured_runs.cluster_key(held[0][0]) == measured_runs.cluster_key(
+                    row.cluster):
+                self._db.execute("DELETE FROM measured_runs WHERE id = ?", (row.id,))
+                kept.append(row)
+        return kept
 
     def record_measured(self, rows: Sequence[measured_runs.MeasuredRow]) -> MeasuredWrite:
         """Store measured runs (imported, or of `megapilot run`). An id the same cluster already holds from the same

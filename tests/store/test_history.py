@@ -830,3 +830,25 @@ def test_the_salvage_command_of_a_damaged_history_runs_as_given_in_a_folder_with
     with sqlite3.connect(folder / "history.sqlite.recovered") as salvaged:
         tables = {row[0] for row in salvaged.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"runs", "combos", "metrics"} <= tables
+
+
+def test_a_run_recorded_after_its_run_deck_was_imported_lands_and_replaces_the_deck_s_rows(history: History,
+                                                                                           tmp_path):
+    """A suite run whose row was left pending (the history unreachable when it ended) and whose run deck was
+    imported meanwhile: `history record` failed whole on the deck's ids (`<run_id>/<cell>`), told as "cannot be
+    used as the history (UNIQUE constraint failed)". Its rows land; the deck's row of the same cluster is replaced
+    by the suite's, one of another cluster is left as it is."""
+    from megapilot.store.measured import from_combo
+    from tests.store.test_measured_rows import _combo, _result, _row
+
+    result = _result(tmp_path, cluster="lab-a")
+    combo = _combo(_row(TOKENS, 3650.0))
+    other = combo.model_copy(update={"key": "MBS=2,GBS=8,PRECISION=BF16"})
+    result.combos = [combo, other]
+    deck_rows = [replace(row, origin="import", source="megatron_run_deck.json")
+                 for c in (combo, other) if (row := from_combo(result, c, "2026-03-02T09:00:00Z")) is not None]
+    history.record_measured([deck_rows[0], replace(deck_rows[1], cluster="lab-b")])
+    history.record(result)
+    assert [row.run_id for row in history.runs()] == [result.run_id]
+    assert {(row.id, row.cluster, row.origin) for row in history.measured()} == {
+        (deck_rows[0].id, "lab-a", "suite"), (deck_rows[1].id, "lab-b", "import")}
