@@ -11,16 +11,18 @@ absolute level is fixed to the run). A log of another run than the script calibr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from megapilot.diagnose.device import CPU_RUN_EVIDENCE, trained_on_cpu
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.flags import RunConfig
 from megapilot.diagnose.layout_flags import rendered_launch
+from megapilot.diagnose.megatron_version import recognise_megatron_version
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
 from megapilot.diagnose.options import LayoutOption, current_prediction, proposed_layout, throughput_options
 from megapilot.diagnose.predict import refusal
+from megapilot.diagnose.release_names import fixes_in_release, release_note
 from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog
 from megapilot.plan import plan
@@ -152,7 +154,23 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
         report.notes.append(f"{len(slower)} change{'s' if len(slower) > 1 else ''} the model predicts slower left "
                             f"out ({', '.join(f'{c.label} {c.gain_pct:+.1f} %' for c in slower[:3])})")
     report.changes = sorted((c for c in changes if c not in slower), key=_rank_key)
+    _in_log_release(report, log)
     return report
+
+
+def _in_log_release(report: OptimizeReport, log: ParsedLog | None) -> None:
+    """The changes in the flag names of the release that wrote the log, as diagnose writes its fixes: a flag the
+    release spells otherwise is renamed, one it does not have yet says it needs an upgrade (an unknown flag stops
+    Megatron's argument parser before the run starts)."""
+    version = recognise_megatron_version(log) if log is not None else None
+    if version is None:
+        return
+    said: list[str] = []
+    for index, change_ in enumerate(report.changes):
+        fixes, notes = fixes_in_release(change_.fixes, version)
+        report.changes[index] = replace(change_, fixes=fixes)
+        said += notes
+    report.notes += release_note(version) + sorted(set(said))
 
 
 def _measured_step(report: OptimizeReport, config: RunConfig, log: ParsedLog | None,

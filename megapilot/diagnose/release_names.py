@@ -29,6 +29,14 @@ def in_release_names(findings: list[Finding], version: RecognisedVersion | None)
     return adapted, sorted(set(notes))
 
 
+def fixes_in_release(fixes: list[Fix], version: RecognisedVersion | None) -> tuple[list[Fix], list[str]]:
+    """`fixes` (an optimize change's flag edits) in the release's spelling, and a note per change made."""
+    if version is None:
+        return fixes, []
+    notes: list[str] = []
+    return [_in_release(fix, version.table(), notes) for fix in fixes], notes
+
+
 def _in_release(fix: Fix, table: FlagTable, notes: list[str]) -> Fix:
     if fix.kind != "megatron_flag" or not fix.flag.startswith("--") or fix.flag in table.flags:
         return fix

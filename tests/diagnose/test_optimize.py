@@ -111,3 +111,22 @@ def test_when_the_current_layout_does_not_fit_a_layout_that_fits_is_proposed_eve
     assert any(c.source == "planner" for c in fitting)
     overflowing = [c.gain_pct for c in report.changes if c.fits is False and c.gain_pct is not None]
     assert overflowing == sorted(overflowing, reverse=True)
+
+
+def test_changes_are_written_for_the_release_that_wrote_the_log():
+    """A core_v0.14.0 run (its arguments block) was told `--cuda-graph-impl local`, a flag that release's parser does
+    not know (it has --enable-cuda-graph): the job would stop before its first step. diagnose writes its fixes for
+    the log's release; optimize now does too, and says which release and what needs an upgrade."""
+    from megapilot.diagnose.engine import parse_for_rules
+    from megapilot.diagnose.flags import flags_from_log
+
+    log_path = str(Path(__file__).resolve().parents[1] / "data" / "logs" / "synthetic_megatron_arguments.log")
+    parsed = parse_for_rules([log_path], None)
+    launch = flags_from_log(parsed)
+    assert launch is not None
+    report = optimize(run_config(launch, gpu=get_gpu("h100")), log=parsed)
+    assert any("flag names of Megatron-LM core_v0.14.0" in note for note in report.notes), report.notes
+    [graphs] = [c for c in report.changes if c.label.startswith("CUDA graphs")]
+    [impl] = [fix for fix in graphs.fixes if fix.flag == "--cuda-graph-impl"]
+    assert "needs Megatron-LM core_v0.15.0 or newer" in impl.reason, impl.reason
+    assert "--cuda-graph-impl needs Megatron-LM core_v0.15.0 or newer; the log is from core_v0.14.0" in report.notes
