@@ -48,6 +48,7 @@ def _at_most(limit: int, largest: str) -> AfterValidator:
 
 
 Layers = Annotated[int, _at_most(MAX_LAYERS, "Llama 3.1 405B has 126 layers")]
+MtpDepth = Annotated[int, _at_most(MAX_LAYERS, "DeepSeek-V3 has 1 MTP layer, Nemotron 3 Super 2 depths")]
 Width = Annotated[int, _at_most(MAX_WIDTH, "GPT-1T is 25,600 wide")]
 FfnWidth = Annotated[int, _at_most(MAX_FFN, "Nemotron-4 340B's MLP is 73,728 wide")]
 Heads = Annotated[int, _at_most(MAX_HEADS, "GPT-1T has 160 attention heads")]
@@ -554,7 +555,7 @@ class ModelSpec(_Spec):
         description="Hybrid layer mix, one character per layer: M Mamba-2, * attention, - MLP, E MoE "
         "(--hybrid-override-pattern; such models train with pretrain_mamba.py).",
     )
-    mtp_num_layers: Layers = Field(default=0, ge=0, description="Multi-token-prediction depth (--mtp-num-layers).")
+    mtp_num_layers: MtpDepth = Field(default=0, ge=0, description="Multi-token-prediction depth (--mtp-num-layers).")
     mtp_loss_scaling_factor: float = Field(
         default=0.1, ge=0,
         description="Weight of the MTP loss beside the LM loss (--mtp-loss-scaling-factor; Megatron's default 0.1).",

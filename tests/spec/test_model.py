@@ -222,6 +222,7 @@ def test_an_infinite_moe_number_is_refused(field):
     (dict(vocab_size=10**9), "vocab_size"),
     (dict(kv_channels=10**5), "kv_channels"),
     (dict(max_position_embeddings=10**12), "max_position_embeddings"),
+    (dict(mtp_num_layers=10**9), "mtp_num_layers"),
     (dict(moe=MoESpec(num_experts=8, router_topk=2, moe_ffn_hidden_size=64).model_dump() | {"num_experts": 10**6}),
      "moe.num_experts"),
 ])
@@ -239,3 +240,8 @@ def test_the_largest_published_sizes_pass_the_bounds():
                    vocab_size=262_144, max_position_embeddings=10_485_760,
                    moe=MoESpec(num_experts=512, router_topk=10, moe_ffn_hidden_size=2048))
     assert model.hidden_size == 25_600 and model.moe is not None and model.moe.num_experts == 512
+
+
+def test_an_absurd_mtp_depth_is_compared_with_published_mtp_depths_not_layer_counts():
+    with pytest.raises(ValidationError, match="DeepSeek-V3 has 1 MTP layer"):
+        _model(mtp_num_layers=10**9)
