@@ -445,6 +445,7 @@ class _SqliteDatabase:
                 connection.close()
                 if "unable to open" not in str(exc) or "immutable" in options:
                     raise
+                _refuse_unread_wal(path)
             except BaseException:
                 connection.close()
                 raise
@@ -492,6 +493,19 @@ class _SqliteDatabase:
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _refuse_unread_wal(path: Path) -> None:
+    """An immutable open reads the main file alone: the runs still in a -wal file left beside it (its writer
+    stopped before the -wal was merged, and its -shm is gone) would be missing from the history without a word."""
+    wal = path.with_name(path.name + "-wal")
+    if wal.is_file() and wal.stat().st_size > 0:
+        folder = path.absolute().parent
+        merge = f"sqlite3 {shlex.quote(str(path))} 'PRAGMA wal_checkpoint(TRUNCATE)'"
+        raise MegapilotError(f"{wal} holds writes not yet merged into {path}, and without its -shm file, which "
+                             f"cannot be made in {folder}, they cannot be read", field="--db",
+                             fix=f"copy {path.name} and {wal.name} into a folder you can write and pass the copy to "
+                                 f"--db, or have a user who may write {folder} merge them: `{merge}`")
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:

@@ -852,3 +852,36 @@ def test_a_run_recorded_after_its_run_deck_was_imported_lands_and_replaces_the_d
     assert [row.run_id for row in history.runs()] == [result.run_id]
     assert {(row.id, row.cluster, row.origin) for row in history.measured()} == {
         (deck_rows[0].id, "lab-a", "suite"), (deck_rows[1].id, "lab-b", "import")}
+
+
+def test_runs_left_in_a_wal_file_of_a_read_only_folder_are_not_dropped_without_a_word(tmp_path):
+    """A writer that stopped before its -wal was merged, its -shm gone, in a folder this user cannot write: the
+    reader fell back to an immutable open, which reads the main file alone, and listed the history without the runs
+    in the -wal. It is refused, naming the -wal and the two ways to read it; the fix's merge command works."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "history.sqlite"
+    with open_history(str(path)) as history:
+        history.record(make_suite_result("merged"))
+    stop_before_merging = textwrap.dedent("""
+        import os, sys
+        from megapilot.store.history import open_history
+        from megapilot.suite.results import SuiteResult
+        history = open_history(sys.argv[1])
+        history._db._connection.execute("PRAGMA wal_autocheckpoint = 0")
+        history.record(SuiteResult.model_validate_json(sys.argv[2]))
+        os._exit(0)  # no close: the -wal is left as a crash leaves it
+    """)
+    subprocess.run([sys.executable, "-c", stop_before_merging, str(path),
+                    make_suite_result("in-wal", hour=1).model_dump_json()],
+                   cwd=Path(__file__).parents[2], check=True, capture_output=True)
+    (folder / "history.sqlite-shm").unlink()
+    assert (folder / "history.sqlite-wal").stat().st_size > 0
+    with read_only_folder(folder), pytest.raises(MegapilotError) as caught:
+        open_history(str(path), read_only=True)
+    assert caught.value.field == "--db" and f"{path}-wal holds writes not yet merged" in str(caught.value)
+    merge = (caught.value.fix or "").split("`")[1]
+    if shutil.which("sqlite3"):  # the merge the fix names, then the runs read in the read-only folder
+        subprocess.run(["bash", "-c", merge], check=True, capture_output=True)
+        with read_only_folder(folder), open_history(str(path), read_only=True) as history:
+            assert [row.run_id for row in history.runs()] == ["in-wal", "merged"]
