@@ -9,6 +9,7 @@ count, DP filling the rest) are therefore stated only where the cost model repro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -367,7 +368,8 @@ class Explainer:
         count_words = " and ".join(str(c) for c in (given if len(set(given)) > 1 else given[:1]))
         why = (f"{layers} layers do not divide by {p.pp}" if layers % p.pp
                else f"{layers} layers would divide by {p.pp}, but the end ranks carry more than layers")
-        text = (f"PP={p.pp} with {count_words} layers on the {' and '.join(ends)} stage"
+        one = given == [1] or given == [1, 1]
+        text = (f"PP={p.pp} with {count_words} layer{'' if one else 's'} on the {' and '.join(ends)} stage"
                 f"{'s' if len(ends) > 1 else ''}: {why}; the embedding/output stages get fewer")
         if middle is not None:
             text += f" ({middle} on each middle stage)"
@@ -438,9 +440,20 @@ class Explainer:
                 f"{self._speed_delta(est, other)} (EP all-to-all {_pct(component_share(other, 'ep'))} of its step)")
 
     def _dp(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
-        world = self.cluster.world_size
-        return [f"DP={p.dp} fills the rest: {world:,} GPUs / (TP {p.tp} × PP {p.pp} × CP {p.cp}) = {p.dp}; "
-                f"DP gradient sync exposes {_pct(component_share(est, 'dp'))} of step time"]
+        world, gbs = self.cluster.world_size, self.training.global_batch_size
+        out = [f"DP={p.dp} fills the rest: {world:,} GPUs / (TP {p.tp} × PP {p.pp} × CP {p.cp}) = {p.dp}; "
+               f"DP gradient sync exposes {_pct(component_share(est, 'dp'))} of step time"]
+        # DP divides both the GPUs and the batch: where their common factors stop it at a small share of the GPUs,
+        # the batch, not the model, chose this layout (GBS 1,021 on 96 GPUs: DP=1, the GPUs spent on PP and CP)
+        cap = math.gcd(gbs, world)
+        if p.dp == cap and cap * 8 <= world:
+            near = min(range(max(1, gbs * 19 // 20), gbs * 21 // 20 + 1),
+                       key=lambda n: (-math.gcd(n, world), abs(n - gbs)))
+            hint = f" (e.g. {near:,}, DP up to {math.gcd(near, world)})" if math.gcd(near, world) > cap else ""
+            out.append(f"DP ≤ {cap}: DP must divide both the global batch ({gbs:,}) and the {world:,} GPUs, whose "
+                       f"largest common factor is {cap}; a batch sharing more factors with the GPU count{hint} "
+                       "could free GPUs now spent on TP, PP and CP, where memory allows")
+        return out
 
     def _mbs(self, p: ParallelConfig, est: EstimateResult) -> list[str]:
         micro = p.num_microbatches(self.training.global_batch_size)

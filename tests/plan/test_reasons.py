@@ -225,3 +225,13 @@ def test_the_expert_all_to_all_is_placed_on_the_gpus_own_scale_up_links(gpu, gpu
     result = _plan("mixtral-8x7b", gpu, gpus, 4096, 256, top=1)
     ep_lines = [r for r in result.best.reasons if r.startswith("EP=") and "all-to-all" in r]
     assert ep_lines and all(f"one {fabric} domain" in r and other not in r for r in ep_lines)
+
+
+def test_a_batch_that_caps_dp_is_named_as_what_chose_the_layout():
+    """GBS 1,021 (a prime) on 96 GPUs forces DP=1 and a PP12 x CP8 layout 25 % slower than at GBS 1,024; the reasons
+    said only 'DP=1 fills the rest', and '1 layers' on the end stages."""
+    prime = _plan("llama3.1-8b", "h100", 96, 4096, 1021, top=1).best.reasons
+    capped = [r for r in prime if r.startswith("DP ≤ 1:")]
+    assert len(capped) == 1 and "largest common factor is 1" in capped[0] and "e.g. 1,056, DP up to 96" in capped[0]
+    assert not any("1 layers" in r for r in prime)
+    assert not any(r.startswith("DP ≤") for r in _plan("llama3.1-8b", "h100", 96, 4096, 1024, top=1).best.reasons)
