@@ -503,6 +503,12 @@ def check_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     _check_divides_world(pins, ("ep", "etp"), world)  # they split TP x CP x DP, a divisor of the GPU count
     _check_pinned_products(pins, world)
     _check_pinned_batch(pins, world, training.global_batch_size)
+    gbs = training.global_batch_size
+    if pins.vpp and pins.vpp > 1 and pins.pp and gbs % pins.pp:
+        # micro-batches per replica (GBS / (DP x MBS)) are a multiple of PP only where PP divides the GBS
+        raise MegapilotError(f"vpp={pins.vpp} interleaves, which needs micro-batches per replica in multiples of "
+                             f"pp={pins.pp}, and no DP or MBS gives that from a global batch of {gbs:,}", field="vpp",
+                             fix=f"pass a --gbs that is a multiple of {pins.pp}, or drop --vpp")
 
 
 def _check_pinned_batch(pins: Pins, world: int, gbs: int) -> None:

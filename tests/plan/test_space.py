@@ -167,6 +167,9 @@ def test_expert_values_walk_largest_ep_first():
         # TP, PP and CP pinned fix DP: a batch it cannot split was told to use 'a --gbs the GPUs divide'
         ("llama3.1-8b", "h100", 8, 4096, "bf16", Pins(tp=1, pp=1, cp=1, mbs=256), "gbs",
          "global batch 1,024 does not split into MBS 256 x DP 8"),
+        # interleaving needs micro-batches in multiples of PP, which GBS 1,024 never gives PP 3; it read 'no layout
+        # fits' with the smallest footprint of a layout that cannot interleave, and a smaller model to use
+        ("llama3.1-8b", "h100", 24, 4096, "bf16", Pins(pp=3, vpp=2), "vpp", "in multiples of pp=3"),
     ],
 )
 def test_impossible_pins_raise_a_named_error(model, gpu, gpus, seq, precision, pins, field, text):
