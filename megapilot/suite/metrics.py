@@ -477,9 +477,16 @@ def _scaling(m: ComboMeasurement, baseline: ScalingBaseline | None, *, world_siz
     name = "training.scaling_efficiency_pct"
     m.actuals[name] = scaling_efficiency_pct(m.actuals["training.tokens_per_gpu"], world_size=world_size,
                                              nodes=nodes, baseline=baseline)
-    if m.actuals[name] is None:
-        m.why_missing[name] = ("no scaling baseline (tokens_per_sec_total > 0)"
-                               if baseline is None or baseline.tokens_per_sec_total <= 0 else "no tokens/s/GPU")
+    if m.actuals[name] is None and (baseline is None or baseline.tokens_per_sec_total <= 0):
+        # CVS's "0.0 = disabled (record-only)": a gate on it (CVS ships `min 85` beside a 0 baseline) is SKIPPED,
+        # not failed on every run for a metric the config turned off
+        m.why_missing[name] = SCALING_DISABLED
+        m.unresolved.add(name)
+    elif m.actuals[name] is None:
+        m.why_missing[name] = "no tokens/s/GPU"
+
+
+SCALING_DISABLED = "no scaling baseline: scaling_baseline.tokens_per_sec_total is 0 (disabled, record-only)"
 
 
 def scaling_efficiency_pct(tokens_per_gpu: float | None, *, world_size: int, nodes: int,

@@ -121,6 +121,22 @@ def test_the_scaling_baseline_is_read_only_when_given(tiny: LoadedSuite, tmp_pat
     assert row.value == pytest.approx(100.0)  # 5120 tokens/s on each of 2 ranks = the 1-node baseline
 
 
+def test_a_gate_on_scaling_efficiency_with_the_baseline_disabled_is_skipped_not_failed(tiny: LoadedSuite,
+                                                                                       tmp_path: Path) -> None:
+    # CVS ships `scaling_efficiency_pct: min 85` beside `tokens_per_sec_total: 0.0`, which its own comment calls
+    # "disabled (record-only)": the metric is off by the config, not missing from a broken run
+    cell = tiny.cells[0]
+    specs = {**tiny.thresholds[cell.key],
+             "training.scaling_efficiency_pct": parse_threshold({"kind": "min", "value": 85.0})}
+    gated = tiny.model_copy(update={"thresholds": {**tiny.thresholds, cell.key: specs}})
+    row = _rows(gated, [_log(tmp_path)])["training.scaling_efficiency_pct"]
+    assert (row.value, row.verdict) == (None, Verdict.SKIPPED)
+    assert "tokens_per_sec_total is 0" in row.reason
+    baseline = tiny.config.scaling_baseline.model_copy(update={"tokens_per_sec_total": 10240.0 * 4})
+    scaled = gated.model_copy(update={"config": gated.config.model_copy(update={"scaling_baseline": baseline})})
+    assert _rows(scaled, [_log(tmp_path)])["training.scaling_efficiency_pct"].verdict is Verdict.FAIL  # 25 % < 85
+
+
 def test_a_prediction_reaches_the_cells_predicted_threshold(tiny: LoadedSuite, tmp_path: Path) -> None:
     key = tiny.cells[0].key
     gated = {**tiny.thresholds, key: {"training.tokens_per_gpu": parse_threshold({"kind": "predicted",

@@ -251,6 +251,9 @@ def test_a_real_cpu_run_of_the_embedded_trainer(trainer_runs):
     assert m.errors == [] and m.nan_findings == []
 
 
+SCALING_OFF = "training.scaling_efficiency_pct"  # no scaling baseline in these measurements: the metric is off
+
+
 def _printing_tflops(lines: list[str], *values: float) -> list[str]:
     """The lines with TFLOP/s/GPU printed as `values` (cycled), as Megatron prints it: one decimal."""
     return [line.replace("(TFLOP/s/GPU): 2.0", f"(TFLOP/s/GPU): {values[n % len(values)]:.1f}")
@@ -262,7 +265,8 @@ def test_a_printed_tflops_of_zero_is_not_measured_nor_an_mfu_of_zero(log_file):
     path = log_file("training.log", _printing_tflops(iteration_lines(falling_steps(1, 10), train_iters=10), 0.0))
     m = measure_one(path, world_size=1, seq_length=64)  # an H100 without model FLOPs: MFU from the printed figure
     assert m.actuals["training.throughput_per_gpu"] is None and m.actuals["training.mfu_pct"] is None
-    assert m.unresolved == {"training.throughput_per_gpu", "training.mfu_pct"}
+    # (and the scaling efficiency: no scaling baseline here, the metric is off)
+    assert m.unresolved == {"training.throughput_per_gpu", "training.mfu_pct", SCALING_OFF}
     assert "below the one decimal Megatron prints" in m.why_missing["training.throughput_per_gpu"]
     assert "not measured" in m.why_missing["training.mfu_pct"]
     assert m.curve("tflops_per_gpu") is None and m.curve("loss") is not None
@@ -276,7 +280,8 @@ def test_a_metric_a_cpu_run_cannot_have_is_unresolved_only_on_a_cpu_run(log_file
     for cpu, verdict in ((True, Verdict.SKIPPED), (False, Verdict.FAIL)):
         m = measure_one(path, gpu=None, world_size=1, seq_length=64, cpu=cpu)
         assert m.actuals["training.mfu_pct"] is None and m.actuals["training.mem_usage"] is None
-        assert m.unresolved == ({"training.mfu_pct", "training.mem_usage"} if cpu else set())
+        off = {SCALING_OFF}  # no scaling baseline: the metric is off on any device
+        assert m.unresolved == ({"training.mfu_pct", "training.mem_usage"} | off if cpu else off)
         [row] = [r for r in evaluate(m.actuals, m.units, specs, enforce=True, why_missing=m.why_missing,
                                      unresolved=m.unresolved) if r.name == "training.mfu_pct"]
         assert row.verdict is verdict
@@ -289,7 +294,7 @@ def test_the_zero_rule_is_the_metric_table_s(log_file, monkeypatch):
         monkeypatch.setitem(METRICS, name, replace(METRICS[name], zero_unmeasured=False))
     path = log_file("training.log", _printing_tflops(iteration_lines(falling_steps(1, 10), train_iters=10), 0.0))
     m = measure_one(path, world_size=1, seq_length=64)
-    assert m.actuals["training.throughput_per_gpu"] == 0.0 and m.unresolved == set()
+    assert m.actuals["training.throughput_per_gpu"] == 0.0 and m.unresolved == {SCALING_OFF}
     assert {value for _, value in m.curve("tflops_per_gpu").points} == {0.0}
 
 
@@ -298,5 +303,5 @@ def test_a_tflops_partly_printed_as_zero_is_measured_and_its_zero_points_left_ou
                                                      0.0, 0.1))
     m = measure_one(path, world_size=1, seq_length=64)
     assert m.actuals["training.throughput_per_gpu"] > 0 and m.actuals["training.mfu_pct"] > 0
-    assert m.unresolved == set()
+    assert m.unresolved == {SCALING_OFF}
     assert {value for _, value in m.curve("tflops_per_gpu").points} == {0.1}
