@@ -37,7 +37,7 @@ from megapilot.errors import MegapilotError
 from megapilot.files import free_bytes, human_size
 from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
-from megapilot.store.schema import Database, apply_migrations, needs_migration
+from megapilot.store.schema import Database, apply_migrations, needs_migration, schema_version
 from megapilot.suite.metric_table import measured_quantity, measured_value, zero_unmeasured_metrics
 from megapilot.suite.outcome import RunStatus, stored_verdict
 from megapilot.suite.results import ComboResult, SuiteResult, Verdict
@@ -298,6 +298,12 @@ def open_history(url: str | None = None, *, read_only: bool = False) -> History:
     try:
         if not read_only:
             apply_migrations(database)
+        elif needs_migration(database) and schema_version(database) == 0:
+            # no history in it yet (an empty file, a new PostgreSQL database; one holding other tables was refused):
+            # read as an empty history, left as it is, as the default location not made yet reads
+            location = database.location
+            database.close()
+            database = _SqliteDatabase.empty(location)
         elif needs_migration(database):
             database.close()
             database = connect_database(url)
@@ -394,7 +400,7 @@ def _unwritable(path: Path | None) -> str | None:
         return None
     if path.exists() and not os.access(path, os.W_OK):
         return "the file"
-    folder = next((p for p in path.parents if p.exists()), None)
+    folder = next((p for p in path.absolute().parents if p.exists()), None)
     return f"its folder {folder}" if folder is not None and not os.access(folder, os.W_OK) else None
 
 

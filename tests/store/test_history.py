@@ -885,3 +885,17 @@ def test_runs_left_in_a_wal_file_of_a_read_only_folder_are_not_dropped_without_a
         subprocess.run(["bash", "-c", merge], check=True, capture_output=True)
         with read_only_folder(folder), open_history(str(path), read_only=True) as history:
             assert [row.run_id for row in history.runs()] == ["in-wal", "merged"]
+
+
+def test_a_reader_of_an_empty_file_reads_an_empty_history_and_writes_nothing_into_it(tmp_path):
+    """An empty file (`touch history.sqlite`, a placeholder an admin made) was migrated by `history list`: a read
+    command wrote a history into it, and in a read-only folder failed with "cannot be written"."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "history.sqlite"
+    path.touch()
+    with open_history(str(path), read_only=True) as history:
+        assert history.runs() == [] and history.calibration() == [] and history.clusters() == []
+    assert path.read_bytes() == b"" and sorted(p.name for p in folder.iterdir()) == ["history.sqlite"]
+    with read_only_folder(folder), open_history(str(path), read_only=True) as history:
+        assert history.runs() == [] and history.location == str(path)

@@ -125,6 +125,23 @@ def test_a_role_granted_what_the_fix_names_records_into_a_history_its_owner_made
         assert [row.run_id for row in history.runs()] == ["run-2", "run-1"]
 
 
+def test_a_reader_of_a_database_with_no_history_yet_creates_nothing(postgres_url):
+    """A team's new database, read (`history list`) before anything was recorded: the reader migrated it, so a role
+    that may only read it was refused, and one that may create made the history's tables by reading."""
+    import psycopg
+
+    member = f"reader_of_{postgres_url.rsplit('/', 1)[1]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        admin.execute(f"CREATE ROLE {member} LOGIN")
+    for url in (_role_url(postgres_url, member), postgres_url):
+        with open_history(url, read_only=True) as history:
+            assert history.runs() == [] and history.calibration() == []
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        assert admin.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+                             ).fetchall() == []
+
+
 def test_a_connection_the_server_closed_since_is_opened_again_and_the_run_lands(postgres_url):
     """A suite opens the history before hours of training; the server may have dropped that connection since."""
     import psycopg
