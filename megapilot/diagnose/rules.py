@@ -1233,27 +1233,44 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
                  "check for thermal or power throttling", kind="command"),
              Fix("add", "py-spy dump --pid <pid of a rank>", None, "see where a slow step spends its time (GC, data "
                  "loading, a collective)", kind="command")]
+    # nodes reads this module's Xid table: imported here, where the cycle is closed
+    from megapilot.diagnose.nodes import stragglers_from_reports
+
+    # the run logged `--log-straggler` reports: they name the slow rank, where the fix would ask for them
+    verdict = stragglers_from_reports(log.straggler_reports)
     if takes_megatron_flags(log.framework):
         flags = config.flags if config else None
         fixes[:0] = [
             change(flags, "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once") if flags
             else Fix("add", "--manual-gc", None, "run Python's GC at fixed intervals on all ranks at once"),
-            change(flags, "--log-straggler", None, "log which rank is slow") if flags
-            else Fix("add", "--log-straggler", None, "log which rank is slow"),
+            *([] if verdict is not None else [
+                change(flags, "--log-straggler", None, "log which rank is slow") if flags
+                else Fix("add", "--log-straggler", None, "log which rank is slow")]),
         ]
     span = steady[-1].iteration - steady[0].iteration
+    evidence = [_ev(steady[0]), _ev(steady[len(steady) // 2]), _ev(steady[-1])]
+    said = ""
+    if verdict is not None:
+        [slow] = verdict.ranks
+        times = sum(report.slowest_rank == slow.index for report in log.straggler_reports)
+        said = (f" Megatron's --log-straggler reports name {slow.name.replace('rank', 'rank ')} the slowest in {times}"
+                f" of the last {len(log.straggler_reports)}, its GEMMs taking {slow.ratio:.2f}x the fastest rank's: "
+                + ("look at that rank's GPU and node first (clocks, temperature, neighbours)."
+                   if slow.ratio > verdict.max_ratio else
+                   "no rank stands out, so the whole job slowed, not one GPU."))
+        evidence += list(slow.evidence[-1:])
     return Finding("slowdown", "warning",
                    # the trend's ends are fitted, not logged: the logged times beside them, as the log prints them
                    f"Step time rose {end_ms / start_ms:.1f}x over {span} iterations: "
                    f"{start_ms:,.0f} → {end_ms:,.0f} ms on the fitted trend "
                    f"(+{slope_ms:,.1f} ms per iteration); logged {steady[0].elapsed_ms:.1f} ms at iteration "
                    f"{steady[0].iteration}, {steady[-1].elapsed_ms:.1f} ms at {steady[-1].iteration}",
-                   [_ev(steady[0]), _ev(steady[len(steady) // 2]), _ev(steady[-1])],
+                   evidence,
                    f"A steady trend, not one slow step: the robust (Theil-Sen) slope of step time over the run is "
                    f"+{slope_ms:,.2f} ms per iteration and {consistency:.0%} of the step pairs got slower. "
                    "Throttling, a "
                    "straggler rank, memory fragmentation, Python GC, a data pipeline falling behind, or a filesystem "
-                   "getting slower.", fixes)
+                   "getting slower." + said, fixes)
 
 
 def _trained_s(records: list[IterationRecord]) -> float:

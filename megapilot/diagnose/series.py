@@ -15,6 +15,7 @@ arrive as rows (`megapilot.logs.bulk.RowLine`), decided on from their values and
 - memory reports: all of them up to `MEMORY_CAPACITY`; beyond, each rank's highest (the near-full rule reads the
   highest report over a threshold).
 - progress markers: all up to `MARKER_CAPACITY`; beyond, the latest ones and the first end-of-training marker.
+- Megatron's `--log-straggler` reports: the latest `STRAGGLER_CAPACITY` (the slowdown rule names the slow rank).
 
 A log within the capacities gives the rules exactly the records a full parse gives. A longer one gives the trend
 rules (slowdown, spikes) a decimated series: the Theil-Sen slope samples at most 400 points anyway, and the window
@@ -30,7 +31,14 @@ from collections import deque
 from megapilot.diagnose.rules import NEAR_FULL_PCT, SPIKE_FACTOR, WINDOW
 from megapilot.logs.bulk import RowLine
 from megapilot.logs.collect import HANG_FLOOR_S, ParsedLog
-from megapilot.logs.records import IterationRecord, MemoryRecord, ProgressMarker, Record, TheoreticalMemoryRecord
+from megapilot.logs.records import (
+    IterationRecord,
+    MemoryRecord,
+    ProgressMarker,
+    Record,
+    StragglerReport,
+    TheoreticalMemoryRecord,
+)
 
 SERIES_CAPACITY = 4096  # ~10 x the 400 points the slowdown rule samples; ~8 MB of records at most
 HEAD = 16
@@ -38,6 +46,7 @@ TAIL = 16
 MEMORY_CAPACITY = 4096
 MARKER_CAPACITY = 256
 THEORETICAL_CAPACITY = 256  # a few lines per start-up
+STRAGGLER_CAPACITY = 256  # the latest `--log-straggler` reports: which rank is slowest now
 
 
 class _Kept:
@@ -80,6 +89,7 @@ class RuleRecords:
         self._markers: deque[ProgressMarker] = deque(maxlen=MARKER_CAPACITY)
         self._first_done: ProgressMarker | None = None
         self._theoretical: list[TheoreticalMemoryRecord] = []
+        self._stragglers: deque[StragglerReport] = deque(maxlen=STRAGGLER_CAPACITY)
 
     def add(self, record: Record) -> None:
         if isinstance(record, IterationRecord):
@@ -92,6 +102,8 @@ class RuleRecords:
             self._markers.append(record)
         elif isinstance(record, TheoreticalMemoryRecord) and len(self._theoretical) < THEORETICAL_CAPACITY:
             self._theoretical.append(record)
+        elif isinstance(record, StragglerReport):
+            self._stragglers.append(record)
 
     def fill(self, log: ParsedLog) -> ParsedLog:
         """The kept records, in log order, as the parsed log's record lists."""
@@ -104,6 +116,7 @@ class RuleRecords:
             markers.insert(0, self._first_done)
         log.markers = markers
         log.theoretical_memory = self._theoretical
+        log.straggler_reports = list(self._stragglers)
         return log
 
     # ---- iterations ---------------------------------------------------------------------------------

@@ -735,3 +735,44 @@ def test_an_nccl_warning_that_training_outlived_is_no_first_failure():
     first = failed.findings[0]
     assert first.category == "nccl_error" and first.severity == "critical", first.title
     assert first.title.startswith("First failure: NCCL error on rank 9"), first.title
+
+
+def _slowing_log(report_rank: int | None, slowest_ms: float = 0.0) -> str:
+    """60 log intervals whose step time rises 2 % an interval; after each, with `report_rank`, Megatron's
+    `--log-straggler` report (StragglerDetector.report's format) naming that rank the slowest."""
+    lines = ["training ...\n"]
+    clock_s = 0.0
+    for k in range(1, 61):
+        step_ms = 9500.0 * (1 + 0.02 * k)
+        clock_s += step_ms * 10 / 1000
+        stamp = f"2026-03-01 {10 + int(clock_s) // 3600:02d}:{int(clock_s) % 3600 // 60:02d}:{int(clock_s) % 60:02d}"
+        lines.append(f" [{stamp}] iteration {k * 10:8d}/     600 | consumed samples: {k * 2560:12d} | elapsed time "
+                     f"per iteration (ms): {step_ms:.1f} | learning rate: 1.500000E-04 | global batch size:   256 | "
+                     "lm loss: 6.900000E+00 | loss scale: 1.0 | grad norm: 2.345 | number of skipped iterations:   0 "
+                     "| number of nan iterations:   0 |\n")
+        if report_rank is not None:
+            slowest = f"{slowest_ms or step_ms:.2f}ms/{report_rank}"
+            lines.append(f"[{stamp}] | MnRtt/Rnk: 8900.00ms/3 | MxRtt/Rnk: {slowest} | "
+                         "MnPwr/Rnk: 600W/1 | MxPwr/Rnk: 700W/2 | MnTmp/Rnk: 60C/1 | MxTmp/Rnk: 88C/11 | MnUtl/Rnk: "
+                         "99%/1 | MxUtl/Rnk: 100%/2 | MnClk/Rnk: 1400MHz/11 | MxClk/Rnk: 1980MHz/2 | MnDRtt/Rnk: "
+                         "1.00ms/3 | MxDRtt/Rnk: 2.00ms/4 | MnEtpt/Rnk: 300.00TF/11 | MxEtpt/Rnk: 402.00TF/3\n")
+    return "".join(lines)
+
+
+def test_a_slowdown_in_a_run_that_logs_straggler_reports_names_the_slow_rank(tmp_path: Path):
+    """A run with --log-straggler on slows down, its reports naming rank 11 the slowest every interval: the finding
+    said 'add --log-straggler: log which rank is slow' (diagnose kept none of the reports it parsed) and named no
+    rank. It now names rank 11 from the reports, with a report line as evidence, and asks for no flag the run has.
+    Reports where the slowest rank is as fast as the others say no rank stands out. Without reports, the flag."""
+    (tmp_path / "straggler.log").write_text(_slowing_log(11))
+    [slow] = [f for f in diagnose([tmp_path / "straggler.log"]).findings if f.category == "slowdown"]
+    assert "name rank 11 the slowest in 60 of the last 60" in slow.cause, slow.cause
+    assert "look at that rank's GPU" in slow.cause
+    assert "--log-straggler" not in [fix.flag for fix in slow.fixes]
+    assert "MxRtt/Rnk" in slow.evidence[-1].text
+    (tmp_path / "even.log").write_text(_slowing_log(5, slowest_ms=9000.0))
+    [even] = [f for f in diagnose([tmp_path / "even.log"]).findings if f.category == "slowdown"]
+    assert "no rank stands out" in even.cause, even.cause
+    (tmp_path / "plain.log").write_text(_slowing_log(None))
+    [plain] = [f for f in diagnose([tmp_path / "plain.log"]).findings if f.category == "slowdown"]
+    assert "--log-straggler" in [fix.flag for fix in plain.fixes] and "name rank" not in plain.cause
