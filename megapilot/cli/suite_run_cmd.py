@@ -88,6 +88,7 @@ def run(
 
         raise MegapilotError(f"unknown stage {stage!r}", field="--stage", fix="use one of: " + ", ".join(STAGES))
     calibrate = _calibration_mode(calibration)  # a dry run refuses what the run would, before it shows the launches
+    combo = _canonical_combo(combo)
     if dry_run and resume is not None:
         from megapilot.errors import MegapilotError
 
@@ -195,6 +196,19 @@ def _resume_command(config: Path, cluster: Path | None, out: Path, stage: str | 
 
 def register(suite_app: typer.Typer) -> None:
     suite_app.command("run")(run)
+
+
+def _canonical_combo(combo: str | None) -> str | None:
+    """The sweep cell --combo names, written as the config's cells are keyed (`MBS=1, GBS=8, PRECISION=bf16` is
+    MBS=1,GBS=8,PRECISION=BF16, as a threshold file's key is read); as given when it is no cell key."""
+    if combo is None:
+        return None
+    from megapilot.suite.cells import parse_cell_key
+
+    try:
+        return parse_cell_key(combo).key
+    except ValueError:
+        return combo
 
 
 def _check_combo(suite: LoadedSuite, combo: str) -> None:

@@ -86,6 +86,16 @@ def test_an_unknown_stage_or_combo_is_a_user_error(cli, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_combo_written_in_another_case_is_the_cell_its_key_names(cli, tmp_path: Path, json_flag: list[str]) -> None:
+    # the threshold file reads PRECISION=fp8 as the FP8 cell: --combo does too, and so runs (and resumes) that cell
+    config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
+    done = cli("suite", "run", str(config), "--combo", "MBS=4,GBS=128,PRECISION=fp8", "--dry-run", *json_flag,
+               "--out", str(tmp_path / "out"))
+    assert done.exit_code == 0, done.stderr
+    assert "MBS=4,GBS=128,PRECISION=FP8" in done.stdout and "MBS=4,GBS=128,PRECISION=BF16" not in done.stdout
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_a_dry_run_refuses_an_unknown_calibration_as_the_run_would(cli, tmp_path: Path, json_flag: list[str]) -> None:
     # the dry run passed with --calibration histroy, and the run it vouched for was then refused
     config = write_suite(tmp_path, filled_in(raw_cvs(SINGLE_8B)), SINGLE_8B)
