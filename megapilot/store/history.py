@@ -897,8 +897,9 @@ class History:
             where.append("LOWER(r.gpu) = LOWER(?)")
             params.append(gpu)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
+        # a limit past every run is all of them: held below both databases' 64-bit integers, which refuse it
         rows = self._db.query(f"{_RUN_SELECT}{clause} ORDER BY r.started_at DESC, r.run_id LIMIT ?",
-                              (*params, limit))
+                              (*params, min(limit, 2**62)))
         return [_run_row(row) for row in rows]
 
     def resolve(self, ref: str) -> str:

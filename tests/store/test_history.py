@@ -127,6 +127,13 @@ def test_runs_are_newest_first_limited_and_filtered(history: History):
     assert [r.run_id for r in history.runs(model="llama3.1-8b", gpu="MI300X")] == ["new", "old"]
 
 
+def test_a_limit_past_every_run_lists_them_all(history: History):
+    """`history list -n 99999999999999999999` was an internal error (OverflowError) on SQLite, and "cannot be used
+    as the history (bigint out of range)" on PostgreSQL."""
+    history.record(make_suite_result("run-1"))
+    assert [row.run_id for row in history.runs(limit=10**20)] == ["run-1"]
+
+
 def test_show_returns_combos_metrics_and_prediction_with_measured_values(history: History):
     predicted = Prediction(step_time_ms=750.0, tokens_per_s_per_gpu=1100.0, tflops_per_gpu=320.0, memory_gib=40.0)
     history.record(make_suite_result("run-a", combos=[make_combo(predicted=predicted, tp=2, vpp=2)]))
