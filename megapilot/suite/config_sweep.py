@@ -127,7 +127,7 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
             try:
                 specs[name] = parse_threshold(spec)
             except ValueError as exc:
-                unread.setdefault((metric, str(exc), _spec_fix(name, spec)), []).append(cell)
+                unread.setdefault((metric, str(exc), _spec_fix(name, spec, str(exc))), []).append(cell)
                 continue
             written[name] = metric
             for issue in spec_issues(metric, spec, specs[name]):
@@ -142,9 +142,13 @@ def _threshold_table(raw: dict[str, Any], check: SuiteCheck, *, enforce: bool = 
 _NUMERIC_FIELDS = ("value", "tolerance_pct", "min_ratio")  # a spec's numeric fields (threshold kinds)
 
 
-def _spec_fix(name: str, spec: Any) -> str:
+def _spec_fix(name: str, spec: Any, problem: str = "") -> str:
     """What to do about a spec that cannot be read. A number written as text with its unit (`"300 TFLOPs"`, the way a
-    data sheet says it) is the common slip: the fix names the field, the unit the gate compares in and the number."""
+    data sheet says it) is the common slip: the fix names the field, the unit the gate compares in and the number. A
+    number out of its field's bounds (a negative tolerance_pct) is told the bound."""
+    bound = re.match(r"(\w+): Input should be (.+?)(?: \(got .*\))?$", problem)
+    if bound is not None and ("greater" in bound[2] or "less" in bound[2]):
+        return f"give {bound[1]} a value that is {bound[2]}"
     if isinstance(spec, dict):
         for field in _NUMERIC_FIELDS:
             text = spec.get(field)

@@ -110,6 +110,14 @@ def test_a_number_written_with_its_unit_is_told_to_be_a_bare_number_in_the_metri
     ]
 
 
+def test_a_spec_field_out_of_its_bounds_is_told_the_bound() -> None:
+    check = SuiteCheck()
+    _threshold_table({BF16: {"training.tokens_per_gpu": {"kind": "within", "value": 1000, "tolerance_pct": -5},
+                             "training.lm_loss": {"kind": "baseline", "tolerance_pct": 5, "last_n": 0}}}, check)
+    assert [p.fix for p in check.problems] == ["give tolerance_pct a value that is greater than or equal to 0",
+                                               "give last_n a value that is greater than or equal to 1"]
+
+
 def test_the_named_threshold_file_is_read_relative_to_the_config(base: SuiteConfig, tmp_path: Path) -> None:
     (tmp_path / "cells").mkdir()
     (tmp_path / "cells" / "mine_threshold.json").write_text(json.dumps({BF16: LOSS_MAX}))
