@@ -256,6 +256,10 @@ def connect_database(url: str | None = None, *, read_only: bool = False) -> Data
     is a user error (a typo would read as an empty history), while the configured location ($MEGAPILOT_HISTORY,
     else the default) reads as an empty history until a first run records into it.
     """
+    if url is not None and not url.strip():  # `--db "$HISTORY"` with the variable unset: not the default history
+        raise MegapilotError("the history path or URL is empty", field="--db",
+                             fix=f"pass a SQLite file's path or a postgresql:// URL, or leave --db out for "
+                                 f"${HISTORY_ENV} or the default history")
     target = history_url(url)
     if target.startswith(POSTGRES_SCHEMES):
         return _open_postgres(target)

@@ -906,3 +906,17 @@ def test_a_reader_of_an_empty_file_reads_an_empty_history_and_writes_nothing_int
     assert path.read_bytes() == b"" and sorted(p.name for p in folder.iterdir()) == ["history.sqlite"]
     with read_only_folder(folder), open_history(str(path), read_only=True) as history:
         assert history.runs() == [] and history.location == str(path)
+
+
+@pytest.mark.parametrize("url", ["", "  "])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "reader"])
+def test_an_empty_db_is_refused_not_read_as_the_default_history(tmp_path, monkeypatch, url, read_only):
+    """`--db "$HISTORY"` with the variable unset recorded into the default history without a word ("" read as no
+    --db), and `--db " "` read as "there is no history at  "."""
+    monkeypatch.delenv(HISTORY_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MegapilotError) as caught:
+        open_history(url, read_only=read_only)
+    assert caught.value.field == "--db" and "empty" in str(caught.value)
+    assert sorted(tmp_path.iterdir()) == []
