@@ -409,6 +409,8 @@ def spec_issues(metric: str, data: Mapping[str, Any], spec: ThresholdSpec) -> li
     settled = spec.settled(metric)
     if settled is not None:
         issues.append(SpecIssue(settled, SETTLED_FIX, blocks=True))
+    else:  # a settled bound says enough of it
+        issues += _direction_issues(metric, spec)
     return issues
 
 
@@ -420,6 +422,28 @@ def peak_issue(metric: str, spec: ThresholdSpec, peak: Peak) -> SpecIssue | None
         return None
     settled = spec.settled(metric, peak)
     return None if settled is None else SpecIssue(settled, SETTLED_FIX, blocks=True)
+
+
+def _direction_issues(metric: str, spec: ThresholdSpec) -> list[SpecIssue]:
+    """A bound that points the wrong way for its metric (a floor on a step time: CVS's legacy suite gated
+    elapsed_time_per_iteration as higher-is-better), or a kind named for another unit (max_ms on tokens/s). Warnings:
+    the gate still judges as written, and a deliberate sanity bound is possible."""
+    info = METRICS.get(metric)
+    if info is None or not isinstance(spec, MinThreshold | MaxThreshold):
+        return []
+    issues = []
+    if isinstance(spec, MinThreshold) and info.direction == "lower":
+        issues.append(SpecIssue(f"a floor ({spec.kind}) on {metric}, which is better lower: it passes a worse run and "
+                                "fails a better one", "use kind max for a ceiling" + (
+                                    " (max_ms for a time in ms)" if info.unit == "ms" else ""), blocks=False))
+    if isinstance(spec, MaxThreshold) and info.direction == "higher":
+        issues.append(SpecIssue(f"a ceiling ({spec.kind}) on {metric}, which is better higher: it passes a worse run "
+                                "and fails a better one", "use kind min for a floor", blocks=False))
+    for kind, unit in (("max_ms", "ms"), ("min_tok_s", "tok/s/GPU")):
+        if spec.kind == kind and info.unit != unit and not issues:  # a bound pointing the wrong way says enough
+            issues.append(SpecIssue(f"kind {kind} is for a metric in {unit}; {metric} is in {info.unit or 'no unit'}",
+                                    f"use kind {kind.split('_')[0]}", blocks=False))
+    return issues
 
 
 def _metric_issues(metric: str, spec: ThresholdSpec, role: str) -> list[SpecIssue]:

@@ -137,7 +137,8 @@ def test_a_min_ratio_reference_nobody_measures_blocks():
 
 @pytest.mark.parametrize(("spec", "blocks", "said"), [
     ({"kind": "min", "value": 50, "optinal": True}, True, "unknown field 'optinal' (did you mean optional?)"),
-    ({"kind": "max_ms", "value": 500, "tolerance_pct": 5}, True, "'tolerance_pct' is not read by kind 'max_ms'"),
+    # (a kind that suits tokens/s: a ceiling on it would be said as well)
+    ({"kind": "min_tok_s", "value": 500, "tolerance_pct": 5}, True, "'tolerance_pct' is not read by kind 'min_tok_s'"),
     ({"kind": "min", "value": 50, "tolerence_pct": 5}, True, "tolerance_pct belongs to kind baseline, within"),
     ({"kind": "min", "value": 50, "bogus": 1}, False, "'bogus' is not a field of a threshold spec; ignored"),
 ])
@@ -179,6 +180,23 @@ def test_sound_specs_and_comment_fields_say_nothing():
     assert _issues("training.nan_iterations", {"kind": "max", "value": 0}) == []
     assert _issues("training.mem_usage", {"kind": "max", "value": 1}) == []
     assert _issues("training.loss_slope", {"kind": "max", "value": -0.01}) == []
+
+
+@pytest.mark.parametrize("metric, spec, said, fix", [
+    # CVS's legacy suite gated the step time as higher-is-better: a floor on it passes a slower run
+    ("training.elapsed_time_per_iteration", {"kind": "min", "value": 500},
+     "a floor (min) on training.elapsed_time_per_iteration, which is better lower",
+     "use kind max for a ceiling (max_ms for a time in ms)"),
+    ("training.tokens_per_gpu", {"kind": "max", "value": 5000}, "a ceiling (max) on training.tokens_per_gpu, which is "
+     "better higher", "use kind min for a floor"),
+    ("training.lm_loss", {"kind": "max_ms", "value": 9}, "kind max_ms is for a metric in ms; training.lm_loss is in "
+     "no unit", "use kind max"),
+    ("training.throughput_per_gpu", {"kind": "min_tok_s", "value": 100}, "kind min_tok_s is for a metric in tok/s/GPU; "
+     "training.throughput_per_gpu is in TFLOP/s/GPU", "use kind min"),
+])
+def test_a_bound_pointing_the_wrong_way_or_named_for_another_unit_is_a_warning(metric, spec, said, fix):
+    (issue,) = _issues(metric, spec)
+    assert not issue.blocks and issue.message.startswith(said) and issue.fix == fix
 
 
 def test_no_cvs_threshold_file_has_a_blocking_issue():
