@@ -16,6 +16,10 @@ and 4 layers and at 4 and 8 micro-batches a step, and solved for
 (exact: four shapes, four unknowns; a fifth shape checks the form). The variants toggle the layer's features one at a
 time from the tiny GPT (LayerNorm, GELU, biases, learned positions, MHA) so each feature's ops are its own row.
 
+The same runs count the elements the element-wise ops write (`OpCounter.elements`: every op but the GEMMs, the views
+and the allocations), solved in the same form. The shape variants (hidden size, FFN width, sequence length, heads,
+each changed alone) say how those elements grow with the dimensions; the op counts must not move with them.
+
     .venv/bin/python bench/trainer_cpu/op_counts.py     # writes bench/trainer_cpu/op_counts.json (a few minutes)
 """
 
@@ -43,6 +47,11 @@ VARIANTS: dict[str, list[str]] = {
     "no_bias": ["--disable-bias-linear"],
     "rope": ["--position-embedding-type", "rope"],
     "gqa": ["--group-query-attention", "--num-query-groups", "2"],
+    # the tiny GPT with one dimension changed (later flags win): how the element counts scale
+    "hidden": ["--hidden-size", str(2 * HIDDEN)],
+    "ffn": ["--ffn-hidden-size", str(2 * FFN)],
+    "seq": ["--seq-length", str(2 * SEQ), "--max-position-embeddings", str(2 * SEQ)],
+    "heads": ["--num-attention-heads", str(2 * HEADS)],
 }
 
 COUNTER = r"""
@@ -51,13 +60,14 @@ from megapilot.trainer.op_probe import OpCounter
 
 mode = OpCounter()
 mode.__enter__()
-atexit.register(lambda: os.write(1, f"\nOPCOUNT {mode.ops}\n".encode()))
+atexit.register(lambda: os.write(1, f"\nOPCOUNT {mode.ops} {mode.elements}\n".encode()))
 sys.argv = ["megapilot.trainer", *sys.argv[1:]]
 runpy.run_module("megapilot.trainer", run_name="__main__")
 """
 
 
-def count(prefix: str, variant: list[str], layers: int, micro_batches: int, steps: int) -> int:
+def count(prefix: str, variant: list[str], layers: int, micro_batches: int, steps: int) -> tuple[int, int]:
+    """The ops and the element-wise elements of a whole training run."""
     argv = [sys.executable, "-c", COUNTER, "--num-layers", str(layers), "--hidden-size", str(HIDDEN),
             "--ffn-hidden-size", str(FFN), "--num-attention-heads", str(HEADS), "--seq-length", str(SEQ),
             "--max-position-embeddings", str(SEQ), "--micro-batch-size", "1",
@@ -70,12 +80,16 @@ def count(prefix: str, variant: list[str], layers: int, micro_batches: int, step
     if done.returncode != 0 or not lines:
         name = " ".join(variant) or "gpt"
         raise SystemExit(f"trainer failed ({name}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    return int(lines[-1].split()[1])
+    _, ops, elements = lines[-1].split()
+    return int(ops), int(elements)
 
 
-def per_step(prefix: str, variant: list[str], layers: int, micro_batches: int) -> float:
-    low, high = (count(prefix, variant, layers, micro_batches, steps) for steps in STEPS)
-    return (high - low) / (STEPS[1] - STEPS[0])
+def per_step(prefix: str, variant: list[str], layers: int, micro_batches: int) -> tuple[float, float]:
+    """The ops and the elements of one training step (two runs' difference: start-up and model building cancel)."""
+    (low_ops, low_elements), (high_ops, high_elements) = (count(prefix, variant, layers, micro_batches, steps)
+                                                          for steps in STEPS)
+    steps = STEPS[1] - STEPS[0]
+    return (high_ops - low_ops) / steps, (high_elements - low_elements) / steps
 
 
 def solve(p: dict[tuple[int, int], float]) -> dict[str, float]:
@@ -103,14 +117,18 @@ def main() -> None:
         prefix = default_dataset_prefix(cache)
         for name, variant in VARIANTS.items():
             shapes = {shape: per_step(prefix, variant, *shape) for shape in SHAPES}
-            row = solve(shapes)
             check = per_step(prefix, variant, *CHECK_SHAPE)
-            row["check_shape_measured"] = check
+            row = solve({shape: ops for shape, (ops, _) in shapes.items()})
+            row["check_shape_measured"] = check[0]
             row["check_shape_predicted"] = predicted(row, *CHECK_SHAPE)
-            results[name] = row
-            print(name, json.dumps(row), flush=True)
+            elements = solve({shape: counted for shape, (_, counted) in shapes.items()})
+            elements["check_shape_measured"] = check[1]
+            elements["check_shape_predicted"] = predicted(elements, *CHECK_SHAPE)
+            results[name] = row | {"elements": elements}
+            print(name, json.dumps(results[name]), flush=True)
     RESULTS.write_text(json.dumps({
-        "what": "ATen ops a training step of the embedded trainer runs on CPU (one rank), by layer, micro-batch, step",
+        "what": "ATen ops a training step of the embedded trainer runs on CPU (one rank), by layer, micro-batch, step;"
+                " under 'elements', the elements its element-wise ops write, in the same form",
         "shape": {"hidden": HIDDEN, "ffn_hidden": FFN, "heads": HEADS, "seq_length": SEQ, "micro_batch_size": 1},
         "form": "micro_batches * (per_layer_micro_batch * layers + per_micro_batch) + per_step"
                 " + per_layer_step * layers",

@@ -12,6 +12,10 @@ bandwidth (its "HBM"), and what gloo moves between local ranks. They are measure
                 runs (counted) is what one op costs the rank's thread beyond its work (`GPUSpec.host_op_s`). On a
                 CPU every op runs in line with the Python that issues it, so a small model's step is paced by its
                 op count as much as by its FLOPs (`estimate.host_ops` holds the trainer's counts)
+    elements    the same model at a working size: its pass less its GEMMs and its ops, over the elements its
+                element-wise ops write (`GPUSpec.host_element_s`): one thread runs those per element, well below
+                the memory's stream rate, so a CPU's element-wise work is priced by the elements the trainer's ops
+                write (`estimate.host_ops`), not by the bytes a GPU's fused kernels move
     gloo        collectives between ranks of one machine go through shared memory over loopback: modelled
                 as memory-bandwidth-bound, each byte written and read by the sender and the receiver
                 (GLOO_MEMORY_PASSES copies), so the link rate is memory bandwidth / GLOO_MEMORY_PASSES
@@ -82,13 +86,13 @@ def cache_path() -> Path:
     return folder / f"host-cpu-{machine}.json"
 
 
-RATE_KEYS = ("matmul_tflops_one_thread", "memory_tbps", "ops_per_s")
+RATE_KEYS = ("matmul_tflops_one_thread", "memory_tbps", "ops_per_s", "elements_per_s")
 OP_PROBE_TIMEOUT_S = 300.0
 
 
 def probe() -> dict[str, float]:
-    """Measure the one-thread matmul rate (TFLOP/s), the memory bandwidth (TB/s) and the ops a second one thread
-    runs of this machine now (a second or two)."""
+    """Measure the one-thread matmul rate (TFLOP/s), the memory bandwidth (TB/s), and the ops and element-wise
+    elements a second one thread runs of this machine now (several seconds)."""
     try:
         # optional and heavy: numpy and torch (train extra) only to measure this machine
         import numpy as np
@@ -112,12 +116,12 @@ def probe() -> dict[str, float]:
     target = np.empty_like(source)
     np.copyto(target, source)
     best_copy_s = min(_timed(lambda: np.copyto(target, source)) for _ in range(COPY_REPEATS))
-    return rates | {"memory_tbps": 2 * source.nbytes / best_copy_s / 1e12, "ops_per_s": _ops_per_s()}
+    return rates | {"memory_tbps": 2 * source.nbytes / best_copy_s / 1e12} | _op_rates()
 
 
-def _ops_per_s() -> float:
-    """ATen ops a second one thread runs through the trainer's own model (`trainer.op_probe`, in a process of its
-    own: it makes a process group and patches torch for the CPU)."""
+def _op_rates() -> dict[str, float]:
+    """ATen ops, and elements of element-wise work, a second one thread runs through the trainer's own model
+    (`trainer.op_probe`, in a process of its own: it makes a process group and patches torch for the CPU)."""
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     try:
         done = subprocess.run([sys.executable, "-m", "megapilot.trainer.op_probe"], capture_output=True, text=True,
@@ -125,7 +129,8 @@ def _ops_per_s() -> float:
     except (subprocess.TimeoutExpired, OSError) as exc:
         raise _op_probe_failed(str(exc)) from None
     try:
-        return float(json.loads(done.stdout.strip().splitlines()[-1])["ops_per_s"])
+        measured = json.loads(done.stdout.strip().splitlines()[-1])
+        return {key: float(measured[key]) for key in ("ops_per_s", "elements_per_s")}
     except (ValueError, KeyError, IndexError, TypeError):
         raise _op_probe_failed((done.stderr.strip().splitlines() or ["no output"])[-1]) from None
 
@@ -155,9 +160,10 @@ def rank_matmul_tflops(rates: dict[str, float], cores: int, ranks_per_node: int 
     return rates["matmul_tflops_one_thread"] * min(1.0, cores / (ranks_per_node or 1))
 
 
-def rank_op_s(rates: dict[str, float], cores: int, ranks_per_node: int | None) -> float:
-    """What one op costs a rank's thread: the measured one-thread cost, stretched where ranks outnumber cores."""
-    return max(1.0, (ranks_per_node or 1) / cores) / rates["ops_per_s"]
+def rank_op_s(rates: dict[str, float], cores: int, ranks_per_node: int | None, key: str = "ops_per_s") -> float:
+    """What one op (`key`: or one element of element-wise work) costs a rank's thread: the measured one-thread
+    cost, stretched where ranks outnumber cores."""
+    return max(1.0, (ranks_per_node or 1) / cores) / rates[key]
 
 
 def host_spec(rates: dict[str, float], ranks_per_node: int | None = None) -> GPUSpec:
@@ -173,9 +179,10 @@ def host_spec(rates: dict[str, float], ranks_per_node: int | None = None) -> GPU
         scaleup_domain_gpus=max(cores, 1), gpus_per_node=max(cores, 1), scaleup_bw_gbps=gloo_gbps,
         scaleout_bw_gbps=gloo_gbps, host_link_gbps=HOST_LINK_GBPS,
         host_op_s=rank_op_s(rates, cores, ranks_per_node),
+        host_element_s=rank_op_s(rates, cores, ranks_per_node, "elements_per_s"),
         source=f"measured on this machine: fp32 matmul {MATMUL_N}^3 (torch, one thread per rank), a {COPY_MIB} MiB "
-               f"copy and one op's cost (the trainer's model on tiny tensors, one thread); gloo between local "
-               f"ranks modelled as memory-bandwidth-bound (/{GLOO_MEMORY_PASSES:g})",
+               f"copy, one op's and one element-wise element's cost (the trainer's model, one thread); gloo between "
+               f"local ranks modelled as memory-bandwidth-bound (/{GLOO_MEMORY_PASSES:g})",
     )
 
 

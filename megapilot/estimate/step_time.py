@@ -367,7 +367,9 @@ def layer_terms(
         softmax_flops = (core_flops - whole_on_every_rank) * attention_core_bound(model, layer_index, gpu)
         terms["mixer_core"] = attention_time_s((softmax_flops / p.tp + whole_on_every_rank) * tokens, gpu, eff)
     elif gpu.host_op_s:  # a CPU rank: Megatron-Core's local core, unfused, in fp32
-        terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff, HOST_UNFUSED_SCORE_BYTES)
+        # its softmax and mask are element-wise work, priced per element with the layer's (glue, below)
+        terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff,
+                                                        0.0 if gpu.host_element_s else HOST_UNFUSED_SCORE_BYTES)
     elif not options.flash_attention:  # a plain softmax attention before flash kernels
         terms["mixer_core"] = _unfused_attention_core_s(model, training, p, gpu, eff)
     elif model.softmax_type != "vanilla" and not options.fused_sink_attention:  # sinks on a cuDNN before 9.13.1
@@ -412,7 +414,10 @@ def layer_terms(
                                           precision, eff)
     elif block.mlp == "linear":  # a heterogeneous layer's MLP replaced by one h -> h linear
         terms["mlp_gemms"] = _gemm_s(tokens, h, h / p.tp, gpu, precision, eff)
-    terms["glue"] = elementwise_time_s(_glue_bytes(model, layer_index, p, tokens), gpu, eff)
+    if gpu.host_element_s:  # a CPU rank's thread: per element written, not per byte (host_ops)
+        terms["glue"] = host_ops.layer_elements(model, layer_index, p, training.seq_length) * gpu.host_element_s
+    else:
+        terms["glue"] = elementwise_time_s(_glue_bytes(model, layer_index, p, tokens), gpu, eff)
     if kind in ("transformer", "attention") and block.attention == "full" and unfused_rope(model):
         terms["glue"] += _unfused_rope_s(model, layer_index, gpu, p, tokens)
     # An FP8 recipe other than the calibrated current scaling: its own casts and GEMM rate (quantization.py).
@@ -768,6 +773,9 @@ def _output_cost(
     vocab = model.padded_vocab_size(p.tp) / p.tp
     h, gpu = model.hidden_size, cluster.gpu
     gemm = _gemm_s(tokens, h, vocab, gpu, training.precision, eff)
+    if gpu.host_element_s:  # a CPU rank: the loss and the embedding's element-wise work, per element
+        return gemm + host_ops.micro_batch_elements(model, p, training.seq_length) * gpu.host_element_s \
+            + host_ops.micro_batch_ops(model) * gpu.host_op_s
     cross_entropy = gpu.hbm_time_s(tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT)
     return gemm + cross_entropy + host_ops.micro_batch_ops(model) * gpu.host_op_s
 
@@ -1115,8 +1123,10 @@ def _optimizer_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, opti
     sharded = p.distributed_optimizer or p.fsdp or optimizer == "dist_muon"
     dense = (shard.dense + shard.replicated) / (p.dp * p.cp if sharded else 1)
     expert = shard.expert / (p.expert_dp if sharded else 1)
-    return cluster.gpu.hbm_time_s((dense + expert) * ADAM_STEP_BYTES_PER_PARAM) \
-        + host_ops.step_ops(model, p) * cluster.gpu.host_op_s
+    gpu = cluster.gpu
+    update_s = host_ops.step_elements(dense + expert) * gpu.host_element_s if gpu.host_element_s \
+        else gpu.hbm_time_s((dense + expert) * ADAM_STEP_BYTES_PER_PARAM)  # a CPU rank's thread: per element
+    return update_s + host_ops.step_ops(model, p) * gpu.host_op_s
 
 
 def step_time(

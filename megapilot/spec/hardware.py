@@ -112,6 +112,11 @@ class GPUSpec(BaseModel):
         description="Seconds each op costs the host thread beyond its work where ops run in line with it (a CPU "
                     "rank: PyTorch's dispatch, autograd, the Python around it); 0 where the host queues kernels "
                     "ahead of the device (a GPU: its per-kernel cost is the fitted kernel overhead).")
+    host_element_s: float = Field(
+        default=0.0, ge=0,
+        description="Seconds each element written by an element-wise op costs the host thread where it runs them "
+                    "(a CPU rank: per element, not per byte of memory traffic); 0 where element-wise work is "
+                    "memory-bound on the device (a GPU: its HBM bandwidth).")
     source: str = Field(default="", description="Where the numbers come from.")
 
     @property

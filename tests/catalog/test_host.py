@@ -25,7 +25,8 @@ def test_the_cpu_is_measured_once_and_read_from_the_cache_after(cache):
     path = host.cache_path()
     assert path.parent == cache and path.is_file()
     # the cache is what a later call reads (written here with rates no probe would give)
-    path.write_text(json.dumps({"matmul_tflops_one_thread": 61.0, "memory_tbps": 4.5, "ops_per_s": 2e5}))
+    path.write_text(json.dumps({"matmul_tflops_one_thread": 61.0, "memory_tbps": 4.5, "ops_per_s": 2e5,
+                                "elements_per_s": 1e9}))
     assert host.host_cpu().bf16_dense_tflops == 61.0
     # measuring again replaces it
     assert host.host_cpu(remeasure=True).bf16_dense_tflops < 50
@@ -53,13 +54,14 @@ def test_a_figure_measured_on_a_busy_machine_heals_when_it_is_measured_again(cac
 
     path = host.cache_path()
     fresh = host.host_cpu(remeasure=True).bf16_dense_tflops
-    low = {"matmul_tflops_one_thread": fresh / 1000, "memory_tbps": 1e-6, "ops_per_s": 1.0}
+    low = {"matmul_tflops_one_thread": fresh / 1000, "memory_tbps": 1e-6, "ops_per_s": 1.0, "elements_per_s": 1.0}
     path.write_text(json.dumps(low | {"measured_at": time.time()}))  # recent: used as it is
     assert host.host_cpu().bf16_dense_tflops == pytest.approx(fresh / 1000)
     path.write_text(json.dumps(low | {"measured_at": time.time() - host.REFRESH_S - 1}))  # stale: taken again
     healed = host.host_cpu()
     assert healed.bf16_dense_tflops == pytest.approx(fresh) and healed.hbm_bw_tbps > 1e-6
     assert healed.host_op_s < 1.0  # an op's cost heals too: ops a second is a rate, kept at its best
+    assert healed.host_element_s < 1e-6  # and an element's
     assert json.loads(path.read_text())["matmul_tflops_one_thread"] == pytest.approx(fresh)  # and cached
 
 
@@ -74,17 +76,22 @@ def test_a_rank_computes_with_the_threads_the_ranks_beside_it_leave():
 
 
 def test_each_rank_pays_one_ops_cost_and_more_where_ranks_outnumber_cores():
-    """An op runs on its rank's one thread: two ranks on two cores each pay the one-thread cost; eight share them."""
-    rates = {"ops_per_s": 2e5}
+    """An op runs on its rank's one thread: two ranks on two cores each pay the one-thread cost; eight share them.
+    An element of element-wise work likewise."""
+    rates = {"ops_per_s": 2e5, "elements_per_s": 1e9}
     assert host.rank_op_s(rates, 2, 1) == host.rank_op_s(rates, 2, 2) == pytest.approx(5e-6)
     assert host.rank_op_s(rates, 2, 8) == pytest.approx(2e-5)
+    assert host.rank_op_s(rates, 2, 8, "elements_per_s") == pytest.approx(4e-9)
 
 
 def test_the_probe_times_real_ops_of_the_trainers_model(cache):
     """The op cost comes from ops the probe really ran and counted: the trainer's model on tiny tensors runs over
     ten thousand ops a second on any CPU that trains at all (60,000-100,000 on a 2-core EPYC), and under a hundred
-    million (a count of 0 or a pass that did no work would give one of the two)."""
-    assert 1e4 < host._ops_per_s() < 1e8
+    million (a count of 0 or a pass that did no work would give one of the two). Its element-wise ops write tens
+    of millions to tens of billions of elements a second (1.3-1.8 billion here; the probe's cap is 1e11)."""
+    rates = host._op_rates()
+    assert 1e4 < rates["ops_per_s"] < 1e8
+    assert 1e7 < rates["elements_per_s"] < 5e10
 
 
 def test_a_cache_written_before_the_one_thread_rate_was_measured_is_measured_again(cache):
@@ -98,7 +105,7 @@ def test_an_estimate_on_the_cpu_prices_each_rank_at_its_share_of_the_machine(cac
     from megapilot.estimate import build_case
 
     host.cache_path().write_text(json.dumps({"matmul_tflops_one_thread": 0.11, "memory_tbps": 0.03,
-                                             "ops_per_s": 2e5, "measured_at": 4e9}))
+                                             "ops_per_s": 2e5, "elements_per_s": 1e9, "measured_at": 4e9}))
     lone = build_case(model="tiny", gpu="cpu", gpus=1, seq_len=128, gbs=8, mbs=1)
     pair = build_case(model="tiny", gpu="cpu", gpus=2, seq_len=128, gbs=8, mbs=1)
     assert lone.cluster.gpu.bf16_dense_tflops == pair.cluster.gpu.bf16_dense_tflops == 0.11
@@ -111,5 +118,5 @@ def test_an_op_probe_that_cannot_run_is_a_clear_error_naming_how_to_see_why(monk
 
     monkeypatch.setattr(host.sys, "executable", "/bin/false")
     with pytest.raises(MegapilotError) as caught:
-        host._ops_per_s()
+        host._op_rates()
     assert "one op's cost" in str(caught.value) and "megapilot.trainer.op_probe" in caught.value.fix

@@ -9,7 +9,8 @@ import pytest
 
 from megapilot.catalog import get_model
 from megapilot.catalog.host import host_spec
-from megapilot.estimate import build_case, host_ops, step_time
+from megapilot.estimate import build_case, count_params, host_ops, step_time
+from megapilot.estimate.params import layer_params
 from megapilot.spec.model import ModelSpec
 
 COUNTS = Path(__file__).parents[2] / "bench" / "trainer_cpu" / "op_counts.json"
@@ -51,9 +52,65 @@ def test_the_counts_hold_for_the_shape_the_solve_never_saw():
         assert row["check_shape_predicted"] == row["check_shape_measured"], variant
 
 
-def _cpu(ops_per_s: float):
-    return host_spec({"matmul_tflops_one_thread": 0.1, "memory_tbps": 0.02, "ops_per_s": ops_per_s},
-                     ranks_per_node=2)
+#: the bench's shape variants as model dimensions (`bench/trainer_cpu/op_counts.py` HIDDEN, FFN, HEADS, SEQ and the
+#: variants doubling one of them); the trainer's byte vocabulary (258, padded to 384)
+SHAPES: dict[str, dict[str, int]] = {
+    "gpt": {}, "hidden": {"hidden_size": 128}, "ffn": {"ffn_hidden_size": 512}, "seq": {"seq_length": 128},
+    "heads": {"num_attention_heads": 8},
+}
+
+
+def _bench_model(dims: dict[str, int], features: dict[str, object]) -> tuple[ModelSpec, int]:
+    shape = {"hidden_size": 64, "ffn_hidden_size": 256, "num_attention_heads": 4, "seq_length": 64} | dims
+    seq = shape.pop("seq_length")
+    base = get_model("tiny").model_dump() | {"num_layers": LAYERS, "vocab_size": 258, "num_query_groups": None,
+                                             "max_position_embeddings": seq, "kv_channels": None} | shape
+    return ModelSpec.model_validate(base | features), seq
+
+
+@pytest.mark.parametrize("variant", [*FEATURES, *SHAPES])
+def test_the_element_counts_are_the_ones_the_trainer_wrote(variant):
+    """A layer's and a micro-batch's element-wise elements, as the module's form gives them, are within 2 % of what
+    the bench counted in the trainer at every variant: each feature alone, and each dimension doubled alone (the
+    form was solved from the shape variants; the features' deltas each from their own row)."""
+    measured = json.loads(COUNTS.read_text())["counts"][variant]["elements"]
+    model, seq = _bench_model(SHAPES.get(variant, {}), FEATURES.get(variant, {}))
+    parallel = build_case(model="tiny", gpu="h100", gpus=1, seq_len=128, gbs=1, mbs=1).parallel
+    assert host_ops.layer_elements(model, 0, parallel, seq) == pytest.approx(measured["per_layer_micro_batch"],
+                                                                            rel=0.02)
+    assert host_ops.micro_batch_elements(model, parallel, seq) == pytest.approx(measured["per_micro_batch"],
+                                                                               rel=0.02)
+
+
+def test_a_step_writes_eleven_elements_a_parameter():
+    """The optimizer's update, the clipping and the buffers' zeroing: 11 elements a parameter at every variant."""
+    for variant, row in json.loads(COUNTS.read_text())["counts"].items():
+        model, _ = _bench_model(SHAPES.get(variant, {}), FEATURES.get(variant, {}))
+        layer = row["elements"]["per_layer_step"] / host_ops.STEP_ELEMENTS_PER_PARAMETER
+        assert layer == pytest.approx(layer_params(model, 0).total, rel=0.01), variant
+
+
+def _cpu(ops_per_s: float, elements_per_s: float = 1e9):
+    return host_spec({"matmul_tflops_one_thread": 0.1, "memory_tbps": 0.02, "ops_per_s": ops_per_s,
+                      "elements_per_s": elements_per_s}, ranks_per_node=2)
+
+
+def test_a_cpu_step_pays_its_elements_at_the_measured_rate():
+    """Half the element rate adds each element's cost once more: the layers', the micro-batches' and the step's."""
+    case = build_case(model="tiny", gpu="h100", gpus=2, seq_len=128, gbs=8, mbs=1, recompute="none")
+
+    def step(elements_per_s: float) -> float:
+        cluster = case.cluster.model_copy(update={"gpu": _cpu(1e5, elements_per_s)})
+        return step_time(case.model, cluster, case.training, case.parallel).step_time_s
+
+    model, p = case.model, case.parallel
+    micro_batches = 4
+    elements = micro_batches * (model.num_layers * host_ops.layer_elements(model, 0, p, 128)
+                                + host_ops.micro_batch_elements(model, p, 128))
+    # the step's: each rank updates its half of the parameters (the distributed optimizer over DP 2)
+    assert p.distributed_optimizer and p.dp == 2
+    elements += host_ops.step_elements(count_params(model, padded_vocab=True).total / 2)
+    assert step(1e9) - step(2e9) == pytest.approx(elements * 0.5e-9)
 
 
 def test_a_cpu_step_pays_its_ops_at_the_measured_cost():
