@@ -220,3 +220,28 @@ def test_a_cpu_gets_no_interval_from_the_gpus_errors_and_says_what_paces_it():
     assert coverage.host_paced and coverage.needs_caveat and band_for(model, cpu, "bf16") is None
     assert "per-op rates" in coverage.statement() and "no interval is stated" in coverage.statement()
     assert band_for(model, get_gpu("h100"), "bf16") is not None  # a GPU keeps its interval
+
+
+def test_an_uncalibrated_blackwell_case_borrows_the_nearest_generations_errors_not_the_busiest_cells():
+    """Among same-family cells of other GPUs, the machine decides before the run count: a GB200 bf16 dense case is
+    nearer an H100's errors (the next generation) than an A100's (two away), however many runs the A100 cell has;
+    a cell of its own GPU at another precision is nearer still (the same clocks, HBM and NVLink domain)."""
+    from megapilot.estimate.coverage import nearest_coverage
+
+    a100 = CoverageCell("dense", "A100-SXM4-80GB", "bf16", 24, 0.02, 0.0)
+    h100 = CoverageCell("dense", "H100-SXM5-80GB", "bf16", 9, 0.03, 0.0)
+    gb200_fp8 = CoverageCell("dense", "GB200", "fp8", 12, 0.04, 0.0)
+    b200_fp8 = CoverageCell("dense", "B200", "fp8", 8, 0.05, 0.0)
+    for gpu in ("GB200", "B200"):
+        assert nearest_coverage((a100, h100), "dense", gpu, "NVIDIA", "blackwell", "bf16").nearest == h100
+    assert nearest_coverage((a100, h100, gb200_fp8), "dense", "GB200", "NVIDIA", "blackwell",
+                            "bf16").nearest == gb200_fp8
+    # within one architecture and precision this GPU's own cell comes before its busier sibling's
+    assert nearest_coverage((gb200_fp8, b200_fp8), "dense", "B200", "NVIDIA", "blackwell",
+                            "bf16").nearest == b200_fp8
+    # the same machine at the case's own precision comes before it: an H200 leans on the H100's bf16 runs
+    assert nearest_coverage((a100, h100, gb200_fp8), "dense", "H200-SXM-141GB", "NVIDIA", "hopper",
+                            "bf16").nearest == h100
+    coverage = coverage_for(get_model("llama3.1-70b"), get_gpu("gb200"), "bf16")
+    assert coverage.nearest is not None and coverage.nearest.gpu != "A100-SXM4-80GB"
+    assert "nearest: dense on GB200 fp8" in coverage.statement()
