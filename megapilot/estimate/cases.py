@@ -368,7 +368,28 @@ def _with_mtp(model: ModelSpec, features: CaseFeatures) -> ModelSpec:
     try:  # validated: the spec's own rules on MTP apply
         return ModelSpec.model_validate(model.model_dump() | update)
     except ValidationError as exc:
-        raise from_validation_error(exc) from None
+        raise _mtp_refusal(model, update, from_validation_error(exc)) from None
+
+
+def _mtp_refusal(model: ModelSpec, update: Mapping[str, Any], error: MegapilotError) -> MegapilotError:
+    """The spec's refusal of the model with the MTP flags' values, said of the flag that was given (the spec names
+    its own field: `mla.csa.compress_ratios` when a DeepSeek-V4 model's ratios do not cover the asked depth), with
+    the depths this model does take."""
+    if "mtp_num_layers" not in update:  # --mtp-use-repeated-layer alone
+        return MegapilotError(f"--mtp-use-repeated-layer: {error.problem}", field="mtp_repeated_layer",
+                              fix="drop --mtp-use-repeated-layer")
+    asked = update["mtp_num_layers"]
+    valid = []
+    for depth in dict.fromkeys((model.mtp_num_layers, 0, 1)):
+        try:
+            ModelSpec.model_validate(model.model_dump() | dict(update) | {"mtp_num_layers": depth})
+        except ValidationError:
+            continue
+        valid.append(f"--mtp-num-layers {depth}" + (" (the model's own)" if depth == model.mtp_num_layers else ""))
+    fix = f"use {' or '.join(valid)}" if valid else "drop --mtp-num-layers"
+    where = f" ({error.field})" if error.field and error.field != "mtp_num_layers" else ""
+    return MegapilotError(f"--mtp-num-layers {asked} does not fit {model.name}{where}: {error.problem}",
+                          field="mtp_num_layers", fix=fix)
 
 
 def _resolve_model(name_or_path: str) -> ModelSpec:

@@ -148,6 +148,20 @@ def test_the_mtp_modules_can_be_set_and_removed():
     assert refused.value.field == "mtp_num_layers"
 
 
+def test_an_mtp_depth_the_model_refuses_is_said_of_the_flag_with_the_depths_it_takes():
+    """DeepSeek-V4's compress ratios cover its 43 layers and its one MTP layer: `--mtp-num-layers 3` is refused as
+    the flag given (not as `mla.csa.compress_ratios`, which no flag sets), with the depth that works."""
+    flags = {**BASE, "model": "deepseek-v4-flash", "gpu": "b200", "gpus": 64, "gbs": 512, "seq_len": 4096}
+    with pytest.raises(MegapilotError) as refused:
+        build_case(**flags, mtp_num_layers=3)
+    assert refused.value.field == "mtp_num_layers" and "--mtp-num-layers 3" in refused.value.problem
+    assert refused.value.fix == "use --mtp-num-layers 1 (the model's own)"
+    with pytest.raises(MegapilotError) as too_deep:  # the spec's bound, said of the flag with a depth it takes
+        build_case(**{**flags, "model": "deepseek-v3"}, mtp_num_layers=5000)
+    assert too_deep.value.field == "mtp_num_layers" and "4,096" in too_deep.value.problem
+    assert too_deep.value.fix == "use --mtp-num-layers 1 (the model's own) or --mtp-num-layers 0"
+
+
 def test_mtp_depths_can_repeat_one_module_as_nemotron_3_supers_recipe_runs_it():
     """Two MTP depths of Nemotron 3 Super's one module (`--mtp-num-layers 2 --mtp-use-repeated-layer`): the second
     depth adds work but no weights."""
