@@ -131,8 +131,9 @@ def emit_json(payload: object) -> None:
 
 
 def cluster_label(cluster: ClusterSpec) -> str:
-    """'8 × H100': the GPUs a figure is for, written one way by every command that heads its figures with them."""
-    return f"{cluster.world_size} × {cluster.gpu.alias.upper()}"
+    """'8 × H100', '16,384 × H100': the GPUs a figure is for, written one way by every command that heads its
+    figures with them (thousands separated, as every other count in a table is)."""
+    return f"{cluster.world_size:,} × {cluster.gpu.alias.upper()}"
 
 
 def print_assumptions(assumptions: list[str]) -> None:

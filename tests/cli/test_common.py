@@ -100,3 +100,12 @@ def test_a_large_json_document_is_written_as_it_is_encoded(monkeypatch):
     emit_json(payload)
     assert out.getvalue() == json.dumps(payload, indent=2) + "\n"
     assert len(out.sizes) > 10 and max(out.sizes) < len(out.getvalue()) // 10
+
+
+def test_a_cluster_is_headed_with_its_gpu_count_in_thousands():
+    from megapilot.catalog import get_gpu
+    from megapilot.cli.common import cluster_label
+    from megapilot.spec.hardware import ClusterSpec
+
+    assert cluster_label(ClusterSpec.from_gpu_count(get_gpu("h100"), 8)) == "8 × H100"
+    assert cluster_label(ClusterSpec.from_gpu_count(get_gpu("h100"), 16_384)) == "16,384 × H100"
