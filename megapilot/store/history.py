@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -39,8 +39,14 @@ from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
 from megapilot.store.schema import Database, apply_migrations, needs_migration, schema_version
 from megapilot.suite.metric_table import measured_quantity, measured_value, zero_unmeasured_metrics
-from megapilot.suite.outcome import RunStatus, stored_verdict
-from megapilot.suite.results import ComboResult, SuiteResult, Verdict
+from megapilot.suite.verdicts import RunStatus, Verdict
+
+if TYPE_CHECKING:
+    from megapilot.suite.results import ComboResult, SuiteResult
+
+# Every history command reads rows; only recording a suite run reads its result (megapilot.suite.results and
+# .outcome: 0.4 CPU-s to import, the findings, the layout types, the estimator), which `record` is handed already
+# loaded: the one function that needs the outcome policy imports it itself.
 
 HISTORY_ENV = "MEGAPILOT_HISTORY"
 # Left in a run directory whose history row could not be written: `megapilot history record RUN_DIR` writes it.
@@ -1053,6 +1059,9 @@ def _unique_combos(combos: list[ComboResult]) -> list[ComboResult]:
 
 
 def _run_values(result: SuiteResult) -> tuple[object, ...]:
+    # start-up: the outcome policy loads the suite's results (see the imports above)
+    from megapilot.suite.outcome import stored_verdict
+
     card = result.card
     status, reason = stored_verdict(result)  # the one verdict, as suite.json stores it
     return (result.run_id, _iso(result.started_at), _iso(result.ended_at), result.duration_s,

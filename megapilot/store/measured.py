@@ -16,15 +16,16 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from megapilot.estimate import estimate
-from megapilot.estimate.coverage import family_of, precision_class
-from megapilot.estimate.history_calibration import MeasuredRun, RunKey, StepComponents
-from megapilot.suite.results import ComboResult, Prediction, SuiteResult, Verdict
+from megapilot.suite.verdicts import Verdict
 
 if TYPE_CHECKING:
     from megapilot.estimate.cases import Case
     from megapilot.estimate.history_calibration import MeasuredRun
     from megapilot.spec import SavedPlan
+    from megapilot.suite.results import ComboResult, Prediction, SuiteResult
+
+# The rows are read by every history command; the estimator (megapilot.estimate, 0.3 CPU-s to import: its package
+# loads every model of it) only by the functions that build a row or a calibration run, which import it themselves.
 
 MEASURED_KEYS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "peak_memory_gib")
 COLUMNS = ("id", "cluster", "origin", "source", "verdict", "recorded_at", "model", "family", "precision", "gpu",
@@ -120,6 +121,9 @@ def _finite(value: object) -> object:
 
 
 def to_calibration_run(row: MeasuredRow) -> MeasuredRun:
+    # start-up: the estimator, only where a row is fitted on (see the imports above)
+    from megapilot.estimate.history_calibration import MeasuredRun, RunKey, StepComponents
+
     key = RunKey(model=row.model, family=row.family, precision=row.precision, gpu=row.gpu, gpus=row.gpus, tp=row.tp,
                  pp=row.pp, cp=row.cp, ep=row.ep, vpp=row.vpp, mbs=row.mbs, gbs=row.gbs, seq_len=row.seq_len)
     components = StepComponents(row.predicted_compute_s or 0.0, row.predicted_bubble_s or 0.0,
@@ -132,6 +136,10 @@ def to_calibration_run(row: MeasuredRow) -> MeasuredRun:
 
 def from_combo(result: SuiteResult, combo: ComboResult, recorded_at: str) -> MeasuredRow | None:
     """A suite combo as a measured run of its cluster; None without a cluster, a prediction or a measurement."""
+    # start-up: the estimator, only where a row is built (see the imports above)
+    from megapilot.estimate.coverage import precision_class
+    from megapilot.estimate.history_calibration import StepComponents
+
     predicted = combo.predicted
     cluster = None if result.card.cluster_name is None else cluster_name(result.card.cluster_name)
     if not cluster or predicted is None or not predicted.uncalibrated_step_time_ms or not predicted.device:
@@ -198,6 +206,10 @@ def from_plan_run(run_id: str, cluster: str, plan: SavedPlan, predicted: Predict
     """A plan's run as a measured run of its cluster, its prediction (made before it started) beside its
     measured step; None without an uncalibrated prediction to calibrate against. A run that did not complete is
     kept as FAIL: it is listed, and calibrates nothing."""
+    # start-up: the estimator, only where a row is built (see the imports above)
+    from megapilot.estimate.coverage import precision_class
+    from megapilot.estimate.history_calibration import StepComponents
+
     if not predicted.uncalibrated_step_time_ms or not predicted.device or not measured_step_time_s > 0:
         return None
     p, training = plan.parallel, plan.training
@@ -233,6 +245,11 @@ def from_case(row_id: str, cluster: str, source: str, case: Case, flags: Mapping
               measured: Mapping[str, float], software: Mapping[str, Any], recorded_at: str) -> MeasuredRow:
     """An imported run: the case estimated now (uncalibrated), its measured step from whichever figure it gives
     (step time, else tokens/s, else TFLOP/s through the model's FLOPs per step)."""
+    # start-up: the estimator, only where a row is built (see the imports above)
+    from megapilot.estimate import estimate
+    from megapilot.estimate.coverage import family_of, precision_class
+    from megapilot.estimate.history_calibration import StepComponents
+
     result = estimate(case.model, case.cluster, case.training, case.parallel, case.options,
                       allow_tp_across_nodes=case.allow_tp_across_nodes)
     world = case.cluster.world_size

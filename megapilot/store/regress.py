@@ -21,14 +21,16 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Literal
 
-from megapilot.suite.cells import SMOKE_CELL_KEY
-from megapilot.suite.gates import BaselineStats as GateBaseline
 from megapilot.suite.metric_table import HEADLINE_METRICS, METRICS, Direction, MetricInfo, metric_info
-from megapilot.suite.results import ComboResult, Regression, RunCard, SuiteResult
 
 if TYPE_CHECKING:
     from megapilot.store.history import BaselineStats, History
     from megapilot.suite.gates import BaselineLookup
+    from megapilot.suite.results import ComboResult, Regression, RunCard, SuiteResult
+
+# The metric table and the judging of a change are read by every history command (`history compare`); the suite's
+# results and gates (0.4 CPU-s to import: the findings, the layout types, the estimator) only by a suite run's
+# regression check and baseline gates, which import them themselves.
 
 NOISE_SIGMAS = 3.0  # a healthy run lands beyond 3 sigma of its own history about 0.3 % of the time
 NOISE_MIN_RUNS = 3  # below three runs a spread says nothing
@@ -78,6 +80,9 @@ def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,
     Both directions are returned (`worse` tells them apart), regressions first. The run itself is
     left out of its own baseline, so this can be called before or after `history.record(result)`.
     """
+    # start-up: the suite's cell keys load the spec (see the imports above)
+    from megapilot.suite.cells import SMOKE_CELL_KEY
+
     # The smoke run's few steps are recorded to calibrate the sweep's predictions, not to be compared: run to run
     # they move by more than any band a benchmark would be held to.
     found = [regression for combo in result.combos if combo.key != SMOKE_CELL_KEY
@@ -87,6 +92,9 @@ def find_regressions(result: SuiteResult, history: History, *, last_n: int = 5,
 
 def _combo_regressions(result: SuiteResult, combo: ComboResult, history: History, *, last_n: int,
                        threshold_pct: float | None) -> list[Regression]:
+    # start-up: the suite's results, only where a regression is built (see the imports above)
+    from megapilot.suite.results import Regression
+
     regressions = []
     own_noise = step_noise_pct(combo)  # the combo's, shared by every metric paced by its steps
     for row in combo.metrics:
@@ -158,6 +166,9 @@ class HistoryBaselines:
 
     def lookup_for(self, card: RunCard, combo: ComboResult, *, run_id: str, last_n: int) -> BaselineLookup:
         """A lookup for one combo: metric name -> median of its last passing runs (None without history)."""
+        # start-up: the suite's gates, only where a baseline gate asks (see the imports above)
+        from megapilot.suite.gates import BaselineStats as GateBaseline
+
         layout = combo_layout(combo)
 
         def lookup(metric: str) -> GateBaseline | None:

@@ -22,21 +22,12 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
-from megapilot.compat import StrEnum
-from megapilot.suite.results import JobSummary, Regression, SuiteResult, Verdict
+from megapilot.suite.results import JobSummary, Regression, SuiteResult
+from megapilot.suite.verdicts import RunStatus, Verdict  # a module of its own: the history reads them alone
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
-
-
-class RunStatus(StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    RECORD = "RECORD"
-    SKIPPED = "SKIPPED"
-    INTERRUPTED = "INTERRUPTED"
 
 
 @dataclass(frozen=True)

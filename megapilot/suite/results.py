@@ -36,7 +36,6 @@ from pydantic import (
     model_validator,
 )
 
-from megapilot.compat import StrEnum
 from megapilot.diagnose.findings import Finding  # the one finding type: the suite reads diagnose's
 from megapilot.errors import MegapilotError
 from megapilot.files import atomic_write_text
@@ -44,6 +43,7 @@ from megapilot.spec.parallel import LayoutPins  # the one layout type (held in p
 from megapilot.spec.prediction import Prediction  # the one prediction type, the estimator's
 from megapilot.suite.budget import BudgetProjection
 from megapilot.suite.cells import RECORDED_LAYOUT_FIELDS, recorded_layout
+from megapilot.suite.verdicts import Verdict  # a module of its own: the history reads it without the rest
 
 # NaN/Inf in a curve (a reading the log printed) are written as "NaN"/"Infinity" strings, which read back as floats;
 # JSON's null would not read back into a float field. Every other number is finite (see `_numbers`).
@@ -51,14 +51,6 @@ _STRICT = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
 SUITE_RESULT_VERSION = 1
 SUITE_RESULT_NAME = "suite.json"
-
-
-class Verdict(StrEnum):
-    PASS = "PASS"
-    FAIL = "FAIL"
-    RECORD = "RECORD"
-    SKIPPED = "SKIPPED"
-    INTERRUPTED = "INTERRUPTED"
 
 
 # What a stage or combo that never started says, in every report, when the suite was stopped before it.

@@ -391,3 +391,32 @@ def test_a_cluster_is_found_under_any_spelling_of_its_name(cli, tmp_path, spelli
     assert about["applied"] and about["runs_used"]
     [group] = cli("history", "calibration", "--db", path, "--cluster", spelling, "--json").json()["groups"]
     assert group["runs"] == 4
+
+
+# What reading the history needs: its rows, the verdict types and the metric table. The suite's results and
+# outcome policy, the findings, the layout types and the estimator (0.5 CPU-s to import together) only serve
+# recording a suite run, importing runs and the calibration.
+HISTORY_READS_WITHOUT = ("megapilot.suite.results", "megapilot.suite.outcome", "megapilot.suite.gates",
+                         "megapilot.diagnose", "megapilot.estimate", "megapilot.spec", "megapilot.logs")
+
+
+@pytest.mark.parametrize("args", [["history", "list"], ["history", "list", "--json"], ["history", "show", "latest"],
+                                  ["history", "compare", "20250301", "latest", "--json"]])
+def test_reading_the_history_loads_no_suite_result_or_estimator(db, args):
+    """Checked in a fresh interpreter (this test process has imported everything already)."""
+    import subprocess
+    import sys
+
+    probe = ("import contextlib, io, sys\n"
+             "from megapilot.cli.app import main\n"
+             "out = io.StringIO()\n"
+             "try:\n"
+             "    with contextlib.redirect_stdout(out):\n"
+             f"        main({args!r})\n"
+             "except SystemExit as exc:\n"
+             "    assert not exc.code, exc.code\n"
+             "assert '20250304-h100' in out.getvalue() or '20250301-aaa' in out.getvalue(), out.getvalue()\n"
+             "print(' '.join(sorted(sys.modules)))\n")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            timeout=60).stdout.split()
+    assert [m for m in loaded if m.startswith(HISTORY_READS_WITHOUT)] == []
