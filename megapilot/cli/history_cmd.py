@@ -12,7 +12,8 @@ The database is `--db` (a SQLite path or a postgresql:// URL), else $MEGAPILOT_H
 file in the user data dir. The commands that only read (list, show, compare, calibration) open it read-only and
 refuse a --db that does not exist; the default file not made yet reads as an empty history. A RUN is a run id, a
 unique prefix of one, or `latest`. Every command has `--json`: list prints an array of RunRow, show a RunDetail,
-compare a RunComparison (megapilot.store.history); calibration prints what its tables show,
+compare a RunComparison (megapilot.store.history), record `{"run": RunRow, "location"}` (the run as the history now
+holds it, and the database, its password removed); calibration prints what its tables show,
 `{"predicted_vs_measured": [CalibrationRow...], "clusters": [{"cluster", "groups": [...]}...]}`, and with
 `--cluster` that one cluster's `{"cluster", "groups"}`; each group's `set_aside` names its runs the fit left out
 (a measured step more than 20x from its layout's prediction: kept in the history, fitted on by nothing) and why.
@@ -65,6 +66,7 @@ def record_run(
     run_dir: Annotated[str, typer.Argument(help="Run directory of a suite run (holds suite.json).",
                                            show_default=False)],
     db: DbOpt = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Record (or re-record) a suite run in the history, e.g. one whose row could not be written when it ran."""
     from pathlib import Path
@@ -79,7 +81,11 @@ def record_run(
     with _open(db) as history:
         history.record(result)
         location = history.location
+        row = history.run(result.run_id).run
     (directory / PENDING_NAME).unlink(missing_ok=True)
+    if as_json:
+        emit_json({"run": row, "location": location})
+        return
     console.print(f"recorded run {result.run_id} in {location}", highlight=False, markup=False)
 
 

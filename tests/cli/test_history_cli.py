@@ -342,6 +342,25 @@ def test_record_takes_the_runs_suite_json_as_well_as_its_directory(cli, tmp_path
     assert cli("history", "show", "latest", "--db", path, "--json").json()["run"]["run_id"] == result.run_id
 
 
+def test_record_json_is_the_recorded_run_as_list_prints_it_and_where(cli, tmp_path):
+    """`history record` had no --json (every command has one): a script recording a pending run could not read
+    what was written where."""
+    from megapilot.store.history import PENDING_NAME
+    from tests.report.factory import write_run_dir
+
+    run_dir = tmp_path / "run"
+    result = write_run_dir(run_dir)
+    (run_dir / PENDING_NAME).write_text("{}")
+    path = str(tmp_path / "h.sqlite")
+    recorded = cli("history", "record", str(run_dir), "--db", path, "--json")
+    assert recorded.exit_code == 0, recorded.stderr
+    payload = recorded.json()
+    assert set(payload) == {"run", "location"} and set(payload["run"]) == RUN_KEYS
+    assert payload["run"] == cli("history", "list", "--db", path, "--json").json()[0]
+    assert payload["run"]["run_id"] == result.run_id and payload["location"] == path
+    assert not (run_dir / PENDING_NAME).exists()
+
+
 def test_an_empty_run_id_is_refused_as_empty(cli, db):
     """'' is a prefix of every id: it was refused as matching every run ('type more of the run id')."""
     result = cli("history", "show", "")
