@@ -112,7 +112,7 @@ def _build_specs(
     from megapilot.catalog.gpus import cluster_of
     from megapilot.cli.common import validation_error
     from megapilot.estimate import run_options, with_features
-    from megapilot.estimate.cases import check_cuda_graphs
+    from megapilot.estimate.cases import BATCH_FIXES, check_cuda_graphs
     from megapilot.spec import ParallelConfig, TrainingSpec
 
     given = features.case_features()
@@ -126,7 +126,9 @@ def _build_specs(
     except ValidationError as exc:
         names = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision",
                  "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
-        raise validation_error(exc, flags=names) from None
+        refused = validation_error(exc, flags=names)
+        fix = BATCH_FIXES.get((refused.field or "").removeprefix("--").replace("-", "_"))
+        raise (validation_error(exc, flags=names, fix=fix) if fix else refused) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
     options = run_options(model, given, cluster)
     if options.cuda_graphs is not None:  # what the model refuses, before any layout (the search keeps the rest)

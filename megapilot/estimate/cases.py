@@ -42,7 +42,15 @@ from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.parallel import LAYOUT_FIELDS, RECOMPUTE_MODULES, LayoutPins, ParallelConfig
 from megapilot.spec.plan_file import FlexDispatcher
-from megapilot.spec.training import FP8_RECIPES, OPTIMIZERS, PRECISIONS, TrainingSpec
+from megapilot.spec.training import (
+    FP8_RECIPES,
+    MAX_GLOBAL_BATCH,
+    MAX_SEQ_LENGTH,
+    MAX_TOKENS_PER_STEP,
+    OPTIMIZERS,
+    PRECISIONS,
+    TrainingSpec,
+)
 from megapilot.spec.validate import (
     KEEP_ALLTOALL,
     check_optimizer,
@@ -495,6 +503,14 @@ _LAYOUT_FIXES = {"sequence_parallel": "drop --sequence-parallel, or raise --tp a
                                               "--cpu-offloading-num-layers"}
 
 
+# What to pass when TrainingSpec refuses a batch past its bounds (a slip of digits), by flag.
+BATCH_FIXES = {
+    "seq_len": f"pass --seq-len N with N <= {MAX_SEQ_LENGTH:,} tokens",
+    "gbs": f"pass --gbs N (sequences a step) with N <= {MAX_GLOBAL_BATCH:,} and N x --seq-len <= "
+           f"{MAX_TOKENS_PER_STEP:,} tokens",
+}
+
+
 def _build_training(flags: CaseFlags) -> TrainingSpec:
     try:
         chosen: dict[str, Any] = {"precision": _or(flags.precision, "bf16"), "optimizer": _or(flags.optimizer, "adam")}
@@ -509,8 +525,8 @@ def _build_training(flags: CaseFlags) -> TrainingSpec:
             recipe_fix = f"use --precision {flags.fp8_recipe} (the block-scaled format is a precision here)"
         fix = {"precision": f"use one of: {', '.join(PRECISIONS)}",
                "fp8_recipe": recipe_fix,
-               "optimizer": f"use one of: {', '.join(OPTIMIZERS)}"}.get(
-            flag or "", error.fix)
+               "optimizer": f"use one of: {', '.join(OPTIMIZERS)}",
+               **BATCH_FIXES}.get(flag or "", error.fix)
         raise MegapilotError(error.problem, field=flag, fix=fix) from None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from megapilot.errors import MegapilotError
 from megapilot.spec.training import Fp8Recipe, Precision
@@ -162,6 +162,13 @@ class GPUSpec(BaseModel):
         return own or self.fp4_dense_tflops or fp8
 
 
+# The most GPUs one cluster may have: 2^20, five times the largest cluster built (xAI's Colossus, about 200,000
+# GPUs) and 64 times the largest published Megatron-class job (Llama 3 405B on 16,384 H100s). More is a slip of
+# digits, which the planner would lay out as it does any count (an 8B model over 10^7 GPUs at a fraction of 1 % MFU).
+MAX_GPUS = 1_048_576
+_LARGEST_CLUSTER = "five times the largest cluster built, about 200,000 GPUs"
+
+
 class ClusterSpec(BaseModel):
     """A homogeneous cluster: nodes x GPUs per node of one GPU type."""
 
@@ -170,6 +177,13 @@ class ClusterSpec(BaseModel):
     gpu: GPUSpec
     num_nodes: int = Field(gt=0)
     gpus_per_node: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _size_within_reason(self) -> ClusterSpec:
+        if self.world_size > MAX_GPUS:
+            raise ValueError(f"{self.num_nodes:,} nodes x {self.gpus_per_node:,} GPUs is {self.world_size:,} GPUs, "
+                             f"above {MAX_GPUS:,} ({_LARGEST_CLUSTER}); check the values for extra digits")
+        return self
 
     @property
     def world_size(self) -> int:
@@ -192,6 +206,9 @@ class ClusterSpec(BaseModel):
         per_node = gpus_per_node or default_gpus_per_node(gpu)
         if gpus <= 0:
             raise MegapilotError(f"must be positive, got {gpus}", field="gpus", fix="pass --gpus N with N >= 1")
+        if gpus > MAX_GPUS:
+            raise MegapilotError(f"{gpus:,} GPUs is above {MAX_GPUS:,} ({_LARGEST_CLUSTER})", field="gpus",
+                                 fix=f"check --gpus for extra digits (at most {MAX_GPUS:,})")
         if gpus < per_node:
             per_node = gpus
         if gpus % per_node:

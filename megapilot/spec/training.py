@@ -33,6 +33,13 @@ QuantFlavour = Literal["fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8"
 # The longest sequence planned: three times Llama 4 Scout's 10,485,760-token context (the longest published), so a
 # slip of digits is refused by name instead of planned into a petabyte of activations.
 MAX_SEQ_LENGTH = 33_554_432
+# The largest global batch planned, in sequences: 2^24, over 1,000 times DeepSeek-V3's final 15,360 sequences and
+# 256 times the 65,536 of BERT's large-batch (LAMB) runs, the most sequences a published step took. And in tokens
+# (global batch x sequence length): 2^36, about 68.7 billion, over 1,000 times DeepSeek-V3's 63-million-token batch
+# and 4,000 times Llama 3 405B's 16 million, the largest published. A batch past either is a slip of digits (10^12
+# sequences priced a 45-billion-second step), refused by name.
+MAX_GLOBAL_BATCH = 16_777_216
+MAX_TOKENS_PER_STEP = 68_719_476_736
 
 
 class TrainingSpec(BaseModel):
@@ -74,6 +81,19 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"{seq_length:,} tokens is above {MAX_SEQ_LENGTH:,}, far beyond any published context "
                              "(Llama 4 Scout: 10,485,760); check the value for extra digits")
         return seq_length
+
+    @field_validator("global_batch_size")
+    @classmethod
+    def _batch_within_reason(cls, global_batch_size: int, info: ValidationInfo) -> int:
+        if global_batch_size > MAX_GLOBAL_BATCH:
+            raise ValueError(f"{global_batch_size:,} sequences is above {MAX_GLOBAL_BATCH:,}, far beyond any published "
+                             "global batch (DeepSeek-V3: 15,360 sequences); check the value for extra digits")
+        tokens = global_batch_size * info.data.get("seq_length", 1)
+        if tokens > MAX_TOKENS_PER_STEP:
+            raise ValueError(f"{global_batch_size:,} sequences of {info.data['seq_length']:,} tokens is {tokens:,} "
+                             f"tokens a step, above {MAX_TOKENS_PER_STEP:,}, far beyond any published batch "
+                             "(DeepSeek-V3: 63 million tokens); check both values for extra digits")
+        return global_batch_size
 
     @field_validator("fp8_recipe")
     @classmethod

@@ -57,6 +57,10 @@ MISTAKES = [
       "--seq-len", "4096", "--cp-comm-type", "p2p"), "cp_comm_type"),  # sinks have no backend on the p2p CP ring
     (("estimate", "--model", "nemotron-h-56b", "--gpu", "h100", "--gpus", "16", "--tp", "16", "--gbs", "128",
       "--seq-len", "8192"), "tp"),  # 8 Mamba-2 groups over TP 16
+    (("estimate", "--model", "tiny", "--gpu", "h100", "--gpus", "8", "--gbs", str(10**12), "--seq-len", "128"),
+     "gbs"),  # a global batch far beyond any published one: a slip of digits
+    (("estimate", "--model", "tiny", "--gpu", "h100", "--gpus", str(10**7), "--gbs", "16", "--seq-len", "128"),
+     "gpus"),  # more GPUs than any cluster by far
     (("estimate", "--batch", "{dir}"), "batch"),
     (("estimate", "--batch", "{bin}"), "batch"),
     # plan
@@ -67,6 +71,8 @@ MISTAKES = [
     (("plan", *TINY, "--gpus-per-node", "0"), "--gpus-per-node"),
     (("plan", "--model", "tiny", "--gpu", "h100", "--gpus", "8", "--gbs", "0"), "--gbs"),
     (("plan", *TINY, "--precision", "fp9"), "--precision"),
+    (("plan", "--model", "tiny", "--gpu", "h100", "--gpus", "8", "--seq-len", "128", "--gbs", str(10**12)), "--gbs"),
+    (("plan", "--model", "tiny", "--gpu", "h100", "--gpus", str(10**7), "--seq-len", "128", "--gbs", "16"), "gpus"),
     (("plan", *TINY, "--save", "{missing}/plan.json"), "--save"),
     (("plan", *TINY, "--save", "{dir}"), "--save"),
     (("plan", *TINY, "--profile", "{dir}"), "--profile"),

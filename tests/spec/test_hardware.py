@@ -41,3 +41,14 @@ def test_a_precision_the_generation_lacks_is_refused_with_what_runs_instead():
     assert not a100.supports("fp8")
     with pytest.raises(MegapilotError, match="fp8 is not supported on"):
         a100.check_precision("fp8")
+
+
+def test_a_cluster_far_beyond_the_largest_ever_built_is_refused_naming_gpus():
+    assert ClusterSpec.from_gpu_count(get_gpu("h100"), 1_048_576).world_size == 1_048_576
+    with pytest.raises(MegapilotError, match="above 1,048,576") as caught:
+        ClusterSpec.from_gpu_count(get_gpu("h100"), 10_000_000)
+    assert caught.value.field == "gpus" and "--gpus" in (caught.value.fix or "")
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="extra digits"):  # a cluster given by its node count, as files do
+        ClusterSpec(gpu=get_gpu("h100"), num_nodes=2_000_000, gpus_per_node=8)

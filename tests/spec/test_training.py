@@ -49,3 +49,15 @@ def test_a_sequence_far_beyond_any_published_context_is_refused():
     with pytest.raises(ValidationError, match="far beyond any published context") as caught:
         TrainingSpec(seq_length=1_000_000_000, global_batch_size=1)
     assert caught.value.errors()[0]["loc"] == ("seq_length",)
+
+
+def test_a_global_batch_far_beyond_any_published_one_is_refused_in_sequences_and_in_tokens():
+    # DeepSeek-V3's 15,360 sequences of 4,096 tokens and a 10M-token context's batch are real; 10^12 is a slip
+    assert TrainingSpec(seq_length=4096, global_batch_size=15_360).tokens_per_step == 62_914_560
+    assert TrainingSpec(seq_length=10_485_760, global_batch_size=64).global_batch_size == 64
+    with pytest.raises(ValidationError, match="far beyond any published global batch") as caught:
+        TrainingSpec(seq_length=4096, global_batch_size=10**12)
+    assert caught.value.errors()[0]["loc"] == ("global_batch_size",)
+    with pytest.raises(ValidationError, match="tokens a step") as caught:  # each in bounds, their product not
+        TrainingSpec(seq_length=1_000_000, global_batch_size=1_000_000)
+    assert caught.value.errors()[0]["loc"] == ("global_batch_size",)
