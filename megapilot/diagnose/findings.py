@@ -42,7 +42,7 @@ EXPLANATIONS: dict[str, str] = {
     "process_crash": "a training process ended before training finished",
     "config_error": "the framework refused the configuration",
     "low_throughput": "throughput well below what the GPU and layout should give",
-    "slowdown": "step time grew during the run",
+    "slowdown": "step time grew during the run (or fell and stayed lower: a note)",
     "log_mismatch": "the log is of another run than the launch script describes",
     "missing_log": "a node wrote no training log",
     "mixed_runs": "the logs given as one run are of several runs",

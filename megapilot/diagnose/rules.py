@@ -28,6 +28,11 @@ constant below with the reason for its value:
   `SLOWDOWN_MIN_ITERATIONS` steady iterations, or (a sparse log) `SLOWDOWN_SPARSE_MIN_ITERATIONS` whose trend at
   least doubles the step (`SLOWDOWN_SPARSE_GROWTH`) with `SLOWDOWN_SPARSE_CONSISTENCY` of the pairs slower; and at
   least `SLOWDOWN_MIN_SPAN_S` of training between them (a run of seconds follows the host's scheduler).
+- `slowdown` from one jump: the step time moved to another level at one point and stayed there
+  (`megapilot.diagnose.step_change`: window medians, beyond `JUMP_MIN_FRACTION` and the run's own noise, flat on both
+  sides), within a stretch of one global batch size (a batch ramp-up is more work per step, not a slower run) and
+  over `SLOWDOWN_MIN_SPAN_S` of training; a warning with the likely causes in order when it rose (the trend rule then
+  stays silent: the run did not drift), a note when it fell.
 - `low_throughput`: measured MFU (logged TFLOP/s/GPU / the GPU's dense peak for the precision; a log that prints
   no TFLOP/s gets the estimator's model FLOPs per step over its measured median step time) below
   `LOW_MFU_FRACTION` x the estimator's MFU for the layout; without a prediction, below `LOW_MFU_FLOOR` (the GPU
@@ -68,6 +73,7 @@ from megapilot.diagnose.options import (
     throughput_options,
 )
 from megapilot.diagnose.refusal import changes_named_in
+from megapilot.diagnose.step_change import JUMP_WINDOW, StepChange, find_step_change
 from megapilot.estimate.coverage import band_for
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
@@ -1211,13 +1217,19 @@ def _no_first_iteration(started: ProgressMarker) -> Finding:
                                                           "first step ends")])
 
 
-def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+def _steady_steps(log: ParsedLog) -> list[IterationRecord]:
+    """The timed iterations after the summary's warm-up, one per iteration number: what the step-time rules read."""
     records = [r for r in _unique(log.iterations) if r.elapsed_ms]
-    warmup = log.summary.warmup_dropped if log.summary else 0
-    steady = records[warmup:]
+    return records[log.summary.warmup_dropped if log.summary else 0:]
+
+
+def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    steady = _steady_steps(log)
     sparse = len(steady) < SLOWDOWN_MIN_ITERATIONS
     if len(steady) < SLOWDOWN_SPARSE_MIN_ITERATIONS or _trained_s(steady) < SLOWDOWN_MIN_SPAN_S:
         return None
+    if (jump := _lasting_change(steady)) is not None and jump[1].rose:
+        return None  # one jump that stayed, told by `_step_time_change`: read as a trend it would be a drift it is not
     trend = step_time_trend(steady)
     if trend is None:
         return None
@@ -1271,6 +1283,119 @@ def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
                    "Throttling, a "
                    "straggler rank, memory fragmentation, Python GC, a data pipeline falling behind, or a filesystem "
                    "getting slower." + said, fixes)
+
+
+def _lasting_change(steady: list[IterationRecord]) -> tuple[list[IterationRecord], StepChange] | None:
+    """The largest lasting change of step time (`megapilot.diagnose.step_change`) within a stretch of one global batch
+    size: a batch ramp-up (`--rampup-batch-size`; Megatron logs the global batch size on every line) raises the step
+    with the work per step, which is no change of speed, so no change is looked for across a batch size change."""
+    stretches: list[list[IterationRecord]] = []
+    for record in steady:
+        if stretches and stretches[-1][-1].gbs == record.gbs:
+            stretches[-1].append(record)
+        else:
+            stretches.append([record])
+    found = [(stretch, change) for stretch in stretches
+             if (change := find_step_change([r.elapsed_ms or 0.0 for r in stretch])) is not None]
+    return max(found, key=lambda pair: abs(pair[1].fraction), default=None)
+
+
+def _step_time_change(log: ParsedLog, config: RunConfig | None) -> Finding | None:
+    """Step time that moved to another level at one point and stayed there: a warning when it rose, a note when it
+    fell (a throttled GPU that recovered, another job that ended)."""
+    steady = _steady_steps(log)
+    if _trained_s(steady) < SLOWDOWN_MIN_SPAN_S or (lasting := _lasting_change(steady)) is None:
+        return None
+    stretch, jump = lasting
+    before, first = stretch[jump.index - 1], stretch[jump.index]
+    last = stretch[-1]
+    where = (f"at iteration {first.iteration}" if first.iteration - before.iteration == 1
+             else f"between iterations {before.iteration} and {first.iteration}")
+    evidence = [_ev(r) for r in stretch[max(0, jump.index - 2):jump.index + 2]]
+    if last not in stretch[jump.index - 2:jump.index + 2]:
+        evidence.append(_ev(last))
+    levels = (f"from {jump.before_ms:,.0f} ms to {jump.after_ms:,.0f} ms {where} ({jump.fraction:+.0%}) and stayed "
+              f"there to iteration {last.iteration}")
+    measured = (f"Medians of the {JUMP_WINDOW} logged steps before and from iteration {first.iteration}; the run's "
+                f"step-to-step noise is {jump.noise_ms:,.0f} ms, so this is no jitter, and no trend: the level is flat "
+                "on both sides.")
+    if not jump.rose:
+        return Finding(
+            "slowdown", "info", f"Step time fell {levels}", evidence,
+            f"{measured} The run got faster at that point and stayed faster: what slowed it before ended (a "
+            "throttled GPU or a straggler that recovered, another job on the nodes that finished, checkpoint saves or "
+            "evaluations that stopped, input that caught up), or the steps before it were slow for a reason of "
+            "their own (the first iterations after a resume, a cold filesystem cache). Nothing to change; if the "
+            "earlier level is what the run usually gets, look at what changed then.")
+    restarted = _started_up_between(log, before, first)
+    saves = [op for op in log.checkpoints if op.kind == "save" and op.iteration is not None
+             and before.iteration <= op.iteration < first.iteration]
+    stragglers, straggler_evidence = _stragglers_around(log, first)
+    evidence += straggler_evidence
+    causes = [
+        *(["the run restarted between them and resumed on this allocation: other nodes, or other settings, than "
+           "before"] if restarted else []),
+        "a GPU or node that began to throttle (power, temperature, clocks), or a straggler rank that appeared: in "
+        "synchronous data parallelism every rank waits for the slowest" + stragglers,
+        (f"a checkpoint save at iteration {saves[0].iteration}, just before the change: an asynchronous save's "
+         "writer or the memory a save left behind slows the steps after it (Megatron keeps the save itself out of "
+         "the step time)" if saves else
+         "checkpoint saves or evaluations that started at that point (--save-interval, --eval-interval, "
+         "--start-eval-at-iter): their background writer or the memory they leave behind"),
+        "another job or process that started on the same nodes or GPUs, or on the network they share",
+        "the data loader or the filesystem: a slower part of the dataset blend, or storage that got busier",
+        ("a change in the work per step: the global batch size stayed "
+         f"{first.gbs} across it, but a longer sequence length (--seq-length after a resume) also raises it"
+         if first.gbs is not None else
+         "a change in the work per step: a batch ramp-up (--rampup-batch-size) or a longer sequence length"),
+    ]
+    fixes = [Fix("add", "nvidia-smi -q -d CLOCK,PERFORMANCE on each node  (AMD: amd-smi metric --clock)", None,
+                  "throttle reasons and clocks: a GPU that slowed shows here", kind="command"),
+             Fix("add", "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv on each node", None,
+                 "a process that is not this job's on its GPUs", kind="command")]
+    if takes_megatron_flags(log.framework):
+        flags = config.flags if config else None
+        wanted: list[tuple[str, str | None, str]] = [
+            ("--timing-log-level", "2", "Megatron's timers say which part of the step grew: forward-backward, the "
+             "optimizer, the gradient all-reduce or batch-generator (the data loader)")]
+        if not log.straggler_reports:
+            wanted.append(("--log-straggler", None, "log which rank is slowest, with its GEMM throughput"))
+        fixes += [change(flags, name, value, reason) if flags else Fix("add", name, value, reason)
+                  for name, value, reason in wanted]
+    return Finding(
+        "slowdown", "warning", f"Step time rose {levels}", evidence[:MAX_EVIDENCE + 1],
+        f"{measured} A one-time change, not a drift. Likely causes, most likely first: " + "; ".join(
+            f"({number}) {cause}" for number, cause in enumerate(causes, start=1)) + ".", fixes)
+
+
+def _stragglers_around(log: ParsedLog, first: IterationRecord) -> tuple[str, list[Evidence]]:
+    """What Megatron's `--log-straggler` reports say about the ranks after the change (those of its file logged
+    after it; a report in another file has no place in time beside it, so then every report), with a report line."""
+    # nodes reads this module's Xid table: imported here, where the cycle is closed
+    from megapilot.diagnose.nodes import stragglers_from_reports
+
+    reports = log.straggler_reports
+    if not reports:
+        return (": the log holds no per-rank timings (--log-straggler) to say which", [])
+    same_file = [r for r in reports if r.evidence.file == first.file]
+    after = [r for r in same_file if r.evidence.line > first.line] if same_file else reports
+    earlier = [r for r in same_file if r.evidence.line < first.line]
+    verdict = stragglers_from_reports(after)
+    if verdict is None:
+        return (": the log's --log-straggler reports all come before the change", [])
+    [slow] = verdict.ranks
+    rank = slow.name.replace("rank", "rank ")
+    was = stragglers_from_reports(earlier) if earlier else None
+    then = (f" (before the change the slowest was {was.ranks[0].name.replace('rank', 'rank ')} at "
+            f"{was.ranks[0].ratio:.2f}x)" if was is not None else "")
+    if slow.ratio > verdict.max_ratio:
+        times = sum(report.slowest_rank == slow.index for report in after)
+        return (f". Megatron's --log-straggler reports after the change name {rank} the slowest in {times} of "
+                f"{len(after)}, its GEMMs taking {slow.ratio:.2f}x the fastest rank's{then}: look at that rank's GPU "
+                "and node first", list(slow.evidence[-1:]))
+    return (f". Megatron's --log-straggler reports after the change show no rank standing out (the slowest GEMMs "
+            f"{slow.ratio:.2f}x the fastest){then}: the whole job slowed, not one GPU, so the causes below come first",
+            list(slow.evidence[-1:]))
 
 
 def _trained_s(records: list[IterationRecord]) -> float:
@@ -1508,7 +1633,7 @@ def _gain(option: LayoutOption) -> float:
 def metric_findings(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None = None) -> list[Finding]:
     """Findings from the iteration series; `gpu` (from --gpu) rates throughput when no flags were given."""
     findings: list[Finding] = []
-    for rule in (_nan_finding, _slowdown, _memory_near_full):
+    for rule in (_nan_finding, _slowdown, _step_time_change, _memory_near_full):
         finding = rule(log, config)
         if finding is not None:
             findings.append(finding)
