@@ -63,7 +63,9 @@ class DeckReport(_Strict):
 
     title: str = Field(description="Headline of the deck: suite name and model.")
     subtitle: str = Field(description="GPU, nodes and layout.")
-    headline_metric: str = Field(description="The metric a dashboard leads with (CVS: training.throughput_per_gpu).")
+    headline_metric: str = Field(description="The metric a dashboard leads with: training.throughput_per_gpu "
+                                             "(CVS's) where a cell measured TFLOP/s, else training.tokens_per_gpu, "
+                                             "else training.elapsed_time_per_iteration (a CPU run prints no TFLOP/s).")
 
 
 class DeckProvenance(_Strict):
@@ -286,7 +288,7 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
         exit_code=outcome.exit_code, finished=result.finished,
         started_at=result.started_at, ended_at=result.ended_at, duration_s=result.duration_s,
         report=DeckReport(title=f"{card.suite_name}: {card.model}", subtitle=_subtitle(result),
-                          headline_metric=measures.TFLOPS_PER_GPU.metrics[0]),
+                          headline_metric=_headline_metric(result, capacity)),
         run_card_display=run_card_rows(result), run_card_notes=list(result.notes),
         provenance=_provenance(result, report_href, junit_href),
         lifecycle={_stage_label(stage.name, stage.combo): stage.duration_s for stage in result.stages},
@@ -308,6 +310,18 @@ def build_run_deck(result: SuiteResult, log_links: dict[str, list[LogLink]], *, 
 _OVERALL: dict[Outcome, OverallStatus] = {Outcome.PASS: "pass", Outcome.WARN: "warn", Outcome.FAIL: "fail",
                                           Outcome.RECORD: "record", Outcome.SKIPPED: "na",
                                           Outcome.INTERRUPTED: "interrupted"}
+
+
+# What a dashboard leads with, the first of these any cell measured: CVS's TFLOP/s/GPU; a CPU run (whose log prints
+# TFLOP/s 0.0, not a measurement) or a log without --log-throughput leads with what it did measure.
+HEADLINE_QUANTITIES = (measures.TFLOPS_PER_GPU, measures.TOKENS_PER_S_PER_GPU, measures.STEP_TIME_MS)
+
+
+def _headline_metric(result: SuiteResult, capacity: float | None) -> str:
+    for quantity in HEADLINE_QUANTITIES:
+        if any(measures.measured(combo, quantity, capacity) for combo in result.combos):  # a 0.0 is not measured
+            return quantity.metrics[0]
+    return HEADLINE_QUANTITIES[0].metrics[0]  # nothing measured: CVS's
 
 
 def _overall_status(outcome: RunOutcome) -> OverallStatus:

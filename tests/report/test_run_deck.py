@@ -141,6 +141,24 @@ def test_predicted_against_measured(deck):
     assert set(failing) == {"step_time_ms", "tokens_per_s_per_gpu", "memory_gib"}  # what was predicted, only
 
 
+def test_the_headline_metric_is_one_the_run_measured(deck, tmp_path):
+    """A CPU run's deck led with training.throughput_per_gpu, which a CPU never measures (its log prints 0.0)."""
+    assert deck["report"]["headline_metric"] == "training.throughput_per_gpu"  # a GPU run: CVS's
+    result = suite_result(tmp_path)
+    for combo in result.combos:  # as a CPU run records it: TFLOP/s not measured, no TFLOP/s curve
+        combo.metrics = [row.model_copy(update={"value": None}) if row.name == "training.throughput_per_gpu" else row
+                         for row in combo.metrics]
+        combo.curves = [curve for curve in combo.curves if curve.name != "tflops_per_gpu"]
+    cpu = build_run_deck(result, {}, report_href="r", junit_href="j")
+    assert cpu.report.headline_metric == "training.tokens_per_gpu"
+    assert any(m.metric == "training.tokens_per_gpu" and m.actual for cell in cpu.cells for m in cell.metrics)
+    for combo in result.combos:  # nor tokens/s: the step time is what it measured
+        combo.metrics = [row for row in combo.metrics if row.name != "training.tokens_per_gpu"]
+        combo.curves = [curve for curve in combo.curves if curve.name != "tokens_per_s_per_gpu"]
+    steps = build_run_deck(result, {}, report_href="r", junit_href="j")
+    assert steps.report.headline_metric == "training.elapsed_time_per_iteration"
+
+
 def test_regressions_findings_and_summary(deck):
     assert deck["regressions"][0]["message"] == "tokens/s -8.3 % vs the median of the last 5 runs"
     assert deck["regressions"][0]["cell_id"] == PASSING
